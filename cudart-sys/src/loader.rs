@@ -1,0 +1,554 @@
+//! Finding and opening the CUDA libraries at run time.
+//!
+//! [`candidates`] turns an environment into the ordered list of places to try
+//! (a pure function, so the order is testable without a file system);
+//! [`open_first`] tries them in order and stops at the first that opens. A miss
+//! is a [`LoadError`] that lists every attempt and says what to set.
+//!
+//! The order, for each library:
+//! 1. its override variable (`CUDNN_LIB_DIR`, `CUBLAS_LIB_DIR`,
+//!    `CUBLASLT_LIB_DIR`, `CUDART_LIB_DIR`): a directory or the file itself.
+//!    When set, nothing else is tried, so a wrong override is reported, never
+//!    silently replaced by another copy;
+//! 2. the roots `CUDNN_PATH` (cuDNN only), `CUDA_PATH`, `CUDA_HOME`, each with
+//!    `lib64`, `lib`, `targets/x86_64-linux/lib`;
+//! 3. `CUDNN_RS_SEARCH_PATH`: directories (`:`-separated), each searched
+//!    directly and as a Python `site-packages` (`nvidia/*/lib`);
+//! 4. the system loader by soname (honours `LD_LIBRARY_PATH`, `ld.so.cache`);
+//! 5. standard directories (`/usr/local/cuda/lib64`, distro library dirs);
+//! 6. Python environments: `nvidia/{cudnn,cu13,cublas,cuda_runtime}/lib` in
+//!    the `site-packages` of `VIRTUAL_ENV`, `CONDA_PREFIX`, the user site
+//!    (`~/.local/lib/python3*`) and the system site dirs;
+//! 7. `CUDNN_RS_FALLBACK_PATH`, like 3 but last (a checkout of this project
+//!    sets it to its fetched-library cache in `.cargo/config.toml`).
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+pub use libloading;
+
+/// What to look for, for one library.
+#[derive(Debug, Clone, Copy)]
+pub struct LibrarySpec {
+    /// Human name, e.g. `"cuDNN"`.
+    pub name: &'static str,
+    /// The variable that overrides the search (a directory or a file).
+    pub override_var: &'static str,
+    /// Root variables, searched in order.
+    pub root_vars: &'static [&'static str],
+    /// Linux file names, newest first.
+    pub sonames: &'static [&'static str],
+    /// Windows file names (untested).
+    pub windows_names: &'static [&'static str],
+    /// The pip wheel that provides it, for the error text.
+    pub wheel: &'static str,
+}
+
+/// Sub-directories of a Python `site-packages` where NVIDIA's wheels put libraries.
+pub const PYTHON_LIB_DIRS: &[&str] = &[
+    "nvidia/cudnn/lib",
+    "nvidia/cu13/lib",
+    "nvidia/cublas/lib",
+    "nvidia/cuda_runtime/lib",
+];
+
+/// Directories searched after the system loader.
+pub const STANDARD_DIRS: &[&str] = &[
+    "/usr/local/cuda/lib64",
+    "/usr/local/cuda/targets/x86_64-linux/lib",
+    "/usr/local/cuda/lib",
+    "/opt/cuda/lib64",
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/usr/local/lib",
+];
+
+/// Library sub-directories of a CUDA root.
+pub const ROOT_LIB_DIRS: &[&str] = &["lib64", "lib", "targets/x86_64-linux/lib"];
+
+/// Extra search list set by the user (step 3).
+pub const SEARCH_PATH_VAR: &str = "CUDNN_RS_SEARCH_PATH";
+/// Extra search list ranked last (step 7).
+pub const FALLBACK_PATH_VAR: &str = "CUDNN_RS_FALLBACK_PATH";
+
+/// Why a place was tried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Source {
+    /// The library's override variable.
+    Override(&'static str),
+    /// A root variable such as `CUDA_PATH`.
+    Root(&'static str),
+    /// `CUDNN_RS_SEARCH_PATH`.
+    SearchPath,
+    /// The system loader, by file name.
+    SystemLoader,
+    /// A standard directory.
+    StandardDir,
+    /// A Python environment named by this variable (or `"user site"`, `"system site"`).
+    Python(&'static str),
+    /// `CUDNN_RS_FALLBACK_PATH`.
+    Fallback,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Override(v) | Source::Root(v) => write!(f, "${v}"),
+            Source::SearchPath => write!(f, "${SEARCH_PATH_VAR}"),
+            Source::SystemLoader => f.write_str("system loader"),
+            Source::StandardDir => f.write_str("standard dir"),
+            Source::Python(v) if v.contains(' ') => write!(f, "python {v}"),
+            Source::Python(v) => write!(f, "python ${v}"),
+            Source::Fallback => write!(f, "${FALLBACK_PATH_VAR}"),
+        }
+    }
+}
+
+/// One place to try: an absolute path, or a bare file name for the system loader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    /// The path or file name handed to the loader.
+    pub path: PathBuf,
+    /// Why it is on the list.
+    pub source: Source,
+}
+
+/// Read access to the environment, so [`candidates`] stays pure.
+pub trait Environment {
+    /// The value of a variable, if set and not empty.
+    fn var(&self, name: &str) -> Option<OsString>;
+    /// Names of the entries of a directory (empty when it cannot be read).
+    fn list_dir(&self, dir: &Path) -> Vec<String>;
+}
+
+/// The real process environment and file system.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcessEnvironment;
+
+impl Environment for ProcessEnvironment {
+    fn var(&self, name: &str) -> Option<OsString> {
+        std::env::var_os(name).filter(|v| !v.is_empty())
+    }
+    fn list_dir(&self, dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+}
+
+fn file_names(spec: &LibrarySpec) -> &'static [&'static str] {
+    if cfg!(windows) {
+        spec.windows_names
+    } else {
+        spec.sonames
+    }
+}
+
+/// Does an override value name a file rather than a directory? (Pure: decided
+/// from the name, so that a file that does not exist is reported as that file.)
+fn names_a_file(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.contains(".so") || n.ends_with(".dll") || n.ends_with(".dylib"))
+}
+
+/// The `site-packages` folders of a Python prefix (`<prefix>/lib/python3*/site-packages`).
+fn site_packages(env: &dyn Environment, prefix: &Path, leaf: &str) -> Vec<PathBuf> {
+    let lib = prefix.join("lib");
+    let mut out: Vec<PathBuf> = env
+        .list_dir(&lib)
+        .into_iter()
+        .filter(|n| n.starts_with("python3"))
+        .map(|n| lib.join(n).join(leaf))
+        .collect();
+    // Windows layout (untested).
+    out.push(prefix.join("Lib").join("site-packages"));
+    out
+}
+
+/// Every place to try for `spec`, in order, without duplicates.
+pub fn candidates(spec: &LibrarySpec, env: &dyn Environment) -> Vec<Candidate> {
+    let names = file_names(spec);
+    let mut out: Vec<Candidate> = Vec::new();
+    let mut push = |path: PathBuf, source: Source| {
+        if !out.iter().any(|c| c.path == path) {
+            out.push(Candidate { path, source });
+        }
+    };
+    let in_dir = |dir: &Path, source: Source, push: &mut dyn FnMut(PathBuf, Source)| {
+        for n in names {
+            push(dir.join(n), source.clone());
+        }
+    };
+
+    // 1. override: only it.
+    if let Some(v) = env.var(spec.override_var) {
+        let p = PathBuf::from(v);
+        let src = Source::Override(spec.override_var);
+        if names_a_file(&p) {
+            push(p, src);
+        } else {
+            in_dir(&p, src, &mut push);
+        }
+        return out;
+    }
+    // 2. roots
+    for var in spec.root_vars {
+        if let Some(root) = env.var(var) {
+            let root = PathBuf::from(root);
+            for sub in ROOT_LIB_DIRS {
+                in_dir(&root.join(sub), Source::Root(var), &mut push);
+            }
+        }
+    }
+    // 3. search path
+    let search_list = |var: &str, source: Source, push: &mut dyn FnMut(PathBuf, Source)| {
+        if let Some(list) = env.var(var) {
+            for dir in std::env::split_paths(&list) {
+                in_dir(&dir, source.clone(), push);
+                for sub in PYTHON_LIB_DIRS {
+                    in_dir(&dir.join(sub), source.clone(), push);
+                }
+            }
+        }
+    };
+    search_list(SEARCH_PATH_VAR, Source::SearchPath, &mut push);
+    // 4. system loader
+    for n in names {
+        push(PathBuf::from(n), Source::SystemLoader);
+    }
+    // 5. standard dirs
+    if !cfg!(windows) {
+        for d in STANDARD_DIRS {
+            in_dir(Path::new(d), Source::StandardDir, &mut push);
+        }
+    }
+    // 6. Python environments
+    let mut sites: Vec<(PathBuf, &'static str)> = Vec::new();
+    for var in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
+        if let Some(prefix) = env.var(var) {
+            for s in site_packages(env, Path::new(&prefix), "site-packages") {
+                sites.push((s, var));
+            }
+        }
+    }
+    if let Some(home) = env.var("HOME") {
+        for s in site_packages(env, &Path::new(&home).join(".local"), "site-packages") {
+            sites.push((s, "user site"));
+        }
+    }
+    sites.push((
+        PathBuf::from("/usr/lib/python3/dist-packages"),
+        "system site",
+    ));
+    for prefix in ["/usr/local", "/usr"] {
+        for leaf in ["dist-packages", "site-packages"] {
+            for s in site_packages(env, Path::new(prefix), leaf) {
+                if !s.starts_with(Path::new(prefix).join("Lib")) {
+                    sites.push((s, "system site"));
+                }
+            }
+        }
+    }
+    for (site, var) in sites {
+        for sub in PYTHON_LIB_DIRS {
+            in_dir(&site.join(sub), Source::Python(var), &mut push);
+        }
+    }
+    // 7. fallback
+    search_list(FALLBACK_PATH_VAR, Source::Fallback, &mut push);
+    out
+}
+
+/// Why one candidate did not load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AttemptError {
+    /// No file at that path.
+    NotFound,
+    /// The path exists but is not a regular file (a directory, say).
+    NotAFile,
+    /// The loader refused it; its own text.
+    Dlopen(String),
+}
+
+impl fmt::Display for AttemptError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttemptError::NotFound => f.write_str("not found"),
+            AttemptError::NotAFile => f.write_str("not a file"),
+            AttemptError::Dlopen(t) => write!(f, "{t}"),
+        }
+    }
+}
+
+/// One failed attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    /// What was tried.
+    pub candidate: Candidate,
+    /// Why it failed.
+    pub error: AttemptError,
+}
+
+/// A library could not be loaded. Lists every attempt and the fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadError {
+    /// Which library (`"cuDNN"`).
+    pub library: &'static str,
+    /// The variable that would fix it.
+    pub override_var: &'static str,
+    /// The file names looked for.
+    pub file_names: &'static [&'static str],
+    /// The pip wheel that provides it.
+    pub wheel: &'static str,
+    /// Every attempt, in order.
+    pub attempts: Vec<Attempt>,
+}
+
+impl LoadError {
+    /// Whether any attempt found a file that then failed to load (as opposed to
+    /// every place being empty).
+    pub fn found_but_failed(&self) -> bool {
+        self.attempts.iter().any(|a| {
+            matches!(a.error, AttemptError::Dlopen(_) | AttemptError::NotAFile)
+                && a.candidate.path.is_absolute()
+        })
+    }
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{} could not be loaded ({}); {} places tried, in order:",
+            self.library,
+            self.file_names.join(", "),
+            self.attempts.len()
+        )?;
+        for a in &self.attempts {
+            writeln!(
+                f,
+                "  [{}] {}: {}",
+                a.candidate.source,
+                a.candidate.path.display(),
+                a.error
+            )?;
+        }
+        write!(
+            f,
+            "fix: set {} to the directory that holds {} (or to the file itself); \
+             NVIDIA's pip wheel `{}` provides it",
+            self.override_var,
+            self.file_names.first().copied().unwrap_or("the library"),
+            self.wheel
+        )
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// A library version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Version {
+    /// Major.
+    pub major: u32,
+    /// Minor.
+    pub minor: u32,
+    /// Patch level.
+    pub patch: u32,
+}
+
+impl Version {
+    /// A version from its parts.
+    pub const fn new(major: u32, minor: u32, patch: u32) -> Self {
+        Self {
+            major,
+            minor,
+            patch,
+        }
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// Where a loaded library came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LibraryInfo {
+    /// Which library.
+    pub library: &'static str,
+    /// The file actually loaded (resolved by the loader when opened by name);
+    /// `None` when linked at build time and the loader cannot say.
+    pub path: Option<PathBuf>,
+    /// How it was found.
+    pub source: Option<Source>,
+    /// Its version, once asked.
+    pub version: Option<Version>,
+}
+
+impl LibraryInfo {
+    /// A [`MissingSymbol`] for `symbol` in this library.
+    pub fn missing(&self, symbol: &'static str) -> MissingSymbol {
+        MissingSymbol {
+            symbol,
+            library: self.library,
+            version: self.version,
+            path: self.path.clone(),
+        }
+    }
+}
+
+/// The loaded library lacks a function the bindings declare (it is older, or
+/// the function's ABI differs in that version).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingSymbol {
+    /// The C function.
+    pub symbol: &'static str,
+    /// Which library.
+    pub library: &'static str,
+    /// The loaded library's version.
+    pub version: Option<Version>,
+    /// The loaded file.
+    pub path: Option<PathBuf>,
+}
+
+impl fmt::Display for MissingSymbol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.library)?;
+        if let Some(v) = self.version {
+            write!(f, " {v}")?;
+        }
+        if let Some(p) = &self.path {
+            write!(f, " ({})", p.display())?;
+        }
+        write!(
+            f,
+            " does not provide `{}` (an older library, or one whose ABI for it differs)",
+            self.symbol
+        )
+    }
+}
+
+impl std::error::Error for MissingSymbol {}
+
+/// Try `candidates` in order; the first that opens wins.
+pub fn open_first(
+    spec: &LibrarySpec,
+    candidates: Vec<Candidate>,
+) -> Result<(libloading::Library, Candidate), LoadError> {
+    let mut attempts = Vec::new();
+    for c in candidates {
+        if c.path.is_absolute() {
+            match std::fs::metadata(&c.path) {
+                Err(_) => {
+                    attempts.push(Attempt {
+                        candidate: c,
+                        error: AttemptError::NotFound,
+                    });
+                    continue;
+                }
+                Ok(m) if !m.is_file() => {
+                    attempts.push(Attempt {
+                        candidate: c,
+                        error: AttemptError::NotAFile,
+                    });
+                    continue;
+                }
+                Ok(_) => {}
+            }
+        }
+        // SAFETY: opening a shared library runs its initialisers. These are
+        // NVIDIA's CUDA libraries (chosen by file name from the documented
+        // search order); their initialisers have no preconditions on us.
+        match unsafe { libloading::Library::new(&c.path) } {
+            Ok(lib) => return Ok((lib, c)),
+            Err(e) => {
+                attempts.push(Attempt {
+                    candidate: c,
+                    error: AttemptError::Dlopen(error_text(&e)),
+                });
+            }
+        }
+    }
+    Err(LoadError {
+        library: spec.name,
+        override_var: spec.override_var,
+        file_names: file_names(spec),
+        wheel: spec.wheel,
+        attempts,
+    })
+}
+
+/// The loader's own words, with libloading's source chain appended.
+fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        let t = s.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        src = s.source();
+    }
+    text
+}
+
+/// The file that holds the code at `addr`, as the dynamic loader sees it.
+pub fn path_of_address(addr: *const core::ffi::c_void) -> Option<PathBuf> {
+    #[cfg(unix)]
+    {
+        let mut info = libc::Dl_info {
+            dli_fname: core::ptr::null(),
+            dli_fbase: core::ptr::null_mut(),
+            dli_sname: core::ptr::null(),
+            dli_saddr: core::ptr::null_mut(),
+        };
+        // SAFETY: dladdr only reads `addr` as a number and writes `info`, a
+        // valid out-pointer; it returns 0 when it knows nothing.
+        let ok = unsafe { libc::dladdr(addr, &mut info) };
+        if ok == 0 || info.dli_fname.is_null() {
+            return None;
+        }
+        // SAFETY: dli_fname is a NUL-terminated string owned by the loader,
+        // valid while the library stays loaded; we copy it at once.
+        let name = unsafe { core::ffi::CStr::from_ptr(info.dli_fname) };
+        use std::os::unix::ffi::OsStrExt;
+        let p = PathBuf::from(std::ffi::OsStr::from_bytes(name.to_bytes()));
+        std::fs::canonicalize(&p).ok().or(Some(p))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = addr;
+        None
+    }
+}
+
+/// Load `spec` with the process environment and build its table.
+pub fn load_with<T>(
+    spec: &LibrarySpec,
+    build: impl FnOnce(libloading::Library, LibraryInfo) -> T,
+) -> Result<T, LoadError> {
+    let list = candidates(spec, &ProcessEnvironment);
+    let (lib, found) = open_first(spec, list)?;
+    let info = LibraryInfo {
+        library: spec.name,
+        path: Some(found.path.clone()),
+        source: Some(found.source),
+        version: None,
+    };
+    Ok(build(lib, info))
+}

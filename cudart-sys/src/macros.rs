@@ -1,0 +1,185 @@
+//! The one place that decides how a library's functions are reached.
+//!
+//! Each -sys crate's generated `functions*.rs` is a list of declarations
+//! wrapped in `functions! { unsafe extern "C" { ... } }`. That macro forwards
+//! to [`__define_functions!`](crate::__define_functions), which emits a
+//! function table type with one method per C function:
+//!
+//! - default: the library is opened at run time and every symbol resolved once,
+//!   when the table is built; a symbol the library lacks is stored as absent and
+//!   its method returns [`MissingSymbol`](crate::loader::MissingSymbol);
+//! - feature `link`: the methods call ordinary `extern "C"` declarations that
+//!   the linker resolves, and always return `Ok`.
+//!
+//! The methods have the same names and signatures in both modes, so the
+//! feature is additive.
+
+/// The return type of a declaration, `()` when it has none.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __ret {
+    () => {
+        ()
+    };
+    ($t:ty) => {
+        $t
+    };
+}
+
+/// Emit a function table for one library. See the module docs.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __define_functions {
+    (
+        $(#[$meta:meta])*
+        table $Api:ident;
+        unsafe extern "C" {
+            $(
+                pub fn $name:ident ( $( $arg:ident : $ty:ty ),* $(,)? ) $( -> $ret:ty )? ;
+            )*
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $Api {
+            info: $crate::loader::LibraryInfo,
+            #[cfg(not(feature = "link"))]
+            _lib: $crate::loader::libloading::Library,
+            $(
+                #[cfg(not(feature = "link"))]
+                $name: ::core::option::Option<unsafe extern "C" fn( $( $ty ),* ) $( -> $ret )?>,
+            )*
+        }
+
+        #[cfg(feature = "link")]
+        mod __linked {
+            #[allow(unused_imports)]
+            use super::*;
+            unsafe extern "C" {
+                $( pub fn $name( $( $arg : $ty ),* ) $( -> $ret )?; )*
+            }
+        }
+
+        impl ::core::fmt::Debug for $Api {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                f.debug_struct(stringify!($Api)).field("info", &self.info).finish_non_exhaustive()
+            }
+        }
+
+        #[allow(non_snake_case, clippy::too_many_arguments, clippy::missing_safety_doc)]
+        impl $Api {
+            /// Every function this table declares, in the order of the bindings.
+            pub const SYMBOLS: &'static [&'static str] = &[ $( stringify!($name) ),* ];
+
+            /// Build the table from an opened library, resolving every symbol once.
+            #[cfg(not(feature = "link"))]
+            pub(crate) fn resolve(
+                lib: $crate::loader::libloading::Library,
+                info: $crate::loader::LibraryInfo,
+            ) -> Self {
+                Self {
+                    $(
+                        // SAFETY: the pointer type is the C declaration the
+                        // bindings were generated from, and the Library it came
+                        // from is stored in the same table (`_lib`), so it
+                        // outlives every copy of the pointer.
+                        $name: unsafe {
+                            lib.get::<unsafe extern "C" fn( $( $ty ),* ) $( -> $ret )?>(
+                                concat!(stringify!($name), "\0").as_bytes(),
+                            )
+                        }
+                        .ok()
+                        .map(|s| *s),
+                    )*
+                    info,
+                    _lib: lib,
+                }
+            }
+
+            /// Treat these symbols as absent even though the library exports
+            /// them (their ABI differs in this library's version).
+            #[cfg(not(feature = "link"))]
+            pub(crate) fn forget_symbols(&mut self, skip: &[&str]) {
+                $( if skip.contains(&stringify!($name)) { self.$name = None; } )*
+            }
+
+            /// The address of some function of the library, to ask the loader
+            /// which file it came from.
+            #[cfg(not(feature = "link"))]
+            pub(crate) fn address_of_any(&self) -> Option<*const ::core::ffi::c_void> {
+                $( if let Some(f) = self.$name { return Some(f as *const ::core::ffi::c_void); } )*
+                None
+            }
+
+            /// The table for a library linked at build time.
+            #[cfg(feature = "link")]
+            pub(crate) fn linked(info: $crate::loader::LibraryInfo) -> Self {
+                Self { info }
+            }
+
+            /// Where the library came from and its version.
+            pub fn info(&self) -> &$crate::loader::LibraryInfo {
+                &self.info
+            }
+
+            /// Record the file the loader actually opened.
+            #[allow(dead_code)]
+            pub(crate) fn set_path(&mut self, p: ::std::path::PathBuf) {
+                self.info.path = Some(p);
+            }
+
+            /// Record the version once it has been asked of the library.
+            pub(crate) fn set_version(&mut self, v: $crate::loader::Version) {
+                self.info.version = Some(v);
+            }
+
+            /// Whether the library provides `symbol` (always true when linked).
+            pub fn has_symbol(&self, symbol: &str) -> bool {
+                #[cfg(not(feature = "link"))]
+                {
+                    $( if symbol == stringify!($name) { return self.$name.is_some(); } )*
+                    false
+                }
+                #[cfg(feature = "link")]
+                {
+                    Self::SYMBOLS.contains(&symbol)
+                }
+            }
+
+            /// The declared functions this library does not provide.
+            pub fn missing_symbols(&self) -> ::std::vec::Vec<&'static str> {
+                Self::SYMBOLS.iter().copied().filter(|s| !self.has_symbol(s)).collect()
+            }
+
+            $(
+                /// Calls the C function of the same name.
+                ///
+                /// # Errors
+                /// [`MissingSymbol`]($crate::loader::MissingSymbol) when the loaded
+                /// library does not provide it.
+                ///
+                /// # Safety
+                /// The C function's own contract: valid pointers, live handles,
+                /// sizes that match the buffers.
+                #[inline]
+                pub unsafe fn $name(
+                    &self, $( $arg : $ty ),*
+                ) -> ::core::result::Result<$crate::__ret!($($ret)?), $crate::loader::MissingSymbol> {
+                    #[cfg(not(feature = "link"))]
+                    {
+                        match self.$name {
+                            // SAFETY: the caller upholds the C contract (this
+                            // fn is unsafe); the pointer is live (see `resolve`).
+                            Some(f) => Ok(unsafe { f( $( $arg ),* ) }),
+                            None => Err(self.info.missing(stringify!($name))),
+                        }
+                    }
+                    #[cfg(feature = "link")]
+                    {
+                        // SAFETY: the caller upholds the C contract.
+                        Ok(unsafe { __linked::$name( $( $arg ),* ) })
+                    }
+                }
+            )*
+        }
+    };
+}

@@ -1,0 +1,1 @@
+//! Examples for the `cudnn` crate live beside this file; see `Cargo.toml`.

@@ -1,0 +1,198 @@
+//! `cargo xtask fetch-libs`: NVIDIA's wheels into the project's library cache.
+
+use std::fs;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// One set of wheels that belong together, pinned to exact versions so that a
+/// drift check compares like with like.
+pub struct Stack {
+    pub name: &'static str,
+    pub wheels: &'static [&'static str],
+}
+
+pub const CUDA13: Stack = Stack {
+    name: "cuda13",
+    wheels: &[
+        "nvidia-cudnn-cu13==9.28.1.4",
+        "nvidia-cublas==13.10.0.20",
+        "nvidia-cuda-runtime==13.5.37",
+        "nvidia-cuda-crt==13.5.37",
+        "nvidia-cuda-cccl==13.3.5.0.6",
+    ],
+};
+
+pub const CUDA12: Stack = Stack {
+    name: "cuda12",
+    wheels: &[
+        "nvidia-cudnn-cu12==8.9.7.29",
+        "nvidia-cublas-cu12==12.9.3.13",
+        "nvidia-cuda-runtime-cu12==12.9.79",
+    ],
+};
+
+/// The cache root: `$CUDNN_RS_CACHE` or `<workspace>/.cuda-libs`.
+pub fn cache_root() -> PathBuf {
+    match std::env::var_os("CUDNN_RS_CACHE") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => crate::workspace_root().join(".cuda-libs"),
+    }
+}
+
+pub fn run(args: &[String]) -> Result<Vec<PathBuf>, String> {
+    let mut stacks = vec![&CUDA13];
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--stack" => {
+                stacks = match it.next().map(String::as_str) {
+                    Some("cuda13") => vec![&CUDA13],
+                    Some("cuda12") => vec![&CUDA12],
+                    Some("all") => vec![&CUDA13, &CUDA12],
+                    other => {
+                        return Err(format!(
+                            "--stack takes cuda13, cuda12 or all, got {other:?}"
+                        ));
+                    }
+                }
+            }
+            other => return Err(format!("fetch-libs: unknown option `{other}`")),
+        }
+    }
+    let mut dirs = Vec::new();
+    for stack in stacks {
+        let dir = fetch(stack)?;
+        println!("{}: libraries and headers in {}", stack.name, dir.display());
+        println!(
+            "  to use them from anywhere: export CUDNN_RS_SEARCH_PATH={}",
+            dir.display()
+        );
+        dirs.push(dir);
+    }
+    Ok(dirs)
+}
+
+/// Fetch one stack; returns its folder (laid out like a Python site-packages
+/// folder: `nvidia/<package>/{include,lib}`).
+pub fn fetch(stack: &Stack) -> Result<PathBuf, String> {
+    let root = cache_root();
+    let dir = root.join(stack.name);
+    let stamp = dir.join(".complete");
+    let want = stack.wheels.join("\n");
+    if fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
+        return Ok(dir);
+    }
+    let wheels = root.join("wheels").join(stack.name);
+    fs::create_dir_all(&wheels).map_err(|e| format!("creating {}: {e}", wheels.display()))?;
+    if dir.exists() {
+        fs::remove_dir_all(&dir).map_err(|e| format!("clearing {}: {e}", dir.display()))?;
+    }
+    fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+
+    for spec in stack.wheels {
+        let file = match find_wheel(&wheels, spec) {
+            Some(f) => f,
+            None => {
+                download(&wheels, spec)?;
+                find_wheel(&wheels, spec).ok_or_else(|| {
+                    format!(
+                        "pip reported success but no wheel for {spec} is in {}",
+                        wheels.display()
+                    )
+                })?
+            }
+        };
+        let n = unpack(&file, &dir).map_err(|e| format!("unpacking {}: {e}", file.display()))?;
+        eprintln!("  {spec}: {n} files");
+    }
+    fs::write(&stamp, want).map_err(|e| format!("writing {}: {e}", stamp.display()))?;
+    Ok(dir)
+}
+
+fn download(into: &Path, spec: &str) -> Result<(), String> {
+    eprintln!("downloading {spec} ...");
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let status = Command::new(&python)
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "-d",
+        ])
+        .arg(into)
+        .arg(spec)
+        .status()
+        .map_err(|e| {
+            format!("running `{python} -m pip`: {e} (set PYTHON to a Python 3 with pip)")
+        })?;
+    if !status.success() {
+        return Err(format!(
+            "`{python} -m pip download {spec}` failed ({status})"
+        ));
+    }
+    Ok(())
+}
+
+/// The wheel file for `name==version`, if already downloaded.
+fn find_wheel(dir: &Path, spec: &str) -> Option<PathBuf> {
+    let (name, version) = spec.split_once("==")?;
+    let prefix = format!("{}-{}-", name.replace('-', "_"), version);
+    let mut found: Vec<PathBuf> = fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".whl"))
+        })
+        .collect();
+    found.sort();
+    found.pop()
+}
+
+/// What we keep from a wheel: headers, and the shared libraries we load.
+fn wanted(path: &str) -> bool {
+    if !path.starts_with("nvidia/") || path.ends_with('/') {
+        return false;
+    }
+    if path.contains("/include/") {
+        return path.ends_with(".h") || path.ends_with(".hpp") || !path.contains('.');
+    }
+    let Some(file) = path
+        .strip_prefix("nvidia/")
+        .and_then(|p| p.rsplit('/').next())
+    else {
+        return false;
+    };
+    path.contains("/lib/")
+        && file.contains(".so")
+        && ["libcudnn", "libcublas.so", "libcublasLt.so", "libcudart.so"]
+            .iter()
+            .any(|p| file.starts_with(p))
+}
+
+fn unpack(wheel: &Path, dest: &Path) -> io::Result<usize> {
+    let file = fs::File::open(wheel)?;
+    let mut zip = zip::ZipArchive::new(file).map_err(io::Error::other)?;
+    let mut count = 0;
+    for i in 0..zip.len() {
+        let mut entry = zip.by_index(i).map_err(io::Error::other)?;
+        let name = entry.name().to_string();
+        if !wanted(&name) || name.contains("..") {
+            continue;
+        }
+        let out = dest.join(&name);
+        if let Some(parent) = out.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        let mut bytes = Vec::with_capacity(entry.size() as usize);
+        entry.read_to_end(&mut bytes)?;
+        fs::write(&out, bytes)?;
+        count += 1;
+    }
+    Ok(count)
+}

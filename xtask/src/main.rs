@@ -1,0 +1,51 @@
+//! Project tasks. Run `cargo xtask help`.
+
+mod bindings;
+mod fetch;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+usage: cargo xtask <task> [options]
+
+tasks:
+  fetch-libs [--stack cuda13|cuda12|all]
+      Download NVIDIA's pip wheels (pinned versions) and unpack the headers and
+      shared libraries we use into the cache (.cuda-libs/<stack>, or
+      $CUDNN_RS_CACHE/<stack>). A no-op when they are already there.
+  bindgen [--check]
+      Regenerate the committed bindings in cudart-sys, cudnn-sys and cublas-sys
+      from the cuda13 headers (fetching them first). With --check, write nothing
+      and fail if the committed files differ.
+  device-check
+      Build the GPU test and example binaries and pack them with a runner
+      script into .device-check/ for a machine with an NVIDIA GPU.
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("fetch-libs") => fetch::run(&args[1..]).map(|_| ()),
+        Some("bindgen") => bindings::run(&args[1..]),
+        Some("device-check") => Err("device-check: not built yet".to_string()),
+        Some("help") | Some("--help") | Some("-h") | None => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown task `{other}`\n\n{USAGE}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root (the folder holding xtask/).
+pub fn workspace_root() -> PathBuf {
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    here.parent().map(PathBuf::from).unwrap_or(here)
+}
