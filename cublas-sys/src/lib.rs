@@ -25,10 +25,12 @@ use cudart_sys::libraryPropertyType;
 pub use cudart_sys;
 pub use cudart_sys::loader::{self, LibraryInfo, LoadError, MissingSymbol, Version};
 
+#[rustfmt::skip]
 #[path = "generated/types.rs"]
 mod types;
 pub use types::*;
 
+#[rustfmt::skip]
 #[path = "generated/compat.rs"]
 mod compat;
 pub use compat::ABI_DIFFERS_IN_CUBLAS12;

@@ -35,6 +35,7 @@
 pub mod loader;
 #[doc(hidden)]
 pub mod macros;
+#[rustfmt::skip]
 #[path = "generated/types.rs"]
 mod types;
 
@@ -43,6 +44,7 @@ use std::sync::OnceLock;
 pub use loader::{LibraryInfo, LoadError, MissingSymbol, Version};
 pub use types::*;
 
+#[rustfmt::skip]
 #[path = "generated/compat.rs"]
 mod compat;
 pub use compat::ABI_DIFFERS_IN_CUDA12;

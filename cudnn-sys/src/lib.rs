@@ -26,10 +26,12 @@ use std::sync::OnceLock;
 pub use cudart_sys;
 pub use cudart_sys::loader::{self, LibraryInfo, LoadError, MissingSymbol, Version};
 
+#[rustfmt::skip]
 #[path = "generated/types.rs"]
 mod types;
 pub use types::*;
 
+#[rustfmt::skip]
 #[path = "generated/compat.rs"]
 mod compat;
 pub use compat::ABI_DIFFERS_IN_CUDNN8;

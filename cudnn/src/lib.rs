@@ -4,6 +4,17 @@
 
 #![deny(missing_docs)]
 
+pub mod blas;
+pub(crate) mod check;
+pub mod dnn;
+pub mod dtype;
+pub mod error;
+pub mod runtime;
+
+pub use check::cudnn_status_name;
+pub use dtype::{DataType, Scale};
+pub use error::{Error, Result};
+
 /// The raw bindings this crate is built on.
 pub mod sys {
     pub use cublas_sys as cublas;

@@ -13,17 +13,17 @@ pub const ABI_DIFFERS_IN_CUBLAS12: &[&str] = &[
     "cublasGetFixedPointEmulationMantissaBitOffset", // not declared
     "cublasGetFixedPointEmulationMantissaControl", // not declared
     "cublasGetFixedPointEmulationMaxMantissaBitCount", // not declared
-    "cublasLtEmulationDescCreate",            // not declared
-    "cublasLtEmulationDescDestroy",           // not declared
-    "cublasLtEmulationDescGetAttribute",      // not declared
-    "cublasLtEmulationDescInit_internal",     // not declared
-    "cublasLtEmulationDescSetAttribute",      // not declared
-    "cublasLtGroupedMatrixLayoutCreate",      // not declared
+    "cublasLtEmulationDescCreate", // not declared
+    "cublasLtEmulationDescDestroy", // not declared
+    "cublasLtEmulationDescGetAttribute", // not declared
+    "cublasLtEmulationDescInit_internal", // not declared
+    "cublasLtEmulationDescSetAttribute", // not declared
+    "cublasLtGroupedMatrixLayoutCreate", // not declared
     "cublasLtGroupedMatrixLayoutInit_internal", // not declared
-    "cublasLtMatmulAlgoCheckForStream",       // not declared
+    "cublasLtMatmulAlgoCheckForStream", // not declared
     "cublasLtMatmulAlgoGetHeuristicForStream", // not declared
-    "cublasLtMatmulPreferenceInit_internal",  // type `cublasLtMatmulPreferenceOpaque_t` differs
-    "cublasLtMatrixLayoutInit_internal",      // type `cublasLtMatrixLayoutOpaque_t` differs
+    "cublasLtMatmulPreferenceInit_internal", // type `cublasLtMatmulPreferenceOpaque_t` differs
+    "cublasLtMatrixLayoutInit_internal", // type `cublasLtMatrixLayoutOpaque_t` differs
     "cublasSetEmulationSpecialValuesSupport", // not declared
     "cublasSetFixedPointEmulationMantissaBitCountPointer", // not declared
     "cublasSetFixedPointEmulationMantissaBitOffset", // not declared

@@ -8,7 +8,7 @@
 /// treated as absent, so calling one is an error value, never a call with
 /// the wrong ABI. (3 of 80.)
 pub const ABI_DIFFERS_IN_CUDA12: &[&str] = &[
-    "cudaGetDeviceProperties",  // not declared
-    "cudaMemPoolCreate",        // type `cudaMemLocation` differs
+    "cudaGetDeviceProperties", // not declared
+    "cudaMemPoolCreate", // type `cudaMemLocation` differs
     "cudaPointerGetAttributes", // type `cudaPointerAttributes` differs
 ];

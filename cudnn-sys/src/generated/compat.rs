@@ -8,34 +8,34 @@
 /// treated as absent, so calling one is an error value, never a call with
 /// the wrong ABI. (30 of 239.)
 pub const ABI_DIFFERS_IN_CUDNN8: &[&str] = &[
-    "cudnnAdvVersionCheck",                   // not declared
-    "cudnnB2BCausalConv1dBackward",           // not declared
-    "cudnnB2BCausalConv1dForward",            // not declared
-    "cudnnBackendPopulateCudaGraph",          // not declared
-    "cudnnBackendUpdateCudaGraph",            // not declared
-    "cudnnCausalConv1dBackward",              // not declared
-    "cudnnCausalConv1dForward",               // not declared
-    "cudnnCausalConv1dNwhBackward",           // not declared
-    "cudnnCausalConv1dNwhForward",            // not declared
-    "cudnnCnnVersionCheck",                   // not declared
-    "cudnnFFTCausalConv1dBackward",           // not declared
-    "cudnnFFTCausalConv1dForward",            // not declared
-    "cudnnGetCTCLossDescriptor_v9",           // not declared
-    "cudnnGetExecutionPlanWorkspaceSize",     // not declared
-    "cudnnGetLastErrorString",                // not declared
-    "cudnnGnnAggSimpleBackward",              // not declared
-    "cudnnGnnAggSimpleForward",               // not declared
-    "cudnnGnnMhaGatBackward",                 // not declared
-    "cudnnGnnMhaGatForward",                  // not declared
-    "cudnnGnnMhaGatV2Backward",               // not declared
-    "cudnnGnnMhaGatV2Forward",                // not declared
-    "cudnnGraphVersionCheck",                 // not declared
-    "cudnnLongFFTCausalConv1dBackward",       // not declared
-    "cudnnLongFFTCausalConv1dForward",        // not declared
+    "cudnnAdvVersionCheck", // not declared
+    "cudnnB2BCausalConv1dBackward", // not declared
+    "cudnnB2BCausalConv1dForward", // not declared
+    "cudnnBackendPopulateCudaGraph", // not declared
+    "cudnnBackendUpdateCudaGraph", // not declared
+    "cudnnCausalConv1dBackward", // not declared
+    "cudnnCausalConv1dForward", // not declared
+    "cudnnCausalConv1dNwhBackward", // not declared
+    "cudnnCausalConv1dNwhForward", // not declared
+    "cudnnCnnVersionCheck", // not declared
+    "cudnnFFTCausalConv1dBackward", // not declared
+    "cudnnFFTCausalConv1dForward", // not declared
+    "cudnnGetCTCLossDescriptor_v9", // not declared
+    "cudnnGetExecutionPlanWorkspaceSize", // not declared
+    "cudnnGetLastErrorString", // not declared
+    "cudnnGnnAggSimpleBackward", // not declared
+    "cudnnGnnAggSimpleForward", // not declared
+    "cudnnGnnMhaGatBackward", // not declared
+    "cudnnGnnMhaGatForward", // not declared
+    "cudnnGnnMhaGatV2Backward", // not declared
+    "cudnnGnnMhaGatV2Forward", // not declared
+    "cudnnGraphVersionCheck", // not declared
+    "cudnnLongFFTCausalConv1dBackward", // not declared
+    "cudnnLongFFTCausalConv1dForward", // not declared
     "cudnnLongFFTCausalConv1dGetBufferSizes", // not declared
-    "cudnnOpsVersionCheck",                   // not declared
-    "cudnnRNNGetClip_v9",                     // not declared
-    "cudnnRNNSetClip_v9",                     // not declared
-    "cudnnSetCTCLossDescriptor_v9",           // not declared
-    "cudnnSubquadraticOpsVersionCheck",       // not declared
+    "cudnnOpsVersionCheck", // not declared
+    "cudnnRNNGetClip_v9", // not declared
+    "cudnnRNNSetClip_v9", // not declared
+    "cudnnSetCTCLossDescriptor_v9", // not declared
+    "cudnnSubquadraticOpsVersionCheck", // not declared
 ];

@@ -1,0 +1,5 @@
+//! cuBLAS: the handle (and later GEMM).
+
+mod handle;
+
+pub use handle::*;

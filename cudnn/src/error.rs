@@ -1,0 +1,151 @@
+//! One error type for the whole crate.
+//!
+//! Every failure keeps what a framework needs to show its user: the raw code
+//! (unknown codes survive as numbers), the call that failed, the library's own
+//! text, and our context (shapes, dtypes).
+
+use std::fmt;
+
+use crate::sys::{cudart, cudnn as dnn};
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A library could not be found or opened; lists every place tried.
+    #[error(transparent)]
+    Load(#[from] cudart::LoadError),
+
+    /// The loaded library lacks a function (it is older).
+    #[error(transparent)]
+    MissingSymbol(#[from] cudart::MissingSymbol),
+
+    /// A CUDA runtime call failed.
+    #[error("{call} failed: CUDA error {code} ({name}: {text}){}", ctx(.context))]
+    Cuda {
+        /// The C function.
+        call: &'static str,
+        /// The raw `cudaError_t`.
+        code: u32,
+        /// `cudaGetErrorName`.
+        name: String,
+        /// `cudaGetErrorString`.
+        text: String,
+        /// Our context.
+        context: Option<String>,
+    },
+
+    /// A cuDNN call failed.
+    #[error("{call} failed: {status_name} ({text}){}{}", last(.last_error), ctx(.context))]
+    Cudnn {
+        /// The C function.
+        call: &'static str,
+        /// The status as the constant of the bindings (cuDNN 8 codes mapped).
+        status: dnn::cudnnStatus_t,
+        /// The code the loaded library actually returned.
+        raw: u32,
+        /// The status's name, or `CUDNN_STATUS_<number>` when unknown.
+        status_name: String,
+        /// `cudnnGetErrorString`.
+        text: String,
+        /// `cudnnGetLastErrorString`, where the library has it and said something.
+        last_error: Option<String>,
+        /// Our context.
+        context: Option<String>,
+    },
+
+    /// A cuBLAS call failed.
+    #[error("{call} failed: {status_name} ({text}){}", ctx(.context))]
+    Cublas {
+        /// The C function.
+        call: &'static str,
+        /// The raw `cublasStatus_t`.
+        code: u32,
+        /// The status's name, or `CUBLAS_STATUS_<number>`.
+        status_name: String,
+        /// `cublasGetStatusString`.
+        text: String,
+        /// Our context.
+        context: Option<String>,
+    },
+
+    /// An argument breaks a rule; names the argument, the rule and the value.
+    #[error("invalid argument `{arg}`: {rule} (got {value})")]
+    InvalidArgument {
+        /// Which argument (`"stride[2]"`).
+        arg: String,
+        /// The rule it breaks (`"must be >= 1"`).
+        rule: String,
+        /// The value given.
+        value: String,
+    },
+
+    /// A length or shape does not match what a descriptor says.
+    #[error("{what}: expected {expected}, got {got}")]
+    Mismatch {
+        /// What was compared (`"x buffer length"`).
+        what: String,
+        /// What the descriptor requires.
+        expected: String,
+        /// What was given.
+        got: String,
+    },
+
+    /// The loaded library (or device) cannot do this.
+    #[error("unsupported: {what}{}", needs.as_ref().map(|n| format!(" (needs {n})")).unwrap_or_default())]
+    Unsupported {
+        /// What was asked for.
+        what: String,
+        /// Which library version or device would have it.
+        needs: Option<String>,
+    },
+
+    /// There is no usable CUDA device.
+    #[error("no CUDA device: {reason}")]
+    NoDevice {
+        /// Why (the runtime's words).
+        reason: String,
+    },
+}
+
+fn ctx(c: &Option<String>) -> String {
+    c.as_ref().map(|c| format!("; {c}")).unwrap_or_default()
+}
+
+fn last(c: &Option<String>) -> String {
+    c.as_ref().map(|c| format!("; cuDNN says: {c}")).unwrap_or_default()
+}
+
+impl Error {
+    /// An [`Error::InvalidArgument`].
+    pub fn invalid(arg: impl Into<String>, rule: impl Into<String>, value: impl fmt::Display) -> Self {
+        Error::InvalidArgument { arg: arg.into(), rule: rule.into(), value: value.to_string() }
+    }
+
+    /// An [`Error::Mismatch`].
+    pub fn mismatch(what: impl Into<String>, expected: impl fmt::Display, got: impl fmt::Display) -> Self {
+        Error::Mismatch { what: what.into(), expected: expected.to_string(), got: got.to_string() }
+    }
+
+    /// Add context (shapes, dtypes) to a library error; other kinds are returned as they are.
+    pub fn with_context(mut self, text: impl Into<String>) -> Self {
+        match &mut self {
+            Error::Cuda { context, .. } | Error::Cudnn { context, .. } | Error::Cublas { context, .. } => {
+                *context = Some(text.into());
+            }
+            _ => {}
+        }
+        self
+    }
+
+    /// The cuDNN status, when this is a cuDNN error.
+    pub fn cudnn_status(&self) -> Option<dnn::cudnnStatus_t> {
+        match self {
+            Error::Cudnn { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
