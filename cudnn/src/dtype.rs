@@ -5,16 +5,17 @@ use crate::sys::cudnn::cudnnDataType_t;
 
 mod sealed {
     pub trait Sealed {}
+    pub trait SealedScale {}
 }
 
 /// The type alpha and beta are passed as (`f32` for f32/f16/bf16/i8, `f64` for f64).
-pub trait Scale: Copy + Default + std::fmt::Debug + sealed::Sealed + 'static {
+pub trait Scale: Copy + Default + std::fmt::Debug + sealed::SealedScale + 'static {
     /// Widen from f64 (alpha/beta literals).
     fn from_f64(v: f64) -> Self;
 }
 
-impl sealed::Sealed for f32 {}
-impl sealed::Sealed for f64 {}
+impl sealed::SealedScale for f32 {}
+impl sealed::SealedScale for f64 {}
 impl Scale for f32 {
     fn from_f64(v: f64) -> Self {
         v as f32
