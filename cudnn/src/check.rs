@@ -125,14 +125,14 @@ pub(crate) fn cublas_status(api: &cublas::Cublas, call: &'static str, st: cublas
         return Ok(());
     }
     // SAFETY: accepts any code and returns a static string.
-    let text = unsafe { api.cublasGetStatusString(st) }.map(text).unwrap_or_default();
+    let message = unsafe { api.cublasGetStatusString(st) }.map(text).unwrap_or_default();
     // SAFETY: as above.
     let name = unsafe { api.cublasGetStatusName(st) }
         .map(text)
         .ok()
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| format!("CUBLAS_STATUS_{}", st.0));
-    Err(Error::Cublas { call, code: st.0, status_name: name, text, context: None })
+    Err(Error::Cublas { call, code: st.0, status_name: name, text: message, context: None })
 }
 
 /// Call a cuDNN function through the checked path:
