@@ -1,1 +1,1 @@
-fn main() {}
+../cudart-sys/build.rs

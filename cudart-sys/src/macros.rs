@@ -51,7 +51,7 @@ macro_rules! __define_functions {
         }
 
         #[cfg(feature = "link")]
-        mod __linked {
+        pub(crate) mod __linked {
             #[allow(unused_imports)]
             use super::*;
             unsafe extern "C" {
