@@ -2,6 +2,7 @@
 
 mod bindings;
 mod fetch;
+mod tasks;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,6 +11,13 @@ const USAGE: &str = "\
 usage: cargo xtask <task> [options]
 
 tasks:
+  doctor
+      Run the `doctor` example; when libraries are missing, fetch NVIDIA's
+      wheels (cuda13) into the cache first and run it again.
+  test [cargo test args]
+      The project's test command: fetch both stacks, then run the whole test
+      suite against cuda13 (cuDNN 9) and the library tests against cuda12
+      (cuDNN 8.9), with missing libraries counted as failures.
   fetch-libs [--stack cuda13|cuda12|all]
       Download NVIDIA's pip wheels (pinned versions) and unpack the headers and
       shared libraries we use into the cache (.cuda-libs/<stack>, or
@@ -28,6 +36,8 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("fetch-libs") => fetch::run(&args[1..]).map(|_| ()),
         Some("bindgen") => bindings::run(&args[1..]),
+        Some("test") => tasks::test(&args[1..]),
+        Some("doctor") => tasks::doctor(&args[1..]),
         Some("device-check") => Err("device-check: not built yet".to_string()),
         Some("help") | Some("--help") | Some("-h") | None => {
             print!("{USAGE}");

@@ -1,0 +1,56 @@
+//! `cargo xtask test` and `cargo xtask doctor`: the README's two commands,
+//! each doing its own set-up on a fresh machine.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::fetch;
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string()))
+}
+
+fn status(mut cmd: Command, what: &str) -> Result<(), String> {
+    eprintln!("+ {what}");
+    let st = cmd.status().map_err(|e| format!("{what}: {e}"))?;
+    if st.success() { Ok(()) } else { Err(format!("{what} failed ({st})")) }
+}
+
+/// The test command: fetch both stacks, run every test with the cuda13
+/// stack, then the library-facing tests again with the cuda12 stack
+/// (cuDNN 8.9, CUDA 12). Missing libraries are failures here.
+pub fn test(args: &[String]) -> Result<(), String> {
+    let dirs = fetch::run(&["--stack".to_string(), "all".to_string()])?;
+    let (cu13, cu12) = match dirs.as_slice() {
+        [a, b] => (a.clone(), b.clone()),
+        _ => return Err("fetch-libs returned an unexpected set of stacks".to_string()),
+    };
+    let run = |stack: &str, dir: &Path, extra: &[&str]| -> Result<(), String> {
+        let mut cmd = cargo();
+        cmd.args(["test", "--workspace"]).args(extra).args(args);
+        cmd.env("CUDNN_RS_REQUIRE_LIBS", "1")
+            .env("CUDNN_RS_EXPECT_STACK", stack)
+            .env("CUDNN_RS_SEARCH_PATH", dir);
+        status(cmd, &format!("cargo test --workspace {} (stack {stack}, libraries required)", extra.join(" ")))
+    };
+    run("cuda13", &cu13, &[])?;
+    run("cuda12", &cu12, &["--tests"])?;
+    Ok(())
+}
+
+/// The run command: `doctor`, fetching NVIDIA's wheels first when no
+/// libraries are found.
+pub fn doctor(args: &[String]) -> Result<(), String> {
+    let mut probe = cargo();
+    probe.args(["run", "--quiet", "--example", "doctor"]).args(args);
+    eprintln!("+ cargo run --example doctor");
+    let st = probe.status().map_err(|e| e.to_string())?;
+    if st.success() {
+        return Ok(());
+    }
+    eprintln!("\nsome libraries were not found; fetching NVIDIA's wheels into the project's cache ...\n");
+    let dir = fetch::fetch(&fetch::CUDA13)?;
+    let mut cmd = cargo();
+    cmd.args(["run", "--quiet", "--example", "doctor"]).args(args).env("CUDNN_RS_FALLBACK_PATH", &dir);
+    status(cmd, "cargo run --example doctor")
+}
