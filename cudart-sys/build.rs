@@ -43,8 +43,19 @@ fn libs(links: &str) -> &'static [Lib] {
 
 const ROOT_VARS: &[&str] = &["CUDNN_PATH", "CUDA_PATH", "CUDA_HOME"];
 const LIST_VARS: &[&str] = &["CUDNN_RS_SEARCH_PATH", "VIRTUAL_ENV", "CONDA_PREFIX"];
-const PY_DIRS: &[&str] = &["nvidia/cudnn/lib", "nvidia/cu13/lib", "nvidia/cublas/lib", "nvidia/cuda_runtime/lib"];
-const STANDARD: &[&str] = &["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"];
+const PY_DIRS: &[&str] = &[
+    "nvidia/cudnn/lib",
+    "nvidia/cu13/lib",
+    "nvidia/cublas/lib",
+    "nvidia/cuda_runtime/lib",
+];
+const STANDARD: &[&str] = &[
+    "/usr/local/cuda/lib64",
+    "/usr/local/cuda/targets/x86_64-linux/lib",
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+];
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
@@ -83,7 +94,10 @@ fn main() {
             for s in searched {
                 msg.push_str(&format!("    {}\n", s.display()));
             }
-            msg.push_str(&format!("set {} to the directory holding one of {:?}\n", l.override_var, l.files));
+            msg.push_str(&format!(
+                "set {} to the directory holding one of {:?}\n",
+                l.override_var, l.files
+            ));
         }
         msg.push_str("(or build without feature `link` to load the libraries at run time)");
         // A build script reports failure by panicking; this is the message cargo shows.
@@ -96,7 +110,11 @@ fn find(l: &Lib) -> Result<(PathBuf, String), Vec<PathBuf>> {
     let mut dirs: Vec<PathBuf> = Vec::new();
     if let Some(v) = env::var_os(l.override_var).filter(|v| !v.is_empty()) {
         let p = PathBuf::from(v);
-        dirs.push(if p.is_file() { p.parent().map(Path::to_path_buf).unwrap_or(p) } else { p });
+        dirs.push(if p.is_file() {
+            p.parent().map(Path::to_path_buf).unwrap_or(p)
+        } else {
+            p
+        });
     } else {
         for var in ROOT_VARS {
             if let Some(root) = env::var_os(var).filter(|v| !v.is_empty()) {

@@ -8,7 +8,8 @@ fn host_version_matches_library() {
         Ok(t) => {
             let v = t.info().version.expect("version is read at load");
             // SAFETY: no arguments.
-            let raw = unsafe { t.cudnnGetVersion() }.expect("cudnnGetVersion exists in every cuDNN");
+            let raw =
+                unsafe { t.cudnnGetVersion() }.expect("cudnnGetVersion exists in every cuDNN");
             assert_eq!(cudnn_sys::decode_version(raw), v);
             assert!(v.major == 8 || v.major == 9, "unexpected cuDNN {v}");
         }

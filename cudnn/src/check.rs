@@ -31,13 +31,19 @@ fn text(p: *const c_char) -> String {
 
 /// Turn a cuDNN status into a `Result`. `raw` is what the loaded library
 /// returned (cuDNN 8 numbering is mapped to the bindings' constants).
-pub(crate) fn cudnn_status(api: &dnn::Cudnn, call: &'static str, raw: dnn::cudnnStatus_t) -> Result<()> {
+pub(crate) fn cudnn_status(
+    api: &dnn::Cudnn,
+    call: &'static str,
+    raw: dnn::cudnnStatus_t,
+) -> Result<()> {
     let status = api.normalize_status(raw);
     if status == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
         return Ok(());
     }
     // SAFETY: cudnnGetErrorString accepts any code and returns a static string.
-    let text = unsafe { api.cudnnGetErrorString(raw) }.map(text).unwrap_or_default();
+    let text = unsafe { api.cudnnGetErrorString(raw) }
+        .map(text)
+        .unwrap_or_default();
     let mut last_error = None;
     if api.has_symbol("cudnnGetLastErrorString") {
         let mut buf = [0 as c_char; 512];
@@ -62,7 +68,11 @@ pub(crate) fn cudnn_status(api: &dnn::Cudnn, call: &'static str, raw: dnn::cudnn
 }
 
 fn text_of(buf: &[c_char]) -> String {
-    let bytes: Vec<u8> = buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    let bytes: Vec<u8> = buf
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
     String::from_utf8_lossy(&bytes).trim().to_string()
 }
 
@@ -74,7 +84,9 @@ pub fn cudnn_status_name(s: dnn::cudnnStatus_t) -> String {
         S::CUDNN_STATUS_SUCCESS => "CUDNN_STATUS_SUCCESS",
         S::CUDNN_STATUS_NOT_INITIALIZED => "CUDNN_STATUS_NOT_INITIALIZED",
         S::CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH => "CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH",
-        S::CUDNN_STATUS_SERIALIZATION_VERSION_MISMATCH => "CUDNN_STATUS_SERIALIZATION_VERSION_MISMATCH",
+        S::CUDNN_STATUS_SERIALIZATION_VERSION_MISMATCH => {
+            "CUDNN_STATUS_SERIALIZATION_VERSION_MISMATCH"
+        }
         S::CUDNN_STATUS_DEPRECATED => "CUDNN_STATUS_DEPRECATED",
         S::CUDNN_STATUS_LICENSE_ERROR => "CUDNN_STATUS_LICENSE_ERROR",
         S::CUDNN_STATUS_RUNTIME_IN_PROGRESS => "CUDNN_STATUS_RUNTIME_IN_PROGRESS",
@@ -91,30 +103,60 @@ pub fn cudnn_status_name(s: dnn::cudnnStatus_t) -> String {
         S::CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH => "CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH",
         S::CUDNN_STATUS_BAD_PARAM_DUPLICATED_ENTRIES => "CUDNN_STATUS_BAD_PARAM_DUPLICATED_ENTRIES",
         S::CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE => "CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE",
-        S::CUDNN_STATUS_BAD_PARAM_CUDA_GRAPH_MISMATCH => "CUDNN_STATUS_BAD_PARAM_CUDA_GRAPH_MISMATCH",
+        S::CUDNN_STATUS_BAD_PARAM_CUDA_GRAPH_MISMATCH => {
+            "CUDNN_STATUS_BAD_PARAM_CUDA_GRAPH_MISMATCH"
+        }
         S::CUDNN_STATUS_BAD_PARAM_DESCRIPTOR_TYPE => "CUDNN_STATUS_BAD_PARAM_DESCRIPTOR_TYPE",
         S::CUDNN_STATUS_NOT_SUPPORTED => "CUDNN_STATUS_NOT_SUPPORTED",
         S::CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN => "CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN",
         S::CUDNN_STATUS_NOT_SUPPORTED_SHAPE => "CUDNN_STATUS_NOT_SUPPORTED_SHAPE",
         S::CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE => "CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE",
         S::CUDNN_STATUS_NOT_SUPPORTED_LAYOUT => "CUDNN_STATUS_NOT_SUPPORTED_LAYOUT",
-        S::CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDA_DRIVER => "CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDA_DRIVER",
-        S::CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDART => "CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDART",
+        S::CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDA_DRIVER => {
+            "CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDA_DRIVER"
+        }
+        S::CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDART => {
+            "CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDART"
+        }
         S::CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH => "CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH",
-        S::CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING => "CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING",
-        S::CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE => "CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE",
-        S::CUDNN_STATUS_NOT_SUPPORTED_SHARED_MEMORY_INSUFFICIENT => "CUDNN_STATUS_NOT_SUPPORTED_SHARED_MEMORY_INSUFFICIENT",
+        S::CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING => {
+            "CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING"
+        }
+        S::CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE => {
+            "CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE"
+        }
+        S::CUDNN_STATUS_NOT_SUPPORTED_SHARED_MEMORY_INSUFFICIENT => {
+            "CUDNN_STATUS_NOT_SUPPORTED_SHARED_MEMORY_INSUFFICIENT"
+        }
         S::CUDNN_STATUS_NOT_SUPPORTED_PADDING => "CUDNN_STATUS_NOT_SUPPORTED_PADDING",
-        S::CUDNN_STATUS_NOT_SUPPORTED_BAD_LAUNCH_PARAM => "CUDNN_STATUS_NOT_SUPPORTED_BAD_LAUNCH_PARAM",
-        S::CUDNN_STATUS_NOT_SUPPORTED_CUDA_GRAPH_NATIVE_API => "CUDNN_STATUS_NOT_SUPPORTED_CUDA_GRAPH_NATIVE_API",
-        S::CUDNN_STATUS_NOT_SUPPORTED_INVALID_DYNAMIC_SHAPE => "CUDNN_STATUS_NOT_SUPPORTED_INVALID_DYNAMIC_SHAPE",
+        S::CUDNN_STATUS_NOT_SUPPORTED_BAD_LAUNCH_PARAM => {
+            "CUDNN_STATUS_NOT_SUPPORTED_BAD_LAUNCH_PARAM"
+        }
+        S::CUDNN_STATUS_NOT_SUPPORTED_CUDA_GRAPH_NATIVE_API => {
+            "CUDNN_STATUS_NOT_SUPPORTED_CUDA_GRAPH_NATIVE_API"
+        }
+        S::CUDNN_STATUS_NOT_SUPPORTED_INVALID_DYNAMIC_SHAPE => {
+            "CUDNN_STATUS_NOT_SUPPORTED_INVALID_DYNAMIC_SHAPE"
+        }
         S::CUDNN_STATUS_INTERNAL_ERROR => "CUDNN_STATUS_INTERNAL_ERROR",
-        S::CUDNN_STATUS_INTERNAL_ERROR_COMPILATION_FAILED => "CUDNN_STATUS_INTERNAL_ERROR_COMPILATION_FAILED",
-        S::CUDNN_STATUS_INTERNAL_ERROR_UNEXPECTED_VALUE => "CUDNN_STATUS_INTERNAL_ERROR_UNEXPECTED_VALUE",
-        S::CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED => "CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED",
-        S::CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED => "CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED",
-        S::CUDNN_STATUS_INTERNAL_ERROR_BAD_LAUNCH_PARAM => "CUDNN_STATUS_INTERNAL_ERROR_BAD_LAUNCH_PARAM",
-        S::CUDNN_STATUS_INTERNAL_ERROR_TEXTURE_CREATION_FAILED => "CUDNN_STATUS_INTERNAL_ERROR_TEXTURE_CREATION_FAILED",
+        S::CUDNN_STATUS_INTERNAL_ERROR_COMPILATION_FAILED => {
+            "CUDNN_STATUS_INTERNAL_ERROR_COMPILATION_FAILED"
+        }
+        S::CUDNN_STATUS_INTERNAL_ERROR_UNEXPECTED_VALUE => {
+            "CUDNN_STATUS_INTERNAL_ERROR_UNEXPECTED_VALUE"
+        }
+        S::CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED => {
+            "CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED"
+        }
+        S::CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED => {
+            "CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED"
+        }
+        S::CUDNN_STATUS_INTERNAL_ERROR_BAD_LAUNCH_PARAM => {
+            "CUDNN_STATUS_INTERNAL_ERROR_BAD_LAUNCH_PARAM"
+        }
+        S::CUDNN_STATUS_INTERNAL_ERROR_TEXTURE_CREATION_FAILED => {
+            "CUDNN_STATUS_INTERNAL_ERROR_TEXTURE_CREATION_FAILED"
+        }
         S::CUDNN_STATUS_EXECUTION_FAILED => "CUDNN_STATUS_EXECUTION_FAILED",
         S::CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER => "CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER",
         S::CUDNN_STATUS_EXECUTION_FAILED_CUBLAS => "CUDNN_STATUS_EXECUTION_FAILED_CUBLAS",
@@ -126,31 +168,57 @@ pub fn cudnn_status_name(s: dnn::cudnnStatus_t) -> String {
 }
 
 /// Turn a CUDA runtime status into a `Result`.
-pub(crate) fn cuda_status(api: &cudart::Cudart, call: &'static str, st: cudart::cudaError_t) -> Result<()> {
+pub(crate) fn cuda_status(
+    api: &cudart::Cudart,
+    call: &'static str,
+    st: cudart::cudaError_t,
+) -> Result<()> {
     if st == cudart::cudaError::cudaSuccess {
         return Ok(());
     }
     // SAFETY: both accept any code and return static strings.
-    let name = unsafe { api.cudaGetErrorName(st) }.map(text).unwrap_or_default();
+    let name = unsafe { api.cudaGetErrorName(st) }
+        .map(text)
+        .unwrap_or_default();
     // SAFETY: as above.
-    let text = unsafe { api.cudaGetErrorString(st) }.map(text).unwrap_or_default();
-    Err(Error::Cuda { call, code: st.0, name, text, context: None })
+    let text = unsafe { api.cudaGetErrorString(st) }
+        .map(text)
+        .unwrap_or_default();
+    Err(Error::Cuda {
+        call,
+        code: st.0,
+        name,
+        text,
+        context: None,
+    })
 }
 
 /// Turn a cuBLAS status into a `Result`.
-pub(crate) fn cublas_status(api: &cublas::Cublas, call: &'static str, st: cublas::cublasStatus_t) -> Result<()> {
+pub(crate) fn cublas_status(
+    api: &cublas::Cublas,
+    call: &'static str,
+    st: cublas::cublasStatus_t,
+) -> Result<()> {
     if st == cublas::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
         return Ok(());
     }
     // SAFETY: accepts any code and returns a static string.
-    let message = unsafe { api.cublasGetStatusString(st) }.map(text).unwrap_or_default();
+    let message = unsafe { api.cublasGetStatusString(st) }
+        .map(text)
+        .unwrap_or_default();
     // SAFETY: as above.
     let name = unsafe { api.cublasGetStatusName(st) }
         .map(text)
         .ok()
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| format!("CUBLAS_STATUS_{}", st.0));
-    Err(Error::Cublas { call, code: st.0, status_name: name, text: message, context: None })
+    Err(Error::Cublas {
+        call,
+        code: st.0,
+        status_name: name,
+        text: message,
+        context: None,
+    })
 }
 
 /// Call a cuDNN function through the checked path:

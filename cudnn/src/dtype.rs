@@ -32,7 +32,9 @@ impl Scale for f64 {
 /// # Safety-relevant
 /// `SIZE` is `size_of::<Self>()`, and any bit pattern is a valid value (so
 /// device memory copied back is sound to read).
-pub trait DataType: Copy + Default + std::fmt::Debug + Send + Sync + sealed::Sealed + 'static {
+pub trait DataType:
+    Copy + Default + std::fmt::Debug + Send + Sync + sealed::Sealed + 'static
+{
     /// The cuDNN type code.
     const CUDNN: cudnnDataType_t;
     /// The CUDA type code (cuBLAS, cuBLASLt).
@@ -63,7 +65,14 @@ macro_rules! dtype {
 dtype!(f32, CUDNN_DATA_FLOAT, CUDA_R_32F, f32, "f32", true);
 dtype!(f64, CUDNN_DATA_DOUBLE, CUDA_R_64F, f64, "f64", true);
 dtype!(half::f16, CUDNN_DATA_HALF, CUDA_R_16F, f32, "f16", true);
-dtype!(half::bf16, CUDNN_DATA_BFLOAT16, CUDA_R_16BF, f32, "bf16", true);
+dtype!(
+    half::bf16,
+    CUDNN_DATA_BFLOAT16,
+    CUDA_R_16BF,
+    f32,
+    "bf16",
+    true
+);
 dtype!(i8, CUDNN_DATA_INT8, CUDA_R_8I, f32, "i8", false);
 dtype!(u8, CUDNN_DATA_UINT8, CUDA_R_8U, f32, "u8", false);
 dtype!(i32, CUDNN_DATA_INT32, CUDA_R_32I, f32, "i32", false);

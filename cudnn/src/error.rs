@@ -116,24 +116,44 @@ fn ctx(c: &Option<String>) -> String {
 }
 
 fn last(c: &Option<String>) -> String {
-    c.as_ref().map(|c| format!("; cuDNN says: {c}")).unwrap_or_default()
+    c.as_ref()
+        .map(|c| format!("; cuDNN says: {c}"))
+        .unwrap_or_default()
 }
 
 impl Error {
     /// An [`Error::InvalidArgument`].
-    pub fn invalid(arg: impl Into<String>, rule: impl Into<String>, value: impl fmt::Display) -> Self {
-        Error::InvalidArgument { arg: arg.into(), rule: rule.into(), value: value.to_string() }
+    pub fn invalid(
+        arg: impl Into<String>,
+        rule: impl Into<String>,
+        value: impl fmt::Display,
+    ) -> Self {
+        Error::InvalidArgument {
+            arg: arg.into(),
+            rule: rule.into(),
+            value: value.to_string(),
+        }
     }
 
     /// An [`Error::Mismatch`].
-    pub fn mismatch(what: impl Into<String>, expected: impl fmt::Display, got: impl fmt::Display) -> Self {
-        Error::Mismatch { what: what.into(), expected: expected.to_string(), got: got.to_string() }
+    pub fn mismatch(
+        what: impl Into<String>,
+        expected: impl fmt::Display,
+        got: impl fmt::Display,
+    ) -> Self {
+        Error::Mismatch {
+            what: what.into(),
+            expected: expected.to_string(),
+            got: got.to_string(),
+        }
     }
 
     /// Add context (shapes, dtypes) to a library error; other kinds are returned as they are.
     pub fn with_context(mut self, text: impl Into<String>) -> Self {
         match &mut self {
-            Error::Cuda { context, .. } | Error::Cudnn { context, .. } | Error::Cublas { context, .. } => {
+            Error::Cuda { context, .. }
+            | Error::Cudnn { context, .. }
+            | Error::Cublas { context, .. } => {
                 *context = Some(text.into());
             }
             _ => {}

@@ -25,7 +25,10 @@ struct FakeEnv {
 
 impl Environment for FakeEnv {
     fn var(&self, name: &str) -> Option<OsString> {
-        self.vars.iter().find(|(k, _)| *k == name).map(|(_, v)| OsString::from(v))
+        self.vars
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| OsString::from(v))
     }
     fn list_dir(&self, dir: &Path) -> Vec<String> {
         self.dirs
@@ -37,7 +40,10 @@ impl Environment for FakeEnv {
 }
 
 fn env(vars: &[(&'static str, &str)]) -> FakeEnv {
-    FakeEnv { vars: vars.iter().map(|(k, v)| (*k, v.to_string())).collect(), dirs: vec![] }
+    FakeEnv {
+        vars: vars.iter().map(|(k, v)| (*k, v.to_string())).collect(),
+        dirs: vec![],
+    }
 }
 
 fn position(list: &[Candidate], path: &str) -> Option<usize> {
@@ -49,14 +55,35 @@ fn position(list: &[Candidate], path: &str) -> Option<usize> {
 fn unit_version_decoding() -> TestResult {
     ensure!(dnn::decode_version(8907) == Version::new(8, 9, 7), "8907");
     ensure!(dnn::decode_version(8100) == Version::new(8, 1, 0), "8100");
-    ensure!(dnn::decode_version(92801) == Version::new(9, 28, 1), "92801");
+    ensure!(
+        dnn::decode_version(92801) == Version::new(9, 28, 1),
+        "92801"
+    );
     ensure!(dnn::decode_version(90000) == Version::new(9, 0, 0), "90000");
-    ensure!(cudart::decode_runtime_version(13050) == Version::new(13, 5, 0), "13050");
-    ensure!(cudart::decode_runtime_version(12090) == Version::new(12, 9, 0), "12090");
-    ensure!(cublas::decode_version(131000) == Version::new(13, 10, 0), "131000");
-    ensure!(cublas::decode_version(120903) == Version::new(12, 9, 3), "120903");
-    ensure!(dnn::HEADER_VERSION.major == 9, "bindings come from cuDNN 9 headers");
-    ensure!(cudart::HEADER_VERSION.major == 13, "bindings come from CUDA 13 headers");
+    ensure!(
+        cudart::decode_runtime_version(13050) == Version::new(13, 5, 0),
+        "13050"
+    );
+    ensure!(
+        cudart::decode_runtime_version(12090) == Version::new(12, 9, 0),
+        "12090"
+    );
+    ensure!(
+        cublas::decode_version(131000) == Version::new(13, 10, 0),
+        "131000"
+    );
+    ensure!(
+        cublas::decode_version(120903) == Version::new(12, 9, 3),
+        "120903"
+    );
+    ensure!(
+        dnn::HEADER_VERSION.major == 9,
+        "bindings come from cuDNN 9 headers"
+    );
+    ensure!(
+        cudart::HEADER_VERSION.major == 13,
+        "bindings come from CUDA 13 headers"
+    );
     Ok(())
 }
 
@@ -104,39 +131,84 @@ fn unit_discovery_order() -> TestResult {
         }
         last = Some((p, i));
     }
-    ensure!(position(&list, "/venv/lib/site.py/site-packages/nvidia/cudnn/lib/libcudnn.so.9").is_none(), "non-python dirs are not sites");
-    let src = |p: &str| list.iter().find(|c| c.path == Path::new(p)).map(|c| c.source.clone());
-    ensure!(src("/venv/lib/python3.12/site-packages/nvidia/cudnn/lib/libcudnn.so.9") == Some(Source::Python("VIRTUAL_ENV")), "source of venv");
-    ensure!(src("libcudnn.so.9") == Some(Source::SystemLoader), "source of soname");
+    ensure!(
+        position(
+            &list,
+            "/venv/lib/site.py/site-packages/nvidia/cudnn/lib/libcudnn.so.9"
+        )
+        .is_none(),
+        "non-python dirs are not sites"
+    );
+    let src = |p: &str| {
+        list.iter()
+            .find(|c| c.path == Path::new(p))
+            .map(|c| c.source.clone())
+    };
+    ensure!(
+        src("/venv/lib/python3.12/site-packages/nvidia/cudnn/lib/libcudnn.so.9")
+            == Some(Source::Python("VIRTUAL_ENV")),
+        "source of venv"
+    );
+    ensure!(
+        src("libcudnn.so.9") == Some(Source::SystemLoader),
+        "source of soname"
+    );
     // no duplicates
     let mut paths: Vec<_> = list.iter().map(|c| c.path.clone()).collect();
     paths.sort();
     paths.dedup();
-    ensure!(paths.len() == list.len(), "duplicates in the candidate list");
+    ensure!(
+        paths.len() == list.len(),
+        "duplicates in the candidate list"
+    );
     // cuBLAS does not look under CUDNN_PATH
     let blas = loader::candidates(&cublas::SPEC, &e);
-    ensure!(position(&blas, "/opt/cudnn/lib64/libcublas.so.13").is_none(), "cuBLAS searched CUDNN_PATH");
-    ensure!(position(&blas, "/opt/cuda/lib64/libcublas.so.13").is_some(), "cuBLAS did not search CUDA_PATH");
+    ensure!(
+        position(&blas, "/opt/cudnn/lib64/libcublas.so.13").is_none(),
+        "cuBLAS searched CUDNN_PATH"
+    );
+    ensure!(
+        position(&blas, "/opt/cuda/lib64/libcublas.so.13").is_some(),
+        "cuBLAS did not search CUDA_PATH"
+    );
     Ok(())
 }
 
 fn unit_override_is_exclusive() -> TestResult {
     let e = env(&[("CUDNN_LIB_DIR", "/my/dir"), ("CUDA_PATH", "/opt/cuda")]);
     let list = loader::candidates(&dnn::SPEC, &e);
-    ensure!(list.iter().all(|c| c.source == Source::Override("CUDNN_LIB_DIR")), "override mixed with others: {list:?}");
-    ensure!(list.first().map(|c| c.path.clone()) == Some(PathBuf::from("/my/dir/libcudnn.so.9")), "{list:?}");
+    ensure!(
+        list.iter()
+            .all(|c| c.source == Source::Override("CUDNN_LIB_DIR")),
+        "override mixed with others: {list:?}"
+    );
+    ensure!(
+        list.first().map(|c| c.path.clone()) == Some(PathBuf::from("/my/dir/libcudnn.so.9")),
+        "{list:?}"
+    );
     let e = env(&[("CUDNN_LIB_DIR", "/my/dir/libcudnn.so.9.1.0")]);
     let list = loader::candidates(&dnn::SPEC, &e);
-    ensure!(list.len() == 1 && list[0].path == Path::new("/my/dir/libcudnn.so.9.1.0"), "a file override is used as is: {list:?}");
+    ensure!(
+        list.len() == 1 && list[0].path == Path::new("/my/dir/libcudnn.so.9.1.0"),
+        "a file override is used as is: {list:?}"
+    );
     Ok(())
 }
 
 fn unit_error_texts() -> TestResult {
     let e = env(&[("CUDNN_LIB_DIR", "/nowhere/at/all")]);
-    let err = loader::open_first(&dnn::SPEC, loader::candidates(&dnn::SPEC, &e)).err().ok_or("loaded from /nowhere")?;
+    let err = loader::open_first(&dnn::SPEC, loader::candidates(&dnn::SPEC, &e))
+        .err()
+        .ok_or("loaded from /nowhere")?;
     let text = err.to_string();
-    ensure!(text.contains("/nowhere/at/all/libcudnn.so.9: not found"), "{text}");
-    ensure!(text.contains("/nowhere/at/all/libcudnn.so.8: not found"), "{text}");
+    ensure!(
+        text.contains("/nowhere/at/all/libcudnn.so.9: not found"),
+        "{text}"
+    );
+    ensure!(
+        text.contains("/nowhere/at/all/libcudnn.so.8: not found"),
+        "{text}"
+    );
     ensure!(text.contains("set CUDNN_LIB_DIR"), "{text}");
     ensure!(text.contains("nvidia-cudnn-cu13"), "{text}");
     ensure!(err.attempts.len() == 3, "{} attempts", err.attempts.len());
@@ -147,14 +219,21 @@ fn unit_error_texts() -> TestResult {
         path: Some(PathBuf::from("/x/libcudnn.so.8")),
     };
     let t = m.to_string();
-    ensure!(t.contains("cuDNN 8.9.7") && t.contains("`cudnnGetLastErrorString`") && t.contains("/x/libcudnn.so.8"), "{t}");
+    ensure!(
+        t.contains("cuDNN 8.9.7")
+            && t.contains("`cudnnGetLastErrorString`")
+            && t.contains("/x/libcudnn.so.8"),
+        "{t}"
+    );
     Ok(())
 }
 
 // ---------- host ----------
 
 fn expect_stack() -> Option<String> {
-    std::env::var("CUDNN_RS_EXPECT_STACK").ok().filter(|s| !s.is_empty())
+    std::env::var("CUDNN_RS_EXPECT_STACK")
+        .ok()
+        .filter(|s| !s.is_empty())
 }
 
 fn host_load_and_versions() -> TestResult {
@@ -162,19 +241,49 @@ fn host_load_and_versions() -> TestResult {
     let d = dnn::load()?;
     let b = cublas::load()?;
     let lt = cublas::load_lt()?;
-    let (vr, vd, vb, vl) = (rt.info().version, d.info().version, b.info().version, lt.info().version);
+    let (vr, vd, vb, vl) = (
+        rt.info().version,
+        d.info().version,
+        b.info().version,
+        lt.info().version,
+    );
     eprintln!("loaded: cudart {vr:?} cuDNN {vd:?} cuBLAS {vb:?} cuBLASLt {vl:?}");
-    for (name, i) in [("cudart", rt.info()), ("cudnn", d.info()), ("cublas", b.info()), ("cublasLt", lt.info())] {
+    for (name, i) in [
+        ("cudart", rt.info()),
+        ("cudnn", d.info()),
+        ("cublas", b.info()),
+        ("cublasLt", lt.info()),
+    ] {
         let p = i.path.as_ref().ok_or(format!("{name}: no path"))?;
-        ensure!(p.is_absolute() && p.is_file(), "{name}: loaded path {p:?} is not an absolute file");
+        ensure!(
+            p.is_absolute() && p.is_file(),
+            "{name}: loaded path {p:?} is not an absolute file"
+        );
     }
-    let (vd, vb, vr, vl) = (vd.ok_or("cuDNN version")?, vb.ok_or("cuBLAS version")?, vr.ok_or("cudart version")?, vl.ok_or("Lt version")?);
+    let (vd, vb, vr, vl) = (
+        vd.ok_or("cuDNN version")?,
+        vb.ok_or("cuBLAS version")?,
+        vr.ok_or("cudart version")?,
+        vl.ok_or("Lt version")?,
+    );
     ensure!(vb == vl, "cuBLAS {vb} and cuBLASLt {vl} differ");
     match expect_stack().as_deref() {
         Some("cuda13") => {
-            ensure!(vd == dnn::HEADER_VERSION, "cuDNN {vd} != header {}", dnn::HEADER_VERSION);
-            ensure!(vb == cublas::HEADER_VERSION, "cuBLAS {vb} != header {}", cublas::HEADER_VERSION);
-            ensure!((vr.major, vr.minor) == (cudart::HEADER_VERSION.major, cudart::HEADER_VERSION.minor), "cudart {vr}");
+            ensure!(
+                vd == dnn::HEADER_VERSION,
+                "cuDNN {vd} != header {}",
+                dnn::HEADER_VERSION
+            );
+            ensure!(
+                vb == cublas::HEADER_VERSION,
+                "cuBLAS {vb} != header {}",
+                cublas::HEADER_VERSION
+            );
+            ensure!(
+                (vr.major, vr.minor)
+                    == (cudart::HEADER_VERSION.major, cudart::HEADER_VERSION.minor),
+                "cudart {vr}"
+            );
         }
         Some("cuda12") => {
             ensure!(vd == Version::new(8, 9, 7), "cuDNN {vd}, expected 8.9.7");
@@ -224,13 +333,29 @@ fn host_error_strings() -> TestResult {
         }
         // cuDNN 8 uses the names cuDNN 9 keeps as deprecated aliases.
         let legacy = [
-            ("CUDNN_STATUS_ALLOC_FAILED", "CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED"),
-            ("CUDNN_STATUS_ARCH_MISMATCH", "CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH"),
-            ("CUDNN_STATUS_MAPPING_ERROR", "CUDNN_STATUS_INTERNAL_ERROR_TEXTURE_CREATION_FAILED"),
-            ("CUDNN_STATUS_RUNTIME_PREREQUISITE_MISSING", "CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING"),
-            ("CUDNN_STATUS_VERSION_MISMATCH", "CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH"),
+            (
+                "CUDNN_STATUS_ALLOC_FAILED",
+                "CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED",
+            ),
+            (
+                "CUDNN_STATUS_ARCH_MISMATCH",
+                "CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH",
+            ),
+            (
+                "CUDNN_STATUS_MAPPING_ERROR",
+                "CUDNN_STATUS_INTERNAL_ERROR_TEXTURE_CREATION_FAILED",
+            ),
+            (
+                "CUDNN_STATUS_RUNTIME_PREREQUISITE_MISSING",
+                "CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING",
+            ),
+            (
+                "CUDNN_STATUS_VERSION_MISMATCH",
+                "CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH",
+            ),
         ];
-        let same = text == ours || (v.major < 9 && legacy.iter().any(|(old, new)| text == *old && ours == *new));
+        let same = text == ours
+            || (v.major < 9 && legacy.iter().any(|(old, new)| text == *old && ours == *new));
         ensure!(same, "cuDNN {v} says {raw} is {text:?}, we say {ours:?}");
         checked += 1;
     }
@@ -238,11 +363,14 @@ fn host_error_strings() -> TestResult {
     // cudart and cuBLAS texts
     let rt = cudart::load()?;
     // SAFETY: accepts any code.
-    let t = c_text(unsafe { rt.cudaGetErrorString(cudart::cudaError::cudaErrorInsufficientDriver) }?);
+    let t =
+        c_text(unsafe { rt.cudaGetErrorString(cudart::cudaError::cudaErrorInsufficientDriver) }?);
     ensure!(t.contains("driver"), "{t}");
     let b = cublas::load()?;
     // SAFETY: accepts any code.
-    let t = c_text(unsafe { b.cublasGetStatusName(cublas::cublasStatus_t::CUBLAS_STATUS_NOT_INITIALIZED) }?);
+    let t = c_text(unsafe {
+        b.cublasGetStatusName(cublas::cublasStatus_t::CUBLAS_STATUS_NOT_INITIALIZED)
+    }?);
     ensure!(t == "CUBLAS_STATUS_NOT_INITIALIZED", "{t}");
     Ok(())
 }
@@ -262,17 +390,55 @@ fn host_descriptor_round_trips() -> TestResult {
     let d = dnn::load()?;
     let mut t: cudnnTensorDescriptor_t = std::ptr::null_mut();
     ok!(d, cudnnCreateTensorDescriptor(&mut t));
-    ok!(d, cudnnSetTensor4dDescriptor(t, cudnnTensorFormat_t::CUDNN_TENSOR_NHWC, cudnnDataType_t::CUDNN_DATA_HALF, 2, 3, 5, 7));
-    let (mut dt, mut n, mut c, mut h, mut w, mut ns, mut cs, mut hs, mut ws) = (cudnnDataType_t(99), 0, 0, 0, 0, 0, 0, 0, 0);
-    ok!(d, cudnnGetTensor4dDescriptor(t, &mut dt, &mut n, &mut c, &mut h, &mut w, &mut ns, &mut cs, &mut hs, &mut ws));
-    ensure!(dt == cudnnDataType_t::CUDNN_DATA_HALF && (n, c, h, w) == (2, 3, 5, 7), "4d get: {n} {c} {h} {w}");
-    ensure!((ns, cs, hs, ws) == (105, 1, 21, 3), "NHWC strides {ns} {cs} {hs} {ws}");
+    ok!(
+        d,
+        cudnnSetTensor4dDescriptor(
+            t,
+            cudnnTensorFormat_t::CUDNN_TENSOR_NHWC,
+            cudnnDataType_t::CUDNN_DATA_HALF,
+            2,
+            3,
+            5,
+            7
+        )
+    );
+    let (mut dt, mut n, mut c, mut h, mut w, mut ns, mut cs, mut hs, mut ws) =
+        (cudnnDataType_t(99), 0, 0, 0, 0, 0, 0, 0, 0);
+    ok!(
+        d,
+        cudnnGetTensor4dDescriptor(
+            t, &mut dt, &mut n, &mut c, &mut h, &mut w, &mut ns, &mut cs, &mut hs, &mut ws
+        )
+    );
+    ensure!(
+        dt == cudnnDataType_t::CUDNN_DATA_HALF && (n, c, h, w) == (2, 3, 5, 7),
+        "4d get: {n} {c} {h} {w}"
+    );
+    ensure!(
+        (ns, cs, hs, ws) == (105, 1, 21, 3),
+        "NHWC strides {ns} {cs} {hs} {ws}"
+    );
     let dims = [2, 3, 4, 5, 6];
     let strides = [360, 120, 30, 6, 1];
-    ok!(d, cudnnSetTensorNdDescriptor(t, cudnnDataType_t::CUDNN_DATA_FLOAT, 5, dims.as_ptr(), strides.as_ptr()));
+    ok!(
+        d,
+        cudnnSetTensorNdDescriptor(
+            t,
+            cudnnDataType_t::CUDNN_DATA_FLOAT,
+            5,
+            dims.as_ptr(),
+            strides.as_ptr()
+        )
+    );
     let (mut nb, mut gd, mut gs) = (0, [0i32; 8], [0i32; 8]);
-    ok!(d, cudnnGetTensorNdDescriptor(t, 8, &mut dt, &mut nb, gd.as_mut_ptr(), gs.as_mut_ptr()));
-    ensure!(nb == 5 && gd[..5] == dims && gs[..5] == strides, "Nd get: {nb} {gd:?} {gs:?}");
+    ok!(
+        d,
+        cudnnGetTensorNdDescriptor(t, 8, &mut dt, &mut nb, gd.as_mut_ptr(), gs.as_mut_ptr())
+    );
+    ensure!(
+        nb == 5 && gd[..5] == dims && gs[..5] == strides,
+        "Nd get: {nb} {gd:?} {gs:?}"
+    );
     let mut bytes = 0usize;
     ok!(d, cudnnGetTensorSizeInBytes(t, &mut bytes));
     ensure!(bytes == 720 * 4, "size {bytes}");
@@ -280,42 +446,135 @@ fn host_descriptor_round_trips() -> TestResult {
 
     let mut f: cudnnFilterDescriptor_t = std::ptr::null_mut();
     ok!(d, cudnnCreateFilterDescriptor(&mut f));
-    ok!(d, cudnnSetFilter4dDescriptor(f, cudnnDataType_t::CUDNN_DATA_FLOAT, cudnnTensorFormat_t::CUDNN_TENSOR_NCHW, 64, 3, 7, 7));
+    ok!(
+        d,
+        cudnnSetFilter4dDescriptor(
+            f,
+            cudnnDataType_t::CUDNN_DATA_FLOAT,
+            cudnnTensorFormat_t::CUDNN_TENSOR_NCHW,
+            64,
+            3,
+            7,
+            7
+        )
+    );
     let (mut fmt, mut k) = (cudnnTensorFormat_t(99), 0);
-    ok!(d, cudnnGetFilter4dDescriptor(f, &mut dt, &mut fmt, &mut k, &mut c, &mut h, &mut w));
-    ensure!((k, c, h, w) == (64, 3, 7, 7) && fmt == cudnnTensorFormat_t::CUDNN_TENSOR_NCHW, "filter get");
+    ok!(
+        d,
+        cudnnGetFilter4dDescriptor(f, &mut dt, &mut fmt, &mut k, &mut c, &mut h, &mut w)
+    );
+    ensure!(
+        (k, c, h, w) == (64, 3, 7, 7) && fmt == cudnnTensorFormat_t::CUDNN_TENSOR_NCHW,
+        "filter get"
+    );
 
     let mut cv: cudnnConvolutionDescriptor_t = std::ptr::null_mut();
     ok!(d, cudnnCreateConvolutionDescriptor(&mut cv));
-    ok!(d, cudnnSetConvolution2dDescriptor(cv, 3, 3, 2, 2, 1, 1, cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION, cudnnDataType_t::CUDNN_DATA_FLOAT));
-    let (mut ph, mut pw, mut sh, mut sw, mut dh, mut dw, mut mode) = (0, 0, 0, 0, 0, 0, cudnnConvolutionMode_t(9));
-    ok!(d, cudnnGetConvolution2dDescriptor(cv, &mut ph, &mut pw, &mut sh, &mut sw, &mut dh, &mut dw, &mut mode, &mut dt));
-    ensure!((ph, pw, sh, sw, dh, dw) == (3, 3, 2, 2, 1, 1) && mode == cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION, "conv get");
+    ok!(
+        d,
+        cudnnSetConvolution2dDescriptor(
+            cv,
+            3,
+            3,
+            2,
+            2,
+            1,
+            1,
+            cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
+            cudnnDataType_t::CUDNN_DATA_FLOAT
+        )
+    );
+    let (mut ph, mut pw, mut sh, mut sw, mut dh, mut dw, mut mode) =
+        (0, 0, 0, 0, 0, 0, cudnnConvolutionMode_t(9));
+    ok!(
+        d,
+        cudnnGetConvolution2dDescriptor(
+            cv, &mut ph, &mut pw, &mut sh, &mut sw, &mut dh, &mut dw, &mut mode, &mut dt
+        )
+    );
+    ensure!(
+        (ph, pw, sh, sw, dh, dw) == (3, 3, 2, 2, 1, 1)
+            && mode == cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
+        "conv get"
+    );
     ok!(d, cudnnCreateTensorDescriptor(&mut t));
-    ok!(d, cudnnSetTensor4dDescriptor(t, cudnnTensorFormat_t::CUDNN_TENSOR_NCHW, cudnnDataType_t::CUDNN_DATA_FLOAT, 8, 3, 224, 224));
+    ok!(
+        d,
+        cudnnSetTensor4dDescriptor(
+            t,
+            cudnnTensorFormat_t::CUDNN_TENSOR_NCHW,
+            cudnnDataType_t::CUDNN_DATA_FLOAT,
+            8,
+            3,
+            224,
+            224
+        )
+    );
     let mut out = [0i32; 4];
-    ok!(d, cudnnGetConvolutionNdForwardOutputDim(cv, t, f, 4, out.as_mut_ptr()));
+    ok!(
+        d,
+        cudnnGetConvolutionNdForwardOutputDim(cv, t, f, 4, out.as_mut_ptr())
+    );
     ensure!(out == [8, 64, 112, 112], "ResNet stem output {out:?}");
     ok!(d, cudnnDestroyConvolutionDescriptor(cv));
     ok!(d, cudnnDestroyFilterDescriptor(f));
 
     let mut p: cudnnPoolingDescriptor_t = std::ptr::null_mut();
     ok!(d, cudnnCreatePoolingDescriptor(&mut p));
-    ok!(d, cudnnSetPooling2dDescriptor(p, cudnnPoolingMode_t::CUDNN_POOLING_MAX, cudnnNanPropagation_t::CUDNN_PROPAGATE_NAN, 3, 3, 1, 1, 2, 2));
+    ok!(
+        d,
+        cudnnSetPooling2dDescriptor(
+            p,
+            cudnnPoolingMode_t::CUDNN_POOLING_MAX,
+            cudnnNanPropagation_t::CUDNN_PROPAGATE_NAN,
+            3,
+            3,
+            1,
+            1,
+            2,
+            2
+        )
+    );
     let (mut pm, mut nan, mut wh, mut ww) = (cudnnPoolingMode_t(9), cudnnNanPropagation_t(9), 0, 0);
-    ok!(d, cudnnGetPooling2dDescriptor(p, &mut pm, &mut nan, &mut wh, &mut ww, &mut ph, &mut pw, &mut sh, &mut sw));
-    ensure!(pm == cudnnPoolingMode_t::CUDNN_POOLING_MAX && (wh, ww, ph, pw, sh, sw) == (3, 3, 1, 1, 2, 2), "pool get");
-    ok!(d, cudnnGetPooling2dForwardOutputDim(p, t, &mut n, &mut c, &mut h, &mut w));
+    ok!(
+        d,
+        cudnnGetPooling2dDescriptor(
+            p, &mut pm, &mut nan, &mut wh, &mut ww, &mut ph, &mut pw, &mut sh, &mut sw
+        )
+    );
+    ensure!(
+        pm == cudnnPoolingMode_t::CUDNN_POOLING_MAX
+            && (wh, ww, ph, pw, sh, sw) == (3, 3, 1, 1, 2, 2),
+        "pool get"
+    );
+    ok!(
+        d,
+        cudnnGetPooling2dForwardOutputDim(p, t, &mut n, &mut c, &mut h, &mut w)
+    );
     ensure!((n, c, h, w) == (8, 3, 112, 112), "pool out {n} {c} {h} {w}");
     ok!(d, cudnnDestroyPoolingDescriptor(p));
     ok!(d, cudnnDestroyTensorDescriptor(t));
 
     let mut a: cudnnActivationDescriptor_t = std::ptr::null_mut();
     ok!(d, cudnnCreateActivationDescriptor(&mut a));
-    ok!(d, cudnnSetActivationDescriptor(a, cudnnActivationMode_t::CUDNN_ACTIVATION_CLIPPED_RELU, cudnnNanPropagation_t::CUDNN_NOT_PROPAGATE_NAN, 6.0));
+    ok!(
+        d,
+        cudnnSetActivationDescriptor(
+            a,
+            cudnnActivationMode_t::CUDNN_ACTIVATION_CLIPPED_RELU,
+            cudnnNanPropagation_t::CUDNN_NOT_PROPAGATE_NAN,
+            6.0
+        )
+    );
     let (mut am, mut coef) = (cudnnActivationMode_t(9), 0.0);
-    ok!(d, cudnnGetActivationDescriptor(a, &mut am, &mut nan, &mut coef));
-    ensure!(am == cudnnActivationMode_t::CUDNN_ACTIVATION_CLIPPED_RELU && coef == 6.0, "activation get");
+    ok!(
+        d,
+        cudnnGetActivationDescriptor(a, &mut am, &mut nan, &mut coef)
+    );
+    ensure!(
+        am == cudnnActivationMode_t::CUDNN_ACTIVATION_CLIPPED_RELU && coef == 6.0,
+        "activation get"
+    );
     ok!(d, cudnnDestroyActivationDescriptor(a));
     Ok(())
 }
@@ -339,17 +598,63 @@ fn host_conv_output_dims() -> TestResult {
     ];
     for &(i, k, p, s, dil) in cases {
         let formula = (i + 2 * p - dil * (k - 1) - 1) / s + 1;
-        let (mut t, mut f, mut cv) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+        let (mut t, mut f, mut cv) = (
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        );
         ok!(d, cudnnCreateTensorDescriptor(&mut t));
         ok!(d, cudnnCreateFilterDescriptor(&mut f));
         ok!(d, cudnnCreateConvolutionDescriptor(&mut cv));
-        ok!(d, cudnnSetTensor4dDescriptor(t, cudnnTensorFormat_t::CUDNN_TENSOR_NCHW, cudnnDataType_t::CUDNN_DATA_FLOAT, 2, 4, i, i + 1));
-        ok!(d, cudnnSetFilter4dDescriptor(f, cudnnDataType_t::CUDNN_DATA_FLOAT, cudnnTensorFormat_t::CUDNN_TENSOR_NCHW, 6, 4, k, k));
-        ok!(d, cudnnSetConvolution2dDescriptor(cv, p, p, s, s, dil, dil, cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION, cudnnDataType_t::CUDNN_DATA_FLOAT));
+        ok!(
+            d,
+            cudnnSetTensor4dDescriptor(
+                t,
+                cudnnTensorFormat_t::CUDNN_TENSOR_NCHW,
+                cudnnDataType_t::CUDNN_DATA_FLOAT,
+                2,
+                4,
+                i,
+                i + 1
+            )
+        );
+        ok!(
+            d,
+            cudnnSetFilter4dDescriptor(
+                f,
+                cudnnDataType_t::CUDNN_DATA_FLOAT,
+                cudnnTensorFormat_t::CUDNN_TENSOR_NCHW,
+                6,
+                4,
+                k,
+                k
+            )
+        );
+        ok!(
+            d,
+            cudnnSetConvolution2dDescriptor(
+                cv,
+                p,
+                p,
+                s,
+                s,
+                dil,
+                dil,
+                cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
+                cudnnDataType_t::CUDNN_DATA_FLOAT
+            )
+        );
         let mut out = [0i32; 4];
-        ok!(d, cudnnGetConvolutionNdForwardOutputDim(cv, t, f, 4, out.as_mut_ptr()));
+        ok!(
+            d,
+            cudnnGetConvolutionNdForwardOutputDim(cv, t, f, 4, out.as_mut_ptr())
+        );
         let formula_w = (i + 1 + 2 * p - dil * (k - 1) - 1) / s + 1;
-        ensure!(out == [2, 6, formula, formula_w], "case {:?}: cuDNN {out:?}, formula {formula}x{formula_w}", (i, k, p, s, dil));
+        ensure!(
+            out == [2, 6, formula, formula_w],
+            "case {:?}: cuDNN {out:?}, formula {formula}x{formula_w}",
+            (i, k, p, s, dil)
+        );
         ok!(d, cudnnDestroyConvolutionDescriptor(cv));
         ok!(d, cudnnDestroyFilterDescriptor(f));
         ok!(d, cudnnDestroyTensorDescriptor(t));
@@ -369,17 +674,29 @@ fn host_no_device_behaviour() -> TestResult {
     // SAFETY: valid out-pointer.
     let raw = unsafe { d.cudnnCreate(&mut h) }?;
     let st = d.normalize_status(raw);
-    ensure!(st == dnn::cudnnStatus_t::CUDNN_STATUS_NOT_INITIALIZED, "cudnnCreate: raw {} -> {}", raw.0, st.0);
+    ensure!(
+        st == dnn::cudnnStatus_t::CUDNN_STATUS_NOT_INITIALIZED,
+        "cudnnCreate: raw {} -> {}",
+        raw.0,
+        st.0
+    );
     let b = cublas::load()?;
     let mut bh: cublas::cublasHandle_t = std::ptr::null_mut();
     // SAFETY: valid out-pointer.
     let st = unsafe { b.cublasCreate_v2(&mut bh) }?;
-    ensure!(st == cublas::cublasStatus_t::CUBLAS_STATUS_NOT_INITIALIZED, "cublasCreate: {}", st.0);
+    ensure!(
+        st == cublas::cublasStatus_t::CUBLAS_STATUS_NOT_INITIALIZED,
+        "cublasCreate: {}",
+        st.0
+    );
     let rt = cudart::load()?;
     let mut n = -1;
     // SAFETY: valid out-pointer.
     let st = unsafe { rt.cudaGetDeviceCount(&mut n) }?;
-    ensure!(st != cudart::cudaError::cudaSuccess, "cudaGetDeviceCount succeeded with {n} devices");
+    ensure!(
+        st != cudart::cudaError::cudaSuccess,
+        "cudaGetDeviceCount succeeded with {n} devices"
+    );
     Ok(())
 }
 
@@ -392,24 +709,45 @@ fn host_missing_symbol() -> TestResult {
     // SAFETY: buffer and length match.
     let r = unsafe { d.cudnnGetLastErrorString(buf.as_mut_ptr(), buf.len()) };
     if v.major < 9 {
-        let e = r.err().ok_or("cudnnGetLastErrorString present on cuDNN 8")?;
+        let e = r
+            .err()
+            .ok_or("cudnnGetLastErrorString present on cuDNN 8")?;
         let t = e.to_string();
-        ensure!(t.contains("cudnnGetLastErrorString") && t.contains(&v.to_string()), "{t}");
-        ensure!(d.missing_symbols().len() >= dnn::ABI_DIFFERS_IN_CUDNN8.len(), "missing {:?}", d.missing_symbols().len());
+        ensure!(
+            t.contains("cudnnGetLastErrorString") && t.contains(&v.to_string()),
+            "{t}"
+        );
+        ensure!(
+            d.missing_symbols().len() >= dnn::ABI_DIFFERS_IN_CUDNN8.len(),
+            "missing {:?}",
+            d.missing_symbols().len()
+        );
     } else {
         ensure!(r.is_ok(), "cudnnGetLastErrorString absent on {v}");
-        ensure!(d.missing_symbols().is_empty(), "cuDNN {v} lacks {:?}", d.missing_symbols());
+        ensure!(
+            d.missing_symbols().is_empty(),
+            "cuDNN {v} lacks {:?}",
+            d.missing_symbols()
+        );
     }
     let rt = cudart::load()?;
     if rt.info().version.is_some_and(|v| v.major == 12) {
-        ensure!(!rt.has_symbol("cudaGetDeviceProperties"), "CUDA 12's legacy cudaGetDeviceProperties must be hidden");
+        ensure!(
+            !rt.has_symbol("cudaGetDeviceProperties"),
+            "CUDA 12's legacy cudaGetDeviceProperties must be hidden"
+        );
     }
     Ok(())
 }
 
 fn dir_of_loaded_cudnn() -> Result<PathBuf, String> {
     let d = dnn::load().map_err(|e| e.to_string())?;
-    d.info().path.as_ref().and_then(|p| p.parent()).map(Path::to_path_buf).ok_or("no path".into())
+    d.info()
+        .path
+        .as_ref()
+        .and_then(|p| p.parent())
+        .map(Path::to_path_buf)
+        .ok_or("no path".into())
 }
 
 /// An override at an empty directory, and a garbage file named
@@ -418,19 +756,42 @@ fn host_bad_overrides() -> TestResult {
     let tmp = std::env::temp_dir().join(format!("cudnn-rs-test-{}", std::process::id()));
     let empty = tmp.join("empty");
     std::fs::create_dir_all(&empty)?;
-    let e = FakeEnv { vars: vec![("CUDNN_LIB_DIR", empty.display().to_string())], dirs: vec![] };
-    let err = loader::open_first(&dnn::SPEC, loader::candidates(&dnn::SPEC, &e)).err().ok_or("loaded from an empty dir")?;
-    ensure!(err.to_string().contains(&empty.join("libcudnn.so.9").display().to_string()), "{err}");
+    let e = FakeEnv {
+        vars: vec![("CUDNN_LIB_DIR", empty.display().to_string())],
+        dirs: vec![],
+    };
+    let err = loader::open_first(&dnn::SPEC, loader::candidates(&dnn::SPEC, &e))
+        .err()
+        .ok_or("loaded from an empty dir")?;
+    ensure!(
+        err.to_string()
+            .contains(&empty.join("libcudnn.so.9").display().to_string()),
+        "{err}"
+    );
 
     let bad = tmp.join("bad");
     std::fs::create_dir_all(&bad)?;
     std::fs::write(bad.join("libcudnn.so.9"), b"this is not an ELF file")?;
-    let e = FakeEnv { vars: vec![("CUDNN_LIB_DIR", bad.display().to_string())], dirs: vec![] };
-    let err = loader::open_first(&dnn::SPEC, loader::candidates(&dnn::SPEC, &e)).err().ok_or("loaded garbage")?;
+    let e = FakeEnv {
+        vars: vec![("CUDNN_LIB_DIR", bad.display().to_string())],
+        dirs: vec![],
+    };
+    let err = loader::open_first(&dnn::SPEC, loader::candidates(&dnn::SPEC, &e))
+        .err()
+        .ok_or("loaded garbage")?;
     let t = err.to_string();
-    ensure!(t.contains(&bad.join("libcudnn.so.9").display().to_string()), "{t}");
-    ensure!(err.found_but_failed(), "garbage file should be a dlopen failure: {t}");
-    ensure!(t.to_lowercase().contains("elf") || t.contains("invalid") || t.contains("too short"), "dlopen text missing: {t}");
+    ensure!(
+        t.contains(&bad.join("libcudnn.so.9").display().to_string()),
+        "{t}"
+    );
+    ensure!(
+        err.found_but_failed(),
+        "garbage file should be a dlopen failure: {t}"
+    );
+    ensure!(
+        t.to_lowercase().contains("elf") || t.contains("invalid") || t.contains("too short"),
+        "dlopen text missing: {t}"
+    );
     let _ = std::fs::remove_dir_all(&tmp);
     Ok(())
 }
@@ -448,7 +809,8 @@ fn child(vars: &[(&str, &str)]) -> Result<(bool, String), String> {
         cmd.env(k, v);
     }
     let out = cmd.output().map_err(|e| e.to_string())?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     Ok((out.status.success(), text))
 }
 
@@ -475,11 +837,16 @@ fn child_main() -> ! {
         let mut c: dnn::cudnnConvolutionDescriptor_t = std::ptr::null_mut();
         let mut p: dnn::cudnnPoolingDescriptor_t = std::ptr::null_mut();
         // SAFETY: valid out-pointers.
-        let sc = unsafe { d.cudnnCreateConvolutionDescriptor(&mut c) }.map(|s| d.normalize_status(s));
+        let sc =
+            unsafe { d.cudnnCreateConvolutionDescriptor(&mut c) }.map(|s| d.normalize_status(s));
         // SAFETY: valid out-pointers.
         let sp = unsafe { d.cudnnCreatePoolingDescriptor(&mut p) }.map(|s| d.normalize_status(s));
         let good = Ok(dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS);
-        println!("sub-libraries: conv {:?} pooling {:?}", sc.as_ref().map(|s| s.0), sp.as_ref().map(|s| s.0));
+        println!(
+            "sub-libraries: conv {:?} pooling {:?}",
+            sc.as_ref().map(|s| s.0),
+            sp.as_ref().map(|s| s.0)
+        );
         ok &= sc == good && sp == good;
     }
     std::process::exit(if ok { 0 } else { 1 })
@@ -488,11 +855,29 @@ fn child_main() -> ! {
 /// cuDNN 9 loaded by absolute path (override) still loads its sub-libraries.
 fn host_absolute_path_sublibraries() -> TestResult {
     let dir = dir_of_loaded_cudnn()?;
-    let file = dir.join(if dnn::load()?.info().version.is_some_and(|v| v.major >= 9) { "libcudnn.so.9" } else { "libcudnn.so.8" });
-    let site = dir.parent().and_then(Path::parent).and_then(Path::parent).ok_or("no site dir")?.display().to_string();
-    let (ok, text) = child(&[("CUDNN_LIB_DIR", &file.display().to_string()), ("CUDNN_RS_SEARCH_PATH", &site)])?;
+    let file = dir.join(
+        if dnn::load()?.info().version.is_some_and(|v| v.major >= 9) {
+            "libcudnn.so.9"
+        } else {
+            "libcudnn.so.8"
+        },
+    );
+    let site = dir
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .ok_or("no site dir")?
+        .display()
+        .to_string();
+    let (ok, text) = child(&[
+        ("CUDNN_LIB_DIR", &file.display().to_string()),
+        ("CUDNN_RS_SEARCH_PATH", &site),
+    ])?;
     ensure!(ok, "child failed:\n{text}");
-    ensure!(text.contains(&format!("{:?}", Some(&file))) || text.contains(&file.display().to_string()), "{text}");
+    ensure!(
+        text.contains(&format!("{:?}", Some(&file))) || text.contains(&file.display().to_string()),
+        "{text}"
+    );
     ensure!(text.contains("Override(\"CUDNN_LIB_DIR\")"), "{text}");
     Ok(())
 }
@@ -500,17 +885,27 @@ fn host_absolute_path_sublibraries() -> TestResult {
 /// A plain virtualenv holding NVIDIA's wheels is found by VIRTUAL_ENV alone.
 fn host_virtual_env_alone() -> TestResult {
     let dir = dir_of_loaded_cudnn()?;
-    let nvidia = dir.parent().and_then(Path::parent).ok_or("no nvidia dir")?.to_path_buf();
+    let nvidia = dir
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("no nvidia dir")?
+        .to_path_buf();
     let venv = std::env::temp_dir().join(format!("cudnn-rs-venv-{}", std::process::id()));
     let site = venv.join("lib/python3.12/site-packages");
     std::fs::create_dir_all(&site)?;
     let link = site.join("nvidia");
     let _ = std::fs::remove_file(&link);
     std::os::unix::fs::symlink(&nvidia, &link)?;
-    let (ok, text) = child(&[("VIRTUAL_ENV", &venv.display().to_string()), ("HOME", &venv.display().to_string())])?;
+    let (ok, text) = child(&[
+        ("VIRTUAL_ENV", &venv.display().to_string()),
+        ("HOME", &venv.display().to_string()),
+    ])?;
     let _ = std::fs::remove_dir_all(&venv);
     ensure!(ok, "child failed:\n{text}");
-    ensure!(text.matches("Python(\"VIRTUAL_ENV\")").count() >= 3 || text.contains("SystemLoader"), "not found through VIRTUAL_ENV:\n{text}");
+    ensure!(
+        text.matches("Python(\"VIRTUAL_ENV\")").count() >= 3 || text.contains("SystemLoader"),
+        "not found through VIRTUAL_ENV:\n{text}"
+    );
     Ok(())
 }
 
@@ -522,7 +917,12 @@ fn host_nothing_found() -> TestResult {
         eprintln!("skipped: this machine has CUDA libraries in a system location:\n{text}");
         return Ok(());
     }
-    ensure!(text.contains("LOAD ERROR") && text.contains("places tried") && text.contains("set CUDNN_LIB_DIR"), "{text}");
+    ensure!(
+        text.contains("LOAD ERROR")
+            && text.contains("places tried")
+            && text.contains("set CUDNN_LIB_DIR"),
+        "{text}"
+    );
     Ok(())
 }
 
@@ -542,7 +942,10 @@ fn main() {
         host("raw::no_device_behaviour", host_no_device_behaviour),
         host("raw::missing_symbol", host_missing_symbol),
         host("raw::bad_overrides", host_bad_overrides),
-        host("raw::absolute_path_sublibraries", host_absolute_path_sublibraries),
+        host(
+            "raw::absolute_path_sublibraries",
+            host_absolute_path_sublibraries,
+        ),
         host("raw::virtual_env_alone", host_virtual_env_alone),
         host("raw::nothing_found", host_nothing_found),
     ])

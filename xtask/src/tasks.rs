@@ -13,7 +13,11 @@ fn cargo() -> Command {
 fn status(mut cmd: Command, what: &str) -> Result<(), String> {
     eprintln!("+ {what}");
     let st = cmd.status().map_err(|e| format!("{what}: {e}"))?;
-    if st.success() { Ok(()) } else { Err(format!("{what} failed ({st})")) }
+    if st.success() {
+        Ok(())
+    } else {
+        Err(format!("{what} failed ({st})"))
+    }
 }
 
 /// The test command: fetch both stacks, run every test with the cuda13
@@ -31,7 +35,13 @@ pub fn test(args: &[String]) -> Result<(), String> {
         cmd.env("CUDNN_RS_REQUIRE_LIBS", "1")
             .env("CUDNN_RS_EXPECT_STACK", stack)
             .env("CUDNN_RS_SEARCH_PATH", dir);
-        status(cmd, &format!("cargo test --workspace {} (stack {stack}, libraries required)", extra.join(" ")))
+        status(
+            cmd,
+            &format!(
+                "cargo test --workspace {} (stack {stack}, libraries required)",
+                extra.join(" ")
+            ),
+        )
     };
     run("cuda13", &cu13, &[])?;
     run("cuda12", &cu12, &["--tests"])?;
@@ -42,15 +52,21 @@ pub fn test(args: &[String]) -> Result<(), String> {
 /// libraries are found.
 pub fn doctor(args: &[String]) -> Result<(), String> {
     let mut probe = cargo();
-    probe.args(["run", "--quiet", "--example", "doctor"]).args(args);
+    probe
+        .args(["run", "--quiet", "--example", "doctor"])
+        .args(args);
     eprintln!("+ cargo run --example doctor");
     let st = probe.status().map_err(|e| e.to_string())?;
     if st.success() {
         return Ok(());
     }
-    eprintln!("\nsome libraries were not found; fetching NVIDIA's wheels into the project's cache ...\n");
+    eprintln!(
+        "\nsome libraries were not found; fetching NVIDIA's wheels into the project's cache ...\n"
+    );
     let dir = fetch::fetch(&fetch::CUDA13)?;
     let mut cmd = cargo();
-    cmd.args(["run", "--quiet", "--example", "doctor"]).args(args).env("CUDNN_RS_FALLBACK_PATH", &dir);
+    cmd.args(["run", "--quiet", "--example", "doctor"])
+        .args(args)
+        .env("CUDNN_RS_FALLBACK_PATH", &dir);
     status(cmd, "cargo run --example doctor")
 }
