@@ -45,7 +45,10 @@ pub fn gpu_missing() -> Option<String> {
     // SAFETY: valid out-pointer.
     match unsafe { rt.cudaGetDeviceCount(&mut n) } {
         Ok(st) if st == cudnn::sys::cudart::cudaError::cudaSuccess && n > 0 => None,
-        Ok(st) => Some(format!("no CUDA device (cudaGetDeviceCount returned {}, count {n})", st.0)),
+        Ok(st) => Some(format!(
+            "no CUDA device (cudaGetDeviceCount returned {}, count {n})",
+            st.0
+        )),
         Err(e) => Some(e.to_string()),
     }
 }
@@ -57,12 +60,22 @@ pub fn has_gpu() -> bool {
 
 /// A host-tier test.
 pub fn host(name: &str, f: impl FnOnce() -> TestResult + Send + 'static) -> Trial {
-    tiered(format!("host::{name}"), libs_missing(), "CUDNN_RS_REQUIRE_LIBS", f)
+    tiered(
+        format!("host::{name}"),
+        libs_missing(),
+        "CUDNN_RS_REQUIRE_LIBS",
+        f,
+    )
 }
 
 /// A gpu-tier test.
 pub fn gpu(name: &str, f: impl FnOnce() -> TestResult + Send + 'static) -> Trial {
-    tiered(format!("gpu::{name}"), gpu_missing(), "CUDNN_RS_REQUIRE_GPU", f)
+    tiered(
+        format!("gpu::{name}"),
+        gpu_missing(),
+        "CUDNN_RS_REQUIRE_GPU",
+        f,
+    )
 }
 
 /// A unit test (needs nothing).
@@ -78,7 +91,9 @@ fn tiered(
 ) -> Trial {
     match missing {
         None => Trial::test(name, f),
-        Some(why) if flag(require) => Trial::test(name, move || Err(format!("{require}=1 but: {why}").into())),
+        Some(why) if flag(require) => {
+            Trial::test(name, move || Err(format!("{require}=1 but: {why}").into()))
+        }
         Some(why) => {
             let first = why.lines().next().unwrap_or_default().to_string();
             eprintln!("skipped: {name}: {first}");
