@@ -508,6 +508,8 @@ fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// The file that holds the code at `addr`, as the dynamic loader sees it.
+/// `addr` is only compared with the loader's tables, never dereferenced.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn path_of_address(addr: *const core::ffi::c_void) -> Option<PathBuf> {
     #[cfg(unix)]
     {

@@ -156,6 +156,11 @@ const CUDART_VARS: &[&str] = &[
 /// types from cudart-sys instead of generating them again.
 const CUDA_HEADERS: &str = r".*/include/(crt/.*|cuda[^/]*|driver_[^/]*|library_types|vector_types|cuComplex|builtin_types|surface_types|texture_types|channel_descriptor|host_[^/]*|device_[^/]*)\.(h|hpp)";
 
+/// (file stem, which functions go in it).
+type FunctionList = (&'static str, fn(&str) -> bool);
+/// Name -> token text.
+type Index = BTreeMap<String, String>;
+
 struct Target {
     krate: &'static str,
     /// Include dirs (relative to a stack folder) for the cuda13 and cuda12 stacks.
@@ -166,7 +171,7 @@ struct Target {
     wrapper: &'static str,
     configure: fn(bindgen::Builder) -> bindgen::Builder,
     /// (file stem, predicate on a function name) for each function list.
-    function_lists: &'static [(&'static str, fn(&str) -> bool)],
+    function_lists: &'static [FunctionList],
     imports_cudart: bool,
 }
 
@@ -316,7 +321,7 @@ fn generate(t: &Target, include_dirs: &[PathBuf]) -> Result<String, String> {
 }
 
 /// Functions and struct/union definitions by name, as token text.
-fn index(code: &str) -> Result<(BTreeMap<String, String>, BTreeMap<String, String>), String> {
+fn index(code: &str) -> Result<(Index, Index), String> {
     let file: syn::File =
         syn::parse_str(code).map_err(|e| format!("parsing bindgen output: {e}"))?;
     let mut fns = BTreeMap::new();
@@ -465,7 +470,7 @@ fn split(t: &Target, code: &str, stamp: &str) -> Result<Vec<(PathBuf, String)>, 
 
     let mut out = Vec::new();
     let mut types = String::from(stamp);
-    types.push_str("#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code, missing_debug_implementations)]\n#![allow(clippy::all)]\n");
+    types.push_str("#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code, missing_debug_implementations)]\n#![allow(clippy::all, clippy::undocumented_unsafe_blocks)]\n");
     if t.imports_cudart {
         types.push_str("#[allow(unused_imports)]\nuse cudart_sys::*;\n");
     }

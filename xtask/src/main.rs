@@ -1,6 +1,7 @@
 //! Project tasks. Run `cargo xtask help`.
 
 mod bindings;
+mod device_check;
 mod fetch;
 mod tasks;
 
@@ -38,7 +39,7 @@ fn main() -> ExitCode {
         Some("bindgen") => bindings::run(&args[1..]),
         Some("test") => tasks::test(&args[1..]),
         Some("doctor") => tasks::doctor(&args[1..]),
-        Some("device-check") => Err("device-check: not built yet".to_string()),
+        Some("device-check") => device_check::run(&args[1..]),
         Some("help") | Some("--help") | Some("-h") | None => {
             print!("{USAGE}");
             Ok(())

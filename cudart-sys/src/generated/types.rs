@@ -2,7 +2,7 @@
 // nvidia-cudnn-cu13==9.28.1.4, nvidia-cublas==13.10.0.20, nvidia-cuda-runtime==13.5.37, nvidia-cuda-crt==13.5.37, nvidia-cuda-cccl==13.3.5.0.6.
 // Do not edit: regenerate.
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code, missing_debug_implementations)]
-#![allow(clippy::all)]
+#![allow(clippy::all, clippy::undocumented_unsafe_blocks)]
 
 pub const CUDART_VERSION: u32 = 13050;
 pub const cudaHostAllocDefault: u32 = 0;
