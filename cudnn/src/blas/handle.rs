@@ -1,1 +1,289 @@
-//! (in progress)
+//! The cuBLAS handle: the library context, bound to a stream, with a math
+//! mode and an optional owned workspace.
+
+use std::fmt;
+use std::ptr::{self, NonNull};
+
+use crate::check::{self, cublas_call};
+use crate::error::{Error, Result};
+use crate::runtime::{DeviceBuffer, Stream};
+use crate::sys::cublas::{cublasContext, cublasHandle_t, cublasMath_t, cublasPointerMode_t};
+
+/// How cuBLAS may trade precision for speed (`cublasSetMathMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum MathMode {
+    /// `CUBLAS_DEFAULT_MATH`: tensor cores where they keep the requested
+    /// precision; f32 GEMMs are *not* done in TF32.
+    #[default]
+    Default,
+    /// `CUBLAS_TF32_TENSOR_OP_MATH`: f32 GEMMs may round inputs to TF32
+    /// (about 1e-3 relative error). Only ever set when asked for.
+    Tf32,
+    /// `CUBLAS_PEDANTIC_MATH`: the prescribed precision everywhere, no
+    /// reduced-precision shortcuts (slowest; for testing).
+    Pedantic,
+}
+
+impl MathMode {
+    /// The cuBLAS constant.
+    pub fn to_raw(self) -> cublasMath_t {
+        match self {
+            MathMode::Default => cublasMath_t::CUBLAS_DEFAULT_MATH,
+            MathMode::Tf32 => cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH,
+            MathMode::Pedantic => cublasMath_t::CUBLAS_PEDANTIC_MATH,
+        }
+    }
+}
+
+/// A cuBLAS handle (`cublasHandle_t`), bound to one [`Stream`].
+///
+/// Created in host pointer mode (alpha and beta are read from host memory)
+/// and [`MathMode::Default`]. Without [`set_workspace`](Handle::set_workspace)
+/// cuBLAS uses its own default workspace pool.
+///
+/// # Threads
+/// `Send`, not `Sync`. cuBLAS documents that its functions may be called
+/// from several host threads even with the same handle, but that changing a
+/// shared handle's configuration (stream, math mode, workspace) or
+/// destroying it affects all threads, and "it is not recommended that
+/// multiple threads share the same cuBLAS handle". Here every configuration
+/// change takes `&mut self`, and the handle is not `Sync`, so it is used by
+/// one thread at a time; give each thread its own handle (or use a `Mutex`).
+pub struct Handle {
+    raw: NonNull<cublasContext>,
+    stream: Stream,
+    math: MathMode,
+    /// The user-provided workspace, if any; freed after the handle.
+    workspace: Option<DeviceBuffer<u8>>,
+    owned: bool,
+}
+
+// SAFETY: cuBLAS documents (cuBLAS Library guide, "Thread Safety"): "The library
+// is thread safe and its functions can be called from multiple host threads,
+// even with the same handle." Moving a handle to another thread is therefore
+// allowed; `Handle` stays `!Sync` following NVIDIA's advice not to share one
+// handle between threads (configuration changes and destruction are visible to
+// all users of the handle). Its stream and workspace are `Send`.
+unsafe impl Send for Handle {}
+
+impl fmt::Debug for Handle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Handle")
+            .field("raw", &self.raw)
+            .field("stream", &self.stream)
+            .field("math", &self.math)
+            .field("workspace_bytes", &self.workspace_size())
+            .finish()
+    }
+}
+
+impl Handle {
+    /// The workspace size NVIDIA recommends for a device of this compute
+    /// capability major (32 MiB for Hopper and newer, 4 MiB before).
+    pub fn recommended_workspace_size(cc_major: u32) -> usize {
+        if cc_major >= 9 { 32 << 20 } else { 4 << 20 }
+    }
+
+    /// Create a handle on the current device, bound to `stream`, in host
+    /// pointer mode and [`MathMode::Default`].
+    ///
+    /// # Errors
+    /// [`Error::Cublas`] from `cublasCreate` (without a usable device:
+    /// `CUBLAS_STATUS_NOT_INITIALIZED`); [`Error::Load`].
+    #[doc(alias = "cublasCreate")]
+    #[doc(alias = "cublasCreate_v2")]
+    pub fn new(stream: &Stream) -> Result<Self> {
+        let api = check::cublas()?;
+        let mut raw: cublasHandle_t = ptr::null_mut();
+        // SAFETY: `raw` is a valid, writable out-pointer.
+        unsafe { cublas_call!(api, cublasCreate_v2(&mut raw)) }?;
+        let raw = NonNull::new(raw)
+            .ok_or_else(|| Error::invalid("handle", "cublasCreate returned null", "null"))?;
+        // Owned from here on: Drop destroys it if configuring fails.
+        let mut h = Handle {
+            raw,
+            stream: stream.clone(),
+            math: MathMode::Default,
+            workspace: None,
+            owned: true,
+        };
+        h.configure(stream)?;
+        Ok(h)
+    }
+
+    /// Take ownership of a handle created elsewhere; it is bound to `stream`
+    /// and set to host pointer mode and [`MathMode::Default`].
+    ///
+    /// # Safety
+    /// `raw` must be a valid handle from `cublasCreate` that nobody else
+    /// destroys or uses while this `Handle` lives; it is destroyed on drop.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for null; [`Error::Cublas`].
+    pub unsafe fn from_raw(raw: cublasHandle_t, stream: &Stream) -> Result<Self> {
+        let raw = NonNull::new(raw)
+            .ok_or_else(|| Error::invalid("raw", "must be a non-null cublasHandle_t", "null"))?;
+        let mut h = Handle {
+            raw,
+            stream: stream.clone(),
+            math: MathMode::Default,
+            workspace: None,
+            owned: true,
+        };
+        h.configure(stream)?;
+        Ok(h)
+    }
+
+    fn configure(&mut self, stream: &Stream) -> Result<()> {
+        self.bind(stream)?;
+        let api = check::cublas()?;
+        // SAFETY: the handle is valid; host pointer mode is a documented constant.
+        unsafe {
+            cublas_call!(
+                api,
+                cublasSetPointerMode_v2(
+                    self.raw.as_ptr(),
+                    cublasPointerMode_t::CUBLAS_POINTER_MODE_HOST
+                )
+            )
+        }?;
+        self.set_math_mode(MathMode::Default)
+    }
+
+    fn bind(&mut self, stream: &Stream) -> Result<()> {
+        let api = check::cublas()?;
+        // SAFETY: the handle is valid and `stream` is alive (we keep a clone).
+        unsafe { cublas_call!(api, cublasSetStream_v2(self.raw.as_ptr(), stream.as_raw())) }?;
+        self.stream = stream.clone();
+        // cublasSetStream resets the workspace to cuBLAS's default pool: set ours again.
+        if let Some(ws) = self.workspace.as_mut() {
+            let (p, n) = (ws.as_raw_mut(), ws.len());
+            // SAFETY: `p` is device memory of `n` bytes owned by this handle and
+            // freed only after the handle stops using it (see `set_workspace`, Drop).
+            unsafe { cublas_call!(api, cublasSetWorkspace_v2(self.raw.as_ptr(), p, n)) }?;
+        }
+        Ok(())
+    }
+
+    /// Give up ownership: the caller must destroy the returned handle
+    /// (`cublasDestroy`). A workspace set with [`set_workspace`](Handle::set_workspace)
+    /// is detached first (cuBLAS goes back to its default pool) and freed.
+    pub fn into_raw(mut self) -> cublasHandle_t {
+        if self.workspace.is_some() {
+            if let Ok(api) = check::cublas() {
+                // SAFETY: the handle is valid; null/0 detaches the user workspace.
+                let _ = unsafe { api.cublasSetWorkspace_v2(self.raw.as_ptr(), ptr::null_mut(), 0) };
+            }
+        }
+        self.owned = false;
+        self.raw.as_ptr()
+    }
+
+    /// The raw handle, valid while `self` lives.
+    pub fn as_raw(&self) -> cublasHandle_t {
+        self.raw.as_ptr()
+    }
+
+    /// The stream the handle queues work on.
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// Queue later work on `stream`. Work on the new stream first waits for
+    /// what is queued on the old one when a user workspace is set (it may be
+    /// using it). Re-applies the workspace, which `cublasSetStream` resets.
+    ///
+    /// # Errors
+    /// [`Error::Cublas`]; [`Error::Cuda`] from the ordering event.
+    #[doc(alias = "cublasSetStream")]
+    #[doc(alias = "cublasSetStream_v2")]
+    pub fn set_stream(&mut self, stream: &Stream) -> Result<()> {
+        if *stream != self.stream && self.workspace.is_some() {
+            stream.wait_for(&self.stream)?;
+        }
+        self.bind(stream)
+    }
+
+    /// The math mode.
+    pub fn math_mode(&self) -> MathMode {
+        self.math
+    }
+
+    /// Set the math mode. TF32 is used only after `set_math_mode(MathMode::Tf32)`.
+    ///
+    /// # Errors
+    /// [`Error::Cublas`].
+    #[doc(alias = "cublasSetMathMode")]
+    pub fn set_math_mode(&mut self, mode: MathMode) -> Result<()> {
+        let api = check::cublas()?;
+        // SAFETY: the handle is valid; the mode is a documented constant.
+        unsafe { cublas_call!(api, cublasSetMathMode(self.raw.as_ptr(), mode.to_raw())) }?;
+        self.math = mode;
+        Ok(())
+    }
+
+    /// Give cuBLAS an owned workspace of `bytes` bytes (see
+    /// [`recommended_workspace_size`](Handle::recommended_workspace_size));
+    /// `0` goes back to cuBLAS's default pool. The new workspace is attached
+    /// before the old one is freed (`cudaFree` waits for queued work).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] when the allocation fails; [`Error::Cublas`].
+    #[doc(alias = "cublasSetWorkspace")]
+    #[doc(alias = "cublasSetWorkspace_v2")]
+    pub fn set_workspace(&mut self, bytes: usize) -> Result<()> {
+        let api = check::cublas()?;
+        let mut new = if bytes == 0 {
+            None
+        } else {
+            Some(DeviceBuffer::<u8>::alloc(bytes).map_err(|e| {
+                e.with_context(format!("allocating a {bytes}-byte cuBLAS workspace"))
+            })?)
+        };
+        let (p, n) = match new.as_mut() {
+            Some(ws) => (ws.as_raw_mut(), ws.len()),
+            None => (ptr::null_mut(), 0),
+        };
+        // SAFETY: `p` is device memory of `n` bytes (or null/0) that this handle
+        // keeps until it is replaced or the handle is destroyed.
+        unsafe { cublas_call!(api, cublasSetWorkspace_v2(self.raw.as_ptr(), p, n)) }?;
+        if let Some(old) = std::mem::replace(&mut self.workspace, new) {
+            old.destroy()?;
+        }
+        Ok(())
+    }
+
+    /// Bytes of owned workspace (0: cuBLAS's default pool).
+    pub fn workspace_size(&self) -> usize {
+        self.workspace.as_ref().map_or(0, DeviceBuffer::len)
+    }
+
+    /// Destroy the handle now, reporting cuBLAS's status.
+    ///
+    /// # Errors
+    /// [`Error::Cublas`] from `cublasDestroy`; [`Error::Cuda`] from freeing the workspace.
+    #[doc(alias = "cublasDestroy")]
+    #[doc(alias = "cublasDestroy_v2")]
+    pub fn destroy(mut self) -> Result<()> {
+        self.owned = false;
+        let api = check::cublas()?;
+        // SAFETY: we own the handle; `owned` is cleared so Drop will not destroy
+        // it again. The workspace is freed after it.
+        let r = unsafe { cublas_call!(api, cublasDestroy_v2(self.raw.as_ptr())) };
+        let w = self.workspace.take().map_or(Ok(()), DeviceBuffer::destroy);
+        r.and(w)
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if self.owned {
+            if let Ok(api) = check::cublas() {
+                // SAFETY: we own the handle and destroy it once; the status is
+                // ignored (Drop must not fail). The workspace field drops after.
+                let _ = unsafe { api.cublasDestroy_v2(self.raw.as_ptr()) };
+            }
+        }
+    }
+}

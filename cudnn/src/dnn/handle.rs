@@ -1,1 +1,245 @@
-//! (in progress)
+//! The cuDNN handle: the library context, bound to a stream, with a growable
+//! workspace.
+
+use std::fmt;
+use std::ptr::{self, NonNull};
+
+use crate::check::{self, cudnn_call};
+use crate::error::{Error, Result};
+use crate::runtime::{DeviceBuffer, DeviceSliceMut, Stream};
+use crate::sys::cudart::Version;
+use crate::sys::cudnn::{self as dnn, cudnnContext, cudnnHandle_t};
+
+/// A cuDNN handle (`cudnnHandle_t`), bound to one [`Stream`], owning a
+/// workspace that grows on demand.
+///
+/// Everything queued through the handle runs on its stream, in order; the
+/// handle keeps a clone of the stream, so the stream outlives it.
+///
+/// # Threads
+/// `Send`, not `Sync`: a handle may move to another thread but not be used
+/// by two at once (NVIDIA: "Its functions can be called from multiple host
+/// threads, so long as the threads do not share the same cuDNN handle
+/// simultaneously"). Make one handle per thread (cuDNN recommends it), or
+/// put one in a `Mutex`.
+pub struct Handle {
+    raw: NonNull<cudnnContext>,
+    stream: Stream,
+    /// Device scratch memory for ops, grown by [`Handle::workspace`]. Only
+    /// ever used by work queued on `stream`, so reuse is stream-ordered.
+    workspace: DeviceBuffer<u8>,
+    /// Whether `Drop` calls `cudnnDestroy` (false after `into_raw`).
+    owned: bool,
+}
+
+// SAFETY: cuDNN documents (Developer Guide, "Thread Safety"): "The cuDNN library
+// is thread-safe. Its functions can be called from multiple host threads, so
+// long as the threads do not share the same cuDNN handle simultaneously." Moving
+// a handle to another thread hands it over whole (no simultaneous use); `Handle`
+// is deliberately not `Sync`, so `&Handle` never reaches two threads. Its stream
+// and workspace are `Send`.
+unsafe impl Send for Handle {}
+
+impl fmt::Debug for Handle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Handle")
+            .field("raw", &self.raw)
+            .field("stream", &self.stream)
+            .field("workspace_bytes", &self.workspace.len())
+            .finish()
+    }
+}
+
+impl Handle {
+    /// The oldest cuDNN this crate accepts.
+    pub const MIN_VERSION: Version = Version::new(8, 9, 0);
+
+    /// The version of the loaded cuDNN (`cudnnGetVersion`; needs no device).
+    ///
+    /// # Errors
+    /// [`Error::Load`] when cuDNN cannot be found.
+    #[doc(alias = "cudnnGetVersion")]
+    pub fn library_version() -> Result<Version> {
+        let api = check::cudnn()?;
+        if let Some(v) = api.info().version {
+            return Ok(v);
+        }
+        // SAFETY: cudnnGetVersion takes no arguments and needs no device.
+        let v = unsafe { api.cudnnGetVersion() }?;
+        Ok(dnn::decode_version(v))
+    }
+
+    /// Whether handles can be made with cuDNN `version`: `Ok` for
+    /// [`Handle::MIN_VERSION`] (8.9) and newer.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] naming the version when it is older.
+    pub fn check_supported(version: Version) -> Result<()> {
+        if version < Self::MIN_VERSION {
+            return Err(Error::Unsupported {
+                what: format!("cuDNN {version} (the loaded library)"),
+                needs: Some(format!("cuDNN {} or newer", Self::MIN_VERSION)),
+            });
+        }
+        Ok(())
+    }
+
+    /// Create a handle on the current device, bound to `stream`.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] naming the version when the loaded cuDNN is
+    /// older than 8.9; [`Error::Cudnn`] from `cudnnCreate` (without a usable
+    /// device: `CUDNN_STATUS_NOT_INITIALIZED`); [`Error::Load`].
+    #[doc(alias = "cudnnCreate")]
+    pub fn new(stream: &Stream) -> Result<Self> {
+        Self::check_supported(Self::library_version()?)?;
+        let api = check::cudnn()?;
+        let mut raw: cudnnHandle_t = ptr::null_mut();
+        // SAFETY: `raw` is a valid, writable out-pointer.
+        unsafe { cudnn_call!(api, cudnnCreate(&mut raw)) }?;
+        let raw = NonNull::new(raw)
+            .ok_or_else(|| Error::invalid("handle", "cudnnCreate returned null", "null"))?;
+        // Owned from here on: Drop destroys it if binding the stream fails.
+        let mut h = Handle {
+            raw,
+            stream: stream.clone(),
+            workspace: empty_workspace(),
+            owned: true,
+        };
+        h.bind(stream)?;
+        Ok(h)
+    }
+
+    /// Take ownership of a handle created elsewhere, and bind it to `stream`.
+    ///
+    /// # Safety
+    /// `raw` must be a valid handle from `cudnnCreate` that nobody else
+    /// destroys or uses while this `Handle` lives; it is destroyed on drop.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a null handle; [`Error::Cudnn`] from
+    /// `cudnnSetStream`.
+    pub unsafe fn from_raw(raw: cudnnHandle_t, stream: &Stream) -> Result<Self> {
+        let raw = NonNull::new(raw)
+            .ok_or_else(|| Error::invalid("raw", "must be a non-null cudnnHandle_t", "null"))?;
+        let mut h = Handle {
+            raw,
+            stream: stream.clone(),
+            workspace: empty_workspace(),
+            owned: true,
+        };
+        h.bind(stream)?;
+        Ok(h)
+    }
+
+    /// Give up ownership: the caller must destroy the returned handle
+    /// (`cudnnDestroy`). The workspace is freed (after the device is idle)
+    /// and the stream binding stays as it is.
+    pub fn into_raw(mut self) -> cudnnHandle_t {
+        self.owned = false;
+        self.raw.as_ptr()
+    }
+
+    /// The raw handle, for calling cuDNN directly. Valid while `self` lives.
+    pub fn as_raw(&self) -> cudnnHandle_t {
+        self.raw.as_ptr()
+    }
+
+    /// The stream the handle queues work on.
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    fn bind(&mut self, stream: &Stream) -> Result<()> {
+        let api = check::cudnn()?;
+        // SAFETY: the handle is valid and `stream` is alive (and stays alive: we
+        // keep a clone).
+        unsafe { cudnn_call!(api, cudnnSetStream(self.raw.as_ptr(), stream.as_raw())) }?;
+        self.stream = stream.clone();
+        Ok(())
+    }
+
+    /// Queue later work on `stream`. Work on the new stream first waits for
+    /// everything already queued on the old one (it may still be using the
+    /// workspace), so workspace reuse stays ordered.
+    ///
+    /// # Errors
+    /// [`Error::Cudnn`] from `cudnnSetStream`; [`Error::Cuda`] from the
+    /// ordering event.
+    #[doc(alias = "cudnnSetStream")]
+    pub fn set_stream(&mut self, stream: &Stream) -> Result<()> {
+        if *stream != self.stream && !self.workspace.is_empty() {
+            stream.wait_for(&self.stream)?;
+        }
+        self.bind(stream)
+    }
+
+    /// A workspace of at least `bytes` bytes, for the next op queued on the
+    /// handle's stream. Grows (never shrinks) on demand; growing frees the old
+    /// one with `cudaFree`, which first waits for the device, so queued work
+    /// that still uses it finishes. `bytes == 0` gives an empty view (null
+    /// pointer) and allocates nothing.
+    ///
+    /// The view borrows the handle mutably; get the raw handle first
+    /// (`let h = handle.as_raw();`) to pass both to cuDNN.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] when the allocation fails (e.g. out of memory).
+    pub fn workspace(&mut self, bytes: usize) -> Result<DeviceSliceMut<'_, u8>> {
+        if bytes > self.workspace.len() {
+            // Release the old one first, so both never need to fit at once.
+            let old = std::mem::replace(&mut self.workspace, empty_workspace());
+            old.destroy()?;
+            self.workspace = DeviceBuffer::alloc(bytes).map_err(|e| {
+                e.with_context(format!("growing the cuDNN workspace to {bytes} bytes"))
+            })?;
+        }
+        self.workspace.slice_mut(..bytes)
+    }
+
+    /// Bytes currently held as workspace.
+    pub fn workspace_size(&self) -> usize {
+        self.workspace.len()
+    }
+
+    /// Free the workspace (after the device is idle); it is allocated again on demand.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] from `cudaFree`.
+    pub fn release_workspace(&mut self) -> Result<()> {
+        std::mem::replace(&mut self.workspace, empty_workspace()).destroy()
+    }
+
+    /// Destroy the handle now, reporting cuDNN's status.
+    ///
+    /// # Errors
+    /// [`Error::Cudnn`] from `cudnnDestroy`; [`Error::Cuda`] from freeing the workspace.
+    #[doc(alias = "cudnnDestroy")]
+    pub fn destroy(mut self) -> Result<()> {
+        self.owned = false;
+        let api = check::cudnn()?;
+        // SAFETY: we own the handle; `owned` is cleared so Drop will not destroy
+        // it again. The workspace is freed after (by `release_workspace`).
+        let r = unsafe { cudnn_call!(api, cudnnDestroy(self.raw.as_ptr())) };
+        let w = self.release_workspace();
+        r.and(w)
+    }
+}
+
+fn empty_workspace() -> DeviceBuffer<u8> {
+    // SAFETY: a null pointer with length 0 is the documented empty buffer; nothing is freed.
+    unsafe { DeviceBuffer::from_raw(ptr::null_mut(), 0) }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if self.owned {
+            if let Ok(api) = check::cudnn() {
+                // SAFETY: we own the handle and destroy it once. The status is
+                // ignored: Drop must not fail. The workspace field is dropped
+                // after this (cudaFree waits for queued work).
+                let _ = unsafe { api.cudnnDestroy(self.raw.as_ptr()) };
+            }
+        }
+    }
+}

@@ -1,1 +1,263 @@
-//! (in progress)
+//! CUDA devices: how many there are, which one is current, what they can do.
+//!
+//! The CUDA runtime keeps a *current device per host thread*. Streams, memory
+//! and library handles belong to the device that was current when they were
+//! created. [`Device::new`] makes the device current on the calling thread;
+//! methods that depend on the current device ([`Device::memory_info`],
+//! [`Device::synchronize`], [`Device::create_stream`]) make it current first.
+//! A thread that uses a device created elsewhere calls
+//! [`Device::set_current`] once.
+
+use std::ffi::c_int;
+
+use crate::check::{self, cuda_call};
+use crate::error::{Error, Result};
+use crate::sys::cudart::{self, cudaDeviceAttr, cudaError};
+
+use super::Stream;
+
+/// A CUDA device, by ordinal. Cheap to copy; owns nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Device {
+    ordinal: c_int,
+}
+
+/// Free and total device memory, in bytes (`cudaMemGetInfo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryInfo {
+    /// Bytes free now.
+    pub free: usize,
+    /// Bytes the device has.
+    pub total: usize,
+}
+
+/// Statuses that mean "there is no usable device here" rather than "a call
+/// went wrong": they become [`Error::NoDevice`].
+fn means_no_device(st: cudaError) -> bool {
+    matches!(
+        st,
+        cudaError::cudaErrorNoDevice
+            | cudaError::cudaErrorInsufficientDriver
+            | cudaError::cudaErrorStubLibrary
+            | cudaError::cudaErrorDevicesUnavailable
+            | cudaError::cudaErrorSystemDriverMismatch
+            | cudaError::cudaErrorCompatNotSupportedOnDevice
+    )
+}
+
+impl Device {
+    /// How many CUDA devices this process can use.
+    ///
+    /// # Errors
+    /// [`Error::NoDevice`] when there is no driver or no device (the runtime's
+    /// own words are kept), [`Error::Load`] when the CUDA runtime cannot be
+    /// found, [`Error::Cuda`] for other failures.
+    #[doc(alias = "cudaGetDeviceCount")]
+    pub fn count() -> Result<usize> {
+        let rt = check::cudart()?;
+        let mut n: c_int = 0;
+        // SAFETY: `n` is a valid, writable out-pointer for the duration of the call.
+        let st = unsafe { rt.cudaGetDeviceCount(&mut n) }?;
+        if means_no_device(st) {
+            let err = check::cuda_status(rt, "cudaGetDeviceCount", st);
+            let reason = match err {
+                Err(Error::Cuda {
+                    code, name, text, ..
+                }) => {
+                    format!("cudaGetDeviceCount returned {code} ({name}: {text})")
+                }
+                _ => format!("cudaGetDeviceCount returned {}", st.0),
+            };
+            return Err(Error::NoDevice { reason });
+        }
+        check::cuda_status(rt, "cudaGetDeviceCount", st)?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
+    /// Device `ordinal`, checked against [`Device::count`] and made current on
+    /// the calling thread.
+    ///
+    /// # Errors
+    /// [`Error::NoDevice`] when there are no devices; [`Error::InvalidArgument`]
+    /// naming the ordinal and the device count when it is out of range.
+    #[doc(alias = "cudaSetDevice")]
+    pub fn new(ordinal: usize) -> Result<Self> {
+        let count = Self::count()?;
+        if count == 0 {
+            return Err(Error::NoDevice {
+                reason: "cudaGetDeviceCount reported 0 devices".into(),
+            });
+        }
+        if ordinal >= count {
+            return Err(Error::invalid(
+                "ordinal",
+                format!(
+                    "must be less than the number of CUDA devices ({count}), i.e. 0..={}",
+                    count - 1
+                ),
+                ordinal,
+            ));
+        }
+        let dev = Device {
+            ordinal: c_int::try_from(ordinal)
+                .map_err(|_| Error::invalid("ordinal", "must fit in a C int", ordinal))?,
+        };
+        dev.set_current()?;
+        Ok(dev)
+    }
+
+    /// The device current on the calling thread.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] (or [`Error::NoDevice`]-like runtime errors) when there
+    /// is no usable device.
+    #[doc(alias = "cudaGetDevice")]
+    pub fn current() -> Result<Self> {
+        let rt = check::cudart()?;
+        let mut ordinal: c_int = 0;
+        // SAFETY: `ordinal` is a valid, writable out-pointer.
+        unsafe { cuda_call!(rt, cudaGetDevice(&mut ordinal)) }?;
+        Ok(Device { ordinal })
+    }
+
+    /// The ordinal (0-based index).
+    pub fn ordinal(&self) -> usize {
+        usize::try_from(self.ordinal).unwrap_or(0)
+    }
+
+    /// Make this device current on the calling thread.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] when the runtime refuses.
+    #[doc(alias = "cudaSetDevice")]
+    pub fn set_current(&self) -> Result<()> {
+        let rt = check::cudart()?;
+        // SAFETY: `cudaSetDevice` takes a plain integer; the ordinal was checked
+        // (or came from the runtime) and the runtime validates it again.
+        unsafe { cuda_call!(rt, cudaSetDevice(self.ordinal)) }
+            .map_err(|e| e.with_context(format!("device {}", self.ordinal)))
+    }
+
+    /// One integer attribute of the device (`cudaDevAttr*`).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] for an attribute the runtime does not know.
+    #[doc(alias = "cudaDeviceGetAttribute")]
+    pub fn attribute(&self, attr: cudaDeviceAttr) -> Result<i32> {
+        let rt = check::cudart()?;
+        let mut v: c_int = 0;
+        // SAFETY: `v` is a valid, writable out-pointer; attribute and ordinal are
+        // plain values the runtime validates.
+        unsafe { cuda_call!(rt, cudaDeviceGetAttribute(&mut v, attr, self.ordinal)) }.map_err(
+            |e| e.with_context(format!("attribute {} of device {}", attr.0, self.ordinal)),
+        )?;
+        Ok(v)
+    }
+
+    /// The device's name (`"NVIDIA H200"`), or `"unknown"` when the loaded
+    /// runtime does not offer `cudaGetDeviceProperties` with the ABI of these
+    /// bindings (CUDA 12; see `cudart_sys::ABI_DIFFERS_IN_CUDA12`).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] when the runtime cannot describe the device.
+    #[doc(alias = "cudaGetDeviceProperties")]
+    pub fn name(&self) -> Result<String> {
+        /// Much larger than any `cudaDeviceProp` layout (1008 bytes in CUDA 13),
+        /// so a runtime with a bigger struct still writes inside the buffer.
+        #[repr(C, align(8))]
+        struct PropBuf([u8; 8192]);
+
+        let rt = check::cudart()?;
+        if !rt.has_symbol("cudaGetDeviceProperties") {
+            return Ok("unknown".to_string());
+        }
+        let mut buf = Box::new(PropBuf([0; 8192]));
+        let prop = buf.0.as_mut_ptr().cast::<cudart::cudaDeviceProp>();
+        // SAFETY: `prop` points to 8 KiB of writable, 8-aligned, zeroed memory,
+        // more than the runtime's `cudaDeviceProp` in every CUDA version this
+        // crate loads; `name` (a `char[256]`) sits at offset 0 in all of them.
+        let r = unsafe { cuda_call!(rt, cudaGetDeviceProperties(prop, self.ordinal)) };
+        match r {
+            Ok(()) => {}
+            Err(Error::MissingSymbol(_)) => return Ok("unknown".to_string()),
+            Err(e) => return Err(e.with_context(format!("device {}", self.ordinal))),
+        }
+        let name = &buf.0[..256];
+        let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+        Ok(String::from_utf8_lossy(&name[..end]).into_owned())
+    }
+
+    /// The compute capability, `(major, minor)` (`(9, 0)` for Hopper).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] when the runtime cannot tell.
+    pub fn compute_capability(&self) -> Result<(u32, u32)> {
+        let major = self.attribute(cudaDeviceAttr::cudaDevAttrComputeCapabilityMajor)?;
+        let minor = self.attribute(cudaDeviceAttr::cudaDevAttrComputeCapabilityMinor)?;
+        Ok((major.max(0) as u32, minor.max(0) as u32))
+    }
+
+    /// The number of streaming multiprocessors.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] when the runtime cannot tell.
+    pub fn sm_count(&self) -> Result<u32> {
+        Ok(self
+            .attribute(cudaDeviceAttr::cudaDevAttrMultiProcessorCount)?
+            .max(0) as u32)
+    }
+
+    /// Whether the device and driver support stream-ordered allocation
+    /// (`cudaMallocAsync`, used by [`DeviceBuffer::alloc_async`](super::DeviceBuffer::alloc_async)).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] when the runtime cannot tell.
+    pub fn supports_memory_pools(&self) -> Result<bool> {
+        Ok(self.attribute(cudaDeviceAttr::cudaDevAttrMemoryPoolsSupported)? != 0)
+    }
+
+    /// Free and total memory. Makes the device current first.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] when the runtime cannot tell.
+    #[doc(alias = "cudaMemGetInfo")]
+    pub fn memory_info(&self) -> Result<MemoryInfo> {
+        self.set_current()?;
+        let rt = check::cudart()?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: both are valid, writable out-pointers.
+        unsafe { cuda_call!(rt, cudaMemGetInfo(&mut free, &mut total)) }?;
+        Ok(MemoryInfo { free, total })
+    }
+
+    /// Wait for all work on the device, every stream included. Makes the
+    /// device current first.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] with the first error of earlier asynchronous work.
+    #[doc(alias = "cudaDeviceSynchronize")]
+    pub fn synchronize(&self) -> Result<()> {
+        self.set_current()?;
+        let rt = check::cudart()?;
+        // SAFETY: takes no arguments; blocks until the current device is idle.
+        unsafe { cuda_call!(rt, cudaDeviceSynchronize()) }
+    }
+
+    /// A new (blocking) stream on this device. Makes the device current first.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] when the stream cannot be created.
+    pub fn create_stream(&self) -> Result<Stream> {
+        self.set_current()?;
+        Stream::new()
+    }
+
+    /// A new non-blocking stream on this device (see [`Stream::non_blocking`]).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] when the stream cannot be created.
+    pub fn create_non_blocking_stream(&self) -> Result<Stream> {
+        self.set_current()?;
+        Stream::non_blocking()
+    }
+}

@@ -1,1 +1,198 @@
-//! (in progress)
+//! CUDA events: markers in a stream, for timing and cross-stream ordering.
+
+use std::fmt;
+use std::ptr::{self, NonNull};
+
+use crate::check::{self, cuda_call};
+use crate::error::{Error, Result};
+use crate::sys::cudart::{self, CUevent_st, cudaError, cudaEvent_t};
+
+use super::Stream;
+
+/// Flags for [`Event::with_flags`] (`cudaEventCreateWithFlags`); combine with `|`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct EventFlags(u32);
+
+impl EventFlags {
+    /// `cudaEventDefault`: timing enabled, spin-waiting.
+    pub const DEFAULT: EventFlags = EventFlags(cudart::cudaEventDefault);
+    /// `cudaEventBlockingSync`: [`Event::synchronize`] sleeps instead of spinning.
+    pub const BLOCKING_SYNC: EventFlags = EventFlags(cudart::cudaEventBlockingSync);
+    /// `cudaEventDisableTiming`: cheaper; [`Event::elapsed_ms`] refuses it.
+    pub const DISABLE_TIMING: EventFlags = EventFlags(cudart::cudaEventDisableTiming);
+
+    /// The raw flag bits.
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+}
+
+impl std::ops::BitOr for EventFlags {
+    type Output = EventFlags;
+    fn bitor(self, rhs: Self) -> Self {
+        EventFlags(self.0 | rhs.0)
+    }
+}
+
+/// A CUDA event (owned; destroyed on drop).
+pub struct Event {
+    raw: NonNull<CUevent_st>,
+    timing: bool,
+}
+
+// SAFETY: the CUDA runtime API is thread-safe; an event handle may be recorded,
+// queried and synchronized from any host thread (the CUDA Runtime API
+// reference marks only graph objects, "Graph object thread safety", as not
+// internally synchronized). `Event` owns its handle and destroys it once.
+unsafe impl Send for Event {}
+// SAFETY: as above; `&Event` only allows record/query/synchronize, which the
+// runtime serializes internally.
+unsafe impl Sync for Event {}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Event")
+            .field("raw", &self.raw)
+            .field("timing", &self.timing)
+            .finish()
+    }
+}
+
+impl Event {
+    /// A new event with timing enabled.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] when there is no usable device or the runtime refuses.
+    #[doc(alias = "cudaEventCreate")]
+    pub fn new() -> Result<Self> {
+        Self::with_flags(EventFlags::DEFAULT)
+    }
+
+    /// A new event with `flags`.
+    ///
+    /// # Errors
+    /// As [`Event::new`].
+    #[doc(alias = "cudaEventCreateWithFlags")]
+    pub fn with_flags(flags: EventFlags) -> Result<Self> {
+        let rt = check::cudart()?;
+        let mut raw: cudaEvent_t = ptr::null_mut();
+        // SAFETY: `raw` is a valid, writable out-pointer; flags are plain bits
+        // the runtime validates.
+        unsafe { cuda_call!(rt, cudaEventCreateWithFlags(&mut raw, flags.0)) }?;
+        let raw = NonNull::new(raw).ok_or_else(|| {
+            Error::invalid("event", "cudaEventCreateWithFlags returned null", "null")
+        })?;
+        Ok(Event {
+            raw,
+            timing: flags.0 & cudart::cudaEventDisableTiming == 0,
+        })
+    }
+
+    /// Take ownership of an event (destroyed on drop).
+    ///
+    /// # Safety
+    /// `raw` must be a valid event from `cudaEventCreate*` that nobody else
+    /// destroys. `timing` must say whether it was created with timing enabled.
+    pub unsafe fn from_raw(raw: cudaEvent_t, timing: bool) -> Result<Self> {
+        let raw = NonNull::new(raw)
+            .ok_or_else(|| Error::invalid("raw", "must be a non-null cudaEvent_t", "null"))?;
+        Ok(Event { raw, timing })
+    }
+
+    /// The raw handle, valid while `self` lives.
+    pub fn as_raw(&self) -> cudaEvent_t {
+        self.raw.as_ptr()
+    }
+
+    /// Capture the work queued on `stream` so far (stream-ordered: the event
+    /// completes when that work is done).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] when the runtime refuses.
+    #[doc(alias = "cudaEventRecord")]
+    pub fn record(&self, stream: &Stream) -> Result<()> {
+        let rt = check::cudart()?;
+        // SAFETY: both handles are valid for the call (`stream` by its own contract).
+        unsafe { cuda_call!(rt, cudaEventRecord(self.raw.as_ptr(), stream.as_raw())) }
+    }
+
+    /// Block until the event's captured work is done (immediately if it was
+    /// never recorded).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`], also for failures of the captured work.
+    #[doc(alias = "cudaEventSynchronize")]
+    pub fn synchronize(&self) -> Result<()> {
+        let rt = check::cudart()?;
+        // SAFETY: `raw` is a valid event we own.
+        unsafe { cuda_call!(rt, cudaEventSynchronize(self.raw.as_ptr())) }
+    }
+
+    /// Whether the captured work is done (does not block).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] for failures other than "not ready".
+    #[doc(alias = "cudaEventQuery")]
+    pub fn query(&self) -> Result<bool> {
+        let rt = check::cudart()?;
+        // SAFETY: `raw` is a valid event we own.
+        let st = unsafe { rt.cudaEventQuery(self.raw.as_ptr()) }?;
+        if st == cudaError::cudaErrorNotReady {
+            return Ok(false);
+        }
+        check::cuda_status(rt, "cudaEventQuery", st)?;
+        Ok(true)
+    }
+
+    /// Milliseconds between two recorded, completed events (about 0.5 µs
+    /// resolution). Both must have timing enabled.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when either event has timing disabled;
+    /// [`Error::Cuda`] when one was not recorded or has not completed.
+    #[doc(alias = "cudaEventElapsedTime")]
+    pub fn elapsed_ms(start: &Event, end: &Event) -> Result<f32> {
+        for (arg, ev) in [("start", start), ("end", end)] {
+            if !ev.timing {
+                return Err(Error::invalid(
+                    arg,
+                    "must be created with timing enabled",
+                    "EventFlags::DISABLE_TIMING",
+                ));
+            }
+        }
+        let rt = check::cudart()?;
+        let mut ms = 0f32;
+        // SAFETY: `ms` is a valid out-pointer; both events are valid and owned.
+        unsafe {
+            cuda_call!(
+                rt,
+                cudaEventElapsedTime(&mut ms, start.raw.as_ptr(), end.raw.as_ptr())
+            )
+        }?;
+        Ok(ms)
+    }
+
+    /// Destroy the event now, reporting the runtime's status.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] from `cudaEventDestroy`.
+    #[doc(alias = "cudaEventDestroy")]
+    pub fn destroy(self) -> Result<()> {
+        let raw = self.raw.as_ptr();
+        std::mem::forget(self);
+        let rt = check::cudart()?;
+        // SAFETY: we owned `raw`; `self` is forgotten so Drop will not destroy it again.
+        unsafe { cuda_call!(rt, cudaEventDestroy(raw)) }
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if let Ok(rt) = check::cudart() {
+            // SAFETY: we own the event; an event still pending is released by
+            // the runtime once it completes. The status is ignored: Drop must not fail.
+            let _ = unsafe { rt.cudaEventDestroy(self.raw.as_ptr()) };
+        }
+    }
+}

@@ -1,0 +1,473 @@
+//! Runtime and handles on a real device (gpu tier; skipped visibly without
+//! one, a failure under `CUDNN_RS_REQUIRE_GPU=1`).
+
+mod support;
+
+use std::time::Duration;
+
+use cudnn::runtime::{
+    Device, DeviceBuffer, DeviceSlice, DeviceSliceMut, Event, EventFlags, HostBuffer, Stream,
+    StreamFlags,
+};
+use cudnn::sys::cudart::cudaDeviceAttr;
+use cudnn::{DataType, Error, blas, dnn};
+use half::{bf16, f16};
+use support::*;
+
+/// Deterministic, exactly representable test values per dtype.
+trait Sample: DataType + PartialEq {
+    fn at(i: usize) -> Self;
+}
+impl Sample for f32 {
+    fn at(i: usize) -> Self {
+        (i % 4093) as f32 - 2000.5
+    }
+}
+impl Sample for f64 {
+    fn at(i: usize) -> Self {
+        i as f64 * 0.25 - 1e6
+    }
+}
+impl Sample for f16 {
+    fn at(i: usize) -> Self {
+        f16::from_f32((i % 2048) as f32 - 1024.0)
+    }
+}
+impl Sample for bf16 {
+    fn at(i: usize) -> Self {
+        bf16::from_f32((i % 256) as f32 - 128.0)
+    }
+}
+impl Sample for i8 {
+    fn at(i: usize) -> Self {
+        (i % 256) as u8 as i8
+    }
+}
+impl Sample for u8 {
+    fn at(i: usize) -> Self {
+        (i * 7 % 256) as u8
+    }
+}
+impl Sample for i32 {
+    fn at(i: usize) -> Self {
+        (i as i32).wrapping_mul(-7919)
+    }
+}
+
+const LENGTHS: [usize; 4] = [0, 1, 1023, 1 << 24];
+
+fn first_difference<T: Sample>(got: &[T], want: &[T]) -> Option<String> {
+    if got.len() != want.len() {
+        return Some(format!("length {} != {}", got.len(), want.len()));
+    }
+    got.iter()
+        .zip(want)
+        .position(|(a, b)| a != b)
+        .map(|i| format!("element {i}: got {:?}, want {:?}", got[i], want[i]))
+}
+
+fn round_trip<T: Sample>() -> TestResult {
+    Device::new(0)?;
+    for len in LENGTHS {
+        let host: Vec<T> = (0..len).map(T::at).collect();
+        let dev = DeviceBuffer::from_host(&host)?;
+        ensure!(
+            dev.len() == len && dev.byte_len() == len * T::SIZE,
+            "{} len {len}: {dev:?}",
+            T::NAME
+        );
+        if let Some(d) = first_difference(&dev.to_vec()?, &host) {
+            return Err(format!("{} len {len}: to_vec: {d}", T::NAME).into());
+        }
+        let mut back = vec![T::default(); len];
+        dev.copy_to_host(&mut back)?;
+        if let Some(d) = first_difference(&back, &host) {
+            return Err(format!("{} len {len}: copy_to_host: {d}", T::NAME).into());
+        }
+        // device -> device, synchronous and stream-ordered
+        let clone = dev.try_clone()?;
+        let mut other = DeviceBuffer::<T>::alloc(len)?;
+        let stream = Stream::new()?;
+        other.copy_from_device_async(&clone, &stream)?;
+        stream.synchronize()?;
+        if let Some(d) = first_difference(&other.to_vec()?, &host) {
+            return Err(format!("{} len {len}: device to device: {d}", T::NAME).into());
+        }
+        // zeroing
+        other.memset(0)?;
+        ensure!(
+            other.to_vec()?.iter().all(|v| *v == T::default()),
+            "{} len {len}: memset(0)",
+            T::NAME
+        );
+        let z = DeviceBuffer::<T>::zeroed(len)?;
+        ensure!(
+            z.to_vec()?.iter().all(|v| *v == T::default()),
+            "{} len {len}: zeroed",
+            T::NAME
+        );
+        other.copy_from_host(&host)?;
+        if let Some(d) = first_difference(&other.to_vec()?, &host) {
+            return Err(format!("{} len {len}: copy_from_host: {d}", T::NAME).into());
+        }
+        clone.destroy()?;
+        other.destroy()?;
+    }
+    Ok(())
+}
+
+fn device_info() -> TestResult {
+    let n = Device::count()?;
+    ensure!(n >= 1, "count {n}");
+    let dev = Device::new(0)?;
+    ensure!(Device::current()? == dev, "Device::new makes it current");
+    let name = dev.name()?;
+    let (major, minor) = dev.compute_capability()?;
+    let sms = dev.sm_count()?;
+    let mem = dev.memory_info()?;
+    eprintln!(
+        "device 0: {name}, sm_{major}{minor}, {sms} SMs, {} / {} MiB free, pools: {}",
+        mem.free >> 20,
+        mem.total >> 20,
+        dev.supports_memory_pools()?
+    );
+    ensure!(!name.is_empty(), "empty name");
+    ensure!(major >= 5, "compute capability {major}.{minor}");
+    ensure!(sms > 0, "SM count {sms}");
+    ensure!(mem.total > 0 && mem.free <= mem.total, "{mem:?}");
+    ensure!(
+        dev.attribute(cudaDeviceAttr::cudaDevAttrWarpSize)? == 32,
+        "warp size"
+    );
+    dev.synchronize()?;
+    let e = Device::new(n)
+        .err()
+        .ok_or("an out-of-range ordinal must fail")?;
+    let msg = e.to_string();
+    ensure!(matches!(e, Error::InvalidArgument { .. }), "{e:?}");
+    ensure!(
+        msg.contains(&n.to_string()) && msg.contains("ordinal"),
+        "must name the ordinal and count: {msg}"
+    );
+    Ok(())
+}
+
+fn memset_patterns() -> TestResult {
+    Device::new(0)?;
+    let mut b = DeviceBuffer::<u8>::alloc(1001)?;
+    b.memset(0xAB)?;
+    ensure!(b.to_vec()?.iter().all(|&v| v == 0xAB), "u8 memset");
+    let mut i = DeviceBuffer::<i32>::alloc(77)?;
+    i.memset(0xFF)?;
+    ensure!(
+        i.to_vec()?.iter().all(|&v| v == -1),
+        "i32 memset 0xFF is -1"
+    );
+    let stream = Stream::non_blocking()?;
+    i.memset_async(0, &stream)?;
+    stream.synchronize()?;
+    ensure!(i.to_vec()?.iter().all(|&v| v == 0), "memset_async");
+    let mut part = i.slice_mut(10..20)?;
+    part.memset(0x01)?;
+    let v = i.to_vec()?;
+    ensure!(
+        v[..10].iter().all(|&x| x == 0) && v[20..].iter().all(|&x| x == 0),
+        "memset of a sub-range stays inside it"
+    );
+    ensure!(
+        v[10..20].iter().all(|&x| x == 0x0101_0101),
+        "sub-range memset"
+    );
+    Ok(())
+}
+
+fn views_and_subranges() -> TestResult {
+    Device::new(0)?;
+    let mut b = DeviceBuffer::<f32>::zeroed(10)?;
+    b.slice_mut(2..5)?.copy_from_host(&[1.0, 2.0, 3.0])?;
+    ensure!(
+        b.slice(2..5)?.to_vec()? == [1.0, 2.0, 3.0],
+        "sub-range round trip"
+    );
+    ensure!(
+        b.to_vec()? == [0.0, 0.0, 1.0, 2.0, 3.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        "whole buffer"
+    );
+    ensure!(
+        b.slice(..)?.len() == 10 && b.slice(7..)?.len() == 3 && b.slice(..=3)?.len() == 4,
+        "range forms"
+    );
+
+    // copy between disjoint halves of one buffer
+    let (mut lo, hi) = b.as_slice_mut().split_at_mut(5)?;
+    let mut hi = hi;
+    hi.slice_mut(0..3)?.copy_from_device(lo.slice(2..5)?)?;
+    lo.memset(0)?;
+    ensure!(
+        b.to_vec()? == [0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 2.0, 3.0, 0.0, 0.0],
+        "copy between split halves"
+    );
+
+    // errors, not panics
+    let e = b.slice(8..11).err().ok_or("out of range")?;
+    ensure!(
+        e.to_string().contains("8..11") && e.to_string().contains("0..10"),
+        "{e}"
+    );
+    let e = b
+        .slice_mut(2..5)?
+        .copy_from_host(&[1.0])
+        .err()
+        .ok_or("length mismatch")?;
+    ensure!(
+        e.to_string().contains("expected 3") && e.to_string().contains("got 1"),
+        "{e}"
+    );
+    let src = DeviceBuffer::<f32>::zeroed(4)?;
+    let e = b
+        .copy_from_device(&src)
+        .err()
+        .ok_or("device length mismatch")?;
+    ensure!(
+        e.to_string().contains("expected 10") && e.to_string().contains("got 4"),
+        "{e}"
+    );
+
+    // views over memory someone else owns
+    let mut owner = DeviceBuffer::<i32>::from_host(&[5, 6, 7, 8])?;
+    let raw = owner.as_mut_ptr();
+    // SAFETY: `raw` points to 4 i32 of live device memory owned by `owner`, which
+    // is not used otherwise while the views exist.
+    let view = unsafe { DeviceSlice::from_raw_parts(raw.cast_const(), 4) };
+    ensure!(view.slice(1..3)?.to_vec()? == [6, 7], "raw view");
+    // SAFETY: as above; the read-only view is no longer used.
+    let mut view_mut = unsafe { DeviceSliceMut::from_raw_parts_mut(raw, 4) };
+    view_mut.copy_from_host(&[1, 2, 3, 4])?;
+    ensure!(owner.to_vec()? == [1, 2, 3, 4], "raw mutable view");
+
+    // ownership hand-over
+    let (p, n) = owner.into_raw();
+    // SAFETY: `p`/`n` came from `into_raw` of a cudaMalloc'd buffer.
+    let owner = unsafe { DeviceBuffer::from_raw(p, n) };
+    ensure!(owner.to_vec()? == [1, 2, 3, 4], "from_raw(into_raw)");
+    Ok(())
+}
+
+fn pinned_async_copies() -> TestResult {
+    Device::new(0)?;
+    let stream = Stream::non_blocking()?;
+    for len in [0usize, 1, 1023, 1 << 22] {
+        let input = HostBuffer::from_slice(&(0..len).map(f32::at).collect::<Vec<_>>())?;
+        let mut output = HostBuffer::<f32>::new(len)?;
+        let mut dev = DeviceBuffer::<f32>::alloc(len)?;
+        let mut dev2 = DeviceBuffer::<f32>::alloc(len)?;
+        stream.scope(|s| {
+            s.upload(&input, &mut dev)?;
+            dev2.copy_from_device_async(&dev, s.stream())?;
+            s.download(&dev2, &mut output)
+        })?;
+        if let Some(d) = first_difference(&output, &input) {
+            return Err(format!("len {len}: pinned round trip: {d}").into());
+        }
+    }
+    // sub-ranges of pinned buffers and pageable slices
+    let input = HostBuffer::from_slice(&[1i32, 2, 3, 4, 5, 6])?;
+    let mut dev = DeviceBuffer::<i32>::zeroed(3)?;
+    let mut pageable = vec![0i32; 3];
+    stream.scope(|s| {
+        s.upload(&input[3..], &mut dev)?;
+        s.download(&dev, &mut pageable)
+    })?;
+    ensure!(pageable == [4, 5, 6], "{pageable:?}");
+    // a failing scope still synchronizes and reports the first error
+    let mut out = HostBuffer::<i32>::new(2)?;
+    let e = stream
+        .scope(|s| {
+            s.upload(&input[..3], &mut dev)?;
+            s.download(&dev, &mut out)
+        })
+        .err()
+        .ok_or("length mismatch inside a scope")?;
+    ensure!(
+        e.to_string().contains("expected 3") && e.to_string().contains("got 2"),
+        "{e}"
+    );
+    ensure!(stream.query()?, "the stream is idle after scope returns");
+    Ok(())
+}
+
+fn stream_ordered_allocation() -> TestResult {
+    let dev = Device::new(0)?;
+    let stream = dev.create_non_blocking_stream()?;
+    if !dev.supports_memory_pools()? {
+        let e = DeviceBuffer::<f32>::alloc_async(16, &stream)
+            .err()
+            .ok_or("alloc_async without pools")?;
+        ensure!(matches!(e, Error::Unsupported { .. }), "{e:?}");
+        eprintln!("note: device has no memory pools; checked the Unsupported error only");
+        return Ok(());
+    }
+    let host: Vec<f64> = (0..4097).map(f64::at).collect();
+    let mut a = DeviceBuffer::<f64>::zeroed_async(host.len(), &stream)?;
+    ensure!(a.is_stream_ordered(), "{a:?}");
+    let src = DeviceBuffer::from_host(&host)?;
+    a.copy_from_device_async(&src, &stream)?;
+    stream.synchronize()?;
+    ensure!(a.to_vec()? == host, "stream-ordered buffer contents");
+    a.destroy()?;
+    let z = stream.alloc_zeroed::<i32>(1000)?;
+    stream.synchronize()?;
+    ensure!(z.to_vec()?.iter().all(|&v| v == 0), "Stream::alloc_zeroed");
+    drop(z); // freed on `stream`
+    drop(stream); // the buffer's clone kept it alive until then
+    Ok(())
+}
+
+fn events_and_streams() -> TestResult {
+    Device::new(0)?;
+    let stream = Stream::with_flags(StreamFlags::NON_BLOCKING)?;
+    let (start, end) = (Event::new()?, Event::new()?);
+    let mut big = DeviceBuffer::<u8>::alloc(256 << 20)?;
+    start.record(&stream)?;
+    for i in 0..8u8 {
+        big.memset_async(i, &stream)?;
+    }
+    end.record(&stream)?;
+    end.synchronize()?;
+    ensure!(
+        end.query()? && start.query()?,
+        "events complete after synchronize"
+    );
+    let ms = Event::elapsed_ms(&start, &end)?;
+    eprintln!("8 x memset of 256 MiB: {ms:.3} ms");
+    ensure!(ms >= 0.0 && ms.is_finite(), "elapsed {ms}");
+
+    let untimed = Event::with_flags(EventFlags::DISABLE_TIMING | EventFlags::BLOCKING_SYNC)?;
+    untimed.record(&stream)?;
+    untimed.synchronize()?;
+    let e = Event::elapsed_ms(&start, &untimed)
+        .err()
+        .ok_or("untimed events cannot be timed")?;
+    ensure!(matches!(e, Error::InvalidArgument { .. }), "{e:?}");
+
+    // cross-stream ordering
+    let other = Stream::new()?;
+    other.wait_event(&end)?;
+    other.wait_for(&stream)?;
+    other.synchronize()?;
+    ensure!(other.query()?, "idle");
+
+    // special and borrowed streams
+    Stream::legacy().synchronize()?;
+    Stream::per_thread().synchronize()?;
+    let owned = Stream::new()?;
+    {
+        // SAFETY: `owned` outlives the borrowed wrapper and its clones.
+        let borrowed = unsafe { Stream::from_raw(owned.as_raw()) };
+        ensure!(
+            !borrowed.is_owned() && borrowed == owned,
+            "from_raw wraps the same stream"
+        );
+        borrowed.synchronize()?;
+    }
+    owned.synchronize()?; // still alive: the borrowed wrapper did not destroy it
+    let clone = owned.clone();
+    owned.destroy()?; // not the last clone: nothing destroyed yet
+    clone.synchronize()?;
+    clone.destroy()?;
+    end.destroy()?;
+    Ok(())
+}
+
+fn dnn_handle() -> TestResult {
+    Device::new(0)?;
+    let stream = Stream::non_blocking()?;
+    let mut h = dnn::Handle::new(&stream)?;
+    ensure!(*h.stream() == stream, "bound to its stream");
+    ensure!(!h.as_raw().is_null(), "raw handle");
+    ensure!(h.workspace(0)?.is_empty(), "empty workspace");
+    ensure!(h.workspace_size() == 0, "nothing allocated for 0 bytes");
+    let ws = h.workspace(1 << 20)?;
+    ensure!(ws.len() == 1 << 20 && !ws.as_ptr().is_null(), "{ws:?}");
+    ensure!(
+        h.workspace(1000)?.len() == 1000,
+        "a smaller request reuses the workspace"
+    );
+    ensure!(h.workspace_size() == 1 << 20, "no shrink");
+    h.workspace(16 << 20)?.memset_async(0, &stream)?;
+    ensure!(h.workspace_size() == 16 << 20, "grown");
+    let other = Stream::new()?;
+    h.set_stream(&other)?;
+    ensure!(*h.stream() == other, "switched");
+    h.workspace(32 << 20)?.memset_async(1, &other)?;
+    other.synchronize()?;
+    h.release_workspace()?;
+    ensure!(h.workspace_size() == 0, "released");
+    // a handle moves to another thread (Send)
+    let h = std::thread::spawn(move || -> Result<dnn::Handle, Error> {
+        Device::new(0)?;
+        let mut h = h;
+        h.workspace(4096)?;
+        Ok(h)
+    })
+    .join()
+    .map_err(|_| "thread panicked")??;
+    h.destroy()?;
+    drop(stream); // the handle's clone kept it alive; now gone
+    Ok(())
+}
+
+fn blas_handle() -> TestResult {
+    let dev = Device::new(0)?;
+    let stream = Stream::non_blocking()?;
+    let mut h = blas::Handle::new(&stream)?;
+    ensure!(h.math_mode() == blas::MathMode::Default, "default math");
+    h.set_math_mode(blas::MathMode::Tf32)?;
+    h.set_math_mode(blas::MathMode::Pedantic)?;
+    h.set_math_mode(blas::MathMode::Default)?;
+    let (major, _) = dev.compute_capability()?;
+    let bytes = blas::Handle::recommended_workspace_size(major);
+    h.set_workspace(bytes)?;
+    ensure!(h.workspace_size() == bytes, "workspace set");
+    h.set_workspace(2 * bytes)?;
+    ensure!(h.workspace_size() == 2 * bytes, "workspace grown");
+    let other = Stream::new()?;
+    h.set_stream(&other)?;
+    ensure!(*h.stream() == other, "switched");
+    h.set_workspace(0)?;
+    ensure!(h.workspace_size() == 0, "back to the default pool");
+    let h2 = blas::Handle::new(&Stream::legacy())?;
+    let raw = h2.into_raw();
+    // SAFETY: `raw` came from `into_raw`, so we own it and nobody else uses it.
+    let h2 = unsafe { blas::Handle::from_raw(raw, &stream) }?;
+    h2.destroy()?;
+    h.destroy()?;
+    Ok(())
+}
+
+fn main() {
+    run(vec![
+        gpu("device_info", device_info),
+        gpu("round_trip_f32", round_trip::<f32>),
+        gpu("round_trip_f64", round_trip::<f64>),
+        gpu("round_trip_f16", round_trip::<f16>),
+        gpu("round_trip_bf16", round_trip::<bf16>),
+        gpu("round_trip_i8", round_trip::<i8>),
+        gpu("round_trip_u8", round_trip::<u8>),
+        gpu("round_trip_i32", round_trip::<i32>),
+        gpu("memset_patterns", memset_patterns),
+        gpu("views_and_subranges", views_and_subranges),
+        gpu("pinned_async_copies", pinned_async_copies),
+        gpu("stream_ordered_allocation", stream_ordered_allocation),
+        gpu("events_and_streams", events_and_streams),
+        gpu("dnn_handle", dnn_handle),
+        gpu("blas_handle", blas_handle),
+        unit("sample_values_are_exact", || {
+            // The samples must survive a round trip through their own type.
+            ensure!(f16::at(5).to_f32() == -1019.0, "f16 sample");
+            ensure!(bf16::at(3).to_f32() == -125.0, "bf16 sample");
+            let _ = Duration::ZERO;
+            Ok(())
+        }),
+    ])
+}
