@@ -6,6 +6,7 @@
 
 use std::process::ExitCode;
 
+use cudnn::runtime::Device;
 use cudnn::sys::{cublas, cudart, cudnn as dnn};
 
 fn report<T>(
@@ -41,6 +42,22 @@ fn report<T>(
     }
 }
 
+/// One device's properties.
+fn describe(ordinal: usize) -> cudnn::Result<()> {
+    let d = Device::new(ordinal)?;
+    let (major, minor) = d.compute_capability()?;
+    let mem = d.memory_info()?;
+    println!(
+        "  device {ordinal}: {}, compute capability {major}.{minor}, {} SMs, {:.1} GiB free of {:.1} GiB, memory pools: {}",
+        d.name()?,
+        d.sm_count()?,
+        mem.free as f64 / (1u64 << 30) as f64,
+        mem.total as f64 / (1u64 << 30) as f64,
+        d.supports_memory_pools().unwrap_or(false),
+    );
+    Ok(())
+}
+
 fn main() -> ExitCode {
     println!("libraries:");
     let mut ok = true;
@@ -59,33 +76,16 @@ fn main() -> ExitCode {
     });
 
     println!("devices:");
-    match cudart::load() {
-        Ok(rt) => {
-            let mut n = 0;
-            // SAFETY: `n` is a valid out-pointer.
-            match unsafe { rt.cudaGetDeviceCount(&mut n) } {
-                Ok(st) if st == cudart::cudaError::cudaSuccess => println!("  {n} CUDA device(s)"),
-                Ok(st) => {
-                    // SAFETY: cudaGetErrorString returns a static string for any code.
-                    let text = unsafe { rt.cudaGetErrorString(st) }
-                        .ok()
-                        .filter(|p| !p.is_null())
-                        // SAFETY: non-null, NUL-terminated, static.
-                        .map(|p| {
-                            unsafe { std::ffi::CStr::from_ptr(p) }
-                                .to_string_lossy()
-                                .into_owned()
-                        })
-                        .unwrap_or_default();
-                    println!(
-                        "  no usable CUDA device: cudaGetDeviceCount returned {} ({text})",
-                        st.0
-                    );
+    match Device::count() {
+        Ok(0) => println!("  no CUDA device"),
+        Ok(n) => {
+            for i in 0..n {
+                if let Err(e) = describe(i) {
+                    println!("  device {i}: {e}");
                 }
-                Err(e) => println!("  cannot ask: {e}"),
             }
         }
-        Err(_) => println!("  cannot ask: the CUDA runtime is not loaded"),
+        Err(e) => println!("  no usable CUDA device: {e}"),
     }
     if ok {
         ExitCode::SUCCESS
