@@ -9,6 +9,7 @@ pub(crate) mod check;
 pub mod dnn;
 pub mod dtype;
 pub mod error;
+pub mod reference;
 pub mod runtime;
 
 pub use check::cudnn_status_name;

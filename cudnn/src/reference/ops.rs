@@ -1,0 +1,242 @@
+//! CPU references in `f64` for pooling, activation, softmax, tensor
+//! arithmetic, reduction, batch normalization and dropout: the oracles the
+//! GPU results of [`crate::dnn`]'s ops are checked against.
+//!
+//! Plain loops, written for clarity rather than speed; host-only (no
+//! library, no device). **Data is logical and packed**: a tensor of shape
+//! `[n, c, spatial...]` is a slice in row-major order over that shape,
+//! whatever its layout on the device; [`gather`] and [`scatter`] convert
+//! from and to strided memory (NHWC, padded, ...).
+//!
+//! The references compute the op itself; [`blend`] applies cuDNN's
+//! `alpha * op + beta * out`. Every function checks lengths and shapes first
+//! and returns an [`Error`] instead of panicking.
+//!
+//! ```
+//! use cudnn::reference::ops;
+//! // softmax over the 2 channels of one pixel: e^0 / (e^0 + e^0) = 0.5 each
+//! let y = ops::softmax_forward(
+//!     ops::SoftmaxAlgorithm::Accurate, ops::SoftmaxMode::Channel,
+//!     &[0.0, 0.0], &[1, 2, 1, 1],
+//! )?;
+//! assert_eq!(y, [0.5, 0.5]);
+//! # Ok::<(), cudnn::Error>(())
+//! ```
+
+mod act;
+mod bn;
+mod dropout;
+mod pool;
+mod reduce;
+mod softmax;
+mod tensor;
+
+pub use act::*;
+pub use bn::*;
+pub use dropout::*;
+pub use pool::*;
+pub use reduce::*;
+pub use softmax::*;
+pub use tensor::*;
+
+pub use crate::dnn::{
+    ActivationMode, BatchNormMode, OpTensorOp, PoolingMode, ReduceOp, SoftmaxAlgorithm, SoftmaxMode,
+};
+
+use crate::error::{Error, Result};
+
+/// The number of elements of `shape` (1 for an empty shape).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when the product overflows.
+pub fn element_count(shape: &[usize]) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| Error::invalid("shape", "the element count overflows", format!("{shape:?}")))
+}
+
+/// Check `data` holds exactly the elements of `shape`; returns the count.
+pub(crate) fn check_data(what: &str, data: &[f64], shape: &[usize]) -> Result<usize> {
+    let n = element_count(shape)?;
+    if data.len() != n {
+        return Err(Error::mismatch(
+            format!("{what} length (the element count of shape {shape:?})"),
+            n,
+            data.len(),
+        ));
+    }
+    Ok(n)
+}
+
+/// Check two slices have the same length.
+pub(crate) fn check_same_len(what: &str, expected: usize, got: usize) -> Result<()> {
+    if expected != got {
+        return Err(Error::mismatch(format!("{what} length"), expected, got));
+    }
+    Ok(())
+}
+
+/// Row-major strides of `shape`.
+pub fn packed_strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1usize; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1].saturating_mul(shape[i + 1]);
+    }
+    s
+}
+
+/// Call `f` with every multi-index of `shape`, in row-major order (nothing
+/// for a shape with a 0).
+pub fn for_each_index(shape: &[usize], mut f: impl FnMut(&[usize])) {
+    if shape.contains(&0) {
+        return;
+    }
+    let mut idx = vec![0usize; shape.len()];
+    loop {
+        f(&idx);
+        let mut d = shape.len();
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+/// The offset of `idx` with `strides`.
+fn offset(idx: &[usize], strides: &[usize]) -> usize {
+    idx.iter().zip(strides).map(|(&i, &s)| i * s).sum()
+}
+
+/// Check `shape` and `strides` address only inside `len` elements; returns
+/// the element count.
+fn check_strided(shape: &[usize], strides: &[usize], len: usize) -> Result<usize> {
+    if shape.len() != strides.len() {
+        return Err(Error::mismatch(
+            "strides length (the rank)",
+            shape.len(),
+            strides.len(),
+        ));
+    }
+    let n = element_count(shape)?;
+    if n == 0 {
+        return Ok(0);
+    }
+    let last = shape
+        .iter()
+        .zip(strides)
+        .try_fold(0usize, |acc, (&d, &s)| {
+            acc.checked_add((d - 1).checked_mul(s)?)
+        })
+        .ok_or_else(|| Error::invalid("strides", "the span overflows", format!("{strides:?}")))?;
+    if last >= len {
+        return Err(Error::mismatch(
+            "memory length (the span of shape and strides)",
+            format!(">= {}", last + 1),
+            len,
+        ));
+    }
+    Ok(n)
+}
+
+/// Read a strided tensor (`shape`, `strides` in elements, as a
+/// [`TensorDescriptor`](crate::dnn::TensorDescriptor) has them) from
+/// `memory` into logical packed order.
+///
+/// # Errors
+/// Ranks that differ, or a span longer than `memory`.
+pub fn gather(memory: &[f64], shape: &[usize], strides: &[usize]) -> Result<Vec<f64>> {
+    let n = check_strided(shape, strides, memory.len())?;
+    let mut out = Vec::with_capacity(n);
+    for_each_index(shape, |i| out.push(memory[offset(i, strides)]));
+    Ok(out)
+}
+
+/// Write logical packed `data` into strided `memory` (the inverse of
+/// [`gather`]); elements of `memory` outside the tensor are left alone.
+///
+/// # Errors
+/// As [`gather`], or `data` not holding the elements of `shape`.
+pub fn scatter(data: &[f64], shape: &[usize], strides: &[usize], memory: &mut [f64]) -> Result<()> {
+    check_strided(shape, strides, memory.len())?;
+    check_data("data", data, shape)?;
+    let mut k = 0;
+    for_each_index(shape, |i| {
+        memory[offset(i, strides)] = data[k];
+        k += 1;
+    });
+    Ok(())
+}
+
+/// cuDNN's blending: `alpha * result + beta * old`, with `old` not read
+/// when `beta` is 0 (so NaN in it does not propagate, as in cuDNN).
+///
+/// # Errors
+/// Lengths that differ.
+pub fn blend(alpha: f64, result: &[f64], beta: f64, old: &[f64]) -> Result<Vec<f64>> {
+    check_same_len("old (must equal result)", result.len(), old.len())?;
+    Ok(result
+        .iter()
+        .zip(old)
+        .map(|(&r, &o)| {
+            if beta == 0.0 {
+                alpha * r
+            } else {
+                alpha * r + beta * o
+            }
+        })
+        .collect())
+}
+
+/// The central finite-difference gradient of the scalar function `f` at
+/// `x`: `(f(x + h e_i) - f(x - h e_i)) / 2h` for each `i`.
+///
+/// # Errors
+/// The first error of `f`.
+pub fn finite_difference(
+    mut f: impl FnMut(&[f64]) -> Result<f64>,
+    x: &[f64],
+    h: f64,
+) -> Result<Vec<f64>> {
+    let mut xp = x.to_vec();
+    let mut g = Vec::with_capacity(x.len());
+    for i in 0..x.len() {
+        let orig = xp[i];
+        xp[i] = orig + h;
+        let fp = f(&xp)?;
+        xp[i] = orig - h;
+        let fm = f(&xp)?;
+        xp[i] = orig;
+        g.push((fp - fm) / (2.0 * h));
+    }
+    Ok(g)
+}
+
+/// `sum(a[i] * b[i])`.
+///
+/// # Errors
+/// Lengths that differ.
+pub fn dot(a: &[f64], b: &[f64]) -> Result<f64> {
+    check_same_len("b (must equal a)", a.len(), b.len())?;
+    Ok(a.iter().zip(b).map(|(x, y)| x * y).sum())
+}
+
+/// `(n, c, inner)`: the batch, the channels and the product of the spatial
+/// dimensions of a `[n, c, spatial...]` shape (rank at least 2).
+pub(crate) fn ncs(shape: &[usize]) -> Result<(usize, usize, usize)> {
+    if shape.len() < 2 {
+        return Err(Error::invalid(
+            "shape",
+            "must have at least 2 dimensions ([n, c, spatial...])",
+            format!("{shape:?}"),
+        ));
+    }
+    Ok((shape[0], shape[1], element_count(&shape[2..])?))
+}
