@@ -1,17 +1,23 @@
-//! `cargo run --release --example bench_conv [-- --exhaustive] [--runs N]`:
+//! `cargo run --release --example bench_conv [-- --exhaustive] [--runs N] [--quick] [--csv FILE]`:
 //! convolution throughput on real layers (ResNet-50: the 7x7/2 stem, 1x1,
 //! 3x3 at 56/28/14/7; a MobileNetV2 depthwise 3x3; a dilated 3x3; a
 //! ResNeXt 32-group 3x3; a 3-d 3x3x3), in NHWC bf16, NHWC f16 and NCHW f32,
-//! for each direction (forward, backward data, backward filter).
+//! for each direction (forward, backward data, backward filter). The case
+//! list is [`LAYERS`] times [`CONFIGS`].
 //!
 //! Prints a markdown table: the algorithm (heuristic by default, measured
 //! with `--exhaustive`), its workspace, the device time per run and TFLOP/s
-//! (CUDA events over N runs, after a warm-up), and the host time per plan
-//! run (the time to queue one run: checks plus the one cuDNN call).
+//! (CUDA events over N runs, default 10, after a warm-up), and the host
+//! time per plan run (the time to queue one run: checks plus the one cuDNN
+//! call). `--quick` leaves out NHWC f16 (on current GPUs it runs the same
+//! kernels as bf16) and times 5 runs unless `--runs` says otherwise.
+//! `--csv FILE` also writes one row per case in the format of
+//! `bench_csv.rs` (read by `xtask/device/compare_torch.py`).
 //!
 //! Not a test: numbers depend on the machine. Exit status 1 when the CUDA
 //! libraries or a device are missing, with a message saying which.
 
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -42,6 +48,10 @@ impl Elem for bf16 {
     }
 }
 
+#[path = "bench_csv.rs"]
+mod bench_csv;
+use bench_csv::{Csv, CsvRow, dims, flag_value};
+
 type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 struct Layer {
@@ -57,6 +67,7 @@ struct Layer {
     groups: usize,
 }
 
+/// The layers, in table order.
 const LAYERS: &[Layer] = &[
     Layer {
         name: "resnet50 stem 7x7/2",
@@ -180,7 +191,34 @@ const LAYERS: &[Layer] = &[
     },
 ];
 
+/// Element type and layout of a pass over [`LAYERS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Config {
+    NhwcBf16,
+    NhwcF16,
+    NchwF32,
+}
+
+/// The configurations, in table order; `--quick` leaves out NHWC f16.
+const CONFIGS: &[Config] = &[Config::NhwcBf16, Config::NhwcF16, Config::NchwF32];
+
 impl Layer {
+    /// The `shape` column of the CSV.
+    fn shape_key(&self) -> String {
+        format!(
+            "n={};c={};k={};spatial={};window={};pad={};stride={};dilation={};groups={}",
+            self.n,
+            self.c,
+            self.k,
+            dims(self.spatial),
+            dims(self.window),
+            dims(self.pad),
+            dims(self.stride),
+            dims(self.dilation),
+            self.groups
+        )
+    }
+
     fn x_dims(&self) -> Vec<usize> {
         [self.n, self.c]
             .iter()
@@ -259,31 +297,37 @@ fn time(
 }
 
 struct Row {
-    layer: &'static str,
-    config: String,
+    layer: &'static Layer,
+    dtype: &'static str,
+    layout: &'static str,
     direction: &'static str,
     result: Result<(String, usize, Timing), String>,
     gflop: f64,
 }
 
+/// The CSV `op` key of a direction.
+fn op_key(direction: &str) -> &'static str {
+    match direction {
+        "fwd" => "fwd",
+        "bwd data" => "bwd_data",
+        _ => "bwd_filter",
+    }
+}
+
 fn bench<T: Elem>(
     h: &mut Handle,
     stream: &Stream,
-    layer: &Layer,
+    layer: &'static Layer,
     layout: TensorFormat,
     opts: &PlanOptions<'_>,
     runs: usize,
     rows: &mut Vec<Row>,
 ) -> AnyResult<()> {
-    let config = format!(
-        "{} {}",
-        if layout == TensorFormat::Nhwc {
-            "NHWC"
-        } else {
-            "NCHW"
-        },
-        T::NAME
-    );
+    let layout_name = if layout == TensorFormat::Nhwc {
+        "NHWC"
+    } else {
+        "NCHW"
+    };
     let (xd, wd) = (layer.x_dims(), layer.w_dims());
     let x_desc = TensorDescriptor::<T>::new(&xd, &strides(&xd, layout))?;
     let w_desc = FilterDescriptor::<T>::new(layout, &wd)?;
@@ -306,8 +350,9 @@ fn bench<T: Elem>(
         Ok((p.algo().to_string(), p.workspace_size(), t))
     });
     rows.push(Row {
-        layer: layer.name,
-        config: config.clone(),
+        layer,
+        dtype: T::NAME,
+        layout: layout_name,
         direction: "fwd",
         result: r.map_err(|e| e.to_string()),
         gflop,
@@ -320,8 +365,9 @@ fn bench<T: Elem>(
         Ok((p.algo().to_string(), p.workspace_size(), t))
     });
     rows.push(Row {
-        layer: layer.name,
-        config: config.clone(),
+        layer,
+        dtype: T::NAME,
+        layout: layout_name,
         direction: "bwd data",
         result: r.map_err(|e| e.to_string()),
         gflop,
@@ -333,8 +379,9 @@ fn bench<T: Elem>(
         Ok((p.algo().to_string(), p.workspace_size(), t))
     });
     rows.push(Row {
-        layer: layer.name,
-        config,
+        layer,
+        dtype: T::NAME,
+        layout: layout_name,
         direction: "bwd filter",
         result: r.map_err(|e| e.to_string()),
         gflop,
@@ -359,96 +406,123 @@ fn missing() -> Option<String> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let search = if args.iter().any(|a| a == "--exhaustive") {
-        AlgoSearch::Exhaustive
-    } else {
-        AlgoSearch::Heuristic
-    };
-    let runs = args
-        .iter()
-        .position(|a| a == "--runs")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10usize)
-        .max(1);
-    if let Some(why) = missing() {
-        eprintln!("bench_conv needs the CUDA libraries and a CUDA device; {why}");
-        eprintln!("(`cargo run --example doctor` shows where the libraries were looked for)");
-        return ExitCode::FAILURE;
-    }
-    let run = || -> AnyResult<Vec<Row>> {
-        let dev = Device::new(0)?;
-        println!(
-            "device 0: {}; {search:?} search; {runs} timed runs each\n",
-            dev.name()?
-        );
-        let stream = dev.create_stream()?;
-        let mut h = Handle::new(&stream)?;
-        let opts = PlanOptions::new(search);
-        let mut rows = Vec::new();
-        for layer in LAYERS {
-            bench::<bf16>(
-                &mut h,
-                &stream,
-                layer,
-                TensorFormat::Nhwc,
-                &opts,
-                runs,
-                &mut rows,
-            )?;
-            bench::<f16>(
-                &mut h,
-                &stream,
-                layer,
-                TensorFormat::Nhwc,
-                &opts,
-                runs,
-                &mut rows,
-            )?;
-            bench::<f32>(
-                &mut h,
-                &stream,
-                layer,
-                TensorFormat::Nchw,
-                &opts,
-                runs,
-                &mut rows,
-            )?;
-        }
-        Ok(rows)
-    };
-    let rows = match run() {
-        Ok(r) => r,
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("bench_conv failed: {e}");
-            return ExitCode::FAILURE;
+            ExitCode::FAILURE
         }
+    }
+}
+
+/// Print one table row and write its CSV row.
+fn report(r: &Row, csv: &mut Csv) -> AnyResult<()> {
+    let mut out = CsvRow {
+        suite: "conv",
+        case: r.layer.name,
+        op: op_key(r.direction),
+        shape: r.layer.shape_key(),
+        dtype: r.dtype,
+        layout: r.layout,
+        metric: "TFLOP/s",
+        work: r.gflop * 1e9,
+        device_us: None,
+        host_us: None,
+        detail: String::new(),
     };
-    println!(
-        "| layer | config | direction | algorithm | workspace MiB | GPU ms/run | TFLOP/s | host µs/run |"
-    );
-    println!("|---|---|---|---|---:|---:|---:|---:|");
-    for r in &rows {
-        match &r.result {
-            Ok((algo, ws, t)) => println!(
-                "| {} | {} | {} | {} | {:.1} | {:.4} | {:.1} | {:.1} |",
-                r.layer,
-                r.config,
+    match &r.result {
+        Ok((algo, ws, t)) => {
+            println!(
+                "| {} | {} {} | {} | {} | {:.1} | {:.4} | {:.1} | {:.1} |",
+                r.layer.name,
+                r.layout,
+                r.dtype,
                 r.direction,
                 algo,
                 *ws as f64 / (1 << 20) as f64,
                 t.gpu_ms,
                 r.gflop / t.gpu_ms as f64,
                 t.host_us
-            ),
-            Err(e) => println!(
-                "| {} | {} | {} | unsupported: {} | | | | |",
-                r.layer,
-                r.config,
+            );
+            out.device_us = Some(f64::from(t.gpu_ms) * 1e3);
+            out.host_us = Some(t.host_us);
+            out.detail = algo.clone();
+        }
+        Err(e) => {
+            let first = e.lines().next().unwrap_or_default();
+            println!(
+                "| {} | {} {} | {} | unsupported: {} | | | | |",
+                r.layer.name,
+                r.layout,
+                r.dtype,
                 r.direction,
-                e.replace('|', "/").lines().next().unwrap_or_default()
-            ),
+                first.replace('|', "/")
+            );
+            out.detail = format!("unsupported: {first}");
         }
     }
-    ExitCode::SUCCESS
+    csv.row(&out)?;
+    Ok(())
+}
+
+fn run(args: &[String]) -> AnyResult<()> {
+    let search = if args.iter().any(|a| a == "--exhaustive") {
+        AlgoSearch::Exhaustive
+    } else {
+        AlgoSearch::Heuristic
+    };
+    let quick = args.iter().any(|a| a == "--quick");
+    let runs = match flag_value(args, "--runs") {
+        Some(v) => v
+            .parse::<usize>()
+            .map_err(|_| format!("--runs: not a number: {v}"))?
+            .max(1),
+        None if quick => 5,
+        None => 10,
+    };
+    let configs: Vec<Config> = CONFIGS
+        .iter()
+        .copied()
+        .filter(|&c| !(quick && c == Config::NhwcF16))
+        .collect();
+    if let Some(why) = missing() {
+        return Err(format!(
+            "bench_conv needs the CUDA libraries and a CUDA device; {why}\n\
+             (`cargo run --example doctor` shows where the libraries were looked for)"
+        )
+        .into());
+    }
+    let mut csv = Csv::create(flag_value(args, "--csv").map(Path::new))?;
+    let dev = Device::new(0)?;
+    println!(
+        "device 0: {}; cuDNN {}; {search:?} search; {runs} timed runs each\n",
+        dev.name()?,
+        Handle::library_version()?
+    );
+    let stream = dev.create_stream()?;
+    let mut h = Handle::new(&stream)?;
+    let opts = PlanOptions::new(search);
+    println!(
+        "| layer | config | direction | algorithm | workspace MiB | GPU ms/run | TFLOP/s | host µs/run |"
+    );
+    println!("|---|---|---|---|---:|---:|---:|---:|");
+    // Rows are printed and written as each layer and configuration finishes,
+    // so a run stopped by a time limit keeps what it measured.
+    let mut rows = Vec::new();
+    for layer in LAYERS {
+        for &config in &configs {
+            let (h, s, o, r) = (&mut h, &stream, &opts, &mut rows);
+            match config {
+                Config::NhwcBf16 => bench::<bf16>(h, s, layer, TensorFormat::Nhwc, o, runs, r)?,
+                Config::NhwcF16 => bench::<f16>(h, s, layer, TensorFormat::Nhwc, o, runs, r)?,
+                Config::NchwF32 => bench::<f32>(h, s, layer, TensorFormat::Nchw, o, runs, r)?,
+            }
+            for r in rows.drain(..) {
+                report(&r, &mut csv)?;
+            }
+            csv.flush()?;
+        }
+    }
+    csv.finish()?;
+    Ok(())
 }

@@ -1,19 +1,22 @@
-//! `cargo run --release --example bench_gemm [-- --quick] [--dtype f32,tf32,f16,bf16] [--seconds S]`:
+//! `cargo run --release --example bench_gemm [-- --quick] [--dtype f32,tf32,f16,bf16] [--seconds S] [--csv FILE]`:
 //! GEMM throughput (`cublasGemmEx` / `cublasGemmStridedBatchedEx` through
 //! a `GemmPlan`) on square sizes 256 to 8192 and transformer shapes (a
 //! 7B-class MLP, 4096 tokens: 4096x11008x4096 and 4096x4096x11008;
 //! attention, batch 32 x 128x128x64 and batch 32 x 128x64x128), row-major,
 //! for f32 (f32 accumulation, no TF32), TF32, f16 and bf16 (f32
-//! accumulation).
+//! accumulation). The case list is [`shapes`].
 //!
 //! Prints a markdown table: the device time per call and TFLOP/s (CUDA
-//! events over a timed loop, after a warm-up) and the host time per call
-//! (the time to queue one call: the plan's checks plus the one cuBLAS
-//! call). `--quick` stops at 2048 and skips the MLP shapes.
+//! events over a timed loop of about `--seconds` (default 0.2), after a
+//! warm-up) and the host time per call (the time to queue one call: the
+//! plan's checks plus the one cuBLAS call). `--quick` stops at 2048 and
+//! skips the MLP shapes. `--csv FILE` also writes one row per case in the
+//! format of `bench_csv.rs` (read by `xtask/device/compare_torch.py`).
 //!
 //! Not a test: numbers depend on the machine. Exit status 1 when the CUDA
 //! libraries or a device are missing, with a message saying which.
 
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -21,6 +24,10 @@ use cudnn::blas::{ComputeType, GemmPlan, GemmTypes, Handle, Layout};
 use cudnn::runtime::{Device, DeviceBuffer, Event, Stream};
 use cudnn::{DataType, Scale};
 use half::{bf16, f16};
+
+#[path = "bench_csv.rs"]
+mod bench_csv;
+use bench_csv::{Csv, CsvRow, flag_value};
 
 type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -32,6 +39,8 @@ struct Shape {
     batch: usize,
 }
 
+/// Every case, in table order: the one list both the table and the CSV
+/// (and so the PyTorch comparison) follow.
 fn shapes(quick: bool) -> Vec<Shape> {
     let mut v = Vec::new();
     for s in [256, 512, 1024, 2048, 4096, 8192] {
@@ -81,7 +90,6 @@ fn shapes(quick: bool) -> Vec<Shape> {
 
 struct Row {
     dtype: &'static str,
-    shape: String,
     device_ms: f64,
     host_us: f64,
     tflops: f64,
@@ -134,7 +142,6 @@ fn bench<A: GemmTypes<A>>(
     let ms = f64::from(Event::elapsed_ms(&start, &end)?) / iters as f64;
     Ok(Row {
         dtype: label,
-        shape: s.name.clone(),
         device_ms: ms,
         host_us: host_s / iters as f64 * 1e6,
         tflops: plan.flops() / (ms * 1e-3) / 1e12,
@@ -144,14 +151,9 @@ fn bench<A: GemmTypes<A>>(
 fn run() -> AnyResult<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
-    let value = |flag: &str| {
-        args.iter()
-            .position(|a| a == flag)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
+    let value = |flag: &str| flag_value(&args, flag);
     let dtypes: Vec<String> = value("--dtype")
-        .unwrap_or_else(|| "f32,tf32,f16,bf16".into())
+        .unwrap_or("f32,tf32,f16,bf16")
         .split(',')
         .map(str::to_string)
         .collect();
@@ -162,6 +164,7 @@ fn run() -> AnyResult<()> {
         None => 0.2,
     };
     let dev = Device::new(0)?;
+    let mut csv = Csv::create(value("--csv").map(Path::new))?;
     let (major, minor) = dev.compute_capability()?;
     let stream = Stream::new()?;
     let mut blas = Handle::new(&stream)?;
@@ -193,15 +196,38 @@ fn run() -> AnyResult<()> {
                     return Err(format!("--dtype: unknown `{other}` (f32, tf32, f16, bf16)").into());
                 }
             };
+            let mut out = CsvRow {
+                suite: "gemm",
+                case: &s.name,
+                op: if s.batch > 1 { "gemm_batched" } else { "gemm" },
+                shape: format!("m={};n={};k={};batch={}", s.m, s.n, s.k, s.batch),
+                dtype: d,
+                layout: "row-major",
+                metric: "TFLOP/s",
+                work: 2.0 * (s.m * s.n * s.k * s.batch) as f64,
+                device_us: None,
+                host_us: None,
+                detail: String::new(),
+            };
             match row {
-                Ok(r) => println!(
-                    "| {} | {} | {:.4} | {:.1} | {:.1} |",
-                    r.dtype, r.shape, r.device_ms, r.host_us, r.tflops
-                ),
-                Err(e) => println!("| {d} | {} | error: {e} | | |", s.name),
+                Ok(r) => {
+                    println!(
+                        "| {} | {} | {:.4} | {:.1} | {:.1} |",
+                        r.dtype, s.name, r.device_ms, r.host_us, r.tflops
+                    );
+                    out.device_us = Some(r.device_ms * 1e3);
+                    out.host_us = Some(r.host_us);
+                }
+                Err(e) => {
+                    println!("| {d} | {} | error: {e} | | |", s.name);
+                    out.detail = format!("error: {e}");
+                }
             }
+            csv.row(&out)?;
+            csv.flush()?;
         }
     }
+    csv.finish()?;
     Ok(())
 }
 

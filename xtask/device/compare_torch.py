@@ -1,0 +1,531 @@
+#!/usr/bin/env python3
+"""Run our benchmark cases through PyTorch and write one comparison table.
+
+Part of the GPU check (`cargo xtask device-check` packs this file; run.sh
+runs it right after our benchmarks, on the same device). It reads the CSV
+files our `bench_gemm`, `bench_conv` and `bench_ops` examples wrote with
+`--csv` (format: examples/bench_csv.rs), runs every case again with
+PyTorch, and writes a markdown report: one table of op, shape, dtype, ours,
+PyTorch and ours / PyTorch, then host time per call for the small cases.
+
+PyTorch side, like for like with ours:
+- GEMM: torch.matmul / torch.bmm into a preallocated output, row-major,
+  inputs filled with the same 0x3C bytes ours uses; f32 without TF32, tf32
+  with it; f16/bf16 with f32 accumulation (reduced-precision reductions off).
+- Convolution: F.conv1d/2d/3d forward, torch.ops.aten.convolution_backward
+  for backward data and backward filter; channels_last for NHWC;
+  torch.backends.cudnn.benchmark = True (autotuned, like `--exhaustive`);
+  TF32 allowed for f32 (ours: cuDNN's default math, which allows it too).
+- Memory-bound ops: the nearest PyTorch call for each op key (relu,
+  sigmoid, softmax, log-softmax, max_pool2d, add with broadcast, batch_norm,
+  dropout, ...), backward through torch.ops.aten or autograd.
+Each case: 3 warm-up calls (the cuDNN autotune runs there), then a timed
+loop with CUDA events around it (device time) and perf_counter around the
+queueing (host time), as ours does.
+
+Standard library and torch only. Exit status: 0 when PyTorch ran; 2 when
+torch cannot be imported or sees no CUDA device (the report says so and
+still lists our numbers); 1 on bad arguments.
+
+usage: compare_torch.py --out compare.md [--budget-s S] CSV [CSV ...]
+"""
+
+import argparse
+import csv
+import math
+import os
+import sys
+import time
+
+# Rows whose device time (ours or PyTorch's) is under this many µs go into
+# the host-time table: there the time to queue a call is what a user feels.
+SMALL_DEVICE_US = 200.0
+# Aim for about this much device time in each timed loop.
+TARGET_LOOP_S = 0.05
+MIN_ITERS, MAX_ITERS = 5, 500
+
+
+# ---------------------------------------------------------------------------
+# Reading our CSVs
+
+
+def read_rows(paths):
+    """Every row of every CSV, in order; a missing file is a note."""
+    rows, notes = [], []
+    for path in paths:
+        if not os.path.exists(path):
+            notes.append(f"{path}: missing (the benchmark did not run or failed early)")
+            continue
+        with open(path, newline="", encoding="utf-8") as f:
+            got = list(csv.DictReader(f))
+        if not got:
+            notes.append(f"{path}: no rows (the benchmark failed before its first case)")
+        rows.extend(got)
+    return rows, notes
+
+
+def parse_shape(text):
+    """'m=1;n=2' -> {'m': '1', 'n': '2'}."""
+    out = {}
+    for part in text.split(";"):
+        if "=" in part:
+            key, value = part.split("=", 1)
+            out[key.strip()] = value.strip()
+    return out
+
+
+def dims(text):
+    """'3x3' -> [3, 3]."""
+    return [int(v) for v in text.split("x") if v]
+
+
+def number(text):
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------------------
+# Display
+
+
+def op_label(row):
+    suite, op = row["suite"], row["op"]
+    if suite == "gemm":
+        return "GEMM batched" if op == "gemm_batched" else "GEMM"
+    if suite == "conv":
+        return "conv " + op.replace("_", " ")
+    return row["case"]
+
+
+def shape_label(row):
+    s = parse_shape(row["shape"])
+    suite = row["suite"]
+    if suite == "gemm":
+        # Square cases as m x n x k; the others' names already hold their sizes.
+        if row["case"].startswith("square"):
+            return f"{s.get('m')}x{s.get('n')}x{s.get('k')}"
+        return row["case"]
+    if suite == "conv":
+        spatial, window = s.get("spatial", ""), s.get("window", "")
+        c, groups = int(s.get("c", "0")), max(1, int(s.get("groups", "1")))
+        parts = [f"x {s.get('n')}x{c}x{spatial}, w {s.get('k')}x{c // groups}x{window}"]
+        for key, default in (("stride", "1"), ("pad", "0"), ("dilation", "1")):
+            values = set(s.get(key, default).split("x"))
+            if values != {default}:
+                parts.append(f"{key} {s.get(key)}")
+        if s.get("groups", "1") != "1":
+            parts.append(f"groups {s.get('groups')}")
+        return f"{row['case']}: " + ", ".join(parts)
+    return f"{s.get('n')}x{s.get('c')}x{s.get('h')}x{s.get('w')}"
+
+
+def dtype_label(row):
+    if row["suite"] == "gemm":
+        return {"tf32": "f32 (TF32)", "f32": "f32 (no TF32)"}.get(row["dtype"], row["dtype"])
+    return f"{row['dtype']} {row['layout']}"
+
+
+def fmt_value(v, metric):
+    if v is None:
+        return "—"
+    return f"{v:.1f}" if metric == "TFLOP/s" else f"{v:.0f}"
+
+
+def fmt_us(v):
+    return "—" if v is None else f"{v:.1f}"
+
+
+def md_cell(text):
+    return str(text).replace("|", "/").replace("\n", " ")
+
+
+# ---------------------------------------------------------------------------
+# PyTorch cases. Each builder returns a zero-argument function to time.
+
+
+class Skip(Exception):
+    """A case PyTorch cannot express; the row says why."""
+
+
+def torch_dtype(torch, name):
+    table = {"f32": torch.float32, "tf32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+    if name not in table:
+        raise Skip(f"unknown dtype {name}")
+    return table[name]
+
+
+def new_tf32_api(torch):
+    """PyTorch 2.9 and later: fp32_precision settings (mixing them with the
+    legacy allow_tf32 flags is an error there, so use one family only)."""
+    return hasattr(torch.backends.cuda.matmul, "fp32_precision")
+
+
+def set_matmul_tf32(torch, enabled):
+    if new_tf32_api(torch):
+        torch.backends.cuda.matmul.fp32_precision = "tf32" if enabled else "ieee"
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = enabled
+
+
+def set_conv_tf32(torch, enabled):
+    if new_tf32_api(torch) and hasattr(torch.backends.cudnn, "conv"):
+        torch.backends.cudnn.conv.fp32_precision = "tf32" if enabled else "ieee"
+    else:
+        torch.backends.cudnn.allow_tf32 = enabled
+
+
+def gemm_case(torch, row, device):
+    s = parse_shape(row["shape"])
+    m, n, k, batch = (int(s[key]) for key in ("m", "n", "k", "batch"))
+    dtype = torch_dtype(torch, row["dtype"])
+    set_matmul_tf32(torch, row["dtype"] == "tf32")
+    itemsize = torch.empty((), dtype=dtype).element_size()
+
+    def filled(*shape):
+        # The same bytes as ours: every byte 0x3C.
+        count = math.prod(shape)
+        raw = torch.full((count * itemsize,), 0x3C, dtype=torch.uint8, device=device)
+        return raw.view(dtype).view(*shape)
+
+    if batch > 1:
+        a, b = filled(batch, m, k), filled(batch, k, n)
+        c = torch.empty(batch, m, n, dtype=dtype, device=device)
+        return lambda: torch.bmm(a, b, out=c)
+    a, b = filled(m, k), filled(k, n)
+    c = torch.empty(m, n, dtype=dtype, device=device)
+    return lambda: torch.matmul(a, b, out=c)
+
+
+def conv_case(torch, row, device):
+    F = torch.nn.functional
+    s = parse_shape(row["shape"])
+    n, c, k, groups = (int(s[key]) for key in ("n", "c", "k", "groups"))
+    spatial, window = dims(s["spatial"]), dims(s["window"])
+    pad, stride, dilation = dims(s["pad"]), dims(s["stride"]), dims(s["dilation"])
+    nd = len(spatial)
+    conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}.get(nd)
+    if conv is None:
+        raise Skip(f"{nd}-d convolution")
+    dtype = torch_dtype(torch, row["dtype"])
+    channels_last = row["layout"] == "NHWC"
+    fmt = None
+    if channels_last:
+        fmt = {2: torch.channels_last, 3: torch.channels_last_3d}.get(nd)
+        if fmt is None:
+            raise Skip(f"channels-last {nd}-d")
+
+    def rand(*shape):
+        t = torch.rand(*shape, dtype=dtype, device=device) - 0.5
+        return t.contiguous(memory_format=fmt) if fmt is not None else t
+
+    x = rand(n, c, *spatial)
+    w = rand(k, c // groups, *window)
+    if row["op"] == "fwd":
+        return lambda: conv(x, w, None, stride, pad, dilation, groups)
+    y = conv(x, w, None, stride, pad, dilation, groups)
+    dy = torch.rand_like(y) - 0.5
+    if fmt is not None:
+        dy = dy.contiguous(memory_format=fmt)
+    masks = {"bwd_data": [True, False, False], "bwd_filter": [False, True, False]}
+    if row["op"] not in masks:
+        raise Skip(f"unknown conv op {row['op']}")
+    mask = masks[row["op"]]
+    backward = torch.ops.aten.convolution_backward
+    return lambda: backward(dy, x, w, None, stride, pad, dilation, False, [0] * nd, groups, mask)
+
+
+def ops_case(torch, row, device):
+    F = torch.nn.functional
+    aten = torch.ops.aten
+    s = parse_shape(row["shape"])
+    n, c, h, w = (int(s[key]) for key in ("n", "c", "h", "w"))
+    dtype = torch_dtype(torch, row["dtype"])
+    x = torch.full((n, c, h, w), 0.5, dtype=dtype, device=device)
+    dy = x.clone()
+    y = torch.empty_like(x)
+    op = row["op"]
+
+    if op == "copy":
+        return lambda: y.copy_(x)
+    if op == "relu_fwd":
+        return lambda: F.relu(x)
+    if op == "relu_bwd":
+        out = F.relu(x)
+        return lambda: aten.threshold_backward(dy, out, 0)
+    if op == "sigmoid_fwd":
+        return lambda: torch.sigmoid(x)
+    if op == "sigmoid_bwd":
+        out = torch.sigmoid(x)
+        return lambda: aten.sigmoid_backward(dy, out)
+    if op == "softmax_fwd":
+        return lambda: torch.softmax(x, dim=1)
+    if op == "softmax_bwd":
+        out = torch.softmax(x, dim=1)
+        return lambda: aten._softmax_backward_data(dy, out, 1, dtype)
+    if op == "log_softmax_fwd":
+        return lambda: torch.log_softmax(x, dim=1)
+    if op == "log_softmax_bwd":
+        out = torch.log_softmax(x, dim=1)
+        return lambda: aten._log_softmax_backward_data(dy, out, 1, dtype)
+    if op == "maxpool_fwd":
+        return lambda: F.max_pool2d(x, 2, 2)
+    if op == "maxpool_bwd":
+        out, idx = F.max_pool2d(x, 2, 2, return_indices=True)
+        gy = torch.zeros_like(out)
+        return lambda: aten.max_pool2d_with_indices_backward(gy, x, [2, 2], [2, 2], [0, 0], [1, 1], False, idx)
+    if op == "add_bias":
+        bias = torch.zeros(1, c, 1, 1, dtype=dtype, device=device)
+        return lambda: y.add_(bias)
+    if op == "add":
+        return lambda: torch.add(x, dy, out=y)
+    if op == "scale":
+        return lambda: y.mul_(1.0)
+    if op == "set":
+        return lambda: y.fill_(1.0)
+    if op == "nchw_to_nhwc":
+        y_cl = torch.empty_like(x, memory_format=torch.channels_last)
+        return lambda: y_cl.copy_(x)
+    if op == "reduce_sum":
+        return lambda: torch.sum(x, dim=(0, 2, 3), keepdim=True)
+    if op in ("bn_infer", "bn_train_fwd", "bn_bwd"):
+        weight = torch.ones(c, dtype=torch.float32, device=device)
+        bias = torch.zeros(c, dtype=torch.float32, device=device)
+        mean = torch.zeros(c, dtype=torch.float32, device=device)
+        var = torch.ones(c, dtype=torch.float32, device=device)
+        if op == "bn_infer":
+            return lambda: F.batch_norm(x, mean, var, weight, bias, training=False, eps=1e-5)
+        if op == "bn_train_fwd":
+            return lambda: F.batch_norm(x, mean, var, weight, bias, training=True, momentum=0.1, eps=1e-5)
+        xg = x.detach().requires_grad_(True)
+        wg = weight.detach().requires_grad_(True)
+        bg = bias.detach().requires_grad_(True)
+        out = F.batch_norm(xg, mean, var, wg, bg, training=True, momentum=0.1, eps=1e-5)
+        return lambda: torch.autograd.grad(out, (xg, wg, bg), dy, retain_graph=True)
+    if op == "dropout_fwd":
+        return lambda: aten.native_dropout(x, 0.5, True)
+    if op == "dropout_bwd":
+        _, mask = aten.native_dropout(x, 0.5, True)
+        return lambda: aten.native_dropout_backward(dy, mask, 2.0)
+    raise Skip(f"no PyTorch counterpart for op `{op}`")
+
+
+BUILDERS = {"gemm": gemm_case, "conv": conv_case, "ops": ops_case}
+
+
+def time_case(torch, fn, ours_us):
+    """(device µs, host µs) per call: warm-up, then a timed loop."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    if ours_us and ours_us > 0:
+        per_s = ours_us * 1e-6
+    else:
+        t = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        per_s = max(time.perf_counter() - t, 1e-6)
+    iters = int(min(MAX_ITERS, max(MIN_ITERS, TARGET_LOOP_S / per_s)))
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    host_s = time.perf_counter() - t0
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / iters, host_s * 1e6 / iters
+
+
+def run_torch(torch, rows, budget_s, started):
+    """Fill row['torch_us'], row['torch_host_us'], row['torch_note']; seconds per suite."""
+    device = torch.device("cuda", 0)
+    spent = {}
+    for i, row in enumerate(rows):
+        row["torch_us"] = row["torch_host_us"] = None
+        row["torch_note"] = ""
+        if budget_s is not None and time.monotonic() - started > budget_s:
+            row["torch_note"] = "skipped (time budget)"
+            continue
+        t = time.monotonic()
+        try:
+            fn = BUILDERS[row["suite"]](torch, row, device)
+            row["torch_us"], row["torch_host_us"] = time_case(torch, fn, number(row.get("device_us")))
+        except Skip as e:
+            row["torch_note"] = f"skipped: {e}"
+        except Exception as e:  # a case PyTorch refuses is a row, not a stop
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            row["torch_note"] = f"error: {type(e).__name__}: {first[:120]}"
+            torch.cuda.empty_cache()
+        fn = None
+        spent[row["suite"]] = spent.get(row["suite"], 0.0) + time.monotonic() - t
+        theirs = f"{row['torch_us']:.1f} µs" if row["torch_us"] else row["torch_note"]
+        print(
+            f"[{i + 1}/{len(rows)}] {row['suite']} {row['case']} {row['op']} {row['dtype']}: "
+            f"ours {row.get('device_us') or '-'} µs, PyTorch {theirs}",
+            flush=True,
+        )
+    return spent
+
+
+# ---------------------------------------------------------------------------
+# The report
+
+
+def torch_rate(row):
+    us, work = row.get("torch_us"), number(row.get("work"))
+    if not us or not work:
+        return None
+    per_s = work / (us * 1e-6)
+    return per_s / 1e12 if row["metric"] == "TFLOP/s" else per_s / 1e9
+
+
+def write_report(out, rows, notes, header_lines, spent, torch_ran):
+    lines = ["# Ours against PyTorch", ""]
+    lines += header_lines
+    if notes:
+        lines += [""] + [f"- note: {n}" for n in notes]
+    lines += [
+        "",
+        "Rates use the same work per call on both sides (the FLOP or bytes in our CSV), so "
+        "**ours / PyTorch** is PyTorch's device time over ours: above 1, ours is faster.",
+        "",
+        "| op | shape | dtype | unit | ours | PyTorch | ours / PyTorch |",
+        "|---|---|---|---|---:|---:|---:|",
+    ]
+    ratios = {}
+    for row in rows:
+        ours = number(row.get("ours_value"))
+        theirs = torch_rate(row) if torch_ran else None
+        ratio = ours / theirs if ours and theirs else None
+        if ratio:
+            ratios.setdefault(row["suite"], []).append(ratio)
+        ours_cell = fmt_value(ours, row["metric"]) if ours else (row.get("detail") or "—")
+        if theirs:
+            theirs_cell = fmt_value(theirs, row["metric"])
+        elif torch_ran:
+            theirs_cell = row.get("torch_note") or "—"
+        else:
+            theirs_cell = "not run"
+        lines.append(
+            "| "
+            + " | ".join(
+                md_cell(v)
+                for v in (
+                    op_label(row),
+                    shape_label(row),
+                    dtype_label(row),
+                    row["metric"],
+                    ours_cell,
+                    theirs_cell,
+                    f"{ratio:.2f}" if ratio else "—",
+                )
+            )
+            + " |"
+        )
+    if ratios:
+        lines += ["", "Geometric mean of ours / PyTorch, over the rows where both ran:"]
+        for suite, values in ratios.items():
+            g = math.exp(sum(math.log(v) for v in values) / len(values))
+            lines.append(f"- {suite}: {g:.2f} ({len(values)} row{'s' if len(values) != 1 else ''})")
+
+    lines += [
+        "",
+        f"## Host time per call, small cases (device time under {SMALL_DEVICE_US:.0f} µs)",
+        "",
+        "The time to queue one call (ours: checks plus the library call; PyTorch: Python, "
+        "dispatcher and the library call), where it is not hidden behind device time.",
+        "",
+        "| op | shape | dtype | ours host µs | PyTorch host µs | ours device µs | PyTorch device µs |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
+    small = 0
+    for row in rows:
+        ours_dev = number(row.get("device_us"))
+        theirs_dev = row.get("torch_us")
+        devs = [v for v in (ours_dev, theirs_dev) if v]
+        if not devs or min(devs) >= SMALL_DEVICE_US:
+            continue
+        small += 1
+        lines.append(
+            "| "
+            + " | ".join(
+                md_cell(v)
+                for v in (
+                    op_label(row),
+                    shape_label(row),
+                    dtype_label(row),
+                    fmt_us(number(row.get("host_us"))),
+                    fmt_us(row.get("torch_host_us")),
+                    fmt_us(ours_dev),
+                    fmt_us(theirs_dev),
+                )
+            )
+            + " |"
+        )
+    if small == 0:
+        lines.append("| (none) | | | | | | |")
+    if spent:
+        lines += ["", "PyTorch side, seconds per suite (build, warm-up incl. autotune, timing): "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in spent.items())]
+    with open(out, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="the markdown report to write")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="stop starting new cases after this many seconds")
+    parser.add_argument("csv", nargs="+", help="CSV files from the bench_* examples (--csv)")
+    args = parser.parse_args()
+    started = time.monotonic()
+    rows, notes = read_rows(args.csv)
+
+    try:
+        import torch
+    except Exception as e:  # ImportError, or a broken install
+        header = [
+            f"**PyTorch: not available** — `import torch` failed in {sys.executable}: "
+            f"{type(e).__name__}: {e}. No comparison was run; our numbers alone follow."
+        ]
+        write_report(args.out, rows, notes, header, {}, torch_ran=False)
+        print(f"compare_torch: import torch failed ({e}); wrote our numbers only to {args.out}")
+        return 2
+    import_s = time.monotonic() - started
+
+    if not torch.cuda.is_available():
+        header = [
+            f"**PyTorch {torch.__version__}: no CUDA device visible** "
+            f"(torch.cuda.is_available() is False). No comparison was run; our numbers alone follow."
+        ]
+        write_report(args.out, rows, notes, header, {}, torch_ran=False)
+        print(f"compare_torch: torch sees no CUDA device; wrote our numbers only to {args.out}")
+        return 2
+
+    torch.backends.cudnn.benchmark = True
+    # Ours convolves f32 with CUDNN_DEFAULT_MATH, which allows TF32: do the same.
+    set_conv_tf32(torch, True)
+    for flag in ("allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction"):
+        if hasattr(torch.backends.cuda.matmul, flag):
+            setattr(torch.backends.cuda.matmul, flag, False)
+
+    spent = run_torch(torch, rows, args.budget_s, started)
+    spent = {"import torch": import_s, **spent}
+    header = [
+        f"- PyTorch {torch.__version__} (CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}) "
+        f"on {torch.cuda.get_device_name(0)}",
+        "- PyTorch settings: cudnn.benchmark = True; TF32 for f32 convolutions (as ours); GEMM f32 "
+        "without TF32 and tf32 with it; f16/bf16 GEMM with reduced-precision reductions off",
+        "- ours: the bench_* examples, run just before on the same device (their own tables are "
+        "further down the report)",
+    ]
+    write_report(args.out, rows, notes, header, spent, torch_ran=True)
+    print(f"compare_torch: wrote {args.out} ({len(rows)} cases, {time.monotonic() - started:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
