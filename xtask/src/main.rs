@@ -12,6 +12,10 @@ const USAGE: &str = "\
 usage: cargo xtask <task> [options]
 
 tasks:
+  run [lenet args]
+      The project's run command: check the libraries as `doctor` does
+      (fetching NVIDIA's wheels when they are missing), then train the
+      `lenet` example (needs a GPU; without one it says so and fails).
   doctor
       Run the `doctor` example; when libraries are missing, fetch NVIDIA's
       wheels (cuda13) into the cache first and run it again.
@@ -39,6 +43,7 @@ fn main() -> ExitCode {
         Some("bindgen") => bindings::run(&args[1..]),
         Some("test") => tasks::test(&args[1..]),
         Some("doctor") => tasks::doctor(&args[1..]),
+        Some("run") => tasks::run(&args[1..]),
         Some("device-check") => device_check::run(&args[1..]),
         Some("help") | Some("--help") | Some("-h") | None => {
             print!("{USAGE}");

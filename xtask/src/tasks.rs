@@ -48,7 +48,36 @@ pub fn test(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// The run command: `doctor`, fetching NVIDIA's wheels first when no
+/// The run command: make sure the libraries are there (as `doctor`), then
+/// train the `lenet` example (needs a GPU; says so and fails without one).
+pub fn run(args: &[String]) -> Result<(), String> {
+    let dir = ensure_libraries()?;
+    let mut cmd = cargo();
+    cmd.args(["run", "--release", "--quiet", "--example", "lenet", "--"])
+        .args(args);
+    if let Some(dir) = dir {
+        cmd.env("CUDNN_RS_FALLBACK_PATH", dir);
+    }
+    status(cmd, "cargo run --release --example lenet")
+}
+
+/// Run `doctor`; when it reports missing libraries, fetch the cuda13 wheels
+/// and return their folder (to search last).
+fn ensure_libraries() -> Result<Option<std::path::PathBuf>, String> {
+    let mut probe = cargo();
+    probe.args(["run", "--quiet", "--example", "doctor"]);
+    eprintln!("+ cargo run --example doctor");
+    let st = probe.status().map_err(|e| e.to_string())?;
+    if st.success() {
+        return Ok(None);
+    }
+    eprintln!(
+        "\nsome libraries were not found; fetching NVIDIA's wheels into the project's cache ...\n"
+    );
+    Ok(Some(fetch::fetch(&fetch::CUDA13)?))
+}
+
+/// The set-up check: `doctor`, fetching NVIDIA's wheels first when no
 /// libraries are found.
 pub fn doctor(args: &[String]) -> Result<(), String> {
     let mut probe = cargo();
