@@ -814,10 +814,15 @@ fn caller_workspace_and_limits() -> TestResult {
     let need = plan.workspace_size();
     let mut ws = DeviceBuffer::<u8>::zeroed(need.max(1))?;
     let mut y = poisoned::<f32>(count(&ys))?;
-    plan.run_with_workspace(&h, 1.0, &x, &w, 0.0, &mut y, ws.slice_mut(..need)?)?;
+    // SAFETY: `ws` is used by nothing else and outlives the call's work
+    // (`read` below synchronizes the stream before `ws` is dropped).
+    unsafe { plan.run_with_workspace(&h, 1.0, &x, &w, 0.0, &mut y, ws.slice_mut(..need)?) }?;
     compare("caller workspace", 0, &read(&stream, &y)?, &want, &sc, 2e-5)?;
     if need > 0 {
-        let r = plan.run_with_workspace(&h, 1.0, &x, &w, 0.0, &mut y, ws.slice_mut(..need - 1)?);
+        // SAFETY: as above; this call is refused before anything is queued.
+        let r = unsafe {
+            plan.run_with_workspace(&h, 1.0, &x, &w, 0.0, &mut y, ws.slice_mut(..need - 1)?)
+        };
         ensure!(
             matches!(r, Err(Error::Mismatch { .. })),
             "short workspace: {r:?}"

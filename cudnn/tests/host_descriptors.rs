@@ -1936,7 +1936,7 @@ fn conv_output_rule(case: &ConvCase) -> Option<&'static str> {
     if w[1] as u128 * g > M as u128 {
         return Some(C_GROUP_CHANNELS);
     }
-    if w[0] as u128 % g != 0 {
+    if !(w[0] as u128).is_multiple_of(g) {
         return Some(C_K_GROUPS);
     }
     for i in 0..s {
@@ -2290,7 +2290,7 @@ fn churn(i: usize) -> cudnn::Result<()> {
         ActivationMode::Swish { beta: 1.0 },
         NanPropagation::Propagate,
     )?;
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         t2.destroy()?;
     }
     drop((t, f, c, p, a));

@@ -81,12 +81,14 @@ fn zero_length_buffers() -> TestResult {
 
     let d = DeviceBuffer::<half::f16>::from_host(&[])?;
     ensure!(d.is_empty(), "from_host(&[])");
-    let e = DeviceBuffer::<i8>::alloc_async(0, &Stream::legacy())?;
+    // SAFETY: empty buffers; no stream uses them.
+    let e = unsafe { DeviceBuffer::<i8>::alloc_async(0, &Stream::legacy()) }?;
     ensure!(
         e.is_empty() && !e.is_stream_ordered(),
         "alloc_async(0) allocates nothing"
     );
-    let f = DeviceBuffer::<u8>::zeroed_async(0, &Stream::legacy())?;
+    // SAFETY: as above.
+    let f = unsafe { DeviceBuffer::<u8>::zeroed_async(0, &Stream::legacy()) }?;
     ensure!(f.is_empty(), "zeroed_async(0)");
 
     let h = HostBuffer::<f64>::new(0)?;
@@ -178,7 +180,8 @@ fn size_overflow() -> TestResult {
     for r in [
         DeviceBuffer::<f64>::alloc(usize::MAX / 4).map(|_| ()),
         DeviceBuffer::<f32>::alloc(usize::MAX).map(|_| ()),
-        DeviceBuffer::<i32>::alloc_async(usize::MAX / 2, &Stream::legacy()).map(|_| ()),
+        // SAFETY: the allocation fails before anything is allocated.
+        unsafe { DeviceBuffer::<i32>::alloc_async(usize::MAX / 2, &Stream::legacy()) }.map(|_| ()),
         HostBuffer::<half::bf16>::new(usize::MAX).map(|_| ()),
     ] {
         let e = r
@@ -392,7 +395,8 @@ fn runtime_without_gpu() -> TestResult {
         HostBuffer::<f32>::new(4).is_err(),
         "cudaMallocHost without a device"
     );
-    let e = DeviceBuffer::<f32>::alloc_async(16, &Stream::legacy())
+    // SAFETY: fails without a device; nothing is allocated.
+    let e = unsafe { DeviceBuffer::<f32>::alloc_async(16, &Stream::legacy()) }
         .err()
         .ok_or("alloc_async without a device")?;
     ensure!(

@@ -365,10 +365,10 @@ fn index(code: &str) -> Result<(Index, Index), String> {
 /// Type names a signature mentions, followed through typedefs.
 fn mentioned(sig: &str, defs: &BTreeMap<String, String>, seen: &mut BTreeSet<String>) {
     for word in sig.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
-        if !word.is_empty() && defs.contains_key(word) && seen.insert(word.to_string()) {
-            if let Some(d) = defs.get(word) {
-                mentioned(d, defs, seen);
-            }
+        if let Some(d) = defs.get(word)
+            && seen.insert(word.to_string())
+        {
+            mentioned(d, defs, seen);
         }
     }
 }

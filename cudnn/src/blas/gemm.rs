@@ -765,16 +765,16 @@ impl<A: GemmTypes<C>, C: DataType> GemmPlan<A, C> {
                         l.batch_count(),
                     ));
                 }
-                if let Some(first) = ls.first() {
-                    if l != first {
-                        return Err(Error::mismatch(
-                            format!(
-                                "{name}[{i}] layout (all matrices of a pointer-array batch share one)"
-                            ),
-                            first,
-                            l,
-                        ));
-                    }
+                if let Some(first) = ls.first()
+                    && l != first
+                {
+                    return Err(Error::mismatch(
+                        format!(
+                            "{name}[{i}] layout (all matrices of a pointer-array batch share one)"
+                        ),
+                        first,
+                        l,
+                    ));
                 }
             }
         }
@@ -862,7 +862,8 @@ impl Handle {
         let base = table.as_ptr();
         let api = check::cublas()?;
         // SAFETY: `table` holds 3 x `count` device pointers (first operands,
-        // second operands, outputs), copied synchronously before this call;
+        // second operands, outputs); `from_host` returns only once the copy has
+        // landed (it waits for the legacy stream), so the GEMM on any stream reads it;
         // every matrix's buffer length was checked against its layout
         // (new_pointer_batch), the outputs are distinct exclusive borrows, the
         // element types are the codes passed, and alpha/beta are host values

@@ -115,6 +115,8 @@ impl Handle {
     /// Take ownership of a handle created elsewhere; it is bound to `stream`
     /// and set to host pointer mode and [`MathMode::Default`].
     ///
+    /// On error the raw handle has been destroyed (do not destroy it again).
+    ///
     /// # Safety
     /// `raw` must be a valid handle from `cublasCreate` that nobody else
     /// destroys or uses while this `Handle` lives; it is destroyed on drop.
@@ -170,11 +172,11 @@ impl Handle {
     /// (`cublasDestroy`). A workspace set with [`set_workspace`](Handle::set_workspace)
     /// is detached first (cuBLAS goes back to its default pool) and freed.
     pub fn into_raw(mut self) -> cublasHandle_t {
-        if self.workspace.is_some() {
-            if let Ok(api) = check::cublas() {
-                // SAFETY: the handle is valid; null/0 detaches the user workspace.
-                let _ = unsafe { api.cublasSetWorkspace_v2(self.raw.as_ptr(), ptr::null_mut(), 0) };
-            }
+        if self.workspace.is_some()
+            && let Ok(api) = check::cublas()
+        {
+            // SAFETY: the handle is valid; null/0 detaches the user workspace.
+            let _ = unsafe { api.cublasSetWorkspace_v2(self.raw.as_ptr(), ptr::null_mut(), 0) };
         }
         self.owned = false;
         self.raw.as_ptr()
@@ -278,12 +280,12 @@ impl Handle {
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        if self.owned {
-            if let Ok(api) = check::cublas() {
-                // SAFETY: we own the handle and destroy it once; the status is
-                // ignored (Drop must not fail). The workspace field drops after.
-                let _ = unsafe { api.cublasDestroy_v2(self.raw.as_ptr()) };
-            }
+        if self.owned
+            && let Ok(api) = check::cublas()
+        {
+            // SAFETY: we own the handle and destroy it once; the status is
+            // ignored (Drop must not fail). The workspace field drops after.
+            let _ = unsafe { api.cublasDestroy_v2(self.raw.as_ptr()) };
         }
     }
 }

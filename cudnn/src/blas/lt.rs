@@ -205,6 +205,8 @@ impl LtHandle {
 
     /// Take ownership of a handle created elsewhere (destroyed on drop).
     ///
+    /// On error the raw handle has been destroyed (do not destroy it again).
+    ///
     /// # Safety
     /// `raw` must be a valid handle from `cublasLtCreate` that nobody else
     /// destroys or uses while this `LtHandle` lives.
@@ -309,12 +311,12 @@ impl LtHandle {
 
 impl Drop for LtHandle {
     fn drop(&mut self) {
-        if self.owned {
-            if let Ok(api) = cublas_lt() {
-                // SAFETY: we own the handle and destroy it once; the status is
-                // ignored (Drop must not fail).
-                let _ = unsafe { api.cublasLtDestroy(self.raw.as_ptr()) };
-            }
+        if self.owned
+            && let Ok(api) = cublas_lt()
+        {
+            // SAFETY: we own the handle and destroy it once; the status is
+            // ignored (Drop must not fail).
+            let _ = unsafe { api.cublasLtDestroy(self.raw.as_ptr()) };
         }
     }
 }
@@ -1429,7 +1431,7 @@ impl<'a, D: DataType> EpilogueArgs<'a, D> {
 }
 
 fn check_aligned(name: &str, addr: usize, alignment: usize) -> Result<()> {
-    if alignment > 0 && addr % alignment != 0 {
+    if alignment > 0 && !addr.is_multiple_of(alignment) {
         return Err(Error::invalid(
             name,
             format!(
@@ -1652,21 +1654,21 @@ impl<A: GemmTypes<D>, D: DataType> MatmulPlan<A, D> {
                 have,
             ));
         }
-        if let Some((_, addr)) = bias_addr {
-            if addr != self.descs.bias_ptr {
-                self.descs
-                    .desc
-                    .set(DescAttr::CUBLASLT_MATMUL_DESC_BIAS_POINTER, addr)?;
-                self.descs.bias_ptr = addr;
-            }
+        if let Some((_, addr)) = bias_addr
+            && addr != self.descs.bias_ptr
+        {
+            self.descs
+                .desc
+                .set(DescAttr::CUBLASLT_MATMUL_DESC_BIAS_POINTER, addr)?;
+            self.descs.bias_ptr = addr;
         }
-        if let Some((_, addr)) = aux_addr {
-            if addr != self.descs.aux_ptr {
-                self.descs
-                    .desc
-                    .set(DescAttr::CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, addr)?;
-                self.descs.aux_ptr = addr;
-            }
+        if let Some((_, addr)) = aux_addr
+            && addr != self.descs.aux_ptr
+        {
+            self.descs
+                .desc
+                .set(DescAttr::CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, addr)?;
+            self.descs.aux_ptr = addr;
         }
         let (p1, p2) = if shape.frame.swap {
             (b.as_raw(), a.as_raw())

@@ -210,11 +210,20 @@ impl<T: ConvDataType> ConvBiasActivationPlan<T> {
     /// As [`run`](Self::run), with the caller's workspace (at least
     /// [`workspace_size`](Self::workspace_size) bytes).
     ///
+    /// # Safety
+    /// The workspace is read and written by work queued on the handle's
+    /// stream, after this call returns. Until that work has finished, no
+    /// other work (on any stream) may use the workspace, and it must not be
+    /// freed: order other uses after the handle's stream (an event, or
+    /// [`Stream::wait_for`](crate::runtime::Stream::wait_for)), and do not
+    /// pass a stream-ordered buffer of another stream. cuDNN keeps indices
+    /// there, so a race is an out-of-bounds access, not just wrong numbers.
+    ///
     /// # Errors
     /// As [`run`](Self::run); [`Error::Mismatch`] for a short workspace.
     #[allow(clippy::too_many_arguments)]
     #[doc(alias = "cudnnConvolutionBiasActivationForward")]
-    pub fn run_with_workspace<'x, 'w, 'b, 'y, 's>(
+    pub unsafe fn run_with_workspace<'x, 'w, 'b, 'y, 's>(
         &self,
         handle: &Handle,
         alpha1: T::Scale,

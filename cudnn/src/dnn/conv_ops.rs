@@ -792,14 +792,14 @@ impl<T: ConvDataType, D: ConvPass> ConvProblem<T, D> {
         bufs: Option<RawBufs>,
     ) -> Result<PlanCore<T>> {
         let dir = D::DIRECTION;
-        if let AlgoSearch::Fixed(a) = opts.search {
-            if a.direction() != dir {
-                return Err(Error::mismatch(
-                    "AlgoSearch::Fixed algorithm direction",
-                    format!("{dir:?}"),
-                    format!("{:?} ({a})", a.direction()),
-                ));
-            }
+        if let AlgoSearch::Fixed(a) = opts.search
+            && a.direction() != dir
+        {
+            return Err(Error::mismatch(
+                "AlgoSearch::Fixed algorithm direction",
+                format!("{dir:?}"),
+                format!("{:?} ({a})", a.direction()),
+            ));
         }
         let smath = search::search_math(T::CUDNN, opts.math);
         let mut d = self.descs(smath)?;
@@ -1224,11 +1224,20 @@ impl<T: ConvDataType> ConvForwardPlan<T> {
     /// not touched. The caller orders the workspace's other uses with the
     /// handle's stream.
     ///
+    /// # Safety
+    /// The workspace is read and written by work queued on the handle's
+    /// stream, after this call returns. Until that work has finished, no
+    /// other work (on any stream) may use the workspace, and it must not be
+    /// freed: order other uses after the handle's stream (an event, or
+    /// [`Stream::wait_for`](crate::runtime::Stream::wait_for)), and do not
+    /// pass a stream-ordered buffer of another stream. cuDNN keeps indices
+    /// there, so a race is an out-of-bounds access, not just wrong numbers.
+    ///
     /// # Errors
     /// As [`run`](Self::run); [`Error::Mismatch`] for a short workspace.
     #[allow(clippy::too_many_arguments)]
     #[doc(alias = "cudnnConvolutionForward")]
-    pub fn run_with_workspace<'x, 'w, 'y, 's>(
+    pub unsafe fn run_with_workspace<'x, 'w, 'y, 's>(
         &self,
         handle: &Handle,
         alpha: T::Scale,
@@ -1337,11 +1346,20 @@ impl<T: ConvDataType> ConvBackwardDataPlan<T> {
 
     /// As [`run`](Self::run), with the caller's workspace.
     ///
+    /// # Safety
+    /// The workspace is read and written by work queued on the handle's
+    /// stream, after this call returns. Until that work has finished, no
+    /// other work (on any stream) may use the workspace, and it must not be
+    /// freed: order other uses after the handle's stream (an event, or
+    /// [`Stream::wait_for`](crate::runtime::Stream::wait_for)), and do not
+    /// pass a stream-ordered buffer of another stream. cuDNN keeps indices
+    /// there, so a race is an out-of-bounds access, not just wrong numbers.
+    ///
     /// # Errors
     /// As [`run`](Self::run); [`Error::Mismatch`] for a short workspace.
     #[allow(clippy::too_many_arguments)]
     #[doc(alias = "cudnnConvolutionBackwardData")]
-    pub fn run_with_workspace<'w, 'y, 'x, 's>(
+    pub unsafe fn run_with_workspace<'w, 'y, 'x, 's>(
         &self,
         handle: &Handle,
         alpha: T::Scale,
@@ -1444,11 +1462,20 @@ impl<T: ConvDataType> ConvBackwardFilterPlan<T> {
 
     /// As [`run`](Self::run), with the caller's workspace.
     ///
+    /// # Safety
+    /// The workspace is read and written by work queued on the handle's
+    /// stream, after this call returns. Until that work has finished, no
+    /// other work (on any stream) may use the workspace, and it must not be
+    /// freed: order other uses after the handle's stream (an event, or
+    /// [`Stream::wait_for`](crate::runtime::Stream::wait_for)), and do not
+    /// pass a stream-ordered buffer of another stream. cuDNN keeps indices
+    /// there, so a race is an out-of-bounds access, not just wrong numbers.
+    ///
     /// # Errors
     /// As [`run`](Self::run); [`Error::Mismatch`] for a short workspace.
     #[allow(clippy::too_many_arguments)]
     #[doc(alias = "cudnnConvolutionBackwardFilter")]
-    pub fn run_with_workspace<'x, 'y, 'w, 's>(
+    pub unsafe fn run_with_workspace<'x, 'y, 'w, 's>(
         &self,
         handle: &Handle,
         alpha: T::Scale,

@@ -529,14 +529,14 @@ pub(crate) fn pick<T: DataType>(
             ));
             continue;
         };
-        if let Some(limit) = f.workspace_limit {
-            if c.memory > limit {
-                why.push(format!(
-                    "{name}: needs {} workspace bytes > limit {limit}",
-                    c.memory
-                ));
-                continue;
-            }
+        if let Some(limit) = f.workspace_limit
+            && c.memory > limit
+        {
+            why.push(format!(
+                "{name}: needs {} workspace bytes > limit {limit}",
+                c.memory
+            ));
+            continue;
         }
         if let Err(e) = d.conv.set_math_type(math) {
             why.push(format!("{name}: {e}"));
@@ -549,13 +549,13 @@ pub(crate) fn pick<T: DataType>(
                 continue;
             }
         };
-        if let Some(limit) = f.workspace_limit {
-            if bytes > limit {
-                why.push(format!(
-                    "{name}: needs {bytes} workspace bytes > limit {limit}"
-                ));
-                continue;
-            }
+        if let Some(limit) = f.workspace_limit
+            && bytes > limit
+        {
+            why.push(format!(
+                "{name}: needs {bytes} workspace bytes > limit {limit}"
+            ));
+            continue;
         }
         if let Err(e) = handle.workspace(bytes) {
             why.push(format!("{name}: workspace of {bytes} bytes: {e}"));

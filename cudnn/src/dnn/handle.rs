@@ -112,6 +112,8 @@ impl Handle {
 
     /// Take ownership of a handle created elsewhere, and bind it to `stream`.
     ///
+    /// On error the raw handle has been destroyed (do not destroy it again).
+    ///
     /// # Safety
     /// `raw` must be a valid handle from `cudnnCreate` that nobody else
     /// destroys or uses while this `Handle` lives; it is destroyed on drop.
@@ -183,9 +185,13 @@ impl Handle {
     /// The view borrows the handle mutably; get the raw handle first
     /// (`let h = handle.as_raw();`) to pass both to cuDNN.
     ///
+    /// Crate-private: the view could otherwise be written from another stream
+    /// while a kernel on the handle's stream still reads it (cuDNN keeps
+    /// indices there). Users grow it with [`reserve_workspace`](Self::reserve_workspace).
+    ///
     /// # Errors
     /// [`Error::Cuda`] when the allocation fails (e.g. out of memory).
-    pub fn workspace(&mut self, bytes: usize) -> Result<DeviceSliceMut<'_, u8>> {
+    pub(crate) fn workspace(&mut self, bytes: usize) -> Result<DeviceSliceMut<'_, u8>> {
         if bytes > self.workspace.len() {
             // Release the old one first, so both never need to fit at once.
             let old = std::mem::replace(&mut self.workspace, empty_workspace());
@@ -195,6 +201,15 @@ impl Handle {
             })?;
         }
         self.workspace.slice_mut(..bytes)
+    }
+
+    /// Grow the workspace to at least `bytes` now (it never shrinks), so that
+    /// later ops need no allocation.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] when the allocation fails (e.g. out of memory).
+    pub fn reserve_workspace(&mut self, bytes: usize) -> Result<()> {
+        self.workspace(bytes).map(|_| ())
     }
 
     /// Bytes currently held as workspace.
@@ -233,13 +248,13 @@ fn empty_workspace() -> DeviceBuffer<u8> {
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        if self.owned {
-            if let Ok(api) = check::cudnn() {
-                // SAFETY: we own the handle and destroy it once. The status is
-                // ignored: Drop must not fail. The workspace field is dropped
-                // after this (cudaFree waits for queued work).
-                let _ = unsafe { api.cudnnDestroy(self.raw.as_ptr()) };
-            }
+        if self.owned
+            && let Ok(api) = check::cudnn()
+        {
+            // SAFETY: we own the handle and destroy it once. The status is
+            // ignored: Drop must not fail. The workspace field is dropped
+            // after this (cudaFree waits for queued work).
+            let _ = unsafe { api.cudnnDestroy(self.raw.as_ptr()) };
         }
     }
 }

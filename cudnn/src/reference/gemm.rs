@@ -362,10 +362,10 @@ pub fn matmul(
                 if let Some(slot) = d.get_mut(o) {
                     *slot = y;
                 }
-                if matches!(epilogue, Epilogue::DReluBgrad | Epilogue::DGeluBgrad) {
-                    if let Some(g) = out.bias_grad.get_mut(p * blen + f) {
-                        *g += y;
-                    }
+                if matches!(epilogue, Epilogue::DReluBgrad | Epilogue::DGeluBgrad)
+                    && let Some(g) = out.bias_grad.get_mut(p * blen + f)
+                {
+                    *g += y;
                 }
             }
         }

@@ -104,7 +104,26 @@ unsafe fn memcpy(
     let rt = check::cudart()?;
     // SAFETY: the caller guarantees both ranges are valid for `bytes` bytes.
     unsafe { cuda_call!(rt, cudaMemcpy(dst, src, bytes, kind)) }
-        .map_err(|e| e.with_context(what.to_string()))
+        .map_err(|e| e.with_context(what.to_string()))?;
+    if kind != cudaMemcpyKind::cudaMemcpyDeviceToHost {
+        // cudaMemcpy from pageable host memory, and device-to-device, may
+        // return before the data has landed; wait, so that work queued next
+        // on *any* stream (non-blocking ones included) sees it.
+        wait_for_legacy_stream(rt).map_err(|e| e.with_context(what.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Block until the legacy default stream (where `cudaMemcpy` and
+/// `cudaMemset` run) has finished its work.
+fn wait_for_legacy_stream(rt: &crate::sys::cudart::Cudart) -> Result<()> {
+    // SAFETY: `cudaStreamLegacy` is the runtime's own always-valid stream handle.
+    unsafe {
+        cuda_call!(
+            rt,
+            cudaStreamSynchronize(crate::sys::cudart::cudaStreamLegacy)
+        )
+    }
 }
 
 /// A stream-ordered `cudaMemcpyAsync`; nothing is called for 0 bytes.
@@ -572,7 +591,9 @@ impl<'a, T: DataType> DeviceSliceMut<'a, T> {
         let rt = check::cudart()?;
         // SAFETY: `self` is writable device memory of `bytes` bytes, exclusively borrowed.
         unsafe { cuda_call!(rt, cudaMemset(self.as_raw_mut(), i32::from(byte), bytes)) }
-            .map_err(|e| e.with_context(format!("memset of {} x {}", self.len, T::NAME)))
+            .map_err(|e| e.with_context(format!("memset of {} x {}", self.len, T::NAME)))?;
+        // cudaMemset may return before it is done; wait (see `memcpy`).
+        wait_for_legacy_stream(rt)
     }
 
     /// Queue setting every byte to `byte` on `stream` (stream-ordered).
@@ -646,16 +667,19 @@ enum Owner {
 /// (the pointer is null), and copies and memsets of it call nothing.
 ///
 /// # Which operations are stream-ordered
-/// - **Synchronous** (return when done, on the legacy default stream):
+/// - **Synchronous** (run on the legacy default stream and return when the
+///   data has landed: host-to-device, device-to-device copies and memsets
+///   wait for that stream before returning, so work queued next on any
+///   stream, non-blocking ones included, sees the result):
 ///   [`DeviceBuffer::alloc`]/[`zeroed`](DeviceBuffer::zeroed)/[`from_host`](DeviceBuffer::from_host),
 ///   `copy_from_host`, `copy_to_host`, `to_vec`, `copy_from_device`, `memset`.
 ///   They wait for work on *blocking* streams, but not for work on
 ///   non-blocking ones ([`Stream::non_blocking`]): synchronize such a stream
 ///   before a synchronous copy reads what it wrote.
 /// - **Stream-ordered** (queued on a [`Stream`]; the host does not wait):
-///   `copy_from_device_async`, `memset_async`, [`DeviceBuffer::alloc_async`]
-///   and the free of a buffer allocated that way, and the host↔device copies
-///   of a [`Stream::scope`].
+///   `copy_from_device_async`, `memset_async`, the `unsafe`
+///   [`DeviceBuffer::alloc_async`] and the free of a buffer allocated that
+///   way, and the host↔device copies of a [`Stream::scope`].
 ///
 /// # What must outlive what, and how it is enforced
 /// - **A stream outlives everything queued on it.** [`Stream`] is a shared
@@ -668,10 +692,9 @@ enum Owner {
 ///   stream-ordered memory allocator). A stream-ordered buffer is freed on its
 ///   own stream, after the work queued there; work on *other* streams that
 ///   uses it must be ordered before its drop ([`Stream::wait_for`], an
-///   [`Event`](crate::runtime::Event), or a synchronize). Getting that wrong races on
-///   device memory (wrong numbers), never on host memory: device memory is
-///   only read back through copies into [`DataType`]s, for which every bit
-///   pattern is valid.
+///   [`Event`](crate::runtime::Event), or a synchronize). The safe API cannot
+///   see other streams' use, so that allocation is `unsafe`
+///   ([`DeviceBuffer::alloc_async`]) and states this contract.
 /// - **Host memory outlives the DMA that reads or writes it.** This is the one
 ///   that can corrupt the Rust heap, so the safe API makes it impossible to
 ///   get wrong: asynchronous host↔device copies exist only inside
@@ -773,14 +796,22 @@ impl<T: DataType> DeviceBuffer<T> {
 
     /// Stream-ordered allocation: the memory may be used by work queued on
     /// `stream` after this call, and is freed on `stream` when the buffer is
-    /// dropped (the buffer keeps a clone of the stream). Using it from other
-    /// streams needs ordering in both directions ([`Stream::wait_for`]).
+    /// dropped (the buffer keeps a clone of the stream).
+    ///
+    /// # Safety
+    /// The free is queued on `stream` only. Any work queued on *another*
+    /// stream that uses this buffer (a cuDNN or cuBLAS op on a handle bound to
+    /// another stream, a `*_async` copy on another stream) must be ordered
+    /// before the buffer is dropped, e.g. with `stream.wait_for(&other)` after
+    /// the last such use; otherwise the device may use freed memory. (Buffers
+    /// from [`DeviceBuffer::alloc`] have no such contract: `cudaFree` waits for
+    /// the whole device.)
     ///
     /// # Errors
     /// [`Error::Unsupported`] when the device or driver has no memory pools;
     /// [`Error::InvalidArgument`] when the byte size overflows; [`Error::Cuda`].
     #[doc(alias = "cudaMallocAsync")]
-    pub fn alloc_async(len: usize, stream: &Stream) -> Result<Self> {
+    pub unsafe fn alloc_async(len: usize, stream: &Stream) -> Result<Self> {
         let bytes = byte_len::<T>(len)?;
         if bytes == 0 {
             return Ok(Self::empty());
@@ -824,10 +855,14 @@ impl<T: DataType> DeviceBuffer<T> {
 
     /// Stream-ordered allocation, zeroed on `stream`.
     ///
+    /// # Safety
+    /// As [`DeviceBuffer::alloc_async`].
+    ///
     /// # Errors
     /// As [`DeviceBuffer::alloc_async`].
-    pub fn zeroed_async(len: usize, stream: &Stream) -> Result<Self> {
-        let mut b = Self::alloc_async(len, stream)?;
+    pub unsafe fn zeroed_async(len: usize, stream: &Stream) -> Result<Self> {
+        // SAFETY: the caller takes on alloc_async's contract for the result.
+        let mut b = unsafe { Self::alloc_async(len, stream) }?;
         b.memset_async(0, stream)?;
         Ok(b)
     }
@@ -1202,12 +1237,12 @@ impl<T: DataType> DerefMut for HostBuffer<T> {
 
 impl<T: DataType> Drop for HostBuffer<T> {
     fn drop(&mut self) {
-        if self.pinned {
-            if let Ok(rt) = check::cudart() {
-                // SAFETY: the pointer came from cudaMallocHost and is freed once.
-                // The status is ignored: Drop must not fail.
-                let _ = unsafe { rt.cudaFreeHost(self.ptr.as_ptr().cast()) };
-            }
+        if self.pinned
+            && let Ok(rt) = check::cudart()
+        {
+            // SAFETY: the pointer came from cudaMallocHost and is freed once.
+            // The status is ignored: Drop must not fail.
+            let _ = unsafe { rt.cudaFreeHost(self.ptr.as_ptr().cast()) };
         }
     }
 }
@@ -1373,20 +1408,19 @@ impl Stream {
         Ok(value)
     }
 
-    /// Allocate `len` elements for use on this stream: stream-ordered where
-    /// the device supports it ([`DeviceBuffer::alloc_async`]), else with
-    /// `cudaMalloc`.
+    /// Allocate `len` elements for use on this stream (with `cudaMalloc`,
+    /// whose free waits for the device, so the buffer may be used from any
+    /// stream). For stream-ordered allocation see the `unsafe`
+    /// [`DeviceBuffer::alloc_async`].
     ///
     /// # Errors
     /// As [`DeviceBuffer::alloc`].
     pub fn alloc<T: DataType>(&self, len: usize) -> Result<DeviceBuffer<T>> {
-        match DeviceBuffer::alloc_async(len, self) {
-            Err(Error::Unsupported { .. }) => DeviceBuffer::alloc(len),
-            r => r,
-        }
+        DeviceBuffer::alloc(len)
     }
 
-    /// As [`Stream::alloc`], zeroed in stream order on this stream.
+    /// As [`Stream::alloc`], zeroed in stream order on this stream (work on
+    /// other streams that reads it must be ordered after this stream).
     ///
     /// # Errors
     /// As [`DeviceBuffer::alloc`].

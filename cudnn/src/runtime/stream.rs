@@ -45,14 +45,15 @@ unsafe impl Sync for Inner {}
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        if self.owned && !self.raw.is_null() {
-            if let Ok(rt) = check::cudart() {
-                // SAFETY: `raw` was created by cudaStreamCreate* (or handed over
-                // with ownership through `from_raw_owned`) and this is the last
-                // reference. Work still queued completes before the runtime
-                // releases the stream. The status is ignored: Drop must not fail.
-                let _ = unsafe { rt.cudaStreamDestroy(self.raw) };
-            }
+        if self.owned
+            && !self.raw.is_null()
+            && let Ok(rt) = check::cudart()
+        {
+            // SAFETY: `raw` was created by cudaStreamCreate* (or handed over
+            // with ownership through `from_raw_owned`) and this is the last
+            // reference. Work still queued completes before the runtime
+            // releases the stream. The status is ignored: Drop must not fail.
+            let _ = unsafe { rt.cudaStreamDestroy(self.raw) };
         }
     }
 }
