@@ -9,6 +9,7 @@ pub(crate) mod check;
 pub mod dnn;
 pub mod dtype;
 pub mod error;
+pub mod graph;
 pub mod reference;
 pub mod runtime;
 

@@ -1,0 +1,321 @@
+//! Heuristics: which engine configurations cuDNN offers for a graph on a
+//! target, filtered by a [`Policy`], each with its engine's index, notes,
+//! knobs and workspace.
+
+use super::backend::{Descriptor, attr, kind};
+use super::graph::OpGraph;
+use super::target::Target;
+use crate::error::{Error, Result};
+use crate::sys::cudnn as sys;
+
+/// cuDNN's heuristic modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HeurMode {
+    /// `CUDNN_HEUR_MODE_A`: the default, fast heuristic.
+    A,
+    /// `CUDNN_HEUR_MODE_B`: slower, sometimes better.
+    B,
+    /// `CUDNN_HEUR_MODE_INSTANT`.
+    Instant,
+    /// `CUDNN_HEUR_MODE_FALLBACK`: engines that support most graphs.
+    Fallback,
+}
+
+impl HeurMode {
+    fn raw(self) -> sys::cudnnBackendHeurMode_t {
+        use sys::cudnnBackendHeurMode_t as H;
+        match self {
+            HeurMode::A => H::CUDNN_HEUR_MODE_A,
+            HeurMode::B => H::CUDNN_HEUR_MODE_B,
+            HeurMode::Instant => H::CUDNN_HEUR_MODE_INSTANT,
+            HeurMode::Fallback => H::CUDNN_HEUR_MODE_FALLBACK,
+        }
+    }
+}
+
+/// Numerical properties an engine declares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NumericalNote {
+    /// Uses tensor cores (for f32 data: TF32).
+    TensorCore,
+    /// Converts inputs to a narrower type.
+    DownConvertInputs,
+    /// Reduces in a narrower type than the compute type.
+    ReducedPrecisionReduction,
+    /// FFT-based.
+    Fft,
+    /// Results may differ run to run.
+    Nondeterministic,
+    /// Winograd-based.
+    Winograd,
+    /// Propagates NaN strictly.
+    StrictNanProp,
+    /// A note this crate does not know (the raw value).
+    Other(u32),
+}
+
+impl NumericalNote {
+    fn from_raw(n: sys::cudnnBackendNumericalNote_t) -> Self {
+        use sys::cudnnBackendNumericalNote_t as N;
+        match n {
+            N::CUDNN_NUMERICAL_NOTE_TENSOR_CORE => Self::TensorCore,
+            N::CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS => Self::DownConvertInputs,
+            N::CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION => Self::ReducedPrecisionReduction,
+            N::CUDNN_NUMERICAL_NOTE_FFT => Self::Fft,
+            N::CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC => Self::Nondeterministic,
+            N::CUDNN_NUMERICAL_NOTE_WINOGRAD => Self::Winograd,
+            N::CUDNN_NUMERICAL_NOTE_STRICT_NAN_PROP => Self::StrictNanProp,
+            other => Self::Other(other.0),
+        }
+    }
+}
+
+/// Behaviour an engine declares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BehaviorNote {
+    /// Compiles its kernel at run time (plans take ~0.3-1 s to finalize; the plan JSON carries the code).
+    RuntimeCompilation,
+    /// Supports cuDNN's native CUDA-graph API.
+    SupportsCudaGraphNativeApi,
+    /// A note this crate does not know (the raw value).
+    Other(u32),
+}
+
+impl BehaviorNote {
+    fn from_raw(n: sys::cudnnBackendBehaviorNote_t) -> Self {
+        use sys::cudnnBackendBehaviorNote_t as B;
+        match n {
+            B::CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION => Self::RuntimeCompilation,
+            B::CUDNN_BEHAVIOR_NOTE_SUPPORTS_CUDA_GRAPH_NATIVE_API => {
+                Self::SupportsCudaGraphNativeApi
+            }
+            other => Self::Other(other.0),
+        }
+    }
+}
+
+/// Which engine configurations are acceptable, and how to look for them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Policy {
+    /// Heuristic modes to query, in order; their lists are concatenated
+    /// (duplicates dropped).
+    pub modes: Vec<HeurMode>,
+    /// The largest workspace accepted, in bytes.
+    pub max_workspace: Option<u64>,
+    /// Only deterministic engines.
+    pub deterministic_only: bool,
+    /// Accept TF32 (tensor cores on f32 data). Off by default: f32 means f32.
+    pub allow_tf32: bool,
+    /// Accept engines that down-convert inputs or reduce in reduced precision.
+    pub allow_reduced_precision: bool,
+    /// Accept engines that compile kernels at run time.
+    pub allow_runtime_compilation: bool,
+    /// How many candidates to finalize at most before giving up.
+    pub max_attempts: usize,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            modes: vec![HeurMode::A, HeurMode::Fallback],
+            max_workspace: None,
+            deterministic_only: false,
+            allow_tf32: false,
+            allow_reduced_precision: false,
+            allow_runtime_compilation: true,
+            max_attempts: 64,
+        }
+    }
+}
+
+impl Policy {
+    /// A compact text for cache keys.
+    pub fn signature(&self) -> String {
+        format!(
+            "modes={:?};ws={:?};det={};tf32={};rp={};rtc={}",
+            self.modes,
+            self.max_workspace,
+            self.deterministic_only,
+            self.allow_tf32,
+            self.allow_reduced_precision,
+            self.allow_runtime_compilation
+        )
+    }
+}
+
+/// A knob and its value in an engine configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Knob {
+    /// `cudnnBackendKnobType_t` value.
+    pub kind: u32,
+    /// Its chosen value.
+    pub value: i64,
+}
+
+/// One engine configuration cuDNN offered.
+#[derive(Debug)]
+pub struct Candidate {
+    /// The engine's global index.
+    pub engine: i64,
+    /// Which heuristic mode offered it.
+    pub mode: HeurMode,
+    /// Numerical notes.
+    pub numerical_notes: Vec<NumericalNote>,
+    /// Behaviour notes.
+    pub behavior_notes: Vec<BehaviorNote>,
+    /// Knob choices.
+    pub knobs: Vec<Knob>,
+    /// Workspace it needs, in bytes.
+    pub workspace: u64,
+    /// Why the policy rejects it (`None`: accepted).
+    pub rejected: Option<String>,
+    pub(crate) config: Descriptor<kind::EngineConfig>,
+}
+
+impl Candidate {
+    /// A one-line description: index, notes, knobs, workspace.
+    pub fn describe(&self) -> String {
+        format!(
+            "engine {} ({:?}) ws {} B notes {:?} {:?} knobs {}{}",
+            self.engine,
+            self.mode,
+            self.workspace,
+            self.numerical_notes,
+            self.behavior_notes,
+            self.knobs.len(),
+            self.rejected
+                .as_ref()
+                .map(|r| format!(" [rejected: {r}]"))
+                .unwrap_or_default()
+        )
+    }
+
+    fn read(config: Descriptor<kind::EngineConfig>, mode: HeurMode) -> Result<Self> {
+        let workspace = config.get_one(attr::ENGINECFG_WORKSPACE_SIZE)?;
+        let mut engines = config.get_descriptors(attr::ENGINECFG_ENGINE, 1)?;
+        let engine = engines.pop().ok_or_else(|| {
+            Error::invalid("CUDNN_ATTR_ENGINECFG_ENGINE", "cuDNN returned no engine", 0)
+        })?;
+        let index = engine.get_one(attr::ENGINE_GLOBAL_INDEX)?;
+        let numerical_notes = engine
+            .get_all(attr::ENGINE_NUMERICAL_NOTE, 16)?
+            .into_iter()
+            .map(NumericalNote::from_raw)
+            .collect();
+        let behavior_notes = engine
+            .get_all(attr::ENGINE_BEHAVIOR_NOTE, 16)?
+            .into_iter()
+            .map(BehaviorNote::from_raw)
+            .collect();
+        let mut knobs = Vec::new();
+        let max_knobs = sys::cudnnBackendKnobType_t::CUDNN_KNOB_TYPE_COUNTS.0 as usize;
+        for k in config.get_descriptors(attr::ENGINECFG_KNOB_CHOICES, max_knobs)? {
+            let kind = k.get_one(attr::KNOB_CHOICE_KNOB_TYPE)?;
+            let value = k.get_one(attr::KNOB_CHOICE_KNOB_VALUE)?;
+            knobs.push(Knob {
+                kind: kind.0,
+                value,
+            });
+        }
+        Ok(Self {
+            engine: index,
+            mode,
+            numerical_notes,
+            behavior_notes,
+            knobs,
+            workspace: u64::try_from(workspace).unwrap_or(0),
+            rejected: None,
+            config,
+        })
+    }
+
+    fn judge(&self, policy: &Policy, has_f32: bool) -> Option<String> {
+        let n = &self.numerical_notes;
+        if let Some(max) = policy.max_workspace
+            && self.workspace > max
+        {
+            return Some(format!(
+                "workspace {} B over the limit {max} B",
+                self.workspace
+            ));
+        }
+        if policy.deterministic_only && n.contains(&NumericalNote::Nondeterministic) {
+            return Some("nondeterministic".to_string());
+        }
+        if has_f32 && !policy.allow_tf32 && n.contains(&NumericalNote::TensorCore) {
+            return Some("TF32 (tensor cores on f32 data) not allowed".to_string());
+        }
+        if !policy.allow_reduced_precision {
+            if n.contains(&NumericalNote::DownConvertInputs) {
+                return Some("down-converts inputs".to_string());
+            }
+            if n.contains(&NumericalNote::ReducedPrecisionReduction) {
+                return Some("reduced-precision reduction".to_string());
+            }
+        }
+        if !policy.allow_runtime_compilation
+            && self
+                .behavior_notes
+                .contains(&BehaviorNote::RuntimeCompilation)
+        {
+            return Some("compiles at run time".to_string());
+        }
+        None
+    }
+}
+
+/// Ask cuDNN for engine configurations of `graph` on `target`, in the
+/// policy's mode order, judged by the policy (rejected ones are kept, with
+/// the reason, so callers can see them).
+///
+/// # Errors
+/// No mode given, cuDNN's refusal.
+pub fn candidates(graph: &OpGraph, target: &Target, policy: &Policy) -> Result<Vec<Candidate>> {
+    if policy.modes.is_empty() {
+        return Err(Error::invalid(
+            "policy.modes",
+            "must name at least one heuristic mode",
+            "[]",
+        ));
+    }
+    super::driver::ensure()?;
+    let props = target.properties().descriptor()?;
+    let has_f32 = graph
+        .io
+        .tensors
+        .iter()
+        .any(|t| t.spec.dtype() == super::DType::F32);
+    let mut out: Vec<Candidate> = Vec::new();
+    for &mode in &policy.modes {
+        let mut h = Descriptor::<kind::EngineHeur>::new()?;
+        h.set_descriptors(attr::ENGINEHEUR_OPERATION_GRAPH, &[&graph.desc])?;
+        h.set(attr::ENGINEHEUR_MODE, &[mode.raw()])?;
+        h.set_descriptors(attr::ENGINEHEUR_DEVICEPROP, &[&props])?;
+        h.finalize().map_err(|e| {
+            e.with_context(format!(
+                "heuristics mode {mode:?} for {}",
+                target.fingerprint()
+            ))
+        })?;
+        // cuDNN reports how many results it has when asked with no room.
+        let count = h.count(attr::ENGINEHEUR_RESULTS)?.min(1024);
+        for cfg in h.get_descriptors(attr::ENGINEHEUR_RESULTS, count)? {
+            let c = match Candidate::read(cfg, mode) {
+                Ok(c) => c,
+                Err(_) => continue,
+            };
+            if out
+                .iter()
+                .any(|o| o.engine == c.engine && o.knobs == c.knobs)
+            {
+                continue;
+            }
+            let mut c = c;
+            c.rejected = c.judge(policy, has_f32);
+            out.push(c);
+        }
+    }
+    Ok(out)
+}

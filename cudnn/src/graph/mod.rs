@@ -1,0 +1,74 @@
+//! cuDNN's graph (backend) API, safe: build a graph of ops, plan it for a
+//! target GPU (a live device, or one described by its properties, so plans
+//! can be made ahead of time on a machine with no GPU), serialize and cache
+//! plans, and execute them with checked bindings.
+//!
+//! | layer | what |
+//! |---|---|
+//! | [`backend`] | owning backend descriptors with typed attributes |
+//! | [`Graph`] | the builder: tensors, conv / matmul / pointwise / reduction ops, shape inference |
+//! | [`Target`] | a live device or [`DeviceProperties`] (JSON or [`DeviceSpec`] presets) |
+//! | [`heuristics`] | engine configurations with notes, knobs, workspace; [`Policy`] filters |
+//! | [`Plan`] | finalized plan: workspace, JSON round trip, checked execution |
+//! | [`PlanCache`] | plans keyed on graph + target + policy, saved to and loaded from a file |
+//!
+//! Planning needs cuDNN >= 9.8 (for device properties) and a `libcuda.so.1`:
+//! the real driver when there is one, otherwise the crate's driver stub (see
+//! [`driver`]). Execution needs a GPU.
+//!
+//! ```no_run
+//! use cudnn::graph::{ConvParams, DType, Graph, Plan, Policy, Target, TensorSpec};
+//! let mut g = Graph::new();
+//! let x = g.input("x", TensorSpec::nhwc(DType::F16, &[8, 64, 56, 56])?)?;
+//! let w = g.input("w", TensorSpec::nhwc(DType::F16, &[64, 64, 3, 3])?)?;
+//! let y = g.conv_fprop(x, w, &ConvParams::new_2d([1, 1], [1, 1], [1, 1]))?;
+//! let y = g.relu(y)?;
+//! g.output(y, DType::F16)?;
+//! g.rename(y, "y")?;
+//! let (plan, report) = Plan::build(&g.build()?, &Target::preset("h200")?, &Policy::default())?;
+//! println!("engine {:?}, workspace {} B, {} candidates", report.chosen, plan.workspace_size(), report.candidates.len());
+//! # Ok::<(), cudnn::Error>(())
+//! ```
+
+pub mod backend;
+mod cache;
+pub mod driver;
+mod graph;
+pub mod heuristics;
+pub mod ops;
+mod plan;
+mod target;
+mod tensor;
+
+pub use cache::PlanCache;
+pub use graph::{ConvDirection, Graph, IoSignature, IoTensor, OpGraph, Reduce, Tensor};
+pub use heuristics::{BehaviorNote, Candidate, HeurMode, Knob, NumericalNote, Policy};
+pub use ops::conv::ConvParams;
+pub use ops::pointwise::{Arity, Pointwise};
+pub use plan::{Bindings, BuildReport, Plan};
+pub use target::{DeviceProperties, DeviceSpec, REQUIRED_FIELDS, Target};
+pub use tensor::{BYTE_ALIGNMENT, DType, MAX_DIMS, TensorSpec};
+
+use crate::error::{Error, Result};
+
+/// The first cuDNN with the device-properties descriptor (planning without a device).
+pub const MIN_CUDNN: (u32, u32) = (9, 8);
+
+/// Whether the loaded cuDNN can plan graphs; a typed error saying what it needs otherwise.
+///
+/// # Errors
+/// cuDNN missing, or older than 9.8.
+pub fn require_graph_support() -> Result<()> {
+    let api = crate::check::cudnn()?;
+    match api.info().version {
+        Some(v) if (v.major, v.minor) >= MIN_CUDNN => Ok(()),
+        v => Err(Error::Unsupported {
+            what: format!(
+                "the graph API's planning without a device (loaded cuDNN {})",
+                v.map(|v| format!("{}.{}.{}", v.major, v.minor, v.patch))
+                    .unwrap_or_else(|| "of unknown version".into())
+            ),
+            needs: Some("cuDNN >= 9.8".to_string()),
+        }),
+    }
+}

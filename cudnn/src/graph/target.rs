@@ -1,0 +1,483 @@
+//! Where a plan will run: a live device, or a GPU described by its properties
+//! (cuDNN's device-properties JSON), so plans can be built on a machine with
+//! no GPU for one that has it.
+
+use std::fmt;
+
+use super::backend::{Descriptor, attr, kind};
+use crate::error::{Error, Result};
+
+/// The fields cuDNN requires in a device-properties JSON (a missing one is
+/// `BAD_PARAM`), in the order [`DeviceSpec::to_json`] writes them.
+pub const REQUIRED_FIELDS: [&str; 24] = [
+    "maxGridSize",
+    "maxBlockSize",
+    "regsPerBlock",
+    "multiProcessorCount",
+    "warpSize",
+    "maxSharedMemoryPerBlock",
+    "maxSharedMemoryPerBlockOptin",
+    "reservedSharedMemoryPerBlock",
+    "maxRegistersPerSM",
+    "maxCtasPerSM",
+    "maxThreadsPerBlock",
+    "maxThreadsPerSM",
+    "pciDeviceId",
+    "isTccDriver",
+    "supportCoopLaunch",
+    "totalGlobalMem",
+    "smClockRateKHz",
+    "memClockRateKHz",
+    "memoryBusWidth",
+    "l2CacheSize",
+    "cudaDeviceId",
+    "deviceVer",
+    "driverVer",
+    "deviceName",
+];
+
+/// A GPU's properties as typed values; [`to_json`](Self::to_json) gives the
+/// JSON cuDNN reads. Presets: [`h100`](Self::h100), [`h200`](Self::h200),
+/// [`a100`](Self::a100), [`l4`](Self::l4), [`b200`](Self::b200) (values from
+/// public specification sheets, not from a device).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct DeviceSpec {
+    pub name: String,
+    /// Compute capability major, minor (`deviceVer` = major*100 + minor*10).
+    pub compute_capability: (u32, u32),
+    pub multiprocessor_count: u32,
+    pub max_grid_size: [i64; 3],
+    pub max_block_size: [i64; 3],
+    pub regs_per_block: i64,
+    pub warp_size: i64,
+    pub max_shared_memory_per_block: i64,
+    pub max_shared_memory_per_block_optin: i64,
+    pub reserved_shared_memory_per_block: i64,
+    pub max_registers_per_sm: i64,
+    pub max_ctas_per_sm: i64,
+    pub max_threads_per_block: i64,
+    pub max_threads_per_sm: i64,
+    pub total_global_mem: i64,
+    pub sm_clock_khz: i64,
+    pub mem_clock_khz: i64,
+    pub memory_bus_width: i64,
+    pub l2_cache_size: i64,
+    /// Driver version as CUDA encodes it (13000 = 13.0).
+    pub driver_version: i64,
+}
+
+impl DeviceSpec {
+    fn hopper(name: &str, sms: u32, mem: i64, mem_clock: i64, bus: i64) -> Self {
+        Self {
+            name: name.to_string(),
+            compute_capability: (9, 0),
+            multiprocessor_count: sms,
+            max_grid_size: [2147483647, 65535, 65535],
+            max_block_size: [1024, 1024, 64],
+            regs_per_block: 65536,
+            warp_size: 32,
+            max_shared_memory_per_block: 49152,
+            max_shared_memory_per_block_optin: 232448,
+            reserved_shared_memory_per_block: 1024,
+            max_registers_per_sm: 65536,
+            max_ctas_per_sm: 32,
+            max_threads_per_block: 1024,
+            max_threads_per_sm: 2048,
+            total_global_mem: mem,
+            sm_clock_khz: 1980000,
+            mem_clock_khz: mem_clock,
+            memory_bus_width: bus,
+            l2_cache_size: 52428800,
+            driver_version: 13000,
+        }
+    }
+
+    /// NVIDIA H100 SXM (sm_90, 132 SMs, 80 GB).
+    pub fn h100() -> Self {
+        Self::hopper("NVIDIA H100 80GB HBM3", 132, 85029158912, 2619000, 5120)
+    }
+
+    /// NVIDIA H200 (sm_90, 132 SMs, 141 GB).
+    pub fn h200() -> Self {
+        Self::hopper("NVIDIA H200", 132, 150754820096, 3201000, 6144)
+    }
+
+    /// NVIDIA A100 SXM 80 GB (sm_80, 108 SMs).
+    pub fn a100() -> Self {
+        Self {
+            name: "NVIDIA A100-SXM4-80GB".to_string(),
+            compute_capability: (8, 0),
+            multiprocessor_count: 108,
+            max_shared_memory_per_block_optin: 166912,
+            max_ctas_per_sm: 32,
+            total_global_mem: 85094825984,
+            sm_clock_khz: 1410000,
+            mem_clock_khz: 1593000,
+            memory_bus_width: 5120,
+            l2_cache_size: 41943040,
+            ..Self::hopper("", 0, 0, 0, 0)
+        }
+    }
+
+    /// NVIDIA L4 (sm_89, 58 SMs, 24 GB).
+    pub fn l4() -> Self {
+        Self {
+            name: "NVIDIA L4".to_string(),
+            compute_capability: (8, 9),
+            multiprocessor_count: 58,
+            max_shared_memory_per_block_optin: 101376,
+            max_ctas_per_sm: 24,
+            max_threads_per_sm: 1536,
+            total_global_mem: 23580639232,
+            sm_clock_khz: 2040000,
+            mem_clock_khz: 6251000,
+            memory_bus_width: 192,
+            l2_cache_size: 50331648,
+            ..Self::hopper("", 0, 0, 0, 0)
+        }
+    }
+
+    /// NVIDIA B200 (sm_100, 148 SMs, 180 GB).
+    pub fn b200() -> Self {
+        Self {
+            name: "NVIDIA B200".to_string(),
+            compute_capability: (10, 0),
+            multiprocessor_count: 148,
+            max_shared_memory_per_block_optin: 232448,
+            total_global_mem: 191514329088,
+            sm_clock_khz: 1965000,
+            mem_clock_khz: 3996000,
+            memory_bus_width: 8192,
+            l2_cache_size: 133169152,
+            ..Self::hopper("", 0, 0, 0, 0)
+        }
+    }
+
+    /// A preset by a short name: `h100`, `h200`, `a100`, `l4`, `b200`.
+    pub fn preset(name: &str) -> Option<Self> {
+        match name.to_ascii_lowercase().as_str() {
+            "h100" => Some(Self::h100()),
+            "h200" => Some(Self::h200()),
+            "a100" => Some(Self::a100()),
+            "l4" => Some(Self::l4()),
+            "b200" => Some(Self::b200()),
+            _ => None,
+        }
+    }
+
+    /// `deviceVer` as cuDNN encodes it: major*100 + minor*10 (H200: 900).
+    pub fn device_ver(&self) -> i64 {
+        i64::from(self.compute_capability.0) * 100 + i64::from(self.compute_capability.1) * 10
+    }
+
+    /// The JSON cuDNN's device-properties descriptor reads.
+    pub fn to_json(&self) -> String {
+        let g = self.max_grid_size;
+        let b = self.max_block_size;
+        let name = serde_json::Value::String(self.name.clone()).to_string();
+        format!(
+            "{{\"maxGridSize\": [{}, {}, {}], \"maxBlockSize\": [{}, {}, {}], \"regsPerBlock\": {}, \
+             \"multiProcessorCount\": {}, \"warpSize\": {}, \"maxSharedMemoryPerBlock\": {}, \
+             \"maxSharedMemoryPerBlockOptin\": {}, \"reservedSharedMemoryPerBlock\": {}, \
+             \"maxRegistersPerSM\": {}, \"maxCtasPerSM\": {}, \"maxThreadsPerBlock\": {}, \
+             \"maxThreadsPerSM\": {}, \"pciDeviceId\": 0, \"isTccDriver\": 0, \"supportCoopLaunch\": 1, \
+             \"totalGlobalMem\": {}, \"smClockRateKHz\": {}, \"memClockRateKHz\": {}, \
+             \"memoryBusWidth\": {}, \"l2CacheSize\": {}, \"cudaDeviceId\": 0, \"deviceVer\": {}, \
+             \"driverVer\": {}, \"deviceName\": {}}}",
+            g[0],
+            g[1],
+            g[2],
+            b[0],
+            b[1],
+            b[2],
+            self.regs_per_block,
+            self.multiprocessor_count,
+            self.warp_size,
+            self.max_shared_memory_per_block,
+            self.max_shared_memory_per_block_optin,
+            self.reserved_shared_memory_per_block,
+            self.max_registers_per_sm,
+            self.max_ctas_per_sm,
+            self.max_threads_per_block,
+            self.max_threads_per_sm,
+            self.total_global_mem,
+            self.sm_clock_khz,
+            self.mem_clock_khz,
+            self.memory_bus_width,
+            self.l2_cache_size,
+            self.device_ver(),
+            self.driver_version,
+            name,
+        )
+    }
+}
+
+/// A GPU's properties in cuDNN's JSON form, checked.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DeviceProperties {
+    json: String,
+    name: String,
+    device_ver: i64,
+    sm_count: i64,
+}
+
+impl fmt::Debug for DeviceProperties {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceProperties")
+            .field("name", &self.name)
+            .field("device_ver", &self.device_ver)
+            .field("sm_count", &self.sm_count)
+            .finish()
+    }
+}
+
+impl DeviceProperties {
+    /// Parse and check a device-properties JSON (as captured from a device, or
+    /// hand-written): every field cuDNN requires, `deviceVer` in cuDNN's
+    /// encoding (major*100 + minor*10, at least 500 and below 10000).
+    ///
+    /// # Errors
+    /// Not JSON, not an object, a required field missing or of the wrong type,
+    /// or a `deviceVer` cuDNN would refuse or misread.
+    pub fn from_json(json: &str) -> Result<Self> {
+        let v: serde_json::Value = serde_json::from_str(json).map_err(|e| {
+            Error::invalid(
+                "device properties JSON",
+                format!("must be JSON ({e})"),
+                short(json),
+            )
+        })?;
+        let obj = v.as_object().ok_or_else(|| {
+            Error::invalid(
+                "device properties JSON",
+                "must be a JSON object",
+                short(json),
+            )
+        })?;
+        for field in REQUIRED_FIELDS.iter() {
+            let Some(val) = obj.get(*field) else {
+                return Err(Error::invalid(
+                    format!("device properties JSON field `{field}`"),
+                    "is required by cuDNN",
+                    "missing",
+                ));
+            };
+            let ok = match *field {
+                "deviceName" => val.is_string(),
+                "maxGridSize" | "maxBlockSize" => val
+                    .as_array()
+                    .is_some_and(|a| a.len() == 3 && a.iter().all(|x| x.is_i64() || x.is_u64())),
+                _ => val.is_i64() || val.is_u64(),
+            };
+            if !ok {
+                return Err(Error::invalid(
+                    format!("device properties JSON field `{field}`"),
+                    if *field == "deviceName" {
+                        "must be a string"
+                    } else if field.starts_with("max") && field.ends_with("Size") {
+                        "must be an array of 3 integers"
+                    } else {
+                        "must be an integer"
+                    },
+                    val,
+                ));
+            }
+        }
+        let device_ver = obj.get("deviceVer").and_then(|x| x.as_i64()).unwrap_or(0);
+        if !(500..10_000).contains(&device_ver) || device_ver % 10 != 0 {
+            return Err(Error::invalid(
+                "device properties JSON field `deviceVer`",
+                "must be major*100 + minor*10 (H200: 900, A100: 800, B200: 1000)",
+                device_ver,
+            ));
+        }
+        let name = obj
+            .get("deviceName")
+            .and_then(|x| x.as_str())
+            .unwrap_or_default()
+            .to_string();
+        let sm_count = obj
+            .get("multiProcessorCount")
+            .and_then(|x| x.as_i64())
+            .unwrap_or(0);
+        if sm_count <= 0 {
+            return Err(Error::invalid(
+                "device properties JSON field `multiProcessorCount`",
+                "must be >= 1",
+                sm_count,
+            ));
+        }
+        Ok(Self {
+            json: json.to_string(),
+            name,
+            device_ver,
+            sm_count,
+        })
+    }
+
+    /// The properties of a typed spec.
+    pub fn from_spec(spec: &DeviceSpec) -> Result<Self> {
+        Self::from_json(&spec.to_json())
+    }
+
+    /// The properties of a live device, as cuDNN reads them (`CUDNN_ATTR_DEVICEPROP_DEVICE_ID`).
+    ///
+    /// # Errors
+    /// No such device, or cuDNN < 9.8.
+    pub fn from_device(ordinal: i32) -> Result<Self> {
+        super::require_graph_support()?;
+        let mut d = Descriptor::<kind::DeviceProp>::new()?;
+        d.set(attr::DEVICEPROP_DEVICE_ID, &[ordinal])?;
+        d.finalize()?;
+        let json = read_json(&d)?;
+        Self::from_json(&json)
+    }
+
+    /// The JSON cuDNN reads.
+    pub fn json(&self) -> &str {
+        &self.json
+    }
+    /// `deviceName`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// `deviceVer` (major*100 + minor*10).
+    pub fn device_ver(&self) -> i64 {
+        self.device_ver
+    }
+    /// `multiProcessorCount`.
+    pub fn sm_count(&self) -> i64 {
+        self.sm_count
+    }
+
+    /// A short stable identity for cache keys: name, architecture and SM count.
+    pub fn fingerprint(&self) -> String {
+        format!(
+            "{}|sm{}|{}sms",
+            self.name,
+            self.device_ver / 10,
+            self.sm_count
+        )
+    }
+
+    /// A finalized cuDNN device-properties descriptor.
+    pub(crate) fn descriptor(&self) -> Result<Descriptor<kind::DeviceProp>> {
+        super::require_graph_support()?;
+        let mut d = Descriptor::<kind::DeviceProp>::new()?;
+        let mut bytes = self.json.as_bytes().to_vec();
+        bytes.push(0);
+        d.set(attr::DEVICEPROP_JSON_REPRESENTATION, &bytes)?;
+        d.finalize()?;
+        Ok(d)
+    }
+}
+
+fn short(s: &str) -> String {
+    let t: String = s.chars().take(60).collect();
+    if t.len() < s.len() {
+        format!("{t:?}...")
+    } else {
+        format!("{t:?}")
+    }
+}
+
+pub(crate) fn read_json<K: super::backend::Kind>(d: &Descriptor<K>) -> Result<String>
+where
+    K: JsonAttr,
+{
+    let a = K::json_attr();
+    // A read with no room reports the length (including the NUL).
+    let n = d.count(a)?;
+    if n > 64 << 20 {
+        return Err(Error::invalid(a.label(), "JSON larger than 64 MiB", n));
+    }
+    let mut buf = vec![0u8; n.max(1)];
+    let got = d.get(a, &mut buf)?;
+    let got = got.min(buf.len());
+    let end = buf[..got].iter().position(|&c| c == 0).unwrap_or(got);
+    buf.truncate(end);
+    String::from_utf8(buf)
+        .map_err(|e| Error::invalid(a.label(), "cuDNN returned non-UTF-8 JSON", e))
+}
+
+/// Descriptor kinds with a JSON representation.
+pub(crate) trait JsonAttr: super::backend::Kind + Sized {
+    fn json_attr() -> super::backend::Attr<Self, super::backend::value::Char>;
+}
+impl JsonAttr for kind::DeviceProp {
+    fn json_attr() -> super::backend::Attr<Self, super::backend::value::Char> {
+        attr::DEVICEPROP_JSON_REPRESENTATION
+    }
+}
+impl JsonAttr for kind::ExecutionPlan {
+    fn json_attr() -> super::backend::Attr<Self, super::backend::value::Char> {
+        attr::EXECUTION_PLAN_JSON_REPRESENTATION
+    }
+}
+
+/// Where plans are built for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// A live device (its properties read from it).
+    Device {
+        /// The CUDA ordinal.
+        ordinal: i32,
+        /// Its properties, read once.
+        properties: DeviceProperties,
+    },
+    /// A GPU described by properties; no device needed.
+    Properties(DeviceProperties),
+}
+
+impl Target {
+    /// A live device.
+    ///
+    /// # Errors
+    /// No such device, or cuDNN < 9.8.
+    pub fn device(ordinal: i32) -> Result<Self> {
+        Ok(Target::Device {
+            ordinal,
+            properties: DeviceProperties::from_device(ordinal)?,
+        })
+    }
+
+    /// A GPU described by a typed spec (e.g. [`DeviceSpec::h200`]).
+    ///
+    /// # Errors
+    /// The spec does not make valid properties.
+    pub fn spec(spec: &DeviceSpec) -> Result<Self> {
+        Ok(Target::Properties(DeviceProperties::from_spec(spec)?))
+    }
+
+    /// A preset by short name (`h100`, `h200`, `a100`, `l4`, `b200`).
+    ///
+    /// # Errors
+    /// Unknown name (the message lists the presets).
+    pub fn preset(name: &str) -> Result<Self> {
+        let spec = DeviceSpec::preset(name).ok_or_else(|| {
+            Error::invalid("target", "must be one of h100, h200, a100, l4, b200", name)
+        })?;
+        Self::spec(&spec)
+    }
+
+    /// A GPU described by its device-properties JSON.
+    ///
+    /// # Errors
+    /// As [`DeviceProperties::from_json`].
+    pub fn json(json: &str) -> Result<Self> {
+        Ok(Target::Properties(DeviceProperties::from_json(json)?))
+    }
+
+    /// The properties plans are built with.
+    pub fn properties(&self) -> &DeviceProperties {
+        match self {
+            Target::Device { properties, .. } | Target::Properties(properties) => properties,
+        }
+    }
+
+    /// The identity used in cache keys and plan files.
+    pub fn fingerprint(&self) -> String {
+        self.properties().fingerprint()
+    }
+}
