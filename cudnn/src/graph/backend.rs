@@ -883,6 +883,9 @@ impl<K: Kind> Descriptor<K> {
     #[doc(alias = "cudnnBackendCreateDescriptor")]
     pub fn new() -> Result<Self> {
         let api = cudnn()?;
+        // cuDNN's engine libraries need a `libcuda.so.1` before the first
+        // finalize; without one (and no stub) cuDNN reports it itself.
+        let _ = super::driver::ensure();
         let mut raw: sys::cudnnBackendDescriptor_t = std::ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer; the type is a constant of the bindings.
         unsafe { cudnn_call!(api, cudnnBackendCreateDescriptor(K::TYPE, &mut raw)) }

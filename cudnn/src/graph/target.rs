@@ -285,7 +285,7 @@ impl DeviceProperties {
             }
         }
         let device_ver = obj.get("deviceVer").and_then(|x| x.as_i64()).unwrap_or(0);
-        if !(500..10_000).contains(&device_ver) || device_ver % 10 != 0 {
+        if !(500..2_000).contains(&device_ver) || device_ver % 10 != 0 {
             return Err(Error::invalid(
                 "device properties JSON field `deviceVer`",
                 "must be major*100 + minor*10 (H200: 900, A100: 800, B200: 1000)",
