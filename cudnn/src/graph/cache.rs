@@ -49,7 +49,7 @@ impl PlanCache {
     fn key(graph: &Graph, target: &Target, policy: &Policy) -> Key {
         Key {
             graph: graph.signature(),
-            target: target.fingerprint(),
+            target: target.properties().arch_key(),
             policy: policy.signature(),
         }
     }
@@ -157,7 +157,7 @@ impl PlanCache {
         for _ in 0..n {
             let graph = blob_line(&mut r, "graph")?;
             let t = r.field("target")?;
-            if t != target.fingerprint() {
+            if !target.properties().compatible(&t) {
                 return Err(Error::Unsupported {
                     what: format!(
                         "the plan cache file holds plans for `{t}`, not `{}`",

@@ -197,6 +197,74 @@ impl Plan {
         Ok((plans, report))
     }
 
+    /// Build every accepted candidate, time each on the handle's device with
+    /// scratch buffers (zeros) for every input and output, and keep the
+    /// fastest. Returns it with `(engine, median ms)` for every plan timed,
+    /// in heuristic order. Needs a GPU.
+    ///
+    /// # Errors
+    /// As [`build_all`](Self::build_all); allocation or execution failures.
+    pub fn autotune(
+        graph: &OpGraph,
+        target: &Target,
+        policy: &Policy,
+        handle: &mut crate::dnn::Handle,
+        iterations: usize,
+    ) -> Result<(Plan, Vec<(Option<i64>, f32)>)> {
+        use crate::runtime::{DeviceBuffer, Event};
+        let (plans, _) = Self::build_all(graph, target, policy)?;
+        let mut buffers = Vec::new();
+        let mut ptrs = Vec::new();
+        for t in &graph.io.tensors {
+            let mut b = DeviceBuffer::<u8>::zeroed(t.spec.span_bytes()?.max(1))?;
+            ptrs.push((t.uid, b.as_raw_mut()));
+            buffers.push(b);
+        }
+        let ws_bytes = plans.iter().map(|p| p.workspace).max().unwrap_or(0);
+        let mut ws = DeviceBuffer::<u8>::zeroed(ws_bytes.max(1))?;
+        let ws_ptr = ws.as_raw_mut();
+        let (start, end) = (Event::new()?, Event::new()?);
+        let iterations = iterations.clamp(1, 1000);
+        let mut times = Vec::with_capacity(plans.len());
+        for p in &plans {
+            // SAFETY: every pointer is a live device buffer of its tensor's
+            // span (allocated above, freed after the stream is synchronized);
+            // the workspace holds the largest plan's bytes.
+            let run = || unsafe { p.execute_raw(handle.as_raw(), &ptrs, ws_ptr, ws_bytes) };
+            if run().is_err() {
+                continue;
+            }
+            let mut samples = Vec::with_capacity(iterations);
+            for _ in 0..iterations {
+                start.record(handle.stream())?;
+                run()?;
+                end.record(handle.stream())?;
+                end.synchronize()?;
+                samples.push(Event::elapsed_ms(&start, &end)?);
+            }
+            samples.sort_by(f32::total_cmp);
+            times.push((p.engine, samples[samples.len() / 2]));
+        }
+        handle.stream().synchronize()?;
+        drop(buffers);
+        drop(ws);
+        let best = times
+            .iter()
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|t| t.0)
+            .ok_or_else(|| Error::Unsupported {
+                what: "autotune: no plan executed".to_string(),
+                needs: None,
+            })?;
+        let plan = plans
+            .into_iter()
+            .find(|p| p.engine == best)
+            .ok_or_else(|| {
+                Error::invalid("autotune", "lost the chosen plan", format!("{best:?}"))
+            })?;
+        Ok((plan, times))
+    }
+
     /// Workspace bytes an execution needs.
     pub fn workspace_size(&self) -> usize {
         self.workspace
@@ -301,7 +369,7 @@ impl Plan {
         let mut r = Reader::new(text);
         r.expect_line("cudnn-rs plan v1")?;
         let t = r.field("target")?;
-        if t != target.fingerprint() {
+        if !target.properties().compatible(&t) {
             return Err(Error::Unsupported {
                 what: format!(
                     "the plan was built for `{t}`, not `{}`",

@@ -361,6 +361,19 @@ impl DeviceProperties {
         )
     }
 
+    /// Whether a plan made for `fingerprint` is for this GPU: the same
+    /// architecture and SM count (the name may differ between a preset and
+    /// what a driver reports).
+    pub fn compatible(&self, fingerprint: &str) -> bool {
+        let arch = self.arch_key();
+        fingerprint == arch || fingerprint.ends_with(&format!("|{arch}"))
+    }
+
+    /// Architecture and SM count (`sm90|132sms`): what plan compatibility and cache keys use.
+    pub fn arch_key(&self) -> String {
+        format!("sm{}|{}sms", self.device_ver / 10, self.sm_count)
+    }
+
     /// A finalized cuDNN device-properties descriptor.
     pub(crate) fn descriptor(&self) -> Result<Descriptor<kind::DeviceProp>> {
         super::require_graph_support()?;
