@@ -194,28 +194,25 @@ impl Drop for Raw<'_> {
 fn create<'a>(api: &'a sys::Cudnn, ty: D) -> cudnn::Result<Raw<'a>> {
     let mut d = std::ptr::null_mut();
     // SAFETY: valid out-pointer.
-    ok(
-        api,
-        unsafe { api.cudnnBackendCreateDescriptor(ty, &mut d) }?,
-        "create",
-    )?;
+    let st = unsafe { api.cudnnBackendCreateDescriptor(ty, &mut d) }?;
+    ok(api, st, "create")?;
     Ok(Raw(api, d))
 }
 
-fn set<V>(api: &sys::Cudnn, d: &Raw<'_>, a: A, t: T, v: &[V]) -> cudnn::Result<()> {
-    // SAFETY: `v` holds v.len() values of the C type `t` names (the caller pairs them).
-    ok(
-        api,
-        unsafe {
-            api.cudnnBackendSetAttribute(d.1, a, t, v.len() as i64, v.as_ptr() as *const c_void)
-        }?,
-        "set",
-    )
+/// # Safety
+/// `V` must be the C type that `t` names.
+unsafe fn set<V>(api: &sys::Cudnn, d: &Raw<'_>, a: A, t: T, v: &[V]) -> cudnn::Result<()> {
+    // SAFETY: `v` holds v.len() values of the C type `t` names (the caller's contract).
+    let st = unsafe {
+        api.cudnnBackendSetAttribute(d.1, a, t, v.len() as i64, v.as_ptr() as *const c_void)
+    }?;
+    ok(api, st, "set")
 }
 
 fn fin(api: &sys::Cudnn, d: &Raw<'_>) -> cudnn::Result<()> {
     // SAFETY: a live descriptor.
-    ok(api, unsafe { api.cudnnBackendFinalize(d.1) }?, "finalize")
+    let st = unsafe { api.cudnnBackendFinalize(d.1) }?;
+    ok(api, st, "finalize")
 }
 
 fn raw_tensor<'a>(api: &'a sys::Cudnn, dims: [i64; 4], uid: i64) -> cudnn::Result<Raw<'a>> {
@@ -223,41 +220,56 @@ fn raw_tensor<'a>(api: &'a sys::Cudnn, dims: [i64; 4], uid: i64) -> cudnn::Resul
     let [n, c, h, w] = dims;
     let strides = [h * w * c, 1, w * c, c];
     let dt = sys::cudnnDataType_t::CUDNN_DATA_HALF;
-    set(
-        api,
-        &t,
-        A::CUDNN_ATTR_TENSOR_DATA_TYPE,
-        T::CUDNN_TYPE_DATA_TYPE,
-        &[dt],
-    )?;
-    set(
-        api,
-        &t,
-        A::CUDNN_ATTR_TENSOR_DIMENSIONS,
-        T::CUDNN_TYPE_INT64,
-        &[n, c, h, w],
-    )?;
-    set(
-        api,
-        &t,
-        A::CUDNN_ATTR_TENSOR_STRIDES,
-        T::CUDNN_TYPE_INT64,
-        &strides,
-    )?;
-    set(
-        api,
-        &t,
-        A::CUDNN_ATTR_TENSOR_UNIQUE_ID,
-        T::CUDNN_TYPE_INT64,
-        &[uid],
-    )?;
-    set(
-        api,
-        &t,
-        A::CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT,
-        T::CUDNN_TYPE_INT64,
-        &[16i64],
-    )?;
+    // SAFETY: each value array is of the C type its attribute type names.
+    unsafe {
+        set(
+            api,
+            &t,
+            A::CUDNN_ATTR_TENSOR_DATA_TYPE,
+            T::CUDNN_TYPE_DATA_TYPE,
+            &[dt],
+        )?
+    };
+    // SAFETY: each value array is of the C type its attribute type names.
+    unsafe {
+        set(
+            api,
+            &t,
+            A::CUDNN_ATTR_TENSOR_DIMENSIONS,
+            T::CUDNN_TYPE_INT64,
+            &[n, c, h, w],
+        )?
+    };
+    // SAFETY: each value array is of the C type its attribute type names.
+    unsafe {
+        set(
+            api,
+            &t,
+            A::CUDNN_ATTR_TENSOR_STRIDES,
+            T::CUDNN_TYPE_INT64,
+            &strides,
+        )?
+    };
+    // SAFETY: each value array is of the C type its attribute type names.
+    unsafe {
+        set(
+            api,
+            &t,
+            A::CUDNN_ATTR_TENSOR_UNIQUE_ID,
+            T::CUDNN_TYPE_INT64,
+            &[uid],
+        )?
+    };
+    // SAFETY: each value array is of the C type its attribute type names.
+    unsafe {
+        set(
+            api,
+            &t,
+            A::CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT,
+            T::CUDNN_TYPE_INT64,
+            &[16i64],
+        )?
+    };
     fin(api, &t)?;
     Ok(t)
 }
@@ -269,106 +281,146 @@ fn raw_conv_graph() -> cudnn::Result<()> {
     let w = raw_tensor(api, [64, 64, 3, 3], 2)?;
     let y = raw_tensor(api, [32, 64, 56, 56], 3)?;
     let c = create(api, D::CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR)?;
-    set(
-        api,
-        &c,
-        A::CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS,
-        T::CUDNN_TYPE_INT64,
-        &[2i64],
-    )?;
-    set(
-        api,
-        &c,
-        A::CUDNN_ATTR_CONVOLUTION_COMP_TYPE,
-        T::CUDNN_TYPE_DATA_TYPE,
-        &[sys::cudnnDataType_t::CUDNN_DATA_FLOAT],
-    )?;
-    set(
-        api,
-        &c,
-        A::CUDNN_ATTR_CONVOLUTION_CONV_MODE,
-        T::CUDNN_TYPE_CONVOLUTION_MODE,
-        &[sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION],
-    )?;
-    set(
-        api,
-        &c,
-        A::CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS,
-        T::CUDNN_TYPE_INT64,
-        &[1i64, 1],
-    )?;
-    set(
-        api,
-        &c,
-        A::CUDNN_ATTR_CONVOLUTION_POST_PADDINGS,
-        T::CUDNN_TYPE_INT64,
-        &[1i64, 1],
-    )?;
-    set(
-        api,
-        &c,
-        A::CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES,
-        T::CUDNN_TYPE_INT64,
-        &[1i64, 1],
-    )?;
-    set(
-        api,
-        &c,
-        A::CUDNN_ATTR_CONVOLUTION_DILATIONS,
-        T::CUDNN_TYPE_INT64,
-        &[1i64, 1],
-    )?;
+    // SAFETY: each value array is of the C type its attribute type names.
+    unsafe {
+        set(
+            api,
+            &c,
+            A::CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS,
+            T::CUDNN_TYPE_INT64,
+            &[2i64],
+        )?
+    };
+    // SAFETY: each value array is of the C type its attribute type names.
+    unsafe {
+        set(
+            api,
+            &c,
+            A::CUDNN_ATTR_CONVOLUTION_COMP_TYPE,
+            T::CUDNN_TYPE_DATA_TYPE,
+            &[sys::cudnnDataType_t::CUDNN_DATA_FLOAT],
+        )?
+    };
+    // SAFETY: each value array is of the C type its attribute type names.
+    unsafe {
+        set(
+            api,
+            &c,
+            A::CUDNN_ATTR_CONVOLUTION_CONV_MODE,
+            T::CUDNN_TYPE_CONVOLUTION_MODE,
+            &[sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION],
+        )?
+    };
+    // SAFETY: each value array is of the C type its attribute type names.
+    unsafe {
+        set(
+            api,
+            &c,
+            A::CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS,
+            T::CUDNN_TYPE_INT64,
+            &[1i64, 1],
+        )?
+    };
+    // SAFETY: each value array is of the C type its attribute type names.
+    unsafe {
+        set(
+            api,
+            &c,
+            A::CUDNN_ATTR_CONVOLUTION_POST_PADDINGS,
+            T::CUDNN_TYPE_INT64,
+            &[1i64, 1],
+        )?
+    };
+    // SAFETY: each value array is of the C type its attribute type names.
+    unsafe {
+        set(
+            api,
+            &c,
+            A::CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES,
+            T::CUDNN_TYPE_INT64,
+            &[1i64, 1],
+        )?
+    };
+    // SAFETY: each value array is of the C type its attribute type names.
+    unsafe {
+        set(
+            api,
+            &c,
+            A::CUDNN_ATTR_CONVOLUTION_DILATIONS,
+            T::CUDNN_TYPE_INT64,
+            &[1i64, 1],
+        )?
+    };
     fin(api, &c)?;
     let op = create(
         api,
         D::CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
     )?;
     let bd = T::CUDNN_TYPE_BACKEND_DESCRIPTOR;
-    set(
-        api,
-        &op,
-        A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
-        bd,
-        &[x.1],
-    )?;
-    set(
-        api,
-        &op,
-        A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
-        bd,
-        &[w.1],
-    )?;
-    set(
-        api,
-        &op,
-        A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
-        bd,
-        &[y.1],
-    )?;
-    set(
-        api,
-        &op,
-        A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
-        bd,
-        &[c.1],
-    )?;
-    set(
-        api,
-        &op,
-        A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
-        T::CUDNN_TYPE_DOUBLE,
-        &[1.0f64],
-    )?;
-    set(
-        api,
-        &op,
-        A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
-        T::CUDNN_TYPE_DOUBLE,
-        &[0.0f64],
-    )?;
+    // SAFETY: each value array is of the C type its attribute type names.
+    unsafe {
+        set(
+            api,
+            &op,
+            A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+            bd,
+            &[x.1],
+        )?
+    };
+    // SAFETY: each value array is of the C type its attribute type names.
+    unsafe {
+        set(
+            api,
+            &op,
+            A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+            bd,
+            &[w.1],
+        )?
+    };
+    // SAFETY: each value array is of the C type its attribute type names.
+    unsafe {
+        set(
+            api,
+            &op,
+            A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+            bd,
+            &[y.1],
+        )?
+    };
+    // SAFETY: each value array is of the C type its attribute type names.
+    unsafe {
+        set(
+            api,
+            &op,
+            A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+            bd,
+            &[c.1],
+        )?
+    };
+    // SAFETY: each value array is of the C type its attribute type names.
+    unsafe {
+        set(
+            api,
+            &op,
+            A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+            T::CUDNN_TYPE_DOUBLE,
+            &[1.0f64],
+        )?
+    };
+    // SAFETY: each value array is of the C type its attribute type names.
+    unsafe {
+        set(
+            api,
+            &op,
+            A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
+            T::CUDNN_TYPE_DOUBLE,
+            &[0.0f64],
+        )?
+    };
     fin(api, &op)?;
     let g = create(api, D::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?;
-    set(api, &g, A::CUDNN_ATTR_OPERATIONGRAPH_OPS, bd, &[op.1])?;
+    // SAFETY: each value array is of the C type its attribute type names.
+    unsafe { set(api, &g, A::CUDNN_ATTR_OPERATIONGRAPH_OPS, bd, &[op.1])? };
     fin(api, &g)
 }
 
@@ -377,30 +429,39 @@ fn raw_load(json: &str, props_json: &str) -> cudnn::Result<()> {
     let p = create(api, D::CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR)?;
     let mut pj = props_json.as_bytes().to_vec();
     pj.push(0);
-    set(
-        api,
-        &p,
-        A::CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION,
-        T::CUDNN_TYPE_CHAR,
-        &pj,
-    )?;
+    // SAFETY: each value array is of the C type its attribute type names.
+    unsafe {
+        set(
+            api,
+            &p,
+            A::CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION,
+            T::CUDNN_TYPE_CHAR,
+            &pj,
+        )?
+    };
     fin(api, &p)?;
     let plan = create(api, D::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR)?;
-    set(
-        api,
-        &plan,
-        A::CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP,
-        T::CUDNN_TYPE_BACKEND_DESCRIPTOR,
-        &[p.1],
-    )?;
+    // SAFETY: each value array is of the C type its attribute type names.
+    unsafe {
+        set(
+            api,
+            &plan,
+            A::CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP,
+            T::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+            &[p.1],
+        )?
+    };
     let mut j = json.as_bytes().to_vec();
     j.push(0);
-    set(
-        api,
-        &plan,
-        A::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION,
-        T::CUDNN_TYPE_CHAR,
-        &j,
-    )?;
+    // SAFETY: each value array is of the C type its attribute type names.
+    unsafe {
+        set(
+            api,
+            &plan,
+            A::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION,
+            T::CUDNN_TYPE_CHAR,
+            &j,
+        )?
+    };
     fin(api, &plan)
 }

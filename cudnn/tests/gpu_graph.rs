@@ -411,7 +411,8 @@ fn main() {
             matmul_case::<bf16>(DType::BF16, b, tr, e)
         }));
     }
-    let modes: Vec<(Pointwise, fn(f64, f64) -> f64)> = vec![
+    type Formula = fn(f64, f64) -> f64;
+    let modes: Vec<(Pointwise, Formula)> = vec![
         (Pointwise::Add, |x, b| x + b),
         (Pointwise::Sub, |x, b| x - b),
         (Pointwise::Mul, |x, b| x * b),
@@ -513,7 +514,7 @@ fn main() {
             best.engine()
         );
         ensure!(
-            chosen.1 <= first.1,
+            chosen.1.total_cmp(&first.1).is_le(),
             "chosen {:?} ms slower than the heuristic's first {:?}",
             chosen,
             first

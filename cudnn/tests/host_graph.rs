@@ -92,7 +92,7 @@ fn conv_epilogue(dtype: DType, epi: &str) -> cudnn::Result<Graph> {
                 let z = g.input("z", TensorSpec::nhwc(dtype, &[8, 64, 28, 28])?)?;
                 g.add(y, z)?
             }
-            other => panic!("unknown epilogue step {other}"),
+            other => return Err(cudnn::Error::invalid("epilogue step", "unknown", other)),
         };
     }
     g.output(y, dtype)?;
@@ -653,7 +653,7 @@ fn main() {
         ensure!(t.get_one(attr::TENSOR_UNIQUE_ID)? == 7, "uid round trip");
         let mut dims = [0i64; 8];
         let n = t.get(attr::TENSOR_DIMENSIONS, &mut dims)?;
-        ensure!(&dims[..n] == [2, 3], "dims round trip {:?}", &dims[..n]);
+        ensure!(dims[..n] == [2, 3], "dims round trip {:?}", &dims[..n]);
         let s = t
             .set(attr::TENSOR_UNIQUE_ID, &[8])
             .err()

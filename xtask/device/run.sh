@@ -196,6 +196,7 @@ bench "bench_conv --quick --exhaustive" 50 bench_conv --quick --exhaustive --csv
 bench "bench_ops" 20 bench_ops --csv "$out/csv/ops.csv"
 bench "bench_ops --quick" 20 bench_ops --quick --csv "$out/csv/ops_small.csv"
 bench "bench_host" 20 bench_host
+bench "bench_graph" 20 bench_graph --iters 30
 phase_end
 
 # ---------------------------------------------------------------------------

@@ -192,7 +192,7 @@ impl PlanCache {
     /// Load a file saved by [`save`](Self::save), for `target`.
     ///
     /// # Errors
-    /// Larger than [`MAX_FILE_BYTES`], unreadable, or as [`load_text`](Self::load_text).
+    /// Larger than [`MAX_CACHE_FILE_BYTES`](super::MAX_CACHE_FILE_BYTES), unreadable, or as [`load_text`](Self::load_text).
     pub fn load(&self, path: &Path, target: &Target) -> Result<usize> {
         use std::io::Read;
         let f = std::fs::File::open(path).map_err(|e| io_error("opening", path, e))?;

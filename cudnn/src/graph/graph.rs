@@ -110,6 +110,7 @@ pub(crate) enum Op {
         y: usize,
     },
     /// Extension ops (normalization, attention) build themselves.
+    #[allow(dead_code)] // constructed by the norm and attention op modules
     Ext(Arc<dyn super::ops::ExtOp>),
 }
 
@@ -755,7 +756,7 @@ impl Graph {
         }
         // Connected: union of ops through shared tensors.
         let mut group: Vec<usize> = (0..self.ops.len()).collect();
-        fn find(g: &mut Vec<usize>, mut i: usize) -> usize {
+        fn find(g: &mut [usize], mut i: usize) -> usize {
             while g[i] != i {
                 g[i] = g[g[i]];
                 i = g[i];

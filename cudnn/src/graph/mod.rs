@@ -33,6 +33,7 @@
 pub mod backend;
 mod cache;
 pub mod driver;
+#[allow(clippy::module_inception)]
 mod graph;
 pub mod heuristics;
 pub mod ops;
@@ -40,12 +41,12 @@ mod plan;
 mod target;
 mod tensor;
 
-pub use cache::PlanCache;
+pub use cache::{MAX_FILE_BYTES as MAX_CACHE_FILE_BYTES, PlanCache};
 pub use graph::{ConvDirection, Graph, IoSignature, IoTensor, OpGraph, Reduce, Tensor};
 pub use heuristics::{BehaviorNote, Candidate, HeurMode, Knob, NumericalNote, Policy};
 pub use ops::conv::ConvParams;
 pub use ops::pointwise::{Arity, Pointwise};
-pub use plan::{Bindings, BuildReport, Plan};
+pub use plan::{Bindings, BuildReport, Plan, Timings};
 pub use target::{DeviceProperties, DeviceSpec, REQUIRED_FIELDS, Target};
 pub use tensor::{BYTE_ALIGNMENT, DType, MAX_DIMS, TensorSpec};
 

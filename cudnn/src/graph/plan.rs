@@ -210,7 +210,7 @@ impl Plan {
         policy: &Policy,
         handle: &mut crate::dnn::Handle,
         iterations: usize,
-    ) -> Result<(Plan, Vec<(Option<i64>, f32)>)> {
+    ) -> Result<(Plan, Timings)> {
         use crate::runtime::{DeviceBuffer, Event};
         let (plans, _) = Self::build_all(graph, target, policy)?;
         let mut buffers = Vec::new();
@@ -514,6 +514,9 @@ impl Plan {
     }
 }
 
+/// `(engine, median milliseconds)` per plan timed by [`Plan::autotune`].
+pub type Timings = Vec<(Option<i64>, f32)>;
+
 struct Slot {
     uid: i64,
     ptr: *mut c_void,
@@ -593,7 +596,7 @@ impl<'a> Bindings<'a> {
                 bytes,
             ));
         }
-        if ptr.is_null() || (ptr as usize) % BYTE_ALIGNMENT != 0 {
+        if ptr.is_null() || !(ptr as usize).is_multiple_of(BYTE_ALIGNMENT) {
             return Err(Error::invalid(
                 format!("binding `{name}` pointer"),
                 format!("must be non-null and {BYTE_ALIGNMENT}-byte aligned"),
@@ -670,7 +673,7 @@ impl<'a> Bindings<'a> {
     pub fn workspace(&mut self, ws: impl Into<DeviceSliceMut<'a, u8>>) -> Result<&mut Self> {
         let mut s: DeviceSliceMut<'a, u8> = ws.into();
         let p = s.as_raw_mut();
-        if !p.is_null() && (p as usize) % BYTE_ALIGNMENT != 0 {
+        if !p.is_null() && !(p as usize).is_multiple_of(BYTE_ALIGNMENT) {
             return Err(Error::invalid(
                 "workspace pointer",
                 format!("must be {BYTE_ALIGNMENT}-byte aligned"),

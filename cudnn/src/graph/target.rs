@@ -395,10 +395,7 @@ fn short(s: &str) -> String {
     }
 }
 
-pub(crate) fn read_json<K: super::backend::Kind>(d: &Descriptor<K>) -> Result<String>
-where
-    K: JsonAttr,
-{
+pub(crate) fn read_json<K: JsonAttr>(d: &Descriptor<K>) -> Result<String> {
     let a = K::json_attr();
     // A read with no room reports the length (including the NUL).
     let n = d.count(a)?;
