@@ -389,7 +389,9 @@ fn conv_trial<T: Elem>(
     let seed = fresh_seed(&name);
     let mut rng = Lcg(seed);
     let Gpu { stream, mut h } = gpu_ctx()?;
-    let may_lack = T::NAME == "f64" && layout == TensorFormat::Nhwc;
+    // cuDNN's legacy API may lack channels-last f64, and channels-last 3-d
+    // (NDHWC) for any type: those may report unsupported (a visible skip).
+    let may_lack = layout == TensorFormat::Nhwc && (T::NAME == "f64" || case.spatial.len() == 3);
     let tol = tol::<T>(math);
     let (xdesc, wdesc, conv) = case.descs::<T>(layout)?;
     let (p, rl) = (case.params(), Layout::from(layout));
@@ -589,10 +591,37 @@ fn fused_trial<T: Elem>(layout: TensorFormat) -> TestResult {
                 plan.path() == FusedPath::Fallback,
                 "{name}: tanh must take the fallback"
             );
+            ensure!(
+                matches!(
+                    plan.set_path(FusedPath::Fused),
+                    Err(Error::Unsupported { .. })
+                ),
+                "{name}: tanh cannot be set to the fused path"
+            );
+        } else {
+            // ReLU is planned fused with any algorithm; both ReLU and
+            // identity try IMPLICIT_PRECOMP_GEMM first, which every f32/f16
+            // channels-first 2-d convolution has.
+            let plain = matches!(T::NAME, "f32" | "f16") && layout == TensorFormat::Nchw;
+            if mode == ActivationMode::Relu || plain {
+                ensure!(
+                    plan.path() == FusedPath::Fused,
+                    "{name} {mode:?}: planned {:?} ({})",
+                    plan.path(),
+                    plan.conv_plan().algo()
+                );
+            }
+            if plain {
+                ensure!(
+                    plan.conv_plan().algo() == ConvAlgo::IMPLICIT_PRECOMP_GEMM,
+                    "{name} {mode:?}: planned {}",
+                    plan.conv_plan().algo()
+                );
+            }
         }
         for forced in [false, true] {
             if forced {
-                plan.set_path(FusedPath::Fallback);
+                plan.set_path(FusedPath::Fallback)?;
             }
             for residual in ["none", "input", "output"] {
                 let mut y = match residual {
@@ -651,14 +680,18 @@ fn fused_trial<T: Elem>(layout: TensorFormat) -> TestResult {
         }
     }
     eprintln!("{name}: paths {paths:?}");
-    // The fused path must really run for the plain f32/f16 channels-first ReLU.
+    // The fused path must really run for the plain f32/f16 channels-first
+    // ReLU and identity (the caller's activation propagates NaN; the fused
+    // descriptor does not, as cuDNN requires), with every residual form.
     if matches!(T::NAME, "f32" | "f16") && layout == TensorFormat::Nchw {
-        ensure!(
-            paths
-                .iter()
-                .any(|(m, _, p)| *m == ActivationMode::Relu && *p == FusedPath::Fused),
-            "{name}: the fused ReLU never ran fused: {paths:?}"
-        );
+        for mode in [ActivationMode::Relu, ActivationMode::Identity] {
+            for residual in ["none", "input", "output"] {
+                ensure!(
+                    paths.contains(&(mode, residual, FusedPath::Fused)),
+                    "{name}: {mode:?} with residual {residual} never ran fused: {paths:?}"
+                );
+            }
+        }
     }
     Ok(())
 }
@@ -819,6 +852,53 @@ fn caller_workspace_and_limits() -> TestResult {
     unsafe { plan.run_with_workspace(&h, 1.0, &x, &w, 0.0, &mut y, ws.slice_mut(..need)?) }?;
     compare("caller workspace", 0, &read(&stream, &y)?, &want, &sc, 2e-5)?;
     if need > 0 {
+        // A workspace that does not start at WORKSPACE_ALIGNMENT is refused
+        // before cuDNN (an offset slice of a larger buffer).
+        let mut big = DeviceBuffer::<u8>::zeroed(need + WORKSPACE_ALIGNMENT)?;
+        for off in [1, 8, 16, WORKSPACE_ALIGNMENT / 2] {
+            // SAFETY: refused before anything is queued.
+            let r = unsafe {
+                plan.run_with_workspace(
+                    &h,
+                    1.0,
+                    &x,
+                    &w,
+                    0.0,
+                    &mut y,
+                    big.slice_mut(off..off + need)?,
+                )
+            };
+            ensure!(
+                matches!(&r, Err(Error::InvalidArgument { arg, .. }) if arg == "workspace"),
+                "workspace at offset {off}: {r:?}"
+            );
+        }
+        // An aligned offset runs.
+        y.copy_from_host(&vec![f32::NAN; count(&ys)])?;
+        let off = WORKSPACE_ALIGNMENT;
+        // SAFETY: as above; `read` synchronizes before `big` is dropped.
+        unsafe {
+            plan.run_with_workspace(
+                &h,
+                1.0,
+                &x,
+                &w,
+                0.0,
+                &mut y,
+                big.slice_mut(off..off + need)?,
+            )
+        }
+        .map_err(|e| format!("aligned offset: {e}"))?;
+        compare(
+            "aligned offset workspace",
+            0,
+            &read(&stream, &y)?,
+            &want,
+            &sc,
+            2e-5,
+        )?;
+    }
+    if need > 0 {
         // SAFETY: as above; this call is refused before anything is queued.
         let r = unsafe {
             plan.run_with_workspace(&h, 1.0, &x, &w, 0.0, &mut y, ws.slice_mut(..need - 1)?)
@@ -874,6 +954,63 @@ fn caller_workspace_and_limits() -> TestResult {
     ensure!(
         q.output().shape() == ys.as_slice(),
         "convenience output shape"
+    );
+    Ok(())
+}
+
+/// Issue 13, item 4: an exhaustive search measures in a temporary
+/// workspace; the handle's ends at the chosen algorithm's size (the largest
+/// of the plans made on it), not at the largest candidate's.
+fn exhaustive_search_sizes_workspace_to_choice() -> TestResult {
+    let Gpu { mut h, .. } = gpu_ctx()?;
+    // Large enough that FFT and Winograd variants ask for real workspace.
+    let x = TensorDescriptor::<f32>::nchw(8, 64, 32, 32)?;
+    let w = FilterDescriptor::<f32>::nchw(64, 64, 5, 5)?;
+    let conv = ConvDescriptor::new_2d([2, 2], [1, 1], [1, 1])?;
+    ensure!(
+        h.workspace_size() == 0,
+        "a fresh handle holds {}",
+        h.workspace_size()
+    );
+    let opts = PlanOptions {
+        search: AlgoSearch::Exhaustive,
+        cache: CachePolicy::Off,
+        ..PlanOptions::default()
+    };
+    let mut most = 0usize;
+    let fwd = ConvProblem::forward(&x, &w, &conv)?.plan(&mut h, &opts)?;
+    most = most.max(fwd.workspace_size());
+    ensure!(
+        h.workspace_size() == most,
+        "forward ({}): handle holds {} bytes, the plan needs {}",
+        fwd.algo(),
+        h.workspace_size(),
+        fwd.workspace_size()
+    );
+    let bd = ConvProblem::backward_data(&x, &w, &conv)?.plan(&mut h, &opts)?;
+    most = most.max(bd.workspace_size());
+    ensure!(
+        h.workspace_size() == most,
+        "backward data ({}): handle holds {} bytes, the plans need at most {most}",
+        bd.algo(),
+        h.workspace_size()
+    );
+    let bf = ConvProblem::backward_filter(&x, &w, &conv)?.plan(&mut h, &opts)?;
+    most = most.max(bf.workspace_size());
+    ensure!(
+        h.workspace_size() == most,
+        "backward filter ({}): handle holds {} bytes, the plans need at most {most}",
+        bf.algo(),
+        h.workspace_size()
+    );
+    eprintln!(
+        "exhaustive: forward {} {} B, backward data {} {} B, backward filter {} {} B",
+        fwd.algo(),
+        fwd.workspace_size(),
+        bd.algo(),
+        bd.workspace_size(),
+        bf.algo(),
+        bf.workspace_size()
     );
     Ok(())
 }
@@ -958,6 +1095,10 @@ fn main() {
     trials.push(gpu(
         "caller_workspace_limits_and_refusals",
         caller_workspace_and_limits,
+    ));
+    trials.push(gpu(
+        "exhaustive_search_sizes_workspace_to_the_choice",
+        exhaustive_search_sizes_workspace_to_choice,
     ));
     run(trials)
 }

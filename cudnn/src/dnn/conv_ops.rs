@@ -291,7 +291,9 @@ pub enum AlgoSearch {
     /// Measure every candidate (`cudnnFindConvolution*AlgorithmEx`) on the
     /// caller's buffers ([`ConvProblem::plan_on`]) or on scratch buffers
     /// ([`ConvProblem::plan`]); the fastest that passes the filters wins.
-    /// Slow (runs every algorithm); cache the result.
+    /// The trials run in a temporary workspace of the search's own (freed
+    /// when it returns); the handle's grows only to the chosen algorithm's
+    /// size. Slow (runs every algorithm); cache the result.
     Exhaustive,
     /// This algorithm (of the plan's direction), with the policy's math
     /// type; only its workspace size is asked. Never cached. Determinism is
