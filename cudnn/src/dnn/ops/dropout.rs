@@ -7,17 +7,7 @@
 //! the mask into the reserve buffer; backward applies the same mask to `dy`.
 //! Two [`Dropout`]s made with the same seed and probability give the same
 //! masks (on the same device and shapes).
-//!
-//! # Streams
-//! The random-number state is device memory that every forward reads and
-//! advances. Its uses are ordered across streams: an event is recorded on
-//! the stream of each use (the state's initialisation included), and a use
-//! on another stream first makes that stream wait for it (PyTorch orders its
-//! cuDNN dropout state the same way). So a `Dropout` may follow its handle
-//! from stream to stream ([`Handle::set_stream`]) or be used by handles on
-//! different streams, and the masks come out as they would on one stream.
-//! Dropping it waits (on the host) for its last use before the state is
-//! freed.
+//! The state's uses are ordered across streams (see [`Dropout`]).
 
 use std::fmt;
 
@@ -172,8 +162,19 @@ impl fmt::Debug for LastUse {
 }
 
 /// A cuDNN dropout descriptor with its random-number state (device memory
-/// it owns), probability and seed; its uses are ordered across streams (see
-/// the [module docs](self)).
+/// it owns), probability and seed.
+///
+/// # Streams
+/// The random-number state is device memory that every forward reads and
+/// advances. Its uses are ordered across streams: an event is recorded on
+/// the stream of each use (the state's initialisation included), and a use
+/// on another stream first makes that stream wait for it (one
+/// `cudaEventRecord` per forward; a wait only when the stream changes). So
+/// a `Dropout` may follow its handle
+/// from stream to stream ([`Handle::set_stream`]) or be used by handles on
+/// different streams, and the masks come out as they would on one stream.
+/// Dropping it waits (on the host) for its last use before the state is
+/// freed.
 ///
 /// `Send` (the descriptor is a host structure, the state is device memory
 /// it owns, the event may be used from any thread), not `Sync`. Dropping it
@@ -392,7 +393,7 @@ impl Handle {
     /// `y = x * mask / (1 - p)`, a fresh mask written to `reserve` (at least
     /// [`dropout_reserve_size`] bytes); keep `reserve` for the backward pass.
     /// On a stream other than the state's last, waits for that use first
-    /// (see the [module docs](self)).
+    /// (see [`Dropout`]).
     ///
     /// # Errors
     /// [`check_dropout`]'s, then what cuDNN or the CUDA runtime (the
