@@ -1057,11 +1057,12 @@ impl<T: DataType> PlanCore<T> {
 }
 
 /// The alignment in bytes a caller's workspace must start at
-/// (`run_with_workspace`): what `cudaMalloc` guarantees, what the handle's
-/// own workspace has, and what NVIDIA asks of cuBLAS workspaces. cuDNN's
-/// kernels use vector loads on the workspace, so an offset slice of a larger
-/// buffer must keep this alignment. A plan that needs no workspace takes
-/// any pointer.
+/// (`run_with_workspace`). cuDNN's legacy convolution calls do not document
+/// one, and their kernels are only ever given `cudaMalloc` pointers by the
+/// handle's own workspace; 256 is what `cudaMalloc` guarantees (and what
+/// NVIDIA requires of cuBLAS workspaces), so any allocation passes, and an
+/// offset slice of a larger buffer passes when the offset is a multiple of
+/// it. A plan that needs no workspace takes any pointer.
 pub const WORKSPACE_ALIGNMENT: usize = 256;
 
 /// Raw arguments of one launch, checked by the caller.

@@ -170,11 +170,10 @@ impl fmt::Debug for LastUse {
 /// the stream of each use (the state's initialisation included), and a use
 /// on another stream first makes that stream wait for it (one
 /// `cudaEventRecord` per forward; a wait only when the stream changes). So
-/// a `Dropout` may follow its handle
-/// from stream to stream ([`Handle::set_stream`]) or be used by handles on
-/// different streams, and the masks come out as they would on one stream.
-/// Dropping it waits (on the host) for its last use before the state is
-/// freed.
+/// a `Dropout` may follow its handle from stream to stream
+/// ([`Handle::set_stream`]) or be used by handles on different streams, and
+/// the masks come out as they would on one stream. Dropping it waits (on
+/// the host) for its last use before the state is freed.
 ///
 /// `Send` (the descriptor is a host structure, the state is device memory
 /// it owns, the event may be used from any thread), not `Sync`. Dropping it
@@ -381,6 +380,7 @@ impl Dropout {
             states,
             ..
         } = self;
+        // Reported here; dropping `last_use` then waits again, at no cost.
         let w = last_use.finish();
         drop(last_use);
         let r = raw.destroy();
