@@ -20,7 +20,7 @@
 //! lengths in Rust, takes the handle's workspace (which allocates only when
 //! it must grow, normally never: planning already grew it), and makes exactly
 //! one cuDNN call. `run_with_workspace` takes the caller's workspace instead,
-//! checked against the plan's size. (A plan made from a known choice,
+//! checked against the plan's size and [`WORKSPACE_ALIGNMENT`]. (A plan made from a known choice,
 //! `plan_with`, also asks cuDNN once, on its first run, how much workspace
 //! the algorithm needs, so a wrong size is an error rather than an overrun;
 //! a cached choice is checked the same way when the plan is built.)
@@ -35,7 +35,10 @@
 //! Math types follow [`MathPolicy`]: tensor cores for f16/bf16 unless
 //! forbidden; for f32 data TF32 only with [`MathPolicy::AllowTf32`] (without
 //! it, cuDNN's default math, which allows TF32 on Ampere and newer, is
-//! replaced by `CUDNN_FMA_MATH`).
+//! replaced by `CUDNN_FMA_MATH`). The rule applies to every source of a math
+//! type: a searched candidate, a fixed algorithm, a cache entry (also one
+//! loaded from a file), and a caller's saved choice
+//! ([`plan_with_policy`](ConvProblem::plan_with_policy)).
 //!
 //! Descriptors of different element types cannot be mixed; this does not
 //! compile:
@@ -1058,8 +1061,8 @@ impl<T: DataType> PlanCore<T> {
 
 /// The alignment in bytes a caller's workspace must start at
 /// (`run_with_workspace`). cuDNN's legacy convolution calls do not document
-/// one, and their kernels are only ever given `cudaMalloc` pointers by the
-/// handle's own workspace; 256 is what `cudaMalloc` guarantees (and what
+/// one, and the handle's own workspace is always a `cudaMalloc` pointer;
+/// 256 is what `cudaMalloc` guarantees (and what
 /// NVIDIA requires of cuBLAS workspaces), so any allocation passes, and an
 /// offset slice of a larger buffer passes when the offset is a multiple of
 /// it. A plan that needs no workspace takes any pointer.
