@@ -968,59 +968,43 @@ fn caller_workspace_and_limits() -> TestResult {
 }
 
 /// Issue 13, item 4: an exhaustive search measures in a temporary
-/// workspace; the handle's ends at the chosen algorithm's size (the largest
-/// of the plans made on it), not at the largest candidate's.
+/// workspace; the handle's ends as it would after reserving just the chosen
+/// algorithm's size (compared with a second fresh handle, so the handle's
+/// own growth rule does not matter), not at the largest candidate's.
 fn exhaustive_search_sizes_workspace_to_choice() -> TestResult {
-    let Gpu { mut h, .. } = gpu_ctx()?;
     // Large enough that FFT and Winograd variants ask for real workspace.
     let x = TensorDescriptor::<f32>::nchw(8, 64, 32, 32)?;
     let w = FilterDescriptor::<f32>::nchw(64, 64, 5, 5)?;
     let conv = ConvDescriptor::new_2d([2, 2], [1, 1], [1, 1])?;
-    ensure!(
-        h.workspace_size() == 0,
-        "a fresh handle holds {}",
-        h.workspace_size()
-    );
     let opts = PlanOptions {
         search: AlgoSearch::Exhaustive,
         cache: CachePolicy::Off,
         ..PlanOptions::default()
     };
-    let mut most = 0usize;
-    let fwd = ConvProblem::forward(&x, &w, &conv)?.plan(&mut h, &opts)?;
-    most = most.max(fwd.workspace_size());
-    ensure!(
-        h.workspace_size() == most,
-        "forward ({}): handle holds {} bytes, the plan needs {}",
-        fwd.algo(),
-        h.workspace_size(),
-        fwd.workspace_size()
-    );
-    let bd = ConvProblem::backward_data(&x, &w, &conv)?.plan(&mut h, &opts)?;
-    most = most.max(bd.workspace_size());
-    ensure!(
-        h.workspace_size() == most,
-        "backward data ({}): handle holds {} bytes, the plans need at most {most}",
-        bd.algo(),
-        h.workspace_size()
-    );
-    let bf = ConvProblem::backward_filter(&x, &w, &conv)?.plan(&mut h, &opts)?;
-    most = most.max(bf.workspace_size());
-    ensure!(
-        h.workspace_size() == most,
-        "backward filter ({}): handle holds {} bytes, the plans need at most {most}",
-        bf.algo(),
-        h.workspace_size()
-    );
-    eprintln!(
-        "exhaustive: forward {} {} B, backward data {} {} B, backward filter {} {} B",
-        fwd.algo(),
-        fwd.workspace_size(),
-        bd.algo(),
-        bd.workspace_size(),
-        bf.algo(),
-        bf.workspace_size()
-    );
+    let same_as_reserving = |what: &str, h: &Handle, algo: ConvAlgo, need: usize| -> TestResult {
+        let Gpu { h: mut fresh, .. } = gpu_ctx()?;
+        fresh.reserve_workspace(need)?;
+        eprintln!(
+            "exhaustive {what}: {algo}, {need} bytes; handle holds {}",
+            h.workspace_size()
+        );
+        ensure!(
+            h.workspace_size() == fresh.workspace_size(),
+            "{what} ({algo}): the handle holds {} bytes after the search, reserving the choice's {need} gives {}",
+            h.workspace_size(),
+            fresh.workspace_size()
+        );
+        Ok(())
+    };
+    let Gpu { mut h, .. } = gpu_ctx()?;
+    let p = ConvProblem::forward(&x, &w, &conv)?.plan(&mut h, &opts)?;
+    same_as_reserving("forward", &h, p.algo(), p.workspace_size())?;
+    let Gpu { mut h, .. } = gpu_ctx()?;
+    let p = ConvProblem::backward_data(&x, &w, &conv)?.plan(&mut h, &opts)?;
+    same_as_reserving("backward data", &h, p.algo(), p.workspace_size())?;
+    let Gpu { mut h, .. } = gpu_ctx()?;
+    let p = ConvProblem::backward_filter(&x, &w, &conv)?.plan(&mut h, &opts)?;
+    same_as_reserving("backward filter", &h, p.algo(), p.workspace_size())?;
     Ok(())
 }
 
