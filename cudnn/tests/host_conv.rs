@@ -22,8 +22,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use cudnn::dnn::*;
 use cudnn::runtime::Stream;
+use cudnn::sys::cudnn as raw;
 use cudnn::{DataType, Error};
 use half::{bf16, f16};
+use libtest_mimic::Failed;
 use support::*;
 
 /// One convolution layer: `x = [n, c, spatial...]`, `w = [k, c / groups, window...]`.
@@ -642,11 +644,15 @@ fn plans_from_choice_check_workspace() -> TestResult {
     expect_mismatch(bd.check_workspace(0), "workspace")?;
     expect_mismatch(bd.check_buffers(2 * 8 * 144, 16 * 72, 10), "dy buffer")?;
 
-    let bf = ConvProblem::backward_filter(&x, &w, &conv)?.plan_with(AlgoChoice {
-        algo: 0,
-        math_type: MathType::TensorOp.to_raw().0,
-        workspace_bytes: 0,
-    })?;
+    // Tensor-op math on f32 is TF32: only with the opt-in.
+    let bf = ConvProblem::backward_filter(&x, &w, &conv)?.plan_with_policy(
+        AlgoChoice {
+            algo: 0,
+            math_type: MathType::TensorOp.to_raw().0,
+            workspace_bytes: 0,
+        },
+        MathPolicy::AllowTf32,
+    )?;
     ensure!(bf.math_type() == MathType::TensorOp, "math");
     bf.check_workspace(0)?;
     ensure!(bf.output().shape() == w.shape(), "dw shape");
@@ -714,8 +720,377 @@ fn fused_plan_checks_buffers() -> TestResult {
         FusedPath::Fallback,
     )?;
     ensure!(fb.path() == FusedPath::Fallback, "fallback");
-    fb.set_path(FusedPath::Fused);
-    ensure!(fb.path() == FusedPath::Fused, "set_path");
+    // tanh cannot be fused: refused, and the path stays.
+    ensure!(
+        matches!(
+            fb.set_path(FusedPath::Fused),
+            Err(Error::Unsupported { .. })
+        ),
+        "set_path(Fused) for tanh"
+    );
+    ensure!(
+        fb.path() == FusedPath::Fallback,
+        "set_path changed the path"
+    );
+    let mut relu_fb = p.plan_bias_activation_with(choice, &relu, FusedPath::Fallback)?;
+    relu_fb.set_path(FusedPath::Fused)?;
+    ensure!(relu_fb.path() == FusedPath::Fused, "set_path");
+    Ok(())
+}
+
+/// The NaN option cuDNN holds in a raw activation descriptor (read back
+/// with `cudnnGetActivationDescriptor`, not from our side).
+fn nan_in_cudnn(d: &ActivationDescriptor) -> Result<raw::cudnnNanPropagation_t, Failed> {
+    let api = raw::load()?;
+    let mut mode = raw::cudnnActivationMode_t(u32::MAX);
+    let mut nan = raw::cudnnNanPropagation_t(u32::MAX);
+    let mut coef = 0.0f64;
+    // SAFETY: a live descriptor owned by `d`; valid out-pointers.
+    let st =
+        unsafe { api.cudnnGetActivationDescriptor(d.as_raw(), &mut mode, &mut nan, &mut coef) }?;
+    ensure!(
+        api.normalize_status(st) == raw::cudnnStatus_t::CUDNN_STATUS_SUCCESS,
+        "cudnnGetActivationDescriptor returned {}",
+        st.0
+    );
+    ensure!(mode == d.mode().to_raw(), "mode {} in cuDNN", mode.0);
+    Ok(nan)
+}
+
+/// Issue 13, item 1: cuDNN's fused call supports only
+/// `CUDNN_NOT_PROPAGATE_NAN`; the fused descriptor must say so in cuDNN
+/// whatever the caller chose, and the fallback keeps the caller's choice.
+fn fused_descriptor_does_not_propagate_nan() -> TestResult {
+    let (x, w, conv) = small()?;
+    let p = ConvProblem::forward(&x, &w, &conv)?;
+    let precomp = AlgoChoice {
+        algo: ConvAlgo::IMPLICIT_PRECOMP_GEMM.to_raw(),
+        math_type: MathType::Fma.to_raw().0,
+        workspace_bytes: 1 << 16,
+    };
+    for mode in [ActivationMode::Relu, ActivationMode::Identity] {
+        for nan in [NanPropagation::Propagate, NanPropagation::NotPropagate] {
+            let act = ActivationDescriptor::new(mode, nan)?;
+            let plan = p.plan_bias_activation_with(precomp, &act, FusedPath::Fused)?;
+            let fused = nan_in_cudnn(plan.fused_activation())?;
+            ensure!(
+                fused == raw::cudnnNanPropagation_t::CUDNN_NOT_PROPAGATE_NAN,
+                "{mode:?} {nan:?}: the fused descriptor holds NaN option {} in cuDNN",
+                fused.0
+            );
+            ensure!(
+                plan.fused_activation().nan_propagation() == NanPropagation::NotPropagate,
+                "{mode:?} {nan:?}: fused_activation() says {:?}",
+                plan.fused_activation().nan_propagation()
+            );
+            let fallback = nan_in_cudnn(plan.activation())?;
+            ensure!(
+                fallback == nan.to_raw() && plan.activation().nan_propagation() == nan,
+                "{mode:?} {nan:?}: the fallback descriptor holds {} in cuDNN",
+                fallback.0
+            );
+        }
+    }
+    // `ActivationDescriptor::relu()` propagates NaN, and is what callers pass.
+    let plan =
+        p.plan_bias_activation_with(precomp, &ActivationDescriptor::relu()?, FusedPath::Fused)?;
+    ensure!(
+        nan_in_cudnn(plan.fused_activation())?
+            == raw::cudnnNanPropagation_t::CUDNN_NOT_PROPAGATE_NAN,
+        "relu(): fused descriptor propagates NaN"
+    );
+    Ok(())
+}
+
+/// Issue 13, item 1: the documented limits of the fused call (ReLU, or
+/// identity with IMPLICIT_PRECOMP_GEMM) are typed errors before cuDNN.
+fn fused_limits_are_typed_errors() -> TestResult {
+    let (x, w, conv) = small()?;
+    let p = ConvProblem::forward(&x, &w, &conv)?;
+    let choice = |algo: u32| AlgoChoice {
+        algo,
+        math_type: MathType::Fma.to_raw().0,
+        workspace_bytes: 1 << 16,
+    };
+    let (implicit, precomp, fft) = (0, 1, 4);
+    let unsupported = |r: cudnn::Result<ConvBiasActivationPlan<f32>>, what: &str| -> TestResult {
+        match r {
+            Err(e @ Error::Unsupported { .. }) => {
+                ensure!(e.cudnn_status().is_none(), "{what}: a cuDNN status: {e}");
+                let msg = e.to_string();
+                ensure!(
+                    msg.contains("IMPLICIT_PRECOMP_GEMM") && msg.contains("activation"),
+                    "{what}: {msg}"
+                );
+                Ok(())
+            }
+            other => Err(format!("{what}: expected Unsupported, got {other:?}").into()),
+        }
+    };
+    for mode in [
+        ActivationMode::Sigmoid,
+        ActivationMode::Tanh,
+        ActivationMode::ClippedRelu { ceiling: 6.0 },
+        ActivationMode::Elu { alpha: 1.0 },
+        ActivationMode::Swish { beta: 1.0 },
+    ] {
+        let act = ActivationDescriptor::new(mode, NanPropagation::NotPropagate)?;
+        for algo in [implicit, precomp, fft] {
+            unsupported(
+                p.plan_bias_activation_with(choice(algo), &act, FusedPath::Fused),
+                &format!("{mode:?} algo {algo}"),
+            )?;
+            let fb = p.plan_bias_activation_with(choice(algo), &act, FusedPath::Fallback)?;
+            ensure!(fb.path() == FusedPath::Fallback, "{mode:?}");
+        }
+    }
+    let identity = ActivationDescriptor::new(ActivationMode::Identity, NanPropagation::Propagate)?;
+    for algo in [implicit, fft] {
+        unsupported(
+            p.plan_bias_activation_with(choice(algo), &identity, FusedPath::Fused),
+            &format!("identity algo {algo}"),
+        )?;
+        let mut fb = p.plan_bias_activation_with(choice(algo), &identity, FusedPath::Fallback)?;
+        ensure!(
+            matches!(
+                fb.set_path(FusedPath::Fused),
+                Err(Error::Unsupported { .. })
+            ),
+            "identity algo {algo}: set_path(Fused)"
+        );
+    }
+    let ok = p.plan_bias_activation_with(choice(precomp), &identity, FusedPath::Fused)?;
+    ensure!(ok.path() == FusedPath::Fused, "identity with precomp");
+    let relu = ActivationDescriptor::relu()?;
+    for algo in [implicit, precomp, fft] {
+        let r = p.plan_bias_activation_with(choice(algo), &relu, FusedPath::Fused)?;
+        ensure!(r.path() == FusedPath::Fused, "relu algo {algo}");
+    }
+    // The check itself, for every pairing.
+    ensure!(
+        check_fusable(
+            ActivationMode::Relu,
+            ConvAlgo::from_raw(ConvDirection::Forward, fft)?
+        )
+        .is_ok(),
+        "relu fft"
+    );
+    ensure!(
+        check_fusable(ActivationMode::Identity, ConvAlgo::IMPLICIT_PRECOMP_GEMM).is_ok(),
+        "identity precomp"
+    );
+    ensure!(
+        check_fusable(
+            ActivationMode::Relu,
+            ConvAlgo::from_raw(ConvDirection::BackwardData, 1)?
+        )
+        .is_err(),
+        "relu with a backward-data algorithm"
+    );
+    Ok(())
+}
+
+fn temp_file(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("cudnn-rs-host-conv-{}-{name}", std::process::id()))
+}
+
+/// The math type cuDNN holds in a plan's convolution descriptor
+/// (`cudnnGetConvolutionMathType`).
+fn math_in_cudnn(conv: &ConvDescriptor) -> Result<raw::cudnnMathType_t, Failed> {
+    let api = raw::load()?;
+    let mut m = raw::cudnnMathType_t(u32::MAX);
+    // SAFETY: a live descriptor owned by `conv`; a valid out-pointer.
+    let st = unsafe { api.cudnnGetConvolutionMathType(conv.as_raw(), &mut m) }?;
+    ensure!(
+        api.normalize_status(st) == raw::cudnnStatus_t::CUDNN_STATUS_SUCCESS,
+        "cudnnGetConvolutionMathType returned {}",
+        st.0
+    );
+    Ok(m)
+}
+
+/// Entries written to a cache file and loaded back, as a later process sees them.
+fn loaded_entries(name: &str, entries: &[(AlgoKey, AlgoChoice)]) -> Result<AlgoCache, Failed> {
+    let path = temp_file(name);
+    let writer = AlgoCache::new(16);
+    for (k, c) in entries {
+        writer.insert(k.clone(), *c);
+    }
+    writer.save(&path)?;
+    let cache = AlgoCache::new(16);
+    let n = cache.load(&path);
+    let _ = std::fs::remove_file(&path);
+    ensure!(n? == entries.len(), "loaded count");
+    Ok(cache)
+}
+
+/// Issue 13, item 5: a math type from a cache file (or a caller's saved
+/// choice) goes through the math policy like a searched one, so f32 never
+/// runs TF32 under the default policy.
+fn cached_math_goes_through_policy() -> TestResult {
+    let (x, w, conv) = small()?;
+    let fwd = ConvProblem::forward(&x, &w, &conv)?;
+    let opts = PlanOptions::default();
+    let key = fwd.algo_key(&opts, 0);
+    let default_math = AlgoChoice {
+        algo: ConvAlgo::IMPLICIT_PRECOMP_GEMM.to_raw(),
+        math_type: raw::cudnnMathType_t::CUDNN_DEFAULT_MATH.0,
+        workspace_bytes: 4096,
+    };
+    let cache = loaded_entries("f32-default-math", &[(key.clone(), default_math)])?;
+    let entry = cache.get(&key).ok_or("the loaded entry is missing")?;
+    ensure!(entry == default_math, "{entry:?}");
+    // CUDNN_DEFAULT_MATH allows TF32 for f32 on Ampere and newer: without
+    // the opt-in it must become CUDNN_FMA_MATH, in cuDNN too.
+    let plan = fwd.plan_with(entry)?;
+    ensure!(
+        plan.math_type() == MathType::Fma,
+        "plan_with: {:?}",
+        plan.math_type()
+    );
+    let held = math_in_cudnn(plan.conv())?;
+    ensure!(
+        held == raw::cudnnMathType_t::CUDNN_FMA_MATH,
+        "cuDNN holds math type {} for an f32 plan under the default policy",
+        held.0
+    );
+    for policy in [
+        MathPolicy::Default,
+        MathPolicy::AllowTensorCores,
+        MathPolicy::ForbidTensorCores,
+    ] {
+        let p = fwd.plan_with_policy(entry, policy)?;
+        ensure!(
+            p.math_type() == MathType::Fma,
+            "{policy:?}: {:?}",
+            p.math_type()
+        );
+    }
+    let tf32 = fwd.plan_with_policy(entry, MathPolicy::AllowTf32)?;
+    ensure!(
+        tf32.math_type() == MathType::Default,
+        "AllowTf32: {:?}",
+        tf32.math_type()
+    );
+    ensure!(
+        math_in_cudnn(tf32.conv())? == raw::cudnnMathType_t::CUDNN_DEFAULT_MATH,
+        "AllowTf32 in cuDNN"
+    );
+    // A tensor-op entry for f32 is TF32: refused without the opt-in.
+    let tensor_op = AlgoChoice {
+        math_type: raw::cudnnMathType_t::CUDNN_TENSOR_OP_MATH.0,
+        ..default_math
+    };
+    let cache = loaded_entries("f32-tensor-op", &[(key.clone(), tensor_op)])?;
+    let entry = cache.get(&key).ok_or("the loaded entry is missing")?;
+    expect_invalid(fwd.plan_with(entry), "math")?;
+    expect_invalid(
+        fwd.plan_with_policy(entry, MathPolicy::ForbidTensorCores),
+        "math",
+    )?;
+    expect_invalid(
+        fwd.plan_bias_activation_with(entry, &ActivationDescriptor::relu()?, FusedPath::Fused),
+        "math",
+    )?;
+    let p = fwd.plan_with_policy(entry, MathPolicy::AllowTf32)?;
+    ensure!(p.math_type() == MathType::TensorOp, "{:?}", p.math_type());
+    // Half data keeps tensor cores under the default policy; forbidding
+    // them turns default math into FMA and refuses tensor-op math.
+    let xh = TensorDescriptor::<f16>::nchw(2, 8, 12, 12)?;
+    let wh = FilterDescriptor::<f16>::nchw(16, 8, 3, 3)?;
+    let half = ConvProblem::backward_data(&xh, &wh, &conv)?;
+    let hkey = half.algo_key(&opts, 0);
+    let cache = loaded_entries(
+        "f16",
+        &[(
+            hkey.clone(),
+            AlgoChoice {
+                algo: 1,
+                ..tensor_op
+            },
+        )],
+    )?;
+    let entry = cache.get(&hkey).ok_or("the loaded f16 entry is missing")?;
+    ensure!(
+        half.plan_with(entry)?.math_type() == MathType::TensorOp,
+        "f16 tensor op"
+    );
+    expect_invalid(
+        half.plan_with_policy(entry, MathPolicy::ForbidTensorCores),
+        "math",
+    )?;
+    let dflt = AlgoChoice {
+        math_type: raw::cudnnMathType_t::CUDNN_DEFAULT_MATH.0,
+        ..entry
+    };
+    ensure!(
+        half.plan_with(dflt)?.math_type() == MathType::Default,
+        "f16 default"
+    );
+    ensure!(
+        half.plan_with_policy(dflt, MathPolicy::ForbidTensorCores)?
+            .math_type()
+            == MathType::Fma,
+        "f16 default, tensor cores forbidden"
+    );
+    // Down-conversion is for half data only.
+    let conversion = AlgoChoice {
+        math_type: raw::cudnnMathType_t::CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION.0,
+        ..default_math
+    };
+    expect_invalid(
+        fwd.plan_with_policy(conversion, MathPolicy::AllowTf32),
+        "math",
+    )?;
+    Ok(())
+}
+
+/// Issue 13, item 11: a caller's workspace must be large enough and start
+/// at a multiple of `WORKSPACE_ALIGNMENT` (only the address is checked).
+fn caller_workspace_alignment() -> TestResult {
+    let (x, w, conv) = small()?;
+    let p = ConvProblem::forward(&x, &w, &conv)?;
+    let choice = AlgoChoice {
+        algo: 1,
+        math_type: MathType::Fma.to_raw().0,
+        workspace_bytes: 4096,
+    };
+    ensure!(WORKSPACE_ALIGNMENT == 256, "{WORKSPACE_ALIGNMENT}");
+    let plan = p.plan_with(choice)?;
+    let base = 0x7f00_0000_0000usize;
+    let at = |a: usize| a as *const std::ffi::c_void;
+    plan.check_caller_workspace(at(base), 4096)?;
+    plan.check_caller_workspace(at(base + 256), 1 << 20)?;
+    for off in [1, 4, 8, 16, 128, 255] {
+        let r = plan.check_caller_workspace(at(base + off), 8192);
+        match &r {
+            Err(Error::InvalidArgument { arg, rule, .. })
+                if arg == "workspace" && rule.contains("256") => {}
+            other => return Err(format!("offset {off}: {other:?}").into()),
+        }
+    }
+    expect_mismatch(plan.check_caller_workspace(at(base), 4095), "workspace")?;
+    // The fused plan checks the same way.
+    let fused =
+        p.plan_bias_activation_with(choice, &ActivationDescriptor::relu()?, FusedPath::Fused)?;
+    expect_invalid(
+        fused
+            .conv_plan()
+            .check_caller_workspace(at(base + 64), 4096),
+        "workspace",
+    )?;
+    // No workspace needed: any pointer (null included).
+    let none = p.plan_with(AlgoChoice {
+        workspace_bytes: 0,
+        ..choice
+    })?;
+    none.check_caller_workspace(std::ptr::null(), 0)?;
+    none.check_caller_workspace(at(base + 3), 0)?;
+    let bd = ConvProblem::backward_data(&x, &w, &conv)?.plan_with(choice)?;
+    expect_invalid(bd.check_caller_workspace(at(base + 32), 4096), "workspace")?;
+    let bf =
+        ConvProblem::backward_filter(&x, &w, &conv)?.plan_with(AlgoChoice { algo: 0, ..choice })?;
+    expect_invalid(bf.check_caller_workspace(at(base + 32), 4096), "workspace")?;
     Ok(())
 }
 
@@ -1067,6 +1442,19 @@ fn main() {
             "fused_plan_checks_buffer_lengths",
             fused_plan_checks_buffers,
         ),
+        host(
+            "fused_descriptor_does_not_propagate_nan",
+            fused_descriptor_does_not_propagate_nan,
+        ),
+        host(
+            "fused_limits_are_typed_errors",
+            fused_limits_are_typed_errors,
+        ),
+        host(
+            "cached_math_type_goes_through_the_policy",
+            cached_math_goes_through_policy,
+        ),
+        host("caller_workspace_alignment", caller_workspace_alignment),
         host(
             "algo_key_changes_with_every_input",
             algo_key_changes_with_every_input,

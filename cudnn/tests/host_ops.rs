@@ -213,19 +213,25 @@ fn batch_norm_descriptors() -> TestResult {
 fn batch_norm_ranges() -> TestResult {
     let min = batch_norm_min_epsilon()?;
     let version = Handle::library_version()?;
-    let major = version.major;
     eprintln!("cuDNN {version}: CUDNN_BN_MIN_EPSILON {min}");
+    // Both headers define `CUDNN_BN_MIN_EPSILON 0.0`: cuDNN 8.9's
+    // `cudnn_ops_infer.h` and cuDNN 9's `cudnn_ops.h`.
     ensure!(
-        (major < 9 && min == 1e-5) || (major >= 9 && min == 0.0),
-        "cuDNN {major}: min epsilon {min}"
+        min == 0.0,
+        "cuDNN {version}: min epsilon {min}, the header says 0.0"
     );
-    for bad in [f64::NAN, f64::INFINITY, -1.0, min - 1e-7] {
+    for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.0, -1e-7] {
         our_error(
             BatchNormPlan::new(BatchNormMode::Spatial, nchw::<f32>(2, 3, 4, 5)?, bad),
             &["epsilon"],
         )?;
     }
-    BatchNormPlan::new(BatchNormMode::Spatial, nchw::<f32>(2, 3, 4, 5)?, min)?;
+    // Below the old, wrong 1e-5 floor, on 8.9 as on 9.
+    for good in [0.0, 1e-9, 1e-6, 1e-5] {
+        check_batch_norm_epsilon(good)?;
+        let plan = BatchNormPlan::new(BatchNormMode::Spatial, nchw::<f32>(2, 3, 4, 5)?, good)?;
+        ensure!(plan.epsilon() == good, "{plan:?}");
+    }
     for bad in [-0.1, 1.1, f64::NAN] {
         our_error(check_batch_norm_momentum(bad), &["[0, 1]"])?;
     }

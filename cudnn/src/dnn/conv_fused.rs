@@ -6,8 +6,9 @@ use std::ffi::c_void;
 use std::fmt;
 
 use super::activation::{ActivationDescriptor, ActivationMode};
-use super::conv_ops::{ConvDataType, ConvForwardPlan, Launch};
+use super::conv_ops::{ConvAlgo, ConvDataType, ConvForwardPlan, Launch};
 use super::handle::Handle;
+use super::pooling::NanPropagation;
 use super::tensor::TensorDescriptor;
 use crate::check::{self, cudnn_call};
 use crate::dtype::{DataType, Scale};
@@ -53,6 +54,34 @@ fn bias_descriptor<T: DataType>(k: usize, rank: usize) -> Result<TensorDescripto
     TensorDescriptor::packed(&dims)
 }
 
+/// Whether `cudnnConvolutionBiasActivationForward` supports `mode` with
+/// `algo`: ReLU with any forward algorithm, identity only with
+/// `IMPLICIT_PRECOMP_GEMM` (NVIDIA's documented limits; its activation
+/// descriptor must also not propagate NaN, which the plan sees to).
+///
+/// # Errors
+/// [`Error::Unsupported`] naming the activation and the algorithm.
+pub fn check_fusable(mode: ActivationMode, algo: ConvAlgo) -> Result<()> {
+    let ok = match mode {
+        ActivationMode::Relu => matches!(algo, ConvAlgo::Forward(_)),
+        ActivationMode::Identity => algo == ConvAlgo::IMPLICIT_PRECOMP_GEMM,
+        _ => false,
+    };
+    if ok {
+        return Ok(());
+    }
+    Err(Error::Unsupported {
+        what: format!(
+            "the fused convolution + bias + activation (cudnnConvolutionBiasActivationForward) with activation {mode:?} and algorithm {algo} ({:?})",
+            algo.direction()
+        ),
+        needs: Some(
+            "ReLU with a forward algorithm, or identity with IMPLICIT_PRECOMP_GEMM; use FusedPath::Fallback otherwise"
+                .into(),
+        ),
+    })
+}
+
 fn is_not_supported(e: &Error) -> bool {
     e.cudnn_status()
         .is_some_and(|s| (3000..4000).contains(&s.0))
@@ -62,13 +91,22 @@ fn is_not_supported(e: &Error) -> bool {
 /// run. The bias is `[1, k, 1, ...]` of the plan's element type; `z` has
 /// `y`'s shape and layout.
 ///
-/// When cuDNN reports the fused call unsupported (`CUDNN_STATUS_NOT_SUPPORTED*`)
-/// the run falls back to separate calls and the plan remembers it, so later
-/// runs go straight to the fallback; [`run`](Self::run) says which path ran.
+/// The fused path is taken only where NVIDIA documents it ([`check_fusable`]:
+/// ReLU, or identity with `IMPLICIT_PRECOMP_GEMM`), checked in Rust before
+/// cuDNN is called. The fused call gets its own copy of the activation with
+/// `CUDNN_NOT_PROPAGATE_NAN`, the only NaN option it supports
+/// ([`fused_activation`](Self::fused_activation)); the fallback keeps the
+/// caller's ([`activation`](Self::activation)). When cuDNN still reports the
+/// fused call unsupported (`CUDNN_STATUS_NOT_SUPPORTED*`) the run falls back
+/// to separate calls and the plan remembers it, so later runs go straight to
+/// the fallback; [`run`](Self::run) says which path ran.
 pub struct ConvBiasActivationPlan<T: ConvDataType> {
     conv: ConvForwardPlan<T>,
     bias: TensorDescriptor<T>,
+    /// The caller's activation (mode and NaN option), for the fallback.
     activation: ActivationDescriptor,
+    /// The same mode with `CUDNN_NOT_PROPAGATE_NAN`, for the fused call.
+    fused_activation: ActivationDescriptor,
     path: Cell<FusedPath>,
 }
 
@@ -83,19 +121,27 @@ impl<T: ConvDataType> fmt::Debug for ConvBiasActivationPlan<T> {
 }
 
 impl<T: ConvDataType> ConvBiasActivationPlan<T> {
+    /// # Errors
+    /// [`check_fusable`]'s when `path` is [`FusedPath::Fused`]; what
+    /// creating the descriptors reports.
     pub(crate) fn new(
         conv: ConvForwardPlan<T>,
         activation: &ActivationDescriptor,
         path: FusedPath,
     ) -> Result<Self> {
+        let mode = activation.mode();
+        if path == FusedPath::Fused {
+            check_fusable(mode, conv.algo())?;
+        }
         let y = conv.output();
         let bias = bias_descriptor::<T>(y.shape()[1], y.rank())?;
-        let activation =
-            ActivationDescriptor::new(activation.mode(), activation.nan_propagation())?;
+        let fused_activation = ActivationDescriptor::new(mode, NanPropagation::NotPropagate)?;
+        let activation = ActivationDescriptor::new(mode, activation.nan_propagation())?;
         Ok(Self {
             conv,
             bias,
             activation,
+            fused_activation,
             path: Cell::new(path),
         })
     }
@@ -115,9 +161,16 @@ impl<T: ConvDataType> ConvBiasActivationPlan<T> {
         self.conv.output()
     }
 
-    /// The activation.
+    /// The activation as the caller gave it (the fallback applies it).
     pub fn activation(&self) -> &ActivationDescriptor {
         &self.activation
+    }
+
+    /// The activation the fused call is given: the caller's mode with
+    /// `CUDNN_NOT_PROPAGATE_NAN`, the only NaN option
+    /// `cudnnConvolutionBiasActivationForward` supports.
+    pub fn fused_activation(&self) -> &ActivationDescriptor {
+        &self.fused_activation
     }
 
     /// The path the next run takes.
@@ -125,10 +178,19 @@ impl<T: ConvDataType> ConvBiasActivationPlan<T> {
         self.path.get()
     }
 
-    /// Choose the path of later runs. [`FusedPath::Fused`] where cuDNN does
-    /// not support it still falls back (and the plan remembers that).
-    pub fn set_path(&mut self, path: FusedPath) {
+    /// Choose the path of later runs. [`FusedPath::Fused`] where cuDNN
+    /// reports the fused call unsupported at run time still falls back (and
+    /// the plan remembers that).
+    ///
+    /// # Errors
+    /// [`check_fusable`]'s for [`FusedPath::Fused`] with an activation or
+    /// algorithm the fused call does not support (the path is unchanged).
+    pub fn set_path(&mut self, path: FusedPath) -> Result<()> {
+        if path == FusedPath::Fused {
+            check_fusable(self.activation.mode(), self.conv.algo())?;
+        }
         self.path.set(path);
+        Ok(())
     }
 
     /// Workspace bytes one run needs.
@@ -208,7 +270,8 @@ impl<T: ConvDataType> ConvBiasActivationPlan<T> {
     }
 
     /// As [`run`](Self::run), with the caller's workspace (at least
-    /// [`workspace_size`](Self::workspace_size) bytes).
+    /// [`workspace_size`](Self::workspace_size) bytes, starting at a multiple
+    /// of [`WORKSPACE_ALIGNMENT`](super::WORKSPACE_ALIGNMENT)).
     ///
     /// # Safety
     /// The workspace is read and written by work queued on the handle's
@@ -220,7 +283,9 @@ impl<T: ConvDataType> ConvBiasActivationPlan<T> {
     /// there, so a race is an out-of-bounds access, not just wrong numbers.
     ///
     /// # Errors
-    /// As [`run`](Self::run); [`Error::Mismatch`] for a short workspace.
+    /// As [`run`](Self::run); what
+    /// [`ConvForwardPlan::check_caller_workspace`] reports (a short or
+    /// misaligned workspace).
     #[allow(clippy::too_many_arguments)]
     #[doc(alias = "cudnnConvolutionBiasActivationForward")]
     pub unsafe fn run_with_workspace<'x, 'w, 'b, 'y, 's>(
@@ -237,7 +302,7 @@ impl<T: ConvDataType> ConvBiasActivationPlan<T> {
         let (x, w, bias, mut y, mut ws) =
             (x.into(), w.into(), bias.into(), y.into(), workspace.into());
         self.check(&x, &w, &residual, &bias, &y)?;
-        self.conv.check_workspace(ws.len())?;
+        self.conv.check_caller_workspace(ws.as_raw(), ws.len())?;
         self.conv.0.verify(handle)?;
         let l = Launch {
             h: handle.as_raw(),
@@ -300,10 +365,11 @@ impl<T: ConvDataType> ConvBiasActivationPlan<T> {
         residual: Residual<'_, T>,
         bias: *const c_void,
     ) -> Result<()> {
+        check_fusable(self.fused_activation.mode(), self.conv.algo())?;
         let api = check::cudnn()?;
         let core = &self.conv.0;
         let d = &core.d;
-        let super::conv_ops::ConvAlgo::Forward(algo) = self.conv.algo() else {
+        let ConvAlgo::Forward(algo) = self.conv.algo() else {
             return Err(Error::invalid(
                 "algo",
                 "must be a forward algorithm",
@@ -338,7 +404,7 @@ impl<T: ConvDataType> ConvBiasActivationPlan<T> {
                     z,
                     self.bias.as_raw(),
                     bias,
-                    self.activation.as_raw(),
+                    self.fused_activation.as_raw(),
                     d.y.as_raw(),
                     l.out
                 )

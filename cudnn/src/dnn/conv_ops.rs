@@ -20,7 +20,7 @@
 //! lengths in Rust, takes the handle's workspace (which allocates only when
 //! it must grow, normally never: planning already grew it), and makes exactly
 //! one cuDNN call. `run_with_workspace` takes the caller's workspace instead,
-//! checked against the plan's size. (A plan made from a known choice,
+//! checked against the plan's size and [`WORKSPACE_ALIGNMENT`]. (A plan made from a known choice,
 //! `plan_with`, also asks cuDNN once, on its first run, how much workspace
 //! the algorithm needs, so a wrong size is an error rather than an overrun;
 //! a cached choice is checked the same way when the plan is built.)
@@ -35,7 +35,10 @@
 //! Math types follow [`MathPolicy`]: tensor cores for f16/bf16 unless
 //! forbidden; for f32 data TF32 only with [`MathPolicy::AllowTf32`] (without
 //! it, cuDNN's default math, which allows TF32 on Ampere and newer, is
-//! replaced by `CUDNN_FMA_MATH`).
+//! replaced by `CUDNN_FMA_MATH`). The rule applies to every source of a math
+//! type: a searched candidate, a fixed algorithm, a cache entry (also one
+//! loaded from a file), and a caller's saved choice
+//! ([`plan_with_policy`](ConvProblem::plan_with_policy)).
 //!
 //! Descriptors of different element types cannot be mixed; this does not
 //! compile:
@@ -291,7 +294,9 @@ pub enum AlgoSearch {
     /// Measure every candidate (`cudnnFindConvolution*AlgorithmEx`) on the
     /// caller's buffers ([`ConvProblem::plan_on`]) or on scratch buffers
     /// ([`ConvProblem::plan`]); the fastest that passes the filters wins.
-    /// Slow (runs every algorithm); cache the result.
+    /// The trials run in a temporary workspace of the search's own (freed
+    /// when it returns); the handle's grows only to the chosen algorithm's
+    /// size. Slow (runs every algorithm); cache the result.
     Exhaustive,
     /// This algorithm (of the plan's direction), with the policy's math
     /// type; only its workspace size is asked. Never cached. Determinism is
@@ -766,10 +771,11 @@ impl<T: ConvDataType, D: ConvPass> ConvProblem<T, D> {
         })
     }
 
-    /// A plan core from a known choice (no search, no device).
-    fn core_with(&self, choice: AlgoChoice) -> Result<PlanCore<T>> {
+    /// A plan core from a known choice (no search, no device), its math
+    /// type adjusted to `policy`.
+    fn core_with(&self, choice: AlgoChoice, policy: MathPolicy) -> Result<PlanCore<T>> {
         let algo = ConvAlgo::from_raw(D::DIRECTION, choice.algo)?;
-        let math = MathType::from_raw(dnn::cudnnMathType_t(choice.math_type))?;
+        let math = choice_math::<T>(choice.math_type, policy)?;
         Ok(PlanCore {
             d: self.descs(math)?,
             dir: D::DIRECTION,
@@ -812,9 +818,12 @@ impl<T: ConvDataType, D: ConvPass> ConvProblem<T, D> {
         let describe = self.describe();
 
         if let Some(choice) = cache.and_then(|c| c.get(&key)) {
+            // An entry may come from a file: its math type goes through the
+            // policy like a searched one (an entry the policy rules out is
+            // searched again and replaced).
             let usable = ConvAlgo::from_raw(dir, choice.algo)
                 .ok()
-                .zip(MathType::from_raw(dnn::cudnnMathType_t(choice.math_type)).ok())
+                .zip(choice_math::<T>(choice.math_type, opts.math).ok())
                 .filter(|_| {
                     opts.workspace_limit
                         .is_none_or(|l| choice.workspace_bytes <= l)
@@ -892,6 +901,24 @@ impl<T: ConvDataType, D: ConvPass> ConvProblem<T, D> {
             verified: Cell::new(true),
         })
     }
+}
+
+/// The math type a saved choice runs with under `policy`: its raw
+/// `cudnnMathType_t` through [`effective_math`](search::effective_math), as
+/// a searched candidate's (so `CUDNN_DEFAULT_MATH` for f32 data becomes
+/// `CUDNN_FMA_MATH` unless TF32 is allowed).
+fn choice_math<T: ConvDataType>(raw: u32, policy: MathPolicy) -> Result<MathType> {
+    let offered = MathType::from_raw(dnn::cudnnMathType_t(raw))?;
+    search::effective_math(T::CUDNN, policy, offered.to_raw()).ok_or_else(|| {
+        Error::invalid(
+            "choice math type",
+            format!(
+                "is ruled out for {} data by MathPolicy::{policy:?} (tensor-op math on f32 is TF32: opt in with MathPolicy::AllowTf32)",
+                T::NAME
+            ),
+            format!("{offered:?} ({raw})"),
+        )
+    })
 }
 
 fn check_three<T: DataType>(
@@ -1006,6 +1033,24 @@ impl<T: DataType> PlanCore<T> {
         Ok(())
     }
 
+    /// [`check_workspace`](Self::check_workspace), and the start aligned to
+    /// [`WORKSPACE_ALIGNMENT`] when the plan uses a workspace.
+    pub(crate) fn check_caller_workspace(&self, ptr: *const c_void, bytes: usize) -> Result<()> {
+        self.check_workspace(bytes)?;
+        let addr = ptr as usize;
+        if self.workspace > 0 && !addr.is_multiple_of(WORKSPACE_ALIGNMENT) {
+            return Err(Error::invalid(
+                "workspace",
+                format!(
+                    "must start at a multiple of {WORKSPACE_ALIGNMENT} bytes (WORKSPACE_ALIGNMENT; {} with {})",
+                    self.algo, self.describe
+                ),
+                format!("{ptr:p} ({} past a multiple)", addr % WORKSPACE_ALIGNMENT),
+            ));
+        }
+        Ok(())
+    }
+
     pub(crate) fn context(&self) -> String {
         format!(
             "{}, algo {} ({:?} math, {} workspace bytes)",
@@ -1013,6 +1058,15 @@ impl<T: DataType> PlanCore<T> {
         )
     }
 }
+
+/// The alignment in bytes a caller's workspace must start at
+/// (`run_with_workspace`). cuDNN's legacy convolution calls do not document
+/// one, and the handle's own workspace is always a `cudaMalloc` pointer;
+/// 256 is what `cudaMalloc` guarantees (and what
+/// NVIDIA requires of cuBLAS workspaces), so any allocation passes, and an
+/// offset slice of a larger buffer passes when the offset is a multiple of
+/// it. A plan that needs no workspace takes any pointer.
+pub const WORKSPACE_ALIGNMENT: usize = 256;
 
 /// Raw arguments of one launch, checked by the caller.
 pub(crate) struct Launch {
@@ -1096,6 +1150,20 @@ macro_rules! plan_common {
             pub fn check_workspace(&self, bytes: usize) -> Result<()> {
                 self.0.check_workspace(bytes)
             }
+
+            /// What `run_with_workspace` checks of the caller's workspace
+            /// starting at `ptr`, `bytes` long: large enough
+            /// ([`check_workspace`](Self::check_workspace)) and, when the
+            /// plan uses one, starting at a multiple of
+            /// [`WORKSPACE_ALIGNMENT`]. Only the address is looked at.
+            ///
+            /// # Errors
+            /// [`Error::Mismatch`] for a short workspace;
+            /// [`Error::InvalidArgument`] naming the address and the
+            /// alignment for a misaligned one.
+            pub fn check_caller_workspace(&self, ptr: *const c_void, bytes: usize) -> Result<()> {
+                self.0.check_caller_workspace(ptr, bytes)
+            }
         }
 
         impl<T: ConvDataType> fmt::Debug for $name<T> {
@@ -1125,15 +1193,29 @@ macro_rules! plan_common {
             }
 
             /// A plan from a known choice (a saved cache entry), without a
-            /// search or a device. Its first run asks cuDNN how much
-            /// workspace the algorithm needs (one extra call, once) and
-            /// refuses a choice whose workspace is smaller; cuDNN reports an
-            /// algorithm that does not support the problem.
+            /// search or a device, under the default [`MathPolicy`] (as
+            /// [`plan_with_policy`](Self::plan_with_policy)). Its first run
+            /// asks cuDNN how much workspace the algorithm needs (one extra
+            /// call, once) and refuses a choice whose workspace is smaller;
+            /// cuDNN reports an algorithm that does not support the problem.
             ///
             /// # Errors
-            /// An algorithm outside the direction's enum, an unknown math type.
+            /// As [`plan_with_policy`](Self::plan_with_policy).
             pub fn plan_with(&self, choice: AlgoChoice) -> Result<$name<T>> {
-                self.core_with(choice).map($name)
+                self.plan_with_policy(choice, MathPolicy::Default)
+            }
+
+            /// As [`plan_with`](Self::plan_with), the choice's math type
+            /// adjusted to `math` exactly as a searched candidate's is
+            /// (`CUDNN_DEFAULT_MATH` on f32 data becomes `CUDNN_FMA_MATH`
+            /// unless TF32 is allowed).
+            ///
+            /// # Errors
+            /// An algorithm outside the direction's enum, an unknown math
+            /// type, a math type `math` rules out (tensor-op math on f32
+            /// without [`MathPolicy::AllowTf32`]).
+            pub fn plan_with_policy(&self, choice: AlgoChoice, math: MathPolicy) -> Result<$name<T>> {
+                self.core_with(choice, math).map($name)
             }
         }
     };
@@ -1234,7 +1316,9 @@ impl<T: ConvDataType> ConvForwardPlan<T> {
     /// there, so a race is an out-of-bounds access, not just wrong numbers.
     ///
     /// # Errors
-    /// As [`run`](Self::run); [`Error::Mismatch`] for a short workspace.
+    /// As [`run`](Self::run); what
+    /// [`check_caller_workspace`](Self::check_caller_workspace) reports (a
+    /// short or misaligned workspace).
     #[allow(clippy::too_many_arguments)]
     #[doc(alias = "cudnnConvolutionForward")]
     pub unsafe fn run_with_workspace<'x, 'w, 'y, 's>(
@@ -1249,7 +1333,7 @@ impl<T: ConvDataType> ConvForwardPlan<T> {
     ) -> Result<()> {
         let (x, w, mut y, mut ws) = (x.into(), w.into(), y.into(), workspace.into());
         self.0.check_buffers(x.len(), w.len(), y.len())?;
-        self.0.check_workspace(ws.len())?;
+        self.0.check_caller_workspace(ws.as_raw(), ws.len())?;
         self.0.verify(handle)?;
         let l = Launch {
             h: handle.as_raw(),
@@ -1356,7 +1440,9 @@ impl<T: ConvDataType> ConvBackwardDataPlan<T> {
     /// there, so a race is an out-of-bounds access, not just wrong numbers.
     ///
     /// # Errors
-    /// As [`run`](Self::run); [`Error::Mismatch`] for a short workspace.
+    /// As [`run`](Self::run); what
+    /// [`check_caller_workspace`](Self::check_caller_workspace) reports (a
+    /// short or misaligned workspace).
     #[allow(clippy::too_many_arguments)]
     #[doc(alias = "cudnnConvolutionBackwardData")]
     pub unsafe fn run_with_workspace<'w, 'y, 'x, 's>(
@@ -1371,7 +1457,7 @@ impl<T: ConvDataType> ConvBackwardDataPlan<T> {
     ) -> Result<()> {
         let (w, dy, mut dx, mut ws) = (w.into(), dy.into(), dx.into(), workspace.into());
         self.0.check_buffers(dx.len(), w.len(), dy.len())?;
-        self.0.check_workspace(ws.len())?;
+        self.0.check_caller_workspace(ws.as_raw(), ws.len())?;
         self.0.verify(handle)?;
         let l = Launch {
             h: handle.as_raw(),
@@ -1472,7 +1558,9 @@ impl<T: ConvDataType> ConvBackwardFilterPlan<T> {
     /// there, so a race is an out-of-bounds access, not just wrong numbers.
     ///
     /// # Errors
-    /// As [`run`](Self::run); [`Error::Mismatch`] for a short workspace.
+    /// As [`run`](Self::run); what
+    /// [`check_caller_workspace`](Self::check_caller_workspace) reports (a
+    /// short or misaligned workspace).
     #[allow(clippy::too_many_arguments)]
     #[doc(alias = "cudnnConvolutionBackwardFilter")]
     pub unsafe fn run_with_workspace<'x, 'y, 'w, 's>(
@@ -1487,7 +1575,7 @@ impl<T: ConvDataType> ConvBackwardFilterPlan<T> {
     ) -> Result<()> {
         let (x, dy, mut dw, mut ws) = (x.into(), dy.into(), dw.into(), workspace.into());
         self.0.check_buffers(x.len(), dw.len(), dy.len())?;
-        self.0.check_workspace(ws.len())?;
+        self.0.check_caller_workspace(ws.as_raw(), ws.len())?;
         self.0.verify(handle)?;
         let l = Launch {
             h: handle.as_raw(),
@@ -1542,6 +1630,22 @@ impl<T: ConvDataType> ConvBackwardFilterPlan<T> {
 // ---------------------------------------------------------------------------
 // Measured searches on the caller's buffers, and the fused plan
 
+/// The search a fused plan tries first: `IMPLICIT_PRECOMP_GEMM` for the
+/// activations the fused call supports (ReLU, identity), unless the caller
+/// fixed another algorithm; `None` when there is nothing to try first.
+fn fused_first_search(mode: ActivationMode, search: AlgoSearch) -> Option<AlgoSearch> {
+    let precomp = AlgoSearch::Fixed(ConvAlgo::IMPLICIT_PRECOMP_GEMM);
+    match (mode, search) {
+        (ActivationMode::Relu | ActivationMode::Identity, AlgoSearch::Fixed(a))
+            if a != ConvAlgo::IMPLICIT_PRECOMP_GEMM =>
+        {
+            None
+        }
+        (ActivationMode::Relu | ActivationMode::Identity, _) => Some(precomp),
+        _ => None,
+    }
+}
+
 impl<T: ConvDataType> ConvProblem<T, ConvFwd> {
     /// As [`plan`](Self::plan), but an exhaustive search measures on the
     /// caller's buffers (`y` is overwritten with scratch results).
@@ -1569,11 +1673,13 @@ impl<T: ConvDataType> ConvProblem<T, ConvFwd> {
 
     /// A fused `y = act(alpha1 * conv(x, w) + alpha2 * z + bias)` plan
     /// (`cudnnConvolutionBiasActivationForward`). The fused form is used
-    /// when cuDNN supports it: ReLU, or identity with the
-    /// `IMPLICIT_PRECOMP_GEMM` algorithm (which is then chosen when it fits);
-    /// otherwise, or when cuDNN reports the fused call unsupported at run
-    /// time, the plan falls back to convolution, add and activation
-    /// ([`FusedPath`]).
+    /// where NVIDIA documents it ([`check_fusable`](super::check_fusable)):
+    /// ReLU, or identity with the `IMPLICIT_PRECOMP_GEMM` algorithm. For
+    /// both, `IMPLICIT_PRECOMP_GEMM` is tried first (the algorithm the fused
+    /// call supports most widely; unless `options` fixes another), then the
+    /// search of `options` (ReLU stays fused, identity falls back). Any other
+    /// activation, or cuDNN reporting the fused call unsupported at run time,
+    /// takes the fallback: convolution, add and activation ([`FusedPath`]).
     ///
     /// # Errors
     /// As [`plan`](Self::plan).
@@ -1583,42 +1689,32 @@ impl<T: ConvDataType> ConvProblem<T, ConvFwd> {
         options: &PlanOptions<'_>,
         activation: &ActivationDescriptor,
     ) -> Result<ConvBiasActivationPlan<T>> {
-        match activation.mode() {
-            ActivationMode::Identity => {
-                if !matches!(options.search, AlgoSearch::Fixed(a) if a != ConvAlgo::IMPLICIT_PRECOMP_GEMM)
-                {
-                    let fixed = PlanOptions {
-                        search: AlgoSearch::Fixed(ConvAlgo::IMPLICIT_PRECOMP_GEMM),
-                        ..*options
-                    };
-                    if let Ok(p) = self.plan(handle, &fixed) {
-                        return ConvBiasActivationPlan::new(p, activation, FusedPath::Fused);
-                    }
-                }
-                ConvBiasActivationPlan::new(
-                    self.plan(handle, options)?,
-                    activation,
-                    FusedPath::Fallback,
-                )
+        let mode = activation.mode();
+        if let Some(first) = fused_first_search(mode, options.search) {
+            let fixed = PlanOptions {
+                search: first,
+                ..*options
+            };
+            if let Ok(p) = self.plan(handle, &fixed) {
+                return ConvBiasActivationPlan::new(p, activation, FusedPath::Fused);
             }
-            ActivationMode::Relu => ConvBiasActivationPlan::new(
-                self.plan(handle, options)?,
-                activation,
-                FusedPath::Fused,
-            ),
-            _ => ConvBiasActivationPlan::new(
-                self.plan(handle, options)?,
-                activation,
-                FusedPath::Fallback,
-            ),
         }
+        let plan = self.plan(handle, options)?;
+        let path = if super::check_fusable(mode, plan.algo()).is_ok() {
+            FusedPath::Fused
+        } else {
+            FusedPath::Fallback
+        };
+        ConvBiasActivationPlan::new(plan, activation, path)
     }
 
     /// A fused plan from a known forward choice (see
     /// [`plan_with`](Self::plan_with)), taking `path`.
     ///
     /// # Errors
-    /// As [`plan_with`](Self::plan_with).
+    /// As [`plan_with`](Self::plan_with);
+    /// [`check_fusable`](super::check_fusable)'s for [`FusedPath::Fused`]
+    /// with an activation or algorithm the fused call does not support.
     pub fn plan_bias_activation_with(
         &self,
         choice: AlgoChoice,
@@ -1791,6 +1887,35 @@ mod tests {
         );
         assert!(resolve_compute::<bf16>(ComputeType::F16).is_err());
         assert!(resolve_compute::<f32>(ComputeType::F64).is_err());
+    }
+
+    #[test]
+    fn fused_plans_try_precomp_gemm_first_for_relu_and_identity() {
+        let precomp = Some(AlgoSearch::Fixed(ConvAlgo::IMPLICIT_PRECOMP_GEMM));
+        for mode in [ActivationMode::Relu, ActivationMode::Identity] {
+            for search in [AlgoSearch::Heuristic, AlgoSearch::Exhaustive] {
+                assert_eq!(
+                    fused_first_search(mode, search),
+                    precomp,
+                    "{mode:?} {search:?}"
+                );
+            }
+            // The caller's own fixed algorithm is respected.
+            let gemm =
+                ConvAlgo::Forward(dnn::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_GEMM);
+            assert_eq!(fused_first_search(mode, AlgoSearch::Fixed(gemm)), None);
+            assert_eq!(
+                fused_first_search(mode, AlgoSearch::Fixed(ConvAlgo::IMPLICIT_PRECOMP_GEMM)),
+                precomp
+            );
+        }
+        for mode in [
+            ActivationMode::Tanh,
+            ActivationMode::Sigmoid,
+            ActivationMode::ClippedRelu { ceiling: 6.0 },
+        ] {
+            assert_eq!(fused_first_search(mode, AlgoSearch::Heuristic), None);
+        }
     }
 
     #[test]

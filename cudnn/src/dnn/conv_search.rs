@@ -14,7 +14,7 @@ use super::tensor::TensorDescriptor;
 use crate::check::{self, cudnn_call};
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
-use crate::runtime::Device;
+use crate::runtime::{Device, DeviceBuffer, Stream};
 use crate::sys::cudnn as dnn;
 
 /// The descriptors a plan owns: `x` (or `dx`), `w` (or `dw`), `y` (or `dy`)
@@ -308,7 +308,7 @@ pub(crate) fn heuristic<T: DataType>(
 /// one (see [`RawBufs`]) writable and not aliased by the others; the caller
 /// orders them with the handle's stream (the call is host-blocking).
 pub(crate) unsafe fn exhaustive<T: DataType>(
-    handle: &mut Handle,
+    handle: &Handle,
     d: &Descs<T>,
     dir: ConvDirection,
     bufs: RawBufs,
@@ -331,24 +331,10 @@ pub(crate) unsafe fn exhaustive<T: DataType>(
     let req = n as i32;
     let mut returned = 0i32;
     let h = handle.as_raw();
-    // Grow the workspace; when that fails, search with less.
-    let mut chosen = None;
-    let mut last_err = None;
-    for b in [bytes, bytes / 4, 0] {
-        match handle.workspace(b) {
-            Ok(_) => {
-                chosen = Some(b);
-                break;
-            }
-            Err(e) => last_err = Some(e),
-        }
-    }
-    let Some(b) = chosen else {
-        return Err(last_err
-            .unwrap_or_else(|| Error::invalid("workspace", "could not be allocated", bytes)));
-    };
-    // Already this large: no allocation here.
-    let mut ws = handle.workspace(b)?;
+    // A workspace of the search's own, freed when it returns: the handle's
+    // is sized later to the chosen algorithm (`pick`), not left at the
+    // largest candidate's size (FFT variants can want gigabytes).
+    let mut ws = search_workspace(bytes, handle.stream())?;
     let (wp, wn) = (ws.as_raw_mut(), ws.len());
     let out = match dir {
         ConvDirection::Forward => {
@@ -442,6 +428,52 @@ pub(crate) unsafe fn exhaustive<T: DataType>(
         }
     };
     Ok(out)
+}
+
+/// A temporary workspace for a measured search: `bytes`, or when that
+/// cannot be allocated a quarter of it, or none.
+fn search_workspace(bytes: usize, stream: &Stream) -> Result<SearchWorkspace> {
+    let mut last_err = None;
+    for b in [bytes, bytes / 4, 0] {
+        match DeviceBuffer::<u8>::alloc(b) {
+            Ok(buf) => {
+                return Ok(SearchWorkspace {
+                    buf,
+                    stream: stream.clone(),
+                });
+            }
+            Err(e) => last_err = Some(e),
+        }
+    }
+    Err(last_err
+        .unwrap_or_else(|| Error::invalid("search workspace", "could not be allocated", bytes)))
+}
+
+/// The search's workspace, used only by the search on the handle's
+/// `stream`. `cudnnFind*AlgorithmEx` blocks the host until its trials are
+/// done, and `stream` is synchronized before the memory is freed, so no
+/// queued work can still use it (whatever `cudaFree` itself waits for).
+struct SearchWorkspace {
+    buf: DeviceBuffer<u8>,
+    stream: Stream,
+}
+
+impl SearchWorkspace {
+    fn as_raw_mut(&mut self) -> *mut c_void {
+        self.buf.as_raw_mut()
+    }
+    fn len(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+impl Drop for SearchWorkspace {
+    fn drop(&mut self) {
+        if !self.buf.is_empty() {
+            // Ignored: Drop must not fail; the buffer is freed after this.
+            let _ = self.stream.synchronize();
+        }
+    }
 }
 
 /// The workspace `algo` needs with the descriptor's current math type.

@@ -7,8 +7,11 @@
 //! stricter than cuDNN in these listed ways:
 //!
 //! - **at least 3 dimensions.** cuDNN 9 also accepts 2 (cuDNN 8.9 does not);
-//!   no cuDNN operation this crate wraps takes a 2-d tensor, and a 2-d shape
-//!   is written `[n, c, 1]`.
+//!   no cuDNN operation this crate wraps takes a 2-d tensor. Write 2-d data
+//!   `[n, c]` as the 4-d `[n, c, 1, 1]` (unit spatial dimensions), not as
+//!   `[n, c, 1]`: batch normalization and pooling accept only 4-d and 5-d
+//!   tensors, softmax and activation are documented for 4-d and 5-d, and 4-d
+//!   is the rank every op takes.
 //! - **the element count (product of the dimensions) must fit in `usize`.**
 //!   cuDNN only limits the memory span (below), so with overlapping strides
 //!   it accepts shapes whose element count no integer holds.

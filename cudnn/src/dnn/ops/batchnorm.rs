@@ -9,7 +9,7 @@
 //!
 //! Checked before cuDNN is called: every buffer is at least its
 //! descriptor's span; `epsilon` is finite and at least cuDNN's minimum
-//! ([`batch_norm_min_epsilon`]: `1e-5` for cuDNN 8, `0` for cuDNN 9); the
+//! ([`batch_norm_min_epsilon`]: `0` in cuDNN 8.9 and 9 alike); the
 //! running-average factor is in `[0, 1]`.
 
 use std::ffi::c_void;
@@ -79,18 +79,16 @@ impl BatchNormMode {
     }
 }
 
-/// The smallest `epsilon` the loaded cuDNN accepts (`CUDNN_BN_MIN_EPSILON`:
-/// `1e-5` in cuDNN 8, `0` in cuDNN 9).
+/// The smallest `epsilon` cuDNN accepts (`CUDNN_BN_MIN_EPSILON`). Both
+/// supported stacks define it as `0.0`: the cuDNN 8.9 header
+/// (`cudnn_ops_infer.h`) and the cuDNN 9 one (`cudnn_ops.h`).
 ///
 /// # Errors
 /// [`Error::Load`] when cuDNN cannot be found.
 pub fn batch_norm_min_epsilon() -> Result<f64> {
-    let v = Handle::library_version()?;
-    Ok(if v.major < 9 {
-        1e-5
-    } else {
-        dnn::CUDNN_BN_MIN_EPSILON
-    })
+    // Loaded only so the answer is about a library that is there.
+    Handle::library_version()?;
+    Ok(dnn::CUDNN_BN_MIN_EPSILON)
 }
 
 /// Check `epsilon` is finite and at least [`batch_norm_min_epsilon`].

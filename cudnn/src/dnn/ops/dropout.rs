@@ -7,6 +7,7 @@
 //! the mask into the reserve buffer; backward applies the same mask to `dy`.
 //! Two [`Dropout`]s made with the same seed and probability give the same
 //! masks (on the same device and shapes).
+//! The state's uses are ordered across streams (see [`Dropout`]).
 
 use std::fmt;
 
@@ -16,7 +17,7 @@ use crate::dnn::tensor::descriptor_owner;
 use crate::dnn::{Handle, TensorDescriptor};
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
-use crate::runtime::{DeviceBuffer, DeviceSliceMut};
+use crate::runtime::{DeviceBuffer, DeviceSliceMut, Event, EventFlags, Stream};
 use crate::sys::cudnn as dnn;
 
 descriptor_owner!(
@@ -77,14 +78,111 @@ pub fn check_dropout<T: DataType>(
     Ok(need)
 }
 
+/// What can mark a point in a stream and be waited for: [`Event`]; a test
+/// double in the unit tests.
+trait Mark {
+    /// Capture the work queued on `stream` so far.
+    fn record(&self, stream: &Stream) -> Result<()>;
+    /// Make later work on `stream` wait for the captured work.
+    fn wait(&self, stream: &Stream) -> Result<()>;
+    /// Block the host until the captured work is done.
+    fn synchronize(&self) -> Result<()>;
+}
+
+impl Mark for Event {
+    fn record(&self, stream: &Stream) -> Result<()> {
+        Event::record(self, stream)
+    }
+    fn wait(&self, stream: &Stream) -> Result<()> {
+        stream.wait_event(self)
+    }
+    fn synchronize(&self) -> Result<()> {
+        Event::synchronize(self)
+    }
+}
+
+/// The last use of a device resource: its stream, and a mark recorded
+/// there after the use. A use on another stream first waits for the mark.
+struct LastUse<E: Mark = Event> {
+    stream: Stream,
+    mark: E,
+}
+
+impl<E: Mark> LastUse<E> {
+    /// The resource was just used (initialised) by work queued on `stream`.
+    fn new(stream: &Stream, mark: E) -> Result<Self> {
+        let mut last = LastUse {
+            stream: stream.clone(),
+            mark,
+        };
+        last.after(stream)?;
+        Ok(last)
+    }
+
+    /// Before a use on `next`: order it after the last use.
+    fn before(&self, next: &Stream) -> Result<()> {
+        if *next == self.stream {
+            return Ok(()); // Stream order already holds.
+        }
+        self.mark.wait(next)
+    }
+
+    /// After a use queued on `stream`: it is now the last. If the mark
+    /// cannot be recorded, the stream is synchronized instead, so a later
+    /// use elsewhere cannot overtake this one; the error is returned.
+    fn after(&mut self, stream: &Stream) -> Result<()> {
+        self.stream = stream.clone();
+        if let Err(e) = self.mark.record(stream) {
+            stream.synchronize().ok();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Wait on the host until the last use is done.
+    fn finish(&self) -> Result<()> {
+        self.mark.synchronize()
+    }
+}
+
+impl<E: Mark> Drop for LastUse<E> {
+    fn drop(&mut self) {
+        // Ignored: Drop must not fail. The resource is released after this.
+        let _ = self.finish();
+    }
+}
+
+impl fmt::Debug for LastUse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LastUse")
+            .field("stream", &self.stream)
+            .field("event", &self.mark)
+            .finish()
+    }
+}
+
 /// A cuDNN dropout descriptor with its random-number state (device memory
 /// it owns), probability and seed.
 ///
+/// # Streams
+/// The random-number state is device memory that every forward reads and
+/// advances. Its uses are ordered across streams: an event is recorded on
+/// the stream of each use (the state's initialisation included), and a use
+/// on another stream first makes that stream wait for it (one
+/// `cudaEventRecord` per forward; a wait only when the stream changes). So
+/// a `Dropout` may follow its handle from stream to stream
+/// ([`Handle::set_stream`]) or be used by handles on different streams, and
+/// the masks come out as they would on one stream. Dropping it waits (on
+/// the host) for its last use before the state is freed.
+///
 /// `Send` (the descriptor is a host structure, the state is device memory
-/// it owns), not `Sync`. Dropping it destroys the descriptor, then frees
-/// the state (after the device is idle).
+/// it owns, the event may be used from any thread), not `Sync`. Dropping it
+/// waits for the state's last use, destroys the descriptor, then frees the
+/// state.
 pub struct Dropout {
-    // Field order: the descriptor is destroyed before its state is freed.
+    // Field order: the last use is waited for, then the descriptor is
+    // destroyed, then its state is freed.
+    last_use: LastUse,
     raw: RawDropout,
     states: DeviceBuffer<u8>,
     probability: f32,
@@ -97,6 +195,7 @@ impl fmt::Debug for Dropout {
             .field("probability", &self.probability)
             .field("seed", &self.seed)
             .field("states", &self.states)
+            .field("last_use", &self.last_use)
             .field("raw", &self.raw)
             .finish()
     }
@@ -121,17 +220,20 @@ impl Dropout {
     }
 
     /// A dropout of `probability` seeded with `seed`: allocates the state
-    /// and queues its initialization on `handle`'s stream.
+    /// and queues its initialization on `handle`'s stream (later uses on
+    /// other streams wait for it).
     ///
     /// # Errors
     /// [`check_dropout_probability`]'s (before anything else), an
-    /// allocation failure, then what cuDNN reports.
+    /// allocation failure, then what cuDNN or the CUDA runtime (the
+    /// ordering event) reports.
     #[doc(alias = "cudnnSetDropoutDescriptor")]
     pub fn new(handle: &mut Handle, probability: f32, seed: u64) -> Result<Self> {
         check_dropout_probability(probability)?;
         let bytes = Self::states_size(handle)?;
         let mut states = DeviceBuffer::<u8>::alloc(bytes)?;
         let raw = RawDropout::create()?;
+        let event = Event::with_flags(EventFlags::DISABLE_TIMING)?;
         // SAFETY: live descriptor and handle; `states` is device memory of
         // exactly `bytes` bytes, which cuDNN asked for; it is owned by the
         // returned value, which keeps it alive as long as the descriptor.
@@ -148,7 +250,11 @@ impl Dropout {
                 )
             )
         }?;
+        // If this fails the state is released only after the stream is
+        // synchronized (see `LastUse::after`).
+        let last_use = LastUse::new(handle.stream(), event)?;
         Ok(Self {
+            last_use,
             raw,
             states,
             probability,
@@ -177,18 +283,36 @@ impl Dropout {
         self.raw.as_ptr()
     }
 
+    /// The stream the state was last used on (its initialisation or the
+    /// last forward); a use on another stream waits for that use first.
+    pub fn last_stream(&self) -> &Stream {
+        &self.last_use.stream
+    }
+
     /// Give up ownership: the raw descriptor and the state buffer it uses
-    /// (free the buffer only after destroying the descriptor).
+    /// (free the buffer only after destroying the descriptor). Waits on the
+    /// host for the state's last use first, since the caller takes over
+    /// ordering its uses.
     pub fn into_raw(self) -> (dnn::cudnnDropoutDescriptor_t, DeviceBuffer<u8>) {
-        (self.raw.into_raw(), self.states)
+        let Dropout {
+            last_use,
+            raw,
+            states,
+            ..
+        } = self;
+        drop(last_use);
+        (raw.into_raw(), states)
     }
 
     /// Take ownership of a descriptor made elsewhere and of the state buffer
     /// it was set with, reading the probability and seed back from cuDNN.
+    /// The state's earlier uses are taken to be ordered before work queued
+    /// on `handle`'s stream from now on (that stream is its last use).
     ///
     /// # Errors
     /// A null pointer, a descriptor whose state is not `states`, a
-    /// probability outside `[0, 1)`. On error the descriptor is left alone
+    /// probability outside `[0, 1)`, what the CUDA runtime reports making
+    /// the ordering event. On error the descriptor is left alone
     /// (not destroyed) but `states` is freed: set the descriptor anew
     /// before using it again.
     ///
@@ -230,9 +354,12 @@ impl Dropout {
             ));
         }
         check_dropout_probability(probability)?;
+        let event = Event::with_flags(EventFlags::DISABLE_TIMING)?;
+        let last_use = LastUse::new(handle.stream(), event)?;
         // SAFETY: the caller hands us ownership of a live descriptor.
         let raw = unsafe { RawDropout::adopt(raw) }?;
         Ok(Self {
+            last_use,
             raw,
             states,
             probability,
@@ -240,24 +367,37 @@ impl Dropout {
         })
     }
 
-    /// Destroy the descriptor, then free the state, reporting both statuses.
+    /// Wait for the state's last use, destroy the descriptor, then free the
+    /// state, reporting every status.
     ///
     /// # Errors
-    /// What cuDNN or the CUDA runtime reports.
+    /// What cuDNN or the CUDA runtime reports (the first failure).
     #[doc(alias = "cudnnDestroyDropoutDescriptor")]
     pub fn destroy(self) -> Result<()> {
-        let r = self.raw.destroy();
-        let s = self.states.destroy();
-        r.and(s)
+        let Dropout {
+            last_use,
+            raw,
+            states,
+            ..
+        } = self;
+        // Reported here; dropping `last_use` then waits again, at no cost.
+        let w = last_use.finish();
+        drop(last_use);
+        let r = raw.destroy();
+        let s = states.destroy();
+        w.and(r).and(s)
     }
 }
 
 impl Handle {
     /// `y = x * mask / (1 - p)`, a fresh mask written to `reserve` (at least
     /// [`dropout_reserve_size`] bytes); keep `reserve` for the backward pass.
+    /// On a stream other than the state's last, waits for that use first
+    /// (see [`Dropout`]).
     ///
     /// # Errors
-    /// [`check_dropout`]'s, then what cuDNN reports.
+    /// [`check_dropout`]'s, then what cuDNN or the CUDA runtime (the
+    /// ordering event) reports.
     #[doc(alias = "cudnnDropoutForward")]
     pub fn dropout_forward<T: DataType>(
         &mut self,
@@ -268,6 +408,7 @@ impl Handle {
     ) -> Result<()> {
         check_dropout(x.desc(), y.desc(), reserve.len())?;
         let api = check::cudnn()?;
+        dropout.last_use.before(self.stream())?;
         // SAFETY: live handle and descriptors; `x` and `y` hold at least their
         // spans (checked when bound), `y` is exclusive; `reserve` holds at
         // least the size cuDNN asked for (checked) and its true size is
@@ -287,14 +428,18 @@ impl Handle {
                     reserve.len()
                 )
             )
-        }
+        }?;
+        dropout.last_use.after(self.stream())
     }
 
     /// `dx = dy * mask / (1 - p)`, with the mask the forward pass wrote to
-    /// `reserve`.
+    /// `reserve` (the state is not advanced; the caller orders `reserve`
+    /// after the forward, as any buffer). On a stream other than the
+    /// state's last, waits for that use first.
     ///
     /// # Errors
-    /// [`check_dropout`]'s (for `dy` and `dx`), then what cuDNN reports.
+    /// [`check_dropout`]'s (for `dy` and `dx`), then what cuDNN or the CUDA
+    /// runtime reports.
     #[doc(alias = "cudnnDropoutBackward")]
     pub fn dropout_backward<T: DataType>(
         &mut self,
@@ -305,6 +450,7 @@ impl Handle {
     ) -> Result<()> {
         check_dropout(dy.desc(), dx.desc(), reserve.len())?;
         let api = check::cudnn()?;
+        dropout.last_use.before(self.stream())?;
         // SAFETY: as in `dropout_forward`; `dx` is exclusive.
         unsafe {
             cudnn_call!(
@@ -321,5 +467,111 @@ impl Handle {
                 )
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    use super::*;
+
+    /// Records what the ordering does, with the stream each call names.
+    struct Log {
+        calls: Rc<RefCell<Vec<String>>>,
+        fail_record: bool,
+    }
+
+    fn name(s: &Stream) -> String {
+        format!("{:?}", s.as_raw())
+    }
+
+    impl Mark for Log {
+        fn record(&self, stream: &Stream) -> Result<()> {
+            self.calls
+                .borrow_mut()
+                .push(format!("record {}", name(stream)));
+            if self.fail_record {
+                return Err(Error::invalid("event", "test double refuses", "record"));
+            }
+            Ok(())
+        }
+        fn wait(&self, stream: &Stream) -> Result<()> {
+            self.calls
+                .borrow_mut()
+                .push(format!("wait {}", name(stream)));
+            Ok(())
+        }
+        fn synchronize(&self) -> Result<()> {
+            self.calls.borrow_mut().push("synchronize".into());
+            Ok(())
+        }
+    }
+
+    fn take(calls: &Rc<RefCell<Vec<String>>>) -> Vec<String> {
+        std::mem::take(&mut *calls.borrow_mut())
+    }
+
+    /// A use on the stream of the last one needs nothing before it; a use
+    /// on another waits for the mark of the last; every use records after
+    /// itself; dropping waits for the last use. (`Stream::legacy` and
+    /// `per_thread` are values: no device is needed.)
+    #[test]
+    fn uses_on_other_streams_wait_for_the_last_one() {
+        let calls = Rc::new(RefCell::new(Vec::new()));
+        let (a, b) = (Stream::legacy(), Stream::per_thread());
+        let (na, nb) = (name(&a), name(&b));
+        let mark = Log {
+            calls: calls.clone(),
+            fail_record: false,
+        };
+        let mut last = LastUse::new(&a, mark).unwrap();
+        // Initialised on `a`: marked there.
+        assert_eq!(take(&calls), [format!("record {na}")]);
+        assert!(last.stream == a);
+
+        // Another use on `a`: stream order suffices.
+        last.before(&a).unwrap();
+        last.after(&a).unwrap();
+        assert_eq!(take(&calls), [format!("record {na}")]);
+
+        // On `b`: wait for `a`'s use, then mark `b`.
+        last.before(&b).unwrap();
+        last.after(&b).unwrap();
+        assert_eq!(take(&calls), [format!("wait {nb}"), format!("record {nb}")]);
+        assert!(last.stream == b);
+
+        // Back on `a`: now `a` waits for `b`.
+        last.before(&a).unwrap();
+        last.after(&a).unwrap();
+        assert_eq!(take(&calls), [format!("wait {na}"), format!("record {na}")]);
+
+        // A read-only use (backward) on `b` waits but is not the last use.
+        last.before(&b).unwrap();
+        assert_eq!(take(&calls), [format!("wait {nb}")]);
+        assert!(last.stream == a);
+
+        drop(last);
+        assert_eq!(take(&calls), ["synchronize"]);
+    }
+
+    /// When the mark cannot be recorded the use is still the last one (so
+    /// the stream changes), and the error comes back.
+    #[test]
+    fn a_failed_record_is_reported_and_the_use_stays_last() {
+        let calls = Rc::new(RefCell::new(Vec::new()));
+        let (a, b) = (Stream::legacy(), Stream::per_thread());
+        let ok = Log {
+            calls: calls.clone(),
+            fail_record: false,
+        };
+        let mut last = LastUse::new(&a, ok).unwrap();
+        last.mark.fail_record = true;
+        take(&calls);
+        // `b.synchronize()` fails without a device; that is ignored.
+        assert!(last.after(&b).is_err());
+        assert!(last.stream == b);
+        assert_eq!(take(&calls), [format!("record {}", name(&b))]);
     }
 }

@@ -114,7 +114,11 @@ pub struct ReduceTensorDescriptor<T: DataType> {
 
 impl<T: DataType> ReduceTensorDescriptor<T> {
     /// A reduction of tensors of `T`; with `indices`, cuDNN also writes the
-    /// position of each minimum or maximum.
+    /// position of each minimum or maximum within its reduced sub-tensor
+    /// (`CUDNN_REDUCE_TENSOR_FLATTENED_INDICES`, in `0..` the sub-tensor's
+    /// element count). With one reduced dimension that is the index along
+    /// it; over several, cuDNN does not document the flattening order, so
+    /// do not decode such an index into coordinates.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for indices with a reduction other than
