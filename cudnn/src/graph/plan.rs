@@ -395,6 +395,13 @@ impl Plan {
     /// exactly once, with the right dtype, at least the tensor's span, and
     /// [`BYTE_ALIGNMENT`]-aligned.
     fn check_bindings(&self, b: &Bindings<'_>) -> Result<()> {
+        if !Arc::ptr_eq(&b.io, &self.io) {
+            return Err(Error::invalid(
+                "bindings",
+                "must come from this plan's `bindings()` (they were checked against another plan's tensors)",
+                "another plan's bindings",
+            ));
+        }
         for t in &self.io.tensors {
             if !b.slots.iter().any(|s| s.uid == t.uid) {
                 return Err(Error::invalid(
@@ -688,6 +695,18 @@ impl<'a> Bindings<'a> {
 
     /// The variant pack for the current pointers (cached).
     fn pack(&mut self, plan: &Plan) -> Result<crate::sys::cudnn::cudnnBackendDescriptor_t> {
+        // Hot path: the same pointers as last time, compared without allocating.
+        if let Some(p) = &self.pack {
+            let current = self
+                .slots
+                .iter()
+                .map(|s| s.ptr)
+                .chain(plan.scalars.iter().map(|(_, b)| b.as_ptr() as *mut c_void))
+                .chain(std::iter::once(self.workspace));
+            if current.eq(self.packed_ptrs.iter().copied()) {
+                return Ok(p.as_raw());
+            }
+        }
         let mut uids: Vec<i64> = Vec::with_capacity(self.slots.len() + plan.scalars.len());
         let mut ptrs: Vec<*mut c_void> = Vec::with_capacity(uids.capacity());
         for s in &self.slots {
@@ -698,13 +717,7 @@ impl<'a> Bindings<'a> {
             uids.push(*uid);
             ptrs.push(bytes.as_ptr() as *mut c_void);
         }
-        ptrs.push(self.workspace);
-        if let Some(p) = &self.pack
-            && self.packed_ptrs == ptrs
-        {
-            return Ok(p.as_raw());
-        }
-        let workspace = ptrs.pop().unwrap_or(std::ptr::null_mut());
+        let workspace = self.workspace;
         let mut pack = Descriptor::<kind::VariantPack>::new()?;
         pack.set(attr::VARIANT_PACK_UNIQUE_IDS, &uids)?;
         // SAFETY: the pointers are borrowed by `self` ('a) or point into the
