@@ -104,18 +104,19 @@ pub enum Error {
     },
 
     /// An NCCL call failed.
-    #[error("{call} failed{}: {name} ({text}){}{}", on_rank(.rank), nccl_last(.last_error), ctx(.context))]
+    #[error("{call} failed{}: {name} ({code}: {text}){}{}", on_rank(.rank), nccl_last(.last_error), ctx(.context))]
     Nccl {
         /// The C function.
         call: &'static str,
         /// The raw `ncclResult_t`.
         code: u32,
-        /// The result's name (`ncclInvalidUsage`), or `ncclResult_<number>`.
-        name: String,
+        /// The result's name (`ncclInvalidUsage`), or `"unknown"` for a
+        /// code these bindings do not know (`code` keeps it).
+        name: &'static str,
         /// `ncclGetErrorString`.
         text: String,
         /// `ncclGetLastError`, when NCCL said more.
-        last_error: Option<String>,
+        last_error: Option<Box<str>>,
         /// The caller's rank in the communicator, when the call had one.
         rank: Option<u32>,
         /// Our context.
@@ -148,7 +149,7 @@ fn on_rank(r: &Option<u32>) -> String {
     r.map(|r| format!(" on rank {r}")).unwrap_or_default()
 }
 
-fn nccl_last(c: &Option<String>) -> String {
+fn nccl_last(c: &Option<Box<str>>) -> String {
     c.as_ref()
         .map(|c| format!("; NCCL says: {c}"))
         .unwrap_or_default()

@@ -312,7 +312,7 @@ impl Communicator {
                     code,
                     name,
                     text: t,
-                    last_error: last.map(|s| s.trim().to_string()),
+                    last_error: last.map(|s| s.trim().into()),
                     rank,
                     context,
                 }

@@ -110,7 +110,7 @@ pub fn check_result(call: &'static str, r: sys::ncclResult_t) -> Result<()> {
     Err(Error::Nccl {
         call,
         code: r.0,
-        name: result_name(r),
+        name: sys::result_name(r).unwrap_or("unknown"),
         text,
         last_error: None,
         rank: None,
