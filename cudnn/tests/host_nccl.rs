@@ -279,7 +279,9 @@ mod imp {
         );
         ensure!(e.timeout == Duration::from_millis(2500), "{e:?}");
         // Misuse, each naming its variable.
-        let cases: &[(&[(&str, &str)], &str, &str)] = &[
+        // (variables, the variable the error names, what it shows)
+        type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
+        let cases: &[Case<'_>] = &[
             (
                 &[("RANK", "2"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0")],
                 "RANK",
@@ -795,7 +797,7 @@ mod imp {
                     ..
                 } => {
                     ensure!(*call == "ncclAllReduce" && *c == code, "{e}");
-                    ensure!(n == name, "{code}: {n} vs {name}");
+                    ensure!(*n == name, "{code}: {n} vs {name}");
                     ensure!(*text == lib, "{code}: {text} vs {lib}");
                     ensure!(rank.is_none(), "{e}");
                 }
