@@ -694,6 +694,21 @@ impl Net {
         Ok(())
     }
 
+    /// Every trainable parameter, in a fixed order (for data-parallel
+    /// training: their gradients are what the ranks average).
+    pub fn params_mut(&mut self) -> [&mut Param; 8] {
+        [
+            &mut self.w1,
+            &mut self.b1,
+            &mut self.gamma1,
+            &mut self.beta1,
+            &mut self.w2,
+            &mut self.b2,
+            &mut self.w3,
+            &mut self.b3,
+        ]
+    }
+
     /// One SGD step on every parameter.
     pub fn sgd(&mut self, lr: f32) -> cudnn::Result<()> {
         for p in [
