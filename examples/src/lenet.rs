@@ -109,6 +109,10 @@ impl Dataset {
         self.labels.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+
     pub fn image(&self, i: usize) -> &[f32] {
         &self.images[i * PIXELS..(i + 1) * PIXELS]
     }
