@@ -238,13 +238,11 @@ fn main() -> ExitCode {
         }
     }
     let result = ranks(all_local).and_then(|(mut ranks, world, lead)| {
-        if lead {
-            if let Ok(v) = nccl::version() {
-                println!(
-                    "bench_nccl: NCCL {v}, {world} rank(s), {} driven by this process",
-                    ranks.len()
-                );
-            }
+        if lead && let Ok(v) = nccl::version() {
+            println!(
+                "bench_nccl: NCCL {v}, {world} rank(s), {} driven by this process",
+                ranks.len()
+            );
         }
         let ok = match dtype.as_str() {
             "bf16" => bench::<bf16>(&mut ranks, world, lead, max_bytes)?,
