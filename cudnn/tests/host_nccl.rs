@@ -650,11 +650,15 @@ mod imp {
         ] {
             ensure!(t.has_symbol(s), "{s} missing");
         }
-        ensure!(
-            t.missing_symbols().is_empty(),
-            "missing: {:?}",
-            t.missing_symbols()
-        );
+        // The pinned wheels provide every function the bindings declare (an
+        // older NCCL elsewhere, e.g. PyTorch's, may lack the newest ones).
+        if std::env::var_os("CUDNN_RS_EXPECT_STACK").is_some() {
+            ensure!(
+                t.missing_symbols().is_empty(),
+                "missing: {:?}",
+                t.missing_symbols()
+            );
+        }
         Ok(())
     }
 
@@ -823,7 +827,10 @@ mod imp {
             "{e}"
         );
         ensure!(e.to_string().contains("1234"), "{e}");
-        ensure!(nccl::result_name(sys::ncclResult_t(1234)) == "ncclResult_1234", "name");
+        ensure!(
+            nccl::result_name(sys::ncclResult_t(1234)) == "ncclResult_1234",
+            "name"
+        );
         Ok(())
     }
 
