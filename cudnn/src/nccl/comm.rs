@@ -103,10 +103,25 @@ impl Communicator {
             )
         }?;
         let mut out = Vec::with_capacity(raws.len());
-        for raw in raws {
-            // SAFETY: each is a live communicator NCCL made for us; if one
-            // fails, those already wrapped are destroyed by their Drop.
-            out.push(unsafe { Self::from_raw(raw) }?);
+        let mut rest = raws.into_iter();
+        while let Some(raw) = rest.next() {
+            // SAFETY: each is a live communicator NCCL made for us.
+            match unsafe { Self::from_raw(raw) } {
+                Ok(c) => out.push(c),
+                Err(e) => {
+                    // Those already wrapped are destroyed by their Drop; the
+                    // others (this one included) here.
+                    for r in std::iter::once(raw).chain(rest) {
+                        if !r.is_null() {
+                            // SAFETY: live communicators NCCL made that no
+                            // wrapper owns; the status is ignored, the error
+                            // that matters is `e`.
+                            let _ = unsafe { api.ncclCommDestroy(r) };
+                        }
+                    }
+                    return Err(e);
+                }
+            }
         }
         Ok(out)
     }

@@ -28,8 +28,9 @@ pub struct Group<'env> {
 /// device, as from [`Communicator::init_all`]), to post matching sends and
 /// receives without deadlock, or to fuse many small collectives into one
 /// launch. The group always ends, whether `f` returns `Ok`, `Err` or
-/// panics, so it cannot be left open; an error from `f` is returned in
-/// preference to one from ending the group.
+/// panics, so it cannot be left open (the calls queued before an error or
+/// a panic are still launched, as NCCL does at `ncclGroupEnd`); an error
+/// from `f` is returned in preference to one from ending the group.
 ///
 /// ```no_run
 /// # fn demo(comm: &cudnn::nccl::Communicator, stream: &cudnn::runtime::Stream,
