@@ -18,7 +18,7 @@
 //!
 //! Element types are checked at compile time ([`NcclType`]: f32, f64, f16,
 //! bf16, i8, u8, i32, i64), lengths are checked against the rank count
-//! before NCCL is called, and every failure is an [`Error`](crate::Error)
+//! before NCCL is called, and every failure is a [`crate::Error`]
 //! naming the call, the rank and NCCL's own text.
 //!
 //! ```no_run
@@ -46,7 +46,7 @@ mod validate;
 pub use collectives::{NcclType, ReduceOp};
 pub use comm::Communicator;
 pub use group::{Group, group};
-pub use id::UniqueId;
+pub use id::{UNIQUE_ID_BYTES, UniqueId};
 pub use validate::Ranks;
 
 use std::ffi::{CStr, c_char};
