@@ -251,6 +251,14 @@ mod imp {
         let short = b.slice_mut(..999)?;
         let e = nccl::group(|g| g.all_gather(&comm, &a, short, &stream)).unwrap_err();
         ensure!(matches!(e, Error::Mismatch { .. }), "{e}");
+        // The direct methods refuse to run inside a group: NCCL would read
+        // the (possibly temporary) buffers only when the group ends.
+        let e = nccl::group(|_| {
+            let mut tmp = DeviceBuffer::from_host(&[1.0f32; 4])?;
+            comm.all_reduce_in_place(&mut tmp, ReduceOp::Sum, &stream)
+        })
+        .unwrap_err();
+        ensure!(matches!(e, Error::Unsupported { .. }), "{e}");
         ensure!(comm.async_error()?.is_none(), "async error");
         Ok(())
     }

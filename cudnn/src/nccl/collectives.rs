@@ -415,9 +415,17 @@ impl Communicator {
     }
 }
 
-/// Docs shared by the collectives.
+/// The direct (not grouped) launch of a checked call.
 macro_rules! run {
     ($self:ident, $stream:ident, $op:expr) => {{
+        if super::group::in_group() {
+            return Err(crate::Error::Unsupported {
+                what: "a Communicator collective while an nccl::group is open on this thread \
+                       (NCCL would read the buffers only when the group ends)"
+                    .into(),
+                needs: Some("the Group's method (g.all_reduce(...)), which borrows the buffers until the group ends".into()),
+            });
+        }
         let op = $op?;
         // SAFETY: the op's pointers come from views borrowed for this call
         // and checked against the counts; NCCL enqueues on `stream`, and

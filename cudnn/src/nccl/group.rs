@@ -1,5 +1,6 @@
 //! Group calls: several NCCL calls launched together.
 
+use std::cell::Cell;
 use std::marker::PhantomData;
 
 use super::collectives::{NcclType, Op, ReduceOp};
@@ -20,6 +21,19 @@ pub struct Group<'env> {
     // Invariant in 'env, and neither Send nor Sync: the group belongs to the
     // thread that opened it (NCCL keeps group state per thread).
     _env: PhantomData<*mut &'env ()>,
+}
+
+thread_local! {
+    /// How many [`group`]s are open on this thread.
+    static DEPTH: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Whether a [`group`] is open on this thread. The `Communicator` methods
+/// refuse to run then: NCCL would only queue the call, and read its
+/// buffers when the group ends, after they may have been freed; inside a
+/// group, calls go through [`Group`], which borrows them until then.
+pub(crate) fn in_group() -> bool {
+    DEPTH.with(|d| d.get() > 0)
 }
 
 /// Run `f` as one NCCL group (`ncclGroupStart` ... `ncclGroupEnd`).
@@ -58,6 +72,7 @@ pub fn group<'env, R>(f: impl FnOnce(&mut Group<'env>) -> Result<R>) -> Result<R
     struct End(bool);
     impl Drop for End {
         fn drop(&mut self) {
+            DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
             if !self.0
                 && let Ok(api) = super::api()
             {
@@ -67,6 +82,7 @@ pub fn group<'env, R>(f: impl FnOnce(&mut Group<'env>) -> Result<R>) -> Result<R
             }
         }
     }
+    DEPTH.with(|d| d.set(d.get() + 1));
     let mut guard = End(false);
     let mut g = Group {
         calls: 0,
@@ -74,6 +90,7 @@ pub fn group<'env, R>(f: impl FnOnce(&mut Group<'env>) -> Result<R>) -> Result<R
     };
     let out = f(&mut g);
     guard.0 = true;
+    drop(guard);
     // SAFETY: closes the group opened above; every pointer queued in it is
     // borrowed for 'env, which outlives this call.
     let end = unsafe { nccl_call!(api, ncclGroupEnd()) };
@@ -153,6 +170,89 @@ impl<'env> Group<'env> {
     ) -> Result<()> {
         let mut buf = buf.into();
         let op = comm.op_broadcast_in_place(&mut buf, root)?;
+        self.queue::<T>(comm, stream, op)
+    }
+
+    /// [`Communicator::broadcast`] inside the group.
+    ///
+    /// # Errors
+    /// As [`Communicator::broadcast`].
+    pub fn broadcast<T: NcclType>(
+        &mut self,
+        comm: &'env Communicator,
+        send: impl Into<DeviceSlice<'env, T>>,
+        recv: impl Into<DeviceSliceMut<'env, T>>,
+        root: usize,
+        stream: &'env Stream,
+    ) -> Result<()> {
+        let (send, mut recv) = (send.into(), recv.into());
+        let op = comm.op_broadcast(&send, &mut recv, root)?;
+        self.queue::<T>(comm, stream, op)
+    }
+
+    /// [`Communicator::reduce`] inside the group.
+    ///
+    /// # Errors
+    /// As [`Communicator::reduce`].
+    pub fn reduce<T: NcclType>(
+        &mut self,
+        comm: &'env Communicator,
+        send: impl Into<DeviceSlice<'env, T>>,
+        recv: impl Into<DeviceSliceMut<'env, T>>,
+        op: ReduceOp,
+        root: usize,
+        stream: &'env Stream,
+    ) -> Result<()> {
+        let (send, mut recv) = (send.into(), recv.into());
+        let op = comm.op_reduce(&send, &mut recv, op, root)?;
+        self.queue::<T>(comm, stream, op)
+    }
+
+    /// [`Communicator::reduce_in_place`] inside the group.
+    ///
+    /// # Errors
+    /// As [`Communicator::reduce_in_place`].
+    pub fn reduce_in_place<T: NcclType>(
+        &mut self,
+        comm: &'env Communicator,
+        buf: impl Into<DeviceSliceMut<'env, T>>,
+        op: ReduceOp,
+        root: usize,
+        stream: &'env Stream,
+    ) -> Result<()> {
+        let mut buf = buf.into();
+        let op = comm.op_reduce_in_place(&mut buf, op, root)?;
+        self.queue::<T>(comm, stream, op)
+    }
+
+    /// [`Communicator::all_gather_in_place`] inside the group.
+    ///
+    /// # Errors
+    /// As [`Communicator::all_gather_in_place`].
+    pub fn all_gather_in_place<T: NcclType>(
+        &mut self,
+        comm: &'env Communicator,
+        buf: impl Into<DeviceSliceMut<'env, T>>,
+        stream: &'env Stream,
+    ) -> Result<()> {
+        let mut buf = buf.into();
+        let op = comm.op_all_gather_in_place(&mut buf)?;
+        self.queue::<T>(comm, stream, op)
+    }
+
+    /// [`Communicator::reduce_scatter_in_place`] inside the group.
+    ///
+    /// # Errors
+    /// As [`Communicator::reduce_scatter_in_place`].
+    pub fn reduce_scatter_in_place<T: NcclType>(
+        &mut self,
+        comm: &'env Communicator,
+        buf: impl Into<DeviceSliceMut<'env, T>>,
+        op: ReduceOp,
+        stream: &'env Stream,
+    ) -> Result<()> {
+        let mut buf = buf.into();
+        let op = comm.op_reduce_scatter_in_place(&mut buf, op)?;
         self.queue::<T>(comm, stream, op)
     }
 
