@@ -74,6 +74,7 @@ mod imp {
             host("error_text_of_every_result_code", error_strings),
             host("init_rank_misuse", init_rank_misuse),
             host("group_always_closes", group_closes),
+            host("launch_without_gpu_says_so", launch_without_gpu),
             host("rendezvous_file_three_processes", || {
                 rendezvous_processes("file")
             }),
@@ -859,6 +860,34 @@ mod imp {
                 other => return Err(format!("expected an NCCL error, got {other}").into()),
             }
         }
+        Ok(())
+    }
+
+    /// Joining a job on a machine without a GPU fails with `NoDevice`,
+    /// naming `LOCAL_RANK`, before any rendezvous.
+    fn launch_without_gpu() -> TestResult {
+        if has_gpu() {
+            eprintln!(
+                "note: host::launch_without_gpu_says_so: this machine has a GPU; not applicable"
+            );
+            return Ok(());
+        }
+        let env = LaunchEnv::from_vars(vars(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("LOCAL_RANK", "1"),
+            // Nobody listens here: reaching the rendezvous would time out.
+            ("CUDNN_RS_RENDEZVOUS", "tcp://127.0.0.1:9"),
+            ("CUDNN_RS_RENDEZVOUS_TIMEOUT", "60"),
+        ]))?;
+        let t = Instant::now();
+        let e = launch::init(env).unwrap_err();
+        ensure!(matches!(e, Error::NoDevice { .. }), "{e}");
+        ensure!(e.to_string().contains("LOCAL_RANK=1"), "{e}");
+        ensure!(
+            t.elapsed() < Duration::from_secs(20),
+            "it waited for the rendezvous: {e}"
+        );
         Ok(())
     }
 

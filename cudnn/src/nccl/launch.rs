@@ -291,8 +291,18 @@ pub fn init_from_env() -> Result<Launch> {
 /// # Errors
 /// As [`init_from_env`].
 pub fn init(env: LaunchEnv) -> Result<Launch> {
-    let device = Device::new(env.local_rank)
-        .map_err(|e| e.with_context(format!("LOCAL_RANK={}", env.local_rank)))?;
+    let lr = env.local_rank;
+    let device = Device::new(lr).map_err(|e| match e {
+        Error::InvalidArgument { rule, value, .. } => Error::InvalidArgument {
+            arg: "LOCAL_RANK".into(),
+            rule: format!("names this process's GPU, so it {rule}"),
+            value,
+        },
+        Error::NoDevice { reason } => Error::NoDevice {
+            reason: format!("{reason} (LOCAL_RANK={lr})"),
+        },
+        other => other.with_context(format!("LOCAL_RANK={lr}")),
+    })?;
     let id = match &env.rendezvous {
         None => UniqueId::new()?,
         Some(r) => exchange(r, env.ranks, env.timeout, UniqueId::new)?,
