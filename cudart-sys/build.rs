@@ -1,4 +1,4 @@
-//! Build script shared by cudart-sys, cudnn-sys and cublas-sys (the other two
+//! Build script shared by cudart-sys, cudnn-sys, cublas-sys and nccl-sys (the others
 //! link to this file). It does nothing unless feature `link` is on: then it
 //! finds the library directory from the same variables the run-time loader
 //! uses and tells rustc to link against it. It writes nothing but to OUT_DIR
@@ -33,6 +33,11 @@ fn libs(links: &str) -> &'static [Lib] {
                 override_var: "CUBLASLT_LIB_DIR",
             },
         ],
+        "nccl" => &[Lib {
+            link: "nccl",
+            files: &["libnccl.so", "libnccl.so.2"],
+            override_var: "NCCL_LIB_DIR",
+        }],
         _ => &[Lib {
             link: "cudart",
             files: &["libcudart.so", "libcudart.so.13", "libcudart.so.12"],
@@ -41,13 +46,14 @@ fn libs(links: &str) -> &'static [Lib] {
     }
 }
 
-const ROOT_VARS: &[&str] = &["CUDNN_PATH", "CUDA_PATH", "CUDA_HOME"];
+const ROOT_VARS: &[&str] = &["CUDNN_PATH", "NCCL_HOME", "CUDA_PATH", "CUDA_HOME"];
 const LIST_VARS: &[&str] = &["CUDNN_RS_SEARCH_PATH", "VIRTUAL_ENV", "CONDA_PREFIX"];
 const PY_DIRS: &[&str] = &[
     "nvidia/cudnn/lib",
     "nvidia/cu13/lib",
     "nvidia/cublas/lib",
     "nvidia/cuda_runtime/lib",
+    "nvidia/nccl/lib",
 ];
 const STANDARD: &[&str] = &[
     "/usr/local/cuda/lib64",

@@ -16,7 +16,7 @@
 //!    directly and as a Python `site-packages` (`nvidia/*/lib`);
 //! 4. the system loader by soname (honours `LD_LIBRARY_PATH`, `ld.so.cache`);
 //! 5. standard directories (`/usr/local/cuda/lib64`, distro library dirs);
-//! 6. Python environments: `nvidia/{cudnn,cu13,cublas,cuda_runtime}/lib` in
+//! 6. Python environments: `nvidia/{cudnn,cu13,cublas,cuda_runtime,nccl}/lib` in
 //!    the `site-packages` of `VIRTUAL_ENV`, `CONDA_PREFIX`, the user site
 //!    (`~/.local/lib/python3*`) and the system site dirs;
 //! 7. `CUDNN_RS_FALLBACK_PATH`, like 3 but last (a checkout of this project
@@ -51,6 +51,7 @@ pub const PYTHON_LIB_DIRS: &[&str] = &[
     "nvidia/cu13/lib",
     "nvidia/cublas/lib",
     "nvidia/cuda_runtime/lib",
+    "nvidia/nccl/lib",
 ];
 
 /// Directories searched after the system loader.

@@ -103,6 +103,36 @@ pub enum Error {
         needs: Option<String>,
     },
 
+    /// An NCCL call failed.
+    #[error("{call} failed{}: {name} ({code}: {text}){}{}", on_rank(.rank), nccl_last(.last_error), ctx(.context))]
+    Nccl {
+        /// The C function.
+        call: &'static str,
+        /// The raw `ncclResult_t`.
+        code: u32,
+        /// The result's name (`ncclInvalidUsage`), or `"unknown"` for a
+        /// code these bindings do not know (`code` keeps it).
+        name: &'static str,
+        /// `ncclGetErrorString`.
+        text: String,
+        /// `ncclGetLastError`, when NCCL said more.
+        last_error: Option<Box<str>>,
+        /// The caller's rank in the communicator, when the call had one.
+        rank: Option<u32>,
+        /// Our context.
+        context: Option<String>,
+    },
+
+    /// Processes could not meet to exchange an NCCL unique id (rendezvous
+    /// over a file or TCP): names the rendezvous and what went wrong.
+    #[error("rendezvous {rendezvous}: {detail}")]
+    Rendezvous {
+        /// The rendezvous (`file:///tmp/job.id`, `tcp://127.0.0.1:29500`).
+        rendezvous: String,
+        /// What went wrong (an I/O error's text, a timeout, a protocol mismatch).
+        detail: String,
+    },
+
     /// There is no usable CUDA device.
     #[error("no CUDA device: {reason}")]
     NoDevice {
@@ -113,6 +143,16 @@ pub enum Error {
 
 fn ctx(c: &Option<String>) -> String {
     c.as_ref().map(|c| format!("; {c}")).unwrap_or_default()
+}
+
+fn on_rank(r: &Option<u32>) -> String {
+    r.map(|r| format!(" on rank {r}")).unwrap_or_default()
+}
+
+fn nccl_last(c: &Option<Box<str>>) -> String {
+    c.as_ref()
+        .map(|c| format!("; NCCL says: {c}"))
+        .unwrap_or_default()
 }
 
 fn last(c: &Option<String>) -> String {
@@ -153,7 +193,8 @@ impl Error {
         match &mut self {
             Error::Cuda { context, .. }
             | Error::Cudnn { context, .. }
-            | Error::Cublas { context, .. } => {
+            | Error::Cublas { context, .. }
+            | Error::Nccl { context, .. } => {
                 *context = Some(text.into());
             }
             _ => {}

@@ -10,6 +10,8 @@ pub mod dnn;
 pub mod dtype;
 pub mod error;
 pub mod graph;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 pub mod reference;
 pub mod runtime;
 
@@ -22,4 +24,7 @@ pub mod sys {
     pub use cublas_sys as cublas;
     pub use cudart_sys as cudart;
     pub use cudnn_sys as cudnn;
+    /// NCCL (feature `nccl`).
+    #[cfg(feature = "nccl")]
+    pub use nccl_sys as nccl;
 }

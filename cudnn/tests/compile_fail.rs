@@ -6,4 +6,6 @@
 fn compile_fail() {
     let t = trybuild::TestCases::new();
     t.compile_fail("tests/compile_fail/*.rs");
+    #[cfg(feature = "nccl")]
+    t.compile_fail("tests/compile_fail_nccl/*.rs");
 }

@@ -6,15 +6,17 @@
 #
 # Phases, each with its estimate on one H200 and a hard cap (seconds):
 #   1. tests      every test binary, GPU and libraries required       est  60  cap 150
-#   2. examples   doctor, then the other non-benchmark examples       est  20  cap  45
+#   2. examples   doctor, then the other non-benchmark examples
+#                 (ddp_lenet runs as one rank on GPU 0)                est  30  cap  60
 #   3. benches    ours, with --csv: bench_gemm (full shapes, 0.1 s
 #                 per case), bench_conv --quick --exhaustive, bench_ops
-#                 (32x64x128x128 and --quick 8x64x64x64), bench_host  est  50  cap 100
+#                 (32x64x128x128 and --quick 8x64x64x64), bench_host,
+#                 bench_nccl (all-reduce busbw, 1 KiB..1 GiB)          est  65  cap 130
 #   4. torch      compare_torch.py: the same cases through PyTorch,
 #                 on the same device, right after ours                est  40  cap 100
 #   5. memcheck   compute-sanitizer memcheck on gpu_runtime and
 #                 gpu_gemm's gemm_f32 tests, when the tool is present est  50  cap  90
-# Estimates add up to about 4 minutes. CHECK_BUDGET_S (default 330) caps
+# Estimates add up to about 4.5 minutes. CHECK_BUDGET_S (default 330) caps
 # the whole run: a phase gets what is left of it (less a few seconds for the
 # report), and an item that cannot start in time is reported as skipped.
 # PER_BINARY_TIMEOUT (default 120) caps each test binary.
@@ -40,7 +42,7 @@ log_of() { printf '%s/logs/%s.log' "$out" "$(printf '%s' "$1" | tr '/ ' '__')"; 
 budget_left() { echo $((budget_total - ($(now) - check_start) - report_reserve)); }
 min() { if [ "$1" -lt "$2" ]; then echo "$1"; else echo "$2"; fi; }
 
-# cuDNN, cuBLAS and the CUDA runtime from the Python environment's NVIDIA
+# cuDNN, cuBLAS, NCCL and the CUDA runtime from the Python environment's NVIDIA
 # wheels (next to PyTorch), unless the caller already said where they are.
 site_packages=""
 python_bin=""
@@ -167,7 +169,7 @@ done
 phase_end
 
 # ---------------------------------------------------------------------------
-phase_begin "2. examples" 20 45
+phase_begin "2. examples" 30 60
 run_one "doctor" 30 "$here/bin/doctor"
 for e in "$here"/bin/*; do
     [ -f "$e" ] && [ -x "$e" ] || continue
@@ -177,7 +179,7 @@ done
 phase_end
 
 # ---------------------------------------------------------------------------
-phase_begin "3. benches" 50 100
+phase_begin "3. benches" 65 130
 # bench LABEL CAP BINARY ARGS...; the labels name the tables in the report.
 bench_labels=()
 bench() {
@@ -197,6 +199,7 @@ bench "bench_ops" 20 bench_ops --csv "$out/csv/ops.csv"
 bench "bench_ops --quick" 20 bench_ops --quick --csv "$out/csv/ops_small.csv"
 bench "bench_host" 20 bench_host
 bench "bench_graph" 20 bench_graph --iters 30
+bench "bench_nccl" 40 bench_nccl
 phase_end
 
 # ---------------------------------------------------------------------------

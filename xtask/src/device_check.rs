@@ -18,13 +18,14 @@
 //! script (`xtask/device/run.sh`) and the PyTorch comparison
 //! (`xtask/device/compare_torch.py`) into `.device-check/` (about 40 MiB;
 //! it must stay well under 64 MiB).
-//! The GPU machine needs an NVIDIA driver, bash, and cuDNN, cuBLAS and the
+//! The GPU machine needs an NVIDIA driver, bash, and cuDNN, cuBLAS, NCCL and the
 //! CUDA runtime somewhere the loader looks — typically NVIDIA's wheels in a
 //! Python environment next to PyTorch: the runner adds that environment's
 //! `site-packages` to `CUDNN_RS_SEARCH_PATH`. It runs every test binary with
 //! `CUDNN_RS_REQUIRE_GPU=1 CUDNN_RS_REQUIRE_LIBS=1` (so a missing device or
 //! library fails instead of skipping), then `doctor` and the other examples,
-//! then our benchmarks with `--csv`, then the same cases through PyTorch
+//! then our benchmarks with `--csv` (and `bench_nccl`, the all-reduce bus
+//! bandwidth, labelled single-rank on a one-GPU machine), then the same cases through PyTorch
 //! (`compare_torch.py`), then the GPU tests under `compute-sanitizer
 //! memcheck` when that tool is there; all within a time budget (default
 //! 330 s; the header of run.sh has the estimate per phase). It writes
@@ -95,7 +96,19 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let bin = dest.join("bin");
 
     eprintln!("device-check: building release test binaries of `cudnn` ...");
-    let tests = cargo_artifacts(&root, &["test", "-p", "cudnn", "--release", "--no-run"])?;
+    // With `nccl`, so that host_nccl and gpu_nccl are real tests there.
+    let tests = cargo_artifacts(
+        &root,
+        &[
+            "test",
+            "-p",
+            "cudnn",
+            "--features",
+            "nccl",
+            "--release",
+            "--no-run",
+        ],
+    )?;
     eprintln!("device-check: building release examples ...");
     let examples = cargo_artifacts(
         &root,

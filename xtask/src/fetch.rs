@@ -10,7 +10,16 @@ use std::process::Command;
 pub struct Stack {
     pub name: &'static str,
     pub wheels: &'static [&'static str],
+    /// Wheels unpacked on top of `wheels`, each with its own stamp
+    /// (`.complete-<name>`): adding one (NCCL) neither unpacks the others
+    /// again nor changes the stamp the other crates' bindings carry.
+    pub extras: &'static [&'static str],
 }
+
+/// NCCL for the CUDA 13 stack.
+pub const NCCL13: &str = "nvidia-nccl-cu13==2.32.3";
+/// NCCL for the CUDA 12 stack (the same NCCL release, built for CUDA 12).
+pub const NCCL12: &str = "nvidia-nccl-cu12==2.32.3";
 
 pub const CUDA13: Stack = Stack {
     name: "cuda13",
@@ -21,6 +30,7 @@ pub const CUDA13: Stack = Stack {
         "nvidia-cuda-crt==13.5.37",
         "nvidia-cuda-cccl==13.3.5.0.6",
     ],
+    extras: &[NCCL13],
 };
 
 pub const CUDA12: Stack = Stack {
@@ -30,6 +40,7 @@ pub const CUDA12: Stack = Stack {
         "nvidia-cublas-cu12==12.9.3.13",
         "nvidia-cuda-runtime-cu12==12.9.79",
     ],
+    extras: &[NCCL12],
 };
 
 /// The cache root: `$CUDNN_RS_CACHE` or `<workspace>/.cuda-libs`.
@@ -78,36 +89,50 @@ pub fn run(args: &[String]) -> Result<Vec<PathBuf>, String> {
 pub fn fetch(stack: &Stack) -> Result<PathBuf, String> {
     let root = cache_root();
     let dir = root.join(stack.name);
+    let wheels = root.join("wheels").join(stack.name);
     let stamp = dir.join(".complete");
     let want = stack.wheels.join("\n");
-    if fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
-        return Ok(dir);
+    if fs::read_to_string(&stamp).ok().as_deref() != Some(want.as_str()) {
+        fs::create_dir_all(&wheels).map_err(|e| format!("creating {}: {e}", wheels.display()))?;
+        if dir.exists() {
+            fs::remove_dir_all(&dir).map_err(|e| format!("clearing {}: {e}", dir.display()))?;
+        }
+        fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        for spec in stack.wheels {
+            unpack_wheel(&wheels, spec, &dir)?;
+        }
+        fs::write(&stamp, want).map_err(|e| format!("writing {}: {e}", stamp.display()))?;
     }
-    let wheels = root.join("wheels").join(stack.name);
-    fs::create_dir_all(&wheels).map_err(|e| format!("creating {}: {e}", wheels.display()))?;
-    if dir.exists() {
-        fs::remove_dir_all(&dir).map_err(|e| format!("clearing {}: {e}", dir.display()))?;
+    for spec in stack.extras {
+        let name = spec.split_once("==").map_or(*spec, |(n, _)| n);
+        let stamp = dir.join(format!(".complete-{name}"));
+        if fs::read_to_string(&stamp).ok().as_deref() == Some(*spec) {
+            continue;
+        }
+        fs::create_dir_all(&wheels).map_err(|e| format!("creating {}: {e}", wheels.display()))?;
+        unpack_wheel(&wheels, spec, &dir)?;
+        fs::write(&stamp, spec).map_err(|e| format!("writing {}: {e}", stamp.display()))?;
     }
-    fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-
-    for spec in stack.wheels {
-        let file = match find_wheel(&wheels, spec) {
-            Some(f) => f,
-            None => {
-                download(&wheels, spec)?;
-                find_wheel(&wheels, spec).ok_or_else(|| {
-                    format!(
-                        "pip reported success but no wheel for {spec} is in {}",
-                        wheels.display()
-                    )
-                })?
-            }
-        };
-        let n = unpack(&file, &dir).map_err(|e| format!("unpacking {}: {e}", file.display()))?;
-        eprintln!("  {spec}: {n} files");
-    }
-    fs::write(&stamp, want).map_err(|e| format!("writing {}: {e}", stamp.display()))?;
     Ok(dir)
+}
+
+/// Download `spec` into `wheels` unless it is there, and unpack what we keep into `dir`.
+fn unpack_wheel(wheels: &Path, spec: &str, dir: &Path) -> Result<(), String> {
+    let file = match find_wheel(wheels, spec) {
+        Some(f) => f,
+        None => {
+            download(wheels, spec)?;
+            find_wheel(wheels, spec).ok_or_else(|| {
+                format!(
+                    "pip reported success but no wheel for {spec} is in {}",
+                    wheels.display()
+                )
+            })?
+        }
+    };
+    let n = unpack(&file, dir).map_err(|e| format!("unpacking {}: {e}", file.display()))?;
+    eprintln!("  {spec}: {n} files");
+    Ok(())
 }
 
 fn download(into: &Path, spec: &str) -> Result<(), String> {
@@ -170,9 +195,15 @@ fn wanted(path: &str) -> bool {
     };
     path.contains("/lib/")
         && file.contains(".so")
-        && ["libcudnn", "libcublas.so", "libcublasLt.so", "libcudart.so"]
-            .iter()
-            .any(|p| file.starts_with(p))
+        && [
+            "libcudnn",
+            "libcublas.so",
+            "libcublasLt.so",
+            "libcudart.so",
+            "libnccl.so",
+        ]
+        .iter()
+        .any(|p| file.starts_with(p))
 }
 
 fn unpack(wheel: &Path, dest: &Path) -> io::Result<usize> {

@@ -28,7 +28,7 @@ tasks:
       shared libraries we use into the cache (.cuda-libs/<stack>, or
       $CUDNN_RS_CACHE/<stack>). A no-op when they are already there.
   bindgen [--check]
-      Regenerate the committed bindings in cudart-sys, cudnn-sys and cublas-sys
+      Regenerate the committed bindings in cudart-sys, cudnn-sys, cublas-sys and nccl-sys
       from the cuda13 headers (fetching them first). With --check, write nothing
       and fail if the committed files differ.
   device-check

@@ -1,0 +1,134 @@
+//! The unique id that names one communicator.
+
+use std::fmt;
+use std::str::FromStr;
+
+use super::{api, nccl_call, sys};
+use crate::error::{Error, Result};
+
+/// Bytes in a [`UniqueId`] (`NCCL_UNIQUE_ID_BYTES`).
+pub const UNIQUE_ID_BYTES: usize = sys::NCCL_UNIQUE_ID_BYTES as usize;
+
+/// The token all ranks of one communicator share (`ncclUniqueId`).
+///
+/// One process makes it ([`UniqueId::new`]; no device needed: it only
+/// opens NCCL's bootstrap socket), then hands it to the others, as
+/// [`to_bytes`](UniqueId::to_bytes) / [`from_bytes`](UniqueId::from_bytes)
+/// or as text ([`Display`](fmt::Display) writes 256 lowercase hex digits,
+/// [`FromStr`] reads them back). [`launch`](super::launch) does the
+/// hand-over for processes started by a launcher.
+///
+/// The id holds the address of the creating process's bootstrap socket, so
+/// it names a live process: make it afresh for each communicator.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UniqueId {
+    bytes: [u8; UNIQUE_ID_BYTES],
+}
+
+impl fmt::Debug for UniqueId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "UniqueId({self})")
+    }
+}
+
+impl UniqueId {
+    /// A fresh id from NCCL (`ncclGetUniqueId`).
+    ///
+    /// # Errors
+    /// [`Error::Load`] when NCCL cannot be found, [`Error::Nccl`] when NCCL
+    /// cannot open its bootstrap socket (no network interface it accepts).
+    #[doc(alias = "ncclGetUniqueId")]
+    pub fn new() -> Result<Self> {
+        let api = api()?;
+        let mut raw = sys::ncclUniqueId::default();
+        // SAFETY: `raw` is a valid, writable ncclUniqueId; no device is needed.
+        unsafe { nccl_call!(api, ncclGetUniqueId(&mut raw)) }?;
+        Ok(Self::from_raw(raw))
+    }
+
+    /// The id's bytes, to send to the other ranks.
+    pub fn to_bytes(&self) -> [u8; UNIQUE_ID_BYTES] {
+        self.bytes
+    }
+
+    /// An id received from the rank that made it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `bytes` is not exactly
+    /// [`UNIQUE_ID_BYTES`] long.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        let bytes: [u8; UNIQUE_ID_BYTES] = bytes.try_into().map_err(|_| {
+            Error::invalid(
+                "bytes",
+                format!("an NCCL unique id is exactly {UNIQUE_ID_BYTES} bytes"),
+                format!("{} bytes", bytes.len()),
+            )
+        })?;
+        Ok(UniqueId { bytes })
+    }
+
+    /// The raw `ncclUniqueId`.
+    pub fn as_raw(&self) -> sys::ncclUniqueId {
+        let mut raw = sys::ncclUniqueId::default();
+        for (d, s) in raw.internal.iter_mut().zip(self.bytes) {
+            *d = s as core::ffi::c_char;
+        }
+        raw
+    }
+
+    /// An id from a raw `ncclUniqueId` (one made by other code).
+    pub fn from_raw(raw: sys::ncclUniqueId) -> Self {
+        let mut bytes = [0u8; UNIQUE_ID_BYTES];
+        for (d, s) in bytes.iter_mut().zip(raw.internal) {
+            *d = s as u8;
+        }
+        UniqueId { bytes }
+    }
+}
+
+impl fmt::Display for UniqueId {
+    /// 256 lowercase hex digits.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in self.bytes {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for UniqueId {
+    type Err = Error;
+
+    /// Parse what [`Display`](fmt::Display) wrote (hex digits of either
+    /// case; surrounding whitespace is ignored).
+    fn from_str(s: &str) -> Result<Self> {
+        let s = s.trim();
+        if s.len() != 2 * UNIQUE_ID_BYTES {
+            return Err(Error::invalid(
+                "unique id text",
+                format!(
+                    "must be {} hex digits ({UNIQUE_ID_BYTES} bytes)",
+                    2 * UNIQUE_ID_BYTES
+                ),
+                format!("{} characters", s.len()),
+            ));
+        }
+        let mut bytes = [0u8; UNIQUE_ID_BYTES];
+        let digits = s.as_bytes();
+        for (i, b) in bytes.iter_mut().enumerate() {
+            let pair = &digits[2 * i..2 * i + 2];
+            let hex = |c: u8| (c as char).to_digit(16);
+            match (hex(pair[0]), hex(pair[1])) {
+                (Some(h), Some(l)) => *b = (h * 16 + l) as u8,
+                _ => {
+                    return Err(Error::invalid(
+                        "unique id text",
+                        "must be hex digits only",
+                        format!("{:?} at offset {}", String::from_utf8_lossy(pair), 2 * i),
+                    ));
+                }
+            }
+        }
+        Ok(UniqueId { bytes })
+    }
+}

@@ -1,0 +1,131 @@
+//! Collective communication across GPUs and machines through NVIDIA NCCL
+//! (feature `nccl`).
+//!
+//! - [`UniqueId`]: the token every rank of a communicator must share; made
+//!   by one process, passed to the others as bytes or text.
+//! - [`Communicator`]: one rank of a communicator, bound to one device;
+//!   collectives ([`all_reduce`](Communicator::all_reduce),
+//!   [`broadcast`](Communicator::broadcast), [`reduce`](Communicator::reduce),
+//!   [`all_gather`](Communicator::all_gather),
+//!   [`reduce_scatter`](Communicator::reduce_scatter), point-to-point
+//!   [`send`](Group::send)/[`recv`](Group::recv)) enqueue on a
+//!   [`Stream`](crate::runtime::Stream) over the crate's device buffers.
+//! - [`group`]: several calls fused into one launch; a closure, so the group
+//!   cannot be left open.
+//! - [`launch`]: the torchrun-style convention (`RANK`, `WORLD_SIZE`,
+//!   `LOCAL_RANK`, a rendezvous over a file or TCP) that gives each process
+//!   its device and communicator.
+//!
+//! Element types are checked at compile time ([`NcclType`]: f32, f64, f16,
+//! bf16, i8, u8, i32, i64), lengths are checked against the rank count
+//! before NCCL is called, and every failure is a [`crate::Error`]
+//! naming the call, the rank and NCCL's own text.
+//!
+//! ```no_run
+//! use cudnn::nccl::{self, ReduceOp};
+//! // One process per GPU, started by torchrun or any launcher that sets
+//! // RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADDR/MASTER_PORT.
+//! let job = nccl::launch::init_from_env()?;
+//! let stream = job.device.create_stream()?;
+//! let mut grads = cudnn::runtime::DeviceBuffer::<f32>::zeroed(1 << 20)?;
+//! job.comm.all_reduce_in_place(&mut grads, ReduceOp::Avg, &stream)?;
+//! stream.synchronize()?;
+//! # Ok::<(), cudnn::Error>(())
+//! ```
+//!
+//! Multi-node runs use NCCL's own transports; this module only provides the
+//! bootstrap (the unique-id exchange) and the checked calls.
+
+mod collectives;
+mod comm;
+mod group;
+mod id;
+pub mod launch;
+mod validate;
+
+pub use collectives::{NcclType, ReduceOp};
+pub use comm::Communicator;
+pub use group::{Group, group};
+pub use id::{UNIQUE_ID_BYTES, UniqueId};
+pub use validate::Ranks;
+
+use std::ffi::{CStr, c_char};
+
+use crate::error::{Error, Result};
+use crate::sys::cudart::loader::Version;
+use crate::sys::nccl as sys;
+
+/// NCCL's function table, or the load error.
+pub(crate) fn api() -> Result<&'static sys::Nccl> {
+    Ok(sys::load()?)
+}
+
+/// The loaded NCCL's version (`ncclGetVersion`; needs no device).
+///
+/// # Errors
+/// [`Error::Load`] when NCCL cannot be found, [`Error::Nccl`] when the call fails.
+#[doc(alias = "ncclGetVersion")]
+pub fn version() -> Result<Version> {
+    let api = api()?;
+    let mut v = 0;
+    // SAFETY: `v` is a valid, writable out-pointer; no device is needed.
+    let r = unsafe { api.ncclGetVersion(&mut v) }?;
+    check_result("ncclGetVersion", r)?;
+    Ok(sys::decode_version(v))
+}
+
+pub(crate) fn text(p: *const c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: NCCL returns NUL-terminated strings that stay valid at least
+    // until the next NCCL call on this thread; we copy at once.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+/// The name of an NCCL result (`"ncclInvalidUsage"`), or `ncclResult_<n>`
+/// for a code these bindings do not know.
+pub fn result_name(r: sys::ncclResult_t) -> String {
+    sys::result_name(r)
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("ncclResult_{}", r.0))
+}
+
+/// The checked path every call of this module goes through, public for
+/// callers of the raw layer who want the same errors: `Ok` for
+/// `ncclSuccess`, otherwise [`Error::Nccl`] with the result's name and
+/// `ncclGetErrorString`'s text.
+///
+/// # Errors
+/// As described; [`Error::Load`] when NCCL cannot be loaded to ask its text.
+pub fn check_result(call: &'static str, r: sys::ncclResult_t) -> Result<()> {
+    if r == sys::ncclResult_t::ncclSuccess {
+        return Ok(());
+    }
+    let api = api()?;
+    // SAFETY: ncclGetErrorString accepts any code and returns a static string.
+    let text = unsafe { api.ncclGetErrorString(r) }
+        .map(text)
+        .unwrap_or_default();
+    Err(Error::Nccl {
+        call,
+        code: r.0,
+        name: sys::result_name(r).unwrap_or("unknown"),
+        text,
+        last_error: None,
+        rank: None,
+        context: None,
+    })
+}
+
+/// Call an NCCL function through the checked path:
+/// `nccl_call!(api, ncclGetUniqueId(&mut id))`.
+macro_rules! nccl_call {
+    ($api:expr, $f:ident ( $($arg:expr),* $(,)? )) => {{
+        let api = $api;
+        // The caller's `unsafe` block states why the arguments are valid.
+        let r = api.$f($($arg),*)?;
+        $crate::nccl::check_result(stringify!($f), r)
+    }};
+}
+pub(crate) use nccl_call;

@@ -1,0 +1,959 @@
+//! NCCL without a GPU (unit and host tiers): discovery and loading from the
+//! wheel layout, the override variable, a missing library, the version,
+//! unique ids through bytes and text, the error text of every result code,
+//! the rank and length rules, the launch variables, and the rendezvous
+//! between separate processes over a file and over loopback TCP.
+//!
+//! The rendezvous tests start this test binary again as the other ranks
+//! (`HOST_NCCL_CHILD` tells it which), so they are real processes.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+#[cfg(not(feature = "nccl"))]
+fn main() {
+    use libtest_mimic::Trial;
+    eprintln!("skipped: host_nccl: cudnn was built without feature `nccl`");
+    support::run(vec![
+        Trial::test("host::nccl", || Ok(())).with_ignored_flag(true),
+    ]);
+}
+
+#[cfg(feature = "nccl")]
+fn main() {
+    imp::main()
+}
+
+#[cfg(feature = "nccl")]
+mod imp {
+    use std::collections::HashSet;
+    use std::ffi::{CStr, OsString};
+    use std::path::{Path, PathBuf};
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use cudnn::Error;
+    use cudnn::nccl::launch::{self, LaunchEnv, Rendezvous};
+    use cudnn::nccl::{self, Communicator, Ranks, UniqueId};
+    use cudnn::sys::cudart::loader::{self, Environment, Source};
+    use cudnn::sys::nccl as sys;
+    use libtest_mimic::Trial;
+
+    use crate::ensure;
+    use crate::support::{TestResult, has_gpu, run, unit};
+
+    const CHILD: &str = "HOST_NCCL_CHILD";
+
+    pub fn main() {
+        if let Ok(spec) = std::env::var(CHILD) {
+            child(&spec);
+        }
+        run(vec![
+            unit("ranks_rules", ranks_rules),
+            unit("launch_variables", launch_variables),
+            unit("rendezvous_text", rendezvous_text),
+            unit("unique_id_text_and_bytes_errors", unique_id_errors),
+            unit("decode_version", decode_version),
+            unit(
+                "discovery_candidates_include_wheel_dir",
+                discovery_candidates,
+            ),
+            unit("rendezvous_file_refuses_stale_file", file_stale),
+            unit("rendezvous_times_out_without_rank0", rendezvous_timeout),
+            unit(
+                "rendezvous_tcp_rejects_other_world_size",
+                tcp_world_mismatch,
+            ),
+            host("load_from_wheel_layout", load_wheel_layout),
+            host(
+                "override_variable_and_missing_library",
+                override_and_missing,
+            ),
+            host("version", version),
+            host("unique_id_round_trip", unique_id_round_trip),
+            host("error_text_of_every_result_code", error_strings),
+            host("init_rank_misuse", init_rank_misuse),
+            host("group_always_closes", group_closes),
+            host("launch_without_gpu_says_so", launch_without_gpu),
+            host("rendezvous_file_three_processes", || {
+                rendezvous_processes("file")
+            }),
+            host("rendezvous_tcp_loopback_three_processes", || {
+                rendezvous_processes("tcp")
+            }),
+        ]);
+    }
+
+    // ---------------------------------------------------------------- tiers
+
+    fn nccl_missing() -> Option<String> {
+        sys::load().err().map(|e| e.to_string())
+    }
+
+    /// A host-tier test: needs NCCL (no device). Skipped visibly without it,
+    /// a failure when `CUDNN_RS_REQUIRE_LIBS=1`.
+    fn host(name: &str, f: impl FnOnce() -> TestResult + Send + 'static) -> Trial {
+        let name = format!("host::{name}");
+        match nccl_missing() {
+            None => Trial::test(name, f),
+            Some(why) if std::env::var("CUDNN_RS_REQUIRE_LIBS").is_ok_and(|v| v == "1") => {
+                Trial::test(name, move || {
+                    Err(format!("CUDNN_RS_REQUIRE_LIBS=1 but: {why}").into())
+                })
+            }
+            Some(why) => {
+                eprintln!(
+                    "skipped: {name}: {}",
+                    why.lines().next().unwrap_or_default()
+                );
+                Trial::test(name, f).with_ignored_flag(true)
+            }
+        }
+    }
+
+    // ----------------------------------------------------------- children
+
+    /// `HOST_NCCL_CHILD="<rendezvous> <rank> <size> <timeout_s>"`: take part
+    /// in the exchange as a non-zero rank and print the id.
+    fn child(spec: &str) -> ! {
+        let parts: Vec<&str> = spec.split(' ').collect();
+        let [rdzv, rank, size, timeout] = parts.as_slice() else {
+            eprintln!("bad {CHILD}: {spec:?}");
+            std::process::exit(2);
+        };
+        let r: Rendezvous = rdzv.parse().expect("rendezvous");
+        let ranks = Ranks::new(rank.parse().unwrap(), size.parse().unwrap()).expect("ranks");
+        let timeout = Duration::from_secs_f64(timeout.parse().unwrap());
+        match launch::exchange(&r, ranks, timeout, || panic!("only rank 0 makes the id")) {
+            Ok(id) => {
+                println!("{id}");
+                std::process::exit(0)
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                std::process::exit(1)
+            }
+        }
+    }
+
+    fn spawn(rdzv: &Rendezvous, rank: usize, size: usize, timeout: f64) -> Child {
+        Command::new(std::env::current_exe().unwrap())
+            .env(CHILD, format!("{rdzv} {rank} {size} {timeout}"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning a rank")
+    }
+
+    fn finish(c: Child) -> (bool, String, String) {
+        let out = c.wait_with_output().expect("waiting for a rank");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        )
+    }
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("host_nccl-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn free_port() -> u16 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    }
+
+    // ---------------------------------------------------------- unit tier
+
+    fn arg_of(e: &Error) -> String {
+        match e {
+            Error::InvalidArgument { arg, .. } => arg.clone(),
+            other => format!("<not InvalidArgument: {other}>"),
+        }
+    }
+
+    fn ranks_rules() -> TestResult {
+        let e = Ranks::new(2, 2).unwrap_err();
+        ensure!(arg_of(&e) == "rank", "rank == size: {e}");
+        ensure!(e.to_string().contains("got 2"), "{e}");
+        let e = Ranks::new(5, 2).unwrap_err();
+        ensure!(arg_of(&e) == "rank", "rank > size: {e}");
+        let e = Ranks::new(0, 0).unwrap_err();
+        ensure!(arg_of(&e) == "size", "size 0: {e}");
+        let r = Ranks::new(1, 4).unwrap();
+        ensure!(r.rank() == 1 && r.size() == 4, "{r:?}");
+        // roots and peers
+        ensure!(r.check_rank("root", 3).unwrap() == 3, "root 3 of 4");
+        let e = r.check_rank("root", 4).unwrap_err();
+        ensure!(
+            arg_of(&e) == "root" && e.to_string().contains("got 4"),
+            "{e}"
+        );
+        let e = r.check_rank("peer", 9).unwrap_err();
+        ensure!(arg_of(&e) == "peer", "{e}");
+        // lengths, by hand: size 4
+        ensure!(r.same_len("all_reduce", 10, 10).unwrap() == 10, "same");
+        let e = r.same_len("all_reduce", 10, 9).unwrap_err();
+        ensure!(
+            matches!(&e, Error::Mismatch { expected, got, .. } if expected == "10" && got == "9"),
+            "{e}"
+        );
+        ensure!(r.all_gather(3, 12).unwrap() == 3, "all_gather 3 -> 12");
+        let e = r.all_gather(3, 11).unwrap_err();
+        ensure!(
+            matches!(&e, Error::Mismatch { expected, got, .. } if expected == "12" && got == "11"),
+            "{e}"
+        );
+        ensure!(
+            r.reduce_scatter(20, 5).unwrap() == 5,
+            "reduce_scatter 20 -> 5"
+        );
+        let e = r.reduce_scatter(21, 5).unwrap_err();
+        ensure!(
+            matches!(&e, Error::Mismatch { expected, got, .. } if expected == "20" && got == "21"),
+            "{e}"
+        );
+        ensure!(r.all_gather_in_place(16).unwrap() == 4, "in place 16 / 4");
+        ensure!(r.reduce_scatter_in_place(8).unwrap() == 2, "in place 8 / 4");
+        let e = r.all_gather_in_place(10).unwrap_err();
+        ensure!(
+            e.to_string()
+                .contains("multiple of the communicator size 4"),
+            "{e}"
+        );
+        let e = r.reduce_scatter_in_place(7).unwrap_err();
+        ensure!(matches!(e, Error::Mismatch { .. }), "{e}");
+        Ok(())
+    }
+
+    fn vars(list: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let list: Vec<(String, String)> = list
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        move |name| list.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    }
+
+    fn launch_variables() -> TestResult {
+        // Nothing set: one process on GPU 0.
+        let e = LaunchEnv::from_vars(vars(&[])).unwrap();
+        ensure!(e.ranks.rank() == 0 && e.ranks.size() == 1, "{e:?}");
+        ensure!(e.local_rank == 0 && e.rendezvous.is_none(), "{e:?}");
+        ensure!(e.timeout == launch::DEFAULT_TIMEOUT, "{e:?}");
+        // torchrun's set.
+        let e = LaunchEnv::from_vars(vars(&[
+            ("RANK", "3"),
+            ("WORLD_SIZE", "8"),
+            ("LOCAL_RANK", "1"),
+            ("LOCAL_WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "node7"),
+            ("MASTER_PORT", "29500"),
+        ]))
+        .unwrap();
+        ensure!(e.ranks.rank() == 3 && e.ranks.size() == 8, "{e:?}");
+        ensure!(e.local_rank == 1 && e.local_world_size == Some(2), "{e:?}");
+        ensure!(
+            e.rendezvous
+                == Some(Rendezvous::Tcp {
+                    host: "node7".into(),
+                    port: 29500
+                }),
+            "{e:?}"
+        );
+        // An explicit rendezvous wins over MASTER_*.
+        let e = LaunchEnv::from_vars(vars(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("LOCAL_RANK", "0"),
+            ("MASTER_ADDR", "node7"),
+            ("MASTER_PORT", "29500"),
+            ("CUDNN_RS_RENDEZVOUS", "file:///shared/job.id"),
+            ("CUDNN_RS_RENDEZVOUS_TIMEOUT", "2.5"),
+        ]))
+        .unwrap();
+        ensure!(
+            e.rendezvous == Some(Rendezvous::File("/shared/job.id".into())),
+            "{e:?}"
+        );
+        ensure!(e.timeout == Duration::from_millis(2500), "{e:?}");
+        // Misuse, each naming its variable.
+        // (variables, the variable the error names, what it shows)
+        type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
+        let cases: &[Case<'_>] = &[
+            (
+                &[("RANK", "2"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0")],
+                "RANK",
+                "got 2",
+            ),
+            (&[("RANK", "0"), ("WORLD_SIZE", "0")], "WORLD_SIZE", "got 0"),
+            (&[("RANK", "1")], "WORLD_SIZE", "RANK=1"),
+            (&[("WORLD_SIZE", "2")], "RANK", "WORLD_SIZE=2"),
+            (&[("RANK", "one"), ("WORLD_SIZE", "2")], "RANK", "\"one\""),
+            (&[("RANK", "-1"), ("WORLD_SIZE", "2")], "RANK", "\"-1\""),
+            (
+                &[
+                    ("RANK", "1"),
+                    ("WORLD_SIZE", "2"),
+                    ("MASTER_ADDR", "a"),
+                    ("MASTER_PORT", "1"),
+                ],
+                "LOCAL_RANK",
+                "unset",
+            ),
+            (
+                &[
+                    ("RANK", "1"),
+                    ("WORLD_SIZE", "4"),
+                    ("LOCAL_RANK", "2"),
+                    ("LOCAL_WORLD_SIZE", "2"),
+                ],
+                "LOCAL_RANK",
+                "got 2",
+            ),
+            (
+                &[("RANK", "1"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "1")],
+                "CUDNN_RS_RENDEZVOUS",
+                "MASTER_ADDR unset",
+            ),
+            (
+                &[
+                    ("RANK", "1"),
+                    ("WORLD_SIZE", "2"),
+                    ("LOCAL_RANK", "1"),
+                    ("MASTER_ADDR", "a"),
+                    ("MASTER_PORT", "http"),
+                ],
+                "MASTER_PORT",
+                "\"http\"",
+            ),
+            (
+                &[("CUDNN_RS_RENDEZVOUS_TIMEOUT", "-3")],
+                "CUDNN_RS_RENDEZVOUS_TIMEOUT",
+                "\"-3\"",
+            ),
+        ];
+        for (list, arg, shows) in cases {
+            let e = LaunchEnv::from_vars(vars(list)).unwrap_err();
+            ensure!(
+                arg_of(&e) == *arg,
+                "{list:?}: expected an error naming {arg}, got {e}"
+            );
+            ensure!(
+                e.to_string().contains(shows),
+                "{list:?}: {e} should show {shows}"
+            );
+        }
+        Ok(())
+    }
+
+    fn rendezvous_text() -> TestResult {
+        let cases = [
+            (
+                "file:///tmp/a b/job.id",
+                Rendezvous::File("/tmp/a b/job.id".into()),
+            ),
+            ("/tmp/job.id", Rendezvous::File("/tmp/job.id".into())),
+            (
+                "tcp://127.0.0.1:29500",
+                Rendezvous::Tcp {
+                    host: "127.0.0.1".into(),
+                    port: 29500,
+                },
+            ),
+            (
+                "tcp://[::1]:7",
+                Rendezvous::Tcp {
+                    host: "::1".into(),
+                    port: 7,
+                },
+            ),
+            (
+                "tcp://node-3.cluster:1234/",
+                Rendezvous::Tcp {
+                    host: "node-3.cluster".into(),
+                    port: 1234,
+                },
+            ),
+        ];
+        for (text, want) in cases {
+            let got: Rendezvous = text.parse().map_err(|e| format!("{text}: {e}"))?;
+            ensure!(got == want, "{text}: {got:?}");
+            let again: Rendezvous = got.to_string().parse().unwrap();
+            ensure!(again == want, "{text}: display {} does not parse back", got);
+        }
+        for bad in [
+            "tcp://host",
+            "tcp://:80",
+            "tcp://h:0",
+            "tcp://h:70000",
+            "http://x",
+            "",
+        ] {
+            ensure!(bad.parse::<Rendezvous>().is_err(), "{bad:?} accepted");
+        }
+        Ok(())
+    }
+
+    fn unique_id_errors() -> TestResult {
+        let e = UniqueId::from_bytes(&[0u8; 127]).unwrap_err();
+        ensure!(
+            arg_of(&e) == "bytes" && e.to_string().contains("127 bytes"),
+            "{e}"
+        );
+        ensure!(
+            UniqueId::from_bytes(&[0u8; 129]).is_err(),
+            "129 bytes accepted"
+        );
+        let e = "ab".parse::<UniqueId>().unwrap_err();
+        ensure!(e.to_string().contains("2 characters"), "{e}");
+        let mut text = "0".repeat(256);
+        text.replace_range(10..11, "g");
+        let e = text.parse::<UniqueId>().unwrap_err();
+        ensure!(e.to_string().contains("offset 10"), "{e}");
+        // A known pattern: bytes 0..128 -> "000102...7f".
+        let bytes: Vec<u8> = (0u8..128).collect();
+        let id = UniqueId::from_bytes(&bytes).unwrap();
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        ensure!(
+            id.to_string() == hex,
+            "display is not lowercase hex of the bytes"
+        );
+        ensure!(
+            hex.to_uppercase().parse::<UniqueId>().unwrap() == id,
+            "upper case"
+        );
+        ensure!(
+            format!(" {hex}\n").parse::<UniqueId>().unwrap() == id,
+            "whitespace"
+        );
+        Ok(())
+    }
+
+    fn decode_version() -> TestResult {
+        ensure!(
+            sys::decode_version(23203) == loader::Version::new(2, 32, 3),
+            "23203"
+        );
+        ensure!(
+            sys::decode_version(21805) == loader::Version::new(2, 18, 5),
+            "21805"
+        );
+        ensure!(
+            sys::decode_version(2804) == loader::Version::new(2, 8, 4),
+            "2804 (old scheme)"
+        );
+        Ok(())
+    }
+
+    struct FakeEnv {
+        vars: Vec<(String, String)>,
+        dirs: Vec<(PathBuf, Vec<String>)>,
+    }
+    impl Environment for FakeEnv {
+        fn var(&self, name: &str) -> Option<OsString> {
+            self.vars
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.into())
+        }
+        fn list_dir(&self, dir: &Path) -> Vec<String> {
+            self.dirs
+                .iter()
+                .find(|(d, _)| d == dir)
+                .map(|(_, l)| l.clone())
+                .unwrap_or_default()
+        }
+    }
+    fn fake(vars: &[(&str, &str)]) -> FakeEnv {
+        FakeEnv {
+            vars: vars
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect(),
+            dirs: vec![(PathBuf::from("/venv/lib"), vec!["python3.12".into()])],
+        }
+    }
+
+    fn discovery_candidates() -> TestResult {
+        let e = fake(&[
+            ("NCCL_HOME", "/opt/nccl"),
+            ("CUDA_PATH", "/opt/cuda"),
+            ("CUDNN_RS_SEARCH_PATH", "/s1"),
+            ("VIRTUAL_ENV", "/venv"),
+        ]);
+        let list = loader::candidates(&sys::SPEC, &e);
+        let pos = |p: &str| list.iter().position(|c| c.path == Path::new(p));
+        let order = [
+            "/opt/nccl/lib64/libnccl.so.2",
+            "/opt/nccl/lib/libnccl.so.2",
+            "/opt/cuda/lib64/libnccl.so.2",
+            "/s1/libnccl.so.2",
+            "/s1/nvidia/nccl/lib/libnccl.so.2",
+            "libnccl.so.2",
+            "libnccl.so",
+            "/usr/local/cuda/lib64/libnccl.so.2",
+            "/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2",
+        ];
+        let mut last: Option<(&str, usize)> = None;
+        for p in order {
+            let i = pos(p).ok_or_else(|| format!("{p} is not a candidate: {list:#?}"))?;
+            if let Some((lp, li)) = last {
+                ensure!(i > li, "{p} (#{i}) should come after {lp} (#{li})");
+            }
+            last = Some((p, i));
+        }
+        let venv = list
+            .iter()
+            .find(|c| {
+                c.path
+                    .ends_with("python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2")
+            })
+            .unwrap();
+        ensure!(venv.source == Source::Python("VIRTUAL_ENV"), "{venv:?}");
+        // The override is exclusive: only it is tried.
+        let e = fake(&[("NCCL_LIB_DIR", "/my/nccl"), ("CUDA_PATH", "/opt/cuda")]);
+        let list = loader::candidates(&sys::SPEC, &e);
+        ensure!(
+            list.iter()
+                .all(|c| c.source == Source::Override("NCCL_LIB_DIR")),
+            "{list:?}"
+        );
+        ensure!(
+            list[0].path == Path::new("/my/nccl/libnccl.so.2"),
+            "{list:?}"
+        );
+        Ok(())
+    }
+
+    fn file_stale() -> TestResult {
+        let dir = scratch("stale");
+        let path = dir.join("job.id");
+        std::fs::write(&path, "left over").unwrap();
+        let r = Rendezvous::File(path.clone());
+        let fixed = UniqueId::from_bytes(&[7u8; 128]).unwrap();
+        let e = launch::exchange(
+            &r,
+            Ranks::new(0, 2).unwrap(),
+            Duration::from_secs(5),
+            || Ok(fixed),
+        )
+        .unwrap_err();
+        ensure!(matches!(e, Error::Rendezvous { .. }), "{e}");
+        ensure!(e.to_string().contains("already exists"), "{e}");
+        ensure!(
+            std::fs::read_to_string(&path).unwrap() == "left over",
+            "file was touched"
+        );
+        let _ = std::fs::remove_dir_all(dir);
+        Ok(())
+    }
+
+    fn rendezvous_timeout() -> TestResult {
+        let dir = scratch("timeout");
+        for r in [
+            Rendezvous::File(dir.join("never")),
+            Rendezvous::Tcp {
+                host: "127.0.0.1".into(),
+                port: free_port(),
+            },
+        ] {
+            let t = Instant::now();
+            let e = launch::exchange(
+                &r,
+                Ranks::new(1, 2).unwrap(),
+                Duration::from_millis(300),
+                || panic!("rank 1 does not make the id"),
+            )
+            .unwrap_err();
+            ensure!(e.to_string().contains("timed out"), "{r}: {e}");
+            ensure!(e.to_string().contains("rank 1 of 2"), "{r}: {e}");
+            ensure!(
+                t.elapsed() < Duration::from_secs(10),
+                "{r}: took {:?}",
+                t.elapsed()
+            );
+        }
+        let _ = std::fs::remove_dir_all(dir);
+        Ok(())
+    }
+
+    fn tcp_world_mismatch() -> TestResult {
+        let r = Rendezvous::Tcp {
+            host: "127.0.0.1".into(),
+            port: free_port(),
+        };
+        // The child thinks the job has 3 ranks; rank 0 says 2.
+        let c = spawn(&r, 1, 3, 20.0);
+        let fixed = UniqueId::from_bytes(&[9u8; 128]).unwrap();
+        let e = launch::exchange(
+            &r,
+            Ranks::new(0, 2).unwrap(),
+            Duration::from_secs(20),
+            || Ok(fixed),
+        )
+        .unwrap_err();
+        let (ok, out, err) = finish(c);
+        ensure!(e.to_string().contains("world size 3"), "rank 0: {e}");
+        ensure!(!ok && out.is_empty(), "the child got an id: {out}");
+        ensure!(
+            err.contains("refused") && err.contains("world size 3"),
+            "child: {err}"
+        );
+        Ok(())
+    }
+
+    // ---------------------------------------------------------- host tier
+
+    fn load_wheel_layout() -> TestResult {
+        let t = sys::load().map_err(|e| e.to_string())?;
+        let info = t.info();
+        let path = info.path.clone().ok_or("no path recorded")?;
+        ensure!(
+            path.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libnccl.so")),
+            "{}",
+            path.display()
+        );
+        // From a checkout (and in CI), NCCL comes from the fetched wheels, laid
+        // out as site-packages/nvidia/nccl/lib.
+        if std::env::var_os("CUDNN_RS_EXPECT_STACK").is_some() {
+            ensure!(
+                path.parent()
+                    .is_some_and(|d| d.ends_with("nvidia/nccl/lib")),
+                "{}",
+                path.display()
+            );
+            ensure!(
+                matches!(
+                    info.source,
+                    Some(Source::SearchPath) | Some(Source::Fallback)
+                ),
+                "{:?}",
+                info.source
+            );
+        }
+        // Every declared function the host tier uses is there.
+        for s in [
+            "ncclGetVersion",
+            "ncclGetUniqueId",
+            "ncclGetErrorString",
+            "ncclGetLastError",
+            "ncclCommInitRank",
+            "ncclAllReduce",
+            "ncclGroupStart",
+            "ncclGroupEnd",
+            "ncclSend",
+            "ncclRecv",
+        ] {
+            ensure!(t.has_symbol(s), "{s} missing");
+        }
+        // The pinned wheels provide every function the bindings declare (an
+        // older NCCL elsewhere, e.g. PyTorch's, may lack the newest ones).
+        if std::env::var_os("CUDNN_RS_EXPECT_STACK").is_some() {
+            ensure!(
+                t.missing_symbols().is_empty(),
+                "missing: {:?}",
+                t.missing_symbols()
+            );
+        }
+        Ok(())
+    }
+
+    fn override_and_missing() -> TestResult {
+        let real = sys::load()
+            .map_err(|e| e.to_string())?
+            .info()
+            .path
+            .clone()
+            .ok_or("no path")?;
+        let dir = real
+            .parent()
+            .ok_or("no dir")?
+            .to_string_lossy()
+            .into_owned();
+        // The override, as a directory, finds the library there and only there.
+        let e = fake(&[("NCCL_LIB_DIR", &dir)]);
+        let (_lib, found) = loader::open_first(&sys::SPEC, loader::candidates(&sys::SPEC, &e))
+            .map_err(|e| e.to_string())?;
+        ensure!(
+            found.source == Source::Override("NCCL_LIB_DIR"),
+            "{found:?}"
+        );
+        ensure!(found.path.starts_with(&dir), "{found:?}");
+        // As the file itself.
+        let e = fake(&[("NCCL_LIB_DIR", &real.to_string_lossy())]);
+        let (_lib, found) = loader::open_first(&sys::SPEC, loader::candidates(&sys::SPEC, &e))
+            .map_err(|e| e.to_string())?;
+        ensure!(found.path == real, "{found:?}");
+        // A wrong override is reported, never replaced by another copy.
+        let e = fake(&[
+            ("NCCL_LIB_DIR", "/nowhere/nccl"),
+            ("CUDNN_RS_SEARCH_PATH", &dir),
+        ]);
+        let err = loader::open_first(&sys::SPEC, loader::candidates(&sys::SPEC, &e)).unwrap_err();
+        ensure!(err.attempts.len() == sys::SPEC.sonames.len(), "{err}");
+        let text = err.to_string();
+        ensure!(text.contains("NCCL could not be loaded"), "{text}");
+        ensure!(
+            text.contains("/nowhere/nccl/libnccl.so.2: not found"),
+            "{text}"
+        );
+        ensure!(
+            text.contains("set NCCL_LIB_DIR") && text.contains("nvidia-nccl-cu13"),
+            "{text}"
+        );
+        // And through the safe crate's error type.
+        let wrapped: Error = err.into();
+        ensure!(matches!(wrapped, Error::Load(_)), "{wrapped}");
+        Ok(())
+    }
+
+    fn version() -> TestResult {
+        let v = nccl::version()?;
+        let t = sys::load().map_err(|e| e.to_string())?;
+        let mut raw = 0;
+        // SAFETY: valid out-pointer; no device needed.
+        let st = unsafe { t.ncclGetVersion(&mut raw) }?;
+        ensure!(st == sys::ncclResult_t::ncclSuccess, "{st:?}");
+        ensure!(sys::decode_version(raw) == v, "{raw} vs {v}");
+        ensure!(t.info().version == Some(v), "{:?}", t.info().version);
+        if std::env::var_os("CUDNN_RS_EXPECT_STACK").is_some() {
+            // Both stacks pin NCCL 2.32.3 (xtask/src/fetch.rs).
+            ensure!(
+                v == loader::Version::new(2, 32, 3),
+                "NCCL {v}, pinned 2.32.3"
+            );
+            ensure!(
+                v == sys::HEADER_VERSION,
+                "header {} vs library {v}",
+                sys::HEADER_VERSION
+            );
+        }
+        Ok(())
+    }
+
+    fn unique_id_round_trip() -> TestResult {
+        let a = UniqueId::new()?;
+        let b = UniqueId::new()?;
+        ensure!(a != b, "two fresh ids are equal");
+        ensure!(a.to_bytes().iter().any(|&x| x != 0), "id is all zeros");
+        ensure!(
+            UniqueId::from_bytes(&a.to_bytes())? == a,
+            "bytes round trip"
+        );
+        let text = a.to_string();
+        ensure!(
+            text.len() == 256 && text.bytes().all(|c| c.is_ascii_hexdigit()),
+            "{text}"
+        );
+        ensure!(text.parse::<UniqueId>()? == a, "text round trip");
+        ensure!(UniqueId::from_raw(a.as_raw()) == a, "raw round trip");
+        // The raw struct NCCL filled holds the same bytes.
+        let raw = a.as_raw();
+        ensure!(
+            raw.internal
+                .iter()
+                .zip(a.to_bytes())
+                .all(|(&r, b)| r as u8 == b),
+            "raw bytes"
+        );
+        Ok(())
+    }
+
+    fn error_strings() -> TestResult {
+        let t = sys::load().map_err(|e| e.to_string())?;
+        // The result codes of nccl.h, by hand.
+        let names = [
+            (1, "ncclUnhandledCudaError"),
+            (2, "ncclSystemError"),
+            (3, "ncclInternalError"),
+            (4, "ncclInvalidArgument"),
+            (5, "ncclInvalidUsage"),
+            (6, "ncclRemoteError"),
+            (7, "ncclInProgress"),
+            (8, "ncclTimeout"),
+        ];
+        ensure!(
+            nccl::check_result("ncclX", sys::ncclResult_t(0)).is_ok(),
+            "success is an error"
+        );
+        let mut texts = HashSet::new();
+        for (code, name) in names {
+            let r = sys::ncclResult_t(code);
+            // SAFETY: accepts any code, returns a static string.
+            let p = unsafe { t.ncclGetErrorString(r) }?;
+            ensure!(!p.is_null(), "null text for {name}");
+            // SAFETY: NUL-terminated static string.
+            let lib = unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
+            ensure!(!lib.is_empty(), "empty text for {name}");
+            texts.insert(lib.clone());
+            let e = nccl::check_result("ncclAllReduce", r).unwrap_err();
+            match &e {
+                Error::Nccl {
+                    call,
+                    code: c,
+                    name: n,
+                    text,
+                    rank,
+                    ..
+                } => {
+                    ensure!(*call == "ncclAllReduce" && *c == code, "{e}");
+                    ensure!(*n == name, "{code}: {n} vs {name}");
+                    ensure!(*text == lib, "{code}: {text} vs {lib}");
+                    ensure!(rank.is_none(), "{e}");
+                }
+                other => return Err(format!("{code}: {other}").into()),
+            }
+            let shown = e.to_string();
+            ensure!(
+                shown.contains("ncclAllReduce failed")
+                    && shown.contains(name)
+                    && shown.contains(&lib),
+                "{shown}"
+            );
+            ensure!(nccl::result_name(r) == name, "{}", nccl::result_name(r));
+        }
+        ensure!(
+            texts.len() == names.len(),
+            "texts are not distinct: {texts:?}"
+        );
+        // A code these bindings do not know keeps its number.
+        let e = nccl::check_result("ncclAllReduce", sys::ncclResult_t(1234)).unwrap_err();
+        ensure!(
+            matches!(&e, Error::Nccl { code: 1234, name, .. } if *name == "unknown"),
+            "{e}"
+        );
+        ensure!(e.to_string().contains("1234"), "{e}");
+        ensure!(
+            nccl::result_name(sys::ncclResult_t(1234)) == "ncclResult_1234",
+            "name"
+        );
+        Ok(())
+    }
+
+    fn init_rank_misuse() -> TestResult {
+        let id = UniqueId::new()?;
+        let e = Communicator::init_rank(&id, 2, 2).unwrap_err();
+        ensure!(
+            arg_of(&e) == "rank" && e.to_string().contains("size 2"),
+            "{e}"
+        );
+        let e = Communicator::init_rank(&id, 3, 2).unwrap_err();
+        ensure!(arg_of(&e) == "rank", "{e}");
+        let e = Communicator::init_rank(&id, 0, 0).unwrap_err();
+        ensure!(arg_of(&e) == "size", "{e}");
+        let e = Communicator::init_all(&[]).unwrap_err();
+        ensure!(arg_of(&e) == "devices", "{e}");
+        if !has_gpu() {
+            // A valid call reaches NCCL, which fails cleanly with no device;
+            // the error names the call and the rank.
+            let e = Communicator::init_rank(&id, 0, 1).unwrap_err();
+            match &e {
+                Error::Nccl { call, rank, .. } => {
+                    ensure!(*call == "ncclCommInitRank" && *rank == Some(0), "{e}");
+                    ensure!(e.to_string().contains("on rank 0"), "{e}");
+                }
+                other => return Err(format!("expected an NCCL error, got {other}").into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Joining a job on a machine without a GPU fails with `NoDevice`,
+    /// naming `LOCAL_RANK`, before any rendezvous.
+    fn launch_without_gpu() -> TestResult {
+        if has_gpu() {
+            eprintln!(
+                "note: host::launch_without_gpu_says_so: this machine has a GPU; not applicable"
+            );
+            return Ok(());
+        }
+        let env = LaunchEnv::from_vars(vars(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("LOCAL_RANK", "1"),
+            // Nobody listens here: reaching the rendezvous would time out.
+            ("CUDNN_RS_RENDEZVOUS", "tcp://127.0.0.1:9"),
+            ("CUDNN_RS_RENDEZVOUS_TIMEOUT", "60"),
+        ]))?;
+        let t = Instant::now();
+        let e = launch::init(env).unwrap_err();
+        ensure!(matches!(e, Error::NoDevice { .. }), "{e}");
+        ensure!(e.to_string().contains("LOCAL_RANK=1"), "{e}");
+        ensure!(
+            t.elapsed() < Duration::from_secs(20),
+            "it waited for the rendezvous: {e}"
+        );
+        Ok(())
+    }
+
+    /// `ncclGroupEnd` with no group open is `ncclInvalidUsage`: after each
+    /// way out of `group`, no group may be left open.
+    fn group_closes() -> TestResult {
+        let t = sys::load().map_err(|e| e.to_string())?;
+        let closed = || -> TestResult {
+            // SAFETY: no arguments; with no group open NCCL reports misuse.
+            let r = unsafe { t.ncclGroupEnd() }?;
+            ensure!(
+                r == sys::ncclResult_t::ncclInvalidUsage,
+                "a group was left open (ncclGroupEnd gave {r:?})"
+            );
+            Ok(())
+        };
+        closed()?;
+        ensure!(nccl::group(|g| Ok(g.len() + 5))? == 5, "value");
+        closed()?;
+        let e = nccl::group(|_| -> cudnn::Result<()> { Err(Error::invalid("x", "test", 1)) })
+            .unwrap_err();
+        ensure!(arg_of(&e) == "x", "the closure's error is returned: {e}");
+        closed()?;
+        let caught = std::panic::catch_unwind(|| {
+            let _ = nccl::group(|_| -> cudnn::Result<()> { panic!("inside a group") });
+        });
+        ensure!(caught.is_err(), "the panic went through");
+        closed()?;
+        Ok(())
+    }
+
+    fn rendezvous_processes(kind: &str) -> TestResult {
+        let dir = scratch(kind);
+        let r = match kind {
+            "file" => Rendezvous::File(dir.join("job.id")),
+            _ => Rendezvous::Tcp {
+                host: "127.0.0.1".into(),
+                port: free_port(),
+            },
+        };
+        // The other ranks start first, so they must wait for rank 0.
+        let children = [spawn(&r, 1, 3, 60.0), spawn(&r, 2, 3, 60.0)];
+        std::thread::sleep(Duration::from_millis(200));
+        let id = launch::exchange(
+            &r,
+            Ranks::new(0, 3).unwrap(),
+            Duration::from_secs(60),
+            UniqueId::new,
+        )?;
+        for (i, c) in children.into_iter().enumerate() {
+            let (ok, out, err) = finish(c);
+            ensure!(ok, "rank {} failed: {err}", i + 1);
+            let got: UniqueId = out
+                .parse()
+                .map_err(|e| format!("rank {}: {e}: {out:?}", i + 1))?;
+            ensure!(got == id, "rank {} received another id", i + 1);
+        }
+        if kind == "file" {
+            let left: Vec<_> = std::fs::read_dir(&dir)
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name())
+                .collect();
+            ensure!(left.is_empty(), "rendezvous files left behind: {left:?}");
+        }
+        let _ = std::fs::remove_dir_all(dir);
+        Ok(())
+    }
+}

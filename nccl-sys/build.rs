@@ -1,0 +1,1 @@
+../cudart-sys/build.rs
