@@ -834,14 +834,13 @@ pub struct Descriptor<K: Kind> {
     _k: PhantomData<K>,
 }
 
-// SAFETY: a backend descriptor is plain host memory owned by this value;
-// cuDNN keeps no thread affinity for it, and `&mut self` serialises every
-// mutation. Sharing `&Descriptor` across threads only allows `get` on a
-// finalized descriptor, which reads (the frontend and PyTorch share finalized
-// execution plans between threads the same way).
+// SAFETY: a backend descriptor is host memory owned by this value. NVIDIA's
+// rule is that cuDNN may be called from several threads as long as they do
+// not use the same handle at once; nothing ties a descriptor to the thread
+// that made it, so moving one to another thread is sound. Not `Sync`: no
+// concurrent use of one descriptor is documented, so shared use goes through
+// a lock (as `Plan` does).
 unsafe impl<K: Kind> Send for Descriptor<K> {}
-// SAFETY: see `Send`: shared access is read-only on finalized descriptors.
-unsafe impl<K: Kind> Sync for Descriptor<K> {}
 
 impl<K: Kind> fmt::Debug for Descriptor<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -911,8 +911,8 @@ fn tensor_descriptor(n: &Node) -> Result<Descriptor<kind::Tensor>> {
 /// Descriptors an op graph keeps alive.
 #[derive(Default)]
 pub(crate) struct Built {
-    pub(crate) ops: Vec<Box<dyn AnyOperation + Send + Sync>>,
-    pub(crate) aux: Vec<Box<dyn std::any::Any + Send + Sync>>,
+    pub(crate) ops: Vec<Box<dyn AnyOperation + Send>>,
+    pub(crate) aux: Vec<Box<dyn std::any::Any + Send>>,
 }
 
 fn conv_descriptor(params: &ConvParams, compute: DType) -> Result<Descriptor<kind::Convolution>> {

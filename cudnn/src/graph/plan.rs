@@ -2,7 +2,7 @@
 //! with a target), and execution with a checked variant pack.
 
 use std::ffi::c_void;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::backend::{Descriptor, attr, kind};
@@ -18,7 +18,9 @@ use crate::runtime::{DeviceSlice, DeviceSliceMut};
 /// A finalized execution plan for one graph on one target.
 #[derive(Debug)]
 pub struct Plan {
-    desc: Descriptor<kind::ExecutionPlan>,
+    /// Locked for every use: cuDNN documents no concurrent use of one
+    /// descriptor, and plans are shared between threads (`PlanCache`).
+    desc: Mutex<Descriptor<kind::ExecutionPlan>>,
     workspace: usize,
     io: Arc<IoSignature>,
     target: String,
@@ -77,7 +79,7 @@ impl Plan {
             .map(|&(uid, dtype, v)| Ok((uid, Box::new(scalar_bytes(dtype, v)?))))
             .collect::<Result<_>>()?;
         Ok(Self {
-            desc,
+            desc: Mutex::new(desc),
             workspace,
             io,
             target,
@@ -285,9 +287,16 @@ impl Plan {
         &self.target
     }
 
-    /// The finalized plan descriptor (for the backend layer).
-    pub fn descriptor(&self) -> &Descriptor<kind::ExecutionPlan> {
-        &self.desc
+    /// The finalized plan descriptor (for the backend layer), locked while
+    /// the guard lives.
+    pub fn descriptor(&self) -> MutexGuard<'_, Descriptor<kind::ExecutionPlan>> {
+        self.lock()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Descriptor<kind::ExecutionPlan>> {
+        // No code path can leave the descriptor half-changed (a finalized
+        // descriptor is only read), so a poisoned lock is still usable.
+        self.desc.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// cuDNN's JSON of the plan (engine, knobs, device properties and, for
@@ -296,7 +305,7 @@ impl Plan {
     /// # Errors
     /// cuDNN's refusal.
     pub fn cudnn_json(&self) -> Result<String> {
-        read_json(&self.desc)
+        read_json(&self.lock())
     }
 
     /// Rebuild a plan from cuDNN's JSON for `target`, with the IO signature
@@ -471,7 +480,7 @@ impl Plan {
         unsafe {
             cudnn_call!(
                 api,
-                cudnnBackendExecute(raw_handle, self.desc.as_raw(), pack)
+                cudnnBackendExecute(raw_handle, self.lock().as_raw(), pack)
             )
         }
         .map_err(|e| e.with_context("executing a graph plan"))
@@ -517,7 +526,7 @@ impl Plan {
         let api = cudnn()?;
         // SAFETY: the caller guarantees the pointers and the handle; every
         // graph tensor is bound (checked above).
-        unsafe { cudnn_call!(api, cudnnBackendExecute(handle, self.desc.as_raw(), pack)) }
+        unsafe { cudnn_call!(api, cudnnBackendExecute(handle, self.lock().as_raw(), pack)) }
     }
 }
 
@@ -896,3 +905,10 @@ impl<'t> Reader<'t> {
         Ok(blob.to_string())
     }
 }
+
+// Plans and the cache are shared between threads (the descriptor behind a lock).
+const _: () = {
+    fn shared<T: Send + Sync>() {}
+    let _ = shared::<Plan>;
+    let _ = shared::<super::PlanCache>;
+};
