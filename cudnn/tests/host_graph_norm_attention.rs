@@ -14,11 +14,8 @@ const TARGETS: [&str; 3] = ["h200", "a100", "b200"];
 fn counts(g: &Graph, target: &str, max: usize) -> Result<(i64, usize, usize, f64), Error> {
     let og = g.build()?;
     let t = Target::preset(target)?;
-    // Pointwise-only graphs on f32 parameters get engines noted TENSOR_CORE,
-    // which the default policy reads as TF32: allow it for planning counts.
     let policy = Policy {
         max_attempts: max,
-        allow_tf32: true,
         ..Policy::default()
     };
     let c = heuristics::candidates(&og, &t, &policy)?;
@@ -304,7 +301,10 @@ fn sdpa_graph(cfg: &SdpaConfig, bwd: bool) -> Result<Graph, Error> {
 fn is_typed_refusal(e: &Error) -> bool {
     matches!(
         e,
-        Error::Unsupported { .. } | Error::Cudnn { .. } | Error::InvalidArgument { .. }
+        Error::Unsupported { .. }
+            | Error::Cudnn { .. }
+            | Error::InvalidArgument { .. }
+            | Error::Mismatch { .. }
     )
 }
 
@@ -418,7 +418,8 @@ fn main() {
             .layer_norm(x, bad, s, 1e-5, NormPhase::Training)
             .unwrap_err();
         ensure!(
-            matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains("bad_scale"),
+            matches!(e, Error::InvalidArgument { .. } | Error::Mismatch { .. })
+                && e.to_string().contains("bad_scale"),
             "names the scale: {e}"
         );
         let e = g.layer_norm(x, s, s, 0.0, NormPhase::Training).unwrap_err();
@@ -626,12 +627,13 @@ fn main() {
                         );
                         prop_assert!(is_typed_refusal(&e), "untyped {e:?}");
                         // Rejections that Rust can predict must name the field.
-                        if dt == DType::F32 {
-                            prop_assert!(s.contains("dtype"), "{s}");
-                        } else if h % hkv != 0 {
+                        // (in the order SdpaConfig::check tests them)
+                        if h % hkv != 0 {
                             prop_assert!(s.contains("kv_heads"), "{s}");
                         } else if d % 8 != 0 || d > 256 {
                             prop_assert!(s.contains("head_dim"), "{s}");
+                        } else if dt == DType::F32 {
+                            prop_assert!(s.contains("dtype"), "{s}");
                         } else if p >= 1.0 {
                             prop_assert!(s.contains("dropout"), "{s}");
                         }
