@@ -386,6 +386,7 @@ impl Graph {
         Ok(t)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn norm_forward(
         &mut self,
         mode: NormMode,
@@ -564,6 +565,7 @@ impl Graph {
         self.add(scaled, bias)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn norm_backward(
         &mut self,
         mode: NormMode,
