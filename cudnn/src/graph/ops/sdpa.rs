@@ -292,6 +292,15 @@ impl SdpaConfig {
     /// `InvalidArgument` naming the field for a bad shape or value;
     /// `Unsupported` naming the option and the cuDNN that has it.
     pub fn check(&self, backward: bool) -> Result<()> {
+        self.validate()?;
+        self.check_cudnn(backward)
+    }
+
+    /// The shape and value checks of [`check`](Self::check) alone (no library needed).
+    ///
+    /// # Errors
+    /// As [`check`](Self::check), less the cuDNN version.
+    pub fn validate(&self) -> Result<()> {
         for (name, v) in [
             ("batch", self.batch),
             ("heads", self.heads),
@@ -355,6 +364,10 @@ impl SdpaConfig {
                 d.probability,
             ));
         }
+        Ok(())
+    }
+
+    fn check_cudnn(&self, backward: bool) -> Result<()> {
         let (ma, mi, pa) = loaded_cudnn()?;
         let have = (ma, mi);
         let need = |option: &str, v: (u32, u32)| -> Result<()> {
@@ -717,6 +730,10 @@ impl Graph {
         cfg: &SdpaConfig,
     ) -> Result<SdpaForward> {
         let op = format!("sdpa_forward op #{}", self.ops.len());
+        cfg.validate().map_err(|e| e.with_context(op.clone()))?;
+        self.sdpa_expect(&op, "q", q, &cfg.q_spec()?)?;
+        self.sdpa_expect(&op, "k", k, &cfg.k_spec()?)?;
+        self.sdpa_expect(&op, "v", v, &cfg.v_spec()?)?;
         cfg.check(false).map_err(|e| e.with_context(op.clone()))?;
         let (c, extra) = self.sdpa_common(&op, q, k, v, cfg)?;
         let qs = self.node(q)?.spec.clone();
@@ -765,7 +782,7 @@ impl Graph {
         cfg: &SdpaConfig,
     ) -> Result<SdpaBackward> {
         let op = format!("sdpa_backward op #{}", self.ops.len());
-        cfg.check(true).map_err(|e| e.with_context(op.clone()))?;
+        cfg.validate().map_err(|e| e.with_context(op.clone()))?;
         let os = cfg.o_spec()?;
         self.sdpa_expect(&op, "o", o, &os)?;
         self.sdpa_expect(&op, "do", d_o, &os)?;
@@ -778,6 +795,7 @@ impl Graph {
                 format!("{} {}", sn.spec.dtype(), fmt_dims(sn.spec.dims())),
             ));
         }
+        cfg.check(true).map_err(|e| e.with_context(op.clone()))?;
         let (c, extra) = self.sdpa_common(&op, q, k, v, cfg)?;
         let (qs, ks, vs) = (
             self.node(q)?.spec.clone(),
