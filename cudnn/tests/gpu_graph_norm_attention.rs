@@ -151,6 +151,12 @@ fn plan(cx: &Cx, g: &Graph) -> R<Plan> {
 // ---- norms ----
 
 fn layer_or_rms<T: El>(mode: NormMode, train: bool) -> TestResult {
+    norm_rows::<T>(mode, train, false)
+}
+
+/// Layer / RMS norm over `[64, 256, 1, 1]`; `fused`: scale and bias in x's
+/// type and a relu after the norm, in the same plan.
+fn norm_rows<T: El>(mode: NormMode, train: bool, fused: bool) -> TestResult {
     let mut cx = cx(11)?;
     let (n, d) = (64usize, 256usize);
     let dims = [n as i64, d as i64, 1, 1];
@@ -160,8 +166,9 @@ fn layer_or_rms<T: El>(mode: NormMode, train: bool) -> TestResult {
     let mut g = Graph::new();
     let xt = g.input("x", TensorSpec::row_major(T::DT, &dims)?)?;
     let pd = [1, d as i64, 1, 1];
-    let st = g.input("scale", TensorSpec::row_major(DType::F32, &pd)?)?;
-    let bt = g.input("bias", TensorSpec::row_major(DType::F32, &pd)?)?;
+    let pdt = if fused { T::DT } else { DType::F32 };
+    let st = g.input("scale", TensorSpec::row_major(pdt, &pd)?)?;
+    let bt = g.input("bias", TensorSpec::row_major(pdt, &pd)?)?;
     let phase = if train {
         NormPhase::Training
     } else {
@@ -171,8 +178,9 @@ fn layer_or_rms<T: El>(mode: NormMode, train: bool) -> TestResult {
         NormMode::Layer => g.layer_norm(xt, st, bt, 1e-5, phase)?,
         _ => g.rms_norm(xt, st, Some(bt), 1e-5, phase)?,
     };
-    g.output(out.y, T::DT)?;
-    g.rename(out.y, "y")?;
+    let y = if fused { g.relu(out.y)? } else { out.y };
+    g.output(y, T::DT)?;
+    g.rename(y, "y")?;
     if let Some(m) = out.mean {
         g.rename(m, "mean")?;
     }
@@ -180,16 +188,35 @@ fn layer_or_rms<T: El>(mode: NormMode, train: bool) -> TestResult {
         g.rename(i, "inv")?;
     }
     let p = plan(&cx, &g)?;
-    let (xb, sb, bb) = (up::<T>(&x)?, up::<f32>(&s)?, up::<f32>(&b)?);
+    let (s, b) = if fused {
+        (round::<T>(&s), round::<T>(&b))
+    } else {
+        (s, b)
+    };
+    let xb = up::<T>(&x)?;
+    let (sb32, bb32, sbt, bbt);
+    let (sbs, bbs) = if fused {
+        sbt = up::<T>(&s)?;
+        bbt = up::<T>(&b)?;
+        (None, Some((sbt.as_slice(), bbt.as_slice())))
+    } else {
+        sb32 = up::<f32>(&s)?;
+        bb32 = up::<f32>(&b)?;
+        (Some((sb32.as_slice(), bb32.as_slice())), None)
+    };
     let mut yb = poisoned::<T>(n * d)?;
     let mut mb = poisoned::<f32>(n)?;
     let mut ib = poisoned::<f32>(n)?;
     {
         let mut bi = p.bindings();
         bi.input("x", xb.as_slice())?
-            .input("scale", sb.as_slice())?
-            .input("bias", bb.as_slice())?
             .output("y", yb.as_slice_mut())?;
+        if let Some((a, b)) = sbs {
+            bi.input("scale", a)?.input("bias", b)?;
+        }
+        if let Some((a, b)) = bbs {
+            bi.input("scale", a)?.input("bias", b)?;
+        }
         if out.mean.is_some() {
             bi.output("mean", mb.as_slice_mut())?;
         }
@@ -202,10 +229,17 @@ fn layer_or_rms<T: El>(mode: NormMode, train: bool) -> TestResult {
     let sr = round::<f32>(&s);
     let br = round::<f32>(&b);
     let shape = [n, d, 1, 1];
+    let act = |v: Vec<f64>| -> Vec<f64> {
+        if fused {
+            v.into_iter().map(|x| x.max(0.0)).collect()
+        } else {
+            v
+        }
+    };
     match mode {
         NormMode::Layer => {
             let want = rn::layer_norm_training(&x, &shape, &sr, &br, 1e-5)?;
-            close("y", &down(&yb)?, &want.y, T::TOL)?;
+            close("y", &down(&yb)?, &act(want.y.clone()), T::TOL)?;
             if train {
                 close("mean", &down(&mb)?, &want.mean, 1e-4)?;
                 close("inv_variance", &down(&ib)?, &want.inv_variance, 1e-3)?;
@@ -213,7 +247,7 @@ fn layer_or_rms<T: El>(mode: NormMode, train: bool) -> TestResult {
         }
         _ => {
             let want = rn::rms_norm_training(&x, &shape, &sr, Some(&br), 1e-5)?;
-            close("y", &down(&yb)?, &want.y, T::TOL)?;
+            close("y", &down(&yb)?, &act(want.y.clone()), T::TOL)?;
             if train {
                 close("inv_rms", &down(&ib)?, &want.inv_rms, 1e-3)?;
             }
@@ -931,6 +965,12 @@ fn main() {
     }));
     t.push(gpu("rms_norm_infer_f16", || {
         layer_or_rms::<f16>(NormMode::Rms, false)
+    }));
+    t.push(gpu("layer_norm_train_relu_fused_bf16", || {
+        norm_rows::<bf16>(NormMode::Layer, true, true)
+    }));
+    t.push(gpu("rms_norm_infer_relu_fused_f16", || {
+        norm_rows::<f16>(NormMode::Rms, false, true)
     }));
     t.push(gpu(
         "batch_norm_train_running_relu_f16",

@@ -12,12 +12,16 @@
 //! so pointwise ops (relu, add of a residual) fuse after them. Epsilon and
 //! momentum are by-value scalars: the plan passes them itself.
 //!
+//! Fusing after a layer or RMS norm, cuDNN 9.28's engines want `scale` and
+//! `bias` no wider than `x` (bf16 `x` with f32 parameters plans alone but
+//! gets no engine once a pointwise op follows; bf16 parameters do).
+//!
 //! ```no_run
 //! use cudnn::graph::{DType, Graph, NormPhase, TensorSpec};
 //! let mut g = Graph::new();
 //! let x = g.input("x", TensorSpec::row_major(DType::BF16, &[4096, 1024, 1, 1])?)?;
-//! let s = g.input("scale", TensorSpec::row_major(DType::F32, &[1, 1024, 1, 1])?)?;
-//! let b = g.input("bias", TensorSpec::row_major(DType::F32, &[1, 1024, 1, 1])?)?;
+//! let s = g.input("scale", TensorSpec::row_major(DType::BF16, &[1, 1024, 1, 1])?)?;
+//! let b = g.input("bias", TensorSpec::row_major(DType::BF16, &[1, 1024, 1, 1])?)?;
 //! let n = g.layer_norm(x, s, b, 1e-5, NormPhase::Training)?;
 //! let y = g.relu(n.y)?;
 //! g.output(y, DType::BF16)?;
