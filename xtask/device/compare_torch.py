@@ -16,6 +16,10 @@ PyTorch side, like for like with ours:
   for backward data and backward filter; channels_last for NHWC;
   torch.backends.cudnn.benchmark = True (autotuned, like `--exhaustive`);
   TF32 allowed for f32 (ours: cuDNN's default math, which allows it too).
+- Attention: F.scaled_dot_product_attention on BSHD-strided q, k, v with
+  is_causal as ours (whichever backend PyTorch picks), backward through
+  autograd; layer norm: F.layer_norm over the last dim, backward through
+  autograd.
 - Memory-bound ops: the nearest PyTorch call for each op key (relu,
   sigmoid, softmax, log-softmax, max_pool2d, add with broadcast, batch_norm,
   dropout, ...), backward through torch.ops.aten or autograd.
@@ -118,6 +122,11 @@ def shape_label(row):
         if s.get("groups", "1") != "1":
             parts.append(f"groups {s.get('groups')}")
         return f"{row['case']}: " + ", ".join(parts)
+    if suite == "attention":
+        causal = ", causal" if s.get("causal") == "1" else ""
+        return f"b {s.get('b')}, h {s.get('h')}, s {s.get('s')}, d {s.get('d')}{causal}"
+    if suite == "norm":
+        return f"{s.get('n')}x{s.get('d')}"
     return f"{s.get('n')}x{s.get('c')}x{s.get('h')}x{s.get('w')}"
 
 
@@ -311,7 +320,57 @@ def ops_case(torch, row, device):
     raise Skip(f"no PyTorch counterpart for op `{op}`")
 
 
-BUILDERS = {"gemm": gemm_case, "conv": conv_case, "ops": ops_case}
+def attention_case(torch, row, device):
+    """F.scaled_dot_product_attention on the same shape: BSHD storage (q, k, v
+    of [b, s, h, d] viewed as [b, h, s, d]), causal, forward, or its autograd
+    backward."""
+    F = torch.nn.functional
+    s = parse_shape(row["shape"])
+    b, h, seq, d = (int(s[key]) for key in ("b", "h", "s", "d"))
+    causal = s.get("causal", "0") == "1"
+    dtype = torch_dtype(torch, row["dtype"])
+
+    def bshd():
+        return (torch.randn(b, seq, h, d, dtype=dtype, device=device) * 0.5).transpose(1, 2)
+
+    q, k, v = bshd(), bshd(), bshd()
+    if row["op"] == "sdpa_fwd":
+        return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    if row["op"] == "sdpa_bwd":
+        qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
+        out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+        do = torch.randn_like(out)
+        return lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
+    raise Skip(f"no PyTorch counterpart for op `{row['op']}`")
+
+
+def norm_case(torch, row, device):
+    """F.layer_norm over the last dim of [n, d] (weight and bias in x's dtype),
+    forward, or its autograd backward (dx, dweight, dbias)."""
+    F = torch.nn.functional
+    s = parse_shape(row["shape"])
+    n, d = int(s["n"]), int(s["d"])
+    dtype = torch_dtype(torch, row["dtype"])
+    x = torch.randn(n, d, dtype=dtype, device=device)
+    weight = torch.ones(d, dtype=dtype, device=device)
+    bias = torch.zeros(d, dtype=dtype, device=device)
+    if row["op"] == "layer_norm_fwd":
+        return lambda: F.layer_norm(x, (d,), weight, bias, 1e-5)
+    if row["op"] == "layer_norm_bwd":
+        xg, wg, bg = (t.detach().requires_grad_(True) for t in (x, weight, bias))
+        out = F.layer_norm(xg, (d,), wg, bg, 1e-5)
+        dy = torch.randn_like(out)
+        return lambda: torch.autograd.grad(out, (xg, wg, bg), dy, retain_graph=True)
+    raise Skip(f"no PyTorch counterpart for op `{row['op']}`")
+
+
+BUILDERS = {
+    "gemm": gemm_case,
+    "conv": conv_case,
+    "ops": ops_case,
+    "attention": attention_case,
+    "norm": norm_case,
+}
 
 
 def time_case(torch, fn, ours_us):

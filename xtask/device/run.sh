@@ -11,7 +11,8 @@
 #   3. benches    ours, with --csv: bench_gemm (full shapes, 0.1 s
 #                 per case), bench_conv --quick --exhaustive, bench_ops
 #                 (32x64x128x128 and --quick 8x64x64x64), bench_host,
-#                 bench_nccl (all-reduce busbw, 1 KiB..1 GiB)          est  65  cap 130
+#                 bench_nccl (all-reduce busbw, 1 KiB..1 GiB),
+#                 bench_attention (SDPA 1k/4k/8k, layer norm)          est  80  cap 150
 #   4. torch      compare_torch.py: the same cases through PyTorch,
 #                 on the same device, right after ours                est  40  cap 100
 #   5. memcheck   compute-sanitizer memcheck on gpu_runtime and
@@ -179,7 +180,7 @@ done
 phase_end
 
 # ---------------------------------------------------------------------------
-phase_begin "3. benches" 65 130
+phase_begin "3. benches" 80 150
 # bench LABEL CAP BINARY ARGS...; the labels name the tables in the report.
 bench_labels=()
 bench() {
@@ -191,7 +192,7 @@ bench() {
     bench_labels+=("$label")
     run_one "bench/$label" "$cap" "$here/bin/$bin" "$@"
 }
-csvs=("$out/csv/gemm.csv" "$out/csv/conv.csv" "$out/csv/ops.csv" "$out/csv/ops_small.csv")
+csvs=("$out/csv/gemm.csv" "$out/csv/conv.csv" "$out/csv/ops.csv" "$out/csv/ops_small.csv" "$out/csv/attention.csv")
 rm -f "${csvs[@]}"
 bench "bench_gemm" 30 bench_gemm --seconds 0.1 --csv "$out/csv/gemm.csv"
 bench "bench_conv --quick --exhaustive" 50 bench_conv --quick --exhaustive --csv "$out/csv/conv.csv"
@@ -200,6 +201,7 @@ bench "bench_ops --quick" 20 bench_ops --quick --csv "$out/csv/ops_small.csv"
 bench "bench_host" 20 bench_host
 bench "bench_graph" 20 bench_graph --iters 30
 bench "bench_nccl" 40 bench_nccl
+bench "bench_attention" 40 bench_attention --iters 5 --csv "$out/csv/attention.csv"
 phase_end
 
 # ---------------------------------------------------------------------------

@@ -101,6 +101,8 @@ pub mod kind {
         SdpaForwardOp = CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR, "sdpa forward op", OperationKind;
         /// SDPA backward operation.
         SdpaBackwardOp = CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR, "sdpa backward op", OperationKind;
+        /// Diagonal band mask operation (causal and sliding-window masks in SDPA score subgraphs).
+        DiagonalBandMaskOp = CUDNN_BACKEND_OPERATION_DIAGONAL_BAND_MASK_DESCRIPTOR, "diagonal band mask op", OperationKind;
         /// `CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR`.
         OperationGraph = CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph";
         /// `CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR`.
@@ -819,6 +821,216 @@ pub mod attr {
     pub const DEVICEPROP_JSON_REPRESENTATION: Attr<DeviceProp, Char> = Attr {
         name: AttrName::CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION,
         label: "CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION",
+        _p: PhantomData,
+    };
+    // ---- SDPA and its score-modifier masks (issue 11) ----
+    pub const OPERATION_SDPA_FWD_QDESC: Attr<SdpaForwardOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC,
+        label: "CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_FWD_KDESC: Attr<SdpaForwardOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_FWD_KDESC,
+        label: "CUDNN_ATTR_OPERATION_SDPA_FWD_KDESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_FWD_VDESC: Attr<SdpaForwardOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_FWD_VDESC,
+        label: "CUDNN_ATTR_OPERATION_SDPA_FWD_VDESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_FWD_ODESC: Attr<SdpaForwardOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_FWD_ODESC,
+        label: "CUDNN_ATTR_OPERATION_SDPA_FWD_ODESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_FWD_STATSDESC: Attr<SdpaForwardOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_FWD_STATSDESC,
+        label: "CUDNN_ATTR_OPERATION_SDPA_FWD_STATSDESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_FWD_SCALEDESC: Attr<SdpaForwardOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC,
+        label: "CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_FWD_SEQ_LEN_QDESC: Attr<SdpaForwardOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_FWD_SEQ_LEN_QDESC,
+        label: "CUDNN_ATTR_OPERATION_SDPA_FWD_SEQ_LEN_QDESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_FWD_SEQ_LEN_KVDESC: Attr<SdpaForwardOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_FWD_SEQ_LEN_KVDESC,
+        label: "CUDNN_ATTR_OPERATION_SDPA_FWD_SEQ_LEN_KVDESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_FWD_SUBGRAPH: Attr<SdpaForwardOp, Desc<OperationGraph>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_FWD_SUBGRAPH,
+        label: "CUDNN_ATTR_OPERATION_SDPA_FWD_SUBGRAPH",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_FWD_SUBGRAPH_INPUT_UID: Attr<SdpaForwardOp, I64> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_FWD_SUBGRAPH_INPUT_UID,
+        label: "CUDNN_ATTR_OPERATION_SDPA_FWD_SUBGRAPH_INPUT_UID",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_FWD_SUBGRAPH_OUTPUT_UID: Attr<SdpaForwardOp, I64> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_FWD_SUBGRAPH_OUTPUT_UID,
+        label: "CUDNN_ATTR_OPERATION_SDPA_FWD_SUBGRAPH_OUTPUT_UID",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_FWD_DROPOUT_SEED_DESC: Attr<SdpaForwardOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_FWD_DROPOUT_SEED_DESC,
+        label: "CUDNN_ATTR_OPERATION_SDPA_FWD_DROPOUT_SEED_DESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_FWD_DROPOUT_OFFSET_DESC: Attr<SdpaForwardOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_FWD_DROPOUT_OFFSET_DESC,
+        label: "CUDNN_ATTR_OPERATION_SDPA_FWD_DROPOUT_OFFSET_DESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_FWD_DROPOUT_PROBABILITY: Attr<SdpaForwardOp, F32> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_FWD_DROPOUT_PROBABILITY,
+        label: "CUDNN_ATTR_OPERATION_SDPA_FWD_DROPOUT_PROBABILITY",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_BWD_QDESC: Attr<SdpaBackwardOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_BWD_QDESC,
+        label: "CUDNN_ATTR_OPERATION_SDPA_BWD_QDESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_BWD_KDESC: Attr<SdpaBackwardOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_BWD_KDESC,
+        label: "CUDNN_ATTR_OPERATION_SDPA_BWD_KDESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_BWD_VDESC: Attr<SdpaBackwardOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_BWD_VDESC,
+        label: "CUDNN_ATTR_OPERATION_SDPA_BWD_VDESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_BWD_ODESC: Attr<SdpaBackwardOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_BWD_ODESC,
+        label: "CUDNN_ATTR_OPERATION_SDPA_BWD_ODESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_BWD_STATSDESC: Attr<SdpaBackwardOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_BWD_STATSDESC,
+        label: "CUDNN_ATTR_OPERATION_SDPA_BWD_STATSDESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_BWD_SCALEDESC: Attr<SdpaBackwardOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_BWD_SCALEDESC,
+        label: "CUDNN_ATTR_OPERATION_SDPA_BWD_SCALEDESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_BWD_SEQ_LEN_QDESC: Attr<SdpaBackwardOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_BWD_SEQ_LEN_QDESC,
+        label: "CUDNN_ATTR_OPERATION_SDPA_BWD_SEQ_LEN_QDESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_BWD_SEQ_LEN_KVDESC: Attr<SdpaBackwardOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_BWD_SEQ_LEN_KVDESC,
+        label: "CUDNN_ATTR_OPERATION_SDPA_BWD_SEQ_LEN_KVDESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_BWD_DQDESC: Attr<SdpaBackwardOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_BWD_DQDESC,
+        label: "CUDNN_ATTR_OPERATION_SDPA_BWD_DQDESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_BWD_DKDESC: Attr<SdpaBackwardOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_BWD_DKDESC,
+        label: "CUDNN_ATTR_OPERATION_SDPA_BWD_DKDESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_BWD_DVDESC: Attr<SdpaBackwardOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_BWD_DVDESC,
+        label: "CUDNN_ATTR_OPERATION_SDPA_BWD_DVDESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_BWD_DODDESC: Attr<SdpaBackwardOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_BWD_DODDESC,
+        label: "CUDNN_ATTR_OPERATION_SDPA_BWD_DODDESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_BWD_SUBGRAPH: Attr<SdpaBackwardOp, Desc<OperationGraph>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_BWD_SUBGRAPH,
+        label: "CUDNN_ATTR_OPERATION_SDPA_BWD_SUBGRAPH",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_BWD_SUBGRAPH_INPUT_UID: Attr<SdpaBackwardOp, I64> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_BWD_SUBGRAPH_INPUT_UID,
+        label: "CUDNN_ATTR_OPERATION_SDPA_BWD_SUBGRAPH_INPUT_UID",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_BWD_SUBGRAPH_OUTPUT_UID: Attr<SdpaBackwardOp, I64> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_BWD_SUBGRAPH_OUTPUT_UID,
+        label: "CUDNN_ATTR_OPERATION_SDPA_BWD_SUBGRAPH_OUTPUT_UID",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_BWD_DROPOUT_SEED_DESC: Attr<SdpaBackwardOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_BWD_DROPOUT_SEED_DESC,
+        label: "CUDNN_ATTR_OPERATION_SDPA_BWD_DROPOUT_SEED_DESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_BWD_DROPOUT_OFFSET_DESC: Attr<SdpaBackwardOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_BWD_DROPOUT_OFFSET_DESC,
+        label: "CUDNN_ATTR_OPERATION_SDPA_BWD_DROPOUT_OFFSET_DESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_SDPA_BWD_DROPOUT_PROBABILITY: Attr<SdpaBackwardOp, F32> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_SDPA_BWD_DROPOUT_PROBABILITY,
+        label: "CUDNN_ATTR_OPERATION_SDPA_BWD_DROPOUT_PROBABILITY",
+        _p: PhantomData,
+    };
+    pub const OPERATION_DIAGONAL_BAND_MASK_XDESC: Attr<DiagonalBandMaskOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_XDESC,
+        label: "CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_XDESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_DIAGONAL_BAND_MASK_YDESC: Attr<DiagonalBandMaskOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_YDESC,
+        label: "CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_YDESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_DIAGONAL_BAND_MASK_BDESC: Attr<DiagonalBandMaskOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_BDESC,
+        label: "CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_BDESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_DIAGONAL_BAND_MASK_SEQ_LEN_QDESC: Attr<DiagonalBandMaskOp, Desc<Tensor>> =
+        Attr {
+            name: AttrName::CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_SEQ_LEN_QDESC,
+            label: "CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_SEQ_LEN_QDESC",
+            _p: PhantomData,
+        };
+    pub const OPERATION_DIAGONAL_BAND_MASK_SEQ_LEN_KVDESC: Attr<DiagonalBandMaskOp, Desc<Tensor>> =
+        Attr {
+            name: AttrName::CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_SEQ_LEN_KVDESC,
+            label: "CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_SEQ_LEN_KVDESC",
+            _p: PhantomData,
+        };
+    pub const OPERATION_DIAGONAL_BAND_MASK_LEFT_BOUND_DESC: Attr<DiagonalBandMaskOp, Desc<Tensor>> =
+        Attr {
+            name: AttrName::CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_LEFT_BOUND_DESC,
+            label: "CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_LEFT_BOUND_DESC",
+            _p: PhantomData,
+        };
+    pub const OPERATION_DIAGONAL_BAND_MASK_SHIFT_RIGHT_BOUND_DESC: Attr<
+        DiagonalBandMaskOp,
+        Desc<Tensor>,
+    > = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_SHIFT_RIGHT_BOUND_DESC,
+        label: "CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_SHIFT_RIGHT_BOUND_DESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_DIAGONAL_BAND_MASK_COMPARISON_MODE: Attr<
+        DiagonalBandMaskOp,
+        PointwiseMode,
+    > = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_COMPARISON_MODE,
+        label: "CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_COMPARISON_MODE",
         _p: PhantomData,
     };
 }

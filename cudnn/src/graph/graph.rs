@@ -847,7 +847,16 @@ impl Graph {
             e.with_context(format!("the operation graph of {} ops", self.ops.len()))
         })?;
         let io = IoSignature::of(self);
+        // TF32 is a question only where f32 data feeds a matmul or convolution
+        // (tensor-core notes on norm, attention or pointwise engines are not TF32).
+        let tf32_data = self.ops.iter().any(|op| match op {
+            Op::Conv { a, b, .. } | Op::Matmul { a, b, .. } => [*a, *b]
+                .iter()
+                .any(|&i| self.nodes[i].spec.dtype() == DType::F32),
+            _ => false,
+        });
         Ok(OpGraph {
+            tf32_data,
             desc: graph,
             _tensors: tensors,
             _built: built,
@@ -1121,6 +1130,8 @@ impl IoSignature {
 /// A finalized cuDNN operation graph, ready for heuristics and plans.
 pub struct OpGraph {
     pub(crate) desc: Descriptor<kind::OperationGraph>,
+    /// Whether f32 data feeds a matmul or convolution (where TF32 applies).
+    pub(crate) tf32_data: bool,
     _tensors: Vec<Descriptor<kind::Tensor>>,
     _built: Built,
     pub(crate) io: Arc<IoSignature>,

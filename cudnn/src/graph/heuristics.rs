@@ -282,11 +282,7 @@ pub fn candidates(graph: &OpGraph, target: &Target, policy: &Policy) -> Result<V
     }
     super::driver::ensure()?;
     let props = target.properties().descriptor()?;
-    let has_f32 = graph
-        .io
-        .tensors
-        .iter()
-        .any(|t| t.spec.dtype() == super::DType::F32);
+    let has_f32 = graph.tf32_data;
     let mut out: Vec<Candidate> = Vec::new();
     for &mode in &policy.modes {
         let mut h = Descriptor::<kind::EngineHeur>::new()?;

@@ -2,7 +2,9 @@
 //! parameters, shape rules and descriptor construction.
 
 pub mod conv;
+pub mod norm;
 pub mod pointwise;
+pub mod sdpa;
 
 use super::backend::{Descriptor, kind};
 use super::graph::Built;

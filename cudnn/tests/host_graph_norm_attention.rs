@@ -1,0 +1,732 @@
+//! Host tier for the graph API's normalization and attention ops: no GPU;
+//! the real cuDNN finalizes plans for named targets with the driver stub.
+//! Each configuration prints `engines / configs / plans` per target.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#[path = "support/mod.rs"]
+mod support;
+use cudnn::Error;
+use cudnn::graph::*;
+use support::*;
+
+const TARGETS: [&str; 3] = ["h200", "a100", "b200"];
+
+/// How many engines cuDNN has, how many configs heuristics offer, and how
+/// many of them finalize into plans for `target` (at most `max` tried).
+fn counts(g: &Graph, target: &str, max: usize) -> Result<(i64, usize, usize, f64), Error> {
+    let og = g.build()?;
+    let t = Target::preset(target)?;
+    let policy = Policy {
+        max_attempts: max,
+        ..Policy::default()
+    };
+    let c = heuristics::candidates(&og, &t, &policy)?;
+    let t0 = std::time::Instant::now();
+    let (plans, _) = Plan::build_all(&og, &t, &policy)?;
+    Ok((
+        og.engine_count()?,
+        c.len(),
+        plans.len(),
+        t0.elapsed().as_secs_f64(),
+    ))
+}
+
+/// Whether the loaded cuDNN can plan graphs (>= 9.8); when it cannot, the
+/// refusal must be the typed `Unsupported` naming the version needed.
+fn can_plan() -> Result<bool, Error> {
+    match require_graph_support() {
+        Ok(()) => Ok(true),
+        Err(e @ Error::Unsupported { .. }) => {
+            eprintln!("planning not possible with this cuDNN (checked: typed refusal): {e}");
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+type Builder = fn() -> Result<Graph, Error>;
+
+fn rm(dtype: DType, dims: &[i64]) -> Result<TensorSpec, Error> {
+    TensorSpec::row_major(dtype, dims)
+}
+
+// ---- norm graphs ----
+
+const LN_X: [i64; 4] = [256, 768, 1, 1];
+const BN_X: [i64; 4] = [8, 64, 16, 16];
+
+fn layer_norm_fwd(dtype: DType, phase: NormPhase, fuse: &str) -> Result<Graph, Error> {
+    let mut g = Graph::new();
+    let x = g.input("x", rm(dtype, &LN_X)?)?;
+    // Fused after a layer norm, cuDNN's engines want scale and bias no wider
+    // than x (f32 parameters with bf16 x: no engine); alone, f32 is fine.
+    let pdt = if fuse.is_empty() { DType::F32 } else { dtype };
+    let s = g.input("scale", rm(pdt, &[1, 768, 1, 1])?)?;
+    let b = g.input("bias", rm(pdt, &[1, 768, 1, 1])?)?;
+    let n = g.layer_norm(x, s, b, 1e-5, phase)?;
+    let y = match fuse {
+        "relu" => g.relu(n.y)?,
+        "add" => {
+            let r = g.input("residual", rm(dtype, &LN_X)?)?;
+            g.add(n.y, r)?
+        }
+        _ => n.y,
+    };
+    g.output(y, dtype)?;
+    Ok(g)
+}
+
+fn rms_norm_fwd(dtype: DType, phase: NormPhase, bias: bool) -> Result<Graph, Error> {
+    let mut g = Graph::new();
+    let x = g.input("x", rm(dtype, &LN_X)?)?;
+    let s = g.input("scale", rm(DType::F32, &[1, 768, 1, 1])?)?;
+    let b = if bias {
+        Some(g.input("bias", rm(DType::F32, &[1, 768, 1, 1])?)?)
+    } else {
+        None
+    };
+    let n = g.rms_norm(x, s, b, 1e-6, phase)?;
+    g.output(n.y, dtype)?;
+    Ok(g)
+}
+
+fn batch_norm_fwd(dtype: DType, running: bool, fuse: &str) -> Result<Graph, Error> {
+    let mut g = Graph::new();
+    let x = g.input("x", TensorSpec::nhwc(dtype, &BN_X)?)?;
+    let p = TensorSpec::nhwc(DType::F32, &[1, 64, 1, 1])?;
+    let s = g.input("scale", p.clone())?;
+    let b = g.input("bias", p.clone())?;
+    let r = if running {
+        Some(RunningStats {
+            mean: g.input("running_mean", p.clone())?,
+            var: g.input("running_var", p)?,
+            momentum: 0.1,
+        })
+    } else {
+        None
+    };
+    let n = g.batch_norm(x, s, b, 1e-5, r)?;
+    let y = match fuse {
+        "relu" => g.relu(n.y)?,
+        "add_relu" => {
+            let z = g.input("residual", TensorSpec::nhwc(dtype, &BN_X)?)?;
+            let a = g.add(n.y, z)?;
+            g.relu(a)?
+        }
+        _ => n.y,
+    };
+    g.output(y, dtype)?;
+    Ok(g)
+}
+
+fn batch_norm_infer(dtype: DType) -> Result<Graph, Error> {
+    let mut g = Graph::new();
+    let x = g.input("x", TensorSpec::nhwc(dtype, &BN_X)?)?;
+    let p = TensorSpec::nhwc(DType::F32, &[1, 64, 1, 1])?;
+    let s = g.input("scale", p.clone())?;
+    let b = g.input("bias", p.clone())?;
+    let m = g.input("mean", p.clone())?;
+    let v = g.input("var", p)?;
+    let y = g.batch_norm_inference(x, s, b, m, v, 1e-5)?;
+    let y = g.relu(y)?;
+    g.output(y, dtype)?;
+    Ok(g)
+}
+
+fn norm_bwd(mode: NormMode, dtype: DType) -> Result<Graph, Error> {
+    let mut g = Graph::new();
+    let (xd, pd, sd): (&[i64], Vec<i64>, Vec<i64>) = match mode {
+        NormMode::Batch => (&BN_X, mode.param_dims(&BN_X), mode.stats_dims(&BN_X)),
+        _ => (&LN_X, mode.param_dims(&LN_X), mode.stats_dims(&LN_X)),
+    };
+    let spec = |d: DType, dims: &[i64]| {
+        if mode == NormMode::Batch {
+            TensorSpec::nhwc(d, dims)
+        } else {
+            rm(d, dims)
+        }
+    };
+    let x = g.input("x", spec(dtype, xd)?)?;
+    let dy = g.input("dy", spec(dtype, xd)?)?;
+    let s = g.input("scale", spec(DType::F32, &pd)?)?;
+    let inv = g.input("inv_variance", spec(DType::F32, &sd)?)?;
+    let grads = match mode {
+        NormMode::Layer => {
+            let m = g.input("mean", spec(DType::F32, &sd)?)?;
+            g.layer_norm_backward(dy, x, s, m, inv)?
+        }
+        NormMode::Rms => g.rms_norm_backward(dy, x, s, inv, false)?,
+        NormMode::Batch => {
+            let m = g.input("mean", spec(DType::F32, &sd)?)?;
+            g.batch_norm_backward(dy, x, s, m, inv)?
+        }
+    };
+    g.output(grads.dx, dtype)?;
+    Ok(g)
+}
+
+fn norm_cases() -> Vec<(&'static str, Builder)> {
+    use NormPhase::*;
+    vec![
+        ("layer_norm fwd train f16", || {
+            layer_norm_fwd(DType::F16, Training, "")
+        }),
+        ("layer_norm fwd train bf16", || {
+            layer_norm_fwd(DType::BF16, Training, "")
+        }),
+        ("layer_norm fwd infer bf16", || {
+            layer_norm_fwd(DType::BF16, Inference, "")
+        }),
+        ("layer_norm fwd train bf16 + relu", || {
+            layer_norm_fwd(DType::BF16, Training, "relu")
+        }),
+        ("layer_norm fwd infer bf16 + add", || {
+            layer_norm_fwd(DType::BF16, Inference, "add")
+        }),
+        ("layer_norm fwd train f16 + add", || {
+            layer_norm_fwd(DType::F16, Training, "add")
+        }),
+        ("rms_norm fwd train bf16", || {
+            rms_norm_fwd(DType::BF16, Training, false)
+        }),
+        ("rms_norm fwd infer bf16", || {
+            rms_norm_fwd(DType::BF16, Inference, false)
+        }),
+        ("rms_norm fwd train f16 + bias", || {
+            rms_norm_fwd(DType::F16, Training, true)
+        }),
+        ("batch_norm fwd train f16", || {
+            batch_norm_fwd(DType::F16, false, "")
+        }),
+        ("batch_norm fwd train f16 + running", || {
+            batch_norm_fwd(DType::F16, true, "")
+        }),
+        ("batch_norm fwd train bf16 + running + relu", || {
+            batch_norm_fwd(DType::BF16, true, "relu")
+        }),
+        ("batch_norm fwd train f16 + add + relu", || {
+            batch_norm_fwd(DType::F16, false, "add_relu")
+        }),
+        ("batch_norm infer f16 (pointwise) + relu", || {
+            batch_norm_infer(DType::F16)
+        }),
+        ("layer_norm bwd bf16", || {
+            norm_bwd(NormMode::Layer, DType::BF16)
+        }),
+        ("rms_norm bwd bf16", || norm_bwd(NormMode::Rms, DType::BF16)),
+        ("batch_norm bwd f16", || {
+            norm_bwd(NormMode::Batch, DType::F16)
+        }),
+    ]
+}
+
+// ---- attention graphs ----
+
+fn sdpa_fwd(cfg: &SdpaConfig) -> Result<(Graph, SdpaForward), Error> {
+    let mut g = Graph::new();
+    let q = g.input("q", cfg.q_spec()?)?;
+    let k = g.input("k", cfg.k_spec()?)?;
+    let v = g.input("v", cfg.v_spec()?)?;
+    let f = g.sdpa_forward(q, k, v, cfg)?;
+    g.rename(f.o, "o")?;
+    if let Some(s) = f.stats {
+        g.rename(s, "stats")?;
+    }
+    Ok((g, f))
+}
+
+fn sdpa_bwd(cfg: &SdpaConfig) -> Result<(Graph, SdpaBackward), Error> {
+    let mut g = Graph::new();
+    let q = g.input("q", cfg.q_spec()?)?;
+    let k = g.input("k", cfg.k_spec()?)?;
+    let v = g.input("v", cfg.v_spec()?)?;
+    let o = g.input("o", cfg.o_spec()?)?;
+    let d_o = g.input("do", cfg.o_spec()?)?;
+    let st = g.input("stats", cfg.stats_spec()?)?;
+    let b = g.sdpa_backward(q, k, v, o, d_o, st, cfg)?;
+    g.rename(b.dq, "dq")?;
+    g.rename(b.dk, "dk")?;
+    g.rename(b.dv, "dv")?;
+    Ok((g, b))
+}
+
+fn base(dtype: DType) -> SdpaConfig {
+    SdpaConfig::new(2, 8, 256, 64, dtype)
+}
+
+fn sdpa_cases() -> Vec<(&'static str, bool, SdpaConfig)> {
+    use DType::*;
+    vec![
+        ("fwd infer f16", false, base(F16)),
+        ("fwd infer bf16", false, base(BF16)),
+        ("fwd train bf16", false, base(BF16).training(true)),
+        (
+            "fwd train bf16 causal",
+            false,
+            base(BF16).training(true).causal(true),
+        ),
+        ("fwd infer f16 scale 0.5", false, base(F16).scale(0.5)),
+        (
+            "fwd train bf16 padding",
+            false,
+            base(BF16).training(true).padding(true),
+        ),
+        (
+            "fwd train bf16 dropout 0.1",
+            false,
+            base(BF16).training(true).dropout(0.1),
+        ),
+        (
+            "fwd train bf16 gqa 8:2",
+            false,
+            base(BF16).training(true).gqa(2),
+        ),
+        (
+            "fwd train bf16 bhsd",
+            false,
+            base(BF16).training(true).layout(AttnLayout::Bhsd),
+        ),
+        (
+            "fwd infer bf16 s_kv 512 d 128",
+            false,
+            SdpaConfig::new(2, 8, 128, 128, BF16).kv_len(512),
+        ),
+        (
+            "fwd train bf16 causal gqa padding bhsd",
+            false,
+            base(BF16)
+                .training(true)
+                .causal(true)
+                .gqa(4)
+                .padding(true)
+                .layout(AttnLayout::Bhsd),
+        ),
+        ("bwd f16", true, base(F16)),
+        ("bwd bf16", true, base(BF16)),
+        ("bwd bf16 causal", true, base(BF16).causal(true)),
+        ("bwd bf16 padding", true, base(BF16).padding(true)),
+        ("bwd bf16 gqa 8:2", true, base(BF16).gqa(2)),
+        ("bwd bf16 bhsd", true, base(BF16).layout(AttnLayout::Bhsd)),
+        ("bwd bf16 dropout 0.1", true, base(BF16).dropout(0.1)),
+    ]
+}
+
+fn sdpa_graph(cfg: &SdpaConfig, bwd: bool) -> Result<Graph, Error> {
+    if bwd {
+        sdpa_bwd(cfg).map(|x| x.0)
+    } else {
+        sdpa_fwd(cfg).map(|x| x.0)
+    }
+}
+
+fn is_typed_refusal(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Unsupported { .. }
+            | Error::Cudnn { .. }
+            | Error::InvalidArgument { .. }
+            | Error::Mismatch { .. }
+    )
+}
+
+fn main() {
+    let mut t = vec![];
+
+    t.push(host("norm_modes_plan_per_target", || {
+        if !can_plan()? {
+            return Ok(());
+        }
+        let mut failures = vec![];
+        for (name, build) in norm_cases() {
+            let must_plan = true;
+            for tgt in TARGETS {
+                match build().and_then(|g| counts(&g, tgt, 3)) {
+                    Ok((e, c, p, s)) => {
+                        eprintln!(
+                            "norm  {name:<45} {tgt}: engines {e:>3} configs {c:>3} plans {p:>3} ({s:.2} s)"
+                        );
+                        if tgt == "h200" && p == 0 {
+                            failures.push(format!("{name} on {tgt}: no plan"));
+                        }
+                    }
+                    Err(err) => {
+                        let first = err.to_string();
+                        eprintln!("norm  {name:<45} {tgt}: refused: {}", &first[..first.len().min(160)]);
+                        ensure!(is_typed_refusal(&err), "{name} {tgt}: untyped {err:?}");
+                        if tgt == "h200" && must_plan {
+                            failures.push(format!("{name} on {tgt}: {err}"));
+                        }
+                    }
+                }
+            }
+        }
+        ensure!(failures.is_empty(), "H200 must plan every norm mode: {failures:#?}");
+        Ok(())
+    }));
+
+    t.push(host("norm_statistics_per_mode", || {
+        if !can_plan()? {
+            return Ok(());
+        }
+        // Which statistics each mode saves, and their dims and types.
+        let mut g = Graph::new();
+        let x = g.input("x", rm(DType::BF16, &[6, 10, 4, 1])?)?;
+        let s = g.input("s", rm(DType::F32, &[1, 10, 4, 1])?)?;
+        let b = g.input("b", rm(DType::F32, &[1, 10, 4, 1])?)?;
+        let tr = g.layer_norm(x, s, b, 1e-5, NormPhase::Training)?;
+        let (m, iv) = (tr.mean.ok_or("mean")?, tr.inv_variance.ok_or("inv")?);
+        ensure!(g.dims(m)? == [6, 1, 1, 1], "ln mean dims {:?}", g.dims(m)?);
+        ensure!(g.dims(iv)? == [6, 1, 1, 1], "ln inv dims");
+        ensure!(g.spec(m)?.dtype() == DType::F32, "stats are f32");
+        ensure!(tr.running_mean.is_none(), "no running stats for layer norm");
+        let inf = g.layer_norm(x, s, b, 1e-5, NormPhase::Inference)?;
+        ensure!(
+            inf.mean.is_none() && inf.inv_variance.is_none(),
+            "inference saves none"
+        );
+        let r = g.rms_norm(x, s, None, 1e-5, NormPhase::Training)?;
+        ensure!(r.mean.is_none(), "rms saves no mean");
+        ensure!(
+            g.dims(r.inv_variance.ok_or("inv rms")?)? == [6, 1, 1, 1],
+            "rms dims"
+        );
+        let mut g = Graph::new();
+        let x = g.input("x", TensorSpec::nhwc(DType::F16, &[2, 3, 5, 7])?)?;
+        let p = TensorSpec::nhwc(DType::F32, &[1, 3, 1, 1])?;
+        let (s, b) = (g.input("s", p.clone())?, g.input("b", p.clone())?);
+        let (rm_, rv) = (g.input("rm", p.clone())?, g.input("rv", p)?);
+        let bn = g.batch_norm(
+            x,
+            s,
+            b,
+            1e-5,
+            Some(RunningStats {
+                mean: rm_,
+                var: rv,
+                momentum: 0.1,
+            }),
+        )?;
+        for t in [
+            bn.mean.ok_or("mean")?,
+            bn.inv_variance.ok_or("inv")?,
+            bn.running_mean.ok_or("rm")?,
+            bn.running_var.ok_or("rv")?,
+        ] {
+            ensure!(g.dims(t)? == [1, 3, 1, 1], "bn stats dims {:?}", g.dims(t)?);
+        }
+        let io = {
+            g.output(bn.y, DType::F16)?;
+            g.build()?.io().clone()
+        };
+        let outs = io.tensors.iter().filter(|t| t.is_output).count();
+        ensure!(outs == 5, "y + 2 saved + 2 running outputs, got {outs}");
+        ensure!(
+            io.scalars.len() == 2,
+            "epsilon and momentum by value: {:?}",
+            io.scalars
+        );
+        let eps = io
+            .scalars
+            .iter()
+            .any(|s| s.1 == DType::F32 && (s.2 - 1e-5).abs() < 1e-12);
+        ensure!(eps, "epsilon 1e-5 passed by value: {:?}", io.scalars);
+        Ok(())
+    }));
+
+    t.push(host("norm_shape_errors_are_typed", || {
+        let mut g = Graph::new();
+        let x = g.input("x", rm(DType::BF16, &[6, 10, 1, 1])?)?;
+        let bad = g.input("bad_scale", rm(DType::F32, &[1, 9, 1, 1])?)?;
+        let s = g.input("s", rm(DType::F32, &[1, 10, 1, 1])?)?;
+        let bn_bad = g.input("bn_scale", rm(DType::F32, &[1, 10, 1, 2])?)?;
+        let e = g
+            .layer_norm(x, bad, s, 1e-5, NormPhase::Training)
+            .unwrap_err();
+        ensure!(
+            matches!(e, Error::InvalidArgument { .. } | Error::Mismatch { .. })
+                && e.to_string().contains("bad_scale"),
+            "names the scale: {e}"
+        );
+        let e = g.layer_norm(x, s, s, 0.0, NormPhase::Training).unwrap_err();
+        ensure!(e.to_string().contains("epsilon"), "names epsilon: {e}");
+        let e = g
+            .layer_norm(x, s, s, f64::NAN, NormPhase::Training)
+            .unwrap_err();
+        ensure!(e.to_string().contains("epsilon"), "NaN epsilon: {e}");
+        let e = g.batch_norm(x, bn_bad, bn_bad, 1e-5, None).unwrap_err();
+        ensure!(
+            e.to_string().contains("bn_scale"),
+            "bn scale [1, C, 1, 1]: {e}"
+        );
+        let e = g
+            .batch_norm(
+                x,
+                s,
+                s,
+                1e-5,
+                Some(RunningStats {
+                    mean: s,
+                    var: s,
+                    momentum: 1.5,
+                }),
+            )
+            .unwrap_err();
+        ensure!(
+            e.to_string().contains("momentum"),
+            "momentum in [0, 1]: {e}"
+        );
+        let v = g.input("vec", rm(DType::F32, &[10])?)?;
+        let e = g
+            .rms_norm(v, s, None, 1e-5, NormPhase::Inference)
+            .unwrap_err();
+        ensure!(e.to_string().contains("rank"), "rank: {e}");
+        let i = g.input("ints", rm(DType::I32, &[6, 10, 1, 1])?)?;
+        let e = g
+            .rms_norm(i, s, None, 1e-5, NormPhase::Inference)
+            .unwrap_err();
+        ensure!(e.to_string().contains("floating"), "dtype: {e}");
+        let dy = g.input("dy", rm(DType::BF16, &[6, 11, 1, 1])?)?;
+        let st = g.input("st", rm(DType::F32, &[6, 1, 1, 1])?)?;
+        let e = g.layer_norm_backward(dy, x, s, st, st).unwrap_err();
+        ensure!(e.to_string().contains("dy"), "dy dims: {e}");
+        let e = g.layer_norm_backward(x, x, s, s, st).unwrap_err();
+        ensure!(e.to_string().contains("mean"), "mean dims: {e}");
+        Ok(())
+    }));
+
+    t.push(host("sdpa_configs_plan_per_target", || {
+        if !can_plan()? {
+            return Ok(());
+        }
+        let mut failures = vec![];
+        for (name, bwd, cfg) in sdpa_cases() {
+            for tgt in TARGETS {
+                match sdpa_graph(&cfg, bwd).and_then(|g| counts(&g, tgt, 3)) {
+                    Ok((e, c, p, s)) => {
+                        eprintln!(
+                            "sdpa  {name:<40} {tgt}: engines {e:>3} configs {c:>3} plans {p:>3} ({s:.2} s)"
+                        );
+                        if tgt == "h200" && p == 0 {
+                            failures.push(format!("{name} on {tgt}: no plan"));
+                        }
+                    }
+                    Err(err) => {
+                        eprintln!("sdpa  {name:<40} {tgt}: refused: {err}");
+                        ensure!(is_typed_refusal(&err), "{name} {tgt}: untyped {err:?}");
+                        if tgt == "h200" {
+                            failures.push(format!("{name} on {tgt}: {err}"));
+                        }
+                    }
+                }
+            }
+        }
+        for f in &failures {
+            eprintln!("H200 refusal: {f}");
+        }
+        ensure!(
+            failures.is_empty(),
+            "H200 must plan every attention configuration: {failures:#?}"
+        );
+        Ok(())
+    }));
+
+    t.push(host("sdpa_unsupported_options_are_typed", || {
+        let e = sdpa_fwd(&base(DType::F32)).unwrap_err();
+        ensure!(
+            matches!(&e, Error::Unsupported { what, .. } if what.contains("dtype")),
+            "f32 names dtype: {e}"
+        );
+        let e = sdpa_fwd(&SdpaConfig::new(1, 4, 64, 100, DType::F16)).unwrap_err();
+        ensure!(
+            matches!(&e, Error::Unsupported { what, .. } if what.contains("head_dim")),
+            "head dim 100 names head_dim: {e}"
+        );
+        let e = sdpa_fwd(&SdpaConfig::new(1, 4, 64, 512, DType::F16)).unwrap_err();
+        ensure!(e.to_string().contains("head_dim"), "head dim 512: {e}");
+        let e = sdpa_fwd(&base(DType::F16).gqa(3)).unwrap_err();
+        ensure!(
+            matches!(&e, Error::InvalidArgument { .. }) && e.to_string().contains("kv_heads"),
+            "kv_heads must divide heads: {e}"
+        );
+        let e = sdpa_fwd(&base(DType::F16).dropout(1.0)).unwrap_err();
+        ensure!(e.to_string().contains("dropout"), "dropout 1.0: {e}");
+        let e = sdpa_fwd(&base(DType::F16).scale(f64::INFINITY)).unwrap_err();
+        ensure!(e.to_string().contains("scale"), "scale inf: {e}");
+        // q built for another config.
+        let cfg = base(DType::BF16);
+        let mut g = Graph::new();
+        let q = g.input("q", SdpaConfig::new(2, 8, 128, 64, DType::BF16).q_spec()?)?;
+        let k = g.input("k", cfg.k_spec()?)?;
+        let v = g.input("v", cfg.v_spec()?)?;
+        let e = g.sdpa_forward(q, k, v, &cfg).unwrap_err();
+        ensure!(e.to_string().contains("`q`"), "names q: {e}");
+        let q2 = g.input("q2", cfg.q_spec()?.with_dtype(DType::F16))?;
+        let e = g.sdpa_forward(q2, k, v, &cfg).unwrap_err();
+        ensure!(e.to_string().contains("element type"), "q dtype: {e}");
+        Ok(())
+    }));
+
+    t.push(host("sdpa_options_need_cudnn_versions", || {
+        // What the loaded cuDNN has decides; each option names its version.
+        let v = cudnn::dnn::Handle::library_version()?;
+        eprintln!("loaded cuDNN {v:?}");
+        let cfg = base(DType::BF16).causal(true).dropout(0.1).padding(true);
+        let fwd = cfg.check(false);
+        let bwd = cfg.check(true);
+        eprintln!("fwd check: {fwd:?}\nbwd check: {bwd:?}");
+        let have = (v.major, v.minor);
+        ensure!(
+            fwd.is_ok() == (have >= ops::sdpa::since::SUBGRAPH),
+            "forward with causal + dropout needs 9.21: {fwd:?}"
+        );
+        ensure!(
+            bwd.is_ok() == (have >= ops::sdpa::since::BACKWARD_DROPOUT),
+            "backward dropout needs 9.28: {bwd:?}"
+        );
+        Ok(())
+    }));
+
+    t.push(host("sdpa_property_random_shapes", || {
+        if !can_plan()? {
+            return Ok(());
+        }
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config, TestRunner};
+        use std::sync::Mutex;
+        let tally = Mutex::new((0usize, 0usize, 0usize));
+        let mut runner = TestRunner::new(Config {
+            cases: 24,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        let strat = (
+            1i64..4,
+            prop::sample::select(vec![1i64, 2, 4, 8]),
+            prop::sample::select(vec![1i64, 2, 4]),
+            1i64..700,
+            1i64..700,
+            prop::sample::select(vec![8i64, 32, 64, 72, 100, 128, 256, 264]),
+            prop::sample::select(vec![DType::F16, DType::BF16, DType::F32]),
+            any::<(bool, bool, bool, bool, bool)>(),
+            prop::sample::select(vec![0.0f64, 0.1, 0.25, 1.0]),
+        );
+        runner
+            .run(&strat, |(b, h, hkv, sq, skv, d, dt, flags, p)| {
+                let (causal, padding, bhsd, train, bwd) = flags;
+                let mut cfg = SdpaConfig::new(b, h, sq, d, dt)
+                    .kv_len(skv)
+                    .gqa(hkv)
+                    .causal(causal)
+                    .padding(padding)
+                    .training(train || bwd);
+                if bhsd {
+                    cfg = cfg.layout(AttnLayout::Bhsd);
+                }
+                if p > 0.0 {
+                    cfg = cfg.dropout(p);
+                }
+                let r = sdpa_graph(&cfg, bwd).and_then(|g| {
+                    let og = g.build()?;
+                    Plan::build(
+                        &og,
+                        &Target::preset("h200")?,
+                        &Policy {
+                            max_attempts: 2,
+                            ..Policy::default()
+                        },
+                    )
+                });
+                let mut t = tally.lock().map_err(|_| TestCaseError::fail("poisoned"))?;
+                match r {
+                    Ok((plan, _)) => {
+                        t.0 += 1;
+                        eprintln!("accept {cfg:?} bwd={bwd}: ws {}", plan.workspace_size());
+                    }
+                    Err(e) => {
+                        // Rejected before cuDNN (Rust checks) or by cuDNN, never a panic.
+                        let rust =
+                            matches!(e, Error::InvalidArgument { .. } | Error::Unsupported { .. });
+                        if rust {
+                            t.1 += 1
+                        } else {
+                            t.2 += 1
+                        }
+                        let s = e.to_string();
+                        eprintln!(
+                            "reject {cfg:?} bwd={bwd}: {}",
+                            s.lines().next().unwrap_or("")
+                        );
+                        prop_assert!(is_typed_refusal(&e), "untyped {e:?}");
+                        // Rejections that Rust can predict must name the field.
+                        // (in the order SdpaConfig::check tests them)
+                        if h % hkv != 0 {
+                            prop_assert!(s.contains("kv_heads"), "{s}");
+                        } else if d % 8 != 0 || d > 256 {
+                            prop_assert!(s.contains("head_dim"), "{s}");
+                        } else if dt == DType::F32 {
+                            prop_assert!(s.contains("dtype"), "{s}");
+                        } else if p >= 1.0 {
+                            prop_assert!(s.contains("dropout"), "{s}");
+                        }
+                    }
+                }
+                Ok(())
+            })
+            .map_err(|e| format!("{e}"))?;
+        let t = tally.lock().map_err(|_| "poisoned")?;
+        eprintln!(
+            "property: {} accepted, {} rejected in Rust, {} rejected by cuDNN",
+            t.0, t.1, t.2
+        );
+        Ok(())
+    }));
+
+    t.push(host("serialized_plans_round_trip", || {
+        if !can_plan()? {
+            return Ok(());
+        }
+        let target = Target::preset("h200")?;
+        let graphs: Vec<(&str, Graph)> = vec![
+            (
+                "layer_norm train",
+                layer_norm_fwd(DType::BF16, NormPhase::Training, "")?,
+            ),
+            (
+                "batch_norm train running",
+                batch_norm_fwd(DType::F16, true, "")?,
+            ),
+            (
+                "sdpa fwd train causal",
+                sdpa_fwd(&base(DType::BF16).training(true).causal(true))?.0,
+            ),
+            ("sdpa bwd", sdpa_bwd(&base(DType::BF16))?.0),
+        ];
+        for (name, g) in graphs {
+            let og = g.build()?;
+            let (p, _) = Plan::build(&og, &target, &Policy::default())?;
+            let s = p.serialize()?;
+            let p2 = Plan::deserialize(&s, &target)?;
+            ensure!(
+                p2.workspace_size() == p.workspace_size(),
+                "{name}: workspace"
+            );
+            ensure!(p2.io() == p.io(), "{name}: io signature");
+            ensure!(
+                p2.cudnn_json()? == p.cudnn_json()?,
+                "{name}: cuDNN JSON differs"
+            );
+            let other = Target::preset("a100")?;
+            ensure!(
+                Plan::deserialize(&s, &other).is_err(),
+                "{name}: a plan for H200 must not load for A100"
+            );
+            eprintln!(
+                "{name}: plan file {} bytes, ws {}",
+                s.len(),
+                p.workspace_size()
+            );
+        }
+        Ok(())
+    }));
+
+    run(t)
+}

@@ -1,0 +1,328 @@
+//! `cargo run --release --example bench_attention [-- --quick] [--iters N] [--csv FILE]`:
+//! fused attention and layer norm through the graph API.
+//!
+//! - attention forward (training: the softmax statistics are saved) and
+//!   backward, bf16, BSHD, causal, batch 4, 32 heads, head dim 128,
+//!   sequence 1k / 4k / 8k (`--quick`: 1k only), in TFLOP/s (causal work
+//!   counted as half of the full matmuls, as FlashAttention does; backward
+//!   2.5 times the forward);
+//! - layer norm forward (training) and backward, bf16, 8192 rows of 4096,
+//!   in GB/s (the bytes each call must move at least: x and y forward;
+//!   x, dy and dx backward).
+//!
+//! Prints a markdown table (device time per call with CUDA events over a
+//! timed loop after a warm-up, host time to queue one). `--csv FILE` writes
+//! the rows in the format of `bench_csv.rs` (suites `attention` and
+//! `norm`), which `xtask/device/compare_torch.py` runs again through
+//! PyTorch's `scaled_dot_product_attention` and `layer_norm`.
+//!
+//! Without a GPU it plans every case for an H200 (deviceless planning),
+//! prints the planning times, says the GPU part was not run, and exits 0.
+//! Not a test: numbers depend on the machine.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use cudnn::dnn::Handle;
+use cudnn::graph::*;
+use cudnn::runtime::{Device, DeviceBuffer, Event, Stream};
+use half::bf16;
+
+#[path = "bench_csv.rs"]
+mod bench_csv;
+use bench_csv::{Csv, CsvRow, flag_value};
+
+type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+const LN_ROWS: i64 = 8192;
+const LN_DIM: i64 = 4096;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Case {
+    SdpaFwd(i64),
+    SdpaBwd(i64),
+    LnFwd,
+    LnBwd,
+}
+
+impl Case {
+    fn cfg(seq: i64) -> SdpaConfig {
+        SdpaConfig::new(4, 32, seq, 128, DType::BF16)
+            .causal(true)
+            .training(true)
+    }
+    fn key(self) -> &'static str {
+        match self {
+            Case::SdpaFwd(_) => "sdpa_fwd",
+            Case::SdpaBwd(_) => "sdpa_bwd",
+            Case::LnFwd => "layer_norm_fwd",
+            Case::LnBwd => "layer_norm_bwd",
+        }
+    }
+    fn suite(self) -> &'static str {
+        match self {
+            Case::SdpaFwd(_) | Case::SdpaBwd(_) => "attention",
+            _ => "norm",
+        }
+    }
+    fn label(self) -> String {
+        match self {
+            Case::SdpaFwd(s) => format!("sdpa forward b4 h32 s{s} d128 causal"),
+            Case::SdpaBwd(s) => format!("sdpa backward b4 h32 s{s} d128 causal"),
+            Case::LnFwd => format!("layer norm forward {LN_ROWS}x{LN_DIM}"),
+            Case::LnBwd => format!("layer norm backward {LN_ROWS}x{LN_DIM}"),
+        }
+    }
+    fn shape(self) -> String {
+        match self {
+            Case::SdpaFwd(s) | Case::SdpaBwd(s) => format!("b=4;h=32;s={s};d=128;causal=1"),
+            _ => format!("n={LN_ROWS};d={LN_DIM}"),
+        }
+    }
+    fn metric(self) -> &'static str {
+        match self {
+            Case::SdpaFwd(_) | Case::SdpaBwd(_) => "TFLOP/s",
+            _ => "GB/s",
+        }
+    }
+    fn work(self) -> f64 {
+        let ln = (LN_ROWS * LN_DIM * 2) as f64;
+        match self {
+            Case::SdpaFwd(s) => Self::cfg(s).forward_flops(),
+            Case::SdpaBwd(s) => Self::cfg(s).backward_flops(),
+            Case::LnFwd => 2.0 * ln,
+            Case::LnBwd => 3.0 * ln,
+        }
+    }
+
+    fn graph(self) -> cudnn::Result<Graph> {
+        let mut g = Graph::new();
+        match self {
+            Case::SdpaFwd(s) => {
+                let cfg = Self::cfg(s);
+                let q = g.input("q", cfg.q_spec()?)?;
+                let k = g.input("k", cfg.k_spec()?)?;
+                let v = g.input("v", cfg.v_spec()?)?;
+                let f = g.sdpa_forward(q, k, v, &cfg)?;
+                g.rename(f.o, "o")?;
+                if let Some(st) = f.stats {
+                    g.rename(st, "stats")?;
+                }
+            }
+            Case::SdpaBwd(s) => {
+                let cfg = Self::cfg(s);
+                let q = g.input("q", cfg.q_spec()?)?;
+                let k = g.input("k", cfg.k_spec()?)?;
+                let v = g.input("v", cfg.v_spec()?)?;
+                let o = g.input("o", cfg.o_spec()?)?;
+                let d_o = g.input("do", cfg.o_spec()?)?;
+                let st = g.input("stats", cfg.stats_spec()?)?;
+                let b = g.sdpa_backward(q, k, v, o, d_o, st, &cfg)?;
+                g.rename(b.dq, "dq")?;
+                g.rename(b.dk, "dk")?;
+                g.rename(b.dv, "dv")?;
+            }
+            Case::LnFwd | Case::LnBwd => {
+                let xs = TensorSpec::row_major(DType::BF16, &[LN_ROWS, LN_DIM, 1, 1])?;
+                let ps = TensorSpec::row_major(DType::F32, &[1, LN_DIM, 1, 1])?;
+                let ss = TensorSpec::row_major(DType::F32, &[LN_ROWS, 1, 1, 1])?;
+                let x = g.input("x", xs.clone())?;
+                let scale = g.input("scale", ps.clone())?;
+                if self == Case::LnFwd {
+                    let bias = g.input("bias", ps)?;
+                    let n = g.layer_norm(x, scale, bias, 1e-5, NormPhase::Training)?;
+                    g.output(n.y, DType::BF16)?;
+                    g.rename(n.y, "y")?;
+                    if let (Some(m), Some(i)) = (n.mean, n.inv_variance) {
+                        g.rename(m, "mean")?;
+                        g.rename(i, "inv")?;
+                    }
+                } else {
+                    let dy = g.input("dy", xs)?;
+                    let m = g.input("mean", ss.clone())?;
+                    let i = g.input("inv", ss)?;
+                    let gr = g.layer_norm_backward(dy, x, scale, m, i)?;
+                    g.output(gr.dx, DType::BF16)?;
+                    g.rename(gr.dx, "dx")?;
+                    g.rename(gr.dscale, "dscale")?;
+                    if let Some(db) = gr.dbias {
+                        g.rename(db, "dbias")?;
+                    }
+                }
+            }
+        }
+        Ok(g)
+    }
+}
+
+fn cases(quick: bool) -> Vec<Case> {
+    let seqs: &[i64] = if quick { &[1024] } else { &[1024, 4096, 8192] };
+    let mut v = Vec::new();
+    for &s in seqs {
+        v.push(Case::SdpaFwd(s));
+        v.push(Case::SdpaBwd(s));
+    }
+    v.push(Case::LnFwd);
+    v.push(Case::LnBwd);
+    v
+}
+
+/// Buffers for every graph input and output, filled with small values.
+enum Buf {
+    B16(DeviceBuffer<bf16>),
+    F32(DeviceBuffer<f32>),
+}
+
+fn buffers(plan: &Plan) -> AnyResult<Vec<(String, bool, Buf)>> {
+    let mut out = Vec::new();
+    for t in &plan.io().tensors {
+        let n = t.spec.span_elements()?;
+        let b = match t.spec.dtype() {
+            DType::BF16 => Buf::B16(DeviceBuffer::from_host(&vec![bf16::from_f32(0.25); n])?),
+            DType::F32 => {
+                // Statistics: LSE ~ ln(seq); inverse std 1.
+                Buf::F32(DeviceBuffer::from_host(&vec![1.0f32; n])?)
+            }
+            other => return Err(format!("no buffer for {other} `{}`", t.name).into()),
+        };
+        out.push((t.name.clone(), t.is_output, b));
+    }
+    Ok(out)
+}
+
+struct Timing {
+    device_us: f64,
+    host_us: f64,
+}
+
+fn measure(h: &mut Handle, stream: &Stream, plan: &Plan, iters: usize) -> AnyResult<Timing> {
+    let mut bufs = buffers(plan)?;
+    let mut b = plan.bindings();
+    for (name, is_out, buf) in bufs.iter_mut() {
+        match (buf, *is_out) {
+            (Buf::B16(x), false) => b.input(name, x.as_slice())?,
+            (Buf::B16(x), true) => b.output(name, x.as_slice_mut())?,
+            (Buf::F32(x), false) => b.input(name, x.as_slice())?,
+            (Buf::F32(x), true) => b.output(name, x.as_slice_mut())?,
+        };
+    }
+    for _ in 0..2 {
+        plan.execute(h, &mut b)?;
+    }
+    stream.synchronize()?;
+    let (start, end) = (Event::new()?, Event::new()?);
+    start.record(stream)?;
+    let t0 = Instant::now();
+    for _ in 0..iters {
+        plan.execute(h, &mut b)?;
+    }
+    let host = t0.elapsed().as_secs_f64();
+    end.record(stream)?;
+    end.synchronize()?;
+    let n = iters.max(1) as f64;
+    Ok(Timing {
+        device_us: f64::from(Event::elapsed_ms(&start, &end)?) * 1e3 / n,
+        host_us: host * 1e6 / n,
+    })
+}
+
+fn plan_case(case: Case, target: &Target) -> AnyResult<(Plan, f64)> {
+    let t0 = Instant::now();
+    let og = case.graph()?.build()?;
+    let (plan, _) = Plan::build(&og, target, &Policy::default())?;
+    Ok((plan, t0.elapsed().as_secs_f64()))
+}
+
+fn run() -> AnyResult<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let iters: usize = match flag_value(&args, "--iters") {
+        Some(v) => v
+            .parse()
+            .map_err(|_| format!("--iters: not a number: {v}"))?,
+        None => 10,
+    };
+    let gpu = matches!(Device::count(), Ok(n) if n > 0);
+    if !gpu {
+        println!("no GPU: planning each case for an H200; the GPU part was not run\n");
+        println!("| case | planning s | engine | workspace B |");
+        println!("|---|---:|---|---:|");
+        let target = Target::preset("h200")?;
+        for c in cases(quick) {
+            match plan_case(c, &target) {
+                Ok((p, s)) => println!(
+                    "| {} | {s:.2} | {:?} | {} |",
+                    c.label(),
+                    p.engine(),
+                    p.workspace_size()
+                ),
+                Err(e) => println!("| {} | — | error: {e} | |", c.label()),
+            }
+        }
+        println!("\nGPU part not run (no CUDA device).");
+        return Ok(());
+    }
+    Device::new(0)?;
+    let stream = Stream::new()?;
+    let mut h = Handle::new(&stream)?;
+    let target = Target::device(0)?;
+    let mut csv = Csv::create(flag_value(&args, "--csv").map(Path::new))?;
+    println!("device: {}\n", target.properties().name());
+    println!("| case | dtype | planning s | device µs | rate | host µs |");
+    println!("|---|---|---:|---:|---:|---:|");
+    for c in cases(quick) {
+        let result = plan_case(c, &target)
+            .and_then(|(p, s)| Ok((measure(&mut h, &stream, &p, iters)?, s, p.engine())));
+        let (device_us, host_us, detail) = match &result {
+            Ok((t, s, e)) => {
+                let rate = c.work()
+                    / (t.device_us * 1e-6)
+                    / if c.metric() == "TFLOP/s" { 1e12 } else { 1e9 };
+                println!(
+                    "| {} | bf16 | {s:.2} | {:.1} | {rate:.1} {} | {:.1} |",
+                    c.label(),
+                    t.device_us,
+                    c.metric(),
+                    t.host_us
+                );
+                (Some(t.device_us), Some(t.host_us), format!("engine {e:?}"))
+            }
+            Err(e) => {
+                println!("| {} | bf16 | — | — | error: {e} | — |", c.label());
+                (None, None, e.to_string())
+            }
+        };
+        let label = c.label();
+        csv.row(&CsvRow {
+            suite: c.suite(),
+            case: &label,
+            op: c.key(),
+            shape: c.shape(),
+            dtype: "bf16",
+            layout: if c.suite() == "attention" {
+                "BSHD"
+            } else {
+                "row-major"
+            },
+            metric: c.metric(),
+            work: c.work(),
+            device_us,
+            host_us,
+            detail,
+        })?;
+        csv.flush()?;
+    }
+    csv.finish()?;
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench_attention: cannot run: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
