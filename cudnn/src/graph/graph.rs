@@ -110,7 +110,6 @@ pub(crate) enum Op {
         y: usize,
     },
     /// Extension ops (normalization, attention) build themselves.
-    #[allow(dead_code)] // constructed by the norm and attention op modules
     Ext(Arc<dyn super::ops::ExtOp>),
 }
 
