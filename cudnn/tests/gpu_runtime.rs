@@ -437,12 +437,153 @@ fn blas_handle() -> TestResult {
     ensure!(*h.stream() == other, "switched");
     h.set_workspace(0)?;
     ensure!(h.workspace_size() == 0, "back to the default pool");
+    ensure!(h.device() == dev, "the handle records its device");
+    // What cuBLAS itself holds: the math mode with reduced-precision
+    // reductions disallowed by default, and the stream after the workspace
+    // was dropped (cublasSetStream is what puts the default pool back).
+    let api = cudnn::sys::cublas::load().map_err(|e| format!("{e}"))?;
+    let raw_math = |h: &blas::Handle| -> Result<u32, String> {
+        let mut m = cudnn::sys::cublas::cublasMath_t(0);
+        // SAFETY: the handle is live; `m` is a valid out-pointer.
+        let st = unsafe { api.cublasGetMathMode(h.as_raw(), &mut m) }.map_err(|e| e.to_string())?;
+        ensure!(
+            st == cudnn::sys::cublas::cublasStatus_t::CUBLAS_STATUS_SUCCESS,
+            "{st:?}"
+        );
+        Ok(m.0)
+    };
+    let flag = cudnn::sys::cublas::cublasMath_t::CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION.0;
+    ensure!(
+        raw_math(&h)? & flag != 0,
+        "disallowed by default: {:#x}",
+        raw_math(&h)?
+    );
+    h.set_reduced_precision_reduction(true)?;
+    ensure!(raw_math(&h)? & flag == 0, "allowed on request");
+    h.set_math_mode(blas::MathMode::Pedantic)?;
+    ensure!(
+        h.reduced_precision_reduction(),
+        "the setting survives a mode change"
+    );
+    h.set_reduced_precision_reduction(false)?;
+    h.set_math_mode(blas::MathMode::Default)?;
+    ensure!(raw_math(&h)? & flag != 0, "disallowed again");
+    let mut s_raw = std::ptr::null_mut();
+    // SAFETY: the handle is live; `s_raw` is a valid out-pointer.
+    let st =
+        unsafe { api.cublasGetStream_v2(h.as_raw(), &mut s_raw) }.map_err(|e| e.to_string())?;
+    ensure!(
+        st == cudnn::sys::cublas::cublasStatus_t::CUBLAS_STATUS_SUCCESS,
+        "{st:?}"
+    );
+    ensure!(
+        s_raw == other.as_raw(),
+        "still on the stream after set_workspace(0)"
+    );
+    // A GEMM runs, and is right, on the default pool after set_workspace(0),
+    // and after a workspace was dropped through into_raw.
+    gemm_check(&h, "after set_workspace(0)")?;
+    h.set_workspace(bytes)?;
+    gemm_check(&h, "with a user workspace")?;
+    let raw = h.into_raw();
+    // SAFETY: `raw` came from `into_raw`, so we own it and nobody else uses it.
+    let h = unsafe { blas::Handle::from_raw(raw, &stream) }?;
+    gemm_check(&h, "after into_raw / from_raw")?;
     let h2 = blas::Handle::new(&Stream::legacy())?;
     let raw = h2.into_raw();
     // SAFETY: `raw` came from `into_raw`, so we own it and nobody else uses it.
     let h2 = unsafe { blas::Handle::from_raw(raw, &stream) }?;
     h2.destroy()?;
     h.destroy()?;
+    Ok(())
+}
+
+/// A 64 x 64 x 4096 f32 GEMM of small integers (exact in f32) against the
+/// host product.
+fn gemm_check(h: &blas::Handle, when: &str) -> TestResult {
+    use cudnn::blas::{ComputeType, Layout, Matrix, MatrixMut};
+    let (m, n, k) = (64usize, 64usize, 4096usize);
+    let a: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 5) as f32 - 2.0).collect();
+    let b: Vec<f32> = (0..k * n).map(|i| ((i * 3) % 7) as f32 - 3.0).collect();
+    let mut want = vec![0f64; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            want[i * n + j] = (0..k)
+                .map(|p| f64::from(a[i * k + p]) * f64::from(b[p * n + j]))
+                .sum();
+        }
+    }
+    let (da, db) = (DeviceBuffer::from_host(&a)?, DeviceBuffer::from_host(&b)?);
+    let mut dc = DeviceBuffer::<f32>::zeroed(m * n)?;
+    h.gemm(
+        1.0,
+        Matrix::new(&da, Layout::row_major(m, k)),
+        Matrix::new(&db, Layout::row_major(k, n)),
+        0.0,
+        MatrixMut::new(&mut dc, Layout::row_major(m, n)),
+        ComputeType::Default,
+    )?;
+    h.stream().synchronize()?;
+    let got = dc.to_vec()?;
+    ensure!(
+        got.iter().zip(&want).all(|(g, w)| f64::from(*g) == *w),
+        "{when}: GEMM differs from the host product"
+    );
+    Ok(())
+}
+
+fn device_guard_and_ordered_frees() -> TestResult {
+    let dev = Device::new(0)?;
+    {
+        let g = dev.guard()?;
+        ensure!(!g.switched(), "already current: nothing to switch");
+    }
+    ensure!(Device::current()? == dev, "still current");
+    if Device::count()? >= 2 {
+        let d1 = Device::new(1)?;
+        dev.set_current()?;
+        {
+            let g = d1.guard()?;
+            ensure!(g.switched() && Device::current()? == d1, "switched to 1");
+        }
+        ensure!(Device::current()? == dev, "restored to 0");
+        // A handle made on device 0 grows its workspace there with 1 current.
+        let stream = Stream::new()?;
+        let mut h = dnn::Handle::new(&stream)?;
+        d1.set_current()?;
+        h.reserve_workspace(1 << 20)?;
+        ensure!(
+            Device::current()? == d1,
+            "the guard restored the caller's device"
+        );
+        dev.set_current()?;
+        ensure!(h.device() == dev, "handle device");
+        h.destroy()?;
+    } else {
+        eprintln!("note: one device; the cross-device guard and workspace checks need two");
+    }
+    // A stream-ordered buffer on a non-blocking stream, written with a
+    // synchronous copy at once: the buffer waits for its allocation first.
+    let stream = dev.create_non_blocking_stream()?;
+    if dev.supports_memory_pools()? {
+        let host: Vec<f32> = (0..1 << 16).map(|i| i as f32).collect();
+        for _ in 0..8 {
+            // SAFETY: used by this thread's synchronous calls (which wait for
+            // the allocation) and freed on its own stream.
+            let mut a = unsafe { DeviceBuffer::<f32>::alloc_async(host.len(), &stream) }?;
+            a.copy_from_host(&host)?;
+            ensure!(
+                a.to_vec()? == host,
+                "stream-ordered buffer written synchronously"
+            );
+            a.destroy_after(&stream)?;
+        }
+    }
+    // destroy_after on a cudaMalloc buffer used by queued work.
+    let mut b = DeviceBuffer::<u8>::alloc(1 << 20)?;
+    b.memset_async(7, &stream)?;
+    b.destroy_after(&stream)?;
+    stream.synchronize()?;
     Ok(())
 }
 
@@ -463,6 +604,10 @@ fn main() {
         gpu("events_and_streams", events_and_streams),
         gpu("dnn_handle", dnn_handle),
         gpu("blas_handle", blas_handle),
+        gpu(
+            "device_guard_and_ordered_frees",
+            device_guard_and_ordered_frees,
+        ),
         unit("sample_values_are_exact", || {
             // The samples must survive a round trip through their own type.
             ensure!(f16::at(5).to_f32() == -1019.0, "f16 sample");

@@ -69,6 +69,8 @@ fn zero_length_buffers() -> TestResult {
     let other = DeviceBuffer::<f32>::zeroed(0)?;
     b.copy_from_device(&other)?;
     b.copy_from_device_async(&other, &Stream::legacy())?;
+    // An empty buffer is freed without touching the runtime or the stream.
+    DeviceBuffer::<f64>::alloc(0)?.destroy_after(&Stream::legacy())?;
     ensure!(
         b.slice(..)?.is_empty() && b.slice(0..0)?.is_empty(),
         "empty sub-ranges"
@@ -229,6 +231,17 @@ fn math_mode_constants() -> TestResult {
         MathMode::Pedantic.to_raw() == cublasMath_t::CUBLAS_PEDANTIC_MATH,
         "Pedantic"
     );
+    // Reduced-precision split-K reductions are disallowed unless allowed:
+    // the flag is the header's, OR'd onto each mode.
+    let flag = cublasMath_t::CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION.0;
+    ensure!(flag != 0, "the header defines the flag");
+    for m in [MathMode::Default, MathMode::Tf32, MathMode::Pedantic] {
+        ensure!(
+            m.to_raw_with(false).0 == m.to_raw().0 | flag,
+            "{m:?}: disallowed by default"
+        );
+        ensure!(m.to_raw_with(true) == m.to_raw(), "{m:?}: allowed");
+    }
     ensure!(
         blas::Handle::recommended_workspace_size(9) == 32 << 20,
         "Hopper: 32 MiB"
@@ -278,6 +291,11 @@ fn device_without_gpu() -> TestResult {
     ensure!(
         Device::current().is_err(),
         "Device::current() must fail without a device"
+    );
+    // A guard cannot be had without a device (it reads the current one).
+    ensure!(
+        Device::new(0).is_err() && Stream::legacy().flags().is_err(),
+        "flags without a device"
     );
     Ok(())
 }

@@ -820,9 +820,11 @@ impl Handle {
 
     /// A batch of GEMMs over separate matrices (`cublasGemmBatchedEx`): all
     /// `a[i]` share one layout, all `b[i]` one, all `c[i]` one. The device
-    /// pointer arrays are built here (a `cudaMalloc`, a copy and a
-    /// `cudaFree` per call, which waits for the GEMM); for a hot loop
-    /// prefer a strided batch with [`gemm`](Handle::gemm).
+    /// pointer arrays are built here, per call: stream-ordered
+    /// (`cudaMallocAsync`, an async copy and `cudaFreeAsync` on the handle's
+    /// stream) where the device has memory pools, otherwise a `cudaMalloc`,
+    /// a copy, and a free after synchronizing the handle's stream. For a hot
+    /// loop prefer a strided batch with [`gemm`](Handle::gemm).
     ///
     /// # Errors
     /// As [`GemmPlan::new_pointer_batch`] and [`GemmPlan::run`];
@@ -857,18 +859,18 @@ impl Handle {
             c.iter_mut()
                 .map(|m| m.data_mut().as_raw_mut() as usize as i64),
         );
-        let table = DeviceBuffer::<i64>::from_host(&ptrs)
+        let table = DeviceBuffer::<i64>::scratch_from_host(ptrs, self.stream())
             .map_err(|e| e.with_context("copying the GEMM pointer arrays to the device"))?;
         let base = table.as_ptr();
         let api = check::cublas()?;
         // SAFETY: `table` holds 3 x `count` device pointers (first operands,
-        // second operands, outputs); `from_host` returns only once the copy has
-        // landed (it waits for the legacy stream), so the GEMM on any stream reads it;
+        // second operands, outputs), copied in the order of the handle's stream
+        // (or synchronously), before the GEMM queued on that stream reads it;
         // every matrix's buffer length was checked against its layout
         // (new_pointer_batch), the outputs are distinct exclusive borrows, the
         // element types are the codes passed, and alpha/beta are host values
-        // of the scale type. `table` is freed after the call with cudaFree,
-        // which waits for the device to finish using it.
+        // of the scale type. `table` is freed after the GEMM in the order of
+        // the handle's stream (`destroy_after`).
         let r = unsafe {
             cublas_call!(
                 api,
@@ -896,7 +898,7 @@ impl Handle {
                 )
             )
         };
-        let freed = table.destroy();
+        let freed = table.destroy_after(self.stream());
         r.map_err(|e| {
             e.with_context(format!(
                 "pointer-array batch of {count}: {}",

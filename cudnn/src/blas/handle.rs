@@ -6,7 +6,7 @@ use std::ptr::{self, NonNull};
 
 use crate::check::{self, cublas_call};
 use crate::error::{Error, Result};
-use crate::runtime::{DeviceBuffer, Stream};
+use crate::runtime::{Device, DeviceBuffer, Stream};
 use crate::sys::cublas::{cublasContext, cublasHandle_t, cublasMath_t, cublasPointerMode_t};
 
 /// How cuBLAS may trade precision for speed (`cublasSetMathMode`).
@@ -26,7 +26,9 @@ pub enum MathMode {
 }
 
 impl MathMode {
-    /// The cuBLAS constant.
+    /// The cuBLAS constant (the mode alone, without
+    /// `CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION`; see
+    /// [`to_raw_with`](MathMode::to_raw_with)).
     pub fn to_raw(self) -> cublasMath_t {
         match self {
             MathMode::Default => cublasMath_t::CUBLAS_DEFAULT_MATH,
@@ -34,13 +36,36 @@ impl MathMode {
             MathMode::Pedantic => cublasMath_t::CUBLAS_PEDANTIC_MATH,
         }
     }
+
+    /// The value [`Handle::set_math_mode`] passes to `cublasSetMathMode`:
+    /// the mode, OR'd with `CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION`
+    /// unless `reduced_precision_reduction` is allowed. Without that flag
+    /// cuBLAS may do split-K reductions of half-precision GEMMs in the
+    /// output type, so a "f32 accumulation" would not be one.
+    pub fn to_raw_with(self, reduced_precision_reduction: bool) -> cublasMath_t {
+        if reduced_precision_reduction {
+            self.to_raw()
+        } else {
+            cublasMath_t(
+                self.to_raw().0 | cublasMath_t::CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION.0,
+            )
+        }
+    }
 }
 
 /// A cuBLAS handle (`cublasHandle_t`), bound to one [`Stream`].
 ///
 /// Created in host pointer mode (alpha and beta are read from host memory)
-/// and [`MathMode::Default`]. Without [`set_workspace`](Handle::set_workspace)
-/// cuBLAS uses its own default workspace pool.
+/// and [`MathMode::Default`], with reduced-precision split-K reductions
+/// disallowed (`CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION`, so half
+/// GEMMs really accumulate in f32; opt out with
+/// [`set_reduced_precision_reduction`](Handle::set_reduced_precision_reduction)).
+/// Without [`set_workspace`](Handle::set_workspace) cuBLAS uses its own
+/// default workspace pool.
+///
+/// The handle records the device current at creation
+/// ([`device`](Handle::device)); the workspace it allocates is allocated on
+/// that device whatever device is current at the time.
 ///
 /// # Threads
 /// `Send`, not `Sync`. cuBLAS documents that its functions may be called
@@ -54,7 +79,12 @@ pub struct Handle {
     raw: NonNull<cublasContext>,
     stream: Stream,
     math: MathMode,
-    /// The user-provided workspace, if any; freed after the handle.
+    /// Whether split-K reductions may use the output type.
+    reduced_precision_reduction: bool,
+    /// The device current when the handle was created.
+    device: Device,
+    /// The user-provided workspace, if any; freed after the handle, in the
+    /// order of the handle's stream.
     workspace: Option<DeviceBuffer<u8>>,
     owned: bool,
 }
@@ -73,6 +103,11 @@ impl fmt::Debug for Handle {
             .field("raw", &self.raw)
             .field("stream", &self.stream)
             .field("math", &self.math)
+            .field(
+                "reduced_precision_reduction",
+                &self.reduced_precision_reduction,
+            )
+            .field("device", &self.device.ordinal())
             .field("workspace_bytes", &self.workspace_size())
             .finish()
     }
@@ -100,11 +135,21 @@ impl Handle {
         unsafe { cublas_call!(api, cublasCreate_v2(&mut raw)) }?;
         let raw = NonNull::new(raw)
             .ok_or_else(|| Error::invalid("handle", "cublasCreate returned null", "null"))?;
+        let device = match Device::current() {
+            Ok(d) => d,
+            Err(e) => {
+                // SAFETY: `raw` was just created and is destroyed once.
+                let _ = unsafe { api.cublasDestroy_v2(raw.as_ptr()) };
+                return Err(e);
+            }
+        };
         // Owned from here on: Drop destroys it if configuring fails.
         let mut h = Handle {
             raw,
             stream: stream.clone(),
             math: MathMode::Default,
+            reduced_precision_reduction: false,
+            device,
             workspace: None,
             owned: true,
         };
@@ -113,7 +158,10 @@ impl Handle {
     }
 
     /// Take ownership of a handle created elsewhere; it is bound to `stream`
-    /// and set to host pointer mode and [`MathMode::Default`].
+    /// and set to host pointer mode and [`MathMode::Default`] (reduced-precision
+    /// reductions disallowed). The device current now is recorded as the
+    /// handle's device: call this with the device the handle was created on
+    /// current.
     ///
     /// On error the raw handle has been destroyed (do not destroy it again).
     ///
@@ -122,14 +170,28 @@ impl Handle {
     /// destroys or uses while this `Handle` lives; it is destroyed on drop.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for null; [`Error::Cublas`].
+    /// [`Error::InvalidArgument`] for null; [`Error::Cublas`]; [`Error::Cuda`]
+    /// when the current device cannot be read.
     pub unsafe fn from_raw(raw: cublasHandle_t, stream: &Stream) -> Result<Self> {
         let raw = NonNull::new(raw)
             .ok_or_else(|| Error::invalid("raw", "must be a non-null cublasHandle_t", "null"))?;
+        let device = match Device::current() {
+            Ok(d) => d,
+            Err(e) => {
+                if let Ok(api) = check::cublas() {
+                    // SAFETY: we own `raw` (the caller's contract) and destroy it
+                    // once, as the doc promises on error.
+                    let _ = unsafe { api.cublasDestroy_v2(raw.as_ptr()) };
+                }
+                return Err(e);
+            }
+        };
         let mut h = Handle {
             raw,
             stream: stream.clone(),
             math: MathMode::Default,
+            reduced_precision_reduction: false,
+            device,
             workspace: None,
             owned: true,
         };
@@ -170,16 +232,41 @@ impl Handle {
 
     /// Give up ownership: the caller must destroy the returned handle
     /// (`cublasDestroy`). A workspace set with [`set_workspace`](Handle::set_workspace)
-    /// is detached first (cuBLAS goes back to its default pool) and freed.
+    /// is detached first (`cublasSetStream` on the handle's stream puts
+    /// cuBLAS back on its default pool; `cublasSetWorkspace(NULL, 0)` would
+    /// instead leave it with no workspace at all) and freed in the stream's
+    /// order, after the work already queued that may use it.
     pub fn into_raw(mut self) -> cublasHandle_t {
-        if self.workspace.is_some()
-            && let Ok(api) = check::cublas()
-        {
-            // SAFETY: the handle is valid; null/0 detaches the user workspace.
-            let _ = unsafe { api.cublasSetWorkspace_v2(self.raw.as_ptr(), ptr::null_mut(), 0) };
+        if let Some(ws) = self.workspace.take() {
+            // Best effort: into_raw cannot report errors. If resetting fails
+            // the workspace is leaked rather than freed under the handle.
+            if self.reset_to_default_pool().is_ok() {
+                let _ = ws.destroy_after(&self.stream);
+            } else {
+                let _ = ws.into_raw();
+            }
         }
         self.owned = false;
         self.raw.as_ptr()
+    }
+
+    /// `cublasSetStream` on the current stream: cuBLAS documents that it
+    /// resets the user workspace to the default workspace pool.
+    fn reset_to_default_pool(&mut self) -> Result<()> {
+        let api = check::cublas()?;
+        // SAFETY: the handle is valid and the stream is alive (we keep a clone).
+        unsafe {
+            cublas_call!(
+                api,
+                cublasSetStream_v2(self.raw.as_ptr(), self.stream.as_raw())
+            )
+        }
+    }
+
+    /// The device current when the handle was created; its workspace is
+    /// allocated there.
+    pub fn device(&self) -> Device {
+        self.device
     }
 
     /// The raw handle, valid while `self` lives.
@@ -213,22 +300,51 @@ impl Handle {
     }
 
     /// Set the math mode. TF32 is used only after `set_math_mode(MathMode::Tf32)`.
+    /// The reduced-precision-reduction setting is kept.
     ///
     /// # Errors
     /// [`Error::Cublas`].
     #[doc(alias = "cublasSetMathMode")]
     pub fn set_math_mode(&mut self, mode: MathMode) -> Result<()> {
+        self.apply_math(mode, self.reduced_precision_reduction)
+    }
+
+    /// Whether split-K reductions of half-precision GEMMs may be done in the
+    /// output type (faster on some shapes, less accurate). `false` by default.
+    pub fn reduced_precision_reduction(&self) -> bool {
+        self.reduced_precision_reduction
+    }
+
+    /// Allow (`true`) or disallow (`false`, the default) reduced-precision
+    /// split-K reductions (`CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION`).
+    ///
+    /// # Errors
+    /// [`Error::Cublas`].
+    #[doc(alias = "CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION")]
+    pub fn set_reduced_precision_reduction(&mut self, allow: bool) -> Result<()> {
+        self.apply_math(self.math, allow)
+    }
+
+    fn apply_math(&mut self, mode: MathMode, allow_reduced: bool) -> Result<()> {
         let api = check::cublas()?;
-        // SAFETY: the handle is valid; the mode is a documented constant.
-        unsafe { cublas_call!(api, cublasSetMathMode(self.raw.as_ptr(), mode.to_raw())) }?;
+        let raw = mode.to_raw_with(allow_reduced);
+        // SAFETY: the handle is valid; the value is a documented mode OR'd with
+        // a documented flag (cuBLAS: the flag "can be combined with other
+        // values using a bitwise OR").
+        unsafe { cublas_call!(api, cublasSetMathMode(self.raw.as_ptr(), raw)) }?;
         self.math = mode;
+        self.reduced_precision_reduction = allow_reduced;
         Ok(())
     }
 
     /// Give cuBLAS an owned workspace of `bytes` bytes (see
-    /// [`recommended_workspace_size`](Handle::recommended_workspace_size));
-    /// `0` goes back to cuBLAS's default pool. The new workspace is attached
-    /// before the old one is freed (`cudaFree` waits for queued work).
+    /// [`recommended_workspace_size`](Handle::recommended_workspace_size)),
+    /// allocated on the handle's [`device`](Handle::device); `0` goes back to
+    /// cuBLAS's default pool (through `cublasSetStream`, which cuBLAS
+    /// documents as resetting the workspace to the default pool). The new
+    /// workspace is attached before the old one is freed, and the old one is
+    /// freed in the order of the handle's stream (after the work queued there
+    /// that may still use it).
     ///
     /// # Errors
     /// [`Error::Cuda`] when the allocation fails; [`Error::Cublas`].
@@ -236,24 +352,30 @@ impl Handle {
     #[doc(alias = "cublasSetWorkspace_v2")]
     pub fn set_workspace(&mut self, bytes: usize) -> Result<()> {
         let api = check::cublas()?;
-        let mut new = if bytes == 0 {
-            None
+        if bytes == 0 {
+            if self.workspace.is_some() {
+                self.reset_to_default_pool()?;
+            }
         } else {
-            Some(DeviceBuffer::<u8>::alloc(bytes).map_err(|e| {
-                e.with_context(format!("allocating a {bytes}-byte cuBLAS workspace"))
-            })?)
-        };
-        let (p, n) = match new.as_mut() {
-            Some(ws) => (ws.as_raw_mut(), ws.len()),
-            None => (ptr::null_mut(), 0),
-        };
-        // SAFETY: `p` is device memory of `n` bytes (or null/0) that this handle
-        // keeps until it is replaced or the handle is destroyed.
-        unsafe { cublas_call!(api, cublasSetWorkspace_v2(self.raw.as_ptr(), p, n)) }?;
-        if let Some(old) = std::mem::replace(&mut self.workspace, new) {
-            old.destroy()?;
+            let mut new = {
+                let _on = self.device.guard()?;
+                DeviceBuffer::<u8>::alloc(bytes).map_err(|e| {
+                    e.with_context(format!("allocating a {bytes}-byte cuBLAS workspace"))
+                })?
+            };
+            let (p, n) = (new.as_raw_mut(), new.len());
+            // SAFETY: `p` is device memory of `n` bytes that this handle keeps
+            // until it is replaced or the handle is destroyed.
+            unsafe { cublas_call!(api, cublasSetWorkspace_v2(self.raw.as_ptr(), p, n)) }?;
+            if let Some(old) = self.workspace.replace(new) {
+                return old.destroy_after(&self.stream);
+            }
+            return Ok(());
         }
-        Ok(())
+        match self.workspace.take() {
+            Some(old) => old.destroy_after(&self.stream),
+            None => Ok(()),
+        }
     }
 
     /// Bytes of owned workspace (0: cuBLAS's default pool).
@@ -273,7 +395,10 @@ impl Handle {
         // SAFETY: we own the handle; `owned` is cleared so Drop will not destroy
         // it again. The workspace is freed after it.
         let r = unsafe { cublas_call!(api, cublasDestroy_v2(self.raw.as_ptr())) };
-        let w = self.workspace.take().map_or(Ok(()), DeviceBuffer::destroy);
+        let w = match self.workspace.take() {
+            Some(ws) => ws.destroy_after(&self.stream),
+            None => Ok(()),
+        };
         r.and(w)
     }
 }
@@ -284,8 +409,12 @@ impl Drop for Handle {
             && let Ok(api) = check::cublas()
         {
             // SAFETY: we own the handle and destroy it once; the status is
-            // ignored (Drop must not fail). The workspace field drops after.
+            // ignored (Drop must not fail).
             let _ = unsafe { api.cublasDestroy_v2(self.raw.as_ptr()) };
+        }
+        if let Some(ws) = self.workspace.take() {
+            // Freed after the work queued on the handle's stream.
+            let _ = ws.destroy_after(&self.stream);
         }
     }
 }

@@ -143,6 +143,9 @@ fn expect_size(call: &str, written: usize, want: usize) -> Result<()> {
 pub struct LtHandle {
     raw: NonNull<cublasLtContext>,
     stream: Stream,
+    /// The device current at creation; the workspace is allocated there.
+    device: Device,
+    /// Freed in the order of `stream`, after the matmuls that used it.
     workspace: Option<DeviceBuffer<u8>>,
     owned: bool,
 }
@@ -159,6 +162,7 @@ impl fmt::Debug for LtHandle {
         f.debug_struct("LtHandle")
             .field("raw", &self.raw)
             .field("stream", &self.stream)
+            .field("device", &self.device.ordinal())
             .field("workspace_bytes", &self.workspace_size())
             .finish()
     }
@@ -175,7 +179,7 @@ impl LtHandle {
     #[doc(alias = "cublasLtCreate")]
     pub fn new(stream: &Stream) -> Result<Self> {
         let mut h = Self::with_workspace(stream, 0)?;
-        let (major, _) = Device::current()?.compute_capability()?;
+        let (major, _) = h.device.compute_capability()?;
         h.set_workspace(super::Handle::recommended_workspace_size(major))?;
         Ok(h)
     }
@@ -193,9 +197,18 @@ impl LtHandle {
         unsafe { lt_call!(api, cublasLtCreate(&mut raw)) }?;
         let raw = NonNull::new(raw)
             .ok_or_else(|| Error::invalid("handle", "cublasLtCreate returned null", "null"))?;
+        let device = match Device::current() {
+            Ok(d) => d,
+            Err(e) => {
+                // SAFETY: `raw` was just created and is destroyed once.
+                let _ = unsafe { api.cublasLtDestroy(raw.as_ptr()) };
+                return Err(e);
+            }
+        };
         let mut h = LtHandle {
             raw,
             stream: stream.clone(),
+            device,
             workspace: None,
             owned: true,
         };
@@ -220,9 +233,21 @@ impl LtHandle {
     ) -> Result<Self> {
         let raw = NonNull::new(raw)
             .ok_or_else(|| Error::invalid("raw", "must be a non-null cublasLtHandle_t", "null"))?;
+        let device = match Device::current() {
+            Ok(d) => d,
+            Err(e) => {
+                if let Ok(api) = cublas_lt() {
+                    // SAFETY: we own `raw` (the caller's contract) and destroy it
+                    // once, as the doc promises on error.
+                    let _ = unsafe { api.cublasLtDestroy(raw.as_ptr()) };
+                }
+                return Err(e);
+            }
+        };
         let mut h = LtHandle {
             raw,
             stream: stream.clone(),
+            device,
             workspace: None,
             owned: true,
         };
@@ -231,10 +256,17 @@ impl LtHandle {
     }
 
     /// Give up ownership; the caller must destroy the handle
-    /// (`cublasLtDestroy`). The workspace is freed.
+    /// (`cublasLtDestroy`). The workspace is freed after the matmuls queued
+    /// on the handle's stream.
     pub fn into_raw(mut self) -> cublasLtHandle_t {
         self.owned = false;
         self.raw.as_ptr()
+    }
+
+    /// The device current when the handle was created; its workspace is
+    /// allocated there.
+    pub fn device(&self) -> Device {
+        self.device
     }
 
     /// The raw handle, valid while `self` lives.
@@ -265,9 +297,10 @@ impl LtHandle {
         self.workspace.as_ref().map_or(0, DeviceBuffer::len)
     }
 
-    /// Replace the workspace with one of `bytes` bytes (0: none). The old
-    /// one is freed with `cudaFree`, which waits for queued work. Plans made
-    /// for a larger workspace fail at run with an error saying so.
+    /// Replace the workspace with one of `bytes` bytes (0: none), allocated
+    /// on the handle's [`device`](LtHandle::device). The old one is freed in
+    /// the order of the handle's stream, after the matmuls queued there.
+    /// Plans made for a larger workspace fail at run with an error saying so.
     ///
     /// # Errors
     /// [`Error::Cuda`] when the allocation fails.
@@ -275,12 +308,13 @@ impl LtHandle {
         let new = if bytes == 0 {
             None
         } else {
+            let _on = self.device.guard()?;
             Some(DeviceBuffer::<u8>::alloc(bytes).map_err(|e| {
                 e.with_context(format!("allocating a {bytes}-byte cuBLASLt workspace"))
             })?)
         };
         if let Some(old) = mem::replace(&mut self.workspace, new) {
-            old.destroy()?;
+            old.destroy_after(&self.stream)?;
         }
         Ok(())
     }
@@ -304,7 +338,10 @@ impl LtHandle {
         // SAFETY: we own the handle; `owned` is cleared so Drop will not
         // destroy it again.
         let r = unsafe { lt_call!(api, cublasLtDestroy(self.raw.as_ptr())) };
-        let w = self.workspace.take().map_or(Ok(()), DeviceBuffer::destroy);
+        let w = match self.workspace.take() {
+            Some(ws) => ws.destroy_after(&self.stream),
+            None => Ok(()),
+        };
         r.and(w)
     }
 }
@@ -317,6 +354,10 @@ impl Drop for LtHandle {
             // SAFETY: we own the handle and destroy it once; the status is
             // ignored (Drop must not fail).
             let _ = unsafe { api.cublasLtDestroy(self.raw.as_ptr()) };
+        }
+        if let Some(ws) = self.workspace.take() {
+            // After the matmuls queued on the handle's stream; ignored on failure.
+            let _ = ws.destroy_after(&self.stream);
         }
     }
 }

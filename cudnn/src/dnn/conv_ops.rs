@@ -86,7 +86,7 @@ use super::tensor::{TensorDescriptor, TensorFormat};
 use crate::check::{self, cudnn_call};
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
-use crate::runtime::{Device, DeviceBuffer, DeviceSlice, DeviceSliceMut};
+use crate::runtime::{DeviceBuffer, DeviceSlice, DeviceSliceMut};
 use crate::sys::cudnn as dnn;
 
 mod sealed {
@@ -809,7 +809,7 @@ impl<T: ConvDataType, D: ConvPass> ConvProblem<T, D> {
         }
         let smath = search::search_math(T::CUDNN, opts.math);
         let mut d = self.descs(smath)?;
-        let device = i32::try_from(Device::current()?.ordinal()).unwrap_or(i32::MAX);
+        let device = i32::try_from(handle.device().ordinal()).unwrap_or(i32::MAX);
         let key = self.algo_key(opts, device);
         let cache = match opts.search {
             AlgoSearch::Fixed(_) => None,

@@ -14,7 +14,7 @@ use super::tensor::TensorDescriptor;
 use crate::check::{self, cudnn_call};
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
-use crate::runtime::{Device, DeviceBuffer, Stream};
+use crate::runtime::{DeviceBuffer, Stream};
 use crate::sys::cudnn as dnn;
 
 /// The descriptors a plan owns: `x` (or `dx`), `w` (or `dw`), `y` (or `dy`)
@@ -324,7 +324,7 @@ pub(crate) unsafe fn exhaustive<T: DataType>(
         .max()
         .unwrap_or(0);
     let mut bytes = workspace_limit.map_or(want, |l| want.min(l));
-    if let Ok(info) = Device::current().and_then(|dev| dev.memory_info()) {
+    if let Ok(info) = handle.device().memory_info() {
         bytes = bytes.min(info.free / 2);
     }
     let n = max_count(api, handle.as_raw(), dir)?;
@@ -334,7 +334,10 @@ pub(crate) unsafe fn exhaustive<T: DataType>(
     // A workspace of the search's own, freed when it returns: the handle's
     // is sized later to the chosen algorithm (`pick`), not left at the
     // largest candidate's size (FFT variants can want gigabytes).
-    let mut ws = search_workspace(bytes, handle.stream())?;
+    let mut ws = {
+        let _on = handle.device().guard()?;
+        search_workspace(bytes, handle.stream())?
+    };
     let (wp, wn) = (ws.as_raw_mut(), ws.len());
     let out = match dir {
         ConvDirection::Forward => {

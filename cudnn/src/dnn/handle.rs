@@ -6,7 +6,7 @@ use std::ptr::{self, NonNull};
 
 use crate::check::{self, cudnn_call};
 use crate::error::{Error, Result};
-use crate::runtime::{DeviceBuffer, DeviceSliceMut, Stream};
+use crate::runtime::{Device, DeviceBuffer, DeviceSliceMut, Stream};
 use crate::sys::cudart::Version;
 use crate::sys::cudnn::{self as dnn, cudnnContext, cudnnHandle_t};
 
@@ -15,6 +15,10 @@ use crate::sys::cudnn::{self as dnn, cudnnContext, cudnnHandle_t};
 ///
 /// Everything queued through the handle runs on its stream, in order; the
 /// handle keeps a clone of the stream, so the stream outlives it.
+///
+/// The handle records the device current at creation
+/// ([`device`](Handle::device)): its workspace is allocated there whatever
+/// device is current at the time, and algorithm-cache keys use it.
 ///
 /// # Threads
 /// `Send`, not `Sync`: a handle may move to another thread but not be used
@@ -25,6 +29,8 @@ use crate::sys::cudnn::{self as dnn, cudnnContext, cudnnHandle_t};
 pub struct Handle {
     raw: NonNull<cudnnContext>,
     stream: Stream,
+    /// The device current when the handle was created.
+    device: Device,
     /// Device scratch memory for ops, grown by [`Handle::workspace`]. Only
     /// ever used by work queued on `stream`, so reuse is stream-ordered.
     workspace: DeviceBuffer<u8>,
@@ -45,6 +51,7 @@ impl fmt::Debug for Handle {
         f.debug_struct("Handle")
             .field("raw", &self.raw)
             .field("stream", &self.stream)
+            .field("device", &self.device.ordinal())
             .field("workspace_bytes", &self.workspace.len())
             .finish()
     }
@@ -99,10 +106,19 @@ impl Handle {
         unsafe { cudnn_call!(api, cudnnCreate(&mut raw)) }?;
         let raw = NonNull::new(raw)
             .ok_or_else(|| Error::invalid("handle", "cudnnCreate returned null", "null"))?;
+        let device = match Device::current() {
+            Ok(d) => d,
+            Err(e) => {
+                // SAFETY: `raw` was just created and is destroyed once.
+                let _ = unsafe { api.cudnnDestroy(raw.as_ptr()) };
+                return Err(e);
+            }
+        };
         // Owned from here on: Drop destroys it if binding the stream fails.
         let mut h = Handle {
             raw,
             stream: stream.clone(),
+            device,
             workspace: empty_workspace(),
             owned: true,
         };
@@ -111,6 +127,8 @@ impl Handle {
     }
 
     /// Take ownership of a handle created elsewhere, and bind it to `stream`.
+    /// The device current now is recorded as the handle's device: call this
+    /// with the device the handle was created on current.
     ///
     /// On error the raw handle has been destroyed (do not destroy it again).
     ///
@@ -124,9 +142,21 @@ impl Handle {
     pub unsafe fn from_raw(raw: cudnnHandle_t, stream: &Stream) -> Result<Self> {
         let raw = NonNull::new(raw)
             .ok_or_else(|| Error::invalid("raw", "must be a non-null cudnnHandle_t", "null"))?;
+        let device = match Device::current() {
+            Ok(d) => d,
+            Err(e) => {
+                if let Ok(api) = check::cudnn() {
+                    // SAFETY: we own `raw` (the caller's contract) and destroy
+                    // it once, as the doc promises on error.
+                    let _ = unsafe { api.cudnnDestroy(raw.as_ptr()) };
+                }
+                return Err(e);
+            }
+        };
         let mut h = Handle {
             raw,
             stream: stream.clone(),
+            device,
             workspace: empty_workspace(),
             owned: true,
         };
@@ -135,11 +165,17 @@ impl Handle {
     }
 
     /// Give up ownership: the caller must destroy the returned handle
-    /// (`cudnnDestroy`). The workspace is freed (after the device is idle)
-    /// and the stream binding stays as it is.
+    /// (`cudnnDestroy`). The workspace is freed after the work queued on the
+    /// handle's stream, and the stream binding stays as it is.
     pub fn into_raw(mut self) -> cudnnHandle_t {
         self.owned = false;
         self.raw.as_ptr()
+    }
+
+    /// The device current when the handle was created. The workspace is
+    /// allocated there, and cuDNN work is meant to be queued with it current.
+    pub fn device(&self) -> Device {
+        self.device
     }
 
     /// The raw handle, for calling cuDNN directly. Valid while `self` lives.
@@ -177,10 +213,10 @@ impl Handle {
     }
 
     /// A workspace of at least `bytes` bytes, for the next op queued on the
-    /// handle's stream. Grows (never shrinks) on demand; growing frees the old
-    /// one with `cudaFree`, which first waits for the device, so queued work
-    /// that still uses it finishes. `bytes == 0` gives an empty view (null
-    /// pointer) and allocates nothing.
+    /// handle's stream. Grows (never shrinks) on demand, on the handle's
+    /// device; growing frees the old one after the work queued on the
+    /// handle's stream (which may still use it). `bytes == 0` gives an empty
+    /// view (null pointer) and allocates nothing.
     ///
     /// The view borrows the handle mutably; get the raw handle first
     /// (`let h = handle.as_raw();`) to pass both to cuDNN.
@@ -195,7 +231,8 @@ impl Handle {
         if bytes > self.workspace.len() {
             // Release the old one first, so both never need to fit at once.
             let old = std::mem::replace(&mut self.workspace, empty_workspace());
-            old.destroy()?;
+            old.destroy_after(&self.stream)?;
+            let _on = self.device.guard()?;
             self.workspace = DeviceBuffer::alloc(bytes).map_err(|e| {
                 e.with_context(format!("growing the cuDNN workspace to {bytes} bytes"))
             })?;
@@ -217,12 +254,13 @@ impl Handle {
         self.workspace.len()
     }
 
-    /// Free the workspace (after the device is idle); it is allocated again on demand.
+    /// Free the workspace after the work queued on the handle's stream; it
+    /// is allocated again on demand.
     ///
     /// # Errors
-    /// [`Error::Cuda`] from `cudaFree`.
+    /// [`Error::Cuda`] from the stream synchronize or `cudaFree`.
     pub fn release_workspace(&mut self) -> Result<()> {
-        std::mem::replace(&mut self.workspace, empty_workspace()).destroy()
+        std::mem::replace(&mut self.workspace, empty_workspace()).destroy_after(&self.stream)
     }
 
     /// Destroy the handle now, reporting cuDNN's status.
@@ -252,9 +290,11 @@ impl Drop for Handle {
             && let Ok(api) = check::cudnn()
         {
             // SAFETY: we own the handle and destroy it once. The status is
-            // ignored: Drop must not fail. The workspace field is dropped
-            // after this (cudaFree waits for queued work).
+            // ignored: Drop must not fail.
             let _ = unsafe { api.cudnnDestroy(self.raw.as_ptr()) };
         }
+        // After the work queued on the handle's stream; ignored on failure.
+        let _ =
+            std::mem::replace(&mut self.workspace, empty_workspace()).destroy_after(&self.stream);
     }
 }

@@ -3,12 +3,15 @@
 //! The CUDA runtime keeps a *current device per host thread*. Streams, memory
 //! and library handles belong to the device that was current when they were
 //! created. [`Device::new`] makes the device current on the calling thread;
-//! methods that depend on the current device ([`Device::memory_info`],
-//! [`Device::synchronize`], [`Device::create_stream`]) make it current first.
+//! methods that depend on the current device ([`Device::synchronize`],
+//! [`Device::create_stream`]) make it current first, [`Device::memory_info`]
+//! only for the query, and [`Device::guard`] for a scope. Library handles
+//! record the device they were created on and allocate there.
 //! A thread that uses a device created elsewhere calls
 //! [`Device::set_current`] once.
 
 use std::ffi::c_int;
+use std::marker::PhantomData;
 
 use crate::check::{self, cuda_call};
 use crate::error::{Error, Result};
@@ -20,6 +23,32 @@ use super::Stream;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Device {
     ordinal: c_int,
+}
+
+/// Keeps a device current on this thread; see [`Device::guard`].
+#[must_use = "the device stays current only while the guard lives"]
+#[derive(Debug)]
+pub struct DeviceGuard {
+    /// The device to make current again on drop (`None`: nothing changed).
+    restore: Option<Device>,
+    /// The current device is per host thread: the guard must not move.
+    _thread: PhantomData<*const ()>,
+}
+
+impl DeviceGuard {
+    /// Whether creating the guard changed the current device.
+    pub fn switched(&self) -> bool {
+        self.restore.is_some()
+    }
+}
+
+impl Drop for DeviceGuard {
+    fn drop(&mut self) {
+        if let Some(d) = self.restore {
+            // Drop must not fail: a refusal leaves the guarded device current.
+            let _ = d.set_current();
+        }
+    }
 }
 
 /// Free and total device memory, in bytes (`cudaMemGetInfo`).
@@ -138,6 +167,32 @@ impl Device {
             .map_err(|e| e.with_context(format!("device {}", self.ordinal)))
     }
 
+    /// Make this device current until the returned guard is dropped, which
+    /// puts the previously current device back. When this device is already
+    /// current the guard does nothing (one `cudaGetDevice`, no
+    /// `cudaSetDevice`). Handles use it to allocate their workspaces on the
+    /// device they belong to whatever device the caller has made current.
+    ///
+    /// The guard is not `Send`: the current device is per host thread.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] (or [`Error::NoDevice`]) when the current device
+    /// cannot be read or this one cannot be made current.
+    pub fn guard(&self) -> Result<DeviceGuard> {
+        let previous = Device::current()?;
+        if previous == *self {
+            return Ok(DeviceGuard {
+                restore: None,
+                _thread: PhantomData,
+            });
+        }
+        self.set_current()?;
+        Ok(DeviceGuard {
+            restore: Some(previous),
+            _thread: PhantomData,
+        })
+    }
+
     /// One integer attribute of the device (`cudaDevAttr*`).
     ///
     /// # Errors
@@ -216,13 +271,14 @@ impl Device {
         Ok(self.attribute(cudaDeviceAttr::cudaDevAttrMemoryPoolsSupported)? != 0)
     }
 
-    /// Free and total memory. Makes the device current first.
+    /// Free and total memory. The device is current during the query only
+    /// (the previously current device is current again after it).
     ///
     /// # Errors
     /// [`Error::Cuda`] when the runtime cannot tell.
     #[doc(alias = "cudaMemGetInfo")]
     pub fn memory_info(&self) -> Result<MemoryInfo> {
-        self.set_current()?;
+        let _on = self.guard()?;
         let rt = check::cudart()?;
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: both are valid, writable out-pointers.

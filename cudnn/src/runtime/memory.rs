@@ -8,6 +8,7 @@ use std::marker::PhantomData;
 use std::mem;
 use std::ops::{Bound, Deref, DerefMut, RangeBounds};
 use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::check::{self, cuda_call};
 use crate::dtype::DataType;
@@ -711,6 +712,9 @@ pub struct DeviceBuffer<T: DataType> {
     ptr: *mut T,
     len: usize,
     owner: Owner,
+    /// A stream-ordered allocation on a non-blocking stream that no
+    /// synchronous method has waited for yet (see [`DeviceBuffer::alloc_async`]).
+    alloc_pending: AtomicBool,
 }
 
 // SAFETY: the buffer uniquely owns its device allocation (like `Vec<T>`, with
@@ -745,6 +749,7 @@ impl<T: DataType> DeviceBuffer<T> {
             ptr: ptr::null_mut(),
             len: 0,
             owner: Owner::Empty,
+            alloc_pending: AtomicBool::new(false),
         }
     }
 
@@ -770,6 +775,7 @@ impl<T: DataType> DeviceBuffer<T> {
             ptr: p.cast(),
             len,
             owner: Owner::Malloc,
+            alloc_pending: AtomicBool::new(false),
         })
     }
 
@@ -799,13 +805,29 @@ impl<T: DataType> DeviceBuffer<T> {
     /// dropped (the buffer keeps a clone of the stream).
     ///
     /// # Safety
-    /// The free is queued on `stream` only. Any work queued on *another*
-    /// stream that uses this buffer (a cuDNN or cuBLAS op on a handle bound to
-    /// another stream, a `*_async` copy on another stream) must be ordered
-    /// before the buffer is dropped, e.g. with `stream.wait_for(&other)` after
-    /// the last such use; otherwise the device may use freed memory. (Buffers
-    /// from [`DeviceBuffer::alloc`] have no such contract: `cudaFree` waits for
-    /// the whole device.)
+    /// The memory exists for the device only once the allocation has
+    /// completed *on `stream`*; before that it may still be in use by work
+    /// that freed it earlier. So:
+    /// - **Before the allocation completes**, nothing may touch the memory
+    ///   except work queued on `stream` after this call (or ordered after it,
+    ///   with [`Stream::wait_for`] or an event). That includes the crate's
+    ///   *synchronous* operations, which run on the legacy default stream: a
+    ///   blocking `stream` is ordered with it, a non-blocking one is not. The
+    ///   buffer's own synchronous methods (`copy_from_host`, `copy_to_host`,
+    ///   `to_vec`, `copy_from_device`, `memset`, `try_clone`) first wait for
+    ///   the allocation when `stream` is non-blocking, so they are safe;
+    ///   synchronous methods of *views* taken from it ([`as_slice`](DeviceBuffer::as_slice),
+    ///   [`slice_mut`](DeviceBuffer::slice_mut), ...) and work on other
+    ///   streams do not wait: order them yourself.
+    /// - **Before the buffer is dropped**, any work queued on *another*
+    ///   stream that uses this buffer (a cuDNN or cuBLAS op on a handle bound
+    ///   to another stream, a `*_async` copy on another stream) must be
+    ///   ordered before `stream`'s later work, e.g. with `stream.wait_for(&other)`
+    ///   after the last such use, since the free is queued on `stream` only;
+    ///   otherwise the device may use freed memory (or free with
+    ///   [`destroy_after`](DeviceBuffer::destroy_after) on the last user's stream).
+    ///
+    /// Buffers from [`DeviceBuffer::alloc`] have no such contract.
     ///
     /// # Errors
     /// [`Error::Unsupported`] when the device or driver has no memory pools;
@@ -834,12 +856,14 @@ impl<T: DataType> DeviceBuffer<T> {
             return Err(unsupported());
         }
         let mut p: *mut c_void = ptr::null_mut();
+        let pending = stream.is_non_blocking()?;
         // SAFETY: `p` is a valid out-pointer, `bytes` is non-zero and the stream is valid.
         match unsafe { cuda_call!(rt, cudaMallocAsync(&mut p, bytes, stream.as_raw())) } {
             Ok(()) => Ok(DeviceBuffer {
                 ptr: p.cast(),
                 len,
                 owner: Owner::Pool(stream.clone()),
+                alloc_pending: AtomicBool::new(pending),
             }),
             Err(Error::Cuda { code, .. })
                 if code == crate::sys::cudart::cudaError::cudaErrorNotSupported.0 =>
@@ -881,6 +905,7 @@ impl<T: DataType> DeviceBuffer<T> {
             ptr,
             len,
             owner: Owner::Malloc,
+            alloc_pending: AtomicBool::new(false),
         }
     }
 
@@ -912,6 +937,20 @@ impl<T: DataType> DeviceBuffer<T> {
     /// Whether the memory came from stream-ordered allocation.
     pub fn is_stream_ordered(&self) -> bool {
         matches!(self.owner, Owner::Pool(_))
+    }
+
+    /// Before a synchronous (legacy default stream) operation: wait for a
+    /// stream-ordered allocation on a non-blocking stream, once.
+    fn settle(&self) -> Result<()> {
+        if self.alloc_pending.load(Ordering::Acquire)
+            && let Owner::Pool(stream) = &self.owner
+        {
+            stream
+                .synchronize()
+                .map_err(|e| e.with_context("waiting for a stream-ordered allocation"))?;
+            self.alloc_pending.store(false, Ordering::Release);
+        }
+        Ok(())
     }
 
     /// The device pointer (null when empty).
@@ -974,6 +1013,7 @@ impl<T: DataType> DeviceBuffer<T> {
     /// [`Error::Mismatch`] naming both lengths; [`Error::Cuda`].
     #[doc(alias = "cudaMemcpy")]
     pub fn copy_from_host(&mut self, src: &[T]) -> Result<()> {
+        self.settle()?;
         self.as_slice_mut().copy_from_host(src)
     }
 
@@ -983,6 +1023,7 @@ impl<T: DataType> DeviceBuffer<T> {
     /// [`Error::Mismatch`] naming both lengths; [`Error::Cuda`].
     #[doc(alias = "cudaMemcpy")]
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
+        self.settle()?;
         self.as_slice().copy_to_host(dst)
     }
 
@@ -992,6 +1033,7 @@ impl<T: DataType> DeviceBuffer<T> {
     /// [`Error::Cuda`].
     #[doc(alias = "cudaMemcpy")]
     pub fn to_vec(&self) -> Result<Vec<T>> {
+        self.settle()?;
         self.as_slice().to_vec()
     }
 
@@ -1000,6 +1042,7 @@ impl<T: DataType> DeviceBuffer<T> {
     /// # Errors
     /// [`Error::Mismatch`] naming both lengths; [`Error::Cuda`].
     pub fn copy_from_device<'b>(&mut self, src: impl Into<DeviceSlice<'b, T>>) -> Result<()> {
+        self.settle()?;
         self.as_slice_mut().copy_from_device(src)
     }
 
@@ -1021,6 +1064,7 @@ impl<T: DataType> DeviceBuffer<T> {
     /// [`Error::Cuda`].
     #[doc(alias = "cudaMemset")]
     pub fn memset(&mut self, byte: u8) -> Result<()> {
+        self.settle()?;
         self.as_slice_mut().memset(byte)
     }
 
@@ -1038,6 +1082,7 @@ impl<T: DataType> DeviceBuffer<T> {
     /// # Errors
     /// As [`DeviceBuffer::alloc`].
     pub fn try_clone(&self) -> Result<Self> {
+        self.settle()?;
         let mut b = Self::alloc(self.len)?;
         b.copy_from_device(self)?;
         Ok(b)
@@ -1062,6 +1107,73 @@ impl<T: DataType> DeviceBuffer<T> {
                 // once, in stream order after the work queued on `stream`, which
                 // is still alive (we held a clone until now).
                 unsafe { cuda_call!(rt, cudaFreeAsync(p.cast(), stream.as_raw())) }
+            }
+        }
+    }
+
+    /// A device copy of `src`, for work about to be queued on `stream` only,
+    /// to be released with [`destroy_after`](DeviceBuffer::destroy_after)`(stream)`.
+    /// Stream-ordered (`cudaMallocAsync` and `cudaMemcpyAsync` on `stream`,
+    /// no host wait) where the device has memory pools; otherwise
+    /// [`from_host`](DeviceBuffer::from_host).
+    ///
+    /// `src` is pageable memory the crate itself allocated (a `Vec`, taken):
+    /// the runtime documents that an asynchronous copy from pageable memory
+    /// returns once the data is staged, so `src` may be dropped right after.
+    pub(crate) fn scratch_from_host(src: Vec<T>, stream: &Stream) -> Result<Self> {
+        // SAFETY: the buffer is used only by work queued on `stream` (the
+        // caller's contract above) and freed on it, so alloc_async's
+        // cross-stream and legacy-stream conditions cannot arise.
+        match unsafe { Self::alloc_async(src.len(), stream) } {
+            Ok(mut b) => {
+                // SAFETY: `b` holds `src.len()` elements on the device, ordered
+                // after its allocation on `stream`; `src` is pageable host memory
+                // of the same byte size, staged by the runtime before this returns.
+                unsafe {
+                    memcpy_async(
+                        b.as_raw_mut(),
+                        src.as_ptr().cast(),
+                        b.byte_len(),
+                        cudaMemcpyKind::cudaMemcpyHostToDevice,
+                        stream.as_raw(),
+                        &copy_what::<T>("host to device (scratch)", src.len()),
+                    )
+                }?;
+                Ok(b)
+            }
+            Err(Error::Unsupported { .. }) => Self::from_host(&src),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Free the memory once the work queued on `stream` so far is done, so
+    /// that a buffer used by work on `stream` can be released right after
+    /// queueing that work. A stream-ordered buffer is freed with
+    /// `cudaFreeAsync` on `stream` (no host wait); a `cudaMalloc` one after
+    /// `stream` is synchronized (`cudaFree` is documented only as *possibly*
+    /// synchronizing, so the crate does not rely on it).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] from the synchronize or the free. On a failed
+    /// synchronize the memory is leaked, not freed under running work.
+    pub fn destroy_after(mut self, stream: &Stream) -> Result<()> {
+        match &self.owner {
+            Owner::Empty => Ok(()),
+            Owner::Malloc => {
+                if let Err(e) = stream.synchronize() {
+                    let _ = mem::ManuallyDrop::new(self);
+                    return Err(e.with_context("waiting for a stream before freeing its memory"));
+                }
+                self.release()
+            }
+            Owner::Pool(own) => {
+                // Freeing on `stream` orders the free after `stream`'s work;
+                // it must also come after the work on the allocating stream.
+                if own != stream {
+                    stream.wait_for(own)?;
+                }
+                self.owner = Owner::Pool(stream.clone());
+                self.release()
             }
         }
     }

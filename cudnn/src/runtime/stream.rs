@@ -183,6 +183,32 @@ impl Stream {
         self.inner.owned
     }
 
+    /// The stream's flags (`cudaStreamGetFlags`), e.g. whether it is
+    /// [`StreamFlags::NON_BLOCKING`].
+    ///
+    /// # Errors
+    /// [`Error::Cuda`](crate::Error::Cuda) when the runtime refuses.
+    #[doc(alias = "cudaStreamGetFlags")]
+    pub fn flags(&self) -> Result<StreamFlags> {
+        let rt = check::cudart()?;
+        let mut bits: std::ffi::c_uint = 0;
+        // SAFETY: `raw` is a valid stream (see `synchronize`); `bits` is a
+        // valid, writable out-pointer.
+        unsafe { cuda_call!(rt, cudaStreamGetFlags(self.inner.raw, &mut bits)) }?;
+        Ok(StreamFlags(bits))
+    }
+
+    /// Whether synchronous (legacy default stream) work is *not* ordered
+    /// with this stream: a stream created non-blocking. The legacy and
+    /// per-thread default streams are ordered with it.
+    pub(crate) fn is_non_blocking(&self) -> Result<bool> {
+        let r = self.inner.raw;
+        if r.is_null() || r == cudart::cudaStreamLegacy || r == cudart::cudaStreamPerThread {
+            return Ok(false);
+        }
+        Ok(self.flags()?.bits() & StreamFlags::NON_BLOCKING.bits() != 0)
+    }
+
     /// Block the calling thread until all work queued on the stream is done.
     ///
     /// # Errors
