@@ -86,7 +86,7 @@ use super::tensor::{TensorDescriptor, TensorFormat};
 use crate::check::{self, cudnn_call};
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
-use crate::runtime::{DeviceBuffer, DeviceSlice, DeviceSliceMut};
+use crate::runtime::{Device, DeviceBuffer, DeviceSlice, DeviceSliceMut};
 use crate::sys::cudnn as dnn;
 
 mod sealed {
@@ -787,6 +787,7 @@ impl<T: ConvDataType, D: ConvPass> ConvProblem<T, D> {
             time_ms: None,
             describe: self.describe(),
             verified: Cell::new(false),
+            device: None,
         })
     }
 
@@ -850,6 +851,7 @@ impl<T: ConvDataType, D: ConvPass> ConvProblem<T, D> {
                             time_ms: None,
                             describe,
                             verified: Cell::new(true),
+                            device: Some(handle.device()),
                         });
                     }
                 }
@@ -899,6 +901,7 @@ impl<T: ConvDataType, D: ConvPass> ConvProblem<T, D> {
             time_ms: choice.time_ms,
             describe,
             verified: Cell::new(true),
+            device: Some(handle.device()),
         })
     }
 }
@@ -985,12 +988,25 @@ pub(crate) struct PlanCore<T: DataType> {
     /// Whether cuDNN confirmed `workspace` is enough (false for a plan made
     /// from a caller's choice until its first run).
     verified: Cell<bool>,
+    /// The device of the handle the algorithm was chosen with (`None` for
+    /// a plan from a caller's choice, which was made without a device).
+    device: Option<Device>,
 }
 
 impl<T: DataType> PlanCore<T> {
     /// Once per plan made from a caller's choice: ask cuDNN what the
     /// algorithm needs, so a too-small workspace is an error, not an overrun.
     pub(crate) fn verify(&self, handle: &Handle) -> Result<()> {
+        if let Some(d) = self.device
+            && d != handle.device()
+        {
+            return Err(Error::mismatch(
+                "handle device (a plan runs on the device its algorithm was chosen for)",
+                format!("device {}", d.ordinal()),
+                format!("device {}", handle.device().ordinal()),
+            )
+            .with_context(self.context()));
+        }
         if self.verified.get() {
             return Ok(());
         }
