@@ -92,6 +92,9 @@ pub enum Source {
     Python(&'static str),
     /// `CUDNN_RS_FALLBACK_PATH`.
     Fallback,
+    /// The directory of another library already loaded, that this one is a
+    /// dependency of (cuBLASLt beside cuBLAS).
+    Beside(&'static str),
 }
 
 impl fmt::Display for Source {
@@ -104,6 +107,7 @@ impl fmt::Display for Source {
             Source::Python(v) if v.contains(' ') => write!(f, "python {v}"),
             Source::Python(v) => write!(f, "python ${v}"),
             Source::Fallback => write!(f, "${FALLBACK_PATH_VAR}"),
+            Source::Beside(lib) => write!(f, "{lib}'s folder"),
         }
     }
 }
@@ -327,32 +331,147 @@ impl LoadError {
     }
 }
 
-impl fmt::Display for LoadError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "{} could not be loaded ({}); {} places tried, in order:",
-            self.library,
-            self.file_names.join(", "),
-            self.attempts.len()
-        )?;
+impl LoadError {
+    /// The attempts grouped by place: one entry per directory (or the
+    /// system loader), in the order first tried, with why it was tried,
+    /// how many file names were tried there and the distinct failures.
+    pub fn places(&self) -> Vec<Place> {
+        let mut out: Vec<Place> = Vec::new();
         for a in &self.attempts {
-            writeln!(
-                f,
-                "  [{}] {}: {}",
-                a.candidate.source,
-                a.candidate.path.display(),
-                a.error
-            )?;
+            let c = &a.candidate;
+            let dir = if c.path.is_absolute() {
+                c.path.parent().map(place_of)
+            } else {
+                None
+            };
+            let i = match out
+                .iter()
+                .position(|p| p.dir == dir && p.source == c.source)
+            {
+                Some(i) => i,
+                None => {
+                    out.push(Place {
+                        source: c.source.clone(),
+                        dir,
+                        tried: 0,
+                        failures: Vec::new(),
+                    });
+                    out.len() - 1
+                }
+            };
+            let p = &mut out[i];
+            p.tried += 1;
+            if !is_absent(a) {
+                let name = c.path.file_name().map_or_else(
+                    || c.path.display().to_string(),
+                    |n| n.to_string_lossy().into_owned(),
+                );
+                p.failures.push((name, a.error.clone()));
+            }
         }
-        write!(
-            f,
-            "fix: set {} to the directory that holds {} (or to the file itself); \
+        out
+    }
+
+    /// The one thing to do about it.
+    pub fn fix(&self) -> String {
+        format!(
+            "set {} to the directory that holds {} (or to the file itself); \
              NVIDIA's pip wheel `{}` provides it",
             self.override_var,
             self.file_names.first().copied().unwrap_or("the library"),
             self.wheel
         )
+    }
+}
+
+/// The place a directory belongs to: a Python environment's wheel folders
+/// (`<site>/nvidia/<package>/lib`) count as their site, one place.
+fn place_of(dir: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in dir.components() {
+        if c.as_os_str() == "nvidia" {
+            return out;
+        }
+        out.push(c);
+    }
+    dir.to_path_buf()
+}
+
+/// Whether an attempt found nothing there (the system loader says so in
+/// its own words: "cannot open shared object file: No such file").
+fn is_absent(a: &Attempt) -> bool {
+    match &a.error {
+        AttemptError::NotFound => true,
+        AttemptError::Dlopen(t) => {
+            !a.candidate.path.is_absolute()
+                && (t.contains("No such file")
+                    || t.contains("cannot find")
+                    || t.contains("not found"))
+        }
+        AttemptError::NotAFile => false,
+    }
+}
+
+/// A place [`LoadError::places`] reports: a directory, or the system loader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    /// Why it was tried.
+    pub source: Source,
+    /// The directory (`None` for the system loader, which gets bare names).
+    pub dir: Option<PathBuf>,
+    /// How many file names were tried there.
+    pub tried: usize,
+    /// The file names that were there but did not load, with why (a place
+    /// where nothing was found has none).
+    pub failures: Vec<(String, AttemptError)>,
+}
+
+/// `{}`: one line per place (the file names once, at the top);
+/// `{:#}`: every attempt, in order.
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() {
+            writeln!(
+                f,
+                "{} could not be loaded ({}); {} places tried, in order:",
+                self.library,
+                self.file_names.join(", "),
+                self.attempts.len()
+            )?;
+            for a in &self.attempts {
+                writeln!(
+                    f,
+                    "  [{}] {}: {}",
+                    a.candidate.source,
+                    a.candidate.path.display(),
+                    a.error
+                )?;
+            }
+            return write!(f, "fix: {}", self.fix());
+        }
+        let places = self.places();
+        writeln!(
+            f,
+            "{} could not be loaded ({}); {} places tried ({} paths):",
+            self.library,
+            self.file_names.join(", "),
+            places.len(),
+            self.attempts.len()
+        )?;
+        for p in &places {
+            let at = p
+                .dir
+                .as_ref()
+                .map_or_else(|| "(by file name)".to_string(), |d| d.display().to_string());
+            if p.failures.is_empty() {
+                writeln!(f, "  [{}] {at}: not found ({} paths)", p.source, p.tried)?;
+            } else {
+                for (name, why) in &p.failures {
+                    writeln!(f, "  [{}] {at}: {name}: {why}", p.source)?;
+                }
+            }
+        }
+        write!(f, "fix: {}", self.fix())
     }
 }
 
@@ -545,7 +664,45 @@ pub fn load_with<T>(
     spec: &LibrarySpec,
     build: impl FnOnce(libloading::Library, LibraryInfo) -> T,
 ) -> Result<T, LoadError> {
-    let list = candidates(spec, &ProcessEnvironment);
+    load_from(spec, candidates(spec, &ProcessEnvironment), build)
+}
+
+/// The candidates for `spec`, with the directory of `companion` (a library
+/// already loaded from `companion_path`, which depends on this one) tried
+/// first, unless `spec`'s override variable is set (which stays exclusive).
+/// The loader would find the companion's copy anyway (it is in the process
+/// already); trying its directory first says so, and never pairs the
+/// companion with a different version.
+pub fn candidates_beside(
+    spec: &LibrarySpec,
+    env: &dyn Environment,
+    companion: &'static str,
+    companion_path: Option<&Path>,
+) -> Vec<Candidate> {
+    let mut list = candidates(spec, env);
+    if env.var(spec.override_var).is_some() {
+        return list;
+    }
+    if let Some(dir) = companion_path.and_then(Path::parent) {
+        let first: Vec<Candidate> = file_names(spec)
+            .iter()
+            .map(|n| Candidate {
+                path: dir.join(n),
+                source: Source::Beside(companion),
+            })
+            .collect();
+        list.retain(|c| !first.iter().any(|f| f.path == c.path));
+        list.splice(0..0, first);
+    }
+    list
+}
+
+/// Load `spec` from `list` (in order) and build its table.
+pub fn load_from<T>(
+    spec: &LibrarySpec,
+    list: Vec<Candidate>,
+    build: impl FnOnce(libloading::Library, LibraryInfo) -> T,
+) -> Result<T, LoadError> {
     let (lib, found) = open_first(spec, list)?;
     let info = LibraryInfo {
         library: spec.name,

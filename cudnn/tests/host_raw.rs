@@ -200,7 +200,8 @@ fn unit_error_texts() -> TestResult {
     let err = loader::open_first(&dnn::SPEC, loader::candidates(&dnn::SPEC, &e))
         .err()
         .ok_or("loaded from /nowhere")?;
-    let text = err.to_string();
+    // `{:#}`: every path, in order.
+    let text = format!("{err:#}");
     ensure!(
         text.contains("/nowhere/at/all/libcudnn.so.9: not found"),
         "{text}"
@@ -212,6 +213,92 @@ fn unit_error_texts() -> TestResult {
     ensure!(text.contains("set CUDNN_LIB_DIR"), "{text}");
     ensure!(text.contains("nvidia-cudnn-cu13"), "{text}");
     ensure!(err.attempts.len() == 3, "{} attempts", err.attempts.len());
+    // `{}`: one line per place, the file names once, the counts.
+    let text = err.to_string();
+    ensure!(
+        text.contains("libcudnn.so.9, libcudnn.so.8, libcudnn.so")
+            && text.contains("1 places tried (3 paths)")
+            && text.contains("[$CUDNN_LIB_DIR] /nowhere/at/all: not found (3 paths)")
+            && !text.contains("/nowhere/at/all/libcudnn.so.9"),
+        "{text}"
+    );
+    ensure!(text.lines().count() == 3, "header, one place, fix:\n{text}");
+
+    // Python wheel folders count as their site; the system loader's
+    // "no such file" is "not found"; places keep their first-tried order.
+    let e = env(&[
+        ("VIRTUAL_ENV", "/venv"),
+        ("CUDNN_RS_SEARCH_PATH", "/wheels"),
+    ]);
+    // (Built by hand: this process may have cuDNN loaded already, which the
+    // system loader would then find by name.)
+    let err = loader::LoadError {
+        library: dnn::SPEC.name,
+        override_var: dnn::SPEC.override_var,
+        file_names: dnn::SPEC.sonames,
+        wheel: dnn::SPEC.wheel,
+        attempts: loader::candidates(&dnn::SPEC, &e)
+            .into_iter()
+            .map(|c| loader::Attempt {
+                error: if c.path.is_absolute() {
+                    loader::AttemptError::NotFound
+                } else {
+                    loader::AttemptError::Dlopen(format!(
+                        "{}: cannot open shared object file: No such file or directory",
+                        c.path.display()
+                    ))
+                },
+                candidate: c,
+            })
+            .collect(),
+    };
+    let places = err.places();
+    ensure!(
+        places.iter().all(|p| p.failures.is_empty()),
+        "nothing was there: {places:?}"
+    );
+    let total: usize = places.iter().map(|p| p.tried).sum();
+    ensure!(
+        total == err.attempts.len(),
+        "{total} vs {}",
+        err.attempts.len()
+    );
+    ensure!(
+        places[0].dir.as_deref() == Some(std::path::Path::new("/wheels")),
+        "{places:?}"
+    );
+    ensure!(
+        places.iter().filter(|p| p.dir.is_none()).count() == 1,
+        "the system loader is one place: {places:?}"
+    );
+    ensure!(
+        places.len() < err.attempts.len() / 2,
+        "{} places for {} paths",
+        places.len(),
+        err.attempts.len()
+    );
+
+    // cuBLASLt beside cuBLAS: that directory first, unless overridden.
+    let lib = std::path::Path::new("/w/nvidia/cu13/lib/libcublas.so.13");
+    let none = env(&[]);
+    let list = loader::candidates_beside(&cublas::SPEC_LT, &none, "cuBLAS", Some(lib));
+    ensure!(
+        list[0].path == std::path::Path::new("/w/nvidia/cu13/lib/libcublasLt.so.13")
+            && list[0].source == loader::Source::Beside("cuBLAS")
+            && list[0].source.to_string() == "cuBLAS's folder",
+        "{:?}",
+        &list[..2]
+    );
+    ensure!(
+        list.len() == loader::candidates(&cublas::SPEC_LT, &none).len() + 3,
+        "three names added"
+    );
+    let over = env(&[("CUBLASLT_LIB_DIR", "/mine")]);
+    ensure!(
+        loader::candidates_beside(&cublas::SPEC_LT, &over, "cuBLAS", Some(lib))
+            == loader::candidates(&cublas::SPEC_LT, &over),
+        "the override stays exclusive"
+    );
     let m = cudart::MissingSymbol {
         symbol: "cudnnGetLastErrorString",
         library: "cuDNN",
@@ -764,9 +851,9 @@ fn host_bad_overrides() -> TestResult {
         .err()
         .ok_or("loaded from an empty dir")?;
     ensure!(
-        err.to_string()
-            .contains(&empty.join("libcudnn.so.9").display().to_string()),
-        "{err}"
+        format!("{err:#}").contains(&empty.join("libcudnn.so.9").display().to_string())
+            && err.to_string().contains(&empty.display().to_string()),
+        "{err:#}"
     );
 
     let bad = tmp.join("bad");

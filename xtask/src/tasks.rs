@@ -80,21 +80,34 @@ fn ensure_libraries() -> Result<Option<std::path::PathBuf>, String> {
 /// The set-up check: `doctor`, fetching NVIDIA's wheels first when no
 /// libraries are found.
 pub fn doctor(args: &[String]) -> Result<(), String> {
+    let verbose = args.iter().any(|a| a == "--verbose" || a == "-v");
     let mut probe = cargo();
     probe
-        .args(["run", "--quiet", "--example", "doctor"])
+        .args(["run", "--quiet", "--example", "doctor", "--"])
         .args(args);
     eprintln!("+ cargo run --example doctor");
-    let st = probe.status().map_err(|e| e.to_string())?;
-    if st.success() {
+    // On a new machine the first look finds nothing: keep its report (one
+    // line per place) for --verbose, and go straight to the fix.
+    let out = probe.output().map_err(|e| e.to_string())?;
+    if out.status.success() {
+        print!("{}", String::from_utf8_lossy(&out.stdout));
         return Ok(());
     }
+    if verbose || out.stdout.is_empty() {
+        print!("{}", String::from_utf8_lossy(&out.stdout));
+        eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    }
     eprintln!(
-        "\nsome libraries were not found; fetching NVIDIA's wheels into the project's cache ...\n"
+        "some libraries were not found in the usual places{}; fetching NVIDIA's wheels into the project's cache ...",
+        if verbose {
+            ""
+        } else {
+            " (`cargo xtask doctor --verbose` shows where it looked)"
+        }
     );
     let dir = fetch::fetch(&fetch::CUDA13)?;
     let mut cmd = cargo();
-    cmd.args(["run", "--quiet", "--example", "doctor"])
+    cmd.args(["run", "--quiet", "--example", "doctor", "--"])
         .args(args)
         .env("CUDNN_RS_FALLBACK_PATH", &dir);
     status(cmd, "cargo run --example doctor")
