@@ -640,6 +640,70 @@ fn conv_round_trip() -> TestResult {
     Ok(())
 }
 
+/// A 3x3 window with padding 2 on a 4x4 input: cuDNN (and the default
+/// descriptor) give 6x6; PyTorch's rule (pad <= kernel / 2) refuses it, as
+/// `new_strict` does. Padding 1 is fine under both.
+fn pooling_strict() -> TestResult {
+    let x = TensorDescriptor::<f32>::nchw(1, 1, 4, 4)?;
+    let loose = PoolingDescriptor::new(
+        PoolingMode::Max,
+        NanPropagation::NotPropagate,
+        &[3, 3],
+        &[2, 2],
+        &[1, 1],
+    )?;
+    // (4 + 2*2 - 3) / 1 + 1 = 6, by hand; cuDNN agrees.
+    ensure!(
+        loose.output_shape(&x)? == [1, 1, 6, 6],
+        "{:?}",
+        loose.output_shape(&x)
+    );
+    ensure!(
+        loose.output_shape_from_cudnn(&x)? == [1, 1, 6, 6],
+        "{:?}",
+        loose.output_shape_from_cudnn(&x)
+    );
+    let e = PoolingDescriptor::new_strict(
+        PoolingMode::Max,
+        NanPropagation::NotPropagate,
+        &[3, 3],
+        &[2, 2],
+        &[1, 1],
+    )
+    .err()
+    .ok_or("strict accepted pad 2 for a 3x3 window")?;
+    let msg = e.to_string();
+    ensure!(
+        matches!(e, Error::InvalidArgument { .. })
+            && msg.contains("pad[0]")
+            && msg.contains("window[0] / 2 (1)")
+            && msg.contains("PyTorch"),
+        "{msg}"
+    );
+    // Only the over-padded dimension is named.
+    let e = PoolingDescriptor::new_strict(
+        PoolingMode::AverageExcludePadding,
+        NanPropagation::NotPropagate,
+        &[3, 4],
+        &[1, 3],
+        &[1, 1],
+    )
+    .err()
+    .ok_or("strict accepted pad 3 for a window of 4")?;
+    ensure!(e.to_string().contains("pad[1]"), "{e}");
+    for (w, p) in [(3, 1), (4, 2), (5, 2), (2, 1), (1, 0)] {
+        let s = PoolingDescriptor::new_strict(
+            PoolingMode::Max,
+            NanPropagation::NotPropagate,
+            &[w],
+            &[p],
+            &[1],
+        )?;
+        ensure!(s.pad() == [p] && s.window() == [w], "{s:?}");
+    }
+    Ok(())
+}
+
 fn pooling_round_trip() -> TestResult {
     for mode in [
         PoolingMode::Max,
@@ -2376,6 +2440,10 @@ fn main() {
         host("filter_round_trip_i8", filter_round_trip::<i8>),
         host("conv_round_trip", conv_round_trip),
         host("pooling_round_trip", pooling_round_trip),
+        host(
+            "pooling_strict_follows_pytorch_default_follows_cudnn",
+            pooling_strict,
+        ),
         host("activation_round_trip", activation_round_trip),
         host("descriptors_are_send", descriptors_are_send),
         host("conv_output_shapes_formula_vs_cudnn", conv_output_table),

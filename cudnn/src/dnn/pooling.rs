@@ -13,6 +13,11 @@
 //!   accepts any padding, so a window can lie entirely in the padding: max
 //!   pooling then yields `-inf` and average pooling excluding padding divides
 //!   by zero. Frameworks forbid it too.
+//!
+//! Looser than PyTorch, which requires `pad <= window / 2`: a 3x3 window with
+//! padding 2 on a 4x4 input is accepted here (as by cuDNN) and gives 6x6,
+//! where PyTorch refuses it. [`PoolingDescriptor::new_strict`] applies
+//! PyTorch's rule on top of these, for frameworks that must match it.
 //! - **the padded input `x + 2*pad` must be at most `i32::MAX`.** cuDNN
 //!   computes it in 32 bits; on overflow it reports output sizes that are
 //!   wrong (and sometimes right by luck).
@@ -276,6 +281,36 @@ impl PoolingDescriptor {
             pad,
             stride,
         })
+    }
+
+    /// As [`new`](Self::new), with PyTorch's rule on top: padding at most
+    /// half the window (`pad[i] <= window[i] / 2`), so every window overlaps
+    /// the input by at least half.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new); [`Error::InvalidArgument`] naming `pad[i]`
+    /// and the bound when the padding is over half the window.
+    pub fn new_strict(
+        mode: PoolingMode,
+        nan: NanPropagation,
+        window: &[usize],
+        pad: &[usize],
+        stride: &[usize],
+    ) -> Result<Self> {
+        validate_pooling(window, pad, stride)?;
+        for (i, (&p, &w)) in pad.iter().zip(window).enumerate() {
+            if p > w / 2 {
+                return Err(Error::invalid(
+                    format!("pad[{i}]"),
+                    format!(
+                        "must be <= window[{i}] / 2 ({}) under the strict (PyTorch) rules",
+                        w / 2
+                    ),
+                    p,
+                ));
+            }
+        }
+        Self::new(mode, nan, window, pad, stride)
     }
 
     /// A 2-d pooling: `[h, w]` window, padding and stride; NaN propagates.
