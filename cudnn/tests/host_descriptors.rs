@@ -640,6 +640,32 @@ fn conv_round_trip() -> TestResult {
     Ok(())
 }
 
+/// Dims-only constructors and derived outputs blame what the caller passed.
+fn errors_name_what_was_passed() -> TestResult {
+    // No strides were passed: the packed tensor's size is about `dims`.
+    match TensorDescriptor::<f32>::packed(&[2, 1 << 30, 2]) {
+        Err(Error::InvalidArgument { arg, rule, value }) => ensure!(
+            arg == "dims" && rule.contains("packed") && value.contains("4294967296"),
+            "{arg}: {rule}: {value}"
+        ),
+        other => return Err(format!("expected dims error, got {other:?}").into()),
+    }
+    // The output of a forward conv is derived: name it and its shape.
+    let x = TensorDescriptor::<f32>::nchw(1 << 16, 1, 128, 128)?;
+    let w = FilterDescriptor::<f32>::nchw(16, 1, 1, 1)?;
+    let conv = ConvDescriptor::new(&[0, 0], &[1, 1], &[1, 1])?;
+    match ConvProblem::forward(&x, &w, &conv) {
+        Err(Error::InvalidArgument { arg, rule, .. }) => ensure!(
+            arg.contains("y (the output descriptor)")
+                && rule.contains("[65536, 16, 128, 128]")
+                && !arg.contains("strides"),
+            "{arg}: {rule}"
+        ),
+        other => return Err(format!("expected an output error, got {other:?}").into()),
+    }
+    Ok(())
+}
+
 /// A 3x3 window with padding 2 on a 4x4 input: cuDNN (and the default
 /// descriptor) give 6x6; PyTorch's rule (pad <= kernel / 2) refuses it, as
 /// `new_strict` does. Padding 1 is fine under both.
@@ -2440,6 +2466,7 @@ fn main() {
         host("filter_round_trip_i8", filter_round_trip::<i8>),
         host("conv_round_trip", conv_round_trip),
         host("pooling_round_trip", pooling_round_trip),
+        host("errors_name_what_was_passed", errors_name_what_was_passed),
         host(
             "pooling_strict_follows_pytorch_default_follows_cudnn",
             pooling_strict,

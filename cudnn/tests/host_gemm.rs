@@ -538,6 +538,16 @@ fn gemv_checks() -> R {
         p.transpose() == Op::CUBLAS_OP_N && p.vector_lengths() == (13, 3),
         "{p:?}"
     );
+    // Row-major A is used transposed: cuBLAS's m is A's column count, and
+    // the error names the columns (not "a rows").
+    expect_invalid(
+        GemvPlan::<f32>::new(Layout::row_major(1, 1 << 31), 1, 1),
+        "a cols",
+    )?;
+    expect_invalid(
+        GemvPlan::<f32>::new(Layout::col_major(1 << 31, 1), 1, 1),
+        "a rows",
+    )?;
     expect_invalid(GemvPlan::<f32>::new(Layout::row_major(3, 5), 0, 1), "incx")?;
     expect_invalid(GemvPlan::<f32>::new(Layout::row_major(3, 5), 1, 0), "incy")?;
     expect_invalid(

@@ -992,10 +992,23 @@ impl<T: GemvType> GemvPlan<T> {
             .ok_or_else(|| Error::invalid("incy", "(a rows - 1) x incy overflows usize", incy))?;
         // Column-contiguous A is column-major rows x cols (op N); otherwise
         // it is column-major cols x rows, used transposed.
-        let (trans, m, n) = if a.is_column_contiguous() {
-            (cublasOperation_t::CUBLAS_OP_N, rows, cols)
+        // The names follow the sizes: transposed, cuBLAS's m is A's columns.
+        let (trans, m, n, m_name, n_name) = if a.is_column_contiguous() {
+            (
+                cublasOperation_t::CUBLAS_OP_N,
+                rows,
+                cols,
+                "a rows",
+                "a cols",
+            )
         } else {
-            (cublasOperation_t::CUBLAS_OP_T, cols, rows)
+            (
+                cublasOperation_t::CUBLAS_OP_T,
+                cols,
+                rows,
+                "a cols",
+                "a rows",
+            )
         };
         Ok(GemvPlan {
             a,
@@ -1004,8 +1017,8 @@ impl<T: GemvType> GemvPlan<T> {
             x_len,
             y_len,
             trans,
-            m: int("a rows", m, api)?,
-            n: int("a cols", n, api)?,
+            m: int(m_name, m, api)?,
+            n: int(n_name, n, api)?,
             lda: int("a.ld", a.ld(), api)?,
             incx_c: int("incx", incx, api)?,
             incy_c: int("incy", incy, api)?,

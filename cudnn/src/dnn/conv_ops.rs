@@ -474,7 +474,23 @@ pub(crate) fn packed_tensor<T: DataType>(
 ) -> Result<TensorDescriptor<T>> {
     match layout {
         TensorFormat::Nchw => TensorDescriptor::packed(dims),
-        TensorFormat::Nhwc => TensorDescriptor::new(dims, &channels_last_strides(dims)),
+        TensorFormat::Nhwc => {
+            // Channels-last packed spans its element count too; name `dims`.
+            let total = dims.iter().map(|&d| d as u128).product::<u128>();
+            if total > i32::MAX as u128 {
+                let expr = dims
+                    .iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join("*");
+                return Err(Error::invalid(
+                    "dims",
+                    "the element count (product of dims) of a packed tensor must be <= i32::MAX",
+                    format!("{expr} = {total}"),
+                ));
+            }
+            TensorDescriptor::new(dims, &channels_last_strides(dims))
+        }
     }
 }
 
@@ -625,7 +641,19 @@ impl<T: ConvDataType, D: ConvPass> ConvProblem<T, D> {
                 format!("{shape:?}"),
             ));
         }
-        let y = packed_tensor::<T>(&shape, layout_of(x, w))?;
+        let layout = layout_of(x, w);
+        let y = packed_tensor::<T>(&shape, layout).map_err(|e| match e {
+            // Too big for one descriptor: say it is the output the problem
+            // derives (the caller passed no strides for it).
+            Error::InvalidArgument { rule, value, .. } => Error::invalid(
+                "y (the output descriptor)",
+                format!(
+                    "the output shape {shape:?} (packed, {layout:?} like x) must fit one cuDNN tensor: {rule}"
+                ),
+                value,
+            ),
+            e => e,
+        })?;
         Ok(Self {
             x: clone_tensor(x)?,
             w: clone_filter(w)?,

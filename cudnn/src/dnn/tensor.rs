@@ -496,6 +496,21 @@ impl<T: DataType> TensorDescriptor<T> {
     pub fn packed(dims: &[usize]) -> Result<Self> {
         check_len("dims.len()", dims.len(), MIN_DIMS, MAX_DIMS)?;
         check_each("dims", dims, 1)?;
+        // A packed tensor spans exactly its element count: say so about
+        // `dims` (the caller passed no strides to blame).
+        let total = dims.iter().map(|&d| d as u128).product::<u128>();
+        if total > INT_MAX as u128 {
+            let expr = dims
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join("*");
+            return Err(Error::invalid(
+                "dims",
+                "the element count (product of dims) of a packed tensor must be <= i32::MAX",
+                format!("{expr} = {total}"),
+            ));
+        }
         let strides = packed_strides(dims)?;
         Self::new(dims, &strides)
     }
