@@ -699,8 +699,9 @@ mod imp {
         let text = err.to_string();
         ensure!(text.contains("NCCL could not be loaded"), "{text}");
         ensure!(
-            text.contains("/nowhere/nccl/libnccl.so.2: not found"),
-            "{text}"
+            format!("{err:#}").contains("/nowhere/nccl/libnccl.so.2: not found")
+                && text.contains("/nowhere/nccl: not found (2 paths)"),
+            "{err:#}"
         );
         ensure!(
             text.contains("set NCCL_LIB_DIR") && text.contains("nvidia-nccl-cu13"),
