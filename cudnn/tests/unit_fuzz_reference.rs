@@ -459,7 +459,7 @@ fn ops_one(t: &Tally, c: &OpsCase) -> Result<(), TestCaseError> {
             }
             if c.which == 6 {
                 let dy = match &fwd {
-                    Some((y, _)) if c.lens[1] % 2 == 0 => y.clone(),
+                    Some((y, _)) if c.lens[1].is_multiple_of(2) => y.clone(),
                     _ => values((c.seed % 9) as usize, c.seed),
                 };
                 if let Some(dx) = call(t, "pool_backward", || {
@@ -478,7 +478,11 @@ fn ops_one(t: &Tally, c: &OpsCase) -> Result<(), TestCaseError> {
             let p = stats
                 .as_ref()
                 .map_or((c.seed % 5) as usize, |s| s.mean.len());
-            let p = if c.lens[1] % 3 == 0 { p + 1 } else { p };
+            let p = if c.lens[1].is_multiple_of(3) {
+                p + 1
+            } else {
+                p
+            };
             let scale = values(p, c.seed);
             match c.which {
                 7 => {
@@ -702,7 +706,7 @@ fn conv_one(t: &Tally, c: &ConvCase) -> Result<(), TestCaseError> {
         4 => {
             let k = w_shape.first().copied().unwrap_or(0);
             let bias = values(
-                if c.lens[3] % 2 == 0 && k <= MAX_BUFFER {
+                if c.lens[3].is_multiple_of(2) && k <= MAX_BUFFER {
                     k
                 } else {
                     1
@@ -841,7 +845,7 @@ fn gemm_one(t: &Tally, c: &GemmCase) -> Result<(), TestCaseError> {
     let mut shapes = [(m, k), (k, n), (m, n)];
     if c.lens[4] & 6 == 6 {
         let i = (c.lens[4] as usize >> 2) % 6;
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             shapes[i / 2].0 = c.wrong;
         } else {
             shapes[i / 2].1 = c.wrong;
@@ -862,7 +866,7 @@ fn gemm_one(t: &Tally, c: &GemmCase) -> Result<(), TestCaseError> {
             let epilogue = pick(&EPILOGUES, c.epilogue);
             let blen = gemm::bias_len(epilogue, &lc);
             let bias = values(
-                if c.lens[3] % 2 == 0 && blen <= MAX_BUFFER {
+                if c.lens[3].is_multiple_of(2) && blen <= MAX_BUFFER {
                     blen
                 } else {
                     (c.seed % 3) as usize
@@ -1227,17 +1231,17 @@ enum Mutation {
 fn mutation() -> impl Strategy<Value = Mutation> {
     let at = any::<usize>();
     prop_oneof![
-        (at.clone(), 0u8..8).prop_map(|(at, bit)| Mutation::Flip { at, bit }),
+        (at, 0u8..8).prop_map(|(at, bit)| Mutation::Flip { at, bit }),
         (
-            at.clone(),
+            at,
             prop::sample::select(b" =,-\n0123456789abcdefghijklmnopqrstuvwxyz\xff\x00".to_vec())
         )
             .prop_map(|(at, byte)| Mutation::Set { at, byte }),
-        (at.clone(), 0usize..40).prop_map(|(at, len)| Mutation::Delete { at, len }),
-        (at.clone(), prop::collection::vec(any::<u8>(), 0..8))
+        (at, 0usize..40).prop_map(|(at, len)| Mutation::Delete { at, len }),
+        (at, prop::collection::vec(any::<u8>(), 0..8))
             .prop_map(|(at, bytes)| Mutation::Insert { at, bytes }),
-        (at.clone(), 0usize..400).prop_map(|(at, len)| Mutation::Duplicate { at, len }),
-        at.clone().prop_map(|at| Mutation::Truncate { at }),
+        (at, 0usize..400).prop_map(|(at, len)| Mutation::Duplicate { at, len }),
+        at.prop_map(|at| Mutation::Truncate { at }),
         (at, 0u8..10).prop_map(|(nth, to)| Mutation::Digit { nth, to }),
     ]
 }
