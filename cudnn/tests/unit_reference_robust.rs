@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 use cudnn::Error;
 use cudnn::blas::{Epilogue, Layout};
 use cudnn::dnn::{BatchNormMode, PoolingMode, ReduceOp, SoftmaxAlgorithm, SoftmaxMode};
+use cudnn::reference::attention::{self, SdpaConfig, View};
 use cudnn::reference::conv::{self, ConvParams, Layout as ConvLayout};
-use cudnn::reference::{MAX_ELEMENTS, MAX_WORK, gemm, ops};
+use cudnn::reference::{MAX_ELEMENTS, MAX_WORK, gemm, norm, ops};
 use support::*;
 
 const LIMIT: Duration = Duration::from_secs(1);
@@ -429,12 +430,33 @@ fn conv_work_bound() -> TestResult {
     })
 }
 
+fn norm_and_attention_bounds() -> TestResult {
+    refused("dims", WORK, || {
+        norm::layer_norm_training(&[1.0], &[1 << 40, 1], &[1.0], &[1.0], 1e-5)
+    })?;
+    // A zero-stride view addresses one element whatever its dims; a dim
+    // past the bound is still refused (it would be looped over).
+    let one = [1.0];
+    let q = View::new(&one, [1, 1, 1, 1 << 31], [0; 4]);
+    let kv = View::new(&one, [1, 1, 1, 1 << 31], [0; 4]);
+    let v = View::new(&one, [1, 1, 1, 1], [0; 4]);
+    refused("q.dims[3]", ELEMENTS, || {
+        attention::forward(&q, &kv, &v, &SdpaConfig::new(1.0))
+    })?;
+    // Within the dimension bound, the work bound still holds.
+    let q = View::new(&one, [1, 1, 1 << 20, 1 << 20], [0; 4]);
+    let kv = View::new(&one, [1, 1, 1 << 20, 1 << 20], [0; 4]);
+    let v = View::new(&one, [1, 1, 1 << 20, 1], [0; 4]);
+    refused("attention shape", WORK, || {
+        attention::forward(&q, &kv, &v, &SdpaConfig::new(1.0))
+    })
+}
+
 fn bounds_are_what_the_docs_say() -> TestResult {
     ensure!(MAX_ELEMENTS == 1 << 30, "MAX_ELEMENTS {MAX_ELEMENTS}");
     ensure!(MAX_WORK == 1 << 32, "MAX_WORK {MAX_WORK}");
     ensure!(
-        cudnn::reference::norm::MAX_WORK == MAX_WORK
-            && cudnn::reference::attention::MAX_WORK == MAX_WORK,
+        norm::MAX_WORK == MAX_WORK && attention::MAX_WORK == MAX_WORK,
         "the module bounds differ"
     );
     Ok(())
@@ -499,6 +521,10 @@ fn main() {
         unit("reference_robust::gemm_work_bound", gemm_work_bound),
         unit("reference_robust::conv_huge_pad", conv_huge_pad),
         unit("reference_robust::conv_work_bound", conv_work_bound),
+        unit(
+            "reference_robust::norm_and_attention_bounds",
+            norm_and_attention_bounds,
+        ),
         unit(
             "reference_robust::bounds_are_what_the_docs_say",
             bounds_are_what_the_docs_say,

@@ -52,11 +52,11 @@
 //! or `1 / (1 - p)` (kept), applied to `P` after the softmax.
 //!
 //! # Bounds
-//! Dimensions must be at least 1, every view must address only inside its
-//! buffer, sizes use checked arithmetic, outputs are allocated with
-//! `try_reserve` (at most [`MAX_ELEMENTS`](super::MAX_ELEMENTS) each), and
-//! a call whose work exceeds [`MAX_WORK`] multiply-adds
-//! is rejected with [`Error::InvalidArgument`] (forward:
+//! Dimensions must be at least 1 and at most
+//! [`MAX_ELEMENTS`](super::MAX_ELEMENTS), every view must address only
+//! inside its buffer, sizes use checked arithmetic, outputs are allocated
+//! with `try_reserve` (at most `MAX_ELEMENTS` each), and a call whose work
+//! exceeds [`MAX_WORK`] multiply-adds is rejected with [`Error::InvalidArgument`] (forward:
 //! `b * h_q * s_q * s_kv * (d + d_v)`; backward:
 //! `b * h_q * s_q * (s_kv * (3 d + 2 d_v) + d_v)`).
 //!
@@ -298,7 +298,7 @@ fn check_work(shape: &Shape, backward: bool) -> Result<()> {
         Some(w) if w <= MAX_WORK => Ok(()),
         _ => Err(Error::invalid(
             "attention shape",
-            format!("the work must be at most {MAX_WORK} multiply-adds"),
+            format!("the work must be at most {MAX_WORK} multiply-adds (reference::MAX_WORK)"),
             format!(
                 "b {b}, h_q {hq}, s_q {sq}, s_kv {skv}, d {d}, d_v {dv} ({})",
                 work.map_or("overflow".to_string(), |w| w.to_string())
@@ -341,6 +341,9 @@ fn check(
                 "must be >= 1",
                 format!("{:?}", t.dims),
             ));
+        }
+        for (i, &d) in t.dims.iter().enumerate() {
+            bounds::extent(&format!("{name}.dims[{i}]"), d)?;
         }
     }
     let [b, hq, sq, d] = q.dims;

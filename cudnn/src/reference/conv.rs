@@ -666,6 +666,7 @@ impl Geometry {
         self.check_forward()?;
         let mut y = bounds::zeros("output shape", self.y_len)?;
         let (taps, w_offsets) = self.taps()?;
+        // At least 1: `check_shape` asks for a rank of at least 3.
         let nd = self.ws.len();
         let (xst, wst, yst) = (&self.x_strides, &self.w_strides, &self.y_strides);
         for n in 0..self.n {

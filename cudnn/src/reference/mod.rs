@@ -8,10 +8,14 @@
 //! - every size is computed with checked arithmetic (an overflow is
 //!   [`Error::InvalidArgument`](crate::Error::InvalidArgument) naming the
 //!   argument, in every build profile);
-//! - no dimension, batch count or element count of a tensor or matrix a
-//!   reference takes or makes, and no buffer it allocates, may exceed
-//!   [`MAX_ELEMENTS`]; buffers are reserved fallibly (`try_reserve`), so
-//!   a refused allocation is an error too;
+//! - no buffer a reference allocates, and no tensor or matrix it reads or
+//!   writes, may hold more than [`MAX_ELEMENTS`] values; buffers are
+//!   reserved fallibly (`try_reserve`), so a refused allocation is an
+//!   error too. Each dimension (and batch count) of a shape is bounded by
+//!   it as well, so a tensor that is empty but has an absurd extent is
+//!   refused at once rather than looped over. (The pure shape helpers,
+//!   such as [`conv::ConvParams::output_shape`], only compute and check
+//!   the rules: they allocate nothing.)
 //! - a call whose inner-loop steps (each module documents how it counts
 //!   them) would exceed [`MAX_WORK`] is refused before anything is
 //!   allocated or computed;

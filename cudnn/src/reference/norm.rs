@@ -231,7 +231,8 @@ fn check_dims(dims: &[usize], x_len: usize) -> Result<usize> {
             Error::invalid(
                 "dims",
                 format!(
-                    "the work ({WORK_PER_ELEMENT} x the element count) must be at most {MAX_WORK}"
+                    "the work ({WORK_PER_ELEMENT} x the element count) must be at most \
+                     {MAX_WORK} (reference::MAX_WORK)"
                 ),
                 format!("{dims:?} ({count} elements)"),
             )

@@ -19,8 +19,8 @@
 //! [`MAX_WORK`](super::MAX_WORK) steps is refused. Work is counted as the
 //! elements read and written, except for pooling (output elements x window
 //! positions) and reduction (output elements x reduced elements each). A
-//! tensor with a 0 dimension is allowed where cuDNN's shapes would be (not
-//! for pooling) and is answered at once.
+//! tensor with a 0 dimension (allowed everywhere but in pooling) is
+//! answered at once.
 //!
 //! ```
 //! use cudnn::reference::ops;
