@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cudnn::Error;
-use cudnn::dnn::{AlgoCache, AlgoChoice, AlgoKey, CacheStats, ConvDirection, MathPolicy};
+use cudnn::dnn::{
+    AlgoCache, AlgoChoice, AlgoKey, CacheSearch, CacheStats, ConvDirection, MathPolicy,
+};
 use support::*;
 
 fn key(n: i64) -> AlgoKey {
@@ -35,7 +37,7 @@ fn key(n: i64) -> AlgoKey {
         math: MathPolicy::Default,
         deterministic: false,
         workspace_limit: None,
-        search: 0,
+        search: CacheSearch::Heuristic,
     }
 }
 
@@ -118,8 +120,8 @@ fn one_field_variants() -> Vec<(&'static str, AlgoKey)> {
         v("deterministic", &|k| k.deterministic = true),
         v("workspace_limit", &|k| k.workspace_limit = Some(1 << 20)),
         v("workspace_limit (0)", &|k| k.workspace_limit = Some(0)),
-        v("search", &|k| k.search = 1),
-        v("search (fixed)", &|k| k.search = 2),
+        v("search", &|k| k.search = CacheSearch::Exhaustive),
+        v("search (fixed)", &|k| k.search = CacheSearch::Fixed),
     ]
 }
 
@@ -343,7 +345,7 @@ fn varied_entries() -> Vec<(AlgoKey, AlgoChoice)> {
     odd.deterministic = true;
     odd.math = MathPolicy::ForbidTensorCores;
     odd.direction = ConvDirection::BackwardFilter;
-    odd.search = 2;
+    odd.search = CacheSearch::Fixed;
     out.push((
         odd,
         AlgoChoice {
@@ -719,6 +721,103 @@ fn save_errors() -> TestResult {
     Ok(())
 }
 
+/// Every search kind saves and loads (the field holds only values the file
+/// format has), as the codes 0, 1 and 2; the plan options map onto them.
+fn search_kinds_round_trip() -> TestResult {
+    use cudnn::dnn::{AlgoSearch, ConvAlgo};
+    let dir = temp_dir("search-kinds")?;
+    let path = dir.join("algos.txt");
+    let kinds = [
+        (CacheSearch::Heuristic, 0),
+        (CacheSearch::Exhaustive, 1),
+        (CacheSearch::Fixed, 2),
+    ];
+    let cache = AlgoCache::new(8);
+    for (i, &(kind, code)) in kinds.iter().enumerate() {
+        ensure!(kind.code() == code, "{kind:?} code {}", kind.code());
+        ensure!(
+            CacheSearch::from_code(code) == Some(kind),
+            "from_code({code})"
+        );
+        let mut k = key(i as i64 + 1);
+        k.search = kind;
+        cache.insert(k, choice(i as u32));
+    }
+    ensure!(CacheSearch::from_code(3).is_none(), "from_code(3)");
+    ensure!(
+        CacheSearch::from(AlgoSearch::Heuristic) == CacheSearch::Heuristic
+            && CacheSearch::from(AlgoSearch::Exhaustive) == CacheSearch::Exhaustive
+            && CacheSearch::from(AlgoSearch::Fixed(ConvAlgo::IMPLICIT_PRECOMP_GEMM))
+                == CacheSearch::Fixed,
+        "AlgoSearch mapping"
+    );
+    cache.save(&path).map_err(|e| e.to_string())?;
+    let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+    for code in 0..3 {
+        ensure!(
+            text.contains(&format!(" search={code} ")),
+            "the file lacks search={code}:\n{text}"
+        );
+    }
+    let loaded = AlgoCache::new(8);
+    ensure!(
+        loaded.load(&path).map_err(|e| e.to_string())? == 3,
+        "loaded count"
+    );
+    ensure!(loaded.entries() == cache.entries(), "round trip differs");
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// A file over `MAX_FILE_BYTES` is refused without reading it all (a
+/// sparse file of the limit plus one byte, and `/dev/zero`, which never
+/// ends), and the cache is unchanged.
+fn oversized_files_refused() -> TestResult {
+    let dir = temp_dir("oversized")?;
+    let big = dir.join("big.txt");
+    let f = std::fs::File::create(&big).map_err(|e| e.to_string())?;
+    f.set_len(AlgoCache::MAX_FILE_BYTES + 1)
+        .map_err(|e| e.to_string())?;
+    drop(f);
+    let cache = AlgoCache::new(4);
+    cache.insert(key(5), choice(5));
+    let before = cache.entries();
+    let mut paths = vec![big];
+    let zero = Path::new("/dev/zero");
+    if zero.exists() {
+        paths.push(zero.to_path_buf());
+    }
+    for path in &paths {
+        let start = std::time::Instant::now();
+        match cache.load(path) {
+            Ok(n) => return Err(format!("{}: loaded {n}", path.display()).into()),
+            Err(e) => check_file_error(&e, path, "MAX_FILE_BYTES", None)?,
+        }
+        let took = start.elapsed();
+        ensure!(
+            took < std::time::Duration::from_secs(10),
+            "{}: took {took:?}",
+            path.display()
+        );
+        ensure!(
+            cache.entries() == before,
+            "a refused load changed the cache"
+        );
+    }
+    // Exactly the limit is read (and then refused as not a cache).
+    let at_limit = dir.join("at-limit.txt");
+    let f = std::fs::File::create(&at_limit).map_err(|e| e.to_string())?;
+    f.set_len(AlgoCache::MAX_FILE_BYTES)
+        .map_err(|e| e.to_string())?;
+    drop(f);
+    match cache.load(&at_limit) {
+        Ok(n) => return Err(format!("zeros loaded {n}").into()),
+        Err(e) => check_file_error(&e, &at_limit, "not an algorithm cache", Some(1))?,
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
 fn main() {
     run(vec![
         unit("algo_cache::every_key_field_matters", every_field_matters),
@@ -729,5 +828,13 @@ fn main() {
         unit("algo_cache::save_load_round_trip", save_load_round_trip),
         unit("algo_cache::corrupt_files_rejected_whole", corrupt_files),
         unit("algo_cache::save_errors", save_errors),
+        unit(
+            "algo_cache::search_kinds_round_trip",
+            search_kinds_round_trip,
+        ),
+        unit(
+            "algo_cache::oversized_files_refused",
+            oversized_files_refused,
+        ),
     ])
 }

@@ -1333,7 +1333,7 @@ fn algo_key_changes_with_every_input() -> TestResult {
         "{k0:?}"
     );
     ensure!(
-        k0.compute_type == ComputeType::F32.to_raw().0 && k0.search == 0,
+        k0.compute_type == ComputeType::F32.to_raw().0 && k0.search == CacheSearch::Heuristic,
         "{k0:?}"
     );
     ensure!(

@@ -10,12 +10,14 @@
 //! The cache can be saved to and loaded from a text file, so a long-running
 //! service (or the next run of a training script) skips the search. The
 //! file is written to a temporary file and renamed, so a reader never sees a
-//! half-written file; a file that is corrupt, truncated or of another format
-//! version is rejected as a whole, naming the line, and the cache is left as
-//! it was.
+//! half-written file; a file that is corrupt, truncated, of another format
+//! version or larger than [`AlgoCache::MAX_FILE_BYTES`] is rejected as a
+//! whole, naming the line, and the cache is left as it was. Every key the
+//! cache can hold saves to a file it loads again (the key's fields are
+//! types that hold only values the format has).
 //!
 //! ```
-//! use cudnn::dnn::{AlgoCache, AlgoChoice, AlgoKey, ConvDirection, MathPolicy};
+//! use cudnn::dnn::{AlgoCache, AlgoChoice, AlgoKey, CacheSearch, ConvDirection, MathPolicy};
 //! let cache = AlgoCache::new(16);
 //! let key = AlgoKey {
 //!     device: 0, direction: ConvDirection::Forward,
@@ -24,7 +26,8 @@
 //!     w_dims: vec![16, 3, 3, 3], w_format: 0,
 //!     y_dims: vec![8, 16, 32, 32], y_strides: vec![16384, 1024, 32, 1],
 //!     pad: vec![1, 1], stride: vec![1, 1], dilation: vec![1, 1], groups: 1, mode: 1,
-//!     math: MathPolicy::Default, deterministic: false, workspace_limit: None, search: 0,
+//!     math: MathPolicy::Default, deterministic: false, workspace_limit: None,
+//!     search: CacheSearch::Heuristic,
 //! };
 //! assert_eq!(cache.get(&key), None);
 //! let choice = AlgoChoice { algo: 1, math_type: 0, workspace_bytes: 4096 };
@@ -36,7 +39,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::fs;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -66,6 +69,51 @@ pub enum MathPolicy {
     AllowTf32,
     /// Tensor Cores never used.
     ForbidTensorCores,
+}
+
+/// How a cached choice was made: the kind of
+/// [`AlgoSearch`](super::AlgoSearch) without a fixed algorithm's value.
+/// Saved files write it as 0, 1 or 2 ([`CacheSearch::code`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum CacheSearch {
+    /// cuDNN's heuristics (code 0). The default.
+    #[default]
+    Heuristic,
+    /// A measured, exhaustive search (code 1).
+    Exhaustive,
+    /// A fixed algorithm (code 2).
+    Fixed,
+}
+
+impl CacheSearch {
+    /// The code a saved cache file holds: 0 heuristic, 1 exhaustive, 2 fixed.
+    pub fn code(self) -> u8 {
+        match self {
+            CacheSearch::Heuristic => 0,
+            CacheSearch::Exhaustive => 1,
+            CacheSearch::Fixed => 2,
+        }
+    }
+
+    /// The kind with this [`code`](CacheSearch::code), if any.
+    pub fn from_code(code: u8) -> Option<Self> {
+        match code {
+            0 => Some(CacheSearch::Heuristic),
+            1 => Some(CacheSearch::Exhaustive),
+            2 => Some(CacheSearch::Fixed),
+            _ => None,
+        }
+    }
+}
+
+impl From<super::AlgoSearch> for CacheSearch {
+    fn from(search: super::AlgoSearch) -> Self {
+        match search {
+            super::AlgoSearch::Heuristic => CacheSearch::Heuristic,
+            super::AlgoSearch::Exhaustive => CacheSearch::Exhaustive,
+            super::AlgoSearch::Fixed(_) => CacheSearch::Fixed,
+        }
+    }
 }
 
 /// Everything that determines the best algorithm.
@@ -111,8 +159,8 @@ pub struct AlgoKey {
     pub deterministic: bool,
     /// The workspace limit in bytes, if any.
     pub workspace_limit: Option<usize>,
-    /// How the choice was made: 0 heuristic, 1 exhaustive, 2 fixed.
-    pub search: u8,
+    /// How the choice was made.
+    pub search: CacheSearch,
 }
 
 /// What was chosen.
@@ -249,6 +297,12 @@ impl AlgoCache {
     /// The capacity of [`AlgoCache::global`] and [`AlgoCache::default`].
     pub const DEFAULT_CAPACITY: usize = 4096;
 
+    /// The largest file [`AlgoCache::load`] reads and [`AlgoCache::save`]
+    /// writes: 64 MiB (an entry is a few hundred bytes, so this is room
+    /// for well over a hundred thousand entries). Larger files are refused
+    /// without being read past the limit.
+    pub const MAX_FILE_BYTES: u64 = 64 << 20;
+
     /// An empty cache holding at most `capacity` entries (0: caches nothing).
     pub fn new(capacity: usize) -> Self {
         AlgoCache {
@@ -364,8 +418,17 @@ impl AlgoCache {
     /// one.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] naming the file when it cannot be written.
+    /// [`Error::InvalidArgument`] naming the file when it cannot be written,
+    /// or when the text would be larger than [`AlgoCache::MAX_FILE_BYTES`]
+    /// (which [`AlgoCache::load`] would refuse); nothing is written then.
     pub fn save(&self, path: &Path) -> Result<()> {
+        self.save_limited(path, Self::MAX_FILE_BYTES)
+    }
+
+    /// [`AlgoCache::save`] with `limit` in place of
+    /// [`AlgoCache::MAX_FILE_BYTES`] (so the refusal can be tested on a
+    /// small cache).
+    fn save_limited(&self, path: &Path, limit: u64) -> Result<()> {
         let entries = self.entries();
         let mut text = format!("{HEADER_PREFIX}{FORMAT_VERSION}\n");
         for (key, choice) in &entries {
@@ -373,6 +436,18 @@ impl AlgoCache {
             text.push('\n');
         }
         text.push_str(&format!("end {}\n", entries.len()));
+        if text.len() as u64 > limit {
+            return Err(Error::invalid(
+                "algorithm cache file",
+                format!(
+                    "the {} entries take {} bytes, more than the {limit} a cache file may have \
+                     (AlgoCache::MAX_FILE_BYTES); lower the capacity",
+                    entries.len(),
+                    text.len(),
+                ),
+                path.display(),
+            ));
+        }
 
         let io_err = |what: &str, e: std::io::Error| {
             Error::invalid(
@@ -415,13 +490,24 @@ impl AlgoCache {
     /// # Errors
     /// [`Error::InvalidArgument`] with arg `"algorithm cache file"`, the
     /// problem and its line (`"bad number `x` for `groups` at line 3"`) and
-    /// the path as the value, when the file cannot be read, is empty, has
-    /// another header or format version, a malformed, duplicated or
-    /// truncated entry, or no final `end` line with the right count. The
-    /// cache is then unchanged.
+    /// the path as the value, when the file cannot be read, is larger than
+    /// [`AlgoCache::MAX_FILE_BYTES`] (no more than that is read, so a
+    /// device or a pipe without end is refused too), is empty, has another
+    /// header or format version, a malformed, duplicated or truncated
+    /// entry, or no final `end` line with the right count. The cache is
+    /// then unchanged.
     pub fn load(&self, path: &Path) -> Result<usize> {
         let bad = |rule: String| Error::invalid("algorithm cache file", rule, path.display());
-        let bytes = fs::read(path).map_err(|e| bad(format!("cannot read: {e}")))?;
+        let mut bytes = Vec::new();
+        fs::File::open(path)
+            .and_then(|f| f.take(Self::MAX_FILE_BYTES + 1).read_to_end(&mut bytes))
+            .map_err(|e| bad(format!("cannot read: {e}")))?;
+        if bytes.len() as u64 > Self::MAX_FILE_BYTES {
+            return Err(bad(format!(
+                "larger than the {} bytes a cache file may have (AlgoCache::MAX_FILE_BYTES)",
+                Self::MAX_FILE_BYTES
+            )));
+        }
         let text = std::str::from_utf8(&bytes).map_err(|e| {
             let line = bytes[..e.valid_up_to()]
                 .iter()
@@ -489,7 +575,7 @@ fn format_entry(k: &AlgoKey, c: &AlgoChoice) -> String {
         u8::from(k.deterministic).to_string(),
         k.workspace_limit
             .map_or_else(|| "none".into(), |w| w.to_string()),
-        k.search.to_string(),
+        k.search.code().to_string(),
         c.algo.to_string(),
         c.math_type.to_string(),
         c.workspace_bytes.to_string(),
@@ -635,7 +721,9 @@ fn parse_entry(line: &str) -> std::result::Result<(AlgoKey, AlgoChoice), String>
         field => Some(num(field)?),
     };
     let search = match next()? {
-        (_, v @ ("0" | "1" | "2")) => num(("search", v))?,
+        (_, "0") => CacheSearch::Heuristic,
+        (_, "1") => CacheSearch::Exhaustive,
+        (_, "2") => CacheSearch::Fixed,
         (name, v) => return Err(format!("`{name}` must be 0, 1 or 2, found `{v}`")),
     };
     let choice = AlgoChoice {
@@ -667,4 +755,69 @@ fn parse_entry(line: &str) -> std::result::Result<(AlgoKey, AlgoChoice), String>
         search,
     };
     Ok((key, choice))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(n: i64) -> AlgoKey {
+        AlgoKey {
+            device: 0,
+            direction: ConvDirection::Forward,
+            x_type: 0,
+            w_type: 0,
+            y_type: 0,
+            compute_type: 0,
+            x_dims: vec![n, 3, 8, 8],
+            x_strides: vec![192, 64, 8, 1],
+            w_dims: vec![4, 3, 3, 3],
+            w_format: 0,
+            y_dims: vec![n, 4, 8, 8],
+            y_strides: vec![256, 64, 8, 1],
+            pad: vec![1, 1],
+            stride: vec![1, 1],
+            dilation: vec![1, 1],
+            groups: 1,
+            mode: 1,
+            math: MathPolicy::Default,
+            deterministic: false,
+            workspace_limit: None,
+            search: CacheSearch::Exhaustive,
+        }
+    }
+
+    /// A cache whose file would pass the limit is not saved (so whatever
+    /// `save` writes, `load` reads), and the old file stays.
+    #[test]
+    fn save_refuses_a_file_over_the_limit() {
+        let dir = std::env::temp_dir().join(format!("cudnn-rs-save-limit-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("algos.txt");
+        let cache = AlgoCache::new(64);
+        let choice = AlgoChoice {
+            algo: 1,
+            math_type: 0,
+            workspace_bytes: 0,
+        };
+        cache.insert(key(1), choice);
+        cache.save_limited(&path, 4096).unwrap();
+        let old = fs::read(&path).unwrap();
+        for n in 2..40 {
+            cache.insert(key(n), choice);
+        }
+        let e = cache.save_limited(&path, 4096).unwrap_err().to_string();
+        assert!(
+            e.contains("MAX_FILE_BYTES") && e.contains("39 entries"),
+            "{e}"
+        );
+        assert_eq!(fs::read(&path).unwrap(), old);
+        // The same cache fits the real limit and loads back whole.
+        cache.save(&path).unwrap();
+        let loaded = AlgoCache::new(64);
+        assert_eq!(loaded.load(&path).unwrap(), 39);
+        assert_eq!(loaded.entries(), cache.entries());
+        let _ = fs::remove_dir_all(&dir);
+    }
 }

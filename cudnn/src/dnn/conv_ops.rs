@@ -305,13 +305,11 @@ pub enum AlgoSearch {
 }
 
 impl AlgoSearch {
-    /// The [`AlgoKey::search`] code: 0 heuristic, 1 exhaustive, 2 fixed.
+    /// The code of its [`CacheSearch`](super::CacheSearch) (what
+    /// [`AlgoKey::search`] holds and a saved cache file writes): 0
+    /// heuristic, 1 exhaustive, 2 fixed.
     pub fn code(self) -> u8 {
-        match self {
-            AlgoSearch::Heuristic => 0,
-            AlgoSearch::Exhaustive => 1,
-            AlgoSearch::Fixed(_) => 2,
-        }
+        super::CacheSearch::from(self).code()
     }
 }
 
@@ -757,7 +755,7 @@ impl<T: ConvDataType, D: ConvPass> ConvProblem<T, D> {
             math: options.math,
             deterministic: options.deterministic,
             workspace_limit: options.workspace_limit,
-            search: options.search.code(),
+            search: options.search.into(),
         }
     }
 

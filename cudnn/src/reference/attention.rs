@@ -52,10 +52,11 @@
 //! or `1 / (1 - p)` (kept), applied to `P` after the softmax.
 //!
 //! # Bounds
-//! Dimensions must be at least 1, every view must address only inside its
-//! buffer, sizes use checked arithmetic, outputs are allocated with
-//! `try_reserve`, and a call whose work exceeds [`MAX_WORK`] multiply-adds
-//! is rejected with [`Error::InvalidArgument`] (forward:
+//! Dimensions must be at least 1 and at most
+//! [`MAX_ELEMENTS`](super::MAX_ELEMENTS), every view must address only
+//! inside its buffer, sizes use checked arithmetic, outputs are allocated
+//! with `try_reserve` (at most `MAX_ELEMENTS` each), and a call whose work
+//! exceeds [`MAX_WORK`] multiply-adds is rejected with [`Error::InvalidArgument`] (forward:
 //! `b * h_q * s_q * s_kv * (d + d_v)`; backward:
 //! `b * h_q * s_q * (s_kv * (3 d + 2 d_v) + d_v)`).
 //!
@@ -75,10 +76,12 @@
 //! # Ok::<(), cudnn::Error>(())
 //! ```
 
+use super::bounds;
 use crate::error::{Error, Result};
 
-/// The most work (multiply-adds) one call accepts: 2^32.
-pub const MAX_WORK: u64 = 1 << 32;
+/// The most work (multiply-adds) one call accepts: 2^32, the
+/// [`reference`](super::MAX_WORK) bound.
+pub const MAX_WORK: u64 = super::MAX_WORK;
 
 /// A 4-d tensor in BHSD logical order: its buffer, dims and strides (in
 /// elements).
@@ -262,13 +265,7 @@ fn product(what: &str, factors: &[usize]) -> Result<usize> {
         .ok_or_else(|| Error::invalid(what, "the size overflows usize", format!("{factors:?}")))
 }
 
-fn zeros(what: &str, n: usize) -> Result<Vec<f64>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(n)
-        .map_err(|_| Error::invalid(what, "cannot allocate that many f64 values", n))?;
-    v.resize(n, 0.0);
-    Ok(v)
-}
+use bounds::zeros;
 
 fn check_work(shape: &Shape, backward: bool) -> Result<()> {
     let Shape {
@@ -301,7 +298,7 @@ fn check_work(shape: &Shape, backward: bool) -> Result<()> {
         Some(w) if w <= MAX_WORK => Ok(()),
         _ => Err(Error::invalid(
             "attention shape",
-            format!("the work must be at most {MAX_WORK} multiply-adds"),
+            format!("the work must be at most {MAX_WORK} multiply-adds (reference::MAX_WORK)"),
             format!(
                 "b {b}, h_q {hq}, s_q {sq}, s_kv {skv}, d {d}, d_v {dv} ({})",
                 work.map_or("overflow".to_string(), |w| w.to_string())
@@ -344,6 +341,9 @@ fn check(
                 "must be >= 1",
                 format!("{:?}", t.dims),
             ));
+        }
+        for (i, &d) in t.dims.iter().enumerate() {
+            bounds::extent(&format!("{name}.dims[{i}]"), d)?;
         }
     }
     let [b, hq, sq, d] = q.dims;

@@ -27,6 +27,18 @@
 //! Every function validates shapes, parameters and buffer lengths first and
 //! returns an [`Error`] instead of panicking.
 //!
+//! # Bounds
+//! As everywhere in [`crate::reference`]: the output (and every buffer the
+//! loops use) holds at most [`MAX_ELEMENTS`](super::MAX_ELEMENTS) values,
+//! so a huge padding on a tiny input is refused before anything is
+//! allocated, and the work may be at most [`MAX_WORK`](super::MAX_WORK)
+//! steps, counted as the multiply-adds of the loops: output elements x
+//! window positions x input channels per group for [`forward`] and
+//! [`backward_filter`] (plus one per output element for
+//! [`bias_activation_forward`]), input elements x window positions x output
+//! channels per group for [`backward_data`], and the elements of `dy` for
+//! [`backward_bias`].
+//!
 //! ```
 //! use cudnn::reference::conv::{self, ConvParams, Layout};
 //! // 1-d: x = [1, 2, 3, 4], w = [1, 0, -1]  ->  y = [1 - 3, 2 - 4]
@@ -40,6 +52,8 @@
 //! # Ok::<(), cudnn::Error>(())
 //! ```
 
+use super::bounds;
+use super::ops::for_each_index;
 use crate::dnn::{ActivationMode, TensorFormat};
 use crate::error::{Error, Result};
 
@@ -294,11 +308,13 @@ pub fn backward_bias(dy: &[f64], dy_shape: &[usize], layout: Layout) -> Result<V
     check_shape("dy_shape", dy_shape)?;
     let len = element_count("dy_shape", dy_shape)?;
     check_len("dy", len, dy.len())?;
+    bounds::count("dy_shape", dy_shape)?;
     let strides = layout.strides(dy_shape)?;
     let (n, k) = (dy_shape[0], dy_shape[1]);
-    let spatial = multi_indices(&dy_shape[2..])?;
-    let offsets: Vec<usize> = spatial.iter().map(|s| offset(s, &strides[2..])).collect();
-    let mut db = zeros(k)?;
+    let spatial = &dy_shape[2..];
+    let mut offsets = bounds::buffer("dy_shape", bounds::count("dy_shape", spatial)?)?;
+    for_each_index(spatial, |s| offsets.push(offset(s, &strides[2..])));
+    let mut db = bounds::zeros("dy_shape", k)?;
     for (kk, out) in db.iter_mut().enumerate() {
         let mut acc = 0.0;
         for nn in 0..n {
@@ -338,16 +354,21 @@ pub fn bias_activation_forward(
     if let Some(z) = fused.z {
         check_len("z", g.y_len, z.len())?;
     }
+    let conv_work = g.check_forward()?;
+    bounds::total_work(
+        "w_shape",
+        "the convolution's, plus one per output element",
+        &[conv_work, g.y_len as u64],
+    )?;
     let mut y = g.forward(x, w)?;
-    let outs = multi_indices(&g.ys)?;
     for nn in 0..g.n {
         for (kk, &b) in fused.bias.iter().enumerate() {
             let base = nn * g.y_strides[0] + kk * g.y_strides[1];
-            for o in &outs {
+            for_each_index(&g.ys, |o| {
                 let i = base + offset(o, &g.y_strides[2..]);
                 let z = fused.z.map_or(0.0, |z| z[i]);
                 y[i] = activate(fused.activation, fused.alpha1 * y[i] + fused.alpha2 * z + b);
-            }
+            });
         }
     }
     Ok((y, g.y_shape()))
@@ -363,10 +384,11 @@ pub fn convert_layout(data: &[f64], shape: &[usize], from: Layout, to: Layout) -
     let src = from.strides(shape)?;
     let dst = to.strides(shape)?;
     check_len("data", len, data.len())?;
-    let mut out = zeros(len)?;
-    for idx in multi_indices(shape)? {
-        out[offset(&idx, &dst)] = data[offset(&idx, &src)];
-    }
+    bounds::count("shape", shape)?;
+    let mut out = bounds::zeros("shape", len)?;
+    for_each_index(shape, |idx| {
+        out[offset(idx, &dst)] = data[offset(idx, &src)]
+    });
     Ok(out)
 }
 
@@ -561,21 +583,50 @@ impl Geometry {
         Ok(())
     }
 
-    /// The window positions, and for each the offset of its filter element
-    /// within one `[k, c]` slice (flipped in convolution mode).
-    fn taps(&self) -> Result<(Vec<Vec<usize>>, Vec<usize>)> {
-        let taps = multi_indices(&self.ws)?;
-        let offsets = taps
-            .iter()
-            .map(|f| {
+    /// The window positions, flat (`ws.len()` indices each), and for each
+    /// the offset of its filter element within one `[k, c]` slice (flipped
+    /// in convolution mode).
+    fn taps(&self) -> Result<(Vec<usize>, Vec<usize>)> {
+        let count = bounds::count("w_shape", &self.ws)?;
+        let nd = self.ws.len();
+        let mut taps = bounds::buffer(
+            "w_shape",
+            bounds::elements("w_shape", &[count, nd], "window positions x spatial dims")?,
+        )?;
+        let mut offsets = bounds::buffer("w_shape", count)?;
+        for_each_index(&self.ws, |f| {
+            taps.extend_from_slice(f);
+            offsets.push(
                 f.iter()
                     .zip(&self.ws)
                     .zip(&self.w_strides[2..])
                     .map(|((&fd, &wd), &st)| if self.flip { wd - 1 - fd } else { fd } * st)
-                    .sum()
-            })
-            .collect();
+                    .sum(),
+            );
+        });
         Ok((taps, offsets))
+    }
+
+    /// The number of window positions.
+    fn tap_count(&self) -> usize {
+        self.ws.iter().product()
+    }
+
+    /// Check the output bound and the work of [`Geometry::forward`] (also
+    /// that of [`Geometry::backward_filter`], the same loops); returns the
+    /// work.
+    fn check_forward(&self) -> Result<u64> {
+        let y_shape = self.y_shape();
+        bounds::count(
+            "output shape (from x_shape, w_shape, pad, stride and dilation)",
+            &y_shape,
+        )?;
+        bounds::count("w_shape", &self.ws)?;
+        bounds::work(
+            "w_shape",
+            "output elements x window positions x input channels per group",
+            &[self.y_len, self.tap_count(), self.cpg],
+        )
     }
 
     /// The input offset (within one `[n, c]` slice) that output position `o`
@@ -612,16 +663,18 @@ impl Geometry {
 
     /// Gather over outputs.
     fn forward(&self, x: &[f64], w: &[f64]) -> Result<Vec<f64>> {
-        let mut y = zeros(self.y_len)?;
-        let outs = multi_indices(&self.ys)?;
+        self.check_forward()?;
+        let mut y = bounds::zeros("output shape", self.y_len)?;
         let (taps, w_offsets) = self.taps()?;
+        // At least 1: `check_shape` asks for a rank of at least 3.
+        let nd = self.ws.len();
         let (xst, wst, yst) = (&self.x_strides, &self.w_strides, &self.y_strides);
         for n in 0..self.n {
             for k in 0..self.k {
                 let g = k / self.kpg;
-                for o in &outs {
+                for_each_index(&self.ys, |o| {
                     let mut acc = 0.0;
-                    for (f, &wo) in taps.iter().zip(&w_offsets) {
+                    for (f, &wo) in taps.chunks_exact(nd).zip(&w_offsets) {
                         let Some(xo) = self.input_at(o, f) else {
                             continue;
                         };
@@ -632,7 +685,7 @@ impl Geometry {
                         }
                     }
                     y[n * yst[0] + k * yst[1] + offset(o, &yst[2..])] = acc;
-                }
+                });
             }
         }
         Ok(y)
@@ -640,16 +693,23 @@ impl Geometry {
 
     /// Gather over inputs: each input position collects the outputs that read it.
     fn backward_data(&self, dy: &[f64], w: &[f64]) -> Result<Vec<f64>> {
-        let mut dx = zeros(self.x_len)?;
-        let ins = multi_indices(&self.xs)?;
+        bounds::elements("x_shape", &[self.x_len], "the input")?;
+        bounds::count("w_shape", &self.ws)?;
+        bounds::work(
+            "w_shape",
+            "input elements x window positions x output channels per group",
+            &[self.x_len, self.tap_count(), self.kpg],
+        )?;
+        let mut dx = bounds::zeros("x_shape", self.x_len)?;
         let (taps, w_offsets) = self.taps()?;
+        let nd = self.ws.len();
         let (xst, wst, yst) = (&self.x_strides, &self.w_strides, &self.y_strides);
         for n in 0..self.n {
             for c in 0..self.c {
                 let (g, cl) = (c / self.cpg, c % self.cpg);
-                for i in &ins {
+                for_each_index(&self.xs, |i| {
                     let mut acc = 0.0;
-                    for (f, &wo) in taps.iter().zip(&w_offsets) {
+                    for (f, &wo) in taps.chunks_exact(nd).zip(&w_offsets) {
                         let Some(yo) = self.output_at(i, f) else {
                             continue;
                         };
@@ -660,7 +720,7 @@ impl Geometry {
                         }
                     }
                     dx[n * xst[0] + c * xst[1] + offset(i, &xst[2..])] = acc;
-                }
+                });
             }
         }
         Ok(dx)
@@ -668,24 +728,26 @@ impl Geometry {
 
     /// Gather over filter elements: each sums over the batch and the outputs.
     fn backward_filter(&self, x: &[f64], dy: &[f64]) -> Result<Vec<f64>> {
-        let mut dw = zeros(self.w_len)?;
-        let outs = multi_indices(&self.ys)?;
+        self.check_forward()?;
+        bounds::elements("w_shape", &[self.w_len], "the filter")?;
+        let mut dw = bounds::zeros("w_shape", self.w_len)?;
         let (taps, w_offsets) = self.taps()?;
+        let nd = self.ws.len();
         let (xst, wst, yst) = (&self.x_strides, &self.w_strides, &self.y_strides);
         for k in 0..self.k {
             let g = k / self.kpg;
             for cl in 0..self.cpg {
                 let c = g * self.cpg + cl;
-                for (f, &wo) in taps.iter().zip(&w_offsets) {
+                for (f, &wo) in taps.chunks_exact(nd).zip(&w_offsets) {
                     let mut acc = 0.0;
                     for n in 0..self.n {
-                        for o in &outs {
+                        for_each_index(&self.ys, |o| {
                             let Some(xo) = self.input_at(o, f) else {
-                                continue;
+                                return;
                             };
                             acc += x[n * xst[0] + c * xst[1] + xo]
                                 * dy[n * yst[0] + k * yst[1] + offset(o, &yst[2..])];
-                        }
+                        });
                     }
                     dw[k * wst[0] + cl * wst[1] + wo] = acc;
                 }
@@ -736,38 +798,6 @@ fn check_len(name: &str, expected: usize, got: usize) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-/// A zeroed buffer; a failed allocation is an error, not an abort.
-fn zeros(len: usize) -> Result<Vec<f64>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(len)
-        .map_err(|e| Error::invalid("buffer length", format!("cannot allocate: {e}"), len))?;
-    v.resize(len, 0.0);
-    Ok(v)
-}
-
-/// Every multi-index below `dims`, in row-major order.
-fn multi_indices(dims: &[usize]) -> Result<Vec<Vec<usize>>> {
-    let count = element_count("dims", dims)?;
-    let mut all = Vec::new();
-    all.try_reserve_exact(count)
-        .map_err(|e| Error::invalid("dims", format!("cannot allocate: {e}"), count))?;
-    if count == 0 {
-        return Ok(all);
-    }
-    let mut idx = vec![0; dims.len()];
-    for _ in 0..count {
-        all.push(idx.clone());
-        for d in (0..dims.len()).rev() {
-            idx[d] += 1;
-            if idx[d] < dims[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
-    }
-    Ok(all)
 }
 
 fn offset(idx: &[usize], strides: &[usize]) -> usize {

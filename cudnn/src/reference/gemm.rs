@@ -6,6 +6,17 @@
 //! path maps layouts to `transa`/`lda` and operand swaps, so agreement
 //! between the two checks that mapping.
 //!
+//! # Bounds
+//! As everywhere in [`crate::reference`]: every row, column and batch count
+//! is at most [`MAX_ELEMENTS`](super::MAX_ELEMENTS), so is every buffer
+//! allocated (the bias gradients, the pre-activation copy), and a call may
+//! do at most [`MAX_WORK`](super::MAX_WORK) steps, counted as
+//! `batch x m x n x max(k, 1)` for the product (each output element costs
+//! at least one step) plus `batch x m x max(k, 1)` ([`Epilogue::BgradA`]) or
+//! `batch x n x max(k, 1)` ([`Epilogue::BgradB`]) for a bias gradient of A
+//! or B, and `m x max(n, 1)` for [`gemv`]. A call with nothing to compute
+//! (an empty output and no bias gradient) returns at once.
+//!
 //! ```
 //! use cudnn::blas::Layout;
 //! use cudnn::reference::gemm::gemm;
@@ -17,6 +28,7 @@
 //! # Ok::<(), cudnn::Error>(())
 //! ```
 
+use super::bounds;
 use crate::blas::{BiasUse, Epilogue, Layout};
 use crate::error::{Error, Result};
 
@@ -110,7 +122,16 @@ fn check(
     la.check_len("a", a.len())?;
     lb.check_len("b", b.len())?;
     lc.check_len("c", c_len)?;
+    bounds::extent("c.rows (m)", m)?;
+    bounds::extent("c.cols (n)", n)?;
+    bounds::extent("a.cols (k)", k)?;
+    bounds::extent("c.batch_count", batch)?;
     Ok((m, n, k, batch))
+}
+
+/// The work of the product: `batch x m x n x max(k, 1)`.
+fn product_work(m: usize, n: usize, k: usize, batch: usize) -> Result<u64> {
+    bounds::work("c", "batch x m x n x max(k, 1)", &[batch, m, n, k.max(1)])
 }
 
 fn dot(
@@ -145,6 +166,9 @@ pub fn gemm(
     lc: &Layout,
 ) -> Result<()> {
     let (m, n, k, batch) = check(a, la, b, lb, c.len(), lc)?;
+    if product_work(m, n, k, batch)? == 0 {
+        return Ok(());
+    }
     for p in 0..batch {
         for i in 0..m {
             for j in 0..n {
@@ -195,6 +219,11 @@ pub fn gemv(
     }
     la.check_len("a", a.len())?;
     let (m, n) = (la.rows(), la.cols());
+    bounds::extent("a.rows (m)", m)?;
+    bounds::extent("a.cols (n)", n)?;
+    if bounds::work("a", "m x max(n, 1)", &[m, n.max(1)])? == 0 {
+        return Ok(());
+    }
     let need = |name: &str, len: usize, inc: usize| -> Result<usize> {
         if len == 0 {
             return Ok(0);
@@ -272,7 +301,10 @@ pub fn bias_len(epilogue: Epilogue, ld: &Layout) -> usize {
 /// gradient) along its non-contiguous dimension, or of A / B over k.
 ///
 /// # Errors
-/// The shape checks of [`gemm`]; a missing or short `bias` / `pre`.
+/// The shape checks of [`gemm`]; a missing or short `bias` / `pre`; a bias
+/// gradient or pre-activation copy beyond
+/// [`MAX_ELEMENTS`](super::MAX_ELEMENTS); more work than
+/// [`MAX_WORK`](super::MAX_WORK).
 #[allow(clippy::too_many_arguments)]
 pub fn matmul(
     alpha: f64,
@@ -315,17 +347,32 @@ pub fn matmul(
     } else {
         None
     };
+    let main = product_work(m, n, k, batch)?;
+    let grad = match epilogue {
+        Epilogue::BgradA => bounds::work("a", "batch x m x max(k, 1)", &[batch, m, k.max(1)])?,
+        Epilogue::BgradB => bounds::work("b", "batch x n x max(k, 1)", &[batch, n, k.max(1)])?,
+        _ => 0,
+    };
+    let total = bounds::total_work("d", "the product's plus the bias gradient's", &[main, grad])?;
     let mut out = EpilogueOutput::default();
-    if matches!(epilogue.aux(), Some((_, true))) {
-        out.pre_activation = vec![0.0; d.len()];
-    }
     if epilogue.bias_use() == Some(BiasUse::Gradient) {
-        let len = blen.checked_mul(batch).ok_or_else(|| {
-            Error::invalid("epilogue", "bias length x batch overflows usize", batch)
-        })?;
-        out.bias_grad = vec![0.0; len];
+        let len = bounds::elements(
+            "epilogue",
+            &[blen, batch],
+            format_args!("the bias gradient, bias_len {blen} x batch {batch}"),
+        )?;
+        out.bias_grad = bounds::zeros("epilogue", len)?;
+    }
+    if matches!(epilogue.aux(), Some((_, true))) {
+        out.pre_activation = bounds::zeros("d", d.len())?;
+    }
+    if total == 0 {
+        return Ok(out);
     }
     let col = ld.is_column_contiguous();
+    // Every matrix of the batch does at least one step (of the product when
+    // it is not empty, else of the bias gradient), so this loop is bounded
+    // by the work.
     for p in 0..batch {
         for i in 0..m {
             for j in 0..n {

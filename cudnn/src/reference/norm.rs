@@ -49,8 +49,9 @@
 //!
 //! # Bounds
 //! Every dimension must be at least 1, sizes are computed with checked
-//! arithmetic, outputs are allocated with `try_reserve`, and inputs whose
-//! work (counted as [`WORK_PER_ELEMENT`] multiply-adds per element) exceeds
+//! arithmetic, outputs are allocated with `try_reserve` (at most
+//! [`MAX_ELEMENTS`](super::MAX_ELEMENTS) each), and inputs whose work
+//! (counted as [`WORK_PER_ELEMENT`] multiply-adds per element) exceeds
 //! [`MAX_WORK`] are rejected with [`Error::InvalidArgument`] before
 //! anything is allocated.
 //!
@@ -65,10 +66,12 @@
 //! # Ok::<(), cudnn::Error>(())
 //! ```
 
+use super::bounds;
 use crate::error::{Error, Result};
 
-/// The most work (multiply-adds) one call accepts: 2^32.
-pub const MAX_WORK: u64 = 1 << 32;
+/// The most work (multiply-adds) one call accepts: 2^32, the
+/// [`reference`](super::MAX_WORK) bound.
+pub const MAX_WORK: u64 = super::MAX_WORK;
 
 /// The work a norm is counted as doing per element (a few passes over the
 /// data), for [`MAX_WORK`].
@@ -195,14 +198,7 @@ impl Axes {
     }
 }
 
-/// A zeroed vector of `n`, or an error when it cannot be allocated.
-fn zeros(what: &str, n: usize) -> Result<Vec<f64>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(n)
-        .map_err(|_| Error::invalid(what, "cannot allocate that many f64 values", n))?;
-    v.resize(n, 0.0);
-    Ok(v)
-}
+use bounds::zeros;
 
 /// Check `dims` (rank >= 2, every dimension >= 1), the work bound and `x`;
 /// returns the element count.
@@ -235,7 +231,8 @@ fn check_dims(dims: &[usize], x_len: usize) -> Result<usize> {
             Error::invalid(
                 "dims",
                 format!(
-                    "the work ({WORK_PER_ELEMENT} x the element count) must be at most {MAX_WORK}"
+                    "the work ({WORK_PER_ELEMENT} x the element count) must be at most \
+                     {MAX_WORK} (reference::MAX_WORK)"
                 ),
                 format!("{dims:?} ({count} elements)"),
             )
@@ -327,8 +324,11 @@ fn apply(
     Ok(y)
 }
 
-fn inverse_sqrt(second: &[f64], epsilon: f64) -> Vec<f64> {
-    second.iter().map(|v| 1.0 / (v + epsilon).sqrt()).collect()
+fn inverse_sqrt(second: &[f64], epsilon: f64) -> Result<Vec<f64>> {
+    bounds::collect(
+        "variance",
+        second.iter().map(|v| 1.0 / (v + epsilon).sqrt()),
+    )
 }
 
 fn check_params(axes: Axes, scale: &[f64], bias: Option<&[f64]>) -> Result<()> {
@@ -352,7 +352,7 @@ fn forward(
     check_params(axes, scale, bias)?;
     check_epsilon(epsilon)?;
     let (mean, second) = moments(axes, x, center)?;
-    let inv = inverse_sqrt(&second, epsilon);
+    let inv = inverse_sqrt(&second, epsilon)?;
     let y = apply(axes, x, scale, bias, &mean, &inv)?;
     Ok((y, mean, inv))
 }
@@ -406,10 +406,11 @@ fn backward(
 /// inference ops take, from a (running) variance.
 ///
 /// # Errors
-/// An epsilon that is negative or not finite.
+/// An epsilon that is negative or not finite, or more than
+/// [`MAX_ELEMENTS`](super::MAX_ELEMENTS) values.
 pub fn inv_std(variance: &[f64], epsilon: f64) -> Result<Vec<f64>> {
     check_epsilon(epsilon)?;
-    Ok(inverse_sqrt(variance, epsilon))
+    inverse_sqrt(variance, epsilon)
 }
 
 /// Layer norm, training forward: `y` and the per-row statistics.
@@ -553,26 +554,29 @@ pub fn batch_norm_training(
     check_params(axes, scale, Some(bias))?;
     check_epsilon(epsilon)?;
     let (mean, variance) = moments(axes, x, true)?;
-    let inv_variance = inverse_sqrt(&variance, epsilon);
+    let inv_variance = inverse_sqrt(&variance, epsilon)?;
     let y = apply(axes, x, scale, Some(bias), &mean, &inv_variance)?;
-    let running = running.map(|r| {
+    let running = running.map(|r| -> Result<RunningStats> {
         let m = axes.group_size();
         let unbias = if m > 1 {
             m as f64 / (m - 1) as f64
         } else {
             1.0
         };
-        let mix = |old: &[f64], new: &[f64], factor: f64| -> Vec<f64> {
-            old.iter()
-                .zip(new)
-                .map(|(o, n)| (1.0 - r.momentum) * o + r.momentum * n * factor)
-                .collect()
+        let mix = |old: &[f64], new: &[f64], factor: f64| {
+            bounds::collect(
+                "running",
+                old.iter()
+                    .zip(new)
+                    .map(|(o, n)| (1.0 - r.momentum) * o + r.momentum * n * factor),
+            )
         };
-        RunningStats {
-            mean: mix(r.mean, &mean, 1.0),
-            variance: mix(r.variance, &variance, unbias),
-        }
+        Ok(RunningStats {
+            mean: mix(r.mean, &mean, 1.0)?,
+            variance: mix(r.variance, &variance, unbias)?,
+        })
     });
+    let running = running.transpose()?;
     Ok(BatchNormTraining {
         y,
         mean,

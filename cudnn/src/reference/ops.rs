@@ -12,6 +12,16 @@
 //! `alpha * op + beta * out`. Every function checks lengths and shapes first
 //! and returns an [`Error`] instead of panicking.
 //!
+//! # Bounds
+//! As everywhere in [`crate::reference`]: every dimension and element count
+//! of a shape is at most [`MAX_ELEMENTS`](super::MAX_ELEMENTS), every buffer
+//! is reserved fallibly, and a call whose work exceeds
+//! [`MAX_WORK`](super::MAX_WORK) steps is refused. Work is counted as the
+//! elements read and written, except for pooling (output elements x window
+//! positions) and reduction (output elements x reduced elements each). A
+//! tensor with a 0 dimension (allowed everywhere but in pooling) is
+//! answered at once.
+//!
 //! ```
 //! use cudnn::reference::ops;
 //! // softmax over the 2 channels of one pixel: e^0 / (e^0 + e^0) = 0.5 each
@@ -43,6 +53,7 @@ pub use crate::dnn::{
     ActivationMode, BatchNormMode, OpTensorOp, PoolingMode, ReduceOp, SoftmaxAlgorithm, SoftmaxMode,
 };
 
+use super::bounds;
 use crate::error::{Error, Result};
 
 /// The number of elements of `shape` (1 for an empty shape).
@@ -56,9 +67,15 @@ pub fn element_count(shape: &[usize]) -> Result<usize> {
         .ok_or_else(|| Error::invalid("shape", "the element count overflows", format!("{shape:?}")))
 }
 
-/// Check `data` holds exactly the elements of `shape`; returns the count.
-pub(crate) fn check_data(what: &str, data: &[f64], shape: &[usize]) -> Result<usize> {
-    let n = element_count(shape)?;
+/// Check `shape` (named `shape_arg`) is within the bounds and `data` holds
+/// exactly its elements; returns the count.
+pub(crate) fn check_data(
+    what: &str,
+    data: &[f64],
+    shape_arg: &str,
+    shape: &[usize],
+) -> Result<usize> {
+    let n = bounds::count(shape_arg, shape)?;
     if data.len() != n {
         return Err(Error::mismatch(
             format!("{what} length (the element count of shape {shape:?})"),
@@ -125,7 +142,7 @@ fn check_strided(shape: &[usize], strides: &[usize], len: usize) -> Result<usize
             strides.len(),
         ));
     }
-    let n = element_count(shape)?;
+    let n = bounds::count("shape", shape)?;
     if n == 0 {
         return Ok(0);
     }
@@ -151,10 +168,12 @@ fn check_strided(shape: &[usize], strides: &[usize], len: usize) -> Result<usize
 /// `memory` into logical packed order.
 ///
 /// # Errors
-/// Ranks that differ, or a span longer than `memory`.
+/// Ranks that differ, a span longer than `memory`, or a shape beyond
+/// [`MAX_ELEMENTS`](super::MAX_ELEMENTS) (even where zero strides make the
+/// span short).
 pub fn gather(memory: &[f64], shape: &[usize], strides: &[usize]) -> Result<Vec<f64>> {
     let n = check_strided(shape, strides, memory.len())?;
-    let mut out = Vec::with_capacity(n);
+    let mut out = bounds::buffer("shape", n)?;
     for_each_index(shape, |i| out.push(memory[offset(i, strides)]));
     Ok(out)
 }
@@ -166,7 +185,7 @@ pub fn gather(memory: &[f64], shape: &[usize], strides: &[usize]) -> Result<Vec<
 /// As [`gather`], or `data` not holding the elements of `shape`.
 pub fn scatter(data: &[f64], shape: &[usize], strides: &[usize], memory: &mut [f64]) -> Result<()> {
     check_strided(shape, strides, memory.len())?;
-    check_data("data", data, shape)?;
+    check_data("data", data, "shape", shape)?;
     let mut k = 0;
     for_each_index(shape, |i| {
         memory[offset(i, strides)] = data[k];
@@ -179,34 +198,35 @@ pub fn scatter(data: &[f64], shape: &[usize], strides: &[usize], memory: &mut [f
 /// when `beta` is 0 (so NaN in it does not propagate, as in cuDNN).
 ///
 /// # Errors
-/// Lengths that differ.
+/// Lengths that differ, or more than [`MAX_ELEMENTS`](super::MAX_ELEMENTS).
 pub fn blend(alpha: f64, result: &[f64], beta: f64, old: &[f64]) -> Result<Vec<f64>> {
     check_same_len("old (must equal result)", result.len(), old.len())?;
-    Ok(result
-        .iter()
-        .zip(old)
-        .map(|(&r, &o)| {
+    bounds::collect(
+        "result",
+        result.iter().zip(old).map(|(&r, &o)| {
             if beta == 0.0 {
                 alpha * r
             } else {
                 alpha * r + beta * o
             }
-        })
-        .collect())
+        }),
+    )
 }
 
 /// The central finite-difference gradient of the scalar function `f` at
 /// `x`: `(f(x + h e_i) - f(x - h e_i)) / 2h` for each `i`.
 ///
 /// # Errors
-/// The first error of `f`.
+/// The first error of `f`, or `x` longer than
+/// [`MAX_ELEMENTS`](super::MAX_ELEMENTS).
 pub fn finite_difference(
     mut f: impl FnMut(&[f64]) -> Result<f64>,
     x: &[f64],
     h: f64,
 ) -> Result<Vec<f64>> {
-    let mut xp = x.to_vec();
-    let mut g = Vec::with_capacity(x.len());
+    let mut xp = bounds::buffer("x", x.len())?;
+    xp.extend_from_slice(x);
+    let mut g = bounds::buffer("x", x.len())?;
     for i in 0..x.len() {
         let orig = xp[i];
         xp[i] = orig + h;
@@ -229,7 +249,8 @@ pub fn dot(a: &[f64], b: &[f64]) -> Result<f64> {
 }
 
 /// `(n, c, inner)`: the batch, the channels and the product of the spatial
-/// dimensions of a `[n, c, spatial...]` shape (rank at least 2).
+/// dimensions of a `[n, c, spatial...]` shape (rank at least 2, within the
+/// bounds).
 pub(crate) fn ncs(shape: &[usize]) -> Result<(usize, usize, usize)> {
     if shape.len() < 2 {
         return Err(Error::invalid(
@@ -238,5 +259,6 @@ pub(crate) fn ncs(shape: &[usize]) -> Result<(usize, usize, usize)> {
             format!("{shape:?}"),
         ));
     }
-    Ok((shape[0], shape[1], element_count(&shape[2..])?))
+    bounds::count("shape", shape)?;
+    Ok((shape[0], shape[1], bounds::count("shape", &shape[2..])?))
 }

@@ -3,6 +3,7 @@
 use super::check_same_len;
 use crate::dnn::ActivationMode;
 use crate::error::Result;
+use crate::reference::bounds;
 
 fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
@@ -85,11 +86,14 @@ pub fn activation_forward(mode: ActivationMode, x: &[f64]) -> Vec<f64> {
 /// `dx = f'(x) * dy` element-wise.
 ///
 /// # Errors
-/// `x` and `dy` of different lengths.
+/// `x` and `dy` of different lengths, or longer than
+/// [`MAX_ELEMENTS`](crate::reference::MAX_ELEMENTS).
 pub fn activation_backward(mode: ActivationMode, x: &[f64], dy: &[f64]) -> Result<Vec<f64>> {
     check_same_len("dy (must equal x)", x.len(), dy.len())?;
-    Ok(x.iter()
-        .zip(dy)
-        .map(|(&v, &g)| activation_derivative(mode, v) * g)
-        .collect())
+    bounds::collect(
+        "x",
+        x.iter()
+            .zip(dy)
+            .map(|(&v, &g)| activation_derivative(mode, v) * g),
+    )
 }

@@ -8,27 +8,60 @@
 
 use super::{check_data, check_same_len, ncs};
 use crate::dnn::BatchNormMode;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::reference::bounds;
 
-/// For each element of a `[n, c, spatial...]` tensor, its parameter index;
-/// the parameter count; and how many elements share one statistic.
-fn param_index(mode: BatchNormMode, shape: &[usize]) -> Result<(Vec<usize>, usize, usize)> {
-    let (n, c, s) = ncs(shape)?;
-    let mut idx = Vec::with_capacity(n * c * s);
-    for _ in 0..n {
-        for k in 0..c {
-            for p in 0..s {
-                idx.push(match mode {
-                    BatchNormMode::PerActivation => k * s + p,
-                    _ => k,
-                });
-            }
+/// How the elements of a packed `[n, c, spatial...]` tensor map to
+/// parameters: the parameter count `p`, how many elements share one
+/// statistic (`m`), and [`Params::of`].
+#[derive(Debug, Clone, Copy)]
+struct Params {
+    per_activation: bool,
+    c: usize,
+    s: usize,
+    p: usize,
+    m: usize,
+}
+
+impl Params {
+    /// Every product checked, and `p` at most
+    /// [`MAX_ELEMENTS`](crate::reference::MAX_ELEMENTS).
+    fn new(mode: BatchNormMode, shape: &[usize]) -> Result<Self> {
+        let (n, c, s) = ncs(shape)?;
+        let per_activation = mode == BatchNormMode::PerActivation;
+        let (p, m) = if per_activation {
+            (
+                bounds::elements("shape", &[c, s], "the parameter count c x spatial")?,
+                n,
+            )
+        } else {
+            let m = n.checked_mul(s).ok_or_else(|| {
+                Error::invalid(
+                    "shape",
+                    "the statistic group size n x spatial overflows usize",
+                    format!("{shape:?}"),
+                )
+            })?;
+            (c, m)
+        };
+        Ok(Params {
+            per_activation,
+            c,
+            s,
+            p,
+            m,
+        })
+    }
+
+    /// The parameter index of packed element `e`. Only called for an
+    /// element that exists, so `c` and `s` are at least 1.
+    fn of(&self, e: usize) -> usize {
+        if self.per_activation {
+            e % self.p
+        } else {
+            (e / self.s) % self.c
         }
     }
-    Ok(match mode {
-        BatchNormMode::PerActivation => (idx, c * s, n),
-        _ => (idx, c, n * s),
-    })
 }
 
 /// Batch statistics per parameter position.
@@ -48,36 +81,39 @@ pub struct BnStats {
 /// The batch statistics of `x`.
 ///
 /// # Errors
-/// A shape of rank below 2, or `x` not matching it.
+/// A shape of rank below 2 or beyond
+/// [`MAX_ELEMENTS`](crate::reference::MAX_ELEMENTS) (elements or
+/// parameters), a statistic group size that overflows, or `x` not matching
+/// the shape.
 pub fn batch_norm_stats(
     mode: BatchNormMode,
     x: &[f64],
     shape: &[usize],
     epsilon: f64,
 ) -> Result<BnStats> {
-    check_data("x", x, shape)?;
-    let (idx, p, m) = param_index(mode, shape)?;
-    let mut mean = vec![0.0; p];
-    for (&v, &i) in x.iter().zip(&idx) {
-        mean[i] += v;
+    let params = Params::new(mode, shape)?;
+    check_data("x", x, "shape", shape)?;
+    let Params { p, m, .. } = params;
+    let mut mean = bounds::zeros("shape", p)?;
+    for (e, &v) in x.iter().enumerate() {
+        mean[params.of(e)] += v;
     }
     for v in &mut mean {
         *v /= m as f64;
     }
-    let mut ss = vec![0.0; p];
-    for (&v, &i) in x.iter().zip(&idx) {
+    let mut ss = bounds::zeros("shape", p)?;
+    for (e, &v) in x.iter().enumerate() {
+        let i = params.of(e);
         ss[i] += (v - mean[i]).powi(2);
     }
-    let variance: Vec<f64> = ss.iter().map(|s| s / m as f64).collect();
-    let variance_unbiased = ss
-        .iter()
-        .zip(&variance)
-        .map(|(s, v)| if m > 1 { s / (m - 1) as f64 } else { *v })
-        .collect();
-    let inv_std = variance
-        .iter()
-        .map(|v| 1.0 / (v + epsilon).sqrt())
-        .collect();
+    let variance = bounds::collect("shape", ss.iter().map(|s| s / m as f64))?;
+    let variance_unbiased = bounds::collect(
+        "shape",
+        ss.iter()
+            .zip(&variance)
+            .map(|(s, v)| if m > 1 { s / (m - 1) as f64 } else { *v }),
+    )?;
+    let inv_std = bounds::collect("shape", variance.iter().map(|v| 1.0 / (v + epsilon).sqrt()))?;
     Ok(BnStats {
         mean,
         variance,
@@ -105,8 +141,9 @@ pub fn batch_norm_inference(
     variance: &[f64],
     epsilon: f64,
 ) -> Result<Vec<f64>> {
-    check_data("x", x, shape)?;
-    let (idx, p, _) = param_index(mode, shape)?;
+    let params = Params::new(mode, shape)?;
+    check_data("x", x, "shape", shape)?;
+    let p = params.p;
     for (w, v) in [
         ("scale", scale),
         ("bias", bias),
@@ -115,10 +152,13 @@ pub fn batch_norm_inference(
     ] {
         check_params(w, p, v)?;
     }
-    Ok(x.iter()
-        .zip(&idx)
-        .map(|(&v, &i)| scale[i] * (v - mean[i]) / (variance[i] + epsilon).sqrt() + bias[i])
-        .collect())
+    bounds::collect(
+        "shape",
+        x.iter().enumerate().map(|(e, &v)| {
+            let i = params.of(e);
+            scale[i] * (v - mean[i]) / (variance[i] + epsilon).sqrt() + bias[i]
+        }),
+    )
 }
 
 /// The result of a training forward pass.
@@ -160,14 +200,17 @@ pub fn batch_norm_training(
 /// A running-average step: `(1 - factor) * running + factor * batch`.
 ///
 /// # Errors
-/// Lengths that differ.
+/// Lengths that differ, or longer than
+/// [`MAX_ELEMENTS`](crate::reference::MAX_ELEMENTS).
 pub fn running_average(running: &[f64], batch: &[f64], factor: f64) -> Result<Vec<f64>> {
     check_same_len("batch (must equal running)", running.len(), batch.len())?;
-    Ok(running
-        .iter()
-        .zip(batch)
-        .map(|(r, b)| (1.0 - factor) * r + factor * b)
-        .collect())
+    bounds::collect(
+        "running",
+        running
+            .iter()
+            .zip(batch)
+            .map(|(r, b)| (1.0 - factor) * r + factor * b),
+    )
 }
 
 /// The gradients of a training batch normalization.
@@ -197,27 +240,30 @@ pub fn batch_norm_backward(
     epsilon: f64,
 ) -> Result<BnGrads> {
     let stats = batch_norm_stats(mode, x, shape, epsilon)?;
-    check_data("dy", dy, shape)?;
-    let (idx, p, m) = param_index(mode, shape)?;
+    check_data("dy", dy, "shape", shape)?;
+    let params = Params::new(mode, shape)?;
+    let p = params.p;
     check_params("scale", p, scale)?;
-    let xhat: Vec<f64> = x
-        .iter()
-        .zip(&idx)
-        .map(|(&v, &i)| (v - stats.mean[i]) * stats.inv_std[i])
-        .collect();
-    let (mut dscale, mut dbias) = (vec![0.0; p], vec![0.0; p]);
-    for ((&g, &xh), &i) in dy.iter().zip(&xhat).zip(&idx) {
+    let xhat = bounds::collect(
+        "shape",
+        x.iter().enumerate().map(|(e, &v)| {
+            let i = params.of(e);
+            (v - stats.mean[i]) * stats.inv_std[i]
+        }),
+    )?;
+    let (mut dscale, mut dbias) = (bounds::zeros("shape", p)?, bounds::zeros("shape", p)?);
+    for (e, (&g, &xh)) in dy.iter().zip(&xhat).enumerate() {
+        let i = params.of(e);
         dbias[i] += g;
         dscale[i] += g * xh;
     }
-    let m = m as f64;
-    let dx = dy
-        .iter()
-        .zip(&xhat)
-        .zip(&idx)
-        .map(|((&g, &xh), &i)| {
+    let m = params.m as f64;
+    let dx = bounds::collect(
+        "shape",
+        dy.iter().zip(&xhat).enumerate().map(|(e, (&g, &xh))| {
+            let i = params.of(e);
             scale[i] * stats.inv_std[i] / m * (m * g - dbias[i] - xh * dscale[i])
-        })
-        .collect();
+        }),
+    )?;
     Ok(BnGrads { dx, dscale, dbias })
 }

@@ -2,6 +2,7 @@
 
 use super::check_same_len;
 use crate::error::{Error, Result};
+use crate::reference::bounds;
 
 fn scale(p: f64) -> Result<f64> {
     if !(0.0..1.0).contains(&p) {
@@ -13,14 +14,17 @@ fn scale(p: f64) -> Result<f64> {
 /// `y = x * keep / (1 - p)`: kept elements scaled up, dropped ones 0.
 ///
 /// # Errors
-/// `p` outside `[0, 1)`, or `keep` not as long as `x`.
+/// `p` outside `[0, 1)`, `keep` not as long as `x`, or `x` longer than
+/// [`MAX_ELEMENTS`](crate::reference::MAX_ELEMENTS).
 pub fn dropout_forward(x: &[f64], keep: &[bool], p: f64) -> Result<Vec<f64>> {
     let s = scale(p)?;
     check_same_len("keep (must equal x)", x.len(), keep.len())?;
-    Ok(x.iter()
-        .zip(keep)
-        .map(|(&v, &k)| if k { v * s } else { 0.0 })
-        .collect())
+    bounds::collect(
+        "x",
+        x.iter()
+            .zip(keep)
+            .map(|(&v, &k)| if k { v * s } else { 0.0 }),
+    )
 }
 
 /// `dx = dy * keep / (1 - p)`: the same mask applied to the gradient.
@@ -36,8 +40,9 @@ pub fn dropout_backward(dy: &[f64], keep: &[bool], p: f64) -> Result<Vec<f64>> {
 /// without zeros).
 ///
 /// # Errors
-/// `x` and `y` of different lengths.
+/// `x` and `y` of different lengths, or longer than
+/// [`MAX_ELEMENTS`](crate::reference::MAX_ELEMENTS).
 pub fn dropout_mask(x: &[f64], y: &[f64]) -> Result<Vec<bool>> {
     check_same_len("y (must equal x)", x.len(), y.len())?;
-    Ok(y.iter().map(|&v| v != 0.0).collect())
+    bounds::collect("y", y.iter().map(|&v| v != 0.0))
 }

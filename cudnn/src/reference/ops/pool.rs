@@ -7,72 +7,110 @@
 //! window (including padding) or by the positions inside the input
 //! (excluding padding).
 
-use super::{check_data, element_count, for_each_index, packed_strides};
+use super::{check_data, for_each_index, packed_strides};
 use crate::dnn::{PoolingMode, pooling_output_shape};
 use crate::error::Result;
+use crate::reference::bounds;
 
-/// One output element's window: the packed input offsets inside the input,
-/// and the divisor for averages.
-type Window = (Vec<usize>, f64);
-
-/// For each output element, the packed input offsets of its window that lie
-/// inside the input, and the divisor for averages.
-fn windows(
-    mode: PoolingMode,
-    x_shape: &[usize],
-    window: &[usize],
-    pad: &[usize],
-    stride: &[usize],
-) -> Result<(Vec<usize>, Vec<Window>)> {
-    let y_shape = pooling_output_shape(x_shape, window, pad, stride)?;
-    let xs = packed_strides(x_shape);
-    let full: f64 = window.iter().map(|&w| w as f64).product();
-    let mut out = Vec::with_capacity(element_count(&y_shape)?);
-    for_each_index(&y_shape, |o| {
-        let base = o[0] * xs[0] + o[1] * xs[1];
-        let mut inside = Vec::new();
-        for_each_index(window, |k| {
-            let mut off = base;
-            for d in 0..window.len() {
-                let pos = (o[d + 2] * stride[d] + k[d]) as isize - pad[d] as isize;
-                if pos < 0 || pos as usize >= x_shape[d + 2] {
-                    return;
-                }
-                off += pos as usize * xs[d + 2];
-            }
-            inside.push(off);
-        });
-        let divisor = match mode {
-            PoolingMode::AverageIncludePadding => full,
-            _ => inside.len() as f64,
-        };
-        out.push((inside, divisor));
-    });
-    Ok((y_shape, out))
+/// The checked geometry of one pooling: the output shape and what the
+/// window loops need.
+struct Windows<'a> {
+    y_shape: Vec<usize>,
+    x_shape: &'a [usize],
+    xs: Vec<usize>,
+    window: &'a [usize],
+    pad: &'a [usize],
+    stride: &'a [usize],
+    /// The product of the window (the divisor including padding).
+    full: f64,
 }
 
-/// The first maximum of `x` over `offs` (a NaN, if any, wins).
-fn arg_max(x: &[f64], offs: &[usize]) -> Option<usize> {
-    let mut best: Option<usize> = None;
-    for &o in offs {
-        match best {
-            None => best = Some(o),
-            Some(b) if x[b].is_nan() => {}
-            Some(b) => {
-                if x[o].is_nan() || x[o] > x[b] {
-                    best = Some(o);
+impl<'a> Windows<'a> {
+    /// Check the shapes (the rules of [`pooling_output_shape`], the bounds
+    /// on the output and the work: output elements x window positions).
+    fn new(
+        x_shape: &'a [usize],
+        window: &'a [usize],
+        pad: &'a [usize],
+        stride: &'a [usize],
+    ) -> Result<Self> {
+        let y_shape = pooling_output_shape(x_shape, window, pad, stride)?;
+        let outputs = bounds::count(
+            "output shape (from x_shape, window, pad and stride)",
+            &y_shape,
+        )?;
+        let mut factors = vec![outputs];
+        factors.extend_from_slice(window);
+        bounds::work("window", "output elements x window positions", &factors)?;
+        Ok(Windows {
+            xs: packed_strides(x_shape),
+            full: window.iter().map(|&w| w as f64).product(),
+            y_shape,
+            x_shape,
+            window,
+            pad,
+            stride,
+        })
+    }
+
+    /// Call `f` with the packed input offset of every position of output
+    /// `o`'s window that lies inside the input, in row-major window order.
+    fn for_each_inside(&self, o: &[usize], mut f: impl FnMut(usize)) {
+        let base = o[0] * self.xs[0] + o[1] * self.xs[1];
+        for_each_index(self.window, |k| {
+            let mut off = base;
+            for d in 0..self.window.len() {
+                // `o * stride + k <= x + 2 * pad`, which
+                // `pooling_output_shape` bounded by i32::MAX.
+                let pos = o[d + 2] * self.stride[d] + k[d];
+                let Some(pos) = pos.checked_sub(self.pad[d]) else {
+                    return;
+                };
+                if pos >= self.x_shape[d + 2] {
+                    return;
                 }
+                off += pos * self.xs[d + 2];
+            }
+            f(off);
+        });
+    }
+
+    /// The divisor of an average over output `o`'s window.
+    fn divisor(&self, mode: PoolingMode, o: &[usize]) -> f64 {
+        match mode {
+            PoolingMode::AverageIncludePadding => self.full,
+            _ => {
+                let mut inside = 0usize;
+                self.for_each_inside(o, |_| inside += 1);
+                inside as f64
             }
         }
     }
-    best
+
+    /// The window's first maximum (a NaN, if any, wins).
+    fn arg_max(&self, x: &[f64], o: &[usize]) -> Option<usize> {
+        let mut best: Option<usize> = None;
+        self.for_each_inside(o, |i| match best {
+            None => best = Some(i),
+            Some(b) if x[b].is_nan() => {}
+            Some(b) => {
+                if x[i].is_nan() || x[i] > x[b] {
+                    best = Some(i);
+                }
+            }
+        });
+        best
+    }
 }
 
 /// Forward pooling of `x` (`[n, c, spatial...]`, packed); returns `y` and
 /// its shape.
 ///
 /// # Errors
-/// The rules of [`pooling_output_shape`], or `x` not matching its shape.
+/// The rules of [`pooling_output_shape`], `x` not matching its shape, an
+/// output beyond [`MAX_ELEMENTS`](crate::reference::MAX_ELEMENTS), or more
+/// work (output elements x window positions) than
+/// [`MAX_WORK`](crate::reference::MAX_WORK).
 pub fn pool_forward(
     mode: PoolingMode,
     x: &[f64],
@@ -81,18 +119,22 @@ pub fn pool_forward(
     pad: &[usize],
     stride: &[usize],
 ) -> Result<(Vec<f64>, Vec<usize>)> {
-    check_data("x", x, x_shape)?;
-    let (y_shape, wins) = windows(mode, x_shape, window, pad, stride)?;
-    let y = wins
-        .iter()
-        .map(|(offs, div)| match mode {
+    check_data("x", x, "x_shape", x_shape)?;
+    let w = Windows::new(x_shape, window, pad, stride)?;
+    let mut y = bounds::buffer("output shape", bounds::count("output shape", &w.y_shape)?)?;
+    for_each_index(&w.y_shape, |o| {
+        y.push(match mode {
             PoolingMode::Max | PoolingMode::MaxDeterministic => {
-                arg_max(x, offs).map_or(f64::NEG_INFINITY, |i| x[i])
+                w.arg_max(x, o).map_or(f64::NEG_INFINITY, |i| x[i])
             }
-            _ => offs.iter().map(|&i| x[i]).sum::<f64>() / div,
-        })
-        .collect();
-    Ok((y, y_shape))
+            _ => {
+                let mut sum = 0.0;
+                w.for_each_inside(o, |i| sum += x[i]);
+                sum / w.divisor(mode, o)
+            }
+        });
+    });
+    Ok((y, w.y_shape))
 }
 
 /// Backward pooling: `dx` for the output gradient `dy` (shaped as the
@@ -110,23 +152,25 @@ pub fn pool_backward(
     pad: &[usize],
     stride: &[usize],
 ) -> Result<Vec<f64>> {
-    let n = check_data("x", x, x_shape)?;
-    let (y_shape, wins) = windows(mode, x_shape, window, pad, stride)?;
-    check_data("dy", dy, &y_shape)?;
-    let mut dx = vec![0.0; n];
-    for ((offs, div), &g) in wins.iter().zip(dy) {
+    let n = check_data("x", x, "x_shape", x_shape)?;
+    let w = Windows::new(x_shape, window, pad, stride)?;
+    check_data("dy", dy, "output shape", &w.y_shape)?;
+    let mut dx = bounds::zeros("x_shape", n)?;
+    let mut k = 0;
+    for_each_index(&w.y_shape, |o| {
+        let g = dy[k];
+        k += 1;
         match mode {
             PoolingMode::Max | PoolingMode::MaxDeterministic => {
-                if let Some(i) = arg_max(x, offs) {
+                if let Some(i) = w.arg_max(x, o) {
                     dx[i] += g;
                 }
             }
             _ => {
-                for &i in offs {
-                    dx[i] += g / div;
-                }
+                let div = w.divisor(mode, o);
+                w.for_each_inside(o, |i| dx[i] += g / div);
             }
         }
-    }
+    });
     Ok(dx)
 }

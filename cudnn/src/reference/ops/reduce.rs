@@ -1,8 +1,9 @@
 //! Tensor reduction.
 
-use super::{check_data, element_count, for_each_index, packed_strides};
+use super::{check_data, for_each_index, packed_strides};
 use crate::dnn::{ReduceOp, check_broadcast};
 use crate::error::Result;
+use crate::reference::bounds;
 
 /// Reduce `a` to `c_shape` (same rank; each dimension of `c` equals `a`'s
 /// or is 1, and the dimensions where it is 1 are reduced). Returns `c` and,
@@ -12,27 +13,41 @@ use crate::error::Result;
 ///
 /// Min and max propagate NaN; `MulNoZeros` of all zeros is 1.
 ///
+/// The work is counted as the elements of `c` times the reduced elements
+/// of each (at least one each), and bounded by
+/// [`MAX_WORK`](crate::reference::MAX_WORK).
+///
 /// # Errors
-/// Shapes breaking the rule, or `a` not matching its shape.
+/// Shapes breaking the rule or beyond
+/// [`MAX_ELEMENTS`](crate::reference::MAX_ELEMENTS), `a` not matching its
+/// shape, or more work than [`MAX_WORK`](crate::reference::MAX_WORK).
 pub fn reduce(
     op: ReduceOp,
     a: &[f64],
     a_shape: &[usize],
     c_shape: &[usize],
 ) -> Result<(Vec<f64>, Vec<usize>)> {
-    check_data("a", a, a_shape)?;
+    check_data("a", a, "a_shape", a_shape)?;
     check_broadcast("c", c_shape, "a", a_shape)?;
+    let n = bounds::count("c_shape", c_shape)?;
     let r_shape: Vec<usize> = a_shape
         .iter()
         .zip(c_shape)
         .map(|(&ad, &cd)| if cd == 1 { ad } else { 1 })
         .collect();
-    let count = element_count(&r_shape)? as f64;
+    // Within the bounds: every dimension is one of `a_shape`'s (or 1).
+    let reduced = bounds::count("a_shape", &r_shape)?;
+    bounds::work(
+        "a_shape",
+        "elements of c x reduced elements of each",
+        &[n, reduced.max(1)],
+    )?;
+    let count = reduced as f64;
     let st = packed_strides(a_shape);
-    let n = element_count(c_shape)?;
-    let (mut c, mut idx) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut c, mut idx) = (bounds::buffer("c_shape", n)?, bounds::buffer("c_shape", n)?);
+    let mut vals = bounds::buffer("a_shape", reduced)?;
     for_each_index(c_shape, |ci| {
-        let mut vals = Vec::new();
+        vals.clear();
         for_each_index(&r_shape, |ri| {
             let off: usize = (0..a_shape.len())
                 .map(|d| if c_shape[d] == 1 { ri[d] } else { ci[d] } * st[d])

@@ -1,20 +1,23 @@
 //! Tensor arithmetic: broadcasting, add, op-tensor, reduction is in
 //! `reduce`.
 
-use super::{check_data, element_count, for_each_index, packed_strides};
+use super::{check_data, for_each_index, packed_strides};
 use crate::dnn::{OpTensorOp, check_broadcast};
 use crate::error::Result;
+use crate::reference::bounds;
 
 /// `src` (shape `src_shape`) broadcast to `dst_shape` by cuDNN's rule:
 /// same rank, each dimension equal or 1.
 ///
 /// # Errors
-/// The rule broken (naming the dimension), or `src` not matching its shape.
+/// The rule broken (naming the dimension), `src` not matching its shape,
+/// or a `dst_shape` beyond [`MAX_ELEMENTS`](crate::reference::MAX_ELEMENTS).
 pub fn broadcast(src: &[f64], src_shape: &[usize], dst_shape: &[usize]) -> Result<Vec<f64>> {
-    check_data("src", src, src_shape)?;
+    check_data("src", src, "src_shape", src_shape)?;
     check_broadcast("src", src_shape, "dst", dst_shape)?;
+    let n = bounds::count("dst_shape", dst_shape)?;
     let ss = packed_strides(src_shape);
-    let mut out = Vec::with_capacity(element_count(dst_shape)?);
+    let mut out = bounds::buffer("dst_shape", n)?;
     for_each_index(dst_shape, |i| {
         let off: usize = i
             .iter()
@@ -39,7 +42,7 @@ pub fn add_tensor(
     c: &[f64],
     c_shape: &[usize],
 ) -> Result<Vec<f64>> {
-    check_data("c", c, c_shape)?;
+    check_data("c", c, "c_shape", c_shape)?;
     let a = broadcast(a, a_shape, c_shape)?;
     super::blend(alpha, &a, beta, c)
 }
@@ -81,11 +84,11 @@ pub fn op_tensor(
     c: &[f64],
     c_shape: &[usize],
 ) -> Result<Vec<f64>> {
-    let n = check_data("c", c, c_shape)?;
-    check_data("a", a, c_shape)?;
+    let n = check_data("c", c, "c_shape", c_shape)?;
+    check_data("a", a, "c_shape", c_shape)?;
     let b = match b {
         Some((b, b_shape)) => broadcast(b, b_shape, c_shape)?,
-        None if op.is_unary() => vec![0.0; n],
+        None if op.is_unary() => bounds::zeros("c_shape", n)?,
         None => {
             return Err(crate::Error::invalid(
                 "b",
@@ -94,10 +97,11 @@ pub fn op_tensor(
             ));
         }
     };
-    let r: Vec<f64> = a
-        .iter()
-        .zip(&b)
-        .map(|(&x, &y)| op_tensor_element(op, alpha1 * x, alpha2 * y))
-        .collect();
+    let r = bounds::collect(
+        "c_shape",
+        a.iter()
+            .zip(&b)
+            .map(|(&x, &y)| op_tensor_element(op, alpha1 * x, alpha2 * y)),
+    )?;
     super::blend(1.0, &r, beta, c)
 }
