@@ -363,6 +363,41 @@ fn main() {
         Ok(())
     }));
 
+    t.push(host("sdpa_composite_plans_per_target", || {
+        if !can_plan()? {
+            return Ok(());
+        }
+        let mut failures = vec![];
+        for (name, bwd, cfg) in sdpa_cases() {
+            if bwd {
+                continue;
+            }
+            let cfg = cfg.implementation(SdpaImpl::Composite);
+            for tgt in TARGETS {
+                match sdpa_graph(&cfg, false).and_then(|g| counts(&g, tgt, 2)) {
+                    Ok((e, c, p, s)) => {
+                        eprintln!(
+                            "composite {name:<40} {tgt}: engines {e:>3} configs {c:>3} plans {p:>3} ({s:.2} s)"
+                        );
+                        if tgt == "h200" && p == 0 {
+                            failures.push(format!("{name} on {tgt}: no plan"));
+                        }
+                    }
+                    Err(err) => {
+                        let first = err.to_string();
+                        eprintln!("composite {name:<40} {tgt}: refused: {}", &first[..first.len().min(300)]);
+                        ensure!(is_typed_refusal(&err), "{name} {tgt}: untyped {err:?}");
+                        if tgt == "h200" {
+                            failures.push(format!("{name} on {tgt}: {err}"));
+                        }
+                    }
+                }
+            }
+        }
+        ensure!(failures.is_empty(), "H200 must plan every composite forward: {failures:#?}");
+        Ok(())
+    }));
+
     t.push(host("norm_statistics_per_mode", || {
         if !can_plan()? {
             return Ok(());

@@ -103,6 +103,10 @@ pub mod kind {
         SdpaBackwardOp = CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR, "sdpa backward op", OperationKind;
         /// Diagonal band mask operation (causal and sliding-window masks in SDPA score subgraphs).
         DiagonalBandMaskOp = CUDNN_BACKEND_OPERATION_DIAGONAL_BAND_MASK_DESCRIPTOR, "diagonal band mask op", OperationKind;
+        /// `CUDNN_BACKEND_RNG_DESCRIPTOR` (a distribution).
+        Rng = CUDNN_BACKEND_RNG_DESCRIPTOR, "rng";
+        /// Random-number operation (dropout masks of the composite attention).
+        RngOp = CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR, "rng op", OperationKind;
         /// `CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR`.
         OperationGraph = CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph";
         /// `CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR`.
@@ -183,6 +187,8 @@ pub mod value {
         NormMode = sys::cudnnBackendNormMode_t, CUDNN_TYPE_NORM_MODE, sys::cudnnBackendNormMode_t(0);
         /// `CUDNN_TYPE_NORM_FWD_PHASE`.
         NormPhase = sys::cudnnBackendNormFwdPhase_t, CUDNN_TYPE_NORM_FWD_PHASE, sys::cudnnBackendNormFwdPhase_t(0);
+        /// `CUDNN_TYPE_RNG_DISTRIBUTION`.
+        RngDistribution = sys::cudnnRngDistribution_t, CUDNN_TYPE_RNG_DISTRIBUTION, sys::cudnnRngDistribution_t(0);
     }
 
     /// `CUDNN_TYPE_BACKEND_DESCRIPTOR` holding descriptors of kind `K`.
@@ -1031,6 +1037,57 @@ pub mod attr {
     > = Attr {
         name: AttrName::CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_COMPARISON_MODE,
         label: "CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_COMPARISON_MODE",
+        _p: PhantomData,
+    };
+    // ---- the composite attention (matmul overrides, dropout) ----
+    pub const OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC: Attr<MatmulOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC,
+        label: "CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC: Attr<MatmulOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC,
+        label: "CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC: Attr<MatmulOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC,
+        label: "CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC",
+        _p: PhantomData,
+    };
+    pub const MATMUL_PADDING_VALUE: Attr<Matmul, F64> = Attr {
+        name: AttrName::CUDNN_ATTR_MATMUL_PADDING_VALUE,
+        label: "CUDNN_ATTR_MATMUL_PADDING_VALUE",
+        _p: PhantomData,
+    };
+    pub const RNG_DISTRIBUTION: Attr<Rng, RngDistribution> = Attr {
+        name: AttrName::CUDNN_ATTR_RNG_DISTRIBUTION,
+        label: "CUDNN_ATTR_RNG_DISTRIBUTION",
+        _p: PhantomData,
+    };
+    pub const RNG_BERNOULLI_DIST_PROBABILITY: Attr<Rng, F64> = Attr {
+        name: AttrName::CUDNN_ATTR_RNG_BERNOULLI_DIST_PROBABILITY,
+        label: "CUDNN_ATTR_RNG_BERNOULLI_DIST_PROBABILITY",
+        _p: PhantomData,
+    };
+    pub const OPERATION_RNG_YDESC: Attr<RngOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_RNG_YDESC,
+        label: "CUDNN_ATTR_OPERATION_RNG_YDESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_RNG_SEED: Attr<RngOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_RNG_SEED,
+        label: "CUDNN_ATTR_OPERATION_RNG_SEED",
+        _p: PhantomData,
+    };
+    pub const OPERATION_RNG_OFFSET_DESC: Attr<RngOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_RNG_OFFSET_DESC,
+        label: "CUDNN_ATTR_OPERATION_RNG_OFFSET_DESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_RNG_DESC: Attr<RngOp, Desc<Rng>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_RNG_DESC,
+        label: "CUDNN_ATTR_OPERATION_RNG_DESC",
         _p: PhantomData,
     };
 }

@@ -47,7 +47,7 @@ pub use heuristics::{BehaviorNote, Candidate, HeurMode, Knob, NumericalNote, Pol
 pub use ops::conv::ConvParams;
 pub use ops::norm::{NormGrads, NormMode, NormOutputs, NormPhase, RunningStats};
 pub use ops::pointwise::{Arity, Pointwise};
-pub use ops::sdpa::{AttnLayout, Dropout, SdpaBackward, SdpaConfig, SdpaForward};
+pub use ops::sdpa::{AttnLayout, Dropout, SdpaBackward, SdpaConfig, SdpaForward, SdpaImpl};
 pub use plan::{Bindings, BuildReport, Plan, Timings};
 pub use target::{DeviceProperties, DeviceSpec, REQUIRED_FIELDS, Target};
 pub use tensor::{BYTE_ALIGNMENT, DType, MAX_DIMS, TensorSpec};

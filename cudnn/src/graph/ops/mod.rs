@@ -5,6 +5,7 @@ pub mod conv;
 pub mod norm;
 pub mod pointwise;
 pub mod sdpa;
+pub(crate) mod sdpa_composite;
 
 use super::backend::{Descriptor, kind};
 use super::graph::Built;

@@ -31,6 +31,7 @@ use crate::error::{Error, Result};
 use crate::graph::backend::{Descriptor, attr, kind};
 use crate::graph::graph::{Built, Graph, Op, Role, Tensor};
 use crate::graph::ops::ExtOp;
+use crate::graph::ops::sdpa_composite::CompositeFwdOp;
 use crate::graph::tensor::{DType, TensorSpec, fmt_dims};
 use crate::sys::cudnn as sys;
 use std::sync::Arc;
@@ -66,6 +67,23 @@ pub struct Dropout {
     pub probability: f64,
 }
 
+/// Which cuDNN construction an attention graph uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum SdpaImpl {
+    /// cuDNN's SDPA operation where the loaded cuDNN has it with every option
+    /// asked for, the composite otherwise (forward only: the backward needs
+    /// the SDPA operation).
+    #[default]
+    Auto,
+    /// cuDNN's SDPA operation (`CUDNN_BACKEND_OPERATION_SDPA_FWD/BWD_DESCRIPTOR`):
+    /// an option the loaded cuDNN lacks is an `Unsupported` error.
+    Native,
+    /// The matmul–softmax–matmul pattern of matmul, pointwise, reduction and
+    /// RNG ops that cuDNN's fused-attention engines recognise (forward only;
+    /// see [`sdpa_composite`](super::sdpa_composite)).
+    Composite,
+}
+
 /// One attention's shapes and options.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SdpaConfig {
@@ -99,6 +117,8 @@ pub struct SdpaConfig {
     /// Forward: save the softmax statistics (log-sum-exp per query row,
     /// `[B, H, S_q, 1]` f32) for the backward.
     pub is_training: bool,
+    /// The SDPA operation or the composite pattern ([`SdpaImpl::Auto`] by default).
+    pub implementation: SdpaImpl,
 }
 
 /// What [`Graph::sdpa_forward`] adds.
@@ -179,7 +199,14 @@ impl SdpaConfig {
             padding: false,
             dropout: None,
             is_training: false,
+            implementation: SdpaImpl::Auto,
         }
+    }
+
+    /// Built as `implementation`.
+    pub fn implementation(mut self, implementation: SdpaImpl) -> Self {
+        self.implementation = implementation;
+        self
     }
 
     /// With a causal mask (or not).
@@ -292,8 +319,42 @@ impl SdpaConfig {
     /// `InvalidArgument` naming the field for a bad shape or value;
     /// `Unsupported` naming the option and the cuDNN that has it.
     pub fn check(&self, backward: bool) -> Result<()> {
+        self.resolve(backward).map(|_| ())
+    }
+
+    /// What the graph builder will build for this config with the loaded
+    /// cuDNN: [`SdpaImpl::Native`] or [`SdpaImpl::Composite`].
+    ///
+    /// # Errors
+    /// As [`check`](Self::check).
+    pub fn resolve(&self, backward: bool) -> Result<SdpaImpl> {
         self.validate()?;
-        self.check_cudnn(backward)
+        match self.implementation {
+            SdpaImpl::Native => self.check_cudnn(backward).map(|_| SdpaImpl::Native),
+            SdpaImpl::Composite => self.check_composite(backward).map(|_| SdpaImpl::Composite),
+            SdpaImpl::Auto => match self.check_cudnn(backward) {
+                Ok(()) => Ok(SdpaImpl::Native),
+                Err(native) => match self.check_composite(backward) {
+                    Ok(()) => Ok(SdpaImpl::Composite),
+                    // The SDPA operation's reason names the version that has it.
+                    Err(_) => Err(native),
+                },
+            },
+        }
+    }
+
+    fn check_composite(&self, backward: bool) -> Result<()> {
+        if backward {
+            return Err(Error::Unsupported {
+                what: "SdpaConfig.implementation = Composite for the backward: this crate builds the attention backward with cuDNN's SDPA operation only".to_string(),
+                needs: Some(format!(
+                    "cuDNN >= {}.{} and SdpaImpl::Native or Auto",
+                    since::BACKWARD.0,
+                    since::BACKWARD.1
+                )),
+            });
+        }
+        Ok(())
     }
 
     /// The shape and value checks of [`check`](Self::check) alone (no library needed).
@@ -734,7 +795,10 @@ impl Graph {
         self.sdpa_expect(&op, "q", q, &cfg.q_spec()?)?;
         self.sdpa_expect(&op, "k", k, &cfg.k_spec()?)?;
         self.sdpa_expect(&op, "v", v, &cfg.v_spec()?)?;
-        cfg.check(false).map_err(|e| e.with_context(op.clone()))?;
+        let imp = cfg.resolve(false).map_err(|e| e.with_context(op.clone()))?;
+        if imp == SdpaImpl::Composite {
+            return self.sdpa_forward_composite(q, k, v, cfg);
+        }
         let (c, extra) = self.sdpa_common(&op, q, k, v, cfg)?;
         let qs = self.node(q)?.spec.clone();
         let o = self.graph_output(
@@ -819,6 +883,97 @@ impl Graph {
             dq,
             dk,
             dv,
+            seq_len_q: extra[0],
+            seq_len_kv: extra[1],
+            dropout_seed: extra[2],
+            dropout_offset: extra[3],
+        })
+    }
+
+    fn sdpa_forward_composite(
+        &mut self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        cfg: &SdpaConfig,
+    ) -> Result<SdpaForward> {
+        let base = format!("sdpa{}", self.ops.len());
+        let uid_base = (1i64 << 40) + ((self.ops.len() as i64) << 16);
+        let scale = self.scalar(cfg.scale_value(), DType::F32, 4)?;
+        let mut extra = [None; 4];
+        let seq = if cfg.padding {
+            let spec = TensorSpec::row_major(DType::I32, &[cfg.batch, 1, 1, 1])?;
+            let a = self.input(&format!("{base}.seq_len_q"), spec.clone())?;
+            let b = self.input(&format!("{base}.seq_len_kv"), spec)?;
+            extra[0] = Some(a);
+            extra[1] = Some(b);
+            Some((self.index(a)?, self.index(b)?))
+        } else {
+            None
+        };
+        let dropout = match cfg.dropout {
+            Some(d) => {
+                let spec = TensorSpec::row_major(DType::I64, &[1, 1, 1, 1])?;
+                let a = self.input(&format!("{base}.dropout_seed"), spec.clone())?;
+                let b = self.input(&format!("{base}.dropout_offset"), spec)?;
+                let s = self.scalar(1.0 / (1.0 - d.probability), DType::F32, 4)?;
+                extra[2] = Some(a);
+                extra[3] = Some(b);
+                Some((self.index(a)?, self.index(b)?, d.probability, self.index(s)?))
+            }
+            None => None,
+        };
+        let fill = if cfg.padding || cfg.is_causal {
+            // The fused engines before cuDNN 9.10 expect the lowest finite value.
+            let (ma, mi, _) = loaded_cudnn()?;
+            let v = if (ma, mi) >= (9, 10) {
+                f64::NEG_INFINITY
+            } else {
+                f64::from(f32::MIN)
+            };
+            let f = self.scalar(v, DType::F32, 4)?;
+            Some(self.index(f)?)
+        } else {
+            None
+        };
+        let qs = self.node(q)?.spec.clone();
+        let k_spec = self.node(k)?.spec.clone();
+        let o = self.graph_output(
+            "sdpa",
+            TensorSpec::like(cfg.dtype, cfg.o_spec()?.dims(), &qs)?,
+        )?;
+        let stats = if cfg.is_training {
+            Some(self.graph_output("sdpa", cfg.stats_spec()?)?)
+        } else {
+            None
+        };
+        let ext = CompositeFwdOp {
+            q: self.index(q)?,
+            k: self.index(k)?,
+            v: self.index(v)?,
+            scale: self.index(scale)?,
+            k_spec,
+            dims: [
+                cfg.batch,
+                cfg.heads,
+                cfg.seq_q,
+                cfg.seq_kv,
+                cfg.head_dim,
+                cfg.head_dim_v,
+            ],
+            io: cfg.dtype,
+            seq,
+            dropout,
+            causal: cfg.is_causal,
+            fill,
+            o: self.index(o)?,
+            stats: stats.map(|s| self.index(s)).transpose()?,
+            uid_base,
+        };
+        self.push_op(Op::Ext(Arc::new(ext)));
+        Ok(SdpaForward {
+            o,
+            stats,
             seq_len_q: extra[0],
             seq_len_kv: extra[1],
             dropout_seed: extra[2],
