@@ -369,12 +369,9 @@ fn main() {
         }
         let mut failures = vec![];
         for (name, bwd, cfg) in sdpa_cases() {
-            if bwd {
-                continue;
-            }
             let cfg = cfg.implementation(SdpaImpl::Composite);
             for tgt in TARGETS {
-                match sdpa_graph(&cfg, false).and_then(|g| counts(&g, tgt, 2)) {
+                match sdpa_graph(&cfg, bwd).and_then(|g| counts(&g, tgt, 2)) {
                     Ok((e, c, p, s)) => {
                         eprintln!(
                             "composite {name:<40} {tgt}: engines {e:>3} configs {c:>3} plans {p:>3} ({s:.2} s)"

@@ -107,6 +107,8 @@ pub mod kind {
         Rng = CUDNN_BACKEND_RNG_DESCRIPTOR, "rng";
         /// Random-number operation (dropout masks of the composite attention).
         RngOp = CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR, "rng op", OperationKind;
+        /// Reshape operation (a view with other dims and strides; the composite attention backward's transposes).
+        ReshapeOp = CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, "reshape op", OperationKind;
         /// `CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR`.
         OperationGraph = CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph";
         /// `CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR`.
@@ -1083,6 +1085,16 @@ pub mod attr {
     pub const OPERATION_RNG_OFFSET_DESC: Attr<RngOp, Desc<Tensor>> = Attr {
         name: AttrName::CUDNN_ATTR_OPERATION_RNG_OFFSET_DESC,
         label: "CUDNN_ATTR_OPERATION_RNG_OFFSET_DESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_RESHAPE_XDESC: Attr<ReshapeOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_RESHAPE_XDESC,
+        label: "CUDNN_ATTR_OPERATION_RESHAPE_XDESC",
+        _p: PhantomData,
+    };
+    pub const OPERATION_RESHAPE_YDESC: Attr<ReshapeOp, Desc<Tensor>> = Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_RESHAPE_YDESC,
+        label: "CUDNN_ATTR_OPERATION_RESHAPE_YDESC",
         _p: PhantomData,
     };
     pub const OPERATION_RNG_DESC: Attr<RngOp, Desc<Rng>> = Attr {

@@ -27,6 +27,9 @@ pub(crate) enum Role {
     Output,
     /// A by-value scalar (passed through the variant pack from host memory).
     Scalar(f64),
+    /// A real tensor no caller binds: the plan keeps it in its workspace
+    /// (the composite attention backward's row sums and dQ accumulator).
+    Scratch,
 }
 
 #[derive(Clone, Debug)]
@@ -290,6 +293,12 @@ impl Graph {
     pub(crate) fn intermediate(&mut self, op: &str, spec: TensorSpec) -> Result<Tensor> {
         let name = format!("{op}#{}.out{}", self.ops.len(), self.nodes.len() + 1);
         self.push(name, spec, Role::Virtual)
+    }
+
+    /// A real tensor of the plan's own (in its workspace, nothing to bind).
+    pub(crate) fn scratch(&mut self, op: &str, spec: TensorSpec) -> Result<Tensor> {
+        let name = format!("{op}#{}.scratch{}", self.ops.len(), self.nodes.len() + 1);
+        self.push(name, spec, Role::Scratch)
     }
 
     pub(crate) fn push_op(&mut self, op: Op) {
@@ -684,6 +693,7 @@ impl Graph {
                 Role::Virtual => "virt".to_string(),
                 Role::Output => "out".to_string(),
                 Role::Scalar(v) => format!("scalar={v:e}"),
+                Role::Scratch => "scratch".to_string(),
             };
             s.push_str(&format!(
                 "t{} {} {} {} {} {};",
@@ -1104,12 +1114,16 @@ pub struct IoSignature {
     pub tensors: Vec<IoTensor>,
     /// `(uid, dtype, value)` of each by-value scalar.
     pub scalars: Vec<(i64, DType, f64)>,
+    /// `(uid, bytes)` of each tensor the plan keeps in its own workspace
+    /// (nothing to bind; counted in [`Plan::workspace_size`](super::Plan::workspace_size)).
+    pub scratch: Vec<(i64, usize)>,
 }
 
 impl IoSignature {
     fn of(g: &Graph) -> Self {
         let mut tensors = Vec::new();
         let mut scalars = Vec::new();
+        let mut scratch = Vec::new();
         for n in &g.nodes {
             match n.role {
                 Role::Input | Role::Output => tensors.push(IoTensor {
@@ -1119,10 +1133,15 @@ impl IoSignature {
                     is_output: n.role == Role::Output,
                 }),
                 Role::Scalar(v) => scalars.push((n.uid, n.spec.dtype(), v)),
+                Role::Scratch => scratch.push((n.uid, n.spec.span_bytes().unwrap_or(0))),
                 Role::Virtual => {}
             }
         }
-        Self { tensors, scalars }
+        Self {
+            tensors,
+            scalars,
+            scratch,
+        }
     }
 }
 

@@ -21,12 +21,39 @@ pub struct Plan {
     /// Locked for every use: cuDNN documents no concurrent use of one
     /// descriptor, and plans are shared between threads (`PlanCache`).
     desc: Mutex<Descriptor<kind::ExecutionPlan>>,
+    /// cuDNN's workspace, then the scratch tensors.
     workspace: usize,
     io: Arc<IoSignature>,
     target: String,
     engine: Option<i64>,
     /// Host copies of the by-value scalars, at stable addresses.
     scalars: Vec<(i64, Box<[u8; 8]>)>,
+    /// `(uid, byte offset in the workspace)` of each scratch tensor.
+    scratch: Vec<(i64, usize)>,
+}
+
+/// Where scratch tensors start and how they are spaced in a plan's workspace.
+const SCRATCH_ALIGN: usize = 256;
+
+fn align_up(n: usize, what: &str) -> Result<usize> {
+    n.checked_next_multiple_of(SCRATCH_ALIGN)
+        .ok_or_else(|| Error::invalid(what, "overflows usize when aligned", n))
+}
+
+/// The scratch layout after `cudnn_ws` bytes: `(total bytes, offsets)`.
+fn scratch_layout(cudnn_ws: usize, io: &IoSignature) -> Result<(usize, Vec<(i64, usize)>)> {
+    if io.scratch.is_empty() {
+        return Ok((cudnn_ws, Vec::new()));
+    }
+    let mut at = align_up(cudnn_ws, "plan workspace")?;
+    let mut offsets = Vec::with_capacity(io.scratch.len());
+    for &(uid, bytes) in &io.scratch {
+        offsets.push((uid, at));
+        at = at
+            .checked_add(align_up(bytes, "plan scratch tensor")?)
+            .ok_or_else(|| Error::invalid("plan workspace", "overflows usize", bytes))?;
+    }
+    Ok((at, offsets))
 }
 
 /// What happened while building a plan.
@@ -71,8 +98,9 @@ impl Plan {
         engine: Option<i64>,
     ) -> Result<Self> {
         let ws = desc.get_one(attr::EXECUTION_PLAN_WORKSPACE_SIZE)?;
-        let workspace = usize::try_from(ws)
+        let cudnn_ws = usize::try_from(ws)
             .map_err(|_| Error::invalid("plan workspace", "cuDNN returned a negative size", ws))?;
+        let (workspace, scratch) = scratch_layout(cudnn_ws, &io)?;
         let scalars = io
             .scalars
             .iter()
@@ -85,6 +113,7 @@ impl Plan {
             target,
             engine,
             scalars,
+            scratch,
         })
     }
 
@@ -267,7 +296,9 @@ impl Plan {
         Ok((plan, times))
     }
 
-    /// Workspace bytes an execution needs.
+    /// Workspace bytes an execution needs (cuDNN's, and after them, at
+    /// 256-byte boundaries, the tensors the plan keeps there itself, such as
+    /// the composite attention backward's row sums and dQ accumulator).
     pub fn workspace_size(&self) -> usize {
         self.workspace
     }
@@ -727,15 +758,26 @@ impl<'a> Bindings<'a> {
             ptrs.push(bytes.as_ptr() as *mut c_void);
         }
         let workspace = self.workspace;
+        let bound = ptrs.len();
+        for &(uid, offset) in &plan.scratch {
+            // The workspace holds at least `plan.workspace` bytes (checked by
+            // `check_bindings`), and every offset lies below that.
+            uids.push(uid);
+            ptrs.push(workspace.cast::<u8>().wrapping_add(offset).cast::<c_void>());
+        }
         let mut pack = Descriptor::<kind::VariantPack>::new()?;
         pack.set(attr::VARIANT_PACK_UNIQUE_IDS, &uids)?;
-        // SAFETY: the pointers are borrowed by `self` ('a) or point into the
-        // plan's scalars; they are used only by `execute` while both live.
+        // SAFETY: the pointers are borrowed by `self` ('a), point into the
+        // plan's scalars, or into the workspace at the plan's scratch offsets;
+        // they are used only by `execute` while all of them live.
         unsafe {
             pack.set_device_ptrs(attr::VARIANT_PACK_DATA_POINTERS, &ptrs)?;
             pack.set_device_ptrs(attr::VARIANT_PACK_WORKSPACE, &[workspace])?;
         }
         pack.finalize()?;
+        // The cache key: the bound and scalar pointers and the workspace (the
+        // scratch pointers follow from the workspace).
+        ptrs.truncate(bound);
         ptrs.push(workspace);
         self.packed_ptrs = ptrs;
         let raw = pack.as_raw();
@@ -762,6 +804,13 @@ pub(crate) fn write_io(s: &mut String, io: &IoSignature) {
     s.push_str(&format!("scalars {}\n", io.scalars.len()));
     for (uid, dtype, v) in &io.scalars {
         s.push_str(&format!("{uid} {dtype} {}\n", v.to_bits()));
+    }
+    // Written only when there are some, so files without scratch read as before.
+    if !io.scratch.is_empty() {
+        s.push_str(&format!("scratch {}\n", io.scratch.len()));
+        for (uid, bytes) in &io.scratch {
+            s.push_str(&format!("{uid} {bytes}\n"));
+        }
     }
 }
 
@@ -825,7 +874,32 @@ pub(crate) fn read_io(r: &mut Reader<'_>) -> Result<IoSignature> {
         let bits: u64 = r.parse("bits", f[2])?;
         scalars.push((uid, dtype, f64::from_bits(bits)));
     }
-    Ok(IoSignature { tensors, scalars })
+    let mut scratch = Vec::new();
+    if r.next_starts_with("scratch ") {
+        let n = r.field("scratch")?;
+        let n: usize = r.parse("scratch", &n)?;
+        if n > 64 {
+            return Err(r.bad("at most 64 scratch tensors"));
+        }
+        for _ in 0..n {
+            let line = r.line()?;
+            let f: Vec<&str> = line.split(' ').collect();
+            if f.len() != 2 {
+                return Err(r.bad("a scratch line: uid bytes"));
+            }
+            let uid: i64 = r.parse("uid", f[0])?;
+            let bytes: usize = r.parse("bytes", f[1])?;
+            if bytes > 1 << 40 {
+                return Err(r.bad("a scratch size of at most 1 TiB"));
+            }
+            scratch.push((uid, bytes));
+        }
+    }
+    Ok(IoSignature {
+        tensors,
+        scalars,
+        scratch,
+    })
 }
 
 /// A line reader for the crate's text formats, with errors that say where.
@@ -853,6 +927,11 @@ impl<'t> Reader<'t> {
             "malformed",
         )
     }
+    /// Whether the next line starts with `prefix` (nothing consumed).
+    pub(crate) fn next_starts_with(&self, prefix: &str) -> bool {
+        self.rest.starts_with(prefix)
+    }
+
     pub(crate) fn at_end(&self) -> bool {
         self.rest.is_empty()
     }

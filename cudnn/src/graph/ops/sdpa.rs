@@ -31,7 +31,7 @@ use crate::error::{Error, Result};
 use crate::graph::backend::{Descriptor, attr, kind};
 use crate::graph::graph::{Built, Graph, Op, Role, Tensor};
 use crate::graph::ops::ExtOp;
-use crate::graph::ops::sdpa_composite::CompositeFwdOp;
+use crate::graph::ops::sdpa_composite::{CompositeBwdOp, CompositeFwdOp};
 use crate::graph::tensor::{DType, TensorSpec, fmt_dims};
 use crate::sys::cudnn as sys;
 use std::sync::Arc;
@@ -178,6 +178,10 @@ fn loaded_cudnn() -> Result<(u32, u32, u32)> {
         .version
         .map(|v| (v.major, v.minor, v.patch))
         .unwrap_or((0, 0, 0)))
+}
+
+fn loaded_minor() -> Result<(u32, u32)> {
+    loaded_cudnn().map(|(a, b, _)| (a, b))
 }
 
 impl SdpaConfig {
@@ -344,14 +348,20 @@ impl SdpaConfig {
     }
 
     fn check_composite(&self, backward: bool) -> Result<()> {
-        if backward {
+        let (ma, mi, pa) = loaded_cudnn()?;
+        // cuDNN up to 9.15 computes the composite backward right for key
+        // lengths that are not multiples of 128 only under a padding mask
+        // (NVIDIA's frontend adds one with full lengths there).
+        if backward && (ma, mi) <= (9, 15) && self.seq_kv % 128 != 0 && !self.padding {
             return Err(Error::Unsupported {
-                what: "SdpaConfig.implementation = Composite for the backward: this crate builds the attention backward with cuDNN's SDPA operation only".to_string(),
-                needs: Some(format!(
-                    "cuDNN >= {}.{} and SdpaImpl::Native or Auto",
-                    since::BACKWARD.0,
-                    since::BACKWARD.1
-                )),
+                what: format!(
+                    "the composite attention backward with seq_kv = {} (not a multiple of 128) and no padding mask on the loaded cuDNN {ma}.{mi}.{pa}",
+                    self.seq_kv
+                ),
+                needs: Some(
+                    "SdpaConfig.padding = true (bind full sequence lengths), seq_kv a multiple of 128, or cuDNN >= 9.16"
+                        .to_string(),
+                ),
             });
         }
         Ok(())
@@ -859,7 +869,13 @@ impl Graph {
                 format!("{} {}", sn.spec.dtype(), fmt_dims(sn.spec.dims())),
             ));
         }
-        cfg.check(true).map_err(|e| e.with_context(op.clone()))?;
+        let imp = cfg.resolve(true).map_err(|e| e.with_context(op.clone()))?;
+        if imp == SdpaImpl::Composite {
+            self.sdpa_expect(&op, "q", q, &cfg.q_spec()?)?;
+            self.sdpa_expect(&op, "k", k, &cfg.k_spec()?)?;
+            self.sdpa_expect(&op, "v", v, &cfg.v_spec()?)?;
+            return self.sdpa_backward_composite([q, k, v, o, d_o, stats], cfg);
+        }
         let (c, extra) = self.sdpa_common(&op, q, k, v, cfg)?;
         let (qs, ks, vs) = (
             self.node(q)?.spec.clone(),
@@ -890,15 +906,20 @@ impl Graph {
         })
     }
 
-    fn sdpa_forward_composite(
+    /// The graph inputs and scalars both composites take:
+    /// `(scale, seq, dropout, fill, extra)`.
+    #[allow(clippy::type_complexity)]
+    fn composite_common(
         &mut self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
         cfg: &SdpaConfig,
-    ) -> Result<SdpaForward> {
+    ) -> Result<(
+        usize,
+        Option<(usize, usize)>,
+        Option<(usize, usize, f64, usize)>,
+        Option<usize>,
+        [Option<Tensor>; 4],
+    )> {
         let base = format!("sdpa{}", self.ops.len());
-        let uid_base = (1i64 << 40) + ((self.ops.len() as i64) << 16);
         let scale = self.scalar(cfg.scale_value(), DType::F32, 4)?;
         let mut extra = [None; 4];
         let seq = if cfg.padding {
@@ -925,8 +946,7 @@ impl Graph {
         };
         let fill = if cfg.padding || cfg.is_causal {
             // The fused engines before cuDNN 9.10 expect the lowest finite value.
-            let (ma, mi, _) = loaded_cudnn()?;
-            let v = if (ma, mi) >= (9, 10) {
+            let v = if loaded_minor()? >= (9, 10) {
                 f64::NEG_INFINITY
             } else {
                 f64::from(f32::MIN)
@@ -936,6 +956,22 @@ impl Graph {
         } else {
             None
         };
+        Ok((self.index(scale)?, seq, dropout, fill, extra))
+    }
+
+    fn composite_uid_base(&self) -> i64 {
+        (1i64 << 40) + ((self.ops.len() as i64) << 16)
+    }
+
+    fn sdpa_forward_composite(
+        &mut self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        cfg: &SdpaConfig,
+    ) -> Result<SdpaForward> {
+        let uid_base = self.composite_uid_base();
+        let (scale, seq, dropout, fill, extra) = self.composite_common(cfg)?;
         let qs = self.node(q)?.spec.clone();
         let k_spec = self.node(k)?.spec.clone();
         let o = self.graph_output(
@@ -951,7 +987,7 @@ impl Graph {
             q: self.index(q)?,
             k: self.index(k)?,
             v: self.index(v)?,
-            scale: self.index(scale)?,
+            scale,
             k_spec,
             dims: [
                 cfg.batch,
@@ -974,6 +1010,79 @@ impl Graph {
         Ok(SdpaForward {
             o,
             stats,
+            seq_len_q: extra[0],
+            seq_len_kv: extra[1],
+            dropout_seed: extra[2],
+            dropout_offset: extra[3],
+        })
+    }
+
+    fn sdpa_backward_composite(
+        &mut self,
+        [q, k, v, o, d_o, stats]: [Tensor; 6],
+        cfg: &SdpaConfig,
+    ) -> Result<SdpaBackward> {
+        let uid_base = self.composite_uid_base();
+        let (scale, seq, dropout, fill, extra) = self.composite_common(cfg)?;
+        let keep = self.scalar(
+            cfg.dropout.map(|d| 1.0 - d.probability).unwrap_or(1.0),
+            DType::F32,
+            4,
+        )?;
+        let (qs, ks, vs) = (
+            self.node(q)?.spec.clone(),
+            self.node(k)?.spec.clone(),
+            self.node(v)?.spec.clone(),
+        );
+        let softmax_sum = self.scratch("sdpa_bwd", cfg.stats_spec()?)?;
+        let dq_accum = self.scratch(
+            "sdpa_bwd",
+            TensorSpec::row_major(
+                DType::F32,
+                &[cfg.batch, cfg.heads, cfg.seq_q, cfg.head_dim],
+            )?,
+        )?;
+        let dq = self.graph_output("sdpa_bwd", qs)?;
+        let dk = self.graph_output("sdpa_bwd", ks.clone())?;
+        let dv = self.graph_output("sdpa_bwd", vs.clone())?;
+        let ext = CompositeBwdOp {
+            q: self.index(q)?,
+            k: self.index(k)?,
+            v: self.index(v)?,
+            o: self.index(o)?,
+            d_o: self.index(d_o)?,
+            stats: self.index(stats)?,
+            scale,
+            k_spec: ks,
+            v_spec: vs,
+            dims: [
+                cfg.batch,
+                cfg.heads,
+                cfg.kv_heads,
+                cfg.seq_q,
+                cfg.seq_kv,
+                cfg.head_dim,
+                cfg.head_dim_v,
+            ],
+            io: cfg.dtype,
+            seq,
+            dropout,
+            keep: self.index(keep)?,
+            causal: cfg.is_causal,
+            fill,
+            repad: cfg.padding && loaded_minor()? < (9, 10),
+            softmax_sum: self.index(softmax_sum)?,
+            dq_accum: self.index(dq_accum)?,
+            dq: self.index(dq)?,
+            dk: self.index(dk)?,
+            dv: self.index(dv)?,
+            uid_base,
+        };
+        self.push_op(Op::Ext(Arc::new(ext)));
+        Ok(SdpaBackward {
+            dq,
+            dk,
+            dv,
             seq_len_q: extra[0],
             seq_len_kv: extra[1],
             dropout_seed: extra[2],

@@ -196,6 +196,64 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// A virtual intermediate with explicit strides.
+    fn virt_strided(&mut self, dtype: DType, dims: &[i64], strides: &[i64]) -> Result<T> {
+        let uid = self.next_uid;
+        self.next_uid += 1;
+        let d = self.tensor(dtype, dims, strides, uid, true)?;
+        self.own.push(d);
+        Ok(T::V(self.own.len() - 1))
+    }
+
+    /// `(row < seq_q && col < seq_kv) ? x : fill`.
+    fn padding_mask(&mut self, x: T, seq_q: T, seq_kv: T, fill: T, score: &[i64]) -> Result<T> {
+        let ri = self.virt(DType::I32, score)?;
+        self.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::I32, &[x], ri, Some(2))?;
+        let ci = self.virt(DType::I32, score)?;
+        self.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::I32, &[x], ci, Some(3))?;
+        let rm = self.virt(DType::Bool, score)?;
+        self.pointwise(M::CUDNN_POINTWISE_CMP_LT, DType::Bool, &[ri, seq_q], rm, None)?;
+        let cm = self.virt(DType::Bool, score)?;
+        self.pointwise(M::CUDNN_POINTWISE_CMP_LT, DType::Bool, &[ci, seq_kv], cm, None)?;
+        let m = self.virt(DType::Bool, score)?;
+        self.pointwise(M::CUDNN_POINTWISE_LOGICAL_AND, DType::Bool, &[rm, cm], m, None)?;
+        let out = self.virt(DType::F32, score)?;
+        self.pointwise(M::CUDNN_POINTWISE_BINARY_SELECT, DType::F32, &[x, fill, m], out, None)?;
+        Ok(out)
+    }
+
+    /// `(row >= col) ? x : fill` (top-left aligned).
+    fn causal_mask(&mut self, x: T, fill: T, score: &[i64]) -> Result<T> {
+        let ri = self.virt(DType::I32, score)?;
+        self.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::F32, &[x], ri, Some(2))?;
+        let ci = self.virt(DType::I32, score)?;
+        self.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::F32, &[x], ci, Some(3))?;
+        let m = self.virt(DType::Bool, score)?;
+        self.pointwise(M::CUDNN_POINTWISE_CMP_GE, DType::Bool, &[ri, ci], m, None)?;
+        let out = self.virt(DType::F32, score)?;
+        self.pointwise(M::CUDNN_POINTWISE_BINARY_SELECT, DType::F32, &[x, fill, m], out, None)?;
+        Ok(out)
+    }
+
+    fn reshape(&mut self, x: T, y: T) -> Result<()> {
+        let mut d = Descriptor::<kind::ReshapeOp>::new()?;
+        d.set_descriptors(attr::OPERATION_RESHAPE_XDESC, &[self.d(x)])?;
+        d.set_descriptors(attr::OPERATION_RESHAPE_YDESC, &[self.d(y)])?;
+        d.finalize()?;
+        self.ops.push(Box::new(d));
+        Ok(())
+    }
+
+    /// Hand the descriptors to the op graph.
+    fn finish(self, built: &mut Built) {
+        let Ctx { own, ops, aux, .. } = self;
+        built.ops.extend(ops);
+        built.aux.extend(aux);
+        for d in own {
+            built.aux.push(Box::new(d));
+        }
+    }
+
     fn bernoulli(&mut self, keep: f64, seed: T, offset: T, y: T) -> Result<()> {
         let mut r = Descriptor::<kind::Rng>::new()?;
         r.set(
@@ -303,42 +361,10 @@ impl ExtOp for CompositeFwdOp {
         c.pointwise(M::CUDNN_POINTWISE_MUL, DType::F32, &[s, T::G(self.scale)], last, None)?;
 
         if let (Some(sq_t), Some(skv_t), Some(fill)) = (seq_q, seq_kv, self.fill) {
-            let ri = c.virt(DType::I32, &score)?;
-            c.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::I32, &[last], ri, Some(2))?;
-            let ci = c.virt(DType::I32, &score)?;
-            c.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::I32, &[last], ci, Some(3))?;
-            let rm = c.virt(DType::Bool, &score)?;
-            c.pointwise(M::CUDNN_POINTWISE_CMP_LT, DType::Bool, &[ri, sq_t], rm, None)?;
-            let cm = c.virt(DType::Bool, &score)?;
-            c.pointwise(M::CUDNN_POINTWISE_CMP_LT, DType::Bool, &[ci, skv_t], cm, None)?;
-            let m = c.virt(DType::Bool, &score)?;
-            c.pointwise(M::CUDNN_POINTWISE_LOGICAL_AND, DType::Bool, &[rm, cm], m, None)?;
-            let out = c.virt(DType::F32, &score)?;
-            c.pointwise(
-                M::CUDNN_POINTWISE_BINARY_SELECT,
-                DType::F32,
-                &[last, T::G(fill), m],
-                out,
-                None,
-            )?;
-            last = out;
+            last = c.padding_mask(last, sq_t, skv_t, T::G(fill), &score)?;
         }
         if let (true, Some(fill)) = (self.causal, self.fill) {
-            let ri = c.virt(DType::I32, &score)?;
-            c.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::F32, &[last], ri, Some(2))?;
-            let ci = c.virt(DType::I32, &score)?;
-            c.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::F32, &[last], ci, Some(3))?;
-            let m = c.virt(DType::Bool, &score)?;
-            c.pointwise(M::CUDNN_POINTWISE_CMP_GE, DType::Bool, &[ri, ci], m, None)?;
-            let out = c.virt(DType::F32, &score)?;
-            c.pointwise(
-                M::CUDNN_POINTWISE_BINARY_SELECT,
-                DType::F32,
-                &[last, T::G(fill), m],
-                out,
-                None,
-            )?;
-            last = out;
+            last = c.causal_mask(last, T::G(fill), &score)?;
         }
 
         // Softmax along the keys.
@@ -382,11 +408,241 @@ impl ExtOp for CompositeFwdOp {
         }
         c.matmul(last, T::G(self.v), T::G(self.o), seq_q, None, seq_kv, None)
             .map_err(|e| e.with_context("the composite's P·V"))?;
-        built.ops.append(&mut c.ops);
-        built.aux.append(&mut c.aux);
-        for d in c.own {
-            built.aux.push(Box::new(d));
+        c.finish(built);
+        Ok(())
+    }
+}
+
+/// The composite attention backward: the forward's scores recomputed from
+/// the saved statistics, then dV, dP, dS and dQ / dK by matmuls.
+///
+/// 1. `Σ = rowsum(dO ⊙ O) · (1 - p)` (a scratch tensor of the plan);
+/// 2. `S = mask(scale · Q Kᵀ)`, `P = exp(S - stats)` (dropout: `Pd = P ⊙ R / (1 - p)`);
+/// 3. `dV = Pdᵀ dO` (summed over each K/V head's query heads for GQA);
+/// 4. `dP = dO Vᵀ` (⊙ R), `dS = (dP - Σ) ⊙ P · scale` (`/ (1 - p)` with dropout);
+/// 5. `dK = dSᵀ Q` (summed for GQA), `dQ = dS K` (into a scratch f32
+///    accumulator, then to dQ's type).
+#[derive(Debug, Clone)]
+pub(crate) struct CompositeBwdOp {
+    pub(crate) q: usize,
+    pub(crate) k: usize,
+    pub(crate) v: usize,
+    pub(crate) o: usize,
+    pub(crate) d_o: usize,
+    pub(crate) stats: usize,
+    pub(crate) scale: usize,
+    pub(crate) k_spec: TensorSpec,
+    pub(crate) v_spec: TensorSpec,
+    /// `[B, H, H_kv, S_q, S_kv, D, D_v]`.
+    pub(crate) dims: [i64; 7],
+    pub(crate) io: DType,
+    pub(crate) seq: Option<(usize, usize)>,
+    /// Seed, offset, probability, the `1 / (1 - p)` scalar.
+    pub(crate) dropout: Option<(usize, usize, f64, usize)>,
+    /// `1 - p` (or 1 without dropout).
+    pub(crate) keep: usize,
+    pub(crate) causal: bool,
+    pub(crate) fill: Option<usize>,
+    /// Mask the padding a second time after subtracting the statistics
+    /// (the fused engines before cuDNN 9.10 need it).
+    pub(crate) repad: bool,
+    pub(crate) softmax_sum: usize,
+    pub(crate) dq_accum: usize,
+    pub(crate) dq: usize,
+    pub(crate) dk: usize,
+    pub(crate) dv: usize,
+    pub(crate) uid_base: i64,
+}
+
+impl ExtOp for CompositeBwdOp {
+    fn name(&self) -> String {
+        "sdpa backward (composite)".to_string()
+    }
+    fn tensors(&self) -> Vec<(&'static str, usize, bool)> {
+        let mut v = vec![
+            ("q", self.q, false),
+            ("k", self.k, false),
+            ("v", self.v, false),
+            ("o", self.o, false),
+            ("do", self.d_o, false),
+            ("stats", self.stats, false),
+            ("scale", self.scale, false),
+            ("keep", self.keep, false),
+        ];
+        if let Some((a, b)) = self.seq {
+            v.push(("seq_len_q", a, false));
+            v.push(("seq_len_kv", b, false));
         }
+        if let Some((a, b, _, s)) = self.dropout {
+            v.push(("dropout_seed", a, false));
+            v.push(("dropout_offset", b, false));
+            v.push(("dropout_scale", s, false));
+        }
+        if let Some(f) = self.fill {
+            v.push(("mask_fill", f, false));
+        }
+        v.push(("softmax_sum", self.softmax_sum, true));
+        v.push(("dq_accum", self.dq_accum, true));
+        v.push(("dq", self.dq, true));
+        v.push(("dk", self.dk, true));
+        v.push(("dv", self.dv, true));
+        v
+    }
+    fn signature(&self) -> String {
+        format!(
+            "composite padding={} dropout={:?} causal={} repad={}",
+            self.seq.is_some(),
+            self.dropout.map(|d| d.2),
+            self.causal,
+            self.repad
+        )
+    }
+    fn build(
+        &self,
+        t: &[Descriptor<kind::Tensor>],
+        _compute: DType,
+        built: &mut Built,
+    ) -> Result<()> {
+        let [b, h, hkv, sq, skv, d, dv] = self.dims;
+        let mut c = Ctx {
+            t,
+            own: Vec::new(),
+            next_uid: self.uid_base,
+            ops: Vec::new(),
+            aux: Vec::new(),
+        };
+        let transposed = |c: &mut Ctx<'_>, spec: &TensorSpec, i: usize| -> Result<T> {
+            let (dd, ss) = (spec.dims(), spec.strides());
+            let desc = c.tensor(
+                spec.dtype(),
+                &[dd[0], dd[1], dd[3], dd[2]],
+                &[ss[0], ss[1], ss[3], ss[2]],
+                t[i].get_one(attr::TENSOR_UNIQUE_ID)?,
+                false,
+            )?;
+            c.own.push(desc);
+            Ok(T::V(c.own.len() - 1))
+        };
+        let kt = transposed(&mut c, &self.k_spec, self.k)?;
+        let vt = transposed(&mut c, &self.v_spec, self.v)?;
+        let score = [b, h, sq, skv];
+        let score_t = [b, h, skv, sq];
+        let score_t_strides = [h * sq * skv, sq * skv, 1, skv];
+        let row = [b, h, sq, 1];
+        let (seq_q, seq_kv) = match self.seq {
+            Some((a, b)) => (Some(T::G(a)), Some(T::G(b))),
+            None => (None, None),
+        };
+
+        let rng = match self.dropout {
+            Some((seed, offset, prob, _)) => {
+                let r = c.virt(DType::F32, &score)?;
+                c.bernoulli(1.0 - prob, T::G(seed), T::G(offset), r)
+                    .map_err(|e| e.with_context("the composite backward's dropout mask"))?;
+                Some(r)
+            }
+            None => None,
+        };
+
+        // Σ = rowsum(dO ⊙ O) · keep.
+        let doo = c.virt(DType::F32, &[b, h, sq, dv])?;
+        c.pointwise(M::CUDNN_POINTWISE_MUL, DType::F32, &[T::G(self.d_o), T::G(self.o)], doo, None)?;
+        let rs = c.virt(DType::F32, &row)?;
+        c.reduction(sys::cudnnReduceTensorOp_t::CUDNN_REDUCE_TENSOR_ADD, doo, rs)?;
+        let sum = T::G(self.softmax_sum);
+        c.pointwise(M::CUDNN_POINTWISE_MUL, DType::F32, &[rs, T::G(self.keep)], sum, None)?;
+
+        // P = exp(mask(scale · Q Kᵀ) - stats).
+        let s = c.virt(DType::F32, &score)?;
+        c.matmul(T::G(self.q), kt, s, seq_q, seq_kv, None, None)
+            .map_err(|e| e.with_context("the composite backward's Q·Kᵀ"))?;
+        let mut last = c.virt(DType::F32, &score)?;
+        c.pointwise(M::CUDNN_POINTWISE_MUL, DType::F32, &[s, T::G(self.scale)], last, None)?;
+        if let (Some(a), Some(b), Some(f)) = (seq_q, seq_kv, self.fill) {
+            last = c.padding_mask(last, a, b, T::G(f), &score)?;
+        }
+        let z = c.virt(DType::F32, &score)?;
+        c.pointwise(M::CUDNN_POINTWISE_SUB, DType::F32, &[last, T::G(self.stats)], z, None)?;
+        last = z;
+        if let (true, Some(a), Some(b), Some(f)) = (self.repad, seq_q, seq_kv, self.fill) {
+            last = c.padding_mask(last, a, b, T::G(f), &score)?;
+        }
+        if let (true, Some(f)) = (self.causal, self.fill) {
+            last = c.causal_mask(last, T::G(f), &score)?;
+        }
+        let p = c.virt(DType::F32, &score)?;
+        c.pointwise(M::CUDNN_POINTWISE_EXP, DType::F32, &[last], p, None)?;
+        let mut pd = p;
+        if let (Some(r), Some((_, _, _, dscale))) = (rng, self.dropout) {
+            let kept = c.virt(DType::F32, &score)?;
+            c.pointwise(M::CUDNN_POINTWISE_MUL, DType::F32, &[p, r], kept, None)?;
+            let scaled = c.virt(DType::F32, &score)?;
+            c.pointwise(M::CUDNN_POINTWISE_MUL, DType::F32, &[kept, T::G(dscale)], scaled, None)?;
+            pd = scaled;
+        }
+
+        // dV = Pdᵀ dO (per query head, then summed over each group for GQA).
+        let pt = c.virt_strided(self.io, &score_t, &score_t_strides)?;
+        c.reshape(pd, pt)?;
+        if h == hkv {
+            c.matmul(pt, T::G(self.d_o), T::G(self.dv), seq_kv, None, seq_q, None)
+                .map_err(|e| e.with_context("the composite backward's dV"))?;
+        } else {
+            let full = c.virt(self.io, &[b, h, skv, dv])?;
+            c.matmul(pt, T::G(self.d_o), full, seq_kv, None, seq_q, None)
+                .map_err(|e| e.with_context("the composite backward's dV"))?;
+            c.reduction(sys::cudnnReduceTensorOp_t::CUDNN_REDUCE_TENSOR_ADD, full, T::G(self.dv))?;
+        }
+
+        // dS = (dO Vᵀ ⊙ R - Σ) ⊙ P · scale (/ (1 - p)).
+        let dp = c.virt(DType::F32, &score)?;
+        c.matmul(T::G(self.d_o), vt, dp, seq_q, seq_kv, None, None)
+            .map_err(|e| e.with_context("the composite backward's dO·Vᵀ"))?;
+        let mut last = dp;
+        if let Some(r) = rng {
+            let m = c.virt(DType::F32, &score)?;
+            c.pointwise(M::CUDNN_POINTWISE_MUL, DType::F32, &[last, r], m, None)?;
+            last = m;
+        }
+        let sub = c.virt(DType::F32, &score)?;
+        c.pointwise(M::CUDNN_POINTWISE_SUB, DType::F32, &[last, sum], sub, None)?;
+        let ds0 = c.virt(DType::F32, &score)?;
+        c.pointwise(M::CUDNN_POINTWISE_MUL, DType::F32, &[sub, p], ds0, None)?;
+        let mut last = ds0;
+        if let Some((_, _, _, dscale)) = self.dropout {
+            let m = c.virt(DType::F32, &score)?;
+            c.pointwise(M::CUDNN_POINTWISE_MUL, DType::F32, &[last, T::G(dscale)], m, None)?;
+            last = m;
+        }
+        let ds = c.virt(DType::F32, &score)?;
+        c.pointwise(M::CUDNN_POINTWISE_MUL, DType::F32, &[last, T::G(self.scale)], ds, None)?;
+
+        // dK = dSᵀ Q.
+        let dst = c.virt_strided(self.io, &score_t, &score_t_strides)?;
+        c.reshape(ds, dst)?;
+        if h == hkv {
+            c.matmul(dst, T::G(self.q), T::G(self.dk), seq_kv, None, seq_q, None)
+                .map_err(|e| e.with_context("the composite backward's dK"))?;
+        } else {
+            let full = c.virt(self.io, &[b, h, skv, d])?;
+            c.matmul(dst, T::G(self.q), full, seq_kv, None, seq_q, None)
+                .map_err(|e| e.with_context("the composite backward's dK"))?;
+            c.reduction(sys::cudnnReduceTensorOp_t::CUDNN_REDUCE_TENSOR_ADD, full, T::G(self.dk))?;
+        }
+
+        // dQ = dS K, accumulated in f32, then converted.
+        let kview = c.virt_strided(self.k_spec.dtype(), self.k_spec.dims(), self.k_spec.strides())?;
+        c.reshape(kt, kview)?;
+        c.matmul(ds, kview, T::G(self.dq_accum), seq_q, None, seq_kv, None)
+            .map_err(|e| e.with_context("the composite backward's dQ"))?;
+        c.pointwise(
+            M::CUDNN_POINTWISE_IDENTITY,
+            DType::F32,
+            &[T::G(self.dq_accum)],
+            T::G(self.dq),
+            None,
+        )?;
+        c.finish(built);
         Ok(())
     }
 }
