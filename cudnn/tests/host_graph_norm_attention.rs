@@ -12,7 +12,13 @@ const TARGETS: [&str; 3] = ["h200", "a100", "b200"];
 
 /// How many engines cuDNN has, how many configs heuristics offer, and how
 /// many of them finalize into plans for `target` (at most `max` tried).
-fn counts(g: &Graph, target: &str, max: usize) -> Result<(i64, usize, usize, f64), Error> {
+/// Also: the engine of the first plan.
+#[allow(clippy::type_complexity)]
+fn counts(
+    g: &Graph,
+    target: &str,
+    max: usize,
+) -> Result<(i64, usize, usize, f64, Option<i64>), Error> {
     let og = g.build()?;
     let t = Target::preset(target)?;
     let policy = Policy {
@@ -27,6 +33,7 @@ fn counts(g: &Graph, target: &str, max: usize) -> Result<(i64, usize, usize, f64
         c.len(),
         plans.len(),
         t0.elapsed().as_secs_f64(),
+        plans.first().and_then(|p| p.engine()),
     ))
 }
 
@@ -340,7 +347,7 @@ fn main() {
             let must_plan = true;
             for tgt in TARGETS {
                 match build().and_then(|g| counts(&g, tgt, 3)) {
-                    Ok((e, c, p, s)) => {
+                    Ok((e, c, p, s, _)) => {
                         eprintln!(
                             "norm  {name:<45} {tgt}: engines {e:>3} configs {c:>3} plans {p:>3} ({s:.2} s)"
                         );
@@ -372,9 +379,9 @@ fn main() {
             let cfg = cfg.implementation(SdpaImpl::Composite);
             for tgt in TARGETS {
                 match sdpa_graph(&cfg, bwd).and_then(|g| counts(&g, tgt, 2)) {
-                    Ok((e, c, p, s)) => {
+                    Ok((e, c, p, s, eng)) => {
                         eprintln!(
-                            "composite {name:<40} {tgt}: engines {e:>3} configs {c:>3} plans {p:>3} ({s:.2} s)"
+                            "composite {name:<40} {tgt}: engines {e:>3} configs {c:>3} plans {p:>3} ({s:.2} s), engine {eng:?}"
                         );
                         if tgt == "h200" && p == 0 {
                             failures.push(format!("{name} on {tgt}: no plan"));
@@ -533,9 +540,9 @@ fn main() {
         for (name, bwd, cfg) in sdpa_cases() {
             for tgt in TARGETS {
                 match sdpa_graph(&cfg, bwd).and_then(|g| counts(&g, tgt, 3)) {
-                    Ok((e, c, p, s)) => {
+                    Ok((e, c, p, s, eng)) => {
                         eprintln!(
-                            "sdpa  {name:<40} {tgt}: engines {e:>3} configs {c:>3} plans {p:>3} ({s:.2} s)"
+                            "sdpa  {name:<40} {tgt}: engines {e:>3} configs {c:>3} plans {p:>3} ({s:.2} s), engine {eng:?}"
                         );
                         if tgt == "h200" && p == 0 {
                             failures.push(format!("{name} on {tgt}: no plan"));
@@ -601,11 +608,12 @@ fn main() {
         // What the loaded cuDNN has decides; each option names its version.
         let v = cudnn::dnn::Handle::library_version()?;
         eprintln!("loaded cuDNN {v:?}");
-        let cfg = base(DType::BF16).causal(true).dropout(0.1).padding(true);
-        let fwd = cfg.check(false);
-        let bwd = cfg.check(true);
-        eprintln!("fwd check: {fwd:?}\nbwd check: {bwd:?}");
         let have = (v.major, v.minor);
+        let cfg = base(DType::BF16).causal(true).dropout(0.1).padding(true);
+        let native = cfg.clone().implementation(SdpaImpl::Native);
+        let fwd = native.check(false);
+        let bwd = native.check(true);
+        eprintln!("native fwd check: {fwd:?}\nnative bwd check: {bwd:?}");
         ensure!(
             fwd.is_ok() == (have >= ops::sdpa::since::SUBGRAPH),
             "forward with causal + dropout needs 9.21: {fwd:?}"
@@ -614,6 +622,111 @@ fn main() {
             bwd.is_ok() == (have >= ops::sdpa::since::BACKWARD_DROPOUT),
             "backward dropout needs 9.28: {bwd:?}"
         );
+        if let Err(e) = &fwd {
+            ensure!(
+                matches!(e, Error::Unsupported { needs: Some(n), .. } if n.contains("9.")),
+                "the refusal names the version: {e}"
+            );
+        }
+        // Auto: the SDPA operation where it has every option, the composite otherwise.
+        let want = |native_ok: bool| {
+            if native_ok {
+                SdpaImpl::Native
+            } else {
+                SdpaImpl::Composite
+            }
+        };
+        let fwd_auto = cfg.resolve(false)?;
+        let bwd_auto = cfg.resolve(true)?;
+        eprintln!("auto: fwd {fwd_auto:?}, bwd {bwd_auto:?}");
+        ensure!(fwd_auto == want(fwd.is_ok()), "auto fwd {fwd_auto:?}");
+        ensure!(bwd_auto == want(bwd.is_ok()), "auto bwd {bwd_auto:?}");
+        let plain = base(DType::BF16);
+        ensure!(
+            plain.resolve(false)? == want(have >= ops::sdpa::since::FORWARD),
+            "auto plain fwd"
+        );
+        ensure!(
+            plain.resolve(true)? == want(have >= ops::sdpa::since::BACKWARD),
+            "auto plain bwd"
+        );
+        let forced = plain.clone().implementation(SdpaImpl::Composite);
+        ensure!(forced.resolve(false)? == SdpaImpl::Composite, "forced composite fwd");
+        ensure!(forced.resolve(true)? == SdpaImpl::Composite, "forced composite bwd");
+        // Up to cuDNN 9.15 the composite backward needs a padding mask when
+        // seq_kv is not a multiple of 128.
+        let odd = base(DType::BF16)
+            .kv_len(200)
+            .implementation(SdpaImpl::Composite);
+        let r = odd.check(true);
+        eprintln!("composite bwd s_kv 200 without padding: {r:?}");
+        if have <= (9, 15) {
+            ensure!(
+                matches!(&r, Err(Error::Unsupported { needs: Some(n), .. }) if n.contains("padding")),
+                "names padding: {r:?}"
+            );
+            ensure!(odd.clone().padding(true).check(true).is_ok(), "with padding");
+        } else {
+            ensure!(r.is_ok(), "cuDNN >= 9.16: {r:?}");
+        }
+        ensure!(odd.check(false).is_ok(), "the forward has no such limit");
+        Ok(())
+    }));
+
+    t.push(host("sdpa_composite_scratch_and_files", || {
+        if !can_plan()? {
+            return Ok(());
+        }
+        let target = Target::preset("h200")?;
+        // The backward keeps two f32 tensors in the plan's workspace: the
+        // row sums [B, H, S_q, 1] and the dQ accumulator [B, H, S_q, D].
+        let cfg = base(DType::BF16).implementation(SdpaImpl::Composite);
+        let og = sdpa_bwd(&cfg)?.0.build()?;
+        let sums = 2 * 8 * 256 * 4;
+        let accum = 2 * 8 * 256 * 64 * 4;
+        let mut bytes: Vec<usize> = og.io().scratch.iter().map(|s| s.1).collect();
+        bytes.sort_unstable();
+        ensure!(bytes == [sums, accum], "scratch sizes {bytes:?}");
+        ensure!(
+            og.io().tensors.iter().all(|t| !t.name.contains("scratch")),
+            "scratch tensors are not bound by callers: {:?}",
+            og.io().tensors
+        );
+        let (p, _) = Plan::build(&og, &target, &Policy::default())?;
+        let raw: i64 = p
+            .descriptor()
+            .get_one(backend::attr::EXECUTION_PLAN_WORKSPACE_SIZE)?;
+        let raw = usize::try_from(raw)?;
+        let want = raw.next_multiple_of(256) + sums + accum;
+        eprintln!(
+            "composite bwd: cuDNN workspace {raw} B, with scratch {} B",
+            p.workspace_size()
+        );
+        ensure!(
+            p.workspace_size() == want,
+            "workspace {} = cuDNN's {raw} rounded to 256 + {sums} + {accum}",
+            p.workspace_size()
+        );
+        let text = p.serialize()?;
+        ensure!(text.contains("\nscratch 2\n"), "the plan file lists the scratch");
+        let p2 = Plan::deserialize(&text, &target)?;
+        ensure!(p2.io() == p.io(), "io (with scratch) round trips");
+        ensure!(p2.workspace_size() == p.workspace_size(), "workspace round trips");
+        // A scratch line that lies is refused.
+        let bad = text.replacen("\nscratch 2\n", "\nscratch 99\n", 1);
+        ensure!(Plan::deserialize(&bad, &target).is_err(), "bad scratch count");
+        // The forward has none, and its file has no scratch section.
+        let og = sdpa_fwd(&cfg.clone().training(true))?.0.build()?;
+        ensure!(og.io().scratch.is_empty(), "forward scratch");
+        let (p, _) = Plan::build(&og, &target, &Policy::default())?;
+        ensure!(!p.serialize()?.contains("scratch"), "no scratch section");
+        // The composite and the SDPA operation are different graphs to a cache.
+        let native = sdpa_fwd(&base(DType::BF16).implementation(SdpaImpl::Native));
+        if let Ok((g, _)) = native {
+            let c = sdpa_fwd(&cfg)?.0;
+            ensure!(g.signature() != c.signature(), "signatures differ");
+            ensure!(c.signature().contains("composite"), "{}", c.signature());
+        }
         Ok(())
     }));
 
@@ -626,7 +739,7 @@ fn main() {
         use std::sync::Mutex;
         let tally = Mutex::new((0usize, 0usize, 0usize));
         let mut runner = TestRunner::new(Config {
-            cases: 24,
+            cases: 32,
             failure_persistence: None,
             ..Config::default()
         });
@@ -640,16 +753,18 @@ fn main() {
             prop::sample::select(vec![DType::F16, DType::BF16, DType::F32]),
             any::<(bool, bool, bool, bool, bool)>(),
             prop::sample::select(vec![0.0f64, 0.1, 0.25, 1.0]),
+            prop::sample::select(vec![SdpaImpl::Auto, SdpaImpl::Native, SdpaImpl::Composite]),
         );
         runner
-            .run(&strat, |(b, h, hkv, sq, skv, d, dt, flags, p)| {
+            .run(&strat, |(b, h, hkv, sq, skv, d, dt, flags, p, imp)| {
                 let (causal, padding, bhsd, train, bwd) = flags;
                 let mut cfg = SdpaConfig::new(b, h, sq, d, dt)
                     .kv_len(skv)
                     .gqa(hkv)
                     .causal(causal)
                     .padding(padding)
-                    .training(train || bwd);
+                    .training(train || bwd)
+                    .implementation(imp);
                 if bhsd {
                     cfg = cfg.layout(AttnLayout::Bhsd);
                 }
@@ -731,6 +846,27 @@ fn main() {
                 sdpa_fwd(&base(DType::BF16).training(true).causal(true))?.0,
             ),
             ("sdpa bwd", sdpa_bwd(&base(DType::BF16))?.0),
+            (
+                "sdpa composite fwd train causal dropout",
+                sdpa_fwd(
+                    &base(DType::BF16)
+                        .training(true)
+                        .causal(true)
+                        .dropout(0.1)
+                        .implementation(SdpaImpl::Composite),
+                )?
+                .0,
+            ),
+            (
+                "sdpa composite bwd padding gqa",
+                sdpa_bwd(
+                    &base(DType::BF16)
+                        .padding(true)
+                        .gqa(2)
+                        .implementation(SdpaImpl::Composite),
+                )?
+                .0,
+            ),
         ];
         for (name, g) in graphs {
             let og = g.build()?;
