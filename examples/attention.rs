@@ -9,10 +9,15 @@
 //! `sum(O * dO)` for a random `dO`; the example prints the largest errors
 //! of O, dQ, dK and dV against the reference.
 //!
+//! `--composite` builds both graphs as the matmul–softmax–matmul composite
+//! (what a cuDNN without the SDPA operation gets) instead of letting
+//! `SdpaImpl::Auto` choose.
+//!
 //! Without a GPU it plans both graphs for an H200 (deviceless planning; the
-//! driver stub stands in for `libcuda`), prints what it would run (engines,
-//! workspace, plan file sizes) and exits 0. Exit status 1 when the check
-//! on a GPU fails, or the libraries are missing.
+//! driver stub stands in for `libcuda`), through the SDPA operation and
+//! through the composite, prints what it would run (engines, workspace,
+//! plan file sizes) and exits 0. Exit status 1 when the check on a GPU
+//! fails, or the libraries are missing.
 
 use std::process::ExitCode;
 
@@ -25,10 +30,16 @@ use half::bf16;
 type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 fn config() -> SdpaConfig {
+    let imp = if std::env::args().any(|a| a == "--composite") {
+        SdpaImpl::Composite
+    } else {
+        SdpaImpl::Auto
+    };
     SdpaConfig::new(2, 8, 256, 64, DType::BF16)
         .gqa(2)
         .causal(true)
         .training(true)
+        .implementation(imp)
 }
 
 /// The forward graph: q, k, v in; o and stats out.
@@ -259,10 +270,23 @@ fn main() -> ExitCode {
     println!("no GPU here: planning for an H200 instead (nothing is executed)");
     let run = || -> AnyResult<()> {
         let target = Target::preset("h200")?;
-        let f = forward_graph(&cfg)?;
-        let b = backward_graph(&cfg)?;
-        plan_for(&f, &target, "forward")?;
-        plan_for(&b, &target, "backward")?;
+        println!(
+            "with this cuDNN, {:?} builds the forward as {:?} and the backward as {:?}",
+            cfg.implementation,
+            cfg.resolve(false)?,
+            cfg.resolve(true)?
+        );
+        for imp in [SdpaImpl::Native, SdpaImpl::Composite] {
+            let cfg = cfg.clone().implementation(imp);
+            if let Err(e) = cfg.check(false).and_then(|()| cfg.check(true)) {
+                println!("{imp:?}: not with this cuDNN ({e})");
+                continue;
+            }
+            let f = forward_graph(&cfg)?;
+            let b = backward_graph(&cfg)?;
+            plan_for(&f, &target, &format!("{imp:?} forward"))?;
+            plan_for(&b, &target, &format!("{imp:?} backward"))?;
+        }
         println!(
             "on a GPU it would run: the forward (q, k, v -> o, stats), then the backward \
              (q, k, v, o, do, stats -> dq, dk, dv), and compare both with the f64 reference"

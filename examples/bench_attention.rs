@@ -5,7 +5,8 @@
 //!   backward, bf16, BSHD, causal, batch 4, 32 heads, head dim 128,
 //!   sequence 1k / 4k / 8k (`--quick`: 1k only), in TFLOP/s (causal work
 //!   counted as half of the full matmuls, as FlashAttention does; backward
-//!   2.5 times the forward);
+//!   2.5 times the forward), each through cuDNN's SDPA operation and
+//!   through the matmul–softmax–matmul composite (`SdpaImpl::Composite`);
 //! - layer norm forward (training) and backward, bf16, 8192 rows of 4096,
 //!   in GB/s (the bytes each call must move at least: x and y forward;
 //!   x, dy and dx backward).
@@ -38,59 +39,74 @@ type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
 const LN_ROWS: i64 = 8192;
 const LN_DIM: i64 = 4096;
 
+fn imp(composite: bool) -> &'static str {
+    if composite { " (composite)" } else { "" }
+}
+
 #[derive(Clone, Copy, PartialEq)]
 enum Case {
-    SdpaFwd(i64),
-    SdpaBwd(i64),
+    /// Sequence length; through the composite pattern (or the SDPA operation).
+    SdpaFwd(i64, bool),
+    SdpaBwd(i64, bool),
     LnFwd,
     LnBwd,
 }
 
 impl Case {
-    fn cfg(seq: i64) -> SdpaConfig {
+    fn cfg(seq: i64, composite: bool) -> SdpaConfig {
         SdpaConfig::new(4, 32, seq, 128, DType::BF16)
             .causal(true)
             .training(true)
+            .implementation(if composite {
+                SdpaImpl::Composite
+            } else {
+                SdpaImpl::Auto
+            })
     }
     fn key(self) -> &'static str {
         match self {
-            Case::SdpaFwd(_) => "sdpa_fwd",
-            Case::SdpaBwd(_) => "sdpa_bwd",
+            Case::SdpaFwd(..) => "sdpa_fwd",
+            Case::SdpaBwd(..) => "sdpa_bwd",
             Case::LnFwd => "layer_norm_fwd",
             Case::LnBwd => "layer_norm_bwd",
         }
     }
     fn suite(self) -> &'static str {
         match self {
-            Case::SdpaFwd(_) | Case::SdpaBwd(_) => "attention",
+            Case::SdpaFwd(..) | Case::SdpaBwd(..) => "attention",
             _ => "norm",
         }
     }
     fn label(self) -> String {
         match self {
-            Case::SdpaFwd(s) => format!("sdpa forward b4 h32 s{s} d128 causal"),
-            Case::SdpaBwd(s) => format!("sdpa backward b4 h32 s{s} d128 causal"),
+            Case::SdpaFwd(s, c) => format!("sdpa forward b4 h32 s{s} d128 causal{}", imp(c)),
+            Case::SdpaBwd(s, c) => format!("sdpa backward b4 h32 s{s} d128 causal{}", imp(c)),
             Case::LnFwd => format!("layer norm forward {LN_ROWS}x{LN_DIM}"),
             Case::LnBwd => format!("layer norm backward {LN_ROWS}x{LN_DIM}"),
         }
     }
     fn shape(self) -> String {
         match self {
-            Case::SdpaFwd(s) | Case::SdpaBwd(s) => format!("b=4;h=32;s={s};d=128;causal=1"),
+            Case::SdpaFwd(s, c) | Case::SdpaBwd(s, c) => {
+                format!(
+                    "b=4;h=32;s={s};d=128;causal=1{}",
+                    if c { ";impl=composite" } else { "" }
+                )
+            }
             _ => format!("n={LN_ROWS};d={LN_DIM}"),
         }
     }
     fn metric(self) -> &'static str {
         match self {
-            Case::SdpaFwd(_) | Case::SdpaBwd(_) => "TFLOP/s",
+            Case::SdpaFwd(..) | Case::SdpaBwd(..) => "TFLOP/s",
             _ => "GB/s",
         }
     }
     fn work(self) -> f64 {
         let ln = (LN_ROWS * LN_DIM * 2) as f64;
         match self {
-            Case::SdpaFwd(s) => Self::cfg(s).forward_flops(),
-            Case::SdpaBwd(s) => Self::cfg(s).backward_flops(),
+            Case::SdpaFwd(s, c) => Self::cfg(s, c).forward_flops(),
+            Case::SdpaBwd(s, c) => Self::cfg(s, c).backward_flops(),
             Case::LnFwd => 2.0 * ln,
             Case::LnBwd => 3.0 * ln,
         }
@@ -99,8 +115,8 @@ impl Case {
     fn graph(self) -> cudnn::Result<Graph> {
         let mut g = Graph::new();
         match self {
-            Case::SdpaFwd(s) => {
-                let cfg = Self::cfg(s);
+            Case::SdpaFwd(s, c) => {
+                let cfg = Self::cfg(s, c);
                 let q = g.input("q", cfg.q_spec()?)?;
                 let k = g.input("k", cfg.k_spec()?)?;
                 let v = g.input("v", cfg.v_spec()?)?;
@@ -110,8 +126,8 @@ impl Case {
                     g.rename(st, "stats")?;
                 }
             }
-            Case::SdpaBwd(s) => {
-                let cfg = Self::cfg(s);
+            Case::SdpaBwd(s, c) => {
+                let cfg = Self::cfg(s, c);
                 let q = g.input("q", cfg.q_spec()?)?;
                 let k = g.input("k", cfg.k_spec()?)?;
                 let v = g.input("v", cfg.v_spec()?)?;
@@ -160,8 +176,10 @@ fn cases(quick: bool) -> Vec<Case> {
     let seqs: &[i64] = if quick { &[1024] } else { &[1024, 4096, 8192] };
     let mut v = Vec::new();
     for &s in seqs {
-        v.push(Case::SdpaFwd(s));
-        v.push(Case::SdpaBwd(s));
+        for composite in [false, true] {
+            v.push(Case::SdpaFwd(s, composite));
+            v.push(Case::SdpaBwd(s, composite));
+        }
     }
     v.push(Case::LnFwd);
     v.push(Case::LnBwd);

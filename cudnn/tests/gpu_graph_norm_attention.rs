@@ -738,10 +738,11 @@ fn attention_forward<T: El>(cfg: SdpaConfig) -> TestResult {
     Ok(())
 }
 
-fn attention_dropout<T: El>() -> TestResult {
+fn attention_dropout<T: El>(imp: SdpaImpl) -> TestResult {
     let cfg = SdpaConfig::new(1, 4, 128, 64, T::DT)
         .training(true)
-        .dropout(0.2);
+        .dropout(0.2)
+        .implementation(imp);
     let mut cx = cx(22)?;
     let a = attn_inputs::<T>(&mut cx.rng, &cfg)?;
     let (o1, _) = run_fwd::<T>(&mut cx, &cfg, &a, 1234)?;
@@ -896,12 +897,13 @@ fn store(v: &[f64], layout: AttnLayout, [b, h, s, d]: [usize; 4]) -> Vec<f64> {
 
 /// dQ, dK, dV against central finite differences of the reference forward's
 /// loss `sum(O * dO)` at sampled coordinates (small GQA causal case, bf16).
-fn attention_backward_finite_differences() -> TestResult {
+fn attention_backward_finite_differences(imp: SdpaImpl) -> TestResult {
     type T = bf16;
     let cfg = SdpaConfig::new(1, 4, 32, 32, DType::BF16)
         .gqa(2)
         .causal(true)
-        .training(true);
+        .training(true)
+        .implementation(imp);
     let mut cx = cx(24)?;
     let a = attn_inputs::<T>(&mut cx.rng, &cfg)?;
     let rc = ref_cfg(&cfg, &a);
@@ -1016,14 +1018,26 @@ fn main() {
                 .training(true),
         ),
     ];
+    // Each configuration through cuDNN's SDPA operation (Auto resolves to it
+    // on a cuDNN that has it) and through the composite pattern.
+    let imps = [("", SdpaImpl::Auto), ("_composite", SdpaImpl::Composite)];
     for (name, cfg) in fwd {
-        if cfg.dtype == DType::F16 {
-            t.push(gpu(name, move || attention_forward::<f16>(cfg)));
-        } else {
-            t.push(gpu(name, move || attention_forward::<bf16>(cfg)));
+        for (suffix, imp) in imps {
+            let name = format!("{name}{suffix}");
+            let cfg = cfg.clone().implementation(imp);
+            if cfg.dtype == DType::F16 {
+                t.push(gpu(&name, move || attention_forward::<f16>(cfg)));
+            } else {
+                t.push(gpu(&name, move || attention_forward::<bf16>(cfg)));
+            }
         }
     }
-    t.push(gpu("sdpa_fwd_dropout_bf16", attention_dropout::<bf16>));
+    t.push(gpu("sdpa_fwd_dropout_bf16", || {
+        attention_dropout::<bf16>(SdpaImpl::Auto)
+    }));
+    t.push(gpu("sdpa_fwd_dropout_bf16_composite", || {
+        attention_dropout::<bf16>(SdpaImpl::Composite)
+    }));
     let bwd: Vec<(&str, SdpaConfig)> = vec![
         ("sdpa_bwd_f16", base(DType::F16)),
         ("sdpa_bwd_bf16", base(DType::BF16)),
@@ -1036,15 +1050,21 @@ fn main() {
         ),
     ];
     for (name, cfg) in bwd {
-        if cfg.dtype == DType::F16 {
-            t.push(gpu(name, move || attention_backward::<f16>(cfg)));
-        } else {
-            t.push(gpu(name, move || attention_backward::<bf16>(cfg)));
+        for (suffix, imp) in imps {
+            let name = format!("{name}{suffix}");
+            let cfg = cfg.clone().implementation(imp);
+            if cfg.dtype == DType::F16 {
+                t.push(gpu(&name, move || attention_backward::<f16>(cfg)));
+            } else {
+                t.push(gpu(&name, move || attention_backward::<bf16>(cfg)));
+            }
         }
     }
-    t.push(gpu(
-        "sdpa_bwd_finite_differences_bf16",
-        attention_backward_finite_differences,
-    ));
+    t.push(gpu("sdpa_bwd_finite_differences_bf16", || {
+        attention_backward_finite_differences(SdpaImpl::Auto)
+    }));
+    t.push(gpu("sdpa_bwd_finite_differences_bf16_composite", || {
+        attention_backward_finite_differences(SdpaImpl::Composite)
+    }));
     run(t)
 }

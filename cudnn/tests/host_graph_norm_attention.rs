@@ -708,13 +708,22 @@ fn main() {
             p.workspace_size()
         );
         let text = p.serialize()?;
-        ensure!(text.contains("\nscratch 2\n"), "the plan file lists the scratch");
+        ensure!(
+            text.contains("\nscratch 2\n"),
+            "the plan file lists the scratch"
+        );
         let p2 = Plan::deserialize(&text, &target)?;
         ensure!(p2.io() == p.io(), "io (with scratch) round trips");
-        ensure!(p2.workspace_size() == p.workspace_size(), "workspace round trips");
+        ensure!(
+            p2.workspace_size() == p.workspace_size(),
+            "workspace round trips"
+        );
         // A scratch line that lies is refused.
         let bad = text.replacen("\nscratch 2\n", "\nscratch 99\n", 1);
-        ensure!(Plan::deserialize(&bad, &target).is_err(), "bad scratch count");
+        ensure!(
+            Plan::deserialize(&bad, &target).is_err(),
+            "bad scratch count"
+        );
         // The forward has none, and its file has no scratch section.
         let og = sdpa_fwd(&cfg.clone().training(true))?.0.build()?;
         ensure!(og.io().scratch.is_empty(), "forward scratch");

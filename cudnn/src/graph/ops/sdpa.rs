@@ -1,7 +1,9 @@
-//! Scaled dot-product attention (flash attention) through cuDNN's SDPA
-//! operation descriptors: `O = softmax(mask(scale * Q Kᵀ)) V`, forward
-//! (inference, or training with the softmax statistics saved) and backward
-//! (dQ, dK, dV).
+//! Scaled dot-product attention (flash attention): `O = softmax(mask(scale *
+//! Q Kᵀ)) V`, forward (inference, or training with the softmax statistics
+//! saved) and backward (dQ, dK, dV), through cuDNN's SDPA operation
+//! descriptors where the loaded cuDNN has them with every option asked for,
+//! and otherwise as the composite matmul–softmax–matmul pattern
+//! ([`SdpaImpl`]; cuDNN 9.8 to 9.12 have no SDPA operation at all).
 //!
 //! Options ([`SdpaConfig`]): f16 / bf16; the attention scale (default
 //! `1 / sqrt(head_dim)`); a causal mask (query `i` sees keys `j <= i`,
@@ -10,9 +12,11 @@
 //! seed and offset (graph inputs `[1, 1, 1, 1]` i64, bound at each
 //! execution); grouped-query attention (fewer K/V heads); BSHD or BHSD
 //! storage (the logical dims are always `[B, H, S, D]`, the layout is in the
-//! strides). Each option needs a cuDNN version, checked before any call
-//! ([`SdpaConfig::check`]): an option the loaded cuDNN lacks is a typed
-//! `Unsupported` naming the option and the version that has it.
+//! strides). Each option of the SDPA operation needs a cuDNN version, checked
+//! before any call ([`SdpaConfig::check`], [`SdpaConfig::resolve`]): with
+//! [`SdpaImpl::Native`], an option the loaded cuDNN lacks is a typed
+//! `Unsupported` naming the option and the version that has it;
+//! [`SdpaImpl::Auto`] builds the composite instead.
 //!
 //! ```no_run
 //! use cudnn::graph::{DType, Graph, Plan, Policy, SdpaConfig, Target};
@@ -71,16 +75,17 @@ pub struct Dropout {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum SdpaImpl {
     /// cuDNN's SDPA operation where the loaded cuDNN has it with every option
-    /// asked for, the composite otherwise (forward only: the backward needs
-    /// the SDPA operation).
+    /// asked for, the composite otherwise.
     #[default]
     Auto,
     /// cuDNN's SDPA operation (`CUDNN_BACKEND_OPERATION_SDPA_FWD/BWD_DESCRIPTOR`):
     /// an option the loaded cuDNN lacks is an `Unsupported` error.
     Native,
-    /// The matmul–softmax–matmul pattern of matmul, pointwise, reduction and
-    /// RNG ops that cuDNN's fused-attention engines recognise (forward only;
-    /// see [`sdpa_composite`](super::sdpa_composite)).
+    /// The matmul–softmax–matmul pattern of matmul, pointwise, reduction, RNG
+    /// and reshape ops that cuDNN's fused-attention engines recognise, forward
+    /// and backward. The backward keeps two f32 tensors in the plan's
+    /// workspace (the row sums of `dO ⊙ O`, `[B, H, S_q, 1]`, and the dQ
+    /// accumulator, `[B, H, S_q, D]`), counted in `Plan::workspace_size`.
     Composite,
 }
 
@@ -940,7 +945,12 @@ impl Graph {
                 let s = self.scalar(1.0 / (1.0 - d.probability), DType::F32, 4)?;
                 extra[2] = Some(a);
                 extra[3] = Some(b);
-                Some((self.index(a)?, self.index(b)?, d.probability, self.index(s)?))
+                Some((
+                    self.index(a)?,
+                    self.index(b)?,
+                    d.probability,
+                    self.index(s)?,
+                ))
             }
             None => None,
         };
@@ -1037,10 +1047,7 @@ impl Graph {
         let softmax_sum = self.scratch("sdpa_bwd", cfg.stats_spec()?)?;
         let dq_accum = self.scratch(
             "sdpa_bwd",
-            TensorSpec::row_major(
-                DType::F32,
-                &[cfg.batch, cfg.heads, cfg.seq_q, cfg.head_dim],
-            )?,
+            TensorSpec::row_major(DType::F32, &[cfg.batch, cfg.heads, cfg.seq_q, cfg.head_dim])?,
         )?;
         let dq = self.graph_output("sdpa_bwd", qs)?;
         let dk = self.graph_output("sdpa_bwd", ks.clone())?;

@@ -1,12 +1,14 @@
-//! The composite attention forward: the same `O = softmax(mask(scale * Q Kᵀ)) V`
+//! The composite attention, forward ([`CompositeFwdOp`]) and backward
+//! ([`CompositeBwdOp`]): the same `O = softmax(mask(scale * Q Kᵀ)) V`
 //! as cuDNN's SDPA operation, written as the matmul / pointwise / reduction /
 //! RNG ops that cuDNN's fused-attention engines recognise. It is what
-//! [`Graph::sdpa_forward`](crate::graph::Graph::sdpa_forward) builds where the
-//! loaded cuDNN lacks the SDPA operation (cuDNN 9.8 to 9.12) or one of the
-//! options asked for (padding before 9.15; a causal mask or dropout before
-//! 9.21), or when [`SdpaImpl::Composite`](super::sdpa::SdpaImpl) is asked for.
+//! `Graph::sdpa_forward` / `sdpa_backward` build where the loaded cuDNN lacks
+//! the SDPA operation (forward before 9.13, backward before 9.17) or one of
+//! the options asked for (padding before 9.15; a causal mask or forward
+//! dropout before 9.21; backward dropout before 9.28), or when
+//! `SdpaImpl::Composite` is asked for.
 //!
-//! The graph, op by op (all intermediates virtual; f32 unless named):
+//! The forward, op by op (all intermediates virtual; f32 unless named):
 //! 1. `S = Q · Kᵀ` (`Kᵀ` is K's memory with the last two dims and strides
 //!    swapped; with padding, M and N are overridden by the sequence lengths and
 //!    the padded rows read as 0);
@@ -212,13 +214,37 @@ impl Ctx<'_> {
         let ci = self.virt(DType::I32, score)?;
         self.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::I32, &[x], ci, Some(3))?;
         let rm = self.virt(DType::Bool, score)?;
-        self.pointwise(M::CUDNN_POINTWISE_CMP_LT, DType::Bool, &[ri, seq_q], rm, None)?;
+        self.pointwise(
+            M::CUDNN_POINTWISE_CMP_LT,
+            DType::Bool,
+            &[ri, seq_q],
+            rm,
+            None,
+        )?;
         let cm = self.virt(DType::Bool, score)?;
-        self.pointwise(M::CUDNN_POINTWISE_CMP_LT, DType::Bool, &[ci, seq_kv], cm, None)?;
+        self.pointwise(
+            M::CUDNN_POINTWISE_CMP_LT,
+            DType::Bool,
+            &[ci, seq_kv],
+            cm,
+            None,
+        )?;
         let m = self.virt(DType::Bool, score)?;
-        self.pointwise(M::CUDNN_POINTWISE_LOGICAL_AND, DType::Bool, &[rm, cm], m, None)?;
+        self.pointwise(
+            M::CUDNN_POINTWISE_LOGICAL_AND,
+            DType::Bool,
+            &[rm, cm],
+            m,
+            None,
+        )?;
         let out = self.virt(DType::F32, score)?;
-        self.pointwise(M::CUDNN_POINTWISE_BINARY_SELECT, DType::F32, &[x, fill, m], out, None)?;
+        self.pointwise(
+            M::CUDNN_POINTWISE_BINARY_SELECT,
+            DType::F32,
+            &[x, fill, m],
+            out,
+            None,
+        )?;
         Ok(out)
     }
 
@@ -231,7 +257,13 @@ impl Ctx<'_> {
         let m = self.virt(DType::Bool, score)?;
         self.pointwise(M::CUDNN_POINTWISE_CMP_GE, DType::Bool, &[ri, ci], m, None)?;
         let out = self.virt(DType::F32, score)?;
-        self.pointwise(M::CUDNN_POINTWISE_BINARY_SELECT, DType::F32, &[x, fill, m], out, None)?;
+        self.pointwise(
+            M::CUDNN_POINTWISE_BINARY_SELECT,
+            DType::F32,
+            &[x, fill, m],
+            out,
+            None,
+        )?;
         Ok(out)
     }
 
@@ -358,7 +390,13 @@ impl ExtOp for CompositeFwdOp {
         )
         .map_err(|e| e.with_context("the composite's Q·Kᵀ"))?;
         let mut last = c.virt(DType::F32, &score)?;
-        c.pointwise(M::CUDNN_POINTWISE_MUL, DType::F32, &[s, T::G(self.scale)], last, None)?;
+        c.pointwise(
+            M::CUDNN_POINTWISE_MUL,
+            DType::F32,
+            &[s, T::G(self.scale)],
+            last,
+            None,
+        )?;
 
         if let (Some(sq_t), Some(skv_t), Some(fill)) = (seq_q, seq_kv, self.fill) {
             last = c.padding_mask(last, sq_t, skv_t, T::G(fill), &score)?;
@@ -369,7 +407,11 @@ impl ExtOp for CompositeFwdOp {
 
         // Softmax along the keys.
         let mx = c.virt(DType::F32, &row)?;
-        c.reduction(sys::cudnnReduceTensorOp_t::CUDNN_REDUCE_TENSOR_MAX, last, mx)?;
+        c.reduction(
+            sys::cudnnReduceTensorOp_t::CUDNN_REDUCE_TENSOR_MAX,
+            last,
+            mx,
+        )?;
         let z = c.virt(DType::F32, &score)?;
         c.pointwise(M::CUDNN_POINTWISE_SUB, DType::F32, &[last, mx], z, None)?;
         let e = c.virt(DType::F32, &score)?;
@@ -546,23 +588,47 @@ impl ExtOp for CompositeBwdOp {
 
         // Σ = rowsum(dO ⊙ O) · keep.
         let doo = c.virt(DType::F32, &[b, h, sq, dv])?;
-        c.pointwise(M::CUDNN_POINTWISE_MUL, DType::F32, &[T::G(self.d_o), T::G(self.o)], doo, None)?;
+        c.pointwise(
+            M::CUDNN_POINTWISE_MUL,
+            DType::F32,
+            &[T::G(self.d_o), T::G(self.o)],
+            doo,
+            None,
+        )?;
         let rs = c.virt(DType::F32, &row)?;
         c.reduction(sys::cudnnReduceTensorOp_t::CUDNN_REDUCE_TENSOR_ADD, doo, rs)?;
         let sum = T::G(self.softmax_sum);
-        c.pointwise(M::CUDNN_POINTWISE_MUL, DType::F32, &[rs, T::G(self.keep)], sum, None)?;
+        c.pointwise(
+            M::CUDNN_POINTWISE_MUL,
+            DType::F32,
+            &[rs, T::G(self.keep)],
+            sum,
+            None,
+        )?;
 
         // P = exp(mask(scale · Q Kᵀ) - stats).
         let s = c.virt(DType::F32, &score)?;
         c.matmul(T::G(self.q), kt, s, seq_q, seq_kv, None, None)
             .map_err(|e| e.with_context("the composite backward's Q·Kᵀ"))?;
         let mut last = c.virt(DType::F32, &score)?;
-        c.pointwise(M::CUDNN_POINTWISE_MUL, DType::F32, &[s, T::G(self.scale)], last, None)?;
+        c.pointwise(
+            M::CUDNN_POINTWISE_MUL,
+            DType::F32,
+            &[s, T::G(self.scale)],
+            last,
+            None,
+        )?;
         if let (Some(a), Some(b), Some(f)) = (seq_q, seq_kv, self.fill) {
             last = c.padding_mask(last, a, b, T::G(f), &score)?;
         }
         let z = c.virt(DType::F32, &score)?;
-        c.pointwise(M::CUDNN_POINTWISE_SUB, DType::F32, &[last, T::G(self.stats)], z, None)?;
+        c.pointwise(
+            M::CUDNN_POINTWISE_SUB,
+            DType::F32,
+            &[last, T::G(self.stats)],
+            z,
+            None,
+        )?;
         last = z;
         if let (true, Some(a), Some(b), Some(f)) = (self.repad, seq_q, seq_kv, self.fill) {
             last = c.padding_mask(last, a, b, T::G(f), &score)?;
@@ -577,7 +643,13 @@ impl ExtOp for CompositeBwdOp {
             let kept = c.virt(DType::F32, &score)?;
             c.pointwise(M::CUDNN_POINTWISE_MUL, DType::F32, &[p, r], kept, None)?;
             let scaled = c.virt(DType::F32, &score)?;
-            c.pointwise(M::CUDNN_POINTWISE_MUL, DType::F32, &[kept, T::G(dscale)], scaled, None)?;
+            c.pointwise(
+                M::CUDNN_POINTWISE_MUL,
+                DType::F32,
+                &[kept, T::G(dscale)],
+                scaled,
+                None,
+            )?;
             pd = scaled;
         }
 
@@ -591,7 +663,11 @@ impl ExtOp for CompositeBwdOp {
             let full = c.virt(self.io, &[b, h, skv, dv])?;
             c.matmul(pt, T::G(self.d_o), full, seq_kv, None, seq_q, None)
                 .map_err(|e| e.with_context("the composite backward's dV"))?;
-            c.reduction(sys::cudnnReduceTensorOp_t::CUDNN_REDUCE_TENSOR_ADD, full, T::G(self.dv))?;
+            c.reduction(
+                sys::cudnnReduceTensorOp_t::CUDNN_REDUCE_TENSOR_ADD,
+                full,
+                T::G(self.dv),
+            )?;
         }
 
         // dS = (dO Vᵀ ⊙ R - Σ) ⊙ P · scale (/ (1 - p)).
@@ -611,11 +687,23 @@ impl ExtOp for CompositeBwdOp {
         let mut last = ds0;
         if let Some((_, _, _, dscale)) = self.dropout {
             let m = c.virt(DType::F32, &score)?;
-            c.pointwise(M::CUDNN_POINTWISE_MUL, DType::F32, &[last, T::G(dscale)], m, None)?;
+            c.pointwise(
+                M::CUDNN_POINTWISE_MUL,
+                DType::F32,
+                &[last, T::G(dscale)],
+                m,
+                None,
+            )?;
             last = m;
         }
         let ds = c.virt(DType::F32, &score)?;
-        c.pointwise(M::CUDNN_POINTWISE_MUL, DType::F32, &[last, T::G(self.scale)], ds, None)?;
+        c.pointwise(
+            M::CUDNN_POINTWISE_MUL,
+            DType::F32,
+            &[last, T::G(self.scale)],
+            ds,
+            None,
+        )?;
 
         // dK = dSᵀ Q.
         let dst = c.virt_strided(self.io, &score_t, &score_t_strides)?;
@@ -627,11 +715,19 @@ impl ExtOp for CompositeBwdOp {
             let full = c.virt(self.io, &[b, h, skv, d])?;
             c.matmul(dst, T::G(self.q), full, seq_kv, None, seq_q, None)
                 .map_err(|e| e.with_context("the composite backward's dK"))?;
-            c.reduction(sys::cudnnReduceTensorOp_t::CUDNN_REDUCE_TENSOR_ADD, full, T::G(self.dk))?;
+            c.reduction(
+                sys::cudnnReduceTensorOp_t::CUDNN_REDUCE_TENSOR_ADD,
+                full,
+                T::G(self.dk),
+            )?;
         }
 
         // dQ = dS K, accumulated in f32, then converted.
-        let kview = c.virt_strided(self.k_spec.dtype(), self.k_spec.dims(), self.k_spec.strides())?;
+        let kview = c.virt_strided(
+            self.k_spec.dtype(),
+            self.k_spec.dims(),
+            self.k_spec.strides(),
+        )?;
         c.reshape(kt, kview)?;
         c.matmul(ds, kview, T::G(self.dq_accum), seq_q, None, seq_kv, None)
             .map_err(|e| e.with_context("the composite backward's dQ"))?;
