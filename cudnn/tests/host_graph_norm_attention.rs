@@ -608,6 +608,14 @@ fn main() {
         // What the loaded cuDNN has decides; each option names its version.
         let v = cudnn::dnn::Handle::library_version()?;
         eprintln!("loaded cuDNN {v:?}");
+        // CI pins the stack: the cuDNN loaded must be the one asked for.
+        if let Ok(want) = std::env::var("CUDNN_RS_EXPECT_CUDNN") {
+            let got = format!("{}.{}.{}", v.major, v.minor, v.patch);
+            ensure!(
+                got == want || got.starts_with(&format!("{want}.")),
+                "CUDNN_RS_EXPECT_CUDNN={want}, loaded {got}"
+            );
+        }
         let have = (v.major, v.minor);
         let cfg = base(DType::BF16).causal(true).dropout(0.1).padding(true);
         let native = cfg.clone().implementation(SdpaImpl::Native);
@@ -670,6 +678,36 @@ fn main() {
             ensure!(r.is_ok(), "cuDNN >= 9.16: {r:?}");
         }
         ensure!(odd.check(false).is_ok(), "the forward has no such limit");
+        Ok(())
+    }));
+
+    t.push(host("sdpa_nvrtc_found_for_older_cudnn", || {
+        if !can_plan()? {
+            return Ok(());
+        }
+        // Planning opens NVRTC where it is found (cuDNN 9.10's
+        // runtime-compiled engines need it; 9.28's do not).
+        let g = sdpa_fwd(&base(DType::BF16).implementation(SdpaImpl::Composite))?.0;
+        let _ = g.build()?;
+        let v = cudnn::dnn::Handle::library_version()?;
+        let loaded = nvrtc::loaded();
+        eprintln!("cuDNN {v:?}; NVRTC opened: {loaded:?}");
+        if (v.major, v.minor) < (9, 28) && std::env::var_os("NVRTC_LIB_DIR").is_none() {
+            let cudnn_dir = cudnn::sys::cudnn::load()?
+                .info()
+                .path
+                .clone()
+                .and_then(|p| p.parent().map(|d| d.to_path_buf()))
+                .ok_or("cuDNN's folder")?;
+            ensure!(
+                !loaded.is_empty(),
+                "cuDNN {v:?} from {} plans runtime-compiled engines only with NVRTC; none was opened",
+                cudnn_dir.display()
+            );
+            for p in loaded {
+                ensure!(p.is_absolute() && p.is_file(), "{}", p.display());
+            }
+        }
         Ok(())
     }));
 

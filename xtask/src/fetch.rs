@@ -43,6 +43,18 @@ pub const CUDA12: Stack = Stack {
     extras: &[NCCL12],
 };
 
+/// cuDNN 9.10 (no SDPA operation: attention is the composite pattern) with
+/// the NVRTC its runtime-compiled engines need; searched before `cuda12`,
+/// whose cuBLAS and CUDA runtime it uses.
+pub const CUDNN910: Stack = Stack {
+    name: "cudnn910",
+    wheels: &[
+        "nvidia-cudnn-cu12==9.10.2.21",
+        "nvidia-cuda-nvrtc-cu12==12.9.86",
+    ],
+    extras: &[],
+};
+
 /// The cache root: `$CUDNN_RS_CACHE` or `<workspace>/.cuda-libs`.
 pub fn cache_root() -> PathBuf {
     match std::env::var_os("CUDNN_RS_CACHE") {
@@ -60,10 +72,11 @@ pub fn run(args: &[String]) -> Result<Vec<PathBuf>, String> {
                 stacks = match it.next().map(String::as_str) {
                     Some("cuda13") => vec![&CUDA13],
                     Some("cuda12") => vec![&CUDA12],
-                    Some("all") => vec![&CUDA13, &CUDA12],
+                    Some("cudnn910") => vec![&CUDNN910],
+                    Some("all") => vec![&CUDA13, &CUDA12, &CUDNN910],
                     other => {
                         return Err(format!(
-                            "--stack takes cuda13, cuda12 or all, got {other:?}"
+                            "--stack takes cuda13, cuda12, cudnn910 or all, got {other:?}"
                         ));
                     }
                 }
@@ -201,6 +214,8 @@ fn wanted(path: &str) -> bool {
             "libcublasLt.so",
             "libcudart.so",
             "libnccl.so",
+            "libnvrtc.so",
+            "libnvrtc-builtins.so",
         ]
         .iter()
         .any(|p| file.starts_with(p))

@@ -20,10 +20,11 @@ tasks:
       Run the `doctor` example; when libraries are missing, fetch NVIDIA's
       wheels (cuda13) into the cache first and run it again.
   test [cargo test args]
-      The project's test command: fetch both stacks, then run the whole test
-      suite against cuda13 (cuDNN 9) and the library tests against cuda12
-      (cuDNN 8.9), with missing libraries counted as failures.
-  fetch-libs [--stack cuda13|cuda12|all]
+      The project's test command: fetch the stacks, then run the whole test
+      suite against cuda13 (cuDNN 9.28), the library tests against cuda12
+      (cuDNN 8.9) and the attention tests against cudnn910 (cuDNN 9.10, the
+      composite attention), with missing libraries counted as failures.
+  fetch-libs [--stack cuda13|cuda12|cudnn910|all]
       Download NVIDIA's pip wheels (pinned versions) and unpack the headers and
       shared libraries we use into the cache (.cuda-libs/<stack>, or
       $CUDNN_RS_CACHE/<stack>). A no-op when they are already there.

@@ -20,13 +20,14 @@ fn status(mut cmd: Command, what: &str) -> Result<(), String> {
     }
 }
 
-/// The test command: fetch both stacks, run every test with the cuda13
+/// The test command: fetch the stacks, run every test with the cuda13
 /// stack, then the library-facing tests again with the cuda12 stack
-/// (cuDNN 8.9, CUDA 12). Missing libraries are failures here.
+/// (cuDNN 8.9, CUDA 12), then the attention tests with cuDNN 9.10 (the
+/// composite attention's cuDNN). Missing libraries are failures here.
 pub fn test(args: &[String]) -> Result<(), String> {
     let dirs = fetch::run(&["--stack".to_string(), "all".to_string()])?;
-    let (cu13, cu12) = match dirs.as_slice() {
-        [a, b] => (a.clone(), b.clone()),
+    let (cu13, cu12, c910) = match dirs.as_slice() {
+        [a, b, c] => (a.clone(), b.clone(), c.clone()),
         _ => return Err("fetch-libs returned an unexpected set of stacks".to_string()),
     };
     let run = |stack: &str, dir: &Path, extra: &[&str]| -> Result<(), String> {
@@ -45,6 +46,21 @@ pub fn test(args: &[String]) -> Result<(), String> {
     };
     run("cuda13", &cu13, &[])?;
     run("cuda12", &cu12, &["--tests"])?;
+    // cuDNN 9.10, which has no SDPA operation: the attention tests again,
+    // through the composite pattern (cuBLAS and the CUDA runtime from cuda12).
+    let search = std::env::join_paths([&c910, &cu12])
+        .map_err(|e| format!("joining the cudnn910 and cuda12 folders: {e}"))?;
+    let mut cmd = cargo();
+    cmd.args(["test", "-p", "cudnn", "--test", "host_graph_norm_attention"])
+        .args(args)
+        .args(["--", "sdpa"]);
+    cmd.env("CUDNN_RS_REQUIRE_LIBS", "1")
+        .env("CUDNN_RS_EXPECT_CUDNN", "9.10")
+        .env("CUDNN_RS_SEARCH_PATH", search);
+    status(
+        cmd,
+        "cargo test -p cudnn --test host_graph_norm_attention -- sdpa (stack cudnn910, libraries required)",
+    )?;
     Ok(())
 }
 

@@ -33,6 +33,9 @@ static DRIVER: OnceLock<std::result::Result<Driver, String>> = OnceLock::new();
 /// No real driver, and the stub is disabled, was not built (no C compiler at
 /// build time), or could not be written or loaded.
 pub fn ensure() -> Result<Driver> {
+    // NVRTC for the runtime-compiled engines of older cuDNN 9 releases
+    // (nothing to do when none is found).
+    let _ = super::nvrtc::loaded();
     DRIVER
         .get_or_init(open)
         .clone()

@@ -36,6 +36,7 @@ pub mod driver;
 #[allow(clippy::module_inception)]
 mod graph;
 pub mod heuristics;
+pub mod nvrtc;
 pub mod ops;
 mod plan;
 mod target;

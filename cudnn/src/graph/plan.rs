@@ -32,6 +32,26 @@ pub struct Plan {
     scratch: Vec<(i64, usize)>,
 }
 
+/// When no NVRTC was found and the loaded cuDNN is older than the 9.28 that
+/// plans without it: say so (older releases offer no runtime-compiled engine
+/// without NVRTC, silently).
+fn nvrtc_hint() -> String {
+    let old = crate::check::cudnn()
+        .ok()
+        .and_then(|api| api.info().version)
+        .is_some_and(|v| (v.major, v.minor) < (9, 28));
+    if old && super::nvrtc::loaded().is_empty() {
+        format!(
+            "; this cuDNN's runtime-compiled engines may need NVRTC ({}), and none was found: install NVIDIA's `{}` wheel beside cuDNN's or set {} to its folder",
+            super::nvrtc::SPEC.sonames.join(" or "),
+            super::nvrtc::SPEC.wheel,
+            super::nvrtc::SPEC.override_var
+        )
+    } else {
+        String::new()
+    }
+}
+
 /// Where scratch tensors start and how they are spaced in a plan's workspace.
 const SCRATCH_ALIGN: usize = 256;
 
@@ -165,8 +185,9 @@ impl Plan {
         Err(Error::Unsupported {
             what: if cands.is_empty() {
                 format!(
-                    "no engine for this graph on {} (cuDNN's heuristics offered none)",
-                    target.fingerprint()
+                    "no engine for this graph on {} (cuDNN's heuristics offered none){}",
+                    target.fingerprint(),
+                    nvrtc_hint()
                 )
             } else if accepted == 0 {
                 format!(
