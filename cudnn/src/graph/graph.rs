@@ -297,6 +297,8 @@ impl Graph {
 
     /// A real tensor of the plan's own (in its workspace, nothing to bind).
     pub(crate) fn scratch(&mut self, op: &str, spec: TensorSpec) -> Result<Tensor> {
+        // Its size is what the plan reserves: it must be representable.
+        spec.span_bytes()?;
         let name = format!("{op}#{}.scratch{}", self.ops.len(), self.nodes.len() + 1);
         self.push(name, spec, Role::Scratch)
     }
@@ -1133,7 +1135,8 @@ impl IoSignature {
                     is_output: n.role == Role::Output,
                 }),
                 Role::Scalar(v) => scalars.push((n.uid, n.spec.dtype(), v)),
-                Role::Scratch => scratch.push((n.uid, n.spec.span_bytes().unwrap_or(0))),
+                // `Graph::scratch` checked that the size is representable.
+                Role::Scratch => scratch.push((n.uid, n.spec.span_bytes().unwrap_or(usize::MAX))),
                 Role::Virtual => {}
             }
         }

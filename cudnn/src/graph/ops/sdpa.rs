@@ -321,12 +321,15 @@ impl SdpaConfig {
         2.5 * self.forward_flops()
     }
 
-    /// Check the shapes and options, and that the loaded cuDNN has every
-    /// option asked for (`backward`: for the backward).
+    /// Check the shapes and options, and that the loaded cuDNN can build the
+    /// attention as [`implementation`](Self::implementation) asks
+    /// (`backward`: for the backward): with `Native`, that its SDPA operation
+    /// has every option; with `Auto`, that either way works.
     ///
     /// # Errors
     /// `InvalidArgument` naming the field for a bad shape or value;
-    /// `Unsupported` naming the option and the cuDNN that has it.
+    /// `Unsupported` naming the option and the cuDNN that has it (for `Auto`,
+    /// the SDPA operation's reason), or the composite's limit.
     pub fn check(&self, backward: bool) -> Result<()> {
         self.resolve(backward).map(|_| ())
     }
