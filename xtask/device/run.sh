@@ -12,7 +12,8 @@
 #                 per case), bench_conv --quick --exhaustive, bench_ops
 #                 (32x64x128x128 and --quick 8x64x64x64), bench_host,
 #                 bench_nccl (all-reduce busbw, 1 KiB..1 GiB),
-#                 bench_attention (SDPA 1k/4k/8k, layer norm)          est  80  cap 150
+#                 bench_attention (SDPA 1k/4k/8k, native and composite;
+#                 layer norm)                                          est  80  cap 150
 #   4. torch      compare_torch.py: the same cases through PyTorch,
 #                 on the same device, right after ours                est  40  cap 100
 #   5. memcheck   compute-sanitizer memcheck on gpu_runtime and
@@ -201,7 +202,7 @@ bench "bench_ops --quick" 20 bench_ops --quick --csv "$out/csv/ops_small.csv"
 bench "bench_host" 20 bench_host
 bench "bench_graph" 20 bench_graph --iters 30
 bench "bench_nccl" 40 bench_nccl
-bench "bench_attention" 40 bench_attention --iters 5 --csv "$out/csv/attention.csv"
+bench "bench_attention" 60 bench_attention --iters 5 --csv "$out/csv/attention.csv"
 phase_end
 
 # ---------------------------------------------------------------------------
