@@ -1,1 +1,1236 @@
-fn main() {}
+//! The launch convention and the rendezvous, without a GPU (unit and host
+//! tiers): the launch variables of torchrun, Open MPI and SLURM and the
+//! variable each error names; rendezvous addresses and unique-id text; the
+//! file and TCP rendezvous between real processes and threads (127.0.0.1
+//! only), against hostile files (/dev/zero, a FIFO, a huge file, a stale id,
+//! old acknowledgements, garbage) and hostile peers (wrong magic, world size
+//! or rank, a rank twice, a wrong token, silent and trickling peers, a
+//! listener that never accepts, a name that does not resolve). Every
+//! deadline is held to within 10 % + 100 ms.
+//!
+//! The process tests start this binary again as the other ranks
+//! (`HOST_NCCL_RDZV_CHILD` tells it which), so they are real processes.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+#[cfg(not(feature = "nccl"))]
+fn main() {
+    use libtest_mimic::Trial;
+    eprintln!("skipped: host_nccl_rendezvous: cudnn was built without feature `nccl`");
+    support::run(vec![
+        Trial::test("host::nccl_rendezvous", || Ok(())).with_ignored_flag(true),
+    ]);
+}
+
+#[cfg(feature = "nccl")]
+fn main() {
+    imp::main()
+}
+
+#[cfg(feature = "nccl")]
+mod imp {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::{Path, PathBuf};
+    use std::process::{Child, Command, Stdio};
+    use std::thread::JoinHandle;
+    use std::time::{Duration, Instant};
+
+    use cudnn::Error;
+    use cudnn::nccl::launch::{self, LaunchEnv, Rendezvous, Token};
+    use cudnn::nccl::{Ranks, UniqueId};
+    use cudnn::sys::nccl as sys;
+    use libtest_mimic::Trial;
+
+    use crate::ensure;
+    use crate::support::{TestResult, has_gpu, run, unit};
+
+    const CHILD: &str = "HOST_NCCL_RDZV_CHILD";
+
+    pub fn main() {
+        if let Ok(spec) = std::env::var(CHILD) {
+            child(&spec);
+        }
+        run(vec![
+            unit("launch_variables_torchrun", launch_torchrun),
+            unit("launch_variables_mpi_and_slurm", launch_mpi_slurm),
+            unit("launch_variables_errors_name_the_variable", launch_errors),
+            unit("rendezvous_text", rendezvous_text),
+            unit("unique_id_text_counts_characters", unique_id_text),
+            unit("file_refuses_existing_id_file", file_refuses_existing),
+            unit("file_dev_zero_fifo_and_huge_files", file_special_files),
+            unit("file_garbage_and_half_written_id", file_garbage),
+            unit("file_stale_id_is_never_taken", file_stale_id),
+            unit("file_old_acknowledgements_ignored", file_old_acks),
+            unit("file_world_size_mismatch_both_sides", file_mismatch),
+            unit("file_rank0_alone_times_out_and_cleans_up", file_rank0_alone),
+            unit("file_fifo_acknowledgement_does_not_hang", file_fifo_ack),
+            unit("tcp_hostile_peers_are_dropped", tcp_hostile_peers),
+            unit("tcp_rank_taken_twice", tcp_duplicate_rank),
+            unit("tcp_token", tcp_token),
+            unit("tcp_trickling_server", tcp_trickling_server),
+            unit("tcp_trickling_client", tcp_trickling_client),
+            unit("tcp_listener_never_accepts", tcp_never_accepts),
+            unit("tcp_unresolvable_name_retries", tcp_unresolvable),
+            unit("tcp_binds_the_given_address_only", tcp_binds_given),
+            unit("tcp_world_size_mismatch_process", tcp_world_mismatch),
+            unit("timeouts_out_of_range", timeouts),
+            host("launch_without_gpu_says_so", launch_without_gpu),
+            host("rendezvous_file_three_processes", || {
+                rendezvous_processes("file", None)
+            }),
+            host("rendezvous_tcp_loopback_three_processes", || {
+                rendezvous_processes("tcp", None)
+            }),
+            host("rendezvous_tcp_token_three_processes", || {
+                rendezvous_processes("tcp", Some("job-secret-42"))
+            }),
+        ]);
+    }
+
+    // ---------------------------------------------------------------- tiers
+
+    /// A host-tier test: needs NCCL (no device). Skipped visibly without it,
+    /// a failure when `CUDNN_RS_REQUIRE_LIBS=1`.
+    fn host(name: &str, f: impl FnOnce() -> TestResult + Send + 'static) -> Trial {
+        let name = format!("host::{name}");
+        match sys::load().err().map(|e| e.to_string()) {
+            None => Trial::test(name, f),
+            Some(why) if std::env::var("CUDNN_RS_REQUIRE_LIBS").is_ok_and(|v| v == "1") => {
+                Trial::test(name, move || {
+                    Err(format!("CUDNN_RS_REQUIRE_LIBS=1 but: {why}").into())
+                })
+            }
+            Some(why) => {
+                eprintln!(
+                    "skipped: {name}: {}",
+                    why.lines().next().unwrap_or_default()
+                );
+                Trial::test(name, f).with_ignored_flag(true)
+            }
+        }
+    }
+
+    // ----------------------------------------------------------- children
+
+    /// `HOST_NCCL_RDZV_CHILD="<rendezvous> <rank> <size> <timeout_s> [token]"`:
+    /// take part in the exchange as a non-zero rank and print the id.
+    fn child(spec: &str) -> ! {
+        let parts: Vec<&str> = spec.split(' ').collect();
+        let (rdzv, rank, size, timeout, token) = match parts.as_slice() {
+            [a, b, c, d] => (*a, *b, *c, *d, None),
+            [a, b, c, d, t] => (*a, *b, *c, *d, Some(Token::new(*t).unwrap())),
+            _ => {
+                eprintln!("bad {CHILD}: {spec:?}");
+                std::process::exit(2);
+            }
+        };
+        let r: Rendezvous = rdzv.parse().expect("rendezvous");
+        let ranks = Ranks::new(rank.parse().unwrap(), size.parse().unwrap()).expect("ranks");
+        let timeout = Duration::from_secs_f64(timeout.parse().unwrap());
+        match launch::exchange_with_token(&r, ranks, timeout, token.as_ref(), || {
+            panic!("only rank 0 makes the id")
+        }) {
+            Ok(id) => {
+                println!("{id}");
+                std::process::exit(0)
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                std::process::exit(1)
+            }
+        }
+    }
+
+    fn spawn(
+        rdzv: &Rendezvous,
+        rank: usize,
+        size: usize,
+        timeout: f64,
+        token: Option<&str>,
+    ) -> Child {
+        let mut spec = format!("{rdzv} {rank} {size} {timeout}");
+        if let Some(t) = token {
+            spec.push(' ');
+            spec.push_str(t);
+        }
+        Command::new(std::env::current_exe().unwrap())
+            .env(CHILD, spec)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning a rank")
+    }
+
+    fn finish(c: Child) -> (bool, String, String) {
+        let out = c.wait_with_output().expect("waiting for a rank");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        )
+    }
+
+    // ------------------------------------------------------------ helpers
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("host_nccl_rdzv-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn files_in(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn free_port() -> u16 {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    }
+
+    fn tcp(port: u16) -> Rendezvous {
+        Rendezvous::Tcp {
+            host: "127.0.0.1".into(),
+            port,
+        }
+    }
+
+    fn arg_of(e: &Error) -> String {
+        match e {
+            Error::InvalidArgument { arg, .. } => arg.clone(),
+            other => format!("<not InvalidArgument: {other}>"),
+        }
+    }
+
+    fn fixed(b: u8) -> UniqueId {
+        UniqueId::from([b; 128])
+    }
+
+    /// A timeout was held: not before `timeout`, not past 10 % + 100 ms.
+    fn held(what: &str, elapsed: Duration, timeout: Duration) -> TestResult {
+        ensure!(
+            elapsed + Duration::from_millis(5) >= timeout,
+            "{what}: gave up after {elapsed:?}, before its {timeout:?} deadline"
+        );
+        ensure!(
+            elapsed <= timeout.mul_f64(1.1) + Duration::from_millis(100),
+            "{what}: took {elapsed:?} for a {timeout:?} deadline"
+        );
+        Ok(())
+    }
+
+    fn rank_of(
+        r: &Rendezvous,
+        rank: usize,
+        size: usize,
+        t: Duration,
+    ) -> (cudnn::Result<UniqueId>, Duration) {
+        let start = Instant::now();
+        let e = launch::exchange(r, Ranks::new(rank, size).unwrap(), t, || {
+            Ok(fixed(rank as u8 + 1))
+        });
+        (e, start.elapsed())
+    }
+
+    fn rank_thread(
+        r: &Rendezvous,
+        rank: usize,
+        size: usize,
+        t: Duration,
+        token: Option<Token>,
+    ) -> JoinHandle<cudnn::Result<UniqueId>> {
+        let r = r.clone();
+        std::thread::spawn(move || {
+            launch::exchange_with_token(
+                &r,
+                Ranks::new(rank, size).unwrap(),
+                t,
+                token.as_ref(),
+                || Ok(fixed(0xA0 + rank as u8)),
+            )
+        })
+    }
+
+    fn vars(list: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let list: Vec<(String, String)> = list
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        move |name| list.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    }
+
+    // ---------------------------------------------------- launch variables
+
+    fn launch_torchrun() -> TestResult {
+        // Nothing set: one process on GPU 0.
+        let e = LaunchEnv::from_vars(vars(&[]))?;
+        ensure!(e.ranks.rank() == 0 && e.ranks.size() == 1, "{e:?}");
+        ensure!(e.local_rank == 0 && e.rendezvous.is_none(), "{e:?}");
+        ensure!(
+            e.timeout == launch::DEFAULT_TIMEOUT && e.token.is_none(),
+            "{e:?}"
+        );
+        let e = LaunchEnv::from_vars(vars(&[
+            ("RANK", "3"),
+            ("WORLD_SIZE", "8"),
+            ("LOCAL_RANK", "1"),
+            ("LOCAL_WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "node7"),
+            ("MASTER_PORT", "29500"),
+            ("CUDNN_RS_RENDEZVOUS_TOKEN", "hush"),
+        ]))?;
+        ensure!(e.ranks.rank() == 3 && e.ranks.size() == 8, "{e:?}");
+        ensure!(e.local_rank == 1 && e.local_world_size == Some(2), "{e:?}");
+        ensure!(e.rendezvous == Some(tcp_host("node7", 29500)), "{e:?}");
+        ensure!(e.token == Some(Token::new("hush")?), "token");
+        ensure!(
+            !format!("{e:?}").contains("hush"),
+            "Debug shows the token: {e:?}"
+        );
+        // IPv6 MASTER_ADDR, bare or in brackets.
+        for a in ["::1", "[::1]"] {
+            let e = LaunchEnv::from_vars(vars(&[
+                ("RANK", "0"),
+                ("WORLD_SIZE", "2"),
+                ("LOCAL_RANK", "0"),
+                ("MASTER_ADDR", a),
+                ("MASTER_PORT", "7"),
+            ]))?;
+            ensure!(e.rendezvous == Some(tcp_host("::1", 7)), "{a}: {e:?}");
+        }
+        // An explicit rendezvous wins over MASTER_*.
+        let e = LaunchEnv::from_vars(vars(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("LOCAL_RANK", "0"),
+            ("MASTER_ADDR", "node7"),
+            ("MASTER_PORT", "29500"),
+            ("CUDNN_RS_RENDEZVOUS", "file:///shared/job.id"),
+            ("CUDNN_RS_RENDEZVOUS_TIMEOUT", "2.5"),
+        ]))?;
+        ensure!(
+            e.rendezvous == Some(Rendezvous::File("/shared/job.id".into())),
+            "{e:?}"
+        );
+        ensure!(e.timeout == Duration::from_millis(2500), "{e:?}");
+        Ok(())
+    }
+
+    fn tcp_host(host: &str, port: u16) -> Rendezvous {
+        Rendezvous::Tcp {
+            host: host.into(),
+            port,
+        }
+    }
+
+    fn launch_mpi_slurm() -> TestResult {
+        let rdzv = ("CUDNN_RS_RENDEZVOUS", "tcp://10.0.0.1:29511");
+        // Open MPI alone.
+        let e = LaunchEnv::from_vars(vars(&[
+            ("OMPI_COMM_WORLD_RANK", "5"),
+            ("OMPI_COMM_WORLD_SIZE", "6"),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", "2"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "3"),
+            rdzv,
+        ]))?;
+        ensure!(e.ranks.rank() == 5 && e.ranks.size() == 6, "mpi: {e:?}");
+        ensure!(
+            e.local_rank == 2 && e.local_world_size == Some(3),
+            "mpi: {e:?}"
+        );
+        // SLURM alone.
+        let e = LaunchEnv::from_vars(vars(&[
+            ("SLURM_PROCID", "9"),
+            ("SLURM_NTASKS", "16"),
+            ("SLURM_LOCALID", "1"),
+            rdzv,
+        ]))?;
+        ensure!(e.ranks.rank() == 9 && e.ranks.size() == 16, "slurm: {e:?}");
+        ensure!(
+            e.local_rank == 1 && e.local_world_size.is_none(),
+            "slurm: {e:?}"
+        );
+        // mpirun inside a SLURM allocation: Open MPI's win over SLURM's.
+        let e = LaunchEnv::from_vars(vars(&[
+            ("OMPI_COMM_WORLD_RANK", "3"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "1"),
+            ("SLURM_LOCALID", "0"),
+            rdzv,
+        ]))?;
+        ensure!(
+            e.ranks.rank() == 3 && e.ranks.size() == 4,
+            "mpi over slurm: {e:?}"
+        );
+        ensure!(e.local_rank == 1, "mpi over slurm: {e:?}");
+        // torchrun's win over both.
+        let e = LaunchEnv::from_vars(vars(&[
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("LOCAL_RANK", "0"),
+            ("OMPI_COMM_WORLD_RANK", "3"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", "3"),
+            ("SLURM_PROCID", "7"),
+            ("SLURM_NTASKS", "8"),
+            ("SLURM_LOCALID", "2"),
+            rdzv,
+        ]))?;
+        ensure!(
+            e.ranks.rank() == 1 && e.ranks.size() == 2,
+            "torchrun wins: {e:?}"
+        );
+        ensure!(e.local_rank == 0, "torchrun wins: {e:?}");
+        Ok(())
+    }
+
+    fn launch_errors() -> TestResult {
+        // (variables, the variable the error names, what it shows)
+        type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
+        let two = [("RANK", "1"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "1")];
+        let with = |extra: &[(&'static str, &'static str)]| -> Vec<(&'static str, &'static str)> {
+            two.iter().chain(extra).copied().collect()
+        };
+        let master_empty = with(&[("MASTER_ADDR", ""), ("MASTER_PORT", "29500")]);
+        let master_blank = with(&[("MASTER_ADDR", "  "), ("MASTER_PORT", "29500")]);
+        let master_space = with(&[("MASTER_ADDR", "a b"), ("MASTER_PORT", "29500")]);
+        let port_bad = with(&[("MASTER_ADDR", "a"), ("MASTER_PORT", "http")]);
+        let port_empty = with(&[("MASTER_ADDR", "a"), ("MASTER_PORT", "")]);
+        let port_zero = with(&[("MASTER_ADDR", "a"), ("MASTER_PORT", "0")]);
+        let token_empty = with(&[
+            ("CUDNN_RS_RENDEZVOUS", "/x"),
+            ("CUDNN_RS_RENDEZVOUS_TOKEN", ""),
+        ]);
+        let long = "t".repeat(257);
+        let token_long: Vec<(&str, &str)> = two
+            .iter()
+            .copied()
+            .chain([
+                ("CUDNN_RS_RENDEZVOUS", "/x"),
+                ("CUDNN_RS_RENDEZVOUS_TOKEN", long.as_str()),
+            ])
+            .collect();
+        let cases: Vec<Case<'_>> = vec![
+            (
+                &[("RANK", "2"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0")],
+                "RANK",
+                "got 2",
+            ),
+            (&[("RANK", "0"), ("WORLD_SIZE", "0")], "WORLD_SIZE", "got 0"),
+            // 2^32 is a fine usize but no NCCL world size: WORLD_SIZE is wrong.
+            (
+                &[("RANK", "0"), ("WORLD_SIZE", "4294967296")],
+                "WORLD_SIZE",
+                "4294967296",
+            ),
+            (
+                &[("RANK", "0"), ("WORLD_SIZE", "2147483648")],
+                "WORLD_SIZE",
+                "2147483648",
+            ),
+            (
+                &[("RANK", "0"), ("WORLD_SIZE", "99999999999999999999999")],
+                "WORLD_SIZE",
+                "999",
+            ),
+            (&[("RANK", "1")], "WORLD_SIZE", "RANK=1"),
+            (&[("WORLD_SIZE", "2")], "RANK", "WORLD_SIZE=2"),
+            (&[("RANK", "one"), ("WORLD_SIZE", "2")], "RANK", "\"one\""),
+            (&[("RANK", "-1"), ("WORLD_SIZE", "2")], "RANK", "\"-1\""),
+            (&[("RANK", ""), ("WORLD_SIZE", "2")], "RANK", "\"\""),
+            (
+                &[("OMPI_COMM_WORLD_RANK", "4"), ("OMPI_COMM_WORLD_SIZE", "4")],
+                "OMPI_COMM_WORLD_RANK",
+                "got 4",
+            ),
+            (
+                &[("OMPI_COMM_WORLD_RANK", "0")],
+                "OMPI_COMM_WORLD_SIZE",
+                "unset",
+            ),
+            (
+                &[("OMPI_COMM_WORLD_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "0")],
+                "OMPI_COMM_WORLD_SIZE",
+                "got 0",
+            ),
+            (
+                &[("SLURM_PROCID", "5"), ("SLURM_NTASKS", "4")],
+                "SLURM_PROCID",
+                "got 5",
+            ),
+            (&[("SLURM_NTASKS", "4")], "SLURM_PROCID", "unset"),
+            (
+                &[
+                    ("RANK", "1"),
+                    ("WORLD_SIZE", "2"),
+                    ("MASTER_ADDR", "a"),
+                    ("MASTER_PORT", "1"),
+                ],
+                "LOCAL_RANK",
+                "unset",
+            ),
+            (
+                &[
+                    ("RANK", "1"),
+                    ("WORLD_SIZE", "4"),
+                    ("LOCAL_RANK", "2"),
+                    ("LOCAL_WORLD_SIZE", "2"),
+                ],
+                "LOCAL_RANK",
+                "got 2",
+            ),
+            (
+                &[
+                    ("RANK", "1"),
+                    ("WORLD_SIZE", "4"),
+                    ("LOCAL_RANK", "0"),
+                    ("LOCAL_WORLD_SIZE", "5"),
+                ],
+                "LOCAL_WORLD_SIZE",
+                "got 5",
+            ),
+            (
+                &[
+                    ("RANK", "0"),
+                    ("WORLD_SIZE", "4"),
+                    ("LOCAL_RANK", "0"),
+                    ("LOCAL_WORLD_SIZE", "0"),
+                ],
+                "LOCAL_WORLD_SIZE",
+                "got 0",
+            ),
+            (
+                &[
+                    ("SLURM_PROCID", "1"),
+                    ("SLURM_NTASKS", "4"),
+                    ("SLURM_LOCALID", "x"),
+                ],
+                "SLURM_LOCALID",
+                "\"x\"",
+            ),
+            (&two, "CUDNN_RS_RENDEZVOUS", "MASTER_ADDR unset"),
+            (&master_empty, "MASTER_ADDR", "\"\""),
+            (&master_blank, "MASTER_ADDR", "\"  \""),
+            (&master_space, "MASTER_ADDR", "\"a b\""),
+            (&port_bad, "MASTER_PORT", "\"http\""),
+            (&port_empty, "MASTER_PORT", "\"\""),
+            (&port_zero, "MASTER_PORT", "\"0\""),
+            (&token_empty, "CUDNN_RS_RENDEZVOUS_TOKEN", "0 bytes"),
+            (&token_long, "CUDNN_RS_RENDEZVOUS_TOKEN", "257 bytes"),
+            (
+                &[("CUDNN_RS_RENDEZVOUS", "")],
+                "CUDNN_RS_RENDEZVOUS",
+                "\"\"",
+            ),
+            (
+                &[("CUDNN_RS_RENDEZVOUS", "tcp://[abc]:1")],
+                "CUDNN_RS_RENDEZVOUS",
+                "[abc]",
+            ),
+        ];
+        for (list, arg, shows) in &cases {
+            let e = LaunchEnv::from_vars(vars(list)).unwrap_err();
+            ensure!(
+                arg_of(&e) == *arg,
+                "{list:?}: expected an error naming {arg}, got {e}"
+            );
+            ensure!(
+                e.to_string().contains(shows),
+                "{list:?}: {e} should show {shows}"
+            );
+        }
+        Ok(())
+    }
+
+    fn timeouts() -> TestResult {
+        for bad in [
+            "1e-300", "0", "-1", "-0", "NaN", "nan", "inf", "-inf", "1e300", "2000000", "", "5s",
+            "0x10",
+        ] {
+            let e = LaunchEnv::from_vars(vars(&[("CUDNN_RS_RENDEZVOUS_TIMEOUT", bad)]))
+                .err()
+                .ok_or_else(|| format!("timeout {bad:?} accepted"))?;
+            ensure!(arg_of(&e) == "CUDNN_RS_RENDEZVOUS_TIMEOUT", "{bad:?}: {e}");
+            ensure!(e.to_string().contains(&format!("{bad:?}")), "{bad:?}: {e}");
+        }
+        for (good, want) in [
+            ("0.001", Duration::from_millis(1)),
+            ("1000000", launch::MAX_TIMEOUT),
+            (" 2.5 ", Duration::from_millis(2500)),
+            ("1e2", Duration::from_secs(100)),
+        ] {
+            let e = LaunchEnv::from_vars(vars(&[("CUDNN_RS_RENDEZVOUS_TIMEOUT", good)]))?;
+            ensure!(e.timeout == want, "{good:?}: {:?}", e.timeout);
+        }
+        // exchange itself: Duration::MAX is clamped, not an overflow.
+        let dir = scratch("maxtimeout");
+        let r = Rendezvous::File(dir.join("id"));
+        std::fs::write(dir.join("id"), "not ours\n").unwrap();
+        let e =
+            launch::exchange(&r, Ranks::new(1, 2)?, Duration::MAX, || Ok(fixed(1))).unwrap_err();
+        ensure!(e.to_string().contains("not a rendezvous file"), "{e}");
+        let _ = std::fs::remove_dir_all(dir);
+        Ok(())
+    }
+
+    fn rendezvous_text() -> TestResult {
+        let cases = [
+            (
+                "file:///tmp/a b/job.id",
+                Rendezvous::File("/tmp/a b/job.id".into()),
+            ),
+            ("/tmp/job.id", Rendezvous::File("/tmp/job.id".into())),
+            ("tcp://127.0.0.1:29500", tcp_host("127.0.0.1", 29500)),
+            ("tcp://[::1]:7", tcp_host("::1", 7)),
+            ("tcp://::1:7", tcp_host("::1", 7)),
+            (
+                "tcp://node-3.cluster:1234/",
+                tcp_host("node-3.cluster", 1234),
+            ),
+        ];
+        for (text, want) in cases {
+            let got: Rendezvous = text.parse().map_err(|e| format!("{text}: {e}"))?;
+            ensure!(got == want, "{text}: {got:?}");
+            let again: Rendezvous = got.to_string().parse()?;
+            ensure!(again == want, "{text}: display {} does not parse back", got);
+        }
+        for bad in [
+            "tcp://host",
+            "tcp://:80",
+            "tcp://h:0",
+            "tcp://h:70000",
+            "tcp://h:+80",
+            "tcp://h: 80",
+            "tcp://[abc]:80",
+            "tcp://[::1:80",
+            "tcp://a b:80",
+            "tcp://a/b:80",
+            "tcp://x@y:80",
+            "tcp://1:2:3:80x",
+            "http://x",
+            "",
+            "file://",
+            "/a\0b",
+        ] {
+            let e = bad
+                .parse::<Rendezvous>()
+                .err()
+                .ok_or_else(|| format!("{bad:?} accepted"))?;
+            ensure!(arg_of(&e) == "CUDNN_RS_RENDEZVOUS", "{bad:?}: {e}");
+        }
+        let long = format!("tcp://{}:80", "a".repeat(254));
+        ensure!(
+            long.parse::<Rendezvous>().is_err(),
+            "a 254-character host accepted"
+        );
+        Ok(())
+    }
+
+    fn unique_id_text() -> TestResult {
+        let e = "ab".parse::<UniqueId>().unwrap_err();
+        ensure!(e.to_string().contains("2 characters"), "{e}");
+        // 128 two-byte characters: 256 bytes but 128 characters.
+        let e = "é".repeat(128).parse::<UniqueId>().unwrap_err();
+        ensure!(e.to_string().contains("128 characters"), "{e}");
+        // 256 characters, one of them not ASCII: its character offset.
+        let mut text = "0".repeat(255);
+        text.insert(10, 'é');
+        let e = text.parse::<UniqueId>().unwrap_err();
+        ensure!(e.to_string().contains("'é' at character 10"), "{e}");
+        let mut text = "0".repeat(256);
+        text.replace_range(11..12, "g");
+        let e = text.parse::<UniqueId>().unwrap_err();
+        ensure!(e.to_string().contains("'g' at character 11"), "{e}");
+        // A known pattern: bytes 0..128 -> "000102...7f".
+        let bytes: Vec<u8> = (0u8..128).collect();
+        let id = UniqueId::from_bytes(&bytes)?;
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        ensure!(id.to_string() == hex, "display is not lowercase hex");
+        ensure!(hex.to_uppercase().parse::<UniqueId>()? == id, "upper case");
+        ensure!(format!(" {hex}\n").parse::<UniqueId>()? == id, "whitespace");
+        let arr: [u8; 128] = bytes.clone().try_into().unwrap();
+        ensure!(UniqueId::from(arr) == id, "From<[u8; 128]>");
+        Ok(())
+    }
+
+    // ------------------------------------------------------ file, hostile
+
+    fn file_refuses_existing() -> TestResult {
+        let dir = scratch("existing");
+        let path = dir.join("job.id");
+        std::fs::write(&path, "left over").unwrap();
+        let (e, _) = rank_of(
+            &Rendezvous::File(path.clone()),
+            0,
+            2,
+            Duration::from_secs(5),
+        );
+        let e = e.unwrap_err();
+        ensure!(matches!(e, Error::Rendezvous { .. }), "{e}");
+        ensure!(e.to_string().contains("already exists"), "{e}");
+        ensure!(
+            std::fs::read_to_string(&path).unwrap() == "left over",
+            "file was touched"
+        );
+        let _ = std::fs::remove_dir_all(dir);
+        Ok(())
+    }
+
+    fn mkfifo(p: &Path) -> TestResult {
+        let st = Command::new("mkfifo").arg(p).status()?;
+        ensure!(st.success(), "mkfifo {} failed", p.display());
+        Ok(())
+    }
+
+    fn file_special_files() -> TestResult {
+        let dir = scratch("special");
+        let t = Duration::from_secs(3);
+        // /dev/zero behind the id path.
+        let zero = dir.join("zero.id");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        let (e, took) = rank_of(&Rendezvous::File(zero.clone()), 1, 2, t);
+        let e = e.unwrap_err().to_string();
+        ensure!(e.contains("not a regular file"), "/dev/zero: {e}");
+        ensure!(took < Duration::from_secs(1), "/dev/zero: {took:?}");
+        let (e, _) = rank_of(&Rendezvous::File(zero.clone()), 0, 2, t);
+        ensure!(
+            e.unwrap_err().to_string().contains("already exists"),
+            "rank 0 at /dev/zero"
+        );
+        // A FIFO nobody writes: opening it must not block.
+        let fifo = dir.join("fifo.id");
+        mkfifo(&fifo)?;
+        let (e, took) = rank_of(&Rendezvous::File(fifo.clone()), 1, 2, t);
+        let e = e.unwrap_err().to_string();
+        ensure!(e.contains("not a regular file"), "fifo: {e}");
+        ensure!(took < Duration::from_secs(1), "fifo: {took:?}");
+        // A sparse terabyte: refused by its size, not read.
+        let huge = dir.join("huge.id");
+        std::fs::File::create(&huge)
+            .unwrap()
+            .set_len(1 << 40)
+            .unwrap();
+        let (e, took) = rank_of(&Rendezvous::File(huge.clone()), 1, 2, t);
+        let e = e.unwrap_err().to_string();
+        ensure!(e.contains("1099511627776 bytes"), "huge: {e}");
+        ensure!(took < Duration::from_secs(1), "huge: {took:?}");
+        // A file just past the limit.
+        let big = dir.join("big.id");
+        std::fs::write(&big, vec![b'a'; 1025]).unwrap();
+        let (e, _) = rank_of(&Rendezvous::File(big), 1, 2, t);
+        ensure!(
+            e.unwrap_err().to_string().contains("1025 bytes"),
+            "1025 bytes"
+        );
+        let _ = std::fs::remove_dir_all(dir);
+        Ok(())
+    }
+
+    fn file_garbage() -> TestResult {
+        let dir = scratch("garbage");
+        let t = Duration::from_secs(1);
+        for (name, text, says) in [
+            ("a.id", "hello world\n", "not a rendezvous file"),
+            ("b.id", "CUDNNRS1 2 00ff\n", "another version"),
+            ("c.id", "CUDNNRS2 2 abc 00ff\n", "hex digits"),
+            ("d.id", "\u{0}\u{1}\n", "not a rendezvous file"),
+        ] {
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            let (e, took) = rank_of(&Rendezvous::File(p.clone()), 1, 2, t);
+            let e = e.unwrap_err().to_string();
+            ensure!(e.contains(says), "{text:?}: {e}");
+            ensure!(took < t, "{text:?}: it waited {took:?}");
+            ensure!(p.exists(), "{text:?}: a rank removed the id file");
+        }
+        // Not UTF-8.
+        let p = dir.join("e.id");
+        std::fs::write(&p, [0xffu8, 0xfe, b'\n']).unwrap();
+        let (e, _) = rank_of(&Rendezvous::File(p), 1, 2, t);
+        ensure!(e.unwrap_err().to_string().contains("not text"), "bytes");
+        // Half written (no newline yet): waited for, until the deadline.
+        let p = dir.join("f.id");
+        std::fs::write(&p, "CUDNNRS2 2 ab").unwrap();
+        let (e, took) = rank_of(&Rendezvous::File(p), 1, 2, t);
+        let e = e.unwrap_err().to_string();
+        ensure!(
+            e.contains("timed out") && e.contains("finish writing"),
+            "{e}"
+        );
+        held("half-written id file", took, t)?;
+        let _ = std::fs::remove_dir_all(dir);
+        Ok(())
+    }
+
+    fn file_stale_id() -> TestResult {
+        let dir = scratch("stale");
+        let path = dir.join("job.id");
+        let stale = fixed(0x5e);
+        std::fs::write(&path, format!("CUDNNRS2 2 0123456789abcdef {stale}\n")).unwrap();
+        let t = Duration::from_millis(1500);
+        let r = Rendezvous::File(path.clone());
+        let start = Instant::now();
+        let h = rank_thread(&r, 1, 2, t, None);
+        // While it waits: its acknowledgement names the nonce, mode 0600.
+        let ack = dir.join("job.id.ack-1");
+        while !ack.exists() && start.elapsed() < t {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let text = std::fs::read_to_string(&ack).map_err(|e| format!("no acknowledgement: {e}"))?;
+        ensure!(text == "0123456789abcdef 1 2\n", "{text:?}");
+        let mode = std::fs::metadata(&ack).unwrap().permissions().mode() & 0o777;
+        ensure!(mode == 0o600, "acknowledgement mode {mode:o}");
+        let e = h.join().unwrap();
+        let took = start.elapsed();
+        let e = match e {
+            Ok(id) => return Err(format!("a stale id was taken: {id}").into()),
+            Err(e) => e.to_string(),
+        };
+        ensure!(e.contains("timed out") && e.contains("earlier run"), "{e}");
+        held("stale id file", took, t)?;
+        // The id file is rank 0's to remove; the rank's own files are gone.
+        ensure!(files_in(&dir) == ["job.id"], "{:?}", files_in(&dir));
+        let _ = std::fs::remove_dir_all(dir);
+        Ok(())
+    }
+
+    fn file_old_acks() -> TestResult {
+        let dir = scratch("oldacks");
+        let path = dir.join("job.id");
+        // An earlier run's acknowledgements and answers (and a stray).
+        std::fs::write(dir.join("job.id.ack-1"), "feedfeedfeedfeed 1 3\n").unwrap();
+        std::fs::write(dir.join("job.id.ack-2"), "feedfeedfeedfeed 2 3\n").unwrap();
+        std::fs::write(dir.join("job.id.ok-1"), "feedfeedfeedfeed ok\n").unwrap();
+        std::fs::write(dir.join("job.id.ack-7"), "junk").unwrap();
+        let r = Rendezvous::File(path.clone());
+        let t = Duration::from_secs(20);
+        // Rank 0 first, this time: with the old acknowledgements counted it
+        // would remove the id before the ranks read it.
+        let h0 = rank_thread(&r, 0, 3, t, None);
+        while !path.exists() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        ensure!(mode == 0o600, "id file mode {mode:o}");
+        std::thread::sleep(Duration::from_millis(200));
+        ensure!(path.exists(), "rank 0 removed the id before anyone read it");
+        let h1 = rank_thread(&r, 1, 3, t, None);
+        let h2 = rank_thread(&r, 2, 3, t, None);
+        let id0 = h0.join().unwrap()?;
+        ensure!(id0 == fixed(0xA0), "rank 0's id");
+        ensure!(h1.join().unwrap()? == id0, "rank 1");
+        ensure!(h2.join().unwrap()? == id0, "rank 2");
+        ensure!(
+            files_in(&dir).is_empty(),
+            "left behind: {:?}",
+            files_in(&dir)
+        );
+        let _ = std::fs::remove_dir_all(dir);
+        Ok(())
+    }
+
+    fn file_mismatch() -> TestResult {
+        let dir = scratch("mismatch");
+        let r = Rendezvous::File(dir.join("job.id"));
+        let h0 = rank_thread(&r, 0, 2, Duration::from_secs(20), None);
+        let h1 = rank_thread(&r, 1, 3, Duration::from_secs(20), None);
+        let e0 = h0.join().unwrap().unwrap_err().to_string();
+        let e1 = h1.join().unwrap().unwrap_err().to_string();
+        ensure!(
+            e0.contains("rank 1 has world size 3, rank 0 2"),
+            "rank 0: {e0}"
+        );
+        ensure!(e1.contains("world size 2, this rank has 3"), "rank 1: {e1}");
+        ensure!(
+            files_in(&dir).is_empty(),
+            "left behind: {:?}",
+            files_in(&dir)
+        );
+        let _ = std::fs::remove_dir_all(dir);
+        Ok(())
+    }
+
+    fn file_rank0_alone() -> TestResult {
+        let dir = scratch("alone");
+        let t = Duration::from_secs(1);
+        let (e, took) = rank_of(&Rendezvous::File(dir.join("job.id")), 0, 4, t);
+        let e = e.unwrap_err().to_string();
+        ensure!(
+            e.contains("timed out waiting for 3 rank(s) ([1, 2, 3])"),
+            "{e}"
+        );
+        held("rank 0 alone", took, t)?;
+        ensure!(
+            files_in(&dir).is_empty(),
+            "left behind: {:?}",
+            files_in(&dir)
+        );
+        // A rank alone, no id file at all.
+        let (e, took) = rank_of(&Rendezvous::File(dir.join("never")), 1, 2, t);
+        ensure!(
+            e.unwrap_err().to_string().contains("rank 0 to write it"),
+            "rank 1 alone"
+        );
+        held("rank 1 alone", took, t)?;
+        let _ = std::fs::remove_dir_all(dir);
+        Ok(())
+    }
+
+    /// A FIFO where rank 0 reads an acknowledgement: no hang.
+    fn file_fifo_ack() -> TestResult {
+        let dir = scratch("fifoack");
+        let path = dir.join("job.id");
+        let t = Duration::from_secs(1);
+        let start = Instant::now();
+        let h0 = rank_thread(&Rendezvous::File(path.clone()), 0, 2, t, None);
+        while !path.exists() && start.elapsed() < t {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        mkfifo(&dir.join("job.id.ack-1"))?;
+        let e = h0.join().unwrap().unwrap_err().to_string();
+        ensure!(e.contains("timed out"), "{e}");
+        held("FIFO acknowledgement", start.elapsed(), t)?;
+        let _ = std::fs::remove_dir_all(dir);
+        Ok(())
+    }
+
+    // ------------------------------------------------------- tcp, hostile
+
+    fn hello(rank: u32, size: u32, token: &[u8]) -> Vec<u8> {
+        let mut h = b"CUDNNRS2".to_vec();
+        h.extend_from_slice(&rank.to_be_bytes());
+        h.extend_from_slice(&size.to_be_bytes());
+        h.extend_from_slice(&(token.len() as u16).to_be_bytes());
+        h.extend_from_slice(token);
+        h
+    }
+
+    /// Connect, retrying until the server is up (5 s).
+    fn connect(port: u16) -> TcpStream {
+        let start = Instant::now();
+        loop {
+            match TcpStream::connect(("127.0.0.1", port)) {
+                Ok(c) => return c,
+                Err(e) if start.elapsed() > Duration::from_secs(5) => panic!("connect: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    }
+
+    /// Send `bytes`, return rank 0's answer: `Ok(id bytes)`, `Err(why)`, or
+    /// `Err("closed")`.
+    fn ask(port: u16, bytes: &[u8]) -> Result<Vec<u8>, String> {
+        let mut c = connect(port);
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = c.write_all(bytes);
+        // Nothing more comes: a short message ends here, not at a timeout.
+        let _ = c.shutdown(std::net::Shutdown::Write);
+        let mut status = [0u8; 1];
+        if c.read_exact(&mut status).is_err() {
+            return Err("closed".into());
+        }
+        if status[0] == 0 {
+            let mut id = vec![0u8; 128];
+            c.read_exact(&mut id).map_err(|e| e.to_string())?;
+            return Ok(id);
+        }
+        let mut len = [0u8; 2];
+        c.read_exact(&mut len).map_err(|e| e.to_string())?;
+        let mut msg = vec![0u8; u16::from_be_bytes(len) as usize];
+        c.read_exact(&mut msg).map_err(|e| e.to_string())?;
+        Err(String::from_utf8_lossy(&msg).into_owned())
+    }
+
+    fn tcp_hostile_peers() -> TestResult {
+        let port = free_port();
+        let r = tcp(port);
+        let start = Instant::now();
+        let h0 = rank_thread(&r, 0, 3, Duration::from_secs(30), None);
+        // Silent peers, held open for the whole test.
+        let silent: Vec<TcpStream> = (0..10).map(|_| connect(port)).collect();
+        // A peer trickling its hello, one byte per 200 ms.
+        let trickle = std::thread::spawn(move || {
+            let mut c = connect(port);
+            for b in hello(1, 3, b"") {
+                if c.write_all(&[b]).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+        // Not ours at all: dropped without an answer.
+        ensure!(
+            ask(port, b"GET / HTTP/1.0\r\n\r\n").unwrap_err() == "closed",
+            "http"
+        );
+        ensure!(ask(port, &[0u8; 3]).unwrap_err() == "closed", "short");
+        // Ours, but not a rank of this job: refused with the reason.
+        let e = ask(port, &hello(1, 4, b"")).unwrap_err();
+        ensure!(e.contains("world size 4"), "world size: {e}");
+        let e = ask(port, &hello(0, 3, b"")).unwrap_err();
+        ensure!(e.contains("claims rank 0"), "rank 0: {e}");
+        let e = ask(port, &hello(3, 3, b"")).unwrap_err();
+        ensure!(e.contains("claims rank 3"), "rank 3: {e}");
+        let e = ask(port, &hello(u32::MAX, u32::MAX, b"")).unwrap_err();
+        ensure!(e.contains("world size 4294967295"), "u32::MAX: {e}");
+        let mut long = hello(1, 3, b"");
+        long[16..18].copy_from_slice(&u16::MAX.to_be_bytes());
+        let e = ask(port, &long).unwrap_err();
+        ensure!(e.contains("token of 65535 bytes"), "token length: {e}");
+        let e = ask(port, &hello(1, 3, b"sneaky")).unwrap_err();
+        ensure!(e.contains("rank 0 has none"), "unexpected token: {e}");
+        // The real ranks are served all the same, and quickly.
+        let h1 = rank_thread(&r, 1, 3, Duration::from_secs(30), None);
+        let h2 = rank_thread(&r, 2, 3, Duration::from_secs(30), None);
+        let id0 = h0.join().unwrap()?;
+        let took = start.elapsed();
+        ensure!(h1.join().unwrap()? == id0, "rank 1");
+        ensure!(h2.join().unwrap()? == id0, "rank 2");
+        ensure!(
+            took < Duration::from_secs(4),
+            "silent and trickling peers held the rendezvous for {took:?}"
+        );
+        drop(silent);
+        let _ = trickle.join();
+        Ok(())
+    }
+
+    fn tcp_duplicate_rank() -> TestResult {
+        let port = free_port();
+        let r = tcp(port);
+        let h0 = rank_thread(&r, 0, 3, Duration::from_secs(20), None);
+        // Without a token, anyone can take rank 1's place (the documented
+        // exposure) ...
+        let stolen = ask(port, &hello(1, 3, b""))?;
+        ensure!(stolen == fixed(0xA0).to_bytes(), "the id");
+        // ... and the real rank 1 is refused, while the rest goes on.
+        let (e1, _) = rank_of(&r, 1, 3, Duration::from_secs(20));
+        let e1 = e1.unwrap_err().to_string();
+        ensure!(
+            e1.contains("refused") && e1.contains("connected twice"),
+            "{e1}"
+        );
+        let h2 = rank_thread(&r, 2, 3, Duration::from_secs(20), None);
+        ensure!(h2.join().unwrap()? == fixed(0xA0), "rank 2");
+        ensure!(h0.join().unwrap()? == fixed(0xA0), "rank 0");
+        Ok(())
+    }
+
+    fn tcp_token() -> TestResult {
+        let port = free_port();
+        let r = tcp(port);
+        let tok = Token::new("s3cret")?;
+        let t = Duration::from_secs(20);
+        let h0 = rank_thread(&r, 0, 3, t, Some(tok.clone()));
+        for (what, token) in [
+            ("none", &b""[..]),
+            ("wrong", b"s3creT"),
+            ("prefix", b"s3cre"),
+            ("longer", b"s3crets"),
+        ] {
+            let e = ask(port, &hello(1, 3, token)).unwrap_err();
+            ensure!(e.contains("wrong or missing token"), "{what}: {e}");
+        }
+        // A rank without the token is refused and told why.
+        let (e, _) = rank_of(&r, 2, 3, t);
+        let e = e.unwrap_err().to_string();
+        ensure!(e.contains("wrong or missing token"), "{e}");
+        let h1 = rank_thread(&r, 1, 3, t, Some(tok.clone()));
+        let h2 = rank_thread(&r, 2, 3, t, Some(tok));
+        let id0 = h0.join().unwrap()?;
+        ensure!(
+            h1.join().unwrap()? == id0 && h2.join().unwrap()? == id0,
+            "ids"
+        );
+        Ok(())
+    }
+
+    /// Rank 0 faces a peer sending a byte every 200 ms: its deadline holds.
+    fn tcp_trickling_server() -> TestResult {
+        let port = free_port();
+        let t = Duration::from_secs(1);
+        let start = Instant::now();
+        let h0 = rank_thread(&tcp(port), 0, 2, t, None);
+        let trickle = std::thread::spawn(move || {
+            let mut c = connect(port);
+            for b in hello(1, 2, b"").iter().cycle().take(40) {
+                if c.write_all(&[*b]).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+        let e = h0.join().unwrap().unwrap_err().to_string();
+        ensure!(e.contains("timed out waiting for 1 rank(s) ([1])"), "{e}");
+        held("rank 0 with a trickling peer", start.elapsed(), t)?;
+        let _ = trickle.join();
+        Ok(())
+    }
+
+    /// A "rank 0" answering a byte every 200 ms: the rank's deadline holds.
+    fn tcp_trickling_client() -> TestResult {
+        let l = TcpListener::bind("127.0.0.1:0")?;
+        let port = l.local_addr()?.port();
+        let server = std::thread::spawn(move || {
+            if let Ok((mut c, _)) = l.accept() {
+                let mut h = [0u8; 18];
+                let _ = c.read_exact(&mut h);
+                for _ in 0..40 {
+                    if c.write_all(&[0]).is_err() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        });
+        let t = Duration::from_secs(1);
+        let (e, took) = rank_of(&tcp(port), 1, 2, t);
+        let e = e.unwrap_err().to_string();
+        ensure!(e.contains("timed out"), "{e}");
+        held("a rank with a trickling rank 0", took, t)?;
+        let _ = server.join();
+        Ok(())
+    }
+
+    /// Connected (the kernel's backlog) but never served: the read still
+    /// ends at the deadline.
+    fn tcp_never_accepts() -> TestResult {
+        let l = TcpListener::bind("127.0.0.1:0")?;
+        let port = l.local_addr()?.port();
+        let t = Duration::from_millis(800);
+        let (e, took) = rank_of(&tcp(port), 1, 2, t);
+        let e = e.unwrap_err().to_string();
+        ensure!(e.contains("timed out"), "{e}");
+        held("a listener that never accepts", took, t)?;
+        drop(l);
+        Ok(())
+    }
+
+    fn tcp_unresolvable() -> TestResult {
+        let r = tcp_host("no-such-host.invalid", 29511);
+        let t = Duration::from_secs(1);
+        for rank in [1, 0] {
+            let (e, took) = rank_of(&r, rank, 2, t);
+            let e = e.unwrap_err().to_string();
+            ensure!(
+                e.contains("timed out") && e.contains("resolving"),
+                "rank {rank}: {e}"
+            );
+            held(
+                &format!("rank {rank}, a name that does not resolve"),
+                took,
+                t,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// An address that is not this machine's: rank 0 says so at once
+    /// rather than listen on every interface.
+    fn tcp_binds_given() -> TestResult {
+        let r = tcp_host("192.0.2.1", free_port());
+        let (e, took) = rank_of(&r, 0, 2, Duration::from_secs(5));
+        let e = e.unwrap_err().to_string();
+        ensure!(e.contains("cannot listen on 192.0.2.1"), "{e}");
+        ensure!(took < Duration::from_secs(1), "{took:?}");
+        Ok(())
+    }
+
+    fn tcp_world_mismatch() -> TestResult {
+        let r = tcp(free_port());
+        // The child thinks the job has 3 ranks; rank 0 says 2.
+        let c = spawn(&r, 1, 3, 20.0, None);
+        let t = Duration::from_secs(3);
+        let (e, took) = rank_of(&r, 0, 2, t);
+        let e = e.unwrap_err().to_string();
+        let (ok, out, err) = finish(c);
+        ensure!(!ok && out.is_empty(), "the child got an id: {out}");
+        ensure!(
+            err.contains("refused") && err.contains("world size 3"),
+            "child: {err}"
+        );
+        // Rank 0 went on waiting for a real rank 1, then listed the refusal.
+        ensure!(
+            e.contains("timed out") && e.contains("world size 3"),
+            "rank 0: {e}"
+        );
+        held("rank 0 after a refusal", took, t)?;
+        Ok(())
+    }
+
+    // ---------------------------------------------------------- host tier
+
+    /// Joining a job on a machine without a GPU fails with `NoDevice`,
+    /// naming `LOCAL_RANK`, before any rendezvous.
+    fn launch_without_gpu() -> TestResult {
+        if has_gpu() {
+            eprintln!(
+                "note: host::launch_without_gpu_says_so: this machine has a GPU; not applicable"
+            );
+            return Ok(());
+        }
+        let env = LaunchEnv::from_vars(vars(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("LOCAL_RANK", "1"),
+            // Nobody listens here: reaching the rendezvous would time out.
+            ("CUDNN_RS_RENDEZVOUS", "tcp://127.0.0.1:9"),
+            ("CUDNN_RS_RENDEZVOUS_TIMEOUT", "60"),
+        ]))?;
+        let t = Instant::now();
+        let e = launch::init(env).unwrap_err();
+        ensure!(matches!(e, Error::NoDevice { .. }), "{e}");
+        ensure!(e.to_string().contains("LOCAL_RANK=1"), "{e}");
+        ensure!(
+            t.elapsed() < Duration::from_secs(20),
+            "it waited for the rendezvous: {e}"
+        );
+        Ok(())
+    }
+
+    fn rendezvous_processes(kind: &str, token: Option<&str>) -> TestResult {
+        let dir = scratch(&format!("{kind}-{}", token.is_some()));
+        let r = match kind {
+            "file" => Rendezvous::File(dir.join("job.id")),
+            _ => tcp(free_port()),
+        };
+        // The other ranks start first, so they must wait for rank 0.
+        let children = [spawn(&r, 1, 3, 60.0, token), spawn(&r, 2, 3, 60.0, token)];
+        std::thread::sleep(Duration::from_millis(200));
+        let tok = token.map(Token::new).transpose()?;
+        let id = launch::exchange_with_token(
+            &r,
+            Ranks::new(0, 3)?,
+            Duration::from_secs(60),
+            tok.as_ref(),
+            UniqueId::new,
+        )?;
+        for (i, c) in children.into_iter().enumerate() {
+            let (ok, out, err) = finish(c);
+            ensure!(ok, "rank {} failed: {err}", i + 1);
+            let got: UniqueId = out
+                .parse()
+                .map_err(|e| format!("rank {}: {e}: {out:?}", i + 1))?;
+            ensure!(got == id, "rank {} received another id", i + 1);
+        }
+        ensure!(
+            files_in(&dir).is_empty(),
+            "rendezvous files left behind: {:?}",
+            files_in(&dir)
+        );
+        let _ = std::fs::remove_dir_all(dir);
+        Ok(())
+    }
+}

@@ -48,7 +48,11 @@ fn timed_out() -> io::Error {
 
 /// `read_exact` that gives up at `deadline`, whatever the pace of the
 /// peer's bytes (each read waits at most the time left).
-pub(crate) fn read_exact_by(conn: &mut TcpStream, buf: &mut [u8], deadline: Deadline) -> io::Result<()> {
+pub(crate) fn read_exact_by(
+    conn: &mut TcpStream,
+    buf: &mut [u8],
+    deadline: Deadline,
+) -> io::Result<()> {
     let mut done = 0;
     while done < buf.len() {
         let left = deadline.remaining().ok_or_else(timed_out)?;
@@ -63,7 +67,12 @@ pub(crate) fn read_exact_by(conn: &mut TcpStream, buf: &mut [u8], deadline: Dead
             }
             Ok(n) => done += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
                 return Err(timed_out());
             }
             Err(e) => return Err(e),
@@ -80,10 +89,20 @@ pub(crate) fn write_all_by(conn: &mut TcpStream, buf: &[u8], deadline: Deadline)
         conn.set_write_timeout(Some(left))?;
         let rest = buf.get(done..).unwrap_or_default();
         match conn.write(rest) {
-            Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "the peer stopped reading")),
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "the peer stopped reading",
+                ));
+            }
             Ok(n) => done += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
                 return Err(timed_out());
             }
             Err(e) => return Err(e),

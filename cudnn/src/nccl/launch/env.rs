@@ -35,7 +35,8 @@ pub const RANK_VARS: [(&str, &str); 3] = [
     ("SLURM_PROCID", "SLURM_NTASKS"),
 ];
 /// The local rank, first set wins.
-pub const LOCAL_RANK_VARS: [&str; 3] = ["LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"];
+pub const LOCAL_RANK_VARS: [&str; 3] =
+    ["LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"];
 /// The number of processes on this machine, first set wins.
 pub const LOCAL_SIZE_VARS: [&str; 2] = ["LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"];
 
@@ -291,7 +292,10 @@ fn read_ranks(num: &Num<'_>) -> Result<Ranks> {
     Ranks::new(0, 1)
 }
 
-fn read_rendezvous(var: &dyn Fn(&str) -> Option<String>, size: usize) -> Result<Option<Rendezvous>> {
+fn read_rendezvous(
+    var: &dyn Fn(&str) -> Option<String>,
+    size: usize,
+) -> Result<Option<Rendezvous>> {
     if let Some(r) = var(RENDEZVOUS_VAR) {
         return r.parse().map(Some);
     }

@@ -198,7 +198,12 @@ enum Peer {
 }
 
 /// Rank 0: publish `id`, answer every rank, clean up.
-pub(crate) fn publish(path: &Path, ranks: Ranks, id: &UniqueId, deadline: Deadline) -> Result<(), String> {
+pub(crate) fn publish(
+    path: &Path,
+    ranks: Ranks,
+    id: &UniqueId,
+    deadline: Deadline,
+) -> Result<(), String> {
     let (dir, name) = split(path)?;
     if fs::symlink_metadata(path).is_ok() {
         return Err(format!(
@@ -270,7 +275,10 @@ fn serve(
             let text = match read_small(&ack) {
                 Ok(Found::Text(t, uid)) if uid == me => t,
                 Ok(Found::Text(_, uid)) => {
-                    note(format!("{} is owned by user {uid}, not {me}", ack.display()));
+                    note(format!(
+                        "{} is owned by user {uid}, not {me}",
+                        ack.display()
+                    ));
                     continue;
                 }
                 Ok(Found::Missing) => continue,
@@ -348,9 +356,7 @@ fn parse_id_file(path: &Path, l: &str) -> Result<Published, String> {
         [MAGIC, size, nonce, id] if !nonce.is_empty() => Ok(Published {
             nonce: nonce.to_string(),
             size: size.to_string(),
-            id: id
-                .parse()
-                .map_err(|e| format!("{}: {e}", path.display()))?,
+            id: id.parse().map_err(|e| format!("{}: {e}", path.display()))?,
         }),
         [first, ..] if first.starts_with("CUDNNRS") => Err(format!(
             "{} was written by another version of this crate ({first})",

@@ -119,7 +119,9 @@ pub fn init(env: LaunchEnv) -> Result<Launch> {
     })?;
     let id = match &env.rendezvous {
         None => UniqueId::new()?,
-        Some(r) => exchange_with_token(r, env.ranks, env.timeout, env.token.as_ref(), UniqueId::new)?,
+        Some(r) => {
+            exchange_with_token(r, env.ranks, env.timeout, env.token.as_ref(), UniqueId::new)?
+        }
     };
     let comm = Communicator::init_rank(&id, env.ranks.rank(), env.ranks.size())?;
     Ok(Launch { env, device, comm })
