@@ -226,6 +226,58 @@ mod imp {
         each.prop_map(|v| v.into_iter().flatten().collect())
     }
 
+    /// A launch as a launcher would set it (mostly valid), then up to two
+    /// variables replaced by hostile values.
+    fn coherent() -> impl Strategy<Value = Vec<(&'static str, String)>> {
+        let base = (
+            0usize..4,
+            1usize..9,
+            0usize..10,
+            0usize..3,
+            0usize..3,
+            any::<bool>(),
+            any::<bool>(),
+        )
+            .prop_map(|(src, size, rank, local, rdzv, timeout, token)| {
+                let mut v: Vec<(&'static str, String)> = Vec::new();
+                let rank = rank % (size + 1);
+                if let Some((r, s)) = RANK_VARS.get(src) {
+                    v.push((r, rank.to_string()));
+                    v.push((s, size.to_string()));
+                    if let Some(l) = LOCAL_RANK_VARS.get(src) {
+                        v.push((l, (rank % 2 + local).to_string()));
+                    }
+                    if src < 2 {
+                        v.push((LOCAL_SIZE_VARS[src], "2".to_string()));
+                    }
+                }
+                match rdzv {
+                    0 => v.push(("CUDNN_RS_RENDEZVOUS", "tcp://127.0.0.1:29511".into())),
+                    1 => {
+                        v.push(("MASTER_ADDR", "node1".into()));
+                        v.push(("MASTER_PORT", "29500".into()));
+                    }
+                    _ => v.push(("CUDNN_RS_RENDEZVOUS", "file:///shared/job.id".into())),
+                }
+                if timeout {
+                    v.push(("CUDNN_RS_RENDEZVOUS_TIMEOUT", "12.5".into()));
+                }
+                if token {
+                    v.push(("CUDNN_RS_RENDEZVOUS_TOKEN", "job-7".into()));
+                }
+                v
+            });
+        let mutation = prop::sample::select(VARIABLES.to_vec())
+            .prop_flat_map(|name| value_for(name).prop_map(move |v| (name, v)));
+        (base, prop::collection::vec(mutation, 0..3)).prop_map(|(mut v, muts)| {
+            for (name, value) in muts {
+                v.retain(|(k, _)| *k != name);
+                v.push((name, value));
+            }
+            v
+        })
+    }
+
     fn lookup<'a>(list: &'a [(&'static str, String)]) -> impl Fn(&str) -> Option<String> + 'a {
         move |n| list.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone())
     }
@@ -260,13 +312,18 @@ mod imp {
     }
 
     fn fuzz_vars(runner: &mut TestRunner) -> Result<(), String> {
-        runner
-            .run(&env(), |list| {
+        let (accepted, refused) = (std::cell::Cell::new(0u64), std::cell::Cell::new(0u64));
+        let out = runner
+            .run(&prop_oneof![env(), coherent()], |list| {
                 let r = call("from_vars", || LaunchEnv::from_vars(lookup(&list)))?;
                 let get = |n: &str| value_of(&list, n);
                 match r {
-                    Ok(e) => check_accepted(&e, &list),
+                    Ok(e) => {
+                        accepted.set(accepted.get() + 1);
+                        check_accepted(&e, &list)
+                    }
                     Err(Error::InvalidArgument { arg, rule, value }) => {
+                        refused.set(refused.get() + 1);
                         let Some(&name) = VARIABLES.iter().find(|&&v| v == arg) else {
                             return Err(fail(format!(
                                 "{list:?}: error names {arg:?}, no variable"
@@ -300,7 +357,13 @@ mod imp {
                     Err(other) => Err(fail(format!("{list:?}: untyped error {other:?}"))),
                 }
             })
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string());
+        eprintln!(
+            "fuzz: launch variables: {} accepted, {} refused with the variable named",
+            accepted.get(),
+            refused.get()
+        );
+        out
     }
 
     /// An accepted launch agrees with the documented rules, computed here.
