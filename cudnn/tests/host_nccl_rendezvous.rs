@@ -73,6 +73,7 @@ mod imp {
             unit("tcp_trickling_server", tcp_trickling_server),
             unit("tcp_trickling_client", tcp_trickling_client),
             unit("tcp_listener_never_accepts", tcp_never_accepts),
+            unit("tcp_deadline_passes_during_connect", tcp_connect_hangs),
             unit("tcp_unresolvable_name_retries", tcp_unresolvable),
             unit("tcp_binds_the_given_address_only", tcp_binds_given),
             unit("tcp_world_size_mismatch_process", tcp_world_mismatch),
@@ -1114,6 +1115,41 @@ mod imp {
         let e = e.unwrap_err().to_string();
         ensure!(e.contains("timed out"), "{e}");
         held("a listener that never accepts", took, t)?;
+        drop(l);
+        Ok(())
+    }
+
+    /// A listener whose accept queue is full: the kernel drops further
+    /// SYNs, so connecting hangs until the deadline passes in the middle of
+    /// it; the rank still returns on time.
+    fn tcp_connect_hangs() -> TestResult {
+        let l = TcpListener::bind("127.0.0.1:0")?;
+        let port = l.local_addr()?.port();
+        let addr = l.local_addr()?;
+        // Fill the queue (std listens with a backlog of 128).
+        let mut queued = Vec::new();
+        let fill = Instant::now();
+        while fill.elapsed() < Duration::from_secs(5) {
+            match TcpStream::connect_timeout(&addr, Duration::from_millis(100)) {
+                Ok(c) => queued.push(c),
+                Err(_) => break,
+            }
+        }
+        if queued.len() > 1000 {
+            eprintln!(
+                "note: tcp_deadline_passes_during_connect: the accept queue never filled; connect did not hang"
+            );
+        }
+        let t = Duration::from_millis(1500);
+        let (e, took) = rank_of(&tcp(port), 1, 2, t);
+        let e = e.unwrap_err().to_string();
+        ensure!(e.contains("timed out"), "{e}");
+        held("connecting to a full accept queue", took, t)?;
+        eprintln!(
+            "note: tcp_deadline_passes_during_connect: {} connections queued; {e}",
+            queued.len()
+        );
+        drop(queued);
         drop(l);
         Ok(())
     }
