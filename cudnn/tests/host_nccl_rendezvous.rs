@@ -60,6 +60,7 @@ mod imp {
             unit("file_world_size_mismatch_both_sides", file_mismatch),
             unit("file_rank0_alone_times_out_and_cleans_up", file_rank0_alone),
             unit("file_fifo_acknowledgement_does_not_hang", file_fifo_ack),
+            can_chown(unit("file_owned_by_another_user_refused", file_other_owner)),
             unit("tcp_hostile_peers_are_dropped", tcp_hostile_peers),
             unit("tcp_rank_taken_twice", tcp_duplicate_rank),
             unit("tcp_token", tcp_token),
@@ -501,6 +502,41 @@ mod imp {
         let e = h0.join().unwrap().unwrap_err().to_string();
         ensure!(e.contains("timed out"), "{e}");
         held("FIFO acknowledgement", start.elapsed(), t)?;
+        let _ = std::fs::remove_dir_all(dir);
+        Ok(())
+    }
+
+    /// The ownership test needs to give a file away (root); elsewhere it is
+    /// skipped, visibly.
+    fn can_chown(t: Trial) -> Trial {
+        let dir = scratch("chown-probe");
+        let p = dir.join("probe");
+        std::fs::write(&p, "").unwrap();
+        let ok = std::os::unix::fs::chown(&p, Some(65534), None).is_ok();
+        let _ = std::fs::remove_dir_all(dir);
+        if ok {
+            t
+        } else {
+            eprintln!(
+                "skipped: {}: this user cannot give a file to another user",
+                t.name()
+            );
+            t.with_ignored_flag(true)
+        }
+    }
+
+    /// An id file planted by another user is refused, never answered.
+    fn file_other_owner() -> TestResult {
+        let dir = scratch("owner");
+        let path = dir.join("job.id");
+        std::fs::write(&path, format!("CUDNNRS2 2 0123456789abcdef {}\n", fixed(3))).unwrap();
+        std::os::unix::fs::chown(&path, Some(65534), Some(65534))?;
+        let t = Duration::from_secs(3);
+        let (e, took) = rank_of(&Rendezvous::File(path.clone()), 1, 2, t);
+        let e = e.unwrap_err().to_string();
+        ensure!(e.contains("owned by user 65534"), "{e}");
+        ensure!(took < Duration::from_secs(1), "{took:?}");
+        ensure!(files_in(&dir) == ["job.id"], "{:?}", files_in(&dir));
         let _ = std::fs::remove_dir_all(dir);
         Ok(())
     }
