@@ -46,12 +46,23 @@ mod imp {
     use crate::support::{TestResult, has_gpu, run, unit};
 
     const CHILD: &str = "HOST_NCCL_RDZV_CHILD";
+    /// Set: read the launch variables from the real environment, print the
+    /// outcome and exit.
+    const FROM_ENV: &str = "HOST_NCCL_RDZV_FROM_ENV";
 
     pub fn main() {
         if let Ok(spec) = std::env::var(CHILD) {
             child(&spec);
         }
+        if std::env::var_os(FROM_ENV).is_some() {
+            match LaunchEnv::from_env() {
+                Ok(e) => println!("ok {} {} {}", e.ranks.rank(), e.ranks.size(), e.local_rank),
+                Err(e) => println!("err {e}"),
+            }
+            std::process::exit(0);
+        }
         run(vec![
+            unit("from_env_in_a_child_process", from_env_child),
             unit("file_refuses_existing_id_file", file_refuses_existing),
             unit("file_dev_zero_fifo_and_huge_files", file_special_files),
             unit("file_garbage_and_half_written_id", file_garbage),
@@ -264,6 +275,49 @@ mod imp {
     }
 
     // ---------------------------------------------------- launch variables
+
+    /// `LaunchEnv::from_env` on a real environment (a child's, so this
+    /// process's stays untouched): Open MPI's variables, and a variable that
+    /// is not UTF-8, which is named rather than taken as unset.
+    fn from_env_child() -> TestResult {
+        use std::ffi::OsStr;
+        use std::os::unix::ffi::OsStrExt;
+        let go = |vars: &[(&str, &OsStr)]| -> String {
+            let mut c = Command::new(std::env::current_exe().unwrap());
+            c.env(FROM_ENV, "1");
+            for v in launch::VARIABLES {
+                c.env_remove(v);
+            }
+            for (k, v) in vars {
+                c.env(k, v);
+            }
+            let out = c.output().expect("running a child");
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        let o = |s: &'static str| OsStr::new(s);
+        let got = go(&[
+            ("OMPI_COMM_WORLD_RANK", o("3")),
+            ("OMPI_COMM_WORLD_SIZE", o("4")),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", o("1")),
+            ("CUDNN_RS_RENDEZVOUS", o("/shared/job.id")),
+        ]);
+        ensure!(got == "ok 3 4 1", "mpi: {got}");
+        ensure!(go(&[]) == "ok 0 1 0", "nothing set: {}", go(&[]));
+        let got = go(&[
+            ("RANK", OsStr::from_bytes(b"\xff1")),
+            ("WORLD_SIZE", o("2")),
+        ]);
+        ensure!(
+            got.starts_with("err") && got.contains("RANK") && got.contains("UTF-8"),
+            "{got}"
+        );
+        let got = go(&[("RANK", o("")), ("WORLD_SIZE", o("2"))]);
+        ensure!(
+            got.starts_with("err") && got.contains("RANK"),
+            "empty RANK: {got}"
+        );
+        Ok(())
+    }
 
     // ------------------------------------------------------ file, hostile
 
