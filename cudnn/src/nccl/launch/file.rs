@@ -35,7 +35,17 @@ use crate::nccl::{Ranks, UniqueId};
 const MAGIC: &str = "CUDNNRS2";
 /// The largest rendezvous file read (an id file is about 300 bytes).
 pub(crate) const MAX_FILE: u64 = 1024;
+/// The first pause between looks at the shared folder; it grows by half
+/// each time up to [`POLL_MAX`], so a long wait does not load a network
+/// file system.
 const POLL: Duration = Duration::from_millis(20);
+const POLL_MAX: Duration = Duration::from_millis(250);
+
+/// The pause before the next look, growing.
+fn pause(deadline: Deadline, poll: &mut Duration) {
+    deadline.sleep(*poll);
+    *poll = (*poll + *poll / 2).min(POLL_MAX);
+}
 /// Ranks named in a timeout message, at most.
 const SHOW: usize = 16;
 
@@ -261,6 +271,7 @@ fn serve(
     let mut peers: HashMap<usize, Peer> = HashMap::new();
     let mut done = 0usize;
     let mut notes: Vec<String> = Vec::new();
+    let mut poll = POLL;
     let mut note = |n: String| {
         if notes.len() < SHOW && !notes.contains(&n) {
             notes.push(n);
@@ -339,7 +350,7 @@ fn serve(
                 }
             ));
         }
-        deadline.sleep(POLL);
+        pause(deadline, &mut poll);
     }
 }
 
@@ -404,6 +415,7 @@ impl Receiver<'_> {
         let (path, rank, size) = (self.path, self.ranks.rank(), self.ranks.size());
         let (ack, ok) = (ack_path(path, rank), ok_path(path, rank));
         let mut waiting_for = "rank 0 to write it";
+        let mut poll = POLL;
         loop {
             match read_small(path)? {
                 Found::Missing => {}
@@ -455,7 +467,7 @@ impl Receiver<'_> {
                     path.display()
                 ));
             }
-            deadline.sleep(POLL);
+            pause(deadline, &mut poll);
         }
     }
 }

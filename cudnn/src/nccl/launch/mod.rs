@@ -33,8 +33,11 @@
 //!   left by an earlier run is never used. Acknowledgements of earlier runs
 //!   are cleared and ignored. Reads are bounded in size, regular files only
 //!   (a FIFO or a device at the path is an error, not a hang), and files
-//!   owned by another user are refused. When all have their answer, rank 0
-//!   removes every file. The path must be on a file system all ranks see.
+//!   owned by another user are refused. A rank with another world size is
+//!   refused and rank 0 fails at once (only this user can write there).
+//!   When all have their answer, rank 0 removes every file. The path must
+//!   be on a file system all ranks see; the folder is polled, at most every
+//!   250 ms.
 //! - **tcp**: rank 0 listens on `host` itself (one of its own addresses;
 //!   never on every interface), every other rank connects (retrying, name
 //!   resolution included, until rank 0 is up), says its rank, world size

@@ -19,7 +19,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::deadline::{Deadline, read_exact_by, write_all_by};
 use super::env::{MAX_TOKEN_BYTES, Token};
@@ -35,6 +35,8 @@ pub(crate) const MAX_IN_FLIGHT: usize = 64;
 const POLL: Duration = Duration::from_millis(20);
 /// Pause between failed name resolutions.
 const RESOLVE_RETRY: Duration = Duration::from_millis(250);
+/// How long resolved addresses are used before asking again.
+const RESOLVE_AGAIN: Duration = Duration::from_secs(2);
 /// The longest one connection attempt may take.
 const CONNECT_LIMIT: Duration = Duration::from_secs(2);
 /// Refusals remembered for the timeout message, at most.
@@ -366,17 +368,26 @@ pub(crate) fn receive(
     deadline: Deadline,
 ) -> Result<UniqueId, String> {
     let mut last = String::from("no attempt finished");
+    // Addresses are asked again at most every RESOLVE_AGAIN while rank 0
+    // is not up yet.
+    let mut known: Option<(Vec<SocketAddr>, Instant)> = None;
     loop {
         if deadline.remaining().is_none() {
             return Err(format!("timed out reaching rank 0 ({last})"));
         }
-        let addrs = match resolve(host, port, deadline) {
-            Ok(a) => a,
-            Err(e) => {
-                last = e;
-                deadline.sleep(RESOLVE_RETRY);
-                continue;
-            }
+        let addrs = match &known {
+            Some((a, at)) if at.elapsed() < RESOLVE_AGAIN => a.clone(),
+            _ => match resolve(host, port, deadline) {
+                Ok(a) => {
+                    known = Some((a.clone(), Instant::now()));
+                    a
+                }
+                Err(e) => {
+                    last = e;
+                    deadline.sleep(RESOLVE_RETRY);
+                    continue;
+                }
+            },
         };
         let mut conn = None;
         for a in &addrs {
