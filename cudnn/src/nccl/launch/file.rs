@@ -152,9 +152,15 @@ fn create(path: &Path, text: &str) -> io::Result<u32> {
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
     let mut f = o.open(path)?;
-    f.write_all(text.as_bytes())?;
-    let meta = f.metadata()?;
-    Ok(owner(&meta))
+    let written = f.write_all(text.as_bytes()).and_then(|()| f.metadata());
+    match written {
+        Ok(meta) => Ok(owner(&meta)),
+        Err(e) => {
+            // Half a file helps nobody (a full disk, a quota).
+            remove(path);
+            Err(e)
+        }
+    }
 }
 
 fn remove(path: &Path) {
@@ -187,7 +193,11 @@ fn rank_of(entry: &str, name: &str, kind: &str) -> Option<usize> {
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    digits.parse().ok()
+    // Only the form this module writes (no leading zeros).
+    digits
+        .parse()
+        .ok()
+        .filter(|r: &usize| r.to_string() == digits)
 }
 
 /// The names in `dir` that are `<name><kind><rank>`, with their ranks.
