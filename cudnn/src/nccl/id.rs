@@ -96,38 +96,50 @@ impl fmt::Display for UniqueId {
     }
 }
 
+impl From<[u8; UNIQUE_ID_BYTES]> for UniqueId {
+    /// An id from its bytes (as [`UniqueId::to_bytes`] gave them).
+    fn from(bytes: [u8; UNIQUE_ID_BYTES]) -> Self {
+        UniqueId { bytes }
+    }
+}
+
 impl FromStr for UniqueId {
     type Err = Error;
 
     /// Parse what [`Display`](fmt::Display) wrote (hex digits of either
-    /// case; surrounding whitespace is ignored).
+    /// case; surrounding whitespace is ignored). Lengths and offsets in the
+    /// errors count characters, not bytes.
     fn from_str(s: &str) -> Result<Self> {
         let s = s.trim();
-        if s.len() != 2 * UNIQUE_ID_BYTES {
+        let chars = s.chars().count();
+        if chars != 2 * UNIQUE_ID_BYTES {
             return Err(Error::invalid(
                 "unique id text",
                 format!(
                     "must be {} hex digits ({UNIQUE_ID_BYTES} bytes)",
                     2 * UNIQUE_ID_BYTES
                 ),
-                format!("{} characters", s.len()),
+                format!("{chars} characters"),
             ));
         }
         let mut bytes = [0u8; UNIQUE_ID_BYTES];
-        let digits = s.as_bytes();
-        for (i, b) in bytes.iter_mut().enumerate() {
-            let pair = &digits[2 * i..2 * i + 2];
-            let hex = |c: u8| (c as char).to_digit(16);
-            match (hex(pair[0]), hex(pair[1])) {
-                (Some(h), Some(l)) => *b = (h * 16 + l) as u8,
-                _ => {
-                    return Err(Error::invalid(
+        let mut digits = s.chars().enumerate();
+        for b in bytes.iter_mut() {
+            let mut nibble = || -> Result<u8> {
+                let (at, c) = digits.next().unwrap_or((2 * UNIQUE_ID_BYTES, ' '));
+                match c.to_digit(16) {
+                    // A hex digit is below 16, so it fits u8.
+                    Some(d) => Ok(d as u8),
+                    None => Err(Error::invalid(
                         "unique id text",
                         "must be hex digits only",
-                        format!("{:?} at offset {}", String::from_utf8_lossy(pair), 2 * i),
-                    ));
+                        format!("{c:?} at character {at}"),
+                    )),
                 }
-            }
+            };
+            let high = nibble()?;
+            let low = nibble()?;
+            *b = high << 4 | low;
         }
         Ok(UniqueId { bytes })
     }

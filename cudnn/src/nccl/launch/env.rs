@@ -1,0 +1,356 @@
+//! Reading the launch variables: which rank this process is, how many there
+//! are, which GPU it drives, where and how long to meet. Pure: every read
+//! goes through a lookup function, so tests never touch the process
+//! environment.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::address::{Rendezvous, host_problem};
+use crate::error::{Error, Result};
+use crate::nccl::Ranks;
+
+/// The variable naming the rendezvous explicitly.
+pub const RENDEZVOUS_VAR: &str = "CUDNN_RS_RENDEZVOUS";
+/// The variable giving the rendezvous timeout in seconds.
+pub const TIMEOUT_VAR: &str = "CUDNN_RS_RENDEZVOUS_TIMEOUT";
+/// The variable holding the shared secret a TCP rendezvous requires (see
+/// [`Token`]).
+pub const TOKEN_VAR: &str = "CUDNN_RS_RENDEZVOUS_TOKEN";
+/// The timeout when [`TIMEOUT_VAR`] is not set.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// The shortest timeout [`TIMEOUT_VAR`] may give (1 ms).
+pub const MIN_TIMEOUT: Duration = Duration::from_millis(1);
+/// The longest timeout [`TIMEOUT_VAR`] may give, and the longest
+/// [`exchange`](super::exchange) waits whatever it is asked (10^6 s,
+/// about 11.6 days).
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(1_000_000);
+
+/// Rank and world size, in the order they are looked for: torchrun's, then
+/// Open MPI's, then SLURM's. The first pair with either variable set is
+/// the one used, and it must be complete.
+pub const RANK_VARS: [(&str, &str); 3] = [
+    ("RANK", "WORLD_SIZE"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("SLURM_PROCID", "SLURM_NTASKS"),
+];
+/// The local rank, first set wins.
+pub const LOCAL_RANK_VARS: [&str; 3] =
+    ["LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"];
+/// The number of processes on this machine, first set wins.
+pub const LOCAL_SIZE_VARS: [&str; 2] = ["LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"];
+
+/// Every variable [`LaunchEnv::from_vars`] reads.
+pub const VARIABLES: [&str; 16] = [
+    "RANK",
+    "WORLD_SIZE",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "SLURM_LOCALID",
+    "LOCAL_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    RENDEZVOUS_VAR,
+    TIMEOUT_VAR,
+    TOKEN_VAR,
+];
+
+/// The longest [`Token`], in bytes.
+pub const MAX_TOKEN_BYTES: usize = 256;
+
+/// A shared secret every rank of one job is given (by [`TOKEN_VAR`]): rank
+/// 0's TCP server hands the unique id only to a peer that sends the same
+/// token. Without one, anyone who can reach rank 0's port while it waits
+/// receives the id (and with it can join the communicator) or can take a
+/// rank's place.
+///
+/// `Debug` does not show it. The token travels in clear text: it keeps out
+/// whoever cannot see the traffic, not an eavesdropper.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(String);
+
+impl Token {
+    /// A token from its text.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming `token` when it is empty or longer
+    /// than [`MAX_TOKEN_BYTES`].
+    pub fn new(text: impl Into<String>) -> Result<Self> {
+        let text = text.into();
+        if text.is_empty() || text.len() > MAX_TOKEN_BYTES {
+            return Err(Error::invalid(
+                "token",
+                format!("must be 1 to {MAX_TOKEN_BYTES} bytes"),
+                format!("{} bytes", text.len()),
+            ));
+        }
+        Ok(Token(text))
+    }
+
+    /// The token's bytes (what travels).
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+
+    /// Whether `bytes` are this token, compared in time that does not
+    /// depend on where they differ.
+    pub(crate) fn matches(&self, bytes: &[u8]) -> bool {
+        let mine = self.as_bytes();
+        let mut diff = u8::from(mine.len() != bytes.len());
+        for (i, m) in mine.iter().enumerate() {
+            diff |= m ^ bytes.get(i).copied().unwrap_or(!m);
+        }
+        diff == 0
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(<hidden>)")
+    }
+}
+
+/// What the launcher told this process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchEnv {
+    /// Rank and world size.
+    pub ranks: Ranks,
+    /// Rank on this machine: the ordinal of the GPU this process drives.
+    pub local_rank: usize,
+    /// Processes on this machine, when the launcher said.
+    pub local_world_size: Option<usize>,
+    /// Where to meet; `None` for a single process.
+    pub rendezvous: Option<Rendezvous>,
+    /// How long to wait for the other ranks.
+    pub timeout: Duration,
+    /// The shared secret of a TCP rendezvous ([`TOKEN_VAR`]), if any.
+    pub token: Option<Token>,
+}
+
+impl LaunchEnv {
+    /// Read the process environment (see the [module docs](super)).
+    ///
+    /// # Errors
+    /// As [`LaunchEnv::from_vars`]; also [`Error::InvalidArgument`] naming a
+    /// variable that is not valid UTF-8.
+    pub fn from_env() -> Result<Self> {
+        for name in VARIABLES {
+            if let Some(v) = std::env::var_os(name)
+                && v.to_str().is_none()
+            {
+                return Err(Error::invalid(
+                    name,
+                    "must be valid UTF-8",
+                    format!("{v:?}"),
+                ));
+            }
+        }
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// Read the convention from `var` (a variable's value, `None` when
+    /// unset), so it can be checked without touching the environment. A
+    /// variable set to the empty string is set, and wrong.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the variable that is wrong: not a
+    /// number, a rank without its world size (or the reverse), a world size
+    /// of 0 or past NCCL's `int`, a rank not below its world size, a local
+    /// rank missing with several ranks or not below the local world size, a
+    /// local world size of 0 or above the world size, no rendezvous with
+    /// several ranks, a malformed rendezvous, host or port, a timeout
+    /// outside [`MIN_TIMEOUT`]..=[`MAX_TIMEOUT`] (or not a number), an empty
+    /// or overlong token.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let num = |name: &str| -> Result<Option<usize>> {
+            match var(name) {
+                None => Ok(None),
+                Some(v) => v.trim().parse::<usize>().map(Some).map_err(|_| {
+                    Error::invalid(
+                        name,
+                        "must be a non-negative integer (one that fits usize)",
+                        format!("{v:?}"),
+                    )
+                }),
+            }
+        };
+        let ranks = read_ranks(&num)?;
+        let size = ranks.size();
+        let local_world_size = first_set(&num, &LOCAL_SIZE_VARS)?;
+        if let Some((name, lws)) = local_world_size
+            && (lws == 0 || lws > size)
+        {
+            return Err(Error::invalid(
+                name,
+                format!("must be 1..={size} (at most the world size)"),
+                lws,
+            ));
+        }
+        let local_rank = match first_set(&num, &LOCAL_RANK_VARS)? {
+            Some((name, l)) => {
+                if let Some((lname, lws)) = local_world_size
+                    && l >= lws
+                {
+                    return Err(Error::invalid(
+                        name,
+                        format!("must be less than {lname} ({lws})"),
+                        l,
+                    ));
+                }
+                l
+            }
+            None if size == 1 => 0,
+            None => {
+                return Err(Error::invalid(
+                    "LOCAL_RANK",
+                    "must be set when the world size is above 1 (it picks this process's GPU; \
+                     OMPI_COMM_WORLD_LOCAL_RANK and SLURM_LOCALID are read too)",
+                    "unset",
+                ));
+            }
+        };
+        let rendezvous = read_rendezvous(&var, size)?;
+        let timeout = match var(TIMEOUT_VAR) {
+            None => DEFAULT_TIMEOUT,
+            Some(t) => parse_timeout(&t)?,
+        };
+        let token = match var(TOKEN_VAR) {
+            None => None,
+            Some(t) => Some(Token::new(t).map_err(|e| match e {
+                Error::InvalidArgument { rule, value, .. } => Error::InvalidArgument {
+                    arg: TOKEN_VAR.into(),
+                    rule,
+                    value,
+                },
+                other => other,
+            })?),
+        };
+        Ok(LaunchEnv {
+            ranks,
+            local_rank,
+            local_world_size: local_world_size.map(|(_, l)| l),
+            rendezvous,
+            timeout,
+            token,
+        })
+    }
+}
+
+type Num<'a> = dyn Fn(&str) -> Result<Option<usize>> + 'a;
+
+/// The first of `names` that is set, with its name.
+fn first_set(num: &Num<'_>, names: &[&'static str]) -> Result<Option<(&'static str, usize)>> {
+    for &name in names {
+        if let Some(v) = num(name)? {
+            return Ok(Some((name, v)));
+        }
+    }
+    Ok(None)
+}
+
+fn read_ranks(num: &Num<'_>) -> Result<Ranks> {
+    for (rank_var, size_var) in RANK_VARS {
+        let (rank, size) = match (num(rank_var)?, num(size_var)?) {
+            (None, None) => continue,
+            (Some(r), Some(s)) => (r, s),
+            (Some(r), None) => {
+                return Err(Error::invalid(
+                    size_var,
+                    format!("must be set when {rank_var} is"),
+                    format!("unset ({rank_var}={r})"),
+                ));
+            }
+            (None, Some(s)) => {
+                return Err(Error::invalid(
+                    rank_var,
+                    format!("must be set when {size_var} is"),
+                    format!("unset ({size_var}={s})"),
+                ));
+            }
+        };
+        if size == 0 || i32::try_from(size).is_err() {
+            return Err(Error::invalid(
+                size_var,
+                format!("must be 1..={} (NCCL counts ranks in an int)", i32::MAX),
+                size,
+            ));
+        }
+        if rank >= size {
+            return Err(Error::invalid(
+                rank_var,
+                format!("must be less than {size_var} ({size})"),
+                rank,
+            ));
+        }
+        return Ranks::new(rank, size);
+    }
+    Ranks::new(0, 1)
+}
+
+fn read_rendezvous(
+    var: &dyn Fn(&str) -> Option<String>,
+    size: usize,
+) -> Result<Option<Rendezvous>> {
+    if let Some(r) = var(RENDEZVOUS_VAR) {
+        return r.parse().map(Some);
+    }
+    let (addr, port) = match (var("MASTER_ADDR"), var("MASTER_PORT")) {
+        (Some(a), Some(p)) => (a, p),
+        _ if size == 1 => return Ok(None),
+        (a, p) => {
+            let show = |v: Option<String>| v.map_or("unset".into(), |v| format!("{v:?}"));
+            return Err(Error::invalid(
+                RENDEZVOUS_VAR,
+                "must be set, or MASTER_ADDR and MASTER_PORT, when the world size is above 1",
+                format!("unset (MASTER_ADDR {}, MASTER_PORT {})", show(a), show(p)),
+            ));
+        }
+    };
+    let host = addr.trim();
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    if let Some(rule) = host_problem(host) {
+        return Err(Error::invalid("MASTER_ADDR", rule, format!("{addr:?}")));
+    }
+    let p = port.trim();
+    let port_num = p
+        .parse::<u16>()
+        .ok()
+        .filter(|&n| n != 0 && p.bytes().all(|b| b.is_ascii_digit()))
+        .ok_or_else(|| {
+            Error::invalid(
+                "MASTER_PORT",
+                "must be a port number in 1..=65535",
+                format!("{port:?}"),
+            )
+        })?;
+    Ok(Some(Rendezvous::Tcp {
+        host: host.to_string(),
+        port: port_num,
+    }))
+}
+
+fn parse_timeout(t: &str) -> Result<Duration> {
+    let secs = t.trim().parse::<f64>().ok().filter(|s| {
+        s.is_finite() && *s >= MIN_TIMEOUT.as_secs_f64() && *s <= MAX_TIMEOUT.as_secs_f64()
+    });
+    match secs {
+        Some(s) => Ok(Duration::from_secs_f64(s).clamp(MIN_TIMEOUT, MAX_TIMEOUT)),
+        None => Err(Error::invalid(
+            TIMEOUT_VAR,
+            format!(
+                "must be a number of seconds from {} to {}",
+                MIN_TIMEOUT.as_secs_f64(),
+                MAX_TIMEOUT.as_secs()
+            ),
+            format!("{t:?}"),
+        )),
+    }
+}

@@ -1,0 +1,193 @@
+//! The launch convention: which rank this process is, where the ranks meet
+//! to share the [`UniqueId`], and which GPU it drives.
+//!
+//! Read from the environment the way torchrun (and `torch.distributed`'s
+//! `env://`), Open MPI's `mpirun` and SLURM's `srun` set it. Where several
+//! launchers' variables are set, torchrun's win, then Open MPI's, then
+//! SLURM's:
+//!
+//! | variable (torchrun / Open MPI / SLURM) | meaning | when absent |
+//! |---|---|---|
+//! | `RANK` / `OMPI_COMM_WORLD_RANK` / `SLURM_PROCID` | this process's rank, `0..size` | single process, if the size is absent too |
+//! | `WORLD_SIZE` / `OMPI_COMM_WORLD_SIZE` / `SLURM_NTASKS` | number of processes | single process, if the rank is absent too |
+//! | `LOCAL_RANK` / `OMPI_COMM_WORLD_LOCAL_RANK` / `SLURM_LOCALID` | rank on this machine: the GPU ordinal it uses | `0` for a single process, else an error |
+//! | `LOCAL_WORLD_SIZE` / `OMPI_COMM_WORLD_LOCAL_SIZE` / - | processes on this machine (checked against the local rank) | not checked |
+//! | `CUDNN_RS_RENDEZVOUS` | `file:///path`, a plain path, or `tcp://host:port` | `tcp://$MASTER_ADDR:$MASTER_PORT` |
+//! | `MASTER_ADDR`, `MASTER_PORT` | host and port rank 0 listens on | an error with several processes |
+//! | `CUDNN_RS_RENDEZVOUS_TIMEOUT` | seconds to wait for the others, 0.001 to 10^6 | 300 |
+//! | `CUDNN_RS_RENDEZVOUS_TOKEN` | a shared secret rank 0's TCP server requires ([`Token`]) | none: see below |
+//!
+//! A variable set to the empty string is an error, not "unset". mpirun and
+//! srun set no rendezvous: set `CUDNN_RS_RENDEZVOUS` (or `MASTER_ADDR` and
+//! `MASTER_PORT`) for every rank. In a SLURM batch script outside `srun`,
+//! SLURM's variables describe the script itself: start the ranks with
+//! `srun`.
+//!
+//! Rank 0 makes the id and publishes it; the others wait for it, all
+//! within one deadline for the whole exchange:
+//! - **file**: rank 0 creates the file (exclusively, mode 0600; it refuses
+//!   one that exists, left by a crashed run or another job, rather than
+//!   touch it) holding the id and a nonce drawn for this job. Every other
+//!   rank reads it, acknowledges the nonce in a file beside it and takes the
+//!   id only once rank 0 has answered that acknowledgement, so an id file
+//!   left by an earlier run is never used. Acknowledgements of earlier runs
+//!   are cleared and ignored. Reads are bounded in size, regular files only
+//!   (a FIFO or a device at the path is an error, not a hang), and files
+//!   owned by another user are refused. A rank with another world size is
+//!   refused and rank 0 fails at once (only this user can write there).
+//!   When all have their answer, rank 0 removes every file. The path must
+//!   be on a file system all ranks see; the folder is polled, at most every
+//!   250 ms.
+//! - **tcp**: rank 0 listens on `host` itself (one of its own addresses;
+//!   never on every interface), every other rank connects (retrying, name
+//!   resolution included, until rank 0 is up), says its rank, world size
+//!   and token, and receives the id. Rank 0 serves connections
+//!   concurrently, each for at most a few seconds; one that is not a rank
+//!   of this job (another world size, rank 0 or out of range, a rank
+//!   already served, a wrong token) is refused and dropped, and the
+//!   rendezvous goes on; the refusals are listed if rank 0 times out.
+//!
+//! **Exposure.** Without a token, anyone who can reach rank 0's port while
+//! it waits receives the unique id (enough to join the communicator or
+//! disturb its bootstrap) or can take a rank's place. On a network others
+//! share, give every rank the same `CUDNN_RS_RENDEZVOUS_TOKEN` (for
+//! example `CUDNN_RS_RENDEZVOUS_TOKEN=$(head -c 24 /dev/urandom | base64)`
+//! exported before the launcher). The token travels in clear text; the
+//! file rendezvous relies on file permissions instead.
+//!
+//! Under torchrun itself, `MASTER_PORT` is taken by torchrun's own store:
+//! set `CUDNN_RS_RENDEZVOUS=tcp://$MASTER_ADDR:<another port>`.
+
+mod address;
+mod deadline;
+mod env;
+mod file;
+mod tcp;
+
+use std::time::Duration;
+
+pub use address::Rendezvous;
+pub use env::{
+    DEFAULT_TIMEOUT, LOCAL_RANK_VARS, LOCAL_SIZE_VARS, LaunchEnv, MAX_TIMEOUT, MAX_TOKEN_BYTES,
+    MIN_TIMEOUT, RANK_VARS, RENDEZVOUS_VAR, TIMEOUT_VAR, TOKEN_VAR, Token, VARIABLES,
+};
+
+use super::{Communicator, Ranks, UniqueId};
+use crate::error::{Error, Result};
+use crate::runtime::Device;
+use deadline::Deadline;
+
+/// This process's part of the job: what the launcher said, its device
+/// (current on the calling thread) and its communicator.
+#[derive(Debug)]
+pub struct Launch {
+    /// What the launcher said.
+    pub env: LaunchEnv,
+    /// The GPU this rank drives (`LOCAL_RANK`).
+    pub device: Device,
+    /// This rank's communicator over all `WORLD_SIZE` ranks.
+    pub comm: Communicator,
+}
+
+/// Read the convention, bind to GPU `LOCAL_RANK`, share the unique id and
+/// join the communicator. With no variables set this is a one-rank job on
+/// GPU 0.
+///
+/// # Errors
+/// As [`LaunchEnv::from_env`]; [`Error::NoDevice`] or
+/// [`Error::InvalidArgument`] when `LOCAL_RANK` names no GPU;
+/// [`Error::Rendezvous`] when the ranks cannot meet; [`Error::Nccl`] when
+/// NCCL cannot build the communicator.
+pub fn init_from_env() -> Result<Launch> {
+    let env = LaunchEnv::from_env()?;
+    init(env)
+}
+
+/// [`init_from_env`] with a [`LaunchEnv`] already read.
+///
+/// # Errors
+/// As [`init_from_env`].
+pub fn init(env: LaunchEnv) -> Result<Launch> {
+    let lr = env.local_rank;
+    let device = Device::new(lr).map_err(|e| match e {
+        Error::InvalidArgument { rule, value, .. } => Error::InvalidArgument {
+            arg: "LOCAL_RANK".into(),
+            rule: format!("names this process's GPU, so it {rule}"),
+            value,
+        },
+        Error::NoDevice { reason } => Error::NoDevice {
+            reason: format!("{reason} (LOCAL_RANK={lr})"),
+        },
+        other => other.with_context(format!("LOCAL_RANK={lr}")),
+    })?;
+    let id = match &env.rendezvous {
+        None => UniqueId::new()?,
+        Some(r) => {
+            exchange_with_token(r, env.ranks, env.timeout, env.token.as_ref(), UniqueId::new)?
+        }
+    };
+    let comm = Communicator::init_rank(&id, env.ranks.rank(), env.ranks.size())?;
+    Ok(Launch { env, device, comm })
+}
+
+/// Share a unique id among `ranks.size()` processes over `rendezvous`: rank
+/// 0 calls `make` and publishes the id, every other rank waits for it.
+/// Returns the id on every rank. Needs no GPU. With no token; see
+/// [`exchange_with_token`].
+///
+/// # Errors
+/// As [`exchange_with_token`].
+pub fn exchange(
+    rendezvous: &Rendezvous,
+    ranks: Ranks,
+    timeout: Duration,
+    make: impl FnOnce() -> Result<UniqueId>,
+) -> Result<UniqueId> {
+    exchange_with_token(rendezvous, ranks, timeout, None, make)
+}
+
+/// [`exchange`] with a shared secret: over TCP, rank 0 hands the id only
+/// to peers that send the same `token` (all ranks must pass the same, or
+/// all `None`). The whole exchange ends within `timeout` (at most
+/// [`MAX_TIMEOUT`]), however the peers behave.
+///
+/// # Errors
+/// [`Error::Rendezvous`] naming the rendezvous, this rank and what went
+/// wrong (I/O, timeout, a hostile or malformed file, a refusal by rank 0);
+/// `make`'s error on rank 0.
+pub fn exchange_with_token(
+    rendezvous: &Rendezvous,
+    ranks: Ranks,
+    timeout: Duration,
+    token: Option<&Token>,
+    make: impl FnOnce() -> Result<UniqueId>,
+) -> Result<UniqueId> {
+    let deadline = Deadline::after(timeout);
+    let fail = |detail: String| Error::Rendezvous {
+        rendezvous: rendezvous.to_string(),
+        detail: format!("rank {} of {}: {detail}", ranks.rank(), ranks.size()),
+    };
+    if ranks.size() == 1 {
+        return make();
+    }
+    match rendezvous {
+        Rendezvous::File(path) => {
+            if ranks.rank() == 0 {
+                let id = make()?;
+                file::publish(path, ranks, &id, deadline).map_err(fail)?;
+                Ok(id)
+            } else {
+                file::receive(path, ranks, deadline).map_err(fail)
+            }
+        }
+        Rendezvous::Tcp { host, port } => {
+            if ranks.rank() == 0 {
+                let id = make()?;
+                tcp::serve(host, *port, ranks, &id, token, deadline).map_err(fail)?;
+                Ok(id)
+            } else {
+                tcp::receive(host, *port, ranks, token, deadline).map_err(fail)
+            }
+        }
+    }
+}

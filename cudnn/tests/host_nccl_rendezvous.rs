@@ -1,0 +1,960 @@
+//! The rendezvous, without a GPU (unit and host tiers; the launch variables
+//! are in `unit_launch_variables`): the file and TCP rendezvous between real processes and threads (127.0.0.1
+//! only), against hostile files (/dev/zero, a FIFO, a huge file, a stale id,
+//! old acknowledgements, garbage) and hostile peers (wrong magic, world size
+//! or rank, a rank twice, a wrong token, silent and trickling peers, a
+//! listener that never accepts, a name that does not resolve). Every
+//! deadline is held to within 10 % + 100 ms.
+//!
+//! The process tests start this binary again as the other ranks
+//! (`HOST_NCCL_RDZV_CHILD` tells it which), so they are real processes.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+#[cfg(not(feature = "nccl"))]
+fn main() {
+    use libtest_mimic::Trial;
+    eprintln!("skipped: host_nccl_rendezvous: cudnn was built without feature `nccl`");
+    support::run(vec![
+        Trial::test("host::nccl_rendezvous", || Ok(())).with_ignored_flag(true),
+    ]);
+}
+
+#[cfg(feature = "nccl")]
+fn main() {
+    imp::main()
+}
+
+#[cfg(feature = "nccl")]
+mod imp {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::{Path, PathBuf};
+    use std::process::{Child, Command, Stdio};
+    use std::thread::JoinHandle;
+    use std::time::{Duration, Instant};
+
+    use cudnn::Error;
+    use cudnn::nccl::launch::{self, LaunchEnv, Rendezvous, Token};
+    use cudnn::nccl::{Ranks, UniqueId};
+    use cudnn::sys::nccl as sys;
+    use libtest_mimic::Trial;
+
+    use crate::ensure;
+    use crate::support::{TestResult, has_gpu, run, unit};
+
+    const CHILD: &str = "HOST_NCCL_RDZV_CHILD";
+    /// Set: read the launch variables from the real environment, print the
+    /// outcome and exit.
+    const FROM_ENV: &str = "HOST_NCCL_RDZV_FROM_ENV";
+
+    pub fn main() {
+        if let Ok(spec) = std::env::var(CHILD) {
+            child(&spec);
+        }
+        if std::env::var_os(FROM_ENV).is_some() {
+            match LaunchEnv::from_env() {
+                Ok(e) => println!("ok {} {} {}", e.ranks.rank(), e.ranks.size(), e.local_rank),
+                Err(e) => println!("err {e}"),
+            }
+            std::process::exit(0);
+        }
+        run(vec![
+            unit("from_env_in_a_child_process", from_env_child),
+            unit("file_refuses_existing_id_file", file_refuses_existing),
+            unit("file_dev_zero_fifo_and_huge_files", file_special_files),
+            unit("file_garbage_and_half_written_id", file_garbage),
+            unit("file_stale_id_is_never_taken", file_stale_id),
+            unit("file_old_acknowledgements_ignored", file_old_acks),
+            unit("file_world_size_mismatch_both_sides", file_mismatch),
+            unit("file_rank0_alone_times_out_and_cleans_up", file_rank0_alone),
+            unit("file_fifo_acknowledgement_does_not_hang", file_fifo_ack),
+            can_chown(unit("file_owned_by_another_user_refused", file_other_owner)),
+            unit("tcp_hostile_peers_are_dropped", tcp_hostile_peers),
+            unit("tcp_rank_taken_twice", tcp_duplicate_rank),
+            unit("tcp_token", tcp_token),
+            unit("tcp_trickling_server", tcp_trickling_server),
+            unit("tcp_trickling_client", tcp_trickling_client),
+            unit("tcp_listener_never_accepts", tcp_never_accepts),
+            unit("tcp_deadline_passes_during_connect", tcp_connect_hangs),
+            unit("tcp_unresolvable_name_retries", tcp_unresolvable),
+            unit("tcp_binds_the_given_address_only", tcp_binds_given),
+            unit("tcp_world_size_mismatch_process", tcp_world_mismatch),
+            host("launch_without_gpu_says_so", launch_without_gpu),
+            host("rendezvous_file_three_processes", || {
+                rendezvous_processes("file", None)
+            }),
+            host("rendezvous_tcp_loopback_three_processes", || {
+                rendezvous_processes("tcp", None)
+            }),
+            host("rendezvous_tcp_token_three_processes", || {
+                rendezvous_processes("tcp", Some("job-secret-42"))
+            }),
+        ]);
+    }
+
+    // ---------------------------------------------------------------- tiers
+
+    /// A host-tier test: needs NCCL (no device). Skipped visibly without it,
+    /// a failure when `CUDNN_RS_REQUIRE_LIBS=1`.
+    fn host(name: &str, f: impl FnOnce() -> TestResult + Send + 'static) -> Trial {
+        let name = format!("host::{name}");
+        match sys::load().err().map(|e| e.to_string()) {
+            None => Trial::test(name, f),
+            Some(why) if std::env::var("CUDNN_RS_REQUIRE_LIBS").is_ok_and(|v| v == "1") => {
+                Trial::test(name, move || {
+                    Err(format!("CUDNN_RS_REQUIRE_LIBS=1 but: {why}").into())
+                })
+            }
+            Some(why) => {
+                eprintln!(
+                    "skipped: {name}: {}",
+                    why.lines().next().unwrap_or_default()
+                );
+                Trial::test(name, f).with_ignored_flag(true)
+            }
+        }
+    }
+
+    // ----------------------------------------------------------- children
+
+    /// `HOST_NCCL_RDZV_CHILD="<rendezvous> <rank> <size> <timeout_s> [token]"`:
+    /// take part in the exchange as a non-zero rank and print the id.
+    fn child(spec: &str) -> ! {
+        let parts: Vec<&str> = spec.split(' ').collect();
+        let (rdzv, rank, size, timeout, token) = match parts.as_slice() {
+            [a, b, c, d] => (*a, *b, *c, *d, None),
+            [a, b, c, d, t] => (*a, *b, *c, *d, Some(Token::new(*t).unwrap())),
+            _ => {
+                eprintln!("bad {CHILD}: {spec:?}");
+                std::process::exit(2);
+            }
+        };
+        let r: Rendezvous = rdzv.parse().expect("rendezvous");
+        let ranks = Ranks::new(rank.parse().unwrap(), size.parse().unwrap()).expect("ranks");
+        let timeout = Duration::from_secs_f64(timeout.parse().unwrap());
+        match launch::exchange_with_token(&r, ranks, timeout, token.as_ref(), || {
+            panic!("only rank 0 makes the id")
+        }) {
+            Ok(id) => {
+                println!("{id}");
+                std::process::exit(0)
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                std::process::exit(1)
+            }
+        }
+    }
+
+    fn spawn(
+        rdzv: &Rendezvous,
+        rank: usize,
+        size: usize,
+        timeout: f64,
+        token: Option<&str>,
+    ) -> Child {
+        let mut spec = format!("{rdzv} {rank} {size} {timeout}");
+        if let Some(t) = token {
+            spec.push(' ');
+            spec.push_str(t);
+        }
+        Command::new(std::env::current_exe().unwrap())
+            .env(CHILD, spec)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning a rank")
+    }
+
+    fn finish(c: Child) -> (bool, String, String) {
+        let out = c.wait_with_output().expect("waiting for a rank");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        )
+    }
+
+    // ------------------------------------------------------------ helpers
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("host_nccl_rdzv-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn files_in(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn free_port() -> u16 {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    }
+
+    fn tcp(port: u16) -> Rendezvous {
+        Rendezvous::Tcp {
+            host: "127.0.0.1".into(),
+            port,
+        }
+    }
+
+    fn fixed(b: u8) -> UniqueId {
+        UniqueId::from([b; 128])
+    }
+
+    /// A timeout was held: not before `timeout`, not past 10 % + 100 ms.
+    fn held(what: &str, elapsed: Duration, timeout: Duration) -> TestResult {
+        ensure!(
+            elapsed + Duration::from_millis(5) >= timeout,
+            "{what}: gave up after {elapsed:?}, before its {timeout:?} deadline"
+        );
+        ensure!(
+            elapsed <= timeout.mul_f64(1.1) + Duration::from_millis(100),
+            "{what}: took {elapsed:?} for a {timeout:?} deadline"
+        );
+        Ok(())
+    }
+
+    fn rank_of(
+        r: &Rendezvous,
+        rank: usize,
+        size: usize,
+        t: Duration,
+    ) -> (cudnn::Result<UniqueId>, Duration) {
+        let start = Instant::now();
+        let e = launch::exchange(r, Ranks::new(rank, size).unwrap(), t, || {
+            Ok(fixed(rank as u8 + 1))
+        });
+        (e, start.elapsed())
+    }
+
+    fn rank_thread(
+        r: &Rendezvous,
+        rank: usize,
+        size: usize,
+        t: Duration,
+        token: Option<Token>,
+    ) -> JoinHandle<cudnn::Result<UniqueId>> {
+        let r = r.clone();
+        std::thread::spawn(move || {
+            launch::exchange_with_token(
+                &r,
+                Ranks::new(rank, size).unwrap(),
+                t,
+                token.as_ref(),
+                || Ok(fixed(0xA0 + rank as u8)),
+            )
+        })
+    }
+
+    fn tcp_host(host: &str, port: u16) -> Rendezvous {
+        Rendezvous::Tcp {
+            host: host.into(),
+            port,
+        }
+    }
+
+    fn vars(list: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let list: Vec<(String, String)> = list
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        move |name| list.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    }
+
+    // ---------------------------------------------------- launch variables
+
+    /// `LaunchEnv::from_env` on a real environment (a child's, so this
+    /// process's stays untouched): Open MPI's variables, and a variable that
+    /// is not UTF-8, which is named rather than taken as unset.
+    fn from_env_child() -> TestResult {
+        use std::ffi::OsStr;
+        use std::os::unix::ffi::OsStrExt;
+        let go = |vars: &[(&str, &OsStr)]| -> String {
+            let mut c = Command::new(std::env::current_exe().unwrap());
+            c.env(FROM_ENV, "1");
+            for v in launch::VARIABLES {
+                c.env_remove(v);
+            }
+            for (k, v) in vars {
+                c.env(k, v);
+            }
+            let out = c.output().expect("running a child");
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        let o = |s: &'static str| OsStr::new(s);
+        let got = go(&[
+            ("OMPI_COMM_WORLD_RANK", o("3")),
+            ("OMPI_COMM_WORLD_SIZE", o("4")),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", o("1")),
+            ("CUDNN_RS_RENDEZVOUS", o("/shared/job.id")),
+        ]);
+        ensure!(got == "ok 3 4 1", "mpi: {got}");
+        ensure!(go(&[]) == "ok 0 1 0", "nothing set: {}", go(&[]));
+        let got = go(&[
+            ("RANK", OsStr::from_bytes(b"\xff1")),
+            ("WORLD_SIZE", o("2")),
+        ]);
+        ensure!(
+            got.starts_with("err") && got.contains("RANK") && got.contains("UTF-8"),
+            "{got}"
+        );
+        let got = go(&[("RANK", o("")), ("WORLD_SIZE", o("2"))]);
+        ensure!(
+            got.starts_with("err") && got.contains("RANK"),
+            "empty RANK: {got}"
+        );
+        Ok(())
+    }
+
+    // ------------------------------------------------------ file, hostile
+
+    fn file_refuses_existing() -> TestResult {
+        let dir = scratch("existing");
+        let path = dir.join("job.id");
+        std::fs::write(&path, "left over").unwrap();
+        let (e, _) = rank_of(
+            &Rendezvous::File(path.clone()),
+            0,
+            2,
+            Duration::from_secs(5),
+        );
+        let e = e.unwrap_err();
+        ensure!(matches!(e, Error::Rendezvous { .. }), "{e}");
+        ensure!(e.to_string().contains("already exists"), "{e}");
+        ensure!(
+            std::fs::read_to_string(&path).unwrap() == "left over",
+            "file was touched"
+        );
+        let _ = std::fs::remove_dir_all(dir);
+        Ok(())
+    }
+
+    fn mkfifo(p: &Path) -> TestResult {
+        let st = Command::new("mkfifo").arg(p).status()?;
+        ensure!(st.success(), "mkfifo {} failed", p.display());
+        Ok(())
+    }
+
+    fn file_special_files() -> TestResult {
+        let dir = scratch("special");
+        let t = Duration::from_secs(3);
+        // /dev/zero behind the id path.
+        let zero = dir.join("zero.id");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        let (e, took) = rank_of(&Rendezvous::File(zero.clone()), 1, 2, t);
+        let e = e.unwrap_err().to_string();
+        ensure!(e.contains("not a regular file"), "/dev/zero: {e}");
+        ensure!(took < Duration::from_secs(1), "/dev/zero: {took:?}");
+        let (e, _) = rank_of(&Rendezvous::File(zero.clone()), 0, 2, t);
+        ensure!(
+            e.unwrap_err().to_string().contains("already exists"),
+            "rank 0 at /dev/zero"
+        );
+        // A FIFO nobody writes: opening it must not block.
+        let fifo = dir.join("fifo.id");
+        mkfifo(&fifo)?;
+        let (e, took) = rank_of(&Rendezvous::File(fifo.clone()), 1, 2, t);
+        let e = e.unwrap_err().to_string();
+        ensure!(e.contains("not a regular file"), "fifo: {e}");
+        ensure!(took < Duration::from_secs(1), "fifo: {took:?}");
+        // A sparse terabyte: refused by its size, not read.
+        let huge = dir.join("huge.id");
+        std::fs::File::create(&huge)
+            .unwrap()
+            .set_len(1 << 40)
+            .unwrap();
+        let (e, took) = rank_of(&Rendezvous::File(huge.clone()), 1, 2, t);
+        let e = e.unwrap_err().to_string();
+        ensure!(e.contains("1099511627776 bytes"), "huge: {e}");
+        ensure!(took < Duration::from_secs(1), "huge: {took:?}");
+        // A file just past the limit.
+        let big = dir.join("big.id");
+        std::fs::write(&big, vec![b'a'; 1025]).unwrap();
+        let (e, _) = rank_of(&Rendezvous::File(big), 1, 2, t);
+        ensure!(
+            e.unwrap_err().to_string().contains("1025 bytes"),
+            "1025 bytes"
+        );
+        let _ = std::fs::remove_dir_all(dir);
+        Ok(())
+    }
+
+    fn file_garbage() -> TestResult {
+        let dir = scratch("garbage");
+        let t = Duration::from_secs(1);
+        for (name, text, says) in [
+            ("a.id", "hello world\n", "not a rendezvous file"),
+            ("b.id", "CUDNNRS1 2 00ff\n", "another version"),
+            ("c.id", "CUDNNRS2 2 abc 00ff\n", "hex digits"),
+            ("d.id", "\u{0}\u{1}\n", "not a rendezvous file"),
+        ] {
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            let (e, took) = rank_of(&Rendezvous::File(p.clone()), 1, 2, t);
+            let e = e.unwrap_err().to_string();
+            ensure!(e.contains(says), "{text:?}: {e}");
+            ensure!(took < t, "{text:?}: it waited {took:?}");
+            ensure!(p.exists(), "{text:?}: a rank removed the id file");
+        }
+        // Not UTF-8.
+        let p = dir.join("e.id");
+        std::fs::write(&p, [0xffu8, 0xfe, b'\n']).unwrap();
+        let (e, _) = rank_of(&Rendezvous::File(p), 1, 2, t);
+        ensure!(e.unwrap_err().to_string().contains("not text"), "bytes");
+        // Half written (no newline yet): waited for, until the deadline.
+        let p = dir.join("f.id");
+        std::fs::write(&p, "CUDNNRS2 2 ab").unwrap();
+        let (e, took) = rank_of(&Rendezvous::File(p), 1, 2, t);
+        let e = e.unwrap_err().to_string();
+        ensure!(
+            e.contains("timed out") && e.contains("finish writing"),
+            "{e}"
+        );
+        held("half-written id file", took, t)?;
+        let _ = std::fs::remove_dir_all(dir);
+        Ok(())
+    }
+
+    fn file_stale_id() -> TestResult {
+        let dir = scratch("stale");
+        let path = dir.join("job.id");
+        let stale = fixed(0x5e);
+        std::fs::write(&path, format!("CUDNNRS2 2 0123456789abcdef {stale}\n")).unwrap();
+        let t = Duration::from_millis(1500);
+        let r = Rendezvous::File(path.clone());
+        let start = Instant::now();
+        let h = rank_thread(&r, 1, 2, t, None);
+        // While it waits: its acknowledgement names the nonce, mode 0600.
+        let ack = dir.join("job.id.ack-1");
+        while !ack.exists() && start.elapsed() < t {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let text = std::fs::read_to_string(&ack).map_err(|e| format!("no acknowledgement: {e}"))?;
+        ensure!(text == "0123456789abcdef 1 2\n", "{text:?}");
+        let mode = std::fs::metadata(&ack).unwrap().permissions().mode() & 0o777;
+        ensure!(mode == 0o600, "acknowledgement mode {mode:o}");
+        let e = h.join().unwrap();
+        let took = start.elapsed();
+        let e = match e {
+            Ok(id) => return Err(format!("a stale id was taken: {id}").into()),
+            Err(e) => e.to_string(),
+        };
+        ensure!(e.contains("timed out") && e.contains("earlier run"), "{e}");
+        held("stale id file", took, t)?;
+        // The id file is rank 0's to remove; the rank's own files are gone.
+        ensure!(files_in(&dir) == ["job.id"], "{:?}", files_in(&dir));
+        let _ = std::fs::remove_dir_all(dir);
+        Ok(())
+    }
+
+    fn file_old_acks() -> TestResult {
+        let dir = scratch("oldacks");
+        let path = dir.join("job.id");
+        // An earlier run's acknowledgements and answers (and a stray).
+        std::fs::write(dir.join("job.id.ack-1"), "feedfeedfeedfeed 1 3\n").unwrap();
+        std::fs::write(dir.join("job.id.ack-2"), "feedfeedfeedfeed 2 3\n").unwrap();
+        std::fs::write(dir.join("job.id.ok-1"), "feedfeedfeedfeed ok\n").unwrap();
+        std::fs::write(dir.join("job.id.ack-7"), "junk").unwrap();
+        let r = Rendezvous::File(path.clone());
+        let t = Duration::from_secs(20);
+        // Rank 0 first, this time: with the old acknowledgements counted it
+        // would remove the id before the ranks read it.
+        let h0 = rank_thread(&r, 0, 3, t, None);
+        while !path.exists() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        ensure!(mode == 0o600, "id file mode {mode:o}");
+        std::thread::sleep(Duration::from_millis(200));
+        ensure!(path.exists(), "rank 0 removed the id before anyone read it");
+        let h1 = rank_thread(&r, 1, 3, t, None);
+        let h2 = rank_thread(&r, 2, 3, t, None);
+        let id0 = h0.join().unwrap()?;
+        ensure!(id0 == fixed(0xA0), "rank 0's id");
+        ensure!(h1.join().unwrap()? == id0, "rank 1");
+        ensure!(h2.join().unwrap()? == id0, "rank 2");
+        ensure!(
+            files_in(&dir).is_empty(),
+            "left behind: {:?}",
+            files_in(&dir)
+        );
+        let _ = std::fs::remove_dir_all(dir);
+        Ok(())
+    }
+
+    fn file_mismatch() -> TestResult {
+        let dir = scratch("mismatch");
+        let r = Rendezvous::File(dir.join("job.id"));
+        let h0 = rank_thread(&r, 0, 2, Duration::from_secs(20), None);
+        let h1 = rank_thread(&r, 1, 3, Duration::from_secs(20), None);
+        let e0 = h0.join().unwrap().unwrap_err().to_string();
+        let e1 = h1.join().unwrap().unwrap_err().to_string();
+        ensure!(
+            e0.contains("rank 1 has world size 3, rank 0 2"),
+            "rank 0: {e0}"
+        );
+        ensure!(e1.contains("world size 2, this rank has 3"), "rank 1: {e1}");
+        ensure!(
+            files_in(&dir).is_empty(),
+            "left behind: {:?}",
+            files_in(&dir)
+        );
+        let _ = std::fs::remove_dir_all(dir);
+        Ok(())
+    }
+
+    fn file_rank0_alone() -> TestResult {
+        let dir = scratch("alone");
+        let t = Duration::from_secs(1);
+        let (e, took) = rank_of(&Rendezvous::File(dir.join("job.id")), 0, 4, t);
+        let e = e.unwrap_err().to_string();
+        ensure!(
+            e.contains("timed out waiting for 3 rank(s) ([1, 2, 3])"),
+            "{e}"
+        );
+        held("rank 0 alone", took, t)?;
+        ensure!(
+            files_in(&dir).is_empty(),
+            "left behind: {:?}",
+            files_in(&dir)
+        );
+        // A rank alone, no id file at all.
+        let (e, took) = rank_of(&Rendezvous::File(dir.join("never")), 1, 2, t);
+        ensure!(
+            e.unwrap_err().to_string().contains("rank 0 to write it"),
+            "rank 1 alone"
+        );
+        held("rank 1 alone", took, t)?;
+        let _ = std::fs::remove_dir_all(dir);
+        Ok(())
+    }
+
+    /// A FIFO where rank 0 reads an acknowledgement: no hang.
+    fn file_fifo_ack() -> TestResult {
+        let dir = scratch("fifoack");
+        let path = dir.join("job.id");
+        let t = Duration::from_secs(1);
+        let start = Instant::now();
+        let h0 = rank_thread(&Rendezvous::File(path.clone()), 0, 2, t, None);
+        while !path.exists() && start.elapsed() < t {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        mkfifo(&dir.join("job.id.ack-1"))?;
+        let e = h0.join().unwrap().unwrap_err().to_string();
+        ensure!(e.contains("timed out"), "{e}");
+        held("FIFO acknowledgement", start.elapsed(), t)?;
+        let _ = std::fs::remove_dir_all(dir);
+        Ok(())
+    }
+
+    /// The ownership test needs to give a file away (root); elsewhere it is
+    /// skipped, visibly.
+    fn can_chown(t: Trial) -> Trial {
+        let dir = scratch("chown-probe");
+        let p = dir.join("probe");
+        std::fs::write(&p, "").unwrap();
+        let ok = std::os::unix::fs::chown(&p, Some(65534), None).is_ok();
+        let _ = std::fs::remove_dir_all(dir);
+        if ok {
+            t
+        } else {
+            eprintln!(
+                "skipped: {}: this user cannot give a file to another user",
+                t.name()
+            );
+            t.with_ignored_flag(true)
+        }
+    }
+
+    /// An id file planted by another user is refused, never answered.
+    fn file_other_owner() -> TestResult {
+        let dir = scratch("owner");
+        let path = dir.join("job.id");
+        std::fs::write(&path, format!("CUDNNRS2 2 0123456789abcdef {}\n", fixed(3))).unwrap();
+        std::os::unix::fs::chown(&path, Some(65534), Some(65534))?;
+        let t = Duration::from_secs(3);
+        let (e, took) = rank_of(&Rendezvous::File(path.clone()), 1, 2, t);
+        let e = e.unwrap_err().to_string();
+        ensure!(e.contains("owned by user 65534"), "{e}");
+        ensure!(took < Duration::from_secs(1), "{took:?}");
+        ensure!(files_in(&dir) == ["job.id"], "{:?}", files_in(&dir));
+        let _ = std::fs::remove_dir_all(dir);
+        Ok(())
+    }
+
+    // ------------------------------------------------------- tcp, hostile
+
+    fn hello(rank: u32, size: u32, token: &[u8]) -> Vec<u8> {
+        let mut h = b"CUDNNRS2".to_vec();
+        h.extend_from_slice(&rank.to_be_bytes());
+        h.extend_from_slice(&size.to_be_bytes());
+        h.extend_from_slice(&(token.len() as u16).to_be_bytes());
+        h.extend_from_slice(token);
+        h
+    }
+
+    /// Connect, retrying until the server is up (5 s).
+    fn connect(port: u16) -> TcpStream {
+        let start = Instant::now();
+        loop {
+            match TcpStream::connect(("127.0.0.1", port)) {
+                Ok(c) => return c,
+                Err(e) if start.elapsed() > Duration::from_secs(5) => panic!("connect: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    }
+
+    /// Send `bytes`, return rank 0's answer: `Ok(id bytes)`, `Err(why)`, or
+    /// `Err("closed")`.
+    fn ask(port: u16, bytes: &[u8]) -> Result<Vec<u8>, String> {
+        let mut c = connect(port);
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = c.write_all(bytes);
+        // Nothing more comes: a short message ends here, not at a timeout.
+        let _ = c.shutdown(std::net::Shutdown::Write);
+        let mut status = [0u8; 1];
+        if c.read_exact(&mut status).is_err() {
+            return Err("closed".into());
+        }
+        if status[0] == 0 {
+            let mut id = vec![0u8; 128];
+            c.read_exact(&mut id).map_err(|e| e.to_string())?;
+            return Ok(id);
+        }
+        let mut len = [0u8; 2];
+        c.read_exact(&mut len).map_err(|e| e.to_string())?;
+        let mut msg = vec![0u8; u16::from_be_bytes(len) as usize];
+        c.read_exact(&mut msg).map_err(|e| e.to_string())?;
+        Err(String::from_utf8_lossy(&msg).into_owned())
+    }
+
+    fn tcp_hostile_peers() -> TestResult {
+        let port = free_port();
+        let r = tcp(port);
+        let start = Instant::now();
+        let h0 = rank_thread(&r, 0, 3, Duration::from_secs(30), None);
+        // Silent peers, held open for the whole test.
+        let silent: Vec<TcpStream> = (0..10).map(|_| connect(port)).collect();
+        // A peer trickling its hello, one byte per 200 ms.
+        let trickle = std::thread::spawn(move || {
+            let mut c = connect(port);
+            for b in hello(1, 3, b"") {
+                if c.write_all(&[b]).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+        // Not ours at all: dropped without an answer.
+        ensure!(
+            ask(port, b"GET / HTTP/1.0\r\n\r\n").unwrap_err() == "closed",
+            "http"
+        );
+        ensure!(ask(port, &[0u8; 3]).unwrap_err() == "closed", "short");
+        // Ours, but not a rank of this job: refused with the reason.
+        let e = ask(port, &hello(1, 4, b"")).unwrap_err();
+        ensure!(e.contains("world size 4"), "world size: {e}");
+        let e = ask(port, &hello(0, 3, b"")).unwrap_err();
+        ensure!(e.contains("claims rank 0"), "rank 0: {e}");
+        let e = ask(port, &hello(3, 3, b"")).unwrap_err();
+        ensure!(e.contains("claims rank 3"), "rank 3: {e}");
+        let e = ask(port, &hello(u32::MAX, u32::MAX, b"")).unwrap_err();
+        ensure!(e.contains("world size 4294967295"), "u32::MAX: {e}");
+        let mut long = hello(1, 3, b"");
+        long[16..18].copy_from_slice(&u16::MAX.to_be_bytes());
+        let e = ask(port, &long).unwrap_err();
+        ensure!(e.contains("token of 65535 bytes"), "token length: {e}");
+        let e = ask(port, &hello(1, 3, b"sneaky")).unwrap_err();
+        ensure!(e.contains("rank 0 has none"), "unexpected token: {e}");
+        // The real ranks are served all the same, and quickly.
+        let h1 = rank_thread(&r, 1, 3, Duration::from_secs(30), None);
+        let h2 = rank_thread(&r, 2, 3, Duration::from_secs(30), None);
+        let id0 = h0.join().unwrap()?;
+        let took = start.elapsed();
+        ensure!(h1.join().unwrap()? == id0, "rank 1");
+        ensure!(h2.join().unwrap()? == id0, "rank 2");
+        ensure!(
+            took < Duration::from_secs(4),
+            "silent and trickling peers held the rendezvous for {took:?}"
+        );
+        drop(silent);
+        let _ = trickle.join();
+        Ok(())
+    }
+
+    fn tcp_duplicate_rank() -> TestResult {
+        let port = free_port();
+        let r = tcp(port);
+        let h0 = rank_thread(&r, 0, 3, Duration::from_secs(20), None);
+        // Without a token, anyone can take rank 1's place (the documented
+        // exposure) ...
+        let stolen = ask(port, &hello(1, 3, b""))?;
+        ensure!(stolen == fixed(0xA0).to_bytes(), "the id");
+        // ... and the real rank 1 is refused, while the rest goes on.
+        let (e1, _) = rank_of(&r, 1, 3, Duration::from_secs(20));
+        let e1 = e1.unwrap_err().to_string();
+        ensure!(
+            e1.contains("refused") && e1.contains("connected twice"),
+            "{e1}"
+        );
+        let h2 = rank_thread(&r, 2, 3, Duration::from_secs(20), None);
+        ensure!(h2.join().unwrap()? == fixed(0xA0), "rank 2");
+        ensure!(h0.join().unwrap()? == fixed(0xA0), "rank 0");
+        Ok(())
+    }
+
+    fn tcp_token() -> TestResult {
+        let port = free_port();
+        let r = tcp(port);
+        let tok = Token::new("s3cret")?;
+        let t = Duration::from_secs(20);
+        let h0 = rank_thread(&r, 0, 3, t, Some(tok.clone()));
+        for (what, token) in [
+            ("none", &b""[..]),
+            ("wrong", b"s3creT"),
+            ("prefix", b"s3cre"),
+            ("longer", b"s3crets"),
+        ] {
+            let e = ask(port, &hello(1, 3, token)).unwrap_err();
+            ensure!(e.contains("wrong or missing token"), "{what}: {e}");
+        }
+        // A rank without the token is refused and told why.
+        let (e, _) = rank_of(&r, 2, 3, t);
+        let e = e.unwrap_err().to_string();
+        ensure!(e.contains("wrong or missing token"), "{e}");
+        let h1 = rank_thread(&r, 1, 3, t, Some(tok.clone()));
+        let h2 = rank_thread(&r, 2, 3, t, Some(tok));
+        let id0 = h0.join().unwrap()?;
+        ensure!(
+            h1.join().unwrap()? == id0 && h2.join().unwrap()? == id0,
+            "ids"
+        );
+        Ok(())
+    }
+
+    /// Rank 0 faces a peer sending a byte every 200 ms: its deadline holds.
+    fn tcp_trickling_server() -> TestResult {
+        let port = free_port();
+        let t = Duration::from_secs(1);
+        let start = Instant::now();
+        let h0 = rank_thread(&tcp(port), 0, 2, t, None);
+        let trickle = std::thread::spawn(move || {
+            let mut c = connect(port);
+            for b in hello(1, 2, b"").iter().cycle().take(40) {
+                if c.write_all(&[*b]).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+        let e = h0.join().unwrap().unwrap_err().to_string();
+        ensure!(e.contains("timed out waiting for 1 rank(s) ([1])"), "{e}");
+        held("rank 0 with a trickling peer", start.elapsed(), t)?;
+        let _ = trickle.join();
+        Ok(())
+    }
+
+    /// A "rank 0" answering a byte every 200 ms: the rank's deadline holds.
+    fn tcp_trickling_client() -> TestResult {
+        let l = TcpListener::bind("127.0.0.1:0")?;
+        let port = l.local_addr()?.port();
+        let server = std::thread::spawn(move || {
+            if let Ok((mut c, _)) = l.accept() {
+                let mut h = [0u8; 18];
+                let _ = c.read_exact(&mut h);
+                for _ in 0..40 {
+                    if c.write_all(&[0]).is_err() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        });
+        let t = Duration::from_secs(1);
+        let (e, took) = rank_of(&tcp(port), 1, 2, t);
+        let e = e.unwrap_err().to_string();
+        ensure!(e.contains("timed out"), "{e}");
+        held("a rank with a trickling rank 0", took, t)?;
+        let _ = server.join();
+        Ok(())
+    }
+
+    /// Connected (the kernel's backlog) but never served: the read still
+    /// ends at the deadline.
+    fn tcp_never_accepts() -> TestResult {
+        let l = TcpListener::bind("127.0.0.1:0")?;
+        let port = l.local_addr()?.port();
+        let t = Duration::from_millis(800);
+        let (e, took) = rank_of(&tcp(port), 1, 2, t);
+        let e = e.unwrap_err().to_string();
+        ensure!(e.contains("timed out"), "{e}");
+        held("a listener that never accepts", took, t)?;
+        drop(l);
+        Ok(())
+    }
+
+    /// A listener whose accept queue is full: the kernel drops further
+    /// SYNs, so connecting hangs until the deadline passes in the middle of
+    /// it; the rank still returns on time.
+    fn tcp_connect_hangs() -> TestResult {
+        let l = TcpListener::bind("127.0.0.1:0")?;
+        let port = l.local_addr()?.port();
+        let addr = l.local_addr()?;
+        // Fill the queue (std listens with a backlog of 128).
+        let mut queued = Vec::new();
+        let fill = Instant::now();
+        while fill.elapsed() < Duration::from_secs(5) {
+            match TcpStream::connect_timeout(&addr, Duration::from_millis(100)) {
+                Ok(c) => queued.push(c),
+                Err(_) => break,
+            }
+        }
+        if queued.len() > 1000 {
+            eprintln!(
+                "note: tcp_deadline_passes_during_connect: the accept queue never filled; connect did not hang"
+            );
+        }
+        let t = Duration::from_millis(1500);
+        let (e, took) = rank_of(&tcp(port), 1, 2, t);
+        let e = e.unwrap_err().to_string();
+        ensure!(e.contains("timed out"), "{e}");
+        held("connecting to a full accept queue", took, t)?;
+        eprintln!(
+            "note: tcp_deadline_passes_during_connect: {} connections queued; {e}",
+            queued.len()
+        );
+        drop(queued);
+        drop(l);
+        Ok(())
+    }
+
+    fn tcp_unresolvable() -> TestResult {
+        let r = tcp_host("no-such-host.invalid", 29511);
+        let t = Duration::from_secs(1);
+        for rank in [1, 0] {
+            let (e, took) = rank_of(&r, rank, 2, t);
+            let e = e.unwrap_err().to_string();
+            ensure!(
+                e.contains("timed out") && e.contains("resolving"),
+                "rank {rank}: {e}"
+            );
+            held(
+                &format!("rank {rank}, a name that does not resolve"),
+                took,
+                t,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// An address that is not this machine's: rank 0 says so at once
+    /// rather than listen on every interface.
+    fn tcp_binds_given() -> TestResult {
+        let r = tcp_host("192.0.2.1", free_port());
+        let (e, took) = rank_of(&r, 0, 2, Duration::from_secs(5));
+        let e = e.unwrap_err().to_string();
+        ensure!(e.contains("cannot listen on 192.0.2.1"), "{e}");
+        ensure!(took < Duration::from_secs(1), "{took:?}");
+        Ok(())
+    }
+
+    fn tcp_world_mismatch() -> TestResult {
+        let r = tcp(free_port());
+        // The child thinks the job has 3 ranks; rank 0 says 2.
+        let c = spawn(&r, 1, 3, 20.0, None);
+        let t = Duration::from_secs(3);
+        let (e, took) = rank_of(&r, 0, 2, t);
+        let e = e.unwrap_err().to_string();
+        let (ok, out, err) = finish(c);
+        ensure!(!ok && out.is_empty(), "the child got an id: {out}");
+        ensure!(
+            err.contains("refused") && err.contains("world size 3"),
+            "child: {err}"
+        );
+        // Rank 0 went on waiting for a real rank 1, then listed the refusal.
+        ensure!(
+            e.contains("timed out") && e.contains("world size 3"),
+            "rank 0: {e}"
+        );
+        held("rank 0 after a refusal", took, t)?;
+        Ok(())
+    }
+
+    // ---------------------------------------------------------- host tier
+
+    /// Joining a job on a machine without a GPU fails with `NoDevice`,
+    /// naming `LOCAL_RANK`, before any rendezvous.
+    fn launch_without_gpu() -> TestResult {
+        if has_gpu() {
+            eprintln!(
+                "note: host::launch_without_gpu_says_so: this machine has a GPU; not applicable"
+            );
+            return Ok(());
+        }
+        let env = LaunchEnv::from_vars(vars(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("LOCAL_RANK", "1"),
+            // Nobody listens here: reaching the rendezvous would time out.
+            ("CUDNN_RS_RENDEZVOUS", "tcp://127.0.0.1:9"),
+            ("CUDNN_RS_RENDEZVOUS_TIMEOUT", "60"),
+        ]))?;
+        let t = Instant::now();
+        let e = launch::init(env).unwrap_err();
+        ensure!(matches!(e, Error::NoDevice { .. }), "{e}");
+        ensure!(e.to_string().contains("LOCAL_RANK=1"), "{e}");
+        ensure!(
+            t.elapsed() < Duration::from_secs(20),
+            "it waited for the rendezvous: {e}"
+        );
+        Ok(())
+    }
+
+    fn rendezvous_processes(kind: &str, token: Option<&str>) -> TestResult {
+        let dir = scratch(&format!("{kind}-{}", token.is_some()));
+        let r = match kind {
+            "file" => Rendezvous::File(dir.join("job.id")),
+            _ => tcp(free_port()),
+        };
+        // The other ranks start first, so they must wait for rank 0.
+        let children = [spawn(&r, 1, 3, 60.0, token), spawn(&r, 2, 3, 60.0, token)];
+        std::thread::sleep(Duration::from_millis(200));
+        let tok = token.map(Token::new).transpose()?;
+        let id = launch::exchange_with_token(
+            &r,
+            Ranks::new(0, 3)?,
+            Duration::from_secs(60),
+            tok.as_ref(),
+            UniqueId::new,
+        )?;
+        for (i, c) in children.into_iter().enumerate() {
+            let (ok, out, err) = finish(c);
+            ensure!(ok, "rank {} failed: {err}", i + 1);
+            let got: UniqueId = out
+                .parse()
+                .map_err(|e| format!("rank {}: {e}: {out:?}", i + 1))?;
+            ensure!(got == id, "rank {} received another id", i + 1);
+        }
+        ensure!(
+            files_in(&dir).is_empty(),
+            "rendezvous files left behind: {:?}",
+            files_in(&dir)
+        );
+        let _ = std::fs::remove_dir_all(dir);
+        Ok(())
+    }
+}
