@@ -123,6 +123,32 @@ pub enum Error {
         context: Option<String>,
     },
 
+    /// A call that may not run while an NCCL group (`nccl::group`)
+    /// is being recorded on this thread (a nested group, a direct
+    /// collective, a communicator's creation, split, finalize, destroy or
+    /// abort, a wait).
+    #[error("{call} cannot run inside an nccl::group: {why}")]
+    InGroup {
+        /// What was called (`"Communicator::split"`).
+        call: &'static str,
+        /// Why it is refused.
+        why: &'static str,
+    },
+
+    /// Work did not finish before its deadline (a communicator that never
+    /// became ready, collectives that never completed). Names what was
+    /// waited for, how long, and the rank; says whether the communicator
+    /// was aborted.
+    #[error("timed out after {waited:?} waiting for {what}{}", on_rank(.rank))]
+    Timeout {
+        /// What was waited for (`"ncclCommInitRankConfig to finish (rank 1 of 2); the communicator was aborted"`).
+        what: String,
+        /// How long it waited.
+        waited: std::time::Duration,
+        /// The rank, when there is a communicator.
+        rank: Option<u32>,
+    },
+
     /// Processes could not meet to exchange an NCCL unique id (rendezvous
     /// over a file or TCP): names the rendezvous and what went wrong.
     #[error("rendezvous {rendezvous}: {detail}")]

@@ -1,0 +1,222 @@
+//! Unit tests of the group recording (no NCCL, no device): the issuing goes
+//! through a counting [`Exec`], so "nothing launched" is observed directly.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::cell::Cell;
+use std::mem::ManuallyDrop;
+use std::ptr::NonNull;
+
+use super::comm::Communicator;
+use super::group::run;
+use super::op::{Call, Op, ReduceOp};
+use super::record::{Exec, Recorded};
+use crate::error::{Error, Result};
+use crate::runtime::Stream;
+
+/// What the executor saw, in order.
+#[derive(Debug, Default)]
+struct Counting {
+    log: Vec<String>,
+    /// Fail the n-th `issue` (1-based) as NCCL would.
+    fail_at: Option<usize>,
+    issued: usize,
+    poisoned: Cell<bool>,
+}
+
+impl Exec for Counting {
+    fn ready(&mut self, calls: &[&Recorded<'_>]) -> Result<()> {
+        self.log.push(format!("ready {}", calls.len()));
+        Ok(())
+    }
+    fn start(&mut self) -> Result<()> {
+        self.log.push("start".into());
+        Ok(())
+    }
+    fn issue(&mut self, rec: &Recorded<'_>) -> Result<()> {
+        self.issued += 1;
+        if self.fail_at == Some(self.issued) {
+            self.log.push("issue failed".into());
+            return Err(Error::invalid("nccl", "refused", self.issued));
+        }
+        self.log.push(format!("issue {}", rec.call.count()));
+        Ok(())
+    }
+    fn poison(&mut self) {
+        self.poisoned.set(true);
+        self.log.push("poison".into());
+    }
+    fn end(&mut self) -> Result<bool> {
+        self.log.push("end".into());
+        Ok(false)
+    }
+    fn settle(&mut self, _calls: &[&Recorded<'_>]) -> Result<()> {
+        self.log.push("settle".into());
+        Ok(())
+    }
+}
+
+/// A communicator that is never handed to NCCL (the counting executor does
+/// not touch it) and never dropped.
+fn fake_comm() -> ManuallyDrop<Communicator> {
+    ManuallyDrop::new(Communicator::fake(NonNull::dangling()))
+}
+
+fn call(count: usize) -> Call {
+    let p = 0x1000 as *mut std::ffi::c_void;
+    Call::new::<f32>(Op::AllReduce {
+        send: p,
+        recv: p,
+        count,
+        op: ReduceOp::Sum,
+    })
+}
+
+#[test]
+fn unit_ok_issues_every_call_between_start_and_end() {
+    let comm = fake_comm();
+    let stream = Stream::legacy();
+    let mut exec = Counting::default();
+    let v = run(&mut exec, |g| {
+        g.push(Recorded {
+            comm: &comm,
+            stream: &stream,
+            call: call(4),
+        });
+        g.push(Recorded {
+            comm: &comm,
+            stream: &stream,
+            call: call(0),
+        });
+        g.push(Recorded {
+            comm: &comm,
+            stream: &stream,
+            call: call(7),
+        });
+        Ok(g.len())
+    })
+    .unwrap();
+    assert_eq!(v, 3);
+    // The call of 0 elements was recorded but is not issued.
+    assert_eq!(exec.log, ["ready 2", "start", "issue 4", "issue 7", "end"]);
+}
+
+#[test]
+fn unit_error_of_the_closure_launches_nothing() {
+    let comm = fake_comm();
+    let stream = Stream::legacy();
+    let mut exec = Counting::default();
+    let e = run(&mut exec, |g| -> Result<()> {
+        g.push(Recorded {
+            comm: &comm,
+            stream: &stream,
+            call: call(4),
+        });
+        g.push(Recorded {
+            comm: &comm,
+            stream: &stream,
+            call: call(5),
+        });
+        Err(Error::mismatch("third call", 1, 2))
+    })
+    .unwrap_err();
+    assert!(matches!(e, Error::Mismatch { .. }), "{e}");
+    assert!(exec.log.is_empty(), "NCCL was called: {:?}", exec.log);
+}
+
+#[test]
+fn unit_panic_in_the_closure_launches_nothing_and_closes_the_recording() {
+    let comm = fake_comm();
+    let stream = Stream::legacy();
+    let mut exec = Counting::default();
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = run(&mut exec, |g| -> Result<()> {
+            g.push(Recorded {
+                comm: &comm,
+                stream: &stream,
+                call: call(4),
+            });
+            panic!("inside a group");
+        });
+    }));
+    assert!(caught.is_err());
+    assert!(exec.log.is_empty(), "NCCL was called: {:?}", exec.log);
+    assert!(!super::depth::in_group(), "the recording stayed open");
+    // And a new group records again.
+    let mut exec = Counting::default();
+    run(&mut exec, |g| {
+        g.push(Recorded {
+            comm: &comm,
+            stream: &stream,
+            call: call(1),
+        });
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(exec.log, ["ready 1", "start", "issue 1", "end"]);
+}
+
+#[test]
+fn unit_a_call_nccl_refuses_poisons_and_still_ends_the_group() {
+    let comm = fake_comm();
+    let stream = Stream::legacy();
+    let mut exec = Counting {
+        fail_at: Some(2),
+        ..Counting::default()
+    };
+    let e = run(&mut exec, |g| {
+        for n in 1..=3 {
+            g.push(Recorded {
+                comm: &comm,
+                stream: &stream,
+                call: call(n),
+            });
+        }
+        Ok(())
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("refused"), "{e}");
+    assert!(exec.poisoned.get());
+    // Call 3 is never issued; the group is ended after the poison.
+    assert_eq!(
+        exec.log,
+        [
+            "ready 3",
+            "start",
+            "issue 1",
+            "issue failed",
+            "poison",
+            "end"
+        ]
+    );
+}
+
+#[test]
+fn unit_nested_groups_are_refused_before_anything() {
+    let mut outer = Counting::default();
+    let e = run(&mut outer, |_| {
+        let mut inner = Counting::default();
+        let r = run(&mut inner, |_| Ok(()));
+        assert!(inner.log.is_empty());
+        r
+    })
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::InGroup {
+                call: "nccl::group",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(outer.log.is_empty(), "{:?}", outer.log);
+    assert!(!super::depth::in_group());
+}
+
+#[test]
+fn unit_empty_group_calls_nothing() {
+    let mut exec = Counting::default();
+    assert!(run(&mut exec, |g| Ok(g.is_empty())).unwrap());
+    assert!(exec.log.is_empty(), "{:?}", exec.log);
+}
