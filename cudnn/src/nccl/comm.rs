@@ -183,8 +183,10 @@ impl Communicator {
     /// communicators and `Drop`).
     ///
     /// # Errors
-    /// As [`init_rank`](Self::init_rank); [`Error::Timeout`] at the
-    /// deadline; [`Error::MissingSymbol`] with an NCCL older than 2.14.
+    /// As [`init_rank`](Self::init_rank); [`Error::NoDevice`] (or
+    /// [`Error::Cuda`]) when no device is current, before NCCL is called;
+    /// [`Error::Timeout`] at the deadline; [`Error::MissingSymbol`] with an
+    /// NCCL older than 2.14.
     #[doc(alias = "ncclCommInitRankConfig")]
     pub fn init_rank_timeout(
         id: &UniqueId,
@@ -195,6 +197,16 @@ impl Communicator {
         depth::refuse("Communicator::init_rank_timeout", WHY_LIFECYCLE)?;
         Ranks::new(rank, size)?;
         let api = api()?;
+        // NCCL opens a group inside ncclCommInitRankConfig and, when
+        // cudaGetDevice fails there, returns without closing it (NCCL
+        // 2.32.3), leaving later calls on this thread deferred. So the
+        // device is checked here first.
+        if Device::count()? == 0 {
+            return Err(Error::NoDevice {
+                reason: "cudaGetDeviceCount reported 0 devices".into(),
+            });
+        }
+        Device::current()?;
         let deadline = Deadline::after(timeout);
         let mut cfg = config(false);
         let mut raw: sys::ncclComm_t = ptr::null_mut();
@@ -215,6 +227,13 @@ impl Communicator {
             if !raw.is_null() {
                 // SAFETY: NCCL made it and nothing else owns it.
                 unsafe { abort_raw(raw) };
+            } else if r == sys::ncclResult_t::ncclUnhandledCudaError {
+                // The early return above, should the device have gone away
+                // since the check: close the group NCCL left open (no group
+                // of this crate is open on this thread: refused above; with
+                // none open NCCL answers ncclInvalidUsage and does nothing).
+                // SAFETY: takes no arguments.
+                let _ = unsafe { api.ncclGroupEnd() };
             }
             return Err(with_rank(nccl_error(call, r), rank));
         }

@@ -142,7 +142,10 @@ impl Exec for Nccl {
     }
 
     fn settle(&mut self, calls: &[&Recorded<'_>]) -> Result<()> {
+        // Every communicator of the group is polled (each within its own
+        // timeout), even after one failed; the first error is returned.
         let mut seen: Vec<sys::ncclComm_t> = Vec::new();
+        let mut first = Ok(());
         for rec in calls {
             let raw = rec.comm.as_raw();
             if seen.contains(&raw) {
@@ -150,9 +153,13 @@ impl Exec for Nccl {
             }
             seen.push(raw);
             rec.comm.mark_non_blocking();
-            rec.comm
-                .finish("ncclGroupEnd", sys::ncclResult_t::ncclInProgress)?;
+            let r = rec
+                .comm
+                .finish("ncclGroupEnd", sys::ncclResult_t::ncclInProgress);
+            if first.is_ok() {
+                first = r;
+            }
         }
-        Ok(())
+        first
     }
 }
