@@ -11,4 +11,5 @@ pub(crate) use affinity::{check_args, check_device};
 pub use device::*;
 pub use event::*;
 pub use memory::*;
+pub(crate) use stream::check_stream_thread;
 pub use stream::*;

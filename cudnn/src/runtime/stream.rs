@@ -159,6 +159,15 @@ pub(crate) fn check_thread(what: &str, owner: Option<ThreadId>, current: ThreadI
     }
 }
 
+/// Check that `stream` may be used from the calling thread (not another
+/// thread's per-thread default stream), without touching the device.
+///
+/// # Errors
+/// [`Error::WrongThread`] naming `what`.
+pub(crate) fn check_stream_thread(what: &str, stream: &Stream) -> Result<()> {
+    check_thread(what, stream.inner.thread, thread::current().id())
+}
+
 impl Stream {
     fn wrap(raw: cudaStream_t, owned: bool) -> Self {
         Self::wrap_on(raw, owned, Device::current().ok())
