@@ -159,6 +159,32 @@ pub enum Error {
         detail: String,
     },
 
+    /// Memory, streams, handles or communicators of one call belong to
+    /// different devices (a buffer allocated on device 1 passed to a handle
+    /// of device 0, a handle bound to a stream of another device).
+    #[error("device mismatch: {what} is on device {got}, expected device {expected}")]
+    DeviceMismatch {
+        /// What is on the wrong device (`"buffer `x` of conv_forward"`).
+        what: String,
+        /// The device it must be on (the handle's, the stream's).
+        expected: usize,
+        /// The device it is on.
+        got: usize,
+    },
+
+    /// A per-thread default stream ([`Stream::per_thread`](crate::runtime::Stream::per_thread))
+    /// was used from another thread than the one it names: there it would
+    /// name that thread's queue, unordered with the first.
+    #[error("{what}: the per-thread default stream of thread {owner} used from thread {current}")]
+    WrongThread {
+        /// What was used (`"the stream of a cuDNN handle"`).
+        what: String,
+        /// The thread the stream belongs to (`ThreadId` as `Debug` prints it).
+        owner: String,
+        /// The calling thread.
+        current: String,
+    },
+
     /// There is no usable CUDA device.
     #[error("no CUDA device: {reason}")]
     NoDevice {
@@ -198,6 +224,15 @@ impl Error {
             arg: arg.into(),
             rule: rule.into(),
             value: value.to_string(),
+        }
+    }
+
+    /// An [`Error::DeviceMismatch`].
+    pub fn device_mismatch(what: impl Into<String>, expected: usize, got: usize) -> Self {
+        Error::DeviceMismatch {
+            what: what.into(),
+            expected,
+            got,
         }
     }
 

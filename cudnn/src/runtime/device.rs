@@ -36,6 +36,14 @@ pub struct DeviceGuard {
 }
 
 impl DeviceGuard {
+    /// A guard that changed nothing and restores nothing.
+    pub(crate) fn unchanged() -> Self {
+        DeviceGuard {
+            restore: None,
+            _thread: PhantomData,
+        }
+    }
+
     /// Whether creating the guard changed the current device.
     pub fn switched(&self) -> bool {
         self.restore.is_some()
@@ -147,6 +155,14 @@ impl Device {
         // SAFETY: `ordinal` is a valid, writable out-pointer.
         unsafe { cuda_call!(rt, cudaGetDevice(&mut ordinal)) }?;
         Ok(Device { ordinal })
+    }
+
+    /// A device value for `ordinal` as the runtime or a library reported it
+    /// (`cudaGetDevice`, `ncclCommCuDevice`), not checked against the device
+    /// count; negative ordinals read as device 0 in [`ordinal`](Device::ordinal).
+    #[allow(dead_code)] // used by the collectives and by unit tests
+    pub(crate) const fn from_runtime(ordinal: c_int) -> Self {
+        Device { ordinal }
     }
 
     /// The ordinal (0-based index).

@@ -105,12 +105,15 @@ impl Event {
     }
 
     /// Capture the work queued on `stream` so far (stream-ordered: the event
-    /// completes when that work is done).
+    /// completes when that work is done). The stream's device is current
+    /// during the call; the event must belong to that device.
     ///
     /// # Errors
-    /// [`Error::Cuda`] when the runtime refuses.
+    /// [`Error::WrongThread`] for another thread's per-thread stream;
+    /// [`Error::Cuda`] when the runtime refuses (an event of another device).
     #[doc(alias = "cudaEventRecord")]
     pub fn record(&self, stream: &Stream) -> Result<()> {
+        let _on = stream.enter("the stream an event is recorded on")?;
         let rt = check::cudart()?;
         // SAFETY: both handles are valid for the call (`stream` by its own contract).
         unsafe { cuda_call!(rt, cudaEventRecord(self.raw.as_ptr(), stream.as_raw())) }

@@ -163,6 +163,8 @@ fn copy_what<T: DataType>(dir: &str, len: usize) -> String {
 pub struct DeviceSlice<'a, T: DataType> {
     ptr: *const T,
     len: usize,
+    /// The device the memory is on (`None`: empty, or foreign and unnamed).
+    device: Option<Device>,
     _borrow: PhantomData<&'a [T]>,
 }
 
@@ -206,6 +208,23 @@ impl<'a, T: DataType> DeviceSlice<'a, T> {
         DeviceSlice {
             ptr,
             len,
+            device: None,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// As [`from_raw_parts`](DeviceSlice::from_raw_parts), for memory on
+    /// `device`: launches then check that the view and the handle, stream or
+    /// communicator agree on the device.
+    ///
+    /// # Safety
+    /// As [`from_raw_parts`](DeviceSlice::from_raw_parts), and the memory is
+    /// on `device`.
+    pub unsafe fn from_raw_parts_on(ptr: *const T, len: usize, device: Device) -> Self {
+        DeviceSlice {
+            ptr,
+            len,
+            device: Some(device),
             _borrow: PhantomData,
         }
     }
@@ -218,6 +237,15 @@ impl<'a, T: DataType> DeviceSlice<'a, T> {
     /// Whether the view is empty.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The device the memory is on: the owning buffer's device for a view
+    /// of a [`DeviceBuffer`], the named one for a view made with
+    /// `from_raw_parts_on`; `None` for a view of an empty buffer (no memory)
+    /// or of foreign memory made with `from_raw_parts` (unknown: launches
+    /// cannot check it, the caller's contract covers it).
+    pub fn device(&self) -> Option<Device> {
+        self.device
     }
 
     /// Size in bytes.
@@ -245,6 +273,7 @@ impl<'a, T: DataType> DeviceSlice<'a, T> {
         Ok(DeviceSlice {
             ptr: offset(self.ptr, s),
             len: e - s,
+            device: self.device,
             _borrow: PhantomData,
         })
     }
@@ -265,11 +294,13 @@ impl<'a, T: DataType> DeviceSlice<'a, T> {
             DeviceSlice {
                 ptr: self.ptr,
                 len: mid,
+                device: self.device,
                 _borrow: PhantomData,
             },
             DeviceSlice {
                 ptr: offset(self.ptr, mid),
                 len: self.len - mid,
+                device: self.device,
                 _borrow: PhantomData,
             },
         ))
@@ -332,6 +363,8 @@ impl<'a, T: DataType> DeviceSlice<'a, T> {
 pub struct DeviceSliceMut<'a, T: DataType> {
     ptr: *mut T,
     len: usize,
+    /// The device the memory is on (`None`: empty, or foreign and unnamed).
+    device: Option<Device>,
     _borrow: PhantomData<&'a mut [T]>,
 }
 
@@ -364,6 +397,22 @@ impl<'a, T: DataType> DeviceSliceMut<'a, T> {
         DeviceSliceMut {
             ptr,
             len,
+            device: None,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// As [`from_raw_parts_mut`](DeviceSliceMut::from_raw_parts_mut), for
+    /// memory on `device` (see [`DeviceSlice::from_raw_parts_on`]).
+    ///
+    /// # Safety
+    /// As [`from_raw_parts_mut`](DeviceSliceMut::from_raw_parts_mut), and the
+    /// memory is on `device`.
+    pub unsafe fn from_raw_parts_mut_on(ptr: *mut T, len: usize, device: Device) -> Self {
+        DeviceSliceMut {
+            ptr,
+            len,
+            device: Some(device),
             _borrow: PhantomData,
         }
     }
@@ -376,6 +425,15 @@ impl<'a, T: DataType> DeviceSliceMut<'a, T> {
     /// Whether the view is empty.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The device the memory is on: the owning buffer's device for a view
+    /// of a [`DeviceBuffer`], the named one for a view made with
+    /// `from_raw_parts_on`; `None` for a view of an empty buffer (no memory)
+    /// or of foreign memory made with `from_raw_parts` (unknown: launches
+    /// cannot check it, the caller's contract covers it).
+    pub fn device(&self) -> Option<Device> {
+        self.device
     }
 
     /// Size in bytes.
@@ -408,6 +466,7 @@ impl<'a, T: DataType> DeviceSliceMut<'a, T> {
         DeviceSlice {
             ptr: self.ptr,
             len: self.len,
+            device: self.device,
             _borrow: PhantomData,
         }
     }
@@ -417,6 +476,7 @@ impl<'a, T: DataType> DeviceSliceMut<'a, T> {
         DeviceSliceMut {
             ptr: self.ptr,
             len: self.len,
+            device: self.device,
             _borrow: PhantomData,
         }
     }
@@ -446,6 +506,7 @@ impl<'a, T: DataType> DeviceSliceMut<'a, T> {
         Ok(DeviceSliceMut {
             ptr: self.ptr.wrapping_add(s),
             len: e - s,
+            device: self.device,
             _borrow: PhantomData,
         })
     }
@@ -469,11 +530,13 @@ impl<'a, T: DataType> DeviceSliceMut<'a, T> {
             DeviceSliceMut {
                 ptr: self.ptr,
                 len: mid,
+                device: self.device,
                 _borrow: PhantomData,
             },
             DeviceSliceMut {
                 ptr: self.ptr.wrapping_add(mid),
                 len: self.len - mid,
+                device: self.device,
                 _borrow: PhantomData,
             },
         ))
@@ -711,6 +774,8 @@ enum Owner {
 pub struct DeviceBuffer<T: DataType> {
     ptr: *mut T,
     len: usize,
+    /// The device the memory was allocated on (`None` when empty).
+    device: Option<Device>,
     owner: Owner,
     /// A stream-ordered allocation on a non-blocking stream that no
     /// synchronous method has waited for yet (see [`DeviceBuffer::alloc_async`]).
@@ -748,12 +813,14 @@ impl<T: DataType> DeviceBuffer<T> {
         DeviceBuffer {
             ptr: ptr::null_mut(),
             len: 0,
+            device: None,
             owner: Owner::Empty,
             alloc_pending: AtomicBool::new(false),
         }
     }
 
-    /// Allocate `len` elements on the current device. The contents are
+    /// Allocate `len` elements on the current device (recorded as the
+    /// buffer's [`device`](DeviceBuffer::device)). The contents are
     /// unspecified (but every bit pattern is a valid `T`).
     ///
     /// # Errors
@@ -765,6 +832,7 @@ impl<T: DataType> DeviceBuffer<T> {
         if bytes == 0 {
             return Ok(Self::empty());
         }
+        let device = Device::current()?;
         let rt = check::cudart()?;
         let mut p: *mut c_void = ptr::null_mut();
         // SAFETY: `p` is a valid, writable out-pointer; `bytes` is non-zero.
@@ -774,6 +842,7 @@ impl<T: DataType> DeviceBuffer<T> {
         Ok(DeviceBuffer {
             ptr: p.cast(),
             len,
+            device: Some(device),
             owner: Owner::Malloc,
             alloc_pending: AtomicBool::new(false),
         })
@@ -800,9 +869,9 @@ impl<T: DataType> DeviceBuffer<T> {
         Ok(b)
     }
 
-    /// Stream-ordered allocation: the memory may be used by work queued on
-    /// `stream` after this call, and is freed on `stream` when the buffer is
-    /// dropped (the buffer keeps a clone of the stream).
+    /// Stream-ordered allocation on `stream`'s device: the memory may be used
+    /// by work queued on `stream` after this call, and is freed on `stream`
+    /// when the buffer is dropped (the buffer keeps a clone of the stream).
     ///
     /// # Safety
     /// The memory exists for the device only once the allocation has
@@ -839,7 +908,13 @@ impl<T: DataType> DeviceBuffer<T> {
             return Ok(Self::empty());
         }
         let rt = check::cudart()?;
-        let device = Device::current()?;
+        // The memory comes from the pool of the stream's device: make it
+        // current for the allocation, and record it.
+        let _on = stream.enter("the stream of a stream-ordered allocation")?;
+        let device = match stream.device() {
+            Some(d) => d,
+            None => Device::current()?,
+        };
         let unsupported = || Error::Unsupported {
             what: format!(
                 "stream-ordered allocation (cudaMallocAsync) on device {}",
@@ -862,6 +937,7 @@ impl<T: DataType> DeviceBuffer<T> {
             Ok(()) => Ok(DeviceBuffer {
                 ptr: p.cast(),
                 len,
+                device: Some(device),
                 owner: Owner::Pool(stream.clone()),
                 alloc_pending: AtomicBool::new(pending),
             }),
@@ -891,12 +967,15 @@ impl<T: DataType> DeviceBuffer<T> {
         Ok(b)
     }
 
-    /// Take ownership of memory from `cudaMalloc` (freed with `cudaFree` on drop).
+    /// Take ownership of memory from `cudaMalloc` (freed with `cudaFree` on
+    /// drop). The device current now is recorded as the buffer's
+    /// [`device`](DeviceBuffer::device).
     ///
     /// # Safety
-    /// `ptr` was returned by `cudaMalloc` (not offset), for at least
-    /// `len * size_of::<T>()` bytes, is aligned for `T`, and nobody else
-    /// frees or keeps using it. It may be null only when `len` is 0.
+    /// `ptr` was returned by `cudaMalloc` (not offset) on the device current
+    /// now, for at least `len * size_of::<T>()` bytes, is aligned for `T`,
+    /// and nobody else frees or keeps using it. It may be null only when
+    /// `len` is 0.
     pub unsafe fn from_raw(ptr: *mut T, len: usize) -> Self {
         if ptr.is_null() {
             return Self::empty();
@@ -904,6 +983,7 @@ impl<T: DataType> DeviceBuffer<T> {
         DeviceBuffer {
             ptr,
             len,
+            device: Device::current().ok(),
             owner: Owner::Malloc,
             alloc_pending: AtomicBool::new(false),
         }
@@ -932,6 +1012,14 @@ impl<T: DataType> DeviceBuffer<T> {
     /// Size in bytes.
     pub fn byte_len(&self) -> usize {
         self.len * T::SIZE
+    }
+
+    /// The device the memory was allocated on; `None` for an empty buffer,
+    /// which holds no memory (and so agrees with any device). Launches check
+    /// that their buffers, handle, stream and communicator agree on it
+    /// ([`Error::DeviceMismatch`]).
+    pub fn device(&self) -> Option<Device> {
+        self.device
     }
 
     /// Whether the memory came from stream-ordered allocation.
@@ -978,6 +1066,7 @@ impl<T: DataType> DeviceBuffer<T> {
         DeviceSlice {
             ptr: self.ptr,
             len: self.len,
+            device: self.device,
             _borrow: PhantomData,
         }
     }
@@ -987,6 +1076,7 @@ impl<T: DataType> DeviceBuffer<T> {
         DeviceSliceMut {
             ptr: self.ptr,
             len: self.len,
+            device: self.device,
             _borrow: PhantomData,
         }
     }
