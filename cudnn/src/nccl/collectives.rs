@@ -64,6 +64,12 @@ impl Communicator {
     /// [`Error::Mismatch`](crate::Error::Mismatch) when the lengths differ
     /// (before NCCL is called); [`Error::Nccl`](crate::Error::Nccl) naming
     /// the rank and NCCL's text.
+    /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
+    /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
+    /// when the stream or a buffer is on another device than the
+    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
+    /// (it is then aborted).
     #[doc(alias = "ncclAllReduce")]
     pub fn all_reduce<'s, 'r, T: NcclType>(
         &self,
@@ -80,6 +86,12 @@ impl Communicator {
     ///
     /// # Errors
     /// [`Error::Nccl`](crate::Error::Nccl).
+    /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
+    /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
+    /// when the stream or a buffer is on another device than the
+    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
+    /// (it is then aborted).
     #[doc(alias = "ncclAllReduce")]
     pub fn all_reduce_in_place<'b, T: NcclType>(
         &self,
@@ -88,11 +100,7 @@ impl Communicator {
         stream: &Stream,
     ) -> Result<()> {
         let mut buf = buf.into();
-        run!(
-            self,
-            stream,
-            Ok::<_, crate::Error>(self.op_all_reduce_in_place(&mut buf, op))
-        )
+        run!(self, stream, self.op_all_reduce_in_place(&mut buf, op))
     }
 
     /// Copy `send` of rank `root` into `recv` of every rank
@@ -102,6 +110,12 @@ impl Communicator {
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `root`
     /// is not a rank; [`Error::Mismatch`](crate::Error::Mismatch) when the
     /// lengths differ; [`Error::Nccl`](crate::Error::Nccl).
+    /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
+    /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
+    /// when the stream or a buffer is on another device than the
+    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
+    /// (it is then aborted).
     #[doc(alias = "ncclBroadcast")]
     pub fn broadcast<'s, 'r, T: NcclType>(
         &self,
@@ -119,6 +133,12 @@ impl Communicator {
     ///
     /// # Errors
     /// As [`broadcast`](Self::broadcast).
+    /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
+    /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
+    /// when the stream or a buffer is on another device than the
+    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
+    /// (it is then aborted).
     #[doc(alias = "ncclBcast")]
     pub fn broadcast_in_place<'b, T: NcclType>(
         &self,
@@ -135,6 +155,12 @@ impl Communicator {
     ///
     /// # Errors
     /// As [`broadcast`](Self::broadcast).
+    /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
+    /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
+    /// when the stream or a buffer is on another device than the
+    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
+    /// (it is then aborted).
     #[doc(alias = "ncclReduce")]
     pub fn reduce<'s, 'r, T: NcclType>(
         &self,
@@ -152,6 +178,12 @@ impl Communicator {
     ///
     /// # Errors
     /// As [`broadcast`](Self::broadcast).
+    /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
+    /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
+    /// when the stream or a buffer is on another device than the
+    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
+    /// (it is then aborted).
     #[doc(alias = "ncclReduce")]
     pub fn reduce_in_place<'b, T: NcclType>(
         &self,
@@ -170,6 +202,12 @@ impl Communicator {
     /// # Errors
     /// [`Error::Mismatch`](crate::Error::Mismatch) when `recv` is not
     /// `size * send.len()`; [`Error::Nccl`](crate::Error::Nccl).
+    /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
+    /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
+    /// when the stream or a buffer is on another device than the
+    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
+    /// (it is then aborted).
     #[doc(alias = "ncclAllGather")]
     pub fn all_gather<'s, 'r, T: NcclType>(
         &self,
@@ -187,6 +225,12 @@ impl Communicator {
     /// # Errors
     /// [`Error::Mismatch`](crate::Error::Mismatch) when the length is not a
     /// multiple of the size; [`Error::Nccl`](crate::Error::Nccl).
+    /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
+    /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
+    /// when the stream or a buffer is on another device than the
+    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
+    /// (it is then aborted).
     #[doc(alias = "ncclAllGather")]
     pub fn all_gather_in_place<'b, T: NcclType>(
         &self,
@@ -203,6 +247,12 @@ impl Communicator {
     /// # Errors
     /// [`Error::Mismatch`](crate::Error::Mismatch) when `send` is not
     /// `size * recv.len()`; [`Error::Nccl`](crate::Error::Nccl).
+    /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
+    /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
+    /// when the stream or a buffer is on another device than the
+    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
+    /// (it is then aborted).
     #[doc(alias = "ncclReduceScatter")]
     pub fn reduce_scatter<'s, 'r, T: NcclType>(
         &self,
@@ -220,6 +270,12 @@ impl Communicator {
     ///
     /// # Errors
     /// As [`all_gather_in_place`](Self::all_gather_in_place).
+    /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
+    /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
+    /// when the stream or a buffer is on another device than the
+    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
+    /// (it is then aborted).
     #[doc(alias = "ncclReduceScatter")]
     pub fn reduce_scatter_in_place<'b, T: NcclType>(
         &self,
@@ -240,6 +296,12 @@ impl Communicator {
     /// is not a rank, or is this rank (a send to oneself needs its recv in
     /// the same group, where [`Group::send`](super::Group::send) allows it);
     /// [`Error::Nccl`](crate::Error::Nccl).
+    /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
+    /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
+    /// when the stream or a buffer is on another device than the
+    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
+    /// (it is then aborted).
     #[doc(alias = "ncclSend")]
     pub fn send<'s, T: NcclType>(
         &self,
@@ -256,6 +318,12 @@ impl Communicator {
     ///
     /// # Errors
     /// As [`send`](Self::send).
+    /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
+    /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
+    /// when the stream or a buffer is on another device than the
+    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
+    /// (it is then aborted).
     #[doc(alias = "ncclRecv")]
     pub fn recv<'r, T: NcclType>(
         &self,

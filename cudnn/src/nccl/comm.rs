@@ -11,7 +11,7 @@ use super::depth::{self, WHY_LIFECYCLE};
 use super::progress::{self, Backoff, DEFAULT_TIMEOUT, Deadline, Settled};
 use super::{Ranks, UniqueId, api, nccl_call, sys, text};
 use crate::error::{Error, Result};
-use crate::runtime::{Device, Stream};
+use crate::runtime::{Device, Stream, check_args, check_device, check_stream_thread};
 
 /// How long [`Communicator::wait`] lets the stream drain after it aborted
 /// the communicator (NCCL's kernels quit when told to).
@@ -560,9 +560,31 @@ impl Communicator {
         }
     }
 
-    /// Item 6: the stream must be on this communicator's device.
-    pub(crate) fn check_stream(&self, _stream: &Stream) -> Result<()> {
-        Ok(())
+    /// This rank's device, as the runtime's value (no call made).
+    pub(crate) fn runtime_device(&self) -> Device {
+        Device::from_runtime(c_int::try_from(self.device).unwrap_or(c_int::MAX))
+    }
+
+    /// The stream of a call must be on this communicator's device, and
+    /// usable from this thread (not another thread's per-thread stream).
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`], [`Error::WrongThread`].
+    pub(crate) fn check_stream(&self, stream: &Stream) -> Result<()> {
+        check_stream_thread("the stream of an NCCL call", stream)?;
+        check_device(
+            || format!("the stream of an NCCL call on rank {}", self.rank()),
+            self.runtime_device(),
+            stream.device(),
+        )
+    }
+
+    /// The buffers of a call must be on this communicator's device.
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`] naming the argument and the call.
+    pub(crate) fn check_buffers(&self, op: &str, args: &[(&str, Option<Device>)]) -> Result<()> {
+        check_args(op, self.runtime_device(), args)
     }
 
     /// An error NCCL met while running work queued earlier (a peer died, a

@@ -157,7 +157,7 @@ impl<'env> Group<'env> {
         stream: &'env Stream,
     ) -> Result<()> {
         let mut buf = buf.into();
-        let op = comm.op_all_reduce_in_place(&mut buf, op);
+        let op = comm.op_all_reduce_in_place(&mut buf, op)?;
         self.queue::<T>(comm, stream, op)
     }
 

@@ -260,6 +260,10 @@ impl Communicator {
         recv: &mut DeviceSliceMut<'_, T>,
         op: ReduceOp,
     ) -> Result<Op> {
+        self.check_buffers(
+            "all_reduce",
+            &[("send", send.device()), ("recv", recv.device())],
+        )?;
         let count = self
             .ranks()
             .same_len("all_reduce", send.len(), recv.len())?;
@@ -275,14 +279,15 @@ impl Communicator {
         &self,
         buf: &mut DeviceSliceMut<'_, T>,
         op: ReduceOp,
-    ) -> Op {
+    ) -> Result<Op> {
+        self.check_buffers("all_reduce_in_place", &[("buf", buf.device())])?;
         let p = buf.as_raw_mut();
-        Op::AllReduce {
+        Ok(Op::AllReduce {
             send: p,
             recv: p,
             count: buf.len(),
             op,
-        }
+        })
     }
 
     pub(crate) fn op_broadcast<T: NcclType>(
@@ -291,6 +296,10 @@ impl Communicator {
         recv: &mut DeviceSliceMut<'_, T>,
         root: usize,
     ) -> Result<Op> {
+        self.check_buffers(
+            "broadcast",
+            &[("send", send.device()), ("recv", recv.device())],
+        )?;
         let root = self.ranks().check_rank("root", root)?;
         let count = self.ranks().same_len("broadcast", send.len(), recv.len())?;
         Ok(Op::Broadcast {
@@ -306,6 +315,7 @@ impl Communicator {
         buf: &mut DeviceSliceMut<'_, T>,
         root: usize,
     ) -> Result<Op> {
+        self.check_buffers("broadcast_in_place", &[("buf", buf.device())])?;
         let root = self.ranks().check_rank("root", root)?;
         let p = buf.as_raw_mut();
         Ok(Op::Broadcast {
@@ -323,6 +333,10 @@ impl Communicator {
         op: ReduceOp,
         root: usize,
     ) -> Result<Op> {
+        self.check_buffers(
+            "reduce",
+            &[("send", send.device()), ("recv", recv.device())],
+        )?;
         let root = self.ranks().check_rank("root", root)?;
         let count = self.ranks().same_len("reduce", send.len(), recv.len())?;
         Ok(Op::Reduce {
@@ -340,6 +354,7 @@ impl Communicator {
         op: ReduceOp,
         root: usize,
     ) -> Result<Op> {
+        self.check_buffers("reduce_in_place", &[("buf", buf.device())])?;
         let root = self.ranks().check_rank("root", root)?;
         let p = buf.as_raw_mut();
         Ok(Op::Reduce {
@@ -356,6 +371,10 @@ impl Communicator {
         send: &DeviceSlice<'_, T>,
         recv: &mut DeviceSliceMut<'_, T>,
     ) -> Result<Op> {
+        self.check_buffers(
+            "all_gather",
+            &[("send", send.device()), ("recv", recv.device())],
+        )?;
         let count = self.ranks().all_gather(send.len(), recv.len())?;
         Ok(Op::AllGather {
             send: send.as_raw(),
@@ -368,6 +387,7 @@ impl Communicator {
         &self,
         buf: &mut DeviceSliceMut<'_, T>,
     ) -> Result<Op> {
+        self.check_buffers("all_gather_in_place", &[("buf", buf.device())])?;
         let count = self.ranks().all_gather_in_place(buf.len())?;
         let base = buf.as_mut_ptr();
         // This rank's block is the send buffer (NCCL's in-place rule).
@@ -385,6 +405,10 @@ impl Communicator {
         recv: &mut DeviceSliceMut<'_, T>,
         op: ReduceOp,
     ) -> Result<Op> {
+        self.check_buffers(
+            "reduce_scatter",
+            &[("send", send.device()), ("recv", recv.device())],
+        )?;
         let count = self.ranks().reduce_scatter(send.len(), recv.len())?;
         Ok(Op::ReduceScatter {
             send: send.as_raw(),
@@ -399,6 +423,7 @@ impl Communicator {
         buf: &mut DeviceSliceMut<'_, T>,
         op: ReduceOp,
     ) -> Result<Op> {
+        self.check_buffers("reduce_scatter_in_place", &[("buf", buf.device())])?;
         let count = self.ranks().reduce_scatter_in_place(buf.len())?;
         let base = buf.as_mut_ptr();
         // This rank's block receives the result (NCCL's in-place rule).
@@ -416,6 +441,7 @@ impl Communicator {
         send: &DeviceSlice<'_, T>,
         peer: usize,
     ) -> Result<Op> {
+        self.check_buffers("send", &[("send", send.device())])?;
         let peer = self.ranks().check_rank("peer", peer)?;
         Ok(Op::Send {
             send: send.as_raw(),
@@ -429,6 +455,7 @@ impl Communicator {
         recv: &mut DeviceSliceMut<'_, T>,
         peer: usize,
     ) -> Result<Op> {
+        self.check_buffers("recv", &[("recv", recv.device())])?;
         let peer = self.ranks().check_rank("peer", peer)?;
         Ok(Op::Recv {
             recv: recv.as_raw_mut(),
