@@ -827,6 +827,15 @@ mod imp {
                 }),
             }))
             .map_err(|_| TestCaseError::fail("panicked"))?;
+            // And the wait after it, with long or unbounded deadlines
+            // (Duration::MAX never passes): the work finishes.
+            let limit = match op % 3 {
+                0 => Duration::MAX,
+                1 => Duration::from_secs(u64::MAX),
+                _ => Duration::from_secs(30),
+            };
+            comm.wait(&stream, limit)
+                .map_err(|e| TestCaseError::fail(format!("wait: {e}")))?;
             let (ok, bad) = stats.get();
             match r {
                 Ok(()) => stats.set((ok + 1, bad)),
