@@ -8,7 +8,7 @@ use std::ptr::{self, NonNull};
 use std::time::Duration;
 
 use super::depth::{self, WHY_LIFECYCLE};
-use super::progress::{self, Backoff, DEFAULT_TIMEOUT, Deadline, Settled};
+use super::progress::{self, Backoff, DEFAULT_COMM_TIMEOUT, Deadline, Settled};
 use super::{Ranks, UniqueId, api, nccl_call, sys, text};
 use crate::error::{Error, Result};
 use crate::runtime::{Device, Stream, check_args, check_device, check_stream_thread};
@@ -343,7 +343,7 @@ impl Communicator {
     /// destroyed, or aborted, by `Drop`: see the type's docs). Its rank,
     /// size and device are read from NCCL. A non-blocking communicator
     /// still initialising (`ncclInProgress`) is polled until it is ready,
-    /// for at most [`DEFAULT_TIMEOUT`](super::DEFAULT_TIMEOUT).
+    /// for at most [`DEFAULT_COMM_TIMEOUT`](super::DEFAULT_COMM_TIMEOUT).
     ///
     /// # Safety
     /// `raw` must be a live communicator that nothing else destroys or uses
@@ -361,7 +361,7 @@ impl Communicator {
         let st = unsafe { progress::state(raw) }?;
         let non_blocking = st == sys::ncclResult_t::ncclInProgress;
         if non_blocking {
-            let deadline = Deadline::after(DEFAULT_TIMEOUT);
+            let deadline = Deadline::after(DEFAULT_COMM_TIMEOUT);
             // SAFETY: as above.
             match unsafe { progress::settle(raw, &deadline) }? {
                 Settled::Ready | Settled::Failed(_) => {}
@@ -407,7 +407,7 @@ impl Communicator {
             device,
             non_blocking: Cell::new(false),
             aborted: Cell::new(false),
-            timeout: DEFAULT_TIMEOUT,
+            timeout: DEFAULT_COMM_TIMEOUT,
         })
     }
 
@@ -420,7 +420,7 @@ impl Communicator {
             device: 0,
             non_blocking: Cell::new(false),
             aborted: Cell::new(false),
-            timeout: DEFAULT_TIMEOUT,
+            timeout: DEFAULT_COMM_TIMEOUT,
         }
     }
 
@@ -501,7 +501,7 @@ impl Communicator {
 
     /// The deadline of this communicator's own polling: `ncclInProgress`
     /// answers of a non-blocking communicator, and its finalize in `Drop`.
-    /// [`DEFAULT_TIMEOUT`](super::DEFAULT_TIMEOUT) unless set.
+    /// [`DEFAULT_COMM_TIMEOUT`](super::DEFAULT_COMM_TIMEOUT) unless set.
     pub fn timeout(&self) -> Duration {
         self.timeout
     }

@@ -15,7 +15,7 @@
 //!   open nor launched in part.
 //! - Deadlines: [`Communicator::wait`] waits for a stream's work while
 //!   watching NCCL's asynchronous errors, and aborts the communicator on an
-//!   error or at its deadline (a typed [`Error::Timeout`](crate::Error::Timeout)
+//!   error or at its deadline (a typed [`crate::Error::Timeout`]
 //!   instead of a hang when a peer dies);
 //!   [`Communicator::init_rank_timeout`] makes a non-blocking communicator
 //!   whose initialisation, calls and `Drop` are all bounded.
@@ -60,7 +60,7 @@ pub use comm::Communicator;
 pub use group::{Group, group};
 pub use id::{UNIQUE_ID_BYTES, UniqueId};
 pub use op::{NcclType, ReduceOp};
-pub use progress::DEFAULT_TIMEOUT;
+pub use progress::DEFAULT_COMM_TIMEOUT;
 pub use validate::Ranks;
 
 use std::ffi::{CStr, c_char};

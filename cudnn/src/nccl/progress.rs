@@ -10,7 +10,7 @@ use crate::error::Result;
 /// The default deadline of a communicator's own polling (initialisation,
 /// `ncclInProgress`, finalize in `Drop`): ten minutes, as PyTorch's
 /// default collective timeout.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+pub const DEFAULT_COMM_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// A deadline `timeout` from now; a timeout too large for the clock never
 /// passes.
