@@ -85,6 +85,7 @@ mod imp {
                 init_rank_timeout_no_gpu,
             ),
             host("property_group_outcomes", property_group_outcomes),
+            host("property_in_group_refusals", property_in_group_refusals),
             host(
                 "property_init_rank_timeout_arguments",
                 property_init_rank_timeout,
@@ -1155,6 +1156,62 @@ mod imp {
         });
         std::panic::set_hook(prev);
         r.map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// Inside a group, communicator creation with any arguments (valid or
+    /// not, any deadline) is refused as `InGroup` naming the
+    /// call, before an argument check or NCCL; outside, the same arguments
+    /// get their ordinary typed answer.
+    fn property_in_group_refusals() -> TestResult {
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config, TestCaseError, TestRunner};
+        let mut runner = TestRunner::new(Config {
+            cases: 500,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        let id = UniqueId::from_bytes(&[3u8; 128])?;
+        let strat = (0usize..4, any::<usize>(), 0u8..3, any::<u64>());
+        runner
+            .run(&strat, |(rank, size, which, ms)| {
+                let t = Duration::from_millis(ms);
+                let call = |which: u8| -> cudnn::Result<()> {
+                    match which {
+                        0 => Communicator::init_rank(&id, rank, size).map(|_| ()),
+                        1 => Communicator::init_rank_timeout(&id, rank, size, t).map(|_| ()),
+                        // Device values need a device: the empty list is
+                        // what a host can make.
+                        _ => Communicator::init_all(&[]).map(|_| ()),
+                    }
+                };
+                let name = [
+                    "Communicator::init_rank",
+                    "Communicator::init_rank_timeout",
+                    "Communicator::init_all",
+                ][usize::from(which)];
+                let inside = nccl::group(|_| Ok(call(which)))
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                match inside {
+                    Err(Error::InGroup { call, .. }) => prop_assert_eq!(call, name),
+                    other => return Err(TestCaseError::fail(format!("{name}: {other:?}"))),
+                }
+                // Outside a group, only invalid arguments are tried (valid
+                // ones would need a device): typed argument errors.
+                let valid = size > 0 && size <= i32::MAX as usize && rank < size;
+                if which == 2 || !valid {
+                    let e = call(which)
+                        .err()
+                        .ok_or_else(|| TestCaseError::fail("accepted"))?;
+                    prop_assert!(matches!(e, Error::InvalidArgument { .. }), "{}", e);
+                }
+                prop_assert!(
+                    !group_open().map_err(TestCaseError::fail)?,
+                    "group left open"
+                );
+                Ok(())
+            })
+            .map_err(|e| e.to_string())?;
         Ok(())
     }
 
