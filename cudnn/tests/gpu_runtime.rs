@@ -485,12 +485,14 @@ fn blas_handle() -> TestResult {
     gemm_check(&h, "after set_workspace(0)")?;
     h.set_workspace(bytes)?;
     gemm_check(&h, "with a user workspace")?;
-    let raw = h.into_raw();
+    let (raw, bound) = h.into_raw();
+    ensure!(bound == stream, "into_raw returns the stream the handle is bound to");
     // SAFETY: `raw` came from `into_raw`, so we own it and nobody else uses it.
     let h = unsafe { blas::Handle::from_raw(raw, &stream) }?;
     gemm_check(&h, "after into_raw / from_raw")?;
     let h2 = blas::Handle::new(&Stream::legacy())?;
-    let raw = h2.into_raw();
+    let (raw, bound) = h2.into_raw();
+    ensure!(bound == Stream::legacy(), "h2 was bound to the legacy stream");
     // SAFETY: `raw` came from `into_raw`, so we own it and nobody else uses it.
     let h2 = unsafe { blas::Handle::from_raw(raw, &stream) }?;
     h2.destroy()?;

@@ -9,7 +9,7 @@ use crate::check::{self, cuda_call};
 use crate::error::{Error, Result};
 use crate::sys::cudart::{self, cudaError, cudaStream_t};
 
-use super::{Device, DeviceGuard, Event};
+use super::{Device, DeviceGuard};
 
 /// Flags for [`Stream::with_flags`] (`cudaStreamCreateWithFlags`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -389,42 +389,6 @@ impl Stream {
         Ok(true)
     }
 
-    /// Make later work on this stream wait until `event` completes
-    /// (stream-ordered; the host does not block).
-    ///
-    /// # Errors
-    /// [`Error::Cuda`](crate::Error::Cuda) when the runtime refuses.
-    #[doc(alias = "cudaStreamWaitEvent")]
-    pub fn wait_event(&self, event: &Event) -> Result<()> {
-        let _on = self.enter("the waiting stream")?;
-        let rt = check::cudart()?;
-        // SAFETY: both handles are valid for the call; flags 0 is the documented default.
-        unsafe { cuda_call!(rt, cudaStreamWaitEvent(self.inner.raw, event.as_raw(), 0)) }
-    }
-
-    /// Make later work on this stream wait for everything queued on `other`
-    /// so far: records a timing-free event on `other`, created with
-    /// `other`'s device current (an event must be recorded on a stream of
-    /// its own device), and waits on it with this stream's device current.
-    /// Nothing is done when both name the same queue (see `PartialEq`:
-    /// pseudo-streams of different devices or threads are different queues).
-    ///
-    /// # Errors
-    /// [`Error::WrongThread`] when either is another thread's per-thread
-    /// stream; [`Error::Cuda`](crate::Error::Cuda) when the runtime refuses.
-    pub fn wait_for(&self, other: &Stream) -> Result<()> {
-        if self == other {
-            return self.enter("the waiting stream").map(|_| ());
-        }
-        let ev = {
-            let _on = other.enter("the stream waited for")?;
-            let ev = Event::with_flags(super::EventFlags::DISABLE_TIMING)?;
-            ev.record(other)?;
-            ev
-        };
-        self.wait_event(&ev)
-    }
-
     /// Destroy the stream now if this is the last clone and it is owned,
     /// reporting the runtime's status; otherwise just drop this clone.
     ///
@@ -441,6 +405,26 @@ impl Stream {
             }
             _ => Ok(()),
         }
+    }
+}
+
+impl Device {
+    /// A new (blocking) stream on this device. Makes the device current first.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] when the stream cannot be created.
+    pub fn create_stream(&self) -> Result<Stream> {
+        self.set_current()?;
+        Stream::new()
+    }
+
+    /// A new non-blocking stream on this device (see [`Stream::non_blocking`]).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] when the stream cannot be created.
+    pub fn create_non_blocking_stream(&self) -> Result<Stream> {
+        self.set_current()?;
+        Stream::non_blocking()
     }
 }
 
