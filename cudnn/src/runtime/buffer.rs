@@ -6,7 +6,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::mem;
 use std::ops::RangeBounds;
-use std::ptr::{self};
+use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::check::{self, cuda_call};
@@ -516,6 +516,10 @@ impl<T: DataType> DeviceBuffer<T> {
         let owner = mem::replace(&mut self.owner, Owner::Empty);
         let p = mem::replace(&mut self.ptr, ptr::null_mut());
         self.len = 0;
+        #[cfg(test)]
+        if !matches!(owner, Owner::Empty) {
+            tests::RELEASES.with(|c| c.set(c.get() + 1));
+        }
         match owner {
             Owner::Empty => Ok(()),
             Owner::Malloc => {
@@ -650,5 +654,77 @@ impl<'a, T: DataType> From<&'a mut DeviceBuffer<T>> for DeviceSliceMut<'a, T> {
 impl<'a, T: DataType> From<&'a mut DeviceBuffer<T>> for DeviceSlice<'a, T> {
     fn from(b: &'a mut DeviceBuffer<T>) -> Self {
         b.as_slice()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+    use crate::error::Error;
+
+    thread_local! {
+        /// Frees this thread attempted (`release` of a non-empty buffer).
+        pub(super) static RELEASES: Cell<usize> = const { Cell::new(0) };
+    }
+
+    fn releases() -> usize {
+        RELEASES.with(Cell::get)
+    }
+
+    /// Another thread's per-thread stream: every use from this thread is
+    /// refused before any CUDA call, so these tests call nothing with the
+    /// fake pointers below.
+    fn foreign_stream() -> Stream {
+        std::thread::spawn(Stream::per_thread)
+            .join()
+            .expect("thread ran")
+    }
+
+    /// A buffer owning a fake pointer, never handed to CUDA by these tests.
+    fn fake(owner: Owner) -> DeviceBuffer<u8> {
+        DeviceBuffer {
+            ptr: 0x1000 as *mut u8,
+            len: 16,
+            device: None,
+            owner,
+            alloc_pending: AtomicBool::new(false),
+        }
+    }
+
+    #[test]
+    fn unit_release_counter_counts_an_attempted_free() {
+        // Control: dropping a stream-ordered buffer attempts its free (which
+        // is then refused on this thread: the memory is leaked, nothing called).
+        let before = releases();
+        drop(fake(Owner::Pool(foreign_stream())));
+        assert_eq!(releases(), before + 1);
+    }
+
+    #[test]
+    fn unit_destroy_after_leaks_when_the_ordering_fails() {
+        let own = foreign_stream();
+        let buf = fake(Owner::Pool(own.clone()));
+        assert_eq!(own.clone_count(), 2);
+        let before = releases();
+        let e = buf
+            .destroy_after(&Stream::legacy())
+            .expect_err("ordering after another thread's per-thread stream fails");
+        assert!(matches!(e, Error::WrongThread { .. }), "{e:?}");
+        // Leaked: no free was attempted, not even by Drop...
+        assert_eq!(releases(), before, "a free was attempted");
+        // ...and only the memory is leaked: the stream clone was released.
+        assert_eq!(own.clone_count(), 1);
+    }
+
+    #[test]
+    fn unit_destroy_after_leaks_when_the_synchronize_fails() {
+        let before = releases();
+        let e = fake(Owner::Malloc)
+            .destroy_after(&foreign_stream())
+            .expect_err("synchronizing another thread's per-thread stream fails");
+        assert!(matches!(e, Error::WrongThread { .. }), "{e:?}");
+        assert_eq!(releases(), before, "a free was attempted");
     }
 }

@@ -185,6 +185,12 @@ impl Stream {
         }
     }
 
+    /// How many clones of this stream value exist (tests of what keeps one).
+    #[cfg(test)]
+    pub(crate) fn clone_count(&self) -> usize {
+        Arc::strong_count(&self.inner)
+    }
+
     fn identity(&self) -> Identity {
         (self.inner.raw, self.inner.device, self.inner.thread)
     }
