@@ -125,15 +125,19 @@ impl Handle {
         if cc_major >= 9 { 32 << 20 } else { 4 << 20 }
     }
 
-    /// Create a handle on the current device, bound to `stream`, in host
-    /// pointer mode and [`MathMode::Default`].
+    /// Create a handle on the current device, bound to `stream` (which must
+    /// belong to that device), in host pointer mode and [`MathMode::Default`].
     ///
     /// # Errors
+    /// [`Error::WrongThread`] (first) for another thread's
+    /// [`Stream::per_thread`]; [`Error::DeviceMismatch`] for a stream of
+    /// another device;
     /// [`Error::Cublas`] from `cublasCreate` (without a usable device:
     /// `CUBLAS_STATUS_NOT_INITIALIZED`); [`Error::Load`].
     #[doc(alias = "cublasCreate")]
     #[doc(alias = "cublasCreate_v2")]
     pub fn new(stream: &Stream) -> Result<Self> {
+        crate::runtime::check_stream_thread("the stream of a cuBLAS handle", stream)?;
         let api = check::cublas()?;
         let mut raw: cublasHandle_t = ptr::null_mut();
         // SAFETY: `raw` is a valid, writable out-pointer.

@@ -155,13 +155,22 @@ impl<T: DataType> DeviceBuffer<T> {
         if bytes == 0 {
             return Ok(Self::empty());
         }
-        let device = Device::current()?;
         let rt = check::cudart()?;
         let mut p: *mut c_void = ptr::null_mut();
         // SAFETY: `p` is a valid, writable out-pointer; `bytes` is non-zero.
         unsafe { cuda_call!(rt, cudaMalloc(&mut p, bytes)) }.map_err(|e| {
             e.with_context(format!("allocating {len} x {} ({bytes} bytes)", T::NAME))
         })?;
+        // The allocation succeeded, so the current device can be read; if
+        // not, free it rather than keep memory whose device is unknown.
+        let device = match Device::current() {
+            Ok(d) => d,
+            Err(e) => {
+                // SAFETY: `p` came from the cudaMalloc above and is freed once.
+                let _ = unsafe { rt.cudaFree(p) };
+                return Err(e);
+            }
+        };
         Ok(DeviceBuffer {
             ptr: p.cast(),
             len,
