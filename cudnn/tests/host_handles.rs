@@ -149,10 +149,8 @@ fn foreign_per_thread_stream_refused() -> TestResult {
     is_wrong_thread(blas::Handle::new(&theirs), "blas::Handle::new")?;
     is_wrong_thread(blas::LtHandle::with_workspace(&theirs, 0), "LtHandle")?;
     // SAFETY: refused before anything is allocated.
-    is_wrong_thread(
-        unsafe { DeviceBuffer::<f32>::alloc_async(16, &theirs) },
-        "alloc_async",
-    )?;
+    let r = unsafe { DeviceBuffer::<f32>::alloc_async(16, &theirs) };
+    is_wrong_thread(r, "alloc_async")?;
     is_wrong_thread(theirs.alloc::<f32>(16), "Stream::alloc")?;
     // The scope is refused before its closure runs.
     let mut ran = false;

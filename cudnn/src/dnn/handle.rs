@@ -247,10 +247,13 @@ impl Handle {
     /// workspace), so workspace reuse stays ordered.
     ///
     /// # Errors
-    /// [`Error::Cudnn`] from `cudnnSetStream`; [`Error::Cuda`] from the
-    /// ordering event.
+    /// [`Error::DeviceMismatch`] for a stream of another device and
+    /// [`Error::WrongThread`] for another thread's per-thread stream (the
+    /// handle is unchanged); [`Error::Cudnn`] from `cudnnSetStream`;
+    /// [`Error::Cuda`] from the ordering event.
     #[doc(alias = "cudnnSetStream")]
     pub fn set_stream(&mut self, stream: &Stream) -> Result<()> {
+        check_stream(self.device, stream)?;
         if *stream != self.stream && !self.workspace.is_empty() {
             stream.wait_for(&self.stream)?;
         }

@@ -6,7 +6,10 @@
 //! methods that depend on the current device ([`Device::synchronize`],
 //! [`Device::create_stream`](crate::runtime::Device::create_stream)) make it current first, [`Device::memory_info`]
 //! only for the query, and [`Device::guard`] for a scope. Library handles
-//! record the device they were created on and allocate there.
+//! record the device they were created on, allocate there, and run every op
+//! with it current (restoring the caller's device after); buffers and
+//! streams record their device too, and a launch whose parts disagree is an
+//! [`Error::DeviceMismatch`].
 //! A thread that uses a device created elsewhere calls
 //! [`Device::set_current`] once.
 

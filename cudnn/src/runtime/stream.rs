@@ -537,4 +537,52 @@ mod tests {
             .expect_err("mine, on another thread");
         assert!(matches!(e, Error::WrongThread { .. }), "{e:?}");
     }
+
+    /// What queue an identity names, written independently of `same_queue`.
+    #[derive(Debug, PartialEq)]
+    enum Queue {
+        Object(usize),
+        Legacy(Option<Device>),
+        PerThread(Option<Device>, Option<ThreadId>),
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(20_000))]
+
+        /// `==` on stream values names the same queue exactly when the model
+        /// does, and is symmetric.
+        #[test]
+        fn unit_property_stream_equality_matches_the_queue_model(
+            a in (0usize..5, proptest::option::of(0i32..3), 0usize..3),
+            b in (0usize..5, proptest::option::of(0i32..3), 0usize..3),
+        ) {
+            let threads: Vec<ThreadId> = THREADS.with(|t| t.clone());
+            let make = |(kind, dev, th): (usize, Option<i32>, usize)| -> (Identity, Queue) {
+                let device = dev.map(Device::from_runtime);
+                match kind {
+                    0 => ((ptr::null_mut(), device, None), Queue::Legacy(device)),
+                    1 => ((cudart::cudaStreamLegacy, device, None), Queue::Legacy(device)),
+                    2 => (
+                        (cudart::cudaStreamPerThread, device, Some(threads[th])),
+                        Queue::PerThread(device, Some(threads[th])),
+                    ),
+                    k => (((0x1000 * k) as cudaStream_t, device, None), Queue::Object(k)),
+                }
+            };
+            let (ia, qa) = make(a);
+            let (ib, qb) = make(b);
+            proptest::prop_assert_eq!(same_queue(ia, ib), qa == qb);
+            proptest::prop_assert_eq!(same_queue(ia, ib), same_queue(ib, ia));
+            proptest::prop_assert!(same_queue(ia, ia));
+        }
+    }
+
+    thread_local! {
+        /// Three distinct thread ids (this one and two that ran and ended).
+        static THREADS: Vec<ThreadId> = vec![
+            thread::current().id(),
+            thread::spawn(|| thread::current().id()).join().expect("thread ran"),
+            thread::spawn(|| thread::current().id()).join().expect("thread ran"),
+        ];
+    }
 }

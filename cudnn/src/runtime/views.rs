@@ -561,3 +561,53 @@ impl<'a, T: DataType> From<&'a mut DeviceSliceMut<'_, T>> for DeviceSliceMut<'a,
         v.reborrow()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(20_000))]
+
+        /// Sub-views keep their device through any chain of slicing and
+        /// splitting; bad ranges are typed errors, never panics. No CUDA
+        /// call is made (the pointer is never dereferenced).
+        #[test]
+        fn unit_property_views_keep_their_device(
+            dev in 0i32..8,
+            len in 0usize..1000,
+            ops in proptest::collection::vec((0u8..4, 0usize..1100, 0usize..1100), 0..6),
+        ) {
+            let device = Device::from_runtime(dev);
+            // SAFETY: never dereferenced or passed to CUDA by this test.
+            let mut v = unsafe { DeviceSliceMut::<f32>::from_raw_parts_mut_on(0x1000 as *mut f32, len, device) };
+            for (op, a, b) in ops {
+                let n = v.len();
+                let same = |d: Option<Device>| assert_eq!(d, Some(device));
+                let r: Result<()> = match op {
+                    0 => v.slice(a..b).map(|s| same(s.device())),
+                    1 => v.reborrow().split_at_mut(a).map(|(l, r)| {
+                        same(l.device());
+                        same(r.device());
+                    }),
+                    2 => v.reborrow().into_slice_mut(a..).map(|s| same(s.device())),
+                    _ => v.as_slice().split_at(b).map(|(l, r)| {
+                        same(l.device());
+                        same(r.device());
+                    }),
+                };
+                match r {
+                    Ok(()) | Err(Error::InvalidArgument { .. }) => {}
+                    Err(e) => proptest::prop_assert!(false, "untyped error {e:?}"),
+                }
+                if op == 2 && a <= n {
+                    v = v
+                        .into_slice_mut(a..)
+                        .map_err(|e| proptest::test_runner::TestCaseError::fail(e.to_string()))?;
+                }
+                same(v.device());
+                same(v.as_slice().device());
+            }
+        }
+    }
+}
