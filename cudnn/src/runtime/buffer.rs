@@ -44,7 +44,7 @@ enum Owner {
 ///   and `slice_mut`, which check the range and return an error, never panic.
 ///   Views over memory someone else owns come from the `unsafe`
 ///   `from_raw_parts` constructors.
-/// - [`HostBuffer<T>`]: pinned (page-locked) host memory (`cudaMallocHost`),
+/// - [`HostBuffer<T>`](crate::runtime::HostBuffer): pinned (page-locked) host memory (`cudaMallocHost`),
 ///   which DMA reads and writes directly, so copies from and to it are truly
 ///   asynchronous.
 ///
@@ -91,7 +91,7 @@ enum Owner {
 ///   or panics — so no borrow ends while a copy is in flight. Unlike a guard
 ///   object whose `Drop` synchronizes, nothing here can be leaked with
 ///   `mem::forget` to end the borrow early: the synchronization is in
-///   `scope`'s own frame. Pinned memory ([`HostBuffer`], which derefs to a
+///   `scope`'s own frame. Pinned memory ([`HostBuffer`](crate::runtime::HostBuffer), which derefs to a
 ///   slice) makes these copies truly asynchronous; pageable memory works too
 ///   but the runtime stages it.
 pub struct DeviceBuffer<T: DataType> {

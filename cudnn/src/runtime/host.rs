@@ -19,7 +19,7 @@ use super::copy::*;
 /// `[T]`. Freed with `cudaFreeHost` on drop.
 ///
 /// Pinned memory lets host↔device copies run asynchronously; use it with
-/// [`Stream::scope`], which guarantees the buffer outlives the copies.
+/// [`Stream::scope`](crate::runtime::Stream::scope), which guarantees the buffer outlives the copies.
 pub struct HostBuffer<T: DataType> {
     ptr: NonNull<T>,
     len: usize,

@@ -56,7 +56,7 @@ impl<'env> AsyncScope<'_, 'env> {
     /// the scope ends; the lengths must be equal.
     ///
     /// # Errors
-    /// [`Error::Mismatch`] naming both lengths; [`Error::Cuda`].
+    /// [`Error::Mismatch`](crate::Error::Mismatch) naming both lengths; [`Error::Cuda`](crate::Error::Cuda).
     #[doc(alias = "cudaMemcpyAsync")]
     pub fn upload<'d, T: DataType>(
         &self,
@@ -91,7 +91,7 @@ impl<'env> AsyncScope<'_, 'env> {
     /// lengths must be equal.
     ///
     /// # Errors
-    /// [`Error::Mismatch`] naming both lengths; [`Error::Cuda`].
+    /// [`Error::Mismatch`](crate::Error::Mismatch) naming both lengths; [`Error::Cuda`](crate::Error::Cuda).
     #[doc(alias = "cudaMemcpyAsync")]
     pub fn download<'d, T: DataType>(
         &self,
@@ -167,7 +167,7 @@ impl Stream {
     /// ```
     ///
     /// # Errors
-    /// [`Error::WrongThread`] (before `f` runs) for another thread's
+    /// [`Error::WrongThread`](crate::Error::WrongThread) (before `f` runs) for another thread's
     /// per-thread stream; the first error of `f`; otherwise the
     /// synchronization's.
     pub fn scope<'env, R>(

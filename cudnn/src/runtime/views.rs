@@ -100,7 +100,7 @@ impl<'a, T: DataType> DeviceSlice<'a, T> {
     }
 
     /// The device the memory is on: the owning buffer's device for a view
-    /// of a [`DeviceBuffer`], the named one for a view made with
+    /// of a [`DeviceBuffer`](crate::runtime::DeviceBuffer), the named one for a view made with
     /// `from_raw_parts_on`; `None` for a view of an empty buffer (no memory)
     /// or of foreign memory made with `from_raw_parts` (unknown: launches
     /// cannot check it, the caller's contract covers it).
@@ -290,7 +290,7 @@ impl<'a, T: DataType> DeviceSliceMut<'a, T> {
     }
 
     /// The device the memory is on: the owning buffer's device for a view
-    /// of a [`DeviceBuffer`], the named one for a view made with
+    /// of a [`DeviceBuffer`](crate::runtime::DeviceBuffer), the named one for a view made with
     /// `from_raw_parts_on`; `None` for a view of an empty buffer (no memory)
     /// or of foreign memory made with `from_raw_parts` (unknown: launches
     /// cannot check it, the caller's contract covers it).
