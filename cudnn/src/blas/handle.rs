@@ -125,15 +125,19 @@ impl Handle {
         if cc_major >= 9 { 32 << 20 } else { 4 << 20 }
     }
 
-    /// Create a handle on the current device, bound to `stream`, in host
-    /// pointer mode and [`MathMode::Default`].
+    /// Create a handle on the current device, bound to `stream` (which must
+    /// belong to that device), in host pointer mode and [`MathMode::Default`].
     ///
     /// # Errors
+    /// [`Error::WrongThread`] (first) for another thread's
+    /// [`Stream::per_thread`]; [`Error::DeviceMismatch`] for a stream of
+    /// another device;
     /// [`Error::Cublas`] from `cublasCreate` (without a usable device:
     /// `CUBLAS_STATUS_NOT_INITIALIZED`); [`Error::Load`].
     #[doc(alias = "cublasCreate")]
     #[doc(alias = "cublasCreate_v2")]
     pub fn new(stream: &Stream) -> Result<Self> {
+        crate::runtime::check_stream_thread("the stream of a cuBLAS handle", stream)?;
         let api = check::cublas()?;
         let mut raw: cublasHandle_t = ptr::null_mut();
         // SAFETY: `raw` is a valid, writable out-pointer.
@@ -221,12 +225,7 @@ impl Handle {
     }
 
     fn bind(&mut self, stream: &Stream) -> Result<()> {
-        crate::runtime::check_stream_thread("the stream of a cuBLAS handle", stream)?;
-        check_device(
-            || "the stream of a cuBLAS handle".to_string(),
-            self.device,
-            stream.device(),
-        )?;
+        self.check_stream(stream)?;
         let _on = self.device.guard()?;
         let api = check::cublas()?;
         // SAFETY: the handle is valid and `stream` is alive (we keep a clone).
@@ -240,6 +239,17 @@ impl Handle {
             unsafe { cublas_call!(api, cublasSetWorkspace_v2(self.raw.as_ptr(), p, n)) }?;
         }
         Ok(())
+    }
+
+    /// A handle may only be bound to a stream of its device, usable from
+    /// this thread.
+    fn check_stream(&self, stream: &Stream) -> Result<()> {
+        crate::runtime::check_stream_thread("the stream of a cuBLAS handle", stream)?;
+        check_device(
+            || "the stream of a cuBLAS handle".to_string(),
+            self.device,
+            stream.device(),
+        )
     }
 
     /// Give up ownership: returns the raw handle, which the caller must
@@ -329,10 +339,14 @@ impl Handle {
     /// using it). Re-applies the workspace, which `cublasSetStream` resets.
     ///
     /// # Errors
-    /// [`Error::Cublas`]; [`Error::Cuda`] from the ordering event.
+    /// [`Error::DeviceMismatch`] for a stream of another device and
+    /// [`Error::WrongThread`] for another thread's per-thread stream (the
+    /// handle is unchanged); [`Error::Cublas`]; [`Error::Cuda`] from the
+    /// ordering event.
     #[doc(alias = "cublasSetStream")]
     #[doc(alias = "cublasSetStream_v2")]
     pub fn set_stream(&mut self, stream: &Stream) -> Result<()> {
+        self.check_stream(stream)?;
         if *stream != self.stream && self.workspace.is_some() {
             stream.wait_for(&self.stream)?;
         }

@@ -193,6 +193,7 @@ impl LtHandle {
     /// As [`LtHandle::new`].
     #[doc(alias = "cublasLtCreate")]
     pub fn with_workspace(stream: &Stream, bytes: usize) -> Result<Self> {
+        crate::runtime::check_stream_thread("the stream of a cuBLASLt handle", stream)?;
         let api = cublas_lt()?;
         let mut raw: cublasLtHandle_t = ptr::null_mut();
         // SAFETY: `raw` is a valid, writable out-pointer.

@@ -98,14 +98,19 @@ impl Handle {
         Ok(())
     }
 
-    /// Create a handle on the current device, bound to `stream`.
+    /// Create a handle on the current device, bound to `stream`, which must
+    /// belong to that device.
     ///
     /// # Errors
+    /// [`Error::WrongThread`] (first) for another thread's
+    /// [`Stream::per_thread`]; [`Error::DeviceMismatch`] for a stream of
+    /// another device;
     /// [`Error::Unsupported`] naming the version when the loaded cuDNN is
     /// older than 8.9; [`Error::Cudnn`] from `cudnnCreate` (without a usable
     /// device: `CUDNN_STATUS_NOT_INITIALIZED`); [`Error::Load`].
     #[doc(alias = "cudnnCreate")]
     pub fn new(stream: &Stream) -> Result<Self> {
+        crate::runtime::check_stream_thread("the stream of a cuDNN handle", stream)?;
         Self::check_supported(Self::library_version()?)?;
         let api = check::cudnn()?;
         let mut raw: cudnnHandle_t = ptr::null_mut();
@@ -242,10 +247,13 @@ impl Handle {
     /// workspace), so workspace reuse stays ordered.
     ///
     /// # Errors
-    /// [`Error::Cudnn`] from `cudnnSetStream`; [`Error::Cuda`] from the
-    /// ordering event.
+    /// [`Error::DeviceMismatch`] for a stream of another device and
+    /// [`Error::WrongThread`] for another thread's per-thread stream (the
+    /// handle is unchanged); [`Error::Cudnn`] from `cudnnSetStream`;
+    /// [`Error::Cuda`] from the ordering event.
     #[doc(alias = "cudnnSetStream")]
     pub fn set_stream(&mut self, stream: &Stream) -> Result<()> {
+        check_stream(self.device, stream)?;
         if *stream != self.stream && !self.workspace.is_empty() {
             stream.wait_for(&self.stream)?;
         }

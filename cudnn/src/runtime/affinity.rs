@@ -89,4 +89,33 @@ mod tests {
             "device mismatch: `w` of conv_forward is on device 3, expected device 0"
         );
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(20_000))]
+
+        /// Against a model: a launch agrees exactly when every known device
+        /// is the expected one, and the error names the first that is not.
+        #[test]
+        fn unit_property_check_args_matches_the_model(
+            expected in 0i32..4,
+            args in proptest::collection::vec(proptest::option::of(0i32..4), 0..8),
+        ) {
+            let names: Vec<String> = (0..args.len()).map(|i| format!("arg{i}")).collect();
+            let list: Vec<(&str, Option<Device>)> = names
+                .iter()
+                .zip(&args)
+                .map(|(n, d)| (n.as_str(), d.map(Device::from_runtime)))
+                .collect();
+            let first_bad = args.iter().position(|d| d.is_some_and(|d| d != expected));
+            match (check_args("op", Device::from_runtime(expected), &list), first_bad) {
+                (Ok(()), None) => {}
+                (Err(Error::DeviceMismatch { what, expected: e, got }), Some(i)) => {
+                    proptest::prop_assert_eq!(what, format!("`arg{i}` of op"));
+                    proptest::prop_assert_eq!(e, expected as usize);
+                    proptest::prop_assert_eq!(Some(got as i32), args[i]);
+                }
+                (r, want) => proptest::prop_assert!(false, "{r:?} for first bad {want:?}"),
+            }
+        }
+    }
 }

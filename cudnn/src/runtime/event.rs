@@ -199,3 +199,42 @@ impl Drop for Event {
         }
     }
 }
+
+/// Ordering between streams, with events.
+impl Stream {
+    /// Make later work on this stream wait until `event` completes
+    /// (stream-ordered; the host does not block).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`](crate::Error::Cuda) when the runtime refuses.
+    #[doc(alias = "cudaStreamWaitEvent")]
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        let _on = self.enter("the waiting stream")?;
+        let rt = check::cudart()?;
+        // SAFETY: both handles are valid for the call; flags 0 is the documented default.
+        unsafe { cuda_call!(rt, cudaStreamWaitEvent(self.as_raw(), event.as_raw(), 0)) }
+    }
+
+    /// Make later work on this stream wait for everything queued on `other`
+    /// so far: records a timing-free event on `other`, created with
+    /// `other`'s device current (an event must be recorded on a stream of
+    /// its own device), and waits on it with this stream's device current.
+    /// Nothing is done when both name the same queue (see `PartialEq`:
+    /// pseudo-streams of different devices or threads are different queues).
+    ///
+    /// # Errors
+    /// [`Error::WrongThread`] when either is another thread's per-thread
+    /// stream; [`Error::Cuda`](crate::Error::Cuda) when the runtime refuses.
+    pub fn wait_for(&self, other: &Stream) -> Result<()> {
+        if self == other {
+            return self.enter("the waiting stream").map(|_| ());
+        }
+        let ev = {
+            let _on = other.enter("the stream waited for")?;
+            let ev = Event::with_flags(super::EventFlags::DISABLE_TIMING)?;
+            ev.record(other)?;
+            ev
+        };
+        self.wait_event(&ev)
+    }
+}

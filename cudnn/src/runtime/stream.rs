@@ -9,7 +9,7 @@ use crate::check::{self, cuda_call};
 use crate::error::{Error, Result};
 use crate::sys::cudart::{self, cudaError, cudaStream_t};
 
-use super::{Device, DeviceGuard, Event};
+use super::{Device, DeviceGuard};
 
 /// Flags for [`Stream::with_flags`] (`cudaStreamCreateWithFlags`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -183,6 +183,12 @@ impl Stream {
                 thread,
             }),
         }
+    }
+
+    /// How many clones of this stream value exist (tests of what keeps one).
+    #[cfg(test)]
+    pub(crate) fn clone_count(&self) -> usize {
+        Arc::strong_count(&self.inner)
     }
 
     fn identity(&self) -> Identity {
@@ -389,42 +395,6 @@ impl Stream {
         Ok(true)
     }
 
-    /// Make later work on this stream wait until `event` completes
-    /// (stream-ordered; the host does not block).
-    ///
-    /// # Errors
-    /// [`Error::Cuda`](crate::Error::Cuda) when the runtime refuses.
-    #[doc(alias = "cudaStreamWaitEvent")]
-    pub fn wait_event(&self, event: &Event) -> Result<()> {
-        let _on = self.enter("the waiting stream")?;
-        let rt = check::cudart()?;
-        // SAFETY: both handles are valid for the call; flags 0 is the documented default.
-        unsafe { cuda_call!(rt, cudaStreamWaitEvent(self.inner.raw, event.as_raw(), 0)) }
-    }
-
-    /// Make later work on this stream wait for everything queued on `other`
-    /// so far: records a timing-free event on `other`, created with
-    /// `other`'s device current (an event must be recorded on a stream of
-    /// its own device), and waits on it with this stream's device current.
-    /// Nothing is done when both name the same queue (see `PartialEq`:
-    /// pseudo-streams of different devices or threads are different queues).
-    ///
-    /// # Errors
-    /// [`Error::WrongThread`] when either is another thread's per-thread
-    /// stream; [`Error::Cuda`](crate::Error::Cuda) when the runtime refuses.
-    pub fn wait_for(&self, other: &Stream) -> Result<()> {
-        if self == other {
-            return self.enter("the waiting stream").map(|_| ());
-        }
-        let ev = {
-            let _on = other.enter("the stream waited for")?;
-            let ev = Event::with_flags(super::EventFlags::DISABLE_TIMING)?;
-            ev.record(other)?;
-            ev
-        };
-        self.wait_event(&ev)
-    }
-
     /// Destroy the stream now if this is the last clone and it is owned,
     /// reporting the runtime's status; otherwise just drop this clone.
     ///
@@ -441,6 +411,26 @@ impl Stream {
             }
             _ => Ok(()),
         }
+    }
+}
+
+impl Device {
+    /// A new (blocking) stream on this device. Makes the device current first.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] when the stream cannot be created.
+    pub fn create_stream(&self) -> Result<Stream> {
+        self.set_current()?;
+        Stream::new()
+    }
+
+    /// A new non-blocking stream on this device (see [`Stream::non_blocking`]).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] when the stream cannot be created.
+    pub fn create_non_blocking_stream(&self) -> Result<Stream> {
+        self.set_current()?;
+        Stream::non_blocking()
     }
 }
 
@@ -546,5 +536,53 @@ mod tests {
             .expect("thread ran")
             .expect_err("mine, on another thread");
         assert!(matches!(e, Error::WrongThread { .. }), "{e:?}");
+    }
+
+    /// What queue an identity names, written independently of `same_queue`.
+    #[derive(Debug, PartialEq)]
+    enum Queue {
+        Object(usize),
+        Legacy(Option<Device>),
+        PerThread(Option<Device>, Option<ThreadId>),
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(20_000))]
+
+        /// `==` on stream values names the same queue exactly when the model
+        /// does, and is symmetric.
+        #[test]
+        fn unit_property_stream_equality_matches_the_queue_model(
+            a in (0usize..5, proptest::option::of(0i32..3), 0usize..3),
+            b in (0usize..5, proptest::option::of(0i32..3), 0usize..3),
+        ) {
+            let threads: Vec<ThreadId> = THREADS.with(|t| t.clone());
+            let make = |(kind, dev, th): (usize, Option<i32>, usize)| -> (Identity, Queue) {
+                let device = dev.map(Device::from_runtime);
+                match kind {
+                    0 => ((ptr::null_mut(), device, None), Queue::Legacy(device)),
+                    1 => ((cudart::cudaStreamLegacy, device, None), Queue::Legacy(device)),
+                    2 => (
+                        (cudart::cudaStreamPerThread, device, Some(threads[th])),
+                        Queue::PerThread(device, Some(threads[th])),
+                    ),
+                    k => (((0x1000 * k) as cudaStream_t, device, None), Queue::Object(k)),
+                }
+            };
+            let (ia, qa) = make(a);
+            let (ib, qb) = make(b);
+            proptest::prop_assert_eq!(same_queue(ia, ib), qa == qb);
+            proptest::prop_assert_eq!(same_queue(ia, ib), same_queue(ib, ia));
+            proptest::prop_assert!(same_queue(ia, ia));
+        }
+    }
+
+    thread_local! {
+        /// Three distinct thread ids (this one and two that ran and ended).
+        static THREADS: Vec<ThreadId> = vec![
+            thread::current().id(),
+            thread::spawn(|| thread::current().id()).join().expect("thread ran"),
+            thread::spawn(|| thread::current().id()).join().expect("thread ran"),
+        ];
     }
 }
