@@ -91,7 +91,7 @@ impl fmt::Debug for Communicator {
 }
 
 /// `NCCL_CONFIG_INITIALIZER` of the bindings' header, with `blocking` set.
-fn config(blocking: bool) -> sys::ncclConfig_t {
+pub(crate) fn config(blocking: bool) -> sys::ncclConfig_t {
     let undef = c_int::MIN;
     sys::ncclConfig_t {
         size: std::mem::size_of::<sys::ncclConfig_t>(),
@@ -547,13 +547,14 @@ impl Communicator {
                 Err(e.with_context("asynchronous failure; the communicator was aborted"))
             }
             Settled::TimedOut => {
+                let waited = deadline.waited();
                 self.abort_now();
                 Err(Error::Timeout {
                     what: format!(
                         "{call} on a non-blocking communicator to finish; \
                          the communicator was aborted"
                     ),
-                    waited: deadline.waited(),
+                    waited,
                     rank: u32::try_from(self.rank()).ok(),
                 })
             }
@@ -657,6 +658,7 @@ impl Communicator {
                 }
             }
             if deadline.passed() {
+                let waited = deadline.waited();
                 let note = self.abort_and_drain(stream);
                 return Err(Error::Timeout {
                     what: format!(
@@ -664,7 +666,7 @@ impl Communicator {
                          the communicator was aborted{note}",
                         self.size()
                     ),
-                    waited: deadline.waited(),
+                    waited,
                     rank: u32::try_from(self.rank()).ok(),
                 });
             }

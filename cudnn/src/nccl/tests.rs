@@ -220,3 +220,80 @@ fn unit_empty_group_calls_nothing() {
     assert!(run(&mut exec, |g| Ok(g.is_empty())).unwrap());
     assert!(exec.log.is_empty(), "{:?}", exec.log);
 }
+
+#[test]
+fn unit_deadline_and_backoff() {
+    use super::progress::{Backoff, Deadline};
+    use std::time::{Duration, Instant};
+    // A deadline beyond the clock never passes.
+    let never = Deadline::after(Duration::MAX);
+    assert!(!never.passed());
+    let now = Deadline::after(Duration::ZERO);
+    assert!(now.passed());
+    // The back-off never sleeps past the deadline, and doubles up to 5 ms.
+    let d = Deadline::after(Duration::from_millis(30));
+    let mut b = Backoff::new();
+    let t = Instant::now();
+    let mut sleeps = 0;
+    while !d.passed() {
+        b.sleep(&d);
+        sleeps += 1;
+    }
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(30), "{took:?}");
+    assert!(took < Duration::from_millis(30 + 1000), "{took:?}");
+    // 20 us doubling: 20,40,...,5120 -> capped; at least 9 sleeps in 30 ms.
+    assert!(sleeps >= 9, "{sleeps}");
+}
+
+#[test]
+fn unit_config_is_ncclconfig_initializer_with_blocking() {
+    use super::sys;
+    // NCCL_CONFIG_INITIALIZER (nccl.h): size, magic 0xcafebeef, the
+    // header's version code, every other int INT_MIN, pointers null.
+    for blocking in [false, true] {
+        let c = super::comm::config(blocking);
+        assert_eq!(c.size, std::mem::size_of::<sys::ncclConfig_t>());
+        assert_eq!(c.magic, 0xcafe_beef);
+        assert_eq!(c.version, 23203);
+        assert_eq!(c.blocking, i32::from(blocking));
+        for v in [
+            c.cgaClusterSize,
+            c.minCTAs,
+            c.maxCTAs,
+            c.splitShare,
+            c.trafficClass,
+            c.collnetEnable,
+            c.CTAPolicy,
+            c.shrinkShare,
+            c.nvlsCTAs,
+            c.nChannelsPerNetPeer,
+            c.nvlinkCentricSched,
+            c.graphUsageMode,
+            c.numRmaCtx,
+            c.maxP2pPeers,
+            c.graphStreamOrdering,
+            c.launchOrderImplicit,
+            c.numRmaSig,
+            c.rmaEagerInit,
+            c.hostCftMode,
+            c.nvlsHostMode,
+        ] {
+            assert_eq!(v, i32::MIN);
+        }
+        assert!(c.netName.is_null() && c.commName.is_null());
+    }
+}
+
+#[test]
+fn unit_recording_state_is_per_thread() {
+    let mut exec = Counting::default();
+    run(&mut exec, |_| {
+        assert!(super::depth::in_group());
+        let other = std::thread::spawn(super::depth::in_group).join().unwrap();
+        assert!(!other, "another thread sees this thread's group");
+        Ok(())
+    })
+    .unwrap();
+    assert!(!super::depth::in_group());
+}
