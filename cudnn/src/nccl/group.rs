@@ -293,10 +293,12 @@ impl<'env> Group<'env> {
         self.queue::<T>(comm, stream, op)
     }
 
-    /// [`Communicator::send`] inside the group.
+    /// [`Communicator::send`] inside the group. Here `peer` may be this
+    /// rank: a send to oneself, which completes with the matching
+    /// [`recv`](Self::recv) of the same group.
     ///
     /// # Errors
-    /// As [`Communicator::send`].
+    /// As [`Communicator::send`], except that `peer` may be this rank.
     pub fn send<T: NcclType>(
         &mut self,
         comm: &'env Communicator,
@@ -309,10 +311,11 @@ impl<'env> Group<'env> {
         self.queue::<T>(comm, stream, op)
     }
 
-    /// [`Communicator::recv`] inside the group.
+    /// [`Communicator::recv`] inside the group; `peer` may be this rank (see
+    /// [`send`](Self::send)).
     ///
     /// # Errors
-    /// As [`Communicator::recv`].
+    /// As [`Communicator::recv`], except that `peer` may be this rank.
     pub fn recv<T: NcclType>(
         &mut self,
         comm: &'env Communicator,
