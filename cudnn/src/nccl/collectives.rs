@@ -14,11 +14,11 @@ use crate::runtime::{DeviceSlice, DeviceSliceMut, Stream};
 /// The call's pointers come from views borrowed for the whole calling
 /// method and were checked against its counts.
 unsafe fn issue(comm: &Communicator, call: Call, stream: &Stream) -> Result<()> {
+    comm.check_stream(stream)?;
+    let raw = comm.live()?;
     if call.count() == 0 {
         return Ok(());
     }
-    comm.check_stream(stream)?;
-    let raw = comm.live()?;
     // SAFETY: the caller vouches for the buffers; `raw` is live and the
     // stream is borrowed for the call. Device memory is freed only after
     // queued work (cudaFree synchronizes; stream-ordered frees are ordered
