@@ -21,6 +21,8 @@ struct Counting {
     fail_at: Option<usize>,
     issued: usize,
     poisoned: Cell<bool>,
+    /// `end` answers ncclInProgress (non-blocking communicators).
+    in_progress: bool,
 }
 
 impl Exec for Counting {
@@ -47,7 +49,7 @@ impl Exec for Counting {
     }
     fn end(&mut self) -> Result<bool> {
         self.log.push("end".into());
-        Ok(false)
+        Ok(self.in_progress)
     }
     fn settle(&mut self, _calls: &[&Recorded<'_>]) -> Result<()> {
         self.log.push("settle".into());
@@ -296,4 +298,44 @@ fn unit_recording_state_is_per_thread() {
     })
     .unwrap();
     assert!(!super::depth::in_group());
+}
+
+#[test]
+fn unit_a_group_ending_in_progress_is_settled_and_a_failed_one_is_not() {
+    let comm = fake_comm();
+    let stream = Stream::legacy();
+    let mut exec = Counting {
+        in_progress: true,
+        ..Counting::default()
+    };
+    run(&mut exec, |g| {
+        g.push(Recorded {
+            comm: &comm,
+            stream: &stream,
+            call: call(2),
+        });
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(exec.log, ["ready 1", "start", "issue 2", "end", "settle"]);
+    // A refused call: the group ends, nothing is settled, the error returns.
+    let mut exec = Counting {
+        in_progress: true,
+        fail_at: Some(1),
+        ..Counting::default()
+    };
+    let e = run(&mut exec, |g| {
+        g.push(Recorded {
+            comm: &comm,
+            stream: &stream,
+            call: call(2),
+        });
+        Ok(())
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("refused"), "{e}");
+    assert_eq!(
+        exec.log,
+        ["ready 1", "start", "issue failed", "poison", "end"]
+    );
 }
