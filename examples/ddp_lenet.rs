@@ -299,6 +299,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let timeout = match collective_timeout() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("ddp_lenet: bad launch variables: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let rank = env.ranks.rank();
     if let Some(why) = missing() {
         eprintln!("ddp_lenet: rank {rank}: cannot run: {why}");
@@ -307,13 +314,6 @@ fn main() -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
-    let timeout = match collective_timeout() {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("ddp_lenet: bad launch variables: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     let (device, comm) = match join(&env, timeout) {
         Ok(j) => j,
         Err(e) => {
