@@ -64,7 +64,10 @@ pub struct Group<'env> {
 ///
 /// # Errors
 /// [`Error::InGroup`](crate::Error::InGroup) when a group is already being
-/// recorded on this thread; the error of `f` (nothing launched); else the
+/// recorded on this thread; the error of `f` (nothing launched);
+/// [`Error::Mismatch`](crate::Error::Mismatch) when the sends to oneself
+/// and receives from oneself of a communicator do not pair up byte for
+/// byte (nothing launched); else the
 /// error of the call NCCL refused, or of `ncclGroupEnd`
 /// ([`Error::Nccl`](crate::Error::Nccl)), or
 /// [`Error::Timeout`](crate::Error::Timeout) when a non-blocking
@@ -295,7 +298,9 @@ impl<'env> Group<'env> {
 
     /// [`Communicator::send`] inside the group. Here `peer` may be this
     /// rank: a send to oneself, which completes with the matching
-    /// [`recv`](Self::recv) of the same group.
+    /// [`recv`](Self::recv) of the same group (sends and receives to
+    /// oneself pair up in order and must be of equal size in bytes; the
+    /// group checks that before it launches anything).
     ///
     /// # Errors
     /// As [`Communicator::send`], except that `peer` may be this rank.

@@ -177,6 +177,7 @@ pub(crate) struct Call {
     pub(crate) op: Op,
     dtype: sys::ncclDataType_t,
     type_name: &'static str,
+    elem_size: usize,
 }
 
 impl Call {
@@ -185,7 +186,13 @@ impl Call {
             op,
             dtype: T::NCCL,
             type_name: T::NAME,
+            elem_size: T::SIZE,
         }
+    }
+
+    /// Bytes per rank (saturating: only compared, never used as a size).
+    pub(crate) fn bytes(&self) -> usize {
+        self.count().saturating_mul(self.elem_size)
     }
 
     /// Elements per rank; a call of 0 elements is checked but not issued.

@@ -5,9 +5,9 @@
 use std::ptr;
 
 use super::comm::Communicator;
-use super::op::Call;
+use super::op::{Call, Op};
 use super::{api, nccl_call, sys};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::runtime::Stream;
 
 /// One recorded call, with the communicator and stream it runs on, all
@@ -51,6 +51,7 @@ pub(crate) fn issue_all(exec: &mut dyn Exec, calls: &[Recorded<'_>]) -> Result<(
     if live.is_empty() {
         return Ok(());
     }
+    check_self_pairs(&live)?;
     exec.ready(&live)?;
     exec.start()?;
     let mut failed = None;
@@ -72,6 +73,67 @@ pub(crate) fn issue_all(exec: &mut dyn Exec, calls: &[Recorded<'_>]) -> Result<(
     }
     if end? {
         exec.settle(&live)?;
+    }
+    Ok(())
+}
+
+/// Sends to oneself and receives from oneself of one communicator are
+/// matched by NCCL in order, byte for byte: each must have its partner of
+/// the same size (NCCL does not check the sizes of a self copy, and refuses
+/// or hangs on one without a partner).
+///
+/// # Errors
+/// [`Error::Mismatch`] naming the pair and both sizes.
+pub(crate) fn check_self_pairs(calls: &[&Recorded<'_>]) -> Result<()> {
+    // (communicator, sends in order, receives in order), bytes each.
+    let mut per_comm: Vec<(*const Communicator, Vec<usize>, Vec<usize>)> = Vec::new();
+    for rec in calls {
+        let me = i32::try_from(rec.comm.rank()).ok();
+        let (is_send, peer) = match rec.call.op {
+            Op::Send { peer, .. } => (true, peer),
+            Op::Recv { peer, .. } => (false, peer),
+            _ => continue,
+        };
+        if Some(peer) != me {
+            continue;
+        }
+        let key: *const Communicator = rec.comm;
+        let i = match per_comm.iter().position(|(k, _, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                per_comm.push((key, Vec::new(), Vec::new()));
+                per_comm.len() - 1
+            }
+        };
+        if let Some((_, sends, recvs)) = per_comm.get_mut(i) {
+            if is_send {
+                sends.push(rec.call.bytes());
+            } else {
+                recvs.push(rec.call.bytes());
+            }
+        }
+    }
+    for (_, sends, recvs) in &per_comm {
+        if sends.len() != recvs.len() {
+            return Err(Error::mismatch(
+                "sends to oneself in the group (each needs a recv from oneself in the same group)",
+                format!("{} recv(s) from oneself", sends.len()),
+                format!("{} recv(s)", recvs.len()),
+            ));
+        }
+        for (k, (s, r)) in sends.iter().zip(recvs).enumerate() {
+            if s != r {
+                return Err(Error::mismatch(
+                    format!(
+                        "recv from oneself #{} of the group: bytes (its send #{})",
+                        k + 1,
+                        k + 1
+                    ),
+                    s,
+                    r,
+                ));
+            }
+        }
     }
     Ok(())
 }

@@ -339,3 +339,62 @@ fn unit_a_group_ending_in_progress_is_settled_and_a_failed_one_is_not() {
         ["ready 1", "start", "issue failed", "poison", "end"]
     );
 }
+
+fn p2p(send: bool, count: usize) -> Call {
+    let p = 0x1000 as *mut std::ffi::c_void;
+    if send {
+        Call::new::<f32>(Op::Send {
+            send: p,
+            count,
+            peer: 0,
+        })
+    } else {
+        Call::new::<u8>(Op::Recv {
+            recv: p,
+            count,
+            peer: 0,
+        })
+    }
+}
+
+#[test]
+fn unit_self_sends_and_recvs_must_pair_by_bytes() {
+    let comm = fake_comm();
+    let stream = Stream::legacy();
+    // (calls, accepted): f32 sends, u8 receives, all to this rank (0).
+    let cases: &[(&[(bool, usize)], bool)] = &[
+        (&[(true, 4), (false, 16)], true),
+        (&[(false, 16), (true, 4)], true),
+        (&[(true, 4), (true, 2), (false, 16), (false, 8)], true),
+        (&[(true, 4), (false, 15)], false),
+        (&[(true, 4)], false),
+        (&[(false, 4)], false),
+        (&[(true, 4), (true, 2), (false, 8), (false, 16)], false),
+        // 0 elements are not issued, so they need no partner.
+        (&[(true, 0), (true, 4), (false, 16)], true),
+    ];
+    for (calls, accepted) in cases {
+        let mut exec = Counting::default();
+        let r = run(&mut exec, |g| {
+            for &(send, n) in calls.iter() {
+                g.push(Recorded {
+                    comm: &comm,
+                    stream: &stream,
+                    call: p2p(send, n),
+                });
+            }
+            Ok(())
+        });
+        assert_eq!(r.is_ok(), *accepted, "{calls:?}: {r:?}");
+        if *accepted {
+            assert!(exec.log.contains(&"end".to_string()), "{calls:?}");
+        } else {
+            assert!(matches!(r, Err(Error::Mismatch { .. })), "{calls:?}: {r:?}");
+            assert!(
+                exec.log.is_empty(),
+                "{calls:?}: NCCL was called: {:?}",
+                exec.log
+            );
+        }
+    }
+}
