@@ -553,6 +553,16 @@ mod imp {
             "{e}"
         );
         untouched("after a bad root", &b, &stream)?;
+        // A send to oneself whose receive is one element short: refused
+        // before anything is launched (NCCL would not check a self copy).
+        let e = nccl::group(|g| {
+            g.broadcast(&comm, &a, &mut b, 0, &stream)?;
+            g.send(&comm, &a, 0, &stream)?;
+            g.recv(&comm, &mut short, 0, &stream)
+        })
+        .unwrap_err();
+        ensure!(matches!(e, Error::Mismatch { .. }), "{e}");
+        untouched("after an unpaired send to oneself", &b, &stream)?;
         ensure!(comm.async_error()?.is_none(), "async error");
         // Without the failure the same group runs.
         nccl::group(|g| g.broadcast(&comm, &a, &mut b, 0, &stream))?;
