@@ -118,8 +118,11 @@ fn bench<T: NcclType + FromF32>(
             let recv = DeviceBuffer::<T>::zeroed(count)?;
             bufs.push((send, recv));
         }
-        // Check once: every element is the number of ranks.
+        // Check once: every element is the number of ranks. Each rank's
+        // stream is synchronized before its results are read (the copies
+        // below are not ordered after another device's stream).
         run_once(ranks, &mut bufs, false)?;
+        sync(ranks)?;
         for (i, (_, recv)) in bufs.iter().enumerate() {
             let got = recv.to_vec()?;
             if let Some(bad) = got.iter().position(|&v| v.to_f64() != world as f64) {
@@ -248,6 +251,11 @@ fn main() -> ExitCode {
             "bf16" => bench::<bf16>(&mut ranks, world, lead, max_bytes)?,
             _ => bench::<f32>(&mut ranks, world, lead, max_bytes)?,
         };
+        // Every stream was synchronized: destroy in order (dropping would
+        // abort, see `Communicator`'s Drop policy).
+        for r in ranks {
+            r.comm.destroy()?;
+        }
         Ok(ok)
     });
     match result {

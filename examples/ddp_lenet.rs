@@ -30,19 +30,63 @@
 //! is above 60%, and the weights are identical on every rank; 1 otherwise,
 //! or when NCCL, cuDNN or a CUDA device is missing (with a message saying
 //! which).
+//!
+//! No rank hangs when another dies: the communicator is made with a
+//! deadline (`Communicator::init_rank_timeout`, the rendezvous timeout
+//! `CUDNN_RS_RENDEZVOUS_TIMEOUT`), and every wait for collective work goes
+//! through `Communicator::wait`, which aborts the communicator when NCCL
+//! reports an error or `DDP_LENET_TIMEOUT` seconds (default 120) pass; the
+//! surviving ranks then exit with that error.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use cudnn::dnn::Handle;
-use cudnn::nccl::{self, Communicator, ReduceOp};
+use cudnn::nccl::launch::LaunchEnv;
+use cudnn::nccl::{self, Communicator, ReduceOp, UniqueId};
 use cudnn::runtime::{Device, DeviceBuffer, Stream};
 use cudnn_examples::lenet::*;
 
+/// The longest a rank waits for collective work (`DDP_LENET_TIMEOUT`, in
+/// seconds; 120 by default).
+fn collective_timeout() -> AnyResult<Duration> {
+    match std::env::var("DDP_LENET_TIMEOUT") {
+        Err(_) => Ok(Duration::from_secs(120)),
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(s) if s > 0 => Ok(Duration::from_secs(s)),
+            _ => Err(
+                format!("DDP_LENET_TIMEOUT must be a whole number of seconds > 0, got {v:?}")
+                    .into(),
+            ),
+        },
+    }
+}
+
+/// This rank's device and communicator: the unique id shared over the
+/// rendezvous, then a non-blocking communicator made within the rendezvous
+/// timeout, whose own calls are bounded by `timeout`.
+fn join(env: &LaunchEnv, timeout: Duration) -> AnyResult<(Device, Communicator)> {
+    let device = Device::new(env.local_rank)?;
+    let id = match &env.rendezvous {
+        None => UniqueId::new()?,
+        Some(r) => nccl::launch::exchange(r, env.ranks, env.timeout, UniqueId::new)?,
+    };
+    let mut comm =
+        Communicator::init_rank_timeout(&id, env.ranks.rank(), env.ranks.size(), env.timeout)?;
+    comm.set_timeout(timeout);
+    Ok((device, comm))
+}
+
 /// Sum `values` over all ranks (f64, on the device).
-fn sum_over_ranks(comm: &Communicator, stream: &Stream, values: &[f64]) -> AnyResult<Vec<f64>> {
+fn sum_over_ranks(
+    comm: &Communicator,
+    stream: &Stream,
+    values: &[f64],
+    timeout: Duration,
+) -> AnyResult<Vec<f64>> {
     let mut buf = DeviceBuffer::from_host(values)?;
     comm.all_reduce_in_place(&mut buf, ReduceOp::Sum, stream)?;
-    stream.synchronize()?;
+    comm.wait(stream, timeout)?;
     Ok(buf.to_vec()?)
 }
 
@@ -62,18 +106,28 @@ fn checksum(net: &mut Net) -> AnyResult<u64> {
     Ok(h)
 }
 
-fn train(job: nccl::launch::Launch) -> AnyResult<bool> {
-    let (rank, world) = (job.comm.rank(), job.comm.size());
+fn train(device: Device, comm: Communicator, timeout: Duration) -> AnyResult<bool> {
+    let (rank, world) = (comm.rank(), comm.size());
     let lead = rank == 0;
-    let comm = &job.comm;
     if lead {
         println!(
             "ddp_lenet: {world} rank(s); rank 0 on device {}: {}",
-            job.device.ordinal(),
-            job.device.name()?
+            device.ordinal(),
+            device.name()?
         );
     }
-    let stream = job.device.create_stream()?;
+    let stream = device.create_stream()?;
+    let ok = train_on(&comm, &stream, timeout)?;
+    // Every wait succeeded: finalize (flush and leave together, within the
+    // communicator's timeout).
+    comm.finalize()?;
+    Ok(ok)
+}
+
+fn train_on(comm: &Communicator, stream: &Stream, timeout: Duration) -> AnyResult<bool> {
+    let (rank, world) = (comm.rank(), comm.size());
+    let lead = rank == 0;
+    let stream = stream.clone();
     let train = Dataset::generate(TRAIN_IMAGES, TRAIN_SEED);
     let test = Dataset::generate(TEST_IMAGES, TEST_SEED);
     let mut rng = Lcg::new(INIT_SEED);
@@ -116,12 +170,15 @@ fn train(job: nccl::launch::Launch) -> AnyResult<bool> {
                 }
                 Ok(())
             })?;
+            // Bounded: a dead peer aborts the communicator and ends the run
+            // with an error, instead of the next synchronize hanging.
+            comm.wait(&s, timeout)?;
             net.sgd(LEARNING_RATE)?;
             loss += l;
             correct += c;
             seen += labels.len();
         }
-        let total = sum_over_ranks(comm, &stream, &[loss, correct as f64, seen as f64])?;
+        let total = sum_over_ranks(comm, &stream, &[loss, correct as f64, seen as f64], timeout)?;
         let mean = total[0] / total[2];
         if lead {
             println!(
@@ -142,7 +199,7 @@ fn train(job: nccl::launch::Launch) -> AnyResult<bool> {
         g.all_reduce_in_place(comm, &mut net.running_mean, ReduceOp::Avg, &s)?;
         g.all_reduce_in_place(comm, &mut net.running_var, ReduceOp::Avg, &s)
     })?;
-    s.synchronize()?;
+    comm.wait(&s, timeout)?;
 
     // Identical weights on every rank: min and max of the checksums agree.
     let sum = checksum(&mut net)?;
@@ -152,7 +209,7 @@ fn train(job: nccl::launch::Launch) -> AnyResult<bool> {
         g.all_reduce_in_place(comm, &mut lo, ReduceOp::Min, &stream)?;
         g.all_reduce_in_place(comm, &mut hi, ReduceOp::Max, &stream)
     })?;
-    stream.synchronize()?;
+    comm.wait(&stream, timeout)?;
     let identical = lo.to_vec()? == hi.to_vec()?;
 
     // Inference on the test set, on every rank (identical weights, identical result).
@@ -208,7 +265,6 @@ fn train(job: nccl::launch::Launch) -> AnyResult<bool> {
             100.0 * accuracy
         );
     }
-    job.comm.destroy()?;
     Ok(ok)
 }
 
@@ -243,6 +299,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let timeout = match collective_timeout() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("ddp_lenet: bad launch variables: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let rank = env.ranks.rank();
     if let Some(why) = missing() {
         eprintln!("ddp_lenet: rank {rank}: cannot run: {why}");
@@ -251,14 +314,14 @@ fn main() -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
-    let job = match nccl::launch::init(env) {
+    let (device, comm) = match join(&env, timeout) {
         Ok(j) => j,
         Err(e) => {
             eprintln!("ddp_lenet: rank {rank}: could not join the job: {e}");
             return ExitCode::FAILURE;
         }
     };
-    match train(job) {
+    match train(device, comm, timeout) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {

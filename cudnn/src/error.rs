@@ -123,6 +123,32 @@ pub enum Error {
         context: Option<String>,
     },
 
+    /// A call that may not run while an NCCL group (`nccl::group`)
+    /// is being recorded on this thread (a nested group, a direct
+    /// collective, a communicator's creation, split, finalize, destroy or
+    /// abort, a wait).
+    #[error("{call} cannot run inside an nccl::group: {why}")]
+    InGroup {
+        /// What was called (`"Communicator::split"`).
+        call: &'static str,
+        /// Why it is refused.
+        why: &'static str,
+    },
+
+    /// Work did not finish before its deadline (a communicator that never
+    /// became ready, collectives that never completed). Names what was
+    /// waited for, how long, and the rank; says whether the communicator
+    /// was aborted.
+    #[error("timed out after {waited:?} waiting for {what}{}", on_rank(.rank))]
+    Timeout {
+        /// What was waited for (`"ncclCommInitRankConfig to finish (rank 1 of 2); the communicator was aborted"`).
+        what: String,
+        /// How long it waited.
+        waited: std::time::Duration,
+        /// The rank, when there is a communicator.
+        rank: Option<u32>,
+    },
+
     /// Processes could not meet to exchange an NCCL unique id (rendezvous
     /// over a file or TCP): names the rendezvous and what went wrong.
     #[error("rendezvous {rendezvous}: {detail}")]
@@ -131,6 +157,32 @@ pub enum Error {
         rendezvous: String,
         /// What went wrong (an I/O error's text, a timeout, a protocol mismatch).
         detail: String,
+    },
+
+    /// Memory, streams, handles or communicators of one call belong to
+    /// different devices (a buffer allocated on device 1 passed to a handle
+    /// of device 0, a handle bound to a stream of another device).
+    #[error("device mismatch: {what} is on device {got}, expected device {expected}")]
+    DeviceMismatch {
+        /// What is on the wrong device (`"buffer `x` of conv_forward"`).
+        what: String,
+        /// The device it must be on (the handle's, the stream's).
+        expected: usize,
+        /// The device it is on.
+        got: usize,
+    },
+
+    /// A per-thread default stream ([`Stream::per_thread`](crate::runtime::Stream::per_thread))
+    /// was used from another thread than the one it names: there it would
+    /// name that thread's queue, unordered with the first.
+    #[error("{what}: the per-thread default stream of thread {owner} used from thread {current}")]
+    WrongThread {
+        /// What was used (`"the stream of a cuDNN handle"`).
+        what: String,
+        /// The thread the stream belongs to (`ThreadId` as `Debug` prints it).
+        owner: String,
+        /// The calling thread.
+        current: String,
     },
 
     /// There is no usable CUDA device.
@@ -172,6 +224,15 @@ impl Error {
             arg: arg.into(),
             rule: rule.into(),
             value: value.to_string(),
+        }
+    }
+
+    /// An [`Error::DeviceMismatch`].
+    pub fn device_mismatch(what: impl Into<String>, expected: usize, got: usize) -> Self {
+        Error::DeviceMismatch {
+            what: what.into(),
+            expected,
+            got,
         }
     }
 

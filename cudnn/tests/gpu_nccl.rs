@@ -258,7 +258,7 @@ mod imp {
             comm.all_reduce_in_place(&mut tmp, ReduceOp::Sum, &stream)
         })
         .unwrap_err();
-        ensure!(matches!(e, Error::Unsupported { .. }), "{e}");
+        ensure!(matches!(e, Error::InGroup { .. }), "{e}");
         ensure!(comm.async_error()?.is_none(), "async error");
         Ok(())
     }

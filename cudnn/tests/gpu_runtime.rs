@@ -485,12 +485,20 @@ fn blas_handle() -> TestResult {
     gemm_check(&h, "after set_workspace(0)")?;
     h.set_workspace(bytes)?;
     gemm_check(&h, "with a user workspace")?;
-    let raw = h.into_raw();
+    let (raw, bound) = h.into_raw();
+    ensure!(
+        bound == stream,
+        "into_raw returns the stream the handle is bound to"
+    );
     // SAFETY: `raw` came from `into_raw`, so we own it and nobody else uses it.
     let h = unsafe { blas::Handle::from_raw(raw, &stream) }?;
     gemm_check(&h, "after into_raw / from_raw")?;
     let h2 = blas::Handle::new(&Stream::legacy())?;
-    let raw = h2.into_raw();
+    let (raw, bound) = h2.into_raw();
+    ensure!(
+        bound == Stream::legacy(),
+        "h2 was bound to the legacy stream"
+    );
     // SAFETY: `raw` came from `into_raw`, so we own it and nobody else uses it.
     let h2 = unsafe { blas::Handle::from_raw(raw, &stream) }?;
     h2.destroy()?;
@@ -587,6 +595,225 @@ fn device_guard_and_ordered_frees() -> TestResult {
     Ok(())
 }
 
+// ---------------------------------------------------------------------------
+// Device affinity and pseudo-streams (issue 20, items 6 and 7)
+
+/// A gpu-tier test that needs two devices: skipped (with the reason on
+/// stderr, counted as ignored) where there is one, unless
+/// `CUDNN_RS_REQUIRE_TWO_GPUS=1`.
+fn two_gpus(name: &str, f: fn() -> TestResult) -> libtest_mimic::Trial {
+    if gpu_missing().is_some() {
+        return gpu(name, f); // skipped (or failed) by the usual gpu rule
+    }
+    match Device::count() {
+        Ok(n) if n >= 2 => gpu(name, f),
+        other => {
+            let why = format!("needs two CUDA devices, found {other:?}");
+            if std::env::var("CUDNN_RS_REQUIRE_TWO_GPUS").is_ok_and(|v| v == "1") {
+                return gpu(name, move || Err(why.into()));
+            }
+            eprintln!("skipped: gpu::{name}: {why}");
+            gpu(name, f).with_ignored_flag(true)
+        }
+    }
+}
+
+fn relu_on(
+    h: &mut dnn::Handle,
+    x: &DeviceBuffer<f32>,
+    y: &mut DeviceBuffer<f32>,
+) -> cudnn::Result<()> {
+    let desc = dnn::TensorDescriptor::<f32>::packed(&[1, 1, 2, 2])?;
+    let relu = dnn::ActivationDescriptor::relu()?;
+    h.activation_forward(
+        &relu,
+        1.0,
+        dnn::DeviceTensor::new(&desc, x)?,
+        0.0,
+        dnn::DeviceTensorMut::new(&desc, y)?,
+    )
+}
+
+fn expect_device_mismatch(r: cudnn::Result<()>, what: &str, want: (usize, usize)) -> TestResult {
+    match r {
+        Err(Error::DeviceMismatch { expected, got, .. }) if (expected, got) == want => Ok(()),
+        other => Err(format!(
+            "{what}: want DeviceMismatch expected {} got {}, got {other:?}",
+            want.0, want.1
+        )
+        .into()),
+    }
+}
+
+/// Handles, buffers and streams record their device; ops run on the
+/// handle's device whatever is current, and a buffer or stream of another
+/// device is a typed error before anything is queued.
+fn two_device_affinity() -> TestResult {
+    let d1 = Device::new(1)?;
+    let s1 = d1.create_stream()?;
+    ensure!(s1.device() == Some(d1), "stream device {:?}", s1.device());
+    let mut h1 = dnn::Handle::new(&s1)?;
+    let x1 = DeviceBuffer::from_host(&[1f32, -2.0, 3.0, -4.0])?;
+    ensure!(x1.device() == Some(d1), "buffer device {:?}", x1.device());
+    ensure!(
+        x1.slice(1..)?.device() == Some(d1),
+        "views carry the device"
+    );
+
+    // Device 0 current from here on (as after `Device::new(0)` or on a new thread).
+    let d0 = Device::new(0)?;
+    let mut y1 = s1.alloc_zeroed::<f32>(4)?;
+    ensure!(
+        y1.device() == Some(d1),
+        "Stream::alloc lands on the stream's device"
+    );
+    ensure!(Device::current()? == d0, "Stream::alloc put device 0 back");
+    relu_on(&mut h1, &x1, &mut y1)?;
+    ensure!(Device::current()? == d0, "the op put device 0 back");
+    s1.synchronize()?;
+    ensure!(
+        y1.to_vec()? == [1.0, 0.0, 3.0, 0.0],
+        "relu on device 1: {:?}",
+        y1.to_vec()?
+    );
+    let c = x1.try_clone()?;
+    ensure!(
+        c.device() == Some(d1),
+        "try_clone stays on the buffer's device"
+    );
+    ensure!(c.to_vec()? == x1.to_vec()?, "clone contents");
+
+    // Mismatches: a device-0 buffer on a device-1 handle; streams of the
+    // other device for a handle.
+    let x0 = DeviceBuffer::from_host(&[5f32, 6.0, 7.0, 8.0])?;
+    ensure!(x0.device() == Some(d0), "buffer on device 0");
+    expect_device_mismatch(relu_on(&mut h1, &x0, &mut y1), "x on device 0", (1, 0))?;
+    let s0 = d0.create_stream()?;
+    expect_device_mismatch(h1.set_stream(&s0), "set_stream to device 0", (1, 0))?;
+    expect_device_mismatch(
+        dnn::Handle::new(&s1).map(|_| ()),
+        "a device-0 handle on a device-1 stream",
+        (0, 1),
+    )?;
+    expect_device_mismatch(
+        blas::Handle::new(&s1).map(|_| ()),
+        "a device-0 cuBLAS handle on a device-1 stream",
+        (0, 1),
+    )?;
+    {
+        use cudnn::blas::{ComputeType, Layout, Matrix, MatrixMut};
+        let b1 = blas::Handle::new(&Stream::legacy()).and(Ok(()));
+        ensure!(
+            b1.is_ok(),
+            "a device-0 cuBLAS handle on device 0's legacy stream"
+        );
+        let _on = d1.guard()?;
+        let hb = blas::Handle::new(&s1)?;
+        let mut out = DeviceBuffer::<f32>::zeroed(4)?;
+        drop(_on);
+        let r = hb.gemm(
+            1.0,
+            Matrix::new(&x0, Layout::row_major(2, 2)),
+            Matrix::new(&x1, Layout::row_major(2, 2)),
+            0.0,
+            MatrixMut::new(&mut out, Layout::row_major(2, 2)),
+            ComputeType::Default,
+        );
+        expect_device_mismatch(r, "gemm with a on device 0", (1, 0))?;
+        hb.gemm(
+            1.0,
+            Matrix::new(&x1, Layout::row_major(2, 2)),
+            Matrix::new(&x1, Layout::row_major(2, 2)),
+            0.0,
+            MatrixMut::new(&mut out, Layout::row_major(2, 2)),
+            ComputeType::Default,
+        )?;
+        ensure!(Device::current()? == d0, "gemm put device 0 back");
+        s1.synchronize()?;
+        // [[1,-2],[3,-4]]^2 = [[-5,6],[-9,10]]
+        ensure!(out.to_vec()? == [-5.0, 6.0, -9.0, 10.0], "gemm on device 1");
+    }
+
+    // Legacy streams of two devices are two queues; waits across devices work.
+    let l0 = Stream::legacy();
+    let l1 = {
+        let _on = d1.guard()?;
+        Stream::legacy()
+    };
+    ensure!(
+        l0 != l1,
+        "legacy streams of devices 0 and 1 compare unequal"
+    );
+    ensure!(l1.device() == Some(d1), "legacy device");
+    s0.wait_for(&s1)?;
+    s1.wait_for(&l0)?;
+    l1.synchronize()?;
+    ensure!(Device::current()? == d0, "synchronize put device 0 back");
+    h1.destroy()?;
+    Ok(())
+}
+
+/// A per-thread stream value names its thread's queue: a handle bound to
+/// one is refused on another thread, and the pseudo-streams compare by
+/// thread and device.
+fn pseudo_stream_identity() -> TestResult {
+    let d0 = Device::new(0)?;
+    let pt = Stream::per_thread();
+    ensure!(
+        pt.thread() == Some(std::thread::current().id()),
+        "thread recorded"
+    );
+    ensure!(pt.device() == Some(d0), "device recorded");
+    let mut h = dnn::Handle::new(&pt)?;
+    let x = DeviceBuffer::from_host(&[1f32, -1.0, 2.0, -2.0])?;
+    let mut y = DeviceBuffer::<f32>::zeroed(4)?;
+    relu_on(&mut h, &x, &mut y)?;
+    pt.synchronize()?;
+    ensure!(
+        y.to_vec()? == [1.0, 0.0, 2.0, 0.0],
+        "relu on the per-thread stream"
+    );
+    let other = std::thread::spawn(Stream::per_thread)
+        .join()
+        .map_err(|_| "thread panicked")?;
+    ensure!(other != pt, "per-thread streams of two threads differ");
+    let (h, x, mut y) = std::thread::spawn(move || {
+        let r = relu_on(&mut h, &x, &mut y);
+        (h, x, y, r)
+    })
+    .join()
+    .map_err(|_| "thread panicked".to_string())
+    .and_then(|(h, x, y, r)| match r {
+        Err(Error::WrongThread { .. }) => Ok((h, x, y)),
+        other => Err(format!("want WrongThread on another thread, got {other:?}")),
+    })?;
+    relu_on(&mut { h }, &x, &mut y)?;
+    // scope on another thread's per-thread stream: refused before the closure runs.
+    let ran = std::sync::atomic::AtomicBool::new(false);
+    let r = std::thread::scope(|t| {
+        t.spawn(|| {
+            pt.scope(|_| {
+                ran.store(true, std::sync::atomic::Ordering::SeqCst);
+                Ok(())
+            })
+        })
+        .join()
+    })
+    .map_err(|_| "thread panicked")?;
+    ensure!(
+        matches!(r, Err(Error::WrongThread { .. }))
+            && !ran.load(std::sync::atomic::Ordering::SeqCst),
+        "scope on another thread's per-thread stream: {r:?}"
+    );
+    // into_raw hands back the stream the raw handle stays bound to.
+    let h2 = dnn::Handle::new(&pt)?;
+    let (raw, bound) = h2.into_raw();
+    ensure!(bound == pt, "into_raw returns the bound stream");
+    // SAFETY: `raw` came from `into_raw`: ours, used by nobody else.
+    unsafe { dnn::Handle::from_raw(raw, &bound) }?.destroy()?;
+    Ok(())
+}
+
 fn main() {
     run(vec![
         gpu("device_info", device_info),
@@ -608,6 +835,8 @@ fn main() {
             "device_guard_and_ordered_frees",
             device_guard_and_ordered_frees,
         ),
+        two_gpus("two_device_affinity", two_device_affinity),
+        gpu("pseudo_stream_identity", pseudo_stream_identity),
         unit("sample_values_are_exact", || {
             // The samples must survive a round trip through their own type.
             ensure!(f16::at(5).to_f32() == -1019.0, "f16 sample");

@@ -44,7 +44,127 @@ fn main() {
             "streams_events_memory_without_gpu_error_cleanly",
             runtime_without_gpu,
         ),
+        unit(
+            "pseudo_streams_name_their_thread_and_device",
+            pseudo_stream_identity,
+        ),
+        unit(
+            "empty_and_foreign_memory_have_no_device",
+            empty_memory_has_no_device,
+        ),
+        host(
+            "another_threads_per_thread_stream_is_refused",
+            foreign_per_thread_stream_refused,
+        ),
     ])
+}
+
+fn is_wrong_thread<T: std::fmt::Debug>(r: cudnn::Result<T>, what: &str) -> TestResult {
+    match r {
+        Err(Error::WrongThread { owner, current, .. }) if owner != current => Ok(()),
+        other => Err(format!("{what}: want WrongThread, got {other:?}").into()),
+    }
+}
+
+/// `Stream::per_thread()` made on two threads names two queues; the legacy
+/// stream and the per-thread stream are different queues; clones are equal.
+fn pseudo_stream_identity() -> TestResult {
+    let here = Stream::per_thread();
+    let there = std::thread::spawn(Stream::per_thread)
+        .join()
+        .map_err(|_| "thread panicked")?;
+    ensure!(
+        here.thread() == Some(std::thread::current().id()),
+        "thread recorded: {here:?}"
+    );
+    ensure!(
+        there.thread().is_some() && there.thread() != here.thread(),
+        "the spawned thread's id: {there:?}"
+    );
+    ensure!(here != there, "per-thread streams of two threads are equal");
+    ensure!(
+        here == here.clone() && here == Stream::per_thread(),
+        "same thread, same queue"
+    );
+    ensure!(
+        here.as_raw() == there.as_raw(),
+        "one raw handle, two queues"
+    );
+    let legacy = Stream::legacy();
+    ensure!(legacy != here, "legacy == per-thread");
+    ensure!(
+        legacy.thread().is_none() && legacy.is_pseudo(),
+        "{legacy:?}"
+    );
+    // Legacy streams made on two threads with the same device current name
+    // the same queue (the device's legacy stream).
+    let legacy_there = std::thread::spawn(Stream::legacy)
+        .join()
+        .map_err(|_| "thread panicked")?;
+    if legacy.device() == legacy_there.device() {
+        ensure!(
+            legacy == legacy_there,
+            "legacy streams of one device differ"
+        );
+    }
+    if !has_gpu() {
+        ensure!(
+            here.device().is_none() && legacy.device().is_none(),
+            "no device could be read: {here:?} {legacy:?}"
+        );
+    }
+    Ok(())
+}
+
+/// Empty buffers hold no memory and foreign views name no device: both
+/// agree with any device. No library call is made.
+fn empty_memory_has_no_device() -> TestResult {
+    let mut b = DeviceBuffer::<f32>::alloc(0)?;
+    ensure!(b.device().is_none(), "empty buffer: {:?}", b.device());
+    ensure!(
+        b.as_slice().device().is_none() && b.as_slice_mut().device().is_none(),
+        "views"
+    );
+    // SAFETY: null with length 0 is the empty view.
+    let v = unsafe { DeviceSlice::<u8>::from_raw_parts(std::ptr::null(), 0) };
+    ensure!(
+        v.device().is_none() && v.slice(..)?.device().is_none(),
+        "foreign view"
+    );
+    Ok(())
+}
+
+/// Another thread's per-thread stream is refused, with no CUDA call made
+/// first, by everything that would queue on it or wait for it.
+fn foreign_per_thread_stream_refused() -> TestResult {
+    let theirs = std::thread::spawn(Stream::per_thread)
+        .join()
+        .map_err(|_| "thread panicked")?;
+    is_wrong_thread(theirs.synchronize(), "synchronize")?;
+    is_wrong_thread(theirs.query(), "query")?;
+    is_wrong_thread(theirs.flags(), "flags")?;
+    is_wrong_thread(Stream::legacy().wait_for(&theirs), "wait_for (other)")?;
+    is_wrong_thread(theirs.wait_for(&theirs), "wait_for (self)")?;
+    is_wrong_thread(dnn::Handle::new(&theirs), "dnn::Handle::new")?;
+    is_wrong_thread(blas::Handle::new(&theirs), "blas::Handle::new")?;
+    is_wrong_thread(blas::LtHandle::with_workspace(&theirs, 0), "LtHandle")?;
+    // SAFETY: refused before anything is allocated.
+    let r = unsafe { DeviceBuffer::<f32>::alloc_async(16, &theirs) };
+    is_wrong_thread(r, "alloc_async")?;
+    is_wrong_thread(theirs.alloc::<f32>(16), "Stream::alloc")?;
+    // The scope is refused before its closure runs.
+    let mut ran = false;
+    is_wrong_thread(
+        theirs.scope(|_| {
+            ran = true;
+            Ok(())
+        }),
+        "scope",
+    )?;
+    ensure!(!ran, "the scope's closure ran");
+    // Empty work queues nothing, so it needs no stream.
+    DeviceBuffer::<f32>::alloc(0)?.memset_async(0, &theirs)?;
+    Ok(())
 }
 
 fn skip_if_gpu(what: &str) -> bool {

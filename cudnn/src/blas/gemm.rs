@@ -28,7 +28,7 @@ use super::matrix::{Layout, Matrix, MatrixMut};
 use crate::check::{self, cublas_call};
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
-use crate::runtime::{DeviceBuffer, DeviceSlice, DeviceSliceMut};
+use crate::runtime::{Device, DeviceBuffer, DeviceSlice, DeviceSliceMut};
 use crate::sys::cublas::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t};
 use crate::sys::cudart::cudaDataType_t;
 
@@ -644,6 +644,10 @@ impl<A: GemmTypes<C>, C: DataType> GemmPlan<A, C> {
         } else {
             (a.as_raw(), b.as_raw())
         };
+        let _on = handle.launch(
+            "gemm",
+            &[("a", a.device()), ("b", b.device()), ("c", c.device())],
+        )?;
         let api = check::cublas()?;
         let algo = cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT;
         let r = if x.batch == 1 {
@@ -851,6 +855,20 @@ impl Handle {
             return Ok(());
         }
         let batch = int("batch_count", count, "cublasGemmBatchedEx")?;
+        let devices: Vec<(&str, Option<Device>)> = a
+            .iter()
+            .map(|m| ("a (a matrix of the batch)", m.data().device()))
+            .chain(
+                b.iter()
+                    .map(|m| ("b (a matrix of the batch)", m.data().device())),
+            )
+            .chain(
+                c.iter()
+                    .map(|m| ("c (a matrix of the batch)", m.data().device())),
+            )
+            .collect();
+        // The pointer table is allocated and copied on the handle's device.
+        let _on = self.launch("gemm_batched", &devices)?;
         let (first, second) = if x.swap { (b, a) } else { (a, b) };
         let mut ptrs: Vec<i64> = Vec::with_capacity(3 * count);
         ptrs.extend(first.iter().map(|m| m.data().as_raw() as usize as i64));
@@ -1087,6 +1105,10 @@ impl<T: GemvType> GemvPlan<T> {
         if self.y_len == 0 {
             return Ok(());
         }
+        let _on = handle.launch(
+            "gemv",
+            &[("a", a.device()), ("x", x.device()), ("y", y.device())],
+        )?;
         let api = check::cublas()?;
         let h = handle.as_raw();
         let ctx = || {

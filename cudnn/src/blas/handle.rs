@@ -6,7 +6,7 @@ use std::ptr::{self, NonNull};
 
 use crate::check::{self, cublas_call};
 use crate::error::{Error, Result};
-use crate::runtime::{Device, DeviceBuffer, Stream};
+use crate::runtime::{Device, DeviceBuffer, DeviceGuard, Stream, check_device};
 use crate::sys::cublas::{cublasContext, cublasHandle_t, cublasMath_t, cublasPointerMode_t};
 
 /// How cuBLAS may trade precision for speed (`cublasSetMathMode`).
@@ -64,8 +64,13 @@ impl MathMode {
 /// default workspace pool.
 ///
 /// The handle records the device current at creation
-/// ([`device`](Handle::device)); the workspace it allocates is allocated on
-/// that device whatever device is current at the time.
+/// ([`device`](Handle::device)). Every GEMM and GEMV on the handle runs with
+/// that device current whatever device the calling thread has made current
+/// (the previous one is current again afterwards), and the workspace it
+/// allocates is allocated there. Its stream and every buffer of an op must
+/// belong to that device ([`Error::DeviceMismatch`] before anything is
+/// queued); a handle bound to [`Stream::per_thread`] may only be used from
+/// the thread that made that stream value ([`Error::WrongThread`]).
 ///
 /// # Threads
 /// `Send`, not `Sync`. cuBLAS documents that its functions may be called
@@ -120,15 +125,19 @@ impl Handle {
         if cc_major >= 9 { 32 << 20 } else { 4 << 20 }
     }
 
-    /// Create a handle on the current device, bound to `stream`, in host
-    /// pointer mode and [`MathMode::Default`].
+    /// Create a handle on the current device, bound to `stream` (which must
+    /// belong to that device), in host pointer mode and [`MathMode::Default`].
     ///
     /// # Errors
+    /// [`Error::WrongThread`] (first) for another thread's
+    /// [`Stream::per_thread`]; [`Error::DeviceMismatch`] for a stream of
+    /// another device;
     /// [`Error::Cublas`] from `cublasCreate` (without a usable device:
     /// `CUBLAS_STATUS_NOT_INITIALIZED`); [`Error::Load`].
     #[doc(alias = "cublasCreate")]
     #[doc(alias = "cublasCreate_v2")]
     pub fn new(stream: &Stream) -> Result<Self> {
+        crate::runtime::check_stream_thread("the stream of a cuBLAS handle", stream)?;
         let api = check::cublas()?;
         let mut raw: cublasHandle_t = ptr::null_mut();
         // SAFETY: `raw` is a valid, writable out-pointer.
@@ -216,6 +225,8 @@ impl Handle {
     }
 
     fn bind(&mut self, stream: &Stream) -> Result<()> {
+        self.check_stream(stream)?;
+        let _on = self.device.guard()?;
         let api = check::cublas()?;
         // SAFETY: the handle is valid and `stream` is alive (we keep a clone).
         unsafe { cublas_call!(api, cublasSetStream_v2(self.raw.as_ptr(), stream.as_raw())) }?;
@@ -230,13 +241,28 @@ impl Handle {
         Ok(())
     }
 
-    /// Give up ownership: the caller must destroy the returned handle
-    /// (`cublasDestroy`). A workspace set with [`set_workspace`](Handle::set_workspace)
-    /// is detached first (`cublasSetStream` on the handle's stream puts
-    /// cuBLAS back on its default pool; `cublasSetWorkspace(NULL, 0)` would
-    /// instead leave it with no workspace at all) and freed in the stream's
-    /// order, after the work already queued that may use it.
-    pub fn into_raw(mut self) -> cublasHandle_t {
+    /// A handle may only be bound to a stream of its device, usable from
+    /// this thread.
+    fn check_stream(&self, stream: &Stream) -> Result<()> {
+        crate::runtime::check_stream_thread("the stream of a cuBLAS handle", stream)?;
+        check_device(
+            || "the stream of a cuBLAS handle".to_string(),
+            self.device,
+            stream.device(),
+        )
+    }
+
+    /// Give up ownership: returns the raw handle, which the caller must
+    /// destroy (`cublasDestroy`), with the [`Stream`] it stays bound to: the
+    /// raw handle queues work there until the caller rebinds it
+    /// (`cublasSetStream`), so keep that stream alive until then (dropping
+    /// the last clone of an owned stream destroys it). A workspace set with
+    /// [`set_workspace`](Handle::set_workspace) is detached first
+    /// (`cublasSetStream` on the handle's stream puts cuBLAS back on its
+    /// default pool; `cublasSetWorkspace(NULL, 0)` would instead leave it
+    /// with no workspace at all) and freed in the stream's order, after the
+    /// work already queued that may use it.
+    pub fn into_raw(mut self) -> (cublasHandle_t, Stream) {
         if let Some(ws) = self.workspace.take() {
             // Best effort: into_raw cannot report errors. If resetting fails
             // the workspace is leaked rather than freed under the handle.
@@ -247,12 +273,13 @@ impl Handle {
             }
         }
         self.owned = false;
-        self.raw.as_ptr()
+        (self.raw.as_ptr(), self.stream.clone())
     }
 
     /// `cublasSetStream` on the current stream: cuBLAS documents that it
     /// resets the user workspace to the default workspace pool.
     fn reset_to_default_pool(&mut self) -> Result<()> {
+        let _on = self.device.guard()?;
         let api = check::cublas()?;
         // SAFETY: the handle is valid and the stream is alive (we keep a clone).
         unsafe {
@@ -263,10 +290,38 @@ impl Handle {
         }
     }
 
-    /// The device current when the handle was created; its workspace is
-    /// allocated there.
+    /// The device current when the handle was created. Every op runs with
+    /// it current, its workspace is allocated there, and the handle's stream
+    /// and the buffers of each op must belong to it.
     pub fn device(&self) -> Device {
         self.device
+    }
+
+    /// Prepare to queue work through the handle: check that its stream may
+    /// be used from this thread (not another thread's
+    /// [`Stream::per_thread`]), then make the handle's device current until
+    /// the guard drops (one `cudaGetDevice`, plus a `cudaSetDevice` only when
+    /// another device is current, and one to put it back). Every op of the
+    /// crate does this; call it before using [`as_raw`](Handle::as_raw) with
+    /// cuBLAS directly.
+    ///
+    /// # Errors
+    /// [`Error::WrongThread`]; [`Error::Cuda`] when the device cannot be
+    /// made current.
+    pub fn enter(&self) -> Result<DeviceGuard> {
+        crate::runtime::check_stream_thread("the stream of a cuBLAS handle", self.stream())?;
+        self.device.guard()
+    }
+
+    /// [`enter`](Handle::enter), after checking that every buffer of the op
+    /// `op` is on the handle's device.
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`] naming the first buffer on another device;
+    /// as [`enter`](Handle::enter).
+    pub(crate) fn launch(&self, op: &str, args: &[(&str, Option<Device>)]) -> Result<DeviceGuard> {
+        crate::runtime::check_args(op, self.device, args)?;
+        self.enter()
     }
 
     /// The raw handle, valid while `self` lives.
@@ -284,10 +339,14 @@ impl Handle {
     /// using it). Re-applies the workspace, which `cublasSetStream` resets.
     ///
     /// # Errors
-    /// [`Error::Cublas`]; [`Error::Cuda`] from the ordering event.
+    /// [`Error::DeviceMismatch`] for a stream of another device and
+    /// [`Error::WrongThread`] for another thread's per-thread stream (the
+    /// handle is unchanged); [`Error::Cublas`]; [`Error::Cuda`] from the
+    /// ordering event.
     #[doc(alias = "cublasSetStream")]
     #[doc(alias = "cublasSetStream_v2")]
     pub fn set_stream(&mut self, stream: &Stream) -> Result<()> {
+        self.check_stream(stream)?;
         if *stream != self.stream && self.workspace.is_some() {
             stream.wait_for(&self.stream)?;
         }
@@ -326,6 +385,7 @@ impl Handle {
     }
 
     fn apply_math(&mut self, mode: MathMode, allow_reduced: bool) -> Result<()> {
+        let _on = self.device.guard()?;
         let api = check::cublas()?;
         let raw = mode.to_raw_with(allow_reduced);
         // SAFETY: the handle is valid; the value is a documented mode OR'd with
@@ -351,6 +411,7 @@ impl Handle {
     #[doc(alias = "cublasSetWorkspace")]
     #[doc(alias = "cublasSetWorkspace_v2")]
     pub fn set_workspace(&mut self, bytes: usize) -> Result<()> {
+        let _on = self.device.guard()?;
         let api = check::cublas()?;
         if bytes == 0 {
             if self.workspace.is_some() {
@@ -391,6 +452,7 @@ impl Handle {
     #[doc(alias = "cublasDestroy_v2")]
     pub fn destroy(mut self) -> Result<()> {
         self.owned = false;
+        let _on = self.device.guard()?;
         let api = check::cublas()?;
         // SAFETY: we own the handle; `owned` is cleared so Drop will not destroy
         // it again. The workspace is freed after it.
@@ -405,6 +467,8 @@ impl Handle {
 
 impl Drop for Handle {
     fn drop(&mut self) {
+        // On the handle's device (nothing changes if that fails).
+        let _on = self.device.guard();
         if self.owned
             && let Ok(api) = check::cublas()
         {

@@ -40,7 +40,9 @@ use super::gemm::{ComputeType, Frame, GemmTypes, Operand, ScaleType, ScaleValue,
 use super::matrix::Layout;
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
-use crate::runtime::{Device, DeviceBuffer, DeviceSlice, DeviceSliceMut, Stream};
+use crate::runtime::{
+    Device, DeviceBuffer, DeviceGuard, DeviceSlice, DeviceSliceMut, Stream, check_device,
+};
 use crate::sys::cublas::{
     self, CublasLt, cublasComputeType_t, cublasLtContext, cublasLtEpilogue_t, cublasLtHandle_t,
     cublasLtMatmulDescAttributes_t as DescAttr, cublasLtMatmulDescOpaque_t,
@@ -191,6 +193,7 @@ impl LtHandle {
     /// As [`LtHandle::new`].
     #[doc(alias = "cublasLtCreate")]
     pub fn with_workspace(stream: &Stream, bytes: usize) -> Result<Self> {
+        crate::runtime::check_stream_thread("the stream of a cuBLASLt handle", stream)?;
         let api = cublas_lt()?;
         let mut raw: cublasLtHandle_t = ptr::null_mut();
         // SAFETY: `raw` is a valid, writable out-pointer.
@@ -212,6 +215,7 @@ impl LtHandle {
             workspace: None,
             owned: true,
         };
+        check_lt_stream(device, stream)?;
         h.set_workspace(bytes)?;
         Ok(h)
     }
@@ -251,22 +255,37 @@ impl LtHandle {
             workspace: None,
             owned: true,
         };
+        check_lt_stream(device, stream)?;
         h.set_workspace(workspace)?;
         Ok(h)
     }
 
     /// Give up ownership; the caller must destroy the handle
     /// (`cublasLtDestroy`). The workspace is freed after the matmuls queued
-    /// on the handle's stream.
+    /// on the handle's stream. A cuBLASLt handle is not bound to a stream
+    /// (each `cublasLtMatmul` names one), so only the raw handle is returned.
     pub fn into_raw(mut self) -> cublasLtHandle_t {
         self.owned = false;
         self.raw.as_ptr()
     }
 
-    /// The device current when the handle was created; its workspace is
-    /// allocated there.
+    /// The device current when the handle was created. Every matmul and
+    /// heuristic query runs with it current, its workspace is allocated
+    /// there, and the stream and buffers must belong to it.
     pub fn device(&self) -> Device {
         self.device
+    }
+
+    /// Check that the handle's stream may be used from this thread, then
+    /// make the handle's device current until the guard drops (see
+    /// [`Handle::enter`](super::Handle::enter)).
+    ///
+    /// # Errors
+    /// [`Error::WrongThread`]; [`Error::Cuda`] when the device cannot be
+    /// made current.
+    pub fn enter(&self) -> Result<DeviceGuard> {
+        crate::runtime::check_stream_thread("the stream of a cuBLASLt handle", &self.stream)?;
+        self.device.guard()
     }
 
     /// The raw handle, valid while `self` lives.
@@ -283,8 +302,10 @@ impl LtHandle {
     /// queued on the old stream (which may still use the workspace).
     ///
     /// # Errors
-    /// [`Error::Cuda`] from the ordering event.
+    /// [`Error::DeviceMismatch`] for a stream of another device;
+    /// [`Error::WrongThread`]; [`Error::Cuda`] from the ordering event.
     pub fn set_stream(&mut self, stream: &Stream) -> Result<()> {
+        check_lt_stream(self.device, stream)?;
         if *stream != self.stream && self.workspace.is_some() {
             stream.wait_for(&self.stream)?;
         }
@@ -334,6 +355,7 @@ impl LtHandle {
     #[doc(alias = "cublasLtDestroy")]
     pub fn destroy(mut self) -> Result<()> {
         self.owned = false;
+        let _on = self.device.guard()?;
         let api = cublas_lt()?;
         // SAFETY: we own the handle; `owned` is cleared so Drop will not
         // destroy it again.
@@ -346,8 +368,21 @@ impl LtHandle {
     }
 }
 
+/// A cuBLASLt handle of `device` may only queue on a stream of `device`,
+/// usable from this thread.
+fn check_lt_stream(device: Device, stream: &Stream) -> Result<()> {
+    crate::runtime::check_stream_thread("the stream of a cuBLASLt handle", stream)?;
+    check_device(
+        || "the stream of a cuBLASLt handle".to_string(),
+        device,
+        stream.device(),
+    )
+}
+
 impl Drop for LtHandle {
     fn drop(&mut self) {
+        // On the handle's device (nothing changes if that fails).
+        let _on = self.device.guard();
         if self.owned
             && let Ok(api) = cublas_lt()
         {
@@ -1490,12 +1525,15 @@ fn check_aligned(name: &str, addr: usize, alignment: usize) -> Result<()> {
 /// `cublasLtMatmulDescSetAttribute` per epilogue pointer that differs from
 /// the previous run's).
 ///
-/// A plan belongs to the device its [`LtHandle`] was created on.
+/// A plan belongs to the device its [`LtHandle`] was created on; run on a
+/// handle of another device, it asks the heuristic again there first.
 pub struct MatmulPlan<A: GemmTypes<D>, D: DataType> {
     spec: MatmulSpec,
     descs: MatmulDescriptors,
     algo: Option<cublasLtMatmulHeuristicResult_t>,
     workspace_limit: usize,
+    /// The device the heuristic chose `algo` for (the planning handle's).
+    device: Device,
     _types: PhantomData<fn() -> (A, D)>,
 }
 
@@ -1535,6 +1573,7 @@ impl<A: GemmTypes<D>, D: DataType> MatmulPlan<A, D> {
             descs,
             algo,
             workspace_limit,
+            device: lt.device(),
             _types: PhantomData,
         })
     }
@@ -1544,6 +1583,7 @@ impl<A: GemmTypes<D>, D: DataType> MatmulPlan<A, D> {
         spec: &MatmulSpec,
         d: &MatmulDescriptors,
     ) -> Result<cublasLtMatmulHeuristicResult_t> {
+        let _on = lt.enter()?;
         let api = cublas_lt()?;
         // SAFETY: an all-zero heuristic result is a valid value of this
         // plain-data struct (integers, floats and a u64 array).
@@ -1684,9 +1724,39 @@ impl<A: GemmTypes<D>, D: DataType> MatmulPlan<A, D> {
         }
         let alpha = ScaleValue::new(shape.scale, A::scale_to_f64(alpha), "alpha")?;
         let beta = ScaleValue::new(shape.scale, A::scale_to_f64(beta), "beta")?;
-        let Some(algo) = self.algo else {
+        let Some(mut algo) = self.algo else {
             return Ok(()); // an empty D: nothing to compute
         };
+        let _on = lt.enter()?;
+        crate::runtime::check_args(
+            "cublasLtMatmul",
+            lt.device(),
+            &[
+                ("a", a.device()),
+                ("b", b.device()),
+                ("d", d.device()),
+                ("epilogue.bias", epi.bias.as_ref().and_then(|x| x.device())),
+                (
+                    "epilogue.bias_grad",
+                    epi.bias_grad.as_ref().and_then(|x| x.device()),
+                ),
+                (
+                    "epilogue.aux_out",
+                    epi.aux_out.as_ref().and_then(|x| x.device()),
+                ),
+                (
+                    "epilogue.aux_in",
+                    epi.aux_in.as_ref().and_then(|x| x.device()),
+                ),
+            ],
+        )?;
+        if lt.device() != self.device {
+            // The algorithm was chosen for another device (maybe another
+            // architecture): ask the heuristic again on this one.
+            algo = Self::heuristic(lt, &spec, &self.descs)?;
+            self.algo = Some(algo);
+            self.device = lt.device();
+        }
         let have = lt.workspace_size();
         if algo.workspaceSize > have {
             return Err(Error::mismatch(
@@ -1764,9 +1834,11 @@ impl<A: GemmTypes<D>, D: DataType> MatmulPlan<A, D> {
     }
 }
 
-/// Plans by [`PlanKey`], for one [`LtHandle`] (one device).
+/// Plans by [`PlanKey`] and device: one cache serves handles of several
+/// devices, each getting plans chosen for its own device.
 pub struct PlanCache<A: GemmTypes<D>, D: DataType> {
-    plans: HashMap<PlanKey, MatmulPlan<A, D>>,
+    /// Keyed by the handle's device too: an algorithm is chosen per device.
+    plans: HashMap<(Device, PlanKey), MatmulPlan<A, D>>,
 }
 
 impl<A: GemmTypes<D>, D: DataType> fmt::Debug for PlanCache<A, D> {
@@ -1801,15 +1873,20 @@ impl<A: GemmTypes<D>, D: DataType> PlanCache<A, D> {
         spec: &MatmulSpec,
     ) -> Result<&mut MatmulPlan<A, D>> {
         let key = PlanKey::new::<A, D>(spec, lt.workspace_size());
-        match self.plans.entry(key) {
+        match self.plans.entry((lt.device(), key)) {
             Entry::Occupied(e) => Ok(e.into_mut()),
             Entry::Vacant(v) => Ok(v.insert(MatmulPlan::new(lt, spec)?)),
         }
     }
 
-    /// Whether a plan for `key` is cached.
+    /// Whether a plan for `key` is cached (for any device).
     pub fn contains(&self, key: &PlanKey) -> bool {
-        self.plans.contains_key(key)
+        self.plans.keys().any(|(_, k)| k == key)
+    }
+
+    /// Whether a plan for `key` is cached for `device`.
+    pub fn contains_on(&self, device: Device, key: &PlanKey) -> bool {
+        self.plans.contains_key(&(device, *key))
     }
 
     /// Number of cached plans.

@@ -45,6 +45,16 @@ pub enum Residual<'a, T: DataType> {
     },
 }
 
+impl<T: DataType> Residual<'_, T> {
+    /// The device of `z` (`None` when there is no separate residual buffer).
+    pub fn device(&self) -> Option<crate::runtime::Device> {
+        match self {
+            Residual::Input { z, .. } => z.device(),
+            Residual::None | Residual::Output { .. } => None,
+        }
+    }
+}
+
 /// `[1, k, 1, ...]` of `rank` dimensions, packed: a per-channel bias.
 fn bias_descriptor<T: DataType>(k: usize, rank: usize) -> Result<TensorDescriptor<T>> {
     let mut dims = vec![1usize; rank];
@@ -251,6 +261,16 @@ impl<T: ConvDataType> ConvBiasActivationPlan<T> {
     ) -> Result<FusedPath> {
         let (x, w, bias, mut y) = (x.into(), w.into(), bias.into(), y.into());
         self.check(&x, &w, &residual, &bias, &y)?;
+        let _on = handle.launch(
+            "convolution bias activation",
+            &[
+                ("x", x.device()),
+                ("w", w.device()),
+                ("bias", bias.device()),
+                ("y", y.device()),
+                ("z", residual.device()),
+            ],
+        )?;
         self.conv.0.verify(handle)?;
         let h = handle.as_raw();
         let mut ws = handle.workspace(self.conv.workspace_size())?;
@@ -303,6 +323,17 @@ impl<T: ConvDataType> ConvBiasActivationPlan<T> {
             (x.into(), w.into(), bias.into(), y.into(), workspace.into());
         self.check(&x, &w, &residual, &bias, &y)?;
         self.conv.check_caller_workspace(ws.as_raw(), ws.len())?;
+        let _on = handle.launch(
+            "convolution bias activation (caller workspace)",
+            &[
+                ("x", x.device()),
+                ("w", w.device()),
+                ("bias", bias.device()),
+                ("y", y.device()),
+                ("workspace", ws.device()),
+                ("z", residual.device()),
+            ],
+        )?;
         self.conv.0.verify(handle)?;
         let l = Launch {
             h: handle.as_raw(),
@@ -564,6 +595,10 @@ impl<T: ConvDataType> ConvBackwardBiasPlan<T> {
     ) -> Result<()> {
         let (dy, mut db) = (dy.into(), db.into());
         self.check_buffers(dy.len(), db.len())?;
+        let _on = handle.launch(
+            "convolution backward bias",
+            &[("dy", dy.device()), ("db", db.device())],
+        )?;
         let api = check::cudnn()?;
         // SAFETY: the handle is live for the call; `dy` and `db` hold at
         // least what their descriptors address (checked); `db` is

@@ -812,7 +812,7 @@ impl<T: ConvDataType, D: ConvPass> ConvProblem<T, D> {
             from_cache: false,
             time_ms: None,
             describe: self.describe(),
-            verified: Cell::new(false),
+            verified: Cell::new(None),
             device: None,
         })
     }
@@ -824,6 +824,9 @@ impl<T: ConvDataType, D: ConvPass> ConvProblem<T, D> {
         opts: &PlanOptions<'_>,
         bufs: Option<RawBufs>,
     ) -> Result<PlanCore<T>> {
+        // The search, its scratch buffers and the workspace belong to the
+        // handle's device, whatever device is current.
+        let _on = handle.enter()?;
         let dir = D::DIRECTION;
         if let AlgoSearch::Fixed(a) = opts.search
             && a.direction() != dir
@@ -876,7 +879,7 @@ impl<T: ConvDataType, D: ConvPass> ConvProblem<T, D> {
                             from_cache: true,
                             time_ms: None,
                             describe,
-                            verified: Cell::new(true),
+                            verified: Cell::new(Some(handle.device())),
                             device: Some(handle.device()),
                         });
                     }
@@ -926,7 +929,7 @@ impl<T: ConvDataType, D: ConvPass> ConvProblem<T, D> {
             from_cache: false,
             time_ms: choice.time_ms,
             describe,
-            verified: Cell::new(true),
+            verified: Cell::new(Some(handle.device())),
             device: Some(handle.device()),
         })
     }
@@ -1011,29 +1014,35 @@ pub(crate) struct PlanCore<T: DataType> {
     from_cache: bool,
     time_ms: Option<f32>,
     describe: String,
-    /// Whether cuDNN confirmed `workspace` is enough (false for a plan made
-    /// from a caller's choice until its first run).
-    verified: Cell<bool>,
+    /// The device on which cuDNN last confirmed `workspace` is enough
+    /// (`None` for a plan made from a caller's choice until its first run;
+    /// such a plan is confirmed again on each new device it runs on).
+    verified: Cell<Option<Device>>,
     /// The device of the handle the algorithm was chosen with (`None` for
     /// a plan from a caller's choice, which was made without a device).
     device: Option<Device>,
 }
 
 impl<T: DataType> PlanCore<T> {
-    /// Once per plan made from a caller's choice: ask cuDNN what the
-    /// algorithm needs, so a too-small workspace is an error, not an overrun.
+    /// Once per plan made from a caller's choice and device it runs on: ask
+    /// cuDNN what the algorithm needs there, so a too-small workspace is an
+    /// error, not an overrun (another architecture may need more). A plan
+    /// whose algorithm was searched on one device refuses another
+    /// ([`Error::DeviceMismatch`]): the choice was measured there.
     pub(crate) fn verify(&self, handle: &Handle) -> Result<()> {
         if let Some(d) = self.device
             && d != handle.device()
         {
-            return Err(Error::mismatch(
-                "handle device (a plan runs on the device its algorithm was chosen for)",
-                format!("device {}", d.ordinal()),
-                format!("device {}", handle.device().ordinal()),
-            )
-            .with_context(self.context()));
+            return Err(Error::device_mismatch(
+                format!(
+                    "the handle running a plan searched on another device ({})",
+                    self.context()
+                ),
+                d.ordinal(),
+                handle.device().ordinal(),
+            ));
         }
-        if self.verified.get() {
+        if self.verified.get() == Some(handle.device()) {
             return Ok(());
         }
         let need = search::workspace_size(handle, &self.d, self.dir, self.algo.to_raw())
@@ -1048,7 +1057,7 @@ impl<T: DataType> PlanCore<T> {
                 self.workspace,
             ));
         }
-        self.verified.set(true);
+        self.verified.set(Some(handle.device()));
         Ok(())
     }
 
@@ -1326,6 +1335,10 @@ impl<T: ConvDataType> ConvForwardPlan<T> {
     ) -> Result<()> {
         let (x, w, mut y) = (x.into(), w.into(), y.into());
         self.0.check_buffers(x.len(), w.len(), y.len())?;
+        let _on = handle.launch(
+            "convolution forward",
+            &[("x", x.device()), ("w", w.device()), ("y", y.device())],
+        )?;
         self.0.verify(handle)?;
         let (h, ws, ws_bytes) = handle_workspace(handle, self.0.workspace)?;
         let l = Launch {
@@ -1376,6 +1389,15 @@ impl<T: ConvDataType> ConvForwardPlan<T> {
         let (x, w, mut y, mut ws) = (x.into(), w.into(), y.into(), workspace.into());
         self.0.check_buffers(x.len(), w.len(), y.len())?;
         self.0.check_caller_workspace(ws.as_raw(), ws.len())?;
+        let _on = handle.launch(
+            "convolution forward (caller workspace)",
+            &[
+                ("x", x.device()),
+                ("w", w.device()),
+                ("y", y.device()),
+                ("workspace", ws.device()),
+            ],
+        )?;
         self.0.verify(handle)?;
         let l = Launch {
             h: handle.as_raw(),
@@ -1456,6 +1478,10 @@ impl<T: ConvDataType> ConvBackwardDataPlan<T> {
     ) -> Result<()> {
         let (w, dy, mut dx) = (w.into(), dy.into(), dx.into());
         self.0.check_buffers(dx.len(), w.len(), dy.len())?;
+        let _on = handle.launch(
+            "convolution backward data",
+            &[("w", w.device()), ("dy", dy.device()), ("dx", dx.device())],
+        )?;
         self.0.verify(handle)?;
         let (h, ws, ws_bytes) = handle_workspace(handle, self.0.workspace)?;
         let l = Launch {
@@ -1500,6 +1526,15 @@ impl<T: ConvDataType> ConvBackwardDataPlan<T> {
         let (w, dy, mut dx, mut ws) = (w.into(), dy.into(), dx.into(), workspace.into());
         self.0.check_buffers(dx.len(), w.len(), dy.len())?;
         self.0.check_caller_workspace(ws.as_raw(), ws.len())?;
+        let _on = handle.launch(
+            "convolution backward data (caller workspace)",
+            &[
+                ("w", w.device()),
+                ("dy", dy.device()),
+                ("dx", dx.device()),
+                ("workspace", ws.device()),
+            ],
+        )?;
         self.0.verify(handle)?;
         let l = Launch {
             h: handle.as_raw(),
@@ -1574,6 +1609,10 @@ impl<T: ConvDataType> ConvBackwardFilterPlan<T> {
     ) -> Result<()> {
         let (x, dy, mut dw) = (x.into(), dy.into(), dw.into());
         self.0.check_buffers(x.len(), dw.len(), dy.len())?;
+        let _on = handle.launch(
+            "convolution backward filter",
+            &[("x", x.device()), ("dy", dy.device()), ("dw", dw.device())],
+        )?;
         self.0.verify(handle)?;
         let (h, ws, ws_bytes) = handle_workspace(handle, self.0.workspace)?;
         let l = Launch {
@@ -1618,6 +1657,15 @@ impl<T: ConvDataType> ConvBackwardFilterPlan<T> {
         let (x, dy, mut dw, mut ws) = (x.into(), dy.into(), dw.into(), workspace.into());
         self.0.check_buffers(x.len(), dw.len(), dy.len())?;
         self.0.check_caller_workspace(ws.as_raw(), ws.len())?;
+        let _on = handle.launch(
+            "convolution backward filter (caller workspace)",
+            &[
+                ("x", x.device()),
+                ("dy", dy.device()),
+                ("dw", dw.device()),
+                ("workspace", ws.device()),
+            ],
+        )?;
         self.0.verify(handle)?;
         let l = Launch {
             h: handle.as_raw(),
@@ -1710,6 +1758,10 @@ impl<T: ConvDataType> ConvProblem<T, ConvFwd> {
             w: w.as_raw().cast_mut(),
             y: y.as_raw_mut(),
         };
+        let _on = handle.launch(
+            "convolution forward search",
+            &[("x", x.device()), ("w", w.device()), ("y", y.device())],
+        )?;
         self.core(handle, options, Some(bufs)).map(ConvForwardPlan)
     }
 
@@ -1789,6 +1841,10 @@ impl<T: ConvDataType> ConvProblem<T, ConvBwdData> {
             w: w.as_raw().cast_mut(),
             y: dy.as_raw().cast_mut(),
         };
+        let _on = handle.launch(
+            "convolution backward data search",
+            &[("w", w.device()), ("dy", dy.device()), ("dx", dx.device())],
+        )?;
         self.core(handle, options, Some(bufs))
             .map(ConvBackwardDataPlan)
     }
@@ -1816,6 +1872,10 @@ impl<T: ConvDataType> ConvProblem<T, ConvBwdFilter> {
             w: dw.as_raw_mut(),
             y: dy.as_raw().cast_mut(),
         };
+        let _on = handle.launch(
+            "convolution backward filter search",
+            &[("x", x.device()), ("dy", dy.device()), ("dw", dw.device())],
+        )?;
         self.core(handle, options, Some(bufs))
             .map(ConvBackwardFilterPlan)
     }

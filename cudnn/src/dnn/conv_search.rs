@@ -215,6 +215,7 @@ pub(crate) fn heuristic<T: DataType>(
     d: &Descs<T>,
     dir: ConvDirection,
 ) -> Result<Vec<Candidate>> {
+    let _on = handle.enter()?;
     let api = check::cudnn()?;
     let h = handle.as_raw();
     let n = max_count(api, h, dir)?;
@@ -314,6 +315,7 @@ pub(crate) unsafe fn exhaustive<T: DataType>(
     bufs: RawBufs,
     workspace_limit: Option<usize>,
 ) -> Result<Vec<Candidate>> {
+    let _on = handle.enter()?;
     let api = check::cudnn()?;
     // Size the workspace for the search: the most any usable heuristic
     // candidate wants, within the limit and half the free memory.
@@ -486,6 +488,7 @@ pub(crate) fn workspace_size<T: DataType>(
     dir: ConvDirection,
     algo: u32,
 ) -> Result<usize> {
+    let _on = handle.enter()?;
     let api = check::cudnn()?;
     let h = handle.as_raw();
     let mut size = 0usize;

@@ -6,7 +6,7 @@ use std::ptr::{self, NonNull};
 
 use crate::check::{self, cudnn_call};
 use crate::error::{Error, Result};
-use crate::runtime::{Device, DeviceBuffer, DeviceSliceMut, Stream};
+use crate::runtime::{Device, DeviceBuffer, DeviceGuard, DeviceSliceMut, Stream, check_device};
 use crate::sys::cudart::Version;
 use crate::sys::cudnn::{self as dnn, cudnnContext, cudnnHandle_t};
 
@@ -17,8 +17,15 @@ use crate::sys::cudnn::{self as dnn, cudnnContext, cudnnHandle_t};
 /// handle keeps a clone of the stream, so the stream outlives it.
 ///
 /// The handle records the device current at creation
-/// ([`device`](Handle::device)): its workspace is allocated there whatever
-/// device is current at the time, and algorithm-cache keys use it.
+/// ([`device`](Handle::device)). Every op on the handle runs with that
+/// device current, whatever device the calling thread has made current
+/// (and puts the previous one back), so a handle made on device 1 and used
+/// after `Device::new(0)`, or from a new thread, still launches on device 1.
+/// Its workspace is allocated there, and algorithm-cache keys use it. The
+/// handle's stream and every buffer of an op must belong to that device:
+/// otherwise the op fails with [`Error::DeviceMismatch`] before anything is
+/// queued. A handle bound to [`Stream::per_thread`] may only be used from
+/// the thread that made that stream value ([`Error::WrongThread`]).
 ///
 /// # Threads
 /// `Send`, not `Sync`: a handle may move to another thread but not be used
@@ -91,14 +98,19 @@ impl Handle {
         Ok(())
     }
 
-    /// Create a handle on the current device, bound to `stream`.
+    /// Create a handle on the current device, bound to `stream`, which must
+    /// belong to that device.
     ///
     /// # Errors
+    /// [`Error::WrongThread`] (first) for another thread's
+    /// [`Stream::per_thread`]; [`Error::DeviceMismatch`] for a stream of
+    /// another device;
     /// [`Error::Unsupported`] naming the version when the loaded cuDNN is
     /// older than 8.9; [`Error::Cudnn`] from `cudnnCreate` (without a usable
     /// device: `CUDNN_STATUS_NOT_INITIALIZED`); [`Error::Load`].
     #[doc(alias = "cudnnCreate")]
     pub fn new(stream: &Stream) -> Result<Self> {
+        crate::runtime::check_stream_thread("the stream of a cuDNN handle", stream)?;
         Self::check_supported(Self::library_version()?)?;
         let api = check::cudnn()?;
         let mut raw: cudnnHandle_t = ptr::null_mut();
@@ -164,18 +176,50 @@ impl Handle {
         Ok(h)
     }
 
-    /// Give up ownership: the caller must destroy the returned handle
-    /// (`cudnnDestroy`). The workspace is freed after the work queued on the
-    /// handle's stream, and the stream binding stays as it is.
-    pub fn into_raw(mut self) -> cudnnHandle_t {
+    /// Give up ownership: returns the raw handle, which the caller must
+    /// destroy (`cudnnDestroy`), with the [`Stream`] it stays bound to. The
+    /// raw handle queues work on that stream until the caller rebinds it
+    /// (`cudnnSetStream`): keep the returned `Stream` (or the stream itself)
+    /// alive until then, since dropping the last clone of an owned stream
+    /// destroys it. The workspace is freed after the work queued on the
+    /// handle's stream.
+    pub fn into_raw(mut self) -> (cudnnHandle_t, Stream) {
         self.owned = false;
-        self.raw.as_ptr()
+        (self.raw.as_ptr(), self.stream.clone())
     }
 
-    /// The device current when the handle was created. The workspace is
-    /// allocated there, and cuDNN work is meant to be queued with it current.
+    /// The device current when the handle was created. Every op runs with
+    /// it current, the workspace is allocated there, and the handle's
+    /// stream and the buffers of each op must belong to it.
     pub fn device(&self) -> Device {
         self.device
+    }
+
+    /// Prepare to queue work through the handle: check that its stream may
+    /// be used from this thread (not another thread's
+    /// [`Stream::per_thread`]), then make the handle's device current until
+    /// the guard drops (one `cudaGetDevice`, plus a `cudaSetDevice` only when
+    /// another device is current, and one to put it back). Every op of the
+    /// crate does this; call it before using [`as_raw`](Handle::as_raw) with
+    /// cuDNN directly.
+    ///
+    /// # Errors
+    /// [`Error::WrongThread`]; [`Error::Cuda`] when the device cannot be
+    /// made current.
+    pub fn enter(&self) -> Result<DeviceGuard> {
+        crate::runtime::check_stream_thread("the stream of a cuDNN handle", self.stream())?;
+        self.device.guard()
+    }
+
+    /// [`enter`](Handle::enter), after checking that every buffer of the op
+    /// `op` is on the handle's device.
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`] naming the first buffer on another device;
+    /// as [`enter`](Handle::enter).
+    pub(crate) fn launch(&self, op: &str, args: &[(&str, Option<Device>)]) -> Result<DeviceGuard> {
+        crate::runtime::check_args(op, self.device, args)?;
+        self.enter()
     }
 
     /// The raw handle, for calling cuDNN directly. Valid while `self` lives.
@@ -189,6 +233,7 @@ impl Handle {
     }
 
     fn bind(&mut self, stream: &Stream) -> Result<()> {
+        check_stream(self.device, stream)?;
         let api = check::cudnn()?;
         // SAFETY: the handle is valid and `stream` is alive (and stays alive: we
         // keep a clone).
@@ -202,10 +247,13 @@ impl Handle {
     /// workspace), so workspace reuse stays ordered.
     ///
     /// # Errors
-    /// [`Error::Cudnn`] from `cudnnSetStream`; [`Error::Cuda`] from the
-    /// ordering event.
+    /// [`Error::DeviceMismatch`] for a stream of another device and
+    /// [`Error::WrongThread`] for another thread's per-thread stream (the
+    /// handle is unchanged); [`Error::Cudnn`] from `cudnnSetStream`;
+    /// [`Error::Cuda`] from the ordering event.
     #[doc(alias = "cudnnSetStream")]
     pub fn set_stream(&mut self, stream: &Stream) -> Result<()> {
+        check_stream(self.device, stream)?;
         if *stream != self.stream && !self.workspace.is_empty() {
             stream.wait_for(&self.stream)?;
         }
@@ -270,6 +318,7 @@ impl Handle {
     #[doc(alias = "cudnnDestroy")]
     pub fn destroy(mut self) -> Result<()> {
         self.owned = false;
+        let _on = self.device.guard()?;
         let api = check::cudnn()?;
         // SAFETY: we own the handle; `owned` is cleared so Drop will not destroy
         // it again. The workspace is freed after (by `release_workspace`).
@@ -279,6 +328,17 @@ impl Handle {
     }
 }
 
+/// A handle of `device` may only be bound to a stream of `device`, usable
+/// from this thread.
+fn check_stream(device: Device, stream: &Stream) -> Result<()> {
+    crate::runtime::check_stream_thread("the stream of a cuDNN handle", stream)?;
+    check_device(
+        || "the stream of a cuDNN handle".to_string(),
+        device,
+        stream.device(),
+    )
+}
+
 fn empty_workspace() -> DeviceBuffer<u8> {
     // SAFETY: a null pointer with length 0 is the documented empty buffer; nothing is freed.
     unsafe { DeviceBuffer::from_raw(ptr::null_mut(), 0) }
@@ -286,6 +346,8 @@ fn empty_workspace() -> DeviceBuffer<u8> {
 
 impl Drop for Handle {
     fn drop(&mut self) {
+        // On the handle's device (nothing changes if that fails).
+        let _on = self.device.guard();
         if self.owned
             && let Ok(api) = check::cudnn()
         {

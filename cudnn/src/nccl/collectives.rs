@@ -1,438 +1,59 @@
-//! Collectives and point-to-point calls on a communicator.
-
-use std::ffi::c_void;
+//! Direct collectives and point-to-point calls: one call, one launch, on
+//! the communicator's stream order. (Several calls launched together go
+//! through [`group`](super::group).)
 
 use super::comm::Communicator;
-use super::{api, sys};
-use crate::dtype::DataType;
-use crate::error::Result;
+use super::depth;
+use super::op::{Call, NcclType, ReduceOp};
+use crate::error::{Error, Result};
 use crate::runtime::{DeviceSlice, DeviceSliceMut, Stream};
 
-mod sealed {
-    pub trait Sealed {}
-}
-
-/// An element type NCCL can reduce and move, with its `ncclDataType_t`.
-/// Sealed: the codes must be right.
-pub trait NcclType: DataType + sealed::Sealed {
-    /// The NCCL type code.
-    const NCCL: sys::ncclDataType_t;
-}
-
-macro_rules! nccl_type {
-    ($t:ty, $code:ident) => {
-        impl sealed::Sealed for $t {}
-        impl NcclType for $t {
-            const NCCL: sys::ncclDataType_t = sys::ncclDataType_t::$code;
-        }
-    };
-}
-nccl_type!(f32, ncclFloat32);
-nccl_type!(f64, ncclFloat64);
-nccl_type!(half::f16, ncclFloat16);
-nccl_type!(half::bf16, ncclBfloat16);
-nccl_type!(i8, ncclInt8);
-nccl_type!(u8, ncclUint8);
-nccl_type!(i32, ncclInt32);
-nccl_type!(i64, ncclInt64);
-
-/// A reduction (`ncclRedOp_t`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ReduceOp {
-    /// Sum (`ncclSum`).
-    Sum,
-    /// Product (`ncclProd`).
-    Prod,
-    /// Minimum (`ncclMin`).
-    Min,
-    /// Maximum (`ncclMax`).
-    Max,
-    /// Sum divided by the number of ranks (`ncclAvg`; integers divide
-    /// with truncation).
-    Avg,
-}
-
-impl ReduceOp {
-    /// The NCCL code.
-    pub fn as_raw(self) -> sys::ncclRedOp_t {
-        match self {
-            ReduceOp::Sum => sys::ncclRedOp_t::ncclSum,
-            ReduceOp::Prod => sys::ncclRedOp_t::ncclProd,
-            ReduceOp::Min => sys::ncclRedOp_t::ncclMin,
-            ReduceOp::Max => sys::ncclRedOp_t::ncclMax,
-            ReduceOp::Avg => sys::ncclRedOp_t::ncclAvg,
-        }
+/// Issue one checked call by itself.
+///
+/// # Safety
+/// The call's pointers come from views borrowed for the whole calling
+/// method and were checked against its counts.
+unsafe fn issue(comm: &Communicator, call: Call, stream: &Stream) -> Result<()> {
+    comm.check_stream(stream)?;
+    let raw = comm.live()?;
+    if call.count() == 0 {
+        return Ok(());
     }
-
-    fn name(self) -> &'static str {
-        match self {
-            ReduceOp::Sum => "sum",
-            ReduceOp::Prod => "prod",
-            ReduceOp::Min => "min",
-            ReduceOp::Max => "max",
-            ReduceOp::Avg => "avg",
-        }
-    }
-}
-
-/// One call, resolved to raw pointers and counts after every check.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Op {
-    AllReduce {
-        send: *const c_void,
-        recv: *mut c_void,
-        count: usize,
-        op: ReduceOp,
-    },
-    Broadcast {
-        send: *const c_void,
-        recv: *mut c_void,
-        count: usize,
-        root: i32,
-    },
-    Reduce {
-        send: *const c_void,
-        recv: *mut c_void,
-        count: usize,
-        op: ReduceOp,
-        root: i32,
-    },
-    AllGather {
-        send: *const c_void,
-        recv: *mut c_void,
-        count: usize,
-    },
-    ReduceScatter {
-        send: *const c_void,
-        recv: *mut c_void,
-        count: usize,
-        op: ReduceOp,
-    },
-    Send {
-        send: *const c_void,
-        count: usize,
-        peer: i32,
-    },
-    Recv {
-        recv: *mut c_void,
-        count: usize,
-        peer: i32,
-    },
-}
-
-impl Op {
-    fn count(&self) -> usize {
-        match *self {
-            Op::AllReduce { count, .. }
-            | Op::Broadcast { count, .. }
-            | Op::Reduce { count, .. }
-            | Op::AllGather { count, .. }
-            | Op::ReduceScatter { count, .. }
-            | Op::Send { count, .. }
-            | Op::Recv { count, .. } => count,
-        }
-    }
-
-    fn describe<T: NcclType>(&self) -> String {
-        let n = self.count();
-        let t = T::NAME;
-        match *self {
-            Op::AllReduce { op, .. } => format!("all_reduce of {n} x {t} ({})", op.name()),
-            Op::Broadcast { root, .. } => format!("broadcast of {n} x {t} from rank {root}"),
-            Op::Reduce { op, root, .. } => {
-                format!("reduce of {n} x {t} ({}) to rank {root}", op.name())
-            }
-            Op::AllGather { .. } => format!("all_gather of {n} x {t} per rank"),
-            Op::ReduceScatter { op, .. } => {
-                format!("reduce_scatter to {n} x {t} per rank ({})", op.name())
-            }
-            Op::Send { peer, .. } => format!("send of {n} x {t} to rank {peer}"),
-            Op::Recv { peer, .. } => format!("recv of {n} x {t} from rank {peer}"),
-        }
-    }
-
-    /// Enqueue the call on `stream`.
-    ///
-    /// # Safety
-    /// The pointers are valid device memory for the counts the checks
-    /// derived (and the in-place aliasing NCCL allows), and stay valid until
-    /// the work completes on `stream` (for a call inside a group: until the
-    /// group ends, then until the work completes).
-    pub(crate) unsafe fn launch<T: NcclType>(
-        self,
-        comm: &Communicator,
-        stream: &Stream,
-    ) -> Result<()> {
-        if self.count() == 0 {
-            return Ok(());
-        }
-        let api = api()?;
-        let c = comm.as_raw();
-        let s = stream.as_raw();
-        let t = T::NCCL;
-        // SAFETY: (every arm) the caller guarantees the buffers; the
-        // communicator and stream are live for the call.
-        let (call, r) = unsafe {
-            match self {
-                Op::AllReduce {
-                    send,
-                    recv,
-                    count,
-                    op,
-                } => (
-                    "ncclAllReduce",
-                    api.ncclAllReduce(send, recv, count, t, op.as_raw(), c, s)?,
-                ),
-                Op::Broadcast {
-                    send,
-                    recv,
-                    count,
-                    root,
-                } => (
-                    "ncclBroadcast",
-                    api.ncclBroadcast(send, recv, count, t, root, c, s)?,
-                ),
-                Op::Reduce {
-                    send,
-                    recv,
-                    count,
-                    op,
-                    root,
-                } => (
-                    "ncclReduce",
-                    api.ncclReduce(send, recv, count, t, op.as_raw(), root, c, s)?,
-                ),
-                Op::AllGather { send, recv, count } => (
-                    "ncclAllGather",
-                    api.ncclAllGather(send, recv, count, t, c, s)?,
-                ),
-                Op::ReduceScatter {
-                    send,
-                    recv,
-                    count,
-                    op,
-                } => (
-                    "ncclReduceScatter",
-                    api.ncclReduceScatter(send, recv, count, t, op.as_raw(), c, s)?,
-                ),
-                Op::Send { send, count, peer } => {
-                    ("ncclSend", api.ncclSend(send, count, t, peer, c, s)?)
-                }
-                Op::Recv { recv, count, peer } => {
-                    ("ncclRecv", api.ncclRecv(recv, count, t, peer, c, s)?)
-                }
-            }
-        };
-        super::check_result(call, r)
-            .map_err(|e| comm.annotate(e).with_context(self.describe::<T>()))
-    }
-}
-
-// Building the checked calls; shared by `Communicator` and `Group`.
-impl Communicator {
-    pub(crate) fn op_all_reduce<T: NcclType>(
-        &self,
-        send: &DeviceSlice<'_, T>,
-        recv: &mut DeviceSliceMut<'_, T>,
-        op: ReduceOp,
-    ) -> Result<Op> {
-        let count = self
-            .ranks()
-            .same_len("all_reduce", send.len(), recv.len())?;
-        Ok(Op::AllReduce {
-            send: send.as_raw(),
-            recv: recv.as_raw_mut(),
-            count,
-            op,
-        })
-    }
-
-    pub(crate) fn op_all_reduce_in_place<T: NcclType>(
-        &self,
-        buf: &mut DeviceSliceMut<'_, T>,
-        op: ReduceOp,
-    ) -> Op {
-        let p = buf.as_raw_mut();
-        Op::AllReduce {
-            send: p,
-            recv: p,
-            count: buf.len(),
-            op,
-        }
-    }
-
-    pub(crate) fn op_broadcast<T: NcclType>(
-        &self,
-        send: &DeviceSlice<'_, T>,
-        recv: &mut DeviceSliceMut<'_, T>,
-        root: usize,
-    ) -> Result<Op> {
-        let root = self.ranks().check_rank("root", root)?;
-        let count = self.ranks().same_len("broadcast", send.len(), recv.len())?;
-        Ok(Op::Broadcast {
-            send: send.as_raw(),
-            recv: recv.as_raw_mut(),
-            count,
-            root,
-        })
-    }
-
-    pub(crate) fn op_broadcast_in_place<T: NcclType>(
-        &self,
-        buf: &mut DeviceSliceMut<'_, T>,
-        root: usize,
-    ) -> Result<Op> {
-        let root = self.ranks().check_rank("root", root)?;
-        let p = buf.as_raw_mut();
-        Ok(Op::Broadcast {
-            send: p,
-            recv: p,
-            count: buf.len(),
-            root,
-        })
-    }
-
-    pub(crate) fn op_reduce<T: NcclType>(
-        &self,
-        send: &DeviceSlice<'_, T>,
-        recv: &mut DeviceSliceMut<'_, T>,
-        op: ReduceOp,
-        root: usize,
-    ) -> Result<Op> {
-        let root = self.ranks().check_rank("root", root)?;
-        let count = self.ranks().same_len("reduce", send.len(), recv.len())?;
-        Ok(Op::Reduce {
-            send: send.as_raw(),
-            recv: recv.as_raw_mut(),
-            count,
-            op,
-            root,
-        })
-    }
-
-    pub(crate) fn op_reduce_in_place<T: NcclType>(
-        &self,
-        buf: &mut DeviceSliceMut<'_, T>,
-        op: ReduceOp,
-        root: usize,
-    ) -> Result<Op> {
-        let root = self.ranks().check_rank("root", root)?;
-        let p = buf.as_raw_mut();
-        Ok(Op::Reduce {
-            send: p,
-            recv: p,
-            count: buf.len(),
-            op,
-            root,
-        })
-    }
-
-    pub(crate) fn op_all_gather<T: NcclType>(
-        &self,
-        send: &DeviceSlice<'_, T>,
-        recv: &mut DeviceSliceMut<'_, T>,
-    ) -> Result<Op> {
-        let count = self.ranks().all_gather(send.len(), recv.len())?;
-        Ok(Op::AllGather {
-            send: send.as_raw(),
-            recv: recv.as_raw_mut(),
-            count,
-        })
-    }
-
-    pub(crate) fn op_all_gather_in_place<T: NcclType>(
-        &self,
-        buf: &mut DeviceSliceMut<'_, T>,
-    ) -> Result<Op> {
-        let count = self.ranks().all_gather_in_place(buf.len())?;
-        let base = buf.as_mut_ptr();
-        // This rank's block is the send buffer (NCCL's in-place rule).
-        let send = base.wrapping_add(self.rank() * count) as *const c_void;
-        Ok(Op::AllGather {
-            send,
-            recv: base as *mut c_void,
-            count,
-        })
-    }
-
-    pub(crate) fn op_reduce_scatter<T: NcclType>(
-        &self,
-        send: &DeviceSlice<'_, T>,
-        recv: &mut DeviceSliceMut<'_, T>,
-        op: ReduceOp,
-    ) -> Result<Op> {
-        let count = self.ranks().reduce_scatter(send.len(), recv.len())?;
-        Ok(Op::ReduceScatter {
-            send: send.as_raw(),
-            recv: recv.as_raw_mut(),
-            count,
-            op,
-        })
-    }
-
-    pub(crate) fn op_reduce_scatter_in_place<T: NcclType>(
-        &self,
-        buf: &mut DeviceSliceMut<'_, T>,
-        op: ReduceOp,
-    ) -> Result<Op> {
-        let count = self.ranks().reduce_scatter_in_place(buf.len())?;
-        let base = buf.as_mut_ptr();
-        // This rank's block receives the result (NCCL's in-place rule).
-        let recv = base.wrapping_add(self.rank() * count) as *mut c_void;
-        Ok(Op::ReduceScatter {
-            send: base as *const c_void,
-            recv,
-            count,
-            op,
-        })
-    }
-
-    pub(crate) fn op_send<T: NcclType>(
-        &self,
-        send: &DeviceSlice<'_, T>,
-        peer: usize,
-    ) -> Result<Op> {
-        let peer = self.ranks().check_rank("peer", peer)?;
-        Ok(Op::Send {
-            send: send.as_raw(),
-            count: send.len(),
-            peer,
-        })
-    }
-
-    pub(crate) fn op_recv<T: NcclType>(
-        &self,
-        recv: &mut DeviceSliceMut<'_, T>,
-        peer: usize,
-    ) -> Result<Op> {
-        let peer = self.ranks().check_rank("peer", peer)?;
-        Ok(Op::Recv {
-            recv: recv.as_raw_mut(),
-            count: recv.len(),
-            peer,
-        })
-    }
+    // SAFETY: the caller vouches for the buffers; `raw` is live and the
+    // stream is borrowed for the call. Device memory is freed only after
+    // queued work (cudaFree synchronizes; stream-ordered frees are ordered
+    // after it).
+    let r = unsafe { call.launch(raw, stream.as_raw()) }?;
+    comm.finish(call.op.nccl_name(), r)
+        .map_err(|e| e.with_context(call.describe()))
 }
 
 /// The direct (not grouped) launch of a checked call.
 macro_rules! run {
     ($self:ident, $stream:ident, $op:expr) => {{
-        if super::group::in_group() {
-            return Err(crate::Error::Unsupported {
-                what: "a Communicator collective while an nccl::group is open on this thread \
-                       (NCCL would read the buffers only when the group ends)"
-                    .into(),
-                needs: Some("the Group's method (g.all_reduce(...)), which borrows the buffers until the group ends".into()),
-            });
-        }
+        depth::refuse("a Communicator collective", depth::WHY_DIRECT)?;
         let op = $op?;
         // SAFETY: the op's pointers come from views borrowed for this call
-        // and checked against the counts; NCCL enqueues on `stream`, and
-        // device memory is freed only after queued work (cudaFree
-        // synchronizes; stream-ordered frees are ordered after it).
-        unsafe { op.launch::<T>($self, $stream) }
+        // and checked against the counts.
+        unsafe { issue($self, Call::new::<T>(op), $stream) }
     }};
+}
+
+/// Sending to or receiving from oneself hangs unless the matching call is
+/// in the same group.
+fn refuse_self(comm: &Communicator, peer: usize) -> Result<()> {
+    if peer == comm.rank() {
+        return Err(Error::invalid(
+            "peer",
+            format!(
+                "must not be this rank ({}) outside a group: a send to oneself completes only \
+                 with its matching recv in the same nccl::group",
+                comm.rank()
+            ),
+            peer,
+        ));
+    }
+    Ok(())
 }
 
 impl Communicator {
@@ -443,6 +64,12 @@ impl Communicator {
     /// [`Error::Mismatch`](crate::Error::Mismatch) when the lengths differ
     /// (before NCCL is called); [`Error::Nccl`](crate::Error::Nccl) naming
     /// the rank and NCCL's text.
+    /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
+    /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
+    /// when the stream or a buffer is on another device than the
+    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
+    /// (it is then aborted).
     #[doc(alias = "ncclAllReduce")]
     pub fn all_reduce<'s, 'r, T: NcclType>(
         &self,
@@ -459,6 +86,12 @@ impl Communicator {
     ///
     /// # Errors
     /// [`Error::Nccl`](crate::Error::Nccl).
+    /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
+    /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
+    /// when the stream or a buffer is on another device than the
+    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
+    /// (it is then aborted).
     #[doc(alias = "ncclAllReduce")]
     pub fn all_reduce_in_place<'b, T: NcclType>(
         &self,
@@ -467,11 +100,7 @@ impl Communicator {
         stream: &Stream,
     ) -> Result<()> {
         let mut buf = buf.into();
-        run!(
-            self,
-            stream,
-            Ok::<_, crate::Error>(self.op_all_reduce_in_place(&mut buf, op))
-        )
+        run!(self, stream, self.op_all_reduce_in_place(&mut buf, op))
     }
 
     /// Copy `send` of rank `root` into `recv` of every rank
@@ -481,6 +110,12 @@ impl Communicator {
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `root`
     /// is not a rank; [`Error::Mismatch`](crate::Error::Mismatch) when the
     /// lengths differ; [`Error::Nccl`](crate::Error::Nccl).
+    /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
+    /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
+    /// when the stream or a buffer is on another device than the
+    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
+    /// (it is then aborted).
     #[doc(alias = "ncclBroadcast")]
     pub fn broadcast<'s, 'r, T: NcclType>(
         &self,
@@ -498,6 +133,12 @@ impl Communicator {
     ///
     /// # Errors
     /// As [`broadcast`](Self::broadcast).
+    /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
+    /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
+    /// when the stream or a buffer is on another device than the
+    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
+    /// (it is then aborted).
     #[doc(alias = "ncclBcast")]
     pub fn broadcast_in_place<'b, T: NcclType>(
         &self,
@@ -514,6 +155,12 @@ impl Communicator {
     ///
     /// # Errors
     /// As [`broadcast`](Self::broadcast).
+    /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
+    /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
+    /// when the stream or a buffer is on another device than the
+    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
+    /// (it is then aborted).
     #[doc(alias = "ncclReduce")]
     pub fn reduce<'s, 'r, T: NcclType>(
         &self,
@@ -531,6 +178,12 @@ impl Communicator {
     ///
     /// # Errors
     /// As [`broadcast`](Self::broadcast).
+    /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
+    /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
+    /// when the stream or a buffer is on another device than the
+    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
+    /// (it is then aborted).
     #[doc(alias = "ncclReduce")]
     pub fn reduce_in_place<'b, T: NcclType>(
         &self,
@@ -549,6 +202,12 @@ impl Communicator {
     /// # Errors
     /// [`Error::Mismatch`](crate::Error::Mismatch) when `recv` is not
     /// `size * send.len()`; [`Error::Nccl`](crate::Error::Nccl).
+    /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
+    /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
+    /// when the stream or a buffer is on another device than the
+    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
+    /// (it is then aborted).
     #[doc(alias = "ncclAllGather")]
     pub fn all_gather<'s, 'r, T: NcclType>(
         &self,
@@ -566,6 +225,12 @@ impl Communicator {
     /// # Errors
     /// [`Error::Mismatch`](crate::Error::Mismatch) when the length is not a
     /// multiple of the size; [`Error::Nccl`](crate::Error::Nccl).
+    /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
+    /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
+    /// when the stream or a buffer is on another device than the
+    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
+    /// (it is then aborted).
     #[doc(alias = "ncclAllGather")]
     pub fn all_gather_in_place<'b, T: NcclType>(
         &self,
@@ -582,6 +247,12 @@ impl Communicator {
     /// # Errors
     /// [`Error::Mismatch`](crate::Error::Mismatch) when `send` is not
     /// `size * recv.len()`; [`Error::Nccl`](crate::Error::Nccl).
+    /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
+    /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
+    /// when the stream or a buffer is on another device than the
+    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
+    /// (it is then aborted).
     #[doc(alias = "ncclReduceScatter")]
     pub fn reduce_scatter<'s, 'r, T: NcclType>(
         &self,
@@ -599,6 +270,12 @@ impl Communicator {
     ///
     /// # Errors
     /// As [`all_gather_in_place`](Self::all_gather_in_place).
+    /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
+    /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
+    /// when the stream or a buffer is on another device than the
+    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
+    /// (it is then aborted).
     #[doc(alias = "ncclReduceScatter")]
     pub fn reduce_scatter_in_place<'b, T: NcclType>(
         &self,
@@ -616,7 +293,15 @@ impl Communicator {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `peer`
-    /// is not a rank; [`Error::Nccl`](crate::Error::Nccl).
+    /// is not a rank, or is this rank (a send to oneself needs its recv in
+    /// the same group, where [`Group::send`](super::Group::send) allows it);
+    /// [`Error::Nccl`](crate::Error::Nccl).
+    /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
+    /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
+    /// when the stream or a buffer is on another device than the
+    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
+    /// (it is then aborted).
     #[doc(alias = "ncclSend")]
     pub fn send<'s, T: NcclType>(
         &self,
@@ -625,6 +310,7 @@ impl Communicator {
         stream: &Stream,
     ) -> Result<()> {
         let send = send.into();
+        refuse_self(self, peer)?;
         run!(self, stream, self.op_send(&send, peer))
     }
 
@@ -632,6 +318,12 @@ impl Communicator {
     ///
     /// # Errors
     /// As [`send`](Self::send).
+    /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
+    /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
+    /// when the stream or a buffer is on another device than the
+    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
+    /// (it is then aborted).
     #[doc(alias = "ncclRecv")]
     pub fn recv<'r, T: NcclType>(
         &self,
@@ -640,6 +332,7 @@ impl Communicator {
         stream: &Stream,
     ) -> Result<()> {
         let mut recv = recv.into();
+        refuse_self(self, peer)?;
         run!(self, stream, self.op_recv(&mut recv, peer))
     }
 }

@@ -1,21 +1,59 @@
-//! Communicators: creation, queries, split, abort and destruction.
+//! Communicators: creation (with or without a deadline), queries, split,
+//! waits, abort and destruction.
 
-use std::ffi::c_int;
+use std::cell::Cell;
+use std::ffi::{c_int, c_uint};
 use std::fmt;
 use std::ptr::{self, NonNull};
+use std::time::Duration;
 
+use super::depth::{self, WHY_LIFECYCLE};
+use super::progress::{self, Backoff, DEFAULT_COMM_TIMEOUT, Deadline, Settled};
 use super::{Ranks, UniqueId, api, nccl_call, sys, text};
 use crate::error::{Error, Result};
-use crate::runtime::Device;
+use crate::runtime::{Device, Stream, check_args, check_device, check_stream_thread};
+
+/// How long [`Communicator::wait`] lets the stream drain after it aborted
+/// the communicator (NCCL's kernels quit when told to).
+const DRAIN: Duration = Duration::from_secs(10);
 
 /// One rank of an NCCL communicator, bound to one device (`ncclComm_t`).
 ///
-/// Made from a shared [`UniqueId`] by every rank ([`init_rank`](Self::init_rank)),
-/// for all local devices at once ([`init_all`](Self::init_all)), or from
-/// another communicator ([`split`](Self::split)). Dropping it destroys it
-/// (aborting instead when it holds an asynchronous error, so a failed job
-/// cannot hang in `Drop`); [`destroy`](Self::destroy),
-/// [`finalize`](Self::finalize) and [`abort`](Self::abort) report errors.
+/// Made from a shared [`UniqueId`] by every rank ([`init_rank`](Self::init_rank),
+/// or [`init_rank_timeout`](Self::init_rank_timeout) with a deadline), for
+/// all local devices at once ([`init_all`](Self::init_all)), or from
+/// another communicator ([`split`](Self::split)).
+///
+/// **Blocking and non-blocking.** [`init_rank`](Self::init_rank),
+/// [`init_all`](Self::init_all) and their splits make *blocking*
+/// communicators: each NCCL call returns when its work is queued (fastest;
+/// an initialisation whose peers never come waits for them). A
+/// communicator from [`init_rank_timeout`](Self::init_rank_timeout) is
+/// *non-blocking*: NCCL answers `ncclInProgress` and finishes on its own
+/// threads (at the cost of a host thread per launch), and this type polls
+/// every such answer to completion within [`timeout`](Self::timeout),
+/// aborting the communicator when the deadline passes. One handed over
+/// with [`from_raw`](Self::from_raw) is recognised as non-blocking the
+/// first time NCCL answers `ncclInProgress`; its splits inherit its mode.
+///
+/// **Deadlines.** [`wait`](Self::wait) waits for a stream's work while
+/// watching NCCL's asynchronous errors, as PyTorch's watchdog does: on an
+/// error or at the deadline it aborts the communicator, so a dead peer
+/// yields [`Error::Timeout`] or [`Error::Nccl`] instead of a hang. After an
+/// abort the communicator refuses further calls ([`is_aborted`](Self::is_aborted)).
+///
+/// **Drop never waits for a peer without a deadline.** Dropping an aborted
+/// communicator does nothing more. Otherwise, when NCCL reports an
+/// asynchronous error, it is aborted (`ncclCommAbort`). A non-blocking
+/// communicator is finalized (its work flushed, `ncclCommFinalize`) within
+/// its [`timeout`](Self::timeout), then destroyed, or aborted when that
+/// fails or the deadline passes. A blocking communicator is aborted: its
+/// finalize and destroy would wait for queued work, which never ends when a
+/// peer is gone, and nothing bounds them. Work this rank queued and has not
+/// finished is abandoned then (peers waiting on it fail or time out), so
+/// for an orderly exit wait for the work ([`wait`](Self::wait) or a stream
+/// synchronize) and call [`destroy`](Self::destroy) or
+/// [`finalize`](Self::finalize), which report errors.
 ///
 /// `Send`, not `Sync`: NCCL does not allow one communicator to be used from
 /// several threads at the same time.
@@ -23,12 +61,19 @@ pub struct Communicator {
     raw: NonNull<sys::ncclComm>,
     ranks: Ranks,
     device: usize,
+    /// Known to be non-blocking (made so, or NCCL answered ncclInProgress).
+    non_blocking: Cell<bool>,
+    /// Aborted: `raw` is gone.
+    aborted: Cell<bool>,
+    /// The deadline of this communicator's own polling.
+    timeout: Duration,
 }
 
 // SAFETY: a communicator may be used from any host thread, one at a time
 // (NCCL's user guide, "Thread safety": concurrent use of the same
 // communicator from several threads is not supported; handing it to another
-// thread is). `Communicator` is not `Sync`, so use is never concurrent.
+// thread is). `Communicator` is not `Sync` (its `Cell`s), so use is never
+// concurrent.
 unsafe impl Send for Communicator {}
 
 impl fmt::Debug for Communicator {
@@ -38,21 +83,81 @@ impl fmt::Debug for Communicator {
             .field("rank", &self.ranks.rank())
             .field("size", &self.ranks.size())
             .field("device", &self.device)
+            .field("non_blocking", &self.non_blocking.get())
+            .field("aborted", &self.aborted.get())
+            .field("timeout", &self.timeout)
             .finish()
+    }
+}
+
+/// `NCCL_CONFIG_INITIALIZER` of the bindings' header, with `blocking` set.
+pub(crate) fn config(blocking: bool) -> sys::ncclConfig_t {
+    let undef = c_int::MIN;
+    sys::ncclConfig_t {
+        size: std::mem::size_of::<sys::ncclConfig_t>(),
+        magic: sys::NCCL_API_MAGIC as c_uint,
+        version: sys::NCCL_VERSION_CODE as c_uint,
+        blocking: c_int::from(blocking),
+        cgaClusterSize: undef,
+        minCTAs: undef,
+        maxCTAs: undef,
+        netName: ptr::null(),
+        splitShare: undef,
+        trafficClass: undef,
+        commName: ptr::null(),
+        collnetEnable: undef,
+        CTAPolicy: undef,
+        shrinkShare: undef,
+        nvlsCTAs: undef,
+        nChannelsPerNetPeer: undef,
+        nvlinkCentricSched: undef,
+        graphUsageMode: undef,
+        numRmaCtx: undef,
+        maxP2pPeers: undef,
+        graphStreamOrdering: undef,
+        launchOrderImplicit: undef,
+        numRmaSig: undef,
+        rmaEagerInit: undef,
+        hostCftMode: undef,
+        nvlsHostMode: undef,
+    }
+}
+
+/// The error of an NCCL result that is not `ncclSuccess`.
+fn nccl_error(call: &'static str, code: sys::ncclResult_t) -> Error {
+    match super::check_result(call, code) {
+        Err(e) => e,
+        Ok(()) => Error::invalid("NCCL result", "an error was expected", "ncclSuccess"),
+    }
+}
+
+/// Abort a communicator no wrapper owns; the status is ignored (the error
+/// that matters is the caller's).
+///
+/// # Safety
+/// `raw` is a live communicator that nothing else uses or destroys.
+unsafe fn abort_raw(raw: sys::ncclComm_t) {
+    if let Ok(api) = api() {
+        // SAFETY: as the caller guarantees; ownership ends here.
+        let _ = unsafe { api.ncclCommAbort(raw) };
     }
 }
 
 impl Communicator {
     /// Rank `rank` of a `size`-rank communicator named by `id`, on the
     /// current device (`ncclCommInitRank`). Every rank must call this with
-    /// the same `id` and `size`; the call returns once all have joined.
+    /// the same `id` and `size`; the call returns once all have joined (it
+    /// waits for them without a deadline: see
+    /// [`init_rank_timeout`](Self::init_rank_timeout)).
     ///
     /// # Errors
+    /// [`Error::InGroup`] inside a [`group`](super::group);
     /// [`Error::InvalidArgument`] when `size` is 0 or `rank >= size` (before
     /// NCCL is called); [`Error::Nccl`] naming the rank when NCCL fails (no
     /// device, the other ranks never came).
     #[doc(alias = "ncclCommInitRank")]
     pub fn init_rank(id: &UniqueId, rank: usize, size: usize) -> Result<Self> {
+        depth::refuse("Communicator::init_rank", WHY_LIFECYCLE)?;
         Ranks::new(rank, size)?;
         let api = api()?;
         let mut raw: sys::ncclComm_t = ptr::null_mut();
@@ -69,15 +174,123 @@ impl Communicator {
         unsafe { Self::from_raw(raw) }
     }
 
+    /// [`init_rank`](Self::init_rank) with a deadline: a *non-blocking*
+    /// communicator (`ncclCommInitRankConfig` with `blocking = 0`) whose
+    /// initialisation is polled until it is ready. When `timeout` passes
+    /// first (a peer never came, or died), it is aborted and
+    /// [`Error::Timeout`] returned. The communicator keeps `timeout` as its
+    /// own [`timeout`](Self::timeout) (see the type's docs on non-blocking
+    /// communicators and `Drop`).
+    ///
+    /// # Errors
+    /// As [`init_rank`](Self::init_rank); [`Error::NoDevice`] (or
+    /// [`Error::Cuda`]) when no device is current, before NCCL is called;
+    /// [`Error::Timeout`] at the deadline; [`Error::MissingSymbol`] with an
+    /// NCCL older than 2.14.
+    #[doc(alias = "ncclCommInitRankConfig")]
+    pub fn init_rank_timeout(
+        id: &UniqueId,
+        rank: usize,
+        size: usize,
+        timeout: Duration,
+    ) -> Result<Self> {
+        depth::refuse("Communicator::init_rank_timeout", WHY_LIFECYCLE)?;
+        Ranks::new(rank, size)?;
+        let api = api()?;
+        // NCCL opens a group inside ncclCommInitRankConfig and, when
+        // cudaGetDevice fails there, returns without closing it (NCCL
+        // 2.32.3), leaving later calls on this thread deferred. So the
+        // device is checked here first.
+        if Device::count()? == 0 {
+            return Err(Error::NoDevice {
+                reason: "cudaGetDeviceCount reported 0 devices".into(),
+            });
+        }
+        Device::current()?;
+        let deadline = Deadline::after(timeout);
+        let mut cfg = config(false);
+        let mut raw: sys::ncclComm_t = ptr::null_mut();
+        // SAFETY: `raw` and `cfg` are valid for the call (NCCL copies the
+        // config before returning and writes `raw` before returning); rank
+        // and size were checked and fit c_int; the id is passed by value.
+        let r = unsafe {
+            api.ncclCommInitRankConfig(
+                &mut raw,
+                size as c_int,
+                id.as_raw(),
+                rank as c_int,
+                &mut cfg,
+            )
+        }?;
+        let call = "ncclCommInitRankConfig";
+        if r != sys::ncclResult_t::ncclSuccess && r != sys::ncclResult_t::ncclInProgress {
+            if !raw.is_null() {
+                // SAFETY: NCCL made it and nothing else owns it.
+                unsafe { abort_raw(raw) };
+            } else if r == sys::ncclResult_t::ncclUnhandledCudaError {
+                // The early return above, should the device have gone away
+                // since the check: close the group NCCL left open (no group
+                // of this crate is open on this thread: refused above; with
+                // none open NCCL answers ncclInvalidUsage and does nothing).
+                // SAFETY: takes no arguments.
+                let _ = unsafe { api.ncclGroupEnd() };
+            }
+            return Err(with_rank(nccl_error(call, r), rank));
+        }
+        let Some(nn) = NonNull::new(raw) else {
+            return Err(with_rank(
+                nccl_error(call, sys::ncclResult_t::ncclInternalError),
+                rank,
+            ));
+        };
+        // SAFETY: `raw` is live and ours.
+        let settled = unsafe { progress::settle(raw, &deadline) };
+        let fail = match settled {
+            Ok(Settled::Ready) => None,
+            Ok(Settled::Failed(code)) => Some(nccl_error(call, code).with_context(
+                "asynchronous error while initialising; the communicator was aborted",
+            )),
+            Ok(Settled::TimedOut) => Some(Error::Timeout {
+                what: format!(
+                    "{call} (rank {rank} of {size}; every rank must join with the same id); \
+                     the communicator was aborted"
+                ),
+                waited: deadline.waited(),
+                rank: u32::try_from(rank).ok(),
+            }),
+            Err(e) => Some(e),
+        };
+        if let Some(e) = fail {
+            // SAFETY: NCCL made it and nothing else owns it; abort joins
+            // NCCL's initialisation thread.
+            unsafe { abort_raw(raw) };
+            return Err(with_rank(e, rank));
+        }
+        // SAFETY: a live, ready communicator that we now own.
+        let mut c = match unsafe { Self::wrap(nn) } {
+            Ok(c) => c,
+            Err(e) => {
+                // SAFETY: as above.
+                unsafe { abort_raw(raw) };
+                return Err(with_rank(e, rank));
+            }
+        };
+        c.non_blocking.set(true);
+        c.timeout = timeout;
+        Ok(c)
+    }
+
     /// One communicator per device of `devices`, all in this process
     /// (`ncclCommInitAll`): rank `i` is `devices[i]`. Collectives on them
     /// from one thread must be issued inside one [`group`](super::group).
     ///
     /// # Errors
+    /// [`Error::InGroup`] inside a [`group`](super::group);
     /// [`Error::InvalidArgument`] when `devices` is empty or names a device
     /// twice; [`Error::Nccl`] when NCCL fails.
     #[doc(alias = "ncclCommInitAll")]
     pub fn init_all(devices: &[Device]) -> Result<Vec<Self>> {
+        depth::refuse("Communicator::init_all", WHY_LIFECYCLE)?;
         Ranks::new(0, devices.len())
             .map_err(|_| Error::invalid("devices", "must name at least one device", "[]"))?;
         let mut list: Vec<c_int> = Vec::with_capacity(devices.len());
@@ -127,7 +340,10 @@ impl Communicator {
     }
 
     /// Wrap a communicator made elsewhere, taking ownership (it is
-    /// destroyed on drop). Its rank, size and device are read from NCCL.
+    /// destroyed, or aborted, by `Drop`: see the type's docs). Its rank,
+    /// size and device are read from NCCL. A non-blocking communicator
+    /// still initialising (`ncclInProgress`) is polled until it is ready,
+    /// for at most [`DEFAULT_COMM_TIMEOUT`](super::DEFAULT_COMM_TIMEOUT).
     ///
     /// # Safety
     /// `raw` must be a live communicator that nothing else destroys or uses
@@ -135,10 +351,42 @@ impl Communicator {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a null pointer, [`Error::Nccl`] when
-    /// NCCL cannot say its rank, size or device.
+    /// NCCL cannot say its state, rank, size or device, [`Error::Timeout`]
+    /// when it does not become ready in time. On error the caller still
+    /// owns `raw`.
     pub unsafe fn from_raw(raw: sys::ncclComm_t) -> Result<Self> {
-        let raw =
+        let nn =
             NonNull::new(raw).ok_or_else(|| Error::invalid("raw", "must not be null", "null"))?;
+        // SAFETY: `raw` is live (caller).
+        let st = unsafe { progress::state(raw) }?;
+        let non_blocking = st == sys::ncclResult_t::ncclInProgress;
+        if non_blocking {
+            let deadline = Deadline::after(DEFAULT_COMM_TIMEOUT);
+            // SAFETY: as above.
+            match unsafe { progress::settle(raw, &deadline) }? {
+                Settled::Ready | Settled::Failed(_) => {}
+                Settled::TimedOut => {
+                    return Err(Error::Timeout {
+                        what: "a non-blocking communicator handed to from_raw to finish \
+                               initialising (not aborted: the caller still owns it)"
+                            .into(),
+                        waited: deadline.waited(),
+                        rank: None,
+                    });
+                }
+            }
+        }
+        // SAFETY: as above.
+        let c = unsafe { Self::wrap(nn) }?;
+        c.non_blocking.set(non_blocking);
+        Ok(c)
+    }
+
+    /// Read rank, size and device of a live communicator and own it.
+    ///
+    /// # Safety
+    /// As [`from_raw`](Self::from_raw).
+    unsafe fn wrap(raw: NonNull<sys::ncclComm>) -> Result<Self> {
         let api = api()?;
         let (mut rank, mut size, mut dev): (c_int, c_int, c_int) = (0, 0, 0);
         // SAFETY: `raw` is live (caller); the out-pointers are valid.
@@ -147,25 +395,62 @@ impl Communicator {
         unsafe { nccl_call!(api, ncclCommCount(raw.as_ptr(), &mut size)) }?;
         // SAFETY: as above.
         unsafe { nccl_call!(api, ncclCommCuDevice(raw.as_ptr(), &mut dev)) }?;
-        let ranks = Ranks::new(rank.max(0) as usize, size.max(0) as usize)?;
+        let ranks = Ranks::new(
+            usize::try_from(rank).unwrap_or(usize::MAX),
+            usize::try_from(size).unwrap_or(0),
+        )?;
+        let device = usize::try_from(dev)
+            .map_err(|_| Error::invalid("ncclCommCuDevice", "must be a device ordinal", dev))?;
         Ok(Communicator {
             raw,
             ranks,
-            device: dev.max(0) as usize,
+            device,
+            non_blocking: Cell::new(false),
+            aborted: Cell::new(false),
+            timeout: DEFAULT_COMM_TIMEOUT,
         })
     }
 
+    /// A communicator no NCCL call may see (tests of the recording).
+    #[cfg(test)]
+    pub(crate) fn fake(raw: NonNull<sys::ncclComm>) -> Self {
+        Communicator {
+            raw,
+            ranks: Ranks::new(0, 1).unwrap_or_else(|_| unreachable!()),
+            device: 0,
+            non_blocking: Cell::new(false),
+            aborted: Cell::new(false),
+            timeout: DEFAULT_COMM_TIMEOUT,
+        }
+    }
+
     /// The raw `ncclComm_t`, for calls this crate does not wrap. It stays
-    /// owned by `self`.
+    /// owned by `self`. Null once the communicator was aborted.
     pub fn as_raw(&self) -> sys::ncclComm_t {
+        if self.aborted.get() {
+            return ptr::null_mut();
+        }
         self.raw.as_ptr()
     }
 
-    /// Give up ownership: the caller must destroy the communicator.
+    /// Give up ownership: the caller must destroy the communicator. Null
+    /// when it was aborted (nothing is left to destroy).
     pub fn into_raw(self) -> sys::ncclComm_t {
-        let raw = self.raw.as_ptr();
+        let raw = self.as_raw();
         std::mem::forget(self);
         raw
+    }
+
+    /// The communicator, or an error once it was aborted.
+    pub(crate) fn live(&self) -> Result<sys::ncclComm_t> {
+        if self.aborted.get() {
+            return Err(Error::invalid(
+                "communicator",
+                "was aborted (after an error or a deadline); make a new one",
+                format!("rank {} of {}", self.rank(), self.size()),
+            ));
+        }
+        Ok(self.raw.as_ptr())
     }
 
     /// This process's rank.
@@ -200,72 +485,301 @@ impl Communicator {
         self.device
     }
 
+    /// Whether this communicator is known to be non-blocking (made by
+    /// [`init_rank_timeout`](Self::init_rank_timeout), split from one, or
+    /// NCCL answered `ncclInProgress`).
+    pub fn is_non_blocking(&self) -> bool {
+        self.non_blocking.get()
+    }
+
+    /// Whether this communicator was aborted (by [`wait`](Self::wait), or
+    /// by a non-blocking call that failed or passed its deadline); it then
+    /// refuses every call.
+    pub fn is_aborted(&self) -> bool {
+        self.aborted.get()
+    }
+
+    /// The deadline of this communicator's own polling: `ncclInProgress`
+    /// answers of a non-blocking communicator, and its finalize in `Drop`.
+    /// [`DEFAULT_COMM_TIMEOUT`](super::DEFAULT_COMM_TIMEOUT) unless set.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Set [`timeout`](Self::timeout).
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+
+    pub(crate) fn mark_non_blocking(&self) {
+        self.non_blocking.set(true);
+    }
+
+    /// Abort now (once); later calls are refused.
+    fn abort_now(&self) {
+        if !self.aborted.replace(true) {
+            // SAFETY: live and owned; from here on `aborted` keeps every
+            // path from using `raw` again.
+            unsafe { abort_raw(self.raw.as_ptr()) };
+        }
+    }
+
+    /// The result `r` of `call`: `ncclInProgress` (a non-blocking
+    /// communicator) is polled until NCCL is done, within
+    /// [`timeout`](Self::timeout); an asynchronous failure or the deadline
+    /// aborts the communicator.
+    pub(crate) fn finish(&self, call: &'static str, r: sys::ncclResult_t) -> Result<()> {
+        if r == sys::ncclResult_t::ncclSuccess {
+            return Ok(());
+        }
+        if r != sys::ncclResult_t::ncclInProgress {
+            return Err(self.annotate(nccl_error(call, r)));
+        }
+        self.mark_non_blocking();
+        let raw = self.live()?;
+        let deadline = Deadline::after(self.timeout);
+        // SAFETY: `raw` is live.
+        match unsafe { progress::settle(raw, &deadline) }.map_err(|e| self.annotate(e))? {
+            Settled::Ready => Ok(()),
+            Settled::Failed(code) => {
+                let e = self.annotate(nccl_error(call, code));
+                self.abort_now();
+                Err(e.with_context("asynchronous failure; the communicator was aborted"))
+            }
+            Settled::TimedOut => {
+                let waited = deadline.waited();
+                self.abort_now();
+                Err(Error::Timeout {
+                    what: format!(
+                        "{call} on a non-blocking communicator to finish; \
+                         the communicator was aborted"
+                    ),
+                    waited,
+                    rank: u32::try_from(self.rank()).ok(),
+                })
+            }
+        }
+    }
+
+    /// This rank's device, as the runtime's value (no call made).
+    pub(crate) fn runtime_device(&self) -> Device {
+        Device::from_runtime(c_int::try_from(self.device).unwrap_or(c_int::MAX))
+    }
+
+    /// The stream of a call must be on this communicator's device, and
+    /// usable from this thread (not another thread's per-thread stream).
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`], [`Error::WrongThread`].
+    pub(crate) fn check_stream(&self, stream: &Stream) -> Result<()> {
+        check_stream_thread("the stream of an NCCL call", stream)?;
+        check_device(
+            || format!("the stream of an NCCL call on rank {}", self.rank()),
+            self.runtime_device(),
+            stream.device(),
+        )
+    }
+
+    /// The buffers of a call must be on this communicator's device.
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`] naming the argument and the call.
+    pub(crate) fn check_buffers(&self, op: &str, args: &[(&str, Option<Device>)]) -> Result<()> {
+        check_args(op, self.runtime_device(), args)
+    }
+
     /// An error NCCL met while running work queued earlier (a peer died, a
     /// network failed), or `None` (`ncclCommGetAsyncError`). After an
     /// error, the communicator can only be [aborted](Self::abort).
+    /// `ncclInProgress` (a non-blocking communicator still working) is not
+    /// an error: `None`.
     ///
     /// # Errors
-    /// [`Error::Nccl`] when the query itself fails.
+    /// [`Error::Nccl`] when the query itself fails; [`Error::InvalidArgument`]
+    /// once the communicator was aborted.
     #[doc(alias = "ncclCommGetAsyncError")]
     pub fn async_error(&self) -> Result<Option<Error>> {
-        let api = api()?;
-        let mut state = sys::ncclResult_t::ncclSuccess;
-        // SAFETY: the communicator is live; `state` is a valid out-pointer.
-        unsafe { nccl_call!(api, ncclCommGetAsyncError(self.as_raw(), &mut state)) }
-            .map_err(|e| self.annotate(e))?;
-        Ok(super::check_result("ncclCommGetAsyncError", state)
-            .err()
-            .map(|e| {
-                self.annotate(e)
-                    .with_context("asynchronous error of queued work")
-            }))
+        let raw = self.live()?;
+        // SAFETY: the communicator is live.
+        let st = unsafe { progress::state(raw) }.map_err(|e| self.annotate(e))?;
+        if st == sys::ncclResult_t::ncclSuccess || st == sys::ncclResult_t::ncclInProgress {
+            return Ok(None);
+        }
+        Ok(Some(
+            self.annotate(nccl_error("ncclCommGetAsyncError", st))
+                .with_context("asynchronous error of queued work"),
+        ))
+    }
+
+    /// Wait until the work queued on `stream` has finished, watching this
+    /// communicator: it polls `cudaStreamQuery` and `ncclCommGetAsyncError`
+    /// (as PyTorch's watchdog does), and when NCCL reports an error or
+    /// `timeout` passes first, it aborts the communicator (`ncclCommAbort`:
+    /// NCCL's kernels quit, so the stream drains; this waits up to 10 s
+    /// more for that) and returns the error. A dead peer thus yields an
+    /// error instead of a hang. Call it after the collectives (outside a
+    /// [`group`](super::group)) where a stream synchronize would go.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] at the deadline; [`Error::Nccl`] for NCCL's
+    /// asynchronous error; [`Error::Cuda`] when the stream reports a fault
+    /// (the communicator is aborted in all three cases);
+    /// [`Error::InGroup`] inside a group; [`Error::InvalidArgument`] when
+    /// the communicator was aborted already.
+    #[doc(alias = "ncclCommGetAsyncError")]
+    #[doc(alias = "cudaStreamQuery")]
+    pub fn wait(&self, stream: &Stream, timeout: Duration) -> Result<()> {
+        depth::refuse(
+            "Communicator::wait",
+            "the group's calls are launched only when its closure returns; wait after it",
+        )?;
+        let raw = self.live()?;
+        self.check_stream(stream)?;
+        let deadline = Deadline::after(timeout);
+        let mut backoff = Backoff::new();
+        loop {
+            // SAFETY: `raw` is live (nothing aborts it but this loop).
+            let st = unsafe { progress::state(raw) }.map_err(|e| self.annotate(e))?;
+            if st != sys::ncclResult_t::ncclSuccess && st != sys::ncclResult_t::ncclInProgress {
+                let e = self.annotate(nccl_error("ncclCommGetAsyncError", st));
+                let note = self.abort_and_drain(stream);
+                return Err(e.with_context(format!(
+                    "asynchronous error while waiting for the stream; the communicator was aborted{note}"
+                )));
+            }
+            match stream.query() {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) => {
+                    let note = self.abort_and_drain(stream);
+                    return Err(e.with_context(format!(
+                        "while waiting for NCCL's work; the communicator was aborted{note}"
+                    )));
+                }
+            }
+            if deadline.passed() {
+                let waited = deadline.waited();
+                let note = self.abort_and_drain(stream);
+                return Err(Error::Timeout {
+                    what: format!(
+                        "the work queued on the stream (communicator of {} ranks); \
+                         the communicator was aborted{note}",
+                        self.size()
+                    ),
+                    waited,
+                    rank: u32::try_from(self.rank()).ok(),
+                });
+            }
+            backoff.sleep(&deadline);
+        }
+    }
+
+    /// Abort, then give the stream up to [`DRAIN`] to finish; a note for the
+    /// error when it did not.
+    fn abort_and_drain(&self, stream: &Stream) -> String {
+        self.abort_now();
+        let deadline = Deadline::after(DRAIN);
+        let mut backoff = Backoff::new();
+        loop {
+            match stream.query() {
+                Ok(true) => return String::new(),
+                Ok(false) if !deadline.passed() => backoff.sleep(&deadline),
+                Ok(false) => {
+                    return format!(
+                        "; the stream had not drained {DRAIN:?} after the abort \
+                         (its buffers may still be in use)"
+                    );
+                }
+                Err(e) => return format!("; the stream reports: {e}"),
+            }
+        }
     }
 
     /// Split into sub-communicators (`ncclCommSplit`). Every rank calls it;
     /// ranks passing the same `color` end up together, ordered by `key`
     /// (then by their old rank). `color: None` takes no part and gets
-    /// `None` back.
+    /// `None` back. The new communicator inherits this one's configuration
+    /// (a split of a non-blocking communicator is non-blocking, polled
+    /// within [`timeout`](Self::timeout), which it inherits too).
     ///
     /// # Errors
+    /// [`Error::InGroup`] inside a [`group`](super::group) (NCCL would
+    /// defer the split and write the new communicator later);
     /// [`Error::InvalidArgument`] when `color` does not fit a non-negative
-    /// C int; [`Error::Nccl`] when NCCL fails.
+    /// C int; [`Error::Nccl`] when NCCL fails; [`Error::Timeout`] when a
+    /// non-blocking split passes the deadline (this communicator is then
+    /// aborted).
     #[doc(alias = "ncclCommSplit")]
     pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Self>> {
+        depth::refuse("Communicator::split", WHY_LIFECYCLE)?;
         let color = match color {
             None => sys::NCCL_SPLIT_NOCOLOR,
             Some(c) => c_int::try_from(c)
                 .map_err(|_| Error::invalid("color", "must be at most i32::MAX", c))?,
         };
+        let raw = self.live()?;
         let api = api()?;
-        let mut new: sys::ncclComm_t = ptr::null_mut();
-        // SAFETY: the communicator is live; `new` is a valid out-pointer;
-        // a null config asks for the parent's configuration.
-        unsafe {
-            nccl_call!(
-                api,
-                ncclCommSplit(self.as_raw(), color, key, &mut new, ptr::null_mut())
-            )
+        // On the heap: a non-blocking split writes the new communicator
+        // from NCCL's thread, after this call returns.
+        let mut new: Box<sys::ncclComm_t> = Box::new(ptr::null_mut());
+        // SAFETY: the communicator is live; `new` is a valid out-pointer
+        // that stays valid until NCCL is done with it (below); a null
+        // config asks for the parent's configuration.
+        let r = unsafe { api.ncclCommSplit(raw, color, key, &mut *new, ptr::null_mut()) }?;
+        if r == sys::ncclResult_t::ncclInProgress {
+            if let Err(e) = self.finish("ncclCommSplit", r) {
+                // `finish` aborted this communicator (joining NCCL's
+                // thread) or could not tell; either way `new` is leaked,
+                // never read or freed, so no late write can land in freed
+                // memory.
+                std::mem::forget(new);
+                return Err(e);
+            }
+        } else if r != sys::ncclResult_t::ncclSuccess {
+            return Err(self.annotate(nccl_error("ncclCommSplit", r)));
         }
-        .map_err(|e| self.annotate(e))?;
+        let new = *new;
         if new.is_null() {
             return Ok(None);
         }
         // SAFETY: NCCL made a live communicator for us.
-        unsafe { Self::from_raw(new) }.map(Some)
+        let mut child = match unsafe { Self::from_raw(new) } {
+            Ok(c) => c,
+            Err(e) => {
+                // SAFETY: NCCL made it; no wrapper owns it.
+                unsafe { abort_raw(new) };
+                return Err(self.annotate(e));
+            }
+        };
+        if self.non_blocking.get() {
+            child.non_blocking.set(true);
+        }
+        child.timeout = self.timeout;
+        Ok(Some(child))
     }
 
     /// Flush outstanding work and release the communicator's resources,
-    /// waiting for the peers (`ncclCommFinalize`); then destroy it.
+    /// waiting for the peers (`ncclCommFinalize`); then destroy it. A
+    /// non-blocking communicator is polled within its
+    /// [`timeout`](Self::timeout); a blocking one waits without a deadline
+    /// ([`wait`](Self::wait) first to bound it).
     ///
     /// # Errors
-    /// [`Error::Nccl`]; the communicator is destroyed (or aborted) either way.
+    /// [`Error::InGroup`] inside a [`group`](super::group) (the
+    /// communicator is then dropped: see the type's docs); [`Error::Nccl`];
+    /// [`Error::Timeout`]. The communicator is destroyed (or aborted) either
+    /// way.
     #[doc(alias = "ncclCommFinalize")]
     pub fn finalize(self) -> Result<()> {
+        depth::refuse("Communicator::finalize", WHY_LIFECYCLE)?;
+        if self.aborted.get() {
+            return Ok(());
+        }
+        let raw = self.live()?;
         let api = api()?;
         // SAFETY: the communicator is live and owned by `self`.
-        let r = unsafe { nccl_call!(api, ncclCommFinalize(self.as_raw())) }
-            .map_err(|e| self.annotate(e));
-        match r {
+        let r = unsafe { api.ncclCommFinalize(raw) }?;
+        match self.finish("ncclCommFinalize", r) {
             Ok(()) => self.destroy(),
             Err(e) => {
                 let _ = self.abort();
@@ -274,28 +788,43 @@ impl Communicator {
         }
     }
 
-    /// Destroy the communicator, reporting failure (`ncclCommDestroy`).
+    /// Destroy the communicator, reporting failure (`ncclCommDestroy`). It
+    /// waits for this rank's queued work, without a deadline: with a dead
+    /// peer, [`wait`](Self::wait) first (which aborts instead of hanging).
+    /// Nothing is left to destroy after an abort: `Ok`.
     ///
     /// # Errors
-    /// [`Error::Nccl`].
+    /// [`Error::InGroup`] inside a [`group`](super::group) (the
+    /// communicator is then dropped: see the type's docs); [`Error::Nccl`].
     #[doc(alias = "ncclCommDestroy")]
     pub fn destroy(self) -> Result<()> {
+        depth::refuse("Communicator::destroy", WHY_LIFECYCLE)?;
         let rank = self.rank();
         let raw = self.into_raw();
+        if raw.is_null() {
+            return Ok(());
+        }
         let api = api()?;
         // SAFETY: `raw` is live and owned; ownership ends here.
         unsafe { nccl_call!(api, ncclCommDestroy(raw)) }.map_err(|e| with_rank(e, rank))
     }
 
     /// Stop all work and free the communicator at once, without waiting
-    /// for the peers (`ncclCommAbort`): the way out after an error.
+    /// for the peers (`ncclCommAbort`): the way out after an error. `Ok`
+    /// when it was aborted already.
     ///
     /// # Errors
+    /// [`Error::InGroup`] inside a [`group`](super::group) (the
+    /// communicator is then dropped, which aborts it anyway);
     /// [`Error::Nccl`].
     #[doc(alias = "ncclCommAbort")]
     pub fn abort(self) -> Result<()> {
+        depth::refuse("Communicator::abort", WHY_LIFECYCLE)?;
         let rank = self.rank();
         let raw = self.into_raw();
+        if raw.is_null() {
+            return Ok(());
+        }
         let api = api()?;
         // SAFETY: `raw` is live and owned; ownership ends here.
         unsafe { nccl_call!(api, ncclCommAbort(raw)) }.map_err(|e| with_rank(e, rank))
@@ -362,23 +891,38 @@ pub(crate) fn with_rank(e: Error, r: usize) -> Error {
 
 impl Drop for Communicator {
     fn drop(&mut self) {
+        if self.aborted.get() {
+            return;
+        }
         let Ok(api) = api() else { return };
         let raw = self.raw.as_ptr();
-        let mut state = sys::ncclResult_t::ncclSuccess;
-        // SAFETY: the communicator is live and owned; `state` is a valid
-        // out-pointer.
-        let failed = unsafe { api.ncclCommGetAsyncError(raw, &mut state) }
-            .map(|r| r != sys::ncclResult_t::ncclSuccess || state != sys::ncclResult_t::ncclSuccess)
-            .unwrap_or(true);
-        // Destroy waits for the peers; after an error it could wait forever,
-        // so a failed communicator is aborted. Statuses are ignored: Drop
-        // must not fail.
-        if failed {
+        // SAFETY: live and owned (not aborted).
+        let st = unsafe { progress::state(raw) };
+        let healthy = matches!(
+            st,
+            Ok(sys::ncclResult_t::ncclSuccess) | Ok(sys::ncclResult_t::ncclInProgress)
+        );
+        // A non-blocking communicator is flushed within its deadline; a
+        // blocking one, or one with an error, is aborted (see the type's
+        // docs). Statuses are ignored: Drop must not fail.
+        let graceful = healthy && self.non_blocking.get() && {
+            let deadline = Deadline::after(self.timeout);
+            // SAFETY: live and owned; the polls bound the wait.
+            unsafe {
+                matches!(progress::settle(raw, &deadline), Ok(Settled::Ready))
+                    && api.ncclCommFinalize(raw).is_ok_and(|r| {
+                        r == sys::ncclResult_t::ncclSuccess
+                            || (r == sys::ncclResult_t::ncclInProgress
+                                && matches!(progress::settle(raw, &deadline), Ok(Settled::Ready)))
+                    })
+            }
+        };
+        if graceful {
+            // SAFETY: finalized, so destroy does not wait; ownership ends.
+            let _ = unsafe { api.ncclCommDestroy(raw) };
+        } else {
             // SAFETY: live and owned; ownership ends here.
             let _ = unsafe { api.ncclCommAbort(raw) };
-        } else {
-            // SAFETY: as above.
-            let _ = unsafe { api.ncclCommDestroy(raw) };
         }
     }
 }

@@ -1,39 +1,26 @@
-//! Group calls: several NCCL calls launched together.
+//! Group calls: several NCCL calls launched together, all or none.
 
-use std::cell::Cell;
 use std::marker::PhantomData;
 
-use super::collectives::{NcclType, Op, ReduceOp};
 use super::comm::Communicator;
-use super::{api, nccl_call};
+use super::depth;
+use super::op::{Call, NcclType, Op, ReduceOp};
+use super::record::{self, Exec, Recorded};
 use crate::error::Result;
 use crate::runtime::{DeviceSlice, DeviceSliceMut, Stream};
 
-/// The calls of one [`group`]: they are queued as they are made and
-/// launched together when the group ends.
+/// The calls of one [`group`]: each is checked and recorded as it is made,
+/// and all are issued together when the closure returns `Ok`.
 ///
 /// Every buffer, communicator and stream handed to a group is borrowed for
 /// `'env`, the lifetime of the [`group`] call, because NCCL reads the
 /// pointers only when the group ends.
 #[derive(Debug)]
 pub struct Group<'env> {
-    calls: usize,
+    calls: Vec<Recorded<'env>>,
     // Invariant in 'env, and neither Send nor Sync: the group belongs to the
     // thread that opened it (NCCL keeps group state per thread).
     _env: PhantomData<*mut &'env ()>,
-}
-
-thread_local! {
-    /// How many [`group`]s are open on this thread.
-    static DEPTH: Cell<usize> = const { Cell::new(0) };
-}
-
-/// Whether a [`group`] is open on this thread. The `Communicator` methods
-/// refuse to run then: NCCL would only queue the call, and read its
-/// buffers when the group ends, after they may have been freed; inside a
-/// group, calls go through [`Group`], which borrows them until then.
-pub(crate) fn in_group() -> bool {
-    DEPTH.with(|d| d.get() > 0)
 }
 
 /// Run `f` as one NCCL group (`ncclGroupStart` ... `ncclGroupEnd`).
@@ -41,10 +28,26 @@ pub(crate) fn in_group() -> bool {
 /// Use a group to drive several communicators from one thread (one per
 /// device, as from [`Communicator::init_all`]), to post matching sends and
 /// receives without deadlock, or to fuse many small collectives into one
-/// launch. The group always ends, whether `f` returns `Ok`, `Err` or
-/// panics, so it cannot be left open (the calls queued before an error or
-/// a panic are still launched, as NCCL does at `ncclGroupEnd`); an error
-/// from `f` is returned in preference to one from ending the group.
+/// launch.
+///
+/// **All or nothing.** The calls made on the [`Group`] are checked and
+/// recorded while `f` runs; NCCL sees none of them until `f` returns `Ok`.
+/// Then this function issues `ncclGroupStart`, every recorded call and
+/// `ncclGroupEnd`. When `f` returns `Err` (a check of this crate, a `?` of
+/// the caller) or panics, nothing is launched and no NCCL group was ever
+/// opened, so this rank never launches part of a group that the other
+/// ranks posted in full. When NCCL itself refuses one of the calls, the
+/// group is still ended and NCCL launches none of it. (Like every
+/// collective, this is per rank: a rank whose closure fails posts nothing,
+/// and its peers' matching calls wait for it; bound that wait with
+/// [`Communicator::wait`].)
+///
+/// Groups do not nest, and while `f` runs the calls that NCCL would defer
+/// to the end of a group are refused with [`Error::InGroup`](crate::Error::InGroup):
+/// the direct [`Communicator`] collectives, [`Communicator::init_rank`],
+/// [`init_all`](Communicator::init_all), [`split`](Communicator::split),
+/// [`finalize`](Communicator::finalize), [`destroy`](Communicator::destroy),
+/// [`abort`](Communicator::abort) and [`wait`](Communicator::wait).
 ///
 /// ```no_run
 /// # fn demo(comm: &cudnn::nccl::Communicator, stream: &cudnn::runtime::Stream,
@@ -60,43 +63,39 @@ pub(crate) fn in_group() -> bool {
 /// ```
 ///
 /// # Errors
-/// The first error of `f`, else [`Error::Nccl`](crate::Error::Nccl) from
-/// `ncclGroupEnd` (where NCCL reports errors of the queued calls).
+/// [`Error::InGroup`](crate::Error::InGroup) when a group is already being
+/// recorded on this thread; the error of `f` (nothing launched);
+/// [`Error::Mismatch`](crate::Error::Mismatch) when the sends to oneself
+/// and receives from oneself of a communicator do not pair up byte for
+/// byte (nothing launched); else the
+/// error of the call NCCL refused, or of `ncclGroupEnd`
+/// ([`Error::Nccl`](crate::Error::Nccl)), or
+/// [`Error::Timeout`](crate::Error::Timeout) when a non-blocking
+/// communicator did not finish launching within its
+/// [`timeout`](Communicator::timeout).
 #[doc(alias = "ncclGroupStart")]
 #[doc(alias = "ncclGroupEnd")]
 pub fn group<'env, R>(f: impl FnOnce(&mut Group<'env>) -> Result<R>) -> Result<R> {
-    let api = api()?;
-    // SAFETY: takes no arguments; opens a group on this thread, which the
-    // guard below closes on every path.
-    unsafe { nccl_call!(api, ncclGroupStart()) }?;
-    struct End(bool);
-    impl Drop for End {
-        fn drop(&mut self) {
-            DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
-            if !self.0
-                && let Ok(api) = super::api()
-            {
-                // SAFETY: closes the group this function opened (unwinding
-                // path only); the status is ignored: Drop must not fail.
-                let _ = unsafe { api.ncclGroupEnd() };
-            }
-        }
-    }
-    DEPTH.with(|d| d.set(d.get() + 1));
-    let mut guard = End(false);
+    run(&mut record::Nccl, f)
+}
+
+/// [`group`] with the issuing done by `exec`.
+pub(crate) fn run<'env, R>(
+    exec: &mut dyn Exec,
+    f: impl FnOnce(&mut Group<'env>) -> Result<R>,
+) -> Result<R> {
+    let recording = depth::enter()?;
     let mut g = Group {
-        calls: 0,
+        calls: Vec::new(),
         _env: PhantomData,
     };
+    // A panic unwinds from here: `recording` ends, the record is dropped,
+    // nothing was issued.
     let out = f(&mut g);
-    guard.0 = true;
-    drop(guard);
-    // SAFETY: closes the group opened above; every pointer queued in it is
-    // borrowed for 'env, which outlives this call.
-    let end = unsafe { nccl_call!(api, ncclGroupEnd()) };
-    let out = out?;
-    end.map_err(|e| e.with_context(format!("ending a group of {} calls", g.calls)))?;
-    Ok(out)
+    drop(recording);
+    let value = out?;
+    record::issue_all(exec, &g.calls)?;
+    Ok(value)
 }
 
 impl<'env> Group<'env> {
@@ -106,22 +105,30 @@ impl<'env> Group<'env> {
         stream: &'env Stream,
         op: Op,
     ) -> Result<()> {
-        // SAFETY: the pointers come from views borrowed for 'env, which
-        // outlives the group (NCCL reads them at ncclGroupEnd) and the
-        // checks derived the counts from the views' lengths.
-        unsafe { op.launch::<T>(comm, stream) }?;
-        self.calls += 1;
+        comm.live()?;
+        comm.check_stream(stream)?;
+        self.calls.push(Recorded {
+            comm,
+            stream,
+            call: Call::new::<T>(op),
+        });
         Ok(())
     }
 
-    /// How many calls were queued so far.
-    pub fn len(&self) -> usize {
-        self.calls
+    /// Record a call made elsewhere (tests of the recording).
+    #[cfg(test)]
+    pub(crate) fn push(&mut self, rec: Recorded<'env>) {
+        self.calls.push(rec);
     }
 
-    /// Whether no call was queued yet.
+    /// How many calls were recorded so far.
+    pub fn len(&self) -> usize {
+        self.calls.len()
+    }
+
+    /// Whether no call was recorded yet.
     pub fn is_empty(&self) -> bool {
-        self.calls == 0
+        self.calls.is_empty()
     }
 
     /// [`Communicator::all_reduce`] inside the group.
@@ -153,7 +160,7 @@ impl<'env> Group<'env> {
         stream: &'env Stream,
     ) -> Result<()> {
         let mut buf = buf.into();
-        let op = comm.op_all_reduce_in_place(&mut buf, op);
+        let op = comm.op_all_reduce_in_place(&mut buf, op)?;
         self.queue::<T>(comm, stream, op)
     }
 
@@ -289,10 +296,14 @@ impl<'env> Group<'env> {
         self.queue::<T>(comm, stream, op)
     }
 
-    /// [`Communicator::send`] inside the group.
+    /// [`Communicator::send`] inside the group. Here `peer` may be this
+    /// rank: a send to oneself, which completes with the matching
+    /// [`recv`](Self::recv) of the same group (sends and receives to
+    /// oneself pair up in order and must be of equal size in bytes; the
+    /// group checks that before it launches anything).
     ///
     /// # Errors
-    /// As [`Communicator::send`].
+    /// As [`Communicator::send`], except that `peer` may be this rank.
     pub fn send<T: NcclType>(
         &mut self,
         comm: &'env Communicator,
@@ -305,10 +316,11 @@ impl<'env> Group<'env> {
         self.queue::<T>(comm, stream, op)
     }
 
-    /// [`Communicator::recv`] inside the group.
+    /// [`Communicator::recv`] inside the group; `peer` may be this rank (see
+    /// [`send`](Self::send)).
     ///
     /// # Errors
-    /// As [`Communicator::recv`].
+    /// As [`Communicator::recv`], except that `peer` may be this rank.
     pub fn recv<T: NcclType>(
         &mut self,
         comm: &'env Communicator,

@@ -10,8 +10,15 @@
 //!   [`reduce_scatter`](Communicator::reduce_scatter), point-to-point
 //!   [`send`](Group::send)/[`recv`](Group::recv)) enqueue on a
 //!   [`Stream`](crate::runtime::Stream) over the crate's device buffers.
-//! - [`group`]: several calls fused into one launch; a closure, so the group
-//!   cannot be left open.
+//! - [`group`]: several calls fused into one launch; a closure whose calls
+//!   are recorded and launched all or none, so a group can neither be left
+//!   open nor launched in part.
+//! - Deadlines: [`Communicator::wait`] waits for a stream's work while
+//!   watching NCCL's asynchronous errors, and aborts the communicator on an
+//!   error or at its deadline (a typed [`crate::Error::Timeout`]
+//!   instead of a hang when a peer dies);
+//!   [`Communicator::init_rank_timeout`] makes a non-blocking communicator
+//!   whose initialisation, calls and `Drop` are all bounded.
 //! - [`launch`]: the torchrun-style convention (`RANK`, `WORLD_SIZE`,
 //!   `LOCAL_RANK`, a rendezvous over a file or TCP) that gives each process
 //!   its device and communicator.
@@ -38,15 +45,22 @@
 
 mod collectives;
 mod comm;
+mod depth;
 mod group;
 mod id;
 pub mod launch;
+mod op;
+mod progress;
+mod record;
+#[cfg(test)]
+mod tests;
 mod validate;
 
-pub use collectives::{NcclType, ReduceOp};
 pub use comm::Communicator;
 pub use group::{Group, group};
 pub use id::{UNIQUE_ID_BYTES, UniqueId};
+pub use op::{NcclType, ReduceOp};
+pub use progress::DEFAULT_COMM_TIMEOUT;
 pub use validate::Ranks;
 
 use std::ffi::{CStr, c_char};

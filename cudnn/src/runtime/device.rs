@@ -4,9 +4,12 @@
 //! and library handles belong to the device that was current when they were
 //! created. [`Device::new`] makes the device current on the calling thread;
 //! methods that depend on the current device ([`Device::synchronize`],
-//! [`Device::create_stream`]) make it current first, [`Device::memory_info`]
+//! [`Device::create_stream`](crate::runtime::Device::create_stream)) make it current first, [`Device::memory_info`]
 //! only for the query, and [`Device::guard`] for a scope. Library handles
-//! record the device they were created on and allocate there.
+//! record the device they were created on, allocate there, and run every op
+//! with it current (restoring the caller's device after); buffers and
+//! streams record their device too, and a launch whose parts disagree is an
+//! [`Error::DeviceMismatch`].
 //! A thread that uses a device created elsewhere calls
 //! [`Device::set_current`] once.
 
@@ -16,8 +19,6 @@ use std::marker::PhantomData;
 use crate::check::{self, cuda_call};
 use crate::error::{Error, Result};
 use crate::sys::cudart::{self, cudaDeviceAttr, cudaError};
-
-use super::Stream;
 
 /// A CUDA device, by ordinal. Cheap to copy; owns nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -36,6 +37,14 @@ pub struct DeviceGuard {
 }
 
 impl DeviceGuard {
+    /// A guard that changed nothing and restores nothing.
+    pub(crate) fn unchanged() -> Self {
+        DeviceGuard {
+            restore: None,
+            _thread: PhantomData,
+        }
+    }
+
     /// Whether creating the guard changed the current device.
     pub fn switched(&self) -> bool {
         self.restore.is_some()
@@ -147,6 +156,14 @@ impl Device {
         // SAFETY: `ordinal` is a valid, writable out-pointer.
         unsafe { cuda_call!(rt, cudaGetDevice(&mut ordinal)) }?;
         Ok(Device { ordinal })
+    }
+
+    /// A device value for `ordinal` as the runtime or a library reported it
+    /// (`cudaGetDevice`, `ncclCommCuDevice`), not checked against the device
+    /// count; negative ordinals read as device 0 in [`ordinal`](Device::ordinal).
+    #[allow(dead_code)] // used by the collectives and by unit tests
+    pub(crate) const fn from_runtime(ordinal: c_int) -> Self {
+        Device { ordinal }
     }
 
     /// The ordinal (0-based index).
@@ -297,23 +314,5 @@ impl Device {
         let rt = check::cudart()?;
         // SAFETY: takes no arguments; blocks until the current device is idle.
         unsafe { cuda_call!(rt, cudaDeviceSynchronize()) }
-    }
-
-    /// A new (blocking) stream on this device. Makes the device current first.
-    ///
-    /// # Errors
-    /// [`Error::Cuda`] when the stream cannot be created.
-    pub fn create_stream(&self) -> Result<Stream> {
-        self.set_current()?;
-        Stream::new()
-    }
-
-    /// A new non-blocking stream on this device (see [`Stream::non_blocking`]).
-    ///
-    /// # Errors
-    /// [`Error::Cuda`] when the stream cannot be created.
-    pub fn create_non_blocking_stream(&self) -> Result<Stream> {
-        self.set_current()?;
-        Stream::non_blocking()
     }
 }

@@ -105,12 +105,15 @@ impl Event {
     }
 
     /// Capture the work queued on `stream` so far (stream-ordered: the event
-    /// completes when that work is done).
+    /// completes when that work is done). The stream's device is current
+    /// during the call; the event must belong to that device.
     ///
     /// # Errors
-    /// [`Error::Cuda`] when the runtime refuses.
+    /// [`Error::WrongThread`] for another thread's per-thread stream;
+    /// [`Error::Cuda`] when the runtime refuses (an event of another device).
     #[doc(alias = "cudaEventRecord")]
     pub fn record(&self, stream: &Stream) -> Result<()> {
+        let _on = stream.enter("the stream an event is recorded on")?;
         let rt = check::cudart()?;
         // SAFETY: both handles are valid for the call (`stream` by its own contract).
         unsafe { cuda_call!(rt, cudaEventRecord(self.raw.as_ptr(), stream.as_raw())) }
@@ -194,5 +197,44 @@ impl Drop for Event {
             // the runtime once it completes. The status is ignored: Drop must not fail.
             let _ = unsafe { rt.cudaEventDestroy(self.raw.as_ptr()) };
         }
+    }
+}
+
+/// Ordering between streams, with events.
+impl Stream {
+    /// Make later work on this stream wait until `event` completes
+    /// (stream-ordered; the host does not block).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`](crate::Error::Cuda) when the runtime refuses.
+    #[doc(alias = "cudaStreamWaitEvent")]
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        let _on = self.enter("the waiting stream")?;
+        let rt = check::cudart()?;
+        // SAFETY: both handles are valid for the call; flags 0 is the documented default.
+        unsafe { cuda_call!(rt, cudaStreamWaitEvent(self.as_raw(), event.as_raw(), 0)) }
+    }
+
+    /// Make later work on this stream wait for everything queued on `other`
+    /// so far: records a timing-free event on `other`, created with
+    /// `other`'s device current (an event must be recorded on a stream of
+    /// its own device), and waits on it with this stream's device current.
+    /// Nothing is done when both name the same queue (see `PartialEq`:
+    /// pseudo-streams of different devices or threads are different queues).
+    ///
+    /// # Errors
+    /// [`Error::WrongThread`] when either is another thread's per-thread
+    /// stream; [`Error::Cuda`](crate::Error::Cuda) when the runtime refuses.
+    pub fn wait_for(&self, other: &Stream) -> Result<()> {
+        if self == other {
+            return self.enter("the waiting stream").map(|_| ());
+        }
+        let ev = {
+            let _on = other.enter("the stream waited for")?;
+            let ev = Event::with_flags(super::EventFlags::DISABLE_TIMING)?;
+            ev.record(other)?;
+            ev
+        };
+        self.wait_event(&ev)
     }
 }

@@ -1,11 +1,22 @@
 //! The CUDA runtime: devices, streams, events and memory.
 
+mod affinity;
+mod buffer;
+mod copy;
 mod device;
 mod event;
-mod memory;
+mod host;
+mod scope;
 mod stream;
+mod views;
 
+#[allow(unused_imports)] // the launches use them
+pub(crate) use affinity::{check_args, check_device};
+pub use buffer::*;
 pub use device::*;
 pub use event::*;
-pub use memory::*;
+pub use host::*;
+pub use scope::*;
+pub(crate) use stream::check_stream_thread;
 pub use stream::*;
+pub use views::*;

@@ -3,12 +3,13 @@
 use std::fmt;
 use std::ptr;
 use std::sync::Arc;
+use std::thread::{self, ThreadId};
 
 use crate::check::{self, cuda_call};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::sys::cudart::{self, cudaError, cudaStream_t};
 
-use super::Event;
+use super::{Device, DeviceGuard};
 
 /// Flags for [`Stream::with_flags`] (`cudaStreamCreateWithFlags`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -32,6 +33,33 @@ struct Inner {
     raw: cudaStream_t,
     /// Whether dropping the last clone destroys `raw`.
     owned: bool,
+    /// The device the stream belongs to; for a pseudo-stream, the device
+    /// whose queue it names. `None`: unknown (no device could be read).
+    device: Option<Device>,
+    /// For the per-thread default stream: the thread whose queue it names.
+    thread: Option<ThreadId>,
+}
+
+/// What a raw stream handle names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A stream object (`cudaStreamCreate*` or someone else's).
+    Real,
+    /// `cudaStreamLegacy` or null: the current device's legacy default stream.
+    Legacy,
+    /// `cudaStreamPerThread`: the calling thread's default stream on the
+    /// current device.
+    PerThread,
+}
+
+fn kind_of(raw: cudaStream_t) -> Kind {
+    if raw.is_null() || raw == cudart::cudaStreamLegacy {
+        Kind::Legacy
+    } else if raw == cudart::cudaStreamPerThread {
+        Kind::PerThread
+    } else {
+        Kind::Real
+    }
 }
 
 // SAFETY: the CUDA runtime API is thread-safe: a `cudaStream_t` may be used to
@@ -86,22 +114,124 @@ impl fmt::Debug for Stream {
         f.debug_struct("Stream")
             .field("raw", &name)
             .field("owned", &self.inner.owned)
+            .field("device", &self.inner.device.map(|d| d.ordinal()))
+            .field("thread", &self.inner.thread)
             .finish()
     }
 }
 
 impl PartialEq for Stream {
-    /// Two `Stream`s are equal when they are the same CUDA stream.
+    /// Two `Stream`s are equal when they name the same queue: the same CUDA
+    /// stream object, or the same pseudo-stream *of the same device* (the
+    /// legacy default stream) *and thread* (the per-thread default stream).
+    /// [`Stream::legacy`] made with device 0 current and one made with
+    /// device 1 current are different queues, as are [`Stream::per_thread`]
+    /// made on two threads.
     fn eq(&self, other: &Self) -> bool {
-        self.inner.raw == other.inner.raw
+        same_queue(self.identity(), other.identity())
     }
 }
 impl Eq for Stream {}
 
+/// The identity of a stream value: the raw handle, and for a pseudo-stream
+/// the device and thread it was made for.
+type Identity = (cudaStream_t, Option<Device>, Option<ThreadId>);
+
+/// Whether two stream identities name the same queue (see `PartialEq`).
+fn same_queue(a: Identity, b: Identity) -> bool {
+    if kind_of(a.0) == Kind::Real || kind_of(b.0) == Kind::Real {
+        return a.0 == b.0;
+    }
+    // Null and `cudaStreamLegacy` both name the legacy default stream.
+    kind_of(a.0) == kind_of(b.0) && a.1 == b.1 && a.2 == b.2
+}
+
+/// Whether a stream made for `owner` (a per-thread default stream) may be
+/// used from the thread `current`.
+pub(crate) fn check_thread(what: &str, owner: Option<ThreadId>, current: ThreadId) -> Result<()> {
+    match owner {
+        Some(t) if t != current => Err(Error::WrongThread {
+            what: what.to_string(),
+            owner: format!("{t:?}"),
+            current: format!("{current:?}"),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Check that `stream` may be used from the calling thread (not another
+/// thread's per-thread default stream), without touching the device.
+///
+/// # Errors
+/// [`Error::WrongThread`] naming `what`.
+pub(crate) fn check_stream_thread(what: &str, stream: &Stream) -> Result<()> {
+    check_thread(what, stream.inner.thread, thread::current().id())
+}
+
 impl Stream {
     fn wrap(raw: cudaStream_t, owned: bool) -> Self {
+        Self::wrap_on(raw, owned, Device::current().ok())
+    }
+
+    fn wrap_on(raw: cudaStream_t, owned: bool, device: Option<Device>) -> Self {
+        let thread = (kind_of(raw) == Kind::PerThread).then(|| thread::current().id());
         Stream {
-            inner: Arc::new(Inner { raw, owned }),
+            inner: Arc::new(Inner {
+                raw,
+                owned,
+                device,
+                thread,
+            }),
+        }
+    }
+
+    /// How many clones of this stream value exist (tests of what keeps one).
+    #[cfg(test)]
+    pub(crate) fn clone_count(&self) -> usize {
+        Arc::strong_count(&self.inner)
+    }
+
+    fn identity(&self) -> Identity {
+        (self.inner.raw, self.inner.device, self.inner.thread)
+    }
+
+    /// The device the stream belongs to: the device current when it was
+    /// created (or wrapped with [`from_raw`](Stream::from_raw)); for
+    /// [`Stream::legacy`] and [`Stream::per_thread`], the device current
+    /// when the value was made, whose queue it names. `None` when no
+    /// device could be read then (no driver, no device): such a stream
+    /// value can queue nothing.
+    pub fn device(&self) -> Option<Device> {
+        self.inner.device
+    }
+
+    /// For [`Stream::per_thread`], the thread whose default stream this
+    /// value names; `None` for every other stream. Using such a value from
+    /// another thread is refused ([`Error::WrongThread`]).
+    pub fn thread(&self) -> Option<ThreadId> {
+        self.inner.thread
+    }
+
+    /// Whether this is a pseudo-stream ([`Stream::legacy`],
+    /// [`Stream::per_thread`], or the null stream), whose meaning depends
+    /// on the current device (and thread).
+    pub fn is_pseudo(&self) -> bool {
+        kind_of(self.inner.raw) != Kind::Real
+    }
+
+    /// Check that the calling thread may queue work on this stream (a
+    /// per-thread default stream only from its own thread), and make the
+    /// stream's device current until the guard drops (one `cudaGetDevice`,
+    /// and a `cudaSetDevice` only when another device is current).
+    ///
+    /// # Errors
+    /// [`Error::WrongThread`] for another thread's per-thread stream;
+    /// [`Error::Cuda`] when the device cannot be made current.
+    pub(crate) fn enter(&self, what: &str) -> Result<DeviceGuard> {
+        check_thread(what, self.inner.thread, thread::current().id())?;
+        match self.inner.device {
+            Some(d) => d.guard(),
+            None => Ok(DeviceGuard::unchanged()),
         }
     }
 
@@ -141,33 +271,58 @@ impl Stream {
         Ok(Self::wrap(raw, true))
     }
 
-    /// The legacy default stream (`cudaStreamLegacy`, "stream 0"). Making it
-    /// calls nothing, so it works (as a value) with no device at all.
+    /// The legacy default stream (`cudaStreamLegacy`, "stream 0") *of the
+    /// device current now*: the value records that device
+    /// ([`device`](Stream::device)), and work queued through it (by this
+    /// crate) runs there whatever device is current later. Making it calls
+    /// only `cudaGetDevice`, so it works (as a value) with no device at all
+    /// (its device is then `None`).
     pub fn legacy() -> Self {
         Self::wrap(cudart::cudaStreamLegacy, false)
     }
 
-    /// The per-thread default stream (`cudaStreamPerThread`).
+    /// The per-thread default stream (`cudaStreamPerThread`) *of the calling
+    /// thread, on the device current now*: the value records both
+    /// ([`thread`](Stream::thread), [`device`](Stream::device)). It is still
+    /// `Send`, but using it from another thread (queueing work, waiting for
+    /// it, a handle bound to it) is refused with [`Error::WrongThread`]:
+    /// there it would name that thread's queue, unordered with this one.
     pub fn per_thread() -> Self {
         Self::wrap(cudart::cudaStreamPerThread, false)
     }
 
     /// Wrap a stream someone else owns. It is never destroyed by this crate.
+    /// The device current now is recorded as the stream's device
+    /// ([`device`](Stream::device)); use [`from_raw_on`](Stream::from_raw_on)
+    /// to name another.
     ///
     /// # Safety
     /// `raw` must be a valid CUDA stream (or one of the special handles:
-    /// null, `cudaStreamLegacy`, `cudaStreamPerThread`), and it must stay
-    /// valid for as long as this `Stream`, any clone of it, or anything that
-    /// keeps one (handles, stream-ordered buffers) is alive.
+    /// null, `cudaStreamLegacy`, `cudaStreamPerThread`) of the device current
+    /// now, and it must stay valid for as long as this `Stream`, any clone of
+    /// it, or anything that keeps one (handles, stream-ordered buffers) is
+    /// alive.
     pub unsafe fn from_raw(raw: cudaStream_t) -> Self {
         Self::wrap(raw, false)
     }
 
-    /// Take ownership of a stream: it is destroyed when the last clone drops.
+    /// As [`from_raw`](Stream::from_raw), for a stream of `device` (which
+    /// need not be current).
     ///
     /// # Safety
-    /// `raw` must be a stream created by `cudaStreamCreate*` that nobody else
-    /// destroys or uses after this `Stream` (and its clones) are gone.
+    /// As [`from_raw`](Stream::from_raw), with `device` in place of the
+    /// current device.
+    pub unsafe fn from_raw_on(raw: cudaStream_t, device: Device) -> Self {
+        Self::wrap_on(raw, false, Some(device))
+    }
+
+    /// Take ownership of a stream: it is destroyed when the last clone drops.
+    /// Its device is recorded as in [`from_raw`](Stream::from_raw).
+    ///
+    /// # Safety
+    /// `raw` must be a stream created by `cudaStreamCreate*` on the device
+    /// current now, that nobody else destroys or uses after this `Stream`
+    /// (and its clones) are gone.
     pub unsafe fn from_raw_owned(raw: cudaStream_t) -> Self {
         Self::wrap(raw, true)
     }
@@ -190,6 +345,7 @@ impl Stream {
     /// [`Error::Cuda`](crate::Error::Cuda) when the runtime refuses.
     #[doc(alias = "cudaStreamGetFlags")]
     pub fn flags(&self) -> Result<StreamFlags> {
+        let _on = self.enter("reading a stream's flags")?;
         let rt = check::cudart()?;
         let mut bits: std::ffi::c_uint = 0;
         // SAFETY: `raw` is a valid stream (see `synchronize`); `bits` is a
@@ -216,6 +372,7 @@ impl Stream {
     /// asynchronous work on the stream.
     #[doc(alias = "cudaStreamSynchronize")]
     pub fn synchronize(&self) -> Result<()> {
+        let _on = self.enter("synchronizing a stream")?;
         let rt = check::cudart()?;
         // SAFETY: `raw` is a valid stream (owned, or guaranteed by `from_raw`'s contract).
         unsafe { cuda_call!(rt, cudaStreamSynchronize(self.inner.raw)) }
@@ -227,6 +384,7 @@ impl Stream {
     /// [`Error::Cuda`](crate::Error::Cuda) for failures other than "not ready".
     #[doc(alias = "cudaStreamQuery")]
     pub fn query(&self) -> Result<bool> {
+        let _on = self.enter("querying a stream")?;
         let rt = check::cudart()?;
         // SAFETY: `raw` is a valid stream (see `synchronize`).
         let st = unsafe { rt.cudaStreamQuery(self.inner.raw) }?;
@@ -235,32 +393,6 @@ impl Stream {
         }
         check::cuda_status(rt, "cudaStreamQuery", st)?;
         Ok(true)
-    }
-
-    /// Make later work on this stream wait until `event` completes
-    /// (stream-ordered; the host does not block).
-    ///
-    /// # Errors
-    /// [`Error::Cuda`](crate::Error::Cuda) when the runtime refuses.
-    #[doc(alias = "cudaStreamWaitEvent")]
-    pub fn wait_event(&self, event: &Event) -> Result<()> {
-        let rt = check::cudart()?;
-        // SAFETY: both handles are valid for the call; flags 0 is the documented default.
-        unsafe { cuda_call!(rt, cudaStreamWaitEvent(self.inner.raw, event.as_raw(), 0)) }
-    }
-
-    /// Make later work on this stream wait for everything queued on `other`
-    /// so far (records a timing-free event on `other` and waits on it).
-    ///
-    /// # Errors
-    /// [`Error::Cuda`](crate::Error::Cuda) when the runtime refuses.
-    pub fn wait_for(&self, other: &Stream) -> Result<()> {
-        if self == other {
-            return Ok(());
-        }
-        let ev = Event::with_flags(super::EventFlags::DISABLE_TIMING)?;
-        ev.record(other)?;
-        self.wait_event(&ev)
     }
 
     /// Destroy the stream now if this is the last clone and it is owned,
@@ -279,5 +411,178 @@ impl Stream {
             }
             _ => Ok(()),
         }
+    }
+}
+
+impl Device {
+    /// A new (blocking) stream on this device. Makes the device current first.
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] when the stream cannot be created.
+    pub fn create_stream(&self) -> Result<Stream> {
+        self.set_current()?;
+        Stream::new()
+    }
+
+    /// A new non-blocking stream on this device (see [`Stream::non_blocking`]).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] when the stream cannot be created.
+    pub fn create_non_blocking_stream(&self) -> Result<Stream> {
+        self.set_current()?;
+        Stream::non_blocking()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn on(raw: cudaStream_t, device: Option<i32>) -> Stream {
+        Stream::wrap_on(raw, false, device.map(Device::from_runtime))
+    }
+
+    #[test]
+    fn unit_legacy_streams_of_two_devices_differ() {
+        let l0 = on(cudart::cudaStreamLegacy, Some(0));
+        let l1 = on(cudart::cudaStreamLegacy, Some(1));
+        assert_ne!(l0, l1);
+        assert_eq!(l0, on(cudart::cudaStreamLegacy, Some(0)));
+        // Null names the legacy default stream too.
+        assert_eq!(l0, on(ptr::null_mut(), Some(0)));
+        assert_ne!(l1, on(ptr::null_mut(), Some(0)));
+        assert!(l0.is_pseudo() && l0.thread().is_none());
+        assert_eq!(l1.device(), Some(Device::from_runtime(1)));
+    }
+
+    #[test]
+    fn unit_per_thread_streams_of_two_threads_differ() {
+        let here = on(cudart::cudaStreamPerThread, Some(0));
+        let there = std::thread::spawn(|| on(cudart::cudaStreamPerThread, Some(0)))
+            .join()
+            .expect("thread ran");
+        assert_eq!(here.thread(), Some(thread::current().id()));
+        assert_ne!(there.thread(), here.thread());
+        assert_ne!(here, there);
+        assert_eq!(here, here.clone());
+        // Same thread, other device: another queue.
+        assert_ne!(here, on(cudart::cudaStreamPerThread, Some(1)));
+        // Per-thread and legacy are different queues on one device and thread.
+        assert_ne!(here, on(cudart::cudaStreamLegacy, Some(0)));
+    }
+
+    #[test]
+    fn unit_real_streams_compare_by_handle_only() {
+        let fake = 0x1000 as cudaStream_t;
+        let a = on(fake, Some(0));
+        let b = std::thread::spawn(move || on(0x1000 as cudaStream_t, None))
+            .join()
+            .expect("thread ran");
+        assert_eq!(a, b);
+        assert!(!a.is_pseudo() && a.thread().is_none() && b.thread().is_none());
+        assert_ne!(a, on(0x2000 as cudaStream_t, Some(0)));
+        assert_ne!(a, on(cudart::cudaStreamLegacy, Some(0)));
+    }
+
+    #[test]
+    fn unit_per_thread_stream_refused_on_another_thread() {
+        // No device recorded, so `enter` makes no CUDA call: the refusal is
+        // the identity rule alone.
+        let mine = on(cudart::cudaStreamPerThread, None);
+        assert!(mine.enter("here").is_ok());
+        let e = std::thread::spawn(move || mine.enter("the stream of a handle").map(|_| ()))
+            .join()
+            .expect("thread ran")
+            .expect_err("another thread's per-thread stream");
+        match &e {
+            Error::WrongThread {
+                what,
+                owner,
+                current,
+            } => {
+                assert_eq!(what, "the stream of a handle");
+                assert_ne!(owner, current);
+            }
+            other => panic!("wrong error: {other:?}"),
+        }
+        // Legacy and real streams may be used from any thread.
+        let legacy = on(cudart::cudaStreamLegacy, None);
+        let real = on(0x1000 as cudaStream_t, None);
+        std::thread::spawn(move || {
+            assert!(legacy.enter("x").is_ok());
+            assert!(real.enter("x").is_ok());
+        })
+        .join()
+        .expect("thread ran");
+    }
+
+    #[test]
+    fn unit_wait_for_on_another_threads_per_thread_stream_is_refused() {
+        let mine = on(cudart::cudaStreamPerThread, None);
+        let theirs = std::thread::spawn(|| on(cudart::cudaStreamPerThread, None))
+            .join()
+            .expect("thread ran");
+        // Different queues: no early return; the other thread's stream is refused
+        // before any event is made.
+        let e = mine
+            .wait_for(&theirs)
+            .expect_err("theirs is another thread's");
+        assert!(matches!(e, Error::WrongThread { .. }), "{e:?}");
+        // The same value waited for by itself on its own thread is a no-op...
+        assert!(mine.wait_for(&mine.clone()).is_ok());
+        // ...but not on another thread.
+        let e = std::thread::spawn(move || mine.wait_for(&mine.clone()))
+            .join()
+            .expect("thread ran")
+            .expect_err("mine, on another thread");
+        assert!(matches!(e, Error::WrongThread { .. }), "{e:?}");
+    }
+
+    /// What queue an identity names, written independently of `same_queue`.
+    #[derive(Debug, PartialEq)]
+    enum Queue {
+        Object(usize),
+        Legacy(Option<Device>),
+        PerThread(Option<Device>, Option<ThreadId>),
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(20_000))]
+
+        /// `==` on stream values names the same queue exactly when the model
+        /// does, and is symmetric.
+        #[test]
+        fn unit_property_stream_equality_matches_the_queue_model(
+            a in (0usize..5, proptest::option::of(0i32..3), 0usize..3),
+            b in (0usize..5, proptest::option::of(0i32..3), 0usize..3),
+        ) {
+            let threads: Vec<ThreadId> = THREADS.with(|t| t.clone());
+            let make = |(kind, dev, th): (usize, Option<i32>, usize)| -> (Identity, Queue) {
+                let device = dev.map(Device::from_runtime);
+                match kind {
+                    0 => ((ptr::null_mut(), device, None), Queue::Legacy(device)),
+                    1 => ((cudart::cudaStreamLegacy, device, None), Queue::Legacy(device)),
+                    2 => (
+                        (cudart::cudaStreamPerThread, device, Some(threads[th])),
+                        Queue::PerThread(device, Some(threads[th])),
+                    ),
+                    k => (((0x1000 * k) as cudaStream_t, device, None), Queue::Object(k)),
+                }
+            };
+            let (ia, qa) = make(a);
+            let (ib, qb) = make(b);
+            proptest::prop_assert_eq!(same_queue(ia, ib), qa == qb);
+            proptest::prop_assert_eq!(same_queue(ia, ib), same_queue(ib, ia));
+            proptest::prop_assert!(same_queue(ia, ia));
+        }
+    }
+
+    thread_local! {
+        /// Three distinct thread ids (this one and two that ran and ended).
+        static THREADS: Vec<ThreadId> = vec![
+            thread::current().id(),
+            thread::spawn(|| thread::current().id()).join().expect("thread ran"),
+            thread::spawn(|| thread::current().id()).join().expect("thread ran"),
+        ];
     }
 }

@@ -59,6 +59,10 @@ impl Handle {
             return self.transform_tensor(alpha, x, beta, y);
         }
         let mut y = y;
+        let _on = self.launch(
+            "activation_forward",
+            &[("x", x.device()), ("y", y.device())],
+        )?;
         let api = check::cudnn()?;
         // SAFETY: live handle and descriptors; `x` and `y` hold at least their
         // descriptors' spans (checked when bound) and do not overlap (`y` is
@@ -97,6 +101,7 @@ impl Handle {
             let s = T::Scale::from_f64(T::scale_to_f64(alpha) + T::scale_to_f64(beta));
             return self.scale_tensor(xy, s);
         }
+        let _on = self.launch("activation_forward_in_place", &[("xy", xy.device())])?;
         let api = check::cudnn()?;
         let p = xy.ptr();
         // SAFETY: as in `activation_forward`, with input and output the same
@@ -139,6 +144,15 @@ impl Handle {
         if act.mode() == ActivationMode::Identity {
             return self.transform_tensor(alpha, dy, beta, dx);
         }
+        let _on = self.launch(
+            "activation_backward",
+            &[
+                ("y", y.device()),
+                ("dy", dy.device()),
+                ("x", x.device()),
+                ("dx", dx.device()),
+            ],
+        )?;
         let api = check::cudnn()?;
         // SAFETY: as in `activation_forward`: live handle and descriptors,
         // every buffer at least its span, `dx` exclusive.

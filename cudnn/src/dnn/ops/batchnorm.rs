@@ -303,6 +303,17 @@ impl<T: Float> BatchNormPlan<T> {
         self.check_p("bias", params.bias.len())?;
         self.check_p("mean", stats.mean.len())?;
         self.check_p("variance", stats.variance.len())?;
+        let _on = handle.launch(
+            "batch norm forward (inference)",
+            &[
+                ("x", x.device()),
+                ("y", y.device()),
+                ("scale", params.scale.device()),
+                ("bias", params.bias.device()),
+                ("mean", stats.mean.device()),
+                ("variance", stats.variance.device()),
+            ],
+        )?;
         let api = check::cudnn()?;
         // SAFETY: live handle and descriptors; every buffer holds at least its
         // descriptor's span (checked above); `y` is exclusive; alpha/beta are
@@ -370,6 +381,22 @@ impl<T: Float> BatchNormPlan<T> {
             }
             None => (ptr::null_mut(), ptr::null_mut()),
         };
+        let _on = handle.launch(
+            "batch norm forward (training)",
+            &[
+                ("x", x.device()),
+                ("y", y.device()),
+                ("scale", params.scale.device()),
+                ("bias", params.bias.device()),
+                ("running mean", running.mean.device()),
+                ("running variance", running.variance.device()),
+                ("saved mean", saved.as_ref().and_then(|s| s.mean.device())),
+                (
+                    "saved inverse variance",
+                    saved.as_ref().and_then(|s| s.inv_variance.device()),
+                ),
+            ],
+        )?;
         let api = check::cudnn()?;
         // SAFETY: live handle and descriptors; every buffer holds at least its
         // descriptor's span (checked above) and every written one is an
@@ -439,6 +466,22 @@ impl<T: Float> BatchNormPlan<T> {
             }
             None => (ptr::null(), ptr::null()),
         };
+        let _on = handle.launch(
+            "batch norm backward",
+            &[
+                ("x", x.device()),
+                ("dy", dy.device()),
+                ("dx", dx.device()),
+                ("scale", scale.device()),
+                ("dscale", grads.dscale.device()),
+                ("dbias", grads.dbias.device()),
+                ("saved mean", saved.as_ref().and_then(|s| s.mean.device())),
+                (
+                    "saved inverse variance",
+                    saved.as_ref().and_then(|s| s.inv_variance.device()),
+                ),
+            ],
+        )?;
         let api = check::cudnn()?;
         // SAFETY: live handle and descriptors; every buffer holds at least its
         // descriptor's span (checked above); written buffers are exclusive

@@ -208,6 +208,7 @@ impl Dropout {
     /// What cuDNN reports.
     #[doc(alias = "cudnnDropoutGetStatesSize")]
     pub fn states_size(handle: &Handle) -> Result<usize> {
+        let _on = handle.enter()?;
         let mut bytes = 0usize;
         // SAFETY: live handle; `bytes` is a valid out-pointer.
         unsafe {
@@ -230,6 +231,9 @@ impl Dropout {
     #[doc(alias = "cudnnSetDropoutDescriptor")]
     pub fn new(handle: &mut Handle, probability: f32, seed: u64) -> Result<Self> {
         check_dropout_probability(probability)?;
+        // The state, its ordering event and its initialization belong to
+        // the handle's device, whatever device is current.
+        let _on = handle.enter()?;
         let bytes = Self::states_size(handle)?;
         let mut states = DeviceBuffer::<u8>::alloc(bytes)?;
         let raw = RawDropout::create()?;
@@ -329,6 +333,7 @@ impl Dropout {
         if raw.is_null() {
             return Err(Error::invalid("raw", "must not be null", "null"));
         }
+        let _on = handle.launch("Dropout::from_raw", &[("states", states.device())])?;
         let mut probability = f32::NAN;
         let mut states_ptr = std::ptr::null_mut();
         let mut seed = 0u64;
@@ -407,6 +412,15 @@ impl Handle {
         mut reserve: DeviceSliceMut<'_, u8>,
     ) -> Result<()> {
         check_dropout(x.desc(), y.desc(), reserve.len())?;
+        let _on = self.launch(
+            "dropout_forward",
+            &[
+                ("x", x.device()),
+                ("y", y.device()),
+                ("reserve", reserve.device()),
+                ("dropout state", dropout.states.device()),
+            ],
+        )?;
         let api = check::cudnn()?;
         dropout.last_use.before(self.stream())?;
         // SAFETY: live handle and descriptors; `x` and `y` hold at least their
@@ -449,6 +463,15 @@ impl Handle {
         mut reserve: DeviceSliceMut<'_, u8>,
     ) -> Result<()> {
         check_dropout(dy.desc(), dx.desc(), reserve.len())?;
+        let _on = self.launch(
+            "dropout_backward",
+            &[
+                ("dy", dy.device()),
+                ("dx", dx.device()),
+                ("reserve", reserve.device()),
+                ("dropout state", dropout.states.device()),
+            ],
+        )?;
         let api = check::cudnn()?;
         dropout.last_use.before(self.stream())?;
         // SAFETY: as in `dropout_forward`; `dx` is exclusive.

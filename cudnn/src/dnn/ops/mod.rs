@@ -173,6 +173,11 @@ impl<'a, T: DataType> DeviceTensor<'a, T> {
         self.data
     }
 
+    /// The device the buffer is on (see [`DeviceSlice::device`]).
+    pub fn device(&self) -> Option<crate::runtime::Device> {
+        self.data.device()
+    }
+
     fn ptr(&self) -> *const c_void {
         self.data.as_raw()
     }
@@ -217,6 +222,11 @@ impl<'a, T: DataType> DeviceTensorMut<'a, T> {
     /// The buffer, read-only.
     pub fn data(&self) -> DeviceSlice<'_, T> {
         self.data.as_slice()
+    }
+
+    /// The device the buffer is on (see [`DeviceSliceMut::device`]).
+    pub fn device(&self) -> Option<crate::runtime::Device> {
+        self.data.device()
     }
 
     /// The buffer.

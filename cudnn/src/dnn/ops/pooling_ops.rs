@@ -72,6 +72,7 @@ impl Handle {
         mut y: DeviceTensorMut<'_, T>,
     ) -> Result<()> {
         check_pooling_forward(pool, x.desc(), y.desc())?;
+        let _on = self.launch("pooling_forward", &[("x", x.device()), ("y", y.device())])?;
         let api = check::cudnn()?;
         // SAFETY: the handle and descriptors are live; `x` and `y` hold at
         // least their descriptors' spans (checked when they were bound);
@@ -114,6 +115,15 @@ impl Handle {
         mut dx: DeviceTensorMut<'_, T>,
     ) -> Result<()> {
         check_pooling_backward(pool, y.desc(), dy.desc(), x.desc(), dx.desc())?;
+        let _on = self.launch(
+            "pooling_backward",
+            &[
+                ("y", y.device()),
+                ("dy", dy.device()),
+                ("x", x.device()),
+                ("dx", dx.device()),
+            ],
+        )?;
         let api = check::cudnn()?;
         // SAFETY: as in `pooling_forward`: live handle and descriptors, every
         // buffer at least its descriptor's span, `dx` exclusive.

@@ -20,7 +20,7 @@ use crate::dnn::tensor::descriptor_owner;
 use crate::dnn::{Handle, NanPropagation, TensorDescriptor};
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
-use crate::runtime::{DeviceSlice, DeviceSliceMut};
+use crate::runtime::{Device, DeviceSlice, DeviceSliceMut};
 use crate::sys::cudnn as dnn;
 
 /// The reduction.
@@ -338,6 +338,7 @@ fn reduce_sizes<T: DataType>(
     a: &TensorDescriptor<T>,
     c: &TensorDescriptor<T>,
 ) -> Result<(usize, usize)> {
+    let _on = handle.enter()?;
     let api = check::cudnn()?;
     let (mut ws, mut ind) = (0usize, 0usize);
     // SAFETY: live handle and descriptors (shapes checked); valid out-pointers.
@@ -387,6 +388,14 @@ fn run_reduce<T: DataType>(
         Some(i) => (i.as_raw_mut(), i.byte_len()),
         None => (ptr::null_mut(), 0),
     };
+    let _on = handle.launch(
+        "reduce_tensor",
+        &[
+            ("a", a.device()),
+            ("c", c.device()),
+            ("indices", indices.as_ref().and_then(|i| i.device())),
+        ],
+    )?;
     let h = handle.as_raw();
     let api = check::cudnn()?;
     let mut ws = handle.workspace(workspace_bytes)?;
@@ -451,6 +460,8 @@ pub struct ReducePlan<T: DataType> {
     c: TensorDescriptor<T>,
     workspace_bytes: usize,
     indices_bytes: usize,
+    /// The device the sizes were asked for (the planning handle's).
+    device: Device,
 }
 
 impl<T: DataType> ReducePlan<T> {
@@ -474,6 +485,7 @@ impl<T: DataType> ReducePlan<T> {
             c,
             workspace_bytes,
             indices_bytes,
+            device: handle.device(),
         })
     }
 
@@ -508,7 +520,8 @@ impl<T: DataType> ReducePlan<T> {
     }
 
     /// `c = alpha * reduce(a) + beta * c`; `indices` exactly when the
-    /// descriptor computes them.
+    /// descriptor computes them. On a handle of another device than the
+    /// planning one, the sizes are asked for again there first.
     ///
     /// # Errors
     /// A buffer shorter than its descriptor's span (named), an index buffer
@@ -526,10 +539,17 @@ impl<T: DataType> ReducePlan<T> {
         let (a, c) = (a.into(), c.into());
         check_buffer("a", self.a.len_required(), a.len())?;
         check_buffer("c", self.c.len_required(), c.len())?;
+        // The sizes were asked for the planning handle's device; another
+        // device (another architecture) may need more: ask again there.
+        let sizes = if handle.device() == self.device {
+            (self.workspace_bytes, self.indices_bytes)
+        } else {
+            reduce_sizes(handle, &self.desc, &self.a, &self.c)?
+        };
         run_reduce(
             handle,
             &self.desc,
-            (self.workspace_bytes, self.indices_bytes),
+            sizes,
             alpha,
             DeviceTensor::new(&self.a, a)?,
             beta,

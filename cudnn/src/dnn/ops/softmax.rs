@@ -123,6 +123,7 @@ impl Handle {
         mut y: DeviceTensorMut<'_, T>,
     ) -> Result<()> {
         check_softmax_forward(x.desc(), y.desc())?;
+        let _on = self.launch("softmax_forward", &[("x", x.device()), ("y", y.device())])?;
         let api = check::cudnn()?;
         // SAFETY: live handle and descriptors; `x` and `y` hold at least their
         // spans (checked when bound) and do not overlap (`y` is exclusive);
@@ -163,6 +164,10 @@ impl Handle {
         mut dx: DeviceTensorMut<'_, T>,
     ) -> Result<()> {
         check_softmax_backward(y.desc(), dy.desc(), dx.desc())?;
+        let _on = self.launch(
+            "softmax_backward",
+            &[("y", y.device()), ("dy", dy.device()), ("dx", dx.device())],
+        )?;
         let api = check::cudnn()?;
         // SAFETY: as in `softmax_forward`; `dx` is exclusive.
         unsafe {

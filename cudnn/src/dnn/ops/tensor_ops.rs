@@ -281,6 +281,7 @@ impl Handle {
         mut c: DeviceTensorMut<'_, T>,
     ) -> Result<()> {
         check_add_tensor(a.desc(), c.desc())?;
+        let _on = self.launch("add_tensor", &[("a", a.device()), ("c", c.device())])?;
         let api = check::cudnn()?;
         // SAFETY: live handle and descriptors; `a` and `c` hold at least their
         // spans (checked when bound), `c` is exclusive; the broadcast rule
@@ -321,6 +322,10 @@ impl Handle {
         check_op_tensor(op.op(), a.desc(), b.as_ref().map(|b| b.desc()), c.desc())?;
         // A unary operation does not read B; cuDNN still wants a valid one.
         let b = b.unwrap_or(a);
+        let _on = self.launch(
+            "op_tensor",
+            &[("a", a.device()), ("b", b.device()), ("c", c.device())],
+        )?;
         let api = check::cudnn()?;
         // SAFETY: live handle and descriptors; every buffer holds at least its
         // span (checked when bound), `c` is exclusive; `a` matches `c` and `b`
@@ -355,6 +360,7 @@ impl Handle {
         mut y: DeviceTensorMut<'_, T>,
         alpha: T::Scale,
     ) -> Result<()> {
+        let _on = self.launch("scale_tensor", &[("y", y.device())])?;
         let api = check::cudnn()?;
         // SAFETY: live handle and descriptor; `y` holds at least its span
         // (checked when bound) and is exclusive; alpha is a host value of the
@@ -377,6 +383,7 @@ impl Handle {
         mut y: DeviceTensorMut<'_, T>,
         value: T,
     ) -> Result<()> {
+        let _on = self.launch("set_tensor", &[("y", y.device())])?;
         let api = check::cudnn()?;
         let v: *const T = &value;
         // SAFETY: live handle and descriptor; `y` holds at least its span
@@ -406,6 +413,7 @@ impl Handle {
         mut y: DeviceTensorMut<'_, U>,
     ) -> Result<()> {
         check_transform_tensor(x.desc(), y.desc())?;
+        let _on = self.launch("transform_tensor", &[("x", x.device()), ("y", y.device())])?;
         let api = check::cudnn()?;
         // SAFETY: live handle and descriptors; `x` and `y` hold at least their
         // spans (checked when bound), `y` is exclusive; both element types

@@ -1,0 +1,107 @@
+//! Polling NCCL and CUDA to completion against a deadline: the building
+//! blocks of [`Communicator::wait`](super::Communicator::wait), of
+//! non-blocking communicators (`ncclInProgress`) and of `Drop`.
+
+use std::time::{Duration, Instant};
+
+use super::{api, sys};
+use crate::error::Result;
+
+/// The default deadline of a communicator's own polling (initialisation,
+/// `ncclInProgress`, finalize in `Drop`): ten minutes, as PyTorch's
+/// default collective timeout.
+pub const DEFAULT_COMM_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// A deadline `timeout` from now; a timeout too large for the clock never
+/// passes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Deadline {
+    start: Instant,
+    end: Option<Instant>,
+}
+
+impl Deadline {
+    pub(crate) fn after(timeout: Duration) -> Self {
+        let start = Instant::now();
+        Deadline {
+            start,
+            end: start.checked_add(timeout),
+        }
+    }
+
+    pub(crate) fn passed(&self) -> bool {
+        self.end.is_some_and(|e| Instant::now() >= e)
+    }
+
+    pub(crate) fn waited(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    fn left(&self) -> Duration {
+        self.end
+            .map(|e| e.saturating_duration_since(Instant::now()))
+            .unwrap_or(Duration::MAX)
+    }
+}
+
+/// Sleeps between polls: 20 µs, doubling up to 5 ms, never past the deadline.
+#[derive(Debug)]
+pub(crate) struct Backoff(Duration);
+
+impl Backoff {
+    pub(crate) fn new() -> Self {
+        Backoff(Duration::from_micros(20))
+    }
+
+    pub(crate) fn sleep(&mut self, d: &Deadline) {
+        std::thread::sleep(self.0.min(d.left()));
+        self.0 = (self.0 * 2).min(Duration::from_millis(5));
+    }
+}
+
+/// Where a communicator's last operation stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// `ncclSuccess`: ready for the next call.
+    Ready,
+    /// An error (its code); the communicator can only be aborted.
+    Failed(sys::ncclResult_t),
+    /// Still `ncclInProgress` at the deadline.
+    TimedOut,
+}
+
+/// `ncclCommGetAsyncError` of `raw`.
+///
+/// # Safety
+/// `raw` is a live communicator.
+pub(crate) unsafe fn state(raw: sys::ncclComm_t) -> Result<sys::ncclResult_t> {
+    let api = api()?;
+    let mut st = sys::ncclResult_t::ncclSuccess;
+    // SAFETY: `raw` is live (caller); `st` is a valid out-pointer.
+    let r = unsafe { api.ncclCommGetAsyncError(raw, &mut st) }?;
+    super::check_result("ncclCommGetAsyncError", r)?;
+    Ok(st)
+}
+
+/// Poll `raw` until its state is no longer `ncclInProgress`, or the
+/// deadline passes.
+///
+/// # Safety
+/// `raw` is a live communicator.
+pub(crate) unsafe fn settle(raw: sys::ncclComm_t, deadline: &Deadline) -> Result<Settled> {
+    let mut backoff = Backoff::new();
+    loop {
+        // SAFETY: `raw` is live (caller).
+        let st = unsafe { state(raw) }?;
+        if st == sys::ncclResult_t::ncclSuccess {
+            return Ok(Settled::Ready);
+        }
+        if st != sys::ncclResult_t::ncclInProgress {
+            return Ok(Settled::Failed(st));
+        }
+        if deadline.passed() {
+            return Ok(Settled::TimedOut);
+        }
+        backoff.sleep(deadline);
+    }
+}

@@ -1,0 +1,227 @@
+//! A group's calls, recorded in Rust and issued all or none: the engine
+//! behind [`group`](super::group). The issuing goes through [`Exec`], so
+//! the rules are tested without NCCL or a device.
+
+use std::ptr;
+
+use super::comm::Communicator;
+use super::op::{Call, Op};
+use super::{api, nccl_call, sys};
+use crate::error::{Error, Result};
+use crate::runtime::Stream;
+
+/// One recorded call, with the communicator and stream it runs on, all
+/// borrowed for the whole group.
+#[derive(Debug)]
+pub(crate) struct Recorded<'env> {
+    pub(crate) comm: &'env Communicator,
+    pub(crate) stream: &'env Stream,
+    pub(crate) call: Call,
+}
+
+/// What issues a group: NCCL ([`Nccl`]), or a test double.
+pub(crate) trait Exec {
+    /// Check that every call can be issued (live communicators) before
+    /// anything is.
+    fn ready(&mut self, calls: &[&Recorded<'_>]) -> Result<()>;
+    /// `ncclGroupStart`.
+    fn start(&mut self) -> Result<()>;
+    /// Issue one call between `start` and `end`.
+    fn issue(&mut self, rec: &Recorded<'_>) -> Result<()>;
+    /// Make the open group fail at `end`, so NCCL launches none of it (after
+    /// a failure NCCL did not see).
+    fn poison(&mut self);
+    /// `ncclGroupEnd`; `Ok(true)` when NCCL answered `ncclInProgress`
+    /// (non-blocking communicators).
+    fn end(&mut self) -> Result<bool>;
+    /// Poll the communicators of a group that ended in progress until it
+    /// has launched.
+    fn settle(&mut self, calls: &[&Recorded<'_>]) -> Result<()>;
+}
+
+/// Issue `calls` as one NCCL group: every call between one
+/// `ncclGroupStart` and its `ncclGroupEnd`. Calls of zero elements were
+/// checked when recorded and are not issued; with nothing left, NCCL is not
+/// called. When a call fails the group is still ended, and NCCL launches
+/// none of it (it launches nothing after an error of a call inside a
+/// group; a failure it did not see poisons the group first); that call's
+/// error is returned.
+pub(crate) fn issue_all(exec: &mut dyn Exec, calls: &[Recorded<'_>]) -> Result<()> {
+    let live: Vec<&Recorded<'_>> = calls.iter().filter(|r| r.call.count() > 0).collect();
+    if live.is_empty() {
+        return Ok(());
+    }
+    check_self_pairs(&live)?;
+    exec.ready(&live)?;
+    exec.start()?;
+    let mut failed = None;
+    for (i, rec) in live.iter().enumerate() {
+        if let Err(e) = exec.issue(rec) {
+            exec.poison();
+            failed = Some(e.with_context(format!(
+                "call {} of {} in the group ({}); NCCL launched none of the group",
+                i + 1,
+                live.len(),
+                rec.call.describe()
+            )));
+            break;
+        }
+    }
+    let end = exec.end();
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    if end? {
+        exec.settle(&live)?;
+    }
+    Ok(())
+}
+
+/// Sends to oneself and receives from oneself of one communicator are
+/// matched by NCCL in order, byte for byte: each must have its partner of
+/// the same size (NCCL does not check the sizes of a self copy, and refuses
+/// or hangs on one without a partner).
+///
+/// # Errors
+/// [`Error::Mismatch`] naming the pair and both sizes.
+pub(crate) fn check_self_pairs(calls: &[&Recorded<'_>]) -> Result<()> {
+    // (communicator, sends in order, receives in order), bytes each.
+    let mut per_comm: Vec<(*const Communicator, Vec<usize>, Vec<usize>)> = Vec::new();
+    for rec in calls {
+        let me = i32::try_from(rec.comm.rank()).ok();
+        let (is_send, peer) = match rec.call.op {
+            Op::Send { peer, .. } => (true, peer),
+            Op::Recv { peer, .. } => (false, peer),
+            _ => continue,
+        };
+        if Some(peer) != me {
+            continue;
+        }
+        let key: *const Communicator = rec.comm;
+        let i = match per_comm.iter().position(|(k, _, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                per_comm.push((key, Vec::new(), Vec::new()));
+                per_comm.len() - 1
+            }
+        };
+        if let Some((_, sends, recvs)) = per_comm.get_mut(i) {
+            if is_send {
+                sends.push(rec.call.bytes());
+            } else {
+                recvs.push(rec.call.bytes());
+            }
+        }
+    }
+    for (_, sends, recvs) in &per_comm {
+        if sends.len() != recvs.len() {
+            return Err(Error::mismatch(
+                "sends to oneself in the group (each needs a recv from oneself in the same group)",
+                format!("{} recv(s) from oneself", sends.len()),
+                format!("{} recv(s)", recvs.len()),
+            ));
+        }
+        for (k, (s, r)) in sends.iter().zip(recvs).enumerate() {
+            if s != r {
+                return Err(Error::mismatch(
+                    format!(
+                        "recv from oneself #{} of the group: bytes (its send #{})",
+                        k + 1,
+                        k + 1
+                    ),
+                    s,
+                    r,
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Issues groups through NCCL.
+#[derive(Debug, Default)]
+pub(crate) struct Nccl;
+
+impl Exec for Nccl {
+    fn ready(&mut self, calls: &[&Recorded<'_>]) -> Result<()> {
+        for rec in calls {
+            rec.comm.live()?;
+        }
+        Ok(())
+    }
+
+    fn start(&mut self) -> Result<()> {
+        let api = api()?;
+        // SAFETY: takes no arguments; `issue_all` ends the group on every
+        // path and runs no user code while it is open.
+        unsafe { nccl_call!(api, ncclGroupStart()) }
+    }
+
+    fn issue(&mut self, rec: &Recorded<'_>) -> Result<()> {
+        let raw = rec.comm.live()?;
+        // SAFETY: the call's pointers come from views borrowed for the
+        // group's 'env, which outlives the group end where NCCL reads them
+        // (then the work is ordered on the stream, and device memory is
+        // freed only after queued work); the communicator and stream are
+        // borrowed for 'env too.
+        let r = unsafe { rec.call.launch(raw, rec.stream.as_raw()) }?;
+        if r == sys::ncclResult_t::ncclInProgress {
+            rec.comm.mark_non_blocking();
+            return Ok(());
+        }
+        super::check_result(rec.call.op.nccl_name(), r).map_err(|e| rec.comm.annotate(e))
+    }
+
+    fn poison(&mut self) {
+        if let Ok(api) = api() {
+            // SAFETY: a send of 0 elements on a null communicator: NCCL
+            // checks the communicator first, touches nothing, and records
+            // the failure in the open group, so ncclGroupEnd launches none
+            // of it. The status is the expected error.
+            let _ = unsafe {
+                api.ncclSend(
+                    ptr::null(),
+                    0,
+                    sys::ncclDataType_t::ncclFloat32,
+                    0,
+                    ptr::null_mut(),
+                    ptr::null_mut(),
+                )
+            };
+        }
+    }
+
+    fn end(&mut self) -> Result<bool> {
+        let api = api()?;
+        // SAFETY: closes the group `start` opened; every pointer queued in
+        // it is borrowed for the group's 'env.
+        let r = unsafe { api.ncclGroupEnd() }?;
+        if r == sys::ncclResult_t::ncclInProgress {
+            return Ok(true);
+        }
+        super::check_result("ncclGroupEnd", r)?;
+        Ok(false)
+    }
+
+    fn settle(&mut self, calls: &[&Recorded<'_>]) -> Result<()> {
+        // Every communicator of the group is polled (each within its own
+        // timeout), even after one failed; the first error is returned.
+        let mut seen: Vec<sys::ncclComm_t> = Vec::new();
+        let mut first = Ok(());
+        for rec in calls {
+            let raw = rec.comm.as_raw();
+            if seen.contains(&raw) {
+                continue;
+            }
+            seen.push(raw);
+            rec.comm.mark_non_blocking();
+            let r = rec
+                .comm
+                .finish("ncclGroupEnd", sys::ncclResult_t::ncclInProgress);
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+}

@@ -1,0 +1,400 @@
+//! Unit tests of the group recording (no NCCL, no device): the issuing goes
+//! through a counting [`Exec`], so "nothing launched" is observed directly.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::cell::Cell;
+use std::mem::ManuallyDrop;
+use std::ptr::NonNull;
+
+use super::comm::Communicator;
+use super::group::run;
+use super::op::{Call, Op, ReduceOp};
+use super::record::{Exec, Recorded};
+use crate::error::{Error, Result};
+use crate::runtime::Stream;
+
+/// What the executor saw, in order.
+#[derive(Debug, Default)]
+struct Counting {
+    log: Vec<String>,
+    /// Fail the n-th `issue` (1-based) as NCCL would.
+    fail_at: Option<usize>,
+    issued: usize,
+    poisoned: Cell<bool>,
+    /// `end` answers ncclInProgress (non-blocking communicators).
+    in_progress: bool,
+}
+
+impl Exec for Counting {
+    fn ready(&mut self, calls: &[&Recorded<'_>]) -> Result<()> {
+        self.log.push(format!("ready {}", calls.len()));
+        Ok(())
+    }
+    fn start(&mut self) -> Result<()> {
+        self.log.push("start".into());
+        Ok(())
+    }
+    fn issue(&mut self, rec: &Recorded<'_>) -> Result<()> {
+        self.issued += 1;
+        if self.fail_at == Some(self.issued) {
+            self.log.push("issue failed".into());
+            return Err(Error::invalid("nccl", "refused", self.issued));
+        }
+        self.log.push(format!("issue {}", rec.call.count()));
+        Ok(())
+    }
+    fn poison(&mut self) {
+        self.poisoned.set(true);
+        self.log.push("poison".into());
+    }
+    fn end(&mut self) -> Result<bool> {
+        self.log.push("end".into());
+        Ok(self.in_progress)
+    }
+    fn settle(&mut self, _calls: &[&Recorded<'_>]) -> Result<()> {
+        self.log.push("settle".into());
+        Ok(())
+    }
+}
+
+/// A communicator that is never handed to NCCL (the counting executor does
+/// not touch it) and never dropped.
+fn fake_comm() -> ManuallyDrop<Communicator> {
+    ManuallyDrop::new(Communicator::fake(NonNull::dangling()))
+}
+
+fn call(count: usize) -> Call {
+    let p = 0x1000 as *mut std::ffi::c_void;
+    Call::new::<f32>(Op::AllReduce {
+        send: p,
+        recv: p,
+        count,
+        op: ReduceOp::Sum,
+    })
+}
+
+#[test]
+fn unit_ok_issues_every_call_between_start_and_end() {
+    let comm = fake_comm();
+    let stream = Stream::legacy();
+    let mut exec = Counting::default();
+    let v = run(&mut exec, |g| {
+        g.push(Recorded {
+            comm: &comm,
+            stream: &stream,
+            call: call(4),
+        });
+        g.push(Recorded {
+            comm: &comm,
+            stream: &stream,
+            call: call(0),
+        });
+        g.push(Recorded {
+            comm: &comm,
+            stream: &stream,
+            call: call(7),
+        });
+        Ok(g.len())
+    })
+    .unwrap();
+    assert_eq!(v, 3);
+    // The call of 0 elements was recorded but is not issued.
+    assert_eq!(exec.log, ["ready 2", "start", "issue 4", "issue 7", "end"]);
+}
+
+#[test]
+fn unit_error_of_the_closure_launches_nothing() {
+    let comm = fake_comm();
+    let stream = Stream::legacy();
+    let mut exec = Counting::default();
+    let e = run(&mut exec, |g| -> Result<()> {
+        g.push(Recorded {
+            comm: &comm,
+            stream: &stream,
+            call: call(4),
+        });
+        g.push(Recorded {
+            comm: &comm,
+            stream: &stream,
+            call: call(5),
+        });
+        Err(Error::mismatch("third call", 1, 2))
+    })
+    .unwrap_err();
+    assert!(matches!(e, Error::Mismatch { .. }), "{e}");
+    assert!(exec.log.is_empty(), "NCCL was called: {:?}", exec.log);
+}
+
+#[test]
+fn unit_panic_in_the_closure_launches_nothing_and_closes_the_recording() {
+    let comm = fake_comm();
+    let stream = Stream::legacy();
+    let mut exec = Counting::default();
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = run(&mut exec, |g| -> Result<()> {
+            g.push(Recorded {
+                comm: &comm,
+                stream: &stream,
+                call: call(4),
+            });
+            panic!("inside a group");
+        });
+    }));
+    assert!(caught.is_err());
+    assert!(exec.log.is_empty(), "NCCL was called: {:?}", exec.log);
+    assert!(!super::depth::in_group(), "the recording stayed open");
+    // And a new group records again.
+    let mut exec = Counting::default();
+    run(&mut exec, |g| {
+        g.push(Recorded {
+            comm: &comm,
+            stream: &stream,
+            call: call(1),
+        });
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(exec.log, ["ready 1", "start", "issue 1", "end"]);
+}
+
+#[test]
+fn unit_a_call_nccl_refuses_poisons_and_still_ends_the_group() {
+    let comm = fake_comm();
+    let stream = Stream::legacy();
+    let mut exec = Counting {
+        fail_at: Some(2),
+        ..Counting::default()
+    };
+    let e = run(&mut exec, |g| {
+        for n in 1..=3 {
+            g.push(Recorded {
+                comm: &comm,
+                stream: &stream,
+                call: call(n),
+            });
+        }
+        Ok(())
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("refused"), "{e}");
+    assert!(exec.poisoned.get());
+    // Call 3 is never issued; the group is ended after the poison.
+    assert_eq!(
+        exec.log,
+        [
+            "ready 3",
+            "start",
+            "issue 1",
+            "issue failed",
+            "poison",
+            "end"
+        ]
+    );
+}
+
+#[test]
+fn unit_nested_groups_are_refused_before_anything() {
+    let mut outer = Counting::default();
+    let e = run(&mut outer, |_| {
+        let mut inner = Counting::default();
+        let r = run(&mut inner, |_| Ok(()));
+        assert!(inner.log.is_empty());
+        r
+    })
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::InGroup {
+                call: "nccl::group",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(outer.log.is_empty(), "{:?}", outer.log);
+    assert!(!super::depth::in_group());
+}
+
+#[test]
+fn unit_empty_group_calls_nothing() {
+    let mut exec = Counting::default();
+    assert!(run(&mut exec, |g| Ok(g.is_empty())).unwrap());
+    assert!(exec.log.is_empty(), "{:?}", exec.log);
+}
+
+#[test]
+fn unit_deadline_and_backoff() {
+    use super::progress::{Backoff, Deadline};
+    use std::time::{Duration, Instant};
+    // A deadline beyond the clock never passes.
+    let never = Deadline::after(Duration::MAX);
+    assert!(!never.passed());
+    let now = Deadline::after(Duration::ZERO);
+    assert!(now.passed());
+    // The back-off never sleeps past the deadline, and doubles up to 5 ms.
+    let d = Deadline::after(Duration::from_millis(30));
+    let mut b = Backoff::new();
+    let t = Instant::now();
+    let mut sleeps = 0;
+    while !d.passed() {
+        b.sleep(&d);
+        sleeps += 1;
+    }
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(30), "{took:?}");
+    assert!(took < Duration::from_millis(30 + 1000), "{took:?}");
+    // 20 us doubling: 20,40,...,5120 -> capped; at least 9 sleeps in 30 ms.
+    assert!(sleeps >= 9, "{sleeps}");
+}
+
+#[test]
+fn unit_config_is_ncclconfig_initializer_with_blocking() {
+    use super::sys;
+    // NCCL_CONFIG_INITIALIZER (nccl.h): size, magic 0xcafebeef, the
+    // header's version code, every other int INT_MIN, pointers null.
+    for blocking in [false, true] {
+        let c = super::comm::config(blocking);
+        assert_eq!(c.size, std::mem::size_of::<sys::ncclConfig_t>());
+        assert_eq!(c.magic, 0xcafe_beef);
+        assert_eq!(c.version, 23203);
+        assert_eq!(c.blocking, i32::from(blocking));
+        for v in [
+            c.cgaClusterSize,
+            c.minCTAs,
+            c.maxCTAs,
+            c.splitShare,
+            c.trafficClass,
+            c.collnetEnable,
+            c.CTAPolicy,
+            c.shrinkShare,
+            c.nvlsCTAs,
+            c.nChannelsPerNetPeer,
+            c.nvlinkCentricSched,
+            c.graphUsageMode,
+            c.numRmaCtx,
+            c.maxP2pPeers,
+            c.graphStreamOrdering,
+            c.launchOrderImplicit,
+            c.numRmaSig,
+            c.rmaEagerInit,
+            c.hostCftMode,
+            c.nvlsHostMode,
+        ] {
+            assert_eq!(v, i32::MIN);
+        }
+        assert!(c.netName.is_null() && c.commName.is_null());
+    }
+}
+
+#[test]
+fn unit_recording_state_is_per_thread() {
+    let mut exec = Counting::default();
+    run(&mut exec, |_| {
+        assert!(super::depth::in_group());
+        let other = std::thread::spawn(super::depth::in_group).join().unwrap();
+        assert!(!other, "another thread sees this thread's group");
+        Ok(())
+    })
+    .unwrap();
+    assert!(!super::depth::in_group());
+}
+
+#[test]
+fn unit_a_group_ending_in_progress_is_settled_and_a_failed_one_is_not() {
+    let comm = fake_comm();
+    let stream = Stream::legacy();
+    let mut exec = Counting {
+        in_progress: true,
+        ..Counting::default()
+    };
+    run(&mut exec, |g| {
+        g.push(Recorded {
+            comm: &comm,
+            stream: &stream,
+            call: call(2),
+        });
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(exec.log, ["ready 1", "start", "issue 2", "end", "settle"]);
+    // A refused call: the group ends, nothing is settled, the error returns.
+    let mut exec = Counting {
+        in_progress: true,
+        fail_at: Some(1),
+        ..Counting::default()
+    };
+    let e = run(&mut exec, |g| {
+        g.push(Recorded {
+            comm: &comm,
+            stream: &stream,
+            call: call(2),
+        });
+        Ok(())
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("refused"), "{e}");
+    assert_eq!(
+        exec.log,
+        ["ready 1", "start", "issue failed", "poison", "end"]
+    );
+}
+
+fn p2p(send: bool, count: usize) -> Call {
+    let p = 0x1000 as *mut std::ffi::c_void;
+    if send {
+        Call::new::<f32>(Op::Send {
+            send: p,
+            count,
+            peer: 0,
+        })
+    } else {
+        Call::new::<u8>(Op::Recv {
+            recv: p,
+            count,
+            peer: 0,
+        })
+    }
+}
+
+#[test]
+fn unit_self_sends_and_recvs_must_pair_by_bytes() {
+    let comm = fake_comm();
+    let stream = Stream::legacy();
+    // (calls, accepted): f32 sends, u8 receives, all to this rank (0).
+    let cases: &[(&[(bool, usize)], bool)] = &[
+        (&[(true, 4), (false, 16)], true),
+        (&[(false, 16), (true, 4)], true),
+        (&[(true, 4), (true, 2), (false, 16), (false, 8)], true),
+        (&[(true, 4), (false, 15)], false),
+        (&[(true, 4)], false),
+        (&[(false, 4)], false),
+        (&[(true, 4), (true, 2), (false, 8), (false, 16)], false),
+        // 0 elements are not issued, so they need no partner.
+        (&[(true, 0), (true, 4), (false, 16)], true),
+    ];
+    for (calls, accepted) in cases {
+        let mut exec = Counting::default();
+        let r = run(&mut exec, |g| {
+            for &(send, n) in calls.iter() {
+                g.push(Recorded {
+                    comm: &comm,
+                    stream: &stream,
+                    call: p2p(send, n),
+                });
+            }
+            Ok(())
+        });
+        assert_eq!(r.is_ok(), *accepted, "{calls:?}: {r:?}");
+        if *accepted {
+            assert!(exec.log.contains(&"end".to_string()), "{calls:?}");
+        } else {
+            assert!(matches!(r, Err(Error::Mismatch { .. })), "{calls:?}: {r:?}");
+            assert!(
+                exec.log.is_empty(),
+                "{calls:?}: NCCL was called: {:?}",
+                exec.log
+            );
+        }
+    }
+}
