@@ -655,11 +655,14 @@ fn main() {
         );
         // Native training forward with dropout: never (no statistics with dropout).
         let drop_train = drop_inf.clone().training(true);
+        // (Before the SDPA operation exists, the refusal names that instead.)
         let r = drop_train.check(false);
-        ensure!(refused_naming(&r, "dropout"), "training + dropout native fwd: {r:?}");
+        let word = if have >= since::FORWARD { "dropout" } else { "SDPA_FWD" };
+        ensure!(refused_naming(&r, word), "training + dropout native fwd: {r:?}");
         // Native backward with dropout: never (the forward's mask is the composite's).
         let r = drop_inf.check(true);
-        ensure!(refused_naming(&r, "dropout"), "native bwd with dropout: {r:?}");
+        let word = if have >= since::BACKWARD { "dropout" } else { "SDPA_BWD" };
+        ensure!(refused_naming(&r, word), "native bwd with dropout: {r:?}");
         // Native backward without dropout: the SDPA_BWD operation (9.17) and the options.
         let r = masks.clone().implementation(SdpaImpl::Native).check(true);
         ensure!(

@@ -221,6 +221,17 @@ pub(crate) fn loaded_cudnn() -> Result<(u32, u32, u32)> {
         .unwrap_or((0, 0, 0)))
 }
 
+/// A spec of the config's, its error naming the config.
+fn named(dims: &[i64], r: Result<TensorSpec>) -> Result<TensorSpec> {
+    r.map_err(|e| {
+        Error::invalid(
+            format!("SdpaConfig dims {}", fmt_dims(dims)),
+            format!("must make a valid tensor ({e})"),
+            fmt_dims(dims),
+        )
+    })
+}
+
 fn fmt_version(v: (u32, u32, u32)) -> String {
     format!("{}.{}.{}", v.0, v.1, v.2)
 }
@@ -325,11 +336,14 @@ impl SdpaConfig {
             }
         }
         let dims = [self.batch, h, s, d];
-        let strides = self
-            .layout
-            .strides(self.batch, h, s, d)
-            .map_err(|e| e.with_context(format!("SdpaConfig dims {}", fmt_dims(&dims))))?;
-        TensorSpec::new(self.dtype, &dims, &strides)
+        let strides = self.layout.strides(self.batch, h, s, d).map_err(|_| {
+            Error::invalid(
+                format!("SdpaConfig [batch, {hn}, {sn}, {dn}]"),
+                format!("a stride of the {:?} layout overflows i64", self.layout),
+                fmt_dims(&dims),
+            )
+        })?;
+        named(&dims, TensorSpec::new(self.dtype, &dims, &strides))
     }
     /// Q: `[B, H, S_q, D]` in the config's layout.
     ///
@@ -380,7 +394,8 @@ impl SdpaConfig {
     /// # Errors
     /// A dim < 1, or a size that overflows.
     pub fn stats_spec(&self) -> Result<TensorSpec> {
-        TensorSpec::row_major(DType::F32, &[self.batch, self.heads, self.seq_q, 1])
+        let dims = [self.batch, self.heads, self.seq_q, 1];
+        named(&dims, TensorSpec::row_major(DType::F32, &dims))
     }
     /// The attention scores `[B, H, S_q, S_kv]` (f32, packed): what the
     /// composite and the causal mask compute in.
@@ -388,10 +403,8 @@ impl SdpaConfig {
     /// # Errors
     /// A dim < 1, or a size that overflows.
     pub fn score_spec(&self) -> Result<TensorSpec> {
-        TensorSpec::row_major(
-            DType::F32,
-            &[self.batch, self.heads, self.seq_q, self.seq_kv],
-        )
+        let dims = [self.batch, self.heads, self.seq_q, self.seq_kv];
+        named(&dims, TensorSpec::row_major(DType::F32, &dims))
     }
 
     /// Floating-point operations of the forward (the two matmuls; halved
@@ -581,7 +594,13 @@ impl SdpaConfig {
             ("o", self.o_spec()),
             ("the scores [B, H, S_q, S_kv]", self.score_spec()),
         ] {
-            r.map_err(|e| e.with_context(format!("SdpaConfig: {what}")))?;
+            r.map_err(|e| {
+                Error::invalid(
+                    format!("SdpaConfig: {what}"),
+                    "must have a representable size",
+                    e,
+                )
+            })?;
         }
         Ok(())
     }
