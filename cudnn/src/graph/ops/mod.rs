@@ -1,7 +1,7 @@
 //! The op nodes the builder adds: each module holds an op family's
 //! parameters, shape rules, its `Graph` methods and its descriptor
-//! construction. This module holds what they share: the [`OpNode`] trait
-//! every op implements and the descriptors ([`Built`]) an op graph keeps.
+//! construction. This module holds what they share: the `OpNode` trait
+//! every op implements and the descriptors (`Built`) an op graph keeps.
 
 pub mod conv;
 pub(crate) mod elementwise;

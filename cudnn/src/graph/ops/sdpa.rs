@@ -157,7 +157,7 @@ pub struct SdpaConfig {
     pub implementation: SdpaImpl,
 }
 
-/// What [`Graph::sdpa_forward`] adds.
+/// What [`Graph::sdpa_forward`](crate::graph::Graph::sdpa_forward) adds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SdpaForward {
     /// The output (a graph output of the config's dtype, in its layout).
@@ -174,7 +174,7 @@ pub struct SdpaForward {
     pub dropout_offset: Option<Tensor>,
 }
 
-/// What [`Graph::sdpa_backward`] adds.
+/// What [`Graph::sdpa_backward`](crate::graph::Graph::sdpa_backward) adds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SdpaBackward {
     /// dQ (graph output, Q's dims, dtype and layout).

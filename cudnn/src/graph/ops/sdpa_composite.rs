@@ -2,11 +2,11 @@
 //! ([`CompositeBwdOp`]): the same `O = softmax(mask(scale * Q Kᵀ)) V`
 //! as cuDNN's SDPA operation, written as the matmul / pointwise / reduction /
 //! RNG ops that cuDNN's fused-attention engines recognise. It is what
-//! `Graph::sdpa_forward` / `sdpa_backward` build where the loaded cuDNN lacks
-//! the SDPA operation (forward before 9.13, backward before 9.17) or one of
-//! the options asked for (padding before 9.15; a causal mask or forward
-//! dropout before 9.21; backward dropout before 9.28), or when
-//! `SdpaImpl::Composite` is asked for.
+//! `Graph::sdpa_forward` builds where the loaded cuDNN lacks the SDPA
+//! operation (before 9.13.1) or one of the options asked for (padding before
+//! 9.15, a causal mask before 9.21, dropout before 9.22 or in training), what
+//! `Graph::sdpa_backward` builds under `SdpaImpl::Auto` (always, as NVIDIA's
+//! frontend 1.32 does), and what `SdpaImpl::Composite` asks for.
 //!
 //! The forward, op by op (all intermediates virtual; f32 unless named):
 //! 1. `S = Q · Kᵀ` (`Kᵀ` is K's memory with the last two dims and strides
