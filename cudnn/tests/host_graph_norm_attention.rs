@@ -727,6 +727,81 @@ fn main() {
         Ok(())
     }));
 
+    t.push(host("sdpa_timing_fills_and_causal_index_type", || {
+        if !can_plan()? {
+            return Ok(());
+        }
+        // Timing runs (`Plan::autotune`) fill a padded attention's sequence
+        // lengths with the full lengths, per construction and direction.
+        let cfg = SdpaConfig::new(2, 4, 128, 64, DType::BF16)
+            .kv_len(256)
+            .padding(true)
+            .causal(true)
+            .training(true);
+        for imp in [SdpaImpl::Auto, SdpaImpl::Composite] {
+            let cfg = cfg.clone().implementation(imp);
+            for bwd in [false, true] {
+                let (g, lens) = if bwd {
+                    let (g, b) = sdpa_bwd(&cfg)?;
+                    (g, [b.seq_len_q, b.seq_len_kv])
+                } else {
+                    let (g, f) = sdpa_fwd(&cfg)?;
+                    (g, [f.seq_len_q, f.seq_len_kv])
+                };
+                let og = g.build()?;
+                let uid = |t: Option<Tensor>| -> Result<i64, Error> {
+                    let name = g.name(t.ok_or_else(|| Error::invalid("test", "no seq len", 0))?)?;
+                    og.io()
+                        .tensors
+                        .iter()
+                        .find(|x| x.name == name)
+                        .map(|x| x.uid)
+                        .ok_or_else(|| Error::invalid("test", "not bound", name))
+                };
+                let want = vec![(uid(lens[0])?, 128), (uid(lens[1])?, 256)];
+                let mut got = og.timing_fills().to_vec();
+                got.sort_unstable();
+                ensure!(
+                    got == want,
+                    "{imp:?} bwd={bwd}: fills {got:?}, want {want:?}"
+                );
+            }
+        }
+        let (plain, _) = sdpa_fwd(&base(DType::BF16))?;
+        ensure!(
+            plain.build()?.timing_fills().is_empty(),
+            "no padding: nothing to fill"
+        );
+        // The composite's causal mask computes its indices in INT32, as its
+        // padding mask and NVIDIA's frontend do: every GEN_INDEX node of the
+        // plan's JSON says so.
+        let t = Target::preset("h200")?;
+        let causal = base(DType::BF16)
+            .causal(true)
+            .training(true)
+            .implementation(SdpaImpl::Composite);
+        let og = sdpa_fwd(&causal)?.0.build()?;
+        let (p, _) = Plan::build(&og, &t, &Policy::default())?;
+        let json = p.cudnn_json()?;
+        let mut n = 0;
+        for (at, _) in json.match_indices("\"CUDNN_POINTWISE_GEN_INDEX\"") {
+            let start = json[..at].rfind('{').unwrap_or(0);
+            let end = at + json[at..].find('}').unwrap_or(0);
+            let node = &json[start..end];
+            ensure!(
+                node.contains("\"mathPrec\":\"CUDNN_DATA_INT32\""),
+                "GEN_INDEX node not in INT32: {node}"
+            );
+            n += 1;
+        }
+        eprintln!("composite causal forward: {n} GEN_INDEX nodes, all INT32");
+        ensure!(
+            n >= 2,
+            "the causal mask's row and column indices: {n} GEN_INDEX nodes"
+        );
+        Ok(())
+    }));
+
     t.push(host("sdpa_nvrtc_found_for_older_cudnn", || {
         if !can_plan()? {
             return Ok(());
