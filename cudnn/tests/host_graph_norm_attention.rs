@@ -802,6 +802,51 @@ fn main() {
         Ok(())
     }));
 
+    t.push(host("sdpa_backward_head_dims_per_target", || {
+        if !can_plan()? {
+            return Ok(());
+        }
+        // The composite backward's engines take head dims up to 256 on
+        // sm_90, up to 128 on sm_80 (and on sm_100 but 192/128 and, from
+        // cuDNN 9.23, 256/256): beyond, planning is a typed refusal naming
+        // the limit before cuDNN's heuristics are asked.
+        let v = cudnn::dnn::Handle::library_version()?;
+        let cfg = SdpaConfig::new(1, 2, 128, 256, DType::BF16);
+        let og = sdpa_bwd(&cfg)?.0.build()?;
+        let policy = Policy {
+            max_attempts: 1,
+            ..Policy::default()
+        };
+        for (target, ok) in [
+            ("h200", true),
+            ("a100", false),
+            ("b200", (v.major, v.minor) >= (9, 23)),
+        ] {
+            let t = Target::preset(target)?;
+            let r = og.check_target(&t);
+            eprintln!("bwd d=256 on {target}: {r:?}");
+            ensure!(r.is_ok() == ok, "{target}: {r:?}");
+            if !ok {
+                let e = Plan::build(&og, &t, &policy).err();
+                ensure!(
+                    matches!(&e, Some(Error::Unsupported { needs: Some(n), .. }) if n.contains("head dims")),
+                    "{target}: Plan::build refuses naming the head dims: {e:?}"
+                );
+            }
+        }
+        let d160 = sdpa_bwd(&SdpaConfig::new(1, 2, 128, 160, DType::BF16))?.0.build()?;
+        let r = d160.check_target(&Target::preset("b200")?);
+        ensure!(r.is_err(), "d=160 on sm_100: {r:?}");
+        let d64 = sdpa_bwd(&SdpaConfig::new(1, 2, 128, 64, DType::BF16))?.0.build()?;
+        for target in TARGETS {
+            d64.check_target(&Target::preset(target)?)?;
+        }
+        // The forward has no such limit here.
+        let f = sdpa_fwd(&cfg.training(true))?.0.build()?;
+        f.check_target(&Target::preset("a100")?)?;
+        Ok(())
+    }));
+
     t.push(host("sdpa_nvrtc_found_for_older_cudnn", || {
         if !can_plan()? {
             return Ok(());
