@@ -847,6 +847,46 @@ fn main() {
         Ok(())
     }));
 
+    t.push(host("sdpa_dropout_zero_builds_no_rng", || {
+        if !can_plan()? {
+            return Ok(());
+        }
+        // Dropout of probability 0 is no dropout: no seed or offset inputs,
+        // the same graph as without it, and no RNG op in the plan.
+        let t = Target::preset("h200")?;
+        let cfg = base(DType::BF16)
+            .training(true)
+            .implementation(SdpaImpl::Composite);
+        let (g0, f0) = sdpa_fwd(&cfg.clone().dropout(0.0))?;
+        let (gn, _) = sdpa_fwd(&cfg)?;
+        let (gd, fd) = sdpa_fwd(&cfg.clone().dropout(0.1))?;
+        ensure!(
+            f0.dropout_seed.is_none() && f0.dropout_offset.is_none(),
+            "p = 0: no seed / offset inputs"
+        );
+        ensure!(fd.dropout_seed.is_some(), "p = 0.1: a seed input");
+        ensure!(
+            g0.signature() == gn.signature(),
+            "p = 0 is the graph without dropout"
+        );
+        let (b0, bb0) = sdpa_bwd(&cfg.clone().dropout(0.0))?;
+        let (bn, _) = sdpa_bwd(&cfg)?;
+        ensure!(bb0.dropout_seed.is_none(), "backward p = 0: no seed");
+        ensure!(
+            b0.signature() == bn.signature(),
+            "backward p = 0 is without dropout"
+        );
+        let rng = "CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR";
+        let json = |g: &Graph| -> Result<String, Error> {
+            Plan::build(&g.build()?, &t, &Policy::default())?
+                .0
+                .cudnn_json()
+        };
+        ensure!(!json(&g0)?.contains(rng), "p = 0: no RNG op in the plan");
+        ensure!(json(&gd)?.contains(rng), "p = 0.1: an RNG op in the plan");
+        Ok(())
+    }));
+
     t.push(host("sdpa_nvrtc_found_for_older_cudnn", || {
         if !can_plan()? {
             return Ok(());
