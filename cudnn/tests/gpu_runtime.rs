@@ -689,6 +689,16 @@ fn two_device_affinity() -> TestResult {
     ensure!(x0.device() == Some(d0), "buffer on device 0");
     expect_device_mismatch(relu_on(&mut h1, &x0, &mut y1), "x on device 0", (1, 0))?;
     let s0 = d0.create_stream()?;
+    expect_device_mismatch(
+        x1.try_clone()?.memset_async(0, &s0),
+        "memset_async of a device-1 buffer on a device-0 stream",
+        (0, 1),
+    )?;
+    expect_device_mismatch(
+        s0.scope(|sc| sc.upload(&[0f32; 4], &mut y1)),
+        "upload into a device-1 buffer on a device-0 stream",
+        (0, 1),
+    )?;
     expect_device_mismatch(h1.set_stream(&s0), "set_stream to device 0", (1, 0))?;
     expect_device_mismatch(
         dnn::Handle::new(&s1).map(|_| ()),
