@@ -648,24 +648,6 @@ impl<T: DataType> Drop for DeviceBuffer<T> {
     }
 }
 
-impl<'a, T: DataType> From<&'a DeviceBuffer<T>> for DeviceSlice<'a, T> {
-    fn from(b: &'a DeviceBuffer<T>) -> Self {
-        b.as_slice()
-    }
-}
-
-impl<'a, T: DataType> From<&'a mut DeviceBuffer<T>> for DeviceSliceMut<'a, T> {
-    fn from(b: &'a mut DeviceBuffer<T>) -> Self {
-        b.as_slice_mut()
-    }
-}
-
-impl<'a, T: DataType> From<&'a mut DeviceBuffer<T>> for DeviceSlice<'a, T> {
-    fn from(b: &'a mut DeviceBuffer<T>) -> Self {
-        b.as_slice()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::cell::Cell;

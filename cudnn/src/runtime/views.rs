@@ -563,18 +563,6 @@ impl<'a, T: DataType> DeviceSliceMut<'a, T> {
     }
 }
 
-impl<'a, T: DataType> From<&'a DeviceSliceMut<'_, T>> for DeviceSlice<'a, T> {
-    fn from(v: &'a DeviceSliceMut<'_, T>) -> Self {
-        v.as_slice()
-    }
-}
-
-impl<'a, T: DataType> From<&'a mut DeviceSliceMut<'_, T>> for DeviceSliceMut<'a, T> {
-    fn from(v: &'a mut DeviceSliceMut<'_, T>) -> Self {
-        v.reborrow()
-    }
-}
-
 /// Check that memory on `got` may be used by work on `stream`: `Ok` when
 /// `got` is unknown (empty or foreign memory), otherwise it must be the
 /// stream's device (the current one for a stream whose device is unknown).
