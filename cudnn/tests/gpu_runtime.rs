@@ -689,6 +689,16 @@ fn two_device_affinity() -> TestResult {
     ensure!(x0.device() == Some(d0), "buffer on device 0");
     expect_device_mismatch(relu_on(&mut h1, &x0, &mut y1), "x on device 0", (1, 0))?;
     let s0 = d0.create_stream()?;
+    expect_device_mismatch(
+        x1.try_clone()?.memset_async(0, &s0),
+        "memset_async of a device-1 buffer on a device-0 stream",
+        (0, 1),
+    )?;
+    expect_device_mismatch(
+        s0.scope(|sc| sc.upload(&[0f32; 4], &mut y1)),
+        "upload into a device-1 buffer on a device-0 stream",
+        (0, 1),
+    )?;
     expect_device_mismatch(h1.set_stream(&s0), "set_stream to device 0", (1, 0))?;
     expect_device_mismatch(
         dnn::Handle::new(&s1).map(|_| ()),
@@ -745,6 +755,35 @@ fn two_device_affinity() -> TestResult {
         "legacy streams of devices 0 and 1 compare unequal"
     );
     ensure!(l1.device() == Some(d1), "legacy device");
+    expect_device_mismatch(
+        dnn::Handle::new(&l1).map(|_| ()),
+        "a device-0 handle on device 1's legacy stream",
+        (0, 1),
+    )?;
+    // A reduction planned on device 1 and run on a device-0 handle asks for
+    // its sizes again there, and is right.
+    {
+        use cudnn::dnn::{NanPropagation, ReduceOp, ReducePlan, ReduceTensorDescriptor};
+        let a = dnn::TensorDescriptor::<f32>::packed(&[1, 1, 2, 2])?;
+        let c = dnn::TensorDescriptor::<f32>::packed(&[1, 1, 1, 1])?;
+        let desc =
+            ReduceTensorDescriptor::<f32>::new(ReduceOp::Add, NanPropagation::Propagate, false)?;
+        let plan = ReducePlan::new(&h1, desc, a, c)?;
+        let mut h0 = dnn::Handle::new(&s0)?;
+        let mut sum = DeviceBuffer::<f32>::zeroed(1)?;
+        plan.run(&mut h0, 1.0, &x0, 0.0, &mut sum, None)?;
+        s0.synchronize()?;
+        ensure!(
+            sum.to_vec()? == [26.0],
+            "sum on device 0: {:?}",
+            sum.to_vec()?
+        );
+        expect_device_mismatch(
+            plan.run(&mut h1, 1.0, &x0, 0.0, &mut sum, None),
+            "a device-0 buffer reduced on the device-1 handle",
+            (1, 0),
+        )?;
+    }
     s0.wait_for(&s1)?;
     s1.wait_for(&l0)?;
     l1.synchronize()?;

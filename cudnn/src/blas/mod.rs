@@ -79,11 +79,13 @@
 //! ```
 
 mod gemm;
+mod gemv;
 mod handle;
 mod lt;
 mod matrix;
 
-pub use gemm::{ComputeType, GemmPlan, GemmTypes, GemvPlan, GemvType, ScaleType};
+pub use gemm::{ComputeType, GemmPlan, GemmTypes, ScaleType};
+pub use gemv::{GemvPlan, GemvType};
 pub use handle::*;
 pub use lt::{
     AuxKind, BiasUse, Epilogue, EpilogueArgs, LtHandle, LtMatrixLayout, MatmulDesc,

@@ -6,7 +6,12 @@ use std::ffi::c_void;
 use std::fmt;
 
 use super::activation::{ActivationDescriptor, ActivationMode};
-use super::conv_ops::{ConvAlgo, ConvDataType, ConvForwardPlan, Launch};
+use super::algo_cache::AlgoChoice;
+use super::conv::ConvDescriptor;
+use super::conv_ops::{AlgoSearch, ConvAlgo, ConvDataType, ConvFwd, ConvPass, PlanOptions};
+use super::conv_plans::ConvForwardPlan;
+use super::conv_problem::{ConvProblem, Launch};
+use super::filter::FilterDescriptor;
 use super::handle::Handle;
 use super::pooling::NanPropagation;
 use super::tensor::TensorDescriptor;
@@ -625,5 +630,145 @@ impl<T: ConvDataType> ConvBackwardBiasPlan<T> {
                 self.dy.strides()
             ))
         })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Building fused and bias-gradient plans from a problem
+
+impl<T: ConvDataType, D: ConvPass> ConvProblem<T, D> {
+    /// A plan for the bias gradient of this convolution (`db` from `dy`).
+    ///
+    /// # Errors
+    /// What creating the bias descriptor reports.
+    pub fn backward_bias_plan(&self) -> Result<ConvBackwardBiasPlan<T>> {
+        ConvBackwardBiasPlan::new(&self.y)
+    }
+}
+
+/// The search a fused plan tries first: `IMPLICIT_PRECOMP_GEMM` for the
+/// activations the fused call supports (ReLU, identity), unless the caller
+/// fixed another algorithm; `None` when there is nothing to try first.
+pub(super) fn fused_first_search(mode: ActivationMode, search: AlgoSearch) -> Option<AlgoSearch> {
+    let precomp = AlgoSearch::Fixed(ConvAlgo::IMPLICIT_PRECOMP_GEMM);
+    match (mode, search) {
+        (ActivationMode::Relu | ActivationMode::Identity, AlgoSearch::Fixed(a))
+            if a != ConvAlgo::IMPLICIT_PRECOMP_GEMM =>
+        {
+            None
+        }
+        (ActivationMode::Relu | ActivationMode::Identity, _) => Some(precomp),
+        _ => None,
+    }
+}
+
+impl<T: ConvDataType> ConvProblem<T, ConvFwd> {
+    /// A fused `y = act(alpha1 * conv(x, w) + alpha2 * z + bias)` plan
+    /// (`cudnnConvolutionBiasActivationForward`). The fused form is used
+    /// where NVIDIA documents it ([`check_fusable`](super::check_fusable)):
+    /// ReLU, or identity with the `IMPLICIT_PRECOMP_GEMM` algorithm. For
+    /// both, `IMPLICIT_PRECOMP_GEMM` is tried first (the algorithm the fused
+    /// call supports most widely; unless `options` fixes another), then the
+    /// search of `options` (ReLU stays fused, identity falls back). Any other
+    /// activation, or cuDNN reporting the fused call unsupported at run time,
+    /// takes the fallback: convolution, add and activation ([`FusedPath`]).
+    ///
+    /// # Errors
+    /// As [`plan`](Self::plan).
+    pub fn plan_bias_activation(
+        &self,
+        handle: &mut Handle,
+        options: &PlanOptions<'_>,
+        activation: &ActivationDescriptor,
+    ) -> Result<ConvBiasActivationPlan<T>> {
+        let mode = activation.mode();
+        if let Some(first) = fused_first_search(mode, options.search) {
+            let fixed = PlanOptions {
+                search: first,
+                ..*options
+            };
+            if let Ok(p) = self.plan(handle, &fixed) {
+                return ConvBiasActivationPlan::new(p, activation, FusedPath::Fused);
+            }
+        }
+        let plan = self.plan(handle, options)?;
+        let path = if super::check_fusable(mode, plan.algo()).is_ok() {
+            FusedPath::Fused
+        } else {
+            FusedPath::Fallback
+        };
+        ConvBiasActivationPlan::new(plan, activation, path)
+    }
+
+    /// A fused plan from a known forward choice (see
+    /// [`plan_with`](Self::plan_with)), taking `path`.
+    ///
+    /// # Errors
+    /// As [`plan_with`](Self::plan_with);
+    /// [`check_fusable`](super::check_fusable)'s for [`FusedPath::Fused`]
+    /// with an activation or algorithm the fused call does not support.
+    pub fn plan_bias_activation_with(
+        &self,
+        choice: AlgoChoice,
+        activation: &ActivationDescriptor,
+        path: FusedPath,
+    ) -> Result<ConvBiasActivationPlan<T>> {
+        ConvBiasActivationPlan::new(self.plan_with(choice)?, activation, path)
+    }
+}
+
+impl Handle {
+    /// A fused convolution + bias + activation plan, default options.
+    ///
+    /// # Errors
+    /// As [`ConvProblem::forward`] and [`ConvProblem::plan_bias_activation`].
+    pub fn conv_bias_activation_plan<T: ConvDataType>(
+        &mut self,
+        x: &TensorDescriptor<T>,
+        w: &FilterDescriptor<T>,
+        conv: &ConvDescriptor,
+        activation: &ActivationDescriptor,
+        search: AlgoSearch,
+    ) -> Result<ConvBiasActivationPlan<T>> {
+        ConvProblem::forward(x, w, conv)?.plan_bias_activation(
+            self,
+            &PlanOptions::new(search),
+            activation,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::cudnn as dnn;
+
+    #[test]
+    fn fused_plans_try_precomp_gemm_first_for_relu_and_identity() {
+        let precomp = Some(AlgoSearch::Fixed(ConvAlgo::IMPLICIT_PRECOMP_GEMM));
+        for mode in [ActivationMode::Relu, ActivationMode::Identity] {
+            for search in [AlgoSearch::Heuristic, AlgoSearch::Exhaustive] {
+                assert_eq!(
+                    fused_first_search(mode, search),
+                    precomp,
+                    "{mode:?} {search:?}"
+                );
+            }
+            // The caller's own fixed algorithm is respected.
+            let gemm =
+                ConvAlgo::Forward(dnn::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_GEMM);
+            assert_eq!(fused_first_search(mode, AlgoSearch::Fixed(gemm)), None);
+            assert_eq!(
+                fused_first_search(mode, AlgoSearch::Fixed(ConvAlgo::IMPLICIT_PRECOMP_GEMM)),
+                precomp
+            );
+        }
+        for mode in [
+            ActivationMode::Tanh,
+            ActivationMode::Sigmoid,
+            ActivationMode::ClippedRelu { ceiling: 6.0 },
+        ] {
+            assert_eq!(fused_first_search(mode, AlgoSearch::Heuristic), None);
+        }
     }
 }

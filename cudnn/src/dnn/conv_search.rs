@@ -551,7 +551,7 @@ pub(crate) fn pick<T: DataType>(
 ) -> Result<Choice> {
     let mut why = Vec::new();
     for c in candidates {
-        let name = super::conv_ops::algo_name(dir, c.algo);
+        let name = algo_name(dir, c.algo);
         if c.status != dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
             why.push(format!("{name}: {}", check::cudnn_status_name(c.status)));
             continue;
@@ -620,4 +620,40 @@ pub(crate) fn pick<T: DataType>(
         ),
         needs: None,
     })
+}
+
+/// The constant names without their `CUDNN_CONVOLUTION_*_ALGO_` prefix.
+pub(crate) fn algo_name(dir: ConvDirection, algo: u32) -> String {
+    let names: &[&str] = match dir {
+        ConvDirection::Forward => &[
+            "IMPLICIT_GEMM",
+            "IMPLICIT_PRECOMP_GEMM",
+            "GEMM",
+            "DIRECT",
+            "FFT",
+            "FFT_TILING",
+            "WINOGRAD",
+            "WINOGRAD_NONFUSED",
+        ],
+        ConvDirection::BackwardData => &[
+            "ALGO_0",
+            "ALGO_1",
+            "FFT",
+            "FFT_TILING",
+            "WINOGRAD",
+            "WINOGRAD_NONFUSED",
+        ],
+        ConvDirection::BackwardFilter => &[
+            "ALGO_0",
+            "ALGO_1",
+            "FFT",
+            "ALGO_3",
+            "WINOGRAD",
+            "WINOGRAD_NONFUSED",
+            "FFT_TILING",
+        ],
+    };
+    names
+        .get(algo as usize)
+        .map_or_else(|| format!("ALGO_{algo}"), |s| (*s).to_string())
 }

@@ -471,7 +471,7 @@ impl<T: DataType> DeviceBuffer<T> {
     /// Queue a device-to-device copy on `stream` (stream-ordered).
     ///
     /// # Errors
-    /// [`Error::Mismatch`] naming both lengths; [`Error::Cuda`].
+    /// As [`DeviceSliceMut::copy_from_device_async`].
     pub fn copy_from_device_async<'b>(
         &mut self,
         src: impl Into<DeviceSlice<'b, T>>,
@@ -493,7 +493,7 @@ impl<T: DataType> DeviceBuffer<T> {
     /// Queue setting every byte to `byte` on `stream` (stream-ordered).
     ///
     /// # Errors
-    /// [`Error::Cuda`].
+    /// As [`DeviceSliceMut::memset_async`].
     #[doc(alias = "cudaMemsetAsync")]
     pub fn memset_async(&mut self, byte: u8, stream: &Stream) -> Result<()> {
         self.as_slice_mut().memset_async(byte, stream)
@@ -645,24 +645,6 @@ impl<T: DataType> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
         // Errors are ignored: Drop must not fail or panic.
         let _ = self.release();
-    }
-}
-
-impl<'a, T: DataType> From<&'a DeviceBuffer<T>> for DeviceSlice<'a, T> {
-    fn from(b: &'a DeviceBuffer<T>) -> Self {
-        b.as_slice()
-    }
-}
-
-impl<'a, T: DataType> From<&'a mut DeviceBuffer<T>> for DeviceSliceMut<'a, T> {
-    fn from(b: &'a mut DeviceBuffer<T>) -> Self {
-        b.as_slice_mut()
-    }
-}
-
-impl<'a, T: DataType> From<&'a mut DeviceBuffer<T>> for DeviceSlice<'a, T> {
-    fn from(b: &'a mut DeviceBuffer<T>) -> Self {
-        b.as_slice()
     }
 }
 

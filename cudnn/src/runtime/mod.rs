@@ -2,6 +2,7 @@
 
 mod affinity;
 mod buffer;
+mod convert;
 mod copy;
 mod device;
 mod event;

@@ -56,7 +56,9 @@ impl<'env> AsyncScope<'_, 'env> {
     /// the scope ends; the lengths must be equal.
     ///
     /// # Errors
-    /// [`Error::Mismatch`](crate::Error::Mismatch) naming both lengths; [`Error::Cuda`](crate::Error::Cuda).
+    /// [`Error::Mismatch`](crate::Error::Mismatch) naming both lengths;
+    /// [`Error::DeviceMismatch`](crate::Error::DeviceMismatch) when `dst` is
+    /// not on the stream's device; [`Error::Cuda`](crate::Error::Cuda).
     #[doc(alias = "cudaMemcpyAsync")]
     pub fn upload<'d, T: DataType>(
         &self,
@@ -68,6 +70,13 @@ impl<'env> AsyncScope<'_, 'env> {
             "async upload: host source length must equal the device destination length",
             dst.len(),
             src.len(),
+        )?;
+        check_on_stream(
+            || {
+                "the device destination of an async upload (the scope's stream is on another device)".to_string()
+            },
+            self.stream,
+            dst.device(),
         )?;
         // SAFETY: `src` is host memory of `byte_len` bytes borrowed for 'env, which
         // outlives `Stream::scope`, and `scope` synchronizes the stream before it
@@ -91,7 +100,9 @@ impl<'env> AsyncScope<'_, 'env> {
     /// lengths must be equal.
     ///
     /// # Errors
-    /// [`Error::Mismatch`](crate::Error::Mismatch) naming both lengths; [`Error::Cuda`](crate::Error::Cuda).
+    /// [`Error::Mismatch`](crate::Error::Mismatch) naming both lengths;
+    /// [`Error::DeviceMismatch`](crate::Error::DeviceMismatch) when `src` is
+    /// not on the stream's device; [`Error::Cuda`](crate::Error::Cuda).
     #[doc(alias = "cudaMemcpyAsync")]
     pub fn download<'d, T: DataType>(
         &self,
@@ -103,6 +114,14 @@ impl<'env> AsyncScope<'_, 'env> {
             "async download: host destination length must equal the device source length",
             src.len(),
             dst.len(),
+        )?;
+        check_on_stream(
+            || {
+                "the device source of an async download (the scope's stream is on another device)"
+                    .to_string()
+            },
+            self.stream,
+            src.device(),
         )?;
         // SAFETY: `dst` is host memory of `byte_len` bytes exclusively borrowed for
         // 'env, and `scope` synchronizes the stream before that borrow can end,

@@ -98,6 +98,17 @@ impl Drop for Inner {
 ///
 /// Streams someone else owns (a framework's, PyTorch's current stream) are
 /// wrapped with [`Stream::from_raw`] and never destroyed by this crate.
+///
+/// # Device and thread identity
+/// A stream records its [`device`](Stream::device); the crate queues work
+/// on it with that device current, and handles and buffers used with it
+/// must belong to the same device ([`Error::DeviceMismatch`]). The
+/// pseudo-streams name a queue *relative to the caller*: [`Stream::legacy`]
+/// records the device current when it was made, [`Stream::per_thread`] also
+/// the thread ([`thread`](Stream::thread)). `==` and
+/// [`wait_for`](Stream::wait_for) use that identity, and a per-thread stream
+/// used from another thread is refused ([`Error::WrongThread`]), so one
+/// value never silently names two queues.
 #[derive(Clone)]
 pub struct Stream {
     inner: Arc<Inner>,

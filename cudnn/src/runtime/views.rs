@@ -476,7 +476,9 @@ impl<'a, T: DataType> DeviceSliceMut<'a, T> {
     /// Queue a device-to-device copy on `stream` (stream-ordered).
     ///
     /// # Errors
-    /// [`Error::Mismatch`] naming both lengths; [`Error::Cuda`].
+    /// [`Error::Mismatch`] naming both lengths; [`Error::DeviceMismatch`] when
+    /// the destination is not on the stream's device; [`Error::WrongThread`];
+    /// [`Error::Cuda`].
     #[doc(alias = "cudaMemcpyAsync")]
     pub fn copy_from_device_async<'b>(
         &mut self,
@@ -488,6 +490,11 @@ impl<'a, T: DataType> DeviceSliceMut<'a, T> {
             "async copy device to device: source length must equal the destination length",
             self.len,
             src.len(),
+        )?;
+        check_on_stream(
+            || "the destination of an async device copy (the stream's device)".to_string(),
+            stream,
+            self.device,
         )?;
         // SAFETY: both ranges are device memory of `byte_len` bytes and do not
         // overlap (exclusive vs shared borrow). Device memory stays valid until
@@ -529,13 +536,19 @@ impl<'a, T: DataType> DeviceSliceMut<'a, T> {
     /// Queue setting every byte to `byte` on `stream` (stream-ordered).
     ///
     /// # Errors
-    /// [`Error::Cuda`].
+    /// [`Error::DeviceMismatch`] when the buffer is not on the stream's device;
+    /// [`Error::WrongThread`]; [`Error::Cuda`].
     #[doc(alias = "cudaMemsetAsync")]
     pub fn memset_async(&mut self, byte: u8, stream: &Stream) -> Result<()> {
         let bytes = self.byte_len();
         if bytes == 0 {
             return Ok(());
         }
+        check_on_stream(
+            || "the buffer of an async memset (the stream's device)".to_string(),
+            stream,
+            self.device,
+        )?;
         let _on = stream.enter("an async memset")?;
         let rt = check::cudart()?;
         // SAFETY: `self` is writable device memory of `bytes` bytes; it stays
@@ -550,16 +563,26 @@ impl<'a, T: DataType> DeviceSliceMut<'a, T> {
     }
 }
 
-impl<'a, T: DataType> From<&'a DeviceSliceMut<'_, T>> for DeviceSlice<'a, T> {
-    fn from(v: &'a DeviceSliceMut<'_, T>) -> Self {
-        v.as_slice()
+/// Check that memory on `got` may be used by work on `stream`: `Ok` when
+/// `got` is unknown (empty or foreign memory), otherwise it must be the
+/// stream's device (the current one for a stream whose device is unknown).
+///
+/// # Errors
+/// [`Error::DeviceMismatch`] naming `what`; [`Error::Cuda`] when the current
+/// device cannot be read.
+pub(super) fn check_on_stream(
+    what: impl FnOnce() -> String,
+    stream: &Stream,
+    got: Option<Device>,
+) -> Result<()> {
+    if got.is_none() {
+        return Ok(());
     }
-}
-
-impl<'a, T: DataType> From<&'a mut DeviceSliceMut<'_, T>> for DeviceSliceMut<'a, T> {
-    fn from(v: &'a mut DeviceSliceMut<'_, T>) -> Self {
-        v.reborrow()
-    }
+    let expected = match stream.device() {
+        Some(d) => d,
+        None => Device::current()?,
+    };
+    super::check_device(what, expected, got)
 }
 
 #[cfg(test)]
