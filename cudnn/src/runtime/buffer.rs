@@ -532,10 +532,15 @@ impl<T: DataType> DeviceBuffer<T> {
         match owner {
             Owner::Empty => Ok(()),
             Owner::Malloc => {
+                // Free with the buffer's own device current, so the implicit
+                // synchronization of cudaFree covers the device whose work
+                // may still use the memory. If that device cannot be made
+                // current, the memory is leaked (the fields are reset).
+                let _on = on_device(self.device)?;
                 let rt = check::cudart()?;
                 // SAFETY: `p` came from cudaMalloc and is released exactly once
-                // (the fields were reset above). cudaFree waits for the device,
-                // so no queued work still uses it.
+                // (the fields were reset above), with its device current:
+                // cudaFree waits for that device, so no queued work still uses it.
                 unsafe { cuda_call!(rt, cudaFree(p.cast())) }
             }
             Owner::Pool(stream) => {

@@ -63,7 +63,11 @@ impl<'a, T: DataType> DeviceSlice<'a, T> {
     ///   reads of `len` elements for all of `'a`; it may be null only when
     ///   `len` is 0;
     /// - the memory is not freed during `'a`, and nothing writes it during
-    ///   `'a` except device work the caller orders with this view's uses.
+    ///   `'a` except device work the caller orders with this view's uses;
+    /// - the view records no device, so the crate cannot check it: the
+    ///   memory is on the device of every handle and stream the view is used
+    ///   with ([`from_raw_parts_on`](Self::from_raw_parts_on) records the
+    ///   device, and then every launch checks it).
     pub unsafe fn from_raw_parts(ptr: *const T, len: usize) -> Self {
         DeviceSlice {
             ptr,
@@ -477,7 +481,8 @@ impl<'a, T: DataType> DeviceSliceMut<'a, T> {
     ///
     /// # Errors
     /// [`Error::Mismatch`] naming both lengths; [`Error::DeviceMismatch`] when
-    /// the destination is not on the stream's device; [`Error::WrongThread`];
+    /// the destination or the source is not on the stream's device (peer
+    /// copies between devices are not offered); [`Error::WrongThread`];
     /// [`Error::Cuda`].
     #[doc(alias = "cudaMemcpyAsync")]
     pub fn copy_from_device_async<'b>(
@@ -495,6 +500,14 @@ impl<'a, T: DataType> DeviceSliceMut<'a, T> {
             || "the destination of an async device copy (the stream's device)".to_string(),
             stream,
             self.device,
+        )?;
+        // The source too: a peer copy from another device's memory would be
+        // ordered only on this stream's device, and the source's free on its
+        // own device would not wait for it.
+        check_on_stream(
+            || "the source of an async device copy (the stream's device)".to_string(),
+            stream,
+            src.device(),
         )?;
         // SAFETY: both ranges are device memory of `byte_len` bytes and do not
         // overlap (exclusive vs shared borrow). Device memory stays valid until
