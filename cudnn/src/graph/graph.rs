@@ -1062,6 +1062,7 @@ fn build_op(
 }
 
 fn pointwise_descriptor(mode: Pointwise, compute: DType) -> Result<Descriptor<kind::Pointwise>> {
+    mode.check_loaded()?;
     let mut p = Descriptor::<kind::Pointwise>::new()?;
     p.set(attr::POINTWISE_MODE, &[mode.raw()])?;
     p.set(attr::POINTWISE_MATH_PREC, &[compute.raw()])?;
