@@ -3,7 +3,7 @@
 //!
 //! Unit tests need nothing; host tests need the libraries (skipped visibly
 //! without them, failed under `CUDNN_RS_REQUIRE_LIBS=1`). Set
-//! `CUDNN_RS_EXPECT_STACK=cuda13|cuda12` to also pin the versions loaded.
+//! `CUDNN_RS_EXPECT_STACK=cuda13|cuda12|torch211` to also pin the versions loaded.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
@@ -375,6 +375,14 @@ fn host_load_and_versions() -> TestResult {
         Some("cuda12") => {
             ensure!(vd == Version::new(8, 9, 7), "cuDNN {vd}, expected 8.9.7");
             ensure!(vb.major == 12 && vr.major == 12, "cuBLAS {vb}, cudart {vr}");
+        }
+        Some("torch211") => {
+            // What PyTorch 2.11.0 (CUDA 13.0) pins: the GPU machine's stack.
+            ensure!(vd == Version::new(9, 19, 0), "cuDNN {vd}, expected 9.19.0");
+            ensure!(
+                (vb.major, vb.minor) == (13, 1) && (vr.major, vr.minor) == (13, 0),
+                "cuBLAS {vb} (expected 13.1), cudart {vr} (expected 13.0)"
+            );
         }
         Some(other) => return Err(format!("unknown CUDNN_RS_EXPECT_STACK {other}").into()),
         None => ensure!(vd.major >= 8, "cuDNN {vd}"),
@@ -830,7 +838,7 @@ fn host_missing_symbol() -> TestResult {
                 lib.display(),
                 exported.len()
             );
-            for m in missing {
+            for m in &missing {
                 ensure!(
                     !exported.contains(*m),
                     "{m} is reported missing but {} exports it",
@@ -869,7 +877,7 @@ fn host_missing_symbol() -> TestResult {
                     "the headers beside {} do not declare cudnnGetLastErrorString",
                     lib.display()
                 );
-                for m in missing {
+                for m in &missing {
                     ensure!(
                         !text.contains(&format!("{m}(")) && !text.contains(&format!("{m} (")),
                         "{m} is declared by cuDNN {v}'s own headers but reported missing"
