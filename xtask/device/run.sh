@@ -223,7 +223,7 @@ not_run() { # PHASE VERDICT WHY
     done
 }
 
-gpu_line="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 4 | tr '\n' ';')"
+gpu_line=""
 
 # ---------------------------------------------------------------------------
 # The report, the archive and the summary: written once, also when stopped.
@@ -382,6 +382,8 @@ phase_begin props 5 30
 echo "libraries searched in: ${CUDNN_RS_SEARCH_PATH:-(unset: the loader defaults)}"
 run_one device_props 20 "$bin/device_props" --out "$props_json"
 cat "$(log_of device_props)"
+# nvidia-smi only after the capture: nothing touches the device before it.
+gpu_line="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 4 | tr '\n' ';')"
 run_one doctor 20 "$bin/doctor"
 phase_end
 no_gpu=""
