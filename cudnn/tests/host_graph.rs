@@ -399,8 +399,14 @@ fn main() {
     ));
 
     t.push(host9("every_pointwise_mode_builds", || {
-        // Every mode must make a valid op graph; engines exist for the common ones.
+        // Every mode the loaded cuDNN has must make a valid op graph;
+        // engines exist for the common ones.
+        let v = cudnn::sys::cudnn::load()?
+            .info()
+            .version
+            .ok_or("cuDNN version")?;
         let mut with_plans = 0;
+        let mut refused = 0;
         for mode in Pointwise::all() {
             let mut g = Graph::new();
             let shape = [4i64, 32, 256];
@@ -425,6 +431,31 @@ fn main() {
                 DType::F32
             };
             g.output(y, out_type)?;
+            // A mode newer than the loaded cuDNN: a typed refusal naming
+            // the mode and both versions, before cuDNN is asked.
+            if let Some(need) = mode.min_cudnn().filter(|n| (v.major, v.minor) < *n) {
+                match g.build() {
+                    Err(Error::Unsupported {
+                        what,
+                        needs: Some(needs),
+                    }) => {
+                        let want = format!("cuDNN {}.{} or newer", need.0, need.1);
+                        ensure!(
+                            what.contains(&mode.name())
+                                && what.contains(&format!("{}.{}", v.major, v.minor))
+                                && needs == want,
+                            "{mode:?}: {what} / {needs}"
+                        );
+                        refused += 1;
+                        eprintln!(
+                            "  {mode:?}: refused on {}.{}: {what}; needs {needs}",
+                            v.major, v.minor
+                        );
+                        continue;
+                    }
+                    other => return Err(format!("{mode:?} on cuDNN {v:?}: {other:?}").into()),
+                }
+            }
             let og = g
                 .build()
                 .map_err(|e| format!("{mode:?}: op graph refused: {e}"))?;
@@ -446,6 +477,53 @@ fn main() {
             with_plans >= 30,
             "only {with_plans} pointwise modes have engines on H200"
         );
+        let newer = Pointwise::all()
+            .into_iter()
+            .filter(|m| m.min_cudnn().is_some_and(|n| (v.major, v.minor) < n))
+            .count();
+        ensure!(
+            refused == newer,
+            "{refused} refused, {newer} newer than {v:?}"
+        );
+        Ok(())
+    }));
+
+    t.push(unit("pointwise_version_rule", || {
+        // FloorMod came with cuDNN 9.26 (NVIDIA's release notes); every
+        // other mode is in every cuDNN the graph API runs on (9.8 on).
+        ensure!(Pointwise::FloorMod.min_cudnn() == Some((9, 26)), "FloorMod");
+        let mut runner = TestRunner::new(Config {
+            cases: 400,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        let modes = Pointwise::all();
+        let n = modes.len();
+        runner
+            .run(&(0..n, 0u32..20, 0u32..60), |(i, major, minor)| {
+                let mode = modes[i];
+                let r = mode.supported_by(major, minor);
+                let newer = mode == Pointwise::FloorMod && (major, minor) < (9, 26);
+                match (newer, r) {
+                    (false, Ok(())) => Ok(()),
+                    (
+                        true,
+                        Err(Error::Unsupported {
+                            what,
+                            needs: Some(needs),
+                        }),
+                    ) if what.contains("FloorMod")
+                        && what.contains(&format!("{major}.{minor}"))
+                        && needs == "cuDNN 9.26 or newer" =>
+                    {
+                        Ok(())
+                    }
+                    (_, r) => Err(TestCaseError::fail(format!(
+                        "{mode:?} on {major}.{minor}: {r:?}"
+                    ))),
+                }
+            })
+            .map_err(|e| e.to_string())?;
         Ok(())
     }));
 

@@ -911,7 +911,18 @@ fn main() {
                 cudnn_dir.display()
             );
             for p in loaded {
-                ensure!(p.is_absolute() && p.is_file(), "{}", p.display());
+                ensure!(p.path.is_absolute() && p.path.is_file(), "{p:?}");
+                // From a folder of its own (a wheel), NVRTC's built-in
+                // headers must be opened with it (NVRTC 13.0 does not
+                // look beside itself).
+                let b = p.builtins.as_ref().ok_or_else(|| format!("{p:?}: builtins not opened"))?;
+                ensure!(
+                    b.is_file()
+                        && b.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                            n.starts_with("libnvrtc-builtins.so.")
+                        }),
+                    "{p:?}"
+                );
             }
         }
         Ok(())

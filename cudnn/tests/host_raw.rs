@@ -3,7 +3,7 @@
 //!
 //! Unit tests need nothing; host tests need the libraries (skipped visibly
 //! without them, failed under `CUDNN_RS_REQUIRE_LIBS=1`). Set
-//! `CUDNN_RS_EXPECT_STACK=cuda13|cuda12` to also pin the versions loaded.
+//! `CUDNN_RS_EXPECT_STACK=cuda13|cuda12|torch211` to also pin the versions loaded.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
@@ -375,6 +375,14 @@ fn host_load_and_versions() -> TestResult {
         Some("cuda12") => {
             ensure!(vd == Version::new(8, 9, 7), "cuDNN {vd}, expected 8.9.7");
             ensure!(vb.major == 12 && vr.major == 12, "cuBLAS {vb}, cudart {vr}");
+        }
+        Some("torch211") => {
+            // What PyTorch 2.11.0 (CUDA 13.0) pins: the GPU machine's stack.
+            ensure!(vd == Version::new(9, 19, 0), "cuDNN {vd}, expected 9.19.0");
+            ensure!(
+                (vb.major, vb.minor) == (13, 1) && (vr.major, vr.minor) == (13, 0),
+                "cuBLAS {vb} (expected 13.1), cudart {vr} (expected 13.0)"
+            );
         }
         Some(other) => return Err(format!("unknown CUDNN_RS_EXPECT_STACK {other}").into()),
         None => ensure!(vd.major >= 8, "cuDNN {vd}"),
@@ -811,11 +819,76 @@ fn host_missing_symbol() -> TestResult {
         );
     } else {
         ensure!(r.is_ok(), "cudnnGetLastErrorString absent on {v}");
-        ensure!(
-            d.missing_symbols().is_empty(),
-            "cuDNN {v} lacks {:?}",
-            d.missing_symbols()
-        );
+        let missing = d.missing_symbols();
+        let bindings = dnn::HEADER_VERSION;
+        if (v.major, v.minor) >= (bindings.major, bindings.minor) {
+            // The release the bindings were made from (or newer): all there.
+            ensure!(missing.is_empty(), "cuDNN {v} lacks {missing:?}");
+        } else {
+            // An older cuDNN 9 lacks what came after it, by design. Each
+            // symbol reported missing must truly be absent: not exported
+            // by the library file, and (where the release's own headers
+            // lie beside it, as in NVIDIA's wheels) not declared there.
+            let lib = d.info().path.clone().ok_or("cuDNN's path")?;
+            let exported = elf_dynamic_symbols(&lib)?;
+            ensure!(
+                exported.contains("cudnnGetLastErrorString")
+                    && exported.iter().filter(|s| s.starts_with("cudnn")).count() > 100,
+                "{}: too few cudnn symbols read ({})",
+                lib.display(),
+                exported.len()
+            );
+            for m in &missing {
+                ensure!(
+                    !exported.contains(*m),
+                    "{m} is reported missing but {} exports it",
+                    lib.display()
+                );
+            }
+            let include = lib
+                .parent()
+                .and_then(Path::parent)
+                .map(|p| p.join("include"));
+            let headers: Vec<PathBuf> = include
+                .as_ref()
+                .and_then(|d| std::fs::read_dir(d).ok())
+                .map(|it| {
+                    it.filter_map(|e| e.ok().map(|e| e.path()))
+                        .filter(|p| {
+                            p.file_name()
+                                .and_then(|n| n.to_str())
+                                .is_some_and(|n| n.starts_with("cudnn") && n.ends_with(".h"))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            if headers.is_empty() {
+                eprintln!(
+                    "  no cuDNN headers beside {}: checked against its symbol table only",
+                    lib.display()
+                );
+            } else {
+                let text: String = headers
+                    .iter()
+                    .filter_map(|h| std::fs::read_to_string(h).ok())
+                    .collect();
+                ensure!(
+                    text.contains("cudnnGetLastErrorString"),
+                    "the headers beside {} do not declare cudnnGetLastErrorString",
+                    lib.display()
+                );
+                for m in &missing {
+                    ensure!(
+                        !text.contains(&format!("{m}(")) && !text.contains(&format!("{m} (")),
+                        "{m} is declared by cuDNN {v}'s own headers but reported missing"
+                    );
+                }
+            }
+            eprintln!(
+                "  cuDNN {v} (bindings from {bindings}): {} symbols newer than it, absent as expected",
+                missing.len()
+            );
+        }
     }
     let rt = cudart::load()?;
     if rt.info().version.is_some_and(|v| v.major == 12) {
@@ -825,6 +898,74 @@ fn host_missing_symbol() -> TestResult {
         );
     }
     Ok(())
+}
+
+/// The names a shared library exports (defined dynamic symbols), read from
+/// its ELF file: 64-bit little-endian only (x86-64 and aarch64 Linux).
+fn elf_dynamic_symbols(path: &Path) -> Result<std::collections::HashSet<String>, String> {
+    let b = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bad = |what: &str| format!("{}: {what}", path.display());
+    let u16_at = |o: usize| -> Option<u64> {
+        Some(u64::from(u16::from_le_bytes(
+            b.get(o..o + 2)?.try_into().ok()?,
+        )))
+    };
+    let u32_at = |o: usize| -> Option<u64> {
+        Some(u64::from(u32::from_le_bytes(
+            b.get(o..o + 4)?.try_into().ok()?,
+        )))
+    };
+    let u64_at =
+        |o: usize| -> Option<u64> { Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?)) };
+    let us = |v: u64| usize::try_from(v).ok();
+    if b.get(0..6) != Some(&[0x7f, b'E', b'L', b'F', 2, 1][..]) {
+        return Err(bad("not a 64-bit little-endian ELF file"));
+    }
+    let shoff = u64_at(0x28).and_then(us).ok_or_else(|| bad("e_shoff"))?;
+    let shentsize = u16_at(0x3a)
+        .and_then(us)
+        .ok_or_else(|| bad("e_shentsize"))?;
+    let shnum = u16_at(0x3c).and_then(us).ok_or_else(|| bad("e_shnum"))?;
+    // (type, offset, size, link, entsize) of section i.
+    let section = |i: usize| -> Option<(u64, usize, usize, usize, usize)> {
+        let o = shoff.checked_add(i.checked_mul(shentsize)?)?;
+        Some((
+            u32_at(o + 4)?,
+            us(u64_at(o + 0x18)?)?,
+            us(u64_at(o + 0x20)?)?,
+            us(u32_at(o + 0x28)?)?,
+            us(u64_at(o + 0x38)?)?,
+        ))
+    };
+    const SHT_DYNSYM: u64 = 11;
+    let mut names = std::collections::HashSet::new();
+    for i in 0..shnum {
+        let Some((ty, off, size, link, entsize)) = section(i) else {
+            return Err(bad("section header out of the file"));
+        };
+        if ty != SHT_DYNSYM || entsize < 24 {
+            continue;
+        }
+        let (_, stroff, strsize, _, _) = section(link).ok_or_else(|| bad("dynstr"))?;
+        let strtab = b
+            .get(stroff..stroff.saturating_add(strsize))
+            .ok_or_else(|| bad("dynstr out of the file"))?;
+        for k in 0..size / entsize {
+            let o = off + k * entsize;
+            let (Some(name), Some(shndx)) = (u32_at(o).and_then(us), u16_at(o + 6)) else {
+                return Err(bad("dynsym out of the file"));
+            };
+            if shndx == 0 {
+                continue; // undefined here: imported, not exported
+            }
+            let Some(rest) = strtab.get(name..) else {
+                return Err(bad("symbol name out of dynstr"));
+            };
+            let end = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
+            names.insert(String::from_utf8_lossy(&rest[..end]).into_owned());
+        }
+    }
+    Ok(names)
 }
 
 fn dir_of_loaded_cudnn() -> Result<PathBuf, String> {

@@ -27,17 +27,29 @@ Each case: 3 warm-up calls (the cuDNN autotune runs there), then a timed
 loop with CUDA events around it (device time) and perf_counter around the
 queueing (host time), as ours does.
 
+Rows that repeat a case (same suite, case, op, dtype, layout and shape)
+are dropped. For attention, the table says which SDPA backend PyTorch
+picked (read from its profiler: the aten operation that ran), and each
+attention case gets a second PyTorch row with the cuDNN backend forced
+(`sdpa_kernel(SDPBackend.CUDNN_ATTENTION)`).
+
+Stopped by SIGTERM or SIGINT (a time limit), it still writes both reports
+with what it measured, the rest marked as not run; the reports are also
+rewritten as it goes.
+
 Standard library and torch only. Exit status: 0 when PyTorch ran; 2 when
 torch cannot be imported or sees no CUDA device (the report says so and
-still lists our numbers); 1 on bad arguments.
+still lists our numbers); 3 when stopped by a signal; 1 on bad arguments.
 
-usage: compare_torch.py --out compare.md [--budget-s S] CSV [CSV ...]
+usage: compare_torch.py --out compare.md [--summary compare.txt]
+                        [--budget-s S] CSV [CSV ...]
 """
 
 import argparse
 import csv
 import math
 import os
+import signal
 import sys
 import time
 
@@ -53,18 +65,35 @@ MIN_ITERS, MAX_ITERS = 5, 500
 # Reading our CSVs
 
 
+ROW_KEY = ("suite", "case", "op", "dtype", "layout", "shape")
+
+
 def read_rows(paths):
-    """Every row of every CSV, in order; a missing file is a note."""
-    rows, notes = [], []
+    """Every row of every CSV, in order, each case once; a missing file is a
+    note. Attention rows get a twin with PyTorch's cuDNN backend forced."""
+    rows, notes, seen, dropped = [], [], set(), 0
     for path in paths:
         if not os.path.exists(path):
-            notes.append(f"{path}: missing (the benchmark did not run or failed early)")
+            notes.append(f"{os.path.basename(path)}: missing (the benchmark did not run or failed early)")
             continue
         with open(path, newline="", encoding="utf-8") as f:
             got = list(csv.DictReader(f))
         if not got:
-            notes.append(f"{path}: no rows (the benchmark failed before its first case)")
-        rows.extend(got)
+            notes.append(f"{os.path.basename(path)}: no rows (the benchmark failed before its first case)")
+        for row in got:
+            key = tuple(row.get(k, "") for k in ROW_KEY)
+            if key in seen:
+                dropped += 1
+                continue
+            seen.add(key)
+            row["force"] = ""
+            rows.append(row)
+            if row.get("suite") == "attention":
+                twin = dict(row)
+                twin["force"] = "cudnn"
+                rows.append(twin)
+    if dropped:
+        notes.append(f"{dropped} duplicate row(s) dropped (same suite, case, op, dtype, layout, shape)")
     return rows, notes
 
 
@@ -100,6 +129,11 @@ def op_label(row):
         return "GEMM batched" if op == "gemm_batched" else "GEMM"
     if suite == "conv":
         return "conv " + op.replace("_", " ")
+    if suite == "attention":
+        backend = row.get("torch_backend") or "?"
+        if row.get("force") == "cudnn":
+            return f"{row['case']} [PyTorch: cuDNN forced, ran {backend}]"
+        return f"{row['case']} [PyTorch: {backend}]"
     return row["case"]
 
 
@@ -398,22 +432,83 @@ def time_case(torch, fn, ours_us):
     return start.elapsed_time(end) * 1e3 / iters, host_s * 1e6 / iters
 
 
-def run_torch(torch, rows, budget_s, started):
-    """Fill row['torch_us'], row['torch_host_us'], row['torch_note']; seconds per suite."""
+# aten operations that name the SDPA backend that ran, in the order looked for.
+SDPA_BACKENDS = (
+    ("cudnn_attention", "cuDNN"),
+    ("flash_attention", "flash"),
+    ("efficient_attention", "mem-efficient"),
+    ("attention_math", "math"),
+    ("overrideable", "overrideable"),
+)
+
+
+def sdpa_backend(torch, fn):
+    """Which SDPA backend one call of `fn` ran, from the profiler's aten
+    operation names; 'unknown' when none of them shows."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            fn()
+        names = [e.name for e in prof.events()]
+    except Exception as e:  # the profiler is a nicety, not a requirement
+        return f"unknown ({type(e).__name__})"
+    for needle, label in SDPA_BACKENDS:
+        if any(needle in n for n in names):
+            return label
+    return "unknown"
+
+
+class Forced:
+    """`sdpa_kernel(SDPBackend.CUDNN_ATTENTION)` for rows that force it; a
+    no-op context otherwise."""
+
+    def __init__(self, torch, row):
+        self.ctx = None
+        if row.get("force") == "cudnn":
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            self.ctx = sdpa_kernel(SDPBackend.CUDNN_ATTENTION)
+
+    def __enter__(self):
+        if self.ctx is not None:
+            self.ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.ctx is not None:
+            return self.ctx.__exit__(*exc)
+        return False
+
+
+def run_torch(torch, rows, budget_s, started, progress=None):
+    """Fill row['torch_us'], row['torch_host_us'], row['torch_note'] (and
+    row['torch_backend'] for attention); seconds per suite. Calls
+    `progress(spent)` after each suite."""
     device = torch.device("cuda", 0)
     spent = {}
-    for i, row in enumerate(rows):
+    for row in rows:
         row["torch_us"] = row["torch_host_us"] = None
+        row["torch_note"] = "not run (stopped)"
+    for i, row in enumerate(rows):
         row["torch_note"] = ""
         if budget_s is not None and time.monotonic() - started > budget_s:
             row["torch_note"] = "skipped (time budget)"
             continue
+        if progress is not None and i > 0 and rows[i - 1]["suite"] != row["suite"]:
+            progress(spent)
         t = time.monotonic()
         try:
-            fn = BUILDERS[row["suite"]](torch, row, device)
-            row["torch_us"], row["torch_host_us"] = time_case(torch, fn, number(row.get("device_us")))
+            with Forced(torch, row):
+                fn = BUILDERS[row["suite"]](torch, row, device)
+                row["torch_us"], row["torch_host_us"] = time_case(torch, fn, number(row.get("device_us")))
+                if row["suite"] == "attention":
+                    row["torch_backend"] = sdpa_backend(torch, fn)
         except Skip as e:
             row["torch_note"] = f"skipped: {e}"
+        except Stopped:
+            row["torch_note"] = "not run (stopped)"
+            raise
         except Exception as e:  # a case PyTorch refuses is a row, not a stop
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             row["torch_note"] = f"error: {type(e).__name__}: {first[:120]}"
@@ -421,8 +516,11 @@ def run_torch(torch, rows, budget_s, started):
         fn = None
         spent[row["suite"]] = spent.get(row["suite"], 0.0) + time.monotonic() - t
         theirs = f"{row['torch_us']:.1f} µs" if row["torch_us"] else row["torch_note"]
+        extra = ""
+        if row["suite"] == "attention":
+            extra = f" [{'cuDNN forced, ' if row.get('force') else ''}ran {row.get('torch_backend', '?')}]"
         print(
-            f"[{i + 1}/{len(rows)}] {row['suite']} {row['case']} {row['op']} {row['dtype']}: "
+            f"[{i + 1}/{len(rows)}] {row['suite']} {row['case']} {row['op']} {row['dtype']}{extra}: "
             f"ours {row.get('device_us') or '-'} µs, PyTorch {theirs}",
             flush=True,
         )
@@ -459,7 +557,7 @@ def write_report(out, rows, notes, header_lines, spent, torch_ran):
         ours = number(row.get("ours_value"))
         theirs = torch_rate(row) if torch_ran else None
         ratio = ours / theirs if ours and theirs else None
-        if ratio:
+        if ratio and not row.get("force"):
             ratios.setdefault(row["suite"], []).append(ratio)
         ours_cell = fmt_value(ours, row["metric"]) if ours else (row.get("detail") or "—")
         if theirs:
@@ -485,7 +583,8 @@ def write_report(out, rows, notes, header_lines, spent, torch_ran):
             + " |"
         )
     if ratios:
-        lines += ["", "Geometric mean of ours / PyTorch, over the rows where both ran:"]
+        lines += ["", "Geometric mean of ours / PyTorch, over the rows where both ran "
+                  "(PyTorch's own choice of SDPA backend, not the forced rows):"]
         for suite, values in ratios.items():
             g = math.exp(sum(math.log(v) for v in values) / len(values))
             lines.append(f"- {suite}: {g:.2f} ({len(values)} row{'s' if len(values) != 1 else ''})")
@@ -533,24 +632,82 @@ def write_report(out, rows, notes, header_lines, spent, torch_ran):
         f.write("\n".join(lines) + "\n")
 
 
+def write_summary(path, rows, header, torch_ran):
+    """The compact text table for a terminal (run.sh prints it last)."""
+    def cut(text, n):
+        text = str(text)
+        return text if len(text) <= n else text[: n - 1] + "~"
+
+    lines = [header, "ours / PyTorch above 1: ours faster", ""]
+    lines.append(f"{'op':<34} {'shape':<30} {'dtype':<11} {'unit':<7} {'ours':>8} {'torch':>8} {'ratio':>6}")
+    ratios = {}
+    for row in rows:
+        ours = number(row.get("ours_value"))
+        theirs = torch_rate(row) if torch_ran else None
+        ratio = ours / theirs if ours and theirs else None
+        if ratio and not row.get("force"):
+            ratios.setdefault(row["suite"], []).append(ratio)
+        note = row.get("torch_note") or "-"
+        short = ("stopped" if note.startswith("not run") else "no time" if "budget" in note
+                 else "n/a" if note.startswith("skipped") else "error" if note.startswith("error") else note)
+        theirs_cell = fmt_value(theirs, row["metric"]) if theirs else cut(short, 8)
+        lines.append(
+            f"{cut(op_label(row), 34):<34} {cut(shape_label(row), 30):<30} {cut(dtype_label(row), 11):<11} "
+            f"{cut(row['metric'], 7):<7} {fmt_value(ours, row['metric']) if ours else '-':>8} "
+            f"{theirs_cell:>8} {f'{ratio:.2f}' if ratio else '-':>6}"
+        )
+    if ratios:
+        lines.append("")
+        lines.append(
+            "geometric mean ours / PyTorch: "
+            + ", ".join(
+                f"{k} {math.exp(sum(math.log(v) for v in vs) / len(vs)):.2f} ({len(vs)})"
+                for k, vs in ratios.items()
+            )
+        )
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+class Stopped(Exception):
+    """SIGTERM or SIGINT: write what was measured, then stop."""
+
+
+def on_signal(signum, _frame):
+    raise Stopped(signal.Signals(signum).name)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="the markdown report to write")
+    parser.add_argument("--summary", default=None,
+                        help="also write a compact text table here")
     parser.add_argument("--budget-s", type=float, default=None,
                         help="stop starting new cases after this many seconds")
     parser.add_argument("csv", nargs="+", help="CSV files from the bench_* examples (--csv)")
     args = parser.parse_args()
     started = time.monotonic()
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     rows, notes = read_rows(args.csv)
+
+    def both(header, spent, torch_ran, short):
+        write_report(args.out, rows, notes, header, spent, torch_ran)
+        if args.summary:
+            write_summary(args.summary, rows, short, torch_ran)
 
     try:
         import torch
+    except Stopped as e:
+        both([f"**Stopped by {e}** while importing torch."], {}, False, f"stopped by {e} while importing torch")
+        print(f"compare_torch: stopped by {e} while importing torch")
+        return 3
     except Exception as e:  # ImportError, or a broken install
         header = [
             f"**PyTorch: not available** — `import torch` failed in {sys.executable}: "
             f"{type(e).__name__}: {e}. No comparison was run; our numbers alone follow."
         ]
-        write_report(args.out, rows, notes, header, {}, torch_ran=False)
+        both(header, {}, False, f"PyTorch not available: import torch failed: {type(e).__name__}: {e}")
         print(f"compare_torch: import torch failed ({e}); wrote our numbers only to {args.out}")
         return 2
     import_s = time.monotonic() - started
@@ -560,7 +717,7 @@ def main():
             f"**PyTorch {torch.__version__}: no CUDA device visible** "
             f"(torch.cuda.is_available() is False). No comparison was run; our numbers alone follow."
         ]
-        write_report(args.out, rows, notes, header, {}, torch_ran=False)
+        both(header, {}, False, f"PyTorch {torch.__version__}: no CUDA device visible")
         print(f"compare_torch: torch sees no CUDA device; wrote our numbers only to {args.out}")
         return 2
 
@@ -571,17 +728,31 @@ def main():
         if hasattr(torch.backends.cuda.matmul, flag):
             setattr(torch.backends.cuda.matmul, flag, False)
 
-    spent = run_torch(torch, rows, args.budget_s, started)
-    spent = {"import torch": import_s, **spent}
+    who = (
+        f"PyTorch {torch.__version__} (CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}) "
+        f"on {torch.cuda.get_device_name(0)}"
+    )
     header = [
-        f"- PyTorch {torch.__version__} (CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}) "
-        f"on {torch.cuda.get_device_name(0)}",
+        f"- {who}; import torch took {import_s:.1f} s",
         "- PyTorch settings: cudnn.benchmark = True; TF32 for f32 convolutions (as ours); GEMM f32 "
-        "without TF32 and tf32 with it; f16/bf16 GEMM with reduced-precision reductions off",
+        "without TF32 and tf32 with it; f16/bf16 GEMM with reduced-precision reductions off; "
+        "SDPA: the backend PyTorch picks (named in the op column), and again with cuDNN forced",
         "- ours: the bench_* examples, run just before on the same device (their own tables are "
         "further down the report)",
     ]
-    write_report(args.out, rows, notes, header, spent, torch_ran=True)
+    spent = {}
+
+    def progress(sofar):
+        both(header + ["- (partial: written while running)"], {"import torch": import_s, **sofar}, True, who)
+
+    try:
+        spent = run_torch(torch, rows, args.budget_s, started, progress)
+    except Stopped as e:
+        both(header + [f"- **stopped by {e}**: the rows not measured say so"],
+             {"import torch": import_s, **spent}, True, f"{who}; stopped by {e}")
+        print(f"compare_torch: stopped by {e}; wrote what was measured to {args.out}")
+        return 3
+    both(header, {"import torch": import_s, **spent}, True, who)
     print(f"compare_torch: wrote {args.out} ({len(rows)} cases, {time.monotonic() - started:.0f} s)")
     return 0
 

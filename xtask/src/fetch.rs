@@ -55,6 +55,25 @@ pub const CUDNN910: Stack = Stack {
     extras: &[],
 };
 
+/// The GPU machine's stack: exactly what PyTorch 2.11.0 (the CUDA 13.0
+/// build) pins in its metadata: cuDNN 9.19, cuBLAS 13.1, the CUDA 13.0
+/// runtime, NVRTC 13.0 with its nvJitLink, and NCCL 2.28. What `run.sh`
+/// loads there is what CI tests here.
+pub const TORCH211: Stack = Stack {
+    name: "torch211",
+    wheels: &[
+        "nvidia-cudnn-cu13==9.19.0.56",
+        "nvidia-cublas==13.1.0.3",
+        "nvidia-cuda-runtime==13.0.96",
+        "nvidia-cuda-nvrtc==13.0.88",
+        "nvidia-nvjitlink==13.0.88",
+    ],
+    extras: &["nvidia-nccl-cu13==2.28.9"],
+};
+
+/// Every stack, in the order `--stack all` fetches them.
+pub const ALL: [&Stack; 4] = [&CUDA13, &CUDA12, &CUDNN910, &TORCH211];
+
 /// The cache root: `$CUDNN_RS_CACHE` or `<workspace>/.cuda-libs`.
 pub fn cache_root() -> PathBuf {
     match std::env::var_os("CUDNN_RS_CACHE") {
@@ -73,10 +92,11 @@ pub fn run(args: &[String]) -> Result<Vec<PathBuf>, String> {
                     Some("cuda13") => vec![&CUDA13],
                     Some("cuda12") => vec![&CUDA12],
                     Some("cudnn910") => vec![&CUDNN910],
-                    Some("all") => vec![&CUDA13, &CUDA12, &CUDNN910],
+                    Some("torch211") => vec![&TORCH211],
+                    Some("all") => ALL.to_vec(),
                     other => {
                         return Err(format!(
-                            "--stack takes cuda13, cuda12, cudnn910 or all, got {other:?}"
+                            "--stack takes cuda13, cuda12, cudnn910, torch211 or all, got {other:?}"
                         ));
                     }
                 }
@@ -216,6 +236,7 @@ fn wanted(path: &str) -> bool {
             "libnccl.so",
             "libnvrtc.so",
             "libnvrtc-builtins.so",
+            "libnvJitLink.so",
         ]
         .iter()
         .any(|p| file.starts_with(p))

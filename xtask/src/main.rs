@@ -22,9 +22,12 @@ tasks:
   test [cargo test args]
       The project's test command: fetch the stacks, then run the whole test
       suite against cuda13 (cuDNN 9.28), the library tests against cuda12
-      (cuDNN 8.9) and the attention tests against cudnn910 (cuDNN 9.10, the
-      composite attention), with missing libraries counted as failures.
-  fetch-libs [--stack cuda13|cuda12|cudnn910|all]
+      (cuDNN 8.9), the attention tests against cudnn910 (cuDNN 9.10, the
+      composite attention), and the graph and raw host tests and planning
+      examples against torch211 (what PyTorch 2.11.0 pins: cuDNN 9.19,
+      NVRTC 13.0; the GPU machine's stack), with missing libraries counted
+      as failures.
+  fetch-libs [--stack cuda13|cuda12|cudnn910|torch211|all]
       Download NVIDIA's pip wheels (pinned versions) and unpack the headers and
       shared libraries we use into the cache (.cuda-libs/<stack>, or
       $CUDNN_RS_CACHE/<stack>). A no-op when they are already there.
@@ -32,9 +35,11 @@ tasks:
       Regenerate the committed bindings in cudart-sys, cudnn-sys, cublas-sys and nccl-sys
       from the cuda13 headers (fetching them first). With --check, write nothing
       and fail if the committed files differ.
-  device-check
-      Build the GPU test and example binaries and pack them with a runner
-      script into .device-check/ for a machine with an NVIDIA GPU.
+  device-check [--exclude NAME]... [--no-strip]
+      Build the GPU test and example binaries, compress them (tar.xz) and
+      pack them with a runner script into .device-check/ for a machine with
+      an NVIDIA GPU; fails when what travels (the tree included) would not
+      fit with room.
 ";
 
 fn main() -> ExitCode {

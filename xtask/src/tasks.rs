@@ -23,11 +23,13 @@ fn status(mut cmd: Command, what: &str) -> Result<(), String> {
 /// The test command: fetch the stacks, run every test with the cuda13
 /// stack, then the library-facing tests again with the cuda12 stack
 /// (cuDNN 8.9, CUDA 12), then the attention tests with cuDNN 9.10 (the
-/// composite attention's cuDNN). Missing libraries are failures here.
+/// composite attention's cuDNN), then the graph and raw host tiers and the
+/// planning examples with the GPU machine's stack (torch211). Missing
+/// libraries are failures here.
 pub fn test(args: &[String]) -> Result<(), String> {
     let dirs = fetch::run(&["--stack".to_string(), "all".to_string()])?;
-    let (cu13, cu12, c910) = match dirs.as_slice() {
-        [a, b, c] => (a.clone(), b.clone(), c.clone()),
+    let (cu13, cu12, c910, torch) = match dirs.as_slice() {
+        [a, b, c, d] => (a.clone(), b.clone(), c.clone(), d.clone()),
         _ => return Err("fetch-libs returned an unexpected set of stacks".to_string()),
     };
     let run = |stack: &str, dir: &Path, extra: &[&str]| -> Result<(), String> {
@@ -61,8 +63,49 @@ pub fn test(args: &[String]) -> Result<(), String> {
         cmd,
         "cargo test -p cudnn --test host_graph_norm_attention -- sdpa (stack cudnn910, libraries required)",
     )?;
+    torch211(&torch, args)
+}
+
+/// The GPU machine's stack (what PyTorch 2.11.0 pins: cuDNN 9.19, NVRTC
+/// 13.0, cuBLAS 13.1): the graph host tier, the raw layer, and the
+/// examples that plan without a GPU, as the device check will run them.
+fn torch211(dir: &Path, args: &[String]) -> Result<(), String> {
+    let env = |cmd: &mut Command| {
+        cmd.env("CUDNN_RS_REQUIRE_LIBS", "1")
+            .env("CUDNN_RS_EXPECT_STACK", "torch211")
+            .env("CUDNN_RS_EXPECT_CUDNN", "9.19")
+            .env("CUDNN_RS_SEARCH_PATH", dir);
+    };
+    let mut cmd = cargo();
+    cmd.args(["test", "-p", "cudnn"]);
+    for t in TORCH211_TESTS {
+        cmd.args(["--test", t]);
+    }
+    cmd.args(args);
+    env(&mut cmd);
+    status(
+        cmd,
+        &format!(
+            "cargo test -p cudnn --test {} (stack torch211, libraries required)",
+            TORCH211_TESTS.join(" --test ")
+        ),
+    )?;
+    for ex in TORCH211_EXAMPLES {
+        let mut cmd = cargo();
+        cmd.args(["run", "--quiet", "-p", "cudnn-examples", "--example", ex]);
+        env(&mut cmd);
+        status(
+            cmd,
+            &format!("cargo run --example {ex} (stack torch211, plans for an H200)"),
+        )?;
+    }
     Ok(())
 }
+
+/// The test binaries run against the `torch211` stack.
+const TORCH211_TESTS: &[&str] = &["host_raw", "host_graph", "host_graph_norm_attention"];
+/// The examples that plan (without a GPU: for an H200), run against it.
+const TORCH211_EXAMPLES: &[&str] = &["graph_conv", "aot", "attention", "bench_graph"];
 
 /// The run command: make sure the libraries are there (as `doctor`), then
 /// train the `lenet` example (needs a GPU; says so and fails without one).

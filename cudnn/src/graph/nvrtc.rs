@@ -8,8 +8,11 @@
 //! runtime-compiled engine at all. So before the first plan the crate opens
 //! every NVRTC it finds (`RTLD_GLOBAL`: cuDNN's later open by file name
 //! resolves to it): beside cuDNN's wheel first, then the places every CUDA
-//! library is looked for (`NVRTC_LIB_DIR` overrides). Finding none is not an
-//! error: cuDNN 9.28 needs no NVRTC to plan.
+//! library is looked for (`NVRTC_LIB_DIR` overrides), and with each one its
+//! built-in headers library from the same folder (NVRTC 13.0 does not look
+//! for it beside itself; without it every compile fails and cuDNN reports
+//! `INTERNAL_ERROR_COMPILATION_FAILED`). Finding none is not an error:
+//! cuDNN 9.28 needs no NVRTC to plan.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -29,11 +32,26 @@ pub const SPEC: LibrarySpec = LibrarySpec {
 /// Folders beside cuDNN's `nvidia/cudnn/lib` where NVIDIA's wheels put NVRTC.
 const WHEEL_DIRS: &[&str] = &["../../cuda_nvrtc/lib", "../../cu13/lib", "../../nvrtc/lib"];
 
-static LOADED: OnceLock<Vec<PathBuf>> = OnceLock::new();
+/// One NVRTC opened for cuDNN.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Opened {
+    /// The file (symbolic links resolved).
+    pub path: PathBuf,
+    /// What its `nvrtcVersion` answers (major, minor); `None` when it has
+    /// no such function or the call fails.
+    pub version: Option<(i32, i32)>,
+    /// Its built-in headers library (`libnvrtc-builtins.so.<major>.<minor>`
+    /// from the same folder), opened with it; `None` when NVRTC came from
+    /// the system loader (whose search finds the builtins too) or the
+    /// folder has none.
+    pub builtins: Option<PathBuf>,
+}
+
+static LOADED: OnceLock<Vec<Opened>> = OnceLock::new();
 
 /// The NVRTC files opened for cuDNN (one per CUDA major found; empty when
 /// none was found). Opens them on the first call.
-pub fn loaded() -> &'static [PathBuf] {
+pub fn loaded() -> &'static [Opened] {
     LOADED.get_or_init(open_all)
 }
 
@@ -61,12 +79,12 @@ pub fn candidates(cudnn_path: Option<&Path>) -> Vec<Candidate> {
 }
 
 #[cfg(not(unix))]
-fn open_all() -> Vec<PathBuf> {
+fn open_all() -> Vec<Opened> {
     Vec::new()
 }
 
 #[cfg(unix)]
-fn open_all() -> Vec<PathBuf> {
+fn open_all() -> Vec<Opened> {
     let cudnn_path = crate::check::cudnn()
         .ok()
         .and_then(|api| api.info().path.clone());
@@ -84,12 +102,76 @@ fn open_all() -> Vec<PathBuf> {
             // SAFETY: NVIDIA's NVRTC, found by file name in the documented
             // places; its initialisers have no preconditions on us.
             if let Ok(lib) = unsafe { libloading::os::unix::Library::open(Some(&c.path), flags) } {
+                let version = version_of(&lib);
+                let builtins = if c.path.is_absolute() {
+                    open_builtins(&c.path, version)
+                } else {
+                    None
+                };
                 // Kept for the life of the process: cuDNN holds its functions.
                 std::mem::forget(lib);
-                opened.push(std::fs::canonicalize(&c.path).unwrap_or_else(|_| c.path.clone()));
+                opened.push(Opened {
+                    path: std::fs::canonicalize(&c.path).unwrap_or_else(|_| c.path.clone()),
+                    version,
+                    builtins,
+                });
                 break;
             }
         }
     }
     opened
+}
+
+/// NVRTC opens its built-in headers (`libnvrtc-builtins.so.<major>.<minor>`)
+/// by file name when it first compiles. NVRTC 13.0 looks for them only where
+/// the system loader looks, not beside itself, so with NVIDIA's wheels (where
+/// they lie beside it, in no folder the loader searches) every compile fails
+/// and cuDNN reports `INTERNAL_ERROR_COMPILATION_FAILED`. Opening them first,
+/// from NVRTC's own folder and with `RTLD_GLOBAL`, makes NVRTC's later open
+/// by name find the loaded copy. Returns the file opened.
+#[cfg(unix)]
+fn open_builtins(nvrtc: &Path, version: Option<(i32, i32)>) -> Option<PathBuf> {
+    let dir = nvrtc.parent()?;
+    let mut names: Vec<String> = Vec::new();
+    if let Some((major, minor)) = version {
+        names.push(format!("libnvrtc-builtins.so.{major}.{minor}"));
+    }
+    // Whatever else the folder holds (a version that did not answer);
+    // never the `.alt` variant, which pairs with `libnvrtc.alt`.
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        let mut more: Vec<String> = entries
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with("libnvrtc-builtins.so.") && !names.contains(n))
+            .collect();
+        more.sort();
+        names.extend(more);
+    }
+    for name in names {
+        let path = dir.join(&name);
+        if !path.is_file() {
+            continue;
+        }
+        let flags = libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_GLOBAL;
+        // SAFETY: NVIDIA's NVRTC builtins from the folder of the NVRTC just
+        // opened; a data library whose initialisers have no preconditions.
+        if let Ok(lib) = unsafe { libloading::os::unix::Library::open(Some(&path), flags) } {
+            // Kept for the life of the process, as NVRTC itself.
+            std::mem::forget(lib);
+            return Some(std::fs::canonicalize(&path).unwrap_or(path));
+        }
+    }
+    None
+}
+
+/// `nvrtcVersion` of an opened NVRTC.
+#[cfg(unix)]
+fn version_of(lib: &libloading::os::unix::Library) -> Option<(i32, i32)> {
+    type VersionFn = unsafe extern "C" fn(*mut i32, *mut i32) -> i32;
+    // SAFETY: `nvrtcVersion(int *major, int *minor)` returns `nvrtcResult`
+    // (an int) in every NVRTC; the symbol is only called while `lib` lives.
+    let f = unsafe { lib.get::<VersionFn>(b"nvrtcVersion\0") }.ok()?;
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: two valid, writable out-pointers; NVRTC needs no set-up.
+    let r = unsafe { f(&mut major, &mut minor) };
+    (r == 0).then_some((major, minor))
 }

@@ -115,6 +115,7 @@ pub(crate) fn broadcast(op: &str, a: &[i64], b: &[i64]) -> Result<Vec<i64>> {
 }
 
 fn pointwise_descriptor(mode: Pointwise, compute: DType) -> Result<Descriptor<kind::Pointwise>> {
+    mode.check_loaded()?;
     let mut p = Descriptor::<kind::Pointwise>::new()?;
     p.set(attr::POINTWISE_MODE, &[mode.raw()])?;
     p.set(attr::POINTWISE_MATH_PREC, &[compute.raw()])?;

@@ -1,5 +1,6 @@
 //! Pointwise operations: every mode cuDNN 9 offers, forward and backward.
 
+use crate::error::{Error, Result};
 use crate::sys::cudnn::cudnnPointwiseMode_t as M;
 
 /// How many tensors a pointwise mode reads.
@@ -271,5 +272,51 @@ impl Pointwise {
     /// A short name for errors and signatures.
     pub fn name(self) -> String {
         format!("{self:?}")
+    }
+
+    /// The first cuDNN release (major, minor) whose graph API takes this
+    /// mode, when that is newer than the graph API's own minimum (9.8).
+    /// `FloorMod` came with 9.26: older releases refuse the operation
+    /// graph with an unrelated status (`NOT_INITIALIZED` on 9.10 and 9.19).
+    pub fn min_cudnn(self) -> Option<(u32, u32)> {
+        match self {
+            Pointwise::FloorMod => Some((9, 26)),
+            _ => None,
+        }
+    }
+
+    /// Whether a cuDNN of version `major.minor` takes this mode.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] naming the mode, the version given and the
+    /// version that has it.
+    pub fn supported_by(self, major: u32, minor: u32) -> Result<()> {
+        match self.min_cudnn() {
+            Some(need) if (major, minor) < need => Err(Error::Unsupported {
+                what: format!(
+                    "pointwise mode {} with the loaded cuDNN {major}.{minor}",
+                    self.name()
+                ),
+                needs: Some(format!("cuDNN {}.{} or newer", need.0, need.1)),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the loaded cuDNN takes this mode (see
+    /// [`supported_by`](Self::supported_by)); a cuDNN of unknown version is
+    /// given the benefit of the doubt (cuDNN itself then decides).
+    ///
+    /// # Errors
+    /// As [`supported_by`](Self::supported_by); the load error when cuDNN
+    /// cannot be loaded.
+    pub fn check_loaded(self) -> Result<()> {
+        if self.min_cudnn().is_none() {
+            return Ok(());
+        }
+        match crate::check::cudnn()?.info().version {
+            Some(v) => self.supported_by(v.major, v.minor),
+            None => Ok(()),
+        }
     }
 }
