@@ -172,9 +172,8 @@ mod imp {
     /// for a reason NCCL did not see: a call NCCL refuses (a send on a null
     /// communicator, which touches nothing) makes `ncclGroupEnd` fail, and
     /// NCCL then launches none of the group, and closes it. This tier holds
-    /// no communicator: NCCL makes none without a device (`init_all` needs
-    /// at least one, and `ncclCommInitRank` fails in `cudaGetDevice`), and a
-    /// fake one cannot be queued (NCCL reads its fields). The same group
+    /// no communicator: NCCL makes none without a device, and a fake one
+    /// cannot be queued (NCCL reads its fields). The same group
     /// with a valid broadcast on a live communicator queued before the
     /// refused call, and its receive buffer checked untouched, is
     /// `gpu::group_with_a_failing_call_launches_nothing` in `gpu_nccl_faults`.
