@@ -539,3 +539,54 @@ fn unit_per_thread_streams_are_refused_for_nccl() {
         assert!(!e.to_string().contains("per-thread"), "{e}");
     }
 }
+
+/// Random sequences of calls on communicators of the three modes (and of
+/// zero elements, which are not issued): a group is refused, before NCCL is
+/// called, exactly when a blocking and a non-blocking communicator both
+/// have a call that would be issued; otherwise every such call is issued.
+#[test]
+fn unit_property_group_modes() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let comms = [fake_comm(), fake_comm(), fake_comm()];
+    comms[0].set_mode(Mode::Blocking);
+    comms[1].set_mode(Mode::NonBlocking);
+    let stream = Stream::legacy();
+    let mut runner = TestRunner::new(Config {
+        cases: 2000,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(
+            &proptest::collection::vec((0usize..3, 0usize..3), 0..12),
+            |calls| {
+                let mut exec = Counting::default();
+                let r = run(&mut exec, |g| {
+                    for &(c, n) in &calls {
+                        g.push(Recorded {
+                            comm: &comms[c],
+                            stream: &stream,
+                            call: call(n),
+                        });
+                    }
+                    Ok(())
+                });
+                let live = |m: usize| calls.iter().any(|&(c, n)| c == m && n > 0);
+                let issued = calls.iter().filter(|&&(_, n)| n > 0).count();
+                if live(0) && live(1) {
+                    prop_assert!(
+                        matches!(&r, Err(Error::InvalidArgument { arg, .. }) if arg == "group"),
+                        "{:?}",
+                        r
+                    );
+                    prop_assert!(exec.log.is_empty(), "{:?}", exec.log);
+                } else {
+                    prop_assert!(r.is_ok(), "{:?}", r);
+                    prop_assert_eq!(exec.issued, issued);
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+}
