@@ -207,9 +207,20 @@ impl Communicator {
         }
         .map_err(|e| with_rank(e, rank))?;
         // SAFETY: NCCL returned a live communicator that we now own.
-        let c = unsafe { Self::from_raw(raw) }?;
-        c.known_blocking();
-        Ok(c)
+        match unsafe { Self::from_raw(raw) } {
+            Ok(c) => {
+                c.known_blocking();
+                Ok(c)
+            }
+            Err(e) => {
+                if !raw.is_null() {
+                    // SAFETY: NCCL made it and no wrapper owns it (from_raw
+                    // leaves ownership with the caller on error).
+                    unsafe { abort_raw(raw) };
+                }
+                Err(with_rank(e, rank))
+            }
+        }
     }
 
     /// [`init_rank`](Self::init_rank) with a deadline: a *non-blocking*
