@@ -171,7 +171,12 @@ mod imp {
     /// What the crate relies on when a call fails inside an issued group
     /// for a reason NCCL did not see: a call NCCL refuses (a send on a null
     /// communicator, which touches nothing) makes `ncclGroupEnd` fail, and
-    /// NCCL then launches none of the group, and closes it.
+    /// NCCL then launches none of the group, and closes it. This tier holds
+    /// no communicator: NCCL makes none without a device, and a fake one
+    /// cannot be queued (NCCL reads its fields). The same group
+    /// with a valid broadcast on a live communicator queued before the
+    /// refused call, and its receive buffer checked untouched, is
+    /// `gpu::group_with_a_failing_call_launches_nothing` in `gpu_nccl_faults`.
     fn poisoned_group_launches_nothing() -> TestResult {
         let t = sys::load().map_err(|e| e.to_string())?;
         ensure!(!group_open()?, "a group was open before the test");

@@ -67,7 +67,9 @@ impl Communicator {
     /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
     /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
     /// when the stream or a buffer is on another device than the
-    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// communicator; [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// naming `stream` for [`Stream::per_thread`](crate::runtime::Stream::per_thread)
+    /// (see [`Communicator`]); [`Error::Timeout`](crate::Error::Timeout) when a
     /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
     /// (it is then aborted).
     #[doc(alias = "ncclAllReduce")]
@@ -89,7 +91,9 @@ impl Communicator {
     /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
     /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
     /// when the stream or a buffer is on another device than the
-    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// communicator; [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// naming `stream` for [`Stream::per_thread`](crate::runtime::Stream::per_thread)
+    /// (see [`Communicator`]); [`Error::Timeout`](crate::Error::Timeout) when a
     /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
     /// (it is then aborted).
     #[doc(alias = "ncclAllReduce")]
@@ -113,7 +117,9 @@ impl Communicator {
     /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
     /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
     /// when the stream or a buffer is on another device than the
-    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// communicator; [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// naming `stream` for [`Stream::per_thread`](crate::runtime::Stream::per_thread)
+    /// (see [`Communicator`]); [`Error::Timeout`](crate::Error::Timeout) when a
     /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
     /// (it is then aborted).
     #[doc(alias = "ncclBroadcast")]
@@ -136,7 +142,9 @@ impl Communicator {
     /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
     /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
     /// when the stream or a buffer is on another device than the
-    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// communicator; [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// naming `stream` for [`Stream::per_thread`](crate::runtime::Stream::per_thread)
+    /// (see [`Communicator`]); [`Error::Timeout`](crate::Error::Timeout) when a
     /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
     /// (it is then aborted).
     #[doc(alias = "ncclBcast")]
@@ -158,7 +166,9 @@ impl Communicator {
     /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
     /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
     /// when the stream or a buffer is on another device than the
-    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// communicator; [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// naming `stream` for [`Stream::per_thread`](crate::runtime::Stream::per_thread)
+    /// (see [`Communicator`]); [`Error::Timeout`](crate::Error::Timeout) when a
     /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
     /// (it is then aborted).
     #[doc(alias = "ncclReduce")]
@@ -181,7 +191,9 @@ impl Communicator {
     /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
     /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
     /// when the stream or a buffer is on another device than the
-    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// communicator; [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// naming `stream` for [`Stream::per_thread`](crate::runtime::Stream::per_thread)
+    /// (see [`Communicator`]); [`Error::Timeout`](crate::Error::Timeout) when a
     /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
     /// (it is then aborted).
     #[doc(alias = "ncclReduce")]
@@ -205,7 +217,9 @@ impl Communicator {
     /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
     /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
     /// when the stream or a buffer is on another device than the
-    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// communicator; [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// naming `stream` for [`Stream::per_thread`](crate::runtime::Stream::per_thread)
+    /// (see [`Communicator`]); [`Error::Timeout`](crate::Error::Timeout) when a
     /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
     /// (it is then aborted).
     #[doc(alias = "ncclAllGather")]
@@ -228,7 +242,9 @@ impl Communicator {
     /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
     /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
     /// when the stream or a buffer is on another device than the
-    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// communicator; [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// naming `stream` for [`Stream::per_thread`](crate::runtime::Stream::per_thread)
+    /// (see [`Communicator`]); [`Error::Timeout`](crate::Error::Timeout) when a
     /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
     /// (it is then aborted).
     #[doc(alias = "ncclAllGather")]
@@ -250,7 +266,9 @@ impl Communicator {
     /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
     /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
     /// when the stream or a buffer is on another device than the
-    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// communicator; [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// naming `stream` for [`Stream::per_thread`](crate::runtime::Stream::per_thread)
+    /// (see [`Communicator`]); [`Error::Timeout`](crate::Error::Timeout) when a
     /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
     /// (it is then aborted).
     #[doc(alias = "ncclReduceScatter")]
@@ -273,7 +291,9 @@ impl Communicator {
     /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
     /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
     /// when the stream or a buffer is on another device than the
-    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// communicator; [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// naming `stream` for [`Stream::per_thread`](crate::runtime::Stream::per_thread)
+    /// (see [`Communicator`]); [`Error::Timeout`](crate::Error::Timeout) when a
     /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
     /// (it is then aborted).
     #[doc(alias = "ncclReduceScatter")]
@@ -299,7 +319,9 @@ impl Communicator {
     /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
     /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
     /// when the stream or a buffer is on another device than the
-    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// communicator; [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// naming `stream` for [`Stream::per_thread`](crate::runtime::Stream::per_thread)
+    /// (see [`Communicator`]); [`Error::Timeout`](crate::Error::Timeout) when a
     /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
     /// (it is then aborted).
     #[doc(alias = "ncclSend")]
@@ -321,7 +343,9 @@ impl Communicator {
     /// Like every direct call: [`Error::InGroup`](crate::Error::InGroup)
     /// inside a [`group`](super::group); [`Error::DeviceMismatch`](crate::Error::DeviceMismatch)
     /// when the stream or a buffer is on another device than the
-    /// communicator; [`Error::Timeout`](crate::Error::Timeout) when a
+    /// communicator; [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// naming `stream` for [`Stream::per_thread`](crate::runtime::Stream::per_thread)
+    /// (see [`Communicator`]); [`Error::Timeout`](crate::Error::Timeout) when a
     /// non-blocking communicator passes its [`timeout`](Communicator::timeout)
     /// (it is then aborted).
     #[doc(alias = "ncclRecv")]

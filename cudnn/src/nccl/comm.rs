@@ -1,21 +1,19 @@
 //! Communicators: creation (with or without a deadline), queries, split,
-//! waits, abort and destruction.
+//! polling of non-blocking calls, abort and destruction (the watched wait
+//! is in `watch`).
 
 use std::cell::Cell;
 use std::ffi::{c_int, c_uint};
 use std::fmt;
 use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::time::Duration;
 
 use super::depth::{self, WHY_LIFECYCLE};
-use super::progress::{self, Backoff, DEFAULT_COMM_TIMEOUT, Deadline, Settled};
+use super::progress::{self, DEFAULT_COMM_TIMEOUT, Deadline, Settled};
 use super::{Ranks, UniqueId, api, nccl_call, sys, text};
 use crate::error::{Error, Result};
 use crate::runtime::{Device, Stream, check_args, check_device, check_stream_thread};
-
-/// How long [`Communicator::wait`] lets the stream drain after it aborted
-/// the communicator (NCCL's kernels quit when told to).
-const DRAIN: Duration = Duration::from_secs(10);
 
 /// One rank of an NCCL communicator, bound to one device (`ncclComm_t`).
 ///
@@ -32,9 +30,21 @@ const DRAIN: Duration = Duration::from_secs(10);
 /// *non-blocking*: NCCL answers `ncclInProgress` and finishes on its own
 /// threads (at the cost of a host thread per launch), and this type polls
 /// every such answer to completion within [`timeout`](Self::timeout),
-/// aborting the communicator when the deadline passes. One handed over
-/// with [`from_raw`](Self::from_raw) is recognised as non-blocking the
-/// first time NCCL answers `ncclInProgress`; its splits inherit its mode.
+/// aborting the communicator when the deadline passes. NCCL has no query
+/// for a communicator's configuration, so one handed over with
+/// [`from_raw`](Self::from_raw) is of unknown mode until NCCL answers
+/// `ncclInProgress` (then it is known to be non-blocking); meanwhile
+/// `Drop` treats it as blocking, and [`split`](Self::split) polls every
+/// answer, whatever it is. Splits inherit their parent's mode. A
+/// [`group`](super::group) refuses to mix communicators known to be
+/// blocking with ones known to be non-blocking (NCCL would run the whole
+/// group in the mode of the last one). `NCCL_COMM_BLOCKING` in the
+/// environment overrides the mode NCCL is asked for; this type does not
+/// read it.
+///
+/// **Streams.** NCCL calls refuse [`Stream::per_thread`]: a non-blocking
+/// group is launched from one of NCCL's threads, where that handle names
+/// another thread's queue. Use a created stream (or [`Stream::legacy`]).
 ///
 /// **Deadlines.** [`wait`](Self::wait) waits for a stream's work while
 /// watching NCCL's asynchronous errors, as PyTorch's watchdog does: on an
@@ -55,18 +65,41 @@ const DRAIN: Duration = Duration::from_secs(10);
 /// synchronize) and call [`destroy`](Self::destroy) or
 /// [`finalize`](Self::finalize), which report errors.
 ///
+/// **Splits sharing resources.** When a parent shares its resources with
+/// its splits (NCCL decides that from the *parent's* configuration:
+/// `splitShare = 1`, or `NCCL_COMM_SPLIT_SHARE_RESOURCES=1`; off by
+/// default, and a child's own configuration cannot turn it off), parent
+/// and children share one abort flag: aborting any of them (an explicit
+/// [`abort`](Self::abort), a [`wait`](Self::wait) that fails, or the
+/// `Drop` of a blocking one) stops the work of all of them. With sharing
+/// on, end a child with [`finalize`](Self::finalize) or
+/// [`destroy`](Self::destroy), not by dropping it.
+///
 /// `Send`, not `Sync`: NCCL does not allow one communicator to be used from
 /// several threads at the same time.
 pub struct Communicator {
     raw: NonNull<sys::ncclComm>,
     ranks: Ranks,
     device: usize,
-    /// Known to be non-blocking (made so, or NCCL answered ncclInProgress).
-    non_blocking: Cell<bool>,
+    /// Blocking, non-blocking, or not known (from `from_raw`).
+    mode: Cell<Mode>,
     /// Aborted: `raw` is gone.
     aborted: Cell<bool>,
     /// The deadline of this communicator's own polling.
     timeout: Duration,
+}
+
+/// Whether NCCL answers a communicator's calls at once or `ncclInProgress`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Made blocking by this crate (`init_rank`, `init_all`, their splits).
+    Blocking,
+    /// Made non-blocking (`init_rank_timeout`, its splits), or NCCL
+    /// answered `ncclInProgress`.
+    NonBlocking,
+    /// Handed over with `from_raw` and not seen in progress yet: NCCL has
+    /// no query for a communicator's configuration.
+    Unknown,
 }
 
 // SAFETY: a communicator may be used from any host thread, one at a time
@@ -83,7 +116,7 @@ impl fmt::Debug for Communicator {
             .field("rank", &self.ranks.rank())
             .field("size", &self.ranks.size())
             .field("device", &self.device)
-            .field("non_blocking", &self.non_blocking.get())
+            .field("mode", &self.mode.get())
             .field("aborted", &self.aborted.get())
             .field("timeout", &self.timeout)
             .finish()
@@ -124,7 +157,7 @@ pub(crate) fn config(blocking: bool) -> sys::ncclConfig_t {
 }
 
 /// The error of an NCCL result that is not `ncclSuccess`.
-fn nccl_error(call: &'static str, code: sys::ncclResult_t) -> Error {
+pub(super) fn nccl_error(call: &'static str, code: sys::ncclResult_t) -> Error {
     match super::check_result(call, code) {
         Err(e) => e,
         Ok(()) => Error::invalid("NCCL result", "an error was expected", "ncclSuccess"),
@@ -171,7 +204,20 @@ impl Communicator {
         }
         .map_err(|e| with_rank(e, rank))?;
         // SAFETY: NCCL returned a live communicator that we now own.
-        unsafe { Self::from_raw(raw) }
+        match unsafe { Self::from_raw(raw) } {
+            Ok(c) => {
+                c.known_blocking();
+                Ok(c)
+            }
+            Err(e) => {
+                if !raw.is_null() {
+                    // SAFETY: NCCL made it and no wrapper owns it (from_raw
+                    // leaves ownership with the caller on error).
+                    unsafe { abort_raw(raw) };
+                }
+                Err(with_rank(e, rank))
+            }
+        }
     }
 
     /// [`init_rank`](Self::init_rank) with a deadline: a *non-blocking*
@@ -275,7 +321,7 @@ impl Communicator {
                 return Err(with_rank(e, rank));
             }
         };
-        c.non_blocking.set(true);
+        c.mode.set(Mode::NonBlocking);
         c.timeout = timeout;
         Ok(c)
     }
@@ -320,7 +366,10 @@ impl Communicator {
         while let Some(raw) = rest.next() {
             // SAFETY: each is a live communicator NCCL made for us.
             match unsafe { Self::from_raw(raw) } {
-                Ok(c) => out.push(c),
+                Ok(c) => {
+                    c.known_blocking();
+                    out.push(c);
+                }
                 Err(e) => {
                     // Those already wrapped are destroyed by their Drop; the
                     // others (this one included) here.
@@ -344,6 +393,7 @@ impl Communicator {
     /// size and device are read from NCCL. A non-blocking communicator
     /// still initialising (`ncclInProgress`) is polled until it is ready,
     /// for at most [`DEFAULT_COMM_TIMEOUT`](super::DEFAULT_COMM_TIMEOUT).
+    /// Its blocking mode is not known (see the type's docs).
     ///
     /// # Safety
     /// `raw` must be a live communicator that nothing else destroys or uses
@@ -351,20 +401,33 @@ impl Communicator {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a null pointer, [`Error::Nccl`] when
-    /// NCCL cannot say its state, rank, size or device, [`Error::Timeout`]
-    /// when it does not become ready in time. On error the caller still
-    /// owns `raw`.
+    /// NCCL reports an error for it (its initialisation failed, or queued
+    /// work did) or cannot say its state, rank, size or device,
+    /// [`Error::Timeout`] when it does not become ready in time. On error
+    /// the caller still owns `raw` (and should abort it).
     pub unsafe fn from_raw(raw: sys::ncclComm_t) -> Result<Self> {
         let nn =
             NonNull::new(raw).ok_or_else(|| Error::invalid("raw", "must not be null", "null"))?;
         // SAFETY: `raw` is live (caller).
         let st = unsafe { progress::state(raw) }?;
+        if st != sys::ncclResult_t::ncclSuccess && st != sys::ncclResult_t::ncclInProgress {
+            return Err(nccl_error("ncclCommGetAsyncError", st).with_context(
+                "the communicator handed to from_raw is in error (not aborted: the caller \
+                 still owns it)",
+            ));
+        }
         let non_blocking = st == sys::ncclResult_t::ncclInProgress;
         if non_blocking {
             let deadline = Deadline::after(DEFAULT_COMM_TIMEOUT);
             // SAFETY: as above.
             match unsafe { progress::settle(raw, &deadline) }? {
-                Settled::Ready | Settled::Failed(_) => {}
+                Settled::Ready => {}
+                Settled::Failed(code) => {
+                    return Err(nccl_error("ncclCommGetAsyncError", code).with_context(
+                        "a non-blocking communicator handed to from_raw failed to initialise \
+                         (not aborted: the caller still owns it)",
+                    ));
+                }
                 Settled::TimedOut => {
                     return Err(Error::Timeout {
                         what: "a non-blocking communicator handed to from_raw to finish \
@@ -378,7 +441,9 @@ impl Communicator {
         }
         // SAFETY: as above.
         let c = unsafe { Self::wrap(nn) }?;
-        c.non_blocking.set(non_blocking);
+        if non_blocking {
+            c.mode.set(Mode::NonBlocking);
+        }
         Ok(c)
     }
 
@@ -405,10 +470,16 @@ impl Communicator {
             raw,
             ranks,
             device,
-            non_blocking: Cell::new(false),
+            mode: Cell::new(Mode::Unknown),
             aborted: Cell::new(false),
             timeout: DEFAULT_COMM_TIMEOUT,
         })
+    }
+
+    /// Set the known mode (tests of the recording).
+    #[cfg(test)]
+    pub(crate) fn set_mode(&self, mode: Mode) {
+        self.mode.set(mode);
     }
 
     /// A communicator no NCCL call may see (tests of the recording).
@@ -418,7 +489,7 @@ impl Communicator {
             raw,
             ranks: Ranks::new(0, 1).unwrap_or_else(|_| unreachable!()),
             device: 0,
-            non_blocking: Cell::new(false),
+            mode: Cell::new(Mode::Unknown),
             aborted: Cell::new(false),
             timeout: DEFAULT_COMM_TIMEOUT,
         }
@@ -489,7 +560,7 @@ impl Communicator {
     /// [`init_rank_timeout`](Self::init_rank_timeout), split from one, or
     /// NCCL answered `ncclInProgress`).
     pub fn is_non_blocking(&self) -> bool {
-        self.non_blocking.get()
+        self.mode.get() == Mode::NonBlocking
     }
 
     /// Whether this communicator was aborted (by [`wait`](Self::wait), or
@@ -511,12 +582,25 @@ impl Communicator {
         self.timeout = timeout;
     }
 
+    /// How NCCL answers this communicator's calls, as far as known.
+    pub(crate) fn mode(&self) -> Mode {
+        self.mode.get()
+    }
+
+    /// Made by a blocking call: blocking, unless NCCL was seen answering
+    /// `ncclInProgress` (`NCCL_COMM_BLOCKING=0` overrides the default).
+    fn known_blocking(&self) {
+        if self.mode.get() == Mode::Unknown {
+            self.mode.set(Mode::Blocking);
+        }
+    }
+
     pub(crate) fn mark_non_blocking(&self) {
-        self.non_blocking.set(true);
+        self.mode.set(Mode::NonBlocking);
     }
 
     /// Abort now (once); later calls are refused.
-    fn abort_now(&self) {
+    pub(super) fn abort_now(&self) {
         if !self.aborted.replace(true) {
             // SAFETY: live and owned; from here on `aborted` keeps every
             // path from using `raw` again.
@@ -526,8 +610,8 @@ impl Communicator {
 
     /// The result `r` of `call`: `ncclInProgress` (a non-blocking
     /// communicator) is polled until NCCL is done, within
-    /// [`timeout`](Self::timeout); an asynchronous failure or the deadline
-    /// aborts the communicator.
+    /// [`timeout`](Self::timeout); an asynchronous failure, the deadline, or
+    /// a poll that fails aborts the communicator.
     pub(crate) fn finish(&self, call: &'static str, r: sys::ncclResult_t) -> Result<()> {
         if r == sys::ncclResult_t::ncclSuccess {
             return Ok(());
@@ -536,10 +620,30 @@ impl Communicator {
             return Err(self.annotate(nccl_error(call, r)));
         }
         self.mark_non_blocking();
+        self.poll(call)
+    }
+
+    /// Poll until NCCL's last operation on this communicator is done
+    /// (`ncclCommGetAsyncError` no longer `ncclInProgress`; a blocking
+    /// communicator answers at once), within [`timeout`](Self::timeout).
+    /// On an asynchronous failure, at the deadline, or when the poll itself
+    /// fails, the communicator is aborted (joining NCCL's threads, so
+    /// nothing of the operation runs on afterwards) and the error returned.
+    pub(crate) fn poll(&self, call: &'static str) -> Result<()> {
         let raw = self.live()?;
         let deadline = Deadline::after(self.timeout);
         // SAFETY: `raw` is live.
-        match unsafe { progress::settle(raw, &deadline) }.map_err(|e| self.annotate(e))? {
+        let settled = match unsafe { progress::settle(raw, &deadline) } {
+            Ok(s) => s,
+            Err(e) => {
+                let e = self.annotate(e);
+                self.abort_now();
+                return Err(e.with_context(format!(
+                    "polling {call} failed; the communicator was aborted"
+                )));
+            }
+        };
+        match settled {
             Settled::Ready => Ok(()),
             Settled::Failed(code) => {
                 let e = self.annotate(nccl_error(call, code));
@@ -566,12 +670,25 @@ impl Communicator {
         Device::from_runtime(c_int::try_from(self.device).unwrap_or(c_int::MAX))
     }
 
-    /// The stream of a call must be on this communicator's device, and
-    /// usable from this thread (not another thread's per-thread stream).
+    /// The stream of a call must be a real stream or the legacy default
+    /// stream (not a per-thread default stream: a non-blocking group is
+    /// launched from NCCL's own thread, where `cudaStreamPerThread` names
+    /// that thread's queue), usable from this thread, and on this
+    /// communicator's device.
     ///
     /// # Errors
-    /// [`Error::DeviceMismatch`], [`Error::WrongThread`].
+    /// [`Error::InvalidArgument`] naming `stream` for a per-thread default
+    /// stream; [`Error::WrongThread`]; [`Error::DeviceMismatch`].
     pub(crate) fn check_stream(&self, stream: &Stream) -> Result<()> {
+        if stream.thread().is_some() {
+            return Err(Error::invalid(
+                "stream",
+                "must not be a per-thread default stream (Stream::per_thread) in an NCCL call: \
+                 NCCL may launch the work from its own thread (non-blocking communicators), \
+                 where that handle names another queue; use a created stream",
+                format!("{stream:?}"),
+            ));
+        }
         check_stream_thread("the stream of an NCCL call", stream)?;
         check_device(
             || format!("the stream of an NCCL call on rank {}", self.rank()),
@@ -588,127 +705,26 @@ impl Communicator {
         check_args(op, self.runtime_device(), args)
     }
 
-    /// An error NCCL met while running work queued earlier (a peer died, a
-    /// network failed), or `None` (`ncclCommGetAsyncError`). After an
-    /// error, the communicator can only be [aborted](Self::abort).
-    /// `ncclInProgress` (a non-blocking communicator still working) is not
-    /// an error: `None`.
-    ///
-    /// # Errors
-    /// [`Error::Nccl`] when the query itself fails; [`Error::InvalidArgument`]
-    /// once the communicator was aborted.
-    #[doc(alias = "ncclCommGetAsyncError")]
-    pub fn async_error(&self) -> Result<Option<Error>> {
-        let raw = self.live()?;
-        // SAFETY: the communicator is live.
-        let st = unsafe { progress::state(raw) }.map_err(|e| self.annotate(e))?;
-        if st == sys::ncclResult_t::ncclSuccess || st == sys::ncclResult_t::ncclInProgress {
-            return Ok(None);
-        }
-        Ok(Some(
-            self.annotate(nccl_error("ncclCommGetAsyncError", st))
-                .with_context("asynchronous error of queued work"),
-        ))
-    }
-
-    /// Wait until the work queued on `stream` has finished, watching this
-    /// communicator: it polls `cudaStreamQuery` and `ncclCommGetAsyncError`
-    /// (as PyTorch's watchdog does), and when NCCL reports an error or
-    /// `timeout` passes first, it aborts the communicator (`ncclCommAbort`:
-    /// NCCL's kernels quit, so the stream drains; this waits up to 10 s
-    /// more for that) and returns the error. A dead peer thus yields an
-    /// error instead of a hang. Call it after the collectives (outside a
-    /// [`group`](super::group)) where a stream synchronize would go.
-    ///
-    /// # Errors
-    /// [`Error::Timeout`] at the deadline; [`Error::Nccl`] for NCCL's
-    /// asynchronous error; [`Error::Cuda`] when the stream reports a fault
-    /// (the communicator is aborted in all three cases);
-    /// [`Error::InGroup`] inside a group; [`Error::InvalidArgument`] when
-    /// the communicator was aborted already.
-    #[doc(alias = "ncclCommGetAsyncError")]
-    #[doc(alias = "cudaStreamQuery")]
-    pub fn wait(&self, stream: &Stream, timeout: Duration) -> Result<()> {
-        depth::refuse(
-            "Communicator::wait",
-            "the group's calls are launched only when its closure returns; wait after it",
-        )?;
-        let raw = self.live()?;
-        self.check_stream(stream)?;
-        let deadline = Deadline::after(timeout);
-        let mut backoff = Backoff::new();
-        loop {
-            // SAFETY: `raw` is live (nothing aborts it but this loop).
-            let st = unsafe { progress::state(raw) }.map_err(|e| self.annotate(e))?;
-            if st != sys::ncclResult_t::ncclSuccess && st != sys::ncclResult_t::ncclInProgress {
-                let e = self.annotate(nccl_error("ncclCommGetAsyncError", st));
-                let note = self.abort_and_drain(stream);
-                return Err(e.with_context(format!(
-                    "asynchronous error while waiting for the stream; the communicator was aborted{note}"
-                )));
-            }
-            match stream.query() {
-                Ok(true) => return Ok(()),
-                Ok(false) => {}
-                Err(e) => {
-                    let note = self.abort_and_drain(stream);
-                    return Err(e.with_context(format!(
-                        "while waiting for NCCL's work; the communicator was aborted{note}"
-                    )));
-                }
-            }
-            if deadline.passed() {
-                let waited = deadline.waited();
-                let note = self.abort_and_drain(stream);
-                return Err(Error::Timeout {
-                    what: format!(
-                        "the work queued on the stream (communicator of {} ranks); \
-                         the communicator was aborted{note}",
-                        self.size()
-                    ),
-                    waited,
-                    rank: u32::try_from(self.rank()).ok(),
-                });
-            }
-            backoff.sleep(&deadline);
-        }
-    }
-
-    /// Abort, then give the stream up to [`DRAIN`] to finish; a note for the
-    /// error when it did not.
-    fn abort_and_drain(&self, stream: &Stream) -> String {
-        self.abort_now();
-        let deadline = Deadline::after(DRAIN);
-        let mut backoff = Backoff::new();
-        loop {
-            match stream.query() {
-                Ok(true) => return String::new(),
-                Ok(false) if !deadline.passed() => backoff.sleep(&deadline),
-                Ok(false) => {
-                    return format!(
-                        "; the stream had not drained {DRAIN:?} after the abort \
-                         (its buffers may still be in use)"
-                    );
-                }
-                Err(e) => return format!("; the stream reports: {e}"),
-            }
-        }
-    }
-
     /// Split into sub-communicators (`ncclCommSplit`). Every rank calls it;
     /// ranks passing the same `color` end up together, ordered by `key`
     /// (then by their old rank). `color: None` takes no part and gets
     /// `None` back. The new communicator inherits this one's configuration
     /// (a split of a non-blocking communicator is non-blocking, polled
-    /// within [`timeout`](Self::timeout), which it inherits too).
+    /// within [`timeout`](Self::timeout), which it inherits too; so are its
+    /// resource sharing and abort flag: see the type's docs). Whatever
+    /// NCCL answers, this communicator is polled until NCCL is done before
+    /// the new one is read (a non-blocking split answers `ncclSuccess` and
+    /// finishes on NCCL's thread).
     ///
     /// # Errors
     /// [`Error::InGroup`] inside a [`group`](super::group) (NCCL would
     /// defer the split and write the new communicator later);
     /// [`Error::InvalidArgument`] when `color` does not fit a non-negative
     /// C int; [`Error::Nccl`] when NCCL fails; [`Error::Timeout`] when a
-    /// non-blocking split passes the deadline (this communicator is then
-    /// aborted).
+    /// non-blocking split passes the deadline. This communicator is aborted
+    /// when the split fails asynchronously or passes the deadline; a
+    /// communicator NCCL may still be making is then leaked, never freed
+    /// while NCCL could write it.
     #[doc(alias = "ncclCommSplit")]
     pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Self>> {
         depth::refuse("Communicator::split", WHY_LIFECYCLE)?;
@@ -719,26 +735,47 @@ impl Communicator {
         };
         let raw = self.live()?;
         let api = api()?;
-        // On the heap: a non-blocking split writes the new communicator
-        // from NCCL's thread, after this call returns.
-        let mut new: Box<sys::ncclComm_t> = Box::new(ptr::null_mut());
+        // On the heap, and read atomically: with a non-blocking parent,
+        // ncclCommSplit returns ncclSuccess after writing null here, and
+        // NCCL's own thread stores the new communicator later (an atomic
+        // release store, before the parent's state leaves ncclInProgress).
+        // Until the parent is seen ready this slot is never read nor freed.
+        let new: Box<AtomicPtr<sys::ncclComm>> = Box::new(AtomicPtr::new(ptr::null_mut()));
         // SAFETY: the communicator is live; `new` is a valid out-pointer
-        // that stays valid until NCCL is done with it (below); a null
-        // config asks for the parent's configuration.
-        let r = unsafe { api.ncclCommSplit(raw, color, key, &mut *new, ptr::null_mut()) }?;
-        if r == sys::ncclResult_t::ncclInProgress {
-            if let Err(e) = self.finish("ncclCommSplit", r) {
-                // `finish` aborted this communicator (joining NCCL's
-                // thread) or could not tell; either way `new` is leaked,
-                // never read or freed, so no late write can land in freed
-                // memory.
-                std::mem::forget(new);
-                return Err(e);
-            }
-        } else if r != sys::ncclResult_t::ncclSuccess {
-            return Err(self.annotate(nccl_error("ncclCommSplit", r)));
+        // that stays valid until NCCL is done with it (it is leaked on
+        // every path where that is not known); a null config asks for the
+        // parent's configuration.
+        let r = unsafe { api.ncclCommSplit(raw, color, key, new.as_ptr(), ptr::null_mut()) }?;
+        // Whatever the answer, NCCL may still be working: a non-blocking
+        // parent (known as such or not: one from `from_raw` may be) is
+        // in progress now. A blocking parent reads ready at once.
+        // SAFETY: `raw` is live.
+        if let Ok(sys::ncclResult_t::ncclInProgress) = unsafe { progress::state(raw) } {
+            self.mark_non_blocking();
         }
-        let new = *new;
+        if r == sys::ncclResult_t::ncclInProgress {
+            self.mark_non_blocking();
+        }
+        let polled = self.poll("ncclCommSplit");
+        let refused = r != sys::ncclResult_t::ncclSuccess && r != sys::ncclResult_t::ncclInProgress;
+        let failed = match polled {
+            Ok(()) if !refused => None,
+            Ok(()) => Some(self.annotate(nccl_error("ncclCommSplit", r))),
+            Err(p) if refused => Some(
+                self.annotate(nccl_error("ncclCommSplit", r))
+                    .with_context(format!("then: {p}")),
+            ),
+            Err(p) => Some(p),
+        };
+        if let Some(e) = failed {
+            // Not known to be done with `new` (or failed): leak it, never
+            // read nor freed, so no late write can land in freed memory;
+            // a communicator NCCL may have made is leaked with it.
+            std::mem::forget(new);
+            return Err(e);
+        }
+        // The parent is ready: NCCL's store (if any) happened before.
+        let new = new.load(Ordering::Acquire);
         if new.is_null() {
             return Ok(None);
         }
@@ -751,8 +788,10 @@ impl Communicator {
                 return Err(self.annotate(e));
             }
         };
-        if self.non_blocking.get() {
-            child.non_blocking.set(true);
+        // The child inherits the parent's configuration, blocking mode
+        // included (unless NCCL_COMM_BLOCKING overrides both).
+        if child.mode.get() == Mode::Unknown {
+            child.mode.set(self.mode.get());
         }
         child.timeout = self.timeout;
         Ok(Some(child))
@@ -905,7 +944,7 @@ impl Drop for Communicator {
         // A non-blocking communicator is flushed within its deadline; a
         // blocking one, or one with an error, is aborted (see the type's
         // docs). Statuses are ignored: Drop must not fail.
-        let graceful = healthy && self.non_blocking.get() && {
+        let graceful = healthy && self.mode.get() == Mode::NonBlocking && {
             let deadline = Deadline::after(self.timeout);
             // SAFETY: live and owned; the polls bound the wait.
             unsafe {

@@ -55,6 +55,7 @@ mod record;
 #[cfg(test)]
 mod tests;
 mod validate;
+mod watch;
 
 pub use comm::Communicator;
 pub use group::{Group, group};

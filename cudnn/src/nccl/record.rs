@@ -4,7 +4,7 @@
 
 use std::ptr;
 
-use super::comm::Communicator;
+use super::comm::{Communicator, Mode};
 use super::op::{Call, Op};
 use super::{api, nccl_call, sys};
 use crate::error::{Error, Result};
@@ -45,25 +45,31 @@ pub(crate) trait Exec {
 /// called. When a call fails the group is still ended, and NCCL launches
 /// none of it (it launches nothing after an error of a call inside a
 /// group; a failure it did not see poisons the group first); that call's
-/// error is returned.
+/// error is returned. When `ncclGroupEnd` itself fails (or a non-blocking
+/// group fails while launching), NCCL may have launched part of the group
+/// (it launches communicator by communicator), and the error says so.
 pub(crate) fn issue_all(exec: &mut dyn Exec, calls: &[Recorded<'_>]) -> Result<()> {
     let live: Vec<&Recorded<'_>> = calls.iter().filter(|r| r.call.count() > 0).collect();
     if live.is_empty() {
         return Ok(());
     }
     check_self_pairs(&live)?;
+    check_modes(&live)?;
     exec.ready(&live)?;
     exec.start()?;
     let mut failed = None;
     for (i, rec) in live.iter().enumerate() {
         if let Err(e) = exec.issue(rec) {
             exec.poison();
-            failed = Some(e.with_context(format!(
-                "call {} of {} in the group ({}); NCCL launched none of the group",
-                i + 1,
-                live.len(),
-                rec.call.describe()
-            )));
+            failed = Some(add_note(
+                e,
+                &format!(
+                    "call {} of {} in the group ({}); NCCL launched none of the group",
+                    i + 1,
+                    live.len(),
+                    rec.call.describe()
+                ),
+            ));
             break;
         }
     }
@@ -71,8 +77,66 @@ pub(crate) fn issue_all(exec: &mut dyn Exec, calls: &[Recorded<'_>]) -> Result<(
     if let Some(e) = failed {
         return Err(e);
     }
-    if end? {
-        exec.settle(&live)?;
+    let partial = |e: Error| {
+        add_note(
+            e,
+            &format!(
+                "the group of {} call(s) failed after NCCL had accepted every call; NCCL launches \
+             a group communicator by communicator, kernel by kernel, so part of it may have \
+             been launched: wait for (or abort) its communicators before reusing its buffers",
+                live.len()
+            ),
+        )
+    };
+    if end.map_err(partial)? {
+        exec.settle(&live).map_err(partial)?;
+    }
+    Ok(())
+}
+
+/// Append `note` to an error's context (or, for a timeout, to what was
+/// waited for), keeping what it said already; other kinds are returned as
+/// they are.
+pub(crate) fn add_note(mut e: Error, note: &str) -> Error {
+    match &mut e {
+        Error::Nccl { context, .. } | Error::Cuda { context, .. } => {
+            *context = Some(match context.take() {
+                Some(c) => format!("{c}; {note}"),
+                None => note.to_string(),
+            });
+        }
+        Error::Timeout { what, .. } => {
+            what.push_str("; ");
+            what.push_str(note);
+        }
+        _ => {}
+    }
+    e
+}
+
+/// A group may not mix blocking and non-blocking communicators: NCCL
+/// refuses that only for communicator creation and destruction; for
+/// collectives it runs the whole group in the mode of the last
+/// communicator joined, and a blocking one launched by a non-blocking group
+/// is left `ncclInProgress` for good. Communicators whose mode is not known
+/// (from `from_raw`, not seen in progress) pass.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming the two calls.
+pub(crate) fn check_modes(calls: &[&Recorded<'_>]) -> Result<()> {
+    let first = |m: Mode| calls.iter().position(|r| r.comm.mode() == m);
+    if let (Some(b), Some(n)) = (first(Mode::Blocking), first(Mode::NonBlocking)) {
+        return Err(Error::invalid(
+            "group",
+            "must not mix blocking and non-blocking communicators (NCCL would run the \
+             group in one mode and leave the other communicators unusable); use one group \
+             per kind",
+            format!(
+                "call {} on a blocking communicator, call {} on a non-blocking one",
+                b + 1,
+                n + 1
+            ),
+        ));
     }
     Ok(())
 }

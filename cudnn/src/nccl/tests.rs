@@ -6,7 +6,7 @@ use std::cell::Cell;
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 
-use super::comm::Communicator;
+use super::comm::{Communicator, Mode};
 use super::group::run;
 use super::op::{Call, Op, ReduceOp};
 use super::record::{Exec, Recorded};
@@ -23,6 +23,10 @@ struct Counting {
     poisoned: Cell<bool>,
     /// `end` answers ncclInProgress (non-blocking communicators).
     in_progress: bool,
+    /// `end` fails (as ncclGroupEnd failing while it launches).
+    end_fails: bool,
+    /// `settle` fails (a non-blocking group failing while it launches).
+    settle_fails: bool,
 }
 
 impl Exec for Counting {
@@ -49,10 +53,28 @@ impl Exec for Counting {
     }
     fn end(&mut self) -> Result<bool> {
         self.log.push("end".into());
+        if self.end_fails {
+            return Err(Error::Nccl {
+                call: "ncclGroupEnd",
+                code: 1,
+                name: "ncclUnhandledCudaError",
+                text: "unhandled cuda error".into(),
+                last_error: None,
+                rank: Some(0),
+                context: None,
+            });
+        }
         Ok(self.in_progress)
     }
     fn settle(&mut self, _calls: &[&Recorded<'_>]) -> Result<()> {
         self.log.push("settle".into());
+        if self.settle_fails {
+            return Err(Error::Timeout {
+                what: "ncclGroupEnd on a non-blocking communicator to finish".into(),
+                waited: std::time::Duration::from_secs(1),
+                rank: Some(0),
+            });
+        }
         Ok(())
     }
 }
@@ -397,4 +419,174 @@ fn unit_self_sends_and_recvs_must_pair_by_bytes() {
             );
         }
     }
+}
+
+/// A failure of the group's end (or of a non-blocking group while it
+/// launches) comes after NCCL accepted every call: the error says that part
+/// of the group may have been launched, not that none was.
+#[test]
+fn unit_a_failing_group_end_says_part_may_have_launched() {
+    let comm = fake_comm();
+    let stream = Stream::legacy();
+    for (end_fails, settle_fails) in [(true, false), (false, true)] {
+        let mut exec = Counting {
+            in_progress: settle_fails,
+            end_fails,
+            settle_fails,
+            ..Counting::default()
+        };
+        let e = run(&mut exec, |g| {
+            g.push(Recorded {
+                comm: &comm,
+                stream: &stream,
+                call: call(2),
+            });
+            Ok(())
+        })
+        .unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("may have been launched"), "{text}");
+        assert!(!text.contains("launched none"), "{text}");
+    }
+    // A call refused inside the group is not reported as a partial launch.
+    let mut exec = Counting {
+        fail_at: Some(1),
+        ..Counting::default()
+    };
+    let e = run(&mut exec, |g| {
+        g.push(Recorded {
+            comm: &comm,
+            stream: &stream,
+            call: call(2),
+        });
+        Ok(())
+    })
+    .unwrap_err();
+    assert!(!e.to_string().contains("may have been launched"), "{e}");
+}
+
+/// Communicators known to be blocking and known to be non-blocking are not
+/// mixed in one group (NCCL would run it in the last one's mode and leave
+/// the others in progress): refused before NCCL is called. A communicator
+/// of unknown mode mixes with either.
+#[test]
+fn unit_groups_do_not_mix_blocking_and_non_blocking() {
+    let (a, b, u) = (fake_comm(), fake_comm(), fake_comm());
+    a.set_mode(Mode::Blocking);
+    b.set_mode(Mode::NonBlocking);
+    let stream = Stream::legacy();
+    let rec = |c: &'static str| -> Vec<&Communicator> {
+        c.chars()
+            .map(|k| match k {
+                'a' => &*a,
+                'b' => &*b,
+                _ => &*u,
+            })
+            .collect()
+    };
+    for (pattern, accepted) in [
+        ("ab", false),
+        ("ba", false),
+        ("aub", false),
+        ("uuab", false),
+        ("aa", true),
+        ("bb", true),
+        ("au", true),
+        ("ub", true),
+        ("uu", true),
+    ] {
+        let mut exec = Counting::default();
+        let r = run(&mut exec, |g| {
+            for c in rec(pattern) {
+                g.push(Recorded {
+                    comm: c,
+                    stream: &stream,
+                    call: call(3),
+                });
+            }
+            Ok(())
+        });
+        assert_eq!(r.is_ok(), accepted, "{pattern}: {r:?}");
+        if !accepted {
+            assert!(
+                matches!(&r, Err(Error::InvalidArgument { arg, .. }) if arg == "group"),
+                "{pattern}: {r:?}"
+            );
+            assert!(
+                exec.log.is_empty(),
+                "{pattern}: NCCL was called: {:?}",
+                exec.log
+            );
+        }
+    }
+}
+
+/// A per-thread default stream is refused for NCCL calls, naming
+/// `stream`, even on the thread it belongs to (a non-blocking group is
+/// launched from NCCL's thread); the check needs no device.
+#[test]
+fn unit_per_thread_streams_are_refused_for_nccl() {
+    let comm = fake_comm();
+    let e = comm.check_stream(&Stream::per_thread()).unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidArgument { arg, .. } if arg == "stream"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("per-thread"), "{e}");
+    // The legacy stream is not refused for being per-thread (whatever its
+    // device check says without a device).
+    if let Err(e) = comm.check_stream(&Stream::legacy()) {
+        assert!(!e.to_string().contains("per-thread"), "{e}");
+    }
+}
+
+/// Random sequences of calls on communicators of the three modes (and of
+/// zero elements, which are not issued): a group is refused, before NCCL is
+/// called, exactly when a blocking and a non-blocking communicator both
+/// have a call that would be issued; otherwise every such call is issued.
+#[test]
+fn unit_property_group_modes() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let comms = [fake_comm(), fake_comm(), fake_comm()];
+    comms[0].set_mode(Mode::Blocking);
+    comms[1].set_mode(Mode::NonBlocking);
+    let stream = Stream::legacy();
+    let mut runner = TestRunner::new(Config {
+        cases: 2000,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(
+            &proptest::collection::vec((0usize..3, 0usize..3), 0..12),
+            |calls| {
+                let mut exec = Counting::default();
+                let r = run(&mut exec, |g| {
+                    for &(c, n) in &calls {
+                        g.push(Recorded {
+                            comm: &comms[c],
+                            stream: &stream,
+                            call: call(n),
+                        });
+                    }
+                    Ok(())
+                });
+                let live = |m: usize| calls.iter().any(|&(c, n)| c == m && n > 0);
+                let issued = calls.iter().filter(|&&(_, n)| n > 0).count();
+                if live(0) && live(1) {
+                    prop_assert!(
+                        matches!(&r, Err(Error::InvalidArgument { arg, .. }) if arg == "group"),
+                        "{:?}",
+                        r
+                    );
+                    prop_assert!(exec.log.is_empty(), "{:?}", exec.log);
+                } else {
+                    prop_assert!(r.is_ok(), "{:?}", r);
+                    prop_assert_eq!(exec.issued, issued);
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
 }
