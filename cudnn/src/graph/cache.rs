@@ -139,9 +139,9 @@ impl PlanCache {
         l.evicted.remove(&key);
         l.entries.push_back((key, plan));
         while l.entries.len() > self.capacity {
-            // Among the least recently used quarter (at least one), evict the
+            // Among the least recently used half (at least two), evict the
             // oldest plan that is cheap to rebuild, else the oldest.
-            let window = (l.entries.len() / 4).max(1);
+            let window = (l.entries.len() / 2).max(2);
             let victim = l
                 .entries
                 .iter()

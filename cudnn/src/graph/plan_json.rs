@@ -1073,10 +1073,13 @@ fn agree(tensors: &HashMap<i64, JsonTensor>, io: &IoSignature) -> Result<()> {
         if dtype != Some(t.spec.dtype()) {
             return Err(field_err(t.uid, "dataType", t.spec.dtype(), j.dtype));
         }
-        if j.dims != t.spec.dims() {
-            return Err(field_err(t.uid, "dim", fmt(t.spec.dims()), fmt(&j.dims)));
-        }
-        if j.strides != t.spec.strides() {
+        // The same dims and strides, or the same (dim, stride) pairs in
+        // another order: a transposed view of the same memory (the composite
+        // attention backward hands cuDNN K as [B, H, D, S]).
+        if !same_view(&j.dims, &j.strides, t.spec.dims(), t.spec.strides()) {
+            if j.dims.len() != t.spec.dims().len() || sorted(&j.dims) != sorted(t.spec.dims()) {
+                return Err(field_err(t.uid, "dim", fmt(t.spec.dims()), fmt(&j.dims)));
+            }
             return Err(field_err(
                 t.uid,
                 "stride",
@@ -1147,6 +1150,25 @@ fn span_bytes(j: &JsonTensor) -> Option<usize> {
     }
     let size = dtype_of(j.dtype)?.size();
     usize::try_from(span).ok()?.checked_mul(size)
+}
+
+fn sorted(v: &[i64]) -> Vec<i64> {
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    v
+}
+
+/// The same tensor, or a permutation of its axes (same memory, same span).
+fn same_view(dims: &[i64], strides: &[i64], want_dims: &[i64], want_strides: &[i64]) -> bool {
+    if dims == want_dims && strides == want_strides {
+        return true;
+    }
+    let pairs = |d: &[i64], s: &[i64]| {
+        let mut p: Vec<(i64, i64)> = d.iter().copied().zip(s.iter().copied()).collect();
+        p.sort_unstable();
+        p
+    };
+    dims.len() == want_dims.len() && pairs(dims, strides) == pairs(want_dims, want_strides)
 }
 
 fn fmt(v: &[i64]) -> String {
