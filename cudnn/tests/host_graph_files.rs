@@ -80,26 +80,13 @@ fn conv_plan() -> cudnn::Result<Plan> {
     Ok(Plan::build(&conv(8)?.build()?, &h200()?, &Policy::default())?.0)
 }
 
-/// Child: finalize a plan JSON (read from the file named) straight through
-/// the backend API, as cuDNN would see it without the crate's check.
+/// Child: finalize a plan JSON (read from the file named) through cuDNN's
+/// C API, as cuDNN would see it without the crate's checks.
 fn child_raw_finalize(path: &str) -> i32 {
-    let r = (|| -> cudnn::Result<()> {
-        let json =
-            std::fs::read_to_string(path).map_err(|e| Error::invalid("path", "readable", e))?;
-        let _ = cudnn::graph::driver::ensure()?;
-        let mut props = Descriptor::<kind::DeviceProp>::new()?;
-        let mut pj = DeviceSpec::h200().to_json().into_bytes();
-        pj.push(0);
-        props.set(attr::DEVICEPROP_JSON_REPRESENTATION, &pj)?;
-        props.finalize()?;
-        let mut p = Descriptor::<kind::ExecutionPlan>::new()?;
-        p.set_descriptors(attr::EXECUTION_PLAN_DEVICEPROP, &[&props])?;
-        let mut bytes = json.into_bytes();
-        bytes.push(0);
-        p.set(attr::EXECUTION_PLAN_JSON_REPRESENTATION, &bytes)?;
-        p.finalize()
-    })();
-    println!("raw finalize: {r:?}");
+    match std::fs::read_to_string(path) {
+        Ok(json) => println!("raw finalize: cuDNN status {:?}", raw_plan_finalize(&json)),
+        Err(e) => println!("raw finalize: {e}"),
+    }
     0
 }
 
@@ -515,6 +502,51 @@ fn main() {
                     && s.evictions == 2,
                 "{s:?}"
             );
+            Ok(())
+        },
+    ));
+
+    t.push(host9(
+        "backend_finalize_without_required_attributes_is_typed",
+        || {
+            // The crash of issue 19: a plan from JSON with no device properties
+            // and no handle (SIGSEGV in cuDNN 9.28.1); and, found by the backend
+            // fuzz target, an engine config with no engine and a plan with nothing.
+            let p = conv_plan()?;
+            let mut json = p.cudnn_json()?.into_bytes();
+            json.push(0);
+            let mut d = Descriptor::<kind::ExecutionPlan>::new()?;
+            d.set(attr::EXECUTION_PLAN_JSON_REPRESENTATION, &json)?;
+            let t0 = Instant::now();
+            match d.finalize() {
+                Err(e @ Error::InvalidArgument { .. }) => {
+                    let s = e.to_string();
+                    eprintln!("  plan from JSON, no device: {s}");
+                    ensure!(s.contains("DEVICEPROP") && s.contains("HANDLE"), "{s}");
+                }
+                other => return Err(format!("finalize without device: {other:?}").into()),
+            }
+            ensure!(!d.is_finalized(), "still unfinalized");
+            match Descriptor::<kind::EngineConfig>::new()?.finalize() {
+                Err(e @ Error::InvalidArgument { .. }) => {
+                    ensure!(e.to_string().contains("ENGINECFG_ENGINE"), "{e}")
+                }
+                other => return Err(format!("engine config: {other:?}").into()),
+            }
+            match Descriptor::<kind::ExecutionPlan>::new()?.finalize() {
+                Err(Error::InvalidArgument { .. }) => {}
+                other => return Err(format!("empty plan: {other:?}").into()),
+            }
+            // A malformed plan JSON set through the typed API: refused at set.
+            let mut bad = br#"{"operationGraph":{"nodes":2147483648}}"#.to_vec();
+            bad.push(0);
+            match Descriptor::<kind::ExecutionPlan>::new()?
+                .set(attr::EXECUTION_PLAN_JSON_REPRESENTATION, &bad)
+            {
+                Err(e) if typed(&e) => eprintln!("  malformed JSON at set: {e}"),
+                other => return Err(format!("malformed JSON: {other:?}").into()),
+            }
+            ensure!(t0.elapsed() < Duration::from_secs(10), "slow");
             Ok(())
         },
     ));

@@ -724,7 +724,7 @@ impl Walk {
 
 /// The device profile: every field of cuDNN's device properties, in range,
 /// and the same architecture and SM count as `target`.
-fn profile(v: &Value, target: &Target) -> Result<()> {
+fn profile(v: &Value, target: Option<&Target>) -> Result<i64> {
     let path = "/GPUProfile";
     let m = obj(v, path)?;
     const EXTRA: [&str; 2] = ["smCountOrigin", "oversizedSharedMemoryPerBlock"];
@@ -763,8 +763,18 @@ fn profile(v: &Value, target: &Target) -> Result<()> {
             }
         }
     }
-    let props = target.properties();
     let ver = m["deviceVer"].as_i64().unwrap_or(0);
+    if !(500..2000).contains(&ver) || ver % 10 != 0 {
+        return Err(bad(
+            "/GPUProfile/deviceVer",
+            "must be major*100 + minor*10 (H200: 900)",
+            ver,
+        ));
+    }
+    let Some(target) = target else {
+        return Ok(ver);
+    };
+    let props = target.properties();
     let sms = m["multiProcessorCount"].as_i64().unwrap_or(0);
     if ver != props.device_ver() || sms != props.sm_count() {
         return Err(Error::Unsupported {
@@ -778,7 +788,7 @@ fn profile(v: &Value, target: &Target) -> Result<()> {
             needs: Some("a plan built for this target".to_string()),
         });
     }
-    Ok(())
+    Ok(ver)
 }
 
 fn is_base64(s: &str) -> bool {
@@ -998,6 +1008,22 @@ pub(crate) fn check_summary(
     target: &Target,
     cudnn: Option<u64>,
 ) -> Result<Summary> {
+    let (summary, tensors) = shape(json, Some(target), cudnn)?;
+    agree(&tensors, io)?;
+    Ok(summary)
+}
+
+/// The shape check alone (no tensor list, no target): what the typed
+/// backend API runs before finalizing an execution plan from JSON.
+pub(crate) fn check_shape(json: &str) -> Result<()> {
+    shape(json, None, None).map(|_| ())
+}
+
+fn shape(
+    json: &str,
+    target: Option<&Target>,
+    cudnn: Option<u64>,
+) -> Result<(Summary, HashMap<i64, JsonTensor>)> {
     let v = parse(json)?;
     let top = obj(&v, "/")?;
     const TOP: &[&str] = &[
@@ -1007,7 +1033,7 @@ pub(crate) fn check_summary(
         "GPUProfile",
         "engine",
     ];
-    keys(top, "/", TOP, TOP)?;
+    keys(top, "", TOP, TOP)?;
     let version =
         u64::try_from(int(&top["cudnnVersion"], "/cudnnVersion", 1, 99_99_99)?).unwrap_or(0);
     if let Some(want) = cudnn
@@ -1023,8 +1049,8 @@ pub(crate) fn check_summary(
         });
     }
     int(&top["schemaVersion"], "/schemaVersion", 1, 64)?;
-    profile(&top["GPUProfile"], target)?;
-    let runtime_compiled = engine(&top["engine"], target.properties().device_ver())?;
+    let device_ver = profile(&top["GPUProfile"], target)?;
+    let runtime_compiled = engine(&top["engine"], device_ver)?;
     let mut w = Walk {
         tensors: HashMap::new(),
     };
@@ -1034,11 +1060,13 @@ pub(crate) fn check_summary(
         0,
         &HashSet::new(),
     )?;
-    agree(&w.tensors, io)?;
-    Ok(Summary {
-        cudnn_version: version,
-        runtime_compiled,
-    })
+    Ok((
+        Summary {
+            cudnn_version: version,
+            runtime_compiled,
+        },
+        w.tensors,
+    ))
 }
 
 fn field_err(
