@@ -10,15 +10,17 @@ use crate::error::{Error, Result};
 const MAX_KERNELS: usize = 256;
 const MAX_PARAMS: usize = 4096;
 
-/// The device profile: every field of cuDNN's device properties, in range,
-/// and the same architecture and SM count as `target`.
+/// The device profile: fields of cuDNN's device properties only, each in
+/// range, and the same architecture and SM count as `target`.
 pub(super) fn profile(v: &Value, target: Option<&Target>) -> Result<i64> {
     let path = "/GPUProfile";
     let m = obj(v, path)?;
     const EXTRA: [&str; 2] = ["smCountOrigin", "oversizedSharedMemoryPerBlock"];
     let mut allowed: Vec<&str> = super::super::REQUIRED_FIELDS.to_vec();
     allowed.extend(EXTRA);
-    keys(m, path, &allowed, &super::super::REQUIRED_FIELDS)?;
+    // cuDNN 9.28 writes every field of the device properties; older releases
+    // (9.10, 9.19) a subset. The architecture and SM count are always there.
+    keys(m, path, &allowed, &["deviceVer", "multiProcessorCount"])?;
     for (k, val) in m {
         let p = format!("{path}/{k}");
         match k.as_str() {
@@ -131,6 +133,7 @@ pub(super) fn engine(v: &Value, device_ver: i64) -> Result<bool> {
     if p.contains_key("kernels") {
         keys(p, path, &["kernels"], &["kernels"])?;
         let kernels = arr(&p["kernels"], "/engine/payload/kernels", MAX_KERNELS)?;
+        let mut names = std::collections::HashSet::new();
         for (i, k) in kernels.iter().enumerate() {
             let kp = format!("/engine/payload/kernels/{i}");
             let km = obj(k, &kp)?;
@@ -140,7 +143,15 @@ pub(super) fn engine(v: &Value, device_ver: i64) -> Result<bool> {
                 &["kernelName", "kernelParams", "cubin"],
                 &["kernelName", "cubin"],
             )?;
-            string(&km["kernelName"], &format!("{kp}/kernelName"), 4096)?;
+            let name = string(&km["kernelName"], &format!("{kp}/kernelName"), 4096)?;
+            // Each kernel once (cuDNN 9.10 crashes on a repeated one).
+            if !names.insert(name) {
+                return Err(bad(
+                    &format!("{kp}/kernelName"),
+                    "must be unique in the payload",
+                    name,
+                ));
+            }
             let cubin = string(&km["cubin"], &format!("{kp}/cubin"), MAX_JSON_BYTES)?;
             if !is_base64(cubin) {
                 return Err(bad(&format!("{kp}/cubin"), "must be base64", "other bytes"));

@@ -457,10 +457,16 @@ fn parse(json: &str) -> Result<Value> {
 }
 
 /// Check a cuDNN plan JSON against the IO signature it is paired with and
-/// the target it is loaded for, before cuDNN sees it: the shape cuDNN writes
-/// (see the [module docs](self)), made by cuDNN `cudnn` when given
+/// the target it is loaded for, before cuDNN sees it: a strict allow-list of
+/// the shape cuDNN writes for the graphs this crate builds (every key known,
+/// of the type and in the range cuDNN writes it, counts within limits, dims
+/// >= 1, every tensor reference naming a tensor of the graph, the device
+/// profile of `target`'s architecture), made by cuDNN `cudnn` when given
 /// (`major * 10000 + minor * 100 + patch`), and every non-virtual tensor,
-/// by-value scalar and scratch tensor in agreement with `io`.
+/// by-value scalar and scratch tensor in agreement with `io` (uid, dims,
+/// strides or a transposed view of the same memory, data type, by-value).
+/// cuDNN's own parser is not a validator: some malformed plans crash the
+/// process (SIGSEGV, SIGABRT, SIGFPE) instead of returning an error.
 ///
 /// [`Plan::from_cudnn_json`](super::Plan::from_cudnn_json),
 /// [`Plan::deserialize`](super::Plan::deserialize) and
