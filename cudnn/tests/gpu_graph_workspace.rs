@@ -135,9 +135,46 @@ fn forward_and_backward_share_a_handle() -> TestResult {
     Ok(())
 }
 
+/// A plan built for another architecture than the handle's device: a typed
+/// error before cuDNN is called.
+fn plan_for_another_architecture_is_refused() -> TestResult {
+    let here = Target::device(0)?.properties().device_ver();
+    let other = if here == 800 { "h200" } else { "a100" };
+    let mut g = Graph::new();
+    let x = g.input("x", TensorSpec::nchw(DType::F32, &[1, 8, 8, 8])?)?;
+    let w = g.input("w", TensorSpec::nchw(DType::F32, &[8, 8, 3, 3])?)?;
+    let y = g.conv_fprop(x, w, &ConvParams::new_2d([1, 1], [1, 1], [1, 1]))?;
+    g.output(y, DType::F32)?;
+    g.rename(y, "y")?;
+    let (plan, _) = Plan::build(&g.build()?, &Target::preset(other)?, &Policy::default())?;
+    let stream = Stream::new()?;
+    let mut handle = Handle::new(&stream)?;
+    let xb = DeviceBuffer::<f32>::zeroed(512)?;
+    let wb = DeviceBuffer::<f32>::zeroed(576)?;
+    let mut yb = DeviceBuffer::<f32>::zeroed(512)?;
+    let mut b = plan.bindings();
+    b.input("x", xb.as_slice())?
+        .input("w", wb.as_slice())?
+        .output("y", yb.as_slice_mut())?;
+    match plan.execute(&mut handle, &mut b) {
+        Err(cudnn::Error::Unsupported { what, .. }) => {
+            eprintln!("  {what}");
+            ensure!(what.contains("sm"), "{what}");
+            Ok(())
+        }
+        r => Err(format!("a plan for {other} ran on sm{}: {r:?}", here / 10).into()),
+    }
+}
+
 fn main() {
-    run(vec![gpu(
-        "graph_plans_share_a_handle_workspace_across_steps",
-        forward_and_backward_share_a_handle,
-    )])
+    run(vec![
+        gpu(
+            "graph_plans_share_a_handle_workspace_across_steps",
+            forward_and_backward_share_a_handle,
+        ),
+        gpu(
+            "graph_plan_for_another_architecture_is_refused",
+            plan_for_another_architecture_is_refused,
+        ),
+    ])
 }

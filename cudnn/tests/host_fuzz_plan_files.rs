@@ -1,5 +1,5 @@
 //! Fuzz target (host tier, in CI): every field of valid plan files for a
-//! convolution, a matmul, a layer norm, an SDPA forward and a composite SDPA
+//! convolution (precompiled, and a runtime-compiled fusion), a matmul, a layer norm, an SDPA forward and a composite SDPA
 //! backward (H200 target), mutated one at a time, loaded with
 //! `Plan::deserialize` in child processes.
 //!
@@ -343,6 +343,10 @@ fn main() {
             std::fs::write(dir.join(format!("{i}-{name}.plan")), text)?;
         }
         let files = read_files(&dir)?;
+        ensure!(
+            !files.is_empty(),
+            "no plan of any family could be built here"
+        );
         let texts: Vec<String> = files.iter().map(|f| f.1.clone()).collect();
         let cases = all_cases(&texts)?;
         eprintln!(

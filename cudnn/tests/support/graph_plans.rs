@@ -1,5 +1,5 @@
 //! Valid plans of every graph family, for the plan-file tests and fuzz
-//! targets: convolution (+ scale), matmul (+ relu), layer norm, SDPA
+//! targets: convolution (precompiled, and + scale), matmul (+ relu), layer norm, SDPA
 //! forward (native, causal, training) and SDPA backward (composite, with
 //! scratch tensors in the workspace).
 #![allow(dead_code)]
@@ -10,6 +10,7 @@ use cudnn::graph::*;
 /// `(name, graph)` of every family.
 pub fn graphs() -> Result<Vec<(&'static str, Graph)>> {
     Ok(vec![
+        ("conv_plain", conv_plain(2)?),
         ("conv", conv(8)?),
         ("matmul", matmul()?),
         ("norm", norm()?),

@@ -459,8 +459,8 @@ fn parse(json: &str) -> Result<Value> {
 /// Check a cuDNN plan JSON against the IO signature it is paired with and
 /// the target it is loaded for, before cuDNN sees it: a strict allow-list of
 /// the shape cuDNN writes for the graphs this crate builds (every key known,
-/// of the type and in the range cuDNN writes it, counts within limits, dims
-/// >= 1, every tensor reference naming a tensor of the graph, the device
+/// of the type and in the range cuDNN writes it, counts within limits, every
+/// dim at least 1, every tensor reference naming a tensor of the graph, the device
 /// profile of `target`'s architecture), made by cuDNN `cudnn` when given
 /// (`major * 10000 + minor * 100 + patch`), and every non-virtual tensor,
 /// by-value scalar and scratch tensor in agreement with `io` (uid, dims,
