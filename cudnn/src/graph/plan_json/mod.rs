@@ -1,0 +1,682 @@
+//! A cuDNN plan JSON checked before cuDNN sees it.
+//!
+//! cuDNN's own parser is not a validator: one edit to a valid plan's JSON
+//! (`/operationGraph/nodes` = 2147483648, a node's `"W"` = `""`, a tensor dim
+//! of 0) crashes the process (SIGSEGV, SIGABRT, SIGFPE). And a plan JSON
+//! paired with another graph's tensor list would let `execute` check buffers
+//! against the wrong sizes. So a plan JSON is held to a strict allow-list of
+//! the shape cuDNN writes for the graphs this crate builds (every key known,
+//! of the type and within the range cuDNN writes it, counts within limits,
+//! every tensor reference naming a tensor of the graph), and its non-virtual
+//! tensors, by-value scalars and scratch tensors must agree with the
+//! [`IoSignature`] it comes with (uid, dims, strides, data type, by-value).
+//!
+//! The allow-list was learned from the JSON cuDNN 9.10 to 9.28 writes for
+//! every graph kind the crate builds (convolutions and their fusions,
+//! matmuls, pointwise and reduction graphs, normalizations, SDPA native and
+//! composite, forward and backward), for H200, A100 and B200 targets.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{Map, Value};
+
+mod engine;
+mod schema;
+
+use engine::{engine, profile};
+use schema::Field::*;
+use schema::{DATA_TYPES, FINALIZE_MODES, dtype_of, node_fields};
+
+use super::graph::IoSignature;
+use super::target::Target;
+use super::tensor::MAX_DIMS;
+use crate::error::{Error, Result};
+
+/// The largest plan JSON accepted (cuDNN's own reader caps at 64 MiB too).
+pub const MAX_JSON_BYTES: usize = 64 << 20;
+/// Tensors in one operation graph (or subgraph).
+const MAX_TENSORS: usize = 4096;
+/// Nodes in one operation graph (or subgraph).
+const MAX_NODES: usize = 512;
+/// Subgraphs nest at most this deep (SDPA's score subgraph: 1).
+const MAX_DEPTH: usize = 2;
+/// The largest tensor dim, stride or element count cuDNN indexes with `int64`.
+const MAX_EXTENT: i64 = 1 << 48;
+
+/// What the check learned about a plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Summary {
+    /// The cuDNN that wrote it (`cudnnVersion`, 92801 for 9.28.1).
+    pub(crate) cudnn_version: u64,
+    /// Its engine carries compiled code (the plan was compiled at run time).
+    pub(crate) runtime_compiled: bool,
+}
+
+pub(super) fn bad(path: &str, rule: impl Into<String>, value: impl std::fmt::Display) -> Error {
+    Error::invalid(format!("plan JSON {path}"), rule, short(&value.to_string()))
+}
+
+fn short(s: &str) -> String {
+    if s.len() <= 80 {
+        s.to_string()
+    } else {
+        let mut end = 80;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}... ({} bytes)", &s[..end], s.len())
+    }
+}
+
+pub(super) fn obj<'v>(v: &'v Value, path: &str) -> Result<&'v Map<String, Value>> {
+    v.as_object()
+        .ok_or_else(|| bad(path, "must be an object", kind(v)))
+}
+
+pub(super) fn arr<'v>(v: &'v Value, path: &str, max: usize) -> Result<&'v Vec<Value>> {
+    let a = v
+        .as_array()
+        .ok_or_else(|| bad(path, "must be an array", kind(v)))?;
+    if a.len() > max {
+        return Err(bad(
+            path,
+            format!("must have at most {max} entries"),
+            a.len(),
+        ));
+    }
+    Ok(a)
+}
+
+pub(super) fn int(v: &Value, path: &str, lo: i64, hi: i64) -> Result<i64> {
+    match v.as_i64() {
+        Some(x) if (lo..=hi).contains(&x) => Ok(x),
+        _ => Err(bad(path, format!("must be an integer in {lo}..={hi}"), v)),
+    }
+}
+
+fn float(v: &Value, path: &str) -> Result<f64> {
+    match v.as_f64() {
+        Some(x) if x.is_finite() && (v.is_f64() || v.is_i64()) => Ok(x),
+        _ => Err(bad(path, "must be a finite number", v)),
+    }
+}
+
+fn boolean(v: &Value, path: &str) -> Result<bool> {
+    v.as_bool()
+        .ok_or_else(|| bad(path, "must be true or false", v))
+}
+
+pub(super) fn string<'v>(v: &'v Value, path: &str, max: usize) -> Result<&'v str> {
+    match v.as_str() {
+        Some(s) if !s.is_empty() && s.len() <= max => Ok(s),
+        _ => Err(bad(
+            path,
+            format!("must be a non-empty string of at most {max} bytes"),
+            v,
+        )),
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Every key of `m` must be in `allowed`; every key of `required` present.
+pub(super) fn keys(
+    m: &Map<String, Value>,
+    path: &str,
+    allowed: &[&str],
+    required: &[&str],
+) -> Result<()> {
+    for k in m.keys() {
+        if !allowed.contains(&k.as_str()) {
+            return Err(bad(
+                path,
+                format!("has no key of that name (known: {})", allowed.join(", ")),
+                k,
+            ));
+        }
+    }
+    for k in required {
+        if !m.contains_key(*k) {
+            return Err(bad(&format!("{path}/{k}"), "is required", "missing"));
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn one_of<'v>(v: &'v Value, path: &str, allowed: &[&str]) -> Result<&'v str> {
+    match v.as_str() {
+        Some(s) if allowed.contains(&s) => Ok(s),
+        _ => Err(bad(
+            path,
+            format!("must be one of {}", allowed.join(", ")),
+            v,
+        )),
+    }
+}
+
+/// One tensor of the plan, as the JSON declares it.
+#[derive(Debug)]
+struct JsonTensor {
+    dtype: &'static str,
+    dims: Vec<i64>,
+    strides: Vec<i64>,
+    is_virtual: bool,
+    by_value: bool,
+}
+
+struct Walk {
+    tensors: HashMap<i64, JsonTensor>,
+}
+
+impl Walk {
+    fn tensor(&mut self, v: &Value, path: &str) -> Result<String> {
+        let m = obj(v, path)?;
+        const K: &[&str] = &[
+            "name",
+            "dataType",
+            "dim",
+            "stride",
+            "isVirtual",
+            "isByValue",
+            "vectCount",
+            "vectDim",
+            "ptrAlignment",
+            "reordering",
+        ];
+        keys(m, path, K, K)?;
+        let name = string(&m["name"], &format!("{path}/name"), 20)?;
+        let uid: i64 = name.parse().map_err(|_| {
+            bad(
+                &format!("{path}/name"),
+                "must be a tensor uid (an integer)",
+                name,
+            )
+        })?;
+        let dtype_name = one_of(&m["dataType"], &format!("{path}/dataType"), DATA_TYPES)?;
+        let dtype = DATA_TYPES
+            .iter()
+            .copied()
+            .find(|d| *d == dtype_name)
+            .unwrap_or("CUDNN_DATA_FLOAT");
+        let dims = arr(&m["dim"], &format!("{path}/dim"), MAX_DIMS)?;
+        let strides = arr(&m["stride"], &format!("{path}/stride"), MAX_DIMS)?;
+        if dims.is_empty() || dims.len() != strides.len() {
+            return Err(bad(
+                &format!("{path}/stride"),
+                format!("must have as many entries as dim (1..={MAX_DIMS})"),
+                format!("{} dims, {} strides", dims.len(), strides.len()),
+            ));
+        }
+        let dims = dims
+            .iter()
+            .enumerate()
+            .map(|(i, d)| int(d, &format!("{path}/dim/{i}"), 1, MAX_EXTENT))
+            .collect::<Result<Vec<_>>>()?;
+        let strides = strides
+            .iter()
+            .enumerate()
+            .map(|(i, d)| int(d, &format!("{path}/stride/{i}"), 1, MAX_EXTENT))
+            .collect::<Result<Vec<_>>>()?;
+        // The span must be addressable: sum of (dim - 1) * stride, checked.
+        let mut span: i64 = 1;
+        for (d, s) in dims.iter().zip(&strides) {
+            span = (d - 1)
+                .checked_mul(*s)
+                .and_then(|x| x.checked_add(span))
+                .filter(|x| *x <= MAX_EXTENT)
+                .ok_or_else(|| {
+                    bad(
+                        &format!("{path}/dim"),
+                        format!("spans more than {MAX_EXTENT} elements"),
+                        format!("{dims:?} strides {strides:?}"),
+                    )
+                })?;
+        }
+        let is_virtual = boolean(&m["isVirtual"], &format!("{path}/isVirtual"))?;
+        let by_value = boolean(&m["isByValue"], &format!("{path}/isByValue"))?;
+        int(&m["vectCount"], &format!("{path}/vectCount"), 1, 1)?;
+        int(&m["vectDim"], &format!("{path}/vectDim"), -1, -1)?;
+        int(&m["ptrAlignment"], &format!("{path}/ptrAlignment"), 16, 16)?;
+        one_of(
+            &m["reordering"],
+            &format!("{path}/reordering"),
+            &["CUDNN_TENSOR_REORDERING_NONE"],
+        )?;
+        if is_virtual && by_value {
+            return Err(bad(path, "cannot be both virtual and by value", name));
+        }
+        if self.tensors.contains_key(&uid) {
+            return Err(bad(
+                &format!("{path}/name"),
+                "must be unique in the plan",
+                uid,
+            ));
+        }
+        self.tensors.insert(
+            uid,
+            JsonTensor {
+                dtype,
+                dims,
+                strides,
+                is_virtual,
+                by_value,
+            },
+        );
+        Ok(name.to_string())
+    }
+
+    /// An operation graph (or a subgraph, `depth` > 0); `outer` are the
+    /// tensor names of the enclosing graphs.
+    fn graph(
+        &mut self,
+        v: &Value,
+        path: &str,
+        depth: usize,
+        outer: &HashSet<String>,
+    ) -> Result<()> {
+        if depth > MAX_DEPTH {
+            return Err(bad(
+                path,
+                format!("nests more than {MAX_DEPTH} subgraphs"),
+                depth,
+            ));
+        }
+        let m = obj(v, path)?;
+        keys(
+            m,
+            path,
+            &["finalizeMode", "tensors", "nodes"],
+            &["finalizeMode", "tensors", "nodes"],
+        )?;
+        one_of(
+            &m["finalizeMode"],
+            &format!("{path}/finalizeMode"),
+            FINALIZE_MODES,
+        )?;
+        let tensors = arr(&m["tensors"], &format!("{path}/tensors"), MAX_TENSORS)?;
+        let nodes = arr(&m["nodes"], &format!("{path}/nodes"), MAX_NODES)?;
+        if tensors.is_empty() || nodes.is_empty() {
+            return Err(bad(
+                path,
+                "must have at least one tensor and one node",
+                "none",
+            ));
+        }
+        let mut names = outer.clone();
+        for (i, t) in tensors.iter().enumerate() {
+            names.insert(self.tensor(t, &format!("{path}/tensors/{i}"))?);
+        }
+        for (i, n) in nodes.iter().enumerate() {
+            self.node(n, &format!("{path}/nodes/{i}"), depth, &names)?;
+        }
+        Ok(())
+    }
+
+    fn node(&mut self, v: &Value, path: &str, depth: usize, names: &HashSet<String>) -> Result<()> {
+        let m = obj(v, path)?;
+        let op_path = format!("{path}/operation");
+        let op = string(
+            m.get("operation")
+                .ok_or_else(|| bad(&op_path, "is required", "missing"))?,
+            &op_path,
+            80,
+        )?;
+        let fields = node_fields(op).ok_or_else(|| {
+            bad(
+                &op_path,
+                "must be an operation of the graphs this crate builds",
+                op,
+            )
+        })?;
+        let mut sub_names: Option<HashSet<String>> = None;
+        // The subgraph first, so its uids are known to `SubgraphUid`.
+        if let Some(sg) = m.get("subgraph") {
+            if !fields.iter().any(|(k, _)| *k == "subgraph") {
+                return Err(bad(
+                    &format!("{path}/subgraph"),
+                    "is not allowed here",
+                    "a subgraph",
+                ));
+            }
+            let before: HashSet<i64> = self.tensors.keys().copied().collect();
+            self.graph(sg, &format!("{path}/subgraph"), depth + 1, names)?;
+            sub_names = Some(
+                self.tensors
+                    .keys()
+                    .filter(|k| !before.contains(k))
+                    .map(|k| k.to_string())
+                    .collect(),
+            );
+        }
+        for (k, val) in m {
+            if k == "operation" || k == "subgraph" {
+                continue;
+            }
+            let p = format!("{path}/{k}");
+            let Some((_, f)) = fields.iter().find(|(name, _)| name == k) else {
+                let known: Vec<&str> = fields.iter().map(|(n, _)| *n).collect();
+                return Err(bad(
+                    &p,
+                    format!(
+                        "is not a key of {op} (known: operation, {})",
+                        known.join(", ")
+                    ),
+                    k,
+                ));
+            };
+            match *f {
+                Ref => {
+                    let s = string(val, &p, 20)?;
+                    if !names.contains(s) {
+                        return Err(bad(&p, "must name a tensor of the graph", s));
+                    }
+                }
+                Enum(allowed) => {
+                    one_of(val, &p, allowed)?;
+                }
+                Float => {
+                    float(val, &p)?;
+                }
+                Prob => {
+                    let x = float(val, &p)?;
+                    if !(0.0..=1.0).contains(&x) {
+                        return Err(bad(&p, "must be in 0..=1", x));
+                    }
+                }
+                Bool => {
+                    boolean(val, &p)?;
+                }
+                Ints(lo) => {
+                    let a = arr(val, &p, MAX_DIMS)?;
+                    if a.is_empty() {
+                        return Err(bad(&p, format!("must have 1..={MAX_DIMS} entries"), 0));
+                    }
+                    for (i, x) in a.iter().enumerate() {
+                        int(x, &format!("{p}/{i}"), lo, 1 << 20)?;
+                    }
+                }
+                Axis => {
+                    int(val, &p, 0, MAX_DIMS as i64 - 1)?;
+                }
+                Subgraph => {}
+                SubgraphUid => {
+                    let uid = int(val, &p, i64::MIN, i64::MAX)?;
+                    if !sub_names
+                        .as_ref()
+                        .is_some_and(|s| s.contains(&uid.to_string()))
+                    {
+                        return Err(bad(&p, "must name a tensor of the node's subgraph", uid));
+                    }
+                }
+            }
+        }
+        if sub_names.is_none()
+            && (m.contains_key("subgraphInputUid") || m.contains_key("subgraphOutputUid"))
+        {
+            return Err(bad(path, "names subgraph tensors but has no subgraph", op));
+        }
+        Ok(())
+    }
+}
+
+/// The `cudnnVersion` a plan JSON records.
+///
+/// # Errors
+/// Not a JSON object with an integer `cudnnVersion`.
+pub(crate) fn cudnn_version_of(json: &str) -> Result<u64> {
+    let v: Value = parse(json)?;
+    let m = obj(&v, "/")?;
+    let c = m
+        .get("cudnnVersion")
+        .ok_or_else(|| bad("/cudnnVersion", "is required", "missing"))?;
+    Ok(u64::try_from(int(c, "/cudnnVersion", 1, 99_99_99)?).unwrap_or(0))
+}
+
+fn parse(json: &str) -> Result<Value> {
+    if json.len() > MAX_JSON_BYTES {
+        return Err(bad(
+            "",
+            format!("must be at most {MAX_JSON_BYTES} bytes"),
+            json.len(),
+        ));
+    }
+    if json.contains('\0') {
+        return Err(bad("", "must not contain NUL", json.len()));
+    }
+    // serde_json refuses nesting deeper than 128 levels with an error.
+    serde_json::from_str(json).map_err(|e| bad("", format!("must be JSON ({e})"), short(json)))
+}
+
+/// Check a cuDNN plan JSON against the IO signature it is paired with and
+/// the target it is loaded for, before cuDNN sees it: a strict allow-list of
+/// the shape cuDNN writes for the graphs this crate builds (every key known,
+/// of the type and in the range cuDNN writes it, counts within limits, every
+/// dim at least 1, every tensor reference naming a tensor of the graph, the device
+/// profile of `target`'s architecture), made by cuDNN `cudnn` when given
+/// (`major * 10000 + minor * 100 + patch`), and every non-virtual tensor,
+/// by-value scalar and scratch tensor in agreement with `io` (uid, dims,
+/// strides or a transposed view of the same memory, data type, by-value).
+/// cuDNN's own parser is not a validator: some malformed plans crash the
+/// process (SIGSEGV, SIGABRT, SIGFPE) instead of returning an error.
+///
+/// [`Plan::from_cudnn_json`](super::Plan::from_cudnn_json),
+/// [`Plan::deserialize`](super::Plan::deserialize) and
+/// [`PlanCache::load`](super::PlanCache::load) call this; it is public so a
+/// framework can vet a plan file without loading it.
+///
+/// # Errors
+/// A typed error naming the JSON path (and for a disagreement the uid, the
+/// field and both values); a plan made by another cuDNN (`Unsupported`).
+pub fn check(json: &str, io: &IoSignature, target: &Target, cudnn: Option<u64>) -> Result<()> {
+    check_summary(json, io, target, cudnn).map(|_| ())
+}
+
+pub(crate) fn check_summary(
+    json: &str,
+    io: &IoSignature,
+    target: &Target,
+    cudnn: Option<u64>,
+) -> Result<Summary> {
+    let (summary, tensors) = shape(json, Some(target), cudnn)?;
+    agree(&tensors, io)?;
+    Ok(summary)
+}
+
+/// The shape check alone (no tensor list, no target): what the typed
+/// backend API runs before finalizing an execution plan from JSON.
+pub(crate) fn check_shape(json: &str) -> Result<()> {
+    shape(json, None, None).map(|_| ())
+}
+
+fn shape(
+    json: &str,
+    target: Option<&Target>,
+    cudnn: Option<u64>,
+) -> Result<(Summary, HashMap<i64, JsonTensor>)> {
+    let v = parse(json)?;
+    let top = obj(&v, "/")?;
+    const TOP: &[&str] = &[
+        "cudnnVersion",
+        "schemaVersion",
+        "operationGraph",
+        "GPUProfile",
+        "engine",
+    ];
+    keys(top, "", TOP, TOP)?;
+    let version =
+        u64::try_from(int(&top["cudnnVersion"], "/cudnnVersion", 1, 99_99_99)?).unwrap_or(0);
+    if let Some(want) = cudnn
+        && want != version
+    {
+        return Err(Error::Unsupported {
+            what: format!(
+                "the plan was made by cuDNN {}, and cuDNN {} is loaded",
+                super::plan_file::fmt_cudnn_version(version),
+                super::plan_file::fmt_cudnn_version(want)
+            ),
+            needs: Some("a plan made by the loaded cuDNN (rebuild it)".to_string()),
+        });
+    }
+    int(&top["schemaVersion"], "/schemaVersion", 1, 64)?;
+    let device_ver = profile(&top["GPUProfile"], target)?;
+    let runtime_compiled = engine(&top["engine"], device_ver)?;
+    let mut w = Walk {
+        tensors: HashMap::new(),
+    };
+    w.graph(
+        &top["operationGraph"],
+        "/operationGraph",
+        0,
+        &HashSet::new(),
+    )?;
+    Ok((
+        Summary {
+            cudnn_version: version,
+            runtime_compiled,
+        },
+        w.tensors,
+    ))
+}
+
+fn field_err(
+    uid: i64,
+    field: &str,
+    want: impl std::fmt::Display,
+    got: impl std::fmt::Display,
+) -> Error {
+    Error::mismatch(
+        format!("plan JSON tensor uid {uid} {field} (the tensor list says, the JSON has)"),
+        want,
+        got,
+    )
+}
+
+/// Every non-virtual tensor of the JSON is a bound tensor, a scalar or a
+/// scratch tensor of `io`, with the same uid, dims, strides, data type and
+/// by-value flag; and everything `io` lists is in the JSON.
+fn agree(tensors: &HashMap<i64, JsonTensor>, io: &IoSignature) -> Result<()> {
+    let mut seen = HashSet::new();
+    for t in &io.tensors {
+        let j = tensors.get(&t.uid).ok_or_else(|| {
+            field_err(t.uid, "presence", format!("`{}`", t.name), "no such tensor")
+        })?;
+        if j.is_virtual {
+            return Err(field_err(t.uid, "isVirtual", false, true));
+        }
+        if j.by_value {
+            return Err(field_err(t.uid, "isByValue", false, true));
+        }
+        let dtype = dtype_of(j.dtype);
+        if dtype != Some(t.spec.dtype()) {
+            return Err(field_err(t.uid, "dataType", t.spec.dtype(), j.dtype));
+        }
+        // The same dims and strides, or the same (dim, stride) pairs in
+        // another order: a transposed view of the same memory (the composite
+        // attention backward hands cuDNN K as [B, H, D, S]).
+        if !same_view(&j.dims, &j.strides, t.spec.dims(), t.spec.strides()) {
+            if j.dims.len() != t.spec.dims().len() || sorted(&j.dims) != sorted(t.spec.dims()) {
+                return Err(field_err(t.uid, "dim", fmt(t.spec.dims()), fmt(&j.dims)));
+            }
+            return Err(field_err(
+                t.uid,
+                "stride",
+                fmt(t.spec.strides()),
+                fmt(&j.strides),
+            ));
+        }
+        seen.insert(t.uid);
+    }
+    for &(uid, dtype, _) in &io.scalars {
+        let j = tensors
+            .get(&uid)
+            .ok_or_else(|| field_err(uid, "presence", "a by-value scalar", "no such tensor"))?;
+        if !j.by_value {
+            return Err(field_err(uid, "isByValue", true, false));
+        }
+        if dtype_of(j.dtype) != Some(dtype) {
+            return Err(field_err(uid, "dataType", dtype, j.dtype));
+        }
+        if j.dims.iter().any(|&d| d != 1) {
+            return Err(field_err(uid, "dim", "all 1 (a scalar)", fmt(&j.dims)));
+        }
+        if !seen.insert(uid) {
+            return Err(field_err(uid, "role", "one role", "listed twice"));
+        }
+    }
+    for &(uid, bytes) in &io.scratch {
+        let j = tensors
+            .get(&uid)
+            .ok_or_else(|| field_err(uid, "presence", "a scratch tensor", "no such tensor"))?;
+        if j.is_virtual || j.by_value {
+            return Err(field_err(
+                uid,
+                "isVirtual/isByValue",
+                "false/false",
+                format!("{}/{}", j.is_virtual, j.by_value),
+            ));
+        }
+        let span = span_bytes(j).ok_or_else(|| field_err(uid, "span", bytes, "overflows"))?;
+        if span != bytes {
+            return Err(field_err(uid, "span bytes", bytes, span));
+        }
+        if !seen.insert(uid) {
+            return Err(field_err(uid, "role", "one role", "listed twice"));
+        }
+    }
+    for (uid, j) in tensors {
+        if !j.is_virtual && !seen.contains(uid) {
+            return Err(field_err(
+                *uid,
+                "role",
+                "virtual (it is not in the tensor list)",
+                if j.by_value {
+                    "a by-value tensor"
+                } else {
+                    "a tensor to bind"
+                },
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn span_bytes(j: &JsonTensor) -> Option<usize> {
+    let mut span: i64 = 1;
+    for (d, s) in j.dims.iter().zip(&j.strides) {
+        span = (d - 1).checked_mul(*s)?.checked_add(span)?;
+    }
+    let size = dtype_of(j.dtype)?.size();
+    usize::try_from(span).ok()?.checked_mul(size)
+}
+
+fn sorted(v: &[i64]) -> Vec<i64> {
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    v
+}
+
+/// The same tensor, or a permutation of its axes (same memory, same span).
+fn same_view(dims: &[i64], strides: &[i64], want_dims: &[i64], want_strides: &[i64]) -> bool {
+    if dims == want_dims && strides == want_strides {
+        return true;
+    }
+    let pairs = |d: &[i64], s: &[i64]| {
+        let mut p: Vec<(i64, i64)> = d.iter().copied().zip(s.iter().copied()).collect();
+        p.sort_unstable();
+        p
+    };
+    dims.len() == want_dims.len() && pairs(dims, strides) == pairs(want_dims, want_strides)
+}
+
+fn fmt(v: &[i64]) -> String {
+    format!("{v:?}")
+}
