@@ -83,7 +83,7 @@ use deadline::Deadline;
 pub struct Launch {
     /// What the launcher said.
     pub env: LaunchEnv,
-    /// The GPU this rank drives (`LOCAL_RANK`).
+    /// The GPU this rank drives (the local rank).
     pub device: Device,
     /// This rank's communicator over all `WORLD_SIZE` ranks.
     pub comm: Communicator,
@@ -108,26 +108,46 @@ pub fn init_from_env() -> Result<Launch> {
 /// # Errors
 /// As [`init_from_env`].
 pub fn init(env: LaunchEnv) -> Result<Launch> {
-    let lr = env.local_rank;
+    let (lr, var) = (env.local_rank, env.local_rank_var);
     let device = Device::new(lr).map_err(|e| match e {
         Error::InvalidArgument { rule, value, .. } => Error::InvalidArgument {
-            arg: "LOCAL_RANK".into(),
+            arg: var.into(),
             rule: format!("names this process's GPU, so it {rule}"),
             value,
         },
         Error::NoDevice { reason } => Error::NoDevice {
-            reason: format!("{reason} (LOCAL_RANK={lr})"),
+            reason: format!("{reason} ({var}={lr})"),
         },
-        other => other.with_context(format!("LOCAL_RANK={lr}")),
+        other => other.with_context(format!("{var}={lr}")),
     })?;
-    let id = match &env.rendezvous {
-        None => UniqueId::new()?,
-        Some(r) => {
-            exchange_with_token(r, env.ranks, env.timeout, env.token.as_ref(), UniqueId::new)?
-        }
+    let id = exchange_for(&env, UniqueId::new)?;
+    let (rank, size) = (env.ranks.rank(), env.ranks.size());
+    let comm = match Communicator::init_rank_timeout(&id, rank, size, env.timeout) {
+        // NCCL before 2.14 has no non-blocking initialisation.
+        Err(Error::MissingSymbol(_)) => Communicator::init_rank(&id, rank, size)?,
+        other => other?,
     };
-    let comm = Communicator::init_rank(&id, env.ranks.rank(), env.ranks.size())?;
     Ok(Launch { env, device, comm })
+}
+
+/// Share the unique id the way `env` says: its rendezvous, ranks, timeout
+/// and token. Rank 0 calls `make`. With a TCP rendezvous and a local world
+/// size below the world size (some ranks run on other machines), rank 0
+/// refuses to listen on a loopback address (`MASTER_ADDR=$(hostname)`
+/// resolves to 127.0.1.1 on some systems) rather than wait for ranks that
+/// cannot reach it. Needs no GPU.
+///
+/// # Errors
+/// As [`exchange_with_token`]; [`Error::Rendezvous`] naming the loopback
+/// address above.
+pub fn exchange_for(env: &LaunchEnv, make: impl FnOnce() -> Result<UniqueId>) -> Result<UniqueId> {
+    let remote = env
+        .local_world_size
+        .is_some_and(|l| l < env.ranks.size());
+    match &env.rendezvous {
+        None => make(),
+        Some(r) => run(r, env.ranks, env.timeout, env.token.as_ref(), remote, make),
+    }
 }
 
 /// Share a unique id among `ranks.size()` processes over `rendezvous`: rank
@@ -162,6 +182,17 @@ pub fn exchange_with_token(
     token: Option<&Token>,
     make: impl FnOnce() -> Result<UniqueId>,
 ) -> Result<UniqueId> {
+    run(rendezvous, ranks, timeout, token, false, make)
+}
+
+fn run(
+    rendezvous: &Rendezvous,
+    ranks: Ranks,
+    timeout: Duration,
+    token: Option<&Token>,
+    remote_ranks: bool,
+    make: impl FnOnce() -> Result<UniqueId>,
+) -> Result<UniqueId> {
     let deadline = Deadline::after(timeout);
     let fail = |detail: String| Error::Rendezvous {
         rendezvous: rendezvous.to_string(),
@@ -183,7 +214,8 @@ pub fn exchange_with_token(
         Rendezvous::Tcp { host, port } => {
             if ranks.rank() == 0 {
                 let id = make()?;
-                tcp::serve(host, *port, ranks, &id, token, deadline).map_err(fail)?;
+                tcp::serve(host, *port, ranks, &id, token, remote_ranks, deadline)
+                    .map_err(fail)?;
                 Ok(id)
             } else {
                 tcp::receive(host, *port, ranks, token, deadline).map_err(fail)
