@@ -203,6 +203,22 @@ mod imp {
         l.local_addr().unwrap().port()
     }
 
+    /// Run `f` on a free port; when another process took the port between
+    /// [`free_port`] and rank 0's bind, run it again on another (3 tries).
+    fn on_free_port(f: impl Fn(u16) -> TestResult) -> TestResult {
+        let mut last = Ok(());
+        for _ in 0..3 {
+            last = f(free_port());
+            match &last {
+                Err(e) if format!("{e:?}").contains("Address already in use") => {
+                    eprintln!("note: the port was taken meanwhile; trying another: {e:?}");
+                }
+                _ => return last,
+            }
+        }
+        last
+    }
+
     fn tcp(port: u16) -> Rendezvous {
         Rendezvous::Tcp {
             host: "127.0.0.1".into(),
@@ -356,6 +372,10 @@ mod imp {
         std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
         let (e, took) = rank_of(&Rendezvous::File(zero.clone()), 1, 2, t);
         let e = e.unwrap_err().to_string();
+        ensure!(e.contains("symbolic link"), "a link to /dev/zero: {e}");
+        ensure!(took < Duration::from_secs(1), "a link to /dev/zero: {took:?}");
+        let (e, took) = rank_of(&Rendezvous::File("/dev/zero".into()), 1, 2, t);
+        let e = e.unwrap_err().to_string();
         ensure!(e.contains("not a regular file"), "/dev/zero: {e}");
         ensure!(took < Duration::from_secs(1), "/dev/zero: {took:?}");
         let (e, _) = rank_of(&Rendezvous::File(zero.clone()), 0, 2, t);
@@ -398,7 +418,8 @@ mod imp {
         for (name, text, says) in [
             ("a.id", "hello world\n", "not a rendezvous file"),
             ("b.id", "CUDNNRS1 2 00ff\n", "another version"),
-            ("c.id", "CUDNNRS2 2 abc 00ff\n", "hex digits"),
+            ("c.id", "CUDNNRS3 2 0123456789abcdef0123456789abcdef 00ff\n", "hex digits"),
+            ("g.id", "CUDNNRS3 2 abc 00ff\n", "not a rendezvous file"),
             ("d.id", "\u{0}\u{1}\n", "not a rendezvous file"),
         ] {
             let p = dir.join(name);
@@ -416,7 +437,7 @@ mod imp {
         ensure!(e.unwrap_err().to_string().contains("not text"), "bytes");
         // Half written (no newline yet): waited for, until the deadline.
         let p = dir.join("f.id");
-        std::fs::write(&p, "CUDNNRS2 2 ab").unwrap();
+        std::fs::write(&p, "CUDNNRS3 2 ab").unwrap();
         let (e, took) = rank_of(&Rendezvous::File(p), 1, 2, t);
         let e = e.unwrap_err().to_string();
         ensure!(
@@ -432,18 +453,27 @@ mod imp {
         let dir = scratch("stale");
         let path = dir.join("job.id");
         let stale = fixed(0x5e);
-        std::fs::write(&path, format!("CUDNNRS2 2 0123456789abcdef {stale}\n")).unwrap();
+        let job = "0123456789abcdef0123456789abcdef";
+        std::fs::write(&path, format!("CUDNNRS3 2 {job} {stale}\n")).unwrap();
+        // Its folder gone too: refused at once.
         let t = Duration::from_millis(1500);
         let r = Rendezvous::File(path.clone());
+        let (e, took) = rank_of(&r, 1, 2, t);
+        let e = e.unwrap_err().to_string();
+        ensure!(e.contains("missing") && e.contains("earlier run"), "{e}");
+        ensure!(took < Duration::from_secs(1), "{took:?}");
+        // Its folder still there (rank 0 killed): waited for, never taken.
+        let folder = dir.join(format!("job.id.{job}.d"));
+        std::fs::create_dir(&folder).unwrap();
+        std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o700)).unwrap();
         let start = Instant::now();
         let h = rank_thread(&r, 1, 2, t, None);
-        // While it waits: its acknowledgement names the nonce, mode 0600.
-        let ack = dir.join("job.id.ack-1");
-        while !ack.exists() && start.elapsed() < t {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        // While it waits: its acknowledgement names both nonces, mode 0600.
+        let ack = wait_for(&folder, "ack-1-", t)?;
         let text = std::fs::read_to_string(&ack).map_err(|e| format!("no acknowledgement: {e}"))?;
-        ensure!(text == "0123456789abcdef 1 2\n", "{text:?}");
+        let mine = ack.file_name().unwrap().to_str().unwrap().strip_prefix("ack-1-").unwrap().to_string();
+        ensure!(mine.len() == 32, "{mine:?}");
+        ensure!(text == format!("{job} 1 2 {mine}\n"), "{text:?}");
         let mode = std::fs::metadata(&ack).unwrap().permissions().mode() & 0o777;
         ensure!(mode == 0o600, "acknowledgement mode {mode:o}");
         let e = h.join().unwrap();
@@ -455,25 +485,55 @@ mod imp {
         ensure!(e.contains("timed out") && e.contains("earlier run"), "{e}");
         held("stale id file", took, t)?;
         // The id file is rank 0's to remove; the rank's own files are gone.
-        ensure!(files_in(&dir) == ["job.id"], "{:?}", files_in(&dir));
+        ensure!(files_in(&folder).is_empty(), "{:?}", files_in(&folder));
         let _ = std::fs::remove_dir_all(dir);
         Ok(())
+    }
+
+    /// The first entry of `dir` whose name starts with `prefix`, waited for
+    /// at most `t`.
+    fn wait_for(dir: &Path, prefix: &str, t: Duration) -> Result<PathBuf, String> {
+        let start = Instant::now();
+        loop {
+            if let Ok(entries) = std::fs::read_dir(dir) {
+                for e in entries.flatten() {
+                    if e.file_name().to_string_lossy().starts_with(prefix) {
+                        return Ok(e.path());
+                    }
+                }
+            }
+            if start.elapsed() > t {
+                return Err(format!("no {prefix}* in {} after {t:?}", dir.display()));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 
     fn file_old_acks() -> TestResult {
         let dir = scratch("oldacks");
         let path = dir.join("job.id");
-        // An earlier run's acknowledgements and answers (and a stray).
-        std::fs::write(dir.join("job.id.ack-1"), "feedfeedfeedfeed 1 3\n").unwrap();
-        std::fs::write(dir.join("job.id.ack-2"), "feedfeedfeedfeed 2 3\n").unwrap();
-        std::fs::write(dir.join("job.id.ok-1"), "feedfeedfeedfeed ok\n").unwrap();
-        std::fs::write(dir.join("job.id.ack-7"), "junk").unwrap();
+        // An earlier run's leftovers (and a stray): never counted, never
+        // touched.
+        let planted = [
+            "job.id.ack-1",
+            "job.id.ack-2",
+            "job.id.ack-7",
+            "job.id.ok-1",
+            "job.id.feedfeedfeedfeedfeedfeedfeedfeed.d",
+        ];
+        for p in &planted[..4] {
+            std::fs::write(dir.join(p), "feedfeedfeedfeed 1 3\n").unwrap();
+        }
+        std::fs::create_dir(dir.join(planted[4])).unwrap();
+        std::fs::write(dir.join(planted[4]).join("ack-1-0"), "feed 1 3 0\n").unwrap();
         let r = Rendezvous::File(path.clone());
         let t = Duration::from_secs(20);
         // Rank 0 first, this time: with the old acknowledgements counted it
         // would remove the id before the ranks read it.
         let h0 = rank_thread(&r, 0, 3, t, None);
+        let start = Instant::now();
         while !path.exists() {
+            ensure!(start.elapsed() < Duration::from_secs(10), "no id file");
             std::thread::sleep(Duration::from_millis(5));
         }
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
@@ -486,10 +546,16 @@ mod imp {
         ensure!(id0 == fixed(0xA0), "rank 0's id");
         ensure!(h1.join().unwrap()? == id0, "rank 1");
         ensure!(h2.join().unwrap()? == id0, "rank 2");
+        let mut want = planted.to_vec();
+        want.sort();
         ensure!(
-            files_in(&dir).is_empty(),
-            "left behind: {:?}",
+            files_in(&dir) == want,
+            "left behind or removed: {:?}",
             files_in(&dir)
+        );
+        ensure!(
+            files_in(&dir.join(planted[4])) == ["ack-1-0"],
+            "another job's folder touched"
         );
         let _ = std::fs::remove_dir_all(dir);
         Ok(())
@@ -549,10 +615,8 @@ mod imp {
         let t = Duration::from_secs(1);
         let start = Instant::now();
         let h0 = rank_thread(&Rendezvous::File(path.clone()), 0, 2, t, None);
-        while !path.exists() && start.elapsed() < t {
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        mkfifo(&dir.join("job.id.ack-1"))?;
+        let folder = wait_for(&dir, "job.id.", t)?;
+        mkfifo(&folder.join("ack-1-00ff"))?;
         let e = h0.join().unwrap().unwrap_err().to_string();
         ensure!(e.contains("timed out"), "{e}");
         held("FIFO acknowledgement", start.elapsed(), t)?;
@@ -583,7 +647,7 @@ mod imp {
     fn file_other_owner() -> TestResult {
         let dir = scratch("owner");
         let path = dir.join("job.id");
-        std::fs::write(&path, format!("CUDNNRS2 2 0123456789abcdef {}\n", fixed(3))).unwrap();
+        std::fs::write(&path, format!("CUDNNRS3 2 0123456789abcdef0123456789abcdef {}\n", fixed(3))).unwrap();
         std::os::unix::fs::chown(&path, Some(65534), Some(65534))?;
         let t = Duration::from_secs(3);
         let (e, took) = rank_of(&Rendezvous::File(path.clone()), 1, 2, t);
@@ -597,12 +661,13 @@ mod imp {
 
     // ------------------------------------------------------- tcp, hostile
 
-    fn hello(rank: u32, size: u32, token: &[u8]) -> Vec<u8> {
-        let mut h = b"CUDNNRS2".to_vec();
+    /// A hello: magic, rank, size, token flag, nonce.
+    fn hello(rank: u32, size: u32, flag: u8) -> Vec<u8> {
+        let mut h = b"CUDNNRS3".to_vec();
         h.extend_from_slice(&rank.to_be_bytes());
         h.extend_from_slice(&size.to_be_bytes());
-        h.extend_from_slice(&(token.len() as u16).to_be_bytes());
-        h.extend_from_slice(token);
+        h.push(flag);
+        h.extend_from_slice(&[0x5a; 16]);
         h
     }
 
@@ -618,15 +683,35 @@ mod imp {
         }
     }
 
-    /// Send `bytes`, return rank 0's answer: `Ok(id bytes)`, `Err(why)`, or
-    /// `Err("closed")`.
+    fn refusal(c: &mut TcpStream) -> String {
+        let mut len = [0u8; 2];
+        if c.read_exact(&mut len).is_err() {
+            return "closed".into();
+        }
+        let mut msg = vec![0u8; u16::from_be_bytes(len) as usize];
+        if c.read_exact(&mut msg).is_err() {
+            return "closed".into();
+        }
+        String::from_utf8_lossy(&msg).into_owned()
+    }
+
+    /// Send `bytes` as a hello, then (if rank 0 answers with its challenge)
+    /// a proof of zeros, as a rank without a token does; return rank 0's
+    /// answer: `Ok(id bytes)`, `Err(why)`, or `Err("closed")`.
     fn ask(port: u16, bytes: &[u8]) -> Result<Vec<u8>, String> {
         let mut c = connect(port);
         c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let _ = c.write_all(bytes);
-        // Nothing more comes: a short message ends here, not at a timeout.
-        let _ = c.shutdown(std::net::Shutdown::Write);
         let mut status = [0u8; 1];
+        if c.read_exact(&mut status).is_err() {
+            return Err("closed".into());
+        }
+        if status[0] == 1 {
+            return Err(refusal(&mut c));
+        }
+        let mut challenge = [0u8; 48];
+        c.read_exact(&mut challenge).map_err(|e| e.to_string())?;
+        let _ = c.write_all(&[0u8; 32]);
         if c.read_exact(&mut status).is_err() {
             return Err("closed".into());
         }
@@ -635,15 +720,14 @@ mod imp {
             c.read_exact(&mut id).map_err(|e| e.to_string())?;
             return Ok(id);
         }
-        let mut len = [0u8; 2];
-        c.read_exact(&mut len).map_err(|e| e.to_string())?;
-        let mut msg = vec![0u8; u16::from_be_bytes(len) as usize];
-        c.read_exact(&mut msg).map_err(|e| e.to_string())?;
-        Err(String::from_utf8_lossy(&msg).into_owned())
+        Err(refusal(&mut c))
     }
 
     fn tcp_hostile_peers() -> TestResult {
-        let port = free_port();
+        on_free_port(tcp_hostile_peers_on)
+    }
+
+    fn tcp_hostile_peers_on(port: u16) -> TestResult {
         let r = tcp(port);
         let start = Instant::now();
         let h0 = rank_thread(&r, 0, 3, Duration::from_secs(30), None);
@@ -652,7 +736,7 @@ mod imp {
         // A peer trickling its hello, one byte per 200 ms.
         let trickle = std::thread::spawn(move || {
             let mut c = connect(port);
-            for b in hello(1, 3, b"") {
+            for b in hello(1, 3, 0) {
                 if c.write_all(&[b]).is_err() {
                     break;
                 }
@@ -666,19 +750,17 @@ mod imp {
         );
         ensure!(ask(port, &[0u8; 3]).unwrap_err() == "closed", "short");
         // Ours, but not a rank of this job: refused with the reason.
-        let e = ask(port, &hello(1, 4, b"")).unwrap_err();
+        let e = ask(port, &hello(1, 4, 0)).unwrap_err();
         ensure!(e.contains("world size 4"), "world size: {e}");
-        let e = ask(port, &hello(0, 3, b"")).unwrap_err();
+        let e = ask(port, &hello(0, 3, 0)).unwrap_err();
         ensure!(e.contains("claims rank 0"), "rank 0: {e}");
-        let e = ask(port, &hello(3, 3, b"")).unwrap_err();
+        let e = ask(port, &hello(3, 3, 0)).unwrap_err();
         ensure!(e.contains("claims rank 3"), "rank 3: {e}");
-        let e = ask(port, &hello(u32::MAX, u32::MAX, b"")).unwrap_err();
+        let e = ask(port, &hello(u32::MAX, u32::MAX, 0)).unwrap_err();
         ensure!(e.contains("world size 4294967295"), "u32::MAX: {e}");
-        let mut long = hello(1, 3, b"");
-        long[16..18].copy_from_slice(&u16::MAX.to_be_bytes());
-        let e = ask(port, &long).unwrap_err();
-        ensure!(e.contains("token of 65535 bytes"), "token length: {e}");
-        let e = ask(port, &hello(1, 3, b"sneaky")).unwrap_err();
+        let e = ask(port, &hello(1, 3, 7)).unwrap_err();
+        ensure!(e == "closed", "token flag 7: {e}");
+        let e = ask(port, &hello(1, 3, 1)).unwrap_err();
         ensure!(e.contains("rank 0 has none"), "unexpected token: {e}");
         // The real ranks are served all the same, and quickly.
         let h1 = rank_thread(&r, 1, 3, Duration::from_secs(30), None);
@@ -697,12 +779,15 @@ mod imp {
     }
 
     fn tcp_duplicate_rank() -> TestResult {
-        let port = free_port();
+        on_free_port(tcp_duplicate_rank_on)
+    }
+
+    fn tcp_duplicate_rank_on(port: u16) -> TestResult {
         let r = tcp(port);
         let h0 = rank_thread(&r, 0, 3, Duration::from_secs(20), None);
         // Without a token, anyone can take rank 1's place (the documented
         // exposure) ...
-        let stolen = ask(port, &hello(1, 3, b""))?;
+        let stolen = ask(port, &hello(1, 3, 0))?;
         ensure!(stolen == fixed(0xA0).to_bytes(), "the id");
         // ... and the real rank 1 is refused, while the rest goes on.
         let (e1, _) = rank_of(&r, 1, 3, Duration::from_secs(20));
@@ -718,24 +803,36 @@ mod imp {
     }
 
     fn tcp_token() -> TestResult {
-        let port = free_port();
+        on_free_port(tcp_token_on)
+    }
+
+    fn tcp_token_on(port: u16) -> TestResult {
         let r = tcp(port);
         let tok = Token::new("s3cret")?;
         let t = Duration::from_secs(20);
         let h0 = rank_thread(&r, 0, 3, t, Some(tok.clone()));
-        for (what, token) in [
-            ("none", &b""[..]),
-            ("wrong", b"s3creT"),
-            ("prefix", b"s3cre"),
-            ("longer", b"s3crets"),
-        ] {
-            let e = ask(port, &hello(1, 3, token)).unwrap_err();
-            ensure!(e.contains("wrong or missing token"), "{what}: {e}");
+        // A hello without a token is told rank 0 requires one.
+        let e = ask(port, &hello(1, 3, 0)).unwrap_err();
+        ensure!(e.contains("requires one"), "no token: {e}");
+        // A hello claiming a token, then a proof of zeros: dropped.
+        let e = ask(port, &hello(1, 3, 1)).unwrap_err();
+        ensure!(e == "closed", "a proof of zeros: {e}");
+        // Ranks with another token reject rank 0 (it cannot prove theirs),
+        // at once.
+        for other in ["s3creT", "s3cre", "s3crets"] {
+            let start = Instant::now();
+            let e = rank_thread(&r, 1, 3, t, Some(Token::new(other)?))
+                .join()
+                .unwrap()
+                .unwrap_err()
+                .to_string();
+            ensure!(e.contains("failed to prove"), "{other}: {e}");
+            ensure!(start.elapsed() < Duration::from_secs(3), "{other}: slow");
         }
         // A rank without the token is refused and told why.
         let (e, _) = rank_of(&r, 2, 3, t);
         let e = e.unwrap_err().to_string();
-        ensure!(e.contains("wrong or missing token"), "{e}");
+        ensure!(e.contains("requires one"), "{e}");
         let h1 = rank_thread(&r, 1, 3, t, Some(tok.clone()));
         let h2 = rank_thread(&r, 2, 3, t, Some(tok));
         let id0 = h0.join().unwrap()?;
@@ -748,13 +845,16 @@ mod imp {
 
     /// Rank 0 faces a peer sending a byte every 200 ms: its deadline holds.
     fn tcp_trickling_server() -> TestResult {
-        let port = free_port();
+        on_free_port(tcp_trickling_server_on)
+    }
+
+    fn tcp_trickling_server_on(port: u16) -> TestResult {
         let t = Duration::from_secs(1);
         let start = Instant::now();
         let h0 = rank_thread(&tcp(port), 0, 2, t, None);
         let trickle = std::thread::spawn(move || {
             let mut c = connect(port);
-            for b in hello(1, 2, b"").iter().cycle().take(40) {
+            for b in hello(1, 2, 0).iter().cycle().take(40) {
                 if c.write_all(&[*b]).is_err() {
                     break;
                 }
@@ -774,7 +874,7 @@ mod imp {
         let port = l.local_addr()?.port();
         let server = std::thread::spawn(move || {
             if let Ok((mut c, _)) = l.accept() {
-                let mut h = [0u8; 18];
+                let mut h = [0u8; 33];
                 let _ = c.read_exact(&mut h);
                 for _ in 0..40 {
                     if c.write_all(&[0]).is_err() {
@@ -832,6 +932,9 @@ mod imp {
         let (e, took) = rank_of(&tcp(port), 1, 2, t);
         let e = e.unwrap_err().to_string();
         ensure!(e.contains("timed out"), "{e}");
+        if queued.len() <= 1000 {
+            ensure!(e.contains("connecting to 127.0.0.1"), "not the connect phase: {e}");
+        }
         held("connecting to a full accept queue", took, t)?;
         eprintln!(
             "note: tcp_deadline_passes_during_connect: {} connections queued; {e}",
@@ -873,7 +976,11 @@ mod imp {
     }
 
     fn tcp_world_mismatch() -> TestResult {
-        let r = tcp(free_port());
+        on_free_port(tcp_world_mismatch_on)
+    }
+
+    fn tcp_world_mismatch_on(port: u16) -> TestResult {
+        let r = tcp(port);
         // The child thinks the job has 3 ranks; rank 0 says 2.
         let c = spawn(&r, 1, 3, 20.0, None);
         let t = Duration::from_secs(3);
@@ -925,10 +1032,14 @@ mod imp {
     }
 
     fn rendezvous_processes(kind: &str, token: Option<&str>) -> TestResult {
+        on_free_port(|port| rendezvous_processes_on(kind, token, port))
+    }
+
+    fn rendezvous_processes_on(kind: &str, token: Option<&str>, port: u16) -> TestResult {
         let dir = scratch(&format!("{kind}-{}", token.is_some()));
         let r = match kind {
             "file" => Rendezvous::File(dir.join("job.id")),
-            _ => tcp(free_port()),
+            _ => tcp(port),
         };
         // The other ranks start first, so they must wait for rank 0.
         let children = [spawn(&r, 1, 3, 60.0, token), spawn(&r, 2, 3, 60.0, token)];

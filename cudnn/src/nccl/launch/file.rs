@@ -205,6 +205,13 @@ fn make_folder(dir: &Path) -> io::Result<()> {
 fn folder_problem(dir: &Path, me: u32) -> Option<String> {
     let m = match fs::symlink_metadata(dir) {
         Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Some(format!(
+                "rank 0's folder {} is missing: the id file was left by an earlier run, or \
+                 rank 0 gave up (remove the id file and start again)",
+                dir.display()
+            ));
+        }
         Err(e) => return Some(format!("{}: {e}", dir.display())),
     };
     if !m.is_dir() {
@@ -309,14 +316,20 @@ pub(crate) fn publish(
             format!("creating {}: {e}", path.display())
         });
     }
-    let result = serve(&dir, size, &job, deadline);
+    let mut refused = Vec::new();
+    let result = serve(&dir, size, &job, &mut refused, deadline);
     remove(path);
     match &result {
         Ok(()) => remove_folder(&dir),
         Err(why) => {
-            // Tell the ranks that wait; with none waiting, leave nothing.
+            // Tell the ranks that wait; with none waiting (the refused ones
+            // are told already), leave nothing.
             let _ = create(&dir.join(ABORT), &format!("{job} abort {why}\n"));
-            if acks(&dir).map_or(true, |a| a.is_empty()) {
+            for (r, mine) in &refused {
+                remove(&dir.join(ack_name(*r, mine)));
+                remove(&dir.join(ok_name(*r, mine)));
+            }
+            if acks(&dir).is_ok_and(|a| a.is_empty()) {
                 remove_folder(&dir);
             }
         }
@@ -324,10 +337,17 @@ pub(crate) fn publish(
     result
 }
 
-fn serve(dir: &Path, size: usize, job: &str, deadline: Deadline) -> Result<(), String> {
+/// Answer the ranks until all took their answer; `refused` collects the
+/// acknowledgements refused.
+fn serve(
+    dir: &Path,
+    size: usize,
+    job: &str,
+    refused: &mut Vec<(usize, String)>,
+    deadline: Deadline,
+) -> Result<(), String> {
     let me = me();
     let mut peers: HashMap<usize, Peer> = HashMap::new();
-    let mut refused: Vec<(usize, String)> = Vec::new();
     let mut done = 0usize;
     let mut notes: Vec<String> = Vec::new();
     let mut poll = POLL;
@@ -381,6 +401,7 @@ fn serve(dir: &Path, size: usize, job: &str, deadline: Deadline) -> Result<(), S
             if their_size != size.to_string() {
                 let why = format!("rank {r} has world size {their_size}, rank 0 {size}");
                 let _ = create(&ok, &format!("{job} {mine} refused {why}\n"));
+                refused.push((r, mine));
                 return Err(why);
             }
             if seen == Some(false) {
@@ -536,12 +557,6 @@ impl Receiver<'_> {
                 },
             }
             if let Some((dir, job, id)) = &self.acked {
-                if let Found::Text(t, uid) = read_small(&dir.join(ABORT))?
-                    && uid == me
-                    && let Some(why) = line(&t).and_then(|l| l.strip_prefix(&format!("{job} abort ")))
-                {
-                    return Err(format!("rank 0 gave up: {why}"));
-                }
                 let ok = dir.join(ok_name(rank, &self.mine));
                 match read_small(&ok)? {
                     Found::Text(_, uid) if uid != me => {
@@ -577,6 +592,12 @@ impl Receiver<'_> {
                             Err(e) => return Err(format!("creating {}: {e}", ack.display())),
                         }
                     }
+                }
+                if let Found::Text(t, uid) = read_small(&dir.join(ABORT))?
+                    && uid == me
+                    && let Some(why) = line(&t).and_then(|l| l.strip_prefix(&format!("{job} abort ")))
+                {
+                    return Err(format!("rank 0 gave up: {why}"));
                 }
             }
             if deadline.remaining().is_none() {
