@@ -373,7 +373,10 @@ mod imp {
         let (e, took) = rank_of(&Rendezvous::File(zero.clone()), 1, 2, t);
         let e = e.unwrap_err().to_string();
         ensure!(e.contains("symbolic link"), "a link to /dev/zero: {e}");
-        ensure!(took < Duration::from_secs(1), "a link to /dev/zero: {took:?}");
+        ensure!(
+            took < Duration::from_secs(1),
+            "a link to /dev/zero: {took:?}"
+        );
         let (e, took) = rank_of(&Rendezvous::File("/dev/zero".into()), 1, 2, t);
         let e = e.unwrap_err().to_string();
         ensure!(e.contains("not a regular file"), "/dev/zero: {e}");
@@ -418,7 +421,11 @@ mod imp {
         for (name, text, says) in [
             ("a.id", "hello world\n", "not a rendezvous file"),
             ("b.id", "CUDNNRS1 2 00ff\n", "another version"),
-            ("c.id", "CUDNNRS3 2 0123456789abcdef0123456789abcdef 00ff\n", "hex digits"),
+            (
+                "c.id",
+                "CUDNNRS3 2 0123456789abcdef0123456789abcdef 00ff\n",
+                "hex digits",
+            ),
             ("g.id", "CUDNNRS3 2 abc 00ff\n", "not a rendezvous file"),
             ("d.id", "\u{0}\u{1}\n", "not a rendezvous file"),
         ] {
@@ -471,7 +478,14 @@ mod imp {
         // While it waits: its acknowledgement names both nonces, mode 0600.
         let ack = wait_for(&folder, "ack-1-", t)?;
         let text = std::fs::read_to_string(&ack).map_err(|e| format!("no acknowledgement: {e}"))?;
-        let mine = ack.file_name().unwrap().to_str().unwrap().strip_prefix("ack-1-").unwrap().to_string();
+        let mine = ack
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .strip_prefix("ack-1-")
+            .unwrap()
+            .to_string();
         ensure!(mine.len() == 32, "{mine:?}");
         ensure!(text == format!("{job} 1 2 {mine}\n"), "{text:?}");
         let mode = std::fs::metadata(&ack).unwrap().permissions().mode() & 0o777;
@@ -647,7 +661,11 @@ mod imp {
     fn file_other_owner() -> TestResult {
         let dir = scratch("owner");
         let path = dir.join("job.id");
-        std::fs::write(&path, format!("CUDNNRS3 2 0123456789abcdef0123456789abcdef {}\n", fixed(3))).unwrap();
+        std::fs::write(
+            &path,
+            format!("CUDNNRS3 2 0123456789abcdef0123456789abcdef {}\n", fixed(3)),
+        )
+        .unwrap();
         std::os::unix::fs::chown(&path, Some(65534), Some(65534))?;
         let t = Duration::from_secs(3);
         let (e, took) = rank_of(&Rendezvous::File(path.clone()), 1, 2, t);
@@ -933,7 +951,10 @@ mod imp {
         let e = e.unwrap_err().to_string();
         ensure!(e.contains("timed out"), "{e}");
         if queued.len() <= 1000 {
-            ensure!(e.contains("connecting to 127.0.0.1"), "not the connect phase: {e}");
+            ensure!(
+                e.contains("connecting to 127.0.0.1"),
+                "not the connect phase: {e}"
+            );
         }
         held("connecting to a full accept queue", took, t)?;
         eprintln!(

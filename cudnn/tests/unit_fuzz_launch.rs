@@ -723,9 +723,12 @@ mod imp {
             .run(&s, |(how, bytes)| {
                 let r = Rendezvous::File(path.clone());
                 let rank = std::thread::spawn(move || {
-                    launch::exchange(&r, Ranks::new(1, 2).unwrap(), Duration::from_secs(3), || {
-                        Err(Error::invalid("make", "only rank 0", 1))
-                    })
+                    launch::exchange(
+                        &r,
+                        Ranks::new(1, 2).unwrap(),
+                        Duration::from_secs(3),
+                        || Err(Error::invalid("make", "only rank 0", 1)),
+                    )
                 });
                 let start = Instant::now();
                 let mine = loop {
@@ -789,7 +792,9 @@ mod imp {
                         let says_abort = detail.contains("rank 0 gave up: case over")
                             || detail.contains(&format!("ok-1-{mine} is not text"));
                         let fine = match &refusal {
-                            Some(why) => says_refused && detail.ends_with(why.as_str()) || says_abort,
+                            Some(why) => {
+                                says_refused && detail.ends_with(why.as_str()) || says_abort
+                            }
                             // A valid answer the rank had no poll to see
                             // before the abort note.
                             None => says_abort,
@@ -804,14 +809,19 @@ mod imp {
                     Err(e) => return Err(fail(format!("untyped {e:?}"))),
                 }
                 if !std::fs::read_dir(&folder).unwrap().flatten().all(|e| {
-                    !e.file_name().to_string_lossy().starts_with(&format!("ack-1-{mine}"))
+                    !e.file_name()
+                        .to_string_lossy()
+                        .starts_with(&format!("ack-1-{mine}"))
                 }) {
                     return Err(fail("the rank left its acknowledgement".into()));
                 }
                 Ok(())
             })
             .map_err(|e| e.to_string())?;
-        eprintln!("fuzz: hostile answers: {} valid answers taken", answered.get());
+        eprintln!(
+            "fuzz: hostile answers: {} valid answers taken",
+            answered.get()
+        );
         let _ = std::fs::remove_dir_all(dir);
         Ok(())
     }

@@ -362,18 +362,17 @@ fn serve(
                 Some(Peer::Answered(n) | Peer::Done(n)) => Some(n == &mine),
                 None => None,
             };
-            if seen == Some(true)
-                || refused.contains(&(r, mine.clone()))
-                || r == 0
-                || r >= size
-            {
+            if seen == Some(true) || refused.contains(&(r, mine.clone())) || r == 0 || r >= size {
                 continue;
             }
             let ack = dir.join(ack_name(r, &mine));
             let text = match read_small(&ack) {
                 Ok(Found::Text(t, uid)) if uid == me => t,
                 Ok(Found::Text(_, uid)) => {
-                    note(format!("{} is owned by user {uid}, not {me}", ack.display()));
+                    note(format!(
+                        "{} is owned by user {uid}, not {me}",
+                        ack.display()
+                    ));
                     continue;
                 }
                 Ok(Found::Missing) => continue,
@@ -387,7 +386,10 @@ fn serve(
             let (their_rank, their_size) = match words.as_slice() {
                 [n, r, s, m] if *n == job && *m == mine => (*r, *s),
                 _ => {
-                    note(format!("{} is not an acknowledgement of this job", ack.display()));
+                    note(format!(
+                        "{} is not an acknowledgement of this job",
+                        ack.display()
+                    ));
                     refused.push((r, mine));
                     continue;
                 }
@@ -460,9 +462,7 @@ struct Published {
 fn parse_id_file(path: &Path, l: &str) -> Result<Published, String> {
     let words: Vec<&str> = l.split(' ').collect();
     match words.as_slice() {
-        [MAGIC, size, job, id]
-            if job.len() == 32 && job.bytes().all(|b| b.is_ascii_hexdigit()) =>
-        {
+        [MAGIC, size, job, id] if job.len() == 32 && job.bytes().all(|b| b.is_ascii_hexdigit()) => {
             Ok(Published {
                 job: job.to_string(),
                 size: size.to_string(),
@@ -595,7 +595,8 @@ impl Receiver<'_> {
                 }
                 if let Found::Text(t, uid) = read_small(&dir.join(ABORT))?
                     && uid == me
-                    && let Some(why) = line(&t).and_then(|l| l.strip_prefix(&format!("{job} abort ")))
+                    && let Some(why) =
+                        line(&t).and_then(|l| l.strip_prefix(&format!("{job} abort ")))
                 {
                     return Err(format!("rank 0 gave up: {why}"));
                 }

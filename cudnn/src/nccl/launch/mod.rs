@@ -20,40 +20,61 @@
 //! A variable set to the empty string is an error, not "unset". mpirun and
 //! srun set no rendezvous: set `CUDNN_RS_RENDEZVOUS` (or `MASTER_ADDR` and
 //! `MASTER_PORT`) for every rank. In a SLURM batch script outside `srun`,
-//! SLURM's variables describe the script itself: start the ranks with
-//! `srun`.
+//! SLURM's variables describe the script itself (one task, `SLURM_PROCID=0`
+//! with the job's `SLURM_NTASKS`): this is not detected, so start the ranks
+//! with `srun`.
 //!
 //! Rank 0 makes the id and publishes it; the others wait for it, all
-//! within one deadline for the whole exchange:
-//! - **file**: rank 0 creates the file (exclusively, mode 0600; it refuses
-//!   one that exists, left by a crashed run or another job, rather than
-//!   touch it) holding the id and a nonce drawn for this job. Every other
-//!   rank reads it, acknowledges the nonce in a file beside it and takes the
-//!   id only once rank 0 has answered that acknowledgement, so an id file
-//!   left by an earlier run is never used. Acknowledgements of earlier runs
-//!   are cleared and ignored. Reads are bounded in size, regular files only
-//!   (a FIFO or a device at the path is an error, not a hang), and files
-//!   owned by another user are refused. A rank with another world size is
-//!   refused and rank 0 fails at once (only this user can write there).
-//!   When all have their answer, rank 0 removes every file. The path must
-//!   be on a file system all ranks see; the folder is polled, at most every
-//!   250 ms.
+//! within one deadline for the whole exchange. [`init`] then builds the
+//! communicator with [`Communicator::init_rank_timeout`] under the same
+//! timeout, so a launch ends within twice the timeout however the peers
+//! behave.
+//! - **file**: rank 0 draws a nonce for this job, creates a private folder
+//!   beside the file (mode 0700, exclusively: nobody else can put a file in
+//!   it) and then the file itself (exclusively, mode 0600; it refuses one
+//!   that exists, left by a crashed run or another job, rather than touch
+//!   it) holding the id and the nonce. Every other rank reads it, draws its
+//!   own nonce, acknowledges both in the folder and takes the id only once
+//!   rank 0 has answered that acknowledgement, so an id file left by an
+//!   earlier run is never used, a second process claiming a rank already
+//!   acknowledged is refused, and no process removes another's file. Files
+//!   other users plant beside the path are never read nor touched. Reads
+//!   are bounded in size, regular files only (a FIFO, a device or a
+//!   symbolic link at the path is an error, not a hang), and files owned by
+//!   another user are refused. When rank 0 gives up (a rank with another
+//!   world size, the deadline), it leaves an abort note the waiting ranks
+//!   read at once; the folder stays with that note while a rank may still
+//!   read it. When all have their answer, rank 0 removes every file. The
+//!   path must be on a file system all ranks see; the folder is polled, at
+//!   most every 250 ms.
 //! - **tcp**: rank 0 listens on `host` itself (one of its own addresses;
 //!   never on every interface), every other rank connects (retrying, name
-//!   resolution included, until rank 0 is up), says its rank, world size
-//!   and token, and receives the id. Rank 0 serves connections
-//!   concurrently, each for at most a few seconds; one that is not a rank
-//!   of this job (another world size, rank 0 or out of range, a rank
-//!   already served, a wrong token) is refused and dropped, and the
-//!   rendezvous goes on; the refusals are listed if rank 0 times out.
+//!   resolution included, until rank 0 is up), says its rank and world
+//!   size, proves the token (when there is one) and receives the id. Rank 0
+//!   serves connections concurrently: each has about a second to prove
+//!   itself and a few seconds in all, and when too many wait at once the
+//!   oldest that has not proved itself is dropped for the newcomer; one
+//!   that is not a rank of this job (another world size, rank 0 or out of
+//!   range, a rank already served, a wrong token) is refused and dropped,
+//!   and the rendezvous goes on; the refusals are listed if rank 0 times
+//!   out. `MASTER_ADDR=$(hostname)` resolves to a loopback address on some
+//!   systems (127.0.1.1): with `LOCAL_WORLD_SIZE` (or Open MPI's) below the
+//!   world size, [`init`] and [`exchange_for`] refuse to listen there, and
+//!   otherwise rank 0's timeout message says it listened on a loopback
+//!   address.
 //!
 //! **Exposure.** Without a token, anyone who can reach rank 0's port while
 //! it waits receives the unique id (enough to join the communicator or
-//! disturb its bootstrap) or can take a rank's place. On a network others
-//! share, give every rank the same `CUDNN_RS_RENDEZVOUS_TOKEN` (for
-//! example `CUDNN_RS_RENDEZVOUS_TOKEN=$(head -c 24 /dev/urandom | base64)`
-//! exported before the launcher). The token travels in clear text; the
-//! file rendezvous relies on file permissions instead.
+//! disturb its bootstrap) or can take a rank's place, and a process that
+//! binds the port before rank 0 can hand the ranks an id of its own. On a
+//! machine or network others share, give every rank the same
+//! `CUDNN_RS_RENDEZVOUS_TOKEN` (for example
+//! `CUDNN_RS_RENDEZVOUS_TOKEN=$(head -c 24 /dev/urandom | base64)` exported
+//! before the launcher). With it, rank 0 and each rank prove they hold it
+//! (HMAC-SHA256 over fresh nonces of both; the token never travels), and
+//! the id travels masked and tagged, so a squatter learns neither and a
+//! relay that alters the id is caught. The file rendezvous relies on file
+//! permissions instead.
 //!
 //! Under torchrun itself, `MASTER_PORT` is taken by torchrun's own store:
 //! set `CUDNN_RS_RENDEZVOUS=tcp://$MASTER_ADDR:<another port>`.
@@ -141,9 +162,7 @@ pub fn init(env: LaunchEnv) -> Result<Launch> {
 /// As [`exchange_with_token`]; [`Error::Rendezvous`] naming the loopback
 /// address above.
 pub fn exchange_for(env: &LaunchEnv, make: impl FnOnce() -> Result<UniqueId>) -> Result<UniqueId> {
-    let remote = env
-        .local_world_size
-        .is_some_and(|l| l < env.ranks.size());
+    let remote = env.local_world_size.is_some_and(|l| l < env.ranks.size());
     match &env.rendezvous {
         None => make(),
         Some(r) => run(r, env.ranks, env.timeout, env.token.as_ref(), remote, make),
@@ -214,8 +233,7 @@ fn run(
         Rendezvous::Tcp { host, port } => {
             if ranks.rank() == 0 {
                 let id = make()?;
-                tcp::serve(host, *port, ranks, &id, token, remote_ranks, deadline)
-                    .map_err(fail)?;
+                tcp::serve(host, *port, ranks, &id, token, remote_ranks, deadline).map_err(fail)?;
                 Ok(id)
             } else {
                 tcp::receive(host, *port, ranks, token, deadline).map_err(fail)

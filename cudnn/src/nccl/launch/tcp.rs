@@ -449,9 +449,9 @@ fn handle(mut conn: TcpStream, peer: SocketAddr, shared: &Shared, key: u64, dead
         return;
     }
     if !ctx.check(token, RANK_PROOF, &[], &proof) {
-        shared.book().note(format!(
-            "{peer}: a wrong token (CUDNN_RS_RENDEZVOUS_TOKEN)"
-        ));
+        shared
+            .book()
+            .note(format!("{peer}: a wrong token (CUDNN_RS_RENDEZVOUS_TOKEN)"));
         return;
     }
     {
