@@ -95,6 +95,22 @@ mod imp {
         l.local_addr().unwrap().port()
     }
 
+    /// Run `f` on a free port; when another process took the port between
+    /// [`free_port`] and rank 0's bind, run it again on another (3 tries).
+    fn on_free_port(f: impl Fn(u16) -> TestResult) -> TestResult {
+        let mut last = Ok(());
+        for _ in 0..3 {
+            last = f(free_port());
+            match &last {
+                Err(e) if format!("{e:?}").contains("Address already in use") => {
+                    eprintln!("note: the port was taken meanwhile; trying another: {e:?}");
+                }
+                _ => return last,
+            }
+        }
+        last
+    }
+
     fn tcp(port: u16) -> Rendezvous {
         Rendezvous::Tcp {
             host: "127.0.0.1".into(),
@@ -259,7 +275,10 @@ mod imp {
     /// A relay between a rank and rank 0 that flips one bit of the id: the
     /// rank refuses the id rather than take it.
     fn tcp_relay() -> TestResult {
-        let port = free_port();
+        on_free_port(tcp_relay_on)
+    }
+
+    fn tcp_relay_on(port: u16) -> TestResult {
         let h0 = rank_thread(&tcp(port), 0, 2, Duration::from_secs(10), Some("tok"));
         let l = TcpListener::bind("127.0.0.1:0")?;
         let relay_port = l.local_addr()?.port();
@@ -306,16 +325,24 @@ mod imp {
             .unwrap()
             .unwrap_err()
             .to_string();
+        // Rank 0 bound its port (or the port was taken: tried again).
+        if let Err(e0) = h0.join().unwrap()
+            && e0.to_string().contains("Address already in use")
+        {
+            return Err(e0.into());
+        }
         ensure!(e.contains("tag is wrong"), "{e}");
         let _ = relay.join();
-        let _ = h0.join();
         Ok(())
     }
 
     /// 100 silent connections, each opened again as soon as rank 0 drops
     /// it: the real rank still gets the id, well within its 4 s.
     fn tcp_flood() -> TestResult {
-        let port = free_port();
+        on_free_port(tcp_flood_on)
+    }
+
+    fn tcp_flood_on(port: u16) -> TestResult {
         let h0 = rank_thread(&tcp(port), 0, 2, Duration::from_secs(20), None);
         let stop = Arc::new(AtomicBool::new(false));
         let flood = {
@@ -368,14 +395,18 @@ mod imp {
         let reopened = flood.join().unwrap();
         let id0 = h0.join().unwrap();
         eprintln!("note: tcp_flood: {reopened} connections reopened; rank 1 took {took:?}");
-        ensure!(r1? == id0?, "rank 1's id");
+        let id0 = id0?;
+        ensure!(r1? == id0, "rank 1's id");
         Ok(())
     }
 
     /// With `LOCAL_WORLD_SIZE` below `WORLD_SIZE`, a loopback rendezvous
     /// is refused at once; without it, a timeout names the loopback address.
     fn tcp_loopback_remote() -> TestResult {
-        let port = free_port();
+        on_free_port(tcp_loopback_remote_on)
+    }
+
+    fn tcp_loopback_remote_on(port: u16) -> TestResult {
         let rdzv = format!("tcp://127.0.0.1:{port}");
         let vars = |lws: &'static str, rdzv: String| {
             move |name: &str| -> Option<String> {

@@ -538,6 +538,12 @@ impl Receiver<'_> {
                             if let Some(why) = folder_problem(&dir, me) {
                                 return Err(why);
                             }
+                            if let Some((old, _, _)) = &self.acked {
+                                // The id file of another run replaced the
+                                // one acknowledged: forget that one.
+                                remove(&old.join(ack_name(rank, &self.mine)));
+                                remove(&old.join(ok_name(rank, &self.mine)));
+                            }
                             let ack = dir.join(ack_name(rank, &self.mine));
                             create(&ack, &ack_text(&p.job))
                                 .map_err(|e| format!("creating {}: {e}", ack.display()))?;
