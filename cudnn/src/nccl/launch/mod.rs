@@ -110,15 +110,18 @@ pub struct Launch {
     pub comm: Communicator,
 }
 
-/// Read the convention, bind to GPU `LOCAL_RANK`, share the unique id and
-/// join the communicator. With no variables set this is a one-rank job on
-/// GPU 0.
+/// Read the convention, bind to the GPU the local rank names, share the
+/// unique id (within the rendezvous timeout) and join the communicator
+/// ([`Communicator::init_rank_timeout`], within the same timeout again;
+/// with an NCCL older than 2.14, which cannot bound it, a blocking
+/// initialisation). With no variables set this is a one-rank job on GPU 0.
 ///
 /// # Errors
 /// As [`LaunchEnv::from_env`]; [`Error::NoDevice`] or
-/// [`Error::InvalidArgument`] when `LOCAL_RANK` names no GPU;
-/// [`Error::Rendezvous`] when the ranks cannot meet; [`Error::Nccl`] when
-/// NCCL cannot build the communicator.
+/// [`Error::InvalidArgument`] when the local rank names no GPU (naming the
+/// variable it came from, such as `SLURM_LOCALID`); [`Error::Rendezvous`]
+/// when the ranks cannot meet; [`Error::Timeout`] when the communicator is
+/// not ready in time; [`Error::Nccl`] when NCCL cannot build it.
 pub fn init_from_env() -> Result<Launch> {
     let env = LaunchEnv::from_env()?;
     init(env)
