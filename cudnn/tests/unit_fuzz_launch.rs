@@ -1,9 +1,10 @@
 //! Unit tier (nothing needed): a fuzz target over the launch convention,
 //! run by proptest with a fixed seed (`PROPTEST_RNG_SEED` picks another):
 //! launch variables (`LaunchEnv::from_vars`), rendezvous addresses, unique
-//! ids (text and bytes), tokens, hostile id files, hostile answers from a hand-played rank 0 and
-//! hostile hellos (and proofs) sent to
-//! a live TCP rendezvous on 127.0.0.1.
+//! ids (text and bytes), tokens, hostile id files, hostile answers from a
+//! hand-played rank 0, `exchange_for` on a loopback address for ranks on
+//! other machines, and hostile hellos (and proofs) sent to a live TCP
+//! rendezvous on 127.0.0.1.
 //!
 //! Every call must return (no panic, caught with `catch_unwind`) within a
 //! second, with a typed error naming the argument or variable. Beyond
@@ -77,6 +78,9 @@ mod imp {
             }),
             unit("fuzz_launch::hostile_answers", || {
                 family("hostile answers from rank 0", 200, fuzz_answers)
+            }),
+            unit("fuzz_launch::loopback_for_remote_ranks", || {
+                family("loopback for remote ranks", 300, fuzz_loopback)
             }),
             unit("fuzz_launch::hostile_tcp_hellos", fuzz_tcp),
         ]);
@@ -692,6 +696,56 @@ mod imp {
             .map_err(|e| e.to_string())?;
         let _ = std::fs::remove_dir_all(dir);
         Ok(())
+    }
+
+    // --------------------------------------- loopback for remote ranks
+
+    /// `exchange_for` as rank 0 of a job whose local world size is below its
+    /// world size, on a loopback address (written in several ways): refused
+    /// at once with a typed error naming the loopback address, never served.
+    fn fuzz_loopback(runner: &mut TestRunner) -> Result<(), String> {
+        let s = (
+            2usize..5000,
+            any::<u16>(),
+            prop::sample::select(vec![
+                "127.0.0.1",
+                "127.0.1.1",
+                "127.200.3.4",
+                "[::1]",
+                "localhost",
+            ]),
+            1u16..u16::MAX,
+        );
+        runner
+            .run(&s, |(size, lws_seed, host, port)| {
+                let lws = 1 + usize::from(lws_seed) % (size - 1);
+                let (size_s, lws_s) = (size.to_string(), lws.to_string());
+                let rdzv = format!("tcp://{host}:{port}");
+                let vars = |name: &str| -> Option<String> {
+                    match name {
+                        "RANK" | "LOCAL_RANK" => Some("0".into()),
+                        "WORLD_SIZE" => Some(size_s.clone()),
+                        "LOCAL_WORLD_SIZE" => Some(lws_s.clone()),
+                        "CUDNN_RS_RENDEZVOUS" => Some(rdzv.clone()),
+                        "CUDNN_RS_RENDEZVOUS_TIMEOUT" => Some("2".into()),
+                        _ => None,
+                    }
+                };
+                let env = LaunchEnv::from_vars(vars).map_err(|e| fail(format!("{rdzv}: {e}")))?;
+                let r = call("exchange_for", || {
+                    launch::exchange_for(&env, || Ok(UniqueId::from([1; 128])))
+                })?;
+                match r {
+                    Err(Error::Rendezvous { detail, .. }) if detail.contains("loopback") => Ok(()),
+                    Err(Error::Rendezvous { detail, .. })
+                        if host == "localhost" && detail.contains("resolving") =>
+                    {
+                        Ok(())
+                    }
+                    other => Err(fail(format!("{rdzv}, {lws} of {size} local: {other:?}"))),
+                }
+            })
+            .map_err(|e| e.to_string())
     }
 
     // ------------------------------------------------ hostile answers
