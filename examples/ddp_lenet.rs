@@ -67,10 +67,7 @@ fn collective_timeout() -> AnyResult<Duration> {
 /// timeout, whose own calls are bounded by `timeout`.
 fn join(env: &LaunchEnv, timeout: Duration) -> AnyResult<(Device, Communicator)> {
     let device = Device::new(env.local_rank)?;
-    let id = match &env.rendezvous {
-        None => UniqueId::new()?,
-        Some(r) => nccl::launch::exchange(r, env.ranks, env.timeout, UniqueId::new)?,
-    };
+    let id = nccl::launch::exchange_for(env, UniqueId::new)?;
     let mut comm =
         Communicator::init_rank_timeout(&id, env.ranks.rank(), env.ranks.size(), env.timeout)?;
     comm.set_timeout(timeout);

@@ -1,10 +1,11 @@
 //! The rendezvous, without a GPU (unit and host tiers; the launch variables
-//! are in `unit_launch_variables`): the file and TCP rendezvous between real processes and threads (127.0.0.1
-//! only), against hostile files (/dev/zero, a FIFO, a huge file, a stale id,
-//! old acknowledgements, garbage) and hostile peers (wrong magic, world size
-//! or rank, a rank twice, a wrong token, silent and trickling peers, a
-//! listener that never accepts, a name that does not resolve). Every
-//! deadline is held to within 10 % + 100 ms.
+//! are in `unit_launch_variables`, hostile TCP peers in
+//! `host_nccl_rendezvous_tcp`, attacks in `host_nccl_rendezvous_attacks`):
+//! the file and TCP rendezvous between real processes and threads
+//! (127.0.0.1 only), and the file rendezvous against hostile files
+//! (/dev/zero, a FIFO, a huge file, a symbolic link, a stale id, old
+//! acknowledgements, garbage, another user's file). Every deadline is held
+//! to within 10 % + 100 ms.
 //!
 //! The process tests start this binary again as the other ranks
 //! (`HOST_NCCL_RDZV_CHILD` tells it which), so they are real processes.
@@ -28,8 +29,7 @@ fn main() {
 
 #[cfg(feature = "nccl")]
 mod imp {
-    use std::io::{Read, Write};
-    use std::net::{TcpListener, TcpStream};
+    use std::net::TcpListener;
     use std::os::unix::fs::PermissionsExt;
     use std::path::{Path, PathBuf};
     use std::process::{Child, Command, Stdio};
@@ -72,15 +72,6 @@ mod imp {
             unit("file_rank0_alone_times_out_and_cleans_up", file_rank0_alone),
             unit("file_fifo_acknowledgement_does_not_hang", file_fifo_ack),
             can_chown(unit("file_owned_by_another_user_refused", file_other_owner)),
-            unit("tcp_hostile_peers_are_dropped", tcp_hostile_peers),
-            unit("tcp_rank_taken_twice", tcp_duplicate_rank),
-            unit("tcp_token", tcp_token),
-            unit("tcp_trickling_server", tcp_trickling_server),
-            unit("tcp_trickling_client", tcp_trickling_client),
-            unit("tcp_listener_never_accepts", tcp_never_accepts),
-            unit("tcp_deadline_passes_during_connect", tcp_connect_hangs),
-            unit("tcp_unresolvable_name_retries", tcp_unresolvable),
-            unit("tcp_binds_the_given_address_only", tcp_binds_given),
             unit("tcp_world_size_mismatch_process", tcp_world_mismatch),
             host("launch_without_gpu_says_so", launch_without_gpu),
             host("rendezvous_file_three_processes", || {
@@ -203,6 +194,22 @@ mod imp {
         l.local_addr().unwrap().port()
     }
 
+    /// Run `f` on a free port; when another process took the port between
+    /// [`free_port`] and rank 0's bind, run it again on another (3 tries).
+    fn on_free_port(f: impl Fn(u16) -> TestResult) -> TestResult {
+        let mut last = Ok(());
+        for _ in 0..3 {
+            last = f(free_port());
+            match &last {
+                Err(e) if format!("{e:?}").contains("Address already in use") => {
+                    eprintln!("note: the port was taken meanwhile; trying another: {e:?}");
+                }
+                _ => return last,
+            }
+        }
+        last
+    }
+
     fn tcp(port: u16) -> Rendezvous {
         Rendezvous::Tcp {
             host: "127.0.0.1".into(),
@@ -257,13 +264,6 @@ mod imp {
                 || Ok(fixed(0xA0 + rank as u8)),
             )
         })
-    }
-
-    fn tcp_host(host: &str, port: u16) -> Rendezvous {
-        Rendezvous::Tcp {
-            host: host.into(),
-            port,
-        }
     }
 
     fn vars(list: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
@@ -356,6 +356,13 @@ mod imp {
         std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
         let (e, took) = rank_of(&Rendezvous::File(zero.clone()), 1, 2, t);
         let e = e.unwrap_err().to_string();
+        ensure!(e.contains("symbolic link"), "a link to /dev/zero: {e}");
+        ensure!(
+            took < Duration::from_secs(1),
+            "a link to /dev/zero: {took:?}"
+        );
+        let (e, took) = rank_of(&Rendezvous::File("/dev/zero".into()), 1, 2, t);
+        let e = e.unwrap_err().to_string();
         ensure!(e.contains("not a regular file"), "/dev/zero: {e}");
         ensure!(took < Duration::from_secs(1), "/dev/zero: {took:?}");
         let (e, _) = rank_of(&Rendezvous::File(zero.clone()), 0, 2, t);
@@ -398,7 +405,12 @@ mod imp {
         for (name, text, says) in [
             ("a.id", "hello world\n", "not a rendezvous file"),
             ("b.id", "CUDNNRS1 2 00ff\n", "another version"),
-            ("c.id", "CUDNNRS2 2 abc 00ff\n", "hex digits"),
+            (
+                "c.id",
+                "CUDNNRS3 2 0123456789abcdef0123456789abcdef 00ff\n",
+                "hex digits",
+            ),
+            ("g.id", "CUDNNRS3 2 abc 00ff\n", "not a rendezvous file"),
             ("d.id", "\u{0}\u{1}\n", "not a rendezvous file"),
         ] {
             let p = dir.join(name);
@@ -416,7 +428,7 @@ mod imp {
         ensure!(e.unwrap_err().to_string().contains("not text"), "bytes");
         // Half written (no newline yet): waited for, until the deadline.
         let p = dir.join("f.id");
-        std::fs::write(&p, "CUDNNRS2 2 ab").unwrap();
+        std::fs::write(&p, "CUDNNRS3 2 ab").unwrap();
         let (e, took) = rank_of(&Rendezvous::File(p), 1, 2, t);
         let e = e.unwrap_err().to_string();
         ensure!(
@@ -432,18 +444,34 @@ mod imp {
         let dir = scratch("stale");
         let path = dir.join("job.id");
         let stale = fixed(0x5e);
-        std::fs::write(&path, format!("CUDNNRS2 2 0123456789abcdef {stale}\n")).unwrap();
+        let job = "0123456789abcdef0123456789abcdef";
+        std::fs::write(&path, format!("CUDNNRS3 2 {job} {stale}\n")).unwrap();
+        // Its folder gone too: refused at once.
         let t = Duration::from_millis(1500);
         let r = Rendezvous::File(path.clone());
+        let (e, took) = rank_of(&r, 1, 2, t);
+        let e = e.unwrap_err().to_string();
+        ensure!(e.contains("missing") && e.contains("earlier run"), "{e}");
+        ensure!(took < Duration::from_secs(1), "{took:?}");
+        // Its folder still there (rank 0 killed): waited for, never taken.
+        let folder = dir.join(format!("job.id.{job}.d"));
+        std::fs::create_dir(&folder).unwrap();
+        std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o700)).unwrap();
         let start = Instant::now();
         let h = rank_thread(&r, 1, 2, t, None);
-        // While it waits: its acknowledgement names the nonce, mode 0600.
-        let ack = dir.join("job.id.ack-1");
-        while !ack.exists() && start.elapsed() < t {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        // While it waits: its acknowledgement names both nonces, mode 0600.
+        let ack = wait_for(&folder, "ack-1-", t)?;
         let text = std::fs::read_to_string(&ack).map_err(|e| format!("no acknowledgement: {e}"))?;
-        ensure!(text == "0123456789abcdef 1 2\n", "{text:?}");
+        let mine = ack
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .strip_prefix("ack-1-")
+            .unwrap()
+            .to_string();
+        ensure!(mine.len() == 32, "{mine:?}");
+        ensure!(text == format!("{job} 1 2 {mine}\n"), "{text:?}");
         let mode = std::fs::metadata(&ack).unwrap().permissions().mode() & 0o777;
         ensure!(mode == 0o600, "acknowledgement mode {mode:o}");
         let e = h.join().unwrap();
@@ -455,25 +483,55 @@ mod imp {
         ensure!(e.contains("timed out") && e.contains("earlier run"), "{e}");
         held("stale id file", took, t)?;
         // The id file is rank 0's to remove; the rank's own files are gone.
-        ensure!(files_in(&dir) == ["job.id"], "{:?}", files_in(&dir));
+        ensure!(files_in(&folder).is_empty(), "{:?}", files_in(&folder));
         let _ = std::fs::remove_dir_all(dir);
         Ok(())
+    }
+
+    /// The first entry of `dir` whose name starts with `prefix`, waited for
+    /// at most `t`.
+    fn wait_for(dir: &Path, prefix: &str, t: Duration) -> Result<PathBuf, String> {
+        let start = Instant::now();
+        loop {
+            if let Ok(entries) = std::fs::read_dir(dir) {
+                for e in entries.flatten() {
+                    if e.file_name().to_string_lossy().starts_with(prefix) {
+                        return Ok(e.path());
+                    }
+                }
+            }
+            if start.elapsed() > t {
+                return Err(format!("no {prefix}* in {} after {t:?}", dir.display()));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 
     fn file_old_acks() -> TestResult {
         let dir = scratch("oldacks");
         let path = dir.join("job.id");
-        // An earlier run's acknowledgements and answers (and a stray).
-        std::fs::write(dir.join("job.id.ack-1"), "feedfeedfeedfeed 1 3\n").unwrap();
-        std::fs::write(dir.join("job.id.ack-2"), "feedfeedfeedfeed 2 3\n").unwrap();
-        std::fs::write(dir.join("job.id.ok-1"), "feedfeedfeedfeed ok\n").unwrap();
-        std::fs::write(dir.join("job.id.ack-7"), "junk").unwrap();
+        // An earlier run's leftovers (and a stray): never counted, never
+        // touched.
+        let planted = [
+            "job.id.ack-1",
+            "job.id.ack-2",
+            "job.id.ack-7",
+            "job.id.ok-1",
+            "job.id.feedfeedfeedfeedfeedfeedfeedfeed.d",
+        ];
+        for p in &planted[..4] {
+            std::fs::write(dir.join(p), "feedfeedfeedfeed 1 3\n").unwrap();
+        }
+        std::fs::create_dir(dir.join(planted[4])).unwrap();
+        std::fs::write(dir.join(planted[4]).join("ack-1-0"), "feed 1 3 0\n").unwrap();
         let r = Rendezvous::File(path.clone());
         let t = Duration::from_secs(20);
         // Rank 0 first, this time: with the old acknowledgements counted it
         // would remove the id before the ranks read it.
         let h0 = rank_thread(&r, 0, 3, t, None);
+        let start = Instant::now();
         while !path.exists() {
+            ensure!(start.elapsed() < Duration::from_secs(10), "no id file");
             std::thread::sleep(Duration::from_millis(5));
         }
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
@@ -486,10 +544,16 @@ mod imp {
         ensure!(id0 == fixed(0xA0), "rank 0's id");
         ensure!(h1.join().unwrap()? == id0, "rank 1");
         ensure!(h2.join().unwrap()? == id0, "rank 2");
+        let mut want = planted.to_vec();
+        want.sort();
         ensure!(
-            files_in(&dir).is_empty(),
-            "left behind: {:?}",
+            files_in(&dir) == want,
+            "left behind or removed: {:?}",
             files_in(&dir)
+        );
+        ensure!(
+            files_in(&dir.join(planted[4])) == ["ack-1-0"],
+            "another job's folder touched"
         );
         let _ = std::fs::remove_dir_all(dir);
         Ok(())
@@ -549,10 +613,8 @@ mod imp {
         let t = Duration::from_secs(1);
         let start = Instant::now();
         let h0 = rank_thread(&Rendezvous::File(path.clone()), 0, 2, t, None);
-        while !path.exists() && start.elapsed() < t {
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        mkfifo(&dir.join("job.id.ack-1"))?;
+        let folder = wait_for(&dir, "job.id.", t)?;
+        mkfifo(&folder.join("ack-1-00ff"))?;
         let e = h0.join().unwrap().unwrap_err().to_string();
         ensure!(e.contains("timed out"), "{e}");
         held("FIFO acknowledgement", start.elapsed(), t)?;
@@ -583,7 +645,11 @@ mod imp {
     fn file_other_owner() -> TestResult {
         let dir = scratch("owner");
         let path = dir.join("job.id");
-        std::fs::write(&path, format!("CUDNNRS2 2 0123456789abcdef {}\n", fixed(3))).unwrap();
+        std::fs::write(
+            &path,
+            format!("CUDNNRS3 2 0123456789abcdef0123456789abcdef {}\n", fixed(3)),
+        )
+        .unwrap();
         std::os::unix::fs::chown(&path, Some(65534), Some(65534))?;
         let t = Duration::from_secs(3);
         let (e, took) = rank_of(&Rendezvous::File(path.clone()), 1, 2, t);
@@ -595,285 +661,12 @@ mod imp {
         Ok(())
     }
 
-    // ------------------------------------------------------- tcp, hostile
-
-    fn hello(rank: u32, size: u32, token: &[u8]) -> Vec<u8> {
-        let mut h = b"CUDNNRS2".to_vec();
-        h.extend_from_slice(&rank.to_be_bytes());
-        h.extend_from_slice(&size.to_be_bytes());
-        h.extend_from_slice(&(token.len() as u16).to_be_bytes());
-        h.extend_from_slice(token);
-        h
-    }
-
-    /// Connect, retrying until the server is up (5 s).
-    fn connect(port: u16) -> TcpStream {
-        let start = Instant::now();
-        loop {
-            match TcpStream::connect(("127.0.0.1", port)) {
-                Ok(c) => return c,
-                Err(e) if start.elapsed() > Duration::from_secs(5) => panic!("connect: {e}"),
-                Err(_) => std::thread::sleep(Duration::from_millis(10)),
-            }
-        }
-    }
-
-    /// Send `bytes`, return rank 0's answer: `Ok(id bytes)`, `Err(why)`, or
-    /// `Err("closed")`.
-    fn ask(port: u16, bytes: &[u8]) -> Result<Vec<u8>, String> {
-        let mut c = connect(port);
-        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let _ = c.write_all(bytes);
-        // Nothing more comes: a short message ends here, not at a timeout.
-        let _ = c.shutdown(std::net::Shutdown::Write);
-        let mut status = [0u8; 1];
-        if c.read_exact(&mut status).is_err() {
-            return Err("closed".into());
-        }
-        if status[0] == 0 {
-            let mut id = vec![0u8; 128];
-            c.read_exact(&mut id).map_err(|e| e.to_string())?;
-            return Ok(id);
-        }
-        let mut len = [0u8; 2];
-        c.read_exact(&mut len).map_err(|e| e.to_string())?;
-        let mut msg = vec![0u8; u16::from_be_bytes(len) as usize];
-        c.read_exact(&mut msg).map_err(|e| e.to_string())?;
-        Err(String::from_utf8_lossy(&msg).into_owned())
-    }
-
-    fn tcp_hostile_peers() -> TestResult {
-        let port = free_port();
-        let r = tcp(port);
-        let start = Instant::now();
-        let h0 = rank_thread(&r, 0, 3, Duration::from_secs(30), None);
-        // Silent peers, held open for the whole test.
-        let silent: Vec<TcpStream> = (0..10).map(|_| connect(port)).collect();
-        // A peer trickling its hello, one byte per 200 ms.
-        let trickle = std::thread::spawn(move || {
-            let mut c = connect(port);
-            for b in hello(1, 3, b"") {
-                if c.write_all(&[b]).is_err() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(200));
-            }
-        });
-        // Not ours at all: dropped without an answer.
-        ensure!(
-            ask(port, b"GET / HTTP/1.0\r\n\r\n").unwrap_err() == "closed",
-            "http"
-        );
-        ensure!(ask(port, &[0u8; 3]).unwrap_err() == "closed", "short");
-        // Ours, but not a rank of this job: refused with the reason.
-        let e = ask(port, &hello(1, 4, b"")).unwrap_err();
-        ensure!(e.contains("world size 4"), "world size: {e}");
-        let e = ask(port, &hello(0, 3, b"")).unwrap_err();
-        ensure!(e.contains("claims rank 0"), "rank 0: {e}");
-        let e = ask(port, &hello(3, 3, b"")).unwrap_err();
-        ensure!(e.contains("claims rank 3"), "rank 3: {e}");
-        let e = ask(port, &hello(u32::MAX, u32::MAX, b"")).unwrap_err();
-        ensure!(e.contains("world size 4294967295"), "u32::MAX: {e}");
-        let mut long = hello(1, 3, b"");
-        long[16..18].copy_from_slice(&u16::MAX.to_be_bytes());
-        let e = ask(port, &long).unwrap_err();
-        ensure!(e.contains("token of 65535 bytes"), "token length: {e}");
-        let e = ask(port, &hello(1, 3, b"sneaky")).unwrap_err();
-        ensure!(e.contains("rank 0 has none"), "unexpected token: {e}");
-        // The real ranks are served all the same, and quickly.
-        let h1 = rank_thread(&r, 1, 3, Duration::from_secs(30), None);
-        let h2 = rank_thread(&r, 2, 3, Duration::from_secs(30), None);
-        let id0 = h0.join().unwrap()?;
-        let took = start.elapsed();
-        ensure!(h1.join().unwrap()? == id0, "rank 1");
-        ensure!(h2.join().unwrap()? == id0, "rank 2");
-        ensure!(
-            took < Duration::from_secs(4),
-            "silent and trickling peers held the rendezvous for {took:?}"
-        );
-        drop(silent);
-        let _ = trickle.join();
-        Ok(())
-    }
-
-    fn tcp_duplicate_rank() -> TestResult {
-        let port = free_port();
-        let r = tcp(port);
-        let h0 = rank_thread(&r, 0, 3, Duration::from_secs(20), None);
-        // Without a token, anyone can take rank 1's place (the documented
-        // exposure) ...
-        let stolen = ask(port, &hello(1, 3, b""))?;
-        ensure!(stolen == fixed(0xA0).to_bytes(), "the id");
-        // ... and the real rank 1 is refused, while the rest goes on.
-        let (e1, _) = rank_of(&r, 1, 3, Duration::from_secs(20));
-        let e1 = e1.unwrap_err().to_string();
-        ensure!(
-            e1.contains("refused") && e1.contains("connected twice"),
-            "{e1}"
-        );
-        let h2 = rank_thread(&r, 2, 3, Duration::from_secs(20), None);
-        ensure!(h2.join().unwrap()? == fixed(0xA0), "rank 2");
-        ensure!(h0.join().unwrap()? == fixed(0xA0), "rank 0");
-        Ok(())
-    }
-
-    fn tcp_token() -> TestResult {
-        let port = free_port();
-        let r = tcp(port);
-        let tok = Token::new("s3cret")?;
-        let t = Duration::from_secs(20);
-        let h0 = rank_thread(&r, 0, 3, t, Some(tok.clone()));
-        for (what, token) in [
-            ("none", &b""[..]),
-            ("wrong", b"s3creT"),
-            ("prefix", b"s3cre"),
-            ("longer", b"s3crets"),
-        ] {
-            let e = ask(port, &hello(1, 3, token)).unwrap_err();
-            ensure!(e.contains("wrong or missing token"), "{what}: {e}");
-        }
-        // A rank without the token is refused and told why.
-        let (e, _) = rank_of(&r, 2, 3, t);
-        let e = e.unwrap_err().to_string();
-        ensure!(e.contains("wrong or missing token"), "{e}");
-        let h1 = rank_thread(&r, 1, 3, t, Some(tok.clone()));
-        let h2 = rank_thread(&r, 2, 3, t, Some(tok));
-        let id0 = h0.join().unwrap()?;
-        ensure!(
-            h1.join().unwrap()? == id0 && h2.join().unwrap()? == id0,
-            "ids"
-        );
-        Ok(())
-    }
-
-    /// Rank 0 faces a peer sending a byte every 200 ms: its deadline holds.
-    fn tcp_trickling_server() -> TestResult {
-        let port = free_port();
-        let t = Duration::from_secs(1);
-        let start = Instant::now();
-        let h0 = rank_thread(&tcp(port), 0, 2, t, None);
-        let trickle = std::thread::spawn(move || {
-            let mut c = connect(port);
-            for b in hello(1, 2, b"").iter().cycle().take(40) {
-                if c.write_all(&[*b]).is_err() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(200));
-            }
-        });
-        let e = h0.join().unwrap().unwrap_err().to_string();
-        ensure!(e.contains("timed out waiting for 1 rank(s) ([1])"), "{e}");
-        held("rank 0 with a trickling peer", start.elapsed(), t)?;
-        let _ = trickle.join();
-        Ok(())
-    }
-
-    /// A "rank 0" answering a byte every 200 ms: the rank's deadline holds.
-    fn tcp_trickling_client() -> TestResult {
-        let l = TcpListener::bind("127.0.0.1:0")?;
-        let port = l.local_addr()?.port();
-        let server = std::thread::spawn(move || {
-            if let Ok((mut c, _)) = l.accept() {
-                let mut h = [0u8; 18];
-                let _ = c.read_exact(&mut h);
-                for _ in 0..40 {
-                    if c.write_all(&[0]).is_err() {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-            }
-        });
-        let t = Duration::from_secs(1);
-        let (e, took) = rank_of(&tcp(port), 1, 2, t);
-        let e = e.unwrap_err().to_string();
-        ensure!(e.contains("timed out"), "{e}");
-        held("a rank with a trickling rank 0", took, t)?;
-        let _ = server.join();
-        Ok(())
-    }
-
-    /// Connected (the kernel's backlog) but never served: the read still
-    /// ends at the deadline.
-    fn tcp_never_accepts() -> TestResult {
-        let l = TcpListener::bind("127.0.0.1:0")?;
-        let port = l.local_addr()?.port();
-        let t = Duration::from_millis(800);
-        let (e, took) = rank_of(&tcp(port), 1, 2, t);
-        let e = e.unwrap_err().to_string();
-        ensure!(e.contains("timed out"), "{e}");
-        held("a listener that never accepts", took, t)?;
-        drop(l);
-        Ok(())
-    }
-
-    /// A listener whose accept queue is full: the kernel drops further
-    /// SYNs, so connecting hangs until the deadline passes in the middle of
-    /// it; the rank still returns on time.
-    fn tcp_connect_hangs() -> TestResult {
-        let l = TcpListener::bind("127.0.0.1:0")?;
-        let port = l.local_addr()?.port();
-        let addr = l.local_addr()?;
-        // Fill the queue (std listens with a backlog of 128).
-        let mut queued = Vec::new();
-        let fill = Instant::now();
-        while fill.elapsed() < Duration::from_secs(5) {
-            match TcpStream::connect_timeout(&addr, Duration::from_millis(100)) {
-                Ok(c) => queued.push(c),
-                Err(_) => break,
-            }
-        }
-        if queued.len() > 1000 {
-            eprintln!(
-                "note: tcp_deadline_passes_during_connect: the accept queue never filled; connect did not hang"
-            );
-        }
-        let t = Duration::from_millis(1500);
-        let (e, took) = rank_of(&tcp(port), 1, 2, t);
-        let e = e.unwrap_err().to_string();
-        ensure!(e.contains("timed out"), "{e}");
-        held("connecting to a full accept queue", took, t)?;
-        eprintln!(
-            "note: tcp_deadline_passes_during_connect: {} connections queued; {e}",
-            queued.len()
-        );
-        drop(queued);
-        drop(l);
-        Ok(())
-    }
-
-    fn tcp_unresolvable() -> TestResult {
-        let r = tcp_host("no-such-host.invalid", 29511);
-        let t = Duration::from_secs(1);
-        for rank in [1, 0] {
-            let (e, took) = rank_of(&r, rank, 2, t);
-            let e = e.unwrap_err().to_string();
-            ensure!(
-                e.contains("timed out") && e.contains("resolving"),
-                "rank {rank}: {e}"
-            );
-            held(
-                &format!("rank {rank}, a name that does not resolve"),
-                took,
-                t,
-            )?;
-        }
-        Ok(())
-    }
-
-    /// An address that is not this machine's: rank 0 says so at once
-    /// rather than listen on every interface.
-    fn tcp_binds_given() -> TestResult {
-        let r = tcp_host("192.0.2.1", free_port());
-        let (e, took) = rank_of(&r, 0, 2, Duration::from_secs(5));
-        let e = e.unwrap_err().to_string();
-        ensure!(e.contains("cannot listen on 192.0.2.1"), "{e}");
-        ensure!(took < Duration::from_secs(1), "{took:?}");
-        Ok(())
-    }
-
     fn tcp_world_mismatch() -> TestResult {
-        let r = tcp(free_port());
+        on_free_port(tcp_world_mismatch_on)
+    }
+
+    fn tcp_world_mismatch_on(port: u16) -> TestResult {
+        let r = tcp(port);
         // The child thinks the job has 3 ranks; rank 0 says 2.
         let c = spawn(&r, 1, 3, 20.0, None);
         let t = Duration::from_secs(3);
@@ -925,10 +718,14 @@ mod imp {
     }
 
     fn rendezvous_processes(kind: &str, token: Option<&str>) -> TestResult {
+        on_free_port(|port| rendezvous_processes_on(kind, token, port))
+    }
+
+    fn rendezvous_processes_on(kind: &str, token: Option<&str>, port: u16) -> TestResult {
         let dir = scratch(&format!("{kind}-{}", token.is_some()));
         let r = match kind {
             "file" => Rendezvous::File(dir.join("job.id")),
-            _ => tcp(free_port()),
+            _ => tcp(port),
         };
         // The other ranks start first, so they must wait for rank 0.
         let children = [spawn(&r, 1, 3, 60.0, token), spawn(&r, 2, 3, 60.0, token)];

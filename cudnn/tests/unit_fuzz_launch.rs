@@ -1,8 +1,10 @@
 //! Unit tier (nothing needed): a fuzz target over the launch convention,
 //! run by proptest with a fixed seed (`PROPTEST_RNG_SEED` picks another):
 //! launch variables (`LaunchEnv::from_vars`), rendezvous addresses, unique
-//! ids (text and bytes), tokens, hostile id files and hostile hellos sent to
-//! a live TCP rendezvous on 127.0.0.1.
+//! ids (text and bytes), tokens, hostile id files, hostile answers from a
+//! hand-played rank 0, `exchange_for` on a loopback address for ranks on
+//! other machines, and hostile hellos (and proofs) sent to a live TCP
+//! rendezvous on 127.0.0.1.
 //!
 //! Every call must return (no panic, caught with `catch_unwind`) within a
 //! second, with a typed error naming the argument or variable. Beyond
@@ -73,6 +75,12 @@ mod imp {
             }),
             unit("fuzz_launch::hostile_id_files", || {
                 family("hostile id files", 2_000, fuzz_files)
+            }),
+            unit("fuzz_launch::hostile_answers", || {
+                family("hostile answers from rank 0", 200, fuzz_answers)
+            }),
+            unit("fuzz_launch::loopback_for_remote_ranks", || {
+                family("loopback for remote ranks", 300, fuzz_loopback)
             }),
             unit("fuzz_launch::hostile_tcp_hellos", fuzz_tcp),
         ]);
@@ -643,7 +651,7 @@ mod imp {
         let dir = scratch("files");
         let path = dir.join("job.id");
         let id: String = (0..128).map(|i| format!("{:02x}", i as u8)).collect();
-        let valid = format!("CUDNNRS2 2 0123456789abcdef {id}\n");
+        let valid = format!("CUDNNRS3 2 0123456789abcdef0123456789abcdef {id}\n");
         let s = prop_oneof![
             1 => prop::collection::vec(any::<u8>(), 0..1100),
             2 => (0usize..valid.len(), prop::collection::vec(any::<u8>(), 0..8), 0usize..4)
@@ -690,26 +698,212 @@ mod imp {
         Ok(())
     }
 
+    // --------------------------------------- loopback for remote ranks
+
+    /// `exchange_for` as rank 0 of a job whose local world size is below its
+    /// world size, on a loopback address (written in several ways): refused
+    /// at once with a typed error naming the loopback address, never served.
+    fn fuzz_loopback(runner: &mut TestRunner) -> Result<(), String> {
+        let s = (
+            2usize..5000,
+            any::<u16>(),
+            prop::sample::select(vec![
+                "127.0.0.1",
+                "127.0.1.1",
+                "127.200.3.4",
+                "[::1]",
+                "localhost",
+            ]),
+            1u16..u16::MAX,
+        );
+        runner
+            .run(&s, |(size, lws_seed, host, port)| {
+                let lws = 1 + usize::from(lws_seed) % (size - 1);
+                let (size_s, lws_s) = (size.to_string(), lws.to_string());
+                let rdzv = format!("tcp://{host}:{port}");
+                let vars = |name: &str| -> Option<String> {
+                    match name {
+                        "RANK" | "LOCAL_RANK" => Some("0".into()),
+                        "WORLD_SIZE" => Some(size_s.clone()),
+                        "LOCAL_WORLD_SIZE" => Some(lws_s.clone()),
+                        "CUDNN_RS_RENDEZVOUS" => Some(rdzv.clone()),
+                        "CUDNN_RS_RENDEZVOUS_TIMEOUT" => Some("2".into()),
+                        _ => None,
+                    }
+                };
+                let env = LaunchEnv::from_vars(vars).map_err(|e| fail(format!("{rdzv}: {e}")))?;
+                let r = call("exchange_for", || {
+                    launch::exchange_for(&env, || Ok(UniqueId::from([1; 128])))
+                })?;
+                match r {
+                    Err(Error::Rendezvous { detail, .. }) if detail.contains("loopback") => Ok(()),
+                    Err(Error::Rendezvous { detail, .. })
+                        if host == "localhost" && detail.contains("resolving") =>
+                    {
+                        Ok(())
+                    }
+                    other => Err(fail(format!("{rdzv}, {lws} of {size} local: {other:?}"))),
+                }
+            })
+            .map_err(|e| e.to_string())
+    }
+
+    // ------------------------------------------------ hostile answers
+
+    /// Rank 0 played by hand answers a waiting rank with hostile text (a
+    /// valid answer mutated, or bytes), then an abort note so a case ends
+    /// quickly: the rank takes the id only for the exact `ok` answer to its
+    /// own nonce, and is refused only for a well-formed refusal.
+    fn fuzz_answers(runner: &mut TestRunner) -> Result<(), String> {
+        const JOB: &str = "0123456789abcdef0123456789abcdef";
+        let dir = scratch("answers");
+        let path = dir.join("job.id");
+        let folder = dir.join(format!("job.id.{JOB}.d"));
+        std::fs::create_dir(&folder).unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
+        let id = UniqueId::from([0x3c; 128]);
+        std::fs::write(&path, format!("CUDNNRS3 2 {JOB} {id}\n")).unwrap();
+        // How the answer is formed from the rank's nonce `M`.
+        let s = prop_oneof![
+            1 => prop::collection::vec(any::<u8>(), 0..80).prop_map(|b| (None, b)),
+            3 => (0usize..4, 0usize..80, prop::collection::vec(any::<u8>(), 0..4), 0usize..3)
+                .prop_map(|(form, at, ins, cut)| (Some((form, at, cut)), ins)),
+        ];
+        let answered = std::cell::Cell::new(0u32);
+        runner
+            .run(&s, |(how, bytes)| {
+                let r = Rendezvous::File(path.clone());
+                let rank = std::thread::spawn(move || {
+                    launch::exchange(
+                        &r,
+                        Ranks::new(1, 2).unwrap(),
+                        Duration::from_secs(3),
+                        || Err(Error::invalid("make", "only rank 0", 1)),
+                    )
+                });
+                let start = Instant::now();
+                let mine = loop {
+                    let found = std::fs::read_dir(&folder).unwrap().flatten().find_map(|e| {
+                        e.file_name()
+                            .to_str()
+                            .and_then(|n| n.strip_prefix("ack-1-"))
+                            .map(str::to_string)
+                    });
+                    if let Some(m) = found {
+                        break m;
+                    }
+                    if start.elapsed() > CALL_LIMIT {
+                        return Err(fail("the rank wrote no acknowledgement".into()));
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                };
+                let text: Vec<u8> = match how {
+                    None => bytes,
+                    Some((form, at, cut)) => {
+                        let base = match form {
+                            0 => format!("{JOB} {mine} ok\n"),
+                            1 => format!("{JOB} {mine} refused no\n"),
+                            2 => format!("{JOB} {mine} ok"),
+                            _ => format!("{JOB} {} ok\n", "0".repeat(32)),
+                        };
+                        let mut b = base.into_bytes();
+                        if !bytes.is_empty() || cut > 0 {
+                            let at = at.min(b.len());
+                            let end = (at + cut).min(b.len());
+                            b.splice(at..end, bytes);
+                        }
+                        b
+                    }
+                };
+                // The first complete line counts (rank 0 writes one).
+                let exact_ok = String::from_utf8(text.clone()).is_ok_and(|t| {
+                    t.split_once('\n').map(|(l, _)| l) == Some(&format!("{JOB} {mine} ok"))
+                });
+                let refusal = String::from_utf8(text.clone()).ok().and_then(|t| {
+                    t.split_once('\n')
+                        .and_then(|(l, _)| l.strip_prefix(&format!("{JOB} {mine} refused ")))
+                        .map(str::to_string)
+                });
+                std::fs::write(folder.join(format!("ok-1-{mine}")), &text).unwrap();
+                std::fs::write(folder.join("abort"), format!("{JOB} abort case over\n")).unwrap();
+                let got = call("exchange (answer)", || rank.join())?
+                    .map_err(|_| fail("the rank panicked".into()))?;
+                let _ = std::fs::remove_file(folder.join("abort"));
+                let _ = std::fs::remove_file(folder.join(format!("ok-1-{mine}")));
+                match got {
+                    Ok(got) if exact_ok && got == id => answered.set(answered.get() + 1),
+                    Ok(got) => {
+                        return Err(fail(format!(
+                            "{:?} gave an id: {got}",
+                            String::from_utf8_lossy(&text)
+                        )));
+                    }
+                    Err(Error::Rendezvous { detail, .. }) => {
+                        let says_refused = detail.contains("rank 0 refused: ");
+                        let says_abort = detail.contains("rank 0 gave up: case over")
+                            || detail.contains(&format!("ok-1-{mine} is not text"));
+                        let fine = match &refusal {
+                            Some(why) => {
+                                says_refused && detail.ends_with(why.as_str()) || says_abort
+                            }
+                            // A valid answer the rank had no poll to see
+                            // before the abort note.
+                            None => says_abort,
+                        };
+                        if !fine {
+                            return Err(fail(format!(
+                                "{:?}: {detail}",
+                                String::from_utf8_lossy(&text)
+                            )));
+                        }
+                    }
+                    Err(e) => return Err(fail(format!("untyped {e:?}"))),
+                }
+                if !std::fs::read_dir(&folder).unwrap().flatten().all(|e| {
+                    !e.file_name()
+                        .to_string_lossy()
+                        .starts_with(&format!("ack-1-{mine}"))
+                }) {
+                    return Err(fail("the rank left its acknowledgement".into()));
+                }
+                Ok(())
+            })
+            .map_err(|e| e.to_string())?;
+        eprintln!(
+            "fuzz: hostile answers: {} valid answers taken",
+            answered.get()
+        );
+        let _ = std::fs::remove_dir_all(dir);
+        Ok(())
+    }
+
     // --------------------------------------------------- hostile tcp hellos
 
-    fn hello(rank: u32, size: u32, token_len: u16, token: &[u8]) -> Vec<u8> {
-        let mut h = b"CUDNNRS2".to_vec();
+    /// Magic, rank, size, token flag, nonce; then, optionally, a proof.
+    fn hello(rank: u32, size: u32, flag: u8, nonce: &[u8], proof: Option<&[u8]>) -> Vec<u8> {
+        let mut h = b"CUDNNRS3".to_vec();
         h.extend_from_slice(&rank.to_be_bytes());
         h.extend_from_slice(&size.to_be_bytes());
-        h.extend_from_slice(&token_len.to_be_bytes());
-        h.extend_from_slice(token);
+        h.push(flag);
+        h.extend_from_slice(nonce);
+        if let Some(p) = proof {
+            h.extend_from_slice(p);
+        }
         h
     }
 
-    /// What rank 0 answered: `Ok(None)` closed, `Ok(Some(status))`.
-    fn ask(port: u16, bytes: &[u8]) -> std::io::Result<Option<u8>> {
+    /// What rank 0 sent back, all of it (empty: closed at once).
+    fn ask(port: u16, bytes: &[u8]) -> std::io::Result<Vec<u8>> {
         let mut c = TcpStream::connect(("127.0.0.1", port))?;
         c.set_read_timeout(Some(Duration::from_secs(5)))?;
         let _ = c.write_all(bytes);
         let _ = c.shutdown(std::net::Shutdown::Write);
         let mut all = Vec::new();
         let _ = c.read_to_end(&mut all);
-        Ok(all.first().copied())
+        Ok(all)
     }
 
     fn fuzz_tcp() -> TestResult {
@@ -736,12 +930,16 @@ mod imp {
             })
         };
         let s = prop_oneof![
-            1 => prop::collection::vec(any::<u8>(), 0..40),
-            3 => (any::<u32>(), prop_oneof![Just(3u32), any::<u32>()], 0u16..300, "[a-z\\-]{0,12}", any::<bool>())
-                .prop_map(|(rank, size, len, token, honest)| {
-                    let t = token.into_bytes();
-                    let len = if honest { t.len() as u16 } else { len };
-                    hello(rank, size, len, &t)
+            1 => prop::collection::vec(any::<u8>(), 0..80),
+            3 => (
+                any::<u32>(),
+                prop_oneof![Just(3u32), any::<u32>()],
+                prop_oneof![Just(1u8), Just(0u8), any::<u8>()],
+                prop::collection::vec(any::<u8>(), 14..18),
+                prop::option::of(prop::collection::vec(any::<u8>(), 30..34)),
+            )
+                .prop_map(|(rank, size, flag, nonce, proof)| {
+                    hello(rank, size, flag, &nonce, proof.as_deref())
                 }),
         ];
         let mut runner = TestRunner::new(config(1_000));
@@ -757,11 +955,13 @@ mod imp {
             .run(&s, |bytes| {
                 let a = call("ask", || ask(port, &bytes))?
                     .map_err(|e| fail(format!("connect: {e}")))?;
-                // No random hello holds the token, so none gets the id.
-                if a == Some(0) {
-                    return Err(fail(format!("{bytes:?} received the id")));
+                // No random proof holds the token: at most rank 0's
+                // challenge (status 0, nonce, proof) comes back, never an
+                // answer after it.
+                if a.first() == Some(&0) && a.len() > 49 {
+                    return Err(fail(format!("{bytes:?} got past the proof: {a:?}")));
                 }
-                *answers.borrow_mut().entry(a).or_default() += 1;
+                *answers.borrow_mut().entry(a.first().copied()).or_default() += 1;
                 Ok(())
             })
             .map_err(|e| e.to_string())?;
@@ -781,8 +981,10 @@ mod imp {
         server.join().map_err(|_| "the server panicked")??;
         let answers = answers.into_inner();
         eprintln!(
-            "fuzz: hostile tcp hellos: {n} cases (closed {}, refused {}), 0 panics, {:.1} s",
+            "fuzz: hostile tcp hellos: {n} cases (closed {}, challenged {}, refused {}), 0 panics, \
+             {:.1} s",
             answers.get(&None).unwrap_or(&0),
+            answers.get(&Some(0)).unwrap_or(&0),
             answers.get(&Some(1)).unwrap_or(&0),
             start.elapsed().as_secs_f64()
         );

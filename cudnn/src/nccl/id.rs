@@ -19,15 +19,25 @@ pub const UNIQUE_ID_BYTES: usize = sys::NCCL_UNIQUE_ID_BYTES as usize;
 /// hand-over for processes started by a launcher.
 ///
 /// The id holds the address of the creating process's bootstrap socket, so
-/// it names a live process: make it afresh for each communicator.
+/// it names a live process: make it afresh for each communicator. Whoever
+/// holds it can join the communicator: `Debug` shows only a fingerprint
+/// (`Display` shows it all, to hand it over).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct UniqueId {
     bytes: [u8; UNIQUE_ID_BYTES],
 }
 
 impl fmt::Debug for UniqueId {
+    /// A fingerprint only (the first 4 bytes of the id's SHA-256): the id
+    /// lets whoever holds it join the communicator, so logs do not show it.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "UniqueId({self})")
+        use sha2::{Digest, Sha256};
+        let d = Sha256::digest(self.bytes);
+        write!(f, "UniqueId(sha256:")?;
+        for b in d.iter().take(4) {
+            write!(f, "{b:02x}")?;
+        }
+        write!(f, "..)")
     }
 }
 

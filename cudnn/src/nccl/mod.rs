@@ -20,8 +20,9 @@
 //!   [`Communicator::init_rank_timeout`] makes a non-blocking communicator
 //!   whose initialisation, calls and `Drop` are all bounded.
 //! - [`launch`]: the torchrun-style convention (`RANK`, `WORLD_SIZE`,
-//!   `LOCAL_RANK`, a rendezvous over a file or TCP) that gives each process
-//!   its device and communicator.
+//!   `LOCAL_RANK`, or Open MPI's and SLURM's equivalents; a rendezvous over
+//!   a file or TCP, with an optional shared token) that gives each process
+//!   its device and communicator, within the rendezvous timeout.
 //!
 //! Element types are checked at compile time ([`NcclType`]: f32, f64, f16,
 //! bf16, i8, u8, i32, i64), lengths are checked against the rank count

@@ -6,6 +6,10 @@
 use std::fmt;
 use std::time::Duration;
 
+use hmac::digest::KeyInit;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
 use super::address::{Rendezvous, host_problem};
 use crate::error::{Error, Result};
 use crate::nccl::Ranks;
@@ -64,15 +68,27 @@ pub const VARIABLES: [&str; 16] = [
 pub const MAX_TOKEN_BYTES: usize = 256;
 
 /// A shared secret every rank of one job is given (by [`TOKEN_VAR`]): rank
-/// 0's TCP server hands the unique id only to a peer that sends the same
-/// token. Without one, anyone who can reach rank 0's port while it waits
+/// 0's TCP server hands the unique id only to a peer that proves it holds
+/// the same token, and a rank takes the id only from a server that proves
+/// it too. Without one, anyone who can reach rank 0's port while it waits
 /// receives the id (and with it can join the communicator) or can take a
-/// rank's place.
+/// rank's place, and whoever takes the port first can hand the ranks an id
+/// of its own.
 ///
-/// `Debug` does not show it. The token travels in clear text: it keeps out
-/// whoever cannot see the traffic, not an eavesdropper.
-#[derive(Clone, PartialEq, Eq)]
+/// The token itself never travels: each side proves it with HMAC-SHA256
+/// over fresh nonces from both sides, and the id travels masked and tagged
+/// with keys derived from it. `Debug` does not show it; `==` compares in
+/// time that does not depend on where two tokens differ.
+#[derive(Clone)]
 pub struct Token(String);
+
+impl PartialEq for Token {
+    fn eq(&self, other: &Self) -> bool {
+        self.matches(other.as_bytes())
+    }
+}
+
+impl Eq for Token {}
 
 impl Token {
     /// A token from its text.
@@ -92,9 +108,29 @@ impl Token {
         Ok(Token(text))
     }
 
-    /// The token's bytes (what travels).
-    pub(crate) fn as_bytes(&self) -> &[u8] {
+    fn as_bytes(&self) -> &[u8] {
         self.0.as_bytes()
+    }
+
+    fn keyed(&self, parts: &[&[u8]]) -> Hmac<Sha256> {
+        // HMAC takes a key of any length, so this cannot fail.
+        let mut m = <Hmac<Sha256> as KeyInit>::new_from_slice(self.as_bytes())
+            .unwrap_or_else(|_| <Hmac<Sha256> as KeyInit>::new(&Default::default()));
+        for p in parts {
+            m.update(p);
+        }
+        m
+    }
+
+    /// HMAC-SHA256 keyed by the token over `parts`, in order.
+    pub(crate) fn mac(&self, parts: &[&[u8]]) -> [u8; 32] {
+        self.keyed(parts).finalize().into_bytes().into()
+    }
+
+    /// Whether `tag` is [`mac`](Self::mac) of `parts` (compared in constant
+    /// time).
+    pub(crate) fn verify(&self, parts: &[&[u8]], tag: &[u8]) -> bool {
+        self.keyed(parts).verify_slice(tag).is_ok()
     }
 
     /// Whether `bytes` are this token, compared in time that does not
@@ -122,6 +158,9 @@ pub struct LaunchEnv {
     pub ranks: Ranks,
     /// Rank on this machine: the ordinal of the GPU this process drives.
     pub local_rank: usize,
+    /// The variable the local rank came from (one of [`LOCAL_RANK_VARS`];
+    /// `LOCAL_RANK` when it was not set, for a single process).
+    pub local_rank_var: &'static str,
     /// Processes on this machine, when the launcher said.
     pub local_world_size: Option<usize>,
     /// Where to meet; `None` for a single process.
@@ -191,7 +230,7 @@ impl LaunchEnv {
                 lws,
             ));
         }
-        let local_rank = match first_set(&num, &LOCAL_RANK_VARS)? {
+        let (local_rank_var, local_rank) = match first_set(&num, &LOCAL_RANK_VARS)? {
             Some((name, l)) => {
                 if let Some((lname, lws)) = local_world_size
                     && l >= lws
@@ -202,9 +241,9 @@ impl LaunchEnv {
                         l,
                     ));
                 }
-                l
+                (name, l)
             }
-            None if size == 1 => 0,
+            None if size == 1 => (LOCAL_RANK_VARS[0], 0),
             None => {
                 return Err(Error::invalid(
                     "LOCAL_RANK",
@@ -233,6 +272,7 @@ impl LaunchEnv {
         Ok(LaunchEnv {
             ranks,
             local_rank,
+            local_rank_var,
             local_world_size: local_world_size.map(|(_, l)| l),
             rendezvous,
             timeout,

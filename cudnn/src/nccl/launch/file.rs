@@ -1,38 +1,45 @@
 //! The rendezvous over a shared file.
 //!
-//! Files, beside the id path `P`, all created with `O_EXCL` and mode 0600
-//! and all carrying the nonce rank 0 drew for this job:
-//! - `P`: `CUDNNRS2 <world size> <nonce> <id>`, written by rank 0;
-//! - `P.ack-<r>`: `<nonce> <r> <world size>`, written by rank `r` once it
-//!   has read `P`;
-//! - `P.ok-<r>`: `<nonce> ok` (or `<nonce> refused <why>`), written by rank
-//!   0 in answer to an acknowledgement carrying its nonce.
+//! Rank 0 draws a nonce `N` for this job (128 bits from the operating
+//! system), creates a private folder `P.N.d` beside the id path `P` (mode
+//! 0700, created exclusively, so nobody else can put a file in it), then
+//! `P` itself (`O_EXCL`, mode 0600): `CUDNNRS3 <world size> <N> <id>`.
+//! Each other rank `r` draws its own nonce `M` and, once it has read `P`
+//! and checked that `P.N.d` is a folder of its own user that nobody else
+//! can write, works inside it, every file created with `O_EXCL` and mode
+//! 0600:
+//! - `ack-<r>-<M>`: `<N> <r> <world size> <M>`, written by rank `r`;
+//! - `ok-<r>-<M>`: `<N> <M> ok` (or `<N> <M> refused <why>`), written by
+//!   rank 0 in answer;
+//! - `abort`: `<N> abort <why>`, written by rank 0 when it gives up, so the
+//!   waiting ranks stop at once.
 //!
-//! Rank `r` returns the id only after rank 0 answered its acknowledgement
-//! with the same nonce: an id file left by a crashed run is never taken,
-//! since nobody alive answers for its nonce. Rank `r` removes its two files
-//! once it has the answer; rank 0 removes `P` once every answer is gone.
-//! Acknowledgements of an earlier run are removed before `P` is written,
-//! and ignored for their nonce anyway.
+//! Rank `r` takes the id only once rank 0 answered its own nonce: an id
+//! file left by a crashed run is never taken (nobody alive answers it), a
+//! second process claiming a rank already acknowledged is refused, and no
+//! process removes a file that is not its own. Rank `r` removes its two
+//! files once it has the answer (a rank whose acknowledgement disappeared
+//! writes it again); rank 0 removes `P` and then the folder once every
+//! answer is taken. When rank 0 gives up while ranks wait, the folder stays
+//! with its `abort` note (only its user can read it).
 //!
 //! Every read is bounded ([`MAX_FILE`] bytes, regular files only, opened
-//! non-blocking so a FIFO cannot hold it), and every wait ends at the
-//! deadline. Files owned by another user than `P`'s are refused.
+//! non-blocking, without following a symbolic link or taking a terminal,
+//! so a FIFO or a device cannot hold it), and every wait ends at the
+//! deadline. Files owned by another user are refused.
 
 use std::collections::HashMap;
-use std::collections::hash_map::RandomState;
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
-use std::hash::{BuildHasher, Hasher};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use super::deadline::Deadline;
 use crate::nccl::{Ranks, UniqueId};
 
 /// The first word of an id file.
-const MAGIC: &str = "CUDNNRS2";
+const MAGIC: &str = "CUDNNRS3";
 /// The largest rendezvous file read (an id file is about 300 bytes).
 pub(crate) const MAX_FILE: u64 = 1024;
 /// The first pause between looks at the shared folder; it grows by half
@@ -40,29 +47,33 @@ pub(crate) const MAX_FILE: u64 = 1024;
 /// file system.
 const POLL: Duration = Duration::from_millis(20);
 const POLL_MAX: Duration = Duration::from_millis(250);
+/// Ranks named in a timeout message, at most.
+const SHOW: usize = 16;
+/// The abort note's name in the job's folder.
+const ABORT: &str = "abort";
 
 /// The pause before the next look, growing.
 fn pause(deadline: Deadline, poll: &mut Duration) {
     deadline.sleep(*poll);
     *poll = (*poll + *poll / 2).min(POLL_MAX);
 }
-/// Ranks named in a timeout message, at most.
-const SHOW: usize = 16;
 
-/// A fresh 128-bit nonce, in hex.
-fn nonce() -> String {
-    let mut out = String::with_capacity(32);
-    for salt in 0..2u8 {
-        let mut h = RandomState::new().build_hasher();
-        h.write_u8(salt);
-        h.write_u32(std::process::id());
-        let t = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default();
-        h.write_u128(t.as_nanos());
-        out.push_str(&format!("{:016x}", h.finish()));
-    }
-    out
+/// A fresh 128-bit nonce from the operating system, in hex.
+fn nonce() -> Result<String, String> {
+    let mut n = [0u8; 16];
+    getrandom::fill(&mut n).map_err(|e| format!("drawing a nonce: {e}"))?;
+    Ok(n.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// This process's effective user id.
+#[cfg(unix)]
+fn me() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+#[cfg(not(unix))]
+fn me() -> u32 {
+    0
 }
 
 fn sibling(path: &Path, suffix: &str) -> PathBuf {
@@ -71,12 +82,17 @@ fn sibling(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
-fn ack_path(path: &Path, rank: usize) -> PathBuf {
-    sibling(path, &format!(".ack-{rank}"))
+/// The job's private folder beside `path`.
+fn folder(path: &Path, job: &str) -> PathBuf {
+    sibling(path, &format!(".{job}.d"))
 }
 
-fn ok_path(path: &Path, rank: usize) -> PathBuf {
-    sibling(path, &format!(".ok-{rank}"))
+fn ack_name(rank: usize, mine: &str) -> String {
+    format!("ack-{rank}-{mine}")
+}
+
+fn ok_name(rank: usize, mine: &str) -> String {
+    format!("ok-{rank}-{mine}")
 }
 
 /// What a bounded read found.
@@ -95,12 +111,16 @@ fn owner(_: &fs::Metadata) -> u32 {
     0
 }
 
-/// Open for reading without blocking on a FIFO or a device.
+/// Open for reading without blocking on a FIFO, following a symbolic link
+/// or taking a terminal.
 fn open_read(path: &Path) -> io::Result<File> {
     let mut o = OpenOptions::new();
     o.read(true);
     #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut o, libc::O_NONBLOCK);
+    std::os::unix::fs::OpenOptionsExt::custom_flags(
+        &mut o,
+        libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY,
+    );
     o.open(path)
 }
 
@@ -110,6 +130,13 @@ fn read_small(path: &Path) -> Result<Found, String> {
     let file = match open_read(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Found::Missing),
+        #[cfg(unix)]
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(format!(
+                "{} is a symbolic link; a rendezvous file is written by rank 0",
+                path.display()
+            ));
+        }
         Err(e) => return Err(format!("opening {}: {e}", path.display())),
     };
     let meta = file
@@ -144,23 +171,19 @@ fn read_small(path: &Path) -> Result<Found, String> {
     Ok(Found::Text(text, owner(&meta)))
 }
 
-/// Create `path` exclusively (`O_EXCL`, mode 0600) holding `text`; returns
-/// its owner.
-fn create(path: &Path, text: &str) -> io::Result<u32> {
+/// Create `path` exclusively (`O_EXCL`, mode 0600) holding `text`.
+fn create(path: &Path, text: &str) -> io::Result<()> {
     let mut o = OpenOptions::new();
     o.write(true).create_new(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
     let mut f = o.open(path)?;
-    let written = f.write_all(text.as_bytes()).and_then(|()| f.metadata());
-    match written {
-        Ok(meta) => Ok(owner(&meta)),
-        Err(e) => {
-            // Half a file helps nobody (a full disk, a quota).
-            remove(path);
-            Err(e)
-        }
+    let written = f.write_all(text.as_bytes());
+    if written.is_err() {
+        // Half a file helps nobody (a full disk, a quota).
+        remove(path);
     }
+    written
 }
 
 fn remove(path: &Path) {
@@ -169,52 +192,93 @@ fn remove(path: &Path) {
     let _ = fs::remove_file(path);
 }
 
+/// Create the job's folder: exclusively, mode 0700.
+fn make_folder(dir: &Path) -> io::Result<()> {
+    let mut b = fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+    b.create(dir)
+}
+
+/// Why `dir` cannot be the job's folder, if it cannot: not a folder of this
+/// user that nobody else may write.
+fn folder_problem(dir: &Path, me: u32) -> Option<String> {
+    let m = match fs::symlink_metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Some(format!(
+                "rank 0's folder {} is missing: the id file was left by an earlier run, or \
+                 rank 0 gave up (remove the id file and start again)",
+                dir.display()
+            ));
+        }
+        Err(e) => return Some(format!("{}: {e}", dir.display())),
+    };
+    if !m.is_dir() {
+        return Some(format!("{} is not a folder", dir.display()));
+    }
+    if owner(&m) != me {
+        return Some(format!(
+            "{} is owned by user {}, not by this rank's user {me}",
+            dir.display(),
+            owner(&m)
+        ));
+    }
+    #[cfg(unix)]
+    {
+        let mode = std::os::unix::fs::PermissionsExt::mode(&m.permissions());
+        if mode & 0o077 != 0 {
+            return Some(format!(
+                "{} may be written by others (mode {:o}); rank 0 makes it 0700",
+                dir.display(),
+                mode & 0o777
+            ));
+        }
+    }
+    None
+}
+
+/// Remove the job's folder and what it holds.
+fn remove_folder(dir: &Path) {
+    if let Ok(entries) = fs::read_dir(dir) {
+        for e in entries.flatten() {
+            remove(&e.path());
+        }
+    }
+    let _ = fs::remove_dir(dir);
+}
+
 /// The complete first line of `text`, `None` while it is being written.
 fn line(text: &str) -> Option<&str> {
     text.split_once('\n').map(|(l, _)| l)
 }
 
-/// The parent folder and file name of `path`.
-fn split(path: &Path) -> Result<(PathBuf, String), String> {
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or_else(|| format!("{} does not end in a UTF-8 file name", path.display()))?;
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    Ok((parent, name.to_string()))
-}
-
-/// The rank in `entry` when it is `<name><kind><rank>`.
-fn rank_of(entry: &str, name: &str, kind: &str) -> Option<usize> {
-    let digits = entry.strip_prefix(name)?.strip_prefix(kind)?;
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+/// The rank and nonce in `entry` when it is `ack-<rank>-<nonce>`.
+fn ack_of(entry: &str) -> Option<(usize, String)> {
+    let (digits, mine) = entry.strip_prefix("ack-")?.split_once('-')?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || mine.is_empty() {
         return None;
     }
     // Only the form this module writes (no leading zeros).
-    digits
-        .parse()
-        .ok()
-        .filter(|r: &usize| r.to_string() == digits)
+    let r: usize = digits.parse().ok()?;
+    (r.to_string() == digits).then(|| (r, mine.to_string()))
 }
 
-/// The names in `dir` that are `<name><kind><rank>`, with their ranks.
-fn listed(dir: &Path, name: &str, kind: &str) -> Result<Vec<usize>, String> {
+/// The acknowledgements in `dir`.
+fn acks(dir: &Path) -> Result<Vec<(usize, String)>, String> {
     let entries = fs::read_dir(dir).map_err(|e| format!("listing {}: {e}", dir.display()))?;
     Ok(entries
         .flatten()
-        .filter_map(|e| e.file_name().to_str().and_then(|s| rank_of(s, name, kind)))
+        .filter_map(|e| e.file_name().to_str().and_then(ack_of))
         .collect())
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 enum Peer {
-    /// Answered `ok`, waiting for the rank to take its answer.
-    Answered,
+    /// Answered `ok` to this nonce, waiting for the rank to take it.
+    Answered(String),
     /// Took its answer.
-    Done,
+    Done(String),
 }
 
 /// Rank 0: publish `id`, answer every rank, clean up.
@@ -224,7 +288,9 @@ pub(crate) fn publish(
     id: &UniqueId,
     deadline: Deadline,
 ) -> Result<(), String> {
-    let (dir, name) = split(path)?;
+    if path.file_name().is_none() {
+        return Err(format!("{} does not end in a file name", path.display()));
+    }
     if fs::symlink_metadata(path).is_ok() {
         return Err(format!(
             "{} already exists (left by an earlier run, or another job uses it); \
@@ -232,52 +298,55 @@ pub(crate) fn publish(
             path.display()
         ));
     }
-    // Acknowledgements and answers of an earlier run.
-    for kind in [".ack-", ".ok-"] {
-        for r in listed(&dir, &name, kind)? {
-            let p = sibling(path, &format!("{kind}{r}"));
-            remove(&p);
-        }
+    let job = nonce()?;
+    let dir = folder(path, &job);
+    make_folder(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    if let Some(p) = folder_problem(&dir, me()) {
+        return Err(p);
     }
-    let nonce = nonce();
     let size = ranks.size();
-    let me = match create(path, &format!("{MAGIC} {size} {nonce} {id}\n")) {
-        Ok(uid) => uid,
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            return Err(format!(
+    if let Err(e) = create(path, &format!("{MAGIC} {size} {job} {id}\n")) {
+        remove_folder(&dir);
+        return Err(if e.kind() == io::ErrorKind::AlreadyExists {
+            format!(
                 "{} appeared while rank 0 was writing it (another job uses it?)",
                 path.display()
-            ));
-        }
-        Err(e) => return Err(format!("creating {}: {e}", path.display())),
-    };
-    let result = serve(path, &dir, &name, size, &nonce, me, deadline);
-    // Success or not, nothing of this job stays behind.
+            )
+        } else {
+            format!("creating {}: {e}", path.display())
+        });
+    }
+    let mut refused = Vec::new();
+    let result = serve(&dir, size, &job, &mut refused, deadline);
     remove(path);
-    if result.is_err() {
-        for kind in [".ok-", ".ack-"] {
-            for r in listed(&dir, &name, kind).unwrap_or_default() {
-                let p = sibling(path, &format!("{kind}{r}"));
-                if let Ok(Found::Text(t, _)) = read_small(&p)
-                    && t.starts_with(&nonce)
-                {
-                    remove(&p);
-                }
+    match &result {
+        Ok(()) => remove_folder(&dir),
+        Err(why) => {
+            // Tell the ranks that wait; with none waiting (the refused ones
+            // are told already), leave nothing.
+            let _ = create(&dir.join(ABORT), &format!("{job} abort {why}\n"));
+            for (r, mine) in &refused {
+                remove(&dir.join(ack_name(*r, mine)));
+                remove(&dir.join(ok_name(*r, mine)));
+            }
+            if acks(&dir).is_ok_and(|a| a.is_empty()) {
+                remove_folder(&dir);
             }
         }
     }
     result
 }
 
+/// Answer the ranks until all took their answer; `refused` collects the
+/// acknowledgements refused.
 fn serve(
-    path: &Path,
     dir: &Path,
-    name: &str,
     size: usize,
-    nonce: &str,
-    me: u32,
+    job: &str,
+    refused: &mut Vec<(usize, String)>,
     deadline: Deadline,
 ) -> Result<(), String> {
+    let me = me();
     let mut peers: HashMap<usize, Peer> = HashMap::new();
     let mut done = 0usize;
     let mut notes: Vec<String> = Vec::new();
@@ -288,11 +357,15 @@ fn serve(
         }
     };
     loop {
-        for r in listed(dir, name, ".ack-")? {
-            if r == 0 || r >= size || peers.contains_key(&r) {
+        for (r, mine) in acks(dir)? {
+            let seen = match peers.get(&r) {
+                Some(Peer::Answered(n) | Peer::Done(n)) => Some(n == &mine),
+                None => None,
+            };
+            if seen == Some(true) || refused.contains(&(r, mine.clone())) || r == 0 || r >= size {
                 continue;
             }
-            let ack = ack_path(path, r);
+            let ack = dir.join(ack_name(r, &mine));
             let text = match read_small(&ack) {
                 Ok(Found::Text(t, uid)) if uid == me => t,
                 Ok(Found::Text(_, uid)) => {
@@ -309,33 +382,49 @@ fn serve(
                 }
             };
             let Some(l) = line(&text) else { continue };
-            let mut words = l.split(' ');
-            if words.next() != Some(nonce) {
-                // An earlier job's, or one not finished writing.
+            let words: Vec<&str> = l.split(' ').collect();
+            let (their_rank, their_size) = match words.as_slice() {
+                [n, r, s, m] if *n == job && *m == mine => (*r, *s),
+                _ => {
+                    note(format!(
+                        "{} is not an acknowledgement of this job",
+                        ack.display()
+                    ));
+                    refused.push((r, mine));
+                    continue;
+                }
+            };
+            let ok = dir.join(ok_name(r, &mine));
+            if their_rank != r.to_string() {
+                note(format!("{} names rank {their_rank}", ack.display()));
+                refused.push((r, mine));
                 continue;
             }
-            let (their_rank, their_size) = (words.next(), words.next());
-            let answer = if their_rank != Some(&*r.to_string()) {
-                note(format!("{} names rank {their_rank:?}", ack.display()));
-                continue;
-            } else if their_size != Some(&*size.to_string()) {
-                let why = format!(
-                    "rank {r} has world size {}, rank 0 {size}",
-                    their_size.unwrap_or("?")
-                );
-                let _ = create(&ok_path(path, r), &format!("{nonce} refused {why}\n"));
+            if their_size != size.to_string() {
+                let why = format!("rank {r} has world size {their_size}, rank 0 {size}");
+                let _ = create(&ok, &format!("{job} {mine} refused {why}\n"));
+                refused.push((r, mine));
                 return Err(why);
-            } else {
-                format!("{nonce} ok\n")
-            };
-            let ok = ok_path(path, r);
-            remove(&ok);
-            create(&ok, &answer).map_err(|e| format!("creating {}: {e}", ok.display()))?;
-            peers.insert(r, Peer::Answered);
+            }
+            if seen == Some(false) {
+                let why = format!(
+                    "rank {r} already acknowledged by another process (two processes with \
+                     the same rank?)"
+                );
+                let _ = create(&ok, &format!("{job} {mine} refused {why}\n"));
+                note(why);
+                refused.push((r, mine));
+                continue;
+            }
+            create(&ok, &format!("{job} {mine} ok\n"))
+                .map_err(|e| format!("creating {}: {e}", ok.display()))?;
+            peers.insert(r, Peer::Answered(mine));
         }
         for (&r, state) in peers.iter_mut() {
-            if *state == Peer::Answered && fs::symlink_metadata(ok_path(path, r)).is_err() {
-                *state = Peer::Done;
+            if let Peer::Answered(mine) = state
+                && fs::symlink_metadata(dir.join(ok_name(r, mine))).is_err()
+            {
+                *state = Peer::Done(std::mem::take(mine));
                 done += 1;
             }
         }
@@ -344,15 +433,14 @@ fn serve(
         }
         if deadline.remaining().is_none() {
             let waiting: Vec<usize> = (1..size)
-                .filter(|r| peers.get(r) != Some(&Peer::Done))
+                .filter(|r| !matches!(peers.get(r), Some(Peer::Done(_))))
                 .take(SHOW)
                 .collect();
             let more = size - 1 - done;
             return Err(format!(
-                "timed out waiting for {more} rank(s) ({waiting:?}{}) to read {} and take rank \
-                 0's answer{}",
+                "timed out waiting for {more} rank(s) ({waiting:?}{}) to read the id file and \
+                 take rank 0's answer{}",
                 if more > waiting.len() { ", ..." } else { "" },
-                path.display(),
                 if notes.is_empty() {
                     String::new()
                 } else {
@@ -366,7 +454,7 @@ fn serve(
 
 /// What the id file says.
 struct Published {
-    nonce: String,
+    job: String,
     size: String,
     id: UniqueId,
 }
@@ -374,12 +462,14 @@ struct Published {
 fn parse_id_file(path: &Path, l: &str) -> Result<Published, String> {
     let words: Vec<&str> = l.split(' ').collect();
     match words.as_slice() {
-        [MAGIC, size, nonce, id] if !nonce.is_empty() => Ok(Published {
-            nonce: nonce.to_string(),
-            size: size.to_string(),
-            id: id.parse().map_err(|e| format!("{}: {e}", path.display()))?,
-        }),
-        [first, ..] if first.starts_with("CUDNNRS") => Err(format!(
+        [MAGIC, size, job, id] if job.len() == 32 && job.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            Ok(Published {
+                job: job.to_string(),
+                size: size.to_string(),
+                id: id.parse().map_err(|e| format!("{}: {e}", path.display()))?,
+            })
+        }
+        [first, ..] if first.starts_with("CUDNNRS") && *first != MAGIC => Err(format!(
             "{} was written by another version of this crate ({first})",
             path.display()
         )),
@@ -392,22 +482,23 @@ fn parse_id_file(path: &Path, l: &str) -> Result<Published, String> {
 
 /// A non-zero rank: read the id, acknowledge it, wait for rank 0's answer.
 pub(crate) fn receive(path: &Path, ranks: Ranks, deadline: Deadline) -> Result<UniqueId, String> {
-    let (ack, ok) = (ack_path(path, ranks.rank()), ok_path(path, ranks.rank()));
     let mut r = Receiver {
         path,
         ranks,
+        mine: nonce()?,
         acked: None,
         keep_ack: false,
     };
     let result = r.run(deadline);
     // The acknowledgement first: rank 0 takes a missing answer as done. A
     // rank refused for its world size leaves its acknowledgement for rank
-    // 0 to read (and remove).
-    if !r.keep_ack {
-        remove(&ack);
-    }
-    if r.acked.is_some() {
-        remove(&ok);
+    // 0 to read.
+    if let Some((dir, _, _)) = &r.acked {
+        let rank = ranks.rank();
+        if !r.keep_ack {
+            remove(&dir.join(ack_name(rank, &r.mine)));
+        }
+        remove(&dir.join(ok_name(rank, &r.mine)));
     }
     result
 }
@@ -415,36 +506,48 @@ pub(crate) fn receive(path: &Path, ranks: Ranks, deadline: Deadline) -> Result<U
 struct Receiver<'a> {
     path: &'a Path,
     ranks: Ranks,
-    /// The nonce this rank acknowledged, and the id that came with it.
-    acked: Option<(String, UniqueId)>,
+    /// This rank's own nonce.
+    mine: String,
+    /// The job's folder, nonce and id this rank acknowledged.
+    acked: Option<(PathBuf, String, UniqueId)>,
     keep_ack: bool,
 }
 
 impl Receiver<'_> {
     fn run(&mut self, deadline: Deadline) -> Result<UniqueId, String> {
         let (path, rank, size) = (self.path, self.ranks.rank(), self.ranks.size());
-        let (ack, ok) = (ack_path(path, rank), ok_path(path, rank));
+        let me = me();
         let mut waiting_for = "rank 0 to write it";
         let mut poll = POLL;
+        let ack_text = |job: &str| format!("{job} {rank} {size} {}\n", self.mine);
         loop {
             match read_small(path)? {
                 Found::Missing => {}
-                Found::Text(text, owner) => match line(&text) {
+                Found::Text(_, owner) if owner != me => {
+                    return Err(format!(
+                        "{} is owned by user {owner}, not by this rank's user {me}",
+                        path.display()
+                    ));
+                }
+                Found::Text(text, _) => match line(&text) {
                     None => waiting_for = "rank 0 to finish writing it",
                     Some(l) => {
                         let p = parse_id_file(path, l)?;
-                        if self.acked.as_ref().map(|(n, _)| n) != Some(&p.nonce) {
-                            remove(&ok);
-                            remove(&ack);
-                            let me = create(&ack, &format!("{} {rank} {size}\n", p.nonce))
-                                .map_err(|e| format!("creating {}: {e}", ack.display()))?;
-                            self.acked = Some((p.nonce.clone(), p.id));
-                            if me != owner {
-                                return Err(format!(
-                                    "{} is owned by user {owner}, not by this rank's user {me}",
-                                    path.display()
-                                ));
+                        if self.acked.as_ref().map(|(_, j, _)| j) != Some(&p.job) {
+                            let dir = folder(path, &p.job);
+                            if let Some(why) = folder_problem(&dir, me) {
+                                return Err(why);
                             }
+                            if let Some((old, _, _)) = &self.acked {
+                                // The id file of another run replaced the
+                                // one acknowledged: forget that one.
+                                remove(&old.join(ack_name(rank, &self.mine)));
+                                remove(&old.join(ok_name(rank, &self.mine)));
+                            }
+                            let ack = dir.join(ack_name(rank, &self.mine));
+                            create(&ack, &ack_text(&p.job))
+                                .map_err(|e| format!("creating {}: {e}", ack.display()))?;
+                            self.acked = Some((dir, p.job.clone(), p.id));
                             waiting_for = "rank 0 to answer (an id file left by an earlier \
                                            run is never answered: remove it)";
                         }
@@ -459,16 +562,49 @@ impl Receiver<'_> {
                     }
                 },
             }
-            if let Some((nonce, id)) = &self.acked
-                && let Found::Text(t, _) = read_small(&ok)?
-                && let Some(l) = line(&t)
-                && let Some(rest) = l.strip_prefix(nonce.as_str())
-            {
-                if rest == " ok" {
-                    return Ok(*id);
+            if let Some((dir, job, id)) = &self.acked {
+                let ok = dir.join(ok_name(rank, &self.mine));
+                match read_small(&ok)? {
+                    Found::Text(_, uid) if uid != me => {
+                        return Err(format!(
+                            "{} is owned by user {uid}, not by this rank's user {me}",
+                            ok.display()
+                        ));
+                    }
+                    Found::Text(t, _) => {
+                        let head = format!("{job} {} ", self.mine);
+                        if let Some(rest) = line(&t).and_then(|l| l.strip_prefix(&head)) {
+                            if rest == "ok" {
+                                return Ok(*id);
+                            }
+                            if let Some(why) = rest.strip_prefix("refused ") {
+                                return Err(format!("rank 0 refused: {why}"));
+                            }
+                        }
+                    }
+                    Found::Missing => {
+                        // Removed by someone: write it again.
+                        let ack = dir.join(ack_name(rank, &self.mine));
+                        match create(&ack, &ack_text(job)) {
+                            Ok(()) => {}
+                            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                                return Err(format!(
+                                    "rank 0's folder {} is gone: rank 0 gave up or finished \
+                                     without this rank",
+                                    dir.display()
+                                ));
+                            }
+                            Err(e) => return Err(format!("creating {}: {e}", ack.display())),
+                        }
+                    }
                 }
-                if let Some(why) = rest.strip_prefix(" refused ") {
-                    return Err(format!("rank 0 refused: {why}"));
+                if let Found::Text(t, uid) = read_small(&dir.join(ABORT))?
+                    && uid == me
+                    && let Some(why) =
+                        line(&t).and_then(|l| l.strip_prefix(&format!("{job} abort ")))
+                {
+                    return Err(format!("rank 0 gave up: {why}"));
                 }
             }
             if deadline.remaining().is_none() {

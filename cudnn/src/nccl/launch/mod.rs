@@ -20,40 +20,61 @@
 //! A variable set to the empty string is an error, not "unset". mpirun and
 //! srun set no rendezvous: set `CUDNN_RS_RENDEZVOUS` (or `MASTER_ADDR` and
 //! `MASTER_PORT`) for every rank. In a SLURM batch script outside `srun`,
-//! SLURM's variables describe the script itself: start the ranks with
-//! `srun`.
+//! SLURM's variables describe the script itself (one task, `SLURM_PROCID=0`
+//! with the job's `SLURM_NTASKS`): this is not detected, so start the ranks
+//! with `srun`.
 //!
 //! Rank 0 makes the id and publishes it; the others wait for it, all
-//! within one deadline for the whole exchange:
-//! - **file**: rank 0 creates the file (exclusively, mode 0600; it refuses
-//!   one that exists, left by a crashed run or another job, rather than
-//!   touch it) holding the id and a nonce drawn for this job. Every other
-//!   rank reads it, acknowledges the nonce in a file beside it and takes the
-//!   id only once rank 0 has answered that acknowledgement, so an id file
-//!   left by an earlier run is never used. Acknowledgements of earlier runs
-//!   are cleared and ignored. Reads are bounded in size, regular files only
-//!   (a FIFO or a device at the path is an error, not a hang), and files
-//!   owned by another user are refused. A rank with another world size is
-//!   refused and rank 0 fails at once (only this user can write there).
-//!   When all have their answer, rank 0 removes every file. The path must
-//!   be on a file system all ranks see; the folder is polled, at most every
-//!   250 ms.
+//! within one deadline for the whole exchange. [`init`] then builds the
+//! communicator with [`Communicator::init_rank_timeout`] under the same
+//! timeout, so a launch ends within twice the timeout however the peers
+//! behave.
+//! - **file**: rank 0 draws a nonce for this job, creates a private folder
+//!   beside the file (mode 0700, exclusively: nobody else can put a file in
+//!   it) and then the file itself (exclusively, mode 0600; it refuses one
+//!   that exists, left by a crashed run or another job, rather than touch
+//!   it) holding the id and the nonce. Every other rank reads it, draws its
+//!   own nonce, acknowledges both in the folder and takes the id only once
+//!   rank 0 has answered that acknowledgement, so an id file left by an
+//!   earlier run is never used, a second process claiming a rank already
+//!   acknowledged is refused, and no process removes another's file. Files
+//!   other users plant beside the path are never read nor touched. Reads
+//!   are bounded in size, regular files only (a FIFO, a device or a
+//!   symbolic link at the path is an error, not a hang), and files owned by
+//!   another user are refused. When rank 0 gives up (a rank with another
+//!   world size, the deadline), it leaves an abort note the waiting ranks
+//!   read at once; the folder stays with that note while a rank may still
+//!   read it. When all have their answer, rank 0 removes every file. The
+//!   path must be on a file system all ranks see; the folder is polled, at
+//!   most every 250 ms.
 //! - **tcp**: rank 0 listens on `host` itself (one of its own addresses;
 //!   never on every interface), every other rank connects (retrying, name
-//!   resolution included, until rank 0 is up), says its rank, world size
-//!   and token, and receives the id. Rank 0 serves connections
-//!   concurrently, each for at most a few seconds; one that is not a rank
-//!   of this job (another world size, rank 0 or out of range, a rank
-//!   already served, a wrong token) is refused and dropped, and the
-//!   rendezvous goes on; the refusals are listed if rank 0 times out.
+//!   resolution included, until rank 0 is up), says its rank and world
+//!   size, proves the token (when there is one) and receives the id. Rank 0
+//!   serves connections concurrently: each has about a second to prove
+//!   itself and a few seconds in all, and when too many wait at once the
+//!   oldest that has not proved itself is dropped for the newcomer; one
+//!   that is not a rank of this job (another world size, rank 0 or out of
+//!   range, a rank already served, a wrong token) is refused and dropped,
+//!   and the rendezvous goes on; the refusals are listed if rank 0 times
+//!   out. `MASTER_ADDR=$(hostname)` resolves to a loopback address on some
+//!   systems (127.0.1.1): with `LOCAL_WORLD_SIZE` (or Open MPI's) below the
+//!   world size, [`init`] and [`exchange_for`] refuse to listen there, and
+//!   otherwise rank 0's timeout message says it listened on a loopback
+//!   address.
 //!
 //! **Exposure.** Without a token, anyone who can reach rank 0's port while
 //! it waits receives the unique id (enough to join the communicator or
-//! disturb its bootstrap) or can take a rank's place. On a network others
-//! share, give every rank the same `CUDNN_RS_RENDEZVOUS_TOKEN` (for
-//! example `CUDNN_RS_RENDEZVOUS_TOKEN=$(head -c 24 /dev/urandom | base64)`
-//! exported before the launcher). The token travels in clear text; the
-//! file rendezvous relies on file permissions instead.
+//! disturb its bootstrap) or can take a rank's place, and a process that
+//! binds the port before rank 0 can hand the ranks an id of its own. On a
+//! machine or network others share, give every rank the same
+//! `CUDNN_RS_RENDEZVOUS_TOKEN` (for example
+//! `CUDNN_RS_RENDEZVOUS_TOKEN=$(head -c 24 /dev/urandom | base64)` exported
+//! before the launcher). With it, rank 0 and each rank prove they hold it
+//! (HMAC-SHA256 over fresh nonces of both; the token never travels), and
+//! the id travels masked and tagged, so a squatter learns neither and a
+//! relay that alters the id is caught. The file rendezvous relies on file
+//! permissions instead.
 //!
 //! Under torchrun itself, `MASTER_PORT` is taken by torchrun's own store:
 //! set `CUDNN_RS_RENDEZVOUS=tcp://$MASTER_ADDR:<another port>`.
@@ -83,21 +104,24 @@ use deadline::Deadline;
 pub struct Launch {
     /// What the launcher said.
     pub env: LaunchEnv,
-    /// The GPU this rank drives (`LOCAL_RANK`).
+    /// The GPU this rank drives (the local rank).
     pub device: Device,
     /// This rank's communicator over all `WORLD_SIZE` ranks.
     pub comm: Communicator,
 }
 
-/// Read the convention, bind to GPU `LOCAL_RANK`, share the unique id and
-/// join the communicator. With no variables set this is a one-rank job on
-/// GPU 0.
+/// Read the convention, bind to the GPU the local rank names, share the
+/// unique id (within the rendezvous timeout) and join the communicator
+/// ([`Communicator::init_rank_timeout`], within the same timeout again;
+/// with an NCCL older than 2.14, which cannot bound it, a blocking
+/// initialisation). With no variables set this is a one-rank job on GPU 0.
 ///
 /// # Errors
 /// As [`LaunchEnv::from_env`]; [`Error::NoDevice`] or
-/// [`Error::InvalidArgument`] when `LOCAL_RANK` names no GPU;
-/// [`Error::Rendezvous`] when the ranks cannot meet; [`Error::Nccl`] when
-/// NCCL cannot build the communicator.
+/// [`Error::InvalidArgument`] when the local rank names no GPU (naming the
+/// variable it came from, such as `SLURM_LOCALID`); [`Error::Rendezvous`]
+/// when the ranks cannot meet; [`Error::Timeout`] when the communicator is
+/// not ready in time; [`Error::Nccl`] when NCCL cannot build it.
 pub fn init_from_env() -> Result<Launch> {
     let env = LaunchEnv::from_env()?;
     init(env)
@@ -108,26 +132,44 @@ pub fn init_from_env() -> Result<Launch> {
 /// # Errors
 /// As [`init_from_env`].
 pub fn init(env: LaunchEnv) -> Result<Launch> {
-    let lr = env.local_rank;
+    let (lr, var) = (env.local_rank, env.local_rank_var);
     let device = Device::new(lr).map_err(|e| match e {
         Error::InvalidArgument { rule, value, .. } => Error::InvalidArgument {
-            arg: "LOCAL_RANK".into(),
+            arg: var.into(),
             rule: format!("names this process's GPU, so it {rule}"),
             value,
         },
         Error::NoDevice { reason } => Error::NoDevice {
-            reason: format!("{reason} (LOCAL_RANK={lr})"),
+            reason: format!("{reason} ({var}={lr})"),
         },
-        other => other.with_context(format!("LOCAL_RANK={lr}")),
+        other => other.with_context(format!("{var}={lr}")),
     })?;
-    let id = match &env.rendezvous {
-        None => UniqueId::new()?,
-        Some(r) => {
-            exchange_with_token(r, env.ranks, env.timeout, env.token.as_ref(), UniqueId::new)?
-        }
+    let id = exchange_for(&env, UniqueId::new)?;
+    let (rank, size) = (env.ranks.rank(), env.ranks.size());
+    let comm = match Communicator::init_rank_timeout(&id, rank, size, env.timeout) {
+        // NCCL before 2.14 has no non-blocking initialisation.
+        Err(Error::MissingSymbol(_)) => Communicator::init_rank(&id, rank, size)?,
+        other => other?,
     };
-    let comm = Communicator::init_rank(&id, env.ranks.rank(), env.ranks.size())?;
     Ok(Launch { env, device, comm })
+}
+
+/// Share the unique id the way `env` says: its rendezvous, ranks, timeout
+/// and token. Rank 0 calls `make`. With a TCP rendezvous and a local world
+/// size below the world size (some ranks run on other machines), rank 0
+/// refuses to listen on a loopback address (`MASTER_ADDR=$(hostname)`
+/// resolves to 127.0.1.1 on some systems) rather than wait for ranks that
+/// cannot reach it. Needs no GPU.
+///
+/// # Errors
+/// As [`exchange_with_token`]; [`Error::Rendezvous`] naming the loopback
+/// address above.
+pub fn exchange_for(env: &LaunchEnv, make: impl FnOnce() -> Result<UniqueId>) -> Result<UniqueId> {
+    let remote = env.local_world_size.is_some_and(|l| l < env.ranks.size());
+    match &env.rendezvous {
+        None => make(),
+        Some(r) => run(r, env.ranks, env.timeout, env.token.as_ref(), remote, make),
+    }
 }
 
 /// Share a unique id among `ranks.size()` processes over `rendezvous`: rank
@@ -162,6 +204,17 @@ pub fn exchange_with_token(
     token: Option<&Token>,
     make: impl FnOnce() -> Result<UniqueId>,
 ) -> Result<UniqueId> {
+    run(rendezvous, ranks, timeout, token, false, make)
+}
+
+fn run(
+    rendezvous: &Rendezvous,
+    ranks: Ranks,
+    timeout: Duration,
+    token: Option<&Token>,
+    remote_ranks: bool,
+    make: impl FnOnce() -> Result<UniqueId>,
+) -> Result<UniqueId> {
     let deadline = Deadline::after(timeout);
     let fail = |detail: String| Error::Rendezvous {
         rendezvous: rendezvous.to_string(),
@@ -183,7 +236,7 @@ pub fn exchange_with_token(
         Rendezvous::Tcp { host, port } => {
             if ranks.rank() == 0 {
                 let id = make()?;
-                tcp::serve(host, *port, ranks, &id, token, deadline).map_err(fail)?;
+                tcp::serve(host, *port, ranks, &id, token, remote_ranks, deadline).map_err(fail)?;
                 Ok(id)
             } else {
                 tcp::receive(host, *port, ranks, token, deadline).map_err(fail)
