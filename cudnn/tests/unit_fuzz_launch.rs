@@ -56,8 +56,11 @@ mod imp {
 
     use crate::support::{TestResult, run, unit};
 
-    /// The slowest one call may be.
-    const CALL_LIMIT: Duration = Duration::from_secs(1);
+    /// The slowest one call may be. Calls take milliseconds; the bound is
+    /// loose because CI shares two cores among the test threads, and a
+    /// loopback round trip can stall past a second there (seen once in
+    /// eight runs with a 1 s bound). A hang still fails.
+    const CALL_LIMIT: Duration = Duration::from_secs(5);
 
     pub fn main() {
         run(vec![
