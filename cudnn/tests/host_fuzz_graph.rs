@@ -14,6 +14,12 @@
 //! - `host::` (the real cuDNN, no device): the same sequences, then
 //!   `Graph::build`: cuDNN either finalizes the graph or refuses it with a
 //!   typed error, and some graphs of every family must build.
+//! - `unit::` SDPA rules: [`SdpaConfig::resolve_for`] and
+//!   `check_target_for` (pure functions of a cuDNN version and an
+//!   architecture) held to an independent model of NVIDIA's frontend 1.32
+//!   (`sdpa_rules/`), at each rule's boundary and over random configs,
+//!   versions and architectures; the unit tier has no cuDNN, so this is
+//!   where the version rules are exercised for every release.
 //! - Every reproducer of the shape-arithmetic panics as a deterministic test.
 //!
 //! Prints `fuzz: ...` counts on stderr.
@@ -21,6 +27,7 @@
 // `ensure!(x >= bound)` must fail for NaN: a negated partial comparison on purpose.
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 
+mod sdpa_rules;
 mod support;
 
 use std::cell::Cell;
@@ -978,6 +985,19 @@ fn main() {
             compute_type_in_signature,
         ),
         unit("fuzz_graph_specs_and_configs", || fuzz_specs(30_000)),
+        unit("sdpa_rules_at_their_boundaries", sdpa_rules::fixed_cases),
+        unit("fuzz_sdpa_rules_for_given_versions", || {
+            let n = scale_cases(20_000);
+            let resolved = sdpa_rules::fuzz(&mut runner(), n)?;
+            eprintln!(
+                "fuzz: sdpa rules: {n} configs x versions x architectures, {resolved} resolved, all as the model"
+            );
+            ensure!(
+                resolved > u64::from(n) / 4,
+                "too few resolve: {resolved} of {n}"
+            );
+            Ok(())
+        }),
         unit("fuzz_graph_builder_sequences", || fuzz_sequences(12_000, 0)),
         host9("fuzz_graph_build", || {
             fuzz_sequences(3_000, 1)?;
