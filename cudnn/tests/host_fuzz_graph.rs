@@ -964,6 +964,43 @@ fn compute_type_in_signature() -> TestResult {
         f16.contains("matmul") && f16.contains("compute=f16") && f16.contains("compute=f32"),
         "each op names its own: {f16}"
     );
+    // A norm op has no compute type in cuDNN: its entry names none (the
+    // compute type is in its result's element type, with the tensors).
+    let mut g = Graph::new();
+    let x = g.input("x", TensorSpec::row_major(DType::F16, &[4, 8, 1, 1])?)?;
+    let sc = g.input("s", TensorSpec::row_major(DType::F32, &[1, 8, 1, 1])?)?;
+    g.set_compute_type(DType::F16);
+    let y = g.rms_norm(x, sc, None, 1e-5, NormPhase::Inference)?.y;
+    g.output(y, DType::F16)?;
+    let sig = g.signature();
+    let op = sig.split(';').find(|e| e.contains("rms_norm forward"));
+    ensure!(
+        op.is_some_and(|e| !e.contains("compute=")),
+        "a norm op names no compute type: {sig}"
+    );
+    // Names are length-prefixed: a name holding the text of another node
+    // (spaces, `;`) cannot make one input read as the two inputs `p`, `q`.
+    let spec = TensorSpec::row_major(DType::F16, &[1, 2])?;
+    let mut two = Graph::new();
+    two.input("p", spec.clone())?;
+    two.input("q", spec.clone())?;
+    let two = two.signature();
+    // The text after a node's name up to its `;` (role, type, dims, strides).
+    let rest = two
+        .split(';')
+        .next()
+        .and_then(|n| n.strip_prefix("t1 1:p "))
+        .ok_or(format!("node text: {two}"))?;
+    let forged = format!("p {rest};t2 q");
+    let mut one = Graph::new();
+    one.input(&forged, spec)?;
+    let one = one.signature();
+    // Without the prefixes both would read `t1 p {rest};t2 q {rest};`.
+    ensure!(one != two, "a forged name collides:\n{one}\n{two}");
+    ensure!(
+        one.contains(&format!("{}:{forged}", forged.len())),
+        "the name is length-prefixed: {one}"
+    );
     Ok(())
 }
 
