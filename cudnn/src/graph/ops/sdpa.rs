@@ -49,14 +49,14 @@
 //!   of 128 and no padding mask: the frontend adds a padding mask with full
 //!   lengths in its own workspace; this crate refuses it with a typed error
 //!   naming [`SdpaConfig::padding`] (set it and bind the full lengths).
-//! - The backward with head dims 256 / 256 on sm_100 from cuDNN 9.23: the
-//!   frontend forces its deterministic algorithm there: dQ straight from
-//!   `dS · K` (no f32 accumulator, cuDNN keeps dP in the engine's workspace)
-//!   and a pinned engine configuration (engine 5 on sm_100 to sm_103, 17
-//!   after, fixed tile and stage knobs) instead of heuristics, and it refuses
-//!   dropout. The graph here is built before the target is known, so it is
-//!   the usual composite (with the f32 accumulator) and the engine is what
-//!   the heuristics offer; dropout is refused as in the frontend.
+//! - The backward with head dims 256 / 256 on sm_100 is refused. From
+//!   cuDNN 9.23 the frontend serves it, but only with its deterministic
+//!   algorithm: dQ straight from `dS · K` (no f32 accumulator; dP in the
+//!   engine's workspace), a pinned engine configuration (engine 5 on sm_100
+//!   to sm_103, 17 after, with fixed tile and stage knobs) instead of
+//!   heuristics, and no dropout. The graph here is built before the target
+//!   is known and plans take the heuristics' engines: for the composite's
+//!   form cuDNN 9.28 offers one engine for a B200, and it fails to compile.
 //! - [`SdpaImpl::Native`] can build cuDNN's SDPA backward operation, which
 //!   the frontend never uses (`Auto` does not either).
 //!
@@ -710,10 +710,9 @@ impl SdpaConfig {
     /// query (`seq_q = 1`) takes neither a causal mask nor, on sm_100, head
     /// dims above 128. Backward: head dims up to 256 on sm_90 (on cuDNN 9.11
     /// and 9.12, a head_dim in (128, 192] with a head_dim_v in (64, 128] only
-    /// as 192 or with head_dim_v 128); on sm_100 from cuDNN 9.11 up to 128,
-    /// 192 with 128, and from 9.23 256 with 256 without dropout (the frontend
-    /// serves it only with its deterministic algorithm, which takes no
-    /// dropout); up to 128 elsewhere.
+    /// as 192 or with head_dim_v 128); on sm_100 from cuDNN 9.11 up to 128
+    /// and 192 with 128 (the frontend's 256 / 256 from 9.23 is refused, see
+    /// the module's list of differences); up to 128 elsewhere.
     ///
     /// # Errors
     /// [`validate`](Self::validate)'s errors; `Unsupported` naming the head
@@ -812,13 +811,11 @@ impl SdpaConfig {
                 if d == 192 {
                     (dv != 128).then_some("head dims 192 only with head_dim_v 128 on sm_100")
                 } else if v >= (9, 23, 0) && d == 256 && dv == 256 {
-                    self.active_dropout().is_some().then_some(
-                        "head dims 256 / 256 on sm_100 only without dropout (NVIDIA's frontend serves them only with its deterministic algorithm, which takes no dropout)",
+                    Some(
+                        "head dims up to 128 (or 192 with 128) on sm_100: NVIDIA's frontend serves 256 / 256 (from cuDNN 9.23, without dropout) only with its deterministic algorithm, a pinned engine configuration this crate does not build (the engine cuDNN 9.28's heuristics offer for the composite fails to compile)",
                     )
                 } else {
-                    (!upto_128).then_some(
-                        "head dims up to 128 on sm_100 (192 with 128; 256 with 256 from cuDNN 9.23)",
-                    )
+                    (!upto_128).then_some("head dims up to 128 on sm_100 (or 192 with 128)")
                 }
             }
             _ => (!upto_128).then_some("head dims up to 128 on this architecture"),
