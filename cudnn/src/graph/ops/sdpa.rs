@@ -44,7 +44,7 @@
 //!   the causal mask as its diagonal band mask, whose `GEN_INDEX` sets no
 //!   compute type and so takes the graph's (f32 for attention). INT32 keeps
 //!   the index arithmetic exact for every sequence length up to 2^31 - 1
-//!   (f32 is exact only up to 2^24); cuDNN 9.10, 9.19 and 9.28 plan it.
+//!   (f32 is exact only up to 2^24); cuDNN 9.10 and 9.28 plan it.
 //! - A composite backward on cuDNN up to 9.15.0 with `seq_kv` not a multiple
 //!   of 128 and no padding mask: the frontend adds a padding mask with full
 //!   lengths in its own workspace; this crate refuses it with a typed error
