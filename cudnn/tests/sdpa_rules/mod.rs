@@ -28,9 +28,9 @@ pub fn model_resolve(c: &SdpaConfig, v: V, backward: bool) -> Option<SdpaImpl> {
     } else {
         v >= (9, 13, 1) && options && (!drop || (v >= (9, 22, 0) && !c.is_training))
     };
-    let composite = !backward
-        || (!(c.seq_q == 1 && c.seq_kv == 1)
-            && !(v <= (9, 15, 0) && c.seq_kv % 128 != 0 && !c.padding));
+    let single = c.seq_q == 1 && c.seq_kv == 1;
+    let needs_padding = v <= (9, 15, 0) && c.seq_kv % 128 != 0 && !c.padding;
+    let composite = !backward || !(single || needs_padding);
     let pick = |ok: bool, imp: SdpaImpl| ok.then_some(imp);
     match (c.implementation, backward) {
         (SdpaImpl::Native, _) => pick(native, SdpaImpl::Native),
@@ -55,14 +55,13 @@ pub fn model_arch(c: &SdpaConfig, backward: bool, dev: i64, v: V) -> bool {
     }
     if major == 9 {
         let deepseek_band = (128 < d && d <= 192) && (64 < dv && dv <= 128);
-        let v911 = (9, 11, 0) <= v && v < (9, 13, 0);
+        let v911 = ((9, 11, 0)..(9, 13, 0)).contains(&v);
         return both(256) && !(v911 && deepseek_band && dv != 128 && d != 192);
     }
-    if major == 10 && v >= (9, 11, 0) {
-        if d == 192 {
-            return dv == 128;
-        }
-        // 256 / 256 (frontend: from 9.23, deterministic engine only) is refused.
+    // On sm_100 from 9.11, 192 takes 128; 256 / 256 (frontend: from 9.23,
+    // deterministic engine only) is refused.
+    if major == 10 && v >= (9, 11, 0) && d == 192 {
+        return dv == 128;
     }
     both(128)
 }

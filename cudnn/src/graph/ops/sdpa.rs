@@ -789,12 +789,9 @@ impl SdpaConfig {
         let upto_128 = d <= 128 && dv <= 128;
         match major {
             9 => {
-                if (9, 11, 0) <= v
-                    && v < (9, 13, 0)
-                    && 128 < d
-                    && d <= 192
-                    && 64 < dv
-                    && dv <= 128
+                if ((9, 11, 0)..(9, 13, 0)).contains(&v)
+                    && (129..=192).contains(&d)
+                    && (65..=128).contains(&dv)
                     && dv != 128
                     && d != 192
                 {
