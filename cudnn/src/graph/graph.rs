@@ -98,8 +98,18 @@ impl Graph {
     }
 
     /// The compute (and intermediate) type for ops added after this call;
-    /// ops added before keep theirs (each op records its own, it is built
-    /// with it, and it is part of [`signature`](Self::signature)).
+    /// ops added before keep theirs (each op records its own and is built
+    /// with it).
+    ///
+    /// Honoured by the ops whose cuDNN descriptor has a compute type:
+    /// convolutions (fprop, dgrad, wgrad), matmul, every pointwise op (its
+    /// math precision) and reduction; for those it is part of
+    /// [`signature`](Self::signature). Norm ops (layer, RMS, batch norm and
+    /// their backwards) and attention (`sdpa_forward`, `sdpa_backward`) have
+    /// no such attribute in cuDNN: the compute type only sets the element
+    /// type of their virtual results (a norm's `y` / `dx` until
+    /// [`output`](Self::output) gives it another), which the signature
+    /// records with the tensors; attention computes in f32 whatever is set.
     pub fn set_compute_type(&mut self, dtype: DType) -> &mut Self {
         self.compute = dtype;
         self
@@ -276,8 +286,10 @@ impl Graph {
     // ---- build ----
 
     /// A canonical text of the graph (tensors with types and layouts, ops
-    /// with params and compute types), the cache key's graph part. Names are
-    /// included, since plans bind buffers by name.
+    /// with params and, where they honour one, compute types), the cache
+    /// key's graph part. Names are included, since plans bind buffers by
+    /// name, each prefixed with its length in bytes (`5:x;y z`), so a name
+    /// holding spaces or `;` cannot make two different graphs read alike.
     pub fn signature(&self) -> String {
         let mut s = String::new();
         for n in &self.nodes {
@@ -289,8 +301,9 @@ impl Graph {
                 Role::Scratch => "scratch".to_string(),
             };
             s.push_str(&format!(
-                "t{} {} {} {} {} {};",
+                "t{} {}:{} {} {} {} {};",
                 n.uid,
+                n.name.len(),
                 n.name,
                 role,
                 n.spec.dtype(),
@@ -304,11 +317,16 @@ impl Graph {
                     .iter()
                     .map(|(r, i, _)| format!("{r}=t{}", i + 1))
                     .collect();
+            let compute = if e.op.honours_compute_type() {
+                format!(" compute={}", e.compute)
+            } else {
+                String::new()
+            };
             s.push_str(&format!(
-                "{} {} compute={} {};",
+                "{} {}{} {};",
                 e.op.name(),
                 ts.join(","),
-                e.compute,
+                compute,
                 e.op.signature()
             ));
         }

@@ -35,6 +35,13 @@ pub(crate) trait OpNode: std::fmt::Debug + Send + Sync {
     fn tensors(&self) -> Vec<(&'static str, usize, bool)>;
     /// Parameters, for the graph signature.
     fn signature(&self) -> String;
+    /// Whether the op's descriptor takes the graph's compute type (a
+    /// convolution's or matmul's compute type, a pointwise op's math
+    /// precision, a reduction's compute type). Norm and attention ops have
+    /// no such attribute: their signature leaves the compute type out.
+    fn honours_compute_type(&self) -> bool {
+        true
+    }
     /// The inputs of a matmul or convolution (where f32 data makes TF32 a question).
     fn tf32_inputs(&self) -> Vec<usize> {
         Vec::new()

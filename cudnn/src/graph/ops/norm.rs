@@ -202,6 +202,9 @@ impl OpNode for NormFwdOp {
     fn signature(&self) -> String {
         format!("{:?} {:?}", self.mode, self.phase)
     }
+    fn honours_compute_type(&self) -> bool {
+        false
+    }
     fn build(
         &self,
         t: &[Descriptor<kind::Tensor>],
@@ -286,6 +289,9 @@ impl OpNode for NormBwdOp {
     }
     fn signature(&self) -> String {
         format!("{:?} dbias={}", self.mode, self.dbias.is_some())
+    }
+    fn honours_compute_type(&self) -> bool {
+        false
     }
     fn build(
         &self,

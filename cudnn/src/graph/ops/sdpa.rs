@@ -32,6 +32,34 @@
 //! inputs). cuDNN 9.10.0 and 9.10.1 are refused for attention (NVIDIA's
 //! frontend: known bugs in f16 / bf16 attention there).
 //!
+//! Per GPU architecture, the head-dim limits the frontend checks are
+//! [`SdpaConfig::check_target_for`], applied by `Plan::build` before cuDNN's
+//! heuristics are asked; the version rules alone are
+//! [`SdpaConfig::resolve_for`]. Both are pure functions of the config, the
+//! architecture and the cuDNN version.
+//!
+//! # Where this crate differs from NVIDIA's frontend
+//! - The composite's causal mask computes its row and column indices
+//!   (`GEN_INDEX`) in INT32, as the padding mask does. The frontend builds
+//!   the causal mask as its diagonal band mask, whose `GEN_INDEX` sets no
+//!   compute type and so takes the graph's (f32 for attention). INT32 keeps
+//!   the index arithmetic exact for every sequence length up to 2^31 - 1
+//!   (f32 is exact only up to 2^24); cuDNN 9.10 and 9.28 plan it.
+//! - A composite backward on cuDNN up to 9.15.0 with `seq_kv` not a multiple
+//!   of 128 and no padding mask: the frontend adds a padding mask with full
+//!   lengths in its own workspace; this crate refuses it with a typed error
+//!   naming [`SdpaConfig::padding`] (set it and bind the full lengths).
+//! - The backward with head dims 256 / 256 on sm_100 is refused. From
+//!   cuDNN 9.23 the frontend serves it, but only with its deterministic
+//!   algorithm: dQ straight from `dS · K` (no f32 accumulator; dP in the
+//!   engine's workspace), a pinned engine configuration (engine 5 on sm_100
+//!   to sm_103, 17 after, with fixed tile and stage knobs) instead of
+//!   heuristics, and no dropout. The graph here is built before the target
+//!   is known and plans take the heuristics' engines: for the composite's
+//!   form cuDNN 9.28 offers one engine for a B200, and it fails to compile.
+//! - [`SdpaImpl::Native`] can build cuDNN's SDPA backward operation, which
+//!   the frontend never uses (`Auto` does not either).
+//!
 //! ```no_run
 //! use cudnn::graph::{DType, Graph, Plan, Policy, SdpaConfig, Target};
 //! let cfg = SdpaConfig::new(4, 32, 4096, 128, DType::BF16).causal(true).training(true);
@@ -208,6 +236,10 @@ pub mod since {
     /// Backward dropout.
     pub const BACKWARD_DROPOUT: (u32, u32, u32) = (9, 28, 0);
 }
+
+/// The last cuDNN whose composite backward needs a padding mask for a key
+/// length that is not a multiple of 128 (NVIDIA's frontend: up to 9.15.0).
+const LAST_NEEDING_PADDING: (u32, u32, u32) = (9, 15, 0);
 
 /// The largest sequence length: lengths and indices are i32 in cuDNN's attention.
 pub const MAX_SEQ_LEN: i64 = i32::MAX as i64;
@@ -447,7 +479,18 @@ impl SdpaConfig {
     /// As [`check`](Self::check).
     pub fn resolve(&self, backward: bool) -> Result<SdpaImpl> {
         self.validate()?;
-        let v = loaded_cudnn()?;
+        self.resolve_for(loaded_cudnn()?, backward)
+    }
+
+    /// What [`resolve`](Self::resolve) gives with cuDNN `cudnn` (`(major,
+    /// minor, patch)`) loaded: the version rules alone, a pure function (no
+    /// library needed), so they can be checked for any release.
+    ///
+    /// # Errors
+    /// As [`check`](Self::check).
+    pub fn resolve_for(&self, cudnn: (u32, u32, u32), backward: bool) -> Result<SdpaImpl> {
+        self.validate()?;
+        let v = cudnn;
         self.check_release(v)?;
         match (self.implementation, backward) {
             (SdpaImpl::Native, _) => self.check_native(v, backward).map(|_| SdpaImpl::Native),
@@ -489,10 +532,11 @@ impl SdpaConfig {
                 needs: Some("seq_q > 1 or seq_kv > 1".to_string()),
             });
         }
-        // cuDNN up to 9.15 computes the composite backward right for key
+        // cuDNN up to 9.15.0 computes the composite backward right for key
         // lengths that are not multiples of 128 only under a padding mask
-        // (NVIDIA's frontend adds one with full lengths there).
-        if (v.0, v.1) <= (9, 15) && self.seq_kv % 128 != 0 && !self.padding {
+        // (NVIDIA's frontend adds one with full lengths there; 9.15.1 on
+        // does not need it).
+        if v <= LAST_NEEDING_PADDING && self.seq_kv % 128 != 0 && !self.padding {
             return Err(Error::Unsupported {
                 what: format!(
                     "the composite attention backward with seq_kv = {} (not a multiple of 128) and no padding mask on the loaded cuDNN {}",
@@ -500,7 +544,7 @@ impl SdpaConfig {
                     fmt_version(v)
                 ),
                 needs: Some(
-                    "SdpaConfig.padding = true (bind full sequence lengths), seq_kv a multiple of 128, or cuDNN >= 9.16"
+                    "SdpaConfig.padding = true (bind full sequence lengths), seq_kv a multiple of 128, or cuDNN >= 9.15.1"
                         .to_string(),
                 ),
             });
@@ -652,47 +696,126 @@ impl SdpaConfig {
         Ok(())
     }
 
-    /// Whether the composite backward has engines for a GPU of `device_ver`
-    /// (major*100 + minor*10) with the loaded cuDNN, by head dims (the limits
-    /// NVIDIA's frontend checks).
-    pub(crate) fn check_backward_head_dims(
-        d: i64,
-        dv: i64,
+    /// Whether cuDNN's engines for a GPU of `device_ver` (cuDNN's encoding,
+    /// major*100 + minor*10, as
+    /// [`DeviceProperties::device_ver`](crate::graph::DeviceProperties::device_ver))
+    /// with cuDNN `cudnn` take this attention (`backward`: its backward), by
+    /// the per-architecture limits NVIDIA's frontend 1.32 checks before it
+    /// asks cuDNN. A pure function (no library needed); `Plan::build` applies
+    /// it with the target's architecture and the loaded cuDNN, so a refusal
+    /// comes before cuDNN's heuristics, which would only offer nothing.
+    ///
+    /// Forward: sm_80 or newer; head dims above 128 need cuDNN newer than
+    /// 9.9.0 on sm_8x and 9.9.0 or newer on sm_100; up to 9.9.0 a single
+    /// query (`seq_q = 1`) takes neither a causal mask nor, on sm_100, head
+    /// dims above 128. Backward: head dims up to 256 on sm_90 (on cuDNN 9.11
+    /// and 9.12, a head_dim in (128, 192] with a head_dim_v in (64, 128] only
+    /// as 192 or with head_dim_v 128); on sm_100 from cuDNN 9.11 up to 128
+    /// and 192 with 128 (the frontend's 256 / 256 from 9.23 is refused, see
+    /// the module's list of differences); up to 128 elsewhere.
+    ///
+    /// # Errors
+    /// [`validate`](Self::validate)'s errors; `Unsupported` naming the head
+    /// dims (or option), the architecture, the cuDNN and the limit.
+    pub fn check_target_for(
+        &self,
+        backward: bool,
         device_ver: i64,
-        v: (u32, u32, u32),
+        cudnn: (u32, u32, u32),
     ) -> Result<()> {
-        let major = device_ver / 100;
-        let (ok, limit) = match major {
-            9 => (d <= 256 && dv <= 256, "head dims up to 256 on sm_90"),
-            10 if v >= (9, 11, 0) => {
-                if d == 192 {
-                    (dv == 128, "head_dim 192 only with head_dim_v 128 on sm_100")
-                } else if v >= (9, 23, 0) && d == 256 && dv == 256 {
-                    (true, "")
-                } else {
-                    (
-                        d <= 128 && dv <= 128,
-                        "head dims up to 128 on sm_100 (192 with 128; 256 with 256 from cuDNN 9.23)",
-                    )
-                }
-            }
-            _ => (
-                d <= 128 && dv <= 128,
-                "head dims up to 128 on this architecture",
-            ),
-        };
-        if ok {
-            Ok(())
+        self.validate()?;
+        let limit = if backward {
+            self.backward_arch_limit(device_ver, cudnn)
         } else {
-            Err(Error::Unsupported {
+            self.forward_arch_limit(device_ver, cudnn)
+        };
+        match limit {
+            None => Ok(()),
+            Some(limit) => Err(Error::Unsupported {
                 what: format!(
-                    "the attention backward with head_dim {d}, head_dim_v {dv} on a GPU of compute capability {}.{} with cuDNN {}",
-                    major,
+                    "the attention {} with head_dim {}, head_dim_v {}, seq_q {}{}{} on a GPU of compute capability {}.{} with cuDNN {}",
+                    if backward { "backward" } else { "forward" },
+                    self.head_dim,
+                    self.head_dim_v,
+                    self.seq_q,
+                    if self.is_causal { ", causal" } else { "" },
+                    if self.active_dropout().is_some() {
+                        ", dropout"
+                    } else {
+                        ""
+                    },
+                    device_ver / 100,
                     (device_ver % 100) / 10,
-                    fmt_version(v)
+                    fmt_version(cudnn)
                 ),
                 needs: Some(limit.to_string()),
-            })
+            }),
+        }
+    }
+
+    /// The forward's per-architecture limit this config breaks, if any.
+    fn forward_arch_limit(&self, device_ver: i64, v: (u32, u32, u32)) -> Option<&'static str> {
+        let major = device_ver / 100;
+        let wide = self.head_dim > 128 || self.head_dim_v > 128;
+        let upto_9_9 = v <= (9, 9, 0);
+        if major < 8 {
+            return Some("a GPU of compute capability 8.0 or newer (cuDNN's f16 / bf16 attention)");
+        }
+        if major == 8 && upto_9_9 && wide {
+            return Some("head dims up to 128 on sm_8x with cuDNN up to 9.9.0 (or a newer cuDNN)");
+        }
+        if major == 10 && v < (9, 9, 0) && wide {
+            return Some("head dims up to 128 on sm_100 before cuDNN 9.9.0 (or a newer cuDNN)");
+        }
+        if self.seq_q == 1 && upto_9_9 {
+            if major == 10 && wide {
+                return Some(
+                    "head dims up to 128 for seq_q = 1 on sm_100 with cuDNN up to 9.9.0 (or a newer cuDNN)",
+                );
+            }
+            if self.is_causal {
+                return Some(
+                    "no causal mask for seq_q = 1 with cuDNN up to 9.9.0 (or a newer cuDNN)",
+                );
+            }
+        }
+        None
+    }
+
+    /// The backward's per-architecture limit this config breaks, if any.
+    fn backward_arch_limit(&self, device_ver: i64, v: (u32, u32, u32)) -> Option<&'static str> {
+        let major = device_ver / 100;
+        let (d, dv) = (self.head_dim, self.head_dim_v);
+        let upto_128 = d <= 128 && dv <= 128;
+        match major {
+            9 => {
+                if ((9, 11, 0)..(9, 13, 0)).contains(&v)
+                    && (129..=192).contains(&d)
+                    && (65..=128).contains(&dv)
+                    && dv != 128
+                    && d != 192
+                {
+                    Some(
+                        "on sm_90 with cuDNN 9.11 and 9.12, head dims with head_dim in (128, 192] and head_dim_v in (64, 128] only as head_dim 192 or head_dim_v 128 (or cuDNN >= 9.13)",
+                    )
+                } else if d <= 256 && dv <= 256 {
+                    None
+                } else {
+                    Some("head dims up to 256 on sm_90")
+                }
+            }
+            10 if v >= (9, 11, 0) => {
+                if d == 192 {
+                    (dv != 128).then_some("head dims 192 only with head_dim_v 128 on sm_100")
+                } else if v >= (9, 23, 0) && d == 256 && dv == 256 {
+                    Some(
+                        "head dims up to 128 (or 192 with 128) on sm_100: NVIDIA's frontend serves 256 / 256 (from cuDNN 9.23, without dropout) only with its deterministic algorithm, a pinned engine configuration this crate does not build (the engine cuDNN 9.28's heuristics offer for the composite fails to compile)",
+                    )
+                } else {
+                    (!upto_128).then_some("head dims up to 128 on sm_100 (or 192 with 128)")
+                }
+            }
+            _ => (!upto_128).then_some("head dims up to 128 on this architecture"),
         }
     }
 }

@@ -16,7 +16,10 @@
 //! 3. padding: `S = (row < seq_q && col < seq_kv) ? S : -inf`, the indices from
 //!    `GEN_INDEX` (i32) and the comparisons boolean;
 //! 4. causal: `S = (row >= col) ? S : -inf` (the indices from `GEN_INDEX`,
-//!    computed in i32 as for the padding and in NVIDIA's frontend);
+//!    computed in i32 as for the padding; NVIDIA's frontend builds this mask
+//!    as its diagonal band mask, whose `GEN_INDEX` leaves the compute type
+//!    to the graph's, f32: see "Where this crate differs from NVIDIA's
+//!    frontend" in [`sdpa`](super::sdpa));
 //! 5. softmax: `m = max_row(S)`, `e = exp(S - m)`, `l = sum_row(e)`,
 //!    `P = e / l`, and the statistics `m + log(l)` (a graph output in
 //!    training, virtual in inference: the engines expect them either way);
@@ -66,6 +69,8 @@ pub(crate) struct CompositeFwdOp {
     pub(crate) stats: Option<usize>,
     /// The first UID of the composite's own virtual tensors.
     pub(crate) uid_base: i64,
+    /// The config, for the per-architecture limits.
+    pub(crate) cfg: SdpaConfig,
 }
 
 /// The sequence-length inputs' full values, for timing runs.
@@ -357,6 +362,13 @@ impl OpNode for CompositeFwdOp {
         let [_, _, sq, skv, _, _] = self.dims;
         timing_fills(self.seq, sq, skv)
     }
+    fn check_target(&self, device_ver: i64) -> Result<()> {
+        self.cfg
+            .check_target_for(false, device_ver, loaded_cudnn()?)
+    }
+    fn honours_compute_type(&self) -> bool {
+        false
+    }
     fn signature(&self) -> String {
         format!(
             "composite padding={} dropout={:?} causal={} training={}",
@@ -516,6 +528,8 @@ pub(crate) struct CompositeBwdOp {
     pub(crate) dk: usize,
     pub(crate) dv: usize,
     pub(crate) uid_base: i64,
+    /// The config, for the per-architecture limits.
+    pub(crate) cfg: SdpaConfig,
 }
 
 impl OpNode for CompositeBwdOp {
@@ -557,8 +571,10 @@ impl OpNode for CompositeBwdOp {
         timing_fills(self.seq, sq, skv)
     }
     fn check_target(&self, device_ver: i64) -> Result<()> {
-        let [_, _, _, _, _, d, dv] = self.dims;
-        SdpaConfig::check_backward_head_dims(d, dv, device_ver, loaded_cudnn()?)
+        self.cfg.check_target_for(true, device_ver, loaded_cudnn()?)
+    }
+    fn honours_compute_type(&self) -> bool {
+        false
     }
     fn signature(&self) -> String {
         format!(

@@ -155,6 +155,7 @@ impl Graph {
             c,
             o: self.index(o)?,
             stats: stats.map(|s| self.index(s)).transpose()?,
+            cfg: cfg.clone(),
         };
         self.push_op(ext);
         Ok(SdpaForward {
@@ -224,6 +225,7 @@ impl Graph {
             dq: self.index(dq)?,
             dk: self.index(dk)?,
             dv: self.index(dv)?,
+            cfg: cfg.clone(),
         };
         self.push_op(ext);
         Ok(SdpaBackward {
@@ -342,6 +344,7 @@ impl Graph {
             o: self.index(o)?,
             stats: stats.map(|s| self.index(s)).transpose()?,
             uid_base,
+            cfg: cfg.clone(),
         };
         self.push_op(ext);
         Ok(SdpaForward {
@@ -411,6 +414,7 @@ impl Graph {
             dk: self.index(dk)?,
             dv: self.index(dv)?,
             uid_base,
+            cfg: cfg.clone(),
         };
         self.push_op(ext);
         Ok(SdpaBackward {

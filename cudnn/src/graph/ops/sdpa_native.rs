@@ -2,6 +2,7 @@
 //! attention ops the graph builder adds when [`SdpaImpl::Native`](super::sdpa::SdpaImpl::Native)
 //! is resolved; the causal mask is a diagonal-band-mask subgraph.
 
+use super::sdpa::{SdpaConfig, loaded_cudnn};
 use super::{Built, OpNode};
 use crate::error::Result;
 use crate::graph::backend::{Descriptor, attr, kind};
@@ -97,6 +98,8 @@ pub(crate) struct SdpaFwdOp {
     pub(crate) c: Common,
     pub(crate) o: usize,
     pub(crate) stats: Option<usize>,
+    /// The config, for the per-architecture limits.
+    pub(crate) cfg: SdpaConfig,
 }
 
 impl OpNode for SdpaFwdOp {
@@ -114,6 +117,13 @@ impl OpNode for SdpaFwdOp {
     }
     fn signature(&self) -> String {
         format!("{} training={}", self.c.signature(), self.stats.is_some())
+    }
+    fn check_target(&self, device_ver: i64) -> Result<()> {
+        self.cfg
+            .check_target_for(false, device_ver, loaded_cudnn()?)
+    }
+    fn honours_compute_type(&self) -> bool {
+        false
     }
     fn timing_fills(&self) -> Vec<(usize, i32)> {
         self.c.timing_fills()
@@ -164,6 +174,8 @@ pub(crate) struct SdpaBwdOp {
     pub(crate) dq: usize,
     pub(crate) dk: usize,
     pub(crate) dv: usize,
+    /// The config, for the per-architecture limits.
+    pub(crate) cfg: SdpaConfig,
 }
 
 impl OpNode for SdpaBwdOp {
@@ -183,6 +195,12 @@ impl OpNode for SdpaBwdOp {
     }
     fn signature(&self) -> String {
         self.c.signature()
+    }
+    fn check_target(&self, device_ver: i64) -> Result<()> {
+        self.cfg.check_target_for(true, device_ver, loaded_cudnn()?)
+    }
+    fn honours_compute_type(&self) -> bool {
+        false
     }
     fn timing_fills(&self) -> Vec<(usize, i32)> {
         self.c.timing_fills()
