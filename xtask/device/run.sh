@@ -322,10 +322,10 @@ gpu_line=""
 # ---------------------------------------------------------------------------
 # The report, the archive and the summary: written once, also when stopped.
 finish() {
-    [ "$finished" -eq 1 ] && return
-    finished=1
     # Writing the report takes a second or two: let nothing cut it short.
     trap '' INT TERM
+    [ "$finished" -eq 1 ] && return
+    finished=1
     stop_current
     local total m
     total=$(($(now) - check_start))
