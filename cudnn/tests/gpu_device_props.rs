@@ -6,10 +6,13 @@
 //! `device_props` example), else from cuDNN for device 0. It is compared
 //! with the preset of the same GPU (by name: H200, H100, A100, L4, B200;
 //! H200 when the name matches none), and every field that differs is
-//! printed (`differs: field: device X, preset Y`). The fields that decide
-//! which engines and plans fit (compute capability, SM count, shared memory,
-//! registers, thread and block limits) must agree; sizes, clocks and
-//! versions are reported only.
+//! printed (`differs: field: device X, preset Y`), from the raw JSON and
+//! before anything parses it, so that a JSON the crate or cuDNN refuses
+//! still shows its differences. Then the checks: every required field is
+//! there, cuDNN takes the JSON back, and the fields that decide which
+//! engines and plans fit (compute capability, SM count, shared memory,
+//! registers, thread and block limits) agree; sizes, clocks and versions
+//! are reported only.
 //!
 //! Unit tier: the comparison itself, on the presets (a preset against its
 //! own JSON has no difference; a changed field is found and named).
@@ -128,48 +131,102 @@ fn device_json() -> Result<(String, String), String> {
 
 fn gpu_matches_preset() -> TestResult {
     let (json, source) = device_json()?;
-    let name = object(&json, "device JSON")?
+    check(&json, &source, &mut |line| eprintln!("{line}")).map_err(Into::into)
+}
+
+/// The device JSON against its preset: the differences first, from the raw
+/// JSON, each passed to `log` as soon as it is known, so a JSON that cuDNN's
+/// parser or the required-field check refuses still shows where it differs;
+/// then the checks, all of them, reported together.
+fn check(json: &str, source: &str, log: &mut dyn FnMut(String)) -> Result<(), String> {
+    let raw = object(json, "device JSON")?;
+    let name = raw
         .get("deviceName")
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
     let (key, spec, matched) = preset_for(&name);
-    eprintln!(
+    log(format!(
         "device {name:?} ({source}) against the {key} preset{}",
         if matched {
             ""
         } else {
             " (no preset has this name)"
         }
-    );
-    // cuDNN itself must take what it gave.
-    DeviceProperties::from_json(&json).map_err(|e| format!("the captured JSON: {e}"))?;
-    let d = object(&json, "device JSON")?;
-    for f in REQUIRED_FIELDS {
-        ensure!(
-            d.contains_key(f),
-            "the device JSON lacks required field {f}"
-        );
-    }
-    let diffs = compare(&json, &spec.to_json())?;
+    ));
+    let diffs = compare(json, &spec.to_json())?;
     for diff in &diffs {
-        eprintln!("  {diff}");
+        log(format!("  {diff}"));
     }
-    eprintln!(
+    log(format!(
         "  {} field(s) differ, {} of them decide plans",
         diffs.len(),
         diffs.iter().filter(|d| d.must_agree).count()
-    );
+    ));
+
+    let mut problems: Vec<String> = REQUIRED_FIELDS
+        .iter()
+        .filter(|f| !raw.contains_key(**f))
+        .map(|f| format!("the device JSON lacks required field {f}"))
+        .collect();
+    // cuDNN itself must take what it gave.
+    if let Err(e) = DeviceProperties::from_json(json) {
+        problems.push(format!("cuDNN refuses the captured JSON: {e}"));
+    }
     if matched {
-        let bad: Vec<String> = diffs
-            .iter()
-            .filter(|d| d.must_agree)
-            .map(|d| d.to_string())
-            .collect();
+        problems.extend(
+            diffs
+                .iter()
+                .filter(|d| d.must_agree)
+                .map(|d| format!("the {key} preset differs where plans depend on it: {d}")),
+        );
+    }
+    ensure!(problems.is_empty(), "{}", problems.join("\n"));
+    Ok(())
+}
+
+/// A JSON the checks refuse (a required field missing, a field that decides
+/// plans changed) still has its differences logged, before the verdict, and
+/// the verdict names every problem.
+fn unit_check_logs_differences_before_refusing() -> TestResult {
+    let mut obj = object(&DeviceSpec::h200().to_json(), "preset")?;
+    obj.remove("maxRegistersPerSM")
+        .ok_or("the H200 preset has no maxRegistersPerSM")?;
+    obj.insert("multiProcessorCount".into(), Value::from(7));
+    let json = serde_json::to_string(&obj).map_err(|e| e.to_string())?;
+    let mut lines = Vec::new();
+    let verdict = check(&json, "test", &mut |l| lines.push(l));
+    let text = lines.join("\n");
+    ensure!(
+        text.contains("differs: maxRegistersPerSM: device (absent)")
+            && text.contains("differs: multiProcessorCount: device 7")
+            && text.contains("2 field(s) differ, 2 of them decide plans"),
+        "logged:\n{text}"
+    );
+    let err = match verdict {
+        Ok(()) => return Err("a JSON without maxRegistersPerSM passed".into()),
+        Err(e) => e,
+    };
+    ensure!(
+        err.contains("lacks required field maxRegistersPerSM")
+            && err
+                .contains("preset differs where plans depend on it: differs: multiProcessorCount"),
+        "verdict: {err}"
+    );
+    // The preset itself: logged, and nothing but (maybe) cuDNN's parser to
+    // refuse it when no library is loaded here.
+    let mut lines = Vec::new();
+    let verdict = check(&DeviceSpec::h200().to_json(), "test", &mut |l| {
+        lines.push(l)
+    });
+    ensure!(
+        lines.iter().any(|l| l.contains("0 field(s) differ")),
+        "{lines:?}"
+    );
+    if let Err(e) = verdict {
         ensure!(
-            bad.is_empty(),
-            "the {key} preset differs from the device where plans depend on it:\n{}",
-            bad.join("\n")
+            !e.contains("lacks required") && !e.contains("preset differs"),
+            "the preset against itself: {e}"
         );
     }
     Ok(())
@@ -239,6 +296,10 @@ fn main() {
         unit(
             "device_props::compare_finds_each_field",
             unit_compare_finds_each_field,
+        ),
+        unit(
+            "device_props::check_logs_differences_before_refusing",
+            unit_check_logs_differences_before_refusing,
         ),
         gpu("device_props::matches_preset", gpu_matches_preset),
     ]);

@@ -33,9 +33,10 @@ picked (read from its profiler: the aten operation that ran), and each
 attention case gets a second PyTorch row with the cuDNN backend forced
 (`sdpa_kernel(SDPBackend.CUDNN_ATTENTION)`).
 
-Stopped by SIGTERM or SIGINT (a time limit), it still writes both reports
-with what it measured, the rest marked as not run; the reports are also
-rewritten as it goes.
+Attention rows run first (the newest cases, the ones a time limit must
+not cut). Stopped by SIGTERM or SIGINT (a time limit), it still writes both
+reports with what it measured, the rest marked as not run; the reports are
+also rewritten after every row.
 
 Standard library and torch only. Exit status: 0 when PyTorch ran; 2 when
 torch cannot be imported or sees no CUDA device (the report says so and
@@ -190,6 +191,19 @@ def md_cell(text):
 
 class Skip(Exception):
     """A case PyTorch cannot express; the row says why."""
+
+
+class Stopped(BaseException):
+    """SIGTERM or SIGINT: write what was measured, then stop. A
+    BaseException, so that no `except Exception` on the way (the profiler's,
+    a case's) can swallow it."""
+
+
+def on_signal(signum, _frame):
+    # One stop is enough: the reports are written next, uninterrupted.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise Stopped(signal.Signals(signum).name)
 
 
 def torch_dtype(torch, name):
@@ -481,12 +495,12 @@ class Forced:
         return False
 
 
-def run_torch(torch, rows, budget_s, started, progress=None):
+def run_torch(torch, rows, budget_s, started, spent, progress=None):
     """Fill row['torch_us'], row['torch_host_us'], row['torch_note'] (and
-    row['torch_backend'] for attention); seconds per suite. Calls
-    `progress(spent)` after each suite."""
+    row['torch_backend'] for attention), and `spent` (seconds per suite, kept
+    when stopped). Calls `progress()` after every row, so that the reports
+    on disk always hold what was measured."""
     device = torch.device("cuda", 0)
-    spent = {}
     for row in rows:
         row["torch_us"] = row["torch_host_us"] = None
         row["torch_note"] = "not run (stopped)"
@@ -495,8 +509,6 @@ def run_torch(torch, rows, budget_s, started, progress=None):
         if budget_s is not None and time.monotonic() - started > budget_s:
             row["torch_note"] = "skipped (time budget)"
             continue
-        if progress is not None and i > 0 and rows[i - 1]["suite"] != row["suite"]:
-            progress(spent)
         t = time.monotonic()
         try:
             with Forced(torch, row):
@@ -524,6 +536,8 @@ def run_torch(torch, rows, budget_s, started, progress=None):
             f"ours {row.get('device_us') or '-'} µs, PyTorch {theirs}",
             flush=True,
         )
+        if progress is not None:
+            progress()
     return spent
 
 
@@ -628,8 +642,15 @@ def write_report(out, rows, notes, header_lines, spent, torch_ran):
     if spent:
         lines += ["", "PyTorch side, seconds per suite (build, warm-up incl. autotune, timing): "
                   + ", ".join(f"{k} {v:.1f}" for k, v in spent.items())]
-    with open(out, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
+    write_file(out, "\n".join(lines) + "\n")
+
+
+def write_file(path, text):
+    """Write whole or not at all (a stop mid-write leaves the last version)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 def write_summary(path, rows, header, torch_ran):
@@ -665,16 +686,7 @@ def write_summary(path, rows, header, torch_ran):
                 for k, vs in ratios.items()
             )
         )
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
-
-
-class Stopped(Exception):
-    """SIGTERM or SIGINT: write what was measured, then stop."""
-
-
-def on_signal(signum, _frame):
-    raise Stopped(signal.Signals(signum).name)
+    write_file(path, "\n".join(lines) + "\n")
 
 
 def main():
@@ -687,21 +699,32 @@ def main():
     parser.add_argument("csv", nargs="+", help="CSV files from the bench_* examples (--csv)")
     args = parser.parse_args()
     started = time.monotonic()
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     rows, notes = read_rows(args.csv)
+    # Attention first: the newest cases, the ones a time limit must not cut.
+    rows.sort(key=lambda r: r.get("suite") != "attention")
 
     def both(header, spent, torch_ran, short):
         write_report(args.out, rows, notes, header, spent, torch_ran)
         if args.summary:
             write_summary(args.summary, rows, short, torch_ran)
 
+    # What a stop writes: compare() fills it in as it gets further.
+    state = {"header": [], "spent": {}, "ran": False, "who": "PyTorch", "where": "while importing torch"}
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        return compare(args, rows, both, started, state)
+    except Stopped as e:
+        both(state["header"] + [f"- **stopped by {e}** {state['where']}: the rows not measured say so"],
+             state["spent"], state["ran"], f"{state['who']}; stopped by {e} {state['where']}")
+        print(f"compare_torch: stopped by {e} {state['where']}; wrote what was measured to {args.out}")
+        return 3
+
+
+def compare(args, rows, both, started, state):
+    """Import torch, then time every row; the reports are written all along."""
     try:
         import torch
-    except Stopped as e:
-        both([f"**Stopped by {e}** while importing torch."], {}, False, f"stopped by {e} while importing torch")
-        print(f"compare_torch: stopped by {e} while importing torch")
-        return 3
     except Exception as e:  # ImportError, or a broken install
         header = [
             f"**PyTorch: not available** — `import torch` failed in {sys.executable}: "
@@ -711,6 +734,8 @@ def main():
         print(f"compare_torch: import torch failed ({e}); wrote our numbers only to {args.out}")
         return 2
     import_s = time.monotonic() - started
+    state["where"] = "while PyTorch started CUDA"
+    state["who"] = f"PyTorch {torch.__version__}"
 
     if not torch.cuda.is_available():
         header = [
@@ -740,19 +765,14 @@ def main():
         "- ours: the bench_* examples, run just before on the same device (their own tables are "
         "further down the report)",
     ]
-    spent = {}
+    spent = {"import torch": import_s}
+    state.update(header=header, spent=spent, ran=True, who=who, where="while running the cases")
 
-    def progress(sofar):
-        both(header + ["- (partial: written while running)"], {"import torch": import_s, **sofar}, True, who)
+    def progress():
+        both(header + ["- (partial: written while running)"], spent, True, who)
 
-    try:
-        spent = run_torch(torch, rows, args.budget_s, started, progress)
-    except Stopped as e:
-        both(header + [f"- **stopped by {e}**: the rows not measured say so"],
-             {"import torch": import_s, **spent}, True, f"{who}; stopped by {e}")
-        print(f"compare_torch: stopped by {e}; wrote what was measured to {args.out}")
-        return 3
-    both(header, {"import torch": import_s, **spent}, True, who)
+    run_torch(torch, rows, args.budget_s, started, spent, progress)
+    both(header, spent, True, who)
     print(f"compare_torch: wrote {args.out} ({len(rows)} cases, {time.monotonic() - started:.0f} s)")
     return 0
 

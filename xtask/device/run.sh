@@ -15,11 +15,13 @@
 #             (gpu_device_props compares the JSON with the H200 preset;
 #             cuDNN 9.19 compiles its runtime-fusion kernels with NVRTC
 #             as it plans: seconds per graph)                          est  60  cap 150
-#   examples  the examples that run on a GPU (ddp_lenet as one rank)      est  30  cap  60
-#   torch     our CSV benchmarks (bench_gemm 0.1 s per case, bench_conv
-#             --quick --exhaustive, bench_ops, bench_attention 1k/4k/8k)
-#             then compare_torch.py: the same cases through PyTorch,
-#             on the same device, right after ours                       est 105  cap 150
+#   torch     our CSV benchmarks (bench_attention 1k/4k/8k first, then
+#             bench_gemm 0.1 s per case, bench_conv --quick --exhaustive,
+#             bench_ops), then compare_torch.py: the same cases through
+#             PyTorch, attention first, on the same device              est 105  cap 150
+#   examples  the examples that run on a GPU, quick ones first (gemm,
+#             conv2d, graph_conv, lenet, ddp_lenet as one rank), then
+#             the ones that plan many graphs (attention, aot)            est  30  cap  75
 #   bench     the other benchmarks (bench_ops --quick, bench_host,
 #             bench_graph, bench_nccl)                                    est  35  cap  60
 #   memcheck  compute-sanitizer memcheck on gpu_runtime and gpu_gemm's
@@ -28,15 +30,48 @@
 # Estimates add up to 270 s (4.5 minutes). CHECK_BUDGET_S (default 345)
 # caps the whole run: a phase gets what is left of it, and a binary that
 # cannot start in time is reported as not run. PER_BINARY_TIMEOUT (default
-# 100) caps each test binary. PHASES (default: all of them) picks phases by
-# name, comma-separated; binaries of phases left out are listed as skipped.
+# 100) caps each test binary; a binary that ignores the TERM at its limit is
+# killed 10 s later, so the run may pass the budget by about that much: give
+# whatever runs this script a time limit of the budget plus a minute or more
+# (420 s for the default). PHASES (default: all of them) picks phases by
+# name, comma-separated; an unknown name stops the script before it starts;
+# binaries of phases left out are listed as skipped.
+#
+# Libraries: when Python's torch sits next to NVIDIA's wheels
+# (nvidia/cudnn/lib, nvidia/cu13/lib, nvidia/nccl/lib), CUDNN_LIB_DIR,
+# CUBLAS_LIB_DIR, CUBLASLT_LIB_DIR, CUDART_LIB_DIR, NVRTC_LIB_DIR and
+# NCCL_LIB_DIR point at them (those the caller set are kept), so a toolkit
+# named by CUDA_HOME or CUDA_PATH cannot stand in for them; the report lists
+# every CUDA*/CUDNN*/CUBLAS*/NCCL*/NVRTC* variable the binaries saw.
 #
 # Works in a temporary folder (the binaries are unpacked there from
 # bin.tar.xz) and leaves at most three files in $OUT: report.md,
 # device_properties.json and device-check-logs.tar.gz (logs, CSVs, the
 # PyTorch comparison). Prints a summary (under 12,000 characters) last.
+# Each binary runs in the background while the script waits: a TERM or INT
+# is passed on to it at once, and the report is written within seconds.
 # Exits non-zero if anything failed or did not run.
 set -uo pipefail
+
+all_phases="props,tests,torch,examples,bench,memcheck"
+# PHASES: names from all_phases, comma-separated, spaces ignored; checked
+# before anything is touched.
+phases_asked="${PHASES:-$all_phases}"
+phases_asked="${phases_asked//[[:space:]]/}"
+phases=","
+IFS=',' read -r -a _asked <<< "$phases_asked"
+for p in ${_asked[@]+"${_asked[@]}"}; do
+    [ -n "$p" ] || continue
+    case ",$all_phases," in
+        *",$p,"*) phases+="$p," ;;
+        *)
+            echo "run.sh: unknown phase \`$p' in PHASES=${PHASES:-}; the phases are: ${all_phases//,/, }" >&2
+            exit 2
+            ;;
+    esac
+done
+[ "$phases" != "," ] || phases=",$all_phases,"
+phases+="props,"
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="${OUT:-.}"
@@ -50,13 +85,12 @@ archive="$out/device-check-logs.tar.gz"
 per_binary_timeout="${PER_BINARY_TIMEOUT:-100}"
 budget_total="${CHECK_BUDGET_S:-345}"
 report_reserve=8
-all_phases="props,tests,examples,torch,bench,memcheck"
-phases=",${PHASES:-$all_phases},props,"
 check_start=$(date +%s)
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/cudnn-device-check.XXXXXX")" || { echo "mktemp failed" >&2; exit 2; }
 mkdir -p "$work/logs" "$work/csv" "$work/run"
-rm -f "$report" "$archive"
+# A JSON left by an earlier run in a reused OUT would hide a missing GPU.
+rm -f "$report" "$archive" "$props_json"
 
 now() { date +%s; }
 log_of() { printf '%s/logs/%s.log' "$work" "$(printf '%s' "$1" | tr '/ ' '__')"; }
@@ -133,23 +167,52 @@ fi
 
 # cuDNN, cuBLAS, NCCL, NVRTC and the CUDA runtime from the Python
 # environment's NVIDIA wheels (next to PyTorch), unless the caller already
-# said where they are. No torch import here: that waits for its phase.
+# said where they are. No torch import here: that waits for its phase
+# (importlib's find_spec locates the package without importing it).
 python_bin=""
+torch_site=""
 for py in python3 python; do
     command -v "$py" >/dev/null 2>&1 || continue
-    sp="$("$py" -c 'import site
+    ts="$("$py" -c 'import importlib.util, os
+s = importlib.util.find_spec("torch")
+print(os.path.dirname(os.path.dirname(s.origin)) if s and s.origin else "")' 2>/dev/null)" || ts=""
+    if [ -n "$ts" ] && [ -d "$ts" ]; then python_bin="$py"; torch_site="$ts"; break; fi
+done
+if [ -z "$python_bin" ]; then
+    for py in python3 python; do command -v "$py" >/dev/null 2>&1 && { python_bin="$py"; break; }; done
+fi
+if [ -n "$python_bin" ]; then
+    sp="$("$python_bin" -c 'import site
 d = []
 try: d += site.getsitepackages()
 except Exception: pass
 try: d.append(site.getusersitepackages())
 except Exception: pass
 print(":".join(x for x in d if x))' 2>/dev/null)" || sp=""
-    python_bin="$py"
-    if [ -n "$sp" ]; then
-        export CUDNN_RS_SEARCH_PATH="${CUDNN_RS_SEARCH_PATH:+$CUDNN_RS_SEARCH_PATH:}$sp"
-        break
-    fi
-done
+    sp="${torch_site:+$torch_site${sp:+:}}$sp"
+    [ -z "$sp" ] || export CUDNN_RS_SEARCH_PATH="${CUDNN_RS_SEARCH_PATH:+$CUDNN_RS_SEARCH_PATH:}$sp"
+fi
+# torch's own wheels by name: the loaders try CUDA_PATH / CUDA_HOME before
+# the search path, so without these a toolkit the image names there would
+# give cuBLAS and the runtime. Only where both cuDNN's and CUDA 13's wheel
+# folders are there, each variable only if the caller left it unset and its
+# library is in the folder.
+lib_source="the loaders' search (no torch wheels found)"
+nv="$torch_site/nvidia"
+if [ -n "$torch_site" ] && [ -d "$nv/cudnn/lib" ] && [ -d "$nv/cu13/lib" ]; then
+    lib_source="torch's wheels in $nv"
+    pin() { # VAR DIR FILE
+        [ -z "${!1:-}" ] || return 0
+        [ -e "$2/$3" ] && export "$1=$2"
+    }
+    pin CUDNN_LIB_DIR "$nv/cudnn/lib" libcudnn.so.9
+    pin CUBLAS_LIB_DIR "$nv/cu13/lib" libcublas.so.13
+    pin CUBLASLT_LIB_DIR "$nv/cu13/lib" libcublasLt.so.13
+    pin CUDART_LIB_DIR "$nv/cu13/lib" libcudart.so.13
+    pin NVRTC_LIB_DIR "$nv/cu13/lib" libnvrtc.so.13
+    pin NCCL_LIB_DIR "$nv/nccl/lib" libnccl.so.2
+fi
+lib_env() { env | grep -E '^(CUDA|CUDNN|CUBLAS|CUDART|NCCL|NVRTC)[A-Za-z0-9_]*=' | sort; }
 
 # Missing device or libraries are failures here, not skips.
 export CUDNN_RS_REQUIRE_GPU=1 CUDNN_RS_REQUIRE_LIBS=1 RUST_BACKTRACE=1
@@ -157,9 +220,41 @@ export CUDNN_RS_DEVICE_PROPS_JSON="$props_json"
 
 have_timeout=0
 command -v timeout >/dev/null 2>&1 && have_timeout=1
-run_with_timeout() {
-    local secs="$1"; shift
-    if [ "$have_timeout" -eq 1 ]; then timeout --kill-after=10 "$secs" "$@"; else "$@"; fi
+kill_after=10
+current_pid=""
+# spawn SECONDS LOG CMD...: CMD in the scratch folder under a time limit
+# (TERM at the limit, KILL kill_after seconds later), output to LOG. It runs
+# in the background and the script waits for it, so a TERM or INT sent to
+# the script runs its handler at once (which passes the signal on); the
+# exit status lands in $rc.
+spawn() {
+    local secs="$1" log="$2"; shift 2
+    if [ "$have_timeout" -eq 1 ]; then
+        ( cd "$work/run" && exec timeout --kill-after="$kill_after" "$secs" "$@" ) > "$log" 2>&1 &
+    else
+        ( cd "$work/run" && exec "$@" ) > "$log" 2>&1 &
+    fi
+    current_pid=$!
+    wait "$current_pid"
+    rc=$?
+    current_pid=""
+}
+# The item running when a signal came: TERM (timeout passes it on to its
+# process group), then KILL to whatever is left after kill_after + 2 s.
+stop_current() {
+    local pid="$current_pid" i=0
+    [ -n "$pid" ] || return 0
+    kill -TERM "$pid" 2>/dev/null
+    while kill -0 "$pid" 2>/dev/null && [ "$i" -lt $((2 * kill_after + 4)) ]; do
+        sleep 0.5
+        i=$((i + 1))
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -KILL -- "-$pid" 2>/dev/null
+        kill -KILL "$pid" 2>/dev/null
+    fi
+    wait "$pid" 2>/dev/null
+    current_pid=""
 }
 
 phase_begin() { # NAME EST CAP
@@ -179,7 +274,7 @@ item_limit() {
 # record PASS / FAIL. A binary missing from the pack is a failure.
 run_one() {
     local name="$1" cap="$2"; shift 2
-    local log limit start rc summary v
+    local log limit start summary v
     log="$(log_of "$name")"
     if [ ! -x "$1" ] && ! command -v "$1" >/dev/null 2>&1; then
         record "$name" "$phase_name" "FAIL (missing)" 0 "not run: $1 is not in the unpacked pack${unpack_note:+ ($unpack_note)}"
@@ -194,8 +289,7 @@ run_one() {
     fi
     start=$(now)
     current_item="$name"; current_start=$start
-    ( cd "$work/run" && run_with_timeout "$limit" "$@" ) > "$log" 2>&1
-    rc=$?
+    spawn "$limit" "$log" "$@"
     current_item=""
     summary="$(grep -E '^test result:' "$log" | tail -n 1)"
     if [ -z "$summary" ] && [ $rc -ne 0 ]; then
@@ -228,9 +322,11 @@ gpu_line=""
 # ---------------------------------------------------------------------------
 # The report, the archive and the summary: written once, also when stopped.
 finish() {
+    # Writing the report takes a second or two: let nothing cut it short.
+    trap '' INT TERM
     [ "$finished" -eq 1 ] && return
     finished=1
-    trap - INT TERM
+    stop_current
     local total m
     total=$(($(now) - check_start))
     if [ -n "$current_item" ] && [ -z "${verdict_of[$current_item]+x}" ]; then
@@ -238,8 +334,15 @@ finish() {
             "${stop_reason:-stopped} while it ran; its log: $(tail -n 1 "$(log_of "$current_item")" 2>/dev/null | oneline 80)"
     fi
     # What the manifest holds and nothing ran: a failure with its reason.
+    local p
     for m in ${manifest[@]+"${manifest[@]}"}; do
-        [ -n "${verdict_of[$m]+x}" ] || record "$m" "$(phase_for "$m")" "FAIL (not run)" 0 "not run: ${stop_reason:-the check stopped before its phase}"
+        [ -z "${verdict_of[$m]+x}" ] || continue
+        p="$(phase_for "$m")"
+        if selected "$p" || { [ "$p" = torch ] && selected bench; }; then
+            record "$m" "$p" "FAIL (not run)" 0 "not run: ${stop_reason:-the check stopped before its phase}"
+        else
+            record "$m" "$p" "SKIP (PHASES)" 0 "phase $p not selected"
+        fi
     done
     if [ -d "$bin" ]; then
         while IFS= read -r f; do
@@ -261,8 +364,9 @@ finish() {
         echo
         echo "- GPU (nvidia-smi): ${gpu_line:-not available}"
         echo "- host: $(uname -srm); $(ldd --version 2>/dev/null | head -n 1)"
-        echo "- date: $(date -u '+%Y-%m-%d %H:%M:%S UTC'); phases: ${PHASES:-$all_phases}"
-        echo "- CUDNN_RS_SEARCH_PATH: ${CUDNN_RS_SEARCH_PATH:-(unset)}"
+        echo "- date: $(date -u '+%Y-%m-%d %H:%M:%S UTC'); phases: ${phases_asked:-$all_phases}"
+        echo "- libraries: $lib_source; the binaries' CUDA, cuDNN, cuBLAS, NCCL and NVRTC variables:"
+        lib_env | sed 's/^\(.*\)$/  - `\1`/'
         [ -z "$unpack_note" ] || echo "- pack: **$unpack_note**"
         echo "- device_properties.json: $( [ -s "$props_json" ] && echo "$(wc -c < "$props_json") bytes, written first" || echo "not written (no JSON from cuDNN: see device_props below)")"
         echo "- ${memcheck_line:-memcheck: not run}"
@@ -345,6 +449,7 @@ finish() {
         printf '%s\n' "$versions"
         echo "${passed} passed, ${#failed[@]} failed, ${#skipped[@]} skipped; ${total} s of ${budget_total}${stop_reason:+; stopped: $stop_reason}"
         [ -z "$unpack_note" ] || echo "pack: $unpack_note"
+        echo "libraries: $lib_source; $(lib_env | grep -E '_LIB_DIR=|^CUDA_(HOME|PATH)=' | sed -E "s|=$nv/|=.../|" | tr '\n' ' ')"
         echo "device_properties.json: $( [ -s "$props_json" ] && cat "$props_json" || echo "not written")"
         grep -E 'differ' "$(log_of tests/gpu_device_props)" 2>/dev/null | head -n 20 | cut -c1-160
         echo "${memcheck_line:-memcheck: not run}"
@@ -372,14 +477,22 @@ finish() {
     rm -rf "$work"
 }
 stop_reason=""
-on_signal() { stop_reason="stopped by a signal"; finish; exit 130; }
+on_signal() {
+    trap '' INT TERM
+    stop_reason="stopped by a signal"
+    echo "run.sh: stopped by a signal${current_item:+ while $current_item ran}; writing the report" >&2
+    stop_current
+    finish
+    exit 130
+}
 trap on_signal INT TERM
 trap finish EXIT
 
 # ---------------------------------------------------------------------------
 # props: the device-properties JSON first, before anything parses or plans.
 phase_begin props 5 30
-echo "libraries searched in: ${CUDNN_RS_SEARCH_PATH:-(unset: the loader defaults)}"
+echo "libraries: $lib_source; search path: ${CUDNN_RS_SEARCH_PATH:-(unset: the loader defaults)}"
+lib_env | sed 's/^/  /'
 run_one device_props 20 "$bin/device_props" --out "$props_json"
 cat "$(log_of device_props)"
 # nvidia-smi only after the capture: nothing touches the device before it.
@@ -397,7 +510,7 @@ fi
 if [ -n "$no_gpu" ]; then
     stop_reason="$no_gpu"
     echo "no GPU: $no_gpu; every other binary is reported as not run"
-    for p in tests examples torch bench; do not_run "$p" "FAIL (no GPU)" "not run: $no_gpu"; done
+    for p in tests torch examples bench; do not_run "$p" "FAIL (no GPU)" "not run: $no_gpu"; done
     memcheck_line="memcheck: not run (no GPU)"
     exit 1
 fi
@@ -416,19 +529,6 @@ else
 fi
 
 # ---------------------------------------------------------------------------
-if selected examples; then
-    phase_begin examples 30 60
-    for m in ${manifest[@]+"${manifest[@]}"}; do
-        [ "$(phase_for "$m")" = examples ] || continue
-        run_one "$m" 40 "$bin/$m"
-    done
-    phase_end
-else
-    phase_skip examples 30 60
-    not_run examples "SKIP (PHASES)" "phase examples not selected"
-fi
-
-# ---------------------------------------------------------------------------
 # Benchmarks: a name per run (the report's table titles; a binary's first
 # run goes by its manifest name), args per binary.
 bench_names=()
@@ -437,12 +537,13 @@ bench() { # NAME CAP BINARY ARGS...
     bench_names+=("$name")
     run_one "$name" "$cap" "$bin/$b" "$@"
 }
-csvs=("$work/csv/gemm.csv" "$work/csv/conv.csv" "$work/csv/ops.csv" "$work/csv/attention.csv")
+csvs=("$work/csv/attention.csv" "$work/csv/gemm.csv" "$work/csv/conv.csv" "$work/csv/ops.csv")
 csv_benches() {
+    # Attention first: the newest cases, and compare_torch.py runs them first.
+    bench bench_attention 45 bench_attention --iters 5 --csv "$work/csv/attention.csv"
     bench bench_gemm 30 bench_gemm --seconds 0.1 --csv "$work/csv/gemm.csv"
     bench bench_conv 40 bench_conv --quick --exhaustive --csv "$work/csv/conv.csv"
     bench bench_ops 20 bench_ops --csv "$work/csv/ops.csv"
-    bench bench_attention 45 bench_attention --iters 5 --csv "$work/csv/attention.csv"
 }
 if selected torch; then
     phase_begin torch 105 150
@@ -455,6 +556,30 @@ if selected torch; then
     phase_end
 else
     phase_skip torch 105 150
+fi
+
+# ---------------------------------------------------------------------------
+# Examples: the quick ones first, so that the two that plan many graphs
+# (NVRTC compiles on cuDNN 9.19) cannot starve them; then any other example
+# of the manifest in its order.
+examples_first=(gemm conv2d graph_conv lenet ddp_lenet attention aot)
+if selected examples; then
+    phase_begin examples 30 75
+    ordered=()
+    for m in "${examples_first[@]}"; do in_manifest "$m" && ordered+=("$m"); done
+    for m in ${manifest[@]+"${manifest[@]}"}; do
+        [ "$(phase_for "$m")" = examples ] || continue
+        case " ${examples_first[*]} " in *" $m "*) continue ;; esac
+        ordered+=("$m")
+    done
+    for m in ${ordered[@]+"${ordered[@]}"}; do
+        [ "$(phase_for "$m")" = examples ] || continue
+        run_one "$m" 40 "$bin/$m"
+    done
+    phase_end
+else
+    phase_skip examples 30 75
+    not_run examples "SKIP (PHASES)" "phase examples not selected"
 fi
 
 # ---------------------------------------------------------------------------
@@ -498,9 +623,10 @@ if selected memcheck; then
             fi
             log="$(log_of "$label")"
             start=$(now)
-            ( cd "$work/run" && run_with_timeout "$limit" "$sanitizer" --tool memcheck --report-api-errors no \
-                --print-limit 100 "$bin/tests/$b" ${filter:+"$filter"} ) > "$log" 2>&1
-            rc=$?
+            current_item="$label"; current_start=$start
+            spawn "$limit" "$log" "$sanitizer" --tool memcheck --report-api-errors no \
+                --print-limit 100 "$bin/tests/$b" ${filter:+"$filter"}
+            current_item=""
             took=$(($(now) - start))
             n="$(grep -Eo 'ERROR SUMMARY: [0-9]+ error' "$log" | tail -n 1 | grep -Eo '[0-9]+')"
             if grep -qiE 'Device not supported|not supported on this (device|platform)|unsupported device' "$log"; then

@@ -221,10 +221,33 @@ pub fn run(args: &[String]) -> Result<(), String> {
             TRAVEL_LIMIT >> 20
         ));
     }
+    let budget = runner_default("CHECK_BUDGET_S").unwrap_or(345);
+    let limit = budget + RUN_MARGIN_S;
     println!(
         "\nOn the GPU machine: OUT=<dir> bash .device-check/run.sh   (PHASES=tests,torch ... for a rerun)"
     );
+    println!(
+        "Through a run tool that copies the git working tree (.device-check/ is git-ignored, so name it):\n  \
+         run(command=\"bash .device-check/run.sh\", carry=[\".device-check\"], timeout_s={limit})\n  \
+         ({budget} s budget + {RUN_MARGIN_S} s: each binary may overrun its limit by its 10 s kill-after, \
+         then the report)"
+    );
     Ok(())
+}
+
+/// What to add to run.sh's time budget for the limit of whatever runs it:
+/// the last binary's 10 s between TERM and KILL, the report and the
+/// archive, and room.
+const RUN_MARGIN_S: u64 = 75;
+// More than run.sh's kill-after (10 s) and its report reserve (8 s).
+const _: () = assert!(RUN_MARGIN_S > 10 + 8);
+
+/// The default run.sh gives a variable (`${NAME:-123}`), read from the
+/// packed script itself so that the printed limit follows it.
+fn runner_default(name: &str) -> Option<u64> {
+    let key = format!("${{{name}:-");
+    let rest = &RUNNER[RUNNER.find(&key)? + key.len()..];
+    rest[..rest.find('}')?].parse().ok()
 }
 
 /// `bin/<name>` for every artifact, from `stage/bin/<name>`, as one tar.xz
@@ -394,4 +417,23 @@ fn dir_size(p: &Path) -> std::io::Result<u64> {
         };
     }
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The printed time limit follows run.sh's own default budget, and
+    /// covers it with the kill-after run.sh uses.
+    #[test]
+    fn unit_runner_defaults_are_read_from_the_script() {
+        let budget = runner_default("CHECK_BUDGET_S");
+        assert!(budget.is_some_and(|b| b > 60), "{budget:?}");
+        assert_eq!(runner_default("PER_BINARY_TIMEOUT"), Some(100));
+        assert_eq!(runner_default("NO_SUCH_VARIABLE"), None);
+        assert!(
+            RUNNER.contains("kill_after=10"),
+            "run.sh's kill-after changed"
+        );
+    }
 }
