@@ -951,6 +951,118 @@ fn attention_backward_finite_differences(imp: SdpaImpl) -> TestResult {
     Ok(())
 }
 
+/// Dropout with the mask fixed: one training step (forward and backward
+/// with the same seed and offset) against the reference with the device's
+/// own mask. The mask is read from the device first: with Q = 0 every
+/// probability is `1 / s_kv`, and with V the identity per head (`d_v =
+/// s_kv`) the output is the dropout multiplier itself (`O[i, j] = D[i, j] /
+/// s_kv`); the Philox stream depends on the seed, offset and position only.
+/// Then O, the statistics, dQ, dK and dV are checked against the reference
+/// with that mask, and the gradients against central finite differences of
+/// the reference forward's loss `sum(O * dO)` with the mask held fixed.
+fn attention_dropout_step(imp: SdpaImpl) -> TestResult {
+    type T = bf16;
+    let p = 0.2;
+    let (s, d) = (64usize, 64usize);
+    let cfg = SdpaConfig::new(1, 2, s as i64, d as i64, DType::BF16)
+        .layout(AttnLayout::Bhsd)
+        .training(true)
+        .dropout(p)
+        .implementation(imp);
+    // A training step with dropout is the composite both ways (one mask).
+    ensure!(
+        cfg.resolve(false)? == SdpaImpl::Composite && cfg.resolve(true)? == SdpaImpl::Composite,
+        "forward and backward must share the construction"
+    );
+    let mut cx = cx(25)?;
+    let a = attn_inputs::<T>(&mut cx.rng, &cfg)?;
+    let (qs, ks, vs, os) = (cfg.q_spec()?, cfg.k_spec()?, cfg.v_spec()?, cfg.o_spec()?);
+    // 1. The mask, as the device draws it for seed 1, offset 7 (run_bwd's).
+    let heads = 2;
+    let mut ident = vec![0.0; vs.span_elements()?];
+    for hh in 0..heads {
+        for j in 0..s {
+            ident[(hh * s + j) * d + j] = 1.0;
+        }
+    }
+    let probe = Attn {
+        q: vec![0.0; a.q.len()],
+        k: a.k.clone(),
+        v: ident,
+        lens_q: a.lens_q.clone(),
+        lens_kv: a.lens_kv.clone(),
+    };
+    let (po, _) = run_fwd::<T>(&mut cx, &cfg, &probe, 1)?;
+    let keep = 1.0 / (1.0 - p);
+    let mut mask = Vec::with_capacity(po.len());
+    for (i, &x) in po.iter().enumerate() {
+        let m = x * s as f64;
+        let dm = if m > 0.5 * keep { keep } else { 0.0 };
+        ensure!(
+            (m - dm).abs() < 0.05,
+            "probe output {i}: {m} is neither 0 nor {keep}"
+        );
+        mask.push(dm);
+    }
+    let kept = mask.iter().filter(|&&m| m > 0.0).count() as f64 / mask.len() as f64;
+    eprintln!("  mask: {:.3} kept (want about {:.2})", kept, 1.0 - p);
+    ensure!((kept - (1.0 - p)).abs() < 0.05, "kept fraction {kept}");
+    // 2. The forward against the reference with that mask.
+    let mut rc = ref_cfg(&cfg, &a);
+    rc.dropout = Some(&mask);
+    let (o, stats) = run_fwd::<T>(&mut cx, &cfg, &a, 1)?;
+    let f = ra::forward(&view(&a.q, &qs), &view(&a.k, &ks), &view(&a.v, &vs), &rc)?;
+    close("o (dropout, mask fixed)", &o, &f.o, 3e-2)?;
+    close("stats (dropout)", &stats, &f.stats, 1e-2)?;
+    // 3. The backward of the same step against the reference.
+    let o_store = round::<T>(&store(&f.o, cfg.layout, dims4(&os)));
+    let d_o = round::<T>(&cx.rng.vec(os.span_elements()?, -1.0, 1.0));
+    let got = run_bwd::<T>(&mut cx, &cfg, &a, &o_store, &d_o, &round::<f32>(&f.stats))?;
+    let want = ra::backward(
+        &view(&a.q, &qs),
+        &view(&a.k, &ks),
+        &view(&a.v, &vs),
+        &view(&o_store, &os),
+        &view(&d_o, &os),
+        &f.stats,
+        &rc,
+    )?;
+    close("dq (dropout)", &got[0], &want.dq, 3e-2)?;
+    close("dk (dropout)", &got[1], &want.dk, 3e-2)?;
+    close("dv (dropout)", &got[2], &want.dv, 3e-2)?;
+    // 4. Finite differences with the mask held fixed.
+    let d_o_bhsd = to_bhsd(&d_o, cfg.layout, dims4(&os));
+    let loss = |q: &[f64], k: &[f64], v: &[f64]| -> R<f64> {
+        let f = ra::forward(&view(q, &qs), &view(k, &ks), &view(v, &vs), &rc)?;
+        Ok(f.o.iter().zip(&d_o_bhsd).map(|(a, b)| a * b).sum())
+    };
+    let h = 1e-4;
+    let mut checked = 0;
+    for (which, spec) in [(0usize, &qs), (1, &ks), (2, &vs)] {
+        let n = dims4(spec).iter().product::<usize>();
+        for sample in 0..10 {
+            // BHSD layout: the logical index is the storage index.
+            let at = (sample * 7919 + 31 * which) % n;
+            let mut plus = [a.q.clone(), a.k.clone(), a.v.clone()];
+            let mut minus = plus.clone();
+            plus[which][at] += h;
+            minus[which][at] -= h;
+            let fd = (loss(&plus[0], &plus[1], &plus[2])? - loss(&minus[0], &minus[1], &minus[2])?)
+                / (2.0 * h);
+            let g = got[which][at];
+            let e = (g - fd).abs() / fd.abs().max(1.0);
+            ensure!(
+                e <= 3e-2,
+                "{} at {at}: device {g}, finite difference {fd} (rel {e:.3e})",
+                ["dq", "dk", "dv"][which]
+            );
+            checked += 1;
+        }
+    }
+    eprintln!("  {checked} gradient entries agree with finite differences (mask fixed)");
+    Ok(())
+}
+
 fn main() {
     let mut t = vec![];
     t.push(gpu("layer_norm_train_bf16", || {
@@ -1034,6 +1146,12 @@ fn main() {
     }
     t.push(gpu("sdpa_fwd_dropout_bf16", || {
         attention_dropout::<bf16>(SdpaImpl::Auto)
+    }));
+    t.push(gpu("sdpa_dropout_step_mask_fixed_bf16", || {
+        attention_dropout_step(SdpaImpl::Auto)
+    }));
+    t.push(gpu("sdpa_dropout_step_mask_fixed_bf16_composite", || {
+        attention_dropout_step(SdpaImpl::Composite)
     }));
     t.push(gpu("sdpa_fwd_dropout_bf16_composite", || {
         attention_dropout::<bf16>(SdpaImpl::Composite)

@@ -800,6 +800,54 @@ fn main() {
         Ok(())
     }));
 
+    t.push(host9("compute_type_per_op_in_signature_and_plan", || {
+        // Each op keeps the compute type current when it was added: the
+        // signature (the cache key) differs with it, and cuDNN's JSON of the
+        // plan carries each op's own.
+        let t = h200()?;
+        let build = |mm: DType, pw: DType| -> Result<Graph, Error> {
+            let mut g = Graph::new();
+            let a = g.input("a", TensorSpec::row_major(DType::F16, &[1, 128, 128])?)?;
+            let b = g.input("b", TensorSpec::row_major(DType::F16, &[1, 128, 128])?)?;
+            g.set_compute_type(mm);
+            let c = g.matmul(a, b)?;
+            g.set_compute_type(pw);
+            let y = g.relu(c)?;
+            g.output(y, DType::F16)?;
+            g.rename(y, "y")?;
+            Ok(g)
+        };
+        let f32_all = build(DType::F32, DType::F32)?;
+        let f16_mm = build(DType::F16, DType::F32)?;
+        ensure!(
+            f32_all.signature() != f16_mm.signature(),
+            "graphs differing only in compute type must not share a cache key"
+        );
+        // The math precision cuDNN recorded for the node of `op`.
+        let prec = |json: &str, op: &str| -> Option<String> {
+            let at = json.find(&format!("\"operation\":\"{op}\""))?;
+            let node = &json[at..at + json[at..].find('}')?];
+            let p = node.find("\"mathPrec\":\"")? + "\"mathPrec\":\"".len();
+            Some(node[p..p + node[p..].find('"')?].to_string())
+        };
+        for (label, g, mm, pw) in [
+            ("f32 matmul, f32 relu", &f32_all, "FLOAT", "FLOAT"),
+            ("f16 matmul, f32 relu", &f16_mm, "HALF", "FLOAT"),
+        ] {
+            let (p, _) = Plan::build(&g.build()?, &t, &Policy::default())?;
+            let json = p.cudnn_json()?;
+            let got_mm = prec(&json, "CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR");
+            let got_pw = prec(&json, "CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR");
+            eprintln!("{label}: plan JSON matmul {got_mm:?}, relu {got_pw:?}");
+            ensure!(
+                got_mm.as_deref() == Some(&format!("CUDNN_DATA_{mm}")[..])
+                    && got_pw.as_deref() == Some(&format!("CUDNN_DATA_{pw}")[..]),
+                "{label}: matmul {got_mm:?} relu {got_pw:?}"
+            );
+        }
+        Ok(())
+    }));
+
     t.push(host9("plan_json_round_trip_same_and_fresh_process", || {
         let t = h200()?;
         for (label, g) in [

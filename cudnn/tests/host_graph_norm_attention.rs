@@ -616,19 +616,29 @@ fn main() {
                 "CUDNN_RS_EXPECT_CUDNN={want}, loaded {got}"
             );
         }
-        let have = (v.major, v.minor);
-        let cfg = base(DType::BF16).causal(true).dropout(0.1).padding(true);
-        let native = cfg.clone().implementation(SdpaImpl::Native);
-        let fwd = native.check(false);
-        let bwd = native.check(true);
-        eprintln!("native fwd check: {fwd:?}\nnative bwd check: {bwd:?}");
+        let have = (v.major, v.minor, v.patch);
+        use ops::sdpa::since;
+        if have == (9, 10, 0) || have == (9, 10, 1) {
+            // NVIDIA's frontend refuses f16 / bf16 attention on these releases.
+            for bwd in [false, true] {
+                let r = base(DType::BF16).check(bwd);
+                ensure!(
+                    matches!(&r, Err(Error::Unsupported { needs: Some(n), .. }) if n.contains("9.10.2")),
+                    "9.10.0/9.10.1 refused: {r:?}"
+                );
+            }
+            return Ok(());
+        }
+        let refused_naming = |r: &Result<(), Error>, word: &str| {
+            matches!(r, Err(e @ Error::Unsupported { .. }) if e.to_string().contains(word))
+        };
+        // Native forward: causal + padding need 9.21 (the SDPA operation 9.13.1, padding 9.15).
+        let masks = base(DType::BF16).causal(true).padding(true);
+        let fwd = masks.clone().implementation(SdpaImpl::Native).check(false);
+        eprintln!("native fwd causal+padding: {fwd:?}");
         ensure!(
-            fwd.is_ok() == (have >= ops::sdpa::since::SUBGRAPH),
-            "forward with causal + dropout needs 9.21: {fwd:?}"
-        );
-        ensure!(
-            bwd.is_ok() == (have >= ops::sdpa::since::BACKWARD_DROPOUT),
-            "backward dropout needs 9.28: {bwd:?}"
+            fwd.is_ok() == (have >= since::SUBGRAPH),
+            "forward with causal + padding needs 9.21: {fwd:?}"
         );
         if let Err(e) = &fwd {
             ensure!(
@@ -636,7 +646,31 @@ fn main() {
                 "the refusal names the version: {e}"
             );
         }
-        // Auto: the SDPA operation where it has every option, the composite otherwise.
+        // Native inference forward with dropout: 9.22.
+        let drop_inf = base(DType::BF16).dropout(0.1).implementation(SdpaImpl::Native);
+        let r = drop_inf.check(false);
+        ensure!(
+            r.is_ok() == (have >= since::FORWARD_DROPOUT),
+            "inference dropout needs 9.22: {r:?}"
+        );
+        // Native training forward with dropout: never (no statistics with dropout).
+        let drop_train = drop_inf.clone().training(true);
+        // (Before the SDPA operation exists, the refusal names that instead.)
+        let r = drop_train.check(false);
+        let word = if have >= since::FORWARD { "dropout" } else { "SDPA_FWD" };
+        ensure!(refused_naming(&r, word), "training + dropout native fwd: {r:?}");
+        // Native backward with dropout: never (the forward's mask is the composite's).
+        let r = drop_inf.check(true);
+        let word = if have >= since::BACKWARD { "dropout" } else { "SDPA_BWD" };
+        ensure!(refused_naming(&r, word), "native bwd with dropout: {r:?}");
+        // Native backward without dropout: the SDPA_BWD operation (9.17) and the options.
+        let r = masks.clone().implementation(SdpaImpl::Native).check(true);
+        ensure!(
+            r.is_ok() == (have >= since::SUBGRAPH),
+            "native bwd causal + padding: {r:?}"
+        );
+        // Auto: the SDPA operation for a forward it supports, the composite
+        // for every other forward and every backward (as frontend 1.32).
         let want = |native_ok: bool| {
             if native_ok {
                 SdpaImpl::Native
@@ -644,23 +678,35 @@ fn main() {
                 SdpaImpl::Composite
             }
         };
-        let fwd_auto = cfg.resolve(false)?;
-        let bwd_auto = cfg.resolve(true)?;
-        eprintln!("auto: fwd {fwd_auto:?}, bwd {bwd_auto:?}");
-        ensure!(fwd_auto == want(fwd.is_ok()), "auto fwd {fwd_auto:?}");
-        ensure!(bwd_auto == want(bwd.is_ok()), "auto bwd {bwd_auto:?}");
+        ensure!(masks.resolve(false)? == want(fwd.is_ok()), "auto fwd masks");
+        ensure!(masks.resolve(true)? == SdpaImpl::Composite, "auto bwd masks");
+        let train_drop = base(DType::BF16).training(true).dropout(0.1);
+        ensure!(
+            train_drop.resolve(false)? == SdpaImpl::Composite
+                && train_drop.resolve(true)? == SdpaImpl::Composite,
+            "a training step with dropout is composite both ways"
+        );
         let plain = base(DType::BF16);
         ensure!(
-            plain.resolve(false)? == want(have >= ops::sdpa::since::FORWARD),
-            "auto plain fwd"
+            plain.resolve(false)? == want(have >= since::FORWARD),
+            "auto plain fwd (the SDPA operation from 9.13.1)"
         );
+        ensure!(plain.resolve(true)? == SdpaImpl::Composite, "auto plain bwd");
+        // Dropout 0 is no dropout: a native training forward is fine again.
+        let zero = base(DType::BF16).training(true).dropout(0.0);
+        ensure!(zero.active_dropout().is_none(), "p = 0 is off");
         ensure!(
-            plain.resolve(true)? == want(have >= ops::sdpa::since::BACKWARD),
-            "auto plain bwd"
+            zero.resolve(false)? == want(have >= since::FORWARD),
+            "p = 0 resolves as no dropout"
         );
         let forced = plain.clone().implementation(SdpaImpl::Composite);
         ensure!(forced.resolve(false)? == SdpaImpl::Composite, "forced composite fwd");
         ensure!(forced.resolve(true)? == SdpaImpl::Composite, "forced composite bwd");
+        // The composite backward refuses s_q = s_kv = 1 (the forward takes it).
+        let one = SdpaConfig::new(2, 4, 1, 64, DType::BF16).padding(true);
+        let r = one.check(true);
+        ensure!(refused_naming(&r, "seq_q = seq_kv = 1"), "s_q = s_kv = 1: {r:?}");
+        ensure!(one.check(false).is_ok(), "the forward takes s = 1");
         // Up to cuDNN 9.15 the composite backward needs a padding mask when
         // seq_kv is not a multiple of 128.
         let odd = base(DType::BF16)
@@ -668,7 +714,7 @@ fn main() {
             .implementation(SdpaImpl::Composite);
         let r = odd.check(true);
         eprintln!("composite bwd s_kv 200 without padding: {r:?}");
-        if have <= (9, 15) {
+        if have < (9, 16, 0) {
             ensure!(
                 matches!(&r, Err(Error::Unsupported { needs: Some(n), .. }) if n.contains("padding")),
                 "names padding: {r:?}"

@@ -271,7 +271,8 @@ impl Candidate {
 /// the reason, so callers can see them).
 ///
 /// # Errors
-/// No mode given, cuDNN's refusal.
+/// No mode given; an op the target cannot run ([`OpGraph::check_target`]);
+/// cuDNN's refusal.
 pub fn candidates(graph: &OpGraph, target: &Target, policy: &Policy) -> Result<Vec<Candidate>> {
     if policy.modes.is_empty() {
         return Err(Error::invalid(
@@ -281,6 +282,9 @@ pub fn candidates(graph: &OpGraph, target: &Target, policy: &Policy) -> Result<V
         ));
     }
     super::driver::ensure()?;
+    // Limits the crate knows per architecture (cuDNN's heuristics would only
+    // come back empty).
+    graph.check_target(target)?;
     let props = target.properties().descriptor()?;
     let has_f32 = graph.tf32_data;
     let mut out: Vec<Candidate> = Vec::new();

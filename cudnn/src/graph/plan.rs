@@ -268,7 +268,11 @@ impl Plan {
         let mut buffers = Vec::new();
         let mut ptrs = Vec::new();
         for t in &graph.io.tensors {
-            let mut b = DeviceBuffer::<u8>::zeroed(t.spec.span_bytes()?.max(1))?;
+            // Sequence lengths at their full values (zeros would time empty work).
+            let mut b = match graph.timing_input(t)? {
+                Some(bytes) => DeviceBuffer::<u8>::from_host(&bytes)?,
+                None => DeviceBuffer::<u8>::zeroed(t.spec.span_bytes()?.max(1))?,
+            };
             ptrs.push((t.uid, b.as_raw_mut()));
             buffers.push(b);
         }

@@ -280,18 +280,18 @@ impl TensorSpec {
     /// # Errors
     /// The span overflows.
     pub fn span_elements(&self) -> Result<usize> {
+        let overflow =
+            || Error::invalid("dims/strides", "span overflows i64", fmt_dims(&self.dims));
         let mut last: i64 = 0;
         for (&d, &s) in self.dims.iter().zip(&self.strides) {
-            let step = (d - 1)
-                .checked_mul(s)
+            last = d
+                .checked_sub(1)
+                .and_then(|d| d.checked_mul(s))
                 .and_then(|x| last.checked_add(x))
-                .ok_or_else(|| {
-                    Error::invalid("dims/strides", "span overflows i64", fmt_dims(&self.dims))
-                })?;
-            last = step;
+                .ok_or_else(overflow)?;
         }
-        usize::try_from(last + 1)
-            .map_err(|_| Error::invalid("dims/strides", "span too large", last))
+        let span = last.checked_add(1).ok_or_else(overflow)?;
+        usize::try_from(span).map_err(|_| Error::invalid("dims/strides", "span too large", span))
     }
 
     /// Bytes a buffer must hold.
@@ -310,9 +310,13 @@ impl TensorSpec {
             })
     }
 
-    /// Number of logical elements.
+    /// Number of logical elements (saturating at `u128::MAX`, which no
+    /// buffer reaches; dims are >= 1, so it is never 0).
     pub fn element_count(&self) -> u128 {
-        self.dims.iter().map(|&d| d as u128).product()
+        self.dims
+            .iter()
+            .map(|&d| u128::try_from(d).unwrap_or(0))
+            .fold(1u128, u128::saturating_mul)
     }
 }
 

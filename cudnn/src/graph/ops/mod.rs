@@ -1,26 +1,58 @@
 //! The op nodes the builder adds: each module holds an op family's
-//! parameters, shape rules and descriptor construction.
+//! parameters, shape rules, its `Graph` methods and its descriptor
+//! construction. This module holds what they share: the `OpNode` trait
+//! every op implements and the descriptors (`Built`) an op graph keeps.
 
 pub mod conv;
+pub(crate) mod elementwise;
+pub(crate) mod matmul;
 pub mod norm;
 pub mod pointwise;
+pub mod reduction;
 pub mod sdpa;
 pub(crate) mod sdpa_composite;
+pub(crate) mod sdpa_graph;
+pub(crate) mod sdpa_native;
 
-use super::backend::{Descriptor, kind};
-use super::graph::Built;
+use super::backend::{AnyOperation, Descriptor, kind};
 use super::tensor::DType;
 use crate::error::Result;
 
-/// An op family built outside the core set (normalization, attention).
-pub(crate) trait ExtOp: std::fmt::Debug + Send + Sync {
+/// Descriptors an op graph keeps alive: the operations it holds and the
+/// descriptors they point to.
+#[derive(Default)]
+pub(crate) struct Built {
+    pub(crate) ops: Vec<Box<dyn AnyOperation + Send>>,
+    pub(crate) aux: Vec<Box<dyn std::any::Any + Send>>,
+}
+
+/// One op of a graph: its tensors (by index into the graph's tensors), its
+/// parameters for the signature, and how it builds its descriptors.
+pub(crate) trait OpNode: std::fmt::Debug + Send + Sync {
     /// A short name for errors.
     fn name(&self) -> String;
-    /// `(role, tensor index, is_output)`.
+    /// `(role, tensor index, is_output)`, inputs first.
     fn tensors(&self) -> Vec<(&'static str, usize, bool)>;
     /// Parameters, for the graph signature.
     fn signature(&self) -> String;
-    /// Create and finalize the op descriptor(s) from the graph's finalized tensors.
+    /// The inputs of a matmul or convolution (where f32 data makes TF32 a question).
+    fn tf32_inputs(&self) -> Vec<usize> {
+        Vec::new()
+    }
+    /// `(tensor index, value)`: graph inputs that timing runs must fill with
+    /// `value` in every element (i32) rather than zeros (sequence lengths).
+    fn timing_fills(&self) -> Vec<(usize, i32)> {
+        Vec::new()
+    }
+    /// Whether engines for a GPU of `device_ver` (major*100 + minor*10) can
+    /// run this op, where the op knows a limit cuDNN's heuristics would not
+    /// report clearly.
+    fn check_target(&self, device_ver: i64) -> Result<()> {
+        let _ = device_ver;
+        Ok(())
+    }
+    /// Create and finalize the op descriptor(s) from the graph's finalized
+    /// tensors, with the compute type the op was added with.
     fn build(
         &self,
         t: &[Descriptor<kind::Tensor>],

@@ -31,11 +31,10 @@
 
 use crate::error::{Error, Result};
 use crate::graph::backend::{Descriptor, attr, kind};
-use crate::graph::graph::{Built, Graph, Op, Role, Tensor};
-use crate::graph::ops::ExtOp;
+use crate::graph::graph::{Graph, Role, Tensor};
+use crate::graph::ops::{Built, OpNode};
 use crate::graph::tensor::{DType, TensorSpec, fmt_dims};
 use crate::sys::cudnn as sys;
-use std::sync::Arc;
 
 /// Which normalization.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -172,7 +171,7 @@ struct NormFwdOp {
     running: Option<[usize; 5]>,
 }
 
-impl ExtOp for NormFwdOp {
+impl OpNode for NormFwdOp {
     fn name(&self) -> String {
         format!("{} forward", self.mode.name())
     }
@@ -264,7 +263,7 @@ struct NormBwdOp {
     dbias: Option<usize>,
 }
 
-impl ExtOp for NormBwdOp {
+impl OpNode for NormBwdOp {
     fn name(&self) -> String {
         format!("{} backward", self.mode.name())
     }
@@ -459,7 +458,7 @@ impl Graph {
             inv_var: inv_var.map(|t| self.index(t)).transpose()?,
             running: running_idx,
         };
-        self.push_op(Op::Ext(Arc::new(ext)));
+        self.push_op(ext);
         Ok(NormOutputs {
             y,
             mean,
@@ -613,7 +612,7 @@ impl Graph {
             dscale: self.index(dscale)?,
             dbias: dbias.map(|b| self.index(b)).transpose()?,
         };
-        self.push_op(Op::Ext(Arc::new(ext)));
+        self.push_op(ext);
         Ok(NormGrads { dx, dscale, dbias })
     }
 

@@ -18,6 +18,20 @@
 //! `Unsupported` naming the option and the version that has it;
 //! [`SdpaImpl::Auto`] builds the composite instead.
 //!
+//! The rules follow NVIDIA's cuDNN frontend (1.32): the forward uses the SDPA
+//! operation from cuDNN 9.13.1 (padding 9.15, causal 9.21, dropout 9.22) but
+//! never for a training forward with dropout (the operation cannot save the
+//! statistics with dropout); [`SdpaImpl::Auto`] builds every **backward** as
+//! the composite, as the frontend does (it never uses the SDPA backward
+//! operation, and cuDNN 9.19's heuristics offer no engine for it). With
+//! dropout, a training step's forward and backward are therefore both
+//! composites and draw the same mask from the same seed and offset; a
+//! native backward with dropout is refused, since no forward that saves
+//! statistics with dropout is native and the two masks would differ.
+//! Dropout of probability 0 is no dropout (no RNG op, no seed or offset
+//! inputs). cuDNN 9.10.0 and 9.10.1 are refused for attention (NVIDIA's
+//! frontend: known bugs in f16 / bf16 attention there).
+//!
 //! ```no_run
 //! use cudnn::graph::{DType, Graph, Plan, Policy, SdpaConfig, Target};
 //! let cfg = SdpaConfig::new(4, 32, 4096, 128, DType::BF16).causal(true).training(true);
@@ -32,13 +46,8 @@
 //! ```
 
 use crate::error::{Error, Result};
-use crate::graph::backend::{Descriptor, attr, kind};
-use crate::graph::graph::{Built, Graph, Op, Role, Tensor};
-use crate::graph::ops::ExtOp;
-use crate::graph::ops::sdpa_composite::{CompositeBwdOp, CompositeFwdOp};
+use crate::graph::graph::Tensor;
 use crate::graph::tensor::{DType, TensorSpec, fmt_dims};
-use crate::sys::cudnn as sys;
-use std::sync::Arc;
 
 /// How Q, K, V and O are stored (their logical dims are `[B, H, S, D]` either way).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -51,12 +60,33 @@ pub enum AttnLayout {
 
 impl AttnLayout {
     /// The strides of `[B, H, S, D]` stored this way.
-    pub fn strides(self, b: i64, h: i64, s: i64, d: i64) -> [i64; 4] {
-        let _ = b;
-        match self {
-            AttnLayout::Bshd => [s * h * d, d, h * d, 1],
-            AttnLayout::Bhsd => [h * s * d, s * d, d, 1],
+    ///
+    /// # Errors
+    /// A dim < 1, or a stride that overflows i64.
+    pub fn strides(self, b: i64, h: i64, s: i64, d: i64) -> Result<[i64; 4]> {
+        for (name, v) in [("batch", b), ("heads", h), ("seq", s), ("head_dim", d)] {
+            if v < 1 {
+                return Err(Error::invalid(
+                    format!("AttnLayout::strides {name}"),
+                    "must be >= 1",
+                    v,
+                ));
+            }
         }
+        let overflow = || {
+            Error::invalid(
+                "AttnLayout::strides",
+                "a stride overflows i64",
+                fmt_dims(&[b, h, s, d]),
+            )
+        };
+        let hd = h.checked_mul(d).ok_or_else(overflow)?;
+        let sd = s.checked_mul(d).ok_or_else(overflow)?;
+        let shd = s.checked_mul(hd).ok_or_else(overflow)?;
+        Ok(match self {
+            AttnLayout::Bshd => [shd, d, hd, 1],
+            AttnLayout::Bhsd => [shd, sd, d, 1],
+        })
     }
 }
 
@@ -74,8 +104,9 @@ pub struct Dropout {
 /// Which cuDNN construction an attention graph uses.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum SdpaImpl {
-    /// cuDNN's SDPA operation where the loaded cuDNN has it with every option
-    /// asked for, the composite otherwise.
+    /// Forward: cuDNN's SDPA operation where the loaded cuDNN has it with
+    /// every option asked for, the composite otherwise. Backward: always the
+    /// composite (as NVIDIA's frontend 1.32 builds it).
     #[default]
     Auto,
     /// cuDNN's SDPA operation (`CUDNN_BACKEND_OPERATION_SDPA_FWD/BWD_DESCRIPTOR`):
@@ -126,7 +157,7 @@ pub struct SdpaConfig {
     pub implementation: SdpaImpl,
 }
 
-/// What [`Graph::sdpa_forward`] adds.
+/// What [`Graph::sdpa_forward`](crate::graph::Graph::sdpa_forward) adds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SdpaForward {
     /// The output (a graph output of the config's dtype, in its layout).
@@ -143,7 +174,7 @@ pub struct SdpaForward {
     pub dropout_offset: Option<Tensor>,
 }
 
-/// What [`Graph::sdpa_backward`] adds.
+/// What [`Graph::sdpa_backward`](crate::graph::Graph::sdpa_backward) adds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SdpaBackward {
     /// dQ (graph output, Q's dims, dtype and layout).
@@ -162,21 +193,26 @@ pub struct SdpaBackward {
     pub dropout_offset: Option<Tensor>,
 }
 
-/// The first cuDNN with each part, as `(major, minor)`.
+/// The first cuDNN with each part of the SDPA operation, as `(major, minor, patch)`.
 pub mod since {
-    /// `CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR`.
-    pub const FORWARD: (u32, u32) = (9, 13);
-    /// Padding by sequence lengths in the forward.
-    pub const PADDING: (u32, u32) = (9, 15);
-    /// `CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR`.
-    pub const BACKWARD: (u32, u32) = (9, 17);
-    /// Score-modifier subgraphs (the causal mask) and forward dropout.
-    pub const SUBGRAPH: (u32, u32) = (9, 21);
+    /// `CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR` (NVIDIA's frontend uses it from 9.13.1).
+    pub const FORWARD: (u32, u32, u32) = (9, 13, 1);
+    /// Padding by sequence lengths.
+    pub const PADDING: (u32, u32, u32) = (9, 15, 0);
+    /// `CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR` (only with [`SdpaImpl::Native`](super::SdpaImpl::Native)).
+    pub const BACKWARD: (u32, u32, u32) = (9, 17, 0);
+    /// Score-modifier subgraphs (the causal mask).
+    pub const SUBGRAPH: (u32, u32, u32) = (9, 21, 0);
+    /// Forward dropout (inference only: not with saved statistics).
+    pub const FORWARD_DROPOUT: (u32, u32, u32) = (9, 22, 0);
     /// Backward dropout.
-    pub const BACKWARD_DROPOUT: (u32, u32) = (9, 28);
+    pub const BACKWARD_DROPOUT: (u32, u32, u32) = (9, 28, 0);
 }
 
-fn loaded_cudnn() -> Result<(u32, u32, u32)> {
+/// The largest sequence length: lengths and indices are i32 in cuDNN's attention.
+pub const MAX_SEQ_LEN: i64 = i32::MAX as i64;
+
+pub(crate) fn loaded_cudnn() -> Result<(u32, u32, u32)> {
     let api = crate::check::cudnn()?;
     Ok(api
         .info()
@@ -185,8 +221,19 @@ fn loaded_cudnn() -> Result<(u32, u32, u32)> {
         .unwrap_or((0, 0, 0)))
 }
 
-fn loaded_minor() -> Result<(u32, u32)> {
-    loaded_cudnn().map(|(a, b, _)| (a, b))
+/// A spec of the config's, its error naming the config.
+fn named(dims: &[i64], r: Result<TensorSpec>) -> Result<TensorSpec> {
+    r.map_err(|e| {
+        Error::invalid(
+            format!("SdpaConfig dims {}", fmt_dims(dims)),
+            format!("must make a valid tensor ({e})"),
+            fmt_dims(dims),
+        )
+    })
+}
+
+fn fmt_version(v: (u32, u32, u32)) -> String {
+    format!("{}.{}.{}", v.0, v.1, v.2)
 }
 
 impl SdpaConfig {
@@ -253,10 +300,18 @@ impl SdpaConfig {
         self.padding = on;
         self
     }
-    /// With dropout of `probability`.
+    /// With dropout of `probability` (0 is no dropout: nothing is built for it).
     pub fn dropout(mut self, probability: f64) -> Self {
         self.dropout = Some(Dropout { probability });
         self
+    }
+
+    /// The dropout probability when dropout is on and above 0 (what the
+    /// graph builds an RNG op for).
+    pub fn active_dropout(&self) -> Option<f64> {
+        self.dropout
+            .map(|d| d.probability)
+            .filter(|&p| p > 0.0 && p.is_finite())
     }
 
     /// The score scale used.
@@ -265,54 +320,103 @@ impl SdpaConfig {
             .unwrap_or_else(|| 1.0 / (self.head_dim.max(1) as f64).sqrt())
     }
 
-    fn spec(&self, h: i64, s: i64, d: i64) -> Result<TensorSpec> {
+    fn spec(
+        &self,
+        (hn, h): (&str, i64),
+        (sn, s): (&str, i64),
+        (dn, d): (&str, i64),
+    ) -> Result<TensorSpec> {
+        for (name, v) in [("batch", self.batch), (hn, h), (sn, s), (dn, d)] {
+            if v < 1 {
+                return Err(Error::invalid(
+                    format!("SdpaConfig.{name}"),
+                    "must be >= 1",
+                    v,
+                ));
+            }
+        }
         let dims = [self.batch, h, s, d];
-        TensorSpec::new(self.dtype, &dims, &self.layout.strides(self.batch, h, s, d))
+        let strides = self.layout.strides(self.batch, h, s, d).map_err(|_| {
+            Error::invalid(
+                format!("SdpaConfig [batch, {hn}, {sn}, {dn}]"),
+                format!("a stride of the {:?} layout overflows i64", self.layout),
+                fmt_dims(&dims),
+            )
+        })?;
+        named(&dims, TensorSpec::new(self.dtype, &dims, &strides))
     }
     /// Q: `[B, H, S_q, D]` in the config's layout.
     ///
     /// # Errors
-    /// A dim < 1.
+    /// A dim < 1, or a size that overflows.
     pub fn q_spec(&self) -> Result<TensorSpec> {
-        self.spec(self.heads, self.seq_q, self.head_dim)
+        self.spec(
+            ("heads", self.heads),
+            ("seq_q", self.seq_q),
+            ("head_dim", self.head_dim),
+        )
     }
     /// K: `[B, H_kv, S_kv, D]`.
     ///
     /// # Errors
-    /// A dim < 1.
+    /// A dim < 1, or a size that overflows.
     pub fn k_spec(&self) -> Result<TensorSpec> {
-        self.spec(self.kv_heads, self.seq_kv, self.head_dim)
+        self.spec(
+            ("kv_heads", self.kv_heads),
+            ("seq_kv", self.seq_kv),
+            ("head_dim", self.head_dim),
+        )
     }
     /// V: `[B, H_kv, S_kv, D_v]`.
     ///
     /// # Errors
-    /// A dim < 1.
+    /// A dim < 1, or a size that overflows.
     pub fn v_spec(&self) -> Result<TensorSpec> {
-        self.spec(self.kv_heads, self.seq_kv, self.head_dim_v)
+        self.spec(
+            ("kv_heads", self.kv_heads),
+            ("seq_kv", self.seq_kv),
+            ("head_dim_v", self.head_dim_v),
+        )
     }
     /// O and dO: `[B, H, S_q, D_v]`.
     ///
     /// # Errors
-    /// A dim < 1.
+    /// A dim < 1, or a size that overflows.
     pub fn o_spec(&self) -> Result<TensorSpec> {
-        self.spec(self.heads, self.seq_q, self.head_dim_v)
+        self.spec(
+            ("heads", self.heads),
+            ("seq_q", self.seq_q),
+            ("head_dim_v", self.head_dim_v),
+        )
     }
     /// The softmax statistics: `[B, H, S_q, 1]` f32, packed.
     ///
     /// # Errors
-    /// A dim < 1.
+    /// A dim < 1, or a size that overflows.
     pub fn stats_spec(&self) -> Result<TensorSpec> {
-        TensorSpec::row_major(DType::F32, &[self.batch, self.heads, self.seq_q, 1])
+        let dims = [self.batch, self.heads, self.seq_q, 1];
+        named(&dims, TensorSpec::row_major(DType::F32, &dims))
+    }
+    /// The attention scores `[B, H, S_q, S_kv]` (f32, packed): what the
+    /// composite and the causal mask compute in.
+    ///
+    /// # Errors
+    /// A dim < 1, or a size that overflows.
+    pub fn score_spec(&self) -> Result<TensorSpec> {
+        let dims = [self.batch, self.heads, self.seq_q, self.seq_kv];
+        named(&dims, TensorSpec::row_major(DType::F32, &dims))
     }
 
     /// Floating-point operations of the forward (the two matmuls; halved
-    /// when causal, as FlashAttention counts).
+    /// when causal, as FlashAttention counts). Computed in f64: never
+    /// overflows (a config that `validate` refuses gives a meaningless count).
     pub fn forward_flops(&self) -> f64 {
         let f = 2.0
-            * (self.batch * self.heads) as f64
+            * self.batch as f64
+            * self.heads as f64
             * self.seq_q as f64
             * self.seq_kv as f64
-            * (self.head_dim + self.head_dim_v) as f64;
+            * (self.head_dim as f64 + self.head_dim_v as f64);
         if self.is_causal { f / 2.0 } else { f }
     }
 
@@ -324,7 +428,7 @@ impl SdpaConfig {
     /// Check the shapes and options, and that the loaded cuDNN can build the
     /// attention as [`implementation`](Self::implementation) asks
     /// (`backward`: for the backward): with `Native`, that its SDPA operation
-    /// has every option; with `Auto`, that either way works.
+    /// has every option; with `Auto`, that the construction it picks works.
     ///
     /// # Errors
     /// `InvalidArgument` naming the field for a bad shape or value;
@@ -335,18 +439,24 @@ impl SdpaConfig {
     }
 
     /// What the graph builder will build for this config with the loaded
-    /// cuDNN: [`SdpaImpl::Native`] or [`SdpaImpl::Composite`].
+    /// cuDNN: [`SdpaImpl::Native`] or [`SdpaImpl::Composite`]. `Auto` picks
+    /// the SDPA operation for a forward it supports, the composite for every
+    /// other forward and for every backward.
     ///
     /// # Errors
     /// As [`check`](Self::check).
     pub fn resolve(&self, backward: bool) -> Result<SdpaImpl> {
         self.validate()?;
-        match self.implementation {
-            SdpaImpl::Native => self.check_cudnn(backward).map(|_| SdpaImpl::Native),
-            SdpaImpl::Composite => self.check_composite(backward).map(|_| SdpaImpl::Composite),
-            SdpaImpl::Auto => match self.check_cudnn(backward) {
+        let v = loaded_cudnn()?;
+        self.check_release(v)?;
+        match (self.implementation, backward) {
+            (SdpaImpl::Native, _) => self.check_native(v, backward).map(|_| SdpaImpl::Native),
+            (SdpaImpl::Composite, _) | (SdpaImpl::Auto, true) => self
+                .check_composite(v, backward)
+                .map(|_| SdpaImpl::Composite),
+            (SdpaImpl::Auto, false) => match self.check_native(v, false) {
                 Ok(()) => Ok(SdpaImpl::Native),
-                Err(native) => match self.check_composite(backward) {
+                Err(native) => match self.check_composite(v, false) {
                     Ok(()) => Ok(SdpaImpl::Composite),
                     // The SDPA operation's reason names the version that has it.
                     Err(_) => Err(native),
@@ -355,16 +465,39 @@ impl SdpaConfig {
         }
     }
 
-    fn check_composite(&self, backward: bool) -> Result<()> {
-        let (ma, mi, pa) = loaded_cudnn()?;
+    /// Releases whose attention NVIDIA's frontend refuses outright.
+    fn check_release(&self, v: (u32, u32, u32)) -> Result<()> {
+        if v == (9, 10, 0) || v == (9, 10, 1) {
+            return Err(Error::Unsupported {
+                what: format!(
+                    "f16 / bf16 attention on the loaded cuDNN {} (known bugs; NVIDIA's frontend refuses it too)",
+                    fmt_version(v)
+                ),
+                needs: Some("cuDNN 9.10.2 or newer".to_string()),
+            });
+        }
+        Ok(())
+    }
+
+    fn check_composite(&self, v: (u32, u32, u32), backward: bool) -> Result<()> {
+        if !backward {
+            return Ok(());
+        }
+        if self.seq_q == 1 && self.seq_kv == 1 {
+            return Err(Error::Unsupported {
+                what: "the attention backward with seq_q = seq_kv = 1 (cuDNN's fused backward engines do not take it)".to_string(),
+                needs: Some("seq_q > 1 or seq_kv > 1".to_string()),
+            });
+        }
         // cuDNN up to 9.15 computes the composite backward right for key
         // lengths that are not multiples of 128 only under a padding mask
         // (NVIDIA's frontend adds one with full lengths there).
-        if backward && (ma, mi) <= (9, 15) && self.seq_kv % 128 != 0 && !self.padding {
+        if (v.0, v.1) <= (9, 15) && self.seq_kv % 128 != 0 && !self.padding {
             return Err(Error::Unsupported {
                 what: format!(
-                    "the composite attention backward with seq_kv = {} (not a multiple of 128) and no padding mask on the loaded cuDNN {ma}.{mi}.{pa}",
-                    self.seq_kv
+                    "the composite attention backward with seq_kv = {} (not a multiple of 128) and no padding mask on the loaded cuDNN {}",
+                    self.seq_kv,
+                    fmt_version(v)
                 ),
                 needs: Some(
                     "SdpaConfig.padding = true (bind full sequence lengths), seq_kv a multiple of 128, or cuDNN >= 9.16"
@@ -393,6 +526,15 @@ impl SdpaConfig {
                 return Err(Error::invalid(
                     format!("SdpaConfig.{name}"),
                     "must be >= 1",
+                    v,
+                ));
+            }
+        }
+        for (name, v) in [("seq_q", self.seq_q), ("seq_kv", self.seq_kv)] {
+            if v > MAX_SEQ_LEN {
+                return Err(Error::invalid(
+                    format!("SdpaConfig.{name}"),
+                    "must be at most 2^31 - 1 (cuDNN's sequence lengths and indices are i32)",
                     v,
                 ));
             }
@@ -443,660 +585,114 @@ impl SdpaConfig {
                 d.probability,
             ));
         }
+        // Every tensor the attention reads, writes or computes in must have a
+        // representable size (the scores are the largest).
+        for (what, r) in [
+            ("q", self.q_spec()),
+            ("k", self.k_spec()),
+            ("v", self.v_spec()),
+            ("o", self.o_spec()),
+            ("the scores [B, H, S_q, S_kv]", self.score_spec()),
+        ] {
+            r.map_err(|e| {
+                Error::invalid(
+                    format!("SdpaConfig: {what}"),
+                    "must have a representable size",
+                    e,
+                )
+            })?;
+        }
         Ok(())
     }
 
-    fn check_cudnn(&self, backward: bool) -> Result<()> {
-        let (ma, mi, pa) = loaded_cudnn()?;
-        let have = (ma, mi);
-        let need = |option: &str, v: (u32, u32)| -> Result<()> {
-            if have >= v {
+    fn check_native(&self, v: (u32, u32, u32), backward: bool) -> Result<()> {
+        let dir = if backward { "backward" } else { "forward" };
+        let need = |option: &str, want: (u32, u32, u32)| -> Result<()> {
+            if v >= want {
                 Ok(())
             } else {
                 Err(Error::Unsupported {
                     what: format!(
-                        "SdpaConfig option `{option}` with the loaded cuDNN {ma}.{mi}.{pa} (cuDNN's SDPA operation{})",
-                        if backward { " backward" } else { " forward" }
+                        "SdpaConfig option `{option}` with the loaded cuDNN {} (cuDNN's SDPA operation {dir})",
+                        fmt_version(v)
                     ),
-                    needs: Some(format!("cuDNN >= {}.{}", v.0, v.1)),
+                    needs: Some(format!("cuDNN >= {}", fmt_version(want))),
                 })
             }
         };
-        need(
-            if backward {
-                "backward (SDPA_BWD)"
-            } else {
-                "forward (SDPA_FWD)"
-            },
-            if backward {
-                since::BACKWARD
-            } else {
-                since::FORWARD
-            },
-        )?;
+        if backward {
+            need("backward (SDPA_BWD)", since::BACKWARD)?;
+        } else {
+            need("forward (SDPA_FWD)", since::FORWARD)?;
+        }
         if self.padding {
             need("padding", since::PADDING)?;
         }
         if self.is_causal {
             need("is_causal", since::SUBGRAPH)?;
         }
-        if self.dropout.is_some() {
-            need(
-                "dropout",
-                if backward {
-                    since::BACKWARD_DROPOUT
+        if self.active_dropout().is_some() {
+            if backward {
+                need("dropout", since::BACKWARD_DROPOUT)?;
+                // The forward that saves statistics with dropout is always the
+                // composite (below), and its mask is not the SDPA backward's.
+                return Err(Error::Unsupported {
+                    what: "SdpaImpl::Native for a backward with dropout: the training forward with dropout is the composite (cuDNN's SDPA operation cannot save statistics with dropout), and a native backward would draw a different dropout mask".to_string(),
+                    needs: Some("SdpaImpl::Auto or Composite for the backward (the same construction as the forward)".to_string()),
+                });
+            }
+            need("dropout", since::FORWARD_DROPOUT)?;
+            if self.is_training {
+                return Err(Error::Unsupported {
+                    what: "SdpaConfig option `dropout` with `is_training` on cuDNN's SDPA operation (it cannot save the statistics with dropout; NVIDIA's frontend builds this as the composite)".to_string(),
+                    needs: Some("SdpaImpl::Auto or Composite".to_string()),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the composite backward has engines for a GPU of `device_ver`
+    /// (major*100 + minor*10) with the loaded cuDNN, by head dims (the limits
+    /// NVIDIA's frontend checks).
+    pub(crate) fn check_backward_head_dims(
+        d: i64,
+        dv: i64,
+        device_ver: i64,
+        v: (u32, u32, u32),
+    ) -> Result<()> {
+        let major = device_ver / 100;
+        let (ok, limit) = match major {
+            9 => (d <= 256 && dv <= 256, "head dims up to 256 on sm_90"),
+            10 if v >= (9, 11, 0) => {
+                if d == 192 {
+                    (dv == 128, "head_dim 192 only with head_dim_v 128 on sm_100")
+                } else if v >= (9, 23, 0) && d == 256 && dv == 256 {
+                    (true, "")
                 } else {
-                    since::SUBGRAPH
-                },
-            )?;
-        }
-        Ok(())
-    }
-}
-
-/// Tensor indices shared by the forward and backward ops.
-#[derive(Debug, Clone, Copy)]
-struct Common {
-    q: usize,
-    k: usize,
-    v: usize,
-    scale: usize,
-    seq: Option<(usize, usize)>,
-    dropout: Option<(usize, usize, f64)>,
-    /// Score in, score out, fill value of the causal mask subgraph.
-    causal: Option<(usize, usize, usize)>,
-}
-
-impl Common {
-    fn inputs(&self, v: &mut Vec<(&'static str, usize, bool)>) {
-        v.push(("q", self.q, false));
-        v.push(("k", self.k, false));
-        v.push(("v", self.v, false));
-        v.push(("scale", self.scale, false));
-        if let Some((a, b)) = self.seq {
-            v.push(("seq_len_q", a, false));
-            v.push(("seq_len_kv", b, false));
-        }
-        if let Some((a, b, _)) = self.dropout {
-            v.push(("dropout_seed", a, false));
-            v.push(("dropout_offset", b, false));
-        }
-        if let Some((a, b, c)) = self.causal {
-            v.push(("scores", a, false));
-            v.push(("masked_scores", b, false));
-            v.push(("mask_fill", c, false));
-        }
-    }
-
-    fn signature(&self) -> String {
-        format!(
-            "padding={} dropout={:?} causal={}",
-            self.seq.is_some(),
-            self.dropout.map(|d| d.2),
-            self.causal.is_some()
-        )
-    }
-
-    /// The causal mask subgraph: one diagonal band mask keeping key `j <= i`.
-    /// Returns `(subgraph, input uid, output uid)`; the mask op is kept in `built`.
-    fn causal_subgraph(
-        &self,
-        t: &[Descriptor<kind::Tensor>],
-        built: &mut Built,
-    ) -> Result<Option<(Descriptor<kind::OperationGraph>, i64, i64)>> {
-        let Some((si, so, fill)) = self.causal else {
-            return Ok(None);
+                    (
+                        d <= 128 && dv <= 128,
+                        "head dims up to 128 on sm_100 (192 with 128; 256 with 256 from cuDNN 9.23)",
+                    )
+                }
+            }
+            _ => (
+                d <= 128 && dv <= 128,
+                "head dims up to 128 on this architecture",
+            ),
         };
-        let mut m = Descriptor::<kind::DiagonalBandMaskOp>::new()?;
-        m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_XDESC, &[&t[si]])?;
-        m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_BDESC, &[&t[fill]])?;
-        m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_YDESC, &[&t[so]])?;
-        m.set(
-            attr::OPERATION_DIAGONAL_BAND_MASK_COMPARISON_MODE,
-            &[sys::cudnnPointwiseMode_t::CUDNN_POINTWISE_CMP_GE],
-        )?;
-        m.finalize()
-            .map_err(|e| e.with_context("the causal mask (diagonal band mask)"))?;
-        let mut sg = Descriptor::<kind::OperationGraph>::new()?;
-        sg.set_operations(attr::OPERATIONGRAPH_OPS, &[&m])?;
-        sg.finalize()
-            .map_err(|e| e.with_context("the causal mask subgraph"))?;
-        let uid_in = t[si].get_one(attr::TENSOR_UNIQUE_ID)?;
-        let uid_out = t[so].get_one(attr::TENSOR_UNIQUE_ID)?;
-        built.aux.push(Box::new(m));
-        Ok(Some((sg, uid_in, uid_out)))
-    }
-}
-
-#[derive(Debug)]
-struct SdpaFwdOp {
-    c: Common,
-    o: usize,
-    stats: Option<usize>,
-}
-
-impl ExtOp for SdpaFwdOp {
-    fn name(&self) -> String {
-        "sdpa forward".to_string()
-    }
-    fn tensors(&self) -> Vec<(&'static str, usize, bool)> {
-        let mut v = Vec::new();
-        self.c.inputs(&mut v);
-        v.push(("o", self.o, true));
-        if let Some(s) = self.stats {
-            v.push(("stats", s, true));
-        }
-        v
-    }
-    fn signature(&self) -> String {
-        format!("{} training={}", self.c.signature(), self.stats.is_some())
-    }
-    fn build(
-        &self,
-        t: &[Descriptor<kind::Tensor>],
-        _compute: DType,
-        built: &mut Built,
-    ) -> Result<()> {
-        let c = &self.c;
-        let mut d = Descriptor::<kind::SdpaForwardOp>::new()?;
-        d.set_descriptors(attr::OPERATION_SDPA_FWD_QDESC, &[&t[c.q]])?;
-        d.set_descriptors(attr::OPERATION_SDPA_FWD_KDESC, &[&t[c.k]])?;
-        d.set_descriptors(attr::OPERATION_SDPA_FWD_VDESC, &[&t[c.v]])?;
-        d.set_descriptors(attr::OPERATION_SDPA_FWD_ODESC, &[&t[self.o]])?;
-        d.set_descriptors(attr::OPERATION_SDPA_FWD_SCALEDESC, &[&t[c.scale]])?;
-        if let Some(s) = self.stats {
-            d.set_descriptors(attr::OPERATION_SDPA_FWD_STATSDESC, &[&t[s]])?;
-        }
-        if let Some((a, b)) = c.seq {
-            d.set_descriptors(attr::OPERATION_SDPA_FWD_SEQ_LEN_QDESC, &[&t[a]])?;
-            d.set_descriptors(attr::OPERATION_SDPA_FWD_SEQ_LEN_KVDESC, &[&t[b]])?;
-        }
-        if let Some((seed, offset, p)) = c.dropout {
-            d.set_descriptors(attr::OPERATION_SDPA_FWD_DROPOUT_SEED_DESC, &[&t[seed]])?;
-            d.set_descriptors(attr::OPERATION_SDPA_FWD_DROPOUT_OFFSET_DESC, &[&t[offset]])?;
-            d.set(attr::OPERATION_SDPA_FWD_DROPOUT_PROBABILITY, &[p as f32])?;
-        }
-        if let Some((sg, uin, uout)) = c.causal_subgraph(t, built)? {
-            d.set_descriptors(attr::OPERATION_SDPA_FWD_SUBGRAPH, &[&sg])?;
-            d.set(attr::OPERATION_SDPA_FWD_SUBGRAPH_INPUT_UID, &[uin])?;
-            d.set(attr::OPERATION_SDPA_FWD_SUBGRAPH_OUTPUT_UID, &[uout])?;
-            built.aux.push(Box::new(sg));
-        }
-        d.finalize()?;
-        built.ops.push(Box::new(d));
-        Ok(())
-    }
-}
-
-#[derive(Debug)]
-struct SdpaBwdOp {
-    c: Common,
-    o: usize,
-    d_o: usize,
-    stats: usize,
-    dq: usize,
-    dk: usize,
-    dv: usize,
-}
-
-impl ExtOp for SdpaBwdOp {
-    fn name(&self) -> String {
-        "sdpa backward".to_string()
-    }
-    fn tensors(&self) -> Vec<(&'static str, usize, bool)> {
-        let mut v = Vec::new();
-        self.c.inputs(&mut v);
-        v.push(("o", self.o, false));
-        v.push(("do", self.d_o, false));
-        v.push(("stats", self.stats, false));
-        v.push(("dq", self.dq, true));
-        v.push(("dk", self.dk, true));
-        v.push(("dv", self.dv, true));
-        v
-    }
-    fn signature(&self) -> String {
-        self.c.signature()
-    }
-    fn build(
-        &self,
-        t: &[Descriptor<kind::Tensor>],
-        _compute: DType,
-        built: &mut Built,
-    ) -> Result<()> {
-        let c = &self.c;
-        let mut d = Descriptor::<kind::SdpaBackwardOp>::new()?;
-        d.set_descriptors(attr::OPERATION_SDPA_BWD_QDESC, &[&t[c.q]])?;
-        d.set_descriptors(attr::OPERATION_SDPA_BWD_KDESC, &[&t[c.k]])?;
-        d.set_descriptors(attr::OPERATION_SDPA_BWD_VDESC, &[&t[c.v]])?;
-        d.set_descriptors(attr::OPERATION_SDPA_BWD_ODESC, &[&t[self.o]])?;
-        d.set_descriptors(attr::OPERATION_SDPA_BWD_DODDESC, &[&t[self.d_o]])?;
-        d.set_descriptors(attr::OPERATION_SDPA_BWD_STATSDESC, &[&t[self.stats]])?;
-        d.set_descriptors(attr::OPERATION_SDPA_BWD_SCALEDESC, &[&t[c.scale]])?;
-        d.set_descriptors(attr::OPERATION_SDPA_BWD_DQDESC, &[&t[self.dq]])?;
-        d.set_descriptors(attr::OPERATION_SDPA_BWD_DKDESC, &[&t[self.dk]])?;
-        d.set_descriptors(attr::OPERATION_SDPA_BWD_DVDESC, &[&t[self.dv]])?;
-        if let Some((a, b)) = c.seq {
-            d.set_descriptors(attr::OPERATION_SDPA_BWD_SEQ_LEN_QDESC, &[&t[a]])?;
-            d.set_descriptors(attr::OPERATION_SDPA_BWD_SEQ_LEN_KVDESC, &[&t[b]])?;
-        }
-        if let Some((seed, offset, p)) = c.dropout {
-            d.set_descriptors(attr::OPERATION_SDPA_BWD_DROPOUT_SEED_DESC, &[&t[seed]])?;
-            d.set_descriptors(attr::OPERATION_SDPA_BWD_DROPOUT_OFFSET_DESC, &[&t[offset]])?;
-            d.set(attr::OPERATION_SDPA_BWD_DROPOUT_PROBABILITY, &[p as f32])?;
-        }
-        if let Some((sg, uin, uout)) = c.causal_subgraph(t, built)? {
-            d.set_descriptors(attr::OPERATION_SDPA_BWD_SUBGRAPH, &[&sg])?;
-            d.set(attr::OPERATION_SDPA_BWD_SUBGRAPH_INPUT_UID, &[uin])?;
-            d.set(attr::OPERATION_SDPA_BWD_SUBGRAPH_OUTPUT_UID, &[uout])?;
-            built.aux.push(Box::new(sg));
-        }
-        d.finalize()?;
-        built.ops.push(Box::new(d));
-        Ok(())
-    }
-}
-
-impl Graph {
-    fn sdpa_expect(&self, op: &str, role: &str, t: Tensor, want: &TensorSpec) -> Result<()> {
-        let n = self.node(t)?;
-        if n.spec.dims() != want.dims() {
-            return Err(Error::mismatch(
-                format!(
-                    "{op}: {role} `{}` dims ([B, H, S, D] from the SdpaConfig)",
-                    n.name
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::Unsupported {
+                what: format!(
+                    "the attention backward with head_dim {d}, head_dim_v {dv} on a GPU of compute capability {}.{} with cuDNN {}",
+                    major,
+                    (device_ver % 100) / 10,
+                    fmt_version(v)
                 ),
-                fmt_dims(want.dims()),
-                fmt_dims(n.spec.dims()),
-            ));
+                needs: Some(limit.to_string()),
+            })
         }
-        if n.spec.dtype() != want.dtype() {
-            return Err(Error::mismatch(
-                format!("{op}: {role} `{}` element type (SdpaConfig.dtype)", n.name),
-                want.dtype(),
-                n.spec.dtype(),
-            ));
-        }
-        if n.spec.strides().last() != Some(&1) {
-            return Err(Error::invalid(
-                format!("{op}: {role} `{}` strides", n.name),
-                "must have the head dim contiguous (last stride 1)",
-                fmt_dims(n.spec.strides()),
-            ));
-        }
-        Ok(())
-    }
-
-    fn graph_output(&mut self, op: &str, spec: TensorSpec) -> Result<Tensor> {
-        let t = self.intermediate(op, spec)?;
-        let i = self.index(t)?;
-        self.nodes[i].role = Role::Output;
-        Ok(t)
-    }
-
-    fn sdpa_common(
-        &mut self,
-        op: &str,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        cfg: &SdpaConfig,
-    ) -> Result<(Common, [Option<Tensor>; 4])> {
-        self.sdpa_expect(op, "q", q, &cfg.q_spec()?)?;
-        self.sdpa_expect(op, "k", k, &cfg.k_spec()?)?;
-        self.sdpa_expect(op, "v", v, &cfg.v_spec()?)?;
-        let base = format!("sdpa{}", self.ops.len());
-        let scale = self.scalar(cfg.scale_value(), DType::F32, 4)?;
-        let mut extra = [None; 4];
-        let seq = if cfg.padding {
-            let spec = TensorSpec::row_major(DType::I32, &[cfg.batch, 1, 1, 1])?;
-            let a = self.input(&format!("{base}.seq_len_q"), spec.clone())?;
-            let b = self.input(&format!("{base}.seq_len_kv"), spec)?;
-            extra[0] = Some(a);
-            extra[1] = Some(b);
-            Some((self.index(a)?, self.index(b)?))
-        } else {
-            None
-        };
-        let dropout = match cfg.dropout {
-            Some(d) => {
-                let spec = TensorSpec::row_major(DType::I64, &[1, 1, 1, 1])?;
-                let a = self.input(&format!("{base}.dropout_seed"), spec.clone())?;
-                let b = self.input(&format!("{base}.dropout_offset"), spec)?;
-                extra[2] = Some(a);
-                extra[3] = Some(b);
-                Some((self.index(a)?, self.index(b)?, d.probability))
-            }
-            None => None,
-        };
-        let causal = if cfg.is_causal {
-            let spec =
-                TensorSpec::row_major(DType::F32, &[cfg.batch, cfg.heads, cfg.seq_q, cfg.seq_kv])?;
-            let a = self.intermediate("sdpa_scores", spec.clone())?;
-            let b = self.intermediate("sdpa_masked_scores", spec)?;
-            let fill = self.scalar(f64::NEG_INFINITY, DType::F32, 4)?;
-            Some((self.index(a)?, self.index(b)?, self.index(fill)?))
-        } else {
-            None
-        };
-        Ok((
-            Common {
-                q: self.index(q)?,
-                k: self.index(k)?,
-                v: self.index(v)?,
-                scale: self.index(scale)?,
-                seq,
-                dropout,
-                causal,
-            },
-            extra,
-        ))
-    }
-
-    /// Attention forward: `O = softmax(mask(scale * Q Kᵀ)) V` with `q`, `k`,
-    /// `v` of [`SdpaConfig::q_spec`], [`k_spec`](SdpaConfig::k_spec),
-    /// [`v_spec`](SdpaConfig::v_spec) dims and dtype (any strides with the
-    /// head dim contiguous). `o` (and `stats` in training) are graph outputs;
-    /// sequence-length and dropout inputs are added as the config asks.
-    ///
-    /// # Errors
-    /// [`SdpaConfig::check`]'s errors; q / k / v dims or dtype not the config's.
-    #[doc(alias = "CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR")]
-    pub fn sdpa_forward(
-        &mut self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        cfg: &SdpaConfig,
-    ) -> Result<SdpaForward> {
-        let op = format!("sdpa_forward op #{}", self.ops.len());
-        cfg.validate().map_err(|e| e.with_context(op.clone()))?;
-        self.sdpa_expect(&op, "q", q, &cfg.q_spec()?)?;
-        self.sdpa_expect(&op, "k", k, &cfg.k_spec()?)?;
-        self.sdpa_expect(&op, "v", v, &cfg.v_spec()?)?;
-        let imp = cfg.resolve(false).map_err(|e| e.with_context(op.clone()))?;
-        if imp == SdpaImpl::Composite {
-            return self.sdpa_forward_composite(q, k, v, cfg);
-        }
-        let (c, extra) = self.sdpa_common(&op, q, k, v, cfg)?;
-        let qs = self.node(q)?.spec.clone();
-        let o = self.graph_output(
-            "sdpa",
-            TensorSpec::like(cfg.dtype, cfg.o_spec()?.dims(), &qs)?,
-        )?;
-        let stats = if cfg.is_training {
-            Some(self.graph_output("sdpa", cfg.stats_spec()?)?)
-        } else {
-            None
-        };
-        let ext = SdpaFwdOp {
-            c,
-            o: self.index(o)?,
-            stats: stats.map(|s| self.index(s)).transpose()?,
-        };
-        self.push_op(Op::Ext(Arc::new(ext)));
-        Ok(SdpaForward {
-            o,
-            stats,
-            seq_len_q: extra[0],
-            seq_len_kv: extra[1],
-            dropout_seed: extra[2],
-            dropout_offset: extra[3],
-        })
-    }
-
-    /// Attention backward: dQ, dK, dV (graph outputs in the layouts of q, k,
-    /// v) from the forward's inputs, its output `o`, the output gradient
-    /// `d_o` (`o`'s dims) and the saved `stats` (`[B, H, S_q, 1]` f32). The
-    /// config must be the forward's (masks, scale, dropout).
-    ///
-    /// # Errors
-    /// [`SdpaConfig::check`]'s errors; a tensor's dims or dtype not the config's.
-    #[doc(alias = "CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR")]
-    #[allow(clippy::too_many_arguments)]
-    pub fn sdpa_backward(
-        &mut self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        o: Tensor,
-        d_o: Tensor,
-        stats: Tensor,
-        cfg: &SdpaConfig,
-    ) -> Result<SdpaBackward> {
-        let op = format!("sdpa_backward op #{}", self.ops.len());
-        cfg.validate().map_err(|e| e.with_context(op.clone()))?;
-        let os = cfg.o_spec()?;
-        self.sdpa_expect(&op, "o", o, &os)?;
-        self.sdpa_expect(&op, "do", d_o, &os)?;
-        let ss = cfg.stats_spec()?;
-        let sn = self.node(stats)?;
-        if sn.spec.dims() != ss.dims() || sn.spec.dtype() != DType::F32 {
-            return Err(Error::mismatch(
-                format!("{op}: stats `{}` ([B, H, S_q, 1] f32)", sn.name),
-                format!("f32 {}", fmt_dims(ss.dims())),
-                format!("{} {}", sn.spec.dtype(), fmt_dims(sn.spec.dims())),
-            ));
-        }
-        let imp = cfg.resolve(true).map_err(|e| e.with_context(op.clone()))?;
-        if imp == SdpaImpl::Composite {
-            self.sdpa_expect(&op, "q", q, &cfg.q_spec()?)?;
-            self.sdpa_expect(&op, "k", k, &cfg.k_spec()?)?;
-            self.sdpa_expect(&op, "v", v, &cfg.v_spec()?)?;
-            return self.sdpa_backward_composite([q, k, v, o, d_o, stats], cfg);
-        }
-        let (c, extra) = self.sdpa_common(&op, q, k, v, cfg)?;
-        let (qs, ks, vs) = (
-            self.node(q)?.spec.clone(),
-            self.node(k)?.spec.clone(),
-            self.node(v)?.spec.clone(),
-        );
-        let dq = self.graph_output("sdpa_bwd", qs.clone())?;
-        let dk = self.graph_output("sdpa_bwd", ks)?;
-        let dv = self.graph_output("sdpa_bwd", vs)?;
-        let ext = SdpaBwdOp {
-            c,
-            o: self.index(o)?,
-            d_o: self.index(d_o)?,
-            stats: self.index(stats)?,
-            dq: self.index(dq)?,
-            dk: self.index(dk)?,
-            dv: self.index(dv)?,
-        };
-        self.push_op(Op::Ext(Arc::new(ext)));
-        Ok(SdpaBackward {
-            dq,
-            dk,
-            dv,
-            seq_len_q: extra[0],
-            seq_len_kv: extra[1],
-            dropout_seed: extra[2],
-            dropout_offset: extra[3],
-        })
-    }
-
-    /// The graph inputs and scalars both composites take:
-    /// `(scale, seq, dropout, fill, extra)`.
-    #[allow(clippy::type_complexity)]
-    fn composite_common(
-        &mut self,
-        cfg: &SdpaConfig,
-    ) -> Result<(
-        usize,
-        Option<(usize, usize)>,
-        Option<(usize, usize, f64, usize)>,
-        Option<usize>,
-        [Option<Tensor>; 4],
-    )> {
-        let base = format!("sdpa{}", self.ops.len());
-        let scale = self.scalar(cfg.scale_value(), DType::F32, 4)?;
-        let mut extra = [None; 4];
-        let seq = if cfg.padding {
-            let spec = TensorSpec::row_major(DType::I32, &[cfg.batch, 1, 1, 1])?;
-            let a = self.input(&format!("{base}.seq_len_q"), spec.clone())?;
-            let b = self.input(&format!("{base}.seq_len_kv"), spec)?;
-            extra[0] = Some(a);
-            extra[1] = Some(b);
-            Some((self.index(a)?, self.index(b)?))
-        } else {
-            None
-        };
-        let dropout = match cfg.dropout {
-            Some(d) => {
-                let spec = TensorSpec::row_major(DType::I64, &[1, 1, 1, 1])?;
-                let a = self.input(&format!("{base}.dropout_seed"), spec.clone())?;
-                let b = self.input(&format!("{base}.dropout_offset"), spec)?;
-                let s = self.scalar(1.0 / (1.0 - d.probability), DType::F32, 4)?;
-                extra[2] = Some(a);
-                extra[3] = Some(b);
-                Some((
-                    self.index(a)?,
-                    self.index(b)?,
-                    d.probability,
-                    self.index(s)?,
-                ))
-            }
-            None => None,
-        };
-        let fill = if cfg.padding || cfg.is_causal {
-            // The fused engines before cuDNN 9.10 expect the lowest finite value.
-            let v = if loaded_minor()? >= (9, 10) {
-                f64::NEG_INFINITY
-            } else {
-                f64::from(f32::MIN)
-            };
-            let f = self.scalar(v, DType::F32, 4)?;
-            Some(self.index(f)?)
-        } else {
-            None
-        };
-        Ok((self.index(scale)?, seq, dropout, fill, extra))
-    }
-
-    fn composite_uid_base(&self) -> i64 {
-        (1i64 << 40) + ((self.ops.len() as i64) << 16)
-    }
-
-    fn sdpa_forward_composite(
-        &mut self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        cfg: &SdpaConfig,
-    ) -> Result<SdpaForward> {
-        let uid_base = self.composite_uid_base();
-        let (scale, seq, dropout, fill, extra) = self.composite_common(cfg)?;
-        let qs = self.node(q)?.spec.clone();
-        let k_spec = self.node(k)?.spec.clone();
-        let o = self.graph_output(
-            "sdpa",
-            TensorSpec::like(cfg.dtype, cfg.o_spec()?.dims(), &qs)?,
-        )?;
-        let stats = if cfg.is_training {
-            Some(self.graph_output("sdpa", cfg.stats_spec()?)?)
-        } else {
-            None
-        };
-        let ext = CompositeFwdOp {
-            q: self.index(q)?,
-            k: self.index(k)?,
-            v: self.index(v)?,
-            scale,
-            k_spec,
-            dims: [
-                cfg.batch,
-                cfg.heads,
-                cfg.seq_q,
-                cfg.seq_kv,
-                cfg.head_dim,
-                cfg.head_dim_v,
-            ],
-            io: cfg.dtype,
-            seq,
-            dropout,
-            causal: cfg.is_causal,
-            fill,
-            o: self.index(o)?,
-            stats: stats.map(|s| self.index(s)).transpose()?,
-            uid_base,
-        };
-        self.push_op(Op::Ext(Arc::new(ext)));
-        Ok(SdpaForward {
-            o,
-            stats,
-            seq_len_q: extra[0],
-            seq_len_kv: extra[1],
-            dropout_seed: extra[2],
-            dropout_offset: extra[3],
-        })
-    }
-
-    fn sdpa_backward_composite(
-        &mut self,
-        [q, k, v, o, d_o, stats]: [Tensor; 6],
-        cfg: &SdpaConfig,
-    ) -> Result<SdpaBackward> {
-        let uid_base = self.composite_uid_base();
-        let (scale, seq, dropout, fill, extra) = self.composite_common(cfg)?;
-        let keep = self.scalar(
-            cfg.dropout.map(|d| 1.0 - d.probability).unwrap_or(1.0),
-            DType::F32,
-            4,
-        )?;
-        let (qs, ks, vs) = (
-            self.node(q)?.spec.clone(),
-            self.node(k)?.spec.clone(),
-            self.node(v)?.spec.clone(),
-        );
-        let softmax_sum = self.scratch("sdpa_bwd", cfg.stats_spec()?)?;
-        let dq_accum = self.scratch(
-            "sdpa_bwd",
-            TensorSpec::row_major(DType::F32, &[cfg.batch, cfg.heads, cfg.seq_q, cfg.head_dim])?,
-        )?;
-        let dq = self.graph_output("sdpa_bwd", qs)?;
-        let dk = self.graph_output("sdpa_bwd", ks.clone())?;
-        let dv = self.graph_output("sdpa_bwd", vs.clone())?;
-        let ext = CompositeBwdOp {
-            q: self.index(q)?,
-            k: self.index(k)?,
-            v: self.index(v)?,
-            o: self.index(o)?,
-            d_o: self.index(d_o)?,
-            stats: self.index(stats)?,
-            scale,
-            k_spec: ks,
-            v_spec: vs,
-            dims: [
-                cfg.batch,
-                cfg.heads,
-                cfg.kv_heads,
-                cfg.seq_q,
-                cfg.seq_kv,
-                cfg.head_dim,
-                cfg.head_dim_v,
-            ],
-            io: cfg.dtype,
-            seq,
-            dropout,
-            keep: self.index(keep)?,
-            causal: cfg.is_causal,
-            fill,
-            repad: cfg.padding && loaded_minor()? < (9, 10),
-            softmax_sum: self.index(softmax_sum)?,
-            dq_accum: self.index(dq_accum)?,
-            dq: self.index(dq)?,
-            dk: self.index(dk)?,
-            dv: self.index(dv)?,
-            uid_base,
-        };
-        self.push_op(Op::Ext(Arc::new(ext)));
-        Ok(SdpaBackward {
-            dq,
-            dk,
-            dv,
-            seq_len_q: extra[0],
-            seq_len_kv: extra[1],
-            dropout_seed: extra[2],
-            dropout_offset: extra[3],
-        })
     }
 }

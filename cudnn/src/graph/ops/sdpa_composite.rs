@@ -2,11 +2,11 @@
 //! ([`CompositeBwdOp`]): the same `O = softmax(mask(scale * Q Kᵀ)) V`
 //! as cuDNN's SDPA operation, written as the matmul / pointwise / reduction /
 //! RNG ops that cuDNN's fused-attention engines recognise. It is what
-//! `Graph::sdpa_forward` / `sdpa_backward` build where the loaded cuDNN lacks
-//! the SDPA operation (forward before 9.13, backward before 9.17) or one of
-//! the options asked for (padding before 9.15; a causal mask or forward
-//! dropout before 9.21; backward dropout before 9.28), or when
-//! `SdpaImpl::Composite` is asked for.
+//! `Graph::sdpa_forward` builds where the loaded cuDNN lacks the SDPA
+//! operation (before 9.13.1) or one of the options asked for (padding before
+//! 9.15, a causal mask before 9.21, dropout before 9.22 or in training), what
+//! `Graph::sdpa_backward` builds under `SdpaImpl::Auto` (always, as NVIDIA's
+//! frontend 1.32 does), and what `SdpaImpl::Composite` asks for.
 //!
 //! The forward, op by op (all intermediates virtual; f32 unless named):
 //! 1. `S = Q · Kᵀ` (`Kᵀ` is K's memory with the last two dims and strides
@@ -15,7 +15,8 @@
 //! 2. `S *= scale` (a by-value scalar);
 //! 3. padding: `S = (row < seq_q && col < seq_kv) ? S : -inf`, the indices from
 //!    `GEN_INDEX` (i32) and the comparisons boolean;
-//! 4. causal: `S = (row >= col) ? S : -inf`;
+//! 4. causal: `S = (row >= col) ? S : -inf` (the indices from `GEN_INDEX`,
+//!    computed in i32 as for the padding and in NVIDIA's frontend);
 //! 5. softmax: `m = max_row(S)`, `e = exp(S - m)`, `l = sum_row(e)`,
 //!    `P = e / l`, and the statistics `m + log(l)` (a graph output in
 //!    training, virtual in inference: the engines expect them either way);
@@ -26,10 +27,10 @@
 //! The masks use `-inf` from cuDNN 9.10 and the lowest finite f32 before it,
 //! as the fused engines of those releases expect.
 
-use crate::error::Result;
+use super::sdpa::{SdpaConfig, loaded_cudnn};
+use super::{Built, OpNode};
+use crate::error::{Error, Result};
 use crate::graph::backend::{Descriptor, attr, kind};
-use crate::graph::graph::Built;
-use crate::graph::ops::ExtOp;
 use crate::graph::tensor::{BYTE_ALIGNMENT, DType, TensorSpec};
 use crate::sys::cudnn as sys;
 
@@ -65,6 +66,17 @@ pub(crate) struct CompositeFwdOp {
     pub(crate) stats: Option<usize>,
     /// The first UID of the composite's own virtual tensors.
     pub(crate) uid_base: i64,
+}
+
+/// The sequence-length inputs' full values, for timing runs.
+fn timing_fills(seq: Option<(usize, usize)>, sq: i64, skv: i64) -> Vec<(usize, i32)> {
+    match seq {
+        Some((a, b)) => vec![
+            (a, i32::try_from(sq).unwrap_or(i32::MAX)),
+            (b, i32::try_from(skv).unwrap_or(i32::MAX)),
+        ],
+        None => Vec::new(),
+    }
 }
 
 struct Ctx<'a> {
@@ -105,10 +117,17 @@ impl Ctx<'_> {
     }
 
     /// A packed virtual intermediate.
+    fn uid(&mut self) -> Result<i64> {
+        let uid = self.next_uid;
+        self.next_uid = uid
+            .checked_add(1)
+            .ok_or_else(|| Error::invalid("composite attention", "UIDs overflow", uid))?;
+        Ok(uid)
+    }
+
     fn virt(&mut self, dtype: DType, dims: &[i64]) -> Result<T> {
         let spec = TensorSpec::row_major(dtype, dims)?;
-        let uid = self.next_uid;
-        self.next_uid += 1;
+        let uid = self.uid()?;
         let d = self.tensor(dtype, dims, spec.strides(), uid, true)?;
         self.own.push(d);
         Ok(T::V(self.own.len() - 1))
@@ -200,8 +219,7 @@ impl Ctx<'_> {
 
     /// A virtual intermediate with explicit strides.
     fn virt_strided(&mut self, dtype: DType, dims: &[i64], strides: &[i64]) -> Result<T> {
-        let uid = self.next_uid;
-        self.next_uid += 1;
+        let uid = self.uid()?;
         let d = self.tensor(dtype, dims, strides, uid, true)?;
         self.own.push(d);
         Ok(T::V(self.own.len() - 1))
@@ -251,9 +269,9 @@ impl Ctx<'_> {
     /// `(row >= col) ? x : fill` (top-left aligned).
     fn causal_mask(&mut self, x: T, fill: T, score: &[i64]) -> Result<T> {
         let ri = self.virt(DType::I32, score)?;
-        self.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::F32, &[x], ri, Some(2))?;
+        self.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::I32, &[x], ri, Some(2))?;
         let ci = self.virt(DType::I32, score)?;
-        self.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::F32, &[x], ci, Some(3))?;
+        self.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::I32, &[x], ci, Some(3))?;
         let m = self.virt(DType::Bool, score)?;
         self.pointwise(M::CUDNN_POINTWISE_CMP_GE, DType::Bool, &[ri, ci], m, None)?;
         let out = self.virt(DType::F32, score)?;
@@ -306,7 +324,7 @@ impl Ctx<'_> {
     }
 }
 
-impl ExtOp for CompositeFwdOp {
+impl OpNode for CompositeFwdOp {
     fn name(&self) -> String {
         "sdpa forward (composite)".to_string()
     }
@@ -334,6 +352,10 @@ impl ExtOp for CompositeFwdOp {
             v.push(("stats", s, true));
         }
         v
+    }
+    fn timing_fills(&self) -> Vec<(usize, i32)> {
+        let [_, _, sq, skv, _, _] = self.dims;
+        timing_fills(self.seq, sq, skv)
     }
     fn signature(&self) -> String {
         format!(
@@ -496,7 +518,7 @@ pub(crate) struct CompositeBwdOp {
     pub(crate) uid_base: i64,
 }
 
-impl ExtOp for CompositeBwdOp {
+impl OpNode for CompositeBwdOp {
     fn name(&self) -> String {
         "sdpa backward (composite)".to_string()
     }
@@ -529,6 +551,14 @@ impl ExtOp for CompositeBwdOp {
         v.push(("dk", self.dk, true));
         v.push(("dv", self.dv, true));
         v
+    }
+    fn timing_fills(&self) -> Vec<(usize, i32)> {
+        let [_, _, _, sq, skv, _, _] = self.dims;
+        timing_fills(self.seq, sq, skv)
+    }
+    fn check_target(&self, device_ver: i64) -> Result<()> {
+        let [_, _, _, _, _, d, dv] = self.dims;
+        SdpaConfig::check_backward_head_dims(d, dv, device_ver, loaded_cudnn()?)
     }
     fn signature(&self) -> String {
         format!(
@@ -569,7 +599,11 @@ impl ExtOp for CompositeBwdOp {
         let vt = transposed(&mut c, &self.v_spec, self.v)?;
         let score = [b, h, sq, skv];
         let score_t = [b, h, skv, sq];
-        let score_t_strides = [h * sq * skv, sq * skv, 1, skv];
+        // The scores' packed strides, transposed (the config checked that the
+        // scores' size is representable).
+        let ss = TensorSpec::row_major(DType::F32, &score)?;
+        let st = ss.strides();
+        let score_t_strides = [st[0], st[1], st[3], st[2]];
         let row = [b, h, sq, 1];
         let (seq_q, seq_kv) = match self.seq {
             Some((a, b)) => (Some(T::G(a)), Some(T::G(b))),

@@ -1,0 +1,426 @@
+//! The attention ops' `Graph` methods: [`Graph::sdpa_forward`] and
+//! [`Graph::sdpa_backward`] check the tensors against the [`SdpaConfig`],
+//! resolve the construction ([`SdpaConfig::resolve`]) and add the SDPA
+//! operation ([`sdpa_native`](super::sdpa_native)) or the composite
+//! ([`sdpa_composite`](super::sdpa_composite)) with its extra inputs.
+
+use super::sdpa::{SdpaBackward, SdpaConfig, SdpaForward, SdpaImpl, loaded_cudnn};
+use super::sdpa_composite::{CompositeBwdOp, CompositeFwdOp};
+use super::sdpa_native::{Common, SdpaBwdOp, SdpaFwdOp};
+use crate::error::{Error, Result};
+use crate::graph::graph::{Graph, Role, Tensor};
+use crate::graph::tensor::{DType, TensorSpec, fmt_dims};
+
+/// The full sequence lengths as i32 (`validate` bounds them by `i32::MAX`).
+fn seq_lens(cfg: &SdpaConfig) -> (i32, i32) {
+    (
+        i32::try_from(cfg.seq_q).unwrap_or(i32::MAX),
+        i32::try_from(cfg.seq_kv).unwrap_or(i32::MAX),
+    )
+}
+
+impl Graph {
+    fn sdpa_expect(&self, op: &str, role: &str, t: Tensor, want: &TensorSpec) -> Result<()> {
+        let n = self.node(t)?;
+        if n.spec.dims() != want.dims() {
+            return Err(Error::mismatch(
+                format!(
+                    "{op}: {role} `{}` dims ([B, H, S, D] from the SdpaConfig)",
+                    n.name
+                ),
+                fmt_dims(want.dims()),
+                fmt_dims(n.spec.dims()),
+            ));
+        }
+        if n.spec.dtype() != want.dtype() {
+            return Err(Error::mismatch(
+                format!("{op}: {role} `{}` element type (SdpaConfig.dtype)", n.name),
+                want.dtype(),
+                n.spec.dtype(),
+            ));
+        }
+        if n.spec.strides().last() != Some(&1) {
+            return Err(Error::invalid(
+                format!("{op}: {role} `{}` strides", n.name),
+                "must have the head dim contiguous (last stride 1)",
+                fmt_dims(n.spec.strides()),
+            ));
+        }
+        Ok(())
+    }
+
+    fn graph_output(&mut self, op: &str, spec: TensorSpec) -> Result<Tensor> {
+        let t = self.intermediate(op, spec)?;
+        let i = self.index(t)?;
+        self.nodes[i].role = Role::Output;
+        Ok(t)
+    }
+
+    fn sdpa_common(
+        &mut self,
+        op: &str,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        cfg: &SdpaConfig,
+    ) -> Result<(Common, [Option<Tensor>; 4])> {
+        self.sdpa_expect(op, "q", q, &cfg.q_spec()?)?;
+        self.sdpa_expect(op, "k", k, &cfg.k_spec()?)?;
+        self.sdpa_expect(op, "v", v, &cfg.v_spec()?)?;
+        let base = format!("sdpa{}", self.ops.len());
+        let scale = self.scalar(cfg.scale_value(), DType::F32, 4)?;
+        let mut extra = [None; 4];
+        let seq = if cfg.padding {
+            let spec = TensorSpec::row_major(DType::I32, &[cfg.batch, 1, 1, 1])?;
+            let a = self.input(&format!("{base}.seq_len_q"), spec.clone())?;
+            let b = self.input(&format!("{base}.seq_len_kv"), spec)?;
+            extra[0] = Some(a);
+            extra[1] = Some(b);
+            Some((self.index(a)?, self.index(b)?))
+        } else {
+            None
+        };
+        let dropout = match cfg.active_dropout() {
+            Some(p) => {
+                let spec = TensorSpec::row_major(DType::I64, &[1, 1, 1, 1])?;
+                let a = self.input(&format!("{base}.dropout_seed"), spec.clone())?;
+                let b = self.input(&format!("{base}.dropout_offset"), spec)?;
+                extra[2] = Some(a);
+                extra[3] = Some(b);
+                Some((self.index(a)?, self.index(b)?, p))
+            }
+            None => None,
+        };
+        let causal = if cfg.is_causal {
+            let spec = cfg.score_spec()?;
+            let a = self.intermediate("sdpa_scores", spec.clone())?;
+            let b = self.intermediate("sdpa_masked_scores", spec)?;
+            let fill = self.scalar(f64::NEG_INFINITY, DType::F32, 4)?;
+            Some((self.index(a)?, self.index(b)?, self.index(fill)?))
+        } else {
+            None
+        };
+        Ok((
+            Common {
+                q: self.index(q)?,
+                k: self.index(k)?,
+                v: self.index(v)?,
+                scale: self.index(scale)?,
+                seq,
+                lens: seq_lens(cfg),
+                dropout,
+                causal,
+            },
+            extra,
+        ))
+    }
+
+    /// Attention forward: `O = softmax(mask(scale * Q Kᵀ)) V` with `q`, `k`,
+    /// `v` of [`SdpaConfig::q_spec`], [`k_spec`](SdpaConfig::k_spec),
+    /// [`v_spec`](SdpaConfig::v_spec) dims and dtype (any strides with the
+    /// head dim contiguous). `o` (and `stats` in training) are graph outputs;
+    /// sequence-length and dropout inputs are added as the config asks.
+    ///
+    /// # Errors
+    /// [`SdpaConfig::check`]'s errors; q / k / v dims or dtype not the config's.
+    #[doc(alias = "CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR")]
+    pub fn sdpa_forward(
+        &mut self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        cfg: &SdpaConfig,
+    ) -> Result<SdpaForward> {
+        let op = format!("sdpa_forward op #{}", self.ops.len());
+        cfg.validate().map_err(|e| e.with_context(op.clone()))?;
+        self.sdpa_expect(&op, "q", q, &cfg.q_spec()?)?;
+        self.sdpa_expect(&op, "k", k, &cfg.k_spec()?)?;
+        self.sdpa_expect(&op, "v", v, &cfg.v_spec()?)?;
+        let imp = cfg.resolve(false).map_err(|e| e.with_context(op.clone()))?;
+        if imp == SdpaImpl::Composite {
+            return self.sdpa_forward_composite(q, k, v, cfg);
+        }
+        let (c, extra) = self.sdpa_common(&op, q, k, v, cfg)?;
+        let qs = self.node(q)?.spec.clone();
+        let o = self.graph_output(
+            "sdpa",
+            TensorSpec::like(cfg.dtype, cfg.o_spec()?.dims(), &qs)?,
+        )?;
+        let stats = if cfg.is_training {
+            Some(self.graph_output("sdpa", cfg.stats_spec()?)?)
+        } else {
+            None
+        };
+        let ext = SdpaFwdOp {
+            c,
+            o: self.index(o)?,
+            stats: stats.map(|s| self.index(s)).transpose()?,
+        };
+        self.push_op(ext);
+        Ok(SdpaForward {
+            o,
+            stats,
+            seq_len_q: extra[0],
+            seq_len_kv: extra[1],
+            dropout_seed: extra[2],
+            dropout_offset: extra[3],
+        })
+    }
+
+    /// Attention backward: dQ, dK, dV (graph outputs in the layouts of q, k,
+    /// v) from the forward's inputs, its output `o`, the output gradient
+    /// `d_o` (`o`'s dims) and the saved `stats` (`[B, H, S_q, 1]` f32). The
+    /// config must be the forward's (masks, scale, dropout).
+    ///
+    /// # Errors
+    /// [`SdpaConfig::check`]'s errors; a tensor's dims or dtype not the config's.
+    #[doc(alias = "CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR")]
+    #[allow(clippy::too_many_arguments)]
+    pub fn sdpa_backward(
+        &mut self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        o: Tensor,
+        d_o: Tensor,
+        stats: Tensor,
+        cfg: &SdpaConfig,
+    ) -> Result<SdpaBackward> {
+        let op = format!("sdpa_backward op #{}", self.ops.len());
+        cfg.validate().map_err(|e| e.with_context(op.clone()))?;
+        let os = cfg.o_spec()?;
+        self.sdpa_expect(&op, "o", o, &os)?;
+        self.sdpa_expect(&op, "do", d_o, &os)?;
+        let ss = cfg.stats_spec()?;
+        let sn = self.node(stats)?;
+        if sn.spec.dims() != ss.dims() || sn.spec.dtype() != DType::F32 {
+            return Err(Error::mismatch(
+                format!("{op}: stats `{}` ([B, H, S_q, 1] f32)", sn.name),
+                format!("f32 {}", fmt_dims(ss.dims())),
+                format!("{} {}", sn.spec.dtype(), fmt_dims(sn.spec.dims())),
+            ));
+        }
+        let imp = cfg.resolve(true).map_err(|e| e.with_context(op.clone()))?;
+        if imp == SdpaImpl::Composite {
+            self.sdpa_expect(&op, "q", q, &cfg.q_spec()?)?;
+            self.sdpa_expect(&op, "k", k, &cfg.k_spec()?)?;
+            self.sdpa_expect(&op, "v", v, &cfg.v_spec()?)?;
+            return self.sdpa_backward_composite([q, k, v, o, d_o, stats], cfg);
+        }
+        let (c, extra) = self.sdpa_common(&op, q, k, v, cfg)?;
+        let (qs, ks, vs) = (
+            self.node(q)?.spec.clone(),
+            self.node(k)?.spec.clone(),
+            self.node(v)?.spec.clone(),
+        );
+        let dq = self.graph_output("sdpa_bwd", qs.clone())?;
+        let dk = self.graph_output("sdpa_bwd", ks)?;
+        let dv = self.graph_output("sdpa_bwd", vs)?;
+        let ext = SdpaBwdOp {
+            c,
+            o: self.index(o)?,
+            d_o: self.index(d_o)?,
+            stats: self.index(stats)?,
+            dq: self.index(dq)?,
+            dk: self.index(dk)?,
+            dv: self.index(dv)?,
+        };
+        self.push_op(ext);
+        Ok(SdpaBackward {
+            dq,
+            dk,
+            dv,
+            seq_len_q: extra[0],
+            seq_len_kv: extra[1],
+            dropout_seed: extra[2],
+            dropout_offset: extra[3],
+        })
+    }
+
+    /// The graph inputs and scalars both composites take:
+    /// `(scale, seq, dropout, fill, extra)`.
+    #[allow(clippy::type_complexity)]
+    fn composite_common(
+        &mut self,
+        cfg: &SdpaConfig,
+    ) -> Result<(
+        usize,
+        Option<(usize, usize)>,
+        Option<(usize, usize, f64, usize)>,
+        Option<usize>,
+        [Option<Tensor>; 4],
+    )> {
+        let base = format!("sdpa{}", self.ops.len());
+        let scale = self.scalar(cfg.scale_value(), DType::F32, 4)?;
+        let mut extra = [None; 4];
+        let seq = if cfg.padding {
+            let spec = TensorSpec::row_major(DType::I32, &[cfg.batch, 1, 1, 1])?;
+            let a = self.input(&format!("{base}.seq_len_q"), spec.clone())?;
+            let b = self.input(&format!("{base}.seq_len_kv"), spec)?;
+            extra[0] = Some(a);
+            extra[1] = Some(b);
+            Some((self.index(a)?, self.index(b)?))
+        } else {
+            None
+        };
+        let dropout = match cfg.active_dropout() {
+            Some(p) => {
+                let spec = TensorSpec::row_major(DType::I64, &[1, 1, 1, 1])?;
+                let a = self.input(&format!("{base}.dropout_seed"), spec.clone())?;
+                let b = self.input(&format!("{base}.dropout_offset"), spec)?;
+                let s = self.scalar(1.0 / (1.0 - p), DType::F32, 4)?;
+                extra[2] = Some(a);
+                extra[3] = Some(b);
+                Some((self.index(a)?, self.index(b)?, p, self.index(s)?))
+            }
+            None => None,
+        };
+        let fill = if cfg.padding || cfg.is_causal {
+            // The fused engines before cuDNN 9.10 expect the lowest finite value.
+            let v = if loaded_cudnn()? >= (9, 10, 0) {
+                f64::NEG_INFINITY
+            } else {
+                f64::from(f32::MIN)
+            };
+            let f = self.scalar(v, DType::F32, 4)?;
+            Some(self.index(f)?)
+        } else {
+            None
+        };
+        Ok((self.index(scale)?, seq, dropout, fill, extra))
+    }
+
+    /// The first UID of a composite's own tensors: above the graph's (which
+    /// count from 1), 2^16 per op.
+    fn composite_uid_base(&self) -> Result<i64> {
+        i64::try_from(self.ops.len())
+            .ok()
+            .filter(|&n| n < 1 << 20)
+            .map(|n| (1i64 << 40) + (n << 16))
+            .ok_or_else(|| Error::invalid("graph", "too many ops (at most 2^20)", self.ops.len()))
+    }
+
+    fn sdpa_forward_composite(
+        &mut self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        cfg: &SdpaConfig,
+    ) -> Result<SdpaForward> {
+        let uid_base = self.composite_uid_base()?;
+        let (scale, seq, dropout, fill, extra) = self.composite_common(cfg)?;
+        let qs = self.node(q)?.spec.clone();
+        let k_spec = self.node(k)?.spec.clone();
+        let o = self.graph_output(
+            "sdpa",
+            TensorSpec::like(cfg.dtype, cfg.o_spec()?.dims(), &qs)?,
+        )?;
+        let stats = if cfg.is_training {
+            Some(self.graph_output("sdpa", cfg.stats_spec()?)?)
+        } else {
+            None
+        };
+        let ext = CompositeFwdOp {
+            q: self.index(q)?,
+            k: self.index(k)?,
+            v: self.index(v)?,
+            scale,
+            k_spec,
+            dims: [
+                cfg.batch,
+                cfg.heads,
+                cfg.seq_q,
+                cfg.seq_kv,
+                cfg.head_dim,
+                cfg.head_dim_v,
+            ],
+            io: cfg.dtype,
+            seq,
+            dropout,
+            causal: cfg.is_causal,
+            fill,
+            o: self.index(o)?,
+            stats: stats.map(|s| self.index(s)).transpose()?,
+            uid_base,
+        };
+        self.push_op(ext);
+        Ok(SdpaForward {
+            o,
+            stats,
+            seq_len_q: extra[0],
+            seq_len_kv: extra[1],
+            dropout_seed: extra[2],
+            dropout_offset: extra[3],
+        })
+    }
+
+    fn sdpa_backward_composite(
+        &mut self,
+        [q, k, v, o, d_o, stats]: [Tensor; 6],
+        cfg: &SdpaConfig,
+    ) -> Result<SdpaBackward> {
+        let uid_base = self.composite_uid_base()?;
+        let (scale, seq, dropout, fill, extra) = self.composite_common(cfg)?;
+        let keep = self.scalar(
+            cfg.active_dropout().map(|p| 1.0 - p).unwrap_or(1.0),
+            DType::F32,
+            4,
+        )?;
+        let (qs, ks, vs) = (
+            self.node(q)?.spec.clone(),
+            self.node(k)?.spec.clone(),
+            self.node(v)?.spec.clone(),
+        );
+        let softmax_sum = self.scratch("sdpa_bwd", cfg.stats_spec()?)?;
+        let dq_accum = self.scratch(
+            "sdpa_bwd",
+            TensorSpec::row_major(DType::F32, &[cfg.batch, cfg.heads, cfg.seq_q, cfg.head_dim])?,
+        )?;
+        let dq = self.graph_output("sdpa_bwd", qs)?;
+        let dk = self.graph_output("sdpa_bwd", ks.clone())?;
+        let dv = self.graph_output("sdpa_bwd", vs.clone())?;
+        let ext = CompositeBwdOp {
+            q: self.index(q)?,
+            k: self.index(k)?,
+            v: self.index(v)?,
+            o: self.index(o)?,
+            d_o: self.index(d_o)?,
+            stats: self.index(stats)?,
+            scale,
+            k_spec: ks,
+            v_spec: vs,
+            dims: [
+                cfg.batch,
+                cfg.heads,
+                cfg.kv_heads,
+                cfg.seq_q,
+                cfg.seq_kv,
+                cfg.head_dim,
+                cfg.head_dim_v,
+            ],
+            io: cfg.dtype,
+            seq,
+            dropout,
+            keep: self.index(keep)?,
+            causal: cfg.is_causal,
+            fill,
+            repad: cfg.padding && loaded_cudnn()? < (9, 10, 0),
+            softmax_sum: self.index(softmax_sum)?,
+            dq_accum: self.index(dq_accum)?,
+            dq: self.index(dq)?,
+            dk: self.index(dk)?,
+            dv: self.index(dv)?,
+            uid_base,
+        };
+        self.push_op(ext);
+        Ok(SdpaBackward {
+            dq,
+            dk,
+            dv,
+            seq_len_q: extra[0],
+            seq_len_kv: extra[1],
+            dropout_seed: extra[2],
+            dropout_offset: extra[3],
+        })
+    }
+}
