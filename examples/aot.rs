@@ -121,7 +121,11 @@ fn run() -> cudnn::Result<()> {
 fn load(file: &std::path::Path, target: &Target, gpu: bool) -> cudnn::Result<()> {
     let t0 = Instant::now();
     let cache = PlanCache::new(64);
-    let n = cache.load(file, target)?;
+    let report = cache.load(file, target)?;
+    for s in &report.skipped {
+        println!("  skipped entry {}: {}", s.index, s.reason);
+    }
+    let n = report.loaded;
     println!(
         "loaded {n} plans for {} in {:.1} ms, with no planning",
         target.fingerprint(),

@@ -15,6 +15,7 @@
  *
  * No code here computes anything; executing a plan needs a real GPU.
  */
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,14 +25,14 @@ typedef int CUresult;
 #define CUDA_ERROR_STUB_LIBRARY 34
 
 static char dummy_objects[64];
-static size_t next_dummy = 0;
+/* Atomic: threads plan (and so load modules) at the same time. */
+static atomic_size_t next_dummy = 0;
 
 static void *dummy(void) {
     /* Distinct, non-null, never dereferenced by the caller's use of them
      * here (every call that would use one fails or is a no-op). */
-    void *p = &dummy_objects[next_dummy % sizeof dummy_objects];
-    next_dummy++;
-    return p;
+    size_t i = atomic_fetch_add_explicit(&next_dummy, 1, memory_order_relaxed);
+    return &dummy_objects[i % sizeof dummy_objects];
 }
 
 #define STUB_FAIL(name) \

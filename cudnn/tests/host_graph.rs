@@ -966,7 +966,7 @@ fn main() {
         let path = dir.join("plans.txt");
         cache.save(&path)?;
         let fresh = PlanCache::new(8);
-        ensure!(fresh.load(&path, &t)? == 2, "loaded count");
+        ensure!(fresh.load(&path, &t)?.loaded == 2, "loaded count");
         let q = fresh
             .get(&g1, &t, &Policy::default())
             .ok_or("g1 missing after load")?;
@@ -1013,10 +1013,10 @@ fn main() {
         let json_at = good.find("\njson ").ok_or("no json")? + 1;
         let mut bad: Vec<(String, Vec<u8>)> = vec![
             ("empty".into(), vec![]),
-            ("header only".into(), b"cudnn-rs plan cache v1\n".to_vec()),
+            ("header only".into(), b"cudnn-rs plan cache v2\n".to_vec()),
             (
                 "wrong header".into(),
-                good.replacen("v1", "v9", 1).into_bytes(),
+                good.replacen("v2", "v9", 1).into_bytes(),
             ),
             ("not text".into(), vec![0xff, 0xfe, 0x00, 0x41]),
             (
@@ -1118,7 +1118,7 @@ fn main() {
             let r = catch_unwind(AssertUnwindSafe(|| cache.load(&path, &t)));
             match r {
                 Err(_) => return Err(format!("{what}: panicked").into()),
-                Ok(Ok(n)) => return Err(format!("{what}: accepted ({n} plans)").into()),
+                Ok(Ok(n)) => return Err(format!("{what}: accepted ({n:?})").into()),
                 Ok(Err(e)) => eprintln!(
                     "  {what}: {}",
                     e.to_string().chars().take(140).collect::<String>()

@@ -788,9 +788,8 @@ fn main() {
             og.io().tensors
         );
         let (p, _) = Plan::build(&og, &target, &Policy::default())?;
-        let raw: i64 = p
-            .descriptor()
-            .get_one(backend::attr::EXECUTION_PLAN_WORKSPACE_SIZE)?;
+        let raw: i64 =
+            p.with_descriptor(|d| d.get_one(backend::attr::EXECUTION_PLAN_WORKSPACE_SIZE))??;
         let raw = usize::try_from(raw)?;
         let want = raw.next_multiple_of(256) + sums + accum;
         eprintln!(

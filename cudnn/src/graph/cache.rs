@@ -1,21 +1,36 @@
-//! A plan cache keyed on graph signature + target + policy: thread-safe, LRU,
-//! and persisted as a file of serialized plans, so a server can start with
-//! no planning at all.
+//! A plan cache keyed on graph signature + target + policy: thread-safe, LRU
+//! (preferring to evict plans that are cheap to rebuild), and persisted as a
+//! file of serialized plans, so a server can start with no planning at all.
+//!
+//! # Memory over time
+//! cuDNN keeps about 0.4 MB of host memory for every runtime-compiled plan
+//! it builds (SDPA, matmul and most fusions; measured: about 820 KB of growth
+//! per full SDPA build cycle, linear over 200 builds, none of it in this
+//! crate), and does not give it back when the plan is destroyed. A cache that
+//! evicts such plans and builds them again therefore grows the process
+//! without bound. So eviction prefers plans that are cheap to rebuild
+//! (precompiled engines), [`CacheStats::rebuilds`] counts plans built again
+//! after they were evicted, and a capacity that holds the working set of
+//! runtime-compiled plans is the remedy when that count keeps rising.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::graph::Graph;
 use super::heuristics::Policy;
-use super::plan::{Plan, Reader, read_io, write_io};
+use super::plan::Plan;
+use super::plan_file::{
+    Reader, fmt_cudnn_version, header_format, loaded_cudnn_version, read_io, write_io,
+};
 use super::target::Target;
 use crate::error::{Error, Result};
 
 /// The largest plan-cache file [`PlanCache::load`] reads.
 pub const MAX_FILE_BYTES: u64 = 256 << 20;
 
-const HEADER: &str = "cudnn-rs plan cache v1";
+const HEADER_PREFIX: &str = "cudnn-rs plan cache";
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Key {
@@ -24,10 +39,57 @@ struct Key {
     policy: String,
 }
 
+/// Counters of a [`PlanCache`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CacheStats {
+    /// Lookups that found a plan.
+    pub hits: u64,
+    /// Lookups that found none.
+    pub misses: u64,
+    /// Plans built by [`PlanCache::get_or_build`].
+    pub builds: u64,
+    /// Of those, plans built again for a key that had been evicted (each a
+    /// cost in time, and for runtime-compiled plans ~0.4 MB of cuDNN host
+    /// memory that is never returned).
+    pub rebuilds: u64,
+    /// Of the rebuilds, runtime-compiled plans.
+    pub runtime_compiled_rebuilds: u64,
+    /// Plans evicted to stay within the capacity.
+    pub evictions: u64,
+}
+
+/// An entry of a plan-cache file that was not loaded, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SkippedEntry {
+    /// Its position in the file (0-based).
+    pub index: usize,
+    /// Why (e.g. made by another cuDNN, both versions named).
+    pub reason: String,
+}
+
+/// What [`PlanCache::load`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LoadReport {
+    /// Plans loaded into the cache.
+    pub loaded: usize,
+    /// Entries skipped, each with its reason (made by another cuDNN).
+    pub skipped: Vec<SkippedEntry>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    entries: VecDeque<(Key, Arc<Plan>)>,
+    evicted: HashSet<Key>,
+    stats: CacheStats,
+}
+
 /// Plans by (graph, target, policy), most recently used last.
 #[derive(Debug)]
 pub struct PlanCache {
-    inner: Mutex<VecDeque<(Key, Arc<Plan>)>>,
+    inner: Mutex<Inner>,
     capacity: usize,
 }
 
@@ -35,12 +97,12 @@ impl PlanCache {
     /// An empty cache holding at most `capacity` plans (at least 1).
     pub fn new(capacity: usize) -> Self {
         Self {
-            inner: Mutex::new(VecDeque::new()),
+            inner: Mutex::new(Inner::default()),
             capacity: capacity.max(1),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, VecDeque<(Key, Arc<Plan>)>> {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock cannot leave the list inconsistent
         // (every mutation is a single push/remove), so a poisoned lock is usable.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
@@ -58,21 +120,42 @@ impl PlanCache {
     pub fn get(&self, graph: &Graph, target: &Target, policy: &Policy) -> Option<Arc<Plan>> {
         let key = Self::key(graph, target, policy);
         let mut l = self.lock();
-        let i = l.iter().position(|(k, _)| *k == key)?;
-        let e = l.remove(i)?;
+        let Some(i) = l.entries.iter().position(|(k, _)| *k == key) else {
+            l.stats.misses = l.stats.misses.saturating_add(1);
+            return None;
+        };
+        l.stats.hits = l.stats.hits.saturating_add(1);
+        let e = l.entries.remove(i)?;
         let plan = e.1.clone();
-        l.push_back(e);
+        l.entries.push_back(e);
         Some(plan)
     }
 
     fn insert(&self, key: Key, plan: Arc<Plan>) {
         let mut l = self.lock();
-        if let Some(i) = l.iter().position(|(k, _)| *k == key) {
-            l.remove(i);
+        if let Some(i) = l.entries.iter().position(|(k, _)| *k == key) {
+            l.entries.remove(i);
         }
-        l.push_back((key, plan));
-        while l.len() > self.capacity {
-            l.pop_front();
+        l.evicted.remove(&key);
+        l.entries.push_back((key, plan));
+        while l.entries.len() > self.capacity {
+            // Among the least recently used half (at least two), evict the
+            // oldest plan that is cheap to rebuild, else the oldest.
+            let window = (l.entries.len() / 2).max(2);
+            let victim = l
+                .entries
+                .iter()
+                .take(window)
+                .position(|(_, p)| !p.is_runtime_compiled())
+                .unwrap_or(0);
+            if let Some((k, _)) = l.entries.remove(victim) {
+                // Bounded: at most the keys ever evicted, forgotten when
+                // they come back.
+                if l.evicted.len() < 1 << 16 {
+                    l.evicted.insert(k);
+                }
+                l.stats.evictions = l.stats.evictions.saturating_add(1);
+            }
         }
     }
 
@@ -91,13 +174,30 @@ impl PlanCache {
         }
         let (plan, _) = Plan::build(&graph.build()?, target, policy)?;
         let plan = Arc::new(plan);
-        self.insert(Self::key(graph, target, policy), plan.clone());
+        let key = Self::key(graph, target, policy);
+        {
+            let mut l = self.lock();
+            l.stats.builds = l.stats.builds.saturating_add(1);
+            if l.evicted.contains(&key) {
+                l.stats.rebuilds = l.stats.rebuilds.saturating_add(1);
+                if plan.is_runtime_compiled() {
+                    l.stats.runtime_compiled_rebuilds =
+                        l.stats.runtime_compiled_rebuilds.saturating_add(1);
+                }
+            }
+        }
+        self.insert(key, plan.clone());
         Ok(plan)
+    }
+
+    /// The cache's counters.
+    pub fn stats(&self) -> CacheStats {
+        self.lock().stats
     }
 
     /// Number of cached plans.
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().entries.len()
     }
 
     /// Whether empty.
@@ -107,20 +207,27 @@ impl PlanCache {
 
     /// Forget every plan.
     pub fn clear(&self) {
-        self.lock().clear();
+        self.lock().entries.clear();
     }
 
-    /// The cache as text: every plan serialized with its key.
+    /// The cache as text: every plan serialized with its key and the cuDNN
+    /// version that made it (format 2).
     ///
     /// # Errors
     /// cuDNN's refusal to serialize a plan.
     pub fn to_text(&self) -> Result<String> {
-        let entries: Vec<(Key, Arc<Plan>)> = self.lock().iter().cloned().collect();
-        let mut s = format!("{HEADER}\nentries {}\n", entries.len());
+        let entries: Vec<(Key, Arc<Plan>)> = self.lock().entries.iter().cloned().collect();
+        let version = loaded_cudnn_version()?;
+        let mut s = format!(
+            "{HEADER_PREFIX} v{}\nentries {}\n",
+            super::plan_file::FORMAT,
+            entries.len()
+        );
         for (k, plan) in entries {
             let json = plan.cudnn_json()?;
             s.push_str(&format!("graph {}\n{}\n", k.graph.len(), k.graph));
             s.push_str(&format!("target {}\n", k.target));
+            s.push_str(&format!("cudnn {version}\n"));
             s.push_str(&format!("policy {}\n{}\n", k.policy.len(), k.policy));
             write_io(&mut s, plan.io());
             s.push_str(&format!("json {}\n{json}\n", json.len()));
@@ -128,34 +235,73 @@ impl PlanCache {
         Ok(s)
     }
 
-    /// Save to `path` (written to a temporary file, then renamed).
+    /// Save to `path`: written to a temporary file of its own in the same
+    /// folder, then renamed over `path`, so a concurrent reader sees the old
+    /// or the new file, never a mix, and concurrent saves do not collide.
     ///
     /// # Errors
     /// Serialization or I/O (the path named).
     pub fn save(&self, path: &Path) -> Result<()> {
+        use std::io::Write;
         let text = self.to_text()?;
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, text).map_err(|e| io_error("writing", &tmp, e))?;
-        std::fs::rename(&tmp, path).map_err(|e| io_error("renaming into", path, e))
+        let name = path.file_name().ok_or_else(|| {
+            Error::invalid(
+                "plan cache file",
+                "must name a file",
+                path.display().to_string(),
+            )
+        })?;
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let tmp = path.with_file_name(format!(
+            ".{}.tmp-{}-{}",
+            name.to_string_lossy(),
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let write = || -> std::io::Result<()> {
+            // `create_new`: never follows a link or reuses a file someone else made.
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)?;
+            f.write_all(text.as_bytes())?;
+            f.sync_all()
+        };
+        if let Err(e) = write() {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(io_error("writing", &tmp, e));
+        }
+        if let Err(e) = std::fs::rename(&tmp, path) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(io_error("renaming into", path, e));
+        }
+        Ok(())
     }
 
-    /// Load every plan in `text` for `target`. All or nothing: a malformed
-    /// entry, an entry for another target, or a plan cuDNN refuses leaves the
-    /// cache unchanged. Returns how many plans were loaded.
+    /// Load every plan in `text` for `target`. A malformed file, an entry for
+    /// another target, or a plan that disagrees with its tensor list or that
+    /// cuDNN refuses leaves the cache unchanged (all or nothing). An entry
+    /// made by another cuDNN than the one loaded is skipped, with its reason
+    /// in the report, and the rest is loaded. Files of format 1 (written
+    /// before the cuDNN version was recorded) are read, each entry's version
+    /// taken from its plan JSON's `cudnnVersion`.
     ///
     /// # Errors
     /// What is wrong and on which line; a foreign target names both.
-    pub fn load_text(&self, text: &str, target: &Target) -> Result<usize> {
+    pub fn load_text(&self, text: &str, target: &Target) -> Result<LoadReport> {
         let mut r = Reader::named(text, "plan cache file");
-        r.expect_line(HEADER)?;
+        let format = header_format(r.line()?, HEADER_PREFIX)
+            .ok_or_else(|| r.bad("`cudnn-rs plan cache v2` (or v1)"))?;
         let n = r.field("entries")?;
         let n: usize = r.parse("entries", &n)?;
         if n > 1 << 16 {
             return Err(r.bad("at most 65536 entries"));
         }
-        let mut loaded = Vec::with_capacity(n);
-        for _ in 0..n {
-            let graph = blob_line(&mut r, "graph")?;
+        let loaded_version = loaded_cudnn_version()?;
+        let mut loaded = Vec::with_capacity(n.min(1024));
+        let mut skipped = Vec::new();
+        for index in 0..n {
+            let graph = r.blob("graph")?;
             let t = r.field("target")?;
             if !target.properties().compatible(&t) {
                 return Err(Error::Unsupported {
@@ -166,10 +312,32 @@ impl PlanCache {
                     needs: Some("a cache file made for this target".to_string()),
                 });
             }
-            let policy = blob_line(&mut r, "policy")?;
+            let made_by = if format >= 2 {
+                let v = r.field("cudnn")?;
+                Some(r.parse::<u64>("cudnn version", &v)?)
+            } else {
+                None
+            };
+            let policy = r.blob("policy")?;
             let io = read_io(&mut r)?;
             let json = r.blob("json")?;
-            let plan = Plan::from_cudnn_json(&json, target, Arc::new(io))?;
+            let made_by = match made_by {
+                Some(v) => v,
+                None => super::plan_json::cudnn_version_of(&json)?,
+            };
+            if made_by != loaded_version {
+                skipped.push(SkippedEntry {
+                    index,
+                    reason: format!(
+                        "made by cuDNN {}, and cuDNN {} is loaded",
+                        fmt_cudnn_version(made_by),
+                        fmt_cudnn_version(loaded_version)
+                    ),
+                });
+                continue;
+            }
+            let plan = Plan::from_cudnn_json(&json, target, Arc::new(io))
+                .map_err(|e| e.with_context(format!("plan cache entry {index}")))?;
             loaded.push((
                 Key {
                     graph,
@@ -186,14 +354,17 @@ impl PlanCache {
         for (k, p) in loaded {
             self.insert(k, p);
         }
-        Ok(count)
+        Ok(LoadReport {
+            loaded: count,
+            skipped,
+        })
     }
 
     /// Load a file saved by [`save`](Self::save), for `target`.
     ///
     /// # Errors
     /// Larger than [`MAX_CACHE_FILE_BYTES`](super::MAX_CACHE_FILE_BYTES), unreadable, or as [`load_text`](Self::load_text).
-    pub fn load(&self, path: &Path, target: &Target) -> Result<usize> {
+    pub fn load(&self, path: &Path, target: &Target) -> Result<LoadReport> {
         use std::io::Read;
         let f = std::fs::File::open(path).map_err(|e| io_error("opening", path, e))?;
         let mut bytes = Vec::new();
@@ -216,10 +387,6 @@ impl PlanCache {
         })?;
         self.load_text(&text, target)
     }
-}
-
-fn blob_line(r: &mut Reader<'_>, key: &str) -> Result<String> {
-    r.blob(key)
 }
 
 fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {

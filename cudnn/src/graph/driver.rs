@@ -18,7 +18,9 @@ use crate::error::{Error, Result};
 pub enum Driver {
     /// A real NVIDIA driver (`libcuda.so.1` opened by the system loader).
     Real,
-    /// The project's stub, written to and loaded from this path.
+    /// The project's stub, loaded from this path: an anonymous memory file
+    /// (`/proc/self/fd/N`), or where memory files are unavailable, a file in
+    /// a private folder this process created (removed after loading).
     Stub(std::path::PathBuf),
 }
 
@@ -57,32 +59,110 @@ fn open() -> std::result::Result<Driver, String> {
     load_stub()
 }
 
-#[cfg(all(cudnn_rs_driver_stub, unix))]
+#[cfg(all(cudnn_rs_driver_stub, target_os = "linux"))]
 fn load_stub() -> std::result::Result<Driver, String> {
-    use std::io::Write;
     static STUB: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libcuda_stub.so"));
-    let dir = std::env::temp_dir().join(format!("cudnn-rs-driver-stub-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let path = dir.join("libcuda.so.1");
-    let mut f =
-        std::fs::File::create(&path).map_err(|e| format!("writing {}: {e}", path.display()))?;
-    f.write_all(STUB)
-        .map_err(|e| format!("writing {}: {e}", path.display()))?;
-    drop(f);
+    // An anonymous in-memory file first: no path another user can reach.
+    let memfd_err = match load_from_memfd(STUB) {
+        Ok(d) => return Ok(d),
+        Err(e) => e,
+    };
+    load_from_private_dir(STUB).map_err(|e| format!("{memfd_err}; then {e}"))
+}
+
+/// `dlopen` with `RTLD_NOW | RTLD_GLOBAL`, kept loaded for the process.
+#[cfg(all(cudnn_rs_driver_stub, target_os = "linux"))]
+fn open_global(path: &std::path::Path) -> std::result::Result<(), String> {
     // RTLD_GLOBAL: later opens of `libcuda.so.1` (cuDNN's engine libraries)
     // resolve to the already-loaded object with that SONAME.
     let flags = libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_GLOBAL;
-    // SAFETY: the stub is our own code (stub/libcuda_stub.c) with no initialisers.
-    let lib = unsafe { libloading::os::unix::Library::open(Some(&path), flags) }
-        .map_err(|e| format!("loading the driver stub {}: {e}", path.display()))?;
+    // SAFETY: the file holds our own stub (stub/libcuda_stub.c, no
+    // initialisers), written by this process into a file no other user can
+    // replace (an anonymous memory file, or a 0700 folder it created).
+    let lib = unsafe { libloading::os::unix::Library::open(Some(path), flags) }
+        .map_err(|e| format!("loading the driver stub from {}: {e}", path.display()))?;
     // Kept loaded for the life of the process: cuDNN holds pointers into it.
     std::mem::forget(lib);
-    let _ = std::fs::remove_file(&path);
-    let _ = std::fs::remove_dir(&dir);
+    Ok(())
+}
+
+/// The stub written to an anonymous memory file (`memfd_create`) and opened
+/// through `/proc/self/fd/N`. The descriptor stays open (close-on-exec) for
+/// the life of the process.
+#[cfg(all(cudnn_rs_driver_stub, target_os = "linux"))]
+fn load_from_memfd(stub: &[u8]) -> std::result::Result<Driver, String> {
+    use std::io::Write;
+    use std::os::fd::FromRawFd;
+    // SAFETY: a NUL-terminated name and valid flags; returns a new fd or -1.
+    let fd = unsafe { libc::memfd_create(c"cudnn-rs-driver-stub".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(format!("memfd_create: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: `fd` was just returned by memfd_create and is owned by no one else.
+    let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
+    f.write_all(stub)
+        .map_err(|e| format!("writing the driver stub to a memory file: {e}"))?;
+    let path = std::path::PathBuf::from(format!("/proc/self/fd/{fd}"));
+    open_global(&path)?;
+    // Kept open: the path names it for as long as the process lives.
+    std::mem::forget(f);
     Ok(Driver::Stub(path))
 }
 
-#[cfg(not(all(cudnn_rs_driver_stub, unix)))]
+/// The fallback: a folder of this process's own, created with mode 0700 (a
+/// folder that already exists is never used), checked after creation, and
+/// the stub written with `O_EXCL` (never through a link).
+#[cfg(all(cudnn_rs_driver_stub, target_os = "linux"))]
+fn load_from_private_dir(stub: &[u8]) -> std::result::Result<Driver, String> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+    let base = std::env::temp_dir();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let mut last = String::new();
+    for attempt in 0..16u32 {
+        let dir = base.join(format!(
+            "cudnn-rs-driver-stub-{}-{nanos:x}-{attempt}",
+            std::process::id()
+        ));
+        if let Err(e) = std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            // Exists (someone else's, or a link): never used; try another name.
+            last = format!("creating {}: {e}", dir.display());
+            continue;
+        }
+        let md = std::fs::symlink_metadata(&dir)
+            .map_err(|e| format!("checking {}: {e}", dir.display()))?;
+        // SAFETY: getuid has no preconditions.
+        let me = unsafe { libc::getuid() };
+        if !md.is_dir() || md.uid() != me || md.mode() & 0o077 != 0 {
+            return Err(format!(
+                "{} is not a private folder of this user after creating it",
+                dir.display()
+            ));
+        }
+        let path = dir.join("libcuda.so.1");
+        let write = || -> std::io::Result<()> {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o700)
+                .open(&path)?;
+            f.write_all(stub)?;
+            f.sync_all()
+        };
+        let r = write()
+            .map_err(|e| format!("writing {}: {e}", path.display()))
+            .and_then(|()| open_global(&path));
+        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_dir(&dir);
+        return r.map(|()| Driver::Stub(path));
+    }
+    Err(last)
+}
+
+#[cfg(not(all(cudnn_rs_driver_stub, target_os = "linux")))]
 fn load_stub() -> std::result::Result<Driver, String> {
     Err("no libcuda.so.1, and this build has no driver stub (it needs a C compiler at build time, on Linux)".to_string())
 }

@@ -31,6 +31,7 @@
 //! ```
 
 pub mod backend;
+mod bindings;
 mod cache;
 pub mod driver;
 #[allow(clippy::module_inception)]
@@ -40,10 +41,15 @@ pub mod nvrtc;
 mod opgraph;
 pub mod ops;
 mod plan;
+mod plan_file;
+mod plan_json;
 mod target;
 mod tensor;
 
-pub use cache::{MAX_FILE_BYTES as MAX_CACHE_FILE_BYTES, PlanCache};
+pub use bindings::Bindings;
+pub use cache::{
+    CacheStats, LoadReport, MAX_FILE_BYTES as MAX_CACHE_FILE_BYTES, PlanCache, SkippedEntry,
+};
 pub use graph::{Graph, IoSignature, IoTensor, OpGraph, Tensor};
 pub use heuristics::{BehaviorNote, Candidate, HeurMode, Knob, NumericalNote, Policy};
 pub use ops::conv::{ConvDirection, ConvParams};
@@ -51,7 +57,8 @@ pub use ops::norm::{NormGrads, NormMode, NormOutputs, NormPhase, RunningStats};
 pub use ops::pointwise::{Arity, Pointwise};
 pub use ops::reduction::Reduce;
 pub use ops::sdpa::{AttnLayout, Dropout, SdpaBackward, SdpaConfig, SdpaForward, SdpaImpl};
-pub use plan::{Bindings, BuildReport, Plan, Timings};
+pub use plan::{BuildReport, Plan, Timings};
+pub use plan_json::check as check_plan_json;
 pub use target::{DeviceProperties, DeviceSpec, REQUIRED_FIELDS, Target};
 pub use tensor::{BYTE_ALIGNMENT, DType, MAX_DIMS, TensorSpec};
 

@@ -1,19 +1,23 @@
 //! Finalized execution plans: workspace size, JSON serialization (always
 //! with a target), and execution with a checked variant pack.
 
+use std::cell::RefCell;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::backend::{Descriptor, attr, kind};
-use super::graph::{IoSignature, IoTensor, OpGraph};
-use super::heuristics::{Candidate, Policy, candidates};
+use super::bindings::{Bindings, WorkspaceSource};
+use super::graph::{IoSignature, OpGraph};
+use super::heuristics::{BehaviorNote, Candidate, Policy, candidates};
+use super::plan_file::{
+    FORMAT, Reader, fmt_cudnn_version, header_format, loaded_cudnn_version, plan_header, read_io,
+    write_io,
+};
 use super::target::{Target, read_json};
-use super::tensor::{BYTE_ALIGNMENT, DType, TensorSpec, fmt_dims};
-use crate::DataType;
+use super::tensor::DType;
 use crate::check::{cudnn, cudnn_call};
 use crate::error::{Error, Result};
-use crate::runtime::{DeviceSlice, DeviceSliceMut};
 
 /// A finalized execution plan for one graph on one target.
 #[derive(Debug)]
@@ -22,14 +26,44 @@ pub struct Plan {
     /// descriptor, and plans are shared between threads (`PlanCache`).
     desc: Mutex<Descriptor<kind::ExecutionPlan>>,
     /// cuDNN's workspace, then the scratch tensors.
-    workspace: usize,
-    io: Arc<IoSignature>,
+    pub(super) workspace: usize,
+    pub(super) io: Arc<IoSignature>,
     target: String,
+    /// The target's `deviceVer` (major*100 + minor*10).
+    device_ver: i64,
     engine: Option<i64>,
+    /// Whether its engine compiled its kernel at run time.
+    runtime_compiled: bool,
     /// Host copies of the by-value scalars, at stable addresses.
-    scalars: Vec<(i64, Box<[u8; 8]>)>,
+    pub(super) scalars: Vec<(i64, Box<[u8; 8]>)>,
     /// `(uid, byte offset in the workspace)` of each scratch tensor.
-    scratch: Vec<(i64, usize)>,
+    pub(super) scratch: Vec<(i64, usize)>,
+}
+
+thread_local! {
+    /// The plans whose descriptor this thread holds (inside
+    /// [`Plan::with_descriptor`]), by address: taking the same lock again on
+    /// this thread would never return.
+    static HELD: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The descriptor lock of one plan, held by this thread.
+struct Held<'p> {
+    guard: MutexGuard<'p, Descriptor<kind::ExecutionPlan>>,
+    key: usize,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        let key = self.key;
+        let _ = HELD.try_with(|h| {
+            if let Ok(mut h) = h.try_borrow_mut()
+                && let Some(i) = h.iter().rposition(|&k| k == key)
+            {
+                h.swap_remove(i);
+            }
+        });
+    }
 }
 
 /// When no NVRTC was found and the loaded cuDNN is older than the 9.28 that
@@ -114,8 +148,9 @@ impl Plan {
     fn new(
         desc: Descriptor<kind::ExecutionPlan>,
         io: Arc<IoSignature>,
-        target: String,
+        target: &Target,
         engine: Option<i64>,
+        runtime_compiled: bool,
     ) -> Result<Self> {
         let ws = desc.get_one(attr::EXECUTION_PLAN_WORKSPACE_SIZE)?;
         let cudnn_ws = usize::try_from(ws)
@@ -130,8 +165,10 @@ impl Plan {
             desc: Mutex::new(desc),
             workspace,
             io,
-            target,
+            target: target.fingerprint(),
+            device_ver: target.properties().device_ver(),
             engine,
+            runtime_compiled,
             scalars,
             scratch,
         })
@@ -173,8 +210,13 @@ impl Plan {
                 Ok(desc) => {
                     report.finalize_s = t1.elapsed().as_secs_f64();
                     report.chosen = Some(c.engine);
-                    let plan =
-                        Plan::new(desc, graph.io.clone(), target.fingerprint(), Some(c.engine))?;
+                    let plan = Plan::new(
+                        desc,
+                        graph.io.clone(),
+                        target,
+                        Some(c.engine),
+                        c.behavior_notes.contains(&BehaviorNote::RuntimeCompilation),
+                    )?;
                     return Ok((plan, report));
                 }
                 Err(e) => report.failures.push((c.engine, e.to_string())),
@@ -236,8 +278,9 @@ impl Plan {
                 Ok(desc) => plans.push(Plan::new(
                     desc,
                     graph.io.clone(),
-                    target.fingerprint(),
+                    target,
                     Some(c.engine),
+                    c.behavior_notes.contains(&BehaviorNote::RuntimeCompilation),
                 )?),
                 Err(e) => report.failures.push((c.engine, e.to_string())),
             }
@@ -333,6 +376,13 @@ impl Plan {
         self.engine
     }
 
+    /// Whether the plan's engine compiled its kernel at run time (such a
+    /// plan is slow to build, and cuDNN keeps ~0.4 MB of host memory for
+    /// every one it builds: keep these cached rather than rebuild them).
+    pub fn is_runtime_compiled(&self) -> bool {
+        self.runtime_compiled
+    }
+
     /// What the plan binds.
     pub fn io(&self) -> &IoSignature {
         &self.io
@@ -343,16 +393,44 @@ impl Plan {
         &self.target
     }
 
-    /// The finalized plan descriptor (for the backend layer), locked while
-    /// the guard lives.
-    pub fn descriptor(&self) -> MutexGuard<'_, Descriptor<kind::ExecutionPlan>> {
-        self.lock()
+    /// Run `f` with the finalized plan descriptor (for the backend layer),
+    /// locked for the call. Inside `f`, using this plan again on the same
+    /// thread ([`serialize`](Self::serialize), [`cudnn_json`](Self::cudnn_json),
+    /// [`execute`](Self::execute), or a nested `with_descriptor`) returns a
+    /// typed error instead of waiting forever for the lock `f` holds.
+    ///
+    /// # Errors
+    /// Called from inside another `with_descriptor` of this plan on this thread.
+    pub fn with_descriptor<R>(
+        &self,
+        f: impl FnOnce(&Descriptor<kind::ExecutionPlan>) -> R,
+    ) -> Result<R> {
+        let held = self.lock()?;
+        Ok(f(&held.guard))
     }
 
-    fn lock(&self) -> MutexGuard<'_, Descriptor<kind::ExecutionPlan>> {
+    fn lock(&self) -> Result<Held<'_>> {
+        let key = std::ptr::from_ref(self) as usize;
+        let reentrant = HELD
+            .try_with(|h| h.try_borrow().map(|h| h.contains(&key)).unwrap_or(true))
+            .unwrap_or(false);
+        if reentrant {
+            return Err(Error::invalid(
+                "plan descriptor",
+                "is held by this thread (inside `Plan::with_descriptor` of the same plan): \
+                 use the descriptor given to the closure, or use the plan after it returns",
+                "a second lock on one thread",
+            ));
+        }
         // No code path can leave the descriptor half-changed (a finalized
         // descriptor is only read), so a poisoned lock is still usable.
-        self.desc.lock().unwrap_or_else(|p| p.into_inner())
+        let guard = self.desc.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = HELD.try_with(|h| {
+            if let Ok(mut h) = h.try_borrow_mut() {
+                h.push(key);
+            }
+        });
+        Ok(Held { guard, key })
     }
 
     /// cuDNN's JSON of the plan (engine, knobs, device properties and, for
@@ -361,25 +439,28 @@ impl Plan {
     /// # Errors
     /// cuDNN's refusal.
     pub fn cudnn_json(&self) -> Result<String> {
-        read_json(&self.lock())
+        read_json(&self.lock()?.guard)
     }
 
     /// Rebuild a plan from cuDNN's JSON for `target`, with the IO signature
     /// it binds (from the graph it was built from, or a plan file).
     ///
+    /// Before cuDNN sees it, the JSON is checked (see
+    /// [`check_plan_json`](super::check_plan_json)): its shape against what
+    /// cuDNN writes (counts within cuDNN's limits, dims >= 1, strings where
+    /// cuDNN expects them), made by the loaded cuDNN, for `target`'s
+    /// architecture, and every non-virtual tensor, scalar and scratch tensor
+    /// in agreement with `io` (uid, dims, strides, data type, by-value).
+    ///
     /// # Errors
-    /// The JSON is refused, or it was made for another architecture
-    /// (cuDNN's `NOT_SUPPORTED_ARCH_MISMATCH`, as a typed `Unsupported`).
+    /// A disagreement (typed, naming the uid, the field and both values), a
+    /// malformed JSON, a plan made by another cuDNN, or cuDNN's refusal; made
+    /// for another architecture: a typed `Unsupported`.
     pub fn from_cudnn_json(json: &str, target: &Target, io: Arc<IoSignature>) -> Result<Self> {
         super::require_graph_support()?;
         super::driver::ensure()?;
-        if json.contains('\0') {
-            return Err(Error::invalid(
-                "plan JSON",
-                "must not contain NUL",
-                json.len(),
-            ));
-        }
+        let summary =
+            super::plan_json::check_summary(json, &io, target, Some(loaded_cudnn_version()?))?;
         let props = target.properties().descriptor()?;
         let mut p = Descriptor::<kind::ExecutionPlan>::new()?;
         // Device properties first: a plan loaded without them crashes cuDNN.
@@ -402,17 +483,21 @@ impl Plan {
                 e.with_context("loading a plan from JSON")
             }
         })?;
-        Plan::new(p, io, target.fingerprint(), None)
+        Plan::new(p, io, target, None, summary.runtime_compiled)
     }
 
-    /// This crate's plan file: the target, the IO signature and cuDNN's JSON,
-    /// in a versioned text form [`deserialize`](Self::deserialize) reads.
+    /// This crate's plan file: the format version, the cuDNN that made the
+    /// plan, the target, the IO signature and cuDNN's JSON, in a text form
+    /// [`deserialize`](Self::deserialize) reads.
     ///
     /// # Errors
-    /// cuDNN's refusal to serialize.
+    /// cuDNN's refusal to serialize; the plan's descriptor held by this
+    /// thread (inside [`with_descriptor`](Self::with_descriptor)).
     pub fn serialize(&self) -> Result<String> {
         let json = self.cudnn_json()?;
-        let mut s = String::from("cudnn-rs plan v1\n");
+        let mut s = plan_header(FORMAT);
+        s.push('\n');
+        s.push_str(&format!("cudnn {}\n", loaded_cudnn_version()?));
         s.push_str(&format!("target {}\n", self.target));
         s.push_str(&format!(
             "engine {}\n",
@@ -425,14 +510,40 @@ impl Plan {
         Ok(s)
     }
 
-    /// Load a plan file for `target`. A file made for another target is
-    /// refused before cuDNN sees it.
+    /// Load a plan file for `target`. A file made for another target, or by
+    /// another cuDNN than the one loaded, is refused before cuDNN sees it, as
+    /// is a plan JSON that disagrees with the file's tensor list (see
+    /// [`from_cudnn_json`](Self::from_cudnn_json)). Files of format 1 (no
+    /// recorded cuDNN version) are read; their plan JSON's own
+    /// `cudnnVersion` is checked instead.
     ///
     /// # Errors
-    /// Malformed file (what and where), another target, or cuDNN's refusal.
+    /// Malformed file (what and where), another target or cuDNN (both
+    /// named), a disagreement between the JSON and the tensor list, or
+    /// cuDNN's refusal.
     pub fn deserialize(text: &str, target: &Target) -> Result<Self> {
         let mut r = Reader::new(text);
-        r.expect_line("cudnn-rs plan v1")?;
+        let format = header_format(r.line()?, "cudnn-rs plan")
+            .ok_or_else(|| r.bad("`cudnn-rs plan v2` (or v1)"))?;
+        let made_by = if format >= 2 {
+            let v = r.field("cudnn")?;
+            Some(r.parse::<u64>("cudnn version", &v)?)
+        } else {
+            None
+        };
+        let loaded = loaded_cudnn_version()?;
+        if let Some(v) = made_by
+            && v != loaded
+        {
+            return Err(Error::Unsupported {
+                what: format!(
+                    "the plan was made by cuDNN {}, and cuDNN {} is loaded",
+                    fmt_cudnn_version(v),
+                    fmt_cudnn_version(loaded)
+                ),
+                needs: Some("a plan made by the loaded cuDNN (rebuild it)".to_string()),
+            });
+        }
         let t = r.field("target")?;
         if !target.properties().compatible(&t) {
             return Err(Error::Unsupported {
@@ -451,6 +562,9 @@ impl Plan {
         };
         let io = read_io(&mut r)?;
         let json = r.blob("json")?;
+        if !r.at_end() {
+            return Err(r.bad("the end of the file"));
+        }
         let mut plan = Self::from_cudnn_json(&json, target, Arc::new(io))?;
         plan.engine = engine;
         Ok(plan)
@@ -458,8 +572,9 @@ impl Plan {
 
     /// Check a set of bindings against the plan: every input and output bound
     /// exactly once, with the right dtype, at least the tensor's span, and
-    /// [`BYTE_ALIGNMENT`]-aligned.
-    fn check_bindings(&self, b: &Bindings<'_>) -> Result<()> {
+    /// [`BYTE_ALIGNMENT`](super::BYTE_ALIGNMENT)-aligned; the workspace of
+    /// this run holds at least [`workspace_size`](Self::workspace_size) bytes.
+    fn check_bindings(&self, b: &Bindings<'_>, workspace_bytes: usize) -> Result<()> {
         if !Arc::ptr_eq(&b.io, &self.io) {
             return Err(Error::invalid(
                 "bindings",
@@ -479,11 +594,11 @@ impl Plan {
                 ));
             }
         }
-        if b.workspace_bytes < self.workspace {
+        if workspace_bytes < self.workspace {
             return Err(Error::mismatch(
                 "workspace bytes",
                 self.workspace,
-                b.workspace_bytes,
+                workspace_bytes,
             ));
         }
         Ok(())
@@ -491,52 +606,68 @@ impl Plan {
 
     /// Start binding buffers for [`execute`](Self::execute).
     pub fn bindings(&self) -> Bindings<'_> {
-        Bindings {
-            io: self.io.clone(),
-            slots: Vec::new(),
-            workspace: std::ptr::null_mut(),
-            workspace_bytes: 0,
-            pack: None,
-            packed_ptrs: Vec::new(),
-            _plan: std::marker::PhantomData,
+        Bindings::new(self.io.clone())
+    }
+
+    /// Refuse a device of another architecture than the plan's target.
+    fn check_device(&self, device: crate::runtime::Device) -> Result<()> {
+        let (major, minor) = device.compute_capability()?;
+        let ver = i64::from(major) * 100 + i64::from(minor) * 10;
+        if ver != self.device_ver {
+            return Err(Error::Unsupported {
+                what: format!(
+                    "running a plan built for `{}` (sm{}) on device {} (sm{})",
+                    self.target,
+                    self.device_ver / 10,
+                    device.ordinal(),
+                    ver / 10
+                ),
+                needs: Some("a plan built for this device's architecture".to_string()),
+            });
         }
+        Ok(())
     }
 
     /// Run the plan on the handle's stream with `bindings` (one cuDNN call
-    /// when the pointers are those of the previous run). The workspace comes
-    /// from the handle (grown if needed) unless the bindings carry one.
+    /// when the pointers are those of the previous run). The handle's device
+    /// is made current for the call. The workspace is the caller's when the
+    /// bindings carry one, else the handle's, looked up on every run (grown
+    /// if needed): a workspace another plan reallocated is never used stale.
     ///
     /// # Errors
-    /// A binding missing, cuDNN's refusal (no device: `NOT_INITIALIZED` at handle creation already).
+    /// A binding missing; the handle's device of another architecture than
+    /// the plan's target (typed `Unsupported`, before cuDNN is called); the
+    /// plan's descriptor held by this thread; cuDNN's refusal (no device:
+    /// `NOT_INITIALIZED` at handle creation already).
     #[doc(alias = "cudnnBackendExecute")]
     pub fn execute(
         &self,
         handle: &mut crate::dnn::Handle,
         bindings: &mut Bindings<'_>,
     ) -> Result<()> {
-        if bindings.workspace.is_null() && self.workspace > 0 {
-            let raw = {
-                let mut ws = handle.workspace(self.workspace)?;
-                ws.as_raw_mut()
-            };
-            bindings.workspace = raw;
-            bindings.workspace_bytes = self.workspace;
-            bindings.pack = None;
-        }
-        self.check_bindings(bindings)?;
+        let device = handle.device();
+        self.check_device(device)?;
+        let _on = device.guard()?;
+        let (workspace, workspace_bytes) = bindings.workspace.resolve(self.workspace, |n| {
+            let mut ws = handle.workspace(n)?;
+            Ok(ws.as_raw_mut())
+        })?;
+        self.check_bindings(bindings, workspace_bytes)?;
+        let held = self.lock()?;
+        let pack = bindings.pack(self, workspace)?;
         let raw_handle = handle.as_raw();
-        let pack = bindings.pack(self)?;
         let api = cudnn()?;
         // SAFETY: the plan is finalized; the variant pack holds a pointer for
         // every graph input and output, each checked for dtype, span and
         // alignment and borrowed by `bindings` for its lifetime; the
-        // workspace holds at least `self.workspace` bytes and is the handle's
-        // (used on the handle's stream) or the caller's (same contract as
-        // their buffers); scalar pointers point into `self.scalars`.
+        // workspace holds at least `self.workspace` bytes and is the one this
+        // run resolved: the caller's (same contract as their buffers) or the
+        // handle's as it is now (used on the handle's stream); scalar
+        // pointers point into `self.scalars`.
         unsafe {
             cudnn_call!(
                 api,
-                cudnnBackendExecute(raw_handle, self.lock().as_raw(), pack)
+                cudnnBackendExecute(raw_handle, held.guard.as_raw(), pack)
             )
         }
         .map_err(|e| e.with_context("executing a graph plan"))
@@ -549,7 +680,8 @@ impl Plan {
     ///
     /// # Safety
     /// Each pointer must be device memory of at least its tensor's span and
-    /// type, valid until the work completes; the workspace likewise.
+    /// type, valid until the work completes; the workspace likewise; the
+    /// handle's device must be current and of the plan's architecture.
     pub unsafe fn execute_raw(
         &self,
         handle: crate::sys::cudnn::cudnnHandle_t,
@@ -575,440 +707,22 @@ impl Plan {
                 &t.name.clone(),
             )?;
         }
-        b.workspace = workspace;
-        b.workspace_bytes = workspace_bytes;
-        self.check_bindings(&b)?;
-        let pack = b.pack(self)?;
+        b.workspace = WorkspaceSource::Caller {
+            ptr: workspace,
+            bytes: workspace_bytes,
+        };
+        self.check_bindings(&b, workspace_bytes)?;
+        let held = self.lock()?;
+        let pack = b.pack(self, workspace)?;
         let api = cudnn()?;
         // SAFETY: the caller guarantees the pointers and the handle; every
         // graph tensor is bound (checked above).
-        unsafe { cudnn_call!(api, cudnnBackendExecute(handle, self.lock().as_raw(), pack)) }
+        unsafe { cudnn_call!(api, cudnnBackendExecute(handle, held.guard.as_raw(), pack)) }
     }
 }
 
 /// `(engine, median milliseconds)` per plan timed by [`Plan::autotune`].
 pub type Timings = Vec<(Option<i64>, f32)>;
-
-struct Slot {
-    uid: i64,
-    ptr: *mut c_void,
-}
-
-/// Buffers bound to a plan's inputs and outputs, by tensor name. Reused
-/// across executions, the variant pack is rebuilt only when a pointer changes.
-pub struct Bindings<'a> {
-    io: Arc<IoSignature>,
-    slots: Vec<Slot>,
-    workspace: *mut c_void,
-    workspace_bytes: usize,
-    pack: Option<Descriptor<kind::VariantPack>>,
-    packed_ptrs: Vec<*mut c_void>,
-    _plan: std::marker::PhantomData<&'a mut ()>,
-}
-
-impl std::fmt::Debug for Bindings<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Bindings")
-            .field("bound", &self.slots.len())
-            .field("workspace_bytes", &self.workspace_bytes)
-            .finish()
-    }
-}
-
-impl<'a> Bindings<'a> {
-    fn find(&self, name: &str) -> Result<IoTensor> {
-        self.io
-            .tensors
-            .iter()
-            .find(|t| t.name == name)
-            .cloned()
-            .ok_or_else(|| {
-                let names: Vec<&str> = self.io.tensors.iter().map(|t| t.name.as_str()).collect();
-                Error::invalid("binding name", format!("must be one of {names:?}"), name)
-            })
-    }
-
-    fn push(
-        &mut self,
-        uid: i64,
-        bytes: usize,
-        dtype: DType,
-        ptr: *mut c_void,
-        name: &str,
-    ) -> Result<()> {
-        let t = self
-            .io
-            .tensors
-            .iter()
-            .find(|t| t.uid == uid)
-            .ok_or_else(|| Error::invalid("binding", "unknown tensor", name))?;
-        if self.slots.iter().any(|s| s.uid == uid) {
-            return Err(Error::invalid(
-                format!("binding `{name}`"),
-                "must be bound exactly once",
-                "bound twice",
-            ));
-        }
-        if dtype != t.spec.dtype() {
-            return Err(Error::mismatch(
-                format!("binding `{name}` element type"),
-                t.spec.dtype(),
-                dtype,
-            ));
-        }
-        let need = t.spec.span_bytes()?;
-        if bytes < need {
-            return Err(Error::mismatch(
-                format!(
-                    "binding `{name}` bytes (the span of {} {})",
-                    t.spec.dtype(),
-                    fmt_dims(t.spec.dims())
-                ),
-                format!("at least {need}"),
-                bytes,
-            ));
-        }
-        if ptr.is_null() || !(ptr as usize).is_multiple_of(BYTE_ALIGNMENT) {
-            return Err(Error::invalid(
-                format!("binding `{name}` pointer"),
-                format!("must be non-null and {BYTE_ALIGNMENT}-byte aligned"),
-                format!("{ptr:p}"),
-            ));
-        }
-        self.slots.push(Slot { uid, ptr });
-        self.pack = None;
-        Ok(())
-    }
-
-    /// Bind a graph input.
-    ///
-    /// # Errors
-    /// Unknown name, an output, bound twice, wrong dtype, too short, misaligned.
-    pub fn input<T: DataType>(
-        &mut self,
-        name: &str,
-        buf: impl Into<DeviceSlice<'a, T>>,
-    ) -> Result<&mut Self> {
-        let t = self.find(name)?;
-        if t.is_output {
-            return Err(Error::invalid(
-                format!("binding `{name}`"),
-                "is an output: bind it with `output`",
-                name,
-            ));
-        }
-        let s: DeviceSlice<'a, T> = buf.into();
-        let dtype = DType::of::<T>().ok_or_else(|| {
-            Error::invalid(
-                format!("binding `{name}`"),
-                "element type has no graph dtype",
-                T::NAME,
-            )
-        })?;
-        self.push(t.uid, s.byte_len(), dtype, s.as_raw() as *mut c_void, name)?;
-        Ok(self)
-    }
-
-    /// Bind a graph output.
-    ///
-    /// # Errors
-    /// Unknown name, an input, bound twice, wrong dtype, too short, misaligned.
-    pub fn output<T: DataType>(
-        &mut self,
-        name: &str,
-        buf: impl Into<DeviceSliceMut<'a, T>>,
-    ) -> Result<&mut Self> {
-        let t = self.find(name)?;
-        if !t.is_output {
-            return Err(Error::invalid(
-                format!("binding `{name}`"),
-                "is an input: bind it with `input`",
-                name,
-            ));
-        }
-        let mut s: DeviceSliceMut<'a, T> = buf.into();
-        let dtype = DType::of::<T>().ok_or_else(|| {
-            Error::invalid(
-                format!("binding `{name}`"),
-                "element type has no graph dtype",
-                T::NAME,
-            )
-        })?;
-        self.push(t.uid, s.byte_len(), dtype, s.as_raw_mut(), name)?;
-        Ok(self)
-    }
-
-    /// Use a caller's workspace instead of the handle's.
-    ///
-    /// # Errors
-    /// Misaligned.
-    pub fn workspace(&mut self, ws: impl Into<DeviceSliceMut<'a, u8>>) -> Result<&mut Self> {
-        let mut s: DeviceSliceMut<'a, u8> = ws.into();
-        let p = s.as_raw_mut();
-        if !p.is_null() && !(p as usize).is_multiple_of(BYTE_ALIGNMENT) {
-            return Err(Error::invalid(
-                "workspace pointer",
-                format!("must be {BYTE_ALIGNMENT}-byte aligned"),
-                format!("{p:p}"),
-            ));
-        }
-        self.workspace = p;
-        self.workspace_bytes = s.byte_len();
-        self.pack = None;
-        Ok(self)
-    }
-
-    /// The variant pack for the current pointers (cached).
-    fn pack(&mut self, plan: &Plan) -> Result<crate::sys::cudnn::cudnnBackendDescriptor_t> {
-        // Hot path: the same pointers as last time, compared without allocating.
-        if let Some(p) = &self.pack {
-            let current = self
-                .slots
-                .iter()
-                .map(|s| s.ptr)
-                .chain(plan.scalars.iter().map(|(_, b)| b.as_ptr() as *mut c_void))
-                .chain(std::iter::once(self.workspace));
-            if current.eq(self.packed_ptrs.iter().copied()) {
-                return Ok(p.as_raw());
-            }
-        }
-        let mut uids: Vec<i64> = Vec::with_capacity(self.slots.len() + plan.scalars.len());
-        let mut ptrs: Vec<*mut c_void> = Vec::with_capacity(uids.capacity());
-        for s in &self.slots {
-            uids.push(s.uid);
-            ptrs.push(s.ptr);
-        }
-        for (uid, bytes) in &plan.scalars {
-            uids.push(*uid);
-            ptrs.push(bytes.as_ptr() as *mut c_void);
-        }
-        let workspace = self.workspace;
-        let bound = ptrs.len();
-        for &(uid, offset) in &plan.scratch {
-            // The workspace holds at least `plan.workspace` bytes (checked by
-            // `check_bindings`), and every offset lies below that.
-            uids.push(uid);
-            ptrs.push(workspace.cast::<u8>().wrapping_add(offset).cast::<c_void>());
-        }
-        let mut pack = Descriptor::<kind::VariantPack>::new()?;
-        pack.set(attr::VARIANT_PACK_UNIQUE_IDS, &uids)?;
-        // SAFETY: the pointers are borrowed by `self` ('a), point into the
-        // plan's scalars, or into the workspace at the plan's scratch offsets;
-        // they are used only by `execute` while all of them live.
-        unsafe {
-            pack.set_device_ptrs(attr::VARIANT_PACK_DATA_POINTERS, &ptrs)?;
-            pack.set_device_ptrs(attr::VARIANT_PACK_WORKSPACE, &[workspace])?;
-        }
-        pack.finalize()?;
-        // The cache key: the bound and scalar pointers and the workspace (the
-        // scratch pointers follow from the workspace).
-        ptrs.truncate(bound);
-        ptrs.push(workspace);
-        self.packed_ptrs = ptrs;
-        let raw = pack.as_raw();
-        self.pack = Some(pack);
-        Ok(raw)
-    }
-}
-
-pub(crate) fn write_io(s: &mut String, io: &IoSignature) {
-    s.push_str(&format!("tensors {}\n", io.tensors.len()));
-    for t in &io.tensors {
-        s.push_str(&format!(
-            "{} {} {} {} {} {}\n",
-            t.uid,
-            if t.is_output { "out" } else { "in" },
-            t.spec.dtype(),
-            join(t.spec.dims()),
-            join(t.spec.strides()),
-            t.name.len()
-        ));
-        s.push_str(&t.name);
-        s.push('\n');
-    }
-    s.push_str(&format!("scalars {}\n", io.scalars.len()));
-    for (uid, dtype, v) in &io.scalars {
-        s.push_str(&format!("{uid} {dtype} {}\n", v.to_bits()));
-    }
-    // Written only when there are some, so files without scratch read as before.
-    if !io.scratch.is_empty() {
-        s.push_str(&format!("scratch {}\n", io.scratch.len()));
-        for (uid, bytes) in &io.scratch {
-            s.push_str(&format!("{uid} {bytes}\n"));
-        }
-    }
-}
-
-fn join(v: &[i64]) -> String {
-    v.iter()
-        .map(|x| x.to_string())
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-pub(crate) fn read_io(r: &mut Reader<'_>) -> Result<IoSignature> {
-    let n = r.field("tensors")?;
-    let n: usize = r.parse("tensors", &n)?;
-    if n > 4096 {
-        return Err(r.bad("at most 4096 tensors"));
-    }
-    let mut tensors = Vec::with_capacity(n);
-    for _ in 0..n {
-        let line = r.line()?;
-        let f: Vec<&str> = line.split(' ').collect();
-        if f.len() != 6 {
-            return Err(r.bad("a tensor line: uid in|out dtype dims strides name_len"));
-        }
-        let uid: i64 = r.parse("uid", f[0])?;
-        let is_output = match f[1] {
-            "in" => false,
-            "out" => true,
-            _ => return Err(r.bad("in or out")),
-        };
-        let dtype = DType::from_name(f[2]).ok_or_else(|| r.bad("a dtype name"))?;
-        let dims = r.list(f[3])?;
-        let strides = r.list(f[4])?;
-        let name_len: usize = r.parse("name length", f[5])?;
-        let name = r.line()?.to_string();
-        if name.len() != name_len {
-            return Err(r.bad("the tensor name of the stated length"));
-        }
-        let spec = TensorSpec::new(dtype, &dims, &strides)
-            .map_err(|e| r.bad(&format!("a valid tensor ({e})")))?;
-        tensors.push(IoTensor {
-            name,
-            uid,
-            spec,
-            is_output,
-        });
-    }
-    let n = r.field("scalars")?;
-    let n: usize = r.parse("scalars", &n)?;
-    if n > 4096 {
-        return Err(r.bad("at most 4096 scalars"));
-    }
-    let mut scalars = Vec::with_capacity(n);
-    for _ in 0..n {
-        let line = r.line()?;
-        let f: Vec<&str> = line.split(' ').collect();
-        if f.len() != 3 {
-            return Err(r.bad("a scalar line: uid dtype bits"));
-        }
-        let uid: i64 = r.parse("uid", f[0])?;
-        let dtype = DType::from_name(f[1]).ok_or_else(|| r.bad("a dtype name"))?;
-        let bits: u64 = r.parse("bits", f[2])?;
-        scalars.push((uid, dtype, f64::from_bits(bits)));
-    }
-    let mut scratch = Vec::new();
-    if r.next_starts_with("scratch ") {
-        let n = r.field("scratch")?;
-        let n: usize = r.parse("scratch", &n)?;
-        if n > 64 {
-            return Err(r.bad("at most 64 scratch tensors"));
-        }
-        for _ in 0..n {
-            let line = r.line()?;
-            let f: Vec<&str> = line.split(' ').collect();
-            if f.len() != 2 {
-                return Err(r.bad("a scratch line: uid bytes"));
-            }
-            let uid: i64 = r.parse("uid", f[0])?;
-            let bytes: usize = r.parse("bytes", f[1])?;
-            if bytes > 1 << 40 {
-                return Err(r.bad("a scratch size of at most 1 TiB"));
-            }
-            scratch.push((uid, bytes));
-        }
-    }
-    Ok(IoSignature {
-        tensors,
-        scalars,
-        scratch,
-    })
-}
-
-/// A line reader for the crate's text formats, with errors that say where.
-pub(crate) struct Reader<'t> {
-    rest: &'t str,
-    line_no: usize,
-    what: &'static str,
-}
-
-impl<'t> Reader<'t> {
-    pub(crate) fn new(text: &'t str) -> Self {
-        Self::named(text, "plan file")
-    }
-    pub(crate) fn named(text: &'t str, what: &'static str) -> Self {
-        Self {
-            rest: text,
-            line_no: 0,
-            what,
-        }
-    }
-    pub(crate) fn bad(&self, expected: &str) -> Error {
-        Error::invalid(
-            self.what,
-            format!("line {}: expected {expected}", self.line_no),
-            "malformed",
-        )
-    }
-    /// Whether the next line starts with `prefix` (nothing consumed).
-    pub(crate) fn next_starts_with(&self, prefix: &str) -> bool {
-        self.rest.starts_with(prefix)
-    }
-
-    pub(crate) fn at_end(&self) -> bool {
-        self.rest.is_empty()
-    }
-    pub(crate) fn line(&mut self) -> Result<&'t str> {
-        if self.rest.is_empty() {
-            self.line_no += 1;
-            return Err(self.bad("more lines (the file is truncated)"));
-        }
-        self.line_no += 1;
-        let (l, rest) = self.rest.split_once('\n').unwrap_or((self.rest, ""));
-        self.rest = rest;
-        Ok(l)
-    }
-    pub(crate) fn expect_line(&mut self, want: &str) -> Result<()> {
-        let l = self.line()?;
-        if l != want {
-            return Err(self.bad(&format!("`{want}`")));
-        }
-        Ok(())
-    }
-    pub(crate) fn field(&mut self, key: &str) -> Result<String> {
-        let l = self.line()?;
-        match l.split_once(' ') {
-            Some((k, v)) if k == key => Ok(v.to_string()),
-            _ => Err(self.bad(&format!("`{key} <value>`"))),
-        }
-    }
-    pub(crate) fn parse<T: std::str::FromStr>(&self, what: &str, s: &str) -> Result<T> {
-        s.parse()
-            .map_err(|_| self.bad(&format!("a number for {what}")))
-    }
-    pub(crate) fn list(&self, s: &str) -> Result<Vec<i64>> {
-        s.split(',')
-            .map(|x| self.parse("a list entry", x))
-            .collect()
-    }
-    /// `key <len>\n<len bytes>\n`.
-    pub(crate) fn blob(&mut self, key: &str) -> Result<String> {
-        let n = self.field(key)?;
-        let n: usize = self.parse(key, &n)?;
-        if n > self.rest.len() || !self.rest.is_char_boundary(n) {
-            return Err(self.bad(&format!("{n} bytes of {key} (the file is truncated)")));
-        }
-        let (blob, rest) = self.rest.split_at(n);
-        let rest = rest
-            .strip_prefix('\n')
-            .ok_or_else(|| self.bad("a newline after the blob"))?;
-        self.line_no += blob.matches('\n').count() + 1;
-        self.rest = rest;
-        Ok(blob.to_string())
-    }
-}
 
 // Plans and the cache are shared between threads (the descriptor behind a lock).
 const _: () = {

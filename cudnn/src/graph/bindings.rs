@@ -1,0 +1,420 @@
+//! Buffers bound to a plan's inputs and outputs, the workspace each run
+//! uses, and the cached variant pack.
+//!
+//! The workspace is chosen on every run ([`WorkspaceSource::resolve`]): a
+//! caller's workspace is borrowed by the bindings for their lifetime; the
+//! handle's is looked up from the handle passed to that run (the handle may
+//! have grown, released or reallocated it since, and another handle has its
+//! own), and the variant pack is rebuilt only when a pointer actually changed
+//! ([`pack_is_current`]).
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use super::backend::{Descriptor, attr, kind};
+use super::graph::{IoSignature, IoTensor};
+use super::plan::Plan;
+use super::tensor::{BYTE_ALIGNMENT, DType, fmt_dims};
+use crate::DataType;
+use crate::error::{Error, Result};
+use crate::runtime::{DeviceSlice, DeviceSliceMut};
+
+pub(super) struct Slot {
+    pub(super) uid: i64,
+    pub(super) ptr: *mut c_void,
+}
+
+/// Where a run's workspace comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WorkspaceSource {
+    /// The handle of each run, looked up on every run.
+    Handle,
+    /// The caller's, borrowed by the bindings (`'a`).
+    Caller {
+        /// Device address.
+        ptr: *mut c_void,
+        /// Bytes.
+        bytes: usize,
+    },
+}
+
+impl WorkspaceSource {
+    /// The workspace for one run that needs `need` bytes: the caller's as
+    /// bound, or `handle_ws(need)` (the handle's, grown if needed) asked now.
+    /// A plan that needs none asks the handle for nothing.
+    ///
+    /// # Errors
+    /// The handle's allocation fails.
+    pub(crate) fn resolve(
+        self,
+        need: usize,
+        handle_ws: impl FnOnce(usize) -> Result<*mut c_void>,
+    ) -> Result<(*mut c_void, usize)> {
+        match self {
+            WorkspaceSource::Caller { ptr, bytes } => Ok((ptr, bytes)),
+            WorkspaceSource::Handle if need == 0 => Ok((std::ptr::null_mut(), 0)),
+            WorkspaceSource::Handle => Ok((handle_ws(need)?, need)),
+        }
+    }
+}
+
+/// Whether a variant pack built for `packed` pointers is valid for the
+/// `current` ones (bound tensors, scalars, then the workspace).
+pub(crate) fn pack_is_current(
+    packed: &[*mut c_void],
+    current: impl Iterator<Item = *mut c_void>,
+) -> bool {
+    !packed.is_empty() && current.eq(packed.iter().copied())
+}
+
+/// Buffers bound to a plan's inputs and outputs, by tensor name. Reused
+/// across executions, the variant pack is rebuilt only when a pointer
+/// changes, the workspace's included: the handle's workspace is looked up on
+/// every run (so another plan growing it, `release_workspace`, or running
+/// with another handle never leaves a stale pointer), a caller's
+/// ([`workspace`](Self::workspace)) stays borrowed.
+pub struct Bindings<'a> {
+    pub(super) io: Arc<IoSignature>,
+    pub(super) slots: Vec<Slot>,
+    pub(super) workspace: WorkspaceSource,
+    pack: Option<Descriptor<kind::VariantPack>>,
+    packed_ptrs: Vec<*mut c_void>,
+    /// How many times a variant pack was built (for tests).
+    pub(super) packs_built: usize,
+    _plan: std::marker::PhantomData<&'a mut ()>,
+}
+
+impl std::fmt::Debug for Bindings<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bindings")
+            .field("bound", &self.slots.len())
+            .field("workspace", &self.workspace)
+            .finish()
+    }
+}
+
+impl<'a> Bindings<'a> {
+    pub(super) fn new(io: Arc<IoSignature>) -> Self {
+        Self {
+            io,
+            slots: Vec::new(),
+            workspace: WorkspaceSource::Handle,
+            pack: None,
+            packed_ptrs: Vec::new(),
+            packs_built: 0,
+            _plan: std::marker::PhantomData,
+        }
+    }
+
+    /// How many variant packs these bindings have built (one per change of
+    /// a pointer, the workspace's included).
+    pub fn packs_built(&self) -> usize {
+        self.packs_built
+    }
+
+    fn find(&self, name: &str) -> Result<IoTensor> {
+        self.io
+            .tensors
+            .iter()
+            .find(|t| t.name == name)
+            .cloned()
+            .ok_or_else(|| {
+                let names: Vec<&str> = self.io.tensors.iter().map(|t| t.name.as_str()).collect();
+                Error::invalid("binding name", format!("must be one of {names:?}"), name)
+            })
+    }
+
+    pub(super) fn push(
+        &mut self,
+        uid: i64,
+        bytes: usize,
+        dtype: DType,
+        ptr: *mut c_void,
+        name: &str,
+    ) -> Result<()> {
+        let t = self
+            .io
+            .tensors
+            .iter()
+            .find(|t| t.uid == uid)
+            .ok_or_else(|| Error::invalid("binding", "unknown tensor", name))?;
+        if self.slots.iter().any(|s| s.uid == uid) {
+            return Err(Error::invalid(
+                format!("binding `{name}`"),
+                "must be bound exactly once",
+                "bound twice",
+            ));
+        }
+        if dtype != t.spec.dtype() {
+            return Err(Error::mismatch(
+                format!("binding `{name}` element type"),
+                t.spec.dtype(),
+                dtype,
+            ));
+        }
+        let need = t.spec.span_bytes()?;
+        if bytes < need {
+            return Err(Error::mismatch(
+                format!(
+                    "binding `{name}` bytes (the span of {} {})",
+                    t.spec.dtype(),
+                    fmt_dims(t.spec.dims())
+                ),
+                format!("at least {need}"),
+                bytes,
+            ));
+        }
+        if ptr.is_null() || !(ptr as usize).is_multiple_of(BYTE_ALIGNMENT) {
+            return Err(Error::invalid(
+                format!("binding `{name}` pointer"),
+                format!("must be non-null and {BYTE_ALIGNMENT}-byte aligned"),
+                format!("{ptr:p}"),
+            ));
+        }
+        self.slots.push(Slot { uid, ptr });
+        self.pack = None;
+        Ok(())
+    }
+
+    /// Bind a graph input.
+    ///
+    /// # Errors
+    /// Unknown name, an output, bound twice, wrong dtype, too short, misaligned.
+    pub fn input<T: DataType>(
+        &mut self,
+        name: &str,
+        buf: impl Into<DeviceSlice<'a, T>>,
+    ) -> Result<&mut Self> {
+        let t = self.find(name)?;
+        if t.is_output {
+            return Err(Error::invalid(
+                format!("binding `{name}`"),
+                "is an output: bind it with `output`",
+                name,
+            ));
+        }
+        let s: DeviceSlice<'a, T> = buf.into();
+        let dtype = DType::of::<T>().ok_or_else(|| {
+            Error::invalid(
+                format!("binding `{name}`"),
+                "element type has no graph dtype",
+                T::NAME,
+            )
+        })?;
+        self.push(t.uid, s.byte_len(), dtype, s.as_raw() as *mut c_void, name)?;
+        Ok(self)
+    }
+
+    /// Bind a graph output.
+    ///
+    /// # Errors
+    /// Unknown name, an input, bound twice, wrong dtype, too short, misaligned.
+    pub fn output<T: DataType>(
+        &mut self,
+        name: &str,
+        buf: impl Into<DeviceSliceMut<'a, T>>,
+    ) -> Result<&mut Self> {
+        let t = self.find(name)?;
+        if !t.is_output {
+            return Err(Error::invalid(
+                format!("binding `{name}`"),
+                "is an input: bind it with `input`",
+                name,
+            ));
+        }
+        let mut s: DeviceSliceMut<'a, T> = buf.into();
+        let dtype = DType::of::<T>().ok_or_else(|| {
+            Error::invalid(
+                format!("binding `{name}`"),
+                "element type has no graph dtype",
+                T::NAME,
+            )
+        })?;
+        self.push(t.uid, s.byte_len(), dtype, s.as_raw_mut(), name)?;
+        Ok(self)
+    }
+
+    /// Use a caller's workspace instead of the handle's, borrowed for the
+    /// bindings' lifetime.
+    ///
+    /// # Errors
+    /// Misaligned.
+    pub fn workspace(&mut self, ws: impl Into<DeviceSliceMut<'a, u8>>) -> Result<&mut Self> {
+        let mut s: DeviceSliceMut<'a, u8> = ws.into();
+        let p = s.as_raw_mut();
+        if !p.is_null() && !(p as usize).is_multiple_of(BYTE_ALIGNMENT) {
+            return Err(Error::invalid(
+                "workspace pointer",
+                format!("must be {BYTE_ALIGNMENT}-byte aligned"),
+                format!("{p:p}"),
+            ));
+        }
+        self.workspace = WorkspaceSource::Caller {
+            ptr: p,
+            bytes: s.byte_len(),
+        };
+        self.pack = None;
+        Ok(self)
+    }
+
+    /// The variant pack for the current pointers and `workspace` (the one
+    /// this run resolved), rebuilt only when one of them changed.
+    pub(super) fn pack(
+        &mut self,
+        plan: &Plan,
+        workspace: *mut c_void,
+    ) -> Result<crate::sys::cudnn::cudnnBackendDescriptor_t> {
+        // Hot path: the same pointers as last time, compared without allocating.
+        if let Some(p) = &self.pack {
+            let current = self
+                .slots
+                .iter()
+                .map(|s| s.ptr)
+                .chain(plan.scalars.iter().map(|(_, b)| b.as_ptr() as *mut c_void))
+                .chain(std::iter::once(workspace));
+            if pack_is_current(&self.packed_ptrs, current) {
+                return Ok(p.as_raw());
+            }
+        }
+        self.pack = None;
+        let mut uids: Vec<i64> = Vec::with_capacity(self.slots.len() + plan.scalars.len());
+        let mut ptrs: Vec<*mut c_void> = Vec::with_capacity(uids.capacity());
+        for s in &self.slots {
+            uids.push(s.uid);
+            ptrs.push(s.ptr);
+        }
+        for (uid, bytes) in &plan.scalars {
+            uids.push(*uid);
+            ptrs.push(bytes.as_ptr() as *mut c_void);
+        }
+        let bound = ptrs.len();
+        for &(uid, offset) in &plan.scratch {
+            // The workspace holds at least `plan.workspace` bytes (checked by
+            // `check_bindings`), and every offset lies below that.
+            uids.push(uid);
+            ptrs.push(workspace.cast::<u8>().wrapping_add(offset).cast::<c_void>());
+        }
+        let mut pack = Descriptor::<kind::VariantPack>::new()?;
+        pack.set(attr::VARIANT_PACK_UNIQUE_IDS, &uids)?;
+        // SAFETY: the pointers are borrowed by `self` ('a), point into the
+        // plan's scalars, or into the workspace of this run at the plan's
+        // scratch offsets; the pack is used only by the run that resolved
+        // `workspace`, and rebuilt when any of them changes.
+        unsafe {
+            pack.set_device_ptrs(attr::VARIANT_PACK_DATA_POINTERS, &ptrs)?;
+            pack.set_device_ptrs(attr::VARIANT_PACK_WORKSPACE, &[workspace])?;
+        }
+        pack.finalize()?;
+        // The cache key: the bound and scalar pointers and the workspace (the
+        // scratch pointers follow from the workspace).
+        ptrs.truncate(bound);
+        ptrs.push(workspace);
+        self.packed_ptrs = ptrs;
+        self.packs_built = self.packs_built.saturating_add(1);
+        let raw = pack.as_raw();
+        self.pack = Some(pack);
+        Ok(raw)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(a: usize) -> *mut c_void {
+        a as *mut c_void
+    }
+
+    /// A handle whose workspace moves when it grows, as `Handle::workspace` does.
+    struct FakeHandle {
+        ptr: usize,
+        bytes: usize,
+        asks: usize,
+    }
+    impl FakeHandle {
+        fn workspace(&mut self, need: usize) -> Result<*mut c_void> {
+            self.asks += 1;
+            if need > self.bytes {
+                self.ptr += 0x10_0000;
+                self.bytes = need;
+            }
+            Ok(p(self.ptr))
+        }
+    }
+
+    #[test]
+    fn unit_handle_workspace_is_looked_up_every_run() {
+        // Forward needs 256 B, backward 4096 B, on one handle: the backward
+        // reallocates, and the forward's next run must see the new pointer.
+        let mut h = FakeHandle {
+            ptr: 0x1000,
+            bytes: 0,
+            asks: 0,
+        };
+        let src = WorkspaceSource::Handle;
+        let (fwd1, n) = src.resolve(256, |b| h.workspace(b)).unwrap();
+        assert_eq!(n, 256);
+        let (bwd, _) = src.resolve(4096, |b| h.workspace(b)).unwrap();
+        assert_ne!(fwd1, bwd, "the backward grew the workspace");
+        let (fwd2, _) = src.resolve(256, |b| h.workspace(b)).unwrap();
+        assert_eq!(fwd2, bwd, "the forward's next run uses the live workspace");
+        assert_eq!(h.asks, 3);
+        // The pack built with fwd1 is stale for fwd2.
+        let bound = [p(0x100), p(0x200)];
+        let packed: Vec<_> = bound.iter().copied().chain([fwd1]).collect();
+        assert!(!pack_is_current(
+            &packed,
+            bound.iter().copied().chain([fwd2])
+        ));
+        assert!(pack_is_current(
+            &packed,
+            bound.iter().copied().chain([fwd1])
+        ));
+    }
+
+    #[test]
+    fn unit_other_handle_gives_its_own_workspace() {
+        let mut h1 = FakeHandle {
+            ptr: 0x1000,
+            bytes: 1 << 20,
+            asks: 0,
+        };
+        let mut h2 = FakeHandle {
+            ptr: 0x9000_0000,
+            bytes: 1 << 20,
+            asks: 0,
+        };
+        let src = WorkspaceSource::Handle;
+        let (a, _) = src.resolve(64, |b| h1.workspace(b)).unwrap();
+        let (b, _) = src.resolve(64, |b| h2.workspace(b)).unwrap();
+        assert_eq!(a, p(0x1000));
+        assert_eq!(
+            b,
+            p(0x9000_0000),
+            "handle 2's run uses handle 2's workspace"
+        );
+    }
+
+    #[test]
+    fn unit_caller_workspace_is_kept_and_handle_not_asked() {
+        let src = WorkspaceSource::Caller {
+            ptr: p(0x4000),
+            bytes: 512,
+        };
+        let mut asked = false;
+        let r = src.resolve(256, |_| {
+            asked = true;
+            Ok(p(1))
+        });
+        assert_eq!(r.unwrap(), (p(0x4000), 512));
+        assert!(!asked);
+        // No workspace needed: the handle is not asked either.
+        let r = WorkspaceSource::Handle.resolve(0, |_| {
+            asked = true;
+            Ok(p(1))
+        });
+        assert_eq!(r.unwrap(), (std::ptr::null_mut(), 0));
+        assert!(!asked);
+        assert!(!pack_is_current(&[], std::iter::empty()));
+    }
+}

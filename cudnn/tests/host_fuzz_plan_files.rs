@@ -1,0 +1,404 @@
+//! Fuzz target (host tier, in CI): every field of valid plan files for a
+//! convolution, a matmul, a layer norm, an SDPA forward and a composite SDPA
+//! backward (H200 target), mutated one at a time, loaded with
+//! `Plan::deserialize` in child processes.
+//!
+//! Asserts for every case: no crash, no panic, bounded time, and either a
+//! plan or a typed error (ours before cuDNN, or cuDNN's own status); and that
+//! enough cases get past the crate's checks to reach cuDNN. Many cases run
+//! in one child (this binary re-executed in worker mode); a child that dies
+//! is restarted after the case that killed it, which is reported.
+//!
+//! `CUDNN_RS_FUZZ_RAW=1` runs the same mutations straight into cuDNN
+//! (bypassing the crate's checks), to count what cuDNN itself does with them.
+#[path = "support/fuzz_child.rs"]
+mod fuzz_child;
+#[path = "support/graph_plans.rs"]
+mod graph_plans;
+#[path = "support/mod.rs"]
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use cudnn::Error;
+use cudnn::graph::backend::{Descriptor, attr, kind};
+use cudnn::graph::*;
+use fuzz_child::{Outcome, run_cases};
+use graph_plans::*;
+use serde_json::Value;
+use support::*;
+
+const WORKER: &str = "CUDNN_RS_FUZZ_PLAN_WORKER";
+
+/// One mutation of one plan file.
+#[derive(Clone, Debug)]
+enum Case {
+    /// Set the JSON value at a pointer.
+    Set(usize, String, Value),
+    /// Remove an object key (pointer to it).
+    Remove(usize, String),
+    /// Replace a line of the file's head (the IO signature section).
+    Line(usize, usize, String),
+}
+
+fn number_mutations(v: &Value) -> Vec<Value> {
+    let mut m = vec![
+        Value::from(0),
+        Value::from(-1),
+        Value::from(2147483648u64),
+        Value::from(i64::MIN),
+        Value::from("7"),
+    ];
+    if let Some(i) = v.as_i64() {
+        m.push(Value::from(i.wrapping_add(1)));
+    } else {
+        m.push(Value::from(1e300));
+    }
+    m
+}
+
+fn string_mutations(s: &str) -> Vec<Value> {
+    if s.len() > 256 {
+        // Compiled code and parameter blocks: emptied, cut, one byte changed.
+        let half: String = s.chars().take(s.len() / 2 / 4 * 4).collect();
+        let mut flipped = s.to_string();
+        flipped.replace_range(0..1, if s.starts_with('A') { "B" } else { "A" });
+        return vec![Value::from(""), Value::from(half), Value::from(flipped)];
+    }
+    vec![
+        Value::from(""),
+        Value::from("0"),
+        Value::from("2147483648"),
+        Value::from("CUDNN_DATA_FLOAT"),
+        Value::from(7),
+    ]
+}
+
+/// Every mutation of every field (arrays: their first 3 entries).
+fn json_cases(file: usize, v: &Value, path: &str, out: &mut Vec<Case>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                let p = format!("{path}/{}", k.replace('~', "~0").replace('/', "~1"));
+                out.push(Case::Remove(file, p.clone()));
+                json_cases(file, x, &p, out);
+            }
+            out.push(Case::Set(file, format!("{path}/zzUnknown"), Value::from(1)));
+        }
+        Value::Array(a) => {
+            if !path.is_empty() {
+                out.push(Case::Set(file, path.to_string(), Value::Array(vec![])));
+                out.push(Case::Set(
+                    file,
+                    path.to_string(),
+                    Value::from(2147483648u64),
+                ));
+                let mut longer = a.clone();
+                if let Some(first) = a.first() {
+                    longer.push(first.clone());
+                    out.push(Case::Set(file, path.to_string(), Value::Array(longer)));
+                }
+            }
+            for (i, x) in a.iter().enumerate().take(3) {
+                json_cases(file, x, &format!("{path}/{i}"), out);
+            }
+        }
+        Value::Number(_) => {
+            for m in number_mutations(v) {
+                out.push(Case::Set(file, path.to_string(), m));
+            }
+        }
+        Value::String(s) => {
+            for m in string_mutations(s) {
+                out.push(Case::Set(file, path.to_string(), m));
+            }
+        }
+        Value::Bool(b) => {
+            out.push(Case::Set(file, path.to_string(), Value::from(!b)));
+            out.push(Case::Set(file, path.to_string(), Value::from(0)));
+        }
+        Value::Null => {}
+    }
+}
+
+/// Mutations of the IO section: each tensor and scalar line, one field at a time.
+fn line_cases(file: usize, head: &str, out: &mut Vec<Case>) {
+    let lines: Vec<&str> = head.lines().collect();
+    for (i, l) in lines.iter().enumerate() {
+        let f: Vec<&str> = l.split(' ').collect();
+        let mut variants = Vec::new();
+        if f.len() == 6 {
+            // uid in|out dtype dims strides name_len
+            let swap = |k: usize, v: String| {
+                let mut g: Vec<String> = f.iter().map(|s| s.to_string()).collect();
+                g[k] = v;
+                g.join(" ")
+            };
+            variants.push(swap(
+                0,
+                format!("{}", f[0].parse::<i64>().unwrap_or(0) + 100),
+            ));
+            variants.push(swap(1, if f[1] == "in" { "out" } else { "in" }.into()));
+            variants.push(swap(2, if f[2] == "f32" { "f16" } else { "f32" }.into()));
+            let dims: Vec<i64> = f[3].split(',').filter_map(|x| x.parse().ok()).collect();
+            if let Some(d0) = dims.first() {
+                let mut d = dims.clone();
+                d[0] = d0 * 4;
+                variants.push(swap(
+                    3,
+                    d.iter()
+                        .map(|x| x.to_string())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                ));
+            }
+            let strides: Vec<i64> = f[4].split(',').filter_map(|x| x.parse().ok()).collect();
+            if let Some(s0) = strides.first() {
+                let mut s = strides.clone();
+                s[0] = s0 + 1;
+                variants.push(swap(
+                    4,
+                    s.iter()
+                        .map(|x| x.to_string())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                ));
+            }
+        } else if f.len() == 3 && f[1].len() <= 4 && f[0].parse::<i64>().is_ok() {
+            // A scalar: uid dtype bits.
+            variants.push(format!(
+                "{} {} {}",
+                f[0],
+                if f[1] == "f32" { "f16" } else { "f32" },
+                f[2]
+            ));
+            variants.push(format!(
+                "{} {} {}",
+                f[0].parse::<i64>().unwrap_or(0) + 100,
+                f[1],
+                f[2]
+            ));
+        } else if f.len() == 2 && f[0] == "cudnn" {
+            variants.push("cudnn 90000".to_string());
+        }
+        for v in variants {
+            out.push(Case::Line(file, i, v));
+        }
+    }
+}
+
+fn all_cases(files: &[String]) -> Result<Vec<Case>, String> {
+    let mut out = Vec::new();
+    for (i, f) in files.iter().enumerate() {
+        let (head, json) = split_plan_file(f).ok_or("plan file without JSON")?;
+        let v: Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        json_cases(i, &v, "", &mut out);
+        line_cases(i, head, &mut out);
+    }
+    Ok(out)
+}
+
+/// The mutated plan file of a case.
+fn apply(files: &[String], case: &Case) -> Option<String> {
+    let file = match case {
+        Case::Set(f, ..) | Case::Remove(f, _) | Case::Line(f, ..) => files.get(*f)?,
+    };
+    let (head, json) = split_plan_file(file)?;
+    match case {
+        Case::Line(_, i, l) => {
+            let mut lines: Vec<&str> = head.lines().collect();
+            *lines.get_mut(*i)? = l;
+            Some(with_json(&format!("{}\n", lines.join("\n")), json))
+        }
+        Case::Set(_, p, v) => {
+            let mut doc: Value = serde_json::from_str(json).ok()?;
+            let (parent, key) = p.rsplit_once('/')?;
+            match doc.pointer_mut(parent)? {
+                Value::Object(m) => {
+                    m.insert(key.replace("~1", "/").replace("~0", "~"), v.clone());
+                }
+                other => *other.pointer_mut(&format!("/{key}"))? = v.clone(),
+            }
+            Some(with_json(head, &doc.to_string()))
+        }
+        Case::Remove(_, p) => {
+            let mut doc: Value = serde_json::from_str(json).ok()?;
+            let (parent, key) = p.rsplit_once('/')?;
+            doc.pointer_mut(parent)?
+                .as_object_mut()?
+                .remove(&key.replace("~1", "/").replace("~0", "~"));
+            Some(with_json(head, &doc.to_string()))
+        }
+    }
+}
+
+fn describe(files: &[(String, String)], case: &Case) -> String {
+    let name = |f: &usize| {
+        files
+            .get(*f)
+            .map(|x| x.0.as_str())
+            .unwrap_or("?")
+            .to_string()
+    };
+    match case {
+        Case::Set(f, p, v) => format!("{} {p} = {}", name(f), short(&v.to_string())),
+        Case::Remove(f, p) => format!("{} remove {p}", name(f)),
+        Case::Line(f, i, l) => format!("{} line {i} = {l}", name(f)),
+    }
+}
+
+fn short(s: &str) -> String {
+    if s.len() > 60 {
+        format!(
+            "{}...",
+            &s[..s.char_indices().nth(60).map(|c| c.0).unwrap_or(s.len())]
+        )
+    } else {
+        s.to_string()
+    }
+}
+
+/// Load one case: through the crate, or (raw) straight into cuDNN.
+fn load_case(text: &str, raw: bool, t: &Target) -> Outcome {
+    let r = if raw {
+        raw_finalize(text)
+    } else {
+        Plan::deserialize(text, t).map(|_| ())
+    };
+    match r {
+        Ok(()) => Outcome::Accepted,
+        Err(Error::Cudnn { .. }) => Outcome::RefusedByLibrary,
+        Err(
+            e
+            @ (Error::InvalidArgument { .. } | Error::Mismatch { .. } | Error::Unsupported { .. }),
+        ) => Outcome::Typed(e.to_string()),
+        Err(e) => Outcome::Untyped(format!("{e:?}")),
+    }
+}
+
+fn raw_finalize(text: &str) -> cudnn::Result<()> {
+    let json = split_plan_file(text).map(|x| x.1).unwrap_or("{}");
+    let mut props = Descriptor::<kind::DeviceProp>::new()?;
+    let mut pj = DeviceSpec::h200().to_json().into_bytes();
+    pj.push(0);
+    props.set(attr::DEVICEPROP_JSON_REPRESENTATION, &pj)?;
+    props.finalize()?;
+    let mut p = Descriptor::<kind::ExecutionPlan>::new()?;
+    p.set_descriptors(attr::EXECUTION_PLAN_DEVICEPROP, &[&props])?;
+    let mut bytes = json.as_bytes().to_vec();
+    bytes.retain(|&b| b != 0);
+    bytes.push(0);
+    p.set(attr::EXECUTION_PLAN_JSON_REPRESENTATION, &bytes)?;
+    p.finalize()
+}
+
+fn read_files(dir: &Path) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| e.to_string())?
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    names.sort();
+    for p in names {
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        out.push((
+            name,
+            std::fs::read_to_string(&p).map_err(|e| e.to_string())?,
+        ));
+    }
+    Ok(out)
+}
+
+fn main() {
+    if let Ok(args) = std::env::var(WORKER) {
+        // Worker: dir, first case, end.
+        let a: Vec<&str> = args.split('\u{1}').collect();
+        let code = (|| -> Result<(), String> {
+            let [dir, start, end] = a.as_slice() else {
+                return Err("worker arguments".into());
+            };
+            let files = read_files(Path::new(dir))?;
+            let texts: Vec<String> = files.iter().map(|f| f.1.clone()).collect();
+            let cases = all_cases(&texts)?;
+            let raw = std::env::var("CUDNN_RS_FUZZ_RAW").is_ok_and(|v| v == "1");
+            let t = Target::preset("h200").map_err(|e| e.to_string())?;
+            let (start, end): (usize, usize) = (
+                start.parse().map_err(|_| "start")?,
+                end.parse().map_err(|_| "end")?,
+            );
+            fuzz_child::worker(start, end.min(cases.len()), |i| {
+                let text = cases
+                    .get(i)
+                    .and_then(|c| apply(&texts, c))
+                    .unwrap_or_default();
+                load_case(&text, raw, &t)
+            });
+            Ok(())
+        })();
+        std::process::exit(i32::from(code.is_err()));
+    }
+
+    let t = vec![host("fuzz_plan_file_mutations", || {
+        if !can_plan() {
+            eprintln!("  this cuDNN cannot plan graphs (needs >= 9.8): nothing to fuzz");
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        let target = Target::preset("h200")?;
+        let dir = std::env::temp_dir().join(format!("cudnn-rs-fuzz-plans-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        for (i, (name, text)) in plan_files(&target)?.into_iter().enumerate() {
+            std::fs::write(dir.join(format!("{i}-{name}.plan")), text)?;
+        }
+        let files = read_files(&dir)?;
+        let texts: Vec<String> = files.iter().map(|f| f.1.clone()).collect();
+        let cases = all_cases(&texts)?;
+        eprintln!(
+            "  {} plan files ({}), {} mutations, built in {:.1} s",
+            files.len(),
+            files
+                .iter()
+                .map(|f| f.0.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            cases.len(),
+            t0.elapsed().as_secs_f64()
+        );
+        let report = run_cases(WORKER, &dir.to_string_lossy(), cases.len(), 2, |i| {
+            cases
+                .get(i)
+                .map(|c| describe(&files, c))
+                .unwrap_or_default()
+        })?;
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut per_file: BTreeMap<String, [usize; 3]> = BTreeMap::new();
+        for (i, o) in report.outcomes.iter().enumerate() {
+            let f = match cases.get(i) {
+                Some(Case::Set(f, ..) | Case::Remove(f, _) | Case::Line(f, ..)) => *f,
+                None => continue,
+            };
+            let e = per_file.entry(files[f].0.clone()).or_default();
+            match o {
+                Some(Outcome::Accepted) => e[0] += 1,
+                Some(Outcome::RefusedByLibrary) => e[1] += 1,
+                _ => e[2] += 1,
+            }
+        }
+        for (f, [ok, lib, typed]) in &per_file {
+            eprintln!("    {f}: {ok} loaded, {lib} refused by cuDNN, {typed} refused by the crate");
+        }
+        let checked = report.print_and_check(cases.len() / 20, std::time::Duration::from_secs(20));
+        if std::env::var("CUDNN_RS_FUZZ_RAW").is_ok_and(|v| v == "1") {
+            eprintln!("  (raw mode: cuDNN without the crate's checks; counts only)");
+            return Ok(());
+        }
+        Ok(checked?)
+    })];
+    run(t)
+}

@@ -1,0 +1,550 @@
+//! Host tier for plan files, plan caches and the driver stub: no GPU, the
+//! real cuDNN (>= 9.8). Plan JSON is checked against its tensor list and an
+//! allow-list before cuDNN sees it (each crash reproducer is first shown to
+//! crash cuDNN in a child process, then to be a typed error through the
+//! crate); files record the cuDNN version; the cache saves atomically under
+//! concurrency and counts rebuilds; a plan's descriptor cannot deadlock its
+//! own thread; the driver stub ignores what others planted at its old path.
+#[path = "support/graph_plans.rs"]
+mod graph_plans;
+#[path = "support/mod.rs"]
+mod support;
+
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use cudnn::Error;
+use cudnn::graph::backend::{Descriptor, attr, kind};
+use cudnn::graph::*;
+use graph_plans::*;
+use libtest_mimic::Failed;
+use serde_json::Value;
+use support::*;
+
+const CHILD: &str = "CUDNN_RS_GRAPH_FILES_CHILD";
+
+fn host9(name: &str, f: impl FnOnce() -> TestResult + Send + 'static) -> libtest_mimic::Trial {
+    if libs_missing().is_none() && !can_plan() {
+        eprintln!("skipped: host::{name}: needs cuDNN >= 9.8 (this stack has an older cuDNN)");
+        return libtest_mimic::Trial::test(format!("host::{name}"), f).with_ignored_flag(true);
+    }
+    host(name, f)
+}
+
+fn h200() -> cudnn::Result<Target> {
+    Target::preset("h200")
+}
+
+fn typed(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::InvalidArgument { .. } | Error::Mismatch { .. } | Error::Unsupported { .. }
+    )
+}
+
+/// The three JSON edits that crashed cuDNN 9.28.1 (issue 19), each with
+/// the graph whose plan it edits.
+type GraphFn = fn() -> cudnn::Result<Graph>;
+fn crash_edits() -> Vec<(&'static str, GraphFn, &'static str, Value)> {
+    vec![
+        (
+            "conv: nodes = 2147483648 (SIGSEGV)",
+            || conv(8),
+            "/operationGraph/nodes",
+            Value::from(2147483648u64),
+        ),
+        (
+            "conv: a node's W = \"\" (SIGABRT)",
+            || conv(8),
+            "/operationGraph/nodes/0/W",
+            Value::from(""),
+        ),
+        (
+            "matmul: a tensor dim = 0 (SIGFPE)",
+            matmul,
+            "/operationGraph/tensors/1/dim/0",
+            Value::from(0),
+        ),
+    ]
+}
+
+fn edit(json: &str, path: &str, v: Value) -> Result<String, Failed> {
+    let mut doc: Value = serde_json::from_str(json)?;
+    *doc.pointer_mut(path).ok_or(format!("no {path}"))? = v;
+    Ok(doc.to_string())
+}
+
+fn conv_plan() -> cudnn::Result<Plan> {
+    Ok(Plan::build(&conv(8)?.build()?, &h200()?, &Policy::default())?.0)
+}
+
+/// Child: finalize a plan JSON (read from the file named) straight through
+/// the backend API, as cuDNN would see it without the crate's check.
+fn child_raw_finalize(path: &str) -> i32 {
+    let r = (|| -> cudnn::Result<()> {
+        let json =
+            std::fs::read_to_string(path).map_err(|e| Error::invalid("path", "readable", e))?;
+        let _ = cudnn::graph::driver::ensure()?;
+        let mut props = Descriptor::<kind::DeviceProp>::new()?;
+        let mut pj = DeviceSpec::h200().to_json().into_bytes();
+        pj.push(0);
+        props.set(attr::DEVICEPROP_JSON_REPRESENTATION, &pj)?;
+        props.finalize()?;
+        let mut p = Descriptor::<kind::ExecutionPlan>::new()?;
+        p.set_descriptors(attr::EXECUTION_PLAN_DEVICEPROP, &[&props])?;
+        let mut bytes = json.into_bytes();
+        bytes.push(0);
+        p.set(attr::EXECUTION_PLAN_JSON_REPRESENTATION, &bytes)?;
+        p.finalize()
+    })();
+    println!("raw finalize: {r:?}");
+    0
+}
+
+/// Child: plant a folder or a link at the driver stub's old path, then plan.
+fn child_planted(mode: &str, target_dir: &str) -> i32 {
+    let old = std::env::temp_dir().join(format!("cudnn-rs-driver-stub-{}", std::process::id()));
+    let planted = b"planted by another user\n";
+    let setup = match mode {
+        "folder" => std::fs::create_dir(&old)
+            .and_then(|()| std::fs::write(old.join("libcuda.so.1"), planted)),
+        _ => std::os::unix::fs::symlink(target_dir, &old),
+    };
+    if let Err(e) = setup {
+        println!("setup failed: {e}");
+        return 2;
+    }
+    let r = (|| -> cudnn::Result<String> {
+        let d = cudnn::graph::driver::ensure()?;
+        let (p, _) = Plan::build(&conv_plain(2)?.build()?, &h200()?, &Policy::default())?;
+        Ok(format!("{d:?}, plan workspace {}", p.workspace_size()))
+    })();
+    let untouched = match mode {
+        "folder" => std::fs::read(old.join("libcuda.so.1")).is_ok_and(|b| b == planted),
+        _ => std::fs::read_dir(target_dir).is_ok_and(|mut d| d.next().is_none()),
+    };
+    let _ = std::fs::remove_file(old.join("libcuda.so.1"));
+    let _ = std::fs::remove_dir(&old);
+    let _ = std::fs::remove_file(&old);
+    println!("result: {r:?}; planted untouched: {untouched}");
+    i32::from(!(r.is_ok() && untouched))
+}
+
+fn spawn(args: &[&str]) -> Result<std::process::Output, Failed> {
+    Ok(Command::new(std::env::current_exe()?)
+        .env(CHILD, args.join("\u{1}"))
+        .output()?)
+}
+
+fn main() {
+    if let Ok(args) = std::env::var(CHILD) {
+        let a: Vec<&str> = args.split('\u{1}').collect();
+        std::process::exit(match a.as_slice() {
+            ["raw", path] => child_raw_finalize(path),
+            ["planted", mode, dir] => child_planted(mode, dir),
+            _ => 3,
+        });
+    }
+    let mut t = vec![];
+
+    t.push(host9("plan_json_crash_reproducers_are_typed_errors", || {
+        use std::os::unix::process::ExitStatusExt;
+        let t = h200()?;
+        let dir = std::env::temp_dir().join(format!("cudnn-rs-h19-repro-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let mut crashed = 0;
+        for (label, graph, path, v) in crash_edits() {
+            let g = graph()?;
+            let c = PlanCache::new(4);
+            let p = c.get_or_build(&g, &t, &Policy::default())?;
+            let bad = edit(&p.cudnn_json()?, path, v)?;
+            // 1. cuDNN itself, in a child process.
+            let f = dir.join("bad.json");
+            std::fs::write(&f, &bad)?;
+            let out = spawn(&["raw", &f.to_string_lossy()])?;
+            let signal = out.status.signal();
+            eprintln!(
+                "  {label}: cuDNN without the check: {}",
+                match signal {
+                    Some(s) => format!("killed by signal {s}"),
+                    None => String::from_utf8_lossy(&out.stdout).trim().to_string(),
+                }
+            );
+            crashed += usize::from(signal.is_some());
+            // 2. Through the crate: a typed error, quickly, by every entry point.
+            let t0 = Instant::now();
+            let r1 = Plan::from_cudnn_json(&bad, &t, Arc::new(p.io().clone()));
+            let file = p.serialize()?;
+            let (head, _) = split_plan_file(&file).ok_or("plan file without JSON")?;
+            let r2 = Plan::deserialize(&with_json(head, &bad), &t);
+            let text = c.to_text()?;
+            let (h, _) = split_plan_file(&text).ok_or("cache text without JSON")?;
+            let r3 = PlanCache::new(4).load_text(&with_json(h, &bad), &t);
+            let took = t0.elapsed();
+            for (what, r) in [
+                ("from_cudnn_json", r1.map(|_| ())),
+                ("deserialize", r2.map(|_| ())),
+                ("load_text", r3.map(|_| ())),
+            ] {
+                match r {
+                    Err(e) if typed(&e) => eprintln!("    {what}: {e}"),
+                    other => return Err(format!("{label}: {what}: {other:?}").into()),
+                }
+            }
+            ensure!(took < Duration::from_secs(20), "{label}: took {took:?}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        eprintln!("  {crashed} of 3 edits crash cuDNN itself here; all 3 are typed errors through the crate");
+        Ok(())
+    }));
+
+    t.push(host9(
+        "plan_json_disagreeing_with_tensor_list_is_refused",
+        || {
+            let t = h200()?;
+            // The measured case: an N=8 conv's tensor list with an N=32 conv's plan.
+            let p8 = conv_plan()?;
+            let (p32, _) = Plan::build(&conv(32)?.build()?, &t, &Policy::default())?;
+            let file8 = p8.serialize()?;
+            let (head8, _) = split_plan_file(&file8).ok_or("no JSON")?;
+            let swapped = with_json(head8, &p32.cudnn_json()?);
+            match Plan::deserialize(&swapped, &t) {
+                Err(Error::Mismatch {
+                    what,
+                    expected,
+                    got,
+                }) => {
+                    eprintln!("  N=8 list, N=32 plan: {what}: {expected} vs {got}");
+                    ensure!(
+                        what.contains("uid 1")
+                            && what.contains("dim")
+                            && expected.contains("[8,")
+                            && got.contains("[32,"),
+                        "{what} {expected} {got}"
+                    );
+                }
+                other => return Err(format!("N=8/N=32 accepted or untyped: {other:?}").into()),
+            }
+            // One field at a time, through the JSON.
+            let json = p8.cudnn_json()?;
+            let io = Arc::new(p8.io().clone());
+            let cases: Vec<(&str, &str, Value, &str)> = vec![
+                (
+                    "x dtype",
+                    "/operationGraph/tensors/0/dataType",
+                    "CUDNN_DATA_FLOAT".into(),
+                    "dataType",
+                ),
+                (
+                    "x stride",
+                    "/operationGraph/tensors/0/stride/0",
+                    Value::from(50177),
+                    "stride",
+                ),
+                (
+                    "x by value",
+                    "/operationGraph/tensors/0/isByValue",
+                    true.into(),
+                    "isByValue",
+                ),
+                (
+                    "x virtual",
+                    "/operationGraph/tensors/0/isVirtual",
+                    true.into(),
+                    "isVirtual",
+                ),
+                (
+                    "x uid",
+                    "/operationGraph/tensors/0/name",
+                    "77".into(),
+                    "uid",
+                ),
+                (
+                    "scale not by value",
+                    "/operationGraph/tensors/3/isByValue",
+                    false.into(),
+                    "isByValue",
+                ),
+                (
+                    "scale dtype",
+                    "/operationGraph/tensors/3/dataType",
+                    "CUDNN_DATA_HALF".into(),
+                    "dataType",
+                ),
+                (
+                    "virtual made real",
+                    "/operationGraph/tensors/2/isVirtual",
+                    false.into(),
+                    "role",
+                ),
+            ];
+            for (label, path, v, field) in cases {
+                let bad = edit(&json, path, v)?;
+                match Plan::from_cudnn_json(&bad, &t, io.clone()) {
+                    Err(e) if typed(&e) => {
+                        let s = e.to_string();
+                        eprintln!("  {label}: {s}");
+                        ensure!(
+                            s.contains(field) || s.contains("must name a tensor"),
+                            "{label}: {s}"
+                        );
+                    }
+                    other => return Err(format!("{label}: {other:?}").into()),
+                }
+            }
+            // Scratch tensors (composite SDPA backward): a size that disagrees.
+            if let Ok(og) = sdpa(true)?.build() {
+                let (p, _) = Plan::build(&og, &t, &Policy::default())?;
+                let mut io = p.io().clone();
+                ensure!(
+                    !io.scratch.is_empty(),
+                    "the composite backward keeps scratch tensors"
+                );
+                io.scratch[0].1 += 256;
+                match Plan::from_cudnn_json(&p.cudnn_json()?, &t, Arc::new(io)) {
+                    Err(Error::Mismatch { what, .. }) if what.contains("span") => {
+                        eprintln!("  scratch size: {what}")
+                    }
+                    other => return Err(format!("scratch size: {other:?}").into()),
+                }
+                // And the right one loads.
+                Plan::from_cudnn_json(&p.cudnn_json()?, &t, Arc::new(p.io().clone()))?;
+            }
+            Ok(())
+        },
+    ));
+
+    t.push(host9("plan_files_record_the_cudnn_version", || {
+        let t = h200()?;
+        let p = conv_plan()?;
+        let file = p.serialize()?;
+        let v = cudnn::sys::cudnn::load()?
+            .info()
+            .version
+            .ok_or("no version")?;
+        let n = v.major * 10000 + v.minor * 100 + v.patch;
+        ensure!(file.starts_with("cudnn-rs plan v2\n"), "header");
+        ensure!(file.contains(&format!("\ncudnn {n}\n")), "no cudnn line");
+        // Another cuDNN: refused, naming both.
+        let other = file.replacen(&format!("\ncudnn {n}\n"), "\ncudnn 90000\n", 1);
+        match Plan::deserialize(&other, &t) {
+            Err(Error::Unsupported { what, .. }) => {
+                ensure!(
+                    what.contains("9.0.0") && what.contains(&v.to_string()),
+                    "{what}"
+                )
+            }
+            other => return Err(format!("foreign cuDNN: {other:?}").into()),
+        }
+        // Format 1 (no version line): read, its JSON's cudnnVersion checked.
+        let v1 = file
+            .replacen("cudnn-rs plan v2\n", "cudnn-rs plan v1\n", 1)
+            .replacen(&format!("\ncudnn {n}\n"), "\n", 1);
+        Plan::deserialize(&v1, &t)?;
+        let (h1, j1) = split_plan_file(&v1).ok_or("no JSON")?;
+        let old = with_json(
+            h1,
+            &j1.replacen(
+                &format!("\"cudnnVersion\":{n}"),
+                "\"cudnnVersion\":90000",
+                1,
+            ),
+        );
+        ensure!(old != v1, "edit applied");
+        ensure!(
+            Plan::deserialize(&old, &t).is_err(),
+            "v1 file of another cuDNN loaded"
+        );
+        // A cache file: the foreign entry is skipped with its reason, the rest loads.
+        let c = PlanCache::new(4);
+        c.get_or_build(&conv_plain(2)?, &t, &Policy::default())?;
+        c.get_or_build(&conv_plain(4)?, &t, &Policy::default())?;
+        let text = c.to_text()?;
+        let mixed = text.replacen(&format!("\ncudnn {n}\n"), "\ncudnn 91000\n", 1);
+        let r = PlanCache::new(4).load_text(&mixed, &t)?;
+        eprintln!("  mixed cache file: {r:?}");
+        ensure!(r.loaded == 1 && r.skipped.len() == 1, "{r:?}");
+        ensure!(
+            r.skipped[0].index == 0 && r.skipped[0].reason.contains("9.10.0"),
+            "{r:?}"
+        );
+        // A format-1 cache file loads.
+        let v1c = text
+            .replacen("cudnn-rs plan cache v2\n", "cudnn-rs plan cache v1\n", 1)
+            .replace(&format!("\ncudnn {n}\n"), "\n");
+        ensure!(
+            PlanCache::new(4).load_text(&v1c, &t)?.loaded == 2,
+            "v1 cache file"
+        );
+        Ok(())
+    }));
+
+    t.push(host9("plan_cache_concurrent_save_and_load", || {
+        let t = h200()?;
+        let c = Arc::new(PlanCache::new(8));
+        c.get_or_build(&conv_plain(2)?, &t, &Policy::default())?;
+        c.get_or_build(&conv_plain(4)?, &t, &Policy::default())?;
+        let dir = std::env::temp_dir().join(format!("cudnn-rs-h19-cache-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let path = Arc::new(dir.join("plans.tmp"));
+        c.save(&path)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (saves, loads, failures) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(std::sync::Mutex::new(Vec::<String>::new())),
+        );
+        let mut hs = vec![];
+        for i in 0..4 {
+            let (c, path, stop, saves, loads, failures, t) = (
+                c.clone(),
+                path.clone(),
+                stop.clone(),
+                saves.clone(),
+                loads.clone(),
+                failures.clone(),
+                t.clone(),
+            );
+            hs.push(std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let r = if i < 2 {
+                        c.save(&path).map(|()| saves.fetch_add(1, Ordering::Relaxed))
+                    } else {
+                        match PlanCache::new(8).load(&path, &t) {
+                            Ok(r) if r.loaded == 2 => Ok(loads.fetch_add(1, Ordering::Relaxed)),
+                            Ok(r) => Err(Error::invalid("load", "2 plans", format!("{r:?}"))),
+                            Err(e) => Err(e),
+                        }
+                    };
+                    if let Err(e) = r
+                        && let Ok(mut f) = failures.lock()
+                    {
+                        f.push(format!("{}: {e}", if i < 2 { "save" } else { "load" }));
+                    }
+                }
+            }));
+        }
+        std::thread::sleep(Duration::from_secs(3));
+        stop.store(true, Ordering::Relaxed);
+        for h in hs {
+            h.join().map_err(|_| "a thread panicked")?;
+        }
+        let failures = failures.lock().map_err(|_| "poisoned")?.clone();
+        let (s, l) = (saves.load(Ordering::Relaxed), loads.load(Ordering::Relaxed));
+        eprintln!("  3 s, 2 savers and 2 loaders on one `.tmp` path: {s} saves, {l} full loads, {} failures", failures.len());
+        let leftovers: Vec<_> = std::fs::read_dir(&dir)?.flatten().map(|e| e.file_name()).collect();
+        let _ = std::fs::remove_dir_all(&dir);
+        ensure!(failures.is_empty(), "failures: {:?}", &failures[..failures.len().min(5)]);
+        ensure!(s > 10 && l > 10, "too few operations: {s} saves, {l} loads");
+        ensure!(leftovers.len() == 1, "temporary files left: {leftovers:?}");
+        Ok(())
+    }));
+
+    t.push(host9("with_descriptor_reentry_is_a_typed_error", || {
+        let p = Arc::new(conv_plan()?);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let q = p.clone();
+        std::thread::spawn(move || {
+            let r = q.with_descriptor(|d| {
+                let ws = d.get_one(attr::EXECUTION_PLAN_WORKSPACE_SIZE);
+                (
+                    ws.is_ok(),
+                    q.serialize().err(),
+                    q.cudnn_json().err(),
+                    q.with_descriptor(|_| ()).err(),
+                )
+            });
+            let _ = tx.send(r.map(|(a, b, c, d)| {
+                (
+                    a,
+                    b.map(|e| e.to_string()),
+                    c.map(|e| e.to_string()),
+                    d.map(|e| e.to_string()),
+                )
+            }));
+        });
+        let (ws_ok, ser, json, nested) = rx
+            .recv_timeout(Duration::from_secs(30))
+            .map_err(|_| "deadlock: with_descriptor + serialize did not return in 30 s")??;
+        ensure!(ws_ok, "the descriptor is usable inside the closure");
+        for (what, e) in [
+            ("serialize", ser),
+            ("cudnn_json", json),
+            ("nested with_descriptor", nested),
+        ] {
+            let e = e.ok_or(format!("{what} inside with_descriptor succeeded"))?;
+            ensure!(e.contains("held by this thread"), "{what}: {e}");
+        }
+        // Released afterwards, on this and other threads.
+        p.serialize()?;
+        p.with_descriptor(|_| ())?;
+        Ok(())
+    }));
+
+    t.push(host9(
+        "plan_cache_prefers_cheap_evictions_and_counts_rebuilds",
+        || {
+            let t = h200()?;
+            let pol = Policy::default();
+            let c = PlanCache::new(2);
+            let mm = c.get_or_build(&matmul()?, &t, &pol)?;
+            let a = c.get_or_build(&conv_plain(2)?, &t, &pol)?;
+            ensure!(
+                mm.is_runtime_compiled() && !a.is_runtime_compiled(),
+                "matmul runtime-compiled, plain conv not"
+            );
+            // A third plan: the oldest entry is the matmul, but the cheap conv goes.
+            c.get_or_build(&conv_plain(4)?, &t, &pol)?;
+            ensure!(
+                c.get(&matmul()?, &t, &pol).is_some(),
+                "the runtime-compiled plan was evicted"
+            );
+            ensure!(
+                c.get(&conv_plain(2)?, &t, &pol).is_none(),
+                "the cheap plan stayed"
+            );
+            c.get_or_build(&conv_plain(2)?, &t, &pol)?;
+            let s = c.stats();
+            eprintln!("  {s:?}");
+            ensure!(
+                s.builds == 4
+                    && s.rebuilds == 1
+                    && s.runtime_compiled_rebuilds == 0
+                    && s.evictions == 2,
+                "{s:?}"
+            );
+            Ok(())
+        },
+    ));
+
+    t.push(host9(
+        "driver_stub_ignores_a_planted_folder_or_link",
+        || {
+            if cudnn::graph::driver::ensure()? == cudnn::graph::driver::Driver::Real {
+                eprintln!(
+                    "  a real driver is loaded here: the stub is not used (nothing to check)"
+                );
+                return Ok(());
+            }
+            let target_dir = std::env::temp_dir()
+                .join(format!("cudnn-rs-h19-link-target-{}", std::process::id()));
+            std::fs::create_dir_all(&target_dir)?;
+            for mode in ["folder", "link"] {
+                let out = spawn(&["planted", mode, &target_dir.to_string_lossy()])?;
+                let text = String::from_utf8_lossy(&out.stdout);
+                eprintln!("  {mode} at the old path: {}", text.trim());
+                ensure!(out.status.success(), "{mode}: {text}");
+                ensure!(
+                    text.contains("/proc/self/fd/"),
+                    "{mode}: the stub was not loaded from a memory file: {text}"
+                );
+            }
+            let _ = std::fs::remove_dir_all(&target_dir);
+            Ok(())
+        },
+    ));
+
+    run(t)
+}

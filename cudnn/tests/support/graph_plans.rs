@@ -1,0 +1,129 @@
+//! Valid plans of every graph family, for the plan-file tests and fuzz
+//! targets: convolution (+ scale), matmul (+ relu), layer norm, SDPA
+//! forward (native, causal, training) and SDPA backward (composite, with
+//! scratch tensors in the workspace).
+#![allow(dead_code)]
+
+use cudnn::Result;
+use cudnn::graph::*;
+
+/// `(name, graph)` of every family.
+pub fn graphs() -> Result<Vec<(&'static str, Graph)>> {
+    Ok(vec![
+        ("conv", conv(8)?),
+        ("matmul", matmul()?),
+        ("norm", norm()?),
+        ("sdpa_fwd", sdpa(false)?),
+        ("sdpa_bwd", sdpa(true)?),
+    ])
+}
+
+/// A conv fprop (NHWC f16, batch `n`) followed by a scale (a by-value scalar).
+pub fn conv(n: i64) -> Result<Graph> {
+    let mut g = Graph::new();
+    let x = g.input("x", TensorSpec::nhwc(DType::F16, &[n, 64, 28, 28])?)?;
+    let w = g.input("w", TensorSpec::nhwc(DType::F16, &[64, 64, 3, 3])?)?;
+    let y = g.conv_fprop(x, w, &ConvParams::new_2d([1, 1], [1, 1], [1, 1]))?;
+    let y = g.scale(y, 0.5)?;
+    g.output(y, DType::F16)?;
+    g.rename(y, "y")?;
+    Ok(g)
+}
+
+/// A plain conv fprop (f32 NCHW, precompiled engines), batch `n`.
+pub fn conv_plain(n: i64) -> Result<Graph> {
+    let mut g = Graph::new();
+    let x = g.input("x", TensorSpec::nchw(DType::F32, &[n, 8, 16, 16])?)?;
+    let w = g.input("w", TensorSpec::nchw(DType::F32, &[8, 8, 3, 3])?)?;
+    let y = g.conv_fprop(x, w, &ConvParams::new_2d([1, 1], [1, 1], [1, 1]))?;
+    g.output(y, DType::F32)?;
+    g.rename(y, "y")?;
+    Ok(g)
+}
+
+pub fn matmul() -> Result<Graph> {
+    let mut g = Graph::new();
+    let a = g.input("a", TensorSpec::row_major(DType::BF16, &[4, 128, 64])?)?;
+    let b = g.input("b", TensorSpec::row_major(DType::BF16, &[4, 64, 256])?)?;
+    let c = g.matmul(a, b)?;
+    let c = g.relu(c)?;
+    g.output(c, DType::BF16)?;
+    g.rename(c, "c")?;
+    Ok(g)
+}
+
+pub fn norm() -> Result<Graph> {
+    let mut g = Graph::new();
+    let x = g.input("x", TensorSpec::row_major(DType::BF16, &[256, 768, 1, 1])?)?;
+    let s = g.input("scale", TensorSpec::row_major(DType::F32, &[1, 768, 1, 1])?)?;
+    let b = g.input("bias", TensorSpec::row_major(DType::F32, &[1, 768, 1, 1])?)?;
+    let n = g.layer_norm(x, s, b, 1e-5, NormPhase::Training)?;
+    g.output(n.y, DType::BF16)?;
+    Ok(g)
+}
+
+pub fn sdpa_config() -> SdpaConfig {
+    SdpaConfig::new(2, 4, 128, 64, DType::BF16)
+        .training(true)
+        .causal(true)
+}
+
+/// SDPA forward (native where the loaded cuDNN has it), or the composite
+/// backward (scratch tensors in the workspace).
+pub fn sdpa(backward: bool) -> Result<Graph> {
+    let mut g = Graph::new();
+    if backward {
+        let cfg = sdpa_config().implementation(SdpaImpl::Composite);
+        let q = g.input("q", cfg.q_spec()?)?;
+        let k = g.input("k", cfg.k_spec()?)?;
+        let v = g.input("v", cfg.v_spec()?)?;
+        let o = g.input("o", cfg.o_spec()?)?;
+        let d_o = g.input("do", cfg.o_spec()?)?;
+        let st = g.input("stats", cfg.stats_spec()?)?;
+        let b = g.sdpa_backward(q, k, v, o, d_o, st, &cfg)?;
+        g.rename(b.dq, "dq")?;
+        g.rename(b.dk, "dk")?;
+        g.rename(b.dv, "dv")?;
+    } else {
+        let cfg = sdpa_config();
+        let q = g.input("q", cfg.q_spec()?)?;
+        let k = g.input("k", cfg.k_spec()?)?;
+        let v = g.input("v", cfg.v_spec()?)?;
+        let f = g.sdpa_forward(q, k, v, &cfg)?;
+        g.rename(f.o, "o")?;
+    }
+    Ok(g)
+}
+
+/// The plan file of every family for `target` (families the loaded cuDNN
+/// cannot plan are left out, with a note on stderr).
+pub fn plan_files(target: &Target) -> Result<Vec<(&'static str, String)>> {
+    let mut out = Vec::new();
+    for (name, g) in graphs()? {
+        match Plan::build(&g.build()?, target, &Policy::default()) {
+            Ok((p, _)) => out.push((name, p.serialize()?)),
+            Err(e) => eprintln!("  note: no {name} plan here: {e}"),
+        }
+    }
+    Ok(out)
+}
+
+/// Split a plan file into (everything before the JSON, the JSON).
+pub fn split_plan_file(file: &str) -> Option<(&str, &str)> {
+    let at = file.find("\njson ")?;
+    let head = &file[..at + 1];
+    let rest = &file[at + 1..];
+    let nl = rest.find('\n')?;
+    let json = rest[nl + 1..].strip_suffix('\n')?;
+    Some((head, json))
+}
+
+/// A plan file with its JSON replaced.
+pub fn with_json(head: &str, json: &str) -> String {
+    format!("{head}json {}\n{json}\n", json.len())
+}
+
+/// Whether the loaded cuDNN can plan graphs here (>= 9.8).
+pub fn can_plan() -> bool {
+    cudnn::graph::require_graph_support().is_ok()
+}
