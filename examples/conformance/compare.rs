@@ -1,0 +1,315 @@
+//! Comparing two cuDNN plan JSONs of the same graph (the crate's and the
+//! frontend's): the non-virtual tensors matched by role, the nodes with
+//! their tensor references normalized, and the uid maps the cross-loads use.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::Value;
+
+/// A tensor of a plan JSON.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JTensor {
+    pub dims: Vec<i64>,
+    pub strides: Vec<i64>,
+    pub dtype: String,
+    pub is_virtual: bool,
+    pub by_value: bool,
+}
+
+fn ints(v: &Value) -> Vec<i64> {
+    v.as_array()
+        .map(|a| a.iter().filter_map(Value::as_i64).collect())
+        .unwrap_or_default()
+}
+
+/// Every tensor of the graph and its subgraphs, by uid.
+pub fn tensors(plan: &Value) -> BTreeMap<i64, JTensor> {
+    let mut out = BTreeMap::new();
+    fn walk(v: &Value, out: &mut BTreeMap<i64, JTensor>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::Array(ts)) = m.get("tensors") {
+                    for t in ts {
+                        let Some(uid) = t
+                            .get("name")
+                            .and_then(Value::as_str)
+                            .and_then(|s| s.parse().ok())
+                        else {
+                            continue;
+                        };
+                        out.insert(
+                            uid,
+                            JTensor {
+                                dims: ints(&t["dim"]),
+                                strides: ints(&t["stride"]),
+                                dtype: t["dataType"].as_str().unwrap_or("?").to_string(),
+                                is_virtual: t["isVirtual"].as_bool().unwrap_or(false),
+                                by_value: t["isByValue"].as_bool().unwrap_or(false),
+                            },
+                        );
+                    }
+                }
+                for (k, x) in m {
+                    if k != "tensors" {
+                        walk(x, out);
+                    }
+                }
+            }
+            Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
+            _ => {}
+        }
+    }
+    walk(&plan["operationGraph"], &mut out);
+    out
+}
+
+/// `(role path, uid)` for every tensor reference of every node: the path is
+/// the node's position and operation and the slot's key
+/// (`0:SDPA_FWD/softmax:SOFTMAX/statsDesc`).
+pub fn slots(plan: &Value, known: &BTreeMap<i64, JTensor>) -> Vec<(String, i64)> {
+    let mut out = Vec::new();
+    fn op_name(m: &serde_json::Map<String, Value>) -> String {
+        m.get("operation")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .trim_start_matches("CUDNN_BACKEND_OPERATION_")
+            .trim_end_matches("_DESCRIPTOR")
+            .to_string()
+    }
+    fn walk(
+        v: &Value,
+        path: &str,
+        known: &BTreeMap<i64, JTensor>,
+        out: &mut Vec<(String, i64)>,
+    ) {
+        match v {
+            Value::Object(m) => {
+                let here = if m.contains_key("operation") {
+                    format!("{path}:{}", op_name(m))
+                } else {
+                    path.to_string()
+                };
+                for (k, x) in m {
+                    if k == "tensors" {
+                        continue;
+                    }
+                    if let Some(uid) = x.as_str().and_then(|s| s.parse::<i64>().ok())
+                        && known.contains_key(&uid)
+                    {
+                        out.push((format!("{here}/{k}"), uid));
+                    } else {
+                        walk(x, &format!("{here}/{k}"), known, out);
+                    }
+                }
+            }
+            Value::Array(a) => {
+                for (i, x) in a.iter().enumerate() {
+                    if let Some(uid) = x.as_str().and_then(|s| s.parse::<i64>().ok())
+                        && known.contains_key(&uid)
+                    {
+                        out.push((format!("{path}[{i}]"), uid));
+                    } else {
+                        walk(x, &format!("{path}[{i}]"), known, out);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    walk(&plan["operationGraph"]["nodes"], "", known, &mut out);
+    out
+}
+
+/// The frontend's uids mapped to the crate's for the non-virtual tensors:
+/// the same uid where the frontend was given the crate's (named inputs and
+/// outputs), else the crate tensor in the same role (node slot).
+pub fn map_uids(
+    crate_plan: &Value,
+    fe_plan: &Value,
+    named: &[i64],
+) -> (HashMap<i64, i64>, Vec<String>) {
+    let ct = tensors(crate_plan);
+    let ft = tensors(fe_plan);
+    let cs = slots(crate_plan, &ct);
+    let fs = slots(fe_plan, &ft);
+    let crate_at: HashMap<&str, i64> = cs.iter().map(|(p, u)| (p.as_str(), *u)).collect();
+    let mut map = HashMap::new();
+    let mut unmatched = Vec::new();
+    for (&uid, t) in &ft {
+        if t.is_virtual {
+            continue;
+        }
+        if named.contains(&uid) {
+            map.insert(uid, uid);
+            continue;
+        }
+        let role = fs
+            .iter()
+            .filter(|(_, u)| *u == uid)
+            .find_map(|(p, _)| crate_at.get(p.as_str()).map(|c| (p, *c)));
+        match role {
+            Some((_, c)) if ct.get(&c).is_some_and(|x| !x.is_virtual) => {
+                map.insert(uid, c);
+            }
+            _ => unmatched.push(format!(
+                "frontend tensor uid {uid} ({} {:?}{}) has no crate tensor in the same role (slots {:?})",
+                t.dtype,
+                t.dims,
+                if t.by_value { " by value" } else { "" },
+                fs.iter()
+                    .filter(|(_, u)| *u == uid)
+                    .map(|(p, _)| p.as_str())
+                    .collect::<Vec<_>>()
+            )),
+        }
+    }
+    (map, unmatched)
+}
+
+/// The role path of a crate uid (its first slot), for messages and the
+/// documented differences.
+pub fn role_of(plan: &Value, uid: i64) -> String {
+    let t = tensors(plan);
+    slots(plan, &t)
+        .into_iter()
+        .find(|(_, u)| *u == uid)
+        .map(|(p, _)| p)
+        .unwrap_or_else(|| format!("uid {uid}"))
+}
+
+/// Rewrite a plan JSON's uids through `map` (tensor names, node slots and
+/// the engine's kernel parameter uids); virtual tensors that would collide
+/// with a mapped uid get fresh ones.
+pub fn remap(plan: &Value, map: &HashMap<i64, i64>) -> Value {
+    let ts = tensors(plan);
+    let mut full: HashMap<i64, i64> = map.clone();
+    let taken: std::collections::HashSet<i64> = map.values().copied().collect();
+    let mut next = ts.keys().chain(map.values()).copied().max().unwrap_or(0) + 1000;
+    for (&uid, t) in &ts {
+        if full.contains_key(&uid) {
+            continue;
+        }
+        if t.is_virtual && taken.contains(&uid) {
+            full.insert(uid, next);
+            next += 1;
+        } else {
+            full.insert(uid, uid);
+        }
+    }
+    fn walk(v: &mut Value, full: &HashMap<i64, i64>, key: &str) {
+        match v {
+            Value::Object(m) => {
+                for (k, x) in m.iter_mut() {
+                    walk(x, full, k);
+                }
+            }
+            Value::Array(a) => a.iter_mut().for_each(|x| walk(x, full, key)),
+            Value::String(s) if key != "operation" => {
+                if let Some(n) = s.parse::<i64>().ok().and_then(|u| full.get(&u)) {
+                    *s = n.to_string();
+                }
+            }
+            Value::Number(n) if key == "uid" => {
+                if let Some(m) = n.as_i64().and_then(|u| full.get(&u)) {
+                    *v = Value::from(*m);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = plan.clone();
+    if let Some(g) = out.get_mut("operationGraph") {
+        walk(g, &full, "");
+    }
+    if let Some(e) = out.get_mut("engine") {
+        walk(e, &full, "");
+    }
+    out
+}
+
+/// The graph's nodes with tensor references normalized: a non-virtual
+/// tensor as `T<uid>` (the frontend's through `map`), a virtual one as
+/// `V<n>` in order of first use.
+pub fn normalized_nodes(plan: &Value, map: Option<&HashMap<i64, i64>>) -> Value {
+    let ts = tensors(plan);
+    let mut virt: HashMap<i64, usize> = HashMap::new();
+    fn walk(
+        v: &Value,
+        key: &str,
+        ts: &BTreeMap<i64, JTensor>,
+        map: Option<&HashMap<i64, i64>>,
+        virt: &mut HashMap<i64, usize>,
+    ) -> Value {
+        match v {
+            Value::Object(m) => {
+                let mut o = serde_json::Map::new();
+                for (k, x) in m {
+                    if k == "tensors" {
+                        continue;
+                    }
+                    o.insert(k.clone(), walk(x, k, ts, map, virt));
+                }
+                Value::Object(o)
+            }
+            Value::Array(a) => Value::Array(a.iter().map(|x| walk(x, key, ts, map, virt)).collect()),
+            Value::String(s) if key != "operation" => match s.parse::<i64>() {
+                Ok(uid) if ts.contains_key(&uid) => {
+                    if ts[&uid].is_virtual {
+                        let n = virt.len();
+                        let k = *virt.entry(uid).or_insert(n);
+                        Value::String(format!("V{k}"))
+                    } else {
+                        let u = map.and_then(|m| m.get(&uid)).copied().unwrap_or(uid);
+                        Value::String(format!("T{u}"))
+                    }
+                }
+                _ => v.clone(),
+            },
+            _ => v.clone(),
+        }
+    }
+    walk(&plan["operationGraph"]["nodes"], "", &ts, map, &mut virt)
+}
+
+/// `(path, crate value, frontend value)` where two JSON values differ.
+pub fn diff(a: &Value, b: &Value, path: &str, out: &mut Vec<(String, String, String)>) {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                match (x.get(k), y.get(k)) {
+                    (Some(p), Some(q)) => diff(p, q, &format!("{path}/{k}"), out),
+                    (p, q) => out.push((format!("{path}/{k}"), show(p), show(q))),
+                }
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                diff(p, q, &format!("{path}[{i}]"), out);
+            }
+        }
+        (Value::Number(x), Value::Number(y))
+            if x.as_f64().zip(y.as_f64()).is_some_and(|(p, q)| p == q) => {}
+        _ if a == b => {}
+        _ => out.push((path.to_string(), short(a), short(b))),
+    }
+}
+
+fn show(v: Option<&Value>) -> String {
+    v.map(short).unwrap_or_else(|| "(absent)".to_string())
+}
+
+fn short(v: &Value) -> String {
+    let s = v.to_string();
+    if s.len() > 120 {
+        let mut end = 120;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}...", &s[..end])
+    } else {
+        s
+    }
+}

@@ -1,0 +1,108 @@
+//! The one list of differences between the crate's graphs and NVIDIA's
+//! frontend (1.32) that are legitimate, each with its reason. A finding of
+//! the conformance tier that none of these explains is a failure.
+
+use crate::patterns::Pattern;
+
+/// Something the two sides do not agree on.
+#[derive(Clone, Debug)]
+pub struct Finding {
+    /// `count`, `first_engine`, `chosen_engine`, `workspace`, `tensor`,
+    /// `unmatched`, `node`, `load_into_crate`, `load_into_frontend`, `frontend`, `crate`.
+    pub kind: &'static str,
+    /// Where: the role path of a tensor and its field, or a node path.
+    pub path: String,
+    /// The crate's value.
+    pub ours: String,
+    /// The frontend's value.
+    pub theirs: String,
+}
+
+/// A legitimate difference.
+pub struct Difference {
+    /// Short id printed in the table.
+    pub id: &'static str,
+    /// What differs.
+    pub what: &'static str,
+    /// Why it is legitimate.
+    pub why: &'static str,
+    applies: fn(&Pattern, &Finding) -> bool,
+}
+
+impl Difference {
+    /// Whether this difference explains `f` in pattern `p`.
+    pub fn explains(&self, p: &Pattern, f: &Finding) -> bool {
+        (self.applies)(p, f)
+    }
+}
+
+fn all_ones(s: &str) -> bool {
+    let inner = s.trim_matches(|c| c == '[' || c == ']');
+    !inner.is_empty() && inner.split(',').all(|x| x.trim() == "1")
+}
+
+/// Every legitimate difference.
+pub const DIFFERENCES: &[Difference] = &[
+    Difference {
+        id: "D1",
+        what: "SDPA attention scale: a by-value tensor [1,1,1,1] here, [1] in the frontend",
+        why: "both are one f32 scalar passed by value; cuDNN takes any all-1 shape, and the crate makes every scalar with the rank of the tensors it scales",
+        applies: |p, f| {
+            p.family.starts_with("sdpa")
+                && f.kind == "tensor"
+                && (f.path.ends_with(" dim") || f.path.ends_with(" stride"))
+                && all_ones(&f.ours)
+                && all_ones(&f.theirs)
+        },
+    },
+    Difference {
+        id: "D2",
+        what: "SDPA forward statistics: set directly on the SDPA operation here, through a SOFTMAX sub-descriptor (with two virtual score tensors) in the frontend",
+        why: "cuDNN >= 9.21 accepts both forms for the same engines; the crate sets the documented statistics attribute, which also works on 9.13 to 9.20",
+        applies: |p, f| {
+            p.family == "sdpa_fwd"
+                && !p.composite
+                && f.kind == "node"
+                && (f.path.contains("softmax") || f.path.contains("stats"))
+        },
+    },
+    Difference {
+        id: "D3",
+        what: "ReLU: the upper clip is left at cuDNN's default here and set to FLT_MAX in the frontend",
+        why: "cuDNN's default upper clip is FLT_MAX: the same function, one attribute written explicitly",
+        applies: |_, f| {
+            f.kind == "node"
+                && f.path.to_ascii_lowercase().contains("upper")
+                && (f.ours == "(absent)" || f.theirs == "(absent)" || f.theirs.starts_with("3.40282"))
+        },
+    },
+    Difference {
+        id: "D4",
+        what: "SDPA composites: the mask, softmax and dropout are decomposed differently (GEN_INDEX, CMP_GE and BINARY_SELECT here, DIAGONAL_BAND_MASK there; a 7-op softmax here, SOFTMAX there), so nodes, virtual tensors and the scalars they use differ",
+        why: "cuDNN's fused attention engines recognise both decompositions; what must agree (engines offered, the engine chosen, workspace, the tensors a caller binds) is compared",
+        applies: |p, f| p.composite && matches!(f.kind, "node" | "unmatched" | "tensor" | "load_into_crate" | "load_into_frontend") && !is_bound_tensor(f),
+    },
+];
+
+/// A finding about a tensor a caller binds (named by its role), which a
+/// decomposition never excuses.
+fn is_bound_tensor(f: &Finding) -> bool {
+    f.kind == "tensor" && f.path.starts_with('`')
+}
+
+/// The ids of the differences explaining every finding, or the findings none explains.
+pub fn classify<'f>(p: &Pattern, findings: &'f [Finding]) -> (Vec<&'static str>, Vec<&'f Finding>) {
+    let mut ids = Vec::new();
+    let mut open = Vec::new();
+    for f in findings {
+        match DIFFERENCES.iter().find(|d| d.explains(p, f)) {
+            Some(d) => {
+                if !ids.contains(&d.id) {
+                    ids.push(d.id);
+                }
+            }
+            None => open.push(f),
+        }
+    }
+    (ids, open)
+}
