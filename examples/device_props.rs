@@ -86,7 +86,9 @@ fn library_lines() -> Vec<String> {
     let mut lines = vec![
         line(
             "cuDNN",
-            sys::cudnn::load().map(|a| a.info()).map_err(|e| e.to_string()),
+            sys::cudnn::load()
+                .map(|a| a.info())
+                .map_err(|e| e.to_string()),
         ),
         line(
             "cuBLAS",
@@ -119,7 +121,9 @@ fn library_lines() -> Vec<String> {
     }
     lines.push(line(
         "NCCL",
-        sys::nccl::load().map(|a| a.info()).map_err(|e| e.to_string()),
+        sys::nccl::load()
+            .map(|a| a.info())
+            .map_err(|e| e.to_string()),
     ));
     lines
 }

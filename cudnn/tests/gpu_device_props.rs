@@ -114,9 +114,12 @@ fn device_json() -> Result<(String, String), String> {
     if let Some(path) = std::env::var_os("CUDNN_RS_DEVICE_PROPS_JSON") {
         let path = std::path::PathBuf::from(path);
         if path.is_file() {
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-            return Ok((text, format!("captured by device_props: {}", path.display())));
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            return Ok((
+                text,
+                format!("captured by device_props: {}", path.display()),
+            ));
         }
     }
     let p = DeviceProperties::from_device(0).map_err(|e| e.to_string())?;
@@ -143,7 +146,10 @@ fn gpu_matches_preset() -> TestResult {
     DeviceProperties::from_json(&json).map_err(|e| format!("the captured JSON: {e}"))?;
     let d = object(&json, "device JSON")?;
     for f in REQUIRED_FIELDS {
-        ensure!(d.contains_key(f), "the device JSON lacks required field {f}");
+        ensure!(
+            d.contains_key(f),
+            "the device JSON lacks required field {f}"
+        );
     }
     let diffs = compare(&json, &spec.to_json())?;
     for diff in &diffs {
@@ -178,7 +184,11 @@ fn unit_compare_finds_each_field() -> TestResult {
         DeviceSpec::b200(),
     ] {
         let json = spec.to_json();
-        ensure!(compare(&json, &json)?.is_empty(), "{}: self-compare", spec.name);
+        ensure!(
+            compare(&json, &json)?.is_empty(),
+            "{}: self-compare",
+            spec.name
+        );
         let (key, found, matched) = preset_for(&spec.name);
         ensure!(matched && found == spec, "{}: preset {key}", spec.name);
     }
@@ -216,7 +226,10 @@ fn unit_compare_finds_each_field() -> TestResult {
             "{f} removed: {diffs:?}"
         );
     }
-    ensure!(compare("[1]", &base).is_err(), "an array is not a JSON object");
+    ensure!(
+        compare("[1]", &base).is_err(),
+        "an array is not a JSON object"
+    );
     ensure!(compare("{", &base).is_err(), "bad JSON");
     Ok(())
 }

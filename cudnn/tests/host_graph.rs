@@ -401,7 +401,10 @@ fn main() {
     t.push(host9("every_pointwise_mode_builds", || {
         // Every mode the loaded cuDNN has must make a valid op graph;
         // engines exist for the common ones.
-        let v = cudnn::sys::cudnn::load()?.info().version.ok_or("cuDNN version")?;
+        let v = cudnn::sys::cudnn::load()?
+            .info()
+            .version
+            .ok_or("cuDNN version")?;
         let mut with_plans = 0;
         let mut refused = 0;
         for mode in Pointwise::all() {
@@ -432,7 +435,10 @@ fn main() {
             // the mode and both versions, before cuDNN is asked.
             if let Some(need) = mode.min_cudnn().filter(|n| (v.major, v.minor) < *n) {
                 match g.build() {
-                    Err(Error::Unsupported { what, needs: Some(needs) }) => {
+                    Err(Error::Unsupported {
+                        what,
+                        needs: Some(needs),
+                    }) => {
                         let want = format!("cuDNN {}.{} or newer", need.0, need.1);
                         ensure!(
                             what.contains(&mode.name())
@@ -441,7 +447,10 @@ fn main() {
                             "{mode:?}: {what} / {needs}"
                         );
                         refused += 1;
-                        eprintln!("  {mode:?}: refused on {}.{}: {what}; needs {needs}", v.major, v.minor);
+                        eprintln!(
+                            "  {mode:?}: refused on {}.{}: {what}; needs {needs}",
+                            v.major, v.minor
+                        );
                         continue;
                     }
                     other => return Err(format!("{mode:?} on cuDNN {v:?}: {other:?}").into()),
@@ -472,7 +481,10 @@ fn main() {
             .into_iter()
             .filter(|m| m.min_cudnn().is_some_and(|n| (v.major, v.minor) < n))
             .count();
-        ensure!(refused == newer, "{refused} refused, {newer} newer than {v:?}");
+        ensure!(
+            refused == newer,
+            "{refused} refused, {newer} newer than {v:?}"
+        );
         Ok(())
     }));
 
@@ -494,10 +506,15 @@ fn main() {
                 let newer = mode == Pointwise::FloorMod && (major, minor) < (9, 26);
                 match (newer, r) {
                     (false, Ok(())) => Ok(()),
-                    (true, Err(Error::Unsupported { what, needs: Some(needs) }))
-                        if what.contains("FloorMod")
-                            && what.contains(&format!("{major}.{minor}"))
-                            && needs == "cuDNN 9.26 or newer" =>
+                    (
+                        true,
+                        Err(Error::Unsupported {
+                            what,
+                            needs: Some(needs),
+                        }),
+                    ) if what.contains("FloorMod")
+                        && what.contains(&format!("{major}.{minor}"))
+                        && needs == "cuDNN 9.26 or newer" =>
                     {
                         Ok(())
                     }

@@ -906,10 +906,14 @@ fn elf_dynamic_symbols(path: &Path) -> Result<std::collections::HashSet<String>,
     let b = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let bad = |what: &str| format!("{}: {what}", path.display());
     let u16_at = |o: usize| -> Option<u64> {
-        Some(u64::from(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?)))
+        Some(u64::from(u16::from_le_bytes(
+            b.get(o..o + 2)?.try_into().ok()?,
+        )))
     };
     let u32_at = |o: usize| -> Option<u64> {
-        Some(u64::from(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?)))
+        Some(u64::from(u32::from_le_bytes(
+            b.get(o..o + 4)?.try_into().ok()?,
+        )))
     };
     let u64_at =
         |o: usize| -> Option<u64> { Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?)) };
@@ -918,7 +922,9 @@ fn elf_dynamic_symbols(path: &Path) -> Result<std::collections::HashSet<String>,
         return Err(bad("not a 64-bit little-endian ELF file"));
     }
     let shoff = u64_at(0x28).and_then(us).ok_or_else(|| bad("e_shoff"))?;
-    let shentsize = u16_at(0x3a).and_then(us).ok_or_else(|| bad("e_shentsize"))?;
+    let shentsize = u16_at(0x3a)
+        .and_then(us)
+        .ok_or_else(|| bad("e_shentsize"))?;
     let shnum = u16_at(0x3c).and_then(us).ok_or_else(|| bad("e_shnum"))?;
     // (type, offset, size, link, entsize) of section i.
     let section = |i: usize| -> Option<(u64, usize, usize, usize, usize)> {

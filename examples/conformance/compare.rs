@@ -76,12 +76,7 @@ pub fn slots(plan: &Value, known: &BTreeMap<i64, JTensor>) -> Vec<(String, i64)>
             .trim_end_matches("_DESCRIPTOR")
             .to_string()
     }
-    fn walk(
-        v: &Value,
-        path: &str,
-        known: &BTreeMap<i64, JTensor>,
-        out: &mut Vec<(String, i64)>,
-    ) {
+    fn walk(v: &Value, path: &str, known: &BTreeMap<i64, JTensor>, out: &mut Vec<(String, i64)>) {
         match v {
             Value::Object(m) => {
                 let here = if m.contains_key("operation") {
@@ -120,13 +115,22 @@ pub fn slots(plan: &Value, known: &BTreeMap<i64, JTensor>) -> Vec<(String, i64)>
     out
 }
 
+/// Whether a JSON key holds a tensor uid as a number (`subgraphInputUid`).
+fn uid_key(key: &str) -> bool {
+    key == "uid" || key.ends_with("Uid")
+}
+
 /// The frontend's uids mapped to the crate's for the non-virtual tensors:
 /// the same uid where the frontend was given the crate's (named inputs and
-/// outputs), else the crate tensor in the same role (node slot).
+/// outputs); else the crate tensor in the same role (node slot) of the same
+/// kind (by-value flag, data type); else, for by-value scalars, the one of
+/// the same value (`values`: uid -> f32 bits in hex, each side), and for
+/// the rest the one of the same dims, strides and data type.
 pub fn map_uids(
     crate_plan: &Value,
     fe_plan: &Value,
     named: &[i64],
+    values: (&HashMap<i64, String>, &HashMap<i64, String>),
 ) -> (HashMap<i64, i64>, Vec<String>) {
     let ct = tensors(crate_plan);
     let ft = tensors(fe_plan);
@@ -134,28 +138,67 @@ pub fn map_uids(
     let fs = slots(fe_plan, &ft);
     let crate_at: HashMap<&str, i64> = cs.iter().map(|(p, u)| (p.as_str(), *u)).collect();
     let mut map = HashMap::new();
-    let mut unmatched = Vec::new();
+    let mut taken: std::collections::HashSet<i64> = named.iter().copied().collect();
+    let mut rest = Vec::new();
     for (&uid, t) in &ft {
         if t.is_virtual {
             continue;
         }
         if named.contains(&uid) {
             map.insert(uid, uid);
-            continue;
+        } else {
+            rest.push(uid);
         }
-        let role = fs
+    }
+    let same_kind = |c: i64, f: &JTensor| {
+        ct.get(&c)
+            .is_some_and(|x| !x.is_virtual && x.by_value == f.by_value && x.dtype == f.dtype)
+    };
+    // By role.
+    let mut left = Vec::new();
+    for uid in rest {
+        let f = &ft[&uid];
+        let hit = fs
             .iter()
             .filter(|(_, u)| *u == uid)
-            .find_map(|(p, _)| crate_at.get(p.as_str()).map(|c| (p, *c)));
-        match role {
-            Some((_, c)) if ct.get(&c).is_some_and(|x| !x.is_virtual) => {
+            .filter_map(|(p, _)| crate_at.get(p.as_str()).copied())
+            .find(|c| !taken.contains(c) && same_kind(*c, f));
+        match hit {
+            Some(c) => {
+                taken.insert(c);
                 map.insert(uid, c);
             }
-            _ => unmatched.push(format!(
+            None => left.push(uid),
+        }
+    }
+    // By value (scalars), then by layout (scratch tensors).
+    let mut unmatched = Vec::new();
+    for uid in left {
+        let f = &ft[&uid];
+        let hit = ct
+            .iter()
+            .filter(|(c, _)| !taken.contains(*c) && same_kind(**c, f))
+            .find(|(c, x)| {
+                if f.by_value {
+                    values
+                        .1
+                        .get(&uid)
+                        .is_some_and(|v| values.0.get(*c) == Some(v))
+                } else {
+                    x.dims == f.dims && x.strides == f.strides
+                }
+            })
+            .map(|(c, _)| *c);
+        match hit {
+            Some(c) => {
+                taken.insert(c);
+                map.insert(uid, c);
+            }
+            None => unmatched.push(format!(
                 "frontend tensor uid {uid} ({} {:?}{}) has no crate tensor in the same role (slots {:?})",
-                t.dtype,
-                t.dims,
-                if t.by_value { " by value" } else { "" },
+                t_desc(f),
+                f.dims,
+                if f.by_value { " by value" } else { "" },
                 fs.iter()
                     .filter(|(_, u)| *u == uid)
                     .map(|(p, _)| p.as_str())
@@ -164,6 +207,10 @@ pub fn map_uids(
         }
     }
     (map, unmatched)
+}
+
+fn t_desc(t: &JTensor) -> &str {
+    t.dtype.trim_start_matches("CUDNN_DATA_")
 }
 
 /// The role path of a crate uid (its first slot), for messages and the
@@ -209,7 +256,7 @@ pub fn remap(plan: &Value, map: &HashMap<i64, i64>) -> Value {
                     *s = n.to_string();
                 }
             }
-            Value::Number(n) if key == "uid" => {
+            Value::Number(n) if uid_key(key) => {
                 if let Some(m) = n.as_i64().and_then(|u| full.get(&u)) {
                     *v = Value::from(*m);
                 }
@@ -228,18 +275,24 @@ pub fn remap(plan: &Value, map: &HashMap<i64, i64>) -> Value {
 }
 
 /// The graph's nodes with tensor references normalized: a non-virtual
-/// tensor as `T<uid>` (the frontend's through `map`), a virtual one as
-/// `V<n>` in order of first use.
+/// tensor as `T<uid>` (the frontend's through `map`), a virtual one by the
+/// role path where it is first used (so extra virtual tensors elsewhere do
+/// not renumber the rest).
 pub fn normalized_nodes(plan: &Value, map: Option<&HashMap<i64, i64>>) -> Value {
     let ts = tensors(plan);
-    let mut virt: HashMap<i64, usize> = HashMap::new();
-    fn walk(
-        v: &Value,
-        key: &str,
-        ts: &BTreeMap<i64, JTensor>,
-        map: Option<&HashMap<i64, i64>>,
-        virt: &mut HashMap<i64, usize>,
-    ) -> Value {
+    let mut first: HashMap<i64, String> = HashMap::new();
+    for (p, u) in slots(plan, &ts) {
+        first.entry(u).or_insert(p);
+    }
+    let name = |uid: i64| -> Option<String> {
+        let t = ts.get(&uid)?;
+        Some(if t.is_virtual {
+            format!("V{}", first.get(&uid).cloned().unwrap_or_default())
+        } else {
+            format!("T{}", map.and_then(|m| m.get(&uid)).copied().unwrap_or(uid))
+        })
+    };
+    fn walk(v: &Value, key: &str, name: &dyn Fn(i64) -> Option<String>) -> Value {
         match v {
             Value::Object(m) => {
                 let mut o = serde_json::Map::new();
@@ -247,28 +300,26 @@ pub fn normalized_nodes(plan: &Value, map: Option<&HashMap<i64, i64>>) -> Value 
                     if k == "tensors" {
                         continue;
                     }
-                    o.insert(k.clone(), walk(x, k, ts, map, virt));
+                    o.insert(k.clone(), walk(x, k, name));
                 }
                 Value::Object(o)
             }
-            Value::Array(a) => Value::Array(a.iter().map(|x| walk(x, key, ts, map, virt)).collect()),
-            Value::String(s) if key != "operation" => match s.parse::<i64>() {
-                Ok(uid) if ts.contains_key(&uid) => {
-                    if ts[&uid].is_virtual {
-                        let n = virt.len();
-                        let k = *virt.entry(uid).or_insert(n);
-                        Value::String(format!("V{k}"))
-                    } else {
-                        let u = map.and_then(|m| m.get(&uid)).copied().unwrap_or(uid);
-                        Value::String(format!("T{u}"))
-                    }
-                }
-                _ => v.clone(),
-            },
+            Value::Array(a) => Value::Array(a.iter().map(|x| walk(x, key, name)).collect()),
+            Value::String(s) if key != "operation" => s
+                .parse::<i64>()
+                .ok()
+                .and_then(name)
+                .map(Value::String)
+                .unwrap_or_else(|| v.clone()),
+            Value::Number(n) if uid_key(key) => n
+                .as_i64()
+                .and_then(name)
+                .map(Value::String)
+                .unwrap_or_else(|| v.clone()),
             _ => v.clone(),
         }
     }
-    walk(&plan["operationGraph"]["nodes"], "", &ts, map, &mut virt)
+    walk(&plan["operationGraph"]["nodes"], "", &name)
 }
 
 /// `(path, crate value, frontend value)` where two JSON values differ.

@@ -11,14 +11,15 @@
 //!
 //!     cargo xtask test                      (runs it with what it fetched)
 //!     cargo run --example conformance -- --frontend-dir DIR --cudnn-lib DIR \
-//!         [--only SUBSTR] [--targets h200,a100,b200] [--timing] [--keep DIR]
+//!         [--only SUBSTR] [--targets h200,a100,b200] [--timing] [--verbose] [--keep DIR]
 //!
 //! `--frontend-dir` holds `site/` (the frontend wheel installed there),
 //! `stub/libcuda.so.1` (the crate's driver stub) and `python` (the
 //! interpreter's path); `cargo xtask fetch-libs` makes it. Without it, or
 //! without Python, the tier is skipped with the reason, and fails when
 //! `CUDNN_RS_REQUIRE_LIBS=1`. `--timing` prints the host times of both
-//! sides (op-graph build, heuristics, first finalize, plan load; not asserted).
+//! sides (op-graph build, heuristics, first finalize, plan load; not asserted);
+//! `--verbose` lists every finding a documented difference explains.
 
 mod compare;
 mod differences;
@@ -41,6 +42,7 @@ struct Args {
     only: Vec<String>,
     targets: Vec<String>,
     timing: bool,
+    verbose: bool,
     keep: Option<PathBuf>,
 }
 
@@ -51,6 +53,7 @@ fn parse_args() -> Result<Args, String> {
         only: Vec::new(),
         targets: vec!["h200".into(), "a100".into(), "b200".into()],
         timing: false,
+        verbose: false,
         keep: None,
     };
     let mut it = std::env::args().skip(1);
@@ -60,13 +63,9 @@ fn parse_args() -> Result<Args, String> {
             "--frontend-dir" => a.frontend_dir = Some(PathBuf::from(val("--frontend-dir")?)),
             "--cudnn-lib" => a.cudnn_lib.push(val("--cudnn-lib")?),
             "--only" => a.only.push(val("--only")?),
-            "--targets" => {
-                a.targets = val("--targets")?
-                    .split(',')
-                    .map(str::to_string)
-                    .collect()
-            }
+            "--targets" => a.targets = val("--targets")?.split(',').map(str::to_string).collect(),
             "--timing" | "--vs-frontend" => a.timing = true,
+            "--verbose" | "-v" => a.verbose = true,
             "--keep" => a.keep = Some(PathBuf::from(val("--keep")?)),
             other => return Err(format!("unknown argument `{other}`")),
         }
@@ -206,7 +205,12 @@ fn python(req: &Value, mode: &str, fe: &Path, work: &Path) -> Result<Value, Skip
     serde_json::from_str(&text).map_err(|e| Skip(format!("{}: {e}", rs.display())))
 }
 
-fn find(kind: &'static str, path: impl Into<String>, a: impl ToString, b: impl ToString) -> Finding {
+fn find(
+    kind: &'static str,
+    path: impl Into<String>,
+    a: impl ToString,
+    b: impl ToString,
+) -> Finding {
     Finding {
         kind,
         path: path.into(),
@@ -216,7 +220,9 @@ fn find(kind: &'static str, path: impl Into<String>, a: impl ToString, b: impl T
 }
 
 fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
-    v.as_ref().map(|x| x.to_string()).unwrap_or_else(|| "-".into())
+    v.as_ref()
+        .map(|x| x.to_string())
+        .unwrap_or_else(|| "-".into())
 }
 
 /// Compare what both sides planned: the findings, the frontend-to-crate
@@ -249,7 +255,12 @@ fn compare(row: &Row) -> (Vec<Finding>, HashMap<i64, i64>, bool) {
         }
     }
     if o.workspace != t.workspace {
-        out.push(find("workspace", "workspace", opt(&o.workspace), opt(&t.workspace)));
+        out.push(find(
+            "workspace",
+            "workspace",
+            opt(&o.workspace),
+            opt(&t.workspace),
+        ));
     }
     let (Some(cj), Some(fj)) = (&o.plan_json, &t.plan_json) else {
         return (out, HashMap::new(), false);
@@ -266,7 +277,26 @@ fn compare(row: &Row) -> (Vec<Finding>, HashMap<i64, i64>, bool) {
         return (out, HashMap::new(), identical);
     };
     let named: Vec<i64> = io.tensors.iter().map(|t| t.uid).collect();
-    let (map, unmatched) = compare::map_uids(&cv, &fv, &named);
+    let ours_values: HashMap<i64, String> = io
+        .scalars
+        .iter()
+        .map(|&(u, _, v)| (u, format!("{:08X}", (v as f32).to_bits())))
+        .collect();
+    let theirs_values: HashMap<i64, String> = row
+        .pass_by_values
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| {
+                    Some((
+                        k.parse().ok()?,
+                        v.get("value")?.as_str()?.to_ascii_uppercase(),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let (map, unmatched) = compare::map_uids(&cv, &fv, &named, (&ours_values, &theirs_values));
     for u in unmatched {
         out.push(find("unmatched", u, "-", "-"));
     }
@@ -283,13 +313,22 @@ fn compare(row: &Row) -> (Vec<Finding>, HashMap<i64, i64>, bool) {
         };
         let fields: [(&str, String, String); 4] = [
             ("dim", format!("{:?}", c.dims), format!("{:?}", f.dims)),
-            ("stride", format!("{:?}", c.strides), format!("{:?}", f.strides)),
+            (
+                "stride",
+                format!("{:?}", c.strides),
+                format!("{:?}", f.strides),
+            ),
             ("dataType", c.dtype.clone(), f.dtype.clone()),
             ("isByValue", c.by_value.to_string(), f.by_value.to_string()),
         ];
         for (field, a, b) in fields {
             if a != b {
-                out.push(find("tensor", format!("{role} {field}"), a.replace(' ', ""), b.replace(' ', "")));
+                out.push(find(
+                    "tensor",
+                    format!("{role} {field}"),
+                    a.replace(' ', ""),
+                    b.replace(' ', ""),
+                ));
             }
         }
         if c.by_value
@@ -332,7 +371,6 @@ fn t_pass_by_value(values: &Value, uid: i64) -> Option<String> {
         .and_then(Value::as_str)
         .map(str::to_string)
 }
-
 
 fn side_from(r: &Value) -> Side {
     Side {
@@ -400,8 +438,10 @@ fn run() -> Result<bool, Skip> {
                     .map(|og| io_tensors(og.io()))
                     .unwrap_or_default(),
             };
-            items.push(json!({"target": name, "spec": {"name": p.name, "family": p.family,
-                "params": p.params, "tensors": tensors}}));
+            items.push(
+                json!({"target": name, "spec": {"name": p.name, "family": p.family,
+                "params": p.params, "tensors": tensors}}),
+            );
             rows.push(Row {
                 pattern: pi,
                 target: name.clone(),
@@ -470,10 +510,7 @@ fn run() -> Result<bool, Skip> {
         ) else {
             continue;
         };
-        let target = &targets
-            .iter()
-            .find(|t| t.0 == row.target)
-            .map(|t| &t.1);
+        let target = &targets.iter().find(|t| t.0 == row.target).map(|t| &t.1);
         let Some(target) = target else { continue };
         let mapped = compare::remap(&fv, &row.map).to_string();
         let t0 = Instant::now();
@@ -489,14 +526,19 @@ fn run() -> Result<bool, Skip> {
                     ));
                 }
             }
-            Err(e) => row
-                .findings
-                .push(find("load_into_crate", "Plan::from_cudnn_json", format!("{e:#}"), "-")),
+            Err(e) => row.findings.push(find(
+                "load_into_crate",
+                "Plan::from_cudnn_json",
+                format!("{e:#}"),
+                "-",
+            )),
         }
         let inverse: HashMap<i64, i64> = row.map.iter().map(|(f, c)| (*c, *f)).collect();
         let ours_in_theirs = compare::remap(&cv, &inverse).to_string();
-        loads.push(json!({"pattern": pats[row.pattern].name, "target": row.target,
-                          "blob": blob, "plan_json": ours_in_theirs}));
+        loads.push(
+            json!({"pattern": pats[row.pattern].name, "target": row.target,
+                          "blob": blob, "plan_json": ours_in_theirs}),
+        );
         load_rows.push(i);
     }
     let loaded = python(
@@ -524,10 +566,16 @@ fn run() -> Result<bool, Skip> {
     if args.keep.is_none() {
         let _ = std::fs::remove_dir_all(&work);
     }
-    Ok(report(&pats, &rows, args.timing, t_start.elapsed().as_secs_f64()))
+    Ok(report(
+        &pats,
+        &rows,
+        args.timing,
+        args.verbose,
+        t_start.elapsed().as_secs_f64(),
+    ))
 }
 
-fn report(pats: &[Pattern], rows: &[Row], timing: bool, secs: f64) -> bool {
+fn report(pats: &[Pattern], rows: &[Row], timing: bool, verbose: bool, secs: f64) -> bool {
     println!(
         "| pattern | target | engines (mode A) | first engine | chosen | workspace B | plan JSON | result |"
     );
@@ -537,7 +585,15 @@ fn report(pats: &[Pattern], rows: &[Row], timing: bool, secs: f64) -> bool {
     let mut open_all = Vec::new();
     for row in rows {
         let p = &pats[row.pattern];
-        let (ids, open) = classify(p, &row.findings);
+        let (ids, explained, open) = classify(p, &row.findings);
+        if verbose {
+            for (id, f) in &explained {
+                eprintln!(
+                    "  {} {} [{id}] [{}] {}: crate {} / frontend {}",
+                    p.name, row.target, f.kind, f.path, f.ours, f.theirs
+                );
+            }
+        }
         let pair = |a: String, b: String| if a == b { a } else { format!("{a} / {b}") };
         let verdict = if !open.is_empty() {
             failed += 1;
@@ -561,7 +617,11 @@ fn report(pats: &[Pattern], rows: &[Row], timing: bool, secs: f64) -> bool {
             pair(opt(&row.ours.first_engine), opt(&row.theirs.first_engine)),
             pair(opt(&row.ours.chosen), opt(&row.theirs.chosen)),
             pair(opt(&row.ours.workspace), opt(&row.theirs.workspace)),
-            if row.identical { "identical" } else { "differs" },
+            if row.identical {
+                "identical"
+            } else {
+                "differs"
+            },
             verdict
         );
     }
@@ -586,7 +646,9 @@ fn report(pats: &[Pattern], rows: &[Row], timing: bool, secs: f64) -> bool {
             if o.error.is_some() || t.error.is_some() {
                 continue;
             }
-            let cell = |a: f64, b: f64| format!("{:.2} / {:.2} ({:.2})", a * 1e3, b * 1e3, a / b.max(1e-12));
+            let cell = |a: f64, b: f64| {
+                format!("{:.2} / {:.2} ({:.2})", a * 1e3, b * 1e3, a / b.max(1e-12))
+            };
             println!(
                 "| {} | {} | {} | {} | {} | {} |",
                 pats[row.pattern].name,

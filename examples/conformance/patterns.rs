@@ -5,8 +5,7 @@
 //! names (inputs and outputs) is named by its role, on both sides.
 
 use cudnn::graph::{
-    AttnLayout, ConvParams, DType, Graph, NormPhase, RunningStats, SdpaConfig, SdpaImpl,
-    TensorSpec,
+    AttnLayout, ConvParams, DType, Graph, NormPhase, RunningStats, SdpaConfig, SdpaImpl, TensorSpec,
 };
 use std::collections::HashMap;
 
@@ -59,8 +58,12 @@ fn spec(dt: DType, layout: &str, dims: &[i64]) -> cudnn::Result<TensorSpec> {
 const CONV_X: [i64; 4] = [16, 64, 28, 28];
 const CONV_W: [i64; 4] = [64, 64, 3, 3];
 
-fn conv_json(dt: DType, epilogue: &[&str]) -> Value {
-    json!({"io": dt.name(), "pad": [1, 1], "stride": [1, 1], "dilation": [1, 1], "epilogue": epilogue})
+/// `set_out_layout`: the frontend infers channels-last strides for a
+/// convolution's output; a frontend user with NCHW data sets them (as the
+/// crate makes the output like the input).
+fn conv_json(dt: DType, layout: &str, epilogue: &[&str]) -> Value {
+    json!({"io": dt.name(), "pad": [1, 1], "stride": [1, 1], "dilation": [1, 1], "epilogue": epilogue,
+           "set_out_layout": layout == "nchw"})
 }
 
 fn conv_params() -> ConvParams {
@@ -74,7 +77,7 @@ fn convs(out: &mut Vec<Pattern>) {
             out.push(p(
                 format!("conv_fprop_{tag}"),
                 "conv_fprop",
-                conv_json(dt, &[]),
+                conv_json(dt, layout, &[]),
                 move || {
                     let mut g = Graph::new();
                     let x = g.input("x", spec(dt, layout, &CONV_X)?)?;
@@ -88,7 +91,7 @@ fn convs(out: &mut Vec<Pattern>) {
             out.push(p(
                 format!("conv_dgrad_{tag}"),
                 "conv_dgrad",
-                conv_json(dt, &[]),
+                conv_json(dt, layout, &[]),
                 move || {
                     let mut g = Graph::new();
                     let dy = g.input("dy", spec(dt, layout, &CONV_X)?)?;
@@ -102,7 +105,7 @@ fn convs(out: &mut Vec<Pattern>) {
             out.push(p(
                 format!("conv_wgrad_{tag}"),
                 "conv_wgrad",
-                conv_json(dt, &[]),
+                conv_json(dt, layout, &[]),
                 move || {
                     let mut g = Graph::new();
                     let x = g.input("x", spec(dt, layout, &CONV_X)?)?;
@@ -160,7 +163,7 @@ fn conv_epilogues(out: &mut Vec<Pattern>) {
         out.push(p(
             format!("conv_fprop_{}_nhwc_f16", chain.join("_")),
             "conv_fprop",
-            conv_json(dt, &chain),
+            conv_json(dt, "nhwc", &chain),
             move || {
                 let mut g = Graph::new();
                 let x = g.input("x", spec(dt, "nhwc", &CONV_X)?)?;
@@ -189,8 +192,18 @@ fn matmuls(out: &mut Vec<Pattern>) {
     let cases: &[(&str, [i64; 3], [i64; 3], &[&str])] = &[
         ("batched", [4, 256, 512], [4, 512, 1024], &[]),
         ("broadcast", [4, 256, 512], [1, 512, 1024], &[]),
-        ("batched_bias_gelu", [4, 256, 512], [4, 512, 1024], &["bias", "gelu"]),
-        ("broadcast_bias_gelu", [4, 256, 512], [1, 512, 1024], &["bias", "gelu"]),
+        (
+            "batched_bias_gelu",
+            [4, 256, 512],
+            [4, 512, 1024],
+            &["bias", "gelu"],
+        ),
+        (
+            "broadcast_bias_gelu",
+            [4, 256, 512],
+            [1, 512, 1024],
+            &["bias", "gelu"],
+        ),
     ];
     for &(tag, a, b, chain) in cases {
         let chain: Vec<&'static str> = chain.to_vec();
@@ -204,7 +217,10 @@ fn matmuls(out: &mut Vec<Pattern>) {
                 let tb = g.input("b", TensorSpec::row_major(dt, &b)?)?;
                 let mut extra = HashMap::new();
                 if chain.contains(&"bias") {
-                    extra.insert("bias", g.input("bias", TensorSpec::row_major(dt, &[1, 1, b[2]])?)?);
+                    extra.insert(
+                        "bias",
+                        g.input("bias", TensorSpec::row_major(dt, &[1, 1, b[2]])?)?,
+                    );
                 }
                 let mut y = g.matmul(ta, tb)?;
                 for s in &chain {
@@ -276,7 +292,7 @@ fn norms(out: &mut Vec<Pattern>) {
         out.push(p(
             format!("{kind}_norm_bwd_bf16"),
             "norm_backward",
-            json!({"io": dt.name(), "kind": kind, "dbias": false}),
+            json!({"io": dt.name(), "kind": kind, "dbias": false, "set_out_layout": true}),
             move || {
                 let mut g = Graph::new();
                 let layout = |d: &[i64]| TensorSpec::nchw(dt, d);
@@ -397,16 +413,12 @@ impl Attn {
     }
 }
 
-fn rename_extras(
-    g: &mut Graph,
-    extras: [Option<cudnn::graph::Tensor>; 4],
-) -> cudnn::Result<()> {
-    for (t, n) in extras.into_iter().zip([
-        "seq_len_q",
-        "seq_len_kv",
-        "dropout_seed",
-        "dropout_offset",
-    ]) {
+fn rename_extras(g: &mut Graph, extras: [Option<cudnn::graph::Tensor>; 4]) -> cudnn::Result<()> {
+    for (t, n) in
+        extras
+            .into_iter()
+            .zip(["seq_len_q", "seq_len_kv", "dropout_seed", "dropout_offset"])
+    {
         if let Some(t) = t {
             g.rename(t, n)?;
         }
