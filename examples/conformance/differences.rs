@@ -45,11 +45,10 @@ fn all_ones(s: &str) -> bool {
 pub const DIFFERENCES: &[Difference] = &[
     Difference {
         id: "D1",
-        what: "SDPA attention scale: a by-value tensor [1,1,1,1] here, [1] in the frontend",
-        why: "both are one f32 scalar passed by value; cuDNN takes any all-1 shape, and the crate makes every scalar with the rank of the tensors it scales",
-        applies: |p, f| {
-            p.family.starts_with("sdpa")
-                && f.kind == "tensor"
+        what: "a by-value scalar (the SDPA attention scale, an epilogue's scale, batch norm inference's epsilon): all-1 dims of the rank of the tensors it meets here, [1] in the frontend",
+        why: "both are one f32 passed by value (the same value, compared); cuDNN broadcasts any all-1 shape",
+        applies: |_, f| {
+            f.kind == "tensor"
                 && (f.path.ends_with(" dim") || f.path.ends_with(" stride"))
                 && all_ones(&f.ours)
                 && all_ones(&f.theirs)
@@ -68,8 +67,8 @@ pub const DIFFERENCES: &[Difference] = &[
     },
     Difference {
         id: "D3",
-        what: "ReLU: the upper clip is left at cuDNN's default here and set to FLT_MAX in the frontend",
-        why: "cuDNN's default upper clip is FLT_MAX: the same function, one attribute written explicitly",
+        what: "ReLU (forward and backward): the upper clip is left at cuDNN's default here (DBL_MAX in the plan) and set to FLT_MAX in the frontend",
+        why: "no f32, f16 or bf16 value lies between FLT_MAX and DBL_MAX: the same function, one attribute written explicitly",
         applies: |_, f| {
             f.kind == "node"
                 && f.path.to_ascii_lowercase().contains("upper")

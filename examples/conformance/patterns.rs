@@ -56,6 +56,8 @@ fn spec(dt: DType, layout: &str, dims: &[i64]) -> cudnn::Result<TensorSpec> {
 }
 
 const CONV_X: [i64; 4] = [16, 64, 28, 28];
+/// The factor of the `scale` epilogue step (frontend.py uses the same).
+const EPILOGUE_SCALE: f64 = 0.5;
 const CONV_W: [i64; 4] = [64, 64, 3, 3];
 
 /// `set_out_layout`: the frontend infers channels-last strides for a
@@ -138,6 +140,7 @@ fn step(
         "bias" => g.bias(y, get("bias")?),
         "add" => g.add(y, get("z")?),
         "mul" => g.mul(y, get("z")?),
+        "scale" => g.scale(y, EPILOGUE_SCALE),
         "relu" => g.relu(y),
         "gelu" => g.gelu(y),
         "sigmoid" => g.sigmoid(y),
@@ -156,6 +159,7 @@ fn conv_epilogues(out: &mut Vec<Pattern>) {
         &["bias", "tanh"],
         &["add", "relu"],
         &["mul"],
+        &["scale", "bias", "relu"],
     ];
     for chain in chains {
         let dt = DType::F16;
@@ -185,6 +189,28 @@ fn conv_epilogues(out: &mut Vec<Pattern>) {
             },
         ));
     }
+}
+
+/// The backward of conv + ReLU: the ReLU gradient (from the saved input
+/// `x`) fused before the data gradient.
+fn dgrad_drelu(out: &mut Vec<Pattern>) {
+    let dt = DType::F16;
+    out.push(p(
+        "conv_dgrad_drelu_nhwc_f16",
+        "conv_dgrad",
+        conv_json(dt, "nhwc", &["drelu"]),
+        move || {
+            let mut g = Graph::new();
+            let dy = g.input("dy", spec(dt, "nhwc", &CONV_X)?)?;
+            let w = g.input("w", spec(dt, "nhwc", &CONV_W)?)?;
+            let x = g.input("x", spec(dt, "nhwc", &CONV_X)?)?;
+            let dx = g.conv_dgrad(dy, w, &CONV_X, &conv_params())?;
+            let dx = g.relu_backward(dx, x)?;
+            g.output(dx, dt)?;
+            g.rename(dx, "dx")?;
+            Ok(g)
+        },
+    ));
 }
 
 fn matmuls(out: &mut Vec<Pattern>) {
@@ -325,6 +351,23 @@ fn norms(out: &mut Vec<Pattern>) {
             },
         ));
     }
+    out.push(p(
+        "batch_norm_fwd_inference_bf16",
+        "bn_inference_pointwise",
+        json!({"io": dt.name(), "epsilon": 1e-5, "set_out_layout": true}),
+        move || {
+            let mut g = Graph::new();
+            let x = g.input("x", TensorSpec::nhwc(dt, &BN_X)?)?;
+            let pd = [1, BN_X[1], 1, 1];
+            let f32 = |g: &mut Graph, n: &str| g.input(n, TensorSpec::nhwc(DType::F32, &pd)?);
+            let (s, b) = (f32(&mut g, "scale")?, f32(&mut g, "bias")?);
+            let (m, v) = (f32(&mut g, "mean")?, f32(&mut g, "var")?);
+            let y = g.batch_norm_inference(x, s, b, m, v, 1e-5)?;
+            g.output(y, dt)?;
+            g.rename(y, "y")?;
+            Ok(g)
+        },
+    ));
     for running in [false, true] {
         let tag = if running { "_running" } else { "" };
         out.push(p(
@@ -547,6 +590,7 @@ pub fn all() -> Vec<Pattern> {
     let mut out = Vec::new();
     convs(&mut out);
     conv_epilogues(&mut out);
+    dgrad_drelu(&mut out);
     matmuls(&mut out);
     norms(&mut out);
     attention(&mut out);

@@ -174,6 +174,9 @@ def load_frontend(env):
 
 # ---- graphs ------------------------------------------------------------------
 
+# The factor of the `scale` epilogue step (the crate's patterns use the same).
+EPILOGUE_SCALE = 0.5
+
 
 class Builder:
     """One pattern's graph with the frontend: the crate's inputs (by name,
@@ -219,6 +222,10 @@ class Builder:
             dim=one, stride=one, data_type=self.cudnn.data_type.FLOAT, is_pass_by_value=True
         )
 
+    def scalar(self, value):
+        """A by-value f32 scalar whose value the plan carries."""
+        return self.g.tensor_scalar(float(value), self.cudnn.scalar_type.RUNTIME_PARAM)
+
     def out(self, name, t):
         want = self.by_name[name]
         t.set_output(True).set_name(name).set_uid(want["uid"])
@@ -251,6 +258,8 @@ class Builder:
     def fam_conv_dgrad(self):
         dx = self.g.conv_dgrad(self.t["dy"], self.t["w"], **self.conv_kwargs())
         dx.set_dim(self.by_name["dx"]["dims"])
+        if "drelu" in self.p.get("epilogue", []):
+            dx = self.g.relu_backward(dx, self.t["x"])
         self.out("dx", dx)
 
     def fam_conv_wgrad(self):
@@ -271,6 +280,8 @@ class Builder:
                 y = g.add(y, self.t["z"])
             elif step == "mul":
                 y = g.mul(y, self.t["z"])
+            elif step == "scale":
+                y = g.scale(y, self.scalar(EPILOGUE_SCALE))
             elif step == "relu":
                 y = g.relu(y)
             elif step == "gelu":
@@ -322,6 +333,20 @@ class Builder:
         y = self.g.batchnorm_inference(
             self.t["x"], self.t["mean"], self.t["inv_variance"], self.t["scale"], self.t["bias"]
         )
+        self.out("y", y)
+
+    def fam_bn_inference_pointwise(self):
+        """Batch norm inference from the running mean and variance (as
+        PyTorch keeps them): the frontend's batchnorm_inference node takes
+        the inverse std instead, so a frontend user with the variance writes
+        these pointwise ops (as the crate does)."""
+        g, t = self.g, self.t
+        # The epsilon as a by-value input of the data's rank, as frontend
+        # samples make it (a [1] `tensor_scalar` here makes cuDNN 9.28's
+        # runtime compilation fail: COMPILATION_FAILED for every engine).
+        centered = g.sub(t["x"], t["mean"])
+        inv = g.rsqrt(g.add(t["var"], self.by_value(len(self.by_name["x"]["dims"]))))
+        y = g.add(g.mul(g.mul(centered, inv), t["scale"]), t["bias"])
         self.out("y", y)
 
     def fam_norm_backward(self):
