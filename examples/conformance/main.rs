@@ -141,8 +141,10 @@ fn policy() -> Policy {
 }
 
 fn ours(p: &Pattern, target: &Target) -> cudnn::Result<(Side, Arc<IoSignature>)> {
-    let g = p.graph()?;
+    // Timed: the graph calls and Graph::build (the frontend's side times
+    // its graph calls, validate and build_operation_graph likewise).
     let t0 = Instant::now();
+    let g = p.graph()?;
     let og = g.build()?;
     let t1 = Instant::now();
     let cands = heuristics::candidates(&og, target, &policy())?;
@@ -352,6 +354,22 @@ fn compare(row: &Row) -> (Vec<Finding>, HashMap<i64, i64>, bool) {
                 "-",
             ));
         }
+    }
+    // The implementation each side chose (the SDPA operation or a composite).
+    let imp = |v: &Value| {
+        let text = v["operationGraph"]["nodes"].to_string();
+        if text.contains("OPERATION_SDPA_") {
+            "the SDPA operation"
+        } else if text.contains("OPERATION_MATMUL_") && text.contains("SOFTMAX")
+            || text.contains("REDUCE_TENSOR_MAX")
+        {
+            "a composite"
+        } else {
+            "-"
+        }
+    };
+    if p_family_is_sdpa(&cv) && imp(&cv) != imp(&fv) {
+        out.push(find("implementation", "SDPA", imp(&cv), imp(&fv)));
     }
     // Nodes, tensor references normalized.
     let cn = compare::normalized_nodes(&cv, None);
@@ -671,4 +689,13 @@ fn report(pats: &[Pattern], rows: &[Row], timing: bool, verbose: bool, secs: f64
         secs
     );
     failed == 0
+}
+
+/// Whether a plan is an attention graph (the SDPA operation, or a composite
+/// with a row max or a softmax).
+fn p_family_is_sdpa(v: &Value) -> bool {
+    let text = v["operationGraph"]["nodes"].to_string();
+    text.contains("OPERATION_SDPA_")
+        || text.contains("REDUCE_TENSOR_MAX")
+        || text.contains("SOFTMAX")
 }

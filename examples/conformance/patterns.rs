@@ -537,6 +537,54 @@ fn attention(out: &mut Vec<Pattern>) {
             out.push(pat);
         }
     }
+    // Auto on both sides: the implementation each picks must be the same
+    // (the crate's resolve(), the frontend's AUTO).
+    for a in [
+        plain,
+        Attn {
+            training: false,
+            ..plain
+        },
+        Attn {
+            causal: true,
+            ..plain
+        },
+        Attn {
+            dropout: 0.1,
+            training: false,
+            ..plain
+        },
+        Attn {
+            dropout: 0.1,
+            ..plain
+        },
+    ] {
+        let c = a.config(SdpaImpl::Auto);
+        let composite = matches!(c.resolve(false), Ok(SdpaImpl::Composite));
+        let mut pat = p(
+            format!("sdpa_fwd_auto{}", a.tag()),
+            "sdpa_fwd",
+            a.json("auto", &c),
+            move || {
+                let mut g = Graph::new();
+                let q = g.input("q", c.q_spec()?)?;
+                let k = g.input("k", c.k_spec()?)?;
+                let v = g.input("v", c.v_spec()?)?;
+                let f = g.sdpa_forward(q, k, v, &c)?;
+                g.rename(f.o, "o")?;
+                if let Some(s) = f.stats {
+                    g.rename(s, "stats")?;
+                }
+                rename_extras(
+                    &mut g,
+                    [f.seq_len_q, f.seq_len_kv, f.dropout_seed, f.dropout_offset],
+                )?;
+                Ok(g)
+            },
+        );
+        pat.composite = composite;
+        out.push(pat);
+    }
     let bwd = [
         plain,
         Attn {
