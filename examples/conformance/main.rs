@@ -81,7 +81,11 @@ fn main() {
     let code = match run() {
         Ok(true) => 0,
         Ok(false) => 1,
-        Err(Skip(why)) => {
+        Err(Stop::Fail(why)) => {
+            eprintln!("conformance: FAILED: {why}");
+            1
+        }
+        Err(Stop::Missing(why)) => {
             if required() {
                 eprintln!("conformance: FAILED (CUDNN_RS_REQUIRE_LIBS=1): {why}");
                 1
@@ -94,12 +98,17 @@ fn main() {
     std::process::exit(code);
 }
 
-/// The tier cannot run here (no Python, no frontend, no cuDNN).
-struct Skip(String);
+/// Why the tier stopped: something it needs is missing here (no Python,
+/// no frontend, no cuDNN: skipped, or failed under
+/// `CUDNN_RS_REQUIRE_LIBS=1`), or the frontend side broke (always a failure).
+enum Stop {
+    Missing(String),
+    Fail(String),
+}
 
-impl From<cudnn::Error> for Skip {
+impl From<cudnn::Error> for Stop {
     fn from(e: cudnn::Error) -> Self {
-        Skip(format!("{e:#}"))
+        Stop::Missing(format!("{e:#}"))
     }
 }
 
@@ -174,10 +183,16 @@ fn io_tensors(io: &IoSignature) -> Vec<Value> {
         .collect()
 }
 
-fn python(req: &Value, mode: &str, fe: &Path, work: &Path) -> Result<Value, Skip> {
+fn python(req: &Value, mode: &str, fe: &Path, work: &Path) -> Result<Value, Stop> {
+    if !fe.join("site").join("cudnn").is_dir() {
+        return Err(Stop::Missing(format!(
+            "no cuDNN frontend in {} (`cargo xtask fetch-libs` installs it)",
+            fe.join("site").display()
+        )));
+    }
     let py = std::fs::read_to_string(fe.join("python"))
         .map(|s| s.trim().to_string())
-        .map_err(|e| Skip(format!("{}: {e}", fe.join("python").display())))?;
+        .map_err(|e| Stop::Missing(format!("{}: {e}", fe.join("python").display())))?;
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("..")
         .join("xtask")
@@ -185,7 +200,8 @@ fn python(req: &Value, mode: &str, fe: &Path, work: &Path) -> Result<Value, Skip
         .join("frontend.py");
     let rq = work.join(format!("{mode}-request.json"));
     let rs = work.join(format!("{mode}-result.json"));
-    std::fs::write(&rq, req.to_string()).map_err(|e| Skip(format!("{}: {e}", rq.display())))?;
+    std::fs::write(&rq, req.to_string())
+        .map_err(|e| Stop::Fail(format!("{}: {e}", rq.display())))?;
     let out = std::process::Command::new(&py)
         .arg(&script)
         .arg(mode)
@@ -194,17 +210,18 @@ fn python(req: &Value, mode: &str, fe: &Path, work: &Path) -> Result<Value, Skip
         .env("PYTHONNOUSERSITE", "1")
         .env_remove("PYTHONPATH")
         .output()
-        .map_err(|e| Skip(format!("running {py}: {e}")))?;
+        .map_err(|e| Stop::Missing(format!("running {py}: {e}")))?;
     if !out.status.success() {
-        return Err(Skip(format!(
+        return Err(Stop::Fail(format!(
             "{py} {} {mode} failed ({}): {}",
             script.display(),
             out.status,
             String::from_utf8_lossy(&out.stderr)
         )));
     }
-    let text = std::fs::read_to_string(&rs).map_err(|e| Skip(format!("{}: {e}", rs.display())))?;
-    serde_json::from_str(&text).map_err(|e| Skip(format!("{}: {e}", rs.display())))
+    let text =
+        std::fs::read_to_string(&rs).map_err(|e| Stop::Fail(format!("{}: {e}", rs.display())))?;
+    serde_json::from_str(&text).map_err(|e| Stop::Fail(format!("{}: {e}", rs.display())))
 }
 
 fn find(
@@ -405,10 +422,10 @@ fn side_from(r: &Value) -> Side {
     }
 }
 
-fn run() -> Result<bool, Skip> {
-    let args = parse_args().map_err(|e| Skip(format!("usage: {e}")))?;
+fn run() -> Result<bool, Stop> {
+    let args = parse_args().map_err(|e| Stop::Fail(format!("usage: {e}")))?;
     let Some(fe) = args.frontend_dir.clone() else {
-        return Err(Skip(
+        return Err(Stop::Missing(
             "no --frontend-dir (run through `cargo xtask test`, or `cargo xtask fetch-libs` and pass its frontend folder)"
                 .to_string(),
         ));
@@ -418,7 +435,7 @@ fn run() -> Result<bool, Skip> {
         Some(d) => d.clone(),
         None => std::env::temp_dir().join(format!("cudnn-rs-conformance-{}", std::process::id())),
     };
-    std::fs::create_dir_all(&work).map_err(|e| Skip(format!("{}: {e}", work.display())))?;
+    std::fs::create_dir_all(&work).map_err(|e| Stop::Fail(format!("{}: {e}", work.display())))?;
     let pats: Vec<Pattern> = patterns::all()
         .into_iter()
         .filter(|p| args.only.is_empty() || args.only.iter().any(|o| p.name.contains(o.as_str())))
@@ -494,7 +511,7 @@ fn run() -> Result<bool, Skip> {
     );
     let results = built["results"].as_array().cloned().unwrap_or_default();
     if results.len() != rows.len() {
-        return Err(Skip(format!(
+        return Err(Stop::Fail(format!(
             "the frontend side answered {} of {} items",
             results.len(),
             rows.len()
