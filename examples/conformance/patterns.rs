@@ -215,7 +215,9 @@ fn dgrad_drelu(out: &mut Vec<Pattern>) {
 
 fn matmuls(out: &mut Vec<Pattern>) {
     let dt = DType::BF16;
-    let cases: &[(&str, [i64; 3], [i64; 3], &[&str])] = &[
+    /// Name, A dims, B dims, epilogue.
+    type Case = (&'static str, [i64; 3], [i64; 3], &'static [&'static str]);
+    let cases: &[Case] = &[
         ("batched", [4, 256, 512], [4, 512, 1024], &[]),
         ("broadcast", [4, 256, 512], [1, 512, 1024], &[]),
         (
