@@ -97,12 +97,7 @@ pub const DIFFERENCES: &[Difference] = &[
         what: "SDPA composites: the mask, softmax and dropout are decomposed differently (GEN_INDEX, CMP_GE and BINARY_SELECT here, DIAGONAL_BAND_MASK there; a 7-op softmax here, SOFTMAX there), so nodes, virtual tensors and the scalars they use differ",
         why: "cuDNN's fused attention engines recognise both decompositions; what must agree (engines offered, the engine chosen, workspace, the tensors a caller binds) is compared",
         applies: |p, f| {
-            p.composite
-                && matches!(
-                    f.kind,
-                    "node" | "unmatched" | "tensor" | "load_into_crate" | "load_into_frontend"
-                )
-                && !is_bound_tensor(f)
+            p.composite && matches!(f.kind, "node" | "unmatched" | "tensor") && !is_bound_tensor(f)
         },
     },
     Difference {

@@ -137,6 +137,8 @@ struct Row {
     pass_by_values: Value,
     findings: Vec<Finding>,
     identical: bool,
+    /// Cross-loads done: the frontend's plan here, the crate's there.
+    loaded: (bool, bool),
     map: HashMap<i64, i64>,
 }
 
@@ -487,6 +489,7 @@ fn run() -> Result<bool, Stop> {
                 pass_by_values: Value::Null,
                 findings: Vec::new(),
                 identical: false,
+                loaded: (false, false),
                 map: HashMap::new(),
             });
         }
@@ -552,6 +555,7 @@ fn run() -> Result<bool, Stop> {
         match Plan::from_cudnn_json(&mapped, target, io) {
             Ok(plan) => {
                 row.ours.t_load = Some(t0.elapsed().as_secs_f64());
+                row.loaded.0 = true;
                 if Some(plan.workspace_size() as u64) != row.theirs.workspace {
                     row.findings.push(find(
                         "load_into_crate",
@@ -586,6 +590,7 @@ fn run() -> Result<bool, Stop> {
     for (&i, r) in load_rows.iter().zip(&lres) {
         let row = &mut rows[i];
         row.theirs.t_load = r["t_load_s"].as_f64();
+        row.loaded.1 = r["error"].is_null();
         if let Some(e) = r["error"].as_str() {
             row.findings
                 .push(find("load_into_frontend", "deserialize", "-", e));
@@ -612,9 +617,9 @@ fn run() -> Result<bool, Stop> {
 
 fn report(pats: &[Pattern], rows: &[Row], timing: bool, verbose: bool, secs: f64) -> bool {
     println!(
-        "| pattern | target | engines (mode A) | first engine | chosen | workspace B | plan JSON | result |"
+        "| pattern | target | engines (mode A) | first engine | chosen | workspace B | plan JSON | cross-load | result |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     let mut failed = 0;
     let mut used: Vec<&str> = Vec::new();
     let mut open_all = Vec::new();
@@ -645,7 +650,7 @@ fn report(pats: &[Pattern], rows: &[Row], timing: bool, verbose: bool, secs: f64
             format!("agree but {}", ids.join(", "))
         };
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             p.name,
             row.target,
             pair(opt(&row.ours.count_a), opt(&row.theirs.count_a)),
@@ -656,6 +661,12 @@ fn report(pats: &[Pattern], rows: &[Row], timing: bool, verbose: bool, secs: f64
                 "identical"
             } else {
                 "differs"
+            },
+            match row.loaded {
+                (true, true) => "both ways",
+                (true, false) => "theirs here only",
+                (false, true) => "ours there only",
+                (false, false) => "none",
             },
             verdict
         );
@@ -698,11 +709,14 @@ fn report(pats: &[Pattern], rows: &[Row], timing: bool, verbose: bool, secs: f64
             );
         }
     }
+    let both = rows.iter().filter(|r| r.loaded == (true, true)).count();
     println!(
-        "\nconformance: {} graphs x targets, {} agree (exactly or by a documented difference), {} differ; {:.1} s",
+        "\nconformance: {} graphs x targets ({} patterns), {} agree (exactly or by a documented difference), {} differ; plans cross-loaded both ways: {}; {:.1} s",
         rows.len(),
+        pats.len(),
         rows.len() - failed,
         failed,
+        both,
         secs
     );
     failed == 0
