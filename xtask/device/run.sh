@@ -12,7 +12,9 @@
 #             libraries' versions; doctor. Always runs. No device: the
 #             check stops here and reports every other binary as not run. est   5  cap  30
 #   tests     every gpu_* test binary, GPU and libraries required
-#             (gpu_device_props compares the JSON with the H200 preset)   est  45  cap 120
+#             (gpu_device_props compares the JSON with the H200 preset;
+#             cuDNN 9.19 compiles its runtime-fusion kernels with NVRTC
+#             as it plans: seconds per graph)                          est  60  cap 150
 #   examples  the examples that run on a GPU (ddp_lenet as one rank)      est  30  cap  60
 #   torch     our CSV benchmarks (bench_gemm 0.1 s per case, bench_conv
 #             --quick --exhaustive, bench_ops, bench_attention 1k/4k/8k)
@@ -22,11 +24,11 @@
 #             bench_graph, bench_nccl)                                    est  35  cap  60
 #   memcheck  compute-sanitizer memcheck on gpu_runtime and gpu_gemm's
 #             gemm_f32 tests; "not supported on this device's runtime"
-#             is a skip with its reason                                   est  50  cap  80
+#             is a skip with its reason                                   est  35  cap  60
 # Estimates add up to 270 s (4.5 minutes). CHECK_BUDGET_S (default 345)
 # caps the whole run: a phase gets what is left of it, and a binary that
 # cannot start in time is reported as not run. PER_BINARY_TIMEOUT (default
-# 90) caps each test binary. PHASES (default: all of them) picks phases by
+# 100) caps each test binary. PHASES (default: all of them) picks phases by
 # name, comma-separated; binaries of phases left out are listed as skipped.
 #
 # Works in a temporary folder (the binaries are unpacked there from
@@ -45,7 +47,7 @@ unset OUT
 report="$out/report.md"
 props_json="$out/device_properties.json"
 archive="$out/device-check-logs.tar.gz"
-per_binary_timeout="${PER_BINARY_TIMEOUT:-90}"
+per_binary_timeout="${PER_BINARY_TIMEOUT:-100}"
 budget_total="${CHECK_BUDGET_S:-345}"
 report_reserve=8
 all_phases="props,tests,examples,torch,bench,memcheck"
@@ -73,6 +75,7 @@ details=""
 phase_rows=""
 phase_name=""; phase_est=0; phase_cap=0; phase_t0=0; phase_deadline=0
 finished=0
+current_item=""; current_start=0
 
 record() { # NAME PHASE VERDICT SECONDS WHY
     local name="$1"
@@ -190,9 +193,14 @@ run_one() {
         return
     fi
     start=$(now)
+    current_item="$name"; current_start=$start
     ( cd "$work/run" && run_with_timeout "$limit" "$@" ) > "$log" 2>&1
     rc=$?
+    current_item=""
     summary="$(grep -E '^test result:' "$log" | tail -n 1)"
+    if [ -z "$summary" ] && [ $rc -ne 0 ]; then
+        summary="$(grep -m1 -iE "panicked|error|failed|gave no|not found" "$log")"
+    fi
     [ -n "$summary" ] || summary="$(grep -v '^[[:space:]]*$' "$log" | tail -n 1)"
     summary="$(printf '%s' "$summary" | oneline 110)"
     if [ $rc -eq 0 ]; then
@@ -215,7 +223,7 @@ not_run() { # PHASE VERDICT WHY
     done
 }
 
-gpu_line="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 4 | tr '\n' ';')"
+gpu_line=""
 
 # ---------------------------------------------------------------------------
 # The report, the archive and the summary: written once, also when stopped.
@@ -225,6 +233,10 @@ finish() {
     trap - INT TERM
     local total m
     total=$(($(now) - check_start))
+    if [ -n "$current_item" ] && [ -z "${verdict_of[$current_item]+x}" ]; then
+        record "$current_item" "$phase_name" "FAIL (stopped)" $(($(now) - current_start)) \
+            "${stop_reason:-stopped} while it ran; its log: $(tail -n 1 "$(log_of "$current_item")" 2>/dev/null | oneline 80)"
+    fi
     # What the manifest holds and nothing ran: a failure with its reason.
     for m in ${manifest[@]+"${manifest[@]}"}; do
         [ -n "${verdict_of[$m]+x}" ] || record "$m" "$(phase_for "$m")" "FAIL (not run)" 0 "not run: ${stop_reason:-the check stopped before its phase}"
@@ -338,7 +350,7 @@ finish() {
         echo "${memcheck_line:-memcheck: not run}"
         echo "--- per binary"
         for m in ${order[@]+"${order[@]}"}; do
-            printf '%-16s %-30s %4ss %s\n' "${verdict_of[$m]}" "$m" "${secs_of[$m]}" "$(printf '%s' "${why_of[$m]}" | cut -c1-90)"
+            printf '%-18s %-30s %4ss %s\n' "${verdict_of[$m]}" "$m" "${secs_of[$m]}" "$(printf '%s' "${why_of[$m]}" | cut -c1-90)"
         done
     } > "$s.head"
     {
@@ -370,13 +382,16 @@ phase_begin props 5 30
 echo "libraries searched in: ${CUDNN_RS_SEARCH_PATH:-(unset: the loader defaults)}"
 run_one device_props 20 "$bin/device_props" --out "$props_json"
 cat "$(log_of device_props)"
+# nvidia-smi only after the capture: nothing touches the device before it.
+gpu_line="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 4 | tr '\n' ';')"
 run_one doctor 20 "$bin/doctor"
 phase_end
 no_gpu=""
 if [ ! -s "$props_json" ]; then
-    why="$(grep -m1 -E 'no device-properties JSON|not loaded' "$(log_of device_props)" 2>/dev/null | oneline 160)"
-    if ! nvidia-smi -L >/dev/null 2>&1 || grep -q "no CUDA device\|no usable CUDA device" "$(log_of doctor)" 2>/dev/null; then
-        no_gpu="no CUDA device (${why:-device_props gave no JSON}; nvidia-smi: ${gpu_line:-not available})"
+    why="$(grep -m1 -E '^device +none: ' "$(log_of device_props)" 2>/dev/null | sed -E 's/^device +none: //' | oneline 120)"
+    # device_props says there is none; or it could not tell and nvidia-smi sees none.
+    if [ -n "$why" ] || { ! grep -qE '^device +' "$(log_of device_props)" 2>/dev/null && ! nvidia-smi -L >/dev/null 2>&1; }; then
+        no_gpu="no GPU (${why:-device_props gave no JSON}; nvidia-smi: ${gpu_line:-not available})"
     fi
 fi
 if [ -n "$no_gpu" ]; then
@@ -389,14 +404,14 @@ fi
 
 # ---------------------------------------------------------------------------
 if selected tests; then
-    phase_begin tests 45 120
+    phase_begin tests 60 150
     for m in ${manifest[@]+"${manifest[@]}"}; do
         [ "$(phase_for "$m")" = tests ] || continue
         run_one "$m" "$per_binary_timeout" "$bin/$m"
     done
     phase_end
 else
-    phase_skip tests 45 120
+    phase_skip tests 60 150
     not_run tests "SKIP (PHASES)" "phase tests not selected"
 fi
 
@@ -460,7 +475,7 @@ not_run bench "SKIP (PHASES)" "phase bench not selected"
 # ---------------------------------------------------------------------------
 memcheck_lines=""
 if selected memcheck; then
-    phase_begin memcheck 50 80
+    phase_begin memcheck 35 60
     sanitizer="$(command -v compute-sanitizer 2>/dev/null)"
     if [ -z "$sanitizer" ]; then
         for f in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda-*/bin/compute-sanitizer \
@@ -473,7 +488,7 @@ if selected memcheck; then
         record memcheck memcheck "SKIP (not present)" 0 "compute-sanitizer not found"
     else
         errors=0; unsupported=""
-        for spec in "gpu_runtime||40" "gpu_gemm|gemm_f32|40"; do
+        for spec in "gpu_runtime||30" "gpu_gemm|gemm_f32|30"; do
             IFS='|' read -r b filter cap <<< "$spec"
             label="memcheck/$b${filter:+ $filter}"
             limit=$(item_limit "$cap")
@@ -489,7 +504,7 @@ if selected memcheck; then
             took=$(($(now) - start))
             n="$(grep -Eo 'ERROR SUMMARY: [0-9]+ error' "$log" | tail -n 1 | grep -Eo '[0-9]+')"
             if grep -qiE 'Device not supported|not supported on this (device|platform)|unsupported device' "$log"; then
-                unsupported="$(grep -m1 -iE 'not supported|unsupported' "$log" | oneline 120)"
+                unsupported="$(grep -m1 -iE 'not supported|unsupported' "$log" | sed -E 's/^=+ *//' | oneline 120)"
                 record "$label" memcheck "SKIP (unsupported)" "$took" "compute-sanitizer: not supported on this device's runtime ($unsupported)"
                 memcheck_lines+="- $label: not supported on this device's runtime: $unsupported"$'\n'
                 break
@@ -514,7 +529,7 @@ if selected memcheck; then
     echo "$memcheck_line"
     phase_end
 else
-    phase_skip memcheck 50 80
+    phase_skip memcheck 35 60
     memcheck_line="memcheck: not selected (PHASES)"
 fi
 

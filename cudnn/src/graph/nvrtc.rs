@@ -157,7 +157,7 @@ fn open_builtins(nvrtc: &Path, version: Option<(i32, i32)>) -> Option<PathBuf> {
         if let Ok(lib) = unsafe { libloading::os::unix::Library::open(Some(&path), flags) } {
             // Kept for the life of the process, as NVRTC itself.
             std::mem::forget(lib);
-            return Some(path);
+            return Some(std::fs::canonicalize(&path).unwrap_or(path));
         }
     }
     None
