@@ -727,6 +727,166 @@ fn main() {
         Ok(())
     }));
 
+    t.push(host("sdpa_timing_fills_and_causal_index_type", || {
+        if !can_plan()? {
+            return Ok(());
+        }
+        // Timing runs (`Plan::autotune`) fill a padded attention's sequence
+        // lengths with the full lengths, per construction and direction.
+        let cfg = SdpaConfig::new(2, 4, 128, 64, DType::BF16)
+            .kv_len(256)
+            .padding(true)
+            .causal(true)
+            .training(true);
+        for imp in [SdpaImpl::Auto, SdpaImpl::Composite] {
+            let cfg = cfg.clone().implementation(imp);
+            for bwd in [false, true] {
+                let (g, lens) = if bwd {
+                    let (g, b) = sdpa_bwd(&cfg)?;
+                    (g, [b.seq_len_q, b.seq_len_kv])
+                } else {
+                    let (g, f) = sdpa_fwd(&cfg)?;
+                    (g, [f.seq_len_q, f.seq_len_kv])
+                };
+                let og = g.build()?;
+                let uid = |t: Option<Tensor>| -> Result<i64, Error> {
+                    let name = g.name(t.ok_or_else(|| Error::invalid("test", "no seq len", 0))?)?;
+                    og.io()
+                        .tensors
+                        .iter()
+                        .find(|x| x.name == name)
+                        .map(|x| x.uid)
+                        .ok_or_else(|| Error::invalid("test", "not bound", name))
+                };
+                let want = vec![(uid(lens[0])?, 128), (uid(lens[1])?, 256)];
+                let mut got = og.timing_fills().to_vec();
+                got.sort_unstable();
+                ensure!(
+                    got == want,
+                    "{imp:?} bwd={bwd}: fills {got:?}, want {want:?}"
+                );
+            }
+        }
+        let (plain, _) = sdpa_fwd(&base(DType::BF16))?;
+        ensure!(
+            plain.build()?.timing_fills().is_empty(),
+            "no padding: nothing to fill"
+        );
+        // The composite's causal mask computes its indices in INT32, as its
+        // padding mask and NVIDIA's frontend do: every GEN_INDEX node of the
+        // plan's JSON says so.
+        let t = Target::preset("h200")?;
+        let causal = base(DType::BF16)
+            .causal(true)
+            .training(true)
+            .implementation(SdpaImpl::Composite);
+        let og = sdpa_fwd(&causal)?.0.build()?;
+        let (p, _) = Plan::build(&og, &t, &Policy::default())?;
+        let json = p.cudnn_json()?;
+        let mut n = 0;
+        for (at, _) in json.match_indices("\"CUDNN_POINTWISE_GEN_INDEX\"") {
+            let start = json[..at].rfind('{').unwrap_or(0);
+            let end = at + json[at..].find('}').unwrap_or(0);
+            let node = &json[start..end];
+            ensure!(
+                node.contains("\"mathPrec\":\"CUDNN_DATA_INT32\""),
+                "GEN_INDEX node not in INT32: {node}"
+            );
+            n += 1;
+        }
+        eprintln!("composite causal forward: {n} GEN_INDEX nodes, all INT32");
+        ensure!(
+            n >= 2,
+            "the causal mask's row and column indices: {n} GEN_INDEX nodes"
+        );
+        Ok(())
+    }));
+
+    t.push(host("sdpa_backward_head_dims_per_target", || {
+        if !can_plan()? {
+            return Ok(());
+        }
+        // The composite backward's engines take head dims up to 256 on
+        // sm_90, up to 128 on sm_80 (and on sm_100 but 192/128 and, from
+        // cuDNN 9.23, 256/256): beyond, planning is a typed refusal naming
+        // the limit before cuDNN's heuristics are asked.
+        let v = cudnn::dnn::Handle::library_version()?;
+        let cfg = SdpaConfig::new(1, 2, 128, 256, DType::BF16);
+        let og = sdpa_bwd(&cfg)?.0.build()?;
+        let policy = Policy {
+            max_attempts: 1,
+            ..Policy::default()
+        };
+        for (target, ok) in [
+            ("h200", true),
+            ("a100", false),
+            ("b200", (v.major, v.minor) >= (9, 23)),
+        ] {
+            let t = Target::preset(target)?;
+            let r = og.check_target(&t);
+            eprintln!("bwd d=256 on {target}: {r:?}");
+            ensure!(r.is_ok() == ok, "{target}: {r:?}");
+            if !ok {
+                let e = Plan::build(&og, &t, &policy).err();
+                ensure!(
+                    matches!(&e, Some(Error::Unsupported { needs: Some(n), .. }) if n.contains("head dims")),
+                    "{target}: Plan::build refuses naming the head dims: {e:?}"
+                );
+            }
+        }
+        let d160 = sdpa_bwd(&SdpaConfig::new(1, 2, 128, 160, DType::BF16))?.0.build()?;
+        let r = d160.check_target(&Target::preset("b200")?);
+        ensure!(r.is_err(), "d=160 on sm_100: {r:?}");
+        let d64 = sdpa_bwd(&SdpaConfig::new(1, 2, 128, 64, DType::BF16))?.0.build()?;
+        for target in TARGETS {
+            d64.check_target(&Target::preset(target)?)?;
+        }
+        // The forward has no such limit here.
+        let f = sdpa_fwd(&cfg.training(true))?.0.build()?;
+        f.check_target(&Target::preset("a100")?)?;
+        Ok(())
+    }));
+
+    t.push(host("sdpa_dropout_zero_builds_no_rng", || {
+        if !can_plan()? {
+            return Ok(());
+        }
+        // Dropout of probability 0 is no dropout: no seed or offset inputs,
+        // the same graph as without it, and no RNG op in the plan.
+        let t = Target::preset("h200")?;
+        let cfg = base(DType::BF16)
+            .training(true)
+            .implementation(SdpaImpl::Composite);
+        let (g0, f0) = sdpa_fwd(&cfg.clone().dropout(0.0))?;
+        let (gn, _) = sdpa_fwd(&cfg)?;
+        let (gd, fd) = sdpa_fwd(&cfg.clone().dropout(0.1))?;
+        ensure!(
+            f0.dropout_seed.is_none() && f0.dropout_offset.is_none(),
+            "p = 0: no seed / offset inputs"
+        );
+        ensure!(fd.dropout_seed.is_some(), "p = 0.1: a seed input");
+        ensure!(
+            g0.signature() == gn.signature(),
+            "p = 0 is the graph without dropout"
+        );
+        let (b0, bb0) = sdpa_bwd(&cfg.clone().dropout(0.0))?;
+        let (bn, _) = sdpa_bwd(&cfg)?;
+        ensure!(bb0.dropout_seed.is_none(), "backward p = 0: no seed");
+        ensure!(
+            b0.signature() == bn.signature(),
+            "backward p = 0 is without dropout"
+        );
+        let rng = "CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR";
+        let json = |g: &Graph| -> Result<String, Error> {
+            Plan::build(&g.build()?, &t, &Policy::default())?
+                .0
+                .cudnn_json()
+        };
+        ensure!(!json(&g0)?.contains(rng), "p = 0: no RNG op in the plan");
+        ensure!(json(&gd)?.contains(rng), "p = 0.1: an RNG op in the plan");
+        Ok(())
+    }));
+
     t.push(host("sdpa_nvrtc_found_for_older_cudnn", || {
         if !can_plan()? {
             return Ok(());

@@ -89,6 +89,13 @@ impl OpGraph {
         Ok(())
     }
 
+    /// `(uid, value)` of the inputs that timing runs ([`Plan::autotune`](super::Plan::autotune))
+    /// fill with `value` in every (i32) element rather than zeros: the
+    /// sequence lengths of a padded attention, at their full values.
+    pub fn timing_fills(&self) -> &[(i64, i32)] {
+        &self.timing_fills
+    }
+
     /// The bytes timing runs put in input `t` (the whole span): sequence
     /// lengths at their full values, so a padded attention times the work it
     /// will do; `None` for inputs that may be zeros.
