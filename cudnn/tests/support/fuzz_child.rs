@@ -171,6 +171,7 @@ fn run_range(
             }
         });
         let mut hung = false;
+        let mut reported = false;
         loop {
             match rx.recv_timeout(HANG) {
                 Ok(l) => {
@@ -180,6 +181,7 @@ fn run_range(
                         r.max_ms = r.max_ms.max(ms);
                         r.outcomes[i] = Some(o);
                         next = i + 1;
+                        reported = true;
                     }
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -193,6 +195,13 @@ fn run_range(
         let status = child.wait().map_err(|e| e.to_string())?;
         if next >= hi {
             break;
+        }
+        if !reported && !hung {
+            // Died before its first case: the worker cannot start here
+            // (not a case's fault); stop rather than retry every case.
+            return Err(format!(
+                "a worker died before its first case ({status}); run it alone with {env} set to see why"
+            ));
         }
         // The child ended before its last case: `next` killed it.
         if hung {

@@ -1,5 +1,5 @@
 //! Valid plans of every graph family, for the plan-file tests and fuzz
-//! targets: convolution (+ scale), matmul (+ relu), layer norm, SDPA
+//! targets: convolution (precompiled, and + scale), matmul (+ relu), layer norm, SDPA
 //! forward (native, causal, training) and SDPA backward (composite, with
 //! scratch tensors in the workspace).
 #![allow(dead_code)]
@@ -10,6 +10,7 @@ use cudnn::graph::*;
 /// `(name, graph)` of every family.
 pub fn graphs() -> Result<Vec<(&'static str, Graph)>> {
     Ok(vec![
+        ("conv_plain", conv_plain(2)?),
         ("conv", conv(8)?),
         ("matmul", matmul()?),
         ("norm", norm()?),
@@ -126,4 +127,52 @@ pub fn with_json(head: &str, json: &str) -> String {
 /// Whether the loaded cuDNN can plan graphs here (>= 9.8).
 pub fn can_plan() -> bool {
     cudnn::graph::require_graph_support().is_ok()
+}
+
+/// cuDNN itself, with none of the crate's checks: finalize an execution plan
+/// from `json` for an H200, through the raw C API (for the tests that show
+/// what cuDNN does with a plan JSON the crate refuses). Returns cuDNN's
+/// status, or the crate's error while setting up the device properties.
+pub fn raw_plan_finalize(json: &str) -> cudnn::Result<u32> {
+    use cudnn::graph::backend::{Descriptor, attr, kind};
+    use cudnn::sys::cudnn as sys;
+    let _ = cudnn::graph::driver::ensure()?;
+    let api = sys::load()?;
+    let mut props = Descriptor::<kind::DeviceProp>::new()?;
+    let mut pj = DeviceSpec::h200().to_json().into_bytes();
+    pj.push(0);
+    props.set(attr::DEVICEPROP_JSON_REPRESENTATION, &pj)?;
+    props.finalize()?;
+    let mut bytes: Vec<u8> = json.bytes().filter(|&b| b != 0).collect();
+    bytes.push(0);
+    let mut plan: sys::cudnnBackendDescriptor_t = std::ptr::null_mut();
+    let raw_props = props.as_raw();
+    // SAFETY: plain C API calls on a descriptor created here and destroyed
+    // at the end; every pointer is to live memory of the type and count given.
+    unsafe {
+        let st = api.cudnnBackendCreateDescriptor(
+            sys::cudnnBackendDescriptorType_t::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR,
+            &mut plan,
+        )?;
+        if st != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
+            return Ok(st.0);
+        }
+        let _ = api.cudnnBackendSetAttribute(
+            plan,
+            sys::cudnnBackendAttributeName_t::CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP,
+            sys::cudnnBackendAttributeType_t::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+            1,
+            (&raw_props as *const sys::cudnnBackendDescriptor_t).cast(),
+        )?;
+        let _ = api.cudnnBackendSetAttribute(
+            plan,
+            sys::cudnnBackendAttributeName_t::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION,
+            sys::cudnnBackendAttributeType_t::CUDNN_TYPE_CHAR,
+            bytes.len() as i64,
+            bytes.as_ptr().cast(),
+        )?;
+        let st = api.cudnnBackendFinalize(plan)?;
+        let _ = api.cudnnBackendDestroyDescriptor(plan);
+        Ok(st.0)
+    }
 }

@@ -20,9 +20,16 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
+mod engine;
+mod schema;
+
+use engine::{engine, profile};
+use schema::Field::*;
+use schema::{DATA_TYPES, FINALIZE_MODES, dtype_of, node_fields};
+
 use super::graph::IoSignature;
 use super::target::Target;
-use super::tensor::{DType, MAX_DIMS};
+use super::tensor::MAX_DIMS;
 use crate::error::{Error, Result};
 
 /// The largest plan JSON accepted (cuDNN's own reader caps at 64 MiB too).
@@ -33,9 +40,6 @@ const MAX_TENSORS: usize = 4096;
 const MAX_NODES: usize = 512;
 /// Subgraphs nest at most this deep (SDPA's score subgraph: 1).
 const MAX_DEPTH: usize = 2;
-/// Kernels in an engine payload, and parameters of one kernel.
-const MAX_KERNELS: usize = 256;
-const MAX_PARAMS: usize = 4096;
 /// The largest tensor dim, stride or element count cuDNN indexes with `int64`.
 const MAX_EXTENT: i64 = 1 << 48;
 
@@ -48,7 +52,7 @@ pub(crate) struct Summary {
     pub(crate) runtime_compiled: bool,
 }
 
-fn bad(path: &str, rule: impl Into<String>, value: impl std::fmt::Display) -> Error {
+pub(super) fn bad(path: &str, rule: impl Into<String>, value: impl std::fmt::Display) -> Error {
     Error::invalid(format!("plan JSON {path}"), rule, short(&value.to_string()))
 }
 
@@ -64,12 +68,12 @@ fn short(s: &str) -> String {
     }
 }
 
-fn obj<'v>(v: &'v Value, path: &str) -> Result<&'v Map<String, Value>> {
+pub(super) fn obj<'v>(v: &'v Value, path: &str) -> Result<&'v Map<String, Value>> {
     v.as_object()
         .ok_or_else(|| bad(path, "must be an object", kind(v)))
 }
 
-fn arr<'v>(v: &'v Value, path: &str, max: usize) -> Result<&'v Vec<Value>> {
+pub(super) fn arr<'v>(v: &'v Value, path: &str, max: usize) -> Result<&'v Vec<Value>> {
     let a = v
         .as_array()
         .ok_or_else(|| bad(path, "must be an array", kind(v)))?;
@@ -83,7 +87,7 @@ fn arr<'v>(v: &'v Value, path: &str, max: usize) -> Result<&'v Vec<Value>> {
     Ok(a)
 }
 
-fn int(v: &Value, path: &str, lo: i64, hi: i64) -> Result<i64> {
+pub(super) fn int(v: &Value, path: &str, lo: i64, hi: i64) -> Result<i64> {
     match v.as_i64() {
         Some(x) if (lo..=hi).contains(&x) => Ok(x),
         _ => Err(bad(path, format!("must be an integer in {lo}..={hi}"), v)),
@@ -102,7 +106,7 @@ fn boolean(v: &Value, path: &str) -> Result<bool> {
         .ok_or_else(|| bad(path, "must be true or false", v))
 }
 
-fn string<'v>(v: &'v Value, path: &str, max: usize) -> Result<&'v str> {
+pub(super) fn string<'v>(v: &'v Value, path: &str, max: usize) -> Result<&'v str> {
     match v.as_str() {
         Some(s) if !s.is_empty() && s.len() <= max => Ok(s),
         _ => Err(bad(
@@ -125,7 +129,12 @@ fn kind(v: &Value) -> &'static str {
 }
 
 /// Every key of `m` must be in `allowed`; every key of `required` present.
-fn keys(m: &Map<String, Value>, path: &str, allowed: &[&str], required: &[&str]) -> Result<()> {
+pub(super) fn keys(
+    m: &Map<String, Value>,
+    path: &str,
+    allowed: &[&str],
+    required: &[&str],
+) -> Result<()> {
     for k in m.keys() {
         if !allowed.contains(&k.as_str()) {
             return Err(bad(
@@ -143,7 +152,7 @@ fn keys(m: &Map<String, Value>, path: &str, allowed: &[&str], required: &[&str])
     Ok(())
 }
 
-fn one_of<'v>(v: &'v Value, path: &str, allowed: &[&str]) -> Result<&'v str> {
+pub(super) fn one_of<'v>(v: &'v Value, path: &str, allowed: &[&str]) -> Result<&'v str> {
     match v.as_str() {
         Some(s) if allowed.contains(&s) => Ok(s),
         _ => Err(bad(
@@ -153,309 +162,6 @@ fn one_of<'v>(v: &'v Value, path: &str, allowed: &[&str]) -> Result<&'v str> {
         )),
     }
 }
-
-const DATA_TYPES: &[&str] = &[
-    "CUDNN_DATA_FLOAT",
-    "CUDNN_DATA_DOUBLE",
-    "CUDNN_DATA_HALF",
-    "CUDNN_DATA_BFLOAT16",
-    "CUDNN_DATA_INT8",
-    "CUDNN_DATA_UINT8",
-    "CUDNN_DATA_INT32",
-    "CUDNN_DATA_INT64",
-    "CUDNN_DATA_BOOLEAN",
-    "CUDNN_DATA_FP8_E4M3",
-    "CUDNN_DATA_FP8_E5M2",
-];
-
-fn dtype_of(name: &str) -> Option<DType> {
-    Some(match name {
-        "CUDNN_DATA_FLOAT" => DType::F32,
-        "CUDNN_DATA_DOUBLE" => DType::F64,
-        "CUDNN_DATA_HALF" => DType::F16,
-        "CUDNN_DATA_BFLOAT16" => DType::BF16,
-        "CUDNN_DATA_INT8" => DType::I8,
-        "CUDNN_DATA_UINT8" => DType::U8,
-        "CUDNN_DATA_INT32" => DType::I32,
-        "CUDNN_DATA_INT64" => DType::I64,
-        "CUDNN_DATA_BOOLEAN" => DType::Bool,
-        "CUDNN_DATA_FP8_E4M3" => DType::Fp8E4M3,
-        "CUDNN_DATA_FP8_E5M2" => DType::Fp8E5M2,
-        _ => return None,
-    })
-}
-
-const POINTWISE_MODES: &[&str] = &[
-    "CUDNN_POINTWISE_ABS",
-    "CUDNN_POINTWISE_ADD",
-    "CUDNN_POINTWISE_ADD_SQUARE",
-    "CUDNN_POINTWISE_ATAN2",
-    "CUDNN_POINTWISE_BINARY_SELECT",
-    "CUDNN_POINTWISE_CEIL",
-    "CUDNN_POINTWISE_CMP_EQ",
-    "CUDNN_POINTWISE_CMP_GE",
-    "CUDNN_POINTWISE_CMP_GT",
-    "CUDNN_POINTWISE_CMP_LE",
-    "CUDNN_POINTWISE_CMP_LT",
-    "CUDNN_POINTWISE_CMP_NEQ",
-    "CUDNN_POINTWISE_COS",
-    "CUDNN_POINTWISE_DIV",
-    "CUDNN_POINTWISE_ELU_BWD",
-    "CUDNN_POINTWISE_ELU_FWD",
-    "CUDNN_POINTWISE_ERF",
-    "CUDNN_POINTWISE_EXP",
-    "CUDNN_POINTWISE_FLOOR",
-    "CUDNN_POINTWISE_FLOOR_MOD",
-    "CUDNN_POINTWISE_GELU_APPROX_TANH_BWD",
-    "CUDNN_POINTWISE_GELU_APPROX_TANH_FWD",
-    "CUDNN_POINTWISE_GELU_BWD",
-    "CUDNN_POINTWISE_GELU_FWD",
-    "CUDNN_POINTWISE_GEN_INDEX",
-    "CUDNN_POINTWISE_IDENTITY",
-    "CUDNN_POINTWISE_LOG",
-    "CUDNN_POINTWISE_LOGICAL_AND",
-    "CUDNN_POINTWISE_LOGICAL_NOT",
-    "CUDNN_POINTWISE_LOGICAL_OR",
-    "CUDNN_POINTWISE_MAX",
-    "CUDNN_POINTWISE_MIN",
-    "CUDNN_POINTWISE_MOD",
-    "CUDNN_POINTWISE_MUL",
-    "CUDNN_POINTWISE_NEG",
-    "CUDNN_POINTWISE_POW",
-    "CUDNN_POINTWISE_RECIPROCAL",
-    "CUDNN_POINTWISE_RELU_BWD",
-    "CUDNN_POINTWISE_RELU_FWD",
-    "CUDNN_POINTWISE_RSQRT",
-    "CUDNN_POINTWISE_SIGMOID_BWD",
-    "CUDNN_POINTWISE_SIGMOID_FWD",
-    "CUDNN_POINTWISE_SIN",
-    "CUDNN_POINTWISE_SOFTPLUS_BWD",
-    "CUDNN_POINTWISE_SOFTPLUS_FWD",
-    "CUDNN_POINTWISE_SQRT",
-    "CUDNN_POINTWISE_SUB",
-    "CUDNN_POINTWISE_SWISH_BWD",
-    "CUDNN_POINTWISE_SWISH_FWD",
-    "CUDNN_POINTWISE_TAN",
-    "CUDNN_POINTWISE_TANH_BWD",
-    "CUDNN_POINTWISE_TANH_FWD",
-];
-
-const CMP_MODES: &[&str] = &[
-    "CUDNN_POINTWISE_CMP_EQ",
-    "CUDNN_POINTWISE_CMP_GE",
-    "CUDNN_POINTWISE_CMP_GT",
-    "CUDNN_POINTWISE_CMP_LE",
-    "CUDNN_POINTWISE_CMP_LT",
-    "CUDNN_POINTWISE_CMP_NEQ",
-];
-
-/// How a node's value is read.
-#[derive(Clone, Copy)]
-enum Field {
-    /// A tensor of the graph (or an enclosing one), by name.
-    Ref,
-    /// One of these names.
-    Enum(&'static [&'static str]),
-    /// A finite number.
-    Float,
-    /// A probability in 0..=1.
-    Prob,
-    /// A boolean.
-    Bool,
-    /// A list of 1..=MAX_DIMS integers >= the bound.
-    Ints(i64),
-    /// A small integer (an axis).
-    Axis,
-    /// A subgraph, with the uids of its input and output.
-    Subgraph,
-    /// A tensor uid of the node's subgraph.
-    SubgraphUid,
-}
-
-use Field::*;
-
-const CONV_MODES: &[&str] = &["CUDNN_CROSS_CORRELATION", "CUDNN_CONVOLUTION"];
-const NORM_MODES: &[&str] = &["CUDNN_LAYER_NORM", "CUDNN_BATCH_NORM", "CUDNN_RMS_NORM"];
-
-/// `(operation, its keys)`: the allow-list of operation nodes.
-fn node_fields(op: &str) -> Option<&'static [(&'static str, Field)]> {
-    const CONV_COMMON: [(&str, Field); 7] = [
-        ("mode", Enum(CONV_MODES)),
-        ("mathPrec", Enum(DATA_TYPES)),
-        ("alpha", Float),
-        ("beta", Float),
-        ("pad", Ints(0)),
-        ("stride", Ints(1)),
-        ("dilation", Ints(1)),
-    ];
-    const FPROP: [(&str, Field); 10] = concat(CONV_COMMON, [("X", Ref), ("W", Ref), ("Y", Ref)]);
-    const DGRAD: [(&str, Field); 10] = concat(CONV_COMMON, [("W", Ref), ("dX", Ref), ("dY", Ref)]);
-    const WGRAD: [(&str, Field); 10] = concat(CONV_COMMON, [("X", Ref), ("dW", Ref), ("dY", Ref)]);
-    const fn concat(
-        a: [(&'static str, Field); 7],
-        b: [(&'static str, Field); 3],
-    ) -> [(&'static str, Field); 10] {
-        [a[0], a[1], a[2], a[3], a[4], a[5], a[6], b[0], b[1], b[2]]
-    }
-    Some(match op {
-        "CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR" => &FPROP,
-        "CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR" => &DGRAD,
-        "CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR" => &WGRAD,
-        "CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR" => &[
-            ("pointwiseMode", Enum(POINTWISE_MODES)),
-            ("mathPrec", Enum(DATA_TYPES)),
-            ("alpha1", Float),
-            ("alpha2", Float),
-            ("upperClip", Float),
-            ("lowerClip", Float),
-            ("lowerClipSlope", Float),
-            ("eluAlpha", Float),
-            ("softplusBeta", Float),
-            ("swishBeta", Float),
-            ("axis", Axis),
-            ("X", Ref),
-            ("Y", Ref),
-            ("B", Ref),
-            ("T", Ref),
-            ("dX", Ref),
-            ("dY", Ref),
-        ],
-        "CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR" => &[
-            ("mathPrec", Enum(DATA_TYPES)),
-            ("matA", Ref),
-            ("matB", Ref),
-            ("matC", Ref),
-            ("mOverride", Ref),
-            ("nOverride", Ref),
-            ("kOverride", Ref),
-            ("paddingDataType", Enum(&["CUDNN_TYPE_DOUBLE"])),
-            ("paddingValue", Float),
-        ],
-        "CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR" => &[
-            ("mathPrec", Enum(DATA_TYPES)),
-            (
-                "reductionOp",
-                Enum(&[
-                    "CUDNN_REDUCE_TENSOR_ADD",
-                    "CUDNN_REDUCE_TENSOR_MUL",
-                    "CUDNN_REDUCE_TENSOR_MIN",
-                    "CUDNN_REDUCE_TENSOR_MAX",
-                    "CUDNN_REDUCE_TENSOR_AMAX",
-                    "CUDNN_REDUCE_TENSOR_AVG",
-                    "CUDNN_REDUCE_TENSOR_NORM1",
-                    "CUDNN_REDUCE_TENSOR_NORM2",
-                    "CUDNN_REDUCE_TENSOR_MUL_NO_ZEROS",
-                ]),
-            ),
-            ("isDeterministic", Bool),
-            ("X", Ref),
-            ("Y", Ref),
-        ],
-        "CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR" => &[
-            ("mode", Enum(NORM_MODES)),
-            (
-                "fmode",
-                Enum(&["CUDNN_NORM_FWD_TRAINING", "CUDNN_NORM_FWD_INFERENCE"]),
-            ),
-            ("X", Ref),
-            ("Y", Ref),
-            ("Mean", Ref),
-            ("InvVariance", Ref),
-            ("Scale", Ref),
-            ("Bias", Ref),
-            ("epsilonDesc", Ref),
-            ("expavgfactorDesc", Ref),
-            ("InRunningMean", Ref),
-            ("InRunningVar", Ref),
-            ("OutRunningMean", Ref),
-            ("OutRunningVar", Ref),
-        ],
-        "CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR" => &[
-            ("mode", Enum(NORM_MODES)),
-            ("X", Ref),
-            ("DY", Ref),
-            ("Scale", Ref),
-            ("Mean", Ref),
-            ("InvVariance", Ref),
-            ("epsilonDesc", Ref),
-            ("DX", Ref),
-            ("DScale", Ref),
-            ("DBias", Ref),
-        ],
-        "CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR" => &[
-            ("Q", Ref),
-            ("K", Ref),
-            ("V", Ref),
-            ("O", Ref),
-            ("stats", Ref),
-            ("scale", Ref),
-            ("seqLenQ", Ref),
-            ("seqLenKV", Ref),
-            ("dropoutSeed", Ref),
-            ("dropoutOffset", Ref),
-            ("dropoutProbability", Prob),
-            ("subgraph", Subgraph),
-            ("subgraphInputUid", SubgraphUid),
-            ("subgraphOutputUid", SubgraphUid),
-        ],
-        "CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR" => &[
-            ("qDesc", Ref),
-            ("kDesc", Ref),
-            ("vDesc", Ref),
-            ("oDesc", Ref),
-            ("dODesc", Ref),
-            ("statsDesc", Ref),
-            ("scaleDesc", Ref),
-            ("dQDesc", Ref),
-            ("dKDesc", Ref),
-            ("dVDesc", Ref),
-            ("seqLenQDesc", Ref),
-            ("seqLenKVDesc", Ref),
-            ("dropoutSeed", Ref),
-            ("dropoutOffset", Ref),
-            ("dropoutProbability", Prob),
-            ("subgraph", Subgraph),
-            ("subgraphInputUid", SubgraphUid),
-            ("subgraphOutputUid", SubgraphUid),
-        ],
-        "CUDNN_BACKEND_OPERATION_DIAGONAL_BAND_MASK_DESCRIPTOR" => &[
-            ("X", Ref),
-            ("Y", Ref),
-            ("B", Ref),
-            ("comparisonMode", Enum(CMP_MODES)),
-        ],
-        "CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR" => &[
-            ("Y", Ref),
-            ("seedTensor", Ref),
-            ("offset", Ref),
-            ("distribution", Enum(&["CUDNN_RNG_DISTRIBUTION_BERNOULLI"])),
-            ("bernoulli_dist_probability", Prob),
-        ],
-        "CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR" => &[
-            ("X", Ref),
-            ("Y", Ref),
-            ("mode", Enum(&["CUDNN_RESHAPE_VIEW_ONLY"])),
-        ],
-        _ => return None,
-    })
-}
-
-const FINALIZE_MODES: &[&str] = &[
-    "GENERIC_CONV_FUSION",
-    "GENERIC_POINTWISE_FUSION",
-    "BLAS_MATMUL",
-    "CONV_FORWARD",
-    "CONV_BWD_DATA",
-    "CONV_BWD_FILTER",
-    "CONV_ADD_BIAS_ACT",
-    "NORM_FWD_TRAIN",
-    "NORM_FWD_INFER",
-    "NORM_BWD",
-    "SDPA_FWD",
-    "SDPA_BWD",
-    "UNIFIED_SDPA_FWD",
-    "UNIFIED_SDPA_BWD",
-];
 
 /// One tensor of the plan, as the JSON declares it.
 #[derive(Debug)]
@@ -722,230 +428,6 @@ impl Walk {
     }
 }
 
-/// The device profile: every field of cuDNN's device properties, in range,
-/// and the same architecture and SM count as `target`.
-fn profile(v: &Value, target: &Target) -> Result<()> {
-    let path = "/GPUProfile";
-    let m = obj(v, path)?;
-    const EXTRA: [&str; 2] = ["smCountOrigin", "oversizedSharedMemoryPerBlock"];
-    let mut allowed: Vec<&str> = super::REQUIRED_FIELDS.to_vec();
-    allowed.extend(EXTRA);
-    keys(m, path, &allowed, &super::REQUIRED_FIELDS)?;
-    for (k, val) in m {
-        let p = format!("{path}/{k}");
-        match k.as_str() {
-            "deviceName" => {
-                string(val, &p, 256)?;
-            }
-            "maxGridSize" | "maxBlockSize" => {
-                let a = arr(val, &p, 3)?;
-                if a.len() != 3 {
-                    return Err(bad(&p, "must have 3 entries", a.len()));
-                }
-                for (i, x) in a.iter().enumerate() {
-                    int(x, &format!("{p}/{i}"), 1, i64::from(i32::MAX))?;
-                }
-            }
-            "totalGlobalMem" => {
-                int(val, &p, 1, i64::MAX)?;
-            }
-            "pciDeviceId"
-            | "isTccDriver"
-            | "cudaDeviceId"
-            | "smCountOrigin"
-            | "oversizedSharedMemoryPerBlock"
-            | "reservedSharedMemoryPerBlock"
-            | "supportCoopLaunch" => {
-                int(val, &p, 0, i64::from(i32::MAX))?;
-            }
-            _ => {
-                int(val, &p, 1, i64::from(i32::MAX))?;
-            }
-        }
-    }
-    let props = target.properties();
-    let ver = m["deviceVer"].as_i64().unwrap_or(0);
-    let sms = m["multiProcessorCount"].as_i64().unwrap_or(0);
-    if ver != props.device_ver() || sms != props.sm_count() {
-        return Err(Error::Unsupported {
-            what: format!(
-                "this plan was compiled for another GPU architecture (plan JSON /GPUProfile: \
-                 deviceVer {ver}, {sms} SMs), not {} (deviceVer {}, {} SMs)",
-                target.fingerprint(),
-                props.device_ver(),
-                props.sm_count()
-            ),
-            needs: Some("a plan built for this target".to_string()),
-        });
-    }
-    Ok(())
-}
-
-fn is_base64(s: &str) -> bool {
-    s.bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/' || b == b'=')
-}
-
-/// Decoded length of standard base64 text (checked to be base64 before).
-fn base64_len(s: &str) -> usize {
-    let pad = s.bytes().rev().take_while(|&b| b == b'=').count();
-    (s.len() / 4 * 3).saturating_sub(pad)
-}
-
-/// The engine: its id, knobs and compiled payload. Returns whether it
-/// carries compiled code.
-fn engine(v: &Value, device_ver: i64) -> Result<bool> {
-    let path = "/engine";
-    let m = obj(v, path)?;
-    keys(
-        m,
-        path,
-        &["engineId", "smVersion", "knobChoices", "payload"],
-        &["engineId", "smVersion", "knobChoices"],
-    )?;
-    int(&m["engineId"], "/engine/engineId", 0, 1 << 20)?;
-    int(&m["smVersion"], "/engine/smVersion", device_ver, device_ver)?;
-    let knobs = obj(&m["knobChoices"], "/engine/knobChoices")?;
-    if knobs.len() > 64 {
-        return Err(bad(
-            "/engine/knobChoices",
-            "must have at most 64 knobs",
-            knobs.len(),
-        ));
-    }
-    for (k, val) in knobs {
-        let p = format!("/engine/knobChoices/{k}");
-        let known = k.strip_prefix("CUDNN_KNOB_TYPE_").is_some_and(|r| {
-            !r.is_empty()
-                && r.bytes()
-                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
-        });
-        if !known {
-            return Err(bad(&p, "must be a knob type (CUDNN_KNOB_TYPE_...)", k));
-        }
-        int(val, &p, -1, i64::from(i32::MAX))?;
-    }
-    let Some(payload) = m.get("payload") else {
-        return Ok(false);
-    };
-    let path = "/engine/payload";
-    let p = obj(payload, path)?;
-    if p.contains_key("kernels") {
-        keys(p, path, &["kernels"], &["kernels"])?;
-        let kernels = arr(&p["kernels"], "/engine/payload/kernels", MAX_KERNELS)?;
-        for (i, k) in kernels.iter().enumerate() {
-            let kp = format!("/engine/payload/kernels/{i}");
-            let km = obj(k, &kp)?;
-            keys(
-                km,
-                &kp,
-                &["kernelName", "kernelParams", "cubin"],
-                &["kernelName", "cubin"],
-            )?;
-            string(&km["kernelName"], &format!("{kp}/kernelName"), 4096)?;
-            let cubin = string(&km["cubin"], &format!("{kp}/cubin"), MAX_JSON_BYTES)?;
-            if !is_base64(cubin) {
-                return Err(bad(&format!("{kp}/cubin"), "must be base64", "other bytes"));
-            }
-            if let Some(params) = km.get("kernelParams") {
-                kernel_params(params, &format!("{kp}/kernelParams"))?;
-            }
-        }
-    } else {
-        keys(
-            p,
-            path,
-            &["Records", "RecordSize", "Fatbins", "guid"],
-            &["Records", "RecordSize", "Fatbins", "guid"],
-        )?;
-        let rec = string(&p["Records"], "/engine/payload/Records", MAX_JSON_BYTES)?;
-        if !is_base64(rec) {
-            return Err(bad(
-                "/engine/payload/Records",
-                "must be base64",
-                "other bytes",
-            ));
-        }
-        let size = int(&p["RecordSize"], "/engine/payload/RecordSize", 1, 1 << 30)?;
-        if usize::try_from(size).ok() != Some(base64_len(rec)) {
-            return Err(Error::mismatch(
-                "plan JSON /engine/payload/RecordSize (the decoded Records)",
-                base64_len(rec),
-                size,
-            ));
-        }
-        let fatbins = arr(&p["Fatbins"], "/engine/payload/Fatbins", 0)?;
-        let _ = fatbins;
-        int(&p["guid"], "/engine/payload/guid", 0, i64::from(i32::MAX))?;
-    }
-    Ok(true)
-}
-
-/// A kernel's parameter block: every patched offset inside the raw data.
-fn kernel_params(v: &Value, path: &str) -> Result<()> {
-    let m = obj(v, path)?;
-    keys(m, path, &["offsets", "rawData"], &["offsets", "rawData"])?;
-    let raw = string(&m["rawData"], &format!("{path}/rawData"), 1 << 20)?;
-    if !is_base64(raw) || raw.len() % 4 != 0 {
-        return Err(bad(
-            &format!("{path}/rawData"),
-            "must be base64",
-            "other bytes",
-        ));
-    }
-    let len = i64::try_from(base64_len(raw)).unwrap_or(i64::MAX);
-    let offsets = arr(&m["offsets"], &format!("{path}/offsets"), MAX_PARAMS)?;
-    for (i, o) in offsets.iter().enumerate() {
-        let p = format!("{path}/offsets/{i}");
-        let om = obj(o, &p)?;
-        keys(
-            om,
-            &p,
-            &["value", "uid", "update_as", "size", "name"],
-            &["value"],
-        )?;
-        let at = int(
-            &om["value"],
-            &format!("{p}/value"),
-            0,
-            len.saturating_sub(1),
-        )?;
-        if let Some(u) = om.get("uid") {
-            int(u, &format!("{p}/uid"), i64::MIN, i64::MAX)?;
-        }
-        let size = match om.get("size") {
-            Some(s) => int(s, &format!("{p}/size"), 1, 8)?,
-            None => 1,
-        };
-        let width = match om.get("update_as") {
-            Some(u) => match one_of(
-                u,
-                &format!("{p}/update_as"),
-                &["pointer", "workspace", "value", "tma_desc"],
-            )? {
-                "pointer" | "workspace" => 8,
-                "value" => size,
-                _ => 1,
-            },
-            None => 1,
-        };
-        if om.contains_key("update_as") != om.contains_key("uid") {
-            return Err(bad(&p, "must have both uid and update_as, or neither", o));
-        }
-        if let Some(n) = om.get("name") {
-            string(n, &format!("{p}/name"), 256)?;
-        }
-        if at.checked_add(width).is_none_or(|end| end > len) {
-            return Err(bad(
-                &format!("{p}/value"),
-                format!("must leave {width} bytes inside the {len}-byte parameter block"),
-                at,
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// The `cudnnVersion` a plan JSON records.
 ///
 /// # Errors
@@ -975,10 +457,16 @@ fn parse(json: &str) -> Result<Value> {
 }
 
 /// Check a cuDNN plan JSON against the IO signature it is paired with and
-/// the target it is loaded for, before cuDNN sees it: the shape cuDNN writes
-/// (see the [module docs](self)), made by cuDNN `cudnn` when given
+/// the target it is loaded for, before cuDNN sees it: a strict allow-list of
+/// the shape cuDNN writes for the graphs this crate builds (every key known,
+/// of the type and in the range cuDNN writes it, counts within limits, every
+/// dim at least 1, every tensor reference naming a tensor of the graph, the device
+/// profile of `target`'s architecture), made by cuDNN `cudnn` when given
 /// (`major * 10000 + minor * 100 + patch`), and every non-virtual tensor,
-/// by-value scalar and scratch tensor in agreement with `io`.
+/// by-value scalar and scratch tensor in agreement with `io` (uid, dims,
+/// strides or a transposed view of the same memory, data type, by-value).
+/// cuDNN's own parser is not a validator: some malformed plans crash the
+/// process (SIGSEGV, SIGABRT, SIGFPE) instead of returning an error.
 ///
 /// [`Plan::from_cudnn_json`](super::Plan::from_cudnn_json),
 /// [`Plan::deserialize`](super::Plan::deserialize) and
@@ -998,6 +486,22 @@ pub(crate) fn check_summary(
     target: &Target,
     cudnn: Option<u64>,
 ) -> Result<Summary> {
+    let (summary, tensors) = shape(json, Some(target), cudnn)?;
+    agree(&tensors, io)?;
+    Ok(summary)
+}
+
+/// The shape check alone (no tensor list, no target): what the typed
+/// backend API runs before finalizing an execution plan from JSON.
+pub(crate) fn check_shape(json: &str) -> Result<()> {
+    shape(json, None, None).map(|_| ())
+}
+
+fn shape(
+    json: &str,
+    target: Option<&Target>,
+    cudnn: Option<u64>,
+) -> Result<(Summary, HashMap<i64, JsonTensor>)> {
     let v = parse(json)?;
     let top = obj(&v, "/")?;
     const TOP: &[&str] = &[
@@ -1007,7 +511,7 @@ pub(crate) fn check_summary(
         "GPUProfile",
         "engine",
     ];
-    keys(top, "/", TOP, TOP)?;
+    keys(top, "", TOP, TOP)?;
     let version =
         u64::try_from(int(&top["cudnnVersion"], "/cudnnVersion", 1, 99_99_99)?).unwrap_or(0);
     if let Some(want) = cudnn
@@ -1023,8 +527,8 @@ pub(crate) fn check_summary(
         });
     }
     int(&top["schemaVersion"], "/schemaVersion", 1, 64)?;
-    profile(&top["GPUProfile"], target)?;
-    let runtime_compiled = engine(&top["engine"], target.properties().device_ver())?;
+    let device_ver = profile(&top["GPUProfile"], target)?;
+    let runtime_compiled = engine(&top["engine"], device_ver)?;
     let mut w = Walk {
         tensors: HashMap::new(),
     };
@@ -1034,11 +538,13 @@ pub(crate) fn check_summary(
         0,
         &HashSet::new(),
     )?;
-    agree(&w.tensors, io)?;
-    Ok(Summary {
-        cudnn_version: version,
-        runtime_compiled,
-    })
+    Ok((
+        Summary {
+            cudnn_version: version,
+            runtime_compiled,
+        },
+        w.tensors,
+    ))
 }
 
 fn field_err(

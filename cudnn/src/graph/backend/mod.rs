@@ -1,0 +1,724 @@
+//! Owning backend descriptors with typed attributes: the only `unsafe` of the
+//! graph module.
+//!
+//! Each descriptor kind is a marker type ([`kind`]); a [`Descriptor<K>`] owns
+//! one backend descriptor of kind `K`. Attributes are constants of type
+//! [`Attr<K, V>`] ([`attr`]): the kind they belong to and the value type are
+//! part of the type, so setting a tensor attribute on a convolution, passing
+//! an `f32` where cuDNN wants `INT64`, or handing a pointwise descriptor where a
+//! tensor is expected does not compile. What the types cannot express is
+//! checked before the call: setting after finalize, finalizing twice, reading
+//! before finalize, and descriptors handed over that are not finalized.
+//! That closes the inputs that crash the process instead of returning an
+//! error (a descriptor of the wrong kind, unfinalized descriptors).
+//!
+//! ```no_run
+//! use cudnn::graph::backend::{attr, kind, Descriptor};
+//! use cudnn::sys::cudnn::cudnnDataType_t;
+//! let mut t = Descriptor::<kind::Tensor>::new()?;
+//! t.set(attr::TENSOR_DATA_TYPE, &[cudnnDataType_t::CUDNN_DATA_FLOAT])?;
+//! t.set(attr::TENSOR_DIMENSIONS, &[1, 8, 4, 4])?;
+//! t.set(attr::TENSOR_STRIDES, &[128, 16, 4, 1])?;
+//! t.set(attr::TENSOR_UNIQUE_ID, &[1])?;
+//! t.set(attr::TENSOR_BYTE_ALIGNMENT, &[16])?;
+//! t.finalize()?;
+//! let mut dims = [0i64; 8];
+//! let n = t.get(attr::TENSOR_DIMENSIONS, &mut dims)?;
+//! assert_eq!(&dims[..n], &[1, 8, 4, 4]);
+//! # Ok::<(), cudnn::Error>(())
+//! ```
+
+use std::ffi::c_void;
+use std::fmt;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+
+use crate::check::{cudnn, cudnn_call};
+use crate::error::{Error, Result};
+use crate::sys::cudnn as sys;
+use sys::cudnnBackendDescriptorType_t as DescType;
+use sys::{cudnnBackendAttributeName_t as AttrName, cudnnBackendAttributeType_t as AttrType};
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A backend descriptor kind (sealed).
+pub trait Kind: sealed::Sealed + 'static {
+    /// cuDNN's descriptor type.
+    const TYPE: DescType;
+    /// A short name for errors (`"tensor"`).
+    const NAME: &'static str;
+}
+
+/// A kind that is an operation node (may go into an operation graph).
+pub trait OperationKind: Kind {}
+
+/// The descriptor kinds.
+pub mod kind {
+    use super::*;
+    macro_rules! kinds {
+        ($($(#[$m:meta])* $name:ident = $ty:ident, $label:literal $(, $op:ident)?;)*) => {$(
+            $(#[$m])*
+            #[derive(Debug)]
+            pub enum $name {}
+            impl sealed::Sealed for $name {}
+            impl Kind for $name {
+                const TYPE: DescType = DescType::$ty;
+                const NAME: &'static str = $label;
+            }
+            $(impl $op for $name {})?
+        )*};
+    }
+    kinds! {
+        /// `CUDNN_BACKEND_TENSOR_DESCRIPTOR`.
+        Tensor = CUDNN_BACKEND_TENSOR_DESCRIPTOR, "tensor";
+        /// `CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR`.
+        Convolution = CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, "convolution";
+        /// `CUDNN_BACKEND_POINTWISE_DESCRIPTOR`.
+        Pointwise = CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "pointwise";
+        /// `CUDNN_BACKEND_MATMUL_DESCRIPTOR`.
+        Matmul = CUDNN_BACKEND_MATMUL_DESCRIPTOR, "matmul";
+        /// `CUDNN_BACKEND_REDUCTION_DESCRIPTOR`.
+        Reduction = CUDNN_BACKEND_REDUCTION_DESCRIPTOR, "reduction";
+        /// Convolution forward operation.
+        ConvForwardOp = CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, "conv fprop op", OperationKind;
+        /// Convolution backward-data operation.
+        ConvDataOp = CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR, "conv dgrad op", OperationKind;
+        /// Convolution backward-filter operation.
+        ConvFilterOp = CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR, "conv wgrad op", OperationKind;
+        /// Pointwise operation.
+        PointwiseOp = CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, "pointwise op", OperationKind;
+        /// Matmul operation.
+        MatmulOp = CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, "matmul op", OperationKind;
+        /// Reduction operation.
+        ReductionOp = CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, "reduction op", OperationKind;
+        /// Normalization forward operation.
+        NormForwardOp = CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR, "norm forward op", OperationKind;
+        /// Normalization backward operation.
+        NormBackwardOp = CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR, "norm backward op", OperationKind;
+        /// SDPA forward operation.
+        SdpaForwardOp = CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR, "sdpa forward op", OperationKind;
+        /// SDPA backward operation.
+        SdpaBackwardOp = CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR, "sdpa backward op", OperationKind;
+        /// Diagonal band mask operation (causal and sliding-window masks in SDPA score subgraphs).
+        DiagonalBandMaskOp = CUDNN_BACKEND_OPERATION_DIAGONAL_BAND_MASK_DESCRIPTOR, "diagonal band mask op", OperationKind;
+        /// `CUDNN_BACKEND_RNG_DESCRIPTOR` (a distribution).
+        Rng = CUDNN_BACKEND_RNG_DESCRIPTOR, "rng";
+        /// Random-number operation (dropout masks of the composite attention).
+        RngOp = CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR, "rng op", OperationKind;
+        /// Reshape operation (a view with other dims and strides; the composite attention backward's transposes).
+        ReshapeOp = CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, "reshape op", OperationKind;
+        /// `CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR`.
+        OperationGraph = CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph";
+        /// `CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR`.
+        EngineHeur = CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "engine heuristics";
+        /// `CUDNN_BACKEND_ENGINE_DESCRIPTOR`.
+        Engine = CUDNN_BACKEND_ENGINE_DESCRIPTOR, "engine";
+        /// `CUDNN_BACKEND_ENGINECFG_DESCRIPTOR`.
+        EngineConfig = CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine config";
+        /// `CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR`.
+        KnobChoice = CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, "knob choice";
+        /// `CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR`.
+        ExecutionPlan = CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "execution plan";
+        /// `CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR`.
+        VariantPack = CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "variant pack";
+        /// `CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR` (cuDNN >= 9.8).
+        DeviceProp = CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR, "device properties";
+    }
+}
+
+/// An attribute value type (sealed): the Rust element type and cuDNN's type code.
+pub trait Value: sealed::Sealed + 'static {
+    /// The element passed to and read from cuDNN.
+    type Elem: Copy + 'static;
+    /// cuDNN's attribute type.
+    const TYPE: AttrType;
+    /// A placeholder value for read buffers.
+    const ZERO: Self::Elem;
+}
+
+/// Value types of attributes.
+pub mod value {
+    use super::*;
+    macro_rules! values {
+        ($($(#[$m:meta])* $name:ident = $elem:ty, $ty:ident, $zero:expr;)*) => {$(
+            $(#[$m])*
+            #[derive(Debug)]
+            pub enum $name {}
+            impl sealed::Sealed for $name {}
+            impl Value for $name {
+                type Elem = $elem;
+                const TYPE: AttrType = AttrType::$ty;
+                const ZERO: $elem = $zero;
+            }
+        )*};
+    }
+    values! {
+        /// `CUDNN_TYPE_INT64`.
+        I64 = i64, CUDNN_TYPE_INT64, 0;
+        /// `CUDNN_TYPE_INT32`.
+        I32 = i32, CUDNN_TYPE_INT32, 0;
+        /// `CUDNN_TYPE_FLOAT`.
+        F32 = f32, CUDNN_TYPE_FLOAT, 0.0;
+        /// `CUDNN_TYPE_DOUBLE`.
+        F64 = f64, CUDNN_TYPE_DOUBLE, 0.0;
+        /// `CUDNN_TYPE_BOOLEAN` (one byte: 0 or 1).
+        Bool = bool, CUDNN_TYPE_BOOLEAN, false;
+        /// `CUDNN_TYPE_CHAR`.
+        Char = u8, CUDNN_TYPE_CHAR, 0;
+        /// `CUDNN_TYPE_DATA_TYPE`.
+        DataType = sys::cudnnDataType_t, CUDNN_TYPE_DATA_TYPE, sys::cudnnDataType_t(0);
+        /// `CUDNN_TYPE_CONVOLUTION_MODE`.
+        ConvMode = sys::cudnnConvolutionMode_t, CUDNN_TYPE_CONVOLUTION_MODE, sys::cudnnConvolutionMode_t(0);
+        /// `CUDNN_TYPE_POINTWISE_MODE`.
+        PointwiseMode = sys::cudnnPointwiseMode_t, CUDNN_TYPE_POINTWISE_MODE, sys::cudnnPointwiseMode_t(0);
+        /// `CUDNN_TYPE_NAN_PROPOGATION`.
+        NanPropagation = sys::cudnnNanPropagation_t, CUDNN_TYPE_NAN_PROPOGATION, sys::cudnnNanPropagation_t(0);
+        /// `CUDNN_TYPE_REDUCTION_OPERATOR_TYPE`.
+        ReduceOp = sys::cudnnReduceTensorOp_t, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, sys::cudnnReduceTensorOp_t(0);
+        /// `CUDNN_TYPE_HEUR_MODE`.
+        HeurMode = sys::cudnnBackendHeurMode_t, CUDNN_TYPE_HEUR_MODE, sys::cudnnBackendHeurMode_t(0);
+        /// `CUDNN_TYPE_NUMERICAL_NOTE`.
+        NumericalNote = sys::cudnnBackendNumericalNote_t, CUDNN_TYPE_NUMERICAL_NOTE, sys::cudnnBackendNumericalNote_t(0);
+        /// `CUDNN_TYPE_BEHAVIOR_NOTE`.
+        BehaviorNote = sys::cudnnBackendBehaviorNote_t, CUDNN_TYPE_BEHAVIOR_NOTE, sys::cudnnBackendBehaviorNote_t(0);
+        /// `CUDNN_TYPE_KNOB_TYPE`.
+        KnobType = sys::cudnnBackendKnobType_t, CUDNN_TYPE_KNOB_TYPE, sys::cudnnBackendKnobType_t(0);
+        /// `CUDNN_TYPE_NORM_MODE`.
+        NormMode = sys::cudnnBackendNormMode_t, CUDNN_TYPE_NORM_MODE, sys::cudnnBackendNormMode_t(0);
+        /// `CUDNN_TYPE_NORM_FWD_PHASE`.
+        NormPhase = sys::cudnnBackendNormFwdPhase_t, CUDNN_TYPE_NORM_FWD_PHASE, sys::cudnnBackendNormFwdPhase_t(0);
+        /// `CUDNN_TYPE_RNG_DISTRIBUTION`.
+        RngDistribution = sys::cudnnRngDistribution_t, CUDNN_TYPE_RNG_DISTRIBUTION, sys::cudnnRngDistribution_t(0);
+    }
+
+    /// `CUDNN_TYPE_BACKEND_DESCRIPTOR` holding descriptors of kind `K`.
+    #[derive(Debug)]
+    pub struct Desc<K>(PhantomData<K>, std::convert::Infallible);
+    /// `CUDNN_TYPE_BACKEND_DESCRIPTOR` holding operation descriptors of any kind.
+    #[derive(Debug)]
+    pub enum AnyOp {}
+    /// `CUDNN_TYPE_VOID_PTR`: device addresses (variant packs).
+    #[derive(Debug)]
+    pub enum DevicePtr {}
+    /// `CUDNN_TYPE_HANDLE`.
+    #[derive(Debug)]
+    pub enum Handle {}
+}
+
+/// An attribute of descriptors of kind `K` whose values are of type `V`.
+pub struct Attr<K, V: ?Sized> {
+    name: AttrName,
+    label: &'static str,
+    _p: PhantomData<fn() -> (K, *const V)>,
+}
+
+impl<K, V: ?Sized> Clone for Attr<K, V> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<K, V: ?Sized> Copy for Attr<K, V> {}
+impl<K, V: ?Sized> fmt::Debug for Attr<K, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label)
+    }
+}
+
+impl<K, V: ?Sized> Attr<K, V> {
+    /// The cuDNN attribute name.
+    pub const fn raw(&self) -> AttrName {
+        self.name
+    }
+    /// The attribute's C name.
+    pub const fn label(&self) -> &'static str {
+        self.label
+    }
+}
+
+/// The C attribute type of an attribute (for count queries).
+pub trait AttrTypeOf {
+    /// cuDNN's attribute type.
+    fn attr_type(&self) -> AttrType;
+}
+impl<K, V: Value> AttrTypeOf for Attr<K, V> {
+    fn attr_type(&self) -> AttrType {
+        V::TYPE
+    }
+}
+impl<K, K2> AttrTypeOf for Attr<K, value::Desc<K2>> {
+    fn attr_type(&self) -> AttrType {
+        AttrType::CUDNN_TYPE_BACKEND_DESCRIPTOR
+    }
+}
+
+/// The attributes this crate sets and reads, typed (`CUDNN_ATTR_<name>`).
+#[allow(missing_docs)]
+pub mod attr;
+mod rules;
+
+/// A plan JSON set through the typed API is held to the shape cuDNN writes
+/// before cuDNN parses it (its parser crashes the process on some malformed
+/// plans): NUL-terminated UTF-8 that passes the plan JSON allow-list.
+fn check_plan_json_bytes(label: &str, bytes: &[u8]) -> Result<()> {
+    let text = bytes
+        .split_last()
+        .filter(|(last, _)| **last == 0)
+        .map(|(_, text)| text)
+        .ok_or_else(|| Error::invalid(label, "must end with a NUL byte", bytes.len()))?;
+    let text =
+        std::str::from_utf8(text).map_err(|e| Error::invalid(label, "must be UTF-8 JSON", e))?;
+    super::plan_json::check_shape(text)
+}
+
+/// An owned backend descriptor of kind `K`.
+///
+/// Created with [`Descriptor::new`], filled with [`set`](Self::set) and its
+/// siblings, then [`finalize`](Self::finalize)d; read with [`get`](Self::get)
+/// once finalized. `Drop` destroys it (and never panics).
+pub struct Descriptor<K: Kind> {
+    raw: NonNull<c_void>,
+    finalized: bool,
+    /// The attributes set successfully (what finalize needs is checked against them).
+    set_attrs: Vec<AttrName>,
+    _k: PhantomData<K>,
+}
+
+// SAFETY: a backend descriptor is host memory owned by this value. NVIDIA's
+// rule is that cuDNN may be called from several threads as long as they do
+// not use the same handle at once; nothing ties a descriptor to the thread
+// that made it, so moving one to another thread is sound. Not `Sync`: no
+// concurrent use of one descriptor is documented, so shared use goes through
+// a lock (as `Plan` does).
+unsafe impl<K: Kind> Send for Descriptor<K> {}
+
+impl<K: Kind> fmt::Debug for Descriptor<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Descriptor")
+            .field("kind", &K::NAME)
+            .field("finalized", &self.finalized)
+            .field("raw", &self.raw)
+            .finish()
+    }
+}
+
+/// A descriptor of any operation kind, type-erased for [`attr::OPERATIONGRAPH_OPS`].
+pub trait AnyOperation {
+    /// The raw descriptor.
+    fn raw_op(&self) -> sys::cudnnBackendDescriptor_t;
+    /// Whether it is finalized.
+    fn op_finalized(&self) -> bool;
+    /// Its kind's name.
+    fn op_kind(&self) -> &'static str;
+}
+
+impl<K: OperationKind> AnyOperation for Descriptor<K> {
+    fn raw_op(&self) -> sys::cudnnBackendDescriptor_t {
+        self.raw.as_ptr()
+    }
+    fn op_finalized(&self) -> bool {
+        self.finalized
+    }
+    fn op_kind(&self) -> &'static str {
+        K::NAME
+    }
+}
+
+impl<K: Kind> Descriptor<K> {
+    /// Create an empty descriptor of kind `K`.
+    ///
+    /// # Errors
+    /// Library missing, or cuDNN refused (`DeviceProp` needs cuDNN >= 9.8).
+    #[doc(alias = "cudnnBackendCreateDescriptor")]
+    pub fn new() -> Result<Self> {
+        let api = cudnn()?;
+        // cuDNN's engine libraries need a `libcuda.so.1` before the first
+        // finalize; without one (and no stub) cuDNN reports it itself.
+        let _ = super::driver::ensure();
+        let mut raw: sys::cudnnBackendDescriptor_t = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; the type is a constant of the bindings.
+        unsafe { cudnn_call!(api, cudnnBackendCreateDescriptor(K::TYPE, &mut raw)) }
+            .map_err(|e| e.with_context(format!("creating a {} descriptor", K::NAME)))?;
+        let raw = NonNull::new(raw).ok_or_else(|| Error::Unsupported {
+            what: format!("cuDNN returned a null {} descriptor", K::NAME),
+            needs: None,
+        })?;
+        Ok(Self {
+            raw,
+            finalized: false,
+            set_attrs: Vec::new(),
+            _k: PhantomData,
+        })
+    }
+
+    /// The raw descriptor (still owned by `self`).
+    pub fn as_raw(&self) -> sys::cudnnBackendDescriptor_t {
+        self.raw.as_ptr()
+    }
+
+    /// Whether [`finalize`](Self::finalize) has succeeded.
+    pub fn is_finalized(&self) -> bool {
+        self.finalized
+    }
+
+    fn before_set(&self, label: &str) -> Result<()> {
+        if self.finalized {
+            return Err(Error::invalid(
+                label,
+                format!(
+                    "cannot be set: the {} descriptor is already finalized",
+                    K::NAME
+                ),
+                "a set after finalize",
+            ));
+        }
+        Ok(())
+    }
+
+    fn before_get(&self, label: &str) -> Result<()> {
+        if !self.finalized {
+            return Err(Error::invalid(
+                label,
+                format!(
+                    "cannot be read: the {} descriptor is not finalized",
+                    K::NAME
+                ),
+                "a read before finalize",
+            ));
+        }
+        Ok(())
+    }
+
+    /// # Safety
+    /// `data` points to `count` elements of the C type `ty` names.
+    unsafe fn set_raw(
+        &mut self,
+        name: AttrName,
+        label: &'static str,
+        ty: AttrType,
+        count: usize,
+        data: *const c_void,
+    ) -> Result<()> {
+        self.before_set(label)?;
+        let api = cudnn()?;
+        let count =
+            i64::try_from(count).map_err(|_| Error::invalid(label, "too many values", count))?;
+        // SAFETY: the descriptor is live and not finalized; the caller
+        // guarantees `data` holds `count` elements of type `ty`.
+        unsafe {
+            cudnn_call!(
+                api,
+                cudnnBackendSetAttribute(self.raw.as_ptr(), name, ty, count, data)
+            )
+        }
+        .map_err(|e| e.with_context(format!("setting {label} on a {} descriptor", K::NAME)))?;
+        if !self.set_attrs.contains(&name) {
+            self.set_attrs.push(name);
+        }
+        Ok(())
+    }
+
+    /// Set a plain-valued attribute.
+    ///
+    /// # Errors
+    /// Already finalized (before the call), or cuDNN's refusal.
+    #[doc(alias = "cudnnBackendSetAttribute")]
+    pub fn set<V: Value>(&mut self, a: Attr<K, V>, values: &[V::Elem]) -> Result<()> {
+        if a.name == AttrName::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION
+            && std::any::TypeId::of::<V::Elem>() == std::any::TypeId::of::<u8>()
+        {
+            // SAFETY: `V::Elem` is `u8` (checked just above), so `values` is
+            // `values.len()` initialized bytes.
+            let bytes =
+                unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), values.len()) };
+            check_plan_json_bytes(a.label, bytes)?;
+        }
+        // SAFETY: `V::Elem` is the C type of `V::TYPE` (bool is one byte, as
+        // CUDNN_TYPE_BOOLEAN); `values` holds `values.len()` of them.
+        unsafe {
+            self.set_raw(
+                a.name,
+                a.label,
+                V::TYPE,
+                values.len(),
+                values.as_ptr().cast(),
+            )
+        }
+    }
+
+    /// Set an attribute that holds descriptors of kind `K2`; each must be finalized.
+    ///
+    /// # Errors
+    /// A descriptor not finalized, or cuDNN's refusal.
+    pub fn set_descriptors<K2: Kind>(
+        &mut self,
+        a: Attr<K, value::Desc<K2>>,
+        descs: &[&Descriptor<K2>],
+    ) -> Result<()> {
+        for (i, d) in descs.iter().enumerate() {
+            if !d.finalized {
+                return Err(Error::invalid(
+                    format!("{}[{i}]", a.label),
+                    format!("the {} descriptor must be finalized first", K2::NAME),
+                    "an unfinalized descriptor",
+                ));
+            }
+        }
+        let raws: Vec<sys::cudnnBackendDescriptor_t> = descs.iter().map(|d| d.as_raw()).collect();
+        // SAFETY: `raws` holds live, finalized descriptors of the kind the attribute takes.
+        unsafe {
+            self.set_raw(
+                a.name,
+                a.label,
+                AttrType::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                raws.len(),
+                raws.as_ptr().cast(),
+            )
+        }
+    }
+
+    /// Set an attribute that holds operation descriptors of any kind; each must be finalized.
+    ///
+    /// # Errors
+    /// An operation not finalized, none given, or cuDNN's refusal.
+    pub fn set_operations(
+        &mut self,
+        a: Attr<K, value::AnyOp>,
+        ops: &[&dyn AnyOperation],
+    ) -> Result<()> {
+        if ops.is_empty() {
+            return Err(Error::invalid(a.label, "needs at least one operation", 0));
+        }
+        for (i, op) in ops.iter().enumerate() {
+            if !op.op_finalized() {
+                return Err(Error::invalid(
+                    format!("{}[{i}]", a.label),
+                    format!("the {} must be finalized first", op.op_kind()),
+                    "an unfinalized operation",
+                ));
+            }
+        }
+        let raws: Vec<sys::cudnnBackendDescriptor_t> = ops.iter().map(|o| o.raw_op()).collect();
+        // SAFETY: live, finalized operation descriptors, as the attribute takes.
+        unsafe {
+            self.set_raw(
+                a.name,
+                a.label,
+                AttrType::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                raws.len(),
+                raws.as_ptr().cast(),
+            )
+        }
+    }
+
+    /// Set device addresses (variant pack pointers and workspace).
+    ///
+    /// # Safety
+    /// The pointers must stay valid device memory of the sizes the plan needs
+    /// for as long as the descriptor is executed.
+    pub unsafe fn set_device_ptrs(
+        &mut self,
+        a: Attr<K, value::DevicePtr>,
+        ptrs: &[*mut c_void],
+    ) -> Result<()> {
+        // SAFETY: `ptrs` holds `ptrs.len()` pointers, as CUDNN_TYPE_VOID_PTR takes.
+        unsafe {
+            self.set_raw(
+                a.name,
+                a.label,
+                AttrType::CUDNN_TYPE_VOID_PTR,
+                ptrs.len(),
+                ptrs.as_ptr().cast(),
+            )
+        }
+    }
+
+    /// Set a cuDNN handle.
+    ///
+    /// # Errors
+    /// Already finalized, or cuDNN's refusal.
+    pub fn set_handle(
+        &mut self,
+        a: Attr<K, value::Handle>,
+        handle: &crate::dnn::Handle,
+    ) -> Result<()> {
+        let raw = handle.as_raw();
+        // SAFETY: one live cudnnHandle_t, which outlives this call; cuDNN copies it.
+        unsafe {
+            self.set_raw(
+                a.name,
+                a.label,
+                AttrType::CUDNN_TYPE_HANDLE,
+                1,
+                (&raw as *const sys::cudnnHandle_t).cast(),
+            )
+        }
+    }
+
+    /// Finalize. Twice is an error (before the call), and so is a finalize
+    /// that lacks an attribute cuDNN needs and would crash without (an
+    /// engine config's engine; an execution plan's engine config or JSON,
+    /// and its device properties or handle; the operation graph of an
+    /// engine or heuristics, and the heuristics' mode).
+    ///
+    /// # Errors
+    /// Already finalized, an attribute missing (named), or cuDNN's refusal
+    /// with its reason text.
+    #[doc(alias = "cudnnBackendFinalize")]
+    pub fn finalize(&mut self) -> Result<()> {
+        if self.finalized {
+            return Err(Error::invalid(
+                K::NAME,
+                "is already finalized",
+                "a second finalize",
+            ));
+        }
+        let missing = rules::missing(K::TYPE, &self.set_attrs);
+        if let Some(group) = missing.first() {
+            let names: Vec<&str> = group.iter().map(|(_, n)| *n).collect();
+            return Err(Error::invalid(
+                format!("finalizing a {} descriptor", K::NAME),
+                format!("needs {} set first", names.join(" or ")),
+                "not set",
+            ));
+        }
+        let api = cudnn()?;
+        // SAFETY: a live descriptor, not finalized yet.
+        unsafe { cudnn_call!(api, cudnnBackendFinalize(self.raw.as_ptr())) }
+            .map_err(|e| e.with_context(format!("finalizing a {} descriptor", K::NAME)))?;
+        self.finalized = true;
+        Ok(())
+    }
+
+    /// # Safety
+    /// `out` points to `capacity` writable elements of the C type `ty` names.
+    unsafe fn get_raw(
+        &self,
+        name: AttrName,
+        label: &'static str,
+        ty: AttrType,
+        capacity: usize,
+        out: *mut c_void,
+    ) -> Result<usize> {
+        self.before_get(label)?;
+        let api = cudnn()?;
+        let cap = i64::try_from(capacity)
+            .map_err(|_| Error::invalid(label, "capacity too large", capacity))?;
+        let mut count: i64 = 0;
+        // SAFETY: finalized live descriptor; the caller guarantees `out`.
+        unsafe {
+            cudnn_call!(
+                api,
+                cudnnBackendGetAttribute(self.raw.as_ptr(), name, ty, cap, &mut count, out)
+            )
+        }
+        .map_err(|e| e.with_context(format!("reading {label} from a {} descriptor", K::NAME)))?;
+        usize::try_from(count)
+            .map_err(|_| Error::invalid(label, "cuDNN returned a negative count", count))
+    }
+
+    /// Read a plain-valued attribute into `out`; returns how many values cuDNN
+    /// has (which may exceed `out.len()`: then only `out.len()` were written).
+    ///
+    /// # Errors
+    /// Not finalized (before the call), or cuDNN's refusal.
+    #[doc(alias = "cudnnBackendGetAttribute")]
+    pub fn get<V: Value>(&self, a: Attr<K, V>, out: &mut [V::Elem]) -> Result<usize> {
+        // SAFETY: `out` holds `out.len()` writable `V::Elem`, the C type of `V::TYPE`.
+        unsafe { self.get_raw(a.name, a.label, V::TYPE, out.len(), out.as_mut_ptr().cast()) }
+    }
+
+    /// Read one value.
+    ///
+    /// # Errors
+    /// As [`get`](Self::get); also when cuDNN holds no value.
+    pub fn get_one<V: Value>(&self, a: Attr<K, V>) -> Result<V::Elem> {
+        let mut v = [V::ZERO];
+        let n = self.get(a, &mut v)?;
+        if n == 0 {
+            return Err(Error::invalid(a.label, "cuDNN holds no value", 0));
+        }
+        Ok(v[0])
+    }
+
+    /// Read all values (asks the count first).
+    ///
+    /// # Errors
+    /// As [`get`](Self::get).
+    pub fn get_all<V: Value>(&self, a: Attr<K, V>, max: usize) -> Result<Vec<V::Elem>> {
+        let mut v = vec![V::ZERO; max];
+        let n = self.get(a, &mut v)?;
+        v.truncate(n.min(max));
+        Ok(v)
+    }
+
+    /// Read descriptors of kind `K2` held by an attribute (at most `max`);
+    /// cuDNN fills descriptors this creates, which come back finalized.
+    ///
+    /// # Errors
+    /// Not finalized, or cuDNN's refusal.
+    pub fn get_descriptors<K2: Kind>(
+        &self,
+        a: Attr<K, value::Desc<K2>>,
+        max: usize,
+    ) -> Result<Vec<Descriptor<K2>>> {
+        let mut descs = Vec::with_capacity(max);
+        for _ in 0..max {
+            descs.push(Descriptor::<K2>::new()?);
+        }
+        let mut raws: Vec<sys::cudnnBackendDescriptor_t> =
+            descs.iter().map(|d| d.as_raw()).collect();
+        // SAFETY: `raws` holds `max` live descriptors of the kind the attribute
+        // holds, for cuDNN to fill.
+        let n = unsafe {
+            self.get_raw(
+                a.name,
+                a.label,
+                AttrType::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                raws.len(),
+                raws.as_mut_ptr().cast(),
+            )
+        }?;
+        descs.truncate(n.min(max));
+        for d in &mut descs {
+            d.finalized = true;
+        }
+        Ok(descs)
+    }
+
+    /// How many values an attribute holds (a read with no room; cuDNN
+    /// answers with the count for most attributes, 0 for knob choices).
+    ///
+    /// # Errors
+    /// Not finalized, or cuDNN's refusal.
+    pub fn count<V: ?Sized>(&self, a: Attr<K, V>) -> Result<usize>
+    where
+        Attr<K, V>: AttrTypeOf,
+    {
+        // SAFETY: capacity 0: cuDNN writes no element, only the count.
+        unsafe { self.get_raw(a.name, a.label, a.attr_type(), 0, std::ptr::null_mut()) }
+    }
+
+    /// Destroy now, reporting cuDNN's status.
+    ///
+    /// # Errors
+    /// cuDNN's refusal.
+    pub fn destroy(self) -> Result<()> {
+        let raw = self.raw.as_ptr();
+        std::mem::forget(self);
+        let api = cudnn()?;
+        // SAFETY: `raw` was created by cudnnBackendCreateDescriptor and is
+        // destroyed once (self is forgotten).
+        unsafe { cudnn_call!(api, cudnnBackendDestroyDescriptor(raw)) }
+    }
+}
+
+impl<K: Kind> Drop for Descriptor<K> {
+    fn drop(&mut self) {
+        if let Ok(api) = cudnn() {
+            // SAFETY: created by cudnnBackendCreateDescriptor, destroyed once here.
+            let _ = unsafe { api.cudnnBackendDestroyDescriptor(self.raw.as_ptr()) };
+        }
+    }
+}

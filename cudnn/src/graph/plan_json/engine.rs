@@ -1,0 +1,256 @@
+//! The device profile and the engine (its knobs and compiled payload) of a
+//! plan JSON.
+
+use serde_json::Value;
+
+use super::super::target::Target;
+use super::{MAX_JSON_BYTES, arr, bad, int, keys, obj, one_of, string};
+use crate::error::{Error, Result};
+
+const MAX_KERNELS: usize = 256;
+const MAX_PARAMS: usize = 4096;
+
+/// The device profile: fields of cuDNN's device properties only, each in
+/// range, and the same architecture and SM count as `target`.
+pub(super) fn profile(v: &Value, target: Option<&Target>) -> Result<i64> {
+    let path = "/GPUProfile";
+    let m = obj(v, path)?;
+    const EXTRA: [&str; 2] = ["smCountOrigin", "oversizedSharedMemoryPerBlock"];
+    let mut allowed: Vec<&str> = super::super::REQUIRED_FIELDS.to_vec();
+    allowed.extend(EXTRA);
+    // cuDNN 9.28 writes every field of the device properties; older releases
+    // (9.10, 9.19) a subset. The architecture and SM count are always there.
+    keys(m, path, &allowed, &["deviceVer", "multiProcessorCount"])?;
+    for (k, val) in m {
+        let p = format!("{path}/{k}");
+        match k.as_str() {
+            "deviceName" => {
+                string(val, &p, 256)?;
+            }
+            "maxGridSize" | "maxBlockSize" => {
+                let a = arr(val, &p, 3)?;
+                if a.len() != 3 {
+                    return Err(bad(&p, "must have 3 entries", a.len()));
+                }
+                for (i, x) in a.iter().enumerate() {
+                    int(x, &format!("{p}/{i}"), 1, i64::from(i32::MAX))?;
+                }
+            }
+            "totalGlobalMem" => {
+                int(val, &p, 1, i64::MAX)?;
+            }
+            "pciDeviceId"
+            | "isTccDriver"
+            | "cudaDeviceId"
+            | "smCountOrigin"
+            | "oversizedSharedMemoryPerBlock"
+            | "reservedSharedMemoryPerBlock"
+            | "supportCoopLaunch" => {
+                int(val, &p, 0, i64::from(i32::MAX))?;
+            }
+            _ => {
+                int(val, &p, 1, i64::from(i32::MAX))?;
+            }
+        }
+    }
+    let ver = m["deviceVer"].as_i64().unwrap_or(0);
+    if !(500..2000).contains(&ver) || ver % 10 != 0 {
+        return Err(bad(
+            "/GPUProfile/deviceVer",
+            "must be major*100 + minor*10 (H200: 900)",
+            ver,
+        ));
+    }
+    let Some(target) = target else {
+        return Ok(ver);
+    };
+    let props = target.properties();
+    let sms = m["multiProcessorCount"].as_i64().unwrap_or(0);
+    if ver != props.device_ver() || sms != props.sm_count() {
+        return Err(Error::Unsupported {
+            what: format!(
+                "this plan was compiled for another GPU architecture (plan JSON /GPUProfile: \
+                 deviceVer {ver}, {sms} SMs), not {} (deviceVer {}, {} SMs)",
+                target.fingerprint(),
+                props.device_ver(),
+                props.sm_count()
+            ),
+            needs: Some("a plan built for this target".to_string()),
+        });
+    }
+    Ok(ver)
+}
+
+fn is_base64(s: &str) -> bool {
+    s.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/' || b == b'=')
+}
+
+/// Decoded length of standard base64 text (checked to be base64 before).
+fn base64_len(s: &str) -> usize {
+    let pad = s.bytes().rev().take_while(|&b| b == b'=').count();
+    (s.len() / 4 * 3).saturating_sub(pad)
+}
+
+/// The engine: its id, knobs and compiled payload. Returns whether it
+/// carries compiled code.
+pub(super) fn engine(v: &Value, device_ver: i64) -> Result<bool> {
+    let path = "/engine";
+    let m = obj(v, path)?;
+    keys(
+        m,
+        path,
+        &["engineId", "smVersion", "knobChoices", "payload"],
+        &["engineId", "smVersion", "knobChoices"],
+    )?;
+    int(&m["engineId"], "/engine/engineId", 0, 1 << 20)?;
+    int(&m["smVersion"], "/engine/smVersion", device_ver, device_ver)?;
+    let knobs = obj(&m["knobChoices"], "/engine/knobChoices")?;
+    if knobs.len() > 64 {
+        return Err(bad(
+            "/engine/knobChoices",
+            "must have at most 64 knobs",
+            knobs.len(),
+        ));
+    }
+    for (k, val) in knobs {
+        let p = format!("/engine/knobChoices/{k}");
+        let known = k.strip_prefix("CUDNN_KNOB_TYPE_").is_some_and(|r| {
+            !r.is_empty()
+                && r.bytes()
+                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        });
+        if !known {
+            return Err(bad(&p, "must be a knob type (CUDNN_KNOB_TYPE_...)", k));
+        }
+        int(val, &p, -1, i64::from(i32::MAX))?;
+    }
+    let Some(payload) = m.get("payload") else {
+        return Ok(false);
+    };
+    let path = "/engine/payload";
+    let p = obj(payload, path)?;
+    if p.contains_key("kernels") {
+        keys(p, path, &["kernels"], &["kernels"])?;
+        let kernels = arr(&p["kernels"], "/engine/payload/kernels", MAX_KERNELS)?;
+        let mut names = std::collections::HashSet::new();
+        for (i, k) in kernels.iter().enumerate() {
+            let kp = format!("/engine/payload/kernels/{i}");
+            let km = obj(k, &kp)?;
+            keys(
+                km,
+                &kp,
+                &["kernelName", "kernelParams", "cubin"],
+                &["kernelName", "cubin"],
+            )?;
+            let name = string(&km["kernelName"], &format!("{kp}/kernelName"), 4096)?;
+            // Each kernel once (cuDNN 9.10 crashes on a repeated one).
+            if !names.insert(name) {
+                return Err(bad(
+                    &format!("{kp}/kernelName"),
+                    "must be unique in the payload",
+                    name,
+                ));
+            }
+            let cubin = string(&km["cubin"], &format!("{kp}/cubin"), MAX_JSON_BYTES)?;
+            if !is_base64(cubin) {
+                return Err(bad(&format!("{kp}/cubin"), "must be base64", "other bytes"));
+            }
+            if let Some(params) = km.get("kernelParams") {
+                kernel_params(params, &format!("{kp}/kernelParams"))?;
+            }
+        }
+    } else {
+        keys(
+            p,
+            path,
+            &["Records", "RecordSize", "Fatbins", "guid"],
+            &["Records", "RecordSize", "Fatbins", "guid"],
+        )?;
+        let rec = string(&p["Records"], "/engine/payload/Records", MAX_JSON_BYTES)?;
+        if !is_base64(rec) {
+            return Err(bad(
+                "/engine/payload/Records",
+                "must be base64",
+                "other bytes",
+            ));
+        }
+        let size = int(&p["RecordSize"], "/engine/payload/RecordSize", 1, 1 << 30)?;
+        if usize::try_from(size).ok() != Some(base64_len(rec)) {
+            return Err(Error::mismatch(
+                "plan JSON /engine/payload/RecordSize (the decoded Records)",
+                base64_len(rec),
+                size,
+            ));
+        }
+        let fatbins = arr(&p["Fatbins"], "/engine/payload/Fatbins", 0)?;
+        let _ = fatbins;
+        int(&p["guid"], "/engine/payload/guid", 0, i64::from(i32::MAX))?;
+    }
+    Ok(true)
+}
+
+/// A kernel's parameter block: every patched offset inside the raw data.
+fn kernel_params(v: &Value, path: &str) -> Result<()> {
+    let m = obj(v, path)?;
+    keys(m, path, &["offsets", "rawData"], &["offsets", "rawData"])?;
+    let raw = string(&m["rawData"], &format!("{path}/rawData"), 1 << 20)?;
+    if !is_base64(raw) || raw.len() % 4 != 0 {
+        return Err(bad(
+            &format!("{path}/rawData"),
+            "must be base64",
+            "other bytes",
+        ));
+    }
+    let len = i64::try_from(base64_len(raw)).unwrap_or(i64::MAX);
+    let offsets = arr(&m["offsets"], &format!("{path}/offsets"), MAX_PARAMS)?;
+    for (i, o) in offsets.iter().enumerate() {
+        let p = format!("{path}/offsets/{i}");
+        let om = obj(o, &p)?;
+        keys(
+            om,
+            &p,
+            &["value", "uid", "update_as", "size", "name"],
+            &["value"],
+        )?;
+        let at = int(
+            &om["value"],
+            &format!("{p}/value"),
+            0,
+            len.saturating_sub(1),
+        )?;
+        if let Some(u) = om.get("uid") {
+            int(u, &format!("{p}/uid"), i64::MIN, i64::MAX)?;
+        }
+        let size = match om.get("size") {
+            Some(s) => int(s, &format!("{p}/size"), 1, 8)?,
+            None => 1,
+        };
+        let width = match om.get("update_as") {
+            Some(u) => match one_of(
+                u,
+                &format!("{p}/update_as"),
+                &["pointer", "workspace", "value", "tma_desc"],
+            )? {
+                "pointer" | "workspace" => 8,
+                "value" => size,
+                _ => 1,
+            },
+            None => 1,
+        };
+        if om.contains_key("update_as") != om.contains_key("uid") {
+            return Err(bad(&p, "must have both uid and update_as, or neither", o));
+        }
+        if let Some(n) = om.get("name") {
+            string(n, &format!("{p}/name"), 256)?;
+        }
+        if at.checked_add(width).is_none_or(|end| end > len) {
+            return Err(bad(
+                &format!("{p}/value"),
+                format!("must leave {width} bytes inside the {len}-byte parameter block"),
+                at,
+            ));
+        }
+    }
+    Ok(())
+}

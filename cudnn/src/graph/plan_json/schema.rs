@@ -1,0 +1,307 @@
+//! The allow-list: the operations, keys and names cuDNN writes in the plan
+//! JSON of the graphs this crate builds.
+
+use super::super::tensor::DType;
+
+pub(super) const DATA_TYPES: &[&str] = &[
+    "CUDNN_DATA_FLOAT",
+    "CUDNN_DATA_DOUBLE",
+    "CUDNN_DATA_HALF",
+    "CUDNN_DATA_BFLOAT16",
+    "CUDNN_DATA_INT8",
+    "CUDNN_DATA_UINT8",
+    "CUDNN_DATA_INT32",
+    "CUDNN_DATA_INT64",
+    "CUDNN_DATA_BOOLEAN",
+    "CUDNN_DATA_FP8_E4M3",
+    "CUDNN_DATA_FP8_E5M2",
+];
+
+pub(super) fn dtype_of(name: &str) -> Option<DType> {
+    Some(match name {
+        "CUDNN_DATA_FLOAT" => DType::F32,
+        "CUDNN_DATA_DOUBLE" => DType::F64,
+        "CUDNN_DATA_HALF" => DType::F16,
+        "CUDNN_DATA_BFLOAT16" => DType::BF16,
+        "CUDNN_DATA_INT8" => DType::I8,
+        "CUDNN_DATA_UINT8" => DType::U8,
+        "CUDNN_DATA_INT32" => DType::I32,
+        "CUDNN_DATA_INT64" => DType::I64,
+        "CUDNN_DATA_BOOLEAN" => DType::Bool,
+        "CUDNN_DATA_FP8_E4M3" => DType::Fp8E4M3,
+        "CUDNN_DATA_FP8_E5M2" => DType::Fp8E5M2,
+        _ => return None,
+    })
+}
+
+const POINTWISE_MODES: &[&str] = &[
+    "CUDNN_POINTWISE_ABS",
+    "CUDNN_POINTWISE_ADD",
+    "CUDNN_POINTWISE_ADD_SQUARE",
+    "CUDNN_POINTWISE_ATAN2",
+    "CUDNN_POINTWISE_BINARY_SELECT",
+    "CUDNN_POINTWISE_CEIL",
+    "CUDNN_POINTWISE_CMP_EQ",
+    "CUDNN_POINTWISE_CMP_GE",
+    "CUDNN_POINTWISE_CMP_GT",
+    "CUDNN_POINTWISE_CMP_LE",
+    "CUDNN_POINTWISE_CMP_LT",
+    "CUDNN_POINTWISE_CMP_NEQ",
+    "CUDNN_POINTWISE_COS",
+    "CUDNN_POINTWISE_DIV",
+    "CUDNN_POINTWISE_ELU_BWD",
+    "CUDNN_POINTWISE_ELU_FWD",
+    "CUDNN_POINTWISE_ERF",
+    "CUDNN_POINTWISE_EXP",
+    "CUDNN_POINTWISE_FLOOR",
+    "CUDNN_POINTWISE_FLOOR_MOD",
+    "CUDNN_POINTWISE_GELU_APPROX_TANH_BWD",
+    "CUDNN_POINTWISE_GELU_APPROX_TANH_FWD",
+    "CUDNN_POINTWISE_GELU_BWD",
+    "CUDNN_POINTWISE_GELU_FWD",
+    "CUDNN_POINTWISE_GEN_INDEX",
+    "CUDNN_POINTWISE_IDENTITY",
+    "CUDNN_POINTWISE_LOG",
+    "CUDNN_POINTWISE_LOGICAL_AND",
+    "CUDNN_POINTWISE_LOGICAL_NOT",
+    "CUDNN_POINTWISE_LOGICAL_OR",
+    "CUDNN_POINTWISE_MAX",
+    "CUDNN_POINTWISE_MIN",
+    "CUDNN_POINTWISE_MOD",
+    "CUDNN_POINTWISE_MUL",
+    "CUDNN_POINTWISE_NEG",
+    "CUDNN_POINTWISE_POW",
+    "CUDNN_POINTWISE_RECIPROCAL",
+    "CUDNN_POINTWISE_RELU_BWD",
+    "CUDNN_POINTWISE_RELU_FWD",
+    "CUDNN_POINTWISE_RSQRT",
+    "CUDNN_POINTWISE_SIGMOID_BWD",
+    "CUDNN_POINTWISE_SIGMOID_FWD",
+    "CUDNN_POINTWISE_SIN",
+    "CUDNN_POINTWISE_SOFTPLUS_BWD",
+    "CUDNN_POINTWISE_SOFTPLUS_FWD",
+    "CUDNN_POINTWISE_SQRT",
+    "CUDNN_POINTWISE_SUB",
+    "CUDNN_POINTWISE_SWISH_BWD",
+    "CUDNN_POINTWISE_SWISH_FWD",
+    "CUDNN_POINTWISE_TAN",
+    "CUDNN_POINTWISE_TANH_BWD",
+    "CUDNN_POINTWISE_TANH_FWD",
+];
+
+const CMP_MODES: &[&str] = &[
+    "CUDNN_POINTWISE_CMP_EQ",
+    "CUDNN_POINTWISE_CMP_GE",
+    "CUDNN_POINTWISE_CMP_GT",
+    "CUDNN_POINTWISE_CMP_LE",
+    "CUDNN_POINTWISE_CMP_LT",
+    "CUDNN_POINTWISE_CMP_NEQ",
+];
+
+/// How a node's value is read.
+#[derive(Clone, Copy)]
+pub(super) enum Field {
+    /// A tensor of the graph (or an enclosing one), by name.
+    Ref,
+    /// One of these names.
+    Enum(&'static [&'static str]),
+    /// A finite number.
+    Float,
+    /// A probability in 0..=1.
+    Prob,
+    /// A boolean.
+    Bool,
+    /// A list of 1..=MAX_DIMS integers >= the bound.
+    Ints(i64),
+    /// A small integer (an axis).
+    Axis,
+    /// A subgraph, with the uids of its input and output.
+    Subgraph,
+    /// A tensor uid of the node's subgraph.
+    SubgraphUid,
+}
+
+use Field::*;
+
+const CONV_MODES: &[&str] = &["CUDNN_CROSS_CORRELATION", "CUDNN_CONVOLUTION"];
+const NORM_MODES: &[&str] = &["CUDNN_LAYER_NORM", "CUDNN_BATCH_NORM", "CUDNN_RMS_NORM"];
+
+/// `(operation, its keys)`: the allow-list of operation nodes.
+pub(super) fn node_fields(op: &str) -> Option<&'static [(&'static str, Field)]> {
+    const CONV_COMMON: [(&str, Field); 7] = [
+        ("mode", Enum(CONV_MODES)),
+        ("mathPrec", Enum(DATA_TYPES)),
+        ("alpha", Float),
+        ("beta", Float),
+        ("pad", Ints(0)),
+        ("stride", Ints(1)),
+        ("dilation", Ints(1)),
+    ];
+    const FPROP: [(&str, Field); 10] = concat(CONV_COMMON, [("X", Ref), ("W", Ref), ("Y", Ref)]);
+    const DGRAD: [(&str, Field); 10] = concat(CONV_COMMON, [("W", Ref), ("dX", Ref), ("dY", Ref)]);
+    const WGRAD: [(&str, Field); 10] = concat(CONV_COMMON, [("X", Ref), ("dW", Ref), ("dY", Ref)]);
+    const fn concat(
+        a: [(&'static str, Field); 7],
+        b: [(&'static str, Field); 3],
+    ) -> [(&'static str, Field); 10] {
+        [a[0], a[1], a[2], a[3], a[4], a[5], a[6], b[0], b[1], b[2]]
+    }
+    Some(match op {
+        "CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR" => &FPROP,
+        "CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR" => &DGRAD,
+        "CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR" => &WGRAD,
+        "CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR" => &[
+            ("pointwiseMode", Enum(POINTWISE_MODES)),
+            ("mathPrec", Enum(DATA_TYPES)),
+            ("alpha1", Float),
+            ("alpha2", Float),
+            ("upperClip", Float),
+            ("lowerClip", Float),
+            ("lowerClipSlope", Float),
+            ("eluAlpha", Float),
+            ("softplusBeta", Float),
+            ("swishBeta", Float),
+            ("axis", Axis),
+            ("X", Ref),
+            ("Y", Ref),
+            ("B", Ref),
+            ("T", Ref),
+            ("dX", Ref),
+            ("dY", Ref),
+        ],
+        "CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR" => &[
+            ("mathPrec", Enum(DATA_TYPES)),
+            ("matA", Ref),
+            ("matB", Ref),
+            ("matC", Ref),
+            ("mOverride", Ref),
+            ("nOverride", Ref),
+            ("kOverride", Ref),
+            ("paddingDataType", Enum(&["CUDNN_TYPE_DOUBLE"])),
+            ("paddingValue", Float),
+        ],
+        "CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR" => &[
+            ("mathPrec", Enum(DATA_TYPES)),
+            (
+                "reductionOp",
+                Enum(&[
+                    "CUDNN_REDUCE_TENSOR_ADD",
+                    "CUDNN_REDUCE_TENSOR_MUL",
+                    "CUDNN_REDUCE_TENSOR_MIN",
+                    "CUDNN_REDUCE_TENSOR_MAX",
+                    "CUDNN_REDUCE_TENSOR_AMAX",
+                    "CUDNN_REDUCE_TENSOR_AVG",
+                    "CUDNN_REDUCE_TENSOR_NORM1",
+                    "CUDNN_REDUCE_TENSOR_NORM2",
+                    "CUDNN_REDUCE_TENSOR_MUL_NO_ZEROS",
+                ]),
+            ),
+            ("isDeterministic", Bool),
+            ("X", Ref),
+            ("Y", Ref),
+        ],
+        "CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR" => &[
+            ("mode", Enum(NORM_MODES)),
+            (
+                "fmode",
+                Enum(&["CUDNN_NORM_FWD_TRAINING", "CUDNN_NORM_FWD_INFERENCE"]),
+            ),
+            ("X", Ref),
+            ("Y", Ref),
+            ("Mean", Ref),
+            ("InvVariance", Ref),
+            ("Scale", Ref),
+            ("Bias", Ref),
+            ("epsilonDesc", Ref),
+            ("expavgfactorDesc", Ref),
+            ("InRunningMean", Ref),
+            ("InRunningVar", Ref),
+            ("OutRunningMean", Ref),
+            ("OutRunningVar", Ref),
+        ],
+        "CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR" => &[
+            ("mode", Enum(NORM_MODES)),
+            ("X", Ref),
+            ("DY", Ref),
+            ("Scale", Ref),
+            ("Mean", Ref),
+            ("InvVariance", Ref),
+            ("epsilonDesc", Ref),
+            ("DX", Ref),
+            ("DScale", Ref),
+            ("DBias", Ref),
+        ],
+        "CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR" => &[
+            ("Q", Ref),
+            ("K", Ref),
+            ("V", Ref),
+            ("O", Ref),
+            ("stats", Ref),
+            ("scale", Ref),
+            ("seqLenQ", Ref),
+            ("seqLenKV", Ref),
+            ("dropoutSeed", Ref),
+            ("dropoutOffset", Ref),
+            ("dropoutProbability", Prob),
+            ("subgraph", Subgraph),
+            ("subgraphInputUid", SubgraphUid),
+            ("subgraphOutputUid", SubgraphUid),
+        ],
+        "CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR" => &[
+            ("qDesc", Ref),
+            ("kDesc", Ref),
+            ("vDesc", Ref),
+            ("oDesc", Ref),
+            ("dODesc", Ref),
+            ("statsDesc", Ref),
+            ("scaleDesc", Ref),
+            ("dQDesc", Ref),
+            ("dKDesc", Ref),
+            ("dVDesc", Ref),
+            ("seqLenQDesc", Ref),
+            ("seqLenKVDesc", Ref),
+            ("dropoutSeed", Ref),
+            ("dropoutOffset", Ref),
+            ("dropoutProbability", Prob),
+            ("subgraph", Subgraph),
+            ("subgraphInputUid", SubgraphUid),
+            ("subgraphOutputUid", SubgraphUid),
+        ],
+        "CUDNN_BACKEND_OPERATION_DIAGONAL_BAND_MASK_DESCRIPTOR" => &[
+            ("X", Ref),
+            ("Y", Ref),
+            ("B", Ref),
+            ("comparisonMode", Enum(CMP_MODES)),
+        ],
+        "CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR" => &[
+            ("Y", Ref),
+            ("seedTensor", Ref),
+            ("offset", Ref),
+            ("distribution", Enum(&["CUDNN_RNG_DISTRIBUTION_BERNOULLI"])),
+            ("bernoulli_dist_probability", Prob),
+        ],
+        "CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR" => &[
+            ("X", Ref),
+            ("Y", Ref),
+            ("mode", Enum(&["CUDNN_RESHAPE_VIEW_ONLY"])),
+        ],
+        _ => return None,
+    })
+}
+
+pub(super) const FINALIZE_MODES: &[&str] = &[
+    "GENERIC_CONV_FUSION",
+    "GENERIC_POINTWISE_FUSION",
+    "BLAS_MATMUL",
+    "CONV_FORWARD",
+    "CONV_BWD_DATA",
+    "CONV_BWD_FILTER",
+    "CONV_ADD_BIAS_ACT",
+    "NORM_FWD_TRAIN",
+    "NORM_FWD_INFER",
+    "NORM_BWD",
+    "SDPA_FWD",
+    "SDPA_BWD",
+    "UNIFIED_SDPA_FWD",
+    "UNIFIED_SDPA_BWD",
+];
