@@ -364,3 +364,118 @@ fn short(v: &Value) -> String {
         s
     }
 }
+
+#[cfg(test)]
+mod unit {
+    use super::*;
+    use serde_json::json;
+
+    fn tensor(uid: i64, dims: &[i64], virt: bool, by_value: bool) -> Value {
+        json!({"name": uid.to_string(), "dataType": "CUDNN_DATA_FLOAT", "dim": dims,
+               "stride": dims.iter().map(|_| 1).collect::<Vec<_>>(),
+               "isVirtual": virt, "isByValue": by_value})
+    }
+
+    /// x(1) * scale(2, by value) -> v(3, virtual) -> relu -> y(4)
+    fn plan(uids: [i64; 4], scale_slot: &str) -> Value {
+        let [x, s, v, y] = uids;
+        json!({
+            "operationGraph": {
+                "tensors": [tensor(x, &[2, 3], false, false), tensor(s, &[1, 1], false, true),
+                            tensor(v, &[2, 3], true, false), tensor(y, &[2, 3], false, false)],
+                "nodes": [
+                    {"operation": "CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR", "X": x.to_string(),
+                     scale_slot: s.to_string(), "Y": v.to_string()},
+                    {"operation": "CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR", "X": v.to_string(),
+                     "Y": y.to_string(), "subgraphInputUid": v}
+                ]
+            },
+            "engine": {"payload": {"kernels": [{"kernelParams": {"offsets": [{"uid": s}, {"uid": 999}]}}]}}
+        })
+    }
+
+    #[test]
+    fn unit_map_by_name_then_role() {
+        // The frontend gave x and y the crate's uids; its scale is uid 7.
+        let ours = plan([1, 2, 3, 4], "B");
+        let theirs = plan([1, 7, 2, 4], "B");
+        let none = HashMap::new();
+        let (map, unmatched) = map_uids(&ours, &theirs, &[1, 4], (&none, &none));
+        assert!(unmatched.is_empty(), "{unmatched:?}");
+        assert_eq!(map.get(&7), Some(&2));
+        assert_eq!(map.get(&1), Some(&1));
+        assert_eq!(map.get(&4), Some(&4));
+        assert!(!map.contains_key(&2), "a virtual tensor is never mapped");
+    }
+
+    #[test]
+    fn unit_map_by_value_when_roles_differ() {
+        let ours = plan([1, 2, 3, 4], "B");
+        let theirs = plan([1, 7, 3, 4], "T");
+        let (a, b): (HashMap<i64, String>, HashMap<i64, String>) = (
+            [(2, "3F000000".to_string())].into(),
+            [(7, "3F000000".to_string())].into(),
+        );
+        let (map, unmatched) = map_uids(&ours, &theirs, &[1, 4], (&a, &b));
+        assert!(unmatched.is_empty(), "{unmatched:?}");
+        assert_eq!(map.get(&7), Some(&2));
+        // A different value: no match, reported.
+        let c: HashMap<i64, String> = [(7, "3E000000".to_string())].into();
+        let (map, unmatched) = map_uids(&ours, &theirs, &[1, 4], (&a, &c));
+        assert!(!map.contains_key(&7));
+        assert_eq!(unmatched.len(), 1, "{unmatched:?}");
+    }
+
+    #[test]
+    fn unit_remap_everywhere_and_moves_colliding_virtuals() {
+        // Frontend scale 7 -> crate 2; the frontend's virtual uid 2 collides.
+        let theirs = plan([1, 7, 2, 4], "B");
+        let map: HashMap<i64, i64> = [(1, 1), (7, 2), (4, 4)].into();
+        let out = remap(&theirs, &map);
+        let t = tensors(&out);
+        assert!(t[&2].by_value, "the scale is uid 2 now");
+        let virt: Vec<i64> = t
+            .iter()
+            .filter(|(_, x)| x.is_virtual)
+            .map(|(u, _)| *u)
+            .collect();
+        assert_eq!(virt.len(), 1);
+        assert!(
+            virt[0] > 4,
+            "the virtual tensor moved to a fresh uid: {virt:?}"
+        );
+        let nodes = &out["operationGraph"]["nodes"];
+        assert_eq!(nodes[0]["B"], "2");
+        assert_eq!(nodes[0]["Y"], virt[0].to_string());
+        assert_eq!(nodes[1]["X"], virt[0].to_string());
+        assert_eq!(nodes[1]["subgraphInputUid"], virt[0]);
+        let offsets = &out["engine"]["payload"]["kernels"][0]["kernelParams"]["offsets"];
+        assert_eq!(offsets[0]["uid"], 2);
+        assert_eq!(offsets[1]["uid"], 999, "a uid of no tensor is left alone");
+    }
+
+    #[test]
+    fn unit_normalized_nodes_ignore_uid_choice() {
+        let ours = plan([1, 2, 3, 4], "B");
+        let theirs = plan([1, 7, 9, 4], "B");
+        let map: HashMap<i64, i64> = [(1, 1), (7, 2), (4, 4)].into();
+        let mut d = Vec::new();
+        diff(
+            &normalized_nodes(&ours, None),
+            &normalized_nodes(&theirs, Some(&map)),
+            "nodes",
+            &mut d,
+        );
+        assert!(d.is_empty(), "{d:?}");
+        // A real difference is found, with its path.
+        let other = plan([1, 7, 9, 4], "T");
+        diff(
+            &normalized_nodes(&ours, None),
+            &normalized_nodes(&other, Some(&map)),
+            "nodes",
+            &mut d,
+        );
+        assert!(d.iter().any(|(p, _, _)| p == "nodes[0]/B"), "{d:?}");
+        assert!(d.iter().any(|(p, _, _)| p == "nodes[0]/T"), "{d:?}");
+    }
+}
