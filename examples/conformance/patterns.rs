@@ -214,29 +214,45 @@ fn dgrad_drelu(out: &mut Vec<Pattern>) {
 }
 
 fn matmuls(out: &mut Vec<Pattern>) {
-    let dt = DType::BF16;
-    /// Name, A dims, B dims, epilogue.
-    type Case = (&'static str, [i64; 3], [i64; 3], &'static [&'static str]);
+    /// Name, A dims, B dims, epilogue, data type.
+    type Case = (
+        &'static str,
+        [i64; 3],
+        [i64; 3],
+        &'static [&'static str],
+        DType,
+    );
+    const BF: DType = DType::BF16;
     let cases: &[Case] = &[
-        ("batched", [4, 256, 512], [4, 512, 1024], &[]),
-        ("broadcast", [4, 256, 512], [1, 512, 1024], &[]),
+        ("batched", [4, 256, 512], [4, 512, 1024], &[], BF),
+        ("broadcast", [4, 256, 512], [1, 512, 1024], &[], BF),
+        ("batched", [4, 256, 512], [4, 512, 1024], &[], DType::F16),
         (
             "batched_bias_gelu",
             [4, 256, 512],
             [4, 512, 1024],
             &["bias", "gelu"],
+            BF,
         ),
         (
             "broadcast_bias_gelu",
             [4, 256, 512],
             [1, 512, 1024],
             &["bias", "gelu"],
+            BF,
+        ),
+        (
+            "batched_bias_gelu",
+            [4, 256, 512],
+            [4, 512, 1024],
+            &["bias", "gelu"],
+            DType::F16,
         ),
     ];
-    for &(tag, a, b, chain) in cases {
+    for &(tag, a, b, chain, dt) in cases {
         let chain: Vec<&'static str> = chain.to_vec();
         out.push(p(
-            format!("matmul_{tag}_bf16"),
+            format!("matmul_{tag}_{}", dt.name()),
             "matmul",
             json!({"io": dt.name(), "epilogue": chain}),
             move || {
@@ -417,6 +433,10 @@ struct Attn {
     gqa: bool,
     dropout: f64,
     training: bool,
+    /// Q, K, V, O stored BHSD (else BSHD).
+    bhsd: bool,
+    /// Cross-attention: 512 keys for 256 queries.
+    cross: bool,
 }
 
 impl Attn {
@@ -427,6 +447,8 @@ impl Attn {
             (self.padding, "_padding"),
             (self.gqa, "_gqa"),
             (self.dropout > 0.0, "_dropout"),
+            (self.bhsd, "_bhsd"),
+            (self.cross, "_cross"),
             (self.training, "_training"),
         ] {
             if on {
@@ -438,13 +460,20 @@ impl Attn {
 
     fn config(&self, imp: SdpaImpl) -> SdpaConfig {
         let mut c = SdpaConfig::new(2, 8, 256, 64, DType::BF16)
-            .layout(AttnLayout::Bshd)
+            .layout(if self.bhsd {
+                AttnLayout::Bhsd
+            } else {
+                AttnLayout::Bshd
+            })
             .causal(self.causal)
             .padding(self.padding)
             .training(self.training)
             .implementation(imp);
         if self.gqa {
             c = c.gqa(2);
+        }
+        if self.cross {
+            c = c.kv_len(512);
         }
         if self.dropout > 0.0 {
             c = c.dropout(self.dropout);
@@ -478,6 +507,8 @@ fn attention(out: &mut Vec<Pattern>) {
         gqa: false,
         dropout: 0.0,
         training: true,
+        bhsd: false,
+        cross: false,
     };
     let fwd = [
         plain,
@@ -501,6 +532,14 @@ fn attention(out: &mut Vec<Pattern>) {
         },
         Attn {
             dropout: 0.1,
+            ..plain
+        },
+        Attn {
+            bhsd: true,
+            ..plain
+        },
+        Attn {
+            cross: true,
             ..plain
         },
     ];
@@ -600,6 +639,14 @@ fn attention(out: &mut Vec<Pattern>) {
         Attn { gqa: true, ..plain },
         Attn {
             dropout: 0.1,
+            ..plain
+        },
+        Attn {
+            bhsd: true,
+            ..plain
+        },
+        Attn {
+            cross: true,
             ..plain
         },
     ];
