@@ -22,6 +22,9 @@ use std::process::{Command, Stdio};
 
 /// Test targets that run `cargo`/`rustc` themselves, so cannot run there.
 const NEEDS_TOOLCHAIN: &[&str] = &["compile_fail"];
+/// Host-only programs left out of the pack: the conformance tier needs
+/// Python and NVIDIA's frontend, which the GPU machine does not have.
+const HOST_ONLY: &[&str] = &["conformance"];
 /// What one transfer to the GPU machine takes, tree and pack together.
 const TRAVEL_LIMIT: u64 = 64 << 20;
 /// What the pack and tree may take: the limit less a 16 MiB margin.
@@ -51,7 +54,11 @@ struct Artifact {
 
 /// Entry point: `cargo xtask device-check [options]`.
 pub fn run(args: &[String]) -> Result<(), String> {
-    let mut exclude: Vec<String> = NEEDS_TOOLCHAIN.iter().map(|s| s.to_string()).collect();
+    let mut exclude: Vec<String> = NEEDS_TOOLCHAIN
+        .iter()
+        .chain(HOST_ONLY)
+        .map(|s| s.to_string())
+        .collect();
     let mut strip = true;
     let mut it = args.iter();
     while let Some(a) = it.next() {

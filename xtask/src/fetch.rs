@@ -104,6 +104,7 @@ pub fn run(args: &[String]) -> Result<Vec<PathBuf>, String> {
             other => return Err(format!("fetch-libs: unknown option `{other}`")),
         }
     }
+    let with_frontend = stacks.iter().any(|s| s.name == CUDA13.name);
     let mut dirs = Vec::new();
     for stack in stacks {
         let dir = fetch(stack)?;
@@ -113,6 +114,14 @@ pub fn run(args: &[String]) -> Result<Vec<PathBuf>, String> {
             dir.display()
         );
         dirs.push(dir);
+    }
+    if with_frontend {
+        // The conformance tier's oracle, for the cuda13 stack's cuDNN.
+        let dir = fetch_frontend()?;
+        println!(
+            "frontend: {FRONTEND} and the driver stub in {}",
+            dir.display()
+        );
     }
     Ok(dirs)
 }
@@ -262,4 +271,130 @@ fn unpack(wheel: &Path, dest: &Path) -> io::Result<usize> {
         count += 1;
     }
     Ok(count)
+}
+
+/// NVIDIA's cuDNN frontend (its Python API and compiled graph), the
+/// conformance tier's oracle; pinned.
+pub const FRONTEND: &str = "nvidia-cudnn-frontend==1.32.0";
+
+/// The conformance tier's frontend folder (`<cache>/frontend`): `site/`
+/// (the frontend wheel installed there with `pip install --target`, its
+/// optional dependencies not: the graph API needs none; no system package
+/// touched), `stub/libcuda.so.1` (the crate's driver stub compiled with the
+/// system C compiler, as the crate's build script does, so the frontend's
+/// process can load it by path as its `libcuda.so.1`) and `python` (the
+/// interpreter the wheel was installed for). Rebuilt when the pin, the
+/// interpreter or the stub's source changes.
+pub fn fetch_frontend() -> Result<PathBuf, String> {
+    let root = cache_root();
+    let dir = root.join("frontend");
+    let wheels = root.join("wheels").join("frontend");
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let exe = Command::new(&python)
+        .args([
+            "-c",
+            "import sys; print(sys.executable); print(sys.version.split()[0])",
+        ])
+        .output()
+        .map_err(|e| {
+            format!(
+                "running `{python}`: {e} (the conformance tier needs Python 3 with pip; set PYTHON)"
+            )
+        })?;
+    if !exe.status.success() {
+        return Err(format!("`{python}` failed ({})", exe.status));
+    }
+    let exe = String::from_utf8_lossy(&exe.stdout).to_string();
+    let exe_path = exe.lines().next().unwrap_or("").trim().to_string();
+    let stub_src = crate::workspace_root()
+        .join("cudnn")
+        .join("stub")
+        .join("libcuda_stub.c");
+    let stub_text = fs::read_to_string(&stub_src)
+        .map_err(|e| format!("reading {}: {e}", stub_src.display()))?;
+    let want = format!("{FRONTEND}\n{exe}{}\n", fnv(stub_text.as_bytes()));
+    let stamp = dir.join(".complete");
+    if fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
+        return Ok(dir);
+    }
+    if dir.exists() {
+        fs::remove_dir_all(&dir).map_err(|e| format!("clearing {}: {e}", dir.display()))?;
+    }
+    let site = dir.join("site");
+    let stub_dir = dir.join("stub");
+    fs::create_dir_all(&stub_dir).map_err(|e| format!("creating {}: {e}", stub_dir.display()))?;
+    fs::create_dir_all(&wheels).map_err(|e| format!("creating {}: {e}", wheels.display()))?;
+    eprintln!("downloading {FRONTEND} (for {}) ...", exe_path);
+    let st = Command::new(&exe_path)
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "-d",
+        ])
+        .arg(&wheels)
+        .arg(FRONTEND)
+        .status()
+        .map_err(|e| format!("running `{exe_path} -m pip`: {e}"))?;
+    if !st.success() {
+        return Err(format!(
+            "`{exe_path} -m pip download {FRONTEND}` failed ({st})"
+        ));
+    }
+    // The wheel for this interpreter (the frontend's wheels are per CPython).
+    let st = Command::new(&exe_path)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--disable-pip-version-check",
+            "--find-links",
+        ])
+        .arg(&wheels)
+        .arg("--target")
+        .arg(&site)
+        .arg(FRONTEND)
+        .env("PIP_ROOT_USER_ACTION", "ignore")
+        .status()
+        .map_err(|e| format!("running `{exe_path} -m pip install`: {e}"))?;
+    if !st.success() {
+        return Err(format!(
+            "`{exe_path} -m pip install --target {} {FRONTEND}` failed ({st})",
+            site.display()
+        ));
+    }
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+    let lib = stub_dir.join("libcuda.so.1");
+    let st = Command::new(&cc)
+        .args(["-shared", "-fPIC", "-O2", "-Wl,-soname,libcuda.so.1", "-o"])
+        .arg(&lib)
+        .arg(&stub_src)
+        .status()
+        .map_err(|e| format!("running the C compiler `{cc}` for the driver stub: {e} (set CC)"))?;
+    if !st.success() {
+        return Err(format!(
+            "compiling the driver stub with `{cc}` failed ({st})"
+        ));
+    }
+    fs::write(dir.join("python"), format!("{exe_path}\n"))
+        .map_err(|e| format!("writing {}: {e}", dir.join("python").display()))?;
+    fs::write(&stamp, want).map_err(|e| format!("writing {}: {e}", stamp.display()))?;
+    eprintln!("  {FRONTEND}: in {}", site.display());
+    Ok(dir)
+}
+
+/// FNV-1a of `bytes` (a stamp, not a security check).
+fn fnv(bytes: &[u8]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
 }

@@ -1,6 +1,7 @@
 //! Project tasks. Run `cargo xtask help`.
 
 mod bindings;
+mod conformance;
 mod device_check;
 mod fetch;
 mod tasks;
@@ -26,11 +27,15 @@ tasks:
       composite attention), and the graph and raw host tests and planning
       examples against torch211 (what PyTorch 2.11.0 pins: cuDNN 9.19,
       NVRTC 13.0; the GPU machine's stack), with missing libraries counted
-      as failures.
+      as failures; and the conformance tier: every graph pattern built by
+      NVIDIA's cuDNN frontend too, compared with the crate's (cuda13).
   fetch-libs [--stack cuda13|cuda12|cudnn910|torch211|all]
       Download NVIDIA's pip wheels (pinned versions) and unpack the headers and
       shared libraries we use into the cache (.cuda-libs/<stack>, or
-      $CUDNN_RS_CACHE/<stack>). A no-op when they are already there.
+      $CUDNN_RS_CACHE/<stack>). With cuda13 (the default) and all, also
+      NVIDIA's cuDNN frontend (Python, pinned) and the driver stub into
+      <cache>/frontend for the conformance tier. A no-op when they are
+      already there.
   bindgen [--check]
       Regenerate the committed bindings in cudart-sys, cudnn-sys, cublas-sys and nccl-sys
       from the cuda13 headers (fetching them first). With --check, write nothing

@@ -47,6 +47,7 @@ pub fn test(args: &[String]) -> Result<(), String> {
         )
     };
     run("cuda13", &cu13, &[])?;
+    crate::conformance::run(&cu13)?;
     run("cuda12", &cu12, &["--tests"])?;
     // cuDNN 9.10, which has no SDPA operation: the attention tests again,
     // through the composite pattern (cuBLAS and the CUDA runtime from cuda12).

@@ -1,0 +1,250 @@
+//! The one list of differences between the crate's graphs and NVIDIA's
+//! frontend (1.32) that are legitimate, each with its reason. A finding of
+//! the conformance tier that none of these explains is a failure.
+
+use crate::patterns::Pattern;
+
+/// Something the two sides do not agree on.
+#[derive(Clone, Debug)]
+pub struct Finding {
+    /// `count`, `first_engine`, `chosen_engine`, `workspace`, `tensor`,
+    /// `unmatched`, `node`, `load_into_crate`, `load_into_frontend`, `frontend`, `crate`.
+    pub kind: &'static str,
+    /// Where: the role path of a tensor and its field, or a node path.
+    pub path: String,
+    /// The crate's value.
+    pub ours: String,
+    /// The frontend's value.
+    pub theirs: String,
+}
+
+/// A legitimate difference.
+pub struct Difference {
+    /// Short id printed in the table.
+    pub id: &'static str,
+    /// What differs.
+    pub what: &'static str,
+    /// Why it is legitimate.
+    pub why: &'static str,
+    applies: fn(&Pattern, &Finding) -> bool,
+}
+
+impl Difference {
+    /// Whether this difference explains `f` in pattern `p`.
+    pub fn explains(&self, p: &Pattern, f: &Finding) -> bool {
+        (self.applies)(p, f)
+    }
+}
+
+fn all_ones(s: &str) -> bool {
+    let inner = s.trim_matches(|c| c == '[' || c == ']');
+    !inner.is_empty() && inner.split(',').all(|x| x.trim() == "1")
+}
+
+/// Every legitimate difference.
+pub const DIFFERENCES: &[Difference] = &[
+    Difference {
+        id: "D1",
+        what: "a by-value scalar (the SDPA attention scale, an epilogue's scale, batch norm inference's epsilon): all-1 dims of the rank of the tensors it meets here, [1] in the frontend",
+        why: "both are one f32 passed by value (the same value, compared); cuDNN broadcasts any all-1 shape",
+        applies: |_, f| {
+            f.kind == "tensor"
+                && (f.path.ends_with(" dim") || f.path.ends_with(" stride"))
+                && all_ones(&f.ours)
+                && all_ones(&f.theirs)
+        },
+    },
+    Difference {
+        id: "D2",
+        what: "SDPA forward statistics: set directly on the SDPA operation here, through a SOFTMAX sub-descriptor (with two virtual score tensors) in the frontend",
+        why: "cuDNN >= 9.21 accepts both forms for the same engines; the crate sets the documented statistics attribute, which also works on 9.13 to 9.20",
+        applies: |p, f| {
+            p.family == "sdpa_fwd"
+                && !p.composite
+                && f.kind == "node"
+                && (f.path.contains("softmax") || f.path.contains("stats"))
+        },
+    },
+    Difference {
+        id: "D3",
+        what: "ReLU (forward and backward): the upper clip is left at cuDNN's default here (DBL_MAX in the plan) and set to FLT_MAX in the frontend",
+        why: "no f32, f16 or bf16 value lies between FLT_MAX and DBL_MAX: the same function, one attribute written explicitly",
+        applies: |_, f| {
+            f.kind == "node"
+                && f.path.to_ascii_lowercase().contains("upper")
+                && (f.ours == "(absent)" || f.ours.starts_with("1.79769"))
+                && f.theirs.starts_with("3.40282")
+        },
+    },
+    Difference {
+        id: "D5",
+        what: "composite SDPA backward workspace: up to 255 bytes more here",
+        why: "both sides keep the two f32 scratch tensors (row sums of dO*O, the dQ accumulator) in the plan's workspace; the crate puts them after cuDNN's workspace rounded up to 256 bytes, the frontend packs them at offsets of its own; cuDNN's part is the same (each side's workspace for the other's plan is its own layout's)",
+        applies: |p, f| {
+            let gap = f.ours.parse::<u64>().ok().zip(f.theirs.parse::<u64>().ok());
+            p.family == "sdpa_bwd"
+                && matches!(
+                    f.kind,
+                    "workspace" | "load_into_crate" | "load_into_frontend"
+                )
+                && f.path.starts_with("workspace")
+                && gap.is_some_and(|(a, b)| a >= b && a - b < 256)
+        },
+    },
+    Difference {
+        id: "D4",
+        what: "SDPA composites: the mask, softmax and dropout are decomposed differently (GEN_INDEX, CMP_GE and BINARY_SELECT here, DIAGONAL_BAND_MASK there; a 7-op softmax here, SOFTMAX there), so nodes, virtual tensors and the scalars they use differ",
+        why: "cuDNN's fused attention engines recognise both decompositions; what must agree (engines offered, the engine chosen, workspace, the tensors a caller binds) is compared",
+        applies: |p, f| {
+            p.composite && matches!(f.kind, "node" | "unmatched" | "tensor") && !is_bound_tensor(f)
+        },
+    },
+    Difference {
+        id: "G1",
+        what: "GAP, not a legitimate difference: the frontend's SDPA forward plans hold a SOFTMAX operation (a sub-descriptor of the SDPA operation when training, a node of the composite), which the crate's plan-JSON check does not allow-list, so they do not load through Plan::from_cudnn_json (a typed error, before cuDNN sees them)",
+        why: "the check allow-lists the forms the crate writes; cuDNN loads the frontend's form (the frontend's own load of it works), so the allow-list (plan_json) should learn SOFTMAX",
+        applies: |p, f| {
+            p.family == "sdpa_fwd"
+                && f.kind == "load_into_crate"
+                && f.ours.to_ascii_lowercase().contains("softmax")
+        },
+    },
+];
+
+/// A finding about a tensor a caller binds (named by its role), which a
+/// decomposition never excuses.
+fn is_bound_tensor(f: &Finding) -> bool {
+    f.kind == "tensor" && f.path.starts_with('`')
+}
+
+/// The ids of the differences explaining every finding, the findings they
+/// explain (with the id), and the findings none explains.
+#[allow(clippy::type_complexity)]
+pub fn classify<'f>(
+    p: &Pattern,
+    findings: &'f [Finding],
+) -> (
+    Vec<&'static str>,
+    Vec<(&'static str, &'f Finding)>,
+    Vec<&'f Finding>,
+) {
+    let mut ids = Vec::new();
+    let mut explained = Vec::new();
+    let mut open = Vec::new();
+    for f in findings {
+        match DIFFERENCES.iter().find(|d| d.explains(p, f)) {
+            Some(d) => {
+                if !ids.contains(&d.id) {
+                    ids.push(d.id);
+                }
+                explained.push((d.id, f));
+            }
+            None => open.push(f),
+        }
+    }
+    (ids, explained, open)
+}
+
+#[cfg(test)]
+mod unit {
+    use super::*;
+
+    fn pattern(family: &'static str, composite: bool) -> Pattern {
+        let mut p = crate::patterns::all()
+            .into_iter()
+            .find(|p| p.family == family)
+            .unwrap_or_else(|| unreachable!("no {family} pattern"));
+        p.composite = composite;
+        p
+    }
+
+    fn f(kind: &'static str, path: &str, ours: &str, theirs: &str) -> Finding {
+        Finding {
+            kind,
+            path: path.to_string(),
+            ours: ours.to_string(),
+            theirs: theirs.to_string(),
+        }
+    }
+
+    fn ids(p: &Pattern, x: Finding) -> Vec<&'static str> {
+        let v = [x];
+        let (ids, _, open) = classify(p, &v);
+        if open.is_empty() { ids } else { Vec::new() }
+    }
+
+    #[test]
+    fn unit_documented_differences_are_narrow() {
+        let conv = pattern("conv_fprop", false);
+        let sdpa = pattern("sdpa_fwd", false);
+        let bwd = pattern("sdpa_bwd", true);
+        // D1: all-ones shapes only.
+        assert_eq!(
+            ids(
+                &sdpa,
+                f("tensor", "[0]:SDPA_FWD/scale dim", "[1,1,1,1]", "[1]")
+            ),
+            ["D1"]
+        );
+        assert!(ids(&conv, f("tensor", "`y` dim", "[2,3]", "[1]")).is_empty());
+        // D3: DBL_MAX against FLT_MAX only.
+        assert_eq!(
+            ids(
+                &conv,
+                f(
+                    "node",
+                    "nodes[1]/upperClip",
+                    "1.7976931348623157e+308",
+                    "3.402823466385289e+38"
+                )
+            ),
+            ["D3"]
+        );
+        assert!(
+            ids(
+                &conv,
+                f("node", "nodes[1]/upperClip", "6.0", "3.402823466385289e+38")
+            )
+            .is_empty()
+        );
+        // D5: under 256 bytes more here, backward only.
+        assert_eq!(
+            ids(&bwd, f("workspace", "workspace", "2113792", "2113664")),
+            ["D5"]
+        );
+        assert!(ids(&bwd, f("workspace", "workspace", "2113920", "2113664")).is_empty());
+        assert!(ids(&bwd, f("workspace", "workspace", "2113664", "2113792")).is_empty());
+        assert!(ids(&conv, f("workspace", "workspace", "131", "0")).is_empty());
+        // D4: never a bound tensor, an engine or a workspace.
+        assert!(ids(&bwd, f("tensor", "`dq` stride", "[1]", "[2]")).is_empty());
+        assert!(ids(&bwd, f("first_engine", "first_engine", "6", "7")).is_empty());
+        assert_eq!(ids(&bwd, f("node", "nodes[3]/operation", "a", "b")), ["D4"]);
+        // G1: a SOFTMAX refusal on loading only.
+        assert_eq!(
+            ids(
+                &sdpa,
+                f(
+                    "load_into_crate",
+                    "Plan::from_cudnn_json",
+                    "... /nodes/0/softmax ...",
+                    "-"
+                )
+            ),
+            ["G1"]
+        );
+        assert!(
+            ids(
+                &sdpa,
+                f(
+                    "load_into_crate",
+                    "Plan::from_cudnn_json",
+                    "dim mismatch",
+                    "-"
+                )
+            )
+            .is_empty()
+        );
+        // Nothing explains an engine count.
+        assert!(ids(&sdpa, f("count", "count", "4", "3")).is_empty());
+    }
+}

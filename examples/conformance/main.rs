@@ -1,0 +1,732 @@
+//! The conformance tier: every graph pattern the crate builds is built by
+//! NVIDIA's cuDNN frontend too (1.32, through `xtask/conformance/frontend.py`),
+//! for the same targets (H200, A100, B200 presets), with no GPU, and the two
+//! must agree: heuristics mode A's configuration count and first engine, the
+//! engine built and its workspace, the non-virtual tensors of the cuDNN plan
+//! JSON matched by role (dims, strides, data type, by-value flag, by-value
+//! values), the nodes, and plans cross-loaded both ways (the frontend's
+//! through `Plan::from_cudnn_json` with the crate's tensor list, the crate's
+//! through the frontend's deserialize), uids mapped. Legitimate differences
+//! are listed in `differences.rs`, with their reasons; anything else fails.
+//!
+//!     cargo xtask test                      (runs it with what it fetched)
+//!     cargo run --example conformance -- --frontend-dir DIR --cudnn-lib DIR \
+//!         [--only SUBSTR] [--targets h200,a100,b200] [--timing] [--verbose] [--keep DIR]
+//!
+//! `--frontend-dir` holds `site/` (the frontend wheel installed there),
+//! `stub/libcuda.so.1` (the crate's driver stub) and `python` (the
+//! interpreter's path); `cargo xtask fetch-libs` makes it. Without it, or
+//! without Python, the tier is skipped with the reason, and fails when
+//! `CUDNN_RS_REQUIRE_LIBS=1`. `--timing` prints the host times of both
+//! sides (op-graph build, heuristics, first finalize, plan load; not asserted);
+//! `--verbose` lists every finding a documented difference explains.
+
+mod compare;
+mod differences;
+mod patterns;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudnn::graph::{HeurMode, IoSignature, Plan, Policy, Target, heuristics};
+use serde_json::{Value, json};
+
+use differences::{DIFFERENCES, Finding, classify};
+use patterns::Pattern;
+
+struct Args {
+    frontend_dir: Option<PathBuf>,
+    cudnn_lib: Vec<String>,
+    only: Vec<String>,
+    targets: Vec<String>,
+    timing: bool,
+    verbose: bool,
+    keep: Option<PathBuf>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        frontend_dir: None,
+        cudnn_lib: Vec::new(),
+        only: Vec::new(),
+        targets: vec!["h200".into(), "a100".into(), "b200".into()],
+        timing: false,
+        verbose: false,
+        keep: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(x) = it.next() {
+        let mut val = |name: &str| it.next().ok_or(format!("{name} needs a value"));
+        match x.as_str() {
+            "--frontend-dir" => a.frontend_dir = Some(PathBuf::from(val("--frontend-dir")?)),
+            "--cudnn-lib" => a.cudnn_lib.push(val("--cudnn-lib")?),
+            "--only" => a.only.push(val("--only")?),
+            "--targets" => a.targets = val("--targets")?.split(',').map(str::to_string).collect(),
+            "--timing" | "--vs-frontend" => a.timing = true,
+            "--verbose" | "-v" => a.verbose = true,
+            "--keep" => a.keep = Some(PathBuf::from(val("--keep")?)),
+            other => return Err(format!("unknown argument `{other}`")),
+        }
+    }
+    Ok(a)
+}
+
+fn required() -> bool {
+    std::env::var("CUDNN_RS_REQUIRE_LIBS").is_ok_and(|v| v == "1")
+}
+
+fn main() {
+    let code = match run() {
+        Ok(true) => 0,
+        Ok(false) => 1,
+        Err(Stop::Fail(why)) => {
+            eprintln!("conformance: FAILED: {why}");
+            1
+        }
+        Err(Stop::Missing(why)) => {
+            if required() {
+                eprintln!("conformance: FAILED (CUDNN_RS_REQUIRE_LIBS=1): {why}");
+                1
+            } else {
+                eprintln!("conformance: SKIPPED: {why}");
+                0
+            }
+        }
+    };
+    std::process::exit(code);
+}
+
+/// Why the tier stopped: something it needs is missing here (no Python,
+/// no frontend, no cuDNN: skipped, or failed under
+/// `CUDNN_RS_REQUIRE_LIBS=1`), or the frontend side broke (always a failure).
+enum Stop {
+    Missing(String),
+    Fail(String),
+}
+
+impl From<cudnn::Error> for Stop {
+    fn from(e: cudnn::Error) -> Self {
+        Stop::Missing(format!("{e:#}"))
+    }
+}
+
+/// One side's result for one pattern and target.
+#[derive(Default)]
+struct Side {
+    error: Option<String>,
+    count_a: Option<i64>,
+    first_engine: Option<i64>,
+    chosen: Option<i64>,
+    workspace: Option<u64>,
+    plan_json: Option<String>,
+    t_graph: f64,
+    t_heur: f64,
+    t_finalize: f64,
+    t_load: Option<f64>,
+}
+
+struct Row {
+    pattern: usize,
+    target: String,
+    ours: Side,
+    io: Option<Arc<IoSignature>>,
+    theirs: Side,
+    blob: Option<String>,
+    pass_by_values: Value,
+    findings: Vec<Finding>,
+    identical: bool,
+    /// Cross-loads done: the frontend's plan here, the crate's there.
+    loaded: (bool, bool),
+    map: HashMap<i64, i64>,
+}
+
+fn policy() -> Policy {
+    Policy {
+        modes: vec![HeurMode::A],
+        allow_tf32: true,
+        allow_reduced_precision: true,
+        ..Policy::default()
+    }
+}
+
+fn ours(p: &Pattern, target: &Target) -> cudnn::Result<(Side, Arc<IoSignature>)> {
+    // Timed: the graph calls and Graph::build (the frontend's side times
+    // its graph calls, validate and build_operation_graph likewise).
+    let t0 = Instant::now();
+    let g = p.graph()?;
+    let og = g.build()?;
+    let t1 = Instant::now();
+    let cands = heuristics::candidates(&og, target, &policy())?;
+    let t2 = Instant::now();
+    let (plan, report) = Plan::build(&og, target, &policy())?;
+    let side = Side {
+        count_a: Some(cands.len() as i64),
+        first_engine: cands.first().map(|c| c.engine),
+        chosen: plan.engine(),
+        workspace: Some(plan.workspace_size() as u64),
+        plan_json: Some(plan.cudnn_json()?),
+        t_graph: (t1 - t0).as_secs_f64(),
+        t_heur: (t2 - t1).as_secs_f64(),
+        t_finalize: report.finalize_s,
+        ..Side::default()
+    };
+    Ok((side, Arc::new(og.io().clone())))
+}
+
+fn io_tensors(io: &IoSignature) -> Vec<Value> {
+    io.tensors
+        .iter()
+        .map(|t| {
+            json!({"name": t.name, "uid": t.uid, "dims": t.spec.dims(), "strides": t.spec.strides(),
+                   "dtype": t.spec.dtype().name(), "output": t.is_output})
+        })
+        .collect()
+}
+
+fn python(req: &Value, mode: &str, fe: &Path, work: &Path) -> Result<Value, Stop> {
+    if !fe.join("site").join("cudnn").is_dir() {
+        return Err(Stop::Missing(format!(
+            "no cuDNN frontend in {} (`cargo xtask fetch-libs` installs it)",
+            fe.join("site").display()
+        )));
+    }
+    let py = std::fs::read_to_string(fe.join("python"))
+        .map(|s| s.trim().to_string())
+        .map_err(|e| Stop::Missing(format!("{}: {e}", fe.join("python").display())))?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("xtask")
+        .join("conformance")
+        .join("frontend.py");
+    let rq = work.join(format!("{mode}-request.json"));
+    let rs = work.join(format!("{mode}-result.json"));
+    std::fs::write(&rq, req.to_string())
+        .map_err(|e| Stop::Fail(format!("{}: {e}", rq.display())))?;
+    let out = std::process::Command::new(&py)
+        .arg(&script)
+        .arg(mode)
+        .arg(&rq)
+        .arg(&rs)
+        .env("PYTHONNOUSERSITE", "1")
+        .env_remove("PYTHONPATH")
+        .output()
+        .map_err(|e| Stop::Missing(format!("running {py}: {e}")))?;
+    if !out.status.success() {
+        return Err(Stop::Fail(format!(
+            "{py} {} {mode} failed ({}): {}",
+            script.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    let text =
+        std::fs::read_to_string(&rs).map_err(|e| Stop::Fail(format!("{}: {e}", rs.display())))?;
+    serde_json::from_str(&text).map_err(|e| Stop::Fail(format!("{}: {e}", rs.display())))
+}
+
+fn find(
+    kind: &'static str,
+    path: impl Into<String>,
+    a: impl ToString,
+    b: impl ToString,
+) -> Finding {
+    Finding {
+        kind,
+        path: path.into(),
+        ours: a.to_string(),
+        theirs: b.to_string(),
+    }
+}
+
+fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
+    v.as_ref()
+        .map(|x| x.to_string())
+        .unwrap_or_else(|| "-".into())
+}
+
+/// Compare what both sides planned: the findings, the frontend-to-crate
+/// uid map, and whether the plan JSONs are byte-identical.
+fn compare(row: &Row) -> (Vec<Finding>, HashMap<i64, i64>, bool) {
+    let mut out = Vec::new();
+    let (o, t) = (&row.ours, &row.theirs);
+    match (&o.error, &t.error) {
+        (Some(a), Some(b)) => {
+            out.push(find("crate", "plan", a, b));
+            return (out, HashMap::new(), false);
+        }
+        (Some(a), None) => {
+            out.push(find("crate", "plan", a, "planned"));
+            return (out, HashMap::new(), false);
+        }
+        (None, Some(b)) => {
+            out.push(find("frontend", "plan", "planned", b));
+            return (out, HashMap::new(), false);
+        }
+        _ => {}
+    }
+    for (kind, a, b) in [
+        ("count", o.count_a, t.count_a),
+        ("first_engine", o.first_engine, t.first_engine),
+        ("chosen_engine", o.chosen, t.chosen),
+    ] {
+        if a != b {
+            out.push(find(kind, kind, opt(&a), opt(&b)));
+        }
+    }
+    if o.workspace != t.workspace {
+        out.push(find(
+            "workspace",
+            "workspace",
+            opt(&o.workspace),
+            opt(&t.workspace),
+        ));
+    }
+    let (Some(cj), Some(fj)) = (&o.plan_json, &t.plan_json) else {
+        return (out, HashMap::new(), false);
+    };
+    let identical = cj == fj;
+    let (Ok(cv), Ok(fv)) = (
+        serde_json::from_str::<Value>(cj),
+        serde_json::from_str::<Value>(fj),
+    ) else {
+        out.push(find("node", "plan JSON", "parse", "parse"));
+        return (out, HashMap::new(), identical);
+    };
+    let Some(io) = &row.io else {
+        return (out, HashMap::new(), identical);
+    };
+    let named: Vec<i64> = io.tensors.iter().map(|t| t.uid).collect();
+    let ours_values: HashMap<i64, String> = io
+        .scalars
+        .iter()
+        .map(|&(u, _, v)| (u, format!("{:08X}", (v as f32).to_bits())))
+        .collect();
+    let theirs_values: HashMap<i64, String> = row
+        .pass_by_values
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| {
+                    Some((
+                        k.parse().ok()?,
+                        v.get("value")?.as_str()?.to_ascii_uppercase(),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let (map, unmatched) = compare::map_uids(&cv, &fv, &named, (&ours_values, &theirs_values));
+    for u in unmatched {
+        out.push(find("unmatched", u, "-", "-"));
+    }
+    let ct = compare::tensors(&cv);
+    let ft = compare::tensors(&fv);
+    // Non-virtual tensors by role.
+    for (&fuid, &cuid) in &map {
+        let (Some(c), Some(f)) = (ct.get(&cuid), ft.get(&fuid)) else {
+            continue;
+        };
+        let role = match io.tensors.iter().find(|t| t.uid == cuid) {
+            Some(t) => format!("`{}`", t.name),
+            None => compare::role_of(&cv, cuid),
+        };
+        let fields: [(&str, String, String); 4] = [
+            ("dim", format!("{:?}", c.dims), format!("{:?}", f.dims)),
+            (
+                "stride",
+                format!("{:?}", c.strides),
+                format!("{:?}", f.strides),
+            ),
+            ("dataType", c.dtype.clone(), f.dtype.clone()),
+            ("isByValue", c.by_value.to_string(), f.by_value.to_string()),
+        ];
+        for (field, a, b) in fields {
+            if a != b {
+                out.push(find(
+                    "tensor",
+                    format!("{role} {field}"),
+                    a.replace(' ', ""),
+                    b.replace(' ', ""),
+                ));
+            }
+        }
+        if c.by_value
+            && let Some((_, _, v)) = io.scalars.iter().find(|s| s.0 == cuid)
+        {
+            // The frontend records the values it bakes into the plan.
+            if let Some(hex) = t_pass_by_value(&row.pass_by_values, fuid) {
+                let ours = format!("{:08X}", (*v as f32).to_bits());
+                if !hex.eq_ignore_ascii_case(&ours) {
+                    out.push(find("tensor", format!("{role} value"), ours, hex));
+                }
+            }
+        }
+    }
+    for (&cuid, c) in &ct {
+        if !c.is_virtual && !map.values().any(|&v| v == cuid) {
+            out.push(find(
+                "unmatched",
+                format!("crate tensor uid {cuid} ({})", compare::role_of(&cv, cuid)),
+                "-",
+                "-",
+            ));
+        }
+    }
+    // The implementation each side chose (the SDPA operation or a composite).
+    let imp = |v: &Value| {
+        let text = v["operationGraph"]["nodes"].to_string();
+        if text.contains("OPERATION_SDPA_") {
+            "the SDPA operation"
+        } else if text.contains("OPERATION_MATMUL_") && text.contains("SOFTMAX")
+            || text.contains("REDUCE_TENSOR_MAX")
+        {
+            "a composite"
+        } else {
+            "-"
+        }
+    };
+    if p_family_is_sdpa(&cv) && imp(&cv) != imp(&fv) {
+        out.push(find("implementation", "SDPA", imp(&cv), imp(&fv)));
+    }
+    // Nodes, tensor references normalized.
+    let cn = compare::normalized_nodes(&cv, None);
+    let fnodes = compare::normalized_nodes(&fv, Some(&map));
+    let mut d = Vec::new();
+    compare::diff(&cn, &fnodes, "nodes", &mut d);
+    for (path, a, b) in d {
+        out.push(find("node", path, a, b));
+    }
+    (out, map, identical)
+}
+
+fn t_pass_by_value(values: &Value, uid: i64) -> Option<String> {
+    values
+        .get(uid.to_string())
+        .and_then(|v| v.get("value"))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
+fn side_from(r: &Value) -> Side {
+    Side {
+        error: r["error"].as_str().map(str::to_string),
+        count_a: r["count_a"].as_i64(),
+        first_engine: r["first_engine"].as_i64(),
+        chosen: r["built_engine"].as_i64(),
+        workspace: r["workspace"].as_u64(),
+        plan_json: r["plan_json"].as_str().map(str::to_string),
+        t_graph: r["t_graph_s"].as_f64().unwrap_or(0.0),
+        t_heur: r["t_heur_s"].as_f64().unwrap_or(0.0),
+        t_finalize: r["t_finalize_s"].as_f64().unwrap_or(0.0),
+        t_load: None,
+    }
+}
+
+fn run() -> Result<bool, Stop> {
+    let args = parse_args().map_err(|e| Stop::Fail(format!("usage: {e}")))?;
+    let Some(fe) = args.frontend_dir.clone() else {
+        return Err(Stop::Missing(
+            "no --frontend-dir (run through `cargo xtask test`, or `cargo xtask fetch-libs` and pass its frontend folder)"
+                .to_string(),
+        ));
+    };
+    cudnn::graph::require_graph_support()?;
+    let work = match &args.keep {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("cudnn-rs-conformance-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&work).map_err(|e| Stop::Fail(format!("{}: {e}", work.display())))?;
+    let pats: Vec<Pattern> = patterns::all()
+        .into_iter()
+        .filter(|p| args.only.is_empty() || args.only.iter().any(|o| p.name.contains(o.as_str())))
+        .collect();
+    let mut targets = Vec::new();
+    for name in &args.targets {
+        let t = Target::preset(name)?;
+        let sm = t.properties().device_ver() / 10;
+        let json = t.properties().json().to_string();
+        targets.push((name.clone(), t, sm, json));
+    }
+    let t_start = Instant::now();
+    // The crate's side.
+    let mut rows = Vec::new();
+    let mut items = Vec::new();
+    for (pi, p) in pats.iter().enumerate() {
+        for (name, target, _, _) in &targets {
+            let (side, io) = match ours(p, target) {
+                Ok((s, io)) => (s, Some(io)),
+                Err(e) => (
+                    Side {
+                        error: Some(format!("{e:#}")),
+                        ..Side::default()
+                    },
+                    None,
+                ),
+            };
+            // The frontend needs the tensor list even where the crate failed.
+            let tensors = match &io {
+                Some(io) => io_tensors(io),
+                None => p
+                    .graph()
+                    .ok()
+                    .and_then(|g| g.build().ok())
+                    .map(|og| io_tensors(og.io()))
+                    .unwrap_or_default(),
+            };
+            items.push(
+                json!({"target": name, "spec": {"name": p.name, "family": p.family,
+                "params": p.params, "tensors": tensors}}),
+            );
+            rows.push(Row {
+                pattern: pi,
+                target: name.clone(),
+                ours: side,
+                io,
+                theirs: Side::default(),
+                blob: None,
+                pass_by_values: Value::Null,
+                findings: Vec::new(),
+                identical: false,
+                loaded: (false, false),
+                map: HashMap::new(),
+            });
+        }
+    }
+    let env = json!({"site": fe.join("site"), "stub": fe.join("stub").join("libcuda.so.1"),
+                     "cudnn_lib": args.cudnn_lib});
+    let tjson: Vec<Value> = targets
+        .iter()
+        .map(|(n, _, sm, j)| json!({"name": n, "sm_version": sm, "json": j}))
+        .collect();
+    // The frontend's side.
+    let built = python(
+        &json!({"env": env, "targets": tjson, "items": items}),
+        "build",
+        &fe,
+        &work,
+    )?;
+    eprintln!(
+        "conformance: NVIDIA cuDNN frontend {} on cuDNN {}",
+        built["frontend"].as_str().unwrap_or("?"),
+        built["cudnn"].as_str().unwrap_or("?")
+    );
+    let results = built["results"].as_array().cloned().unwrap_or_default();
+    if results.len() != rows.len() {
+        return Err(Stop::Fail(format!(
+            "the frontend side answered {} of {} items",
+            results.len(),
+            rows.len()
+        )));
+    }
+    for (row, r) in rows.iter_mut().zip(&results) {
+        row.theirs = side_from(r);
+        row.blob = r["blob"].as_str().map(str::to_string);
+        row.pass_by_values = r["pass_by_values"].clone();
+        let (f, map, identical) = compare(row);
+        row.findings = f;
+        row.map = map;
+        row.identical = identical;
+    }
+    // Cross-load: the frontend's plan into the crate (uids mapped to ours),
+    // and ours into the frontend (uids mapped to the frontend's).
+    let mut loads = Vec::new();
+    let mut load_rows = Vec::new();
+    for (i, row) in rows.iter_mut().enumerate() {
+        let (Some(io), Some(fj), Some(cj), Some(blob)) = (
+            row.io.clone(),
+            row.theirs.plan_json.clone(),
+            row.ours.plan_json.clone(),
+            row.blob.clone(),
+        ) else {
+            continue;
+        };
+        let (Ok(fv), Ok(cv)) = (
+            serde_json::from_str::<Value>(&fj),
+            serde_json::from_str::<Value>(&cj),
+        ) else {
+            continue;
+        };
+        let target = &targets.iter().find(|t| t.0 == row.target).map(|t| &t.1);
+        let Some(target) = target else { continue };
+        let mapped = compare::remap(&fv, &row.map).to_string();
+        let t0 = Instant::now();
+        match Plan::from_cudnn_json(&mapped, target, io) {
+            Ok(plan) => {
+                row.ours.t_load = Some(t0.elapsed().as_secs_f64());
+                row.loaded.0 = true;
+                if Some(plan.workspace_size() as u64) != row.theirs.workspace {
+                    row.findings.push(find(
+                        "load_into_crate",
+                        "workspace of the frontend's plan loaded here",
+                        plan.workspace_size(),
+                        opt(&row.theirs.workspace),
+                    ));
+                }
+            }
+            Err(e) => row.findings.push(find(
+                "load_into_crate",
+                "Plan::from_cudnn_json",
+                format!("{e:#}"),
+                "-",
+            )),
+        }
+        let inverse: HashMap<i64, i64> = row.map.iter().map(|(f, c)| (*c, *f)).collect();
+        let ours_in_theirs = compare::remap(&cv, &inverse).to_string();
+        loads.push(
+            json!({"pattern": pats[row.pattern].name, "target": row.target,
+                          "blob": blob, "plan_json": ours_in_theirs}),
+        );
+        load_rows.push(i);
+    }
+    let loaded = python(
+        &json!({"env": env, "targets": tjson, "items": loads}),
+        "load",
+        &fe,
+        &work,
+    )?;
+    let lres = loaded["results"].as_array().cloned().unwrap_or_default();
+    for (&i, r) in load_rows.iter().zip(&lres) {
+        let row = &mut rows[i];
+        row.theirs.t_load = r["t_load_s"].as_f64();
+        row.loaded.1 = r["error"].is_null();
+        if let Some(e) = r["error"].as_str() {
+            row.findings
+                .push(find("load_into_frontend", "deserialize", "-", e));
+        } else if r["workspace"].as_u64() != row.ours.workspace {
+            row.findings.push(find(
+                "load_into_frontend",
+                "workspace of the crate's plan loaded there",
+                opt(&row.ours.workspace),
+                opt(&r["workspace"].as_u64()),
+            ));
+        }
+    }
+    if args.keep.is_none() {
+        let _ = std::fs::remove_dir_all(&work);
+    }
+    Ok(report(
+        &pats,
+        &rows,
+        args.timing,
+        args.verbose,
+        t_start.elapsed().as_secs_f64(),
+    ))
+}
+
+fn report(pats: &[Pattern], rows: &[Row], timing: bool, verbose: bool, secs: f64) -> bool {
+    println!(
+        "| pattern | target | engines (mode A) | first engine | chosen | workspace B | plan JSON | cross-load | result |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let mut failed = 0;
+    let mut used: Vec<&str> = Vec::new();
+    let mut open_all = Vec::new();
+    for row in rows {
+        let p = &pats[row.pattern];
+        let (ids, explained, open) = classify(p, &row.findings);
+        if verbose {
+            for (id, f) in &explained {
+                eprintln!(
+                    "  {} {} [{id}] [{}] {}: crate {} / frontend {}",
+                    p.name, row.target, f.kind, f.path, f.ours, f.theirs
+                );
+            }
+        }
+        let pair = |a: String, b: String| if a == b { a } else { format!("{a} / {b}") };
+        let verdict = if !open.is_empty() {
+            failed += 1;
+            open_all.push((p.name.clone(), row.target.clone(), open.clone()));
+            "DIFFERS".to_string()
+        } else if ids.is_empty() {
+            "agree".to_string()
+        } else {
+            for id in &ids {
+                if !used.contains(id) {
+                    used.push(id);
+                }
+            }
+            format!("agree but {}", ids.join(", "))
+        };
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            p.name,
+            row.target,
+            pair(opt(&row.ours.count_a), opt(&row.theirs.count_a)),
+            pair(opt(&row.ours.first_engine), opt(&row.theirs.first_engine)),
+            pair(opt(&row.ours.chosen), opt(&row.theirs.chosen)),
+            pair(opt(&row.ours.workspace), opt(&row.theirs.workspace)),
+            if row.identical {
+                "identical"
+            } else {
+                "differs"
+            },
+            match row.loaded {
+                (true, true) => "both ways",
+                (true, false) => "theirs here only",
+                (false, true) => "ours there only",
+                (false, false) => "none",
+            },
+            verdict
+        );
+    }
+    for d in DIFFERENCES.iter().filter(|d| used.contains(&d.id)) {
+        println!("\n{}: {}\n    why: {}", d.id, d.what, d.why);
+    }
+    for (name, target, open) in &open_all {
+        println!("\n{name} on {target}: not explained by a documented difference:");
+        for f in open {
+            println!(
+                "  [{}] {}: crate {} / frontend {}",
+                f.kind, f.path, f.ours, f.theirs
+            );
+        }
+    }
+    if timing {
+        println!("\nhost time, crate / frontend (ms; ratio):");
+        println!("| pattern | target | op graph | heuristics A | first finalize | plan load |");
+        println!("|---|---|---|---|---|---|");
+        for row in rows {
+            let (o, t) = (&row.ours, &row.theirs);
+            if o.error.is_some() || t.error.is_some() {
+                continue;
+            }
+            let cell = |a: f64, b: f64| {
+                format!("{:.2} / {:.2} ({:.2})", a * 1e3, b * 1e3, a / b.max(1e-12))
+            };
+            println!(
+                "| {} | {} | {} | {} | {} | {} |",
+                pats[row.pattern].name,
+                row.target,
+                cell(o.t_graph, t.t_graph),
+                cell(o.t_heur, t.t_heur),
+                cell(o.t_finalize, t.t_finalize),
+                match (o.t_load, t.t_load) {
+                    (Some(a), Some(b)) => cell(a, b),
+                    _ => "-".into(),
+                }
+            );
+        }
+    }
+    let both = rows.iter().filter(|r| r.loaded == (true, true)).count();
+    println!(
+        "\nconformance: {} graphs x targets ({} patterns), {} agree (exactly or by a documented difference), {} differ; plans cross-loaded both ways: {}; {:.1} s",
+        rows.len(),
+        pats.len(),
+        rows.len() - failed,
+        failed,
+        both,
+        secs
+    );
+    failed == 0
+}
+
+/// Whether a plan is an attention graph (the SDPA operation, or a composite
+/// with a row max or a softmax).
+fn p_family_is_sdpa(v: &Value) -> bool {
+    let text = v["operationGraph"]["nodes"].to_string();
+    text.contains("OPERATION_SDPA_")
+        || text.contains("REDUCE_TENSOR_MAX")
+        || text.contains("SOFTMAX")
+}
