@@ -24,6 +24,7 @@ use super::plan::Plan;
 use super::plan_file::{
     Reader, fmt_cudnn_version, header_format, loaded_cudnn_version, read_io, write_io,
 };
+use super::plan_json::Payload;
 use super::target::Target;
 use crate::error::{Error, Result};
 
@@ -284,11 +285,36 @@ impl PlanCache {
     /// made by another cuDNN than the one loaded is skipped, with its reason
     /// in the report, and the rest is loaded. Files of format 1 (written
     /// before the cuDNN version was recorded) are read, each entry's version
-    /// taken from its plan JSON's `cudnnVersion`.
+    /// taken from its plan JSON's `cudnnVersion`. An entry whose plan carries
+    /// compiled kernel code (a runtime-compiled plan: SDPA, matmul and norm
+    /// fusions) is checked, then skipped with its reason in the report: its
+    /// code cannot be checked against its tensor list, and cuDNN cannot
+    /// rebuild the plan without it (a later `get_or_build` builds it); see
+    /// [`load_text_trusted`](Self::load_text_trusted).
     ///
     /// # Errors
     /// What is wrong and on which line; a foreign target names both.
     pub fn load_text(&self, text: &str, target: &Target) -> Result<LoadReport> {
+        self.load_text_with(text, target, Payload::Refuse)
+    }
+
+    /// [`load_text`](Self::load_text) for a cache file whose compiled code
+    /// is trusted (see
+    /// [`Plan::from_cudnn_json_trusted`](super::Plan::from_cudnn_json_trusted)):
+    /// runtime-compiled plans are loaded with their kernel binaries, not
+    /// recompiled.
+    ///
+    /// **A plan cache file with compiled code is executable code**: load it
+    /// this way only from a source as trusted as the program itself (a file
+    /// this program saved, in a place only it can write).
+    ///
+    /// # Errors
+    /// As [`load_text`](Self::load_text).
+    pub fn load_text_trusted(&self, text: &str, target: &Target) -> Result<LoadReport> {
+        self.load_text_with(text, target, Payload::Keep)
+    }
+
+    fn load_text_with(&self, text: &str, target: &Target, payload: Payload) -> Result<LoadReport> {
         let mut r = Reader::named(text, "plan cache file");
         let format = header_format(r.line()?, HEADER_PREFIX)
             .ok_or_else(|| r.bad("`cudnn-rs plan cache v2` (or v1)"))?;
@@ -336,7 +362,20 @@ impl PlanCache {
                 });
                 continue;
             }
-            let plan = Plan::from_cudnn_json(&json, target, Arc::new(io))
+            if payload == Payload::Refuse
+                && Plan::check_json(&json, target, &io)
+                    .map_err(|e| e.with_context(format!("plan cache entry {index}")))?
+                    .runtime_compiled
+            {
+                skipped.push(SkippedEntry {
+                    index,
+                    reason: "carries compiled kernel code (a runtime-compiled plan), which only \
+                             `load_trusted` loads"
+                        .to_string(),
+                });
+                continue;
+            }
+            let plan = Plan::from_json(&json, target, Arc::new(io), payload)
                 .map_err(|e| e.with_context(format!("plan cache entry {index}")))?;
             loaded.push((
                 Key {
@@ -365,6 +404,23 @@ impl PlanCache {
     /// # Errors
     /// Larger than [`MAX_CACHE_FILE_BYTES`](super::MAX_CACHE_FILE_BYTES), unreadable, or as [`load_text`](Self::load_text).
     pub fn load(&self, path: &Path, target: &Target) -> Result<LoadReport> {
+        self.load_with(path, target, Payload::Refuse)
+    }
+
+    /// [`load`](Self::load) for a cache file whose compiled code is trusted
+    /// (see [`load_text_trusted`](Self::load_text_trusted)).
+    ///
+    /// **A plan cache file with compiled code is executable code**: load it
+    /// this way only from a file as trusted as the program itself (one this
+    /// program saved, in a folder only it can write).
+    ///
+    /// # Errors
+    /// As [`load`](Self::load).
+    pub fn load_trusted(&self, path: &Path, target: &Target) -> Result<LoadReport> {
+        self.load_with(path, target, Payload::Keep)
+    }
+
+    fn load_with(&self, path: &Path, target: &Target, payload: Payload) -> Result<LoadReport> {
         use std::io::Read;
         let f = std::fs::File::open(path).map_err(|e| io_error("opening", path, e))?;
         let mut bytes = Vec::new();
@@ -385,7 +441,7 @@ impl PlanCache {
                 e,
             )
         })?;
-        self.load_text(&text, target)
+        self.load_text_with(&text, target, payload)
     }
 }
 
