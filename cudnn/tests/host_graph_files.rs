@@ -25,14 +25,6 @@ use support::*;
 
 const CHILD: &str = "CUDNN_RS_GRAPH_FILES_CHILD";
 
-fn host9(name: &str, f: impl FnOnce() -> TestResult + Send + 'static) -> libtest_mimic::Trial {
-    if libs_missing().is_none() && !can_plan() {
-        eprintln!("skipped: host::{name}: needs cuDNN >= 9.8 (this stack has an older cuDNN)");
-        return libtest_mimic::Trial::test(format!("host::{name}"), f).with_ignored_flag(true);
-    }
-    host(name, f)
-}
-
 fn h200() -> cudnn::Result<Target> {
     Target::preset("h200")
 }
