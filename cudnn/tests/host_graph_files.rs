@@ -552,6 +552,53 @@ fn main() {
         Ok(())
     }));
 
+    t.push(host9(
+        "plan_cache_entry_must_belong_to_its_graph_key",
+        || {
+            let t = h200()?;
+            let (g2, g4) = (conv_plain(2)?, conv_plain(4)?);
+            let c = PlanCache::new(4);
+            c.get_or_build(&g2, &t, &Policy::default())?;
+            let text = c.to_text()?;
+            let (s2, s4) = (g2.signature(), g4.signature());
+            let blob = |s: &str| format!("graph {}\n{s}\n", s.len());
+            ensure!(text.contains(&blob(&s2)), "no graph blob in the cache text");
+            // The N=4 graph's key over the N=2 graph's tensor list and plan: the
+            // JSON agrees with the list, but the list is not the key's graph's.
+            let lying = text.replacen(&blob(&s2), &blob(&s4), 1);
+            match PlanCache::new(4).load_text(&lying, &t) {
+                Err(Error::Mismatch {
+                    what,
+                    expected,
+                    got,
+                }) => {
+                    eprintln!("  N=4 key, N=2 entry: {what}: {expected} vs {got}");
+                    ensure!(
+                        what.contains("uid") && expected.contains("[4,"),
+                        "{what} {expected}"
+                    );
+                }
+                other => return Err(format!("N=4 key over an N=2 entry: {other:?}").into()),
+            }
+            // A compatible target written as a full fingerprint: loaded under
+            // the key `get` looks up, so it is hit.
+            let arch = t.properties().arch_key();
+            let full = text.replacen(
+                &format!("\ntarget {arch}\n"),
+                &format!("\ntarget {}\n", t.fingerprint()),
+                1,
+            );
+            ensure!(full != text, "target line not found");
+            let c2 = PlanCache::new(4);
+            ensure!(c2.load_text(&full, &t)?.loaded == 1, "not loaded");
+            ensure!(
+                c2.get(&g2, &t, &Policy::default()).is_some(),
+                "a compatible fingerprint's entry is never hit"
+            );
+            Ok(())
+        },
+    ));
+
     t.push(host9("plan_cache_concurrent_save_and_load", || {
         let t = h200()?;
         let c = Arc::new(PlanCache::new(8));

@@ -18,7 +18,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::graph::Graph;
+use super::graph::{Graph, IoSignature};
 use super::heuristics::Policy;
 use super::plan::Plan;
 use super::plan_file::{
@@ -26,6 +26,7 @@ use super::plan_file::{
 };
 use super::plan_json::Payload;
 use super::target::Target;
+use super::tensor::fmt_dims;
 use crate::error::{Error, Result};
 
 /// The largest plan-cache file [`PlanCache::load`] reads.
@@ -347,6 +348,10 @@ impl PlanCache {
             let policy = r.blob("policy")?;
             let io = read_io(&mut r)?;
             let json = r.blob("json")?;
+            // The tensor list is the key's graph's (the plan JSON is then
+            // checked against the tensor list).
+            io_matches_signature(&graph, &io)
+                .map_err(|e| e.with_context(format!("plan cache entry {index}")))?;
             let made_by = match made_by {
                 Some(v) => v,
                 None => super::plan_json::cudnn_version_of(&json)?,
@@ -380,7 +385,9 @@ impl PlanCache {
             loaded.push((
                 Key {
                     graph,
-                    target: t,
+                    // Normalized: a compatible fingerprint (`H200|sm90|132sms`)
+                    // is stored as the key `get` looks up (`sm90|132sms`).
+                    target: target.properties().arch_key(),
                     policy,
                 },
                 Arc::new(plan),
@@ -451,4 +458,66 @@ fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
         format!("{what} failed"),
         e,
     )
+}
+
+/// Where tensor `uid` is listed in a graph signature (`t<uid> <len>:<name> `
+/// at the start or after a `;`): the rest of the signature after its name.
+fn after_name(sig: &str, uid: i64) -> Option<&str> {
+    let head = format!("t{uid} ");
+    let mut from = 0;
+    while let Some(at) = sig.get(from..)?.find(&head) {
+        let start = from + at;
+        if start == 0 || sig[..start].ends_with(';') {
+            let rest = &sig[start + head.len()..];
+            let (len, rest) = rest.split_once(':')?;
+            let len: usize = len.parse().ok()?;
+            return rest.get(len..)?.strip_prefix(' ');
+        }
+        from = start + head.len();
+    }
+    None
+}
+
+/// An entry's tensor list against its key's graph signature (which lists
+/// every tensor with its uid, name, role, type and layout): every bound
+/// tensor, by-value scalar and scratch tensor as the graph has it.
+fn io_matches_signature(sig: &str, io: &IoSignature) -> Result<()> {
+    let mismatch = |uid: i64, want: String| {
+        Error::mismatch(
+            format!("plan cache entry tensor uid {uid} (its graph key has, its tensor list says)"),
+            after_name(sig, uid)
+                .and_then(|r| r.split(';').next())
+                .unwrap_or("no such tensor")
+                .to_string(),
+            want,
+        )
+    };
+    for t in &io.tensors {
+        let want = format!(
+            "{} {} {} {};",
+            if t.is_output { "out" } else { "in" },
+            t.spec.dtype(),
+            fmt_dims(t.spec.dims()),
+            fmt_dims(t.spec.strides())
+        );
+        let named = format!("t{} {}:{} {want}", t.uid, t.name.len(), t.name);
+        if !(sig.starts_with(&named) || sig.contains(&format!(";{named}"))) {
+            return Err(mismatch(
+                t.uid,
+                format!("{}:{} {want}", t.name.len(), t.name),
+            ));
+        }
+    }
+    for &(uid, dtype, v) in &io.scalars {
+        let want = format!("scalar={v:e} {dtype} ");
+        if !after_name(sig, uid).is_some_and(|r| r.starts_with(&want)) {
+            return Err(mismatch(uid, want));
+        }
+    }
+    for &(uid, _) in &io.scratch {
+        if !after_name(sig, uid).is_some_and(|r| r.starts_with("scratch ")) {
+            return Err(mismatch(uid, "scratch".to_string()));
+        }
+    }
+    Ok(())
 }

@@ -304,8 +304,17 @@ impl Plan {
     /// fastest. Returns it with `(engine, median ms)` for every plan timed,
     /// in heuristic order. Needs a GPU.
     ///
+    /// `target` must have the architecture of the handle's device (checked,
+    /// as [`execute`](Self::execute) does). A target of the same architecture
+    /// but another SM count (an H100 PCIe target timed on an H100 SXM) is not
+    /// refused: the plans run, but engines and timings were chosen for the
+    /// target's SM count, so the fastest there may not be the fastest here;
+    /// tune with [`Target::device`](super::Target::device) for this device.
+    ///
     /// # Errors
-    /// As [`build_all`](Self::build_all); allocation or execution failures.
+    /// As [`build_all`](Self::build_all); the handle's device of another
+    /// architecture than `target` (typed `Unsupported`, before anything
+    /// runs); allocation or execution failures.
     pub fn autotune(
         graph: &OpGraph,
         target: &Target,
@@ -315,6 +324,12 @@ impl Plan {
     ) -> Result<(Plan, Timings)> {
         use crate::runtime::{DeviceBuffer, Event};
         let (plans, _) = Self::build_all(graph, target, policy)?;
+        // The target's architecture must be the handle's device's, as for
+        // `execute` (every plan of `build_all` has the same target).
+        let device = handle.device();
+        for p in &plans {
+            p.check_device(device)?;
+        }
         // Scratch buffers, events and the runs on the handle's device.
         let _on = handle.enter()?;
         let mut buffers = Vec::new();
