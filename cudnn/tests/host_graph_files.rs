@@ -107,7 +107,7 @@ fn child_planted(mode: &str, target_dir: &str) -> i32 {
     println!("driver: {d:?}; planted untouched: {untouched}; outside the planted path: {outside}");
     let _ = std::io::Write::flush(&mut std::io::stdout());
     let r = (|| -> cudnn::Result<usize> {
-        let (p, _) = Plan::build(&conv_plain(2)?.build()?, &h200()?, &Policy::default())?;
+        let (p, _) = Plan::build(&conv(8)?.build()?, &h200()?, &Policy::default())?;
         Ok(p.workspace_size())
     })();
     let _ = std::fs::remove_file(old.join("libcuda.so.1"));
