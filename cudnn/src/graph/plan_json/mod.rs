@@ -485,6 +485,13 @@ fn parse(json: &str) -> Result<Value> {
 /// cuDNN's own parser is not a validator: some malformed plans crash the
 /// process (SIGSEGV, SIGABRT, SIGFPE) instead of returning an error.
 ///
+/// Node fields are read as inputs or outputs: every bound tensor a node
+/// writes must be an output of `io`, every one nodes only read an input, and
+/// no node may write a by-value scalar. A runtime-compiled plan's payload is
+/// checked for structure and for parameter uids naming tensors of the graph;
+/// whether compiled code may be loaded at all is the loader's decision (the
+/// `_trusted` loaders only).
+///
 /// [`Plan::from_cudnn_json`](super::Plan::from_cudnn_json),
 /// [`Plan::deserialize`](super::Plan::deserialize) and
 /// [`PlanCache::load`](super::PlanCache::load) call this; it is public so a
