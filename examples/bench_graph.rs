@@ -109,8 +109,9 @@ fn run() -> cudnn::Result<()> {
         let plan_ms = t0.elapsed().as_secs_f64() * 1e3;
         let json = plan.cudnn_json()?;
         let io = Arc::new(plan.io().clone());
+        // JSON this program just made: trusted (matmul+gelu carries code).
         let load_us = time(iters.min(20), || {
-            Plan::from_cudnn_json(&json, &target, io.clone())
+            Plan::from_cudnn_json_trusted(&json, &target, io.clone())
         })?;
         let exec = if gpu {
             format!("{:.1}", execute_host_us(&plan, iters)?)
@@ -136,7 +137,9 @@ fn run() -> cudnn::Result<()> {
     let (plan, _) = Plan::build(&conv()?.build()?, &target, &Policy::default())?;
     let json = plan.cudnn_json()?;
     let io = Arc::new(plan.io().clone());
-    let ours = time(iters, || Plan::from_cudnn_json(&json, &target, io.clone()))?;
+    let ours = time(iters, || {
+        Plan::from_cudnn_json_trusted(&json, &target, io.clone())
+    })?;
     let raw = time(iters, || raw_load(&json, target.properties().json()))?;
     println!(
         "| load a conv plan from JSON | {ours:.1} | {raw:.1} | {:.2} |",

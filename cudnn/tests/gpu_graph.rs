@@ -465,7 +465,8 @@ fn main() {
         let offline = Target::json(props.json())?;
         let (plan, _) = Plan::build(&g.build()?, &offline, &Policy::default())?;
         let text = plan.serialize()?;
-        let loaded = Plan::deserialize(&text, &target()?)?;
+        // Made by this test: trusted (a runtime-compiled plan carries code).
+        let loaded = Plan::deserialize_trusted(&text, &target()?)?;
         let xs = data::<f16>(2 * 16 * 64, 13);
         let want: Vec<f64> = xs.iter().map(|v| v.max(0.0)).collect();
         let got = execute::<f16>(&loaded, &[("x", xs)])?;
@@ -475,8 +476,11 @@ fn main() {
             let preset = Target::preset(name)?;
             if preset.properties().compatible(&props.fingerprint()) {
                 let (p, _) = Plan::build(&g.build()?, &preset, &Policy::default())?;
-                let q =
-                    Plan::from_cudnn_json(&p.cudnn_json()?, &target()?, Arc::new(p.io().clone()))?;
+                let q = Plan::from_cudnn_json_trusted(
+                    &p.cudnn_json()?,
+                    &target()?,
+                    Arc::new(p.io().clone()),
+                )?;
                 let xs = data::<f16>(2 * 16 * 64, 14);
                 let want: Vec<f64> = xs.iter().map(|v| v.max(0.0)).collect();
                 let got = execute::<f16>(&q, &[("x", xs)])?;
@@ -503,6 +507,19 @@ fn main() {
             max_attempts: 8,
             ..Policy::default()
         };
+        // A target of another architecture than the device: refused before
+        // anything runs (Plan::autotune checks as execute does).
+        let here = target()?.properties().device_ver();
+        for name in ["a100", "h200", "b200"] {
+            let other = Target::preset(name)?;
+            if other.properties().device_ver() != here {
+                match Plan::autotune(&og, &other, &policy, &mut handle, 1) {
+                    Err(cudnn::Error::Unsupported { what, .. }) => eprintln!("  {name}: {what}"),
+                    r => return Err(format!("autotune for {name}: {:?}", r.map(|_| ())).into()),
+                }
+                break;
+            }
+        }
         let (best, times) = Plan::autotune(&og, &target()?, &policy, &mut handle, 10)?;
         let first = times.first().ok_or("no timings")?;
         let chosen = times

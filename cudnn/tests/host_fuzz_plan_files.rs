@@ -40,6 +40,10 @@ enum Case {
     Remove(usize, String),
     /// Replace a line of the file's head (the IO signature section).
     Line(usize, usize, String),
+    /// The file with the engine (and compiled code) of another file, loaded
+    /// untrusted: the N=8 conv's tensor list and graph with the N=32 conv's
+    /// payload, and every family's with every other's. Must be refused.
+    Engine(usize, usize),
 }
 
 fn number_mutations(v: &Value) -> Vec<Value> {
@@ -188,13 +192,24 @@ fn line_cases(file: usize, head: &str, out: &mut Vec<Case>) {
     }
 }
 
-fn all_cases(files: &[String]) -> Result<Vec<Case>, String> {
+/// Files named `*.src` are only the source of engine swaps, not mutated.
+const SOURCE_ONLY: &str = ".src";
+
+fn all_cases(files: &[(String, String)]) -> Result<Vec<Case>, String> {
     let mut out = Vec::new();
-    for (i, f) in files.iter().enumerate() {
+    for (i, (name, f)) in files.iter().enumerate() {
+        if name.ends_with(SOURCE_ONLY) {
+            continue;
+        }
         let (head, json) = split_plan_file(f).ok_or("plan file without JSON")?;
         let v: Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
         json_cases(i, &v, "", &mut out);
         line_cases(i, head, &mut out);
+        for j in 0..files.len() {
+            if j != i {
+                out.push(Case::Engine(i, j));
+            }
+        }
     }
     Ok(out)
 }
@@ -202,7 +217,9 @@ fn all_cases(files: &[String]) -> Result<Vec<Case>, String> {
 /// The mutated plan file of a case.
 fn apply(files: &[String], case: &Case) -> Option<String> {
     let file = match case {
-        Case::Set(f, ..) | Case::Remove(f, _) | Case::Line(f, ..) => files.get(*f)?,
+        Case::Set(f, ..) | Case::Remove(f, _) | Case::Line(f, ..) | Case::Engine(f, _) => {
+            files.get(*f)?
+        }
     };
     let (head, json) = split_plan_file(file)?;
     match case {
@@ -220,6 +237,13 @@ fn apply(files: &[String], case: &Case) -> Option<String> {
                 }
                 other => *other.pointer_mut(&format!("/{key}"))? = v.clone(),
             }
+            Some(with_json(head, &doc.to_string()))
+        }
+        Case::Engine(_, from) => {
+            let (_, other) = split_plan_file(files.get(*from)?)?;
+            let other: Value = serde_json::from_str(other).ok()?;
+            let mut doc: Value = serde_json::from_str(json).ok()?;
+            *doc.pointer_mut("/engine")? = other.pointer("/engine")?.clone();
             Some(with_json(head, &doc.to_string()))
         }
         Case::Remove(_, p) => {
@@ -245,6 +269,7 @@ fn describe(files: &[(String, String)], case: &Case) -> String {
         Case::Set(f, p, v) => format!("{} {p} = {}", name(f), short(&v.to_string())),
         Case::Remove(f, p) => format!("{} remove {p}", name(f)),
         Case::Line(f, i, l) => format!("{} line {i} = {l}", name(f)),
+        Case::Engine(f, g) => format!("{} with the engine of {} (untrusted)", name(f), name(g)),
     }
 }
 
@@ -259,8 +284,11 @@ fn short(s: &str) -> String {
     }
 }
 
-/// Load one case: through the crate, or (raw) straight into cuDNN.
-fn load_case(text: &str, raw: bool, t: &Target) -> Outcome {
+/// Load one case: through the crate, or (raw) straight into cuDNN. The
+/// field mutations load trusted (compiled code passed on, so the checks
+/// that keep cuDNN from crashing are what is fuzzed); engine swaps load
+/// untrusted, and a swap accepted with compiled code is a failure.
+fn load_case(text: &str, raw: bool, t: &Target, trusted: bool) -> Outcome {
     if raw {
         let json = split_plan_file(text).map(|x| x.1).unwrap_or("{}");
         return match raw_plan_finalize(json) {
@@ -269,7 +297,15 @@ fn load_case(text: &str, raw: bool, t: &Target) -> Outcome {
             Err(e) => Outcome::Untyped(format!("{e:?}")),
         };
     }
-    match Plan::deserialize(text, t) {
+    let r = if trusted {
+        Plan::deserialize_trusted(text, t)
+    } else {
+        Plan::deserialize(text, t)
+    };
+    match r {
+        Ok(p) if !trusted && p.is_runtime_compiled() => {
+            Outcome::Untyped("an untrusted file with compiled code was loaded".to_string())
+        }
         Ok(_) => Outcome::Accepted,
         Err(Error::Cudnn { .. }) => Outcome::RefusedByLibrary,
         Err(
@@ -311,7 +347,7 @@ fn main() {
             };
             let files = read_files(Path::new(dir))?;
             let texts: Vec<String> = files.iter().map(|f| f.1.clone()).collect();
-            let cases = all_cases(&texts)?;
+            let cases = all_cases(&files)?;
             let raw = std::env::var("CUDNN_RS_FUZZ_RAW").is_ok_and(|v| v == "1");
             let t = Target::preset("h200").map_err(|e| e.to_string())?;
             let (start, end): (usize, usize) = (
@@ -319,22 +355,17 @@ fn main() {
                 end.parse().map_err(|_| "end")?,
             );
             fuzz_child::worker(start, end.min(cases.len()), |i| {
-                let text = cases
-                    .get(i)
-                    .and_then(|c| apply(&texts, c))
-                    .unwrap_or_default();
-                load_case(&text, raw, &t)
+                let case = cases.get(i);
+                let text = case.and_then(|c| apply(&texts, c)).unwrap_or_default();
+                let trusted = !matches!(case, Some(Case::Engine(..)));
+                load_case(&text, raw, &t, trusted)
             });
             Ok(())
         })();
         std::process::exit(i32::from(code.is_err()));
     }
 
-    let t = vec![host("fuzz_plan_file_mutations", || {
-        if !can_plan() {
-            eprintln!("  this cuDNN cannot plan graphs (needs >= 9.8): nothing to fuzz");
-            return Ok(());
-        }
+    let t = vec![host9("fuzz_plan_file_mutations", || {
         let t0 = Instant::now();
         let target = Target::preset("h200")?;
         let dir = std::env::temp_dir().join(format!("cudnn-rs-fuzz-plans-{}", std::process::id()));
@@ -342,13 +373,15 @@ fn main() {
         for (i, (name, text)) in plan_files(&target)?.into_iter().enumerate() {
             std::fs::write(dir.join(format!("{i}-{name}.plan")), text)?;
         }
+        // The N=32 conv, whose engine is swapped into the N=8 conv's file.
+        let (p32, _) = Plan::build(&conv(32)?.build()?, &target, &Policy::default())?;
+        std::fs::write(dir.join(format!("z-conv32{SOURCE_ONLY}")), p32.serialize()?)?;
         let files = read_files(&dir)?;
         ensure!(
             !files.is_empty(),
             "no plan of any family could be built here"
         );
-        let texts: Vec<String> = files.iter().map(|f| f.1.clone()).collect();
-        let cases = all_cases(&texts)?;
+        let cases = all_cases(&files)?;
         eprintln!(
             "  {} plan files ({}), {} mutations, built in {:.1} s",
             files.len(),
@@ -370,7 +403,9 @@ fn main() {
         let mut per_file: BTreeMap<String, [usize; 3]> = BTreeMap::new();
         for (i, o) in report.outcomes.iter().enumerate() {
             let f = match cases.get(i) {
-                Some(Case::Set(f, ..) | Case::Remove(f, _) | Case::Line(f, ..)) => *f,
+                Some(
+                    Case::Set(f, ..) | Case::Remove(f, _) | Case::Line(f, ..) | Case::Engine(f, _),
+                ) => *f,
                 None => continue,
             };
             let e = per_file.entry(files[f].0.clone()).or_default();

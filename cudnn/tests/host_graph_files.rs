@@ -25,14 +25,6 @@ use support::*;
 
 const CHILD: &str = "CUDNN_RS_GRAPH_FILES_CHILD";
 
-fn host9(name: &str, f: impl FnOnce() -> TestResult + Send + 'static) -> libtest_mimic::Trial {
-    if libs_missing().is_none() && !can_plan() {
-        eprintln!("skipped: host::{name}: needs cuDNN >= 9.8 (this stack has an older cuDNN)");
-        return libtest_mimic::Trial::test(format!("host::{name}"), f).with_ignored_flag(true);
-    }
-    host(name, f)
-}
-
 fn h200() -> cudnn::Result<Target> {
     Target::preset("h200")
 }
@@ -108,10 +100,14 @@ fn child_planted(mode: &str, target_dir: &str) -> i32 {
         "folder" => std::fs::read(old.join("libcuda.so.1")).is_ok_and(|b| b == planted),
         _ => std::fs::read_dir(target_dir).is_ok_and(|mut d| d.next().is_none()),
     };
-    println!("driver: {d:?}; planted untouched: {untouched}");
+    let outside = match &d {
+        Ok(cudnn::graph::driver::Driver::Stub(p)) => !p.starts_with(&old),
+        _ => false,
+    };
+    println!("driver: {d:?}; planted untouched: {untouched}; outside the planted path: {outside}");
     let _ = std::io::Write::flush(&mut std::io::stdout());
     let r = (|| -> cudnn::Result<usize> {
-        let (p, _) = Plan::build(&conv_plain(2)?.build()?, &h200()?, &Policy::default())?;
+        let (p, _) = Plan::build(&conv(8)?.build()?, &h200()?, &Policy::default())?;
         Ok(p.workspace_size())
     })();
     let _ = std::fs::remove_file(old.join("libcuda.so.1"));
@@ -121,10 +117,36 @@ fn child_planted(mode: &str, target_dir: &str) -> i32 {
     i32::from(!(d.is_ok() && r.is_ok() && untouched))
 }
 
+/// Child: a plan from JSON whose device properties were set with no
+/// values, finalized (cuDNN 9.28.1 crashes: SIGSEGV, as with none set).
+fn child_empty_deviceprop() -> i32 {
+    let r = (|| -> cudnn::Result<()> {
+        let p = conv_plan()?;
+        let mut json = p.cudnn_json()?.into_bytes();
+        json.push(0);
+        let mut d = Descriptor::<kind::ExecutionPlan>::new()?;
+        d.set_descriptors(attr::EXECUTION_PLAN_DEVICEPROP, &[])?;
+        d.set(attr::EXECUTION_PLAN_JSON_REPRESENTATION, &json)?;
+        d.finalize()
+    })();
+    println!("empty deviceprop: {r:?}");
+    match r {
+        Err(Error::InvalidArgument { .. } | Error::Cudnn { .. }) => 0,
+        _ => 1,
+    }
+}
+
 fn spawn(args: &[&str]) -> Result<std::process::Output, Failed> {
-    Ok(Command::new(std::env::current_exe()?)
-        .env(CHILD, args.join("\u{1}"))
-        .output()?)
+    spawn_env(args, &[])
+}
+
+fn spawn_env(args: &[&str], env: &[(&str, &str)]) -> Result<std::process::Output, Failed> {
+    let mut c = Command::new(std::env::current_exe()?);
+    c.env(CHILD, args.join("\u{1}"));
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    Ok(c.output()?)
 }
 
 fn main() {
@@ -133,10 +155,170 @@ fn main() {
         std::process::exit(match a.as_slice() {
             ["raw", path] => child_raw_finalize(path),
             ["planted", mode, dir] => child_planted(mode, dir),
+            ["empty_deviceprop"] => child_empty_deviceprop(),
             _ => 3,
         });
     }
     let mut t = vec![];
+
+    t.push(host9(
+        "runtime_compiled_plans_are_refused_unless_trusted",
+        || {
+            let t = h200()?;
+            let mut families = 0;
+            for (name, g) in graphs()? {
+                let Ok((p, _)) = Plan::build(&g.build()?, &t, &Policy::default()) else {
+                    continue;
+                };
+                let json = p.cudnn_json()?;
+                let doc: Value = serde_json::from_str(&json)?;
+                let has_code = doc.pointer("/engine/payload").is_some();
+                ensure!(
+                    has_code == p.is_runtime_compiled(),
+                    "{name}: payload {has_code}"
+                );
+                let file = p.serialize()?;
+                let io = Arc::new(p.io().clone());
+                if !has_code {
+                    Plan::deserialize(&file, &t)?;
+                    continue;
+                }
+                families += 1;
+                for (what, r) in [
+                    ("deserialize", Plan::deserialize(&file, &t).map(|_| ())),
+                    (
+                        "from_cudnn_json",
+                        Plan::from_cudnn_json(&json, &t, io.clone()).map(|_| ()),
+                    ),
+                ] {
+                    match r {
+                        Err(Error::Unsupported { what: w, .. })
+                            if w.contains("compiled kernel code") => {}
+                        other => return Err(format!("{name}: {what}: {other:?}").into()),
+                    }
+                }
+                let back = Plan::deserialize_trusted(&file, &t)?;
+                ensure!(back.is_runtime_compiled(), "{name}: trusted load");
+                Plan::from_cudnn_json_trusted(&json, &t, io)?;
+                // Why refused and not stripped: cuDNN cannot finalize the plan
+                // without its payload (it does not recompile from the graph).
+                let mut stripped = doc.clone();
+                if let Some(e) = stripped
+                    .pointer_mut("/engine")
+                    .and_then(Value::as_object_mut)
+                {
+                    e.remove("payload");
+                }
+                let st = raw_plan_finalize(&stripped.to_string())?;
+                eprintln!("  {name}: payload removed: cuDNN finalize status {st}");
+                ensure!(
+                    st != 0,
+                    "{name}: cuDNN finalized a plan without its code: strip instead"
+                );
+                // A trusted payload still names only tensors of the graph.
+                if let Some(offs) = doc.pointer("/engine/payload/kernels/0/kernelParams/offsets") {
+                    let i = offs
+                        .as_array()
+                        .and_then(|a| {
+                            a.iter()
+                                .position(|o| o.get("update_as").is_some_and(|u| u != "workspace"))
+                        })
+                        .ok_or("no tensor parameter")?;
+                    let bad = edit(
+                        &json,
+                        &format!("/engine/payload/kernels/0/kernelParams/offsets/{i}/uid"),
+                        Value::from(987_654),
+                    )?;
+                    match Plan::from_cudnn_json_trusted(&bad, &t, Arc::new(p.io().clone())) {
+                        Err(e) if typed(&e) && e.to_string().contains("must name a tensor") => {}
+                        other => return Err(format!("{name}: foreign param uid: {other:?}").into()),
+                    }
+                }
+            }
+            ensure!(
+                families >= 3,
+                "only {families} runtime-compiled families here"
+            );
+            // The reviewer's case: an N=8 tensor list and operation graph, with
+            // the engine (and compiled code) of the N=32 plan.
+            let (p8, _) = Plan::build(&conv(8)?.build()?, &t, &Policy::default())?;
+            let (p32, _) = Plan::build(&conv(32)?.build()?, &t, &Policy::default())?;
+            let mut j8: Value = serde_json::from_str(&p8.cudnn_json()?)?;
+            let j32: Value = serde_json::from_str(&p32.cudnn_json()?)?;
+            *j8.pointer_mut("/engine").ok_or("no engine")? =
+                j32.pointer("/engine").ok_or("no engine")?.clone();
+            let file8 = p8.serialize()?;
+            let (head8, _) = split_plan_file(&file8).ok_or("no JSON")?;
+            let swapped = with_json(head8, &j8.to_string());
+            match Plan::deserialize(&swapped, &t) {
+                Err(Error::Unsupported { what, .. }) if what.contains("compiled kernel code") => {
+                    eprintln!("  N=8 graph + N=32 payload: {what}")
+                }
+                other => return Err(format!("payload swap: {other:?}").into()),
+            }
+            // A cache: untrusted, the runtime-compiled entry is skipped with its
+            // reason and the precompiled one loads; trusted, both load.
+            let c = PlanCache::new(4);
+            c.get_or_build(&conv_plain(2)?, &t, &Policy::default())?;
+            c.get_or_build(&matmul()?, &t, &Policy::default())?;
+            let text = c.to_text()?;
+            let r = PlanCache::new(4).load_text(&text, &t)?;
+            eprintln!("  cache, untrusted: {r:?}");
+            ensure!(
+                r.loaded == 1 && r.skipped.len() == 1 && r.skipped[0].reason.contains("compiled"),
+                "{r:?}"
+            );
+            let r = PlanCache::new(4).load_text_trusted(&text, &t)?;
+            ensure!(r.loaded == 2 && r.skipped.is_empty(), "trusted: {r:?}");
+            Ok(())
+        },
+    ));
+
+    t.push(host9("plan_file_roles_must_match_what_nodes_write", || {
+        let t = h200()?;
+        // A precompiled conv: y is written by the conv, x and w only read.
+        let (p, _) = Plan::build(&conv_plain(2)?.build()?, &t, &Policy::default())?;
+        let file = p.serialize()?;
+        Plan::deserialize(&file, &t)?;
+        let json = p.cudnn_json()?;
+        for name in ["y", "x", "w"] {
+            let mut io = p.io().clone();
+            let tt = io
+                .tensors
+                .iter_mut()
+                .find(|x| x.name == name)
+                .ok_or(format!("no {name}"))?;
+            tt.is_output = !tt.is_output;
+            let uid = tt.uid;
+            match Plan::from_cudnn_json(&json, &t, Arc::new(io)) {
+                Err(Error::Mismatch {
+                    what,
+                    expected,
+                    got,
+                }) => {
+                    eprintln!("  {name} flipped: {what}: {expected} vs {got}");
+                    ensure!(what.contains(&format!("uid {uid} role")), "{name}: {what}");
+                }
+                other => return Err(format!("{name} flipped: {other:?}").into()),
+            }
+        }
+        // Through the file: y declared `in` (safe code would bind it as a
+        // shared input, and cuDNN would write it).
+        let y = p
+            .io()
+            .tensors
+            .iter()
+            .find(|x| x.name == "y")
+            .ok_or("no y")?;
+        let line = format!("\n{} out ", y.uid);
+        ensure!(file.contains(&line), "no y line");
+        let bad = file.replacen(&line, &format!("\n{} in ", y.uid), 1);
+        match Plan::deserialize(&bad, &t) {
+            Err(e @ Error::Mismatch { .. }) if e.to_string().contains("role") => {}
+            other => return Err(format!("y as input: {other:?}").into()),
+        }
+        Ok(())
+    }));
 
     t.push(host9("plan_json_crash_reproducers_are_typed_errors", || {
         use std::os::unix::process::ExitStatusExt;
@@ -299,7 +481,7 @@ fn main() {
                     other => return Err(format!("scratch size: {other:?}").into()),
                 }
                 // And the right one loads.
-                Plan::from_cudnn_json(&p.cudnn_json()?, &t, Arc::new(p.io().clone()))?;
+                Plan::from_cudnn_json_trusted(&p.cudnn_json()?, &t, Arc::new(p.io().clone()))?;
             }
             Ok(())
         },
@@ -331,7 +513,7 @@ fn main() {
         let v1 = file
             .replacen("cudnn-rs plan v2\n", "cudnn-rs plan v1\n", 1)
             .replacen(&format!("\ncudnn {n}\n"), "\n", 1);
-        Plan::deserialize(&v1, &t)?;
+        Plan::deserialize_trusted(&v1, &t)?;
         let (h1, j1) = split_plan_file(&v1).ok_or("no JSON")?;
         let old = with_json(
             h1,
@@ -369,6 +551,53 @@ fn main() {
         );
         Ok(())
     }));
+
+    t.push(host9(
+        "plan_cache_entry_must_belong_to_its_graph_key",
+        || {
+            let t = h200()?;
+            let (g2, g4) = (conv_plain(2)?, conv_plain(4)?);
+            let c = PlanCache::new(4);
+            c.get_or_build(&g2, &t, &Policy::default())?;
+            let text = c.to_text()?;
+            let (s2, s4) = (g2.signature(), g4.signature());
+            let blob = |s: &str| format!("graph {}\n{s}\n", s.len());
+            ensure!(text.contains(&blob(&s2)), "no graph blob in the cache text");
+            // The N=4 graph's key over the N=2 graph's tensor list and plan: the
+            // JSON agrees with the list, but the list is not the key's graph's.
+            let lying = text.replacen(&blob(&s2), &blob(&s4), 1);
+            match PlanCache::new(4).load_text(&lying, &t) {
+                Err(Error::Mismatch {
+                    what,
+                    expected,
+                    got,
+                }) => {
+                    eprintln!("  N=4 key, N=2 entry: {what}: {expected} vs {got}");
+                    ensure!(
+                        what.contains("uid") && expected.contains("[4,"),
+                        "{what} {expected}"
+                    );
+                }
+                other => return Err(format!("N=4 key over an N=2 entry: {other:?}").into()),
+            }
+            // A compatible target written as a full fingerprint: loaded under
+            // the key `get` looks up, so it is hit.
+            let arch = t.properties().arch_key();
+            let full = text.replacen(
+                &format!("\ntarget {arch}\n"),
+                &format!("\ntarget {}\n", t.fingerprint()),
+                1,
+            );
+            ensure!(full != text, "target line not found");
+            let c2 = PlanCache::new(4);
+            ensure!(c2.load_text(&full, &t)?.loaded == 1, "not loaded");
+            ensure!(
+                c2.get(&g2, &t, &Policy::default()).is_some(),
+                "a compatible fingerprint's entry is never hit"
+            );
+            Ok(())
+        },
+    ));
 
     t.push(host9("plan_cache_concurrent_save_and_load", || {
         let t = h200()?;
@@ -464,11 +693,46 @@ fn main() {
             ("nested with_descriptor", nested),
         ] {
             let e = e.ok_or(format!("{what} inside with_descriptor succeeded"))?;
-            ensure!(e.contains("held by this thread"), "{what}: {e}");
+            ensure!(e.contains("nested lock on one thread"), "{what}: {e}");
         }
         // Released afterwards, on this and other threads.
         p.serialize()?;
         p.with_descriptor(|_| ())?;
+        Ok(())
+    }));
+
+    t.push(host9("nested_locks_of_two_plans_are_typed_errors", || {
+        // Thread 1 holds A and asks for B while thread 2 holds B and asks for
+        // A: without a refusal both wait forever. Each nested call must be a
+        // typed error, and both threads return.
+        let a = Arc::new(conv_plan()?);
+        let b = Arc::new(Plan::build(&conv_plain(2)?.build()?, &h200()?, &Policy::default())?.0);
+        let barrier = Arc::new(std::sync::Barrier::new(2));
+        let (tx, rx) = std::sync::mpsc::channel();
+        for (first, second) in [(a.clone(), b.clone()), (b.clone(), a.clone())] {
+            let (tx, barrier) = (tx.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let r = first.with_descriptor(|_| {
+                    barrier.wait();
+                    let inner = second.with_descriptor(|_| ()).err().map(|e| e.to_string());
+                    let json = second.cudnn_json().err().map(|e| e.to_string());
+                    (inner, json)
+                });
+                let _ = tx.send(r.map_err(|e| e.to_string()));
+            });
+        }
+        for _ in 0..2 {
+            let (inner, json) = rx
+                .recv_timeout(Duration::from_secs(30))
+                .map_err(|_| "deadlock: two plans nested in opposite orders")??;
+            for (what, e) in [("with_descriptor", inner), ("cudnn_json", json)] {
+                let e = e.ok_or(format!("nested {what} of another plan succeeded"))?;
+                ensure!(e.contains("nested lock on one thread"), "{what}: {e}");
+            }
+        }
+        // Each plan alone still works.
+        a.cudnn_json()?;
+        b.with_descriptor(|_| ())?;
         Ok(())
     }));
 
@@ -504,6 +768,26 @@ fn main() {
                     && s.evictions == 2,
                 "{s:?}"
             );
+            Ok(())
+        },
+    ));
+
+    t.push(host9(
+        "backend_attribute_set_with_no_values_is_not_set",
+        || {
+            // The finalize cuDNN crashes on (a plan from JSON with no device
+            // properties) must stay refused when the properties were "set" with
+            // an empty list; in a child process, so a crash is seen as one.
+            use std::os::unix::process::ExitStatusExt;
+            let out = spawn(&["empty_deviceprop"])?;
+            let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            eprintln!("  {said}");
+            ensure!(
+                out.status.signal().is_none(),
+                "the child was killed by signal {:?}",
+                out.status.signal()
+            );
+            ensure!(out.status.code() == Some(0), "not a typed error: {said}");
             Ok(())
         },
     ));
@@ -565,23 +849,45 @@ fn main() {
             let target_dir = std::env::temp_dir()
                 .join(format!("cudnn-rs-h19-link-target-{}", std::process::id()));
             std::fs::create_dir_all(&target_dir)?;
-            for mode in ["folder", "link"] {
-                let out = spawn(&["planted", mode, &target_dir.to_string_lossy()])?;
-                let text = String::from_utf8_lossy(&out.stdout);
-                eprintln!("  {mode} at the old path: {}", text.trim());
-                ensure!(text.contains("planted untouched: true"), "{mode}: {text}");
-                if !out.status.success() {
-                    // The stub loaded; planning with it failed on this stack
-                    // (e.g. a cuDNN that aborts on a foreign cuBLAS).
+            // Each planted thing, with the memory file, and with the
+            // private-folder fallback forced (the test aid switch).
+            for no_memfd in [false, true] {
+                for mode in ["folder", "link"] {
+                    let env: &[(&str, &str)] = if no_memfd {
+                        &[("CUDNN_RS_DRIVER_STUB_NO_MEMFD", "1")]
+                    } else {
+                        &[]
+                    };
+                    let out = spawn_env(&["planted", mode, &target_dir.to_string_lossy()], env)?;
+                    let text = String::from_utf8_lossy(&out.stdout);
                     eprintln!(
-                        "  note: {mode}: planning after the stub loaded did not succeed ({})",
+                        "  {mode} at the old path{}: {}",
+                        if no_memfd { " (no memory file)" } else { "" },
+                        text.trim()
+                    );
+                    ensure!(text.contains("planted untouched: true"), "{mode}: {text}");
+                    ensure!(
+                        out.status.success() && text.contains("plan with that driver: Ok"),
+                        "{mode}: planning after the stub loaded failed ({}): {text}",
                         out.status
                     );
+                    if no_memfd {
+                        // A fresh private folder of its own: the pid, a nonce
+                        // and an attempt number, never the old planted path.
+                        ensure!(
+                            !text.contains("/proc/self/fd/")
+                                && text.contains("Stub(\"")
+                                && text.contains("cudnn-rs-driver-stub-")
+                                && text.contains("outside the planted path: true"),
+                            "{mode}: not loaded from a private folder: {text}"
+                        );
+                    } else {
+                        ensure!(
+                            text.contains("/proc/self/fd/"),
+                            "{mode}: the stub was not loaded from a memory file: {text}"
+                        );
+                    }
                 }
-                ensure!(
-                    text.contains("/proc/self/fd/"),
-                    "{mode}: the stub was not loaded from a memory file: {text}"
-                );
             }
             let _ = std::fs::remove_dir_all(&target_dir);
             Ok(())

@@ -704,7 +704,8 @@ fn main() {
             text.contains("\nscratch 2\n"),
             "the plan file lists the scratch"
         );
-        let p2 = Plan::deserialize(&text, &target)?;
+        // Serialized by this test: trusted (SDPA carries compiled code).
+        let p2 = Plan::deserialize_trusted(&text, &target)?;
         ensure!(p2.io() == p.io(), "io (with scratch) round trips");
         ensure!(
             p2.workspace_size() == p.workspace_size(),
@@ -867,7 +868,8 @@ fn main() {
             let og = g.build()?;
             let (p, _) = Plan::build(&og, &target, &Policy::default())?;
             let s = p.serialize()?;
-            let p2 = Plan::deserialize(&s, &target)?;
+            // Serialized by this test: trusted (compiled code loads).
+            let p2 = Plan::deserialize_trusted(&s, &target)?;
             ensure!(
                 p2.workspace_size() == p.workspace_size(),
                 "{name}: workspace"

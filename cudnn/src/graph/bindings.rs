@@ -62,13 +62,18 @@ impl WorkspaceSource {
     }
 }
 
-/// Whether a variant pack built for `packed` pointers is valid for the
-/// `current` ones (bound tensors, scalars, then the workspace).
+/// Whether a variant pack built by plan `packed_for` for `packed` pointers
+/// is valid for plan `plan` and the `current` pointers (bound tensors,
+/// scalars, then the workspace). A pack is never valid for another plan,
+/// even one sharing the same IO signature: the scratch tensors' offsets in
+/// the workspace, and the scalars' host copies, are the plan's own.
 pub(crate) fn pack_is_current(
+    packed_for: Option<u64>,
+    plan: u64,
     packed: &[*mut c_void],
     current: impl Iterator<Item = *mut c_void>,
 ) -> bool {
-    !packed.is_empty() && current.eq(packed.iter().copied())
+    packed_for == Some(plan) && !packed.is_empty() && current.eq(packed.iter().copied())
 }
 
 /// Buffers bound to a plan's inputs and outputs, by tensor name. Reused
@@ -85,6 +90,8 @@ pub struct Bindings<'a> {
     pub(super) workspace_device: Option<Device>,
     pack: Option<Descriptor<kind::VariantPack>>,
     packed_ptrs: Vec<*mut c_void>,
+    /// The plan (its [`Plan::id`]) the cached pack was built for.
+    packed_for: Option<u64>,
     /// How many times a variant pack was built (for tests).
     pub(super) packs_built: usize,
     _plan: std::marker::PhantomData<&'a mut ()>,
@@ -108,6 +115,7 @@ impl<'a> Bindings<'a> {
             workspace_device: None,
             pack: None,
             packed_ptrs: Vec::new(),
+            packed_for: None,
             packs_built: 0,
             _plan: std::marker::PhantomData,
         }
@@ -306,11 +314,12 @@ impl<'a> Bindings<'a> {
                 .map(|s| s.ptr)
                 .chain(plan.scalars.iter().map(|(_, b)| b.as_ptr() as *mut c_void))
                 .chain(std::iter::once(workspace));
-            if pack_is_current(&self.packed_ptrs, current) {
+            if pack_is_current(self.packed_for, plan.id, &self.packed_ptrs, current) {
                 return Ok(p.as_raw());
             }
         }
         self.pack = None;
+        self.packed_for = None;
         let mut uids: Vec<i64> = Vec::with_capacity(self.slots.len() + plan.scalars.len());
         let mut ptrs: Vec<*mut c_void> = Vec::with_capacity(uids.capacity());
         for s in &self.slots {
@@ -344,6 +353,7 @@ impl<'a> Bindings<'a> {
         ptrs.truncate(bound);
         ptrs.push(workspace);
         self.packed_ptrs = ptrs;
+        self.packed_for = Some(plan.id);
         self.packs_built = self.packs_built.saturating_add(1);
         let raw = pack.as_raw();
         self.pack = Some(pack);
@@ -397,10 +407,14 @@ mod tests {
         let bound = [p(0x100), p(0x200)];
         let packed: Vec<_> = bound.iter().copied().chain([fwd1]).collect();
         assert!(!pack_is_current(
+            Some(1),
+            1,
             &packed,
             bound.iter().copied().chain([fwd2])
         ));
         assert!(pack_is_current(
+            Some(1),
+            1,
             &packed,
             bound.iter().copied().chain([fwd1])
         ));
@@ -449,6 +463,17 @@ mod tests {
         });
         assert_eq!(r.unwrap(), (std::ptr::null_mut(), 0));
         assert!(!asked);
-        assert!(!pack_is_current(&[], std::iter::empty()));
+        assert!(!pack_is_current(Some(1), 1, &[], std::iter::empty()));
+    }
+
+    #[test]
+    fn unit_pack_is_keyed_on_the_plan() {
+        // Two plans sharing one IO signature (build_all, or two builds of one
+        // graph) bind the same pointers; their scratch offsets differ, so a
+        // pack built for plan 7 must not serve plan 8.
+        let ptrs = [p(0x100), p(0x200), p(0x1000)];
+        assert!(pack_is_current(Some(7), 7, &ptrs, ptrs.iter().copied()));
+        assert!(!pack_is_current(Some(7), 8, &ptrs, ptrs.iter().copied()));
+        assert!(!pack_is_current(None, 7, &ptrs, ptrs.iter().copied()));
     }
 }

@@ -18,13 +18,15 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::graph::Graph;
+use super::graph::{Graph, IoSignature};
 use super::heuristics::Policy;
 use super::plan::Plan;
 use super::plan_file::{
     Reader, fmt_cudnn_version, header_format, loaded_cudnn_version, read_io, write_io,
 };
+use super::plan_json::Payload;
 use super::target::Target;
+use super::tensor::fmt_dims;
 use crate::error::{Error, Result};
 
 /// The largest plan-cache file [`PlanCache::load`] reads.
@@ -284,11 +286,36 @@ impl PlanCache {
     /// made by another cuDNN than the one loaded is skipped, with its reason
     /// in the report, and the rest is loaded. Files of format 1 (written
     /// before the cuDNN version was recorded) are read, each entry's version
-    /// taken from its plan JSON's `cudnnVersion`.
+    /// taken from its plan JSON's `cudnnVersion`. An entry whose plan carries
+    /// compiled kernel code (a runtime-compiled plan: SDPA, matmul and norm
+    /// fusions) is checked, then skipped with its reason in the report: its
+    /// code cannot be checked against its tensor list, and cuDNN cannot
+    /// rebuild the plan without it (a later `get_or_build` builds it); see
+    /// [`load_text_trusted`](Self::load_text_trusted).
     ///
     /// # Errors
     /// What is wrong and on which line; a foreign target names both.
     pub fn load_text(&self, text: &str, target: &Target) -> Result<LoadReport> {
+        self.load_text_with(text, target, Payload::Refuse)
+    }
+
+    /// [`load_text`](Self::load_text) for a cache file whose compiled code
+    /// is trusted (see
+    /// [`Plan::from_cudnn_json_trusted`](super::Plan::from_cudnn_json_trusted)):
+    /// runtime-compiled plans are loaded with their kernel binaries, not
+    /// recompiled.
+    ///
+    /// **A plan cache file with compiled code is executable code**: load it
+    /// this way only from a source as trusted as the program itself (a file
+    /// this program saved, in a place only it can write).
+    ///
+    /// # Errors
+    /// As [`load_text`](Self::load_text).
+    pub fn load_text_trusted(&self, text: &str, target: &Target) -> Result<LoadReport> {
+        self.load_text_with(text, target, Payload::Keep)
+    }
+
+    fn load_text_with(&self, text: &str, target: &Target, payload: Payload) -> Result<LoadReport> {
         let mut r = Reader::named(text, "plan cache file");
         let format = header_format(r.line()?, HEADER_PREFIX)
             .ok_or_else(|| r.bad("`cudnn-rs plan cache v2` (or v1)"))?;
@@ -321,6 +348,10 @@ impl PlanCache {
             let policy = r.blob("policy")?;
             let io = read_io(&mut r)?;
             let json = r.blob("json")?;
+            // The tensor list is the key's graph's (the plan JSON is then
+            // checked against the tensor list).
+            io_matches_signature(&graph, &io)
+                .map_err(|e| e.with_context(format!("plan cache entry {index}")))?;
             let made_by = match made_by {
                 Some(v) => v,
                 None => super::plan_json::cudnn_version_of(&json)?,
@@ -336,12 +367,27 @@ impl PlanCache {
                 });
                 continue;
             }
-            let plan = Plan::from_cudnn_json(&json, target, Arc::new(io))
+            if payload == Payload::Refuse
+                && Plan::check_json(&json, target, &io)
+                    .map_err(|e| e.with_context(format!("plan cache entry {index}")))?
+                    .runtime_compiled
+            {
+                skipped.push(SkippedEntry {
+                    index,
+                    reason: "carries compiled kernel code (a runtime-compiled plan), which only \
+                             `load_trusted` loads"
+                        .to_string(),
+                });
+                continue;
+            }
+            let plan = Plan::from_json(&json, target, Arc::new(io), payload)
                 .map_err(|e| e.with_context(format!("plan cache entry {index}")))?;
             loaded.push((
                 Key {
                     graph,
-                    target: t,
+                    // Normalized: a compatible fingerprint (`H200|sm90|132sms`)
+                    // is stored as the key `get` looks up (`sm90|132sms`).
+                    target: target.properties().arch_key(),
                     policy,
                 },
                 Arc::new(plan),
@@ -365,6 +411,23 @@ impl PlanCache {
     /// # Errors
     /// Larger than [`MAX_CACHE_FILE_BYTES`](super::MAX_CACHE_FILE_BYTES), unreadable, or as [`load_text`](Self::load_text).
     pub fn load(&self, path: &Path, target: &Target) -> Result<LoadReport> {
+        self.load_with(path, target, Payload::Refuse)
+    }
+
+    /// [`load`](Self::load) for a cache file whose compiled code is trusted
+    /// (see [`load_text_trusted`](Self::load_text_trusted)).
+    ///
+    /// **A plan cache file with compiled code is executable code**: load it
+    /// this way only from a file as trusted as the program itself (one this
+    /// program saved, in a folder only it can write).
+    ///
+    /// # Errors
+    /// As [`load`](Self::load).
+    pub fn load_trusted(&self, path: &Path, target: &Target) -> Result<LoadReport> {
+        self.load_with(path, target, Payload::Keep)
+    }
+
+    fn load_with(&self, path: &Path, target: &Target, payload: Payload) -> Result<LoadReport> {
         use std::io::Read;
         let f = std::fs::File::open(path).map_err(|e| io_error("opening", path, e))?;
         let mut bytes = Vec::new();
@@ -385,7 +448,7 @@ impl PlanCache {
                 e,
             )
         })?;
-        self.load_text(&text, target)
+        self.load_text_with(&text, target, payload)
     }
 }
 
@@ -395,4 +458,66 @@ fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
         format!("{what} failed"),
         e,
     )
+}
+
+/// Where tensor `uid` is listed in a graph signature (`t<uid> <len>:<name> `
+/// at the start or after a `;`): the rest of the signature after its name.
+fn after_name(sig: &str, uid: i64) -> Option<&str> {
+    let head = format!("t{uid} ");
+    let mut from = 0;
+    while let Some(at) = sig.get(from..)?.find(&head) {
+        let start = from + at;
+        if start == 0 || sig[..start].ends_with(';') {
+            let rest = &sig[start + head.len()..];
+            let (len, rest) = rest.split_once(':')?;
+            let len: usize = len.parse().ok()?;
+            return rest.get(len..)?.strip_prefix(' ');
+        }
+        from = start + head.len();
+    }
+    None
+}
+
+/// An entry's tensor list against its key's graph signature (which lists
+/// every tensor with its uid, name, role, type and layout): every bound
+/// tensor, by-value scalar and scratch tensor as the graph has it.
+fn io_matches_signature(sig: &str, io: &IoSignature) -> Result<()> {
+    let mismatch = |uid: i64, want: String| {
+        Error::mismatch(
+            format!("plan cache entry tensor uid {uid} (its graph key has, its tensor list says)"),
+            after_name(sig, uid)
+                .and_then(|r| r.split(';').next())
+                .unwrap_or("no such tensor")
+                .to_string(),
+            want,
+        )
+    };
+    for t in &io.tensors {
+        let want = format!(
+            "{} {} {} {};",
+            if t.is_output { "out" } else { "in" },
+            t.spec.dtype(),
+            fmt_dims(t.spec.dims()),
+            fmt_dims(t.spec.strides())
+        );
+        let named = format!("t{} {}:{} {want}", t.uid, t.name.len(), t.name);
+        if !(sig.starts_with(&named) || sig.contains(&format!(";{named}"))) {
+            return Err(mismatch(
+                t.uid,
+                format!("{}:{} {want}", t.name.len(), t.name),
+            ));
+        }
+    }
+    for &(uid, dtype, v) in &io.scalars {
+        let want = format!("scalar={v:e} {dtype} ");
+        if !after_name(sig, uid).is_some_and(|r| r.starts_with(&want)) {
+            return Err(mismatch(uid, want));
+        }
+    }
+    for &(uid, _) in &io.scratch {
+        if !after_name(sig, uid).is_some_and(|r| r.starts_with("scratch ")) {
+            return Err(mismatch(uid, "scratch".to_string()));
+        }
+    }
+    Ok(())
 }

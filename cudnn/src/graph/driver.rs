@@ -7,6 +7,11 @@
 //! `CUDA_ERROR_STUB_LIBRARY`: nothing can execute through it. It is never
 //! loaded when a real driver opens, and `CUDNN_RS_NO_DRIVER_STUB=1` turns it
 //! off entirely.
+//!
+//! The stub is loaded from an anonymous memory file; where those are
+//! unavailable, from a private folder this process creates.
+//! `CUDNN_RS_DRIVER_STUB_NO_MEMFD=1` is a test aid: it skips the memory file,
+//! so tests can exercise the private-folder fallback.
 
 use std::sync::OnceLock;
 
@@ -62,10 +67,16 @@ fn open() -> std::result::Result<Driver, String> {
 #[cfg(all(cudnn_rs_driver_stub, target_os = "linux"))]
 fn load_stub() -> std::result::Result<Driver, String> {
     static STUB: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libcuda_stub.so"));
-    // An anonymous in-memory file first: no path another user can reach.
-    let memfd_err = match load_from_memfd(STUB) {
-        Ok(d) => return Ok(d),
-        Err(e) => e,
+    // An anonymous in-memory file first: no path another user can reach
+    // (skipped with CUDNN_RS_DRIVER_STUB_NO_MEMFD=1, a test aid for the
+    // fallback).
+    let memfd_err = if std::env::var_os("CUDNN_RS_DRIVER_STUB_NO_MEMFD").is_some_and(|v| v == "1") {
+        "memory file skipped (CUDNN_RS_DRIVER_STUB_NO_MEMFD=1)".to_string()
+    } else {
+        match load_from_memfd(STUB) {
+            Ok(d) => return Ok(d),
+            Err(e) => e,
+        }
     };
     load_from_private_dir(STUB).map_err(|e| format!("{memfd_err}; then {e}"))
 }

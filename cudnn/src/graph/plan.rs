@@ -14,6 +14,7 @@ use super::plan_file::{
     FORMAT, Reader, fmt_cudnn_version, header_format, loaded_cudnn_version, plan_header, read_io,
     write_io,
 };
+use super::plan_json::Payload;
 use super::target::{Target, read_json};
 use super::tensor::DType;
 use crate::check::{cudnn, cudnn_call};
@@ -38,7 +39,12 @@ pub struct Plan {
     pub(super) scalars: Vec<(i64, Box<[u8; 8]>)>,
     /// `(uid, byte offset in the workspace)` of each scratch tensor.
     pub(super) scratch: Vec<(i64, usize)>,
+    /// Unique in the process: what a cached variant pack is keyed on.
+    pub(super) id: u64,
 }
+
+/// The next [`Plan::id`].
+static NEXT_PLAN_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 thread_local! {
     /// The plans whose descriptor this thread holds (inside
@@ -171,6 +177,7 @@ impl Plan {
             runtime_compiled,
             scalars,
             scratch,
+            id: NEXT_PLAN_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
     }
 
@@ -297,8 +304,17 @@ impl Plan {
     /// fastest. Returns it with `(engine, median ms)` for every plan timed,
     /// in heuristic order. Needs a GPU.
     ///
+    /// `target` must have the architecture of the handle's device (checked,
+    /// as [`execute`](Self::execute) does). A target of the same architecture
+    /// but another SM count (an H100 PCIe target timed on an H100 SXM) is not
+    /// refused: the plans run, but engines and timings were chosen for the
+    /// target's SM count, so the fastest there may not be the fastest here;
+    /// tune with [`Target::device`](super::Target::device) for this device.
+    ///
     /// # Errors
-    /// As [`build_all`](Self::build_all); allocation or execution failures.
+    /// As [`build_all`](Self::build_all); the handle's device of another
+    /// architecture than `target` (typed `Unsupported`, before anything
+    /// runs); allocation or execution failures.
     pub fn autotune(
         graph: &OpGraph,
         target: &Target,
@@ -308,6 +324,12 @@ impl Plan {
     ) -> Result<(Plan, Timings)> {
         use crate::runtime::{DeviceBuffer, Event};
         let (plans, _) = Self::build_all(graph, target, policy)?;
+        // The target's architecture must be the handle's device's, as for
+        // `execute` (every plan of `build_all` has the same target).
+        let device = handle.device();
+        for p in &plans {
+            p.check_device(device)?;
+        }
         // Scratch buffers, events and the runs on the handle's device.
         let _on = handle.enter()?;
         let mut buffers = Vec::new();
@@ -396,13 +418,15 @@ impl Plan {
     }
 
     /// Run `f` with the finalized plan descriptor (for the backend layer),
-    /// locked for the call. Inside `f`, using this plan again on the same
-    /// thread ([`serialize`](Self::serialize), [`cudnn_json`](Self::cudnn_json),
-    /// [`execute`](Self::execute), or a nested `with_descriptor`) returns a
-    /// typed error instead of waiting forever for the lock `f` holds.
+    /// locked for the call. Inside `f`, using any plan on the same thread
+    /// ([`serialize`](Self::serialize), [`cudnn_json`](Self::cudnn_json),
+    /// [`execute`](Self::execute), or a nested `with_descriptor`, of this
+    /// plan or another) returns a typed error instead of waiting forever: for
+    /// the lock `f` holds, or, with two plans nested in opposite orders on
+    /// two threads, for each other.
     ///
     /// # Errors
-    /// Called from inside another `with_descriptor` of this plan on this thread.
+    /// Called from inside a `with_descriptor` of any plan on this thread.
     pub fn with_descriptor<R>(
         &self,
         f: impl FnOnce(&Descriptor<kind::ExecutionPlan>) -> R,
@@ -413,15 +437,20 @@ impl Plan {
 
     fn lock(&self) -> Result<Held<'_>> {
         let key = std::ptr::from_ref(self) as usize;
-        let reentrant = HELD
-            .try_with(|h| h.try_borrow().map(|h| h.contains(&key)).unwrap_or(true))
-            .unwrap_or(false);
-        if reentrant {
+        // Any plan's lock held by this thread refuses the next one: the same
+        // plan would wait for itself, and two plans nested in opposite orders
+        // on two threads (A then B here, B then A there) would wait for each
+        // other forever.
+        let held = HELD
+            .try_with(|h| h.try_borrow().map(|h| h.len()).unwrap_or(1))
+            .unwrap_or(0);
+        if held > 0 {
             return Err(Error::invalid(
                 "plan descriptor",
-                "is held by this thread (inside `Plan::with_descriptor` of the same plan): \
-                 use the descriptor given to the closure, or use the plan after it returns",
-                "a second lock on one thread",
+                "cannot be locked while this thread holds a plan's descriptor (inside \
+                 `Plan::with_descriptor` of this or another plan): use the descriptor given \
+                 to the closure, or use the plan after it returns",
+                "a nested lock on one thread",
             ));
         }
         // No code path can leave the descriptor half-changed (a finalized
@@ -452,17 +481,71 @@ impl Plan {
     /// cuDNN writes (counts within cuDNN's limits, dims >= 1, strings where
     /// cuDNN expects them), made by the loaded cuDNN, for `target`'s
     /// architecture, and every non-virtual tensor, scalar and scratch tensor
-    /// in agreement with `io` (uid, dims, strides, data type, by-value).
+    /// in agreement with `io` (uid, dims, strides, data type, by-value), with
+    /// every tensor a node writes an output and every tensor nodes only read
+    /// an input.
+    ///
+    /// A runtime-compiled plan (its JSON carries the compiled kernels) is
+    /// refused: its code cannot be checked against `io`, and cuDNN cannot
+    /// rebuild the plan without it. Rebuild such a plan from its graph, or
+    /// load a file as trusted as the program with
+    /// [`from_cudnn_json_trusted`](Self::from_cudnn_json_trusted).
     ///
     /// # Errors
     /// A disagreement (typed, naming the uid, the field and both values), a
     /// malformed JSON, a plan made by another cuDNN, or cuDNN's refusal; made
-    /// for another architecture: a typed `Unsupported`.
+    /// for another architecture, or carrying compiled code: a typed
+    /// `Unsupported`.
     pub fn from_cudnn_json(json: &str, target: &Target, io: Arc<IoSignature>) -> Result<Self> {
+        Self::from_json(json, target, io, Payload::Refuse)
+    }
+
+    /// [`from_cudnn_json`](Self::from_cudnn_json) for a JSON whose compiled
+    /// code is trusted: a runtime-compiled plan's kernel binaries and
+    /// parameter blocks are passed to cuDNN as they are (their structure and
+    /// tensor references checked, and everything else as
+    /// [`from_cudnn_json`](Self::from_cudnn_json) checks it).
+    ///
+    /// **A plan JSON with compiled code is executable code**: cuDNN loads
+    /// its kernels and runs them on the GPU with the buffers bound to the
+    /// plan, and no check can tell what a kernel does (a payload taken from
+    /// another graph's plan, with this graph's tensor list, reads and writes
+    /// past the bound buffers). Use this only for a JSON from a source as
+    /// trusted as the program itself: one this program wrote, in a place
+    /// only it can write.
+    ///
+    /// # Errors
+    /// As [`from_cudnn_json`](Self::from_cudnn_json), but for compiled code.
+    pub fn from_cudnn_json_trusted(
+        json: &str,
+        target: &Target,
+        io: Arc<IoSignature>,
+    ) -> Result<Self> {
+        Self::from_json(json, target, io, Payload::Keep)
+    }
+
+    /// The checks of [`from_cudnn_json`](Self::from_cudnn_json) before
+    /// cuDNN sees the JSON (the payload rule aside).
+    pub(super) fn check_json(
+        json: &str,
+        target: &Target,
+        io: &IoSignature,
+    ) -> Result<super::plan_json::Summary> {
         super::require_graph_support()?;
+        super::plan_json::check_summary(json, io, target, Some(loaded_cudnn_version()?))
+    }
+
+    pub(super) fn from_json(
+        json: &str,
+        target: &Target,
+        io: Arc<IoSignature>,
+        payload: Payload,
+    ) -> Result<Self> {
+        let summary = Self::check_json(json, target, &io)?;
+        if summary.runtime_compiled && payload == Payload::Refuse {
+            return Err(super::plan_json::compiled_code_refused());
+        }
         super::driver::ensure()?;
-        let summary =
-            super::plan_json::check_summary(json, &io, target, Some(loaded_cudnn_version()?))?;
         let props = target.properties().descriptor()?;
         let mut p = Descriptor::<kind::ExecutionPlan>::new()?;
         // Device properties first: a plan loaded without them crashes cuDNN.
@@ -517,13 +600,32 @@ impl Plan {
     /// is a plan JSON that disagrees with the file's tensor list (see
     /// [`from_cudnn_json`](Self::from_cudnn_json)). Files of format 1 (no
     /// recorded cuDNN version) are read; their plan JSON's own
-    /// `cudnnVersion` is checked instead.
+    /// `cudnnVersion` is checked instead. A runtime-compiled plan is refused
+    /// (see [`deserialize_trusted`](Self::deserialize_trusted)).
     ///
     /// # Errors
     /// Malformed file (what and where), another target or cuDNN (both
     /// named), a disagreement between the JSON and the tensor list, or
     /// cuDNN's refusal.
     pub fn deserialize(text: &str, target: &Target) -> Result<Self> {
+        Self::deserialize_with(text, target, Payload::Refuse)
+    }
+
+    /// [`deserialize`](Self::deserialize) for a plan file whose compiled
+    /// code is trusted (see
+    /// [`from_cudnn_json_trusted`](Self::from_cudnn_json_trusted)): a
+    /// runtime-compiled plan is loaded with its kernel binaries.
+    ///
+    /// **A plan file with compiled code is executable code**: load it this
+    /// way only from a source as trusted as the program itself.
+    ///
+    /// # Errors
+    /// As [`deserialize`](Self::deserialize), but for compiled code.
+    pub fn deserialize_trusted(text: &str, target: &Target) -> Result<Self> {
+        Self::deserialize_with(text, target, Payload::Keep)
+    }
+
+    fn deserialize_with(text: &str, target: &Target, payload: Payload) -> Result<Self> {
         let mut r = Reader::new(text);
         let format = header_format(r.line()?, "cudnn-rs plan")
             .ok_or_else(|| r.bad("`cudnn-rs plan v2` (or v1)"))?;
@@ -567,7 +669,7 @@ impl Plan {
         if !r.at_end() {
             return Err(r.bad("the end of the file"));
         }
-        let mut plan = Self::from_cudnn_json(&json, target, Arc::new(io))?;
+        let mut plan = Self::from_json(&json, target, Arc::new(io), payload)?;
         plan.engine = engine;
         Ok(plan)
     }

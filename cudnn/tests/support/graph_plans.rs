@@ -129,6 +129,20 @@ pub fn can_plan() -> bool {
     cudnn::graph::require_graph_support().is_ok()
 }
 
+/// A host-tier test that needs cuDNN >= 9.8 to plan graphs: on a stack
+/// with an older cuDNN it is reported as ignored (with a note on stderr),
+/// never as passed.
+pub fn host9(
+    name: &str,
+    f: impl FnOnce() -> crate::support::TestResult + Send + 'static,
+) -> libtest_mimic::Trial {
+    if crate::support::libs_missing().is_none() && !can_plan() {
+        eprintln!("skipped: host::{name}: needs cuDNN >= 9.8 (this stack has an older cuDNN)");
+        return libtest_mimic::Trial::test(format!("host::{name}"), f).with_ignored_flag(true);
+    }
+    crate::support::host(name, f)
+}
+
 /// cuDNN itself, with none of the crate's checks: finalize an execution plan
 /// from `json` for an H200, through the raw C API (for the tests that show
 /// what cuDNN does with a plan JSON the crate refuses). Returns cuDNN's

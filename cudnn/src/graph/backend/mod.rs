@@ -413,8 +413,14 @@ impl<K: Kind> Descriptor<K> {
             )
         }
         .map_err(|e| e.with_context(format!("setting {label} on a {} descriptor", K::NAME)))?;
-        if !self.set_attrs.contains(&name) {
-            self.set_attrs.push(name);
+        // Only a value counts as set: an attribute set with no values (an
+        // empty slice) is as good as missing to the finalize that needs it.
+        if count >= 1 {
+            if !self.set_attrs.contains(&name) {
+                self.set_attrs.push(name);
+            }
+        } else {
+            self.set_attrs.retain(|&a| a != name);
         }
         Ok(())
     }

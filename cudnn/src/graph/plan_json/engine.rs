@@ -93,8 +93,10 @@ fn base64_len(s: &str) -> usize {
 }
 
 /// The engine: its id, knobs and compiled payload. Returns whether it
-/// carries compiled code.
-pub(super) fn engine(v: &Value, device_ver: i64) -> Result<bool> {
+/// carries compiled code, and the `(JSON path, uid)` of every kernel
+/// parameter patched with a tensor's address or value (each must name a
+/// tensor of the plan's graph: the caller checks).
+pub(super) fn engine(v: &Value, device_ver: i64) -> Result<(bool, Vec<(String, i64)>)> {
     let path = "/engine";
     let m = obj(v, path)?;
     keys(
@@ -126,8 +128,9 @@ pub(super) fn engine(v: &Value, device_ver: i64) -> Result<bool> {
         int(val, &p, -1, i64::from(i32::MAX))?;
     }
     let Some(payload) = m.get("payload") else {
-        return Ok(false);
+        return Ok((false, Vec::new()));
     };
+    let mut uids = Vec::new();
     let path = "/engine/payload";
     let p = obj(payload, path)?;
     if p.contains_key("kernels") {
@@ -157,7 +160,7 @@ pub(super) fn engine(v: &Value, device_ver: i64) -> Result<bool> {
                 return Err(bad(&format!("{kp}/cubin"), "must be base64", "other bytes"));
             }
             if let Some(params) = km.get("kernelParams") {
-                kernel_params(params, &format!("{kp}/kernelParams"))?;
+                kernel_params(params, &format!("{kp}/kernelParams"), &mut uids)?;
             }
         }
     } else {
@@ -187,11 +190,11 @@ pub(super) fn engine(v: &Value, device_ver: i64) -> Result<bool> {
         let _ = fatbins;
         int(&p["guid"], "/engine/payload/guid", 0, i64::from(i32::MAX))?;
     }
-    Ok(true)
+    Ok((true, uids))
 }
 
 /// A kernel's parameter block: every patched offset inside the raw data.
-fn kernel_params(v: &Value, path: &str) -> Result<()> {
+fn kernel_params(v: &Value, path: &str, uids: &mut Vec<(String, i64)>) -> Result<()> {
     let m = obj(v, path)?;
     keys(m, path, &["offsets", "rawData"], &["offsets", "rawData"])?;
     let raw = string(&m["rawData"], &format!("{path}/rawData"), 1 << 20)?;
@@ -219,25 +222,34 @@ fn kernel_params(v: &Value, path: &str) -> Result<()> {
             0,
             len.saturating_sub(1),
         )?;
-        if let Some(u) = om.get("uid") {
-            int(u, &format!("{p}/uid"), i64::MIN, i64::MAX)?;
-        }
+        let uid = match om.get("uid") {
+            Some(u) => Some(int(u, &format!("{p}/uid"), i64::MIN, i64::MAX)?),
+            None => None,
+        };
         let size = match om.get("size") {
             Some(s) => int(s, &format!("{p}/size"), 1, 8)?,
             None => 1,
         };
-        let width = match om.get("update_as") {
-            Some(u) => match one_of(
+        let update_as = match om.get("update_as") {
+            Some(u) => Some(one_of(
                 u,
                 &format!("{p}/update_as"),
                 &["pointer", "workspace", "value", "tma_desc"],
-            )? {
-                "pointer" | "workspace" => 8,
-                "value" => size,
-                _ => 1,
-            },
-            None => 1,
+            )?),
+            None => None,
         };
+        let width = match update_as {
+            Some("pointer" | "workspace") => 8,
+            Some("value") => size,
+            _ => 1,
+        };
+        // A parameter patched from a tensor (its address, value or TMA
+        // descriptor) names that tensor; the workspace is the run's own.
+        if let (Some(uid), Some(how)) = (uid, update_as)
+            && how != "workspace"
+        {
+            uids.push((format!("{p}/uid"), uid));
+        }
         if om.contains_key("update_as") != om.contains_key("uid") {
             return Err(bad(&p, "must have both uid and update_as, or neither", o));
         }

@@ -175,6 +175,9 @@ struct JsonTensor {
 
 struct Walk {
     tensors: HashMap<i64, JsonTensor>,
+    /// Tensors some node writes, and some node reads, by name.
+    written: HashSet<String>,
+    read: HashSet<String>,
 }
 
 impl Walk {
@@ -374,10 +377,24 @@ impl Walk {
                 ));
             };
             match *f {
-                Ref => {
+                In | Out | Stat => {
                     let s = string(val, &p, 20)?;
                     if !names.contains(s) {
                         return Err(bad(&p, "must name a tensor of the graph", s));
+                    }
+                    let writes = match *f {
+                        Out => true,
+                        // Written in training, read in inference.
+                        Stat => {
+                            m.get("fmode").and_then(Value::as_str)
+                                != Some("CUDNN_NORM_FWD_INFERENCE")
+                        }
+                        _ => false,
+                    };
+                    if writes {
+                        self.written.insert(s.to_string());
+                    } else {
+                        self.read.insert(s.to_string());
                     }
                 }
                 Enum(allowed) => {
@@ -468,6 +485,13 @@ fn parse(json: &str) -> Result<Value> {
 /// cuDNN's own parser is not a validator: some malformed plans crash the
 /// process (SIGSEGV, SIGABRT, SIGFPE) instead of returning an error.
 ///
+/// Node fields are read as inputs or outputs: every bound tensor a node
+/// writes must be an output of `io`, every one nodes only read an input, and
+/// no node may write a by-value scalar. A runtime-compiled plan's payload is
+/// checked for structure and for parameter uids naming tensors of the graph;
+/// whether compiled code may be loaded at all is the loader's decision (the
+/// `_trusted` loaders only).
+///
 /// [`Plan::from_cudnn_json`](super::Plan::from_cudnn_json),
 /// [`Plan::deserialize`](super::Plan::deserialize) and
 /// [`PlanCache::load`](super::PlanCache::load) call this; it is public so a
@@ -478,6 +502,42 @@ fn parse(json: &str) -> Result<Value> {
 /// field and both values); a plan made by another cuDNN (`Unsupported`).
 pub fn check(json: &str, io: &IoSignature, target: &Target, cudnn: Option<u64>) -> Result<()> {
     check_summary(json, io, target, cudnn).map(|_| ())
+}
+
+/// What a plan JSON's compiled code (the engine's `payload`: kernel binaries
+/// and the parameter blocks patched with tensor addresses) is trusted with.
+///
+/// cuDNN 9.28 cannot finalize a runtime-compiled plan whose JSON has its
+/// payload removed (measured: `CUDNN_STATUS_BAD_PARAM` for a conv + scale,
+/// matmul + relu, layer norm, SDPA forward and composite SDPA backward), so
+/// an untrusted payload is refused, not stripped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Payload {
+    /// Not trusted: a plan JSON with compiled code is refused.
+    Refuse,
+    /// Trusted (the caller vouches for the file): the payload is passed on,
+    /// after its structure and tensor references are checked.
+    Keep,
+}
+
+/// cuDNN's parameter-block uids that name no tensor of the graph: a pointer
+/// cuDNN patches itself (measured in every SDPA payload of cuDNN 9.28, the
+/// first pointer after the attention descriptor).
+const INTERNAL_PARAM_UIDS: &[i64] = &[0x2839_af92_655f_e804];
+
+/// The refusal of a plan JSON that carries compiled code, untrusted.
+pub(crate) fn compiled_code_refused() -> Error {
+    Error::Unsupported {
+        what: "this plan carries compiled kernel code (a runtime-compiled plan), which no \
+               check can tie to its tensor list; cuDNN cannot rebuild the plan without it"
+            .to_string(),
+        needs: Some(
+            "a plan file as trusted as the program itself, loaded with \
+             `Plan::deserialize_trusted`, `Plan::from_cudnn_json_trusted` or \
+             `PlanCache::load_trusted` / `load_text_trusted`; or a plan rebuilt from its graph"
+                .to_string(),
+        ),
+    }
 }
 
 pub(crate) fn check_summary(
@@ -497,11 +557,7 @@ pub(crate) fn check_shape(json: &str) -> Result<()> {
     shape(json, None, None).map(|_| ())
 }
 
-fn shape(
-    json: &str,
-    target: Option<&Target>,
-    cudnn: Option<u64>,
-) -> Result<(Summary, HashMap<i64, JsonTensor>)> {
+fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Summary, Tensors)> {
     let v = parse(json)?;
     let top = obj(&v, "/")?;
     const TOP: &[&str] = &[
@@ -528,9 +584,11 @@ fn shape(
     }
     int(&top["schemaVersion"], "/schemaVersion", 1, 64)?;
     let device_ver = profile(&top["GPUProfile"], target)?;
-    let runtime_compiled = engine(&top["engine"], device_ver)?;
+    let (runtime_compiled, param_uids) = engine(&top["engine"], device_ver)?;
     let mut w = Walk {
         tensors: HashMap::new(),
+        written: HashSet::new(),
+        read: HashSet::new(),
     };
     w.graph(
         &top["operationGraph"],
@@ -538,12 +596,25 @@ fn shape(
         0,
         &HashSet::new(),
     )?;
+    // Every kernel parameter patched from a tensor names a tensor of this
+    // graph (a payload taken from another graph's plan can name tensors this
+    // one does not have). Virtual tensors count: cuDNN places some of them
+    // in the workspace and patches their address (composite SDPA backward).
+    for (path, uid) in &param_uids {
+        if !w.tensors.contains_key(uid) && !INTERNAL_PARAM_UIDS.contains(uid) {
+            return Err(bad(path, "must name a tensor of the graph", uid));
+        }
+    }
     Ok((
         Summary {
             cudnn_version: version,
             runtime_compiled,
         },
-        w.tensors,
+        Tensors {
+            all: w.tensors,
+            written: w.written,
+            read: w.read,
+        },
     ))
 }
 
@@ -560,10 +631,21 @@ fn field_err(
     )
 }
 
+/// The tensors of a plan JSON, and which of them its nodes write and read.
+struct Tensors {
+    all: HashMap<i64, JsonTensor>,
+    written: HashSet<String>,
+    read: HashSet<String>,
+}
+
 /// Every non-virtual tensor of the JSON is a bound tensor, a scalar or a
 /// scratch tensor of `io`, with the same uid, dims, strides, data type and
-/// by-value flag; and everything `io` lists is in the JSON.
-fn agree(tensors: &HashMap<i64, JsonTensor>, io: &IoSignature) -> Result<()> {
+/// by-value flag; and everything `io` lists is in the JSON. Roles agree: a
+/// bound tensor some node writes is an output of `io`, one that nodes only
+/// read an input, and no node writes a by-value scalar (safe code binds an
+/// input through a shared borrow, so cuDNN must never write it).
+fn agree(roles: &Tensors, io: &IoSignature) -> Result<()> {
+    let tensors = &roles.all;
     let mut seen = HashSet::new();
     for t in &io.tensors {
         let j = tensors.get(&t.uid).ok_or_else(|| {
@@ -593,6 +675,22 @@ fn agree(tensors: &HashMap<i64, JsonTensor>, io: &IoSignature) -> Result<()> {
                 fmt(&j.strides),
             ));
         }
+        let name = t.uid.to_string();
+        let written = written_by_node(roles, &name);
+        if written != t.is_output {
+            return Err(field_err(
+                t.uid,
+                "role",
+                role(t.is_output),
+                if written {
+                    "an output (a node writes it)"
+                } else if roles.read.contains(&name) {
+                    "an input (nodes only read it)"
+                } else {
+                    "no node's tensor"
+                },
+            ));
+        }
         seen.insert(t.uid);
     }
     for &(uid, dtype, _) in &io.scalars {
@@ -607,6 +705,14 @@ fn agree(tensors: &HashMap<i64, JsonTensor>, io: &IoSignature) -> Result<()> {
         }
         if j.dims.iter().any(|&d| d != 1) {
             return Err(field_err(uid, "dim", "all 1 (a scalar)", fmt(&j.dims)));
+        }
+        if written_by_node(roles, &uid.to_string()) {
+            return Err(field_err(
+                uid,
+                "role",
+                "a by-value scalar (read only)",
+                "an output (a node writes it)",
+            ));
         }
         if !seen.insert(uid) {
             return Err(field_err(uid, "role", "one role", "listed twice"));
@@ -647,6 +753,14 @@ fn agree(tensors: &HashMap<i64, JsonTensor>, io: &IoSignature) -> Result<()> {
         }
     }
     Ok(())
+}
+
+fn written_by_node(t: &Tensors, name: &str) -> bool {
+    t.written.contains(name)
+}
+
+fn role(is_output: bool) -> &'static str {
+    if is_output { "an output" } else { "an input" }
 }
 
 fn span_bytes(j: &JsonTensor) -> Option<usize> {
