@@ -14,7 +14,10 @@
 //! The allow-list was learned from the JSON cuDNN 9.10 to 9.28 writes for
 //! every graph kind the crate builds (convolutions and their fusions,
 //! matmuls, pointwise and reduction graphs, normalizations, SDPA native and
-//! composite, forward and backward), for H200, A100 and B200 targets.
+//! composite, forward and backward), for H200, A100 and B200 targets, and
+//! from the plans NVIDIA's cuDNN frontend 1.32 writes for the same graphs
+//! (its SDPA forward holds a SOFTMAX operation: a node of its composite, or
+//! a sub-descriptor of the SDPA operation that writes the statistics).
 
 use std::collections::{HashMap, HashSet};
 
