@@ -557,9 +557,14 @@ pub(crate) enum Payload {
 /// cuDNN's parameter-block uids that name no tensor of the graph: pointers
 /// cuDNN patches itself (measured in cuDNN 9.28's plans: the first pointer
 /// after the attention descriptor in every SDPA payload; and a pointer of
-/// the sm100 SDPA forward kernel with dropout, in the crate's plans and the
+/// the sm100 SDPA forward kernel with dropout; and the sentinel 0xbadbadbaddd
+/// of the sm80 SDPA backward kernel; in the crate's plans and the
 /// frontend's alike).
-const INTERNAL_PARAM_UIDS: &[i64] = &[0x2839_af92_655f_e804, -7_322_303_068_214_233_619];
+const INTERNAL_PARAM_UIDS: &[i64] = &[
+    0x2839_af92_655f_e804,
+    -7_322_303_068_214_233_619,
+    0x0bad_bad_baddd,
+];
 
 /// The refusal of a plan JSON that carries compiled code, untrusted.
 pub(crate) fn compiled_code_refused() -> Error {
