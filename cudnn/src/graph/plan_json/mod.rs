@@ -563,7 +563,7 @@ pub(crate) enum Payload {
 const INTERNAL_PARAM_UIDS: &[i64] = &[
     0x2839_af92_655f_e804,
     -7_322_303_068_214_233_619,
-    0x0bad_bad_baddd,
+    0x0bad_badb_addd,
 ];
 
 /// The refusal of a plan JSON that carries compiled code, untrusted.
