@@ -1,5 +1,6 @@
 //! Fuzz target (host tier, in CI): every field of valid plan files for a
-//! convolution (precompiled, and a runtime-compiled fusion), a matmul, a layer norm, an SDPA forward and a composite SDPA
+//! convolution (precompiled, and a runtime-compiled fusion), a matmul, a layer norm, an SDPA forward (also in the
+//! frontend's SOFTMAX sub-descriptor form, cuDNN >= 9.21) and a composite SDPA
 //! backward (H200 target), mutated one at a time, loaded with
 //! `Plan::deserialize` in child processes.
 //!
@@ -370,7 +371,24 @@ fn main() {
         let target = Target::preset("h200")?;
         let dir = std::env::temp_dir().join(format!("cudnn-rs-fuzz-plans-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
-        for (i, (name, text)) in plan_files(&target)?.into_iter().enumerate() {
+        let files = plan_files(&target)?;
+        let n = files.len();
+        for (i, (name, text)) in files.into_iter().enumerate() {
+            // The SDPA forward also in the frontend's form (its statistics
+            // through a SOFTMAX sub-descriptor), where cuDNN loads it.
+            if name == "sdpa_fwd"
+                && cudnn::sys::cudnn::load()?
+                    .info()
+                    .version
+                    .is_some_and(|v| (v.major, v.minor) >= (9, 21))
+                && let Some((head, json)) = split_plan_file(&text)
+                && let Some(form) = softmax_form(json)
+            {
+                std::fs::write(
+                    dir.join(format!("{n}-sdpa_fwd_softmax.plan")),
+                    with_json(head, &form),
+                )?;
+            }
             std::fs::write(dir.join(format!("{i}-{name}.plan")), text)?;
         }
         // The N=32 conv, whose engine is swapped into the N=8 conv's file.

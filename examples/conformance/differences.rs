@@ -99,16 +99,6 @@ pub const DIFFERENCES: &[Difference] = &[
             p.composite && matches!(f.kind, "node" | "unmatched" | "tensor") && !is_bound_tensor(f)
         },
     },
-    Difference {
-        id: "G1",
-        what: "GAP, not a legitimate difference: the frontend's SDPA forward plans hold a SOFTMAX operation (a sub-descriptor of the SDPA operation when training, a node of the composite), which the crate's plan-JSON check does not allow-list, so they do not load through Plan::from_cudnn_json (a typed error, before cuDNN sees them)",
-        why: "the check allow-lists the forms the crate writes; cuDNN loads the frontend's form (the frontend's own load of it works), so the allow-list (plan_json) should learn SOFTMAX",
-        applies: |p, f| {
-            p.family == "sdpa_fwd"
-                && f.kind == "load_into_crate"
-                && f.ours.to_ascii_lowercase().contains("softmax")
-        },
-    },
 ];
 
 /// A finding about a tensor a caller binds (named by its role), which a
@@ -219,31 +209,6 @@ mod unit {
         assert!(ids(&bwd, f("tensor", "`dq` stride", "[1]", "[2]")).is_empty());
         assert!(ids(&bwd, f("first_engine", "first_engine", "6", "7")).is_empty());
         assert_eq!(ids(&bwd, f("node", "nodes[3]/operation", "a", "b")), ["D4"]);
-        // G1: a SOFTMAX refusal on loading only.
-        assert_eq!(
-            ids(
-                &sdpa,
-                f(
-                    "load_into_crate",
-                    "Plan::from_cudnn_json",
-                    "... /nodes/0/softmax ...",
-                    "-"
-                )
-            ),
-            ["G1"]
-        );
-        assert!(
-            ids(
-                &sdpa,
-                f(
-                    "load_into_crate",
-                    "Plan::from_cudnn_json",
-                    "dim mismatch",
-                    "-"
-                )
-            )
-            .is_empty()
-        );
         // Nothing explains an engine count.
         assert!(ids(&sdpa, f("count", "count", "4", "3")).is_empty());
     }

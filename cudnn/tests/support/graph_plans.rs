@@ -190,3 +190,58 @@ pub fn raw_plan_finalize(json: &str) -> cudnn::Result<u32> {
         Ok(st.0)
     }
 }
+
+/// An SDPA forward plan JSON whose statistics are set directly on the SDPA
+/// operation (`stats`), rewritten into the form NVIDIA's frontend 1.32
+/// writes on cuDNN >= 9.21: the statistics written through a SOFTMAX
+/// sub-descriptor, between two new virtual f32 score tensors
+/// `[b, h, s_q, s_kv]`. `None` when the plan has no such node.
+pub fn softmax_form(json: &str) -> Option<String> {
+    use serde_json::{Value, json};
+    let mut v: Value = serde_json::from_str(json).ok()?;
+    let og = v.get_mut("operationGraph")?;
+    let tensors = og.get("tensors")?.as_array()?.clone();
+    let dims_of = |name: &str| {
+        tensors
+            .iter()
+            .find(|t| t["name"] == name)
+            .and_then(|t| t["dim"].as_array().cloned())
+    };
+    let next = tensors
+        .iter()
+        .filter_map(|t| t["name"].as_str()?.parse::<i64>().ok())
+        .max()?
+        + 1;
+    let nodes = og.get_mut("nodes")?.as_array_mut()?;
+    let node = nodes.iter_mut().find(|n| {
+        n["operation"] == "CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR" && n.get("stats").is_some()
+    })?;
+    let q = dims_of(node["Q"].as_str()?)?;
+    let k = dims_of(node["K"].as_str()?)?;
+    let (b, h, sq, skv) = (q.first()?, q.get(1)?, q.get(2)?, k.get(2)?);
+    let m = node.as_object_mut()?;
+    let stats = m.remove("stats")?;
+    m.insert(
+        "softmax".into(),
+        json!({
+            "operation": "CUDNN_BACKEND_OPERATION_SOFTMAX_DESCRIPTOR",
+            "X": next.to_string(),
+            "Y": (next + 1).to_string(),
+            "statsDesc": stats,
+        }),
+    );
+    let (hh, ss, kk) = (h.as_i64()?, sq.as_i64()?, skv.as_i64()?);
+    let scores = |name: i64| {
+        json!({
+            "name": name.to_string(), "dataType": "CUDNN_DATA_FLOAT",
+            "dim": [b, h, sq, skv], "stride": [hh * ss * kk, ss * kk, kk, 1],
+            "isVirtual": true, "isByValue": false, "vectCount": 1, "vectDim": -1,
+            "ptrAlignment": 16, "reordering": "CUDNN_TENSOR_REORDERING_NONE"
+        })
+    };
+    let (x, y) = (scores(next), scores(next + 1));
+    let ts = v.pointer_mut("/operationGraph/tensors")?.as_array_mut()?;
+    ts.push(x);
+    ts.push(y);
+    Some(v.to_string())
+}

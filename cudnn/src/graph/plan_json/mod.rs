@@ -14,7 +14,10 @@
 //! The allow-list was learned from the JSON cuDNN 9.10 to 9.28 writes for
 //! every graph kind the crate builds (convolutions and their fusions,
 //! matmuls, pointwise and reduction graphs, normalizations, SDPA native and
-//! composite, forward and backward), for H200, A100 and B200 targets.
+//! composite, forward and backward), for H200, A100 and B200 targets, and
+//! from the plans NVIDIA's cuDNN frontend 1.32 writes for the same graphs
+//! (its SDPA forward holds a SOFTMAX operation: a node of its composite, or
+//! a sub-descriptor of the SDPA operation that writes the statistics).
 
 use std::collections::{HashMap, HashSet};
 
@@ -319,12 +322,21 @@ impl Walk {
             names.insert(self.tensor(t, &format!("{path}/tensors/{i}"))?);
         }
         for (i, n) in nodes.iter().enumerate() {
-            self.node(n, &format!("{path}/nodes/{i}"), depth, &names)?;
+            self.node(n, &format!("{path}/nodes/{i}"), depth, &names, false)?;
         }
         Ok(())
     }
 
-    fn node(&mut self, v: &Value, path: &str, depth: usize, names: &HashSet<String>) -> Result<()> {
+    /// A node; `nested` when it is another node's sub-descriptor (which
+    /// may not hold one in turn).
+    fn node(
+        &mut self,
+        v: &Value,
+        path: &str,
+        depth: usize,
+        names: &HashSet<String>,
+        nested: bool,
+    ) -> Result<()> {
         let m = obj(v, path)?;
         let op_path = format!("{path}/operation");
         let op = string(
@@ -425,6 +437,21 @@ impl Walk {
                     int(val, &p, 0, MAX_DIMS as i64 - 1)?;
                 }
                 Subgraph => {}
+                SubOp(want) => {
+                    if nested {
+                        return Err(bad(&p, "must not nest in a sub-descriptor", k));
+                    }
+                    let sub = obj(val, &p)?;
+                    let got = sub.get("operation").and_then(Value::as_str);
+                    if got != Some(want) {
+                        return Err(bad(
+                            &format!("{p}/operation"),
+                            format!("must be {want}"),
+                            got.unwrap_or("missing"),
+                        ));
+                    }
+                    self.node(val, &p, depth, names, true)?;
+                }
                 SubgraphUid => {
                     let uid = int(val, &p, i64::MIN, i64::MAX)?;
                     if !sub_names
@@ -435,6 +462,13 @@ impl Walk {
                     }
                 }
             }
+        }
+        if m.contains_key("stats") && m.contains_key("softmax") {
+            return Err(bad(
+                path,
+                "sets the statistics both directly and through its softmax sub-descriptor",
+                op,
+            ));
         }
         if sub_names.is_none()
             && (m.contains_key("subgraphInputUid") || m.contains_key("subgraphOutputUid"))
@@ -520,10 +554,17 @@ pub(crate) enum Payload {
     Keep,
 }
 
-/// cuDNN's parameter-block uids that name no tensor of the graph: a pointer
-/// cuDNN patches itself (measured in every SDPA payload of cuDNN 9.28, the
-/// first pointer after the attention descriptor).
-const INTERNAL_PARAM_UIDS: &[i64] = &[0x2839_af92_655f_e804];
+/// cuDNN's parameter-block uids that name no tensor of the graph: pointers
+/// cuDNN patches itself (measured in cuDNN 9.28's plans: the first pointer
+/// after the attention descriptor in every SDPA payload; and a pointer of
+/// the sm100 SDPA forward kernel with dropout; and the sentinel 0xbadbadbaddd
+/// of the sm80 SDPA backward kernel; in the crate's plans and the
+/// frontend's alike).
+const INTERNAL_PARAM_UIDS: &[i64] = &[
+    0x2839_af92_655f_e804,
+    -7_322_303_068_214_233_619,
+    0x0bad_badb_addd,
+];
 
 /// The refusal of a plan JSON that carries compiled code, untrusted.
 pub(crate) fn compiled_code_refused() -> Error {

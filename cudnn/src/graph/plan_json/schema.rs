@@ -126,9 +126,17 @@ pub(super) enum Field {
     Subgraph,
     /// A tensor uid of the node's subgraph.
     SubgraphUid,
+    /// An operation nested in the node (a sub-descriptor): an object
+    /// holding exactly this operation, checked as a node of the same graph
+    /// (its keys from this allow-list, its tensors of the graph, their
+    /// read/written roles), which must not nest another.
+    SubOp(&'static str),
 }
 
 use Field::*;
+
+/// The softmax operation (a node, or the SDPA forward's sub-descriptor).
+pub(super) const SOFTMAX: &str = "CUDNN_BACKEND_OPERATION_SOFTMAX_DESCRIPTOR";
 
 const CONV_MODES: &[&str] = &["CUDNN_CROSS_CORRELATION", "CUDNN_CONVOLUTION"];
 const NORM_MODES: &[&str] = &["CUDNN_LAYER_NORM", "CUDNN_BATCH_NORM", "CUDNN_RMS_NORM"];
@@ -253,6 +261,9 @@ pub(super) fn node_fields(op: &str) -> Option<&'static [(&'static str, Field)]> 
             ("subgraph", Subgraph),
             ("subgraphInputUid", SubgraphUid),
             ("subgraphOutputUid", SubgraphUid),
+            // The statistics routed through a SOFTMAX sub-descriptor (the
+            // frontend's form on cuDNN >= 9.21), instead of `stats`.
+            ("softmax", SubOp(SOFTMAX)),
         ],
         "CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR" => &[
             ("qDesc", In),
@@ -287,6 +298,10 @@ pub(super) fn node_fields(op: &str) -> Option<&'static [(&'static str, Field)]> 
             ("distribution", Enum(&["CUDNN_RNG_DISTRIBUTION_BERNOULLI"])),
             ("bernoulli_dist_probability", Prob),
         ],
+        // A node of the frontend's SDPA forward composite, or the SDPA
+        // forward operation's sub-descriptor: the scores in, the
+        // probabilities out, and (training) the statistics written.
+        SOFTMAX => &[("X", In), ("Y", Out), ("statsDesc", Out)],
         "CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR" => &[
             ("X", In),
             ("Y", Out),
