@@ -7,6 +7,9 @@
 //! ranks on other machines; and the secrets' `==` and `Debug`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[cfg(feature = "nccl")]
+#[path = "support/rendezvous.rs"]
+mod rendezvous;
 mod support;
 
 #[cfg(not(feature = "nccl"))]
@@ -40,6 +43,7 @@ mod imp {
     use libtest_mimic::Trial;
 
     use crate::ensure;
+    use crate::rendezvous::{fixed, on_free_port, tcp};
     use crate::support::{TestResult, has_gpu, run, unit};
 
     pub fn main() {
@@ -84,38 +88,6 @@ mod imp {
             .unwrap_or_default();
         v.sort();
         v
-    }
-
-    fn fixed(b: u8) -> UniqueId {
-        UniqueId::from([b; 128])
-    }
-
-    fn free_port() -> u16 {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    }
-
-    /// Run `f` on a free port; when another process took the port between
-    /// [`free_port`] and rank 0's bind, run it again on another (3 tries).
-    fn on_free_port(f: impl Fn(u16) -> TestResult) -> TestResult {
-        let mut last = Ok(());
-        for _ in 0..3 {
-            last = f(free_port());
-            match &last {
-                Err(e) if format!("{e:?}").contains("Address already in use") => {
-                    eprintln!("note: the port was taken meanwhile; trying another: {e:?}");
-                }
-                _ => return last,
-            }
-        }
-        last
-    }
-
-    fn tcp(port: u16) -> Rendezvous {
-        Rendezvous::Tcp {
-            host: "127.0.0.1".into(),
-            port,
-        }
     }
 
     fn rank_thread(

@@ -8,6 +8,9 @@
 //! `host_nccl_rendezvous`.)
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[cfg(feature = "nccl")]
+#[path = "support/rendezvous.rs"]
+mod rendezvous;
 mod support;
 
 #[cfg(not(feature = "nccl"))]
@@ -28,13 +31,12 @@ fn main() {
 mod imp {
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
-    use std::thread::JoinHandle;
     use std::time::{Duration, Instant};
 
-    use cudnn::nccl::launch::{self, Rendezvous, Token};
-    use cudnn::nccl::{Ranks, UniqueId};
+    use cudnn::nccl::launch::{Rendezvous, Token};
 
     use crate::ensure;
+    use crate::rendezvous::{fixed, free_port, held, on_free_port, rank_of, rank_thread, tcp};
     use crate::support::{TestResult, run, unit};
 
     pub fn main() {
@@ -52,83 +54,6 @@ mod imp {
     }
 
     // ------------------------------------------------------------ helpers
-
-    fn free_port() -> u16 {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    }
-
-    /// Run `f` on a free port; when another process took the port between
-    /// [`free_port`] and rank 0's bind, run it again on another (3 tries).
-    fn on_free_port(f: impl Fn(u16) -> TestResult) -> TestResult {
-        let mut last = Ok(());
-        for _ in 0..3 {
-            last = f(free_port());
-            match &last {
-                Err(e) if format!("{e:?}").contains("Address already in use") => {
-                    eprintln!("note: the port was taken meanwhile; trying another: {e:?}");
-                }
-                _ => return last,
-            }
-        }
-        last
-    }
-
-    fn tcp(port: u16) -> Rendezvous {
-        Rendezvous::Tcp {
-            host: "127.0.0.1".into(),
-            port,
-        }
-    }
-
-    fn fixed(b: u8) -> UniqueId {
-        UniqueId::from([b; 128])
-    }
-
-    /// A timeout was held: not before `timeout`, not past 10 % + 100 ms.
-    fn held(what: &str, elapsed: Duration, timeout: Duration) -> TestResult {
-        ensure!(
-            elapsed + Duration::from_millis(5) >= timeout,
-            "{what}: gave up after {elapsed:?}, before its {timeout:?} deadline"
-        );
-        ensure!(
-            elapsed <= timeout.mul_f64(1.1) + Duration::from_millis(100),
-            "{what}: took {elapsed:?} for a {timeout:?} deadline"
-        );
-        Ok(())
-    }
-
-    fn rank_of(
-        r: &Rendezvous,
-        rank: usize,
-        size: usize,
-        t: Duration,
-    ) -> (cudnn::Result<UniqueId>, Duration) {
-        let start = Instant::now();
-        let e = launch::exchange(r, Ranks::new(rank, size).unwrap(), t, || {
-            Ok(fixed(rank as u8 + 1))
-        });
-        (e, start.elapsed())
-    }
-
-    fn rank_thread(
-        r: &Rendezvous,
-        rank: usize,
-        size: usize,
-        t: Duration,
-        token: Option<Token>,
-    ) -> JoinHandle<cudnn::Result<UniqueId>> {
-        let r = r.clone();
-        std::thread::spawn(move || {
-            launch::exchange_with_token(
-                &r,
-                Ranks::new(rank, size).unwrap(),
-                t,
-                token.as_ref(),
-                || Ok(fixed(0xA0 + rank as u8)),
-            )
-        })
-    }
 
     fn tcp_host(host: &str, port: u16) -> Rendezvous {
         Rendezvous::Tcp {

@@ -1,0 +1,91 @@
+//! Helpers shared by the rendezvous tests (`host_nccl_rendezvous`,
+//! `_tcp`, `_attacks`): free loopback ports, the id each rank makes, and
+//! the deadline rule (not before the timeout, not past 10 % + 100 ms).
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::net::TcpListener;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use cudnn::nccl::launch::{self, Rendezvous, Token};
+use cudnn::nccl::{Ranks, UniqueId};
+
+use crate::ensure;
+use crate::support::TestResult;
+
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// Run `f` on a free port; when another process took the port between
+/// [`free_port`] and rank 0's bind, run it again on another (3 tries).
+pub fn on_free_port(f: impl Fn(u16) -> TestResult) -> TestResult {
+    let mut last = Ok(());
+    for _ in 0..3 {
+        last = f(free_port());
+        match &last {
+            Err(e) if format!("{e:?}").contains("Address already in use") => {
+                eprintln!("note: the port was taken meanwhile; trying another: {e:?}");
+            }
+            _ => return last,
+        }
+    }
+    last
+}
+
+pub fn tcp(port: u16) -> Rendezvous {
+    Rendezvous::Tcp {
+        host: "127.0.0.1".into(),
+        port,
+    }
+}
+
+pub fn fixed(b: u8) -> UniqueId {
+    UniqueId::from([b; 128])
+}
+
+/// A timeout was held: not before `timeout`, not past 10 % + 100 ms.
+pub fn held(what: &str, elapsed: Duration, timeout: Duration) -> TestResult {
+    ensure!(
+        elapsed + Duration::from_millis(5) >= timeout,
+        "{what}: gave up after {elapsed:?}, before its {timeout:?} deadline"
+    );
+    ensure!(
+        elapsed <= timeout.mul_f64(1.1) + Duration::from_millis(100),
+        "{what}: took {elapsed:?} for a {timeout:?} deadline"
+    );
+    Ok(())
+}
+
+pub fn rank_of(
+    r: &Rendezvous,
+    rank: usize,
+    size: usize,
+    t: Duration,
+) -> (cudnn::Result<UniqueId>, Duration) {
+    let start = Instant::now();
+    let e = launch::exchange(r, Ranks::new(rank, size).unwrap(), t, || {
+        Ok(fixed(rank as u8 + 1))
+    });
+    (e, start.elapsed())
+}
+
+pub fn rank_thread(
+    r: &Rendezvous,
+    rank: usize,
+    size: usize,
+    t: Duration,
+    token: Option<Token>,
+) -> JoinHandle<cudnn::Result<UniqueId>> {
+    let r = r.clone();
+    std::thread::spawn(move || {
+        launch::exchange_with_token(
+            &r,
+            Ranks::new(rank, size).unwrap(),
+            t,
+            token.as_ref(),
+            || Ok(fixed(0xA0 + rank as u8)),
+        )
+    })
+}
