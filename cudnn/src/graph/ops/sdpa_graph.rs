@@ -56,17 +56,21 @@ impl Graph {
         Ok(t)
     }
 
-    fn sdpa_common(
+    /// The inputs every SDPA graph takes beside q, k, v, made in this
+    /// order (their UIDs and the signature depend on it): the scale scalar,
+    /// the sequence lengths (padding), the dropout seed and offset.
+    /// Returns `(scale, seq, (seed, offset, p), extra)`, `extra` being the
+    /// caller-visible inputs `[seq_len_q, seq_len_kv, seed, offset]`.
+    #[allow(clippy::type_complexity)]
+    fn sdpa_side_inputs(
         &mut self,
-        op: &str,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
         cfg: &SdpaConfig,
-    ) -> Result<(Common, [Option<Tensor>; 4])> {
-        self.sdpa_expect(op, "q", q, &cfg.q_spec()?)?;
-        self.sdpa_expect(op, "k", k, &cfg.k_spec()?)?;
-        self.sdpa_expect(op, "v", v, &cfg.v_spec()?)?;
+    ) -> Result<(
+        Tensor,
+        Option<(usize, usize)>,
+        Option<(usize, usize, f64)>,
+        [Option<Tensor>; 4],
+    )> {
         let base = format!("sdpa{}", self.ops.len());
         let scale = self.scalar(cfg.scale_value(), DType::F32, 4)?;
         let mut extra = [None; 4];
@@ -91,6 +95,21 @@ impl Graph {
             }
             None => None,
         };
+        Ok((scale, seq, dropout, extra))
+    }
+
+    fn sdpa_common(
+        &mut self,
+        op: &str,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        cfg: &SdpaConfig,
+    ) -> Result<(Common, [Option<Tensor>; 4])> {
+        self.sdpa_expect(op, "q", q, &cfg.q_spec()?)?;
+        self.sdpa_expect(op, "k", k, &cfg.k_spec()?)?;
+        self.sdpa_expect(op, "v", v, &cfg.v_spec()?)?;
+        let (scale, seq, dropout, extra) = self.sdpa_side_inputs(cfg)?;
         let causal = if cfg.is_causal {
             let spec = cfg.score_spec()?;
             let a = self.intermediate("sdpa_scores", spec.clone())?;
@@ -252,28 +271,11 @@ impl Graph {
         Option<usize>,
         [Option<Tensor>; 4],
     )> {
-        let base = format!("sdpa{}", self.ops.len());
-        let scale = self.scalar(cfg.scale_value(), DType::F32, 4)?;
-        let mut extra = [None; 4];
-        let seq = if cfg.padding {
-            let spec = TensorSpec::row_major(DType::I32, &[cfg.batch, 1, 1, 1])?;
-            let a = self.input(&format!("{base}.seq_len_q"), spec.clone())?;
-            let b = self.input(&format!("{base}.seq_len_kv"), spec)?;
-            extra[0] = Some(a);
-            extra[1] = Some(b);
-            Some((self.index(a)?, self.index(b)?))
-        } else {
-            None
-        };
-        let dropout = match cfg.active_dropout() {
-            Some(p) => {
-                let spec = TensorSpec::row_major(DType::I64, &[1, 1, 1, 1])?;
-                let a = self.input(&format!("{base}.dropout_seed"), spec.clone())?;
-                let b = self.input(&format!("{base}.dropout_offset"), spec)?;
+        let (scale, seq, seeds, extra) = self.sdpa_side_inputs(cfg)?;
+        let dropout = match seeds {
+            Some((seed, offset, p)) => {
                 let s = self.scalar(1.0 / (1.0 - p), DType::F32, 4)?;
-                extra[2] = Some(a);
-                extra[3] = Some(b);
-                Some((self.index(a)?, self.index(b)?, p, self.index(s)?))
+                Some((seed, offset, p, self.index(s)?))
             }
             None => None,
         };
