@@ -5,7 +5,7 @@ use crate::sys::cudart::cudaDataType_t as cudaDataType;
 use crate::sys::cudnn::cudnnDataType_t;
 
 mod fp8;
-pub use fp8::{F8E4M3, F8E5M2, Fp8Saturation};
+pub use fp8::{F8E4M3, F8E5M2, Fp8Format, Fp8Saturation};
 
 mod sealed {
     pub trait Sealed {}

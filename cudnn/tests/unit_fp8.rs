@@ -9,7 +9,10 @@
 
 mod support;
 
-use cudnn::{DataType, F8E4M3, F8E5M2, Fp8Saturation};
+use cudnn::blas::{Epilogue, Layout};
+use cudnn::reference::gemm::{gemm, max_relative_error};
+use cudnn::reference::gemm_fp8::{Fp8Scales, OutputType, gemm_fp8, tolerance};
+use cudnn::{DataType, Error, F8E4M3, F8E5M2, Fp8Format, Fp8Saturation};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use support::*;
@@ -28,6 +31,12 @@ fn main() {
         unit("random_inputs_match_brute_force_nearest_even", brute_force),
         unit("datatype_codes", codes),
         unit("comparison_is_by_value", comparison),
+        unit("reference_gemm_fp8_hand_2x2", ref_hand),
+        unit("reference_gemm_fp8_scales_fold_into_alpha_beta", ref_fold),
+        unit("reference_gemm_fp8_saturates_fp8_output", ref_saturate),
+        unit("reference_gemm_fp8_rejects", ref_rejects),
+        unit("reference_gemm_fp8_tolerance", ref_tolerance),
+        unit("fuzz_reference_gemm_fp8", ref_fuzz),
     ])
 }
 
@@ -362,4 +371,299 @@ fn comparison() -> R {
     })?;
     let s = format!("{:?}", F8E4M3::from_f32(1.0));
     ensure(s.contains("0x38"), || format!("debug {s}"))
+}
+
+fn e4(v: &[f64]) -> Vec<u8> {
+    v.iter().map(|&x| F8E4M3::from_f64(x).to_bits()).collect()
+}
+fn e5(v: &[f64]) -> Vec<u8> {
+    v.iter().map(|&x| F8E5M2::from_f64(x).to_bits()).collect()
+}
+
+/// A = [1 2; 3 0.5] (E4M3, row-major), B = [1 0.25; 2 4] (E5M2,
+/// column-major), C = [1 -1; 0 2] (column-major), alpha 1, beta 1,
+/// scales a 0.5, b 4, c 2, d 0.25, D in E4M3.
+/// A·B = [1+4, 0.25+8; 3+1, 0.75+2] = [5 8.25; 4 2.75];
+/// x = 0.5·4·A·B + 2·C = [12 14.5; 8 9.5]; amax = 14.5;
+/// 0.25·x = [3 3.625; 2 2.375] -> E4M3 (ulp 0.25 in [2, 4)):
+/// 3, 3.625 is halfway 3.5 (0x4E... mantissa 110) and 3.75 (111) -> 3.5,
+/// 2, 2.375 halfway 2.25 (001) / 2.5 (010) -> 2.5.
+fn ref_hand() -> R {
+    let la = Layout::row_major(2, 2);
+    let lb = Layout::col_major(2, 2);
+    let ld = Layout::col_major(2, 2);
+    let a = e4(&[1.0, 2.0, 3.0, 0.5]);
+    let b = e5(&[1.0, 2.0, 0.25, 4.0]); // column-major: columns (1, 2), (0.25, 4)
+    let c = [1.0, 0.0, -1.0, 2.0]; // column-major
+    let scales = Fp8Scales {
+        a: 0.5,
+        b: 4.0,
+        c: 2.0,
+        d: 0.25,
+    };
+    let r = gemm_fp8(
+        1.0,
+        (&a, Fp8Format::E4M3, &la),
+        (&b, Fp8Format::E5M2, &lb),
+        1.0,
+        Some(&c),
+        &ld,
+        OutputType::Fp8(Fp8Format::E4M3),
+        &scales,
+        Epilogue::None,
+        None,
+    )?;
+    ensure(r.unrounded == [12.0, 8.0, 14.5, 9.5], || {
+        format!("x {:?}", r.unrounded)
+    })?;
+    ensure(r.amax == 14.5, || format!("amax {}", r.amax))?;
+    ensure(r.d == [3.0, 2.0, 3.5, 2.5], || format!("d {:?}", r.d))?;
+    // Same with a bias epilogue and f32 output: bias per row of the
+    // column-major D: [1, -20] -> x = [13 15.5; -12 -10.5]; ReLU zeroes row 2.
+    let r = gemm_fp8(
+        1.0,
+        (&a, Fp8Format::E4M3, &la),
+        (&b, Fp8Format::E5M2, &lb),
+        1.0,
+        Some(&c),
+        &ld,
+        OutputType::F32,
+        &Fp8Scales { d: 1.0, ..scales },
+        Epilogue::ReluBias,
+        Some(&[1.0, -20.0]),
+    )?;
+    ensure(r.d == [13.0, 0.0, 15.5, 0.0], || {
+        format!("relu bias d {:?}", r.d)
+    })?;
+    ensure(r.amax == 15.5, || format!("relu bias amax {}", r.amax))
+}
+
+/// The scales are exactly alpha' = alpha·sa·sb and beta' = beta·sc of a
+/// plain GEMM on the decoded values (f32 output, powers of two keep it exact).
+fn ref_fold() -> R {
+    let (m, n, k) = (3, 5, 32);
+    let la = Layout::row_major(m, k);
+    let lb = Layout::col_major(k, n);
+    let ld = Layout::row_major(m, n);
+    let av: Vec<f64> = (0..m * k)
+        .map(|i| ((i * 7 % 13) as f64 - 6.0) / 4.0)
+        .collect();
+    let bv: Vec<f64> = (0..k * n)
+        .map(|i| ((i * 5 % 11) as f64 - 5.0) / 2.0)
+        .collect();
+    let c: Vec<f64> = (0..m * n).map(|i| i as f64 - 7.0).collect();
+    let (a, b) = (e4(&av), e4(&bv));
+    let a_dec: Vec<f64> = a.iter().map(|&x| Fp8Format::E4M3.decode(x)).collect();
+    let b_dec: Vec<f64> = b.iter().map(|&x| Fp8Format::E4M3.decode(x)).collect();
+    let scales = Fp8Scales {
+        a: 0.25,
+        b: 8.0,
+        c: 0.5,
+        d: 1.0,
+    };
+    let r = gemm_fp8(
+        1.5,
+        (&a, Fp8Format::E4M3, &la),
+        (&b, Fp8Format::E4M3, &lb),
+        -2.0,
+        Some(&c),
+        &ld,
+        OutputType::F32,
+        &scales,
+        Epilogue::None,
+        None,
+    )?;
+    let mut want = c.clone();
+    gemm(
+        1.5 * 2.0,
+        &a_dec,
+        &la,
+        &b_dec,
+        &lb,
+        -2.0 * 0.5,
+        &mut want,
+        &ld,
+    )?;
+    ensure(r.d == want, || format!("{:?} vs {want:?}", r.d))?;
+    let amax = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    ensure(r.amax == amax, || format!("amax {} vs {amax}", r.amax))
+}
+
+fn ref_saturate() -> R {
+    // 1 x 1 x 16: sum of 16 * (16 * 16) = 4096; scale_d 1 -> E4M3 448,
+    // E5M2 4096 exactly; amax 4096 in both.
+    let la = Layout::row_major(1, 16);
+    let lb = Layout::col_major(16, 1);
+    let ld = Layout::col_major(1, 1);
+    let a = e4(&[16.0; 16]);
+    for (fmt, want) in [(Fp8Format::E4M3, 448.0), (Fp8Format::E5M2, 4096.0)] {
+        let r = gemm_fp8(
+            1.0,
+            (&a, Fp8Format::E4M3, &la),
+            (&a, Fp8Format::E4M3, &lb),
+            0.0,
+            None,
+            &ld,
+            OutputType::Fp8(fmt),
+            &Fp8Scales::default(),
+            Epilogue::None,
+            None,
+        )?;
+        ensure(r.d == [want] && r.amax == 4096.0, || {
+            format!("{fmt}: {:?} {}", r.d, r.amax)
+        })?;
+    }
+    Ok(())
+}
+
+fn ref_rejects() -> R {
+    let l = Layout::row_major(2, 2);
+    let a = e4(&[1.0; 4]);
+    let call = |epi: Epilogue, scales: Fp8Scales, beta: f64| {
+        gemm_fp8(
+            1.0,
+            (&a, Fp8Format::E4M3, &l),
+            (&a, Fp8Format::E4M3, &l),
+            beta,
+            None,
+            &l,
+            OutputType::BF16,
+            &scales,
+            epi,
+            None,
+        )
+    };
+    let named = |r: cudnn::Result<_>, arg: &str| match r {
+        Err(Error::InvalidArgument { arg: got, .. }) if got == arg => Ok(()),
+        other => Err(format!("want InvalidArgument naming {arg}, got {other:?}")),
+    };
+    named(call(Epilogue::DRelu, Fp8Scales::default(), 0.0), "epilogue")?;
+    named(
+        call(
+            Epilogue::None,
+            Fp8Scales {
+                a: f64::NAN,
+                ..Default::default()
+            },
+            0.0,
+        ),
+        "scales.a",
+    )?;
+    named(
+        call(
+            Epilogue::None,
+            Fp8Scales {
+                d: 0.0,
+                ..Default::default()
+            },
+            0.0,
+        ),
+        "scales.d",
+    )?;
+    named(call(Epilogue::None, Fp8Scales::default(), 1.0), "c")?;
+    Ok(())
+}
+
+fn ref_tolerance() -> R {
+    // E4M3 output: 2 * 2^-4 + k * 2^-24.
+    let t = tolerance(1024, OutputType::Fp8(Fp8Format::E4M3), false);
+    ensure(
+        (t - (0.125 + 1024.0 * 2f64.powi(-24))).abs() < 1e-15,
+        || format!("{t}"),
+    )?;
+    let t = tolerance(64, OutputType::BF16, true);
+    ensure(
+        (t - (2.0 * 2f64.powi(-8) + 64.0 * 2f64.powi(-14))).abs() < 1e-15,
+        || format!("{t}"),
+    )?;
+    // The metric never passes NaN.
+    ensure(
+        max_relative_error(&[f64::NAN], &[1.0]).is_infinite(),
+        || "nan".into(),
+    )
+}
+
+/// Random shapes, layouts, formats, scales and epilogues: no panic, and
+/// every error is a typed argument error.
+fn ref_fuzz() -> R {
+    let mut runner = TestRunner::new(Config {
+        cases: 300,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let dims = (
+        0usize..6,
+        0usize..6,
+        0usize..40,
+        any::<[bool; 3]>(),
+        0usize..16,
+    );
+    let rest = (
+        any::<[bool; 2]>(),
+        -2.0f64..2.0,
+        prop::sample::select(vec![0.0, 1.0, f64::NAN, -1.0, 1e30]),
+        any::<u64>(),
+    );
+    runner
+        .run(
+            &(dims, rest),
+            |((m, n, k, t, epi), (fm, beta, scale, seed))| {
+                let la = if t[0] {
+                    Layout::row_major(m, k)
+                } else {
+                    Layout::col_major(m, k)
+                };
+                let lb = if t[1] {
+                    Layout::row_major(k, n)
+                } else {
+                    Layout::col_major(k, n)
+                };
+                let ld = if t[2] {
+                    Layout::row_major(m, n)
+                } else {
+                    Layout::col_major(m, n)
+                };
+                let a: Vec<u8> = (0..m * k)
+                    .map(|i| (seed as usize).wrapping_add(i * 31) as u8)
+                    .collect();
+                let b: Vec<u8> = (0..k * n)
+                    .map(|i| (seed as usize).wrapping_add(i * 17) as u8)
+                    .collect();
+                let c = vec![1.0; m * n];
+                let bias = vec![0.5; m.max(n)];
+                let fa = if fm[0] {
+                    Fp8Format::E4M3
+                } else {
+                    Fp8Format::E5M2
+                };
+                let fb = if fm[1] {
+                    Fp8Format::E4M3
+                } else {
+                    Fp8Format::E5M2
+                };
+                let e = Epilogue::ALL[epi % Epilogue::ALL.len()];
+                let r = gemm_fp8(
+                    1.0,
+                    (&a, fa, &la),
+                    (&b, fb, &lb),
+                    beta,
+                    Some(&c),
+                    &ld,
+                    OutputType::Fp8(fb),
+                    &Fp8Scales {
+                        c: scale,
+                        ..Default::default()
+                    },
+                    e,
+                    Some(&bias),
+                );
+                match r {
+                    Ok(out) => prop_assert_eq!(out.d.len(), m * n),
+                    Err(Error::InvalidArgument { .. } | Error::Mismatch { .. }) => {}
+                    Err(other) => prop_assert!(false, "untyped error {other:?}"),
+                }
+                Ok(())
+            },
+        )
+        .map_err(|e| e.to_string().into())
 }

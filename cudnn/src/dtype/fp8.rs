@@ -288,3 +288,76 @@ impl F8E5M2 {
     /// Negative infinity (`0xFC`).
     pub const NEG_INFINITY: Self = Self(0xFC);
 }
+
+/// An FP8 format chosen at run time (for code that handles both, such as
+/// the references and the cuBLASLt type checks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fp8Format {
+    /// [`F8E4M3`].
+    E4M3,
+    /// [`F8E5M2`].
+    E5M2,
+}
+
+impl Fp8Format {
+    /// The exact value of `code` in this format.
+    pub fn decode(self, code: u8) -> f64 {
+        match self {
+            Fp8Format::E4M3 => F8E4M3::from_bits(code).to_f64(),
+            Fp8Format::E5M2 => F8E5M2::from_bits(code).to_f64(),
+        }
+    }
+
+    /// The code of `x` (round to nearest even, overflow per `sat`).
+    pub fn encode(self, x: f64, sat: Fp8Saturation) -> u8 {
+        match self {
+            Fp8Format::E4M3 => F8E4M3::from_f64_with(x, sat).to_bits(),
+            Fp8Format::E5M2 => F8E5M2::from_f64_with(x, sat).to_bits(),
+        }
+    }
+
+    /// `x` rounded to this format and back (saturating).
+    pub fn round(self, x: f64) -> f64 {
+        self.decode(self.encode(x, Fp8Saturation::SatFinite))
+    }
+
+    /// The largest finite value (448 or 57 344).
+    pub fn max(self) -> f64 {
+        match self {
+            Fp8Format::E4M3 => E4M3.max,
+            Fp8Format::E5M2 => E5M2.max,
+        }
+    }
+
+    /// The unit roundoff of normal values, half an ulp of 1: 2⁻⁴ for E4M3
+    /// (3 mantissa bits), 2⁻³ for E5M2 (2 bits).
+    pub fn unit_roundoff(self) -> f64 {
+        match self {
+            Fp8Format::E4M3 => 0.0625,
+            Fp8Format::E5M2 => 0.125,
+        }
+    }
+
+    /// The CUDA type code.
+    pub fn cuda(self) -> crate::sys::cudart::cudaDataType_t {
+        use crate::sys::cudart::cudaDataType_t as C;
+        match self {
+            Fp8Format::E4M3 => C::CUDA_R_8F_E4M3,
+            Fp8Format::E5M2 => C::CUDA_R_8F_E5M2,
+        }
+    }
+
+    /// A short name (`"fp8e4m3"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Fp8Format::E4M3 => "fp8e4m3",
+            Fp8Format::E5M2 => "fp8e5m2",
+        }
+    }
+}
+
+impl fmt::Display for Fp8Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
