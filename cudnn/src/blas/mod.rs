@@ -91,4 +91,8 @@ pub use lt::{
     AuxKind, BiasUse, Epilogue, EpilogueArgs, LtHandle, LtMatrixLayout, MatmulDesc,
     MatmulDescriptors, MatmulPlan, MatmulPreference, MatmulShape, MatmulSpec, PlanCache, PlanKey,
 };
+pub use lt::{
+    Fp8Descriptors, Fp8Input, Fp8MatmulPlan, Fp8MatmulSpec, Fp8Output, Fp8OutputType, Fp8ScaleMode,
+    Fp8Scaling, Fp8Shape, Fp8Types, check_scale_mode_for, fp8_epilogue_supported,
+};
 pub use matrix::{Layout, Matrix, MatrixMut, Order};
