@@ -76,15 +76,23 @@ mod sealed {
 pub trait Fp8Input: DataType + sealed::Input {
     /// The format.
     const FORMAT: Fp8Format;
+    /// The value whose encoding is `bits`.
+    fn from_bits(bits: u8) -> Self;
 }
 
 impl sealed::Input for F8E4M3 {}
 impl Fp8Input for F8E4M3 {
     const FORMAT: Fp8Format = Fp8Format::E4M3;
+    fn from_bits(bits: u8) -> Self {
+        F8E4M3::from_bits(bits)
+    }
 }
 impl sealed::Input for F8E5M2 {}
 impl Fp8Input for F8E5M2 {
     const FORMAT: Fp8Format = Fp8Format::E5M2;
+    fn from_bits(bits: u8) -> Self {
+        F8E5M2::from_bits(bits)
+    }
 }
 
 /// D's type in an FP8 matmul ([`Fp8OutputType`] at run time). Sealed.
