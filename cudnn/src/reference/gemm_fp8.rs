@@ -15,7 +15,7 @@
 //! D only for an FP8 D in cuBLASLt (the GEMM checks that it is 1 otherwise).
 //!
 //! [`tolerance`] derives the bound a GPU result must meet from the formats
-//! and k. Bounds on sizes and work: as [`gemm::matmul`](super::gemm::matmul),
+//! and k. Bounds on sizes and work: as [`gemm::matmul`],
 //! plus the decoded copies of A and B (each at most
 //! [`MAX_ELEMENTS`](super::MAX_ELEMENTS)).
 //!

@@ -1,57 +1,7 @@
 //! Scaled FP8 matmul: the element-type rules, the spec, its checks (all in
 //! Rust, before any library call) and the host-side descriptors.
 //!
-//! cuBLASLt's FP8 GEMM computes
-//! `D = scale_d · epilogue(alpha · scale_a · scale_b · A·B + beta · scale_c · C (+ bias))`
-//! with f32 accumulation (`CUBLAS_COMPUTE_32F`, f32 alpha/beta), and can
-//! write `amax_d = max |…|` before `scale_d` (the oracle is
-//! [`reference::gemm_fp8`](crate::reference::gemm_fp8)). Its rules, checked
-//! by [`Fp8MatmulSpec::check_types`]:
-//!
-//! - A and B are E4M3 or E5M2, but not both E5M2.
-//! - D is f32, f16, bf16, E4M3 or E5M2. C has D's type, except for an FP8
-//!   D, where C is bf16 ([`Fp8Output::C_TYPE`]) and, as this crate runs C in
-//!   place in D's memory, `beta` must be 0. `scale_d` applies to FP8 outputs
-//!   only. The bias vector is bf16, or f16 for an f16 D ([`Fp8Output::Bias`]).
-//! - "TN": in cuBLASLt's column-major terms A is transposed and B is not.
-//!   For the logical product D = A·B that is, whatever D's order: **A has
-//!   its k dimension contiguous** (row-major m x k, or `col_major(k, m).t()`)
-//!   and **B has its k dimension contiguous** (column-major k x n, or
-//!   `row_major(n, k).t()`). A wrong one is an error naming it and the
-//!   layout to use.
-//! - 16-byte alignment: device pointers ([`Fp8MatmulSpec::with_alignment`]
-//!   at least 16), every leading dimension and batch stride a multiple of
-//!   16 bytes, and k a multiple of 16.
-//! - Epilogues: [`Epilogue::None`], `Relu`, `Gelu`, `Bias`, `ReluBias`,
-//!   `GeluBias` ([`fp8_epilogue_supported`]).
-//! - Block scaling ([`Fp8ScaleMode::Mxfp8`], `VEC32_UE8M0` scales per 32
-//!   elements along k) exists on Blackwell (sm_100 and newer) only; a plan
-//!   for it on an older device is [`Error::Unsupported`] naming the
-//!   architecture.
-//!
-//! ```
-//! use cudnn::blas::{Epilogue, Fp8MatmulSpec, Layout};
-//! use cudnn::F8E4M3;
-//! use half::bf16;
-//! // Y (64 x 128, row-major bf16) = X (64 x 256) · Wᵀ, W stored 128 x 256:
-//! // both operands have k (256) contiguous: the "TN" layout.
-//! let spec = Fp8MatmulSpec::new(
-//!     Layout::row_major(64, 256),
-//!     Layout::row_major(128, 256).t(),
-//!     Layout::row_major(64, 128),
-//! )
-//! .with_epilogue(Epilogue::Bias);
-//! let shape = spec.check::<F8E4M3, F8E4M3, bf16>()?;
-//! assert_eq!(shape.bias_len(), 128);
-//! // A stored column-major is refused before any library call.
-//! let bad = Fp8MatmulSpec::new(
-//!     Layout::col_major(64, 256),
-//!     Layout::row_major(128, 256).t(),
-//!     Layout::row_major(64, 128),
-//! );
-//! assert!(bad.check::<F8E4M3, F8E4M3, bf16>().unwrap_err().to_string().contains("row_major"));
-//! # Ok::<(), cudnn::Error>(())
-//! ```
+//! (The rules are on [`Fp8MatmulSpec`].)
 
 use half::{bf16, f16};
 
@@ -270,7 +220,59 @@ pub fn fp8_epilogue_supported(e: Epilogue) -> bool {
 /// Everything an [`Fp8MatmulPlan`](crate::blas::Fp8MatmulPlan) is built
 /// from: the layouts of A, B and D (C is D, in place), the epilogue, fast
 /// accumulation, whether D's amax is written, the scale mode and the
-/// pointer alignment. See the [module rules](self).
+/// pointer alignment.
+///
+/// cuBLASLt's FP8 GEMM computes
+/// `D = scale_d · epilogue(alpha · scale_a · scale_b · A·B + beta · scale_c · C (+ bias))`
+/// with f32 accumulation (`CUBLAS_COMPUTE_32F`, f32 alpha/beta), and can
+/// write `amax_d = max |…|` before `scale_d` (the oracle is
+/// [`reference::gemm_fp8`](crate::reference::gemm_fp8)). Its rules, checked
+/// by [`check_types`](Self::check_types):
+///
+/// - A and B are E4M3 or E5M2, but not both E5M2.
+/// - D is f32, f16, bf16, E4M3 or E5M2. C has D's type, except for an FP8
+///   D, where C is bf16 ([`Fp8Output::C_TYPE`]) and, as this crate runs C in
+///   place in D's memory, `beta` must be 0. `scale_d` applies to FP8 outputs
+///   only. The bias vector is bf16, or f16 for an f16 D ([`Fp8Output::Bias`]).
+/// - "TN": in cuBLASLt's column-major terms A is transposed and B is not.
+///   For the logical product D = A·B that is, whatever D's order: **A has
+///   its k dimension contiguous** (row-major m x k, or `col_major(k, m).t()`)
+///   and **B has its k dimension contiguous** (column-major k x n, or
+///   `row_major(n, k).t()`). A wrong one is an error naming it and the
+///   layout to use.
+/// - 16-byte alignment: device pointers ([`Fp8MatmulSpec::with_alignment`]
+///   at least 16), every leading dimension and batch stride a multiple of
+///   16 bytes, and k a multiple of 16.
+/// - Epilogues: [`Epilogue::None`], `Relu`, `Gelu`, `Bias`, `ReluBias`,
+///   `GeluBias` ([`fp8_epilogue_supported`]).
+/// - Block scaling ([`Fp8ScaleMode::Mxfp8`], `VEC32_UE8M0` scales per 32
+///   elements along k) exists on Blackwell (sm_100 and newer) only; a plan
+///   for it on an older device is [`Error::Unsupported`] naming the
+///   architecture.
+///
+/// ```
+/// use cudnn::blas::{Epilogue, Fp8MatmulSpec, Layout};
+/// use cudnn::F8E4M3;
+/// use half::bf16;
+/// // Y (64 x 128, row-major bf16) = X (64 x 256) · Wᵀ, W stored 128 x 256:
+/// // both operands have k (256) contiguous: the "TN" layout.
+/// let spec = Fp8MatmulSpec::new(
+///     Layout::row_major(64, 256),
+///     Layout::row_major(128, 256).t(),
+///     Layout::row_major(64, 128),
+/// )
+/// .with_epilogue(Epilogue::Bias);
+/// let shape = spec.check::<F8E4M3, F8E4M3, bf16>()?;
+/// assert_eq!(shape.bias_len(), 128);
+/// // A stored column-major is refused before any library call.
+/// let bad = Fp8MatmulSpec::new(
+///     Layout::col_major(64, 256),
+///     Layout::row_major(128, 256).t(),
+///     Layout::row_major(64, 128),
+/// );
+/// assert!(bad.check::<F8E4M3, F8E4M3, bf16>().unwrap_err().to_string().contains("row_major"));
+/// # Ok::<(), cudnn::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Fp8MatmulSpec {
     pub(super) a: Layout,
