@@ -40,6 +40,7 @@ fn main() {
         unit("fp8_rules_refused_with_the_argument_named", refusals),
         unit("fp8_scale_mode_by_architecture", architectures),
         host("fuzz_fp8_spec_and_descriptors", fuzz),
+        host("fp8_heuristic_needs_a_device", heuristic_needs_device),
     ])
 }
 
@@ -462,5 +463,31 @@ fn fuzz() -> R {
         n >= 10,
         "only {n} random specs passed the checks: the property is nearly vacuous"
     );
+    Ok(())
+}
+
+/// Why the FP8 heuristic is not host-tested: `cublasLtMatmulAlgoGetHeuristic`
+/// takes a cuBLASLt handle, and `cublasLtCreate` itself refuses without a
+/// device (`CUBLAS_STATUS_NOT_INITIALIZED`). With a device it succeeds (and
+/// `gpu_fp8_gemm` runs the heuristic).
+fn heuristic_needs_device() -> R {
+    use cudnn::sys::cublas::cublasStatus_t as St;
+    let api = cudnn::sys::cublas::load_lt()?;
+    let mut raw = std::ptr::null_mut();
+    // SAFETY: `raw` is a valid out-pointer; a handle created is destroyed below.
+    let st = unsafe { api.cublasLtCreate(&mut raw) }?;
+    if has_gpu() {
+        ensure!(
+            st == St::CUBLAS_STATUS_SUCCESS && !raw.is_null(),
+            "with a device: {st:?}"
+        );
+        // SAFETY: created just above, destroyed once.
+        let _ = unsafe { api.cublasLtDestroy(raw) };
+    } else {
+        ensure!(
+            st == St::CUBLAS_STATUS_NOT_INITIALIZED,
+            "without a device cublasLtCreate returned {st:?}"
+        );
+    }
     Ok(())
 }
