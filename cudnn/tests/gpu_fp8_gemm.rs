@@ -271,8 +271,9 @@ where
             let e = (got_amax - want.amax).abs() / want.amax.max(1e-30);
             ensure!(
                 e <= tolerance(k, OutputType::F32, fast),
-                "{name}: amax {got_amax} vs reference (before scale_d) {}",
-                want.amax
+                "{name}: amax {got_amax} vs reference (before scale_d) {} (after scale_d it would be {})",
+                want.amax,
+                want.amax * sc.d
             );
         }
         eprintln!("{name}: max relative error {err:.3e} (bound {tol:.3e})");
