@@ -104,7 +104,12 @@ fn torch211(dir: &Path, args: &[String]) -> Result<(), String> {
 }
 
 /// The test binaries run against the `torch211` stack.
-const TORCH211_TESTS: &[&str] = &["host_raw", "host_graph", "host_graph_norm_attention"];
+const TORCH211_TESTS: &[&str] = &[
+    "host_raw",
+    "host_graph",
+    "host_graph_norm_attention",
+    "host_fp8_gemm",
+];
 /// The examples that plan (without a GPU: for an H200), run against it.
 const TORCH211_EXAMPLES: &[&str] = &["graph_conv", "aot", "attention", "bench_graph"];
 
