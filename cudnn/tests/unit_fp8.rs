@@ -38,6 +38,10 @@ fn main() {
         unit("reference_gemm_fp8_rejects", ref_rejects),
         unit("reference_gemm_fp8_tolerance", ref_tolerance),
         unit("fuzz_reference_gemm_fp8", ref_fuzz),
+        unit(
+            "reference_gemm_fp8_empty_with_huge_extent_is_instant",
+            ref_empty_huge,
+        ),
     ])
 }
 
@@ -716,4 +720,53 @@ fn ref_fuzz() -> R {
             },
         )
         .map_err(|e| e.to_string().into())
+}
+
+/// An empty D with a huge other extent (or batch) is answered at once, and a
+/// product beyond the work bound is refused, not run.
+fn ref_empty_huge() -> R {
+    let t = std::time::Instant::now();
+    let big = 1usize << 30;
+    let la = Layout::row_major(big, 16);
+    let lb = Layout::col_major(16, 0);
+    let ld = Layout::col_major(big, 0);
+    // A would need 2^34 codes: refused by its length check, not looped over.
+    let r = gemm_fp8(
+        1.0,
+        (&[], Fp8Format::E4M3, &la),
+        (&[], Fp8Format::E4M3, &lb),
+        0.0,
+        None,
+        &ld,
+        OutputType::BF16,
+        &Fp8Scales::default(),
+        Epilogue::None,
+        None,
+    );
+    ensure(
+        matches!(
+            r,
+            Err(Error::Mismatch { .. } | Error::InvalidArgument { .. })
+        ),
+        || format!("{r:?}"),
+    )?;
+    // k = 0 and n = 0 with a huge batch: empty everywhere.
+    let la = Layout::row_major(4, 0).batched(big, 0);
+    let lb = Layout::col_major(0, 0).batched(big, 0);
+    let ld = Layout::col_major(4, 0).batched(big, 4);
+    let r = gemm_fp8(
+        1.0,
+        (&[], Fp8Format::E4M3, &la),
+        (&[], Fp8Format::E4M3, &lb),
+        0.0,
+        None,
+        &ld,
+        OutputType::BF16,
+        &Fp8Scales::default(),
+        Epilogue::None,
+        None,
+    );
+    ensure(t.elapsed().as_secs() < 5, || {
+        format!("took {:?}: {r:?}", t.elapsed())
+    })
 }

@@ -215,6 +215,16 @@ pub fn gemm_fp8(
     )?;
     let mut amax: f64 = 0.0;
     let mut d = bounds::zeros("d", len)?;
+    if d_layout.rows() == 0 || d_layout.cols() == 0 {
+        // An empty D (whatever its batch count or other extent): nothing to
+        // round, and no loop over an extent that holds nothing.
+        return Ok(Fp8GemmOutput {
+            d,
+            unrounded: x,
+            amax,
+        });
+    }
+    // Bounded: matmul refused more than MAX_WORK of batch x m x n.
     for p in 0..d_layout.batch_count() {
         for i in 0..d_layout.rows() {
             for j in 0..d_layout.cols() {
