@@ -55,6 +55,7 @@ fn main() {
                 r => r,
             }
         }),
+        gpu("fp8_output_saturates_as_satfinite", saturation),
         gpu("fp8_misuse_refused_before_the_call", misuse),
     ])
 }
@@ -278,6 +279,74 @@ where
         }
         eprintln!("{name}: max relative error {err:.3e} (bound {tol:.3e})");
     }
+    Ok(())
+}
+
+/// An E4M3 D with scale_d = 64: most results exceed 448. The reference
+/// saturates (`SatFinite`, what the `cvt.rn.satfinite` conversion of the
+/// epilogue does); a library that did not would write NaN there, which
+/// fails with a message saying so.
+fn saturation() -> R {
+    Device::new(0)?;
+    let stream = Stream::new()?;
+    let lt = LtHandle::new(&stream)?;
+    let (m, n, k) = (64, 64, 64);
+    let (la, lb, ld) = (
+        Layout::row_major(m, k),
+        Layout::col_major(k, n),
+        Layout::col_major(m, n),
+    );
+    let spec = Fp8MatmulSpec::new(la, lb, ld).with_amax_d(true);
+    let mut plan = Fp8MatmulPlan::<F8E4M3, F8E4M3, F8E4M3>::new(&lt, &spec)?;
+    let a = rand_fp8::<F8E4M3>(m * k, 21);
+    let b = rand_fp8::<F8E4M3>(k * n, 22);
+    let sc = Fp8Scales {
+        d: 64.0,
+        ..Fp8Scales::default()
+    };
+    let want = gemm_fp8(
+        1.0,
+        (&a, cudnn::Fp8Format::E4M3, &la),
+        (&b, cudnn::Fp8Format::E4M3, &lb),
+        0.0,
+        None,
+        &ld,
+        OutputType::Fp8(cudnn::Fp8Format::E4M3),
+        &sc,
+        Epilogue::None,
+        None,
+    )?;
+    let saturated = want.d.iter().filter(|v| v.abs() == 448.0).count();
+    ensure!(
+        saturated > m * n / 4,
+        "the case must saturate: only {saturated} at 448"
+    );
+    let da = DeviceBuffer::from_host(&as_type::<F8E4M3>(&a))?;
+    let db = DeviceBuffer::from_host(&as_type::<F8E4M3>(&b))?;
+    let mut dd = DeviceBuffer::from_host(&vec![F8E4M3::NAN; m * n])?;
+    let s_d = DeviceBuffer::from_host(&[64.0f32])?;
+    let mut amax = DeviceBuffer::from_host(&[f32::NAN])?;
+    let scaling = Fp8Scaling {
+        d: Some((&s_d).into()),
+        amax_d: Some((&mut amax).into()),
+        ..Fp8Scaling::default()
+    };
+    plan.run(&lt, 1.0, &da, &db, 0.0, &mut dd, scaling, None)?;
+    stream.synchronize()?;
+    let got: Vec<f64> = dd.to_vec()?.into_iter().map(F8E4M3::to_f64).collect();
+    let nans = got.iter().filter(|v| v.is_nan()).count();
+    ensure!(
+        nans == 0,
+        "{nans} of {} outputs are NaN: the library's FP8 output does not saturate (NoSat) where the reference does",
+        got.len()
+    );
+    let tol = tolerance(k, OutputType::Fp8(cudnn::Fp8Format::E4M3), false);
+    let err = max_relative_error(&got, &want.d);
+    ensure!(err <= tol, "saturated D: relative error {err:e} > {tol:e}");
+    eprintln!(
+        "saturation: {saturated} of {} results at ±448, max relative error {err:.3e}",
+        m * n
+    );
     Ok(())
 }
 

@@ -239,7 +239,9 @@ pub fn fp8_epilogue_supported(e: Epilogue) -> bool {
 ///   its k dimension contiguous** (row-major m x k, or `col_major(k, m).t()`)
 ///   and **B has its k dimension contiguous** (column-major k x n, or
 ///   `row_major(n, k).t()`). A wrong one is an error naming it and the
-///   layout to use.
+///   layout to use. (NVIDIA requires this on Ada, Hopper and Blackwell
+///   GeForce, sm_89/sm_90/sm_120; sm_100 accepts more layouts, which this
+///   crate does not offer.)
 /// - 16-byte alignment: device pointers ([`Fp8MatmulSpec::with_alignment`]
 ///   at least 16), every leading dimension and batch stride a multiple of
 ///   16 bytes, and k a multiple of 16.
