@@ -99,6 +99,18 @@ pub const DIFFERENCES: &[Difference] = &[
             p.composite && matches!(f.kind, "node" | "unmatched" | "tensor") && !is_bound_tensor(f)
         },
     },
+    Difference {
+        id: "D6",
+        what: "FP8 graphs on a GPU without FP8 tensor cores (A100): the crate refuses with a typed Unsupported before asking cuDNN, the frontend reports that cuDNN offered no engine",
+        why: "both sides refuse the same graph for the same target; cuDNN's own reason is that its FP8 (QMMA) kernels do not run on sm_80",
+        applies: |p, f| {
+            p.family.starts_with("fp8")
+                && f.kind == "crate"
+                && f.ours.contains("unsupported")
+                && f.ours.contains("FP8")
+                && f.theirs.contains("No valid engine configs")
+        },
+    },
 ];
 
 /// A finding about a tensor a caller binds (named by its role), which a
@@ -209,6 +221,13 @@ mod unit {
         assert!(ids(&bwd, f("tensor", "`dq` stride", "[1]", "[2]")).is_empty());
         assert!(ids(&bwd, f("first_engine", "first_engine", "6", "7")).is_empty());
         assert_eq!(ids(&bwd, f("node", "nodes[3]/operation", "a", "b")), ["D4"]);
+        // D6: FP8 only, and only when both sides refuse.
+        let fp8 = pattern("fp8_matmul", false);
+        let refused = "unsupported: an FP8 matmul on a GPU of compute capability 8.0";
+        let none = "cudnnGraphNotSupportedError: No valid engine configs for x";
+        assert_eq!(ids(&fp8, f("crate", "plan", refused, none)), ["D6"]);
+        assert!(ids(&fp8, f("crate", "plan", refused, "planned")).is_empty());
+        assert!(ids(&conv, f("crate", "plan", refused, none)).is_empty());
         // Nothing explains an engine count.
         assert!(ids(&sdpa, f("count", "count", "4", "3")).is_empty());
     }

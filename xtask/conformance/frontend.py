@@ -193,6 +193,8 @@ class Builder:
             "bf16": cudnn.data_type.BFLOAT16,
             "i32": cudnn.data_type.INT32,
             "i64": cudnn.data_type.INT64,
+            "fp8e4m3": cudnn.data_type.FP8_E4M3,
+            "fp8e5m2": cudnn.data_type.FP8_E5M2,
         }
         self.props = props
         self.g = cudnn._pybind_module.backend_graph(
@@ -397,6 +399,21 @@ class Builder:
         for name, src, x in (("dq", "q", dq), ("dk", "k", dk), ("dv", "v", dv)):
             x.set_dim(self.by_name[src]["dims"]).set_stride(self.by_name[src]["strides"])
             self.out(name, x)
+
+    # ---- FP8 (issue 25) ----
+
+    def fam_fp8_matmul(self):
+        g, t, f32 = self.g, self.t, self.cudnn.data_type.FLOAT
+        acc = g.matmul(t["a"], t["b"], compute_data_type=f32)
+        d = g.mul(acc, t["descale_a"], compute_data_type=f32)
+        d = g.mul(d, t["descale_b"], compute_data_type=f32)
+        if self.p["amax"]:
+            m = g.reduction(d, mode=self.cudnn.reduction_mode.AMAX, compute_data_type=f32)
+            m.set_dim(self.by_name["amax"]["dims"]).set_stride(self.by_name["amax"]["strides"])
+            self.out("amax", m)
+        if "scale_c" in t:
+            d = g.mul(d, t["scale_c"], compute_data_type=f32)
+        self.out("c", d)
 
 
 def plan_one(cudnn, spec, target):

@@ -53,6 +53,7 @@ pub use cache::{
 pub use graph::{Graph, IoSignature, IoTensor, OpGraph, Tensor};
 pub use heuristics::{BehaviorNote, Candidate, HeurMode, Knob, NumericalNote, Policy};
 pub use ops::conv::{ConvDirection, ConvParams};
+pub use ops::matmul_fp8::{Fp8Matmul, Fp8MatmulScales, check_fp8_target};
 pub use ops::norm::{NormGrads, NormMode, NormOutputs, NormPhase, RunningStats};
 pub use ops::pointwise::{Arity, Pointwise};
 pub use ops::reduction::Reduce;

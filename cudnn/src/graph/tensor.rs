@@ -127,6 +127,11 @@ impl DType {
         })
     }
 
+    /// Whether this is one of the 8-bit float types (E4M3, E5M2).
+    pub fn is_fp8(self) -> bool {
+        matches!(self, DType::Fp8E4M3 | DType::Fp8E5M2)
+    }
+
     /// Whether this is a floating-point type.
     pub fn is_float(self) -> bool {
         matches!(

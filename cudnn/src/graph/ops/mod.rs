@@ -6,6 +6,7 @@
 pub mod conv;
 pub(crate) mod elementwise;
 pub(crate) mod matmul;
+pub mod matmul_fp8;
 pub mod norm;
 pub mod pointwise;
 pub mod reduction;

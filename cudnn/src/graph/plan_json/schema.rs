@@ -315,6 +315,8 @@ pub(super) const FINALIZE_MODES: &[&str] = &[
     "GENERIC_CONV_FUSION",
     "GENERIC_POINTWISE_FUSION",
     "BLAS_MATMUL",
+    // A matmul with a reduction fused (the FP8 matmul's amax).
+    "GENERIC_MATMUL_FUSION",
     "CONV_FORWARD",
     "CONV_BWD_DATA",
     "CONV_BWD_FILTER",

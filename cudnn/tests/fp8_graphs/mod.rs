@@ -1,0 +1,109 @@
+//! The FP8 graphs the host, fuzz and GPU tiers build (`host_graph_fp8`,
+//! `gpu_fp8_graph`): an FP8 matmul per operand types, output and layout.
+#![allow(dead_code)]
+
+use cudnn::Error;
+use cudnn::graph::*;
+
+/// One FP8 matmul case: `[batch, M, K] @ [batch, K, N]`.
+#[derive(Clone, Copy, Debug)]
+pub struct MatmulCase {
+    pub a: DType,
+    pub b: DType,
+    /// The stored type of `c` (an FP8 type gets `scale_c`).
+    pub out: DType,
+    pub amax: bool,
+    /// `b` stored with K contiguous (column-major, the "TN" layout FP8
+    /// tensor cores read); otherwise row-major (N contiguous).
+    pub b_k_major: bool,
+    pub dims: [i64; 4],
+}
+
+impl MatmulCase {
+    pub fn new(a: DType, b: DType, out: DType) -> Self {
+        Self {
+            a,
+            b,
+            out,
+            amax: true,
+            b_k_major: true,
+            dims: [2, 128, 256, 64],
+        }
+    }
+    pub fn tag(&self) -> String {
+        format!(
+            "{}x{}->{}{}{}",
+            self.a,
+            self.b,
+            self.out,
+            if self.amax { "+amax" } else { "" },
+            if self.b_k_major { "" } else { " b-row-major" }
+        )
+    }
+    pub fn b_spec(&self) -> Result<TensorSpec, Error> {
+        let [batch, _, k, n] = self.dims;
+        if self.b_k_major {
+            TensorSpec::new(self.b, &[batch, k, n], &[k * n, 1, k])
+        } else {
+            TensorSpec::row_major(self.b, &[batch, k, n])
+        }
+    }
+    /// The graph, its tensors named `a`, `b`, `descale_a`, `descale_b`,
+    /// `scale_c` (FP8 outputs), `c` and `amax`.
+    pub fn graph(&self) -> Result<Graph, Error> {
+        let [batch, m, k, _] = self.dims;
+        let mut g = Graph::new();
+        let a = g.input("a", TensorSpec::row_major(self.a, &[batch, m, k])?)?;
+        let b = g.input("b", self.b_spec()?)?;
+        let one = TensorSpec::row_major(DType::F32, &[1, 1, 1])?;
+        let descale_a = g.input("descale_a", one.clone())?;
+        let descale_b = g.input("descale_b", one.clone())?;
+        let scale_c = if self.out.is_fp8() {
+            Some(g.input("scale_c", one)?)
+        } else {
+            None
+        };
+        let r = g.fp8_matmul(
+            a,
+            b,
+            &Fp8MatmulScales {
+                descale_a,
+                descale_b,
+                scale_c,
+            },
+            self.amax,
+        )?;
+        g.output(r.c, self.out)?;
+        g.rename(r.c, "c")?;
+        if let Some(m) = r.amax {
+            g.rename(m, "amax")?;
+        }
+        Ok(g)
+    }
+}
+
+/// The cases the host tier plans per target.
+pub fn matmul_cases() -> Vec<MatmulCase> {
+    use DType::*;
+    let mut v = vec![
+        MatmulCase::new(Fp8E4M3, Fp8E4M3, BF16),
+        MatmulCase::new(Fp8E4M3, Fp8E4M3, Fp8E4M3),
+        MatmulCase::new(Fp8E4M3, Fp8E5M2, BF16),
+        MatmulCase::new(Fp8E5M2, Fp8E4M3, Fp8E5M2),
+        MatmulCase::new(Fp8E4M3, Fp8E4M3, F32),
+        MatmulCase::new(Fp8E4M3, Fp8E4M3, F16),
+        MatmulCase {
+            amax: false,
+            ..MatmulCase::new(Fp8E4M3, Fp8E4M3, BF16)
+        },
+        MatmulCase {
+            b_k_major: false,
+            ..MatmulCase::new(Fp8E4M3, Fp8E4M3, BF16)
+        },
+    ];
+    v.push(MatmulCase {
+        b_k_major: false,
+        ..MatmulCase::new(Fp8E4M3, Fp8E4M3, Fp8E4M3)
+    });
+    v
+}

@@ -1,0 +1,391 @@
+//! A fuzz target for the graph API's FP8 entry points (issue 25), run by
+//! proptest with a fixed seed (`PROPTEST_RNG_SEED` picks another;
+//! `CUDNN_RS_FUZZ_CASES` multiplies the case counts).
+//!
+//! - `unit::` `Graph::fp8_matmul` on random and adversarial operands (every
+//!   dtype, ranks 0 to 9, dims from 1 to `i64::MAX`, transposed or not),
+//!   scales (wrong type, rank or dims, from another graph) and compute
+//!   types: every call returns within a second without panicking, an error
+//!   is typed and names its argument, a success adds the pattern's ops and
+//!   leaves the graph's compute type as it was; `check_fp8_target` on any
+//!   i64.
+//! - `host::` (the real cuDNN, no device): some of the successful graphs
+//!   are built and planned for H200 (cuDNN plans or refuses with a typed
+//!   error) and for A100 (always the typed `Unsupported`).
+//!
+//! Prints `fuzz: ...` counts on stderr.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#[path = "support/mod.rs"]
+mod support;
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::{Duration, Instant};
+
+use cudnn::Error;
+use cudnn::graph::{
+    DType, Fp8MatmulScales, Graph, Plan, Policy, Target, TensorSpec, check_fp8_target,
+};
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::{Config, RngSeed, TestRunner};
+use support::*;
+
+const CALL_LIMIT: Duration = Duration::from_secs(1);
+const PLAN_LIMIT: Duration = Duration::from_secs(30);
+
+fn runner() -> TestRunner {
+    let seed = std::env::var("PROPTEST_RNG_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x0f8_25b);
+    TestRunner::new(Config {
+        failure_persistence: None,
+        rng_seed: RngSeed::Fixed(seed),
+        ..Config::default()
+    })
+}
+
+fn cases(n: u32) -> u32 {
+    let k = std::env::var("CUDNN_RS_FUZZ_CASES")
+        .ok()
+        .and_then(|s| s.parse::<u32>().ok())
+        .unwrap_or(1)
+        .max(1);
+    n.saturating_mul(k)
+}
+
+/// A typed error; a validation error names its argument.
+fn typed(e: &Error) -> Result<(), String> {
+    match e {
+        Error::InvalidArgument { arg, rule, .. }
+            if !arg.trim().is_empty() && !rule.trim().is_empty() =>
+        {
+            Ok(())
+        }
+        Error::Mismatch { what, .. } if !what.trim().is_empty() => Ok(()),
+        Error::Unsupported { what, .. } if !what.trim().is_empty() => Ok(()),
+        Error::Cudnn { .. } | Error::Load(_) | Error::MissingSymbol(_) => Ok(()),
+        other => Err(format!("an untyped or unnamed error: {other:?}")),
+    }
+}
+
+fn timed<T>(
+    what: &str,
+    limit: Duration,
+    f: impl FnOnce() -> Result<T, Error>,
+) -> Result<Result<T, Error>, String> {
+    let start = Instant::now();
+    let r = catch_unwind(AssertUnwindSafe(f)).map_err(|_| format!("{what}: panicked"))?;
+    let took = start.elapsed();
+    if took > limit {
+        return Err(format!("{what}: took {took:?}"));
+    }
+    if let Err(e) = &r {
+        typed(e).map_err(|m| format!("{what}: {m}"))?;
+    }
+    Ok(r)
+}
+
+fn dtype() -> impl Strategy<Value = DType> {
+    prop_oneof![
+        6 => Just(DType::Fp8E4M3),
+        3 => Just(DType::Fp8E5M2),
+        1 => prop::sample::select(vec![
+            DType::F32, DType::F16, DType::BF16, DType::F64, DType::I8, DType::U8,
+            DType::I32, DType::I64, DType::Bool,
+        ]),
+    ]
+}
+
+fn dim() -> impl Strategy<Value = i64> {
+    prop_oneof![
+        12 => prop::sample::select(vec![1i64, 2, 16, 32, 64, 128]),
+        1 => prop::sample::select(vec![0, -1, 3, 17, i64::MIN, i64::MAX, 1 << 31, 1 << 40]),
+    ]
+}
+
+#[derive(Clone, Debug)]
+struct Case {
+    at: DType,
+    bt: DType,
+    rank: usize,
+    m: i64,
+    k: i64,
+    k_b: i64,
+    n: i64,
+    batch_a: i64,
+    batch_b: i64,
+    b_k_major: bool,
+    scale_rank: usize,
+    scale_dims_bad: bool,
+    scale_t: DType,
+    scale_c: bool,
+    foreign: bool,
+    amax: bool,
+    compute: DType,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (
+        (
+            dtype(),
+            dtype(),
+            prop_oneof![8 => 2usize..5, 1 => 0usize..10],
+        ),
+        (
+            dim(),
+            dim(),
+            prop_oneof![9 => Just(None), 1 => dim().prop_map(Some)],
+            dim(),
+        ),
+        (
+            prop_oneof![3 => Just(1i64), 1 => dim()],
+            prop_oneof![3 => Just(1i64), 1 => dim()],
+        ),
+        (
+            any::<bool>(),
+            prop_oneof![9 => Just(None), 1 => (0usize..10).prop_map(Some)],
+            prop::bool::weighted(0.05),
+        ),
+        (
+            prop_oneof![12 => Just(DType::F32), 1 => dtype()],
+            any::<bool>(),
+            prop::bool::weighted(0.03),
+            any::<bool>(),
+        ),
+        prop::sample::select(vec![DType::F32, DType::F16, DType::BF16]),
+    )
+        .prop_map(
+            |(
+                (at, bt, rank),
+                (m, k, k_b, n),
+                (batch_a, batch_b),
+                (b_k_major, sr, bad),
+                (scale_t, scale_c, foreign, amax),
+                compute,
+            )| Case {
+                at,
+                bt,
+                rank,
+                m,
+                k,
+                k_b: k_b.unwrap_or(k),
+                n,
+                batch_a,
+                batch_b,
+                b_k_major,
+                scale_rank: sr.unwrap_or(rank),
+                scale_dims_bad: bad,
+                scale_t,
+                scale_c,
+                foreign,
+                amax,
+                compute,
+            },
+        )
+}
+
+/// The operand spec: `[batch..., rows, cols]` of `rank`, or as given for
+/// the ranks below 2 (which the builder must refuse).
+fn operand(
+    dt: DType,
+    rank: usize,
+    batch: i64,
+    rows: i64,
+    cols: i64,
+    col_major: bool,
+) -> Result<TensorSpec, Error> {
+    let mut dims = vec![batch; rank.saturating_sub(2)];
+    dims.extend([rows, cols].iter().take(rank));
+    if col_major && rank >= 2 {
+        let mut order: Vec<usize> = (0..rank).collect();
+        order.swap(rank - 1, rank - 2);
+        let mut strides = vec![1i64; rank];
+        let mut acc = 1i64;
+        for &i in order.iter().rev() {
+            strides[i] = acc;
+            acc = acc
+                .checked_mul(dims[i].max(1))
+                .ok_or_else(|| Error::invalid("dims", "overflow", 0))?;
+        }
+        return TensorSpec::new(dt, &dims, &strides);
+    }
+    TensorSpec::row_major(dt, &dims)
+}
+
+/// Build the case; `Ok(None)` where a spec was refused before the call.
+/// A built case: the graph and what `fp8_matmul` returned.
+type Built = (Graph, Result<cudnn::graph::Fp8Matmul, Error>);
+
+fn build(c: &Case) -> Result<Option<Built>, String> {
+    let mut g = Graph::new();
+    g.set_compute_type(c.compute);
+    let specs = (|| {
+        let a = operand(c.at, c.rank, c.batch_a, c.m, c.k, false)?;
+        let b = operand(c.bt, c.rank, c.batch_b, c.k_b, c.n, c.b_k_major)?;
+        let mut sd = vec![1i64; c.scale_rank.max(1)];
+        if c.scale_dims_bad {
+            sd[0] = 2;
+        }
+        let s = TensorSpec::row_major(c.scale_t, &sd)?;
+        Ok::<_, Error>((a, b, s))
+    })();
+    let Ok((a, b, s)) = specs else {
+        return Ok(None);
+    };
+    let r = timed("fp8_matmul", CALL_LIMIT, || {
+        let a = g.input("a", a)?;
+        let b = g.input("b", b)?;
+        let mut other = Graph::new();
+        let descale_a = if c.foreign {
+            other.input("x", s.clone())?
+        } else {
+            g.input("descale_a", s.clone())?
+        };
+        let descale_b = g.input("descale_b", s.clone())?;
+        let scale_c = if c.scale_c {
+            Some(g.input("scale_c", s)?)
+        } else {
+            None
+        };
+        g.fp8_matmul(
+            a,
+            b,
+            &Fp8MatmulScales {
+                descale_a,
+                descale_b,
+                scale_c,
+            },
+            c.amax,
+        )
+    })?;
+    if g.compute_type() != c.compute {
+        return Err(format!(
+            "compute type changed: {:?} -> {:?}",
+            c.compute,
+            g.compute_type()
+        ));
+    }
+    Ok(Some((g, r)))
+}
+
+/// Whether the builder's rules admit the case's types and scales (the
+/// shapes aside): a success must satisfy this.
+fn admissible(c: &Case) -> bool {
+    c.at.is_fp8()
+        && c.bt.is_fp8()
+        && !(c.at == DType::Fp8E5M2 && c.bt == DType::Fp8E5M2)
+        && c.scale_t == DType::F32
+        && !c.scale_dims_bad
+        && c.scale_rank == c.rank
+        && !c.foreign
+}
+
+/// Run `n` cases; plan up to `plans` of the successes (host tier).
+fn fuzz(n: u32, plans: usize) -> TestResult {
+    let mut rng = runner();
+    let strat = case();
+    let (mut calls, mut oks, mut planned, mut refused_a100) = (0u32, 0u32, 0usize, 0usize);
+    let (mut built, mut reached) = (0usize, 0usize);
+    for _ in 0..n {
+        let c = strat
+            .new_tree(&mut rng)
+            .map_err(|e| format!("strategy: {e}"))?
+            .current();
+        let Some((mut g, r)) = build(&c)? else {
+            continue;
+        };
+        calls += 1;
+        let Ok(m) = r else { continue };
+        oks += 1;
+        ensure!(admissible(&c), "accepted an inadmissible case: {c:?}");
+        let sig = g.signature();
+        ensure!(
+            sig.contains("reduction AMax") == c.amax,
+            "amax iff asked: {c:?}"
+        );
+        ensure!(m.amax.is_some() == c.amax, "amax handle iff asked");
+        if built < plans {
+            built += 1;
+            let out = if c.scale_c {
+                DType::Fp8E4M3
+            } else {
+                DType::BF16
+            };
+            g.output(m.c, out)?;
+            let og = match timed("build", PLAN_LIMIT, || g.build())? {
+                Ok(og) => og,
+                Err(_) => continue,
+            };
+            reached += 1;
+            for (tgt, fp8) in [("h200", true), ("a100", false)] {
+                let target = Target::preset(tgt)?;
+                let policy = Policy {
+                    max_attempts: 2,
+                    ..Policy::default()
+                };
+                match timed("plan", PLAN_LIMIT, || Plan::build(&og, &target, &policy))? {
+                    Ok(_) => {
+                        ensure!(fp8, "an FP8 matmul planned for {tgt}: {c:?}");
+                        planned += 1;
+                    }
+                    Err(e) => {
+                        if fp8 && std::env::var("FP8_FUZZ_VERBOSE").is_ok() {
+                            let t = e.to_string();
+                            eprintln!("h200 refused {c:?}: {}", &t[..t.len().min(300)]);
+                        }
+                        if !fp8 {
+                            ensure!(matches!(e, Error::Unsupported { .. }), "{tgt}: {e:?}");
+                            refused_a100 += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    eprintln!(
+        "fuzz: fp8_matmul: {n} cases, {calls} calls, {oks} built the pattern; {reached} of {built} graphs built in cuDNN, {planned} planned for h200, {refused_a100} refused for a100 (typed)"
+    );
+    ensure!(oks * 5 >= calls, "too few calls succeed: {oks} of {calls}");
+    if plans > 0 {
+        // cuDNN refuses many random shapes (alignment, broadcast batches):
+        // each refusal was typed; some must plan, and A100 refuses them all.
+        ensure!(planned >= 1, "none of {reached} planned for h200");
+        ensure!(
+            refused_a100 == reached,
+            "a100 refused {refused_a100} of {reached}"
+        );
+    }
+    Ok(())
+}
+
+fn fuzz_target_rule(n: u32) -> TestResult {
+    let mut rng = runner();
+    let strat = prop_oneof![4 => 0i64..1300, 1 => any::<i64>()];
+    for _ in 0..n {
+        let v = strat
+            .new_tree(&mut rng)
+            .map_err(|e| format!("strategy: {e}"))?
+            .current();
+        let r = timed("check_fp8_target", CALL_LIMIT, || check_fp8_target("x", v))?;
+        ensure!(r.is_ok() == (v >= 890), "{v}: {r:?}");
+    }
+    eprintln!("fuzz: check_fp8_target: {n} architectures, all as the rule");
+    Ok(())
+}
+
+fn main() {
+    run(vec![
+        unit("fuzz_fp8_matmul_builder", || fuzz(cases(20_000), 0)),
+        unit("fuzz_fp8_target_rule", || fuzz_target_rule(cases(20_000))),
+        host("fuzz_fp8_matmul_plans", || {
+            if cudnn::graph::require_graph_support().is_err() {
+                eprintln!(
+                    "fuzz: fp8_matmul plans: this cuDNN cannot plan graphs (< 9.8); builder only"
+                );
+                return fuzz(cases(500), 0);
+            }
+            fuzz(cases(2_000), 12)
+        }),
+    ])
+}

@@ -1,0 +1,345 @@
+//! Host tier for the graph API's FP8 ops (issue 25): no GPU; the real cuDNN
+//! plans them for named targets through the driver stub. Prints `engines /
+//! configs / plans / engine / workspace` per case and target.
+//!
+//! - `unit::` the FP8 matmul pattern's shape (the ops, their compute type,
+//!   what a plan binds) and its typed errors; the FP8 target rule.
+//! - `host::` every FP8 matmul case plans on H200, H100, B200 and L4, and
+//!   A100 is refused with `Unsupported` before cuDNN (whose own reason there
+//!   is that its FP8 kernels do not run on sm_80: the conformance tier shows
+//!   the frontend getting no engine); the plans' JSON passes the crate's
+//!   allow-list (the amax makes cuDNN finalize a GENERIC_MATMUL_FUSION).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod fp8_graphs;
+#[path = "support/graph_plans.rs"]
+mod graph_plans;
+#[path = "support/mod.rs"]
+mod support;
+use std::sync::Arc;
+
+use cudnn::Error;
+use cudnn::graph::*;
+use fp8_graphs::*;
+use graph_plans::host9;
+use support::*;
+
+/// The targets with FP8 tensor cores, and the one without.
+const FP8_TARGETS: [&str; 4] = ["h200", "h100", "b200", "l4"];
+
+/// Engines cuDNN has, configs heuristics offer, plans that finalize (at
+/// most `max` tried), and the plans.
+fn plans(g: &Graph, target: &str, max: usize) -> Result<(i64, usize, Vec<Plan>), Error> {
+    let og = g.build()?;
+    let t = Target::preset(target)?;
+    let policy = Policy {
+        max_attempts: max,
+        ..Policy::default()
+    };
+    let c = heuristics::candidates(&og, &t, &policy)?;
+    let (plans, _) = Plan::build_all(&og, &t, &policy)?;
+    Ok((og.engine_count()?, c.len(), plans))
+}
+
+fn arg_of(e: &Error) -> String {
+    match e {
+        Error::InvalidArgument { arg, .. } => arg.clone(),
+        Error::Mismatch { what, .. } => what.clone(),
+        Error::Unsupported { what, .. } => what.clone(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn scales(g: &mut Graph, rank: usize, scale_c: bool) -> Result<Fp8MatmulScales, Error> {
+    let one = TensorSpec::row_major(DType::F32, &vec![1; rank])?;
+    Ok(Fp8MatmulScales {
+        descale_a: g.input("descale_a", one.clone())?,
+        descale_b: g.input("descale_b", one.clone())?,
+        scale_c: if scale_c {
+            Some(g.input("scale_c", one)?)
+        } else {
+            None
+        },
+    })
+}
+
+fn main() {
+    let mut t = vec![];
+
+    t.push(unit("fp8_matmul_pattern_shape", || {
+        for case in matmul_cases() {
+            let mut g = case.graph()?;
+            let sig = g.signature();
+            let muls = sig.matches("pointwise Mul").count();
+            let want_muls = if case.out.is_fp8() { 3 } else { 2 };
+            ensure!(
+                muls == want_muls,
+                "{}: {muls} multiplies in {sig}",
+                case.tag()
+            );
+            ensure!(
+                sig.contains("matmul a=t1,b=t2,c=t")
+                    && sig.matches("compute=f32").count() == want_muls + 1 + usize::from(case.amax),
+                "{}: {sig}",
+                case.tag()
+            );
+            ensure!(
+                sig.contains("reduction AMax") == case.amax,
+                "{}: amax reduction present iff asked: {sig}",
+                case.tag()
+            );
+            // Every op computes in f32 whatever the graph's compute type was.
+            ensure!(!sig.contains("compute=f16"), "{sig}");
+            // What a plan binds: the inputs and outputs, by name, role and type.
+            let bound: Vec<String> = sig
+                .split(';')
+                .filter_map(|t| {
+                    let f: Vec<&str> = t.split(' ').collect();
+                    let role = *f.get(2)?;
+                    (role == "in" || role == "out").then(|| {
+                        let name = f[1].split_once(':').map_or("", |x| x.1);
+                        format!("{name} {role} {}", f[3])
+                    })
+                })
+                .collect();
+            let mut want = vec![
+                format!("a in {}", case.a),
+                format!("b in {}", case.b),
+                "descale_a in f32".to_string(),
+                "descale_b in f32".to_string(),
+            ];
+            if case.out.is_fp8() {
+                want.push("scale_c in f32".to_string());
+            }
+            want.push(format!("c out {}", case.out));
+            if case.amax {
+                want.push("amax out f32".to_string());
+                ensure!(sig.contains("4:amax out f32 [1, 1, 1]"), "{sig}");
+            }
+            let mut bound = bound;
+            bound.sort();
+            want.sort();
+            ensure!(
+                bound == want,
+                "{}: binds {bound:?}, want {want:?}",
+                case.tag()
+            );
+            let [batch, m, _, n] = case.dims;
+            let c_dims = format!("1:c out {} [{batch}, {m}, {n}]", case.out);
+            ensure!(sig.contains(&c_dims), "{}: {sig}", case.tag());
+            g.set_compute_type(DType::F16);
+        }
+        // The graph's compute type is left as it was.
+        let mut g = Graph::new();
+        g.set_compute_type(DType::F16);
+        let a = g.input("a", TensorSpec::row_major(DType::Fp8E4M3, &[16, 32])?)?;
+        let b = g.input("b", TensorSpec::new(DType::Fp8E4M3, &[32, 16], &[1, 32])?)?;
+        let s = scales(&mut g, 2, false)?;
+        let r = g.fp8_matmul(a, b, &s, false)?;
+        ensure!(g.compute_type() == DType::F16, "compute type restored");
+        ensure!(r.amax.is_none(), "no amax unless asked");
+        ensure!(
+            g.spec(r.c)?.dtype() == DType::F32,
+            "the f32 result until output"
+        );
+        ensure!(!g.signature().contains("compute=f16"), "{}", g.signature());
+        // Plain matmul after it takes f16 again.
+        let x = g.input("x", TensorSpec::row_major(DType::F16, &[16, 16])?)?;
+        let y = g.matmul(r.c, x)?;
+        ensure!(
+            g.spec(y)?.dtype() == DType::F16,
+            "later ops use the graph's type"
+        );
+        Ok(())
+    }));
+
+    t.push(unit("fp8_matmul_errors_are_typed_and_named", || {
+        use DType::*;
+        // (a, b, descale dims, descale type, expected argument text)
+        type Case = (DType, DType, Vec<i64>, DType, &'static str);
+        let cases: Vec<Case> = vec![
+            (BF16, Fp8E4M3, vec![1, 1, 1], F32, "a's element type"),
+            (Fp8E4M3, F32, vec![1, 1, 1], F32, "b's element type"),
+            (I8, Fp8E4M3, vec![1, 1, 1], F32, "a's element type"),
+            (
+                Fp8E5M2,
+                Fp8E5M2,
+                vec![1, 1, 1],
+                F32,
+                "both a and b in fp8e5m2",
+            ),
+            (
+                Fp8E4M3,
+                Fp8E4M3,
+                vec![1, 1, 1],
+                F16,
+                "descale_a's element type",
+            ),
+            (Fp8E4M3, Fp8E4M3, vec![1, 1, 2], F32, "descale_a's dims"),
+            (Fp8E4M3, Fp8E4M3, vec![1, 1], F32, "descale_a's dims"),
+            (Fp8E4M3, Fp8E4M3, vec![1, 1, 1, 1], F32, "descale_a's dims"),
+        ];
+        for (at, bt, sd, st, want) in cases {
+            let mut g = Graph::new();
+            let a = g.input("a", TensorSpec::row_major(at, &[2, 16, 32])?)?;
+            let b = g.input("b", TensorSpec::row_major(bt, &[2, 32, 16])?)?;
+            let one = TensorSpec::row_major(st, &sd)?;
+            let s = Fp8MatmulScales {
+                descale_a: g.input("descale_a", one.clone())?,
+                descale_b: g.input("descale_b", one)?,
+                scale_c: None,
+            };
+            let e = g
+                .fp8_matmul(a, b, &s, true)
+                .err()
+                .ok_or(format!("{want}: accepted"))?;
+            ensure!(arg_of(&e).contains(want), "{want}: got {e}");
+            if want.contains("both") {
+                ensure!(matches!(e, Error::Unsupported { .. }), "{e:?}");
+            }
+            ensure!(
+                g.signature().is_empty() || !g.signature().contains("matmul"),
+                "no op added on error"
+            );
+        }
+        // scale_c checked too, and the matmul's own shape rules hold.
+        let mut g = Graph::new();
+        let a = g.input("a", TensorSpec::row_major(DType::Fp8E4M3, &[2, 16, 32])?)?;
+        let b = g.input("b", TensorSpec::row_major(DType::Fp8E4M3, &[2, 31, 16])?)?;
+        let mut s = scales(&mut g, 3, false)?;
+        s.scale_c = Some(g.input("scale_c", TensorSpec::row_major(DType::BF16, &[1, 1, 1])?)?);
+        let e = g
+            .fp8_matmul(a, b, &s, false)
+            .err()
+            .ok_or("bf16 scale_c accepted")?;
+        ensure!(arg_of(&e).contains("scale_c's element type"), "{e}");
+        s.scale_c = None;
+        let e = g
+            .fp8_matmul(a, b, &s, false)
+            .err()
+            .ok_or("K mismatch accepted")?;
+        ensure!(matches!(e, Error::Mismatch { .. }), "{e:?}");
+        ensure!(
+            g.compute_type() == DType::F32,
+            "compute type restored after an error"
+        );
+        // A tensor of another graph.
+        let mut other = Graph::new();
+        let x = other.input("x", TensorSpec::row_major(DType::F32, &[1, 1, 1])?)?;
+        s.descale_b = x;
+        let e = g
+            .fp8_matmul(a, a, &s, false)
+            .err()
+            .ok_or("foreign tensor accepted")?;
+        ensure!(arg_of(&e).contains("tensor"), "{e}");
+        Ok(())
+    }));
+
+    t.push(unit("fp8_target_rule", || {
+        for (ver, ok) in [
+            (890, true),
+            (900, true),
+            (1000, true),
+            (1200, true),
+            (880, false),
+            (870, false),
+            (800, false),
+            (750, false),
+            (0, false),
+            (-10, false),
+            (i64::MIN, false),
+            (i64::MAX, true),
+        ] {
+            let r = check_fp8_target("an FP8 matmul", ver);
+            ensure!(r.is_ok() == ok, "{ver}: {r:?}");
+            if let Err(e) = r {
+                ensure!(
+                    matches!(e, Error::Unsupported { needs: Some(_), .. }),
+                    "{e:?}"
+                );
+                ensure!(e.to_string().contains("8.9"), "{e}");
+            }
+        }
+        Ok(())
+    }));
+
+    t.push(host9("fp8_matmul_plans_per_target", || {
+        let mut failures = vec![];
+        for case in matmul_cases() {
+            for tgt in FP8_TARGETS {
+                match case.graph().and_then(|g| plans(&g, tgt, 4)) {
+                    Ok((e, c, p)) => {
+                        let first = p.first();
+                        eprintln!(
+                            "fp8 matmul {:<42} {tgt}: engines {e:>2} configs {c:>2} plans {:>2} engine {:?} workspace {:?}",
+                            case.tag(),
+                            p.len(),
+                            first.and_then(|p| p.engine()),
+                            first.map(|p| p.workspace_size())
+                        );
+                        if p.is_empty() {
+                            failures.push(format!("{} on {tgt}: no plan", case.tag()));
+                        }
+                    }
+                    Err(err) => failures.push(format!("{} on {tgt}: {err}", case.tag())),
+                }
+            }
+            match case.graph().and_then(|g| plans(&g, "a100", 4)) {
+                Err(Error::Unsupported { what, needs }) => {
+                    ensure!(what.contains("FP8 matmul") && what.contains("8.0"), "{what}");
+                    ensure!(needs.is_some_and(|n| n.contains("8.9")), "names what is needed");
+                }
+                other => failures.push(format!(
+                    "{} on a100: want a typed Unsupported, got {:?}",
+                    case.tag(),
+                    other.map(|(e, c, p)| (e, c, p.len()))
+                )),
+            }
+        }
+        ensure!(failures.is_empty(), "{failures:#?}");
+        Ok(())
+    }));
+
+    t.push(host9("fp8_matmul_plan_json_passes_the_allow_list", || {
+        for case in [
+            MatmulCase::new(DType::Fp8E4M3, DType::Fp8E4M3, DType::BF16),
+            MatmulCase::new(DType::Fp8E4M3, DType::Fp8E5M2, DType::Fp8E5M2),
+        ] {
+            let g = case.graph()?;
+            let og = g.build()?;
+            let target = Target::preset("h200")?;
+            let (plan, _) = Plan::build(&og, &target, &Policy::default())?;
+            let json = plan.cudnn_json()?;
+            check_plan_json(&json, og.io(), &target, None)
+                .map_err(|e| format!("{}: {e}", case.tag()))?;
+            // The allow-list admits this finalize mode, not any other text.
+            let mode = "\"GENERIC_MATMUL_FUSION\"";
+            if json.contains(mode) {
+                let bad = json.replace(mode, "\"GENERIC_MATMUL_FUSION_X\"");
+                let e = check_plan_json(&bad, og.io(), &target, None)
+                    .err()
+                    .ok_or("an unknown finalize mode passed")?;
+                ensure!(e.to_string().contains("finalizeMode"), "{e}");
+            }
+            // Our own plan (a runtime-compiled one carries kernel code: trusted).
+            let back = Plan::from_cudnn_json_trusted(&json, &target, Arc::new(og.io().clone()))?;
+            ensure!(back.io() == plan.io(), "the same tensors back");
+            ensure!(
+                back.workspace_size() == plan.workspace_size(),
+                "the same workspace"
+            );
+            eprintln!(
+                "fp8 matmul {} h200 plan JSON: {} bytes, finalize mode {}",
+                case.tag(),
+                json.len(),
+                if json.contains("GENERIC_MATMUL_FUSION") {
+                    "GENERIC_MATMUL_FUSION"
+                } else {
+                    "other"
+                }
+            );
+        }
+        Ok(())
+    }));
+
+    run(t)
+}
