@@ -40,6 +40,12 @@ fn plans(g: &Graph, target: &str, max: usize) -> Result<(i64, usize, Vec<Plan>),
     Ok((og.engine_count()?, c.len(), plans))
 }
 
+/// The loaded cuDNN's version.
+fn cudnn_version() -> Result<(u32, u32, u32), Error> {
+    let v = cudnn::sys::cudnn::load()?.info().version;
+    Ok(v.map_or((0, 0, 0), |v| (v.major, v.minor, v.patch)))
+}
+
 fn arg_of(e: &Error) -> String {
     match e {
         Error::InvalidArgument { arg, .. } => arg.clone(),
@@ -338,6 +344,42 @@ fn main() {
                 }
             );
         }
+        Ok(())
+    }));
+
+    t.push(host9("fp8_sdpa_forward_plans_per_target", || {
+        let cudnn = cudnn_version()?;
+        let mut failures = vec![];
+        for cfg in sdpa_fwd_cases() {
+            for (tgt, ver) in [("h200", 900), ("b200", 1000), ("l4", 890), ("a100", 800)] {
+                let rule = cfg.check_target_for(false, ver, cudnn);
+                match sdpa_fwd_graph(&cfg).and_then(|g| plans(&g, tgt, 3)) {
+                    Ok((e, c, p)) => {
+                        let first = p.first();
+                        eprintln!(
+                            "fp8 sdpa fwd {:<40} {tgt}: engines {e:>2} configs {c:>2} plans {:>2} engine {:?} workspace {:?}",
+                            sdpa_tag(&cfg),
+                            p.len(),
+                            first.and_then(|p| p.engine()),
+                            first.map(|p| p.workspace_size())
+                        );
+                        if p.is_empty() || rule.is_err() {
+                            failures.push(format!("{} on {tgt}: {} plans, rule {rule:?}", sdpa_tag(&cfg), p.len()));
+                        }
+                    }
+                    Err(err) => {
+                        let text = err.to_string();
+                        eprintln!("fp8 sdpa fwd {:<40} {tgt}: refused: {}", sdpa_tag(&cfg), &text[..text.len().min(200)]);
+                        if rule.is_ok() {
+                            failures.push(format!("{} on {tgt}: the rule allows it, cuDNN: {err}", sdpa_tag(&cfg)));
+                        } else if !matches!(err, Error::Unsupported { .. }) {
+                            failures.push(format!("{} on {tgt}: untyped {err:?}", sdpa_tag(&cfg)));
+                        }
+                    }
+                }
+            }
+        }
+        ensure!(failures.is_empty(), "{failures:#?}");
         Ok(())
     }));
 

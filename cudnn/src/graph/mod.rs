@@ -58,6 +58,7 @@ pub use ops::norm::{NormGrads, NormMode, NormOutputs, NormPhase, RunningStats};
 pub use ops::pointwise::{Arity, Pointwise};
 pub use ops::reduction::Reduce;
 pub use ops::sdpa::{AttnLayout, Dropout, SdpaBackward, SdpaConfig, SdpaForward, SdpaImpl};
+pub use ops::sdpa_fp8::{Fp8SdpaConfig, Fp8SdpaForward};
 pub use plan::{BuildReport, Plan, Timings};
 pub use plan_json::check as check_plan_json;
 pub use target::{DeviceProperties, DeviceSpec, REQUIRED_FIELDS, Target};

@@ -107,3 +107,67 @@ pub fn matmul_cases() -> Vec<MatmulCase> {
     });
     v
 }
+
+/// One FP8 attention forward case.
+pub fn sdpa_fwd_cfg(d: i64, causal: bool, training: bool, o: DType) -> Fp8SdpaConfig {
+    let mut c = Fp8SdpaConfig::new(2, 4, 256, 256, d);
+    c.is_causal = causal;
+    c.is_training = training;
+    c.o_dtype = o;
+    c
+}
+
+pub fn sdpa_tag(c: &Fp8SdpaConfig) -> String {
+    format!(
+        "d{} s{}x{} {}->{}{}{}",
+        c.head_dim,
+        c.seq_q,
+        c.seq_kv,
+        c.dtype,
+        c.o_dtype,
+        if c.is_causal { " causal" } else { "" },
+        if c.is_training { " training" } else { "" }
+    )
+}
+
+/// The FP8 attention forward graph, its tensors named `q`, `k`, `v`, `o`,
+/// `stats`, `amax_s`, `amax_o` and the scales by their role.
+pub fn sdpa_fwd_graph(c: &Fp8SdpaConfig) -> Result<Graph, Error> {
+    let mut g = Graph::new();
+    let q = g.input("q", c.q_spec()?)?;
+    let k = g.input("k", c.kv_spec()?)?;
+    let v = g.input("v", c.kv_spec()?)?;
+    let f = g.sdpa_fp8_forward(q, k, v, c)?;
+    for (t, n) in [
+        (f.o, "o"),
+        (f.amax_s, "amax_s"),
+        (f.amax_o, "amax_o"),
+        (f.descale_q, "descale_q"),
+        (f.descale_k, "descale_k"),
+        (f.descale_v, "descale_v"),
+        (f.descale_s, "descale_s"),
+        (f.scale_s, "scale_s"),
+        (f.scale_o, "scale_o"),
+    ] {
+        g.rename(t, n)?;
+    }
+    if let Some(s) = f.stats {
+        g.rename(s, "stats")?;
+    }
+    Ok(g)
+}
+
+pub fn sdpa_fwd_cases() -> Vec<Fp8SdpaConfig> {
+    use DType::*;
+    vec![
+        sdpa_fwd_cfg(128, false, false, Fp8E4M3),
+        sdpa_fwd_cfg(128, true, true, Fp8E4M3),
+        sdpa_fwd_cfg(64, true, false, Fp8E4M3),
+        Fp8SdpaConfig {
+            dtype: Fp8E5M2,
+            ..sdpa_fwd_cfg(128, false, true, Fp8E5M2)
+        },
+        sdpa_fwd_cfg(128, false, false, BF16),
+        sdpa_fwd_cfg(256, false, false, Fp8E4M3),
+    ]
+}

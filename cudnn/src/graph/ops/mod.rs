@@ -12,6 +12,8 @@ pub mod pointwise;
 pub mod reduction;
 pub mod sdpa;
 pub(crate) mod sdpa_composite;
+pub mod sdpa_fp8;
+pub(crate) mod sdpa_fp8_build;
 pub(crate) mod sdpa_graph;
 pub(crate) mod sdpa_native;
 
