@@ -101,14 +101,14 @@ pub const DIFFERENCES: &[Difference] = &[
     },
     Difference {
         id: "D6",
-        what: "FP8 graphs on a GPU without FP8 tensor cores (A100): the crate refuses with a typed Unsupported before asking cuDNN, the frontend reports that cuDNN offered no engine",
-        why: "both sides refuse the same graph for the same target; cuDNN's own reason is that its FP8 (QMMA) kernels do not run on sm_80",
+        what: "FP8 graphs on a GPU without FP8 support (an FP8 matmul below sm_89, FP8 attention below sm_90): the crate refuses with a typed Unsupported before asking cuDNN, the frontend by its own check or because cuDNN offered no engine",
+        why: "both sides refuse the same graph for the same target; cuDNN's own reason for the matmul is that its FP8 (QMMA) kernels do not run on sm_80",
         applies: |p, f| {
-            p.family.starts_with("fp8")
+            p.family.contains("fp8")
                 && f.kind == "crate"
                 && f.ours.contains("unsupported")
                 && f.ours.contains("FP8")
-                && f.theirs.contains("No valid engine configs")
+                && f.theirs.contains("cudnnGraphNotSupportedError")
         },
     },
 ];
@@ -226,6 +226,9 @@ mod unit {
         let refused = "unsupported: an FP8 matmul on a GPU of compute capability 8.0";
         let none = "cudnnGraphNotSupportedError: No valid engine configs for x";
         assert_eq!(ids(&fp8, f("crate", "plan", refused, none)), ["D6"]);
+        let other = "cudnnGraphNotSupportedError: only supported on Hopper";
+        assert_eq!(ids(&fp8, f("crate", "plan", refused, other)), ["D6"]);
+        assert!(ids(&fp8, f("crate", "plan", refused, "cudnnBadParamError: x")).is_empty());
         assert!(ids(&fp8, f("crate", "plan", refused, "planned")).is_empty());
         assert!(ids(&conv, f("crate", "plan", refused, none)).is_empty());
         // Nothing explains an engine count.

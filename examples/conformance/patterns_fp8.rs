@@ -3,7 +3,7 @@
 //! `fam_fp8_matmul` makes the same calls a frontend user makes (matmul, two
 //! descale multiplies, the amax reduction, the output scale).
 
-use cudnn::graph::{DType, Fp8MatmulScales, Graph, TensorSpec};
+use cudnn::graph::{DType, Fp8MatmulScales, Fp8SdpaConfig, Graph, TensorSpec};
 use serde_json::json;
 
 use super::{Pattern, p};
@@ -12,8 +12,56 @@ use super::{Pattern, p};
 /// tensor cores read).
 const DIMS: [i64; 4] = [4, 256, 512, 1024];
 
-/// FP8 matmul patterns.
+/// FP8 attention forward patterns: the crate's composite against the
+/// frontend's `sdpa_fp8` with the composite implementation.
+fn sdpa_fwd(out: &mut Vec<Pattern>) {
+    for (causal, training, d) in [(false, false, 128), (true, true, 128), (true, false, 64)] {
+        let mut c = Fp8SdpaConfig::new(2, 4, 256, 256, d);
+        c.is_causal = causal;
+        c.is_training = training;
+        let tag = format!(
+            "d{d}{}{}",
+            if causal { "_causal" } else { "" },
+            if training { "_training" } else { "" }
+        );
+        let mut pat = p(
+            format!("sdpa_fp8_fwd_{tag}"),
+            "sdpa_fp8_fwd",
+            json!({"io": "f32", "scale": c.scale_value(), "causal": causal, "training": training}),
+            move || {
+                let mut g = Graph::new();
+                let q = g.input("q", c.q_spec()?)?;
+                let k = g.input("k", c.kv_spec()?)?;
+                let v = g.input("v", c.kv_spec()?)?;
+                let f = g.sdpa_fp8_forward(q, k, v, &c)?;
+                for (t, n) in [
+                    (f.descale_q, "descale_q"),
+                    (f.descale_k, "descale_k"),
+                    (f.descale_v, "descale_v"),
+                    (f.descale_s, "descale_s"),
+                    (f.scale_s, "scale_s"),
+                    (f.scale_o, "scale_o"),
+                    (f.o, "o"),
+                    (f.amax_s, "amax_s"),
+                    (f.amax_o, "amax_o"),
+                ] {
+                    g.rename(t, n)?;
+                }
+                if let Some(s) = f.stats {
+                    g.rename(s, "stats")?;
+                }
+                Ok(g)
+            },
+        );
+        // Decomposed like the crate's composite SDPA (documented difference D4).
+        pat.composite = true;
+        out.push(pat);
+    }
+}
+
+/// FP8 matmul and attention patterns.
 pub fn fp8(out: &mut Vec<Pattern>) {
+    sdpa_fwd(out);
     use DType::{BF16, Fp8E4M3, Fp8E5M2};
     let cases = [
         (Fp8E4M3, Fp8E4M3, BF16, true),

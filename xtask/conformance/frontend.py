@@ -415,6 +415,23 @@ class Builder:
             d = g.mul(d, t["scale_c"], compute_data_type=f32)
         self.out("c", d)
 
+    def fam_sdpa_fp8_fwd(self):
+        p, t = self.p, self.t
+        kw = dict(attn_scale=p["scale"], generate_stats=p["training"])
+        if p["causal"]:
+            kw.update(diagonal_alignment=self.cudnn.diagonal_alignment.TOP_LEFT, right_bound=0)
+        scales = [t[n] for n in ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")]
+        o, stats, amax_s, amax_o = self.g.sdpa_fp8(
+            t["q"], t["k"], t["v"], *scales, implementation=self.cudnn.attention_implementation.COMPOSITE, **kw
+        )
+        o.set_dim(self.by_name["o"]["dims"]).set_stride(self.by_name["o"]["strides"])
+        self.out("o", o)
+        if p["training"]:
+            self.out("stats", stats)
+        for name, x in (("amax_s", amax_s), ("amax_o", amax_o)):
+            x.set_dim(self.by_name[name]["dims"]).set_stride(self.by_name[name]["strides"])
+            self.out(name, x)
+
 
 def plan_one(cudnn, spec, target):
     r = {"pattern": spec["name"], "target": target["name"]}
