@@ -383,5 +383,41 @@ fn main() {
         Ok(())
     }));
 
+    t.push(host9("fp8_sdpa_backward_plans_per_target", || {
+        let cudnn = cudnn_version()?;
+        let mut failures = vec![];
+        for (cfg, grad) in sdpa_bwd_cases() {
+            for (tgt, ver) in [("h200", 900), ("b200", 1000), ("l4", 890), ("a100", 800)] {
+                let rule = cfg.check_target_for(true, ver, cudnn);
+                let tag = format!("{} grad {grad}", sdpa_tag(&cfg));
+                match sdpa_bwd_graph(&cfg, grad).and_then(|g| plans(&g, tgt, 3)) {
+                    Ok((e, c, p)) => {
+                        let first = p.first();
+                        eprintln!(
+                            "fp8 sdpa bwd {tag:<48} {tgt}: engines {e:>2} configs {c:>2} plans {:>2} engine {:?} workspace {:?}",
+                            p.len(),
+                            first.and_then(|p| p.engine()),
+                            first.map(|p| p.workspace_size())
+                        );
+                        if p.is_empty() || rule.is_err() {
+                            failures.push(format!("{tag} on {tgt}: {} plans, rule {rule:?}", p.len()));
+                        }
+                    }
+                    Err(err) => {
+                        let text = err.to_string();
+                        eprintln!("fp8 sdpa bwd {tag:<48} {tgt}: refused: {}", &text[..text.len().min(200)]);
+                        if rule.is_ok() {
+                            failures.push(format!("{tag} on {tgt}: the rule allows it, cuDNN: {err}"));
+                        } else if !matches!(err, Error::Unsupported { .. }) {
+                            failures.push(format!("{tag} on {tgt}: untyped {err:?}"));
+                        }
+                    }
+                }
+            }
+        }
+        ensure!(failures.is_empty(), "{failures:#?}");
+        Ok(())
+    }));
+
     run(t)
 }

@@ -171,3 +171,36 @@ pub fn sdpa_fwd_cases() -> Vec<Fp8SdpaConfig> {
         sdpa_fwd_cfg(256, false, false, Fp8E4M3),
     ]
 }
+
+/// The FP8 attention backward graph (dO and the gradients in `grad`), its
+/// tensors named by role.
+pub fn sdpa_bwd_graph(c: &Fp8SdpaConfig, grad: DType) -> Result<Graph, Error> {
+    let mut g = Graph::new();
+    let q = g.input("q", c.q_spec()?)?;
+    let k = g.input("k", c.kv_spec()?)?;
+    let v = g.input("v", c.kv_spec()?)?;
+    let o = g.input("o", c.q_spec()?.with_dtype(c.o_dtype))?;
+    let d_o = g.input("do", c.q_spec()?.with_dtype(grad))?;
+    let st = g.input("stats", c.stats_spec()?)?;
+    let b = g.sdpa_fp8_backward(q, k, v, o, d_o, st, grad, c)?;
+    for (t, n) in [(b.dq, "dq"), (b.dk, "dk"), (b.dv, "dv")] {
+        g.rename(t, n)?;
+    }
+    for (t, n) in b.amax.iter().zip(["amax_dq", "amax_dk", "amax_dv", "amax_dp"]) {
+        g.rename(*t, n)?;
+    }
+    for (t, n) in b.scales.iter().zip(FP8_BWD_SCALE_NAMES) {
+        g.rename(*t, n)?;
+    }
+    Ok(g)
+}
+
+/// Backward cases: (config, gradient type).
+pub fn sdpa_bwd_cases() -> Vec<(Fp8SdpaConfig, DType)> {
+    use DType::*;
+    vec![
+        (sdpa_fwd_cfg(128, false, true, Fp8E4M3), Fp8E4M3),
+        (sdpa_fwd_cfg(128, true, true, Fp8E4M3), Fp8E5M2),
+        (sdpa_fwd_cfg(64, true, true, Fp8E4M3), Fp8E5M2),
+    ]
+}

@@ -14,6 +14,7 @@ pub mod sdpa;
 pub(crate) mod sdpa_composite;
 pub mod sdpa_fp8;
 pub(crate) mod sdpa_fp8_build;
+pub mod sdpa_fp8_bwd;
 pub(crate) mod sdpa_graph;
 pub(crate) mod sdpa_native;
 

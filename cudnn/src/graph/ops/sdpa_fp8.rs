@@ -408,7 +408,13 @@ impl OpNode for Fp8SdpaFwdOp {
 }
 
 impl Graph {
-    fn fp8_expect(&self, op: &str, role: &str, t: Tensor, want: &TensorSpec) -> Result<()> {
+    pub(crate) fn fp8_expect(
+        &self,
+        op: &str,
+        role: &str,
+        t: Tensor,
+        want: &TensorSpec,
+    ) -> Result<()> {
         let n = self.node(t)?;
         if n.spec.dims() != want.dims() {
             return Err(Error::mismatch(

@@ -199,6 +199,54 @@ impl<'a> Composite<'a> {
         Ok(())
     }
 
+    /// `y` = `x`'s memory seen with `y`'s dims and strides (a transpose).
+    pub(crate) fn reshape(&mut self, x: T, y: T) -> Result<()> {
+        let mut d = Descriptor::<kind::ReshapeOp>::new()?;
+        d.set_descriptors(attr::OPERATION_RESHAPE_XDESC, &[self.d(x)?])?;
+        d.set_descriptors(attr::OPERATION_RESHAPE_YDESC, &[self.d(y)?])?;
+        d.finalize()?;
+        self.ops.push(Box::new(d));
+        Ok(())
+    }
+
+    /// A virtual `[b, h, rows, cols]` tensor transposed in memory from a
+    /// packed `[b, h, cols, rows]` one (strides `[h*r*c, r*c, 1, rows... ]`).
+    pub(crate) fn virt_transposed(&mut self, dtype: DType, dims: [i64; 4]) -> Result<T> {
+        let [_, h, r, c] = dims;
+        let rc = r
+            .checked_mul(c)
+            .and_then(|x| x.checked_mul(h).map(|y| (x, y)))
+            .ok_or_else(|| {
+                Error::invalid(
+                    "FP8 attention composite",
+                    "dims overflow",
+                    format!("{dims:?}"),
+                )
+            })?;
+        self.tensor(dtype, &dims, &[rc.1, rc.0, 1, r], None, true)
+    }
+
+    /// `c = (a · b) * descale_a * descale_b`, `amax = max |c|`, then
+    /// `out = c * scale` (the frontend's FP8 matmul).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn matmul_fp8(
+        &mut self,
+        a: T,
+        b: T,
+        scales: [T; 3],
+        out: T,
+        amax: T,
+        dims: &[i64],
+    ) -> Result<()> {
+        let acc = self.virt(DType::F32, dims)?;
+        self.matmul(a, b, acc)?;
+        let c = self.mul(acc, scales[0], dims, None)?;
+        let c = self.mul(c, scales[1], dims, None)?;
+        self.reduction(Red::CUDNN_REDUCE_TENSOR_AMAX, c, amax)?;
+        self.mul(c, scales[2], dims, Some(out))?;
+        Ok(())
+    }
+
     /// `(row >= col) ? x : fill` (top-left aligned causal mask).
     pub(crate) fn causal_mask(&mut self, x: T, fill: T, score: &[i64]) -> Result<T> {
         let ri = self.virt(DType::I32, score)?;
