@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 
 use cudnn::Error;
 use cudnn::graph::{
-    DType, Fp8MatmulScales, Graph, Plan, Policy, Target, TensorSpec, check_fp8_target,
+    DType, Fp8MatmulScales, Fp8SdpaConfig, Graph, Plan, Policy, Target, TensorSpec,
+    check_fp8_target,
 };
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -374,8 +375,144 @@ fn fuzz_target_rule(n: u32) -> TestResult {
     Ok(())
 }
 
+fn sdpa_cfg() -> impl Strategy<Value = Fp8SdpaConfig> {
+    (
+        (dim(), dim(), dim(), dim()),
+        prop_oneof![6 => prop::sample::select(vec![16i64, 32, 64, 128, 192, 256, 512]), 1 => dim()],
+        (dtype(), prop_oneof![4 => dtype(), 1 => Just(DType::BF16)]),
+        (prop_oneof![8 => Just(None), 1 => prop::sample::select(vec![0.0, -1.0, f64::NAN, f64::INFINITY, 1e-30, 0.125]).prop_map(Some)]),
+        (any::<bool>(), any::<bool>()),
+    )
+        .prop_map(|((b, h, sq, skv), d, (dt, odt), scale, (causal, training))| {
+            let mut c = Fp8SdpaConfig::new(b, h, sq, skv, d);
+            c.dtype = dt;
+            c.o_dtype = odt;
+            c.scale = scale;
+            c.is_causal = causal;
+            c.is_training = training;
+            c
+        })
+}
+
+/// Random configs and architectures / versions through the rules, and
+/// random graphs through the forward and backward builders; `plans` of the
+/// successes are planned for H200 (host tier).
+fn fuzz_sdpa(n: u32, plans: usize) -> TestResult {
+    let mut rng = runner();
+    let strat = (
+        sdpa_cfg(),
+        prop_oneof![4 => prop::sample::select(vec![800i64, 860, 890, 900, 1000, 1030, 1200]), 1 => any::<i64>()],
+        (0u32..12, 0u32..30, 0u32..3),
+        (any::<bool>(), dtype(), 0u8..8),
+    );
+    let (mut ok_rule, mut ok_fwd, mut ok_bwd, mut planned, mut tried) =
+        (0u32, 0u32, 0u32, 0usize, 0usize);
+    for _ in 0..n {
+        let (c, ver, v, (backward, grad, corrupt)) = strat
+            .new_tree(&mut rng)
+            .map_err(|e| format!("strategy: {e}"))?
+            .current();
+        let r = timed("check_target_for", CALL_LIMIT, || {
+            c.check_target_for(backward, ver, v)
+        })?;
+        if r.is_ok() {
+            ok_rule += 1;
+            ensure!(
+                ver >= 900 && c.head_dim % 16 == 0 && c.dtype.is_fp8(),
+                "allowed: {c:?} {ver} {v:?}"
+            );
+            ensure!(v >= (9, 1, 0), "allowed before 9.1: {v:?}");
+        }
+        // A graph with the config's tensors, one of them corrupted (or none).
+        let mut g = Graph::new();
+        let built = timed("sdpa_fp8 graph", CALL_LIMIT, || {
+            let spec = |s: TensorSpec, k: u8| -> Result<TensorSpec, Error> {
+                match (corrupt, k) {
+                    (1, 0) => Ok(s.with_dtype(DType::F16)),
+                    (2, 1) => TensorSpec::row_major(s.dtype(), &[1, 1, 1, 17]),
+                    (3, 2) => {
+                        let d = s.dims().to_vec();
+                        let mut st = s.strides().to_vec();
+                        st.swap(2, 3);
+                        TensorSpec::new(s.dtype(), &d, &st)
+                    }
+                    _ => Ok(s),
+                }
+            };
+            let q = g.input("q", spec(c.q_spec()?, 0)?)?;
+            let k = g.input("k", spec(c.kv_spec()?, 1)?)?;
+            let v = g.input("v", spec(c.kv_spec()?, 2)?)?;
+            if backward {
+                let o = g.input("o", c.q_spec()?.with_dtype(c.o_dtype))?;
+                let d_o = g.input("do", c.q_spec()?.with_dtype(grad))?;
+                let st = g.input("stats", spec(c.stats_spec()?, 4)?)?;
+                g.sdpa_fp8_backward(q, k, v, o, d_o, st, grad, &c)
+                    .map(|_| ())
+            } else {
+                g.sdpa_fp8_forward(q, k, v, &c).map(|_| ())
+            }
+        })?;
+        if built.is_ok() {
+            ensure!(c.validate().is_ok(), "built with an invalid config {c:?}");
+            if backward {
+                ok_bwd += 1;
+                ensure!(
+                    grad.is_fp8() && c.o_dtype.is_fp8(),
+                    "backward with {grad} / {}",
+                    c.o_dtype
+                );
+            } else {
+                ok_fwd += 1;
+            }
+            ensure!(
+                !(1..=3).contains(&corrupt),
+                "built with a corrupted q / k / v ({corrupt}): {c:?}"
+            );
+            let small = c.batch * c.heads <= 64 && c.seq_q <= 512 && c.seq_kv <= 512;
+            if tried < plans && small {
+                tried += 1;
+                let planned_here = timed("plan", PLAN_LIMIT, || {
+                    let og = g.build()?;
+                    let t = Target::preset("h200")?;
+                    Plan::build(
+                        &og,
+                        &t,
+                        &Policy {
+                            max_attempts: 2,
+                            ..Policy::default()
+                        },
+                    )
+                })?;
+                if planned_here.is_ok() {
+                    planned += 1;
+                }
+            }
+        }
+    }
+    eprintln!(
+        "fuzz: sdpa_fp8: {n} configs, {ok_rule} allowed by the rules, {ok_fwd} forward and {ok_bwd} backward graphs built, {planned} of {tried} planned for h200"
+    );
+    ensure!(ok_rule > 0 && ok_fwd > 0 && ok_bwd > 0, "too few successes");
+    if plans > 0 {
+        ensure!(planned > 0, "none of {tried} planned");
+    }
+    Ok(())
+}
+
 fn main() {
     run(vec![
+        unit("fuzz_sdpa_fp8_rules_and_builders", || {
+            fuzz_sdpa(cases(10_000), 0)
+        }),
+        host("fuzz_sdpa_fp8_plans", || {
+            if cudnn::graph::require_graph_support().is_err() {
+                eprintln!(
+                    "fuzz: sdpa_fp8 plans: this cuDNN cannot plan graphs (< 9.8); builders only"
+                );
+                return fuzz_sdpa(cases(500), 0);
+            }
+            fuzz_sdpa(cases(1_000), 10)
+        }),
         unit("fuzz_fp8_matmul_builder", || fuzz(cases(20_000), 0)),
         unit("fuzz_fp8_target_rule", || fuzz_target_rule(cases(20_000))),
         host("fuzz_fp8_matmul_plans", || {

@@ -268,6 +268,116 @@ fn main() {
         Ok(())
     }));
 
+    t.push(unit("fp8_sdpa_rules_at_their_boundaries", || {
+        use DType::*;
+        let v = |a, b, c| (a, b, c);
+        // (config, backward, device_ver, cuDNN, allowed) by the frontend 1.32's rules.
+        let c = |d: i64, o: DType| Fp8SdpaConfig {
+            o_dtype: o,
+            ..Fp8SdpaConfig::new(1, 2, 128, 128, d)
+        };
+        let cases = [
+            (c(128, Fp8E4M3), false, 900, v(9, 28, 1), true),
+            (c(128, Fp8E4M3), false, 890, v(9, 28, 1), false),
+            (c(128, Fp8E4M3), false, 900, v(9, 0, 0), false),
+            (c(128, Fp8E4M3), false, 900, v(9, 1, 0), true),
+            (c(128, Fp8E4M3), false, 900, v(9, 10, 0), false),
+            (c(128, Fp8E4M3), false, 900, v(9, 10, 1), true),
+            (c(256, Fp8E4M3), false, 900, v(9, 28, 1), true),
+            (c(272, Fp8E4M3), false, 900, v(9, 28, 1), false),
+            (c(256, Fp8E4M3), false, 1000, v(9, 25, 0), false),
+            (c(256, Fp8E4M3), false, 1000, v(9, 26, 0), true),
+            (c(144, Fp8E4M3), false, 1000, v(9, 28, 1), false),
+            (c(128, BF16), false, 900, v(9, 28, 1), false),
+            (c(128, BF16), false, 1000, v(9, 12, 0), false),
+            (c(128, BF16), false, 1000, v(9, 13, 0), true),
+            (c(128, Fp8E4M3), true, 900, v(9, 28, 1), true),
+            (c(64, Fp8E4M3), true, 900, v(9, 28, 1), false),
+            (c(64, Fp8E4M3), true, 1000, v(9, 28, 1), true),
+            (c(256, Fp8E4M3), true, 1000, v(9, 28, 1), false),
+            (c(128, Fp8E4M3), true, 800, v(9, 28, 1), false),
+        ];
+        for (cfg, bwd, ver, cu, allowed) in cases {
+            let r = cfg.check_target_for(bwd, ver, cu);
+            ensure!(
+                r.is_ok() == allowed,
+                "d{} {} bwd={bwd} sm{ver} {cu:?}: {r:?}",
+                cfg.head_dim,
+                cfg.o_dtype
+            );
+            if let Err(e) = r {
+                ensure!(
+                    matches!(e, Error::Unsupported { needs: Some(_), .. }),
+                    "{e:?}"
+                );
+            }
+        }
+        // Config errors name the field.
+        let bad = [
+            (Fp8SdpaConfig::new(0, 1, 1, 1, 16), "batch"),
+            (Fp8SdpaConfig::new(1, 1, 1, 1, 24), "head_dim"),
+            (Fp8SdpaConfig::new(1, 1, 1 << 40, 1, 16), "seq_q"),
+            (
+                Fp8SdpaConfig {
+                    dtype: BF16,
+                    ..Fp8SdpaConfig::new(1, 1, 1, 1, 16)
+                },
+                "dtype",
+            ),
+            (
+                Fp8SdpaConfig {
+                    o_dtype: F32,
+                    ..Fp8SdpaConfig::new(1, 1, 1, 1, 16)
+                },
+                "o_dtype",
+            ),
+            (
+                Fp8SdpaConfig {
+                    scale: Some(f64::NAN),
+                    ..Fp8SdpaConfig::new(1, 1, 1, 1, 16)
+                },
+                "scale",
+            ),
+            (
+                Fp8SdpaConfig::new(i64::MAX, i64::MAX, 1, 1, 16),
+                "element count",
+            ),
+        ];
+        for (cfg, field) in bad {
+            let e = cfg.validate().err().ok_or(format!("{field}: accepted"))?;
+            ensure!(arg_of(&e).contains(field), "{field}: {e}");
+        }
+        // Builder errors: a q of another type, a bf16 O for the backward.
+        let cfg = Fp8SdpaConfig::new(1, 2, 64, 64, 64);
+        let mut g = Graph::new();
+        let q = g.input("q", cfg.q_spec()?.with_dtype(F16))?;
+        let k = g.input("k", cfg.kv_spec()?)?;
+        let v = g.input("v", cfg.kv_spec()?)?;
+        let e = g
+            .sdpa_fp8_forward(q, k, v, &cfg)
+            .err()
+            .ok_or("f16 q accepted")?;
+        ensure!(arg_of(&e).contains("q `q` element type"), "{e}");
+        let o = g.input("o", cfg.q_spec()?)?;
+        let st = g.input("st", cfg.stats_spec()?)?;
+        let bcfg = Fp8SdpaConfig {
+            o_dtype: BF16,
+            ..cfg.clone()
+        };
+        let e = g
+            .sdpa_fp8_backward(k, k, v, o, o, st, Fp8E5M2, &bcfg)
+            .err()
+            .ok_or("bf16 o accepted")?;
+        ensure!(arg_of(&e).contains("o_dtype"), "{e}");
+        let e = g
+            .sdpa_fp8_backward(k, k, v, o, o, st, BF16, &cfg)
+            .err()
+            .ok_or("bf16 grad accepted")?;
+        ensure!(arg_of(&e).contains("grad"), "{e}");
+        ensure!(!g.signature().contains("sdpa_fp8"), "no op added on error");
+        Ok(())
+    }));
+
     t.push(host9("fp8_matmul_plans_per_target", || {
         let mut failures = vec![];
         for case in matmul_cases() {

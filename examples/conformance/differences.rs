@@ -111,6 +111,17 @@ pub const DIFFERENCES: &[Difference] = &[
                 && f.theirs.contains("cudnnGraphNotSupportedError")
         },
     },
+    Difference {
+        id: "D7",
+        what: "FP8 attention backward on Blackwell: the frontend pins cuDNN's engine 5 with its knob STAGES = 2 (what it calls routing to the deterministic algorithm, a 16 KB workspace); the crate takes the same engine with the knobs cuDNN's heuristics give (STAGES left to cuDNN, about 1 MB of workspace)",
+        why: "the same engine for the same graph, and each side's plan loads in the other; the crate does not override cuDNN's heuristics with a pinned knob (see the sdpa_fp8_bwd module docs)",
+        applies: |p, f| {
+            let w = f.ours.parse::<u64>().ok().zip(f.theirs.parse::<u64>().ok());
+            p.family == "sdpa_fp8_bwd"
+                && f.kind == "workspace"
+                && w.is_some_and(|(ours, theirs)| ours > theirs)
+        },
+    },
 ];
 
 /// A finding about a tensor a caller binds (named by its role), which a
@@ -231,6 +242,15 @@ mod unit {
         assert!(ids(&fp8, f("crate", "plan", refused, "cudnnBadParamError: x")).is_empty());
         assert!(ids(&fp8, f("crate", "plan", refused, "planned")).is_empty());
         assert!(ids(&conv, f("crate", "plan", refused, none)).is_empty());
+        // D7: the FP8 backward's workspace only, and only larger here.
+        let fbwd = pattern("sdpa_fp8_bwd", true);
+        assert_eq!(
+            ids(&fbwd, f("workspace", "workspace", "1056896", "16512")),
+            ["D7"]
+        );
+        assert!(ids(&fbwd, f("workspace", "workspace", "16512", "1056896")).is_empty());
+        assert!(ids(&fbwd, f("first_engine", "first_engine", "5", "6")).is_empty());
+        assert!(ids(&fp8, f("workspace", "workspace", "1056896", "16512")).is_empty());
         // Nothing explains an engine count.
         assert!(ids(&sdpa, f("count", "count", "4", "3")).is_empty());
     }

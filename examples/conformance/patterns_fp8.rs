@@ -3,7 +3,7 @@
 //! `fam_fp8_matmul` makes the same calls a frontend user makes (matmul, two
 //! descale multiplies, the amax reduction, the output scale).
 
-use cudnn::graph::{DType, Fp8MatmulScales, Fp8SdpaConfig, Graph, TensorSpec};
+use cudnn::graph::{DType, FP8_BWD_SCALE_NAMES, Fp8MatmulScales, Fp8SdpaConfig, Graph, TensorSpec};
 use serde_json::json;
 
 use super::{Pattern, p};
@@ -59,9 +59,55 @@ fn sdpa_fwd(out: &mut Vec<Pattern>) {
     }
 }
 
+/// FP8 attention backward patterns (composite on both sides).
+fn sdpa_bwd(out: &mut Vec<Pattern>) {
+    for (causal, grad) in [(false, DType::Fp8E4M3), (true, DType::Fp8E5M2)] {
+        let mut c = Fp8SdpaConfig::new(2, 4, 256, 256, 128);
+        c.is_causal = causal;
+        c.is_training = true;
+        let tag = format!(
+            "d128{}_{}",
+            if causal { "_causal" } else { "" },
+            grad.name()
+        );
+        let mut pat = p(
+            format!("sdpa_fp8_bwd_{tag}"),
+            "sdpa_fp8_bwd",
+            json!({"io": "f32", "scale": c.scale_value(), "causal": causal}),
+            move || {
+                let mut g = Graph::new();
+                let q = g.input("q", c.q_spec()?)?;
+                let k = g.input("k", c.kv_spec()?)?;
+                let v = g.input("v", c.kv_spec()?)?;
+                let o = g.input("o", c.q_spec()?.with_dtype(c.o_dtype))?;
+                let d_o = g.input("do", c.q_spec()?.with_dtype(grad))?;
+                let st = g.input("stats", c.stats_spec()?)?;
+                let b = g.sdpa_fp8_backward(q, k, v, o, d_o, st, grad, &c)?;
+                for (t, n) in [(b.dq, "dq"), (b.dk, "dk"), (b.dv, "dv")] {
+                    g.rename(t, n)?;
+                }
+                for (t, n) in b
+                    .amax
+                    .iter()
+                    .zip(["amax_dq", "amax_dk", "amax_dv", "amax_dp"])
+                {
+                    g.rename(*t, n)?;
+                }
+                for (t, n) in b.scales.iter().zip(FP8_BWD_SCALE_NAMES) {
+                    g.rename(*t, n)?;
+                }
+                Ok(g)
+            },
+        );
+        pat.composite = true;
+        out.push(pat);
+    }
+}
+
 /// FP8 matmul and attention patterns.
 pub fn fp8(out: &mut Vec<Pattern>) {
     sdpa_fwd(out);
+    sdpa_bwd(out);
     use DType::{BF16, Fp8E4M3, Fp8E5M2};
     let cases = [
         (Fp8E4M3, Fp8E4M3, BF16, true),

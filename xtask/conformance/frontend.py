@@ -432,6 +432,23 @@ class Builder:
             x.set_dim(self.by_name[name]["dims"]).set_stride(self.by_name[name]["strides"])
             self.out(name, x)
 
+    def fam_sdpa_fp8_bwd(self):
+        p, t = self.p, self.t
+        kw = dict(attn_scale=p["scale"])
+        if p["causal"]:
+            kw.update(diagonal_alignment=self.cudnn.diagonal_alignment.TOP_LEFT, right_bound=0)
+        names = ("descale_q", "descale_k", "descale_v", "descale_o", "descale_do", "descale_s", "descale_dp",
+                 "scale_s", "scale_dq", "scale_dk", "scale_dv", "scale_dp")
+        outs = self.g.sdpa_fp8_backward(
+            t["q"], t["k"], t["v"], t["o"], t["do"], t["stats"], *[t[n] for n in names], **kw
+        )
+        for name, src, x in (("dq", "q", outs[0]), ("dk", "k", outs[1]), ("dv", "v", outs[2])):
+            x.set_dim(self.by_name[src]["dims"]).set_stride(self.by_name[src]["strides"])
+            self.out(name, x)
+        for name, x in zip(("amax_dq", "amax_dk", "amax_dv", "amax_dp"), outs[3:7]):
+            x.set_dim(self.by_name[name]["dims"]).set_stride(self.by_name[name]["strides"])
+            self.out(name, x)
+
 
 def plan_one(cudnn, spec, target):
     r = {"pattern": spec["name"], "target": target["name"]}

@@ -186,7 +186,11 @@ pub fn sdpa_bwd_graph(c: &Fp8SdpaConfig, grad: DType) -> Result<Graph, Error> {
     for (t, n) in [(b.dq, "dq"), (b.dk, "dk"), (b.dv, "dv")] {
         g.rename(t, n)?;
     }
-    for (t, n) in b.amax.iter().zip(["amax_dq", "amax_dk", "amax_dv", "amax_dp"]) {
+    for (t, n) in b
+        .amax
+        .iter()
+        .zip(["amax_dq", "amax_dk", "amax_dv", "amax_dp"])
+    {
         g.rename(*t, n)?;
     }
     for (t, n) in b.scales.iter().zip(FP8_BWD_SCALE_NAMES) {
