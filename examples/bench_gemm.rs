@@ -1,10 +1,14 @@
-//! `cargo run --release --example bench_gemm [-- --quick] [--dtype f32,tf32,f16,bf16] [--seconds S] [--csv FILE]`:
+//! `cargo run --release --example bench_gemm [-- --quick] [--dtype f32,tf32,f16,bf16,fp8] [--seconds S] [--csv FILE]`:
 //! GEMM throughput (`cublasGemmEx` / `cublasGemmStridedBatchedEx` through
 //! a `GemmPlan`) on square sizes 256 to 8192 and transformer shapes (a
 //! 7B-class MLP, 4096 tokens: 4096x11008x4096 and 4096x4096x11008;
 //! attention, batch 32 x 128x128x64 and batch 32 x 128x64x128), row-major,
 //! for f32 (f32 accumulation, no TF32), TF32, f16 and bf16 (f32
-//! accumulation). The case list is [`shapes`].
+//! accumulation), and FP8 (`fp8`: E4M3 x E4M3 -> bf16 through cuBLASLt's
+//! scaled matmul, `Fp8MatmulPlan`, per-tensor scales of 1, f32 accumulation
+//! without fast accumulation; A row-major m x k and B stored n x k, the "TN"
+//! layout FP8 needs, as `torch._scaled_mm` takes them; unbatched shapes
+//! only, as `_scaled_mm` has no batch). The case list is [`shapes`].
 //!
 //! Prints a markdown table: the device time per call and TFLOP/s (CUDA
 //! events over a timed loop of about `--seconds` (default 0.2), after a
@@ -20,9 +24,12 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use cudnn::blas::{ComputeType, GemmPlan, GemmTypes, Handle, Layout};
+use cudnn::blas::{
+    ComputeType, Fp8MatmulPlan, Fp8MatmulSpec, Fp8Scaling, GemmPlan, GemmTypes, Handle, Layout,
+    LtHandle,
+};
 use cudnn::runtime::{Device, DeviceBuffer, Event, Stream};
-use cudnn::{DataType, Scale};
+use cudnn::{DataType, F8E4M3, Scale};
 use half::{bf16, f16};
 
 #[path = "bench_csv.rs"]
@@ -148,12 +155,63 @@ fn bench<A: GemmTypes<A>>(
     })
 }
 
+/// Time one FP8 shape (E4M3 x E4M3 -> bf16, "TN"), as [`bench`] does.
+fn bench_fp8(lt: &LtHandle, stream: &Stream, s: &Shape, seconds: f64) -> AnyResult<Row> {
+    let la = Layout::row_major(s.m, s.k);
+    let lb = Layout::row_major(s.n, s.k).t();
+    let lc = Layout::row_major(s.m, s.n);
+    let spec = Fp8MatmulSpec::new(la, lb, lc);
+    let mut plan = Fp8MatmulPlan::<F8E4M3, F8E4M3, bf16>::new(lt, &spec)?;
+    let mut a = DeviceBuffer::<F8E4M3>::alloc(la.required_len().unwrap_or(0))?;
+    let mut b = DeviceBuffer::<F8E4M3>::alloc(lb.required_len().unwrap_or(0))?;
+    let mut c = DeviceBuffer::<bf16>::alloc(lc.required_len().unwrap_or(0))?;
+    // 0x3C bytes: 1.5 in E4M3 (PyTorch's row fills the same bytes).
+    a.memset(0x3C)?;
+    b.memset(0x3C)?;
+    c.memset(0)?;
+    let one = DeviceBuffer::from_host(&[1.0f32])?;
+    let mut call = |c: &mut DeviceBuffer<bf16>| {
+        let scale = Fp8Scaling {
+            a: Some((&one).into()),
+            b: Some((&one).into()),
+            ..Fp8Scaling::default()
+        };
+        plan.run(lt, 1.0, &a, &b, 0.0, c, scale, None)
+    };
+    for _ in 0..3 {
+        call(&mut c)?;
+    }
+    stream.synchronize()?;
+    let t = Instant::now();
+    call(&mut c)?;
+    stream.synchronize()?;
+    let per = t.elapsed().as_secs_f64().max(1e-6);
+    let iters = ((seconds / per) as usize).clamp(5, 2000);
+    let (start, end) = (Event::new()?, Event::new()?);
+    start.record(stream)?;
+    let host = Instant::now();
+    for _ in 0..iters {
+        call(&mut c)?;
+    }
+    let host_s = host.elapsed().as_secs_f64();
+    end.record(stream)?;
+    end.synchronize()?;
+    let ms = f64::from(Event::elapsed_ms(&start, &end)?) / iters as f64;
+    let flops = 2.0 * (s.m * s.n * s.k) as f64;
+    Ok(Row {
+        dtype: "fp8 e4m3 (f32) -> bf16",
+        device_ms: ms,
+        host_us: host_s / iters as f64 * 1e6,
+        tflops: flops / (ms * 1e-3) / 1e12,
+    })
+}
+
 fn run() -> AnyResult<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
     let value = |flag: &str| flag_value(&args, flag);
     let dtypes: Vec<String> = value("--dtype")
-        .unwrap_or("f32,tf32,f16,bf16")
+        .unwrap_or("f32,tf32,f16,bf16,fp8")
         .split(',')
         .map(str::to_string)
         .collect();
@@ -169,6 +227,7 @@ fn run() -> AnyResult<()> {
     let stream = Stream::new()?;
     let mut blas = Handle::new(&stream)?;
     blas.set_workspace(Handle::recommended_workspace_size(major))?;
+    let lt = LtHandle::new(&stream)?;
     println!(
         "# GEMM on {} (compute capability {major}.{minor}), cuBLAS {}\n",
         dev.name()?,
@@ -183,7 +242,11 @@ fn run() -> AnyResult<()> {
     println!("|---|---|---:|---:|---:|");
     for d in &dtypes {
         for s in shapes(quick) {
+            if d == "fp8" && s.batch > 1 {
+                continue; // torch._scaled_mm has no batch: no row to compare
+            }
             let row = match d.as_str() {
+                "fp8" => bench_fp8(&lt, &stream, &s, seconds),
                 "f32" => bench::<f32>(&blas, &stream, "f32 (f32)", ComputeType::F32, &s, seconds),
                 "tf32" => {
                     bench::<f32>(&blas, &stream, "f32 (TF32)", ComputeType::Tf32, &s, seconds)
@@ -193,7 +256,9 @@ fn run() -> AnyResult<()> {
                     bench::<bf16>(&blas, &stream, "bf16 (f32)", ComputeType::F32, &s, seconds)
                 }
                 other => {
-                    return Err(format!("--dtype: unknown `{other}` (f32, tf32, f16, bf16)").into());
+                    return Err(
+                        format!("--dtype: unknown `{other}` (f32, tf32, f16, bf16, fp8)").into(),
+                    );
                 }
             };
             let mut out = CsvRow {
@@ -202,7 +267,7 @@ fn run() -> AnyResult<()> {
                 op: if s.batch > 1 { "gemm_batched" } else { "gemm" },
                 shape: format!("m={};n={};k={};batch={}", s.m, s.n, s.k, s.batch),
                 dtype: d,
-                layout: "row-major",
+                layout: if d == "fp8" { "TN" } else { "row-major" },
                 metric: "TFLOP/s",
                 work: 2.0 * (s.m * s.n * s.k * s.batch) as f64,
                 device_us: None,

@@ -1,14 +1,18 @@
-//! Element types: the library type codes and the alpha/beta scaling type.
+//! Element types: the library type codes and the alpha/beta scaling type,
+//! and the FP8 element types [`F8E4M3`] and [`F8E5M2`].
 
 use crate::sys::cudart::cudaDataType_t as cudaDataType;
 use crate::sys::cudnn::cudnnDataType_t;
+
+mod fp8;
+pub use fp8::{F8E4M3, F8E5M2, Fp8Format, Fp8Saturation};
 
 mod sealed {
     pub trait Sealed {}
     pub trait SealedScale {}
 }
 
-/// The type alpha and beta are passed as (`f32` for f32/f16/bf16/i8, `f64` for f64).
+/// The type alpha and beta are passed as (`f32` for f32/f16/bf16/i8/FP8, `f64` for f64).
 pub trait Scale: Copy + Default + std::fmt::Debug + sealed::SealedScale + 'static {
     /// Widen from f64 (alpha/beta literals).
     fn from_f64(v: f64) -> Self;
@@ -77,3 +81,19 @@ dtype!(i8, CUDNN_DATA_INT8, CUDA_R_8I, f32, "i8", false);
 dtype!(u8, CUDNN_DATA_UINT8, CUDA_R_8U, f32, "u8", false);
 dtype!(i32, CUDNN_DATA_INT32, CUDA_R_32I, f32, "i32", false);
 dtype!(i64, CUDNN_DATA_INT64, CUDA_R_64I, f64, "i64", false);
+dtype!(
+    F8E4M3,
+    CUDNN_DATA_FP8_E4M3,
+    CUDA_R_8F_E4M3,
+    f32,
+    "fp8e4m3",
+    true
+);
+dtype!(
+    F8E5M2,
+    CUDNN_DATA_FP8_E5M2,
+    CUDA_R_8F_E5M2,
+    f32,
+    "fp8e5m2",
+    true
+);

@@ -167,7 +167,11 @@ def shape_label(row):
 
 def dtype_label(row):
     if row["suite"] == "gemm":
-        return {"tf32": "f32 (TF32)", "f32": "f32 (no TF32)"}.get(row["dtype"], row["dtype"])
+        return {
+            "tf32": "f32 (TF32)",
+            "f32": "f32 (no TF32)",
+            "fp8": "fp8 e4m3 -> bf16 (_scaled_mm)",
+        }.get(row["dtype"], row["dtype"])
     return f"{row['dtype']} {row['layout']}"
 
 
@@ -236,6 +240,8 @@ def set_conv_tf32(torch, enabled):
 def gemm_case(torch, row, device):
     s = parse_shape(row["shape"])
     m, n, k, batch = (int(s[key]) for key in ("m", "n", "k", "batch"))
+    if row["dtype"] == "fp8":
+        return scaled_mm_case(torch, m, n, k, batch, device)
     dtype = torch_dtype(torch, row["dtype"])
     set_matmul_tf32(torch, row["dtype"] == "tf32")
     itemsize = torch.empty((), dtype=dtype).element_size()
@@ -253,6 +259,22 @@ def gemm_case(torch, row, device):
     a, b = filled(m, k), filled(k, n)
     c = torch.empty(m, n, dtype=dtype, device=device)
     return lambda: torch.matmul(a, b, out=c)
+
+
+def scaled_mm_case(torch, m, n, k, batch, device):
+    """torch._scaled_mm, E4M3 x E4M3 -> bf16 with per-tensor scales of 1:
+    A row-major (m, k), B stored (n, k) and passed transposed (the "TN"
+    layout both libraries need); every byte 0x3C (1.5), as ours."""
+    if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
+        raise Skip("this PyTorch has no torch._scaled_mm / float8_e4m3fn")
+    if batch > 1:
+        raise Skip("torch._scaled_mm is not batched")
+    fp8 = torch.float8_e4m3fn
+    a = torch.full((m * k,), 0x3C, dtype=torch.uint8, device=device).view(fp8).view(m, k)
+    b = torch.full((n * k,), 0x3C, dtype=torch.uint8, device=device).view(fp8).view(n, k)
+    one = torch.ones((), dtype=torch.float32, device=device)
+    bt = b.t()
+    return lambda: torch._scaled_mm(a, bt, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
 
 
 def conv_case(torch, row, device):

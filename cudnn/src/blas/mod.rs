@@ -49,6 +49,16 @@
 //! The descriptors are host objects and can be built and inspected without
 //! a device ([`MatmulDescriptors`]).
 //!
+//! # FP8
+//!
+//! [`Fp8MatmulSpec`] / [`Fp8MatmulPlan`]: cuBLASLt's scaled FP8 matmul on
+//! [`F8E4M3`](crate::F8E4M3) / [`F8E5M2`](crate::F8E5M2) inputs (f32, f16,
+//! bf16 or FP8 output, per-tensor scales, amax of D, bias epilogues, fast
+//! accumulation as an option). Its rules ("TN" operands, 16-byte
+//! alignment, allowed types) are checked in Rust first and listed on
+//! [`Fp8MatmulSpec`]; the oracle is
+//! [`reference::gemm_fp8`](crate::reference::gemm_fp8).
+//!
 //! # cuBLASLt frames and epilogue vectors
 //!
 //! cuBLASLt is column-major; a D that is not column-contiguous is computed
@@ -90,5 +100,9 @@ pub use handle::*;
 pub use lt::{
     AuxKind, BiasUse, Epilogue, EpilogueArgs, LtHandle, LtMatrixLayout, MatmulDesc,
     MatmulDescriptors, MatmulPlan, MatmulPreference, MatmulShape, MatmulSpec, PlanCache, PlanKey,
+};
+pub use lt::{
+    Fp8Descriptors, Fp8Input, Fp8MatmulPlan, Fp8MatmulSpec, Fp8Output, Fp8OutputType, Fp8ScaleMode,
+    Fp8Scaling, Fp8Shape, Fp8Types, check_scale_mode_for, fp8_epilogue_supported,
 };
 pub use matrix::{Layout, Matrix, MatrixMut, Order};

@@ -26,6 +26,7 @@ pub mod attention;
 mod bounds;
 pub mod conv;
 pub mod gemm;
+pub mod gemm_fp8;
 pub mod norm;
 pub mod ops;
 

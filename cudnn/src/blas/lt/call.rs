@@ -5,8 +5,8 @@ use std::ffi::{CStr, c_char};
 
 use crate::error::{Error, Result};
 use crate::sys::cublas::{
-    self, CublasLt, cublasComputeType_t, cublasLtEpilogue_t, cublasLtOrder_t, cublasOperation_t,
-    cublasStatus_t,
+    self, CublasLt, cublasComputeType_t, cublasLtEpilogue_t, cublasLtMatmulMatrixScale_t,
+    cublasLtOrder_t, cublasOperation_t, cublasStatus_t,
 };
 use crate::sys::cudart::cudaDataType_t;
 
@@ -66,6 +66,7 @@ macro_rules! lt_call {
 
 /// Attribute values: plain data of which every bit pattern is valid.
 pub(super) trait AttrValue: Copy {}
+impl AttrValue for i8 {}
 impl AttrValue for i32 {}
 impl AttrValue for u32 {}
 impl AttrValue for i64 {}
@@ -76,6 +77,7 @@ impl AttrValue for cublasComputeType_t {}
 impl AttrValue for cudaDataType_t {}
 impl AttrValue for cublasLtEpilogue_t {}
 impl AttrValue for cublasLtOrder_t {}
+impl AttrValue for cublasLtMatmulMatrixScale_t {}
 
 pub(super) fn expect_size(call: &str, written: usize, want: usize) -> Result<()> {
     if written == want {

@@ -9,6 +9,9 @@
 //!   preference and the heuristic's algorithm for one spec;
 //!   [`run`](MatmulPlan::run) makes one `cublasLtMatmul` call.
 //! - [`PlanCache`]: plans by [`PlanKey`] (spec, types, workspace limit).
+//! - [`Fp8MatmulSpec`] / [`Fp8MatmulPlan`]: scaled FP8 matmul (E4M3/E5M2
+//!   inputs, per-tensor scales, amax of D, fast accumulation), its rules
+//!   checked in Rust first (see [`fp8_epilogue_supported`] and the spec).
 //!
 //! The descriptors ([`MatmulDesc`], [`LtMatrixLayout`], [`MatmulPreference`])
 //! are host objects and work without a device; creating a handle and
@@ -31,11 +34,15 @@
 #[macro_use]
 mod call;
 mod desc;
+mod fp8;
+mod fp8_plan;
 mod handle;
 mod plan;
 mod spec;
 
 pub use desc::*;
+pub use fp8::*;
+pub use fp8_plan::*;
 pub use handle::*;
 pub use plan::*;
 pub use spec::*;
