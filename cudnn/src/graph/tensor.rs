@@ -123,6 +123,8 @@ impl DType {
             D::CUDNN_DATA_UINT8 => DType::U8,
             D::CUDNN_DATA_INT32 => DType::I32,
             D::CUDNN_DATA_INT64 => DType::I64,
+            D::CUDNN_DATA_FP8_E4M3 => DType::Fp8E4M3,
+            D::CUDNN_DATA_FP8_E5M2 => DType::Fp8E5M2,
             _ => return None,
         })
     }
