@@ -499,8 +499,104 @@ fn fuzz_sdpa(n: u32, plans: usize) -> TestResult {
     Ok(())
 }
 
+/// `reference::attention_fp8::forward` on random and adversarial shapes,
+/// buffer lengths and scales: no panic, bounded time, typed errors; a
+/// success has finite amax values and O of the shape's length.
+fn fuzz_reference(n: u32) -> TestResult {
+    use cudnn::Fp8Format;
+    use cudnn::reference::attention_fp8::{Fp8AttnScales, Fp8AttnShape, forward};
+    use cudnn::reference::gemm_fp8::OutputType;
+    let mut rng = runner();
+    let ext = || prop_oneof![10 => 0usize..5, 1 => prop::sample::select(vec![usize::MAX, 1 << 30, 1 << 20, 1 << 40])];
+    let strat = (
+        (ext(), ext(), ext(), ext(), ext()),
+        (0usize..3, any::<bool>(), any::<bool>()),
+        prop_oneof![8 => Just(1.0f64), 1 => prop::sample::select(vec![f64::NAN, f64::INFINITY, 0.0, -2.0, 1e300])],
+    );
+    let mut oks = 0u32;
+    for _ in 0..n {
+        let ((b, h, sq, skv, d), (off, causal, e5), sc) = strat
+            .new_tree(&mut rng)
+            .map_err(|e| format!("strategy: {e}"))?
+            .current();
+        let shape = Fp8AttnShape {
+            batch: b,
+            heads: h,
+            seq_q: sq,
+            seq_kv: skv,
+            head_dim: d,
+        };
+        let len = |x: usize, y: usize| {
+            b.checked_mul(h)
+                .and_then(|p| p.checked_mul(x))
+                .and_then(|p| p.checked_mul(y))
+                .filter(|&n| n <= 4096)
+        };
+        let (Some(nq), Some(nkv)) = (len(sq, d), len(skv, d)) else {
+            let r = timed("forward (huge)", CALL_LIMIT, || {
+                forward(
+                    &[],
+                    &[],
+                    &[],
+                    shape,
+                    1.0,
+                    causal,
+                    Fp8Format::E4M3,
+                    OutputType::F32,
+                    &Fp8AttnScales::default(),
+                )
+            })?;
+            ensure!(
+                r.is_err(),
+                "a huge shape accepted with empty buffers: {shape:?}"
+            );
+            continue;
+        };
+        let q = vec![0.5; nq.saturating_sub(usize::from(off == 1))];
+        let k = vec![0.25; nkv];
+        let v = vec![1.0; nkv.saturating_add(usize::from(off == 2))];
+        let fmt = if e5 { Fp8Format::E5M2 } else { Fp8Format::E4M3 };
+        let scales = Fp8AttnScales {
+            scale_s: sc,
+            ..Fp8AttnScales::default()
+        };
+        let label = format!("forward {shape:?} off {off} scale {sc}");
+        let r = timed(&label, CALL_LIMIT, || {
+            forward(
+                &q,
+                &k,
+                &v,
+                shape,
+                0.5,
+                causal,
+                fmt,
+                OutputType::Fp8(fmt),
+                &scales,
+            )
+        })?;
+        if let Ok(f) = r {
+            oks += 1;
+            let bad_len = (off == 1 && nq > 0) || off == 2;
+            ensure!(
+                !bad_len && sc.is_finite(),
+                "accepted a bad length or scale: {shape:?} {off} {sc}"
+            );
+            ensure!(
+                f.o.len() == nq && f.amax_o.is_finite() && f.amax_s.is_finite(),
+                "{f:?}"
+            );
+        }
+    }
+    eprintln!("fuzz: attention_fp8 reference: {n} cases, {oks} computed");
+    ensure!(oks > 0, "none computed");
+    Ok(())
+}
+
 fn main() {
     run(vec![
+        unit("fuzz_reference_attention_fp8", || {
+            fuzz_reference(cases(5_000))
+        }),
         unit("fuzz_sdpa_fp8_rules_and_builders", || {
             fuzz_sdpa(cases(10_000), 0)
         }),

@@ -378,6 +378,137 @@ fn main() {
         Ok(())
     }));
 
+    t.push(unit("reference_attention_fp8_by_hand", || {
+        use cudnn::Fp8Format::E4M3;
+        use cudnn::reference::attention_fp8::{Fp8AttnScales, Fp8AttnShape, forward};
+        use cudnn::reference::gemm_fp8::OutputType;
+        // Causal, S_q = S_kv = 2, D = 1: q = [1, 1], k = [1, 2], v = [4, 8].
+        // Row 0 sees key 0 only: P = [1, 0], O = 4, stats = 1.
+        // Row 1: P = softmax([1, 2]) = [0.2689, 0.7311], in E4M3 0.28125 and
+        // 0.75 (steps 2^-5 and 2^-4): O = 0.28125*4 + 0.75*8 = 7.125,
+        // stats = 2 + ln(1 + e^-1).
+        let shape = Fp8AttnShape {
+            batch: 1,
+            heads: 1,
+            seq_q: 2,
+            seq_kv: 2,
+            head_dim: 1,
+        };
+        let r = forward(
+            &[1.0, 1.0],
+            &[1.0, 2.0],
+            &[4.0, 8.0],
+            shape,
+            1.0,
+            true,
+            E4M3,
+            OutputType::F32,
+            &Fp8AttnScales::default(),
+        )?;
+        ensure!(r.o == [4.0, 7.125], "o {:?}", r.o);
+        ensure!((r.stats[0] - 1.0).abs() < 1e-12, "stats {:?}", r.stats);
+        ensure!(
+            (r.stats[1] - (2.0 + (1.0 + (-1.0f64).exp()).ln())).abs() < 1e-12,
+            "stats {:?}",
+            r.stats
+        );
+        ensure!(
+            r.amax_s == 1.0 && r.amax_o == 7.125,
+            "amax {} {}",
+            r.amax_s,
+            r.amax_o
+        );
+        // The descales multiply the scores: 2 * 0.5 changes nothing; scale_o
+        // doubles O (exact in f32), amax_o is taken before it.
+        let s = Fp8AttnScales {
+            descale_q: 2.0,
+            descale_k: 0.5,
+            scale_o: 2.0,
+            ..Fp8AttnScales::default()
+        };
+        let r2 = forward(
+            &[1.0, 1.0],
+            &[1.0, 2.0],
+            &[4.0, 8.0],
+            shape,
+            1.0,
+            true,
+            E4M3,
+            OutputType::F32,
+            &s,
+        )?;
+        ensure!(r2.o == [8.0, 14.25] && r2.amax_o == 7.125, "{r2:?}");
+        // Inputs are rounded to E4M3 first: 1.03 reads as 1.0.
+        let r3 = forward(
+            &[1.03, 1.0],
+            &[1.0, 2.0],
+            &[4.0, 8.0],
+            shape,
+            1.0,
+            true,
+            E4M3,
+            OutputType::F32,
+            &Fp8AttnScales::default(),
+        )?;
+        ensure!(r3.o == r.o, "{r3:?}");
+        // Typed errors naming the argument.
+        let e = forward(
+            &[1.0],
+            &[1.0, 2.0],
+            &[4.0, 8.0],
+            shape,
+            1.0,
+            true,
+            E4M3,
+            OutputType::F32,
+            &Fp8AttnScales::default(),
+        )
+        .err()
+        .ok_or("short q accepted")?;
+        ensure!(arg_of(&e).contains("q length"), "{e}");
+        let bad = Fp8AttnScales {
+            scale_o: f64::NAN,
+            ..Fp8AttnScales::default()
+        };
+        let e = forward(
+            &[1.0, 1.0],
+            &[1.0, 2.0],
+            &[4.0, 8.0],
+            shape,
+            1.0,
+            true,
+            E4M3,
+            OutputType::F32,
+            &bad,
+        )
+        .err()
+        .ok_or("NaN scale accepted")?;
+        ensure!(arg_of(&e).contains("scale_o"), "{e}");
+        let huge = Fp8AttnShape {
+            batch: 1 << 20,
+            heads: 1 << 20,
+            seq_q: 1 << 20,
+            seq_kv: 1,
+            head_dim: 1,
+        };
+        ensure!(
+            forward(
+                &[],
+                &[],
+                &[],
+                huge,
+                1.0,
+                false,
+                E4M3,
+                OutputType::F32,
+                &Fp8AttnScales::default()
+            )
+            .is_err(),
+            "huge shape"
+        );
+        Ok(())
+    }));
+
     t.push(host9("fp8_matmul_plans_per_target", || {
         let mut failures = vec![];
         for case in matmul_cases() {

@@ -17,7 +17,8 @@
 //! roundings cuDNN makes: P to FP8 and O to its type. [`tolerance`] derives
 //! the bound a GPU result must meet from the formats. Sizes and work are
 //! bounded as the module docs of [`reference`](super#bounds) say (work:
-//! `2 · B·H·S_q·S_kv·D` multiply-adds).
+//! `2·B·H·S_q·S_kv·D` multiply-adds plus `B·H·S_q·(S_kv + D + 1)` for the
+//! softmax and the rows).
 //!
 //! ```
 //! use cudnn::Fp8Format;
@@ -100,8 +101,8 @@ pub struct Fp8AttnForward {
 /// The FP8 attention forward (see the module docs).
 ///
 /// # Errors
-/// A buffer length not the shape's, a size or the work over the reference
-/// bounds, a non-finite scale or `attn_scale`.
+/// `seq_kv` or `head_dim` of 0, a buffer length not the shape's, a size or
+/// the work over the reference bounds, a non-finite scale or `attn_scale`.
 #[allow(clippy::too_many_arguments)]
 pub fn forward(
     q: &[f64],
@@ -121,6 +122,16 @@ pub fn forward(
         seq_kv: skv,
         head_dim: d,
     } = shape;
+    // A softmax over no keys is undefined; D = 0 is no attention either.
+    for (name, x) in [("seq_kv", skv), ("head_dim", d)] {
+        if x == 0 {
+            return Err(Error::invalid(
+                format!("attention_fp8::forward: shape.{name}"),
+                "must be >= 1",
+                x,
+            ));
+        }
+    }
     let nq = bounds::count("q", &[b, h, sq, d])?;
     let nkv = bounds::count("k", &[b, h, skv, d])?;
     bounds::count("scores", &[b, h, sq, skv])?;
@@ -151,11 +162,31 @@ pub fn forward(
             ));
         }
     }
-    bounds::work(
-        "attention_fp8::forward",
-        "2 x B x H x S_q x S_kv x D",
-        &[2, b, h, sq, skv, d],
+    // The two products, and the softmax over every row (each row costs
+    // at least one step, even with S_kv or D of 0).
+    let how = "2 x B x H x S_q x S_kv x D + B x H x S_q x (S_kv + D + 1)";
+    let arg = "attention_fp8::forward";
+    let row_cost = skv
+        .checked_add(d)
+        .and_then(|x| x.checked_add(1))
+        .ok_or_else(|| Error::invalid(arg, "S_kv + D overflows", format!("{shape:?}")))?;
+    bounds::total_work(
+        arg,
+        how,
+        &[
+            bounds::work(arg, how, &[2, b, h, sq, skv, d])?,
+            bounds::work(arg, how, &[b, h, sq, row_cost])?,
+        ],
     )?;
+    if nq == 0 {
+        // No query rows: nothing to compute (and no score row to allocate).
+        return Ok(Fp8AttnForward {
+            o: Vec::new(),
+            stats: Vec::new(),
+            amax_s: 0.0,
+            amax_o: 0.0,
+        });
+    }
     let round = |x: &[f64], arg: &str| bounds::collect(arg, x.iter().map(|&x| format.round(x)));
     let (q, k, v) = (round(q, "q")?, round(k, "k")?, round(v, "v")?);
     let mut o = bounds::zeros("o", nq)?;
