@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use cudnn::Error;
 use cudnn::graph::{
     DType, Fp8MatmulScales, Fp8SdpaConfig, Graph, Plan, Policy, Target, TensorSpec,
-    check_fp8_target,
+    check_block_scale_target, check_fp8_target,
 };
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -592,8 +592,81 @@ fn fuzz_reference(n: u32) -> TestResult {
     Ok(())
 }
 
+/// `block_scale_quantize` / `block_scale_dequantize` on random specs and
+/// `check_block_scale_target` on any architecture and version: no panic,
+/// bounded time, typed errors; a success has the block scale dims.
+fn fuzz_block_scale(n: u32) -> TestResult {
+    let mut rng = runner();
+    let shape = prop::collection::vec(
+        prop_oneof![6 => prop::sample::select(vec![1i64, 2, 32, 64, 96]), 1 => dim()],
+        0..5,
+    );
+    let strat = (
+        (shape.clone(), shape, any::<bool>()),
+        dtype(),
+        prop_oneof![3 => dtype(), 1 => Just(DType::Fp8E8M0)],
+        any::<bool>(),
+        any::<i64>(),
+        (0u32..12, 0u32..30, 0u32..3),
+    );
+    let (mut q_ok, mut d_ok) = (0u32, 0u32);
+    for _ in 0..n {
+        let ((xd, sd, derive), xt, ot, deq, ver, v) = strat
+            .new_tree(&mut rng)
+            .map_err(|e| format!("strategy: {e}"))?
+            .current();
+        // Half the scales are the right shape for x (when x's is one).
+        let sd = match xd.split_last() {
+            Some((&l, head)) if derive && l % 32 == 0 => {
+                let mut d = head.to_vec();
+                d.push(l / 32);
+                d
+            }
+            _ => sd,
+        };
+        let r = timed("check_block_scale_target", CALL_LIMIT, || {
+            check_block_scale_target(ver, v)
+        })?;
+        ensure!(
+            r.is_ok() == (ver >= 1000 && v >= (9, 7, 0)),
+            "rule: {ver} {v:?} {r:?}"
+        );
+        let mut g = Graph::new();
+        let r = timed("block scale", CALL_LIMIT, || {
+            let x = g.input("x", TensorSpec::row_major(xt, &xd)?)?;
+            if deq {
+                let s = g.input("s", TensorSpec::row_major(ot, &sd)?)?;
+                g.block_scale_dequantize(x, s).map(|y| (y, None))
+            } else {
+                g.block_scale_quantize(x, ot).map(|b| (b.y, Some(b.scale)))
+            }
+        })?;
+        if let Ok((_, scale)) = r {
+            let last = *xd.last().ok_or("no dims")?;
+            ensure!(last % 32 == 0, "accepted a last dim {last}");
+            match scale {
+                Some(s) => {
+                    q_ok += 1;
+                    let mut want = xd.clone();
+                    if let Some(l) = want.last_mut() {
+                        *l /= 32;
+                    }
+                    ensure!(g.dims(s)? == want.as_slice(), "scale dims");
+                }
+                None => d_ok += 1,
+            }
+        }
+    }
+    eprintln!("fuzz: block scale: {n} cases, {q_ok} quantize and {d_ok} dequantize built");
+    ensure!(q_ok > 0, "no quantize built");
+    Ok(())
+}
+
 fn main() {
     run(vec![
+        unit("fuzz_block_scale_builders", || {
+            fuzz_block_scale(cases(10_000))
+        }),
         unit("fuzz_reference_attention_fp8", || {
             fuzz_reference(cases(5_000))
         }),

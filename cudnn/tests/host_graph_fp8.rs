@@ -660,5 +660,114 @@ fn main() {
         Ok(())
     }));
 
+    t.push(host9("block_scale_ops_finalize_and_are_gated", || {
+        let cudnn = cudnn_version()?;
+        // Quantize: bf16 [1, 128, 256] -> E4M3 values and E8M0 scales [1, 128, 8].
+        let mut g = Graph::new();
+        let x = g.input("x", TensorSpec::row_major(DType::BF16, &[1, 128, 256])?)?;
+        let q = g.block_scale_quantize(x, DType::Fp8E4M3)?;
+        ensure!(
+            g.dims(q.scale)? == [1, 128, 8],
+            "scale dims {:?}",
+            g.dims(q.scale)?
+        );
+        ensure!(g.spec(q.scale)?.dtype() == DType::Fp8E8M0, "E8M0 scales");
+        // Dequantize (its own graph): E4M3 [1, 128, 256] with its scales -> f32.
+        let mut d = Graph::new();
+        let xq = d.input("xq", TensorSpec::row_major(DType::Fp8E4M3, &[1, 128, 256])?)?;
+        let sc = d.input(
+            "scale",
+            TensorSpec::row_major(DType::Fp8E8M0, &[1, 128, 8])?,
+        )?;
+        let y = d.block_scale_dequantize(xq, sc)?;
+        d.output(y, DType::F32)?;
+        for (name, graph) in [("quantize", &g), ("dequantize", &d)] {
+            // cuDNN finalizes the dequantize and its graph on the host; it
+            // refuses the quantize at finalize (a typed error naming its
+            // reason, recorded here).
+            let og = match graph.build() {
+                Ok(og) => og,
+                Err(e) if name == "quantize" && is_typed(&e) => {
+                    eprintln!("block scale {name}: refused by cuDNN {cudnn:?}: {e}");
+                    continue;
+                }
+                Err(e) => {
+                    return Err(format!("{name}: cuDNN {cudnn:?} refuses the graph: {e}").into());
+                }
+            };
+            eprintln!(
+                "block scale {name}: graph finalized, {} engines",
+                og.engine_count()?
+            );
+            for tgt in ["h200", "a100"] {
+                let e = Plan::build(&og, &Target::preset(tgt)?, &Policy::default())
+                    .err()
+                    .ok_or(format!("{name} planned for {tgt}"))?;
+                ensure!(
+                    matches!(e, Error::Unsupported { .. }) && e.to_string().contains("Blackwell"),
+                    "{name} {tgt}: {e}"
+                );
+            }
+            // Blackwell passes the crate's rule; without a device cuDNN offers
+            // no engine (a typed refusal), which the GPU tier will tell apart.
+            match Plan::build(&og, &Target::preset("b200")?, &Policy::default()) {
+                Ok((p, _)) => {
+                    eprintln!("block scale {name} b200: planned, engine {:?}", p.engine())
+                }
+                Err(e) => {
+                    eprintln!("block scale {name} b200: {e}");
+                    ensure!(
+                        is_typed(&e) && !e.to_string().contains("Blackwell"),
+                        "{name} b200: {e:?}"
+                    );
+                }
+            }
+        }
+        // The rule itself.
+        ensure!(
+            check_block_scale_target(1000, (9, 7, 0)).is_ok(),
+            "b200, 9.7"
+        );
+        ensure!(check_block_scale_target(1000, (9, 6, 1)).is_err(), "9.6");
+        ensure!(check_block_scale_target(900, (9, 28, 1)).is_err(), "h200");
+        // Typed builder errors.
+        let mut e = Graph::new();
+        let f = e.input("f", TensorSpec::row_major(DType::BF16, &[4, 48])?)?;
+        let err = e
+            .block_scale_quantize(f, DType::Fp8E4M3)
+            .err()
+            .ok_or("48 accepted")?;
+        ensure!(arg_of(&err).contains("last dim"), "{err}");
+        let g32 = e.input("g", TensorSpec::row_major(DType::BF16, &[4, 64])?)?;
+        let err = e
+            .block_scale_quantize(g32, DType::BF16)
+            .err()
+            .ok_or("bf16 out accepted")?;
+        ensure!(arg_of(&err).contains("out"), "{err}");
+        let s_bad = e.input("s", TensorSpec::row_major(DType::Fp8E8M0, &[4, 1])?)?;
+        let x8 = e.input("x8", TensorSpec::row_major(DType::Fp8E4M3, &[4, 64])?)?;
+        let err = e
+            .block_scale_dequantize(x8, s_bad)
+            .err()
+            .ok_or("bad scale dims accepted")?;
+        ensure!(matches!(err, Error::Mismatch { .. }), "{err:?}");
+        let err = e
+            .block_scale_dequantize(g32, s_bad)
+            .err()
+            .ok_or("bf16 x accepted")?;
+        ensure!(arg_of(&err).contains("x's element type"), "{err}");
+        Ok(())
+    }));
+
     run(t)
+}
+
+fn is_typed(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Unsupported { .. }
+            | Error::Cudnn { .. }
+            | Error::InvalidArgument { .. }
+            | Error::Mismatch { .. }
+    )
 }

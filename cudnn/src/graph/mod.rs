@@ -52,6 +52,7 @@ pub use cache::{
 };
 pub use graph::{Graph, IoSignature, IoTensor, OpGraph, Tensor};
 pub use heuristics::{BehaviorNote, Candidate, HeurMode, Knob, NumericalNote, Policy};
+pub use ops::block_scale_fp8::{BlockScaled, MXFP8_BLOCK, check_block_scale_target};
 pub use ops::conv::{ConvDirection, ConvParams};
 pub use ops::matmul_fp8::{Fp8Matmul, Fp8MatmulScales, check_fp8_target};
 pub use ops::norm::{NormGrads, NormMode, NormOutputs, NormPhase, RunningStats};

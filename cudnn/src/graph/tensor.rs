@@ -44,6 +44,8 @@ pub enum DType {
     Fp8E4M3,
     /// FP8 E5M2.
     Fp8E5M2,
+    /// FP8 E8M0: a power of two (an MXFP8 block scale).
+    Fp8E8M0,
 }
 
 impl DType {
@@ -62,6 +64,7 @@ impl DType {
             DType::Bool => D::CUDNN_DATA_BOOLEAN,
             DType::Fp8E4M3 => D::CUDNN_DATA_FP8_E4M3,
             DType::Fp8E5M2 => D::CUDNN_DATA_FP8_E5M2,
+            DType::Fp8E8M0 => D::CUDNN_DATA_FP8_E8M0,
         }
     }
 
@@ -71,7 +74,12 @@ impl DType {
             DType::F64 | DType::I64 => 8,
             DType::F32 | DType::I32 => 4,
             DType::F16 | DType::BF16 => 2,
-            DType::I8 | DType::U8 | DType::Bool | DType::Fp8E4M3 | DType::Fp8E5M2 => 1,
+            DType::I8
+            | DType::U8
+            | DType::Bool
+            | DType::Fp8E4M3
+            | DType::Fp8E5M2
+            | DType::Fp8E8M0 => 1,
         }
     }
 
@@ -89,6 +97,7 @@ impl DType {
             DType::Bool => "bool",
             DType::Fp8E4M3 => "fp8e4m3",
             DType::Fp8E5M2 => "fp8e5m2",
+            DType::Fp8E8M0 => "fp8e8m0",
         }
     }
 
@@ -106,6 +115,7 @@ impl DType {
             DType::Bool,
             DType::Fp8E4M3,
             DType::Fp8E5M2,
+            DType::Fp8E8M0,
         ]
         .into_iter()
         .find(|d| d.name() == s)
@@ -138,7 +148,13 @@ impl DType {
     pub fn is_float(self) -> bool {
         matches!(
             self,
-            DType::F32 | DType::F64 | DType::F16 | DType::BF16 | DType::Fp8E4M3 | DType::Fp8E5M2
+            DType::F32
+                | DType::F64
+                | DType::F16
+                | DType::BF16
+                | DType::Fp8E4M3
+                | DType::Fp8E5M2
+                | DType::Fp8E8M0
         )
     }
 }

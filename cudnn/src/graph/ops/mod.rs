@@ -3,6 +3,7 @@
 //! construction. This module holds what they share: the `OpNode` trait
 //! every op implements and the descriptors (`Built`) an op graph keeps.
 
+pub mod block_scale_fp8;
 pub mod conv;
 pub(crate) mod elementwise;
 pub(crate) mod matmul;

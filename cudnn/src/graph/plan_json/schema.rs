@@ -30,6 +30,7 @@ pub(super) fn dtype_of(name: &str) -> Option<DType> {
         "CUDNN_DATA_BOOLEAN" => DType::Bool,
         "CUDNN_DATA_FP8_E4M3" => DType::Fp8E4M3,
         "CUDNN_DATA_FP8_E5M2" => DType::Fp8E5M2,
+        "CUDNN_DATA_FP8_E8M0" => DType::Fp8E8M0,
         _ => return None,
     })
 }
