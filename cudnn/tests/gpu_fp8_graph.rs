@@ -2,8 +2,8 @@
 //! one): `Graph::fp8_matmul` against the f64 reference
 //! [`gemm_fp8`](cudnn::reference::gemm_fp8) and `Graph::sdpa_fp8_forward`
 //! against [`attention_fp8`](cudnn::reference::attention_fp8), on the same
-//! FP8 codes; `Graph::sdpa_fp8_backward` runs and its amax outputs agree
-//! with the gradients it wrote.
+//! FP8 codes; `Graph::sdpa_fp8_backward` against `attention_fp8::backward`,
+//! and its amax outputs agree with the gradients it wrote.
 //!
 //! Outputs are poisoned (the FP8 NaN code, NaN) before each run, so an
 //! element the plan does not write fails. Bounds come from the formats
@@ -19,7 +19,7 @@ mod support;
 use cudnn::blas::{Epilogue, Layout};
 use cudnn::dnn::Handle;
 use cudnn::graph::*;
-use cudnn::reference::attention_fp8::{self, Fp8AttnScales, Fp8AttnShape};
+use cudnn::reference::attention_fp8::{self, Fp8AttnBwdScales, Fp8AttnScales, Fp8AttnShape};
 use cudnn::reference::gemm::max_relative_error;
 use cudnn::reference::gemm_fp8::{Fp8Scales, OutputType, gemm_fp8, tolerance};
 use cudnn::runtime::{DeviceBuffer, Stream};
@@ -353,6 +353,48 @@ fn sdpa_bwd_case(cfg: Fp8SdpaConfig, grad: DType) -> R {
     }
     let g = sdpa_bwd_graph(&cfg, grad)?;
     let outs = run_graph(&g, &inputs)?;
+    // Against the f64 reference of the same composite.
+    let sc = Fp8AttnBwdScales {
+        descale_s: scale_of("descale_s"),
+        descale_dp: scale_of("descale_dp"),
+        scale_s: scale_of("scale_s"),
+        scale_dq: scale_of("scale_dq"),
+        scale_dk: scale_of("scale_dk"),
+        scale_dv: scale_of("scale_dv"),
+        scale_dp: scale_of("scale_dp"),
+        ..Fp8AttnBwdScales::default()
+    };
+    let input = |n: &str| {
+        inputs
+            .iter()
+            .find(|(m, _)| *m == n)
+            .map(|(_, v)| v.clone())
+            .ok_or(format!("no {n}"))
+    };
+    let want = attention_fp8::backward(
+        &input("q")?,
+        &input("k")?,
+        &input("v")?,
+        &input("o")?,
+        &input("do")?,
+        &input("stats")?,
+        shape,
+        cfg.scale_value(),
+        cfg.is_causal,
+        fmt,
+        gfmt,
+        &sc,
+    )?;
+    let tol = attention_fp8::backward_tolerance(shape, fmt, gfmt);
+    check("dq", get(&outs, "dq")?, &want.dq, tol)?;
+    check("dk", get(&outs, "dk")?, &want.dk, tol)?;
+    check("dv", get(&outs, "dv")?, &want.dv, tol)?;
+    for (i, n) in ["amax_dq", "amax_dk", "amax_dv", "amax_dp"]
+        .iter()
+        .enumerate()
+    {
+        check_scalar(n, get(&outs, n)?[0], want.amax[i], tol)?;
+    }
     for (grad_name, amax_name) in [("dq", "amax_dq"), ("dk", "amax_dk"), ("dv", "amax_dv")] {
         let x = get(&outs, grad_name)?;
         ensure!(
@@ -403,7 +445,7 @@ fn main() {
                 ..sdpa_fwd_cfg(64, true, true, Fp8E4M3)
             })
         }),
-        gpu("fp8_graph_sdpa_backward_d128_runs_and_amax_agree", || {
+        gpu("fp8_graph_sdpa_backward_d128", || {
             sdpa_bwd_case(
                 Fp8SdpaConfig {
                     seq_q: 128,

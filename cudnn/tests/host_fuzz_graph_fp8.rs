@@ -504,7 +504,9 @@ fn fuzz_sdpa(n: u32, plans: usize) -> TestResult {
 /// success has finite amax values and O of the shape's length.
 fn fuzz_reference(n: u32) -> TestResult {
     use cudnn::Fp8Format;
-    use cudnn::reference::attention_fp8::{Fp8AttnScales, Fp8AttnShape, forward};
+    use cudnn::reference::attention_fp8::{
+        Fp8AttnBwdScales, Fp8AttnScales, Fp8AttnShape, backward, forward,
+    };
     use cudnn::reference::gemm_fp8::OutputType;
     let mut rng = runner();
     let ext = || prop_oneof![10 => 0usize..5, 1 => prop::sample::select(vec![usize::MAX, 1 << 30, 1 << 20, 1 << 40])];
@@ -574,6 +576,40 @@ fn fuzz_reference(n: u32) -> TestResult {
                 &scales,
             )
         })?;
+        // The backward on the same buffers (stats of the query rows).
+        let stats = vec![0.0; len(sq, 1).unwrap_or(0)];
+        let label = format!("backward {shape:?} off {off} scale {sc}");
+        let bwd_scales = Fp8AttnBwdScales {
+            scale_dp: sc,
+            ..Fp8AttnBwdScales::default()
+        };
+        let rb = timed(&label, CALL_LIMIT, || {
+            backward(
+                &q,
+                &k,
+                &v,
+                &q,
+                &q,
+                &stats,
+                shape,
+                0.5,
+                causal,
+                fmt,
+                Fp8Format::E5M2,
+                &bwd_scales,
+            )
+        })?;
+        if let Ok(g) = &rb {
+            let bad_len = (off == 1 && nq > 0) || off == 2;
+            ensure!(
+                !bad_len && sc.is_finite(),
+                "backward accepted a bad length or scale: {shape:?}"
+            );
+            ensure!(
+                g.dq.len() == nq && g.amax.iter().all(|a| a.is_finite()),
+                "{g:?}"
+            );
+        }
         if let Ok(f) = r {
             oks += 1;
             let bad_len = (off == 1 && nq > 0) || off == 2;

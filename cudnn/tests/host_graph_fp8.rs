@@ -486,6 +486,81 @@ fn main() {
         .err()
         .ok_or("NaN scale accepted")?;
         ensure!(arg_of(&e).contains("scale_o"), "{e}");
+        // Backward by hand: one query, two equal keys (P = [0.5, 0.5], exact
+        // in FP8), v = [2, 4] so O = 3; dO = 1: Δ = 3, dP = (v - 3) * 0.5 =
+        // [-0.5, 0.5], dQ = dP·K = 0, dK = dPᵀ·Q = [-0.5, 0.5], dV = Pᵀ·dO
+        // = [0.5, 0.5].
+        use cudnn::reference::attention_fp8::{Fp8AttnBwdScales, backward};
+        let s1 = Fp8AttnShape {
+            batch: 1,
+            heads: 1,
+            seq_q: 1,
+            seq_kv: 2,
+            head_dim: 1,
+        };
+        let stats = [1.0 + 2f64.ln()];
+        let g = backward(
+            &[1.0],
+            &[1.0, 1.0],
+            &[2.0, 4.0],
+            &[3.0],
+            &[1.0],
+            &stats,
+            s1,
+            1.0,
+            false,
+            E4M3,
+            cudnn::Fp8Format::E5M2,
+            &Fp8AttnBwdScales::default(),
+        )?;
+        ensure!(
+            g.dq == [0.0] && g.dk == [-0.5, 0.5] && g.dv == [0.5, 0.5],
+            "{g:?}"
+        );
+        // (exp(-ln 2) is 0.5 within an ulp in f64.)
+        let near = |a: [f64; 4], b: [f64; 4]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-12);
+        ensure!(near(g.amax, [0.0, 0.5, 0.5, 0.5]), "amax {:?}", g.amax);
+        // The gradient scales multiply after the amax; E5M2 rounds 0.5 * 3 = 1.5 exactly.
+        let sc = Fp8AttnBwdScales {
+            scale_dv: 3.0,
+            scale_dk: 3.0,
+            ..Fp8AttnBwdScales::default()
+        };
+        let g2 = backward(
+            &[1.0],
+            &[1.0, 1.0],
+            &[2.0, 4.0],
+            &[3.0],
+            &[1.0],
+            &stats,
+            s1,
+            1.0,
+            false,
+            E4M3,
+            cudnn::Fp8Format::E5M2,
+            &sc,
+        )?;
+        ensure!(
+            g2.dv == [1.5, 1.5] && g2.dk == [-1.5, 1.5] && g2.amax == g.amax,
+            "{g2:?}"
+        );
+        let e = backward(
+            &[1.0],
+            &[1.0, 1.0],
+            &[2.0, 4.0],
+            &[3.0],
+            &[1.0],
+            &[],
+            s1,
+            1.0,
+            false,
+            E4M3,
+            E4M3,
+            &Fp8AttnBwdScales::default(),
+        )
+        .err()
+        .ok_or("empty stats accepted")?;
+        ensure!(arg_of(&e).contains("stats length"), "{e}");
         let huge = Fp8AttnShape {
             batch: 1 << 20,
             heads: 1 << 20,
