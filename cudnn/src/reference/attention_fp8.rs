@@ -253,19 +253,30 @@ pub fn tolerance(shape: Fp8AttnShape, format: Fp8Format, out: OutputType) -> f64
 /// [`Graph::sdpa_fp8_backward`](crate::graph::Graph::sdpa_fp8_backward)
 /// names them.
 #[derive(Debug, Clone, Copy, PartialEq)]
-#[allow(missing_docs)]
 pub struct Fp8AttnBwdScales {
+    /// Q's descale.
     pub descale_q: f64,
+    /// K's descale.
     pub descale_k: f64,
+    /// V's descale.
     pub descale_v: f64,
+    /// O's descale.
     pub descale_o: f64,
+    /// dO's descale.
     pub descale_do: f64,
+    /// P's descale.
     pub descale_s: f64,
+    /// dP's descale.
     pub descale_dp: f64,
+    /// P's scale before its FP8 rounding.
     pub scale_s: f64,
+    /// dQ's scale before its rounding.
     pub scale_dq: f64,
+    /// dK's scale before its rounding.
     pub scale_dk: f64,
+    /// dV's scale before its rounding.
     pub scale_dv: f64,
+    /// dP's scale before its FP8 rounding.
     pub scale_dp: f64,
 }
 
