@@ -7,6 +7,9 @@
 //!   counted as half of the full matmuls, as FlashAttention does; backward
 //!   2.5 times the forward), each through cuDNN's SDPA operation and
 //!   through the matmul–softmax–matmul composite (`SdpaImpl::Composite`);
+//! - FP8 attention forward (E4M3 in and out, per-tensor scales, BHSD,
+//!   causal, training; `Graph::sdpa_fp8_forward`), same shapes, in TFLOP/s
+//!   (PyTorch's counterpart, where its FP8 SDPA exists, through the CSV);
 //! - layer norm forward (training) and backward, bf16, 8192 rows of 4096,
 //!   in GB/s (the bytes each call must move at least: x and y forward;
 //!   x, dy and dx backward).
@@ -48,6 +51,8 @@ enum Case {
     /// Sequence length; through the composite pattern (or the SDPA operation).
     SdpaFwd(i64, bool),
     SdpaBwd(i64, bool),
+    /// FP8 attention forward (issue 25), by sequence length.
+    SdpaFp8Fwd(i64),
     LnFwd,
     LnBwd,
 }
@@ -63,9 +68,22 @@ impl Case {
                 SdpaImpl::Auto
             })
     }
+    fn fp8_cfg(seq: i64) -> Fp8SdpaConfig {
+        Fp8SdpaConfig {
+            is_causal: true,
+            is_training: true,
+            ..Fp8SdpaConfig::new(4, 32, seq, seq, 128)
+        }
+    }
+    fn dtype(self) -> &'static str {
+        match self {
+            Case::SdpaFp8Fwd(_) => "fp8e4m3",
+            _ => "bf16",
+        }
+    }
     fn key(self) -> &'static str {
         match self {
-            Case::SdpaFwd(..) => "sdpa_fwd",
+            Case::SdpaFwd(..) | Case::SdpaFp8Fwd(_) => "sdpa_fwd",
             Case::SdpaBwd(..) => "sdpa_bwd",
             Case::LnFwd => "layer_norm_fwd",
             Case::LnBwd => "layer_norm_bwd",
@@ -73,7 +91,7 @@ impl Case {
     }
     fn suite(self) -> &'static str {
         match self {
-            Case::SdpaFwd(..) | Case::SdpaBwd(..) => "attention",
+            Case::SdpaFwd(..) | Case::SdpaBwd(..) | Case::SdpaFp8Fwd(_) => "attention",
             _ => "norm",
         }
     }
@@ -81,6 +99,7 @@ impl Case {
         match self {
             Case::SdpaFwd(s, c) => format!("sdpa forward b4 h32 s{s} d128 causal{}", imp(c)),
             Case::SdpaBwd(s, c) => format!("sdpa backward b4 h32 s{s} d128 causal{}", imp(c)),
+            Case::SdpaFp8Fwd(s) => format!("sdpa fp8 forward b4 h32 s{s} d128 causal"),
             Case::LnFwd => format!("layer norm forward {LN_ROWS}x{LN_DIM}"),
             Case::LnBwd => format!("layer norm backward {LN_ROWS}x{LN_DIM}"),
         }
@@ -93,12 +112,13 @@ impl Case {
                     if c { ";impl=composite" } else { "" }
                 )
             }
+            Case::SdpaFp8Fwd(s) => format!("b=4;h=32;s={s};d=128;causal=1"),
             _ => format!("n={LN_ROWS};d={LN_DIM}"),
         }
     }
     fn metric(self) -> &'static str {
         match self {
-            Case::SdpaFwd(..) | Case::SdpaBwd(..) => "TFLOP/s",
+            Case::SdpaFwd(..) | Case::SdpaBwd(..) | Case::SdpaFp8Fwd(_) => "TFLOP/s",
             _ => "GB/s",
         }
     }
@@ -107,6 +127,8 @@ impl Case {
         match self {
             Case::SdpaFwd(s, c) => Self::cfg(s, c).forward_flops(),
             Case::SdpaBwd(s, c) => Self::cfg(s, c).backward_flops(),
+            // As the bf16 forward: 4·b·h·s²·d, halved for the causal mask.
+            Case::SdpaFp8Fwd(s) => 4.0 * (4 * 32 * 128) as f64 * (s as f64) * (s as f64) / 2.0,
             Case::LnFwd => 2.0 * ln,
             Case::LnBwd => 3.0 * ln,
         }
@@ -138,6 +160,14 @@ impl Case {
                 g.rename(b.dq, "dq")?;
                 g.rename(b.dk, "dk")?;
                 g.rename(b.dv, "dv")?;
+            }
+            Case::SdpaFp8Fwd(s) => {
+                let cfg = Self::fp8_cfg(s);
+                let q = g.input("q", cfg.q_spec()?)?;
+                let k = g.input("k", cfg.kv_spec()?)?;
+                let v = g.input("v", cfg.kv_spec()?)?;
+                let f = g.sdpa_fp8_forward(q, k, v, &cfg)?;
+                g.rename(f.o, "o")?;
             }
             Case::LnFwd | Case::LnBwd => {
                 let xs = TensorSpec::row_major(DType::BF16, &[LN_ROWS, LN_DIM, 1, 1])?;
@@ -180,6 +210,7 @@ fn cases(quick: bool) -> Vec<Case> {
             v.push(Case::SdpaFwd(s, composite));
             v.push(Case::SdpaBwd(s, composite));
         }
+        v.push(Case::SdpaFp8Fwd(s));
     }
     v.push(Case::LnFwd);
     v.push(Case::LnBwd);
@@ -190,6 +221,7 @@ fn cases(quick: bool) -> Vec<Case> {
 enum Buf {
     B16(DeviceBuffer<bf16>),
     F32(DeviceBuffer<f32>),
+    F8(DeviceBuffer<cudnn::F8E4M3>),
 }
 
 fn buffers(plan: &Plan) -> AnyResult<Vec<(String, bool, Buf)>> {
@@ -198,6 +230,10 @@ fn buffers(plan: &Plan) -> AnyResult<Vec<(String, bool, Buf)>> {
         let n = t.spec.span_elements()?;
         let b = match t.spec.dtype() {
             DType::BF16 => Buf::B16(DeviceBuffer::from_host(&vec![bf16::from_f32(0.25); n])?),
+            DType::Fp8E4M3 => Buf::F8(DeviceBuffer::from_host(&vec![
+                cudnn::F8E4M3::from_f32(0.25);
+                n
+            ])?),
             DType::F32 => {
                 // Statistics: LSE ~ ln(seq); inverse std 1.
                 Buf::F32(DeviceBuffer::from_host(&vec![1.0f32; n])?)
@@ -223,6 +259,8 @@ fn measure(h: &mut Handle, stream: &Stream, plan: &Plan, iters: usize) -> AnyRes
             (Buf::B16(x), true) => b.output(name, x.as_slice_mut())?,
             (Buf::F32(x), false) => b.input(name, x.as_slice())?,
             (Buf::F32(x), true) => b.output(name, x.as_slice_mut())?,
+            (Buf::F8(x), false) => b.input(name, x.as_slice())?,
+            (Buf::F8(x), true) => b.output(name, x.as_slice_mut())?,
         };
     }
     for _ in 0..2 {
@@ -298,8 +336,9 @@ fn run() -> AnyResult<()> {
                     / (t.device_us * 1e-6)
                     / if c.metric() == "TFLOP/s" { 1e12 } else { 1e9 };
                 println!(
-                    "| {} | bf16 | {s:.2} | {:.1} | {rate:.1} {} | {:.1} |",
+                    "| {} | {} | {s:.2} | {:.1} | {rate:.1} {} | {:.1} |",
                     c.label(),
+                    c.dtype(),
                     t.device_us,
                     c.metric(),
                     t.host_us
@@ -307,7 +346,7 @@ fn run() -> AnyResult<()> {
                 (Some(t.device_us), Some(t.host_us), format!("engine {e:?}"))
             }
             Err(e) => {
-                println!("| {} | bf16 | — | — | error: {e} | — |", c.label());
+                println!("| {} | {} | — | — | error: {e} | — |", c.label(), c.dtype());
                 (None, None, e.to_string())
             }
         };
@@ -317,8 +356,10 @@ fn run() -> AnyResult<()> {
             case: &label,
             op: c.key(),
             shape: c.shape(),
-            dtype: "bf16",
-            layout: if c.suite() == "attention" {
+            dtype: c.dtype(),
+            layout: if matches!(c, Case::SdpaFp8Fwd(_)) {
+                "BHSD"
+            } else if c.suite() == "attention" {
                 "BSHD"
             } else {
                 "row-major"

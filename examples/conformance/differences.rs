@@ -99,6 +99,29 @@ pub const DIFFERENCES: &[Difference] = &[
             p.composite && matches!(f.kind, "node" | "unmatched" | "tensor") && !is_bound_tensor(f)
         },
     },
+    Difference {
+        id: "D6",
+        what: "FP8 graphs on a GPU without FP8 support (an FP8 matmul below sm_89, FP8 attention below sm_90): the crate refuses with a typed Unsupported before asking cuDNN, the frontend by its own check or because cuDNN offered no engine",
+        why: "both sides refuse the same graph for the same target; cuDNN's own reason for the matmul is that its FP8 (QMMA) kernels do not run on sm_80",
+        applies: |p, f| {
+            p.family.contains("fp8")
+                && f.kind == "crate"
+                && f.ours.contains("unsupported")
+                && f.ours.contains("FP8")
+                && f.theirs.contains("cudnnGraphNotSupportedError")
+        },
+    },
+    Difference {
+        id: "D7",
+        what: "FP8 attention backward on Blackwell: the frontend pins cuDNN's engine 5 with its knob STAGES = 2 (what it calls routing to the deterministic algorithm, a 16 KB workspace); the crate takes the same engine with the knobs cuDNN's heuristics give (STAGES left to cuDNN, about 1 MB of workspace)",
+        why: "the same engine for the same graph, and each side's plan loads in the other; the crate does not override cuDNN's heuristics with a pinned knob (see the sdpa_fp8_bwd module docs)",
+        applies: |p, f| {
+            let w = f.ours.parse::<u64>().ok().zip(f.theirs.parse::<u64>().ok());
+            p.family == "sdpa_fp8_bwd"
+                && f.kind == "workspace"
+                && w.is_some_and(|(ours, theirs)| ours > theirs)
+        },
+    },
 ];
 
 /// A finding about a tensor a caller binds (named by its role), which a
@@ -209,6 +232,25 @@ mod unit {
         assert!(ids(&bwd, f("tensor", "`dq` stride", "[1]", "[2]")).is_empty());
         assert!(ids(&bwd, f("first_engine", "first_engine", "6", "7")).is_empty());
         assert_eq!(ids(&bwd, f("node", "nodes[3]/operation", "a", "b")), ["D4"]);
+        // D6: FP8 only, and only when both sides refuse.
+        let fp8 = pattern("fp8_matmul", false);
+        let refused = "unsupported: an FP8 matmul on a GPU of compute capability 8.0";
+        let none = "cudnnGraphNotSupportedError: No valid engine configs for x";
+        assert_eq!(ids(&fp8, f("crate", "plan", refused, none)), ["D6"]);
+        let other = "cudnnGraphNotSupportedError: only supported on Hopper";
+        assert_eq!(ids(&fp8, f("crate", "plan", refused, other)), ["D6"]);
+        assert!(ids(&fp8, f("crate", "plan", refused, "cudnnBadParamError: x")).is_empty());
+        assert!(ids(&fp8, f("crate", "plan", refused, "planned")).is_empty());
+        assert!(ids(&conv, f("crate", "plan", refused, none)).is_empty());
+        // D7: the FP8 backward's workspace only, and only larger here.
+        let fbwd = pattern("sdpa_fp8_bwd", true);
+        assert_eq!(
+            ids(&fbwd, f("workspace", "workspace", "1056896", "16512")),
+            ["D7"]
+        );
+        assert!(ids(&fbwd, f("workspace", "workspace", "16512", "1056896")).is_empty());
+        assert!(ids(&fbwd, f("first_engine", "first_engine", "5", "6")).is_empty());
+        assert!(ids(&fp8, f("workspace", "workspace", "1056896", "16512")).is_empty());
         // Nothing explains an engine count.
         assert!(ids(&sdpa, f("count", "count", "4", "3")).is_empty());
     }

@@ -11,6 +11,9 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
+#[path = "patterns_fp8.rs"]
+mod patterns_fp8;
+
 /// One graph of the tier.
 pub struct Pattern {
     /// Unique, stable name.
@@ -691,5 +694,6 @@ pub fn all() -> Vec<Pattern> {
     matmuls(&mut out);
     norms(&mut out);
     attention(&mut out);
+    patterns_fp8::fp8(&mut out);
     out
 }

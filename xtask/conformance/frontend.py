@@ -193,6 +193,8 @@ class Builder:
             "bf16": cudnn.data_type.BFLOAT16,
             "i32": cudnn.data_type.INT32,
             "i64": cudnn.data_type.INT64,
+            "fp8e4m3": cudnn.data_type.FP8_E4M3,
+            "fp8e5m2": cudnn.data_type.FP8_E5M2,
         }
         self.props = props
         self.g = cudnn._pybind_module.backend_graph(
@@ -396,6 +398,55 @@ class Builder:
         dq, dk, dv = self.g.sdpa_backward(t["q"], t["k"], t["v"], t["o"], t["do"], t["stats"], **self.sdpa_kwargs())
         for name, src, x in (("dq", "q", dq), ("dk", "k", dk), ("dv", "v", dv)):
             x.set_dim(self.by_name[src]["dims"]).set_stride(self.by_name[src]["strides"])
+            self.out(name, x)
+
+    # ---- FP8 (issue 25) ----
+
+    def fam_fp8_matmul(self):
+        g, t, f32 = self.g, self.t, self.cudnn.data_type.FLOAT
+        acc = g.matmul(t["a"], t["b"], compute_data_type=f32)
+        d = g.mul(acc, t["descale_a"], compute_data_type=f32)
+        d = g.mul(d, t["descale_b"], compute_data_type=f32)
+        if self.p["amax"]:
+            m = g.reduction(d, mode=self.cudnn.reduction_mode.AMAX, compute_data_type=f32)
+            m.set_dim(self.by_name["amax"]["dims"]).set_stride(self.by_name["amax"]["strides"])
+            self.out("amax", m)
+        if "scale_c" in t:
+            d = g.mul(d, t["scale_c"], compute_data_type=f32)
+        self.out("c", d)
+
+    def fam_sdpa_fp8_fwd(self):
+        p, t = self.p, self.t
+        kw = dict(attn_scale=p["scale"], generate_stats=p["training"])
+        if p["causal"]:
+            kw.update(diagonal_alignment=self.cudnn.diagonal_alignment.TOP_LEFT, right_bound=0)
+        scales = [t[n] for n in ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")]
+        o, stats, amax_s, amax_o = self.g.sdpa_fp8(
+            t["q"], t["k"], t["v"], *scales, implementation=self.cudnn.attention_implementation.COMPOSITE, **kw
+        )
+        o.set_dim(self.by_name["o"]["dims"]).set_stride(self.by_name["o"]["strides"])
+        self.out("o", o)
+        if p["training"]:
+            self.out("stats", stats)
+        for name, x in (("amax_s", amax_s), ("amax_o", amax_o)):
+            x.set_dim(self.by_name[name]["dims"]).set_stride(self.by_name[name]["strides"])
+            self.out(name, x)
+
+    def fam_sdpa_fp8_bwd(self):
+        p, t = self.p, self.t
+        kw = dict(attn_scale=p["scale"])
+        if p["causal"]:
+            kw.update(diagonal_alignment=self.cudnn.diagonal_alignment.TOP_LEFT, right_bound=0)
+        names = ("descale_q", "descale_k", "descale_v", "descale_o", "descale_do", "descale_s", "descale_dp",
+                 "scale_s", "scale_dq", "scale_dk", "scale_dv", "scale_dp")
+        outs = self.g.sdpa_fp8_backward(
+            t["q"], t["k"], t["v"], t["o"], t["do"], t["stats"], *[t[n] for n in names], **kw
+        )
+        for name, src, x in (("dq", "q", outs[0]), ("dk", "k", outs[1]), ("dv", "v", outs[2])):
+            x.set_dim(self.by_name[src]["dims"]).set_stride(self.by_name[src]["strides"])
+            self.out(name, x)
+        for name, x in zip(("amax_dq", "amax_dk", "amax_dv", "amax_dp"), outs[3:7]):
+            x.set_dim(self.by_name[name]["dims"]).set_stride(self.by_name[name]["strides"])
             self.out(name, x)
 
 

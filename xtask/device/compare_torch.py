@@ -398,6 +398,18 @@ def attention_case(torch, row, device):
     s = parse_shape(row["shape"])
     b, h, seq, d = (int(s[key]) for key in ("b", "h", "s", "d"))
     causal = s.get("causal", "0") == "1"
+    if row["dtype"] == "fp8e4m3":
+        # PyTorch's FP8 attention where this PyTorch has one (BHSD, E4M3):
+        # tried once here, the row skipped with the reason otherwise.
+        fp8 = getattr(torch, "float8_e4m3fn", None)
+        if fp8 is None or row["op"] != "sdpa_fwd":
+            raise Skip("this PyTorch has no float8_e4m3fn (or no FP8 counterpart for the op)")
+        q8, k8, v8 = ((torch.randn(b, h, seq, d, device=device) * 0.5).to(fp8) for _ in range(3))
+        try:
+            F.scaled_dot_product_attention(q8, k8, v8, is_causal=causal)
+        except Exception as e:  # noqa: BLE001 - any refusal means "not offered"
+            raise Skip(f"this PyTorch has no FP8 scaled_dot_product_attention ({type(e).__name__}: {e})")
+        return lambda: F.scaled_dot_product_attention(q8, k8, v8, is_causal=causal)
     dtype = torch_dtype(torch, row["dtype"])
 
     def bshd():

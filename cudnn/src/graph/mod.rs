@@ -52,11 +52,15 @@ pub use cache::{
 };
 pub use graph::{Graph, IoSignature, IoTensor, OpGraph, Tensor};
 pub use heuristics::{BehaviorNote, Candidate, HeurMode, Knob, NumericalNote, Policy};
+pub use ops::block_scale_fp8::{BlockScaled, MXFP8_BLOCK, check_block_scale_target};
 pub use ops::conv::{ConvDirection, ConvParams};
+pub use ops::matmul_fp8::{Fp8Matmul, Fp8MatmulScales, check_fp8_target};
 pub use ops::norm::{NormGrads, NormMode, NormOutputs, NormPhase, RunningStats};
 pub use ops::pointwise::{Arity, Pointwise};
 pub use ops::reduction::Reduce;
 pub use ops::sdpa::{AttnLayout, Dropout, SdpaBackward, SdpaConfig, SdpaForward, SdpaImpl};
+pub use ops::sdpa_fp8::{Fp8SdpaConfig, Fp8SdpaForward};
+pub use ops::sdpa_fp8_bwd::{FP8_BWD_SCALE_NAMES, Fp8SdpaBackward};
 pub use plan::{BuildReport, Plan, Timings};
 pub use plan_json::check as check_plan_json;
 pub use target::{DeviceProperties, DeviceSpec, REQUIRED_FIELDS, Target};

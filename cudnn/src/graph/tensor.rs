@@ -44,6 +44,8 @@ pub enum DType {
     Fp8E4M3,
     /// FP8 E5M2.
     Fp8E5M2,
+    /// FP8 E8M0: a power of two (an MXFP8 block scale).
+    Fp8E8M0,
 }
 
 impl DType {
@@ -62,6 +64,7 @@ impl DType {
             DType::Bool => D::CUDNN_DATA_BOOLEAN,
             DType::Fp8E4M3 => D::CUDNN_DATA_FP8_E4M3,
             DType::Fp8E5M2 => D::CUDNN_DATA_FP8_E5M2,
+            DType::Fp8E8M0 => D::CUDNN_DATA_FP8_E8M0,
         }
     }
 
@@ -71,7 +74,12 @@ impl DType {
             DType::F64 | DType::I64 => 8,
             DType::F32 | DType::I32 => 4,
             DType::F16 | DType::BF16 => 2,
-            DType::I8 | DType::U8 | DType::Bool | DType::Fp8E4M3 | DType::Fp8E5M2 => 1,
+            DType::I8
+            | DType::U8
+            | DType::Bool
+            | DType::Fp8E4M3
+            | DType::Fp8E5M2
+            | DType::Fp8E8M0 => 1,
         }
     }
 
@@ -89,6 +97,7 @@ impl DType {
             DType::Bool => "bool",
             DType::Fp8E4M3 => "fp8e4m3",
             DType::Fp8E5M2 => "fp8e5m2",
+            DType::Fp8E8M0 => "fp8e8m0",
         }
     }
 
@@ -106,6 +115,7 @@ impl DType {
             DType::Bool,
             DType::Fp8E4M3,
             DType::Fp8E5M2,
+            DType::Fp8E8M0,
         ]
         .into_iter()
         .find(|d| d.name() == s)
@@ -123,15 +133,28 @@ impl DType {
             D::CUDNN_DATA_UINT8 => DType::U8,
             D::CUDNN_DATA_INT32 => DType::I32,
             D::CUDNN_DATA_INT64 => DType::I64,
+            D::CUDNN_DATA_FP8_E4M3 => DType::Fp8E4M3,
+            D::CUDNN_DATA_FP8_E5M2 => DType::Fp8E5M2,
             _ => return None,
         })
+    }
+
+    /// Whether this is one of the 8-bit float types (E4M3, E5M2).
+    pub fn is_fp8(self) -> bool {
+        matches!(self, DType::Fp8E4M3 | DType::Fp8E5M2)
     }
 
     /// Whether this is a floating-point type.
     pub fn is_float(self) -> bool {
         matches!(
             self,
-            DType::F32 | DType::F64 | DType::F16 | DType::BF16 | DType::Fp8E4M3 | DType::Fp8E5M2
+            DType::F32
+                | DType::F64
+                | DType::F16
+                | DType::BF16
+                | DType::Fp8E4M3
+                | DType::Fp8E5M2
+                | DType::Fp8E8M0
         )
     }
 }

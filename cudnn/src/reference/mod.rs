@@ -23,6 +23,7 @@
 //!   it) costs nothing: it is answered at once.
 
 pub mod attention;
+pub mod attention_fp8;
 mod bounds;
 pub mod conv;
 pub mod gemm;

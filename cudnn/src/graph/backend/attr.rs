@@ -838,3 +838,63 @@ pub const OPERATION_RNG_DESC: Attr<RngOp, Desc<Rng>> = Attr {
     label: "CUDNN_ATTR_OPERATION_RNG_DESC",
     _p: PhantomData,
 };
+pub const OPERATION_BLOCK_SCALE_QUANTIZE_XDESC: Attr<BlockScaleQuantizeOp, Desc<Tensor>> = Attr {
+    name: AttrName::CUDNN_ATTR_OPERATION_BLOCK_SCALE_QUANTIZE_XDESC,
+    label: "CUDNN_ATTR_OPERATION_BLOCK_SCALE_QUANTIZE_XDESC",
+    _p: PhantomData,
+};
+pub const OPERATION_BLOCK_SCALE_QUANTIZE_YDESC: Attr<BlockScaleQuantizeOp, Desc<Tensor>> = Attr {
+    name: AttrName::CUDNN_ATTR_OPERATION_BLOCK_SCALE_QUANTIZE_YDESC,
+    label: "CUDNN_ATTR_OPERATION_BLOCK_SCALE_QUANTIZE_YDESC",
+    _p: PhantomData,
+};
+pub const OPERATION_BLOCK_SCALE_QUANTIZE_SCALE_DESC: Attr<BlockScaleQuantizeOp, Desc<Tensor>> =
+    Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_BLOCK_SCALE_QUANTIZE_SCALE_DESC,
+        label: "CUDNN_ATTR_OPERATION_BLOCK_SCALE_QUANTIZE_SCALE_DESC",
+        _p: PhantomData,
+    };
+pub const OPERATION_BLOCK_SCALE_QUANTIZE_MATH_PREC: Attr<BlockScaleQuantizeOp, DataType> = Attr {
+    name: AttrName::CUDNN_ATTR_OPERATION_BLOCK_SCALE_QUANTIZE_MATH_PREC,
+    label: "CUDNN_ATTR_OPERATION_BLOCK_SCALE_QUANTIZE_MATH_PREC",
+    _p: PhantomData,
+};
+pub const OPERATION_BLOCK_SCALE_QUANTIZE_BLOCK_SIZE: Attr<BlockScaleQuantizeOp, I32> = Attr {
+    name: AttrName::CUDNN_ATTR_OPERATION_BLOCK_SCALE_QUANTIZE_BLOCK_SIZE,
+    label: "CUDNN_ATTR_OPERATION_BLOCK_SCALE_QUANTIZE_BLOCK_SIZE",
+    _p: PhantomData,
+};
+pub const OPERATION_BLOCK_SCALE_DEQUANTIZE_XDESC: Attr<BlockScaleDequantizeOp, Desc<Tensor>> =
+    Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_BLOCK_SCALE_DEQUANTIZE_XDESC,
+        label: "CUDNN_ATTR_OPERATION_BLOCK_SCALE_DEQUANTIZE_XDESC",
+        _p: PhantomData,
+    };
+pub const OPERATION_BLOCK_SCALE_DEQUANTIZE_YDESC: Attr<BlockScaleDequantizeOp, Desc<Tensor>> =
+    Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_BLOCK_SCALE_DEQUANTIZE_YDESC,
+        label: "CUDNN_ATTR_OPERATION_BLOCK_SCALE_DEQUANTIZE_YDESC",
+        _p: PhantomData,
+    };
+pub const OPERATION_BLOCK_SCALE_DEQUANTIZE_SCALE_DESC: Attr<BlockScaleDequantizeOp, Desc<Tensor>> =
+    Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_BLOCK_SCALE_DEQUANTIZE_SCALE_DESC,
+        label: "CUDNN_ATTR_OPERATION_BLOCK_SCALE_DEQUANTIZE_SCALE_DESC",
+        _p: PhantomData,
+    };
+pub const OPERATION_BLOCK_SCALE_DEQUANTIZE_MATH_PREC: Attr<BlockScaleDequantizeOp, DataType> =
+    Attr {
+        name: AttrName::CUDNN_ATTR_OPERATION_BLOCK_SCALE_DEQUANTIZE_MATH_PREC,
+        label: "CUDNN_ATTR_OPERATION_BLOCK_SCALE_DEQUANTIZE_MATH_PREC",
+        _p: PhantomData,
+    };
+pub const OPERATION_BLOCK_SCALE_DEQUANTIZE_BLOCK_SIZE: Attr<BlockScaleDequantizeOp, I32> = Attr {
+    name: AttrName::CUDNN_ATTR_OPERATION_BLOCK_SCALE_DEQUANTIZE_BLOCK_SIZE,
+    label: "CUDNN_ATTR_OPERATION_BLOCK_SCALE_DEQUANTIZE_BLOCK_SIZE",
+    _p: PhantomData,
+};
+pub const OPERATION_BLOCK_SCALE_DEQUANTIZE_NEG_SCALE: Attr<BlockScaleDequantizeOp, Bool> = Attr {
+    name: AttrName::CUDNN_ATTR_OPERATION_BLOCK_SCALE_DEQUANTIZE_NEG_SCALE,
+    label: "CUDNN_ATTR_OPERATION_BLOCK_SCALE_DEQUANTIZE_NEG_SCALE",
+    _p: PhantomData,
+};

@@ -109,6 +109,10 @@ pub mod kind {
         RngOp = CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR, "rng op", OperationKind;
         /// Reshape operation (a view with other dims and strides; the composite attention backward's transposes).
         ReshapeOp = CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, "reshape op", OperationKind;
+        /// Block-scale quantize operation (MXFP8: FP8 values and E8M0 block scales).
+        BlockScaleQuantizeOp = CUDNN_BACKEND_OPERATION_BLOCK_SCALE_QUANTIZE_DESCRIPTOR, "block scale quantize op", OperationKind;
+        /// Block-scale dequantize operation.
+        BlockScaleDequantizeOp = CUDNN_BACKEND_OPERATION_BLOCK_SCALE_DEQUANTIZE_DESCRIPTOR, "block scale dequantize op", OperationKind;
         /// `CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR`.
         OperationGraph = CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph";
         /// `CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR`.

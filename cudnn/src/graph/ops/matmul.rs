@@ -13,6 +13,8 @@ pub(crate) struct MatmulOp {
     pub(crate) a: usize,
     pub(crate) b: usize,
     pub(crate) c: usize,
+    /// Whether an input is FP8 (the target must have FP8 tensor cores).
+    pub(crate) fp8: bool,
 }
 
 impl OpNode for MatmulOp {
@@ -31,6 +33,13 @@ impl OpNode for MatmulOp {
     }
     fn tf32_inputs(&self) -> Vec<usize> {
         vec![self.a, self.b]
+    }
+    fn check_target(&self, device_ver: i64) -> Result<()> {
+        if self.fp8 {
+            super::matmul_fp8::check_fp8_target("an FP8 matmul", device_ver)
+        } else {
+            Ok(())
+        }
     }
     fn build(
         &self,
@@ -57,6 +66,11 @@ impl Graph {
     /// `c = a @ b`: `a` `[batch..., M, K]`, `b` `[batch..., K, N]`, the same
     /// rank (2 to 8); batch dims equal or 1 (broadcast). Transposes are
     /// strides: pass `b` with swapped strides for `a @ bᵀ`.
+    ///
+    /// FP8 inputs (either) make a matmul that plans only for GPUs with FP8
+    /// tensor cores (compute capability 8.9 or newer, checked when a plan is
+    /// built); [`fp8_matmul`](Self::fp8_matmul) adds the descales, the scale
+    /// and the amax around it.
     ///
     /// # Errors
     /// Ranks differ, inner dims differ, or batch dims do not broadcast.
@@ -91,6 +105,7 @@ impl Graph {
             a: self.index(a)?,
             b: self.index(b)?,
             c: self.index(c)?,
+            fp8: as_.dtype().is_fp8() || bs.dtype().is_fp8(),
         });
         Ok(c)
     }

@@ -3,14 +3,19 @@
 //! construction. This module holds what they share: the `OpNode` trait
 //! every op implements and the descriptors (`Built`) an op graph keeps.
 
+pub mod block_scale_fp8;
 pub mod conv;
 pub(crate) mod elementwise;
 pub(crate) mod matmul;
+pub mod matmul_fp8;
 pub mod norm;
 pub mod pointwise;
 pub mod reduction;
 pub mod sdpa;
 pub(crate) mod sdpa_composite;
+pub mod sdpa_fp8;
+pub(crate) mod sdpa_fp8_build;
+pub mod sdpa_fp8_bwd;
 pub(crate) mod sdpa_graph;
 pub(crate) mod sdpa_native;
 

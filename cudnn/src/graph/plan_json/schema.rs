@@ -30,6 +30,7 @@ pub(super) fn dtype_of(name: &str) -> Option<DType> {
         "CUDNN_DATA_BOOLEAN" => DType::Bool,
         "CUDNN_DATA_FP8_E4M3" => DType::Fp8E4M3,
         "CUDNN_DATA_FP8_E5M2" => DType::Fp8E5M2,
+        "CUDNN_DATA_FP8_E8M0" => DType::Fp8E8M0,
         _ => return None,
     })
 }
@@ -315,6 +316,8 @@ pub(super) const FINALIZE_MODES: &[&str] = &[
     "GENERIC_CONV_FUSION",
     "GENERIC_POINTWISE_FUSION",
     "BLAS_MATMUL",
+    // A matmul with a reduction fused (the FP8 matmul's amax).
+    "GENERIC_MATMUL_FUSION",
     "CONV_FORWARD",
     "CONV_BWD_DATA",
     "CONV_BWD_FILTER",

@@ -1,0 +1,246 @@
+//! Block-scale (MXFP8) quantize and dequantize in the graph: cuDNN's
+//! `CUDNN_BACKEND_OPERATION_BLOCK_SCALE_QUANTIZE_DESCRIPTOR` and
+//! `..._DEQUANTIZE_DESCRIPTOR`. A block of [`MXFP8_BLOCK`] consecutive
+//! elements along the last dim shares one E8M0 scale (a power of two):
+//! `y = fp8(x / scale)`, `x ≈ y * scale`.
+//!
+//! Rules: cuDNN 9.7.0 or newer (the release that added the operations) and
+//! a Blackwell GPU (compute capability 10.0 or newer: MXFP8 is a Blackwell
+//! tensor-core format); elsewhere `Plan::build` refuses with `Unsupported`.
+//!
+//! What the host tier shows (cuDNN 9.28.1, no device): the dequantize
+//! operation and its graph finalize, but cuDNN offers no engine for them
+//! without a live device; the quantize operation is refused at finalize
+//! (`BAD_PARAM_ATTRIBUTE_TYPE`, cuDNN's text about the `F8_128x4`
+//! reordering), as NVIDIA's frontend 1.32 is for a 3-D quantize. Their
+//! plans are for the GPU tier. A plan JSON holding these nodes is not on
+//! the plan-JSON allow-list (no plan, so no node fields, could be observed
+//! here) and is refused by `from_cudnn_json` as an unknown node.
+
+use super::{Built, OpNode};
+use crate::error::{Error, Result};
+use crate::graph::backend::{Descriptor, attr, kind};
+use crate::graph::graph::{Graph, Tensor};
+use crate::graph::tensor::{DType, TensorSpec, fmt_dims};
+
+/// The MXFP8 block size: 32 elements share a scale.
+pub const MXFP8_BLOCK: i64 = 32;
+
+/// What [`Graph::block_scale_quantize`] adds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockScaled {
+    /// The FP8 values (a graph output, x's dims and layout).
+    pub y: Tensor,
+    /// The E8M0 block scales (a graph output: x's dims with the last
+    /// divided by [`MXFP8_BLOCK`], packed row-major).
+    pub scale: Tensor,
+}
+
+/// The per-target rule of the block-scale operations.
+///
+/// # Errors
+/// `Unsupported` below compute capability 10.0 or cuDNN 9.7.0.
+pub fn check_block_scale_target(device_ver: i64, cudnn: (u32, u32, u32)) -> Result<()> {
+    let needs = if cudnn < (9, 7, 0) {
+        Some("cuDNN 9.7.0 or newer")
+    } else if device_ver < 1000 {
+        Some("a Blackwell GPU (compute capability 10.0 or newer)")
+    } else {
+        None
+    };
+    match needs {
+        None => Ok(()),
+        Some(n) => Err(Error::Unsupported {
+            what: format!(
+                "block-scale (MXFP8) quantize / dequantize on a GPU of compute capability {}.{} with cuDNN {}.{}.{}",
+                device_ver / 100,
+                (device_ver % 100) / 10,
+                cudnn.0,
+                cudnn.1,
+                cudnn.2
+            ),
+            needs: Some(n.to_string()),
+        }),
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct BlockScaleOp {
+    quantize: bool,
+    x: usize,
+    scale: usize,
+    y: usize,
+}
+
+impl OpNode for BlockScaleOp {
+    fn name(&self) -> String {
+        if self.quantize {
+            "block_scale_quantize".to_string()
+        } else {
+            "block_scale_dequantize".to_string()
+        }
+    }
+    fn tensors(&self) -> Vec<(&'static str, usize, bool)> {
+        if self.quantize {
+            vec![
+                ("x", self.x, false),
+                ("y", self.y, true),
+                ("scale", self.scale, true),
+            ]
+        } else {
+            vec![
+                ("x", self.x, false),
+                ("scale", self.scale, false),
+                ("y", self.y, true),
+            ]
+        }
+    }
+    fn signature(&self) -> String {
+        format!("block={MXFP8_BLOCK}")
+    }
+    fn check_target(&self, device_ver: i64) -> Result<()> {
+        check_block_scale_target(device_ver, super::sdpa::loaded_cudnn()?)
+    }
+    fn build(
+        &self,
+        t: &[Descriptor<kind::Tensor>],
+        compute: DType,
+        built: &mut Built,
+    ) -> Result<()> {
+        let block = i32::try_from(MXFP8_BLOCK).unwrap_or(32);
+        if self.quantize {
+            let mut d = Descriptor::<kind::BlockScaleQuantizeOp>::new()?;
+            d.set_descriptors(attr::OPERATION_BLOCK_SCALE_QUANTIZE_XDESC, &[&t[self.x]])?;
+            d.set_descriptors(attr::OPERATION_BLOCK_SCALE_QUANTIZE_YDESC, &[&t[self.y]])?;
+            d.set_descriptors(
+                attr::OPERATION_BLOCK_SCALE_QUANTIZE_SCALE_DESC,
+                &[&t[self.scale]],
+            )?;
+            d.set(
+                attr::OPERATION_BLOCK_SCALE_QUANTIZE_MATH_PREC,
+                &[compute.raw()],
+            )?;
+            d.set(attr::OPERATION_BLOCK_SCALE_QUANTIZE_BLOCK_SIZE, &[block])?;
+            d.finalize()?;
+            built.ops.push(Box::new(d));
+        } else {
+            let mut d = Descriptor::<kind::BlockScaleDequantizeOp>::new()?;
+            d.set_descriptors(attr::OPERATION_BLOCK_SCALE_DEQUANTIZE_XDESC, &[&t[self.x]])?;
+            d.set_descriptors(
+                attr::OPERATION_BLOCK_SCALE_DEQUANTIZE_SCALE_DESC,
+                &[&t[self.scale]],
+            )?;
+            d.set_descriptors(attr::OPERATION_BLOCK_SCALE_DEQUANTIZE_YDESC, &[&t[self.y]])?;
+            d.set(
+                attr::OPERATION_BLOCK_SCALE_DEQUANTIZE_MATH_PREC,
+                &[compute.raw()],
+            )?;
+            d.set(
+                attr::OPERATION_BLOCK_SCALE_DEQUANTIZE_BLOCK_SIZE,
+                &[1, block],
+            )?;
+            d.finalize()?;
+            built.ops.push(Box::new(d));
+        }
+        Ok(())
+    }
+}
+
+/// The scale dims of a tensor of `dims`: the last divided by the block.
+fn scale_dims(label: &str, arg: &str, dims: &[i64]) -> Result<Vec<i64>> {
+    let mut out = dims.to_vec();
+    let last = out
+        .last_mut()
+        .ok_or_else(|| Error::invalid(format!("{label}: {arg}"), "has no dims", 0))?;
+    if *last % MXFP8_BLOCK != 0 {
+        return Err(Error::invalid(
+            format!("{label}: {arg}'s last dim"),
+            format!("must be a multiple of the MXFP8 block ({MXFP8_BLOCK})"),
+            fmt_dims(dims),
+        ));
+    }
+    *last /= MXFP8_BLOCK;
+    Ok(out)
+}
+
+impl Graph {
+    /// MXFP8 quantize `x` (f32, f16 or bf16) along its last dim into `out`
+    /// (E4M3 or E5M2) and one E8M0 scale per [`MXFP8_BLOCK`] elements; both
+    /// are graph outputs. Computes in the graph's compute type.
+    ///
+    /// # Errors
+    /// `x` not f32 / f16 / bf16, `out` not E4M3 / E5M2, x's last dim not a
+    /// multiple of the block.
+    #[doc(alias = "CUDNN_BACKEND_OPERATION_BLOCK_SCALE_QUANTIZE_DESCRIPTOR")]
+    pub fn block_scale_quantize(&mut self, x: Tensor, out: DType) -> Result<BlockScaled> {
+        let label = format!("block_scale_quantize {}", self.label());
+        let xs = self.node(x)?.spec.clone();
+        if !matches!(xs.dtype(), DType::F32 | DType::F16 | DType::BF16) {
+            return Err(Error::invalid(
+                format!("{label}: x's element type"),
+                "must be f32, f16 or bf16",
+                xs.dtype(),
+            ));
+        }
+        if !out.is_fp8() {
+            return Err(Error::invalid(
+                format!("{label}: out"),
+                "must be fp8e4m3 or fp8e5m2",
+                out,
+            ));
+        }
+        let sd = scale_dims(&label, "x", xs.dims())?;
+        let y = self.fp8_output(&label, xs.with_dtype(out))?;
+        let scale = self.fp8_output(&label, TensorSpec::row_major(DType::Fp8E8M0, &sd)?)?;
+        self.push_op(BlockScaleOp {
+            quantize: true,
+            x: self.index(x)?,
+            scale: self.index(scale)?,
+            y: self.index(y)?,
+        });
+        Ok(BlockScaled { y, scale })
+    }
+
+    /// MXFP8 dequantize: `x` (E4M3 or E5M2) times its E8M0 block `scale`
+    /// (x's dims with the last divided by [`MXFP8_BLOCK`]); the result is a
+    /// virtual tensor of the graph's compute type, x's dims and layout.
+    ///
+    /// # Errors
+    /// `x` not FP8, `scale` not E8M0 or not of the block dims.
+    #[doc(alias = "CUDNN_BACKEND_OPERATION_BLOCK_SCALE_DEQUANTIZE_DESCRIPTOR")]
+    pub fn block_scale_dequantize(&mut self, x: Tensor, scale: Tensor) -> Result<Tensor> {
+        let label = format!("block_scale_dequantize {}", self.label());
+        let xs = self.node(x)?.spec.clone();
+        let ss = self.node(scale)?.spec.clone();
+        if !xs.dtype().is_fp8() {
+            return Err(Error::invalid(
+                format!("{label}: x's element type"),
+                "must be fp8e4m3 or fp8e5m2",
+                xs.dtype(),
+            ));
+        }
+        if ss.dtype() != DType::Fp8E8M0 {
+            return Err(Error::invalid(
+                format!("{label}: scale's element type"),
+                "must be fp8e8m0",
+                ss.dtype(),
+            ));
+        }
+        let sd = scale_dims(&label, "x", xs.dims())?;
+        if ss.dims() != sd.as_slice() {
+            return Err(Error::mismatch(
+                format!("{label}: scale dims (x's with the last divided by {MXFP8_BLOCK})"),
+                fmt_dims(&sd),
+                fmt_dims(ss.dims()),
+            ));
+        }
+        let y = self.intermediate("block_scale_dequantize", xs.with_dtype(self.compute_type()))?;
+        self.push_op(BlockScaleOp {
+            quantize: false,
+            x: self.index(x)?,
+            scale: self.index(scale)?,
+            y: self.index(y)?,
+        });
+        Ok(y)
+    }
+}
