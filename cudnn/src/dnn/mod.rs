@@ -12,6 +12,7 @@ mod filter;
 mod handle;
 mod ops;
 mod pooling;
+mod rnn;
 mod tensor;
 
 pub use activation::*;
@@ -25,4 +26,5 @@ pub use filter::*;
 pub use handle::*;
 pub use ops::*;
 pub use pooling::*;
+pub use rnn::*;
 pub use tensor::*;

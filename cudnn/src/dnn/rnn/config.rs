@@ -1,0 +1,682 @@
+//! What an RNN is, before cuDNN sees it: [`RnnConfig`] with its cell mode,
+//! sizes, direction, bias and input modes, algorithm and precision, the
+//! rules it is checked against ([`RnnConfig::check`]) and the shapes of its
+//! weights ([`RnnConfig::weight_shapes`]).
+//!
+//! The rules are cuDNN's own, found by asking `cudnnSetRNNDescriptor_v8` of
+//! cuDNN 8.9.7 and 9.28 with every kind of value (the host tier,
+//! `cudnn/tests/host_rnn.rs`, compares them over random configurations):
+//!
+//! - `input_size`, `hidden_size`, `num_layers` in `1..=i32::MAX`;
+//! - `projection_size` only for LSTM: in `1..=hidden_size` (equal to
+//!   `hidden_size` means "no projection"); every other cell has none;
+//! - element type and math precision: `f32` with `f32`, `f64` with `f64`,
+//!   `f16` with `f16` or `f32`, `bf16` with `f32` (cuDNN 9 only: cuDNN 8.9
+//!   refuses `bf16` RNNs, which [`RnnConfig::check_for`] reports as
+//!   [`Error::Unsupported`]);
+//! - the persistent algorithms take no projection, only `f32` precision
+//!   and only [`BiasMode::Double`].
+
+use crate::dnn::MathType;
+use crate::dtype::DataType;
+use crate::error::{Error, Result};
+use crate::sys::cudnn as dnn;
+use crate::sys::cudnn::Version;
+
+/// The recurrent cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CellMode {
+    /// `h' = relu(W x + R h + b)` (`CUDNN_RNN_RELU`).
+    RnnRelu,
+    /// `h' = tanh(W x + R h + b)` (`CUDNN_RNN_TANH`).
+    RnnTanh,
+    /// Long short-term memory, gates input, forget, cell, output, optionally
+    /// with a recurrent projection (`CUDNN_LSTM`).
+    Lstm,
+    /// Gated recurrent unit, gates reset, update, new (`CUDNN_GRU`).
+    Gru,
+}
+
+impl CellMode {
+    /// Every mode.
+    pub const ALL: [CellMode; 4] = [
+        CellMode::RnnRelu,
+        CellMode::RnnTanh,
+        CellMode::Lstm,
+        CellMode::Gru,
+    ];
+
+    /// The cuDNN constant.
+    pub fn to_raw(self) -> dnn::cudnnRNNMode_t {
+        use dnn::cudnnRNNMode_t as M;
+        match self {
+            CellMode::RnnRelu => M::CUDNN_RNN_RELU,
+            CellMode::RnnTanh => M::CUDNN_RNN_TANH,
+            CellMode::Lstm => M::CUDNN_LSTM,
+            CellMode::Gru => M::CUDNN_GRU,
+        }
+    }
+
+    /// From the cuDNN constant; unknown values are an error.
+    pub fn from_raw(raw: dnn::cudnnRNNMode_t) -> Result<Self> {
+        CellMode::ALL
+            .into_iter()
+            .find(|m| m.to_raw() == raw)
+            .ok_or_else(|| Error::invalid("cell mode", "unknown cudnnRNNMode_t", raw.0))
+    }
+
+    /// Gates per cell: the number of input (and of recurrent) matrices of
+    /// one layer and direction (1, 1, 4, 3).
+    pub fn gates(self) -> usize {
+        match self {
+            CellMode::RnnRelu | CellMode::RnnTanh => 1,
+            CellMode::Lstm => 4,
+            CellMode::Gru => 3,
+        }
+    }
+}
+
+/// Which biases a layer has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum BiasMode {
+    /// No biases (`CUDNN_RNN_NO_BIAS`).
+    None,
+    /// One bias per gate, on the input side (`CUDNN_RNN_SINGLE_INP_BIAS`).
+    SingleInput,
+    /// Two biases per gate, input and recurrent, as PyTorch's `b_ih` and
+    /// `b_hh` (`CUDNN_RNN_DOUBLE_BIAS`).
+    #[default]
+    Double,
+    /// One bias per gate, on the recurrent side (`CUDNN_RNN_SINGLE_REC_BIAS`).
+    SingleRecurrent,
+}
+
+impl BiasMode {
+    /// Every mode.
+    pub const ALL: [BiasMode; 4] = [
+        BiasMode::None,
+        BiasMode::SingleInput,
+        BiasMode::Double,
+        BiasMode::SingleRecurrent,
+    ];
+
+    /// The cuDNN constant.
+    pub fn to_raw(self) -> dnn::cudnnRNNBiasMode_t {
+        use dnn::cudnnRNNBiasMode_t as B;
+        match self {
+            BiasMode::None => B::CUDNN_RNN_NO_BIAS,
+            BiasMode::SingleInput => B::CUDNN_RNN_SINGLE_INP_BIAS,
+            BiasMode::Double => B::CUDNN_RNN_DOUBLE_BIAS,
+            BiasMode::SingleRecurrent => B::CUDNN_RNN_SINGLE_REC_BIAS,
+        }
+    }
+
+    /// From the cuDNN constant; unknown values are an error.
+    pub fn from_raw(raw: dnn::cudnnRNNBiasMode_t) -> Result<Self> {
+        BiasMode::ALL
+            .into_iter()
+            .find(|m| m.to_raw() == raw)
+            .ok_or_else(|| Error::invalid("bias mode", "unknown cudnnRNNBiasMode_t", raw.0))
+    }
+
+    /// Whether the input-side matrices have a bias.
+    pub fn input_bias(self) -> bool {
+        matches!(self, BiasMode::SingleInput | BiasMode::Double)
+    }
+
+    /// Whether the recurrent-side matrices have a bias.
+    pub fn recurrent_bias(self) -> bool {
+        matches!(self, BiasMode::SingleRecurrent | BiasMode::Double)
+    }
+}
+
+/// One direction or both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Direction {
+    /// Left to right only (`CUDNN_UNIDIRECTIONAL`).
+    #[default]
+    Unidirectional,
+    /// Both ways; the outputs of the two directions are concatenated
+    /// (forward first) (`CUDNN_BIDIRECTIONAL`).
+    Bidirectional,
+}
+
+impl Direction {
+    /// The cuDNN constant.
+    pub fn to_raw(self) -> dnn::cudnnDirectionMode_t {
+        match self {
+            Direction::Unidirectional => dnn::cudnnDirectionMode_t::CUDNN_UNIDIRECTIONAL,
+            Direction::Bidirectional => dnn::cudnnDirectionMode_t::CUDNN_BIDIRECTIONAL,
+        }
+    }
+
+    /// From the cuDNN constant; unknown values are an error.
+    pub fn from_raw(raw: dnn::cudnnDirectionMode_t) -> Result<Self> {
+        match raw {
+            dnn::cudnnDirectionMode_t::CUDNN_UNIDIRECTIONAL => Ok(Direction::Unidirectional),
+            dnn::cudnnDirectionMode_t::CUDNN_BIDIRECTIONAL => Ok(Direction::Bidirectional),
+            other => Err(Error::invalid(
+                "direction",
+                "unknown cudnnDirectionMode_t",
+                other.0,
+            )),
+        }
+    }
+
+    /// 1 or 2.
+    pub fn count(self) -> usize {
+        match self {
+            Direction::Unidirectional => 1,
+            Direction::Bidirectional => 2,
+        }
+    }
+}
+
+/// How the first layer takes its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum InputMode {
+    /// Through input matrices, as every other layer (`CUDNN_LINEAR_INPUT`).
+    #[default]
+    Linear,
+    /// Without input matrices: `x` is used as the first layer's `W x`
+    /// (`input_size` must equal `hidden_size` to run; `CUDNN_SKIP_INPUT`).
+    Skip,
+}
+
+impl InputMode {
+    /// The cuDNN constant.
+    pub fn to_raw(self) -> dnn::cudnnRNNInputMode_t {
+        match self {
+            InputMode::Linear => dnn::cudnnRNNInputMode_t::CUDNN_LINEAR_INPUT,
+            InputMode::Skip => dnn::cudnnRNNInputMode_t::CUDNN_SKIP_INPUT,
+        }
+    }
+
+    /// From the cuDNN constant; unknown values are an error.
+    pub fn from_raw(raw: dnn::cudnnRNNInputMode_t) -> Result<Self> {
+        match raw {
+            dnn::cudnnRNNInputMode_t::CUDNN_LINEAR_INPUT => Ok(InputMode::Linear),
+            dnn::cudnnRNNInputMode_t::CUDNN_SKIP_INPUT => Ok(InputMode::Skip),
+            other => Err(Error::invalid(
+                "input mode",
+                "unknown cudnnRNNInputMode_t",
+                other.0,
+            )),
+        }
+    }
+}
+
+/// cuDNN's RNN algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum RnnAlgo {
+    /// The general algorithm (`CUDNN_RNN_ALGO_STANDARD`).
+    #[default]
+    Standard,
+    /// Persistent kernels, recurrent weights kept on chip
+    /// (`CUDNN_RNN_ALGO_PERSIST_STATIC`).
+    PersistStatic,
+    /// Persistent kernels for small hidden sizes
+    /// (`CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H`).
+    PersistStaticSmallH,
+}
+
+impl RnnAlgo {
+    /// Every algorithm. (`CUDNN_RNN_ALGO_PERSIST_DYNAMIC` is not offered:
+    /// it needs a run-time compilation step, `cudnnBuildRNNDynamic`.)
+    pub const ALL: [RnnAlgo; 3] = [
+        RnnAlgo::Standard,
+        RnnAlgo::PersistStatic,
+        RnnAlgo::PersistStaticSmallH,
+    ];
+
+    /// The cuDNN constant.
+    pub fn to_raw(self) -> dnn::cudnnRNNAlgo_t {
+        use dnn::cudnnRNNAlgo_t as A;
+        match self {
+            RnnAlgo::Standard => A::CUDNN_RNN_ALGO_STANDARD,
+            RnnAlgo::PersistStatic => A::CUDNN_RNN_ALGO_PERSIST_STATIC,
+            RnnAlgo::PersistStaticSmallH => A::CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H,
+        }
+    }
+
+    /// From the cuDNN constant; unknown (and the dynamic) values are an error.
+    pub fn from_raw(raw: dnn::cudnnRNNAlgo_t) -> Result<Self> {
+        RnnAlgo::ALL
+            .into_iter()
+            .find(|m| m.to_raw() == raw)
+            .ok_or_else(|| Error::invalid("algo", "unknown or unsupported cudnnRNNAlgo_t", raw.0))
+    }
+}
+
+/// The precision the cell arithmetic runs in (`mathPrec`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RnnPrecision {
+    /// Half precision (`f16` data only).
+    F16,
+    /// Single precision (`f32`, `f16` and `bf16` data).
+    F32,
+    /// Double precision (`f64` data only).
+    F64,
+}
+
+impl RnnPrecision {
+    /// The cuDNN data-type constant.
+    pub fn to_raw(self) -> dnn::cudnnDataType_t {
+        use dnn::cudnnDataType_t as D;
+        match self {
+            RnnPrecision::F16 => D::CUDNN_DATA_HALF,
+            RnnPrecision::F32 => D::CUDNN_DATA_FLOAT,
+            RnnPrecision::F64 => D::CUDNN_DATA_DOUBLE,
+        }
+    }
+
+    /// The precision cuDNN uses by default for element type `T`: `f64` for
+    /// `f64`, `f32` otherwise.
+    pub fn default_for<T: DataType>() -> Self {
+        if T::CUDNN == dnn::cudnnDataType_t::CUDNN_DATA_DOUBLE {
+            RnnPrecision::F64
+        } else {
+            RnnPrecision::F32
+        }
+    }
+}
+
+/// Everything that defines an RNN (besides its element type and dropout):
+/// what [`RnnDescriptor`](super::RnnDescriptor) is made from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RnnConfig {
+    /// The cell.
+    pub cell: CellMode,
+    /// Features per time step of the input `x`.
+    pub input_size: usize,
+    /// Features of the hidden state `h` (and LSTM's cell state `c`).
+    pub hidden_size: usize,
+    /// LSTM only: the size `h` is projected to (the output size); equal to
+    /// `hidden_size` for no projection. Must equal `hidden_size` for the
+    /// other cells.
+    pub projection_size: usize,
+    /// Stacked layers.
+    pub num_layers: usize,
+    /// One direction or both.
+    pub direction: Direction,
+    /// Which biases.
+    pub bias: BiasMode,
+    /// How the first layer takes its input.
+    pub input_mode: InputMode,
+    /// The algorithm.
+    pub algo: RnnAlgo,
+    /// Arithmetic precision.
+    pub precision: RnnPrecision,
+    /// Whether Tensor Cores may be used.
+    pub math: MathType,
+}
+
+/// Which side of a cell a weight matrix or bias belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WeightSide {
+    /// Multiplies the layer's input (`W`, PyTorch's `weight_ih`).
+    Input,
+    /// Multiplies the previous hidden state (`R`, PyTorch's `weight_hh`).
+    Recurrent,
+    /// LSTM's projection of `h` (PyTorch's `weight_hr`); no bias.
+    Projection,
+}
+
+/// The shape of one weight matrix (and whether it has a bias), as
+/// [`RnnConfig::weight_shapes`] lists them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WeightShape {
+    /// The layer (0 is next to the input).
+    pub layer: usize,
+    /// 0 forward, 1 backward (bidirectional only).
+    pub direction: usize,
+    /// cuDNN's `linLayerID`: gate `g` of the input side is `g`, of the
+    /// recurrent side `gates + g`; LSTM's projection is 8.
+    pub lin_layer_id: usize,
+    /// Input, recurrent or projection.
+    pub side: WeightSide,
+    /// The gate (0 for the plain RNN and the projection). LSTM: 0 input,
+    /// 1 forget, 2 cell (new memory), 3 output; GRU: 0 reset, 1 update,
+    /// 2 new. The same order as PyTorch's `i, f, g, o` and `r, z, n`.
+    pub gate: usize,
+    /// Rows (outputs) of the matrix; 0 when the matrix is absent
+    /// (the first layer's input matrices under [`InputMode::Skip`]).
+    pub rows: usize,
+    /// Columns (inputs) of the matrix.
+    pub cols: usize,
+    /// Elements of its bias (0 when it has none).
+    pub bias_len: usize,
+}
+
+fn int(arg: &str, v: usize) -> Result<i32> {
+    if v == 0 {
+        return Err(Error::invalid(arg, "must be >= 1", v));
+    }
+    i32::try_from(v).map_err(|_| Error::invalid(arg, "must be at most i32::MAX", v))
+}
+
+impl RnnConfig {
+    /// A unidirectional, one-layer configuration with double biases, linear
+    /// input, the standard algorithm, f32 precision and default math, and no
+    /// projection.
+    pub fn new(cell: CellMode, input_size: usize, hidden_size: usize) -> Self {
+        RnnConfig {
+            cell,
+            input_size,
+            hidden_size,
+            projection_size: hidden_size,
+            num_layers: 1,
+            direction: Direction::Unidirectional,
+            bias: BiasMode::Double,
+            input_mode: InputMode::Linear,
+            algo: RnnAlgo::Standard,
+            precision: RnnPrecision::F32,
+            math: MathType::Default,
+        }
+    }
+
+    /// The size of each direction's output (`projection_size`).
+    pub fn output_size(&self) -> usize {
+        self.projection_size
+    }
+
+    /// Check the configuration for element type `T` against cuDNN's rules
+    /// (the module docs list them), for any library version.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the field and the value.
+    pub fn check<T: DataType>(&self) -> Result<()> {
+        int("input_size", self.input_size)?;
+        int("hidden_size", self.hidden_size)?;
+        int("num_layers", self.num_layers)?;
+        if self.projection_size == 0 {
+            return Err(Error::invalid("projection_size", "must be >= 1", 0));
+        }
+        if self.cell == CellMode::Lstm {
+            if self.projection_size > self.hidden_size {
+                return Err(Error::invalid(
+                    "projection_size",
+                    format!("must be at most hidden_size ({})", self.hidden_size),
+                    self.projection_size,
+                ));
+            }
+        } else if self.projection_size != self.hidden_size {
+            return Err(Error::invalid(
+                "projection_size",
+                format!(
+                    "must equal hidden_size ({}): only LSTM has a projection",
+                    self.hidden_size
+                ),
+                self.projection_size,
+            ));
+        }
+        use dnn::cudnnDataType_t as D;
+        let ok = match (T::CUDNN, self.precision) {
+            (D::CUDNN_DATA_FLOAT, RnnPrecision::F32)
+            | (D::CUDNN_DATA_DOUBLE, RnnPrecision::F64)
+            | (D::CUDNN_DATA_HALF, RnnPrecision::F16 | RnnPrecision::F32)
+            | (D::CUDNN_DATA_BFLOAT16, RnnPrecision::F32) => true,
+            (D::CUDNN_DATA_FLOAT | D::CUDNN_DATA_DOUBLE | D::CUDNN_DATA_HALF, _)
+            | (D::CUDNN_DATA_BFLOAT16, _) => false,
+            _ => {
+                return Err(Error::invalid(
+                    "element type",
+                    "RNN data must be f32, f64, f16 or bf16",
+                    T::NAME,
+                ));
+            }
+        };
+        if !ok {
+            return Err(Error::invalid(
+                "precision",
+                format!(
+                    "{} data takes {}",
+                    T::NAME,
+                    match T::CUDNN {
+                        D::CUDNN_DATA_FLOAT => "f32 precision",
+                        D::CUDNN_DATA_DOUBLE => "f64 precision",
+                        D::CUDNN_DATA_HALF => "f16 or f32 precision",
+                        _ => "f32 precision",
+                    }
+                ),
+                format!("{:?}", self.precision),
+            ));
+        }
+        if self.algo != RnnAlgo::Standard {
+            if self.projection_size != self.hidden_size {
+                return Err(Error::invalid(
+                    "algo",
+                    "the persistent algorithms take no LSTM projection",
+                    format!("{:?}", self.algo),
+                ));
+            }
+            if self.precision != RnnPrecision::F32 {
+                return Err(Error::invalid(
+                    "algo",
+                    "the persistent algorithms take only f32 precision",
+                    format!("{:?} with {:?}", self.algo, self.precision),
+                ));
+            }
+            if self.bias != BiasMode::Double {
+                return Err(Error::invalid(
+                    "algo",
+                    "the persistent algorithms take only double biases",
+                    format!("{:?} with {:?}", self.algo, self.bias),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// [`check`](Self::check), plus what the library of `version` lacks:
+    /// cuDNN 8 has no `bf16` RNNs.
+    ///
+    /// # Errors
+    /// As [`check`](Self::check); [`Error::Unsupported`] for bf16 on cuDNN 8.
+    pub fn check_for<T: DataType>(&self, version: Version) -> Result<()> {
+        self.check::<T>()?;
+        if T::CUDNN == dnn::cudnnDataType_t::CUDNN_DATA_BFLOAT16 && version.major < 9 {
+            return Err(Error::Unsupported {
+                what: format!("bf16 RNNs on cuDNN {version}"),
+                needs: Some("cuDNN 9".to_string()),
+            });
+        }
+        Ok(())
+    }
+
+    /// Every weight matrix with its shape, in cuDNN's order (layer, then
+    /// direction, then `linLayerID`): what `cudnnGetRNNWeightParams`
+    /// reports for each. Computed from the configuration alone (no library):
+    /// input matrices are `hidden x input` (layer 0: `input_size`; above:
+    /// `projection_size * directions`), recurrent ones `hidden x projection`,
+    /// LSTM's projection `projection x hidden`.
+    ///
+    /// # Errors
+    /// As [`check`](Self::check) (with `f32` data); an overflow of the
+    /// counts.
+    pub fn weight_shapes(&self) -> Result<Vec<WeightShape>> {
+        self.check_shape_rules()?;
+        let dirs = self.direction.count();
+        let gates = self.cell.gates();
+        let h = self.hidden_size;
+        let p = self.projection_size;
+        let upper_in = p
+            .checked_mul(dirs)
+            .ok_or_else(|| Error::invalid("projection_size", "times directions overflows", p))?;
+        let pseudo = self.num_layers.checked_mul(dirs).ok_or_else(|| {
+            Error::invalid("num_layers", "times directions overflows", self.num_layers)
+        })?;
+        let per = 2 * gates + usize::from(self.has_projection());
+        let mut out = Vec::with_capacity(pseudo.saturating_mul(per).min(1 << 16));
+        for layer in 0..self.num_layers {
+            for d in 0..dirs {
+                let in_cols = if layer == 0 {
+                    self.input_size
+                } else {
+                    upper_in
+                };
+                let skip = layer == 0 && self.input_mode == InputMode::Skip;
+                for g in 0..gates {
+                    out.push(WeightShape {
+                        layer,
+                        direction: d,
+                        lin_layer_id: g,
+                        side: WeightSide::Input,
+                        gate: g,
+                        rows: if skip { 0 } else { h },
+                        cols: if skip { 0 } else { in_cols },
+                        bias_len: if self.bias.input_bias() { h } else { 0 },
+                    });
+                }
+                for g in 0..gates {
+                    out.push(WeightShape {
+                        layer,
+                        direction: d,
+                        lin_layer_id: gates + g,
+                        side: WeightSide::Recurrent,
+                        gate: g,
+                        rows: h,
+                        cols: p,
+                        bias_len: if self.bias.recurrent_bias() { h } else { 0 },
+                    });
+                }
+                if self.has_projection() {
+                    out.push(WeightShape {
+                        layer,
+                        direction: d,
+                        lin_layer_id: 2 * gates,
+                        side: WeightSide::Projection,
+                        gate: 0,
+                        rows: p,
+                        cols: h,
+                        bias_len: 0,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Elements of all weights and biases ([`weight_shapes`](Self::weight_shapes)
+    /// summed): the least the weight space holds.
+    ///
+    /// # Errors
+    /// As [`weight_shapes`](Self::weight_shapes); an overflow.
+    pub fn weight_count(&self) -> Result<usize> {
+        let mut n = 0usize;
+        for s in self.weight_shapes()? {
+            n = s
+                .rows
+                .checked_mul(s.cols)
+                .and_then(|m| m.checked_add(s.bias_len))
+                .and_then(|m| m.checked_add(n))
+                .ok_or_else(|| {
+                    Error::invalid("weights", "element count overflows usize", "sizes")
+                })?;
+        }
+        Ok(n)
+    }
+
+    /// Whether this is an LSTM with a projection smaller than its hidden size.
+    pub fn has_projection(&self) -> bool {
+        self.cell == CellMode::Lstm && self.projection_size < self.hidden_size
+    }
+
+    fn check_shape_rules(&self) -> Result<()> {
+        let mut c = *self;
+        c.precision = RnnPrecision::F32;
+        c.check::<f32>()
+    }
+
+    /// Shape `[layers * directions, batch, size]` of the hidden state `h`
+    /// (`size = projection_size`) or, for LSTM, the cell state `c`
+    /// (`size = hidden_size`).
+    ///
+    /// # Errors
+    /// An overflow of `layers * directions`.
+    pub fn state_shape(&self, batch: usize, cell_state: bool) -> Result<[usize; 3]> {
+        let ld = self
+            .num_layers
+            .checked_mul(self.direction.count())
+            .ok_or_else(|| {
+                Error::invalid("num_layers", "times directions overflows", self.num_layers)
+            })?;
+        Ok([
+            ld,
+            batch,
+            if cell_state {
+                self.hidden_size
+            } else {
+                self.projection_size
+            },
+        ])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unit_lstm_shapes_match_pytorch_counts() {
+        // PyTorch nn.LSTM(10, 20, num_layers=2, proj_size=5, bidirectional)
+        // has per layer and direction: weight_ih 80 x in, weight_hh 80 x 5,
+        // two biases of 80, weight_hr 5 x 20.
+        let mut c = RnnConfig::new(CellMode::Lstm, 10, 20);
+        c.projection_size = 5;
+        c.num_layers = 2;
+        c.direction = Direction::Bidirectional;
+        let s = c.weight_shapes().unwrap();
+        assert_eq!(s.len(), 2 * 2 * 9);
+        let layer0 = 4 * 20 * 10 + 4 * 20 * 5 + 2 * 80 + 5 * 20;
+        let layer1 = 4 * 20 * 10 + 4 * 20 * 5 + 2 * 80 + 5 * 20; // input 5 * 2 = 10
+        assert_eq!(c.weight_count().unwrap(), 2 * layer0 + 2 * layer1);
+        assert_eq!(s[8].side, WeightSide::Projection);
+        assert_eq!((s[8].rows, s[8].cols, s[8].lin_layer_id), (5, 20, 8));
+    }
+
+    #[test]
+    fn unit_gru_single_bias_and_skip_input() {
+        let mut c = RnnConfig::new(CellMode::Gru, 7, 7);
+        c.bias = BiasMode::SingleRecurrent;
+        c.input_mode = InputMode::Skip;
+        let s = c.weight_shapes().unwrap();
+        assert_eq!(s.len(), 6);
+        assert!(s[..3].iter().all(|w| w.rows == 0 && w.bias_len == 0));
+        assert!(
+            s[3..]
+                .iter()
+                .all(|w| w.rows == 7 && w.cols == 7 && w.bias_len == 7)
+        );
+        assert_eq!(c.weight_count().unwrap(), 3 * (49 + 7));
+    }
+
+    #[test]
+    fn unit_refusals_name_the_field() {
+        let mut c = RnnConfig::new(CellMode::Gru, 4, 8);
+        c.projection_size = 4;
+        let e = c.check::<f32>().unwrap_err();
+        assert!(e.to_string().contains("projection_size"), "{e}");
+        let c = RnnConfig::new(CellMode::Lstm, 0, 8);
+        assert!(
+            c.check::<f32>()
+                .unwrap_err()
+                .to_string()
+                .contains("input_size")
+        );
+        let mut c = RnnConfig::new(CellMode::Lstm, 4, 8);
+        c.precision = RnnPrecision::F16;
+        assert!(
+            c.check::<f32>()
+                .unwrap_err()
+                .to_string()
+                .contains("precision")
+        );
+        assert!(c.check::<half::f16>().is_ok());
+        assert!(c.check::<half::bf16>().is_err());
+        let e = RnnConfig::new(CellMode::Lstm, 4, 8)
+            .check::<i8>()
+            .unwrap_err();
+        assert!(e.to_string().contains("element type"), "{e}");
+    }
+}
