@@ -30,7 +30,11 @@
 mod config;
 mod data;
 mod descriptor;
+mod plan;
+mod weights;
 
 pub use config::*;
 pub use data::*;
 pub use descriptor::*;
+pub use plan::*;
+pub use weights::*;
