@@ -28,6 +28,7 @@ pub mod conv;
 pub mod gemm;
 pub mod norm;
 pub mod ops;
+pub mod rnn;
 
 /// The most elements any one dimension, tensor or buffer of a reference
 /// may have: 2^30 (8 GiB of `f64`). Larger sizes are refused with
