@@ -25,6 +25,7 @@
 pub mod attention;
 mod bounds;
 pub mod conv;
+pub mod ctc;
 pub mod gemm;
 pub mod norm;
 pub mod ops;
