@@ -380,8 +380,31 @@ fn data_agreement() -> TestResult {
     Ok(())
 }
 
+/// The CTC loss descriptor as `CtcPlan` sets it reads back the same on
+/// both stacks (cuDNN's set function checks nothing here: it accepts any
+/// length and mode, so the batch rules are checked in Rust, against the
+/// f64 reference, in `dnn::ctc`'s unit tests).
+fn ctc_descriptor() -> TestResult {
+    for m in [1usize, 7, CTC_MAX_LABEL_LENGTH] {
+        let got = ctc_descriptor_round_trip(m)?;
+        ensure!(
+            got == (f32::CUDNN.0, 1, 1, m as i32),
+            "max label length {m}: read back {got:?}"
+        );
+    }
+    ensure!(
+        matches!(
+            ctc_descriptor_round_trip(CTC_MAX_LABEL_LENGTH + 1),
+            Err(Error::InvalidArgument { .. })
+        ),
+        "257 accepted"
+    );
+    Ok(())
+}
+
 fn main() {
     run(vec![
+        host("ctc_descriptor_round_trip", ctc_descriptor),
         host("rnn_descriptor_round_trip", round_trip),
         host("rnn_descriptor_agrees_with_cudnn", rnn_agreement),
         host("rnn_data_descriptor_agrees_with_cudnn", data_agreement),
