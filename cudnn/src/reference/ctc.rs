@@ -169,6 +169,7 @@ pub fn ctc_loss(p: &CtcProblem<'_>) -> Result<CtcResult> {
     let mut losses = bounds::zeros("losses", batch)?;
     let mut grad = bounds::zeros("grad", n)?;
     let mut start = 0usize;
+    #[allow(clippy::needless_range_loop)] // `b` indexes four arrays and the layout
     for b in 0..batch {
         let ll = p.label_lengths[b];
         let lab = &p.labels[start..start + ll];
@@ -184,7 +185,13 @@ pub fn ctc_loss(p: &CtcProblem<'_>) -> Result<CtcResult> {
             continue;
         }
         let s_len = 2 * ll + 1;
-        let ext = |s: usize| if s % 2 == 0 { p.blank } else { lab[s / 2] };
+        let ext = |s: usize| {
+            if s.is_multiple_of(2) {
+                p.blank
+            } else {
+                lab[s / 2]
+            }
+        };
         let ninf = f64::NEG_INFINITY;
         let mut alpha = vec![vec![ninf; s_len]; tb];
         let mut beta = vec![vec![ninf; s_len]; tb];
@@ -304,7 +311,7 @@ mod tests {
 
     #[test]
     fn unit_gradient_matches_finite_differences() {
-        let mut seed = 0x00c7_c26u64;
+        let mut seed = 0x000c_7c26_u64;
         let mut rnd = || {
             seed ^= seed << 13;
             seed ^= seed >> 7;

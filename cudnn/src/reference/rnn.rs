@@ -776,8 +776,8 @@ mod tests {
         for g in 0..4 {
             params.extend([w[g], bw[g]]);
         }
-        for g in 0..4 {
-            params.extend([r[g], 0.0]);
+        for rg in r {
+            params.extend([rg, 0.0]);
         }
         let batch = Batch {
             lengths: &[2],
