@@ -17,6 +17,10 @@
 //!   ([`required_steps`](crate::reference::ctc::required_steps));
 //! - `max_time * batch * alphabet` is at most `i32::MAX`.
 //!
+//! The gradient is written as 0 past each sequence's input length (the
+//! descriptor's gradient mode 0, which cuDNN 9 names
+//! `CUDNN_CTC_ZERO_OOB_GRADIENTS`).
+//!
 //! The oracle is [`crate::reference::ctc`].
 
 use std::fmt;
@@ -217,7 +221,7 @@ impl fmt::Debug for CtcPlan {
 }
 
 /// Set a CTC loss descriptor as [`CtcPlan`] does (`f32`, softmax
-/// normalization, NaN propagated) with `max_label_length`, and read it
+/// normalization, gradient mode 0: zero gradients past the input lengths) with `max_label_length`, and read it
 /// back: `(compType, normMode, gradMode, maxLabelLength)`. Host only; the
 /// host tier's round trip.
 ///
@@ -257,7 +261,10 @@ fn make_descriptor(max_label_length: usize) -> Result<RawCtc> {
                 raw.as_ptr(),
                 dnn::cudnnDataType_t::CUDNN_DATA_FLOAT,
                 dnn::cudnnLossNormalizationMode_t::CUDNN_LOSS_NORMALIZATION_SOFTMAX,
-                dnn::cudnnNanPropagation_t::CUDNN_PROPAGATE_NAN,
+                // 0: cuDNN 9 reads this field as `cudnnCTCGradMode_t`,
+                // where 0 is CUDNN_CTC_ZERO_OOB_GRADIENTS (gradients past
+                // each input length are written as zeros).
+                dnn::cudnnNanPropagation_t::CUDNN_NOT_PROPAGATE_NAN,
                 max_label_length as i32
             )
         )
