@@ -411,4 +411,47 @@ mod tests {
         .unwrap_err();
         assert!(e.to_string().contains("logits"), "{e}");
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(3000))]
+
+        /// Random and adversarial problems: a value or a typed error, never
+        /// a panic; a finite loss exactly when the labels fit their input.
+        #[test]
+        fn unit_property_ctc_reference_is_total(
+            max_time in proptest::prop_oneof![0usize..6, proptest::strategy::Just(usize::MAX)],
+            alphabet in 0usize..5,
+            blank in 0usize..5,
+            labels in proptest::collection::vec(0usize..6, 0..6),
+            label_lengths in proptest::collection::vec(0usize..4, 0..4),
+            input_lengths in proptest::collection::vec(0usize..7, 0..4),
+            extra in 0usize..2,
+        ) {
+            let n = max_time.saturating_mul(input_lengths.len()).saturating_mul(alphabet).min(4096);
+            let logits = vec![0.25; n + extra];
+            let r = ctc_loss(&CtcProblem {
+                logits: &logits,
+                max_time,
+                alphabet,
+                blank,
+                labels: &labels,
+                label_lengths: &label_lengths,
+                input_lengths: &input_lengths,
+            });
+            match r {
+                Ok(r) => {
+                    let mut start = 0;
+                    for (b, &ll) in label_lengths.iter().enumerate() {
+                        let need = required_steps(&labels[start..start + ll]);
+                        start += ll;
+                        proptest::prop_assert_eq!(r.losses[b].is_finite(), need <= input_lengths[b]);
+                    }
+                }
+                Err(e) => proptest::prop_assert!(
+                    matches!(e, Error::InvalidArgument { .. } | Error::Mismatch { .. }),
+                    "untyped: {e}"
+                ),
+            }
+        }
+    }
 }

@@ -989,4 +989,60 @@ mod tests {
         big.projection_size = 1 << 20;
         assert!(forward(&big, &p, &b, &[0.0; 4], None, None).is_err());
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(600))]
+
+        /// Random and adversarial problems (sizes up to absurd, lengths past
+        /// the padding, buffers of the wrong length): `forward` and
+        /// `backward` return a value or a typed error, never panic, and
+        /// stay fast (the bounds refuse the large ones first).
+        #[test]
+        fn unit_property_reference_is_total(
+            cell in 0usize..4,
+            sizes in [0usize..5, 0usize..5, 0usize..5, 0usize..3],
+            huge in 0usize..6,
+            bi in proptest::prelude::any::<bool>(),
+            bias in 0usize..4,
+            skip in proptest::prelude::any::<bool>(),
+            lengths in proptest::collection::vec(0usize..5, 0..4),
+            max_len in 0usize..5,
+            wrong in 0usize..4,
+        ) {
+            let mut c = RnnConfig::new(CellMode::ALL[cell], sizes[0], sizes[1]);
+            c.projection_size = if sizes[2] == 0 { sizes[1] } else { sizes[2] };
+            c.num_layers = sizes[3];
+            c.direction = if bi { Direction::Bidirectional } else { Direction::Unidirectional };
+            c.bias = BiasMode::ALL[bias];
+            c.input_mode = if skip { InputMode::Skip } else { InputMode::Linear };
+            match huge {
+                1 => c.hidden_size = 1 << 14,
+                2 => c.input_size = usize::MAX,
+                3 => c.num_layers = 1 << 19,
+                _ => {}
+            }
+            let np = param_offsets(&c).map(|(_, n)| n).unwrap_or(3).min(1 << 16);
+            let batch = Batch { lengths: &lengths, max_len };
+            let out = c.projection_size.min(64) * c.direction.count();
+            let nx = (lengths.len() * max_len * c.input_size.min(64)).saturating_add(usize::from(wrong == 1));
+            let nh = c.num_layers.min(4) * c.direction.count() * lengths.len() * c.projection_size.min(64);
+            let params = vec![0.1; np + usize::from(wrong == 2)];
+            let x = vec![0.5; nx];
+            let hx = vec![0.0; nh];
+            let dy = vec![1.0; (lengths.len() * max_len * out).saturating_add(usize::from(wrong == 3))];
+            let start = std::time::Instant::now();
+            for r in [
+                forward(&c, &params, &batch, &x, Some(&hx), None).map(|_| ()),
+                backward(&c, &params, &batch, &x, Some(&hx), None, &dy, None, None).map(|_| ()),
+            ] {
+                if let Err(e) = r {
+                    proptest::prop_assert!(
+                        matches!(e, Error::InvalidArgument { .. } | Error::Mismatch { .. }),
+                        "untyped: {e}"
+                    );
+                }
+            }
+            proptest::prop_assert!(start.elapsed() < std::time::Duration::from_secs(5));
+        }
+    }
 }

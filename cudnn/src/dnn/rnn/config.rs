@@ -348,6 +348,11 @@ pub struct WeightShape {
     pub bias_len: usize,
 }
 
+/// The most weight matrices [`RnnConfig::weight_shapes`] lists (and so
+/// the most an RNN whose weights this crate lists may have): 2^20, about
+/// 58,000 layers of a bidirectional LSTM with projection.
+pub const MAX_WEIGHT_MATRICES: usize = 1 << 20;
+
 fn int(arg: &str, v: usize) -> Result<i32> {
     if v == 0 {
         return Err(Error::invalid(arg, "must be >= 1", v));
@@ -492,8 +497,8 @@ impl RnnConfig {
     /// LSTM's projection `projection x hidden`.
     ///
     /// # Errors
-    /// As [`check`](Self::check) (with `f32` data); an overflow of the
-    /// counts.
+    /// As [`check`](Self::check) (with `f32` data); more than
+    /// [`MAX_WEIGHT_MATRICES`] matrices.
     pub fn weight_shapes(&self) -> Result<Vec<WeightShape>> {
         self.check_shape_rules()?;
         let dirs = self.direction.count();
@@ -507,7 +512,16 @@ impl RnnConfig {
             Error::invalid("num_layers", "times directions overflows", self.num_layers)
         })?;
         let per = 2 * gates + usize::from(self.has_projection());
-        let mut out = Vec::with_capacity(pseudo.saturating_mul(per).min(1 << 16));
+        if pseudo.saturating_mul(per) > MAX_WEIGHT_MATRICES {
+            return Err(Error::invalid(
+                "num_layers",
+                format!(
+                    "the weight matrices (layers x directions x {per}) must be at most {MAX_WEIGHT_MATRICES} to be listed"
+                ),
+                self.num_layers,
+            ));
+        }
+        let mut out = Vec::with_capacity(pseudo * per);
         for layer in 0..self.num_layers {
             for d in 0..dirs {
                 let in_cols = if layer == 0 {
@@ -678,5 +692,66 @@ mod tests {
             .check::<i8>()
             .unwrap_err();
         assert!(e.to_string().contains("element type"), "{e}");
+    }
+
+    fn size() -> impl proptest::strategy::Strategy<Value = usize> {
+        use proptest::prelude::*;
+        prop_oneof![
+            6 => 0usize..20,
+            1 => Just(i32::MAX as usize),
+            1 => Just(i32::MAX as usize + 1),
+            1 => Just(usize::MAX),
+            1 => Just(1usize << 20),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(5000))]
+
+        /// Random and adversarial configurations: `check`, `weight_shapes`,
+        /// `weight_count` and `state_shape` never panic, refuse with a typed
+        /// error naming a field, and a listed configuration has
+        /// `layers * directions * (2 * gates + projection)` matrices.
+        #[test]
+        fn unit_property_config_entry_points_are_total(
+            cell in 0usize..4,
+            sizes in [size(), size(), size(), size()],
+            bi in proptest::prelude::any::<bool>(),
+            bias in 0usize..4,
+            skip in proptest::prelude::any::<bool>(),
+            algo in 0usize..3,
+            batch in size(),
+        ) {
+            let c = RnnConfig {
+                cell: CellMode::ALL[cell],
+                input_size: sizes[0],
+                hidden_size: sizes[1],
+                projection_size: sizes[2],
+                num_layers: sizes[3],
+                direction: if bi { Direction::Bidirectional } else { Direction::Unidirectional },
+                bias: BiasMode::ALL[bias],
+                input_mode: if skip { InputMode::Skip } else { InputMode::Linear },
+                algo: RnnAlgo::ALL[algo],
+                precision: RnnPrecision::F32,
+                math: MathType::Default,
+            };
+            let typed = |r: &Result<()>| match r {
+                Ok(()) => true,
+                Err(Error::InvalidArgument { arg, .. }) => !arg.is_empty(),
+                Err(_) => false,
+            };
+            let checked = c.check::<f32>();
+            proptest::prop_assert!(typed(&checked), "{:?}", checked);
+            let shapes = c.weight_shapes();
+            proptest::prop_assert!(typed(&shapes.as_ref().map(|_| ()).map_err(Clone::clone)), "{:?}", shapes.as_ref().err());
+            if let Ok(s) = &shapes {
+                proptest::prop_assert!(checked.is_ok());
+                let per = 2 * c.cell.gates() + usize::from(c.has_projection());
+                proptest::prop_assert_eq!(s.len(), c.num_layers * c.direction.count() * per);
+            }
+            let count = c.weight_count();
+            proptest::prop_assert!(typed(&count.as_ref().map(|_| ()).map_err(Clone::clone)));
+            let _ = c.state_shape(batch, true);
+        }
     }
 }

@@ -341,15 +341,20 @@ impl<T: DataType> RnnDataDescriptor<T> {
     pub unsafe fn from_raw(raw: dnn::cudnnRNNDataDescriptor_t, batch: usize) -> Result<Self> {
         // SAFETY: the caller's contract.
         let raw = unsafe { RawRnnData::adopt(raw) }?;
+        // The batch first (no lengths asked for), then exactly its lengths.
+        let (_, _, _, b, _, _) = read_values(&raw, 0)?;
+        if usize::try_from(b).ok() != Some(batch) {
+            return Err(Error::mismatch("RNN data descriptor batch", batch, b));
+        }
+        let (dt, layout, t, b, v, lens) = read_values(&raw, batch)?;
         let mut d = RnnDataDescriptor {
             raw,
             layout: RnnDataLayout::SeqMajorUnpacked,
             max_seq_len: 0,
             vector_size: 0,
-            lengths: vec![0; batch.min(1 << 24)],
+            lengths: Vec::new(),
             _t: PhantomData,
         };
-        let (dt, layout, t, b, v, lens) = d.values()?;
         if dt != T::CUDNN.0 {
             return Err(Error::mismatch(
                 "RNN data descriptor data type",
@@ -382,32 +387,42 @@ impl<T: DataType> RnnDataDescriptor<T> {
     /// What cuDNN reports.
     #[doc(alias = "cudnnGetRNNDataDescriptor")]
     pub fn values(&self) -> Result<(u32, u32, i32, i32, i32, Vec<i32>)> {
-        let mut dt = dnn::cudnnDataType_t(0);
-        let mut layout = dnn::cudnnRNNDataLayout_t(0);
-        let (mut t, mut b, mut v) = (0i32, 0i32, 0i32);
-        let n = self.lengths.len();
-        let mut lens = vec![0i32; n];
-        let mut fill = [0u8; 8];
-        // SAFETY: live descriptor; `lens` holds `n` ints (the length asked
-        // for), `fill` 8 bytes (the widest element type).
-        unsafe {
-            cudnn_call!(
-                check::cudnn()?,
-                cudnnGetRNNDataDescriptor(
-                    self.raw.as_ptr(),
-                    &mut dt,
-                    &mut layout,
-                    &mut t,
-                    &mut b,
-                    &mut v,
-                    i32::try_from(n).unwrap_or(i32::MAX),
-                    lens.as_mut_ptr(),
-                    fill.as_mut_ptr().cast()
-                )
-            )
-        }?;
-        Ok((dt.0, layout.0, t, b, v, lens))
+        read_values(&self.raw, self.lengths.len())
     }
+}
+
+/// `cudnnGetRNNDataDescriptor`, asking for `n` lengths (0: none).
+fn read_values(raw: &RawRnnData, n: usize) -> Result<(u32, u32, i32, i32, i32, Vec<i32>)> {
+    let mut dt = dnn::cudnnDataType_t(0);
+    let mut layout = dnn::cudnnRNNDataLayout_t(0);
+    let (mut t, mut b, mut v) = (0i32, 0i32, 0i32);
+    let mut lens = vec![0i32; n];
+    let mut fill = [0u8; 8];
+    let ptr = if n == 0 {
+        std::ptr::null_mut()
+    } else {
+        lens.as_mut_ptr()
+    };
+    // SAFETY: live descriptor; `lens` holds `n` ints (the length asked
+    // for; none and a null pointer for 0), `fill` 8 bytes (the widest
+    // element type).
+    unsafe {
+        cudnn_call!(
+            check::cudnn()?,
+            cudnnGetRNNDataDescriptor(
+                raw.as_ptr(),
+                &mut dt,
+                &mut layout,
+                &mut t,
+                &mut b,
+                &mut v,
+                i32::try_from(n).unwrap_or(i32::MAX),
+                ptr,
+                fill.as_mut_ptr().cast()
+            )
+        )
+    }?;
+    Ok((dt.0, layout.0, t, b, v, lens))
 }
 
 /// Set raw values on a fresh data descriptor with no Rust check first
