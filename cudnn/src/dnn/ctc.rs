@@ -93,8 +93,12 @@ impl CtcAlgo {
     }
 }
 
-/// Check a CTC batch against the rules in the [module docs](self).
-/// Returns the longest label sequence.
+/// Check a CTC batch against cuDNN's conventions: the blank is symbol 0,
+/// every label is in `1..alphabet`; the label lengths add up to
+/// `labels.len()`, each at most [`CTC_MAX_LABEL_LENGTH`]; each input
+/// length is in `1..=max_time` and at least what its labels need (their
+/// count plus one per pair of equal neighbours); `max_time * batch *
+/// alphabet` is at most `i32::MAX`. Returns the longest label sequence.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] or [`Error::Mismatch`] naming the argument
@@ -198,6 +202,14 @@ pub fn check_ctc(
 
 /// A planned CTC loss: the checked batch on the device, the descriptors
 /// and the workspace size.
+///
+/// `logits` are `[max_time, batch, alphabet]` `f32`, time-major, packed and
+/// **unnormalized**: cuDNN applies the softmax itself
+/// (`CUDNN_LOSS_NORMALIZATION_SOFTMAX`; log-probabilities work too, the
+/// softmax of a log-softmax being the same distribution), and the gradient
+/// is with respect to them, written as 0 past each input length. The
+/// labels are concatenated (see [`check_ctc`]). The oracle is
+/// [`crate::reference::ctc`].
 pub struct CtcPlan {
     raw: RawCtc,
     algo: CtcAlgo,

@@ -385,8 +385,19 @@ impl RnnConfig {
         self.projection_size
     }
 
-    /// Check the configuration for element type `T` against cuDNN's rules
-    /// (the module docs list them), for any library version.
+    /// Check the configuration for element type `T` against cuDNN's rules,
+    /// for any library version. The rules are cuDNN's own, found by asking
+    /// `cudnnSetRNNDescriptor_v8` of cuDNN 8.9.7 and 9.28 (the host tier
+    /// compares them over random configurations):
+    ///
+    /// - `input_size`, `hidden_size`, `num_layers` in `1..=i32::MAX`;
+    /// - `projection_size` only for LSTM: in `1..=hidden_size` (equal to
+    ///   `hidden_size` means "no projection"); every other cell has none;
+    /// - element type and precision: `f32` with `f32`, `f64` with `f64`,
+    ///   `f16` with `f16` or `f32`, `bf16` with `f32` (cuDNN 9 only; see
+    ///   [`check_for`](Self::check_for));
+    /// - the persistent algorithms take no projection, only `f32`
+    ///   precision and only [`BiasMode::Double`].
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming the field and the value.

@@ -102,7 +102,21 @@ impl RnnDataLayout {
     }
 }
 
-/// Check a batch's sizes and lengths against the rules in the module docs.
+/// Check a batch's sizes and lengths against cuDNN's rules (found by
+/// asking `cudnnSetRNNDataDescriptor` of cuDNN 8.9.7 and 9.28; the host
+/// tier compares them over random batches):
+///
+/// - `max_seq_len`, `vector_size` and the batch (`lengths.len()`) in
+///   `1..=i32::MAX` (cuDNN 8.9 crashes on a missing length array);
+/// - each length in `0..=max_seq_len` for the padded layouts;
+/// - [`RnnDataLayout::SeqMajorPacked`]: each length in `1..=max_seq_len`,
+///   non-increasing, the first equal to `max_seq_len` (cuDNN 9 refuses the
+///   rest; cuDNN 8.9 accepts unsorted lengths, so this crate refuses them
+///   on both);
+/// - the element type is `f32`, `f64`, `f16` or `bf16` (bf16: cuDNN 9).
+///
+/// Stricter than cuDNN: the padded element count `max_seq_len * batch *
+/// vector_size` must be at most `i32::MAX` (cuDNN accepts some larger).
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] naming the argument (`lengths[3]`) and value.

@@ -29,6 +29,13 @@ pub(crate) const PADDED_IO: u32 = 1;
 /// [`RnnConfig`]; borrows the [`Dropout`] applied between layers (if any)
 /// for `'d`, because cuDNN keeps a pointer to it.
 ///
+/// Part of the RNN family: [`RnnConfig`] (checked configuration),
+/// [`RnnDataDescriptor`](super::RnnDataDescriptor) (a padded batch),
+/// [`RnnPlan`](super::RnnPlan) (sizes, launches), [`RnnWeightViews`](super::RnnWeightViews)
+/// (per-gate weights, with PyTorch's gate order). Buffers are the crate's
+/// [`DeviceSlice`](crate::runtime::DeviceSlice)/[`DeviceSliceMut`](crate::runtime::DeviceSliceMut)
+/// views, which the cudarc interop lends too.
+///
 /// Not `Sync`. It is `Send` only as far as its borrow allows: a
 /// [`Dropout`] is not `Sync`, so a descriptor borrowing one stays on the
 /// dropout's thread.

@@ -16,7 +16,7 @@ use crate::runtime::{Device, DeviceBuffer};
 use crate::sys::cudnn as dnn;
 
 /// The reserve space of one training forward: written by
-/// [`RnnPlan::forward_training`], read by [`RnnPlan::backward_data`], then
+/// a training [`RnnPlan::forward`], read by [`RnnPlan::backward_data`], then
 /// by [`RnnPlan::backward_weights`] (cuDNN's required order, which this
 /// type enforces). Made by [`RnnPlan::alloc_reserve`].
 pub struct RnnReserve {

@@ -2,8 +2,7 @@
 //! in an RNN's weight space, as cuDNN reports it
 //! (`cudnnGetRNNWeightParams`), checked against the shapes the
 //! configuration implies ([`RnnConfig::weight_shapes`](super::RnnConfig::weight_shapes)).
-//! The gate order and its PyTorch equivalent are in the
-//! [module docs](super).
+//! The gate order and its PyTorch equivalent are on [`RnnWeightViews`].
 
 use super::config::WeightShape;
 use super::plan::RnnPlan;
@@ -27,6 +26,20 @@ pub struct RnnWeightView {
 }
 
 /// Every matrix and bias of a plan's weight space.
+///
+/// # Gate order and PyTorch
+/// cuDNN numbers the matrices of one layer and direction by `linLayerID`:
+/// LSTM `0..4` the input side's gates input, forget, cell (new memory),
+/// output and `4..8` the recurrent side's in the same order, `8` the
+/// projection; GRU `0..3` the input side's reset, update, new, and `3..6`
+/// the recurrent side's; the plain RNN `0` and `1`. PyTorch stacks
+/// `weight_ih_l{k}` as `i, f, g, o` (LSTM) and `r, z, n` (GRU): the same
+/// order. So rows `g*hidden..(g+1)*hidden` of PyTorch's `weight_ih_l{k}`
+/// are cuDNN's matrix `g` of layer `k`, those of `weight_hh_l{k}` matrix
+/// `gates + g`, `bias_ih`/`bias_hh` the input/recurrent biases
+/// ([`BiasMode::Double`](super::BiasMode::Double)), `weight_hr_l{k}` the
+/// projection, and the `_reverse` tensors direction 1. Matrices are
+/// row-major `rows x cols`, as PyTorch's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RnnWeightViews {
     /// In cuDNN's order (layer, direction, `linLayerID`).
