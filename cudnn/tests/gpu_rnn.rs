@@ -15,7 +15,9 @@
 //!   compared with the reference; the inference forward equals the training
 //!   one. Outputs are poisoned with NaN first; NaN never passes. Bounds,
 //!   relative to max(1, |want|): f64 1e-9, f32 2e-3 (cuDNN may use TF32 under the default math type);
-//! - the reserve's order (backward before forward is a typed error);
+//! - the reserve's order (backward before forward, or with another plan's
+//!   reserve, is a typed error); random short buffers and misplaced cell
+//!   states are refused before cuDNN;
 //! - CTC: losses and the gradient of both algorithms against the reference
 //!   (f32, 1e-4), labels with repeats and variable input lengths.
 
@@ -353,6 +355,92 @@ fn rnn_case<T: Float>(
         }
     }
     compare(&format!("{name} dweights"), &dgot, &g.dparams, tol)?;
+    // Another plan's backward refuses this plan's reserve.
+    let other = RnnPlan::new(handle, &rnn, layout, max_len, &lengths)?;
+    let e = other
+        .backward_weights(
+            handle,
+            xd.as_slice(),
+            Some(hxd.as_slice()),
+            y.as_slice(),
+            dw.as_slice_mut(),
+            &mut reserve,
+        )
+        .unwrap_err();
+    ensure!(
+        matches!(&e, Error::InvalidArgument { arg, .. } if arg == "reserve"),
+        "{name}: another plan's reserve: {e}"
+    );
+    Ok(())
+}
+
+/// Random buffer lengths (short or long enough) and cell states for cells
+/// without one: `forward` refuses with a typed error naming the buffer
+/// exactly when one is short or misplaced, before cuDNN; runs otherwise.
+fn errors_before_cudnn() -> TestResult {
+    Device::new(0)?;
+    let stream = Stream::new()?;
+    let mut h = Handle::new(&stream)?;
+    let mut rng = Rng(0x2603);
+    let mut refused = 0;
+    let mut ran = 0;
+    for cell in [CellMode::Gru, CellMode::Lstm] {
+        let cfg = RnnConfig::new(cell, 3, 4);
+        let rnn = RnnDescriptor::<f32>::new(&cfg, None)?;
+        let plan = RnnPlan::new(&mut h, &rnn, RnnDataLayout::SeqMajorUnpacked, 5, &[5, 2])?;
+        let need = [
+            plan.x_desc().len_required(),
+            plan.y_desc().len_required(),
+            plan.weight_len(),
+            plan.h_desc().element_count(),
+            plan.c_desc().element_count(),
+        ];
+        for _ in 0..40 {
+            let lens: Vec<usize> = need
+                .iter()
+                .map(|&n| {
+                    if rng.next() < -0.6 {
+                        n.saturating_sub(1)
+                    } else {
+                        n
+                    }
+                })
+                .collect();
+            let with_c = rng.next() > 0.0;
+            let bufs: Vec<DeviceBuffer<f32>> = lens
+                .iter()
+                .map(|&n| DeviceBuffer::<f32>::zeroed(n))
+                .collect::<cudnn::Result<_>>()?;
+            let mut y = DeviceBuffer::<f32>::zeroed(lens[1])?;
+            let r = plan.forward(
+                &mut h,
+                bufs[0].as_slice(),
+                y.as_slice_mut(),
+                bufs[2].as_slice(),
+                RnnStates {
+                    h: Some(bufs[3].as_slice()),
+                    c: with_c.then(|| bufs[4].as_slice()),
+                },
+                RnnStatesMut::default(),
+                None,
+            );
+            let short = lens.iter().zip(&need).take(4).any(|(l, n)| l < n)
+                || (with_c && (cell != CellMode::Lstm || lens[4] < need[4]));
+            match r {
+                Ok(()) => {
+                    ensure!(!short, "{cell:?} {lens:?} c {with_c}: accepted");
+                    ran += 1;
+                }
+                Err(Error::Mismatch { .. } | Error::InvalidArgument { .. }) if short => {
+                    refused += 1
+                }
+                Err(e) => return Err(format!("{cell:?} {lens:?} c {with_c}: {e}").into()),
+            }
+        }
+    }
+    h.stream().synchronize()?;
+    ensure!(ran > 0 && refused > 0, "ran {ran}, refused {refused}");
+    eprintln!("rnn forward argument checks: {ran} ran, {refused} refused");
     Ok(())
 }
 
@@ -439,6 +527,7 @@ fn main() {
         gpu("rnn::f32_against_reference", || {
             rnn_all::<f32>(0x2602, 2e-3)
         }),
+        gpu("rnn::errors_before_cudnn", errors_before_cudnn),
         gpu("ctc::deterministic_against_reference", || {
             ctc(CtcAlgo::Deterministic)
         }),

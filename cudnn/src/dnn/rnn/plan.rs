@@ -22,7 +22,12 @@ use crate::sys::cudnn as dnn;
 pub struct RnnReserve {
     buf: DeviceBuffer<u8>,
     stage: ReserveStage,
+    /// The plan whose training forward filled it (0: none).
+    filled_by: u64,
 }
+
+/// Identities of plans, so a reserve is only read by the plan that filled it.
+static NEXT_PLAN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ReserveStage {
@@ -77,6 +82,7 @@ pub struct RnnPlan<'r, 'd, T: Float> {
     dev_lengths: DeviceBuffer<i32>,
     sizes: RnnSizes,
     device: Device,
+    id: u64,
 }
 
 impl<T: Float> fmt::Debug for RnnPlan<'_, '_, T> {
@@ -237,6 +243,7 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
                 workspace_inference: wi,
             },
             device: handle.device(),
+            id: NEXT_PLAN.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
     }
 
@@ -275,15 +282,18 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
         self.rnn
     }
 
-    /// A reserve buffer for this plan's training passes, on the current
-    /// device.
+    /// A reserve buffer for this plan's training passes, on the plan's
+    /// (its handle's) device. A reserve filled by one plan's forward is
+    /// refused by another plan's backward passes.
     ///
     /// # Errors
-    /// The allocation's.
+    /// The allocation's; the device cannot be made current.
     pub fn alloc_reserve(&self) -> Result<RnnReserve> {
+        let _on = self.device.guard()?;
         Ok(RnnReserve {
             buf: DeviceBuffer::alloc(self.sizes.reserve)?,
             stage: ReserveStage::Empty,
+            filled_by: 0,
         })
     }
 
@@ -300,6 +310,17 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
                 ));
             }
             check_len(&format!("{what} c"), self.c.element_count(), n)?;
+        }
+        Ok(())
+    }
+
+    fn check_owner(&self, reserve: &RnnReserve) -> Result<()> {
+        if reserve.filled_by != self.id {
+            return Err(Error::invalid(
+                "reserve",
+                "must have been filled by this plan's training forward",
+                "another plan's reserve",
+            ));
         }
         Ok(())
     }
@@ -420,6 +441,7 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
         }?;
         if let Some(r) = training {
             r.stage = ReserveStage::Forward;
+            r.filled_by = self.id;
         }
         Ok(())
     }
@@ -471,6 +493,7 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
                 "empty",
             ));
         }
+        self.check_owner(reserve)?;
         let _on = handle.launch(
             "rnn_backward_data",
             &[
@@ -556,6 +579,7 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
                 format!("{:?}", reserve.stage),
             ));
         }
+        self.check_owner(reserve)?;
         let _on = handle.launch(
             "rnn_backward_weights",
             &[
