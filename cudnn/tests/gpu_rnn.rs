@@ -6,15 +6,17 @@
 //!   `RnnConfig::weight_shapes`; the weight views (`cudnnGetRNNWeightParams`)
 //!   have those shapes, lie inside the space and do not overlap;
 //! - numerics, per cell (ReLU, tanh, LSTM with and without projection, GRU),
-//!   two layers, bidirectional, variable lengths (one of 0 steps... cuDNN
-//!   refuses a 0 length for some algorithms, so lengths are >= 1 here),
-//!   batch-major and sequence-major layouts, f64 and f32: the reference's
-//!   parameters are loaded through the views, then the training forward
-//!   (y at valid steps, hy, cy), backward data (dx, dhx, dcx) and backward
-//!   weights (every parameter's gradient, read back through the views) are
-//!   compared with the reference; the inference forward equals the training
-//!   one. Outputs are poisoned with NaN first; NaN never passes. Bounds,
-//!   relative to max(1, |want|): f64 1e-9, f32 2e-3 (cuDNN may use TF32 under the default math type);
+//!   two layers, bidirectional, skip input, variable lengths (>= 1),
+//!   batch-major, sequence-major and packed layouts, f64, f32 and f16: the
+//!   reference's parameters are loaded through the views, then the training
+//!   forward (y at valid steps, hy, cy), backward data (dx, dhx, dcx) and
+//!   backward weights (every parameter's gradient, read back through the
+//!   views) are compared with the reference; the inference forward equals
+//!   the training one; an LSTM with a dropout of probability 0 between its
+//!   layers gives the reference's numbers. Outputs are poisoned with NaN
+//!   first; NaN never passes. Bounds, relative to max(1, |want|): f64 1e-9,
+//!   f32 2e-3 (cuDNN may use TF32 under the default math type), f16 (f32
+//!   math) 5e-2;
 //! - the reserve's order (backward before forward, or with another plan's
 //!   reserve, is a typed error); random short buffers and misplaced cell
 //!   states are refused before cuDNN;
@@ -147,10 +149,11 @@ fn rnn_case<T: Float>(
     layout: RnnDataLayout,
     rng: &mut Rng,
     tol: f64,
+    dropout: Option<&Dropout>,
 ) -> TestResult {
     let mut cfg = *cfg;
     cfg.precision = RnnPrecision::default_for::<T>();
-    let rnn = RnnDescriptor::<T>::new(&cfg, None)?;
+    let rnn = RnnDescriptor::<T>::new(&cfg, dropout)?;
     let lengths = [4usize, 3, 1];
     let max_len = 4;
     let plan = RnnPlan::new(handle, &rnn, layout, max_len, &lengths)?;
@@ -444,16 +447,24 @@ fn errors_before_cudnn() -> TestResult {
     Ok(())
 }
 
-fn rnn_all<T: Float>(seed: u64, tol: f64) -> TestResult {
+fn rnn_all<T: Float>(seed: u64, tol: f64, min_ran: usize) -> TestResult {
     Device::new(0)?;
     let stream = Stream::new()?;
     let mut h = Handle::new(&stream)?;
     let mut rng = Rng(seed);
     let mut ran = 0;
-    for (name, cfg) in configs() {
+    // A dropout of probability 0 between layers: the borrowed-dropout
+    // path, with the reference's numbers.
+    let dropout = Dropout::new(&mut h, 0.0, 26)?;
+    let mut cases: Vec<(String, RnnConfig, Option<&Dropout>)> =
+        configs().into_iter().map(|(n, c)| (n, c, None)).collect();
+    let mut c = RnnConfig::new(CellMode::Lstm, 5, 6);
+    c.num_layers = 3;
+    cases.push(("LSTM 3 layers, dropout 0".to_string(), c, Some(&dropout)));
+    for (name, cfg, drop) in cases {
         for layout in RnnDataLayout::ALL {
             let label = format!("{} {name} {layout:?}", T::NAME);
-            match rnn_case::<T>(&mut h, &label, &cfg, layout, &mut rng, tol) {
+            match rnn_case::<T>(&mut h, &label, &cfg, layout, &mut rng, tol, drop) {
                 Err(e) if format!("{e:?}").contains("NOT_SUPPORTED") => {
                     eprintln!("note: {label}: cuDNN: {e:?}");
                 }
@@ -464,7 +475,7 @@ fn rnn_all<T: Float>(seed: u64, tol: f64) -> TestResult {
             }
         }
     }
-    ensure!(ran >= 20, "only {ran} RNN cases ran");
+    ensure!(ran >= min_ran, "only {ran} RNN cases ran (want {min_ran})");
     eprintln!("{} RNN cases against the reference: {ran}", T::NAME);
     Ok(())
 }
@@ -522,10 +533,13 @@ fn ctc(algo: CtcAlgo) -> TestResult {
 fn main() {
     run(vec![
         gpu("rnn::f64_against_reference", || {
-            rnn_all::<f64>(0x2601, 1e-9)
+            rnn_all::<f64>(0x2601, 1e-9, 20)
         }),
         gpu("rnn::f32_against_reference", || {
-            rnn_all::<f32>(0x2602, 2e-3)
+            rnn_all::<f32>(0x2602, 2e-3, 20)
+        }),
+        gpu("rnn::f16_against_reference", || {
+            rnn_all::<half::f16>(0x2604, 5e-2, 5)
         }),
         gpu("rnn::errors_before_cudnn", errors_before_cudnn),
         gpu("ctc::deterministic_against_reference", || {
