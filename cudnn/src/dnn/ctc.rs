@@ -100,6 +100,11 @@ impl CtcAlgo {
 /// count plus one per pair of equal neighbours); `max_time * batch *
 /// alphabet` is at most `i32::MAX`. Returns the longest label sequence.
 ///
+/// An input length of 0 (an empty sequence, which only the empty
+/// labelling fits) is refused: the reference gives it a loss of 0, but
+/// cuDNN's handling of it is not documented, so this crate does not pass
+/// it on.
+///
 /// # Errors
 /// [`Error::InvalidArgument`] or [`Error::Mismatch`] naming the argument
 /// (`labels[4]`, `input_lengths[1]`) and the value.
