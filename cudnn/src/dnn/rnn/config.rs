@@ -11,9 +11,8 @@
 //! - `projection_size` only for LSTM: in `1..=hidden_size` (equal to
 //!   `hidden_size` means "no projection"); every other cell has none;
 //! - element type and math precision: `f32` with `f32`, `f64` with `f64`,
-//!   `f16` with `f16` or `f32`, `bf16` with `f32` (cuDNN 9 only: cuDNN 8.9
-//!   refuses `bf16` RNNs, which [`RnnConfig::check_for`] reports as
-//!   [`Error::Unsupported`]);
+//!   `f16` with `f16` or `f32`, `bf16` with `f32` (cuDNN 9.19 takes bf16
+//!   RNNs; 8.9 and 9.10 refuse them, reported as [`Error::Unsupported`]);
 //! - the persistent algorithms take no projection, only `f32` precision
 //!   and only [`BiasMode::Double`].
 
@@ -348,6 +347,23 @@ pub struct WeightShape {
     pub bias_len: usize,
 }
 
+/// What a library without bf16 RNNs is told: cuDNN 8 has none, and cuDNN
+/// 9 releases before 9.19 may lack them (9.10 refuses them, 9.19 takes
+/// them), so a refusal of bf16 by cuDNN 9 becomes this error too.
+pub(crate) fn bf16_unsupported(what: &str, version: Version) -> Error {
+    Error::Unsupported {
+        what: format!("bf16 {what} on cuDNN {version}"),
+        needs: Some(
+            "a cuDNN 9 release with bf16 RNNs (9.19 has them; 9.10 and 8.x do not)".to_string(),
+        ),
+    }
+}
+
+/// Whether `e` is cuDNN's `NOT_SUPPORTED`.
+pub(crate) fn is_not_supported(e: &Error) -> bool {
+    e.cudnn_status() == Some(dnn::cudnnStatus_t::CUDNN_STATUS_NOT_SUPPORTED)
+}
+
 /// The most weight matrices [`RnnConfig::weight_shapes`] lists (and so
 /// the most an RNN whose weights this crate lists may have): 2^20, about
 /// 58,000 layers of a bidirectional LSTM with projection.
@@ -394,7 +410,8 @@ impl RnnConfig {
     /// - `projection_size` only for LSTM: in `1..=hidden_size` (equal to
     ///   `hidden_size` means "no projection"); every other cell has none;
     /// - element type and precision: `f32` with `f32`, `f64` with `f64`,
-    ///   `f16` with `f16` or `f32`, `bf16` with `f32` (cuDNN 9 only; see
+    ///   `f16` with `f16` or `f32`, `bf16` with `f32` (where the library
+    ///   has bf16 RNNs: 9.19 does, 8.9 and 9.10 do not; see
     ///   [`check_for`](Self::check_for));
     /// - the persistent algorithms take no projection, only `f32`
     ///   precision and only [`BiasMode::Double`].
@@ -485,17 +502,16 @@ impl RnnConfig {
     }
 
     /// [`check`](Self::check), plus what the library of `version` lacks:
-    /// cuDNN 8 has no `bf16` RNNs.
+    /// cuDNN 8 has no `bf16` RNNs. (Some cuDNN 9 releases lack them too:
+    /// 9.10 refuses them, 9.19 takes them; [`RnnDescriptor::new`](super::RnnDescriptor::new)
+    /// reports such a refusal as [`Error::Unsupported`].)
     ///
     /// # Errors
     /// As [`check`](Self::check); [`Error::Unsupported`] for bf16 on cuDNN 8.
     pub fn check_for<T: DataType>(&self, version: Version) -> Result<()> {
         self.check::<T>()?;
         if T::CUDNN == dnn::cudnnDataType_t::CUDNN_DATA_BFLOAT16 && version.major < 9 {
-            return Err(Error::Unsupported {
-                what: format!("bf16 RNNs on cuDNN {version}"),
-                needs: Some("cuDNN 9".to_string()),
-            });
+            return Err(bf16_unsupported("RNNs", version));
         }
         Ok(())
     }

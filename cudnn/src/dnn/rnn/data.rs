@@ -240,11 +240,9 @@ impl<T: DataType> RnnDataDescriptor<T> {
     ) -> Result<Self> {
         check_rnn_data::<T>(layout, max_seq_len, vector_size, lengths)?;
         let version = crate::dnn::Handle::library_version()?;
-        if T::CUDNN == dnn::cudnnDataType_t::CUDNN_DATA_BFLOAT16 && version.major < 9 {
-            return Err(Error::Unsupported {
-                what: format!("bf16 RNN data on cuDNN {version}"),
-                needs: Some("cuDNN 9".to_string()),
-            });
+        let bf16 = T::CUDNN == dnn::cudnnDataType_t::CUDNN_DATA_BFLOAT16;
+        if bf16 && version.major < 9 {
+            return Err(super::config::bf16_unsupported("RNN data", version));
         }
         let c_lengths: Vec<i32> = lengths
             .iter()
@@ -268,7 +266,14 @@ impl<T: DataType> RnnDataDescriptor<T> {
                     std::ptr::null_mut()
                 )
             )
-        }?;
+        }
+        .map_err(|e| {
+            if bf16 && super::config::is_not_supported(&e) {
+                super::config::bf16_unsupported("RNN data", version)
+            } else {
+                e
+            }
+        })?;
         Ok(RnnDataDescriptor {
             raw,
             layout,

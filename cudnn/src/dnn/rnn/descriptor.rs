@@ -5,7 +5,10 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use super::config::{BiasMode, CellMode, Direction, InputMode, RnnAlgo, RnnConfig, RnnPrecision};
+use super::config::{
+    BiasMode, CellMode, Direction, InputMode, RnnAlgo, RnnConfig, RnnPrecision, bf16_unsupported,
+    is_not_supported,
+};
 use crate::check::{self, cudnn_call};
 use crate::dnn::tensor::descriptor_owner;
 use crate::dnn::{Dropout, Handle, MathType};
@@ -97,7 +100,9 @@ impl<'d, T: DataType> RnnDescriptor<'d, T> {
     /// handle or device.
     ///
     /// # Errors
-    /// The check's errors (before cuDNN is called), then what cuDNN reports.
+    /// The check's errors (before cuDNN is called), then what cuDNN
+    /// reports; a bf16 RNN the loaded cuDNN refuses is
+    /// [`Error::Unsupported`].
     #[doc(alias = "cudnnSetRNNDescriptor_v8")]
     pub fn new(config: &RnnConfig, dropout: Option<&'d Dropout>) -> Result<Self> {
         config.check_for::<T>(Handle::library_version()?)?;
@@ -132,7 +137,13 @@ impl<'d, T: DataType> RnnDescriptor<'d, T> {
                 )
             )
         }
-        .map_err(|e| e.with_context(format!("RNN {config:?} of {}", T::NAME)))?;
+        .map_err(|e| {
+            if T::CUDNN == dnn::cudnnDataType_t::CUDNN_DATA_BFLOAT16 && is_not_supported(&e) {
+                return Handle::library_version()
+                    .map_or_else(|v| v, |v| bf16_unsupported("RNNs", v));
+            }
+            e.with_context(format!("RNN {config:?} of {}", T::NAME))
+        })?;
         Ok(RnnDescriptor {
             raw,
             config: c,
