@@ -11,7 +11,7 @@
 //!   non-increasing, the first equal to `max_seq_len` (cuDNN 9 refuses the
 //!   rest; cuDNN 8.9 accepts unsorted lengths and gives wrong results, so
 //!   this crate refuses them on both);
-//! - the element type is `f32`, `f64`, `f16` or `bf16` (bf16: cuDNN 9).
+//! - the element type is `f32`, `f64`, `f16` or `bf16` (bf16 where the library has it: 9.19, not 8.9 or 9.10).
 //!
 //! Stricter than cuDNN: the padded element count `max_seq_len * batch *
 //! vector_size` must be at most `i32::MAX` (cuDNN accepts some larger).
@@ -113,7 +113,7 @@ impl RnnDataLayout {
 ///   non-increasing, the first equal to `max_seq_len` (cuDNN 9 refuses the
 ///   rest; cuDNN 8.9 accepts unsorted lengths, so this crate refuses them
 ///   on both);
-/// - the element type is `f32`, `f64`, `f16` or `bf16` (bf16: cuDNN 9).
+/// - the element type is `f32`, `f64`, `f16` or `bf16` (bf16 where the library has it: 9.19, not 8.9 or 9.10).
 ///
 /// Stricter than cuDNN: the padded element count `max_seq_len * batch *
 /// vector_size` must be at most `i32::MAX` (cuDNN accepts some larger).
