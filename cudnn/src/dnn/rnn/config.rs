@@ -369,6 +369,57 @@ pub(crate) fn is_not_supported(e: &Error) -> bool {
 /// 58,000 layers of a bidirectional LSTM with projection.
 pub const MAX_WEIGHT_MATRICES: usize = 1 << 20;
 
+/// Where a cuDNN weight lies among PyTorch's parameters of the same
+/// `nn.RNN`/`nn.LSTM`/`nn.GRU` (`batch_first` does not matter).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PytorchWeight {
+    /// The matrix's parameter (`weight_ih_l1_reverse`, `weight_hr_l0`).
+    pub matrix: String,
+    /// The bias's parameter (`bias_ih_l1_reverse`), when there is one
+    /// (PyTorch's `bias=True` is [`BiasMode::Double`]).
+    pub bias: Option<String>,
+    /// The rows of both that are this gate's (`g * hidden..(g + 1) * hidden`;
+    /// all rows for the projection).
+    pub rows: std::ops::Range<usize>,
+}
+
+impl WeightShape {
+    /// The PyTorch parameter and rows this matrix (and its bias) come from:
+    /// PyTorch stacks the gates in cuDNN's order (`i, f, g, o`; `r, z, n`),
+    /// so gate `g` is rows `g * hidden..(g + 1) * hidden` of
+    /// `weight_ih_l{layer}` (input side) or `weight_hh_l{layer}` (recurrent
+    /// side), `_reverse` for direction 1; LSTM's projection is
+    /// `weight_hr_l{layer}`. `None` for the matrices [`InputMode::Skip`]
+    /// leaves out (PyTorch has no such mode).
+    pub fn pytorch(&self) -> Option<PytorchWeight> {
+        if self.rows == 0 {
+            return None;
+        }
+        let suffix = format!(
+            "l{}{}",
+            self.layer,
+            if self.direction == 1 { "_reverse" } else { "" }
+        );
+        let side = match self.side {
+            WeightSide::Input => "ih",
+            WeightSide::Recurrent => "hh",
+            WeightSide::Projection => {
+                return Some(PytorchWeight {
+                    matrix: format!("weight_hr_{suffix}"),
+                    bias: None,
+                    rows: 0..self.rows,
+                });
+            }
+        };
+        let start = self.gate.checked_mul(self.rows)?;
+        Some(PytorchWeight {
+            matrix: format!("weight_{side}_{suffix}"),
+            bias: (self.bias_len > 0).then(|| format!("bias_{side}_{suffix}")),
+            rows: start..start.checked_add(self.rows)?,
+        })
+    }
+}
+
 fn int(arg: &str, v: usize) -> Result<i32> {
     if v == 0 {
         return Err(Error::invalid(arg, "must be >= 1", v));
@@ -677,6 +728,46 @@ mod tests {
     }
 
     #[test]
+    fn unit_pytorch_names_by_hand() {
+        // nn.LSTM(10, 20, num_layers=2, proj_size=5, bidirectional=True):
+        // layer 1, reverse, recurrent forget gate is rows 20..40 of
+        // weight_hh_l1_reverse (80 x 5), its bias rows 20..40 of
+        // bias_hh_l1_reverse; the projection is weight_hr_l1_reverse.
+        let mut c = RnnConfig::new(CellMode::Lstm, 10, 20);
+        c.projection_size = 5;
+        c.num_layers = 2;
+        c.direction = Direction::Bidirectional;
+        let s = c.weight_shapes().unwrap();
+        let w = s
+            .iter()
+            .find(|w| w.layer == 1 && w.direction == 1 && w.lin_layer_id == 5)
+            .unwrap();
+        let p = w.pytorch().unwrap();
+        assert_eq!(p.matrix, "weight_hh_l1_reverse");
+        assert_eq!(p.bias.as_deref(), Some("bias_hh_l1_reverse"));
+        assert_eq!(p.rows, 20..40);
+        assert_eq!((w.rows, w.cols), (20, 5));
+        let proj = s
+            .iter()
+            .find(|w| w.layer == 1 && w.direction == 1 && w.lin_layer_id == 8)
+            .unwrap()
+            .pytorch()
+            .unwrap();
+        assert_eq!(
+            (proj.matrix.as_str(), proj.bias, proj.rows),
+            ("weight_hr_l1_reverse", None, 0..5)
+        );
+        // nn.GRU(3, 4): the new gate's input weights are rows 8..12 of weight_ih_l0.
+        let g = RnnConfig::new(CellMode::Gru, 3, 4).weight_shapes().unwrap();
+        let p = g[2].pytorch().unwrap();
+        assert_eq!((p.matrix.as_str(), p.rows), ("weight_ih_l0", 8..12));
+        // Skip input: no PyTorch counterpart for the missing matrices.
+        let mut k = RnnConfig::new(CellMode::RnnTanh, 4, 4);
+        k.input_mode = InputMode::Skip;
+        assert_eq!(k.weight_shapes().unwrap()[0].pytorch(), None);
+    }
+
+    #[test]
     fn unit_gru_single_bias_and_skip_input() {
         let mut c = RnnConfig::new(CellMode::Gru, 7, 7);
         c.bias = BiasMode::SingleRecurrent;
@@ -775,6 +866,10 @@ mod tests {
                 proptest::prop_assert!(checked.is_ok());
                 let per = 2 * c.cell.gates() + usize::from(c.has_projection());
                 proptest::prop_assert_eq!(s.len(), c.num_layers * c.direction.count() * per);
+                for w in s.iter().take(64) {
+                    let p = w.pytorch();
+                    proptest::prop_assert_eq!(p.is_none(), w.rows == 0);
+                }
             }
             let count = c.weight_count();
             proptest::prop_assert!(typed(&count.as_ref().map(|_| ()).map_err(Clone::clone)));

@@ -40,6 +40,8 @@ pub struct RnnWeightView {
 /// ([`BiasMode::Double`](super::BiasMode::Double)), `weight_hr_l{k}` the
 /// projection, and the `_reverse` tensors direction 1. Matrices are
 /// row-major `rows x cols`, as PyTorch's.
+/// [`WeightShape::pytorch`](super::WeightShape::pytorch) names the
+/// parameter and rows of each view.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RnnWeightViews {
     /// In cuDNN's order (layer, direction, `linLayerID`).
