@@ -521,4 +521,49 @@ mod tests {
         assert!(check_rnn_data::<f32>(RnnDataLayout::BatchMajorUnpacked, 4, 2, &[]).is_err());
         assert!(check_rnn_data::<i32>(RnnDataLayout::BatchMajorUnpacked, 4, 2, &[1]).is_err());
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(2000))]
+
+        /// For lengths the check accepts, `vector_index` maps the valid
+        /// steps of every layout one-to-one into the buffer
+        /// `len_required / vector_size` vectors long.
+        #[test]
+        fn unit_property_vector_index_is_a_bijection(
+            layout in 0usize..3,
+            max_len in 1usize..7,
+            mut lengths in proptest::collection::vec(0usize..7, 1..6),
+        ) {
+            let layout = RnnDataLayout::ALL[layout];
+            for l in &mut lengths {
+                *l = (*l).min(max_len);
+            }
+            if layout == RnnDataLayout::SeqMajorPacked {
+                lengths.sort_unstable_by(|a, b| b.cmp(a));
+                lengths[0] = max_len;
+                for l in &mut lengths {
+                    *l = (*l).max(1);
+                }
+            }
+            proptest::prop_assert!(check_rnn_data::<f32>(layout, max_len, 1, &lengths).is_ok());
+            let slots = match layout {
+                RnnDataLayout::SeqMajorPacked => lengths.iter().sum(),
+                _ => max_len * lengths.len(),
+            };
+            let mut seen = vec![false; slots];
+            for (b, &len) in lengths.iter().enumerate() {
+                for t in 0..max_len {
+                    match layout.vector_index(&lengths, max_len, t, b) {
+                        Some(i) => {
+                            proptest::prop_assert!(t < len || layout != RnnDataLayout::SeqMajorPacked);
+                            proptest::prop_assert!(i < slots && !seen[i], "t {} b {} -> {}", t, b, i);
+                            seen[i] = true;
+                        }
+                        None => proptest::prop_assert!(layout == RnnDataLayout::SeqMajorPacked && t >= len),
+                    }
+                }
+            }
+            proptest::prop_assert!(seen.iter().all(|&v| v));
+        }
+    }
 }

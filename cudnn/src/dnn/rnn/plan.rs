@@ -72,7 +72,9 @@ pub struct RnnSizes {
 
 /// An RNN on one batch shape: descriptors for `x` (input), `y` (output),
 /// `h` and `c` (states), the sizes, and the lengths on the handle's device.
-/// Borrows the [`RnnDescriptor`] for `'r`.
+/// Borrows the [`RnnDescriptor`] for `'r` (so, like the descriptor, it is
+/// neither `Send` nor `Sync`). Making one asks cuDNN three sizes and copies
+/// the lengths; each launch is then one cuDNN call.
 pub struct RnnPlan<'r, 'd, T: Float> {
     rnn: &'r RnnDescriptor<'d, T>,
     x: RnnDataDescriptor<T>,
