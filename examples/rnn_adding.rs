@@ -322,7 +322,7 @@ fn missing() -> Option<String> {
 const BASELINE: f64 = 1.0 / 6.0;
 
 fn cpu_fallback() -> ExitCode {
-    let cfg = RnnConfig::new(CellMode::Lstm, 2, 8);
+    let cfg = RnnConfig::new(RnnCellMode::Lstm, 2, 8);
     let n = match rr::param_offsets(&cfg) {
         Ok((_, n)) => n,
         Err(e) => {
@@ -363,7 +363,7 @@ fn gpu() -> cudnn::Result<bool> {
     Device::new(0)?;
     let stream = Stream::new()?;
     let handle = Handle::new(&stream)?;
-    let cfg = RnnConfig::new(CellMode::Lstm, 2, 32);
+    let cfg = RnnConfig::new(RnnCellMode::Lstm, 2, 32);
     let rnn = RnnDescriptor::<f32>::new(&cfg, None)?;
     let mut gpu = Gpu {
         handle,

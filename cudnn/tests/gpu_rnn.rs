@@ -124,20 +124,20 @@ fn from_layout(
 
 fn configs() -> Vec<(String, RnnConfig)> {
     let mut out = Vec::new();
-    for cell in CellMode::ALL {
+    for cell in RnnCellMode::ALL {
         let mut c = RnnConfig::new(cell, 5, 6);
         c.num_layers = 2;
-        c.direction = Direction::Bidirectional;
+        c.direction = RnnDirection::Bidirectional;
         out.push((format!("{cell:?} bidirectional"), c));
         let mut c = RnnConfig::new(cell, 4, 4);
-        c.bias = BiasMode::SingleInput;
-        c.input_mode = InputMode::Skip;
+        c.bias = RnnBiasMode::SingleInput;
+        c.input_mode = RnnInputMode::Skip;
         out.push((format!("{cell:?} skip input, single bias"), c));
     }
-    let mut c = RnnConfig::new(CellMode::Lstm, 5, 8);
+    let mut c = RnnConfig::new(RnnCellMode::Lstm, 5, 8);
     c.projection_size = 3;
     c.num_layers = 2;
-    c.direction = Direction::Bidirectional;
+    c.direction = RnnDirection::Bidirectional;
     out.push(("LSTM projection".to_string(), c));
     out
 }
@@ -210,7 +210,7 @@ fn rnn_case<T: Float>(
     let x = round::<T>(&rng.vec(lengths.len() * max_len * cfg.input_size, 1.0));
     let nh = plan.h_desc().element_count();
     let nc = plan.c_desc().element_count();
-    let lstm = cfg.cell == CellMode::Lstm;
+    let lstm = cfg.cell == RnnCellMode::Lstm;
     let hx = round::<T>(&rng.vec(nh, 0.5));
     let cx = round::<T>(&rng.vec(nc, 0.5));
     let want = rr::forward(
@@ -387,7 +387,7 @@ fn errors_before_cudnn() -> TestResult {
     let mut rng = Rng(0x2603);
     let mut refused = 0;
     let mut ran = 0;
-    for cell in [CellMode::Gru, CellMode::Lstm] {
+    for cell in [RnnCellMode::Gru, RnnCellMode::Lstm] {
         let cfg = RnnConfig::new(cell, 3, 4);
         let rnn = RnnDescriptor::<f32>::new(&cfg, None)?;
         let plan = RnnPlan::new(&mut h, &rnn, RnnDataLayout::SeqMajorUnpacked, 5, &[5, 2])?;
@@ -428,7 +428,7 @@ fn errors_before_cudnn() -> TestResult {
                 None,
             );
             let short = lens.iter().zip(&need).take(4).any(|(l, n)| l < n)
-                || (with_c && (cell != CellMode::Lstm || lens[4] < need[4]));
+                || (with_c && (cell != RnnCellMode::Lstm || lens[4] < need[4]));
             match r {
                 Ok(()) => {
                     ensure!(!short, "{cell:?} {lens:?} c {with_c}: accepted");
@@ -458,7 +458,7 @@ fn rnn_all<T: Float>(seed: u64, tol: f64, min_ran: usize) -> TestResult {
     let dropout = Dropout::new(&mut h, 0.0, 26)?;
     let mut cases: Vec<(String, RnnConfig, Option<&Dropout>)> =
         configs().into_iter().map(|(n, c)| (n, c, None)).collect();
-    let mut c = RnnConfig::new(CellMode::Lstm, 5, 6);
+    let mut c = RnnConfig::new(RnnCellMode::Lstm, 5, 6);
     c.num_layers = 3;
     cases.push(("LSTM 3 layers, dropout 0".to_string(), c, Some(&dropout)));
     for (name, cfg, drop) in cases {

@@ -35,18 +35,18 @@ fn cudnn_major() -> u32 {
 
 fn round_trip() -> TestResult {
     let mut configs = Vec::new();
-    for cell in CellMode::ALL {
+    for cell in RnnCellMode::ALL {
         let mut c = RnnConfig::new(cell, 5, 8);
         c.num_layers = 3;
-        c.direction = Direction::Bidirectional;
-        c.bias = BiasMode::SingleRecurrent;
-        if cell == CellMode::Lstm {
+        c.direction = RnnDirection::Bidirectional;
+        c.bias = RnnBiasMode::SingleRecurrent;
+        if cell == RnnCellMode::Lstm {
             c.projection_size = 3;
         }
         configs.push(c);
         let mut c = RnnConfig::new(cell, 8, 8);
-        c.input_mode = InputMode::Skip;
-        c.bias = BiasMode::Double;
+        c.input_mode = RnnInputMode::Skip;
+        c.bias = RnnBiasMode::Double;
         c.algo = RnnAlgo::PersistStatic;
         c.math = MathType::TensorOp;
         configs.push(c);
@@ -66,7 +66,7 @@ fn round_trip() -> TestResult {
         ensure!(back.config() == c, "from_raw {:?} != {c:?}", back.config());
         back.destroy()?;
     }
-    let mut c = RnnConfig::new(CellMode::Gru, 3, 4);
+    let mut c = RnnConfig::new(RnnCellMode::Gru, 3, 4);
     c.precision = RnnPrecision::F64;
     let d = RnnDescriptor::<f64>::new(&c, None)?;
     ensure!(d.values()? == d.expected_values(), "f64 round trip");
@@ -116,11 +116,11 @@ fn round_trip() -> TestResult {
 /// Random RNN configurations, valid and not.
 #[derive(Debug, Clone)]
 struct Case {
-    cell: CellMode,
+    cell: RnnCellMode,
     sizes: [usize; 4], // input, hidden, projection, layers
-    dir: Direction,
-    bias: BiasMode,
-    input: InputMode,
+    dir: RnnDirection,
+    bias: RnnBiasMode,
+    input: RnnInputMode,
     algo: RnnAlgo,
     dtype: u8,
     precision: RnnPrecision,
@@ -163,18 +163,18 @@ fn case() -> impl Strategy<Value = Case> {
                     sizes[2] = sizes[1];
                 }
                 Case {
-                    cell: CellMode::ALL[cell],
+                    cell: RnnCellMode::ALL[cell],
                     sizes,
                     dir: if bi {
-                        Direction::Bidirectional
+                        RnnDirection::Bidirectional
                     } else {
-                        Direction::Unidirectional
+                        RnnDirection::Unidirectional
                     },
-                    bias: BiasMode::ALL[bias],
+                    bias: RnnBiasMode::ALL[bias],
                     input: if skip {
-                        InputMode::Skip
+                        RnnInputMode::Skip
                     } else {
-                        InputMode::Linear
+                        RnnInputMode::Linear
                     },
                     algo: RnnAlgo::ALL[algo],
                     dtype,

@@ -27,7 +27,7 @@
 //! - GRU: `r = σ(W_0 x + bW_0 + R_0 h + bR_0)`, `z = σ(W_1 x + … )`,
 //!   `n = tanh(W_2 x + bW_2 + r ⊙ (R_2 h + bR_2))`, `h' = (1 - z) n + z h`.
 //!
-//! Under [`InputMode::Skip`] the first layer has no input matrices: each
+//! Under [`RnnInputMode::Skip`] the first layer has no input matrices: each
 //! gate's `W_g x` is `x` itself (`input_size == hidden_size`).
 //!
 //! A backward direction reads each sequence from its last valid step down
@@ -41,7 +41,7 @@
 //! steps × parameters), refused with [`Error::InvalidArgument`].
 
 use super::bounds;
-use crate::dnn::{CellMode, InputMode, RnnConfig, WeightShape, WeightSide};
+use crate::dnn::{RnnCellMode, RnnConfig, RnnInputMode, RnnWeightShape, RnnWeightSide};
 use crate::error::{Error, Result};
 
 /// Offsets of each matrix and bias of [`RnnConfig::weight_shapes`] in the
@@ -104,7 +104,7 @@ pub struct RnnGrads {
 
 /// Sizes, checked once.
 struct Dims {
-    cell: CellMode,
+    cell: RnnCellMode,
     gates: usize,
     h: usize,
     p: usize,
@@ -115,7 +115,7 @@ struct Dims {
     max_len: usize,
     skip: bool,
     proj: bool,
-    shapes: Vec<WeightShape>,
+    shapes: Vec<RnnWeightShape>,
     offs: Vec<(usize, usize)>,
     nparams: usize,
 }
@@ -124,10 +124,10 @@ impl Dims {
     fn new(cfg: &RnnConfig, batch: &Batch<'_>) -> Result<Self> {
         let (offs, nparams) = param_offsets(cfg)?;
         let shapes = cfg.weight_shapes()?;
-        if cfg.input_mode == InputMode::Skip && cfg.input_size != cfg.hidden_size {
+        if cfg.input_mode == RnnInputMode::Skip && cfg.input_size != cfg.hidden_size {
             return Err(Error::invalid(
                 "input_size",
-                "must equal hidden_size with InputMode::Skip",
+                "must equal hidden_size with RnnInputMode::Skip",
                 cfg.input_size,
             ));
         }
@@ -150,7 +150,7 @@ impl Dims {
             input: cfg.input_size,
             batch: batch.lengths.len(),
             max_len: batch.max_len,
-            skip: cfg.input_mode == InputMode::Skip,
+            skip: cfg.input_mode == RnnInputMode::Skip,
             proj: cfg.has_projection(),
             shapes,
             offs,
@@ -312,9 +312,9 @@ fn step_forward(p: &Params<'_>, layer: usize, dir: usize, x: &[f64], h: &[f64], 
         ..Step::default()
     };
     match d.cell {
-        CellMode::RnnRelu | CellMode::RnnTanh => {
+        RnnCellMode::RnnRelu | RnnCellMode::RnnTanh => {
             let (a, _) = pre(p, layer, dir, 0, x, h, false);
-            let hn: Vec<f64> = if d.cell == CellMode::RnnRelu {
+            let hn: Vec<f64> = if d.cell == RnnCellMode::RnnRelu {
                 a.iter().map(|&v| v.max(0.0)).collect()
             } else {
                 a.iter().map(|v| v.tanh()).collect()
@@ -322,7 +322,7 @@ fn step_forward(p: &Params<'_>, layer: usize, dir: usize, x: &[f64], h: &[f64], 
             s.out = hn.clone();
             s.act = vec![hn];
         }
-        CellMode::Lstm => {
+        RnnCellMode::Lstm => {
             let mut act = Vec::with_capacity(4);
             for g in 0..4 {
                 let (a, _) = pre(p, layer, dir, g, x, h, false);
@@ -347,7 +347,7 @@ fn step_forward(p: &Params<'_>, layer: usize, dir: usize, x: &[f64], h: &[f64], 
             s.c = cn;
             s.k = k;
         }
-        CellMode::Gru => {
+        RnnCellMode::Gru => {
             let (ar, _) = pre(p, layer, dir, 0, x, h, false);
             let (az, _) = pre(p, layer, dir, 1, x, h, false);
             let (an, un) = pre(p, layer, dir, 2, x, h, true);
@@ -422,11 +422,11 @@ fn step_backward(
     let mut dh = vec![0.0; d.p];
     let mut dcp = Vec::new();
     match d.cell {
-        CellMode::RnnRelu | CellMode::RnnTanh => {
+        RnnCellMode::RnnRelu | RnnCellMode::RnnTanh => {
             let hn = &s.act[0];
             let da: Vec<f64> = (0..d.h)
                 .map(|j| {
-                    let deriv = if d.cell == CellMode::RnnRelu {
+                    let deriv = if d.cell == RnnCellMode::RnnRelu {
                         if hn[j] > 0.0 { 1.0 } else { 0.0 }
                     } else {
                         1.0 - hn[j] * hn[j]
@@ -436,7 +436,7 @@ fn step_backward(
                 .collect();
             gate_backward(p, dp, layer, dir, 0, s, &da, &da, &mut dx, &mut dh);
         }
-        CellMode::Lstm => {
+        RnnCellMode::Lstm => {
             let dk: Vec<f64> = if d.proj {
                 let pi = d.idx(layer, dir, 8);
                 let (pm, _) = d.offs[pi];
@@ -463,7 +463,7 @@ fn step_backward(
                 gate_backward(p, dp, layer, dir, gate, s, da, da, &mut dx, &mut dh);
             }
         }
-        CellMode::Gru => {
+        RnnCellMode::Gru => {
             let (r, z, n) = (&s.act[0], &s.act[1], &s.act[2]);
             let mut dan = vec![0.0; d.h];
             let mut dun = vec![0.0; d.h];
@@ -515,7 +515,7 @@ fn run_forward(
     if let Some(hx) = hx {
         check_len("hx", nh, hx.len())?;
     }
-    let lstm = d.cell == CellMode::Lstm;
+    let lstm = d.cell == RnnCellMode::Lstm;
     if let Some(cx) = cx {
         if !lstm {
             return Err(Error::invalid("cx", "only LSTM has a cell state", "Some"));
@@ -635,7 +635,7 @@ pub fn backward(
     check_len("dy", d.batch * d.max_len * d.out(), dy.len())?;
     let nh = d.layers * d.dirs * d.batch * d.p;
     let nc = d.layers * d.dirs * d.batch * d.h;
-    let lstm = d.cell == CellMode::Lstm;
+    let lstm = d.cell == RnnCellMode::Lstm;
     if let Some(v) = dhy {
         check_len("dhy", nh, v.len())?;
     }
@@ -723,7 +723,7 @@ pub fn backward(
 ///
 /// # Errors
 /// As [`param_offsets`].
-pub fn param_layout(cfg: &RnnConfig) -> Result<Vec<(WeightShape, usize, usize)>> {
+pub fn param_layout(cfg: &RnnConfig) -> Result<Vec<(RnnWeightShape, usize, usize)>> {
     let shapes = cfg.weight_shapes()?;
     let (offs, _) = param_offsets(cfg)?;
     Ok(shapes
@@ -734,11 +734,11 @@ pub fn param_layout(cfg: &RnnConfig) -> Result<Vec<(WeightShape, usize, usize)>>
 }
 
 /// Whether `side` has a bias under the configuration (for docs and tests).
-pub fn has_bias(cfg: &RnnConfig, side: WeightSide) -> bool {
+pub fn has_bias(cfg: &RnnConfig, side: RnnWeightSide) -> bool {
     match side {
-        WeightSide::Input => cfg.bias.input_bias(),
-        WeightSide::Recurrent => cfg.bias.recurrent_bias(),
-        WeightSide::Projection => false,
+        RnnWeightSide::Input => cfg.bias.input_bias(),
+        RnnWeightSide::Recurrent => cfg.bias.recurrent_bias(),
+        RnnWeightSide::Projection => false,
     }
 }
 

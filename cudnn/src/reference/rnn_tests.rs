@@ -2,7 +2,7 @@
 //! property cases); a file of their own so the reference stays one job.
 
 use super::*;
-use crate::dnn::{BiasMode, Direction};
+use crate::dnn::{RnnBiasMode, RnnDirection};
 
 fn close(a: f64, b: f64, tol: f64) -> bool {
     (a - b).abs() <= tol * (1.0 + a.abs().max(b.abs()))
@@ -10,7 +10,7 @@ fn close(a: f64, b: f64, tol: f64) -> bool {
 
 #[test]
 fn unit_rnn_tanh_by_hand() {
-    let cfg = RnnConfig::new(CellMode::RnnTanh, 1, 1);
+    let cfg = RnnConfig::new(RnnCellMode::RnnTanh, 1, 1);
     // W, bW, R, bR
     let params = [0.5, 0.1, -1.0, 0.2];
     let batch = Batch {
@@ -25,7 +25,7 @@ fn unit_rnn_tanh_by_hand() {
 
 #[test]
 fn unit_lstm_by_hand() {
-    let cfg = RnnConfig::new(CellMode::Lstm, 1, 1);
+    let cfg = RnnConfig::new(RnnCellMode::Lstm, 1, 1);
     let w = [0.1, 0.2, 0.3, 0.4];
     let r = [0.5, -0.5, 0.25, -0.25];
     let bw = [0.01, 0.02, 0.03, 0.04];
@@ -60,7 +60,7 @@ fn unit_lstm_by_hand() {
 
 #[test]
 fn unit_gru_by_hand() {
-    let cfg = RnnConfig::new(CellMode::Gru, 1, 1);
+    let cfg = RnnConfig::new(RnnCellMode::Gru, 1, 1);
     let w = [0.3, -0.2, 0.5];
     let r = [0.1, 0.4, -0.6];
     let bw = [0.0, 0.0, 0.1];
@@ -84,9 +84,9 @@ fn unit_gru_by_hand() {
 fn unit_bidirectional_reads_backwards_and_pads_with_zero() {
     // A ReLU RNN with W = 1, R = 1, no bias sums its inputs: the
     // forward direction gives prefix sums, the backward suffix sums.
-    let mut cfg = RnnConfig::new(CellMode::RnnRelu, 1, 1);
-    cfg.bias = BiasMode::None;
-    cfg.direction = Direction::Bidirectional;
+    let mut cfg = RnnConfig::new(RnnCellMode::RnnRelu, 1, 1);
+    cfg.bias = RnnBiasMode::None;
+    cfg.direction = RnnDirection::Bidirectional;
     let params = [1.0, 1.0, 1.0, 1.0];
     let batch = Batch {
         lengths: &[3, 1, 0],
@@ -136,21 +136,21 @@ fn loss(
 fn unit_backward_matches_finite_differences() {
     let mut rng = Rng(0x2626_2626);
     let mut cases = 0;
-    for cell in CellMode::ALL {
-        for (k, bias) in BiasMode::ALL.into_iter().enumerate() {
+    for cell in RnnCellMode::ALL {
+        for (k, bias) in RnnBiasMode::ALL.into_iter().enumerate() {
             let mut cfg = RnnConfig::new(cell, 3, 3);
             cfg.bias = bias;
             cfg.num_layers = 2;
             cfg.direction = if k % 2 == 0 {
-                Direction::Bidirectional
+                RnnDirection::Bidirectional
             } else {
-                Direction::Unidirectional
+                RnnDirection::Unidirectional
             };
-            if cell == CellMode::Lstm && k < 2 {
+            if cell == RnnCellMode::Lstm && k < 2 {
                 cfg.projection_size = 2;
             }
             if k == 3 {
-                cfg.input_mode = InputMode::Skip;
+                cfg.input_mode = RnnInputMode::Skip;
             }
             let lengths = [3, 0, 2];
             let batch = Batch {
@@ -163,7 +163,7 @@ fn unit_backward_matches_finite_differences() {
             let nh = 2 * cfg.direction.count() * 3 * cfg.projection_size;
             let nc = 2 * cfg.direction.count() * 3 * 3;
             let hx = rng.vec(nh);
-            let lstm = cell == CellMode::Lstm;
+            let lstm = cell == RnnCellMode::Lstm;
             let cx = lstm.then(|| rng.vec(nc));
             let dy = rng.vec(3 * 3 * cfg.projection_size * cfg.direction.count());
             let dhy = rng.vec(nh);
@@ -224,7 +224,7 @@ fn unit_backward_matches_finite_differences() {
 
 #[test]
 fn unit_refusals_are_typed() {
-    let cfg = RnnConfig::new(CellMode::Gru, 2, 2);
+    let cfg = RnnConfig::new(RnnCellMode::Gru, 2, 2);
     let (_, np) = param_offsets(&cfg).unwrap();
     let p = vec![0.0; np];
     let b = Batch {
@@ -266,12 +266,12 @@ proptest::proptest! {
         max_len in 0usize..5,
         wrong in 0usize..4,
     ) {
-        let mut c = RnnConfig::new(CellMode::ALL[cell], sizes[0], sizes[1]);
+        let mut c = RnnConfig::new(RnnCellMode::ALL[cell], sizes[0], sizes[1]);
         c.projection_size = if sizes[2] == 0 { sizes[1] } else { sizes[2] };
         c.num_layers = sizes[3];
-        c.direction = if bi { Direction::Bidirectional } else { Direction::Unidirectional };
-        c.bias = BiasMode::ALL[bias];
-        c.input_mode = if skip { InputMode::Skip } else { InputMode::Linear };
+        c.direction = if bi { RnnDirection::Bidirectional } else { RnnDirection::Unidirectional };
+        c.bias = RnnBiasMode::ALL[bias];
+        c.input_mode = if skip { RnnInputMode::Skip } else { RnnInputMode::Linear };
         match huge {
             1 => c.hidden_size = 1 << 14,
             2 => c.input_size = usize::MAX,

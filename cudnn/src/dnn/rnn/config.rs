@@ -14,7 +14,7 @@
 //!   `f16` with `f16` or `f32`, `bf16` with `f32` (cuDNN 9.19 takes bf16
 //!   RNNs; 8.9 and 9.10 refuse them, reported as [`Error::Unsupported`]);
 //! - the persistent algorithms take no projection, only `f32` precision
-//!   and only [`BiasMode::Double`].
+//!   and only [`RnnBiasMode::Double`].
 
 use crate::dnn::MathType;
 use crate::dtype::DataType;
@@ -24,7 +24,7 @@ use crate::sys::cudnn::Version;
 
 /// The recurrent cell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CellMode {
+pub enum RnnCellMode {
     /// `h' = relu(W x + R h + b)` (`CUDNN_RNN_RELU`).
     RnnRelu,
     /// `h' = tanh(W x + R h + b)` (`CUDNN_RNN_TANH`).
@@ -36,29 +36,29 @@ pub enum CellMode {
     Gru,
 }
 
-impl CellMode {
+impl RnnCellMode {
     /// Every mode.
-    pub const ALL: [CellMode; 4] = [
-        CellMode::RnnRelu,
-        CellMode::RnnTanh,
-        CellMode::Lstm,
-        CellMode::Gru,
+    pub const ALL: [RnnCellMode; 4] = [
+        RnnCellMode::RnnRelu,
+        RnnCellMode::RnnTanh,
+        RnnCellMode::Lstm,
+        RnnCellMode::Gru,
     ];
 
     /// The cuDNN constant.
     pub fn to_raw(self) -> dnn::cudnnRNNMode_t {
         use dnn::cudnnRNNMode_t as M;
         match self {
-            CellMode::RnnRelu => M::CUDNN_RNN_RELU,
-            CellMode::RnnTanh => M::CUDNN_RNN_TANH,
-            CellMode::Lstm => M::CUDNN_LSTM,
-            CellMode::Gru => M::CUDNN_GRU,
+            RnnCellMode::RnnRelu => M::CUDNN_RNN_RELU,
+            RnnCellMode::RnnTanh => M::CUDNN_RNN_TANH,
+            RnnCellMode::Lstm => M::CUDNN_LSTM,
+            RnnCellMode::Gru => M::CUDNN_GRU,
         }
     }
 
     /// From the cuDNN constant; unknown values are an error.
     pub fn from_raw(raw: dnn::cudnnRNNMode_t) -> Result<Self> {
-        CellMode::ALL
+        RnnCellMode::ALL
             .into_iter()
             .find(|m| m.to_raw() == raw)
             .ok_or_else(|| Error::invalid("cell mode", "unknown cudnnRNNMode_t", raw.0))
@@ -68,16 +68,16 @@ impl CellMode {
     /// one layer and direction (1, 1, 4, 3).
     pub fn gates(self) -> usize {
         match self {
-            CellMode::RnnRelu | CellMode::RnnTanh => 1,
-            CellMode::Lstm => 4,
-            CellMode::Gru => 3,
+            RnnCellMode::RnnRelu | RnnCellMode::RnnTanh => 1,
+            RnnCellMode::Lstm => 4,
+            RnnCellMode::Gru => 3,
         }
     }
 }
 
 /// Which biases a layer has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum BiasMode {
+pub enum RnnBiasMode {
     /// No biases (`CUDNN_RNN_NO_BIAS`).
     None,
     /// One bias per gate, on the input side (`CUDNN_RNN_SINGLE_INP_BIAS`).
@@ -90,29 +90,29 @@ pub enum BiasMode {
     SingleRecurrent,
 }
 
-impl BiasMode {
+impl RnnBiasMode {
     /// Every mode.
-    pub const ALL: [BiasMode; 4] = [
-        BiasMode::None,
-        BiasMode::SingleInput,
-        BiasMode::Double,
-        BiasMode::SingleRecurrent,
+    pub const ALL: [RnnBiasMode; 4] = [
+        RnnBiasMode::None,
+        RnnBiasMode::SingleInput,
+        RnnBiasMode::Double,
+        RnnBiasMode::SingleRecurrent,
     ];
 
     /// The cuDNN constant.
     pub fn to_raw(self) -> dnn::cudnnRNNBiasMode_t {
         use dnn::cudnnRNNBiasMode_t as B;
         match self {
-            BiasMode::None => B::CUDNN_RNN_NO_BIAS,
-            BiasMode::SingleInput => B::CUDNN_RNN_SINGLE_INP_BIAS,
-            BiasMode::Double => B::CUDNN_RNN_DOUBLE_BIAS,
-            BiasMode::SingleRecurrent => B::CUDNN_RNN_SINGLE_REC_BIAS,
+            RnnBiasMode::None => B::CUDNN_RNN_NO_BIAS,
+            RnnBiasMode::SingleInput => B::CUDNN_RNN_SINGLE_INP_BIAS,
+            RnnBiasMode::Double => B::CUDNN_RNN_DOUBLE_BIAS,
+            RnnBiasMode::SingleRecurrent => B::CUDNN_RNN_SINGLE_REC_BIAS,
         }
     }
 
     /// From the cuDNN constant; unknown values are an error.
     pub fn from_raw(raw: dnn::cudnnRNNBiasMode_t) -> Result<Self> {
-        BiasMode::ALL
+        RnnBiasMode::ALL
             .into_iter()
             .find(|m| m.to_raw() == raw)
             .ok_or_else(|| Error::invalid("bias mode", "unknown cudnnRNNBiasMode_t", raw.0))
@@ -120,18 +120,18 @@ impl BiasMode {
 
     /// Whether the input-side matrices have a bias.
     pub fn input_bias(self) -> bool {
-        matches!(self, BiasMode::SingleInput | BiasMode::Double)
+        matches!(self, RnnBiasMode::SingleInput | RnnBiasMode::Double)
     }
 
     /// Whether the recurrent-side matrices have a bias.
     pub fn recurrent_bias(self) -> bool {
-        matches!(self, BiasMode::SingleRecurrent | BiasMode::Double)
+        matches!(self, RnnBiasMode::SingleRecurrent | RnnBiasMode::Double)
     }
 }
 
 /// One direction or both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Direction {
+pub enum RnnDirection {
     /// Left to right only (`CUDNN_UNIDIRECTIONAL`).
     #[default]
     Unidirectional,
@@ -140,20 +140,20 @@ pub enum Direction {
     Bidirectional,
 }
 
-impl Direction {
+impl RnnDirection {
     /// The cuDNN constant.
     pub fn to_raw(self) -> dnn::cudnnDirectionMode_t {
         match self {
-            Direction::Unidirectional => dnn::cudnnDirectionMode_t::CUDNN_UNIDIRECTIONAL,
-            Direction::Bidirectional => dnn::cudnnDirectionMode_t::CUDNN_BIDIRECTIONAL,
+            RnnDirection::Unidirectional => dnn::cudnnDirectionMode_t::CUDNN_UNIDIRECTIONAL,
+            RnnDirection::Bidirectional => dnn::cudnnDirectionMode_t::CUDNN_BIDIRECTIONAL,
         }
     }
 
     /// From the cuDNN constant; unknown values are an error.
     pub fn from_raw(raw: dnn::cudnnDirectionMode_t) -> Result<Self> {
         match raw {
-            dnn::cudnnDirectionMode_t::CUDNN_UNIDIRECTIONAL => Ok(Direction::Unidirectional),
-            dnn::cudnnDirectionMode_t::CUDNN_BIDIRECTIONAL => Ok(Direction::Bidirectional),
+            dnn::cudnnDirectionMode_t::CUDNN_UNIDIRECTIONAL => Ok(RnnDirection::Unidirectional),
+            dnn::cudnnDirectionMode_t::CUDNN_BIDIRECTIONAL => Ok(RnnDirection::Bidirectional),
             other => Err(Error::invalid(
                 "direction",
                 "unknown cudnnDirectionMode_t",
@@ -165,15 +165,15 @@ impl Direction {
     /// 1 or 2.
     pub fn count(self) -> usize {
         match self {
-            Direction::Unidirectional => 1,
-            Direction::Bidirectional => 2,
+            RnnDirection::Unidirectional => 1,
+            RnnDirection::Bidirectional => 2,
         }
     }
 }
 
 /// How the first layer takes its input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum InputMode {
+pub enum RnnInputMode {
     /// Through input matrices, as every other layer (`CUDNN_LINEAR_INPUT`).
     #[default]
     Linear,
@@ -182,20 +182,20 @@ pub enum InputMode {
     Skip,
 }
 
-impl InputMode {
+impl RnnInputMode {
     /// The cuDNN constant.
     pub fn to_raw(self) -> dnn::cudnnRNNInputMode_t {
         match self {
-            InputMode::Linear => dnn::cudnnRNNInputMode_t::CUDNN_LINEAR_INPUT,
-            InputMode::Skip => dnn::cudnnRNNInputMode_t::CUDNN_SKIP_INPUT,
+            RnnInputMode::Linear => dnn::cudnnRNNInputMode_t::CUDNN_LINEAR_INPUT,
+            RnnInputMode::Skip => dnn::cudnnRNNInputMode_t::CUDNN_SKIP_INPUT,
         }
     }
 
     /// From the cuDNN constant; unknown values are an error.
     pub fn from_raw(raw: dnn::cudnnRNNInputMode_t) -> Result<Self> {
         match raw {
-            dnn::cudnnRNNInputMode_t::CUDNN_LINEAR_INPUT => Ok(InputMode::Linear),
-            dnn::cudnnRNNInputMode_t::CUDNN_SKIP_INPUT => Ok(InputMode::Skip),
+            dnn::cudnnRNNInputMode_t::CUDNN_LINEAR_INPUT => Ok(RnnInputMode::Linear),
+            dnn::cudnnRNNInputMode_t::CUDNN_SKIP_INPUT => Ok(RnnInputMode::Skip),
             other => Err(Error::invalid(
                 "input mode",
                 "unknown cudnnRNNInputMode_t",
@@ -285,7 +285,7 @@ impl RnnPrecision {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RnnConfig {
     /// The cell.
-    pub cell: CellMode,
+    pub cell: RnnCellMode,
     /// Features per time step of the input `x`.
     pub input_size: usize,
     /// Features of the hidden state `h` (and LSTM's cell state `c`).
@@ -297,11 +297,11 @@ pub struct RnnConfig {
     /// Stacked layers.
     pub num_layers: usize,
     /// One direction or both.
-    pub direction: Direction,
+    pub direction: RnnDirection,
     /// Which biases.
-    pub bias: BiasMode,
+    pub bias: RnnBiasMode,
     /// How the first layer takes its input.
-    pub input_mode: InputMode,
+    pub input_mode: RnnInputMode,
     /// The algorithm.
     pub algo: RnnAlgo,
     /// Arithmetic precision.
@@ -312,7 +312,7 @@ pub struct RnnConfig {
 
 /// Which side of a cell a weight matrix or bias belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum WeightSide {
+pub enum RnnWeightSide {
     /// Multiplies the layer's input (`W`, PyTorch's `weight_ih`).
     Input,
     /// Multiplies the previous hidden state (`R`, PyTorch's `weight_hh`).
@@ -324,7 +324,7 @@ pub enum WeightSide {
 /// The shape of one weight matrix (and whether it has a bias), as
 /// [`RnnConfig::weight_shapes`] lists them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct WeightShape {
+pub struct RnnWeightShape {
     /// The layer (0 is next to the input).
     pub layer: usize,
     /// 0 forward, 1 backward (bidirectional only).
@@ -333,13 +333,13 @@ pub struct WeightShape {
     /// recurrent side `gates + g`; LSTM's projection is 8.
     pub lin_layer_id: usize,
     /// Input, recurrent or projection.
-    pub side: WeightSide,
+    pub side: RnnWeightSide,
     /// The gate (0 for the plain RNN and the projection). LSTM: 0 input,
     /// 1 forget, 2 cell (new memory), 3 output; GRU: 0 reset, 1 update,
     /// 2 new. The same order as PyTorch's `i, f, g, o` and `r, z, n`.
     pub gate: usize,
     /// Rows (outputs) of the matrix; 0 when the matrix is absent
-    /// (the first layer's input matrices under [`InputMode::Skip`]).
+    /// (the first layer's input matrices under [`RnnInputMode::Skip`]).
     pub rows: usize,
     /// Columns (inputs) of the matrix.
     pub cols: usize,
@@ -367,31 +367,31 @@ pub(crate) fn is_not_supported(e: &Error) -> bool {
 /// The most weight matrices [`RnnConfig::weight_shapes`] lists (and so
 /// the most an RNN whose weights this crate lists may have): 2^20, about
 /// 58,000 layers of a bidirectional LSTM with projection.
-pub const MAX_WEIGHT_MATRICES: usize = 1 << 20;
+pub const RNN_MAX_WEIGHT_MATRICES: usize = 1 << 20;
 
 /// Where a cuDNN weight lies among PyTorch's parameters of the same
 /// `nn.RNN`/`nn.LSTM`/`nn.GRU` (`batch_first` does not matter).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct PytorchWeight {
+pub struct RnnPytorchWeight {
     /// The matrix's parameter (`weight_ih_l1_reverse`, `weight_hr_l0`).
     pub matrix: String,
     /// The bias's parameter (`bias_ih_l1_reverse`), when there is one
-    /// (PyTorch's `bias=True` is [`BiasMode::Double`]).
+    /// (PyTorch's `bias=True` is [`RnnBiasMode::Double`]).
     pub bias: Option<String>,
     /// The rows of both that are this gate's (`g * hidden..(g + 1) * hidden`;
     /// all rows for the projection).
     pub rows: std::ops::Range<usize>,
 }
 
-impl WeightShape {
+impl RnnWeightShape {
     /// The PyTorch parameter and rows this matrix (and its bias) come from:
     /// PyTorch stacks the gates in cuDNN's order (`i, f, g, o`; `r, z, n`),
     /// so gate `g` is rows `g * hidden..(g + 1) * hidden` of
     /// `weight_ih_l{layer}` (input side) or `weight_hh_l{layer}` (recurrent
     /// side), `_reverse` for direction 1; LSTM's projection is
-    /// `weight_hr_l{layer}`. `None` for the matrices [`InputMode::Skip`]
+    /// `weight_hr_l{layer}`. `None` for the matrices [`RnnInputMode::Skip`]
     /// leaves out (PyTorch has no such mode).
-    pub fn pytorch(&self) -> Option<PytorchWeight> {
+    pub fn pytorch(&self) -> Option<RnnPytorchWeight> {
         if self.rows == 0 {
             return None;
         }
@@ -401,10 +401,10 @@ impl WeightShape {
             if self.direction == 1 { "_reverse" } else { "" }
         );
         let side = match self.side {
-            WeightSide::Input => "ih",
-            WeightSide::Recurrent => "hh",
-            WeightSide::Projection => {
-                return Some(PytorchWeight {
+            RnnWeightSide::Input => "ih",
+            RnnWeightSide::Recurrent => "hh",
+            RnnWeightSide::Projection => {
+                return Some(RnnPytorchWeight {
                     matrix: format!("weight_hr_{suffix}"),
                     bias: None,
                     rows: 0..self.rows,
@@ -412,7 +412,7 @@ impl WeightShape {
             }
         };
         let start = self.gate.checked_mul(self.rows)?;
-        Some(PytorchWeight {
+        Some(RnnPytorchWeight {
             matrix: format!("weight_{side}_{suffix}"),
             bias: (self.bias_len > 0).then(|| format!("bias_{side}_{suffix}")),
             rows: start..start.checked_add(self.rows)?,
@@ -431,16 +431,16 @@ impl RnnConfig {
     /// A unidirectional, one-layer configuration with double biases, linear
     /// input, the standard algorithm, f32 precision and default math, and no
     /// projection.
-    pub fn new(cell: CellMode, input_size: usize, hidden_size: usize) -> Self {
+    pub fn new(cell: RnnCellMode, input_size: usize, hidden_size: usize) -> Self {
         RnnConfig {
             cell,
             input_size,
             hidden_size,
             projection_size: hidden_size,
             num_layers: 1,
-            direction: Direction::Unidirectional,
-            bias: BiasMode::Double,
-            input_mode: InputMode::Linear,
+            direction: RnnDirection::Unidirectional,
+            bias: RnnBiasMode::Double,
+            input_mode: RnnInputMode::Linear,
             algo: RnnAlgo::Standard,
             precision: RnnPrecision::F32,
             math: MathType::Default,
@@ -465,7 +465,7 @@ impl RnnConfig {
     ///   has bf16 RNNs: 9.19 does, 8.9 and 9.10 do not; see
     ///   [`check_for`](Self::check_for));
     /// - the persistent algorithms take no projection, only `f32`
-    ///   precision and only [`BiasMode::Double`].
+    ///   precision and only [`RnnBiasMode::Double`].
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming the field and the value.
@@ -476,7 +476,7 @@ impl RnnConfig {
         if self.projection_size == 0 {
             return Err(Error::invalid("projection_size", "must be >= 1", 0));
         }
-        if self.cell == CellMode::Lstm {
+        if self.cell == RnnCellMode::Lstm {
             if self.projection_size > self.hidden_size {
                 return Err(Error::invalid(
                     "projection_size",
@@ -541,7 +541,7 @@ impl RnnConfig {
                     format!("{:?} with {:?}", self.algo, self.precision),
                 ));
             }
-            if self.bias != BiasMode::Double {
+            if self.bias != RnnBiasMode::Double {
                 return Err(Error::invalid(
                     "algo",
                     "the persistent algorithms take only double biases",
@@ -576,8 +576,8 @@ impl RnnConfig {
     ///
     /// # Errors
     /// As [`check`](Self::check) (with `f32` data); more than
-    /// [`MAX_WEIGHT_MATRICES`] matrices.
-    pub fn weight_shapes(&self) -> Result<Vec<WeightShape>> {
+    /// [`RNN_MAX_WEIGHT_MATRICES`] matrices.
+    pub fn weight_shapes(&self) -> Result<Vec<RnnWeightShape>> {
         self.check_shape_rules()?;
         let dirs = self.direction.count();
         let gates = self.cell.gates();
@@ -590,11 +590,11 @@ impl RnnConfig {
             Error::invalid("num_layers", "times directions overflows", self.num_layers)
         })?;
         let per = 2 * gates + usize::from(self.has_projection());
-        if pseudo.saturating_mul(per) > MAX_WEIGHT_MATRICES {
+        if pseudo.saturating_mul(per) > RNN_MAX_WEIGHT_MATRICES {
             return Err(Error::invalid(
                 "num_layers",
                 format!(
-                    "the weight matrices (layers x directions x {per}) must be at most {MAX_WEIGHT_MATRICES} to be listed"
+                    "the weight matrices (layers x directions x {per}) must be at most {RNN_MAX_WEIGHT_MATRICES} to be listed"
                 ),
                 self.num_layers,
             ));
@@ -607,13 +607,13 @@ impl RnnConfig {
                 } else {
                     upper_in
                 };
-                let skip = layer == 0 && self.input_mode == InputMode::Skip;
+                let skip = layer == 0 && self.input_mode == RnnInputMode::Skip;
                 for g in 0..gates {
-                    out.push(WeightShape {
+                    out.push(RnnWeightShape {
                         layer,
                         direction: d,
                         lin_layer_id: g,
-                        side: WeightSide::Input,
+                        side: RnnWeightSide::Input,
                         gate: g,
                         rows: if skip { 0 } else { h },
                         cols: if skip { 0 } else { in_cols },
@@ -621,11 +621,11 @@ impl RnnConfig {
                     });
                 }
                 for g in 0..gates {
-                    out.push(WeightShape {
+                    out.push(RnnWeightShape {
                         layer,
                         direction: d,
                         lin_layer_id: gates + g,
-                        side: WeightSide::Recurrent,
+                        side: RnnWeightSide::Recurrent,
                         gate: g,
                         rows: h,
                         cols: p,
@@ -633,11 +633,11 @@ impl RnnConfig {
                     });
                 }
                 if self.has_projection() {
-                    out.push(WeightShape {
+                    out.push(RnnWeightShape {
                         layer,
                         direction: d,
                         lin_layer_id: 2 * gates,
-                        side: WeightSide::Projection,
+                        side: RnnWeightSide::Projection,
                         gate: 0,
                         rows: p,
                         cols: h,
@@ -671,7 +671,7 @@ impl RnnConfig {
 
     /// Whether this is an LSTM with a projection smaller than its hidden size.
     pub fn has_projection(&self) -> bool {
-        self.cell == CellMode::Lstm && self.projection_size < self.hidden_size
+        self.cell == RnnCellMode::Lstm && self.projection_size < self.hidden_size
     }
 
     fn check_shape_rules(&self) -> Result<()> {
@@ -714,16 +714,16 @@ mod tests {
         // PyTorch nn.LSTM(10, 20, num_layers=2, proj_size=5, bidirectional)
         // has per layer and direction: weight_ih 80 x in, weight_hh 80 x 5,
         // two biases of 80, weight_hr 5 x 20.
-        let mut c = RnnConfig::new(CellMode::Lstm, 10, 20);
+        let mut c = RnnConfig::new(RnnCellMode::Lstm, 10, 20);
         c.projection_size = 5;
         c.num_layers = 2;
-        c.direction = Direction::Bidirectional;
+        c.direction = RnnDirection::Bidirectional;
         let s = c.weight_shapes().unwrap();
         assert_eq!(s.len(), 2 * 2 * 9);
         let layer0 = 4 * 20 * 10 + 4 * 20 * 5 + 2 * 80 + 5 * 20;
         let layer1 = 4 * 20 * 10 + 4 * 20 * 5 + 2 * 80 + 5 * 20; // input 5 * 2 = 10
         assert_eq!(c.weight_count().unwrap(), 2 * layer0 + 2 * layer1);
-        assert_eq!(s[8].side, WeightSide::Projection);
+        assert_eq!(s[8].side, RnnWeightSide::Projection);
         assert_eq!((s[8].rows, s[8].cols, s[8].lin_layer_id), (5, 20, 8));
     }
 
@@ -733,10 +733,10 @@ mod tests {
         // layer 1, reverse, recurrent forget gate is rows 20..40 of
         // weight_hh_l1_reverse (80 x 5), its bias rows 20..40 of
         // bias_hh_l1_reverse; the projection is weight_hr_l1_reverse.
-        let mut c = RnnConfig::new(CellMode::Lstm, 10, 20);
+        let mut c = RnnConfig::new(RnnCellMode::Lstm, 10, 20);
         c.projection_size = 5;
         c.num_layers = 2;
-        c.direction = Direction::Bidirectional;
+        c.direction = RnnDirection::Bidirectional;
         let s = c.weight_shapes().unwrap();
         let w = s
             .iter()
@@ -758,20 +758,22 @@ mod tests {
             ("weight_hr_l1_reverse", None, 0..5)
         );
         // nn.GRU(3, 4): the new gate's input weights are rows 8..12 of weight_ih_l0.
-        let g = RnnConfig::new(CellMode::Gru, 3, 4).weight_shapes().unwrap();
+        let g = RnnConfig::new(RnnCellMode::Gru, 3, 4)
+            .weight_shapes()
+            .unwrap();
         let p = g[2].pytorch().unwrap();
         assert_eq!((p.matrix.as_str(), p.rows), ("weight_ih_l0", 8..12));
         // Skip input: no PyTorch counterpart for the missing matrices.
-        let mut k = RnnConfig::new(CellMode::RnnTanh, 4, 4);
-        k.input_mode = InputMode::Skip;
+        let mut k = RnnConfig::new(RnnCellMode::RnnTanh, 4, 4);
+        k.input_mode = RnnInputMode::Skip;
         assert_eq!(k.weight_shapes().unwrap()[0].pytorch(), None);
     }
 
     #[test]
     fn unit_gru_single_bias_and_skip_input() {
-        let mut c = RnnConfig::new(CellMode::Gru, 7, 7);
-        c.bias = BiasMode::SingleRecurrent;
-        c.input_mode = InputMode::Skip;
+        let mut c = RnnConfig::new(RnnCellMode::Gru, 7, 7);
+        c.bias = RnnBiasMode::SingleRecurrent;
+        c.input_mode = RnnInputMode::Skip;
         let s = c.weight_shapes().unwrap();
         assert_eq!(s.len(), 6);
         assert!(s[..3].iter().all(|w| w.rows == 0 && w.bias_len == 0));
@@ -785,18 +787,18 @@ mod tests {
 
     #[test]
     fn unit_refusals_name_the_field() {
-        let mut c = RnnConfig::new(CellMode::Gru, 4, 8);
+        let mut c = RnnConfig::new(RnnCellMode::Gru, 4, 8);
         c.projection_size = 4;
         let e = c.check::<f32>().unwrap_err();
         assert!(e.to_string().contains("projection_size"), "{e}");
-        let c = RnnConfig::new(CellMode::Lstm, 0, 8);
+        let c = RnnConfig::new(RnnCellMode::Lstm, 0, 8);
         assert!(
             c.check::<f32>()
                 .unwrap_err()
                 .to_string()
                 .contains("input_size")
         );
-        let mut c = RnnConfig::new(CellMode::Lstm, 4, 8);
+        let mut c = RnnConfig::new(RnnCellMode::Lstm, 4, 8);
         c.precision = RnnPrecision::F16;
         assert!(
             c.check::<f32>()
@@ -806,7 +808,7 @@ mod tests {
         );
         assert!(c.check::<half::f16>().is_ok());
         assert!(c.check::<half::bf16>().is_err());
-        let e = RnnConfig::new(CellMode::Lstm, 4, 8)
+        let e = RnnConfig::new(RnnCellMode::Lstm, 4, 8)
             .check::<i8>()
             .unwrap_err();
         assert!(e.to_string().contains("element type"), "{e}");
@@ -841,14 +843,14 @@ mod tests {
             batch in size(),
         ) {
             let c = RnnConfig {
-                cell: CellMode::ALL[cell],
+                cell: RnnCellMode::ALL[cell],
                 input_size: sizes[0],
                 hidden_size: sizes[1],
                 projection_size: sizes[2],
                 num_layers: sizes[3],
-                direction: if bi { Direction::Bidirectional } else { Direction::Unidirectional },
-                bias: BiasMode::ALL[bias],
-                input_mode: if skip { InputMode::Skip } else { InputMode::Linear },
+                direction: if bi { RnnDirection::Bidirectional } else { RnnDirection::Unidirectional },
+                bias: RnnBiasMode::ALL[bias],
+                input_mode: if skip { RnnInputMode::Skip } else { RnnInputMode::Linear },
                 algo: RnnAlgo::ALL[algo],
                 precision: RnnPrecision::F32,
                 math: MathType::Default,

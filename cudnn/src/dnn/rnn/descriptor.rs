@@ -6,8 +6,8 @@ use std::fmt;
 use std::marker::PhantomData;
 
 use super::config::{
-    BiasMode, CellMode, Direction, InputMode, RnnAlgo, RnnConfig, RnnPrecision, bf16_unsupported,
-    is_not_supported,
+    RnnAlgo, RnnBiasMode, RnnCellMode, RnnConfig, RnnDirection, RnnInputMode, RnnPrecision,
+    bf16_unsupported, is_not_supported,
 };
 use crate::check::{self, cudnn_call};
 use crate::dnn::tensor::descriptor_owner;
@@ -198,7 +198,7 @@ impl<T: DataType> RnnDescriptor<'static, T> {
         let raw = unsafe { RawRnn::adopt(raw) }?;
         let d = RnnDescriptor {
             raw,
-            config: RnnConfig::new(CellMode::RnnTanh, 1, 1),
+            config: RnnConfig::new(RnnCellMode::RnnTanh, 1, 1),
             dropout: None,
             _t: PhantomData,
         };
@@ -227,14 +227,14 @@ impl<T: DataType> RnnDescriptor<'static, T> {
                 Error::invalid("math precision", "must be f16, f32 or f64", v.precision)
             })?;
         let config = RnnConfig {
-            cell: CellMode::from_raw(dnn::cudnnRNNMode_t(v.cell))?,
+            cell: RnnCellMode::from_raw(dnn::cudnnRNNMode_t(v.cell))?,
             input_size: size("input_size", v.input_size)?,
             hidden_size: size("hidden_size", v.hidden_size)?,
             projection_size: size("projection_size", v.projection_size)?,
             num_layers: size("num_layers", v.num_layers)?,
-            direction: Direction::from_raw(dnn::cudnnDirectionMode_t(v.direction))?,
-            bias: BiasMode::from_raw(dnn::cudnnRNNBiasMode_t(v.bias))?,
-            input_mode: InputMode::from_raw(dnn::cudnnRNNInputMode_t(v.input_mode))?,
+            direction: RnnDirection::from_raw(dnn::cudnnDirectionMode_t(v.direction))?,
+            bias: RnnBiasMode::from_raw(dnn::cudnnRNNBiasMode_t(v.bias))?,
+            input_mode: RnnInputMode::from_raw(dnn::cudnnRNNInputMode_t(v.input_mode))?,
             algo: RnnAlgo::from_raw(dnn::cudnnRNNAlgo_t(v.algo))?,
             precision,
             math: MathType::from_raw(dnn::cudnnMathType_t(v.math))?,
@@ -341,10 +341,10 @@ impl<T: DataType> RnnDescriptor<'static, T> {
 #[allow(clippy::too_many_arguments)]
 pub fn cudnn_accepts_rnn_raw(
     algo: RnnAlgo,
-    cell: CellMode,
-    bias: BiasMode,
-    direction: Direction,
-    input_mode: InputMode,
+    cell: RnnCellMode,
+    bias: RnnBiasMode,
+    direction: RnnDirection,
+    input_mode: RnnInputMode,
     data_type: dnn::cudnnDataType_t,
     precision: RnnPrecision,
     math: MathType,

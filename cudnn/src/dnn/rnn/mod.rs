@@ -24,7 +24,7 @@
 //! `weight_ih_l{k}` as `i, f, g, o` (LSTM) and `r, z, n` (GRU): the same
 //! order, so PyTorch's `weight_ih` rows `g*hidden..(g+1)*hidden` are cuDNN's
 //! matrix `g`, `weight_hh`'s are matrix `gates + g`, `b_ih`/`b_hh` the
-//! input/recurrent biases ([`BiasMode::Double`]), `weight_hr` the
+//! input/recurrent biases ([`RnnBiasMode::Double`]), `weight_hr` the
 //! projection. Matrices are row-major `rows x cols` as PyTorch's.
 
 mod config;

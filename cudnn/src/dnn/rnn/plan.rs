@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use super::config::{CellMode, InputMode};
+use super::config::{RnnCellMode, RnnInputMode};
 use super::data::{RnnDataDescriptor, RnnDataLayout};
 use super::descriptor::RnnDescriptor;
 use crate::check::{self, cudnn_call};
@@ -155,7 +155,7 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
     ///
     /// # Errors
     /// [`check_rnn_data`](super::check_rnn_data)'s for the batch;
-    /// [`InputMode::Skip`] with `input_size != hidden_size`; what cuDNN or
+    /// [`RnnInputMode::Skip`] with `input_size != hidden_size`; what cuDNN or
     /// the allocation reports.
     #[doc(alias = "cudnnGetRNNWeightSpaceSize")]
     #[doc(alias = "cudnnGetRNNTempSpaceSizes")]
@@ -167,11 +167,11 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
         lengths: &[usize],
     ) -> Result<Self> {
         let cfg = *rnn.config();
-        if cfg.input_mode == InputMode::Skip && cfg.input_size != cfg.hidden_size {
+        if cfg.input_mode == RnnInputMode::Skip && cfg.input_size != cfg.hidden_size {
             return Err(Error::invalid(
                 "input_size",
                 format!(
-                    "must equal hidden_size ({}) with InputMode::Skip",
+                    "must equal hidden_size ({}) with RnnInputMode::Skip",
                     cfg.hidden_size
                 ),
                 cfg.input_size,
@@ -304,7 +304,7 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
             check_len(&format!("{what} h"), self.h.element_count(), n)?;
         }
         if let Some(n) = c {
-            if self.rnn.config().cell != CellMode::Lstm {
+            if self.rnn.config().cell != RnnCellMode::Lstm {
                 return Err(Error::invalid(
                     format!("{what} c"),
                     "only LSTM has a cell state",

@@ -4,7 +4,7 @@
 //! configuration implies ([`RnnConfig::weight_shapes`](super::RnnConfig::weight_shapes)).
 //! The gate order and its PyTorch equivalent are on [`RnnWeightViews`].
 
-use super::config::WeightShape;
+use super::config::RnnWeightShape;
 use super::plan::RnnPlan;
 use crate::check::{self, cudnn_call};
 use crate::dnn::ops::Float;
@@ -18,7 +18,7 @@ use crate::sys::cudnn as dnn;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RnnWeightView {
     /// Layer, direction, gate, side and shape.
-    pub shape: WeightShape,
+    pub shape: RnnWeightShape,
     /// Offset of the row-major `rows x cols` matrix (`None` when absent).
     pub matrix_offset: Option<usize>,
     /// Offset of the `bias_len` bias (`None` when it has none).
@@ -37,10 +37,10 @@ pub struct RnnWeightView {
 /// order. So rows `g*hidden..(g+1)*hidden` of PyTorch's `weight_ih_l{k}`
 /// are cuDNN's matrix `g` of layer `k`, those of `weight_hh_l{k}` matrix
 /// `gates + g`, `bias_ih`/`bias_hh` the input/recurrent biases
-/// ([`BiasMode::Double`](super::BiasMode::Double)), `weight_hr_l{k}` the
+/// ([`RnnBiasMode::Double`](super::RnnBiasMode::Double)), `weight_hr_l{k}` the
 /// projection, and the `_reverse` tensors direction 1. Matrices are
 /// row-major `rows x cols`, as PyTorch's.
-/// [`WeightShape::pytorch`](super::WeightShape::pytorch) names the
+/// [`RnnWeightShape::pytorch`](super::RnnWeightShape::pytorch) names the
 /// parameter and rows of each view.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RnnWeightViews {
