@@ -26,10 +26,12 @@ pub mod attention;
 pub mod attention_fp8;
 mod bounds;
 pub mod conv;
+pub mod ctc;
 pub mod gemm;
 pub mod gemm_fp8;
 pub mod norm;
 pub mod ops;
+pub mod rnn;
 
 /// The most elements any one dimension, tensor or buffer of a reference
 /// may have: 2^30 (8 GiB of `f64`). Larger sizes are refused with

@@ -1,0 +1,509 @@
+//! CTC loss through cuDNN (`cudnnCTCLoss_v8`): [`CtcPlan`] checks a batch
+//! of labels and lengths, keeps them on the device, sizes the workspace and
+//! computes the per-sequence losses and the gradient with respect to the
+//! logits.
+//!
+//! cuDNN's conventions, which this module checks before cuDNN sees a value:
+//! - `logits`: `[max_time, batch, alphabet]` `f32`, time-major, packed,
+//!   **unnormalized** (cuDNN applies the softmax itself:
+//!   `CUDNN_LOSS_NORMALIZATION_SOFTMAX`; log-probabilities work too, as the
+//!   softmax of a log-softmax is the same distribution); the gradient is
+//!   with respect to them;
+//! - the blank is symbol 0: every label is in `1..alphabet`;
+//! - labels are concatenated; each sequence has at most
+//!   [`CTC_MAX_LABEL_LENGTH`] (256) labels;
+//! - each input length is in `1..=max_time` and at least what its labels
+//!   need: their count plus one per pair of equal neighbours
+//!   ([`required_steps`](crate::reference::ctc::required_steps));
+//! - `max_time * batch * alphabet` is at most `i32::MAX`.
+//!
+//! The gradient is written as 0 past each sequence's input length (the
+//! descriptor's gradient mode 0, which cuDNN 9 names
+//! `CUDNN_CTC_ZERO_OOB_GRADIENTS`).
+//!
+//! The oracle is [`crate::reference::ctc`].
+
+use std::fmt;
+
+use crate::check::{self, cudnn_call};
+use crate::dnn::{Handle, TensorDescriptor};
+use crate::error::{Error, Result};
+use crate::reference::ctc::required_steps;
+use crate::runtime::{Device, DeviceBuffer, DeviceSlice, DeviceSliceMut};
+use crate::sys::cudnn as dnn;
+
+/// Owns a `cudnnCTCLossDescriptor_t`.
+struct RawCtc(std::ptr::NonNull<dnn::cudnnCTCLossStruct>);
+
+// SAFETY: a cuDNN descriptor is a plain host structure, not tied to a
+// handle, stream, device or thread; moving ownership is sound.
+unsafe impl Send for RawCtc {}
+
+impl RawCtc {
+    fn create() -> Result<Self> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer for the new descriptor.
+        unsafe { cudnn_call!(check::cudnn()?, cudnnCreateCTCLossDescriptor(&mut raw)) }?;
+        std::ptr::NonNull::new(raw).map(RawCtc).ok_or_else(|| {
+            Error::invalid(
+                "cudnnCreateCTCLossDescriptor output",
+                "must not be null",
+                "null",
+            )
+        })
+    }
+
+    fn as_ptr(&self) -> dnn::cudnnCTCLossDescriptor_t {
+        self.0.as_ptr()
+    }
+}
+
+impl Drop for RawCtc {
+    fn drop(&mut self) {
+        if let Ok(api) = check::cudnn() {
+            // SAFETY: created by cudnnCreateCTCLossDescriptor, owned, destroyed once.
+            let _ = unsafe { api.cudnnDestroyCTCLossDescriptor(self.0.as_ptr()) };
+        }
+    }
+}
+
+/// The most labels one sequence may have (cuDNN's limit).
+pub const CTC_MAX_LABEL_LENGTH: usize = 256;
+
+/// cuDNN's CTC algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum CtcAlgo {
+    /// Same result every run (`CUDNN_CTC_LOSS_ALGO_DETERMINISTIC`).
+    #[default]
+    Deterministic,
+    /// May differ in the last bits between runs
+    /// (`CUDNN_CTC_LOSS_ALGO_NON_DETERMINISTIC`).
+    NonDeterministic,
+}
+
+impl CtcAlgo {
+    /// The cuDNN constant.
+    pub fn to_raw(self) -> dnn::cudnnCTCLossAlgo_t {
+        match self {
+            CtcAlgo::Deterministic => dnn::cudnnCTCLossAlgo_t::CUDNN_CTC_LOSS_ALGO_DETERMINISTIC,
+            CtcAlgo::NonDeterministic => {
+                dnn::cudnnCTCLossAlgo_t::CUDNN_CTC_LOSS_ALGO_NON_DETERMINISTIC
+            }
+        }
+    }
+}
+
+/// Check a CTC batch against cuDNN's conventions: the blank is symbol 0,
+/// every label is in `1..alphabet`; the label lengths add up to
+/// `labels.len()`, each at most [`CTC_MAX_LABEL_LENGTH`]; each input
+/// length is in `1..=max_time` and at least what its labels need (their
+/// count plus one per pair of equal neighbours); `max_time * batch *
+/// alphabet` is at most `i32::MAX`. Returns the longest label sequence.
+///
+/// An input length of 0 (an empty sequence, which only the empty
+/// labelling fits) is refused: the reference gives it a loss of 0, but
+/// cuDNN's handling of it is not documented, so this crate does not pass
+/// it on.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] or [`Error::Mismatch`] naming the argument
+/// (`labels[4]`, `input_lengths[1]`) and the value.
+pub fn check_ctc(
+    max_time: usize,
+    alphabet: usize,
+    labels: &[usize],
+    label_lengths: &[usize],
+    input_lengths: &[usize],
+) -> Result<usize> {
+    let batch = input_lengths.len();
+    if batch == 0 {
+        return Err(Error::invalid(
+            "input_lengths",
+            "must hold one length per sequence (batch >= 1)",
+            0,
+        ));
+    }
+    if label_lengths.len() != batch {
+        return Err(Error::mismatch(
+            "label_lengths length (one per sequence)",
+            batch,
+            label_lengths.len(),
+        ));
+    }
+    if alphabet < 2 {
+        return Err(Error::invalid(
+            "alphabet",
+            "must be >= 2 (the blank 0 and a label)",
+            alphabet,
+        ));
+    }
+    if max_time == 0 {
+        return Err(Error::invalid("max_time", "must be >= 1", 0));
+    }
+    let count = max_time
+        .checked_mul(batch)
+        .and_then(|n| n.checked_mul(alphabet));
+    if count.is_none_or(|n| n > i32::MAX as usize) {
+        return Err(Error::invalid(
+            "max_time * batch * alphabet",
+            "must be at most i32::MAX",
+            format!("{max_time} * {batch} * {alphabet}"),
+        ));
+    }
+    let total = label_lengths
+        .iter()
+        .try_fold(0usize, |a, &l| a.checked_add(l));
+    if total != Some(labels.len()) {
+        return Err(Error::mismatch(
+            "labels length (the sum of label_lengths)",
+            total.map_or_else(|| "overflow".to_string(), |t| t.to_string()),
+            labels.len(),
+        ));
+    }
+    for (i, &l) in labels.iter().enumerate() {
+        if l == 0 || l >= alphabet {
+            return Err(Error::invalid(
+                format!("labels[{i}]"),
+                format!("must be in 1..{alphabet} (0 is the blank)"),
+                l,
+            ));
+        }
+    }
+    let mut start = 0usize;
+    let mut longest = 0usize;
+    for b in 0..batch {
+        let ll = label_lengths[b];
+        if ll > CTC_MAX_LABEL_LENGTH {
+            return Err(Error::invalid(
+                format!("label_lengths[{b}]"),
+                format!("must be at most {CTC_MAX_LABEL_LENGTH} (cuDNN's limit)"),
+                ll,
+            ));
+        }
+        longest = longest.max(ll);
+        let t = input_lengths[b];
+        if t == 0 || t > max_time {
+            return Err(Error::invalid(
+                format!("input_lengths[{b}]"),
+                format!("must be in 1..={max_time}"),
+                t,
+            ));
+        }
+        // `start + ll <= labels.len()`: the lengths add up (checked).
+        let need = required_steps(&labels[start..start + ll]);
+        if t < need {
+            return Err(Error::invalid(
+                format!("input_lengths[{b}]"),
+                format!(
+                    "must be at least {need} (the {ll} labels and a blank between each pair of repeats)"
+                ),
+                t,
+            ));
+        }
+        start += ll;
+    }
+    Ok(longest)
+}
+
+/// A planned CTC loss: the checked batch on the device, the descriptors
+/// and the workspace size.
+///
+/// `logits` are `[max_time, batch, alphabet]` `f32`, time-major, packed and
+/// **unnormalized**: cuDNN applies the softmax itself
+/// (`CUDNN_LOSS_NORMALIZATION_SOFTMAX`; log-probabilities work too, the
+/// softmax of a log-softmax being the same distribution), and the gradient
+/// is with respect to them, written as 0 past each input length. The
+/// labels are concatenated (see [`check_ctc`]). The oracle is
+/// [`crate::reference::ctc`].
+pub struct CtcPlan {
+    raw: RawCtc,
+    algo: CtcAlgo,
+    logits: TensorDescriptor<f32>,
+    labels: DeviceBuffer<i32>,
+    label_lengths: DeviceBuffer<i32>,
+    input_lengths: DeviceBuffer<i32>,
+    batch: usize,
+    workspace: usize,
+    device: Device,
+}
+
+impl fmt::Debug for CtcPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CtcPlan")
+            .field("algo", &self.algo)
+            .field("logits", &self.logits.shape())
+            .field("workspace", &self.workspace)
+            .finish()
+    }
+}
+
+/// Set a CTC loss descriptor as [`CtcPlan`] does (`f32`, softmax
+/// normalization, gradient mode 0: zero gradients past the input lengths) with `max_label_length`, and read it
+/// back: `(compType, normMode, gradMode, maxLabelLength)`. Host only; the
+/// host tier's round trip.
+///
+/// # Errors
+/// `max_label_length` over [`CTC_MAX_LABEL_LENGTH`]; what cuDNN reports.
+#[doc(hidden)]
+pub fn ctc_descriptor_round_trip(max_label_length: usize) -> Result<(u32, u32, u32, i32)> {
+    let raw = make_descriptor(max_label_length)?;
+    let mut dt = dnn::cudnnDataType_t(0);
+    let mut norm = dnn::cudnnLossNormalizationMode_t(0);
+    let mut grad = dnn::cudnnNanPropagation_t(0);
+    let mut m = 0i32;
+    // SAFETY: live descriptor; valid out-pointers.
+    unsafe {
+        cudnn_call!(
+            check::cudnn()?,
+            cudnnGetCTCLossDescriptor_v8(raw.as_ptr(), &mut dt, &mut norm, &mut grad, &mut m)
+        )
+    }?;
+    Ok((dt.0, norm.0, grad.0, m))
+}
+
+fn make_descriptor(max_label_length: usize) -> Result<RawCtc> {
+    if max_label_length > CTC_MAX_LABEL_LENGTH {
+        return Err(Error::invalid(
+            "max_label_length",
+            format!("must be at most {CTC_MAX_LABEL_LENGTH}"),
+            max_label_length,
+        ));
+    }
+    let raw = RawCtc::create()?;
+    // SAFETY: live descriptor; constants of the bindings; the length fits.
+    unsafe {
+        cudnn_call!(
+            check::cudnn()?,
+            cudnnSetCTCLossDescriptor_v8(
+                raw.as_ptr(),
+                dnn::cudnnDataType_t::CUDNN_DATA_FLOAT,
+                dnn::cudnnLossNormalizationMode_t::CUDNN_LOSS_NORMALIZATION_SOFTMAX,
+                // 0: cuDNN 9 reads this field as `cudnnCTCGradMode_t`,
+                // where 0 is CUDNN_CTC_ZERO_OOB_GRADIENTS (gradients past
+                // each input length are written as zeros).
+                dnn::cudnnNanPropagation_t::CUDNN_NOT_PROPAGATE_NAN,
+                max_label_length as i32
+            )
+        )
+    }?;
+    Ok(raw)
+}
+
+fn to_i32(v: &[usize]) -> Vec<i32> {
+    // Every value was checked to fit (labels < alphabet <= i32::MAX,
+    // lengths <= max_time <= i32::MAX).
+    v.iter()
+        .map(|&x| i32::try_from(x).unwrap_or(i32::MAX))
+        .collect()
+}
+
+impl CtcPlan {
+    /// Check the batch ([`check_ctc`]), copy labels and lengths to the
+    /// handle's device, and ask cuDNN for the workspace.
+    ///
+    /// # Errors
+    /// The check's errors (before anything else); what cuDNN or the
+    /// allocations report.
+    #[doc(alias = "cudnnGetCTCLossWorkspaceSize_v8")]
+    pub fn new(
+        handle: &mut Handle,
+        algo: CtcAlgo,
+        max_time: usize,
+        alphabet: usize,
+        labels: &[usize],
+        label_lengths: &[usize],
+        input_lengths: &[usize],
+    ) -> Result<Self> {
+        let longest = check_ctc(max_time, alphabet, labels, label_lengths, input_lengths)?;
+        let batch = input_lengths.len();
+        let raw = make_descriptor(longest.max(1))?;
+        let logits = TensorDescriptor::<f32>::packed(&[max_time, batch, alphabet])?;
+        let _on = handle.enter()?;
+        let mut workspace = 0usize;
+        // SAFETY: live handle and descriptors; valid out-pointer.
+        unsafe {
+            cudnn_call!(
+                check::cudnn()?,
+                cudnnGetCTCLossWorkspaceSize_v8(
+                    handle.as_raw(),
+                    algo.to_raw(),
+                    raw.as_ptr(),
+                    logits.as_raw(),
+                    logits.as_raw(),
+                    &mut workspace
+                )
+            )
+        }?;
+        // An empty label list still gets a valid device pointer.
+        let lab = if labels.is_empty() {
+            vec![0]
+        } else {
+            to_i32(labels)
+        };
+        Ok(CtcPlan {
+            raw,
+            algo,
+            labels: DeviceBuffer::from_host(&lab)?,
+            label_lengths: DeviceBuffer::from_host(&to_i32(label_lengths))?,
+            input_lengths: DeviceBuffer::from_host(&to_i32(input_lengths))?,
+            logits,
+            batch,
+            workspace,
+            device: handle.device(),
+        })
+    }
+
+    /// The workspace cuDNN asked for, in bytes.
+    pub fn workspace_size(&self) -> usize {
+        self.workspace
+    }
+
+    /// The logits (and gradient) descriptor, `[max_time, batch, alphabet]`.
+    pub fn logits_desc(&self) -> &TensorDescriptor<f32> {
+        &self.logits
+    }
+
+    /// Losses (one per sequence, `costs[b] = -ln p`) and the gradient of
+    /// their sum with respect to `logits` (same layout; 0 past each input
+    /// length).
+    ///
+    /// # Errors
+    /// Buffer lengths ([`Error::Mismatch`]); buffers on another device;
+    /// what cuDNN reports.
+    #[doc(alias = "cudnnCTCLoss_v8")]
+    pub fn run(
+        &self,
+        handle: &mut Handle,
+        logits: DeviceSlice<'_, f32>,
+        mut costs: DeviceSliceMut<'_, f32>,
+        mut grad: DeviceSliceMut<'_, f32>,
+    ) -> Result<()> {
+        let n = self.logits.element_count();
+        for (what, got, need) in [
+            ("logits", logits.len(), n),
+            ("grad", grad.len(), n),
+            ("costs", costs.len(), self.batch),
+        ] {
+            if got < need {
+                return Err(Error::mismatch(
+                    format!("{what} buffer length in elements"),
+                    format!(">= {need}"),
+                    got,
+                ));
+            }
+        }
+        let _on = handle.launch(
+            "ctc_loss",
+            &[
+                ("logits", logits.device()),
+                ("costs", costs.device()),
+                ("grad", grad.device()),
+                ("plan", Some(self.device)),
+            ],
+        )?;
+        let api = check::cudnn()?;
+        let h = handle.as_raw();
+        let bytes = self.workspace;
+        let mut ws = handle.workspace(bytes)?;
+        // SAFETY: live handle and descriptors; `logits` and `grad` hold the
+        // descriptor's elements, `costs` one per sequence (checked), outputs
+        // exclusive; labels and lengths are the plan's device buffers,
+        // checked at planning; the workspace holds `bytes`.
+        unsafe {
+            cudnn_call!(
+                api,
+                cudnnCTCLoss_v8(
+                    h,
+                    self.algo.to_raw(),
+                    self.raw.as_ptr(),
+                    self.logits.as_raw(),
+                    logits.as_raw(),
+                    self.labels.as_slice().as_ptr(),
+                    self.label_lengths.as_slice().as_ptr(),
+                    self.input_lengths.as_slice().as_ptr(),
+                    costs.as_raw_mut(),
+                    self.logits.as_raw(),
+                    grad.as_raw_mut(),
+                    bytes,
+                    ws.as_raw_mut()
+                )
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reference::ctc::{CtcProblem, ctc_loss};
+
+    #[test]
+    fn unit_repeats_and_limits_by_hand() {
+        // "1 1" needs 3 steps, "1 2" needs 2.
+        assert!(check_ctc(3, 3, &[1, 1], &[2], &[3]).is_ok());
+        let e = check_ctc(3, 3, &[1, 1], &[2], &[2]).unwrap_err();
+        assert!(
+            e.to_string().contains("input_lengths[0]") && e.to_string().contains("at least 3"),
+            "{e}"
+        );
+        assert!(check_ctc(3, 3, &[1, 2], &[2], &[2]).is_ok());
+        let e = check_ctc(3, 3, &[0], &[1], &[2]).unwrap_err();
+        assert!(e.to_string().contains("labels[0]"), "{e}");
+        let long = vec![1usize; 257];
+        let e = check_ctc(1000, 2, &long, &[257], &[1000]).unwrap_err();
+        assert!(e.to_string().contains("label_lengths[0]"), "{e}");
+        let e = check_ctc(usize::MAX, 2, &[], &[0], &[1]).unwrap_err();
+        assert!(e.to_string().contains("i32::MAX"), "{e}");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(4000))]
+
+        /// Against the f64 reference as the truth: the check accepts
+        /// exactly the batches the reference gives a finite loss for,
+        /// minus cuDNN's own limits (blank 0, input lengths >= 1), and
+        /// refuses with a typed error naming an argument; never panics.
+        #[test]
+        fn unit_property_check_ctc_agrees_with_the_reference(
+            t in 0usize..7,
+            alphabet in 0usize..5,
+            label_lengths in proptest::collection::vec(0usize..4, 0..4),
+            seed in proptest::prelude::any::<u64>(),
+            extra in 0usize..3,
+        ) {
+            let batch = label_lengths.len();
+            let mut s = seed | 1;
+            let mut next = |m: usize| {
+                s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+                (s % (m as u64).max(1)) as usize
+            };
+            let total: usize = label_lengths.iter().sum();
+            let labels: Vec<usize> = (0..total + usize::from(extra == 2)).map(|_| next(alphabet + 1)).collect();
+            let input_lengths: Vec<usize> = (0..batch).map(|_| next(t + 2)).collect();
+            let ours = check_ctc(t, alphabet, &labels, &label_lengths, &input_lengths);
+            if let Err(e) = &ours {
+                proptest::prop_assert!(
+                    matches!(e, Error::InvalidArgument { .. } | Error::Mismatch { .. }),
+                    "untyped: {e}"
+                );
+            }
+            let logits = vec![0.0; t * batch * alphabet];
+            let truth = ctc_loss(&CtcProblem {
+                logits: &logits,
+                max_time: t,
+                alphabet,
+                blank: 0,
+                labels: &labels,
+                label_lengths: &label_lengths,
+                input_lengths: &input_lengths,
+            });
+            let feasible = matches!(&truth, Ok(r) if r.losses.iter().all(|l| l.is_finite()));
+            let cudnn_limits = batch >= 1 && t >= 1 && input_lengths.iter().all(|&l| l >= 1);
+            proptest::prop_assert_eq!(
+                ours.is_ok(),
+                feasible && cudnn_limits,
+                "ours {:?}, truth {:?}", ours, truth.map(|r| r.losses)
+            );
+        }
+    }
+}

@@ -1,0 +1,569 @@
+//! [`RnnDataDescriptor`]: a padded batch of variable-length sequences
+//! (`cudnnRNNDataDescriptor_t`), with its lengths checked.
+//!
+//! Rules (cuDNN's, found by asking `cudnnSetRNNDataDescriptor` of cuDNN
+//! 8.9.7 and 9.28; the host tier compares them over random batches):
+//! - `max_seq_len`, `batch`, `vector_size` in `1..=i32::MAX`;
+//! - one length per sequence (`lengths.len() == batch`; cuDNN 8.9 crashes
+//!   on a missing array), each in `0..=max_seq_len` for the unpacked
+//!   layouts;
+//! - [`RnnDataLayout::SeqMajorPacked`]: each length in `1..=max_seq_len`,
+//!   non-increasing, the first equal to `max_seq_len` (cuDNN 9 refuses the
+//!   rest; cuDNN 8.9 accepts unsorted lengths and gives wrong results, so
+//!   this crate refuses them on both);
+//! - the element type is `f32`, `f64`, `f16` or `bf16` (bf16 where the library has it: 9.19, not 8.9 or 9.10).
+//!
+//! Stricter than cuDNN: the padded element count `max_seq_len * batch *
+//! vector_size` must be at most `i32::MAX` (cuDNN accepts some larger).
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use crate::check::{self, cudnn_call};
+use crate::dnn::tensor::descriptor_owner;
+use crate::dtype::DataType;
+use crate::error::{Error, Result};
+use crate::sys::cudnn as dnn;
+
+descriptor_owner!(
+    /// Owns a `cudnnRNNDataDescriptor_t`.
+    RawRnnData,
+    cudnnRNNDataStruct,
+    cudnnCreateRNNDataDescriptor,
+    cudnnDestroyRNNDataDescriptor
+);
+
+/// How a batch of sequences lies in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum RnnDataLayout {
+    /// `[max_seq_len, batch, vector]`, padded
+    /// (`CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED`).
+    #[default]
+    SeqMajorUnpacked,
+    /// Time-major without padding, sequences sorted longest first
+    /// (`CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED`).
+    SeqMajorPacked,
+    /// `[batch, max_seq_len, vector]`, padded
+    /// (`CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED`).
+    BatchMajorUnpacked,
+}
+
+impl RnnDataLayout {
+    /// Every layout.
+    pub const ALL: [RnnDataLayout; 3] = [
+        RnnDataLayout::SeqMajorUnpacked,
+        RnnDataLayout::SeqMajorPacked,
+        RnnDataLayout::BatchMajorUnpacked,
+    ];
+
+    /// The cuDNN constant.
+    pub fn to_raw(self) -> dnn::cudnnRNNDataLayout_t {
+        use dnn::cudnnRNNDataLayout_t as L;
+        match self {
+            RnnDataLayout::SeqMajorUnpacked => L::CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED,
+            RnnDataLayout::SeqMajorPacked => L::CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED,
+            RnnDataLayout::BatchMajorUnpacked => L::CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED,
+        }
+    }
+
+    /// From the cuDNN constant; unknown values are an error.
+    pub fn from_raw(raw: dnn::cudnnRNNDataLayout_t) -> Result<Self> {
+        RnnDataLayout::ALL
+            .into_iter()
+            .find(|m| m.to_raw() == raw)
+            .ok_or_else(|| Error::invalid("layout", "unknown cudnnRNNDataLayout_t", raw.0))
+    }
+
+    /// The offset, in vectors, of step `t` of sequence `b` (padded layouts:
+    /// `t < max_seq_len`; packed: `t < lengths[b]`), or `None` where the
+    /// packed layout has no such step.
+    pub fn vector_index(
+        self,
+        lengths: &[usize],
+        max_seq_len: usize,
+        t: usize,
+        b: usize,
+    ) -> Option<usize> {
+        let batch = lengths.len();
+        match self {
+            RnnDataLayout::SeqMajorUnpacked => t.checked_mul(batch)?.checked_add(b),
+            RnnDataLayout::BatchMajorUnpacked => b.checked_mul(max_seq_len)?.checked_add(t),
+            RnnDataLayout::SeqMajorPacked => {
+                if t >= *lengths.get(b)? {
+                    return None;
+                }
+                // Steps before t hold every sequence at least that long.
+                let before: usize = (0..t)
+                    .map(|s| lengths.iter().filter(|&&l| l > s).count())
+                    .sum();
+                before.checked_add(b)
+            }
+        }
+    }
+}
+
+/// Check a batch's sizes and lengths against cuDNN's rules (found by
+/// asking `cudnnSetRNNDataDescriptor` of cuDNN 8.9.7 and 9.28; the host
+/// tier compares them over random batches):
+///
+/// - `max_seq_len`, `vector_size` and the batch (`lengths.len()`) in
+///   `1..=i32::MAX` (cuDNN 8.9 crashes on a missing length array);
+/// - each length in `0..=max_seq_len` for the padded layouts;
+/// - [`RnnDataLayout::SeqMajorPacked`]: each length in `1..=max_seq_len`,
+///   non-increasing, the first equal to `max_seq_len` (cuDNN 9 refuses the
+///   rest; cuDNN 8.9 accepts unsorted lengths, so this crate refuses them
+///   on both);
+/// - the element type is `f32`, `f64`, `f16` or `bf16` (bf16 where the library has it: 9.19, not 8.9 or 9.10).
+///
+/// Stricter than cuDNN: the padded element count `max_seq_len * batch *
+/// vector_size` must be at most `i32::MAX` (cuDNN accepts some larger).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming the argument (`lengths[3]`) and value.
+pub fn check_rnn_data<T: DataType>(
+    layout: RnnDataLayout,
+    max_seq_len: usize,
+    vector_size: usize,
+    lengths: &[usize],
+) -> Result<()> {
+    use dnn::cudnnDataType_t as D;
+    if !matches!(
+        T::CUDNN,
+        D::CUDNN_DATA_FLOAT | D::CUDNN_DATA_DOUBLE | D::CUDNN_DATA_HALF | D::CUDNN_DATA_BFLOAT16
+    ) {
+        return Err(Error::invalid(
+            "element type",
+            "RNN data must be f32, f64, f16 or bf16",
+            T::NAME,
+        ));
+    }
+    let pos = |arg: &str, v: usize| -> Result<()> {
+        if v == 0 {
+            return Err(Error::invalid(arg, "must be >= 1", v));
+        }
+        if v > i32::MAX as usize {
+            return Err(Error::invalid(arg, "must be at most i32::MAX", v));
+        }
+        Ok(())
+    };
+    pos("max_seq_len", max_seq_len)?;
+    pos("vector_size", vector_size)?;
+    pos("batch (lengths.len())", lengths.len())?;
+    let count = max_seq_len
+        .checked_mul(lengths.len())
+        .and_then(|n| n.checked_mul(vector_size));
+    if count.is_none_or(|n| n > i32::MAX as usize) {
+        return Err(Error::invalid(
+            "max_seq_len * batch * vector_size",
+            "must be at most i32::MAX",
+            format!("{max_seq_len} * {} * {vector_size}", lengths.len()),
+        ));
+    }
+    let packed = layout == RnnDataLayout::SeqMajorPacked;
+    let mut prev = max_seq_len;
+    for (i, &l) in lengths.iter().enumerate() {
+        if l > max_seq_len {
+            return Err(Error::invalid(
+                format!("lengths[{i}]"),
+                format!("must be at most max_seq_len ({max_seq_len})"),
+                l,
+            ));
+        }
+        if packed {
+            if l == 0 {
+                return Err(Error::invalid(
+                    format!("lengths[{i}]"),
+                    "must be >= 1 in the packed layout",
+                    l,
+                ));
+            }
+            if l > prev {
+                return Err(Error::invalid(
+                    format!("lengths[{i}]"),
+                    format!(
+                        "the packed layout needs non-increasing lengths (lengths[{}] = {prev})",
+                        i.saturating_sub(1)
+                    ),
+                    l,
+                ));
+            }
+            prev = l;
+        }
+    }
+    if packed && lengths.first() != Some(&max_seq_len) {
+        return Err(Error::invalid(
+            "lengths[0]",
+            format!("must equal max_seq_len ({max_seq_len}) in the packed layout"),
+            lengths.first().copied().unwrap_or(0),
+        ));
+    }
+    Ok(())
+}
+
+/// A batch of sequences of `vector_size`-element vectors, of type `T`:
+/// a checked `cudnnRNNDataDescriptor_t` with the lengths it was made with.
+/// Host only (no handle, no device).
+pub struct RnnDataDescriptor<T: DataType> {
+    raw: RawRnnData,
+    layout: RnnDataLayout,
+    max_seq_len: usize,
+    vector_size: usize,
+    lengths: Vec<usize>,
+    _t: PhantomData<T>,
+}
+
+impl<T: DataType> fmt::Debug for RnnDataDescriptor<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RnnDataDescriptor")
+            .field("dtype", &T::NAME)
+            .field("layout", &self.layout)
+            .field("max_seq_len", &self.max_seq_len)
+            .field("vector_size", &self.vector_size)
+            .field("lengths", &self.lengths)
+            .finish()
+    }
+}
+
+impl<T: DataType> RnnDataDescriptor<T> {
+    /// Check ([`check_rnn_data`]) and set a batch of `lengths.len()`
+    /// sequences. Padded positions are not written by cuDNN's outputs (no
+    /// padding fill is set).
+    ///
+    /// # Errors
+    /// The check's errors, then what cuDNN reports.
+    #[doc(alias = "cudnnSetRNNDataDescriptor")]
+    pub fn new(
+        layout: RnnDataLayout,
+        max_seq_len: usize,
+        vector_size: usize,
+        lengths: &[usize],
+    ) -> Result<Self> {
+        check_rnn_data::<T>(layout, max_seq_len, vector_size, lengths)?;
+        let version = crate::dnn::Handle::library_version()?;
+        let bf16 = T::CUDNN == dnn::cudnnDataType_t::CUDNN_DATA_BFLOAT16;
+        if bf16 && version.major < 9 {
+            return Err(super::config::bf16_unsupported("RNN data", version));
+        }
+        let c_lengths: Vec<i32> = lengths
+            .iter()
+            .map(|&l| i32::try_from(l).unwrap_or(i32::MAX))
+            .collect();
+        let raw = RawRnnData::create()?;
+        let as_i32 = |v: usize| i32::try_from(v).unwrap_or(i32::MAX);
+        // SAFETY: live descriptor; `c_lengths` holds exactly `batch` ints and
+        // outlives the call (cuDNN copies it); no padding fill (null).
+        unsafe {
+            cudnn_call!(
+                check::cudnn()?,
+                cudnnSetRNNDataDescriptor(
+                    raw.as_ptr(),
+                    T::CUDNN,
+                    layout.to_raw(),
+                    as_i32(max_seq_len),
+                    as_i32(lengths.len()),
+                    as_i32(vector_size),
+                    c_lengths.as_ptr(),
+                    std::ptr::null_mut()
+                )
+            )
+        }
+        .map_err(|e| {
+            if bf16 && super::config::is_not_supported(&e) {
+                super::config::bf16_unsupported("RNN data", version)
+            } else {
+                e
+            }
+        })?;
+        Ok(RnnDataDescriptor {
+            raw,
+            layout,
+            max_seq_len,
+            vector_size,
+            lengths: lengths.to_vec(),
+            _t: PhantomData,
+        })
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> RnnDataLayout {
+        self.layout
+    }
+
+    /// The longest sequence allowed (the padded length).
+    pub fn max_seq_len(&self) -> usize {
+        self.max_seq_len
+    }
+
+    /// Sequences in the batch.
+    pub fn batch(&self) -> usize {
+        self.lengths.len()
+    }
+
+    /// Elements per step.
+    pub fn vector_size(&self) -> usize {
+        self.vector_size
+    }
+
+    /// Each sequence's length.
+    pub fn lengths(&self) -> &[usize] {
+        &self.lengths
+    }
+
+    /// The lengths as the C ints cuDNN reads on the device.
+    pub fn lengths_i32(&self) -> Vec<i32> {
+        self.lengths
+            .iter()
+            .map(|&l| i32::try_from(l).unwrap_or(i32::MAX))
+            .collect()
+    }
+
+    /// Elements a buffer for this batch holds: `max_seq_len * batch *
+    /// vector_size` for the padded layouts, `sum(lengths) * vector_size`
+    /// for the packed one (both checked at construction to fit).
+    pub fn len_required(&self) -> usize {
+        let steps = match self.layout {
+            RnnDataLayout::SeqMajorPacked => self.lengths.iter().sum(),
+            _ => self.max_seq_len.saturating_mul(self.lengths.len()),
+        };
+        steps.saturating_mul(self.vector_size)
+    }
+
+    /// The raw descriptor, still owned by `self`.
+    pub fn as_raw(&self) -> dnn::cudnnRNNDataDescriptor_t {
+        self.raw.as_ptr()
+    }
+
+    /// Give up ownership of the raw descriptor (the caller destroys it).
+    pub fn into_raw(self) -> dnn::cudnnRNNDataDescriptor_t {
+        self.raw.into_raw()
+    }
+
+    /// Destroy now, reporting cuDNN's status (dropping ignores it).
+    ///
+    /// # Errors
+    /// What `cudnnDestroyRNNDataDescriptor` reports.
+    pub fn destroy(self) -> Result<()> {
+        self.raw.destroy()
+    }
+
+    /// Take ownership of a data descriptor made elsewhere, for a batch of
+    /// `batch` sequences; its values are read back and checked as
+    /// [`new`](Self::new) checks them.
+    ///
+    /// # Errors
+    /// Another element type or batch size, or values [`check_rnn_data`]
+    /// refuses; then `raw` is destroyed.
+    ///
+    /// # Safety
+    /// `raw` was made by `cudnnCreateRNNDataDescriptor`, is set, not
+    /// destroyed, and nothing else destroys it.
+    pub unsafe fn from_raw(raw: dnn::cudnnRNNDataDescriptor_t, batch: usize) -> Result<Self> {
+        // SAFETY: the caller's contract.
+        let raw = unsafe { RawRnnData::adopt(raw) }?;
+        // The batch first (no lengths asked for), then exactly its lengths.
+        let (_, _, _, b, _, _) = read_values(&raw, 0)?;
+        if usize::try_from(b).ok() != Some(batch) {
+            return Err(Error::mismatch("RNN data descriptor batch", batch, b));
+        }
+        let (dt, layout, t, b, v, lens) = read_values(&raw, batch)?;
+        let mut d = RnnDataDescriptor {
+            raw,
+            layout: RnnDataLayout::SeqMajorUnpacked,
+            max_seq_len: 0,
+            vector_size: 0,
+            lengths: Vec::new(),
+            _t: PhantomData,
+        };
+        if dt != T::CUDNN.0 {
+            return Err(Error::mismatch(
+                "RNN data descriptor data type",
+                T::NAME,
+                dt,
+            ));
+        }
+        if usize::try_from(b).ok() != Some(batch) {
+            return Err(Error::mismatch("RNN data descriptor batch", batch, b));
+        }
+        let size = |arg: &str, x: i32| {
+            usize::try_from(x).map_err(|_| Error::invalid(arg, "must be >= 0", x))
+        };
+        d.layout = RnnDataLayout::from_raw(dnn::cudnnRNNDataLayout_t(layout))?;
+        d.max_seq_len = size("max_seq_len", t)?;
+        d.vector_size = size("vector_size", v)?;
+        d.lengths = lens
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| size(&format!("lengths[{i}]"), l))
+            .collect::<Result<_>>()?;
+        check_rnn_data::<T>(d.layout, d.max_seq_len, d.vector_size, &d.lengths)?;
+        Ok(d)
+    }
+
+    /// Read back what cuDNN stored: `(data type, layout, max_seq_len,
+    /// batch, vector_size, lengths)`.
+    ///
+    /// # Errors
+    /// What cuDNN reports.
+    #[doc(alias = "cudnnGetRNNDataDescriptor")]
+    pub fn values(&self) -> Result<(u32, u32, i32, i32, i32, Vec<i32>)> {
+        read_values(&self.raw, self.lengths.len())
+    }
+}
+
+/// `cudnnGetRNNDataDescriptor`, asking for `n` lengths (0: none).
+fn read_values(raw: &RawRnnData, n: usize) -> Result<(u32, u32, i32, i32, i32, Vec<i32>)> {
+    let mut dt = dnn::cudnnDataType_t(0);
+    let mut layout = dnn::cudnnRNNDataLayout_t(0);
+    let (mut t, mut b, mut v) = (0i32, 0i32, 0i32);
+    let mut lens = vec![0i32; n];
+    let mut fill = [0u8; 8];
+    let ptr = if n == 0 {
+        std::ptr::null_mut()
+    } else {
+        lens.as_mut_ptr()
+    };
+    // SAFETY: live descriptor; `lens` holds `n` ints (the length asked
+    // for; none and a null pointer for 0), `fill` 8 bytes (the widest
+    // element type).
+    unsafe {
+        cudnn_call!(
+            check::cudnn()?,
+            cudnnGetRNNDataDescriptor(
+                raw.as_ptr(),
+                &mut dt,
+                &mut layout,
+                &mut t,
+                &mut b,
+                &mut v,
+                i32::try_from(n).unwrap_or(i32::MAX),
+                ptr,
+                fill.as_mut_ptr().cast()
+            )
+        )
+    }?;
+    Ok((dt.0, layout.0, t, b, v, lens))
+}
+
+/// Set raw values on a fresh data descriptor with no Rust check first
+/// (`lengths` must hold `batch` values; the host tier's way to ask cuDNN
+/// what it accepts). `Ok` when cuDNN accepts.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when `lengths.len() != batch` (cuDNN would
+/// read past it), else what cuDNN reports.
+#[doc(hidden)]
+pub fn cudnn_accepts_rnn_data_raw(
+    data_type: dnn::cudnnDataType_t,
+    layout: RnnDataLayout,
+    max_seq_len: i32,
+    batch: i32,
+    vector_size: i32,
+    lengths: &[i32],
+) -> Result<()> {
+    if usize::try_from(batch).ok() != Some(lengths.len()) {
+        return Err(Error::invalid(
+            "lengths",
+            "must hold batch values",
+            lengths.len(),
+        ));
+    }
+    let raw = RawRnnData::create()?;
+    // SAFETY: live descriptor; `lengths` holds `batch` ints (checked).
+    unsafe {
+        cudnn_call!(
+            check::cudnn()?,
+            cudnnSetRNNDataDescriptor(
+                raw.as_ptr(),
+                data_type,
+                layout.to_raw(),
+                max_seq_len,
+                batch,
+                vector_size,
+                lengths.as_ptr(),
+                std::ptr::null_mut()
+            )
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unit_packed_index_by_hand() {
+        // lengths 3, 2, 1: step 0 holds b0 b1 b2, step 1 b0 b1, step 2 b0.
+        let l = [3, 2, 1];
+        let p = RnnDataLayout::SeqMajorPacked;
+        assert_eq!(p.vector_index(&l, 3, 0, 2), Some(2));
+        assert_eq!(p.vector_index(&l, 3, 1, 1), Some(4));
+        assert_eq!(p.vector_index(&l, 3, 2, 0), Some(5));
+        assert_eq!(p.vector_index(&l, 3, 2, 1), None);
+        assert_eq!(
+            RnnDataLayout::BatchMajorUnpacked.vector_index(&l, 3, 2, 1),
+            Some(5)
+        );
+        assert_eq!(
+            RnnDataLayout::SeqMajorUnpacked.vector_index(&l, 3, 2, 1),
+            Some(7)
+        );
+    }
+
+    #[test]
+    fn unit_length_rules_name_the_index() {
+        let e = check_rnn_data::<f32>(RnnDataLayout::SeqMajorUnpacked, 4, 2, &[4, 5]).unwrap_err();
+        assert!(e.to_string().contains("lengths[1]"), "{e}");
+        let e = check_rnn_data::<f32>(RnnDataLayout::SeqMajorPacked, 4, 2, &[4, 1, 2]).unwrap_err();
+        assert!(e.to_string().contains("lengths[2]"), "{e}");
+        let e = check_rnn_data::<f32>(RnnDataLayout::SeqMajorPacked, 4, 2, &[3, 1]).unwrap_err();
+        assert!(e.to_string().contains("lengths[0]"), "{e}");
+        assert!(check_rnn_data::<f32>(RnnDataLayout::BatchMajorUnpacked, 4, 2, &[0, 4]).is_ok());
+        assert!(check_rnn_data::<f32>(RnnDataLayout::BatchMajorUnpacked, 4, 2, &[]).is_err());
+        assert!(check_rnn_data::<i32>(RnnDataLayout::BatchMajorUnpacked, 4, 2, &[1]).is_err());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(2000))]
+
+        /// For lengths the check accepts, `vector_index` maps the valid
+        /// steps of every layout one-to-one into the buffer
+        /// `len_required / vector_size` vectors long.
+        #[test]
+        fn unit_property_vector_index_is_a_bijection(
+            layout in 0usize..3,
+            max_len in 1usize..7,
+            mut lengths in proptest::collection::vec(0usize..7, 1..6),
+        ) {
+            let layout = RnnDataLayout::ALL[layout];
+            for l in &mut lengths {
+                *l = (*l).min(max_len);
+            }
+            if layout == RnnDataLayout::SeqMajorPacked {
+                lengths.sort_unstable_by(|a, b| b.cmp(a));
+                lengths[0] = max_len;
+                for l in &mut lengths {
+                    *l = (*l).max(1);
+                }
+            }
+            proptest::prop_assert!(check_rnn_data::<f32>(layout, max_len, 1, &lengths).is_ok());
+            let slots = match layout {
+                RnnDataLayout::SeqMajorPacked => lengths.iter().sum(),
+                _ => max_len * lengths.len(),
+            };
+            let mut seen = vec![false; slots];
+            for (b, &len) in lengths.iter().enumerate() {
+                for t in 0..max_len {
+                    match layout.vector_index(&lengths, max_len, t, b) {
+                        Some(i) => {
+                            proptest::prop_assert!(t < len || layout != RnnDataLayout::SeqMajorPacked);
+                            proptest::prop_assert!(i < slots && !seen[i], "t {} b {} -> {}", t, b, i);
+                            seen[i] = true;
+                        }
+                        None => proptest::prop_assert!(layout == RnnDataLayout::SeqMajorPacked && t >= len),
+                    }
+                }
+            }
+            proptest::prop_assert!(seen.iter().all(|&v| v));
+        }
+    }
+}

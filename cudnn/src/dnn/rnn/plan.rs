@@ -1,0 +1,626 @@
+//! [`RnnPlan`]: an [`RnnDescriptor`] and a batch shape on a handle, with
+//! the sizes cuDNN asks for (weight space, workspace, reserve), the
+//! sequence lengths on the device, and the typed reserve buffer
+//! [`RnnReserve`] that carries a training forward to its backward passes.
+
+use std::fmt;
+
+use super::config::{RnnCellMode, RnnInputMode};
+use super::data::{RnnDataDescriptor, RnnDataLayout};
+use super::descriptor::RnnDescriptor;
+use crate::check::{self, cudnn_call};
+use crate::dnn::ops::Float;
+use crate::dnn::{Handle, TensorDescriptor};
+use crate::error::{Error, Result};
+use crate::runtime::{Device, DeviceBuffer};
+use crate::sys::cudnn as dnn;
+
+/// The reserve space of one training forward: written by
+/// a training [`RnnPlan::forward`], read by [`RnnPlan::backward_data`], then
+/// by [`RnnPlan::backward_weights`] (cuDNN's required order, which this
+/// type enforces). Made by [`RnnPlan::alloc_reserve`].
+pub struct RnnReserve {
+    buf: DeviceBuffer<u8>,
+    stage: ReserveStage,
+    /// The plan whose training forward filled it (0: none).
+    filled_by: u64,
+}
+
+/// Identities of plans, so a reserve is only read by the plan that filled it.
+static NEXT_PLAN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReserveStage {
+    Empty,
+    Forward,
+    BackwardData,
+}
+
+impl fmt::Debug for RnnReserve {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RnnReserve")
+            .field("bytes", &self.buf.len())
+            .field("stage", &self.stage)
+            .finish()
+    }
+}
+
+impl RnnReserve {
+    /// Bytes held.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Whether it holds nothing (an inference-sized plan).
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+}
+
+/// Sizes in bytes a plan needs, as cuDNN reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RnnSizes {
+    /// The weight space (`cudnnGetRNNWeightSpaceSize`).
+    pub weight_space: usize,
+    /// Workspace of a training forward and the backward passes.
+    pub workspace_training: usize,
+    /// Reserve space of a training forward.
+    pub reserve: usize,
+    /// Workspace of an inference forward.
+    pub workspace_inference: usize,
+}
+
+/// An RNN on one batch shape: descriptors for `x` (input), `y` (output),
+/// `h` and `c` (states), the sizes, and the lengths on the handle's device.
+/// Borrows the [`RnnDescriptor`] for `'r` (so, like the descriptor, it is
+/// neither `Send` nor `Sync`). Making one asks cuDNN three sizes and copies
+/// the lengths; each launch is then one cuDNN call.
+pub struct RnnPlan<'r, 'd, T: Float> {
+    rnn: &'r RnnDescriptor<'d, T>,
+    x: RnnDataDescriptor<T>,
+    y: RnnDataDescriptor<T>,
+    h: TensorDescriptor<T>,
+    c: TensorDescriptor<T>,
+    dev_lengths: DeviceBuffer<i32>,
+    sizes: RnnSizes,
+    device: Device,
+    id: u64,
+}
+
+impl<T: Float> fmt::Debug for RnnPlan<'_, '_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RnnPlan")
+            .field("rnn", self.rnn)
+            .field("x", &self.x)
+            .field("y", &self.y)
+            .field("sizes", &self.sizes)
+            .finish()
+    }
+}
+
+/// Check one optional buffer's length.
+fn check_len(what: &str, need: usize, got: usize) -> Result<()> {
+    if got < need {
+        return Err(Error::mismatch(
+            format!("{what} buffer length in elements"),
+            format!(">= {need}"),
+            got,
+        ));
+    }
+    Ok(())
+}
+
+/// The states a pass reads or writes: `h` (hidden) and, for LSTM, `c`
+/// (cell). `None` means zeros (inputs) or "not wanted" (outputs).
+#[derive(Debug, Default)]
+pub struct RnnStates<'a, T: Float> {
+    /// The hidden state, `[layers * directions, batch, projection_size]`.
+    pub h: Option<crate::runtime::DeviceSlice<'a, T>>,
+    /// LSTM's cell state, `[layers * directions, batch, hidden_size]`.
+    pub c: Option<crate::runtime::DeviceSlice<'a, T>>,
+}
+
+/// Written states (see [`RnnStates`]).
+#[derive(Debug, Default)]
+pub struct RnnStatesMut<'a, T: Float> {
+    /// The hidden state.
+    pub h: Option<crate::runtime::DeviceSliceMut<'a, T>>,
+    /// LSTM's cell state.
+    pub c: Option<crate::runtime::DeviceSliceMut<'a, T>>,
+}
+
+fn ptr<T: Float>(s: &Option<crate::runtime::DeviceSlice<'_, T>>) -> *const std::ffi::c_void {
+    s.as_ref().map_or(std::ptr::null(), |s| s.as_raw())
+}
+
+fn ptr_mut<T: Float>(
+    s: &mut Option<crate::runtime::DeviceSliceMut<'_, T>>,
+) -> *mut std::ffi::c_void {
+    s.as_mut().map_or(std::ptr::null_mut(), |s| s.as_raw_mut())
+}
+
+fn dev<T: Float>(s: &Option<crate::runtime::DeviceSlice<'_, T>>) -> Option<Device> {
+    s.as_ref().and_then(|s| s.device())
+}
+
+fn dev_mut<T: Float>(s: &Option<crate::runtime::DeviceSliceMut<'_, T>>) -> Option<Device> {
+    s.as_ref().and_then(|s| s.device())
+}
+
+impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
+    /// Plan `rnn` for a batch of `lengths.len()` sequences of at most
+    /// `max_seq_len` steps in `layout`: makes the data and state
+    /// descriptors, asks cuDNN for the sizes and copies the lengths to the
+    /// handle's device.
+    ///
+    /// # Errors
+    /// [`check_rnn_data`](super::check_rnn_data)'s for the batch;
+    /// [`RnnInputMode::Skip`] with `input_size != hidden_size`; what cuDNN or
+    /// the allocation reports.
+    #[doc(alias = "cudnnGetRNNWeightSpaceSize")]
+    #[doc(alias = "cudnnGetRNNTempSpaceSizes")]
+    pub fn new(
+        handle: &mut Handle,
+        rnn: &'r RnnDescriptor<'d, T>,
+        layout: RnnDataLayout,
+        max_seq_len: usize,
+        lengths: &[usize],
+    ) -> Result<Self> {
+        let cfg = *rnn.config();
+        if cfg.input_mode == RnnInputMode::Skip && cfg.input_size != cfg.hidden_size {
+            return Err(Error::invalid(
+                "input_size",
+                format!(
+                    "must equal hidden_size ({}) with RnnInputMode::Skip",
+                    cfg.hidden_size
+                ),
+                cfg.input_size,
+            ));
+        }
+        let out = cfg
+            .output_size()
+            .checked_mul(cfg.direction.count())
+            .ok_or_else(|| {
+                Error::invalid(
+                    "projection_size",
+                    "times directions overflows",
+                    cfg.projection_size,
+                )
+            })?;
+        let x = RnnDataDescriptor::<T>::new(layout, max_seq_len, cfg.input_size, lengths)?;
+        let y = RnnDataDescriptor::<T>::new(layout, max_seq_len, out, lengths)?;
+        let h = TensorDescriptor::<T>::packed(&cfg.state_shape(lengths.len(), false)?)?;
+        let c = TensorDescriptor::<T>::packed(&cfg.state_shape(lengths.len(), true)?)?;
+        let _on = handle.enter()?;
+        let api = check::cudnn()?;
+        let mut weight_space = 0usize;
+        // SAFETY: live handle and descriptor; valid out-pointer.
+        unsafe {
+            cudnn_call!(
+                api,
+                cudnnGetRNNWeightSpaceSize(handle.as_raw(), rnn.as_raw(), &mut weight_space)
+            )
+        }?;
+        let (mut wt, mut rt, mut wi, mut ri) = (0usize, 0usize, 0usize, 0usize);
+        // SAFETY: live handle and descriptors; valid out-pointers.
+        unsafe {
+            cudnn_call!(
+                api,
+                cudnnGetRNNTempSpaceSizes(
+                    handle.as_raw(),
+                    rnn.as_raw(),
+                    dnn::cudnnForwardMode_t::CUDNN_FWD_MODE_TRAINING,
+                    x.as_raw(),
+                    &mut wt,
+                    &mut rt
+                )
+            )
+        }?;
+        // SAFETY: as above.
+        unsafe {
+            cudnn_call!(
+                api,
+                cudnnGetRNNTempSpaceSizes(
+                    handle.as_raw(),
+                    rnn.as_raw(),
+                    dnn::cudnnForwardMode_t::CUDNN_FWD_MODE_INFERENCE,
+                    x.as_raw(),
+                    &mut wi,
+                    &mut ri
+                )
+            )
+        }?;
+        let dev_lengths = DeviceBuffer::from_host(&x.lengths_i32())?;
+        Ok(RnnPlan {
+            rnn,
+            x,
+            y,
+            h,
+            c,
+            dev_lengths,
+            sizes: RnnSizes {
+                weight_space,
+                workspace_training: wt,
+                reserve: rt,
+                workspace_inference: wi,
+            },
+            device: handle.device(),
+            id: NEXT_PLAN.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        })
+    }
+
+    /// The sizes cuDNN reported.
+    pub fn sizes(&self) -> RnnSizes {
+        self.sizes
+    }
+
+    /// Elements of `T` the weight space holds (rounded up).
+    pub fn weight_len(&self) -> usize {
+        self.sizes.weight_space.div_ceil(T::SIZE)
+    }
+
+    /// The input batch descriptor (`vector_size = input_size`).
+    pub fn x_desc(&self) -> &RnnDataDescriptor<T> {
+        &self.x
+    }
+
+    /// The output batch descriptor (`vector_size = projection_size * directions`).
+    pub fn y_desc(&self) -> &RnnDataDescriptor<T> {
+        &self.y
+    }
+
+    /// The hidden-state descriptor.
+    pub fn h_desc(&self) -> &TensorDescriptor<T> {
+        &self.h
+    }
+
+    /// The cell-state descriptor (LSTM).
+    pub fn c_desc(&self) -> &TensorDescriptor<T> {
+        &self.c
+    }
+
+    /// The RNN.
+    pub fn rnn(&self) -> &'r RnnDescriptor<'d, T> {
+        self.rnn
+    }
+
+    /// A reserve buffer for this plan's training passes, on the plan's
+    /// (its handle's) device. A reserve filled by one plan's forward is
+    /// refused by another plan's backward passes.
+    ///
+    /// # Errors
+    /// The allocation's; the device cannot be made current.
+    pub fn alloc_reserve(&self) -> Result<RnnReserve> {
+        let _on = self.device.guard()?;
+        Ok(RnnReserve {
+            buf: DeviceBuffer::alloc(self.sizes.reserve)?,
+            stage: ReserveStage::Empty,
+            filled_by: 0,
+        })
+    }
+
+    fn check_states(&self, what: &str, h: Option<usize>, c: Option<usize>) -> Result<()> {
+        if let Some(n) = h {
+            check_len(&format!("{what} h"), self.h.element_count(), n)?;
+        }
+        if let Some(n) = c {
+            if self.rnn.config().cell != RnnCellMode::Lstm {
+                return Err(Error::invalid(
+                    format!("{what} c"),
+                    "only LSTM has a cell state",
+                    format!("{:?}", self.rnn.config().cell),
+                ));
+            }
+            check_len(&format!("{what} c"), self.c.element_count(), n)?;
+        }
+        Ok(())
+    }
+
+    fn check_owner(&self, reserve: &RnnReserve) -> Result<()> {
+        if reserve.filled_by != self.id {
+            return Err(Error::invalid(
+                "reserve",
+                "must have been filled by this plan's training forward",
+                "another plan's reserve",
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_dropout_stream(&self, handle: &Handle) -> Result<()> {
+        if let Some(d) = self.rnn.dropout()
+            && d.last_stream() != handle.stream()
+        {
+            return Err(Error::invalid(
+                "handle",
+                "must run on the stream the RNN's dropout was last used on (its random state is ordered by stream)",
+                format!("{:?}", handle.stream()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Forward pass. `training`: `Some(reserve)` for a training forward
+    /// (writes the reserve for the backward passes), `None` for inference.
+    /// `hx`/`cx` of `None` are zeros; `hy`/`cy` of `None` are not written.
+    ///
+    /// # Errors
+    /// Buffer lengths ([`Error::Mismatch`]), a cell state for a non-LSTM,
+    /// buffers on another device, a dropout used on another stream; what
+    /// cuDNN reports.
+    #[doc(alias = "cudnnRNNForward")]
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward(
+        &self,
+        handle: &mut Handle,
+        x: crate::runtime::DeviceSlice<'_, T>,
+        mut y: crate::runtime::DeviceSliceMut<'_, T>,
+        weights: crate::runtime::DeviceSlice<'_, T>,
+        hx: RnnStates<'_, T>,
+        mut out: RnnStatesMut<'_, T>,
+        training: Option<&mut RnnReserve>,
+    ) -> Result<()> {
+        check_len("x", self.x.len_required(), x.len())?;
+        check_len("y", self.y.len_required(), y.len())?;
+        check_len("weights", self.weight_len(), weights.len())?;
+        self.check_states(
+            "hx",
+            hx.h.as_ref().map(|s| s.len()),
+            hx.c.as_ref().map(|s| s.len()),
+        )?;
+        self.check_states(
+            "hy",
+            out.h.as_ref().map(|s| s.len()),
+            out.c.as_ref().map(|s| s.len()),
+        )?;
+        self.check_dropout_stream(handle)?;
+        let (mode, ws_bytes) = match &training {
+            Some(_) => (
+                dnn::cudnnForwardMode_t::CUDNN_FWD_MODE_TRAINING,
+                self.sizes.workspace_training,
+            ),
+            None => (
+                dnn::cudnnForwardMode_t::CUDNN_FWD_MODE_INFERENCE,
+                self.sizes.workspace_inference,
+            ),
+        };
+        let mut training = training;
+        let (reserve_bytes, reserve_ptr, reserve_dev) = match training.as_mut() {
+            Some(r) => {
+                check_len("reserve (bytes)", self.sizes.reserve, r.buf.len())?;
+                let dev = r.buf.device();
+                (self.sizes.reserve, r.buf.as_slice_mut().as_raw_mut(), dev)
+            }
+            None => (0, std::ptr::null_mut(), None),
+        };
+        let _on = handle.launch(
+            "rnn_forward",
+            &[
+                ("x", x.device()),
+                ("y", y.device()),
+                ("weights", weights.device()),
+                ("hx", dev(&hx.h)),
+                ("cx", dev(&hx.c)),
+                ("hy", dev_mut(&out.h)),
+                ("cy", dev_mut(&out.c)),
+                ("reserve", reserve_dev),
+                ("plan", Some(self.device)),
+            ],
+        )?;
+        let api = check::cudnn()?;
+        let h = handle.as_raw();
+        let mut ws = handle.workspace(ws_bytes)?;
+        // SAFETY: live handle and descriptors; every buffer holds at least
+        // what its descriptor needs (checked above), outputs are exclusive
+        // borrows, the reserve is exclusively borrowed and large enough, the
+        // workspace holds `ws_bytes`; the device lengths belong to the plan.
+        unsafe {
+            cudnn_call!(
+                api,
+                cudnnRNNForward(
+                    h,
+                    self.rnn.as_raw(),
+                    mode,
+                    self.dev_lengths.as_slice().as_ptr(),
+                    self.x.as_raw(),
+                    x.as_raw(),
+                    self.y.as_raw(),
+                    y.as_raw_mut(),
+                    self.h.as_raw(),
+                    ptr(&hx.h),
+                    ptr_mut(&mut out.h),
+                    self.c.as_raw(),
+                    ptr(&hx.c),
+                    ptr_mut(&mut out.c),
+                    self.sizes.weight_space,
+                    weights.as_raw(),
+                    ws_bytes,
+                    ws.as_raw_mut(),
+                    reserve_bytes,
+                    reserve_ptr
+                )
+            )
+        }?;
+        if let Some(r) = training {
+            r.stage = ReserveStage::Forward;
+            r.filled_by = self.id;
+        }
+        Ok(())
+    }
+
+    /// Backward data: `dx`, `dhx`, `dcx` from `dy`, `dhy`, `dcy`, after a
+    /// training [`forward`](Self::forward) that filled `reserve` (with the
+    /// same `y`, `hx`, `cx` and weights).
+    ///
+    /// # Errors
+    /// As [`forward`](Self::forward); a reserve no training forward filled.
+    #[doc(alias = "cudnnRNNBackwardData_v8")]
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward_data(
+        &self,
+        handle: &mut Handle,
+        y: crate::runtime::DeviceSlice<'_, T>,
+        dy: crate::runtime::DeviceSlice<'_, T>,
+        mut dx: crate::runtime::DeviceSliceMut<'_, T>,
+        weights: crate::runtime::DeviceSlice<'_, T>,
+        hx: RnnStates<'_, T>,
+        dhy: RnnStates<'_, T>,
+        mut dhx: RnnStatesMut<'_, T>,
+        reserve: &mut RnnReserve,
+    ) -> Result<()> {
+        check_len("y", self.y.len_required(), y.len())?;
+        check_len("dy", self.y.len_required(), dy.len())?;
+        check_len("dx", self.x.len_required(), dx.len())?;
+        check_len("weights", self.weight_len(), weights.len())?;
+        self.check_states(
+            "hx",
+            hx.h.as_ref().map(|s| s.len()),
+            hx.c.as_ref().map(|s| s.len()),
+        )?;
+        self.check_states(
+            "dhy",
+            dhy.h.as_ref().map(|s| s.len()),
+            dhy.c.as_ref().map(|s| s.len()),
+        )?;
+        self.check_states(
+            "dhx",
+            dhx.h.as_ref().map(|s| s.len()),
+            dhx.c.as_ref().map(|s| s.len()),
+        )?;
+        check_len("reserve (bytes)", self.sizes.reserve, reserve.buf.len())?;
+        if reserve.stage == ReserveStage::Empty {
+            return Err(Error::invalid(
+                "reserve",
+                "must be filled by a training forward first",
+                "empty",
+            ));
+        }
+        self.check_owner(reserve)?;
+        let _on = handle.launch(
+            "rnn_backward_data",
+            &[
+                ("y", y.device()),
+                ("dy", dy.device()),
+                ("dx", dx.device()),
+                ("weights", weights.device()),
+                ("hx", dev(&hx.h)),
+                ("cx", dev(&hx.c)),
+                ("dhy", dev(&dhy.h)),
+                ("dcy", dev(&dhy.c)),
+                ("dhx", dev_mut(&dhx.h)),
+                ("dcx", dev_mut(&dhx.c)),
+                ("reserve", reserve.buf.device()),
+                ("plan", Some(self.device)),
+            ],
+        )?;
+        let api = check::cudnn()?;
+        let h = handle.as_raw();
+        let ws_bytes = self.sizes.workspace_training;
+        let mut ws = handle.workspace(ws_bytes)?;
+        let reserve_ptr = reserve.buf.as_slice_mut().as_raw_mut();
+        // SAFETY: as in `forward`; `dx`, `dhx`, `dcx` and the reserve are
+        // exclusive borrows.
+        unsafe {
+            cudnn_call!(
+                api,
+                cudnnRNNBackwardData_v8(
+                    h,
+                    self.rnn.as_raw(),
+                    self.dev_lengths.as_slice().as_ptr(),
+                    self.y.as_raw(),
+                    y.as_raw(),
+                    dy.as_raw(),
+                    self.x.as_raw(),
+                    dx.as_raw_mut(),
+                    self.h.as_raw(),
+                    ptr(&hx.h),
+                    ptr(&dhy.h),
+                    ptr_mut(&mut dhx.h),
+                    self.c.as_raw(),
+                    ptr(&hx.c),
+                    ptr(&dhy.c),
+                    ptr_mut(&mut dhx.c),
+                    self.sizes.weight_space,
+                    weights.as_raw(),
+                    ws_bytes,
+                    ws.as_raw_mut(),
+                    self.sizes.reserve,
+                    reserve_ptr
+                )
+            )
+        }?;
+        reserve.stage = ReserveStage::BackwardData;
+        Ok(())
+    }
+
+    /// Backward weights: adds the weight gradient to `dweights` (cuDNN's
+    /// `CUDNN_WGRAD_MODE_ADD`: zero it first for a fresh gradient), after
+    /// [`backward_data`](Self::backward_data) on the same reserve.
+    ///
+    /// # Errors
+    /// As [`forward`](Self::forward); a reserve backward data has not used.
+    #[doc(alias = "cudnnRNNBackwardWeights_v8")]
+    pub fn backward_weights(
+        &self,
+        handle: &mut Handle,
+        x: crate::runtime::DeviceSlice<'_, T>,
+        hx: Option<crate::runtime::DeviceSlice<'_, T>>,
+        y: crate::runtime::DeviceSlice<'_, T>,
+        mut dweights: crate::runtime::DeviceSliceMut<'_, T>,
+        reserve: &mut RnnReserve,
+    ) -> Result<()> {
+        check_len("x", self.x.len_required(), x.len())?;
+        check_len("y", self.y.len_required(), y.len())?;
+        check_len("dweights", self.weight_len(), dweights.len())?;
+        self.check_states("hx", hx.as_ref().map(|s| s.len()), None)?;
+        check_len("reserve (bytes)", self.sizes.reserve, reserve.buf.len())?;
+        if reserve.stage != ReserveStage::BackwardData {
+            return Err(Error::invalid(
+                "reserve",
+                "must have been used by backward_data after the training forward",
+                format!("{:?}", reserve.stage),
+            ));
+        }
+        self.check_owner(reserve)?;
+        let _on = handle.launch(
+            "rnn_backward_weights",
+            &[
+                ("x", x.device()),
+                ("hx", dev(&hx)),
+                ("y", y.device()),
+                ("dweights", dweights.device()),
+                ("reserve", reserve.buf.device()),
+                ("plan", Some(self.device)),
+            ],
+        )?;
+        let api = check::cudnn()?;
+        let h = handle.as_raw();
+        let ws_bytes = self.sizes.workspace_training;
+        let mut ws = handle.workspace(ws_bytes)?;
+        let reserve_ptr = reserve.buf.as_slice_mut().as_raw_mut();
+        // SAFETY: as in `forward`; `dweights` and the reserve are exclusive.
+        unsafe {
+            cudnn_call!(
+                api,
+                cudnnRNNBackwardWeights_v8(
+                    h,
+                    self.rnn.as_raw(),
+                    dnn::cudnnWgradMode_t::CUDNN_WGRAD_MODE_ADD,
+                    self.dev_lengths.as_slice().as_ptr(),
+                    self.x.as_raw(),
+                    x.as_raw(),
+                    self.h.as_raw(),
+                    ptr(&hx),
+                    self.y.as_raw(),
+                    y.as_raw(),
+                    self.sizes.weight_space,
+                    dweights.as_raw_mut(),
+                    ws_bytes,
+                    ws.as_raw_mut(),
+                    self.sizes.reserve,
+                    reserve_ptr
+                )
+            )
+        }
+    }
+}
