@@ -282,11 +282,11 @@ mod tests {
                         prop_assert_eq!(s.len(), end - start);
                         prop_assert_eq!(s.device(), Some(dev));
                     }
-                    Err(e) => prop_assert!(matches!(e, Error::InvalidArgument { .. })),
+                    Err(e) => prop_assert!(matches!(e, Error::InvalidArgument { .. }), "{:?}", e),
                 }
                 match v.split_at(mid) {
                     Ok((l, r)) => prop_assert_eq!(l.len() + r.len(), len),
-                    Err(e) => prop_assert!(mid > len && matches!(e, Error::InvalidArgument { .. })),
+                    Err(e) => prop_assert!(mid > len && matches!(e, Error::InvalidArgument { .. }), "{:?}", e),
                 }
             }
         }

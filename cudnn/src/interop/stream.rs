@@ -192,3 +192,29 @@ impl Stream {
         CudarcStream::new(s).map(|c| c.stream)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A borrowed stream value keeps its owner alive until the last clone
+    /// drops, and never destroys the raw stream (not owned). No device is
+    /// touched: the value is only made, cloned and dropped.
+    #[test]
+    fn unit_borrowed_stream_keeps_its_owner() {
+        let owner: Arc<dyn std::any::Any + Send + Sync> = Arc::new(7u32);
+        let weak = Arc::downgrade(&owner);
+        // A made-up handle: never enqueued on, and not owned (no destroy).
+        let raw = std::ptr::NonNull::<u8>::dangling().as_ptr().cast();
+        let d = Device::from_runtime(0);
+        let s = Stream::wrap_kept(raw, false, Some(d), Some(owner));
+        let c = s.clone();
+        assert!(!s.is_owned());
+        assert_eq!(s.device(), Some(d));
+        assert_eq!(s.as_raw(), raw);
+        drop(s);
+        assert!(weak.upgrade().is_some(), "a clone still keeps the owner");
+        drop(c);
+        assert!(weak.upgrade().is_none(), "the last clone released the owner");
+    }
+}
