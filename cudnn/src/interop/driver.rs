@@ -52,7 +52,12 @@ pub fn probe_driver() -> Result<()> {
                 }
                 return Ok(());
             }
-            Err(e) => tried.push(format!("{name}: {e}")),
+            Err(e) => {
+                let why = std::error::Error::source(&e)
+                    .map(|s| format!("{e}: {s}"))
+                    .unwrap_or_else(|| e.to_string());
+                tried.push(format!("{name}: {why}"));
+            }
         }
     }
     Err(Error::NoDevice {
