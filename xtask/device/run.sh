@@ -23,7 +23,7 @@
 #             conv2d, graph_conv, lenet, ddp_lenet as one rank), then
 #             the ones that plan many graphs (attention, aot)            est  30  cap  75
 #   bench     the other benchmarks (bench_ops --quick, bench_host,
-#             bench_graph, bench_nccl, bench_cudarc)                                    est  35  cap  60
+#             bench_graph, bench_nccl, bench_cudarc)                      est  35  cap  60
 #   memcheck  compute-sanitizer memcheck on gpu_runtime and gpu_gemm's
 #             gemm_f32 tests; "not supported on this device's runtime"
 #             is a skip with its reason                                   est  35  cap  60
