@@ -83,7 +83,11 @@ fn run(rounds: usize) -> AnyResult<()> {
             black_box(DeviceTensor::new(&d, v)?);
             Ok(())
         })?;
-        row("view: DeviceSlice + DeviceTensor::new (no device)", Some(ns), "crate side of every guard");
+        row(
+            "view: DeviceSlice + DeviceTensor::new (no device)",
+            Some(ns),
+            "crate side of every guard",
+        );
         let why = match interop::context(0) {
             Ok(_) => "no device for the CUDA runtime".to_string(),
             Err(e) => e.to_string(),

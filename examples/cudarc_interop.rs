@@ -124,7 +124,9 @@ fn conv_on(
         values((K * C * 9) as usize, 2),
         values(K as usize, 3),
     );
-    let nhwc = |v: &[f64], d: [usize; 4]| refc::convert_layout(v, &d, RefLayout::ChannelsFirst, RefLayout::ChannelsLast);
+    let nhwc = |v: &[f64], d: [usize; 4]| {
+        refc::convert_layout(v, &d, RefLayout::ChannelsFirst, RefLayout::ChannelsLast)
+    };
     let cx = up16(cs, &nhwc(&x, dims([N, C, H, H]))?)?;
     let cw = up16(cs, &nhwc(&w, dims([K, C, 3, 3]))?)?;
     let cb = up16(cs, &b)?;
@@ -145,16 +147,32 @@ fn conv_on(
         .into_iter()
         .map(f16::to_f64)
         .collect();
-    let got = refc::convert_layout(&got, &dims([N, K, H, H]), RefLayout::ChannelsLast, RefLayout::ChannelsFirst)?;
+    let got = refc::convert_layout(
+        &got,
+        &dims([N, K, H, H]),
+        RefLayout::ChannelsLast,
+        RefLayout::ChannelsFirst,
+    )?;
     let p = refc::ConvParams::new(2).with_pad(&[1, 1]);
-    let (conv, _) = refc::forward(&x, &dims([N, C, H, H]), &w, &dims([K, C, 3, 3]), &p, RefLayout::ChannelsFirst)?;
+    let (conv, _) = refc::forward(
+        &x,
+        &dims([N, C, H, H]),
+        &w,
+        &dims([K, C, 3, 3]),
+        &p,
+        RefLayout::ChannelsFirst,
+    )?;
     let hw = (H * H) as usize;
     let want: Vec<f64> = conv
         .iter()
         .enumerate()
         .map(|(i, v)| (v + b[(i / hw) % K as usize]).max(0.0))
         .collect();
-    Ok(report("graph conv+bias+relu f16 (cudarc memory)", max_relative_error(&got, &want), 1e-2))
+    Ok(report(
+        "graph conv+bias+relu f16 (cudarc memory)",
+        max_relative_error(&got, &want),
+        1e-2,
+    ))
 }
 
 fn view<'a>(data: &'a [f64], spec: &TensorSpec) -> ra::View<'a> {
@@ -226,7 +244,11 @@ fn sdpa_on(
             if e.is_nan() { f64::INFINITY } else { e }
         })
         .fold(0.0, f64::max);
-    Ok(report("graph sdpa forward bf16 causal (cudarc memory)", err, 3e-2))
+    Ok(report(
+        "graph sdpa forward bf16 causal (cudarc memory)",
+        err,
+        3e-2,
+    ))
 }
 
 fn lt_on(cs: &Arc<CudaStream>, s: &CudarcStream) -> AnyResult<bool> {
@@ -240,7 +262,10 @@ fn lt_on(cs: &Arc<CudaStream>, s: &CudarcStream) -> AnyResult<bool> {
     .with_epilogue(Epilogue::ReluBias);
     let (x, w, b) = (
         values(tokens * d_in, 7),
-        values(d_out * d_in, 8).iter().map(|v| v * 0.1).collect::<Vec<_>>(),
+        values(d_out * d_in, 8)
+            .iter()
+            .map(|v| v * 0.1)
+            .collect::<Vec<_>>(),
         values(d_out, 9),
     );
     let (cx, cw, cb) = (up16(cs, &x)?, up16(cs, &w)?, up16(cs, &b)?);
@@ -248,9 +273,15 @@ fn lt_on(cs: &Arc<CudaStream>, s: &CudarcStream) -> AnyResult<bool> {
     let mut plans = PlanCache::<f16, f16>::new();
     {
         let (xr, wr, br, mut yw) = (s.read(&cx)?, s.read(&cw)?, s.read(&cb)?, s.write(&mut cy)?);
-        plans
-            .get_or_create(&lt, &spec)?
-            .run(&lt, 1.0, &xr, &wr, 0.0, &mut yw, EpilogueArgs::none().bias(&br))?;
+        plans.get_or_create(&lt, &spec)?.run(
+            &lt,
+            1.0,
+            &xr,
+            &wr,
+            0.0,
+            &mut yw,
+            EpilogueArgs::none().bias(&br),
+        )?;
     }
     let got: Vec<f64> = cs
         .clone_dtoh(&cy)
@@ -260,15 +291,35 @@ fn lt_on(cs: &Arc<CudaStream>, s: &CudarcStream) -> AnyResult<bool> {
         .collect();
     let (la, lb, ly) = spec.layouts();
     let mut want = vec![0.0; tokens * d_out];
-    refg::matmul(1.0, &x, &la, &w, &lb, 0.0, &mut want, &ly, Epilogue::ReluBias, Some(&b), None)?;
-    Ok(report("cuBLASLt f16 relu(X·Wᵀ + b) (cudarc memory)", max_relative_error(&got, &want), 1e-2))
+    refg::matmul(
+        1.0,
+        &x,
+        &la,
+        &w,
+        &lb,
+        0.0,
+        &mut want,
+        &ly,
+        Epilogue::ReluBias,
+        Some(&b),
+        None,
+    )?;
+    Ok(report(
+        "cuBLASLt f16 relu(X·Wᵀ + b) (cudarc memory)",
+        max_relative_error(&got, &want),
+        1e-2,
+    ))
 }
 
 fn on_gpu() -> AnyResult<bool> {
     let ctx = interop::context(0)?;
     let cs = ctx.new_stream().map_err(de("new_stream"))?;
     let s = CudarcStream::new(&cs)?;
-    println!("cudarc stream on device {} bound as {:?}", ctx.ordinal(), s.stream());
+    println!(
+        "cudarc stream on device {} bound as {:?}",
+        ctx.ordinal(),
+        s.stream()
+    );
     let mut h = Handle::new(&s)?;
     let target = Target::device(0)?;
     let mut ok = conv_on(&cs, &s, &mut h, &target)?;
@@ -305,11 +356,10 @@ fn plan_only() -> AnyResult<()> {
 fn main() -> ExitCode {
     let gpu = matches!(cudnn::runtime::Device::count(), Ok(n) if n > 0);
     let r = if gpu {
-        on_gpu().map(|ok| {
+        on_gpu().inspect(|&ok| {
             if ok {
                 println!("every result through cudarc memory agrees with the f64 reference");
             }
-            ok
         })
     } else {
         plan_only().map(|()| true)

@@ -85,7 +85,10 @@ fn no_driver() -> TestResult {
                 "context(0) with the stub: {:?}",
                 c.map(|_| ())
             );
-            eprintln!("stub case run: {}", p.err().map(|e| e.to_string()).unwrap_or_default());
+            eprintln!(
+                "stub case run: {}",
+                p.err().map(|e| e.to_string()).unwrap_or_default()
+            );
         }
         Ok(cudnn::graph::driver::Driver::Real) => {
             return Err("a real driver opened after the probe found none".into());
@@ -120,7 +123,12 @@ fn fuzz_ordinals() -> TestResult {
                 Ok(ctx) => prop_assert_eq!(ctx.ordinal(), ordinal),
                 Err(e) => prop_assert!(typed(&e), "ordinal {}: {:?}", ordinal, e),
             }
-            prop_assert!(t.elapsed() < Duration::from_secs(30), "ordinal {} took {:?}", ordinal, t.elapsed());
+            prop_assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "ordinal {} took {:?}",
+                ordinal,
+                t.elapsed()
+            );
             Ok(())
         })
         .map_err(|e| format!("{e}"))?;

@@ -85,7 +85,10 @@ fn cudarc(dir: &Path, args: &[String]) -> Result<(), String> {
         .args(args)
         .args(["--", "interop::"]);
     env(&mut cmd);
-    status(cmd, "cargo test -p cudnn --features nccl,cudarc --lib -- interop::")?;
+    status(
+        cmd,
+        "cargo test -p cudnn --features nccl,cudarc --lib -- interop::",
+    )?;
     let mut cmd = cargo();
     cmd.args(["test", "-p", "cudnn"]).args(features);
     for t in ["compile_fail", "host_cudarc", "gpu_cudarc"] {
@@ -109,7 +112,10 @@ fn cudarc(dir: &Path, args: &[String]) -> Result<(), String> {
         "cudarc_interop",
     ]);
     env(&mut cmd);
-    status(cmd, "cargo run -p cudnn-examples --features cudarc --example cudarc_interop")
+    status(
+        cmd,
+        "cargo run -p cudnn-examples --features cudarc --example cudarc_interop",
+    )
 }
 
 /// The GPU machine's stack (what PyTorch 2.11.0 pins: cuDNN 9.19, NVRTC

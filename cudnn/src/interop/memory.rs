@@ -44,7 +44,11 @@ pub(crate) fn checked_parts<T: DataType>(what: &str, addr: u64, len: usize) -> R
     if !a.is_multiple_of(std::mem::align_of::<T>()) {
         return Err(Error::invalid(
             format!("{what} device address"),
-            format!("must be aligned to {} bytes for {}", std::mem::align_of::<T>(), T::NAME),
+            format!(
+                "must be aligned to {} bytes for {}",
+                std::mem::align_of::<T>(),
+                T::NAME
+            ),
             format!("{a:#x}"),
         ));
     }
@@ -195,9 +199,7 @@ impl<T: DataType> CudarcWrite<'_, T> {
         // SAFETY: as `CudarcRead::view`, and the guard holds cudarc's
         // exclusive borrow (`device_ptr_mut(&mut self)`), lent out once at a
         // time through `&mut self`.
-        unsafe {
-            DeviceSliceMut::from_raw_parts_mut_on(self.addr as *mut T, self.len, self.device)
-        }
+        unsafe { DeviceSliceMut::from_raw_parts_mut_on(self.addr as *mut T, self.len, self.device) }
     }
 
     /// The memory as a read-only view, borrowed from the guard.

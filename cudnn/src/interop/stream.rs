@@ -44,10 +44,15 @@ pub(crate) fn bind(ctx: &CudaContext) -> Result<Device> {
             "a non-primary context",
         ));
     }
-    guarded("cudarc CudaContext::bind_to_thread", || ctx.bind_to_thread())?;
+    guarded("cudarc CudaContext::bind_to_thread", || {
+        ctx.bind_to_thread()
+    })?;
     let device = device_of(ctx)?;
     device.set_current()?;
-    let current = guarded("cuCtxGetCurrent", ::cudarc::driver::result::ctx::get_current)?;
+    let current = guarded(
+        "cuCtxGetCurrent",
+        ::cudarc::driver::result::ctx::get_current,
+    )?;
     if current != Some(ctx.cu_ctx()) {
         return Err(Error::Unsupported {
             what: format!(
@@ -215,6 +220,9 @@ mod tests {
         drop(s);
         assert!(weak.upgrade().is_some(), "a clone still keeps the owner");
         drop(c);
-        assert!(weak.upgrade().is_none(), "the last clone released the owner");
+        assert!(
+            weak.upgrade().is_none(),
+            "the last clone released the owner"
+        );
     }
 }
