@@ -33,6 +33,7 @@ fn main() {
         gpu("cudarc_two_streams_event_tracking", two_streams),
         gpu("cudarc_short_slice_is_a_typed_error", short_slice),
         gpu("cudarc_handle_keeps_the_stream_alive", handle_keeps_stream),
+        gpu("cudarc_fuzz_sub_views", fuzz_sub_views),
     ])
 }
 
@@ -373,5 +374,65 @@ fn handle_keeps_stream() -> TestResult {
     drop(s);
     drop(cs);
     ensure!(weak.upgrade().is_none(), "released with the handle");
+    Ok(())
+}
+
+/// Random sub-views of a cudarc slice lent through the guards: each guard's
+/// length is the view's, its data are the view's elements (read back through
+/// this crate's copy), and a descriptor longer than the view is a typed
+/// error; never a panic.
+fn fuzz_sub_views() -> TestResult {
+    let (_ctx, cs) = ctx_and_stream()?;
+    let s = CudarcStream::new(&cs)?;
+    let n = 1000usize;
+    let host: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let mut x = cs.clone_htod(&host).map_err(de("htod"))?;
+    // The crate's `to_vec` copies on the legacy stream, which a cudarc
+    // (non-blocking) stream does not order with: finish the upload first.
+    cs.synchronize().map_err(de("synchronize"))?;
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = |m: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % (m as u64 + 1)) as usize
+    };
+    for case in 0..300 {
+        let (a, b) = (next(n + 8), next(n + 8));
+        let Some(view) = x.try_slice(a..b) else {
+            ensure!(
+                a > b || b > n,
+                "case {case}: cudarc refused {a}..{b} of {n}"
+            );
+            continue;
+        };
+        let g = s.read(&view)?;
+        ensure!(
+            g.len() == b - a,
+            "case {case}: guard length {} for {a}..{b}",
+            g.len()
+        );
+        if !g.is_empty() {
+            let got = g.view().to_vec()?;
+            ensure!(
+                got.as_slice() == &host[a..b],
+                "case {case}: data of {a}..{b}"
+            );
+        }
+        let d = TensorDescriptor::<f32>::nchw(1, 1, 1, b - a + 1)?;
+        ensure!(
+            matches!(DeviceTensor::new(&d, &g), Err(Error::Mismatch { .. })),
+            "case {case}: a descriptor one longer than the view is refused"
+        );
+        drop(g);
+        if let Some(mut vm) = x.try_slice_mut(a..b) {
+            let mut w = s.write(&mut vm)?;
+            ensure!(
+                w.view_mut().len() == b - a,
+                "case {case}: write guard length"
+            );
+        }
+    }
+    cs.synchronize().map_err(de("synchronize"))?;
     Ok(())
 }

@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 
 use ::cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop};
 
-use super::driver::driver_error;
+use super::driver::{driver_error, guarded};
 use super::stream::device_of;
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
@@ -84,13 +84,20 @@ impl<T: DataType> fmt::Debug for CudarcRead<'_, T> {
 }
 
 impl<'a, T: DataType + DeviceRepr> CudarcRead<'a, T> {
-    /// Through `src.device_ptr(stream)`: the stream waits for cudarc's last
-    /// write of `src`; the read is recorded on `stream` when the guard drops.
+    /// Through `src.device_ptr(stream)`, after making `stream`'s context
+    /// current (cudarc's `bind_to_thread`): the stream waits for cudarc's
+    /// last write of `src`; the read is recorded on `stream` when the guard
+    /// drops.
     ///
     /// # Errors
     /// [`Error::Driver`] from cudarc's event calls (recorded in its
     /// context); [`Error::InvalidArgument`] from the range checks.
     pub fn new<S: DevicePtr<T>>(src: &'a S, stream: &'a CudaStream) -> Result<Self> {
+        // The stream's context current before anything is enqueued (one
+        // `cuCtxGetCurrent`; a `cuCtxSetCurrent` only when another is).
+        guarded("cudarc CudaContext::bind_to_thread", || {
+            stream.context().bind_to_thread()
+        })?;
         let device = device_of(src.stream().context())?;
         let len = src.len();
         let (ptr, sync) = src.device_ptr(stream);
@@ -175,6 +182,9 @@ impl<'a, T: DataType + DeviceRepr> CudarcWrite<'a, T> {
     /// # Errors
     /// As [`CudarcRead::new`].
     pub fn new<S: DevicePtrMut<T>>(dst: &'a mut S, stream: &'a CudaStream) -> Result<Self> {
+        guarded("cudarc CudaContext::bind_to_thread", || {
+            stream.context().bind_to_thread()
+        })?;
         let device = device_of(dst.stream().context())?;
         let len = dst.len();
         let (ptr, sync) = dst.device_ptr_mut(stream);
