@@ -96,10 +96,14 @@
 //! framework's: cudarc's build script takes the framework's version feature
 //! when one is set (or `CUDARC_CUDA_VERSION`), else `nvcc --version`, else
 //! (no toolkit: CI, docs.rs) its newest bindings. Two *different* version
-//! features in one build (two frameworks) is cudarc's own limit
-//! (both sets of cfg'd bindings compile in); pick one in the application.
-//! Loading is at run time unless a framework chose `dynamic-linking` or
-//! `static-linking` (`fallback-dynamic-loading` then steps aside).
+//! features in one build (say two frameworks, one on `cuda-12080`, one on
+//! `cuda-13000`) do not compile inside cudarc itself (both sets of cfg'd
+//! bindings are defined: "`CUDA_VERSION` is defined multiple times"), with
+//! or without this crate: the application picks one. Loading is at run
+//! time unless a framework chose `dynamic-linking` or `static-linking`
+//! (`fallback-dynamic-loading` then steps aside). CI checks that a
+//! framework's `cuda-12080` and its `dynamic-linking` unify with this
+//! feature.
 //!
 //! # No driver
 //! cudarc panics when `libcuda` does not load. [`context`],
