@@ -18,6 +18,7 @@ fn main() {
     run(vec![
         unit("cudarc_no_driver_is_a_typed_error", no_driver),
         unit("cudarc_fuzz_context_ordinals", fuzz_ordinals),
+        unit("cudarc_driver_errors_never_panic", driver_errors),
     ])
 }
 
@@ -137,5 +138,40 @@ fn fuzz_ordinals() -> TestResult {
         "64 cases took {:?}",
         start.elapsed()
     );
+    Ok(())
+}
+
+/// `driver_error` on hand-made cudarc errors: the raw code kept, the call
+/// named, no panic with or without a driver (cudarc's own `error_name`
+/// panics without one).
+fn driver_errors() -> TestResult {
+    use interop::cudarc::driver::{DriverError, sys::CUresult};
+    let has_driver = interop::probe_driver().is_ok();
+    for (r, code) in [
+        (CUresult::CUDA_ERROR_INVALID_VALUE, 1u32),
+        (CUresult::CUDA_ERROR_NOT_INITIALIZED, 3),
+        (CUresult::CUDA_ERROR_NO_DEVICE, 100),
+        (CUresult::CUDA_ERROR_INVALID_HANDLE, 400),
+        (CUresult::CUDA_ERROR_UNKNOWN, 999),
+    ] {
+        match interop::driver_error("cuTest", DriverError(r)) {
+            Error::Driver {
+                call,
+                code: c,
+                name,
+                ..
+            } => {
+                ensure!(call == "cuTest" && c == code, "{call} {c} for {code}");
+                ensure!(
+                    has_driver || name == "unknown",
+                    "without a driver the name is unknown, got {name}"
+                );
+                if has_driver {
+                    ensure!(name.starts_with("CUDA_ERROR_"), "driver's name {name}");
+                }
+            }
+            other => return Err(format!("not a Driver error: {other:?}").into()),
+        }
+    }
     Ok(())
 }

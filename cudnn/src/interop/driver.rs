@@ -68,18 +68,24 @@ pub fn probe_driver() -> Result<()> {
     })
 }
 
-/// A cudarc [`DriverError`] as this crate's [`Error::Driver`].
+/// A cudarc [`DriverError`] as this crate's [`Error::Driver`], naming
+/// `call`. The name and text come from the driver (`cuGetErrorName`,
+/// `cuGetErrorString`) when it loads; without one (an error value made by
+/// hand: cudarc would panic asking) they read "unknown".
 pub fn driver_error(call: &'static str, e: DriverError) -> Error {
-    // The names are read through the driver, which is loaded (it produced
-    // the error); a failure there only loses the text.
-    let name = e
-        .error_name()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "unknown".to_string());
-    let text = e
-        .error_string()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "no description".to_string());
+    let (name, text) = if probe_driver().is_ok() {
+        let text_of = |r: std::result::Result<&std::ffi::CStr, DriverError>| {
+            r.map(|s| s.to_string_lossy().into_owned()).ok()
+        };
+        (
+            guarded_opt(|| text_of(e.error_name())),
+            guarded_opt(|| text_of(e.error_string())),
+        )
+    } else {
+        (None, None)
+    };
+    let name = name.unwrap_or_else(|| "unknown".to_string());
+    let text = text.unwrap_or_else(|| "no description (no driver to ask)".to_string());
     Error::Driver {
         call,
         code: e.0 as u32,
@@ -87,6 +93,11 @@ pub fn driver_error(call: &'static str, e: DriverError) -> Error {
         text,
         context: None,
     }
+}
+
+/// Run a cudarc lookup that may panic (a symbol missing): `None` then.
+fn guarded_opt<R>(f: impl FnOnce() -> Option<R>) -> Option<R> {
+    panic::catch_unwind(AssertUnwindSafe(f)).ok().flatten()
 }
 
 /// Run a cudarc call that may panic (library or symbol missing), turning a
