@@ -34,6 +34,8 @@ fn main() {
         gpu("cudarc_short_slice_is_a_typed_error", short_slice),
         gpu("cudarc_handle_keeps_the_stream_alive", handle_keeps_stream),
         gpu("cudarc_fuzz_sub_views", fuzz_sub_views),
+        #[cfg(feature = "nccl")]
+        gpu("cudarc_nccl_all_reduce_one_rank", nccl_all_reduce),
     ])
 }
 
@@ -435,4 +437,35 @@ fn fuzz_sub_views() -> TestResult {
     }
     cs.synchronize().map_err(de("synchronize"))?;
     Ok(())
+}
+
+/// A collective on cudarc memory and cudarc's stream: a one-rank sum
+/// all-reduce copies its input, and a group borrows the guards until it ends.
+#[cfg(feature = "nccl")]
+fn nccl_all_reduce() -> TestResult {
+    use cudnn::nccl::{self, Communicator, ReduceOp};
+    let (_ctx, cs) = ctx_and_stream()?;
+    let s = CudarcStream::new(&cs)?;
+    let comms = Communicator::init_all(&[Device::new(0)?])?;
+    let comm = comms.first().ok_or("no communicator")?;
+    let xs = values(4096, 11);
+    let x = cs.clone_htod(&xs).map_err(de("htod"))?;
+    let mut y = cs.clone_htod(&vec![f32::NAN; 4096]).map_err(de("htod"))?;
+    let mut z = cs.clone_htod(&vec![f32::NAN; 4096]).map_err(de("htod"))?;
+    {
+        let (xr, mut yw) = (s.read(&x)?, s.write(&mut y)?);
+        comm.all_reduce(&xr, &mut yw, ReduceOp::Sum, &s)?;
+        let mut zw = s.write(&mut z)?;
+        nccl::group(|g| g.all_reduce(comm, &xr, &mut zw, ReduceOp::Max, &s))?;
+    }
+    same_bits(
+        "all_reduce sum, one rank",
+        &cs.clone_dtoh(&y).map_err(de("dtoh"))?,
+        &xs,
+    )?;
+    same_bits(
+        "grouped all_reduce max, one rank",
+        &cs.clone_dtoh(&z).map_err(de("dtoh"))?,
+        &xs,
+    )
 }
