@@ -191,6 +191,21 @@ pub enum Error {
         /// Why (the runtime's words).
         reason: String,
     },
+
+    /// A CUDA driver API call failed (the cudarc interop, `cudnn::interop`).
+    #[error("{call} failed: CUDA driver error {code} ({name}: {text}){}", ctx(.context))]
+    Driver {
+        /// What was called (`"cuCtxGetCurrent"`, `"cudarc CudaContext::new"`).
+        call: &'static str,
+        /// The raw `CUresult`.
+        code: u32,
+        /// `cuGetErrorName`.
+        name: String,
+        /// `cuGetErrorString`.
+        text: String,
+        /// Our context.
+        context: Option<String>,
+    },
 }
 
 fn ctx(c: &Option<String>) -> String {
@@ -253,6 +268,7 @@ impl Error {
     pub fn with_context(mut self, text: impl Into<String>) -> Self {
         match &mut self {
             Error::Cuda { context, .. }
+            | Error::Driver { context, .. }
             | Error::Cudnn { context, .. }
             | Error::Cublas { context, .. }
             | Error::Nccl { context, .. } => {

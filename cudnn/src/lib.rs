@@ -10,6 +10,8 @@ pub mod dnn;
 pub mod dtype;
 pub mod error;
 pub mod graph;
+#[cfg(feature = "cudarc")]
+pub mod interop;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 pub mod reference;

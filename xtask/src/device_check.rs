@@ -82,7 +82,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let stage = root.join("target").join("device-check-stage");
 
     eprintln!("device-check: building the release gpu_* test binaries of `cudnn` ...");
-    // With `nccl`, so that gpu_nccl is a real test there.
+    // With `nccl`, so that gpu_nccl is a real test there, and `cudarc`
+    // (gpu_cudarc, the cudarc_interop example).
     let tests = cargo_artifacts(
         &root,
         &[
@@ -90,7 +91,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             "-p",
             "cudnn",
             "--features",
-            "nccl",
+            "nccl,cudarc",
             "--release",
             "--no-run",
             "--test",
@@ -100,7 +101,15 @@ pub fn run(args: &[String]) -> Result<(), String> {
     eprintln!("device-check: building the release examples ...");
     let examples = cargo_artifacts(
         &root,
-        &["build", "-p", "cudnn-examples", "--release", "--examples"],
+        &[
+            "build",
+            "-p",
+            "cudnn-examples",
+            "--features",
+            "cudarc",
+            "--release",
+            "--examples",
+        ],
     )?;
 
     let mut packed: Vec<Artifact> = Vec::new();

@@ -38,6 +38,10 @@ struct Inner {
     device: Option<Device>,
     /// For the per-thread default stream: the thread whose queue it names.
     thread: Option<ThreadId>,
+    /// What keeps a borrowed stream alive (a cudarc `CudaStream`): dropped
+    /// with the last clone, after everything that used the stream.
+    #[allow(dead_code)] // held, never read
+    keep: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 /// What a raw stream handle names.
@@ -185,6 +189,17 @@ impl Stream {
     }
 
     fn wrap_on(raw: cudaStream_t, owned: bool, device: Option<Device>) -> Self {
+        Self::wrap_kept(raw, owned, device, None)
+    }
+
+    /// A stream value that also keeps `keep` alive until its last clone
+    /// drops (the cudarc interop: a borrowed stream and its owner).
+    pub(crate) fn wrap_kept(
+        raw: cudaStream_t,
+        owned: bool,
+        device: Option<Device>,
+        keep: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    ) -> Self {
         let thread = (kind_of(raw) == Kind::PerThread).then(|| thread::current().id());
         Stream {
             inner: Arc::new(Inner {
@@ -192,6 +207,7 @@ impl Stream {
                 owned,
                 device,
                 thread,
+                keep,
             }),
         }
     }

@@ -1,0 +1,306 @@
+//! cudarc memory lent to this crate's ops: guards that hold cudarc's
+//! `SyncOnDrop` and lend [`DeviceSlice`] / [`DeviceSliceMut`] views.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use ::cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop};
+
+use super::driver::{driver_error, guarded};
+use super::stream::device_of;
+use crate::dtype::DataType;
+use crate::error::{Error, Result};
+use crate::runtime::{Device, DeviceSlice, DeviceSliceMut};
+
+/// The checked parts of a device range cudarc handed out: the address as a
+/// host `usize`, and its byte length.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming `what` when the address does not fit a
+/// host pointer, is not aligned for `T`, or `len * size_of::<T>()` (or the
+/// range's end) overflows.
+pub(crate) fn checked_parts<T: DataType>(what: &str, addr: u64, len: usize) -> Result<usize> {
+    let a = usize::try_from(addr).map_err(|_| {
+        Error::invalid(
+            format!("{what} device address"),
+            "must fit in a host pointer",
+            format!("{addr:#x}"),
+        )
+    })?;
+    let bytes = len.checked_mul(T::SIZE).ok_or_else(|| {
+        Error::invalid(
+            format!("{what} length"),
+            format!("times the element size {} must fit in usize", T::SIZE),
+            len,
+        )
+    })?;
+    if bytes > isize::MAX as usize || a.checked_add(bytes).is_none() {
+        return Err(Error::invalid(
+            format!("{what} range"),
+            "must lie within the address space",
+            format!("{a:#x} + {bytes} bytes"),
+        ));
+    }
+    if !a.is_multiple_of(std::mem::align_of::<T>()) {
+        return Err(Error::invalid(
+            format!("{what} device address"),
+            format!(
+                "must be aligned to {} bytes for {}",
+                std::mem::align_of::<T>(),
+                T::NAME
+            ),
+            format!("{a:#x}"),
+        ));
+    }
+    Ok(a)
+}
+
+/// cudarc memory lent for reading (see
+/// [`CudarcStream::read`](super::CudarcStream::read)).
+///
+/// Holds cudarc's `SyncOnDrop` (which records the read on the stream when
+/// the guard drops) and the borrow of the cudarc slice or view; lends a
+/// [`DeviceSlice`] borrowed from the guard, so nothing that holds the
+/// pointer (an op call, a graph plan's cached `Bindings`) outlives it.
+pub struct CudarcRead<'a, T: DataType> {
+    addr: usize,
+    len: usize,
+    device: Device,
+    _sync: SyncOnDrop<'a>,
+    _elem: PhantomData<&'a [T]>,
+}
+
+impl<T: DataType> fmt::Debug for CudarcRead<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "CudarcRead<{}> {{ addr: {:#x}, len: {}, device: {} }}",
+            T::NAME,
+            self.addr,
+            self.len,
+            self.device.ordinal()
+        )
+    }
+}
+
+impl<'a, T: DataType + DeviceRepr> CudarcRead<'a, T> {
+    /// Through `src.device_ptr(stream)`, after making `stream`'s context
+    /// current (cudarc's `bind_to_thread`): the stream waits for cudarc's
+    /// last write of `src`; the read is recorded on `stream` when the guard
+    /// drops.
+    ///
+    /// # Errors
+    /// [`Error::Driver`] from cudarc's event calls (recorded in its
+    /// context); [`Error::InvalidArgument`] from the range checks.
+    pub fn new<S: DevicePtr<T>>(src: &'a S, stream: &'a CudaStream) -> Result<Self> {
+        // The stream's context current before anything is enqueued (one
+        // `cuCtxGetCurrent`; a `cuCtxSetCurrent` only when another is).
+        guarded("cudarc CudaContext::bind_to_thread", || {
+            stream.context().bind_to_thread()
+        })?;
+        let device = device_of(src.stream().context())?;
+        let len = src.len();
+        let (ptr, sync) = src.device_ptr(stream);
+        stream
+            .context()
+            .check_err()
+            .map_err(|e| driver_error("cudarc DevicePtr::device_ptr", e))?;
+        let addr = checked_parts::<T>("cudarc slice", ptr, len)?;
+        Ok(CudarcRead {
+            addr,
+            len,
+            device,
+            _sync: sync,
+            _elem: PhantomData,
+        })
+    }
+}
+
+impl<T: DataType> CudarcRead<'_, T> {
+    /// The memory as this crate's view, borrowed from the guard.
+    pub fn view(&self) -> DeviceSlice<'_, T> {
+        // SAFETY: `addr`/`len` come from cudarc's `device_ptr` of a live
+        // `CudaSlice`/`CudaView` of `len` elements of `T` on `device`
+        // (checked: fits, aligned), borrowed for `'a` by this guard; the
+        // view borrows the guard, so it ends before the borrow does and
+        // before cudarc records the read (the guard's drop).
+        unsafe { DeviceSlice::from_raw_parts_on(self.addr as *const T, self.len, self.device) }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the range is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The device the memory is on (the cudarc slice's context).
+    pub fn device(&self) -> Device {
+        self.device
+    }
+}
+
+impl<'g, T: DataType> From<&'g CudarcRead<'_, T>> for DeviceSlice<'g, T> {
+    fn from(g: &'g CudarcRead<'_, T>) -> Self {
+        g.view()
+    }
+}
+
+/// cudarc memory lent for writing (see
+/// [`CudarcStream::write`](super::CudarcStream::write)): as [`CudarcRead`],
+/// with an exclusive borrow of the cudarc slice, lending a
+/// [`DeviceSliceMut`].
+pub struct CudarcWrite<'a, T: DataType> {
+    addr: usize,
+    len: usize,
+    device: Device,
+    _sync: SyncOnDrop<'a>,
+    _elem: PhantomData<&'a mut [T]>,
+}
+
+impl<T: DataType> fmt::Debug for CudarcWrite<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "CudarcWrite<{}> {{ addr: {:#x}, len: {}, device: {} }}",
+            T::NAME,
+            self.addr,
+            self.len,
+            self.device.ordinal()
+        )
+    }
+}
+
+impl<'a, T: DataType + DeviceRepr> CudarcWrite<'a, T> {
+    /// Through `dst.device_ptr_mut(stream)`: the stream waits for cudarc's
+    /// last reads and writes of `dst`; the write is recorded on `stream`
+    /// when the guard drops.
+    ///
+    /// # Errors
+    /// As [`CudarcRead::new`].
+    pub fn new<S: DevicePtrMut<T>>(dst: &'a mut S, stream: &'a CudaStream) -> Result<Self> {
+        guarded("cudarc CudaContext::bind_to_thread", || {
+            stream.context().bind_to_thread()
+        })?;
+        let device = device_of(dst.stream().context())?;
+        let len = dst.len();
+        let (ptr, sync) = dst.device_ptr_mut(stream);
+        stream
+            .context()
+            .check_err()
+            .map_err(|e| driver_error("cudarc DevicePtrMut::device_ptr_mut", e))?;
+        let addr = checked_parts::<T>("cudarc slice", ptr, len)?;
+        Ok(CudarcWrite {
+            addr,
+            len,
+            device,
+            _sync: sync,
+            _elem: PhantomData,
+        })
+    }
+}
+
+impl<T: DataType> CudarcWrite<'_, T> {
+    /// The memory as this crate's writable view, borrowed from the guard.
+    pub fn view_mut(&mut self) -> DeviceSliceMut<'_, T> {
+        // SAFETY: as `CudarcRead::view`, and the guard holds cudarc's
+        // exclusive borrow (`device_ptr_mut(&mut self)`), lent out once at a
+        // time through `&mut self`.
+        unsafe { DeviceSliceMut::from_raw_parts_mut_on(self.addr as *mut T, self.len, self.device) }
+    }
+
+    /// The memory as a read-only view, borrowed from the guard.
+    pub fn view(&self) -> DeviceSlice<'_, T> {
+        // SAFETY: as `CudarcRead::view`; reads through `&self` exclude the
+        // writable view (`&mut self`).
+        unsafe { DeviceSlice::from_raw_parts_on(self.addr as *const T, self.len, self.device) }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the range is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The device the memory is on (the cudarc slice's context).
+    pub fn device(&self) -> Device {
+        self.device
+    }
+}
+
+impl<'g, T: DataType> From<&'g mut CudarcWrite<'_, T>> for DeviceSliceMut<'g, T> {
+    fn from(g: &'g mut CudarcWrite<'_, T>) -> Self {
+        g.view_mut()
+    }
+}
+
+impl<'g, T: DataType> From<&'g CudarcWrite<'_, T>> for DeviceSlice<'g, T> {
+    fn from(g: &'g CudarcWrite<'_, T>) -> Self {
+        g.view()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn unit_checked_parts_hand_cases() {
+        assert_eq!(checked_parts::<f32>("x", 0x1000, 4).ok(), Some(0x1000));
+        assert_eq!(checked_parts::<f32>("x", 0, 0).ok(), Some(0));
+        // Misaligned for f32, fine for u8.
+        assert!(checked_parts::<f32>("x", 0x1002, 1).is_err());
+        assert_eq!(checked_parts::<u8>("x", 0x1003, 1).ok(), Some(0x1003));
+        // Overflowing sizes and ends.
+        assert!(checked_parts::<f64>("x", 0x1000, usize::MAX / 4).is_err());
+        assert!(checked_parts::<u8>("x", u64::MAX - 7, 16).is_err());
+        let e = checked_parts::<f32>("cudarc slice", 0x1002, 1)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("cudarc slice device address"), "{e}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 4096, ..ProptestConfig::default() })]
+        /// Random and extreme addresses, lengths and sub-ranges: a typed
+        /// error or a view whose slices stay inside it; never a panic.
+        #[test]
+        fn unit_fuzz_views_of_cudarc_ranges(
+            addr in prop_oneof![any::<u64>(), (0u64..1 << 40).prop_map(|a| a * 256)],
+            len in prop_oneof![any::<usize>(), 0usize..100_000],
+            start in any::<usize>(),
+            end in any::<usize>(),
+            mid in any::<usize>(),
+        ) {
+            let dev = Device::from_runtime(0);
+            if let Ok(a) = checked_parts::<f32>("x", addr, len) {
+                prop_assert!(a.is_multiple_of(4));
+                prop_assert!(len.checked_mul(4).and_then(|b| a.checked_add(b)).is_some());
+                // SAFETY: the view is never dereferenced or passed to a
+                // library: only its host-side bookkeeping is exercised.
+                let v = unsafe { DeviceSlice::<f32>::from_raw_parts_on(a as *const f32, len, dev) };
+                match v.slice(start..end) {
+                    Ok(s) => {
+                        prop_assert!(start <= end && end <= len);
+                        prop_assert_eq!(s.len(), end - start);
+                        prop_assert_eq!(s.device(), Some(dev));
+                    }
+                    Err(e) => prop_assert!(matches!(e, Error::InvalidArgument { .. }), "{:?}", e),
+                }
+                match v.split_at(mid) {
+                    Ok((l, r)) => prop_assert_eq!(l.len() + r.len(), len),
+                    Err(e) => prop_assert!(mid > len && matches!(e, Error::InvalidArgument { .. }), "{:?}", e),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! cudarc streams as this crate's [`Stream`].
+
+use std::ffi::c_int;
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+
+use ::cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr};
+
+use super::driver::guarded;
+use super::memory::{CudarcRead, CudarcWrite};
+use crate::dtype::DataType;
+use crate::error::{Error, Result};
+use crate::runtime::{Device, Stream};
+use crate::sys::cudart::cudaStream_t;
+
+/// The device of a cudarc context as this crate's [`Device`].
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when the ordinal does not fit a C `int`.
+pub(crate) fn device_of(ctx: &CudaContext) -> Result<Device> {
+    let ordinal = ctx.ordinal();
+    let o = c_int::try_from(ordinal)
+        .map_err(|_| Error::invalid("cudarc context ordinal", "must fit in a C int", ordinal))?;
+    Ok(Device::from_runtime(o))
+}
+
+/// Make `ctx` current on the calling thread the way every launch of this
+/// crate does (the runtime's `cudaSetDevice`, after cudarc's own
+/// `bind_to_thread`), and check that the driver then reports `ctx` as the
+/// current context: the proof that the runtime API calls of this crate and
+/// cudarc's driver API calls work in one context.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a non-primary cudarc context;
+/// [`Error::Driver`], [`Error::Cuda`]; [`Error::Unsupported`] when the
+/// runtime's context is not cudarc's.
+pub(crate) fn bind(ctx: &CudaContext) -> Result<Device> {
+    if !ctx.is_primary() {
+        return Err(Error::invalid(
+            "stream",
+            "must belong to a primary cudarc context (`CudaContext::new`): this crate's \
+             CUDA runtime calls run in each device's primary context",
+            "a non-primary context",
+        ));
+    }
+    guarded("cudarc CudaContext::bind_to_thread", || {
+        ctx.bind_to_thread()
+    })?;
+    let device = device_of(ctx)?;
+    device.set_current()?;
+    let current = guarded(
+        "cuCtxGetCurrent",
+        ::cudarc::driver::result::ctx::get_current,
+    )?;
+    if current != Some(ctx.cu_ctx()) {
+        return Err(Error::Unsupported {
+            what: format!(
+                "cudarc context of device {} is not the context the CUDA runtime makes current \
+                 for that device (driver reports {current:?}, cudarc holds {:?})",
+                ctx.ordinal(),
+                ctx.cu_ctx()
+            ),
+            needs: Some("a primary cudarc context (`CudaContext::new`)".to_string()),
+        });
+    }
+    Ok(device)
+}
+
+/// A cudarc stream usable wherever this crate takes a [`Stream`].
+///
+/// It derefs to a [`Stream`] (so `dnn::Handle::new(&s)`,
+/// `blas::Handle::new(&s)`, graph plans, collectives all take it) that
+/// names cudarc's `CUstream`, records its device (the launch-time device
+/// checks apply), is never destroyed by this crate, and keeps cudarc's
+/// `Arc<CudaStream>` (and so its context) alive for as long as any clone of
+/// that [`Stream`] lives — a handle bound to it included.
+///
+/// Memory of cudarc enters this crate's ops through [`read`](Self::read) and
+/// [`write`](Self::write), which go through cudarc's own
+/// `DevicePtr`/`DevicePtrMut` *on this stream*, so cudarc's event tracking
+/// orders the crate's work with work on cudarc's other streams. Queue the
+/// ops that use those guards on this stream (a handle bound to it).
+#[derive(Clone)]
+pub struct CudarcStream {
+    cudarc: Arc<CudaStream>,
+    stream: Stream,
+}
+
+impl fmt::Debug for CudarcStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CudarcStream")
+            .field("stream", &self.stream)
+            .field("ordinal", &self.cudarc.context().ordinal())
+            .finish()
+    }
+}
+
+impl CudarcStream {
+    /// Borrow cudarc's stream `s`: bind its context (see the module docs),
+    /// check it is the context the CUDA runtime uses, and wrap the stream
+    /// without taking ownership.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a stream of a non-primary context;
+    /// [`Error::Unsupported`] when the runtime's current context is not
+    /// cudarc's; [`Error::Driver`] / [`Error::Cuda`] from the calls.
+    pub fn new(s: &Arc<CudaStream>) -> Result<Self> {
+        let device = bind(s.context())?;
+        let raw: cudaStream_t = s.cu_stream().cast();
+        let keep: Arc<dyn std::any::Any + Send + Sync> = s.clone();
+        Ok(CudarcStream {
+            cudarc: s.clone(),
+            stream: Stream::wrap_kept(raw, false, Some(device), Some(keep)),
+        })
+    }
+
+    /// This crate's view of the stream.
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// cudarc's stream.
+    pub fn cudarc(&self) -> &Arc<CudaStream> {
+        &self.cudarc
+    }
+
+    /// Make the stream's context current on the calling thread (and check it
+    /// is the runtime's), as [`new`](Self::new) did; for a thread other than
+    /// the one that made this value.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn bind_to_thread(&self) -> Result<()> {
+        bind(self.cudarc.context()).map(|_| ())
+    }
+
+    /// Lend cudarc memory (`CudaSlice`, `CudaView`, `CudaViewMut`) to this
+    /// crate's ops for reading, through cudarc's `DevicePtr::device_ptr` on
+    /// this stream (the stream first waits for cudarc's last write of it).
+    /// The guard's [`view`](CudarcRead::view) (or `&guard`) is a
+    /// [`DeviceSlice`](crate::runtime::DeviceSlice) every op accepts; when
+    /// the guard drops, cudarc records the read on this stream, so drop it
+    /// after the ops (and plan bindings) that use it are enqueued — the
+    /// borrow checker makes sure of that.
+    ///
+    /// # Errors
+    /// [`Error::Driver`] from cudarc's event calls; [`Error::InvalidArgument`]
+    /// for a device address or size this host cannot represent.
+    pub fn read<'a, T, S>(&'a self, src: &'a S) -> Result<CudarcRead<'a, T>>
+    where
+        T: DataType + DeviceRepr,
+        S: DevicePtr<T>,
+    {
+        CudarcRead::new(src, &self.cudarc)
+    }
+
+    /// Lend cudarc memory (`CudaSlice`, `CudaViewMut`) to this crate's ops
+    /// for writing, through cudarc's `DevicePtrMut::device_ptr_mut` on this
+    /// stream (which first waits for cudarc's last reads and writes of it).
+    /// The guard lends a [`DeviceSliceMut`](crate::runtime::DeviceSliceMut)
+    /// ([`view_mut`](CudarcWrite::view_mut) or `&mut guard`); when it drops,
+    /// cudarc records the write on this stream.
+    ///
+    /// # Errors
+    /// As [`read`](Self::read).
+    pub fn write<'a, T, S>(&'a self, dst: &'a mut S) -> Result<CudarcWrite<'a, T>>
+    where
+        T: DataType + DeviceRepr,
+        S: DevicePtrMut<T>,
+    {
+        CudarcWrite::new(dst, &self.cudarc)
+    }
+}
+
+impl Deref for CudarcStream {
+    type Target = Stream;
+    fn deref(&self) -> &Stream {
+        &self.stream
+    }
+}
+
+impl AsRef<Stream> for CudarcStream {
+    fn as_ref(&self) -> &Stream {
+        &self.stream
+    }
+}
+
+impl Stream {
+    /// This crate's [`Stream`] for cudarc's stream `s` (the `Stream` of
+    /// [`CudarcStream::new`]): never destroyed by this crate, keeps `s`
+    /// alive while any clone lives, device recorded.
+    ///
+    /// # Errors
+    /// As [`CudarcStream::new`].
+    pub fn from_cudarc(s: &Arc<CudaStream>) -> Result<Stream> {
+        CudarcStream::new(s).map(|c| c.stream)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A borrowed stream value keeps its owner alive until the last clone
+    /// drops, and never destroys the raw stream (not owned). No device is
+    /// touched: the value is only made, cloned and dropped.
+    #[test]
+    fn unit_borrowed_stream_keeps_its_owner() {
+        let owner: Arc<dyn std::any::Any + Send + Sync> = Arc::new(7u32);
+        let weak = Arc::downgrade(&owner);
+        // A made-up handle: never enqueued on, and not owned (no destroy).
+        let raw = std::ptr::NonNull::<u8>::dangling().as_ptr().cast();
+        let d = Device::from_runtime(0);
+        let s = Stream::wrap_kept(raw, false, Some(d), Some(owner));
+        let c = s.clone();
+        assert!(!s.is_owned());
+        assert_eq!(s.device(), Some(d));
+        assert_eq!(s.as_raw(), raw);
+        drop(s);
+        assert!(weak.upgrade().is_some(), "a clone still keeps the owner");
+        drop(c);
+        assert!(
+            weak.upgrade().is_none(),
+            "the last clone released the owner"
+        );
+    }
+}

@@ -1,0 +1,471 @@
+//! The cudarc interop on a real device (gpu tier; skipped visibly without
+//! one, a failure under `CUDNN_RS_REQUIRE_GPU=1`): the same op through
+//! cudarc memory and through the crate's own memory gives identical
+//! results; cudarc's event tracking orders the crate's work across two
+//! cudarc streams; the stream and context are cudarc's.
+
+mod support;
+
+use std::sync::Arc;
+
+use cudnn::blas::{self, ComputeType, Layout, Matrix, MatrixMut};
+use cudnn::dnn::{
+    ActivationDescriptor, ActivationMode, DeviceTensor, DeviceTensorMut, Handle, NanPropagation,
+    TensorDescriptor,
+};
+use cudnn::graph::{ConvParams, DType, Graph, Plan, Policy, Target, TensorSpec};
+use cudnn::interop::cudarc::driver::{CudaContext, CudaStream, DriverError};
+use cudnn::interop::{self, CudarcStream};
+use cudnn::runtime::{Device, DeviceBuffer, Stream};
+use cudnn::{Error, Result};
+use half::f16;
+use support::*;
+
+fn main() {
+    run(vec![
+        gpu("cudarc_context_is_the_runtime_context", context_is_shared),
+        gpu("cudarc_relu_same_as_crate_memory", relu_same),
+        gpu("cudarc_gemm_same_as_crate_memory", gemm_same),
+        gpu(
+            "cudarc_graph_conv_bias_relu_same_as_crate_memory",
+            graph_same,
+        ),
+        gpu("cudarc_two_streams_event_tracking", two_streams),
+        gpu("cudarc_short_slice_is_a_typed_error", short_slice),
+        gpu("cudarc_handle_keeps_the_stream_alive", handle_keeps_stream),
+        gpu("cudarc_fuzz_sub_views", fuzz_sub_views),
+        #[cfg(feature = "nccl")]
+        gpu("cudarc_nccl_all_reduce_one_rank", nccl_all_reduce),
+    ])
+}
+
+fn de(call: &'static str) -> impl Fn(DriverError) -> Error {
+    move |e| interop::driver_error(call, e)
+}
+
+fn ctx_and_stream() -> Result<(Arc<CudaContext>, Arc<CudaStream>)> {
+    let ctx = interop::context(0)?;
+    let cs = ctx.new_stream().map_err(de("new_stream"))?;
+    Ok((ctx, cs))
+}
+
+/// Deterministic values in [-1, 1), exactly representable in f16.
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            f16::from_f64(((s >> 33) as f64 / (1u64 << 31) as f64) * 2.0 - 1.0).to_f32()
+        })
+        .collect()
+}
+
+fn same_bits(what: &str, a: &[f32], b: &[f32]) -> TestResult {
+    ensure!(
+        a.len() == b.len(),
+        "{what}: lengths {} and {}",
+        a.len(),
+        b.len()
+    );
+    if let Some(i) = (0..a.len()).find(|&i| a[i].to_bits() != b[i].to_bits()) {
+        return Err(format!("{what}: element {i} differs: {} vs {}", a[i], b[i]).into());
+    }
+    Ok(())
+}
+
+fn context_is_shared() -> TestResult {
+    let (ctx, cs) = ctx_and_stream()?;
+    let s = CudarcStream::new(&cs)?;
+    ensure!(
+        s.device() == Some(Device::current()?),
+        "stream device {:?}",
+        s.device()
+    );
+    ensure!(
+        s.as_raw() == cs.cu_stream().cast(),
+        "the Stream names cudarc's CUstream"
+    );
+    ensure!(!s.is_owned(), "never destroyed by this crate");
+    // The runtime's own calls (a stream, an allocation) leave cudarc's
+    // context current: one context.
+    let own = Stream::new()?;
+    let buf = DeviceBuffer::<f32>::zeroed(1024)?;
+    let cur = interop::cudarc::driver::result::ctx::get_current().map_err(de("cuCtxGetCurrent"))?;
+    ensure!(
+        cur == Some(ctx.cu_ctx()),
+        "current context {cur:?} after runtime calls, cudarc's {:?}",
+        ctx.cu_ctx()
+    );
+    drop((own, buf));
+    // Dropping the crate's value leaves cudarc's stream usable.
+    drop(s);
+    cs.synchronize().map_err(de("synchronize"))?;
+    let x = cs.clone_htod(&[1.0f32, 2.0]).map_err(de("htod"))?;
+    ensure!(
+        cs.clone_dtoh(&x).map_err(de("dtoh"))? == vec![1.0, 2.0],
+        "cudarc stream works after the borrow ends"
+    );
+    Ok(())
+}
+
+fn relu_host(x: &[f32]) -> Vec<f32> {
+    x.iter().map(|&v| v.max(0.0)).collect()
+}
+
+fn relu_same() -> TestResult {
+    let (_ctx, cs) = ctx_and_stream()?;
+    let n = 1 << 20;
+    let xs = values(n, 1);
+    let d = TensorDescriptor::<f32>::nchw(1, 16, 256, 256)?;
+    let act = ActivationDescriptor::new(ActivationMode::Relu, NanPropagation::Propagate)?;
+    // Through cudarc memory on cudarc's stream.
+    let s = CudarcStream::new(&cs)?;
+    let x = cs.clone_htod(&xs).map_err(de("htod"))?;
+    let mut y = cs.clone_htod(&vec![f32::NAN; n]).map_err(de("htod"))?;
+    let mut h = Handle::new(&s)?;
+    {
+        let (xr, mut yw) = (s.read(&x)?, s.write(&mut y)?);
+        h.activation_forward(
+            &act,
+            1.0,
+            DeviceTensor::new(&d, &xr)?,
+            0.0,
+            DeviceTensorMut::new(&d, &mut yw)?,
+        )?;
+    }
+    let via_cudarc = cs.clone_dtoh(&y).map_err(de("dtoh"))?;
+    // Through the crate's memory on its own stream.
+    let own = Stream::new()?;
+    let mut h2 = Handle::new(&own)?;
+    let xb = DeviceBuffer::from_host(&xs)?;
+    let mut yb = DeviceBuffer::from_host(&vec![f32::NAN; n])?;
+    h2.activation_forward(
+        &act,
+        1.0,
+        DeviceTensor::new(&d, &xb)?,
+        0.0,
+        DeviceTensorMut::new(&d, &mut yb)?,
+    )?;
+    own.synchronize()?;
+    let via_crate = yb.to_vec()?;
+    same_bits("relu cudarc vs crate", &via_cudarc, &via_crate)?;
+    same_bits("relu vs host", &via_crate, &relu_host(&xs))
+}
+
+fn gemm_same() -> TestResult {
+    let (_ctx, cs) = ctx_and_stream()?;
+    let (m, n, k) = (128, 96, 64);
+    let (la, lb, lc) = (
+        Layout::row_major(m, k),
+        Layout::row_major(k, n),
+        Layout::row_major(m, n),
+    );
+    let (a, b) = (values(m * k, 2), values(k * n, 3));
+    let s = CudarcStream::new(&cs)?;
+    let blas_c = blas::Handle::new(&s)?;
+    let (da, db) = (
+        cs.clone_htod(&a).map_err(de("htod"))?,
+        cs.clone_htod(&b).map_err(de("htod"))?,
+    );
+    let mut dc = cs.clone_htod(&vec![f32::NAN; m * n]).map_err(de("htod"))?;
+    {
+        let (ar, br, mut cw) = (s.read(&da)?, s.read(&db)?, s.write(&mut dc)?);
+        blas_c.gemm(
+            1.0,
+            Matrix::new(&ar, la),
+            Matrix::new(&br, lb),
+            0.0,
+            MatrixMut::new(&mut cw, lc),
+            ComputeType::Default,
+        )?;
+    }
+    let via_cudarc = cs.clone_dtoh(&dc).map_err(de("dtoh"))?;
+    let own = Stream::new()?;
+    let blas_o = blas::Handle::new(&own)?;
+    let (ea, eb) = (DeviceBuffer::from_host(&a)?, DeviceBuffer::from_host(&b)?);
+    let mut ec = DeviceBuffer::from_host(&vec![f32::NAN; m * n])?;
+    blas_o.gemm(
+        1.0,
+        Matrix::new(&ea, la),
+        Matrix::new(&eb, lb),
+        0.0,
+        MatrixMut::new(&mut ec, lc),
+        ComputeType::Default,
+    )?;
+    own.synchronize()?;
+    same_bits("gemm cudarc vs crate", &via_cudarc, &ec.to_vec()?)?;
+    // And against the host (f64 accumulate; f32 bound).
+    for i in 0..m {
+        for j in 0..n {
+            let want: f64 = (0..k)
+                .map(|p| f64::from(a[i * k + p]) * f64::from(b[p * n + j]))
+                .sum();
+            let got = f64::from(via_cudarc[i * n + j]);
+            let err = (got - want).abs() / want.abs().max(1.0);
+            ensure!(
+                err.is_finite() && err <= 1e-4,
+                "gemm ({i},{j}): {got} vs {want}"
+            );
+        }
+    }
+    Ok(())
+}
+
+fn conv_graph() -> Result<Graph> {
+    let mut g = Graph::new();
+    let x = g.input("x", TensorSpec::nhwc(DType::F16, &[2, 16, 12, 12])?)?;
+    let w = g.input("w", TensorSpec::nhwc(DType::F16, &[32, 16, 3, 3])?)?;
+    let b = g.input("bias", TensorSpec::nhwc(DType::F16, &[1, 32, 1, 1])?)?;
+    let y = g.conv_fprop(x, w, &ConvParams::new_2d([1, 1], [1, 1], [1, 1]))?;
+    let y = g.bias(y, b)?;
+    let y = g.relu(y)?;
+    g.output(y, DType::F16)?;
+    g.rename(y, "y")?;
+    Ok(g)
+}
+
+fn graph_same() -> TestResult {
+    let (_ctx, cs) = ctx_and_stream()?;
+    let (plan, _) = Plan::build(
+        &conv_graph()?.build()?,
+        &Target::device(0)?,
+        &Policy::default(),
+    )?;
+    let h16 = |v: Vec<f32>| v.into_iter().map(f16::from_f32).collect::<Vec<_>>();
+    let (x, w, b) = (
+        h16(values(2 * 16 * 144, 4)),
+        h16(values(32 * 16 * 9, 5)),
+        h16(values(32, 6)),
+    );
+    let ny = 2 * 32 * 144;
+    let s = CudarcStream::new(&cs)?;
+    let mut h = Handle::new(&s)?;
+    let (cx, cw, cb) = (
+        cs.clone_htod(&x).map_err(de("htod"))?,
+        cs.clone_htod(&w).map_err(de("htod"))?,
+        cs.clone_htod(&b).map_err(de("htod"))?,
+    );
+    let mut cy = cs.clone_htod(&vec![f16::NAN; ny]).map_err(de("htod"))?;
+    {
+        let (xr, wr, br, mut yw) = (s.read(&cx)?, s.read(&cw)?, s.read(&cb)?, s.write(&mut cy)?);
+        let mut bind = plan.bindings();
+        bind.input("x", &xr)?
+            .input("w", &wr)?
+            .input("bias", &br)?
+            .output("y", &mut yw)?;
+        // Twice with the same bindings (the cached variant pack).
+        plan.execute(&mut h, &mut bind)?;
+        plan.execute(&mut h, &mut bind)?;
+    }
+    let via_cudarc: Vec<f32> = cs
+        .clone_dtoh(&cy)
+        .map_err(de("dtoh"))?
+        .into_iter()
+        .map(f16::to_f32)
+        .collect();
+    let own = Stream::new()?;
+    let mut h2 = Handle::new(&own)?;
+    let (ex, ew, eb) = (
+        DeviceBuffer::from_host(&x)?,
+        DeviceBuffer::from_host(&w)?,
+        DeviceBuffer::from_host(&b)?,
+    );
+    let mut ey = DeviceBuffer::from_host(&vec![f16::NAN; ny])?;
+    {
+        let mut bind = plan.bindings();
+        bind.input("x", &ex)?
+            .input("w", &ew)?
+            .input("bias", &eb)?
+            .output("y", &mut ey)?;
+        plan.execute(&mut h2, &mut bind)?;
+    }
+    own.synchronize()?;
+    let via_crate: Vec<f32> = ey.to_vec()?.into_iter().map(f16::to_f32).collect();
+    ensure!(
+        via_crate.iter().all(|v| v.is_finite() && *v >= 0.0),
+        "relu output"
+    );
+    same_bits("graph conv cudarc vs crate", &via_cudarc, &via_crate)
+}
+
+fn two_streams() -> TestResult {
+    let ctx = interop::context(0)?;
+    ensure!(
+        ctx.is_event_tracking(),
+        "cudarc event tracking is on by default"
+    );
+    let s1 = ctx.new_stream().map_err(de("new_stream"))?;
+    let s2 = ctx.new_stream().map_err(de("new_stream"))?;
+    ensure!(
+        ctx.is_in_multi_stream_mode(),
+        "two streams: multi-stream mode"
+    );
+    let on2 = CudarcStream::new(&s2)?;
+    let mut h = Handle::new(&on2)?;
+    let n = 1 << 22;
+    let d = TensorDescriptor::<f32>::nchw(1, 64, 256, 256)?;
+    let act = ActivationDescriptor::new(ActivationMode::Relu, NanPropagation::Propagate)?;
+    for round in 0..6u64 {
+        let xs = values(n, 100 + round);
+        // Written on s1 (cudarc records the write on s1).
+        let x = s1.clone_htod(&xs).map_err(de("htod"))?;
+        let mut y = s1.clone_htod(&vec![f32::NAN; n]).map_err(de("htod"))?;
+        // Read and written by the crate on s2: s2 waits for s1's writes.
+        {
+            let (xr, mut yw) = (on2.read(&x)?, on2.write(&mut y)?);
+            h.activation_forward(
+                &act,
+                1.0,
+                DeviceTensor::new(&d, &xr)?,
+                0.0,
+                DeviceTensorMut::new(&d, &mut yw)?,
+            )?;
+        }
+        // Read back on s1: s1 waits for the crate's write on s2.
+        let got = s1.clone_dtoh(&y).map_err(de("dtoh"))?;
+        same_bits(&format!("round {round}"), &got, &relu_host(&xs))?;
+    }
+    Ok(())
+}
+
+fn short_slice() -> TestResult {
+    let (_ctx, cs) = ctx_and_stream()?;
+    let s = CudarcStream::new(&cs)?;
+    let d = TensorDescriptor::<f32>::nchw(1, 1, 4, 4)?;
+    let x = cs.clone_htod(&[1.0f32; 15]).map_err(de("htod"))?;
+    let xr = s.read(&x)?;
+    ensure!(xr.len() == 15 && xr.device().ordinal() == 0, "guard {xr:?}");
+    match DeviceTensor::new(&d, &xr) {
+        Err(Error::Mismatch { .. }) => Ok(()),
+        other => Err(format!("15 elements for 16: {other:?}").into()),
+    }
+}
+
+fn handle_keeps_stream() -> TestResult {
+    let ctx = interop::context(0)?;
+    let cs = ctx.new_stream().map_err(de("new_stream"))?;
+    let s = CudarcStream::new(&cs)?;
+    let mut h = Handle::new(&s)?;
+    let weak = Arc::downgrade(&cs);
+    drop(s);
+    drop(cs);
+    ensure!(weak.upgrade().is_some(), "the handle keeps cudarc's stream");
+    let cs = weak.upgrade().ok_or("stream gone")?;
+    let s = CudarcStream::new(&cs)?;
+    let d = TensorDescriptor::<f32>::nchw(1, 1, 2, 2)?;
+    let act = ActivationDescriptor::new(ActivationMode::Relu, NanPropagation::Propagate)?;
+    let x = cs
+        .clone_htod(&[-1.0f32, 2.0, -3.0, 4.0])
+        .map_err(de("htod"))?;
+    let mut y = cs.alloc_zeros::<f32>(4).map_err(de("alloc"))?;
+    {
+        let (xr, mut yw) = (s.read(&x)?, s.write(&mut y)?);
+        h.activation_forward(
+            &act,
+            1.0,
+            DeviceTensor::new(&d, &xr)?,
+            0.0,
+            DeviceTensorMut::new(&d, &mut yw)?,
+        )?;
+    }
+    let got = cs.clone_dtoh(&y).map_err(de("dtoh"))?;
+    ensure!(got == vec![0.0, 2.0, 0.0, 4.0], "relu {got:?}");
+    drop(h);
+    drop(s);
+    drop(cs);
+    ensure!(weak.upgrade().is_none(), "released with the handle");
+    Ok(())
+}
+
+/// Random sub-views of a cudarc slice lent through the guards: each guard's
+/// length is the view's, its data are the view's elements (read back through
+/// this crate's copy), and a descriptor longer than the view is a typed
+/// error; never a panic.
+fn fuzz_sub_views() -> TestResult {
+    let (_ctx, cs) = ctx_and_stream()?;
+    let s = CudarcStream::new(&cs)?;
+    let n = 1000usize;
+    let host: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let mut x = cs.clone_htod(&host).map_err(de("htod"))?;
+    // The crate's `to_vec` copies on the legacy stream, which a cudarc
+    // (non-blocking) stream does not order with: finish the upload first.
+    cs.synchronize().map_err(de("synchronize"))?;
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = |m: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % (m as u64 + 1)) as usize
+    };
+    for case in 0..300 {
+        let (a, b) = (next(n + 8), next(n + 8));
+        let Some(view) = x.try_slice(a..b) else {
+            ensure!(
+                a > b || b > n,
+                "case {case}: cudarc refused {a}..{b} of {n}"
+            );
+            continue;
+        };
+        let g = s.read(&view)?;
+        ensure!(
+            g.len() == b - a,
+            "case {case}: guard length {} for {a}..{b}",
+            g.len()
+        );
+        if !g.is_empty() {
+            let got = g.view().to_vec()?;
+            ensure!(
+                got.as_slice() == &host[a..b],
+                "case {case}: data of {a}..{b}"
+            );
+        }
+        let d = TensorDescriptor::<f32>::nchw(1, 1, 1, b - a + 1)?;
+        ensure!(
+            matches!(DeviceTensor::new(&d, &g), Err(Error::Mismatch { .. })),
+            "case {case}: a descriptor one longer than the view is refused"
+        );
+        drop(g);
+        if let Some(mut vm) = x.try_slice_mut(a..b) {
+            let mut w = s.write(&mut vm)?;
+            ensure!(
+                w.view_mut().len() == b - a,
+                "case {case}: write guard length"
+            );
+        }
+    }
+    cs.synchronize().map_err(de("synchronize"))?;
+    Ok(())
+}
+
+/// A collective on cudarc memory and cudarc's stream: a one-rank sum
+/// all-reduce copies its input, and a group borrows the guards until it ends.
+#[cfg(feature = "nccl")]
+fn nccl_all_reduce() -> TestResult {
+    use cudnn::nccl::{self, Communicator, ReduceOp};
+    let (_ctx, cs) = ctx_and_stream()?;
+    let s = CudarcStream::new(&cs)?;
+    let comms = Communicator::init_all(&[Device::new(0)?])?;
+    let comm = comms.first().ok_or("no communicator")?;
+    let xs = values(4096, 11);
+    let x = cs.clone_htod(&xs).map_err(de("htod"))?;
+    let mut y = cs.clone_htod(&vec![f32::NAN; 4096]).map_err(de("htod"))?;
+    let mut z = cs.clone_htod(&vec![f32::NAN; 4096]).map_err(de("htod"))?;
+    {
+        let (xr, mut yw) = (s.read(&x)?, s.write(&mut y)?);
+        comm.all_reduce(&xr, &mut yw, ReduceOp::Sum, &s)?;
+        let mut zw = s.write(&mut z)?;
+        nccl::group(|g| g.all_reduce(comm, &xr, &mut zw, ReduceOp::Max, &s))?;
+    }
+    same_bits(
+        "all_reduce sum, one rank",
+        &cs.clone_dtoh(&y).map_err(de("dtoh"))?,
+        &xs,
+    )?;
+    same_bits(
+        "grouped all_reduce max, one rank",
+        &cs.clone_dtoh(&z).map_err(de("dtoh"))?,
+        &xs,
+    )
+}
