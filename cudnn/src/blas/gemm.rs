@@ -877,6 +877,8 @@ impl Handle {
             c.iter_mut()
                 .map(|m| m.data_mut().as_raw_mut() as usize as i64),
         );
+        let hazard = crate::runtime::Hazard::HostUpload("the GEMM pointer table");
+        crate::runtime::forbid_during_capture("gemm_batched", self.stream(), hazard)?;
         let table = DeviceBuffer::<i64>::scratch_from_host(ptrs, self.stream())
             .map_err(|e| e.with_context("copying the GEMM pointer arrays to the device"))?;
         let base = table.as_ptr();

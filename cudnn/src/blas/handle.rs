@@ -321,6 +321,11 @@ impl Handle {
     /// as [`enter`](Handle::enter).
     pub(crate) fn launch(&self, op: &str, args: &[(&str, Option<Device>)]) -> Result<DeviceGuard> {
         crate::runtime::check_args(op, self.device, args)?;
+        if self.workspace.is_none() {
+            // cuBLAS would take workspace from its own pool inside a capture.
+            let hazard = crate::runtime::Hazard::ImplicitWorkspace;
+            crate::runtime::forbid_during_capture(op, &self.stream, hazard)?;
+        }
         self.enter()
     }
 

@@ -314,7 +314,8 @@ impl Plan {
     /// # Errors
     /// As [`build_all`](Self::build_all); the handle's device of another
     /// architecture than `target` (typed `Unsupported`, before anything
-    /// runs); allocation or execution failures.
+    /// runs); allocation or execution failures; [`Error::CaptureUnsafe`]
+    /// while the handle's stream is capturing (tune before the capture).
     pub fn autotune(
         graph: &OpGraph,
         target: &Target,
@@ -322,7 +323,12 @@ impl Plan {
         handle: &mut crate::dnn::Handle,
         iterations: usize,
     ) -> Result<(Plan, Timings)> {
-        use crate::runtime::{DeviceBuffer, Event};
+        use crate::runtime::{DeviceBuffer, Event, Hazard};
+        crate::runtime::forbid_during_capture(
+            "Plan::autotune",
+            handle.stream(),
+            Hazard::AlgorithmSearch,
+        )?;
         let (plans, _) = Self::build_all(graph, target, policy)?;
         // The target's architecture must be the handle's device's, as for
         // `execute` (every plan of `build_all` has the same target).

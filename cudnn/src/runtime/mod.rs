@@ -2,10 +2,12 @@
 
 mod affinity;
 mod buffer;
+mod capture;
 mod convert;
 mod copy;
 mod device;
 mod event;
+mod graph;
 mod host;
 mod scope;
 mod stream;
@@ -16,6 +18,8 @@ pub(crate) use affinity::{check_args, check_device};
 pub use buffer::*;
 pub use device::*;
 pub use event::*;
+pub use capture::{CaptureStatus, Hazard, capture_rule, forbid_during_capture};
+pub use graph::{CaptureMode, Graph, GraphExec};
 pub use host::*;
 pub use scope::*;
 pub(crate) use stream::check_stream_thread;
