@@ -4,7 +4,8 @@
 //!   softmax, cuBLAS GEMM, a graph-API plan) give results bit-identical to
 //!   the eager run of the same call (outputs poisoned with NaN before);
 //! - the capture-unsafe calls (a cuDNN workspace growth, an exhaustive
-//!   search, cuBLAS without a workspace, the batched-GEMM pointer table)
+//!   search, cuBLAS without a workspace, the batched-GEMM pointer table,
+//!   `cudaMalloc` and a stream synchronization inside the capture closure)
 //!   return `Error::CaptureUnsafe` during the capture, queue nothing, and
 //!   the capture stays usable: the graph ended afterwards replays the safe
 //!   work correctly;
@@ -221,6 +222,13 @@ fn unsafe_calls_are_refused_and_capture_stays_usable() -> R {
         };
         let r = ConvProblem::forward(&xd, &wd, &cd)?.plan(&mut h, &search);
         expect_capture_unsafe("exhaustive search", r.map(|_| ()))
+            .map_err(|e| Error::invalid("test", "", format!("{e:?}")))?;
+        expect_capture_unsafe(
+            "cudaMalloc in the scope",
+            DeviceBuffer::<f32>::alloc(16).map(|_| ()),
+        )
+        .map_err(|e| Error::invalid("test", "", format!("{e:?}")))?;
+        expect_capture_unsafe("synchronize in the scope", s.synchronize())
             .map_err(|e| Error::invalid("test", "", format!("{e:?}")))?;
         ensure_active(s)?;
         // The capture is still usable: record the real work.

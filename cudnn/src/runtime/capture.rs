@@ -166,6 +166,44 @@ pub fn forbid_during_capture(op: &str, stream: &Stream, hazard: Hazard) -> Resul
     capture_rule(op, status, &hazard)
 }
 
+thread_local! {
+    /// How many [`Stream::capture`] scopes are open on this thread.
+    static SCOPES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Marks this thread as inside a capture scope while it lives.
+pub(crate) struct ScopeMark(());
+
+impl ScopeMark {
+    pub(crate) fn enter() -> Self {
+        SCOPES.with(|s| s.set(s.get().saturating_add(1)));
+        ScopeMark(())
+    }
+}
+
+impl Drop for ScopeMark {
+    fn drop(&mut self) {
+        SCOPES.with(|s| s.set(s.get().saturating_sub(1)));
+    }
+}
+
+/// For calls that name no stream (`cudaMalloc`, synchronous `cudaMemcpy`,
+/// a stream synchronization): refused inside a [`Stream::capture`] closure
+/// on this thread, where the runtime would invalidate the capture (global
+/// mode) or record something that is not stream work. A thread-local
+/// counter: no runtime call.
+///
+/// # Errors
+/// [`Error::CaptureUnsafe`] inside a capture scope.
+pub(crate) fn forbid_in_capture_scope(op: &str, hazard: Hazard) -> Result<()> {
+    let status = if SCOPES.with(|s| s.get()) > 0 {
+        CaptureStatus::Active
+    } else {
+        CaptureStatus::None
+    };
+    capture_rule(op, status, &hazard)
+}
+
 impl Stream {
     /// Whether the stream is being captured into a CUDA graph
     /// (`cudaStreamIsCapturing`; a host-side query that queues nothing).
@@ -245,6 +283,22 @@ mod tests {
              before the capture (run the op once eagerly, or reserve_workspace(4096) on the \
              cuDNN handle)"
         );
+    }
+
+    #[test]
+    fn unit_scope_mark_counts_nested_scopes_on_this_thread() {
+        assert!(forbid_in_capture_scope("alloc", Hazard::Allocation).is_ok());
+        {
+            let _a = ScopeMark::enter();
+            let _b = ScopeMark::enter();
+            assert!(forbid_in_capture_scope("alloc", Hazard::Allocation).is_err());
+            // Another thread is not inside the scope.
+            let other = std::thread::spawn(|| {
+                forbid_in_capture_scope("alloc", Hazard::Allocation).is_ok()
+            });
+            assert!(other.join().unwrap_or(false));
+        }
+        assert!(forbid_in_capture_scope("alloc", Hazard::Allocation).is_ok());
     }
 
     #[test]

@@ -42,12 +42,14 @@
 //!    launch (same stream, or events), as for any kernel;
 //! 3. nothing the captured work reads is a host pointer that is gone.
 //!
-//! Capturing and instantiating are safe: they queue nothing. The global
-//! capture mode (the default) also makes the runtime refuse `cudaMalloc`,
-//! `cudaFree` and synchronizing calls from any thread during the capture,
-//! so a buffer freed or made inside the closure invalidates the capture
-//! rather than leaving a dangling address in the graph. There is no relaxed
-//! mode: it lets those calls through.
+//! Capturing and instantiating are safe: they queue nothing. Inside the
+//! closure, the crate's own `cudaMalloc`, synchronous copies and stream
+//! synchronizations return [`Error::CaptureUnsafe`] (a thread-local scope
+//! mark, no runtime call); the global capture mode (the default) also makes
+//! the runtime refuse `cudaMalloc`, `cudaFree` and synchronizing calls from
+//! any thread during the capture, so a buffer freed inside the closure
+//! invalidates the capture rather than leaving a dangling address in the
+//! graph. There is no relaxed mode: it lets those calls through.
 //!
 //! # Updating
 //! [`GraphExec::update`] (`cudaGraphExecUpdate`) re-points an executable
@@ -191,7 +193,10 @@ impl Stream {
             stream: self,
             open: true,
         };
-        f(self)?; // an error drops `scope`, which ends the capture
+        {
+            let _mark = super::capture::ScopeMark::enter();
+            f(self)?; // an error drops `scope`, which ends the capture
+        }
         scope.end()
     }
 }

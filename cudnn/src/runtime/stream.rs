@@ -383,6 +383,7 @@ impl Stream {
     /// asynchronous work on the stream.
     #[doc(alias = "cudaStreamSynchronize")]
     pub fn synchronize(&self) -> Result<()> {
+        super::capture::forbid_in_capture_scope("Stream::synchronize", super::Hazard::HostSync)?;
         let _on = self.enter("synchronizing a stream")?;
         let rt = check::cudart()?;
         // SAFETY: `raw` is a valid stream (owned, or guaranteed by `from_raw`'s contract).
