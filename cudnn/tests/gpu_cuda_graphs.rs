@@ -11,7 +11,7 @@
 //!   work correctly;
 //! - a closure's error or panic ends the capture (the stream is usable and
 //!   not capturing afterwards);
-//! - `GraphExec::update` re-points a graph at new buffers (the old output is
+//! - `CudaGraphExec::update` re-points a graph at new buffers (the old output is
 //!   left alone), and refuses a changed topology with `Error::GraphUpdate`;
 //! - the native cuDNN graph of a plan (`Plan::cuda_graph`) equals the
 //!   captured and the eager run, and follows `update_cuda_graph`.
@@ -21,7 +21,7 @@ mod support;
 use cudnn::blas::{self, ComputeType, Layout, Matrix, MatrixMut, Order};
 use cudnn::dnn::*;
 use cudnn::runtime::{
-    CaptureMode, CaptureStatus, Device, DeviceBuffer, Graph, GraphExec, Stream,
+    CaptureMode, CaptureStatus, Device, DeviceBuffer, CudaGraph, CudaGraphExec, Stream,
 };
 use cudnn::Error;
 use support::*;
@@ -56,7 +56,7 @@ fn same(what: &str, got: &[f32], want: &[f32]) -> R {
     Ok(())
 }
 
-fn replay(exec: &GraphExec, stream: &Stream, times: usize) -> R {
+fn replay(exec: &CudaGraphExec, stream: &Stream, times: usize) -> R {
     for _ in 0..times {
         // SAFETY: every buffer, handle and plan the captured work uses lives
         // in the calling test until after the stream is synchronized.
@@ -66,7 +66,7 @@ fn replay(exec: &GraphExec, stream: &Stream, times: usize) -> R {
     Ok(())
 }
 
-fn instantiate(g: &Graph) -> R<GraphExec> {
+fn instantiate(g: &CudaGraph) -> R<CudaGraphExec> {
     ensure!(g.node_count()? > 0, "the capture recorded no node");
     Ok(g.instantiate()?)
 }

@@ -1,5 +1,5 @@
-//! CUDA graphs: capture a stream's work into a [`Graph`], instantiate it
-//! into a [`GraphExec`], replay it, update it from a new capture.
+//! CUDA graphs: capture a stream's work into a [`CudaGraph`], instantiate it
+//! into a [`CudaGraphExec`], replay it, update it from a new capture.
 //!
 //! ```no_run
 //! use cudnn::runtime::{CaptureMode, Stream};
@@ -22,7 +22,7 @@
 //! capture: when the closure returns an error, when it panics (the scope's
 //! guard ends it while unwinding), and when the runtime invalidated the
 //! capture. Only a closure that returns `Ok` on a capture the runtime kept
-//! gives a [`Graph`]. Calls that cannot be captured (a workspace growth, an
+//! gives a [`CudaGraph`]. Calls that cannot be captured (a workspace growth, an
 //! algorithm search, a host upload: see [`Hazard`](super::Hazard)) return
 //! [`Error::CaptureUnsafe`] instead of corrupting the capture.
 //!
@@ -33,7 +33,7 @@
 //! executable graph lives; but a replayed training or decoding step must let
 //! the host write the next inputs and read the outputs between launches,
 //! which such a borrow forbids (an output is borrowed mutably by the
-//! capture). So [`GraphExec::launch`] is `unsafe`, with this contract:
+//! capture). So [`CudaGraphExec::launch`] is `unsafe`, with this contract:
 //!
 //! 1. every device allocation the captured work touched is still allocated
 //!    and was not reallocated (no buffer dropped or replaced, no handle
@@ -52,7 +52,7 @@
 //! graph. There is no relaxed mode: it lets those calls through.
 //!
 //! # Updating
-//! [`GraphExec::update`] (`cudaGraphExecUpdate`) re-points an executable
+//! [`CudaGraphExec::update`] (`cudaGraphExecUpdate`) re-points an executable
 //! graph at the parameters of a new capture of the same work (new buffers,
 //! new scalars) without a new instantiation; when the topology or a node's
 //! kind changed it returns [`Error::GraphUpdate`] and the executable graph
@@ -60,7 +60,7 @@
 //!
 //! # Threads
 //! Graph objects are not internally synchronized (CUDA Runtime API, "Graph
-//! object thread safety"): [`Graph`] and [`GraphExec`] are `Send`, not
+//! object thread safety"): [`CudaGraph`] and [`CudaGraphExec`] are `Send`, not
 //! `Sync`.
 
 use std::fmt;
@@ -128,14 +128,14 @@ struct CaptureScope<'s> {
 
 impl CaptureScope<'_> {
     /// End the capture and take the graph.
-    fn end(mut self) -> Result<Graph> {
+    fn end(mut self) -> Result<CudaGraph> {
         self.open = false;
         let rt = check::cudart()?;
         let _on = self.stream.enter("ending a stream capture")?;
         let mut g: cudart::cudaGraph_t = ptr::null_mut();
         // SAFETY: the stream is capturing (we began it) and `g` is a valid out-pointer.
         let r = unsafe { cuda_call!(rt, cudaStreamEndCapture(self.stream.as_raw(), &mut g)) };
-        let g = Graph::adopt(g, self.stream.device());
+        let g = CudaGraph::adopt(g, self.stream.device());
         r.map_err(|e| {
             e.with_context("the capture was invalidated by an uncapturable call in the scope")
         })?;
@@ -152,19 +152,19 @@ impl Drop for CaptureScope<'_> {
             let _on = self.stream.enter("ending a stream capture");
             let mut g: cudart::cudaGraph_t = ptr::null_mut();
             // SAFETY: the stream is capturing (we began it); the graph, if
-            // any, is ours and destroyed by `Graph`'s drop. Status ignored:
+            // any, is ours and destroyed by `CudaGraph`'s drop. Status ignored:
             // Drop must not fail, and ending is all that matters.
             let _ = unsafe { rt.cudaStreamEndCapture(self.stream.as_raw(), &mut g) };
-            drop(Graph::adopt(g, self.stream.device()));
+            drop(CudaGraph::adopt(g, self.stream.device()));
         }
     }
 }
 
 impl Stream {
-    /// Capture the work `f` queues on this stream into a [`Graph`]
+    /// Capture the work `f` queues on this stream into a [`CudaGraph`]
     /// (`cudaStreamBeginCapture` … `cudaStreamEndCapture`). The capture
     /// always ends, also when `f` fails or panics; see the
-    /// [module docs](crate::runtime::Graph).
+    /// [module docs](crate::runtime::CudaGraph).
     ///
     /// Run the step once eagerly first (it sizes every workspace and builds
     /// every plan); a call that would allocate, search or upload during the
@@ -177,7 +177,7 @@ impl Stream {
     /// [`Error::WrongThread`]; [`Error::Load`].
     #[doc(alias = "cudaStreamBeginCapture")]
     #[doc(alias = "cudaStreamEndCapture")]
-    pub fn capture<F>(&self, mode: CaptureMode, f: F) -> Result<Graph>
+    pub fn capture<F>(&self, mode: CaptureMode, f: F) -> Result<CudaGraph>
     where
         F: FnOnce(&Stream) -> Result<()>,
     {
@@ -203,28 +203,28 @@ impl Stream {
 
 /// A captured CUDA graph (`cudaGraph_t`): a template; instantiate it to run
 /// it. Destroyed on drop.
-pub struct Graph {
+pub struct CudaGraph {
     raw: NonNull<CUgraph_st>,
     device: Option<Device>,
 }
 
 // SAFETY: graph objects may be used from any thread but are not internally
-// synchronized (CUDA Runtime API, "Graph object thread safety"); `Graph` is
+// synchronized (CUDA Runtime API, "Graph object thread safety"); `CudaGraph` is
 // not `Sync`, so one thread at a time uses it.
-unsafe impl Send for Graph {}
+unsafe impl Send for CudaGraph {}
 
-impl fmt::Debug for Graph {
+impl fmt::Debug for CudaGraph {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Graph")
+        f.debug_struct("CudaGraph")
             .field("raw", &self.raw)
             .field("device", &self.device.map(|d| d.ordinal()))
             .finish()
     }
 }
 
-impl Graph {
+impl CudaGraph {
     fn adopt(raw: cudart::cudaGraph_t, device: Option<Device>) -> Option<Self> {
-        NonNull::new(raw).map(|raw| Graph { raw, device })
+        NonNull::new(raw).map(|raw| CudaGraph { raw, device })
     }
 
     /// Take ownership of a graph made elsewhere (destroyed on drop).
@@ -268,7 +268,7 @@ impl Graph {
     /// # Errors
     /// [`Error::Cuda`] from the runtime; [`Error::Load`].
     #[doc(alias = "cudaGraphInstantiate")]
-    pub fn instantiate(&self) -> Result<GraphExec> {
+    pub fn instantiate(&self) -> Result<CudaGraphExec> {
         let rt = check::cudart()?;
         let _on = match self.device {
             Some(d) => d.guard()?,
@@ -279,14 +279,14 @@ impl Graph {
         unsafe { cuda_call!(rt, cudaGraphInstantiateWithFlags(&mut e, self.as_raw(), 0)) }?;
         let raw = NonNull::new(e)
             .ok_or_else(|| Error::invalid("graph", "cudaGraphInstantiate returned null", "null"))?;
-        Ok(GraphExec {
+        Ok(CudaGraphExec {
             raw,
             device: self.device,
         })
     }
 }
 
-impl Drop for Graph {
+impl Drop for CudaGraph {
     fn drop(&mut self) {
         if let Ok(rt) = check::cudart() {
             // SAFETY: we own the graph; destroying a template does not
@@ -298,18 +298,18 @@ impl Drop for Graph {
 
 /// An executable CUDA graph (`cudaGraphExec_t`). Destroyed on drop (the
 /// runtime waits for launches still in flight to finish first).
-pub struct GraphExec {
+pub struct CudaGraphExec {
     raw: NonNull<CUgraphExec_st>,
     device: Option<Device>,
 }
 
-// SAFETY: as for `Graph`: usable from any thread, not internally
+// SAFETY: as for `CudaGraph`: usable from any thread, not internally
 // synchronized, so `Send` and not `Sync`.
-unsafe impl Send for GraphExec {}
+unsafe impl Send for CudaGraphExec {}
 
-impl fmt::Debug for GraphExec {
+impl fmt::Debug for CudaGraphExec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GraphExec")
+        f.debug_struct("CudaGraphExec")
             .field("raw", &self.raw)
             .field("device", &self.device.map(|d| d.ordinal()))
             .finish()
@@ -339,7 +339,7 @@ pub(crate) fn update_result_name(r: cudaGraphExecUpdateResult) -> &'static str {
     }
 }
 
-impl GraphExec {
+impl CudaGraphExec {
     /// The raw `cudaGraphExec_t` (still owned by `self`).
     pub fn as_raw(&self) -> cudart::cudaGraphExec_t {
         self.raw.as_ptr()
@@ -361,7 +361,7 @@ impl GraphExec {
     /// Replay the graph on `stream` (`cudaGraphLaunch`); asynchronous.
     ///
     /// # Safety
-    /// The contract in the [module docs](crate::runtime::Graph): every
+    /// The contract in the [module docs](crate::runtime::CudaGraph): every
     /// allocation the captured work touched is alive and was not
     /// reallocated, and other accesses to it are ordered with this launch.
     ///
@@ -404,7 +404,7 @@ impl GraphExec {
     /// executable graph is unchanged: instantiate `graph` instead);
     /// [`Error::Cuda`] for other failures; [`Error::MissingSymbol`].
     #[doc(alias = "cudaGraphExecUpdate")]
-    pub fn update(&mut self, graph: &Graph) -> Result<()> {
+    pub fn update(&mut self, graph: &CudaGraph) -> Result<()> {
         let rt = check::cudart()?;
         let mut info = cudaGraphExecUpdateResultInfo {
             result: cudaGraphExecUpdateResult::cudaGraphExecUpdateSuccess,
@@ -435,7 +435,7 @@ fn check_capturable_launch(stream: &Stream) -> Result<()> {
     super::check_stream_thread("the stream of a graph launch", stream)
 }
 
-impl Drop for GraphExec {
+impl Drop for CudaGraphExec {
     fn drop(&mut self) {
         if let Ok(rt) = check::cudart() {
             // SAFETY: we own the executable graph. The runtime keeps it alive

@@ -19,7 +19,7 @@ pub use buffer::*;
 pub use device::*;
 pub use event::*;
 pub use capture::{CaptureStatus, Hazard, capture_rule, forbid_during_capture};
-pub use graph::{CaptureMode, Graph, GraphExec};
+pub use graph::{CaptureMode, CudaGraph, CudaGraphExec};
 pub use host::*;
 pub use scope::*;
 pub(crate) use stream::check_stream_thread;
