@@ -33,6 +33,7 @@
 pub mod backend;
 mod bindings;
 mod cache;
+mod cuda_graph;
 pub mod driver;
 #[allow(clippy::module_inception)]
 mod graph;
@@ -57,6 +58,10 @@ pub use ops::norm::{NormGrads, NormMode, NormOutputs, NormPhase, RunningStats};
 pub use ops::pointwise::{Arity, Pointwise};
 pub use ops::reduction::Reduce;
 pub use ops::sdpa::{AttnLayout, Dropout, SdpaBackward, SdpaConfig, SdpaForward, SdpaImpl};
+pub use cuda_graph::{
+    NATIVE_CUDA_GRAPH_FAULTY, NATIVE_CUDA_GRAPH_MIN, PlanCudaGraph, native_cuda_graph_engine_rule,
+    native_cuda_graph_rule,
+};
 pub use plan::{BuildReport, Plan, Timings};
 pub use plan_json::check as check_plan_json;
 pub use target::{DeviceProperties, DeviceSpec, REQUIRED_FIELDS, Target};
