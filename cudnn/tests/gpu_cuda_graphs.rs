@@ -24,6 +24,7 @@ use cudnn::runtime::{
     CaptureMode, CaptureStatus, Device, DeviceBuffer, CudaGraph, CudaGraphExec, Stream,
 };
 use cudnn::Error;
+use cudnn::graph::{ConvParams, DType, Plan, Policy, Target, TensorSpec};
 use support::*;
 
 type R<T = ()> = Result<T, libtest_mimic::Failed>;
@@ -351,6 +352,101 @@ fn update_after_rebinding() -> R {
     Ok(())
 }
 
+/// A graph-API convolution plan: x [1,8,9,9], w [16,8,3,3], pad 1.
+fn graph_conv_plan() -> R<(Plan, usize, usize, usize)> {
+    let (xd, wd) = ([1i64, 8, 9, 9], [16i64, 8, 3, 3]);
+    let p = ConvParams::new_2d([1, 1], [1, 1], [1, 1]);
+    let mut g = cudnn::graph::Graph::new();
+    let x = g.input("x", TensorSpec::nchw(DType::F32, &xd)?)?;
+    let w = g.input("w", TensorSpec::nchw(DType::F32, &wd)?)?;
+    let y = g.conv_fprop(x, w, &p)?;
+    g.output(y, DType::F32)?;
+    g.rename(y, "y")?;
+    let og = g.build()?;
+    let target = Target::device(0)?;
+    // An engine with native CUDA-graph support when there is one.
+    let native = Policy {
+        require_native_cuda_graph: true,
+        ..Policy::default()
+    };
+    let plan = match Plan::build(&og, &target, &native) {
+        Ok((p, _)) => p,
+        Err(e) => {
+            eprintln!("note: no engine with native CUDA-graph support ({e}); the default plan");
+            Plan::build(&og, &target, &Policy::default())?.0
+        }
+    };
+    Ok((plan, 8 * 81, 16 * 72, 16 * 81))
+}
+
+fn graph_plan_native_and_captured_equal_eager() -> R {
+    Device::new(0)?;
+    let (plan, xn, wn, yn) = graph_conv_plan()?;
+    let stream = Stream::new()?;
+    let mut h = Handle::new(&stream)?;
+    h.reserve_workspace(plan.workspace_size())?;
+    let (x, x2) = (
+        DeviceBuffer::from_host(&data(xn, 21))?,
+        DeviceBuffer::from_host(&data(xn, 22))?,
+    );
+    let w = DeviceBuffer::from_host(&data(wn, 23))?;
+    let (mut e1, mut e2) = (nan(yn)?, nan(yn)?);
+    for (xb, yb) in [(&x, &mut e1), (&x2, &mut e2)] {
+        let mut b = plan.bindings();
+        b.input("x", xb)?.input("w", &w)?.output("y", yb)?;
+        plan.execute(&mut h, &mut b)?;
+    }
+    stream.synchronize()?;
+    // Captured.
+    let mut yc = nan(yn)?;
+    let g = {
+        let mut b = plan.bindings();
+        b.input("x", &x)?.input("w", &w)?.output("y", &mut yc)?;
+        stream.capture(CaptureMode::Global, |_| plan.execute(&mut h, &mut b))?
+    };
+    replay(&instantiate(&g)?, &stream, 2)?;
+    same("graph plan, captured", &yc.to_vec()?, &e1.to_vec()?)?;
+    // Native.
+    eprintln!(
+        "  engine {:?}, native CUDA-graph note: {:?}, cuDNN {}",
+        plan.engine(),
+        plan.supports_native_cuda_graph(),
+        Handle::library_version()?
+    );
+    let (mut yn1, mut yn2) = (nan(yn)?, nan(yn)?);
+    let mut b = plan.bindings();
+    b.input("x", &x)?.input("w", &w)?.output("y", &mut yn1)?;
+    let mut pg = match plan.cuda_graph(&mut h, &mut b) {
+        Err(Error::Unsupported { what, .. }) => {
+            // The rule must be the reason: the version or the engine's note.
+            let v = Handle::library_version()?;
+            ensure!(
+                cudnn::graph::native_cuda_graph_rule(v).is_err()
+                    || plan.supports_native_cuda_graph() == Some(false),
+                "native graph refused although the rules allow it: {what}"
+            );
+            eprintln!("note: native CUDA graph not available: {what}");
+            return Ok(());
+        }
+        r => r?,
+    };
+    drop(b);
+    let mut exec = pg.instantiate()?;
+    replay(&exec, &stream, 2)?;
+    same("graph plan, native", &yn1.to_vec()?, &e1.to_vec()?)?;
+    // Re-point at x2 -> yn2.
+    let mut b2 = plan.bindings();
+    b2.input("x", &x2)?.input("w", &w)?.output("y", &mut yn2)?;
+    plan.update_cuda_graph(&mut h, &mut b2, &mut pg)?;
+    drop(b2);
+    exec.update(pg.graph())?;
+    yn1.copy_from_host(&vec![f32::NAN; yn])?;
+    replay(&exec, &stream, 1)?;
+    same("graph plan, native after update", &yn2.to_vec()?, &e2.to_vec()?)?;
+    ensure!(yn1.to_vec()?.iter().all(|v| v.is_nan()), "the old output was written");
+    Ok(())
+}
+
 fn main() {
     let trials = vec![
         gpu("cuda_graphs::conv_replay_equals_eager", conv_replay_equals_eager),
@@ -371,6 +467,10 @@ fn main() {
             error_and_panic_end_the_capture,
         ),
         gpu("cuda_graphs::update_after_rebinding", update_after_rebinding),
+        gpu(
+            "cuda_graphs::graph_plan_native_and_captured_equal_eager",
+            graph_plan_native_and_captured_equal_eager,
+        ),
     ];
     run(trials)
 }

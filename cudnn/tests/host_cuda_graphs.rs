@@ -245,6 +245,97 @@ fn random_capture_sequences() -> TestResult {
     Ok(())
 }
 
+fn native_version_rule_matches_the_model() -> TestResult {
+    use cudnn::graph::{NATIVE_CUDA_GRAPH_FAULTY, NATIVE_CUDA_GRAPH_MIN, native_cuda_graph_rule};
+    use cudnn::sys::cudart::Version;
+    // The bounds, written out: 9.5.0 is the first; [9.13.0, 9.15.0) refused.
+    ensure!(NATIVE_CUDA_GRAPH_MIN == Version::new(9, 5, 0), "min");
+    ensure!(
+        NATIVE_CUDA_GRAPH_FAULTY == (Version::new(9, 13, 0), Version::new(9, 15, 0)),
+        "faulty range"
+    );
+    let mut r = runner(10_000);
+    r.run(&(0u32..12, 0u32..40, 0u32..200), |(ma, mi, pa)| {
+        let v = Version::new(ma, mi, pa);
+        let code = ma * 10_000 + mi * 100 + pa.min(99);
+        let allowed = code >= 90_500 && !(91_300..91_500).contains(&code);
+        match native_cuda_graph_rule(v) {
+            Ok(()) => prop_assert!(allowed, "{v} allowed"),
+            Err(Error::Unsupported { what, needs }) => {
+                prop_assert!(!allowed, "{v} refused: {what}");
+                prop_assert!(what.contains(&v.to_string()), "{what}");
+                prop_assert!(needs.is_some());
+            }
+            Err(e) => return Err(TestCaseError::fail(format!("{v}: {e:?}"))),
+        }
+        Ok(())
+    })
+    .map_err(|e| format!("{e}"))?;
+    Ok(())
+}
+
+fn plan_notes_are_the_engines() -> TestResult {
+    use cudnn::graph::*;
+    let mut g = Graph::new();
+    let x = g.input("x", TensorSpec::nchw(DType::F32, &[1, 8, 16, 16])?)?;
+    let w = g.input("w", TensorSpec::nchw(DType::F32, &[8, 8, 3, 3])?)?;
+    let y = g.conv_fprop(x, w, &ConvParams::new_2d([1, 1], [1, 1], [1, 1]))?;
+    g.output(y, DType::F32)?;
+    let og = g.build()?;
+    let target = Target::preset("h200")?;
+    let (plan, _) = Plan::build(&og, &target, &Policy::default())?;
+    let engine = plan.engine().ok_or("a built plan knows its engine")?;
+    // The truth: cuDNN's heuristics, queried again, for that engine.
+    let cands = heuristics::candidates(&og, &target, &Policy::default())?;
+    let c = cands
+        .iter()
+        .find(|c| c.engine == engine)
+        .ok_or("the chosen engine is among the candidates")?;
+    let want = c
+        .behavior_notes
+        .contains(&BehaviorNote::SupportsCudaGraphNativeApi);
+    ensure!(
+        plan.supports_native_cuda_graph() == Some(want),
+        "plan says {:?}, heuristics {want}",
+        plan.supports_native_cuda_graph()
+    );
+    ensure!(plan.notes() == Some(&c.behavior_notes[..]), "notes differ");
+    eprintln!(
+        "  h200 conv fprop: engine {engine}, native CUDA graph note {want}; {} of {} candidates declare it",
+        cands
+            .iter()
+            .filter(|c| c.behavior_notes.contains(&BehaviorNote::SupportsCudaGraphNativeApi))
+            .count(),
+        cands.len()
+    );
+    // A policy that requires the note builds such an engine (cuDNN 9.5+).
+    if cands
+        .iter()
+        .any(|c| c.rejected.is_none() && c.behavior_notes.contains(&BehaviorNote::SupportsCudaGraphNativeApi))
+    {
+        let native = Policy {
+            require_native_cuda_graph: true,
+            ..Policy::default()
+        };
+        let (p, _) = Plan::build(&og, &target, &native)?;
+        ensure!(p.supports_native_cuda_graph() == Some(true), "policy ignored");
+        eprintln!("  require_native_cuda_graph chose engine {:?}", p.engine());
+        ensure!(native.signature() != Policy::default().signature(), "same cache key");
+        ensure!(
+            Policy::default().signature().ends_with("rtc=true"),
+            "the default key changed: {}",
+            Policy::default().signature()
+        );
+    }
+    // A plan loaded from JSON has no notes: unknown, not "unsupported".
+    let reloaded = Plan::from_cudnn_json(&plan.cudnn_json()?, &target, std::sync::Arc::new(og.io().clone()))?;
+    ensure!(
+        reloaded.supports_native_cuda_graph().is_none(),
+        "a JSON plan claims to know its notes"
+    );
+    Ok(())
+}
+
 fn main() {
     run(vec![
         unit("capture::rule_matches_the_model", rule_matches_the_model),
@@ -258,5 +349,10 @@ fn main() {
             "capture::random_capture_sequences",
             random_capture_sequences,
         ),
+        unit(
+            "native::version_rule_matches_the_model",
+            native_version_rule_matches_the_model,
+        ),
+        host("native::plan_notes_are_the_engines", plan_notes_are_the_engines),
     ])
 }
