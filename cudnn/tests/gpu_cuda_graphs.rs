@@ -364,9 +364,11 @@ fn graph_conv_plan() -> R<(Plan, usize, usize, usize)> {
     g.rename(y, "y")?;
     let og = g.build()?;
     let target = Target::device(0)?;
-    // An engine with native CUDA-graph support when there is one.
+    // An engine with native CUDA-graph support when there is one (TF32
+    // allowed: every comparison below is with the same plan's eager run).
     let native = Policy {
         require_native_cuda_graph: true,
+        allow_tf32: true,
         ..Policy::default()
     };
     let plan = match Plan::build(&og, &target, &native) {
