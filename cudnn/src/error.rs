@@ -189,7 +189,9 @@ pub enum Error {
     /// CUDA graph (it would allocate, search, upload or synchronize): names
     /// the call, what it would do, and what to do before the capture.
     /// Nothing was queued; the capture is still usable.
-    #[error("{op} cannot run while its stream is being captured into a CUDA graph: it would {hazard}; {before}")]
+    #[error(
+        "{op} cannot run while its stream is being captured into a CUDA graph: it would {hazard}; {before}"
+    )]
     CaptureUnsafe {
         /// The call (`"conv_forward"`, `"gemm_batched"`).
         op: String,
@@ -203,7 +205,9 @@ pub enum Error {
     /// (`cudaGraphExecUpdate`): the topology, a node's kind or its function
     /// changed. The executable graph is unchanged; instantiate the new graph
     /// instead.
-    #[error("cudaGraphExecUpdate refused the update: {result} ({code}); instantiate the new graph instead")]
+    #[error(
+        "cudaGraphExecUpdate refused the update: {result} ({code}); instantiate the new graph instead"
+    )]
     GraphUpdate {
         /// The `cudaGraphExecUpdateResult` name (`"cudaGraphExecUpdateErrorTopologyChanged"`).
         result: &'static str,

@@ -18,13 +18,13 @@
 
 mod support;
 
+use cudnn::Error;
 use cudnn::blas::{self, ComputeType, Layout, Matrix, MatrixMut, Order};
 use cudnn::dnn::*;
-use cudnn::runtime::{
-    CaptureMode, CaptureStatus, Device, DeviceBuffer, CudaGraph, CudaGraphExec, Stream,
-};
-use cudnn::Error;
 use cudnn::graph::{ConvParams, DType, Plan, Policy, Target, TensorSpec};
+use cudnn::runtime::{
+    CaptureMode, CaptureStatus, CudaGraph, CudaGraphExec, Device, DeviceBuffer, Stream,
+};
 use support::*;
 
 type R<T = ()> = Result<T, libtest_mimic::Failed>;
@@ -47,7 +47,12 @@ fn nan(n: usize) -> cudnn::Result<DeviceBuffer<f32>> {
 }
 
 fn same(what: &str, got: &[f32], want: &[f32]) -> R {
-    ensure!(got.len() == want.len(), "{what}: {} vs {} elements", got.len(), want.len());
+    ensure!(
+        got.len() == want.len(),
+        "{what}: {} vs {} elements",
+        got.len(),
+        want.len()
+    );
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         ensure!(
             g.to_bits() == w.to_bits() && !g.is_nan(),
@@ -103,7 +108,7 @@ fn conv_replay_equals_eager() -> R {
     let mut eager = nan(c.yn)?;
     c.plan.run(&mut h, 1.0, &c.x, &c.w, 0.0, &mut eager)?;
     let mut y = nan(c.yn)?;
-    let g = stream.capture(CaptureMode::Global, |_| {
+    let g = stream.capture(CaptureMode::Global, |_| -> cudnn::Result<()> {
         c.plan.run(&mut h, 1.0, &c.x, &c.w, 0.0, &mut y)
     })?;
     ensure!(
@@ -111,7 +116,10 @@ fn conv_replay_equals_eager() -> R {
         "capture not ended"
     );
     // Nothing ran during the capture: y is still NaN.
-    ensure!(y.to_vec()?.iter().all(|v| v.is_nan()), "captured work ran eagerly");
+    ensure!(
+        y.to_vec()?.iter().all(|v| v.is_nan()),
+        "captured work ran eagerly"
+    );
     let exec = instantiate(&g)?;
     replay(&exec, &stream, 3)?;
     same("conv forward", &y.to_vec()?, &eager.to_vec()?)
@@ -159,7 +167,9 @@ fn softmax_and_gemm_replay_equal_eager() -> R {
     let (mut ye, mut ce) = (nan(n)?, nan(m * nn)?);
     step(&mut h, &b, &mut ye, &mut ce)?;
     let (mut y, mut c) = (nan(n)?, nan(m * nn)?);
-    let g = stream.capture(CaptureMode::Global, |_| step(&mut h, &b, &mut y, &mut c))?;
+    let g = stream.capture(CaptureMode::Global, |_| -> cudnn::Result<()> {
+        step(&mut h, &b, &mut y, &mut c)
+    })?;
     let exec = instantiate(&g)?;
     exec.upload(&stream)?;
     replay(&exec, &stream, 2)?;
@@ -193,7 +203,7 @@ fn unsafe_calls_are_refused_and_capture_stays_usable() -> R {
     let m = DeviceBuffer::from_host(&data(4, 5))?;
     let mut out = nan(4)?;
     let l = Layout::new(Order::RowMajor, 2, 2);
-    let g = stream.capture(CaptureMode::Global, |s| {
+    let g = stream.capture(CaptureMode::Global, |s| -> cudnn::Result<()> {
         if need > 0 {
             expect_capture_unsafe(
                 "workspace growth",
@@ -248,7 +258,11 @@ fn unsafe_calls_are_refused_and_capture_stays_usable() -> R {
 fn ensure_active(s: &Stream) -> cudnn::Result<()> {
     match s.capture_status()? {
         CaptureStatus::Active => Ok(()),
-        other => Err(Error::invalid("capture", "not active", format!("{other:?}"))),
+        other => Err(Error::invalid(
+            "capture",
+            "not active",
+            format!("{other:?}"),
+        )),
     }
 }
 
@@ -260,7 +274,7 @@ fn batched_gemm_upload_is_refused() -> R {
     let a = DeviceBuffer::from_host(&data(4, 1))?;
     let mut c = nan(4)?;
     let l = Layout::new(Order::RowMajor, 2, 2);
-    let r = stream.capture(CaptureMode::Global, |_| {
+    let r = stream.capture(CaptureMode::Global, |_| -> cudnn::Result<()> {
         let mut outs = [MatrixMut::new(&mut c, l)];
         b.gemm_batched(
             1.0f32,
@@ -282,14 +296,17 @@ fn batched_gemm_upload_is_refused() -> R {
 fn error_and_panic_end_the_capture() -> R {
     Device::new(0)?;
     let stream = Stream::new()?;
-    let r = stream.capture(CaptureMode::Global, |_| {
+    let r = stream.capture(CaptureMode::Global, |_| -> cudnn::Result<()> {
         Err(Error::invalid("step", "a test failure", 0))
     });
     ensure!(
         matches!(r, Err(Error::InvalidArgument { .. })),
         "closure error not returned: {r:?}"
     );
-    ensure!(stream.capture_status()? == CaptureStatus::None, "error left capture open");
+    ensure!(
+        stream.capture_status()? == CaptureStatus::None,
+        "error left capture open"
+    );
     let s2 = stream.clone();
     let p = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let _ = s2.capture(CaptureMode::ThreadLocal, |_| -> cudnn::Result<()> {
@@ -297,13 +314,20 @@ fn error_and_panic_end_the_capture() -> R {
         });
     }));
     ensure!(p.is_err(), "the panic was swallowed");
-    ensure!(stream.capture_status()? == CaptureStatus::None, "panic left capture open");
+    ensure!(
+        stream.capture_status()? == CaptureStatus::None,
+        "panic left capture open"
+    );
     // Nested capture is refused, the outer one unaffected.
-    let g = stream.capture(CaptureMode::Global, |s| {
-        let inner = s.capture(CaptureMode::Global, |_| Ok(()));
+    let g = stream.capture(CaptureMode::Global, |s| -> cudnn::Result<()> {
+        let inner = s.capture(CaptureMode::Global, |_| -> cudnn::Result<()> { Ok(()) });
         match inner {
             Err(Error::InvalidArgument { .. }) => Ok(()),
-            other => Err(Error::invalid("nested", "not refused", format!("{other:?}"))),
+            other => Err(Error::invalid(
+                "nested",
+                "not refused",
+                format!("{other:?}"),
+            )),
         }
     })?;
     drop(g);
@@ -321,19 +345,22 @@ fn update_after_rebinding() -> R {
     c.plan.run(&mut h, 1.0, &c.x, &c.w, 0.0, &mut e1)?;
     c.plan.run(&mut h, 1.0, &x2, &c.w, 0.0, &mut e2)?;
     let (mut y1, mut y2) = (nan(c.yn)?, nan(c.yn)?);
-    let g1 = stream.capture(CaptureMode::Global, |_| {
+    let g1 = stream.capture(CaptureMode::Global, |_| -> cudnn::Result<()> {
         c.plan.run(&mut h, 1.0, &c.x, &c.w, 0.0, &mut y1)
     })?;
     let mut exec = instantiate(&g1)?;
-    let g2 = stream.capture(CaptureMode::Global, |_| {
+    let g2 = stream.capture(CaptureMode::Global, |_| -> cudnn::Result<()> {
         c.plan.run(&mut h, 1.0, &x2, &c.w, 0.0, &mut y2)
     })?;
     exec.update(&g2)?;
     replay(&exec, &stream, 1)?;
     same("updated graph", &y2.to_vec()?, &e2.to_vec()?)?;
-    ensure!(y1.to_vec()?.iter().all(|v| v.is_nan()), "the old output was written");
+    ensure!(
+        y1.to_vec()?.iter().all(|v| v.is_nan()),
+        "the old output was written"
+    );
     // Two launches where there was one: the topology changed.
-    let g3 = stream.capture(CaptureMode::Global, |_| {
+    let g3 = stream.capture(CaptureMode::Global, |_| -> cudnn::Result<()> {
         c.plan.run(&mut h, 1.0, &c.x, &c.w, 0.0, &mut y1)?;
         c.plan.run(&mut h, 1.0, &x2, &c.w, 0.0, &mut y2)
     })?;
@@ -348,7 +375,10 @@ fn update_after_rebinding() -> R {
     y2.copy_from_host(&vec![f32::NAN; c.yn])?;
     replay(&exec, &stream, 1)?;
     same("graph after a refused update", &y2.to_vec()?, &e2.to_vec()?)?;
-    ensure!(y1.to_vec()?.iter().all(|v| v.is_nan()), "the refused graph ran");
+    ensure!(
+        y1.to_vec()?.iter().all(|v| v.is_nan()),
+        "the refused graph ran"
+    );
     Ok(())
 }
 
@@ -404,7 +434,9 @@ fn graph_plan_native_and_captured_equal_eager() -> R {
     let g = {
         let mut b = plan.bindings();
         b.input("x", &x)?.input("w", &w)?.output("y", &mut yc)?;
-        stream.capture(CaptureMode::Global, |_| plan.execute(&mut h, &mut b))?
+        stream.capture(CaptureMode::Global, |_| -> cudnn::Result<()> {
+            plan.execute(&mut h, &mut b)
+        })?
     };
     replay(&instantiate(&g)?, &stream, 2)?;
     same("graph plan, captured", &yc.to_vec()?, &e1.to_vec()?)?;
@@ -444,14 +476,24 @@ fn graph_plan_native_and_captured_equal_eager() -> R {
     exec.update(pg.graph())?;
     yn1.copy_from_host(&vec![f32::NAN; yn])?;
     replay(&exec, &stream, 1)?;
-    same("graph plan, native after update", &yn2.to_vec()?, &e2.to_vec()?)?;
-    ensure!(yn1.to_vec()?.iter().all(|v| v.is_nan()), "the old output was written");
+    same(
+        "graph plan, native after update",
+        &yn2.to_vec()?,
+        &e2.to_vec()?,
+    )?;
+    ensure!(
+        yn1.to_vec()?.iter().all(|v| v.is_nan()),
+        "the old output was written"
+    );
     Ok(())
 }
 
 fn main() {
     let trials = vec![
-        gpu("cuda_graphs::conv_replay_equals_eager", conv_replay_equals_eager),
+        gpu(
+            "cuda_graphs::conv_replay_equals_eager",
+            conv_replay_equals_eager,
+        ),
         gpu(
             "cuda_graphs::softmax_and_gemm_replay_equal_eager",
             softmax_and_gemm_replay_equal_eager,
@@ -468,7 +510,10 @@ fn main() {
             "cuda_graphs::error_and_panic_end_the_capture",
             error_and_panic_end_the_capture,
         ),
-        gpu("cuda_graphs::update_after_rebinding", update_after_rebinding),
+        gpu(
+            "cuda_graphs::update_after_rebinding",
+            update_after_rebinding,
+        ),
         gpu(
             "cuda_graphs::graph_plan_native_and_captured_equal_eager",
             graph_plan_native_and_captured_equal_eager,

@@ -55,35 +55,37 @@ fn runner(cases: u32) -> TestRunner {
 fn rule_matches_the_model() -> TestResult {
     let mut r = runner(20_000);
     let start = Instant::now();
-    r.run(
-        &(0u32..6, hazard(), "\\PC{0,24}"),
-        |(raw, h, op)| {
-            let status = CaptureStatus::from_raw(cudaStreamCaptureStatus(raw));
-            // Model: 0 is "none"; 1 active, 2 invalidated, anything else
-            // unknown and treated as capturing.
-            let capturing = raw != 0;
-            prop_assert_eq!(status.is_capturing(), capturing);
-            match (capture_rule(&op, status, &h), capturing) {
-                (Ok(()), false) => {}
-                (Err(Error::CaptureUnsafe { op: o, hazard, before }), true) => {
-                    prop_assert_eq!(&o, &op);
-                    prop_assert_eq!(hazard, h.what());
-                    prop_assert_eq!(before, h.before());
-                    if let Hazard::WorkspaceGrowth { have, need, .. } = h {
-                        let text = h.what();
-                        prop_assert!(text.contains(&have.to_string()));
-                        prop_assert!(text.contains(&need.to_string()));
-                    }
-                }
-                (other, c) => {
-                    return Err(TestCaseError::fail(format!(
-                        "capturing {c}: {other:?}"
-                    )));
+    r.run(&(0u32..6, hazard(), "\\PC{0,24}"), |(raw, h, op)| {
+        let status = CaptureStatus::from_raw(cudaStreamCaptureStatus(raw));
+        // Model: 0 is "none"; 1 active, 2 invalidated, anything else
+        // unknown and treated as capturing.
+        let capturing = raw != 0;
+        prop_assert_eq!(status.is_capturing(), capturing);
+        match (capture_rule(&op, status, &h), capturing) {
+            (Ok(()), false) => {}
+            (
+                Err(Error::CaptureUnsafe {
+                    op: o,
+                    hazard,
+                    before,
+                }),
+                true,
+            ) => {
+                prop_assert_eq!(&o, &op);
+                prop_assert_eq!(hazard, h.what());
+                prop_assert_eq!(before, h.before());
+                if let Hazard::WorkspaceGrowth { have, need, .. } = h {
+                    let text = h.what();
+                    prop_assert!(text.contains(&have.to_string()));
+                    prop_assert!(text.contains(&need.to_string()));
                 }
             }
-            Ok(())
-        },
-    )
+            (other, c) => {
+                return Err(TestCaseError::fail(format!("capturing {c}: {other:?}")));
+            }
+        }
+        Ok(())
+    })
     .map_err(|e| format!("{e}"))?;
     ensure!(
         start.elapsed() < Duration::from_secs(60),
@@ -105,7 +107,10 @@ fn remedies_name_the_api() -> TestResult {
         ),
         (Hazard::AlgorithmSearch, "before the capture"),
         (Hazard::ImplicitWorkspace, "set_workspace"),
-        (Hazard::HostUpload("the GEMM pointer table"), "strided-batched"),
+        (
+            Hazard::HostUpload("the GEMM pointer table"),
+            "strided-batched",
+        ),
         (Hazard::Allocation, "before the capture"),
         (Hazard::HostSync, "after launching the graph"),
     ];
@@ -123,7 +128,7 @@ fn remedies_name_the_api() -> TestResult {
 
 fn legacy_stream_is_refused_before_any_call() -> TestResult {
     let ran = Cell::new(false);
-    let r = Stream::legacy().capture(CaptureMode::Global, |_| {
+    let r = Stream::legacy().capture(CaptureMode::Global, |_| -> cudnn::Result<()> {
         ran.set(true);
         Ok(())
     });
@@ -143,7 +148,7 @@ fn no_device_capture_is_typed() -> TestResult {
         return Ok(());
     }
     let ran = Cell::new(false);
-    let r = Stream::per_thread().capture(CaptureMode::ThreadLocal, |_| {
+    let r = Stream::per_thread().capture(CaptureMode::ThreadLocal, |_| -> cudnn::Result<()> {
         ran.set(true);
         Ok(())
     });
@@ -205,13 +210,13 @@ fn random_capture_sequences() -> TestResult {
             let ran = Cell::new(false);
             let res: cudnn::Result<()> = match &a {
                 Action::CaptureLegacy => Stream::legacy()
-                    .capture(CaptureMode::Global, |_| {
+                    .capture(CaptureMode::Global, |_| -> cudnn::Result<()> {
                         ran.set(true);
                         Ok(())
                     })
                     .map(|_| ()),
                 Action::CapturePerThread(fail) => Stream::per_thread()
-                    .capture(CaptureMode::Global, |_| {
+                    .capture(CaptureMode::Global, |_| -> cudnn::Result<()> {
                         ran.set(true);
                         if *fail {
                             Err(Error::invalid("step", "fails", 1))
@@ -228,10 +233,7 @@ fn random_capture_sequences() -> TestResult {
                 prop_assert!(typed(e), "{a:?}: untyped {e:?}");
                 // Without a device nothing is capturing: a guard never
                 // claims a capture.
-                prop_assert!(
-                    !matches!(e, Error::CaptureUnsafe { .. }),
-                    "{a:?}: {e}"
-                );
+                prop_assert!(!matches!(e, Error::CaptureUnsafe { .. }), "{a:?}: {e}");
             }
         }
         Ok(())
@@ -304,28 +306,42 @@ fn plan_notes_are_the_engines() -> TestResult {
         "  h200 conv fprop: engine {engine}, native CUDA graph note {want}; {} of {} candidates declare it",
         cands
             .iter()
-            .filter(|c| c.behavior_notes.contains(&BehaviorNote::SupportsCudaGraphNativeApi))
+            .filter(|c| c
+                .behavior_notes
+                .contains(&BehaviorNote::SupportsCudaGraphNativeApi))
             .count(),
         cands.len()
     );
-    for c in cands.iter().filter(|c| c.behavior_notes.contains(&BehaviorNote::SupportsCudaGraphNativeApi)) {
-        eprintln!("  engine {} declares it; rejected: {:?}", c.engine, c.rejected);
+    for c in cands.iter().filter(|c| {
+        c.behavior_notes
+            .contains(&BehaviorNote::SupportsCudaGraphNativeApi)
+    }) {
+        eprintln!(
+            "  engine {} declares it; rejected: {:?}",
+            c.engine, c.rejected
+        );
     }
     // A policy that requires the note builds such an engine (cuDNN 9.5+).
     // (On cuDNN 9.28 for an H200 the one such engine uses TF32: allow it.)
-    if cands
-        .iter()
-        .any(|c| c.behavior_notes.contains(&BehaviorNote::SupportsCudaGraphNativeApi))
-    {
+    if cands.iter().any(|c| {
+        c.behavior_notes
+            .contains(&BehaviorNote::SupportsCudaGraphNativeApi)
+    }) {
         let native = Policy {
             require_native_cuda_graph: true,
             allow_tf32: true,
             ..Policy::default()
         };
         let (p, _) = Plan::build(&og, &target, &native)?;
-        ensure!(p.supports_native_cuda_graph() == Some(true), "policy ignored");
+        ensure!(
+            p.supports_native_cuda_graph() == Some(true),
+            "policy ignored"
+        );
         eprintln!("  require_native_cuda_graph chose engine {:?}", p.engine());
-        ensure!(native.signature() != Policy::default().signature(), "same cache key");
+        ensure!(
+            native.signature() != Policy::default().signature(),
+            "same cache key"
+        );
         ensure!(
             Policy::default().signature().ends_with("rtc=true"),
             "the default key changed: {}",
@@ -333,7 +349,11 @@ fn plan_notes_are_the_engines() -> TestResult {
         );
     }
     // A plan loaded from JSON has no notes: unknown, not "unsupported".
-    let reloaded = Plan::from_cudnn_json(&plan.cudnn_json()?, &target, std::sync::Arc::new(og.io().clone()))?;
+    let reloaded = Plan::from_cudnn_json(
+        &plan.cudnn_json()?,
+        &target,
+        std::sync::Arc::new(og.io().clone()),
+    )?;
     ensure!(
         reloaded.supports_native_cuda_graph().is_none(),
         "a JSON plan claims to know its notes"
@@ -349,7 +369,10 @@ fn main() {
             "capture::legacy_stream_is_refused_before_any_call",
             legacy_stream_is_refused_before_any_call,
         ),
-        host("capture::no_device_capture_is_typed", no_device_capture_is_typed),
+        host(
+            "capture::no_device_capture_is_typed",
+            no_device_capture_is_typed,
+        ),
         host(
             "capture::random_capture_sequences",
             random_capture_sequences,
@@ -358,6 +381,9 @@ fn main() {
             "native::version_rule_matches_the_model",
             native_version_rule_matches_the_model,
         ),
-        host("native::plan_notes_are_the_engines", plan_notes_are_the_engines),
+        host(
+            "native::plan_notes_are_the_engines",
+            plan_notes_are_the_engines,
+        ),
     ])
 }

@@ -55,7 +55,9 @@ pub const NATIVE_CUDA_GRAPH_FAULTY: (Version, Version) =
 pub fn native_cuda_graph_rule(version: Version) -> Result<()> {
     if version < NATIVE_CUDA_GRAPH_MIN {
         return Err(Error::Unsupported {
-            what: format!("native CUDA graphs (cudnnBackendPopulateCudaGraph) with cuDNN {version}"),
+            what: format!(
+                "native CUDA graphs (cudnnBackendPopulateCudaGraph) with cuDNN {version}"
+            ),
             needs: Some(format!("cuDNN {NATIVE_CUDA_GRAPH_MIN} or newer")),
         });
     }
@@ -76,7 +78,10 @@ pub fn native_cuda_graph_rule(version: Version) -> Result<()> {
 ///
 /// # Errors
 /// [`Error::Unsupported`] naming the engine.
-pub fn native_cuda_graph_engine_rule(engine: Option<i64>, notes: Option<&[BehaviorNote]>) -> Result<()> {
+pub fn native_cuda_graph_engine_rule(
+    engine: Option<i64>,
+    notes: Option<&[BehaviorNote]>,
+) -> Result<()> {
     match notes {
         Some(n) if !n.contains(&BehaviorNote::SupportsCudaGraphNativeApi) => {
             Err(Error::Unsupported {
@@ -181,8 +186,13 @@ impl Plan {
             // checked as for `execute` (every pointer's span, dtype and
             // alignment; the workspace at least the plan's size); the graph
             // is empty and ours.
-            unsafe { cudnn_call!(api, cudnnBackendPopulateCudaGraph(h, plan, pack, graph.as_raw())) }
-                .map_err(map_native)
+            unsafe {
+                cudnn_call!(
+                    api,
+                    cudnnBackendPopulateCudaGraph(h, plan, pack, graph.as_raw())
+                )
+            }
+            .map_err(map_native)
         })?;
         Ok(PlanCudaGraph { graph, plan: self })
     }
@@ -243,8 +253,11 @@ mod tests {
     fn unit_engine_rule() {
         assert!(native_cuda_graph_engine_rule(Some(3), None).is_ok());
         assert!(
-            native_cuda_graph_engine_rule(Some(3), Some(&[BehaviorNote::SupportsCudaGraphNativeApi]))
-                .is_ok()
+            native_cuda_graph_engine_rule(
+                Some(3),
+                Some(&[BehaviorNote::SupportsCudaGraphNativeApi])
+            )
+            .is_ok()
         );
         let e = native_cuda_graph_engine_rule(Some(3), Some(&[BehaviorNote::RuntimeCompilation]))
             .expect_err("no note");

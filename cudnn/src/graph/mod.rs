@@ -51,6 +51,10 @@ pub use bindings::Bindings;
 pub use cache::{
     CacheStats, LoadReport, MAX_FILE_BYTES as MAX_CACHE_FILE_BYTES, PlanCache, SkippedEntry,
 };
+pub use cuda_graph::{
+    NATIVE_CUDA_GRAPH_FAULTY, NATIVE_CUDA_GRAPH_MIN, PlanCudaGraph, native_cuda_graph_engine_rule,
+    native_cuda_graph_rule,
+};
 pub use graph::{Graph, IoSignature, IoTensor, OpGraph, Tensor};
 pub use heuristics::{BehaviorNote, Candidate, HeurMode, Knob, NumericalNote, Policy};
 pub use ops::conv::{ConvDirection, ConvParams};
@@ -58,10 +62,6 @@ pub use ops::norm::{NormGrads, NormMode, NormOutputs, NormPhase, RunningStats};
 pub use ops::pointwise::{Arity, Pointwise};
 pub use ops::reduction::Reduce;
 pub use ops::sdpa::{AttnLayout, Dropout, SdpaBackward, SdpaConfig, SdpaForward, SdpaImpl};
-pub use cuda_graph::{
-    NATIVE_CUDA_GRAPH_FAULTY, NATIVE_CUDA_GRAPH_MIN, PlanCudaGraph, native_cuda_graph_engine_rule,
-    native_cuda_graph_rule,
-};
 pub use plan::{BuildReport, Plan, Timings};
 pub use plan_json::check as check_plan_json;
 pub use target::{DeviceProperties, DeviceSpec, REQUIRED_FIELDS, Target};

@@ -293,9 +293,8 @@ mod tests {
             let _b = ScopeMark::enter();
             assert!(forbid_in_capture_scope("alloc", Hazard::Allocation).is_err());
             // Another thread is not inside the scope.
-            let other = std::thread::spawn(|| {
-                forbid_in_capture_scope("alloc", Hazard::Allocation).is_ok()
-            });
+            let other =
+                std::thread::spawn(|| forbid_in_capture_scope("alloc", Hazard::Allocation).is_ok());
             assert!(other.join().unwrap_or(false));
         }
         assert!(forbid_in_capture_scope("alloc", Hazard::Allocation).is_ok());

@@ -70,7 +70,7 @@ use super::{Device, Stream};
 use crate::check::{self, cuda_call};
 use crate::error::{Error, Result};
 use crate::sys::cudart::{
-    self, CUgraphExec_st, CUgraph_st, cudaGraphExecUpdateResult, cudaGraphExecUpdateResultInfo,
+    self, CUgraph_st, CUgraphExec_st, cudaGraphExecUpdateResult, cudaGraphExecUpdateResultInfo,
     cudaStreamCaptureMode,
 };
 
@@ -161,6 +161,15 @@ impl Drop for CaptureScope<'_> {
 }
 
 impl Stream {
+    fn begin_capture(&self, mode: CaptureMode) -> Result<()> {
+        check_capturable(self, false)?;
+        let rt = check::cudart()?;
+        check_capturable(self, self.capture_status()?.is_capturing())?;
+        let _on = self.enter("beginning a stream capture")?;
+        // SAFETY: a valid stream, not capturing, not the legacy stream.
+        unsafe { cuda_call!(rt, cudaStreamBeginCapture(self.as_raw(), mode.raw())) }
+    }
+
     /// Capture the work `f` queues on this stream into a [`CudaGraph`]
     /// (`cudaStreamBeginCapture` … `cudaStreamEndCapture`). The capture
     /// always ends, also when `f` fails or panics; see the
@@ -170,6 +179,9 @@ impl Stream {
     /// every plan); a call that would allocate, search or upload during the
     /// capture returns [`Error::CaptureUnsafe`].
     ///
+    /// `f` may return any error type that a crate [`Error`] converts into
+    /// (`Error` itself, `Box<dyn std::error::Error>`, `anyhow::Error`).
+    ///
     /// # Errors
     /// `f`'s error; [`Error::InvalidArgument`] for the legacy default stream
     /// or a stream already capturing; [`Error::Cuda`] when the runtime
@@ -177,18 +189,12 @@ impl Stream {
     /// [`Error::WrongThread`]; [`Error::Load`].
     #[doc(alias = "cudaStreamBeginCapture")]
     #[doc(alias = "cudaStreamEndCapture")]
-    pub fn capture<F>(&self, mode: CaptureMode, f: F) -> Result<CudaGraph>
+    pub fn capture<F, E>(&self, mode: CaptureMode, f: F) -> std::result::Result<CudaGraph, E>
     where
-        F: FnOnce(&Stream) -> Result<()>,
+        F: FnOnce(&Stream) -> std::result::Result<(), E>,
+        E: From<Error>,
     {
-        check_capturable(self, false)?;
-        let rt = check::cudart()?;
-        check_capturable(self, self.capture_status()?.is_capturing())?;
-        {
-            let _on = self.enter("beginning a stream capture")?;
-            // SAFETY: a valid stream, not capturing, not the legacy stream.
-            unsafe { cuda_call!(rt, cudaStreamBeginCapture(self.as_raw(), mode.raw())) }?;
-        }
+        self.begin_capture(mode)?;
         let scope = CaptureScope {
             stream: self,
             open: true,
@@ -197,7 +203,7 @@ impl Stream {
             let _mark = super::capture::ScopeMark::enter();
             f(self)?; // an error drops `scope`, which ends the capture
         }
-        scope.end()
+        Ok(scope.end()?)
     }
 }
 
@@ -258,7 +264,12 @@ impl CudaGraph {
         let rt = check::cudart()?;
         let mut n = 0usize;
         // SAFETY: a valid graph; a null node array asks for the count only.
-        unsafe { cuda_call!(rt, cudaGraphGetNodes(self.as_raw(), ptr::null_mut(), &mut n)) }?;
+        unsafe {
+            cuda_call!(
+                rt,
+                cudaGraphGetNodes(self.as_raw(), ptr::null_mut(), &mut n)
+            )
+        }?;
         Ok(n)
     }
 
@@ -325,16 +336,12 @@ pub(crate) fn update_result_name(r: cudaGraphExecUpdateResult) -> &'static str {
         R::cudaGraphExecUpdateErrorTopologyChanged => "cudaGraphExecUpdateErrorTopologyChanged",
         R::cudaGraphExecUpdateErrorNodeTypeChanged => "cudaGraphExecUpdateErrorNodeTypeChanged",
         R::cudaGraphExecUpdateErrorFunctionChanged => "cudaGraphExecUpdateErrorFunctionChanged",
-        R::cudaGraphExecUpdateErrorParametersChanged => {
-            "cudaGraphExecUpdateErrorParametersChanged"
-        }
+        R::cudaGraphExecUpdateErrorParametersChanged => "cudaGraphExecUpdateErrorParametersChanged",
         R::cudaGraphExecUpdateErrorNotSupported => "cudaGraphExecUpdateErrorNotSupported",
         R::cudaGraphExecUpdateErrorUnsupportedFunctionChange => {
             "cudaGraphExecUpdateErrorUnsupportedFunctionChange"
         }
-        R::cudaGraphExecUpdateErrorAttributesChanged => {
-            "cudaGraphExecUpdateErrorAttributesChanged"
-        }
+        R::cudaGraphExecUpdateErrorAttributesChanged => "cudaGraphExecUpdateErrorAttributesChanged",
         _ => "unknown",
     }
 }
@@ -462,7 +469,10 @@ mod tests {
             update_result_name(cudaGraphExecUpdateResult(2)),
             "cudaGraphExecUpdateErrorTopologyChanged"
         );
-        assert_eq!(update_result_name(cudaGraphExecUpdateResult(999)), "unknown");
+        assert_eq!(
+            update_result_name(cudaGraphExecUpdateResult(999)),
+            "unknown"
+        );
     }
 
     #[test]

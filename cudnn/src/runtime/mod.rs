@@ -16,9 +16,9 @@ mod views;
 #[allow(unused_imports)] // the launches use them
 pub(crate) use affinity::{check_args, check_device};
 pub use buffer::*;
+pub use capture::{CaptureStatus, Hazard, capture_rule, forbid_during_capture};
 pub use device::*;
 pub use event::*;
-pub use capture::{CaptureStatus, Hazard, capture_rule, forbid_during_capture};
 pub use graph::{CaptureMode, CudaGraph, CudaGraphExec};
 pub use host::*;
 pub use scope::*;
