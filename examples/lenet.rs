@@ -61,15 +61,18 @@ fn settle_steps() -> usize {
     (1.0 / BN_MOMENTUM).ceil() as usize
 }
 
-/// One training run from the seed: returns the network, the shuffling
-/// generator (for what follows), each epoch's mean loss and training
-/// accuracy, and the mean time of the steps after the capture point (the
-/// replayed ones with `graph`). Prints a line per epoch.
-fn run_epochs(
-    stream: &Stream,
-    train: &Dataset,
-    graph: bool,
-) -> AnyResult<(Net, Lcg, Vec<(f64, f64)>, Duration)> {
+/// What one training run gives.
+struct Run {
+    net: Net,
+    /// Each epoch's mean loss.
+    losses: Vec<f64>,
+    /// The mean time of the steps after the capture point (the replayed
+    /// ones with `graph`).
+    step: Duration,
+}
+
+/// One training run from the seed; prints a line per epoch.
+fn run_epochs(stream: &Stream, train: &Dataset, graph: bool) -> AnyResult<Run> {
     let mut rng = Lcg::new(INIT_SEED);
     let mut net = Net::new(stream, &mut rng)?;
     if graph {
@@ -132,10 +135,14 @@ fn run_epochs(
         if !mean.is_finite() {
             return Err("the loss is not finite; training diverged".into());
         }
-        epochs.push((mean, accuracy));
+        epochs.push(mean);
     }
     drop(exec);
-    Ok((net, rng, epochs, spent / timed.max(1)))
+    Ok(Run {
+        net,
+        losses: epochs,
+        step: spent / timed.max(1),
+    })
 }
 
 /// `--check-data`: draw both sets and show them; no GPU involved.
@@ -193,7 +200,7 @@ fn train(graph: bool) -> AnyResult<bool> {
     );
     println!("training: {EPOCHS} epochs of SGD, learning rate {LEARNING_RATE}");
     let (mut net, eager, eager_step) = match run_epochs(&stream, &train, false) {
-        Ok((net, _, e, t)) => (net, e, t),
+        Ok(r) => (r.net, r.losses, r.step),
         Err(e) => {
             eprintln!("lenet: {e}");
             return Ok(false);
@@ -202,11 +209,15 @@ fn train(graph: bool) -> AnyResult<bool> {
     net.describe();
     let mut curves_agree = true;
     if graph {
-        let (gnet, _, replayed, graph_step) = run_epochs(&stream, &train, true)?;
+        let Run {
+            net: gnet,
+            losses: replayed,
+            step: graph_step,
+        } = run_epochs(&stream, &train, true)?;
         let worst = eager
             .iter()
             .zip(&replayed)
-            .map(|(a, b)| (a.0 - b.0).abs() / a.0.abs().max(1e-12))
+            .map(|(a, b)| (a - b).abs() / a.abs().max(1e-12))
             .fold(0.0f64, f64::max);
         println!(
             "graph: loss curves differ by at most {worst:.2e} (relative); mean step {:.1} us eager, {:.1} us replayed (upload and read included)",
@@ -220,7 +231,7 @@ fn train(graph: bool) -> AnyResult<bool> {
         }
         net = gnet;
     }
-    let epoch_losses: Vec<f64> = eager.iter().map(|e| e.0).collect();
+    let epoch_losses = eager;
     println!(
         "conv + bias + ReLU ran {:?} (conv1) and {:?} (conv2)",
         net.conv1.path(),
