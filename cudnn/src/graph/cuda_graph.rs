@@ -1,36 +1,4 @@
-//! cuDNN's native CUDA graphs: a [`Plan`] writes its work straight into a
-//! CUDA graph from its bindings (`cudnnBackendPopulateCudaGraph`), with no
-//! stream capture, and re-points that graph at new bindings
-//! (`cudnnBackendUpdateCudaGraph`).
-//!
-//! # Which cuDNN
-//! - cuDNN 9.5.0 introduced the two functions: older libraries get a typed
-//!   [`Error::Unsupported`] before anything is called.
-//! - cuDNN 9.13.0 up to (not including) 9.15.0 is refused too: NVIDIA's
-//!   TransformerEngine turns cuDNN attention off under CUDA graphs for
-//!   exactly that range (an illegal memory access with CUDA graphs in some
-//!   cases, fixed by 9.15.0). The fault is not confined to a kind of op we
-//!   can recognise from the plan, so this crate refuses native graph
-//!   construction for every plan on those versions; a stream capture of
-//!   [`Plan::execute`] remains available (the same rule does not cover it:
-//!   the same kernels are captured, so prefer a newer cuDNN when replaying
-//!   attention).
-//! - The plan's engine must declare
-//!   [`BehaviorNote::SupportsCudaGraphNativeApi`]: engines without it (the
-//!   note is how cuDNN says so, and NVIDIA's frontend lets a caller select
-//!   engines by it) are refused before the call. A plan loaded from JSON
-//!   carries no notes; there cuDNN's own refusal
-//!   (`CUDNN_STATUS_NOT_SUPPORTED_CUDA_GRAPH_NATIVE_API`) becomes
-//!   [`Error::Unsupported`] too.
-//!
-//! # Lifetimes
-//! The graph launches the plan's kernels, which cuDNN frees with the plan
-//! (runtime-compiled code included), so a [`PlanCudaGraph`] borrows its
-//! [`Plan`]. Its addresses are those of the bindings and the workspace at
-//! population: launching an executable graph made from it is
-//! [`CudaGraphExec::launch`](crate::runtime::CudaGraphExec::launch), `unsafe`
-//! with the same contract as a captured graph (the buffers and the
-//! handle's workspace stay allocated, and the plan stays alive).
+//! cuDNN's native CUDA graphs for graph plans (see [`PlanCudaGraph`]).
 
 use super::bindings::Bindings;
 use super::heuristics::BehaviorNote;
@@ -98,7 +66,41 @@ pub fn native_cuda_graph_engine_rule(
     }
 }
 
-/// A CUDA graph cuDNN wrote from a [`Plan`] (see the module docs); borrows
+/// cuDNN's native CUDA graphs: a [`Plan`] writes its work straight into a
+/// CUDA graph from its bindings (`cudnnBackendPopulateCudaGraph`), with no
+/// stream capture, and re-points that graph at new bindings
+/// (`cudnnBackendUpdateCudaGraph`).
+///
+/// # Which cuDNN
+/// - cuDNN 9.5.0 introduced the two functions: older libraries get a typed
+///   [`Error::Unsupported`] before anything is called.
+/// - cuDNN 9.13.0 up to (not including) 9.15.0 is refused too: NVIDIA's
+///   TransformerEngine turns cuDNN attention off under CUDA graphs for
+///   exactly that range (an illegal memory access with CUDA graphs in some
+///   cases, fixed by 9.15.0). The fault is not confined to a kind of op we
+///   can recognise from the plan, so this crate refuses native graph
+///   construction for every plan on those versions; a stream capture of
+///   [`Plan::execute`] remains available (the same rule does not cover it:
+///   the same kernels are captured, so prefer a newer cuDNN when replaying
+///   attention).
+/// - The plan's engine must declare
+///   [`BehaviorNote::SupportsCudaGraphNativeApi`]: engines without it (the
+///   note is how cuDNN says so, and NVIDIA's frontend lets a caller select
+///   engines by it) are refused before the call. A plan loaded from JSON
+///   carries no notes; there cuDNN's own refusal
+///   (`CUDNN_STATUS_NOT_SUPPORTED_CUDA_GRAPH_NATIVE_API`) becomes
+///   [`Error::Unsupported`] too.
+///
+/// # Lifetimes
+/// The graph launches the plan's kernels, which cuDNN frees with the plan
+/// (runtime-compiled code included), so a [`PlanCudaGraph`] borrows its
+/// [`Plan`]. Its addresses are those of the bindings and the workspace at
+/// population: launching an executable graph made from it is
+/// [`CudaGraphExec::launch`](crate::runtime::CudaGraphExec::launch), `unsafe`
+/// with the same contract as a captured graph (the buffers and the
+/// handle's workspace stay allocated, and the plan stays alive).
+///
+/// A CUDA graph cuDNN wrote from a [`Plan`] (see above); borrows
 /// the plan, whose kernels it launches.
 #[derive(Debug)]
 pub struct PlanCudaGraph<'p> {

@@ -1,36 +1,4 @@
-//! Capture safety: which calls may run while their stream is being captured
-//! into a CUDA graph, and the one guard every launch calls.
-//!
-//! # The rule
-//! Once its workspace is sized, the steady-state `run`/`execute` of every
-//! plan in this crate (legacy convolution and ops, GEMM and cuBLASLt, graph
-//! plans, collectives) queues device work only: no allocation, no host
-//! synchronization, no host-to-device copy. Such a call is capture-safe and
-//! records into a graph like any kernel launch.
-//!
-//! A few calls are not, and they all say so through [`Hazard`] before any
-//! library call: while their stream is capturing they return
-//! [`Error::CaptureUnsafe`] naming the call, what it would have done and
-//! what to do before the capture. Nothing was queued, so the capture stays
-//! usable; the caller may end it, or do the missing step on another stream
-//! first (growing a workspace is not stream work).
-//!
-//! | hazard | who | do before the capture |
-//! |---|---|---|
-//! | [`Hazard::WorkspaceGrowth`] | cuDNN legacy ops and graph plans on a [`dnn::Handle`](crate::dnn::Handle), the fused convolution | run the op once eagerly, or `Handle::reserve_workspace(plan.workspace_size())` |
-//! | [`Hazard::AlgorithmSearch`] | `ConvProblem::plan` with a measured search, plans built during capture | build the plans (and search) before the capture |
-//! | [`Hazard::ImplicitWorkspace`] | cuBLAS GEMM on a handle without `set_workspace` | `blas::Handle::set_workspace(...)` |
-//! | [`Hazard::HostUpload`] | `gemm_batched` (its pointer table) | use strided-batched GEMM, or a plan with a device-resident table |
-//! | [`Hazard::Allocation`] | `DeviceBuffer::alloc`/`from_host` (`cudaMalloc`, `cudaMemcpy`) | allocate before the capture |
-//! | [`Hazard::HostSync`] | `Stream::synchronize`, `Event::synchronize`, copies to the host | synchronize after the graph's launch instead |
-//!
-//! # For the launches (the hook)
-//! A call with a hazard calls [`forbid_during_capture`] with the stream it
-//! would use just before doing the unsafe thing; only then is the stream
-//! asked (`cudaStreamIsCapturing`, a host-only query), so the steady state
-//! pays nothing. RNN, CTC and any new op follow the same pattern: one line,
-//! `crate::runtime::forbid_during_capture(op, stream, Hazard::...)?;`, before
-//! the workspace growth, search or upload.
+//! Capture safety: the rule and the guard the launches call (see [`Hazard`]).
 
 use super::Stream;
 use crate::check::{self, cuda_call};
@@ -70,6 +38,40 @@ impl CaptureStatus {
     }
 }
 
+/// Capture safety: which calls may run while their stream is being captured
+/// into a CUDA graph, and the one guard every launch calls.
+///
+/// # The rule
+/// Once its workspace is sized, the steady-state `run`/`execute` of every
+/// plan in this crate (legacy convolution and ops, GEMM and cuBLASLt, graph
+/// plans, collectives) queues device work only: no allocation, no host
+/// synchronization, no host-to-device copy. Such a call is capture-safe and
+/// records into a graph like any kernel launch.
+///
+/// A few calls are not, and they all say so through [`Hazard`] before any
+/// library call: while their stream is capturing they return
+/// [`Error::CaptureUnsafe`] naming the call, what it would have done and
+/// what to do before the capture. Nothing was queued, so the capture stays
+/// usable; the caller may end it, or do the missing step on another stream
+/// first (growing a workspace is not stream work).
+///
+/// | hazard | who | do before the capture |
+/// |---|---|---|
+/// | [`Hazard::WorkspaceGrowth`] | cuDNN legacy ops and graph plans on a [`dnn::Handle`](crate::dnn::Handle), the fused convolution | run the op once eagerly, or `Handle::reserve_workspace(plan.workspace_size())` |
+/// | [`Hazard::AlgorithmSearch`] | `ConvProblem::plan` with a measured search, plans built during capture | build the plans (and search) before the capture |
+/// | [`Hazard::ImplicitWorkspace`] | cuBLAS GEMM on a handle without `set_workspace` | `blas::Handle::set_workspace(...)` |
+/// | [`Hazard::HostUpload`] | `gemm_batched` (its pointer table) | use strided-batched GEMM, or a plan with a device-resident table |
+/// | [`Hazard::Allocation`] | `DeviceBuffer::alloc`/`from_host` (`cudaMalloc`, `cudaMemcpy`) | allocate before the capture |
+/// | [`Hazard::HostSync`] | `Stream::synchronize`, `Event::synchronize`, copies to the host | synchronize after the graph's launch instead |
+///
+/// # For the launches (the hook)
+/// A call with a hazard calls [`forbid_during_capture`] with the stream it
+/// would use just before doing the unsafe thing; only then is the stream
+/// asked (`cudaStreamIsCapturing`, a host-only query), so the steady state
+/// pays nothing. RNN, CTC and any new op follow the same pattern: one line,
+/// `crate::runtime::forbid_during_capture(op, stream, Hazard::...)?;`, before
+/// the workspace growth, search or upload.
+///
 /// Something a call would do that cannot be recorded into a CUDA graph.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

@@ -1,67 +1,4 @@
-//! CUDA graphs: capture a stream's work into a [`CudaGraph`], instantiate it
-//! into a [`CudaGraphExec`], replay it, update it from a new capture.
-//!
-//! ```no_run
-//! use cudnn::runtime::{CaptureMode, Stream};
-//! let stream = Stream::new()?;
-//! # let step = |_s: &Stream| -> cudnn::Result<()> { Ok(()) };
-//! step(&stream)?; // once eagerly: sizes every workspace
-//! let graph = stream.capture(CaptureMode::Global, |s| step(s))?;
-//! let exec = graph.instantiate()?;
-//! for _ in 0..100 {
-//!     // SAFETY: every buffer, handle and plan `step` used is alive, not
-//!     // reallocated, and only touched in the stream's order.
-//!     unsafe { exec.launch(&stream) }?;
-//! }
-//! stream.synchronize()?;
-//! # Ok::<(), cudnn::Error>(())
-//! ```
-//!
-//! # Capture is a scope
-//! [`Stream::capture`] begins capture, runs the closure, and always ends the
-//! capture: when the closure returns an error, when it panics (the scope's
-//! guard ends it while unwinding), and when the runtime invalidated the
-//! capture. Only a closure that returns `Ok` on a capture the runtime kept
-//! gives a [`CudaGraph`]. Calls that cannot be captured (a workspace growth, an
-//! algorithm search, a host upload: see [`Hazard`](super::Hazard)) return
-//! [`Error::CaptureUnsafe`] instead of corrupting the capture.
-//!
-//! # Why replay is `unsafe`
-//! A captured graph holds raw device addresses: every buffer the captured
-//! work read or wrote, the handles' workspaces, the plans' scratch. A
-//! safe replay would have to keep all of them borrowed for as long as the
-//! executable graph lives; but a replayed training or decoding step must let
-//! the host write the next inputs and read the outputs between launches,
-//! which such a borrow forbids (an output is borrowed mutably by the
-//! capture). So [`CudaGraphExec::launch`] is `unsafe`, with this contract:
-//!
-//! 1. every device allocation the captured work touched is still allocated
-//!    and was not reallocated (no buffer dropped or replaced, no handle
-//!    workspace grown or released, no handle or plan dropped);
-//! 2. host and other-stream accesses to those buffers are ordered with the
-//!    launch (same stream, or events), as for any kernel;
-//! 3. nothing the captured work reads is a host pointer that is gone.
-//!
-//! Capturing and instantiating are safe: they queue nothing. Inside the
-//! closure, the crate's own `cudaMalloc`, synchronous copies and stream
-//! synchronizations return [`Error::CaptureUnsafe`] (a thread-local scope
-//! mark, no runtime call); the global capture mode (the default) also makes
-//! the runtime refuse `cudaMalloc`, `cudaFree` and synchronizing calls from
-//! any thread during the capture, so a buffer freed inside the closure
-//! invalidates the capture rather than leaving a dangling address in the
-//! graph. There is no relaxed mode: it lets those calls through.
-//!
-//! # Updating
-//! [`CudaGraphExec::update`] (`cudaGraphExecUpdate`) re-points an executable
-//! graph at the parameters of a new capture of the same work (new buffers,
-//! new scalars) without a new instantiation; when the topology or a node's
-//! kind changed it returns [`Error::GraphUpdate`] and the executable graph
-//! is unchanged.
-//!
-//! # Threads
-//! Graph objects are not internally synchronized (CUDA Runtime API, "Graph
-//! object thread safety"): [`CudaGraph`] and [`CudaGraphExec`] are `Send`, not
-//! `Sync`.
+//! CUDA graphs: capture, instantiate, replay, update (see [`CudaGraph`]).
 
 use std::fmt;
 use std::ptr::{self, NonNull};
@@ -173,7 +110,7 @@ impl Stream {
     /// Capture the work `f` queues on this stream into a [`CudaGraph`]
     /// (`cudaStreamBeginCapture` … `cudaStreamEndCapture`). The capture
     /// always ends, also when `f` fails or panics; see the
-    /// [module docs](crate::runtime::CudaGraph).
+    /// [`CudaGraph`] docs.
     ///
     /// Run the step once eagerly first (it sizes every workspace and builds
     /// every plan); a call that would allocate, search or upload during the
@@ -207,6 +144,71 @@ impl Stream {
     }
 }
 
+/// CUDA graphs: capture a stream's work into a [`CudaGraph`], instantiate it
+/// into a [`CudaGraphExec`], replay it, update it from a new capture.
+///
+/// ```no_run
+/// use cudnn::runtime::{CaptureMode, Stream};
+/// let stream = Stream::new()?;
+/// # let step = |_s: &Stream| -> cudnn::Result<()> { Ok(()) };
+/// step(&stream)?; // once eagerly: sizes every workspace
+/// let graph = stream.capture(CaptureMode::Global, |s| step(s))?;
+/// let exec = graph.instantiate()?;
+/// for _ in 0..100 {
+///     // SAFETY: every buffer, handle and plan `step` used is alive, not
+///     // reallocated, and only touched in the stream's order.
+///     unsafe { exec.launch(&stream) }?;
+/// }
+/// stream.synchronize()?;
+/// # Ok::<(), cudnn::Error>(())
+/// ```
+///
+/// # Capture is a scope
+/// [`Stream::capture`] begins capture, runs the closure, and always ends the
+/// capture: when the closure returns an error, when it panics (the scope's
+/// guard ends it while unwinding), and when the runtime invalidated the
+/// capture. Only a closure that returns `Ok` on a capture the runtime kept
+/// gives a [`CudaGraph`]. Calls that cannot be captured (a workspace growth, an
+/// algorithm search, a host upload: see [`Hazard`](super::Hazard)) return
+/// [`Error::CaptureUnsafe`] instead of corrupting the capture.
+///
+/// # Why replay is `unsafe`
+/// A captured graph holds raw device addresses: every buffer the captured
+/// work read or wrote, the handles' workspaces, the plans' scratch. A
+/// safe replay would have to keep all of them borrowed for as long as the
+/// executable graph lives; but a replayed training or decoding step must let
+/// the host write the next inputs and read the outputs between launches,
+/// which such a borrow forbids (an output is borrowed mutably by the
+/// capture). So [`CudaGraphExec::launch`] is `unsafe`, with this contract:
+///
+/// 1. every device allocation the captured work touched is still allocated
+///    and was not reallocated (no buffer dropped or replaced, no handle
+///    workspace grown or released, no handle or plan dropped);
+/// 2. host and other-stream accesses to those buffers are ordered with the
+///    launch (same stream, or events), as for any kernel;
+/// 3. nothing the captured work reads is a host pointer that is gone.
+///
+/// Capturing and instantiating are safe: they queue nothing. Inside the
+/// closure, the crate's own `cudaMalloc`, synchronous copies and stream
+/// synchronizations return [`Error::CaptureUnsafe`] (a thread-local scope
+/// mark, no runtime call); the global capture mode (the default) also makes
+/// the runtime refuse `cudaMalloc`, `cudaFree` and synchronizing calls from
+/// any thread during the capture, so a buffer freed inside the closure
+/// invalidates the capture rather than leaving a dangling address in the
+/// graph. There is no relaxed mode: it lets those calls through.
+///
+/// # Updating
+/// [`CudaGraphExec::update`] (`cudaGraphExecUpdate`) re-points an executable
+/// graph at the parameters of a new capture of the same work (new buffers,
+/// new scalars) without a new instantiation; when the topology or a node's
+/// kind changed it returns [`Error::GraphUpdate`] and the executable graph
+/// is unchanged.
+///
+/// # Threads
+/// Graph objects are not internally synchronized (CUDA Runtime API, "Graph
+/// object thread safety"): [`CudaGraph`] and [`CudaGraphExec`] are `Send`, not
+/// `Sync`.
+///
 /// A captured CUDA graph (`cudaGraph_t`): a template; instantiate it to run
 /// it. Destroyed on drop.
 pub struct CudaGraph {
@@ -368,7 +370,7 @@ impl CudaGraphExec {
     /// Replay the graph on `stream` (`cudaGraphLaunch`); asynchronous.
     ///
     /// # Safety
-    /// The contract in the [module docs](crate::runtime::CudaGraph): every
+    /// The contract in the [`CudaGraph`] docs: every
     /// allocation the captured work touched is alive and was not
     /// reallocated, and other accesses to it are ordered with this launch.
     ///

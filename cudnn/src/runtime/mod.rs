@@ -1,4 +1,15 @@
-//! The CUDA runtime: devices, streams, events and memory.
+//! The CUDA runtime: devices, streams, events and memory, and CUDA graphs.
+//!
+//! # CUDA graphs and capture safety
+//! [`Stream::capture`] records a step into a [`CudaGraph`]; see its docs for
+//! the scope, replay ([`CudaGraphExec::launch`], `unsafe`, and why) and
+//! updates. Every op of the crate is capture-safe once its workspace is
+//! sized; what is not returns [`Error::CaptureUnsafe`](crate::Error::CaptureUnsafe)
+//! during a capture (the table of what to do beforehand is on [`Hazard`]).
+//! An op of the crate with such a step (a workspace growth, a search, an
+//! upload) calls, just before it,
+//! `forbid_during_capture(op, stream, Hazard::...)?` (one line; it asks the
+//! runtime only then).
 
 mod affinity;
 mod buffer;
