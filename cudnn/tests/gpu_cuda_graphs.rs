@@ -16,6 +16,7 @@
 //! - the native cuDNN graph of a plan (`Plan::cuda_graph`) equals the
 //!   captured and the eager run, and follows `update_cuda_graph`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod support;
 
 use cudnn::Error;

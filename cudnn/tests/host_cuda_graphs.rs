@@ -14,6 +14,7 @@
 //! time. On a machine with a device the no-device assertions are skipped
 //! (the GPU tier, `gpu_cuda_graphs`, covers that side).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod support;
 
 use std::cell::Cell;
