@@ -66,9 +66,10 @@ struct CaptureScope<'s> {
 impl CaptureScope<'_> {
     /// End the capture and take the graph.
     fn end(mut self) -> Result<CudaGraph> {
-        self.open = false;
+        // On an early return here, `Drop` still ends the capture.
         let rt = check::cudart()?;
         let _on = self.stream.enter("ending a stream capture")?;
+        self.open = false;
         let mut g: cudart::cudaGraph_t = ptr::null_mut();
         // SAFETY: the stream is capturing (we began it) and `g` is a valid out-pointer.
         let r = unsafe { cuda_call!(rt, cudaStreamEndCapture(self.stream.as_raw(), &mut g)) };
