@@ -1,7 +1,8 @@
 //! CUDA graphs on a device (gpu tier; skipped visibly without one):
 //!
 //! - capture and replay of each op kind (legacy convolution plan, legacy
-//!   softmax, cuBLAS GEMM, a graph-API plan) give results bit-identical to
+//!   softmax, cuBLAS GEMM, cuBLASLt matmul, a graph-API plan, an NCCL
+//!   all-reduce on one rank) give results bit-identical to
 //!   the eager run of the same call (outputs poisoned with NaN before);
 //! - the capture-unsafe calls (a cuDNN workspace growth, an exhaustive
 //!   search, cuBLAS without a workspace, the batched-GEMM pointer table,
@@ -489,8 +490,58 @@ fn graph_plan_native_and_captured_equal_eager() -> R {
     Ok(())
 }
 
+fn lt_matmul_replay_equals_eager() -> R {
+    use cudnn::blas::{EpilogueArgs, LtHandle, MatmulPlan, MatmulSpec};
+    Device::new(0)?;
+    let stream = Stream::new()?;
+    let mut lt = LtHandle::new(&stream)?;
+    lt.set_workspace(1 << 22)?;
+    let (m, k, n) = (32, 48, 16);
+    let (la, lb, ld) = (
+        Layout::new(Order::RowMajor, m, k),
+        Layout::new(Order::RowMajor, k, n),
+        Layout::new(Order::RowMajor, m, n),
+    );
+    let mut plan = match MatmulPlan::<f32, f32>::new(&lt, &MatmulSpec::new(la, lb, ld)) {
+        Err(Error::Unsupported { what, .. }) => {
+            eprintln!("note: cuBLASLt has no f32 algorithm here: {what}");
+            return Ok(());
+        }
+        r => r?,
+    };
+    let a = DeviceBuffer::from_host(&data(m * k, 31))?;
+    let b = DeviceBuffer::from_host(&data(k * n, 32))?;
+    let (mut de, mut d) = (nan(m * n)?, nan(m * n)?);
+    plan.run(&lt, 1.0, &a, &b, 0.0, &mut de, EpilogueArgs::none())?;
+    let g = stream.capture(CaptureMode::Global, |_| -> cudnn::Result<()> {
+        plan.run(&lt, 1.0, &a, &b, 0.0, &mut d, EpilogueArgs::none())
+    })?;
+    replay(&instantiate(&g)?, &stream, 2)?;
+    same("cuBLASLt matmul", &d.to_vec()?, &de.to_vec()?)
+}
+
+#[cfg(feature = "nccl")]
+fn nccl_all_reduce_replay_equals_eager() -> R {
+    use cudnn::nccl::{Communicator, ReduceOp};
+    let dev = Device::new(0)?;
+    let comms = Communicator::init_all(&[dev])?;
+    let comm = comms.first().ok_or("no communicator")?;
+    let stream = Stream::new()?;
+    let x = DeviceBuffer::from_host(&data(1024, 41))?;
+    let (mut ye, mut y) = (nan(1024)?, nan(1024)?);
+    comm.all_reduce(&x, &mut ye, ReduceOp::Sum, &stream)?;
+    let g = stream.capture(CaptureMode::Global, |_| -> cudnn::Result<()> {
+        comm.all_reduce(&x, &mut y, ReduceOp::Sum, &stream)
+    })?;
+    replay(&instantiate(&g)?, &stream, 2)?;
+    same("all_reduce (one rank)", &y.to_vec()?, &ye.to_vec()?)?;
+    // One rank: the sum is the input.
+    same("all_reduce == input", &y.to_vec()?, &x.to_vec()?)
+}
+
 fn main() {
-    let trials = vec![
+    #[allow(unused_mut)] // pushed to with feature `nccl`
+    let mut trials = vec![
         gpu(
             "cuda_graphs::conv_replay_equals_eager",
             conv_replay_equals_eager,
@@ -519,6 +570,15 @@ fn main() {
             "cuda_graphs::graph_plan_native_and_captured_equal_eager",
             graph_plan_native_and_captured_equal_eager,
         ),
+        gpu(
+            "cuda_graphs::lt_matmul_replay_equals_eager",
+            lt_matmul_replay_equals_eager,
+        ),
     ];
+    #[cfg(feature = "nccl")]
+    trials.push(gpu(
+        "cuda_graphs::nccl_all_reduce_replay_equals_eager",
+        nccl_all_reduce_replay_equals_eager,
+    ));
     run(trials)
 }
