@@ -309,7 +309,9 @@ impl Handle {
     /// later ops need no allocation.
     ///
     /// # Errors
-    /// [`Error::Cuda`] when the allocation fails (e.g. out of memory).
+    /// [`Error::Cuda`] when the allocation fails (e.g. out of memory);
+    /// [`Error::CaptureUnsafe`] when it would grow while the handle's stream
+    /// is capturing a CUDA graph (reserve before the capture).
     pub fn reserve_workspace(&mut self, bytes: usize) -> Result<()> {
         self.workspace(bytes).map(|_| ())
     }

@@ -380,7 +380,9 @@ impl Stream {
     ///
     /// # Errors
     /// [`Error::Cuda`](crate::Error::Cuda), also for failures of earlier
-    /// asynchronous work on the stream.
+    /// asynchronous work on the stream;
+    /// [`Error::CaptureUnsafe`](crate::Error::CaptureUnsafe) inside a
+    /// [`Stream::capture`] closure.
     #[doc(alias = "cudaStreamSynchronize")]
     pub fn synchronize(&self) -> Result<()> {
         super::capture::forbid_in_capture_scope("Stream::synchronize", super::Hazard::HostSync)?;
