@@ -338,6 +338,12 @@ fn main() -> ExitCode {
     };
     if let Some(why) = missing() {
         eprintln!("lenet: cannot run: {why}");
+        if graph {
+            eprintln!(
+                "(--graph would train {EPOCHS} epochs eagerly, then again replaying one training step captured after {} eager steps, and compare the loss curves)",
+                settle_steps()
+            );
+        }
         eprintln!(
             "(training needs the CUDA libraries and a CUDA device; `cargo run --example doctor` says what is missing, and `--check-data` runs the data pipeline alone)"
         );
