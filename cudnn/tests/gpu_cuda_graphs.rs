@@ -539,6 +539,108 @@ fn nccl_all_reduce_replay_equals_eager() -> R {
     same("all_reduce == input", &y.to_vec()?, &x.to_vec()?)
 }
 
+/// Property: random sequences of calls inside a capture (safe launches,
+/// each capture-unsafe call, a failing step), against the model: every
+/// unsafe call gives `CaptureUnsafe` and queues nothing; the capture gives a
+/// graph exactly when no step failed; the stream is never left capturing;
+/// a graph with a launch replays to the eager result.
+fn random_capture_sequences_follow_the_model() -> R {
+    Device::new(0)?;
+    let stream = Stream::new()?;
+    let mut h = Handle::new(&stream)?;
+    let c = conv(&mut h, 51)?;
+    let mut eager = nan(c.yn)?;
+    c.plan.run(&mut h, 1.0, &c.x, &c.w, 0.0, &mut eager)?;
+    let eager = eager.to_vec()?;
+    let need = c.plan.workspace_size();
+    let b_nows = blas::Handle::new(&stream)?;
+    let m = DeviceBuffer::from_host(&data(4, 52))?;
+    let l = Layout::new(Order::RowMajor, 2, 2);
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let (mut graphs, mut refused) = (0, 0);
+    for case in 0..40 {
+        let actions: Vec<u64> = (0..1 + next(6)).map(|_| next(6)).collect();
+        let fails = actions.contains(&5);
+        let launches = actions.iter().filter(|&&a| a == 0).count();
+        let mut y = nan(c.yn)?;
+        let mut fresh = Handle::new(&stream)?;
+        let mut out = nan(4)?;
+        let mut seen_unsafe = 0;
+        let r = stream.capture(CaptureMode::Global, |s| -> cudnn::Result<()> {
+            for &a in &actions {
+                let res = match a {
+                    0 => c.plan.run(&mut h, 1.0, &c.x, &c.w, 0.0, &mut y),
+                    1 if need > 0 => c.plan.run(&mut fresh, 1.0, &c.x, &c.w, 0.0, &mut y),
+                    1 => Err(Error::CaptureUnsafe {
+                        op: "model".into(),
+                        hazard: "no workspace needed".into(),
+                        before: "nothing".into(),
+                    }),
+                    2 => b_nows.gemm(
+                        1.0f32,
+                        Matrix::new(&m, l),
+                        Matrix::new(&m, l),
+                        0.0,
+                        MatrixMut::new(&mut out, l),
+                        ComputeType::F32Pedantic,
+                    ),
+                    3 => DeviceBuffer::<f32>::alloc(8).map(|_| ()),
+                    4 => s.synchronize(),
+                    _ => return Err(Error::invalid("step", "fails on purpose", case)),
+                };
+                match (a, res) {
+                    (0, r) => r?,
+                    (_, Err(Error::CaptureUnsafe { .. })) => seen_unsafe += 1,
+                    (a, other) => {
+                        return Err(Error::invalid(
+                            "model",
+                            format!("action {a} should be refused"),
+                            format!("{other:?}"),
+                        ));
+                    }
+                }
+            }
+            Ok(())
+        });
+        ensure!(
+            stream.capture_status()? == CaptureStatus::None,
+            "case {case} {actions:?}: the stream is still capturing"
+        );
+        ensure!(
+            out.to_vec()?.iter().all(|v| v.is_nan()),
+            "case {case}: a refused GEMM ran"
+        );
+        match (r, fails) {
+            (Ok(g), false) => {
+                graphs += 1;
+                ensure!(
+                    (g.node_count()? > 0) == (launches > 0),
+                    "case {case} {actions:?}: {} nodes for {launches} launches",
+                    g.node_count()?
+                );
+                if launches > 0 {
+                    replay(&g.instantiate()?, &stream, 1)?;
+                    same(&format!("case {case}"), &y.to_vec()?, &eager)?;
+                } else {
+                    ensure!(y.to_vec()?.iter().all(|v| v.is_nan()), "case {case}: ran");
+                }
+            }
+            (Err(Error::InvalidArgument { arg, .. }), true) if arg == "step" => {}
+            (r, f) => return Err(format!("case {case} {actions:?} (fails {f}): {r:?}").into()),
+        }
+        refused += seen_unsafe;
+    }
+    eprintln!("  40 sequences: {graphs} graphs, {refused} calls refused during a capture");
+    ensure!(graphs > 0 && refused > 0, "the sequences exercised nothing");
+    Ok(())
+}
+
 fn main() {
     #[allow(unused_mut)] // pushed to with feature `nccl`
     let mut trials = vec![
@@ -573,6 +675,10 @@ fn main() {
         gpu(
             "cuda_graphs::lt_matmul_replay_equals_eager",
             lt_matmul_replay_equals_eager,
+        ),
+        gpu(
+            "cuda_graphs::random_capture_sequences_follow_the_model",
+            random_capture_sequences_follow_the_model,
         ),
     ];
     #[cfg(feature = "nccl")]
