@@ -220,7 +220,8 @@ fn train(graph: bool) -> AnyResult<bool> {
             .iter()
             .zip(&replayed)
             .map(|(a, b)| (a - b).abs() / a.abs().max(1e-12))
-            .fold(0.0f64, f64::max);
+            // NaN propagates (f64::max would drop it).
+            .fold(0.0f64, |w, d| if d.is_nan() || d > w { d } else { w });
         println!(
             "graph: loss curves differ by at most {worst:.2e} (relative); mean step {:.1} us eager, {:.1} us replayed (upload and read included)",
             eager_step.as_secs_f64() * 1e6,
