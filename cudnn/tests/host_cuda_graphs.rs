@@ -143,6 +143,16 @@ fn legacy_stream_is_refused_before_any_call() -> TestResult {
     Ok(())
 }
 
+fn null_graph_is_refused() -> TestResult {
+    // SAFETY: null is exactly what the function must refuse; nothing is adopted.
+    let r = unsafe { cudnn::runtime::CudaGraph::from_raw(std::ptr::null_mut(), None) };
+    ensure!(
+        matches!(&r, Err(Error::InvalidArgument { arg, .. }) if arg == "raw"),
+        "{r:?}"
+    );
+    Ok(())
+}
+
 fn no_device_capture_is_typed() -> TestResult {
     if has_gpu() {
         eprintln!("note: a device is present; the no-device case is the GPU tier's");
