@@ -384,6 +384,7 @@ fn main() {
             "capture::no_device_capture_is_typed",
             no_device_capture_is_typed,
         ),
+        host("capture::null_graph_is_refused", null_graph_is_refused),
         host(
             "capture::random_capture_sequences",
             random_capture_sequences,
