@@ -36,12 +36,116 @@
 //! `cargo run --example lenet -- --check-data` only draws the data set and
 //! prints the class counts and one image per class; it needs no GPU and no
 //! CUDA library.
+//!
+//! `cargo run --example lenet -- --graph` trains twice from the same seed:
+//! eagerly, then with one training step (forward, backward, SGD) captured
+//! into a CUDA graph (`Stream::capture`) and replayed for every later step
+//! (only the batch upload and the read of the log-probabilities stay
+//! outside it). It prints both loss curves, their largest difference and
+//! the mean time per step, and fails unless the curves agree. Two things
+//! happen before the capture, as the crate's capture rules require: the
+//! cuBLAS handle gets an explicit workspace (`set_workspace`), and the
+//! eager steps run until batch norm's running-average factor has settled
+//! at its momentum (a host scalar: a graph replays the value it captured).
 
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 use cudnn::dnn::Handle;
-use cudnn::runtime::Device;
+use cudnn::runtime::{CaptureMode, CudaGraphExec, Device, Stream};
 use cudnn_examples::lenet::*;
+
+/// The eager steps before the capture: until batch norm's factor
+/// `max(1 / (n + 1), BN_MOMENTUM)` is the momentum (10 steps).
+fn settle_steps() -> usize {
+    (1.0 / BN_MOMENTUM).ceil() as usize
+}
+
+/// What one training run gives.
+struct Run {
+    net: Net,
+    /// Each epoch's mean loss.
+    losses: Vec<f64>,
+    /// The mean time of the steps after the capture point (the replayed
+    /// ones with `graph`).
+    step: Duration,
+}
+
+/// One training run from the seed; prints a line per epoch.
+fn run_epochs(stream: &Stream, train: &Dataset, graph: bool, compare: bool) -> AnyResult<Run> {
+    let mut rng = Lcg::new(INIT_SEED);
+    let mut net = Net::new(stream, &mut rng)?;
+    if compare {
+        // cuBLAS must not take workspace from its own pool during a capture;
+        // the eager run of a comparison gets the same workspace, so both run
+        // the same kernels.
+        net.blas
+            .set_workspace(cudnn::blas::Handle::recommended_workspace_size(9))?;
+    }
+    let label = if graph { "graph" } else { "eager" };
+    let mut exec: Option<CudaGraphExec> = None;
+    let mut order: Vec<usize> = (0..train.len()).collect();
+    let mut epochs = Vec::with_capacity(EPOCHS);
+    let (mut step, mut timed, mut spent) = (0usize, 0u32, Duration::ZERO);
+    for epoch in 1..=EPOCHS {
+        shuffle(&mut order, &mut rng);
+        let (mut loss, mut correct, mut seen) = (0.0, 0, 0);
+        for batch in order.chunks_exact(BATCH) {
+            let t0 = Instant::now();
+            let labels = net.load(train, batch)?;
+            if graph && exec.is_none() && step == settle_steps() {
+                let g = stream.capture(CaptureMode::Global, |_| -> AnyResult<()> {
+                    net.forward(true)?;
+                    net.backward()?;
+                    Ok(net.sgd(LEARNING_RATE)?)
+                })?;
+                println!(
+                    "graph: captured step {step} ({} nodes); replaying it from now on",
+                    g.node_count()?
+                );
+                exec = Some(g.instantiate()?);
+            }
+            match &exec {
+                // SAFETY: the graph uses the network's buffers, handles and
+                // plans, all owned by `net`, which outlives `exec` (both are
+                // locals here; `exec` is dropped first, at the end of this
+                // function, after `read_logp` synchronized the stream). The
+                // host writes the inputs (`load`) only after synchronizing.
+                Some(e) => unsafe { e.launch(stream) }?,
+                None => {
+                    net.forward(true)?;
+                    net.backward()?;
+                    net.sgd(LEARNING_RATE)?;
+                }
+            }
+            let (l, c) = score(&net.read_logp()?, &labels);
+            if step > settle_steps() {
+                spent += t0.elapsed();
+                timed += 1;
+            }
+            step += 1;
+            loss += l;
+            correct += c;
+            seen += labels.len();
+        }
+        let mean = loss / seen as f64;
+        let accuracy = correct as f64 / seen as f64;
+        println!(
+            "{label} epoch {epoch:>2}/{EPOCHS}: loss {mean:.4}, training accuracy {:5.1}%",
+            100.0 * accuracy
+        );
+        if !mean.is_finite() {
+            return Err("the loss is not finite; training diverged".into());
+        }
+        epochs.push(mean);
+    }
+    drop(exec);
+    Ok(Run {
+        net,
+        losses: epochs,
+        step: spent / timed.max(1),
+    })
+}
 
 /// `--check-data`: draw both sets and show them; no GPU involved.
 fn check_data() -> ExitCode {
@@ -85,7 +189,7 @@ fn check_data() -> ExitCode {
         ExitCode::FAILURE
     }
 }
-fn train() -> AnyResult<bool> {
+fn train(graph: bool) -> AnyResult<bool> {
     let dev = Device::new(0)?;
     println!("lenet: device 0: {}", dev.name()?);
     let stream = dev.create_stream()?;
@@ -96,37 +200,42 @@ fn train() -> AnyResult<bool> {
         train.len(),
         test.len()
     );
-    let mut rng = Lcg::new(INIT_SEED);
-    let mut net = Net::new(&stream, &mut rng)?;
-    net.describe();
     println!("training: {EPOCHS} epochs of SGD, learning rate {LEARNING_RATE}");
-
-    let mut order: Vec<usize> = (0..train.len()).collect();
-    let mut epoch_losses = Vec::with_capacity(EPOCHS);
-    for epoch in 1..=EPOCHS {
-        shuffle(&mut order, &mut rng);
-        let (mut loss, mut correct, mut seen) = (0.0, 0, 0);
-        for batch in order.chunks_exact(BATCH) {
-            let labels = net.load(&train, batch)?;
-            net.forward(true)?;
-            let (l, c) = score(&net.read_logp()?, &labels);
-            net.backward()?;
-            net.sgd(LEARNING_RATE)?;
-            loss += l;
-            correct += c;
-            seen += labels.len();
-        }
-        let mean = loss / seen as f64;
-        println!(
-            "epoch {epoch:>2}/{EPOCHS}: loss {mean:.4}, training accuracy {:5.1}%",
-            100.0 * correct as f64 / seen as f64
-        );
-        if !mean.is_finite() {
-            eprintln!("lenet: the loss is not finite; training diverged");
+    let (mut net, eager, eager_step) = match run_epochs(&stream, &train, false, graph) {
+        Ok(r) => (r.net, r.losses, r.step),
+        Err(e) => {
+            eprintln!("lenet: {e}");
             return Ok(false);
         }
-        epoch_losses.push(mean);
+    };
+    net.describe();
+    let mut curves_agree = true;
+    if graph {
+        let Run {
+            net: gnet,
+            losses: replayed,
+            step: graph_step,
+        } = run_epochs(&stream, &train, true, true)?;
+        let worst = eager
+            .iter()
+            .zip(&replayed)
+            .map(|(a, b)| (a - b).abs() / a.abs().max(1e-12))
+            // NaN propagates (f64::max would drop it).
+            .fold(0.0f64, |w, d| if d.is_nan() || d > w { d } else { w });
+        println!(
+            "graph: loss curves differ by at most {worst:.2e} (relative); mean step {:.1} us eager, {:.1} us replayed (upload and read included)",
+            eager_step.as_secs_f64() * 1e6,
+            graph_step.as_secs_f64() * 1e6
+        );
+        // Written so that NaN fails: the same kernels in the same order
+        // (a nondeterministic backward kernel may differ in the last bits).
+        curves_agree = worst <= 1e-3;
+        if !curves_agree {
+            eprintln!("lenet: the replayed training's losses differ from the eager run's");
+        }
+        net = gnet;
     }
+    let epoch_losses = eager;
     println!(
         "conv + bias + ReLU ran {:?} (conv1) and {:?} (conv2)",
         net.conv1.path(),
@@ -183,7 +292,7 @@ fn train() -> AnyResult<bool> {
     // Written so that NaN fails both.
     let loss_fell = last < first;
     let accurate = accuracy > MIN_TEST_ACCURACY;
-    let mut ok = true;
+    let mut ok = curves_agree;
     if !loss_fell {
         eprintln!(
             "lenet: the loss did not fall: {first:.4} in epoch 1, {last:.4} in epoch {EPOCHS}"
@@ -222,22 +331,32 @@ fn missing() -> Option<String> {
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
-    match (args.next().as_deref(), args.next()) {
-        (None, _) => {}
+    let graph = match (args.next().as_deref(), args.next()) {
+        (None, _) => false,
         (Some("--check-data"), None) => return check_data(),
+        (Some("--graph"), None) => true,
         _ => {
-            eprintln!("usage: lenet [--check-data]");
+            eprintln!("usage: lenet [--check-data | --graph]");
             return ExitCode::FAILURE;
         }
-    }
+    };
     if let Some(why) = missing() {
         eprintln!("lenet: cannot run: {why}");
+        if graph {
+            eprintln!(
+                "(--graph would train {EPOCHS} epochs eagerly, then again replaying one training step captured after {} eager steps, and compare the loss curves)",
+                settle_steps()
+            );
+        }
         eprintln!(
             "(training needs the CUDA libraries and a CUDA device; `cargo run --example doctor` says what is missing, and `--check-data` runs the data pipeline alone)"
         );
         return ExitCode::FAILURE;
     }
-    match train() {
+    if graph {
+        println!("lenet --graph: an eager run, then a run replaying one captured training step");
+    }
+    match train(graph) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {

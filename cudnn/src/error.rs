@@ -185,6 +185,36 @@ pub enum Error {
         current: String,
     },
 
+    /// A call that is not safe while its stream is being captured into a
+    /// CUDA graph (it would allocate, search, upload or synchronize): names
+    /// the call, what it would do, and what to do before the capture.
+    /// Nothing was queued; the capture is still usable.
+    #[error(
+        "{op} cannot run while its stream is being captured into a CUDA graph: it would {hazard}; {before}"
+    )]
+    CaptureUnsafe {
+        /// The call (`"conv_forward"`, `"gemm_batched"`).
+        op: String,
+        /// What it would do (`"grow the cuDNN workspace from 0 to 4096 bytes"`).
+        hazard: String,
+        /// What to do beforehand (`"call Handle::reserve_workspace(4096) before the capture"`).
+        before: String,
+    },
+
+    /// An executable CUDA graph could not be updated from a new graph
+    /// (`cudaGraphExecUpdate`): the topology, a node's kind or its function
+    /// changed. The executable graph is unchanged; instantiate the new graph
+    /// instead.
+    #[error(
+        "cudaGraphExecUpdate refused the update: {result} ({code}); instantiate the new graph instead"
+    )]
+    GraphUpdate {
+        /// The `cudaGraphExecUpdateResult` name (`"cudaGraphExecUpdateErrorTopologyChanged"`).
+        result: &'static str,
+        /// Its raw value.
+        code: u32,
+    },
+
     /// There is no usable CUDA device.
     #[error("no CUDA device: {reason}")]
     NoDevice {

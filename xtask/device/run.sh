@@ -576,6 +576,8 @@ if selected examples; then
         [ "$(phase_for "$m")" = examples ] || continue
         run_one "$m" 40 "$bin/$m"
     done
+    # Issue 23: LeNet with one training step captured and replayed.
+    in_manifest lenet && run_one "lenet --graph" 40 "$bin/lenet" --graph
     phase_end
 else
     phase_skip examples 30 75
@@ -589,6 +591,7 @@ if selected bench; then
     bench "bench_ops --quick" 15 bench_ops --quick
     bench bench_host 15 bench_host
     bench bench_graph 15 bench_graph --iters 30
+    bench bench_cuda_graphs 15 bench_cuda_graphs --iters 100
     bench bench_nccl 25 bench_nccl
     bench bench_cudarc 10 bench_cudarc --rounds 9
     phase_end

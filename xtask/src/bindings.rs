@@ -113,6 +113,9 @@ const CUDART_FUNCTIONS: &[&str] = &[
     "cudaGraphLaunch",
     "cudaGraphUpload",
     "cudaGraphExecDestroy",
+    "cudaGraphExecUpdate",
+    "cudaGraphGetNodes",
+    "cudaStreamGetCaptureInfo",
 ];
 
 /// CUDA types the other crates use, defined here once.
@@ -123,6 +126,9 @@ const CUDART_TYPES: &[&str] = &[
     "cudaEvent_t",
     "cudaGraph_t",
     "cudaGraphExec_t",
+    "cudaGraphNode_t",
+    "cudaGraphExecUpdateResult",
+    "cudaGraphExecUpdateResultInfo",
     "cudaError.*",
     "cudaDeviceAttr",
     "cudaDeviceProp",

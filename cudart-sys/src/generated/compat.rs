@@ -6,9 +6,10 @@
 /// Functions these bindings declare that the CUDA 12 runtime headers declare
 /// differently or not at all. When that library is loaded, these are
 /// treated as absent, so calling one is an error value, never a call with
-/// the wrong ABI. (3 of 80.)
+/// the wrong ABI. (4 of 83.)
 pub const ABI_DIFFERS_IN_CUDA12: &[&str] = &[
     "cudaGetDeviceProperties", // not declared
     "cudaMemPoolCreate", // type `cudaMemLocation` differs
     "cudaPointerGetAttributes", // type `cudaPointerAttributes` differs
+    "cudaStreamGetCaptureInfo", // not declared
 ];

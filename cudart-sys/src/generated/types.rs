@@ -1185,16 +1185,120 @@ pub struct CUgraph_st {
 pub type cudaGraph_t = *mut CUgraph_st;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
+pub struct CUgraphNode_st {
+    _unused: [u8; 0],
+}
+pub type cudaGraphNode_t = *mut CUgraphNode_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUmemPoolHandle_st {
     _unused: [u8; 0],
 }
 pub type cudaMemPool_t = *mut CUmemPoolHandle_st;
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct cudaGraphEdgeData_st {
+    pub from_port: ::core::ffi::c_uchar,
+    pub to_port: ::core::ffi::c_uchar,
+    pub type_: ::core::ffi::c_uchar,
+    pub reserved: [::core::ffi::c_uchar; 5usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cudaGraphEdgeData_st",
+    ][::core::mem::size_of::<cudaGraphEdgeData_st>() - 8usize];
+    [
+        "Alignment of cudaGraphEdgeData_st",
+    ][::core::mem::align_of::<cudaGraphEdgeData_st>() - 1usize];
+    [
+        "Offset of field: cudaGraphEdgeData_st::from_port",
+    ][::core::mem::offset_of!(cudaGraphEdgeData_st, from_port) - 0usize];
+    [
+        "Offset of field: cudaGraphEdgeData_st::to_port",
+    ][::core::mem::offset_of!(cudaGraphEdgeData_st, to_port) - 1usize];
+    [
+        "Offset of field: cudaGraphEdgeData_st::type_",
+    ][::core::mem::offset_of!(cudaGraphEdgeData_st, type_) - 2usize];
+    [
+        "Offset of field: cudaGraphEdgeData_st::reserved",
+    ][::core::mem::offset_of!(cudaGraphEdgeData_st, reserved) - 3usize];
+};
+pub type cudaGraphEdgeData = cudaGraphEdgeData_st;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct CUgraphExec_st {
     _unused: [u8; 0],
 }
 pub type cudaGraphExec_t = *mut CUgraphExec_st;
+impl cudaGraphExecUpdateResult {
+    pub const cudaGraphExecUpdateSuccess: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
+        0,
+    );
+    pub const cudaGraphExecUpdateError: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
+        1,
+    );
+    pub const cudaGraphExecUpdateErrorTopologyChanged: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
+        2,
+    );
+    pub const cudaGraphExecUpdateErrorNodeTypeChanged: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
+        3,
+    );
+    pub const cudaGraphExecUpdateErrorFunctionChanged: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
+        4,
+    );
+    pub const cudaGraphExecUpdateErrorParametersChanged: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
+        5,
+    );
+    pub const cudaGraphExecUpdateErrorNotSupported: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
+        6,
+    );
+    pub const cudaGraphExecUpdateErrorUnsupportedFunctionChange: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
+        7,
+    );
+    pub const cudaGraphExecUpdateErrorAttributesChanged: cudaGraphExecUpdateResult = cudaGraphExecUpdateResult(
+        8,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct cudaGraphExecUpdateResult(pub ::core::ffi::c_uint);
+#[repr(C)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct cudaGraphExecUpdateResultInfo_st {
+    pub result: cudaGraphExecUpdateResult,
+    pub errorNode: cudaGraphNode_t,
+    pub errorFromNode: cudaGraphNode_t,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cudaGraphExecUpdateResultInfo_st",
+    ][::core::mem::size_of::<cudaGraphExecUpdateResultInfo_st>() - 24usize];
+    [
+        "Alignment of cudaGraphExecUpdateResultInfo_st",
+    ][::core::mem::align_of::<cudaGraphExecUpdateResultInfo_st>() - 8usize];
+    [
+        "Offset of field: cudaGraphExecUpdateResultInfo_st::result",
+    ][::core::mem::offset_of!(cudaGraphExecUpdateResultInfo_st, result) - 0usize];
+    [
+        "Offset of field: cudaGraphExecUpdateResultInfo_st::errorNode",
+    ][::core::mem::offset_of!(cudaGraphExecUpdateResultInfo_st, errorNode) - 8usize];
+    [
+        "Offset of field: cudaGraphExecUpdateResultInfo_st::errorFromNode",
+    ][::core::mem::offset_of!(cudaGraphExecUpdateResultInfo_st, errorFromNode)
+        - 16usize];
+};
+impl Default for cudaGraphExecUpdateResultInfo_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type cudaGraphExecUpdateResultInfo = cudaGraphExecUpdateResultInfo_st;
 impl cudaDataType_t {
     pub const CUDA_R_16F: cudaDataType_t = cudaDataType_t(2);
     pub const CUDA_C_16F: cudaDataType_t = cudaDataType_t(6);

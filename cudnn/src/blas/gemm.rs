@@ -830,9 +830,13 @@ impl Handle {
     /// a copy, and a free after synchronizing the handle's stream. For a hot
     /// loop prefer a strided batch with [`gemm`](Handle::gemm).
     ///
+    /// Not capture-safe (the pointer arrays are uploaded from the host on
+    /// every call): while the handle's stream is capturing a CUDA graph it
+    /// returns [`Error::CaptureUnsafe`] before anything is queued.
+    ///
     /// # Errors
     /// As [`GemmPlan::new_pointer_batch`] and [`GemmPlan::run`];
-    /// [`Error::Cuda`] from the pointer arrays.
+    /// [`Error::Cuda`] from the pointer arrays; [`Error::CaptureUnsafe`].
     #[doc(alias = "cublasGemmBatchedEx")]
     pub fn gemm_batched<A: GemmTypes<C>, C: DataType>(
         &self,
@@ -877,6 +881,8 @@ impl Handle {
             c.iter_mut()
                 .map(|m| m.data_mut().as_raw_mut() as usize as i64),
         );
+        let hazard = crate::runtime::Hazard::HostUpload("the GEMM pointer table");
+        crate::runtime::forbid_during_capture("gemm_batched", self.stream(), hazard)?;
         let table = DeviceBuffer::<i64>::scratch_from_host(ptrs, self.stream())
             .map_err(|e| e.with_context("copying the GEMM pointer arrays to the device"))?;
         let base = table.as_ptr();

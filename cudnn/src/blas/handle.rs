@@ -61,7 +61,9 @@ impl MathMode {
 /// GEMMs really accumulate in f32; opt out with
 /// [`set_reduced_precision_reduction`](Handle::set_reduced_precision_reduction)).
 /// Without [`set_workspace`](Handle::set_workspace) cuBLAS uses its own
-/// default workspace pool.
+/// default workspace pool; such a handle refuses to launch while its stream
+/// is capturing a CUDA graph ([`Error::CaptureUnsafe`]): set a workspace
+/// before [`Stream::capture`](crate::runtime::Stream::capture).
 ///
 /// The handle records the device current at creation
 /// ([`device`](Handle::device)). Every GEMM and GEMV on the handle runs with
@@ -321,6 +323,11 @@ impl Handle {
     /// as [`enter`](Handle::enter).
     pub(crate) fn launch(&self, op: &str, args: &[(&str, Option<Device>)]) -> Result<DeviceGuard> {
         crate::runtime::check_args(op, self.device, args)?;
+        if self.workspace.is_none() {
+            // cuBLAS would take workspace from its own pool inside a capture.
+            let hazard = crate::runtime::Hazard::ImplicitWorkspace;
+            crate::runtime::forbid_during_capture(op, &self.stream, hazard)?;
+        }
         self.enter()
     }
 

@@ -252,7 +252,10 @@ pub enum AlgoSearch {
     /// ([`ConvProblem::plan`](crate::dnn::ConvProblem::plan)); the fastest that passes the filters wins.
     /// The trials run in a temporary workspace of the search's own (freed
     /// when it returns); the handle's grows only to the chosen algorithm's
-    /// size. Slow (runs every algorithm); cache the result.
+    /// size. Slow (runs every algorithm); cache the result. Refused while
+    /// the handle's stream is capturing a CUDA graph
+    /// ([`Error::CaptureUnsafe`](crate::Error::CaptureUnsafe)): plan before
+    /// the capture.
     Exhaustive,
     /// This algorithm (of the plan's direction), with the policy's math
     /// type; only its workspace size is asked. Never cached. Determinism is

@@ -379,6 +379,11 @@ impl<T: ConvDataType, D: ConvPass> ConvProblem<T, D> {
             }
         }
 
+        if matches!(opts.search, AlgoSearch::Exhaustive) {
+            // Before the scratch buffers (cudaMalloc) and the timed trials.
+            let hazard = crate::runtime::Hazard::AlgorithmSearch;
+            crate::runtime::forbid_during_capture("an exhaustive search", handle.stream(), hazard)?;
+        }
         let candidates = match opts.search {
             AlgoSearch::Heuristic => search::heuristic(handle, &d, dir)?,
             AlgoSearch::Exhaustive => match bufs {

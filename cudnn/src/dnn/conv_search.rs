@@ -14,7 +14,7 @@ use super::tensor::TensorDescriptor;
 use crate::check::{self, cudnn_call};
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
-use crate::runtime::{DeviceBuffer, Stream};
+use crate::runtime::{DeviceBuffer, Hazard, Stream};
 use crate::sys::cudnn as dnn;
 
 /// The descriptors a plan owns: `x` (or `dx`), `w` (or `dw`), `y` (or `dy`)
@@ -315,6 +315,8 @@ pub(crate) unsafe fn exhaustive<T: DataType>(
     bufs: RawBufs,
     workspace_limit: Option<usize>,
 ) -> Result<Vec<Candidate>> {
+    let op = "an exhaustive convolution algorithm search";
+    crate::runtime::forbid_during_capture(op, handle.stream(), Hazard::AlgorithmSearch)?;
     let _on = handle.enter()?;
     let api = check::cudnn()?;
     // Size the workspace for the search: the most any usable heuristic

@@ -6,7 +6,9 @@ use std::ptr::{self, NonNull};
 
 use crate::check::{self, cudnn_call};
 use crate::error::{Error, Result};
-use crate::runtime::{Device, DeviceBuffer, DeviceGuard, DeviceSliceMut, Stream, check_device};
+use crate::runtime::{
+    Device, DeviceBuffer, DeviceGuard, DeviceSliceMut, Hazard, Stream, check_device,
+};
 use crate::sys::cudart::Version;
 use crate::sys::cudnn::{self as dnn, cudnnContext, cudnnHandle_t};
 
@@ -26,6 +28,14 @@ use crate::sys::cudnn::{self as dnn, cudnnContext, cudnnHandle_t};
 /// otherwise the op fails with [`Error::DeviceMismatch`] before anything is
 /// queued. A handle bound to [`Stream::per_thread`] may only be used from
 /// the thread that made that stream value ([`Error::WrongThread`]).
+///
+/// # CUDA graphs
+/// Ops on a handle are capture-safe once the workspace is large enough: run
+/// the step once eagerly, or call [`reserve_workspace`](Handle::reserve_workspace)
+/// with each plan's `workspace_size()`, before
+/// [`Stream::capture`]. A workspace growth while the stream is capturing is
+/// refused with [`Error::CaptureUnsafe`] (nothing queued, the capture still
+/// usable); so is an exhaustive algorithm search.
 ///
 /// # Threads
 /// `Send`, not `Sync`: a handle may move to another thread but not be used
@@ -277,6 +287,13 @@ impl Handle {
     /// [`Error::Cuda`] when the allocation fails (e.g. out of memory).
     pub(crate) fn workspace(&mut self, bytes: usize) -> Result<DeviceSliceMut<'_, u8>> {
         if bytes > self.workspace.len() {
+            // Growing is a cudaMalloc (and a free): refused during a capture.
+            let hazard = Hazard::WorkspaceGrowth {
+                owner: "cuDNN",
+                have: self.workspace.len(),
+                need: bytes,
+            };
+            crate::runtime::forbid_during_capture("a cuDNN op", &self.stream, hazard)?;
             // Release the old one first, so both never need to fit at once.
             let old = std::mem::replace(&mut self.workspace, empty_workspace());
             old.destroy_after(&self.stream)?;
@@ -292,7 +309,9 @@ impl Handle {
     /// later ops need no allocation.
     ///
     /// # Errors
-    /// [`Error::Cuda`] when the allocation fails (e.g. out of memory).
+    /// [`Error::Cuda`] when the allocation fails (e.g. out of memory);
+    /// [`Error::CaptureUnsafe`] when it would grow while the handle's stream
+    /// is capturing a CUDA graph (reserve before the capture).
     pub fn reserve_workspace(&mut self, bytes: usize) -> Result<()> {
         self.workspace(bytes).map(|_| ())
     }

@@ -114,6 +114,11 @@ pub struct Policy {
     pub allow_runtime_compilation: bool,
     /// How many candidates to finalize at most before giving up.
     pub max_attempts: usize,
+    /// Only engines that declare
+    /// [`BehaviorNote::SupportsCudaGraphNativeApi`], for plans meant for
+    /// [`Plan::cuda_graph`](super::Plan::cuda_graph) (the frontend's
+    /// `select_behavior_notes`). Off by default.
+    pub require_native_cuda_graph: bool,
 }
 
 impl Default for Policy {
@@ -126,6 +131,7 @@ impl Default for Policy {
             allow_reduced_precision: false,
             allow_runtime_compilation: true,
             max_attempts: 64,
+            require_native_cuda_graph: false,
         }
     }
 }
@@ -133,7 +139,7 @@ impl Default for Policy {
 impl Policy {
     /// A compact text for cache keys.
     pub fn signature(&self) -> String {
-        format!(
+        let s = format!(
             "modes={:?};ws={:?};det={};tf32={};rp={};rtc={}",
             self.modes,
             self.max_workspace,
@@ -141,7 +147,13 @@ impl Policy {
             self.allow_tf32,
             self.allow_reduced_precision,
             self.allow_runtime_compilation
-        )
+        );
+        // Appended only when set, so existing cache keys stay the same.
+        if self.require_native_cuda_graph {
+            s + ";cg=1"
+        } else {
+            s
+        }
     }
 }
 
@@ -261,6 +273,13 @@ impl Candidate {
                 .contains(&BehaviorNote::RuntimeCompilation)
         {
             return Some("compiles at run time".to_string());
+        }
+        if policy.require_native_cuda_graph
+            && !self
+                .behavior_notes
+                .contains(&BehaviorNote::SupportsCudaGraphNativeApi)
+        {
+            return Some("no native CUDA-graph support".to_string());
         }
         None
     }

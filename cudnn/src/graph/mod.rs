@@ -33,6 +33,7 @@
 pub mod backend;
 mod bindings;
 mod cache;
+mod cuda_graph;
 pub mod driver;
 #[allow(clippy::module_inception)]
 mod graph;
@@ -49,6 +50,10 @@ mod tensor;
 pub use bindings::Bindings;
 pub use cache::{
     CacheStats, LoadReport, MAX_FILE_BYTES as MAX_CACHE_FILE_BYTES, PlanCache, SkippedEntry,
+};
+pub use cuda_graph::{
+    NATIVE_CUDA_GRAPH_FAULTY, NATIVE_CUDA_GRAPH_MIN, PlanCudaGraph, native_cuda_graph_engine_rule,
+    native_cuda_graph_rule,
 };
 pub use graph::{Graph, IoSignature, IoTensor, OpGraph, Tensor};
 pub use heuristics::{BehaviorNote, Candidate, HeurMode, Knob, NumericalNote, Policy};

@@ -35,6 +35,8 @@ pub struct Plan {
     engine: Option<i64>,
     /// Whether its engine compiled its kernel at run time.
     runtime_compiled: bool,
+    /// The engine's behaviour notes, when known (not for a plan from JSON).
+    notes: Option<Vec<BehaviorNote>>,
     /// Host copies of the by-value scalars, at stable addresses.
     pub(super) scalars: Vec<(i64, Box<[u8; 8]>)>,
     /// `(uid, byte offset in the workspace)` of each scratch tensor.
@@ -175,6 +177,7 @@ impl Plan {
             device_ver: target.properties().device_ver(),
             engine,
             runtime_compiled,
+            notes: None,
             scalars,
             scratch,
             id: NEXT_PLAN_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
@@ -223,7 +226,8 @@ impl Plan {
                         target,
                         Some(c.engine),
                         c.behavior_notes.contains(&BehaviorNote::RuntimeCompilation),
-                    )?;
+                    )?
+                    .with_notes(&c.behavior_notes);
                     return Ok((plan, report));
                 }
                 Err(e) => report.failures.push((c.engine, e.to_string())),
@@ -282,13 +286,16 @@ impl Plan {
             .take(policy.max_attempts.max(1))
         {
             match Self::from_config(&c.config, target) {
-                Ok(desc) => plans.push(Plan::new(
-                    desc,
-                    graph.io.clone(),
-                    target,
-                    Some(c.engine),
-                    c.behavior_notes.contains(&BehaviorNote::RuntimeCompilation),
-                )?),
+                Ok(desc) => plans.push(
+                    Plan::new(
+                        desc,
+                        graph.io.clone(),
+                        target,
+                        Some(c.engine),
+                        c.behavior_notes.contains(&BehaviorNote::RuntimeCompilation),
+                    )?
+                    .with_notes(&c.behavior_notes),
+                ),
                 Err(e) => report.failures.push((c.engine, e.to_string())),
             }
         }
@@ -314,7 +321,8 @@ impl Plan {
     /// # Errors
     /// As [`build_all`](Self::build_all); the handle's device of another
     /// architecture than `target` (typed `Unsupported`, before anything
-    /// runs); allocation or execution failures.
+    /// runs); allocation or execution failures; [`Error::CaptureUnsafe`]
+    /// while the handle's stream is capturing (tune before the capture).
     pub fn autotune(
         graph: &OpGraph,
         target: &Target,
@@ -322,7 +330,12 @@ impl Plan {
         handle: &mut crate::dnn::Handle,
         iterations: usize,
     ) -> Result<(Plan, Timings)> {
-        use crate::runtime::{DeviceBuffer, Event};
+        use crate::runtime::{DeviceBuffer, Event, Hazard};
+        crate::runtime::forbid_during_capture(
+            "Plan::autotune",
+            handle.stream(),
+            Hazard::AlgorithmSearch,
+        )?;
         let (plans, _) = Self::build_all(graph, target, policy)?;
         // The target's architecture must be the handle's device's, as for
         // `execute` (every plan of `build_all` has the same target).
@@ -405,6 +418,16 @@ impl Plan {
     /// every one it builds: keep these cached rather than rebuild them).
     pub fn is_runtime_compiled(&self) -> bool {
         self.runtime_compiled
+    }
+
+    fn with_notes(mut self, notes: &[BehaviorNote]) -> Self {
+        self.notes = Some(notes.to_vec());
+        self
+    }
+
+    /// The engine's behaviour notes; `None` for a plan loaded from JSON.
+    pub fn notes(&self) -> Option<&[BehaviorNote]> {
+        self.notes.as_deref()
     }
 
     /// What the plan binds.
@@ -749,6 +772,34 @@ impl Plan {
         handle: &mut crate::dnn::Handle,
         bindings: &mut Bindings<'_>,
     ) -> Result<()> {
+        self.with_pack(handle, bindings, |raw_handle, plan, pack| {
+            let api = cudnn()?;
+            // SAFETY: the plan is finalized; the variant pack holds a pointer for
+            // every graph input and output, each checked for dtype, span and
+            // alignment and borrowed by `bindings` for its lifetime; the
+            // workspace holds at least `self.workspace` bytes and is the one this
+            // run resolved: the caller's (same contract as their buffers) or the
+            // handle's as it is now (used on the handle's stream); scalar
+            // pointers point into `self.scalars`.
+            unsafe { cudnn_call!(api, cudnnBackendExecute(raw_handle, plan, pack)) }
+                .map_err(|e| e.with_context("executing a graph plan"))
+        })
+    }
+
+    /// The checks and the variant pack of a run: the handle's device (of
+    /// the plan's architecture) current, every binding on it and checked,
+    /// the workspace resolved (the handle's grown if needed: refused during
+    /// a capture), the plan locked; then `f(handle, plan, pack)`.
+    pub(super) fn with_pack<R>(
+        &self,
+        handle: &mut crate::dnn::Handle,
+        bindings: &mut Bindings<'_>,
+        f: impl FnOnce(
+            crate::sys::cudnn::cudnnHandle_t,
+            crate::sys::cudnn::cudnnBackendDescriptor_t,
+            crate::sys::cudnn::cudnnBackendDescriptor_t,
+        ) -> Result<R>,
+    ) -> Result<R> {
         let device = handle.device();
         self.check_device(device)?;
         // The handle's device current for the call (restored after), its
@@ -761,22 +812,7 @@ impl Plan {
         self.check_bindings(bindings, workspace_bytes)?;
         let held = self.lock()?;
         let pack = bindings.pack(self, workspace)?;
-        let raw_handle = handle.as_raw();
-        let api = cudnn()?;
-        // SAFETY: the plan is finalized; the variant pack holds a pointer for
-        // every graph input and output, each checked for dtype, span and
-        // alignment and borrowed by `bindings` for its lifetime; the
-        // workspace holds at least `self.workspace` bytes and is the one this
-        // run resolved: the caller's (same contract as their buffers) or the
-        // handle's as it is now (used on the handle's stream); scalar
-        // pointers point into `self.scalars`.
-        unsafe {
-            cudnn_call!(
-                api,
-                cudnnBackendExecute(raw_handle, held.guard.as_raw(), pack)
-            )
-        }
-        .map_err(|e| e.with_context("executing a graph plan"))
+        f(handle.as_raw(), held.guard.as_raw(), pack)
     }
 
     /// Run with raw device pointers owned by someone else: `(uid, pointer)`

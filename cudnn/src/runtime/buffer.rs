@@ -148,13 +148,15 @@ impl<T: DataType> DeviceBuffer<T> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when the byte size overflows; [`Error::Cuda`]
-    /// (e.g. out of memory, no device).
+    /// (e.g. out of memory, no device); [`Error::CaptureUnsafe`] inside a
+    /// [`Stream::capture`] closure (allocate before the capture).
     #[doc(alias = "cudaMalloc")]
     pub fn alloc(len: usize) -> Result<Self> {
         let bytes = byte_len::<T>(len)?;
         if bytes == 0 {
             return Ok(Self::empty());
         }
+        super::capture::forbid_in_capture_scope("DeviceBuffer::alloc", super::Hazard::Allocation)?;
         let rt = check::cudart()?;
         let mut p: *mut c_void = ptr::null_mut();
         // SAFETY: `p` is a valid, writable out-pointer; `bytes` is non-zero.

@@ -98,6 +98,7 @@ pub(super) unsafe fn memcpy(
     if bytes == 0 {
         return Ok(());
     }
+    super::capture::forbid_in_capture_scope(what, super::Hazard::HostSync)?;
     // On the buffer's device: its legacy default stream is the one the copy
     // runs on and the one waited for below.
     let _on = on_device(device)?;

@@ -123,9 +123,12 @@ impl Event {
     /// never recorded).
     ///
     /// # Errors
-    /// [`Error::Cuda`], also for failures of the captured work.
+    /// [`Error::Cuda`], also for failures of the captured work;
+    /// [`Error::CaptureUnsafe`] inside a
+    /// [`Stream::capture`](super::Stream::capture) closure.
     #[doc(alias = "cudaEventSynchronize")]
     pub fn synchronize(&self) -> Result<()> {
+        super::capture::forbid_in_capture_scope("Event::synchronize", super::Hazard::HostSync)?;
         let rt = check::cudart()?;
         // SAFETY: `raw` is a valid event we own.
         unsafe { cuda_call!(rt, cudaEventSynchronize(self.raw.as_ptr())) }

@@ -1,11 +1,24 @@
-//! The CUDA runtime: devices, streams, events and memory.
+//! The CUDA runtime: devices, streams, events and memory, and CUDA graphs.
+//!
+//! # CUDA graphs and capture safety
+//! [`Stream::capture`] records a step into a [`CudaGraph`]; see its docs for
+//! the scope, replay ([`CudaGraphExec::launch`], `unsafe`, and why) and
+//! updates. Every op of the crate is capture-safe once its workspace is
+//! sized; what is not returns [`Error::CaptureUnsafe`](crate::Error::CaptureUnsafe)
+//! during a capture (the table of what to do beforehand is on [`Hazard`]).
+//! An op of the crate with such a step (a workspace growth, a search, an
+//! upload) calls, just before it,
+//! `forbid_during_capture(op, stream, Hazard::...)?` (one line; it asks the
+//! runtime only then).
 
 mod affinity;
 mod buffer;
+mod capture;
 mod convert;
 mod copy;
 mod device;
 mod event;
+mod graph;
 mod host;
 mod scope;
 mod stream;
@@ -14,8 +27,10 @@ mod views;
 #[allow(unused_imports)] // the launches use them
 pub(crate) use affinity::{check_args, check_device};
 pub use buffer::*;
+pub use capture::{CaptureStatus, Hazard, capture_rule, forbid_during_capture};
 pub use device::*;
 pub use event::*;
+pub use graph::{CaptureMode, CudaGraph, CudaGraphExec};
 pub use host::*;
 pub use scope::*;
 pub(crate) use stream::check_stream_thread;

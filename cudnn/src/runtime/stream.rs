@@ -396,9 +396,12 @@ impl Stream {
     ///
     /// # Errors
     /// [`Error::Cuda`](crate::Error::Cuda), also for failures of earlier
-    /// asynchronous work on the stream.
+    /// asynchronous work on the stream;
+    /// [`Error::CaptureUnsafe`](crate::Error::CaptureUnsafe) inside a
+    /// [`Stream::capture`] closure.
     #[doc(alias = "cudaStreamSynchronize")]
     pub fn synchronize(&self) -> Result<()> {
+        super::capture::forbid_in_capture_scope("Stream::synchronize", super::Hazard::HostSync)?;
         let _on = self.enter("synchronizing a stream")?;
         let rt = check::cudart()?;
         // SAFETY: `raw` is a valid stream (owned, or guaranteed by `from_raw`'s contract).

@@ -1,0 +1,323 @@
+//! Capture safety: the rule and the guard the launches call (see [`Hazard`]).
+
+use super::Stream;
+use crate::check::{self, cuda_call};
+use crate::error::{Error, Result};
+use crate::sys::cudart::{self, cudaStreamCaptureStatus};
+
+/// Whether a stream is being captured into a CUDA graph
+/// (`cudaStreamIsCapturing`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CaptureStatus {
+    /// Not capturing: work runs.
+    None,
+    /// Capturing: work is recorded into a graph.
+    Active,
+    /// A capture that an error invalidated; it must be ended (the
+    /// [`Stream::capture`] scope does).
+    Invalidated,
+}
+
+impl CaptureStatus {
+    /// From the runtime's value; an unknown value counts as capturing (the
+    /// safe reading: hazards are refused).
+    pub fn from_raw(raw: cudaStreamCaptureStatus) -> Self {
+        match raw {
+            cudaStreamCaptureStatus::cudaStreamCaptureStatusNone => CaptureStatus::None,
+            cudaStreamCaptureStatus::cudaStreamCaptureStatusInvalidated => {
+                CaptureStatus::Invalidated
+            }
+            _ => CaptureStatus::Active,
+        }
+    }
+
+    /// Whether the stream is capturing (active or invalidated).
+    pub fn is_capturing(self) -> bool {
+        self != CaptureStatus::None
+    }
+}
+
+/// Capture safety: which calls may run while their stream is being captured
+/// into a CUDA graph, and the one guard every launch calls.
+///
+/// # The rule
+/// Once its workspace is sized, the steady-state `run`/`execute` of every
+/// plan in this crate (legacy convolution and ops, GEMM and cuBLASLt, graph
+/// plans, collectives) queues device work only: no allocation, no host
+/// synchronization, no host-to-device copy. Such a call is capture-safe and
+/// records into a graph like any kernel launch.
+///
+/// A few calls are not, and they all say so through [`Hazard`] before any
+/// library call: while their stream is capturing they return
+/// [`Error::CaptureUnsafe`] naming the call, what it would have done and
+/// what to do before the capture. Nothing was queued, so the capture stays
+/// usable; the caller may end it, or do the missing step on another stream
+/// first (growing a workspace is not stream work).
+///
+/// | hazard | who | do before the capture |
+/// |---|---|---|
+/// | [`Hazard::WorkspaceGrowth`] | cuDNN legacy ops and graph plans on a [`dnn::Handle`](crate::dnn::Handle), the fused convolution | run the op once eagerly, or `Handle::reserve_workspace(plan.workspace_size())` |
+/// | [`Hazard::AlgorithmSearch`] | `ConvProblem::plan` with a measured search, plans built during capture | build the plans (and search) before the capture |
+/// | [`Hazard::ImplicitWorkspace`] | cuBLAS GEMM on a handle without `set_workspace` | `blas::Handle::set_workspace(...)` |
+/// | [`Hazard::HostUpload`] | `gemm_batched` (its pointer table) | use strided-batched GEMM, or a plan with a device-resident table |
+/// | [`Hazard::Allocation`] | `DeviceBuffer::alloc`/`from_host` (`cudaMalloc`, `cudaMemcpy`) | allocate before the capture |
+/// | [`Hazard::HostSync`] | `Stream::synchronize`, `Event::synchronize`, copies to the host | synchronize after the graph's launch instead |
+///
+/// # For the launches (the hook)
+/// A call with a hazard calls [`forbid_during_capture`] with the stream it
+/// would use just before doing the unsafe thing; only then is the stream
+/// asked (`cudaStreamIsCapturing`, a host-only query), so the steady state
+/// pays nothing. RNN, CTC and any new op follow the same pattern: one line,
+/// `crate::runtime::forbid_during_capture(op, stream, Hazard::...)?;`, before
+/// the workspace growth, search or upload.
+///
+/// Something a call would do that cannot be recorded into a CUDA graph.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Hazard {
+    /// Grow a handle's workspace (`cudaMalloc`).
+    WorkspaceGrowth {
+        /// Which workspace (`"cuDNN"`).
+        owner: &'static str,
+        /// Bytes it holds now.
+        have: usize,
+        /// Bytes the call needs.
+        need: usize,
+    },
+    /// Search algorithms by running them (timed launches, host sync).
+    AlgorithmSearch,
+    /// Launch cuBLAS on a handle with no explicit workspace (cuBLAS would
+    /// take memory from its own pool during the capture).
+    ImplicitWorkspace,
+    /// Copy host data to the device (`what`: the data).
+    HostUpload(&'static str),
+    /// Allocate device memory (`cudaMalloc`).
+    Allocation,
+    /// Wait on the host for device work.
+    HostSync,
+}
+
+impl Hazard {
+    /// What the call would do, in words.
+    pub fn what(&self) -> String {
+        match self {
+            Hazard::WorkspaceGrowth { owner, have, need } => {
+                format!("grow the {owner} workspace from {have} to {need} bytes (cudaMalloc)")
+            }
+            Hazard::AlgorithmSearch => {
+                "search algorithms (timed launches and a host synchronization)".into()
+            }
+            Hazard::ImplicitWorkspace => {
+                "let cuBLAS take workspace from its own pool (the handle has no explicit workspace)"
+                    .into()
+            }
+            Hazard::HostUpload(what) => format!("copy {what} from the host (cudaMemcpy)"),
+            Hazard::Allocation => "allocate device memory (cudaMalloc)".into(),
+            Hazard::HostSync => "wait on the host for the device".into(),
+        }
+    }
+
+    /// What to do before the capture instead.
+    pub fn before(&self) -> String {
+        match self {
+            Hazard::WorkspaceGrowth { owner, need, .. } => format!(
+                "reserve it before the capture (run the op once eagerly, or reserve_workspace({need}) on the {owner} handle)"
+            ),
+            Hazard::AlgorithmSearch => {
+                "build the plan (and run its search) before the capture".into()
+            }
+            Hazard::ImplicitWorkspace => {
+                "give the handle a workspace before the capture (blas::Handle::set_workspace)"
+                    .into()
+            }
+            Hazard::HostUpload(_) => {
+                "upload it before the capture, or use the strided-batched form".into()
+            }
+            Hazard::Allocation => "allocate before the capture".into(),
+            Hazard::HostSync => "synchronize after launching the graph instead".into(),
+        }
+    }
+}
+
+/// The rule, as logic: `Ok` when the stream is not capturing, otherwise
+/// [`Error::CaptureUnsafe`] naming `op`, the hazard and the remedy.
+///
+/// # Errors
+/// [`Error::CaptureUnsafe`] when `status` is capturing.
+pub fn capture_rule(op: &str, status: CaptureStatus, hazard: &Hazard) -> Result<()> {
+    if !status.is_capturing() {
+        return Ok(());
+    }
+    Err(Error::CaptureUnsafe {
+        op: op.to_string(),
+        hazard: hazard.what(),
+        before: hazard.before(),
+    })
+}
+
+/// The guard every launch with a hazard calls, just before the unsafe step:
+/// asks the runtime whether `stream` is capturing and applies
+/// [`capture_rule`]. A runtime without `cudaStreamIsCapturing` cannot
+/// capture, so it passes.
+///
+/// # Errors
+/// [`Error::CaptureUnsafe`]; [`Error::Cuda`] from the query.
+pub fn forbid_during_capture(op: &str, stream: &Stream, hazard: Hazard) -> Result<()> {
+    let status = stream.capture_status()?;
+    capture_rule(op, status, &hazard)
+}
+
+thread_local! {
+    /// How many [`Stream::capture`] scopes are open on this thread.
+    static SCOPES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Marks this thread as inside a capture scope while it lives.
+pub(crate) struct ScopeMark(());
+
+impl ScopeMark {
+    pub(crate) fn enter() -> Self {
+        SCOPES.with(|s| s.set(s.get().saturating_add(1)));
+        ScopeMark(())
+    }
+}
+
+impl Drop for ScopeMark {
+    fn drop(&mut self) {
+        SCOPES.with(|s| s.set(s.get().saturating_sub(1)));
+    }
+}
+
+/// For calls that name no stream (`cudaMalloc`, synchronous `cudaMemcpy`,
+/// a stream synchronization): refused inside a [`Stream::capture`] closure
+/// on this thread, where the runtime would invalidate the capture (global
+/// mode) or record something that is not stream work. A thread-local
+/// counter: no runtime call.
+///
+/// # Errors
+/// [`Error::CaptureUnsafe`] inside a capture scope.
+pub(crate) fn forbid_in_capture_scope(op: &str, hazard: Hazard) -> Result<()> {
+    let status = if SCOPES.with(|s| s.get()) > 0 {
+        CaptureStatus::Active
+    } else {
+        CaptureStatus::None
+    };
+    capture_rule(op, status, &hazard)
+}
+
+impl Stream {
+    /// Whether the stream is being captured into a CUDA graph
+    /// (`cudaStreamIsCapturing`; a host-side query that queues nothing).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] from the query; [`Error::Load`].
+    #[doc(alias = "cudaStreamIsCapturing")]
+    pub fn capture_status(&self) -> Result<CaptureStatus> {
+        let rt = check::cudart()?;
+        if !rt.has_symbol("cudaStreamIsCapturing") {
+            return Ok(CaptureStatus::None);
+        }
+        let _on = self.enter("asking whether a stream is capturing")?;
+        let mut st = cudart::cudaStreamCaptureStatus::cudaStreamCaptureStatusNone;
+        // SAFETY: `as_raw` is a valid stream (owned, or by `from_raw`'s
+        // contract) and `st` a valid out-pointer.
+        unsafe { cuda_call!(rt, cudaStreamIsCapturing(self.as_raw(), &mut st)) }?;
+        Ok(CaptureStatus::from_raw(st))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all_hazards() -> Vec<Hazard> {
+        vec![
+            Hazard::WorkspaceGrowth {
+                owner: "cuDNN",
+                have: 0,
+                need: 4096,
+            },
+            Hazard::AlgorithmSearch,
+            Hazard::ImplicitWorkspace,
+            Hazard::HostUpload("the pointer table"),
+            Hazard::Allocation,
+            Hazard::HostSync,
+        ]
+    }
+
+    #[test]
+    fn unit_not_capturing_passes_every_hazard() {
+        for h in all_hazards() {
+            assert!(capture_rule("op", CaptureStatus::None, &h).is_ok(), "{h:?}");
+        }
+    }
+
+    #[test]
+    fn unit_capturing_refuses_every_hazard_naming_op_and_remedy() {
+        for status in [CaptureStatus::Active, CaptureStatus::Invalidated] {
+            for h in all_hazards() {
+                match capture_rule("conv_forward", status, &h) {
+                    Err(Error::CaptureUnsafe { op, hazard, before }) => {
+                        assert_eq!(op, "conv_forward");
+                        assert_eq!(hazard, h.what());
+                        assert_eq!(before, h.before());
+                        assert!(before.contains("before") || before.contains("after"));
+                    }
+                    other => panic!("{status:?} {h:?}: {other:?}"),
+                }
+            }
+        }
+        let e = capture_rule(
+            "conv_forward",
+            CaptureStatus::Active,
+            &Hazard::WorkspaceGrowth {
+                owner: "cuDNN",
+                have: 0,
+                need: 4096,
+            },
+        )
+        .expect_err("capturing");
+        assert_eq!(
+            e.to_string(),
+            "conv_forward cannot run while its stream is being captured into a CUDA graph: \
+             it would grow the cuDNN workspace from 0 to 4096 bytes (cudaMalloc); reserve it \
+             before the capture (run the op once eagerly, or reserve_workspace(4096) on the \
+             cuDNN handle)"
+        );
+    }
+
+    #[test]
+    fn unit_scope_mark_counts_nested_scopes_on_this_thread() {
+        assert!(forbid_in_capture_scope("alloc", Hazard::Allocation).is_ok());
+        {
+            let _a = ScopeMark::enter();
+            let _b = ScopeMark::enter();
+            assert!(forbid_in_capture_scope("alloc", Hazard::Allocation).is_err());
+            // Another thread is not inside the scope.
+            let other =
+                std::thread::spawn(|| forbid_in_capture_scope("alloc", Hazard::Allocation).is_ok());
+            assert!(other.join().unwrap_or(false));
+        }
+        assert!(forbid_in_capture_scope("alloc", Hazard::Allocation).is_ok());
+    }
+
+    #[test]
+    fn unit_status_from_raw_values() {
+        use cudaStreamCaptureStatus as S;
+        assert_eq!(
+            CaptureStatus::from_raw(S::cudaStreamCaptureStatusNone),
+            CaptureStatus::None
+        );
+        assert_eq!(
+            CaptureStatus::from_raw(S::cudaStreamCaptureStatusActive),
+            CaptureStatus::Active
+        );
+        assert_eq!(
+            CaptureStatus::from_raw(S::cudaStreamCaptureStatusInvalidated),
+            CaptureStatus::Invalidated
+        );
+        // An unknown value is treated as capturing: hazards are refused.
+        assert!(CaptureStatus::from_raw(S(77)).is_capturing());
+    }
+}

@@ -1,0 +1,489 @@
+//! CUDA graphs: capture, instantiate, replay, update (see [`CudaGraph`]).
+
+use std::fmt;
+use std::ptr::{self, NonNull};
+
+use super::{Device, Stream};
+use crate::check::{self, cuda_call};
+use crate::error::{Error, Result};
+use crate::sys::cudart::{
+    self, CUgraph_st, CUgraphExec_st, cudaGraphExecUpdateResult, cudaGraphExecUpdateResultInfo,
+    cudaStreamCaptureMode,
+};
+
+/// How a capture treats calls that are unsafe to capture, on other threads
+/// (`cudaStreamCaptureMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum CaptureMode {
+    /// Unsafe calls (`cudaMalloc`, `cudaFree`, synchronization) from any
+    /// thread invalidate the capture (the runtime's default, and ours).
+    #[default]
+    Global,
+    /// Only unsafe calls from this thread do (another thread may allocate
+    /// and free freely).
+    ThreadLocal,
+}
+
+impl CaptureMode {
+    fn raw(self) -> cudaStreamCaptureMode {
+        match self {
+            CaptureMode::Global => cudaStreamCaptureMode::cudaStreamCaptureModeGlobal,
+            CaptureMode::ThreadLocal => cudaStreamCaptureMode::cudaStreamCaptureModeThreadLocal,
+        }
+    }
+}
+
+/// Whether `stream` may be captured: refuses the legacy default stream
+/// (the runtime cannot capture it) and a stream already capturing.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming the stream.
+pub(crate) fn check_capturable(stream: &Stream, capturing: bool) -> Result<()> {
+    if stream.is_pseudo() && stream.thread().is_none() {
+        return Err(Error::invalid(
+            "stream",
+            "the legacy default stream cannot be captured; capture a created stream",
+            format!("{stream:?}"),
+        ));
+    }
+    if capturing {
+        return Err(Error::invalid(
+            "stream",
+            "is already capturing (captures do not nest); end the outer capture first",
+            format!("{stream:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Ends the capture on drop (error, panic), destroying what it captured.
+struct CaptureScope<'s> {
+    stream: &'s Stream,
+    open: bool,
+}
+
+impl CaptureScope<'_> {
+    /// End the capture and take the graph.
+    fn end(mut self) -> Result<CudaGraph> {
+        // On an early return here, `Drop` still ends the capture.
+        let rt = check::cudart()?;
+        let _on = self.stream.enter("ending a stream capture")?;
+        self.open = false;
+        let mut g: cudart::cudaGraph_t = ptr::null_mut();
+        // SAFETY: the stream is capturing (we began it) and `g` is a valid out-pointer.
+        let r = unsafe { cuda_call!(rt, cudaStreamEndCapture(self.stream.as_raw(), &mut g)) };
+        let g = CudaGraph::adopt(g, self.stream.device());
+        r.map_err(|e| {
+            e.with_context("the capture was invalidated by an uncapturable call in the scope")
+        })?;
+        g.ok_or_else(|| Error::invalid("graph", "cudaStreamEndCapture returned null", "null"))
+    }
+}
+
+impl Drop for CaptureScope<'_> {
+    fn drop(&mut self) {
+        if !self.open {
+            return;
+        }
+        if let Ok(rt) = check::cudart() {
+            let _on = self.stream.enter("ending a stream capture");
+            let mut g: cudart::cudaGraph_t = ptr::null_mut();
+            // SAFETY: the stream is capturing (we began it); the graph, if
+            // any, is ours and destroyed by `CudaGraph`'s drop. Status ignored:
+            // Drop must not fail, and ending is all that matters.
+            let _ = unsafe { rt.cudaStreamEndCapture(self.stream.as_raw(), &mut g) };
+            drop(CudaGraph::adopt(g, self.stream.device()));
+        }
+    }
+}
+
+impl Stream {
+    fn begin_capture(&self, mode: CaptureMode) -> Result<()> {
+        check_capturable(self, false)?;
+        let rt = check::cudart()?;
+        check_capturable(self, self.capture_status()?.is_capturing())?;
+        let _on = self.enter("beginning a stream capture")?;
+        // SAFETY: a valid stream, not capturing, not the legacy stream.
+        unsafe { cuda_call!(rt, cudaStreamBeginCapture(self.as_raw(), mode.raw())) }
+    }
+
+    /// Capture the work `f` queues on this stream into a [`CudaGraph`]
+    /// (`cudaStreamBeginCapture` … `cudaStreamEndCapture`). The capture
+    /// always ends, also when `f` fails or panics; see the
+    /// [`CudaGraph`] docs.
+    ///
+    /// Run the step once eagerly first (it sizes every workspace and builds
+    /// every plan); a call that would allocate, search or upload during the
+    /// capture returns [`Error::CaptureUnsafe`].
+    ///
+    /// `f` may return any error type that a crate [`Error`] converts into
+    /// (`Error` itself, `Box<dyn std::error::Error>`, `anyhow::Error`).
+    ///
+    /// # Errors
+    /// `f`'s error; [`Error::InvalidArgument`] for the legacy default stream
+    /// or a stream already capturing; [`Error::Cuda`] when the runtime
+    /// invalidated the capture (an uncapturable call) or refuses to begin;
+    /// [`Error::WrongThread`]; [`Error::Load`].
+    #[doc(alias = "cudaStreamBeginCapture")]
+    #[doc(alias = "cudaStreamEndCapture")]
+    pub fn capture<F, E>(&self, mode: CaptureMode, f: F) -> std::result::Result<CudaGraph, E>
+    where
+        F: FnOnce(&Stream) -> std::result::Result<(), E>,
+        E: From<Error>,
+    {
+        self.begin_capture(mode)?;
+        let scope = CaptureScope {
+            stream: self,
+            open: true,
+        };
+        {
+            let _mark = super::capture::ScopeMark::enter();
+            f(self)?; // an error drops `scope`, which ends the capture
+        }
+        Ok(scope.end()?)
+    }
+}
+
+/// CUDA graphs: capture a stream's work into a [`CudaGraph`], instantiate it
+/// into a [`CudaGraphExec`], replay it, update it from a new capture.
+///
+/// ```no_run
+/// use cudnn::runtime::{CaptureMode, Stream};
+/// let stream = Stream::new()?;
+/// # let step = |_s: &Stream| -> cudnn::Result<()> { Ok(()) };
+/// step(&stream)?; // once eagerly: sizes every workspace
+/// let graph = stream.capture(CaptureMode::Global, |s| step(s))?;
+/// let exec = graph.instantiate()?;
+/// for _ in 0..100 {
+///     // SAFETY: every buffer, handle and plan `step` used is alive, not
+///     // reallocated, and only touched in the stream's order.
+///     unsafe { exec.launch(&stream) }?;
+/// }
+/// stream.synchronize()?;
+/// # Ok::<(), cudnn::Error>(())
+/// ```
+///
+/// # Capture is a scope
+/// [`Stream::capture`] begins capture, runs the closure, and always ends the
+/// capture: when the closure returns an error, when it panics (the scope's
+/// guard ends it while unwinding), and when the runtime invalidated the
+/// capture. Only a closure that returns `Ok` on a capture the runtime kept
+/// gives a [`CudaGraph`]. Calls that cannot be captured (a workspace growth, an
+/// algorithm search, a host upload: see [`Hazard`](super::Hazard)) return
+/// [`Error::CaptureUnsafe`] instead of corrupting the capture.
+///
+/// # Why replay is `unsafe`
+/// A captured graph holds raw device addresses: every buffer the captured
+/// work read or wrote, the handles' workspaces, the plans' scratch. A
+/// safe replay would have to keep all of them borrowed for as long as the
+/// executable graph lives; but a replayed training or decoding step must let
+/// the host write the next inputs and read the outputs between launches,
+/// which such a borrow forbids (an output is borrowed mutably by the
+/// capture). So [`CudaGraphExec::launch`] is `unsafe`, with this contract:
+///
+/// 1. every device allocation the captured work touched is still allocated
+///    and was not reallocated (no buffer dropped or replaced, no handle
+///    workspace grown or released, no handle or plan dropped);
+/// 2. host and other-stream accesses to those buffers are ordered with the
+///    launch (same stream, or events), as for any kernel;
+/// 3. nothing the captured work reads is a host pointer that is gone.
+///
+/// Capturing and instantiating are safe: they queue nothing. Inside the
+/// closure, the crate's own `cudaMalloc`, synchronous copies and stream
+/// synchronizations return [`Error::CaptureUnsafe`] (a thread-local scope
+/// mark, no runtime call); the global capture mode (the default) also makes
+/// the runtime refuse `cudaMalloc`, `cudaFree` and synchronizing calls from
+/// any thread during the capture, so a buffer freed inside the closure
+/// invalidates the capture rather than leaving a dangling address in the
+/// graph. There is no relaxed mode: it lets those calls through.
+///
+/// # Updating
+/// [`CudaGraphExec::update`] (`cudaGraphExecUpdate`) re-points an executable
+/// graph at the parameters of a new capture of the same work (new buffers,
+/// new scalars) without a new instantiation; when the topology or a node's
+/// kind changed it returns [`Error::GraphUpdate`] and the executable graph
+/// is unchanged.
+///
+/// # Threads
+/// Graph objects are not internally synchronized (CUDA Runtime API, "Graph
+/// object thread safety"): [`CudaGraph`] and [`CudaGraphExec`] are `Send`, not
+/// `Sync`.
+///
+/// A captured CUDA graph (`cudaGraph_t`): a template; instantiate it to run
+/// it. Destroyed on drop.
+pub struct CudaGraph {
+    raw: NonNull<CUgraph_st>,
+    device: Option<Device>,
+}
+
+// SAFETY: graph objects may be used from any thread but are not internally
+// synchronized (CUDA Runtime API, "Graph object thread safety"); `CudaGraph` is
+// not `Sync`, so one thread at a time uses it.
+unsafe impl Send for CudaGraph {}
+
+impl fmt::Debug for CudaGraph {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CudaGraph")
+            .field("raw", &self.raw)
+            .field("device", &self.device.map(|d| d.ordinal()))
+            .finish()
+    }
+}
+
+impl CudaGraph {
+    fn adopt(raw: cudart::cudaGraph_t, device: Option<Device>) -> Option<Self> {
+        NonNull::new(raw).map(|raw| CudaGraph { raw, device })
+    }
+
+    /// Take ownership of a graph made elsewhere (destroyed on drop).
+    ///
+    /// # Safety
+    /// `raw` is a valid `cudaGraph_t` that nothing else destroys; `device`
+    /// is the device its work runs on.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for null.
+    pub unsafe fn from_raw(raw: cudart::cudaGraph_t, device: Option<Device>) -> Result<Self> {
+        Self::adopt(raw, device).ok_or_else(|| Error::invalid("raw", "a null cudaGraph_t", "null"))
+    }
+
+    /// The raw `cudaGraph_t` (still owned by `self`).
+    pub fn as_raw(&self) -> cudart::cudaGraph_t {
+        self.raw.as_ptr()
+    }
+
+    /// The device of the captured stream.
+    pub fn device(&self) -> Option<Device> {
+        self.device
+    }
+
+    /// How many nodes the graph has (`cudaGraphGetNodes`).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`]; [`Error::MissingSymbol`] on an old runtime.
+    #[doc(alias = "cudaGraphGetNodes")]
+    pub fn node_count(&self) -> Result<usize> {
+        let rt = check::cudart()?;
+        let mut n = 0usize;
+        // SAFETY: a valid graph; a null node array asks for the count only.
+        unsafe {
+            cuda_call!(
+                rt,
+                cudaGraphGetNodes(self.as_raw(), ptr::null_mut(), &mut n)
+            )
+        }?;
+        Ok(n)
+    }
+
+    /// Instantiate the graph into an executable graph
+    /// (`cudaGraphInstantiateWithFlags`, no flags).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] from the runtime; [`Error::Load`].
+    #[doc(alias = "cudaGraphInstantiate")]
+    pub fn instantiate(&self) -> Result<CudaGraphExec> {
+        let rt = check::cudart()?;
+        let _on = match self.device {
+            Some(d) => d.guard()?,
+            None => super::DeviceGuard::unchanged(),
+        };
+        let mut e: cudart::cudaGraphExec_t = ptr::null_mut();
+        // SAFETY: a valid graph; `e` is a valid out-pointer.
+        unsafe { cuda_call!(rt, cudaGraphInstantiateWithFlags(&mut e, self.as_raw(), 0)) }?;
+        let raw = NonNull::new(e)
+            .ok_or_else(|| Error::invalid("graph", "cudaGraphInstantiate returned null", "null"))?;
+        Ok(CudaGraphExec {
+            raw,
+            device: self.device,
+        })
+    }
+}
+
+impl Drop for CudaGraph {
+    fn drop(&mut self) {
+        if let Ok(rt) = check::cudart() {
+            // SAFETY: we own the graph; destroying a template does not
+            // affect executable graphs made from it. Status ignored in Drop.
+            let _ = unsafe { rt.cudaGraphDestroy(self.raw.as_ptr()) };
+        }
+    }
+}
+
+/// An executable CUDA graph (`cudaGraphExec_t`). Destroyed on drop (the
+/// runtime waits for launches still in flight to finish first).
+pub struct CudaGraphExec {
+    raw: NonNull<CUgraphExec_st>,
+    device: Option<Device>,
+}
+
+// SAFETY: as for `CudaGraph`: usable from any thread, not internally
+// synchronized, so `Send` and not `Sync`.
+unsafe impl Send for CudaGraphExec {}
+
+impl fmt::Debug for CudaGraphExec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CudaGraphExec")
+            .field("raw", &self.raw)
+            .field("device", &self.device.map(|d| d.ordinal()))
+            .finish()
+    }
+}
+
+/// The name of a `cudaGraphExecUpdateResult`.
+pub(crate) fn update_result_name(r: cudaGraphExecUpdateResult) -> &'static str {
+    use cudaGraphExecUpdateResult as R;
+    match r {
+        R::cudaGraphExecUpdateSuccess => "cudaGraphExecUpdateSuccess",
+        R::cudaGraphExecUpdateError => "cudaGraphExecUpdateError",
+        R::cudaGraphExecUpdateErrorTopologyChanged => "cudaGraphExecUpdateErrorTopologyChanged",
+        R::cudaGraphExecUpdateErrorNodeTypeChanged => "cudaGraphExecUpdateErrorNodeTypeChanged",
+        R::cudaGraphExecUpdateErrorFunctionChanged => "cudaGraphExecUpdateErrorFunctionChanged",
+        R::cudaGraphExecUpdateErrorParametersChanged => "cudaGraphExecUpdateErrorParametersChanged",
+        R::cudaGraphExecUpdateErrorNotSupported => "cudaGraphExecUpdateErrorNotSupported",
+        R::cudaGraphExecUpdateErrorUnsupportedFunctionChange => {
+            "cudaGraphExecUpdateErrorUnsupportedFunctionChange"
+        }
+        R::cudaGraphExecUpdateErrorAttributesChanged => "cudaGraphExecUpdateErrorAttributesChanged",
+        _ => "unknown",
+    }
+}
+
+impl CudaGraphExec {
+    /// The raw `cudaGraphExec_t` (still owned by `self`).
+    pub fn as_raw(&self) -> cudart::cudaGraphExec_t {
+        self.raw.as_ptr()
+    }
+
+    /// The device of the captured stream.
+    pub fn device(&self) -> Option<Device> {
+        self.device
+    }
+
+    fn check_stream(&self, stream: &Stream) -> Result<()> {
+        check_capturable_launch(stream)?;
+        if let Some(d) = self.device {
+            super::check_device(|| "the stream of a graph launch".into(), d, stream.device())?;
+        }
+        Ok(())
+    }
+
+    /// Replay the graph on `stream` (`cudaGraphLaunch`); asynchronous.
+    ///
+    /// # Safety
+    /// The contract in the [`CudaGraph`] docs: every
+    /// allocation the captured work touched is alive and was not
+    /// reallocated, and other accesses to it are ordered with this launch.
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`] for a stream of another device;
+    /// [`Error::WrongThread`]; [`Error::Cuda`]; [`Error::Load`].
+    #[doc(alias = "cudaGraphLaunch")]
+    pub unsafe fn launch(&self, stream: &Stream) -> Result<()> {
+        self.check_stream(stream)?;
+        let rt = check::cudart()?;
+        let _on = stream.enter("launching a CUDA graph")?;
+        // SAFETY: a valid executable graph and stream; the caller keeps the
+        // memory it touches alive (this function's contract).
+        unsafe { cuda_call!(rt, cudaGraphLaunch(self.as_raw(), stream.as_raw())) }
+    }
+
+    /// Upload the graph's resources to the device ahead of the first launch
+    /// (`cudaGraphUpload`), so that launch is not slower than the rest.
+    /// Runs nothing of the captured work.
+    ///
+    /// # Errors
+    /// As [`launch`](Self::launch).
+    #[doc(alias = "cudaGraphUpload")]
+    pub fn upload(&self, stream: &Stream) -> Result<()> {
+        self.check_stream(stream)?;
+        let rt = check::cudart()?;
+        let _on = stream.enter("uploading a CUDA graph")?;
+        // SAFETY: a valid executable graph and stream; uploading runs no
+        // captured work, so no captured memory is touched.
+        unsafe { cuda_call!(rt, cudaGraphUpload(self.as_raw(), stream.as_raw())) }
+    }
+
+    /// Re-point this executable graph at the parameters of `graph`, a new
+    /// capture of the same work (`cudaGraphExecUpdate`): new buffers, new
+    /// scalars, same kernels in the same topology.
+    ///
+    /// # Errors
+    /// [`Error::GraphUpdate`] naming the runtime's reason when the update is
+    /// impossible (the topology, a node's kind or its function changed; the
+    /// executable graph is unchanged: instantiate `graph` instead);
+    /// [`Error::Cuda`] for other failures; [`Error::MissingSymbol`].
+    #[doc(alias = "cudaGraphExecUpdate")]
+    pub fn update(&mut self, graph: &CudaGraph) -> Result<()> {
+        let rt = check::cudart()?;
+        let mut info = cudaGraphExecUpdateResultInfo {
+            result: cudaGraphExecUpdateResult::cudaGraphExecUpdateSuccess,
+            errorNode: ptr::null_mut(),
+            errorFromNode: ptr::null_mut(),
+        };
+        // SAFETY: valid graphs; `info` is a valid out-pointer.
+        let st = unsafe { rt.cudaGraphExecUpdate(self.as_raw(), graph.as_raw(), &mut info) }?;
+        if st == cudart::cudaError::cudaSuccess {
+            return Ok(());
+        }
+        if info.result != cudaGraphExecUpdateResult::cudaGraphExecUpdateSuccess {
+            return Err(Error::GraphUpdate {
+                result: update_result_name(info.result),
+                code: info.result.0,
+            });
+        }
+        check::cuda_status(rt, "cudaGraphExecUpdate", st)
+    }
+}
+
+/// A graph may be launched on any created stream, and on the per-thread
+/// default stream of the calling thread; not on the legacy default stream
+/// while it would serialize with everything (allowed by CUDA, but the
+/// launch then synchronizes with every blocking stream, defeating replay):
+/// allowed here too, the check only refuses another thread's stream.
+fn check_capturable_launch(stream: &Stream) -> Result<()> {
+    super::check_stream_thread("the stream of a graph launch", stream)
+}
+
+impl Drop for CudaGraphExec {
+    fn drop(&mut self) {
+        if let Ok(rt) = check::cudart() {
+            // SAFETY: we own the executable graph. The runtime keeps it alive
+            // until launches in flight complete. Status ignored in Drop.
+            let _ = unsafe { rt.cudaGraphExecDestroy(self.raw.as_ptr()) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unit_update_result_names_are_distinct() {
+        let names: Vec<&str> = (0u32..9)
+            .map(|v| update_result_name(cudaGraphExecUpdateResult(v)))
+            .collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 9, "{names:?}");
+        assert_eq!(
+            update_result_name(cudaGraphExecUpdateResult(2)),
+            "cudaGraphExecUpdateErrorTopologyChanged"
+        );
+        assert_eq!(
+            update_result_name(cudaGraphExecUpdateResult(999)),
+            "unknown"
+        );
+    }
+
+    #[test]
+    fn unit_legacy_stream_is_not_capturable() {
+        let e = check_capturable(&Stream::legacy(), false).expect_err("legacy");
+        assert!(e.to_string().contains("legacy default stream"), "{e}");
+        let e = check_capturable(&Stream::per_thread(), true).expect_err("nested");
+        assert!(e.to_string().contains("already capturing"), "{e}");
+        assert!(check_capturable(&Stream::per_thread(), false).is_ok());
+    }
+}

@@ -1,0 +1,690 @@
+//! CUDA graphs on a device (gpu tier; skipped visibly without one):
+//!
+//! - capture and replay of each op kind (legacy convolution plan, legacy
+//!   softmax, cuBLAS GEMM, cuBLASLt matmul, a graph-API plan, an NCCL
+//!   all-reduce on one rank) give results bit-identical to
+//!   the eager run of the same call (outputs poisoned with NaN before);
+//! - the capture-unsafe calls (a cuDNN workspace growth, an exhaustive
+//!   search, cuBLAS without a workspace, the batched-GEMM pointer table,
+//!   `cudaMalloc` and a stream synchronization inside the capture closure)
+//!   return `Error::CaptureUnsafe` during the capture, queue nothing, and
+//!   the capture stays usable: the graph ended afterwards replays the safe
+//!   work correctly;
+//! - a closure's error or panic ends the capture (the stream is usable and
+//!   not capturing afterwards);
+//! - `CudaGraphExec::update` re-points a graph at new buffers (the old output is
+//!   left alone), and refuses a changed topology with `Error::GraphUpdate`;
+//! - the native cuDNN graph of a plan (`Plan::cuda_graph`) equals the
+//!   captured and the eager run, and follows `update_cuda_graph`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod support;
+
+use cudnn::Error;
+use cudnn::blas::{self, ComputeType, Layout, Matrix, MatrixMut, Order};
+use cudnn::dnn::*;
+use cudnn::graph::{ConvParams, DType, Plan, Policy, Target, TensorSpec};
+use cudnn::runtime::{
+    CaptureMode, CaptureStatus, CudaGraph, CudaGraphExec, Device, DeviceBuffer, Stream,
+};
+use support::*;
+
+type R<T = ()> = Result<T, libtest_mimic::Failed>;
+
+fn data(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s >> 12;
+            s ^= s << 25;
+            s ^= s >> 27;
+            // Multiples of 1/64 in [-2, 2): exact in f32.
+            ((s.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40) % 256) as f32 / 64.0 - 2.0
+        })
+        .collect()
+}
+
+fn nan(n: usize) -> cudnn::Result<DeviceBuffer<f32>> {
+    DeviceBuffer::from_host(&vec![f32::NAN; n])
+}
+
+fn same(what: &str, got: &[f32], want: &[f32]) -> R {
+    ensure!(
+        got.len() == want.len(),
+        "{what}: {} vs {} elements",
+        got.len(),
+        want.len()
+    );
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        ensure!(
+            g.to_bits() == w.to_bits() && !g.is_nan(),
+            "{what}: element {i}: replay {g} != eager {w}"
+        );
+    }
+    Ok(())
+}
+
+fn replay(exec: &CudaGraphExec, stream: &Stream, times: usize) -> R {
+    for _ in 0..times {
+        // SAFETY: every buffer, handle and plan the captured work uses lives
+        // in the calling test until after the stream is synchronized.
+        unsafe { exec.launch(stream) }?;
+    }
+    stream.synchronize()?;
+    Ok(())
+}
+
+fn instantiate(g: &CudaGraph) -> R<CudaGraphExec> {
+    ensure!(g.node_count()? > 0, "the capture recorded no node");
+    Ok(g.instantiate()?)
+}
+
+/// One convolution problem: x [1,3,8,8], w [4,3,3,3], pad 1.
+struct Conv {
+    plan: ConvForwardPlan<f32>,
+    x: DeviceBuffer<f32>,
+    w: DeviceBuffer<f32>,
+    yn: usize,
+}
+
+fn conv(h: &mut Handle, seed: u64) -> R<Conv> {
+    let xd = TensorDescriptor::<f32>::nchw(1, 3, 8, 8)?;
+    let wd = FilterDescriptor::<f32>::nchw(4, 3, 3, 3)?;
+    let cd = ConvDescriptor::new_2d([1, 1], [1, 1], [1, 1])?;
+    let p = ConvProblem::forward(&xd, &wd, &cd)?;
+    let yn = p.output_shape().iter().product();
+    let plan = p.plan(h, &PlanOptions::default())?;
+    Ok(Conv {
+        plan,
+        x: DeviceBuffer::from_host(&data(3 * 64, seed))?,
+        w: DeviceBuffer::from_host(&data(4 * 27, seed + 1))?,
+        yn,
+    })
+}
+
+fn conv_replay_equals_eager() -> R {
+    Device::new(0)?;
+    let stream = Stream::new()?;
+    let mut h = Handle::new(&stream)?;
+    let c = conv(&mut h, 1)?;
+    let mut eager = nan(c.yn)?;
+    c.plan.run(&mut h, 1.0, &c.x, &c.w, 0.0, &mut eager)?;
+    let mut y = nan(c.yn)?;
+    let g = stream.capture(CaptureMode::Global, |_| -> cudnn::Result<()> {
+        c.plan.run(&mut h, 1.0, &c.x, &c.w, 0.0, &mut y)
+    })?;
+    ensure!(
+        stream.capture_status()? == CaptureStatus::None,
+        "capture not ended"
+    );
+    // Nothing ran during the capture: y is still NaN.
+    ensure!(
+        y.to_vec()?.iter().all(|v| v.is_nan()),
+        "captured work ran eagerly"
+    );
+    let exec = instantiate(&g)?;
+    replay(&exec, &stream, 3)?;
+    same("conv forward", &y.to_vec()?, &eager.to_vec()?)
+}
+
+fn softmax_and_gemm_replay_equal_eager() -> R {
+    Device::new(0)?;
+    let stream = Stream::new()?;
+    let mut h = Handle::new(&stream)?;
+    let mut b = blas::Handle::new(&stream)?;
+    b.set_workspace(blas::Handle::recommended_workspace_size(9))?;
+    let d = TensorDescriptor::<f32>::nchw(2, 5, 3, 3)?;
+    let n = 90;
+    let x = DeviceBuffer::from_host(&data(n, 7))?;
+    let (m, k, nn) = (16, 24, 8);
+    let a = DeviceBuffer::from_host(&data(m * k, 8))?;
+    let bb = DeviceBuffer::from_host(&data(k * nn, 9))?;
+    let (la, lb, lc) = (
+        Layout::new(Order::RowMajor, m, k),
+        Layout::new(Order::RowMajor, k, nn),
+        Layout::new(Order::RowMajor, m, nn),
+    );
+    let step = |h: &mut Handle,
+                b: &blas::Handle,
+                y: &mut DeviceBuffer<f32>,
+                c: &mut DeviceBuffer<f32>|
+     -> cudnn::Result<()> {
+        h.softmax_forward(
+            SoftmaxAlgorithm::Accurate,
+            SoftmaxMode::Channel,
+            1.0,
+            DeviceTensor::new(&d, &x)?,
+            0.0,
+            DeviceTensorMut::new(&d, y)?,
+        )?;
+        b.gemm(
+            1.0f32,
+            Matrix::new(&a, la),
+            Matrix::new(&bb, lb),
+            0.0,
+            MatrixMut::new(c, lc),
+            ComputeType::F32Pedantic,
+        )
+    };
+    let (mut ye, mut ce) = (nan(n)?, nan(m * nn)?);
+    step(&mut h, &b, &mut ye, &mut ce)?;
+    let (mut y, mut c) = (nan(n)?, nan(m * nn)?);
+    let g = stream.capture(CaptureMode::Global, |_| -> cudnn::Result<()> {
+        step(&mut h, &b, &mut y, &mut c)
+    })?;
+    let exec = instantiate(&g)?;
+    exec.upload(&stream)?;
+    replay(&exec, &stream, 2)?;
+    same("softmax", &y.to_vec()?, &ye.to_vec()?)?;
+    same("gemm", &c.to_vec()?, &ce.to_vec()?)
+}
+
+fn expect_capture_unsafe(what: &str, r: cudnn::Result<()>) -> R {
+    match r {
+        Err(Error::CaptureUnsafe { before, .. }) => {
+            ensure!(!before.is_empty(), "{what}: no remedy named");
+            Ok(())
+        }
+        other => Err(format!("{what}: expected CaptureUnsafe, got {other:?}").into()),
+    }
+}
+
+fn unsafe_calls_are_refused_and_capture_stays_usable() -> R {
+    Device::new(0)?;
+    let stream = Stream::new()?;
+    let mut h = Handle::new(&stream)?;
+    let c = conv(&mut h, 3)?;
+    let mut eager = nan(c.yn)?;
+    c.plan.run(&mut h, 1.0, &c.x, &c.w, 0.0, &mut eager)?;
+    let need = c.plan.workspace_size();
+    // A second handle with an empty workspace: the conv would grow it.
+    let mut fresh = Handle::new(&stream)?;
+    let b_nows = blas::Handle::new(&stream)?;
+    let mut y = nan(c.yn)?;
+    let mut scratch = nan(c.yn)?;
+    let m = DeviceBuffer::from_host(&data(4, 5))?;
+    let mut out = nan(4)?;
+    let l = Layout::new(Order::RowMajor, 2, 2);
+    let g = stream.capture(CaptureMode::Global, |s| -> cudnn::Result<()> {
+        if need > 0 {
+            expect_capture_unsafe(
+                "workspace growth",
+                c.plan.run(&mut fresh, 1.0, &c.x, &c.w, 0.0, &mut scratch),
+            )
+            .map_err(|e| Error::invalid("test", "", format!("{e:?}")))?;
+        }
+        expect_capture_unsafe(
+            "cuBLAS without workspace",
+            b_nows.gemm(
+                1.0f32,
+                Matrix::new(&m, l),
+                Matrix::new(&m, l),
+                0.0,
+                MatrixMut::new(&mut out, l),
+                ComputeType::F32Pedantic,
+            ),
+        )
+        .map_err(|e| Error::invalid("test", "", format!("{e:?}")))?;
+        let xd = TensorDescriptor::<f32>::nchw(1, 3, 8, 8)?;
+        let wd = FilterDescriptor::<f32>::nchw(4, 3, 3, 3)?;
+        let cd = ConvDescriptor::new_2d([1, 1], [1, 1], [1, 1])?;
+        let search = PlanOptions {
+            search: AlgoSearch::Exhaustive,
+            cache: CachePolicy::Off,
+            ..PlanOptions::default()
+        };
+        let r = ConvProblem::forward(&xd, &wd, &cd)?.plan(&mut h, &search);
+        expect_capture_unsafe("exhaustive search", r.map(|_| ()))
+            .map_err(|e| Error::invalid("test", "", format!("{e:?}")))?;
+        expect_capture_unsafe(
+            "cudaMalloc in the scope",
+            DeviceBuffer::<f32>::alloc(16).map(|_| ()),
+        )
+        .map_err(|e| Error::invalid("test", "", format!("{e:?}")))?;
+        expect_capture_unsafe("synchronize in the scope", s.synchronize())
+            .map_err(|e| Error::invalid("test", "", format!("{e:?}")))?;
+        ensure_active(s)?;
+        // The capture is still usable: record the real work.
+        c.plan.run(&mut h, 1.0, &c.x, &c.w, 0.0, &mut y)
+    })?;
+    let exec = instantiate(&g)?;
+    replay(&exec, &stream, 1)?;
+    same("conv after refused calls", &y.to_vec()?, &eager.to_vec()?)?;
+    ensure!(
+        scratch.to_vec()?.iter().all(|v| v.is_nan()) && out.to_vec()?.iter().all(|v| v.is_nan()),
+        "a refused call queued work"
+    );
+    Ok(())
+}
+
+fn ensure_active(s: &Stream) -> cudnn::Result<()> {
+    match s.capture_status()? {
+        CaptureStatus::Active => Ok(()),
+        other => Err(Error::invalid(
+            "capture",
+            "not active",
+            format!("{other:?}"),
+        )),
+    }
+}
+
+fn batched_gemm_upload_is_refused() -> R {
+    Device::new(0)?;
+    let stream = Stream::new()?;
+    let mut b = blas::Handle::new(&stream)?;
+    b.set_workspace(1 << 20)?;
+    let a = DeviceBuffer::from_host(&data(4, 1))?;
+    let mut c = nan(4)?;
+    let l = Layout::new(Order::RowMajor, 2, 2);
+    let r = stream.capture(CaptureMode::Global, |_| -> cudnn::Result<()> {
+        let mut outs = [MatrixMut::new(&mut c, l)];
+        b.gemm_batched(
+            1.0f32,
+            &[Matrix::new(&a, l)],
+            &[Matrix::new(&a, l)],
+            0.0,
+            &mut outs,
+            ComputeType::F32Pedantic,
+        )
+    });
+    expect_capture_unsafe("gemm_batched", r.map(|_| ()))?;
+    ensure!(
+        stream.capture_status()? == CaptureStatus::None,
+        "capture not ended after the error"
+    );
+    Ok(())
+}
+
+fn error_and_panic_end_the_capture() -> R {
+    Device::new(0)?;
+    let stream = Stream::new()?;
+    let r = stream.capture(CaptureMode::Global, |_| -> cudnn::Result<()> {
+        Err(Error::invalid("step", "a test failure", 0))
+    });
+    ensure!(
+        matches!(r, Err(Error::InvalidArgument { .. })),
+        "closure error not returned: {r:?}"
+    );
+    ensure!(
+        stream.capture_status()? == CaptureStatus::None,
+        "error left capture open"
+    );
+    let s2 = stream.clone();
+    let p = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = s2.capture(CaptureMode::ThreadLocal, |_| -> cudnn::Result<()> {
+            panic!("inside a capture")
+        });
+    }));
+    ensure!(p.is_err(), "the panic was swallowed");
+    ensure!(
+        stream.capture_status()? == CaptureStatus::None,
+        "panic left capture open"
+    );
+    // Nested capture is refused, the outer one unaffected.
+    let g = stream.capture(CaptureMode::Global, |s| -> cudnn::Result<()> {
+        let inner = s.capture(CaptureMode::Global, |_| -> cudnn::Result<()> { Ok(()) });
+        match inner {
+            Err(Error::InvalidArgument { .. }) => Ok(()),
+            other => Err(Error::invalid(
+                "nested",
+                "not refused",
+                format!("{other:?}"),
+            )),
+        }
+    })?;
+    drop(g);
+    stream.synchronize()?;
+    Ok(())
+}
+
+fn update_after_rebinding() -> R {
+    Device::new(0)?;
+    let stream = Stream::new()?;
+    let mut h = Handle::new(&stream)?;
+    let c = conv(&mut h, 11)?;
+    let x2 = DeviceBuffer::from_host(&data(3 * 64, 99))?;
+    let (mut e1, mut e2) = (nan(c.yn)?, nan(c.yn)?);
+    c.plan.run(&mut h, 1.0, &c.x, &c.w, 0.0, &mut e1)?;
+    c.plan.run(&mut h, 1.0, &x2, &c.w, 0.0, &mut e2)?;
+    let (mut y1, mut y2) = (nan(c.yn)?, nan(c.yn)?);
+    let g1 = stream.capture(CaptureMode::Global, |_| -> cudnn::Result<()> {
+        c.plan.run(&mut h, 1.0, &c.x, &c.w, 0.0, &mut y1)
+    })?;
+    let mut exec = instantiate(&g1)?;
+    let g2 = stream.capture(CaptureMode::Global, |_| -> cudnn::Result<()> {
+        c.plan.run(&mut h, 1.0, &x2, &c.w, 0.0, &mut y2)
+    })?;
+    exec.update(&g2)?;
+    replay(&exec, &stream, 1)?;
+    same("updated graph", &y2.to_vec()?, &e2.to_vec()?)?;
+    ensure!(
+        y1.to_vec()?.iter().all(|v| v.is_nan()),
+        "the old output was written"
+    );
+    // Two launches where there was one: the topology changed.
+    let g3 = stream.capture(CaptureMode::Global, |_| -> cudnn::Result<()> {
+        c.plan.run(&mut h, 1.0, &c.x, &c.w, 0.0, &mut y1)?;
+        c.plan.run(&mut h, 1.0, &x2, &c.w, 0.0, &mut y2)
+    })?;
+    match exec.update(&g3) {
+        Err(Error::GraphUpdate { result, .. }) => {
+            eprintln!("note: topology change refused as {result}")
+        }
+        other => return Err(format!("expected GraphUpdate, got {other:?}").into()),
+    }
+    // The update was not performed: the executable graph is still the x2
+    // step ("the graph update was not performed", cudaErrorGraphExecUpdateFailure).
+    y2.copy_from_host(&vec![f32::NAN; c.yn])?;
+    replay(&exec, &stream, 1)?;
+    same("graph after a refused update", &y2.to_vec()?, &e2.to_vec()?)?;
+    ensure!(
+        y1.to_vec()?.iter().all(|v| v.is_nan()),
+        "the refused graph ran"
+    );
+    Ok(())
+}
+
+/// A graph-API convolution plan: x [1,8,9,9], w [16,8,3,3], pad 1.
+fn graph_conv_plan() -> R<(Plan, usize, usize, usize)> {
+    let (xd, wd) = ([1i64, 8, 9, 9], [16i64, 8, 3, 3]);
+    let p = ConvParams::new_2d([1, 1], [1, 1], [1, 1]);
+    let mut g = cudnn::graph::Graph::new();
+    let x = g.input("x", TensorSpec::nchw(DType::F32, &xd)?)?;
+    let w = g.input("w", TensorSpec::nchw(DType::F32, &wd)?)?;
+    let y = g.conv_fprop(x, w, &p)?;
+    g.output(y, DType::F32)?;
+    g.rename(y, "y")?;
+    let og = g.build()?;
+    let target = Target::device(0)?;
+    // An engine with native CUDA-graph support when there is one (TF32
+    // allowed: every comparison below is with the same plan's eager run).
+    let native = Policy {
+        require_native_cuda_graph: true,
+        allow_tf32: true,
+        ..Policy::default()
+    };
+    let plan = match Plan::build(&og, &target, &native) {
+        Ok((p, _)) => p,
+        Err(e) => {
+            eprintln!("note: no engine with native CUDA-graph support ({e}); the default plan");
+            Plan::build(&og, &target, &Policy::default())?.0
+        }
+    };
+    Ok((plan, 8 * 81, 16 * 72, 16 * 81))
+}
+
+fn graph_plan_native_and_captured_equal_eager() -> R {
+    Device::new(0)?;
+    let (plan, xn, wn, yn) = graph_conv_plan()?;
+    let stream = Stream::new()?;
+    let mut h = Handle::new(&stream)?;
+    h.reserve_workspace(plan.workspace_size())?;
+    let (x, x2) = (
+        DeviceBuffer::from_host(&data(xn, 21))?,
+        DeviceBuffer::from_host(&data(xn, 22))?,
+    );
+    let w = DeviceBuffer::from_host(&data(wn, 23))?;
+    let (mut e1, mut e2) = (nan(yn)?, nan(yn)?);
+    for (xb, yb) in [(&x, &mut e1), (&x2, &mut e2)] {
+        let mut b = plan.bindings();
+        b.input("x", xb)?.input("w", &w)?.output("y", yb)?;
+        plan.execute(&mut h, &mut b)?;
+    }
+    stream.synchronize()?;
+    // Captured.
+    let mut yc = nan(yn)?;
+    let g = {
+        let mut b = plan.bindings();
+        b.input("x", &x)?.input("w", &w)?.output("y", &mut yc)?;
+        stream.capture(CaptureMode::Global, |_| -> cudnn::Result<()> {
+            plan.execute(&mut h, &mut b)
+        })?
+    };
+    replay(&instantiate(&g)?, &stream, 2)?;
+    same("graph plan, captured", &yc.to_vec()?, &e1.to_vec()?)?;
+    // Native.
+    eprintln!(
+        "  engine {:?}, native CUDA-graph note: {:?}, cuDNN {}",
+        plan.engine(),
+        plan.supports_native_cuda_graph(),
+        Handle::library_version()?
+    );
+    let (mut yn1, mut yn2) = (nan(yn)?, nan(yn)?);
+    let mut b = plan.bindings();
+    b.input("x", &x)?.input("w", &w)?.output("y", &mut yn1)?;
+    let mut pg = match plan.cuda_graph(&mut h, &mut b) {
+        Err(Error::Unsupported { what, .. }) => {
+            // The rule must be the reason: the version or the engine's note.
+            let v = Handle::library_version()?;
+            ensure!(
+                cudnn::graph::native_cuda_graph_rule(v).is_err()
+                    || plan.supports_native_cuda_graph() == Some(false),
+                "native graph refused although the rules allow it: {what}"
+            );
+            eprintln!("note: native CUDA graph not available: {what}");
+            return Ok(());
+        }
+        r => r?,
+    };
+    drop(b);
+    let mut exec = pg.instantiate()?;
+    replay(&exec, &stream, 2)?;
+    same("graph plan, native", &yn1.to_vec()?, &e1.to_vec()?)?;
+    // Re-point at x2 -> yn2.
+    let mut b2 = plan.bindings();
+    b2.input("x", &x2)?.input("w", &w)?.output("y", &mut yn2)?;
+    plan.update_cuda_graph(&mut h, &mut b2, &mut pg)?;
+    drop(b2);
+    exec.update(pg.graph())?;
+    yn1.copy_from_host(&vec![f32::NAN; yn])?;
+    replay(&exec, &stream, 1)?;
+    same(
+        "graph plan, native after update",
+        &yn2.to_vec()?,
+        &e2.to_vec()?,
+    )?;
+    ensure!(
+        yn1.to_vec()?.iter().all(|v| v.is_nan()),
+        "the old output was written"
+    );
+    Ok(())
+}
+
+fn lt_matmul_replay_equals_eager() -> R {
+    use cudnn::blas::{EpilogueArgs, LtHandle, MatmulPlan, MatmulSpec};
+    Device::new(0)?;
+    let stream = Stream::new()?;
+    let mut lt = LtHandle::new(&stream)?;
+    lt.set_workspace(1 << 22)?;
+    let (m, k, n) = (32, 48, 16);
+    let (la, lb, ld) = (
+        Layout::new(Order::RowMajor, m, k),
+        Layout::new(Order::RowMajor, k, n),
+        Layout::new(Order::RowMajor, m, n),
+    );
+    let mut plan = match MatmulPlan::<f32, f32>::new(&lt, &MatmulSpec::new(la, lb, ld)) {
+        Err(Error::Unsupported { what, .. }) => {
+            eprintln!("note: cuBLASLt has no f32 algorithm here: {what}");
+            return Ok(());
+        }
+        r => r?,
+    };
+    let a = DeviceBuffer::from_host(&data(m * k, 31))?;
+    let b = DeviceBuffer::from_host(&data(k * n, 32))?;
+    let (mut de, mut d) = (nan(m * n)?, nan(m * n)?);
+    plan.run(&lt, 1.0, &a, &b, 0.0, &mut de, EpilogueArgs::none())?;
+    let g = stream.capture(CaptureMode::Global, |_| -> cudnn::Result<()> {
+        plan.run(&lt, 1.0, &a, &b, 0.0, &mut d, EpilogueArgs::none())
+    })?;
+    replay(&instantiate(&g)?, &stream, 2)?;
+    same("cuBLASLt matmul", &d.to_vec()?, &de.to_vec()?)
+}
+
+#[cfg(feature = "nccl")]
+fn nccl_all_reduce_replay_equals_eager() -> R {
+    use cudnn::nccl::{Communicator, ReduceOp};
+    let dev = Device::new(0)?;
+    let comms = Communicator::init_all(&[dev])?;
+    let comm = comms.first().ok_or("no communicator")?;
+    let stream = Stream::new()?;
+    let x = DeviceBuffer::from_host(&data(1024, 41))?;
+    let (mut ye, mut y) = (nan(1024)?, nan(1024)?);
+    comm.all_reduce(&x, &mut ye, ReduceOp::Sum, &stream)?;
+    let g = stream.capture(CaptureMode::Global, |_| -> cudnn::Result<()> {
+        comm.all_reduce(&x, &mut y, ReduceOp::Sum, &stream)
+    })?;
+    replay(&instantiate(&g)?, &stream, 2)?;
+    same("all_reduce (one rank)", &y.to_vec()?, &ye.to_vec()?)?;
+    // One rank: the sum is the input.
+    same("all_reduce == input", &y.to_vec()?, &x.to_vec()?)
+}
+
+/// Property: random sequences of calls inside a capture (safe launches,
+/// each capture-unsafe call, a failing step), against the model: every
+/// unsafe call gives `CaptureUnsafe` and queues nothing; the capture gives a
+/// graph exactly when no step failed; the stream is never left capturing;
+/// a graph with a launch replays to the eager result.
+fn random_capture_sequences_follow_the_model() -> R {
+    Device::new(0)?;
+    let stream = Stream::new()?;
+    let mut h = Handle::new(&stream)?;
+    let c = conv(&mut h, 51)?;
+    let mut eager = nan(c.yn)?;
+    c.plan.run(&mut h, 1.0, &c.x, &c.w, 0.0, &mut eager)?;
+    let eager = eager.to_vec()?;
+    let need = c.plan.workspace_size();
+    let b_nows = blas::Handle::new(&stream)?;
+    let m = DeviceBuffer::from_host(&data(4, 52))?;
+    let l = Layout::new(Order::RowMajor, 2, 2);
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let (mut graphs, mut refused) = (0, 0);
+    for case in 0..40 {
+        let actions: Vec<u64> = (0..1 + next(6)).map(|_| next(6)).collect();
+        let fails = actions.contains(&5);
+        let launches = actions.iter().filter(|&&a| a == 0).count();
+        let mut y = nan(c.yn)?;
+        let mut fresh = Handle::new(&stream)?;
+        let mut out = nan(4)?;
+        let mut seen_unsafe = 0;
+        let r = stream.capture(CaptureMode::Global, |s| -> cudnn::Result<()> {
+            for &a in &actions {
+                let res = match a {
+                    0 => c.plan.run(&mut h, 1.0, &c.x, &c.w, 0.0, &mut y),
+                    1 if need > 0 => c.plan.run(&mut fresh, 1.0, &c.x, &c.w, 0.0, &mut y),
+                    1 => Err(Error::CaptureUnsafe {
+                        op: "model".into(),
+                        hazard: "no workspace needed".into(),
+                        before: "nothing".into(),
+                    }),
+                    2 => b_nows.gemm(
+                        1.0f32,
+                        Matrix::new(&m, l),
+                        Matrix::new(&m, l),
+                        0.0,
+                        MatrixMut::new(&mut out, l),
+                        ComputeType::F32Pedantic,
+                    ),
+                    3 => DeviceBuffer::<f32>::alloc(8).map(|_| ()),
+                    4 => s.synchronize(),
+                    _ => return Err(Error::invalid("step", "fails on purpose", case)),
+                };
+                match (a, res) {
+                    (0, r) => r?,
+                    (_, Err(Error::CaptureUnsafe { .. })) => seen_unsafe += 1,
+                    (a, other) => {
+                        return Err(Error::invalid(
+                            "model",
+                            format!("action {a} should be refused"),
+                            format!("{other:?}"),
+                        ));
+                    }
+                }
+            }
+            Ok(())
+        });
+        ensure!(
+            stream.capture_status()? == CaptureStatus::None,
+            "case {case} {actions:?}: the stream is still capturing"
+        );
+        ensure!(
+            out.to_vec()?.iter().all(|v| v.is_nan()),
+            "case {case}: a refused GEMM ran"
+        );
+        match (r, fails) {
+            (Ok(g), false) => {
+                graphs += 1;
+                ensure!(
+                    (g.node_count()? > 0) == (launches > 0),
+                    "case {case} {actions:?}: {} nodes for {launches} launches",
+                    g.node_count()?
+                );
+                if launches > 0 {
+                    replay(&g.instantiate()?, &stream, 1)?;
+                    same(&format!("case {case}"), &y.to_vec()?, &eager)?;
+                } else {
+                    ensure!(y.to_vec()?.iter().all(|v| v.is_nan()), "case {case}: ran");
+                }
+            }
+            (Err(Error::InvalidArgument { arg, .. }), true) if arg == "step" => {}
+            (r, f) => return Err(format!("case {case} {actions:?} (fails {f}): {r:?}").into()),
+        }
+        refused += seen_unsafe;
+    }
+    eprintln!("  40 sequences: {graphs} graphs, {refused} calls refused during a capture");
+    ensure!(graphs > 0 && refused > 0, "the sequences exercised nothing");
+    Ok(())
+}
+
+fn main() {
+    #[allow(unused_mut)] // pushed to with feature `nccl`
+    let mut trials = vec![
+        gpu(
+            "cuda_graphs::conv_replay_equals_eager",
+            conv_replay_equals_eager,
+        ),
+        gpu(
+            "cuda_graphs::softmax_and_gemm_replay_equal_eager",
+            softmax_and_gemm_replay_equal_eager,
+        ),
+        gpu(
+            "cuda_graphs::unsafe_calls_are_refused_and_capture_stays_usable",
+            unsafe_calls_are_refused_and_capture_stays_usable,
+        ),
+        gpu(
+            "cuda_graphs::batched_gemm_upload_is_refused",
+            batched_gemm_upload_is_refused,
+        ),
+        gpu(
+            "cuda_graphs::error_and_panic_end_the_capture",
+            error_and_panic_end_the_capture,
+        ),
+        gpu(
+            "cuda_graphs::update_after_rebinding",
+            update_after_rebinding,
+        ),
+        gpu(
+            "cuda_graphs::graph_plan_native_and_captured_equal_eager",
+            graph_plan_native_and_captured_equal_eager,
+        ),
+        gpu(
+            "cuda_graphs::lt_matmul_replay_equals_eager",
+            lt_matmul_replay_equals_eager,
+        ),
+        gpu(
+            "cuda_graphs::random_capture_sequences_follow_the_model",
+            random_capture_sequences_follow_the_model,
+        ),
+    ];
+    #[cfg(feature = "nccl")]
+    trials.push(gpu(
+        "cuda_graphs::nccl_all_reduce_replay_equals_eager",
+        nccl_all_reduce_replay_equals_eager,
+    ));
+    run(trials)
+}
