@@ -444,6 +444,13 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
         if let Some(r) = training {
             r.stage = ReserveStage::Forward;
             r.filled_by = self.id;
+            // A training forward advanced the dropout's random state on
+            // this stream: make it the state's last use, so a later
+            // dropout op on another stream (or the dropout's drop) waits
+            // for it.
+            if let Some(d) = self.rnn.dropout() {
+                d.used_by_rnn(handle.stream())?;
+            }
         }
         Ok(())
     }
