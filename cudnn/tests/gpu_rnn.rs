@@ -17,8 +17,8 @@
 //!   first; NaN never passes. Bounds, relative to max(1, |want|): f64 1e-9,
 //!   f32 2e-3 (cuDNN may use TF32 under the default math type), f16 (f32
 //!   math) 5e-2;
-//! - the reserve's order (backward before forward, or with another plan's
-//!   reserve, is a typed error); random short buffers and misplaced cell
+//! - the reserve's order (backward before forward, a second backward data,
+//!   or another plan's reserve, is a typed error); random short buffers and misplaced cell
 //!   states are refused before cuDNN;
 //! - CTC: losses and the gradient of both algorithms against the reference
 //!   (f32, 1e-4), labels with repeats and variable input lengths.
@@ -358,6 +358,25 @@ fn rnn_case<T: Float>(
         }
     }
     compare(&format!("{name} dweights"), &dgot, &g.dparams, tol)?;
+    // A second backward data on the same reserve is refused (cuDNN wrote
+    // the reserve in the first).
+    let e = plan
+        .backward_data(
+            handle,
+            y.as_slice(),
+            dyd.as_slice(),
+            dx.as_slice_mut(),
+            w.as_slice(),
+            RnnStates::default(),
+            RnnStates::default(),
+            RnnStatesMut::default(),
+            &mut reserve,
+        )
+        .unwrap_err();
+    ensure!(
+        matches!(&e, Error::InvalidArgument { arg, .. } if arg == "reserve"),
+        "{name}: second backward data: {e}"
+    );
     // Another plan's backward refuses this plan's reserve.
     let other = RnnPlan::new(handle, &rnn, layout, max_len, &lengths)?;
     let e = other

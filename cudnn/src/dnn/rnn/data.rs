@@ -226,8 +226,9 @@ impl<T: DataType> fmt::Debug for RnnDataDescriptor<T> {
 
 impl<T: DataType> RnnDataDescriptor<T> {
     /// Check ([`check_rnn_data`]) and set a batch of `lengths.len()`
-    /// sequences. Padded positions are not written by cuDNN's outputs (no
-    /// padding fill is set).
+    /// sequences. No padding fill is set, so cuDNN documents the padded
+    /// positions of an output (`y`, `dx`) as undefined: read only the
+    /// valid steps ([`RnnDataLayout::vector_index`] below each length).
     ///
     /// # Errors
     /// The check's errors, then what cuDNN reports.
