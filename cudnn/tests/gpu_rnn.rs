@@ -21,7 +21,8 @@
 //!   or another plan's reserve, is a typed error); random short buffers and misplaced cell
 //!   states are refused before cuDNN;
 //! - CTC: losses and the gradient of both algorithms against the reference
-//!   (f32, 1e-4), labels with repeats and variable input lengths.
+//!   (f32, 1e-4), labels with repeats and variable input lengths; the
+//!   edges the check lets through (256 labels, an empty labelling).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -549,6 +550,62 @@ fn ctc(algo: CtcAlgo) -> TestResult {
     Ok(())
 }
 
+/// The edges `check_ctc` lets through to cuDNN: a sequence of
+/// `CTC_MAX_LABEL_LENGTH` (256) labels, the most cuDNN documents (PyTorch
+/// stays below it), and an empty labelling (loss: every frame blank),
+/// against the reference.
+fn ctc_edges(algo: CtcAlgo) -> TestResult {
+    Device::new(0)?;
+    let stream = Stream::new()?;
+    let mut h = Handle::new(&stream)?;
+    let mut rng = Rng(0x256 + algo as u64);
+    let (t, a) = (300usize, 4usize);
+    let long: Vec<usize> = (0..CTC_MAX_LABEL_LENGTH).map(|i| 1 + i % 3).collect();
+    let labels = long.clone();
+    let label_lengths = [CTC_MAX_LABEL_LENGTH, 0];
+    let input_lengths = [t, 5];
+    let batch = label_lengths.len();
+    let logits = round::<f32>(&rng.vec(t * batch * a, 1.0));
+    let want = rctc::ctc_loss(&rctc::CtcProblem {
+        logits: &logits,
+        max_time: t,
+        alphabet: a,
+        blank: 0,
+        labels: &labels,
+        label_lengths: &label_lengths,
+        input_lengths: &input_lengths,
+    })?;
+    ensure!(
+        want.losses.iter().all(|l| l.is_finite()),
+        "reference losses {:?}",
+        want.losses
+    );
+    let plan = CtcPlan::new(&mut h, algo, t, a, &labels, &label_lengths, &input_lengths)?;
+    let ld = up::<f32>(&logits)?;
+    let mut costs = nan_buf::<f32>(batch)?;
+    let mut grad = nan_buf::<f32>(t * batch * a)?;
+    plan.run(
+        &mut h,
+        ld.as_slice(),
+        costs.as_slice_mut(),
+        grad.as_slice_mut(),
+    )?;
+    h.stream().synchronize()?;
+    compare(
+        &format!("{algo:?} edge costs"),
+        &down(&costs)?,
+        &want.losses,
+        1e-4,
+    )?;
+    compare(
+        &format!("{algo:?} edge grad"),
+        &down(&grad)?,
+        &want.grad,
+        1e-4,
+    )?;
+    Ok(())
+}
+
 fn main() {
     run(vec![
         gpu("rnn::f64_against_reference", || {
@@ -566,6 +623,9 @@ fn main() {
         }),
         gpu("ctc::non_deterministic_against_reference", || {
             ctc(CtcAlgo::NonDeterministic)
+        }),
+        gpu("ctc::label_length_256_and_empty_labelling", || {
+            ctc_edges(CtcAlgo::Deterministic)
         }),
     ])
 }
