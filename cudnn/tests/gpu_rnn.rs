@@ -6,7 +6,8 @@
 //!   `RnnConfig::weight_shapes`; the weight views (`cudnnGetRNNWeightParams`)
 //!   have those shapes, lie inside the space and do not overlap;
 //! - numerics, per cell (ReLU, tanh, LSTM with and without projection, GRU),
-//!   two layers, bidirectional, skip input, variable lengths (>= 1),
+//!   two layers, bidirectional, skip input, variable lengths (>= 1; a
+//!   length of 0 in the padded layouts in a case of its own),
 //!   batch-major, sequence-major and packed layouts, f64, f32 and f16: the
 //!   reference's parameters are loaded through the views, then the training
 //!   forward (y at valid steps, hy, cy), backward data (dx, dhx, dcx) and
@@ -143,6 +144,7 @@ fn configs() -> Vec<(String, RnnConfig)> {
     out
 }
 
+#[allow(clippy::too_many_arguments)]
 fn rnn_case<T: Float>(
     handle: &mut Handle,
     name: &str,
@@ -151,11 +153,12 @@ fn rnn_case<T: Float>(
     rng: &mut Rng,
     tol: f64,
     dropout: Option<&Dropout>,
+    lengths: &[usize],
 ) -> TestResult {
     let mut cfg = *cfg;
     cfg.precision = RnnPrecision::default_for::<T>();
     let rnn = RnnDescriptor::<T>::new(&cfg, dropout)?;
-    let lengths = [4usize, 3, 1];
+    let lengths = lengths.to_vec();
     let max_len = 4;
     let plan = RnnPlan::new(handle, &rnn, layout, max_len, &lengths)?;
     let sizes = plan.sizes();
@@ -467,6 +470,38 @@ fn errors_before_cudnn() -> TestResult {
     Ok(())
 }
 
+/// A sequence of length 0 in a padded batch, which `check_rnn_data`
+/// lets through to cuDNN (cuDNN's data descriptor takes it): every cell,
+/// two layers, both directions, both padded layouts, f64, against the
+/// reference (whose final state for such a sequence is its initial one).
+/// No NOT_SUPPORTED escape: a refusal or a disagreement here means the
+/// crate must refuse length 0 (cuDNN's documentation does not settle it).
+fn rnn_zero_length() -> TestResult {
+    Device::new(0)?;
+    let stream = Stream::new()?;
+    let mut h = Handle::new(&stream)?;
+    let mut rng = Rng(0x2605);
+    for (name, cfg) in configs() {
+        for layout in [
+            RnnDataLayout::SeqMajorUnpacked,
+            RnnDataLayout::BatchMajorUnpacked,
+        ] {
+            let label = format!("f64 {name} {layout:?} with a length 0");
+            rnn_case::<f64>(
+                &mut h,
+                &label,
+                &cfg,
+                layout,
+                &mut rng,
+                1e-9,
+                None,
+                &[4, 0, 2],
+            )?;
+        }
+    }
+    Ok(())
+}
+
 fn rnn_all<T: Float>(seed: u64, tol: f64, min_ran: usize) -> TestResult {
     Device::new(0)?;
     let stream = Stream::new()?;
@@ -484,7 +519,16 @@ fn rnn_all<T: Float>(seed: u64, tol: f64, min_ran: usize) -> TestResult {
     for (name, cfg, drop) in cases {
         for layout in RnnDataLayout::ALL {
             let label = format!("{} {name} {layout:?}", T::NAME);
-            match rnn_case::<T>(&mut h, &label, &cfg, layout, &mut rng, tol, drop) {
+            match rnn_case::<T>(
+                &mut h,
+                &label,
+                &cfg,
+                layout,
+                &mut rng,
+                tol,
+                drop,
+                &[4, 3, 1],
+            ) {
                 Err(e) if format!("{e:?}").contains("NOT_SUPPORTED") => {
                     eprintln!("note: {label}: cuDNN: {e:?}");
                 }
@@ -618,6 +662,10 @@ fn main() {
             rnn_all::<half::f16>(0x2604, 5e-2, 5)
         }),
         gpu("rnn::errors_before_cudnn", errors_before_cudnn),
+        gpu(
+            "rnn::zero_length_sequence_against_reference",
+            rnn_zero_length,
+        ),
         gpu("ctc::deterministic_against_reference", || {
             ctc(CtcAlgo::Deterministic)
         }),
