@@ -92,11 +92,13 @@ impl RnnDataLayout {
                 if t >= *lengths.get(b)? {
                     return None;
                 }
-                // Steps before t hold every sequence at least that long.
-                let before: usize = (0..t)
-                    .map(|s| lengths.iter().filter(|&&l| l > s).count())
-                    .sum();
-                before.checked_add(b)
+                // Steps before t hold every sequence at least that long:
+                // sequence `i` appears in `min(lengths[i], t)` of them
+                // (one pass over the batch, whatever `t` is).
+                lengths
+                    .iter()
+                    .try_fold(0usize, |n, &l| n.checked_add(l.min(t)))?
+                    .checked_add(b)
             }
         }
     }
@@ -508,6 +510,25 @@ mod tests {
             RnnDataLayout::SeqMajorUnpacked.vector_index(&l, 3, 2, 1),
             Some(7)
         );
+    }
+
+    /// Time linear in the batch, not in `t`: huge steps answer at once
+    /// (the step-by-step sum took `t * batch` iterations), and overflow
+    /// is `None`, not a panic.
+    #[test]
+    fn unit_packed_index_huge_steps() {
+        let p = RnnDataLayout::SeqMajorPacked;
+        let big = usize::MAX / 2;
+        let start = std::time::Instant::now();
+        assert_eq!(
+            p.vector_index(&[big, big - 1], big, big - 2, 1),
+            Some(2 * (big - 2) + 1)
+        );
+        assert_eq!(
+            p.vector_index(&[usize::MAX, usize::MAX], 1, usize::MAX - 1, 1),
+            None
+        );
+        assert!(start.elapsed() < std::time::Duration::from_secs(5));
     }
 
     #[test]
