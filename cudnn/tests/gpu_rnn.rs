@@ -6,7 +6,8 @@
 //!   `RnnConfig::weight_shapes`; the weight views (`cudnnGetRNNWeightParams`)
 //!   have those shapes, lie inside the space and do not overlap;
 //! - numerics, per cell (ReLU, tanh, LSTM with and without projection, GRU),
-//!   two layers, bidirectional, skip input, variable lengths (>= 1),
+//!   two layers, bidirectional, skip input, variable lengths (>= 1; a
+//!   length of 0 in the padded layouts in a case of its own),
 //!   batch-major, sequence-major and packed layouts, f64, f32 and f16: the
 //!   reference's parameters are loaded through the views, then the training
 //!   forward (y at valid steps, hy, cy), backward data (dx, dhx, dcx) and
@@ -17,11 +18,12 @@
 //!   first; NaN never passes. Bounds, relative to max(1, |want|): f64 1e-9,
 //!   f32 2e-3 (cuDNN may use TF32 under the default math type), f16 (f32
 //!   math) 5e-2;
-//! - the reserve's order (backward before forward, or with another plan's
-//!   reserve, is a typed error); random short buffers and misplaced cell
+//! - the reserve's order (backward before forward, a second backward data,
+//!   or another plan's reserve, is a typed error); random short buffers and misplaced cell
 //!   states are refused before cuDNN;
 //! - CTC: losses and the gradient of both algorithms against the reference
-//!   (f32, 1e-4), labels with repeats and variable input lengths.
+//!   (f32, 1e-4), labels with repeats and variable input lengths; the
+//!   edges the check lets through (256 labels, an empty labelling).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -142,6 +144,7 @@ fn configs() -> Vec<(String, RnnConfig)> {
     out
 }
 
+#[allow(clippy::too_many_arguments)]
 fn rnn_case<T: Float>(
     handle: &mut Handle,
     name: &str,
@@ -150,11 +153,12 @@ fn rnn_case<T: Float>(
     rng: &mut Rng,
     tol: f64,
     dropout: Option<&Dropout>,
+    lengths: &[usize],
 ) -> TestResult {
     let mut cfg = *cfg;
     cfg.precision = RnnPrecision::default_for::<T>();
     let rnn = RnnDescriptor::<T>::new(&cfg, dropout)?;
-    let lengths = [4usize, 3, 1];
+    let lengths = lengths.to_vec();
     let max_len = 4;
     let plan = RnnPlan::new(handle, &rnn, layout, max_len, &lengths)?;
     let sizes = plan.sizes();
@@ -358,6 +362,25 @@ fn rnn_case<T: Float>(
         }
     }
     compare(&format!("{name} dweights"), &dgot, &g.dparams, tol)?;
+    // A second backward data on the same reserve is refused (cuDNN wrote
+    // the reserve in the first).
+    let e = plan
+        .backward_data(
+            handle,
+            y.as_slice(),
+            dyd.as_slice(),
+            dx.as_slice_mut(),
+            w.as_slice(),
+            RnnStates::default(),
+            RnnStates::default(),
+            RnnStatesMut::default(),
+            &mut reserve,
+        )
+        .unwrap_err();
+    ensure!(
+        matches!(&e, Error::InvalidArgument { arg, .. } if arg == "reserve"),
+        "{name}: second backward data: {e}"
+    );
     // Another plan's backward refuses this plan's reserve.
     let other = RnnPlan::new(handle, &rnn, layout, max_len, &lengths)?;
     let e = other
@@ -447,6 +470,38 @@ fn errors_before_cudnn() -> TestResult {
     Ok(())
 }
 
+/// A sequence of length 0 in a padded batch, which `check_rnn_data`
+/// lets through to cuDNN (cuDNN's data descriptor takes it): every cell,
+/// two layers, both directions, both padded layouts, f64, against the
+/// reference (whose final state for such a sequence is its initial one).
+/// No NOT_SUPPORTED escape: a refusal or a disagreement here means the
+/// crate must refuse length 0 (cuDNN's documentation does not settle it).
+fn rnn_zero_length() -> TestResult {
+    Device::new(0)?;
+    let stream = Stream::new()?;
+    let mut h = Handle::new(&stream)?;
+    let mut rng = Rng(0x2605);
+    for (name, cfg) in configs() {
+        for layout in [
+            RnnDataLayout::SeqMajorUnpacked,
+            RnnDataLayout::BatchMajorUnpacked,
+        ] {
+            let label = format!("f64 {name} {layout:?} with a length 0");
+            rnn_case::<f64>(
+                &mut h,
+                &label,
+                &cfg,
+                layout,
+                &mut rng,
+                1e-9,
+                None,
+                &[4, 0, 2],
+            )?;
+        }
+    }
+    Ok(())
+}
+
 fn rnn_all<T: Float>(seed: u64, tol: f64, min_ran: usize) -> TestResult {
     Device::new(0)?;
     let stream = Stream::new()?;
@@ -464,7 +519,16 @@ fn rnn_all<T: Float>(seed: u64, tol: f64, min_ran: usize) -> TestResult {
     for (name, cfg, drop) in cases {
         for layout in RnnDataLayout::ALL {
             let label = format!("{} {name} {layout:?}", T::NAME);
-            match rnn_case::<T>(&mut h, &label, &cfg, layout, &mut rng, tol, drop) {
+            match rnn_case::<T>(
+                &mut h,
+                &label,
+                &cfg,
+                layout,
+                &mut rng,
+                tol,
+                drop,
+                &[4, 3, 1],
+            ) {
                 Err(e) if format!("{e:?}").contains("NOT_SUPPORTED") => {
                     eprintln!("note: {label}: cuDNN: {e:?}");
                 }
@@ -530,6 +594,62 @@ fn ctc(algo: CtcAlgo) -> TestResult {
     Ok(())
 }
 
+/// The edges `check_ctc` lets through to cuDNN: a sequence of
+/// `CTC_MAX_LABEL_LENGTH` (256) labels, the most cuDNN documents (PyTorch
+/// stays below it), and an empty labelling (loss: every frame blank),
+/// against the reference.
+fn ctc_edges(algo: CtcAlgo) -> TestResult {
+    Device::new(0)?;
+    let stream = Stream::new()?;
+    let mut h = Handle::new(&stream)?;
+    let mut rng = Rng(0x256 + algo as u64);
+    let (t, a) = (300usize, 4usize);
+    let long: Vec<usize> = (0..CTC_MAX_LABEL_LENGTH).map(|i| 1 + i % 3).collect();
+    let labels = long.clone();
+    let label_lengths = [CTC_MAX_LABEL_LENGTH, 0];
+    let input_lengths = [t, 5];
+    let batch = label_lengths.len();
+    let logits = round::<f32>(&rng.vec(t * batch * a, 1.0));
+    let want = rctc::ctc_loss(&rctc::CtcProblem {
+        logits: &logits,
+        max_time: t,
+        alphabet: a,
+        blank: 0,
+        labels: &labels,
+        label_lengths: &label_lengths,
+        input_lengths: &input_lengths,
+    })?;
+    ensure!(
+        want.losses.iter().all(|l| l.is_finite()),
+        "reference losses {:?}",
+        want.losses
+    );
+    let plan = CtcPlan::new(&mut h, algo, t, a, &labels, &label_lengths, &input_lengths)?;
+    let ld = up::<f32>(&logits)?;
+    let mut costs = nan_buf::<f32>(batch)?;
+    let mut grad = nan_buf::<f32>(t * batch * a)?;
+    plan.run(
+        &mut h,
+        ld.as_slice(),
+        costs.as_slice_mut(),
+        grad.as_slice_mut(),
+    )?;
+    h.stream().synchronize()?;
+    compare(
+        &format!("{algo:?} edge costs"),
+        &down(&costs)?,
+        &want.losses,
+        1e-4,
+    )?;
+    compare(
+        &format!("{algo:?} edge grad"),
+        &down(&grad)?,
+        &want.grad,
+        1e-4,
+    )?;
+    Ok(())
+}
+
 fn main() {
     run(vec![
         gpu("rnn::f64_against_reference", || {
@@ -542,11 +662,18 @@ fn main() {
             rnn_all::<half::f16>(0x2604, 5e-2, 5)
         }),
         gpu("rnn::errors_before_cudnn", errors_before_cudnn),
+        gpu(
+            "rnn::zero_length_sequence_against_reference",
+            rnn_zero_length,
+        ),
         gpu("ctc::deterministic_against_reference", || {
             ctc(CtcAlgo::Deterministic)
         }),
         gpu("ctc::non_deterministic_against_reference", || {
             ctc(CtcAlgo::NonDeterministic)
+        }),
+        gpu("ctc::label_length_256_and_empty_labelling", || {
+            ctc_edges(CtcAlgo::Deterministic)
         }),
     ])
 }

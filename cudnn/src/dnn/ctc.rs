@@ -17,9 +17,13 @@
 //!   ([`required_steps`](crate::reference::ctc::required_steps));
 //! - `max_time * batch * alphabet` is at most `i32::MAX`.
 //!
-//! The gradient is written as 0 past each sequence's input length (the
-//! descriptor's gradient mode 0, which cuDNN 9 names
-//! `CUDNN_CTC_ZERO_OOB_GRADIENTS`).
+//! The gradient is 0 past each sequence's input length: when a sequence is
+//! shorter than `max_time`, [`CtcPlan::run`] zeroes the gradient on the
+//! handle's stream before cuDNN writes it (cuDNN does not document those
+//! frames). The descriptor's gradient mode 0 (cuDNN 9's
+//! `CUDNN_CTC_ZERO_OOB_GRADIENTS`) is about something else: it zeroes the
+//! gradient of an *infeasible* sample (labels plus repeats longer than its
+//! input), which [`check_ctc`] refuses before cuDNN.
 //!
 //! The oracle is [`crate::reference::ctc`].
 
@@ -212,7 +216,7 @@ pub fn check_ctc(
 /// **unnormalized**: cuDNN applies the softmax itself
 /// (`CUDNN_LOSS_NORMALIZATION_SOFTMAX`; log-probabilities work too, the
 /// softmax of a log-softmax being the same distribution), and the gradient
-/// is with respect to them, written as 0 past each input length. The
+/// is with respect to them, 0 past each input length. The
 /// labels are concatenated (see [`check_ctc`]). The oracle is
 /// [`crate::reference::ctc`].
 pub struct CtcPlan {
@@ -223,6 +227,9 @@ pub struct CtcPlan {
     label_lengths: DeviceBuffer<i32>,
     input_lengths: DeviceBuffer<i32>,
     batch: usize,
+    /// Some input length is below `max_time` (frames cuDNN does not
+    /// document are zeroed before each run).
+    short: bool,
     workspace: usize,
     device: Device,
 }
@@ -238,7 +245,7 @@ impl fmt::Debug for CtcPlan {
 }
 
 /// Set a CTC loss descriptor as [`CtcPlan`] does (`f32`, softmax
-/// normalization, gradient mode 0: zero gradients past the input lengths) with `max_label_length`, and read it
+/// normalization, gradient mode 0: zero gradients for infeasible samples) with `max_label_length`, and read it
 /// back: `(compType, normMode, gradMode, maxLabelLength)`. Host only; the
 /// host tier's round trip.
 ///
@@ -279,8 +286,9 @@ fn make_descriptor(max_label_length: usize) -> Result<RawCtc> {
                 dnn::cudnnDataType_t::CUDNN_DATA_FLOAT,
                 dnn::cudnnLossNormalizationMode_t::CUDNN_LOSS_NORMALIZATION_SOFTMAX,
                 // 0: cuDNN 9 reads this field as `cudnnCTCGradMode_t`,
-                // where 0 is CUDNN_CTC_ZERO_OOB_GRADIENTS (gradients past
-                // each input length are written as zeros).
+                // where 0 is CUDNN_CTC_ZERO_OOB_GRADIENTS: an out-of-bounds
+                // (infeasible, labels plus repeats > input length) sample
+                // gets a zero gradient. `check_ctc` refuses those anyway.
                 dnn::cudnnNanPropagation_t::CUDNN_NOT_PROPAGATE_NAN,
                 max_label_length as i32
             )
@@ -348,6 +356,7 @@ impl CtcPlan {
             input_lengths: DeviceBuffer::from_host(&to_i32(input_lengths))?,
             logits,
             batch,
+            short: input_lengths.iter().any(|&l| l < max_time),
             workspace,
             device: handle.device(),
         })
@@ -365,7 +374,9 @@ impl CtcPlan {
 
     /// Losses (one per sequence, `costs[b] = -ln p`) and the gradient of
     /// their sum with respect to `logits` (same layout; 0 past each input
-    /// length).
+    /// length: when a sequence is shorter than `max_time`, the first
+    /// `max_time * batch * alphabet` elements of `grad` are zeroed on the
+    /// handle's stream first).
     ///
     /// # Errors
     /// Buffer lengths ([`Error::Mismatch`]); buffers on another device;
@@ -401,6 +412,9 @@ impl CtcPlan {
                 ("plan", Some(self.device)),
             ],
         )?;
+        if self.short {
+            grad.slice_mut(..n)?.memset_async(0, handle.stream())?;
+        }
         let api = check::cudnn()?;
         let h = handle.as_raw();
         let bytes = self.workspace;

@@ -139,6 +139,26 @@ impl<E: Mark> LastUse<E> {
         Ok(())
     }
 
+    /// After another use queued on the stream of the last one, by a holder
+    /// of a shared borrow (an RNN's training forward, which advances the
+    /// state through its descriptor): the mark moves to after it, so later
+    /// uses elsewhere and the drop wait for it too. A use on another stream
+    /// is refused, as the last use's stream cannot change through `&self`.
+    fn again(&self, stream: &Stream) -> Result<()> {
+        if *stream != self.stream {
+            return Err(Error::invalid(
+                "stream",
+                "a use through a shared borrow must be on the stream of the last use",
+                format!("{:?}", stream.as_raw()),
+            ));
+        }
+        if let Err(e) = self.mark.record(stream) {
+            stream.synchronize().ok();
+            return Err(e);
+        }
+        Ok(())
+    }
+
     /// Wait on the host until the last use is done.
     fn finish(&self) -> Result<()> {
         self.mark.synchronize()
@@ -291,6 +311,14 @@ impl Dropout {
     /// last forward); a use on another stream waits for that use first.
     pub fn last_stream(&self) -> &Stream {
         &self.last_use.stream
+    }
+
+    /// After an RNN's training forward queued on `stream` (which must be
+    /// [`last_stream`](Self::last_stream)) advanced the state through the
+    /// RNN descriptor that borrows `self`: that forward becomes the last
+    /// use, so a later use on another stream, and the drop, wait for it.
+    pub(crate) fn used_by_rnn(&self, stream: &Stream) -> Result<()> {
+        self.last_use.again(stream)
     }
 
     /// Give up ownership: the raw descriptor and the state buffer it uses
@@ -577,6 +605,30 @@ mod tests {
 
         drop(last);
         assert_eq!(take(&calls), ["synchronize"]);
+    }
+
+    /// A use through a shared borrow (an RNN's training forward) on the
+    /// last use's stream moves the mark after it, so a later use on another
+    /// stream waits for the RNN too; on another stream it is refused.
+    #[test]
+    fn a_shared_use_on_the_last_stream_moves_the_mark() {
+        let calls = Rc::new(RefCell::new(Vec::new()));
+        let (a, b) = (Stream::legacy(), Stream::per_thread());
+        let (na, nb) = (name(&a), name(&b));
+        let mark = Log {
+            calls: calls.clone(),
+            fail_record: false,
+        };
+        let last = LastUse::new(&a, mark).unwrap();
+        take(&calls);
+        last.again(&a).unwrap();
+        assert_eq!(take(&calls), [format!("record {na}")]);
+        assert!(last.again(&b).is_err());
+        assert!(take(&calls).is_empty());
+        assert!(last.stream == a);
+        // The next use elsewhere waits for the mark recorded after the RNN.
+        last.before(&b).unwrap();
+        assert_eq!(take(&calls), [format!("wait {nb}")]);
     }
 
     /// When the mark cannot be recorded the use is still the last one (so

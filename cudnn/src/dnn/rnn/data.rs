@@ -92,11 +92,13 @@ impl RnnDataLayout {
                 if t >= *lengths.get(b)? {
                     return None;
                 }
-                // Steps before t hold every sequence at least that long.
-                let before: usize = (0..t)
-                    .map(|s| lengths.iter().filter(|&&l| l > s).count())
-                    .sum();
-                before.checked_add(b)
+                // Steps before t hold every sequence at least that long:
+                // sequence `i` appears in `min(lengths[i], t)` of them
+                // (one pass over the batch, whatever `t` is).
+                lengths
+                    .iter()
+                    .try_fold(0usize, |n, &l| n.checked_add(l.min(t)))?
+                    .checked_add(b)
             }
         }
     }
@@ -226,8 +228,9 @@ impl<T: DataType> fmt::Debug for RnnDataDescriptor<T> {
 
 impl<T: DataType> RnnDataDescriptor<T> {
     /// Check ([`check_rnn_data`]) and set a batch of `lengths.len()`
-    /// sequences. Padded positions are not written by cuDNN's outputs (no
-    /// padding fill is set).
+    /// sequences. No padding fill is set, so cuDNN documents the padded
+    /// positions of an output (`y`, `dx`) as undefined: read only the
+    /// valid steps ([`RnnDataLayout::vector_index`] below each length).
     ///
     /// # Errors
     /// The check's errors, then what cuDNN reports.
@@ -507,6 +510,25 @@ mod tests {
             RnnDataLayout::SeqMajorUnpacked.vector_index(&l, 3, 2, 1),
             Some(7)
         );
+    }
+
+    /// Time linear in the batch, not in `t`: huge steps answer at once
+    /// (the step-by-step sum took `t * batch` iterations), and overflow
+    /// is `None`, not a panic.
+    #[test]
+    fn unit_packed_index_huge_steps() {
+        let p = RnnDataLayout::SeqMajorPacked;
+        let big = usize::MAX / 2;
+        let start = std::time::Instant::now();
+        assert_eq!(
+            p.vector_index(&[big, big - 1], big, big - 2, 1),
+            Some(2 * (big - 2) + 1)
+        );
+        assert_eq!(
+            p.vector_index(&[usize::MAX, usize::MAX], 1, usize::MAX - 1, 1),
+            None
+        );
+        assert!(start.elapsed() < std::time::Duration::from_secs(5));
     }
 
     #[test]

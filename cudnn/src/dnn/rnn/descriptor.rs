@@ -179,76 +179,6 @@ impl<'d, T: DataType> RnnDescriptor<'d, T> {
     pub fn destroy(self) -> Result<()> {
         self.raw.destroy()
     }
-}
-
-impl<T: DataType> RnnDescriptor<'static, T> {
-    /// Take ownership of a descriptor made elsewhere; its values are read
-    /// back and checked as [`new`](RnnDescriptor::new) would check them.
-    ///
-    /// # Errors
-    /// One set with a dropout descriptor (this crate could not tie its
-    /// lifetime), another element type, the persistent-dynamic algorithm or
-    /// values [`RnnConfig::check`] refuses; then `raw` is destroyed.
-    ///
-    /// # Safety
-    /// `raw` was made by `cudnnCreateRNNDescriptor`, is set, not destroyed,
-    /// and nothing else destroys it.
-    pub unsafe fn from_raw(raw: dnn::cudnnRNNDescriptor_t) -> Result<Self> {
-        // SAFETY: the caller's contract.
-        let raw = unsafe { RawRnn::adopt(raw) }?;
-        let d = RnnDescriptor {
-            raw,
-            config: RnnConfig::new(RnnCellMode::RnnTanh, 1, 1),
-            dropout: None,
-            _t: PhantomData,
-        };
-        let v = d.values()?;
-        if v.has_dropout {
-            return Err(Error::invalid(
-                "raw",
-                "must have no dropout descriptor (its lifetime cannot be tied)",
-                "a dropout descriptor",
-            ));
-        }
-        if v.data_type != T::CUDNN.0 {
-            return Err(Error::mismatch(
-                "RNN descriptor data type",
-                T::NAME,
-                v.data_type,
-            ));
-        }
-        let size = |arg: &str, x: i32| {
-            usize::try_from(x).map_err(|_| Error::invalid(arg, "must be >= 1", x))
-        };
-        let precision = [RnnPrecision::F16, RnnPrecision::F32, RnnPrecision::F64]
-            .into_iter()
-            .find(|p| p.to_raw().0 == v.precision)
-            .ok_or_else(|| {
-                Error::invalid("math precision", "must be f16, f32 or f64", v.precision)
-            })?;
-        let config = RnnConfig {
-            cell: RnnCellMode::from_raw(dnn::cudnnRNNMode_t(v.cell))?,
-            input_size: size("input_size", v.input_size)?,
-            hidden_size: size("hidden_size", v.hidden_size)?,
-            projection_size: size("projection_size", v.projection_size)?,
-            num_layers: size("num_layers", v.num_layers)?,
-            direction: RnnDirection::from_raw(dnn::cudnnDirectionMode_t(v.direction))?,
-            bias: RnnBiasMode::from_raw(dnn::cudnnRNNBiasMode_t(v.bias))?,
-            input_mode: RnnInputMode::from_raw(dnn::cudnnRNNInputMode_t(v.input_mode))?,
-            algo: RnnAlgo::from_raw(dnn::cudnnRNNAlgo_t(v.algo))?,
-            precision,
-            math: MathType::from_raw(dnn::cudnnMathType_t(v.math))?,
-        };
-        config.check::<T>()?;
-        if v.aux_flags & PADDED_IO == 0 {
-            return Err(Error::invalid(
-                "raw",
-                "must have CUDNN_RNN_PADDED_IO_ENABLED set",
-                v.aux_flags,
-            ));
-        }
-        Ok(RnnDescriptor { config, ..d })
-    }
 
     /// Read back what cuDNN stored (`cudnnGetRNNDescriptor_v8`).
     ///
@@ -331,6 +261,76 @@ impl<T: DataType> RnnDescriptor<'static, T> {
     }
 }
 
+impl<T: DataType> RnnDescriptor<'static, T> {
+    /// Take ownership of a descriptor made elsewhere; its values are read
+    /// back and checked as [`new`](RnnDescriptor::new) would check them.
+    ///
+    /// # Errors
+    /// One set with a dropout descriptor (this crate could not tie its
+    /// lifetime), another element type, the persistent-dynamic algorithm or
+    /// values [`RnnConfig::check`] refuses; then `raw` is destroyed.
+    ///
+    /// # Safety
+    /// `raw` was made by `cudnnCreateRNNDescriptor`, is set, not destroyed,
+    /// and nothing else destroys it.
+    pub unsafe fn from_raw(raw: dnn::cudnnRNNDescriptor_t) -> Result<Self> {
+        // SAFETY: the caller's contract.
+        let raw = unsafe { RawRnn::adopt(raw) }?;
+        let d = RnnDescriptor {
+            raw,
+            config: RnnConfig::new(RnnCellMode::RnnTanh, 1, 1),
+            dropout: None,
+            _t: PhantomData,
+        };
+        let v = d.values()?;
+        if v.has_dropout {
+            return Err(Error::invalid(
+                "raw",
+                "must have no dropout descriptor (its lifetime cannot be tied)",
+                "a dropout descriptor",
+            ));
+        }
+        if v.data_type != T::CUDNN.0 {
+            return Err(Error::mismatch(
+                "RNN descriptor data type",
+                T::NAME,
+                v.data_type,
+            ));
+        }
+        let size = |arg: &str, x: i32| {
+            usize::try_from(x).map_err(|_| Error::invalid(arg, "must be >= 1", x))
+        };
+        let precision = [RnnPrecision::F16, RnnPrecision::F32, RnnPrecision::F64]
+            .into_iter()
+            .find(|p| p.to_raw().0 == v.precision)
+            .ok_or_else(|| {
+                Error::invalid("math precision", "must be f16, f32 or f64", v.precision)
+            })?;
+        let config = RnnConfig {
+            cell: RnnCellMode::from_raw(dnn::cudnnRNNMode_t(v.cell))?,
+            input_size: size("input_size", v.input_size)?,
+            hidden_size: size("hidden_size", v.hidden_size)?,
+            projection_size: size("projection_size", v.projection_size)?,
+            num_layers: size("num_layers", v.num_layers)?,
+            direction: RnnDirection::from_raw(dnn::cudnnDirectionMode_t(v.direction))?,
+            bias: RnnBiasMode::from_raw(dnn::cudnnRNNBiasMode_t(v.bias))?,
+            input_mode: RnnInputMode::from_raw(dnn::cudnnRNNInputMode_t(v.input_mode))?,
+            algo: RnnAlgo::from_raw(dnn::cudnnRNNAlgo_t(v.algo))?,
+            precision,
+            math: MathType::from_raw(dnn::cudnnMathType_t(v.math))?,
+        };
+        config.check::<T>()?;
+        if v.aux_flags & PADDED_IO == 0 {
+            return Err(Error::invalid(
+                "raw",
+                "must have CUDNN_RNN_PADDED_IO_ENABLED set",
+                v.aux_flags,
+            ));
+        }
+        Ok(RnnDescriptor { config, ..d })
+    }
+}
+
 /// Set raw values on a fresh descriptor with no Rust check first (no
 /// dropout, padded I/O): the host tier's way to ask cuDNN what it accepts.
 /// `Ok` when cuDNN accepts.
@@ -374,5 +374,23 @@ pub fn cudnn_accepts_rnn_raw(
                 PADDED_IO
             )
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `values` and `expected_values` exist for a descriptor that borrows
+    /// a dropout (any `'d`), not only for `'static` ones: this compiles.
+    #[test]
+    fn unit_read_back_takes_any_dropout_lifetime() {
+        fn read<'d>(d: &RnnDescriptor<'d, f32>) -> Result<(RnnDescriptorValues, bool)> {
+            let want = d.expected_values();
+            Ok((want, d.values()? == want))
+        }
+        let f: for<'a, 'd> fn(&'a RnnDescriptor<'d, f32>) -> Result<(RnnDescriptorValues, bool)> =
+            read;
+        let _ = f;
     }
 }

@@ -98,6 +98,24 @@ impl<T: Float> fmt::Debug for RnnPlan<'_, '_, T> {
     }
 }
 
+/// Whether a reserve at `stage` may be read by the pass that needs `need`:
+/// backward data needs a fresh training forward (it writes the reserve, so
+/// a second backward data would read its own intermediates), backward
+/// weights a backward data after that forward (it may run again: it only
+/// reads the reserve).
+fn check_stage(stage: ReserveStage, need: ReserveStage) -> Result<()> {
+    if stage == need {
+        return Ok(());
+    }
+    let rule = match need {
+        ReserveStage::BackwardData => {
+            "must have been used by backward_data after the training forward"
+        }
+        _ => "must be filled by a training forward, and not yet used by backward_data",
+    };
+    Err(Error::invalid("reserve", rule, format!("{stage:?}")))
+}
+
 /// Check one optional buffer's length.
 fn check_len(what: &str, need: usize, got: usize) -> Result<()> {
     if got < need {
@@ -343,6 +361,7 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
     /// Forward pass. `training`: `Some(reserve)` for a training forward
     /// (writes the reserve for the backward passes), `None` for inference.
     /// `hx`/`cx` of `None` are zeros; `hy`/`cy` of `None` are not written.
+    /// Padded steps of `y` are undefined (no padding fill is set).
     ///
     /// # Errors
     /// Buffer lengths ([`Error::Mismatch`]), a cell state for a non-LSTM,
@@ -444,16 +463,26 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
         if let Some(r) = training {
             r.stage = ReserveStage::Forward;
             r.filled_by = self.id;
+            // A training forward advanced the dropout's random state on
+            // this stream: make it the state's last use, so a later
+            // dropout op on another stream (or the dropout's drop) waits
+            // for it.
+            if let Some(d) = self.rnn.dropout() {
+                d.used_by_rnn(handle.stream())?;
+            }
         }
         Ok(())
     }
 
     /// Backward data: `dx`, `dhx`, `dcx` from `dy`, `dhy`, `dcy`, after a
     /// training [`forward`](Self::forward) that filled `reserve` (with the
-    /// same `y`, `hx`, `cx` and weights).
+    /// same `y`, `hx`, `cx` and weights). cuDNN writes the reserve here, so
+    /// each training forward takes one backward data. Padded steps of `dx`
+    /// are undefined.
     ///
     /// # Errors
-    /// As [`forward`](Self::forward); a reserve no training forward filled.
+    /// As [`forward`](Self::forward); a reserve no training forward filled,
+    /// or one a backward data already used.
     #[doc(alias = "cudnnRNNBackwardData_v8")]
     #[allow(clippy::too_many_arguments)]
     pub fn backward_data(
@@ -488,13 +517,7 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
             dhx.c.as_ref().map(|s| s.len()),
         )?;
         check_len("reserve (bytes)", self.sizes.reserve, reserve.buf.len())?;
-        if reserve.stage == ReserveStage::Empty {
-            return Err(Error::invalid(
-                "reserve",
-                "must be filled by a training forward first",
-                "empty",
-            ));
-        }
+        check_stage(reserve.stage, ReserveStage::Forward)?;
         self.check_owner(reserve)?;
         let _on = handle.launch(
             "rnn_backward_data",
@@ -574,13 +597,7 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
         check_len("dweights", self.weight_len(), dweights.len())?;
         self.check_states("hx", hx.as_ref().map(|s| s.len()), None)?;
         check_len("reserve (bytes)", self.sizes.reserve, reserve.buf.len())?;
-        if reserve.stage != ReserveStage::BackwardData {
-            return Err(Error::invalid(
-                "reserve",
-                "must have been used by backward_data after the training forward",
-                format!("{:?}", reserve.stage),
-            ));
-        }
+        check_stage(reserve.stage, ReserveStage::BackwardData)?;
         self.check_owner(reserve)?;
         let _on = handle.launch(
             "rnn_backward_weights",
@@ -621,6 +638,32 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
                     reserve_ptr
                 )
             )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// cuDNN's order: forward, one backward data, then backward weights
+    /// (again if wanted); anything else is a typed error naming `reserve`.
+    #[test]
+    fn unit_reserve_order() {
+        use ReserveStage::*;
+        assert!(check_stage(Forward, Forward).is_ok());
+        assert!(check_stage(BackwardData, BackwardData).is_ok());
+        for (stage, need) in [
+            (Empty, Forward),
+            (BackwardData, Forward),
+            (Empty, BackwardData),
+            (Forward, BackwardData),
+        ] {
+            let e = check_stage(stage, need).unwrap_err();
+            assert!(
+                matches!(&e, Error::InvalidArgument { arg, .. } if arg == "reserve"),
+                "{stage:?} for {need:?}: {e}"
+            );
         }
     }
 }
