@@ -340,6 +340,21 @@ fn main() {
                 },
                 "scale",
             ),
+            // Finite in f64, +inf and 0 in the f32 cuDNN gets.
+            (
+                Fp8SdpaConfig {
+                    scale: Some(1e39),
+                    ..Fp8SdpaConfig::new(1, 1, 1, 1, 16)
+                },
+                "scale",
+            ),
+            (
+                Fp8SdpaConfig {
+                    scale: Some(1e-50),
+                    ..Fp8SdpaConfig::new(1, 1, 1, 1, 16)
+                },
+                "scale",
+            ),
             (
                 Fp8SdpaConfig::new(i64::MAX, i64::MAX, 1, 1, 16),
                 "element count",
