@@ -472,7 +472,7 @@ fn block_inputs(rows: usize, cols: usize) -> Vec<f64> {
             .wrapping_add(1442695040888963407);
         let u = (s >> 33) as f64 / (1u64 << 31) as f64 * 2.0 - 1.0;
         let v = if i % block_scale::BLOCK == (b % 32) {
-            if b % 2 == 0 { amax } else { -amax }
+            if b.is_multiple_of(2) { amax } else { -amax }
         } else {
             u * amax
         };
