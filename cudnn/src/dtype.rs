@@ -1,10 +1,13 @@
 //! Element types: the library type codes and the alpha/beta scaling type,
-//! and the FP8 element types [`F8E4M3`] and [`F8E5M2`].
+//! the FP8 element types [`F8E4M3`] and [`F8E5M2`], and the MXFP8 block
+//! scale type [`F8E8M0`].
 
 use crate::sys::cudart::cudaDataType_t as cudaDataType;
 use crate::sys::cudnn::cudnnDataType_t;
 
+mod e8m0;
 mod fp8;
+pub use e8m0::F8E8M0;
 pub use fp8::{F8E4M3, F8E5M2, Fp8Format, Fp8Saturation};
 
 mod sealed {
@@ -95,5 +98,13 @@ dtype!(
     CUDA_R_8F_E5M2,
     f32,
     "fp8e5m2",
+    true
+);
+dtype!(
+    F8E8M0,
+    CUDNN_DATA_FP8_E8M0,
+    CUDA_R_8F_UE8M0,
+    f32,
+    "fp8e8m0",
     true
 );

@@ -18,7 +18,7 @@ pub mod reference;
 pub mod runtime;
 
 pub use check::cudnn_status_name;
-pub use dtype::{DataType, F8E4M3, F8E5M2, Fp8Format, Fp8Saturation, Scale};
+pub use dtype::{DataType, F8E4M3, F8E5M2, F8E8M0, Fp8Format, Fp8Saturation, Scale};
 pub use error::{Error, Result};
 
 /// The raw bindings this crate is built on.

@@ -3,7 +3,10 @@
 //! [`gemm_fp8`](cudnn::reference::gemm_fp8) and `Graph::sdpa_fp8_forward`
 //! against [`attention_fp8`](cudnn::reference::attention_fp8), on the same
 //! FP8 codes; `Graph::sdpa_fp8_backward` against `attention_fp8::backward`,
-//! and its amax outputs agree with the gradients it wrote.
+//! and its amax outputs agree with the gradients it wrote;
+//! `Graph::block_scale_quantize` / `block_scale_dequantize` (Blackwell
+//! only, skipped visibly elsewhere) against
+//! [`block_scale`](cudnn::reference::block_scale), exactly.
 //!
 //! Outputs are poisoned (the FP8 NaN code, NaN) before each run, so an
 //! element the plan does not write fails. Bounds come from the formats
@@ -20,10 +23,11 @@ use cudnn::blas::{Epilogue, Layout};
 use cudnn::dnn::Handle;
 use cudnn::graph::*;
 use cudnn::reference::attention_fp8::{self, Fp8AttnBwdScales, Fp8AttnScales, Fp8AttnShape};
+use cudnn::reference::block_scale;
 use cudnn::reference::gemm::max_relative_error;
 use cudnn::reference::gemm_fp8::{Fp8Scales, OutputType, gemm_fp8, tolerance};
 use cudnn::runtime::{DeviceBuffer, Stream};
-use cudnn::{F8E4M3, F8E5M2, Fp8Format};
+use cudnn::{F8E4M3, F8E5M2, F8E8M0, Fp8Format};
 use fp8_graphs::*;
 use half::bf16;
 use support::*;
@@ -55,6 +59,7 @@ fn fmt_of(d: DType) -> Fp8Format {
 /// One bound buffer: FP8 codes, f32, or bf16, by the tensor's type.
 enum Buf {
     E4(DeviceBuffer<F8E4M3>),
+    E8M0(DeviceBuffer<F8E8M0>),
     E5(DeviceBuffer<F8E5M2>),
     F32(DeviceBuffer<f32>),
     Bf16(DeviceBuffer<bf16>),
@@ -73,6 +78,17 @@ impl Buf {
             DType::Fp8E5M2 => Buf::E5(DeviceBuffer::from_host(
                 &(0..n).map(|i| F8E5M2::from_f64(v(i))).collect::<Vec<_>>(),
             )?),
+            // Powers of two (NaN poisons an output).
+            DType::Fp8E8M0 => Buf::E8M0(DeviceBuffer::from_host(
+                &(0..n)
+                    .map(|i| {
+                        let x = v(i);
+                        F8E8M0::from_exponent(x.log2().round() as i32)
+                            .filter(|c| c.to_f64() == x)
+                            .unwrap_or(F8E8M0::NAN)
+                    })
+                    .collect::<Vec<_>>(),
+            )?),
             DType::F32 => Buf::F32(DeviceBuffer::from_host(
                 &(0..n).map(|i| v(i) as f32).collect::<Vec<_>>(),
             )?),
@@ -88,6 +104,8 @@ impl Buf {
             (Buf::E4(x), true) => b.output(name, x.as_slice_mut()).map(|_| ()),
             (Buf::E5(x), false) => b.input(name, x.as_slice()).map(|_| ()),
             (Buf::E5(x), true) => b.output(name, x.as_slice_mut()).map(|_| ()),
+            (Buf::E8M0(x), false) => b.input(name, x.as_slice()).map(|_| ()),
+            (Buf::E8M0(x), true) => b.output(name, x.as_slice_mut()).map(|_| ()),
             (Buf::F32(x), false) => b.input(name, x.as_slice()).map(|_| ()),
             (Buf::F32(x), true) => b.output(name, x.as_slice_mut()).map(|_| ()),
             (Buf::Bf16(x), false) => b.input(name, x.as_slice()).map(|_| ()),
@@ -98,6 +116,7 @@ impl Buf {
         Ok(match self {
             Buf::E4(x) => x.to_vec()?.into_iter().map(|v| v.to_f64()).collect(),
             Buf::E5(x) => x.to_vec()?.into_iter().map(|v| v.to_f64()).collect(),
+            Buf::E8M0(x) => x.to_vec()?.into_iter().map(|v| v.to_f64()).collect(),
             Buf::F32(x) => x.to_vec()?.into_iter().map(f64::from).collect(),
             Buf::Bf16(x) => x.to_vec()?.into_iter().map(|v| v.to_f64()).collect(),
         })
@@ -249,13 +268,16 @@ fn sdpa_case(cfg: Fp8SdpaConfig) -> R {
         dec(codes(nkv, 4, fmt, 4.0)),
         dec(codes(nkv, 5, fmt, 4.0)),
     );
+    // Distinct powers of two, none 1, so a dropped or swapped scale
+    // moves O or an amax by a factor the tolerance cannot hide (q, k, v in
+    // [-4, 4]: S stays small, P·256 <= 448, |O| <= 8 before scale_o).
     let scales = Fp8AttnScales {
         descale_q: 0.5,
-        descale_k: 0.5,
-        descale_v: 1.0,
+        descale_k: 0.25,
+        descale_v: 2.0,
         descale_s: 1.0 / 256.0,
         scale_s: 256.0,
-        scale_o: 8.0,
+        scale_o: 4.0,
     };
     let out = if cfg.o_dtype.is_fp8() {
         OutputType::Fp8(fmt_of(cfg.o_dtype))
@@ -320,6 +342,9 @@ fn sdpa_bwd_case(cfg: Fp8SdpaConfig, grad: DType) -> R {
         dec(codes(nkv, 7, fmt, 2.0), fmt),
         dec(codes(nkv, 8, fmt, 2.0), fmt),
     );
+    // Q, K, V and O as stored with non-unit descales (O stored as
+    // O_true · 0.5, so descale_o = 2): the forward that makes O and the
+    // statistics uses the same descales, so Δ and P are consistent.
     let fwd = attention_fp8::forward(
         &q,
         &k,
@@ -329,7 +354,13 @@ fn sdpa_bwd_case(cfg: Fp8SdpaConfig, grad: DType) -> R {
         cfg.is_causal,
         fmt,
         OutputType::Fp8(fmt),
-        &Fp8AttnScales::default(),
+        &Fp8AttnScales {
+            descale_q: 0.5,
+            descale_k: 2.0,
+            descale_v: 2.0,
+            scale_o: 0.5,
+            ..Fp8AttnScales::default()
+        },
     )?;
     let d_o = dec(codes(nq, 9, gfmt, 1.0), gfmt);
     let mut inputs: Vec<(&str, Vec<f64>)> = vec![
@@ -340,12 +371,18 @@ fn sdpa_bwd_case(cfg: Fp8SdpaConfig, grad: DType) -> R {
         ("do", d_o),
         ("stats", fwd.stats.clone()),
     ];
+    // Every scale a power of two other than 1 (but the gradients' common
+    // 16), distinct where two could be swapped: dQ carries descale_k and
+    // dK descale_q (2 against 0.5), dV descale_do.
     let scale_of = |name: &str| match name {
         "scale_dq" | "scale_dk" | "scale_dv" => 16.0,
         "scale_s" => 256.0,
         "descale_s" => 1.0 / 256.0,
         "scale_dp" => 64.0,
         "descale_dp" => 1.0 / 64.0,
+        "descale_q" => 0.5,
+        "descale_k" | "descale_v" | "descale_o" => 2.0,
+        "descale_do" => 0.25,
         _ => 1.0,
     };
     for name in FP8_BWD_SCALE_NAMES {
@@ -355,6 +392,11 @@ fn sdpa_bwd_case(cfg: Fp8SdpaConfig, grad: DType) -> R {
     let outs = run_graph(&g, &inputs)?;
     // Against the f64 reference of the same composite.
     let sc = Fp8AttnBwdScales {
+        descale_q: scale_of("descale_q"),
+        descale_k: scale_of("descale_k"),
+        descale_v: scale_of("descale_v"),
+        descale_o: scale_of("descale_o"),
+        descale_do: scale_of("descale_do"),
         descale_s: scale_of("descale_s"),
         descale_dp: scale_of("descale_dp"),
         scale_s: scale_of("scale_s"),
@@ -362,7 +404,6 @@ fn sdpa_bwd_case(cfg: Fp8SdpaConfig, grad: DType) -> R {
         scale_dk: scale_of("scale_dk"),
         scale_dv: scale_of("scale_dv"),
         scale_dp: scale_of("scale_dp"),
-        ..Fp8AttnBwdScales::default()
     };
     let input = |n: &str| {
         inputs
@@ -415,6 +456,143 @@ fn sdpa_bwd_case(cfg: Fp8SdpaConfig, grad: DType) -> R {
     Ok(())
 }
 
+/// bf16 rows of `cols` whose every block of 32 has the amax
+/// `336 · 2^k` (k from -4 to 4 by block): amax / 448 = 0.75 · 2^k, far
+/// from a power of two, so the GPU's f32 quotient rounds up to the scale
+/// the f64 reference finds. Values are bf16 (exactly what the GPU reads).
+fn block_inputs(rows: usize, cols: usize) -> Vec<f64> {
+    let n = rows * cols;
+    let mut s = 0x5eed_u64;
+    let mut x = Vec::with_capacity(n);
+    for i in 0..n {
+        let b = i / block_scale::BLOCK;
+        let amax = 336.0 * 2f64.powi((b % 9) as i32 - 4);
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let u = (s >> 33) as f64 / (1u64 << 31) as f64 * 2.0 - 1.0;
+        let v = if i % block_scale::BLOCK == (b % 32) {
+            if b.is_multiple_of(2) { amax } else { -amax }
+        } else {
+            u * amax
+        };
+        x.push(bf16::from_f64(v).to_f64());
+    }
+    x
+}
+
+/// MXFP8 quantize on a Blackwell device: bf16 `[128, 256]` to E4M3 values
+/// and E8M0 scales `[128, 8]`, both exactly as the f64 reference (NVIDIA's
+/// formula) makes them.
+fn block_quantize_case() -> R {
+    let (rows, cols) = (128usize, 256usize);
+    let mut g = Graph::new();
+    let x = g.input(
+        "x",
+        TensorSpec::row_major(DType::BF16, &[rows as i64, cols as i64])?,
+    )?;
+    let q = g.block_scale_quantize(x, DType::Fp8E4M3)?;
+    g.rename(q.y, "y")?;
+    g.rename(q.scale, "scale")?;
+    let xs = block_inputs(rows, cols);
+    let want = block_scale::quantize(&xs, cols, Fp8Format::E4M3)?;
+    let outs = run_graph(&g, &[("x", xs)])?;
+    let (y, sc) = (get(&outs, "y")?, get(&outs, "scale")?);
+    let want_y: Vec<f64> = want
+        .values
+        .iter()
+        .map(|&c| Fp8Format::E4M3.decode(c))
+        .collect();
+    let want_s: Vec<f64> = want
+        .scales
+        .iter()
+        .map(|&c| block_scale::e8m0_value(c))
+        .collect();
+    let bad_s = sc.iter().zip(&want_s).filter(|(a, b)| a != b).count();
+    let bad_y = y.iter().zip(&want_y).filter(|(a, b)| a != b).count();
+    eprintln!(
+        "  quantize: {bad_s} of {} scales and {bad_y} of {} values differ from the reference",
+        want_s.len(),
+        want_y.len()
+    );
+    ensure!(
+        sc.len() == want_s.len() && y.len() == want_y.len(),
+        "output sizes"
+    );
+    ensure!(
+        bad_s == 0 && bad_y == 0,
+        "quantize differs from the reference"
+    );
+    Ok(())
+}
+
+/// MXFP8 dequantize on a Blackwell device: E4M3 `[128, 256]` times E8M0
+/// scales `[128, 8]` (2^-7 to 2^7) to f32, exactly the reference's
+/// products (a power of two times an E4M3 value is an f32).
+fn block_dequantize_case() -> R {
+    let (rows, cols) = (128usize, 256usize);
+    let mut g = Graph::new();
+    let x = g.input(
+        "x",
+        TensorSpec::row_major(DType::Fp8E4M3, &[rows as i64, cols as i64])?,
+    )?;
+    let nb = cols / block_scale::BLOCK;
+    let sc = g.input(
+        "scale",
+        TensorSpec::row_major(DType::Fp8E8M0, &[rows as i64, nb as i64])?,
+    )?;
+    let y = g.block_scale_dequantize(x, sc)?;
+    g.output(y, DType::F32)?;
+    g.rename(y, "y")?;
+    let codes = codes(rows * cols, 11, Fp8Format::E4M3, 400.0);
+    let scales: Vec<u8> = (0..rows * nb).map(|i| 120 + (i * 7 % 15) as u8).collect();
+    let want = block_scale::dequantize(&codes, &scales, cols, Fp8Format::E4M3)?;
+    let outs = run_graph(
+        &g,
+        &[
+            (
+                "x",
+                codes.iter().map(|&c| Fp8Format::E4M3.decode(c)).collect(),
+            ),
+            (
+                "scale",
+                scales.iter().map(|&c| block_scale::e8m0_value(c)).collect(),
+            ),
+        ],
+    )?;
+    let got = get(&outs, "y")?;
+    let bad = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+    eprintln!(
+        "  dequantize: {bad} of {} values differ from the reference",
+        want.len()
+    );
+    ensure!(
+        got.len() == want.len() && bad == 0,
+        "dequantize differs from the reference"
+    );
+    Ok(())
+}
+
+/// A GPU test that needs a Blackwell device (the block-scale operations):
+/// skipped visibly, not passed, on an older one.
+fn blackwell(name: &str, f: impl FnOnce() -> R + Send + 'static) -> libtest_mimic::Trial {
+    if support::has_gpu() {
+        match Target::device(0).map(|t| t.properties().device_ver()) {
+            Ok(v) if v < 1000 => {
+                let full = format!("gpu::{name}");
+                eprintln!(
+                    "skipped: {full}: needs a Blackwell GPU (compute capability 10.0 or newer), device 0 is {}.{}",
+                    v / 100,
+                    (v % 100) / 10
+                );
+                return libtest_mimic::Trial::test(full, f).with_ignored_flag(true);
+            }
+            _ => {}
+        }
+    }
+    gpu(name, f)
+}
+
 fn main() {
     use DType::*;
     let one = |c: MatmulCase| MatmulCase {
@@ -445,6 +623,11 @@ fn main() {
                 ..sdpa_fwd_cfg(64, true, true, Fp8E4M3)
             })
         }),
+        blackwell("fp8_graph_block_scale_quantize_mxfp8", block_quantize_case),
+        blackwell(
+            "fp8_graph_block_scale_dequantize_mxfp8",
+            block_dequantize_case,
+        ),
         gpu("fp8_graph_sdpa_backward_d128", || {
             sdpa_bwd_case(
                 Fp8SdpaConfig {

@@ -380,7 +380,7 @@ fn sdpa_cfg() -> impl Strategy<Value = Fp8SdpaConfig> {
         (dim(), dim(), dim(), dim()),
         prop_oneof![6 => prop::sample::select(vec![16i64, 32, 64, 128, 192, 256, 512]), 1 => dim()],
         (dtype(), prop_oneof![4 => dtype(), 1 => Just(DType::BF16)]),
-        (prop_oneof![8 => Just(None), 1 => prop::sample::select(vec![0.0, -1.0, f64::NAN, f64::INFINITY, 1e-30, 0.125]).prop_map(Some)]),
+        (prop_oneof![8 => Just(None), 1 => prop::sample::select(vec![0.0, -1.0, f64::NAN, f64::INFINITY, 1e-30, 0.125, 1e39, 1e-50]).prop_map(Some)]),
         (any::<bool>(), any::<bool>()),
     )
         .prop_map(|((b, h, sq, skv), d, (dt, odt), scale, (causal, training))| {
@@ -454,6 +454,11 @@ fn fuzz_sdpa(n: u32, plans: usize) -> TestResult {
         })?;
         if built.is_ok() {
             ensure!(c.validate().is_ok(), "built with an invalid config {c:?}");
+            let s32 = c.scale_value() as f32;
+            ensure!(
+                s32.is_finite() && s32 != 0.0,
+                "built with an f32 scale of {s32}"
+            );
             if backward {
                 ok_bwd += 1;
                 ensure!(
@@ -680,6 +685,7 @@ fn fuzz_block_scale(n: u32) -> TestResult {
         if let Ok((_, scale)) = r {
             let last = *xd.last().ok_or("no dims")?;
             ensure!(last % 32 == 0, "accepted a last dim {last}");
+            ensure!(xd.len() != 3, "accepted a 3-D x {xd:?}");
             match scale {
                 Some(s) => {
                     q_ok += 1;

@@ -135,6 +135,7 @@ impl DType {
             D::CUDNN_DATA_INT64 => DType::I64,
             D::CUDNN_DATA_FP8_E4M3 => DType::Fp8E4M3,
             D::CUDNN_DATA_FP8_E5M2 => DType::Fp8E5M2,
+            D::CUDNN_DATA_FP8_E8M0 => DType::Fp8E8M0,
             _ => return None,
         })
     }

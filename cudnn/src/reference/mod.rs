@@ -24,6 +24,7 @@
 
 pub mod attention;
 pub mod attention_fp8;
+pub mod block_scale;
 mod bounds;
 pub mod conv;
 pub mod ctc;

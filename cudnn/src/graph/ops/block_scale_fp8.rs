@@ -8,12 +8,20 @@
 //! a Blackwell GPU (compute capability 10.0 or newer: MXFP8 is a Blackwell
 //! tensor-core format); elsewhere `Plan::build` refuses with `Unsupported`.
 //!
-//! What the host tier shows (cuDNN 9.28.1, no device): the dequantize
-//! operation and its graph finalize, but cuDNN offers no engine for them
-//! without a live device; the quantize operation is refused at finalize
-//! (`BAD_PARAM_ATTRIBUTE_TYPE`, cuDNN's text about the `F8_128x4`
-//! reordering), as NVIDIA's frontend 1.32 is for a 3-D quantize. Their
-//! plans are for the GPU tier. A plan JSON holding these nodes is not on
+//! Rank: not 3 (2 and 4 are what the host tier finalizes). cuDNN ties a 3-D block scale to
+//! the `CUDNN_TENSOR_REORDERING_F8_128x4` layout (the scales of a GEMM
+//! operand, swizzled in tiles of 128 x 4 and padded to whole tiles): cuDNN
+//! 9.28.1 refuses a 3-D quantize whose scale is not so reordered
+//! (`BAD_PARAM_ATTRIBUTE_TYPE` at finalize). The crate's tensors carry no
+//! reordering and its bindings are checked against the packed row-major
+//! size, so a 3-D x is refused here with `Unsupported` for both operations
+//! (for the dequantize, which cuDNN finalizes, as a precaution: a kernel
+//! reading padded 128 x 4 tiles from a row-major buffer would read past
+//! it). View the same memory as 4-D (`[1, a, b, c]`) instead.
+//!
+//! What the host tier shows (cuDNN 9.28.1, no device): both operations and
+//! their graphs finalize for 2-D and 4-D tensors, but cuDNN offers no
+//! engine for them without a live device. Their plans are for the GPU tier. A plan JSON holding these nodes is not on
 //! the plan-JSON allow-list (no plan, so no node fields, could be observed
 //! here) and is refused by `from_cudnn_json` as an unknown node.
 
@@ -147,7 +155,23 @@ impl OpNode for BlockScaleOp {
 }
 
 /// The scale dims of a tensor of `dims`: the last divided by the block.
+/// A 3-D tensor is `Unsupported` (see the [module](self) docs).
 fn scale_dims(label: &str, arg: &str, dims: &[i64]) -> Result<Vec<i64>> {
+    if dims.len() == 3 {
+        return Err(Error::Unsupported {
+            what: format!(
+                "{label}: a 3-D {arg} {} (cuDNN's 3-D block scales are in the F8_128x4 reordered layout, which the crate does not describe)",
+                fmt_dims(dims)
+            ),
+            needs: Some(format!(
+                "{arg} viewed as 2-D or 4-D (e.g. [1, {}])",
+                dims.iter()
+                    .map(|d| d.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        });
+    }
     let mut out = dims.to_vec();
     let last = out
         .last_mut()
@@ -170,7 +194,8 @@ impl Graph {
     ///
     /// # Errors
     /// `x` not f32 / f16 / bf16, `out` not E4M3 / E5M2, x's last dim not a
-    /// multiple of the block.
+    /// multiple of the block; `Unsupported` for a 3-D `x` (see the
+    /// [module](super::block_scale_fp8) docs: view it as 4-D).
     #[doc(alias = "CUDNN_BACKEND_OPERATION_BLOCK_SCALE_QUANTIZE_DESCRIPTOR")]
     pub fn block_scale_quantize(&mut self, x: Tensor, out: DType) -> Result<BlockScaled> {
         let label = format!("block_scale_quantize {}", self.label());
@@ -206,7 +231,9 @@ impl Graph {
     /// virtual tensor of the graph's compute type, x's dims and layout.
     ///
     /// # Errors
-    /// `x` not FP8, `scale` not E8M0 or not of the block dims.
+    /// `x` not FP8, `scale` not E8M0 or not of the block dims;
+    /// `Unsupported` for a 3-D `x` (see the [module](super::block_scale_fp8)
+    /// docs: view it as 4-D).
     #[doc(alias = "CUDNN_BACKEND_OPERATION_BLOCK_SCALE_DEQUANTIZE_DESCRIPTOR")]
     pub fn block_scale_dequantize(&mut self, x: Tensor, scale: Tensor) -> Result<Tensor> {
         let label = format!("block_scale_dequantize {}", self.label());

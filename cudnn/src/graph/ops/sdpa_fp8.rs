@@ -114,7 +114,8 @@ impl Fp8SdpaConfig {
     /// # Errors
     /// A dim below 1 or whose products overflow, sequence lengths above
     /// `i32::MAX`, `dtype` not FP8, `o_dtype` not FP8 / f16 / bf16, a
-    /// non-finite or zero scale, a head dim not a multiple of 16.
+    /// scale that is not finite and non-zero as an f32 (the type cuDNN
+    /// gets it in), a head dim not a multiple of 16.
     pub fn validate(&self) -> Result<()> {
         for (name, v) in [
             ("batch", self.batch),
@@ -161,11 +162,14 @@ impl Fp8SdpaConfig {
                 self.o_dtype,
             ));
         }
+        // The scale is passed to cuDNN as an f32 by-value scalar: it must
+        // stay finite and non-zero there too (1e39 would be +inf, 1e-50 0).
         let s = self.scale_value();
-        if !s.is_finite() || s == 0.0 {
+        let s32 = s as f32;
+        if !s.is_finite() || s == 0.0 || !s32.is_finite() || s32 == 0.0 {
             return Err(Error::invalid(
                 "Fp8SdpaConfig.scale",
-                "must be finite and non-zero",
+                "must be finite and non-zero as an f32",
                 s,
             ));
         }
