@@ -126,7 +126,8 @@ fn relu_same() -> TestResult {
     let mut y = cs.clone_htod(&vec![f32::NAN; n]).map_err(de("htod"))?;
     let mut h = Handle::new(&s)?;
     {
-        let (xr, mut yw) = (s.read(&x)?, s.write(&mut y)?);
+        // SAFETY: the views go to `h` (bound to `s`) only; the guards drop at the block's end.
+        let (xr, mut yw) = unsafe { (s.read(&x)?, s.write(&mut y)?) };
         h.activation_forward(
             &act,
             1.0,
@@ -171,7 +172,8 @@ fn gemm_same() -> TestResult {
     );
     let mut dc = cs.clone_htod(&vec![f32::NAN; m * n]).map_err(de("htod"))?;
     {
-        let (ar, br, mut cw) = (s.read(&da)?, s.read(&db)?, s.write(&mut dc)?);
+        // SAFETY: the views go to `blas_c` (bound to `s`) only; the guards drop at the block's end.
+        let (ar, br, mut cw) = unsafe { (s.read(&da)?, s.read(&db)?, s.write(&mut dc)?) };
         blas_c.gemm(
             1.0,
             Matrix::new(&ar, la),
@@ -249,7 +251,9 @@ fn graph_same() -> TestResult {
     );
     let mut cy = cs.clone_htod(&vec![f16::NAN; ny]).map_err(de("htod"))?;
     {
-        let (xr, wr, br, mut yw) = (s.read(&cx)?, s.read(&cw)?, s.read(&cb)?, s.write(&mut cy)?);
+        // SAFETY: the views go to plan executions on `h` (bound to `s`) only; the guards drop at the block's end.
+        let (xr, wr, br, mut yw) =
+            unsafe { (s.read(&cx)?, s.read(&cw)?, s.read(&cb)?, s.write(&mut cy)?) };
         let mut bind = plan.bindings();
         bind.input("x", &xr)?
             .input("w", &wr)?
@@ -314,7 +318,8 @@ fn two_streams() -> TestResult {
         let mut y = s1.clone_htod(&vec![f32::NAN; n]).map_err(de("htod"))?;
         // Read and written by the crate on s2: s2 waits for s1's writes.
         {
-            let (xr, mut yw) = (on2.read(&x)?, on2.write(&mut y)?);
+            // SAFETY: the views go to `h` (bound to `on2`) only; the guards drop at the block's end.
+            let (xr, mut yw) = unsafe { (on2.read(&x)?, on2.write(&mut y)?) };
             h.activation_forward(
                 &act,
                 1.0,
@@ -335,7 +340,8 @@ fn short_slice() -> TestResult {
     let s = CudarcStream::new(&cs)?;
     let d = TensorDescriptor::<f32>::nchw(1, 1, 4, 4)?;
     let x = cs.clone_htod(&[1.0f32; 15]).map_err(de("htod"))?;
-    let xr = s.read(&x)?;
+    // SAFETY: the view is only checked against a descriptor, never used by device work; the guard drops at the end.
+    let xr = unsafe { s.read(&x)? };
     ensure!(xr.len() == 15 && xr.device().ordinal() == 0, "guard {xr:?}");
     match DeviceTensor::new(&d, &xr) {
         Err(Error::Mismatch { .. }) => Ok(()),
@@ -361,7 +367,8 @@ fn handle_keeps_stream() -> TestResult {
         .map_err(de("htod"))?;
     let mut y = cs.alloc_zeros::<f32>(4).map_err(de("alloc"))?;
     {
-        let (xr, mut yw) = (s.read(&x)?, s.write(&mut y)?);
+        // SAFETY: the views go to `h` (bound to `s`) only; the guards drop at the block's end.
+        let (xr, mut yw) = unsafe { (s.read(&x)?, s.write(&mut y)?) };
         h.activation_forward(
             &act,
             1.0,
@@ -408,7 +415,8 @@ fn fuzz_sub_views() -> TestResult {
             );
             continue;
         };
-        let g = s.read(&view)?;
+        // SAFETY: the view goes to a synchronous copy after `cs` was synchronized (nothing else uses `x`), and to descriptor checks; the guard drops below.
+        let g = unsafe { s.read(&view)? };
         ensure!(
             g.len() == b - a,
             "case {case}: guard length {} for {a}..{b}",
@@ -428,7 +436,8 @@ fn fuzz_sub_views() -> TestResult {
         );
         drop(g);
         if let Some(mut vm) = x.try_slice_mut(a..b) {
-            let mut w = s.write(&mut vm)?;
+            // SAFETY: the view is never used by device work; the guard drops at the block's end.
+            let mut w = unsafe { s.write(&mut vm)? };
             ensure!(
                 w.view_mut().len() == b - a,
                 "case {case}: write guard length"
@@ -453,9 +462,11 @@ fn nccl_all_reduce() -> TestResult {
     let mut y = cs.clone_htod(&vec![f32::NAN; 4096]).map_err(de("htod"))?;
     let mut z = cs.clone_htod(&vec![f32::NAN; 4096]).map_err(de("htod"))?;
     {
-        let (xr, mut yw) = (s.read(&x)?, s.write(&mut y)?);
+        // SAFETY: the views go to collectives given `s` only; the guards drop at the block's end.
+        let (xr, mut yw) = unsafe { (s.read(&x)?, s.write(&mut y)?) };
         comm.all_reduce(&xr, &mut yw, ReduceOp::Sum, &s)?;
-        let mut zw = s.write(&mut z)?;
+        // SAFETY: as above.
+        let mut zw = unsafe { s.write(&mut z)? };
         nccl::group(|g| g.all_reduce(comm, &xr, &mut zw, ReduceOp::Max, &s))?;
     }
     same_bits(

@@ -22,7 +22,9 @@
 //! let d = TensorDescriptor::<f32>::nchw(1, 1, 2, 2)?;
 //! let relu = ActivationDescriptor::new(ActivationMode::Relu, NanPropagation::Propagate)?;
 //! {
-//!     let (xr, mut yw) = (s.read(&x)?, s.write(&mut y)?); // cudarc's DevicePtr guards
+//!     // SAFETY: the guards' views go to `dnn` (bound to `s`) only, and
+//!     // both guards drop at the end of this block.
+//!     let (xr, mut yw) = unsafe { (s.read(&x)?, s.write(&mut y)?) }; // cudarc's DevicePtr guards
 //!     let (xt, yt) = (DeviceTensor::new(&d, &xr)?, DeviceTensorMut::new(&d, &mut yw)?);
 //!     dnn.activation_forward(&relu, 1.0, xt, 0.0, yt)?;
 //! } // guards drop: cudarc records the read of x and the write of y on `cs`
@@ -72,8 +74,20 @@
 //! recorded only after the last enqueue that uses the view
 //! (`tests/compile_fail_cudarc` proves it).
 //!
-//! Queue the ops on the stream the guards were made from: the event cudarc
-//! records is on that stream.
+//! `read` and `write` are `unsafe`, with a two-part contract the compiler
+//! cannot check: queue every op that uses a guard's views on the stream
+//! the guard was made from (the event cudarc records is on that stream, and
+//! a view carries no stream: passed to a handle bound to another stream,
+//! the work there would not be ordered before cudarc's later use or free
+//! of the memory), and let the guard drop (a leaked guard, e.g.
+//! `std::mem::forget`, ends the borrow without recording the event). The
+//! crate's own stream-ordered allocation
+//! ([`DeviceBuffer::alloc_async`](crate::runtime::DeviceBuffer::alloc_async))
+//! is `unsafe` for the same reason. Memory of another cudarc context than
+//! the stream's is refused ([`Error::InvalidArgument`](crate::Error::InvalidArgument)).
+//! The guards are not `Send`: cudarc records the event on the stream as
+//! the dropping thread names it, and a per-thread stream names another
+//! queue on each thread.
 //!
 //! # The other direction
 //! This crate's [`DeviceBuffer`](crate::runtime::DeviceBuffer) and views
