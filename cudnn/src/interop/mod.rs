@@ -107,9 +107,12 @@
 //! `std`, `driver`, `f16`, `fallback-dynamic-loading`,
 //! `cuda-version-from-build-system`, `fallback-latest`. It enables **no
 //! `cuda-XXXXX` version feature**, so it never adds a second one next to a
-//! framework's: cudarc's build script takes the framework's version feature
-//! when one is set (or `CUDARC_CUDA_VERSION`), else `nvcc --version`, else
-//! (no toolkit: CI, docs.rs) its newest bindings. Two *different* version
+//! framework's: cudarc's build script takes `CUDARC_CUDA_VERSION` when it
+//! is set (as an extra version cfg: it must then name the framework's
+//! version feature, if any), else the framework's version feature, else
+//! `nvcc --version`, else (no toolkit: CI, docs.rs) its newest bindings,
+//! which may name driver symbols an older driver lacks (cudarc panics
+//! when it calls one). Two *different* version
 //! features in one build (say two frameworks, one on `cuda-12080`, one on
 //! `cuda-13000`) do not compile inside cudarc itself (both sets of cfg'd
 //! bindings are defined: "`CUDA_VERSION` is defined multiple times"), with
