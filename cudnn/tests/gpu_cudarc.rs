@@ -34,6 +34,7 @@ fn main() {
         gpu("cudarc_short_slice_is_a_typed_error", short_slice),
         gpu("cudarc_handle_keeps_the_stream_alive", handle_keeps_stream),
         gpu("cudarc_fuzz_sub_views", fuzz_sub_views),
+        gpu("cudarc_scope_views_on_another_stream", scope_any_stream),
         #[cfg(feature = "nccl")]
         gpu("cudarc_nccl_all_reduce_one_rank", nccl_all_reduce),
     ])
@@ -383,6 +384,39 @@ fn handle_keeps_stream() -> TestResult {
     drop(s);
     drop(cs);
     ensure!(weak.upgrade().is_none(), "released with the handle");
+    Ok(())
+}
+
+/// The safe lend (`CudarcStream::scope`): cudarc memory written on one
+/// cudarc stream, used by an op on a stream that is not cudarc's at all,
+/// read back on a second cudarc stream; the scope's waits alone order the
+/// three, and the result is the host's ReLU.
+fn scope_any_stream() -> TestResult {
+    let (ctx, cs) = ctx_and_stream()?;
+    let other = ctx.new_stream().map_err(de("new_stream"))?;
+    let s = CudarcStream::new(&cs)?;
+    let own = Stream::non_blocking()?;
+    let mut h = Handle::new(&own)?;
+    let n = 1 << 22;
+    let d = TensorDescriptor::<f32>::nchw(1, 64, 256, 256)?;
+    let act = ActivationDescriptor::new(ActivationMode::Relu, NanPropagation::Propagate)?;
+    for round in 0..4u64 {
+        let xs = values(n, 300 + round);
+        let x = cs.clone_htod(&xs).map_err(de("htod"))?;
+        let mut y = cs.clone_htod(&vec![f32::NAN; n]).map_err(de("htod"))?;
+        s.scope(|sc| {
+            let (xv, yv) = (sc.read(&x)?, sc.write(&mut y)?);
+            h.activation_forward(
+                &act,
+                1.0,
+                DeviceTensor::new(&d, xv)?,
+                0.0,
+                DeviceTensorMut::new(&d, yv)?,
+            )
+        })?;
+        let got = other.clone_dtoh(&y).map_err(de("dtoh"))?;
+        same_bits(&format!("scope round {round}"), &got, &relu_host(&xs))?;
+    }
     Ok(())
 }
 

@@ -167,7 +167,12 @@ impl<'a, T: DataType + DeviceRepr> CudarcRead<'a, T> {
     }
 }
 
-impl<T: DataType> CudarcRead<'_, T> {
+impl<'a, T: DataType> CudarcRead<'a, T> {
+    /// The checked address, length, device and cudarc's record-on-drop.
+    pub(crate) fn into_parts(self) -> (usize, usize, Device, SyncOnDrop<'a>) {
+        (self.addr, self.len, self.device, self._sync)
+    }
+
     /// The memory as this crate's view, borrowed from the guard.
     pub fn view(&self) -> DeviceSlice<'_, T> {
         // SAFETY: `addr`/`len` come from cudarc's `device_ptr` of a live
@@ -264,7 +269,12 @@ impl<'a, T: DataType + DeviceRepr> CudarcWrite<'a, T> {
     }
 }
 
-impl<T: DataType> CudarcWrite<'_, T> {
+impl<'a, T: DataType> CudarcWrite<'a, T> {
+    /// The checked address, length, device and cudarc's record-on-drop.
+    pub(crate) fn into_parts(self) -> (usize, usize, Device, SyncOnDrop<'a>) {
+        (self.addr, self.len, self.device, self._sync)
+    }
+
     /// The memory as this crate's writable view, borrowed from the guard.
     pub fn view_mut(&mut self) -> DeviceSliceMut<'_, T> {
         // SAFETY: as `CudarcRead::view`, and the guard holds cudarc's

@@ -85,6 +85,12 @@
 //! ([`DeviceBuffer::alloc_async`](crate::runtime::DeviceBuffer::alloc_async))
 //! is `unsafe` for the same reason. Memory of another cudarc context than
 //! the stream's is refused ([`Error::InvalidArgument`](crate::Error::InvalidArgument)).
+//!
+//! The safe way is [`CudarcStream::scope`]: the scope owns the guards (none
+//! can leak), each lend waits (host) for cudarc's pending work on the
+//! memory, and the scope's end waits for the whole device before cudarc
+//! records its events, so the views may go to any stream of the device.
+//! It costs those host waits; the `unsafe` guards cost none.
 //! The guards are not `Send`: cudarc records the event on the stream as
 //! the dropping thread names it, and a per-thread stream names another
 //! queue on each thread.
@@ -131,9 +137,11 @@
 
 mod driver;
 mod memory;
+mod scope;
 mod stream;
 
 pub use ::cudarc;
 pub use driver::{context, device_count, driver_error, probe_driver};
 pub use memory::{CudarcRead, CudarcWrite};
+pub use scope::CudarcScope;
 pub use stream::CudarcStream;
