@@ -174,6 +174,21 @@ fn run(rounds: usize) -> AnyResult<()> {
         })?;
         cs.synchronize().map_err(de("synchronize"))?;
         row("op relu 256: cudarc guards", Some(op), mode);
+        // The safe lend: two host waits per lend and one for the device.
+        let scoped = time(rounds, || {
+            s.scope(|sc| {
+                let (xv, yv) = (sc.read(&x)?, sc.write(&mut y)?);
+                h.activation_forward(
+                    &act,
+                    1.0,
+                    DeviceTensor::new(&d, xv)?,
+                    0.0,
+                    DeviceTensorMut::new(&d, yv)?,
+                )
+            })?;
+            Ok(())
+        })?;
+        row("op relu 256: cudarc scope (host waits)", Some(scoped), mode);
     }
     drop(second);
     Ok(())

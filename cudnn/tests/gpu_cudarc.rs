@@ -469,6 +469,11 @@ fn fuzz_sub_views() -> TestResult {
             "case {case}: a descriptor one longer than the view is refused"
         );
         drop(g);
+        let scoped = s.scope(|sc| Ok(sc.read(&view)?.len()))?;
+        ensure!(
+            scoped == b - a,
+            "case {case}: scoped view length {scoped} for {a}..{b}"
+        );
         if let Some(mut vm) = x.try_slice_mut(a..b) {
             // SAFETY: the view is never used by device work; the guard drops at the block's end.
             let mut w = unsafe { s.write(&mut vm)? };
