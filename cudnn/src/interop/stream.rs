@@ -167,7 +167,11 @@ impl CudarcStream {
     ///   `src` on another stream.
     ///
     /// Otherwise the device may read memory cudarc has freed or is
-    /// rewriting. (The crate's own stream-ordered allocation is `unsafe`
+    /// rewriting. (cudarc keeps one read event per allocation, re-recorded
+    /// by each reader: memory read through guards of two different streams
+    /// at once is, as in cudarc itself, waited for by a later cudarc write
+    /// only on the stream whose guard dropped last.
+    /// [`scope`](Self::scope) has none of these conditions.) (The crate's own stream-ordered allocation is `unsafe`
     /// for the same reason: [`DeviceBuffer::alloc_async`](crate::runtime::DeviceBuffer::alloc_async).)
     pub unsafe fn read<'a, T, S>(&'a self, src: &'a S) -> Result<CudarcRead<'a, T>>
     where
