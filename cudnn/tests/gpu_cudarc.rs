@@ -37,7 +37,52 @@ fn main() {
         gpu("cudarc_scope_views_on_another_stream", scope_any_stream),
         #[cfg(feature = "nccl")]
         gpu("cudarc_nccl_all_reduce_one_rank", nccl_all_reduce),
+        two_gpus(
+            "cudarc_slice_of_another_device_is_refused",
+            other_device_refused,
+        ),
     ])
+}
+
+/// A gpu-tier test that needs two devices: skipped visibly with fewer.
+fn two_gpus(name: &str, f: fn() -> TestResult) -> libtest_mimic::Trial {
+    match Device::count() {
+        Ok(n) if n >= 2 => gpu(name, f),
+        n => {
+            eprintln!("skipped: gpu::{name}: needs 2 or more GPUs ({n:?})");
+            libtest_mimic::Trial::test(format!("gpu::{name}"), || Ok(())).with_ignored_flag(true)
+        }
+    }
+}
+
+/// Memory of device 1 lent through a stream of device 0 is refused before
+/// anything is queued (cudarc would record its event on a stream of another
+/// context, fail, and keep that failure silently).
+fn other_device_refused() -> TestResult {
+    let c0 = interop::context(0)?;
+    let c1 = interop::context(1)?;
+    let s0 = c0.new_stream().map_err(de("new_stream"))?;
+    let s1 = c1.new_stream().map_err(de("new_stream"))?;
+    let mut x1 = s1.clone_htod(&[1.0f32; 16]).map_err(de("htod"))?;
+    let on0 = CudarcStream::new(&s0)?;
+    // SAFETY: refused before anything is lent; no view is made.
+    let r = unsafe { on0.read(&x1) }.map(|g| g.len());
+    ensure!(
+        matches!(r, Err(Error::InvalidArgument { .. })),
+        "read of device 1's slice on device 0's stream: {r:?}"
+    );
+    // SAFETY: as above.
+    let w = unsafe { on0.write(&mut x1) }.map(|g| g.len());
+    ensure!(
+        matches!(w, Err(Error::InvalidArgument { .. })),
+        "write of device 1's slice on device 0's stream: {w:?}"
+    );
+    let sc = on0.scope(|sc| sc.read(&x1).map(|v| v.len()));
+    ensure!(
+        matches!(sc, Err(Error::InvalidArgument { .. })),
+        "scoped read of device 1's slice on device 0's stream: {sc:?}"
+    );
+    Ok(())
 }
 
 fn de(call: &'static str) -> impl Fn(DriverError) -> Error {
