@@ -147,19 +147,22 @@ fn run(rounds: usize) -> AnyResult<()> {
             "event tracking idle (1 cudarc stream)"
         };
         let r = time(rounds, || {
-            let g = s.read(&x)?;
+            // SAFETY: the view is only checked against a descriptor; the guard drops at the closure's end.
+            let g = unsafe { s.read(&x)? };
             black_box(DeviceTensor::new(&d, &g)?);
             Ok(())
         })?;
         row("view: cudarc read guard", Some(r), mode);
         let w = time(rounds, || {
-            let mut g = s.write(&mut y)?;
+            // SAFETY: as above.
+            let mut g = unsafe { s.write(&mut y)? };
             black_box(DeviceTensorMut::new(&d, &mut g)?);
             Ok(())
         })?;
         row("view: cudarc write guard", Some(w), mode);
         let op = time(rounds, || {
-            let (xr, mut yw) = (s.read(&x)?, s.write(&mut y)?);
+            // SAFETY: the views go to `h` (bound to `s`) only; the guards drop at the closure's end.
+            let (xr, mut yw) = unsafe { (s.read(&x)?, s.write(&mut y)?) };
             h.activation_forward(
                 &act,
                 1.0,
@@ -171,6 +174,21 @@ fn run(rounds: usize) -> AnyResult<()> {
         })?;
         cs.synchronize().map_err(de("synchronize"))?;
         row("op relu 256: cudarc guards", Some(op), mode);
+        // The safe lend: two host waits per lend and one for the device.
+        let scoped = time(rounds, || {
+            s.scope(|sc| {
+                let (xv, yv) = (sc.read(&x)?, sc.write(&mut y)?);
+                h.activation_forward(
+                    &act,
+                    1.0,
+                    DeviceTensor::new(&d, xv)?,
+                    0.0,
+                    DeviceTensorMut::new(&d, yv)?,
+                )
+            })?;
+            Ok(())
+        })?;
+        row("op relu 256: cudarc scope (host waits)", Some(scoped), mode);
     }
     drop(second);
     Ok(())

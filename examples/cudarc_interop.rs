@@ -133,7 +133,9 @@ fn conv_on(
     let mut cy = up16(cs, &vec![f64::NAN; (N * K * H * H) as usize])?;
     {
         // cudarc's DevicePtr guards, bound to the plan for this run.
-        let (xr, wr, br, mut yw) = (s.read(&cx)?, s.read(&cw)?, s.read(&cb)?, s.write(&mut cy)?);
+        // SAFETY: the views go to ops on handles bound to `s` only; the guards drop at the block's end.
+        let (xr, wr, br, mut yw) =
+            unsafe { (s.read(&cx)?, s.read(&cw)?, s.read(&cb)?, s.write(&mut cy)?) };
         let mut bind = plan.bindings();
         bind.input("x", &xr)?
             .input("w", &wr)?
@@ -218,7 +220,9 @@ fn sdpa_on(
     let (cq, ck, cv) = (up(&q)?, up(&k)?, up(&v)?);
     let mut co = up(&vec![f64::NAN; os.span_elements()?])?;
     {
-        let (qr, kr, vr, mut ow) = (s.read(&cq)?, s.read(&ck)?, s.read(&cv)?, s.write(&mut co)?);
+        // SAFETY: the views go to ops on handles bound to `s` only; the guards drop at the block's end.
+        let (qr, kr, vr, mut ow) =
+            unsafe { (s.read(&cq)?, s.read(&ck)?, s.read(&cv)?, s.write(&mut co)?) };
         let mut bind = plan.bindings();
         bind.input("q", &qr)?
             .input("k", &kr)?
@@ -272,7 +276,9 @@ fn lt_on(cs: &Arc<CudaStream>, s: &CudarcStream) -> AnyResult<bool> {
     let mut cy = up16(cs, &vec![f64::NAN; tokens * d_out])?;
     let mut plans = PlanCache::<f16, f16>::new();
     {
-        let (xr, wr, br, mut yw) = (s.read(&cx)?, s.read(&cw)?, s.read(&cb)?, s.write(&mut cy)?);
+        // SAFETY: the views go to ops on handles bound to `s` only; the guards drop at the block's end.
+        let (xr, wr, br, mut yw) =
+            unsafe { (s.read(&cx)?, s.read(&cw)?, s.read(&cb)?, s.write(&mut cy)?) };
         plans.get_or_create(&lt, &spec)?.run(
             &lt,
             1.0,

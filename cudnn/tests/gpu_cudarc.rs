@@ -34,9 +34,55 @@ fn main() {
         gpu("cudarc_short_slice_is_a_typed_error", short_slice),
         gpu("cudarc_handle_keeps_the_stream_alive", handle_keeps_stream),
         gpu("cudarc_fuzz_sub_views", fuzz_sub_views),
+        gpu("cudarc_scope_views_on_another_stream", scope_any_stream),
         #[cfg(feature = "nccl")]
         gpu("cudarc_nccl_all_reduce_one_rank", nccl_all_reduce),
+        two_gpus(
+            "cudarc_slice_of_another_device_is_refused",
+            other_device_refused,
+        ),
     ])
+}
+
+/// A gpu-tier test that needs two devices: skipped visibly with fewer.
+fn two_gpus(name: &str, f: fn() -> TestResult) -> libtest_mimic::Trial {
+    match Device::count() {
+        Ok(n) if n >= 2 => gpu(name, f),
+        n => {
+            eprintln!("skipped: gpu::{name}: needs 2 or more GPUs ({n:?})");
+            libtest_mimic::Trial::test(format!("gpu::{name}"), || Ok(())).with_ignored_flag(true)
+        }
+    }
+}
+
+/// Memory of device 1 lent through a stream of device 0 is refused before
+/// anything is queued (cudarc would record its event on a stream of another
+/// context, fail, and keep that failure silently).
+fn other_device_refused() -> TestResult {
+    let c0 = interop::context(0)?;
+    let c1 = interop::context(1)?;
+    let s0 = c0.new_stream().map_err(de("new_stream"))?;
+    let s1 = c1.new_stream().map_err(de("new_stream"))?;
+    let mut x1 = s1.clone_htod(&[1.0f32; 16]).map_err(de("htod"))?;
+    let on0 = CudarcStream::new(&s0)?;
+    // SAFETY: refused before anything is lent; no view is made.
+    let r = unsafe { on0.read(&x1) }.map(|g| g.len());
+    ensure!(
+        matches!(r, Err(Error::InvalidArgument { .. })),
+        "read of device 1's slice on device 0's stream: {r:?}"
+    );
+    // SAFETY: as above.
+    let w = unsafe { on0.write(&mut x1) }.map(|g| g.len());
+    ensure!(
+        matches!(w, Err(Error::InvalidArgument { .. })),
+        "write of device 1's slice on device 0's stream: {w:?}"
+    );
+    let sc = on0.scope(|sc| sc.read(&x1).map(|v| v.len()));
+    ensure!(
+        matches!(sc, Err(Error::InvalidArgument { .. })),
+        "scoped read of device 1's slice on device 0's stream: {sc:?}"
+    );
+    Ok(())
 }
 
 fn de(call: &'static str) -> impl Fn(DriverError) -> Error {
@@ -126,7 +172,8 @@ fn relu_same() -> TestResult {
     let mut y = cs.clone_htod(&vec![f32::NAN; n]).map_err(de("htod"))?;
     let mut h = Handle::new(&s)?;
     {
-        let (xr, mut yw) = (s.read(&x)?, s.write(&mut y)?);
+        // SAFETY: the views go to `h` (bound to `s`) only; the guards drop at the block's end.
+        let (xr, mut yw) = unsafe { (s.read(&x)?, s.write(&mut y)?) };
         h.activation_forward(
             &act,
             1.0,
@@ -171,7 +218,8 @@ fn gemm_same() -> TestResult {
     );
     let mut dc = cs.clone_htod(&vec![f32::NAN; m * n]).map_err(de("htod"))?;
     {
-        let (ar, br, mut cw) = (s.read(&da)?, s.read(&db)?, s.write(&mut dc)?);
+        // SAFETY: the views go to `blas_c` (bound to `s`) only; the guards drop at the block's end.
+        let (ar, br, mut cw) = unsafe { (s.read(&da)?, s.read(&db)?, s.write(&mut dc)?) };
         blas_c.gemm(
             1.0,
             Matrix::new(&ar, la),
@@ -249,7 +297,9 @@ fn graph_same() -> TestResult {
     );
     let mut cy = cs.clone_htod(&vec![f16::NAN; ny]).map_err(de("htod"))?;
     {
-        let (xr, wr, br, mut yw) = (s.read(&cx)?, s.read(&cw)?, s.read(&cb)?, s.write(&mut cy)?);
+        // SAFETY: the views go to plan executions on `h` (bound to `s`) only; the guards drop at the block's end.
+        let (xr, wr, br, mut yw) =
+            unsafe { (s.read(&cx)?, s.read(&cw)?, s.read(&cb)?, s.write(&mut cy)?) };
         let mut bind = plan.bindings();
         bind.input("x", &xr)?
             .input("w", &wr)?
@@ -314,7 +364,8 @@ fn two_streams() -> TestResult {
         let mut y = s1.clone_htod(&vec![f32::NAN; n]).map_err(de("htod"))?;
         // Read and written by the crate on s2: s2 waits for s1's writes.
         {
-            let (xr, mut yw) = (on2.read(&x)?, on2.write(&mut y)?);
+            // SAFETY: the views go to `h` (bound to `on2`) only; the guards drop at the block's end.
+            let (xr, mut yw) = unsafe { (on2.read(&x)?, on2.write(&mut y)?) };
             h.activation_forward(
                 &act,
                 1.0,
@@ -335,7 +386,8 @@ fn short_slice() -> TestResult {
     let s = CudarcStream::new(&cs)?;
     let d = TensorDescriptor::<f32>::nchw(1, 1, 4, 4)?;
     let x = cs.clone_htod(&[1.0f32; 15]).map_err(de("htod"))?;
-    let xr = s.read(&x)?;
+    // SAFETY: the view is only checked against a descriptor, never used by device work; the guard drops at the end.
+    let xr = unsafe { s.read(&x)? };
     ensure!(xr.len() == 15 && xr.device().ordinal() == 0, "guard {xr:?}");
     match DeviceTensor::new(&d, &xr) {
         Err(Error::Mismatch { .. }) => Ok(()),
@@ -361,7 +413,8 @@ fn handle_keeps_stream() -> TestResult {
         .map_err(de("htod"))?;
     let mut y = cs.alloc_zeros::<f32>(4).map_err(de("alloc"))?;
     {
-        let (xr, mut yw) = (s.read(&x)?, s.write(&mut y)?);
+        // SAFETY: the views go to `h` (bound to `s`) only; the guards drop at the block's end.
+        let (xr, mut yw) = unsafe { (s.read(&x)?, s.write(&mut y)?) };
         h.activation_forward(
             &act,
             1.0,
@@ -376,6 +429,39 @@ fn handle_keeps_stream() -> TestResult {
     drop(s);
     drop(cs);
     ensure!(weak.upgrade().is_none(), "released with the handle");
+    Ok(())
+}
+
+/// The safe lend (`CudarcStream::scope`): cudarc memory written on one
+/// cudarc stream, used by an op on a stream that is not cudarc's at all,
+/// read back on a second cudarc stream; the scope's waits alone order the
+/// three, and the result is the host's ReLU.
+fn scope_any_stream() -> TestResult {
+    let (ctx, cs) = ctx_and_stream()?;
+    let other = ctx.new_stream().map_err(de("new_stream"))?;
+    let s = CudarcStream::new(&cs)?;
+    let own = Stream::non_blocking()?;
+    let mut h = Handle::new(&own)?;
+    let n = 1 << 22;
+    let d = TensorDescriptor::<f32>::nchw(1, 64, 256, 256)?;
+    let act = ActivationDescriptor::new(ActivationMode::Relu, NanPropagation::Propagate)?;
+    for round in 0..4u64 {
+        let xs = values(n, 300 + round);
+        let x = cs.clone_htod(&xs).map_err(de("htod"))?;
+        let mut y = cs.clone_htod(&vec![f32::NAN; n]).map_err(de("htod"))?;
+        s.scope(|sc| {
+            let (xv, yv) = (sc.read(&x)?, sc.write(&mut y)?);
+            h.activation_forward(
+                &act,
+                1.0,
+                DeviceTensor::new(&d, xv)?,
+                0.0,
+                DeviceTensorMut::new(&d, yv)?,
+            )
+        })?;
+        let got = other.clone_dtoh(&y).map_err(de("dtoh"))?;
+        same_bits(&format!("scope round {round}"), &got, &relu_host(&xs))?;
+    }
     Ok(())
 }
 
@@ -408,7 +494,8 @@ fn fuzz_sub_views() -> TestResult {
             );
             continue;
         };
-        let g = s.read(&view)?;
+        // SAFETY: the view goes to a synchronous copy after `cs` was synchronized (nothing else uses `x`), and to descriptor checks; the guard drops below.
+        let g = unsafe { s.read(&view)? };
         ensure!(
             g.len() == b - a,
             "case {case}: guard length {} for {a}..{b}",
@@ -427,8 +514,14 @@ fn fuzz_sub_views() -> TestResult {
             "case {case}: a descriptor one longer than the view is refused"
         );
         drop(g);
+        let scoped = s.scope(|sc| Ok(sc.read(&view)?.len()))?;
+        ensure!(
+            scoped == b - a,
+            "case {case}: scoped view length {scoped} for {a}..{b}"
+        );
         if let Some(mut vm) = x.try_slice_mut(a..b) {
-            let mut w = s.write(&mut vm)?;
+            // SAFETY: the view is never used by device work; the guard drops at the block's end.
+            let mut w = unsafe { s.write(&mut vm)? };
             ensure!(
                 w.view_mut().len() == b - a,
                 "case {case}: write guard length"
@@ -453,9 +546,11 @@ fn nccl_all_reduce() -> TestResult {
     let mut y = cs.clone_htod(&vec![f32::NAN; 4096]).map_err(de("htod"))?;
     let mut z = cs.clone_htod(&vec![f32::NAN; 4096]).map_err(de("htod"))?;
     {
-        let (xr, mut yw) = (s.read(&x)?, s.write(&mut y)?);
+        // SAFETY: the views go to collectives given `s` only; the guards drop at the block's end.
+        let (xr, mut yw) = unsafe { (s.read(&x)?, s.write(&mut y)?) };
         comm.all_reduce(&xr, &mut yw, ReduceOp::Sum, &s)?;
-        let mut zw = s.write(&mut z)?;
+        // SAFETY: as above.
+        let mut zw = unsafe { s.write(&mut z)? };
         nccl::group(|g| g.all_reduce(comm, &xr, &mut zw, ReduceOp::Max, &s))?;
     }
     same_bits(

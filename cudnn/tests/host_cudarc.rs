@@ -113,6 +113,7 @@ fn fuzz_ordinals() -> TestResult {
         Just(1usize),
         Just(i32::MAX as usize),
         Just(i32::MAX as usize + 1),
+        Just(1usize << 32),
         Just(usize::MAX),
         any::<usize>(),
         0usize..64,
@@ -123,6 +124,17 @@ fn fuzz_ordinals() -> TestResult {
             match interop::context(ordinal) {
                 Ok(ctx) => prop_assert_eq!(ctx.ordinal(), ordinal),
                 Err(e) => prop_assert!(typed(&e), "ordinal {}: {:?}", ordinal, e),
+            }
+            // cudarc casts the ordinal to `int` with `as` (`1 << 32` opens
+            // device 0): refused before any driver call, driver or not.
+            if i32::try_from(ordinal).is_err() {
+                let r = interop::context(ordinal);
+                prop_assert!(
+                    matches!(&r, Err(Error::InvalidArgument { .. })),
+                    "ordinal {} past a C int: {:?}",
+                    ordinal,
+                    r.as_ref().map(|c| c.ordinal())
+                );
             }
             prop_assert!(
                 t.elapsed() < Duration::from_secs(30),

@@ -128,9 +128,19 @@ pub(crate) fn guarded<R>(
 /// itself would panic (no driver).
 ///
 /// # Errors
+/// [`Error::InvalidArgument`] for an ordinal above `i32::MAX` (cudarc casts
+/// it to the driver's `int` with `as`: `1 << 32` would open device 0 and
+/// label it 4294967296), checked before anything loads;
 /// [`Error::NoDevice`] (no driver, or cudarc panicked), [`Error::Driver`]
 /// (no such device, driver refused).
 pub fn context(ordinal: usize) -> Result<Arc<CudaContext>> {
+    if i32::try_from(ordinal).is_err() {
+        return Err(Error::invalid(
+            "ordinal",
+            "must fit the driver's device number (a C int)",
+            ordinal,
+        ));
+    }
     probe_driver()?;
     guarded("cudarc CudaContext::new", || CudaContext::new(ordinal))
 }

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use ::cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop};
+use ::cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop};
 
 use super::driver::{driver_error, guarded};
 use super::stream::device_of;
@@ -55,6 +55,43 @@ pub(crate) fn checked_parts<T: DataType>(what: &str, addr: u64, len: usize) -> R
     Ok(a)
 }
 
+/// `Ok` when the memory's cudarc context (`owner`) is the stream's: cudarc
+/// records its read/write event on the stream and refuses
+/// (`CUDA_ERROR_INVALID_CONTEXT`, kept silently in the context's error
+/// state) when the event's context is another, so the guard's drop would
+/// record nothing and later cudarc work would not wait for this crate's.
+///
+/// The stream's context must also be primary: this crate's launches run in
+/// the primary context of the view's device (`cudaSetDevice`), where memory
+/// of a non-primary context is not valid ([`CudarcRead::new`] and
+/// [`CudarcWrite::new`] take any cudarc stream, unlike
+/// [`CudarcStream::new`](super::CudarcStream::new), which checks this).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming both contexts' devices.
+pub(crate) fn same_context(owner: &CudaContext, stream: &CudaStream) -> Result<()> {
+    if *owner == **stream.context() && owner.is_primary() {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "cudarc slice",
+        format!(
+            "must belong to the stream's cudarc context, a primary one (device {}{})",
+            stream.context().ordinal(),
+            if stream.context().is_primary() {
+                ", primary"
+            } else {
+                ""
+            }
+        ),
+        format!(
+            "a slice of another context (device {}{})",
+            owner.ordinal(),
+            if owner.is_primary() { ", primary" } else { "" }
+        ),
+    ))
+}
+
 /// cudarc memory lent for reading (see
 /// [`CudarcStream::read`](super::CudarcStream::read)).
 ///
@@ -68,6 +105,10 @@ pub struct CudarcRead<'a, T: DataType> {
     device: Device,
     _sync: SyncOnDrop<'a>,
     _elem: PhantomData<&'a [T]>,
+    /// Not `Send`: cudarc records the event on the stream *as named on the
+    /// thread that drops the guard*, and cudarc's per-thread stream names
+    /// another queue on every thread.
+    _thread: PhantomData<*const ()>,
 }
 
 impl<T: DataType> fmt::Debug for CudarcRead<'_, T> {
@@ -90,9 +131,18 @@ impl<'a, T: DataType + DeviceRepr> CudarcRead<'a, T> {
     /// drops.
     ///
     /// # Errors
+    /// [`Error::InvalidArgument`] when `src` belongs to another cudarc
+    /// context than `stream` (another device), or either is not a primary
+    /// context;
     /// [`Error::Driver`] from cudarc's event calls (recorded in its
     /// context); [`Error::InvalidArgument`] from the range checks.
-    pub fn new<S: DevicePtr<T>>(src: &'a S, stream: &'a CudaStream) -> Result<Self> {
+    ///
+    /// # Safety
+    /// See [`CudarcStream::read`](super::CudarcStream::read): queue the work
+    /// that uses the guard's views on `stream` only, and drop the guard
+    /// (never leak it) before cudarc uses or frees `src` elsewhere.
+    pub unsafe fn new<S: DevicePtr<T>>(src: &'a S, stream: &'a CudaStream) -> Result<Self> {
+        same_context(src.stream().context(), stream)?;
         // The stream's context current before anything is enqueued (one
         // `cuCtxGetCurrent`; a `cuCtxSetCurrent` only when another is).
         guarded("cudarc CudaContext::bind_to_thread", || {
@@ -112,11 +162,17 @@ impl<'a, T: DataType + DeviceRepr> CudarcRead<'a, T> {
             device,
             _sync: sync,
             _elem: PhantomData,
+            _thread: PhantomData,
         })
     }
 }
 
-impl<T: DataType> CudarcRead<'_, T> {
+impl<'a, T: DataType> CudarcRead<'a, T> {
+    /// The checked address, length, device and cudarc's record-on-drop.
+    pub(crate) fn into_parts(self) -> (usize, usize, Device, SyncOnDrop<'a>) {
+        (self.addr, self.len, self.device, self._sync)
+    }
+
     /// The memory as this crate's view, borrowed from the guard.
     pub fn view(&self) -> DeviceSlice<'_, T> {
         // SAFETY: `addr`/`len` come from cudarc's `device_ptr` of a live
@@ -159,6 +215,10 @@ pub struct CudarcWrite<'a, T: DataType> {
     device: Device,
     _sync: SyncOnDrop<'a>,
     _elem: PhantomData<&'a mut [T]>,
+    /// Not `Send`: cudarc records the event on the stream *as named on the
+    /// thread that drops the guard*, and cudarc's per-thread stream names
+    /// another queue on every thread.
+    _thread: PhantomData<*const ()>,
 }
 
 impl<T: DataType> fmt::Debug for CudarcWrite<'_, T> {
@@ -181,7 +241,12 @@ impl<'a, T: DataType + DeviceRepr> CudarcWrite<'a, T> {
     ///
     /// # Errors
     /// As [`CudarcRead::new`].
-    pub fn new<S: DevicePtrMut<T>>(dst: &'a mut S, stream: &'a CudaStream) -> Result<Self> {
+    ///
+    /// # Safety
+    /// See [`CudarcStream::write`](super::CudarcStream::write): as
+    /// [`CudarcRead::new`].
+    pub unsafe fn new<S: DevicePtrMut<T>>(dst: &'a mut S, stream: &'a CudaStream) -> Result<Self> {
+        same_context(dst.stream().context(), stream)?;
         guarded("cudarc CudaContext::bind_to_thread", || {
             stream.context().bind_to_thread()
         })?;
@@ -199,11 +264,17 @@ impl<'a, T: DataType + DeviceRepr> CudarcWrite<'a, T> {
             device,
             _sync: sync,
             _elem: PhantomData,
+            _thread: PhantomData,
         })
     }
 }
 
-impl<T: DataType> CudarcWrite<'_, T> {
+impl<'a, T: DataType> CudarcWrite<'a, T> {
+    /// The checked address, length, device and cudarc's record-on-drop.
+    pub(crate) fn into_parts(self) -> (usize, usize, Device, SyncOnDrop<'a>) {
+        (self.addr, self.len, self.device, self._sync)
+    }
+
     /// The memory as this crate's writable view, borrowed from the guard.
     pub fn view_mut(&mut self) -> DeviceSliceMut<'_, T> {
         // SAFETY: as `CudarcRead::view`, and the guard holds cudarc's

@@ -22,7 +22,9 @@
 //! let d = TensorDescriptor::<f32>::nchw(1, 1, 2, 2)?;
 //! let relu = ActivationDescriptor::new(ActivationMode::Relu, NanPropagation::Propagate)?;
 //! {
-//!     let (xr, mut yw) = (s.read(&x)?, s.write(&mut y)?); // cudarc's DevicePtr guards
+//!     // SAFETY: the guards' views go to `dnn` (bound to `s`) only, and
+//!     // both guards drop at the end of this block.
+//!     let (xr, mut yw) = unsafe { (s.read(&x)?, s.write(&mut y)?) }; // cudarc's DevicePtr guards
 //!     let (xt, yt) = (DeviceTensor::new(&d, &xr)?, DeviceTensorMut::new(&d, &mut yw)?);
 //!     dnn.activation_forward(&relu, 1.0, xt, 0.0, yt)?;
 //! } // guards drop: cudarc records the read of x and the write of y on `cs`
@@ -72,8 +74,26 @@
 //! recorded only after the last enqueue that uses the view
 //! (`tests/compile_fail_cudarc` proves it).
 //!
-//! Queue the ops on the stream the guards were made from: the event cudarc
-//! records is on that stream.
+//! `read` and `write` are `unsafe`, with a two-part contract the compiler
+//! cannot check: queue every op that uses a guard's views on the stream
+//! the guard was made from (the event cudarc records is on that stream, and
+//! a view carries no stream: passed to a handle bound to another stream,
+//! the work there would not be ordered before cudarc's later use or free
+//! of the memory), and let the guard drop (a leaked guard, e.g.
+//! `std::mem::forget`, ends the borrow without recording the event). The
+//! crate's own stream-ordered allocation
+//! ([`DeviceBuffer::alloc_async`](crate::runtime::DeviceBuffer::alloc_async))
+//! is `unsafe` for the same reason. Memory of another cudarc context than
+//! the stream's is refused ([`Error::InvalidArgument`](crate::Error::InvalidArgument)).
+//!
+//! The safe way is [`CudarcStream::scope`]: the scope owns the guards (none
+//! can leak), each lend waits (host) for cudarc's pending work on the
+//! memory, and the scope's end waits for the whole device before cudarc
+//! records its events, so the views may go to any stream of the device.
+//! It costs those host waits; the `unsafe` guards cost none.
+//! The guards are not `Send`: cudarc records the event on the stream as
+//! the dropping thread names it, and a per-thread stream names another
+//! queue on each thread.
 //!
 //! # The other direction
 //! This crate's [`DeviceBuffer`](crate::runtime::DeviceBuffer) and views
@@ -93,9 +113,12 @@
 //! `std`, `driver`, `f16`, `fallback-dynamic-loading`,
 //! `cuda-version-from-build-system`, `fallback-latest`. It enables **no
 //! `cuda-XXXXX` version feature**, so it never adds a second one next to a
-//! framework's: cudarc's build script takes the framework's version feature
-//! when one is set (or `CUDARC_CUDA_VERSION`), else `nvcc --version`, else
-//! (no toolkit: CI, docs.rs) its newest bindings. Two *different* version
+//! framework's: cudarc's build script takes `CUDARC_CUDA_VERSION` when it
+//! is set (as an extra version cfg: it must then name the framework's
+//! version feature, if any), else the framework's version feature, else
+//! `nvcc --version`, else (no toolkit: CI, docs.rs) its newest bindings,
+//! which may name driver symbols an older driver lacks (cudarc panics
+//! when it calls one). Two *different* version
 //! features in one build (say two frameworks, one on `cuda-12080`, one on
 //! `cuda-13000`) do not compile inside cudarc itself (both sets of cfg'd
 //! bindings are defined: "`CUDA_VERSION` is defined multiple times"), with
@@ -114,9 +137,11 @@
 
 mod driver;
 mod memory;
+mod scope;
 mod stream;
 
 pub use ::cudarc;
 pub use driver::{context, device_count, driver_error, probe_driver};
 pub use memory::{CudarcRead, CudarcWrite};
+pub use scope::CudarcScope;
 pub use stream::CudarcStream;

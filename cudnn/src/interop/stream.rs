@@ -79,8 +79,10 @@ pub(crate) fn bind(ctx: &CudaContext) -> Result<Device> {
 /// Memory of cudarc enters this crate's ops through [`read`](Self::read) and
 /// [`write`](Self::write), which go through cudarc's own
 /// `DevicePtr`/`DevicePtrMut` *on this stream*, so cudarc's event tracking
-/// orders the crate's work with work on cudarc's other streams. Queue the
-/// ops that use those guards on this stream (a handle bound to it).
+/// orders the crate's work with work on cudarc's other streams. Both are
+/// `unsafe`: the ops that use a guard must be queued on this stream (a
+/// handle bound to it) and the guard must drop, which the compiler cannot
+/// check (see [`read`](Self::read)).
 #[derive(Clone)]
 pub struct CudarcStream {
     cudarc: Arc<CudaStream>,
@@ -145,14 +147,40 @@ impl CudarcStream {
     /// borrow checker makes sure of that.
     ///
     /// # Errors
-    /// [`Error::Driver`] from cudarc's event calls; [`Error::InvalidArgument`]
-    /// for a device address or size this host cannot represent.
-    pub fn read<'a, T, S>(&'a self, src: &'a S) -> Result<CudarcRead<'a, T>>
+    /// [`Error::InvalidArgument`] for memory of another cudarc context than
+    /// this stream's, or a device address or size this host cannot
+    /// represent; [`Error::Driver`] from cudarc's event calls.
+    ///
+    /// # Safety
+    /// cudarc orders its other streams and its free of `src` after this
+    /// crate's work only through the event the guard records on *this*
+    /// stream when it drops. The borrow checker keeps `src` alive while the
+    /// guard lives, but it cannot see which stream a view is used on, nor
+    /// a guard that never drops. So the caller must:
+    /// - queue every piece of device work that uses the guard's views on
+    ///   this stream (ops of a `dnn`/`blas` handle bound to it, plans
+    ///   executed with such a handle, collectives given this stream), or
+    ///   make this stream wait for any other stream that used them
+    ///   ([`Stream::wait_for`], an event) before the guard drops;
+    /// - let the guard drop: never leak it (`std::mem::forget`,
+    ///   `Box::leak`, an `Rc` cycle) while cudarc can still use or free
+    ///   `src` on another stream.
+    ///
+    /// Otherwise the device may read memory cudarc has freed or is
+    /// rewriting. (cudarc keeps one read event per allocation, re-recorded
+    /// by each reader: memory read through guards of two different streams
+    /// at once is, as in cudarc itself, waited for by a later cudarc write
+    /// only on the stream whose guard dropped last.
+    /// [`scope`](Self::scope) has none of these conditions.) (The crate's own stream-ordered allocation is `unsafe`
+    /// for the same reason: [`DeviceBuffer::alloc_async`](crate::runtime::DeviceBuffer::alloc_async).)
+    pub unsafe fn read<'a, T, S>(&'a self, src: &'a S) -> Result<CudarcRead<'a, T>>
     where
         T: DataType + DeviceRepr,
         S: DevicePtr<T>,
     {
-        CudarcRead::new(src, &self.cudarc)
+        // SAFETY: the caller keeps this function's contract, which is
+        // `CudarcRead::new`'s for this stream.
+        unsafe { CudarcRead::new(src, &self.cudarc) }
     }
 
     /// Lend cudarc memory (`CudaSlice`, `CudaViewMut`) to this crate's ops
@@ -164,12 +192,18 @@ impl CudarcStream {
     ///
     /// # Errors
     /// As [`read`](Self::read).
-    pub fn write<'a, T, S>(&'a self, dst: &'a mut S) -> Result<CudarcWrite<'a, T>>
+    ///
+    /// # Safety
+    /// As [`read`](Self::read): the work that uses the guard's views is
+    /// queued on this stream (or ordered before it), and the guard drops.
+    pub unsafe fn write<'a, T, S>(&'a self, dst: &'a mut S) -> Result<CudarcWrite<'a, T>>
     where
         T: DataType + DeviceRepr,
         S: DevicePtrMut<T>,
     {
-        CudarcWrite::new(dst, &self.cudarc)
+        // SAFETY: the caller keeps this function's contract, which is
+        // `CudarcWrite::new`'s for this stream.
+        unsafe { CudarcWrite::new(dst, &self.cudarc) }
     }
 }
 
