@@ -24,7 +24,10 @@
 //!   sequence lengths ([`SdpaConfig::seq_len_q`] / [`SdpaConfig::seq_len_kv`];
 //!   `s_q` / `s_kv` without them) and [`CausalMask`] is:
 //!   none; top-left, `j <= i`; or bottom-right, `j <= i + len_kv - len_q`
-//!   (the diagonal ends at the last query and last valid key).
+//!   (the diagonal ends at the last query and last valid key), and the
+//!   [`Window`] (a sliding window of `size` keys) admits it: `j > i' -
+//!   size`, with `i' = i` (top-left) or `i + len_kv - len_q`
+//!   (bottom-right).
 //! - `stats[i] = log(sum_{allowed j} exp(S[i, j]))` (natural log, over the
 //!   scaled scores, before dropout),
 //!   `P[i, j] = exp(S[i, j] - stats[i])` for allowed `j`, else 0
@@ -180,6 +183,18 @@ pub enum CausalMask {
     BottomRight,
 }
 
+/// A sliding window (cuDNN's diagonal-band left bound): query `i` sees
+/// only keys `j > i' - size`, `i'` its diagonal position (`i`, or `i +
+/// len_kv - len_q` aligned bottom-right). With a causal mask of the same
+/// alignment, the `size` keys up to and including the diagonal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Window {
+    /// The keys a query sees back from its diagonal, the diagonal included (>= 1).
+    pub size: usize,
+    /// Aligned bottom-right (else top-left).
+    pub bottom_right: bool,
+}
+
 /// The options of one attention call.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SdpaConfig<'a> {
@@ -187,6 +202,8 @@ pub struct SdpaConfig<'a> {
     pub scale: f64,
     /// The causal mask.
     pub causal: CausalMask,
+    /// A sliding window; `None`: none.
+    pub window: Option<Window>,
     /// The valid query count of each batch (`b` values, each `<= s_q`);
     /// `None`: all `s_q`.
     pub seq_len_q: Option<&'a [usize]>,
@@ -205,6 +222,7 @@ impl SdpaConfig<'_> {
         SdpaConfig {
             scale,
             causal: CausalMask::None,
+            window: None,
             seq_len_q: None,
             seq_len_kv: None,
             dropout: None,
@@ -383,6 +401,11 @@ fn check(
     if !config.scale.is_finite() {
         return Err(Error::invalid("scale", "must be finite", config.scale));
     }
+    if let Some(w) = config.window
+        && w.size == 0
+    {
+        return Err(Error::invalid("window.size", "must be >= 1", w.size));
+    }
     check_lengths("seq_len_q", config.seq_len_q, b, sq)?;
     check_lengths("seq_len_kv", config.seq_len_kv, b, skv)?;
     if let Some(mask) = config.dropout {
@@ -412,6 +435,14 @@ fn allowed(shape: &Shape, config: &SdpaConfig<'_>, n: usize, i: usize, j: usize)
             CausalMask::TopLeft => j <= i,
             // j <= i + lkv - lq, without underflow.
             CausalMask::BottomRight => j + lq <= i + lkv,
+        }
+        && match config.window {
+            None => true,
+            // j > i' - size, i.e. j + size > i' (+ lq on both sides
+            // bottom-right, so nothing underflows; the left side saturates,
+            // and a saturated window admits every key, as it should).
+            Some(w) if w.bottom_right => j.saturating_add(w.size).saturating_add(lq) > i + lkv,
+            Some(w) => j.saturating_add(w.size) > i,
         }
 }
 

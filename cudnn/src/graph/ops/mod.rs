@@ -10,6 +10,7 @@ pub mod norm;
 pub mod pointwise;
 pub mod reduction;
 pub mod sdpa;
+pub(crate) mod sdpa_band;
 pub(crate) mod sdpa_composite;
 pub(crate) mod sdpa_graph;
 pub(crate) mod sdpa_native;

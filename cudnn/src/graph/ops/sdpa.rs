@@ -129,6 +129,22 @@ pub struct Dropout {
     pub probability: f64,
 }
 
+/// Where the causal diagonal (and a sliding window's band) sits when the
+/// query and key lengths differ.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum DiagonalAlignment {
+    /// The diagonal starts at the first query and the first key: query `i`
+    /// sees keys `j <= i` (PyTorch's `is_causal`, `causal_upper_left`).
+    #[default]
+    TopLeft,
+    /// The diagonal ends at the last query and the last (valid) key: query
+    /// `i` sees keys `j <= i + len_kv - len_q` (PyTorch's
+    /// `causal_lower_right`; with padding, per batch from the sequence
+    /// lengths). What a decode step or a chunked prefill against a KV cache
+    /// needs.
+    BottomRight,
+}
+
 /// Which cuDNN construction an attention graph uses.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum SdpaImpl {
@@ -172,8 +188,18 @@ pub struct SdpaConfig {
     pub layout: AttnLayout,
     /// The score scale; `None` is `1 / sqrt(head_dim)`.
     pub scale: Option<f64>,
-    /// Causal mask (top-left aligned: query `i` sees keys `0..=i`).
+    /// Causal mask (query `i` sees keys up to the diagonal, aligned by
+    /// [`diagonal`](Self::diagonal): top-left by default, keys `0..=i`).
     pub is_causal: bool,
+    /// Where the causal diagonal and the sliding window sit
+    /// ([`DiagonalAlignment::TopLeft`] by default).
+    pub diagonal: DiagonalAlignment,
+    /// Sliding window (cuDNN's diagonal-band left bound): query `i` sees
+    /// only keys `j > i' - window`, `i'` being its diagonal position (`i`
+    /// top-left, `i + len_kv - len_q` bottom-right); with a causal mask, the
+    /// `window` keys up to and including the diagonal (FlashAttention's
+    /// `window_size_left` is `window - 1`). `None`: no left bound.
+    pub window: Option<i64>,
     /// Padding mask from per-batch sequence lengths (two more graph inputs).
     pub padding: bool,
     /// Dropout on the probabilities.
@@ -284,6 +310,8 @@ impl SdpaConfig {
             layout: AttnLayout::Bshd,
             scale: None,
             is_causal: false,
+            diagonal: DiagonalAlignment::TopLeft,
+            window: None,
             padding: false,
             dropout: None,
             is_training: false,
@@ -300,6 +328,22 @@ impl SdpaConfig {
     /// With a causal mask (or not).
     pub fn causal(mut self, on: bool) -> Self {
         self.is_causal = on;
+        self
+    }
+    /// With the causal diagonal (and the window) aligned as `diagonal`.
+    pub fn diagonal(mut self, diagonal: DiagonalAlignment) -> Self {
+        self.diagonal = diagonal;
+        self
+    }
+    /// With a causal mask aligned bottom-right (PyTorch's
+    /// `causal_lower_right`): `causal(true)` and
+    /// `diagonal(DiagonalAlignment::BottomRight)`.
+    pub fn causal_bottom_right(self) -> Self {
+        self.causal(true).diagonal(DiagonalAlignment::BottomRight)
+    }
+    /// With a sliding window of `window` keys (see [`window`](Self::window)).
+    pub fn sliding_window(mut self, window: i64) -> Self {
+        self.window = Some(window);
         self
     }
     /// Saving the softmax statistics (or not).
@@ -492,6 +536,7 @@ impl SdpaConfig {
         self.validate()?;
         let v = cudnn;
         self.check_release(v)?;
+        self.check_band(v)?;
         match (self.implementation, backward) {
             (SdpaImpl::Native, _) => self.check_native(v, backward).map(|_| SdpaImpl::Native),
             (SdpaImpl::Composite, _) | (SdpaImpl::Auto, true) => self
@@ -620,6 +665,7 @@ impl SdpaConfig {
                 s,
             ));
         }
+        self.validate_band()?;
         if let Some(d) = self.dropout
             && !(d.probability >= 0.0 && d.probability < 1.0)
         {
@@ -675,6 +721,12 @@ impl SdpaConfig {
         if self.is_causal {
             need("is_causal", since::SUBGRAPH)?;
         }
+        if self.band_needs_lengths() {
+            need("diagonal (BottomRight)", since::SUBGRAPH)?;
+        }
+        if self.window.is_some() {
+            need("window", since::SUBGRAPH)?;
+        }
         if self.active_dropout().is_some() {
             if backward {
                 need("dropout", since::BACKWARD_DROPOUT)?;
@@ -724,21 +776,31 @@ impl SdpaConfig {
         cudnn: (u32, u32, u32),
     ) -> Result<()> {
         self.validate()?;
-        let limit = if backward {
-            self.backward_arch_limit(device_ver, cudnn)
-        } else {
-            self.forward_arch_limit(device_ver, cudnn)
-        };
+        let limit = self.band_arch_limit(device_ver, cudnn).or_else(|| {
+            if backward {
+                self.backward_arch_limit(device_ver, cudnn)
+            } else {
+                self.forward_arch_limit(device_ver, cudnn)
+            }
+        });
         match limit {
             None => Ok(()),
             Some(limit) => Err(Error::Unsupported {
                 what: format!(
-                    "the attention {} with head_dim {}, head_dim_v {}, seq_q {}{}{} on a GPU of compute capability {}.{} with cuDNN {}",
+                    "the attention {} with head_dim {}, head_dim_v {}, seq_q {}{}{}{} on a GPU of compute capability {}.{} with cuDNN {}",
                     if backward { "backward" } else { "forward" },
                     self.head_dim,
                     self.head_dim_v,
                     self.seq_q,
-                    if self.is_causal { ", causal" } else { "" },
+                    match (self.is_causal, self.is_bottom_right_causal()) {
+                        (true, true) => ", causal (bottom-right)",
+                        (true, false) => ", causal",
+                        _ => "",
+                    },
+                    match self.window {
+                        Some(_) => ", sliding window",
+                        None => "",
+                    },
                     if self.active_dropout().is_some() {
                         ", dropout"
                     } else {

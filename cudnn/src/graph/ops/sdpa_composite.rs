@@ -62,8 +62,9 @@ pub(crate) struct CompositeFwdOp {
     pub(crate) seq: Option<(usize, usize)>,
     /// Seed, offset, probability, the `1 / (1 - p)` scalar.
     pub(crate) dropout: Option<(usize, usize, f64, usize)>,
-    pub(crate) causal: bool,
-    /// The mask fill scalar (padding or causal).
+    /// The causal mask and the window.
+    pub(crate) band: CompositeBand,
+    /// The mask fill scalar (padding, causal or window).
     pub(crate) fill: Option<usize>,
     pub(crate) o: usize,
     pub(crate) stats: Option<usize>,
@@ -71,6 +72,47 @@ pub(crate) struct CompositeFwdOp {
     pub(crate) uid_base: i64,
     /// The config, for the per-architecture limits.
     pub(crate) cfg: SdpaConfig,
+}
+
+/// The diagonal-band masks of a composite (graph tensors by index).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct CompositeBand {
+    /// The causal mask (the right bound).
+    pub(crate) causal: bool,
+    /// `(len_q, len_kv)` i32 tensors aligning the band bottom-right: the
+    /// padding inputs, or scalars of the full lengths.
+    pub(crate) lens: Option<(usize, usize)>,
+    /// The window's i32 bound scalar: `window`, or `window - seq_kv +
+    /// seq_q` bottom-right with full lengths.
+    pub(crate) window: Option<usize>,
+    /// Whether the window subtracts the shift from `lens` (bottom-right
+    /// with padding).
+    pub(crate) window_lens: bool,
+}
+
+impl CompositeBand {
+    fn any(&self) -> bool {
+        self.causal || self.window.is_some()
+    }
+
+    fn push_tensors(&self, v: &mut Vec<(&'static str, usize, bool)>) {
+        if let Some((a, b)) = self.lens {
+            v.push(("band_len_q", a, false));
+            v.push(("band_len_kv", b, false));
+        }
+        if let Some(w) = self.window {
+            v.push(("window_bound", w, false));
+        }
+    }
+
+    fn signature(&self) -> String {
+        format!(
+            "causal={} bottom_right={} window={}",
+            self.causal,
+            self.lens.is_some(),
+            self.window.is_some()
+        )
+    }
 }
 
 /// The sequence-length inputs' full values, for timing runs.
@@ -271,23 +313,66 @@ impl Ctx<'_> {
         Ok(out)
     }
 
-    /// `(row >= col) ? x : fill` (top-left aligned).
-    fn causal_mask(&mut self, x: T, fill: T, score: &[i64]) -> Result<T> {
-        let ri = self.virt(DType::I32, score)?;
-        self.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::I32, &[x], ri, Some(2))?;
-        let ci = self.virt(DType::I32, score)?;
-        self.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::I32, &[x], ci, Some(3))?;
-        let m = self.virt(DType::Bool, score)?;
-        self.pointwise(M::CUDNN_POINTWISE_CMP_GE, DType::Bool, &[ri, ci], m, None)?;
-        let out = self.virt(DType::F32, score)?;
-        self.pointwise(
-            M::CUDNN_POINTWISE_BINARY_SELECT,
-            DType::F32,
-            &[x, fill, m],
-            out,
-            None,
-        )?;
-        Ok(out)
+    /// `x` with the diagonal-band masks applied: the right bound (causal,
+    /// `row + shift >= col ? x : fill`) then the left bound (window,
+    /// `col + bound - shift > row ? x : fill`), `shift = len_kv - len_q`
+    /// from `band.lens` (bottom-right; 0 top-left), each mask its own
+    /// `GEN_INDEX` / i32 arithmetic / compare / `BINARY_SELECT`, as NVIDIA's
+    /// frontend decomposes its band mask before cuDNN 9.21.
+    fn band_mask(&mut self, x: T, fill: T, score: &[i64], band: &CompositeBand) -> Result<T> {
+        let mut last = x;
+        if band.causal {
+            let ri = self.virt(DType::I32, score)?;
+            self.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::I32, &[last], ri, Some(2))?;
+            let ci = self.virt(DType::I32, score)?;
+            self.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::I32, &[last], ci, Some(3))?;
+            let mut r = ri;
+            if let Some((lq, lkv)) = band.lens {
+                let a = self.virt(DType::I32, score)?;
+                self.pointwise(M::CUDNN_POINTWISE_ADD, DType::I32, &[r, T::G(lkv)], a, None)?;
+                let b = self.virt(DType::I32, score)?;
+                self.pointwise(M::CUDNN_POINTWISE_SUB, DType::I32, &[a, T::G(lq)], b, None)?;
+                r = b;
+            }
+            let m = self.virt(DType::Bool, score)?;
+            self.pointwise(M::CUDNN_POINTWISE_CMP_GE, DType::Bool, &[r, ci], m, None)?;
+            let out = self.virt(DType::F32, score)?;
+            self.pointwise(
+                M::CUDNN_POINTWISE_BINARY_SELECT,
+                DType::F32,
+                &[last, fill, m],
+                out,
+                None,
+            )?;
+            last = out;
+        }
+        if let Some(bound) = band.window {
+            let ri = self.virt(DType::I32, score)?;
+            self.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::I32, &[last], ri, Some(2))?;
+            let ci = self.virt(DType::I32, score)?;
+            self.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::I32, &[last], ci, Some(3))?;
+            let mut c = self.virt(DType::I32, score)?;
+            self.pointwise(M::CUDNN_POINTWISE_ADD, DType::I32, &[ci, T::G(bound)], c, None)?;
+            if let (true, Some((lq, lkv))) = (band.window_lens, band.lens) {
+                let a = self.virt(DType::I32, score)?;
+                self.pointwise(M::CUDNN_POINTWISE_SUB, DType::I32, &[c, T::G(lkv)], a, None)?;
+                let b = self.virt(DType::I32, score)?;
+                self.pointwise(M::CUDNN_POINTWISE_ADD, DType::I32, &[a, T::G(lq)], b, None)?;
+                c = b;
+            }
+            let m = self.virt(DType::Bool, score)?;
+            self.pointwise(M::CUDNN_POINTWISE_CMP_GT, DType::Bool, &[c, ri], m, None)?;
+            let out = self.virt(DType::F32, score)?;
+            self.pointwise(
+                M::CUDNN_POINTWISE_BINARY_SELECT,
+                DType::F32,
+                &[last, fill, m],
+                out,
+                None,
+            )?;
+            last = out;
+        }
+        Ok(last)
     }
 
     fn reshape(&mut self, x: T, y: T) -> Result<()> {
@@ -349,6 +434,7 @@ impl OpNode for CompositeFwdOp {
             v.push(("dropout_offset", b, false));
             v.push(("dropout_scale", s, false));
         }
+        self.band.push_tensors(&mut v);
         if let Some(f) = self.fill {
             v.push(("mask_fill", f, false));
         }
@@ -371,10 +457,10 @@ impl OpNode for CompositeFwdOp {
     }
     fn signature(&self) -> String {
         format!(
-            "composite padding={} dropout={:?} causal={} training={}",
+            "composite padding={} dropout={:?} {} training={}",
             self.seq.is_some(),
             self.dropout.map(|d| d.2),
-            self.causal,
+            self.band.signature(),
             self.stats.is_some()
         )
     }
@@ -435,8 +521,8 @@ impl OpNode for CompositeFwdOp {
         if let (Some(sq_t), Some(skv_t), Some(fill)) = (seq_q, seq_kv, self.fill) {
             last = c.padding_mask(last, sq_t, skv_t, T::G(fill), &score)?;
         }
-        if let (true, Some(fill)) = (self.causal, self.fill) {
-            last = c.causal_mask(last, T::G(fill), &score)?;
+        if let (true, Some(fill)) = (self.band.any(), self.fill) {
+            last = c.band_mask(last, T::G(fill), &score, &self.band)?;
         }
 
         // Softmax along the keys.
@@ -517,7 +603,8 @@ pub(crate) struct CompositeBwdOp {
     pub(crate) dropout: Option<(usize, usize, f64, usize)>,
     /// `1 - p` (or 1 without dropout).
     pub(crate) keep: usize,
-    pub(crate) causal: bool,
+    /// The causal mask and the window.
+    pub(crate) band: CompositeBand,
     pub(crate) fill: Option<usize>,
     /// Mask the padding a second time after subtracting the statistics
     /// (the fused engines before cuDNN 9.10 need it).
@@ -556,6 +643,7 @@ impl OpNode for CompositeBwdOp {
             v.push(("dropout_offset", b, false));
             v.push(("dropout_scale", s, false));
         }
+        self.band.push_tensors(&mut v);
         if let Some(f) = self.fill {
             v.push(("mask_fill", f, false));
         }
@@ -578,10 +666,10 @@ impl OpNode for CompositeBwdOp {
     }
     fn signature(&self) -> String {
         format!(
-            "composite padding={} dropout={:?} causal={} repad={}",
+            "composite padding={} dropout={:?} {} repad={}",
             self.seq.is_some(),
             self.dropout.map(|d| d.2),
-            self.causal,
+            self.band.signature(),
             self.repad
         )
     }
@@ -683,8 +771,8 @@ impl OpNode for CompositeBwdOp {
         if let (true, Some(a), Some(b), Some(f)) = (self.repad, seq_q, seq_kv, self.fill) {
             last = c.padding_mask(last, a, b, T::G(f), &score)?;
         }
-        if let (true, Some(f)) = (self.causal, self.fill) {
-            last = c.causal_mask(last, T::G(f), &score)?;
+        if let (true, Some(f)) = (self.band.any(), self.fill) {
+            last = c.band_mask(last, T::G(f), &score, &self.band)?;
         }
         let p = c.virt(DType::F32, &score)?;
         c.pointwise(M::CUDNN_POINTWISE_EXP, DType::F32, &[last], p, None)?;

@@ -5,8 +5,8 @@
 //! ([`sdpa_composite`](super::sdpa_composite)) with its extra inputs.
 
 use super::sdpa::{SdpaBackward, SdpaConfig, SdpaForward, SdpaImpl, loaded_cudnn};
-use super::sdpa_composite::{CompositeBwdOp, CompositeFwdOp};
-use super::sdpa_native::{Common, SdpaBwdOp, SdpaFwdOp};
+use super::sdpa_composite::{CompositeBand, CompositeBwdOp, CompositeFwdOp};
+use super::sdpa_native::{Band, Common, SdpaBwdOp, SdpaFwdOp};
 use crate::error::{Error, Result};
 use crate::graph::graph::{Graph, Role, Tensor};
 use crate::graph::tensor::{DType, TensorSpec, fmt_dims};
@@ -98,6 +98,61 @@ impl Graph {
         Ok((scale, seq, dropout, extra))
     }
 
+    /// The tensors of the native mask subgraph, made as NVIDIA's frontend
+    /// makes them: the scores, the fill, for a bottom-right alignment the
+    /// lengths (the padding inputs, else i32 scalars of the full lengths),
+    /// the right bound's output (causal) and the left bound's output and
+    /// bound (window: an f32 scalar `window` top-left, `window - seq_kv +
+    /// seq_q` bottom-right with full lengths, an i32 `window` with the
+    /// padding lengths).
+    fn sdpa_band(&mut self, cfg: &SdpaConfig, seq: Option<(usize, usize)>) -> Result<Option<Band>> {
+        if !cfg.has_band() {
+            return Ok(None);
+        }
+        let spec = cfg.score_spec()?;
+        let scores = self.intermediate("sdpa_scores", spec.clone())?;
+        let fill = self.scalar(f64::NEG_INFINITY, DType::F32, 4)?;
+        let bottom_right = cfg.band_needs_lengths();
+        let full_lens = |g: &mut Graph| -> Result<(usize, usize)> {
+            let (sq, skv) = seq_lens(cfg);
+            let a = g.scalar(f64::from(sq), DType::I32, 4)?;
+            let b = g.scalar(f64::from(skv), DType::I32, 4)?;
+            Ok((g.index(a)?, g.index(b)?))
+        };
+        let right = if cfg.is_causal {
+            let lens = match (bottom_right, seq) {
+                (false, _) => None,
+                (true, Some(s)) => Some(s),
+                (true, None) => Some(full_lens(self)?),
+            };
+            let out = self.intermediate("sdpa_masked_scores", spec.clone())?;
+            Some((self.index(out)?, lens))
+        } else {
+            None
+        };
+        let left = match cfg.effective_window() {
+            Some(w) => {
+                let (bound, lens) = match (bottom_right, seq) {
+                    (false, _) => (self.scalar(w as f64, DType::F32, 4)?, None),
+                    (true, None) => (
+                        self.scalar((w - cfg.seq_kv + cfg.seq_q) as f64, DType::F32, 4)?,
+                        None,
+                    ),
+                    (true, Some(s)) => (self.scalar(w as f64, DType::I32, 4)?, Some(s)),
+                };
+                let out = self.intermediate("sdpa_window_scores", spec)?;
+                Some((self.index(out)?, self.index(bound)?, lens))
+            }
+            None => None,
+        };
+        Ok(Some(Band {
+            scores: self.index(scores)?,
+            fill: self.index(fill)?,
+            right,
+            left,
+        }))
+    }
+
     fn sdpa_common(
         &mut self,
         op: &str,
@@ -110,15 +165,7 @@ impl Graph {
         self.sdpa_expect(op, "k", k, &cfg.k_spec()?)?;
         self.sdpa_expect(op, "v", v, &cfg.v_spec()?)?;
         let (scale, seq, dropout, extra) = self.sdpa_side_inputs(cfg)?;
-        let causal = if cfg.is_causal {
-            let spec = cfg.score_spec()?;
-            let a = self.intermediate("sdpa_scores", spec.clone())?;
-            let b = self.intermediate("sdpa_masked_scores", spec)?;
-            let fill = self.scalar(f64::NEG_INFINITY, DType::F32, 4)?;
-            Some((self.index(a)?, self.index(b)?, self.index(fill)?))
-        } else {
-            None
-        };
+        let band = self.sdpa_band(cfg, seq)?;
         Ok((
             Common {
                 q: self.index(q)?,
@@ -128,7 +175,7 @@ impl Graph {
                 seq,
                 lens: seq_lens(cfg),
                 dropout,
-                causal,
+                band,
             },
             extra,
         ))
@@ -279,7 +326,7 @@ impl Graph {
             }
             None => None,
         };
-        let fill = if cfg.padding || cfg.is_causal {
+        let fill = if cfg.padding || cfg.has_band() {
             // The fused engines before cuDNN 9.10 expect the lowest finite value.
             let v = if loaded_cudnn()? >= (9, 10, 0) {
                 f64::NEG_INFINITY
@@ -292,6 +339,47 @@ impl Graph {
             None
         };
         Ok((self.index(scale)?, seq, dropout, fill, extra))
+    }
+
+    /// The scalars of a composite's band masks (see [`CompositeBand`]).
+    fn composite_band(
+        &mut self,
+        cfg: &SdpaConfig,
+        seq: Option<(usize, usize)>,
+    ) -> Result<CompositeBand> {
+        let bottom_right = cfg.band_needs_lengths();
+        let lens = match (bottom_right, seq) {
+            (false, _) => None,
+            (true, Some(s)) => Some(s),
+            // Only the causal mask uses full lengths (the window folds them
+            // into its bound).
+            (true, None) if !cfg.is_causal => None,
+            (true, None) => {
+                let (sq, skv) = seq_lens(cfg);
+                let a = self.scalar(f64::from(sq), DType::I32, 4)?;
+                let b = self.scalar(f64::from(skv), DType::I32, 4)?;
+                Some((self.index(a)?, self.index(b)?))
+            }
+        };
+        let window = match cfg.effective_window() {
+            Some(w) => {
+                // validate_band keeps seq_q + seq_kv + w within i32.
+                let bound = if bottom_right && seq.is_none() {
+                    w - cfg.seq_kv + cfg.seq_q
+                } else {
+                    w
+                };
+                let t = self.scalar(bound as f64, DType::I32, 4)?;
+                Some(self.index(t)?)
+            }
+            None => None,
+        };
+        Ok(CompositeBand {
+            causal: cfg.is_causal,
+            lens,
+            window,
+            window_lens: bottom_right && seq.is_some(),
+        })
     }
 
     /// The first UID of a composite's own tensors: above the graph's (which
@@ -341,7 +429,7 @@ impl Graph {
             io: cfg.dtype,
             seq,
             dropout,
-            causal: cfg.is_causal,
+            band: self.composite_band(cfg, seq)?,
             fill,
             o: self.index(o)?,
             stats: stats.map(|s| self.index(s)).transpose()?,
@@ -407,7 +495,7 @@ impl Graph {
             seq,
             dropout,
             keep: self.index(keep)?,
-            causal: cfg.is_causal,
+            band: self.composite_band(cfg, seq)?,
             fill,
             repad: cfg.padding && loaded_cudnn()? < (9, 10, 0),
             softmax_sum: self.index(softmax_sum)?,

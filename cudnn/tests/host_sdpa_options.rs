@@ -1,0 +1,390 @@
+//! Host tier for the attention options of issue 24 (bottom-right causal
+//! mask, sliding window, alone and with padding): no GPU; the real cuDNN
+//! plans each option, forward (the SDPA operation, the composite, `Auto`)
+//! and backward (the composite), for the H200, H100, A100 and B200 presets
+//! through the driver stub, and prints `engines / configs / plans /
+//! workspace` per target. On a cuDNN that lacks an option the refusal must
+//! be the typed `Unsupported` naming the option and the version.
+//!
+//! Also here: the version and architecture rules as pure functions
+//! (`resolve_for`, `check_target_for`) against NVIDIA's frontend 1.32
+//! rules, and a property test over random option combinations.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#[path = "support/mod.rs"]
+mod support;
+use cudnn::Error;
+use cudnn::graph::*;
+use proptest::prelude::*;
+use proptest::test_runner::{Config as PtConfig, TestRunner};
+use support::*;
+
+const TARGETS: [&str; 4] = ["h200", "h100", "a100", "b200"];
+
+/// A planned graph: engines cuDNN has, configs the heuristics offer, plans
+/// that finalize (at most `max` tried), the first plan's engine and workspace.
+struct Counts {
+    engines: i64,
+    configs: usize,
+    plans: usize,
+    engine: Option<i64>,
+    workspace: Option<usize>,
+}
+
+fn counts(g: &Graph, target: &str, max: usize) -> Result<Counts, Error> {
+    let og = g.build()?;
+    let t = Target::preset(target)?;
+    let policy = Policy {
+        max_attempts: max,
+        ..Policy::default()
+    };
+    let c = heuristics::candidates(&og, &t, &policy)?;
+    let (plans, _) = Plan::build_all(&og, &t, &policy)?;
+    Ok(Counts {
+        engines: og.engine_count()?,
+        configs: c.len(),
+        plans: plans.len(),
+        engine: plans.first().and_then(|p| p.engine()),
+        workspace: plans.first().map(|p| p.workspace_size()),
+    })
+}
+
+fn fwd(cfg: &SdpaConfig) -> Result<Graph, Error> {
+    let mut g = Graph::new();
+    let q = g.input("q", cfg.q_spec()?)?;
+    let k = g.input("k", cfg.k_spec()?)?;
+    let v = g.input("v", cfg.v_spec()?)?;
+    let f = g.sdpa_forward(q, k, v, cfg)?;
+    g.rename(f.o, "o")?;
+    Ok(g)
+}
+
+fn bwd(cfg: &SdpaConfig) -> Result<Graph, Error> {
+    let mut g = Graph::new();
+    let q = g.input("q", cfg.q_spec()?)?;
+    let k = g.input("k", cfg.k_spec()?)?;
+    let v = g.input("v", cfg.v_spec()?)?;
+    let o = g.input("o", cfg.o_spec()?)?;
+    let d_o = g.input("do", cfg.o_spec()?)?;
+    let st = g.input("stats", cfg.stats_spec()?)?;
+    let b = g.sdpa_backward(q, k, v, o, d_o, st, cfg)?;
+    g.rename(b.dq, "dq")?;
+    Ok(g)
+}
+
+fn base() -> SdpaConfig {
+    SdpaConfig::new(2, 8, 256, 64, DType::BF16)
+}
+
+/// The band cases: (name, backward, config).
+fn band_cases() -> Vec<(&'static str, bool, SdpaConfig)> {
+    let cross = || SdpaConfig::new(2, 8, 128, 64, DType::BF16).kv_len(512);
+    vec![
+        ("fwd br-causal cross", false, cross().causal_bottom_right()),
+        (
+            "fwd br-causal cross train",
+            false,
+            cross().causal_bottom_right().training(true),
+        ),
+        (
+            "fwd br-causal padding",
+            false,
+            cross().causal_bottom_right().padding(true).training(true),
+        ),
+        (
+            "fwd decode br-causal s_q 1",
+            false,
+            SdpaConfig::new(4, 8, 1, 128, DType::BF16)
+                .kv_len(1024)
+                .causal_bottom_right(),
+        ),
+        (
+            "fwd window 64 causal",
+            false,
+            base().causal(true).sliding_window(64).training(true),
+        ),
+        ("fwd window 64", false, base().sliding_window(64)),
+        (
+            "fwd window 64 br-causal cross",
+            false,
+            cross().causal_bottom_right().sliding_window(64),
+        ),
+        (
+            "fwd window 64 br-causal padding",
+            false,
+            cross()
+                .causal_bottom_right()
+                .sliding_window(64)
+                .padding(true)
+                .training(true),
+        ),
+        (
+            "fwd window 64 causal padding",
+            false,
+            base().causal(true).sliding_window(64).padding(true),
+        ),
+        ("bwd br-causal cross", true, cross().causal_bottom_right()),
+        (
+            "bwd br-causal padding",
+            true,
+            cross().causal_bottom_right().padding(true),
+        ),
+        (
+            "bwd window 64 causal",
+            true,
+            base().causal(true).sliding_window(64),
+        ),
+        ("bwd window 64", true, base().sliding_window(64)),
+        (
+            "bwd window 64 br-causal cross",
+            true,
+            cross().causal_bottom_right().sliding_window(64),
+        ),
+        (
+            "bwd window 64 br-causal padding",
+            true,
+            cross()
+                .causal_bottom_right()
+                .sliding_window(64)
+                .padding(true),
+        ),
+    ]
+}
+
+fn loaded() -> (u32, u32, u32) {
+    cudnn::sys::cudnn::load()
+        .ok()
+        .and_then(|a| a.info().version)
+        .map(|v| (v.major, v.minor, v.patch))
+        .unwrap_or((0, 0, 0))
+}
+
+/// A typed refusal that names an option of the config or a version.
+fn names_option(e: &Error) -> bool {
+    let s = e.to_string();
+    matches!(e, Error::Unsupported { .. } | Error::InvalidArgument { .. })
+        && (s.contains("SdpaConfig") || s.contains("cuDNN") || s.contains("attention"))
+}
+
+fn plan_per_target() -> TestResult {
+    let v = loaded();
+    let mut failures = Vec::new();
+    for (name, backward, cfg) in band_cases() {
+        let imps: &[SdpaImpl] = if backward {
+            &[SdpaImpl::Auto]
+        } else {
+            &[SdpaImpl::Native, SdpaImpl::Composite, SdpaImpl::Auto]
+        };
+        for &imp in imps {
+            let cfg = cfg.clone().implementation(imp);
+            let resolved = cfg.resolve(backward);
+            let built = if backward { bwd(&cfg) } else { fwd(&cfg) };
+            match (&resolved, built) {
+                (Ok(r), Ok(g)) => {
+                    for tgt in TARGETS {
+                        match counts(&g, tgt, 3) {
+                            Ok(c) => {
+                                eprintln!(
+                                    "{name:<34} {imp:<9} -> {r:<9} {tgt}: engines {:>3} configs {:>3} plans {:>2} engine {:>4} workspace {}",
+                                    c.engines,
+                                    c.configs,
+                                    c.plans,
+                                    c.engine.map_or("-".into(), |e| e.to_string()),
+                                    c.workspace.map_or("-".into(), |w| w.to_string()),
+                                    imp = format!("{imp:?}"),
+                                    r = format!("{r:?}"),
+                                );
+                                if c.plans == 0 && matches!(tgt, "h200" | "h100") {
+                                    failures.push(format!("{name} {imp:?} on {tgt}: no plan"));
+                                }
+                            }
+                            Err(e @ Error::Unsupported { .. }) if tgt != "h200" => {
+                                eprintln!("{name:<34} {imp:?} {tgt}: refused (typed): {e}");
+                            }
+                            Err(e) => failures.push(format!("{name} {imp:?} on {tgt}: {e}")),
+                        }
+                    }
+                }
+                (Err(e), Err(b)) => {
+                    eprintln!("{name:<34} {imp:?}: refused on cuDNN {v:?} (typed): {e}");
+                    if !names_option(e) || !names_option(&b) {
+                        failures.push(format!("{name} {imp:?}: untyped refusal {e:?} / {b:?}"));
+                    }
+                    // cuDNN 9.28 (cuda13) has every band option on both
+                    // constructions.
+                    if v >= (9, 21, 0) {
+                        failures.push(format!("{name} {imp:?}: refused on {v:?}: {e}"));
+                    }
+                }
+                (r, b) => failures.push(format!(
+                    "{name} {imp:?}: resolve and the builder disagree: {r:?} / {:?}",
+                    b.err()
+                )),
+            }
+        }
+    }
+    ensure!(failures.is_empty(), "{}", failures.join("\n"));
+    Ok(())
+}
+
+/// The version rules as pure functions, against NVIDIA's frontend 1.32.
+fn version_rules() -> TestResult {
+    let cross = SdpaConfig::new(2, 8, 128, 64, DType::BF16).kv_len(512);
+    let br = cross.clone().causal_bottom_right();
+    let native = |c: &SdpaConfig| c.clone().implementation(SdpaImpl::Native);
+    let comp = |c: &SdpaConfig| c.clone().implementation(SdpaImpl::Composite);
+    let unsupported_naming = |r: Result<SdpaImpl, Error>, word: &str, ver: &str| -> TestResult {
+        match r {
+            Err(e @ Error::Unsupported { .. }) => {
+                let s = e.to_string();
+                ensure!(
+                    s.contains(word) && s.contains(ver),
+                    "refusal does not name `{word}` and `{ver}`: {s}"
+                );
+                Ok(())
+            }
+            other => Err(format!("expected Unsupported naming {word}, got {other:?}").into()),
+        }
+    };
+    // The SDPA operation takes the band options from 9.21 (its subgraph).
+    unsupported_naming(native(&br).resolve_for((9, 20, 0), false), "diagonal", "9.21.0")?;
+    let win = cross.clone().sliding_window(32);
+    unsupported_naming(native(&win).resolve_for((9, 19, 0), false), "window", "9.21.0")?;
+    ensure!(
+        native(&br).resolve_for((9, 21, 0), false)? == SdpaImpl::Native,
+        "9.21 native bottom-right"
+    );
+    // Auto falls back to the composite before 9.21 (torch211's 9.19).
+    ensure!(
+        br.resolve_for((9, 19, 0), false)? == SdpaImpl::Composite,
+        "auto before 9.21"
+    );
+    // Composite: bottom-right needs multiples of 64 before 9.6.
+    let odd = SdpaConfig::new(1, 2, 100, 64, DType::F16)
+        .kv_len(200)
+        .causal_bottom_right();
+    unsupported_naming(comp(&odd).resolve_for((9, 5, 1), false), "64", "9.6.0")?;
+    ensure!(
+        comp(&odd).resolve_for((9, 6, 0), false).is_ok(),
+        "9.6 takes any length"
+    );
+    // Bottom-right causal with s_q > s_kv without padding: refused everywhere.
+    let tall = SdpaConfig::new(1, 2, 512, 64, DType::F16)
+        .kv_len(128)
+        .causal_bottom_right();
+    unsupported_naming(tall.resolve_for((9, 28, 1), false), "diagonal", "seq_q")?;
+    ensure!(
+        tall.clone().padding(true).resolve_for((9, 28, 1), false).is_ok(),
+        "with padding s_q > s_kv is allowed"
+    );
+    // Not with dropout.
+    unsupported_naming(br.clone().dropout(0.1).resolve_for((9, 28, 1), true), "dropout", "diagonal")?;
+    // Window: before 9.10.2 only with a causal mask, no dropout.
+    unsupported_naming(comp(&win).resolve_for((9, 9, 0), false), "window", "9.10.2")?;
+    ensure!(
+        comp(&win.clone().causal(true))
+            .resolve_for((9, 9, 0), false)
+            .is_ok(),
+        "9.9 window causal"
+    );
+    // 9.14.0's bug: non-causal window with s_kv > 1024.
+    let long = SdpaConfig::new(1, 2, 128, 64, DType::F16)
+        .kv_len(2048)
+        .sliding_window(256);
+    unsupported_naming(long.resolve_for((9, 14, 0), false), "9.14.0", "1024")?;
+    ensure!(long.resolve_for((9, 14, 1), false).is_ok(), "9.14.1 fixed");
+    // A window below 1 is an invalid value.
+    match base().sliding_window(0).validate() {
+        Err(Error::InvalidArgument { .. }) => {}
+        other => return Err(format!("window 0: {other:?}").into()),
+    }
+    // The architecture rule: sm_90, cuDNN <= 9.9, window + bottom-right causal, s_q == s_kv.
+    let sq = base().causal_bottom_right().sliding_window(64);
+    match sq.check_target_for(false, 900, (9, 9, 0)) {
+        Err(e @ Error::Unsupported { .. }) => ensure!(
+            e.to_string().contains("sliding window"),
+            "names the window: {e}"
+        ),
+        other => return Err(format!("sm_90 9.9: {other:?}").into()),
+    }
+    sq.check_target_for(false, 900, (9, 11, 0))?;
+    sq.check_target_for(false, 800, (9, 9, 0))?;
+    Ok(())
+}
+
+/// Random option combinations: building never panics, and every refusal is
+/// typed and names the option (or the shape / version) it refuses.
+fn property_random_options() -> TestResult {
+    let v = loaded();
+    let mut runner = TestRunner::new(PtConfig {
+        cases: 96,
+        failure_persistence: None,
+        ..PtConfig::default()
+    });
+    let strat = (
+        (1i64..3, prop_oneof![Just(1i64), Just(2), Just(4)], 1i64..300, 1i64..600),
+        (prop_oneof![Just(64i64), Just(128), Just(72), Just(7)], any::<bool>(), any::<bool>()),
+        (
+            prop_oneof![Just(None), (-2i64..400).prop_map(Some), Just(Some(i64::MAX))],
+            any::<bool>(),
+            any::<bool>(),
+            prop_oneof![Just(0.0f64), Just(0.1)],
+        ),
+        (0u8..3, any::<bool>(), any::<bool>(), any::<bool>()),
+    );
+    runner
+        .run(
+            &strat,
+            |((b, h, sq, skv), (d, causal, br), (window, padding, training, p), (imp, bwd_, bshd, plan))| {
+                let mut c = SdpaConfig::new(b, h, sq, d, DType::BF16)
+                    .kv_len(skv)
+                    .causal(causal)
+                    .padding(padding)
+                    .training(training)
+                    .dropout(p)
+                    .layout(if bshd { AttnLayout::Bshd } else { AttnLayout::Bhsd })
+                    .implementation([SdpaImpl::Auto, SdpaImpl::Native, SdpaImpl::Composite][imp as usize]);
+                if br {
+                    c = c.diagonal(DiagonalAlignment::BottomRight);
+                }
+                if let Some(w) = window {
+                    c = c.sliding_window(w);
+                }
+                // Every version from 9.0 to 9.28 as a pure function.
+                for ver in [(9, 0, 0), (9, 5, 0), (9, 9, 0), (9, 10, 2), (9, 14, 0), (9, 19, 0), (9, 21, 0), (9, 28, 1)] {
+                    if let Err(e) = c.resolve_for(ver, bwd_) {
+                        prop_assert!(names_option(&e), "untyped or unnamed refusal {e:?}");
+                    }
+                    for dev in [800, 900, 1000] {
+                        if let Err(e) = c.check_target_for(bwd_, dev, ver) {
+                            prop_assert!(names_option(&e), "untyped target refusal {e:?}");
+                        }
+                    }
+                }
+                // The loaded library: the builder agrees with resolve.
+                let g = if bwd_ { bwd(&c) } else { fwd(&c) };
+                match (&g, c.resolve(bwd_)) {
+                    (Ok(_), Ok(_)) => {}
+                    (Err(e), Err(_)) => prop_assert!(names_option(e) || matches!(e, Error::Mismatch { .. }), "{e:?}"),
+                    (g, r) => prop_assert!(false, "builder {:?} vs resolve {r:?} on {v:?}", g.as_ref().err()),
+                }
+                // A few plan for an H200 (bounded time: one attempt).
+                if plan && sq <= 256 && skv <= 256 && let Ok(g) = g {
+                    match counts(&g, "h200", 1) {
+                        Ok(_) => {}
+                        Err(e) => prop_assert!(names_option(&e) || matches!(e, Error::Cudnn { .. }), "{e:?}"),
+                    }
+                }
+                Ok(())
+            },
+        )
+        .map_err(|e| format!("{e}").into())
+}
+
+fn main() {
+    let t = vec![
+        host("sdpa_band_plans_per_target", plan_per_target),
+        unit("sdpa_band_version_rules", version_rules),
+        host("sdpa_options_random_combinations", property_random_options),
+    ];
+    run(t)
+}
