@@ -181,7 +181,7 @@ fn plan_per_target() -> TestResult {
             match (&resolved, built) {
                 (Ok(r), Ok(g)) => {
                     for tgt in TARGETS {
-                        match counts(&g, tgt, 3) {
+                        match counts(&g, tgt, if tgt == "h200" { 3 } else { 1 }) {
                             Ok(c) => {
                                 eprintln!(
                                     "{name:<34} {imp:<9} -> {r:<9} {tgt}: engines {:>3} configs {:>3} plans {:>2} engine {:>4} workspace {}",
@@ -246,7 +246,10 @@ fn version_rules() -> TestResult {
         }
     };
     // The SDPA operation takes the band options from 9.21 (its subgraph).
-    unsupported_naming(native(&br).resolve_for((9, 20, 0), false), "diagonal", "9.21.0")?;
+    unsupported_naming(native(&br).resolve_for((9, 20, 0), false), "is_causal", "9.21.0")?;
+    // A bottom-right window without a causal mask names the alignment.
+    let brw = cross.clone().diagonal(DiagonalAlignment::BottomRight).sliding_window(32);
+    unsupported_naming(native(&brw).resolve_for((9, 20, 0), false), "diagonal", "9.21.0")?;
     let win = cross.clone().sliding_window(32);
     unsupported_naming(native(&win).resolve_for((9, 19, 0), false), "window", "9.21.0")?;
     ensure!(
@@ -380,10 +383,155 @@ fn property_random_options() -> TestResult {
         .map_err(|e| format!("{e}").into())
 }
 
+// ---- the f64 reference's band options (unit tier) ----
+
+use cudnn::reference::attention::{self as ref_attn, CausalMask, View, Window};
+
+/// One head, d = 1, q = 0: every allowed key scores 0, so O is the mean of
+/// V over the allowed keys and stats is ln(count): hand-computed values.
+fn ref_case(
+    sq: usize,
+    skv: usize,
+    causal: CausalMask,
+    window: Option<Window>,
+    lens: Option<(&[usize], &[usize])>,
+) -> Result<ref_attn::SdpaForward, Error> {
+    let q = vec![0.0; sq];
+    let k = vec![0.5; skv];
+    let v: Vec<f64> = (0..skv).map(|j| f64::from(1u32 << j)).collect();
+    let mut c = ref_attn::SdpaConfig::new(1.0);
+    c.causal = causal;
+    c.window = window;
+    if let Some((a, b)) = lens {
+        c.seq_len_q = Some(a);
+        c.seq_len_kv = Some(b);
+    }
+    ref_attn::forward(
+        &View::bhsd(&q, [1, 1, sq, 1]),
+        &View::bhsd(&k, [1, 1, skv, 1]),
+        &View::bhsd(&v, [1, 1, skv, 1]),
+        &c,
+    )
+}
+
+fn close(got: &[f64], want: &[f64]) -> TestResult {
+    ensure!(got.len() == want.len(), "length {} vs {}", got.len(), want.len());
+    for (i, (a, b)) in got.iter().zip(want).enumerate() {
+        ensure!((a - b).abs() < 1e-12, "[{i}]: {a} vs {b} (all: {got:?} vs {want:?})");
+    }
+    Ok(())
+}
+
+fn reference_band_hand_cases() -> TestResult {
+    let tl = |size| Some(Window { size, bottom_right: false });
+    let br = |size| Some(Window { size, bottom_right: true });
+    // V = [1, 2, 4, 8]. Top-left causal, window 2: {0}, {0,1}, {1,2}, {2,3}.
+    let f = ref_case(4, 4, CausalMask::TopLeft, tl(2), None)?;
+    close(&f.o, &[1.0, 1.5, 3.0, 6.0])?;
+    close(&f.stats, &[0.0, 2f64.ln(), 2f64.ln(), 2f64.ln()])?;
+    // Window 2 alone (no causal): j >= i - 1.
+    let f = ref_case(4, 4, CausalMask::None, tl(2), None)?;
+    close(&f.o, &[15.0 / 4.0, 15.0 / 4.0, 14.0 / 3.0, 6.0])?;
+    // Bottom-right causal, s_q 2, s_kv 4: rows see {0..=2}, {0..=3}.
+    let f = ref_case(2, 4, CausalMask::BottomRight, None, None)?;
+    close(&f.o, &[7.0 / 3.0, 15.0 / 4.0])?;
+    // ... with a bottom-right window of 2: {1,2}, {2,3}.
+    let f = ref_case(2, 4, CausalMask::BottomRight, br(2), None)?;
+    close(&f.o, &[3.0, 6.0])?;
+    // Padding: len_q 2, len_kv 3 of 4 x 4, bottom-right (shift 1), window 2:
+    // {0,1}, {1,2}, then two masked rows (O = 0, stats = +inf).
+    let f = ref_case(4, 4, CausalMask::BottomRight, br(2), Some((&[2], &[3])))?;
+    close(&f.o, &[1.5, 3.0, 0.0, 0.0])?;
+    ensure!(f.stats[2] == f64::INFINITY, "masked row stats {}", f.stats[2]);
+    // A window as long as the keys is no window.
+    let a = ref_case(3, 5, CausalMask::BottomRight, br(5), None)?;
+    let b = ref_case(3, 5, CausalMask::BottomRight, None, None)?;
+    close(&a.o, &b.o)?;
+    // A huge window saturates, never overflows.
+    let a = ref_case(3, 5, CausalMask::None, br(usize::MAX), None)?;
+    let b = ref_case(3, 5, CausalMask::None, None, None)?;
+    close(&a.o, &b.o)?;
+    // Size 0 is a typed error naming the window.
+    match ref_case(2, 2, CausalMask::None, tl(0), None) {
+        Err(Error::InvalidArgument { .. }) => {}
+        other => return Err(format!("window 0: {other:?}").into()),
+    }
+    Ok(())
+}
+
+/// The backward with a bottom-right causal window and padding against
+/// central finite differences of `L = sum(O * dO)` through the forward.
+fn reference_band_finite_differences() -> TestResult {
+    let (b, h, sq, skv, d) = (2usize, 2usize, 3usize, 5usize, 3usize);
+    let rnd = |n: usize, seed: u64| -> Vec<f64> {
+        let mut x = seed;
+        (0..n)
+            .map(|_| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((x >> 33) as f64 / (1u64 << 31) as f64) - 0.5
+            })
+            .collect()
+    };
+    let q = rnd(b * h * sq * d, 1);
+    let k = rnd(b * h * skv * d, 2);
+    let v = rnd(b * h * skv * d, 3);
+    let d_o = rnd(b * h * sq * d, 4);
+    let (lq, lkv) = ([3usize, 2], [5usize, 4]);
+    let mut cfg = ref_attn::SdpaConfig::new(0.7);
+    cfg.causal = CausalMask::BottomRight;
+    cfg.window = Some(Window { size: 2, bottom_right: true });
+    cfg.seq_len_q = Some(&lq);
+    cfg.seq_len_kv = Some(&lkv);
+    let qd = [b, h, sq, d];
+    let kd = [b, h, skv, d];
+    let loss = |q: &[f64], k: &[f64], v: &[f64]| -> Result<f64, Error> {
+        let f = ref_attn::forward(
+            &View::bhsd(q, qd),
+            &View::bhsd(k, kd),
+            &View::bhsd(v, kd),
+            &cfg,
+        )?;
+        Ok(f.o.iter().zip(&d_o).map(|(a, b)| a * b).sum())
+    };
+    let f = ref_attn::forward(&View::bhsd(&q, qd), &View::bhsd(&k, kd), &View::bhsd(&v, kd), &cfg)?;
+    let g = ref_attn::backward(
+        &View::bhsd(&q, qd),
+        &View::bhsd(&k, kd),
+        &View::bhsd(&v, kd),
+        &View::bhsd(&f.o, qd),
+        &View::bhsd(&d_o, qd),
+        &f.stats,
+        &cfg,
+    )?;
+    let hstep = 1e-6;
+    let mut worst = 0f64;
+    for (which, analytic) in [(0, &g.dq), (1, &g.dk), (2, &g.dv)] {
+        let base = [&q, &k, &v][which];
+        for i in 0..base.len() {
+            let mut p = base.clone();
+            let mut m = base.clone();
+            p[i] += hstep;
+            m[i] -= hstep;
+            let (lp, lm) = match which {
+                0 => (loss(&p, &k, &v)?, loss(&m, &k, &v)?),
+                1 => (loss(&q, &p, &v)?, loss(&q, &m, &v)?),
+                _ => (loss(&q, &k, &p)?, loss(&q, &k, &m)?),
+            };
+            let num = (lp - lm) / (2.0 * hstep);
+            worst = worst.max((num - analytic[i]).abs());
+        }
+    }
+    eprintln!("reference band backward vs finite differences: max abs error {worst:.2e}");
+    ensure!(worst < 1e-7, "finite differences disagree by {worst}");
+    Ok(())
+}
+
 fn main() {
     let t = vec![
         host("sdpa_band_plans_per_target", plan_per_target),
         unit("sdpa_band_version_rules", version_rules),
+        unit("sdpa_reference_band_hand_cases", reference_band_hand_cases),
+        unit("sdpa_reference_band_finite_differences", reference_band_finite_differences),
         host("sdpa_options_random_combinations", property_random_options),
     ];
     run(t)

@@ -55,6 +55,8 @@ pub fn test(args: &[String]) -> Result<(), String> {
         .map_err(|e| format!("joining the cudnn910 and cuda12 folders: {e}"))?;
     let mut cmd = cargo();
     cmd.args(["test", "-p", "cudnn", "--test", "host_graph_norm_attention"])
+        // Issue 24's attention options (their tests are all named `sdpa_*`).
+        .args(["--test", "host_sdpa_options"])
         .args(args)
         .args(["--", "sdpa"]);
     cmd.env("CUDNN_RS_REQUIRE_LIBS", "1")
@@ -104,7 +106,12 @@ fn torch211(dir: &Path, args: &[String]) -> Result<(), String> {
 }
 
 /// The test binaries run against the `torch211` stack.
-const TORCH211_TESTS: &[&str] = &["host_raw", "host_graph", "host_graph_norm_attention"];
+const TORCH211_TESTS: &[&str] = &[
+    "host_raw",
+    "host_graph",
+    "host_graph_norm_attention",
+    "host_sdpa_options",
+];
 /// The examples that plan (without a GPU: for an H200), run against it.
 const TORCH211_EXAMPLES: &[&str] = &["graph_conv", "aot", "attention", "bench_graph"];
 
