@@ -32,6 +32,16 @@ impl Pattern {
     }
 }
 
+/// A pattern (for the pattern files of other sections).
+pub fn pattern(
+    name: impl Into<String>,
+    family: &'static str,
+    params: Value,
+    build: impl Fn() -> cudnn::Result<Graph> + 'static,
+) -> Pattern {
+    p(name, family, params, build)
+}
+
 fn p(
     name: impl Into<String>,
     family: &'static str,
@@ -691,5 +701,6 @@ pub fn all() -> Vec<Pattern> {
     matmuls(&mut out);
     norms(&mut out);
     attention(&mut out);
+    crate::patterns_sdpa_options::attention_options(&mut out);
     out
 }

@@ -88,6 +88,13 @@ pub(crate) struct CompositeBand {
     /// Whether the window subtracts the shift from `lens` (bottom-right
     /// with padding).
     pub(crate) window_lens: bool,
+    /// Build the masks as cuDNN's diagonal band mask operation (cuDNN >=
+    /// 9.21, a bottom-right alignment or a window: what NVIDIA's frontend
+    /// builds there; its bound is then f32 unless `window_lens`).
+    pub(crate) unified: bool,
+    /// The fill scalars (-inf) of the operation's right and left bound:
+    /// one each, as the frontend makes them (`unified` only).
+    pub(crate) fills: [Option<usize>; 2],
 }
 
 impl CompositeBand {
@@ -102,6 +109,11 @@ impl CompositeBand {
         }
         if let Some(w) = self.window {
             v.push(("window_bound", w, false));
+        }
+        for (name, f) in ["band_fill", "window_fill"].into_iter().zip(self.fills) {
+            if let Some(f) = f {
+                v.push((name, f, false));
+            }
         }
     }
 
@@ -319,7 +331,23 @@ impl Ctx<'_> {
     /// from `band.lens` (bottom-right; 0 top-left), each mask its own
     /// `GEN_INDEX` / i32 arithmetic / compare / `BINARY_SELECT`, as NVIDIA's
     /// frontend decomposes its band mask before cuDNN 9.21.
-    fn band_mask(&mut self, x: T, fill: T, score: &[i64], band: &CompositeBand) -> Result<T> {
+    fn band_mask(
+        &mut self,
+        x: T,
+        fill: Option<T>,
+        score: &[i64],
+        band: &CompositeBand,
+    ) -> Result<T> {
+        if band.unified {
+            return self.band_mask_op(x, fill, score, band);
+        }
+        let fill = fill.ok_or_else(|| {
+            Error::invalid(
+                "the composite's band mask",
+                "needs the mask fill scalar (an internal invariant)",
+                "none",
+            )
+        })?;
         let mut last = x;
         if band.causal {
             let ri = self.virt(DType::I32, score)?;
@@ -370,6 +398,59 @@ impl Ctx<'_> {
                 out,
                 None,
             )?;
+            last = out;
+        }
+        Ok(last)
+    }
+
+    /// The band masks as cuDNN's diagonal band mask operation (>= 9.21):
+    /// a right bound (`CMP_GE`, the lengths when aligned bottom-right),
+    /// then a left bound (`CMP_GT`, the bound, the lengths with padding).
+    fn band_mask_op(
+        &mut self,
+        x: T,
+        fill: Option<T>,
+        score: &[i64],
+        band: &CompositeBand,
+    ) -> Result<T> {
+        let mut last = x;
+        let masks = [
+            (band.causal, None, band.lens, M::CUDNN_POINTWISE_CMP_GE, band.fills[0]),
+            (
+                band.window.is_some(),
+                band.window,
+                if band.window_lens { band.lens } else { None },
+                M::CUDNN_POINTWISE_CMP_GT,
+                band.fills[1],
+            ),
+        ];
+        for (on, bound, lens, mode, own_fill) in masks {
+            if !on {
+                continue;
+            }
+            let fill = own_fill.map(T::G).or(fill).ok_or_else(|| {
+                Error::invalid(
+                    "the composite's diagonal band mask",
+                    "needs a fill scalar (an internal invariant)",
+                    "none",
+                )
+            })?;
+            let out = self.virt(DType::F32, score)?;
+            let mut m = Descriptor::<kind::DiagonalBandMaskOp>::new()?;
+            m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_XDESC, &[self.d(last)])?;
+            m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_BDESC, &[self.d(fill)])?;
+            if let Some((q, kv)) = lens {
+                m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_SEQ_LEN_QDESC, &[self.d(T::G(q))])?;
+                m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_SEQ_LEN_KVDESC, &[self.d(T::G(kv))])?;
+            }
+            if let Some(b) = bound {
+                m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_LEFT_BOUND_DESC, &[self.d(T::G(b))])?;
+            }
+            m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_YDESC, &[self.d(out)])?;
+            m.set(attr::OPERATION_DIAGONAL_BAND_MASK_COMPARISON_MODE, &[mode])?;
+            m.finalize()
+                .map_err(|e| e.with_context("the composite's diagonal band mask"))?;
+            self.ops.push(Box::new(m));
             last = out;
         }
         Ok(last)
@@ -521,8 +602,8 @@ impl OpNode for CompositeFwdOp {
         if let (Some(sq_t), Some(skv_t), Some(fill)) = (seq_q, seq_kv, self.fill) {
             last = c.padding_mask(last, sq_t, skv_t, T::G(fill), &score)?;
         }
-        if let (true, Some(fill)) = (self.band.any(), self.fill) {
-            last = c.band_mask(last, T::G(fill), &score, &self.band)?;
+        if self.band.any() {
+            last = c.band_mask(last, self.fill.map(T::G), &score, &self.band)?;
         }
 
         // Softmax along the keys.
@@ -771,8 +852,8 @@ impl OpNode for CompositeBwdOp {
         if let (true, Some(a), Some(b), Some(f)) = (self.repad, seq_q, seq_kv, self.fill) {
             last = c.padding_mask(last, a, b, T::G(f), &score)?;
         }
-        if let (true, Some(f)) = (self.band.any(), self.fill) {
-            last = c.band_mask(last, T::G(f), &score, &self.band)?;
+        if self.band.any() {
+            last = c.band_mask(last, self.fill.map(T::G), &score, &self.band)?;
         }
         let p = c.virt(DType::F32, &score)?;
         c.pointwise(M::CUDNN_POINTWISE_EXP, DType::F32, &[last], p, None)?;

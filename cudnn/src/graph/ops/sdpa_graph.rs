@@ -19,6 +19,13 @@ fn seq_lens(cfg: &SdpaConfig) -> (i32, i32) {
     )
 }
 
+/// Whether a composite builds its band masks as cuDNN's diagonal band mask
+/// operation: from cuDNN 9.21, for a bottom-right alignment or a window.
+fn composite_unified(cfg: &SdpaConfig) -> Result<bool> {
+    Ok(loaded_cudnn()? >= super::sdpa::since::SUBGRAPH
+        && (cfg.band_needs_lengths() || cfg.window.is_some()))
+}
+
 impl Graph {
     fn sdpa_expect(&self, op: &str, role: &str, t: Tensor, want: &TensorSpec) -> Result<()> {
         let n = self.node(t)?;
@@ -111,7 +118,6 @@ impl Graph {
         }
         let spec = cfg.score_spec()?;
         let scores = self.intermediate("sdpa_scores", spec.clone())?;
-        let fill = self.scalar(f64::NEG_INFINITY, DType::F32, 4)?;
         let bottom_right = cfg.band_needs_lengths();
         let full_lens = |g: &mut Graph| -> Result<(usize, usize)> {
             let (sq, skv) = seq_lens(cfg);
@@ -126,7 +132,8 @@ impl Graph {
                 (true, None) => Some(full_lens(self)?),
             };
             let out = self.intermediate("sdpa_masked_scores", spec.clone())?;
-            Some((self.index(out)?, lens))
+            let fill = self.scalar(f64::NEG_INFINITY, DType::F32, 4)?;
+            Some((self.index(out)?, self.index(fill)?, lens))
         } else {
             None
         };
@@ -141,13 +148,13 @@ impl Graph {
                     (true, Some(s)) => (self.scalar(w as f64, DType::I32, 4)?, Some(s)),
                 };
                 let out = self.intermediate("sdpa_window_scores", spec)?;
-                Some((self.index(out)?, self.index(bound)?, lens))
+                let fill = self.scalar(f64::NEG_INFINITY, DType::F32, 4)?;
+                Some((self.index(out)?, self.index(fill)?, self.index(bound)?, lens))
             }
             None => None,
         };
         Ok(Some(Band {
             scores: self.index(scores)?,
-            fill: self.index(fill)?,
             right,
             left,
         }))
@@ -326,7 +333,9 @@ impl Graph {
             }
             None => None,
         };
-        let fill = if cfg.padding || cfg.has_band() {
+        // The shared fill serves the padding mask and the GEN_INDEX band
+        // masks (the diagonal band mask operation has its own).
+        let fill = if cfg.padding || (cfg.has_band() && !composite_unified(cfg)?) {
             // The fused engines before cuDNN 9.10 expect the lowest finite value.
             let v = if loaded_cudnn()? >= (9, 10, 0) {
                 f64::NEG_INFINITY
@@ -348,6 +357,11 @@ impl Graph {
         seq: Option<(usize, usize)>,
     ) -> Result<CompositeBand> {
         let bottom_right = cfg.band_needs_lengths();
+        // NVIDIA's frontend builds the band as cuDNN's diagonal band mask
+        // operation from 9.21; the crate does too for a bottom-right
+        // alignment or a window (its top-left causal mask stays the i32
+        // GEN_INDEX compare, see `sdpa`'s list of differences).
+        let unified = composite_unified(cfg)?;
         let lens = match (bottom_right, seq) {
             (false, _) => None,
             (true, Some(s)) => Some(s),
@@ -361,6 +375,15 @@ impl Graph {
                 Some((self.index(a)?, self.index(b)?))
             }
         };
+        let mut fills = [None; 2];
+        if unified {
+            for (slot, on) in fills.iter_mut().zip([cfg.is_causal, cfg.window.is_some()]) {
+                if on {
+                    let f = self.scalar(f64::NEG_INFINITY, DType::F32, 4)?;
+                    *slot = Some(self.index(f)?);
+                }
+            }
+        }
         let window = match cfg.effective_window() {
             Some(w) => {
                 // validate_band keeps seq_q + seq_kv + w within i32.
@@ -369,7 +392,14 @@ impl Graph {
                 } else {
                     w
                 };
-                let t = self.scalar(bound as f64, DType::I32, 4)?;
+                // The operation takes the bound as f32 unless it is
+                // combined with per-batch lengths (as the frontend makes it).
+                let dt = if unified && !(bottom_right && seq.is_some()) {
+                    DType::F32
+                } else {
+                    DType::I32
+                };
+                let t = self.scalar(bound as f64, dt, 4)?;
                 Some(self.index(t)?)
             }
             None => None,
@@ -379,6 +409,8 @@ impl Graph {
             lens,
             window,
             window_lens: bottom_right && seq.is_some(),
+            unified,
+            fills,
         })
     }
 

@@ -33,29 +33,28 @@ pub(crate) struct Common {
 pub(crate) struct Band {
     /// The scores in (the subgraph's input).
     pub(crate) scores: usize,
-    /// The fill value (-inf).
-    pub(crate) fill: usize,
-    /// The right bound (the causal mask): its output, and the `(len_q,
-    /// len_kv)` tensors that align it bottom-right.
-    pub(crate) right: Option<(usize, Option<(usize, usize)>)>,
-    /// The left bound (the window): its output, the bound scalar, and the
-    /// lengths (bottom-right with padding).
-    pub(crate) left: Option<(usize, usize, Option<(usize, usize)>)>,
+    /// The right bound (the causal mask): its output, its fill value
+    /// (-inf), and the `(len_q, len_kv)` tensors that align it bottom-right.
+    pub(crate) right: Option<(usize, usize, Option<(usize, usize)>)>,
+    /// The left bound (the window): its output, its fill value, the bound
+    /// scalar, and the lengths (bottom-right with padding).
+    pub(crate) left: Option<(usize, usize, usize, Option<(usize, usize)>)>,
 }
 
 impl Band {
     fn inputs(&self, v: &mut Vec<(&'static str, usize, bool)>) {
         v.push(("scores", self.scores, false));
-        v.push(("mask_fill", self.fill, false));
-        if let Some((out, lens)) = self.right {
+        if let Some((out, fill, lens)) = self.right {
             v.push(("masked_scores", out, false));
+            v.push(("mask_fill", fill, false));
             if let Some((a, b)) = lens {
                 v.push(("band_len_q", a, false));
                 v.push(("band_len_kv", b, false));
             }
         }
-        if let Some((out, bound, lens)) = self.left {
+        if let Some((out, fill, bound, lens)) = self.left {
             v.push(("window_scores", out, false));
+            v.push(("window_fill", fill, false));
             v.push(("window_bound", bound, false));
             if let Some((a, b)) = lens {
                 v.push(("band_len_q", a, false));
@@ -98,7 +97,7 @@ impl Common {
             self.dropout.map(|d| d.2),
             self.band.is_some_and(|b| b.right.is_some()),
             self.band
-                .is_some_and(|b| b.right.is_some_and(|r| r.1.is_some()) || b.left.is_some_and(|l| l.2.is_some())),
+                .is_some_and(|b| b.right.is_some_and(|r| r.2.is_some()) || b.left.is_some_and(|l| l.3.is_some())),
             self.band.is_some_and(|b| b.left.is_some()),
         )
     }
@@ -116,10 +115,10 @@ impl Common {
         };
         let mut ops = Vec::new();
         let mut last = band.scores;
-        if let Some((out, lens)) = band.right {
+        if let Some((out, fill, lens)) = band.right {
             let mut m = Descriptor::<kind::DiagonalBandMaskOp>::new()?;
             m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_XDESC, &[&t[last]])?;
-            m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_BDESC, &[&t[band.fill]])?;
+            m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_BDESC, &[&t[fill]])?;
             if let Some((q, kv)) = lens {
                 m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_SEQ_LEN_QDESC, &[&t[q]])?;
                 m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_SEQ_LEN_KVDESC, &[&t[kv]])?;
@@ -134,10 +133,10 @@ impl Common {
             ops.push(m);
             last = out;
         }
-        if let Some((out, bound, lens)) = band.left {
+        if let Some((out, fill, bound, lens)) = band.left {
             let mut m = Descriptor::<kind::DiagonalBandMaskOp>::new()?;
             m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_XDESC, &[&t[last]])?;
-            m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_BDESC, &[&t[band.fill]])?;
+            m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_BDESC, &[&t[fill]])?;
             if let Some((q, kv)) = lens {
                 m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_SEQ_LEN_QDESC, &[&t[q]])?;
                 m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_SEQ_LEN_KVDESC, &[&t[kv]])?;

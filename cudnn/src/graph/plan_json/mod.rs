@@ -167,7 +167,7 @@ pub(super) fn one_of<'v>(v: &'v Value, path: &str, allowed: &[&str]) -> Result<&
 }
 
 /// One tensor of the plan, as the JSON declares it.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 struct JsonTensor {
     dtype: &'static str,
     dims: Vec<i64>,
@@ -260,23 +260,29 @@ impl Walk {
         if is_virtual && by_value {
             return Err(bad(path, "cannot be both virtual and by value", name));
         }
-        if self.tensors.contains_key(&uid) {
-            return Err(bad(
-                &format!("{path}/name"),
-                "must be unique in the plan",
-                uid,
-            ));
+        let t = JsonTensor {
+            dtype,
+            dims,
+            strides,
+            is_virtual,
+            by_value,
+        };
+        // A tensor declared again must be the same tensor: an attention
+        // mask subgraph lists the sequence lengths it shares with its SDPA
+        // operation (NVIDIA's frontend's plans do).
+        match self.tensors.get(&uid) {
+            Some(prev) if *prev == t => {}
+            Some(_) => {
+                return Err(bad(
+                    &format!("{path}/name"),
+                    "must be unique in the plan (or declare the same tensor again)",
+                    uid,
+                ));
+            }
+            None => {
+                self.tensors.insert(uid, t);
+            }
         }
-        self.tensors.insert(
-            uid,
-            JsonTensor {
-                dtype,
-                dims,
-                strides,
-                is_virtual,
-                by_value,
-            },
-        );
         Ok(name.to_string())
     }
 

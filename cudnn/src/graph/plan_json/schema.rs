@@ -290,6 +290,10 @@ pub(super) fn node_fields(op: &str) -> Option<&'static [(&'static str, Field)]> 
             ("Y", Out),
             ("B", In),
             ("comparisonMode", Enum(CMP_MODES)),
+            // The bottom-right alignment and the sliding window (issue 24).
+            ("seqLenQDesc", In),
+            ("seqLenKVDesc", In),
+            ("leftBoundDesc", In),
         ],
         "CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR" => &[
             ("Y", Out),
