@@ -7,6 +7,12 @@
 //!   counted as half of the full matmuls, as FlashAttention does; backward
 //!   2.5 times the forward), each through cuDNN's SDPA operation and
 //!   through the matmul–softmax–matmul composite (`SdpaImpl::Composite`);
+//! - attention options (issue 24), forward and backward, `SdpaImpl::Auto`:
+//!   a bottom-right causal mask over 1k queries and 4k keys (a chunked
+//!   prefill against a cache; PyTorch: `causal_lower_right`), and a causal
+//!   sliding window of 1k keys over 4k (PyTorch: a boolean `attn_mask`,
+//!   its only SDPA form of a window); TFLOP/s count the pairs the mask
+//!   keeps (exactly, row by row);
 //! - layer norm forward (training) and backward, bf16, 8192 rows of 4096,
 //!   in GB/s (the bytes each call must move at least: x and y forward;
 //!   x, dy and dx backward).
@@ -48,8 +54,61 @@ enum Case {
     /// Sequence length; through the composite pattern (or the SDPA operation).
     SdpaFwd(i64, bool),
     SdpaBwd(i64, bool),
+    /// Issue 24: an attention option (backward or forward).
+    SdpaOpt(Opt, bool),
     LnFwd,
     LnBwd,
+}
+
+/// The attention options benchmarked (issue 24).
+#[derive(Clone, Copy, PartialEq)]
+enum Opt {
+    /// 1024 queries, 4096 keys, causal aligned bottom-right.
+    BottomRight,
+    /// 4096 queries and keys, causal, a window of 1024 keys.
+    Window,
+}
+
+impl Opt {
+    fn cfg(self) -> SdpaConfig {
+        let c = SdpaConfig::new(4, 32, 1024, 128, DType::BF16).training(true);
+        match self {
+            Opt::BottomRight => c.kv_len(4096).causal_bottom_right(),
+            Opt::Window => SdpaConfig::new(4, 32, 4096, 128, DType::BF16)
+                .training(true)
+                .causal(true)
+                .sliding_window(1024),
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Opt::BottomRight => "s_q1024 s_kv4096 d128 causal bottom-right",
+            Opt::Window => "s4096 d128 causal window 1024",
+        }
+    }
+    fn shape(self) -> &'static str {
+        match self {
+            Opt::BottomRight => "b=4;h=32;s=1024;skv=4096;d=128;causal=1;align=br",
+            Opt::Window => "b=4;h=32;s=4096;d=128;causal=1;window=1024",
+        }
+    }
+    /// Forward FLOPs over the (query, key) pairs the mask keeps.
+    fn forward_flops(self) -> f64 {
+        let c = self.cfg();
+        let shift = if c.diagonal == DiagonalAlignment::BottomRight {
+            c.seq_kv - c.seq_q
+        } else {
+            0
+        };
+        let mut pairs = 0f64;
+        for i in 0..c.seq_q {
+            let diag = i + shift;
+            let hi = if c.is_causal { diag.min(c.seq_kv - 1) } else { c.seq_kv - 1 };
+            let lo = c.window.map_or(0, |w| (diag - w + 1).max(0));
+            pairs += (hi - lo + 1).max(0) as f64;
+        }
+        2.0 * c.batch as f64 * c.heads as f64 * pairs * (c.head_dim + c.head_dim_v) as f64
+    }
 }
 
 impl Case {
@@ -65,15 +124,15 @@ impl Case {
     }
     fn key(self) -> &'static str {
         match self {
-            Case::SdpaFwd(..) => "sdpa_fwd",
-            Case::SdpaBwd(..) => "sdpa_bwd",
+            Case::SdpaFwd(..) | Case::SdpaOpt(_, false) => "sdpa_fwd",
+            Case::SdpaBwd(..) | Case::SdpaOpt(_, true) => "sdpa_bwd",
             Case::LnFwd => "layer_norm_fwd",
             Case::LnBwd => "layer_norm_bwd",
         }
     }
     fn suite(self) -> &'static str {
         match self {
-            Case::SdpaFwd(..) | Case::SdpaBwd(..) => "attention",
+            Case::SdpaFwd(..) | Case::SdpaBwd(..) | Case::SdpaOpt(..) => "attention",
             _ => "norm",
         }
     }
@@ -81,6 +140,11 @@ impl Case {
         match self {
             Case::SdpaFwd(s, c) => format!("sdpa forward b4 h32 s{s} d128 causal{}", imp(c)),
             Case::SdpaBwd(s, c) => format!("sdpa backward b4 h32 s{s} d128 causal{}", imp(c)),
+            Case::SdpaOpt(o, bwd) => format!(
+                "sdpa {} b4 h32 {}",
+                if bwd { "backward" } else { "forward" },
+                o.name()
+            ),
             Case::LnFwd => format!("layer norm forward {LN_ROWS}x{LN_DIM}"),
             Case::LnBwd => format!("layer norm backward {LN_ROWS}x{LN_DIM}"),
         }
@@ -93,12 +157,13 @@ impl Case {
                     if c { ";impl=composite" } else { "" }
                 )
             }
+            Case::SdpaOpt(o, _) => o.shape().to_string(),
             _ => format!("n={LN_ROWS};d={LN_DIM}"),
         }
     }
     fn metric(self) -> &'static str {
         match self {
-            Case::SdpaFwd(..) | Case::SdpaBwd(..) => "TFLOP/s",
+            Case::SdpaFwd(..) | Case::SdpaBwd(..) | Case::SdpaOpt(..) => "TFLOP/s",
             _ => "GB/s",
         }
     }
@@ -107,6 +172,8 @@ impl Case {
         match self {
             Case::SdpaFwd(s, c) => Self::cfg(s, c).forward_flops(),
             Case::SdpaBwd(s, c) => Self::cfg(s, c).backward_flops(),
+            Case::SdpaOpt(o, false) => o.forward_flops(),
+            Case::SdpaOpt(o, true) => 2.5 * o.forward_flops(),
             Case::LnFwd => 2.0 * ln,
             Case::LnBwd => 3.0 * ln,
         }
@@ -114,9 +181,16 @@ impl Case {
 
     fn graph(self) -> cudnn::Result<Graph> {
         let mut g = Graph::new();
+        let (fwd, bwd) = match self {
+            Case::SdpaFwd(s, c) => (Some(Self::cfg(s, c)), None),
+            Case::SdpaBwd(s, c) => (None, Some(Self::cfg(s, c))),
+            Case::SdpaOpt(o, false) => (Some(o.cfg()), None),
+            Case::SdpaOpt(o, true) => (None, Some(o.cfg())),
+            _ => (None, None),
+        };
         match self {
-            Case::SdpaFwd(s, c) => {
-                let cfg = Self::cfg(s, c);
+            Case::SdpaFwd(..) | Case::SdpaOpt(_, false) => {
+                let cfg = fwd.ok_or_else(|| cudnn::Error::invalid("case", "has a config", "none"))?;
                 let q = g.input("q", cfg.q_spec()?)?;
                 let k = g.input("k", cfg.k_spec()?)?;
                 let v = g.input("v", cfg.v_spec()?)?;
@@ -126,8 +200,8 @@ impl Case {
                     g.rename(st, "stats")?;
                 }
             }
-            Case::SdpaBwd(s, c) => {
-                let cfg = Self::cfg(s, c);
+            Case::SdpaBwd(..) | Case::SdpaOpt(_, true) => {
+                let cfg = bwd.ok_or_else(|| cudnn::Error::invalid("case", "has a config", "none"))?;
                 let q = g.input("q", cfg.q_spec()?)?;
                 let k = g.input("k", cfg.k_spec()?)?;
                 let v = g.input("v", cfg.v_spec()?)?;
@@ -180,6 +254,10 @@ fn cases(quick: bool) -> Vec<Case> {
             v.push(Case::SdpaFwd(s, composite));
             v.push(Case::SdpaBwd(s, composite));
         }
+    }
+    for o in [Opt::BottomRight, Opt::Window] {
+        v.push(Case::SdpaOpt(o, false));
+        v.push(Case::SdpaOpt(o, true));
     }
     v.push(Case::LnFwd);
     v.push(Case::LnBwd);

@@ -28,6 +28,9 @@ pub(crate) struct Common {
     pub(crate) band: Option<Band>,
 }
 
+/// `(len_q, len_kv)` tensors aligning a band bottom-right.
+type Lens = Option<(usize, usize)>;
+
 /// The tensors of the diagonal-band mask subgraph.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Band {
@@ -35,10 +38,10 @@ pub(crate) struct Band {
     pub(crate) scores: usize,
     /// The right bound (the causal mask): its output, its fill value
     /// (-inf), and the `(len_q, len_kv)` tensors that align it bottom-right.
-    pub(crate) right: Option<(usize, usize, Option<(usize, usize)>)>,
+    pub(crate) right: Option<(usize, usize, Lens)>,
     /// The left bound (the window): its output, its fill value, the bound
     /// scalar, and the lengths (bottom-right with padding).
-    pub(crate) left: Option<(usize, usize, usize, Option<(usize, usize)>)>,
+    pub(crate) left: Option<(usize, usize, usize, Lens)>,
 }
 
 impl Band {
