@@ -71,6 +71,25 @@ fn bwd(cfg: &SdpaConfig) -> Result<Graph, Error> {
     Ok(g)
 }
 
+/// One decode step against a paged cache (Llama-style GQA 32:8, d 128).
+fn paged_decode() -> SdpaConfig {
+    SdpaConfig::new(4, 32, 1, 128, DType::BF16)
+        .gqa(8)
+        .kv_len(1024)
+        .causal_bottom_right()
+        .paged(64, 80)
+}
+
+/// A prefill writing 512 tokens per sequence into pages of 64.
+fn paged_prefill() -> SdpaConfig {
+    SdpaConfig::new(4, 32, 512, 128, DType::BF16)
+        .gqa(8)
+        .kv_len(512)
+        .causal_bottom_right()
+        .paged(64, 40)
+        .training(false)
+}
+
 fn base() -> SdpaConfig {
     SdpaConfig::new(2, 8, 256, 64, DType::BF16)
 }
@@ -122,6 +141,23 @@ fn band_cases() -> Vec<(&'static str, bool, SdpaConfig)> {
             false,
             base().causal(true).sliding_window(64).padding(true),
         ),
+        // Paged KV cache: a decode step (one query against 1000 cached
+        // keys in pages of 64) and a prefill (512 queries filling pages).
+        (
+            "fwd paged decode s_q 1",
+            false,
+            paged_decode(),
+        ),
+        (
+            "fwd paged decode s_q 4",
+            false,
+            SdpaConfig::new(4, 8, 4, 128, DType::BF16)
+                .gqa(2)
+                .kv_len(1024)
+                .causal_bottom_right()
+                .paged(64, 80),
+        ),
+        ("fwd paged prefill", false, paged_prefill()),
         ("bwd br-causal cross", true, cross().causal_bottom_right()),
         (
             "bwd br-causal padding",
@@ -295,6 +331,22 @@ fn version_rules() -> TestResult {
         .sliding_window(256);
     unsupported_naming(long.resolve_for((9, 14, 0), false), "9.14.0", "1024")?;
     ensure!(long.resolve_for((9, 14, 1), false).is_ok(), "9.14.1 fixed");
+    // Paged: composite from 9.5, the SDPA operation from 9.15, no backward,
+    // padding required.
+    let pd = paged_decode();
+    unsupported_naming(comp(&pd.clone().causal(false)).resolve_for((9, 4, 0), false), "paged", "9.5.0")?;
+    ensure!(comp(&pd).resolve_for((9, 5, 0), false)? == SdpaImpl::Composite, "9.5 paged composite");
+    unsupported_naming(native(&pd).resolve_for((9, 14, 0), false), "padding", "9.15.0")?;
+    ensure!(pd.resolve_for((9, 28, 1), false)? == SdpaImpl::Native, "auto paged on 9.28");
+    unsupported_naming(pd.resolve_for((9, 28, 1), true), "paged", "backward")?;
+    unsupported_naming(pd.clone().padding(false).resolve_for((9, 28, 1), false), "paged", "padding")?;
+    match SdpaConfig::new(1, 1, 1, 64, DType::F16).paged(0, 4).validate() {
+        Err(Error::InvalidArgument { .. }) => {}
+        other => return Err(format!("block size 0: {other:?}").into()),
+    }
+    let spec = pd.page_table_spec()?;
+    ensure!(spec.dims() == [4, 1, 16, 1], "page table dims {:?}", spec.dims());
+    ensure!(pd.k_spec()?.dims() == [80, 8, 64, 128], "container dims {:?}", pd.k_spec()?.dims());
     // A window below 1 is an invalid value.
     match base().sliding_window(0).validate() {
         Err(Error::InvalidArgument { .. }) => {}
@@ -333,11 +385,12 @@ fn property_random_options() -> TestResult {
             prop_oneof![Just(0.0f64), Just(0.1)],
         ),
         (0u8..3, any::<bool>(), any::<bool>(), any::<bool>()),
+        prop_oneof![Just(None), (-1i64..70, -1i64..40).prop_map(Some)],
     );
     runner
         .run(
             &strat,
-            |((b, h, sq, skv), (d, causal, br), (window, padding, training, p), (imp, bwd_, bshd, plan))| {
+            |((b, h, sq, skv), (d, causal, br), (window, padding, training, p), (imp, bwd_, bshd, plan), paged)| {
                 let mut c = SdpaConfig::new(b, h, sq, d, DType::BF16)
                     .kv_len(skv)
                     .causal(causal)
@@ -352,6 +405,9 @@ fn property_random_options() -> TestResult {
                 if let Some(w) = window {
                     c = c.sliding_window(w);
                 }
+                if let Some((bs, nb)) = paged {
+                    c = c.paged(bs, nb).padding(padding);
+                }
                 // Every version from 9.0 to 9.28 as a pure function.
                 for ver in [(9, 0, 0), (9, 5, 0), (9, 9, 0), (9, 10, 2), (9, 14, 0), (9, 19, 0), (9, 21, 0), (9, 28, 1)] {
                     if let Err(e) = c.resolve_for(ver, bwd_) {
@@ -365,6 +421,8 @@ fn property_random_options() -> TestResult {
                 }
                 // The loaded library: the builder agrees with resolve.
                 let g = if bwd_ { bwd(&c) } else { fwd(&c) };
+                // (Building with a paged config's page tables left unbound
+                // is fine: only planning follows.)
                 match (&g, c.resolve(bwd_)) {
                     (Ok(_), Ok(_)) => {}
                     (Err(e), Err(_)) => prop_assert!(names_option(e) || matches!(e, Error::Mismatch { .. }), "{e:?}"),
@@ -526,11 +584,64 @@ fn reference_band_finite_differences() -> TestResult {
     Ok(())
 }
 
+/// The reference's paged gather: a container whose pages are a shuffled
+/// copy of contiguous K gives K back through the page table, and the
+/// attention over it equals the contiguous one; bad tables are typed errors.
+fn reference_paged_gather() -> TestResult {
+    let (b, h, s_kv, d, block) = (2usize, 2usize, 7usize, 3usize, 3usize);
+    let pages = 3; // ceil(7 / 3)
+    let k: Vec<f64> = (0..b * h * s_kv * d).map(|i| i as f64 * 0.01).collect();
+    // Page p of sequence n goes to container block perm[n * pages + p].
+    let perm = [4i32, 0, 5, 2, 1, 3];
+    let nb = 6;
+    let mut cont = vec![f64::NAN; nb * h * block * d];
+    for n in 0..b {
+        for j in 0..s_kv {
+            let blk = perm[n * pages + j / block] as usize;
+            for hh in 0..h {
+                for t in 0..d {
+                    cont[((blk * h + hh) * block + j % block) * d + t] = k[((n * h + hh) * s_kv + j) * d + t];
+                }
+            }
+        }
+    }
+    // Unused tail rows of the last pages must still be finite for the
+    // gather (it reads whole pages up to s_kv only).
+    let cv = View::bhsd(&cont, [nb, h, block, d]);
+    let got = ref_attn::paged_gather(&cv, &perm, b, pages, s_kv)?;
+    close(&got, &k)?;
+    let q: Vec<f64> = (0..b * h * 2 * d).map(|i| (i as f64 * 0.37).sin()).collect();
+    let mut c = ref_attn::SdpaConfig::new(0.5);
+    c.causal = CausalMask::BottomRight;
+    let lq = [2usize, 1];
+    let lkv = [7usize, 5];
+    c.seq_len_q = Some(&lq);
+    c.seq_len_kv = Some(&lkv);
+    let kv = View::bhsd(&k, [b, h, s_kv, d]);
+    let a = ref_attn::forward(&View::bhsd(&q, [b, h, 2, d]), &kv, &kv, &c)?;
+    let g = View::bhsd(&got, [b, h, s_kv, d]);
+    let p = ref_attn::forward(&View::bhsd(&q, [b, h, 2, d]), &g, &g, &c)?;
+    close(&a.o, &p.o)?;
+    for (table, pages, why) in [
+        (&[4i32, 0, 6, 2, 1, 3][..], 3, "page 6 of 6"),
+        (&[4i32, 0, -1, 2, 1, 3][..], 3, "page -1"),
+        (&[4i32, 0, 5, 2, 1][..], 3, "short table"),
+        (&[4i32, 0, 2, 1][..], 2, "too few pages"),
+    ] {
+        match ref_attn::paged_gather(&cv, table, b, pages, s_kv) {
+            Err(Error::InvalidArgument { .. } | Error::Mismatch { .. }) => {}
+            other => return Err(format!("{why}: {other:?}").into()),
+        }
+    }
+    Ok(())
+}
+
 fn main() {
     let t = vec![
         host("sdpa_band_plans_per_target", plan_per_target),
         unit("sdpa_band_version_rules", version_rules),
         unit("sdpa_reference_band_hand_cases", reference_band_hand_cases),
+        unit("sdpa_reference_paged_gather", reference_paged_gather),
         unit("sdpa_reference_band_finite_differences", reference_band_finite_differences),
         host("sdpa_options_random_combinations", property_random_options),
     ];

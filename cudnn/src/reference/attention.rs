@@ -618,3 +618,72 @@ pub fn backward(
     }
     Ok(SdpaGrads { dq, dk, dv: dvv })
 }
+
+/// Gathers a paged cache into packed BHSD `[b, h, s_kv, d]`: token `j` of
+/// sequence `n` is row `j % block_size` of page `table[n * pages + j /
+/// block_size]` of `container` (`[num_blocks, h, block_size, d]`, any
+/// strides), as cuDNN's paged cache load reads it. `table` is the page
+/// table, packed `[b, pages]` (the graph's `[b, 1, pages, 1]`). The
+/// result is what [`forward`] takes for `K` or `V` (with
+/// [`View::bhsd`]); tokens past a sequence's key length are read too, so
+/// every page they name must exist.
+///
+/// # Errors
+/// A container view addressing outside its buffer or with a dimension of
+/// 0; `table` not `b * pages` long; `pages * block_size < s_kv`; a page
+/// index outside the container; sizes beyond
+/// [`MAX_ELEMENTS`](super::MAX_ELEMENTS).
+pub fn paged_gather(
+    container: &View<'_>,
+    table: &[i32],
+    b: usize,
+    pages: usize,
+    s_kv: usize,
+) -> Result<Vec<f64>> {
+    container.check("container")?;
+    let [num_blocks, h, block, d] = container.dims;
+    for (name, v) in [("b", b), ("pages", pages), ("s_kv", s_kv)] {
+        if v == 0 {
+            return Err(Error::invalid(format!("paged_gather {name}"), "must be >= 1", v));
+        }
+        bounds::extent(&format!("paged_gather {name}"), v)?;
+    }
+    let want = product("paged_gather table", &[b, pages])?;
+    if table.len() != want {
+        return Err(Error::mismatch(
+            format!("page table length (packed [b, pages] = [{b}, {pages}])"),
+            want,
+            table.len(),
+        ));
+    }
+    if product("paged_gather pages * block_size", &[pages, block])? < s_kv {
+        return Err(Error::invalid(
+            "paged_gather pages",
+            format!("must cover s_kv = {s_kv} tokens with block_size {block}"),
+            pages,
+        ));
+    }
+    let mut out = zeros("paged_gather", product("paged_gather out", &[b, h, s_kv, d])?)?;
+    for n in 0..b {
+        for j in 0..s_kv {
+            let slot = n * pages + j / block;
+            let page = table[slot];
+            let page = usize::try_from(page)
+                .ok()
+                .filter(|&p| p < num_blocks)
+                .ok_or_else(|| {
+                    Error::invalid(
+                        format!("page table [{n}, {}]", j / block),
+                        format!("must be a page of the container (0..{num_blocks})"),
+                        page,
+                    )
+                })?;
+            for hh in 0..h {
+                for t in 0..d {
+                    out[((n * h + hh) * s_kv + j) * d + t] = container.at(page, hh, j % block, t);
+                }
+            }
+        }
+    }
+    Ok(out)
+}

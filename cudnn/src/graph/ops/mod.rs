@@ -14,6 +14,7 @@ pub(crate) mod sdpa_band;
 pub(crate) mod sdpa_composite;
 pub(crate) mod sdpa_graph;
 pub(crate) mod sdpa_native;
+pub(crate) mod sdpa_paged;
 
 use super::backend::{AnyOperation, Descriptor, kind};
 use super::tensor::DType;

@@ -194,6 +194,11 @@ pub struct SdpaConfig {
     /// Where the causal diagonal and the sliding window sit
     /// ([`DiagonalAlignment::TopLeft`] by default).
     pub diagonal: DiagonalAlignment,
+    /// A paged KV cache: K and V live in containers of fixed-size pages,
+    /// addressed per sequence through page tables (graph inputs `[B, 1,
+    /// pages, 1]` i32); needs [`padding`](Self::padding) (the key lengths
+    /// say how much of each sequence's pages is valid). Forward only.
+    pub paged: Option<PagedKv>,
     /// Sliding window (cuDNN's diagonal-band left bound): query `i` sees
     /// only keys `j > i' - window`, `i'` being its diagonal position (`i`
     /// top-left, `i + len_kv - len_q` bottom-right); with a causal mask, the
@@ -226,6 +231,10 @@ pub struct SdpaForward {
     pub dropout_seed: Option<Tensor>,
     /// Dropout offset (dropout): `[1, 1, 1, 1]` i64 graph input.
     pub dropout_offset: Option<Tensor>,
+    /// K's page table (a paged cache): `[B, 1, pages, 1]` i32 graph input.
+    pub page_table_k: Option<Tensor>,
+    /// V's page table (a paged cache): `[B, 1, pages, 1]` i32 graph input.
+    pub page_table_v: Option<Tensor>,
 }
 
 /// What [`Graph::sdpa_backward`](crate::graph::Graph::sdpa_backward) adds.
@@ -246,6 +255,8 @@ pub struct SdpaBackward {
     /// As in [`SdpaForward`].
     pub dropout_offset: Option<Tensor>,
 }
+
+pub use super::sdpa_paged::PagedKv;
 
 /// The first cuDNN with each part of the SDPA operation, as `(major, minor, patch)`.
 pub mod since {
@@ -312,6 +323,7 @@ impl SdpaConfig {
             is_causal: false,
             diagonal: DiagonalAlignment::TopLeft,
             window: None,
+            paged: None,
             padding: false,
             dropout: None,
             is_training: false,
@@ -432,22 +444,30 @@ impl SdpaConfig {
             ("head_dim", self.head_dim),
         )
     }
-    /// K: `[B, H_kv, S_kv, D]`.
+    /// K: `[B, H_kv, S_kv, D]`; with a [`paged`](Self::paged) cache, the
+    /// K container `[num_blocks, H_kv, block_size, D]`.
     ///
     /// # Errors
     /// A dim < 1, or a size that overflows.
     pub fn k_spec(&self) -> Result<TensorSpec> {
+        if let Some(p) = self.paged {
+            return self.container_spec(p, self.head_dim);
+        }
         self.spec(
             ("kv_heads", self.kv_heads),
             ("seq_kv", self.seq_kv),
             ("head_dim", self.head_dim),
         )
     }
-    /// V: `[B, H_kv, S_kv, D_v]`.
+    /// V: `[B, H_kv, S_kv, D_v]`; with a [`paged`](Self::paged) cache, the
+    /// V container `[num_blocks, H_kv, block_size, D_v]`.
     ///
     /// # Errors
     /// A dim < 1, or a size that overflows.
     pub fn v_spec(&self) -> Result<TensorSpec> {
+        if let Some(p) = self.paged {
+            return self.container_spec(p, self.head_dim_v);
+        }
         self.spec(
             ("kv_heads", self.kv_heads),
             ("seq_kv", self.seq_kv),
@@ -537,6 +557,7 @@ impl SdpaConfig {
         let v = cudnn;
         self.check_release(v)?;
         self.check_band(v)?;
+        self.check_paged(v, backward)?;
         match (self.implementation, backward) {
             (SdpaImpl::Native, _) => self.check_native(v, backward).map(|_| SdpaImpl::Native),
             (SdpaImpl::Composite, _) | (SdpaImpl::Auto, true) => self
@@ -666,6 +687,7 @@ impl SdpaConfig {
             ));
         }
         self.validate_band()?;
+        self.validate_paged()?;
         if let Some(d) = self.dropout
             && !(d.probability >= 0.0 && d.probability < 1.0)
         {
@@ -726,6 +748,9 @@ impl SdpaConfig {
         }
         if self.window.is_some() {
             need("window", since::SUBGRAPH)?;
+        }
+        if self.paged.is_some() {
+            need("paged", since::PADDING)?;
         }
         if self.active_dropout().is_some() {
             if backward {

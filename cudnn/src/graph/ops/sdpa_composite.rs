@@ -64,6 +64,8 @@ pub(crate) struct CompositeFwdOp {
     pub(crate) dropout: Option<(usize, usize, f64, usize)>,
     /// The causal mask and the window.
     pub(crate) band: CompositeBand,
+    /// The page tables of K and V (a paged cache).
+    pub(crate) paged: Option<(usize, usize)>,
     /// The mask fill scalar (padding, causal or window).
     pub(crate) fill: Option<usize>,
     pub(crate) o: usize,
@@ -456,6 +458,19 @@ impl Ctx<'_> {
         Ok(last)
     }
 
+    /// `y` = the rows of `container` the page table and lengths address.
+    fn paged_load(&mut self, container: T, table: T, lens: T, y: T) -> Result<()> {
+        let mut d = Descriptor::<kind::PagedCacheLoadOp>::new()?;
+        d.set_descriptors(attr::OPERATION_PAGED_CACHE_LOAD_CONTAINER_DESC, &[self.d(container)])?;
+        d.set_descriptors(attr::OPERATION_PAGED_CACHE_LOAD_PAGE_TABLE_DESC, &[self.d(table)])?;
+        d.set_descriptors(attr::OPERATION_PAGED_CACHE_LOAD_SEQUENCE_DESC, &[self.d(lens)])?;
+        d.set_descriptors(attr::OPERATION_PAGED_CACHE_LOAD_YDESC, &[self.d(y)])?;
+        d.finalize()
+            .map_err(|e| e.with_context("the paged cache load"))?;
+        self.ops.push(Box::new(d));
+        Ok(())
+    }
+
     fn reshape(&mut self, x: T, y: T) -> Result<()> {
         let mut d = Descriptor::<kind::ReshapeOp>::new()?;
         d.set_descriptors(attr::OPERATION_RESHAPE_XDESC, &[self.d(x)])?;
@@ -515,6 +530,10 @@ impl OpNode for CompositeFwdOp {
             v.push(("dropout_offset", b, false));
             v.push(("dropout_scale", s, false));
         }
+        if let Some((a, b)) = self.paged {
+            v.push(("page_table_k", a, false));
+            v.push(("page_table_v", b, false));
+        }
         self.band.push_tensors(&mut v);
         if let Some(f) = self.fill {
             v.push(("mask_fill", f, false));
@@ -538,11 +557,12 @@ impl OpNode for CompositeFwdOp {
     }
     fn signature(&self) -> String {
         format!(
-            "composite padding={} dropout={:?} {} training={}",
+            "composite padding={} dropout={:?} {} training={} paged={}",
             self.seq.is_some(),
             self.dropout.map(|d| d.2),
             self.band.signature(),
-            self.stats.is_some()
+            self.stats.is_some(),
+            self.paged.is_some()
         )
     }
     fn build(
@@ -563,15 +583,39 @@ impl OpNode for CompositeFwdOp {
         // [B, H_kv, D, S_kv].
         let kd = self.k_spec.dims();
         let ks = self.k_spec.strides();
-        let kt = c.tensor(
-            self.k_spec.dtype(),
-            &[kd[0], kd[1], kd[3], kd[2]],
-            &[ks[0], ks[1], ks[3], ks[2]],
-            t[self.k].get_one(attr::TENSOR_UNIQUE_ID)?,
-            false,
-        )?;
-        c.own.push(kt);
-        let kt = T::V(c.own.len() - 1);
+        let (kt, vv) = match (self.paged, self.seq) {
+            // A paged cache: K (as Kᵀ, [B, H_kv, D, S_kv]) and V gathered
+            // from their containers through the page tables, as NVIDIA's
+            // frontend does.
+            (Some((pk, pv)), Some((_, lkv))) => {
+                let hk = kd[1];
+                let [d, dv] = [self.dims[4], self.dims[5]];
+                let ktv = c.virt_strided(
+                    self.io,
+                    &[b, hk, d, skv],
+                    &[d * skv * hk, d * skv, 1, d],
+                )?;
+                c.paged_load(T::G(self.k), T::G(pk), T::G(lkv), ktv)?;
+                let vt = c.virt_strided(
+                    self.io,
+                    &[b, hk, skv, dv],
+                    &[dv * skv * hk, dv * skv, dv, 1],
+                )?;
+                c.paged_load(T::G(self.v), T::G(pv), T::G(lkv), vt)?;
+                (ktv, vt)
+            }
+            _ => {
+                let kt = c.tensor(
+                    self.k_spec.dtype(),
+                    &[kd[0], kd[1], kd[3], kd[2]],
+                    &[ks[0], ks[1], ks[3], ks[2]],
+                    t[self.k].get_one(attr::TENSOR_UNIQUE_ID)?,
+                    false,
+                )?;
+                c.own.push(kt);
+                (T::V(c.own.len() - 1), T::G(self.v))
+            }
+        };
         let score = [b, h, sq, skv];
         let row = [b, h, sq, 1];
         let (seq_q, seq_kv) = match self.seq {
@@ -649,7 +693,7 @@ impl OpNode for CompositeFwdOp {
             )?;
             last = scaled;
         }
-        c.matmul(last, T::G(self.v), T::G(self.o), seq_q, None, seq_kv, None)
+        c.matmul(last, vv, T::G(self.o), seq_q, None, seq_kv, None)
             .map_err(|e| e.with_context("the composite's P·V"))?;
         c.finish(built);
         Ok(())

@@ -160,6 +160,20 @@ impl Graph {
         }))
     }
 
+    /// The page tables of a paged cache (graph inputs `[B, 1, pages, 1]`
+    /// i32), made after the other side inputs so the UIDs of every other
+    /// attention graph stay as they were.
+    fn sdpa_page_tables(&mut self, cfg: &SdpaConfig) -> Result<Option<(Tensor, Tensor)>> {
+        if cfg.paged.is_none() {
+            return Ok(None);
+        }
+        let base = format!("sdpa{}", self.ops.len());
+        let spec = cfg.page_table_spec()?;
+        let a = self.input(&format!("{base}.page_table_k"), spec.clone())?;
+        let b = self.input(&format!("{base}.page_table_v"), spec)?;
+        Ok(Some((a, b)))
+    }
+
     fn sdpa_common(
         &mut self,
         op: &str,
@@ -167,11 +181,12 @@ impl Graph {
         k: Tensor,
         v: Tensor,
         cfg: &SdpaConfig,
-    ) -> Result<(Common, [Option<Tensor>; 4])> {
+    ) -> Result<(Common, [Option<Tensor>; 6])> {
         self.sdpa_expect(op, "q", q, &cfg.q_spec()?)?;
         self.sdpa_expect(op, "k", k, &cfg.k_spec()?)?;
         self.sdpa_expect(op, "v", v, &cfg.v_spec()?)?;
         let (scale, seq, dropout, extra) = self.sdpa_side_inputs(cfg)?;
+        let pages = self.sdpa_page_tables(cfg)?;
         let band = self.sdpa_band(cfg, seq)?;
         Ok((
             Common {
@@ -183,8 +198,19 @@ impl Graph {
                 lens: seq_lens(cfg),
                 dropout,
                 band,
+                paged: match pages {
+                    Some((a, b)) => Some((self.index(a)?, self.index(b)?)),
+                    None => None,
+                },
             },
-            extra,
+            [
+                extra[0],
+                extra[1],
+                extra[2],
+                extra[3],
+                pages.map(|p| p.0),
+                pages.map(|p| p.1),
+            ],
         ))
     }
 
@@ -238,6 +264,8 @@ impl Graph {
             seq_len_kv: extra[1],
             dropout_seed: extra[2],
             dropout_offset: extra[3],
+            page_table_k: extra.get(4).copied().flatten(),
+            page_table_v: extra.get(5).copied().flatten(),
         })
     }
 
@@ -433,6 +461,15 @@ impl Graph {
     ) -> Result<SdpaForward> {
         let uid_base = self.composite_uid_base()?;
         let (scale, seq, dropout, fill, extra) = self.composite_common(cfg)?;
+        let pages = self.sdpa_page_tables(cfg)?;
+        let extra = [
+            extra[0],
+            extra[1],
+            extra[2],
+            extra[3],
+            pages.map(|p| p.0),
+            pages.map(|p| p.1),
+        ];
         let qs = self.node(q)?.spec.clone();
         let k_spec = self.node(k)?.spec.clone();
         let o = self.graph_output(
@@ -462,6 +499,10 @@ impl Graph {
             seq,
             dropout,
             band: self.composite_band(cfg, seq)?,
+            paged: match pages {
+                Some((a, b)) => Some((self.index(a)?, self.index(b)?)),
+                None => None,
+            },
             fill,
             o: self.index(o)?,
             stats: stats.map(|s| self.index(s)).transpose()?,
@@ -476,6 +517,8 @@ impl Graph {
             seq_len_kv: extra[1],
             dropout_seed: extra[2],
             dropout_offset: extra[3],
+            page_table_k: extra.get(4).copied().flatten(),
+            page_table_v: extra.get(5).copied().flatten(),
         })
     }
 

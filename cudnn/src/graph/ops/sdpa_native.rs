@@ -26,6 +26,8 @@ pub(crate) struct Common {
     pub(crate) dropout: Option<(usize, usize, f64)>,
     /// The mask subgraph (a causal mask, a sliding window or both).
     pub(crate) band: Option<Band>,
+    /// The page tables of K and V (a paged cache; forward only).
+    pub(crate) paged: Option<(usize, usize)>,
 }
 
 /// `(len_q, len_kv)` tensors aligning a band bottom-right.
@@ -84,6 +86,10 @@ impl Common {
         if let Some(b) = &self.band {
             b.inputs(v);
         }
+        if let Some((a, b)) = self.paged {
+            v.push(("page_table_k", a, false));
+            v.push(("page_table_v", b, false));
+        }
     }
 
     fn timing_fills(&self) -> Vec<(usize, i32)> {
@@ -95,13 +101,14 @@ impl Common {
 
     fn signature(&self) -> String {
         format!(
-            "padding={} dropout={:?} causal={} bottom_right={} window={}",
+            "padding={} dropout={:?} causal={} bottom_right={} window={} paged={}",
             self.seq.is_some(),
             self.dropout.map(|d| d.2),
             self.band.is_some_and(|b| b.right.is_some()),
             self.band
                 .is_some_and(|b| b.right.is_some_and(|r| r.2.is_some()) || b.left.is_some_and(|l| l.3.is_some())),
             self.band.is_some_and(|b| b.left.is_some()),
+            self.paged.is_some(),
         )
     }
 
@@ -223,6 +230,10 @@ impl OpNode for SdpaFwdOp {
         if let Some((a, b)) = c.seq {
             d.set_descriptors(attr::OPERATION_SDPA_FWD_SEQ_LEN_QDESC, &[&t[a]])?;
             d.set_descriptors(attr::OPERATION_SDPA_FWD_SEQ_LEN_KVDESC, &[&t[b]])?;
+        }
+        if let Some((pk, pv)) = c.paged {
+            d.set_descriptors(attr::OPERATION_SDPA_FWD_PAGE_TABLE_KDESC, &[&t[pk]])?;
+            d.set_descriptors(attr::OPERATION_SDPA_FWD_PAGE_TABLE_VDESC, &[&t[pv]])?;
         }
         if let Some((seed, offset, p)) = c.dropout {
             d.set_descriptors(attr::OPERATION_SDPA_FWD_DROPOUT_SEED_DESC, &[&t[seed]])?;
