@@ -335,7 +335,10 @@ fn version_rules() -> TestResult {
     // padding required.
     let pd = paged_decode();
     unsupported_naming(comp(&pd.clone().causal(false)).resolve_for((9, 4, 0), false), "paged", "9.5.0")?;
-    ensure!(comp(&pd).resolve_for((9, 5, 0), false)? == SdpaImpl::Composite, "9.5 paged composite");
+    ensure!(
+        comp(&pd.clone().causal(false)).resolve_for((9, 5, 0), false)? == SdpaImpl::Composite,
+        "9.5 paged composite"
+    );
     unsupported_naming(native(&pd).resolve_for((9, 14, 0), false), "padding", "9.15.0")?;
     ensure!(pd.resolve_for((9, 28, 1), false)? == SdpaImpl::Native, "auto paged on 9.28");
     unsupported_naming(pd.resolve_for((9, 28, 1), true), "paged", "backward")?;
