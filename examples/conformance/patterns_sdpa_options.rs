@@ -110,8 +110,57 @@ fn rename_extras(g: &mut Graph, extras: [Option<cudnn::graph::Tensor>; 2]) -> cu
     Ok(())
 }
 
-/// Every band pattern.
+/// The paged-cache patterns: a decode step and a prefill, forward, the
+/// SDPA operation and the composite.
+fn paged(out: &mut Vec<Pattern>) {
+    let decode = SdpaConfig::new(2, 8, 1, 128, DType::BF16)
+        .gqa(2)
+        .kv_len(1024)
+        .causal_bottom_right()
+        .paged(64, 40);
+    let prefill = SdpaConfig::new(2, 8, 256, 128, DType::BF16)
+        .gqa(2)
+        .kv_len(256)
+        .causal_bottom_right()
+        .paged(64, 10);
+    for (case, base) in [("decode", decode), ("prefill", prefill)] {
+        for (imp, name) in [
+            (SdpaImpl::Native, "native"),
+            (SdpaImpl::Composite, "composite"),
+        ] {
+            let c = base.clone().implementation(imp);
+            let params = json!({"io": "bf16", "scale": c.scale_value(), "causal": true, "padding": true,
+                "dropout": 0.0, "training": false, "implementation": name, "diagonal": "bottom_right",
+                "window": null, "paged_max_seq_len_kv": c.seq_kv});
+            let mut pat = pattern(
+                format!("sdpa_opt_fwd_{name}_paged_{case}"),
+                "sdpa_fwd",
+                params,
+                move || {
+                    let mut g = Graph::new();
+                    let q = g.input("q", c.q_spec()?)?;
+                    let k = g.input("k", c.k_spec()?)?;
+                    let v = g.input("v", c.v_spec()?)?;
+                    let f = g.sdpa_forward(q, k, v, &c)?;
+                    g.rename(f.o, "o")?;
+                    rename_extras(&mut g, [f.seq_len_q, f.seq_len_kv])?;
+                    for (t, n) in [(f.page_table_k, "page_table_k"), (f.page_table_v, "page_table_v")] {
+                        if let Some(t) = t {
+                            g.rename(t, n)?;
+                        }
+                    }
+                    Ok(g)
+                },
+            );
+            pat.composite = imp == SdpaImpl::Composite;
+            out.push(pat);
+        }
+    }
+}
+
+/// Every pattern of the attention options.
 pub fn attention_options(out: &mut Vec<Pattern>) {
+    paged(out);
     for b in CASES {
         for (imp, name) in [
             (SdpaImpl::Native, "native"),

@@ -255,6 +255,9 @@ pub(super) fn node_fields(op: &str) -> Option<&'static [(&'static str, Field)]> 
             ("scale", In),
             ("seqLenQ", In),
             ("seqLenKV", In),
+            // A paged KV cache's page tables (issue 24).
+            ("pageTableK", In),
+            ("pageTableV", In),
             ("dropoutSeed", In),
             ("dropoutOffset", In),
             ("dropoutProbability", Prob),
@@ -284,6 +287,13 @@ pub(super) fn node_fields(op: &str) -> Option<&'static [(&'static str, Field)]> 
             ("subgraph", Subgraph),
             ("subgraphInputUid", SubgraphUid),
             ("subgraphOutputUid", SubgraphUid),
+        ],
+        // The paged KV cache (issue 24): K or V gathered through a page table.
+        "CUDNN_BACKEND_OPERATION_PAGED_CACHE_LOAD_DESCRIPTOR" => &[
+            ("container", In),
+            ("pageTable", In),
+            ("sequence", In),
+            ("Y", Out),
         ],
         "CUDNN_BACKEND_OPERATION_DIAGONAL_BAND_MASK_DESCRIPTOR" => &[
             ("X", In),
