@@ -113,7 +113,13 @@ const TORCH211_TESTS: &[&str] = &[
     "host_sdpa_options",
 ];
 /// The examples that plan (without a GPU: for an H200), run against it.
-const TORCH211_EXAMPLES: &[&str] = &["graph_conv", "aot", "attention", "bench_graph"];
+const TORCH211_EXAMPLES: &[&str] = &[
+    "graph_conv",
+    "aot",
+    "attention",
+    "bench_graph",
+    "kv_cache_decode",
+];
 
 /// The run command: make sure the libraries are there (as `doctor`), then
 /// train the `lenet` example (needs a GPU; says so and fails without one).
