@@ -103,7 +103,11 @@ impl Opt {
         let mut pairs = 0f64;
         for i in 0..c.seq_q {
             let diag = i + shift;
-            let hi = if c.is_causal { diag.min(c.seq_kv - 1) } else { c.seq_kv - 1 };
+            let hi = if c.is_causal {
+                diag.min(c.seq_kv - 1)
+            } else {
+                c.seq_kv - 1
+            };
             let lo = c.window.map_or(0, |w| (diag - w + 1).max(0));
             pairs += (hi - lo + 1).max(0) as f64;
         }
@@ -190,7 +194,8 @@ impl Case {
         };
         match self {
             Case::SdpaFwd(..) | Case::SdpaOpt(_, false) => {
-                let cfg = fwd.ok_or_else(|| cudnn::Error::invalid("case", "has a config", "none"))?;
+                let cfg =
+                    fwd.ok_or_else(|| cudnn::Error::invalid("case", "has a config", "none"))?;
                 let q = g.input("q", cfg.q_spec()?)?;
                 let k = g.input("k", cfg.k_spec()?)?;
                 let v = g.input("v", cfg.v_spec()?)?;
@@ -201,7 +206,8 @@ impl Case {
                 }
             }
             Case::SdpaBwd(..) | Case::SdpaOpt(_, true) => {
-                let cfg = bwd.ok_or_else(|| cudnn::Error::invalid("case", "has a config", "none"))?;
+                let cfg =
+                    bwd.ok_or_else(|| cudnn::Error::invalid("case", "has a config", "none"))?;
                 let q = g.input("q", cfg.q_spec()?)?;
                 let k = g.input("k", cfg.k_spec()?)?;
                 let v = g.input("v", cfg.v_spec()?)?;

@@ -42,11 +42,17 @@ const STEPS: usize = 4;
 const TABLE: [i32; BATCH * PAGES] = [11, 3, 7, 0, 5, 9, 2, 10, 4, 8, 1, 6];
 
 fn config(seq_q: usize) -> SdpaConfig {
-    SdpaConfig::new(BATCH as i64, HEADS as i64, seq_q as i64, D as i64, DType::BF16)
-        .gqa(KV_HEADS as i64)
-        .kv_len(MAX_SEQ as i64)
-        .causal_bottom_right()
-        .paged(BLOCK as i64, BLOCKS as i64)
+    SdpaConfig::new(
+        BATCH as i64,
+        HEADS as i64,
+        seq_q as i64,
+        D as i64,
+        DType::BF16,
+    )
+    .gqa(KV_HEADS as i64)
+    .kv_len(MAX_SEQ as i64)
+    .causal_bottom_right()
+    .paged(BLOCK as i64, BLOCKS as i64)
 }
 
 fn prefill_config() -> SdpaConfig {
@@ -135,7 +141,10 @@ impl Cache {
     fn write(&mut self, n: usize, j: usize) -> AnyResult<()> {
         let at = slot(n, j);
         let len = KV_HEADS * D;
-        for (host, dev, seed) in [(&mut self.k, &mut self.kd, 1u64), (&mut self.v, &mut self.vd, 2)] {
+        for (host, dev, seed) in [
+            (&mut self.k, &mut self.kd, 1u64),
+            (&mut self.v, &mut self.vd, 2),
+        ] {
             let t = token(seed, n, j);
             host[at..at + len].copy_from_slice(&t);
             let b: Vec<bf16> = t.iter().map(|&x| bf16::from_f64(x)).collect();
@@ -157,7 +166,10 @@ fn run(
 ) -> AnyResult<Vec<f64>> {
     let qb = DeviceBuffer::from_host(&q.iter().map(|&x| bf16::from_f64(x)).collect::<Vec<_>>())?;
     let mut ob = DeviceBuffer::from_host(&vec![bf16::from_f32(f32::NAN); q.len()])?;
-    let (lq, lkv) = (DeviceBuffer::from_host(lens_q)?, DeviceBuffer::from_host(lens_kv)?);
+    let (lq, lkv) = (
+        DeviceBuffer::from_host(lens_q)?,
+        DeviceBuffer::from_host(lens_kv)?,
+    );
     let table = DeviceBuffer::from_host(&TABLE)?;
     {
         let mut b = plan.bindings();
@@ -178,15 +190,33 @@ fn run(
 }
 
 /// The reference over the same pages; the largest error over valid rows.
-fn check(cfg: &SdpaConfig, cache: &Cache, q: &[f64], got: &[f64], lens: (&[usize], &[usize])) -> AnyResult<f64> {
+fn check(
+    cfg: &SdpaConfig,
+    cache: &Cache,
+    q: &[f64],
+    got: &[f64],
+    lens: (&[usize], &[usize]),
+) -> AnyResult<f64> {
     let sq = cfg.seq_q as usize;
     let bshd = |dims: [usize; 4]| {
         let [_, h, s, d] = dims;
         [s * h * d, d, h * d, 1]
     };
     let cont = [BLOCKS, KV_HEADS, BLOCK, D];
-    let k = ra::paged_gather(&ra::View::new(&cache.k, cont, bshd(cont)), &TABLE, BATCH, PAGES, MAX_SEQ)?;
-    let v = ra::paged_gather(&ra::View::new(&cache.v, cont, bshd(cont)), &TABLE, BATCH, PAGES, MAX_SEQ)?;
+    let k = ra::paged_gather(
+        &ra::View::new(&cache.k, cont, bshd(cont)),
+        &TABLE,
+        BATCH,
+        PAGES,
+        MAX_SEQ,
+    )?;
+    let v = ra::paged_gather(
+        &ra::View::new(&cache.v, cont, bshd(cont)),
+        &TABLE,
+        BATCH,
+        PAGES,
+        MAX_SEQ,
+    )?;
     let mut rc = ra::SdpaConfig::new(cfg.scale_value());
     rc.causal = ra::CausalMask::BottomRight;
     rc.seq_len_q = Some(lens.0);
@@ -207,7 +237,11 @@ fn check(cfg: &SdpaConfig, cache: &Cache, q: &[f64], got: &[f64], lens: (&[usize
                     let g = got[((n * sq + i) * HEADS + hh) * D + t];
                     let w = want.o[((n * HEADS + hh) * sq + i) * D + t];
                     let e = (g - w).abs() / w.abs().max(1.0);
-                    worst = if e.is_nan() { f64::INFINITY } else { worst.max(e) };
+                    worst = if e.is_nan() {
+                        f64::INFINITY
+                    } else {
+                        worst.max(e)
+                    };
                 }
             }
         }
@@ -245,7 +279,9 @@ fn on_gpu() -> AnyResult<bool> {
             cache.write(n, *l)?;
             *l += 1;
         }
-        let q: Vec<f64> = (0..BATCH * HEADS * D).map(|i| value(10 + step as u64, i)).collect();
+        let q: Vec<f64> = (0..BATCH * HEADS * D)
+            .map(|i| value(10 + step as u64, i))
+            .collect();
         let ones = vec![1usize; BATCH];
         let kv32: Vec<i32> = kv.iter().map(|&l| l as i32).collect();
         let got = run(&mut h, &decode, &cache, &q, &[1; BATCH], &kv32)?;
@@ -271,7 +307,9 @@ fn main() -> ExitCode {
             }
         };
     }
-    println!("no GPU here: planning the prefill and decode shapes for an H200 instead (nothing is executed)");
+    println!(
+        "no GPU here: planning the prefill and decode shapes for an H200 instead (nothing is executed)"
+    );
     let run = || -> AnyResult<()> {
         let target = Target::preset("h200")?;
         for (what, cfg) in [("prefill", prefill_config()), ("decode", decode_config())] {
@@ -279,7 +317,11 @@ fn main() -> ExitCode {
                 let cfg = cfg.clone().implementation(imp);
                 match cfg.check(false) {
                     Ok(()) => {
-                        plan_for(&cfg, &target, &format!("{what} ({imp:?}, s_q {})", cfg.seq_q))?;
+                        plan_for(
+                            &cfg,
+                            &target,
+                            &format!("{what} ({imp:?}, s_q {})", cfg.seq_q),
+                        )?;
                     }
                     Err(e) => println!("{what} ({imp:?}): not with this cuDNN ({e})"),
                 }

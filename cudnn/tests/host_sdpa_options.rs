@@ -10,6 +10,8 @@
 //! (`resolve_for`, `check_target_for`) against NVIDIA's frontend 1.32
 //! rules, and a property test over random option combinations.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+// `ensure!(err <= tol)` must fail for NaN: a negated partial comparison on purpose.
+#![allow(clippy::neg_cmp_op_on_partial_ord)]
 #[path = "support/mod.rs"]
 mod support;
 use cudnn::Error;
@@ -143,11 +145,7 @@ fn band_cases() -> Vec<(&'static str, bool, SdpaConfig)> {
         ),
         // Paged KV cache: a decode step (one query against 1000 cached
         // keys in pages of 64) and a prefill (512 queries filling pages).
-        (
-            "fwd paged decode s_q 1",
-            false,
-            paged_decode(),
-        ),
+        ("fwd paged decode s_q 1", false, paged_decode()),
         (
             "fwd paged decode s_q 4",
             false,
@@ -282,12 +280,27 @@ fn version_rules() -> TestResult {
         }
     };
     // The SDPA operation takes the band options from 9.21 (its subgraph).
-    unsupported_naming(native(&br).resolve_for((9, 20, 0), false), "is_causal", "9.21.0")?;
+    unsupported_naming(
+        native(&br).resolve_for((9, 20, 0), false),
+        "is_causal",
+        "9.21.0",
+    )?;
     // A bottom-right window without a causal mask names the alignment.
-    let brw = cross.clone().diagonal(DiagonalAlignment::BottomRight).sliding_window(32);
-    unsupported_naming(native(&brw).resolve_for((9, 20, 0), false), "diagonal", "9.21.0")?;
+    let brw = cross
+        .clone()
+        .diagonal(DiagonalAlignment::BottomRight)
+        .sliding_window(32);
+    unsupported_naming(
+        native(&brw).resolve_for((9, 20, 0), false),
+        "diagonal",
+        "9.21.0",
+    )?;
     let win = cross.clone().sliding_window(32);
-    unsupported_naming(native(&win).resolve_for((9, 19, 0), false), "window", "9.21.0")?;
+    unsupported_naming(
+        native(&win).resolve_for((9, 19, 0), false),
+        "window",
+        "9.21.0",
+    )?;
     ensure!(
         native(&br).resolve_for((9, 21, 0), false)? == SdpaImpl::Native,
         "9.21 native bottom-right"
@@ -312,11 +325,18 @@ fn version_rules() -> TestResult {
         .causal_bottom_right();
     unsupported_naming(tall.resolve_for((9, 28, 1), false), "diagonal", "seq_q")?;
     ensure!(
-        tall.clone().padding(true).resolve_for((9, 28, 1), false).is_ok(),
+        tall.clone()
+            .padding(true)
+            .resolve_for((9, 28, 1), false)
+            .is_ok(),
         "with padding s_q > s_kv is allowed"
     );
     // Not with dropout.
-    unsupported_naming(br.clone().dropout(0.1).resolve_for((9, 28, 1), true), "dropout", "diagonal")?;
+    unsupported_naming(
+        br.clone().dropout(0.1).resolve_for((9, 28, 1), true),
+        "dropout",
+        "diagonal",
+    )?;
     // Window: before 9.10.2 only with a causal mask, no dropout.
     unsupported_naming(comp(&win).resolve_for((9, 9, 0), false), "window", "9.10.2")?;
     ensure!(
@@ -334,22 +354,48 @@ fn version_rules() -> TestResult {
     // Paged: composite from 9.5, the SDPA operation from 9.15, no backward,
     // padding required.
     let pd = paged_decode();
-    unsupported_naming(comp(&pd.clone().causal(false)).resolve_for((9, 4, 0), false), "paged", "9.5.0")?;
+    unsupported_naming(
+        comp(&pd.clone().causal(false)).resolve_for((9, 4, 0), false),
+        "paged",
+        "9.5.0",
+    )?;
     ensure!(
         comp(&pd.clone().causal(false)).resolve_for((9, 5, 0), false)? == SdpaImpl::Composite,
         "9.5 paged composite"
     );
-    unsupported_naming(native(&pd).resolve_for((9, 14, 0), false), "padding", "9.15.0")?;
-    ensure!(pd.resolve_for((9, 28, 1), false)? == SdpaImpl::Native, "auto paged on 9.28");
+    unsupported_naming(
+        native(&pd).resolve_for((9, 14, 0), false),
+        "padding",
+        "9.15.0",
+    )?;
+    ensure!(
+        pd.resolve_for((9, 28, 1), false)? == SdpaImpl::Native,
+        "auto paged on 9.28"
+    );
     unsupported_naming(pd.resolve_for((9, 28, 1), true), "paged", "backward")?;
-    unsupported_naming(pd.clone().padding(false).resolve_for((9, 28, 1), false), "paged", "padding")?;
-    match SdpaConfig::new(1, 1, 1, 64, DType::F16).paged(0, 4).validate() {
+    unsupported_naming(
+        pd.clone().padding(false).resolve_for((9, 28, 1), false),
+        "paged",
+        "padding",
+    )?;
+    match SdpaConfig::new(1, 1, 1, 64, DType::F16)
+        .paged(0, 4)
+        .validate()
+    {
         Err(Error::InvalidArgument { .. }) => {}
         other => return Err(format!("block size 0: {other:?}").into()),
     }
     let spec = pd.page_table_spec()?;
-    ensure!(spec.dims() == [4, 1, 16, 1], "page table dims {:?}", spec.dims());
-    ensure!(pd.k_spec()?.dims() == [80, 8, 64, 128], "container dims {:?}", pd.k_spec()?.dims());
+    ensure!(
+        spec.dims() == [4, 1, 16, 1],
+        "page table dims {:?}",
+        spec.dims()
+    );
+    ensure!(
+        pd.k_spec()?.dims() == [80, 8, 64, 128],
+        "container dims {:?}",
+        pd.k_spec()?.dims()
+    );
     // A window below 1 is an invalid value.
     match base().sliding_window(0).validate() {
         Err(Error::InvalidArgument { .. }) => {}
@@ -379,10 +425,23 @@ fn property_random_options() -> TestResult {
         ..PtConfig::default()
     });
     let strat = (
-        (1i64..3, prop_oneof![Just(1i64), Just(2), Just(4)], 1i64..300, 1i64..600),
-        (prop_oneof![Just(64i64), Just(128), Just(72), Just(7)], any::<bool>(), any::<bool>()),
         (
-            prop_oneof![Just(None), (-2i64..400).prop_map(Some), Just(Some(i64::MAX))],
+            1i64..3,
+            prop_oneof![Just(1i64), Just(2), Just(4)],
+            1i64..300,
+            1i64..600,
+        ),
+        (
+            prop_oneof![Just(64i64), Just(128), Just(72), Just(7)],
+            any::<bool>(),
+            any::<bool>(),
+        ),
+        (
+            prop_oneof![
+                Just(None),
+                (-2i64..400).prop_map(Some),
+                Just(Some(i64::MAX))
+            ],
             any::<bool>(),
             any::<bool>(),
             prop_oneof![Just(0.0f64), Just(0.1)],
@@ -393,15 +452,27 @@ fn property_random_options() -> TestResult {
     runner
         .run(
             &strat,
-            |((b, h, sq, skv), (d, causal, br), (window, padding, training, p), (imp, bwd_, bshd, plan), paged)| {
+            |(
+                (b, h, sq, skv),
+                (d, causal, br),
+                (window, padding, training, p),
+                (imp, bwd_, bshd, plan),
+                paged,
+            )| {
                 let mut c = SdpaConfig::new(b, h, sq, d, DType::BF16)
                     .kv_len(skv)
                     .causal(causal)
                     .padding(padding)
                     .training(training)
                     .dropout(p)
-                    .layout(if bshd { AttnLayout::Bshd } else { AttnLayout::Bhsd })
-                    .implementation([SdpaImpl::Auto, SdpaImpl::Native, SdpaImpl::Composite][imp as usize]);
+                    .layout(if bshd {
+                        AttnLayout::Bshd
+                    } else {
+                        AttnLayout::Bhsd
+                    })
+                    .implementation(
+                        [SdpaImpl::Auto, SdpaImpl::Native, SdpaImpl::Composite][imp as usize],
+                    );
                 if br {
                     c = c.diagonal(DiagonalAlignment::BottomRight);
                 }
@@ -412,7 +483,16 @@ fn property_random_options() -> TestResult {
                     c = c.paged(bs, nb).padding(padding);
                 }
                 // Every version from 9.0 to 9.28 as a pure function.
-                for ver in [(9, 0, 0), (9, 5, 0), (9, 9, 0), (9, 10, 2), (9, 14, 0), (9, 19, 0), (9, 21, 0), (9, 28, 1)] {
+                for ver in [
+                    (9, 0, 0),
+                    (9, 5, 0),
+                    (9, 9, 0),
+                    (9, 10, 2),
+                    (9, 14, 0),
+                    (9, 19, 0),
+                    (9, 21, 0),
+                    (9, 28, 1),
+                ] {
                     if let Err(e) = c.resolve_for(ver, bwd_) {
                         prop_assert!(names_option(&e), "untyped or unnamed refusal {e:?}");
                     }
@@ -428,14 +508,28 @@ fn property_random_options() -> TestResult {
                 // is fine: only planning follows.)
                 match (&g, c.resolve(bwd_)) {
                     (Ok(_), Ok(_)) => {}
-                    (Err(e), Err(_)) => prop_assert!(names_option(e) || matches!(e, Error::Mismatch { .. }), "{e:?}"),
-                    (g, r) => prop_assert!(false, "builder {:?} vs resolve {r:?} on {v:?}", g.as_ref().err()),
+                    (Err(e), Err(_)) => prop_assert!(
+                        names_option(e) || matches!(e, Error::Mismatch { .. }),
+                        "{e:?}"
+                    ),
+                    (g, r) => prop_assert!(
+                        false,
+                        "builder {:?} vs resolve {r:?} on {v:?}",
+                        g.as_ref().err()
+                    ),
                 }
                 // A few plan for an H200 (bounded time: one attempt).
-                if plan && sq <= 256 && skv <= 256 && let Ok(g) = g {
+                if plan
+                    && sq <= 256
+                    && skv <= 256
+                    && let Ok(g) = g
+                {
                     match counts(&g, "h200", 1) {
                         Ok(_) => {}
-                        Err(e) => prop_assert!(names_option(&e) || matches!(e, Error::Cudnn { .. }), "{e:?}"),
+                        Err(e) => prop_assert!(
+                            names_option(&e) || matches!(e, Error::Cudnn { .. }),
+                            "{e:?}"
+                        ),
                     }
                 }
                 Ok(())
@@ -476,16 +570,34 @@ fn ref_case(
 }
 
 fn close(got: &[f64], want: &[f64]) -> TestResult {
-    ensure!(got.len() == want.len(), "length {} vs {}", got.len(), want.len());
+    ensure!(
+        got.len() == want.len(),
+        "length {} vs {}",
+        got.len(),
+        want.len()
+    );
     for (i, (a, b)) in got.iter().zip(want).enumerate() {
-        ensure!((a - b).abs() < 1e-12, "[{i}]: {a} vs {b} (all: {got:?} vs {want:?})");
+        ensure!(
+            (a - b).abs() < 1e-12,
+            "[{i}]: {a} vs {b} (all: {got:?} vs {want:?})"
+        );
     }
     Ok(())
 }
 
 fn reference_band_hand_cases() -> TestResult {
-    let tl = |size| Some(Window { size, bottom_right: false });
-    let br = |size| Some(Window { size, bottom_right: true });
+    let tl = |size| {
+        Some(Window {
+            size,
+            bottom_right: false,
+        })
+    };
+    let br = |size| {
+        Some(Window {
+            size,
+            bottom_right: true,
+        })
+    };
     // V = [1, 2, 4, 8]. Top-left causal, window 2: {0}, {0,1}, {1,2}, {2,3}.
     let f = ref_case(4, 4, CausalMask::TopLeft, tl(2), None)?;
     close(&f.o, &[1.0, 1.5, 3.0, 6.0])?;
@@ -503,7 +615,11 @@ fn reference_band_hand_cases() -> TestResult {
     // {0,1}, {1,2}, then two masked rows (O = 0, stats = +inf).
     let f = ref_case(4, 4, CausalMask::BottomRight, br(2), Some((&[2], &[3])))?;
     close(&f.o, &[1.5, 3.0, 0.0, 0.0])?;
-    ensure!(f.stats[2] == f64::INFINITY, "masked row stats {}", f.stats[2]);
+    ensure!(
+        f.stats[2] == f64::INFINITY,
+        "masked row stats {}",
+        f.stats[2]
+    );
     // A window as long as the keys is no window.
     let a = ref_case(3, 5, CausalMask::BottomRight, br(5), None)?;
     let b = ref_case(3, 5, CausalMask::BottomRight, None, None)?;
@@ -528,7 +644,9 @@ fn reference_band_finite_differences() -> TestResult {
         let mut x = seed;
         (0..n)
             .map(|_| {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((x >> 33) as f64 / (1u64 << 31) as f64) - 0.5
             })
             .collect()
@@ -540,7 +658,10 @@ fn reference_band_finite_differences() -> TestResult {
     let (lq, lkv) = ([3usize, 2], [5usize, 4]);
     let mut cfg = ref_attn::SdpaConfig::new(0.7);
     cfg.causal = CausalMask::BottomRight;
-    cfg.window = Some(Window { size: 2, bottom_right: true });
+    cfg.window = Some(Window {
+        size: 2,
+        bottom_right: true,
+    });
     cfg.seq_len_q = Some(&lq);
     cfg.seq_len_kv = Some(&lkv);
     let qd = [b, h, sq, d];
@@ -554,7 +675,12 @@ fn reference_band_finite_differences() -> TestResult {
         )?;
         Ok(f.o.iter().zip(&d_o).map(|(a, b)| a * b).sum())
     };
-    let f = ref_attn::forward(&View::bhsd(&q, qd), &View::bhsd(&k, kd), &View::bhsd(&v, kd), &cfg)?;
+    let f = ref_attn::forward(
+        &View::bhsd(&q, qd),
+        &View::bhsd(&k, kd),
+        &View::bhsd(&v, kd),
+        &cfg,
+    )?;
     let g = ref_attn::backward(
         &View::bhsd(&q, qd),
         &View::bhsd(&k, kd),
@@ -603,7 +729,8 @@ fn reference_paged_gather() -> TestResult {
             let blk = perm[n * pages + j / block] as usize;
             for hh in 0..h {
                 for t in 0..d {
-                    cont[((blk * h + hh) * block + j % block) * d + t] = k[((n * h + hh) * s_kv + j) * d + t];
+                    cont[((blk * h + hh) * block + j % block) * d + t] =
+                        k[((n * h + hh) * s_kv + j) * d + t];
                 }
             }
         }
@@ -613,7 +740,9 @@ fn reference_paged_gather() -> TestResult {
     let cv = View::bhsd(&cont, [nb, h, block, d]);
     let got = ref_attn::paged_gather(&cv, &perm, b, pages, s_kv)?;
     close(&got, &k)?;
-    let q: Vec<f64> = (0..b * h * 2 * d).map(|i| (i as f64 * 0.37).sin()).collect();
+    let q: Vec<f64> = (0..b * h * 2 * d)
+        .map(|i| (i as f64 * 0.37).sin())
+        .collect();
     let mut c = ref_attn::SdpaConfig::new(0.5);
     c.causal = CausalMask::BottomRight;
     let lq = [2usize, 1];
@@ -645,7 +774,10 @@ fn main() {
         unit("sdpa_band_version_rules", version_rules),
         unit("sdpa_reference_band_hand_cases", reference_band_hand_cases),
         unit("sdpa_reference_paged_gather", reference_paged_gather),
-        unit("sdpa_reference_band_finite_differences", reference_band_finite_differences),
+        unit(
+            "sdpa_reference_band_finite_differences",
+            reference_band_finite_differences,
+        ),
         host("sdpa_options_random_combinations", property_random_options),
     ];
     run(t)

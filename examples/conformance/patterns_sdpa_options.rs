@@ -144,7 +144,10 @@ fn paged(out: &mut Vec<Pattern>) {
                     let f = g.sdpa_forward(q, k, v, &c)?;
                     g.rename(f.o, "o")?;
                     rename_extras(&mut g, [f.seq_len_q, f.seq_len_kv])?;
-                    for (t, n) in [(f.page_table_k, "page_table_k"), (f.page_table_v, "page_table_v")] {
+                    for (t, n) in [
+                        (f.page_table_k, "page_table_k"),
+                        (f.page_table_v, "page_table_v"),
+                    ] {
                         if let Some(t) = t {
                             g.rename(t, n)?;
                         }

@@ -56,7 +56,10 @@ pub use ops::conv::{ConvDirection, ConvParams};
 pub use ops::norm::{NormGrads, NormMode, NormOutputs, NormPhase, RunningStats};
 pub use ops::pointwise::{Arity, Pointwise};
 pub use ops::reduction::Reduce;
-pub use ops::sdpa::{AttnLayout, DiagonalAlignment, Dropout, PagedKv, SdpaBackward, SdpaConfig, SdpaForward, SdpaImpl};
+pub use ops::sdpa::{
+    AttnLayout, DiagonalAlignment, Dropout, PagedKv, SdpaBackward, SdpaConfig, SdpaForward,
+    SdpaImpl,
+};
 pub use plan::{BuildReport, Plan, Timings};
 pub use plan_json::check as check_plan_json;
 pub use target::{DeviceProperties, DeviceSpec, REQUIRED_FIELDS, Target};

@@ -644,7 +644,11 @@ pub fn paged_gather(
     let [num_blocks, h, block, d] = container.dims;
     for (name, v) in [("b", b), ("pages", pages), ("s_kv", s_kv)] {
         if v == 0 {
-            return Err(Error::invalid(format!("paged_gather {name}"), "must be >= 1", v));
+            return Err(Error::invalid(
+                format!("paged_gather {name}"),
+                "must be >= 1",
+                v,
+            ));
         }
         bounds::extent(&format!("paged_gather {name}"), v)?;
     }
@@ -663,7 +667,10 @@ pub fn paged_gather(
             pages,
         ));
     }
-    let mut out = zeros("paged_gather", product("paged_gather out", &[b, h, s_kv, d])?)?;
+    let mut out = zeros(
+        "paged_gather",
+        product("paged_gather out", &[b, h, s_kv, d])?,
+    )?;
     for n in 0..b {
         for j in 0..s_kv {
             let slot = n * pages + j / block;

@@ -80,7 +80,9 @@ impl SdpaConfig {
                         "SdpaConfig.window = {w} with seq_q {} and seq_kv {}: the band mask's index arithmetic is i32 in cuDNN",
                         self.seq_q, self.seq_kv
                     ),
-                    needs: Some("seq_q + seq_kv + min(window, max(seq_q, seq_kv)) <= 2^31 - 1".to_string()),
+                    needs: Some(
+                        "seq_q + seq_kv + min(window, max(seq_q, seq_kv)) <= 2^31 - 1".to_string(),
+                    ),
                 });
             }
         }
@@ -133,7 +135,10 @@ impl SdpaConfig {
                     "seq_q <= seq_kv, or a padding mask",
                 ));
             }
-            if v < (9, 6, 0) && self.diagonal == DiagonalAlignment::BottomRight && self.seq_q != self.seq_kv {
+            if v < (9, 6, 0)
+                && self.diagonal == DiagonalAlignment::BottomRight
+                && self.seq_q != self.seq_kv
+            {
                 return Err(unsupported(
                     format!(
                         "SdpaConfig option `window` = {w} aligned bottom-right with seq_q {} != seq_kv {} on the loaded cuDNN {}",
@@ -148,7 +153,11 @@ impl SdpaConfig {
                 return Err(unsupported(
                     format!(
                         "SdpaConfig option `window` = {w} {} on the loaded cuDNN {}",
-                        if dropout { "with dropout" } else { "without a causal mask" },
+                        if dropout {
+                            "with dropout"
+                        } else {
+                            "without a causal mask"
+                        },
                         fmt_version(v)
                     ),
                     "cuDNN >= 9.10.2, or a causal mask and no dropout",

@@ -353,9 +353,21 @@ impl Ctx<'_> {
         let mut last = x;
         if band.causal {
             let ri = self.virt(DType::I32, score)?;
-            self.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::I32, &[last], ri, Some(2))?;
+            self.pointwise(
+                M::CUDNN_POINTWISE_GEN_INDEX,
+                DType::I32,
+                &[last],
+                ri,
+                Some(2),
+            )?;
             let ci = self.virt(DType::I32, score)?;
-            self.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::I32, &[last], ci, Some(3))?;
+            self.pointwise(
+                M::CUDNN_POINTWISE_GEN_INDEX,
+                DType::I32,
+                &[last],
+                ci,
+                Some(3),
+            )?;
             let mut r = ri;
             if let Some((lq, lkv)) = band.lens {
                 let a = self.virt(DType::I32, score)?;
@@ -378,11 +390,29 @@ impl Ctx<'_> {
         }
         if let Some(bound) = band.window {
             let ri = self.virt(DType::I32, score)?;
-            self.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::I32, &[last], ri, Some(2))?;
+            self.pointwise(
+                M::CUDNN_POINTWISE_GEN_INDEX,
+                DType::I32,
+                &[last],
+                ri,
+                Some(2),
+            )?;
             let ci = self.virt(DType::I32, score)?;
-            self.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::I32, &[last], ci, Some(3))?;
+            self.pointwise(
+                M::CUDNN_POINTWISE_GEN_INDEX,
+                DType::I32,
+                &[last],
+                ci,
+                Some(3),
+            )?;
             let mut c = self.virt(DType::I32, score)?;
-            self.pointwise(M::CUDNN_POINTWISE_ADD, DType::I32, &[ci, T::G(bound)], c, None)?;
+            self.pointwise(
+                M::CUDNN_POINTWISE_ADD,
+                DType::I32,
+                &[ci, T::G(bound)],
+                c,
+                None,
+            )?;
             if let (true, Some((lq, lkv))) = (band.window_lens, band.lens) {
                 let a = self.virt(DType::I32, score)?;
                 self.pointwise(M::CUDNN_POINTWISE_SUB, DType::I32, &[c, T::G(lkv)], a, None)?;
@@ -417,7 +447,13 @@ impl Ctx<'_> {
     ) -> Result<T> {
         let mut last = x;
         let masks = [
-            (band.causal, None, band.lens, M::CUDNN_POINTWISE_CMP_GE, band.fills[0]),
+            (
+                band.causal,
+                None,
+                band.lens,
+                M::CUDNN_POINTWISE_CMP_GE,
+                band.fills[0],
+            ),
             (
                 band.window.is_some(),
                 band.window,
@@ -442,11 +478,20 @@ impl Ctx<'_> {
             m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_XDESC, &[self.d(last)])?;
             m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_BDESC, &[self.d(fill)])?;
             if let Some((q, kv)) = lens {
-                m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_SEQ_LEN_QDESC, &[self.d(T::G(q))])?;
-                m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_SEQ_LEN_KVDESC, &[self.d(T::G(kv))])?;
+                m.set_descriptors(
+                    attr::OPERATION_DIAGONAL_BAND_MASK_SEQ_LEN_QDESC,
+                    &[self.d(T::G(q))],
+                )?;
+                m.set_descriptors(
+                    attr::OPERATION_DIAGONAL_BAND_MASK_SEQ_LEN_KVDESC,
+                    &[self.d(T::G(kv))],
+                )?;
             }
             if let Some(b) = bound {
-                m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_LEFT_BOUND_DESC, &[self.d(T::G(b))])?;
+                m.set_descriptors(
+                    attr::OPERATION_DIAGONAL_BAND_MASK_LEFT_BOUND_DESC,
+                    &[self.d(T::G(b))],
+                )?;
             }
             m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_YDESC, &[self.d(out)])?;
             m.set(attr::OPERATION_DIAGONAL_BAND_MASK_COMPARISON_MODE, &[mode])?;
@@ -461,9 +506,18 @@ impl Ctx<'_> {
     /// `y` = the rows of `container` the page table and lengths address.
     fn paged_load(&mut self, container: T, table: T, lens: T, y: T) -> Result<()> {
         let mut d = Descriptor::<kind::PagedCacheLoadOp>::new()?;
-        d.set_descriptors(attr::OPERATION_PAGED_CACHE_LOAD_CONTAINER_DESC, &[self.d(container)])?;
-        d.set_descriptors(attr::OPERATION_PAGED_CACHE_LOAD_PAGE_TABLE_DESC, &[self.d(table)])?;
-        d.set_descriptors(attr::OPERATION_PAGED_CACHE_LOAD_SEQUENCE_DESC, &[self.d(lens)])?;
+        d.set_descriptors(
+            attr::OPERATION_PAGED_CACHE_LOAD_CONTAINER_DESC,
+            &[self.d(container)],
+        )?;
+        d.set_descriptors(
+            attr::OPERATION_PAGED_CACHE_LOAD_PAGE_TABLE_DESC,
+            &[self.d(table)],
+        )?;
+        d.set_descriptors(
+            attr::OPERATION_PAGED_CACHE_LOAD_SEQUENCE_DESC,
+            &[self.d(lens)],
+        )?;
         d.set_descriptors(attr::OPERATION_PAGED_CACHE_LOAD_YDESC, &[self.d(y)])?;
         d.finalize()
             .map_err(|e| e.with_context("the paged cache load"))?;
@@ -590,11 +644,8 @@ impl OpNode for CompositeFwdOp {
             (Some((pk, pv)), Some((_, lkv))) => {
                 let hk = kd[1];
                 let [d, dv] = [self.dims[4], self.dims[5]];
-                let ktv = c.virt_strided(
-                    self.io,
-                    &[b, hk, d, skv],
-                    &[d * skv * hk, d * skv, 1, d],
-                )?;
+                let ktv =
+                    c.virt_strided(self.io, &[b, hk, d, skv], &[d * skv * hk, d * skv, 1, d])?;
                 c.paged_load(T::G(self.k), T::G(pk), T::G(lkv), ktv)?;
                 let vt = c.virt_strided(
                     self.io,

@@ -149,7 +149,12 @@ impl Graph {
                 };
                 let out = self.intermediate("sdpa_window_scores", spec)?;
                 let fill = self.scalar(f64::NEG_INFINITY, DType::F32, 4)?;
-                Some((self.index(out)?, self.index(fill)?, self.index(bound)?, lens))
+                Some((
+                    self.index(out)?,
+                    self.index(fill)?,
+                    self.index(bound)?,
+                    lens,
+                ))
             }
             None => None,
         };

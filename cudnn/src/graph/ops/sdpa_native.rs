@@ -106,7 +106,8 @@ impl Common {
             self.dropout.map(|d| d.2),
             self.band.is_some_and(|b| b.right.is_some()),
             self.band
-                .is_some_and(|b| b.right.is_some_and(|r| r.2.is_some()) || b.left.is_some_and(|l| l.3.is_some())),
+                .is_some_and(|b| b.right.is_some_and(|r| r.2.is_some())
+                    || b.left.is_some_and(|l| l.3.is_some())),
             self.band.is_some_and(|b| b.left.is_some()),
             self.paged.is_some(),
         )
@@ -151,14 +152,18 @@ impl Common {
                 m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_SEQ_LEN_QDESC, &[&t[q]])?;
                 m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_SEQ_LEN_KVDESC, &[&t[kv]])?;
             }
-            m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_LEFT_BOUND_DESC, &[&t[bound]])?;
+            m.set_descriptors(
+                attr::OPERATION_DIAGONAL_BAND_MASK_LEFT_BOUND_DESC,
+                &[&t[bound]],
+            )?;
             m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_YDESC, &[&t[out]])?;
             m.set(
                 attr::OPERATION_DIAGONAL_BAND_MASK_COMPARISON_MODE,
                 &[sys::cudnnPointwiseMode_t::CUDNN_POINTWISE_CMP_GT],
             )?;
-            m.finalize()
-                .map_err(|e| e.with_context("the sliding window (diagonal band mask, left bound)"))?;
+            m.finalize().map_err(|e| {
+                e.with_context("the sliding window (diagonal band mask, left bound)")
+            })?;
             ops.push(m);
             last = out;
         }

@@ -47,7 +47,8 @@ impl SdpaConfig {
     /// (`None` without a paged cache or with a block size < 1).
     pub fn pages_per_seq(&self) -> Option<i64> {
         let p = self.paged?;
-        (p.block_size >= 1).then(|| self.seq_kv / p.block_size + i64::from(self.seq_kv % p.block_size != 0))
+        (p.block_size >= 1)
+            .then(|| self.seq_kv / p.block_size + i64::from(self.seq_kv % p.block_size != 0))
     }
 
     /// A page table (of K or V): `[B, 1, pages, 1]` i32, packed.
