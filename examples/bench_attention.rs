@@ -11,8 +11,10 @@
 //!   a bottom-right causal mask over 1k queries and 4k keys (a chunked
 //!   prefill against a cache; PyTorch: `causal_lower_right`), and a causal
 //!   sliding window of 1k keys over 4k (PyTorch: a boolean `attn_mask`,
-//!   its only SDPA form of a window); TFLOP/s count the pairs the mask
-//!   keeps (exactly, row by row);
+//!   its only SDPA form of a window), and a decode step over a paged KV
+//!   cache (batch 32, 4096 cached tokens in pages of 64; PyTorch, which
+//!   has no paged SDPA, over the same keys stored contiguously); TFLOP/s
+//!   count the pairs the mask keeps (exactly, row by row);
 //! - layer norm forward (training) and backward, bf16, 8192 rows of 4096,
 //!   in GB/s (the bytes each call must move at least: x and y forward;
 //!   x, dy and dx backward).
@@ -67,6 +69,9 @@ enum Opt {
     BottomRight,
     /// 4096 queries and keys, causal, a window of 1024 keys.
     Window,
+    /// A decode step: batch 32, one query over a paged cache of 4096
+    /// tokens (pages of 64), GQA 32:8 (forward only).
+    PagedDecode,
 }
 
 impl Opt {
@@ -78,18 +83,25 @@ impl Opt {
                 .training(true)
                 .causal(true)
                 .sliding_window(1024),
+            Opt::PagedDecode => SdpaConfig::new(32, 32, 1, 128, DType::BF16)
+                .gqa(8)
+                .kv_len(4096)
+                .causal_bottom_right()
+                .paged(64, 32 * 64),
         }
     }
     fn name(self) -> &'static str {
         match self {
-            Opt::BottomRight => "s_q1024 s_kv4096 d128 causal bottom-right",
-            Opt::Window => "s4096 d128 causal window 1024",
+            Opt::BottomRight => "b4 h32 s_q1024 s_kv4096 d128 causal bottom-right",
+            Opt::Window => "b4 h32 s4096 d128 causal window 1024",
+            Opt::PagedDecode => "b32 h32 h_kv8 decode s_q1 s_kv4096 d128 paged (pages of 64)",
         }
     }
     fn shape(self) -> &'static str {
         match self {
             Opt::BottomRight => "b=4;h=32;s=1024;skv=4096;d=128;causal=1;align=br",
             Opt::Window => "b=4;h=32;s=4096;d=128;causal=1;window=1024",
+            Opt::PagedDecode => "b=32;h=32;hkv=8;s=1;skv=4096;d=128;causal=1;align=br;paged=64",
         }
     }
     /// Forward FLOPs over the (query, key) pairs the mask keeps.
@@ -145,7 +157,7 @@ impl Case {
             Case::SdpaFwd(s, c) => format!("sdpa forward b4 h32 s{s} d128 causal{}", imp(c)),
             Case::SdpaBwd(s, c) => format!("sdpa backward b4 h32 s{s} d128 causal{}", imp(c)),
             Case::SdpaOpt(o, bwd) => format!(
-                "sdpa {} b4 h32 {}",
+                "sdpa {} {}",
                 if bwd { "backward" } else { "forward" },
                 o.name()
             ),
@@ -203,6 +215,16 @@ impl Case {
                 g.rename(f.o, "o")?;
                 if let Some(st) = f.stats {
                     g.rename(st, "stats")?;
+                }
+                for (t, n) in [
+                    (f.seq_len_q, "seq_len_q"),
+                    (f.seq_len_kv, "seq_len_kv"),
+                    (f.page_table_k, "page_table_k"),
+                    (f.page_table_v, "page_table_v"),
+                ] {
+                    if let Some(t) = t {
+                        g.rename(t, n)?;
+                    }
                 }
             }
             Case::SdpaBwd(..) | Case::SdpaOpt(_, true) => {
@@ -265,6 +287,7 @@ fn cases(quick: bool) -> Vec<Case> {
         v.push(Case::SdpaOpt(o, false));
         v.push(Case::SdpaOpt(o, true));
     }
+    v.push(Case::SdpaOpt(Opt::PagedDecode, false));
     v.push(Case::LnFwd);
     v.push(Case::LnBwd);
     v
@@ -274,9 +297,14 @@ fn cases(quick: bool) -> Vec<Case> {
 enum Buf {
     B16(DeviceBuffer<bf16>),
     F32(DeviceBuffer<f32>),
+    I32(DeviceBuffer<i32>),
 }
 
-fn buffers(plan: &Plan) -> AnyResult<Vec<(String, bool, Buf)>> {
+fn buffers(plan: &Plan, case: Case) -> AnyResult<Vec<(String, bool, Buf)>> {
+    let cfg = match case {
+        Case::SdpaOpt(o, _) => Some(o.cfg()),
+        _ => None,
+    };
     let mut out = Vec::new();
     for t in &plan.io().tensors {
         let n = t.spec.span_elements()?;
@@ -285,6 +313,21 @@ fn buffers(plan: &Plan) -> AnyResult<Vec<(String, bool, Buf)>> {
             DType::F32 => {
                 // Statistics: LSE ~ ln(seq); inverse std 1.
                 Buf::F32(DeviceBuffer::from_host(&vec![1.0f32; n])?)
+            }
+            // Issue 24's inputs: full sequence lengths; page tables listing
+            // pages 0, 1, ... of each sequence.
+            DType::I32 => {
+                let c = cfg
+                    .as_ref()
+                    .ok_or("an i32 input outside the option cases")?;
+                let fill: Vec<i32> = (0..n)
+                    .map(|i| match t.name.as_str() {
+                        "seq_len_q" => c.seq_q as i32,
+                        "seq_len_kv" => c.seq_kv as i32,
+                        _ => (i as i64 % c.pages_per_seq().unwrap_or(1).max(1)) as i32,
+                    })
+                    .collect();
+                Buf::I32(DeviceBuffer::from_host(&fill)?)
             }
             other => return Err(format!("no buffer for {other} `{}`", t.name).into()),
         };
@@ -298,8 +341,14 @@ struct Timing {
     host_us: f64,
 }
 
-fn measure(h: &mut Handle, stream: &Stream, plan: &Plan, iters: usize) -> AnyResult<Timing> {
-    let mut bufs = buffers(plan)?;
+fn measure(
+    h: &mut Handle,
+    stream: &Stream,
+    plan: &Plan,
+    case: Case,
+    iters: usize,
+) -> AnyResult<Timing> {
+    let mut bufs = buffers(plan, case)?;
     let mut b = plan.bindings();
     for (name, is_out, buf) in bufs.iter_mut() {
         match (buf, *is_out) {
@@ -307,6 +356,8 @@ fn measure(h: &mut Handle, stream: &Stream, plan: &Plan, iters: usize) -> AnyRes
             (Buf::B16(x), true) => b.output(name, x.as_slice_mut())?,
             (Buf::F32(x), false) => b.input(name, x.as_slice())?,
             (Buf::F32(x), true) => b.output(name, x.as_slice_mut())?,
+            (Buf::I32(x), false) => b.input(name, x.as_slice())?,
+            (Buf::I32(x), true) => b.output(name, x.as_slice_mut())?,
         };
     }
     for _ in 0..2 {
@@ -375,7 +426,7 @@ fn run() -> AnyResult<()> {
     println!("|---|---|---:|---:|---:|---:|");
     for c in cases(quick) {
         let result = plan_case(c, &target)
-            .and_then(|(p, s)| Ok((measure(&mut h, &stream, &p, iters)?, s, p.engine())));
+            .and_then(|(p, s)| Ok((measure(&mut h, &stream, &p, c, iters)?, s, p.engine())));
         let (device_us, host_us, detail) = match &result {
             Ok((t, s, e)) => {
                 let rate = c.work()
