@@ -12,7 +12,21 @@
 //! seed and offset (graph inputs `[1, 1, 1, 1]` i64, bound at each
 //! execution); grouped-query attention (fewer K/V heads); BSHD or BHSD
 //! storage (the logical dims are always `[B, H, S, D]`, the layout is in the
-//! strides). Each option of the SDPA operation needs a cuDNN version, checked
+//! strides); the causal diagonal aligned bottom-right
+//! ([`DiagonalAlignment::BottomRight`], PyTorch's `causal_lower_right`) and
+//! a sliding window ([`SdpaConfig::window`]), forward and backward; a paged
+//! KV cache ([`SdpaConfig::paged`]: K and V containers of pages and
+//! per-sequence page tables, `[B, 1, pages, 1]` i32 inputs; forward only).
+//! Their rules, after NVIDIA's frontend 1.32: the bottom-right causal mask
+//! not with dropout, and (like the window) without padding only for
+//! `seq_q <= seq_kv`; before cuDNN 9.6 a bottom-right mask only for lengths
+//! that are multiples of 64; a window before 9.10.2 only with a causal mask
+//! and no dropout, and not without one on 9.14.0 for `seq_kv > 1024`; the
+//! SDPA operation takes either from 9.21 (the composite builds them from
+//! cuDNN's diagonal band mask operation from 9.21, as the frontend does, and
+//! as `GEN_INDEX` comparisons before); a paged cache needs the padding
+//! mask, cuDNN 9.5 for the composite (paged cache loads) and 9.15 for the
+//! SDPA operation, head dims up to 128 through 9.9. Each option of the SDPA operation needs a cuDNN version, checked
 //! before any call ([`SdpaConfig::check`], [`SdpaConfig::resolve`]): with
 //! [`SdpaImpl::Native`], an option the loaded cuDNN lacks is a typed
 //! `Unsupported` naming the option and the version that has it;
