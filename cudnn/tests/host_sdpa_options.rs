@@ -768,12 +768,45 @@ fn reference_paged_gather() -> TestResult {
     Ok(())
 }
 
+/// `paged_gather` on random and adversarial geometry: never panics, every
+/// refusal a typed error, and a successful gather has the promised length.
+fn property_paged_gather() -> TestResult {
+    let mut runner = TestRunner::new(PtConfig {
+        cases: 512,
+        failure_persistence: None,
+        ..PtConfig::default()
+    });
+    let strat = (
+        (0usize..5, 0usize..3, 0usize..5, 0usize..4),
+        (0usize..4, 0usize..4, 0usize..12),
+        prop::collection::vec(prop_oneof![Just(-1i32), 0i32..6, Just(i32::MAX)], 0..12),
+        0usize..3,
+    );
+    runner
+        .run(
+            &strat,
+            |((nb, h, block, d), (b, pages, s_kv), table, slack)| {
+                let n = nb * h * block * d;
+                let data = vec![0.5; n.saturating_sub(slack)];
+                let view = View::bhsd(&data, [nb, h, block, d]);
+                match ref_attn::paged_gather(&view, &table, b, pages, s_kv) {
+                    Ok(out) => prop_assert_eq!(out.len(), b * h * s_kv * d),
+                    Err(Error::InvalidArgument { .. } | Error::Mismatch { .. }) => {}
+                    Err(e) => prop_assert!(false, "untyped refusal {e:?}"),
+                }
+                Ok(())
+            },
+        )
+        .map_err(|e| format!("{e}").into())
+}
+
 fn main() {
     let t = vec![
         host("sdpa_band_plans_per_target", plan_per_target),
         unit("sdpa_band_version_rules", version_rules),
         unit("sdpa_reference_band_hand_cases", reference_band_hand_cases),
         unit("sdpa_reference_paged_gather", reference_paged_gather),
+        unit("sdpa_reference_paged_gather_random", property_paged_gather),
         unit(
             "sdpa_reference_band_finite_differences",
             reference_band_finite_differences,
