@@ -518,7 +518,8 @@ impl SdpaConfig {
     }
 
     /// Floating-point operations of the forward (the two matmuls; halved
-    /// when causal, as FlashAttention counts). Computed in f64: never
+    /// when causal, as FlashAttention counts; the bottom-right alignment
+    /// with `seq_q != seq_kv`, a window and padding are not counted). Computed in f64: never
     /// overflows (a config that `validate` refuses gives a meaningless count).
     pub fn forward_flops(&self) -> f64 {
         let f = 2.0
