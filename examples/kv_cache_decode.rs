@@ -178,9 +178,12 @@ fn run(
             .input("v_cache", cache.vd.as_slice())?
             .input("seq_len_q", lq.as_slice())?
             .input("seq_len_kv", lkv.as_slice())?
-            .input("page_table_k", table.as_slice())?
-            .input("page_table_v", table.as_slice())?
             .output("o", ob.as_slice_mut())?;
+        for name in ["page_table_k", "page_table_v"] {
+            // SAFETY: TABLE lists pages 0..BLOCKS (the container's), and
+            // every key length is at most PAGES * BLOCK (the cache's size).
+            unsafe { b.input_page_table(name, table.as_slice())? };
+        }
         plan.execute(h, &mut b)?;
     }
     h.stream().synchronize()?;

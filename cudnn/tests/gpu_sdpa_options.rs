@@ -107,9 +107,12 @@ fn paged_case(cfg: SdpaConfig, lens_q: Vec<usize>, lens_kv: Vec<usize>) -> TestR
             .input("v", vb.as_slice())?
             .input(&name(f.seq_len_q)?, lq.as_slice())?
             .input(&name(f.seq_len_kv)?, lkv.as_slice())?
-            .input(&name(f.page_table_k)?, tb.as_slice())?
-            .input(&name(f.page_table_v)?, tb.as_slice())?
             .output("o", ob.as_slice_mut())?;
+        for t in [f.page_table_k, f.page_table_v] {
+            // SAFETY: every entry is below `num_blocks` (checked above) and
+            // every key length is at most `seq_kv <= pages * block_size`.
+            unsafe { bi.input_page_table(&name(t)?, tb.as_slice())? };
+        }
         plan.execute(&mut h, &mut bi)?;
     }
     h.stream().synchronize()?;

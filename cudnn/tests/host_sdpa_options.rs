@@ -800,6 +800,94 @@ fn property_paged_gather() -> TestResult {
         .map_err(|e| format!("{e}").into())
 }
 
+/// A paged plan's page tables are bound only through the `unsafe`
+/// `input_page_table` (the GPU reads K / V at the pages they name,
+/// unchecked): the safe `input` refuses them, by uid (a renamed table, and
+/// a plan loaded from its cuDNN JSON with the tensor list, too); other i32
+/// inputs still bind with `input`, and `input_page_table` takes nothing but
+/// a page table, with the same length checks.
+fn paged_tables_need_unsafe_binding() -> TestResult {
+    let t = Target::preset("h200")?;
+    let mut built = 0;
+    for imp in [SdpaImpl::Native, SdpaImpl::Composite] {
+        let cfg = paged_decode().implementation(imp);
+        if let Err(e) = cfg.resolve(false) {
+            eprintln!("paged {imp:?}: refused on cuDNN {:?} (typed): {e}", loaded());
+            continue;
+        }
+        let mut g = Graph::new();
+        let q = g.input("q", cfg.q_spec()?)?;
+        let k = g.input("k", cfg.k_spec()?)?;
+        let v = g.input("v", cfg.v_spec()?)?;
+        let f = g.sdpa_forward(q, k, v, &cfg)?;
+        g.rename(f.o, "o")?;
+        g.rename(f.page_table_k.ok_or("a page table")?, "table_k")?;
+        g.rename(f.seq_len_kv.ok_or("key lengths")?, "lens_kv")?;
+        let pv = g.name(f.page_table_v.ok_or("a page table")?)?.to_string();
+        let og = g.build()?;
+        let policy = Policy {
+            max_attempts: 3,
+            ..Policy::default()
+        };
+        let (plan, _) = Plan::build(&og, &t, &policy)?;
+        built += 1;
+        let mut plans = vec![plan];
+        // The same plan loaded from cuDNN's JSON with its tensor list.
+        match plans[0].cudnn_json() {
+            Ok(json) => {
+                let io = std::sync::Arc::new(plans[0].io().clone());
+                // This program wrote the JSON: its compiled code is trusted.
+                plans.push(if plans[0].is_runtime_compiled() {
+                    Plan::from_cudnn_json_trusted(&json, &t, io)?
+                } else {
+                    Plan::from_cudnn_json(&json, &t, io)?
+                });
+            }
+            Err(e) => eprintln!("paged {imp:?}: no JSON here ({e})"),
+        }
+        for (i, plan) in plans.iter().enumerate() {
+            let mut b = plan.bindings();
+            // SAFETY: a zero-length view over a null pointer is never dereferenced.
+            let empty = unsafe {
+                cudnn::runtime::DeviceSlice::<i32>::from_raw_parts(std::ptr::null(), 0)
+            };
+            for name in ["table_k", pv.as_str()] {
+                let e = b
+                    .input(name, empty)
+                    .err()
+                    .ok_or(format!("plan {i}: `{name}` bound with the safe `input`"))?;
+                ensure!(
+                    matches!(e, Error::Unsupported { .. })
+                        && e.to_string().contains("input_page_table"),
+                    "plan {i} {imp:?}: {e}"
+                );
+                // SAFETY: the binding is refused (too short) before any use.
+                let e = unsafe { b.input_page_table(name, empty) }
+                    .err()
+                    .ok_or(format!("plan {i}: an empty page table accepted"))?;
+                ensure!(e.to_string().contains("bytes"), "plan {i} {imp:?}: {e}");
+            }
+            let e = b
+                .input("lens_kv", empty)
+                .err()
+                .ok_or("empty key lengths accepted")?;
+            ensure!(e.to_string().contains("bytes"), "plan {i} {imp:?}: {e}");
+            // SAFETY: refused (not a page table) before any use.
+            let e = unsafe { b.input_page_table("lens_kv", empty) }
+                .err()
+                .ok_or("key lengths bound as a page table")?;
+            ensure!(
+                e.to_string().contains("must be a page table"),
+                "plan {i} {imp:?}: {e}"
+            );
+        }
+    }
+    if loaded() >= (9, 15, 0) {
+        ensure!(built == 2, "both constructions plan on cuDNN {:?}", loaded());
+    }
+    Ok(())
+}
+
 fn main() {
     let t = vec![
         host("sdpa_band_plans_per_target", plan_per_target),
@@ -812,6 +900,10 @@ fn main() {
             reference_band_finite_differences,
         ),
         host("sdpa_options_random_combinations", property_random_options),
+        host(
+            "sdpa_paged_tables_need_unsafe_binding",
+            paged_tables_need_unsafe_binding,
+        ),
     ];
     run(t)
 }

@@ -41,6 +41,10 @@ pub struct Plan {
     pub(super) scratch: Vec<(i64, usize)>,
     /// Unique in the process: what a cached variant pack is keyed on.
     pub(super) id: u64,
+    /// The UIDs of the inputs the device uses as addresses (a paged KV
+    /// cache's page tables): bound only through the `unsafe`
+    /// [`Bindings::input_page_table`].
+    pub(super) page_tables: Arc<[i64]>,
 }
 
 /// The next [`Plan::id`].
@@ -157,6 +161,7 @@ impl Plan {
         target: &Target,
         engine: Option<i64>,
         runtime_compiled: bool,
+        page_tables: &[i64],
     ) -> Result<Self> {
         let ws = desc.get_one(attr::EXECUTION_PLAN_WORKSPACE_SIZE)?;
         let cudnn_ws = usize::try_from(ws)
@@ -178,6 +183,7 @@ impl Plan {
             scalars,
             scratch,
             id: NEXT_PLAN_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            page_tables: page_tables.into(),
         })
     }
 
@@ -223,6 +229,7 @@ impl Plan {
                         target,
                         Some(c.engine),
                         c.behavior_notes.contains(&BehaviorNote::RuntimeCompilation),
+                        &graph.page_tables,
                     )?;
                     return Ok((plan, report));
                 }
@@ -288,6 +295,7 @@ impl Plan {
                     target,
                     Some(c.engine),
                     c.behavior_notes.contains(&BehaviorNote::RuntimeCompilation),
+                    &graph.page_tables,
                 )?),
                 Err(e) => report.failures.push((c.engine, e.to_string())),
             }
@@ -568,7 +576,14 @@ impl Plan {
                 e.with_context("loading a plan from JSON")
             }
         })?;
-        Plan::new(p, io, target, None, summary.runtime_compiled)
+        Plan::new(
+            p,
+            io,
+            target,
+            None,
+            summary.runtime_compiled,
+            &summary.page_tables,
+        )
     }
 
     /// This crate's plan file: the format version, the cuDNN that made the
@@ -710,7 +725,7 @@ impl Plan {
 
     /// Start binding buffers for [`execute`](Self::execute).
     pub fn bindings(&self) -> Bindings<'_> {
-        Bindings::new(self.io.clone())
+        Bindings::new(self.io.clone(), self.page_tables.clone())
     }
 
     /// Refuse a device of another architecture than the plan's target.

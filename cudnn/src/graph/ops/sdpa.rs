@@ -210,8 +210,10 @@ pub struct SdpaConfig {
     pub diagonal: DiagonalAlignment,
     /// A paged KV cache: K and V live in containers of fixed-size pages,
     /// addressed per sequence through page tables (graph inputs `[B, 1,
-    /// pages, 1]` i32); needs [`padding`](Self::padding) (the key lengths
-    /// say how much of each sequence's pages is valid). Forward only.
+    /// pages, 1]` i32, bound with the `unsafe`
+    /// [`Bindings::input_page_table`](crate::graph::Bindings::input_page_table));
+    /// needs [`padding`](Self::padding) (the key lengths say how much of
+    /// each sequence's pages is valid). Forward only.
     pub paged: Option<PagedKv>,
     /// Sliding window (cuDNN's diagonal-band left bound): query `i` sees
     /// only keys `j > i' - window`, `i'` being its diagonal position (`i`

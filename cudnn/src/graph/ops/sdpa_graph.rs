@@ -176,6 +176,10 @@ impl Graph {
         let spec = cfg.page_table_spec()?;
         let a = self.input(&format!("{base}.page_table_k"), spec.clone())?;
         let b = self.input(&format!("{base}.page_table_v"), spec)?;
+        // The device reads K and V at the pages these tables name, unchecked:
+        // plans bind them only through the `unsafe` `input_page_table`.
+        let (ia, ib) = (self.index(a)?, self.index(b)?);
+        self.page_tables.extend([ia, ib]);
         Ok(Some((a, b)))
     }
 

@@ -7,6 +7,15 @@
 //! are valid, so a cache grows by writing a token into its page and
 //! binding the longer length: no new plan.
 //!
+//! The device uses the page tables' values as addresses and cuDNN checks
+//! none of them: an entry outside the container, or a key length past the
+//! pages a table row covers, makes the GPU read outside K, V or the table.
+//! So a plan binds its page tables only through the `unsafe`
+//! [`Bindings::input_page_table`](crate::graph::Bindings::input_page_table),
+//! whose contract is that rule; the safe
+//! [`Bindings::input`](crate::graph::Bindings::input) refuses them (a plan
+//! loaded from cuDNN's JSON too: the tables are found in its operations).
+//!
 //! Rules, after NVIDIA's cuDNN frontend 1.32: the composite (a paged cache
 //! load of K and of V before the matmuls) from cuDNN 9.5.0, the SDPA
 //! operation (its page-table attributes) from 9.15.0; a padding mask is
