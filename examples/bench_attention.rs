@@ -356,13 +356,16 @@ fn measure(
             (Buf::B16(x), true) => b.output(name, x.as_slice_mut())?,
             (Buf::F32(x), false) => b.input(name, x.as_slice())?,
             (Buf::F32(x), true) => b.output(name, x.as_slice_mut())?,
-            // SAFETY: `buffers` fills a page table with pages below
-            // `pages_per_seq <= num_blocks` and the key lengths with
-            // `seq_kv <= pages * block_size`.
-            (Buf::I32(x), false) if name.starts_with("page_table") => unsafe {
-                b.input_page_table(name, x.as_slice())?
-            },
-            (Buf::I32(x), false) => b.input(name, x.as_slice())?,
+            (Buf::I32(x), false) => {
+                if name.starts_with("page_table") {
+                    // SAFETY: `buffers` fills a page table with pages below
+                    // `pages_per_seq <= num_blocks` and the key lengths with
+                    // `seq_kv <= pages * block_size`.
+                    unsafe { b.input_page_table(name, x.as_slice())? }
+                } else {
+                    b.input(name, x.as_slice())?
+                }
+            }
             (Buf::I32(x), true) => b.output(name, x.as_slice_mut())?,
         };
     }
