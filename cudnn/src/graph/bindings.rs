@@ -96,7 +96,7 @@ pub struct Bindings<'a> {
     pub(super) packs_built: usize,
     /// The UIDs of the plan's page tables (bound only through
     /// [`input_page_table`](Self::input_page_table)).
-    page_tables: Arc<[i64]>,
+    pub(super) page_tables: Arc<[i64]>,
     _plan: std::marker::PhantomData<&'a mut ()>,
 }
 

@@ -694,7 +694,10 @@ impl Plan {
     /// [`BYTE_ALIGNMENT`](super::BYTE_ALIGNMENT)-aligned; the workspace of
     /// this run holds at least [`workspace_size`](Self::workspace_size) bytes.
     fn check_bindings(&self, b: &Bindings<'_>, workspace_bytes: usize) -> Result<()> {
-        if !Arc::ptr_eq(&b.io, &self.io) {
+        // Two plans can share one tensor list (`from_cudnn_json` takes it
+        // from the caller) and still differ in which inputs are page tables:
+        // bindings checked for one are not valid for the other.
+        if !Arc::ptr_eq(&b.io, &self.io) || b.page_tables[..] != self.page_tables[..] {
             return Err(Error::invalid(
                 "bindings",
                 "must come from this plan's `bindings()` (they were checked against another plan's tensors)",
