@@ -812,7 +812,10 @@ fn paged_tables_need_unsafe_binding() -> TestResult {
     for imp in [SdpaImpl::Native, SdpaImpl::Composite] {
         let cfg = paged_decode().implementation(imp);
         if let Err(e) = cfg.resolve(false) {
-            eprintln!("paged {imp:?}: refused on cuDNN {:?} (typed): {e}", loaded());
+            eprintln!(
+                "paged {imp:?}: refused on cuDNN {:?} (typed): {e}",
+                loaded()
+            );
             continue;
         }
         let mut g = Graph::new();
@@ -848,9 +851,8 @@ fn paged_tables_need_unsafe_binding() -> TestResult {
         for (i, plan) in plans.iter().enumerate() {
             let mut b = plan.bindings();
             // SAFETY: a zero-length view over a null pointer is never dereferenced.
-            let empty = unsafe {
-                cudnn::runtime::DeviceSlice::<i32>::from_raw_parts(std::ptr::null(), 0)
-            };
+            let empty =
+                unsafe { cudnn::runtime::DeviceSlice::<i32>::from_raw_parts(std::ptr::null(), 0) };
             for name in ["table_k", pv.as_str()] {
                 let e = b
                     .input(name, empty)

@@ -241,13 +241,14 @@ impl<'a> Bindings<'a> {
     ///
     /// # Safety
     /// For every execution with these bindings, until it completes: every
-    /// entry the attention reads (entries `0..ceil(len_kv[n] / block_size)`
-    /// of row `n`, `len_kv` the key lengths bound with it; every entry when
-    /// in doubt) is in `0..num_blocks` of the K / V container the same
-    /// attention reads, and every key length is at most `pages *
-    /// block_size`. cuDNN does not check either: an entry outside the
-    /// container, or a length past the table, makes the GPU read memory
-    /// outside K, V or the table.
+    /// entry of the table is in `0..num_blocks` (the pages of the K / V
+    /// container the same attention reads), the entries past a sequence's
+    /// length included (cuDNN's kernels load keys by tiles, and a tile
+    /// may reach past the length; pad a table row with a valid page, not
+    /// -1), and every key length bound with it is at most `pages *
+    /// block_size`. cuDNN checks neither: an entry outside the container,
+    /// or a length past the table, makes the GPU read memory outside K, V
+    /// or the table.
     ///
     /// # Errors
     /// Unknown name, not a page table, bound twice, wrong dtype, too short,
