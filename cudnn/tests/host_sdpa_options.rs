@@ -8,7 +8,9 @@
 //!
 //! Also here: the version and architecture rules as pure functions
 //! (`resolve_for`, `check_target_for`) against NVIDIA's frontend 1.32
-//! rules, and a property test over random option combinations.
+//! rules, and a property test over random option combinations; a paged
+//! plan's page tables bound only through the `unsafe` `input_page_table`
+//! (directed and random names).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 // `ensure!(err <= tol)` must fail for NaN: a negated partial comparison on purpose.
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
@@ -899,6 +901,79 @@ fn paged_tables_need_unsafe_binding() -> TestResult {
     Ok(())
 }
 
+/// Random and adversarial names through `input` and `input_page_table` on a
+/// paged plan's bindings: no panic, every refusal typed, a page table never
+/// bound by the safe `input`, and nothing but a page table by
+/// `input_page_table`.
+fn property_page_table_binding() -> TestResult {
+    let cfg = paged_decode().implementation(SdpaImpl::Composite);
+    if let Err(e) = cfg.resolve(false) {
+        eprintln!(
+            "paged composite: refused on cuDNN {:?} (typed): {e}",
+            loaded()
+        );
+        return Ok(());
+    }
+    let og = fwd(&cfg)?.build()?;
+    let policy = Policy {
+        max_attempts: 1,
+        ..Policy::default()
+    };
+    let (plan, _) = Plan::build(&og, &Target::preset("h200")?, &policy)?;
+    let names: Vec<(String, bool)> = plan
+        .io()
+        .tensors
+        .iter()
+        .map(|t| (t.name.clone(), t.name.contains("page_table")))
+        .collect();
+    ensure!(
+        names.iter().filter(|n| n.1).count() == 2,
+        "two page tables in {names:?}"
+    );
+    let mut runner = TestRunner::new(PtConfig {
+        cases: 256,
+        failure_persistence: None,
+        ..PtConfig::default()
+    });
+    let pool = names.clone();
+    runner
+        .run(
+            &(0..pool.len() + 1, ".{0,24}", any::<bool>()),
+            |(pick, random, twice)| {
+                let (name, is_table) = pool.get(pick).cloned().unwrap_or((random, false));
+                let mut b = plan.bindings();
+                // SAFETY: a zero-length view over a null pointer is never dereferenced.
+                let empty = unsafe {
+                    cudnn::runtime::DeviceSlice::<i32>::from_raw_parts(std::ptr::null(), 0)
+                };
+                for _ in 0..if twice { 2 } else { 1 } {
+                    let safe = b.input(&name, empty).map(|_| ());
+                    // SAFETY: nothing runs: the bindings are dropped unexecuted.
+                    let raw = unsafe { b.input_page_table(&name, empty) }.map(|_| ());
+                    prop_assert!(
+                        !is_table || matches!(safe, Err(Error::Unsupported { .. })),
+                        "page table `{name}` not refused by `input`: {safe:?}"
+                    );
+                    for r in [safe, raw] {
+                        match r {
+                            // An empty buffer binds nothing of the paged
+                            // plan (every tensor has a span).
+                            Ok(()) => prop_assert!(false, "`{name}` bound from an empty buffer"),
+                            Err(Error::Unsupported { what, .. }) => prop_assert!(
+                                is_table && what.contains("page table"),
+                                "`{name}`: {what}"
+                            ),
+                            Err(Error::InvalidArgument { .. } | Error::Mismatch { .. }) => {}
+                            Err(e) => prop_assert!(false, "`{name}`: untyped {e:?}"),
+                        }
+                    }
+                }
+                Ok(())
+            },
+        )
+        .map_err(|e| format!("{e}").into())
+}
+
 fn main() {
     let t = vec![
         host("sdpa_band_plans_per_target", plan_per_target),
@@ -914,6 +989,10 @@ fn main() {
         host(
             "sdpa_paged_tables_need_unsafe_binding",
             paged_tables_need_unsafe_binding,
+        ),
+        host(
+            "sdpa_page_table_binding_random",
+            property_page_table_binding,
         ),
     ];
     run(t)
