@@ -10,6 +10,14 @@
 //! - FP8 attention forward (E4M3 in and out, per-tensor scales, BHSD,
 //!   causal, training; `Graph::sdpa_fp8_forward`), same shapes, in TFLOP/s
 //!   (PyTorch's counterpart, where its FP8 SDPA exists, through the CSV);
+//! - attention options (issue 24), forward and backward, `SdpaImpl::Auto`:
+//!   a bottom-right causal mask over 1k queries and 4k keys (a chunked
+//!   prefill against a cache; PyTorch: `causal_lower_right`), and a causal
+//!   sliding window of 1k keys over 4k (PyTorch: a boolean `attn_mask`,
+//!   its only SDPA form of a window), and a decode step over a paged KV
+//!   cache (batch 32, 4096 cached tokens in pages of 64; PyTorch, which
+//!   has no paged SDPA, over the same keys stored contiguously); TFLOP/s
+//!   count the pairs the mask keeps (exactly, row by row);
 //! - layer norm forward (training) and backward, bf16, 8192 rows of 4096,
 //!   in GB/s (the bytes each call must move at least: x and y forward;
 //!   x, dy and dx backward).
@@ -53,8 +61,75 @@ enum Case {
     SdpaBwd(i64, bool),
     /// FP8 attention forward (issue 25), by sequence length.
     SdpaFp8Fwd(i64),
+    /// Issue 24: an attention option (backward or forward).
+    SdpaOpt(Opt, bool),
     LnFwd,
     LnBwd,
+}
+
+/// The attention options benchmarked (issue 24).
+#[derive(Clone, Copy, PartialEq)]
+enum Opt {
+    /// 1024 queries, 4096 keys, causal aligned bottom-right.
+    BottomRight,
+    /// 4096 queries and keys, causal, a window of 1024 keys.
+    Window,
+    /// A decode step: batch 32, one query over a paged cache of 4096
+    /// tokens (pages of 64), GQA 32:8 (forward only).
+    PagedDecode,
+}
+
+impl Opt {
+    fn cfg(self) -> SdpaConfig {
+        let c = SdpaConfig::new(4, 32, 1024, 128, DType::BF16).training(true);
+        match self {
+            Opt::BottomRight => c.kv_len(4096).causal_bottom_right(),
+            Opt::Window => SdpaConfig::new(4, 32, 4096, 128, DType::BF16)
+                .training(true)
+                .causal(true)
+                .sliding_window(1024),
+            Opt::PagedDecode => SdpaConfig::new(32, 32, 1, 128, DType::BF16)
+                .gqa(8)
+                .kv_len(4096)
+                .causal_bottom_right()
+                .paged(64, 32 * 64),
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Opt::BottomRight => "b4 h32 s_q1024 s_kv4096 d128 causal bottom-right",
+            Opt::Window => "b4 h32 s4096 d128 causal window 1024",
+            Opt::PagedDecode => "b32 h32 h_kv8 decode s_q1 s_kv4096 d128 paged (pages of 64)",
+        }
+    }
+    fn shape(self) -> &'static str {
+        match self {
+            Opt::BottomRight => "b=4;h=32;s=1024;skv=4096;d=128;causal=1;align=br",
+            Opt::Window => "b=4;h=32;s=4096;d=128;causal=1;window=1024",
+            Opt::PagedDecode => "b=32;h=32;hkv=8;s=1;skv=4096;d=128;causal=1;align=br;paged=64",
+        }
+    }
+    /// Forward FLOPs over the (query, key) pairs the mask keeps.
+    fn forward_flops(self) -> f64 {
+        let c = self.cfg();
+        let shift = if c.diagonal == DiagonalAlignment::BottomRight {
+            c.seq_kv - c.seq_q
+        } else {
+            0
+        };
+        let mut pairs = 0f64;
+        for i in 0..c.seq_q {
+            let diag = i + shift;
+            let hi = if c.is_causal {
+                diag.min(c.seq_kv - 1)
+            } else {
+                c.seq_kv - 1
+            };
+            let lo = c.window.map_or(0, |w| (diag - w + 1).max(0));
+            pairs += (hi - lo + 1).max(0) as f64;
+        }
+        2.0 * c.batch as f64 * c.heads as f64 * pairs * (c.head_dim + c.head_dim_v) as f64
+    }
 }
 
 impl Case {
@@ -83,15 +158,15 @@ impl Case {
     }
     fn key(self) -> &'static str {
         match self {
-            Case::SdpaFwd(..) | Case::SdpaFp8Fwd(_) => "sdpa_fwd",
-            Case::SdpaBwd(..) => "sdpa_bwd",
+            Case::SdpaFwd(..) | Case::SdpaFp8Fwd(_) | Case::SdpaOpt(_, false) => "sdpa_fwd",
+            Case::SdpaBwd(..) | Case::SdpaOpt(_, true) => "sdpa_bwd",
             Case::LnFwd => "layer_norm_fwd",
             Case::LnBwd => "layer_norm_bwd",
         }
     }
     fn suite(self) -> &'static str {
         match self {
-            Case::SdpaFwd(..) | Case::SdpaBwd(..) | Case::SdpaFp8Fwd(_) => "attention",
+            Case::SdpaFwd(..) | Case::SdpaBwd(..) | Case::SdpaFp8Fwd(_) | Case::SdpaOpt(..) => "attention",
             _ => "norm",
         }
     }
@@ -100,6 +175,11 @@ impl Case {
             Case::SdpaFwd(s, c) => format!("sdpa forward b4 h32 s{s} d128 causal{}", imp(c)),
             Case::SdpaBwd(s, c) => format!("sdpa backward b4 h32 s{s} d128 causal{}", imp(c)),
             Case::SdpaFp8Fwd(s) => format!("sdpa fp8 forward b4 h32 s{s} d128 causal"),
+            Case::SdpaOpt(o, bwd) => format!(
+                "sdpa {} {}",
+                if bwd { "backward" } else { "forward" },
+                o.name()
+            ),
             Case::LnFwd => format!("layer norm forward {LN_ROWS}x{LN_DIM}"),
             Case::LnBwd => format!("layer norm backward {LN_ROWS}x{LN_DIM}"),
         }
@@ -113,12 +193,13 @@ impl Case {
                 )
             }
             Case::SdpaFp8Fwd(s) => format!("b=4;h=32;s={s};d=128;causal=1"),
+            Case::SdpaOpt(o, _) => o.shape().to_string(),
             _ => format!("n={LN_ROWS};d={LN_DIM}"),
         }
     }
     fn metric(self) -> &'static str {
         match self {
-            Case::SdpaFwd(..) | Case::SdpaBwd(..) | Case::SdpaFp8Fwd(_) => "TFLOP/s",
+            Case::SdpaFwd(..) | Case::SdpaBwd(..) | Case::SdpaFp8Fwd(_) | Case::SdpaOpt(..) => "TFLOP/s",
             _ => "GB/s",
         }
     }
@@ -129,6 +210,8 @@ impl Case {
             Case::SdpaBwd(s, c) => Self::cfg(s, c).backward_flops(),
             // As the bf16 forward: 4·b·h·s²·d, halved for the causal mask.
             Case::SdpaFp8Fwd(s) => 4.0 * (4 * 32 * 128) as f64 * (s as f64) * (s as f64) / 2.0,
+            Case::SdpaOpt(o, false) => o.forward_flops(),
+            Case::SdpaOpt(o, true) => 2.5 * o.forward_flops(),
             Case::LnFwd => 2.0 * ln,
             Case::LnBwd => 3.0 * ln,
         }
@@ -136,9 +219,17 @@ impl Case {
 
     fn graph(self) -> cudnn::Result<Graph> {
         let mut g = Graph::new();
+        let (fwd, bwd) = match self {
+            Case::SdpaFwd(s, c) => (Some(Self::cfg(s, c)), None),
+            Case::SdpaBwd(s, c) => (None, Some(Self::cfg(s, c))),
+            Case::SdpaOpt(o, false) => (Some(o.cfg()), None),
+            Case::SdpaOpt(o, true) => (None, Some(o.cfg())),
+            _ => (None, None),
+        };
         match self {
-            Case::SdpaFwd(s, c) => {
-                let cfg = Self::cfg(s, c);
+            Case::SdpaFwd(..) | Case::SdpaOpt(_, false) => {
+                let cfg =
+                    fwd.ok_or_else(|| cudnn::Error::invalid("case", "has a config", "none"))?;
                 let q = g.input("q", cfg.q_spec()?)?;
                 let k = g.input("k", cfg.k_spec()?)?;
                 let v = g.input("v", cfg.v_spec()?)?;
@@ -147,9 +238,20 @@ impl Case {
                 if let Some(st) = f.stats {
                     g.rename(st, "stats")?;
                 }
+                for (t, n) in [
+                    (f.seq_len_q, "seq_len_q"),
+                    (f.seq_len_kv, "seq_len_kv"),
+                    (f.page_table_k, "page_table_k"),
+                    (f.page_table_v, "page_table_v"),
+                ] {
+                    if let Some(t) = t {
+                        g.rename(t, n)?;
+                    }
+                }
             }
-            Case::SdpaBwd(s, c) => {
-                let cfg = Self::cfg(s, c);
+            Case::SdpaBwd(..) | Case::SdpaOpt(_, true) => {
+                let cfg =
+                    bwd.ok_or_else(|| cudnn::Error::invalid("case", "has a config", "none"))?;
                 let q = g.input("q", cfg.q_spec()?)?;
                 let k = g.input("k", cfg.k_spec()?)?;
                 let v = g.input("v", cfg.v_spec()?)?;
@@ -212,6 +314,11 @@ fn cases(quick: bool) -> Vec<Case> {
         }
         v.push(Case::SdpaFp8Fwd(s));
     }
+    for o in [Opt::BottomRight, Opt::Window] {
+        v.push(Case::SdpaOpt(o, false));
+        v.push(Case::SdpaOpt(o, true));
+    }
+    v.push(Case::SdpaOpt(Opt::PagedDecode, false));
     v.push(Case::LnFwd);
     v.push(Case::LnBwd);
     v
@@ -222,9 +329,14 @@ enum Buf {
     B16(DeviceBuffer<bf16>),
     F32(DeviceBuffer<f32>),
     F8(DeviceBuffer<cudnn::F8E4M3>),
+    I32(DeviceBuffer<i32>),
 }
 
-fn buffers(plan: &Plan) -> AnyResult<Vec<(String, bool, Buf)>> {
+fn buffers(plan: &Plan, case: Case) -> AnyResult<Vec<(String, bool, Buf)>> {
+    let cfg = match case {
+        Case::SdpaOpt(o, _) => Some(o.cfg()),
+        _ => None,
+    };
     let mut out = Vec::new();
     for t in &plan.io().tensors {
         let n = t.spec.span_elements()?;
@@ -238,6 +350,21 @@ fn buffers(plan: &Plan) -> AnyResult<Vec<(String, bool, Buf)>> {
                 // Statistics: LSE ~ ln(seq); inverse std 1.
                 Buf::F32(DeviceBuffer::from_host(&vec![1.0f32; n])?)
             }
+            // Issue 24's inputs: full sequence lengths; page tables listing
+            // pages 0, 1, ... of each sequence.
+            DType::I32 => {
+                let c = cfg
+                    .as_ref()
+                    .ok_or("an i32 input outside the option cases")?;
+                let fill: Vec<i32> = (0..n)
+                    .map(|i| match t.name.as_str() {
+                        "seq_len_q" => c.seq_q as i32,
+                        "seq_len_kv" => c.seq_kv as i32,
+                        _ => (i as i64 % c.pages_per_seq().unwrap_or(1).max(1)) as i32,
+                    })
+                    .collect();
+                Buf::I32(DeviceBuffer::from_host(&fill)?)
+            }
             other => return Err(format!("no buffer for {other} `{}`", t.name).into()),
         };
         out.push((t.name.clone(), t.is_output, b));
@@ -250,8 +377,14 @@ struct Timing {
     host_us: f64,
 }
 
-fn measure(h: &mut Handle, stream: &Stream, plan: &Plan, iters: usize) -> AnyResult<Timing> {
-    let mut bufs = buffers(plan)?;
+fn measure(
+    h: &mut Handle,
+    stream: &Stream,
+    plan: &Plan,
+    case: Case,
+    iters: usize,
+) -> AnyResult<Timing> {
+    let mut bufs = buffers(plan, case)?;
     let mut b = plan.bindings();
     for (name, is_out, buf) in bufs.iter_mut() {
         match (buf, *is_out) {
@@ -261,6 +394,17 @@ fn measure(h: &mut Handle, stream: &Stream, plan: &Plan, iters: usize) -> AnyRes
             (Buf::F32(x), true) => b.output(name, x.as_slice_mut())?,
             (Buf::F8(x), false) => b.input(name, x.as_slice())?,
             (Buf::F8(x), true) => b.output(name, x.as_slice_mut())?,
+            (Buf::I32(x), false) => {
+                if name.starts_with("page_table") {
+                    // SAFETY: `buffers` fills a page table with pages below
+                    // `pages_per_seq <= num_blocks` and the key lengths with
+                    // `seq_kv <= pages * block_size`.
+                    unsafe { b.input_page_table(name, x.as_slice())? }
+                } else {
+                    b.input(name, x.as_slice())?
+                }
+            }
+            (Buf::I32(x), true) => b.output(name, x.as_slice_mut())?,
         };
     }
     for _ in 0..2 {
@@ -329,7 +473,7 @@ fn run() -> AnyResult<()> {
     println!("|---|---|---:|---:|---:|---:|");
     for c in cases(quick) {
         let result = plan_case(c, &target)
-            .and_then(|(p, s)| Ok((measure(&mut h, &stream, &p, iters)?, s, p.engine())));
+            .and_then(|(p, s)| Ok((measure(&mut h, &stream, &p, c, iters)?, s, p.engine())));
         let (device_us, host_us, detail) = match &result {
             Ok((t, s, e)) => {
                 let rate = c.work()

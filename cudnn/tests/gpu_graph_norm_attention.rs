@@ -615,9 +615,19 @@ fn attn_inputs<T: El>(rng: &mut Rng, cfg: &SdpaConfig) -> R<Attn> {
 
 fn ref_cfg<'a>(cfg: &SdpaConfig, a: &'a Attn) -> ra::SdpaConfig<'a> {
     let mut r = ra::SdpaConfig::new(cfg.scale_value());
+    let bottom_right = cfg.diagonal == DiagonalAlignment::BottomRight;
     if cfg.is_causal {
-        r.causal = ra::CausalMask::TopLeft;
+        r.causal = if bottom_right {
+            ra::CausalMask::BottomRight
+        } else {
+            ra::CausalMask::TopLeft
+        };
     }
+    // Issue 24: the sliding window.
+    r.window = cfg.window.map(|w| ra::Window {
+        size: usize::try_from(w).unwrap_or(usize::MAX),
+        bottom_right,
+    });
     if cfg.padding {
         r.seq_len_q = Some(&a.lens_q);
         r.seq_len_kv = Some(&a.lens_kv);
@@ -1105,6 +1115,7 @@ fn main() {
         norm_backward::<f16>(NormMode::Batch)
     }));
     let base = |dt| SdpaConfig::new(2, 8, 128, 64, dt);
+    let cross = |dt| SdpaConfig::new(2, 4, 96, 64, dt).kv_len(256);
     let fwd: Vec<(&str, SdpaConfig)> = vec![
         ("sdpa_fwd_infer_f16", base(DType::F16)),
         ("sdpa_fwd_infer_bf16", base(DType::BF16)),
@@ -1127,6 +1138,42 @@ fn main() {
             "sdpa_fwd_cross_d128_bf16",
             SdpaConfig::new(2, 4, 64, 128, DType::BF16)
                 .kv_len(192)
+                .training(true),
+        ),
+        // Issue 24: the bottom-right causal mask and the sliding window,
+        // alone and with padding (queries fewer than keys: a chunked
+        // prefill against a cache), and a decode step.
+        (
+            "sdpa_fwd_br_causal_cross_bf16",
+            cross(DType::BF16).causal_bottom_right().training(true),
+        ),
+        (
+            "sdpa_fwd_br_causal_padding_bf16",
+            cross(DType::BF16)
+                .causal_bottom_right()
+                .padding(true)
+                .training(true),
+        ),
+        (
+            "sdpa_fwd_decode_br_causal_f16",
+            SdpaConfig::new(4, 8, 1, 128, DType::F16)
+                .kv_len(320)
+                .causal_bottom_right(),
+        ),
+        (
+            "sdpa_fwd_window_causal_bf16",
+            base(DType::BF16)
+                .causal(true)
+                .sliding_window(48)
+                .training(true),
+        ),
+        ("sdpa_fwd_window_f16", base(DType::F16).sliding_window(40)),
+        (
+            "sdpa_fwd_window_br_causal_padding_bf16",
+            cross(DType::BF16)
+                .causal_bottom_right()
+                .sliding_window(64)
+                .padding(true)
                 .training(true),
         ),
     ];
@@ -1165,6 +1212,22 @@ fn main() {
         (
             "sdpa_bwd_bhsd_bf16",
             base(DType::BF16).layout(AttnLayout::Bhsd),
+        ),
+        // Issue 24.
+        (
+            "sdpa_bwd_br_causal_cross_bf16",
+            cross(DType::BF16).causal_bottom_right(),
+        ),
+        (
+            "sdpa_bwd_window_causal_bf16",
+            base(DType::BF16).causal(true).sliding_window(48),
+        ),
+        (
+            "sdpa_bwd_window_br_causal_padding_bf16",
+            cross(DType::BF16)
+                .causal_bottom_right()
+                .sliding_window(64)
+                .padding(true),
         ),
     ];
     for (name, cfg) in bwd {

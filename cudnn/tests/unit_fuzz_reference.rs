@@ -1086,6 +1086,11 @@ fn attention_one(t: &Tally, c: &NormCase) -> Result<(), TestCaseError> {
         seq_len_q: (c.lens[3] & 4 != 0).then_some(&lens_q[..]),
         seq_len_kv: (c.lens[3] & 8 != 0).then_some(&lens_kv[..]),
         dropout: (c.lens[3] & 16 != 0).then_some(&mask[..]),
+        // Sizes 0 (refused, typed) to 4, either alignment.
+        window: (c.lens[3] & 32 != 0).then_some(attention::Window {
+            size: (c.seed as usize >> 16) % 5,
+            bottom_right: c.lens[3] & 64 != 0,
+        }),
     };
     let f = call(t, "attention forward", || {
         attention::forward(&qv, &kv, &vv, &config)

@@ -24,6 +24,7 @@
 mod compare;
 mod differences;
 mod patterns;
+mod patterns_sdpa_options;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

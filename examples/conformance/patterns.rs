@@ -35,6 +35,16 @@ impl Pattern {
     }
 }
 
+/// A pattern (for the pattern files of other sections).
+pub fn pattern(
+    name: impl Into<String>,
+    family: &'static str,
+    params: Value,
+    build: impl Fn() -> cudnn::Result<Graph> + 'static,
+) -> Pattern {
+    p(name, family, params, build)
+}
+
 fn p(
     name: impl Into<String>,
     family: &'static str,
@@ -695,5 +705,6 @@ pub fn all() -> Vec<Pattern> {
     norms(&mut out);
     attention(&mut out);
     patterns_fp8::fp8(&mut out);
+    crate::patterns_sdpa_options::attention_options(&mut out);
     out
 }

@@ -371,10 +371,18 @@ class Builder:
     def sdpa_kwargs(self):
         p = self.p
         kw = dict(attn_scale=p["scale"])
+        # Issue 24: the diagonal alignment and the sliding window (left bound).
+        align = self.cudnn.diagonal_alignment
+        diagonal = align.BOTTOM_RIGHT if p.get("diagonal") == "bottom_right" else align.TOP_LEFT
         if p["causal"]:
+            kw.update(diagonal_alignment=diagonal, diagonal_band_right_bound=0)
+        if p.get("window") is not None:
+            kw.update(diagonal_alignment=diagonal, diagonal_band_left_bound=p["window"])
+        if p.get("paged_max_seq_len_kv") is not None:
             kw.update(
-                diagonal_alignment=self.cudnn.diagonal_alignment.TOP_LEFT,
-                diagonal_band_right_bound=0,
+                paged_attention_k_table=self.t["page_table_k"],
+                paged_attention_v_table=self.t["page_table_v"],
+                paged_attention_max_seq_len_kv=p["paged_max_seq_len_kv"],
             )
         if p["padding"]:
             kw.update(use_padding_mask=True, seq_len_q=self.t["seq_len_q"], seq_len_kv=self.t["seq_len_kv"])

@@ -159,7 +159,13 @@ def shape_label(row):
         return f"{row['case']}: " + ", ".join(parts)
     if suite == "attention":
         causal = ", causal" if s.get("causal") == "1" else ""
-        return f"b {s.get('b')}, h {s.get('h')}, s {s.get('s')}, d {s.get('d')}{causal}"
+        # Issue 24's options.
+        skv = f", s_kv {s['skv']}" if "skv" in s else ""
+        causal += " bottom-right" if causal and s.get("align") == "br" else ""
+        causal += f", window {s['window']}" if "window" in s else ""
+        causal += f", h_kv {s['hkv']}" if "hkv" in s else ""
+        causal += f", paged (pages of {s['paged']}; PyTorch contiguous)" if "paged" in s else ""
+        return f"b {s.get('b')}, h {s.get('h')}, s {s.get('s')}{skv}, d {s.get('d')}{causal}"
     if suite == "norm":
         return f"{s.get('n')}x{s.get('d')}"
     return f"{s.get('n')}x{s.get('c')}x{s.get('h')}x{s.get('w')}"
@@ -412,15 +418,46 @@ def attention_case(torch, row, device):
         return lambda: F.scaled_dot_product_attention(q8, k8, v8, is_causal=causal)
     dtype = torch_dtype(torch, row["dtype"])
 
-    def bshd():
-        return (torch.randn(b, seq, h, d, dtype=dtype, device=device) * 0.5).transpose(1, 2)
+    # Issue 24's options: keys other than queries (skv), a bottom-right
+    # causal mask (align=br: PyTorch's causal_lower_right) and a sliding
+    # window (a boolean attn_mask, PyTorch's only SDPA form of one).
+    skv = int(s.get("skv", seq))
+    bottom_right = s.get("align") == "br"
+    window = int(s["window"]) if "window" in s else None
 
-    q, k, v = bshd(), bshd(), bshd()
+    def bshd(n=seq):
+        return (torch.randn(b, n, h, d, dtype=dtype, device=device) * 0.5).transpose(1, 2)
+
+    # A paged cache (paged=PAGE): PyTorch has no paged SDPA, so its row runs
+    # over the same keys stored contiguously (GQA via enable_gqa).
+    hkv = int(s.get("hkv", h))
+
+    def bshd_kv(n):
+        return (torch.randn(b, n, hkv, d, dtype=dtype, device=device) * 0.5).transpose(1, 2)
+
+    q, k, v = bshd(), bshd_kv(skv), bshd_kv(skv)
+    kw = dict(is_causal=causal)
+    if hkv != h:
+        kw["enable_gqa"] = True
+    if window is not None:
+        i = torch.arange(seq, device=device).unsqueeze(1) + (skv - seq if bottom_right else 0)
+        j = torch.arange(skv, device=device).unsqueeze(0)
+        keep = j > i - window
+        if causal:
+            keep = keep & (j <= i)
+        kw = dict(attn_mask=keep, enable_gqa=hkv != h)
+    elif causal and bottom_right and seq == 1:
+        # One query aligned bottom-right sees every key.
+        kw = dict(enable_gqa=hkv != h)
+    elif causal and bottom_right:
+        from torch.nn.attention.bias import causal_lower_right
+
+        kw = dict(attn_mask=causal_lower_right(seq, skv), enable_gqa=hkv != h)
     if row["op"] == "sdpa_fwd":
-        return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return lambda: F.scaled_dot_product_attention(q, k, v, **kw)
     if row["op"] == "sdpa_bwd":
         qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
-        out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+        out = F.scaled_dot_product_attention(qg, kg, vg, **kw)
         do = torch.randn_like(out)
         return lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
     raise Skip(f"no PyTorch counterpart for op `{row['op']}`")

@@ -56,6 +56,8 @@ pub fn test(args: &[String]) -> Result<(), String> {
         .map_err(|e| format!("joining the cudnn910 and cuda12 folders: {e}"))?;
     let mut cmd = cargo();
     cmd.args(["test", "-p", "cudnn", "--test", "host_graph_norm_attention"])
+        // Issue 24's attention options (their tests are all named `sdpa_*`).
+        .args(["--test", "host_sdpa_options"])
         .args(args)
         .args(["--", "sdpa"]);
     cmd.env("CUDNN_RS_REQUIRE_LIBS", "1")
@@ -160,9 +162,16 @@ const TORCH211_TESTS: &[&str] = &[
     "host_graph",
     "host_graph_norm_attention",
     "host_fp8_gemm",
+    "host_sdpa_options",
 ];
 /// The examples that plan (without a GPU: for an H200), run against it.
-const TORCH211_EXAMPLES: &[&str] = &["graph_conv", "aot", "attention", "bench_graph"];
+const TORCH211_EXAMPLES: &[&str] = &[
+    "graph_conv",
+    "aot",
+    "attention",
+    "bench_graph",
+    "kv_cache_decode",
+];
 
 /// The run command: make sure the libraries are there (as `doctor`), then
 /// train the `lenet` example (needs a GPU; says so and fails without one).

@@ -94,6 +94,9 @@ pub struct Bindings<'a> {
     packed_for: Option<u64>,
     /// How many times a variant pack was built (for tests).
     pub(super) packs_built: usize,
+    /// The UIDs of the plan's page tables (bound only through
+    /// [`input_page_table`](Self::input_page_table)).
+    pub(super) page_tables: Arc<[i64]>,
     _plan: std::marker::PhantomData<&'a mut ()>,
 }
 
@@ -107,9 +110,10 @@ impl std::fmt::Debug for Bindings<'_> {
 }
 
 impl<'a> Bindings<'a> {
-    pub(super) fn new(io: Arc<IoSignature>) -> Self {
+    pub(super) fn new(io: Arc<IoSignature>, page_tables: Arc<[i64]>) -> Self {
         Self {
             io,
+            page_tables,
             slots: Vec::new(),
             workspace: WorkspaceSource::Handle,
             workspace_device: None,
@@ -199,14 +203,78 @@ impl<'a> Bindings<'a> {
 
     /// Bind a graph input.
     ///
+    /// A page table of a paged KV cache is refused here: the device reads K
+    /// and V at the pages it names, unchecked, so it is bound with the
+    /// `unsafe` [`input_page_table`](Self::input_page_table).
+    ///
     /// # Errors
-    /// Unknown name, an output, bound twice, wrong dtype, too short, misaligned.
+    /// Unknown name, an output, a page table, bound twice, wrong dtype, too
+    /// short, misaligned.
     pub fn input<T: DataType>(
         &mut self,
         name: &str,
         buf: impl Into<DeviceSlice<'a, T>>,
     ) -> Result<&mut Self> {
         let t = self.find(name)?;
+        if self.page_tables.contains(&t.uid) {
+            return Err(Error::Unsupported {
+                what: format!(
+                    "binding `{name}` with `input`: it is a page table of a paged KV cache, whose \
+                     values the GPU uses as page indices without a bounds check"
+                ),
+                needs: Some(
+                    "`Bindings::input_page_table` (unsafe: every entry a page of the K / V \
+                     container, every key length within the pages a table row covers)"
+                        .to_string(),
+                ),
+            });
+        }
+        self.input_checked(name, t, buf)
+    }
+
+    /// Bind a page table of a paged KV cache (see
+    /// [`SdpaConfig::paged`](crate::graph::SdpaConfig::paged)): `[B, 1,
+    /// pages, 1]` i32, row `n` listing the container pages of sequence `n`
+    /// in token order. The shape, type, length, alignment and device are
+    /// checked as [`input`](Self::input) checks them; the values cannot be
+    /// (they live on the device and change as a cache grows).
+    ///
+    /// # Safety
+    /// For every execution with these bindings, until it completes: every
+    /// entry of the table is in `0..num_blocks` (the pages of the K / V
+    /// container the same attention reads), the entries past a sequence's
+    /// length included (cuDNN's kernels load keys by tiles, and a tile
+    /// may reach past the length; pad a table row with a valid page, not
+    /// -1), and every key length bound with it is at most `pages *
+    /// block_size`. cuDNN checks neither: an entry outside the container,
+    /// or a length past the table, makes the GPU read memory outside K, V
+    /// or the table.
+    ///
+    /// # Errors
+    /// Unknown name, not a page table, bound twice, wrong dtype, too short,
+    /// misaligned.
+    pub unsafe fn input_page_table(
+        &mut self,
+        name: &str,
+        buf: impl Into<DeviceSlice<'a, i32>>,
+    ) -> Result<&mut Self> {
+        let t = self.find(name)?;
+        if !self.page_tables.contains(&t.uid) {
+            return Err(Error::invalid(
+                format!("binding `{name}` with `input_page_table`"),
+                "must be a page table of the plan's paged KV cache (bind other inputs with `input`)",
+                name,
+            ));
+        }
+        self.input_checked(name, t, buf)
+    }
+
+    fn input_checked<T: DataType>(
+        &mut self,
+        name: &str,
+        t: IoTensor,
+        buf: impl Into<DeviceSlice<'a, T>>,
+    ) -> Result<&mut Self> {
         if t.is_output {
             return Err(Error::invalid(
                 format!("binding `{name}`"),

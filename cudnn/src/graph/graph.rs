@@ -78,6 +78,10 @@ pub struct Graph {
     pub(crate) nodes: Vec<Node>,
     pub(crate) ops: Vec<OpEntry>,
     compute: DType,
+    /// The inputs whose values the device uses as addresses (a paged KV
+    /// cache's page tables), by node index: plans bind them only through
+    /// [`Bindings::input_page_table`](super::Bindings::input_page_table).
+    pub(crate) page_tables: Vec<usize>,
 }
 
 impl Default for Graph {
@@ -94,6 +98,7 @@ impl Graph {
             nodes: Vec::new(),
             ops: Vec::new(),
             compute: DType::F32,
+            page_tables: Vec::new(),
         }
     }
 
@@ -482,7 +487,13 @@ impl Graph {
             }
         }
         let targets = self.ops.iter().map(|e| Arc::clone(&e.op)).collect();
+        let page_tables = self
+            .page_tables
+            .iter()
+            .filter_map(|&i| self.nodes.get(i).map(|n| n.uid))
+            .collect();
         Ok(OpGraph {
+            page_tables,
             tf32_data,
             desc: graph,
             _tensors: tensors,

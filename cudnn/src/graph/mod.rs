@@ -63,7 +63,10 @@ pub use ops::matmul_fp8::{Fp8Matmul, Fp8MatmulScales, check_fp8_target};
 pub use ops::norm::{NormGrads, NormMode, NormOutputs, NormPhase, RunningStats};
 pub use ops::pointwise::{Arity, Pointwise};
 pub use ops::reduction::Reduce;
-pub use ops::sdpa::{AttnLayout, Dropout, SdpaBackward, SdpaConfig, SdpaForward, SdpaImpl};
+pub use ops::sdpa::{
+    AttnLayout, DiagonalAlignment, Dropout, PagedKv, SdpaBackward, SdpaConfig, SdpaForward,
+    SdpaImpl,
+};
 pub use ops::sdpa_fp8::{Fp8SdpaConfig, Fp8SdpaForward};
 pub use ops::sdpa_fp8_bwd::{FP8_BWD_SCALE_NAMES, Fp8SdpaBackward};
 pub use plan::{BuildReport, Plan, Timings};

@@ -48,6 +48,8 @@ pub struct OpGraph {
     pub(crate) timing_fills: Vec<(i64, i32)>,
     /// The graph's ops, for their checks against a target.
     pub(crate) ops: Vec<Arc<dyn OpNode>>,
+    /// The UIDs of the inputs the device uses as addresses (page tables).
+    pub(crate) page_tables: Vec<i64>,
 }
 
 impl std::fmt::Debug for OpGraph {

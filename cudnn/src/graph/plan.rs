@@ -43,6 +43,10 @@ pub struct Plan {
     pub(super) scratch: Vec<(i64, usize)>,
     /// Unique in the process: what a cached variant pack is keyed on.
     pub(super) id: u64,
+    /// The UIDs of the inputs the device uses as addresses (a paged KV
+    /// cache's page tables): bound only through the `unsafe`
+    /// [`Bindings::input_page_table`].
+    pub(super) page_tables: Arc<[i64]>,
 }
 
 /// The next [`Plan::id`].
@@ -159,6 +163,7 @@ impl Plan {
         target: &Target,
         engine: Option<i64>,
         runtime_compiled: bool,
+        page_tables: &[i64],
     ) -> Result<Self> {
         let ws = desc.get_one(attr::EXECUTION_PLAN_WORKSPACE_SIZE)?;
         let cudnn_ws = usize::try_from(ws)
@@ -181,6 +186,7 @@ impl Plan {
             scalars,
             scratch,
             id: NEXT_PLAN_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            page_tables: page_tables.into(),
         })
     }
 
@@ -226,6 +232,7 @@ impl Plan {
                         target,
                         Some(c.engine),
                         c.behavior_notes.contains(&BehaviorNote::RuntimeCompilation),
+                        &graph.page_tables,
                     )?
                     .with_notes(&c.behavior_notes);
                     return Ok((plan, report));
@@ -293,6 +300,7 @@ impl Plan {
                         target,
                         Some(c.engine),
                         c.behavior_notes.contains(&BehaviorNote::RuntimeCompilation),
+                        &graph.page_tables,
                     )?
                     .with_notes(&c.behavior_notes),
                 ),
@@ -591,7 +599,14 @@ impl Plan {
                 e.with_context("loading a plan from JSON")
             }
         })?;
-        Plan::new(p, io, target, None, summary.runtime_compiled)
+        Plan::new(
+            p,
+            io,
+            target,
+            None,
+            summary.runtime_compiled,
+            &summary.page_tables,
+        )
     }
 
     /// This crate's plan file: the format version, the cuDNN that made the
@@ -702,7 +717,10 @@ impl Plan {
     /// [`BYTE_ALIGNMENT`](super::BYTE_ALIGNMENT)-aligned; the workspace of
     /// this run holds at least [`workspace_size`](Self::workspace_size) bytes.
     fn check_bindings(&self, b: &Bindings<'_>, workspace_bytes: usize) -> Result<()> {
-        if !Arc::ptr_eq(&b.io, &self.io) {
+        // Two plans can share one tensor list (`from_cudnn_json` takes it
+        // from the caller) and still differ in which inputs are page tables:
+        // bindings checked for one are not valid for the other.
+        if !Arc::ptr_eq(&b.io, &self.io) || b.page_tables[..] != self.page_tables[..] {
             return Err(Error::invalid(
                 "bindings",
                 "must come from this plan's `bindings()` (they were checked against another plan's tensors)",
@@ -733,7 +751,7 @@ impl Plan {
 
     /// Start binding buffers for [`execute`](Self::execute).
     pub fn bindings(&self) -> Bindings<'_> {
-        Bindings::new(self.io.clone())
+        Bindings::new(self.io.clone(), self.page_tables.clone())
     }
 
     /// Refuse a device of another architecture than the plan's target.

@@ -24,7 +24,10 @@
 //!   sequence lengths ([`SdpaConfig::seq_len_q`] / [`SdpaConfig::seq_len_kv`];
 //!   `s_q` / `s_kv` without them) and [`CausalMask`] is:
 //!   none; top-left, `j <= i`; or bottom-right, `j <= i + len_kv - len_q`
-//!   (the diagonal ends at the last query and last valid key).
+//!   (the diagonal ends at the last query and last valid key), and the
+//!   [`Window`] (a sliding window of `size` keys) admits it: `j > i' -
+//!   size`, with `i' = i` (top-left) or `i + len_kv - len_q`
+//!   (bottom-right).
 //! - `stats[i] = log(sum_{allowed j} exp(S[i, j]))` (natural log, over the
 //!   scaled scores, before dropout),
 //!   `P[i, j] = exp(S[i, j] - stats[i])` for allowed `j`, else 0
@@ -180,6 +183,18 @@ pub enum CausalMask {
     BottomRight,
 }
 
+/// A sliding window (cuDNN's diagonal-band left bound): query `i` sees
+/// only keys `j > i' - size`, `i'` its diagonal position (`i`, or `i +
+/// len_kv - len_q` aligned bottom-right). With a causal mask of the same
+/// alignment, the `size` keys up to and including the diagonal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Window {
+    /// The keys a query sees back from its diagonal, the diagonal included (>= 1).
+    pub size: usize,
+    /// Aligned bottom-right (else top-left).
+    pub bottom_right: bool,
+}
+
 /// The options of one attention call.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SdpaConfig<'a> {
@@ -187,6 +202,8 @@ pub struct SdpaConfig<'a> {
     pub scale: f64,
     /// The causal mask.
     pub causal: CausalMask,
+    /// A sliding window; `None`: none.
+    pub window: Option<Window>,
     /// The valid query count of each batch (`b` values, each `<= s_q`);
     /// `None`: all `s_q`.
     pub seq_len_q: Option<&'a [usize]>,
@@ -205,6 +222,7 @@ impl SdpaConfig<'_> {
         SdpaConfig {
             scale,
             causal: CausalMask::None,
+            window: None,
             seq_len_q: None,
             seq_len_kv: None,
             dropout: None,
@@ -383,6 +401,11 @@ fn check(
     if !config.scale.is_finite() {
         return Err(Error::invalid("scale", "must be finite", config.scale));
     }
+    if let Some(w) = config.window
+        && w.size == 0
+    {
+        return Err(Error::invalid("window.size", "must be >= 1", w.size));
+    }
     check_lengths("seq_len_q", config.seq_len_q, b, sq)?;
     check_lengths("seq_len_kv", config.seq_len_kv, b, skv)?;
     if let Some(mask) = config.dropout {
@@ -412,6 +435,14 @@ fn allowed(shape: &Shape, config: &SdpaConfig<'_>, n: usize, i: usize, j: usize)
             CausalMask::TopLeft => j <= i,
             // j <= i + lkv - lq, without underflow.
             CausalMask::BottomRight => j + lq <= i + lkv,
+        }
+        && match config.window {
+            None => true,
+            // j > i' - size, i.e. j + size > i' (+ lq on both sides
+            // bottom-right, so nothing underflows; the left side saturates,
+            // and a saturated window admits every key, as it should).
+            Some(w) if w.bottom_right => j.saturating_add(w.size).saturating_add(lq) > i + lkv,
+            Some(w) => j.saturating_add(w.size) > i,
         }
 }
 
@@ -586,4 +617,80 @@ pub fn backward(
         }
     }
     Ok(SdpaGrads { dq, dk, dv: dvv })
+}
+
+/// Gathers a paged cache into packed BHSD `[b, h, s_kv, d]`: token `j` of
+/// sequence `n` is row `j % block_size` of page `table[n * pages + j /
+/// block_size]` of `container` (`[num_blocks, h, block_size, d]`, any
+/// strides), as cuDNN's paged cache load reads it. `table` is the page
+/// table, packed `[b, pages]` (the graph's `[b, 1, pages, 1]`). The
+/// result is what [`forward`] takes for `K` or `V` (with
+/// [`View::bhsd`]); tokens past a sequence's key length are read too, so
+/// every page they name must exist.
+///
+/// # Errors
+/// A container view addressing outside its buffer or with a dimension of
+/// 0; `table` not `b * pages` long; `pages * block_size < s_kv`; a page
+/// index outside the container; sizes beyond
+/// [`MAX_ELEMENTS`](super::MAX_ELEMENTS).
+pub fn paged_gather(
+    container: &View<'_>,
+    table: &[i32],
+    b: usize,
+    pages: usize,
+    s_kv: usize,
+) -> Result<Vec<f64>> {
+    container.check("container")?;
+    let [num_blocks, h, block, d] = container.dims;
+    for (name, v) in [("b", b), ("pages", pages), ("s_kv", s_kv)] {
+        if v == 0 {
+            return Err(Error::invalid(
+                format!("paged_gather {name}"),
+                "must be >= 1",
+                v,
+            ));
+        }
+        bounds::extent(&format!("paged_gather {name}"), v)?;
+    }
+    let want = product("paged_gather table", &[b, pages])?;
+    if table.len() != want {
+        return Err(Error::mismatch(
+            format!("page table length (packed [b, pages] = [{b}, {pages}])"),
+            want,
+            table.len(),
+        ));
+    }
+    if product("paged_gather pages * block_size", &[pages, block])? < s_kv {
+        return Err(Error::invalid(
+            "paged_gather pages",
+            format!("must cover s_kv = {s_kv} tokens with block_size {block}"),
+            pages,
+        ));
+    }
+    let mut out = zeros(
+        "paged_gather",
+        product("paged_gather out", &[b, h, s_kv, d])?,
+    )?;
+    for n in 0..b {
+        for j in 0..s_kv {
+            let slot = n * pages + j / block;
+            let page = table[slot];
+            let page = usize::try_from(page)
+                .ok()
+                .filter(|&p| p < num_blocks)
+                .ok_or_else(|| {
+                    Error::invalid(
+                        format!("page table [{n}, {}]", j / block),
+                        format!("must be a page of the container (0..{num_blocks})"),
+                        page,
+                    )
+                })?;
+            for hh in 0..h {
+                for t in 0..d {
+                    out[((n * h + hh) * s_kv + j) * d + t] = container.at(page, hh, j % block, t);
+                }
+            }
+        }
+    }
+    Ok(out)
 }

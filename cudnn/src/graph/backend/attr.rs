@@ -610,6 +610,36 @@ pub const OPERATION_SDPA_FWD_SEQ_LEN_KVDESC: Attr<SdpaForwardOp, Desc<Tensor>> =
     label: "CUDNN_ATTR_OPERATION_SDPA_FWD_SEQ_LEN_KVDESC",
     _p: PhantomData,
 };
+pub const OPERATION_SDPA_FWD_PAGE_TABLE_KDESC: Attr<SdpaForwardOp, Desc<Tensor>> = Attr {
+    name: AttrName::CUDNN_ATTR_OPERATION_SDPA_FWD_PAGE_TABLE_KDESC,
+    label: "CUDNN_ATTR_OPERATION_SDPA_FWD_PAGE_TABLE_KDESC",
+    _p: PhantomData,
+};
+pub const OPERATION_SDPA_FWD_PAGE_TABLE_VDESC: Attr<SdpaForwardOp, Desc<Tensor>> = Attr {
+    name: AttrName::CUDNN_ATTR_OPERATION_SDPA_FWD_PAGE_TABLE_VDESC,
+    label: "CUDNN_ATTR_OPERATION_SDPA_FWD_PAGE_TABLE_VDESC",
+    _p: PhantomData,
+};
+pub const OPERATION_PAGED_CACHE_LOAD_CONTAINER_DESC: Attr<PagedCacheLoadOp, Desc<Tensor>> = Attr {
+    name: AttrName::CUDNN_ATTR_OPERATION_PAGED_CACHE_LOAD_CONTAINER_DESC,
+    label: "CUDNN_ATTR_OPERATION_PAGED_CACHE_LOAD_CONTAINER_DESC",
+    _p: PhantomData,
+};
+pub const OPERATION_PAGED_CACHE_LOAD_PAGE_TABLE_DESC: Attr<PagedCacheLoadOp, Desc<Tensor>> = Attr {
+    name: AttrName::CUDNN_ATTR_OPERATION_PAGED_CACHE_LOAD_PAGE_TABLE_DESC,
+    label: "CUDNN_ATTR_OPERATION_PAGED_CACHE_LOAD_PAGE_TABLE_DESC",
+    _p: PhantomData,
+};
+pub const OPERATION_PAGED_CACHE_LOAD_SEQUENCE_DESC: Attr<PagedCacheLoadOp, Desc<Tensor>> = Attr {
+    name: AttrName::CUDNN_ATTR_OPERATION_PAGED_CACHE_LOAD_SEQUENCE_DESC,
+    label: "CUDNN_ATTR_OPERATION_PAGED_CACHE_LOAD_SEQUENCE_DESC",
+    _p: PhantomData,
+};
+pub const OPERATION_PAGED_CACHE_LOAD_YDESC: Attr<PagedCacheLoadOp, Desc<Tensor>> = Attr {
+    name: AttrName::CUDNN_ATTR_OPERATION_PAGED_CACHE_LOAD_YDESC,
+    label: "CUDNN_ATTR_OPERATION_PAGED_CACHE_LOAD_YDESC",
+    _p: PhantomData,
+};
 pub const OPERATION_SDPA_FWD_SUBGRAPH: Attr<SdpaForwardOp, Desc<OperationGraph>> = Attr {
     name: AttrName::CUDNN_ATTR_OPERATION_SDPA_FWD_SUBGRAPH,
     label: "CUDNN_ATTR_OPERATION_SDPA_FWD_SUBGRAPH",

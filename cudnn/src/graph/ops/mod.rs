@@ -12,12 +12,14 @@ pub mod norm;
 pub mod pointwise;
 pub mod reduction;
 pub mod sdpa;
+pub(crate) mod sdpa_band;
 pub(crate) mod sdpa_composite;
 pub mod sdpa_fp8;
 pub(crate) mod sdpa_fp8_build;
 pub mod sdpa_fp8_bwd;
 pub(crate) mod sdpa_graph;
 pub(crate) mod sdpa_native;
+pub(crate) mod sdpa_paged;
 
 use super::backend::{AnyOperation, Descriptor, kind};
 use super::tensor::DType;

@@ -12,7 +12,21 @@
 //! seed and offset (graph inputs `[1, 1, 1, 1]` i64, bound at each
 //! execution); grouped-query attention (fewer K/V heads); BSHD or BHSD
 //! storage (the logical dims are always `[B, H, S, D]`, the layout is in the
-//! strides). Each option of the SDPA operation needs a cuDNN version, checked
+//! strides); the causal diagonal aligned bottom-right
+//! ([`DiagonalAlignment::BottomRight`], PyTorch's `causal_lower_right`) and
+//! a sliding window ([`SdpaConfig::window`]), forward and backward; a paged
+//! KV cache ([`SdpaConfig::paged`]: K and V containers of pages and
+//! per-sequence page tables, `[B, 1, pages, 1]` i32 inputs; forward only).
+//! Their rules, after NVIDIA's frontend 1.32: the bottom-right causal mask
+//! not with dropout, and (like the window) without padding only for
+//! `seq_q <= seq_kv`; before cuDNN 9.6 a bottom-right mask only for lengths
+//! that are multiples of 64; a window before 9.10.2 only with a causal mask
+//! and no dropout, and not without one on 9.14.0 for `seq_kv > 1024`; the
+//! SDPA operation takes either from 9.21 (the composite builds them from
+//! cuDNN's diagonal band mask operation from 9.21, as the frontend does, and
+//! as `GEN_INDEX` comparisons before); a paged cache needs the padding
+//! mask, cuDNN 9.5 for the composite (paged cache loads) and 9.15 for the
+//! SDPA operation, head dims up to 128 through 9.9. Each option of the SDPA operation needs a cuDNN version, checked
 //! before any call ([`SdpaConfig::check`], [`SdpaConfig::resolve`]): with
 //! [`SdpaImpl::Native`], an option the loaded cuDNN lacks is a typed
 //! `Unsupported` naming the option and the version that has it;
@@ -129,6 +143,22 @@ pub struct Dropout {
     pub probability: f64,
 }
 
+/// Where the causal diagonal (and a sliding window's band) sits when the
+/// query and key lengths differ.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum DiagonalAlignment {
+    /// The diagonal starts at the first query and the first key: query `i`
+    /// sees keys `j <= i` (PyTorch's `is_causal`, `causal_upper_left`).
+    #[default]
+    TopLeft,
+    /// The diagonal ends at the last query and the last (valid) key: query
+    /// `i` sees keys `j <= i + len_kv - len_q` (PyTorch's
+    /// `causal_lower_right`; with padding, per batch from the sequence
+    /// lengths). What a decode step or a chunked prefill against a KV cache
+    /// needs.
+    BottomRight,
+}
+
 /// Which cuDNN construction an attention graph uses.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum SdpaImpl {
@@ -172,8 +202,25 @@ pub struct SdpaConfig {
     pub layout: AttnLayout,
     /// The score scale; `None` is `1 / sqrt(head_dim)`.
     pub scale: Option<f64>,
-    /// Causal mask (top-left aligned: query `i` sees keys `0..=i`).
+    /// Causal mask (query `i` sees keys up to the diagonal, aligned by
+    /// [`diagonal`](Self::diagonal): top-left by default, keys `0..=i`).
     pub is_causal: bool,
+    /// Where the causal diagonal and the sliding window sit
+    /// ([`DiagonalAlignment::TopLeft`] by default).
+    pub diagonal: DiagonalAlignment,
+    /// A paged KV cache: K and V live in containers of fixed-size pages,
+    /// addressed per sequence through page tables (graph inputs `[B, 1,
+    /// pages, 1]` i32, bound with the `unsafe`
+    /// [`Bindings::input_page_table`](crate::graph::Bindings::input_page_table));
+    /// needs [`padding`](Self::padding) (the key lengths say how much of
+    /// each sequence's pages is valid). Forward only.
+    pub paged: Option<PagedKv>,
+    /// Sliding window (cuDNN's diagonal-band left bound): query `i` sees
+    /// only keys `j > i' - window`, `i'` being its diagonal position (`i`
+    /// top-left, `i + len_kv - len_q` bottom-right); with a causal mask, the
+    /// `window` keys up to and including the diagonal (FlashAttention's
+    /// `window_size_left` is `window - 1`). `None`: no left bound.
+    pub window: Option<i64>,
     /// Padding mask from per-batch sequence lengths (two more graph inputs).
     pub padding: bool,
     /// Dropout on the probabilities.
@@ -200,6 +247,10 @@ pub struct SdpaForward {
     pub dropout_seed: Option<Tensor>,
     /// Dropout offset (dropout): `[1, 1, 1, 1]` i64 graph input.
     pub dropout_offset: Option<Tensor>,
+    /// K's page table (a paged cache): `[B, 1, pages, 1]` i32 graph input.
+    pub page_table_k: Option<Tensor>,
+    /// V's page table (a paged cache): `[B, 1, pages, 1]` i32 graph input.
+    pub page_table_v: Option<Tensor>,
 }
 
 /// What [`Graph::sdpa_backward`](crate::graph::Graph::sdpa_backward) adds.
@@ -220,6 +271,8 @@ pub struct SdpaBackward {
     /// As in [`SdpaForward`].
     pub dropout_offset: Option<Tensor>,
 }
+
+pub use super::sdpa_paged::PagedKv;
 
 /// The first cuDNN with each part of the SDPA operation, as `(major, minor, patch)`.
 pub mod since {
@@ -284,6 +337,9 @@ impl SdpaConfig {
             layout: AttnLayout::Bshd,
             scale: None,
             is_causal: false,
+            diagonal: DiagonalAlignment::TopLeft,
+            window: None,
+            paged: None,
             padding: false,
             dropout: None,
             is_training: false,
@@ -300,6 +356,22 @@ impl SdpaConfig {
     /// With a causal mask (or not).
     pub fn causal(mut self, on: bool) -> Self {
         self.is_causal = on;
+        self
+    }
+    /// With the causal diagonal (and the window) aligned as `diagonal`.
+    pub fn diagonal(mut self, diagonal: DiagonalAlignment) -> Self {
+        self.diagonal = diagonal;
+        self
+    }
+    /// With a causal mask aligned bottom-right (PyTorch's
+    /// `causal_lower_right`): `causal(true)` and
+    /// `diagonal(DiagonalAlignment::BottomRight)`.
+    pub fn causal_bottom_right(self) -> Self {
+        self.causal(true).diagonal(DiagonalAlignment::BottomRight)
+    }
+    /// With a sliding window of `window` keys (see [`window`](Self::window)).
+    pub fn sliding_window(mut self, window: i64) -> Self {
+        self.window = Some(window);
         self
     }
     /// Saving the softmax statistics (or not).
@@ -388,22 +460,30 @@ impl SdpaConfig {
             ("head_dim", self.head_dim),
         )
     }
-    /// K: `[B, H_kv, S_kv, D]`.
+    /// K: `[B, H_kv, S_kv, D]`; with a [`paged`](Self::paged) cache, the
+    /// K container `[num_blocks, H_kv, block_size, D]`.
     ///
     /// # Errors
     /// A dim < 1, or a size that overflows.
     pub fn k_spec(&self) -> Result<TensorSpec> {
+        if let Some(p) = self.paged {
+            return self.container_spec(p, self.head_dim);
+        }
         self.spec(
             ("kv_heads", self.kv_heads),
             ("seq_kv", self.seq_kv),
             ("head_dim", self.head_dim),
         )
     }
-    /// V: `[B, H_kv, S_kv, D_v]`.
+    /// V: `[B, H_kv, S_kv, D_v]`; with a [`paged`](Self::paged) cache, the
+    /// V container `[num_blocks, H_kv, block_size, D_v]`.
     ///
     /// # Errors
     /// A dim < 1, or a size that overflows.
     pub fn v_spec(&self) -> Result<TensorSpec> {
+        if let Some(p) = self.paged {
+            return self.container_spec(p, self.head_dim_v);
+        }
         self.spec(
             ("kv_heads", self.kv_heads),
             ("seq_kv", self.seq_kv),
@@ -440,7 +520,8 @@ impl SdpaConfig {
     }
 
     /// Floating-point operations of the forward (the two matmuls; halved
-    /// when causal, as FlashAttention counts). Computed in f64: never
+    /// when causal, as FlashAttention counts; the bottom-right alignment
+    /// with `seq_q != seq_kv`, a window and padding are not counted). Computed in f64: never
     /// overflows (a config that `validate` refuses gives a meaningless count).
     pub fn forward_flops(&self) -> f64 {
         let f = 2.0
@@ -492,6 +573,8 @@ impl SdpaConfig {
         self.validate()?;
         let v = cudnn;
         self.check_release(v)?;
+        self.check_band(v)?;
+        self.check_paged(v, backward)?;
         match (self.implementation, backward) {
             (SdpaImpl::Native, _) => self.check_native(v, backward).map(|_| SdpaImpl::Native),
             (SdpaImpl::Composite, _) | (SdpaImpl::Auto, true) => self
@@ -620,6 +703,8 @@ impl SdpaConfig {
                 s,
             ));
         }
+        self.validate_band()?;
+        self.validate_paged()?;
         if let Some(d) = self.dropout
             && !(d.probability >= 0.0 && d.probability < 1.0)
         {
@@ -675,6 +760,15 @@ impl SdpaConfig {
         if self.is_causal {
             need("is_causal", since::SUBGRAPH)?;
         }
+        if self.band_needs_lengths() {
+            need("diagonal (BottomRight)", since::SUBGRAPH)?;
+        }
+        if self.window.is_some() {
+            need("window", since::SUBGRAPH)?;
+        }
+        if self.paged.is_some() {
+            need("paged", since::PADDING)?;
+        }
         if self.active_dropout().is_some() {
             if backward {
                 need("dropout", since::BACKWARD_DROPOUT)?;
@@ -724,21 +818,31 @@ impl SdpaConfig {
         cudnn: (u32, u32, u32),
     ) -> Result<()> {
         self.validate()?;
-        let limit = if backward {
-            self.backward_arch_limit(device_ver, cudnn)
-        } else {
-            self.forward_arch_limit(device_ver, cudnn)
-        };
+        let limit = self.band_arch_limit(device_ver, cudnn).or_else(|| {
+            if backward {
+                self.backward_arch_limit(device_ver, cudnn)
+            } else {
+                self.forward_arch_limit(device_ver, cudnn)
+            }
+        });
         match limit {
             None => Ok(()),
             Some(limit) => Err(Error::Unsupported {
                 what: format!(
-                    "the attention {} with head_dim {}, head_dim_v {}, seq_q {}{}{} on a GPU of compute capability {}.{} with cuDNN {}",
+                    "the attention {} with head_dim {}, head_dim_v {}, seq_q {}{}{}{} on a GPU of compute capability {}.{} with cuDNN {}",
                     if backward { "backward" } else { "forward" },
                     self.head_dim,
                     self.head_dim_v,
                     self.seq_q,
-                    if self.is_causal { ", causal" } else { "" },
+                    match (self.is_causal, self.is_bottom_right_causal()) {
+                        (true, true) => ", causal (bottom-right)",
+                        (true, false) => ", causal",
+                        _ => "",
+                    },
+                    match self.window {
+                        Some(_) => ", sliding window",
+                        None => "",
+                    },
                     if self.active_dropout().is_some() {
                         ", dropout"
                     } else {

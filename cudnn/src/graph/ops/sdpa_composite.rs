@@ -39,6 +39,10 @@ use crate::sys::cudnn as sys;
 
 type M = sys::cudnnPointwiseMode_t;
 
+#[path = "sdpa_composite_masks.rs"]
+mod masks;
+pub(crate) use masks::CompositeBand;
+
 /// A tensor of the composite: a graph tensor (by index) or one of its own
 /// virtual intermediates.
 #[derive(Clone, Copy, Debug)]
@@ -62,8 +66,11 @@ pub(crate) struct CompositeFwdOp {
     pub(crate) seq: Option<(usize, usize)>,
     /// Seed, offset, probability, the `1 / (1 - p)` scalar.
     pub(crate) dropout: Option<(usize, usize, f64, usize)>,
-    pub(crate) causal: bool,
-    /// The mask fill scalar (padding or causal).
+    /// The causal mask and the window.
+    pub(crate) band: CompositeBand,
+    /// The page tables of K and V (a paged cache).
+    pub(crate) paged: Option<(usize, usize)>,
+    /// The mask fill scalar (padding, causal or window).
     pub(crate) fill: Option<usize>,
     pub(crate) o: usize,
     pub(crate) stats: Option<usize>,
@@ -230,66 +237,6 @@ impl Ctx<'_> {
         Ok(T::V(self.own.len() - 1))
     }
 
-    /// `(row < seq_q && col < seq_kv) ? x : fill`.
-    fn padding_mask(&mut self, x: T, seq_q: T, seq_kv: T, fill: T, score: &[i64]) -> Result<T> {
-        let ri = self.virt(DType::I32, score)?;
-        self.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::I32, &[x], ri, Some(2))?;
-        let ci = self.virt(DType::I32, score)?;
-        self.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::I32, &[x], ci, Some(3))?;
-        let rm = self.virt(DType::Bool, score)?;
-        self.pointwise(
-            M::CUDNN_POINTWISE_CMP_LT,
-            DType::Bool,
-            &[ri, seq_q],
-            rm,
-            None,
-        )?;
-        let cm = self.virt(DType::Bool, score)?;
-        self.pointwise(
-            M::CUDNN_POINTWISE_CMP_LT,
-            DType::Bool,
-            &[ci, seq_kv],
-            cm,
-            None,
-        )?;
-        let m = self.virt(DType::Bool, score)?;
-        self.pointwise(
-            M::CUDNN_POINTWISE_LOGICAL_AND,
-            DType::Bool,
-            &[rm, cm],
-            m,
-            None,
-        )?;
-        let out = self.virt(DType::F32, score)?;
-        self.pointwise(
-            M::CUDNN_POINTWISE_BINARY_SELECT,
-            DType::F32,
-            &[x, fill, m],
-            out,
-            None,
-        )?;
-        Ok(out)
-    }
-
-    /// `(row >= col) ? x : fill` (top-left aligned).
-    fn causal_mask(&mut self, x: T, fill: T, score: &[i64]) -> Result<T> {
-        let ri = self.virt(DType::I32, score)?;
-        self.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::I32, &[x], ri, Some(2))?;
-        let ci = self.virt(DType::I32, score)?;
-        self.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::I32, &[x], ci, Some(3))?;
-        let m = self.virt(DType::Bool, score)?;
-        self.pointwise(M::CUDNN_POINTWISE_CMP_GE, DType::Bool, &[ri, ci], m, None)?;
-        let out = self.virt(DType::F32, score)?;
-        self.pointwise(
-            M::CUDNN_POINTWISE_BINARY_SELECT,
-            DType::F32,
-            &[x, fill, m],
-            out,
-            None,
-        )?;
-        Ok(out)
-    }
-
     fn reshape(&mut self, x: T, y: T) -> Result<()> {
         let mut d = Descriptor::<kind::ReshapeOp>::new()?;
         d.set_descriptors(attr::OPERATION_RESHAPE_XDESC, &[self.d(x)])?;
@@ -349,6 +296,11 @@ impl OpNode for CompositeFwdOp {
             v.push(("dropout_offset", b, false));
             v.push(("dropout_scale", s, false));
         }
+        if let Some((a, b)) = self.paged {
+            v.push(("page_table_k", a, false));
+            v.push(("page_table_v", b, false));
+        }
+        self.band.push_tensors(&mut v);
         if let Some(f) = self.fill {
             v.push(("mask_fill", f, false));
         }
@@ -371,11 +323,12 @@ impl OpNode for CompositeFwdOp {
     }
     fn signature(&self) -> String {
         format!(
-            "composite padding={} dropout={:?} causal={} training={}",
+            "composite padding={} dropout={:?} {} training={} paged={}",
             self.seq.is_some(),
             self.dropout.map(|d| d.2),
-            self.causal,
-            self.stats.is_some()
+            self.band.signature(),
+            self.stats.is_some(),
+            self.paged.is_some()
         )
     }
     fn build(
@@ -396,15 +349,36 @@ impl OpNode for CompositeFwdOp {
         // [B, H_kv, D, S_kv].
         let kd = self.k_spec.dims();
         let ks = self.k_spec.strides();
-        let kt = c.tensor(
-            self.k_spec.dtype(),
-            &[kd[0], kd[1], kd[3], kd[2]],
-            &[ks[0], ks[1], ks[3], ks[2]],
-            t[self.k].get_one(attr::TENSOR_UNIQUE_ID)?,
-            false,
-        )?;
-        c.own.push(kt);
-        let kt = T::V(c.own.len() - 1);
+        let (kt, vv) = match (self.paged, self.seq) {
+            // A paged cache: K (as Kᵀ, [B, H_kv, D, S_kv]) and V gathered
+            // from their containers through the page tables, as NVIDIA's
+            // frontend does.
+            (Some((pk, pv)), Some((_, lkv))) => {
+                let hk = kd[1];
+                let [d, dv] = [self.dims[4], self.dims[5]];
+                let ktv =
+                    c.virt_strided(self.io, &[b, hk, d, skv], &[d * skv * hk, d * skv, 1, d])?;
+                c.paged_load(T::G(self.k), T::G(pk), T::G(lkv), ktv)?;
+                let vt = c.virt_strided(
+                    self.io,
+                    &[b, hk, skv, dv],
+                    &[dv * skv * hk, dv * skv, dv, 1],
+                )?;
+                c.paged_load(T::G(self.v), T::G(pv), T::G(lkv), vt)?;
+                (ktv, vt)
+            }
+            _ => {
+                let kt = c.tensor(
+                    self.k_spec.dtype(),
+                    &[kd[0], kd[1], kd[3], kd[2]],
+                    &[ks[0], ks[1], ks[3], ks[2]],
+                    t[self.k].get_one(attr::TENSOR_UNIQUE_ID)?,
+                    false,
+                )?;
+                c.own.push(kt);
+                (T::V(c.own.len() - 1), T::G(self.v))
+            }
+        };
         let score = [b, h, sq, skv];
         let row = [b, h, sq, 1];
         let (seq_q, seq_kv) = match self.seq {
@@ -435,8 +409,8 @@ impl OpNode for CompositeFwdOp {
         if let (Some(sq_t), Some(skv_t), Some(fill)) = (seq_q, seq_kv, self.fill) {
             last = c.padding_mask(last, sq_t, skv_t, T::G(fill), &score)?;
         }
-        if let (true, Some(fill)) = (self.causal, self.fill) {
-            last = c.causal_mask(last, T::G(fill), &score)?;
+        if self.band.any() {
+            last = c.band_mask(last, self.fill.map(T::G), &score, &self.band)?;
         }
 
         // Softmax along the keys.
@@ -482,7 +456,7 @@ impl OpNode for CompositeFwdOp {
             )?;
             last = scaled;
         }
-        c.matmul(last, T::G(self.v), T::G(self.o), seq_q, None, seq_kv, None)
+        c.matmul(last, vv, T::G(self.o), seq_q, None, seq_kv, None)
             .map_err(|e| e.with_context("the composite's P·V"))?;
         c.finish(built);
         Ok(())
@@ -517,7 +491,8 @@ pub(crate) struct CompositeBwdOp {
     pub(crate) dropout: Option<(usize, usize, f64, usize)>,
     /// `1 - p` (or 1 without dropout).
     pub(crate) keep: usize,
-    pub(crate) causal: bool,
+    /// The causal mask and the window.
+    pub(crate) band: CompositeBand,
     pub(crate) fill: Option<usize>,
     /// Mask the padding a second time after subtracting the statistics
     /// (the fused engines before cuDNN 9.10 need it).
@@ -556,6 +531,7 @@ impl OpNode for CompositeBwdOp {
             v.push(("dropout_offset", b, false));
             v.push(("dropout_scale", s, false));
         }
+        self.band.push_tensors(&mut v);
         if let Some(f) = self.fill {
             v.push(("mask_fill", f, false));
         }
@@ -578,10 +554,10 @@ impl OpNode for CompositeBwdOp {
     }
     fn signature(&self) -> String {
         format!(
-            "composite padding={} dropout={:?} causal={} repad={}",
+            "composite padding={} dropout={:?} {} repad={}",
             self.seq.is_some(),
             self.dropout.map(|d| d.2),
-            self.causal,
+            self.band.signature(),
             self.repad
         )
     }
@@ -683,8 +659,8 @@ impl OpNode for CompositeBwdOp {
         if let (true, Some(a), Some(b), Some(f)) = (self.repad, seq_q, seq_kv, self.fill) {
             last = c.padding_mask(last, a, b, T::G(f), &score)?;
         }
-        if let (true, Some(f)) = (self.causal, self.fill) {
-            last = c.causal_mask(last, T::G(f), &score)?;
+        if self.band.any() {
+            last = c.band_mask(last, self.fill.map(T::G), &score, &self.band)?;
         }
         let p = c.virt(DType::F32, &score)?;
         c.pointwise(M::CUDNN_POINTWISE_EXP, DType::F32, &[last], p, None)?;

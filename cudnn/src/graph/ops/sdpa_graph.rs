@@ -5,8 +5,8 @@
 //! ([`sdpa_composite`](super::sdpa_composite)) with its extra inputs.
 
 use super::sdpa::{SdpaBackward, SdpaConfig, SdpaForward, SdpaImpl, loaded_cudnn};
-use super::sdpa_composite::{CompositeBwdOp, CompositeFwdOp};
-use super::sdpa_native::{Common, SdpaBwdOp, SdpaFwdOp};
+use super::sdpa_composite::{CompositeBand, CompositeBwdOp, CompositeFwdOp};
+use super::sdpa_native::{Band, Common, SdpaBwdOp, SdpaFwdOp};
 use crate::error::{Error, Result};
 use crate::graph::graph::{Graph, Role, Tensor};
 use crate::graph::tensor::{DType, TensorSpec, fmt_dims};
@@ -17,6 +17,13 @@ fn seq_lens(cfg: &SdpaConfig) -> (i32, i32) {
         i32::try_from(cfg.seq_q).unwrap_or(i32::MAX),
         i32::try_from(cfg.seq_kv).unwrap_or(i32::MAX),
     )
+}
+
+/// Whether a composite builds its band masks as cuDNN's diagonal band mask
+/// operation: from cuDNN 9.21, for a bottom-right alignment or a window.
+fn composite_unified(cfg: &SdpaConfig) -> Result<bool> {
+    Ok(loaded_cudnn()? >= super::sdpa::since::SUBGRAPH
+        && (cfg.band_needs_lengths() || cfg.window.is_some()))
 }
 
 impl Graph {
@@ -98,6 +105,84 @@ impl Graph {
         Ok((scale, seq, dropout, extra))
     }
 
+    /// The tensors of the native mask subgraph, made as NVIDIA's frontend
+    /// makes them: the scores, the fill, for a bottom-right alignment the
+    /// lengths (the padding inputs, else i32 scalars of the full lengths),
+    /// the right bound's output (causal) and the left bound's output and
+    /// bound (window: an f32 scalar `window` top-left, `window - seq_kv +
+    /// seq_q` bottom-right with full lengths, an i32 `window` with the
+    /// padding lengths).
+    fn sdpa_band(&mut self, cfg: &SdpaConfig, seq: Option<(usize, usize)>) -> Result<Option<Band>> {
+        if !cfg.has_band() {
+            return Ok(None);
+        }
+        let spec = cfg.score_spec()?;
+        let scores = self.intermediate("sdpa_scores", spec.clone())?;
+        let bottom_right = cfg.band_needs_lengths();
+        let full_lens = |g: &mut Graph| -> Result<(usize, usize)> {
+            let (sq, skv) = seq_lens(cfg);
+            let a = g.scalar(f64::from(sq), DType::I32, 4)?;
+            let b = g.scalar(f64::from(skv), DType::I32, 4)?;
+            Ok((g.index(a)?, g.index(b)?))
+        };
+        let right = if cfg.is_causal {
+            let lens = match (bottom_right, seq) {
+                (false, _) => None,
+                (true, Some(s)) => Some(s),
+                (true, None) => Some(full_lens(self)?),
+            };
+            let out = self.intermediate("sdpa_masked_scores", spec.clone())?;
+            let fill = self.scalar(f64::NEG_INFINITY, DType::F32, 4)?;
+            Some((self.index(out)?, self.index(fill)?, lens))
+        } else {
+            None
+        };
+        let left = match cfg.effective_window() {
+            Some(w) => {
+                let (bound, lens) = match (bottom_right, seq) {
+                    (false, _) => (self.scalar(w as f64, DType::F32, 4)?, None),
+                    (true, None) => (
+                        self.scalar((w - cfg.seq_kv + cfg.seq_q) as f64, DType::F32, 4)?,
+                        None,
+                    ),
+                    (true, Some(s)) => (self.scalar(w as f64, DType::I32, 4)?, Some(s)),
+                };
+                let out = self.intermediate("sdpa_window_scores", spec)?;
+                let fill = self.scalar(f64::NEG_INFINITY, DType::F32, 4)?;
+                Some((
+                    self.index(out)?,
+                    self.index(fill)?,
+                    self.index(bound)?,
+                    lens,
+                ))
+            }
+            None => None,
+        };
+        Ok(Some(Band {
+            scores: self.index(scores)?,
+            right,
+            left,
+        }))
+    }
+
+    /// The page tables of a paged cache (graph inputs `[B, 1, pages, 1]`
+    /// i32), made after the other side inputs so the UIDs of every other
+    /// attention graph stay as they were.
+    fn sdpa_page_tables(&mut self, cfg: &SdpaConfig) -> Result<Option<(Tensor, Tensor)>> {
+        if cfg.paged.is_none() {
+            return Ok(None);
+        }
+        let base = format!("sdpa{}", self.ops.len());
+        let spec = cfg.page_table_spec()?;
+        let a = self.input(&format!("{base}.page_table_k"), spec.clone())?;
+        let b = self.input(&format!("{base}.page_table_v"), spec)?;
+        // The device reads K and V at the pages these tables name, unchecked:
+        // plans bind them only through the `unsafe` `input_page_table`.
+        let (ia, ib) = (self.index(a)?, self.index(b)?);
+        self.page_tables.extend([ia, ib]);
+        Ok(Some((a, b)))
+    }
+
     fn sdpa_common(
         &mut self,
         op: &str,
@@ -105,20 +190,13 @@ impl Graph {
         k: Tensor,
         v: Tensor,
         cfg: &SdpaConfig,
-    ) -> Result<(Common, [Option<Tensor>; 4])> {
+    ) -> Result<(Common, [Option<Tensor>; 6])> {
         self.sdpa_expect(op, "q", q, &cfg.q_spec()?)?;
         self.sdpa_expect(op, "k", k, &cfg.k_spec()?)?;
         self.sdpa_expect(op, "v", v, &cfg.v_spec()?)?;
         let (scale, seq, dropout, extra) = self.sdpa_side_inputs(cfg)?;
-        let causal = if cfg.is_causal {
-            let spec = cfg.score_spec()?;
-            let a = self.intermediate("sdpa_scores", spec.clone())?;
-            let b = self.intermediate("sdpa_masked_scores", spec)?;
-            let fill = self.scalar(f64::NEG_INFINITY, DType::F32, 4)?;
-            Some((self.index(a)?, self.index(b)?, self.index(fill)?))
-        } else {
-            None
-        };
+        let pages = self.sdpa_page_tables(cfg)?;
+        let band = self.sdpa_band(cfg, seq)?;
         Ok((
             Common {
                 q: self.index(q)?,
@@ -128,9 +206,20 @@ impl Graph {
                 seq,
                 lens: seq_lens(cfg),
                 dropout,
-                causal,
+                band,
+                paged: match pages {
+                    Some((a, b)) => Some((self.index(a)?, self.index(b)?)),
+                    None => None,
+                },
             },
-            extra,
+            [
+                extra[0],
+                extra[1],
+                extra[2],
+                extra[3],
+                pages.map(|p| p.0),
+                pages.map(|p| p.1),
+            ],
         ))
     }
 
@@ -184,6 +273,8 @@ impl Graph {
             seq_len_kv: extra[1],
             dropout_seed: extra[2],
             dropout_offset: extra[3],
+            page_table_k: extra.get(4).copied().flatten(),
+            page_table_v: extra.get(5).copied().flatten(),
         })
     }
 
@@ -279,7 +370,9 @@ impl Graph {
             }
             None => None,
         };
-        let fill = if cfg.padding || cfg.is_causal {
+        // The shared fill serves the padding mask and the GEN_INDEX band
+        // masks (the diagonal band mask operation has its own).
+        let fill = if cfg.padding || (cfg.has_band() && !composite_unified(cfg)?) {
             // The fused engines before cuDNN 9.10 expect the lowest finite value.
             let v = if loaded_cudnn()? >= (9, 10, 0) {
                 f64::NEG_INFINITY
@@ -292,6 +385,70 @@ impl Graph {
             None
         };
         Ok((self.index(scale)?, seq, dropout, fill, extra))
+    }
+
+    /// The scalars of a composite's band masks (see [`CompositeBand`]).
+    fn composite_band(
+        &mut self,
+        cfg: &SdpaConfig,
+        seq: Option<(usize, usize)>,
+    ) -> Result<CompositeBand> {
+        let bottom_right = cfg.band_needs_lengths();
+        // NVIDIA's frontend builds the band as cuDNN's diagonal band mask
+        // operation from 9.21; the crate does too for a bottom-right
+        // alignment or a window (its top-left causal mask stays the i32
+        // GEN_INDEX compare, see `sdpa`'s list of differences).
+        let unified = composite_unified(cfg)?;
+        let lens = match (bottom_right, seq) {
+            (false, _) => None,
+            (true, Some(s)) => Some(s),
+            // Only the causal mask uses full lengths (the window folds them
+            // into its bound).
+            (true, None) if !cfg.is_causal => None,
+            (true, None) => {
+                let (sq, skv) = seq_lens(cfg);
+                let a = self.scalar(f64::from(sq), DType::I32, 4)?;
+                let b = self.scalar(f64::from(skv), DType::I32, 4)?;
+                Some((self.index(a)?, self.index(b)?))
+            }
+        };
+        let mut fills = [None; 2];
+        if unified {
+            for (slot, on) in fills.iter_mut().zip([cfg.is_causal, cfg.window.is_some()]) {
+                if on {
+                    let f = self.scalar(f64::NEG_INFINITY, DType::F32, 4)?;
+                    *slot = Some(self.index(f)?);
+                }
+            }
+        }
+        let window = match cfg.effective_window() {
+            Some(w) => {
+                // validate_band keeps seq_q + seq_kv + w within i32.
+                let bound = if bottom_right && seq.is_none() {
+                    w - cfg.seq_kv + cfg.seq_q
+                } else {
+                    w
+                };
+                // The operation takes the bound as f32 unless it is
+                // combined with per-batch lengths (as the frontend makes it).
+                let dt = if unified && !(bottom_right && seq.is_some()) {
+                    DType::F32
+                } else {
+                    DType::I32
+                };
+                let t = self.scalar(bound as f64, dt, 4)?;
+                Some(self.index(t)?)
+            }
+            None => None,
+        };
+        Ok(CompositeBand {
+            causal: cfg.is_causal,
+            lens,
+            window,
+            window_lens: bottom_right && seq.is_some(),
+            unified,
+            fills,
+        })
     }
 
     /// The first UID of a composite's own tensors: above the graph's (which
@@ -313,6 +470,15 @@ impl Graph {
     ) -> Result<SdpaForward> {
         let uid_base = self.composite_uid_base()?;
         let (scale, seq, dropout, fill, extra) = self.composite_common(cfg)?;
+        let pages = self.sdpa_page_tables(cfg)?;
+        let extra = [
+            extra[0],
+            extra[1],
+            extra[2],
+            extra[3],
+            pages.map(|p| p.0),
+            pages.map(|p| p.1),
+        ];
         let qs = self.node(q)?.spec.clone();
         let k_spec = self.node(k)?.spec.clone();
         let o = self.graph_output(
@@ -341,7 +507,11 @@ impl Graph {
             io: cfg.dtype,
             seq,
             dropout,
-            causal: cfg.is_causal,
+            band: self.composite_band(cfg, seq)?,
+            paged: match pages {
+                Some((a, b)) => Some((self.index(a)?, self.index(b)?)),
+                None => None,
+            },
             fill,
             o: self.index(o)?,
             stats: stats.map(|s| self.index(s)).transpose()?,
@@ -356,6 +526,8 @@ impl Graph {
             seq_len_kv: extra[1],
             dropout_seed: extra[2],
             dropout_offset: extra[3],
+            page_table_k: extra.get(4).copied().flatten(),
+            page_table_v: extra.get(5).copied().flatten(),
         })
     }
 
@@ -407,7 +579,7 @@ impl Graph {
             seq,
             dropout,
             keep: self.index(keep)?,
-            causal: cfg.is_causal,
+            band: self.composite_band(cfg, seq)?,
             fill,
             repad: cfg.padding && loaded_cudnn()? < (9, 10, 0),
             softmax_sum: self.index(softmax_sum)?,

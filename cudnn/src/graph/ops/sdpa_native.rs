@@ -1,11 +1,14 @@
 //! cuDNN's SDPA operation descriptors (`SDPA_FWD`, `SDPA_BWD`) for the
 //! attention ops the graph builder adds when [`SdpaImpl::Native`](super::sdpa::SdpaImpl::Native)
-//! is resolved; the causal mask is a diagonal-band-mask subgraph.
+//! is resolved; the causal mask and the sliding window are a subgraph of
+//! diagonal band masks, built as NVIDIA's frontend builds them (a right
+//! bound keeping `row + shift >= col`, a left bound keeping
+//! `col + window - shift > row`, `shift = len_kv - len_q` bottom-right).
 
 use super::sdpa::{SdpaConfig, loaded_cudnn};
 use super::{Built, OpNode};
 use crate::error::Result;
-use crate::graph::backend::{Descriptor, attr, kind};
+use crate::graph::backend::{AnyOperation, Descriptor, attr, kind};
 use crate::graph::tensor::DType;
 use crate::sys::cudnn as sys;
 
@@ -21,8 +24,49 @@ pub(crate) struct Common {
     /// The full `(seq_q, seq_kv)`.
     pub(crate) lens: (i32, i32),
     pub(crate) dropout: Option<(usize, usize, f64)>,
-    /// Score in, score out, fill value of the causal mask subgraph.
-    pub(crate) causal: Option<(usize, usize, usize)>,
+    /// The mask subgraph (a causal mask, a sliding window or both).
+    pub(crate) band: Option<Band>,
+    /// The page tables of K and V (a paged cache; forward only).
+    pub(crate) paged: Option<(usize, usize)>,
+}
+
+/// `(len_q, len_kv)` tensors aligning a band bottom-right.
+type Lens = Option<(usize, usize)>;
+
+/// The tensors of the diagonal-band mask subgraph.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Band {
+    /// The scores in (the subgraph's input).
+    pub(crate) scores: usize,
+    /// The right bound (the causal mask): its output, its fill value
+    /// (-inf), and the `(len_q, len_kv)` tensors that align it bottom-right.
+    pub(crate) right: Option<(usize, usize, Lens)>,
+    /// The left bound (the window): its output, its fill value, the bound
+    /// scalar, and the lengths (bottom-right with padding).
+    pub(crate) left: Option<(usize, usize, usize, Lens)>,
+}
+
+impl Band {
+    fn inputs(&self, v: &mut Vec<(&'static str, usize, bool)>) {
+        v.push(("scores", self.scores, false));
+        if let Some((out, fill, lens)) = self.right {
+            v.push(("masked_scores", out, false));
+            v.push(("mask_fill", fill, false));
+            if let Some((a, b)) = lens {
+                v.push(("band_len_q", a, false));
+                v.push(("band_len_kv", b, false));
+            }
+        }
+        if let Some((out, fill, bound, lens)) = self.left {
+            v.push(("window_scores", out, false));
+            v.push(("window_fill", fill, false));
+            v.push(("window_bound", bound, false));
+            if let Some((a, b)) = lens {
+                v.push(("band_len_q", a, false));
+                v.push(("band_len_kv", b, false));
+            }
+        }
+    }
 }
 
 impl Common {
@@ -39,10 +83,12 @@ impl Common {
             v.push(("dropout_seed", a, false));
             v.push(("dropout_offset", b, false));
         }
-        if let Some((a, b, c)) = self.causal {
-            v.push(("scores", a, false));
-            v.push(("masked_scores", b, false));
-            v.push(("mask_fill", c, false));
+        if let Some(b) = &self.band {
+            b.inputs(v);
+        }
+        if let Some((a, b)) = self.paged {
+            v.push(("page_table_k", a, false));
+            v.push(("page_table_v", b, false));
         }
     }
 
@@ -55,40 +101,82 @@ impl Common {
 
     fn signature(&self) -> String {
         format!(
-            "padding={} dropout={:?} causal={}",
+            "padding={} dropout={:?} causal={} bottom_right={} window={} paged={}",
             self.seq.is_some(),
             self.dropout.map(|d| d.2),
-            self.causal.is_some()
+            self.band.is_some_and(|b| b.right.is_some()),
+            self.band
+                .is_some_and(|b| b.right.is_some_and(|r| r.2.is_some())
+                    || b.left.is_some_and(|l| l.3.is_some())),
+            self.band.is_some_and(|b| b.left.is_some()),
+            self.paged.is_some(),
         )
     }
 
-    /// The causal mask subgraph: one diagonal band mask keeping key `j <= i`.
-    /// Returns `(subgraph, input uid, output uid)`; the mask op is kept in `built`.
+    /// The mask subgraph: a right-bound diagonal band mask (the causal
+    /// mask) and / or a left-bound one (the window), chained. Returns
+    /// `(subgraph, input uid, output uid)`; the mask ops are kept in `built`.
     fn causal_subgraph(
         &self,
         t: &[Descriptor<kind::Tensor>],
         built: &mut Built,
     ) -> Result<Option<(Descriptor<kind::OperationGraph>, i64, i64)>> {
-        let Some((si, so, fill)) = self.causal else {
+        let Some(band) = self.band else {
             return Ok(None);
         };
-        let mut m = Descriptor::<kind::DiagonalBandMaskOp>::new()?;
-        m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_XDESC, &[&t[si]])?;
-        m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_BDESC, &[&t[fill]])?;
-        m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_YDESC, &[&t[so]])?;
-        m.set(
-            attr::OPERATION_DIAGONAL_BAND_MASK_COMPARISON_MODE,
-            &[sys::cudnnPointwiseMode_t::CUDNN_POINTWISE_CMP_GE],
-        )?;
-        m.finalize()
-            .map_err(|e| e.with_context("the causal mask (diagonal band mask)"))?;
+        let mut ops = Vec::new();
+        let mut last = band.scores;
+        if let Some((out, fill, lens)) = band.right {
+            let mut m = Descriptor::<kind::DiagonalBandMaskOp>::new()?;
+            m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_XDESC, &[&t[last]])?;
+            m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_BDESC, &[&t[fill]])?;
+            if let Some((q, kv)) = lens {
+                m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_SEQ_LEN_QDESC, &[&t[q]])?;
+                m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_SEQ_LEN_KVDESC, &[&t[kv]])?;
+            }
+            m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_YDESC, &[&t[out]])?;
+            m.set(
+                attr::OPERATION_DIAGONAL_BAND_MASK_COMPARISON_MODE,
+                &[sys::cudnnPointwiseMode_t::CUDNN_POINTWISE_CMP_GE],
+            )?;
+            m.finalize()
+                .map_err(|e| e.with_context("the causal mask (diagonal band mask, right bound)"))?;
+            ops.push(m);
+            last = out;
+        }
+        if let Some((out, fill, bound, lens)) = band.left {
+            let mut m = Descriptor::<kind::DiagonalBandMaskOp>::new()?;
+            m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_XDESC, &[&t[last]])?;
+            m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_BDESC, &[&t[fill]])?;
+            if let Some((q, kv)) = lens {
+                m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_SEQ_LEN_QDESC, &[&t[q]])?;
+                m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_SEQ_LEN_KVDESC, &[&t[kv]])?;
+            }
+            m.set_descriptors(
+                attr::OPERATION_DIAGONAL_BAND_MASK_LEFT_BOUND_DESC,
+                &[&t[bound]],
+            )?;
+            m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_YDESC, &[&t[out]])?;
+            m.set(
+                attr::OPERATION_DIAGONAL_BAND_MASK_COMPARISON_MODE,
+                &[sys::cudnnPointwiseMode_t::CUDNN_POINTWISE_CMP_GT],
+            )?;
+            m.finalize().map_err(|e| {
+                e.with_context("the sliding window (diagonal band mask, left bound)")
+            })?;
+            ops.push(m);
+            last = out;
+        }
         let mut sg = Descriptor::<kind::OperationGraph>::new()?;
-        sg.set_operations(attr::OPERATIONGRAPH_OPS, &[&m])?;
+        let refs: Vec<&dyn AnyOperation> = ops.iter().map(|m| m as &dyn AnyOperation).collect();
+        sg.set_operations(attr::OPERATIONGRAPH_OPS, &refs)?;
         sg.finalize()
-            .map_err(|e| e.with_context("the causal mask subgraph"))?;
-        let uid_in = t[si].get_one(attr::TENSOR_UNIQUE_ID)?;
-        let uid_out = t[so].get_one(attr::TENSOR_UNIQUE_ID)?;
-        built.aux.push(Box::new(m));
+            .map_err(|e| e.with_context("the attention mask subgraph"))?;
+        let uid_in = t[band.scores].get_one(attr::TENSOR_UNIQUE_ID)?;
+        let uid_out = t[last].get_one(attr::TENSOR_UNIQUE_ID)?;
+        for m in ops {
+            built.aux.push(Box::new(m));
+        }
         Ok(Some((sg, uid_in, uid_out)))
     }
 }
@@ -147,6 +235,10 @@ impl OpNode for SdpaFwdOp {
         if let Some((a, b)) = c.seq {
             d.set_descriptors(attr::OPERATION_SDPA_FWD_SEQ_LEN_QDESC, &[&t[a]])?;
             d.set_descriptors(attr::OPERATION_SDPA_FWD_SEQ_LEN_KVDESC, &[&t[b]])?;
+        }
+        if let Some((pk, pv)) = c.paged {
+            d.set_descriptors(attr::OPERATION_SDPA_FWD_PAGE_TABLE_KDESC, &[&t[pk]])?;
+            d.set_descriptors(attr::OPERATION_SDPA_FWD_PAGE_TABLE_VDESC, &[&t[pv]])?;
         }
         if let Some((seed, offset, p)) = c.dropout {
             d.set_descriptors(attr::OPERATION_SDPA_FWD_DROPOUT_SEED_DESC, &[&t[seed]])?;

@@ -47,12 +47,15 @@ const MAX_DEPTH: usize = 2;
 const MAX_EXTENT: i64 = 1 << 48;
 
 /// What the check learned about a plan.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Summary {
     /// The cuDNN that wrote it (`cudnnVersion`, 92801 for 9.28.1).
     pub(crate) cudnn_version: u64,
     /// Its engine carries compiled code (the plan was compiled at run time).
     pub(crate) runtime_compiled: bool,
+    /// The UIDs its operations read as page tables (a paged KV cache): the
+    /// device uses their values as addresses.
+    pub(crate) page_tables: Vec<i64>,
 }
 
 pub(super) fn bad(path: &str, rule: impl Into<String>, value: impl std::fmt::Display) -> Error {
@@ -166,8 +169,12 @@ pub(super) fn one_of<'v>(v: &'v Value, path: &str, allowed: &[&str]) -> Result<&
     }
 }
 
+/// The node fields that read a page table (a paged KV cache): the SDPA
+/// forward's and the paged cache load's.
+const PAGE_TABLE_FIELDS: &[&str] = &["pageTableK", "pageTableV", "pageTable"];
+
 /// One tensor of the plan, as the JSON declares it.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 struct JsonTensor {
     dtype: &'static str,
     dims: Vec<i64>,
@@ -181,6 +188,8 @@ struct Walk {
     /// Tensors some node writes, and some node reads, by name.
     written: HashSet<String>,
     read: HashSet<String>,
+    /// Tensors some node reads as a page table, by name.
+    page_tables: HashSet<String>,
 }
 
 impl Walk {
@@ -260,23 +269,29 @@ impl Walk {
         if is_virtual && by_value {
             return Err(bad(path, "cannot be both virtual and by value", name));
         }
-        if self.tensors.contains_key(&uid) {
-            return Err(bad(
-                &format!("{path}/name"),
-                "must be unique in the plan",
-                uid,
-            ));
+        let t = JsonTensor {
+            dtype,
+            dims,
+            strides,
+            is_virtual,
+            by_value,
+        };
+        // A tensor declared again must be the same tensor: an attention
+        // mask subgraph lists the sequence lengths it shares with its SDPA
+        // operation (NVIDIA's frontend's plans do).
+        match self.tensors.get(&uid) {
+            Some(prev) if *prev == t => {}
+            Some(_) => {
+                return Err(bad(
+                    &format!("{path}/name"),
+                    "must be unique in the plan (or declare the same tensor again)",
+                    uid,
+                ));
+            }
+            None => {
+                self.tensors.insert(uid, t);
+            }
         }
-        self.tensors.insert(
-            uid,
-            JsonTensor {
-                dtype,
-                dims,
-                strides,
-                is_virtual,
-                by_value,
-            },
-        );
         Ok(name.to_string())
     }
 
@@ -407,6 +422,9 @@ impl Walk {
                         self.written.insert(s.to_string());
                     } else {
                         self.read.insert(s.to_string());
+                    }
+                    if PAGE_TABLE_FIELDS.contains(&k.as_str()) {
+                        self.page_tables.insert(s.to_string());
                     }
                 }
                 Enum(allowed) => {
@@ -589,6 +607,18 @@ pub(crate) fn check_summary(
 ) -> Result<Summary> {
     let (summary, tensors) = shape(json, Some(target), cudnn)?;
     agree(&tensors, io)?;
+    // The device uses a page table's values as addresses: it must be a
+    // bound input (which only `Bindings::input_page_table` binds), never a
+    // scalar, a scratch or virtual tensor the crate cannot vouch for.
+    for uid in &summary.page_tables {
+        if !io.tensors.iter().any(|t| t.uid == *uid && !t.is_output) {
+            return Err(Error::invalid(
+                format!("plan JSON tensor uid {uid}"),
+                "must be a bound input of the tensor list (it is read as a page table)",
+                uid,
+            ));
+        }
+    }
     Ok(summary)
 }
 
@@ -630,6 +660,7 @@ fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Sum
         tensors: HashMap::new(),
         written: HashSet::new(),
         read: HashSet::new(),
+        page_tables: HashSet::new(),
     };
     w.graph(
         &top["operationGraph"],
@@ -650,6 +681,12 @@ fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Sum
         Summary {
             cudnn_version: version,
             runtime_compiled,
+            // Every name is a uid (`Walk::tensor` parsed it).
+            page_tables: w
+                .page_tables
+                .iter()
+                .filter_map(|n| n.parse().ok())
+                .collect(),
         },
         Tensors {
             all: w.tensors,

@@ -256,6 +256,9 @@ pub(super) fn node_fields(op: &str) -> Option<&'static [(&'static str, Field)]> 
             ("scale", In),
             ("seqLenQ", In),
             ("seqLenKV", In),
+            // A paged KV cache's page tables (issue 24).
+            ("pageTableK", In),
+            ("pageTableV", In),
             ("dropoutSeed", In),
             ("dropoutOffset", In),
             ("dropoutProbability", Prob),
@@ -286,11 +289,22 @@ pub(super) fn node_fields(op: &str) -> Option<&'static [(&'static str, Field)]> 
             ("subgraphInputUid", SubgraphUid),
             ("subgraphOutputUid", SubgraphUid),
         ],
+        // The paged KV cache (issue 24): K or V gathered through a page table.
+        "CUDNN_BACKEND_OPERATION_PAGED_CACHE_LOAD_DESCRIPTOR" => &[
+            ("container", In),
+            ("pageTable", In),
+            ("sequence", In),
+            ("Y", Out),
+        ],
         "CUDNN_BACKEND_OPERATION_DIAGONAL_BAND_MASK_DESCRIPTOR" => &[
             ("X", In),
             ("Y", Out),
             ("B", In),
             ("comparisonMode", Enum(CMP_MODES)),
+            // The bottom-right alignment and the sliding window (issue 24).
+            ("seqLenQDesc", In),
+            ("seqLenKVDesc", In),
+            ("leftBoundDesc", In),
         ],
         "CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR" => &[
             ("Y", Out),

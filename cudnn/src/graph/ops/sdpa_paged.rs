@@ -1,0 +1,156 @@
+//! The paged KV cache option of [`SdpaConfig`] ([`SdpaConfig::paged`]):
+//! K and V stored in containers of `num_blocks` pages of `block_size`
+//! tokens (`[num_blocks, H_kv, block_size, D]`, in the config's layout),
+//! each sequence's pages listed in a page table (`[B, 1, pages, 1]` i32,
+//! `pages = ceil(seq_kv / block_size)`), bound like any other input. The
+//! key lengths of the padding mask say how many tokens of each sequence
+//! are valid, so a cache grows by writing a token into its page and
+//! binding the longer length: no new plan.
+//!
+//! The device uses the page tables' values as addresses and cuDNN checks
+//! none of them: an entry outside the container, or a key length past the
+//! pages a table row covers, makes the GPU read outside K, V or the table.
+//! So a plan binds its page tables only through the `unsafe`
+//! [`Bindings::input_page_table`](crate::graph::Bindings::input_page_table),
+//! whose contract is that rule; the safe
+//! [`Bindings::input`](crate::graph::Bindings::input) refuses them (a plan
+//! loaded from cuDNN's JSON too: the tables are found in its operations).
+//!
+//! Rules, after NVIDIA's cuDNN frontend 1.32: the composite (a paged cache
+//! load of K and of V before the matmuls) from cuDNN 9.5.0, the SDPA
+//! operation (its page-table attributes) from 9.15.0; a padding mask is
+//! required; head dims above 128 only after 9.9; forward only (the
+//! frontend has no paged backward: a cache serves inference).
+
+use super::sdpa::SdpaConfig;
+use crate::error::{Error, Result};
+use crate::graph::tensor::{DType, TensorSpec, fmt_dims};
+
+/// The first cuDNN with the paged cache load operation.
+pub const PAGED_SINCE: (u32, u32, u32) = (9, 5, 0);
+
+/// A paged KV cache's geometry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PagedKv {
+    /// Tokens per page (>= 1).
+    pub block_size: i64,
+    /// Pages in each container (>= 1): K's and V's containers hold the
+    /// same number.
+    pub num_blocks: i64,
+}
+
+impl SdpaConfig {
+    /// With a paged KV cache of `num_blocks` pages of `block_size` tokens
+    /// (see [`paged`](Self::paged)); turns the padding mask on, which a
+    /// paged cache needs.
+    pub fn paged(mut self, block_size: i64, num_blocks: i64) -> Self {
+        self.paged = Some(PagedKv {
+            block_size,
+            num_blocks,
+        });
+        self.padding = true;
+        self
+    }
+
+    /// Pages per sequence in a page table: `ceil(seq_kv / block_size)`
+    /// (`None` without a paged cache or with a block size < 1).
+    pub fn pages_per_seq(&self) -> Option<i64> {
+        let p = self.paged?;
+        (p.block_size >= 1)
+            .then(|| self.seq_kv / p.block_size + i64::from(self.seq_kv % p.block_size != 0))
+    }
+
+    /// A page table (of K or V): `[B, 1, pages, 1]` i32, packed.
+    ///
+    /// # Errors
+    /// No paged cache, or a bad geometry (see [`validate`](Self::validate)).
+    pub fn page_table_spec(&self) -> Result<TensorSpec> {
+        let pages = self.pages_per_seq().ok_or_else(|| {
+            Error::invalid(
+                "SdpaConfig.paged",
+                "must be set (with block_size >= 1) for a page table",
+                format!("{:?}", self.paged),
+            )
+        })?;
+        TensorSpec::row_major(DType::I32, &[self.batch, 1, pages, 1])
+    }
+
+    /// A container `[num_blocks, H_kv, block_size, d]` in the config's layout.
+    pub(crate) fn container_spec(&self, p: PagedKv, d: i64) -> Result<TensorSpec> {
+        for (name, v) in [
+            ("paged.block_size", p.block_size),
+            ("paged.num_blocks", p.num_blocks),
+        ] {
+            if v < 1 {
+                return Err(Error::invalid(
+                    format!("SdpaConfig.{name}"),
+                    "must be >= 1",
+                    v,
+                ));
+            }
+        }
+        let dims = [p.num_blocks, self.kv_heads, p.block_size, d];
+        let strides = self
+            .layout
+            .strides(p.num_blocks, self.kv_heads, p.block_size, d)
+            .map_err(|e| {
+                Error::invalid(
+                    "SdpaConfig.paged (the K / V container)",
+                    format!("must have representable strides ({e})"),
+                    fmt_dims(&dims),
+                )
+            })?;
+        TensorSpec::new(self.dtype, &dims, &strides)
+    }
+
+    /// The value checks of the paged option (part of [`validate`](Self::validate)).
+    pub(crate) fn validate_paged(&self) -> Result<()> {
+        let Some(p) = self.paged else { return Ok(()) };
+        self.container_spec(p, self.head_dim)?;
+        self.container_spec(p, self.head_dim_v)?;
+        self.page_table_spec()?;
+        Ok(())
+    }
+
+    /// The rules of the paged option for the construction asked for.
+    pub(crate) fn check_paged(&self, v: (u32, u32, u32), backward: bool) -> Result<()> {
+        if self.paged.is_none() {
+            return Ok(());
+        }
+        let unsupported = |what: String, needs: &str| Error::Unsupported {
+            what,
+            needs: Some(needs.to_string()),
+        };
+        if backward {
+            return Err(unsupported(
+                "SdpaConfig option `paged` in the attention backward (cuDNN and NVIDIA's frontend have no paged backward: a KV cache serves inference)".to_string(),
+                "contiguous K and V for training",
+            ));
+        }
+        if !self.padding {
+            return Err(unsupported(
+                "SdpaConfig option `paged` without `padding` (the key lengths say how much of each sequence's pages is valid)".to_string(),
+                "SdpaConfig.padding = true (SdpaConfig::paged sets it)",
+            ));
+        }
+        if v < PAGED_SINCE {
+            return Err(unsupported(
+                format!(
+                    "SdpaConfig option `paged` with the loaded cuDNN {}.{}.{} (the paged cache load operation)",
+                    v.0, v.1, v.2
+                ),
+                "cuDNN >= 9.5.0",
+            ));
+        }
+        if v <= (9, 9, 0) && (self.head_dim > 128 || self.head_dim_v > 128) {
+            return Err(unsupported(
+                format!(
+                    "SdpaConfig option `paged` with head dims {} / {} on the loaded cuDNN {}.{}.{}",
+                    self.head_dim, self.head_dim_v, v.0, v.1, v.2
+                ),
+                "head dims up to 128, or cuDNN > 9.9.0",
+            ));
+        }
+        Ok(())
+    }
+}
