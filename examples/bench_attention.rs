@@ -166,7 +166,9 @@ impl Case {
     }
     fn suite(self) -> &'static str {
         match self {
-            Case::SdpaFwd(..) | Case::SdpaBwd(..) | Case::SdpaFp8Fwd(_) | Case::SdpaOpt(..) => "attention",
+            Case::SdpaFwd(..) | Case::SdpaBwd(..) | Case::SdpaFp8Fwd(_) | Case::SdpaOpt(..) => {
+                "attention"
+            }
             _ => "norm",
         }
     }
@@ -199,7 +201,9 @@ impl Case {
     }
     fn metric(self) -> &'static str {
         match self {
-            Case::SdpaFwd(..) | Case::SdpaBwd(..) | Case::SdpaFp8Fwd(_) | Case::SdpaOpt(..) => "TFLOP/s",
+            Case::SdpaFwd(..) | Case::SdpaBwd(..) | Case::SdpaFp8Fwd(_) | Case::SdpaOpt(..) => {
+                "TFLOP/s"
+            }
             _ => "GB/s",
         }
     }
