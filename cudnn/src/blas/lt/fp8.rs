@@ -218,7 +218,7 @@ pub fn fp8_epilogue_supported(e: Epilogue) -> bool {
 }
 
 /// Everything an [`Fp8MatmulPlan`](crate::blas::Fp8MatmulPlan) is built
-/// from: the layouts of A, B and D (C is D, in place), the epilogue, fast
+/// from: the layouts of A, B and D (C is D, in place; no C for an FP8 D), the epilogue, fast
 /// accumulation, whether D's amax is written, the scale mode and the
 /// pointer alignment.
 ///
@@ -231,8 +231,10 @@ pub fn fp8_epilogue_supported(e: Epilogue) -> bool {
 ///
 /// - A and B are E4M3 or E5M2, but not both E5M2.
 /// - D is f32, f16, bf16, E4M3 or E5M2. C has D's type, except for an FP8
-///   D, where C is bf16 ([`Fp8Output::C_TYPE`]) and, as this crate runs C in
-///   place in D's memory, `beta` must be 0. `scale_d` applies to FP8 outputs
+///   D, where C is bf16 ([`Fp8Output::C_TYPE`]): this crate has no
+///   separate C, so with an FP8 D `beta` must be 0 and C is not read (the
+///   run hands cuBLASLt a placeholder C, neither D nor null, which it
+///   requires). `scale_d` applies to FP8 outputs
 ///   only. The bias vector is bf16, or f16 for an f16 D ([`Fp8Output::Bias`]).
 /// - "TN": in cuBLASLt's column-major terms A is transposed and B is not.
 ///   For the logical product D = A·B that is, whatever D's order: **A has

@@ -241,7 +241,7 @@ impl<A: Fp8Input, B: Fp8Input, D: Fp8Output> Fp8MatmulPlan<A, B, D> {
         if fp8_out && beta != 0.0 {
             return Err(Error::invalid(
                 "beta",
-                "must be 0 with an FP8 D (cuBLASLt reads C as bf16, and C is D here)",
+                "must be 0 with an FP8 D (its C would be bf16, and this crate has no separate C)",
                 beta,
             ));
         }
@@ -397,6 +397,16 @@ impl<A: Fp8Input, B: Fp8Input, D: Fp8Output> Fp8MatmulPlan<A, B, D> {
         let ws = lt.workspace_ptr();
         let api = cublas_lt()?;
         let x = &self.descs;
+        // C: in place (D's memory and D's own layout object, cuBLASLt's
+        // in-place form C == D with Cdesc == Ddesc) when C has D's type; for
+        // an FP8 D, C is bf16 and cannot be D in place, and cuBLASLt takes
+        // neither D's pointer nor null there: C points at A (never read, as
+        // beta is 0, checked above), with the bf16 layout the heuristic saw.
+        let (cp, c_desc) = if fp8_out {
+            (a.as_raw(), x.c.as_raw())
+        } else {
+            (dp.cast_const(), x.out.as_raw())
+        };
         // SAFETY: the handle and descriptors are valid; A, B and D's lengths
         // were checked against their layouts (the descriptors' source), the
         // bias against the epilogue's length, every scale and the amax
@@ -404,7 +414,7 @@ impl<A: Fp8Input, B: Fp8Input, D: Fp8Output> Fp8MatmulPlan<A, B, D> {
         // these buffers (set just above, nulls for absent scales); all are
         // on the handle's device and aligned as the heuristic was told;
         // alpha/beta are host f32 (the scale type); C is D in place with
-        // the same shape, read only when beta != 0, which an FP8 D refuses;
+        // D's own layout, or (FP8 D, beta 0: never read) A's pointer;
         // the workspace is the handle's own, at least as large as the
         // algorithm needs, and outlives the queued work (freed with
         // cudaFree, which waits).
@@ -420,8 +430,8 @@ impl<A: Fp8Input, B: Fp8Input, D: Fp8Output> Fp8MatmulPlan<A, B, D> {
                     p2,
                     x.second.as_raw(),
                     (&beta_v as *const f32).cast(),
-                    dp.cast_const(),
-                    x.c.as_raw(),
+                    cp,
+                    c_desc,
                     dp,
                     x.out.as_raw(),
                     &algo.algo,
