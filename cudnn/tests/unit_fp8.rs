@@ -172,6 +172,8 @@ fn round_trip() -> R {
             let a = F8E4M3::from_bits(c);
             let b = F8E4M3::from_f64_with(a.to_f64(), sat);
             let b32 = F8E4M3::from_f32_with(a.to_f32(), sat);
+            // A NaN decodes to f64::NAN (positive, fraction bits 10...):
+            // 0x7F from either width.
             let want = if a.is_nan() { 0x7F } else { c };
             ensure(b.to_bits() == want && b32.to_bits() == want, || {
                 format!(
@@ -183,17 +185,29 @@ fn round_trip() -> R {
             let a = F8E5M2::from_bits(c);
             let inf = a.to_f64().is_infinite();
             let b = F8E5M2::from_f64_with(a.to_f64(), sat);
+            let b32 = F8E5M2::from_f32_with(a.to_f32(), sat);
+            // f64::NAN's top fraction bits are 10: 0x7E from double (its
+            // sign too is kept, but decoding gives a positive NaN); every
+            // NaN from float is 0x7F.
+            let want32 = if a.is_nan() { Some(0x7F) } else { None };
             let want = if a.is_nan() {
-                0x7F
+                0x7E
             } else if inf && sat == Fp8Saturation::SatFinite {
                 // Infinity saturates to the largest finite of its sign.
                 (c & 0x80) | 0x7B
             } else {
                 c
             };
-            ensure(b.to_bits() == want, || {
-                format!("E5M2 0x{c:02X} -> {:02X} ({sat:?})", b.to_bits())
-            })?;
+            ensure(
+                b.to_bits() == want && b32.to_bits() == want32.unwrap_or(want),
+                || {
+                    format!(
+                        "E5M2 0x{c:02X} -> {:02X}/{:02X} ({sat:?})",
+                        b.to_bits(),
+                        b32.to_bits()
+                    )
+                },
+            )?;
         }
     }
     Ok(())
@@ -274,12 +288,45 @@ fn e5m2_bounds() -> R {
 }
 
 fn specials() -> R {
-    for (x, name) in [(f64::NAN, "nan"), (-f64::NAN, "-nan")] {
-        for sat in [Fp8Saturation::SatFinite, Fp8Saturation::NoSat] {
-            check(name, F8E4M3::from_f64_with(x, sat).to_bits(), 0x7F)?;
-            check(name, F8E5M2::from_f64_with(x, sat).to_bits(), 0x7F)?;
+    // NaN, per the conversion rules in NVIDIA's `cuda_fp8.hpp` (read by
+    // hand, values derived here): from `double` the sign is kept, E4M3 gives
+    // S.1111.111 and E5M2 gives S.11111.1x with the input's top two fraction
+    // bits as mantissa; from `float` every NaN is first made the canonical
+    // positive all-ones NaN, which gives 0x7F in both formats.
+    let qnan = f64::from_bits(0x7FF8_0000_0000_0000); // fraction bits 10...
+    let snan = f64::from_bits(0x7FF4_0000_0000_0000); // fraction bits 01...
+    let low = f64::from_bits(0x7FF0_0000_0000_0001); // fraction bits 00...1
+    let ones = f64::from_bits(0x7FFF_FFFF_FFFF_FFFF); // fraction bits 11...
+    for sat in [Fp8Saturation::SatFinite, Fp8Saturation::NoSat] {
+        for (x, name, e4, e5) in [
+            (qnan, "nan", 0x7F, 0x7E),
+            (-qnan, "-nan", 0xFF, 0xFE),
+            // 0x7E | 01 = 0x7F; 0x7E | 00 = 0x7E.
+            (snan, "snan", 0x7F, 0x7F),
+            (-snan, "-snan", 0xFF, 0xFF),
+            (low, "nan 00", 0x7F, 0x7E),
+            (-low, "-nan 00", 0xFF, 0xFE),
+            (ones, "nan 11", 0x7F, 0x7F),
+        ] {
+            check(name, F8E4M3::from_f64_with(x, sat).to_bits(), e4)?;
+            check(name, F8E5M2::from_f64_with(x, sat).to_bits(), e5)?;
+            let f = x as f32;
+            ensure(f.is_nan(), || format!("{name} as f32"))?;
+            check(name, F8E4M3::from_f32_with(f, sat).to_bits(), 0x7F)?;
+            check(name, F8E5M2::from_f32_with(f, sat).to_bits(), 0x7F)?;
+            check(name, F8E5M2::from_f32_with(-f, sat).to_bits(), 0x7F)?;
         }
     }
+    check(
+        "from_f32(-NaN)",
+        F8E4M3::from_f32(-f32::NAN).to_bits(),
+        0x7F,
+    )?;
+    check(
+        "from_f64(-NaN)",
+        F8E4M3::from_f64(-f64::NAN).to_bits(),
+        0xFF,
+    )?;
     check("inf e4m3 sat", e4m3(f64::INFINITY), 0x7E)?;
     check("-inf e4m3 sat", e4m3(f64::NEG_INFINITY), 0xFE)?;
     check("inf e4m3 nosat", e4m3_nosat(f64::INFINITY), 0x7F)?;
