@@ -35,6 +35,7 @@ fn main() {
         unit("reference_gemm_fp8_hand_2x2", ref_hand),
         unit("reference_gemm_fp8_scales_fold_into_alpha_beta", ref_fold),
         unit("reference_gemm_fp8_saturates_fp8_output", ref_saturate),
+        unit("reference_gemm_fp8_amax_nan_in_any_position", ref_amax_nan),
         unit("reference_gemm_fp8_rejects", ref_rejects),
         unit("reference_gemm_fp8_tolerance", ref_tolerance),
         unit("fuzz_reference_gemm_fp8", ref_fuzz),
@@ -588,6 +589,38 @@ fn ref_fold() -> R {
     ensure(r.d == want, || format!("{:?} vs {want:?}", r.d))?;
     let amax = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
     ensure(r.amax == amax, || format!("amax {} vs {amax}", r.amax))
+}
+
+/// A NaN element makes amax NaN wherever it lies in D: first or last in
+/// the visiting order (D = A·[1; 1] with a NaN code in one row of A).
+fn ref_amax_nan() -> R {
+    let la = Layout::row_major(2, 2);
+    let lb = Layout::col_major(2, 1);
+    let ld = Layout::col_major(2, 1);
+    let b = e4(&[1.0, 1.0]);
+    for (rows, name) in [
+        ([0x7Fu8, 0x00, 0x38, 0x38], "NaN first"),
+        ([0x38, 0x38, 0x7F, 0x00], "NaN last"),
+    ] {
+        let r = gemm_fp8(
+            1.0,
+            (&rows, Fp8Format::E4M3, &la),
+            (&b, Fp8Format::E4M3, &lb),
+            0.0,
+            None,
+            &ld,
+            OutputType::F32,
+            &Fp8Scales::default(),
+            Epilogue::None,
+            None,
+        )?;
+        // 0x38 is 1.0: the finite row sums to 2.
+        ensure(r.unrounded.iter().any(|v| *v == 2.0), || {
+            format!("{name}: x {:?}", r.unrounded)
+        })?;
+        ensure(r.amax.is_nan(), || format!("{name}: amax {}", r.amax))?;
+    }
+    Ok(())
 }
 
 fn ref_saturate() -> R {
