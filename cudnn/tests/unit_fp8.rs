@@ -615,7 +615,7 @@ fn ref_amax_nan() -> R {
             None,
         )?;
         // 0x38 is 1.0: the finite row sums to 2.
-        ensure(r.unrounded.iter().any(|v| *v == 2.0), || {
+        ensure(r.unrounded.contains(&2.0), || {
             format!("{name}: x {:?}", r.unrounded)
         })?;
         ensure(r.amax.is_nan(), || format!("{name}: amax {}", r.amax))?;
