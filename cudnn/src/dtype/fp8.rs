@@ -21,8 +21,9 @@
 //! rounds to even 448) still gives 448 in E4M3, and 61 440 (a tie that rounds
 //! to even 65 536) overflows in E5M2, exactly as NVIDIA's host conversion.
 //! NaN inputs follow NVIDIA's two host conversions bit for bit: from `f32`
-//! (`__nv_cvt_float_to_fp8`, and the `cvt.rn.satfinite` instruction) every
-//! NaN gives the canonical NaN `0x7F` in both formats; from `f64`
+//! (`__nv_cvt_float_to_fp8`, which first makes every NaN the positive
+//! all-ones one) every NaN gives the canonical NaN `0x7F` in both formats;
+//! from `f64`
 //! (`__nv_cvt_double_to_fp8`) a NaN keeps its sign, and in E5M2 its payload
 //! is the top two fraction bits of the input (so `f64::NAN` gives `0x7E`,
 //! `-f64::NAN` gives `0xFE` in E5M2 and `0xFF` in E4M3).
@@ -335,7 +336,8 @@ impl Fp8Format {
         }
     }
 
-    /// The code of `x` (round to nearest even, overflow per `sat`).
+    /// The code of `x` (round to nearest even, overflow per `sat`; a NaN as
+    /// [`F8E4M3::from_f64`] / [`F8E5M2::from_f64`] give it).
     pub fn encode(self, x: f64, sat: Fp8Saturation) -> u8 {
         match self {
             Fp8Format::E4M3 => F8E4M3::from_f64_with(x, sat).to_bits(),
