@@ -204,9 +204,11 @@ impl<A: Fp8Input, B: Fp8Input, D: Fp8Output> Fp8MatmulPlan<A, B, D> {
 
     /// Queue `D = scale_d · epilogue(alpha · scale_a · scale_b · A·B +
     /// beta · scale_c · D (+ bias))` on `lt`'s stream, writing D's amax when
-    /// the spec asks for it. For an FP8 D, `beta` must be 0 (C would be
-    /// read as bf16) and `scale.c` must be `None`; for other D,
-    /// `scale.d` must be `None`.
+    /// the spec asks for it. For an FP8 D, `beta` must be 0 (its C would be
+    /// bf16, and there is no separate C) and `scale.c` must be `None`; for
+    /// other D, `scale.d` must be `None`. An empty D (m, n or the batch 0)
+    /// queues nothing after the argument checks: the amax buffer is left as
+    /// it was.
     ///
     /// # Errors
     /// [`Error::Mismatch`] for short buffers or a workspace smaller than the
