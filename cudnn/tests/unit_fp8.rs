@@ -173,8 +173,7 @@ fn round_trip() -> R {
             let a = F8E4M3::from_bits(c);
             let b = F8E4M3::from_f64_with(a.to_f64(), sat);
             let b32 = F8E4M3::from_f32_with(a.to_f32(), sat);
-            // A NaN decodes to f64::NAN (positive, fraction bits 10...):
-            // 0x7F from either width.
+            // A NaN decodes to a positive NaN: 0x7F from either width.
             let want = if a.is_nan() { 0x7F } else { c };
             ensure(b.to_bits() == want && b32.to_bits() == want, || {
                 format!(
@@ -187,12 +186,12 @@ fn round_trip() -> R {
             let inf = a.to_f64().is_infinite();
             let b = F8E5M2::from_f64_with(a.to_f64(), sat);
             let b32 = F8E5M2::from_f32_with(a.to_f32(), sat);
-            // f64::NAN's top fraction bits are 10: 0x7E from double (its
-            // sign too is kept, but decoding gives a positive NaN); every
-            // NaN from float is 0x7F.
+            // A NaN decodes to the f64 of NVIDIA's canonical half NaN
+            // 0x7FFF (positive, top fraction bits 11): 0x7E | 11 = 0x7F from
+            // double; every NaN from float is 0x7F too.
             let want32 = if a.is_nan() { Some(0x7F) } else { None };
             let want = if a.is_nan() {
-                0x7E
+                0x7F
             } else if inf && sat == Fp8Saturation::SatFinite {
                 // Infinity saturates to the largest finite of its sign.
                 (c & 0x80) | 0x7B
@@ -328,6 +327,24 @@ fn specials() -> R {
         F8E4M3::from_f64(-f64::NAN).to_bits(),
         0xFF,
     )?;
+    // Decoding drops the sign and payload, as NVIDIA's decoding to the
+    // canonical half NaN 0x7FFF does: the f64 of that half.
+    let canonical = half::f16::from_bits(0x7FFF).to_f64().to_bits();
+    ensure(canonical == 0x7FFF_FC00_0000_0000, || {
+        format!("f16 0x7FFF is {canonical:#X}")
+    })?;
+    for code in [0x7Fu8, 0xFF] {
+        let v = F8E4M3::from_bits(code).to_f64();
+        ensure(v.to_bits() == canonical, || {
+            format!("E4M3 0x{code:02X} decodes to {:#X}", v.to_bits())
+        })?;
+    }
+    for code in [0x7Du8, 0x7E, 0x7F, 0xFD, 0xFE, 0xFF] {
+        let v = F8E5M2::from_bits(code).to_f64();
+        ensure(v.to_bits() == canonical, || {
+            format!("E5M2 0x{code:02X} decodes to {:#X}", v.to_bits())
+        })?;
+    }
     check("inf e4m3 sat", e4m3(f64::INFINITY), 0x7E)?;
     check("-inf e4m3 sat", e4m3(f64::NEG_INFINITY), 0xFE)?;
     check("inf e4m3 nosat", e4m3_nosat(f64::INFINITY), 0x7F)?;

@@ -26,7 +26,9 @@
 //! from `f64`
 //! (`__nv_cvt_double_to_fp8`) a NaN keeps its sign, and in E5M2 its payload
 //! is the top two fraction bits of the input (so `f64::NAN` gives `0x7E`,
-//! `-f64::NAN` gives `0xFE` in E5M2 and `0xFF` in E4M3).
+//! `-f64::NAN` gives `0xFE` in E5M2 and `0xFF` in E4M3). Decoding any NaN
+//! code gives the positive NaN of NVIDIA's canonical half NaN `0x7FFF`
+//! (its top ten fraction bits set), which encodes back to `0x7F`.
 //!
 //! Written here rather than taken from the `float8` crate: that crate offers
 //! only the saturating mode (cuBLASLt's and PyTorch's non-saturating casts
@@ -150,6 +152,14 @@ fn encode(x: f64, f: &Format, sat: Fp8Saturation) -> u8 {
     (code as u8) | sign
 }
 
+/// What every NaN code decodes to: NVIDIA's decoding goes through the
+/// canonical positive half NaN `0x7FFF` (sign and payload dropped), whose
+/// f64 has the top ten fraction bits set; encoding it again gives `0x7F` in
+/// both formats, as NVIDIA's round trip does.
+fn decoded_nan() -> f64 {
+    f64::from_bits(0x7FFF_FC00_0000_0000)
+}
+
 /// Decode `bits` of `f` to f64 (exact). NaN and infinity per format.
 fn decode(bits: u8, f: &Format, e4m3: bool) -> f64 {
     let neg = bits & 0x80 != 0;
@@ -158,9 +168,13 @@ fn decode(bits: u8, f: &Format, e4m3: bool) -> f64 {
     let frac = f64::from(mag & ((1u8 << f.man) - 1));
     let exp_max = (1i32 << (7 - f.man)) - 1;
     let v = if e4m3 && mag == 0x7F {
-        f64::NAN
+        decoded_nan()
     } else if !e4m3 && exp_field == exp_max {
-        if frac == 0.0 { f64::INFINITY } else { f64::NAN }
+        if frac == 0.0 {
+            f64::INFINITY
+        } else {
+            decoded_nan()
+        }
     } else if exp_field == 0 {
         frac * pow2(1 - f.bias - f.man)
     } else {
