@@ -247,6 +247,7 @@ pub fn fp8_epilogue_supported(e: Epilogue) -> bool {
 /// - 16-byte alignment: device pointers ([`Fp8MatmulSpec::with_alignment`]
 ///   at least 16), every leading dimension and batch stride a multiple of
 ///   16 bytes, and k a multiple of 16.
+/// - The amax of D ([`with_amax_d`](Self::with_amax_d)) only for an FP8 D.
 /// - Epilogues: [`Epilogue::None`], `Relu`, `Gelu`, `Bias`, `ReluBias`,
 ///   `GeluBias` ([`fp8_epilogue_supported`]).
 /// - Block scaling ([`Fp8ScaleMode::Mxfp8`], `VEC32_UE8M0` scales per 32
@@ -322,6 +323,8 @@ impl Fp8MatmulSpec {
 
     /// With D's amax written to a device f32 at every run
     /// (`CUBLASLT_MATMUL_DESC_AMAX_D_POINTER`); the run then needs the buffer.
+    /// FP8 D only: cuBLASLt does not support it for other outputs of an FP8
+    /// matmul, and [`check`](Self::check) refuses it there.
     pub fn with_amax_d(mut self, on: bool) -> Self {
         self.amax_d = on;
         self
@@ -400,7 +403,8 @@ impl Fp8MatmulSpec {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] or [`Error::Mismatch`] naming the argument
-    /// (`"b"` for E5M2 x E5M2, `"a"` / `"b"` for a layout that is not K-major,
+    /// (`"b"` for E5M2 x E5M2, `"amax_d"` for an amax with a D that is not
+    /// FP8, `"a"` / `"b"` for a layout that is not K-major,
     /// `"a.ld"`, `"k"`, `"epilogue"`, `"alignment"`, ...).
     pub fn check_types(&self, t: Fp8Types) -> Result<Fp8Shape> {
         if t.a == Fp8Format::E5M2 && t.b == Fp8Format::E5M2 {
@@ -415,6 +419,16 @@ impl Fp8MatmulSpec {
                 "epilogue",
                 "an FP8 matmul takes None, Relu, Gelu, Bias, ReluBias or GeluBias",
                 self.epilogue,
+            ));
+        }
+        if self.amax_d && !t.d.is_fp8() {
+            return Err(Error::invalid(
+                "amax_d",
+                format!(
+                    "cuBLASLt computes D's amax for an FP8 D only (with FP8 inputs and a {} D it is unsupported): use with_amax_d(false)",
+                    t.d.name()
+                ),
+                true,
             ));
         }
         if !self.alignment.is_power_of_two() || !(16..=256).contains(&self.alignment) {
