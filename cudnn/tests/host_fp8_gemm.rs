@@ -77,6 +77,17 @@ fn every_combination() -> R {
                         other => return Err(format!("E5M2 x E5M2: {other:?}").into()),
                     }
                 }
+                // NVIDIA's table (and PyTorch's _scaled_mm, from it) has no
+                // E4M3 x E4M3 -> E5M2.
+                if a == Fp8Format::E4M3
+                    && b == Fp8Format::E4M3
+                    && d == Fp8OutputType::Fp8(Fp8Format::E5M2)
+                {
+                    match r {
+                        Err(Error::InvalidArgument { arg, .. }) if arg == "d" => continue,
+                        other => return Err(format!("E4M3 x E4M3 -> E5M2: {other:?}").into()),
+                    }
+                }
                 let x = r?;
                 let md = x.matmul_desc();
                 ensure!(
@@ -126,7 +137,10 @@ fn every_combination() -> R {
             }
         }
     }
-    ensure!(built == 15, "3 type pairs x 5 outputs built, got {built}");
+    ensure!(
+        built == 14,
+        "3 type pairs x 5 outputs, less E4M3 x E4M3 -> E5M2, built: got {built}"
+    );
     Ok(())
 }
 
@@ -267,13 +281,23 @@ fn refusals() -> R {
         "E5M2 x E5M2",
     )?;
     named(tn(64, 16, 40).check_types(t), "k", "multiple of 16")?;
+    named(
+        tn(64, 16, 32).check_types(Fp8Types {
+            d: Fp8OutputType::Fp8(Fp8Format::E5M2),
+            ..t
+        }),
+        "d",
+        "E4M3 x E4M3 -> E5M2",
+    )?;
     // amax of D with a D that is not FP8: cuBLASLt does not support it
     // (PyTorch refuses the same since cuBLAS said so); every non-FP8 D is
     // refused, every FP8 D accepted.
     for d in OUTPUTS {
-        let r = tn(64, 16, 32)
-            .with_amax_d(true)
-            .check_types(Fp8Types { d, ..t });
+        let r = tn(64, 16, 32).with_amax_d(true).check_types(Fp8Types {
+            b: Fp8Format::E5M2,
+            d,
+            ..t
+        });
         if matches!(d, Fp8OutputType::Fp8(_)) {
             ensure!(r.is_ok(), "amax with {d:?}: {:?}", r.err());
         } else {

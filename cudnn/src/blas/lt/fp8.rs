@@ -229,13 +229,15 @@ pub fn fp8_epilogue_supported(e: Epilogue) -> bool {
 /// [`reference::gemm_fp8`](crate::reference::gemm_fp8)). Its rules, checked
 /// by [`check_types`](Self::check_types):
 ///
-/// - A and B are E4M3 or E5M2, but not both E5M2.
+/// - A and B are E4M3 or E5M2, but not both E5M2; an E5M2 D needs an E5M2
+///   operand (E4M3 x E4M3 gives f32, f16, bf16 or E4M3).
 /// - D is f32, f16, bf16, E4M3 or E5M2. C has D's type, except for an FP8
 ///   D, where C is bf16 ([`Fp8Output::C_TYPE`]): this crate has no
 ///   separate C, so with an FP8 D `beta` must be 0 and C is not read (the
 ///   run hands cuBLASLt a placeholder C, neither D nor null, which it
-///   requires). `scale_d` applies to FP8 outputs
-///   only. The bias vector is bf16, or f16 for an f16 D ([`Fp8Output::Bias`]).
+///   requires). `scale_d` applies to FP8 outputs only; `scale_c` to an
+///   FP8 C only, which this crate never has (fold it into `beta`). The
+///   bias vector is bf16, or f16 for an f16 D ([`Fp8Output::Bias`]).
 /// - "TN": in cuBLASLt's column-major terms A is transposed and B is not.
 ///   For the logical product D = A·B that is, whatever D's order: **A has
 ///   its k dimension contiguous** (row-major m x k, or `col_major(k, m).t()`)
@@ -403,7 +405,7 @@ impl Fp8MatmulSpec {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] or [`Error::Mismatch`] naming the argument
-    /// (`"b"` for E5M2 x E5M2, `"amax_d"` for an amax with a D that is not
+    /// (`"b"` for E5M2 x E5M2, `"d"` for E4M3 x E4M3 -> E5M2, `"amax_d"` for an amax with a D that is not
     /// FP8, `"a"` / `"b"` for a layout that is not K-major,
     /// `"a.ld"`, `"k"`, `"epilogue"`, `"alignment"`, ...).
     pub fn check_types(&self, t: Fp8Types) -> Result<Fp8Shape> {
@@ -412,6 +414,16 @@ impl Fp8MatmulSpec {
                 "b",
                 "cuBLASLt has no E5M2 x E5M2 FP8 matmul: make A or B E4M3",
                 "fp8e5m2 x fp8e5m2",
+            ));
+        }
+        if t.a == Fp8Format::E4M3
+            && t.b == Fp8Format::E4M3
+            && t.d == Fp8OutputType::Fp8(Fp8Format::E5M2)
+        {
+            return Err(Error::invalid(
+                "d",
+                "cuBLASLt has no E4M3 x E4M3 -> E5M2 matmul (an E5M2 D needs an E5M2 operand): make D E4M3, or A or B E5M2",
+                "fp8e4m3 x fp8e4m3 -> fp8e5m2",
             ));
         }
         if !fp8_epilogue_supported(self.epilogue) {

@@ -24,7 +24,9 @@ pub struct Fp8Scaling<'a> {
     pub a: Option<DeviceSlice<'a, f32>>,
     /// Multiplies B.
     pub b: Option<DeviceSlice<'a, f32>>,
-    /// Multiplies C (non-FP8 D only; an FP8 D has no C here).
+    /// Would multiply C; must be `None`: cuBLASLt takes a C scale only for
+    /// an FP8 C, and C here is never FP8 (it is D, or absent for an FP8 D).
+    /// Fold a C scale into `beta` instead.
     pub c: Option<DeviceSlice<'a, f32>>,
     /// Multiplies the result before it is stored (FP8 D only).
     pub d: Option<DeviceSlice<'a, f32>>,
@@ -205,8 +207,8 @@ impl<A: Fp8Input, B: Fp8Input, D: Fp8Output> Fp8MatmulPlan<A, B, D> {
     /// Queue `D = scale_d · epilogue(alpha · scale_a · scale_b · A·B +
     /// beta · scale_c · D (+ bias))` on `lt`'s stream, writing D's amax when
     /// the spec asks for it. For an FP8 D, `beta` must be 0 (its C would be
-    /// bf16, and there is no separate C) and `scale.c` must be `None`; for
-    /// other D, `scale.d` must be `None`. An empty D (m, n or the batch 0)
+    /// bf16, and there is no separate C); `scale.c` must be `None` (C is
+    /// never FP8 here) and, for a D that is not FP8, so must `scale.d`. An empty D (m, n or the batch 0)
     /// queues nothing after the argument checks: the amax buffer is left as
     /// it was.
     ///
@@ -247,10 +249,13 @@ impl<A: Fp8Input, B: Fp8Input, D: Fp8Output> Fp8MatmulPlan<A, B, D> {
                 beta,
             ));
         }
-        if fp8_out && scale.c.is_some() {
+        if scale.c.is_some() {
             return Err(Error::invalid(
                 "scale.c",
-                "must be None with an FP8 D (there is no C)",
+                format!(
+                    "must be None: cuBLASLt takes a C scale only for an FP8 C, and C is {} here (fold the scale into beta)",
+                    if fp8_out { "absent" } else { D::NAME }
+                ),
                 "a buffer",
             ));
         }
