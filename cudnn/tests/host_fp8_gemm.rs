@@ -281,6 +281,22 @@ fn refusals() -> R {
         "E5M2 x E5M2",
     )?;
     named(tn(64, 16, 40).check_types(t), "k", "multiple of 16")?;
+    // D's contiguous dimension in 16s: m for a column-major D (n free), n
+    // for a row-major one (m free).
+    named(tn(40, 16, 32).check_types(t), "m", "multiple of 16")?;
+    ensure!(
+        tn(64, 8, 32).check_types(t).is_ok(),
+        "n = 8, column-major D"
+    );
+    let row_d = |m: usize, n: usize| {
+        Fp8MatmulSpec::new(
+            Layout::row_major(m, 32),
+            Layout::row_major(n, 32).t(),
+            Layout::row_major(m, n),
+        )
+    };
+    named(row_d(64, 40).check_types(t), "n", "multiple of 16")?;
+    ensure!(row_d(8, 64).check_types(t).is_ok(), "m = 8, row-major D");
     named(
         tn(64, 16, 32).check_types(Fp8Types {
             d: Fp8OutputType::Fp8(Fp8Format::E5M2),

@@ -248,7 +248,8 @@ pub fn fp8_epilogue_supported(e: Epilogue) -> bool {
 ///   crate does not offer.)
 /// - 16-byte alignment: device pointers ([`Fp8MatmulSpec::with_alignment`]
 ///   at least 16), every leading dimension and batch stride a multiple of
-///   16 bytes, and k a multiple of 16.
+///   16 bytes, and k a multiple of 16. D's contiguous dimension (m for a
+///   column-major D, n for a row-major one) is a multiple of 16 too.
 /// - The amax of D ([`with_amax_d`](Self::with_amax_d)) only for an FP8 D.
 /// - Epilogues: [`Epilogue::None`], `Relu`, `Gelu`, `Bias`, `ReluBias`,
 ///   `GeluBias` ([`fp8_epilogue_supported`]).
@@ -405,7 +406,8 @@ impl Fp8MatmulSpec {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] or [`Error::Mismatch`] naming the argument
-    /// (`"b"` for E5M2 x E5M2, `"d"` for E4M3 x E4M3 -> E5M2, `"amax_d"` for an amax with a D that is not
+    /// (`"b"` for E5M2 x E5M2, `"d"` for E4M3 x E4M3 -> E5M2, `"m"` / `"n"`
+    /// for D's contiguous dimension not in 16s, `"amax_d"` for an amax with a D that is not
     /// FP8, `"a"` / `"b"` for a layout that is not K-major,
     /// `"a.ld"`, `"k"`, `"epilogue"`, `"alignment"`, ...).
     pub fn check_types(&self, t: Fp8Types) -> Result<Fp8Shape> {
@@ -486,6 +488,23 @@ impl Fp8MatmulSpec {
                 "k",
                 "must be a multiple of 16 for an FP8 matmul (16-byte rows of the K-major operands)",
                 f.k,
+            ));
+        }
+        // cuBLASLt's FP8 kernels also need the rows of its column-major D
+        // (its M) in 16s: D's contiguous dimension, m for a column-major D,
+        // n for a row-major one (the frame is swapped). Its heuristic says
+        // so ("M must be divisible by 16"), and PyTorch's _scaled_mm checks
+        // the same dimension.
+        if !f.m.is_multiple_of(16) {
+            let (name, which) = if f.swap {
+                ("n", "n, D's contiguous dimension (D is row-major)")
+            } else {
+                ("m", "m, D's contiguous dimension (D is column-major)")
+            };
+            return Err(Error::invalid(
+                name,
+                format!("{which} must be a multiple of 16 for an FP8 matmul"),
+                f.m,
             ));
         }
         let sixteen = |name: &str, what: &str, elems: usize, size: usize| -> Result<()> {
