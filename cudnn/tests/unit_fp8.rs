@@ -35,6 +35,7 @@ fn main() {
         unit("reference_gemm_fp8_hand_2x2", ref_hand),
         unit("reference_gemm_fp8_scales_fold_into_alpha_beta", ref_fold),
         unit("reference_gemm_fp8_saturates_fp8_output", ref_saturate),
+        unit("reference_gemm_fp8_amax_nan_in_any_position", ref_amax_nan),
         unit("reference_gemm_fp8_rejects", ref_rejects),
         unit("reference_gemm_fp8_tolerance", ref_tolerance),
         unit("fuzz_reference_gemm_fp8", ref_fuzz),
@@ -172,6 +173,7 @@ fn round_trip() -> R {
             let a = F8E4M3::from_bits(c);
             let b = F8E4M3::from_f64_with(a.to_f64(), sat);
             let b32 = F8E4M3::from_f32_with(a.to_f32(), sat);
+            // A NaN decodes to a positive NaN: 0x7F from either width.
             let want = if a.is_nan() { 0x7F } else { c };
             ensure(b.to_bits() == want && b32.to_bits() == want, || {
                 format!(
@@ -183,6 +185,11 @@ fn round_trip() -> R {
             let a = F8E5M2::from_bits(c);
             let inf = a.to_f64().is_infinite();
             let b = F8E5M2::from_f64_with(a.to_f64(), sat);
+            let b32 = F8E5M2::from_f32_with(a.to_f32(), sat);
+            // A NaN decodes to the f64 of NVIDIA's canonical half NaN
+            // 0x7FFF (positive, top fraction bits 11): 0x7E | 11 = 0x7F from
+            // double; every NaN from float is 0x7F too.
+            let want32 = if a.is_nan() { Some(0x7F) } else { None };
             let want = if a.is_nan() {
                 0x7F
             } else if inf && sat == Fp8Saturation::SatFinite {
@@ -191,9 +198,16 @@ fn round_trip() -> R {
             } else {
                 c
             };
-            ensure(b.to_bits() == want, || {
-                format!("E5M2 0x{c:02X} -> {:02X} ({sat:?})", b.to_bits())
-            })?;
+            ensure(
+                b.to_bits() == want && b32.to_bits() == want32.unwrap_or(want),
+                || {
+                    format!(
+                        "E5M2 0x{c:02X} -> {:02X}/{:02X} ({sat:?})",
+                        b.to_bits(),
+                        b32.to_bits()
+                    )
+                },
+            )?;
         }
     }
     Ok(())
@@ -274,11 +288,62 @@ fn e5m2_bounds() -> R {
 }
 
 fn specials() -> R {
-    for (x, name) in [(f64::NAN, "nan"), (-f64::NAN, "-nan")] {
-        for sat in [Fp8Saturation::SatFinite, Fp8Saturation::NoSat] {
-            check(name, F8E4M3::from_f64_with(x, sat).to_bits(), 0x7F)?;
-            check(name, F8E5M2::from_f64_with(x, sat).to_bits(), 0x7F)?;
+    // NaN, per the conversion rules in NVIDIA's `cuda_fp8.hpp` (read by
+    // hand, values derived here): from `double` the sign is kept, E4M3 gives
+    // S.1111.111 and E5M2 gives S.11111.1x with the input's top two fraction
+    // bits as mantissa; from `float` every NaN is first made the canonical
+    // positive all-ones NaN, which gives 0x7F in both formats.
+    let qnan = f64::from_bits(0x7FF8_0000_0000_0000); // fraction bits 10...
+    let snan = f64::from_bits(0x7FF4_0000_0000_0000); // fraction bits 01...
+    let low = f64::from_bits(0x7FF0_0000_0000_0001); // fraction bits 00...1
+    let ones = f64::from_bits(0x7FFF_FFFF_FFFF_FFFF); // fraction bits 11...
+    for sat in [Fp8Saturation::SatFinite, Fp8Saturation::NoSat] {
+        for (x, name, e4, e5) in [
+            (qnan, "nan", 0x7F, 0x7E),
+            (-qnan, "-nan", 0xFF, 0xFE),
+            // 0x7E | 01 = 0x7F; 0x7E | 00 = 0x7E.
+            (snan, "snan", 0x7F, 0x7F),
+            (-snan, "-snan", 0xFF, 0xFF),
+            (low, "nan 00", 0x7F, 0x7E),
+            (-low, "-nan 00", 0xFF, 0xFE),
+            (ones, "nan 11", 0x7F, 0x7F),
+        ] {
+            check(name, F8E4M3::from_f64_with(x, sat).to_bits(), e4)?;
+            check(name, F8E5M2::from_f64_with(x, sat).to_bits(), e5)?;
+            let f = x as f32;
+            ensure(f.is_nan(), || format!("{name} as f32"))?;
+            check(name, F8E4M3::from_f32_with(f, sat).to_bits(), 0x7F)?;
+            check(name, F8E5M2::from_f32_with(f, sat).to_bits(), 0x7F)?;
+            check(name, F8E5M2::from_f32_with(-f, sat).to_bits(), 0x7F)?;
         }
+    }
+    check(
+        "from_f32(-NaN)",
+        F8E4M3::from_f32(-f32::NAN).to_bits(),
+        0x7F,
+    )?;
+    check(
+        "from_f64(-NaN)",
+        F8E4M3::from_f64(-f64::NAN).to_bits(),
+        0xFF,
+    )?;
+    // Decoding drops the sign and payload, as NVIDIA's decoding to the
+    // canonical half NaN 0x7FFF does: the f64 of that half.
+    let canonical = half::f16::from_bits(0x7FFF).to_f64().to_bits();
+    ensure(canonical == 0x7FFF_FC00_0000_0000, || {
+        format!("f16 0x7FFF is {canonical:#X}")
+    })?;
+    for code in [0x7Fu8, 0xFF] {
+        let v = F8E4M3::from_bits(code).to_f64();
+        ensure(v.to_bits() == canonical, || {
+            format!("E4M3 0x{code:02X} decodes to {:#X}", v.to_bits())
+        })?;
+    }
+    for code in [0x7Du8, 0x7E, 0x7F, 0xFD, 0xFE, 0xFF] {
+        let v = F8E5M2::from_bits(code).to_f64();
+        ensure(v.to_bits() == canonical, || {
+            format!("E5M2 0x{code:02X} decodes to {:#X}", v.to_bits())
+        })?;
     }
     check("inf e4m3 sat", e4m3(f64::INFINITY), 0x7E)?;
     check("-inf e4m3 sat", e4m3(f64::NEG_INFINITY), 0xFE)?;
@@ -541,6 +606,38 @@ fn ref_fold() -> R {
     ensure(r.d == want, || format!("{:?} vs {want:?}", r.d))?;
     let amax = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
     ensure(r.amax == amax, || format!("amax {} vs {amax}", r.amax))
+}
+
+/// A NaN element makes amax NaN wherever it lies in D: first or last in
+/// the visiting order (D = A·[1; 1] with a NaN code in one row of A).
+fn ref_amax_nan() -> R {
+    let la = Layout::row_major(2, 2);
+    let lb = Layout::col_major(2, 1);
+    let ld = Layout::col_major(2, 1);
+    let b = e4(&[1.0, 1.0]);
+    for (rows, name) in [
+        ([0x7Fu8, 0x00, 0x38, 0x38], "NaN first"),
+        ([0x38, 0x38, 0x7F, 0x00], "NaN last"),
+    ] {
+        let r = gemm_fp8(
+            1.0,
+            (&rows, Fp8Format::E4M3, &la),
+            (&b, Fp8Format::E4M3, &lb),
+            0.0,
+            None,
+            &ld,
+            OutputType::F32,
+            &Fp8Scales::default(),
+            Epilogue::None,
+            None,
+        )?;
+        // 0x38 is 1.0: the finite row sums to 2.
+        ensure(r.unrounded.contains(&2.0), || {
+            format!("{name}: x {:?}", r.unrounded)
+        })?;
+        ensure(r.amax.is_nan(), || format!("{name}: amax {}", r.amax))?;
+    }
+    Ok(())
 }
 
 fn ref_saturate() -> R {

@@ -20,8 +20,15 @@
 //! exceeds the largest finite value: 464 (448 plus half an ulp, a tie that
 //! rounds to even 448) still gives 448 in E4M3, and 61 440 (a tie that rounds
 //! to even 65 536) overflows in E5M2, exactly as NVIDIA's host conversion.
-//! A NaN input gives the canonical NaN `0x7F` in both formats (what NVIDIA's
-//! conversion from `float` produces).
+//! NaN inputs follow NVIDIA's two host conversions bit for bit: from `f32`
+//! (`__nv_cvt_float_to_fp8`, which first makes every NaN the positive
+//! all-ones one) every NaN gives the canonical NaN `0x7F` in both formats;
+//! from `f64`
+//! (`__nv_cvt_double_to_fp8`) a NaN keeps its sign, and in E5M2 its payload
+//! is the top two fraction bits of the input (so `f64::NAN` gives `0x7E`,
+//! `-f64::NAN` gives `0xFE` in E5M2 and `0xFF` in E4M3). Decoding any NaN
+//! code gives the positive NaN of NVIDIA's canonical half NaN `0x7FFF`
+//! (its top ten fraction bits set), which encodes back to `0x7F`.
 //!
 //! Written here rather than taken from the `float8` crate: that crate offers
 //! only the saturating mode (cuBLASLt's and PyTorch's non-saturating casts
@@ -58,6 +65,10 @@ struct Format {
     max_code: u8,
     /// What `NoSat` overflow gives (positive; E4M3 NaN, E5M2 infinity).
     overflow_code: u8,
+    /// Whether the format has infinities (E5M2), whose NaNs then carry the
+    /// input's top fraction bits (`0x7E | payload`, as NVIDIA's conversion
+    /// from double); E4M3 has the one NaN magnitude `0x7F`.
+    ieee_nan: bool,
 }
 
 const E4M3: Format = Format {
@@ -66,6 +77,7 @@ const E4M3: Format = Format {
     max: 448.0,
     max_code: 0x7E,
     overflow_code: 0x7F,
+    ieee_nan: false,
 };
 
 const E5M2: Format = Format {
@@ -74,10 +86,20 @@ const E5M2: Format = Format {
     max: 57344.0,
     max_code: 0x7B,
     overflow_code: 0x7C,
+    ieee_nan: true,
 };
 
 /// The canonical NaN code of both formats.
 const NAN_CODE: u8 = 0x7F;
+
+/// `x` (any f32) in `f` as NVIDIA converts from `float`: every NaN is the
+/// canonical `0x7F`, anything else as [`encode`].
+fn encode_f32(x: f32, f: &Format, sat: Fp8Saturation) -> u8 {
+    if x.is_nan() {
+        return NAN_CODE;
+    }
+    encode(f64::from(x), f, sat)
+}
 
 /// 2^k as an f64, exactly (k within the normal range, which every caller's is).
 fn pow2(k: i32) -> f64 {
@@ -87,12 +109,18 @@ fn pow2(k: i32) -> f64 {
     f64::from_bits(biased << 52)
 }
 
-/// Encode `x` (any f64) in `f`, round to nearest even.
+/// Encode `x` (any f64) in `f`, round to nearest even, as NVIDIA converts
+/// from `double` (a NaN keeps its sign; see [`Format::ieee_nan`]).
 fn encode(x: f64, f: &Format, sat: Fp8Saturation) -> u8 {
-    if x.is_nan() {
-        return NAN_CODE;
-    }
     let sign: u8 = if x.is_sign_negative() { 0x80 } else { 0 };
+    if x.is_nan() {
+        if f.ieee_nan {
+            // The input's top `man` fraction bits, in the code's mantissa.
+            let payload = ((x.to_bits() >> (52 - f.man)) & ((1u64 << f.man) - 1)) as u8;
+            return 0x7E | payload | sign;
+        }
+        return NAN_CODE | sign;
+    }
     let a = x.abs();
     let overflow = || match sat {
         Fp8Saturation::SatFinite => f.max_code | sign,
@@ -124,6 +152,14 @@ fn encode(x: f64, f: &Format, sat: Fp8Saturation) -> u8 {
     (code as u8) | sign
 }
 
+/// What every NaN code decodes to: NVIDIA's decoding goes through the
+/// canonical positive half NaN `0x7FFF` (sign and payload dropped), whose
+/// f64 has the top ten fraction bits set; encoding it again gives `0x7F` in
+/// both formats, as NVIDIA's round trip does.
+fn decoded_nan() -> f64 {
+    f64::from_bits(0x7FFF_FC00_0000_0000)
+}
+
 /// Decode `bits` of `f` to f64 (exact). NaN and infinity per format.
 fn decode(bits: u8, f: &Format, e4m3: bool) -> f64 {
     let neg = bits & 0x80 != 0;
@@ -132,9 +168,13 @@ fn decode(bits: u8, f: &Format, e4m3: bool) -> f64 {
     let frac = f64::from(mag & ((1u8 << f.man) - 1));
     let exp_max = (1i32 << (7 - f.man)) - 1;
     let v = if e4m3 && mag == 0x7F {
-        f64::NAN
+        decoded_nan()
     } else if !e4m3 && exp_field == exp_max {
-        if frac == 0.0 { f64::INFINITY } else { f64::NAN }
+        if frac == 0.0 {
+            f64::INFINITY
+        } else {
+            decoded_nan()
+        }
     } else if exp_field == 0 {
         frac * pow2(1 - f.bias - f.man)
     } else {
@@ -178,12 +218,14 @@ macro_rules! fp8_type {
             }
 
             /// From f32, rounding to nearest even and saturating
-            /// ([`Fp8Saturation::SatFinite`], NVIDIA's default).
+            /// ([`Fp8Saturation::SatFinite`], NVIDIA's default); a NaN
+            /// gives the canonical NaN `0x7F`.
             pub fn from_f32(x: f32) -> Self {
-                Self(encode(f64::from(x), &$fmt, Fp8Saturation::SatFinite))
+                Self(encode_f32(x, &$fmt, Fp8Saturation::SatFinite))
             }
 
-            /// From f64, rounding to nearest even and saturating.
+            /// From f64, rounding to nearest even and saturating; a NaN
+            /// keeps its sign (NVIDIA's conversion from `double`).
             pub fn from_f64(x: f64) -> Self {
                 Self(encode(x, &$fmt, Fp8Saturation::SatFinite))
             }
@@ -195,7 +237,7 @@ macro_rules! fp8_type {
 
             /// From f32, rounding to nearest even, overflow per `sat`.
             pub fn from_f32_with(x: f32, sat: Fp8Saturation) -> Self {
-                Self(encode(f64::from(x), &$fmt, sat))
+                Self(encode_f32(x, &$fmt, sat))
             }
 
             /// The exact value as f64.
@@ -308,7 +350,8 @@ impl Fp8Format {
         }
     }
 
-    /// The code of `x` (round to nearest even, overflow per `sat`).
+    /// The code of `x` (round to nearest even, overflow per `sat`; a NaN as
+    /// [`F8E4M3::from_f64`] / [`F8E5M2::from_f64`] give it).
     pub fn encode(self, x: f64, sat: Fp8Saturation) -> u8 {
         match self {
             Fp8Format::E4M3 => F8E4M3::from_f64_with(x, sat).to_bits(),

@@ -116,7 +116,8 @@ pub struct Fp8GemmOutput {
     /// The result before `scale_d` and rounding (for error measurement in
     /// the compute type).
     pub unrounded: Vec<f64>,
-    /// `max |x|` over D before `scale_d` (cuBLASLt's `AMAX_D`).
+    /// `max |x|` over D before `scale_d` (cuBLASLt's `AMAX_D`); NaN when
+    /// any element is NaN.
     pub amax: f64,
 }
 
@@ -234,7 +235,9 @@ pub fn gemm_fp8(
                 let (Some(&v), Some(slot)) = (x.get(o), d.get_mut(o)) else {
                     continue;
                 };
-                amax = if v.is_nan() {
+                // NaN sticks: `f64::max` would drop it at the next finite
+                // element, making the result depend on the visiting order.
+                amax = if amax.is_nan() || v.is_nan() {
                     f64::NAN
                 } else {
                     amax.max(v.abs())

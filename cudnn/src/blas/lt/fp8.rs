@@ -218,7 +218,7 @@ pub fn fp8_epilogue_supported(e: Epilogue) -> bool {
 }
 
 /// Everything an [`Fp8MatmulPlan`](crate::blas::Fp8MatmulPlan) is built
-/// from: the layouts of A, B and D (C is D, in place), the epilogue, fast
+/// from: the layouts of A, B and D (C is D, in place; no C for an FP8 D), the epilogue, fast
 /// accumulation, whether D's amax is written, the scale mode and the
 /// pointer alignment.
 ///
@@ -229,11 +229,15 @@ pub fn fp8_epilogue_supported(e: Epilogue) -> bool {
 /// [`reference::gemm_fp8`](crate::reference::gemm_fp8)). Its rules, checked
 /// by [`check_types`](Self::check_types):
 ///
-/// - A and B are E4M3 or E5M2, but not both E5M2.
+/// - A and B are E4M3 or E5M2, but not both E5M2; an E5M2 D needs an E5M2
+///   operand (E4M3 x E4M3 gives f32, f16, bf16 or E4M3).
 /// - D is f32, f16, bf16, E4M3 or E5M2. C has D's type, except for an FP8
-///   D, where C is bf16 ([`Fp8Output::C_TYPE`]) and, as this crate runs C in
-///   place in D's memory, `beta` must be 0. `scale_d` applies to FP8 outputs
-///   only. The bias vector is bf16, or f16 for an f16 D ([`Fp8Output::Bias`]).
+///   D, where C is bf16 ([`Fp8Output::C_TYPE`]): this crate has no
+///   separate C, so with an FP8 D `beta` must be 0 and C is not read (the
+///   run hands cuBLASLt a placeholder C, neither D nor null, which it
+///   requires). `scale_d` applies to FP8 outputs only; `scale_c` to an
+///   FP8 C only, which this crate never has (fold it into `beta`). The
+///   bias vector is bf16, or f16 for an f16 D ([`Fp8Output::Bias`]).
 /// - "TN": in cuBLASLt's column-major terms A is transposed and B is not.
 ///   For the logical product D = A·B that is, whatever D's order: **A has
 ///   its k dimension contiguous** (row-major m x k, or `col_major(k, m).t()`)
@@ -244,7 +248,9 @@ pub fn fp8_epilogue_supported(e: Epilogue) -> bool {
 ///   crate does not offer.)
 /// - 16-byte alignment: device pointers ([`Fp8MatmulSpec::with_alignment`]
 ///   at least 16), every leading dimension and batch stride a multiple of
-///   16 bytes, and k a multiple of 16.
+///   16 bytes, and k a multiple of 16. D's contiguous dimension (m for a
+///   column-major D, n for a row-major one) is a multiple of 16 too.
+/// - The amax of D ([`with_amax_d`](Self::with_amax_d)) only for an FP8 D.
 /// - Epilogues: [`Epilogue::None`], `Relu`, `Gelu`, `Bias`, `ReluBias`,
 ///   `GeluBias` ([`fp8_epilogue_supported`]).
 /// - Block scaling ([`Fp8ScaleMode::Mxfp8`], `VEC32_UE8M0` scales per 32
@@ -320,6 +326,8 @@ impl Fp8MatmulSpec {
 
     /// With D's amax written to a device f32 at every run
     /// (`CUBLASLT_MATMUL_DESC_AMAX_D_POINTER`); the run then needs the buffer.
+    /// FP8 D only: cuBLASLt does not support it for other outputs of an FP8
+    /// matmul, and [`check`](Self::check) refuses it there.
     pub fn with_amax_d(mut self, on: bool) -> Self {
         self.amax_d = on;
         self
@@ -398,7 +406,9 @@ impl Fp8MatmulSpec {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] or [`Error::Mismatch`] naming the argument
-    /// (`"b"` for E5M2 x E5M2, `"a"` / `"b"` for a layout that is not K-major,
+    /// (`"b"` for E5M2 x E5M2, `"d"` for E4M3 x E4M3 -> E5M2, `"m"` / `"n"`
+    /// for D's contiguous dimension not in 16s, `"amax_d"` for an amax with a D that is not
+    /// FP8, `"a"` / `"b"` for a layout that is not K-major,
     /// `"a.ld"`, `"k"`, `"epilogue"`, `"alignment"`, ...).
     pub fn check_types(&self, t: Fp8Types) -> Result<Fp8Shape> {
         if t.a == Fp8Format::E5M2 && t.b == Fp8Format::E5M2 {
@@ -408,11 +418,31 @@ impl Fp8MatmulSpec {
                 "fp8e5m2 x fp8e5m2",
             ));
         }
+        if t.a == Fp8Format::E4M3
+            && t.b == Fp8Format::E4M3
+            && t.d == Fp8OutputType::Fp8(Fp8Format::E5M2)
+        {
+            return Err(Error::invalid(
+                "d",
+                "cuBLASLt has no E4M3 x E4M3 -> E5M2 matmul (an E5M2 D needs an E5M2 operand): make D E4M3, or A or B E5M2",
+                "fp8e4m3 x fp8e4m3 -> fp8e5m2",
+            ));
+        }
         if !fp8_epilogue_supported(self.epilogue) {
             return Err(Error::invalid(
                 "epilogue",
                 "an FP8 matmul takes None, Relu, Gelu, Bias, ReluBias or GeluBias",
                 self.epilogue,
+            ));
+        }
+        if self.amax_d && !t.d.is_fp8() {
+            return Err(Error::invalid(
+                "amax_d",
+                format!(
+                    "cuBLASLt computes D's amax for an FP8 D only (with FP8 inputs and a {} D it is unsupported): use with_amax_d(false)",
+                    t.d.name()
+                ),
+                true,
             ));
         }
         if !self.alignment.is_power_of_two() || !(16..=256).contains(&self.alignment) {
@@ -458,6 +488,23 @@ impl Fp8MatmulSpec {
                 "k",
                 "must be a multiple of 16 for an FP8 matmul (16-byte rows of the K-major operands)",
                 f.k,
+            ));
+        }
+        // cuBLASLt's FP8 kernels also need the rows of its column-major D
+        // (its M) in 16s: D's contiguous dimension, m for a column-major D,
+        // n for a row-major one (the frame is swapped). Its heuristic says
+        // so ("M must be divisible by 16"), and PyTorch's _scaled_mm checks
+        // the same dimension.
+        if !f.m.is_multiple_of(16) {
+            let (name, which) = if f.swap {
+                ("n", "n, D's contiguous dimension (D is row-major)")
+            } else {
+                ("m", "m, D's contiguous dimension (D is column-major)")
+            };
+            return Err(Error::invalid(
+                name,
+                format!("{which} must be a multiple of 16 for an FP8 matmul"),
+                f.m,
             ));
         }
         let sixteen = |name: &str, what: &str, elems: usize, size: usize| -> Result<()> {

@@ -24,7 +24,9 @@ pub struct Fp8Scaling<'a> {
     pub a: Option<DeviceSlice<'a, f32>>,
     /// Multiplies B.
     pub b: Option<DeviceSlice<'a, f32>>,
-    /// Multiplies C (non-FP8 D only; an FP8 D has no C here).
+    /// Would multiply C; must be `None`: cuBLASLt takes a C scale only for
+    /// an FP8 C, and C here is never FP8 (it is D, or absent for an FP8 D).
+    /// Fold a C scale into `beta` instead.
     pub c: Option<DeviceSlice<'a, f32>>,
     /// Multiplies the result before it is stored (FP8 D only).
     pub d: Option<DeviceSlice<'a, f32>>,
@@ -204,9 +206,11 @@ impl<A: Fp8Input, B: Fp8Input, D: Fp8Output> Fp8MatmulPlan<A, B, D> {
 
     /// Queue `D = scale_d · epilogue(alpha · scale_a · scale_b · A·B +
     /// beta · scale_c · D (+ bias))` on `lt`'s stream, writing D's amax when
-    /// the spec asks for it. For an FP8 D, `beta` must be 0 (C would be
-    /// read as bf16) and `scale.c` must be `None`; for other D,
-    /// `scale.d` must be `None`.
+    /// the spec asks for it. For an FP8 D, `beta` must be 0 (its C would be
+    /// bf16, and there is no separate C); `scale.c` must be `None` (C is
+    /// never FP8 here) and, for a D that is not FP8, so must `scale.d`. An empty D (m, n or the batch 0)
+    /// queues nothing after the argument checks: the amax buffer is left as
+    /// it was.
     ///
     /// # Errors
     /// [`Error::Mismatch`] for short buffers or a workspace smaller than the
@@ -241,14 +245,17 @@ impl<A: Fp8Input, B: Fp8Input, D: Fp8Output> Fp8MatmulPlan<A, B, D> {
         if fp8_out && beta != 0.0 {
             return Err(Error::invalid(
                 "beta",
-                "must be 0 with an FP8 D (cuBLASLt reads C as bf16, and C is D here)",
+                "must be 0 with an FP8 D (its C would be bf16, and this crate has no separate C)",
                 beta,
             ));
         }
-        if fp8_out && scale.c.is_some() {
+        if scale.c.is_some() {
             return Err(Error::invalid(
                 "scale.c",
-                "must be None with an FP8 D (there is no C)",
+                format!(
+                    "must be None: cuBLASLt takes a C scale only for an FP8 C, and C is {} here (fold the scale into beta)",
+                    if fp8_out { "absent" } else { D::NAME }
+                ),
                 "a buffer",
             ));
         }
@@ -397,6 +404,16 @@ impl<A: Fp8Input, B: Fp8Input, D: Fp8Output> Fp8MatmulPlan<A, B, D> {
         let ws = lt.workspace_ptr();
         let api = cublas_lt()?;
         let x = &self.descs;
+        // C: in place (D's memory and D's own layout object, cuBLASLt's
+        // in-place form C == D with Cdesc == Ddesc) when C has D's type; for
+        // an FP8 D, C is bf16 and cannot be D in place, and cuBLASLt takes
+        // neither D's pointer nor null there: C points at A (never read, as
+        // beta is 0, checked above), with the bf16 layout the heuristic saw.
+        let (cp, c_desc) = if fp8_out {
+            (a.as_raw(), x.c.as_raw())
+        } else {
+            (dp.cast_const(), x.out.as_raw())
+        };
         // SAFETY: the handle and descriptors are valid; A, B and D's lengths
         // were checked against their layouts (the descriptors' source), the
         // bias against the epilogue's length, every scale and the amax
@@ -404,7 +421,7 @@ impl<A: Fp8Input, B: Fp8Input, D: Fp8Output> Fp8MatmulPlan<A, B, D> {
         // these buffers (set just above, nulls for absent scales); all are
         // on the handle's device and aligned as the heuristic was told;
         // alpha/beta are host f32 (the scale type); C is D in place with
-        // the same shape, read only when beta != 0, which an FP8 D refuses;
+        // D's own layout, or (FP8 D, beta 0: never read) A's pointer;
         // the workspace is the handle's own, at least as large as the
         // algorithm needs, and outlives the queued work (freed with
         // cudaFree, which waits).
@@ -420,8 +437,8 @@ impl<A: Fp8Input, B: Fp8Input, D: Fp8Output> Fp8MatmulPlan<A, B, D> {
                     p2,
                     x.second.as_raw(),
                     (&beta_v as *const f32).cast(),
-                    dp.cast_const(),
-                    x.c.as_raw(),
+                    cp,
+                    c_desc,
                     dp,
                     x.out.as_raw(),
                     &algo.algo,
