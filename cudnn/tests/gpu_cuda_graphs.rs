@@ -6,8 +6,10 @@
 //!   the eager run of the same call (outputs poisoned with NaN before);
 //! - the capture-unsafe calls (a cuDNN workspace growth, an exhaustive
 //!   search, cuBLAS without a workspace, the batched-GEMM pointer table,
-//!   `cudaMalloc` and a stream synchronization inside the capture closure)
-//!   return `Error::CaptureUnsafe` during the capture, queue nothing, and
+//!   `cudaMalloc` and a stream synchronization inside the capture closure,
+//!   a workspace change inside the closure on a handle of another stream)
+//!   return `Error::CaptureUnsafe` during the capture, queue nothing, keep
+//!   the old workspace, and
 //!   the capture stays usable: the graph ended afterwards replays the safe
 //!   work correctly;
 //! - a closure's error or panic ends the capture (the stream is usable and
@@ -254,6 +256,79 @@ fn unsafe_calls_are_refused_and_capture_stays_usable() -> R {
         scratch.to_vec()?.iter().all(|v| v.is_nan()) && out.to_vec()?.iter().all(|v| v.is_nan()),
         "a refused call queued work"
     );
+    Ok(())
+}
+
+/// A workspace change inside the capture closure, on handles whose stream is
+/// *not* the capturing one: refused as the change itself, before the old
+/// workspace is released (it was leaked, with an error naming a stream
+/// synchronization, before the fix), and the capture stays usable.
+fn workspace_changes_in_the_scope_keep_the_old_workspace() -> R {
+    Device::new(0)?;
+    let stream = Stream::new()?;
+    let other = Stream::new()?;
+    let mut h = Handle::new(&other)?;
+    h.reserve_workspace(256)?;
+    let mut b = blas::Handle::new(&other)?;
+    b.set_workspace(1 << 16)?;
+    let mut lt = cudnn::blas::LtHandle::new(&other)?;
+    lt.set_workspace(1 << 16)?;
+    // The same on a handle of the capturing stream.
+    let mut hc = Handle::new(&stream)?;
+    hc.reserve_workspace(256)?;
+    let growth = |what: &str, r: cudnn::Result<()>| -> cudnn::Result<()> {
+        match r {
+            Err(Error::CaptureUnsafe { hazard, .. })
+                if hazard.contains("grow the cuDNN workspace from 256 to 4096") =>
+            {
+                Ok(())
+            }
+            other => Err(Error::invalid(
+                what,
+                "not refused as a growth",
+                format!("{other:?}"),
+            )),
+        }
+    };
+    let g = stream.capture(CaptureMode::Global, |s| -> cudnn::Result<()> {
+        growth("other stream", h.reserve_workspace(4096))?;
+        growth("capturing stream", hc.reserve_workspace(4096))?;
+        for (what, r) in [
+            ("blas set_workspace(0)", b.set_workspace(0)),
+            ("blas set_workspace(more)", b.set_workspace(1 << 20)),
+            ("lt set_workspace(0)", lt.set_workspace(0)),
+        ] {
+            match r {
+                Err(Error::CaptureUnsafe { .. }) => {}
+                other => return Err(Error::invalid(what, "not refused", format!("{other:?}"))),
+            }
+        }
+        ensure_active(s)
+    })?;
+    drop(g);
+    ensure!(
+        h.workspace_size() == 256,
+        "other-stream workspace now {}",
+        h.workspace_size()
+    );
+    ensure!(
+        hc.workspace_size() == 256,
+        "capturing-stream workspace now {}",
+        hc.workspace_size()
+    );
+    ensure!(
+        b.workspace_size() == 1 << 16,
+        "cuBLAS workspace now {}",
+        b.workspace_size()
+    );
+    ensure!(
+        lt.workspace_size() == 1 << 16,
+        "cuBLASLt workspace now {}",
+        lt.workspace_size()
+    );
+    // And outside the capture the growth works.
+    h.reserve_workspace(4096)?;
+    ensure!(h.workspace_size() >= 4096, "no growth after the capture");
     Ok(())
 }
 
@@ -655,6 +730,10 @@ fn main() {
         gpu(
             "cuda_graphs::unsafe_calls_are_refused_and_capture_stays_usable",
             unsafe_calls_are_refused_and_capture_stays_usable,
+        ),
+        gpu(
+            "cuda_graphs::workspace_changes_in_the_scope_keep_the_old_workspace",
+            workspace_changes_in_the_scope_keep_the_old_workspace,
         ),
         gpu(
             "cuda_graphs::batched_gemm_upload_is_refused",

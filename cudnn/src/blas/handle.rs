@@ -414,10 +414,20 @@ impl Handle {
     /// that may still use it).
     ///
     /// # Errors
-    /// [`Error::Cuda`] when the allocation fails; [`Error::Cublas`].
+    /// [`Error::Cuda`] when the allocation fails; [`Error::Cublas`];
+    /// [`Error::CaptureUnsafe`] while the handle's stream is capturing or
+    /// inside a [`Stream::capture`](crate::runtime::Stream::capture) closure.
     #[doc(alias = "cublasSetWorkspace")]
     #[doc(alias = "cublasSetWorkspace_v2")]
     pub fn set_workspace(&mut self, bytes: usize) -> Result<()> {
+        // Allocating, or freeing the old one after a synchronize: not during
+        // a capture (checked before anything is released).
+        let hazard = crate::runtime::Hazard::Allocation;
+        crate::runtime::forbid_allocation_during_capture(
+            "blas::Handle::set_workspace",
+            &self.stream,
+            hazard,
+        )?;
         let _on = self.device.guard()?;
         let api = check::cublas()?;
         if bytes == 0 {

@@ -168,6 +168,24 @@ pub fn forbid_during_capture(op: &str, stream: &Stream, hazard: Hazard) -> Resul
     capture_rule(op, status, &hazard)
 }
 
+/// [`forbid_during_capture`] for a step that calls `cudaMalloc`, `cudaFree`
+/// or a synchronization whatever its stream (a workspace growth): refused
+/// also inside a [`Stream::capture`] closure on this thread when `stream`
+/// itself is not capturing, where the runtime would refuse the call (and
+/// invalidate a global-mode capture). The scope mark is read first, so
+/// nothing is released or queued before the refusal.
+///
+/// # Errors
+/// [`Error::CaptureUnsafe`]; [`Error::Cuda`] from the query.
+pub(crate) fn forbid_allocation_during_capture(
+    op: &str,
+    stream: &Stream,
+    hazard: Hazard,
+) -> Result<()> {
+    forbid_in_capture_scope(op, hazard.clone())?;
+    forbid_during_capture(op, stream, hazard)
+}
+
 thread_local! {
     /// How many [`Stream::capture`] scopes are open on this thread.
     static SCOPES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
@@ -300,6 +318,26 @@ mod tests {
             assert!(other.join().unwrap_or(false));
         }
         assert!(forbid_in_capture_scope("alloc", Hazard::Allocation).is_ok());
+    }
+
+    #[test]
+    fn unit_allocation_guard_reads_the_scope_mark_before_the_stream() {
+        // Inside a capture scope on this thread, a growth on a stream that is
+        // not capturing is refused as the growth, before any runtime call
+        // (the legacy stream is never queried here: no device needed).
+        let _mark = ScopeMark::enter();
+        let hazard = Hazard::WorkspaceGrowth {
+            owner: "cuDNN",
+            have: 256,
+            need: 4096,
+        };
+        match forbid_allocation_during_capture("a cuDNN op", &Stream::legacy(), hazard.clone()) {
+            Err(Error::CaptureUnsafe { op, hazard: h, .. }) => {
+                assert_eq!(op, "a cuDNN op");
+                assert_eq!(h, hazard.what());
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -75,7 +75,10 @@ impl CaptureScope<'_> {
         let r = unsafe { cuda_call!(rt, cudaStreamEndCapture(self.stream.as_raw(), &mut g)) };
         let g = CudaGraph::adopt(g, self.stream.device());
         r.map_err(|e| {
-            e.with_context("the capture was invalidated by an uncapturable call in the scope")
+            e.with_context(
+                "ending the capture (the runtime refuses a capture that an uncapturable call \
+                 invalidated, or one with work forked to another stream and not joined back)",
+            )
         })?;
         g.ok_or_else(|| Error::invalid("graph", "cudaStreamEndCapture returned null", "null"))
     }
@@ -412,10 +415,20 @@ impl CudaGraphExec {
     /// [`Error::GraphUpdate`] naming the runtime's reason when the update is
     /// impossible (the topology, a node's kind or its function changed; the
     /// executable graph is unchanged: instantiate `graph` instead);
-    /// [`Error::Cuda`] for other failures; [`Error::MissingSymbol`].
+    /// [`Error::DeviceMismatch`] for a graph captured on another device
+    /// (before the call); [`Error::Cuda`] for other failures;
+    /// [`Error::MissingSymbol`].
     #[doc(alias = "cudaGraphExecUpdate")]
     pub fn update(&mut self, graph: &CudaGraph) -> Result<()> {
         let rt = check::cudart()?;
+        if let Some(d) = self.device {
+            super::check_device(|| "the graph of an update".into(), d, graph.device)?;
+        }
+        // The executable graph's device current, as for `instantiate`.
+        let _on = match self.device {
+            Some(d) => d.guard()?,
+            None => super::DeviceGuard::unchanged(),
+        };
         let mut info = cudaGraphExecUpdateResultInfo {
             result: cudaGraphExecUpdateResult::cudaGraphExecUpdateSuccess,
             errorNode: ptr::null_mut(),
