@@ -297,6 +297,11 @@ fn workspace_changes_in_the_scope_keep_the_old_workspace() -> R {
             ("blas set_workspace(0)", b.set_workspace(0)),
             ("blas set_workspace(more)", b.set_workspace(1 << 20)),
             ("lt set_workspace(0)", lt.set_workspace(0)),
+            // SAFETY: refused before anything is allocated.
+            (
+                "alloc_async on the capturing stream",
+                unsafe { DeviceBuffer::<f32>::alloc_async(16, s) }.map(|_| ()),
+            ),
         ] {
             match r {
                 Err(Error::CaptureUnsafe { .. }) => {}

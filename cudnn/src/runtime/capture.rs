@@ -61,7 +61,7 @@ impl CaptureStatus {
 /// | [`Hazard::AlgorithmSearch`] | `ConvProblem::plan` with a measured search, plans built during capture | build the plans (and search) before the capture |
 /// | [`Hazard::ImplicitWorkspace`] | cuBLAS GEMM on a handle without `set_workspace` | `blas::Handle::set_workspace(...)` |
 /// | [`Hazard::HostUpload`] | `gemm_batched` (its pointer table) | use strided-batched GEMM, or a plan with a device-resident table |
-/// | [`Hazard::Allocation`] | `DeviceBuffer::alloc`/`from_host` (`cudaMalloc`, `cudaMemcpy`) | allocate before the capture |
+/// | [`Hazard::Allocation`] | `DeviceBuffer::alloc`/`from_host` (`cudaMalloc`, `cudaMemcpy`) inside the closure; `DeviceBuffer::alloc_async` on a capturing stream (the graph would own the memory); a `set_workspace` of a cuBLAS or cuBLASLt handle | allocate before the capture |
 /// | [`Hazard::HostSync`] | `Stream::synchronize`, `Event::synchronize`, copies to the host | synchronize after the graph's launch instead |
 ///
 /// # For the launches (the hook)
