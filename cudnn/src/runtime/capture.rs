@@ -161,11 +161,31 @@ pub fn capture_rule(op: &str, status: CaptureStatus, hazard: &Hazard) -> Result<
 /// [`capture_rule`]. A runtime without `cudaStreamIsCapturing` cannot
 /// capture, so it passes.
 ///
+/// On the legacy default stream while a blocking stream of its device is
+/// capturing (the runtime's `cudaErrorStreamCaptureImplicit`), the call is
+/// refused too: its work would depend on that capture and invalidate it.
+///
 /// # Errors
 /// [`Error::CaptureUnsafe`]; [`Error::Cuda`] from the query.
 pub fn forbid_during_capture(op: &str, stream: &Stream, hazard: Hazard) -> Result<()> {
-    let status = stream.capture_status()?;
+    let status = implicit_is_capturing(stream.capture_status())?;
     capture_rule(op, status, &hazard)
+}
+
+/// The runtime answers `cudaErrorStreamCaptureImplicit` when asked about the
+/// legacy default stream while a blocking stream of its device is capturing:
+/// work there would join (and invalidate) that capture, so for the guard it
+/// counts as capturing (the runtime documents that the query itself leaves
+/// the capture valid).
+fn implicit_is_capturing(status: Result<CaptureStatus>) -> Result<CaptureStatus> {
+    match status {
+        Err(Error::Cuda { code, .. })
+            if code == cudart::cudaError::cudaErrorStreamCaptureImplicit.0 =>
+        {
+            Ok(CaptureStatus::Active)
+        }
+        other => other,
+    }
 }
 
 /// [`forbid_during_capture`] for a step that calls `cudaMalloc`, `cudaFree`
@@ -338,6 +358,30 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn unit_implicit_capture_of_the_legacy_stream_counts_as_capturing() {
+        let cuda = |code: u32| Error::Cuda {
+            call: "cudaStreamIsCapturing",
+            code,
+            name: String::new(),
+            text: String::new(),
+            context: None,
+        };
+        let implicit = cudart::cudaError::cudaErrorStreamCaptureImplicit.0;
+        let s = implicit_is_capturing(Err(cuda(implicit))).expect("mapped");
+        assert!(s.is_capturing());
+        assert!(capture_rule("op", s, &Hazard::Allocation).is_err());
+        // Other errors and answers pass through.
+        assert!(matches!(
+            implicit_is_capturing(Err(cuda(1))),
+            Err(Error::Cuda { code: 1, .. })
+        ));
+        assert_eq!(
+            implicit_is_capturing(Ok(CaptureStatus::None)).expect("none"),
+            CaptureStatus::None
+        );
     }
 
     #[test]

@@ -189,8 +189,17 @@ impl Stream {
 ///    and was not reallocated (no buffer dropped or replaced, no handle
 ///    workspace grown or released, no handle or plan dropped);
 /// 2. host and other-stream accesses to those buffers are ordered with the
-///    launch (same stream, or events), as for any kernel;
-/// 3. nothing the captured work reads is a host pointer that is gone.
+///    launch (same stream, or events), as for any kernel. That includes the
+///    handles' workspaces and the state the captured ops keep on the device
+///    (a dropout's random-number state): an eager op on the same handle,
+///    or the launch of another graph captured from it, on another stream,
+///    races with this launch. The crate's own cross-stream ordering (the
+///    events a [`Dropout`](crate::dnn::Dropout) records after each use) sees
+///    the capture, not the replays;
+/// 3. nothing the captured work reads is a host pointer that is gone;
+/// 4. a graph with NCCL collectives is launched on every rank of the
+///    communicator (otherwise it waits forever), and the communicator is
+///    neither destroyed nor aborted.
 ///
 /// Capturing and instantiating are safe: they queue nothing. Inside the
 /// closure, the crate's own `cudaMalloc`, synchronous copies and stream
