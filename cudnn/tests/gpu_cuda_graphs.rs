@@ -293,15 +293,14 @@ fn workspace_changes_in_the_scope_keep_the_old_workspace() -> R {
     let g = stream.capture(CaptureMode::Global, |s| -> cudnn::Result<()> {
         growth("other stream", h.reserve_workspace(4096))?;
         growth("capturing stream", hc.reserve_workspace(4096))?;
+        // SAFETY: refused before anything is allocated (and the buffer, if
+        // any, is dropped unused).
+        let pooled = unsafe { DeviceBuffer::<f32>::alloc_async(16, s) }.map(|_| ());
         for (what, r) in [
             ("blas set_workspace(0)", b.set_workspace(0)),
             ("blas set_workspace(more)", b.set_workspace(1 << 20)),
             ("lt set_workspace(0)", lt.set_workspace(0)),
-            // SAFETY: refused before anything is allocated.
-            (
-                "alloc_async on the capturing stream",
-                unsafe { DeviceBuffer::<f32>::alloc_async(16, s) }.map(|_| ()),
-            ),
+            ("alloc_async on the capturing stream", pooled),
         ] {
             match r {
                 Err(Error::CaptureUnsafe { .. }) => {}

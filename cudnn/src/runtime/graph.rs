@@ -322,8 +322,10 @@ impl Drop for CudaGraph {
     }
 }
 
-/// An executable CUDA graph (`cudaGraphExec_t`). Destroyed on drop (the
-/// runtime waits for launches still in flight to finish first).
+/// An executable CUDA graph (`cudaGraphExec_t`). Destroyed on drop without
+/// waiting: a launch still in flight runs to its end and the runtime frees
+/// the graph then (so the buffers it uses must outlive that launch, not
+/// only this value).
 pub struct CudaGraphExec {
     raw: NonNull<CUgraphExec_st>,
     device: Option<Device>,
