@@ -262,7 +262,9 @@ fn unsafe_calls_are_refused_and_capture_stays_usable() -> R {
 /// A workspace change inside the capture closure, on handles whose stream is
 /// *not* the capturing one: refused as the change itself, before the old
 /// workspace is released (it was leaked, with an error naming a stream
-/// synchronization, before the fix), and the capture stays usable.
+/// synchronization, before the fix), and the capture stays usable. So are
+/// a pooled allocation on the capturing stream, cuBLAS without a workspace
+/// on another stream and a graph plan's build inside the closure.
 fn workspace_changes_in_the_scope_keep_the_old_workspace() -> R {
     Device::new(0)?;
     let stream = Stream::new()?;
@@ -273,6 +275,21 @@ fn workspace_changes_in_the_scope_keep_the_old_workspace() -> R {
     b.set_workspace(1 << 16)?;
     let mut lt = cudnn::blas::LtHandle::new(&other)?;
     lt.set_workspace(1 << 16)?;
+    // cuBLAS without a workspace, on the other stream.
+    let b_nows = blas::Handle::new(&other)?;
+    let m = DeviceBuffer::from_host(&data(4, 7))?;
+    let mut out = nan(4)?;
+    let l = Layout::new(Order::RowMajor, 2, 2);
+    // A graph to plan inside the closure.
+    let og = {
+        let mut gr = cudnn::graph::Graph::new();
+        let x = gr.input("x", TensorSpec::nchw(DType::F32, &[1, 8, 9, 9])?)?;
+        let w = gr.input("w", TensorSpec::nchw(DType::F32, &[16, 8, 3, 3])?)?;
+        let y = gr.conv_fprop(x, w, &ConvParams::new_2d([1, 1], [1, 1], [1, 1]))?;
+        gr.output(y, DType::F32)?;
+        gr.build()?
+    };
+    let target = Target::device(0)?;
     // The same on a handle of the capturing stream.
     let mut hc = Handle::new(&stream)?;
     hc.reserve_workspace(256)?;
@@ -301,6 +318,21 @@ fn workspace_changes_in_the_scope_keep_the_old_workspace() -> R {
             ("blas set_workspace(more)", b.set_workspace(1 << 20)),
             ("lt set_workspace(0)", lt.set_workspace(0)),
             ("alloc_async on the capturing stream", pooled),
+            (
+                "cuBLAS without workspace on another stream",
+                b_nows.gemm(
+                    1.0f32,
+                    Matrix::new(&m, l),
+                    Matrix::new(&m, l),
+                    0.0,
+                    MatrixMut::new(&mut out, l),
+                    ComputeType::F32Pedantic,
+                ),
+            ),
+            (
+                "Plan::build",
+                Plan::build(&og, &target, &Policy::default()).map(|_| ()),
+            ),
         ] {
             match r {
                 Err(Error::CaptureUnsafe { .. }) => {}
@@ -330,6 +362,11 @@ fn workspace_changes_in_the_scope_keep_the_old_workspace() -> R {
         "cuBLASLt workspace now {}",
         lt.workspace_size()
     );
+    ensure!(
+        out.to_vec()?.iter().all(|v| v.is_nan()),
+        "the refused GEMM ran"
+    );
+    Plan::build(&og, &target, &Policy::default())?;
     // And outside the capture the growth works.
     h.reserve_workspace(4096)?;
     ensure!(h.workspace_size() >= 4096, "no growth after the capture");

@@ -324,9 +324,11 @@ impl Handle {
     pub(crate) fn launch(&self, op: &str, args: &[(&str, Option<Device>)]) -> Result<DeviceGuard> {
         crate::runtime::check_args(op, self.device, args)?;
         if self.workspace.is_none() {
-            // cuBLAS would take workspace from its own pool inside a capture.
+            // cuBLAS would take workspace from its own pool (possibly a
+            // cudaMalloc): not on a capturing stream, nor inside a capture
+            // closure on this thread whatever the stream.
             let hazard = crate::runtime::Hazard::ImplicitWorkspace;
-            crate::runtime::forbid_during_capture(op, &self.stream, hazard)?;
+            crate::runtime::forbid_allocation_during_capture(op, &self.stream, hazard)?;
         }
         self.enter()
     }

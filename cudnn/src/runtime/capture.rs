@@ -58,8 +58,8 @@ impl CaptureStatus {
 /// | hazard | who | do before the capture |
 /// |---|---|---|
 /// | [`Hazard::WorkspaceGrowth`] | cuDNN legacy ops and graph plans on a [`dnn::Handle`](crate::dnn::Handle), the fused convolution | run the op once eagerly, or `Handle::reserve_workspace(plan.workspace_size())` |
-/// | [`Hazard::AlgorithmSearch`] | `ConvProblem::plan` with a measured search, plans built during capture | build the plans (and search) before the capture |
-/// | [`Hazard::ImplicitWorkspace`] | cuBLAS GEMM on a handle without `set_workspace` | `blas::Handle::set_workspace(...)` |
+/// | [`Hazard::AlgorithmSearch`] | `ConvProblem::plan` with a measured search and `Plan::autotune` on a capturing stream; `Plan::build`, `build_all` and loading a plan inside the capture closure | build the plans (and search) before the capture |
+/// | [`Hazard::ImplicitWorkspace`] | cuBLAS GEMM on a handle without `set_workspace`, on a capturing stream or inside the capture closure | `blas::Handle::set_workspace(...)` |
 /// | [`Hazard::HostUpload`] | `gemm_batched` (its pointer table) | use strided-batched GEMM, or a plan with a device-resident table |
 /// | [`Hazard::Allocation`] | `DeviceBuffer::alloc`/`from_host` (`cudaMalloc`, `cudaMemcpy`) inside the closure; `DeviceBuffer::alloc_async` on a capturing stream (the graph would own the memory); a `set_workspace` of a cuBLAS or cuBLASLt handle | allocate before the capture |
 /// | [`Hazard::HostSync`] | `Stream::synchronize`, `Event::synchronize`, copies to the host | synchronize after the graph's launch instead |
