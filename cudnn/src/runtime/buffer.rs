@@ -229,6 +229,11 @@ impl<T: DataType> DeviceBuffer<T> {
     ///   after the last such use, since the free is queued on `stream` only;
     ///   otherwise the device may use freed memory (or free with
     ///   [`destroy_after`](DeviceBuffer::destroy_after) on the last user's stream).
+    /// - **No capture of `stream` begins during this call** (from another
+    ///   thread sharing the stream): a capture that is already running is
+    ///   refused with [`Error::CaptureUnsafe`], but one that begins between
+    ///   that check and the allocation would record the allocation into its
+    ///   graph, and the memory would exist only while that graph runs.
     ///
     /// Buffers from [`DeviceBuffer::alloc`] have no such contract.
     ///
