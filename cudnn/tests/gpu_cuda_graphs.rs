@@ -333,6 +333,7 @@ fn workspace_changes_in_the_scope_keep_the_old_workspace() -> R {
                 "Plan::build",
                 Plan::build(&og, &target, &Policy::default()).map(|_| ()),
             ),
+            ("a synchronous memset", out.memset(0)),
         ] {
             match r {
                 Err(Error::CaptureUnsafe { .. }) => {}
