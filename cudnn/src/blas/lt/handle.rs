@@ -209,12 +209,14 @@ impl LtHandle {
     pub fn set_workspace(&mut self, bytes: usize) -> Result<()> {
         // Allocating, or freeing the old one after a synchronize: not during
         // a capture (checked before anything is released).
-        let hazard = crate::runtime::Hazard::Allocation;
-        crate::runtime::forbid_allocation_during_capture(
-            "LtHandle::set_workspace",
-            &self.stream,
-            hazard,
-        )?;
+        if bytes != 0 || self.workspace.is_some() {
+            let hazard = crate::runtime::Hazard::Allocation;
+            crate::runtime::forbid_allocation_during_capture(
+                "LtHandle::set_workspace",
+                &self.stream,
+                hazard,
+            )?;
+        }
         let new = if bytes == 0 {
             None
         } else {
