@@ -498,6 +498,15 @@ fn update_after_rebinding() -> R {
         y1.to_vec()?.iter().all(|v| v.is_nan()),
         "the refused graph ran"
     );
+    // The refused update left no stale runtime error behind for the
+    // libraries: an eager cuDNN run right after it succeeds and is right.
+    let mut y3 = nan(c.yn)?;
+    c.plan.run(&mut h, 1.0, &x2, &c.w, 0.0, &mut y3)?;
+    same(
+        "eager run after a refused update",
+        &y3.to_vec()?,
+        &e2.to_vec()?,
+    )?;
     Ok(())
 }
 

@@ -182,6 +182,9 @@ fn implicit_is_capturing(status: Result<CaptureStatus>) -> Result<CaptureStatus>
         Err(Error::Cuda { code, .. })
             if code == cudart::cudaError::cudaErrorStreamCaptureImplicit.0 =>
         {
+            if let Ok(rt) = check::cudart() {
+                clear_last_error(rt);
+            }
             Ok(CaptureStatus::Active)
         }
         other => other,
@@ -204,6 +207,17 @@ pub(crate) fn forbid_allocation_during_capture(
 ) -> Result<()> {
     forbid_in_capture_scope(op, hazard.clone())?;
     forbid_during_capture(op, stream, hazard)
+}
+
+/// Reset the calling thread's last runtime error after a failure this crate
+/// expects and reports itself (a refused graph update, an invalidated
+/// capture, the legacy stream's implicit-capture answer): the runtime keeps
+/// it as the thread's last error, and a library that checks
+/// `cudaGetLastError` after its own launches would take it for a failure of
+/// its own. Sticky errors are not cleared by this (nothing can).
+pub(crate) fn clear_last_error(rt: &cudart::Cudart) {
+    // SAFETY: no arguments; only reads and resets thread-local state.
+    let _ = unsafe { rt.cudaGetLastError() };
 }
 
 thread_local! {

@@ -74,6 +74,9 @@ impl CaptureScope<'_> {
         // SAFETY: the stream is capturing (we began it) and `g` is a valid out-pointer.
         let r = unsafe { cuda_call!(rt, cudaStreamEndCapture(self.stream.as_raw(), &mut g)) };
         let g = CudaGraph::adopt(g, self.stream.device());
+        if r.is_err() {
+            super::capture::clear_last_error(rt);
+        }
         r.map_err(|e| {
             e.with_context(
                 "ending the capture (the runtime refuses a capture that an uncapturable call \
@@ -450,6 +453,9 @@ impl CudaGraphExec {
         if st == cudart::cudaError::cudaSuccess {
             return Ok(());
         }
+        // A refused update is an answer, not a fault: clear it from the
+        // thread's last error.
+        super::capture::clear_last_error(rt);
         if info.result != cudaGraphExecUpdateResult::cudaGraphExecUpdateSuccess {
             return Err(Error::GraphUpdate {
                 result: update_result_name(info.result),
