@@ -661,6 +661,24 @@ fn nccl_all_reduce_replay_equals_eager() -> R {
     })?;
     replay(&instantiate(&g)?, &stream, 2)?;
     same("all_reduce (one rank)", &y.to_vec()?, &ye.to_vec()?)?;
+    // Waiting on the communicator inside a capture is refused before the
+    // stream is polled: the capture stays usable and nothing is aborted.
+    let mut y2 = nan(1024)?;
+    let g2 = stream.capture(CaptureMode::Global, |s| -> cudnn::Result<()> {
+        comm.all_reduce(&x, &mut y2, ReduceOp::Sum, s)?;
+        match comm.wait(s, std::time::Duration::from_secs(1)) {
+            Err(Error::CaptureUnsafe { .. }) => {}
+            other => return Err(Error::invalid("wait", "not refused", format!("{other:?}"))),
+        }
+        ensure_active(s)
+    })?;
+    replay(&instantiate(&g2)?, &stream, 1)?;
+    comm.wait(&stream, std::time::Duration::from_secs(60))?;
+    same(
+        "all_reduce after a refused wait",
+        &y2.to_vec()?,
+        &ye.to_vec()?,
+    )?;
     // One rank: the sum is the input.
     same("all_reduce == input", &y.to_vec()?, &x.to_vec()?)
 }
