@@ -62,7 +62,7 @@ impl CaptureStatus {
 /// | [`Hazard::ImplicitWorkspace`] | cuBLAS GEMM on a handle without `set_workspace`, on a capturing stream or inside the capture closure | `blas::Handle::set_workspace(...)` |
 /// | [`Hazard::HostUpload`] | `gemm_batched` (its pointer table) | use strided-batched GEMM, or a plan with a device-resident table |
 /// | [`Hazard::Allocation`] | `DeviceBuffer::alloc`/`from_host` (`cudaMalloc`, `cudaMemcpy`) inside the closure; `DeviceBuffer::alloc_async` on a capturing stream (the graph would own the memory); a `set_workspace` of a cuBLAS or cuBLASLt handle | allocate before the capture |
-/// | [`Hazard::HostSync`] | `Stream::synchronize`, `Event::synchronize`, copies to the host | synchronize after the graph's launch instead |
+/// | [`Hazard::HostSync`] | inside the closure: `Stream::synchronize`/`query`, `Event::synchronize`, synchronous copies and memsets; `Communicator::wait` (also on a capturing stream) | synchronize after the graph's launch instead |
 ///
 /// # For the launches (the hook)
 /// A call with a hazard calls [`forbid_during_capture`] with the stream it
