@@ -35,7 +35,7 @@ pub fn native_cuda_graph_rule(version: Version) -> Result<()> {
             what: format!(
                 "native CUDA graphs with cuDNN {version} (versions {lo} up to {hi} have known CUDA-graph faults in some configurations; this crate refuses the whole range)"
             ),
-            needs: Some(format!("cuDNN {hi} or newer, or {lo} older")),
+            needs: Some(format!("cuDNN {hi} or newer, or one older than {lo}")),
         });
     }
     Ok(())

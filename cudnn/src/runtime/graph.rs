@@ -211,7 +211,11 @@ impl Stream {
 /// the runtime refuse `cudaMalloc`, `cudaFree` and synchronizing calls from
 /// any thread during the capture, so a buffer freed inside the closure
 /// invalidates the capture rather than leaving a dangling address in the
-/// graph. There is no relaxed mode: it lets those calls through.
+/// graph. There is no relaxed mode: it lets those calls through. Dropping
+/// a `cudaMalloc` buffer inside the closure calls `cudaFree`, which the
+/// runtime refuses during a capture: the capture is invalidated (an error
+/// when it ends) and the memory may be leaked; drop temporaries after the
+/// closure.
 ///
 /// # Updating
 /// [`CudaGraphExec::update`] (`cudaGraphExecUpdate`) re-points an executable
