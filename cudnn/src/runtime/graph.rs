@@ -470,11 +470,10 @@ impl CudaGraphExec {
     }
 }
 
-/// A graph may be launched on any created stream, and on the per-thread
-/// default stream of the calling thread; not on the legacy default stream
-/// while it would serialize with everything (allowed by CUDA, but the
-/// launch then synchronizes with every blocking stream, defeating replay):
-/// allowed here too, the check only refuses another thread's stream.
+/// A graph may be launched on any created stream, on the calling thread's
+/// per-thread default stream and on the legacy default stream (CUDA allows
+/// it; the launch then serializes with the blocking streams). The check
+/// only refuses another thread's per-thread stream.
 fn check_capturable_launch(stream: &Stream) -> Result<()> {
     super::check_stream_thread("the stream of a graph launch", stream)
 }
