@@ -6,8 +6,10 @@
 //!   the eager run of the same call (outputs poisoned with NaN before);
 //! - the capture-unsafe calls (a cuDNN workspace growth, an exhaustive
 //!   search, cuBLAS without a workspace, the batched-GEMM pointer table,
-//!   `cudaMalloc` and a stream synchronization inside the capture closure)
-//!   return `Error::CaptureUnsafe` during the capture, queue nothing, and
+//!   `cudaMalloc` and a stream synchronization inside the capture closure,
+//!   a workspace change inside the closure on a handle of another stream)
+//!   return `Error::CaptureUnsafe` during the capture, queue nothing, keep
+//!   the old workspace, and
 //!   the capture stays usable: the graph ended afterwards replays the safe
 //!   work correctly;
 //! - a closure's error or panic ends the capture (the stream is usable and
@@ -213,6 +215,9 @@ fn unsafe_calls_are_refused_and_capture_stays_usable() -> R {
             )
             .map_err(|e| Error::invalid("test", "", format!("{e:?}")))?;
         }
+        // Unconditionally (a tiny conv may need no workspace at all).
+        expect_capture_unsafe("explicit growth", fresh.reserve_workspace(4096))
+            .map_err(|e| Error::invalid("test", "", format!("{e:?}")))?;
         expect_capture_unsafe(
             "cuBLAS without workspace",
             b_nows.gemm(
@@ -254,6 +259,121 @@ fn unsafe_calls_are_refused_and_capture_stays_usable() -> R {
         scratch.to_vec()?.iter().all(|v| v.is_nan()) && out.to_vec()?.iter().all(|v| v.is_nan()),
         "a refused call queued work"
     );
+    Ok(())
+}
+
+/// A workspace change inside the capture closure, on handles whose stream is
+/// *not* the capturing one: refused as the change itself, before the old
+/// workspace is released (it was leaked, with an error naming a stream
+/// synchronization, before the fix), and the capture stays usable. So are
+/// a pooled allocation on the capturing stream, cuBLAS without a workspace
+/// on another stream and a graph plan's build inside the closure.
+fn workspace_changes_in_the_scope_keep_the_old_workspace() -> R {
+    Device::new(0)?;
+    let stream = Stream::new()?;
+    let other = Stream::new()?;
+    let mut h = Handle::new(&other)?;
+    h.reserve_workspace(256)?;
+    let mut b = blas::Handle::new(&other)?;
+    b.set_workspace(1 << 16)?;
+    let mut lt = cudnn::blas::LtHandle::new(&other)?;
+    lt.set_workspace(1 << 16)?;
+    // cuBLAS without a workspace, on the other stream.
+    let b_nows = blas::Handle::new(&other)?;
+    let m = DeviceBuffer::from_host(&data(4, 7))?;
+    let mut out = nan(4)?;
+    let l = Layout::new(Order::RowMajor, 2, 2);
+    // A graph to plan inside the closure.
+    let og = {
+        let mut gr = cudnn::graph::Graph::new();
+        let x = gr.input("x", TensorSpec::nchw(DType::F32, &[1, 8, 9, 9])?)?;
+        let w = gr.input("w", TensorSpec::nchw(DType::F32, &[16, 8, 3, 3])?)?;
+        let y = gr.conv_fprop(x, w, &ConvParams::new_2d([1, 1], [1, 1], [1, 1]))?;
+        gr.output(y, DType::F32)?;
+        gr.build()?
+    };
+    let target = Target::device(0)?;
+    // The same on a handle of the capturing stream.
+    let mut hc = Handle::new(&stream)?;
+    hc.reserve_workspace(256)?;
+    let growth = |what: &str, r: cudnn::Result<()>| -> cudnn::Result<()> {
+        match r {
+            Err(Error::CaptureUnsafe { hazard, .. })
+                if hazard.contains("grow the cuDNN workspace from 256 to 4096") =>
+            {
+                Ok(())
+            }
+            other => Err(Error::invalid(
+                what,
+                "not refused as a growth",
+                format!("{other:?}"),
+            )),
+        }
+    };
+    let g = stream.capture(CaptureMode::Global, |s| -> cudnn::Result<()> {
+        growth("other stream", h.reserve_workspace(4096))?;
+        growth("capturing stream", hc.reserve_workspace(4096))?;
+        // SAFETY: refused before anything is allocated (and the buffer, if
+        // any, is dropped unused).
+        let pooled = unsafe { DeviceBuffer::<f32>::alloc_async(16, s) }.map(|_| ());
+        for (what, r) in [
+            ("blas set_workspace(0)", b.set_workspace(0)),
+            ("blas set_workspace(more)", b.set_workspace(1 << 20)),
+            ("lt set_workspace(0)", lt.set_workspace(0)),
+            ("alloc_async on the capturing stream", pooled),
+            (
+                "cuBLAS without workspace on another stream",
+                b_nows.gemm(
+                    1.0f32,
+                    Matrix::new(&m, l),
+                    Matrix::new(&m, l),
+                    0.0,
+                    MatrixMut::new(&mut out, l),
+                    ComputeType::F32Pedantic,
+                ),
+            ),
+            (
+                "Plan::build",
+                Plan::build(&og, &target, &Policy::default()).map(|_| ()),
+            ),
+            ("a synchronous memset", out.memset(0)),
+        ] {
+            match r {
+                Err(Error::CaptureUnsafe { .. }) => {}
+                other => return Err(Error::invalid(what, "not refused", format!("{other:?}"))),
+            }
+        }
+        ensure_active(s)
+    })?;
+    drop(g);
+    ensure!(
+        h.workspace_size() == 256,
+        "other-stream workspace now {}",
+        h.workspace_size()
+    );
+    ensure!(
+        hc.workspace_size() == 256,
+        "capturing-stream workspace now {}",
+        hc.workspace_size()
+    );
+    ensure!(
+        b.workspace_size() == 1 << 16,
+        "cuBLAS workspace now {}",
+        b.workspace_size()
+    );
+    ensure!(
+        lt.workspace_size() == 1 << 16,
+        "cuBLASLt workspace now {}",
+        lt.workspace_size()
+    );
+    ensure!(
+        out.to_vec()?.iter().all(|v| v.is_nan()),
+        "the refused GEMM ran"
+    );
+    Plan::build(&og, &target, &Policy::default())?;
+    // And outside the capture the growth works.
+    h.reserve_workspace(4096)?;
+    ensure!(h.workspace_size() >= 4096, "no growth after the capture");
     Ok(())
 }
 
@@ -381,6 +501,15 @@ fn update_after_rebinding() -> R {
         y1.to_vec()?.iter().all(|v| v.is_nan()),
         "the refused graph ran"
     );
+    // The refused update left no stale runtime error behind for the
+    // libraries: an eager cuDNN run right after it succeeds and is right.
+    let mut y3 = nan(c.yn)?;
+    c.plan.run(&mut h, 1.0, &x2, &c.w, 0.0, &mut y3)?;
+    same(
+        "eager run after a refused update",
+        &y3.to_vec()?,
+        &e2.to_vec()?,
+    )?;
     Ok(())
 }
 
@@ -535,6 +664,24 @@ fn nccl_all_reduce_replay_equals_eager() -> R {
     })?;
     replay(&instantiate(&g)?, &stream, 2)?;
     same("all_reduce (one rank)", &y.to_vec()?, &ye.to_vec()?)?;
+    // Waiting on the communicator inside a capture is refused before the
+    // stream is polled: the capture stays usable and nothing is aborted.
+    let mut y2 = nan(1024)?;
+    let g2 = stream.capture(CaptureMode::Global, |s| -> cudnn::Result<()> {
+        comm.all_reduce(&x, &mut y2, ReduceOp::Sum, s)?;
+        match comm.wait(s, std::time::Duration::from_secs(1)) {
+            Err(Error::CaptureUnsafe { .. }) => {}
+            other => return Err(Error::invalid("wait", "not refused", format!("{other:?}"))),
+        }
+        ensure_active(s)
+    })?;
+    replay(&instantiate(&g2)?, &stream, 1)?;
+    comm.wait(&stream, std::time::Duration::from_secs(60))?;
+    same(
+        "all_reduce after a refused wait",
+        &y2.to_vec()?,
+        &ye.to_vec()?,
+    )?;
     // One rank: the sum is the input.
     same("all_reduce == input", &y.to_vec()?, &x.to_vec()?)
 }
@@ -576,12 +723,10 @@ fn random_capture_sequences_follow_the_model() -> R {
             for &a in &actions {
                 let res = match a {
                     0 => c.plan.run(&mut h, 1.0, &c.x, &c.w, 0.0, &mut y),
+                    // The conv's own growth when it needs a workspace, an
+                    // explicit one otherwise (a tiny conv may need none).
                     1 if need > 0 => c.plan.run(&mut fresh, 1.0, &c.x, &c.w, 0.0, &mut y),
-                    1 => Err(Error::CaptureUnsafe {
-                        op: "model".into(),
-                        hazard: "no workspace needed".into(),
-                        before: "nothing".into(),
-                    }),
+                    1 => fresh.reserve_workspace(4096),
                     2 => b_nows.gemm(
                         1.0f32,
                         Matrix::new(&m, l),
@@ -655,6 +800,10 @@ fn main() {
         gpu(
             "cuda_graphs::unsafe_calls_are_refused_and_capture_stays_usable",
             unsafe_calls_are_refused_and_capture_stays_usable,
+        ),
+        gpu(
+            "cuda_graphs::workspace_changes_in_the_scope_keep_the_old_workspace",
+            workspace_changes_in_the_scope_keep_the_old_workspace,
         ),
         gpu(
             "cuda_graphs::batched_gemm_upload_is_refused",

@@ -324,9 +324,11 @@ impl Handle {
     pub(crate) fn launch(&self, op: &str, args: &[(&str, Option<Device>)]) -> Result<DeviceGuard> {
         crate::runtime::check_args(op, self.device, args)?;
         if self.workspace.is_none() {
-            // cuBLAS would take workspace from its own pool inside a capture.
+            // cuBLAS would take workspace from its own pool (possibly a
+            // cudaMalloc): not on a capturing stream, nor inside a capture
+            // closure on this thread whatever the stream.
             let hazard = crate::runtime::Hazard::ImplicitWorkspace;
-            crate::runtime::forbid_during_capture(op, &self.stream, hazard)?;
+            crate::runtime::forbid_allocation_during_capture(op, &self.stream, hazard)?;
         }
         self.enter()
     }
@@ -414,10 +416,22 @@ impl Handle {
     /// that may still use it).
     ///
     /// # Errors
-    /// [`Error::Cuda`] when the allocation fails; [`Error::Cublas`].
+    /// [`Error::Cuda`] when the allocation fails; [`Error::Cublas`];
+    /// [`Error::CaptureUnsafe`] while the handle's stream is capturing or
+    /// inside a [`Stream::capture`](crate::runtime::Stream::capture) closure.
     #[doc(alias = "cublasSetWorkspace")]
     #[doc(alias = "cublasSetWorkspace_v2")]
     pub fn set_workspace(&mut self, bytes: usize) -> Result<()> {
+        // Allocating, or freeing the old one after a synchronize: not during
+        // a capture (checked before anything is released).
+        if bytes != 0 || self.workspace.is_some() {
+            let hazard = crate::runtime::Hazard::Allocation;
+            crate::runtime::forbid_allocation_during_capture(
+                "blas::Handle::set_workspace",
+                &self.stream,
+                hazard,
+            )?;
+        }
         let _on = self.device.guard()?;
         let api = check::cublas()?;
         if bytes == 0 {

@@ -287,13 +287,15 @@ impl Handle {
     /// [`Error::Cuda`] when the allocation fails (e.g. out of memory).
     pub(crate) fn workspace(&mut self, bytes: usize) -> Result<DeviceSliceMut<'_, u8>> {
         if bytes > self.workspace.len() {
-            // Growing is a cudaMalloc (and a free): refused during a capture.
+            // Growing is a cudaMalloc (and a free after a synchronize):
+            // refused while the stream is capturing, and inside any capture
+            // scope on this thread, before the old workspace is released.
             let hazard = Hazard::WorkspaceGrowth {
                 owner: "cuDNN",
                 have: self.workspace.len(),
                 need: bytes,
             };
-            crate::runtime::forbid_during_capture("a cuDNN op", &self.stream, hazard)?;
+            crate::runtime::forbid_allocation_during_capture("a cuDNN op", &self.stream, hazard)?;
             // Release the old one first, so both never need to fit at once.
             let old = std::mem::replace(&mut self.workspace, empty_workspace());
             old.destroy_after(&self.stream)?;

@@ -33,9 +33,9 @@ pub fn native_cuda_graph_rule(version: Version) -> Result<()> {
     if version >= lo && version < hi {
         return Err(Error::Unsupported {
             what: format!(
-                "native CUDA graphs with cuDNN {version} (versions {lo} up to {hi} have a known CUDA-graph fault; NVIDIA's TransformerEngine avoids them)"
+                "native CUDA graphs with cuDNN {version} (versions {lo} up to {hi} have known CUDA-graph faults in some configurations; this crate refuses the whole range)"
             ),
-            needs: Some(format!("cuDNN {hi} or newer, or {lo} older")),
+            needs: Some(format!("cuDNN {hi} or newer, or one older than {lo}")),
         });
     }
     Ok(())
@@ -74,12 +74,14 @@ pub fn native_cuda_graph_engine_rule(
 /// # Which cuDNN
 /// - cuDNN 9.5.0 introduced the two functions: older libraries get a typed
 ///   [`Error::Unsupported`] before anything is called.
-/// - cuDNN 9.13.0 up to (not including) 9.15.0 is refused too: NVIDIA's
-///   TransformerEngine turns cuDNN attention off under CUDA graphs for
-///   exactly that range (an illegal memory access with CUDA graphs in some
-///   cases, fixed by 9.15.0). The fault is not confined to a kind of op we
-///   can recognise from the plan, so this crate refuses native graph
-///   construction for every plan on those versions; a stream capture of
+/// - cuDNN 9.13.0 up to (not including) 9.15.0 is refused too. NVIDIA's
+///   TransformerEngine turns cuDNN fused attention off under CUDA graphs on
+///   those releases for particular configurations (on 9.14.0, for example,
+///   a non-causal mask with more than 1,024 key positions: an illegal
+///   memory access). Those conditions are attention shapes this crate does
+///   not read back from a plan, so it adopts a wider rule than
+///   TransformerEngine's: native graph construction is refused for every
+///   plan on those versions (a superset, on purpose); a stream capture of
 ///   [`Plan::execute`] remains available (the same rule does not cover it:
 ///   the same kernels are captured, so prefer a newer cuDNN when replaying
 ///   attention).

@@ -207,8 +207,15 @@ impl Plan {
     ///
     /// # Errors
     /// No candidate at all (typed `Unsupported` saying so, with the graph's
-    /// op count), or every accepted candidate failed (each reason listed).
+    /// op count), or every accepted candidate failed (each reason listed);
+    /// [`Error::CaptureUnsafe`](crate::Error::CaptureUnsafe) inside a
+    /// [`Stream::capture`](crate::runtime::Stream::capture) closure (build
+    /// before the capture).
     pub fn build(graph: &OpGraph, target: &Target, policy: &Policy) -> Result<(Plan, BuildReport)> {
+        // Finalizing may compile and load kernels and allocate: not inside
+        // a capture closure (a typed refusal, not a failed candidate each).
+        let hazard = crate::runtime::Hazard::AlgorithmSearch;
+        crate::runtime::forbid_in_capture_scope("Plan::build", hazard)?;
         let t0 = Instant::now();
         let cands = candidates(graph, target, policy)?;
         let mut report = BuildReport {
@@ -281,6 +288,8 @@ impl Plan {
         target: &Target,
         policy: &Policy,
     ) -> Result<(Vec<Plan>, BuildReport)> {
+        let hazard = crate::runtime::Hazard::AlgorithmSearch;
+        crate::runtime::forbid_in_capture_scope("Plan::build_all", hazard)?;
         let cands = candidates(graph, target, policy)?;
         let mut report = BuildReport {
             candidates: cands.iter().map(Candidate::describe).collect(),
@@ -573,6 +582,8 @@ impl Plan {
         payload: Payload,
     ) -> Result<Self> {
         let summary = Self::check_json(json, target, &io)?;
+        let hazard = crate::runtime::Hazard::AlgorithmSearch;
+        crate::runtime::forbid_in_capture_scope("loading a plan", hazard)?;
         if summary.runtime_compiled && payload == Payload::Refuse {
             return Err(super::plan_json::compiled_code_refused());
         }

@@ -60,13 +60,25 @@ impl Communicator {
     /// asynchronous error; [`Error::Cuda`] when the stream reports a fault
     /// (the communicator is aborted in all three cases);
     /// [`Error::InGroup`] inside a group; [`Error::InvalidArgument`] when
-    /// the communicator was aborted already.
+    /// the communicator was aborted already;
+    /// [`Error::CaptureUnsafe`](crate::Error::CaptureUnsafe) while `stream`
+    /// is capturing a CUDA graph or inside a
+    /// [`Stream::capture`](crate::runtime::Stream::capture) closure (wait
+    /// after launching the graph; nothing is aborted).
     #[doc(alias = "ncclCommGetAsyncError")]
     #[doc(alias = "cudaStreamQuery")]
     pub fn wait(&self, stream: &Stream, timeout: Duration) -> Result<()> {
         depth::refuse(
             "Communicator::wait",
             "the group's calls are launched only when its closure returns; wait after it",
+        )?;
+        // Polling a capturing stream (`cudaStreamQuery`) would invalidate the
+        // capture, and this loop would take that error for a fault and abort
+        // the communicator: refused first, inside a capture closure too.
+        crate::runtime::forbid_allocation_during_capture(
+            "Communicator::wait",
+            stream,
+            crate::runtime::Hazard::HostSync,
         )?;
         let raw = self.live()?;
         self.check_stream(stream)?;

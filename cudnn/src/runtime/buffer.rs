@@ -229,18 +229,34 @@ impl<T: DataType> DeviceBuffer<T> {
     ///   after the last such use, since the free is queued on `stream` only;
     ///   otherwise the device may use freed memory (or free with
     ///   [`destroy_after`](DeviceBuffer::destroy_after) on the last user's stream).
+    /// - **No capture of `stream` begins during this call** (from another
+    ///   thread sharing the stream): a capture that is already running is
+    ///   refused with [`Error::CaptureUnsafe`], but one that begins between
+    ///   that check and the allocation would record the allocation into its
+    ///   graph, and the memory would exist only while that graph runs.
     ///
     /// Buffers from [`DeviceBuffer::alloc`] have no such contract.
     ///
     /// # Errors
     /// [`Error::Unsupported`] when the device or driver has no memory pools;
-    /// [`Error::InvalidArgument`] when the byte size overflows; [`Error::Cuda`].
+    /// [`Error::InvalidArgument`] when the byte size overflows; [`Error::Cuda`];
+    /// [`Error::CaptureUnsafe`] while `stream` is being captured into a CUDA
+    /// graph (the allocation would belong to the graph).
     #[doc(alias = "cudaMallocAsync")]
     pub unsafe fn alloc_async(len: usize, stream: &Stream) -> Result<Self> {
         let bytes = byte_len::<T>(len)?;
         if bytes == 0 {
             return Ok(Self::empty());
         }
+        // On a capturing stream `cudaMallocAsync` would become an allocation
+        // node of the graph: its address is backed only while a launch of
+        // that graph runs, so this buffer's own synchronous methods would
+        // touch unmapped memory. Refused (a host-only query).
+        super::capture::forbid_during_capture(
+            "DeviceBuffer::alloc_async",
+            stream,
+            super::Hazard::Allocation,
+        )?;
         let rt = check::cudart()?;
         // The memory comes from the pool of the stream's device: make it
         // current for the allocation, and record it.

@@ -58,11 +58,11 @@ impl CaptureStatus {
 /// | hazard | who | do before the capture |
 /// |---|---|---|
 /// | [`Hazard::WorkspaceGrowth`] | cuDNN legacy ops and graph plans on a [`dnn::Handle`](crate::dnn::Handle), the fused convolution | run the op once eagerly, or `Handle::reserve_workspace(plan.workspace_size())` |
-/// | [`Hazard::AlgorithmSearch`] | `ConvProblem::plan` with a measured search, plans built during capture | build the plans (and search) before the capture |
-/// | [`Hazard::ImplicitWorkspace`] | cuBLAS GEMM on a handle without `set_workspace` | `blas::Handle::set_workspace(...)` |
+/// | [`Hazard::AlgorithmSearch`] | `ConvProblem::plan` with a measured search and `Plan::autotune` on a capturing stream; `Plan::build`, `build_all` and loading a plan inside the capture closure | build the plans (and search) before the capture |
+/// | [`Hazard::ImplicitWorkspace`] | cuBLAS GEMM on a handle without `set_workspace`, on a capturing stream or inside the capture closure | `blas::Handle::set_workspace(...)` |
 /// | [`Hazard::HostUpload`] | `gemm_batched` (its pointer table) | use strided-batched GEMM, or a plan with a device-resident table |
-/// | [`Hazard::Allocation`] | `DeviceBuffer::alloc`/`from_host` (`cudaMalloc`, `cudaMemcpy`) | allocate before the capture |
-/// | [`Hazard::HostSync`] | `Stream::synchronize`, `Event::synchronize`, copies to the host | synchronize after the graph's launch instead |
+/// | [`Hazard::Allocation`] | `DeviceBuffer::alloc`/`from_host` (`cudaMalloc`, `cudaMemcpy`) inside the closure; `DeviceBuffer::alloc_async` on a capturing stream (the graph would own the memory); a `set_workspace` of a cuBLAS or cuBLASLt handle | allocate before the capture |
+/// | [`Hazard::HostSync`] | inside the closure: `Stream::synchronize`/`query`, `Event::synchronize`, synchronous copies and memsets; `Communicator::wait` (also on a capturing stream) | synchronize after the graph's launch instead |
 ///
 /// # For the launches (the hook)
 /// A call with a hazard calls [`forbid_during_capture`] with the stream it
@@ -161,11 +161,63 @@ pub fn capture_rule(op: &str, status: CaptureStatus, hazard: &Hazard) -> Result<
 /// [`capture_rule`]. A runtime without `cudaStreamIsCapturing` cannot
 /// capture, so it passes.
 ///
+/// On the legacy default stream while a blocking stream of its device is
+/// capturing (the runtime's `cudaErrorStreamCaptureImplicit`), the call is
+/// refused too: its work would depend on that capture and invalidate it.
+///
 /// # Errors
 /// [`Error::CaptureUnsafe`]; [`Error::Cuda`] from the query.
 pub fn forbid_during_capture(op: &str, stream: &Stream, hazard: Hazard) -> Result<()> {
-    let status = stream.capture_status()?;
+    let status = implicit_is_capturing(stream.capture_status())?;
     capture_rule(op, status, &hazard)
+}
+
+/// The runtime answers `cudaErrorStreamCaptureImplicit` when asked about the
+/// legacy default stream while a blocking stream of its device is capturing:
+/// work there would join (and invalidate) that capture, so for the guard it
+/// counts as capturing (the runtime documents that the query itself leaves
+/// the capture valid).
+fn implicit_is_capturing(status: Result<CaptureStatus>) -> Result<CaptureStatus> {
+    match status {
+        Err(Error::Cuda { code, .. })
+            if code == cudart::cudaError::cudaErrorStreamCaptureImplicit.0 =>
+        {
+            if let Ok(rt) = check::cudart() {
+                clear_last_error(rt);
+            }
+            Ok(CaptureStatus::Active)
+        }
+        other => other,
+    }
+}
+
+/// [`forbid_during_capture`] for a step that calls `cudaMalloc`, `cudaFree`
+/// or a synchronization whatever its stream (a workspace growth): refused
+/// also inside a [`Stream::capture`] closure on this thread when `stream`
+/// itself is not capturing, where the runtime would refuse the call (and
+/// invalidate a global-mode capture). The scope mark is read first, so
+/// nothing is released or queued before the refusal.
+///
+/// # Errors
+/// [`Error::CaptureUnsafe`]; [`Error::Cuda`] from the query.
+pub(crate) fn forbid_allocation_during_capture(
+    op: &str,
+    stream: &Stream,
+    hazard: Hazard,
+) -> Result<()> {
+    forbid_in_capture_scope(op, hazard.clone())?;
+    forbid_during_capture(op, stream, hazard)
+}
+
+/// Reset the calling thread's last runtime error after a failure this crate
+/// expects and reports itself (a refused graph update, an invalidated
+/// capture, the legacy stream's implicit-capture answer): the runtime keeps
+/// it as the thread's last error, and a library that checks
+/// `cudaGetLastError` after its own launches would take it for a failure of
+/// its own. Sticky errors are not cleared by this (nothing can).
+pub(crate) fn clear_last_error(rt: &cudart::Cudart) {
+    // SAFETY: no arguments; only reads and resets thread-local state.
+    let _ = unsafe { rt.cudaGetLastError() };
 }
 
 thread_local! {
@@ -300,6 +352,50 @@ mod tests {
             assert!(other.join().unwrap_or(false));
         }
         assert!(forbid_in_capture_scope("alloc", Hazard::Allocation).is_ok());
+    }
+
+    #[test]
+    fn unit_allocation_guard_reads_the_scope_mark_before_the_stream() {
+        // Inside a capture scope on this thread, a growth on a stream that is
+        // not capturing is refused as the growth, before any runtime call
+        // (the legacy stream is never queried here: no device needed).
+        let _mark = ScopeMark::enter();
+        let hazard = Hazard::WorkspaceGrowth {
+            owner: "cuDNN",
+            have: 256,
+            need: 4096,
+        };
+        match forbid_allocation_during_capture("a cuDNN op", &Stream::legacy(), hazard.clone()) {
+            Err(Error::CaptureUnsafe { op, hazard: h, .. }) => {
+                assert_eq!(op, "a cuDNN op");
+                assert_eq!(h, hazard.what());
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn unit_implicit_capture_of_the_legacy_stream_counts_as_capturing() {
+        let cuda = |code: u32| Error::Cuda {
+            call: "cudaStreamIsCapturing",
+            code,
+            name: String::new(),
+            text: String::new(),
+            context: None,
+        };
+        let implicit = cudart::cudaError::cudaErrorStreamCaptureImplicit.0;
+        let s = implicit_is_capturing(Err(cuda(implicit))).expect("mapped");
+        assert!(s.is_capturing());
+        assert!(capture_rule("op", s, &Hazard::Allocation).is_err());
+        // Other errors and answers pass through.
+        assert!(matches!(
+            implicit_is_capturing(Err(cuda(1))),
+            Err(Error::Cuda { code: 1, .. })
+        ));
+        assert_eq!(
+            implicit_is_capturing(Ok(CaptureStatus::None)).expect("none"),
+            CaptureStatus::None
+        );
     }
 
     #[test]

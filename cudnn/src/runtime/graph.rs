@@ -74,8 +74,14 @@ impl CaptureScope<'_> {
         // SAFETY: the stream is capturing (we began it) and `g` is a valid out-pointer.
         let r = unsafe { cuda_call!(rt, cudaStreamEndCapture(self.stream.as_raw(), &mut g)) };
         let g = CudaGraph::adopt(g, self.stream.device());
+        if r.is_err() {
+            super::capture::clear_last_error(rt);
+        }
         r.map_err(|e| {
-            e.with_context("the capture was invalidated by an uncapturable call in the scope")
+            e.with_context(
+                "ending the capture (the runtime refuses a capture that an uncapturable call \
+                 invalidated, or one with work forked to another stream and not joined back)",
+            )
         })?;
         g.ok_or_else(|| Error::invalid("graph", "cudaStreamEndCapture returned null", "null"))
     }
@@ -186,8 +192,17 @@ impl Stream {
 ///    and was not reallocated (no buffer dropped or replaced, no handle
 ///    workspace grown or released, no handle or plan dropped);
 /// 2. host and other-stream accesses to those buffers are ordered with the
-///    launch (same stream, or events), as for any kernel;
-/// 3. nothing the captured work reads is a host pointer that is gone.
+///    launch (same stream, or events), as for any kernel. That includes the
+///    handles' workspaces and the state the captured ops keep on the device
+///    (a dropout's random-number state): an eager op on the same handle,
+///    or the launch of another graph captured from it, on another stream,
+///    races with this launch. The crate's own cross-stream ordering (the
+///    events a [`Dropout`](crate::dnn::Dropout) records after each use) sees
+///    the capture, not the replays;
+/// 3. nothing the captured work reads is a host pointer that is gone;
+/// 4. a graph with NCCL collectives is launched on every rank of the
+///    communicator (otherwise it waits forever), and the communicator is
+///    neither destroyed nor aborted.
 ///
 /// Capturing and instantiating are safe: they queue nothing. Inside the
 /// closure, the crate's own `cudaMalloc`, synchronous copies and stream
@@ -196,7 +211,11 @@ impl Stream {
 /// the runtime refuse `cudaMalloc`, `cudaFree` and synchronizing calls from
 /// any thread during the capture, so a buffer freed inside the closure
 /// invalidates the capture rather than leaving a dangling address in the
-/// graph. There is no relaxed mode: it lets those calls through.
+/// graph. There is no relaxed mode: it lets those calls through. Dropping
+/// a `cudaMalloc` buffer inside the closure calls `cudaFree`, which the
+/// runtime refuses during a capture: the capture is invalidated (an error
+/// when it ends) and the memory may be leaked; drop temporaries after the
+/// closure.
 ///
 /// # Updating
 /// [`CudaGraphExec::update`] (`cudaGraphExecUpdate`) re-points an executable
@@ -310,8 +329,10 @@ impl Drop for CudaGraph {
     }
 }
 
-/// An executable CUDA graph (`cudaGraphExec_t`). Destroyed on drop (the
-/// runtime waits for launches still in flight to finish first).
+/// An executable CUDA graph (`cudaGraphExec_t`). Destroyed on drop without
+/// waiting: a launch still in flight runs to its end and the runtime frees
+/// the graph then (so the buffers it uses must outlive that launch, not
+/// only this value).
 pub struct CudaGraphExec {
     raw: NonNull<CUgraphExec_st>,
     device: Option<Device>,
@@ -412,10 +433,20 @@ impl CudaGraphExec {
     /// [`Error::GraphUpdate`] naming the runtime's reason when the update is
     /// impossible (the topology, a node's kind or its function changed; the
     /// executable graph is unchanged: instantiate `graph` instead);
-    /// [`Error::Cuda`] for other failures; [`Error::MissingSymbol`].
+    /// [`Error::DeviceMismatch`] for a graph captured on another device
+    /// (before the call); [`Error::Cuda`] for other failures;
+    /// [`Error::MissingSymbol`].
     #[doc(alias = "cudaGraphExecUpdate")]
     pub fn update(&mut self, graph: &CudaGraph) -> Result<()> {
         let rt = check::cudart()?;
+        if let Some(d) = self.device {
+            super::check_device(|| "the graph of an update".into(), d, graph.device)?;
+        }
+        // The executable graph's device current, as for `instantiate`.
+        let _on = match self.device {
+            Some(d) => d.guard()?,
+            None => super::DeviceGuard::unchanged(),
+        };
         let mut info = cudaGraphExecUpdateResultInfo {
             result: cudaGraphExecUpdateResult::cudaGraphExecUpdateSuccess,
             errorNode: ptr::null_mut(),
@@ -426,6 +457,9 @@ impl CudaGraphExec {
         if st == cudart::cudaError::cudaSuccess {
             return Ok(());
         }
+        // A refused update is an answer, not a fault: clear it from the
+        // thread's last error.
+        super::capture::clear_last_error(rt);
         if info.result != cudaGraphExecUpdateResult::cudaGraphExecUpdateSuccess {
             return Err(Error::GraphUpdate {
                 result: update_result_name(info.result),
@@ -436,11 +470,10 @@ impl CudaGraphExec {
     }
 }
 
-/// A graph may be launched on any created stream, and on the per-thread
-/// default stream of the calling thread; not on the legacy default stream
-/// while it would serialize with everything (allowed by CUDA, but the
-/// launch then synchronizes with every blocking stream, defeating replay):
-/// allowed here too, the check only refuses another thread's stream.
+/// A graph may be launched on any created stream, on the calling thread's
+/// per-thread default stream and on the legacy default stream (CUDA allows
+/// it; the launch then serializes with the blocking streams). The check
+/// only refuses another thread's per-thread stream.
 fn check_capturable_launch(stream: &Stream) -> Result<()> {
     super::check_stream_thread("the stream of a graph launch", stream)
 }

@@ -411,9 +411,13 @@ impl Stream {
     /// Whether all work queued on the stream is done (does not block).
     ///
     /// # Errors
-    /// [`Error::Cuda`](crate::Error::Cuda) for failures other than "not ready".
+    /// [`Error::Cuda`](crate::Error::Cuda) for failures other than "not ready";
+    /// [`Error::CaptureUnsafe`](crate::Error::CaptureUnsafe) inside a
+    /// [`Stream::capture`] closure (a query of a capturing stream would
+    /// invalidate the capture).
     #[doc(alias = "cudaStreamQuery")]
     pub fn query(&self) -> Result<bool> {
+        super::capture::forbid_in_capture_scope("Stream::query", super::Hazard::HostSync)?;
         let _on = self.enter("querying a stream")?;
         let rt = check::cudart()?;
         // SAFETY: `raw` is a valid stream (see `synchronize`).

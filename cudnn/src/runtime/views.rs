@@ -529,13 +529,16 @@ impl<'a, T: DataType> DeviceSliceMut<'a, T> {
     /// Set every byte to `byte` (synchronous). `memset(0)` zeroes any `DataType`.
     ///
     /// # Errors
-    /// [`Error::Cuda`].
+    /// [`Error::Cuda`]; [`Error::CaptureUnsafe`](crate::Error::CaptureUnsafe)
+    /// inside a [`Stream::capture`](super::Stream::capture) closure (it runs
+    /// on the legacy default stream and waits for it).
     #[doc(alias = "cudaMemset")]
     pub fn memset(&mut self, byte: u8) -> Result<()> {
         let bytes = self.byte_len();
         if bytes == 0 {
             return Ok(());
         }
+        super::capture::forbid_in_capture_scope("memset", super::Hazard::HostSync)?;
         // On the buffer's device, whose legacy default stream runs it.
         let _on = on_device(self.device)?;
         let rt = check::cudart()?;

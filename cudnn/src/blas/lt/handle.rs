@@ -203,8 +203,20 @@ impl LtHandle {
     /// Plans made for a larger workspace fail at run with an error saying so.
     ///
     /// # Errors
-    /// [`Error::Cuda`] when the allocation fails.
+    /// [`Error::Cuda`] when the allocation fails; [`Error::CaptureUnsafe`]
+    /// while the handle's stream is capturing or inside a
+    /// [`Stream::capture`](crate::runtime::Stream::capture) closure.
     pub fn set_workspace(&mut self, bytes: usize) -> Result<()> {
+        // Allocating, or freeing the old one after a synchronize: not during
+        // a capture (checked before anything is released).
+        if bytes != 0 || self.workspace.is_some() {
+            let hazard = crate::runtime::Hazard::Allocation;
+            crate::runtime::forbid_allocation_during_capture(
+                "LtHandle::set_workspace",
+                &self.stream,
+                hazard,
+            )?;
+        }
         let new = if bytes == 0 {
             None
         } else {
