@@ -57,8 +57,8 @@ pub use ops::norm::{NormGrads, NormMode, NormOutputs, NormPhase, RunningStats};
 pub use ops::pointwise::{Arity, Pointwise};
 pub use ops::reduction::Reduce;
 pub use ops::sdpa::{
-    AttnLayout, DiagonalAlignment, Dropout, PagedKv, SdpaBackward, SdpaConfig, SdpaForward,
-    SdpaImpl,
+    AttnLayout, DiagonalAlignment, Dropout, PagedKv, RaggedTensor, SdpaBackward, SdpaConfig,
+    SdpaForward, SdpaImpl, SdpaRagged,
 };
 pub use plan::{BuildReport, Plan, Timings};
 pub use plan_json::check as check_plan_json;

@@ -15,6 +15,7 @@ pub(crate) mod sdpa_composite;
 pub(crate) mod sdpa_graph;
 pub(crate) mod sdpa_native;
 pub(crate) mod sdpa_paged;
+pub(crate) mod sdpa_ragged;
 
 use super::backend::{AnyOperation, Descriptor, kind};
 use super::tensor::DType;
