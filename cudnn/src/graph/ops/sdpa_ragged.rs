@@ -115,8 +115,9 @@ impl SdpaConfig {
     /// `[B, H, S, D]` span; bind the same lengths as the padding mask's.
     ///
     /// # Errors
-    /// Not [`ragged`](Self::ragged); `lens` not `batch` long; a length < 0
-    /// or above the tensor's sequence length; an offset past i32.
+    /// Not [`ragged`](Self::ragged); [`validate`](Self::validate)'s
+    /// errors; `lens` not `batch` long; a length < 0 or above the tensor's
+    /// sequence length; an offset past i32.
     pub fn ragged_offsets(&self, which: RaggedTensor, lens: &[i32]) -> Result<Vec<i32>> {
         if !self.ragged {
             return Err(Error::invalid(
@@ -125,6 +126,7 @@ impl SdpaConfig {
                 self.ragged,
             ));
         }
+        self.validate()?;
         let seq = match which {
             RaggedTensor::Q | RaggedTensor::O => self.seq_q,
             RaggedTensor::K | RaggedTensor::V => self.seq_kv,
