@@ -345,12 +345,58 @@ fn offsets_random() -> TestResult {
         .map_err(|e| format!("{e}").into())
 }
 
+/// The reference's ragged layout: a hand case (token-major, each sequence
+/// from its offset), pack / unpack inverse over the valid rows, and typed
+/// refusals of an offset or length that leaves the buffer.
+fn reference_ragged() -> TestResult {
+    use cudnn::reference::attention::{ragged_pack, ragged_unpack};
+    // b 2, h 2, s 3, d 1; lengths 2, 1 packed: tokens [s0t0 h0, s0t0 h1,
+    // s0t1 h0, s0t1 h1, s1t0 h0, s1t0 h1].
+    let packed = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+    let off = [0, 4, 6];
+    let lens = [2, 1];
+    let u = ragged_unpack(&packed, &off, &lens, [2, 2, 3, 1])?;
+    // BHSD: batch 0 head 0 = [1, 3, 0], head 1 = [2, 4, 0]; batch 1 head 0
+    // = [5, 0, 0], head 1 = [6, 0, 0].
+    ensure!(
+        u == [1.0, 3.0, 0.0, 2.0, 4.0, 0.0, 5.0, 0.0, 0.0, 6.0, 0.0, 0.0],
+        "unpack {u:?}"
+    );
+    ensure!(
+        ragged_pack(&u, &off, &lens, [2, 2, 3, 1], 6)? == packed,
+        "pack"
+    );
+    // The crate's offsets agree with the hand ones (h 2, d 8: 16 a token).
+    let c = SdpaConfig::new(2, 2, 3, 8, DType::F16).ragged();
+    ensure!(
+        c.ragged_offsets(RaggedTensor::Q, &[2, 1])? == [0, 32, 48],
+        "offsets"
+    );
+    for (off, lens) in [
+        (&[0, 4, 6][..], &[2, 2][..]),
+        (&[0, 5, 6][..], &[2, 1][..]),
+        (&[0, 4, 6][..], &[4, 1][..]),
+        (&[-1, 4, 6][..], &[2, 1][..]),
+        (&[0, 4][..], &[2, 1][..]),
+    ] {
+        // A sequence ending past the buffer (4 + 2 * 2 > 6, 5 + 2 > 6), a
+        // length above s, a negative offset, a short offset list: typed,
+        // never a panic.
+        match ragged_unpack(&packed, off, lens, [2, 2, 3, 1]) {
+            Err(Error::InvalidArgument { .. } | Error::Mismatch { .. }) => {}
+            other => return Err(format!("{off:?} {lens:?}: {other:?}").into()),
+        }
+    }
+    Ok(())
+}
+
 fn main() {
     let t = vec![
         host("sdpa_ragged_plans_per_target", plan_per_target),
         unit("sdpa_ragged_version_rules", version_rules),
         unit("sdpa_ragged_offsets_hand_cases", offsets_hand_cases),
         unit("sdpa_ragged_offsets_random", offsets_random),
+        unit("sdpa_reference_ragged", reference_ragged),
     ];
     run(t)
 }
