@@ -16,7 +16,12 @@
 //! ([`DiagonalAlignment::BottomRight`], PyTorch's `causal_lower_right`) and
 //! a sliding window ([`SdpaConfig::window`]), forward and backward; a paged
 //! KV cache ([`SdpaConfig::paged`]: K and V containers of pages and
-//! per-sequence page tables, `[B, 1, pages, 1]` i32 inputs; forward only).
+//! per-sequence page tables, `[B, 1, pages, 1]` i32 inputs; forward only);
+//! ragged (packed THD) batches ([`SdpaConfig::ragged`]: ragged offset
+//! inputs `[B + 1, 1, 1, 1]` i32 on Q, K, V, O and the gradients, forward
+//! and backward; plans with them run only through the unsafe
+//! `Plan::execute_raw`, see the rules and the soundness note on
+//! [`SdpaConfig::ragged_offsets`]).
 //! Their rules, after NVIDIA's frontend 1.32: the bottom-right causal mask
 //! not with dropout, and (like the window) without padding only for
 //! `seq_q <= seq_kv`; before cuDNN 9.6 a bottom-right mask only for lengths

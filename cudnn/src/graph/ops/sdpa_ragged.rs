@@ -118,6 +118,24 @@ impl SdpaConfig {
     /// Not [`ragged`](Self::ragged); [`validate`](Self::validate)'s
     /// errors; `lens` not `batch` long; a length < 0 or above the tensor's
     /// sequence length; an offset past i32.
+    ///
+    /// # Rules
+    /// After NVIDIA's frontend 1.32: the padding mask is required; sm_90 or
+    /// newer, sm_8x / sm_12x from cuDNN 9.18.1 (forward and backward);
+    /// grouped-query attention in the backward from 9.6.0; with a paged
+    /// cache from 9.7.0. This crate also asks for the BSHD layout and
+    /// offsets that fit i32. The softmax statistics stay `[B, H, S_q, 1]`.
+    ///
+    /// # Soundness
+    /// cuDNN adds each offset to its tensor's address on the device, so an
+    /// offset past the buffer makes it read or write out of bounds, and no
+    /// safe binding can check device values: a plan with ragged offset
+    /// inputs ([`IoSignature::ragged_offsets`](crate::graph::IoSignature::ragged_offsets),
+    /// kept in plan files) is refused by the safe
+    /// [`Plan::execute`](crate::graph::Plan::execute) and runs only through
+    /// the unsafe [`Plan::execute_raw`](crate::graph::Plan::execute_raw),
+    /// whose contract names them; these offsets meet it (autotuning binds
+    /// zeros, also in bounds).
     pub fn ragged_offsets(&self, which: RaggedTensor, lens: &[i32]) -> Result<Vec<i32>> {
         if !self.ragged {
             return Err(Error::invalid(
