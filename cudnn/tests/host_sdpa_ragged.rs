@@ -390,6 +390,44 @@ fn reference_ragged() -> TestResult {
     Ok(())
 }
 
+/// A ragged plan's cuDNN JSON loads back with its tensor list, and is
+/// refused (typed) with a list that does not mark the ragged offsets (the
+/// payload is compiled code: the trusted loader, same checks): a
+/// loaded plan cannot lose the mark that keeps it off the safe `execute`.
+fn plan_json_keeps_offsets() -> TestResult {
+    let cfg = SdpaConfig::new(2, 8, 256, 128, DType::BF16)
+        .causal(true)
+        .ragged()
+        .implementation(SdpaImpl::Native);
+    let (g, _) = match fwd(&cfg) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("skipped: the loaded cuDNN does not build it: {e}");
+            ensure!(names_option(&e), "untyped {e:?}");
+            return Ok(());
+        }
+    };
+    let og = g.build()?;
+    let target = Target::preset("h200")?;
+    let (plan, _) = Plan::build(&og, &target, &Policy::default())?;
+    let json = plan.cudnn_json()?;
+    let io = std::sync::Arc::new(plan.io().clone());
+    ensure!(
+        io.ragged_offsets.len() == 4,
+        "marked offsets {:?}",
+        io.ragged_offsets
+    );
+    let back = Plan::from_cudnn_json_trusted(&json, &target, io.clone())?;
+    ensure!(back.io().ragged_offsets == io.ragged_offsets, "reloaded");
+    let mut unmarked = (*io).clone();
+    unmarked.ragged_offsets.clear();
+    match Plan::from_cudnn_json_trusted(&json, &target, std::sync::Arc::new(unmarked)) {
+        Err(e @ Error::Mismatch { .. }) if e.to_string().contains("ragged") => {}
+        other => return Err(format!("unmarked list: {:?}", other.err()).into()),
+    }
+    Ok(())
+}
+
 fn main() {
     let t = vec![
         host("sdpa_ragged_plans_per_target", plan_per_target),
@@ -397,6 +435,10 @@ fn main() {
         unit("sdpa_ragged_offsets_hand_cases", offsets_hand_cases),
         unit("sdpa_ragged_offsets_random", offsets_random),
         unit("sdpa_reference_ragged", reference_ragged),
+        host(
+            "sdpa_ragged_plan_json_keeps_offsets",
+            plan_json_keeps_offsets,
+        ),
     ];
     run(t)
 }
