@@ -419,6 +419,24 @@ fn plan_json_keeps_offsets() -> TestResult {
     );
     let back = Plan::from_cudnn_json_trusted(&json, &target, io.clone())?;
     ensure!(back.io().ragged_offsets == io.ragged_offsets, "reloaded");
+    // The crate's plan file keeps the mark, and a file whose mark is
+    // removed no longer matches its JSON (typed refusal).
+    let text = plan.serialize()?;
+    ensure!(
+        text.contains("\nragged "),
+        "the plan file names the offsets"
+    );
+    let again = Plan::deserialize_trusted(&text, &target)?;
+    ensure!(again.io().ragged_offsets == io.ragged_offsets, "plan file");
+    let stripped: String = text
+        .lines()
+        .filter(|l| !l.starts_with("ragged "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    match Plan::deserialize_trusted(&stripped, &target) {
+        Err(e) if e.to_string().contains("ragged") => {}
+        other => return Err(format!("a plan file without its mark: {:?}", other.err()).into()),
+    }
     let mut unmarked = (*io).clone();
     unmarked.ragged_offsets.clear();
     match Plan::from_cudnn_json_trusted(&json, &target, std::sync::Arc::new(unmarked)) {
