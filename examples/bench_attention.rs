@@ -16,7 +16,9 @@
 //!   sliding window of 1k keys over 4k (PyTorch: a boolean `attn_mask`,
 //!   its only SDPA form of a window), and a decode step over a paged KV
 //!   cache (batch 32, 4096 cached tokens in pages of 64; PyTorch, which
-//!   has no paged SDPA, over the same keys stored contiguously); TFLOP/s
+//!   has no paged SDPA, over the same keys stored contiguously), and a
+//!   ragged (packed THD) causal batch of 4 full sequences of 4096 (PyTorch:
+//!   the same dense causal attention, the same work); TFLOP/s
 //!   count the pairs the mask keeps (exactly, row by row);
 //! - layer norm forward (training) and backward, bf16, 8192 rows of 4096,
 //!   in GB/s (the bytes each call must move at least: x and y forward;
@@ -77,6 +79,10 @@ enum Opt {
     /// A decode step: batch 32, one query over a paged cache of 4096
     /// tokens (pages of 64), GQA 32:8 (forward only).
     PagedDecode,
+    /// Ragged (packed THD) batch: 4 sequences of 4096 tokens packed, causal
+    /// (run through the unsafe `execute_raw` with offsets from
+    /// `SdpaConfig::ragged_offsets`).
+    Ragged,
 }
 
 impl Opt {
@@ -93,6 +99,10 @@ impl Opt {
                 .kv_len(4096)
                 .causal_bottom_right()
                 .paged(64, 32 * 64),
+            Opt::Ragged => SdpaConfig::new(4, 32, 4096, 128, DType::BF16)
+                .training(true)
+                .causal(true)
+                .ragged(),
         }
     }
     fn name(self) -> &'static str {
@@ -100,6 +110,7 @@ impl Opt {
             Opt::BottomRight => "b4 h32 s_q1024 s_kv4096 d128 causal bottom-right",
             Opt::Window => "b4 h32 s4096 d128 causal window 1024",
             Opt::PagedDecode => "b32 h32 h_kv8 decode s_q1 s_kv4096 d128 paged (pages of 64)",
+            Opt::Ragged => "b4 h32 s4096 d128 causal ragged (packed THD)",
         }
     }
     fn shape(self) -> &'static str {
@@ -107,6 +118,7 @@ impl Opt {
             Opt::BottomRight => "b=4;h=32;s=1024;skv=4096;d=128;causal=1;align=br",
             Opt::Window => "b=4;h=32;s=4096;d=128;causal=1;window=1024",
             Opt::PagedDecode => "b=32;h=32;hkv=8;s=1;skv=4096;d=128;causal=1;align=br;paged=64",
+            Opt::Ragged => "b=4;h=32;s=4096;d=128;causal=1;ragged=1",
         }
     }
     /// Forward FLOPs over the (query, key) pairs the mask keeps.
@@ -266,6 +278,11 @@ impl Case {
                 g.rename(b.dq, "dq")?;
                 g.rename(b.dk, "dk")?;
                 g.rename(b.dv, "dv")?;
+                for (t, n) in [(b.seq_len_q, "seq_len_q"), (b.seq_len_kv, "seq_len_kv")] {
+                    if let Some(t) = t {
+                        g.rename(t, n)?;
+                    }
+                }
             }
             Case::SdpaFp8Fwd(s) => {
                 let cfg = Self::fp8_cfg(s);
@@ -318,7 +335,7 @@ fn cases(quick: bool) -> Vec<Case> {
         }
         v.push(Case::SdpaFp8Fwd(s));
     }
-    for o in [Opt::BottomRight, Opt::Window] {
+    for o in [Opt::BottomRight, Opt::Window, Opt::Ragged] {
         v.push(Case::SdpaOpt(o, false));
         v.push(Case::SdpaOpt(o, true));
     }
@@ -364,6 +381,13 @@ fn buffers(plan: &Plan, case: Case) -> AnyResult<Vec<(String, bool, Buf)>> {
                     .map(|i| match t.name.as_str() {
                         "seq_len_q" => c.seq_q as i32,
                         "seq_len_kv" => c.seq_kv as i32,
+                        // Ragged offsets: the sequences (full length) packed.
+                        r if r.ends_with("ragged_offset_q") || r.ends_with("ragged_offset_k") => {
+                            ragged_at(c, RaggedTensor::Q, i)
+                        }
+                        r if r.ends_with("ragged_offset_v") || r.ends_with("ragged_offset_o") => {
+                            ragged_at(c, RaggedTensor::O, i)
+                        }
                         _ => (i as i64 % c.pages_per_seq().unwrap_or(1).max(1)) as i32,
                     })
                     .collect();
@@ -376,9 +400,77 @@ fn buffers(plan: &Plan, case: Case) -> AnyResult<Vec<(String, bool, Buf)>> {
     Ok(out)
 }
 
+/// Entry `i` of the ragged offsets of `which` with every sequence full
+/// (0 where the config refuses: every sequence at the start, in bounds).
+fn ragged_at(c: &SdpaConfig, which: RaggedTensor, i: usize) -> i32 {
+    let lens = vec![c.seq_q as i32; c.batch.max(0) as usize];
+    c.ragged_offsets(which, &lens)
+        .ok()
+        .and_then(|o| o.get(i).copied())
+        .unwrap_or(0)
+}
+
 struct Timing {
     device_us: f64,
     host_us: f64,
+}
+
+/// [`measure`] for a plan with ragged offsets, through `execute_raw`.
+fn measure_raw(
+    h: &mut Handle,
+    stream: &Stream,
+    plan: &Plan,
+    bufs: &mut [(String, bool, Buf)],
+    iters: usize,
+) -> AnyResult<Timing> {
+    let mut ptrs = Vec::new();
+    for (name, _, buf) in bufs.iter_mut() {
+        let uid = plan
+            .io()
+            .tensors
+            .iter()
+            .find(|t| &t.name == name)
+            .ok_or("a plan tensor")?
+            .uid;
+        let p = match buf {
+            Buf::B16(x) => x.as_raw_mut(),
+            Buf::F32(x) => x.as_raw_mut(),
+            Buf::I32(x) => x.as_raw_mut(),
+        };
+        ptrs.push((uid, p));
+    }
+    let ws_bytes = plan.workspace_size();
+    let mut ws = DeviceBuffer::<u8>::zeroed(ws_bytes.max(1))?;
+    let ws_ptr = ws.as_raw_mut();
+    let raw = h.as_raw();
+    let run = || -> cudnn::Result<()> {
+        // SAFETY: every pointer is a live device buffer of its tensor's span
+        // (`buffers`), on the handle's device, which is current (`main`'s
+        // `Device::new`); the ragged offsets are `ragged_offsets` of full
+        // lengths, also bound as the sequence lengths; the workspace holds
+        // `workspace_size` bytes; every buffer outlives the synchronizations
+        // below.
+        unsafe { plan.execute_raw(raw, &ptrs, ws_ptr, ws_bytes) }
+    };
+    for _ in 0..2 {
+        run()?;
+    }
+    stream.synchronize()?;
+    let (start, end) = (Event::new()?, Event::new()?);
+    start.record(stream)?;
+    let t0 = Instant::now();
+    for _ in 0..iters {
+        run()?;
+    }
+    let host = t0.elapsed().as_secs_f64();
+    end.record(stream)?;
+    end.synchronize()?;
+    drop(ws);
+    let n = iters.max(1) as f64;
+    Ok(Timing {
+        device_us: f64::from(Event::elapsed_ms(&start, &end)?) * 1e3 / n,
+        host_us: host * 1e6 / n,
+    })
 }
 
 fn measure(
@@ -389,6 +481,9 @@ fn measure(
     iters: usize,
 ) -> AnyResult<Timing> {
     let mut bufs = buffers(plan, case)?;
+    if !plan.io().ragged_offsets.is_empty() {
+        return measure_raw(h, stream, plan, &mut bufs, iters);
+    }
     let mut b = plan.bindings();
     for (name, is_out, buf) in bufs.iter_mut() {
         match (buf, *is_out) {

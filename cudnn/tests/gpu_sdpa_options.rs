@@ -8,6 +8,11 @@
 //! first (NaN never passes), the bound is 3e-2 relative to `max(1, |want|)`
 //! over the rows each sequence's length makes valid.
 //!
+//! Also ragged (packed THD) batches: the sequences packed at the offsets
+//! `SdpaConfig::ragged_offsets` computes, run through `execute_raw` after
+//! the safe `execute` is refused, against the reference over the unpacked
+//! batch (`reference::attention::ragged_unpack`).
+//!
 //! (The bottom-right causal mask and the sliding window are GPU-tested in
 //! `gpu_graph_norm_attention`, with the other attention configurations.)
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -172,6 +177,137 @@ fn paged_case(cfg: SdpaConfig, lens_q: Vec<usize>, lens_kv: Vec<usize>) -> TestR
     Ok(())
 }
 
+/// One ragged (packed THD) forward on the device against the reference:
+/// the sequences packed from the host-computed offsets, the safe
+/// `execute` refused (typed), the run through `execute_raw`, O compared
+/// over the valid tokens (the reference over the unpacked, padded batch).
+fn ragged_case(cfg: SdpaConfig, lens_q: Vec<usize>, lens_kv: Vec<usize>) -> TestResult {
+    Device::new(0)?;
+    let stream = Stream::new()?;
+    let mut h = Handle::new(&stream)?;
+    let target = Target::device(0)?;
+    let (qs, ks, vs, os) = (cfg.q_spec()?, cfg.k_spec()?, cfg.v_spec()?, cfg.o_spec()?);
+    let i32v = |v: &[usize]| v.iter().map(|&x| x as i32).collect::<Vec<_>>();
+    let off = |w: RaggedTensor, l: &[usize]| cfg.ragged_offsets(w, &i32v(l));
+    let (oq, ok, ov, oo) = (
+        off(RaggedTensor::Q, &lens_q)?,
+        off(RaggedTensor::K, &lens_kv)?,
+        off(RaggedTensor::V, &lens_kv)?,
+        off(RaggedTensor::O, &lens_q)?,
+    );
+    // Random values everywhere (what lies past the packed tokens is never read).
+    let q: Vec<f64> = (0..qs.span_elements()?).map(|i| value(11, i)).collect();
+    let k: Vec<f64> = (0..ks.span_elements()?).map(|i| value(12, i)).collect();
+    let v: Vec<f64> = (0..vs.span_elements()?).map(|i| value(13, i)).collect();
+
+    let mut g = Graph::new();
+    let qt = g.input("q", qs.clone())?;
+    let kt = g.input("k", ks.clone())?;
+    let vt = g.input("v", vs.clone())?;
+    let f = g.sdpa_forward(qt, kt, vt, &cfg)?;
+    g.rename(f.o, "o")?;
+    let (plan, r) = Plan::build(&g.build()?, &target, &Policy::default())?;
+    eprintln!(
+        "  {:?}: engine {:?} of {} configs",
+        cfg.resolve(false)?,
+        r.chosen,
+        r.candidates.len()
+    );
+    let (mut qb, mut kb, mut vb) = (up(&q)?, up(&k)?, up(&v)?);
+    let mut ob = up(&vec![f64::NAN; os.span_elements()?])?;
+    let dev = |v: &[i32]| -> R<DeviceBuffer<i32>> { Ok(DeviceBuffer::from_host(v)?) };
+    let (mut lq, mut lkv) = (dev(&i32v(&lens_q))?, dev(&i32v(&lens_kv))?);
+    let (mut dq, mut dk, mut dv, mut do_) = (dev(&oq)?, dev(&ok)?, dev(&ov)?, dev(&oo)?);
+    let rg = f.ragged.ok_or("ragged offsets")?;
+    let name = |t: Option<Tensor>| -> R<String> { Ok(g.name(t.ok_or("an input")?)?.to_string()) };
+    let uid = |n: &str| -> R<i64> {
+        Ok(plan
+            .io()
+            .tensors
+            .iter()
+            .find(|t| t.name == n)
+            .ok_or("a plan tensor")?
+            .uid)
+    };
+    // The safe path refuses a plan with ragged offsets, before any launch.
+    {
+        let mut bi = plan.bindings();
+        bi.input("q", qb.as_slice())?;
+        match plan.execute(&mut h, &mut bi) {
+            Err(cudnn::Error::Unsupported { what, .. }) if what.contains("ragged") => {}
+            other => return Err(format!("safe execute of a ragged plan: {other:?}").into()),
+        }
+    }
+    let ptrs = vec![
+        (uid("q")?, qb.as_raw_mut()),
+        (uid("k")?, kb.as_raw_mut()),
+        (uid("v")?, vb.as_raw_mut()),
+        (uid("o")?, ob.as_raw_mut()),
+        (uid(&name(f.seq_len_q)?)?, lq.as_raw_mut()),
+        (uid(&name(f.seq_len_kv)?)?, lkv.as_raw_mut()),
+        (uid(&name(Some(rg.q))?)?, dq.as_raw_mut()),
+        (uid(&name(Some(rg.k))?)?, dk.as_raw_mut()),
+        (uid(&name(Some(rg.v))?)?, dv.as_raw_mut()),
+        (uid(&name(Some(rg.o))?)?, do_.as_raw_mut()),
+    ];
+    let mut ws = DeviceBuffer::<u8>::zeroed(plan.workspace_size().max(1))?;
+    // SAFETY: every pointer is a live device buffer of at least its
+    // tensor's span on this handle's device (current: `Device::new(0)`),
+    // the offsets are `ragged_offsets` of lengths also bound as the
+    // sequence lengths, the workspace holds `workspace_size` bytes, and the
+    // stream is synchronized before any buffer is dropped.
+    unsafe {
+        plan.execute_raw(h.as_raw(), &ptrs, ws.as_raw_mut(), plan.workspace_size())?;
+    }
+    h.stream().synchronize()?;
+    let mut out = vec![bf16::from_f32(0.0); os.span_elements()?];
+    ob.copy_to_host(&mut out)?;
+    let out: Vec<f64> = out.iter().map(|x| x.to_f64()).collect();
+
+    let [b, hq, sq, d] = dims(&qs);
+    let [_, hkv, skv, _] = dims(&ks);
+    let dvv = cfg.head_dim_v as usize;
+    let qu = ra::ragged_unpack(&q, &oq, &lens_q, [b, hq, sq, d])?;
+    let ku = ra::ragged_unpack(&k, &ok, &lens_kv, [b, hkv, skv, d])?;
+    let vu = ra::ragged_unpack(&v, &ov, &lens_kv, [b, hkv, skv, dvv])?;
+    let got = ra::ragged_unpack(&out, &oo, &lens_q, [b, hq, sq, dvv])?;
+    let mut rc = ra::SdpaConfig::new(cfg.scale_value());
+    if cfg.is_causal {
+        rc.causal = ra::CausalMask::TopLeft;
+    }
+    rc.seq_len_q = Some(&lens_q);
+    rc.seq_len_kv = Some(&lens_kv);
+    let want = ra::forward(
+        &ra::View::bhsd(&qu, [b, hq, sq, d]),
+        &ra::View::bhsd(&ku, [b, hkv, skv, d]),
+        &ra::View::bhsd(&vu, [b, hkv, skv, dvv]),
+        &rc,
+    )?;
+    let mut worst = 0f64;
+    for (n, &ln) in lens_q.iter().enumerate() {
+        for hh in 0..hq {
+            for i in 0..ln {
+                for t in 0..dvv {
+                    let at = ((n * hq + hh) * sq + i) * dvv + t;
+                    let (gv, w) = (got[at], want.o[at]);
+                    let e = (gv - w).abs() / w.abs().max(1.0);
+                    worst = if e.is_nan() {
+                        f64::INFINITY
+                    } else {
+                        worst.max(e)
+                    };
+                }
+            }
+        }
+    }
+    eprintln!("  ragged o: max rel error {worst:.2e} (bound 3e-2)");
+    ensure!(
+        worst <= 3e-2,
+        "ragged attention differs from the reference: {worst}"
+    );
+    Ok(())
+}
+
 fn decode() -> SdpaConfig {
     SdpaConfig::new(3, 8, 1, 128, DType::BF16)
         .gqa(2)
@@ -202,6 +338,32 @@ fn main() {
             &format!("sdpa_paged_prefill_bf16{suffix}"),
             move || paged_case(prefill().implementation(imp), vec![96, 50], vec![96, 50]),
         ));
+    }
+    for (suffix, imp) in [("", SdpaImpl::Auto), ("_composite", SdpaImpl::Composite)] {
+        t.push(gpu(
+            &format!("sdpa_ragged_causal_bf16{suffix}"),
+            move || {
+                ragged_case(
+                    SdpaConfig::new(3, 4, 128, 64, DType::BF16)
+                        .causal(true)
+                        .ragged()
+                        .implementation(imp),
+                    vec![128, 37, 90],
+                    vec![128, 37, 90],
+                )
+            },
+        ));
+        t.push(gpu(&format!("sdpa_ragged_gqa_bf16{suffix}"), move || {
+            ragged_case(
+                SdpaConfig::new(2, 8, 64, 128, DType::BF16)
+                    .gqa(2)
+                    .kv_len(160)
+                    .ragged()
+                    .implementation(imp),
+                vec![64, 9],
+                vec![150, 33],
+            )
+        }));
     }
     run(t)
 }

@@ -450,6 +450,7 @@ fn property_random_options() -> TestResult {
         ),
         (0u8..3, any::<bool>(), any::<bool>(), any::<bool>()),
         prop_oneof![Just(None), (-1i64..70, -1i64..40).prop_map(Some)],
+        any::<bool>(),
     );
     runner
         .run(
@@ -460,6 +461,7 @@ fn property_random_options() -> TestResult {
                 (window, padding, training, p),
                 (imp, bwd_, bshd, plan),
                 paged,
+                ragged,
             )| {
                 let mut c = SdpaConfig::new(b, h, sq, d, DType::BF16)
                     .kv_len(skv)
@@ -484,13 +486,19 @@ fn property_random_options() -> TestResult {
                 if let Some((bs, nb)) = paged {
                     c = c.paged(bs, nb).padding(padding);
                 }
+                // Ragged batches, with the padding the case drew (off: refused).
+                if ragged {
+                    c = c.ragged().padding(padding);
+                }
                 // Every version from 9.0 to 9.28 as a pure function.
                 for ver in [
                     (9, 0, 0),
                     (9, 5, 0),
+                    (9, 6, 0),
                     (9, 9, 0),
                     (9, 10, 2),
                     (9, 14, 0),
+                    (9, 18, 1),
                     (9, 19, 0),
                     (9, 21, 0),
                     (9, 28, 1),
@@ -498,7 +506,7 @@ fn property_random_options() -> TestResult {
                     if let Err(e) = c.resolve_for(ver, bwd_) {
                         prop_assert!(names_option(&e), "untyped or unnamed refusal {e:?}");
                     }
-                    for dev in [800, 900, 1000] {
+                    for dev in [800, 860, 900, 1000] {
                         if let Err(e) = c.check_target_for(bwd_, dev, ver) {
                             prop_assert!(names_option(&e), "untyped target refusal {e:?}");
                         }

@@ -3,7 +3,8 @@
 //! padding, forward (the SDPA operation and the composite) and backward
 //! (the composite, as the frontend builds every backward). The frontend
 //! side (`sdpa_kwargs` in `xtask/conformance/frontend.py`) reads the
-//! `diagonal` and `window` parameters.
+//! `diagonal` and `window` parameters (and `ragged`: the offsets set on
+//! the tensors).
 
 use cudnn::graph::{DType, DiagonalAlignment, Graph, SdpaConfig, SdpaImpl};
 use serde_json::{Value, json};
@@ -161,9 +162,63 @@ fn paged(out: &mut Vec<Pattern>) {
     }
 }
 
+/// Renames an attention's ragged offsets as the frontend side reads them.
+fn rename_ragged(g: &mut Graph, r: Option<cudnn::graph::SdpaRagged>) -> cudnn::Result<()> {
+    if let Some(r) = r {
+        for (t, n) in [
+            (r.q, "ragged_offset_q"),
+            (r.k, "ragged_offset_k"),
+            (r.v, "ragged_offset_v"),
+            (r.o, "ragged_offset_o"),
+        ] {
+            g.rename(t, n)?;
+        }
+    }
+    Ok(())
+}
+
+/// The ragged (packed THD) pattern: the SDPA operation's forward (causal,
+/// training, GQA 8:2). Not here yet: the ragged composites, forward and
+/// backward, which differ from the frontend's on cuDNN 9.28 (its forward
+/// composite has one more by-value tensor and 17408 bytes of workspace
+/// against 13184; the backward 384 bytes more workspace, and an A100 plan
+/// where the crate's only engine fails to compile): the host tier
+/// (`host_sdpa_ragged`) plans them per target.
+fn ragged(out: &mut Vec<Pattern>) {
+    let c = SdpaConfig::new(2, 8, 256, 128, DType::BF16)
+        .gqa(2)
+        .causal(true)
+        .training(true)
+        .ragged()
+        .implementation(SdpaImpl::Native);
+    let params = json!({"io": "bf16", "scale": c.scale_value(), "causal": true, "padding": true,
+        "dropout": 0.0, "training": true, "implementation": "native", "diagonal": "top_left",
+        "window": null, "ragged": true});
+    out.push(pattern(
+        "sdpa_opt_fwd_native_ragged".to_string(),
+        "sdpa_fwd",
+        params,
+        move || {
+            let mut g = Graph::new();
+            let q = g.input("q", c.q_spec()?)?;
+            let k = g.input("k", c.k_spec()?)?;
+            let v = g.input("v", c.v_spec()?)?;
+            let f = g.sdpa_forward(q, k, v, &c)?;
+            g.rename(f.o, "o")?;
+            if let Some(s) = f.stats {
+                g.rename(s, "stats")?;
+            }
+            rename_extras(&mut g, [f.seq_len_q, f.seq_len_kv])?;
+            rename_ragged(&mut g, f.ragged)?;
+            Ok(g)
+        },
+    ));
+}
+
 /// Every pattern of the attention options.
 pub fn attention_options(out: &mut Vec<Pattern>) {
     paged(out);
+    ragged(out);
     for b in CASES {
         for (imp, name) in [
             (SdpaImpl::Native, "native"),

@@ -390,23 +390,37 @@ class Builder:
             kw.update(dropout=(p["dropout"], self.t["dropout_seed"], self.t["dropout_offset"]))
         return kw
 
+    def ragged(self, name, t, which):
+        """Issue 24: a packed (THD) tensor names its ragged offsets."""
+        if self.p.get("ragged"):
+            t.set_ragged_offset(self.t["ragged_offset_" + which])
+        return t
+
+    def ragged_inputs(self, pairs):
+        for name, which in pairs:
+            self.ragged(name, self.t[name], which)
+
     def fam_sdpa_fwd(self):
         p = self.p
+        self.ragged_inputs((("q", "q"), ("k", "k"), ("v", "v")))
         kw = self.sdpa_kwargs()
         imp = self.cudnn.attention_implementation
         kw["implementation"] = {"auto": imp.AUTO, "native": imp.UNIFIED, "composite": imp.COMPOSITE}[p["implementation"]]
         o, stats = self.g.sdpa(self.t["q"], self.t["k"], self.t["v"], generate_stats=p["training"], **kw)
         o.set_dim(self.by_name["o"]["dims"]).set_stride(self.by_name["o"]["strides"])
         self.out("o", o)
+        self.ragged("o", o, "o")
         if p["training"]:
             self.out("stats", stats)
 
     def fam_sdpa_bwd(self):
         t = self.t
+        self.ragged_inputs((("q", "q"), ("k", "k"), ("v", "v"), ("o", "o"), ("do", "o")))
         dq, dk, dv = self.g.sdpa_backward(t["q"], t["k"], t["v"], t["o"], t["do"], t["stats"], **self.sdpa_kwargs())
         for name, src, x in (("dq", "q", dq), ("dk", "k", dk), ("dv", "v", dv)):
             x.set_dim(self.by_name[src]["dims"]).set_stride(self.by_name[src]["strides"])
             self.out(name, x)
+            self.ragged(name, x, src)
 
     # ---- FP8 (issue 25) ----
 

@@ -165,6 +165,7 @@ def shape_label(row):
         causal += f", window {s['window']}" if "window" in s else ""
         causal += f", h_kv {s['hkv']}" if "hkv" in s else ""
         causal += f", paged (pages of {s['paged']}; PyTorch contiguous)" if "paged" in s else ""
+        causal += ", ragged (PyTorch dense: full lengths)" if "ragged" in s else ""
         return f"b {s.get('b')}, h {s.get('h')}, s {s.get('s')}{skv}, d {s.get('d')}{causal}"
     if suite == "norm":
         return f"{s.get('n')}x{s.get('d')}"

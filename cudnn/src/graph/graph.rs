@@ -48,6 +48,8 @@ pub(crate) struct Node {
     pub(crate) spec: TensorSpec,
     pub(crate) uid: i64,
     pub(crate) role: Role,
+    /// The node holding this tensor's ragged offsets (packed THD batches).
+    pub(crate) ragged: Option<usize>,
 }
 
 /// A graph under construction: add inputs, ops and outputs, then
@@ -164,6 +166,7 @@ impl Graph {
             spec,
             uid,
             role,
+            ragged: None,
         });
         Ok(self.handle(self.nodes.len() - 1))
     }
@@ -353,6 +356,12 @@ impl Graph {
                 }
             }
         }
+        // Ragged offsets are read through the tensors they address.
+        for n in &self.nodes {
+            if let Some(c) = n.ragged.and_then(|j| consumed.get_mut(j)) {
+                *c += 1;
+            }
+        }
         for (i, n) in self.nodes.iter().enumerate() {
             match n.role {
                 Role::Virtual if consumed[i] == 0 => {
@@ -430,12 +439,36 @@ impl Graph {
         super::require_graph_support()?;
         super::driver::ensure()?;
         self.check_structure()?;
-        let mut tensors = Vec::with_capacity(self.nodes.len());
-        for n in &self.nodes {
-            tensors.push(
-                tensor_descriptor(n).map_err(|e| e.with_context(format!("tensor `{}`", n.name)))?,
-            );
+        // Tensors with ragged offsets after the rest: their descriptors
+        // name their offsets' (which have none themselves).
+        let mut slots: Vec<Option<Descriptor<kind::Tensor>>> =
+            (0..self.nodes.len()).map(|_| None).collect();
+        for pass_ragged in [false, true] {
+            for (i, n) in self.nodes.iter().enumerate() {
+                if n.ragged.is_some() != pass_ragged {
+                    continue;
+                }
+                let offsets = match n.ragged {
+                    Some(j) => Some(slots.get(j).and_then(Option::as_ref).ok_or_else(|| {
+                        Error::invalid(
+                            format!("tensor `{}`", n.name),
+                            "must have ragged offsets that have none themselves",
+                            j,
+                        )
+                    })?),
+                    None => None,
+                };
+                let d = tensor_descriptor(n, offsets)
+                    .map_err(|e| e.with_context(format!("tensor `{}`", n.name)))?;
+                if let Some(s) = slots.get_mut(i) {
+                    *s = Some(d);
+                }
+            }
         }
+        let tensors: Vec<Descriptor<kind::Tensor>> = slots
+            .into_iter()
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| Error::invalid("graph", "has a tensor left without a descriptor", ""))?;
         let mut built = Built::default();
         for (k, entry) in self.ops.iter().enumerate() {
             let op = &entry.op;
@@ -525,16 +558,31 @@ impl Graph {
                 Role::Virtual => {}
             }
         }
+        let ragged_offsets = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.ragged)
+            .filter_map(|j| self.nodes.get(j).map(|o| o.uid))
+            .collect::<std::collections::BTreeSet<i64>>()
+            .into_iter()
+            .collect();
         IoSignature {
             tensors,
             scalars,
             scratch,
+            ragged_offsets,
         }
     }
 }
 
-fn tensor_descriptor(n: &Node) -> Result<Descriptor<kind::Tensor>> {
+fn tensor_descriptor(
+    n: &Node,
+    ragged_offsets: Option<&Descriptor<kind::Tensor>>,
+) -> Result<Descriptor<kind::Tensor>> {
     let mut d = Descriptor::<kind::Tensor>::new()?;
+    if let Some(o) = ragged_offsets {
+        d.set_descriptors(attr::TENSOR_RAGGED_OFFSET_DESC, &[o])?;
+    }
     d.set(attr::TENSOR_DATA_TYPE, &[n.spec.dtype().raw()])?;
     d.set(attr::TENSOR_DIMENSIONS, n.spec.dims())?;
     d.set(attr::TENSOR_STRIDES, n.spec.strides())?;

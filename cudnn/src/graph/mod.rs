@@ -64,8 +64,8 @@ pub use ops::norm::{NormGrads, NormMode, NormOutputs, NormPhase, RunningStats};
 pub use ops::pointwise::{Arity, Pointwise};
 pub use ops::reduction::Reduce;
 pub use ops::sdpa::{
-    AttnLayout, DiagonalAlignment, Dropout, PagedKv, SdpaBackward, SdpaConfig, SdpaForward,
-    SdpaImpl,
+    AttnLayout, DiagonalAlignment, Dropout, PagedKv, RaggedTensor, SdpaBackward, SdpaConfig,
+    SdpaForward, SdpaImpl, SdpaRagged,
 };
 pub use ops::sdpa_fp8::{Fp8SdpaConfig, Fp8SdpaForward};
 pub use ops::sdpa_fp8_bwd::{FP8_BWD_SCALE_NAMES, Fp8SdpaBackward};

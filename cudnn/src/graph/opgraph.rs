@@ -32,6 +32,10 @@ pub struct IoSignature {
     /// `(uid, bytes)` of each tensor the plan keeps in its own workspace
     /// (nothing to bind; counted in [`Plan::workspace_size`](super::Plan::workspace_size)).
     pub scratch: Vec<(i64, usize)>,
+    /// UIDs of the inputs that hold ragged offsets (packed THD attention):
+    /// device values cuDNN reads addresses from, so a plan with any runs
+    /// only through the unsafe [`Plan::execute_raw`](super::Plan::execute_raw).
+    pub ragged_offsets: Vec<i64>,
 }
 
 /// A finalized cuDNN operation graph, ready for heuristics and plans.

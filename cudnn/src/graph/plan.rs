@@ -829,6 +829,17 @@ impl Plan {
             crate::sys::cudnn::cudnnBackendDescriptor_t,
         ) -> Result<R>,
     ) -> Result<R> {
+        if let Some(uid) = self.io.ragged_offsets.first() {
+            return Err(Error::Unsupported {
+                what: format!(
+                    "a safe run (`Plan::execute`, `Plan::cuda_graph`, `update_cuda_graph`) of a plan with ragged offset inputs (UID {uid}, packed THD attention): cuDNN reads addresses from their device values, which no safe binding can check"
+                ),
+                needs: Some(
+                    "`Plan::execute_raw` (unsafe: the offsets must be those `SdpaConfig::ragged_offsets` computes, or as much in bounds)"
+                        .to_string(),
+                ),
+            });
+        }
         let device = handle.device();
         self.check_device(device)?;
         // The handle's device current for the call (restored after), its
@@ -852,7 +863,12 @@ impl Plan {
     /// # Safety
     /// Each pointer must be device memory of at least its tensor's span and
     /// type, valid until the work completes; the workspace likewise; the
-    /// handle's device must be current and of the plan's architecture.
+    /// handle's device must be current and of the plan's architecture. The
+    /// ragged offsets of a packed (THD) attention plan
+    /// ([`IoSignature::ragged_offsets`](super::IoSignature::ragged_offsets))
+    /// must keep every sequence inside its tensor's span: those
+    /// [`SdpaConfig::ragged_offsets`](super::SdpaConfig::ragged_offsets)
+    /// computes from lengths that are also the bound sequence lengths.
     pub unsafe fn execute_raw(
         &self,
         handle: crate::sys::cudnn::cudnnHandle_t,

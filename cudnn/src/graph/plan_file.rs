@@ -76,6 +76,10 @@ pub(crate) fn write_io(s: &mut String, io: &IoSignature) {
             s.push_str(&format!("{uid} {bytes}\n"));
         }
     }
+    // Likewise only when there are some.
+    if !io.ragged_offsets.is_empty() {
+        s.push_str(&format!("ragged {}\n", join(&io.ragged_offsets)));
+    }
 }
 
 fn join(v: &[i64]) -> String {
@@ -159,10 +163,23 @@ pub(crate) fn read_io(r: &mut Reader<'_>) -> Result<IoSignature> {
             scratch.push((uid, bytes));
         }
     }
+    let mut ragged_offsets = Vec::new();
+    if r.next_starts_with("ragged ") {
+        let l = r.field("ragged")?;
+        ragged_offsets = r.list(&l)?;
+        if ragged_offsets.len() > 64
+            || ragged_offsets
+                .iter()
+                .any(|u| !tensors.iter().any(|t| t.uid == *u && !t.is_output))
+        {
+            return Err(r.bad("at most 64 ragged offset UIDs, each a listed input"));
+        }
+    }
     Ok(IoSignature {
         tensors,
         scalars,
         scratch,
+        ragged_offsets,
     })
 }
 

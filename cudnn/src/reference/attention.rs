@@ -80,7 +80,10 @@
 //! ```
 
 use super::bounds;
+
+mod ragged;
 use crate::error::{Error, Result};
+pub use ragged::{ragged_pack, ragged_unpack};
 
 /// The most work (multiply-adds) one call accepts: 2^32, the
 /// [`reference`](super::MAX_WORK) bound.

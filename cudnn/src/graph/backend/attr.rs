@@ -33,6 +33,11 @@ pub const TENSOR_IS_VIRTUAL: Attr<Tensor, Bool> = Attr {
     label: "CUDNN_ATTR_TENSOR_IS_VIRTUAL",
     _p: PhantomData,
 };
+pub const TENSOR_RAGGED_OFFSET_DESC: Attr<Tensor, Desc<Tensor>> = Attr {
+    name: AttrName::CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC,
+    label: "CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC",
+    _p: PhantomData,
+};
 pub const TENSOR_IS_BY_VALUE: Attr<Tensor, Bool> = Attr {
     name: AttrName::CUDNN_ATTR_TENSOR_IS_BY_VALUE,
     label: "CUDNN_ATTR_TENSOR_IS_BY_VALUE",

@@ -20,6 +20,7 @@ pub mod sdpa_fp8_bwd;
 pub(crate) mod sdpa_graph;
 pub(crate) mod sdpa_native;
 pub(crate) mod sdpa_paged;
+pub(crate) mod sdpa_ragged;
 
 use super::backend::{AnyOperation, Descriptor, kind};
 use super::tensor::DType;

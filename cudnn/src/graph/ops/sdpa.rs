@@ -16,7 +16,12 @@
 //! ([`DiagonalAlignment::BottomRight`], PyTorch's `causal_lower_right`) and
 //! a sliding window ([`SdpaConfig::window`]), forward and backward; a paged
 //! KV cache ([`SdpaConfig::paged`]: K and V containers of pages and
-//! per-sequence page tables, `[B, 1, pages, 1]` i32 inputs; forward only).
+//! per-sequence page tables, `[B, 1, pages, 1]` i32 inputs; forward only);
+//! ragged (packed THD) batches ([`SdpaConfig::ragged`]: ragged offset
+//! inputs `[B + 1, 1, 1, 1]` i32 on Q, K, V, O and the gradients, forward
+//! and backward; plans with them run only through the unsafe
+//! `Plan::execute_raw`, see the rules and the soundness note on
+//! [`SdpaConfig::ragged_offsets`]).
 //! Their rules, after NVIDIA's frontend 1.32: the bottom-right causal mask
 //! not with dropout, and (like the window) without padding only for
 //! `seq_q <= seq_kv`; before cuDNN 9.6 a bottom-right mask only for lengths
@@ -223,6 +228,12 @@ pub struct SdpaConfig {
     pub window: Option<i64>,
     /// Padding mask from per-batch sequence lengths (two more graph inputs).
     pub padding: bool,
+    /// Ragged (packed THD) batches: Q, K, V, O (and the gradients) get
+    /// ragged offset inputs (`[B + 1, 1, 1, 1]` i32) saying where each
+    /// sequence starts; needs [`padding`](Self::padding) and the BSHD
+    /// layout. A plan with them runs only through the unsafe
+    /// `Plan::execute_raw` (see [`SdpaConfig::ragged_offsets`]).
+    pub ragged: bool,
     /// Dropout on the probabilities.
     pub dropout: Option<Dropout>,
     /// Forward: save the softmax statistics (log-sum-exp per query row,
@@ -251,6 +262,8 @@ pub struct SdpaForward {
     pub page_table_k: Option<Tensor>,
     /// V's page table (a paged cache): `[B, 1, pages, 1]` i32 graph input.
     pub page_table_v: Option<Tensor>,
+    /// The ragged offsets of Q, K, V, O (ragged batches).
+    pub ragged: Option<SdpaRagged>,
 }
 
 /// What [`Graph::sdpa_backward`](crate::graph::Graph::sdpa_backward) adds.
@@ -270,9 +283,13 @@ pub struct SdpaBackward {
     pub dropout_seed: Option<Tensor>,
     /// As in [`SdpaForward`].
     pub dropout_offset: Option<Tensor>,
+    /// The ragged offsets (ragged batches): Q's serve dQ, K's dK, V's dV,
+    /// O's dO.
+    pub ragged: Option<SdpaRagged>,
 }
 
 pub use super::sdpa_paged::PagedKv;
+pub use super::sdpa_ragged::{RaggedTensor, SdpaRagged};
 
 /// The first cuDNN with each part of the SDPA operation, as `(major, minor, patch)`.
 pub mod since {
@@ -341,6 +358,7 @@ impl SdpaConfig {
             window: None,
             paged: None,
             padding: false,
+            ragged: false,
             dropout: None,
             is_training: false,
             implementation: SdpaImpl::Auto,
@@ -575,6 +593,7 @@ impl SdpaConfig {
         self.check_release(v)?;
         self.check_band(v)?;
         self.check_paged(v, backward)?;
+        self.check_ragged(v, backward)?;
         match (self.implementation, backward) {
             (SdpaImpl::Native, _) => self.check_native(v, backward).map(|_| SdpaImpl::Native),
             (SdpaImpl::Composite, _) | (SdpaImpl::Auto, true) => self
@@ -705,6 +724,7 @@ impl SdpaConfig {
         }
         self.validate_band()?;
         self.validate_paged()?;
+        self.validate_ragged()?;
         if let Some(d) = self.dropout
             && !(d.probability >= 0.0 && d.probability < 1.0)
         {
@@ -818,18 +838,21 @@ impl SdpaConfig {
         cudnn: (u32, u32, u32),
     ) -> Result<()> {
         self.validate()?;
-        let limit = self.band_arch_limit(device_ver, cudnn).or_else(|| {
-            if backward {
-                self.backward_arch_limit(device_ver, cudnn)
-            } else {
-                self.forward_arch_limit(device_ver, cudnn)
-            }
-        });
+        let limit = self
+            .ragged_arch_limit(device_ver, cudnn)
+            .or_else(|| self.band_arch_limit(device_ver, cudnn))
+            .or_else(|| {
+                if backward {
+                    self.backward_arch_limit(device_ver, cudnn)
+                } else {
+                    self.forward_arch_limit(device_ver, cudnn)
+                }
+            });
         match limit {
             None => Ok(()),
             Some(limit) => Err(Error::Unsupported {
                 what: format!(
-                    "the attention {} with head_dim {}, head_dim_v {}, seq_q {}{}{}{} on a GPU of compute capability {}.{} with cuDNN {}",
+                    "the attention {} with head_dim {}, head_dim_v {}, seq_q {}{}{}{}{} on a GPU of compute capability {}.{} with cuDNN {}",
                     if backward { "backward" } else { "forward" },
                     self.head_dim,
                     self.head_dim_v,
@@ -848,6 +871,7 @@ impl SdpaConfig {
                     } else {
                         ""
                     },
+                    if self.ragged { ", ragged" } else { "" },
                     device_ver / 100,
                     (device_ver % 100) / 10,
                     fmt_version(cudnn)

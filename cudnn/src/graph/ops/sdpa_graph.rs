@@ -7,6 +7,7 @@
 use super::sdpa::{SdpaBackward, SdpaConfig, SdpaForward, SdpaImpl, loaded_cudnn};
 use super::sdpa_composite::{CompositeBand, CompositeBwdOp, CompositeFwdOp};
 use super::sdpa_native::{Band, Common, SdpaBwdOp, SdpaFwdOp};
+use super::sdpa_ragged::RaggedTensor::{K, O, Q, V};
 use crate::error::{Error, Result};
 use crate::graph::graph::{Graph, Role, Tensor};
 use crate::graph::tensor::{DType, TensorSpec, fmt_dims};
@@ -245,8 +246,11 @@ impl Graph {
         self.sdpa_expect(&op, "k", k, &cfg.k_spec()?)?;
         self.sdpa_expect(&op, "v", v, &cfg.v_spec()?)?;
         let imp = cfg.resolve(false).map_err(|e| e.with_context(op.clone()))?;
+        let base = format!("sdpa{}", self.ops.len());
         if imp == SdpaImpl::Composite {
-            return self.sdpa_forward_composite(q, k, v, cfg);
+            let mut f = self.sdpa_forward_composite(q, k, v, cfg)?;
+            f.ragged = self.sdpa_ragged(cfg, &base, &[(q, Q), (k, K), (v, V), (f.o, O)])?;
+            return Ok(f);
         }
         let (c, extra) = self.sdpa_common(&op, q, k, v, cfg)?;
         let qs = self.node(q)?.spec.clone();
@@ -266,6 +270,7 @@ impl Graph {
             cfg: cfg.clone(),
         };
         self.push_op(ext);
+        let ragged = self.sdpa_ragged(cfg, &base, &[(q, Q), (k, K), (v, V), (o, O)])?;
         Ok(SdpaForward {
             o,
             stats,
@@ -275,6 +280,7 @@ impl Graph {
             dropout_offset: extra[3],
             page_table_k: extra.get(4).copied().flatten(),
             page_table_v: extra.get(5).copied().flatten(),
+            ragged,
         })
     }
 
@@ -312,11 +318,27 @@ impl Graph {
             ));
         }
         let imp = cfg.resolve(true).map_err(|e| e.with_context(op.clone()))?;
+        let base = format!("sdpa{}", self.ops.len());
         if imp == SdpaImpl::Composite {
             self.sdpa_expect(&op, "q", q, &cfg.q_spec()?)?;
             self.sdpa_expect(&op, "k", k, &cfg.k_spec()?)?;
             self.sdpa_expect(&op, "v", v, &cfg.v_spec()?)?;
-            return self.sdpa_backward_composite([q, k, v, o, d_o, stats], cfg);
+            let mut b = self.sdpa_backward_composite([q, k, v, o, d_o, stats], cfg)?;
+            b.ragged = self.sdpa_ragged(
+                cfg,
+                &base,
+                &[
+                    (q, Q),
+                    (k, K),
+                    (v, V),
+                    (o, O),
+                    (d_o, O),
+                    (b.dq, Q),
+                    (b.dk, K),
+                    (b.dv, V),
+                ],
+            )?;
+            return Ok(b);
         }
         let (c, extra) = self.sdpa_common(&op, q, k, v, cfg)?;
         let (qs, ks, vs) = (
@@ -338,6 +360,20 @@ impl Graph {
             cfg: cfg.clone(),
         };
         self.push_op(ext);
+        let ragged = self.sdpa_ragged(
+            cfg,
+            &base,
+            &[
+                (q, Q),
+                (k, K),
+                (v, V),
+                (o, O),
+                (d_o, O),
+                (dq, Q),
+                (dk, K),
+                (dv, V),
+            ],
+        )?;
         Ok(SdpaBackward {
             dq,
             dk,
@@ -346,6 +382,7 @@ impl Graph {
             seq_len_kv: extra[1],
             dropout_seed: extra[2],
             dropout_offset: extra[3],
+            ragged,
         })
     }
 
@@ -528,6 +565,7 @@ impl Graph {
             dropout_offset: extra[3],
             page_table_k: extra.get(4).copied().flatten(),
             page_table_v: extra.get(5).copied().flatten(),
+            ragged: None,
         })
     }
 
@@ -599,6 +637,7 @@ impl Graph {
             seq_len_kv: extra[1],
             dropout_seed: extra[2],
             dropout_offset: extra[3],
+            ragged: None,
         })
     }
 }

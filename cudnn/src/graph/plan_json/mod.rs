@@ -181,6 +181,8 @@ struct JsonTensor {
     strides: Vec<i64>,
     is_virtual: bool,
     by_value: bool,
+    /// The uid of its ragged offsets (packed THD attention), if any.
+    ragged: Option<i64>,
 }
 
 struct Walk {
@@ -207,7 +209,42 @@ impl Walk {
             "ptrAlignment",
             "reordering",
         ];
-        keys(m, path, K, K)?;
+        // Optional: a ragged offset tensor (packed THD attention), declared
+        // inline as a one-element list; `agree` checks the tensor list
+        // names it as such, so safe code never binds it.
+        const K_RAGGED: &[&str] = &[
+            "name",
+            "dataType",
+            "dim",
+            "stride",
+            "isVirtual",
+            "isByValue",
+            "vectCount",
+            "vectDim",
+            "ptrAlignment",
+            "reordering",
+            "isRagged",
+        ];
+        keys(m, path, K_RAGGED, K)?;
+        let ragged = match m.get("isRagged") {
+            None => None,
+            Some(r) => {
+                let rp = format!("{path}/isRagged");
+                let list = arr(r, &rp, 1)?;
+                let first = list
+                    .first()
+                    .ok_or_else(|| bad(&rp, "must hold one offsets tensor", "[]"))?;
+                let fp = format!("{rp}/0");
+                if obj(first, &fp)?.contains_key("isRagged") {
+                    return Err(bad(&fp, "must have no ragged offsets itself", "isRagged"));
+                }
+                let off = self.tensor(first, &fp)?;
+                Some(
+                    off.parse::<i64>()
+                        .map_err(|_| bad(&fp, "must be a tensor uid", off))?,
+                )
+            }
+        };
         let name = string(&m["name"], &format!("{path}/name"), 20)?;
         let uid: i64 = name.parse().map_err(|_| {
             bad(
@@ -275,6 +312,7 @@ impl Walk {
             strides,
             is_virtual,
             by_value,
+            ragged,
         };
         // A tensor declared again must be the same tensor: an attention
         // mask subgraph lists the sequence lengths it shares with its SDPA
@@ -576,12 +614,18 @@ pub(crate) enum Payload {
 /// cuDNN patches itself (measured in cuDNN 9.28's plans: the first pointer
 /// after the attention descriptor in every SDPA payload; and a pointer of
 /// the sm100 SDPA forward kernel with dropout; and the sentinel 0xbadbadbaddd
-/// of the sm80 SDPA backward kernel; in the crate's plans and the
-/// frontend's alike).
+/// of the sm80 SDPA backward kernel; five pointers of the sm90 / sm100
+/// attention kernels with ragged offsets (packed THD); in the crate's
+/// plans and the frontend's alike).
 const INTERNAL_PARAM_UIDS: &[i64] = &[
     0x2839_af92_655f_e804,
     -7_322_303_068_214_233_619,
     0x0bad_badb_addd,
+    -9_004_140_354_173_595_721,
+    -3_781_560_665_018_533_726,
+    -1_504_676_450_671_020_737,
+    -507_205_713_341_733_187,
+    8_197_888_589_163_993_711,
 ];
 
 /// The refusal of a plan JSON that carries compiled code, untrusted.
@@ -815,6 +859,18 @@ fn agree(roles: &Tensors, io: &IoSignature) -> Result<()> {
         if !seen.insert(uid) {
             return Err(field_err(uid, "role", "one role", "listed twice"));
         }
+    }
+    // The ragged offsets the JSON names are exactly those the tensor list
+    // marks (which keep the plan off the safe `Plan::execute`).
+    let named: std::collections::BTreeSet<i64> =
+        tensors.values().filter_map(|j| j.ragged).collect();
+    let listed: std::collections::BTreeSet<i64> = io.ragged_offsets.iter().copied().collect();
+    if named != listed {
+        return Err(Error::mismatch(
+            "plan JSON ragged offset tensors (the tensor list says, the JSON has)",
+            format!("{listed:?}"),
+            format!("{named:?}"),
+        ));
     }
     for (uid, j) in tensors {
         if !j.is_virtual && !seen.contains(uid) {

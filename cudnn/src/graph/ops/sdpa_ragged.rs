@@ -1,0 +1,312 @@
+//! The ragged (packed, THD) batches option of [`SdpaConfig`]
+//! ([`SdpaConfig::ragged`]): the sequences of a batch stored one after the
+//! other without padding. Q, K, V and O (and dO, dQ, dK, dV in the
+//! backward) keep their logical dims `[B, H, S, D]` and BSHD strides; each
+//! gets a ragged offset tensor (`[B + 1, 1, 1, 1]` i32 graph input, in
+//! elements) saying where each sequence starts, and the padding mask's
+//! lengths say how long it is. The softmax statistics stay `[B, H, S_q, 1]`
+//! packed (no ragged offset).
+//!
+//! Rules, after NVIDIA's cuDNN frontend 1.32: the padding mask is required;
+//! Hopper (sm_90) or newer, Ampere and the other sm_8x / sm_12x from cuDNN
+//! 9.18.1 (forward and backward); grouped-query attention in the backward
+//! from cuDNN 9.6.0; with a paged cache from 9.7.0. This crate also asks for
+//! the BSHD layout (a packed THD batch is BSHD storage), and offsets that
+//! fit i32.
+//!
+//! # Soundness
+//! cuDNN adds each offset to its tensor's address on the device: an offset
+//! past the buffer makes it read or write out of bounds, and no safe
+//! binding can check device values. So a plan with ragged offset inputs
+//! ([`IoSignature::ragged_offsets`](crate::graph::IoSignature::ragged_offsets))
+//! is refused by the safe [`Plan::execute`](crate::graph::Plan::execute)
+//! (a typed `Unsupported`) and runs only through the unsafe
+//! [`Plan::execute_raw`](crate::graph::Plan::execute_raw), whose contract
+//! names them; [`SdpaConfig::ragged_offsets`] computes offsets that keep
+//! every sequence in its tensor's span from checked lengths on the host.
+//! (Autotuning binds zeros: every sequence at the start, in bounds.)
+
+use super::sdpa::SdpaConfig;
+use crate::error::{Error, Result};
+use crate::graph::graph::{Graph, Tensor};
+use crate::graph::tensor::{DType, TensorSpec};
+
+/// Before this cuDNN, ragged offsets need Hopper or newer (NVIDIA's frontend).
+pub const RAGGED_PRE_HOPPER_SINCE: (u32, u32, u32) = (9, 18, 1);
+/// The first cuDNN whose attention backward takes ragged offsets with
+/// grouped-query attention.
+pub const RAGGED_GQA_BACKWARD_SINCE: (u32, u32, u32) = (9, 6, 0);
+/// The first cuDNN that takes ragged offsets with a paged cache.
+pub const RAGGED_PAGED_SINCE: (u32, u32, u32) = (9, 7, 0);
+
+/// Which tensor a ragged offset tensor addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RaggedTensor {
+    /// Q and dQ: `H * D` elements per token.
+    Q,
+    /// K and dK: `H_kv * D` elements per token.
+    K,
+    /// V and dV: `H_kv * D_v` elements per token.
+    V,
+    /// O and dO: `H * D_v` elements per token.
+    O,
+}
+
+/// The ragged offset inputs an attention adds ([`SdpaConfig::ragged`]):
+/// `[B + 1, 1, 1, 1]` i32 graph inputs, element offsets of each sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SdpaRagged {
+    /// Q's offsets (dQ's too in the backward).
+    pub q: Tensor,
+    /// K's offsets (dK's too).
+    pub k: Tensor,
+    /// V's offsets (dV's too).
+    pub v: Tensor,
+    /// O's offsets (dO's too).
+    pub o: Tensor,
+}
+
+impl SdpaConfig {
+    /// With ragged (packed THD) batches (see [`ragged`](Self::ragged));
+    /// turns the padding mask on, which ragged offsets need.
+    pub fn ragged(mut self) -> Self {
+        self.ragged = true;
+        self.padding = true;
+        self
+    }
+
+    /// Elements per token of `which` (heads times head dim).
+    fn ragged_token_elems(&self, which: RaggedTensor) -> Option<i64> {
+        let (h, d) = match which {
+            RaggedTensor::Q => (self.heads, self.head_dim),
+            RaggedTensor::K => (self.kv_heads, self.head_dim),
+            RaggedTensor::V => (self.kv_heads, self.head_dim_v),
+            RaggedTensor::O => (self.heads, self.head_dim_v),
+        };
+        h.checked_mul(d)
+    }
+
+    /// A ragged offset tensor: `[B + 1, 1, 1, 1]` i32, packed.
+    ///
+    /// # Errors
+    /// A batch < 1 or that overflows.
+    pub fn ragged_offset_spec(&self) -> Result<TensorSpec> {
+        if self.batch < 1 {
+            return Err(Error::invalid(
+                "SdpaConfig.batch",
+                "must be >= 1",
+                self.batch,
+            ));
+        }
+        let n = self.batch.checked_add(1).ok_or_else(|| {
+            Error::invalid(
+                "SdpaConfig.batch",
+                "must leave room for B + 1 offsets",
+                self.batch,
+            )
+        })?;
+        TensorSpec::row_major(DType::I32, &[n, 1, 1, 1])
+    }
+
+    /// The ragged offsets of `which` for sequences of lengths `lens` (one
+    /// per batch, each in `0..=seq` of that tensor): `B + 1` element
+    /// offsets, the sequences packed one after the other from 0, the last
+    /// the total. Every sequence then lies inside the tensor's
+    /// `[B, H, S, D]` span; bind the same lengths as the padding mask's.
+    ///
+    /// # Errors
+    /// Not [`ragged`](Self::ragged); [`validate`](Self::validate)'s
+    /// errors; `lens` not `batch` long; a length < 0 or above the tensor's
+    /// sequence length; an offset past i32.
+    ///
+    /// # Rules
+    /// After NVIDIA's frontend 1.32: the padding mask is required; sm_90 or
+    /// newer, sm_8x / sm_12x from cuDNN 9.18.1 (forward and backward);
+    /// grouped-query attention in the backward from 9.6.0; with a paged
+    /// cache from 9.7.0. This crate also asks for the BSHD layout and
+    /// offsets that fit i32. The softmax statistics stay `[B, H, S_q, 1]`.
+    ///
+    /// # Soundness
+    /// cuDNN adds each offset to its tensor's address on the device, so an
+    /// offset past the buffer makes it read or write out of bounds, and no
+    /// safe binding can check device values: a plan with ragged offset
+    /// inputs ([`IoSignature::ragged_offsets`](crate::graph::IoSignature::ragged_offsets),
+    /// kept in plan files) is refused by the safe
+    /// [`Plan::execute`](crate::graph::Plan::execute) and runs only through
+    /// the unsafe [`Plan::execute_raw`](crate::graph::Plan::execute_raw),
+    /// whose contract names them; these offsets meet it (autotuning binds
+    /// zeros, also in bounds).
+    pub fn ragged_offsets(&self, which: RaggedTensor, lens: &[i32]) -> Result<Vec<i32>> {
+        if !self.ragged {
+            return Err(Error::invalid(
+                "SdpaConfig.ragged",
+                "must be set for ragged offsets",
+                self.ragged,
+            ));
+        }
+        self.validate()?;
+        let seq = match which {
+            RaggedTensor::Q | RaggedTensor::O => self.seq_q,
+            RaggedTensor::K | RaggedTensor::V => self.seq_kv,
+        };
+        if i64::try_from(lens.len()).ok() != Some(self.batch) {
+            return Err(Error::mismatch(
+                "ragged_offsets lens (one per batch)",
+                self.batch,
+                lens.len(),
+            ));
+        }
+        let per_token = self.ragged_token_elems(which).ok_or_else(|| {
+            Error::invalid("SdpaConfig heads x head dim", "overflows i64", which as i32)
+        })?;
+        let mut out = Vec::with_capacity(lens.len().saturating_add(1));
+        let mut at: i64 = 0;
+        out.push(0);
+        for (b, &l) in lens.iter().enumerate() {
+            if l < 0 || i64::from(l) > seq {
+                return Err(Error::invalid(
+                    format!("ragged_offsets lens[{b}] ({which:?})"),
+                    format!("must be in 0..={seq}"),
+                    l,
+                ));
+            }
+            at = i64::from(l)
+                .checked_mul(per_token)
+                .and_then(|n| at.checked_add(n))
+                .ok_or_else(|| Error::invalid("ragged_offsets", "an offset overflows i64", b))?;
+            let v = i32::try_from(at).map_err(|_| {
+                Error::invalid(
+                    format!("ragged_offsets ({which:?}) after batch {b}"),
+                    "must fit i32 (cuDNN's ragged offsets here are i32)",
+                    at,
+                )
+            })?;
+            out.push(v);
+        }
+        Ok(out)
+    }
+
+    /// The value checks of the ragged option (part of [`validate`](Self::validate)).
+    pub(crate) fn validate_ragged(&self) -> Result<()> {
+        if !self.ragged {
+            return Ok(());
+        }
+        if self.layout != super::sdpa::AttnLayout::Bshd {
+            return Err(Error::invalid(
+                "SdpaConfig.layout",
+                "must be Bshd with `ragged` (packed THD storage is token-major)",
+                format!("{:?}", self.layout),
+            ));
+        }
+        self.ragged_offset_spec()?;
+        for (which, seq) in [
+            (RaggedTensor::Q, self.seq_q),
+            (RaggedTensor::K, self.seq_kv),
+            (RaggedTensor::V, self.seq_kv),
+            (RaggedTensor::O, self.seq_q),
+        ] {
+            let total = self
+                .ragged_token_elems(which)
+                .and_then(|n| n.checked_mul(seq))
+                .and_then(|n| n.checked_mul(self.batch));
+            if total.is_none_or(|n| n > i64::from(i32::MAX)) {
+                return Err(Error::invalid(
+                    format!("SdpaConfig ({which:?} with `ragged`)"),
+                    "must have at most 2^31 - 1 elements (its ragged offsets are i32)",
+                    format!("{total:?}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The version rules of the ragged option.
+    pub(crate) fn check_ragged(&self, v: (u32, u32, u32), backward: bool) -> Result<()> {
+        if !self.ragged {
+            return Ok(());
+        }
+        let unsupported = |what: String, needs: &str| Error::Unsupported {
+            what,
+            needs: Some(needs.to_string()),
+        };
+        let ver = format!("{}.{}.{}", v.0, v.1, v.2);
+        if !self.padding {
+            return Err(unsupported(
+                "SdpaConfig option `ragged` without `padding` (the lengths say how long each packed sequence is)".to_string(),
+                "SdpaConfig.padding = true (SdpaConfig::ragged sets it)",
+            ));
+        }
+        if self.paged.is_some() && v < RAGGED_PAGED_SINCE {
+            return Err(unsupported(
+                format!(
+                    "SdpaConfig options `ragged` and `paged` together with the loaded cuDNN {ver}"
+                ),
+                "cuDNN >= 9.7.0",
+            ));
+        }
+        if backward && self.kv_heads != self.heads && v < RAGGED_GQA_BACKWARD_SINCE {
+            return Err(unsupported(
+                format!(
+                    "SdpaConfig option `ragged` with grouped-query attention in the backward with the loaded cuDNN {ver}"
+                ),
+                "cuDNN >= 9.6.0",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The per-architecture limit of the ragged option, if this config breaks it.
+    pub(crate) fn ragged_arch_limit(
+        &self,
+        device_ver: i64,
+        v: (u32, u32, u32),
+    ) -> Option<&'static str> {
+        (self.ragged && device_ver < 900 && v < RAGGED_PRE_HOPPER_SINCE).then_some(
+            "ragged offsets (packed THD) on sm_90 or newer before cuDNN 9.18.1 (or cuDNN >= 9.18.1 on sm_8x)",
+        )
+    }
+}
+
+impl Graph {
+    /// The ragged offset inputs of an attention (named after `base`), set
+    /// on each of `tensors` (`(tensor, which offsets)`).
+    pub(crate) fn sdpa_ragged(
+        &mut self,
+        cfg: &SdpaConfig,
+        base: &str,
+        tensors: &[(Tensor, RaggedTensor)],
+    ) -> Result<Option<SdpaRagged>> {
+        if !cfg.ragged {
+            return Ok(None);
+        }
+        let spec = cfg.ragged_offset_spec()?;
+        let r = SdpaRagged {
+            q: self.input(&format!("{base}.ragged_offset_q"), spec.clone())?,
+            k: self.input(&format!("{base}.ragged_offset_k"), spec.clone())?,
+            v: self.input(&format!("{base}.ragged_offset_v"), spec.clone())?,
+            o: self.input(&format!("{base}.ragged_offset_o"), spec)?,
+        };
+        for &(t, which) in tensors {
+            let off = match which {
+                RaggedTensor::Q => r.q,
+                RaggedTensor::K => r.k,
+                RaggedTensor::V => r.v,
+                RaggedTensor::O => r.o,
+            };
+            let (i, j) = (self.index(t)?, self.index(off)?);
+            let node = self
+                .nodes
+                .get_mut(i)
+                .ok_or_else(|| Error::invalid("tensor", "unknown", i))?;
+            if node.ragged.is_some_and(|k| k != j) {
+                return Err(Error::invalid(
+                    format!("{base}: tensor `{}`", node.name),
+                    "must not already have other ragged offsets (one packed attention per tensor)",
+                    which as i32,
+                ));
+            }
+            node.ragged = Some(j);
+        }
+        Ok(Some(r))
+    }
+}
