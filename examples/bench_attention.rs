@@ -436,6 +436,7 @@ fn measure_raw(
             Buf::B16(x) => x.as_raw_mut(),
             Buf::F32(x) => x.as_raw_mut(),
             Buf::I32(x) => x.as_raw_mut(),
+            Buf::F8(x) => x.as_raw_mut(),
         };
         ptrs.push((uid, p));
     }
