@@ -334,6 +334,8 @@ enum Buf {
     F32(DeviceBuffer<f32>),
     F8(DeviceBuffer<cudnn::F8E4M3>),
     I32(DeviceBuffer<i32>),
+    /// Padding lengths, checked against the sequence extent.
+    Len(SeqLengths),
 }
 
 fn buffers(plan: &Plan, case: Case) -> AnyResult<Vec<(String, bool, Buf)>> {
@@ -360,14 +362,19 @@ fn buffers(plan: &Plan, case: Case) -> AnyResult<Vec<(String, bool, Buf)>> {
                 let c = cfg
                     .as_ref()
                     .ok_or("an i32 input outside the option cases")?;
-                let fill: Vec<i32> = (0..n)
-                    .map(|i| match t.name.as_str() {
-                        "seq_len_q" => c.seq_q as i32,
-                        "seq_len_kv" => c.seq_kv as i32,
-                        _ => (i as i64 % c.pages_per_seq().unwrap_or(1).max(1)) as i32,
-                    })
-                    .collect();
-                Buf::I32(DeviceBuffer::from_host(&fill)?)
+                let extent = match t.name.as_str() {
+                    "seq_len_q" => Some(c.seq_q),
+                    "seq_len_kv" => Some(c.seq_kv),
+                    _ => None,
+                };
+                match extent {
+                    Some(e) => Buf::Len(SeqLengths::new(&vec![e as i32; n], n, e)?),
+                    None => Buf::I32(DeviceBuffer::from_host(
+                        &(0..n)
+                            .map(|i| (i as i64 % c.pages_per_seq().unwrap_or(1).max(1)) as i32)
+                            .collect::<Vec<_>>(),
+                    )?),
+                }
             }
             other => return Err(format!("no buffer for {other} `{}`", t.name).into()),
         };
@@ -409,6 +416,7 @@ fn measure(
                 }
             }
             (Buf::I32(x), true) => b.output(name, x.as_slice_mut())?,
+            (Buf::Len(x), _) => b.seq_lengths(name, x)?,
         };
     }
     for _ in 0..2 {

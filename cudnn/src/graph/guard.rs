@@ -122,6 +122,25 @@ impl SeqLengths {
         Ok(Self { buf, max })
     }
 
+    /// Take lengths already on the device (`buf`, one per sequence), owned
+    /// from now on and never lent mutably, vouching that none exceeds `max`.
+    ///
+    /// # Safety
+    /// Every value of `buf` is in `0..=max` once the work writing it has
+    /// completed (before any run reads it), and nothing else writes `buf`'s
+    /// memory while the `SeqLengths` lives. The crate cannot check values on
+    /// the device: a larger or negative value lets the GPU read past Q, K or
+    /// V and write past O or the gradients.
+    ///
+    /// # Errors
+    /// A negative `max`.
+    pub unsafe fn from_device_unchecked(buf: DeviceBuffer<i32>, max: i32) -> Result<Self> {
+        if max < 0 {
+            return Err(Error::invalid("SeqLengths max", "must be >= 0", max));
+        }
+        Ok(Self { buf, max })
+    }
+
     /// The largest length: what [`Bindings::seq_lengths`](super::Bindings::seq_lengths)
     /// compares with the plan's extent.
     pub fn max(&self) -> i32 {
