@@ -80,8 +80,8 @@ enum Opt {
     /// tokens (pages of 64), GQA 32:8 (forward only).
     PagedDecode,
     /// Ragged (packed THD) batch: 4 sequences of 4096 tokens packed, causal
-    /// (run through the unsafe `execute_raw` with offsets from
-    /// `SdpaConfig::ragged_offsets`).
+    /// (offsets from `SdpaConfig::ragged_offsets`, bound with the unsafe
+    /// `Bindings::input_ragged_offsets`).
     Ragged,
 }
 
@@ -351,6 +351,10 @@ enum Buf {
     F32(DeviceBuffer<f32>),
     F8(DeviceBuffer<cudnn::F8E4M3>),
     I32(DeviceBuffer<i32>),
+    /// Padding lengths, checked against the sequence extent.
+    Len(SeqLengths),
+    /// Ragged offsets (packed THD), from `SdpaConfig::ragged_offsets`.
+    Ragged(DeviceBuffer<i32>),
 }
 
 fn buffers(plan: &Plan, case: Case) -> AnyResult<Vec<(String, bool, Buf)>> {
@@ -377,21 +381,35 @@ fn buffers(plan: &Plan, case: Case) -> AnyResult<Vec<(String, bool, Buf)>> {
                 let c = cfg
                     .as_ref()
                     .ok_or("an i32 input outside the option cases")?;
-                let fill: Vec<i32> = (0..n)
-                    .map(|i| match t.name.as_str() {
-                        "seq_len_q" => c.seq_q as i32,
-                        "seq_len_kv" => c.seq_kv as i32,
-                        // Ragged offsets: the sequences (full length) packed.
-                        r if r.ends_with("ragged_offset_q") || r.ends_with("ragged_offset_k") => {
-                            ragged_at(c, RaggedTensor::Q, i)
-                        }
-                        r if r.ends_with("ragged_offset_v") || r.ends_with("ragged_offset_o") => {
-                            ragged_at(c, RaggedTensor::O, i)
-                        }
-                        _ => (i as i64 % c.pages_per_seq().unwrap_or(1).max(1)) as i32,
-                    })
-                    .collect();
-                Buf::I32(DeviceBuffer::from_host(&fill)?)
+                // Ragged offsets: every sequence full, packed.
+                let ragged = [
+                    ("ragged_offset_q", RaggedTensor::Q, c.seq_q),
+                    ("ragged_offset_k", RaggedTensor::K, c.seq_kv),
+                    ("ragged_offset_v", RaggedTensor::V, c.seq_kv),
+                    ("ragged_offset_o", RaggedTensor::O, c.seq_q),
+                ]
+                .into_iter()
+                .find(|(s, _, _)| t.name.ends_with(s));
+                // Named `sdpa<k>.seq_len_q` / `.seq_len_kv` by the graph.
+                let extent = if t.name.ends_with("seq_len_q") {
+                    Some(c.seq_q)
+                } else if t.name.ends_with("seq_len_kv") {
+                    Some(c.seq_kv)
+                } else {
+                    None
+                };
+                match (ragged, extent) {
+                    (Some((_, which, seq)), _) => {
+                        let lens = vec![seq as i32; c.batch.max(0) as usize];
+                        Buf::Ragged(DeviceBuffer::from_host(&c.ragged_offsets(which, &lens)?)?)
+                    }
+                    (None, Some(e)) => Buf::Len(SeqLengths::new(&vec![e as i32; n], n, e)?),
+                    (None, None) => Buf::I32(DeviceBuffer::from_host(
+                        &(0..n)
+                            .map(|i| (i as i64 % c.pages_per_seq().unwrap_or(1).max(1)) as i32)
+                            .collect::<Vec<_>>(),
+                    )?),
+                }
             }
             other => return Err(format!("no buffer for {other} `{}`", t.name).into()),
         };
@@ -400,78 +418,9 @@ fn buffers(plan: &Plan, case: Case) -> AnyResult<Vec<(String, bool, Buf)>> {
     Ok(out)
 }
 
-/// Entry `i` of the ragged offsets of `which` with every sequence full
-/// (0 where the config refuses: every sequence at the start, in bounds).
-fn ragged_at(c: &SdpaConfig, which: RaggedTensor, i: usize) -> i32 {
-    let lens = vec![c.seq_q as i32; c.batch.max(0) as usize];
-    c.ragged_offsets(which, &lens)
-        .ok()
-        .and_then(|o| o.get(i).copied())
-        .unwrap_or(0)
-}
-
 struct Timing {
     device_us: f64,
     host_us: f64,
-}
-
-/// [`measure`] for a plan with ragged offsets, through `execute_raw`.
-fn measure_raw(
-    h: &mut Handle,
-    stream: &Stream,
-    plan: &Plan,
-    bufs: &mut [(String, bool, Buf)],
-    iters: usize,
-) -> AnyResult<Timing> {
-    let mut ptrs = Vec::new();
-    for (name, _, buf) in bufs.iter_mut() {
-        let uid = plan
-            .io()
-            .tensors
-            .iter()
-            .find(|t| &t.name == name)
-            .ok_or("a plan tensor")?
-            .uid;
-        let p = match buf {
-            Buf::B16(x) => x.as_raw_mut(),
-            Buf::F32(x) => x.as_raw_mut(),
-            Buf::I32(x) => x.as_raw_mut(),
-            Buf::F8(x) => x.as_raw_mut(),
-        };
-        ptrs.push((uid, p));
-    }
-    let ws_bytes = plan.workspace_size();
-    let mut ws = DeviceBuffer::<u8>::zeroed(ws_bytes.max(1))?;
-    let ws_ptr = ws.as_raw_mut();
-    let raw = h.as_raw();
-    let run = || -> cudnn::Result<()> {
-        // SAFETY: every pointer is a live device buffer of its tensor's span
-        // (`buffers`), on the handle's device, which is current (`main`'s
-        // `Device::new`); the ragged offsets are `ragged_offsets` of full
-        // lengths, also bound as the sequence lengths; the workspace holds
-        // `workspace_size` bytes; every buffer outlives the synchronizations
-        // below.
-        unsafe { plan.execute_raw(raw, &ptrs, ws_ptr, ws_bytes) }
-    };
-    for _ in 0..2 {
-        run()?;
-    }
-    stream.synchronize()?;
-    let (start, end) = (Event::new()?, Event::new()?);
-    start.record(stream)?;
-    let t0 = Instant::now();
-    for _ in 0..iters {
-        run()?;
-    }
-    let host = t0.elapsed().as_secs_f64();
-    end.record(stream)?;
-    end.synchronize()?;
-    drop(ws);
-    let n = iters.max(1) as f64;
-    Ok(Timing {
-        device_us: f64::from(Event::elapsed_ms(&start, &end)?) * 1e3 / n,
-        host_us: host * 1e6 / n,
-    })
 }
 
 fn measure(
@@ -482,9 +431,6 @@ fn measure(
     iters: usize,
 ) -> AnyResult<Timing> {
     let mut bufs = buffers(plan, case)?;
-    if !plan.io().ragged_offsets.is_empty() {
-        return measure_raw(h, stream, plan, &mut bufs, iters);
-    }
     let mut b = plan.bindings();
     for (name, is_out, buf) in bufs.iter_mut() {
         match (buf, *is_out) {
@@ -505,6 +451,12 @@ fn measure(
                 }
             }
             (Buf::I32(x), true) => b.output(name, x.as_slice_mut())?,
+            (Buf::Len(x), _) => b.seq_lengths(name, x)?,
+            // SAFETY: `buffers` fills them with `SdpaConfig::ragged_offsets`
+            // of lengths within the sequence extent, so every sequence lies
+            // inside its tensor's span whatever lengths (at most the extent,
+            // checked by `SeqLengths`) are bound.
+            (Buf::Ragged(x), _) => unsafe { b.input_ragged_offsets(name, x.as_slice())? },
         };
     }
     for _ in 0..2 {
