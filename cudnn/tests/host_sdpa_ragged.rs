@@ -4,13 +4,16 @@
 //! driver stub and prints `engines / configs / plans / workspace` per
 //! target; the version and architecture rules as pure functions against
 //! NVIDIA's frontend 1.32; the host-computed offsets against hand values
-//! and random lengths; the plan's I/O naming its offset inputs (which keep
-//! the plan off the safe `Plan::execute`).
+//! and random lengths; the plan's I/O naming its offset inputs, which the
+//! safe `Bindings::input` refuses and the unsafe
+//! `Bindings::input_ragged_offsets` binds (after its checks), also in a
+//! plan reloaded from its JSON or its plan file.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 #[path = "support/mod.rs"]
 mod support;
 use cudnn::Error;
 use cudnn::graph::*;
+use cudnn::runtime::DeviceSlice;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, TestRunner};
 use support::*;
@@ -417,8 +420,12 @@ fn plan_json_keeps_offsets() -> TestResult {
         "marked offsets {:?}",
         io.ragged_offsets
     );
+    check_offsets_binding(&plan, "built")?;
     let back = Plan::from_cudnn_json_trusted(&json, &target, io.clone())?;
     ensure!(back.io().ragged_offsets == io.ragged_offsets, "reloaded");
+    // The loaded plan finds its offsets in the JSON (`isRagged`) and keeps
+    // the rule (not taken for sequence lengths: also `[B + 1, 1, 1, 1]` i32).
+    check_offsets_binding(&back, "reloaded from JSON")?;
     // The crate's plan file keeps the mark, and a file whose mark is
     // removed no longer matches its JSON (typed refusal).
     let text = plan.serialize()?;
@@ -428,6 +435,7 @@ fn plan_json_keeps_offsets() -> TestResult {
     );
     let again = Plan::deserialize_trusted(&text, &target)?;
     ensure!(again.io().ragged_offsets == io.ragged_offsets, "plan file");
+    check_offsets_binding(&again, "reloaded from the plan file")?;
     let stripped: String = text
         .lines()
         .filter(|l| !l.starts_with("ragged "))
@@ -442,6 +450,69 @@ fn plan_json_keeps_offsets() -> TestResult {
     match Plan::from_cudnn_json_trusted(&json, &target, std::sync::Arc::new(unmarked)) {
         Err(e @ Error::Mismatch { .. }) if e.to_string().contains("ragged") => {}
         other => return Err(format!("unmarked list: {:?}", other.err()).into()),
+    }
+    Ok(())
+}
+
+/// A view of `n` i32 at a fake aligned address (`n == 0`: null).
+fn fake(n: usize) -> DeviceSlice<'static, i32> {
+    let p = if n == 0 {
+        std::ptr::null()
+    } else {
+        0x7f00_0000_0000usize as *const i32
+    };
+    // SAFETY: never dereferenced: no plan runs in this file.
+    unsafe { DeviceSlice::<i32>::from_raw_parts(p, n) }
+}
+
+/// The binding rule of ragged offsets on `plan` (built or reloaded): the
+/// safe `input` refuses each (typed, naming the unsafe call), which binds
+/// it after the checks `input` makes; it binds nothing else.
+fn check_offsets_binding(plan: &Plan, what: &str) -> TestResult {
+    let io = plan.io();
+    ensure!(io.ragged_offsets.len() == 4, "{what}: {:?}", io.ragged_offsets);
+    for uid in &io.ragged_offsets {
+        let t = io.tensors.iter().find(|t| t.uid == *uid).ok_or("offsets uid")?;
+        let name = t.name.as_str();
+        let n = t.spec.span_elements()?;
+        let mut b = plan.bindings();
+        let e = b
+            .input(name, fake(n))
+            .err()
+            .ok_or(format!("{what}: `{name}` bound with the safe `input`"))?;
+        ensure!(
+            matches!(e, Error::Unsupported { .. })
+                && e.to_string().contains("input_ragged_offsets"),
+            "{what}: {e}"
+        );
+        // SAFETY: refused before any use (too short).
+        let e = unsafe { b.input_ragged_offsets(name, fake(n - 1)) }
+            .err()
+            .ok_or(format!("{what}: short offsets accepted"))?;
+        ensure!(e.to_string().contains("bytes"), "{what}: {e}");
+        // SAFETY: never run (no plan runs in this file).
+        unsafe { b.input_ragged_offsets(name, fake(n)) }
+            .map_err(|e| format!("{what}: `{name}`: {e}"))?;
+        // SAFETY: refused before any use (bound twice).
+        let e = unsafe { b.input_ragged_offsets(name, fake(n)) }
+            .err()
+            .ok_or(format!("{what}: bound twice"))?;
+        ensure!(e.to_string().contains("exactly once"), "{what}: {e}");
+    }
+    // Neither Q nor a sequence length is bound as offsets.
+    for t in io.tensors.iter().filter(|t| !t.is_output) {
+        if io.ragged_offsets.contains(&t.uid) {
+            continue;
+        }
+        let mut b = plan.bindings();
+        // SAFETY: refused before any use (not ragged offsets).
+        let e = unsafe { b.input_ragged_offsets(&t.name, fake(1 << 20)) }
+            .err()
+            .ok_or(format!("{what}: `{}` bound as ragged offsets", t.name))?;
+        ensure!(
+            e.to_string().contains("must be ragged offsets"),
+            "{what}: {e}"
+        );
     }
     Ok(())
 }

@@ -210,7 +210,9 @@ impl<'a> Bindings<'a> {
     /// ([`input_page_table`](Self::input_page_table), unsafe) and the
     /// sequence lengths of an attention's padding mask
     /// ([`seq_lengths`](Self::seq_lengths), or the unsafe
-    /// [`input_seq_lengths`](Self::input_seq_lengths)): cuDNN reads them
+    /// [`input_seq_lengths`](Self::input_seq_lengths)), and the ragged
+    /// offsets of a packed (THD) attention
+    /// ([`input_ragged_offsets`](Self::input_ragged_offsets), unsafe): cuDNN reads them
     /// unchecked, so a bad value makes the GPU touch memory outside the
     /// tensors.
     ///
@@ -337,6 +339,45 @@ impl<'a> Bindings<'a> {
             return Err(Error::invalid(
                 format!("binding `{name}` with `input_page_table`"),
                 "must be a page table of the plan's paged KV cache (bind other inputs with `input`)",
+                name,
+            ));
+        }
+        self.input_checked(name, t, buf)
+    }
+
+    /// Bind ragged offsets of a packed (THD) attention (see
+    /// [`SdpaConfig::ragged`](crate::graph::SdpaConfig::ragged)): `[B + 1,
+    /// 1, 1, 1]` i32, entry `b` the element offset of sequence `b` in the
+    /// tensor they address. The shape, type, length, alignment and device
+    /// are checked as [`input`](Self::input) checks them; the values
+    /// cannot be (they live on the device).
+    ///
+    /// # Safety
+    /// For every execution with these bindings, until it completes, and
+    /// for every tensor these offsets address (Q and dQ, K and dK, V and dV,
+    /// or O and dO): every entry is `>= 0`, and each sequence `b` (the
+    /// `len_b` tokens of `H x D` elements the bound sequence length gives
+    /// it, starting at entry `b`) lies inside the tensor's `[B, H, S, D]`
+    /// span, and nothing writes `buf` while a run reads it. Offsets that
+    /// [`SdpaConfig::ragged_offsets`](crate::graph::SdpaConfig::ragged_offsets)
+    /// computes (from any lengths it accepts) meet this with any sequence
+    /// lengths bound through [`seq_lengths`](Self::seq_lengths). cuDNN
+    /// checks nothing: an offset past the span makes the GPU read past Q,
+    /// K, V or write past O or the gradients.
+    ///
+    /// # Errors
+    /// Unknown name, not ragged offsets of the plan, bound twice, wrong
+    /// dtype, too short, misaligned.
+    pub unsafe fn input_ragged_offsets(
+        &mut self,
+        name: &str,
+        buf: impl Into<DeviceSlice<'a, i32>>,
+    ) -> Result<&mut Self> {
+        let t = self.find(name)?;
+        if guard_of(&self.guarded, t.uid) != Some(Guard::RaggedOffsets) {
+            return Err(Error::invalid(
+                format!("binding `{name}` with `input_ragged_offsets`"),
+                "must be ragged offsets of the plan's attention (bind other inputs with `input`)",
                 name,
             ));
         }

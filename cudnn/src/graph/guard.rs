@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::runtime::{DeviceBuffer, DeviceSlice};
 
 /// Why an input cannot be bound with plain [`Bindings::input`](super::Bindings::input).
-/// New kinds (e.g. ragged offsets) join here with their binding call.
+/// New kinds join here with their binding call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Guard {
     /// A page table of a paged KV cache: its values are page indices
@@ -26,6 +26,10 @@ pub(crate) enum Guard {
         /// The sequence extent of the tensors the lengths bound.
         extent: i64,
     },
+    /// Ragged offsets of a packed (THD) attention (`[B + 1, 1, 1, 1]` i32):
+    /// cuDNN adds each value to its tensor's address
+    /// ([`Bindings::input_ragged_offsets`](super::Bindings::input_ragged_offsets)).
+    RaggedOffsets,
 }
 
 impl Guard {
@@ -47,6 +51,14 @@ impl Guard {
                 ),
                 "`Bindings::seq_lengths` with a `SeqLengths` (values checked on the host), or \
                  `Bindings::input_seq_lengths` (unsafe) for lengths written on the device"
+                    .to_string(),
+            ),
+            Guard::RaggedOffsets => (
+                "ragged offsets of a packed (THD) attention, which the GPU adds to a tensor's \
+                 address without a bounds check"
+                    .to_string(),
+                "`Bindings::input_ragged_offsets` (unsafe: every sequence inside its tensor's \
+                 span, as `SdpaConfig::ragged_offsets` computes them)"
                     .to_string(),
             ),
         };
@@ -208,5 +220,7 @@ mod tests {
         assert!(e.contains("seq_lengths") && e.contains("0..=5"), "{e}");
         let e = Guard::PageTable.refusal("p").to_string();
         assert!(e.contains("input_page_table"), "{e}");
+        let e = Guard::RaggedOffsets.refusal("r").to_string();
+        assert!(e.contains("input_ragged_offsets"), "{e}");
     }
 }

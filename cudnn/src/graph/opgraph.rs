@@ -33,8 +33,9 @@ pub struct IoSignature {
     /// (nothing to bind; counted in [`Plan::workspace_size`](super::Plan::workspace_size)).
     pub scratch: Vec<(i64, usize)>,
     /// UIDs of the inputs that hold ragged offsets (packed THD attention):
-    /// device values cuDNN reads addresses from, so a plan with any runs
-    /// only through the unsafe [`Plan::execute_raw`](super::Plan::execute_raw).
+    /// device values cuDNN adds to tensor addresses, so a plan binds them
+    /// only through the unsafe
+    /// [`Bindings::input_ragged_offsets`](super::Bindings::input_ragged_offsets).
     pub ragged_offsets: Vec<i64>,
 }
 

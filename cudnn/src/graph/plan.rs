@@ -831,17 +831,6 @@ impl Plan {
             crate::sys::cudnn::cudnnBackendDescriptor_t,
         ) -> Result<R>,
     ) -> Result<R> {
-        if let Some(uid) = self.io.ragged_offsets.first() {
-            return Err(Error::Unsupported {
-                what: format!(
-                    "a safe run (`Plan::execute`, `Plan::cuda_graph`, `update_cuda_graph`) of a plan with ragged offset inputs (UID {uid}, packed THD attention): cuDNN reads addresses from their device values, which no safe binding can check"
-                ),
-                needs: Some(
-                    "`Plan::execute_raw` (unsafe: the offsets must be those `SdpaConfig::ragged_offsets` computes, or as much in bounds)"
-                        .to_string(),
-                ),
-            });
-        }
         let device = handle.device();
         self.check_device(device)?;
         // The handle's device current for the call (restored after), its
@@ -866,11 +855,10 @@ impl Plan {
     /// Each pointer must be device memory of at least its tensor's span and
     /// type, valid until the work completes; the workspace likewise; the
     /// handle's device must be current and of the plan's architecture. The
-    /// ragged offsets of a packed (THD) attention plan
-    /// ([`IoSignature::ragged_offsets`](super::IoSignature::ragged_offsets))
-    /// must keep every sequence inside its tensor's span: those
-    /// [`SdpaConfig::ragged_offsets`](super::SdpaConfig::ragged_offsets)
-    /// computes from lengths that are also the bound sequence lengths.
+    /// values of guarded inputs meet the contracts of their binding calls
+    /// (page tables: [`Bindings::input_page_table`]; sequence lengths:
+    /// [`Bindings::input_seq_lengths`]; ragged offsets of a packed THD
+    /// attention: [`Bindings::input_ragged_offsets`]).
     pub unsafe fn execute_raw(
         &self,
         handle: crate::sys::cudnn::cudnnHandle_t,

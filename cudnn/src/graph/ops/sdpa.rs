@@ -19,9 +19,9 @@
 //! per-sequence page tables, `[B, 1, pages, 1]` i32 inputs; forward only);
 //! ragged (packed THD) batches ([`SdpaConfig::ragged`]: ragged offset
 //! inputs `[B + 1, 1, 1, 1]` i32 on Q, K, V, O and the gradients, forward
-//! and backward; plans with them run only through the unsafe
-//! `Plan::execute_raw`, see the rules and the soundness note on
-//! [`SdpaConfig::ragged_offsets`]).
+//! and backward; the offsets are bound with the unsafe
+//! `Bindings::input_ragged_offsets`, see the rules and the soundness note
+//! on [`SdpaConfig::ragged_offsets`]).
 //! Their rules, after NVIDIA's frontend 1.32: the bottom-right causal mask
 //! not with dropout, and (like the window) without padding only for
 //! `seq_q <= seq_kv`; before cuDNN 9.6 a bottom-right mask only for lengths
@@ -231,8 +231,8 @@ pub struct SdpaConfig {
     /// Ragged (packed THD) batches: Q, K, V, O (and the gradients) get
     /// ragged offset inputs (`[B + 1, 1, 1, 1]` i32) saying where each
     /// sequence starts; needs [`padding`](Self::padding) and the BSHD
-    /// layout. A plan with them runs only through the unsafe
-    /// `Plan::execute_raw` (see [`SdpaConfig::ragged_offsets`]).
+    /// layout. The offsets are bound with the unsafe
+    /// `Bindings::input_ragged_offsets` (see [`SdpaConfig::ragged_offsets`]).
     pub ragged: bool,
     /// Dropout on the probabilities.
     pub dropout: Option<Dropout>,

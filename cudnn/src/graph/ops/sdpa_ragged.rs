@@ -17,18 +17,20 @@
 //! # Soundness
 //! cuDNN adds each offset to its tensor's address on the device: an offset
 //! past the buffer makes it read or write out of bounds, and no safe
-//! binding can check device values. So a plan with ragged offset inputs
-//! ([`IoSignature::ragged_offsets`](crate::graph::IoSignature::ragged_offsets))
-//! is refused by the safe [`Plan::execute`](crate::graph::Plan::execute)
-//! (a typed `Unsupported`) and runs only through the unsafe
-//! [`Plan::execute_raw`](crate::graph::Plan::execute_raw), whose contract
-//! names them; [`SdpaConfig::ragged_offsets`] computes offsets that keep
-//! every sequence in its tensor's span from checked lengths on the host.
-//! (Autotuning binds zeros: every sequence at the start, in bounds.)
+//! binding can check device values. So a plan records its ragged offset
+//! inputs (from the graph, or from a loaded plan JSON's `isRagged`), the
+//! safe [`Bindings::input`](crate::graph::Bindings::input) refuses them
+//! (a typed `Unsupported`), and they are bound with the unsafe
+//! [`Bindings::input_ragged_offsets`](crate::graph::Bindings::input_ragged_offsets),
+//! whose contract they meet when [`SdpaConfig::ragged_offsets`] computed
+//! them; the plan then runs through the safe `Plan::execute` and CUDA
+//! graphs like any other. (Autotuning binds zeros: every sequence at the
+//! start, in bounds.)
 
 use super::sdpa::SdpaConfig;
 use crate::error::{Error, Result};
 use crate::graph::graph::{Graph, Tensor};
+use crate::graph::guard::Guard;
 use crate::graph::tensor::{DType, TensorSpec};
 
 /// Before this cuDNN, ragged offsets need Hopper or newer (NVIDIA's frontend).
@@ -128,14 +130,14 @@ impl SdpaConfig {
     ///
     /// # Soundness
     /// cuDNN adds each offset to its tensor's address on the device, so an
-    /// offset past the buffer makes it read or write out of bounds, and no
-    /// safe binding can check device values: a plan with ragged offset
-    /// inputs ([`IoSignature::ragged_offsets`](crate::graph::IoSignature::ragged_offsets),
-    /// kept in plan files) is refused by the safe
-    /// [`Plan::execute`](crate::graph::Plan::execute) and runs only through
-    /// the unsafe [`Plan::execute_raw`](crate::graph::Plan::execute_raw),
-    /// whose contract names them; these offsets meet it (autotuning binds
-    /// zeros, also in bounds).
+    /// offset past the buffer makes it read or write out of bounds; the
+    /// safe [`Bindings::input`](crate::graph::Bindings::input) refuses
+    /// ragged offsets, bound with the unsafe
+    /// [`Bindings::input_ragged_offsets`](crate::graph::Bindings::input_ragged_offsets).
+    /// These offsets meet its contract: for lengths in `0..=seq`, sequence
+    /// `b` starts at most `(B - 1) * seq` tokens in, so any bound length up
+    /// to `seq` (what [`SeqLengths`](crate::graph::SeqLengths) checks)
+    /// keeps it inside the `[B, H, S, D]` span.
     pub fn ragged_offsets(&self, which: RaggedTensor, lens: &[i32]) -> Result<Vec<i32>> {
         if !self.ragged {
             return Err(Error::invalid(
@@ -286,6 +288,12 @@ impl Graph {
             v: self.input(&format!("{base}.ragged_offset_v"), spec.clone())?,
             o: self.input(&format!("{base}.ragged_offset_o"), spec)?,
         };
+        // cuDNN adds their values to the tensors' addresses, unchecked:
+        // plans bind them only through the `unsafe` `input_ragged_offsets`.
+        for off in [r.q, r.k, r.v, r.o] {
+            let i = self.index(off)?;
+            self.guarded.push((i, Guard::RaggedOffsets));
+        }
         for &(t, which) in tensors {
             let off = match which {
                 RaggedTensor::Q => r.q,

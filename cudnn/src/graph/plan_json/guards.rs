@@ -1,5 +1,7 @@
 //! Which inputs of a loaded plan the GPU uses as addresses or bounds: the
-//! page tables (a paged KV cache) and the sequence lengths, with the extent
+//! page tables (a paged KV cache), the ragged offsets (a packed THD
+//! attention: the tensors another names as its `isRagged`) and the
+//! sequence lengths, with the extent
 //! each length bounds, recovered from the plan JSON alone (a loaded plan
 //! has no graph to ask).
 //!
@@ -41,7 +43,16 @@ pub(super) fn guarded(w: &Walk) -> Vec<(i64, Guard)> {
         d.get(d.len().checked_sub(axis_from_end)?).copied()
     };
     let page_tables: Vec<i64> = w.page_tables.iter().filter_map(|n| uid(n)).collect();
-    let is_page_table = |u: i64| page_tables.contains(&u);
+    // Ragged offsets (a packed THD attention): the tensors some tensor
+    // names as its `isRagged` offsets. Also `[B + 1, 1, 1, 1]` i32, so
+    // kept out of the lengths below.
+    let ragged: Vec<i64> = {
+        let mut r: Vec<i64> = w.tensors.values().filter_map(|t| t.ragged).collect();
+        r.sort_unstable();
+        r.dedup();
+        r
+    };
+    let is_page_table = |u: i64| page_tables.contains(&u) || ragged.contains(&u);
 
     // Extents from the nodes that use a tensor as a bound (`keyed`), and
     // from other nodes that read a length-shaped i32 input (`loose`).
@@ -152,6 +163,12 @@ pub(super) fn guarded(w: &Walk) -> Vec<(i64, Guard)> {
         }
     }
     let mut out: Vec<(i64, Guard)> = page_tables.iter().map(|&u| (u, Guard::PageTable)).collect();
+    out.extend(
+        ragged
+            .iter()
+            .filter(|u| !page_tables.contains(u))
+            .map(|&u| (u, Guard::RaggedOffsets)),
+    );
     for (u, extent) in lengths {
         if !is_page_table(u) {
             out.push((u, Guard::SeqLengths { extent }));

@@ -664,7 +664,9 @@ pub(crate) fn check_summary(
     // bound input (which only `Bindings::input_page_table` binds), never a
     // scalar, a scratch or virtual tensor the crate cannot vouch for.
     for (uid, g) in &summary.guarded {
-        if *g == Guard::PageTable && !io.tensors.iter().any(|t| t.uid == *uid && !t.is_output) {
+        if matches!(g, Guard::PageTable | Guard::RaggedOffsets)
+            && !io.tensors.iter().any(|t| t.uid == *uid && !t.is_output)
+        {
             return Err(Error::invalid(
                 format!("plan JSON tensor uid {uid}"),
                 "must be a bound input of the tensor list (it is read as a page table)",
