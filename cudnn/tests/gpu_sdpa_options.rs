@@ -9,8 +9,9 @@
 //! over the rows each sequence's length makes valid.
 //!
 //! Also ragged (packed THD) batches: the sequences packed at the offsets
-//! `SdpaConfig::ragged_offsets` computes, run through `execute_raw` after
-//! the safe `execute` is refused, against the reference over the unpacked
+//! `SdpaConfig::ragged_offsets` computes (the safe `Bindings::input`
+//! refuses them; bound with the unsafe `input_ragged_offsets`), run through
+//! `Plan::execute`, against the reference over the unpacked
 //! batch (`reference::attention::ragged_unpack`).
 //!
 //! (The bottom-right causal mask and the sliding window are GPU-tested in
@@ -177,8 +178,9 @@ fn paged_case(cfg: SdpaConfig, lens_q: Vec<usize>, lens_kv: Vec<usize>) -> TestR
 }
 
 /// One ragged (packed THD) forward on the device against the reference:
-/// the sequences packed from the host-computed offsets, the safe
-/// `execute` refused (typed), the run through `execute_raw`, O compared
+/// the sequences packed from the host-computed offsets, the safe `input`
+/// refusing them (typed), bound with the unsafe `input_ragged_offsets` and
+/// run through the safe `execute`, O compared
 /// over the valid tokens (the reference over the unpacked, padded batch).
 fn ragged_case(cfg: SdpaConfig, lens_q: Vec<usize>, lens_kv: Vec<usize>) -> TestResult {
     Device::new(0)?;
@@ -212,52 +214,38 @@ fn ragged_case(cfg: SdpaConfig, lens_q: Vec<usize>, lens_kv: Vec<usize>) -> Test
         r.chosen,
         r.candidates.len()
     );
-    let (mut qb, mut kb, mut vb) = (up(&q)?, up(&k)?, up(&v)?);
+    let (qb, kb, vb) = (up(&q)?, up(&k)?, up(&v)?);
     let mut ob = up(&vec![f64::NAN; os.span_elements()?])?;
     let dev = |v: &[i32]| -> R<DeviceBuffer<i32>> { Ok(DeviceBuffer::from_host(v)?) };
-    let (mut lq, mut lkv) = (dev(&i32v(&lens_q))?, dev(&i32v(&lens_kv))?);
-    let (mut dq, mut dk, mut dv, mut do_) = (dev(&oq)?, dev(&ok)?, dev(&ov)?, dev(&oo)?);
+    let lq = SeqLengths::new(&i32v(&lens_q), lens_q.len(), cfg.seq_q)?;
+    let lkv = SeqLengths::new(&i32v(&lens_kv), lens_kv.len(), cfg.seq_kv)?;
+    let (dq, dk, dv, do_) = (dev(&oq)?, dev(&ok)?, dev(&ov)?, dev(&oo)?);
     let rg = f.ragged.ok_or("ragged offsets")?;
     let name = |t: Option<Tensor>| -> R<String> { Ok(g.name(t.ok_or("an input")?)?.to_string()) };
-    let uid = |n: &str| -> R<i64> {
-        Ok(plan
-            .io()
-            .tensors
-            .iter()
-            .find(|t| t.name == n)
-            .ok_or("a plan tensor")?
-            .uid)
-    };
-    // The safe path refuses a plan with ragged offsets, before any launch.
-    {
-        let mut bi = plan.bindings();
-        bi.input("q", qb.as_slice())?;
-        match plan.execute(&mut h, &mut bi) {
-            Err(cudnn::Error::Unsupported { what, .. }) if what.contains("ragged") => {}
-            other => return Err(format!("safe execute of a ragged plan: {other:?}").into()),
-        }
+    let mut bi = plan.bindings();
+    bi.input("q", qb.as_slice())?
+        .input("k", kb.as_slice())?
+        .input("v", vb.as_slice())?
+        .output("o", ob.as_slice_mut())?
+        .seq_lengths(&name(f.seq_len_q)?, &lq)?
+        .seq_lengths(&name(f.seq_len_kv)?, &lkv)?;
+    // The safe `input` refuses ragged offsets (typed), before any launch.
+    match bi.input(&name(Some(rg.q))?, dq.as_slice()) {
+        Err(cudnn::Error::Unsupported { what, .. }) if what.contains("ragged") => {}
+        other => return Err(format!("safe input of ragged offsets: {:?}", other.err()).into()),
     }
-    let ptrs = vec![
-        (uid("q")?, qb.as_raw_mut()),
-        (uid("k")?, kb.as_raw_mut()),
-        (uid("v")?, vb.as_raw_mut()),
-        (uid("o")?, ob.as_raw_mut()),
-        (uid(&name(f.seq_len_q)?)?, lq.as_raw_mut()),
-        (uid(&name(f.seq_len_kv)?)?, lkv.as_raw_mut()),
-        (uid(&name(Some(rg.q))?)?, dq.as_raw_mut()),
-        (uid(&name(Some(rg.k))?)?, dk.as_raw_mut()),
-        (uid(&name(Some(rg.v))?)?, dv.as_raw_mut()),
-        (uid(&name(Some(rg.o))?)?, do_.as_raw_mut()),
-    ];
-    let mut ws = DeviceBuffer::<u8>::zeroed(plan.workspace_size().max(1))?;
-    // SAFETY: every pointer is a live device buffer of at least its
-    // tensor's span on this handle's device (current: `Device::new(0)`),
-    // the offsets are `ragged_offsets` of lengths also bound as the
-    // sequence lengths, the workspace holds `workspace_size` bytes, and the
-    // stream is synchronized before any buffer is dropped.
+    // SAFETY: the offsets are `ragged_offsets` of lengths within the
+    // sequence extents (the same lengths bound through `seq_lengths`), so
+    // every sequence lies inside its tensor's span; the buffers outlive the
+    // bindings and the stream is synchronized before any is dropped.
     unsafe {
-        plan.execute_raw(h.as_raw(), &ptrs, ws.as_raw_mut(), plan.workspace_size())?;
+        bi.input_ragged_offsets(&name(Some(rg.q))?, dq.as_slice())?
+            .input_ragged_offsets(&name(Some(rg.k))?, dk.as_slice())?
+            .input_ragged_offsets(&name(Some(rg.v))?, dv.as_slice())?
+            .input_ragged_offsets(&name(Some(rg.o))?, do_.as_slice())?;
     }
+    plan.execute(&mut h, &mut bi)?;
+    drop(bi);
     h.stream().synchronize()?;
     let mut out = vec![bf16::from_f32(0.0); os.span_elements()?];
     ob.copy_to_host(&mut out)?;
