@@ -445,6 +445,34 @@ fn plan_json_keeps_offsets() -> TestResult {
         Err(e) if e.to_string().contains("ragged") => {}
         other => return Err(format!("a plan file without its mark: {:?}", other.err()).into()),
     }
+    // A hostile JSON whose offsets tensor is shorter than B + 1 (the list
+    // agreeing): cuDNN would read offsets past the bound buffer. Refused.
+    let short_uid = io.ragged_offsets[0];
+    let mut v: serde_json::Value = serde_json::from_str(&json)?;
+    fn shrink(v: &mut serde_json::Value, uid: &str) {
+        match v {
+            serde_json::Value::Object(m) => {
+                if m.get("name").and_then(|n| n.as_str()) == Some(uid) {
+                    m.insert("dim".into(), serde_json::json!([1, 1, 1, 1]));
+                    m.insert("stride".into(), serde_json::json!([1, 1, 1, 1]));
+                }
+                m.values_mut().for_each(|x| shrink(x, uid));
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(|x| shrink(x, uid)),
+            _ => {}
+        }
+    }
+    shrink(&mut v, &short_uid.to_string());
+    let short_json = serde_json::to_string(&v)?;
+    ensure!(short_json != json, "the offsets tensor was found in the JSON");
+    let mut short_io = (*io).clone();
+    for t in short_io.tensors.iter_mut().filter(|t| t.uid == short_uid) {
+        t.spec = TensorSpec::row_major(DType::I32, &[1, 1, 1, 1])?;
+    }
+    match Plan::from_cudnn_json_trusted(&short_json, &target, std::sync::Arc::new(short_io)) {
+        Err(e) if e.to_string().contains("ragged offsets") => {}
+        other => return Err(format!("offsets shorter than B + 1: {:?}", other.err()).into()),
+    }
     let mut unmarked = (*io).clone();
     unmarked.ragged_offsets.clear();
     match Plan::from_cudnn_json_trusted(&json, &target, std::sync::Arc::new(unmarked)) {

@@ -879,6 +879,37 @@ fn agree(roles: &Tensors, io: &IoSignature) -> Result<()> {
             format!("{named:?}"),
         ));
     }
+    // cuDNN reads `B + 1` offsets (sequence `b` starts at entry `b`) of
+    // each: a shorter offsets tensor would make it read past the bound
+    // buffer, whatever the caller vouched for the values.
+    for (uid, j) in tensors {
+        let Some(off) = j.ragged else { continue };
+        let o = tensors.get(&off).ok_or_else(|| {
+            field_err(*uid, "isRagged", "a declared tensor", off)
+        })?;
+        let want = j
+            .dims
+            .first()
+            .and_then(|b| b.checked_add(1))
+            .map(|n| vec![n, 1, 1, 1]);
+        if want.as_deref() != Some(&o.dims[..]) {
+            return Err(field_err(
+                off,
+                "dim (ragged offsets: the batch of the tensor they address + 1)",
+                format!("{want:?}"),
+                fmt(&o.dims),
+            ));
+        }
+        if !matches!(o.dtype, "CUDNN_DATA_INT32" | "CUDNN_DATA_INT64") || o.is_virtual || o.by_value
+        {
+            return Err(field_err(
+                off,
+                "ragged offsets",
+                "a bound INT32 or INT64 input",
+                o.dtype,
+            ));
+        }
+    }
     for (uid, j) in tensors {
         if !j.is_virtual && !seen.contains(uid) {
             return Err(field_err(
