@@ -464,7 +464,10 @@ fn plan_json_keeps_offsets() -> TestResult {
     }
     shrink(&mut v, &short_uid.to_string());
     let short_json = serde_json::to_string(&v)?;
-    ensure!(short_json != json, "the offsets tensor was found in the JSON");
+    ensure!(
+        short_json != json,
+        "the offsets tensor was found in the JSON"
+    );
     let mut short_io = (*io).clone();
     for t in short_io.tensors.iter_mut().filter(|t| t.uid == short_uid) {
         t.spec = TensorSpec::row_major(DType::I32, &[1, 1, 1, 1])?;
@@ -498,9 +501,17 @@ fn fake(n: usize) -> DeviceSlice<'static, i32> {
 /// it after the checks `input` makes; it binds nothing else.
 fn check_offsets_binding(plan: &Plan, what: &str) -> TestResult {
     let io = plan.io();
-    ensure!(io.ragged_offsets.len() == 4, "{what}: {:?}", io.ragged_offsets);
+    ensure!(
+        io.ragged_offsets.len() == 4,
+        "{what}: {:?}",
+        io.ragged_offsets
+    );
     for uid in &io.ragged_offsets {
-        let t = io.tensors.iter().find(|t| t.uid == *uid).ok_or("offsets uid")?;
+        let t = io
+            .tensors
+            .iter()
+            .find(|t| t.uid == *uid)
+            .ok_or("offsets uid")?;
         let name = t.name.as_str();
         let n = t.spec.span_elements()?;
         let mut b = plan.bindings();

@@ -884,9 +884,9 @@ fn agree(roles: &Tensors, io: &IoSignature) -> Result<()> {
     // buffer, whatever the caller vouched for the values.
     for (uid, j) in tensors {
         let Some(off) = j.ragged else { continue };
-        let o = tensors.get(&off).ok_or_else(|| {
-            field_err(*uid, "isRagged", "a declared tensor", off)
-        })?;
+        let o = tensors
+            .get(&off)
+            .ok_or_else(|| field_err(*uid, "isRagged", "a declared tensor", off))?;
         let want = j
             .dims
             .first()
