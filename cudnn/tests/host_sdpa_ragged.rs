@@ -395,8 +395,9 @@ fn reference_ragged() -> TestResult {
 
 /// A ragged plan's cuDNN JSON loads back with its tensor list, and is
 /// refused (typed) with a list that does not mark the ragged offsets (the
-/// payload is compiled code: the trusted loader, same checks): a
-/// loaded plan cannot lose the mark that keeps it off the safe `execute`.
+/// payload is compiled code: the trusted loader, same checks), or with
+/// offsets shorter than `B + 1`: a loaded plan keeps the rule that the
+/// safe `Bindings::input` refuses its offsets.
 fn plan_json_keeps_offsets() -> TestResult {
     let cfg = SdpaConfig::new(2, 8, 256, 128, DType::BF16)
         .causal(true)
