@@ -64,14 +64,23 @@ fn graph(c: &SdpaConfig, backward: bool) -> Result<Graph, Error> {
         let f = g.sdpa_forward(q, k, v, c)?;
         (f.seq_len_q, f.seq_len_kv)
     };
-    g.rename(lq.ok_or(Error::invalid("graph", "has lengths", "none"))?, "lq")?;
-    g.rename(lkv.ok_or(Error::invalid("graph", "has lengths", "none"))?, "lkv")?;
+    g.rename(
+        lq.ok_or(Error::invalid("graph", "has lengths", "none"))?,
+        "lq",
+    )?;
+    g.rename(
+        lkv.ok_or(Error::invalid("graph", "has lengths", "none"))?,
+        "lkv",
+    )?;
     Ok(g)
 }
 
+/// A plan and the names of its length tensors (q, kv).
+type Named = (Plan, [&'static str; 2]);
+
 /// The built plan, and the same plan loaded from its cuDNN JSON with the
 /// tensor list, the length tensors renamed there (`xq`, `xkv`).
-fn plans(og: &OpGraph, t: &Target) -> Result<Vec<(Plan, [&'static str; 2])>, Box<dyn std::error::Error>> {
+fn plans(og: &OpGraph, t: &Target) -> Result<Vec<Named>, Box<dyn std::error::Error>> {
     let policy = Policy {
         max_attempts: 1,
         ..Policy::default()
@@ -124,10 +133,10 @@ fn check_plan(plan: &Plan, names: [&str; 2], what: &str) -> TestResult {
         );
         let mx = i32::try_from(extent)?;
         let over = fake(BATCH as usize, mx + 1)?;
-        let e = b
-            .seq_lengths(name, &over)
-            .err()
-            .ok_or(format!("{what}: `{name}` took a length of {} > {extent}", mx + 1))?;
+        let e = b.seq_lengths(name, &over).err().ok_or(format!(
+            "{what}: `{name}` took a length of {} > {extent}",
+            mx + 1
+        ))?;
         ensure!(
             e.to_string().contains(&format!("at most {extent}")),
             "{what}: {e}"
@@ -308,7 +317,10 @@ fn property_seq_lengths() -> TestResult {
 
 fn main() {
     run(vec![
-        host("sdpa_seq_lengths_need_checked_binding", lengths_need_checked_binding),
+        host(
+            "sdpa_seq_lengths_need_checked_binding",
+            lengths_need_checked_binding,
+        ),
         host("sdpa_seq_lengths_random", property_seq_lengths),
     ])
 }
