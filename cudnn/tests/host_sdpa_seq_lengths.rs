@@ -218,8 +218,10 @@ fn lengths_need_checked_binding() -> TestResult {
 
 /// `SeqLengths::check` over random values, counts and extents: no panic,
 /// `Ok` exactly when the count and every value are right, else a typed
-/// error; and a random largest length through `seq_lengths` on a real plan:
-/// bound exactly when within the extent.
+/// error; and a random name, count and largest length through
+/// `seq_lengths` on a real plan: bound exactly when a length tensor's, of
+/// the batch's count and within the extent (`input_seq_lengths` of an empty
+/// buffer: always a typed refusal).
 fn property_seq_lengths() -> TestResult {
     let mut runner = TestRunner::new(PtConfig {
         cases: 512,
@@ -298,6 +300,15 @@ fn property_seq_lengths() -> TestResult {
                     Err(e) => return Err(TestCaseError::fail(format!("untyped {e:?}"))),
                 };
                 let mut b = plan.bindings();
+                // SAFETY: refused before any use (empty, or not lengths).
+                let raw = unsafe { b.input_seq_lengths(&name, empty()) }.map(|_| ());
+                prop_assert!(
+                    matches!(
+                        raw,
+                        Err(Error::InvalidArgument { .. } | Error::Mismatch { .. })
+                    ),
+                    "`{name}`: input_seq_lengths of nothing gave {raw:?}"
+                );
                 let r = b.seq_lengths(&name, &l).map(|_| ());
                 let want = extent.is_some_and(|e| i64::from(max) <= e) && n == BATCH as usize;
                 drop(b);
