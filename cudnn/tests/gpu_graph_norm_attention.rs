@@ -658,10 +658,7 @@ fn seq_lengths(cfg: &SdpaConfig, a: &Attn) -> R<[SeqLengths; 2]> {
         let v: Vec<i32> = v.iter().map(|&x| x as i32).collect();
         Ok(SeqLengths::new(&v, v.len(), extent)?)
     };
-    Ok([
-        make(&a.lens_q, cfg.seq_q)?,
-        make(&a.lens_kv, cfg.seq_kv)?,
-    ])
+    Ok([make(&a.lens_q, cfg.seq_q)?, make(&a.lens_kv, cfg.seq_kv)?])
 }
 
 fn bind_extras<'b>(

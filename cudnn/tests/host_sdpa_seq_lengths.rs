@@ -64,14 +64,23 @@ fn graph(c: &SdpaConfig, backward: bool) -> Result<Graph, Error> {
         let f = g.sdpa_forward(q, k, v, c)?;
         (f.seq_len_q, f.seq_len_kv)
     };
-    g.rename(lq.ok_or(Error::invalid("graph", "has lengths", "none"))?, "lq")?;
-    g.rename(lkv.ok_or(Error::invalid("graph", "has lengths", "none"))?, "lkv")?;
+    g.rename(
+        lq.ok_or(Error::invalid("graph", "has lengths", "none"))?,
+        "lq",
+    )?;
+    g.rename(
+        lkv.ok_or(Error::invalid("graph", "has lengths", "none"))?,
+        "lkv",
+    )?;
     Ok(g)
 }
 
+/// A plan and the names of its length tensors (q, kv).
+type Named = (Plan, [&'static str; 2]);
+
 /// The built plan, and the same plan loaded from its cuDNN JSON with the
 /// tensor list, the length tensors renamed there (`xq`, `xkv`).
-fn plans(og: &OpGraph, t: &Target) -> Result<Vec<(Plan, [&'static str; 2])>, Box<dyn std::error::Error>> {
+fn plans(og: &OpGraph, t: &Target) -> Result<Vec<Named>, Box<dyn std::error::Error>> {
     let policy = Policy {
         max_attempts: 1,
         ..Policy::default()
@@ -124,10 +133,10 @@ fn check_plan(plan: &Plan, names: [&str; 2], what: &str) -> TestResult {
         );
         let mx = i32::try_from(extent)?;
         let over = fake(BATCH as usize, mx + 1)?;
-        let e = b
-            .seq_lengths(name, &over)
-            .err()
-            .ok_or(format!("{what}: `{name}` took a length of {} > {extent}", mx + 1))?;
+        let e = b.seq_lengths(name, &over).err().ok_or(format!(
+            "{what}: `{name}` took a length of {} > {extent}",
+            mx + 1
+        ))?;
         ensure!(
             e.to_string().contains(&format!("at most {extent}")),
             "{what}: {e}"
@@ -209,8 +218,10 @@ fn lengths_need_checked_binding() -> TestResult {
 
 /// `SeqLengths::check` over random values, counts and extents: no panic,
 /// `Ok` exactly when the count and every value are right, else a typed
-/// error; and a random largest length through `seq_lengths` on a real plan:
-/// bound exactly when within the extent.
+/// error; and a random name, count and largest length through
+/// `seq_lengths` on a real plan: bound exactly when a length tensor's, of
+/// the batch's count and within the extent (`input_seq_lengths` of an empty
+/// buffer: always a typed refusal).
 fn property_seq_lengths() -> TestResult {
     let mut runner = TestRunner::new(PtConfig {
         cases: 512,
@@ -289,6 +300,15 @@ fn property_seq_lengths() -> TestResult {
                     Err(e) => return Err(TestCaseError::fail(format!("untyped {e:?}"))),
                 };
                 let mut b = plan.bindings();
+                // SAFETY: refused before any use (empty, or not lengths).
+                let raw = unsafe { b.input_seq_lengths(&name, empty()) }.map(|_| ());
+                prop_assert!(
+                    matches!(
+                        raw,
+                        Err(Error::InvalidArgument { .. } | Error::Mismatch { .. })
+                    ),
+                    "`{name}`: input_seq_lengths of nothing gave {raw:?}"
+                );
                 let r = b.seq_lengths(&name, &l).map(|_| ());
                 let want = extent.is_some_and(|e| i64::from(max) <= e) && n == BATCH as usize;
                 drop(b);
@@ -308,7 +328,10 @@ fn property_seq_lengths() -> TestResult {
 
 fn main() {
     run(vec![
-        host("sdpa_seq_lengths_need_checked_binding", lengths_need_checked_binding),
+        host(
+            "sdpa_seq_lengths_need_checked_binding",
+            lengths_need_checked_binding,
+        ),
         host("sdpa_seq_lengths_random", property_seq_lengths),
     ])
 }

@@ -177,3 +177,149 @@ pub(super) fn guarded(w: &Walk) -> Vec<(i64, Guard)> {
     out.sort_unstable_by_key(|&(u, _)| u);
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{HashMap, HashSet};
+
+    use super::*;
+    use crate::graph::plan_json::JsonTensor;
+
+    fn t(dtype: &'static str, dims: &[i64]) -> JsonTensor {
+        JsonTensor {
+            dtype,
+            dims: dims.to_vec(),
+            strides: vec![1; dims.len()],
+            is_virtual: false,
+            by_value: false,
+        }
+    }
+
+    const H: &str = "CUDNN_DATA_HALF";
+    const I: &str = "CUDNN_DATA_INT32";
+    const PW: &str = "CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR";
+
+    fn walk(tensors: Vec<(i64, JsonTensor)>, nodes: &[(&str, &[(&str, i64)])]) -> Walk {
+        Walk {
+            tensors: tensors.into_iter().collect::<HashMap<_, _>>(),
+            written: HashSet::new(),
+            read: HashSet::new(),
+            page_tables: HashSet::new(),
+            nodes: nodes
+                .iter()
+                .map(|(op, f)| {
+                    let f = f.iter().map(|(k, u)| (k.to_string(), u.to_string()));
+                    (op.to_string(), f.collect())
+                })
+                .collect(),
+        }
+    }
+
+    fn len(extent: i64) -> Guard {
+        Guard::SeqLengths { extent }
+    }
+
+    #[test]
+    fn unit_composite_lengths_from_matmul_overrides() {
+        // S = Q·Kᵀ with M / N overridden, O = P·V with M / K overridden.
+        let w = walk(
+            vec![
+                (1, t(H, &[2, 4, 128, 64])),
+                (2, t(H, &[2, 4, 64, 256])),
+                (3, t(H, &[2, 4, 256, 64])),
+                (4, t(H, &[2, 4, 128, 256])),
+                (10, t(I, &[2, 1, 1, 1])),
+                (11, t(I, &[2, 1, 1, 1])),
+            ],
+            &[
+                (
+                    MATMUL,
+                    &[
+                        ("matA", 1),
+                        ("matB", 2),
+                        ("mOverride", 10),
+                        ("nOverride", 11),
+                    ],
+                ),
+                // The padding mask compares the lengths with indices: not a
+                // bound, so it does not lower the matmuls' extents.
+                (PW, &[("X", 4), ("B", 10)]),
+                (
+                    MATMUL,
+                    &[
+                        ("matA", 4),
+                        ("matB", 3),
+                        ("mOverride", 10),
+                        ("kOverride", 11),
+                    ],
+                ),
+            ],
+        );
+        assert_eq!(guarded(&w), vec![(10, len(128)), (11, len(256))]);
+    }
+
+    #[test]
+    fn unit_unidentified_lengths_are_bounded_conservatively() {
+        // Two matmuls (an attention); 12 is read beside scores [.., 128, 256]
+        // (the smaller bounds it), 13 by nothing 4-d (the plan's smallest
+        // sequence-like dim, 64, bounds it).
+        let w = walk(
+            vec![
+                (1, t(H, &[2, 4, 128, 64])),
+                (4, t(H, &[2, 4, 128, 256])),
+                (12, t(I, &[2, 1, 1, 1])),
+                (13, t(I, &[2, 1, 1, 1])),
+            ],
+            &[
+                (MATMUL, &[("matA", 1)]),
+                (MATMUL, &[("matA", 4)]),
+                (PW, &[("X", 4), ("B", 12)]),
+                (PW, &[("X", 13)]),
+            ],
+        );
+        assert_eq!(guarded(&w), vec![(12, len(128)), (13, len(64))]);
+        // Not an attention (one matmul, no override): i32 inputs are data.
+        let w = walk(
+            vec![(1, t(H, &[2, 4, 128, 64])), (12, t(I, &[2, 1, 1, 1]))],
+            &[(MATMUL, &[("matA", 1)]), (PW, &[("X", 1), ("B", 12)])],
+        );
+        assert_eq!(guarded(&w), vec![]);
+    }
+
+    #[test]
+    fn unit_sdpa_node_lengths_and_page_tables() {
+        // Paged: K is a container of 64-token pages, 4 pages per sequence;
+        // a page table shaped like lengths stays a page table.
+        let mut w = walk(
+            vec![
+                (1, t(H, &[2, 4, 1, 64])),
+                (2, t(H, &[80, 4, 64, 64])),
+                (5, t(I, &[2, 1, 4, 1])),
+                (6, t(I, &[2, 1, 1, 1])),
+                (10, t(I, &[2, 1, 1, 1])),
+                (11, t(I, &[2, 1, 1, 1])),
+            ],
+            &[(
+                SDPA_FWD,
+                &[
+                    ("Q", 1),
+                    ("K", 2),
+                    ("seqLenQ", 10),
+                    ("seqLenKV", 11),
+                    ("pageTableK", 5),
+                    ("pageTableV", 6),
+                ],
+            )],
+        );
+        w.page_tables = ["5", "6"].into_iter().map(String::from).collect();
+        assert_eq!(
+            guarded(&w),
+            vec![
+                (5, Guard::PageTable),
+                (6, Guard::PageTable),
+                (10, len(1)),
+                (11, len(256))
+            ]
+        );
+    }
+}
