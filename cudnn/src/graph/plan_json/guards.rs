@@ -192,6 +192,7 @@ mod tests {
             strides: vec![1; dims.len()],
             is_virtual: false,
             by_value: false,
+            ragged: None,
         }
     }
 
@@ -319,6 +320,46 @@ mod tests {
                 (6, Guard::PageTable),
                 (10, len(1)),
                 (11, len(256))
+            ]
+        );
+    }
+
+    #[test]
+    fn unit_ragged_offsets_are_not_lengths() {
+        // Packed THD: Q and O name offsets 20 and 21 (`[B + 1, 1, 1, 1]`
+        // i32, length-shaped); they are ragged offsets, not lengths.
+        let mut q = t(H, &[2, 4, 64, 64]);
+        q.ragged = Some(20);
+        let mut o = t(H, &[2, 4, 64, 64]);
+        o.ragged = Some(21);
+        let w = walk(
+            vec![
+                (1, q),
+                (2, t(H, &[2, 4, 64, 64])),
+                (3, o),
+                (10, t(I, &[2, 1, 1, 1])),
+                (11, t(I, &[2, 1, 1, 1])),
+                (20, t(I, &[3, 1, 1, 1])),
+                (21, t(I, &[3, 1, 1, 1])),
+            ],
+            &[(
+                SDPA_FWD,
+                &[
+                    ("Q", 1),
+                    ("K", 2),
+                    ("O", 3),
+                    ("seqLenQ", 10),
+                    ("seqLenKV", 11),
+                ],
+            )],
+        );
+        assert_eq!(
+            guarded(&w),
+            vec![
+                (10, len(64)),
+                (11, len(64)),
+                (20, Guard::RaggedOffsets),
+                (21, Guard::RaggedOffsets)
             ]
         );
     }
