@@ -422,6 +422,7 @@ fn plan_json_keeps_offsets() -> TestResult {
         io.ragged_offsets
     );
     check_offsets_binding(&plan, "built")?;
+    binding_random(&plan)?;
     let back = Plan::from_cudnn_json_trusted(&json, &target, io.clone())?;
     ensure!(back.io().ragged_offsets == io.ragged_offsets, "reloaded");
     // The loaded plan finds its offsets in the JSON (`isRagged`) and keeps
@@ -554,6 +555,51 @@ fn check_offsets_binding(plan: &Plan, what: &str) -> TestResult {
             "{what}: {e}"
         );
     }
+    Ok(())
+}
+
+/// Random bindings on a ragged plan: any input (or an unknown name) with
+/// `input` and `input_ragged_offsets`, any length; only offsets with at
+/// least their `B + 1` entries bind through the unsafe call, never through
+/// `input`; every refusal typed, never a panic.
+fn binding_random(plan: &Plan) -> TestResult {
+    let io = plan.io().clone();
+    let mut runner = TestRunner::new(PtConfig {
+        cases: 128,
+        failure_persistence: None,
+        ..PtConfig::default()
+    });
+    let n = io.tensors.len();
+    runner
+        .run(&(0..n + 1, 0usize..64, any::<bool>()), |(i, len, safe)| {
+            let (name, uid, span) = match io.tensors.get(i) {
+                Some(t) => (t.name.clone(), t.uid, t.spec.span_elements().unwrap()),
+                None => ("no such tensor".to_string(), i64::MIN, 0),
+            };
+            let mut b = plan.bindings();
+            let r = if safe {
+                b.input(&name, fake(len)).map(|_| ())
+            } else {
+                // SAFETY: never run (no plan runs in this file).
+                unsafe { b.input_ragged_offsets(&name, fake(len)) }.map(|_| ())
+            };
+            let offsets = io.ragged_offsets.contains(&uid);
+            match r {
+                // `input` never binds offsets, `input_ragged_offsets` only them.
+                Ok(()) => prop_assert!(safe != offsets && len >= span, "{name} {len} {safe}"),
+                Err(e) => prop_assert!(
+                    matches!(
+                        e,
+                        Error::InvalidArgument { .. }
+                            | Error::Mismatch { .. }
+                            | Error::Unsupported { .. }
+                    ),
+                    "{e:?}"
+                ),
+            }
+            Ok(())
+        })
+        .map_err(|e| format!("{e}"))?;
     Ok(())
 }
 
