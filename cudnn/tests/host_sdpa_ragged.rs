@@ -478,6 +478,54 @@ fn plan_json_keeps_offsets() -> TestResult {
         Err(e) if e.to_string().contains("ragged offsets") => {}
         other => return Err(format!("offsets shorter than B + 1: {:?}", other.err()).into()),
     }
+    // A hostile JSON whose attention reads Q's offsets as its query
+    // lengths too (bound under the offsets' contract, used as lengths).
+    let mut v: serde_json::Value = serde_json::from_str(&json)?;
+    fn reuse(v: &mut serde_json::Value, uid: &str) -> bool {
+        match v {
+            serde_json::Value::Object(m) => {
+                let mut hit = false;
+                for k in ["seqLenQ", "seqLenQDesc"] {
+                    if let Some(x) = m.get_mut(k)
+                        && x.is_string()
+                    {
+                        *x = serde_json::Value::String(uid.to_string());
+                        hit = true;
+                    }
+                }
+                m.values_mut().fold(hit, |h, x| reuse(x, uid) || h)
+            }
+            serde_json::Value::Array(a) => a.iter_mut().fold(false, |h, x| reuse(x, uid) || h),
+            _ => false,
+        }
+    }
+    ensure!(
+        reuse(&mut v, &short_uid.to_string()),
+        "the attention's query lengths in the JSON"
+    );
+    // ... and declares the offsets in the graph's tensor list (where node
+    // operands must be), a copy of the inline declaration.
+    fn find(v: &serde_json::Value, uid: &str) -> Option<serde_json::Value> {
+        match v {
+            serde_json::Value::Object(m) => {
+                if m.get("name").and_then(|n| n.as_str()) == Some(uid) {
+                    return Some(v.clone());
+                }
+                m.values().find_map(|x| find(x, uid))
+            }
+            serde_json::Value::Array(a) => a.iter().find_map(|x| find(x, uid)),
+            _ => None,
+        }
+    }
+    let decl = find(&v, &short_uid.to_string()).ok_or("the offsets declaration")?;
+    v.pointer_mut("/operationGraph/tensors")
+        .and_then(|t| t.as_array_mut())
+        .ok_or("the graph's tensor list")?
+        .push(decl);
+    match Plan::from_cudnn_json_trusted(&serde_json::to_string(&v)?, &target, io.clone()) {
+        Err(e) if e.to_string().contains("isRagged") => {}
+        other => return Err(format!("offsets read as lengths: {:?}", other.err()).into()),
+    }
     let mut unmarked = (*io).clone();
     unmarked.ragged_offsets.clear();
     match Plan::from_cudnn_json_trusted(&json, &target, std::sync::Arc::new(unmarked)) {

@@ -900,6 +900,18 @@ fn agree(roles: &Tensors, io: &IoSignature) -> Result<()> {
                 fmt(&o.dims),
             ));
         }
+        // Offsets are named only through `isRagged`: one an operation also
+        // reads (as sequence lengths, say) would be bound under the
+        // offsets' contract and used under another.
+        let key = off.to_string();
+        if roles.read.contains(&key) || roles.written.contains(&key) {
+            return Err(field_err(
+                off,
+                "ragged offsets",
+                "named only by `isRagged`",
+                "also an operation's operand",
+            ));
+        }
         if !matches!(o.dtype, "CUDNN_DATA_INT32" | "CUDNN_DATA_INT64") || o.is_virtual || o.by_value
         {
             return Err(field_err(
