@@ -240,8 +240,8 @@ fn ragged_case(cfg: SdpaConfig, lens_q: Vec<usize>, lens_kv: Vec<usize>) -> Test
     // bindings and the stream is synchronized before any is dropped.
     unsafe {
         bi.input_ragged_offsets(&name(Some(rg.q))?, dq.as_slice())?
-            .input_ragged_offsets(&name(Some(rg.k))?, dk.as_slice())?
-            .input_ragged_offsets(&name(Some(rg.v))?, dv.as_slice())?
+            .input_ragged_offsets(&name(rg.k)?, dk.as_slice())?
+            .input_ragged_offsets(&name(rg.v)?, dv.as_slice())?
             .input_ragged_offsets(&name(Some(rg.o))?, do_.as_slice())?;
     }
     plan.execute(&mut h, &mut bi)?;

@@ -552,7 +552,7 @@ fn fake(n: usize) -> DeviceSlice<'static, i32> {
 fn check_offsets_binding(plan: &Plan, what: &str) -> TestResult {
     let io = plan.io();
     ensure!(
-        io.ragged_offsets.len() == 4,
+        matches!(io.ragged_offsets.len(), 2 | 4),
         "{what}: {:?}",
         io.ragged_offsets
     );
@@ -651,6 +651,49 @@ fn binding_random(plan: &Plan) -> TestResult {
     Ok(())
 }
 
+/// Ragged with a paged cache: only Q and O get offsets (K and V are
+/// containers of pages, as in NVIDIA's frontend), `ragged_offsets` refuses
+/// K and V (typed), and the graph plans for the H200.
+fn paged_only_q_o() -> TestResult {
+    let cfg = SdpaConfig::new(2, 8, 64, 64, DType::BF16)
+        .kv_len(256)
+        .paged(64, 8)
+        .ragged();
+    for w in [RaggedTensor::K, RaggedTensor::V] {
+        match cfg.ragged_offsets(w, &[1, 2]) {
+            Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains("paged") => {}
+            other => return Err(format!("{w:?} offsets of a paged cache: {other:?}").into()),
+        }
+    }
+    ensure!(
+        cfg.ragged_offsets(RaggedTensor::Q, &[1, 2])? == [0, 512, 1536],
+        "Q offsets"
+    );
+    let (g, f) = match fwd(&cfg) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("skipped: the loaded cuDNN does not build it: {e}");
+            ensure!(names_option(&e), "untyped {e:?}");
+            return Ok(());
+        }
+    };
+    let r = f.ragged.ok_or("ragged offsets")?;
+    ensure!(
+        r.k.is_none() && r.v.is_none(),
+        "K / V offsets on page containers"
+    );
+    let og = g.build()?;
+    ensure!(
+        og.io().ragged_offsets.len() == 2,
+        "{:?}",
+        og.io().ragged_offsets
+    );
+    let (plan, _) = Plan::build(&og, &Target::preset("h200")?, &Policy::default())?;
+    eprintln!("paged ragged: engine {:?}", plan.engine());
+    check_offsets_binding(&plan, "paged")?;
+    Ok(())
+}
+
 fn main() {
     let t = vec![
         host("sdpa_ragged_plans_per_target", plan_per_target),
@@ -658,6 +701,7 @@ fn main() {
         unit("sdpa_ragged_offsets_hand_cases", offsets_hand_cases),
         unit("sdpa_ragged_offsets_random", offsets_random),
         unit("sdpa_reference_ragged", reference_ragged),
+        host("sdpa_ragged_paged_only_q_o", paged_only_q_o),
         host(
             "sdpa_ragged_plan_json_keeps_offsets",
             plan_json_keeps_offsets,

@@ -4,7 +4,9 @@
 //! backward) keep their logical dims `[B, H, S, D]` and BSHD strides; each
 //! gets a ragged offset tensor (`[B + 1, 1, 1, 1]` i32 graph input, in
 //! elements) saying where each sequence starts, and the padding mask's
-//! lengths say how long it is. The softmax statistics stay `[B, H, S_q, 1]`
+//! lengths say how long it is. With a paged cache only Q and O are packed
+//! (K and V are containers of pages, addressed through the page tables, as
+//! in NVIDIA's frontend). The softmax statistics stay `[B, H, S_q, 1]`
 //! packed (no ragged offset).
 //!
 //! Rules, after NVIDIA's cuDNN frontend 1.32: the padding mask is required;
@@ -60,10 +62,11 @@ pub enum RaggedTensor {
 pub struct SdpaRagged {
     /// Q's offsets (dQ's too in the backward).
     pub q: Tensor,
-    /// K's offsets (dK's too).
-    pub k: Tensor,
-    /// V's offsets (dV's too).
-    pub v: Tensor,
+    /// K's offsets (dK's too); none with a paged cache (K is a container
+    /// of pages, addressed through its page table).
+    pub k: Option<Tensor>,
+    /// V's offsets (dV's too); none with a paged cache.
+    pub v: Option<Tensor>,
     /// O's offsets (dO's too).
     pub o: Tensor,
 }
@@ -118,7 +121,8 @@ impl SdpaConfig {
     ///
     /// # Errors
     /// Not [`ragged`](Self::ragged); [`validate`](Self::validate)'s
-    /// errors; `lens` not `batch` long; a length < 0 or above the tensor's
+    /// errors; K or V with a paged cache (they have no ragged offsets);
+    /// `lens` not `batch` long; a length < 0 or above the tensor's
     /// sequence length; an offset past i32.
     ///
     /// # Rules
@@ -147,6 +151,13 @@ impl SdpaConfig {
             ));
         }
         self.validate()?;
+        if self.paged.is_some() && matches!(which, RaggedTensor::K | RaggedTensor::V) {
+            return Err(Error::invalid(
+                "ragged_offsets which",
+                "must be Q or O with a paged cache (K and V are containers of pages, addressed through the page tables)",
+                format!("{which:?}"),
+            ));
+        }
         let seq = match which {
             RaggedTensor::Q | RaggedTensor::O => self.seq_q,
             RaggedTensor::K | RaggedTensor::V => self.seq_kv,
@@ -282,24 +293,42 @@ impl Graph {
             return Ok(None);
         }
         let spec = cfg.ragged_offset_spec()?;
+        // With a paged cache only Q and O are packed: K and V are
+        // containers of pages, addressed through the page tables (NVIDIA's
+        // frontend 1.32 makes only Q and O ragged then).
+        let kv = cfg.paged.is_none();
         let r = SdpaRagged {
             q: self.input(&format!("{base}.ragged_offset_q"), spec.clone())?,
-            k: self.input(&format!("{base}.ragged_offset_k"), spec.clone())?,
-            v: self.input(&format!("{base}.ragged_offset_v"), spec.clone())?,
+            k: if kv {
+                Some(self.input(&format!("{base}.ragged_offset_k"), spec.clone())?)
+            } else {
+                None
+            },
+            v: if kv {
+                Some(self.input(&format!("{base}.ragged_offset_v"), spec.clone())?)
+            } else {
+                None
+            },
             o: self.input(&format!("{base}.ragged_offset_o"), spec)?,
         };
         // cuDNN adds their values to the tensors' addresses, unchecked:
         // plans bind them only through the `unsafe` `input_ragged_offsets`.
-        for off in [r.q, r.k, r.v, r.o] {
+        for off in [Some(r.q), r.k, r.v, Some(r.o)].into_iter().flatten() {
             let i = self.index(off)?;
             self.guarded.push((i, Guard::RaggedOffsets));
         }
         for &(t, which) in tensors {
             let off = match which {
                 RaggedTensor::Q => r.q,
-                RaggedTensor::K => r.k,
-                RaggedTensor::V => r.v,
                 RaggedTensor::O => r.o,
+                RaggedTensor::K => match r.k {
+                    Some(k) => k,
+                    None => continue,
+                },
+                RaggedTensor::V => match r.v {
+                    Some(v) => v,
+                    None => continue,
+                },
             };
             let (i, j) = (self.index(t)?, self.index(off)?);
             let node = self
