@@ -495,7 +495,13 @@ fn plan_json_keeps_offsets() -> TestResult {
                 }
                 m.values_mut().fold(hit, |h, x| reuse(x, uid) || h)
             }
-            serde_json::Value::Array(a) => a.iter_mut().fold(false, |h, x| reuse(x, uid) || h),
+            serde_json::Value::Array(a) => {
+                let mut hit = false;
+                for x in a.iter_mut() {
+                    hit |= reuse(x, uid);
+                }
+                hit
+            }
             _ => false,
         }
     }

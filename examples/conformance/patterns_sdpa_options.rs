@@ -166,12 +166,14 @@ fn paged(out: &mut Vec<Pattern>) {
 fn rename_ragged(g: &mut Graph, r: Option<cudnn::graph::SdpaRagged>) -> cudnn::Result<()> {
     if let Some(r) = r {
         for (t, n) in [
-            (r.q, "ragged_offset_q"),
+            (Some(r.q), "ragged_offset_q"),
             (r.k, "ragged_offset_k"),
             (r.v, "ragged_offset_v"),
-            (r.o, "ragged_offset_o"),
+            (Some(r.o), "ragged_offset_o"),
         ] {
-            g.rename(t, n)?;
+            if let Some(t) = t {
+                g.rename(t, n)?;
+            }
         }
     }
     Ok(())
