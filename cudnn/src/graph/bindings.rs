@@ -360,8 +360,9 @@ impl<'a> Bindings<'a> {
     /// it, starting at entry `b`) lies inside the tensor's `[B, H, S, D]`
     /// span, and nothing writes `buf` while a run reads it. Offsets that
     /// [`SdpaConfig::ragged_offsets`](crate::graph::SdpaConfig::ragged_offsets)
-    /// computes (from any lengths it accepts) meet this with any sequence
-    /// lengths bound through [`seq_lengths`](Self::seq_lengths). cuDNN
+    /// computes for the config the plan was built from (from any lengths
+    /// it accepts) meet this with any sequence lengths bound through
+    /// [`seq_lengths`](Self::seq_lengths). cuDNN
     /// checks nothing: an offset past the span makes the GPU read past Q,
     /// K, V or write past O or the gradients.
     ///

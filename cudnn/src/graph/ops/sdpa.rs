@@ -21,8 +21,8 @@
 //! KV cache ([`SdpaConfig::paged`]: K and V containers of pages and
 //! per-sequence page tables, `[B, 1, pages, 1]` i32 inputs; forward only);
 //! ragged (packed THD) batches ([`SdpaConfig::ragged`]: ragged offset
-//! inputs `[B + 1, 1, 1, 1]` i32 on Q, K, V, O and the gradients, forward
-//! and backward; the offsets are bound with the unsafe
+//! inputs `[B + 1, 1, 1, 1]` i32 on Q, K, V, O and the gradients (Q and O
+//! only with a paged cache), forward and backward; the offsets are bound with the unsafe
 //! `Bindings::input_ragged_offsets`, see the rules and the soundness note
 //! on [`SdpaConfig::ragged_offsets`]).
 //! Their rules, after NVIDIA's frontend 1.32: the bottom-right causal mask
