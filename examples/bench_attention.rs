@@ -351,6 +351,8 @@ enum Buf {
     F32(DeviceBuffer<f32>),
     F8(DeviceBuffer<cudnn::F8E4M3>),
     I32(DeviceBuffer<i32>),
+    /// Padding lengths, checked against the sequence extent.
+    Len(SeqLengths),
 }
 
 fn buffers(plan: &Plan, case: Case) -> AnyResult<Vec<(String, bool, Buf)>> {
@@ -377,21 +379,32 @@ fn buffers(plan: &Plan, case: Case) -> AnyResult<Vec<(String, bool, Buf)>> {
                 let c = cfg
                     .as_ref()
                     .ok_or("an i32 input outside the option cases")?;
-                let fill: Vec<i32> = (0..n)
-                    .map(|i| match t.name.as_str() {
-                        "seq_len_q" => c.seq_q as i32,
-                        "seq_len_kv" => c.seq_kv as i32,
-                        // Ragged offsets: the sequences (full length) packed.
-                        r if r.ends_with("ragged_offset_q") || r.ends_with("ragged_offset_k") => {
-                            ragged_at(c, RaggedTensor::Q, i)
-                        }
-                        r if r.ends_with("ragged_offset_v") || r.ends_with("ragged_offset_o") => {
-                            ragged_at(c, RaggedTensor::O, i)
-                        }
-                        _ => (i as i64 % c.pages_per_seq().unwrap_or(1).max(1)) as i32,
-                    })
-                    .collect();
-                Buf::I32(DeviceBuffer::from_host(&fill)?)
+                let extent = match t.name.as_str() {
+                    "seq_len_q" => Some(c.seq_q),
+                    "seq_len_kv" => Some(c.seq_kv),
+                    _ => None,
+                };
+                match extent {
+                    Some(e) => Buf::Len(SeqLengths::new(&vec![e as i32; n], n, e)?),
+                    None => Buf::I32(DeviceBuffer::from_host(
+                        &(0..n)
+                            .map(|i| match t.name.as_str() {
+                                // Ragged offsets: the sequences (full length) packed.
+                                r if r.ends_with("ragged_offset_q")
+                                    || r.ends_with("ragged_offset_k") =>
+                                {
+                                    ragged_at(c, RaggedTensor::Q, i)
+                                }
+                                r if r.ends_with("ragged_offset_v")
+                                    || r.ends_with("ragged_offset_o") =>
+                                {
+                                    ragged_at(c, RaggedTensor::O, i)
+                                }
+                                _ => (i as i64 % c.pages_per_seq().unwrap_or(1).max(1)) as i32,
+                            })
+                            .collect::<Vec<_>>(),
+                    )?),
+                }
             }
             other => return Err(format!("no buffer for {other} `{}`", t.name).into()),
         };
@@ -437,6 +450,8 @@ fn measure_raw(
             Buf::F32(x) => x.as_raw_mut(),
             Buf::I32(x) => x.as_raw_mut(),
             Buf::F8(x) => x.as_raw_mut(),
+            // Read only: cuDNN takes every pointer as `*mut` in a raw run.
+            Buf::Len(x) => x.as_slice().as_raw().cast_mut(),
         };
         ptrs.push((uid, p));
     }
@@ -505,6 +520,7 @@ fn measure(
                 }
             }
             (Buf::I32(x), true) => b.output(name, x.as_slice_mut())?,
+            (Buf::Len(x), _) => b.seq_lengths(name, x)?,
         };
     }
     for _ in 0..2 {

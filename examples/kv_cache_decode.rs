@@ -158,6 +158,7 @@ impl Cache {
 /// lengths; returns O (BSHD, f64).
 fn run(
     h: &mut Handle,
+    cfg: &SdpaConfig,
     plan: &Plan,
     cache: &Cache,
     q: &[f64],
@@ -166,9 +167,10 @@ fn run(
 ) -> AnyResult<Vec<f64>> {
     let qb = DeviceBuffer::from_host(&q.iter().map(|&x| bf16::from_f64(x)).collect::<Vec<_>>())?;
     let mut ob = DeviceBuffer::from_host(&vec![bf16::from_f32(f32::NAN); q.len()])?;
+    // Checked lengths: each within the sequence extent of Q / the cache.
     let (lq, lkv) = (
-        DeviceBuffer::from_host(lens_q)?,
-        DeviceBuffer::from_host(lens_kv)?,
+        SeqLengths::new(lens_q, BATCH, cfg.seq_q)?,
+        SeqLengths::new(lens_kv, BATCH, cfg.seq_kv)?,
     );
     let table = DeviceBuffer::from_host(&TABLE)?;
     {
@@ -176,8 +178,8 @@ fn run(
         b.input("q", qb.as_slice())?
             .input("k_cache", cache.kd.as_slice())?
             .input("v_cache", cache.vd.as_slice())?
-            .input("seq_len_q", lq.as_slice())?
-            .input("seq_len_kv", lkv.as_slice())?
+            .seq_lengths("seq_len_q", &lq)?
+            .seq_lengths("seq_len_kv", &lkv)?
             .output("o", ob.as_slice_mut())?;
         for name in ["page_table_k", "page_table_v"] {
             // SAFETY: TABLE lists pages 0..BLOCKS (the container's), and
@@ -272,7 +274,7 @@ fn on_gpu() -> AnyResult<bool> {
     let q: Vec<f64> = (0..BATCH * sq * HEADS * D).map(|i| value(3, i)).collect();
     let lens: Vec<usize> = PROMPT.to_vec();
     let l32: Vec<i32> = lens.iter().map(|&l| l as i32).collect();
-    let got = run(&mut h, &prefill, &cache, &q, &l32, &l32)?;
+    let got = run(&mut h, &pc, &prefill, &cache, &q, &l32, &l32)?;
     let e = check(&pc, &cache, &q, &got, (&lens, &lens))?;
     println!("prefill (prompts {PROMPT:?}): max rel error {e:.2e} (bound {tol:.0e})");
     ok &= e <= tol;
@@ -287,7 +289,7 @@ fn on_gpu() -> AnyResult<bool> {
             .collect();
         let ones = vec![1usize; BATCH];
         let kv32: Vec<i32> = kv.iter().map(|&l| l as i32).collect();
-        let got = run(&mut h, &decode, &cache, &q, &[1; BATCH], &kv32)?;
+        let got = run(&mut h, &dc, &decode, &cache, &q, &[1; BATCH], &kv32)?;
         let e = check(&dc, &cache, &q, &got, (&ones, &kv))?;
         println!("decode step {step} (cache {kv:?}): max rel error {e:.2e} (bound {tol:.0e})");
         ok &= e <= tol;

@@ -651,16 +651,26 @@ fn mask_rows(v: &mut [f64], cfg: &SdpaConfig, lens: &[usize], width: usize) {
     }
 }
 
+/// The padding lengths, checked against the sequence extents (a length
+/// tensor binds only as `SeqLengths`).
+fn seq_lengths(cfg: &SdpaConfig, a: &Attn) -> R<[SeqLengths; 2]> {
+    let make = |v: &[usize], extent: i64| -> R<SeqLengths> {
+        let v: Vec<i32> = v.iter().map(|&x| x as i32).collect();
+        Ok(SeqLengths::new(&v, v.len(), extent)?)
+    };
+    Ok([make(&a.lens_q, cfg.seq_q)?, make(&a.lens_kv, cfg.seq_kv)?])
+}
+
 fn bind_extras<'b>(
     bi: &mut Bindings<'b>,
     g: &Graph,
     extras: [Option<Tensor>; 4],
-    bufs: &'b [DeviceBuffer<i32>; 2],
+    lens: &'b [SeqLengths; 2],
     drops: &'b [DeviceBuffer<i64>; 2],
 ) -> R {
     if let (Some(a), Some(b)) = (extras[0], extras[1]) {
-        bi.input(g.name(a)?, bufs[0].as_slice())?
-            .input(g.name(b)?, bufs[1].as_slice())?;
+        bi.seq_lengths(g.name(a)?, &lens[0])?
+            .seq_lengths(g.name(b)?, &lens[1])?;
     }
     if let (Some(a), Some(b)) = (extras[2], extras[3]) {
         bi.input(g.name(a)?, drops[0].as_slice())?
@@ -685,10 +695,7 @@ fn run_fwd<T: El>(cx: &mut Cx, cfg: &SdpaConfig, a: &Attn, seed: i64) -> R<(Vec<
     let os = cfg.o_spec()?;
     let mut ob = poisoned::<T>(os.span_elements()?)?;
     let mut sb = poisoned::<f32>(cfg.stats_spec()?.span_elements()?)?;
-    let lens = [
-        DeviceBuffer::from_host(&a.lens_q.iter().map(|&x| x as i32).collect::<Vec<_>>())?,
-        DeviceBuffer::from_host(&a.lens_kv.iter().map(|&x| x as i32).collect::<Vec<_>>())?,
-    ];
+    let lens = seq_lengths(cfg, a)?;
     let drops = [
         DeviceBuffer::from_host(&[seed])?,
         DeviceBuffer::from_host(&[7i64])?,
@@ -800,10 +807,7 @@ fn run_bwd<T: El>(
     let mut dq = poisoned::<T>(a.q.len())?;
     let mut dk = poisoned::<T>(a.k.len())?;
     let mut dv = poisoned::<T>(a.v.len())?;
-    let lens = [
-        DeviceBuffer::from_host(&a.lens_q.iter().map(|&x| x as i32).collect::<Vec<_>>())?,
-        DeviceBuffer::from_host(&a.lens_kv.iter().map(|&x| x as i32).collect::<Vec<_>>())?,
-    ];
+    let lens = seq_lengths(cfg, a)?;
     let drops = [
         DeviceBuffer::from_host(&[1i64])?,
         DeviceBuffer::from_host(&[7i64])?,

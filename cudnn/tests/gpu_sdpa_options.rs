@@ -95,12 +95,11 @@ fn paged_case(cfg: SdpaConfig, lens_q: Vec<usize>, lens_kv: Vec<usize>) -> TestR
     );
     let (qb, kb, vb) = (up(&q)?, up(&k)?, up(&v)?);
     let mut ob = up(&vec![f64::NAN; os.span_elements()?])?;
-    let i32s = |v: &[usize]| -> R<DeviceBuffer<i32>> {
-        Ok(DeviceBuffer::from_host(
-            &v.iter().map(|&x| x as i32).collect::<Vec<_>>(),
-        )?)
+    let lens = |v: &[usize], extent: i64| -> R<SeqLengths> {
+        let v: Vec<i32> = v.iter().map(|&x| x as i32).collect();
+        Ok(SeqLengths::new(&v, v.len(), extent)?)
     };
-    let (lq, lkv) = (i32s(&lens_q)?, i32s(&lens_kv)?);
+    let (lq, lkv) = (lens(&lens_q, cfg.seq_q)?, lens(&lens_kv, cfg.seq_kv)?);
     let tb = DeviceBuffer::from_host(&table)?;
     {
         let name = |t: Option<Tensor>| -> R<String> {
@@ -110,8 +109,8 @@ fn paged_case(cfg: SdpaConfig, lens_q: Vec<usize>, lens_kv: Vec<usize>) -> TestR
         bi.input("q", qb.as_slice())?
             .input("k", kb.as_slice())?
             .input("v", vb.as_slice())?
-            .input(&name(f.seq_len_q)?, lq.as_slice())?
-            .input(&name(f.seq_len_kv)?, lkv.as_slice())?
+            .seq_lengths(&name(f.seq_len_q)?, &lq)?
+            .seq_lengths(&name(f.seq_len_kv)?, &lkv)?
             .output("o", ob.as_slice_mut())?;
         for t in [f.page_table_k, f.page_table_v] {
             // SAFETY: every entry is below `num_blocks` (checked above) and

@@ -879,11 +879,15 @@ fn paged_tables_need_unsafe_binding() -> TestResult {
                     .ok_or(format!("plan {i}: an empty page table accepted"))?;
                 ensure!(e.to_string().contains("bytes"), "plan {i} {imp:?}: {e}");
             }
+            // Key lengths are guarded too (`Bindings::seq_lengths`).
             let e = b
                 .input("lens_kv", empty)
                 .err()
-                .ok_or("empty key lengths accepted")?;
-            ensure!(e.to_string().contains("bytes"), "plan {i} {imp:?}: {e}");
+                .ok_or("key lengths bound with the safe `input`")?;
+            ensure!(
+                e.to_string().contains("seq_lengths"),
+                "plan {i} {imp:?}: {e}"
+            );
             // SAFETY: refused (not a page table) before any use.
             let e = unsafe { b.input_page_table("lens_kv", empty) }
                 .err()
@@ -933,6 +937,8 @@ fn property_page_table_binding() -> TestResult {
         .tensors
         .iter()
         .map(|t| (t.name.clone(), t.name.contains("page_table")))
+        // The lengths are guarded as well (by `seq_lengths`): kept out of the pool.
+        .filter(|t| !t.0.contains("seq_len"))
         .collect();
     ensure!(
         names.iter().filter(|n| n.1).count() == 2,

@@ -59,6 +59,7 @@ pub fn test(args: &[String]) -> Result<(), String> {
         // Issue 24's attention options (their tests are all named `sdpa_*`).
         .args(["--test", "host_sdpa_options"])
         .args(["--test", "host_sdpa_ragged"])
+        .args(["--test", "host_sdpa_seq_lengths"])
         .args(args)
         .args(["--", "sdpa"]);
     cmd.env("CUDNN_RS_REQUIRE_LIBS", "1")
@@ -165,6 +166,7 @@ const TORCH211_TESTS: &[&str] = &[
     "host_fp8_gemm",
     "host_sdpa_options",
     "host_sdpa_ragged",
+    "host_sdpa_seq_lengths",
 ];
 /// The examples that plan (without a GPU: for an H200), run against it.
 const TORCH211_EXAMPLES: &[&str] = &[

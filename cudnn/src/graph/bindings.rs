@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use super::backend::{Descriptor, attr, kind};
 use super::graph::{IoSignature, IoTensor};
+use super::guard::{Guard, SeqLengths, guard_of};
 use super::plan::Plan;
 use super::tensor::{BYTE_ALIGNMENT, DType, fmt_dims};
 use crate::DataType;
@@ -94,9 +95,10 @@ pub struct Bindings<'a> {
     packed_for: Option<u64>,
     /// How many times a variant pack was built (for tests).
     pub(super) packs_built: usize,
-    /// The UIDs of the plan's page tables (bound only through
-    /// [`input_page_table`](Self::input_page_table)).
-    pub(super) page_tables: Arc<[i64]>,
+    /// The plan's inputs the GPU uses as addresses or bounds, by UID: bound
+    /// only through the call their [`Guard`] names, never plain
+    /// [`input`](Self::input).
+    pub(super) guarded: Arc<[(i64, Guard)]>,
     _plan: std::marker::PhantomData<&'a mut ()>,
 }
 
@@ -110,10 +112,10 @@ impl std::fmt::Debug for Bindings<'_> {
 }
 
 impl<'a> Bindings<'a> {
-    pub(super) fn new(io: Arc<IoSignature>, page_tables: Arc<[i64]>) -> Self {
+    pub(super) fn new(io: Arc<IoSignature>, guarded: Arc<[(i64, Guard)]>) -> Self {
         Self {
             io,
-            page_tables,
+            guarded,
             slots: Vec::new(),
             workspace: WorkspaceSource::Handle,
             workspace_device: None,
@@ -203,31 +205,103 @@ impl<'a> Bindings<'a> {
 
     /// Bind a graph input.
     ///
-    /// A page table of a paged KV cache is refused here: the device reads K
-    /// and V at the pages it names, unchecked, so it is bound with the
-    /// `unsafe` [`input_page_table`](Self::input_page_table).
+    /// An input the GPU uses as addresses or bounds is refused here, with
+    /// the call that binds it: a page table of a paged KV cache
+    /// ([`input_page_table`](Self::input_page_table), unsafe) and the
+    /// sequence lengths of an attention's padding mask
+    /// ([`seq_lengths`](Self::seq_lengths), or the unsafe
+    /// [`input_seq_lengths`](Self::input_seq_lengths)): cuDNN reads them
+    /// unchecked, so a bad value makes the GPU touch memory outside the
+    /// tensors.
     ///
     /// # Errors
-    /// Unknown name, an output, a page table, bound twice, wrong dtype, too
-    /// short, misaligned.
+    /// Unknown name, an output, a guarded input, bound twice, wrong dtype,
+    /// too short, misaligned.
     pub fn input<T: DataType>(
         &mut self,
         name: &str,
         buf: impl Into<DeviceSlice<'a, T>>,
     ) -> Result<&mut Self> {
         let t = self.find(name)?;
-        if self.page_tables.contains(&t.uid) {
-            return Err(Error::Unsupported {
-                what: format!(
-                    "binding `{name}` with `input`: it is a page table of a paged KV cache, whose \
-                     values the GPU uses as page indices without a bounds check"
-                ),
-                needs: Some(
-                    "`Bindings::input_page_table` (unsafe: every entry a page of the K / V \
-                     container, every key length within the pages a table row covers)"
-                        .to_string(),
-                ),
-            });
+        if let Some(g) = guard_of(&self.guarded, t.uid) {
+            return Err(g.refusal(name));
+        }
+        self.input_checked(name, t, buf)
+    }
+
+    /// Bind the sequence lengths of an attention's padding mask (the
+    /// `seq_len_q` / `seq_len_kv` inputs of
+    /// [`SdpaConfig::padding`](crate::graph::SdpaConfig::padding)) from
+    /// checked host values. The plan knows the sequence extent each length
+    /// tensor bounds; `lengths` was checked against the extent it was made
+    /// with, and its largest value is checked here against the plan's, so
+    /// no length lets the GPU read past Q, K, V or write past O or the
+    /// gradients. The device copy is `lengths`' own and never lent
+    /// mutably: it cannot change after the check.
+    ///
+    /// # Errors
+    /// Unknown name, not a sequence-length input, a length above the plan's
+    /// extent, bound twice, a count other than the tensor's batch.
+    pub fn seq_lengths(&mut self, name: &str, lengths: &'a SeqLengths) -> Result<&mut Self> {
+        let t = self.find(name)?;
+        let Some(Guard::SeqLengths { extent }) = guard_of(&self.guarded, t.uid) else {
+            return Err(Error::invalid(
+                format!("binding `{name}` with `seq_lengths`"),
+                "must be sequence lengths of the plan's attention (bind other inputs with `input`)",
+                name,
+            ));
+        };
+        if i64::from(lengths.max()) > extent {
+            return Err(Error::invalid(
+                format!("binding `{name}` with `seq_lengths`: the largest length"),
+                format!("must be at most {extent} (the sequence extent the plan's tensors have)"),
+                lengths.max(),
+            ));
+        }
+        let want = t.spec.dims().first().copied().unwrap_or(0);
+        if i64::try_from(lengths.len()).ok() != Some(want) {
+            return Err(Error::mismatch(
+                format!("binding `{name}` with `seq_lengths`: lengths (one per sequence)"),
+                want,
+                lengths.len(),
+            ));
+        }
+        self.input_checked(name, t, lengths.as_slice())
+    }
+
+    /// Bind the sequence lengths of an attention's padding mask from a
+    /// device buffer whose values the crate cannot check (lengths a kernel
+    /// writes, e.g. a KV cache growing on the device). The shape, type,
+    /// length, alignment and device are checked as [`input`](Self::input)
+    /// checks them. Prefer [`seq_lengths`](Self::seq_lengths).
+    ///
+    /// # Safety
+    /// For every execution with these bindings, until it completes: every
+    /// value in `buf`'s first `B` entries is in `0..=extent`, `extent` the
+    /// sequence extent (`seq_q` for `seq_len_q`, `seq_kv` for `seq_len_kv`;
+    /// the refusal of [`input`](Self::input) names it), and nothing writes
+    /// `buf` while a run reads it. cuDNN does not check: a length past the
+    /// extent, or negative, makes the GPU read past Q, K or V and write
+    /// past O or the gradients.
+    ///
+    /// # Errors
+    /// Unknown name, not a sequence-length input, bound twice, wrong dtype,
+    /// too short, misaligned.
+    pub unsafe fn input_seq_lengths(
+        &mut self,
+        name: &str,
+        buf: impl Into<DeviceSlice<'a, i32>>,
+    ) -> Result<&mut Self> {
+        let t = self.find(name)?;
+        if !matches!(
+            guard_of(&self.guarded, t.uid),
+            Some(Guard::SeqLengths { .. })
+        ) {
+            return Err(Error::invalid(
+                format!("binding `{name}` with `input_seq_lengths`"),
+                "must be sequence lengths of the plan's attention (bind other inputs with `input`)",
+                name,
+            ));
         }
         self.input_checked(name, t, buf)
     }
@@ -259,7 +333,7 @@ impl<'a> Bindings<'a> {
         buf: impl Into<DeviceSlice<'a, i32>>,
     ) -> Result<&mut Self> {
         let t = self.find(name)?;
-        if !self.page_tables.contains(&t.uid) {
+        if guard_of(&self.guarded, t.uid) != Some(Guard::PageTable) {
             return Err(Error::invalid(
                 format!("binding `{name}` with `input_page_table`"),
                 "must be a page table of the plan's paged KV cache (bind other inputs with `input`)",

@@ -80,10 +80,11 @@ pub struct Graph {
     pub(crate) nodes: Vec<Node>,
     pub(crate) ops: Vec<OpEntry>,
     compute: DType,
-    /// The inputs whose values the device uses as addresses (a paged KV
-    /// cache's page tables), by node index: plans bind them only through
-    /// [`Bindings::input_page_table`](super::Bindings::input_page_table).
-    pub(crate) page_tables: Vec<usize>,
+    /// The inputs whose values the device uses as addresses or bounds (a
+    /// paged KV cache's page tables, an attention's sequence lengths), by
+    /// node index: plans bind them only through the call their guard names
+    /// (never plain [`Bindings::input`](super::Bindings::input)).
+    pub(crate) guarded: Vec<(usize, super::guard::Guard)>,
 }
 
 impl Default for Graph {
@@ -100,7 +101,7 @@ impl Graph {
             nodes: Vec::new(),
             ops: Vec::new(),
             compute: DType::F32,
-            page_tables: Vec::new(),
+            guarded: Vec::new(),
         }
     }
 
@@ -520,13 +521,13 @@ impl Graph {
             }
         }
         let targets = self.ops.iter().map(|e| Arc::clone(&e.op)).collect();
-        let page_tables = self
-            .page_tables
+        let guarded = self
+            .guarded
             .iter()
-            .filter_map(|&i| self.nodes.get(i).map(|n| n.uid))
+            .filter_map(|&(i, g)| self.nodes.get(i).map(|n| (n.uid, g)))
             .collect();
         Ok(OpGraph {
-            page_tables,
+            guarded,
             tf32_data,
             desc: graph,
             _tensors: tensors,

@@ -37,6 +37,7 @@ mod cuda_graph;
 pub mod driver;
 #[allow(clippy::module_inception)]
 mod graph;
+mod guard;
 pub mod heuristics;
 pub mod nvrtc;
 mod opgraph;
@@ -56,6 +57,7 @@ pub use cuda_graph::{
     native_cuda_graph_rule,
 };
 pub use graph::{Graph, IoSignature, IoTensor, OpGraph, Tensor};
+pub use guard::SeqLengths;
 pub use heuristics::{BehaviorNote, Candidate, HeurMode, Knob, NumericalNote, Policy};
 pub use ops::block_scale_fp8::{BlockScaled, MXFP8_BLOCK, check_block_scale_target};
 pub use ops::conv::{ConvDirection, ConvParams};

@@ -52,8 +52,9 @@ pub struct OpGraph {
     pub(crate) timing_fills: Vec<(i64, i32)>,
     /// The graph's ops, for their checks against a target.
     pub(crate) ops: Vec<Arc<dyn OpNode>>,
-    /// The UIDs of the inputs the device uses as addresses (page tables).
-    pub(crate) page_tables: Vec<i64>,
+    /// The inputs the device uses as addresses or bounds (page tables,
+    /// sequence lengths), by UID, with their guard.
+    pub(crate) guarded: Vec<(i64, super::guard::Guard)>,
 }
 
 impl std::fmt::Debug for OpGraph {

@@ -9,6 +9,7 @@ use std::time::Instant;
 use super::backend::{Descriptor, attr, kind};
 use super::bindings::{Bindings, WorkspaceSource};
 use super::graph::{IoSignature, OpGraph};
+use super::guard::Guard;
 use super::heuristics::{BehaviorNote, Candidate, Policy, candidates};
 use super::plan_file::{
     FORMAT, Reader, fmt_cudnn_version, header_format, loaded_cudnn_version, plan_header, read_io,
@@ -43,10 +44,11 @@ pub struct Plan {
     pub(super) scratch: Vec<(i64, usize)>,
     /// Unique in the process: what a cached variant pack is keyed on.
     pub(super) id: u64,
-    /// The UIDs of the inputs the device uses as addresses (a paged KV
-    /// cache's page tables): bound only through the `unsafe`
-    /// [`Bindings::input_page_table`].
-    pub(super) page_tables: Arc<[i64]>,
+    /// The inputs the device uses as addresses or bounds (a paged KV
+    /// cache's page tables, an attention's sequence lengths with their
+    /// extent), by UID: bound only through the call their guard names
+    /// ([`Bindings::input_page_table`], [`Bindings::seq_lengths`]).
+    pub(super) guarded: Arc<[(i64, Guard)]>,
 }
 
 /// The next [`Plan::id`].
@@ -163,7 +165,7 @@ impl Plan {
         target: &Target,
         engine: Option<i64>,
         runtime_compiled: bool,
-        page_tables: &[i64],
+        guarded: &[(i64, Guard)],
     ) -> Result<Self> {
         let ws = desc.get_one(attr::EXECUTION_PLAN_WORKSPACE_SIZE)?;
         let cudnn_ws = usize::try_from(ws)
@@ -186,7 +188,7 @@ impl Plan {
             scalars,
             scratch,
             id: NEXT_PLAN_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            page_tables: page_tables.into(),
+            guarded: guarded.into(),
         })
     }
 
@@ -239,7 +241,7 @@ impl Plan {
                         target,
                         Some(c.engine),
                         c.behavior_notes.contains(&BehaviorNote::RuntimeCompilation),
-                        &graph.page_tables,
+                        &graph.guarded,
                     )?
                     .with_notes(&c.behavior_notes);
                     return Ok((plan, report));
@@ -309,7 +311,7 @@ impl Plan {
                         target,
                         Some(c.engine),
                         c.behavior_notes.contains(&BehaviorNote::RuntimeCompilation),
-                        &graph.page_tables,
+                        &graph.guarded,
                     )?
                     .with_notes(&c.behavior_notes),
                 ),
@@ -616,7 +618,7 @@ impl Plan {
             target,
             None,
             summary.runtime_compiled,
-            &summary.page_tables,
+            &summary.guarded,
         )
     }
 
@@ -731,7 +733,7 @@ impl Plan {
         // Two plans can share one tensor list (`from_cudnn_json` takes it
         // from the caller) and still differ in which inputs are page tables:
         // bindings checked for one are not valid for the other.
-        if !Arc::ptr_eq(&b.io, &self.io) || b.page_tables[..] != self.page_tables[..] {
+        if !Arc::ptr_eq(&b.io, &self.io) || b.guarded[..] != self.guarded[..] {
             return Err(Error::invalid(
                 "bindings",
                 "must come from this plan's `bindings()` (they were checked against another plan's tensors)",
@@ -762,7 +764,7 @@ impl Plan {
 
     /// Start binding buffers for [`execute`](Self::execute).
     pub fn bindings(&self) -> Bindings<'_> {
-        Bindings::new(self.io.clone(), self.page_tables.clone())
+        Bindings::new(self.io.clone(), self.guarded.clone())
     }
 
     /// Refuse a device of another architecture than the plan's target.

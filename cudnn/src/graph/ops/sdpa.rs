@@ -8,7 +8,10 @@
 //! Options ([`SdpaConfig`]): f16 / bf16; the attention scale (default
 //! `1 / sqrt(head_dim)`); a causal mask (query `i` sees keys `j <= i`,
 //! aligned top-left as PyTorch's `is_causal`); a padding mask from per-batch
-//! sequence lengths (graph inputs `[B, 1, 1, 1]` i32); dropout with a Philox
+//! sequence lengths (graph inputs `[B, 1, 1, 1]` i32, bound as checked
+//! [`SeqLengths`](crate::graph::SeqLengths) with
+//! [`Bindings::seq_lengths`](crate::graph::Bindings::seq_lengths): the GPU
+//! uses them as row bounds unchecked); dropout with a Philox
 //! seed and offset (graph inputs `[1, 1, 1, 1]` i64, bound at each
 //! execution); grouped-query attention (fewer K/V heads); BSHD or BHSD
 //! storage (the logical dims are always `[B, H, S, D]`, the layout is in the

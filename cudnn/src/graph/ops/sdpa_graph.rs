@@ -10,6 +10,7 @@ use super::sdpa_native::{Band, Common, SdpaBwdOp, SdpaFwdOp};
 use super::sdpa_ragged::RaggedTensor::{K, O, Q, V};
 use crate::error::{Error, Result};
 use crate::graph::graph::{Graph, Role, Tensor};
+use crate::graph::guard::Guard;
 use crate::graph::tensor::{DType, TensorSpec, fmt_dims};
 
 /// The full sequence lengths as i32 (`validate` bounds them by `i32::MAX`).
@@ -88,7 +89,14 @@ impl Graph {
             let b = self.input(&format!("{base}.seq_len_kv"), spec)?;
             extra[0] = Some(a);
             extra[1] = Some(b);
-            Some((self.index(a)?, self.index(b)?))
+            let (ia, ib) = (self.index(a)?, self.index(b)?);
+            // The kernels use the lengths as row bounds, unchecked: plans
+            // bind them only through `Bindings::seq_lengths` (checked).
+            self.guarded.extend([
+                (ia, Guard::SeqLengths { extent: cfg.seq_q }),
+                (ib, Guard::SeqLengths { extent: cfg.seq_kv }),
+            ]);
+            Some((ia, ib))
         } else {
             None
         };
@@ -180,7 +188,8 @@ impl Graph {
         // The device reads K and V at the pages these tables name, unchecked:
         // plans bind them only through the `unsafe` `input_page_table`.
         let (ia, ib) = (self.index(a)?, self.index(b)?);
-        self.page_tables.extend([ia, ib]);
+        self.guarded
+            .extend([(ia, Guard::PageTable), (ib, Guard::PageTable)]);
         Ok(Some((a, b)))
     }
 

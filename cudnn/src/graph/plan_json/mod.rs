@@ -24,6 +24,7 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{Map, Value};
 
 mod engine;
+mod guards;
 mod schema;
 
 use engine::{engine, profile};
@@ -31,6 +32,7 @@ use schema::Field::*;
 use schema::{DATA_TYPES, FINALIZE_MODES, dtype_of, node_fields};
 
 use super::graph::IoSignature;
+use super::guard::Guard;
 use super::target::Target;
 use super::tensor::MAX_DIMS;
 use crate::error::{Error, Result};
@@ -53,9 +55,10 @@ pub(crate) struct Summary {
     pub(crate) cudnn_version: u64,
     /// Its engine carries compiled code (the plan was compiled at run time).
     pub(crate) runtime_compiled: bool,
-    /// The UIDs its operations read as page tables (a paged KV cache): the
-    /// device uses their values as addresses.
-    pub(crate) page_tables: Vec<i64>,
+    /// The inputs the device uses as addresses or bounds, by UID: the page
+    /// tables its operations read (a paged KV cache) and the sequence
+    /// lengths of its attention ([`guards`]).
+    pub(crate) guarded: Vec<(i64, Guard)>,
 }
 
 pub(super) fn bad(path: &str, rule: impl Into<String>, value: impl std::fmt::Display) -> Error {
@@ -192,6 +195,9 @@ struct Walk {
     read: HashSet<String>,
     /// Tensors some node reads as a page table, by name.
     page_tables: HashSet<String>,
+    /// Every node's operation and the `(field, tensor name)` it reads or
+    /// writes, for [`guards`].
+    nodes: Vec<(String, Vec<(String, String)>)>,
 }
 
 impl Walk {
@@ -406,6 +412,7 @@ impl Walk {
             )
         })?;
         let mut sub_names: Option<HashSet<String>> = None;
+        let mut io_fields: Vec<(String, String)> = Vec::new();
         // The subgraph first, so its uids are known to `SubgraphUid`.
         if let Some(sg) = m.get("subgraph") {
             if !fields.iter().any(|(k, _)| *k == "subgraph") {
@@ -464,6 +471,7 @@ impl Walk {
                     if PAGE_TABLE_FIELDS.contains(&k.as_str()) {
                         self.page_tables.insert(s.to_string());
                     }
+                    io_fields.push((k.clone(), s.to_string()));
                 }
                 Enum(allowed) => {
                     one_of(val, &p, allowed)?;
@@ -531,6 +539,7 @@ impl Walk {
         {
             return Err(bad(path, "names subgraph tensors but has no subgraph", op));
         }
+        self.nodes.push((op.to_string(), io_fields));
         Ok(())
     }
 }
@@ -654,8 +663,8 @@ pub(crate) fn check_summary(
     // The device uses a page table's values as addresses: it must be a
     // bound input (which only `Bindings::input_page_table` binds), never a
     // scalar, a scratch or virtual tensor the crate cannot vouch for.
-    for uid in &summary.page_tables {
-        if !io.tensors.iter().any(|t| t.uid == *uid && !t.is_output) {
+    for (uid, g) in &summary.guarded {
+        if *g == Guard::PageTable && !io.tensors.iter().any(|t| t.uid == *uid && !t.is_output) {
             return Err(Error::invalid(
                 format!("plan JSON tensor uid {uid}"),
                 "must be a bound input of the tensor list (it is read as a page table)",
@@ -705,6 +714,7 @@ fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Sum
         written: HashSet::new(),
         read: HashSet::new(),
         page_tables: HashSet::new(),
+        nodes: Vec::new(),
     };
     w.graph(
         &top["operationGraph"],
@@ -725,12 +735,7 @@ fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Sum
         Summary {
             cudnn_version: version,
             runtime_compiled,
-            // Every name is a uid (`Walk::tensor` parsed it).
-            page_tables: w
-                .page_tables
-                .iter()
-                .filter_map(|n| n.parse().ok())
-                .collect(),
+            guarded: guards::guarded(&w),
         },
         Tensors {
             all: w.tensors,

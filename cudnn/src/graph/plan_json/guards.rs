@@ -1,0 +1,308 @@
+//! Which inputs of a loaded plan the GPU uses as addresses or bounds: the
+//! page tables (a paged KV cache) and the sequence lengths, with the extent
+//! each length bounds, recovered from the plan JSON alone (a loaded plan
+//! has no graph to ask).
+//!
+//! A length's extent is the smallest over the nodes that use it as a bound:
+//! the SDPA operations (`seqLenQ*` bounds Q's sequence dim, `seqLenKV*` K's,
+//! times the pages of a page table when paged), the band mask (its scores'
+//! rows / columns), the matmul overrides (`mOverride` A's rows, `nOverride`
+//! B's columns, `kOverride` A's columns) and the paged cache load (its
+//! output's sequence dim). In an attention plan, every other i32
+//! `[B, 1, 1, 1]` input is treated as lengths too (conservatively): bounded
+//! by the smaller of the last two dims of the 4-d tensors a node reads it
+//! with, else by the smallest sequence-like dim of the plan.
+
+use std::collections::BTreeMap;
+
+use super::Walk;
+use super::schema::SOFTMAX;
+use crate::graph::guard::Guard;
+
+const SDPA_FWD: &str = "CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR";
+const SDPA_BWD: &str = "CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR";
+const BAND: &str = "CUDNN_BACKEND_OPERATION_DIAGONAL_BAND_MASK_DESCRIPTOR";
+const PAGED_LOAD: &str = "CUDNN_BACKEND_OPERATION_PAGED_CACHE_LOAD_DESCRIPTOR";
+const MATMUL: &str = "CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR";
+const Q_LEN: &[&str] = &["seqLenQ", "seqLenQDesc"];
+const KV_LEN: &[&str] = &["seqLenKV", "seqLenKVDesc"];
+
+/// `dims` of a per-sequence length tensor: `[B, 1, 1, 1]`.
+fn len_shaped(dims: &[i64]) -> bool {
+    dims.len() == 4 && dims.get(1..) == Some(&[1, 1, 1][..])
+}
+
+/// The page tables and sequence lengths of the walked plan, by UID.
+pub(super) fn guarded(w: &Walk) -> Vec<(i64, Guard)> {
+    let uid = |n: &str| n.parse::<i64>().ok();
+    let dims = |n: &str| uid(n).and_then(|u| w.tensors.get(&u)).map(|t| &t.dims[..]);
+    let dim = |n: Option<&str>, axis_from_end: usize| {
+        let d = dims(n?)?;
+        d.get(d.len().checked_sub(axis_from_end)?).copied()
+    };
+    let page_tables: Vec<i64> = w.page_tables.iter().filter_map(|n| uid(n)).collect();
+    let is_page_table = |u: i64| page_tables.contains(&u);
+
+    // Extents from the nodes that use a tensor as a bound (`keyed`), and
+    // from other nodes that read a length-shaped i32 input (`loose`).
+    let mut keyed: BTreeMap<i64, Option<i64>> = BTreeMap::new();
+    let mut loose: BTreeMap<i64, Option<i64>> = BTreeMap::new();
+    let merge = |m: &mut BTreeMap<i64, Option<i64>>, u: i64, e: Option<i64>| {
+        let slot = m.entry(u).or_insert(e);
+        *slot = match (*slot, e) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            // An unknown extent stays unknown (the fallback bounds it).
+            _ => None,
+        };
+    };
+    let mut matmuls = 0usize;
+    let mut attention = false;
+    for (op, fields) in &w.nodes {
+        let get = |keys: &[&str]| {
+            fields
+                .iter()
+                .find(|(k, _)| keys.contains(&k.as_str()))
+                .map(|(_, n)| n.as_str())
+        };
+        let mut bound: Vec<(&[&str], Option<i64>)> = Vec::new();
+        match op.as_str() {
+            SDPA_FWD | SDPA_BWD => {
+                attention = true;
+                let k = dim(get(&["K", "kDesc"]), 2);
+                let kv = match get(&["pageTableK"]) {
+                    Some(pt) => dim(Some(pt), 2).zip(k).and_then(|(p, b)| p.checked_mul(b)),
+                    None => k,
+                };
+                bound.push((Q_LEN, dim(get(&["Q", "qDesc"]), 2)));
+                bound.push((KV_LEN, kv));
+            }
+            BAND => {
+                attention = true;
+                bound.push((Q_LEN, dim(get(&["X"]), 2)));
+                bound.push((KV_LEN, dim(get(&["X"]), 1)));
+            }
+            PAGED_LOAD => {
+                attention = true;
+                bound.push((&["sequence"], dim(get(&["Y"]), 2)));
+            }
+            MATMUL => {
+                matmuls = matmuls.saturating_add(1);
+                bound.push((&["mOverride"], dim(get(&["matA"]), 2)));
+                bound.push((&["nOverride"], dim(get(&["matB"]), 1)));
+                bound.push((&["kOverride"], dim(get(&["matA"]), 1)));
+            }
+            SOFTMAX => attention = true,
+            _ => {}
+        }
+        let mut keyed_here = Vec::new();
+        for (keys, e) in bound {
+            for (k, n) in fields {
+                if keys.contains(&k.as_str())
+                    && let Some(u) = uid(n)
+                {
+                    merge(&mut keyed, u, e);
+                    keyed_here.push(u);
+                }
+            }
+        }
+        // Another node reading a length-shaped input beside 4-d tensors:
+        // bounded by the smaller of their last two dims.
+        let beside = fields
+            .iter()
+            .filter_map(|(_, n)| dims(n))
+            .filter(|d| d.len() == 4 && !len_shaped(d))
+            .filter_map(|d| Some(*d.get(2)?.min(d.get(3)?)))
+            .min();
+        for (_, n) in fields {
+            if let Some(u) = uid(n)
+                && !keyed_here.contains(&u)
+                && dims(n).is_some_and(len_shaped)
+            {
+                merge(&mut loose, u, beside);
+            }
+        }
+    }
+    // The composite attention: two matmuls (or more) around a softmax.
+    attention |= matmuls >= 2;
+
+    // The smallest sequence-like dim of the plan: the last two dims of every
+    // 4-d tensor that is neither a length nor a page table.
+    let fallback = w
+        .tensors
+        .iter()
+        .filter(|(u, t)| t.dims.len() == 4 && !len_shaped(&t.dims) && !is_page_table(**u))
+        .filter_map(|(_, t)| Some(*t.dims.get(2)?.min(t.dims.get(3)?)))
+        .min()
+        .unwrap_or(0);
+    let mut lengths: BTreeMap<i64, i64> = BTreeMap::new();
+    for (&u, &e) in &keyed {
+        lengths.insert(u, e.unwrap_or(fallback).max(0));
+    }
+    if attention {
+        for (&u, t) in &w.tensors {
+            let candidate = t.dtype == "CUDNN_DATA_INT32"
+                && !t.is_virtual
+                && !t.by_value
+                && len_shaped(&t.dims)
+                && !w.written.contains(&u.to_string());
+            if candidate && !lengths.contains_key(&u) {
+                let e = loose.get(&u).copied().flatten().unwrap_or(fallback);
+                lengths.insert(u, e.max(0));
+            }
+        }
+    }
+    let mut out: Vec<(i64, Guard)> = page_tables.iter().map(|&u| (u, Guard::PageTable)).collect();
+    for (u, extent) in lengths {
+        if !is_page_table(u) {
+            out.push((u, Guard::SeqLengths { extent }));
+        }
+    }
+    out.sort_unstable_by_key(|&(u, _)| u);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{HashMap, HashSet};
+
+    use super::*;
+    use crate::graph::plan_json::JsonTensor;
+
+    fn t(dtype: &'static str, dims: &[i64]) -> JsonTensor {
+        JsonTensor {
+            dtype,
+            dims: dims.to_vec(),
+            strides: vec![1; dims.len()],
+            is_virtual: false,
+            by_value: false,
+        }
+    }
+
+    const H: &str = "CUDNN_DATA_HALF";
+    const I: &str = "CUDNN_DATA_INT32";
+    const PW: &str = "CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR";
+
+    fn walk(tensors: Vec<(i64, JsonTensor)>, nodes: &[(&str, &[(&str, i64)])]) -> Walk {
+        Walk {
+            tensors: tensors.into_iter().collect::<HashMap<_, _>>(),
+            written: HashSet::new(),
+            read: HashSet::new(),
+            page_tables: HashSet::new(),
+            nodes: nodes
+                .iter()
+                .map(|(op, f)| {
+                    let f = f.iter().map(|(k, u)| (k.to_string(), u.to_string()));
+                    (op.to_string(), f.collect())
+                })
+                .collect(),
+        }
+    }
+
+    fn len(extent: i64) -> Guard {
+        Guard::SeqLengths { extent }
+    }
+
+    #[test]
+    fn unit_composite_lengths_from_matmul_overrides() {
+        // S = Q·Kᵀ with M / N overridden, O = P·V with M / K overridden.
+        let w = walk(
+            vec![
+                (1, t(H, &[2, 4, 128, 64])),
+                (2, t(H, &[2, 4, 64, 256])),
+                (3, t(H, &[2, 4, 256, 64])),
+                (4, t(H, &[2, 4, 128, 256])),
+                (10, t(I, &[2, 1, 1, 1])),
+                (11, t(I, &[2, 1, 1, 1])),
+            ],
+            &[
+                (
+                    MATMUL,
+                    &[
+                        ("matA", 1),
+                        ("matB", 2),
+                        ("mOverride", 10),
+                        ("nOverride", 11),
+                    ],
+                ),
+                // The padding mask compares the lengths with indices: not a
+                // bound, so it does not lower the matmuls' extents.
+                (PW, &[("X", 4), ("B", 10)]),
+                (
+                    MATMUL,
+                    &[
+                        ("matA", 4),
+                        ("matB", 3),
+                        ("mOverride", 10),
+                        ("kOverride", 11),
+                    ],
+                ),
+            ],
+        );
+        assert_eq!(guarded(&w), vec![(10, len(128)), (11, len(256))]);
+    }
+
+    #[test]
+    fn unit_unidentified_lengths_are_bounded_conservatively() {
+        // Two matmuls (an attention); 12 is read beside scores [.., 128, 256]
+        // (the smaller bounds it), 13 by nothing 4-d (the plan's smallest
+        // sequence-like dim, 64, bounds it).
+        let w = walk(
+            vec![
+                (1, t(H, &[2, 4, 128, 64])),
+                (4, t(H, &[2, 4, 128, 256])),
+                (12, t(I, &[2, 1, 1, 1])),
+                (13, t(I, &[2, 1, 1, 1])),
+            ],
+            &[
+                (MATMUL, &[("matA", 1)]),
+                (MATMUL, &[("matA", 4)]),
+                (PW, &[("X", 4), ("B", 12)]),
+                (PW, &[("X", 13)]),
+            ],
+        );
+        assert_eq!(guarded(&w), vec![(12, len(128)), (13, len(64))]);
+        // Not an attention (one matmul, no override): i32 inputs are data.
+        let w = walk(
+            vec![(1, t(H, &[2, 4, 128, 64])), (12, t(I, &[2, 1, 1, 1]))],
+            &[(MATMUL, &[("matA", 1)]), (PW, &[("X", 1), ("B", 12)])],
+        );
+        assert_eq!(guarded(&w), vec![]);
+    }
+
+    #[test]
+    fn unit_sdpa_node_lengths_and_page_tables() {
+        // Paged: K is a container of 64-token pages, 4 pages per sequence;
+        // a page table shaped like lengths stays a page table.
+        let mut w = walk(
+            vec![
+                (1, t(H, &[2, 4, 1, 64])),
+                (2, t(H, &[80, 4, 64, 64])),
+                (5, t(I, &[2, 1, 4, 1])),
+                (6, t(I, &[2, 1, 1, 1])),
+                (10, t(I, &[2, 1, 1, 1])),
+                (11, t(I, &[2, 1, 1, 1])),
+            ],
+            &[(
+                SDPA_FWD,
+                &[
+                    ("Q", 1),
+                    ("K", 2),
+                    ("seqLenQ", 10),
+                    ("seqLenKV", 11),
+                    ("pageTableK", 5),
+                    ("pageTableV", 6),
+                ],
+            )],
+        );
+        w.page_tables = ["5", "6"].into_iter().map(String::from).collect();
+        assert_eq!(
+            guarded(&w),
+            vec![
+                (5, Guard::PageTable),
+                (6, Guard::PageTable),
+                (10, len(1)),
+                (11, len(256))
+            ]
+        );
+    }
+}
