@@ -175,6 +175,7 @@ mod tests {
             strides: vec![1; dims.len()],
             is_virtual: false,
             by_value: false,
+            ragged: None,
         }
     }
 
