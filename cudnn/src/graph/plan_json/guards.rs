@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 
 use super::Walk;
 use super::schema::SOFTMAX;
+use crate::error::{Error, Result};
 use crate::graph::guard::Guard;
 
 const SDPA_FWD: &str = "CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR";
@@ -32,6 +33,62 @@ const KV_LEN: &[&str] = &["seqLenKV", "seqLenKVDesc"];
 /// `dims` of a per-sequence length tensor: `[B, 1, 1, 1]`.
 fn len_shaped(dims: &[i64]) -> bool {
     dims.len() == 4 && dims.get(1..) == Some(&[1, 1, 1][..])
+}
+
+/// Every per-sequence input of an attention (sequence lengths, page
+/// tables) covers the batch of the tensors it serves: cuDNN reads one
+/// length or one table row per sequence, so a plan declaring fewer would
+/// make it read past the bound buffer (and use what lies there as a bound
+/// or a page), whatever the bound values.
+pub(super) fn check_batches(w: &Walk) -> Result<()> {
+    let dims = |n: &str| {
+        n.parse::<i64>()
+            .ok()
+            .and_then(|u| w.tensors.get(&u))
+            .map(|t| &t.dims[..])
+    };
+    for (op, fields) in &w.nodes {
+        let (anchor, per_seq): (&[&str], &[&str]) = match op.as_str() {
+            SDPA_FWD | SDPA_BWD => (
+                &["Q", "qDesc"],
+                &[
+                    "seqLenQ",
+                    "seqLenQDesc",
+                    "seqLenKV",
+                    "seqLenKVDesc",
+                    "pageTableK",
+                    "pageTableV",
+                ],
+            ),
+            BAND => (&["X"], &["seqLenQDesc", "seqLenKVDesc"]),
+            PAGED_LOAD => (&["Y"], &["pageTable", "sequence"]),
+            _ => continue,
+        };
+        let Some(batch) = fields
+            .iter()
+            .find(|(k, _)| anchor.contains(&k.as_str()))
+            .and_then(|(_, n)| dims(n)?.first().copied())
+        else {
+            continue;
+        };
+        for (k, n) in fields {
+            if !per_seq.contains(&k.as_str()) {
+                continue;
+            }
+            let got = dims(n).and_then(|d| d.first().copied());
+            if got.is_none_or(|g| g < batch) {
+                return Err(Error::mismatch(
+                    format!(
+                        "plan JSON {op} `{k}` (tensor uid {n}): its batch dim (one entry per \
+                         sequence of the attention's batch, at least)"
+                    ),
+                    batch,
+                    got.map_or_else(|| "none".to_string(), |g| g.to_string()),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The page tables and sequence lengths of the walked plan, by UID.
@@ -79,12 +136,27 @@ pub(super) fn guarded(w: &Walk) -> Vec<(i64, Guard)> {
         match op.as_str() {
             SDPA_FWD | SDPA_BWD => {
                 attention = true;
-                let k = dim(get(&["K", "kDesc"]), 2);
-                let kv = match get(&["pageTableK"]) {
-                    Some(pt) => dim(Some(pt), 2).zip(k).and_then(|(p, b)| p.checked_mul(b)),
-                    None => k,
+                // The smallest sequence dim over every tensor a length
+                // bounds (Q, O and their gradients; K, V and theirs): a
+                // plan whose V (or dO) is shorter than K (or Q) must not
+                // let a length reach past the shorter one.
+                let seq = |names: &[&str]| names.iter().filter_map(|n| dim(get(&[*n]), 2)).min();
+                let q = seq(&["Q", "qDesc", "O", "oDesc", "dQDesc", "dODesc"]);
+                // Paged: the pages a table row covers, for K and for V.
+                let paged = |pt: &str, c: &str| {
+                    let p = get(&[pt])?;
+                    dim(Some(p), 2)?.checked_mul(dim(get(&[c]), 2)?)
                 };
-                bound.push((Q_LEN, dim(get(&["Q", "qDesc"]), 2)));
+                let kv = if get(&["pageTableK"]).is_some() || get(&["pageTableV"]).is_some() {
+                    // Both tables must be known; a missing one leaves the
+                    // extent to the fallback.
+                    paged("pageTableK", "K")
+                        .zip(paged("pageTableV", "V"))
+                        .map(|(a, b)| a.min(b))
+                } else {
+                    seq(&["K", "kDesc", "V", "vDesc", "dKDesc", "dVDesc"])
+                };
+                bound.push((Q_LEN, q));
                 bound.push((KV_LEN, kv));
             }
             BAND => {
@@ -98,9 +170,17 @@ pub(super) fn guarded(w: &Walk) -> Vec<(i64, Guard)> {
             }
             MATMUL => {
                 matmuls = matmuls.saturating_add(1);
-                bound.push((&["mOverride"], dim(get(&["matA"]), 2)));
-                bound.push((&["nOverride"], dim(get(&["matB"]), 1)));
-                bound.push((&["kOverride"], dim(get(&["matA"]), 1)));
+                // Each override bounds every matrix with that dim: M A's
+                // and C's rows, N B's and C's columns, K A's columns and
+                // B's rows (the smallest, should they differ).
+                let least = |uses: &[(&str, usize)]| {
+                    uses.iter()
+                        .filter_map(|&(f, axis)| dim(get(&[f]), axis))
+                        .min()
+                };
+                bound.push((&["mOverride"], least(&[("matA", 2), ("matC", 2)])));
+                bound.push((&["nOverride"], least(&[("matB", 1), ("matC", 1)])));
+                bound.push((&["kOverride"], least(&[("matA", 1), ("matB", 2)])));
             }
             SOFTMAX => attention = true,
             _ => {}
@@ -295,6 +375,7 @@ mod tests {
             vec![
                 (1, t(H, &[2, 4, 1, 64])),
                 (2, t(H, &[80, 4, 64, 64])),
+                (3, t(H, &[80, 4, 64, 64])),
                 (5, t(I, &[2, 1, 4, 1])),
                 (6, t(I, &[2, 1, 1, 1])),
                 (10, t(I, &[2, 1, 1, 1])),
@@ -305,6 +386,7 @@ mod tests {
                 &[
                     ("Q", 1),
                     ("K", 2),
+                    ("V", 3),
                     ("seqLenQ", 10),
                     ("seqLenKV", 11),
                     ("pageTableK", 5),
@@ -319,9 +401,83 @@ mod tests {
                 (5, Guard::PageTable),
                 (6, Guard::PageTable),
                 (10, len(1)),
-                (11, len(256))
+                // K's table covers 4 pages of 64, V's (6) only 1: the
+                // smaller bounds the key lengths.
+                (11, len(64))
             ]
         );
+        assert!(check_batches(&w).is_ok());
+    }
+
+    #[test]
+    fn unit_sdpa_extent_is_the_smallest_over_q_o_k_v() {
+        // V (3) is shorter than K (2), O (4) shorter than Q (1): the
+        // lengths must not reach past the shorter tensors.
+        let w = walk(
+            vec![
+                (1, t(H, &[2, 4, 128, 64])),
+                (2, t(H, &[2, 4, 256, 64])),
+                (3, t(H, &[2, 4, 96, 64])),
+                (4, t(H, &[2, 4, 100, 64])),
+                (10, t(I, &[2, 1, 1, 1])),
+                (11, t(I, &[2, 1, 1, 1])),
+            ],
+            &[(
+                SDPA_FWD,
+                &[
+                    ("Q", 1),
+                    ("K", 2),
+                    ("V", 3),
+                    ("O", 4),
+                    ("seqLenQ", 10),
+                    ("seqLenKV", 11),
+                ],
+            )],
+        );
+        assert_eq!(guarded(&w), vec![(10, len(100)), (11, len(96))]);
+        // A matmul's K override bounds B's rows too.
+        let w = walk(
+            vec![
+                (1, t(H, &[2, 4, 128, 64])),
+                (2, t(H, &[2, 4, 32, 256])),
+                (5, t(H, &[2, 4, 128, 256])),
+                (12, t(I, &[2, 1, 1, 1])),
+            ],
+            &[(
+                MATMUL,
+                &[("matA", 1), ("matB", 2), ("matC", 5), ("kOverride", 12)],
+            )],
+        );
+        assert_eq!(guarded(&w), vec![(12, len(32))]);
+    }
+
+    #[test]
+    fn unit_per_sequence_inputs_cover_the_batch() {
+        // Q has 4 sequences; lengths of 2 would be read past their buffer.
+        let fwd = |len_b: i64, pt_b: i64| {
+            walk(
+                vec![
+                    (1, t(H, &[4, 4, 64, 64])),
+                    (2, t(H, &[80, 4, 64, 64])),
+                    (5, t(I, &[pt_b, 1, 4, 1])),
+                    (10, t(I, &[len_b, 1, 1, 1])),
+                ],
+                &[(
+                    SDPA_FWD,
+                    &[("Q", 1), ("K", 2), ("seqLenKV", 10), ("pageTableK", 5)],
+                )],
+            )
+        };
+        assert!(check_batches(&fwd(4, 4)).is_ok());
+        let e = check_batches(&fwd(2, 4)).unwrap_err().to_string();
+        assert!(e.contains("seqLenKV") && e.contains('4'), "{e}");
+        let e = check_batches(&fwd(4, 1)).unwrap_err().to_string();
+        assert!(e.contains("pageTableK"), "{e}");
+        let band = walk(
+            vec![(1, t(H, &[4, 4, 64, 64])), (10, t(I, &[1, 1, 1, 1]))],
+            &[(BAND, &[("X", 1), ("seqLenKVDesc", 10)])],
+        );
+        assert!(check_batches(&band).is_err());
     }
 
     #[test]

@@ -733,6 +733,7 @@ fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Sum
             return Err(bad(path, "must name a tensor of the graph", uid));
         }
     }
+    guards::check_batches(&w)?;
     Ok((
         Summary {
             cudnn_version: version,
