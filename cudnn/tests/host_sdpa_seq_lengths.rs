@@ -182,6 +182,7 @@ fn check_plan(plan: &Plan, names: [&str; 2], what: &str) -> TestResult {
 fn lengths_need_checked_binding() -> TestResult {
     let t = Target::preset("h200")?;
     let mut built = 0;
+    let mut reloaded = 0usize;
     for imp in [SdpaImpl::Native, SdpaImpl::Composite] {
         for backward in [false, true] {
             let c = cfg(imp);
@@ -209,10 +210,15 @@ fn lengths_need_checked_binding() -> TestResult {
             }
             eprintln!("  {what}: {} plan(s) checked", ps.len());
             built += 1;
+            reloaded += usize::from(ps.len() >= 2);
         }
     }
     // The composite forward plans on every cuDNN this crate loads (9.5+).
     ensure!(built >= 1, "no padded attention planned");
+    // A plan loaded from JSON finds its lengths in the JSON alone: at least
+    // one must have been checked (the composite forward reloads), else the
+    // loader's identification went untested.
+    ensure!(reloaded >= 1, "no padded attention reloaded from its JSON");
     Ok(())
 }
 
@@ -326,8 +332,76 @@ fn property_seq_lengths() -> TestResult {
         .map_err(|e| format!("{e}").into())
 }
 
+/// A hostile JSON of a native attention whose key lengths are declared
+/// `[1, 1, 1, 1]` for a batch of 2 (tensor list agreeing): cuDNN reads one
+/// length per sequence, so the second would come from past the bound
+/// buffer. Refused, typed, before cuDNN sees it.
+fn lengths_cover_the_batch() -> TestResult {
+    let t = Target::preset("h200")?;
+    let c = cfg(SdpaImpl::Native);
+    if let Err(e) = c.resolve(false) {
+        eprintln!("  native forward refused here (typed): {e}");
+        return Ok(());
+    }
+    let og = graph(&c, false)?.build()?;
+    let policy = Policy {
+        max_attempts: 1,
+        ..Policy::default()
+    };
+    let (plan, _) = Plan::build(&og, &t, &policy)?;
+    let json = plan.cudnn_json()?;
+    let uid = plan
+        .io()
+        .tensors
+        .iter()
+        .find(|x| x.name == "lkv")
+        .ok_or("no lkv tensor")?
+        .uid;
+    let trusted = |j: &str, io: cudnn::graph::IoSignature| {
+        if plan.is_runtime_compiled() {
+            Plan::from_cudnn_json_trusted(j, &t, Arc::new(io))
+        } else {
+            Plan::from_cudnn_json(j, &t, Arc::new(io))
+        }
+    };
+    // The unmodified JSON loads (else the refusal below proves nothing).
+    trusted(&json, plan.io().clone())?;
+    let mut v: serde_json::Value = serde_json::from_str(&json)?;
+    fn shrink(v: &mut serde_json::Value, uid: &str) {
+        match v {
+            serde_json::Value::Object(m) => {
+                if m.get("name").and_then(|n| n.as_str()) == Some(uid) {
+                    m.insert("dim".into(), serde_json::json!([1, 1, 1, 1]));
+                    m.insert("stride".into(), serde_json::json!([1, 1, 1, 1]));
+                }
+                m.values_mut().for_each(|x| shrink(x, uid));
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(|x| shrink(x, uid)),
+            _ => {}
+        }
+    }
+    shrink(&mut v, &uid.to_string());
+    let short = serde_json::to_string(&v)?;
+    ensure!(short != json, "the length tensor was found in the JSON");
+    let mut io = plan.io().clone();
+    for x in io.tensors.iter_mut().filter(|x| x.uid == uid) {
+        x.spec = TensorSpec::row_major(DType::I32, &[1, 1, 1, 1])?;
+    }
+    match trusted(&short, io) {
+        // The crate's own refusal (cuDNN 9.28 also refuses this form at
+        // finalize, BAD_PARAM: the check is defence in depth, and must come
+        // first, before cuDNN is asked).
+        Err(e) if e.to_string().contains("seqLenKV") && e.to_string().contains("batch dim") => {
+            eprintln!("  refused: {e}");
+            Ok(())
+        }
+        other => Err(format!("lengths shorter than the batch: {:?}", other.err()).into()),
+    }
+}
+
 fn main() {
     run(vec![
+        host("sdpa_seq_lengths_cover_the_batch", lengths_cover_the_batch),
         host(
             "sdpa_seq_lengths_need_checked_binding",
             lengths_need_checked_binding,

@@ -660,16 +660,21 @@ pub(crate) fn check_summary(
 ) -> Result<Summary> {
     let (summary, tensors) = shape(json, Some(target), cudnn)?;
     agree(&tensors, io)?;
-    // The device uses a page table's values as addresses: it must be a
-    // bound input (which only `Bindings::input_page_table` binds), never a
-    // scalar, a scratch or virtual tensor the crate cannot vouch for.
+    // The device uses a page table's or an offset's values as addresses
+    // and a length's as a row bound: each must be a bound input (which only
+    // its guarded binding call binds), never a by-value scalar (its value
+    // baked into the plan), a scratch or virtual tensor (computed by the
+    // graph, e.g. a bound length plus a constant) the crate cannot vouch for.
     for (uid, g) in &summary.guarded {
-        if matches!(g, Guard::PageTable | Guard::RaggedOffsets)
-            && !io.tensors.iter().any(|t| t.uid == *uid && !t.is_output)
-        {
+        if !io.tensors.iter().any(|t| t.uid == *uid && !t.is_output) {
+            let what = match g {
+                Guard::PageTable => "a page table",
+                Guard::RaggedOffsets => "ragged offsets",
+                Guard::SeqLengths { .. } => "sequence lengths (a row bound)",
+            };
             return Err(Error::invalid(
                 format!("plan JSON tensor uid {uid}"),
-                "must be a bound input of the tensor list (it is read as a page table)",
+                format!("must be a bound input of the tensor list (it is read as {what})"),
                 uid,
             ));
         }
