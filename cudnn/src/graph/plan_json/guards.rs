@@ -166,7 +166,19 @@ pub(super) fn guarded(w: &Walk) -> Vec<(i64, Guard)> {
             }
             PAGED_LOAD => {
                 attention = true;
-                bound.push((&["sequence"], dim(get(&["Y"]), 2)));
+                // Y's sequence dim, and the pages a table row covers (a
+                // longer sequence would read table entries past its row).
+                let covered = dim(get(&["pageTable"]), 2)
+                    .zip(dim(get(&["container"]), 2))
+                    .and_then(|(p, b)| p.checked_mul(b));
+                let y = dim(get(&["Y"]), 2);
+                bound.push((
+                    &["sequence"],
+                    match (y, covered) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    },
+                ));
             }
             MATMUL => {
                 matmuls = matmuls.saturating_add(1);
@@ -449,6 +461,31 @@ mod tests {
             )],
         );
         assert_eq!(guarded(&w), vec![(12, len(32))]);
+    }
+
+    #[test]
+    fn unit_paged_load_extent_is_the_pages_a_row_covers() {
+        // Y claims 512 rows, the table covers 2 pages of 64: 128 bounds.
+        let w = walk(
+            vec![
+                (1, t(H, &[80, 4, 64, 64])),
+                (2, t(I, &[2, 1, 2, 1])),
+                (3, t(H, &[2, 4, 512, 64])),
+                (10, t(I, &[2, 1, 1, 1])),
+            ],
+            &[(
+                PAGED_LOAD,
+                &[
+                    ("container", 1),
+                    ("pageTable", 2),
+                    ("sequence", 10),
+                    ("Y", 3),
+                ],
+            )],
+        );
+        let mut w = w;
+        w.page_tables = ["2"].into_iter().map(String::from).collect();
+        assert_eq!(guarded(&w), vec![(2, Guard::PageTable), (10, len(128))]);
     }
 
     #[test]
