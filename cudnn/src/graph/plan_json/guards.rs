@@ -6,11 +6,14 @@
 //! has no graph to ask).
 //!
 //! A length's extent is the smallest over the nodes that use it as a bound:
-//! the SDPA operations (`seqLenQ*` bounds Q's sequence dim, `seqLenKV*` K's,
-//! times the pages of a page table when paged), the band mask (its scores'
-//! rows / columns), the matmul overrides (`mOverride` A's rows, `nOverride`
-//! B's columns, `kOverride` A's columns) and the paged cache load (its
-//! output's sequence dim). In an attention plan, every other i32
+//! the SDPA operations (`seqLenQ*` bounds the sequence dim of Q, O, dQ and
+//! dO, `seqLenKV*` that of K, V, dK and dV, or, paged, the pages a row of
+//! each page table covers), the band mask (its scores' rows / columns), the
+//! matmul overrides (`mOverride` A's and C's rows, `nOverride` B's and C's
+//! columns, `kOverride` A's columns and B's rows) and the paged cache load
+//! (its output's sequence dim and the pages a table row covers). Lengths
+//! and page tables must also cover the attention's batch
+//! ([`check_batches`]). In an attention plan, every other i32
 //! `[B, 1, 1, 1]` input is treated as lengths too (conservatively): bounded
 //! by the smaller of the last two dims of the 4-d tensors a node reads it
 //! with, else by the smallest sequence-like dim of the plan.
