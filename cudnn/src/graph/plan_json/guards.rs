@@ -30,6 +30,17 @@ const SDPA_BWD: &str = "CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR";
 const BAND: &str = "CUDNN_BACKEND_OPERATION_DIAGONAL_BAND_MASK_DESCRIPTOR";
 const PAGED_LOAD: &str = "CUDNN_BACKEND_OPERATION_PAGED_CACHE_LOAD_DESCRIPTOR";
 const MATMUL: &str = "CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR";
+/// Fields whose tensor's values are plain data (a dropout seed or offset,
+/// an RNG's, a softmax scale): an i32 `[1, 1, 1, 1]` read only through
+/// these is not taken for lengths.
+const DATA_FIELDS: &[&str] = &[
+    "dropoutSeed",
+    "dropoutOffset",
+    "seedTensor",
+    "offset",
+    "scale",
+    "scaleDesc",
+];
 const Q_LEN: &[&str] = &["seqLenQ", "seqLenQDesc"];
 const KV_LEN: &[&str] = &["seqLenKV", "seqLenKVDesc"];
 
@@ -126,6 +137,8 @@ pub(super) fn guarded(w: &Walk) -> Vec<(i64, Guard)> {
             _ => None,
         };
     };
+    // Tensors some node reads through a field that is not plain data.
+    let mut not_data: Vec<i64> = Vec::new();
     let mut matmuls = 0usize;
     let mut attention = false;
     for (op, fields) in &w.nodes {
@@ -200,6 +213,12 @@ pub(super) fn guarded(w: &Walk) -> Vec<(i64, Guard)> {
             SOFTMAX => attention = true,
             _ => {}
         }
+        not_data.extend(
+            fields
+                .iter()
+                .filter(|(k, _)| !DATA_FIELDS.contains(&k.as_str()))
+                .filter_map(|(_, n)| uid(n)),
+        );
         let mut keyed_here = Vec::new();
         for (keys, e) in bound {
             for (k, n) in fields {
@@ -250,7 +269,9 @@ pub(super) fn guarded(w: &Walk) -> Vec<(i64, Guard)> {
                 && !t.is_virtual
                 && !t.by_value
                 && len_shaped(&t.dims)
-                && !w.written.contains(&u.to_string());
+                && !w.written.contains(&u.to_string())
+                // Read only as a seed, an offset or a scale: data.
+                && (not_data.contains(&u) || !w.read.contains(&u.to_string()));
             if candidate && !lengths.contains_key(&u) {
                 let e = loose.get(&u).copied().flatten().unwrap_or(fallback);
                 lengths.insert(u, e.max(0));
@@ -464,6 +485,36 @@ mod tests {
             )],
         );
         assert_eq!(guarded(&w), vec![(12, len(32))]);
+    }
+
+    #[test]
+    fn unit_dropout_seed_is_data() {
+        // An i32 `[1, 1, 1, 1]` dropout seed and offset (a frontend may
+        // declare them so) are data; a length beside them is still one.
+        let mut w = walk(
+            vec![
+                (1, t(H, &[1, 4, 64, 64])),
+                (2, t(H, &[1, 4, 64, 64])),
+                (7, t(I, &[1, 1, 1, 1])),
+                (8, t(I, &[1, 1, 1, 1])),
+                (11, t(I, &[1, 1, 1, 1])),
+            ],
+            &[(
+                SDPA_FWD,
+                &[
+                    ("Q", 1),
+                    ("K", 2),
+                    ("dropoutSeed", 7),
+                    ("dropoutOffset", 8),
+                    ("seqLenKV", 11),
+                ],
+            )],
+        );
+        w.read = ["1", "2", "7", "8", "11"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        assert_eq!(guarded(&w), vec![(11, len(64))]);
     }
 
     #[test]
