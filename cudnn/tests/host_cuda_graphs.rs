@@ -399,17 +399,3 @@ fn main() {
         ),
     ])
 }
-
-/// A host test that plans graphs without a device, which needs cuDNN >= 9.8:
-/// on an older stack it is reported as ignored (with a note on stderr),
-/// never as passed.
-fn host_planning(
-    name: &str,
-    f: impl FnOnce() -> TestResult + Send + 'static,
-) -> libtest_mimic::Trial {
-    if libs_missing().is_none() && cudnn::graph::require_graph_support().is_err() {
-        eprintln!("skipped: host::{name}: needs cuDNN >= 9.8 (this stack has an older cuDNN)");
-        return libtest_mimic::Trial::test(format!("host::{name}"), f).with_ignored_flag(true);
-    }
-    host(name, f)
-}

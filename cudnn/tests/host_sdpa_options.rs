@@ -990,7 +990,7 @@ fn property_page_table_binding() -> TestResult {
 
 fn main() {
     let t = vec![
-        host("sdpa_band_plans_per_target", plan_per_target),
+        host_planning("sdpa_band_plans_per_target", plan_per_target),
         unit("sdpa_band_version_rules", version_rules),
         unit("sdpa_reference_band_hand_cases", reference_band_hand_cases),
         unit("sdpa_reference_paged_gather", reference_paged_gather),

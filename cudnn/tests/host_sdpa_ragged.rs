@@ -702,7 +702,7 @@ fn paged_only_q_o() -> TestResult {
 
 fn main() {
     let t = vec![
-        host("sdpa_ragged_plans_per_target", plan_per_target),
+        host_planning("sdpa_ragged_plans_per_target", plan_per_target),
         unit("sdpa_ragged_version_rules", version_rules),
         unit("sdpa_ragged_offsets_hand_cases", offsets_hand_cases),
         unit("sdpa_ragged_offsets_random", offsets_random),

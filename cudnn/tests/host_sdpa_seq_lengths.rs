@@ -402,10 +402,10 @@ fn lengths_cover_the_batch() -> TestResult {
 fn main() {
     run(vec![
         host("sdpa_seq_lengths_cover_the_batch", lengths_cover_the_batch),
-        host(
+        host_planning(
             "sdpa_seq_lengths_need_checked_binding",
             lengths_need_checked_binding,
         ),
-        host("sdpa_seq_lengths_random", property_seq_lengths),
+        host_planning("sdpa_seq_lengths_random", property_seq_lengths),
     ])
 }

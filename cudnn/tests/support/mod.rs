@@ -68,6 +68,18 @@ pub fn host(name: &str, f: impl FnOnce() -> TestResult + Send + 'static) -> Tria
     )
 }
 
+/// A host-tier test that plans graphs without a device, which needs cuDNN
+/// >= 9.8: on a stack with an older cuDNN it is reported as ignored (with a
+/// note on stderr), never as passed.
+#[allow(dead_code)]
+pub fn host_planning(name: &str, f: impl FnOnce() -> TestResult + Send + 'static) -> Trial {
+    if libs_missing().is_none() && cudnn::graph::require_graph_support().is_err() {
+        eprintln!("skipped: host::{name}: needs cuDNN >= 9.8 (this stack has an older cuDNN)");
+        return Trial::test(format!("host::{name}"), f).with_ignored_flag(true);
+    }
+    host(name, f)
+}
+
 /// A gpu-tier test.
 pub fn gpu(name: &str, f: impl FnOnce() -> TestResult + Send + 'static) -> Trial {
     tiered(
