@@ -1,4 +1,4 @@
-//! Interop with [cudarc](https://crates.io/crates/cudarc) (feature
+//! Interop with [cudarc](https://docs.rs/cudarc) (feature
 //! `cudarc`): the streams and memory of candle, burn and every other
 //! cudarc-based framework, used by this crate's cuDNN, cuBLAS/cuBLASLt,
 //! graph and NCCL calls without copies and without giving up cudarc's
