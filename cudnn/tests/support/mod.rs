@@ -69,8 +69,8 @@ pub fn host(name: &str, f: impl FnOnce() -> TestResult + Send + 'static) -> Tria
 }
 
 /// A host-tier test that plans graphs without a device, which needs cuDNN
-/// >= 9.8: on a stack with an older cuDNN it is reported as ignored (with a
-/// note on stderr), never as passed.
+/// 9.8 or newer: on a stack with an older cuDNN it is reported as ignored
+/// (with a note on stderr), never as passed.
 #[allow(dead_code)]
 pub fn host_planning(name: &str, f: impl FnOnce() -> TestResult + Send + 'static) -> Trial {
     if libs_missing().is_none() && cudnn::graph::require_graph_support().is_err() {
