@@ -89,8 +89,24 @@ pub(super) fn check_batches(w: &Walk) -> Result<()> {
             if !per_seq.contains(&k.as_str()) {
                 continue;
             }
+            // A by-value scalar (the full lengths of a mask without
+            // padding) lives in the plan, not in device memory: nothing is
+            // read past a buffer.
+            let by_value = n
+                .parse::<i64>()
+                .ok()
+                .and_then(|u| w.tensors.get(&u))
+                .is_some_and(|t| t.by_value);
+            if by_value {
+                continue;
+            }
             let got = dims(n).and_then(|d| d.first().copied());
-            if got.is_none_or(|g| g < batch) {
+            // The band mask takes a one-entry length tensor for a mask over
+            // full, equal lengths (the crate and NVIDIA's frontend both
+            // build it so when there is no padding) and broadcasts it; the
+            // SDPA and paged-load nodes index theirs by sequence.
+            let broadcast = op.as_str() == BAND && got == Some(1);
+            if !broadcast && got.is_none_or(|g| g < batch) {
                 return Err(Error::mismatch(
                     format!(
                         "plan JSON {op} `{k}` (tensor uid {n}): its batch dim (one entry per \
@@ -568,7 +584,23 @@ mod tests {
             vec![(1, t(H, &[4, 4, 64, 64])), (10, t(I, &[1, 1, 1, 1]))],
             &[(BAND, &[("X", 1), ("seqLenKVDesc", 10)])],
         );
-        assert!(check_batches(&band).is_err());
+        // A one-entry length broadcast by the band mask is accepted; two
+        // entries for four sequences are not.
+        assert!(check_batches(&band).is_ok());
+        let band2 = walk(
+            vec![(1, t(H, &[4, 4, 64, 64])), (10, t(I, &[2, 1, 1, 1]))],
+            &[(BAND, &[("X", 1), ("seqLenKVDesc", 10)])],
+        );
+        assert!(check_batches(&band2).is_err());
+        // The same one-entry length passed by value (a mask over full
+        // lengths) is a host scalar in the plan: accepted.
+        let mut scalar = t(I, &[1, 1, 1, 1]);
+        scalar.by_value = true;
+        let band = walk(
+            vec![(1, t(H, &[4, 4, 64, 64])), (10, scalar)],
+            &[(BAND, &[("X", 1), ("seqLenKVDesc", 10)])],
+        );
+        assert!(check_batches(&band).is_ok());
     }
 
     #[test]

@@ -666,6 +666,12 @@ pub(crate) fn check_summary(
     // baked into the plan), a scratch or virtual tensor (computed by the
     // graph, e.g. a bound length plus a constant) the crate cannot vouch for.
     for (uid, g) in &summary.guarded {
+        // A by-value scalar (the full lengths of a band mask without
+        // padding, as the crate and NVIDIA's frontend build it) is not
+        // device memory; its value is the tensor list's scalar.
+        if tensors.all.get(uid).is_some_and(|t| t.by_value) {
+            continue;
+        }
         if !io.tensors.iter().any(|t| t.uid == *uid && !t.is_output) {
             let what = match g {
                 Guard::PageTable => "a page table",
