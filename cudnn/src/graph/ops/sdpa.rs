@@ -24,7 +24,8 @@
 //! inputs `[B + 1, 1, 1, 1]` i32 on Q, K, V, O and the gradients (Q and O
 //! only with a paged cache), forward and backward; the offsets are bound with the unsafe
 //! `Bindings::input_ragged_offsets`, see the rules and the soundness note
-//! on [`SdpaConfig::ragged_offsets`]).
+//! on [`SdpaConfig::ragged_offsets`]); a logit softcap
+//! ([`SdpaConfig::softcap`], rules in [`sdpa_softcap`](super::sdpa_softcap)).
 //! Their rules, after NVIDIA's frontend 1.32: the bottom-right causal mask
 //! not with dropout, and (like the window) without padding only for
 //! `seq_q <= seq_kv`; before cuDNN 9.6 a bottom-right mask only for lengths
@@ -239,6 +240,10 @@ pub struct SdpaConfig {
     pub ragged: bool,
     /// Dropout on the probabilities.
     pub dropout: Option<Dropout>,
+    /// Logit softcap: the scaled scores `s` become `softcap * tanh(s /
+    /// softcap)` before any mask (finite, > 0; rules in
+    /// [`sdpa_softcap`](super::sdpa_softcap)). `None`: none.
+    pub softcap: Option<f64>,
     /// Forward: save the softmax statistics (log-sum-exp per query row,
     /// `[B, H, S_q, 1]` f32) for the backward.
     pub is_training: bool,
@@ -363,6 +368,7 @@ impl SdpaConfig {
             padding: false,
             ragged: false,
             dropout: None,
+            softcap: None,
             is_training: false,
             implementation: SdpaImpl::Auto,
         }
@@ -597,6 +603,7 @@ impl SdpaConfig {
         self.check_band(v)?;
         self.check_paged(v, backward)?;
         self.check_ragged(v, backward)?;
+        self.check_softcap()?;
         match (self.implementation, backward) {
             (SdpaImpl::Native, _) => self.check_native(v, backward).map(|_| SdpaImpl::Native),
             (SdpaImpl::Composite, _) | (SdpaImpl::Auto, true) => self
@@ -728,6 +735,7 @@ impl SdpaConfig {
         self.validate_band()?;
         self.validate_paged()?;
         self.validate_ragged()?;
+        self.validate_softcap()?;
         if let Some(d) = self.dropout
             && !(d.probability >= 0.0 && d.probability < 1.0)
         {
@@ -792,6 +800,7 @@ impl SdpaConfig {
         if self.paged.is_some() {
             need("paged", since::PADDING)?;
         }
+        self.check_native_softcap(v, backward)?;
         if self.active_dropout().is_some() {
             if backward {
                 need("dropout", since::BACKWARD_DROPOUT)?;

@@ -42,6 +42,8 @@ type M = sys::cudnnPointwiseMode_t;
 #[path = "sdpa_composite_masks.rs"]
 mod masks;
 pub(crate) use masks::CompositeBand;
+#[path = "sdpa_composite_softcap.rs"]
+mod softcap;
 
 /// A tensor of the composite: a graph tensor (by index) or one of its own
 /// virtual intermediates.
@@ -72,6 +74,8 @@ pub(crate) struct CompositeFwdOp {
     pub(crate) paged: Option<(usize, usize)>,
     /// The mask fill scalar (padding, causal or window).
     pub(crate) fill: Option<usize>,
+    /// The softcap's by-value scalar.
+    pub(crate) softcap: Option<usize>,
     pub(crate) o: usize,
     pub(crate) stats: Option<usize>,
     /// The first UID of the composite's own virtual tensors.
@@ -304,6 +308,9 @@ impl OpNode for CompositeFwdOp {
         if let Some(f) = self.fill {
             v.push(("mask_fill", f, false));
         }
+        if let Some(c) = self.softcap {
+            v.push(("softcap", c, false));
+        }
         v.push(("o", self.o, true));
         if let Some(s) = self.stats {
             v.push(("stats", s, true));
@@ -323,12 +330,13 @@ impl OpNode for CompositeFwdOp {
     }
     fn signature(&self) -> String {
         format!(
-            "composite padding={} dropout={:?} {} training={} paged={}",
+            "composite padding={} dropout={:?} {} training={} paged={} softcap={}",
             self.seq.is_some(),
             self.dropout.map(|d| d.2),
             self.band.signature(),
             self.stats.is_some(),
-            self.paged.is_some()
+            self.paged.is_some(),
+            self.softcap.is_some()
         )
     }
     fn build(
@@ -405,6 +413,9 @@ impl OpNode for CompositeFwdOp {
             last,
             None,
         )?;
+        if let Some(cap) = self.softcap {
+            last = c.softcap_fwd(last, T::G(cap), &score)?.0;
+        }
 
         if let (Some(sq_t), Some(skv_t), Some(fill)) = (seq_q, seq_kv, self.fill) {
             last = c.padding_mask(last, sq_t, skv_t, T::G(fill), &score)?;
@@ -497,6 +508,8 @@ pub(crate) struct CompositeBwdOp {
     /// Mask the padding a second time after subtracting the statistics
     /// (the fused engines before cuDNN 9.10 need it).
     pub(crate) repad: bool,
+    /// The softcap's by-value scalar.
+    pub(crate) softcap: Option<usize>,
     pub(crate) softmax_sum: usize,
     pub(crate) dq_accum: usize,
     pub(crate) dq: usize,
@@ -535,6 +548,9 @@ impl OpNode for CompositeBwdOp {
         if let Some(f) = self.fill {
             v.push(("mask_fill", f, false));
         }
+        if let Some(c) = self.softcap {
+            v.push(("softcap", c, false));
+        }
         v.push(("softmax_sum", self.softmax_sum, true));
         v.push(("dq_accum", self.dq_accum, true));
         v.push(("dq", self.dq, true));
@@ -554,11 +570,12 @@ impl OpNode for CompositeBwdOp {
     }
     fn signature(&self) -> String {
         format!(
-            "composite padding={} dropout={:?} {} repad={}",
+            "composite padding={} dropout={:?} {} repad={} softcap={}",
             self.seq.is_some(),
             self.dropout.map(|d| d.2),
             self.band.signature(),
-            self.repad
+            self.repad,
+            self.softcap.is_some()
         )
     }
     fn build(
@@ -644,6 +661,12 @@ impl OpNode for CompositeBwdOp {
             last,
             None,
         )?;
+        let mut capped = None;
+        if let Some(cap) = self.softcap {
+            let (out, div) = c.softcap_fwd(last, T::G(cap), &score)?;
+            capped = Some((div, T::G(cap)));
+            last = out;
+        }
         if let (Some(a), Some(b), Some(f)) = (seq_q, seq_kv, self.fill) {
             last = c.padding_mask(last, a, b, T::G(f), &score)?;
         }
@@ -721,6 +744,9 @@ impl OpNode for CompositeBwdOp {
                 None,
             )?;
             last = m;
+        }
+        if let Some((div, cap)) = capped {
+            last = c.softcap_bwd(last, div, cap, &score)?;
         }
         let ds = c.virt(DType::F32, &score)?;
         c.pointwise(

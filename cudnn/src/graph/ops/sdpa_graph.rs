@@ -207,6 +207,7 @@ impl Graph {
         let (scale, seq, dropout, extra) = self.sdpa_side_inputs(cfg)?;
         let pages = self.sdpa_page_tables(cfg)?;
         let band = self.sdpa_band(cfg, seq)?;
+        let softcap = self.sdpa_softcap_native(cfg)?;
         Ok((
             Common {
                 q: self.index(q)?,
@@ -221,6 +222,7 @@ impl Graph {
                     Some((a, b)) => Some((self.index(a)?, self.index(b)?)),
                     None => None,
                 },
+                softcap,
             },
             [
                 extra[0],
@@ -559,6 +561,7 @@ impl Graph {
                 None => None,
             },
             fill,
+            softcap: self.sdpa_softcap_scalar(cfg)?,
             o: self.index(o)?,
             stats: stats.map(|s| self.index(s)).transpose()?,
             uid_base,
@@ -629,6 +632,7 @@ impl Graph {
             band: self.composite_band(cfg, seq)?,
             fill,
             repad: cfg.padding && loaded_cudnn()? < (9, 10, 0),
+            softcap: self.sdpa_softcap_scalar(cfg)?,
             softmax_sum: self.index(softmax_sum)?,
             dq_accum: self.index(dq_accum)?,
             dq: self.index(dq)?,

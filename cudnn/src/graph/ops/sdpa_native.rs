@@ -6,6 +6,7 @@
 //! `col + window - shift > row`, `shift = len_kv - len_q` bottom-right).
 
 use super::sdpa::{SdpaConfig, loaded_cudnn};
+use super::sdpa_softcap::NativeSoftcap;
 use super::{Built, OpNode};
 use crate::error::Result;
 use crate::graph::backend::{AnyOperation, Descriptor, attr, kind};
@@ -28,6 +29,8 @@ pub(crate) struct Common {
     pub(crate) band: Option<Band>,
     /// The page tables of K and V (a paged cache; forward only).
     pub(crate) paged: Option<(usize, usize)>,
+    /// The softcap subgraph's tensors (the first score modifier).
+    pub(crate) softcap: Option<NativeSoftcap>,
 }
 
 /// `(len_q, len_kv)` tensors aligning a band bottom-right.
@@ -90,6 +93,9 @@ impl Common {
             v.push(("page_table_k", a, false));
             v.push(("page_table_v", b, false));
         }
+        if let Some(s) = &self.softcap {
+            s.inputs(v);
+        }
     }
 
     fn timing_fills(&self) -> Vec<(usize, i32)> {
@@ -101,7 +107,7 @@ impl Common {
 
     fn signature(&self) -> String {
         format!(
-            "padding={} dropout={:?} causal={} bottom_right={} window={} paged={}",
+            "padding={} dropout={:?} causal={} bottom_right={} window={} paged={} softcap={}",
             self.seq.is_some(),
             self.dropout.map(|d| d.2),
             self.band.is_some_and(|b| b.right.is_some()),
@@ -110,6 +116,7 @@ impl Common {
                     || b.left.is_some_and(|l| l.3.is_some())),
             self.band.is_some_and(|b| b.left.is_some()),
             self.paged.is_some(),
+            self.softcap.is_some(),
         )
     }
 
@@ -121,11 +128,25 @@ impl Common {
         t: &[Descriptor<kind::Tensor>],
         built: &mut Built,
     ) -> Result<Option<(Descriptor<kind::OperationGraph>, i64, i64)>> {
-        let Some(band) = self.band else {
+        // The softcap first (as the frontend applies its score modifier).
+        let (sc_ops, sc_pws) = match &self.softcap {
+            Some(s) => s.ops(t)?,
+            None => (Vec::new(), Vec::new()),
+        };
+        let first = self
+            .softcap
+            .map(|s| s.scores)
+            .or(self.band.map(|b| b.scores));
+        let Some(first) = first else {
             return Ok(None);
         };
+        let band = self.band.unwrap_or(Band {
+            scores: first,
+            right: None,
+            left: None,
+        });
         let mut ops = Vec::new();
-        let mut last = band.scores;
+        let mut last = self.softcap.map_or(band.scores, |s| s.out);
         if let Some((out, fill, lens)) = band.right {
             let mut m = Descriptor::<kind::DiagonalBandMaskOp>::new()?;
             m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_XDESC, &[&t[last]])?;
@@ -168,14 +189,22 @@ impl Common {
             last = out;
         }
         let mut sg = Descriptor::<kind::OperationGraph>::new()?;
-        let refs: Vec<&dyn AnyOperation> = ops.iter().map(|m| m as &dyn AnyOperation).collect();
+        let refs: Vec<&dyn AnyOperation> = (sc_ops.iter().map(|m| m as &dyn AnyOperation))
+            .chain(ops.iter().map(|m| m as &dyn AnyOperation))
+            .collect();
         sg.set_operations(attr::OPERATIONGRAPH_OPS, &refs)?;
         sg.finalize()
             .map_err(|e| e.with_context("the attention mask subgraph"))?;
-        let uid_in = t[band.scores].get_one(attr::TENSOR_UNIQUE_ID)?;
+        let uid_in = t[first].get_one(attr::TENSOR_UNIQUE_ID)?;
         let uid_out = t[last].get_one(attr::TENSOR_UNIQUE_ID)?;
         for m in ops {
             built.aux.push(Box::new(m));
+        }
+        for m in sc_ops {
+            built.aux.push(Box::new(m));
+        }
+        for p in sc_pws {
+            built.aux.push(Box::new(p));
         }
         Ok(Some((sg, uid_in, uid_out)))
     }

@@ -1,0 +1,228 @@
+//! The logit softcap option of [`SdpaConfig`] ([`SdpaConfig::softcap`], as
+//! Gemma 2 uses it): the scaled scores `s = scale * Q Kᵀ` become
+//! `softcap * tanh(s / softcap)` before every other score modifier and
+//! mask, forward and backward (`dS_raw = dS_capped * (1 - tanh²(s /
+//! softcap))`). The cap is a by-value f32 scalar of the graph.
+//!
+//! Built as NVIDIA's cuDNN frontend 1.32 builds its softcap score modifier
+//! (`DIV` by the cap, `TANH_FWD`, `MUL` by the cap; in the backward `MUL`
+//! by the cap, `TANH_BWD` against the saved `s / softcap`, `DIV` by the
+//! cap):
+//! - the composite (forward and backward): the three pointwise ops right
+//!   after the scale, and in the backward the three after `dS = (dP - Σ) ⊙
+//!   P` (and the dropout scale), before the scale;
+//! - cuDNN's SDPA operation (`SdpaImpl::Native`), forward and backward:
+//!   the three forward ops as its score-modifier subgraph
+//!   (`SDPA_FWD_SUBGRAPH` / `SDPA_BWD_SUBGRAPH`, cuDNN >= 9.21,
+//!   [`SOFTCAP_NATIVE`]); the backward operation takes the forward's
+//!   subgraph and differentiates it itself. NVIDIA's frontend builds the
+//!   forward this way (its unified node) but never the backward, so `Auto`
+//!   builds every backward as the composite, as for the other options.
+//!   cuDNN 9.28 plans both for the H200, H100, B200, A100 and L4 presets;
+//!   the composite backward has no engine on the A100 and L4 there, so the
+//!   SDPA backward operation is the one that serves a softcap backward on
+//!   sm_80 / sm_89.
+//!
+//! Rules, after the frontend's support surface (forward and backward
+//! alike: "Attention score mod enabled and hence other subgraphs are
+//! disabled"): a softcap does not combine with a causal mask, a sliding
+//! window, a padding mask (and so neither with a paged cache nor ragged
+//! batches, which need one) or ALiBi; each refusal is a typed `Unsupported`
+//! naming `softcap` and the other option. It combines with dropout,
+//! grouped-query attention, either layout, training and inference, and an
+//! additive bias (applied after it).
+
+use super::sdpa::SdpaConfig;
+use crate::error::{Error, Result};
+use crate::graph::backend::{Descriptor, attr, kind};
+use crate::graph::graph::Graph;
+use crate::graph::tensor::DType;
+use crate::sys::cudnn as sys;
+
+/// The first cuDNN whose SDPA operation takes a softcap (its score-modifier
+/// subgraph; NVIDIA's frontend: "requires cuDNN 9.21.0 or above").
+pub const SOFTCAP_NATIVE: (u32, u32, u32) = (9, 21, 0);
+
+fn fmt_version(v: (u32, u32, u32)) -> String {
+    format!("{}.{}.{}", v.0, v.1, v.2)
+}
+
+impl SdpaConfig {
+    /// With a logit softcap: the scaled scores `s` become `softcap *
+    /// tanh(s / softcap)` before any mask (see [`softcap`](Self::softcap)
+    /// the field, and the rules in this module's docs: not with a causal
+    /// mask, a window, padding, a paged cache or ragged batches).
+    pub fn softcap(mut self, softcap: f64) -> Self {
+        self.softcap = Some(softcap);
+        self
+    }
+
+    /// The value check of the softcap (part of [`validate`](Self::validate)):
+    /// finite and > 0, also once rounded to the f32 the graph carries.
+    pub(crate) fn validate_softcap(&self) -> Result<()> {
+        let Some(c) = self.softcap else {
+            return Ok(());
+        };
+        let f = c as f32;
+        if !(c.is_finite() && c > 0.0 && f.is_finite() && f.is_normal()) {
+            return Err(Error::invalid(
+                "SdpaConfig.softcap",
+                "must be finite and > 0 (a normal f32: the graph's by-value scalar)",
+                c,
+            ));
+        }
+        Ok(())
+    }
+
+    /// The combination rules of the softcap, for every construction
+    /// (NVIDIA's frontend 1.32 checks them for its composite and its SDPA
+    /// node alike, forward and backward).
+    pub(crate) fn check_softcap(&self) -> Result<()> {
+        let Some(c) = self.softcap else {
+            return Ok(());
+        };
+        let other = if self.is_causal {
+            Some("is_causal")
+        } else if self.window.is_some() {
+            Some("window")
+        } else if self.paged.is_some() {
+            Some("paged")
+        } else if self.ragged {
+            Some("ragged")
+        } else if self.padding {
+            Some("padding")
+        } else {
+            None
+        };
+        match other {
+            None => Ok(()),
+            Some(o) => Err(Error::Unsupported {
+                what: format!(
+                    "SdpaConfig option `softcap` = {c} with `{o}`: cuDNN's attention takes a score modifier only without masks (NVIDIA's frontend: score mod enabled, other subgraphs disabled)"
+                ),
+                needs: Some(format!("`softcap` or `{o}`, not both")),
+            }),
+        }
+    }
+
+    /// The softcap's rules for cuDNN's SDPA operation (part of the native
+    /// checks): its score-modifier subgraph, forward and backward, from
+    /// [`SOFTCAP_NATIVE`].
+    pub(crate) fn check_native_softcap(&self, v: (u32, u32, u32), backward: bool) -> Result<()> {
+        if self.softcap.is_none() || v >= SOFTCAP_NATIVE {
+            return Ok(());
+        }
+        Err(Error::Unsupported {
+            what: format!(
+                "SdpaConfig option `softcap` with the loaded cuDNN {} (cuDNN's SDPA operation {}: its score-modifier subgraph)",
+                fmt_version(v),
+                if backward { "backward" } else { "forward" }
+            ),
+            needs: Some(format!("cuDNN >= {}", fmt_version(SOFTCAP_NATIVE))),
+        })
+    }
+}
+
+/// The graph tensors of the SDPA operation's softcap subgraph (by index):
+/// the scores in, the cap scalar, `s / cap`, `tanh(s / cap)` and the
+/// capped scores out.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NativeSoftcap {
+    pub(crate) scores: usize,
+    pub(crate) cap: usize,
+    pub(crate) div: usize,
+    pub(crate) tanh: usize,
+    pub(crate) out: usize,
+}
+
+impl NativeSoftcap {
+    pub(crate) fn inputs(&self, v: &mut Vec<(&'static str, usize, bool)>) {
+        v.push(("softcap_scores", self.scores, false));
+        v.push(("softcap", self.cap, false));
+        v.push(("softcap_div", self.div, false));
+        v.push(("softcap_tanh", self.tanh, false));
+        v.push(("softcap_out", self.out, false));
+    }
+
+    /// The subgraph's three pointwise ops (`DIV`, `TANH_FWD`, `MUL`), in
+    /// order, and their pointwise descriptors (to keep alive).
+    pub(crate) fn ops(
+        &self,
+        t: &[Descriptor<kind::Tensor>],
+    ) -> Result<(
+        Vec<Descriptor<kind::PointwiseOp>>,
+        Vec<Descriptor<kind::Pointwise>>,
+    )> {
+        type M = sys::cudnnPointwiseMode_t;
+        let mut ops = Vec::with_capacity(3);
+        let mut pws = Vec::with_capacity(3);
+        for (mode, x, b, y) in [
+            (
+                M::CUDNN_POINTWISE_DIV,
+                self.scores,
+                Some(self.cap),
+                self.div,
+            ),
+            (M::CUDNN_POINTWISE_TANH_FWD, self.div, None, self.tanh),
+            (M::CUDNN_POINTWISE_MUL, self.tanh, Some(self.cap), self.out),
+        ] {
+            let mut p = Descriptor::<kind::Pointwise>::new()?;
+            p.set(attr::POINTWISE_MODE, &[mode])?;
+            p.set(attr::POINTWISE_MATH_PREC, &[DType::F32.raw()])?;
+            p.finalize()?;
+            let mut d = Descriptor::<kind::PointwiseOp>::new()?;
+            d.set_descriptors(attr::OPERATION_POINTWISE_PW_DESCRIPTOR, &[&p])?;
+            d.set_descriptors(attr::OPERATION_POINTWISE_XDESC, &[&t[x]])?;
+            if let Some(b) = b {
+                d.set_descriptors(attr::OPERATION_POINTWISE_BDESC, &[&t[b]])?;
+            }
+            d.set_descriptors(attr::OPERATION_POINTWISE_YDESC, &[&t[y]])?;
+            d.finalize()
+                .map_err(|e| e.with_context("the softcap (score-modifier subgraph)"))?;
+            ops.push(d);
+            pws.push(p);
+        }
+        Ok((ops, pws))
+    }
+}
+
+impl Graph {
+    /// The softcap's by-value f32 scalar (for the composite), made after
+    /// every other side input so other graphs' UIDs stay as they were.
+    pub(crate) fn sdpa_softcap_scalar(&mut self, cfg: &SdpaConfig) -> Result<Option<usize>> {
+        match cfg.softcap {
+            Some(c) => {
+                let t = self.scalar(c, DType::F32, 4)?;
+                Ok(Some(self.index(t)?))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The tensors of the SDPA operation's softcap subgraph (all f32 and
+    /// virtual but the cap scalar), made as the frontend makes them.
+    pub(crate) fn sdpa_softcap_native(
+        &mut self,
+        cfg: &SdpaConfig,
+    ) -> Result<Option<NativeSoftcap>> {
+        let Some(cap) = self.sdpa_softcap_scalar(cfg)? else {
+            return Ok(None);
+        };
+        let spec = cfg.score_spec()?;
+        let next = |g: &mut Graph, name: &str| -> Result<usize> {
+            let t = g.intermediate(name, spec.clone())?;
+            g.index(t)
+        };
+        let scores = next(self, "sdpa_softcap_scores")?;
+        let div = next(self, "sdpa_softcap_div")?;
+        let tanh = next(self, "sdpa_softcap_tanh")?;
+        let out = next(self, "sdpa_softcap_out")?;
+        Ok(Some(NativeSoftcap {
+            scores,
+            cap,
+            div,
+            tanh,
+            out,
+        }))
+    }
+}

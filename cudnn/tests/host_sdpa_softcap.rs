@@ -1,0 +1,473 @@
+//! Host tier for the attention logit softcap (issue 24, item 5a): no GPU;
+//! the real cuDNN plans the softcap forward (the SDPA operation, the
+//! composite, `Auto`) and backward (the composite) for the H200, H100,
+//! B200, A100 and L4 presets through the driver stub and prints `engines /
+//! configs / plans / engine / workspace` per target; the combination and
+//! version rules as pure functions (`resolve_for`) against NVIDIA's
+//! frontend 1.32; a property test over random combinations of the softcap
+//! with the other options; and the f64 reference's softcap (unit tier: hand
+//! cases and finite differences through the backward).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+// `ensure!(err <= tol)` must fail for NaN: a negated partial comparison on purpose.
+#![allow(clippy::neg_cmp_op_on_partial_ord)]
+#[path = "support/mod.rs"]
+mod support;
+use cudnn::Error;
+use cudnn::graph::*;
+use proptest::prelude::*;
+use proptest::test_runner::{Config as PtConfig, TestRunner};
+use support::*;
+
+const TARGETS: [&str; 5] = ["h200", "h100", "b200", "a100", "l4"];
+
+/// A planned graph: engines cuDNN has, configs the heuristics offer, plans
+/// that finalize (at most `max` tried), the first plan's engine and workspace.
+struct Counts {
+    engines: i64,
+    configs: usize,
+    plans: usize,
+    engine: Option<i64>,
+    workspace: Option<usize>,
+}
+
+fn counts(g: &Graph, target: &str, max: usize) -> Result<Counts, Error> {
+    let og = g.build()?;
+    let t = Target::preset(target)?;
+    let policy = Policy {
+        max_attempts: max,
+        ..Policy::default()
+    };
+    let c = heuristics::candidates(&og, &t, &policy)?;
+    let (plans, _) = Plan::build_all(&og, &t, &policy)?;
+    Ok(Counts {
+        engines: og.engine_count()?,
+        configs: c.len(),
+        plans: plans.len(),
+        engine: plans.first().and_then(|p| p.engine()),
+        workspace: plans.first().map(|p| p.workspace_size()),
+    })
+}
+
+fn fwd(cfg: &SdpaConfig) -> Result<Graph, Error> {
+    let mut g = Graph::new();
+    let q = g.input("q", cfg.q_spec()?)?;
+    let k = g.input("k", cfg.k_spec()?)?;
+    let v = g.input("v", cfg.v_spec()?)?;
+    let f = g.sdpa_forward(q, k, v, cfg)?;
+    g.rename(f.o, "o")?;
+    Ok(g)
+}
+
+fn bwd(cfg: &SdpaConfig) -> Result<Graph, Error> {
+    let mut g = Graph::new();
+    let q = g.input("q", cfg.q_spec()?)?;
+    let k = g.input("k", cfg.k_spec()?)?;
+    let v = g.input("v", cfg.v_spec()?)?;
+    let o = g.input("o", cfg.o_spec()?)?;
+    let d_o = g.input("do", cfg.o_spec()?)?;
+    let st = g.input("stats", cfg.stats_spec()?)?;
+    let b = g.sdpa_backward(q, k, v, o, d_o, st, cfg)?;
+    g.rename(b.dq, "dq")?;
+    Ok(g)
+}
+
+fn loaded() -> (u32, u32, u32) {
+    cudnn::sys::cudnn::load()
+        .ok()
+        .and_then(|a| a.info().version)
+        .map(|v| (v.major, v.minor, v.patch))
+        .unwrap_or((0, 0, 0))
+}
+
+/// A typed refusal (Unsupported / InvalidArgument) whose text names `what`.
+fn refuses_naming(e: &Error, what: &str) -> bool {
+    matches!(e, Error::Unsupported { .. } | Error::InvalidArgument { .. })
+        && e.to_string().contains(what)
+}
+
+/// A typed refusal that names an option of the config or a version.
+fn names_option(e: &Error) -> bool {
+    let s = e.to_string();
+    matches!(e, Error::Unsupported { .. } | Error::InvalidArgument { .. })
+        && (s.contains("SdpaConfig") || s.contains("cuDNN") || s.contains("attention"))
+}
+
+/// Gemma 2's cap for attention logits.
+const CAP: f64 = 50.0;
+
+/// The planning cases: (name, backward, config).
+fn cases() -> Vec<(&'static str, bool, SdpaConfig)> {
+    let base = || SdpaConfig::new(2, 8, 256, 128, DType::BF16).softcap(CAP);
+    vec![
+        ("fwd softcap", false, base()),
+        ("fwd softcap train", false, base().training(true)),
+        (
+            "fwd softcap gqa cross bhsd",
+            false,
+            SdpaConfig::new(2, 8, 128, 64, DType::F16)
+                .kv_len(512)
+                .gqa(2)
+                .layout(AttnLayout::Bhsd)
+                .softcap(30.0),
+        ),
+        (
+            "fwd softcap dropout train",
+            false,
+            base().dropout(0.1).training(true),
+        ),
+        ("bwd softcap", true, base()),
+        (
+            "bwd softcap gqa cross bhsd",
+            true,
+            SdpaConfig::new(2, 8, 128, 64, DType::F16)
+                .kv_len(512)
+                .gqa(2)
+                .layout(AttnLayout::Bhsd)
+                .softcap(30.0),
+        ),
+        ("bwd softcap dropout", true, base().dropout(0.1)),
+        // The control: the same backward without a softcap.
+        (
+            "bwd control (no softcap)",
+            true,
+            SdpaConfig::new(2, 8, 256, 128, DType::BF16),
+        ),
+    ]
+}
+
+fn plan_per_target() -> TestResult {
+    let v = loaded();
+    let mut failures = Vec::new();
+    eprintln!("cuDNN {v:?}");
+    for (name, backward, cfg) in cases() {
+        let imps: &[SdpaImpl] = if backward {
+            &[SdpaImpl::Auto, SdpaImpl::Native]
+        } else {
+            &[SdpaImpl::Native, SdpaImpl::Composite, SdpaImpl::Auto]
+        };
+        for &imp in imps {
+            let cfg = cfg.clone().implementation(imp);
+            let resolved = cfg.resolve(backward);
+            let built = if backward { bwd(&cfg) } else { fwd(&cfg) };
+            match (&resolved, built) {
+                (Ok(r), Ok(g)) => {
+                    for tgt in TARGETS {
+                        match counts(&g, tgt, if tgt == "h200" { 3 } else { 1 }) {
+                            Ok(c) => {
+                                eprintln!(
+                                    "{name:<28} {imp:<9} -> {r:<9} {tgt:<4}: engines {:>3} configs {:>3} plans {:>2} engine {:>4} workspace {}",
+                                    c.engines,
+                                    c.configs,
+                                    c.plans,
+                                    c.engine.map_or("-".into(), |e| e.to_string()),
+                                    c.workspace.map_or("-".into(), |w| w.to_string()),
+                                    imp = format!("{imp:?}"),
+                                    r = format!("{r:?}"),
+                                );
+                                if c.plans == 0 && matches!(tgt, "h200" | "h100" | "b200") {
+                                    failures.push(format!("{name} {imp:?} on {tgt}: no plan"));
+                                }
+                            }
+                            Err(e @ Error::Unsupported { .. })
+                                if !matches!(tgt, "h200" | "h100") =>
+                            {
+                                eprintln!("{name:<28} {imp:?} {tgt}: refused (typed): {e}");
+                            }
+                            Err(e) => {
+                                eprintln!("{name:<28} {imp:?} {tgt}: FAILED: {e}");
+                                failures.push(format!("{name} {imp:?} on {tgt}: {e}"))
+                            }
+                        }
+                    }
+                }
+                (Err(e), Err(b)) => {
+                    eprintln!("{name:<28} {imp:?}: refused on cuDNN {v:?} (typed): {e}");
+                    if !names_option(e) || !names_option(&b) {
+                        failures.push(format!("{name} {imp:?}: untyped refusal {e:?} / {b:?}"));
+                    }
+                    // Only the SDPA operation refuses here: a softcap
+                    // before 9.21 (or another option: dropout in training
+                    // or in the backward).
+                    let native_ok = v >= (9, 21, 0);
+                    if imp != SdpaImpl::Native || (native_ok && refuses_naming(e, "softcap")) {
+                        failures.push(format!("{name} {imp:?}: refused on {v:?}: {e}"));
+                    }
+                }
+                (r, b) => failures.push(format!(
+                    "{name} {imp:?}: resolve and the builder disagree: {r:?} / {:?}",
+                    b.err()
+                )),
+            }
+        }
+    }
+    ensure!(failures.is_empty(), "{}", failures.join("\n"));
+    Ok(())
+}
+
+/// The combination and version rules as pure functions, against NVIDIA's
+/// frontend 1.32 (no library needed).
+fn rules() -> TestResult {
+    let base = SdpaConfig::new(2, 4, 128, 64, DType::BF16).softcap(CAP);
+    // Values: finite and > 0 (also as f32).
+    for bad in [
+        0.0,
+        -1.0,
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        1e39,
+        1e-46,
+        -0.0,
+    ] {
+        let e = base.clone().softcap(bad).validate().err();
+        ensure!(
+            e.as_ref()
+                .is_some_and(|e| matches!(e, Error::InvalidArgument { .. })
+                    && e.to_string().contains("softcap")),
+            "softcap {bad}: want Invalid naming softcap, got {e:?}"
+        );
+    }
+    for good in [1e-3, 1.0, 30.0, 50.0, 1e30] {
+        base.clone()
+            .softcap(good)
+            .validate()
+            .map_err(|e| format!("{good}: {e}"))?;
+    }
+    // Not with masks (the frontend: score mod enabled, other subgraphs disabled).
+    let combos: Vec<(&str, SdpaConfig)> = vec![
+        ("is_causal", base.clone().causal(true)),
+        ("is_causal", base.clone().causal_bottom_right()),
+        ("window", base.clone().sliding_window(32)),
+        ("padding", base.clone().padding(true)),
+        ("paged", base.clone().paged(64, 8)),
+        ("ragged", base.clone().ragged()),
+    ];
+    for (other, c) in &combos {
+        for ver in [(9, 10, 2), (9, 19, 0), (9, 21, 0), (9, 28, 1)] {
+            for backward in [false, true] {
+                for imp in [SdpaImpl::Auto, SdpaImpl::Native, SdpaImpl::Composite] {
+                    let e = c.clone().implementation(imp).resolve_for(ver, backward);
+                    // Some combinations are refused earlier by the other
+                    // option's own rule (a paged backward); every refusal
+                    // names an option, and the softcap's names both.
+                    match e {
+                        Err(e) if refuses_naming(&e, "softcap") => ensure!(
+                            e.to_string().contains(other),
+                            "{other} {ver:?}: names softcap but not {other}: {e}"
+                        ),
+                        Err(e) => ensure!(names_option(&e), "{other}: {e:?}"),
+                        Ok(r) => return Err(format!("softcap with {other} on {ver:?} {imp:?} backward {backward}: accepted as {r:?}").into()),
+                    }
+                }
+            }
+        }
+    }
+    // With the rest: dropout, GQA, BHSD, training; a bottom-right
+    // alignment without a mask means nothing and is accepted.
+    for c in [
+        base.clone().dropout(0.2).training(true),
+        base.clone().gqa(2).layout(AttnLayout::Bhsd),
+        base.clone()
+            .diagonal(DiagonalAlignment::BottomRight)
+            .kv_len(512),
+    ] {
+        for ver in [(9, 10, 2), (9, 19, 0), (9, 28, 1)] {
+            ensure!(
+                c.clone()
+                    .implementation(SdpaImpl::Composite)
+                    .resolve_for(ver, false)
+                    .ok()
+                    == Some(SdpaImpl::Composite),
+                "composite forward {ver:?}"
+            );
+            ensure!(
+                c.resolve_for(ver, true).ok() == Some(SdpaImpl::Composite),
+                "auto backward {ver:?}"
+            );
+        }
+    }
+    // Native: forward and backward from 9.21 (its subgraph).
+    let n = base.clone().implementation(SdpaImpl::Native);
+    for (ver, ok) in [
+        ((9, 13, 1), false),
+        ((9, 19, 0), false),
+        ((9, 20, 0), false),
+        ((9, 21, 0), true),
+        ((9, 28, 1), true),
+    ] {
+        let r = n.resolve_for(ver, false);
+        match (ok, r) {
+            (true, Ok(SdpaImpl::Native)) => {}
+            (false, Err(e)) => ensure!(
+                refuses_naming(&e, "softcap") && e.to_string().contains("9.21.0"),
+                "{ver:?}: {e}"
+            ),
+            (ok, r) => {
+                return Err(format!("native forward {ver:?}: want ok={ok}, got {r:?}").into());
+            }
+        }
+        // The backward likewise (before 9.17 the SDPA backward operation
+        // itself is refused first).
+        let b = n.resolve_for(ver, true);
+        let want = if ver >= (9, 17, 0) {
+            "softcap"
+        } else {
+            "backward"
+        };
+        match (ok, &b) {
+            (true, Ok(SdpaImpl::Native)) => {}
+            (false, Err(e)) => ensure!(refuses_naming(e, want), "native backward {ver:?}: {e}"),
+            _ => return Err(format!("native backward {ver:?}: want ok={ok}, got {b:?}").into()),
+        }
+        // Auto: the SDPA operation where it takes the softcap, else the composite.
+        let a = base.resolve_for(ver, false);
+        let want = if ok {
+            SdpaImpl::Native
+        } else {
+            SdpaImpl::Composite
+        };
+        ensure!(
+            a.as_ref().ok() == Some(&want),
+            "auto forward {ver:?}: {a:?}"
+        );
+    }
+    Ok(())
+}
+
+/// Random combinations of the softcap with every other option: no panic,
+/// every refusal typed and naming an option (the softcap's naming
+/// `softcap`), the builder agreeing with `resolve`, bounded time.
+fn property_softcap_combinations() -> TestResult {
+    let v = loaded();
+    let mut runner = TestRunner::new(PtConfig {
+        cases: 128,
+        failure_persistence: None,
+        ..PtConfig::default()
+    });
+    let strat = (
+        (
+            1i64..3,
+            prop_oneof![Just(1i64), Just(2), Just(4)],
+            1i64..300,
+            1i64..600,
+            prop_oneof![Just(64i64), Just(128), Just(72)],
+        ),
+        (
+            prop_oneof![
+                Just(50.0f64),
+                Just(1.0),
+                Just(0.0),
+                Just(-3.0),
+                Just(f64::NAN),
+                Just(f64::INFINITY),
+                Just(1e300),
+                Just(1e-300),
+                (1e-3f64..1e4)
+            ],
+            any::<bool>(),
+            any::<bool>(),
+            prop_oneof![Just(None), Just(Some(32i64)), Just(Some(0))],
+        ),
+        (
+            any::<bool>(),
+            any::<bool>(),
+            prop_oneof![Just(0.0f64), Just(0.1)],
+            0u8..3,
+            any::<bool>(),
+            any::<bool>(),
+        ),
+        (0u8..3, any::<bool>()),
+    );
+    runner
+        .run(
+            &strat,
+            |(
+                (b, h, sq, skv, d),
+                (cap, causal, br, window),
+                (padding, training, p, imp, backward, bshd),
+                (special, plan),
+            )| {
+                let mut c = SdpaConfig::new(b, h, sq, d, DType::BF16)
+                    .kv_len(skv)
+                    .softcap(cap)
+                    .causal(causal)
+                    .padding(padding)
+                    .training(training)
+                    .dropout(p)
+                    .layout(if bshd {
+                        AttnLayout::Bshd
+                    } else {
+                        AttnLayout::Bhsd
+                    })
+                    .implementation(
+                        [SdpaImpl::Auto, SdpaImpl::Native, SdpaImpl::Composite][imp as usize],
+                    );
+                if br {
+                    c = c.diagonal(DiagonalAlignment::BottomRight);
+                }
+                if let Some(w) = window {
+                    c = c.sliding_window(w);
+                }
+                match special {
+                    1 => c = c.paged(64, 8),
+                    2 => c = c.ragged(),
+                    _ => {}
+                }
+                let masked = c.is_causal || c.window.is_some() || c.padding;
+                for ver in [(9, 10, 2), (9, 19, 0), (9, 21, 0), (9, 28, 1)] {
+                    match c.resolve_for(ver, backward) {
+                        Err(e) => prop_assert!(names_option(&e), "untyped refusal {e:?}"),
+                        Ok(_) => prop_assert!(
+                            !masked,
+                            "a softcap with a mask accepted on {ver:?}: {c:?}"
+                        ),
+                    }
+                    for dev in [800, 890, 900, 1000] {
+                        if let Err(e) = c.check_target_for(backward, dev, ver) {
+                            prop_assert!(names_option(&e), "untyped target refusal {e:?}");
+                        }
+                    }
+                }
+                let g = if backward { bwd(&c) } else { fwd(&c) };
+                match (&g, c.resolve(backward)) {
+                    (Ok(_), Ok(_)) => {}
+                    (Err(e), Err(_)) => prop_assert!(
+                        names_option(e) || matches!(e, Error::Mismatch { .. }),
+                        "{e:?}"
+                    ),
+                    (g, r) => prop_assert!(
+                        false,
+                        "builder {:?} vs resolve {r:?} on {v:?}",
+                        g.as_ref().err()
+                    ),
+                }
+                if plan
+                    && sq <= 256
+                    && skv <= 256
+                    && let Ok(g) = g
+                {
+                    match counts(&g, "h200", 1) {
+                        Ok(_) => {}
+                        Err(e) => prop_assert!(
+                            names_option(&e) || matches!(e, Error::Cudnn { .. }),
+                            "{e:?}"
+                        ),
+                    }
+                }
+                Ok(())
+            },
+        )
+        .map_err(|e| format!("{e}").into())
+}
+
+fn main() {
+    let trials = vec![
+        host_planning("sdpa_softcap_plans_per_target", plan_per_target),
+        unit("sdpa_softcap_rules", rules),
+        host(
+            "sdpa_softcap_random_combinations",
+            property_softcap_combinations,
+        ),
+    ];
+    run(trials)
+}
