@@ -18,7 +18,8 @@
 //! For batch `n`, query head `h` (using KV head `h / (h_q / h_kv)`:
 //! grouped-query attention, with `h_q` a multiple of `h_kv`), query `i` and
 //! key `j`:
-//! - `S[i, j] = scale * sum_t Q[i, t] * K[j, t]`
+//! - `S[i, j] = scale * sum_t Q[i, t] * K[j, t]`, then with a softcap
+//!   ([`SdpaConfig::softcap`]) `S = softcap * tanh(S / softcap)`
 //! - key `j` is **allowed** for query `i` when `i < len_q`, `j < len_kv` and
 //!   the causal mask admits it, where `len_q`, `len_kv` are the batch's
 //!   sequence lengths ([`SdpaConfig::seq_len_q`] / [`SdpaConfig::seq_len_kv`];
@@ -82,6 +83,7 @@
 use super::bounds;
 
 mod ragged;
+mod softcap;
 use crate::error::{Error, Result};
 pub use ragged::{ragged_pack, ragged_unpack};
 
@@ -216,6 +218,10 @@ pub struct SdpaConfig<'a> {
     /// The dropout multipliers, packed `[b, h_q, s_q, s_kv]`, finite
     /// (normally 0 or `1 / (1 - p)`); `None`: no dropout.
     pub dropout: Option<&'a [f64]>,
+    /// Logit softcap (finite, > 0): `S` becomes `softcap * tanh(S /
+    /// softcap)` before the masks, and the backward's `dS` is multiplied by
+    /// `1 - tanh²(S / softcap)`; `None`: none.
+    pub softcap: Option<f64>,
 }
 
 impl SdpaConfig<'_> {
@@ -229,6 +235,7 @@ impl SdpaConfig<'_> {
             seq_len_q: None,
             seq_len_kv: None,
             dropout: None,
+            softcap: None,
         }
     }
 }
@@ -404,6 +411,7 @@ fn check(
     if !config.scale.is_finite() {
         return Err(Error::invalid("scale", "must be finite", config.scale));
     }
+    softcap::check(config.softcap)?;
     if let Some(w) = config.window
         && w.size == 0
     {
@@ -506,7 +514,10 @@ pub fn forward(
                 let mut any = false;
                 for (j, s) in row.iter_mut().enumerate() {
                     if allowed(&shape, config, n, i, j) {
-                        *s = score(q, k, &shape, config.scale, (n, h, i, j));
+                        *s = softcap::cap(
+                            config.softcap,
+                            score(q, k, &shape, config.scale, (n, h, i, j)),
+                        );
                         max = max.max(*s);
                         any = true;
                     }
@@ -601,7 +612,8 @@ pub fn backward(
                         continue;
                     }
                     let at = (n, h, i, j);
-                    let p = (score(q, k, &shape, config.scale, at) - lse).exp();
+                    let raw = score(q, k, &shape, config.scale, at);
+                    let p = (softcap::cap(config.softcap, raw) - lse).exp();
                     let m = drop_at(&shape, config, at);
                     let kv = (n * hkv + kh) * skv + j;
                     let mut dp = 0.0;
@@ -610,7 +622,7 @@ pub fn backward(
                         dp += g * v.at(n, kh, j, t);
                         dvv[kv * dv + t] += p * m * g;
                     }
-                    let ds = p * (m * dp - delta);
+                    let ds = p * (m * dp - delta) * softcap::cap_grad(config.softcap, raw);
                     for t in 0..d {
                         dq[r * d + t] += config.scale * ds * k.at(n, kh, j, t);
                         dk[kv * d + t] += config.scale * ds * q.at(n, h, i, t);
