@@ -172,6 +172,15 @@ fn plan_per_target() -> TestResult {
                                 if !matches!(tgt, "h200" | "h100") =>
                             {
                                 eprintln!("{name:<28} {imp:?} {tgt}: refused (typed): {e}");
+                                // The softcap's composite backward below sm_90:
+                                // refused by the crate's rule, naming it.
+                                if backward
+                                    && imp != SdpaImpl::Native
+                                    && cfg.softcap.is_some()
+                                    && !e.to_string().contains("softcap")
+                                {
+                                    failures.push(format!("{name} {imp:?} on {tgt}: {e}"));
+                                }
                             }
                             Err(e) => {
                                 eprintln!("{name:<28} {imp:?} {tgt}: FAILED: {e}");
@@ -285,6 +294,22 @@ fn rules() -> TestResult {
                 "auto backward {ver:?}"
             );
         }
+    }
+    // The composite backward below sm_90 is refused naming the softcap;
+    // the SDPA backward operation and every forward are not.
+    for dev in [800, 860, 890] {
+        let e = base.check_target_for(true, dev, (9, 28, 1));
+        ensure!(
+            e.as_ref().is_err_and(|e| refuses_naming(e, "softcap")),
+            "composite backward on {dev}: {e:?}"
+        );
+        base.check_target_for(false, dev, (9, 28, 1))?;
+        base.clone()
+            .implementation(SdpaImpl::Native)
+            .check_target_for(true, dev, (9, 28, 1))?;
+    }
+    for dev in [900, 1000] {
+        base.check_target_for(true, dev, (9, 28, 1))?;
     }
     // Native: forward and backward from 9.21 (its subgraph).
     let n = base.clone().implementation(SdpaImpl::Native);
@@ -458,6 +483,195 @@ fn property_softcap_combinations() -> TestResult {
             },
         )
         .map_err(|e| format!("{e}").into())
+}
+
+/// A softcap plan (the SDPA operation forward and backward, the composite
+/// forward and backward) saved as cuDNN's JSON and as the crate's plan file
+/// loads back into the same engine and workspace, and a JSON whose softcap
+/// op is tampered with (a pointwise mode outside the allow-list, the cap
+/// scalar made a device tensor) is refused, typed, before cuDNN sees it.
+fn plan_json_round_trip() -> TestResult {
+    let target = Target::preset("h200")?;
+    let base = SdpaConfig::new(2, 8, 256, 128, DType::BF16).softcap(CAP);
+    let mut done = 0;
+    for (name, backward, cfg) in [
+        (
+            "native fwd",
+            false,
+            base.clone().implementation(SdpaImpl::Native).training(true),
+        ),
+        (
+            "native bwd",
+            true,
+            base.clone().implementation(SdpaImpl::Native),
+        ),
+        (
+            "composite fwd",
+            false,
+            base.clone()
+                .implementation(SdpaImpl::Composite)
+                .training(true),
+        ),
+        ("composite bwd", true, base.clone()),
+    ]
+    .into_iter()
+    .chain(std::env::var_os("H5_DUMP").map(|_| {
+        (
+            "control native bwd",
+            true,
+            SdpaConfig::new(2, 8, 256, 128, DType::BF16).implementation(SdpaImpl::Native),
+        )
+    })) {
+        let g = match if backward { bwd(&cfg) } else { fwd(&cfg) } {
+            Ok(g) => g,
+            Err(e) => {
+                eprintln!("{name}: not built on this cuDNN (typed): {e}");
+                ensure!(refuses_naming(&e, "softcap"), "{name}: {e:?}");
+                continue;
+            }
+        };
+        let og = g.build()?;
+        let (plan, _) = Plan::build(&og, &target, &Policy::default())?;
+        let json = plan.cudnn_json()?;
+        if let Some(path) = std::env::var_os("H5_DUMP") {
+            std::fs::write(
+                format!("{}/{}.json", path.to_string_lossy(), name.replace(' ', "_")),
+                &json,
+            )?;
+        }
+        let io = std::sync::Arc::new(plan.io().clone());
+        if std::env::var_os("H5_DUMP").is_some() {
+            continue;
+        }
+        // The SDPA backward operation's runtime-compiled kernel patches
+        // pointers from uids that are in no graph (cuDNN's own scratch),
+        // with or without a softcap: the loader refuses it, typed (its JSON
+        // also leaves the score-modifier subgraph out; the kernel carries
+        // the softcap, its cap patched in as a value).
+        if name == "native bwd" {
+            let control = bwd(
+                &SdpaConfig::new(2, 8, 256, 128, DType::BF16).implementation(SdpaImpl::Native)
+            )?;
+            let (cp, _) = Plan::build(&control.build()?, &target, &Policy::default())?;
+            for (which, j, io) in [
+                ("softcap", json.clone(), io.clone()),
+                (
+                    "control",
+                    cp.cudnn_json()?,
+                    std::sync::Arc::new(cp.io().clone()),
+                ),
+            ] {
+                match Plan::from_cudnn_json_trusted(&j, &target, io) {
+                    Err(e @ Error::InvalidArgument { .. })
+                        if e.to_string().contains("/engine/payload") =>
+                    {
+                        eprintln!("{name} ({which}): reload refused (typed): {e}")
+                    }
+                    other => {
+                        return Err(format!("{name} ({which}): reload: {:?}", other.err()).into());
+                    }
+                }
+            }
+            done += 1;
+            continue;
+        }
+        let back = Plan::from_cudnn_json_trusted(&json, &target, io.clone())?;
+        let engine_of = |j: &str| -> Option<i64> {
+            serde_json::from_str::<serde_json::Value>(j)
+                .ok()?
+                .pointer("/engine/engineId")?
+                .as_i64()
+        };
+        let reloaded = engine_of(&back.cudnn_json()?);
+        ensure!(
+            reloaded.is_some()
+                && reloaded == plan.engine()
+                && back.workspace_size() == plan.workspace_size(),
+            "{name}: reloaded engine {reloaded:?} / {} vs {:?} / {}",
+            back.workspace_size(),
+            plan.engine(),
+            plan.workspace_size()
+        );
+        let again = Plan::deserialize_trusted(&plan.serialize()?, &target)?;
+        ensure!(
+            engine_of(&again.cudnn_json()?) == plan.engine(),
+            "{name}: plan file engine"
+        );
+        // Tamper: the TANH_FWD made a mode the allow-list does not know.
+        ensure!(
+            json.contains("CUDNN_POINTWISE_TANH_FWD"),
+            "{name}: no TANH_FWD in the JSON"
+        );
+        let bad = json.replacen("CUDNN_POINTWISE_TANH_FWD", "CUDNN_POINTWISE_NOT_A_MODE", 1);
+        match Plan::from_cudnn_json_trusted(&bad, &target, io.clone()) {
+            Err(e @ (Error::InvalidArgument { .. } | Error::Unsupported { .. })) => {
+                eprintln!("{name}: tampered mode refused: {e}")
+            }
+            other => return Err(format!("{name}: tampered mode: {:?}", other.err()).into()),
+        }
+        // Tamper: the cap scalar (by value) made a device tensor.
+        let mut v: serde_json::Value = serde_json::from_str(&json)?;
+        let mut flipped = 0;
+        flip_by_value(&mut v, &mut flipped);
+        ensure!(flipped > 0, "{name}: no by-value tensor in the JSON");
+        match Plan::from_cudnn_json_trusted(&v.to_string(), &target, io.clone()) {
+            Err(
+                e @ (Error::InvalidArgument { .. }
+                | Error::Mismatch { .. }
+                | Error::Unsupported { .. }),
+            ) => {
+                eprintln!("{name}: by-value flipped refused: {e}")
+            }
+            other => return Err(format!("{name}: by-value flipped: {:?}", other.err()).into()),
+        }
+        eprintln!(
+            "{name}: round trip engine {:?} workspace {}",
+            plan.engine(),
+            plan.workspace_size()
+        );
+        done += 1;
+    }
+    ensure!(done > 0 || loaded() < (9, 21, 0), "nothing round-tripped");
+    Ok(())
+}
+
+/// The by-value tensor with the highest uid (the softcap's cap: the
+/// graph makes it after every other scalar) made a device tensor.
+fn flip_by_value(v: &mut serde_json::Value, n: &mut usize) {
+    fn uids(v: &serde_json::Value, out: &mut Vec<i64>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                if m.get("isByValue").and_then(|b| b.as_bool()) == Some(true)
+                    && let Some(u) = m.get("name").and_then(|n| n.as_str()?.parse().ok())
+                {
+                    out.push(u);
+                }
+                m.values().for_each(|x| uids(x, out));
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|x| uids(x, out)),
+            _ => {}
+        }
+    }
+    fn flip(v: &mut serde_json::Value, uid: &str, n: &mut usize) {
+        match v {
+            serde_json::Value::Object(m) => {
+                if m.get("name").and_then(|x| x.as_str()) == Some(uid)
+                    && m.contains_key("isByValue")
+                {
+                    m.insert("isByValue".into(), serde_json::Value::Bool(false));
+                    *n += 1;
+                }
+                m.values_mut().for_each(|x| flip(x, uid, n));
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(|x| flip(x, uid, n)),
+            _ => {}
+        }
+    }
+    let mut all = Vec::new();
+    uids(v, &mut all);
+    if let Some(max) = all.into_iter().max() {
+        flip(v, &max.to_string(), n);
+    }
 }
 
 // ---- the f64 reference's softcap (unit tier) ----
@@ -658,6 +872,7 @@ fn main() {
             "sdpa_softcap_random_combinations",
             property_softcap_combinations,
         ),
+        host_planning("sdpa_softcap_plan_json_round_trip", plan_json_round_trip),
     ];
     run(trials)
 }

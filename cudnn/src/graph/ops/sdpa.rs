@@ -853,6 +853,7 @@ impl SdpaConfig {
         let limit = self
             .ragged_arch_limit(device_ver, cudnn)
             .or_else(|| self.band_arch_limit(device_ver, cudnn))
+            .or_else(|| self.softcap_arch_limit(backward, device_ver))
             .or_else(|| {
                 if backward {
                     self.backward_arch_limit(device_ver, cudnn)
@@ -864,7 +865,7 @@ impl SdpaConfig {
             None => Ok(()),
             Some(limit) => Err(Error::Unsupported {
                 what: format!(
-                    "the attention {} with head_dim {}, head_dim_v {}, seq_q {}{}{}{}{} on a GPU of compute capability {}.{} with cuDNN {}",
+                    "the attention {} with head_dim {}, head_dim_v {}, seq_q {}{}{}{}{}{} on a GPU of compute capability {}.{} with cuDNN {}",
                     if backward { "backward" } else { "forward" },
                     self.head_dim,
                     self.head_dim_v,
@@ -884,6 +885,11 @@ impl SdpaConfig {
                         ""
                     },
                     if self.ragged { ", ragged" } else { "" },
+                    if self.softcap.is_some() {
+                        ", softcap"
+                    } else {
+                        ""
+                    },
                     device_ver / 100,
                     (device_ver % 100) / 10,
                     fmt_version(cudnn)

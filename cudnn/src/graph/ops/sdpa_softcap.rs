@@ -123,6 +123,27 @@ impl SdpaConfig {
     }
 }
 
+impl SdpaConfig {
+    /// The softcap's per-architecture limit this config breaks, if any:
+    /// the composite backward has no engine below sm_90 (cuDNN 9.28's
+    /// heuristics offer none on the A100 and L4 presets, where the same
+    /// backward without a softcap plans); the SDPA backward operation
+    /// ([`SdpaImpl::Native`](super::sdpa::SdpaImpl::Native)) plans there.
+    pub(crate) fn softcap_arch_limit(
+        &self,
+        backward: bool,
+        device_ver: i64,
+    ) -> Option<&'static str> {
+        (self.softcap.is_some()
+            && backward
+            && self.implementation != super::sdpa::SdpaImpl::Native
+            && device_ver / 100 < 9)
+            .then_some(
+                "a GPU of compute capability 9.0 or newer for the softcap backward as the composite (cuDNN has no engine for it on sm_8x; SdpaImpl::Native builds the SDPA backward operation, which takes it there from cuDNN 9.21)",
+            )
+    }
+}
+
 /// The graph tensors of the SDPA operation's softcap subgraph (by index):
 /// the scores in, the cap scalar, `s / cap`, `tanh(s / cap)` and the
 /// capped scores out.
