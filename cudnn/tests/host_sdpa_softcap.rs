@@ -140,7 +140,11 @@ fn plan_per_target() -> TestResult {
     let mut failures = Vec::new();
     eprintln!("cuDNN {v:?}");
     for (name, backward, cfg) in cases() {
-        let imps: &[SdpaImpl] = if backward {
+        let imps: &[SdpaImpl] = if backward && cfg.softcap.is_none() {
+            // The control: the composite only (the SDPA backward operation
+            // has no engine on cuDNN 9.19, with or without a softcap).
+            &[SdpaImpl::Auto]
+        } else if backward {
             &[SdpaImpl::Auto, SdpaImpl::Native]
         } else {
             &[SdpaImpl::Native, SdpaImpl::Composite, SdpaImpl::Auto]
@@ -526,7 +530,10 @@ fn plan_json_round_trip() -> TestResult {
             Ok(g) => g,
             Err(e) => {
                 eprintln!("{name}: not built on this cuDNN (typed): {e}");
-                ensure!(refuses_naming(&e, "softcap"), "{name}: {e:?}");
+                ensure!(
+                    name.starts_with("native") && loaded() < (9, 21, 0) && names_option(&e),
+                    "{name}: {e:?}"
+                );
                 continue;
             }
         };

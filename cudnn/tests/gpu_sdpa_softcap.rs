@@ -1,0 +1,394 @@
+//! GPU tier for the attention logit softcap (issue 24, item 5a; skipped
+//! visibly without a device, a failure under `CUDNN_RS_REQUIRE_GPU=1`):
+//! the forward through cuDNN's SDPA operation (its score-modifier subgraph)
+//! and the composite, the backward through the composite (`Auto`) and the
+//! SDPA backward operation (`Native`), f16 and bf16, MHA and GQA, BSHD and
+//! BHSD, against the f64 reference with the same cap. Inputs are rounded to
+//! the element type before the reference sees them, outputs are poisoned
+//! with NaN first (NaN never passes), bounds are relative to `max(1,
+//! |want|)` (3e-2 bf16, 2e-2 f16), and each case also checks that the
+//! reference *without* the cap is farther than the bound (the cap is
+//! active: a device that ignored it would fail).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+// `ensure!(err <= tol)` must fail for NaN: a negated partial comparison on purpose.
+#![allow(clippy::neg_cmp_op_on_partial_ord)]
+#[path = "support/mod.rs"]
+mod support;
+
+use cudnn::DataType;
+use cudnn::dnn::Handle;
+use cudnn::graph::*;
+use cudnn::reference::attention as ra;
+use cudnn::runtime::{Device, DeviceBuffer, Stream};
+use half::{bf16, f16};
+use support::*;
+
+type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn vec(&mut self, n: usize) -> Vec<f64> {
+        (0..n).map(|_| 2.0 * self.next() - 1.0).collect()
+    }
+}
+
+trait El: DataType + Copy {
+    const DT: DType;
+    const TOL: f64;
+    fn from_f64(v: f64) -> Self;
+    fn to_f64(self) -> f64;
+}
+impl El for f16 {
+    const DT: DType = DType::F16;
+    const TOL: f64 = 2e-2;
+    fn from_f64(v: f64) -> Self {
+        f16::from_f64(v)
+    }
+    fn to_f64(self) -> f64 {
+        f16::to_f64(self)
+    }
+}
+impl El for bf16 {
+    const DT: DType = DType::BF16;
+    const TOL: f64 = 3e-2;
+    fn from_f64(v: f64) -> Self {
+        bf16::from_f64(v)
+    }
+    fn to_f64(self) -> f64 {
+        bf16::to_f64(self)
+    }
+}
+impl El for f32 {
+    const DT: DType = DType::F32;
+    const TOL: f64 = 1e-5;
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+    fn to_f64(self) -> f64 {
+        f64::from(self)
+    }
+}
+
+fn round<T: El>(v: &[f64]) -> Vec<f64> {
+    v.iter().map(|&x| T::from_f64(x).to_f64()).collect()
+}
+fn up<T: El>(v: &[f64]) -> R<DeviceBuffer<T>> {
+    let h: Vec<T> = v.iter().map(|&x| T::from_f64(x)).collect();
+    Ok(DeviceBuffer::from_host(&h)?)
+}
+fn poisoned<T: El>(n: usize) -> R<DeviceBuffer<T>> {
+    up::<T>(&vec![f64::NAN; n])
+}
+fn down<T: El>(b: &DeviceBuffer<T>) -> R<Vec<f64>> {
+    let mut h = vec![T::from_f64(0.0); b.len()];
+    b.copy_to_host(&mut h)?;
+    Ok(h.iter().map(|x| x.to_f64()).collect())
+}
+
+/// The worst relative error (`max(1, |want|)`), NaN as infinity.
+fn worst(got: &[f64], want: &[f64]) -> f64 {
+    if got.len() != want.len() {
+        return f64::INFINITY;
+    }
+    got.iter()
+        .zip(want)
+        .map(|(&g, &w)| {
+            let e = (g - w).abs() / w.abs().max(1.0);
+            if e.is_nan() { f64::INFINITY } else { e }
+        })
+        .fold(0.0, f64::max)
+}
+
+/// `got` within `tol` of `want`, and `uncapped` (the reference without the
+/// softcap) not.
+fn close(what: &str, got: &[f64], want: &[f64], uncapped: &[f64], tol: f64) -> TestResult {
+    let (e, u) = (worst(got, want), worst(uncapped, want));
+    eprintln!(
+        "  {what}: max rel error {e:.2e} (bound {tol:.0e}; the uncapped reference is {u:.2e} away)"
+    );
+    ensure!(e <= tol, "{what}: rel error {e:.3e} > {tol:.0e}");
+    ensure!(
+        u > tol,
+        "{what}: the cap is not active in this case ({u:.2e})"
+    );
+    Ok(())
+}
+
+fn dims4(spec: &TensorSpec) -> [usize; 4] {
+    let d = spec.dims();
+    [d[0] as usize, d[1] as usize, d[2] as usize, d[3] as usize]
+}
+
+fn view<'a>(data: &'a [f64], spec: &TensorSpec) -> ra::View<'a> {
+    let s = spec.strides();
+    ra::View::new(
+        data,
+        dims4(spec),
+        [s[0] as usize, s[1] as usize, s[2] as usize, s[3] as usize],
+    )
+}
+
+/// Packed BHSD from the layout's storage.
+fn to_bhsd(v: &[f64], layout: AttnLayout, [b, h, s, d]: [usize; 4]) -> Vec<f64> {
+    if layout == AttnLayout::Bhsd {
+        return v.to_vec();
+    }
+    let mut o = vec![0.0; v.len()];
+    for n in 0..b {
+        for hh in 0..h {
+            for i in 0..s {
+                for t in 0..d {
+                    o[((n * h + hh) * s + i) * d + t] = v[((n * s + i) * h + hh) * d + t];
+                }
+            }
+        }
+    }
+    o
+}
+
+/// Packed BHSD into the layout's storage.
+fn store(v: &[f64], layout: AttnLayout, [b, h, s, d]: [usize; 4]) -> Vec<f64> {
+    if layout == AttnLayout::Bhsd {
+        return v.to_vec();
+    }
+    let mut o = vec![0.0; v.len()];
+    for n in 0..b {
+        for hh in 0..h {
+            for i in 0..s {
+                for t in 0..d {
+                    o[((n * s + i) * h + hh) * d + t] = v[((n * h + hh) * s + i) * d + t];
+                }
+            }
+        }
+    }
+    o
+}
+
+struct Cx {
+    h: Handle,
+    target: Target,
+}
+
+fn cx() -> R<Cx> {
+    Device::new(0)?;
+    let stream = Stream::new()?;
+    Ok(Cx {
+        h: Handle::new(&stream)?,
+        target: Target::device(0)?,
+    })
+}
+
+fn plan(cx: &Cx, g: &Graph, what: &str) -> R<Plan> {
+    let (p, r) = Plan::build(&g.build()?, &cx.target, &Policy::default())?;
+    eprintln!(
+        "  {what}: engine {:?} of {} configs, ws {} B",
+        r.chosen,
+        r.candidates.len(),
+        p.workspace_size()
+    );
+    Ok(p)
+}
+
+/// A case: the cap 2 on scores of scale 0.5 over d = 64 (their spread is a
+/// few units: tanh bends).
+fn config<T: El>(gqa: bool, layout: AttnLayout, imp: SdpaImpl) -> SdpaConfig {
+    let c = SdpaConfig::new(2, 4, 128, 64, T::DT)
+        .kv_len(192)
+        .scale(0.5)
+        .softcap(2.0)
+        .layout(layout)
+        .implementation(imp);
+    if gqa { c.gqa(2) } else { c }
+}
+
+struct Inputs {
+    q: Vec<f64>,
+    k: Vec<f64>,
+    v: Vec<f64>,
+}
+
+fn inputs<T: El>(cfg: &SdpaConfig, seed: u64) -> R<Inputs> {
+    let mut rng = Rng(seed);
+    Ok(Inputs {
+        q: round::<T>(&rng.vec(cfg.q_spec()?.span_elements()?)),
+        k: round::<T>(&rng.vec(cfg.k_spec()?.span_elements()?)),
+        v: round::<T>(&rng.vec(cfg.v_spec()?.span_elements()?)),
+    })
+}
+
+fn reference(cfg: &SdpaConfig, a: &Inputs, cap: bool) -> R<ra::SdpaForward> {
+    let mut rc = ra::SdpaConfig::new(cfg.scale_value());
+    rc.softcap = if cap { cfg.softcap } else { None };
+    Ok(ra::forward(
+        &view(&a.q, &cfg.q_spec()?),
+        &view(&a.k, &cfg.k_spec()?),
+        &view(&a.v, &cfg.v_spec()?),
+        &rc,
+    )?)
+}
+
+/// The forward (training: O and the statistics) against the reference.
+fn forward<T: El>(cfg: SdpaConfig) -> TestResult {
+    let cfg = cfg.training(true);
+    let mut cx = cx()?;
+    let a = inputs::<T>(&cfg, 31)?;
+    let mut g = Graph::new();
+    let q = g.input("q", cfg.q_spec()?)?;
+    let k = g.input("k", cfg.k_spec()?)?;
+    let v = g.input("v", cfg.v_spec()?)?;
+    let f = g.sdpa_forward(q, k, v, &cfg)?;
+    g.rename(f.o, "o")?;
+    g.rename(f.stats.ok_or("training saves stats")?, "stats")?;
+    let p = plan(&cx, &g, &format!("{:?} forward", cfg.resolve(false)?))?;
+    let (qb, kb, vb) = (up::<T>(&a.q)?, up::<T>(&a.k)?, up::<T>(&a.v)?);
+    let os = cfg.o_spec()?;
+    let mut ob = poisoned::<T>(os.span_elements()?)?;
+    let mut sb = poisoned::<f32>(cfg.stats_spec()?.span_elements()?)?;
+    {
+        let mut bi = p.bindings();
+        bi.input("q", qb.as_slice())?
+            .input("k", kb.as_slice())?
+            .input("v", vb.as_slice())?
+            .output("o", ob.as_slice_mut())?
+            .output("stats", sb.as_slice_mut())?;
+        p.execute(&mut cx.h, &mut bi)?;
+    }
+    cx.h.stream().synchronize()?;
+    let o = to_bhsd(&down(&ob)?, cfg.layout, dims4(&os));
+    let stats = down(&sb)?;
+    let (want, plain) = (reference(&cfg, &a, true)?, reference(&cfg, &a, false)?);
+    close("o", &o, &want.o, &plain.o, T::TOL)?;
+    close("stats", &stats, &want.stats, &plain.stats, 1e-2)?;
+    Ok(())
+}
+
+/// The backward (dQ, dK, dV) against the reference's, from the
+/// reference's O and statistics.
+fn backward<T: El>(cfg: SdpaConfig) -> TestResult {
+    let mut cx = cx()?;
+    let a = inputs::<T>(&cfg, 32)?;
+    let f = reference(&cfg, &a, true)?;
+    let os = cfg.o_spec()?;
+    let o_store = round::<T>(&store(&f.o, cfg.layout, dims4(&os)));
+    let d_o = round::<T>(&Rng(33).vec(os.span_elements()?));
+    let mut g = Graph::new();
+    let q = g.input("q", cfg.q_spec()?)?;
+    let k = g.input("k", cfg.k_spec()?)?;
+    let v = g.input("v", cfg.v_spec()?)?;
+    let ot = g.input("o", os.clone())?;
+    let dot = g.input("do", os.clone())?;
+    let st = g.input("stats", cfg.stats_spec()?)?;
+    let b = g.sdpa_backward(q, k, v, ot, dot, st, &cfg)?;
+    g.rename(b.dq, "dq")?;
+    g.rename(b.dk, "dk")?;
+    g.rename(b.dv, "dv")?;
+    let p = plan(&cx, &g, &format!("{:?} backward", cfg.resolve(true)?))?;
+    let (qb, kb, vb) = (up::<T>(&a.q)?, up::<T>(&a.k)?, up::<T>(&a.v)?);
+    let (ob, dob, sb) = (up::<T>(&o_store)?, up::<T>(&d_o)?, up::<f32>(&f.stats)?);
+    let mut dq = poisoned::<T>(a.q.len())?;
+    let mut dk = poisoned::<T>(a.k.len())?;
+    let mut dv = poisoned::<T>(a.v.len())?;
+    {
+        let mut bi = p.bindings();
+        bi.input("q", qb.as_slice())?
+            .input("k", kb.as_slice())?
+            .input("v", vb.as_slice())?
+            .input("o", ob.as_slice())?
+            .input("do", dob.as_slice())?
+            .input("stats", sb.as_slice())?
+            .output("dq", dq.as_slice_mut())?
+            .output("dk", dk.as_slice_mut())?
+            .output("dv", dv.as_slice_mut())?;
+        p.execute(&mut cx.h, &mut bi)?;
+    }
+    cx.h.stream().synchronize()?;
+    let grads = |capped: bool| -> R<ra::SdpaGrads> {
+        let mut rc = ra::SdpaConfig::new(cfg.scale_value());
+        rc.softcap = if capped { cfg.softcap } else { None };
+        Ok(ra::backward(
+            &view(&a.q, &cfg.q_spec()?),
+            &view(&a.k, &cfg.k_spec()?),
+            &view(&a.v, &cfg.v_spec()?),
+            &view(&o_store, &os),
+            &view(&d_o, &os),
+            &f.stats,
+            &rc,
+        )?)
+    };
+    let (want, plain) = (grads(true)?, grads(false)?);
+    let got = [
+        to_bhsd(&down(&dq)?, cfg.layout, dims4(&cfg.q_spec()?)),
+        to_bhsd(&down(&dk)?, cfg.layout, dims4(&cfg.k_spec()?)),
+        to_bhsd(&down(&dv)?, cfg.layout, dims4(&cfg.v_spec()?)),
+    ];
+    close("dq", &got[0], &want.dq, &plain.dq, T::TOL)?;
+    close("dk", &got[1], &want.dk, &plain.dk, T::TOL)?;
+    // dV does not see the cap's derivative, only P: still capped.
+    close("dv", &got[2], &want.dv, &plain.dv, T::TOL)?;
+    Ok(())
+}
+
+/// A native case needs cuDNN >= 9.21 (the SDPA operation's subgraph): on
+/// an older one it is a typed refusal naming the softcap (checked), not a
+/// pass.
+fn native_or_refused(cfg: &SdpaConfig, backward: bool) -> R<bool> {
+    match cfg.resolve(backward) {
+        Ok(_) => Ok(true),
+        Err(e) if e.to_string().contains("softcap") => {
+            eprintln!("  skipped: the loaded cuDNN refuses it (typed): {e}");
+            Ok(false)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn fwd_case<T: El>(gqa: bool, layout: AttnLayout, imp: SdpaImpl) -> TestResult {
+    let cfg = config::<T>(gqa, layout, imp);
+    if imp == SdpaImpl::Native && !native_or_refused(&cfg.clone().training(true), false)? {
+        return Ok(());
+    }
+    forward::<T>(cfg)
+}
+
+fn bwd_case<T: El>(gqa: bool, layout: AttnLayout, imp: SdpaImpl) -> TestResult {
+    let cfg = config::<T>(gqa, layout, imp);
+    if imp == SdpaImpl::Native && !native_or_refused(&cfg, true)? {
+        return Ok(());
+    }
+    backward::<T>(cfg)
+}
+
+fn main() {
+    use AttnLayout::{Bhsd, Bshd};
+    use SdpaImpl::{Auto, Composite, Native};
+    let mut trials = Vec::new();
+    for (name, gqa, layout) in [("mha_bshd", false, Bshd), ("gqa_bhsd", true, Bhsd)] {
+        for (imp_name, imp) in [("native", Native), ("composite", Composite)] {
+            trials.push(gpu(
+                &format!("sdpa_softcap_fwd_{imp_name}_{name}_bf16"),
+                move || fwd_case::<bf16>(gqa, layout, imp),
+            ));
+            trials.push(gpu(
+                &format!("sdpa_softcap_fwd_{imp_name}_{name}_f16"),
+                move || fwd_case::<f16>(gqa, layout, imp),
+            ));
+        }
+        for (imp_name, imp) in [("auto", Auto), ("native", Native)] {
+            trials.push(gpu(
+                &format!("sdpa_softcap_bwd_{imp_name}_{name}_bf16"),
+                move || bwd_case::<bf16>(gqa, layout, imp),
+            ));
+            trials.push(gpu(
+                &format!("sdpa_softcap_bwd_{imp_name}_{name}_f16"),
+                move || bwd_case::<f16>(gqa, layout, imp),
+            ));
+        }
+    }
+    run(trials)
+}
