@@ -199,7 +199,7 @@ fn plan(cx: &Cx, g: &Graph, what: &str) -> R<Plan> {
 /// few units: tanh bends).
 fn config<T: El>(gqa: bool, layout: AttnLayout, imp: SdpaImpl) -> SdpaConfig {
     let c = SdpaConfig::new(2, 4, 128, 64, T::DT)
-        .kv_len(192)
+        .kv_len(256)
         .scale(0.5)
         .softcap(2.0)
         .layout(layout)

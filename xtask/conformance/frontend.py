@@ -388,7 +388,36 @@ class Builder:
             kw.update(use_padding_mask=True, seq_len_q=self.t["seq_len_q"], seq_len_kv=self.t["seq_len_kv"])
         if p.get("dropout"):
             kw.update(dropout=(p["dropout"], self.t["dropout_seed"], self.t["dropout_offset"]))
+        # ---- issue 24 (h5): the logit softcap as a score modifier ----
+        if p.get("softcap") is not None:
+            kw.update(self.softcap_kwargs(p["softcap"]))
+        # ---- end issue 24 (h5) ----
         return kw
+
+    # ---- issue 24 (h5): the logit softcap, as the frontend's Softcap class
+    # builds it: div, tanh, mul forward; mul, tanh_backward, div backward ----
+    def softcap_kwargs(self, cap):
+        saved = {}
+
+        def scalar(g):
+            if "cap" not in saved:
+                saved["cap"] = g.tensor_scalar(float(cap), self.cudnn.scalar_type.RUNTIME_PARAM)
+            return saved["cap"]
+
+        def fwd(g, score):
+            c = scalar(g)
+            saved["x"] = g.div(score, c)
+            return g.mul(g.tanh(saved["x"]), c)
+
+        def bprop(g, ds):
+            c = scalar(g)
+            return g.div(g.tanh_backward(g.mul(ds, c), saved["x"]), c)
+
+        kw = dict(score_mod=fwd)
+        if self.spec["family"] == "sdpa_bwd":
+            kw.update(score_mod_bprop=bprop)
+        return kw
+    # ---- end issue 24 (h5) ----
 
     def ragged(self, name, t, which):
         """Issue 24: a packed (THD) tensor names its ragged offsets."""
