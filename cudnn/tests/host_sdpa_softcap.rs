@@ -301,7 +301,7 @@ fn rules() -> TestResult {
     }
     // The composite backward below sm_90 is refused naming the softcap;
     // the SDPA backward operation and every forward are not.
-    for dev in [800, 860, 890] {
+    for dev in [800, 860, 890, 1200] {
         let e = base.check_target_for(true, dev, (9, 28, 1));
         ensure!(
             e.as_ref().is_err_and(|e| refuses_naming(e, "softcap")),

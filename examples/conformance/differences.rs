@@ -122,6 +122,20 @@ pub const DIFFERENCES: &[Difference] = &[
                 && w.is_some_and(|(ours, theirs)| ours > theirs)
         },
     },
+    // issue 24 (h5): the softcap's composite backward below sm_90.
+    Difference {
+        id: "DSC",
+        what: "the logit softcap's attention backward (the composite) on sm_8x or sm_12x: the crate refuses with a typed Unsupported naming the softcap before asking cuDNN, the frontend because cuDNN offers no engine",
+        why: "both sides refuse the same graph for the same target; cuDNN's own reason is that its fused backward takes no backward activation (the softcap's TANH_BWD) on Ampere and sm_12x",
+        applies: |p, f| {
+            p.family == "sdpa_bwd"
+                && p.params.get("softcap").is_some_and(|c| !c.is_null())
+                && f.kind == "crate"
+                && f.ours.contains("unsupported")
+                && f.ours.contains("softcap")
+                && f.theirs.contains("cudnnGraphNotSupportedError")
+        },
+    },
 ];
 
 /// A finding about a tensor a caller binds (named by its role), which a
@@ -251,6 +265,15 @@ mod unit {
         assert!(ids(&fbwd, f("workspace", "workspace", "16512", "1056896")).is_empty());
         assert!(ids(&fbwd, f("first_engine", "first_engine", "5", "6")).is_empty());
         assert!(ids(&fp8, f("workspace", "workspace", "1056896", "16512")).is_empty());
+        // DSC: the softcap backward only, and only when both sides refuse.
+        let mut sc = pattern("sdpa_bwd", true);
+        sc.params = serde_json::json!({"softcap": 50.0});
+        let refused = "unsupported: the attention backward with head_dim 64, softcap on a GPU of compute capability 8.0";
+        assert_eq!(ids(&sc, f("crate", "plan", refused, none)), ["DSC"]);
+        assert!(ids(&sc, f("crate", "plan", refused, "planned")).is_empty());
+        assert!(ids(&bwd, f("crate", "plan", refused, none)).is_empty());
+        let unnamed = "unsupported: the attention backward on a GPU of compute capability 8.0";
+        assert!(ids(&sc, f("crate", "plan", unnamed, none)).is_empty());
         // Nothing explains an engine count.
         assert!(ids(&sdpa, f("count", "count", "4", "3")).is_empty());
     }

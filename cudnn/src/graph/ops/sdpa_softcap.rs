@@ -19,9 +19,10 @@
 //!   forward this way (its unified node) but never the backward, so `Auto`
 //!   builds every backward as the composite, as for the other options.
 //!   cuDNN 9.28 plans both for the H200, H100, B200, A100 and L4 presets;
-//!   the composite backward has no engine on the A100 and L4 there, so the
-//!   SDPA backward operation is the one that serves a softcap backward on
-//!   sm_80 / sm_89.
+//!   the composite backward has no engine on sm_8x and sm_12x (cuDNN: no
+//!   backward activation there), refused with a typed `Unsupported`
+//!   ([`SdpaConfig::check_target_for`]), so the SDPA backward operation is
+//!   the one that serves a softcap backward on those.
 //!
 //! Rules, after the frontend's support surface (forward and backward
 //! alike: "Attention score mod enabled and hence other subgraphs are
@@ -125,21 +126,24 @@ impl SdpaConfig {
 
 impl SdpaConfig {
     /// The softcap's per-architecture limit this config breaks, if any:
-    /// the composite backward has no engine below sm_90 (cuDNN 9.28's
-    /// heuristics offer none on the A100 and L4 presets, where the same
-    /// backward without a softcap plans); the SDPA backward operation
+    /// the composite backward has no engine on sm_8x and sm_12x (cuDNN's
+    /// reason: its fused backward takes no backward activation, the
+    /// softcap's `TANH_BWD`, on Ampere and sm_12x; cuDNN 9.28's heuristics
+    /// offer none on the A100 and L4 presets, where the same backward
+    /// without a softcap plans); the SDPA backward operation
     /// ([`SdpaImpl::Native`](super::sdpa::SdpaImpl::Native)) plans there.
     pub(crate) fn softcap_arch_limit(
         &self,
         backward: bool,
         device_ver: i64,
     ) -> Option<&'static str> {
+        let major = device_ver / 100;
         (self.softcap.is_some()
             && backward
             && self.implementation != super::sdpa::SdpaImpl::Native
-            && device_ver / 100 < 9)
+            && (major < 9 || major == 12))
             .then_some(
-                "a GPU of compute capability 9.0 or newer for the softcap backward as the composite (cuDNN has no engine for it on sm_8x; SdpaImpl::Native builds the SDPA backward operation, which takes it there from cuDNN 9.21)",
+                "a GPU of compute capability 9.x or 10.x for the softcap backward as the composite (cuDNN's fused backward takes no backward activation, the softcap's TANH_BWD, on sm_8x and sm_12x; SdpaImpl::Native builds the SDPA backward operation, which takes the softcap from cuDNN 9.21)",
             )
     }
 }
