@@ -18,7 +18,9 @@
 //!   cache (batch 32, 4096 cached tokens in pages of 64; PyTorch, which
 //!   has no paged SDPA, over the same keys stored contiguously), and a
 //!   ragged (packed THD) causal batch of 4 full sequences of 4096 (PyTorch:
-//!   the same dense causal attention, the same work); TFLOP/s
+//!   the same dense causal attention, the same work), and a logit softcap
+//!   of 50 over 4k (PyTorch has no softcap in its SDPA: its row is the
+//!   eager `softcap * tanh(scores / softcap)` attention); TFLOP/s
 //!   count the pairs the mask keeps (exactly, row by row);
 //! - layer norm forward (training) and backward, bf16, 8192 rows of 4096,
 //!   in GB/s (the bytes each call must move at least: x and y forward;
@@ -83,6 +85,8 @@ enum Opt {
     /// (offsets from `SdpaConfig::ragged_offsets`, bound with the unsafe
     /// `Bindings::input_ragged_offsets`).
     Ragged,
+    /// 4096 queries and keys, a logit softcap of 50 (Gemma 2's), no mask.
+    Softcap,
 }
 
 impl Opt {
@@ -103,6 +107,9 @@ impl Opt {
                 .training(true)
                 .causal(true)
                 .ragged(),
+            Opt::Softcap => SdpaConfig::new(4, 32, 4096, 128, DType::BF16)
+                .training(true)
+                .softcap(50.0),
         }
     }
     fn name(self) -> &'static str {
@@ -111,6 +118,7 @@ impl Opt {
             Opt::Window => "b4 h32 s4096 d128 causal window 1024",
             Opt::PagedDecode => "b32 h32 h_kv8 decode s_q1 s_kv4096 d128 paged (pages of 64)",
             Opt::Ragged => "b4 h32 s4096 d128 causal ragged (packed THD)",
+            Opt::Softcap => "b4 h32 s4096 d128 softcap 50 (PyTorch: eager, no SDPA softcap)",
         }
     }
     fn shape(self) -> &'static str {
@@ -119,6 +127,7 @@ impl Opt {
             Opt::Window => "b=4;h=32;s=4096;d=128;causal=1;window=1024",
             Opt::PagedDecode => "b=32;h=32;hkv=8;s=1;skv=4096;d=128;causal=1;align=br;paged=64",
             Opt::Ragged => "b=4;h=32;s=4096;d=128;causal=1;ragged=1",
+            Opt::Softcap => "b=4;h=32;s=4096;d=128;causal=0;softcap=50",
         }
     }
     /// Forward FLOPs over the (query, key) pairs the mask keeps.
@@ -335,7 +344,7 @@ fn cases(quick: bool) -> Vec<Case> {
         }
         v.push(Case::SdpaFp8Fwd(s));
     }
-    for o in [Opt::BottomRight, Opt::Window, Opt::Ragged] {
+    for o in [Opt::BottomRight, Opt::Window, Opt::Ragged, Opt::Softcap] {
         v.push(Case::SdpaOpt(o, false));
         v.push(Case::SdpaOpt(o, true));
     }

@@ -166,6 +166,7 @@ def shape_label(row):
         causal += f", h_kv {s['hkv']}" if "hkv" in s else ""
         causal += f", paged (pages of {s['paged']}; PyTorch contiguous)" if "paged" in s else ""
         causal += ", ragged (PyTorch dense: full lengths)" if "ragged" in s else ""
+        causal += f", softcap {s['softcap']} (PyTorch: eager, no SDPA softcap)" if "softcap" in s else ""
         return f"b {s.get('b')}, h {s.get('h')}, s {s.get('s')}{skv}, d {s.get('d')}{causal}"
     if suite == "norm":
         return f"{s.get('n')}x{s.get('d')}"
@@ -437,6 +438,23 @@ def attention_case(torch, row, device):
         return (torch.randn(b, n, hkv, d, dtype=dtype, device=device) * 0.5).transpose(1, 2)
 
     q, k, v = bshd(), bshd_kv(skv), bshd_kv(skv)
+    # ---- issue 24 (h5): a logit softcap; PyTorch's SDPA has none, so its
+    # row is the eager attention with softcap * tanh(scores / softcap) ----
+    if "softcap" in s:
+        cap = float(s["softcap"])
+
+        def eager(q, k, v):
+            sc = (q @ k.transpose(-2, -1)).float() * (d ** -0.5)
+            p = torch.softmax(cap * torch.tanh(sc / cap), dim=-1).to(q.dtype)
+            return p @ v
+
+        if row["op"] == "sdpa_fwd":
+            return lambda: eager(q, k, v)
+        qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
+        out = eager(qg, kg, vg)
+        do = torch.randn_like(out)
+        return lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
+    # ---- end issue 24 (h5) ----
     kw = dict(is_causal=causal)
     if hkv != h:
         kw["enable_gqa"] = True
