@@ -148,6 +148,12 @@ impl SdpaConfig {
     }
 }
 
+/// The subgraph's ops and their pointwise descriptors (kept alive with them).
+type SubgraphOps = (
+    Vec<Descriptor<kind::PointwiseOp>>,
+    Vec<Descriptor<kind::Pointwise>>,
+);
+
 /// The graph tensors of the SDPA operation's softcap subgraph (by index):
 /// the scores in, the cap scalar, `s / cap`, `tanh(s / cap)` and the
 /// capped scores out.
@@ -171,13 +177,7 @@ impl NativeSoftcap {
 
     /// The subgraph's three pointwise ops (`DIV`, `TANH_FWD`, `MUL`), in
     /// order, and their pointwise descriptors (to keep alive).
-    pub(crate) fn ops(
-        &self,
-        t: &[Descriptor<kind::Tensor>],
-    ) -> Result<(
-        Vec<Descriptor<kind::PointwiseOp>>,
-        Vec<Descriptor<kind::Pointwise>>,
-    )> {
+    pub(crate) fn ops(&self, t: &[Descriptor<kind::Tensor>]) -> Result<SubgraphOps> {
         type M = sys::cudnnPointwiseMode_t;
         let mut ops = Vec::with_capacity(3);
         let mut pws = Vec::with_capacity(3);
