@@ -1091,6 +1091,8 @@ fn attention_one(t: &Tally, c: &NormCase) -> Result<(), TestCaseError> {
             size: (c.seed as usize >> 16) % 5,
             bottom_right: c.lens[3] & 64 != 0,
         }),
+        // Issue 24 (h5): a softcap, adversarial values included (refused, typed).
+        softcap: ((c.seed >> 40) & 1 == 1).then(|| VALUES[(c.eps as usize / 7) % VALUES.len()]),
     };
     let f = call(t, "attention forward", || {
         attention::forward(&qv, &kv, &vv, &config)
