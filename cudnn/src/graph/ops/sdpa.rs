@@ -24,7 +24,9 @@
 //! inputs `[B + 1, 1, 1, 1]` i32 on Q, K, V, O and the gradients (Q and O
 //! only with a paged cache), forward and backward; the offsets are bound with the unsafe
 //! `Bindings::input_ragged_offsets`, see the rules and the soundness note
-//! on [`SdpaConfig::ragged_offsets`]).
+//! on [`SdpaConfig::ragged_offsets`]); an additive bias and ALiBi
+//! ([`SdpaConfig::bias`], [`SdpaConfig::alibi`]: rules in
+//! [`sdpa_bias`](super::sdpa_bias)).
 //! Their rules, after NVIDIA's frontend 1.32: the bottom-right causal mask
 //! not with dropout, and (like the window) without padding only for
 //! `seq_q <= seq_kv`; before cuDNN 9.6 a bottom-right mask only for lengths
@@ -244,6 +246,10 @@ pub struct SdpaConfig {
     pub is_training: bool,
     /// The SDPA operation or the composite pattern ([`SdpaImpl::Auto`] by default).
     pub implementation: SdpaImpl,
+    /// An additive bias on the scores (and dBias), see [`sdpa_bias`](super::sdpa_bias).
+    pub bias: Option<AttnBias>,
+    /// ALiBi on the scores (slopes bound by the caller), see [`sdpa_bias`](super::sdpa_bias).
+    pub alibi: bool,
 }
 
 /// What [`Graph::sdpa_forward`](crate::graph::Graph::sdpa_forward) adds.
@@ -267,6 +273,8 @@ pub struct SdpaForward {
     pub page_table_v: Option<Tensor>,
     /// The ragged offsets of Q, K, V, O (ragged batches).
     pub ragged: Option<SdpaRagged>,
+    /// The bias and ALiBi slopes inputs (bias / ALiBi).
+    pub bias: BiasTensors,
 }
 
 /// What [`Graph::sdpa_backward`](crate::graph::Graph::sdpa_backward) adds.
@@ -289,8 +297,11 @@ pub struct SdpaBackward {
     /// The ragged offsets (ragged batches): Q's serve dQ, K's dK, V's dV,
     /// O's dO.
     pub ragged: Option<SdpaRagged>,
+    /// The bias and ALiBi slopes inputs, and the dBias output.
+    pub bias: BiasTensors,
 }
 
+pub use super::sdpa_bias::{AttnBias, BiasTensors};
 pub use super::sdpa_paged::PagedKv;
 pub use super::sdpa_ragged::{RaggedTensor, SdpaRagged};
 
@@ -365,6 +376,8 @@ impl SdpaConfig {
             dropout: None,
             is_training: false,
             implementation: SdpaImpl::Auto,
+            bias: None,
+            alibi: false,
         }
     }
 
@@ -597,6 +610,7 @@ impl SdpaConfig {
         self.check_band(v)?;
         self.check_paged(v, backward)?;
         self.check_ragged(v, backward)?;
+        self.check_bias(v, backward)?;
         match (self.implementation, backward) {
             (SdpaImpl::Native, _) => self.check_native(v, backward).map(|_| SdpaImpl::Native),
             (SdpaImpl::Composite, _) | (SdpaImpl::Auto, true) => self
@@ -728,6 +742,7 @@ impl SdpaConfig {
         self.validate_band()?;
         self.validate_paged()?;
         self.validate_ragged()?;
+        self.validate_bias()?;
         if let Some(d) = self.dropout
             && !(d.probability >= 0.0 && d.probability < 1.0)
         {
@@ -792,6 +807,7 @@ impl SdpaConfig {
         if self.paged.is_some() {
             need("paged", since::PADDING)?;
         }
+        self.check_native_bias(v, backward)?;
         if self.active_dropout().is_some() {
             if backward {
                 need("dropout", since::BACKWARD_DROPOUT)?;
@@ -844,6 +860,7 @@ impl SdpaConfig {
         let limit = self
             .ragged_arch_limit(device_ver, cudnn)
             .or_else(|| self.band_arch_limit(device_ver, cudnn))
+            .or_else(|| self.bias_arch_limit(backward, device_ver, cudnn))
             .or_else(|| {
                 if backward {
                     self.backward_arch_limit(device_ver, cudnn)

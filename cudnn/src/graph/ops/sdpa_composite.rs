@@ -42,6 +42,9 @@ type M = sys::cudnnPointwiseMode_t;
 #[path = "sdpa_composite_masks.rs"]
 mod masks;
 pub(crate) use masks::CompositeBand;
+#[path = "sdpa_composite_bias.rs"]
+mod bias;
+pub(crate) use bias::CompositeBias;
 
 /// A tensor of the composite: a graph tensor (by index) or one of its own
 /// virtual intermediates.
@@ -78,6 +81,8 @@ pub(crate) struct CompositeFwdOp {
     pub(crate) uid_base: i64,
     /// The config, for the per-architecture limits.
     pub(crate) cfg: SdpaConfig,
+    /// The bias and ALiBi inputs.
+    pub(crate) bias: Option<CompositeBias>,
 }
 
 /// The sequence-length inputs' full values, for timing runs.
@@ -304,6 +309,9 @@ impl OpNode for CompositeFwdOp {
         if let Some(f) = self.fill {
             v.push(("mask_fill", f, false));
         }
+        if let Some(b) = &self.bias {
+            b.push_tensors(&mut v);
+        }
         v.push(("o", self.o, true));
         if let Some(s) = self.stats {
             v.push(("stats", s, true));
@@ -323,12 +331,13 @@ impl OpNode for CompositeFwdOp {
     }
     fn signature(&self) -> String {
         format!(
-            "composite padding={} dropout={:?} {} training={} paged={}",
+            "composite padding={} dropout={:?} {} training={} paged={}{}",
             self.seq.is_some(),
             self.dropout.map(|d| d.2),
             self.band.signature(),
             self.stats.is_some(),
-            self.paged.is_some()
+            self.paged.is_some(),
+            self.bias.map(|b| b.signature()).unwrap_or_default()
         )
     }
     fn build(
@@ -405,6 +414,7 @@ impl OpNode for CompositeFwdOp {
             last,
             None,
         )?;
+        last = c.score_bias(last, self.bias.as_ref(), &score)?;
 
         if let (Some(sq_t), Some(skv_t), Some(fill)) = (seq_q, seq_kv, self.fill) {
             last = c.padding_mask(last, sq_t, skv_t, T::G(fill), &score)?;
@@ -505,6 +515,8 @@ pub(crate) struct CompositeBwdOp {
     pub(crate) uid_base: i64,
     /// The config, for the per-architecture limits.
     pub(crate) cfg: SdpaConfig,
+    /// The bias and ALiBi inputs, and dBias.
+    pub(crate) bias: Option<CompositeBias>,
 }
 
 impl OpNode for CompositeBwdOp {
@@ -535,6 +547,9 @@ impl OpNode for CompositeBwdOp {
         if let Some(f) = self.fill {
             v.push(("mask_fill", f, false));
         }
+        if let Some(b) = &self.bias {
+            b.push_tensors(&mut v);
+        }
         v.push(("softmax_sum", self.softmax_sum, true));
         v.push(("dq_accum", self.dq_accum, true));
         v.push(("dq", self.dq, true));
@@ -554,11 +569,12 @@ impl OpNode for CompositeBwdOp {
     }
     fn signature(&self) -> String {
         format!(
-            "composite padding={} dropout={:?} {} repad={}",
+            "composite padding={} dropout={:?} {} repad={}{}",
             self.seq.is_some(),
             self.dropout.map(|d| d.2),
             self.band.signature(),
-            self.repad
+            self.repad,
+            self.bias.map(|b| b.signature()).unwrap_or_default()
         )
     }
     fn build(
@@ -644,6 +660,7 @@ impl OpNode for CompositeBwdOp {
             last,
             None,
         )?;
+        last = c.score_bias(last, self.bias.as_ref(), &score)?;
         if let (Some(a), Some(b), Some(f)) = (seq_q, seq_kv, self.fill) {
             last = c.padding_mask(last, a, b, T::G(f), &score)?;
         }
@@ -722,6 +739,7 @@ impl OpNode for CompositeBwdOp {
             )?;
             last = m;
         }
+        c.dbias(last, self.bias.as_ref())?;
         let ds = c.virt(DType::F32, &score)?;
         c.pointwise(
             M::CUDNN_POINTWISE_MUL,

@@ -207,6 +207,7 @@ impl Graph {
         let (scale, seq, dropout, extra) = self.sdpa_side_inputs(cfg)?;
         let pages = self.sdpa_page_tables(cfg)?;
         let band = self.sdpa_band(cfg, seq)?;
+        let bias = self.sdpa_native_bias(cfg)?;
         Ok((
             Common {
                 q: self.index(q)?,
@@ -221,6 +222,7 @@ impl Graph {
                     Some((a, b)) => Some((self.index(a)?, self.index(b)?)),
                     None => None,
                 },
+                bias,
             },
             [
                 extra[0],
@@ -262,6 +264,7 @@ impl Graph {
             return Ok(f);
         }
         let (c, extra) = self.sdpa_common(&op, q, k, v, cfg)?;
+        let bias_io = c.bias.map(|b| b.public).unwrap_or_default();
         let qs = self.node(q)?.spec.clone();
         let o = self.graph_output(
             "sdpa",
@@ -290,6 +293,7 @@ impl Graph {
             page_table_k: extra.get(4).copied().flatten(),
             page_table_v: extra.get(5).copied().flatten(),
             ragged,
+            bias: bias_io,
         })
     }
 
@@ -349,7 +353,7 @@ impl Graph {
             )?;
             return Ok(b);
         }
-        let (c, extra) = self.sdpa_common(&op, q, k, v, cfg)?;
+        let (mut c, extra) = self.sdpa_common(&op, q, k, v, cfg)?;
         let (qs, ks, vs) = (
             self.node(q)?.spec.clone(),
             self.node(k)?.spec.clone(),
@@ -358,6 +362,8 @@ impl Graph {
         let dq = self.graph_output("sdpa_bwd", qs.clone())?;
         let dk = self.graph_output("sdpa_bwd", ks)?;
         let dv = self.graph_output("sdpa_bwd", vs)?;
+        self.sdpa_native_dbias(cfg, &mut c.bias)?;
+        let bias_io = c.bias.map(|b| b.public).unwrap_or_default();
         let ext = SdpaBwdOp {
             c,
             o: self.index(o)?,
@@ -392,6 +398,7 @@ impl Graph {
             dropout_seed: extra[2],
             dropout_offset: extra[3],
             ragged,
+            bias: bias_io,
         })
     }
 
@@ -525,6 +532,7 @@ impl Graph {
             pages.map(|p| p.0),
             pages.map(|p| p.1),
         ];
+        let bias = self.sdpa_composite_bias(cfg, false)?;
         let qs = self.node(q)?.spec.clone();
         let k_spec = self.node(k)?.spec.clone();
         let o = self.graph_output(
@@ -563,6 +571,7 @@ impl Graph {
             stats: stats.map(|s| self.index(s)).transpose()?,
             uid_base,
             cfg: cfg.clone(),
+            bias,
         };
         self.push_op(ext);
         Ok(SdpaForward {
@@ -575,6 +584,7 @@ impl Graph {
             page_table_k: extra.get(4).copied().flatten(),
             page_table_v: extra.get(5).copied().flatten(),
             ragged: None,
+            bias: bias.map(|b| b.public).unwrap_or_default(),
         })
     }
 
@@ -603,6 +613,7 @@ impl Graph {
         let dq = self.graph_output("sdpa_bwd", qs)?;
         let dk = self.graph_output("sdpa_bwd", ks.clone())?;
         let dv = self.graph_output("sdpa_bwd", vs.clone())?;
+        let bias = self.sdpa_composite_bias(cfg, true)?;
         let ext = CompositeBwdOp {
             q: self.index(q)?,
             k: self.index(k)?,
@@ -636,6 +647,7 @@ impl Graph {
             dv: self.index(dv)?,
             uid_base,
             cfg: cfg.clone(),
+            bias,
         };
         self.push_op(ext);
         Ok(SdpaBackward {
@@ -647,6 +659,7 @@ impl Graph {
             dropout_seed: extra[2],
             dropout_offset: extra[3],
             ragged: None,
+            bias: bias.map(|b| b.public).unwrap_or_default(),
         })
     }
 }

@@ -6,6 +6,7 @@
 //! `col + window - shift > row`, `shift = len_kv - len_q` bottom-right).
 
 use super::sdpa::{SdpaConfig, loaded_cudnn};
+use super::sdpa_bias_build::NativeBias;
 use super::{Built, OpNode};
 use crate::error::Result;
 use crate::graph::backend::{AnyOperation, Descriptor, attr, kind};
@@ -28,6 +29,8 @@ pub(crate) struct Common {
     pub(crate) band: Option<Band>,
     /// The page tables of K and V (a paged cache; forward only).
     pub(crate) paged: Option<(usize, usize)>,
+    /// The bias / ALiBi score ops (before the band masks) and dBias.
+    pub(crate) bias: Option<NativeBias>,
 }
 
 /// `(len_q, len_kv)` tensors aligning a band bottom-right.
@@ -90,6 +93,9 @@ impl Common {
             v.push(("page_table_k", a, false));
             v.push(("page_table_v", b, false));
         }
+        if let Some(b) = &self.bias {
+            b.inputs(v);
+        }
     }
 
     fn timing_fills(&self) -> Vec<(usize, i32)> {
@@ -110,7 +116,7 @@ impl Common {
                     || b.left.is_some_and(|l| l.3.is_some())),
             self.band.is_some_and(|b| b.left.is_some()),
             self.paged.is_some(),
-        )
+        ) + &self.bias.map(|b| b.signature()).unwrap_or_default()
     }
 
     /// The mask subgraph: a right-bound diagonal band mask (the causal
@@ -121,11 +127,20 @@ impl Common {
         t: &[Descriptor<kind::Tensor>],
         built: &mut Built,
     ) -> Result<Option<(Descriptor<kind::OperationGraph>, i64, i64)>> {
-        let Some(band) = self.band else {
-            return Ok(None);
+        // The bias / ALiBi ops come first (they read the subgraph's input).
+        let mut pre: Vec<Box<dyn AnyOperation + Send>> = Vec::new();
+        let mut pre_aux: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
+        let (input, mut last) = match (self.bias, self.band) {
+            (Some(b), _) => (b.scores, b.build(t, &mut pre, &mut pre_aux)?),
+            (None, Some(band)) => (band.scores, band.scores),
+            (None, None) => return Ok(None),
         };
+        let band = self.band.unwrap_or(Band {
+            scores: input,
+            right: None,
+            left: None,
+        });
         let mut ops = Vec::new();
-        let mut last = band.scores;
         if let Some((out, fill, lens)) = band.right {
             let mut m = Descriptor::<kind::DiagonalBandMaskOp>::new()?;
             m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_XDESC, &[&t[last]])?;
@@ -168,15 +183,21 @@ impl Common {
             last = out;
         }
         let mut sg = Descriptor::<kind::OperationGraph>::new()?;
-        let refs: Vec<&dyn AnyOperation> = ops.iter().map(|m| m as &dyn AnyOperation).collect();
+        let refs: Vec<&dyn AnyOperation> = pre
+            .iter()
+            .map(|p| p.as_ref() as &dyn AnyOperation)
+            .chain(ops.iter().map(|m| m as &dyn AnyOperation))
+            .collect();
         sg.set_operations(attr::OPERATIONGRAPH_OPS, &refs)?;
         sg.finalize()
             .map_err(|e| e.with_context("the attention mask subgraph"))?;
-        let uid_in = t[band.scores].get_one(attr::TENSOR_UNIQUE_ID)?;
+        let uid_in = t[input].get_one(attr::TENSOR_UNIQUE_ID)?;
         let uid_out = t[last].get_one(attr::TENSOR_UNIQUE_ID)?;
         for m in ops {
             built.aux.push(Box::new(m));
         }
+        built.aux.push(Box::new(pre));
+        built.aux.extend(pre_aux);
         Ok(Some((sg, uid_in, uid_out)))
     }
 }
@@ -323,6 +344,9 @@ impl OpNode for SdpaBwdOp {
             d.set_descriptors(attr::OPERATION_SDPA_BWD_DROPOUT_SEED_DESC, &[&t[seed]])?;
             d.set_descriptors(attr::OPERATION_SDPA_BWD_DROPOUT_OFFSET_DESC, &[&t[offset]])?;
             d.set(attr::OPERATION_SDPA_BWD_DROPOUT_PROBABILITY, &[p as f32])?;
+        }
+        if let Some(db) = c.bias.and_then(|b| b.dbias) {
+            d.set_descriptors(attr::OPERATION_SDPA_BWD_DBIAS_DESC, &[&t[db]])?;
         }
         if let Some((sg, uin, uout)) = c.causal_subgraph(t, built)? {
             d.set_descriptors(attr::OPERATION_SDPA_BWD_SUBGRAPH, &[&sg])?;
