@@ -549,10 +549,194 @@ fn property_random() -> TestResult {
         .map_err(|e| format!("{e}").into())
 }
 
+// ---- the f64 reference's bias and ALiBi (unit tier) ----
+
+use cudnn::reference::attention::{self as ref_attn, CausalMask, View};
+
+fn close(a: f64, b: f64, tol: f64) -> bool {
+    (a - b).abs() <= tol * (1.0 + b.abs())
+}
+
+/// Hand cases: q = 0, so the scores are the bias / ALiBi terms alone.
+fn reference_hand_cases() -> TestResult {
+    // One query, two keys, a shared [1, 1, 1, 2] bias [0, ln 3] on two
+    // batches and two heads: P = [1/4, 3/4] everywhere, O = (4 + 3 * 8) / 4.
+    let q = [0.0; 4];
+    let k = [1.0, -2.0, 0.5, 7.0];
+    let v = [4.0, 8.0, 4.0, 8.0];
+    let bias = [0.0, 3f64.ln()];
+    let mut cfg = ref_attn::SdpaConfig::new(1.0);
+    cfg.bias = Some(View::bhsd(&bias, [1, 1, 1, 2]));
+    // q [2, 2, 1, 1]; k, v [2, 1, 2, 1] (GQA 2:1).
+    let f = ref_attn::forward(
+        &View::bhsd(&q, [2, 2, 1, 1]),
+        &View::bhsd(&k, [2, 1, 2, 1]),
+        &View::bhsd(&v, [2, 1, 2, 1]),
+        &cfg,
+    )?;
+    for (r, (&o, &st)) in f.o.iter().zip(&f.stats).enumerate() {
+        ensure!(close(o, 7.0, 1e-12), "row {r}: O {o} != 7");
+        ensure!(close(st, 4f64.ln(), 1e-12), "row {r}: stats {st} != ln 4");
+    }
+    // A per-batch bias [2, 1, 1, 2]: batch 1's [ln 3, 0] gives P = [3/4, 1/4].
+    let bias2 = [0.0, 3f64.ln(), 3f64.ln(), 0.0];
+    cfg.bias = Some(View::bhsd(&bias2, [2, 1, 1, 2]));
+    let f = ref_attn::forward(
+        &View::bhsd(&q, [2, 2, 1, 1]),
+        &View::bhsd(&k, [2, 1, 2, 1]),
+        &View::bhsd(&v, [2, 1, 2, 1]),
+        &cfg,
+    )?;
+    ensure!(close(f.o[0], 7.0, 1e-12) && close(f.o[2], 5.0, 1e-12), "per-batch {:?}", f.o);
+    // ALiBi, causal, two queries, two keys, slopes [ln 3, 0]: query 1 of
+    // head 0 scores [-ln 3, 0] (P = [1/4, 3/4], O = 7), head 1 [0, 0]
+    // (O = 6); query 0 sees key 0 only (O = 4).
+    let q = [0.0; 4];
+    let k = [0.0; 2];
+    let v = [4.0, 8.0];
+    let slopes = [3f64.ln(), 0.0];
+    let mut cfg = ref_attn::SdpaConfig::new(1.0);
+    cfg.causal = CausalMask::TopLeft;
+    cfg.alibi_slopes = Some(&slopes);
+    let f = ref_attn::forward(
+        &View::bhsd(&q, [1, 2, 2, 1]),
+        &View::bhsd(&k, [1, 1, 2, 1]),
+        &View::bhsd(&v, [1, 1, 2, 1]),
+        &cfg,
+    )?;
+    let want = [4.0, 7.0, 4.0, 6.0];
+    for (r, (&o, &w)) in f.o.iter().zip(&want).enumerate() {
+        ensure!(close(o, w, 1e-12), "alibi row {r}: O {o} != {w}");
+    }
+    // Stats of query 1, head 0: ln(e^-ln3 + 1) = ln(4/3).
+    ensure!(close(f.stats[1], (4.0f64 / 3.0).ln(), 1e-12), "alibi stats {:?}", f.stats);
+    // Refusals: wrong bias dims, wrong slope count, non-finite slope.
+    let bad = [0.0; 6];
+    cfg.alibi_slopes = None;
+    cfg.bias = Some(View::bhsd(&bad, [1, 1, 2, 3]));
+    let r = ref_attn::forward(
+        &View::bhsd(&q, [1, 2, 2, 1]),
+        &View::bhsd(&k, [1, 1, 2, 1]),
+        &View::bhsd(&v, [1, 1, 2, 1]),
+        &cfg,
+    );
+    ensure!(matches!(r, Err(Error::Mismatch { .. })), "bad bias dims: {r:?}");
+    cfg.bias = None;
+    let one = [1.0];
+    cfg.alibi_slopes = Some(&one);
+    let r = ref_attn::forward(
+        &View::bhsd(&q, [1, 2, 2, 1]),
+        &View::bhsd(&k, [1, 1, 2, 1]),
+        &View::bhsd(&v, [1, 1, 2, 1]),
+        &cfg,
+    );
+    ensure!(matches!(r, Err(Error::Mismatch { .. })), "bad slope count: {r:?}");
+    let nan = [f64::NAN, 1.0];
+    cfg.alibi_slopes = Some(&nan);
+    let r = ref_attn::forward(
+        &View::bhsd(&q, [1, 2, 2, 1]),
+        &View::bhsd(&k, [1, 1, 2, 1]),
+        &View::bhsd(&v, [1, 1, 2, 1]),
+        &cfg,
+    );
+    ensure!(matches!(r, Err(Error::InvalidArgument { .. })), "NaN slope: {r:?}");
+    Ok(())
+}
+
+/// A deterministic pseudo-random vector in [-1, 1).
+fn rnd(n: usize, seed: u64) -> Vec<f64> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+        })
+        .collect()
+}
+
+/// Finite differences: dQ, dK, dV with a bias and ALiBi, and dBias
+/// (broadcast and full), against central differences of
+/// `L = sum(O ⊙ dO)`.
+fn reference_finite_differences() -> TestResult {
+    let (b, h, hkv, sq, skv, d) = (2usize, 2usize, 1usize, 3usize, 4usize, 2usize);
+    let q = rnd(b * h * sq * d, 1);
+    let k = rnd(b * hkv * skv * d, 2);
+    let v = rnd(b * hkv * skv * d, 3);
+    let d_o = rnd(b * h * sq * d, 4);
+    let slopes = [0.5, 0.125];
+    let mut checked = 0;
+    for (bdims, causal) in [([1, h, sq, skv], true), ([b, h, sq, skv], false), ([1, 1, sq, skv], true)] {
+        let n: usize = bdims.iter().product();
+        let bias = rnd(n, 5 + n as u64);
+        let loss = |q: &[f64], k: &[f64], v: &[f64], bias: &[f64]| -> Result<f64, Error> {
+            let mut cfg = ref_attn::SdpaConfig::new(0.7);
+            cfg.bias = Some(View::bhsd(bias, bdims));
+            if causal {
+                cfg.causal = CausalMask::TopLeft;
+                cfg.alibi_slopes = Some(&slopes);
+            }
+            let f = ref_attn::forward(
+                &View::bhsd(q, [b, h, sq, d]),
+                &View::bhsd(k, [b, hkv, skv, d]),
+                &View::bhsd(v, [b, hkv, skv, d]),
+                &cfg,
+            )?;
+            Ok(f.o.iter().zip(&d_o).map(|(a, g)| a * g).sum())
+        };
+        let mut cfg = ref_attn::SdpaConfig::new(0.7);
+        cfg.bias = Some(View::bhsd(&bias, bdims));
+        if causal {
+            cfg.causal = CausalMask::TopLeft;
+            cfg.alibi_slopes = Some(&slopes);
+        }
+        let (qv, kv, vv) = (
+            View::bhsd(&q, [b, h, sq, d]),
+            View::bhsd(&k, [b, hkv, skv, d]),
+            View::bhsd(&v, [b, hkv, skv, d]),
+        );
+        let f = ref_attn::forward(&qv, &kv, &vv, &cfg)?;
+        let ov = View::bhsd(&f.o, [b, h, sq, d]);
+        let dov = View::bhsd(&d_o, [b, h, sq, d]);
+        let g = ref_attn::backward(&qv, &kv, &vv, &ov, &dov, &f.stats, &cfg)?;
+        let db = ref_attn::dbias(&qv, &kv, &vv, &ov, &dov, &f.stats, &cfg)?;
+        ensure!(db.len() == n, "dbias length {} != {n}", db.len());
+        let eps = 1e-5;
+        let fd = |which: usize, i: usize| -> Result<f64, Error> {
+            let mut bufs = [q.clone(), k.clone(), v.clone(), bias.clone()];
+            bufs[which][i] += eps;
+            let up = loss(&bufs[0], &bufs[1], &bufs[2], &bufs[3])?;
+            bufs[which][i] -= 2.0 * eps;
+            let down = loss(&bufs[0], &bufs[1], &bufs[2], &bufs[3])?;
+            Ok((up - down) / (2.0 * eps))
+        };
+        for (which, name, grad) in [(0, "dq", &g.dq), (1, "dk", &g.dk), (2, "dv", &g.dv), (3, "dbias", &db)] {
+            for (i, &an) in grad.iter().enumerate() {
+                let num = fd(which, i)?;
+                ensure!(
+                    close(an, num, 1e-6),
+                    "{name}[{i}] bias {bdims:?}: analytic {an} vs numeric {num}"
+                );
+                checked += 1;
+            }
+        }
+        // dBias is not zero (the check above is not vacuous).
+        ensure!(db.iter().any(|x| x.abs() > 1e-3), "dbias all ~0: {db:?}");
+    }
+    eprintln!("reference bias / ALiBi finite differences: {checked} gradient entries");
+    Ok(())
+}
+
 fn main() {
     let t = vec![
         host_planning("sdpa_bias_plans_per_target", plan_per_target),
         unit("sdpa_bias_version_rules", version_rules),
+        unit("sdpa_reference_bias_hand_cases", reference_hand_cases),
+        unit(
+            "sdpa_reference_bias_finite_differences",
+            reference_finite_differences,
+        ),
         host("sdpa_bias_graph_tensors", graph_tensors),
         host_planning("sdpa_bias_plan_json_round_trip", plan_json_round_trip),
         host("sdpa_bias_random_combinations", property_random),

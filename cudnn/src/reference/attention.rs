@@ -18,7 +18,10 @@
 //! For batch `n`, query head `h` (using KV head `h / (h_q / h_kv)`:
 //! grouped-query attention, with `h_q` a multiple of `h_kv`), query `i` and
 //! key `j`:
-//! - `S[i, j] = scale * sum_t Q[i, t] * K[j, t]`
+//! - `S[i, j] = scale * sum_t Q[i, t] * K[j, t] + bias[n, h, i, j] +
+//!   slope[h] * (j - i)`, the last two only with [`SdpaConfig::bias`]
+//!   (broadcast over its dims of 1) and [`SdpaConfig::alibi_slopes`];
+//!   [`dbias`] gives the bias's gradient
 //! - key `j` is **allowed** for query `i` when `i < len_q`, `j < len_kv` and
 //!   the causal mask admits it, where `len_q`, `len_kv` are the batch's
 //!   sequence lengths ([`SdpaConfig::seq_len_q`] / [`SdpaConfig::seq_len_kv`];
@@ -81,8 +84,10 @@
 
 use super::bounds;
 
+mod bias;
 mod ragged;
 use crate::error::{Error, Result};
+pub use bias::dbias;
 pub use ragged::{ragged_pack, ragged_unpack};
 
 /// The most work (multiply-adds) one call accepts: 2^32, the
@@ -216,6 +221,12 @@ pub struct SdpaConfig<'a> {
     /// The dropout multipliers, packed `[b, h_q, s_q, s_kv]`, finite
     /// (normally 0 or `1 / (1 - p)`); `None`: no dropout.
     pub dropout: Option<&'a [f64]>,
+    /// An additive bias `[b or 1, h_q or 1, s_q, s_kv]` (broadcast over
+    /// the dims of 1) on the scaled scores, before the masks; `None`: none.
+    pub bias: Option<View<'a>>,
+    /// ALiBi: `slope[h] * (j - i)` on the scaled scores (`h_q` finite
+    /// slopes), before the masks; `None`: none.
+    pub alibi_slopes: Option<&'a [f64]>,
 }
 
 impl SdpaConfig<'_> {
@@ -229,6 +240,8 @@ impl SdpaConfig<'_> {
             seq_len_q: None,
             seq_len_kv: None,
             dropout: None,
+            bias: None,
+            alibi_slopes: None,
         }
     }
 }
@@ -409,6 +422,7 @@ fn check(
     {
         return Err(Error::invalid("window.size", "must be >= 1", w.size));
     }
+    bias::check_terms(config, &shape)?;
     check_lengths("seq_len_q", config.seq_len_q, b, sq)?;
     check_lengths("seq_len_kv", config.seq_len_kv, b, skv)?;
     if let Some(mask) = config.dropout {
@@ -506,7 +520,8 @@ pub fn forward(
                 let mut any = false;
                 for (j, s) in row.iter_mut().enumerate() {
                     if allowed(&shape, config, n, i, j) {
-                        *s = score(q, k, &shape, config.scale, (n, h, i, j));
+                        *s = score(q, k, &shape, config.scale, (n, h, i, j))
+                            + bias::term(config, &shape, (n, h, i, j));
                         max = max.max(*s);
                         any = true;
                     }
@@ -601,7 +616,8 @@ pub fn backward(
                         continue;
                     }
                     let at = (n, h, i, j);
-                    let p = (score(q, k, &shape, config.scale, at) - lse).exp();
+                    let s = score(q, k, &shape, config.scale, at) + bias::term(config, &shape, at);
+                    let p = (s - lse).exp();
                     let m = drop_at(&shape, config, at);
                     let kv = (n * hkv + kh) * skv + j;
                     let mut dp = 0.0;
