@@ -25,6 +25,8 @@ mod compare;
 mod differences;
 mod patterns;
 mod patterns_sdpa_options;
+// issue 24 (h4): additive bias and ALiBi.
+mod patterns_sdpa_bias;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -508,7 +508,9 @@ pub(crate) struct CompositeBwdOp {
     /// (the fused engines before cuDNN 9.10 need it).
     pub(crate) repad: bool,
     pub(crate) softmax_sum: usize,
-    pub(crate) dq_accum: usize,
+    /// The f32 dQ accumulator (none with dBias: dQ written directly, as
+    /// the frontend's dP-workspace form).
+    pub(crate) dq_accum: Option<usize>,
     pub(crate) dq: usize,
     pub(crate) dk: usize,
     pub(crate) dv: usize,
@@ -551,7 +553,9 @@ impl OpNode for CompositeBwdOp {
             b.push_tensors(&mut v);
         }
         v.push(("softmax_sum", self.softmax_sum, true));
-        v.push(("dq_accum", self.dq_accum, true));
+        if let Some(a) = self.dq_accum {
+            v.push(("dq_accum", a, true));
+        }
         v.push(("dq", self.dq, true));
         v.push(("dk", self.dk, true));
         v.push(("dv", self.dv, true));
@@ -773,15 +777,18 @@ impl OpNode for CompositeBwdOp {
             self.k_spec.strides(),
         )?;
         c.reshape(kt, kview)?;
-        c.matmul(ds, kview, T::G(self.dq_accum), seq_q, None, seq_kv, None)
+        let dq_out = self.dq_accum.unwrap_or(self.dq);
+        c.matmul(ds, kview, T::G(dq_out), seq_q, None, seq_kv, None)
             .map_err(|e| e.with_context("the composite backward's dQ"))?;
-        c.pointwise(
-            M::CUDNN_POINTWISE_IDENTITY,
-            DType::F32,
-            &[T::G(self.dq_accum)],
-            T::G(self.dq),
-            None,
-        )?;
+        if let Some(acc) = self.dq_accum {
+            c.pointwise(
+                M::CUDNN_POINTWISE_IDENTITY,
+                DType::F32,
+                &[T::G(acc)],
+                T::G(self.dq),
+                None,
+            )?;
+        }
         c.finish(built);
         Ok(())
     }

@@ -606,10 +606,16 @@ impl Graph {
             self.node(v)?.spec.clone(),
         );
         let softmax_sum = self.scratch("sdpa_bwd", cfg.stats_spec()?)?;
-        let dq_accum = self.scratch(
-            "sdpa_bwd",
-            TensorSpec::row_major(DType::F32, &[cfg.batch, cfg.heads, cfg.seq_q, cfg.head_dim])?,
-        )?;
+        // With dBias, dQ comes straight from dS·K (NVIDIA's frontend's
+        // dP-workspace form, the only one its engines take dBias in).
+        let dq_accum = if cfg.has_dbias() {
+            None
+        } else {
+            Some(self.scratch(
+                "sdpa_bwd",
+                TensorSpec::row_major(DType::F32, &[cfg.batch, cfg.heads, cfg.seq_q, cfg.head_dim])?,
+            )?)
+        };
         let dq = self.graph_output("sdpa_bwd", qs)?;
         let dk = self.graph_output("sdpa_bwd", ks.clone())?;
         let dv = self.graph_output("sdpa_bwd", vs.clone())?;
@@ -641,7 +647,7 @@ impl Graph {
             fill,
             repad: cfg.padding && loaded_cudnn()? < (9, 10, 0),
             softmax_sum: self.index(softmax_sum)?,
-            dq_accum: self.index(dq_accum)?,
+            dq_accum: dq_accum.map(|t| self.index(t)).transpose()?,
             dq: self.index(dq)?,
             dk: self.index(dk)?,
             dv: self.index(dv)?,
