@@ -73,7 +73,9 @@ fn inputs(cfg: &SdpaConfig) -> R<Inputs> {
         k: (0..n(cfg.k_spec()?)?).map(|i| value(2, i, 1.0)).collect(),
         v: (0..n(cfg.v_spec()?)?).map(|i| value(3, i, 1.0)).collect(),
         bias: if cfg.bias.is_some() {
-            (0..n(cfg.bias_spec()?)?).map(|i| value(4, i, 2.0)).collect()
+            (0..n(cfg.bias_spec()?)?)
+                .map(|i| value(4, i, 2.0))
+                .collect()
         } else {
             Vec::new()
         },
@@ -128,7 +130,11 @@ fn forward_case(cfg: SdpaConfig) -> TestResult {
     let (qb, kb, vb) = (up(&a.q)?, up(&a.k)?, up(&a.v)?);
     let biasb = up(if a.bias.is_empty() { &[0.0] } else { &a.bias })?;
     let slopes32: Vec<f32> = a.slopes.iter().map(|&s| s as f32).collect();
-    let slopesb = DeviceBuffer::from_host(if slopes32.is_empty() { &[0.0] } else { &slopes32 })?;
+    let slopesb = DeviceBuffer::from_host(if slopes32.is_empty() {
+        &[0.0]
+    } else {
+        &slopes32
+    })?;
     let os = cfg.o_spec()?;
     let mut ob = up(&vec![f64::NAN; os.span_elements()?])?;
     let mut sb = DeviceBuffer::from_host(&vec![f32::NAN; cfg.stats_spec()?.span_elements()?])?;
@@ -210,7 +216,11 @@ fn backward_case(cfg: SdpaConfig) -> TestResult {
     let sb = DeviceBuffer::from_host(&stats32)?;
     let biasb = up(if a.bias.is_empty() { &[0.0] } else { &a.bias })?;
     let slopes32: Vec<f32> = a.slopes.iter().map(|&s| s as f32).collect();
-    let slopesb = DeviceBuffer::from_host(if slopes32.is_empty() { &[0.0] } else { &slopes32 })?;
+    let slopesb = DeviceBuffer::from_host(if slopes32.is_empty() {
+        &[0.0]
+    } else {
+        &slopes32
+    })?;
     let nan = |n: usize| up(&vec![f64::NAN; n]);
     let (mut dq, mut dk, mut dv) = (nan(a.q.len())?, nan(a.k.len())?, nan(a.v.len())?);
     let mut db = nan(a.bias.len().max(1))?;
@@ -267,9 +277,10 @@ fn base() -> SdpaConfig {
 fn main() {
     let mut t = Vec::new();
     for (suffix, imp) in [("", SdpaImpl::Auto), ("_composite", SdpaImpl::Composite)] {
-        t.push(gpu(&format!("sdpa_bias_full_fwd_bf16{suffix}"), move || {
-            forward_case(base().bias(AttnBias::full()).implementation(imp))
-        }));
+        t.push(gpu(
+            &format!("sdpa_bias_full_fwd_bf16{suffix}"),
+            move || forward_case(base().bias(AttnBias::full()).implementation(imp)),
+        ));
         t.push(gpu(
             &format!("sdpa_bias_batch_broadcast_causal_fwd_bf16{suffix}"),
             move || {
@@ -281,9 +292,10 @@ fn main() {
                 )
             },
         ));
-        t.push(gpu(&format!("sdpa_alibi_causal_fwd_bf16{suffix}"), move || {
-            forward_case(base().causal(true).alibi(true).implementation(imp))
-        }));
+        t.push(gpu(
+            &format!("sdpa_alibi_causal_fwd_bf16{suffix}"),
+            move || forward_case(base().causal(true).alibi(true).implementation(imp)),
+        ));
     }
     t.push(gpu("sdpa_bias_full_dbias_bwd_bf16", || {
         backward_case(base().bias(AttnBias::full().with_dbias(true)))

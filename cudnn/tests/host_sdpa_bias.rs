@@ -120,21 +120,13 @@ fn cases() -> Vec<(&'static str, bool, SdpaConfig)> {
                 .padding(true)
                 .training(true),
         ),
-        (
-            "fwd alibi causal",
-            false,
-            base().causal(true).alibi(true),
-        ),
+        ("fwd alibi causal", false, base().causal(true).alibi(true)),
         (
             "fwd alibi causal train",
             false,
             base().causal(true).alibi(true).training(true),
         ),
-        (
-            "bwd bias full",
-            true,
-            base().bias(AttnBias::full()),
-        ),
+        ("bwd bias full", true, base().bias(AttnBias::full())),
         (
             "bwd bias full dbias",
             true,
@@ -143,7 +135,9 @@ fn cases() -> Vec<(&'static str, bool, SdpaConfig)> {
         (
             "bwd bias [1,H] dbias causal",
             true,
-            base().bias(AttnBias::new(false, true).with_dbias(true)).causal(true),
+            base()
+                .bias(AttnBias::new(false, true).with_dbias(true))
+                .causal(true),
         ),
         (
             "bwd bias [1,1] dbias",
@@ -158,15 +152,9 @@ fn cases() -> Vec<(&'static str, bool, SdpaConfig)> {
         (
             "bwd bias dbias padding",
             true,
-            base()
-                .bias(AttnBias::full().with_dbias(true))
-                .padding(true),
+            base().bias(AttnBias::full().with_dbias(true)).padding(true),
         ),
-        (
-            "bwd alibi causal",
-            true,
-            base().causal(true).alibi(true),
-        ),
+        ("bwd alibi causal", true, base().causal(true).alibi(true)),
     ]
 }
 
@@ -265,44 +253,105 @@ fn version_rules() -> TestResult {
     let bias = base().bias(AttnBias::full());
     let native = |c: &SdpaConfig| c.clone().implementation(SdpaImpl::Native);
     // The SDPA operation takes a bias / ALiBi from 9.21 (its subgraph).
-    unsupported_naming(native(&bias).resolve_for((9, 19, 0), false), "bias", "9.21.0")?;
-    ensure!(native(&bias).resolve_for((9, 21, 0), false)? == SdpaImpl::Native, "9.21 native");
+    unsupported_naming(
+        native(&bias).resolve_for((9, 19, 0), false),
+        "bias",
+        "9.21.0",
+    )?;
+    ensure!(
+        native(&bias).resolve_for((9, 21, 0), false)? == SdpaImpl::Native,
+        "9.21 native"
+    );
     let alibi = base().causal(true).alibi(true);
     // (ALiBi needs a causal mask, which the operation also takes from 9.21.)
-    unsupported_naming(native(&alibi).resolve_for((9, 19, 0), false), "SdpaConfig", "9.21.0")?;
-    ensure!(native(&alibi).resolve_for((9, 21, 0), false)? == SdpaImpl::Native, "alibi 9.21");
+    unsupported_naming(
+        native(&alibi).resolve_for((9, 19, 0), false),
+        "SdpaConfig",
+        "9.21.0",
+    )?;
+    ensure!(
+        native(&alibi).resolve_for((9, 21, 0), false)? == SdpaImpl::Native,
+        "alibi 9.21"
+    );
     // Auto: composite below 9.21, native from it.
-    ensure!(bias.resolve_for((9, 19, 0), false)? == SdpaImpl::Composite, "auto 9.19");
-    ensure!(bias.resolve_for((9, 21, 0), false)? == SdpaImpl::Native, "auto 9.21");
-    ensure!(alibi.resolve_for((9, 28, 1), true)? == SdpaImpl::Composite, "auto bwd");
+    ensure!(
+        bias.resolve_for((9, 19, 0), false)? == SdpaImpl::Composite,
+        "auto 9.19"
+    );
+    ensure!(
+        bias.resolve_for((9, 21, 0), false)? == SdpaImpl::Native,
+        "auto 9.21"
+    );
+    ensure!(
+        alibi.resolve_for((9, 28, 1), true)? == SdpaImpl::Composite,
+        "auto bwd"
+    );
     // dBias: the native backward from 9.28 (DBIAS_DESC).
     let db = base().bias(AttnBias::full().with_dbias(true));
     unsupported_naming(native(&db).resolve_for((9, 21, 0), true), "dbias", "9.28.0")?;
-    ensure!(native(&db).resolve_for((9, 28, 0), true)? == SdpaImpl::Native, "native dbias");
+    ensure!(
+        native(&db).resolve_for((9, 28, 0), true)? == SdpaImpl::Native,
+        "native dbias"
+    );
     // dBias before 9.5: no padding, lengths multiples of 64.
-    unsupported_naming(db.clone().padding(true).resolve_for((9, 4, 0), true), "dbias", "9.5.0")?;
-    unsupported_naming(db.clone().kv_len(200).resolve_for((9, 4, 0), true), "dbias", "9.5.0")?;
-    ensure!(db.resolve_for((9, 4, 0), true).is_ok(), "9.4 dbias with 256 / 256");
-    ensure!(db.clone().padding(true).resolve_for((9, 5, 0), true).is_ok(), "9.5 dbias");
+    unsupported_naming(
+        db.clone().padding(true).resolve_for((9, 4, 0), true),
+        "dbias",
+        "9.5.0",
+    )?;
+    unsupported_naming(
+        db.clone().kv_len(200).resolve_for((9, 4, 0), true),
+        "dbias",
+        "9.5.0",
+    )?;
+    ensure!(
+        db.resolve_for((9, 4, 0), true).is_ok(),
+        "9.4 dbias with 256 / 256"
+    );
+    ensure!(
+        db.clone()
+            .padding(true)
+            .resolve_for((9, 5, 0), true)
+            .is_ok(),
+        "9.5 dbias"
+    );
     // The forward ignores dbias.
-    ensure!(db.clone().padding(true).resolve_for((9, 4, 0), false).is_ok(), "fwd dbias");
+    ensure!(
+        db.clone()
+            .padding(true)
+            .resolve_for((9, 4, 0), false)
+            .is_ok(),
+        "fwd dbias"
+    );
     // Not with a bottom-right causal mask.
     unsupported_naming(
-        bias.clone().causal_bottom_right().resolve_for((9, 28, 1), false),
+        bias.clone()
+            .causal_bottom_right()
+            .resolve_for((9, 28, 1), false),
         "bias",
         "bottom-right",
     )?;
     unsupported_naming(
-        alibi.clone().diagonal(DiagonalAlignment::BottomRight).resolve_for((9, 28, 1), false),
+        alibi
+            .clone()
+            .diagonal(DiagonalAlignment::BottomRight)
+            .resolve_for((9, 28, 1), false),
         "alibi",
         "bottom-right",
     )?;
     // ALiBi needs a causal mask.
-    unsupported_naming(base().alibi(true).resolve_for((9, 28, 1), false), "alibi", "causal")?;
+    unsupported_naming(
+        base().alibi(true).resolve_for((9, 28, 1), false),
+        "alibi",
+        "causal",
+    )?;
     // A window with a bias before 9.10.2.
     let w = bias.clone().causal(true).sliding_window(64);
     unsupported_naming(w.resolve_for((9, 9, 0), false), "bias", "9.10.2")?;
-    ensure!(w.resolve_for((9, 10, 2), false).is_ok(), "window + bias 9.10.2");
+    ensure!(
+        w.resolve_for((9, 10, 2), false).is_ok(),
+        "window + bias 9.10.2"
+    );
     // Types: the I/O type or f32, never boolean.
     for (dt, ok) in [
         (DType::BF16, true),
@@ -330,8 +379,14 @@ fn version_rules() -> TestResult {
         Err(e @ Error::Unsupported { .. }) => ensure!(e.to_string().contains("dBias"), "{e}"),
         other => return Err(format!("sm_100 ragged dbias: {other:?}").into()),
     }
-    ensure!(rg.check_target_for(true, 900, (9, 28, 1)).is_ok(), "sm_90 ragged dbias");
-    ensure!(rg.check_target_for(false, 1000, (9, 28, 1)).is_ok(), "sm_100 fwd");
+    ensure!(
+        rg.check_target_for(true, 900, (9, 28, 1)).is_ok(),
+        "sm_90 ragged dbias"
+    );
+    ensure!(
+        rg.check_target_for(false, 1000, (9, 28, 1)).is_ok(),
+        "sm_100 fwd"
+    );
     Ok(())
 }
 
@@ -348,7 +403,11 @@ fn graph_tensors() -> TestResult {
     let b = f.bias.bias.ok_or("no bias input")?;
     let s = f.bias.alibi_slopes.ok_or("no slopes input")?;
     ensure!(f.bias.dbias.is_none(), "forward made dBias");
-    ensure!(g.spec(b)?.dims() == [1, 4, 128, 256], "bias dims {:?}", g.spec(b)?.dims());
+    ensure!(
+        g.spec(b)?.dims() == [1, 4, 128, 256],
+        "bias dims {:?}",
+        g.spec(b)?.dims()
+    );
     ensure!(g.spec(b)?.dtype() == DType::F16, "bias type");
     ensure!(g.spec(s)?.dims() == [1, 4, 1, 1], "slopes dims");
     ensure!(g.spec(s)?.dtype() == DType::F32, "slopes type");
@@ -379,7 +438,10 @@ fn plan_json_round_trip() -> TestResult {
             .bias(AttnBias::new(false, true))
             .implementation(imp);
         if cfg.resolve(false).is_err() {
-            eprintln!("note: {imp:?} bias forward unavailable on cuDNN {:?}", loaded());
+            eprintln!(
+                "note: {imp:?} bias forward unavailable on cuDNN {:?}",
+                loaded()
+            );
             continue;
         }
         let (g, _) = fwd(&cfg)?;
@@ -443,7 +505,12 @@ fn property_random() -> TestResult {
         ..PtConfig::default()
     });
     let strat = (
-        (1i64..3, prop_oneof![Just(1i64), Just(2), Just(4)], 1i64..300, 1i64..600),
+        (
+            1i64..3,
+            prop_oneof![Just(1i64), Just(2), Just(4)],
+            1i64..300,
+            1i64..600,
+        ),
         (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
         (
             prop_oneof![Just(None), (any::<bool>(), any::<bool>()).prop_map(Some)],
@@ -587,7 +654,11 @@ fn reference_hand_cases() -> TestResult {
         &View::bhsd(&v, [2, 1, 2, 1]),
         &cfg,
     )?;
-    ensure!(close(f.o[0], 7.0, 1e-12) && close(f.o[2], 5.0, 1e-12), "per-batch {:?}", f.o);
+    ensure!(
+        close(f.o[0], 7.0, 1e-12) && close(f.o[2], 5.0, 1e-12),
+        "per-batch {:?}",
+        f.o
+    );
     // ALiBi, causal, two queries, two keys, slopes [ln 3, 0]: query 1 of
     // head 0 scores [-ln 3, 0] (P = [1/4, 3/4], O = 7), head 1 [0, 0]
     // (O = 6); query 0 sees key 0 only (O = 4).
@@ -609,7 +680,11 @@ fn reference_hand_cases() -> TestResult {
         ensure!(close(o, w, 1e-12), "alibi row {r}: O {o} != {w}");
     }
     // Stats of query 1, head 0: ln(e^-ln3 + 1) = ln(4/3).
-    ensure!(close(f.stats[1], (4.0f64 / 3.0).ln(), 1e-12), "alibi stats {:?}", f.stats);
+    ensure!(
+        close(f.stats[1], (4.0f64 / 3.0).ln(), 1e-12),
+        "alibi stats {:?}",
+        f.stats
+    );
     // Refusals: wrong bias dims, wrong slope count, non-finite slope.
     let bad = [0.0; 6];
     cfg.alibi_slopes = None;
@@ -620,7 +695,10 @@ fn reference_hand_cases() -> TestResult {
         &View::bhsd(&v, [1, 1, 2, 1]),
         &cfg,
     );
-    ensure!(matches!(r, Err(Error::Mismatch { .. })), "bad bias dims: {r:?}");
+    ensure!(
+        matches!(r, Err(Error::Mismatch { .. })),
+        "bad bias dims: {r:?}"
+    );
     cfg.bias = None;
     let one = [1.0];
     cfg.alibi_slopes = Some(&one);
@@ -630,7 +708,10 @@ fn reference_hand_cases() -> TestResult {
         &View::bhsd(&v, [1, 1, 2, 1]),
         &cfg,
     );
-    ensure!(matches!(r, Err(Error::Mismatch { .. })), "bad slope count: {r:?}");
+    ensure!(
+        matches!(r, Err(Error::Mismatch { .. })),
+        "bad slope count: {r:?}"
+    );
     let nan = [f64::NAN, 1.0];
     cfg.alibi_slopes = Some(&nan);
     let r = ref_attn::forward(
@@ -639,7 +720,10 @@ fn reference_hand_cases() -> TestResult {
         &View::bhsd(&v, [1, 1, 2, 1]),
         &cfg,
     );
-    ensure!(matches!(r, Err(Error::InvalidArgument { .. })), "NaN slope: {r:?}");
+    ensure!(
+        matches!(r, Err(Error::InvalidArgument { .. })),
+        "NaN slope: {r:?}"
+    );
     Ok(())
 }
 
@@ -667,7 +751,11 @@ fn reference_finite_differences() -> TestResult {
     let d_o = rnd(b * h * sq * d, 4);
     let slopes = [0.5, 0.125];
     let mut checked = 0;
-    for (bdims, causal) in [([1, h, sq, skv], true), ([b, h, sq, skv], false), ([1, 1, sq, skv], true)] {
+    for (bdims, causal) in [
+        ([1, h, sq, skv], true),
+        ([b, h, sq, skv], false),
+        ([1, 1, sq, skv], true),
+    ] {
         let n: usize = bdims.iter().product();
         let bias = rnd(n, 5 + n as u64);
         let loss = |q: &[f64], k: &[f64], v: &[f64], bias: &[f64]| -> Result<f64, Error> {
@@ -711,7 +799,12 @@ fn reference_finite_differences() -> TestResult {
             let down = loss(&bufs[0], &bufs[1], &bufs[2], &bufs[3])?;
             Ok((up - down) / (2.0 * eps))
         };
-        for (which, name, grad) in [(0, "dq", &g.dq), (1, "dk", &g.dk), (2, "dv", &g.dv), (3, "dbias", &db)] {
+        for (which, name, grad) in [
+            (0, "dq", &g.dq),
+            (1, "dk", &g.dk),
+            (2, "dv", &g.dv),
+            (3, "dbias", &db),
+        ] {
             for (i, &an) in grad.iter().enumerate() {
                 let num = fd(which, i)?;
                 ensure!(

@@ -300,8 +300,12 @@ mod unit {
         assert!(ids(&alibi, f("workspace", "workspace", "256", "320")).is_empty());
         assert!(ids(&alibi, f("workspace", "workspace", "288", "256")).is_empty());
         assert!(ids(&sdpa, f("workspace", "workspace", "256", "288")).is_empty());
-        let missing = "crate plan JSON tensor uid 6 presence: expected `alibi_slopes`, got no such tensor";
-        assert_eq!(ids(&alibi, f("load_into_crate", "plan", missing, "-")), ["D8"]);
+        let missing =
+            "crate plan JSON tensor uid 6 presence: expected `alibi_slopes`, got no such tensor";
+        assert_eq!(
+            ids(&alibi, f("load_into_crate", "plan", missing, "-")),
+            ["D8"]
+        );
         assert!(ids(&sdpa, f("load_into_crate", "plan", missing, "-")).is_empty());
         let other = "crate plan JSON tensor uid 6 presence: expected `bias`, got no such tensor";
         assert!(ids(&alibi, f("load_into_crate", "plan", other, "-")).is_empty());

@@ -25,7 +25,10 @@ pub fn attention_bias(out: &mut Vec<Pattern>) {
     let base = || SdpaConfig::new(2, 8, 256, 64, DType::BF16).training(true);
     let fwd_cases = [
         ("bias_full", base().bias(AttnBias::full())),
-        ("bias_batch_broadcast", base().bias(AttnBias::new(false, true))),
+        (
+            "bias_batch_broadcast",
+            base().bias(AttnBias::new(false, true)),
+        ),
         ("alibi_causal", base().causal(true).alibi(true)),
     ];
     for (case, cfg) in fwd_cases {

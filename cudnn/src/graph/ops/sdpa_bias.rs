@@ -327,8 +327,7 @@ mod tests {
 
     fn close(a: &[f32], b: &[f64]) -> bool {
         a.len() == b.len()
-            && a
-                .iter()
+            && a.iter()
                 .zip(b)
                 .all(|(&x, &y)| (f64::from(x) - y).abs() <= 1e-7 * y.abs())
     }

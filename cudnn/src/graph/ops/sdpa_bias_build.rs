@@ -75,8 +75,20 @@ impl NativeBias {
             last = out;
         }
         if let Some([s, r, c, sub, mul, out]) = self.alibi {
-            pw(M::CUDNN_POINTWISE_GEN_INDEX, DType::I32, &[last], r, Some(2))?;
-            pw(M::CUDNN_POINTWISE_GEN_INDEX, DType::I32, &[last], c, Some(3))?;
+            pw(
+                M::CUDNN_POINTWISE_GEN_INDEX,
+                DType::I32,
+                &[last],
+                r,
+                Some(2),
+            )?;
+            pw(
+                M::CUDNN_POINTWISE_GEN_INDEX,
+                DType::I32,
+                &[last],
+                c,
+                Some(3),
+            )?;
             pw(M::CUDNN_POINTWISE_SUB, DType::I32, &[c, r], sub, None)?;
             pw(M::CUDNN_POINTWISE_MUL, DType::F32, &[sub, s], mul, None)?;
             pw(M::CUDNN_POINTWISE_ADD, DType::F32, &[last, mul], out, None)?;

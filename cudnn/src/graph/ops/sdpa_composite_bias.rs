@@ -58,18 +58,42 @@ impl Ctx<'_> {
         let mut last = x;
         if let Some(b) = cb.bias {
             let out = self.virt(DType::F32, score)?;
-            self.pointwise(M::CUDNN_POINTWISE_ADD, DType::F32, &[last, T::G(b)], out, None)?;
+            self.pointwise(
+                M::CUDNN_POINTWISE_ADD,
+                DType::F32,
+                &[last, T::G(b)],
+                out,
+                None,
+            )?;
             last = out;
         }
         if let Some(s) = cb.slopes {
             let ri = self.virt(DType::I32, score)?;
-            self.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::I32, &[last], ri, Some(2))?;
+            self.pointwise(
+                M::CUDNN_POINTWISE_GEN_INDEX,
+                DType::I32,
+                &[last],
+                ri,
+                Some(2),
+            )?;
             let ci = self.virt(DType::I32, score)?;
-            self.pointwise(M::CUDNN_POINTWISE_GEN_INDEX, DType::I32, &[last], ci, Some(3))?;
+            self.pointwise(
+                M::CUDNN_POINTWISE_GEN_INDEX,
+                DType::I32,
+                &[last],
+                ci,
+                Some(3),
+            )?;
             let dist = self.virt(DType::I32, score)?;
             self.pointwise(M::CUDNN_POINTWISE_SUB, DType::I32, &[ci, ri], dist, None)?;
             let off = self.virt(DType::F32, score)?;
-            self.pointwise(M::CUDNN_POINTWISE_MUL, DType::F32, &[dist, T::G(s)], off, None)?;
+            self.pointwise(
+                M::CUDNN_POINTWISE_MUL,
+                DType::F32,
+                &[dist, T::G(s)],
+                off,
+                None,
+            )?;
             let out = self.virt(DType::F32, score)?;
             self.pointwise(M::CUDNN_POINTWISE_ADD, DType::F32, &[last, off], out, None)?;
             last = out;
@@ -81,8 +105,12 @@ impl Ctx<'_> {
     /// dims the bias broadcasts.
     pub(super) fn dbias(&mut self, ds: T, cb: Option<&CompositeBias>) -> Result<()> {
         if let Some(d) = cb.and_then(|c| c.dbias) {
-            self.reduction(sys::cudnnReduceTensorOp_t::CUDNN_REDUCE_TENSOR_ADD, ds, T::G(d))
-                .map_err(|e| e.with_context("the composite backward's dBias"))?;
+            self.reduction(
+                sys::cudnnReduceTensorOp_t::CUDNN_REDUCE_TENSOR_ADD,
+                ds,
+                T::G(d),
+            )
+            .map_err(|e| e.with_context("the composite backward's dBias"))?;
         }
         Ok(())
     }

@@ -613,7 +613,10 @@ impl Graph {
         } else {
             Some(self.scratch(
                 "sdpa_bwd",
-                TensorSpec::row_major(DType::F32, &[cfg.batch, cfg.heads, cfg.seq_q, cfg.head_dim])?,
+                TensorSpec::row_major(
+                    DType::F32,
+                    &[cfg.batch, cfg.heads, cfg.seq_q, cfg.head_dim],
+                )?,
             )?)
         };
         let dq = self.graph_output("sdpa_bwd", qs)?;

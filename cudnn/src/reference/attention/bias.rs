@@ -6,7 +6,7 @@
 //! Their gradient: [`dbias`], the bias's gradient `dS` summed over the dims
 //! the bias broadcasts.
 
-use super::{Shape, SdpaConfig, View, check, product, zeros};
+use super::{SdpaConfig, Shape, View, check, product, zeros};
 use crate::error::{Error, Result};
 
 /// The bias (broadcast) and ALiBi terms of score `(n, h, i, j)`. Only
@@ -34,22 +34,52 @@ pub(super) fn term(
 pub(super) fn check_terms(config: &SdpaConfig<'_>, shape: &Shape) -> Result<()> {
     if let Some(b) = &config.bias {
         let [bb, bh, bs, bk] = b.dims;
-        let ok = (bb == 1 || bb == shape.b) && (bh == 1 || bh == shape.hq) && bs == shape.sq && bk == shape.skv;
+        let ok = (bb == 1 || bb == shape.b)
+            && (bh == 1 || bh == shape.hq)
+            && bs == shape.sq
+            && bk == shape.skv;
         if !ok {
             return Err(Error::mismatch(
                 "bias.dims ([b or 1, h_q or 1, s_q, s_kv])",
-                format!("[{} or 1, {} or 1, {}, {}]", shape.b, shape.hq, shape.sq, shape.skv),
+                format!(
+                    "[{} or 1, {} or 1, {}, {}]",
+                    shape.b, shape.hq, shape.sq, shape.skv
+                ),
                 format!("{:?}", b.dims),
             ));
         }
         b.check("bias")?;
+        for n in 0..bb {
+            for h in 0..bh {
+                for i in 0..bs {
+                    for j in 0..bk {
+                        let x = b.at(n, h, i, j);
+                        if !x.is_finite() {
+                            return Err(Error::invalid(
+                                format!("bias[{n}, {h}, {i}, {j}]"),
+                                "must be finite",
+                                x,
+                            ));
+                        }
+                    }
+                }
+            }
+        }
     }
     if let Some(s) = config.alibi_slopes {
         if s.len() != shape.hq {
-            return Err(Error::mismatch("alibi_slopes length (h_q)", shape.hq, s.len()));
+            return Err(Error::mismatch(
+                "alibi_slopes length (h_q)",
+                shape.hq,
+                s.len(),
+            ));
         }
         if let Some((h, &v)) = s.iter().enumerate().find(|(_, v)| !v.is_finite()) {
-            return Err(Error::invalid(format!("alibi_slopes[{h}]"), "must be finite", v));
+            return Err(Error::invalid(
+                format!("alibi_slopes[{h}]"),
+                "must be finite",
+                v,
+            ));
         }
     }
     Ok(())
