@@ -81,6 +81,8 @@
 //!   heuristics, and no dropout. The graph here is built before the target
 //!   is known and plans take the heuristics' engines: for the composite's
 //!   form cuDNN 9.28 offers one engine for a B200, and it fails to compile.
+//! - ALiBi's slopes are a graph input the caller binds (the frontend keeps
+//!   its own in its workspace): see [`sdpa_bias`](super::sdpa_bias).
 //! - [`SdpaImpl::Native`] can build cuDNN's SDPA backward operation, which
 //!   the frontend never uses (`Auto` does not either).
 //!

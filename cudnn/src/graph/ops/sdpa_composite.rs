@@ -12,7 +12,8 @@
 //! 1. `S = Q · Kᵀ` (`Kᵀ` is K's memory with the last two dims and strides
 //!    swapped; with padding, M and N are overridden by the sequence lengths and
 //!    the padded rows read as 0);
-//! 2. `S *= scale` (a by-value scalar);
+//! 2. `S *= scale` (a by-value scalar), then `S += bias` and `S +=
+//!    slope[h] * (col - row)` with a bias / ALiBi ([`sdpa_bias`](super::sdpa_bias));
 //! 3. padding: `S = (row < seq_q && col < seq_kv) ? S : -inf`, the indices from
 //!    `GEN_INDEX` (i32) and the comparisons boolean;
 //! 4. causal: `S = (row >= col) ? S : -inf` (the indices from `GEN_INDEX`,
@@ -481,7 +482,9 @@ impl OpNode for CompositeFwdOp {
 /// 3. `dV = Pdᵀ dO` (summed over each K/V head's query heads for GQA);
 /// 4. `dP = dO Vᵀ` (⊙ R), `dS = (dP - Σ) ⊙ P · scale` (`/ (1 - p)` with dropout);
 /// 5. `dK = dSᵀ Q` (summed for GQA), `dQ = dS K` (into a scratch f32
-///    accumulator, then to dQ's type).
+///    accumulator, then to dQ's type; with dBias straight into dQ, as the
+///    frontend's dP-workspace form); dBias is `dS` before the scale,
+///    summed over the bias's broadcast dims (a reduction op).
 #[derive(Debug, Clone)]
 pub(crate) struct CompositeBwdOp {
     pub(crate) q: usize,
