@@ -498,9 +498,19 @@ fn plan_json_round_trip() -> TestResult {
 /// Random combinations of the bias options with the existing ones: no
 /// panic, every refusal typed and naming the option, bounded time.
 fn property_random() -> TestResult {
+    use std::cell::Cell;
     let v = loaded();
+    // (cases, graphs built, with a bias or ALiBi, plans tried, typed refusals)
+    let tally = [
+        Cell::new(0u32),
+        Cell::new(0),
+        Cell::new(0),
+        Cell::new(0),
+        Cell::new(0),
+    ];
+    let bump = |i: usize| tally[i].set(tally[i].get() + 1);
     let mut runner = TestRunner::new(PtConfig {
-        cases: 96,
+        cases: 128,
         failure_persistence: None,
         ..PtConfig::default()
     });
@@ -508,23 +518,32 @@ fn property_random() -> TestResult {
         (
             1i64..3,
             prop_oneof![Just(1i64), Just(2), Just(4)],
-            1i64..300,
-            1i64..600,
-        ),
-        (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
-        (
-            prop_oneof![Just(None), (any::<bool>(), any::<bool>()).prop_map(Some)],
-            any::<bool>(),
-            0u8..4,
-            any::<bool>(),
+            prop_oneof![3 => Just(128i64), 1 => 1i64..300],
+            prop_oneof![3 => Just(128i64), 1 => 1i64..600],
         ),
         (
-            prop_oneof![Just(None), (-2i64..400).prop_map(Some)],
-            prop_oneof![Just(0.0f64), Just(0.1)],
+            any::<bool>(),
+            prop::bool::weighted(0.2),
+            any::<bool>(),
+            any::<bool>(),
+        ),
+        (
+            prop_oneof![1 => Just(None), 3 => (any::<bool>(), any::<bool>()).prop_map(Some)],
+            any::<bool>(),
+            prop_oneof![6 => Just(0u8), 1 => Just(1), 1 => Just(2), 1 => Just(3)],
+            prop::bool::weighted(0.35),
+        ),
+        (
+            prop_oneof![3 => Just(None), 1 => (-2i64..400).prop_map(Some)],
+            prop_oneof![3 => Just(0.0f64), 1 => Just(0.1)],
             0u8..3,
             any::<bool>(),
         ),
-        (any::<bool>(), any::<bool>(), any::<bool>()),
+        (
+            prop::bool::weighted(0.15),
+            prop::bool::weighted(0.15),
+            prop::bool::weighted(0.3),
+        ),
     );
     runner
         .run(
@@ -585,12 +604,21 @@ fn property_random() -> TestResult {
                 } else {
                     fwd(&c).map(|x| x.0)
                 };
+                bump(0);
                 match (&g, c.resolve(bwd_)) {
-                    (Ok(_), Ok(_)) => {}
-                    (Err(e), Err(_)) => prop_assert!(
-                        names_option(e) || matches!(e, Error::Mismatch { .. }),
-                        "{e:?}"
-                    ),
+                    (Ok(_), Ok(_)) => {
+                        bump(1);
+                        if c.bias.is_some() || c.alibi {
+                            bump(2);
+                        }
+                    }
+                    (Err(e), Err(_)) => {
+                        bump(4);
+                        prop_assert!(
+                            names_option(e) || matches!(e, Error::Mismatch { .. }),
+                            "{e:?}"
+                        )
+                    }
                     (g, r) => prop_assert!(
                         false,
                         "builder {:?} vs resolve {r:?} on {v:?}",
@@ -598,10 +626,11 @@ fn property_random() -> TestResult {
                     ),
                 }
                 if plan
-                    && sq <= 128
-                    && skv <= 128
+                    && sq <= 256
+                    && skv <= 256
                     && let Ok(g) = g
                 {
+                    bump(3);
                     match counts(&g, "h200", 1) {
                         Ok(_) => {}
                         Err(e) => prop_assert!(
@@ -613,7 +642,16 @@ fn property_random() -> TestResult {
                 Ok(())
             },
         )
-        .map_err(|e| format!("{e}").into())
+        .map_err(|e| format!("{e}"))?;
+    let [cases, built, with_bias, planned, refused] = tally.map(|c| c.get());
+    eprintln!(
+        "bias property: {cases} cases, {built} graphs built ({with_bias} with a bias or ALiBi), {planned} planned for an H200, {refused} refused (typed)"
+    );
+    ensure!(
+        with_bias > 0 && refused > 0,
+        "the property test exercised nothing"
+    );
+    Ok(())
 }
 
 // ---- the f64 reference's bias and ALiBi (unit tier) ----
