@@ -239,7 +239,8 @@ impl Graph {
     /// `v` of [`SdpaConfig::q_spec`], [`k_spec`](SdpaConfig::k_spec),
     /// [`v_spec`](SdpaConfig::v_spec) dims and dtype (any strides with the
     /// head dim contiguous). `o` (and `stats` in training) are graph outputs;
-    /// sequence-length and dropout inputs are added as the config asks.
+    /// sequence-length, dropout, bias and ALiBi-slope inputs are added as the
+    /// config asks ([`SdpaForward`] names them).
     ///
     /// # Errors
     /// [`SdpaConfig::check`]'s errors; q / k / v dims or dtype not the config's.
@@ -300,7 +301,9 @@ impl Graph {
     /// Attention backward: dQ, dK, dV (graph outputs in the layouts of q, k,
     /// v) from the forward's inputs, its output `o`, the output gradient
     /// `d_o` (`o`'s dims) and the saved `stats` (`[B, H, S_q, 1]` f32). The
-    /// config must be the forward's (masks, scale, dropout).
+    /// config must be the forward's (masks, scale, dropout, bias, ALiBi);
+    /// with [`AttnBias::dbias`](super::sdpa::AttnBias::dbias), dBias is a
+    /// graph output too ([`SdpaBackward::bias`]).
     ///
     /// # Errors
     /// [`SdpaConfig::check`]'s errors; a tensor's dims or dtype not the config's.
