@@ -18,9 +18,12 @@
 //!   cache (batch 32, 4096 cached tokens in pages of 64; PyTorch, which
 //!   has no paged SDPA, over the same keys stored contiguously), and a
 //!   ragged (packed THD) causal batch of 4 full sequences of 4096 (PyTorch:
-//!   the same dense causal attention, the same work), and a logit softcap
+//!   the same dense causal attention, the same work), a logit softcap
 //!   of 50 over 4k (PyTorch has no softcap in its SDPA: its row is the
-//!   eager `softcap * tanh(scores / softcap)` attention); TFLOP/s
+//!   eager `softcap * tanh(scores / softcap)` attention), an additive bias
+//!   `[1, 32, 2048, 2048]` over 2k queries and keys (PyTorch: a float
+//!   `attn_mask` of that shape) and causal ALiBi over 2k (PyTorch: the
+//!   ALiBi bias, -inf above the diagonal, as a float `attn_mask`); TFLOP/s
 //!   count the pairs the mask keeps (exactly, row by row);
 //! - layer norm forward (training) and backward, bf16, 8192 rows of 4096,
 //!   in GB/s (the bytes each call must move at least: x and y forward;
@@ -87,6 +90,10 @@ enum Opt {
     Ragged,
     /// 4096 queries and keys, a logit softcap of 50 (Gemma 2's), no mask.
     Softcap,
+    /// Issue 24 (h4): an additive bias `[1, H, S, S]`, 2048 queries and keys.
+    Bias,
+    /// Issue 24 (h4): causal ALiBi, 2048 queries and keys.
+    Alibi,
 }
 
 impl Opt {
@@ -110,6 +117,13 @@ impl Opt {
             Opt::Softcap => SdpaConfig::new(4, 32, 4096, 128, DType::BF16)
                 .training(true)
                 .softcap(50.0),
+            Opt::Bias => SdpaConfig::new(4, 32, 2048, 128, DType::BF16)
+                .training(true)
+                .bias(AttnBias::new(false, true)),
+            Opt::Alibi => SdpaConfig::new(4, 32, 2048, 128, DType::BF16)
+                .training(true)
+                .causal(true)
+                .alibi(true),
         }
     }
     fn name(self) -> &'static str {
@@ -119,6 +133,8 @@ impl Opt {
             Opt::PagedDecode => "b32 h32 h_kv8 decode s_q1 s_kv4096 d128 paged (pages of 64)",
             Opt::Ragged => "b4 h32 s4096 d128 causal ragged (packed THD)",
             Opt::Softcap => "b4 h32 s4096 d128 softcap 50 (PyTorch: eager, no SDPA softcap)",
+            Opt::Bias => "b4 h32 s2048 d128 bias [1,h,s,s]",
+            Opt::Alibi => "b4 h32 s2048 d128 causal ALiBi",
         }
     }
     fn shape(self) -> &'static str {
@@ -128,6 +144,8 @@ impl Opt {
             Opt::PagedDecode => "b=32;h=32;hkv=8;s=1;skv=4096;d=128;causal=1;align=br;paged=64",
             Opt::Ragged => "b=4;h=32;s=4096;d=128;causal=1;ragged=1",
             Opt::Softcap => "b=4;h=32;s=4096;d=128;causal=0;softcap=50",
+            Opt::Bias => "b=4;h=32;s=2048;d=128;bias=1h",
+            Opt::Alibi => "b=4;h=32;s=2048;d=128;causal=1;alibi=1",
         }
     }
     /// Forward FLOPs over the (query, key) pairs the mask keeps.
@@ -344,7 +362,14 @@ fn cases(quick: bool) -> Vec<Case> {
         }
         v.push(Case::SdpaFp8Fwd(s));
     }
-    for o in [Opt::BottomRight, Opt::Window, Opt::Ragged, Opt::Softcap] {
+    for o in [
+        Opt::BottomRight,
+        Opt::Window,
+        Opt::Ragged,
+        Opt::Softcap,
+        Opt::Bias,
+        Opt::Alibi,
+    ] {
         v.push(Case::SdpaOpt(o, false));
         v.push(Case::SdpaOpt(o, true));
     }

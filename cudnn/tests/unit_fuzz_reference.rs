@@ -1076,7 +1076,24 @@ fn attention_one(t: &Tally, c: &NormCase) -> Result<(), TestCaseError> {
         .collect();
     let mask_len = count(&[qd[0], qd[1], qd[2], kd[2]]).filter(|&n| n <= MAX_BUFFER);
     let mask = values(mask_len.unwrap_or(1), c.seed);
+    // Issue 24 (h4): a bias broadcast over the batch (dims from the case,
+    // sometimes wrong: refused, typed) and ALiBi slopes (sometimes the
+    // wrong count, sometimes non-finite).
+    let bias_dims = [
+        1,
+        qd[1],
+        qd[2],
+        kd[2].saturating_add(usize::from(c.seed & 512 != 0)),
+    ];
+    let bias_buf = values(
+        count(&bias_dims).filter(|&n| n <= MAX_BUFFER).unwrap_or(1),
+        c.seed ^ 3,
+    );
+    let slopes = values(qd[1].min(8) + usize::from(c.seed & 1024 != 0), c.seed ^ 4);
+    let bias_view = attention::View::bhsd(&bias_buf, bias_dims);
     let config = SdpaConfig {
+        bias: (c.lens[3] & 128 != 0).then_some(bias_view),
+        alibi_slopes: (c.seed & 256 != 0).then_some(&slopes[..]),
         scale: VALUES[c.eps as usize % VALUES.len()],
         causal: match c.lens[3] % 3 {
             0 => CausalMask::None,
@@ -1106,6 +1123,9 @@ fn attention_one(t: &Tally, c: &NormCase) -> Result<(), TestCaseError> {
         let ov = view(&o, od, 0, huge);
         call(t, "attention backward", || {
             attention::backward(&qv, &kv, &vv, &ov, &ov, &stats, &config)
+        })?;
+        call(t, "attention dbias", || {
+            attention::dbias(&qv, &kv, &vv, &ov, &ov, &stats, &config)
         })?;
     }
     Ok(())

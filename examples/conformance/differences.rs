@@ -136,6 +136,44 @@ pub const DIFFERENCES: &[Difference] = &[
                 && f.theirs.contains("cudnnGraphNotSupportedError")
         },
     },
+    // issue 24 (h4): ALiBi's slopes.
+    Difference {
+        id: "D8",
+        what: "ALiBi: the slopes are an f32 [1, H, 1, 1] graph input the caller binds here; the frontend computes them and keeps them in its own workspace (16-byte aligned: 4 H bytes rounded up to 16 more workspace), so its slope tensor has another uid and is not among the crate's inputs",
+        why: "the same ALiBi ops on the same scores (GEN_INDEX, SUB, MUL by the slopes, ADD); where the slopes live is the crate's documented choice (see the sdpa_bias module docs), and `graph::alibi_slopes` gives the frontend's values",
+        applies: |p, f| {
+            let alibi = p.params.get("alibi").and_then(|v| v.as_bool()) == Some(true);
+            let heads = p.params.get("heads").and_then(|v| v.as_u64());
+            let slope_bytes = heads.map(|h| (4 * h).div_ceil(16) * 16);
+            let gap = f
+                .ours
+                .parse::<u64>()
+                .ok()
+                .zip(f.theirs.parse::<u64>().ok())
+                .map(|(a, b)| b.checked_sub(a));
+            alibi
+                && match f.kind {
+                    "workspace" | "load_into_frontend" => {
+                        f.path.starts_with("workspace")
+                            && slope_bytes.is_some()
+                            && gap == Some(slope_bytes)
+                    }
+                    "load_into_crate" => f.ours.contains("`alibi_slopes`"),
+                    // The slope tensor of the MUL: the crate's input, or
+                    // the frontend's f32 [1, H, 1, 1] workspace tensor.
+                    "unmatched" => {
+                        f.ours == "-"
+                            && f.path.contains(":POINTWISE/B")
+                            && (f.path.starts_with("crate tensor")
+                                || heads.is_some_and(|h| {
+                                    f.path.contains(&format!("(FLOAT [1, {h}, 1, 1])"))
+                                }))
+                    }
+                    "node" => f.path.ends_with("/B") && f.ours.starts_with("\"T"),
+                    _ => false,
+                }
+        },
+    },
 ];
 
 /// A finding about a tensor a caller binds (named by its role), which a
@@ -274,6 +312,34 @@ mod unit {
         assert!(ids(&bwd, f("crate", "plan", refused, none)).is_empty());
         let unnamed = "unsupported: the attention backward on a GPU of compute capability 8.0";
         assert!(ids(&sc, f("crate", "plan", unnamed, none)).is_empty());
+        // D8: ALiBi patterns only: the slopes' workspace (4 H rounded to
+        // 16 bytes more there), the slope input's absence there.
+        let mut alibi = pattern("sdpa_fwd", false);
+        alibi.params = serde_json::json!({"alibi": true, "heads": 8});
+        assert_eq!(
+            ids(&alibi, f("workspace", "workspace", "256", "288")),
+            ["D8"]
+        );
+        assert!(ids(&alibi, f("workspace", "workspace", "256", "320")).is_empty());
+        assert!(ids(&alibi, f("workspace", "workspace", "288", "256")).is_empty());
+        assert!(ids(&sdpa, f("workspace", "workspace", "256", "288")).is_empty());
+        let missing =
+            "crate plan JSON tensor uid 6 presence: expected `alibi_slopes`, got no such tensor";
+        assert_eq!(
+            ids(&alibi, f("load_into_crate", "plan", missing, "-")),
+            ["D8"]
+        );
+        assert!(ids(&sdpa, f("load_into_crate", "plan", missing, "-")).is_empty());
+        let other = "crate plan JSON tensor uid 6 presence: expected `bias`, got no such tensor";
+        assert!(ids(&alibi, f("load_into_crate", "plan", other, "-")).is_empty());
+        let path = "crate tensor uid 8 ([0]:SDPA_FWD/subgraph/nodes[3]:POINTWISE/B)";
+        assert_eq!(ids(&alibi, f("unmatched", path, "-", "-")), ["D8"]);
+        let theirs = "frontend tensor uid 10 (FLOAT [1, 8, 1, 1]) has no crate tensor in the same role (slots [\"[0]:SDPA_FWD/subgraph/nodes[3]:POINTWISE/B\"])";
+        assert_eq!(ids(&alibi, f("unmatched", theirs, "-", "-")), ["D8"]);
+        let wider = theirs.replace("[1, 8, 1, 1]", "[2, 8, 256, 256]");
+        assert!(ids(&alibi, f("unmatched", &wider, "-", "-")).is_empty());
+        assert!(ids(&sdpa, f("unmatched", theirs, "-", "-")).is_empty());
+        assert!(ids(&alibi, f("tensor", "`bias` dim", "[1]", "[2]")).is_empty());
         // Nothing explains an engine count.
         assert!(ids(&sdpa, f("count", "count", "4", "3")).is_empty());
     }

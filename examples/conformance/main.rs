@@ -26,6 +26,8 @@ mod differences;
 mod patterns;
 mod patterns_sdpa_options;
 mod patterns_sdpa_softcap;
+// issue 24 (h4): additive bias and ALiBi.
+mod patterns_sdpa_bias;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -707,5 +707,6 @@ pub fn all() -> Vec<Pattern> {
     patterns_fp8::fp8(&mut out);
     crate::patterns_sdpa_options::attention_options(&mut out);
     crate::patterns_sdpa_softcap::softcap(&mut out);
+    crate::patterns_sdpa_bias::attention_bias(&mut out);
     out
 }

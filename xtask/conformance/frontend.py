@@ -392,6 +392,7 @@ class Builder:
         if p.get("softcap") is not None:
             kw.update(self.softcap_kwargs(p["softcap"]))
         # ---- end issue 24 (h5) ----
+        kw.update(self.bias_kwargs())
         return kw
 
     # ---- issue 24 (h5): the logit softcap, as the frontend's Softcap class
@@ -419,6 +420,36 @@ class Builder:
         return kw
     # ---- end issue 24 (h5) ----
 
+    # ---- issue 24 (h4): additive bias and ALiBi ----
+
+    def bias_kwargs(self):
+        """The bias input (the crate's `bias`) and ALiBi (the frontend
+        computes its own slopes; the crate's `alibi_slopes` input stays
+        unconnected here)."""
+        kw = {}
+        if "bias" in self.t:
+            kw.update(bias=self.t["bias"])
+        if self.p.get("alibi"):
+            kw.update(use_alibi_mask=True)
+        return kw
+
+    def dbias_kwargs(self):
+        """The backward's dBias output, made with the crate's uid, dims and type."""
+        want = self.by_name.get("dbias")
+        if want is None:
+            return {}
+        t = self.g._make_tensor(
+            dim=want["dims"],
+            stride=want["strides"],
+            data_type=self.dt[want["dtype"]],
+            name="dbias",
+            uid=want["uid"],
+        )
+        t.set_output(True)
+        return dict(dBias=t)
+
+    # ---- end of issue 24 (h4) ----
+
     def ragged(self, name, t, which):
         """Issue 24: a packed (THD) tensor names its ragged offsets."""
         if self.p.get("ragged"):
@@ -445,7 +476,8 @@ class Builder:
     def fam_sdpa_bwd(self):
         t = self.t
         self.ragged_inputs((("q", "q"), ("k", "k"), ("v", "v"), ("o", "o"), ("do", "o")))
-        dq, dk, dv = self.g.sdpa_backward(t["q"], t["k"], t["v"], t["o"], t["do"], t["stats"], **self.sdpa_kwargs())
+        kw = dict(self.sdpa_kwargs(), **self.dbias_kwargs())
+        dq, dk, dv = self.g.sdpa_backward(t["q"], t["k"], t["v"], t["o"], t["do"], t["stats"], **kw)
         for name, src, x in (("dq", "q", dq), ("dk", "k", dk), ("dv", "v", dv)):
             x.set_dim(self.by_name[src]["dims"]).set_stride(self.by_name[src]["strides"])
             self.out(name, x)

@@ -472,6 +472,23 @@ def attention_case(torch, row, device):
         from torch.nn.attention.bias import causal_lower_right
 
         kw = dict(attn_mask=causal_lower_right(seq, skv), enable_gqa=hkv != h)
+    # ---- issue 24 (h4): an additive bias (bias=1h: a float attn_mask
+    # [1, h, s, s_kv]) and ALiBi (alibi=1: slope[h] * (j - i), -inf above
+    # the diagonal when causal, as a float attn_mask) ----
+    if s.get("bias") == "1h":
+        kw = dict(attn_mask=torch.randn(1, h, seq, skv, dtype=dtype, device=device), enable_gqa=hkv != h)
+    if s.get("alibi") == "1":
+        n = 1 << (h.bit_length() - 1)
+        slopes = [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
+        slopes += [2.0 ** (-8.0 * (2 * i + 1) / (2 * n)) for i in range(h - n)]
+        sl = torch.tensor(slopes, dtype=torch.float32, device=device).view(1, h, 1, 1)
+        i = torch.arange(seq, device=device).view(1, 1, seq, 1)
+        j = torch.arange(skv, device=device).view(1, 1, 1, skv)
+        m = sl * (j - i).float()
+        if causal:
+            m = m.masked_fill(j > i, float("-inf"))
+        kw = dict(attn_mask=m.to(dtype), enable_gqa=hkv != h)
+    # ---- end of issue 24 (h4) ----
     if row["op"] == "sdpa_fwd":
         return lambda: F.scaled_dot_product_attention(q, k, v, **kw)
     if row["op"] == "sdpa_bwd":

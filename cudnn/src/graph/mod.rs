@@ -69,6 +69,7 @@ pub use ops::sdpa::{
     AttnLayout, DiagonalAlignment, Dropout, PagedKv, RaggedTensor, SdpaBackward, SdpaConfig,
     SdpaForward, SdpaImpl, SdpaRagged,
 };
+pub use ops::sdpa_bias::{AttnBias, BiasTensors, alibi_slopes};
 pub use ops::sdpa_fp8::{Fp8SdpaConfig, Fp8SdpaForward};
 pub use ops::sdpa_fp8_bwd::{FP8_BWD_SCALE_NAMES, Fp8SdpaBackward};
 pub use plan::{BuildReport, Plan, Timings};

@@ -19,7 +19,10 @@
 //! grouped-query attention, with `h_q` a multiple of `h_kv`), query `i` and
 //! key `j`:
 //! - `S[i, j] = scale * sum_t Q[i, t] * K[j, t]`, then with a softcap
-//!   ([`SdpaConfig::softcap`]) `S = softcap * tanh(S / softcap)`
+//!   ([`SdpaConfig::softcap`]) `S = softcap * tanh(S / softcap)`, then
+//!   `S[i, j] += bias[n, h, i, j] + slope[h] * (j - i)`, the last two only
+//!   with [`SdpaConfig::bias`] (broadcast over its dims of 1) and
+//!   [`SdpaConfig::alibi_slopes`]; [`dbias`] gives the bias's gradient
 //! - key `j` is **allowed** for query `i` when `i < len_q`, `j < len_kv` and
 //!   the causal mask admits it, where `len_q`, `len_kv` are the batch's
 //!   sequence lengths ([`SdpaConfig::seq_len_q`] / [`SdpaConfig::seq_len_kv`];
@@ -82,9 +85,11 @@
 
 use super::bounds;
 
+mod bias;
 mod ragged;
 mod softcap;
 use crate::error::{Error, Result};
+pub use bias::dbias;
 pub use ragged::{ragged_pack, ragged_unpack};
 
 /// The most work (multiply-adds) one call accepts: 2^32, the
@@ -222,6 +227,12 @@ pub struct SdpaConfig<'a> {
     /// softcap)` before the masks, and the backward's `dS` is multiplied by
     /// `1 - tanh²(S / softcap)`; `None`: none.
     pub softcap: Option<f64>,
+    /// An additive bias `[b or 1, h_q or 1, s_q, s_kv]` (broadcast over
+    /// the dims of 1) on the scaled scores, before the masks; `None`: none.
+    pub bias: Option<View<'a>>,
+    /// ALiBi: `slope[h] * (j - i)` on the scaled scores (`h_q` finite
+    /// slopes), before the masks; `None`: none.
+    pub alibi_slopes: Option<&'a [f64]>,
 }
 
 impl SdpaConfig<'_> {
@@ -236,6 +247,8 @@ impl SdpaConfig<'_> {
             seq_len_kv: None,
             dropout: None,
             softcap: None,
+            bias: None,
+            alibi_slopes: None,
         }
     }
 }
@@ -417,6 +430,7 @@ fn check(
     {
         return Err(Error::invalid("window.size", "must be >= 1", w.size));
     }
+    bias::check_terms(config, &shape)?;
     check_lengths("seq_len_q", config.seq_len_q, b, sq)?;
     check_lengths("seq_len_kv", config.seq_len_kv, b, skv)?;
     if let Some(mask) = config.dropout {
@@ -517,7 +531,7 @@ pub fn forward(
                         *s = softcap::cap(
                             config.softcap,
                             score(q, k, &shape, config.scale, (n, h, i, j)),
-                        );
+                        ) + bias::term(config, &shape, (n, h, i, j));
                         max = max.max(*s);
                         any = true;
                     }
@@ -613,7 +627,8 @@ pub fn backward(
                     }
                     let at = (n, h, i, j);
                     let raw = score(q, k, &shape, config.scale, at);
-                    let p = (softcap::cap(config.softcap, raw) - lse).exp();
+                    let s = softcap::cap(config.softcap, raw) + bias::term(config, &shape, at);
+                    let p = (s - lse).exp();
                     let m = drop_at(&shape, config, at);
                     let kv = (n * hkv + kh) * skv + j;
                     let mut dp = 0.0;

@@ -765,6 +765,11 @@ pub const OPERATION_SDPA_BWD_DROPOUT_PROBABILITY: Attr<SdpaBackwardOp, F32> = At
     label: "CUDNN_ATTR_OPERATION_SDPA_BWD_DROPOUT_PROBABILITY",
     _p: PhantomData,
 };
+pub const OPERATION_SDPA_BWD_DBIAS_DESC: Attr<SdpaBackwardOp, Desc<Tensor>> = Attr {
+    name: AttrName::CUDNN_ATTR_OPERATION_SDPA_BWD_DBIAS_DESC,
+    label: "CUDNN_ATTR_OPERATION_SDPA_BWD_DBIAS_DESC",
+    _p: PhantomData,
+};
 pub const OPERATION_DIAGONAL_BAND_MASK_XDESC: Attr<DiagonalBandMaskOp, Desc<Tensor>> = Attr {
     name: AttrName::CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_XDESC,
     label: "CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_XDESC",

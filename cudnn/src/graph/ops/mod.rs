@@ -13,6 +13,8 @@ pub mod pointwise;
 pub mod reduction;
 pub mod sdpa;
 pub(crate) mod sdpa_band;
+pub mod sdpa_bias;
+pub(crate) mod sdpa_bias_build;
 pub(crate) mod sdpa_composite;
 pub mod sdpa_fp8;
 pub(crate) mod sdpa_fp8_build;

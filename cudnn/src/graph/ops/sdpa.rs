@@ -25,7 +25,9 @@
 //! only with a paged cache), forward and backward; the offsets are bound with the unsafe
 //! `Bindings::input_ragged_offsets`, see the rules and the soundness note
 //! on [`SdpaConfig::ragged_offsets`]); a logit softcap
-//! ([`SdpaConfig::softcap`], rules in [`sdpa_softcap`](super::sdpa_softcap)).
+//! ([`SdpaConfig::softcap`], rules in [`sdpa_softcap`](super::sdpa_softcap));
+//! an additive bias and ALiBi ([`SdpaConfig::bias`], [`SdpaConfig::alibi`]:
+//! rules in [`sdpa_bias`](super::sdpa_bias)).
 //! Their rules, after NVIDIA's frontend 1.32: the bottom-right causal mask
 //! not with dropout, and (like the window) without padding only for
 //! `seq_q <= seq_kv`; before cuDNN 9.6 a bottom-right mask only for lengths
@@ -80,6 +82,8 @@
 //!   heuristics, and no dropout. The graph here is built before the target
 //!   is known and plans take the heuristics' engines: for the composite's
 //!   form cuDNN 9.28 offers one engine for a B200, and it fails to compile.
+//! - ALiBi's slopes are a graph input the caller binds (the frontend keeps
+//!   its own in its workspace): see [`sdpa_bias`](super::sdpa_bias).
 //! - [`SdpaImpl::Native`] can build cuDNN's SDPA backward operation, which
 //!   the frontend never uses (`Auto` does not either).
 //!
@@ -249,6 +253,10 @@ pub struct SdpaConfig {
     pub is_training: bool,
     /// The SDPA operation or the composite pattern ([`SdpaImpl::Auto`] by default).
     pub implementation: SdpaImpl,
+    /// An additive bias on the scores (and dBias), see [`sdpa_bias`](super::sdpa_bias).
+    pub bias: Option<AttnBias>,
+    /// ALiBi on the scores (slopes bound by the caller), see [`sdpa_bias`](super::sdpa_bias).
+    pub alibi: bool,
 }
 
 /// What [`Graph::sdpa_forward`](crate::graph::Graph::sdpa_forward) adds.
@@ -272,6 +280,8 @@ pub struct SdpaForward {
     pub page_table_v: Option<Tensor>,
     /// The ragged offsets of Q, K, V, O (ragged batches).
     pub ragged: Option<SdpaRagged>,
+    /// The bias and ALiBi slopes inputs (bias / ALiBi).
+    pub bias: BiasTensors,
 }
 
 /// What [`Graph::sdpa_backward`](crate::graph::Graph::sdpa_backward) adds.
@@ -294,8 +304,11 @@ pub struct SdpaBackward {
     /// The ragged offsets (ragged batches): Q's serve dQ, K's dK, V's dV,
     /// O's dO.
     pub ragged: Option<SdpaRagged>,
+    /// The bias and ALiBi slopes inputs, and the dBias output.
+    pub bias: BiasTensors,
 }
 
+pub use super::sdpa_bias::{AttnBias, BiasTensors};
 pub use super::sdpa_paged::PagedKv;
 pub use super::sdpa_ragged::{RaggedTensor, SdpaRagged};
 
@@ -371,6 +384,8 @@ impl SdpaConfig {
             softcap: None,
             is_training: false,
             implementation: SdpaImpl::Auto,
+            bias: None,
+            alibi: false,
         }
     }
 
@@ -604,6 +619,7 @@ impl SdpaConfig {
         self.check_paged(v, backward)?;
         self.check_ragged(v, backward)?;
         self.check_softcap()?;
+        self.check_bias(v, backward)?;
         match (self.implementation, backward) {
             (SdpaImpl::Native, _) => self.check_native(v, backward).map(|_| SdpaImpl::Native),
             (SdpaImpl::Composite, _) | (SdpaImpl::Auto, true) => self
@@ -736,6 +752,7 @@ impl SdpaConfig {
         self.validate_paged()?;
         self.validate_ragged()?;
         self.validate_softcap()?;
+        self.validate_bias()?;
         if let Some(d) = self.dropout
             && !(d.probability >= 0.0 && d.probability < 1.0)
         {
@@ -801,6 +818,7 @@ impl SdpaConfig {
             need("paged", since::PADDING)?;
         }
         self.check_native_softcap(v, backward)?;
+        self.check_native_bias(v, backward)?;
         if self.active_dropout().is_some() {
             if backward {
                 need("dropout", since::BACKWARD_DROPOUT)?;
@@ -854,6 +872,7 @@ impl SdpaConfig {
             .ragged_arch_limit(device_ver, cudnn)
             .or_else(|| self.band_arch_limit(device_ver, cudnn))
             .or_else(|| self.softcap_arch_limit(backward, device_ver))
+            .or_else(|| self.bias_arch_limit(backward, device_ver, cudnn))
             .or_else(|| {
                 if backward {
                     self.backward_arch_limit(device_ver, cudnn)

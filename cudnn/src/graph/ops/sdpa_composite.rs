@@ -12,7 +12,8 @@
 //! 1. `S = Q · Kᵀ` (`Kᵀ` is K's memory with the last two dims and strides
 //!    swapped; with padding, M and N are overridden by the sequence lengths and
 //!    the padded rows read as 0);
-//! 2. `S *= scale` (a by-value scalar);
+//! 2. `S *= scale` (a by-value scalar), then `S += bias` and `S +=
+//!    slope[h] * (col - row)` with a bias / ALiBi ([`sdpa_bias`](super::sdpa_bias));
 //! 3. padding: `S = (row < seq_q && col < seq_kv) ? S : -inf`, the indices from
 //!    `GEN_INDEX` (i32) and the comparisons boolean;
 //! 4. causal: `S = (row >= col) ? S : -inf` (the indices from `GEN_INDEX`,
@@ -44,6 +45,9 @@ mod masks;
 pub(crate) use masks::CompositeBand;
 #[path = "sdpa_composite_softcap.rs"]
 mod softcap;
+#[path = "sdpa_composite_bias.rs"]
+mod bias;
+pub(crate) use bias::CompositeBias;
 
 /// A tensor of the composite: a graph tensor (by index) or one of its own
 /// virtual intermediates.
@@ -82,6 +86,8 @@ pub(crate) struct CompositeFwdOp {
     pub(crate) uid_base: i64,
     /// The config, for the per-architecture limits.
     pub(crate) cfg: SdpaConfig,
+    /// The bias and ALiBi inputs.
+    pub(crate) bias: Option<CompositeBias>,
 }
 
 /// The sequence-length inputs' full values, for timing runs.
@@ -311,6 +317,9 @@ impl OpNode for CompositeFwdOp {
         if let Some(c) = self.softcap {
             v.push(("softcap", c, false));
         }
+        if let Some(b) = &self.bias {
+            b.push_tensors(&mut v);
+        }
         v.push(("o", self.o, true));
         if let Some(s) = self.stats {
             v.push(("stats", s, true));
@@ -330,13 +339,14 @@ impl OpNode for CompositeFwdOp {
     }
     fn signature(&self) -> String {
         format!(
-            "composite padding={} dropout={:?} {} training={} paged={} softcap={}",
+            "composite padding={} dropout={:?} {} training={} paged={} softcap={}{}",
             self.seq.is_some(),
             self.dropout.map(|d| d.2),
             self.band.signature(),
             self.stats.is_some(),
             self.paged.is_some(),
-            self.softcap.is_some()
+            self.softcap.is_some(),
+            self.bias.map(|b| b.signature()).unwrap_or_default()
         )
     }
     fn build(
@@ -416,6 +426,7 @@ impl OpNode for CompositeFwdOp {
         if let Some(cap) = self.softcap {
             last = c.softcap_fwd(last, T::G(cap), &score)?.0;
         }
+        last = c.score_bias(last, self.bias.as_ref(), &score)?;
 
         if let (Some(sq_t), Some(skv_t), Some(fill)) = (seq_q, seq_kv, self.fill) {
             last = c.padding_mask(last, sq_t, skv_t, T::G(fill), &score)?;
@@ -482,7 +493,9 @@ impl OpNode for CompositeFwdOp {
 /// 3. `dV = Pdᵀ dO` (summed over each K/V head's query heads for GQA);
 /// 4. `dP = dO Vᵀ` (⊙ R), `dS = (dP - Σ) ⊙ P · scale` (`/ (1 - p)` with dropout);
 /// 5. `dK = dSᵀ Q` (summed for GQA), `dQ = dS K` (into a scratch f32
-///    accumulator, then to dQ's type).
+///    accumulator, then to dQ's type; with dBias straight into dQ, as the
+///    frontend's dP-workspace form); dBias is `dS` before the scale,
+///    summed over the bias's broadcast dims (a reduction op).
 #[derive(Debug, Clone)]
 pub(crate) struct CompositeBwdOp {
     pub(crate) q: usize,
@@ -511,13 +524,17 @@ pub(crate) struct CompositeBwdOp {
     /// The softcap's by-value scalar.
     pub(crate) softcap: Option<usize>,
     pub(crate) softmax_sum: usize,
-    pub(crate) dq_accum: usize,
+    /// The f32 dQ accumulator (none with dBias: dQ written directly, as
+    /// the frontend's dP-workspace form).
+    pub(crate) dq_accum: Option<usize>,
     pub(crate) dq: usize,
     pub(crate) dk: usize,
     pub(crate) dv: usize,
     pub(crate) uid_base: i64,
     /// The config, for the per-architecture limits.
     pub(crate) cfg: SdpaConfig,
+    /// The bias and ALiBi inputs, and dBias.
+    pub(crate) bias: Option<CompositeBias>,
 }
 
 impl OpNode for CompositeBwdOp {
@@ -551,8 +568,13 @@ impl OpNode for CompositeBwdOp {
         if let Some(c) = self.softcap {
             v.push(("softcap", c, false));
         }
+        if let Some(b) = &self.bias {
+            b.push_tensors(&mut v);
+        }
         v.push(("softmax_sum", self.softmax_sum, true));
-        v.push(("dq_accum", self.dq_accum, true));
+        if let Some(a) = self.dq_accum {
+            v.push(("dq_accum", a, true));
+        }
         v.push(("dq", self.dq, true));
         v.push(("dk", self.dk, true));
         v.push(("dv", self.dv, true));
@@ -570,12 +592,13 @@ impl OpNode for CompositeBwdOp {
     }
     fn signature(&self) -> String {
         format!(
-            "composite padding={} dropout={:?} {} repad={} softcap={}",
+            "composite padding={} dropout={:?} {} repad={} softcap={}{}",
             self.seq.is_some(),
             self.dropout.map(|d| d.2),
             self.band.signature(),
             self.repad,
-            self.softcap.is_some()
+            self.softcap.is_some(),
+            self.bias.map(|b| b.signature()).unwrap_or_default()
         )
     }
     fn build(
@@ -667,6 +690,7 @@ impl OpNode for CompositeBwdOp {
             capped = Some((div, T::G(cap)));
             last = out;
         }
+        last = c.score_bias(last, self.bias.as_ref(), &score)?;
         if let (Some(a), Some(b), Some(f)) = (seq_q, seq_kv, self.fill) {
             last = c.padding_mask(last, a, b, T::G(f), &score)?;
         }
@@ -745,6 +769,9 @@ impl OpNode for CompositeBwdOp {
             )?;
             last = m;
         }
+        // dBias is the gradient of the scores after the softcap (the bias
+        // is added after it): taken before the softcap's backward.
+        c.dbias(last, self.bias.as_ref())?;
         if let Some((div, cap)) = capped {
             last = c.softcap_bwd(last, div, cap, &score)?;
         }
@@ -781,15 +808,18 @@ impl OpNode for CompositeBwdOp {
             self.k_spec.strides(),
         )?;
         c.reshape(kt, kview)?;
-        c.matmul(ds, kview, T::G(self.dq_accum), seq_q, None, seq_kv, None)
+        let dq_out = self.dq_accum.unwrap_or(self.dq);
+        c.matmul(ds, kview, T::G(dq_out), seq_q, None, seq_kv, None)
             .map_err(|e| e.with_context("the composite backward's dQ"))?;
-        c.pointwise(
-            M::CUDNN_POINTWISE_IDENTITY,
-            DType::F32,
-            &[T::G(self.dq_accum)],
-            T::G(self.dq),
-            None,
-        )?;
+        if let Some(acc) = self.dq_accum {
+            c.pointwise(
+                M::CUDNN_POINTWISE_IDENTITY,
+                DType::F32,
+                &[T::G(acc)],
+                T::G(self.dq),
+                None,
+            )?;
+        }
         c.finish(built);
         Ok(())
     }

@@ -208,6 +208,7 @@ impl Graph {
         let pages = self.sdpa_page_tables(cfg)?;
         let band = self.sdpa_band(cfg, seq)?;
         let softcap = self.sdpa_softcap_native(cfg)?;
+        let bias = self.sdpa_native_bias(cfg)?;
         Ok((
             Common {
                 q: self.index(q)?,
@@ -223,6 +224,7 @@ impl Graph {
                     None => None,
                 },
                 softcap,
+                bias,
             },
             [
                 extra[0],
@@ -239,7 +241,8 @@ impl Graph {
     /// `v` of [`SdpaConfig::q_spec`], [`k_spec`](SdpaConfig::k_spec),
     /// [`v_spec`](SdpaConfig::v_spec) dims and dtype (any strides with the
     /// head dim contiguous). `o` (and `stats` in training) are graph outputs;
-    /// sequence-length and dropout inputs are added as the config asks.
+    /// sequence-length, dropout, bias and ALiBi-slope inputs are added as the
+    /// config asks ([`SdpaForward`] names them).
     ///
     /// # Errors
     /// [`SdpaConfig::check`]'s errors; q / k / v dims or dtype not the config's.
@@ -264,6 +267,7 @@ impl Graph {
             return Ok(f);
         }
         let (c, extra) = self.sdpa_common(&op, q, k, v, cfg)?;
+        let bias_io = c.bias.map(|b| b.public).unwrap_or_default();
         let qs = self.node(q)?.spec.clone();
         let o = self.graph_output(
             "sdpa",
@@ -292,13 +296,16 @@ impl Graph {
             page_table_k: extra.get(4).copied().flatten(),
             page_table_v: extra.get(5).copied().flatten(),
             ragged,
+            bias: bias_io,
         })
     }
 
     /// Attention backward: dQ, dK, dV (graph outputs in the layouts of q, k,
     /// v) from the forward's inputs, its output `o`, the output gradient
     /// `d_o` (`o`'s dims) and the saved `stats` (`[B, H, S_q, 1]` f32). The
-    /// config must be the forward's (masks, scale, dropout).
+    /// config must be the forward's (masks, scale, dropout, bias, ALiBi);
+    /// with [`AttnBias::dbias`](super::sdpa::AttnBias::dbias), dBias is a
+    /// graph output too ([`SdpaBackward::bias`]).
     ///
     /// # Errors
     /// [`SdpaConfig::check`]'s errors; a tensor's dims or dtype not the config's.
@@ -351,7 +358,7 @@ impl Graph {
             )?;
             return Ok(b);
         }
-        let (c, extra) = self.sdpa_common(&op, q, k, v, cfg)?;
+        let (mut c, extra) = self.sdpa_common(&op, q, k, v, cfg)?;
         let (qs, ks, vs) = (
             self.node(q)?.spec.clone(),
             self.node(k)?.spec.clone(),
@@ -360,6 +367,8 @@ impl Graph {
         let dq = self.graph_output("sdpa_bwd", qs.clone())?;
         let dk = self.graph_output("sdpa_bwd", ks)?;
         let dv = self.graph_output("sdpa_bwd", vs)?;
+        self.sdpa_native_dbias(cfg, &mut c.bias)?;
+        let bias_io = c.bias.map(|b| b.public).unwrap_or_default();
         let ext = SdpaBwdOp {
             c,
             o: self.index(o)?,
@@ -394,6 +403,7 @@ impl Graph {
             dropout_seed: extra[2],
             dropout_offset: extra[3],
             ragged,
+            bias: bias_io,
         })
     }
 
@@ -527,6 +537,7 @@ impl Graph {
             pages.map(|p| p.0),
             pages.map(|p| p.1),
         ];
+        let bias = self.sdpa_composite_bias(cfg, false)?;
         let qs = self.node(q)?.spec.clone();
         let k_spec = self.node(k)?.spec.clone();
         let o = self.graph_output(
@@ -566,6 +577,7 @@ impl Graph {
             stats: stats.map(|s| self.index(s)).transpose()?,
             uid_base,
             cfg: cfg.clone(),
+            bias,
         };
         self.push_op(ext);
         Ok(SdpaForward {
@@ -578,6 +590,7 @@ impl Graph {
             page_table_k: extra.get(4).copied().flatten(),
             page_table_v: extra.get(5).copied().flatten(),
             ragged: None,
+            bias: bias.map(|b| b.public).unwrap_or_default(),
         })
     }
 
@@ -599,13 +612,23 @@ impl Graph {
             self.node(v)?.spec.clone(),
         );
         let softmax_sum = self.scratch("sdpa_bwd", cfg.stats_spec()?)?;
-        let dq_accum = self.scratch(
-            "sdpa_bwd",
-            TensorSpec::row_major(DType::F32, &[cfg.batch, cfg.heads, cfg.seq_q, cfg.head_dim])?,
-        )?;
+        // With dBias, dQ comes straight from dS·K (NVIDIA's frontend's
+        // dP-workspace form, the only one its engines take dBias in).
+        let dq_accum = if cfg.has_dbias() {
+            None
+        } else {
+            Some(self.scratch(
+                "sdpa_bwd",
+                TensorSpec::row_major(
+                    DType::F32,
+                    &[cfg.batch, cfg.heads, cfg.seq_q, cfg.head_dim],
+                )?,
+            )?)
+        };
         let dq = self.graph_output("sdpa_bwd", qs)?;
         let dk = self.graph_output("sdpa_bwd", ks.clone())?;
         let dv = self.graph_output("sdpa_bwd", vs.clone())?;
+        let bias = self.sdpa_composite_bias(cfg, true)?;
         let ext = CompositeBwdOp {
             q: self.index(q)?,
             k: self.index(k)?,
@@ -634,12 +657,13 @@ impl Graph {
             repad: cfg.padding && loaded_cudnn()? < (9, 10, 0),
             softcap: self.sdpa_softcap_scalar(cfg)?,
             softmax_sum: self.index(softmax_sum)?,
-            dq_accum: self.index(dq_accum)?,
+            dq_accum: dq_accum.map(|t| self.index(t)).transpose()?,
             dq: self.index(dq)?,
             dk: self.index(dk)?,
             dv: self.index(dv)?,
             uid_base,
             cfg: cfg.clone(),
+            bias,
         };
         self.push_op(ext);
         Ok(SdpaBackward {
@@ -651,6 +675,7 @@ impl Graph {
             dropout_seed: extra[2],
             dropout_offset: extra[3],
             ragged: None,
+            bias: bias.map(|b| b.public).unwrap_or_default(),
         })
     }
 }

@@ -6,6 +6,7 @@
 //! `col + window - shift > row`, `shift = len_kv - len_q` bottom-right).
 
 use super::sdpa::{SdpaConfig, loaded_cudnn};
+use super::sdpa_bias_build::NativeBias;
 use super::sdpa_softcap::NativeSoftcap;
 use super::{Built, OpNode};
 use crate::error::Result;
@@ -31,6 +32,9 @@ pub(crate) struct Common {
     pub(crate) paged: Option<(usize, usize)>,
     /// The softcap subgraph's tensors (the first score modifier).
     pub(crate) softcap: Option<NativeSoftcap>,
+    /// The bias / ALiBi score ops (after the softcap, before the band
+    /// masks) and dBias.
+    pub(crate) bias: Option<NativeBias>,
 }
 
 /// `(len_q, len_kv)` tensors aligning a band bottom-right.
@@ -96,6 +100,9 @@ impl Common {
         if let Some(s) = &self.softcap {
             s.inputs(v);
         }
+        if let Some(b) = &self.bias {
+            b.inputs(v);
+        }
     }
 
     fn timing_fills(&self) -> Vec<(usize, i32)> {
@@ -117,7 +124,7 @@ impl Common {
             self.band.is_some_and(|b| b.left.is_some()),
             self.paged.is_some(),
             self.softcap.is_some(),
-        )
+        ) + &self.bias.map(|b| b.signature()).unwrap_or_default()
     }
 
     /// The mask subgraph: a right-bound diagonal band mask (the causal
@@ -128,7 +135,8 @@ impl Common {
         t: &[Descriptor<kind::Tensor>],
         built: &mut Built,
     ) -> Result<Option<(Descriptor<kind::OperationGraph>, i64, i64)>> {
-        // The softcap first (as the frontend applies its score modifier).
+        // The softcap first (as the frontend applies its score modifier),
+        // then the bias / ALiBi ops, then the band masks.
         let (sc_ops, sc_pws) = match &self.softcap {
             Some(s) => s.ops(t)?,
             None => (Vec::new(), Vec::new()),
@@ -136,17 +144,23 @@ impl Common {
         let first = self
             .softcap
             .map(|s| s.scores)
+            .or(self.bias.map(|b| b.scores))
             .or(self.band.map(|b| b.scores));
         let Some(first) = first else {
             return Ok(None);
         };
+        let mut last = self.softcap.map_or(first, |s| s.out);
+        let mut pre: Vec<Box<dyn AnyOperation + Send>> = Vec::new();
+        let mut pre_aux: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
+        if let Some(b) = self.bias {
+            last = b.build(last, t, &mut pre, &mut pre_aux)?;
+        }
         let band = self.band.unwrap_or(Band {
             scores: first,
             right: None,
             left: None,
         });
         let mut ops = Vec::new();
-        let mut last = self.softcap.map_or(band.scores, |s| s.out);
         if let Some((out, fill, lens)) = band.right {
             let mut m = Descriptor::<kind::DiagonalBandMaskOp>::new()?;
             m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_XDESC, &[&t[last]])?;
@@ -190,6 +204,7 @@ impl Common {
         }
         let mut sg = Descriptor::<kind::OperationGraph>::new()?;
         let refs: Vec<&dyn AnyOperation> = (sc_ops.iter().map(|m| m as &dyn AnyOperation))
+            .chain(pre.iter().map(|p| p.as_ref() as &dyn AnyOperation))
             .chain(ops.iter().map(|m| m as &dyn AnyOperation))
             .collect();
         sg.set_operations(attr::OPERATIONGRAPH_OPS, &refs)?;
@@ -206,6 +221,8 @@ impl Common {
         for p in sc_pws {
             built.aux.push(Box::new(p));
         }
+        built.aux.push(Box::new(pre));
+        built.aux.extend(pre_aux);
         Ok(Some((sg, uid_in, uid_out)))
     }
 }
@@ -352,6 +369,9 @@ impl OpNode for SdpaBwdOp {
             d.set_descriptors(attr::OPERATION_SDPA_BWD_DROPOUT_SEED_DESC, &[&t[seed]])?;
             d.set_descriptors(attr::OPERATION_SDPA_BWD_DROPOUT_OFFSET_DESC, &[&t[offset]])?;
             d.set(attr::OPERATION_SDPA_BWD_DROPOUT_PROBABILITY, &[p as f32])?;
+        }
+        if let Some(db) = c.bias.and_then(|b| b.dbias) {
+            d.set_descriptors(attr::OPERATION_SDPA_BWD_DBIAS_DESC, &[&t[db]])?;
         }
         if let Some((sg, uin, uout)) = c.causal_subgraph(t, built)? {
             d.set_descriptors(attr::OPERATION_SDPA_BWD_SUBGRAPH, &[&sg])?;
