@@ -244,6 +244,14 @@ pub struct SdpaConfig {
     pub is_training: bool,
     /// The SDPA operation or the composite pattern ([`SdpaImpl::Auto`] by default).
     pub implementation: SdpaImpl,
+    /// Forward: also output the row max and the row sum of exponentials
+    /// (`[B, H, S_q, 1]` f32; [`sdpa_softmax`](super::sdpa_softmax)).
+    pub max_sum_exp: bool,
+    /// An attention sink per head (a `[1, H, 1, 1]` f32 input joining the
+    /// softmax's denominator; [`sdpa_softmax`](super::sdpa_softmax)).
+    pub sink: bool,
+    /// Backward: also output dSink (needs [`sink`](Self::sink)).
+    pub sink_grad: bool,
 }
 
 /// What [`Graph::sdpa_forward`](crate::graph::Graph::sdpa_forward) adds.
@@ -267,6 +275,8 @@ pub struct SdpaForward {
     pub page_table_v: Option<Tensor>,
     /// The ragged offsets of Q, K, V, O (ragged batches).
     pub ragged: Option<SdpaRagged>,
+    /// The row max and sum_exp outputs and the sink input, as asked.
+    pub softmax: SdpaSoftmax,
 }
 
 /// What [`Graph::sdpa_backward`](crate::graph::Graph::sdpa_backward) adds.
@@ -289,10 +299,13 @@ pub struct SdpaBackward {
     /// The ragged offsets (ragged batches): Q's serve dQ, K's dK, V's dV,
     /// O's dO.
     pub ragged: Option<SdpaRagged>,
+    /// The sink input and the dSink output ([`SdpaConfig::sink_grad`]).
+    pub softmax: SdpaSoftmax,
 }
 
 pub use super::sdpa_paged::PagedKv;
 pub use super::sdpa_ragged::{RaggedTensor, SdpaRagged};
+pub use super::sdpa_softmax::SdpaSoftmax;
 
 /// The first cuDNN with each part of the SDPA operation, as `(major, minor, patch)`.
 pub mod since {
@@ -365,6 +378,9 @@ impl SdpaConfig {
             dropout: None,
             is_training: false,
             implementation: SdpaImpl::Auto,
+            max_sum_exp: false,
+            sink: false,
+            sink_grad: false,
         }
     }
 
@@ -597,6 +613,7 @@ impl SdpaConfig {
         self.check_band(v)?;
         self.check_paged(v, backward)?;
         self.check_ragged(v, backward)?;
+        self.check_softmax(v, backward)?;
         match (self.implementation, backward) {
             (SdpaImpl::Native, _) => self.check_native(v, backward).map(|_| SdpaImpl::Native),
             (SdpaImpl::Composite, _) | (SdpaImpl::Auto, true) => self
@@ -728,6 +745,7 @@ impl SdpaConfig {
         self.validate_band()?;
         self.validate_paged()?;
         self.validate_ragged()?;
+        self.validate_softmax()?;
         if let Some(d) = self.dropout
             && !(d.probability >= 0.0 && d.probability < 1.0)
         {
@@ -792,6 +810,7 @@ impl SdpaConfig {
         if self.paged.is_some() {
             need("paged", since::PADDING)?;
         }
+        self.check_softmax_native(v, backward)?;
         if self.active_dropout().is_some() {
             if backward {
                 need("dropout", since::BACKWARD_DROPOUT)?;

@@ -42,6 +42,9 @@ type M = sys::cudnnPointwiseMode_t;
 #[path = "sdpa_composite_masks.rs"]
 mod masks;
 pub(crate) use masks::CompositeBand;
+#[path = "sdpa_composite_softmax.rs"]
+mod softmax;
+use super::sdpa_softmax::SoftmaxIdx;
 
 /// A tensor of the composite: a graph tensor (by index) or one of its own
 /// virtual intermediates.
@@ -74,6 +77,8 @@ pub(crate) struct CompositeFwdOp {
     pub(crate) fill: Option<usize>,
     pub(crate) o: usize,
     pub(crate) stats: Option<usize>,
+    /// Max / sum_exp outputs and the sink (issue 24).
+    pub(crate) sm: SoftmaxIdx,
     /// The first UID of the composite's own virtual tensors.
     pub(crate) uid_base: i64,
     /// The config, for the per-architecture limits.
@@ -308,6 +313,7 @@ impl OpNode for CompositeFwdOp {
         if let Some(s) = self.stats {
             v.push(("stats", s, true));
         }
+        self.sm.push_tensors(&mut v);
         v
     }
     fn timing_fills(&self) -> Vec<(usize, i32)> {
@@ -323,12 +329,13 @@ impl OpNode for CompositeFwdOp {
     }
     fn signature(&self) -> String {
         format!(
-            "composite padding={} dropout={:?} {} training={} paged={}",
+            "composite padding={} dropout={:?} {} training={} paged={}{}",
             self.seq.is_some(),
             self.dropout.map(|d| d.2),
             self.band.signature(),
             self.stats.is_some(),
-            self.paged.is_some()
+            self.paged.is_some(),
+            self.sm.signature()
         )
     }
     fn build(
@@ -413,28 +420,10 @@ impl OpNode for CompositeFwdOp {
             last = c.band_mask(last, self.fill.map(T::G), &score, &self.band)?;
         }
 
-        // Softmax along the keys.
-        let mx = c.virt(DType::F32, &row)?;
-        c.reduction(
-            sys::cudnnReduceTensorOp_t::CUDNN_REDUCE_TENSOR_MAX,
-            last,
-            mx,
-        )?;
-        let z = c.virt(DType::F32, &score)?;
-        c.pointwise(M::CUDNN_POINTWISE_SUB, DType::F32, &[last, mx], z, None)?;
-        let e = c.virt(DType::F32, &score)?;
-        c.pointwise(M::CUDNN_POINTWISE_EXP, DType::F32, &[z], e, None)?;
-        let l = c.virt(DType::F32, &row)?;
-        c.reduction(sys::cudnnReduceTensorOp_t::CUDNN_REDUCE_TENSOR_ADD, e, l)?;
-        // The statistics are computed in inference too (into a virtual
-        // tensor): the fused engines recognise the softmax only with them.
-        let lg = c.virt(DType::F32, &row)?;
-        c.pointwise(M::CUDNN_POINTWISE_LOG, DType::F32, &[l], lg, None)?;
-        let st = match self.stats {
-            Some(st) => T::G(st),
-            None => c.virt(DType::F32, &row)?,
-        };
-        c.pointwise(M::CUDNN_POINTWISE_ADD, DType::F32, &[mx, lg], st, None)?;
+        // Softmax along the keys (the statistics are computed in inference
+        // too, into a virtual tensor: the fused engines recognise the
+        // softmax only with them).
+        let (e, l) = softmax::forward(&mut c, last, &score, &row, self.stats, &self.sm)?;
         // P is stored in the I/O type when it is the last op before P·V.
         let p_type = |last_op: bool| if last_op { self.io } else { DType::F32 };
         let p = c.virt(p_type(self.dropout.is_none()), &score)?;
@@ -502,6 +491,8 @@ pub(crate) struct CompositeBwdOp {
     pub(crate) dq: usize,
     pub(crate) dk: usize,
     pub(crate) dv: usize,
+    /// The sink and dSink (issue 24).
+    pub(crate) sm: SoftmaxIdx,
     pub(crate) uid_base: i64,
     /// The config, for the per-architecture limits.
     pub(crate) cfg: SdpaConfig,
@@ -540,6 +531,7 @@ impl OpNode for CompositeBwdOp {
         v.push(("dq", self.dq, true));
         v.push(("dk", self.dk, true));
         v.push(("dv", self.dv, true));
+        self.sm.push_tensors(&mut v);
         v
     }
     fn timing_fills(&self) -> Vec<(usize, i32)> {
@@ -554,11 +546,12 @@ impl OpNode for CompositeBwdOp {
     }
     fn signature(&self) -> String {
         format!(
-            "composite padding={} dropout={:?} {} repad={}",
+            "composite padding={} dropout={:?} {} repad={}{}",
             self.seq.is_some(),
             self.dropout.map(|d| d.2),
             self.band.signature(),
-            self.repad
+            self.repad,
+            self.sm.signature()
         )
     }
     fn build(
@@ -623,6 +616,7 @@ impl OpNode for CompositeBwdOp {
         )?;
         let rs = c.virt(DType::F32, &row)?;
         c.reduction(sys::cudnnReduceTensorOp_t::CUDNN_REDUCE_TENSOR_ADD, doo, rs)?;
+        softmax::backward_d_sink(&mut c, rs, T::G(self.stats), &row, &self.sm)?;
         let sum = T::G(self.softmax_sum);
         c.pointwise(
             M::CUDNN_POINTWISE_MUL,

@@ -272,10 +272,12 @@ impl Graph {
         } else {
             None
         };
+        let (softmax, sm) = self.sdpa_softmax_forward(cfg, true)?;
         let ext = SdpaFwdOp {
             c,
             o: self.index(o)?,
             stats: stats.map(|s| self.index(s)).transpose()?,
+            sm,
             cfg: cfg.clone(),
         };
         self.push_op(ext);
@@ -290,6 +292,7 @@ impl Graph {
             page_table_k: extra.get(4).copied().flatten(),
             page_table_v: extra.get(5).copied().flatten(),
             ragged,
+            softmax,
         })
     }
 
@@ -358,7 +361,9 @@ impl Graph {
         let dq = self.graph_output("sdpa_bwd", qs.clone())?;
         let dk = self.graph_output("sdpa_bwd", ks)?;
         let dv = self.graph_output("sdpa_bwd", vs)?;
+        let (softmax, sm) = self.sdpa_softmax_backward(cfg)?;
         let ext = SdpaBwdOp {
+            sm,
             c,
             o: self.index(o)?,
             d_o: self.index(d_o)?,
@@ -392,6 +397,7 @@ impl Graph {
             dropout_seed: extra[2],
             dropout_offset: extra[3],
             ragged,
+            softmax,
         })
     }
 
@@ -536,7 +542,9 @@ impl Graph {
         } else {
             None
         };
+        let (softmax, sm) = self.sdpa_softmax_forward(cfg, false)?;
         let ext = CompositeFwdOp {
+            sm,
             q: self.index(q)?,
             k: self.index(k)?,
             v: self.index(v)?,
@@ -575,6 +583,7 @@ impl Graph {
             page_table_k: extra.get(4).copied().flatten(),
             page_table_v: extra.get(5).copied().flatten(),
             ragged: None,
+            softmax,
         })
     }
 
@@ -603,7 +612,9 @@ impl Graph {
         let dq = self.graph_output("sdpa_bwd", qs)?;
         let dk = self.graph_output("sdpa_bwd", ks.clone())?;
         let dv = self.graph_output("sdpa_bwd", vs.clone())?;
+        let (softmax, sm) = self.sdpa_softmax_backward(cfg)?;
         let ext = CompositeBwdOp {
+            sm,
             q: self.index(q)?,
             k: self.index(k)?,
             v: self.index(v)?,
@@ -647,6 +658,7 @@ impl Graph {
             dropout_seed: extra[2],
             dropout_offset: extra[3],
             ragged: None,
+            softmax,
         })
     }
 }
