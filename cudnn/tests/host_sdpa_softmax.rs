@@ -204,10 +204,480 @@ fn plan_per_target() -> TestResult {
     Ok(())
 }
 
+fn close(a: f64, b: f64, tol: f64) -> bool {
+    (a - b).abs() <= tol * (1.0 + b.abs())
+}
+
+/// Hand cases: one query, keys with scores `[0, ln 3]`, values `[4, 8]`.
+fn reference_hand_cases() -> TestResult {
+    let (q, k, v) = ([1.0], [0.0, 3f64.ln()], [4.0, 8.0]);
+    let (qv, kv, vv) = (
+        View::bhsd(&q, [1, 1, 1, 1]),
+        View::bhsd(&k, [1, 1, 2, 1]),
+        View::bhsd(&v, [1, 1, 2, 1]),
+    );
+    let c = refattn::SdpaConfig::new(1.0);
+    // No sink: max ln 3, sum_exp 1/3 + 1 = 4/3, stats ln 4, O = 7.
+    let p = refattn::forward_parts(&qv, &kv, &vv, &c, None)?;
+    ensure!(close(p.max[0], 3f64.ln(), 1e-12), "max {}", p.max[0]);
+    ensure!(
+        close(p.sum_exp[0], 4.0 / 3.0, 1e-12),
+        "sum {}",
+        p.sum_exp[0]
+    );
+    ensure!(close(p.stats[0], 4f64.ln(), 1e-12), "stats {}", p.stats[0]);
+    ensure!(close(p.o[0], 7.0, 1e-12), "o {}", p.o[0]);
+    // Sink ln 4: max' ln 4, sum' 1/4 + 3/4 + 1 = 2, P = [1/8, 3/8],
+    // O = 4/8 + 24/8 = 3.5, stats ln 8.
+    let p = refattn::forward_parts(&qv, &kv, &vv, &c, Some(&[4f64.ln()]))?;
+    ensure!(close(p.max[0], 4f64.ln(), 1e-12), "max' {}", p.max[0]);
+    ensure!(close(p.sum_exp[0], 2.0, 1e-12), "sum' {}", p.sum_exp[0]);
+    ensure!(close(p.stats[0], 8f64.ln(), 1e-12), "stats' {}", p.stats[0]);
+    ensure!(close(p.o[0], 3.5, 1e-12), "o' {}", p.o[0]);
+    // dSink with dO = 1: -P_sink * (dO . O) = -(1/2) * 3.5.
+    let d_o = [1.0];
+    let ds = refattn::backward_d_sink(
+        &View::bhsd(&p.o, [1, 1, 1, 1]),
+        &View::bhsd(&d_o, [1, 1, 1, 1]),
+        &p.stats,
+        &[4f64.ln()],
+    )?;
+    ensure!(close(ds[0], -1.75, 1e-12), "dsink {}", ds[0]);
+    // A fully masked row (no key): max -inf, sum 0, O 0; with a sink:
+    // max' = sink, sum' = 1, O 0.
+    let lens = [0usize];
+    let masked = refattn::SdpaConfig {
+        seq_len_kv: Some(&lens),
+        ..refattn::SdpaConfig::new(1.0)
+    };
+    let p = refattn::forward_parts(&qv, &kv, &vv, &masked, None)?;
+    ensure!(
+        p.max[0] == f64::NEG_INFINITY && p.sum_exp[0] == 0.0 && p.o[0] == 0.0,
+        "masked row {p:?}"
+    );
+    let p = refattn::forward_parts(&qv, &kv, &vv, &masked, Some(&[0.5]))?;
+    ensure!(
+        p.max[0] == 0.5 && close(p.sum_exp[0], 1.0, 1e-15) && p.o[0] == 0.0,
+        "masked row with a sink {p:?}"
+    );
+    // Refusals are typed and named.
+    match refattn::forward_parts(&qv, &kv, &vv, &c, Some(&[1.0, 2.0])) {
+        Err(e @ Error::Mismatch { .. }) if e.to_string().contains("sink") => {}
+        other => return Err(format!("sink of 2 for 1 head: {other:?}").into()),
+    }
+    match refattn::forward_parts(&qv, &kv, &vv, &c, Some(&[f64::NAN])) {
+        Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains("sink") => {}
+        other => return Err(format!("NaN sink: {other:?}").into()),
+    }
+    Ok(())
+}
+
+/// Deterministic pseudo-random values in [-1, 1).
+fn values(n: usize, seed: u64) -> Vec<f64> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+        })
+        .collect()
+}
+
+/// `forward_parts` without a sink agrees with `forward`; with a sink, the
+/// backward's dQ / dK / dV (from the sink's statistics) and dSink agree with
+/// central finite differences of `L = sum(O ⊙ G)`.
+fn reference_finite_differences() -> TestResult {
+    let (b, h, hkv, sq, skv, d, dv) = (2, 4, 2, 3, 5, 4, 3);
+    let q = values(b * h * sq * d, 1);
+    let k = values(b * hkv * skv * d, 2);
+    let v = values(b * hkv * skv * dv, 3);
+    let g = values(b * h * sq * dv, 4);
+    let sink: Vec<f64> = values(h, 5).iter().map(|x| 2.0 * x).collect();
+    let lens_kv = [5usize, 3];
+    let cfg = refattn::SdpaConfig {
+        causal: refattn::CausalMask::BottomRight,
+        seq_len_kv: Some(&lens_kv),
+        ..refattn::SdpaConfig::new(0.7)
+    };
+    let views = |q: &[f64], k: &[f64], v: &[f64], sink: &[f64]| {
+        refattn::forward_parts(
+            &View::bhsd(q, [b, h, sq, d]),
+            &View::bhsd(k, [b, hkv, skv, d]),
+            &View::bhsd(v, [b, hkv, skv, dv]),
+            &cfg,
+            Some(sink),
+        )
+    };
+    let plain = refattn::forward(
+        &View::bhsd(&q, [b, h, sq, d]),
+        &View::bhsd(&k, [b, hkv, skv, d]),
+        &View::bhsd(&v, [b, hkv, skv, dv]),
+        &cfg,
+    )?;
+    let parts = refattn::forward_parts(
+        &View::bhsd(&q, [b, h, sq, d]),
+        &View::bhsd(&k, [b, hkv, skv, d]),
+        &View::bhsd(&v, [b, hkv, skv, dv]),
+        &cfg,
+        None,
+    )?;
+    ensure!(
+        parts.o == plain.o && parts.stats == plain.stats,
+        "no sink != forward"
+    );
+    for (r, (&m, &l)) in parts.max.iter().zip(&parts.sum_exp).enumerate() {
+        ensure!(
+            close(m + l.ln(), parts.stats[r], 1e-12),
+            "row {r}: max + log(sum_exp) != stats"
+        );
+    }
+    let f = views(&q, &k, &v, &sink)?;
+    let loss = |o: &[f64]| o.iter().zip(&g).map(|(a, b)| a * b).sum::<f64>();
+    let grads = refattn::backward(
+        &View::bhsd(&q, [b, h, sq, d]),
+        &View::bhsd(&k, [b, hkv, skv, d]),
+        &View::bhsd(&v, [b, hkv, skv, dv]),
+        &View::bhsd(&f.o, [b, h, sq, dv]),
+        &View::bhsd(&g, [b, h, sq, dv]),
+        &f.stats,
+        &cfg,
+    )?;
+    let ds = refattn::backward_d_sink(
+        &View::bhsd(&f.o, [b, h, sq, dv]),
+        &View::bhsd(&g, [b, h, sq, dv]),
+        &f.stats,
+        &sink,
+    )?;
+    let eps = 1e-6;
+    let fd = |which: usize, idx: usize| -> Result<f64, Error> {
+        let mut bufs = [q.clone(), k.clone(), v.clone(), sink.clone()];
+        bufs[which][idx] += eps;
+        let up = loss(&views(&bufs[0], &bufs[1], &bufs[2], &bufs[3])?.o);
+        bufs[which][idx] -= 2.0 * eps;
+        let down = loss(&views(&bufs[0], &bufs[1], &bufs[2], &bufs[3])?.o);
+        Ok((up - down) / (2.0 * eps))
+    };
+    let mut checked = 0;
+    for (which, analytic) in [(0, &grads.dq), (1, &grads.dk), (2, &grads.dv), (3, &ds)] {
+        for idx in 0..analytic.len() {
+            let num = fd(which, idx)?;
+            ensure!(
+                close(analytic[idx], num, 1e-6),
+                "tensor {which}[{idx}]: analytic {} vs finite difference {num}",
+                analytic[idx]
+            );
+            checked += 1;
+        }
+    }
+    ensure!(ds.iter().any(|x| x.abs() > 1e-3), "dSink all ~0: {ds:?}");
+    eprintln!("reference: {checked} gradient entries match finite differences (dSink {ds:?})");
+    Ok(())
+}
+
+/// Split-KV: attention over keys [0, n) and [n, N), combined with their
+/// max / sum_exp, equals the attention over all N keys (with a sink, the
+/// sink joins one chunk).
+fn reference_split_kv() -> TestResult {
+    let (b, h, sq, n_all, d, dv) = (2, 3, 4, 11, 8, 5);
+    let q = values(b * h * sq * d, 11);
+    let k: Vec<f64> = values(b * h * n_all * d, 12)
+        .iter()
+        .map(|x| 3.0 * x)
+        .collect();
+    let v = values(b * h * n_all * dv, 13);
+    let sink = values(h, 14);
+    let cfg = refattn::SdpaConfig::new(0.5);
+    let kfull = View::bhsd(&k, [b, h, n_all, d]);
+    let vfull = View::bhsd(&v, [b, h, n_all, dv]);
+    let qv = View::bhsd(&q, [b, h, sq, d]);
+    for split in [1, 4, 10] {
+        for with_sink in [false, true] {
+            let s = with_sink.then_some(&sink[..]);
+            let full = refattn::forward_parts(&qv, &kfull, &vfull, &cfg, s)?;
+            let ks = [n_all * h * d, n_all * d, d, 1];
+            let vs = [n_all * h * dv, n_all * dv, dv, 1];
+            let a = refattn::forward_parts(
+                &qv,
+                &View::new(&k, [b, h, split, d], ks),
+                &View::new(&v, [b, h, split, dv], vs),
+                &cfg,
+                s,
+            )?;
+            let rest = n_all - split;
+            let bpart = refattn::forward_parts(
+                &qv,
+                &View::new(&k[split * d..], [b, h, rest, d], ks),
+                &View::new(&v[split * dv..], [b, h, rest, dv], vs),
+                &cfg,
+                None,
+            )?;
+            let o = refattn::combine_partials(
+                &[
+                    refattn::Partial {
+                        o: &a.o,
+                        max: &a.max,
+                        sum_exp: &a.sum_exp,
+                    },
+                    refattn::Partial {
+                        o: &bpart.o,
+                        max: &bpart.max,
+                        sum_exp: &bpart.sum_exp,
+                    },
+                ],
+                dv,
+            )?;
+            for (i, (x, y)) in o.iter().zip(&full.o).enumerate() {
+                ensure!(
+                    close(*x, *y, 1e-12),
+                    "split {split} sink {with_sink}: o[{i}] {x} vs {y}"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `resolve_for` must refuse with `Unsupported` naming `word` and `ver`.
+fn unsupported_naming(r: Result<SdpaImpl, Error>, word: &str, ver: &str) -> TestResult {
+    match r {
+        Err(e @ Error::Unsupported { .. }) => {
+            let s = e.to_string();
+            ensure!(
+                s.contains(word) && s.contains(ver),
+                "refusal does not name `{word}` and `{ver}`: {s}"
+            );
+            Ok(())
+        }
+        other => Err(format!("expected Unsupported naming {word}, got {other:?}").into()),
+    }
+}
+
+/// The version rules as pure functions, against NVIDIA's frontend 1.32.
+fn version_rules() -> TestResult {
+    let native = |c: SdpaConfig| c.implementation(SdpaImpl::Native);
+    let comp = |c: SdpaConfig| c.implementation(SdpaImpl::Composite);
+    let ms = base().max_sum_exp(true);
+    let sink = base().sink(true);
+    // The SDPA operation's softmax sub-descriptor: 9.21.
+    unsupported_naming(
+        native(ms.clone()).resolve_for((9, 20, 0), false),
+        "max_sum_exp",
+        "9.21.0",
+    )?;
+    unsupported_naming(
+        native(sink.clone()).resolve_for((9, 19, 0), false),
+        "sink",
+        "9.21.0",
+    )?;
+    unsupported_naming(
+        native(sink.clone().sink_grad(true)).resolve_for((9, 20, 0), true),
+        "sink_grad",
+        "9.21.0",
+    )?;
+    ensure!(
+        native(ms.clone()).resolve_for((9, 21, 0), false)? == SdpaImpl::Native,
+        "native(ms.clone()).resolve_for((9, 21, 0), false)? == SdpaIm"
+    );
+    ensure!(
+        native(sink.clone().sink_grad(true)).resolve_for((9, 21, 0), true)? == SdpaImpl::Native,
+        "native dSink on 9.21"
+    );
+    // A backward with a sink but no dSink needs nothing of the operation.
+    ensure!(
+        native(sink.clone()).resolve_for((9, 17, 0), true)? == SdpaImpl::Native,
+        "native(sink.clone()).resolve_for((9, 17, 0), true)? == SdpaI"
+    );
+    // Auto: the composite before 9.21 (torch211's 9.19), native after.
+    ensure!(
+        ms.resolve_for((9, 19, 0), false)? == SdpaImpl::Composite,
+        "ms.resolve_for((9, 19, 0), false)? == SdpaImpl::Composite"
+    );
+    ensure!(
+        ms.resolve_for((9, 10, 2), false)? == SdpaImpl::Composite,
+        "ms.resolve_for((9, 10, 2), false)? == SdpaImpl::Composite"
+    );
+    ensure!(
+        ms.resolve_for((9, 28, 1), false)? == SdpaImpl::Native,
+        "ms.resolve_for((9, 28, 1), false)? == SdpaImpl::Native"
+    );
+    ensure!(
+        sink.resolve_for((9, 19, 0), false)? == SdpaImpl::Composite,
+        "sink.resolve_for((9, 19, 0), false)? == SdpaImpl::Composite"
+    );
+    // Sinks: none before 9.13 on any construction.
+    unsupported_naming(
+        comp(sink.clone()).resolve_for((9, 12, 0), false),
+        "sink",
+        "9.13.0",
+    )?;
+    unsupported_naming(sink.resolve_for((9, 10, 2), true), "sink", "9.13.0")?;
+    ensure!(
+        comp(sink.clone()).resolve_for((9, 13, 0), false)? == SdpaImpl::Composite,
+        "comp(sink.clone()).resolve_for((9, 13, 0), false)? == SdpaIm"
+    );
+    // Ragged with dSink: 9.26.
+    let ragged = sink.clone().sink_grad(true).ragged();
+    unsupported_naming(ragged.resolve_for((9, 25, 0), true), "ragged", "9.26.0")?;
+    ensure!(
+        ragged.resolve_for((9, 26, 0), true).is_ok(),
+        "ragged dSink on 9.26"
+    );
+    ensure!(
+        ragged.resolve_for((9, 25, 0), false).is_ok(),
+        "the forward has no 9.26 rule"
+    );
+    // No sink for a single query row.
+    let decode = SdpaConfig::new(2, 8, 1, 64, DType::BF16)
+        .kv_len(512)
+        .sink(true);
+    match decode.resolve_for((9, 28, 1), false) {
+        Err(e @ Error::Unsupported { .. }) if e.to_string().contains("seq_q = 1") => {}
+        other => return Err(format!("decode with a sink: {other:?}").into()),
+    }
+    // dSink without a sink: Invalid, naming the field.
+    match base().sink_grad(true).resolve_for((9, 28, 1), true) {
+        Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains("sink_grad") => {}
+        other => return Err(format!("sink_grad alone: {other:?}").into()),
+    }
+    // max / sum_exp have no version rule of their own on the composite.
+    ensure!(
+        comp(ms).resolve_for((9, 0, 0), false)? == SdpaImpl::Composite,
+        "comp(ms).resolve_for((9, 0, 0), false)? == SdpaImpl::Composi"
+    );
+    Ok(())
+}
+
+/// Random combinations of the softmax options with the others: the pure
+/// rules over every version, the target rules, and the graph builder with
+/// the loaded cuDNN never panic, and every refusal is typed and named.
+fn property_random_options() -> TestResult {
+    let mut runner = TestRunner::new(PtConfig {
+        cases: 128,
+        failure_persistence: None,
+        ..PtConfig::default()
+    });
+    let strat = (
+        (
+            1i64..3,
+            prop_oneof![Just(1i64), Just(2), Just(4)],
+            1i64..300,
+            1i64..600,
+        ),
+        (
+            prop_oneof![Just(64i64), Just(128), Just(7)],
+            any::<bool>(),
+            any::<bool>(),
+        ),
+        (
+            any::<bool>(),
+            any::<bool>(),
+            prop_oneof![Just(0.0f64), Just(0.1)],
+        ),
+        (0u8..3, any::<bool>(), any::<bool>()),
+        (any::<bool>(), any::<bool>(), any::<bool>()),
+        prop_oneof![Just(None), (1i64..100).prop_map(Some)],
+    );
+    runner
+        .run(
+            &strat,
+            |(
+                (b, h, sq, skv),
+                (d, causal, br),
+                (padding, training, p),
+                (imp, backward, ragged),
+                (max_sum_exp, sink, sink_grad),
+                window,
+            )| {
+                let mut c = SdpaConfig::new(b, h, sq, d, DType::BF16)
+                    .kv_len(skv)
+                    .causal(causal)
+                    .padding(padding)
+                    .training(training)
+                    .dropout(p)
+                    .max_sum_exp(max_sum_exp)
+                    .sink(sink)
+                    .sink_grad(sink_grad)
+                    .implementation(
+                        [SdpaImpl::Auto, SdpaImpl::Native, SdpaImpl::Composite][imp as usize],
+                    );
+                if br {
+                    c = c.diagonal(DiagonalAlignment::BottomRight);
+                }
+                if let Some(w) = window {
+                    c = c.sliding_window(w);
+                }
+                if ragged {
+                    c = c.ragged().padding(padding);
+                }
+                for ver in [
+                    (9, 0, 0),
+                    (9, 10, 2),
+                    (9, 12, 0),
+                    (9, 13, 0),
+                    (9, 19, 0),
+                    (9, 21, 0),
+                    (9, 25, 0),
+                    (9, 26, 0),
+                    (9, 28, 1),
+                ] {
+                    if let Err(e) = c.resolve_for(ver, backward) {
+                        prop_assert!(names_option(&e), "untyped or unnamed refusal {e:?}");
+                    }
+                    for dev in [800, 890, 900, 1000] {
+                        if let Err(e) = c.check_target_for(backward, dev, ver) {
+                            prop_assert!(names_option(&e), "untyped target refusal {e:?}");
+                        }
+                    }
+                }
+                // The builder with the loaded cuDNN: the graph, or a typed refusal.
+                let built = if backward {
+                    bwd(&c)
+                        .map(|(_, b)| (b.softmax.sink.is_some(), b.softmax.d_sink.is_some(), false))
+                } else {
+                    fwd(&c).map(|(_, f)| {
+                        (
+                            f.softmax.sink.is_some(),
+                            false,
+                            f.softmax.max.is_some() && f.softmax.sum_exp.is_some(),
+                        )
+                    })
+                };
+                match built {
+                    Ok((has_sink, has_d_sink, has_parts)) => {
+                        if backward {
+                            prop_assert!(
+                                has_sink == sink_grad && has_d_sink == sink_grad,
+                                "backward sink tensors"
+                            );
+                        } else {
+                            prop_assert!(
+                                has_sink == sink && has_parts == max_sum_exp,
+                                "forward softmax tensors"
+                            );
+                        }
+                    }
+                    Err(e) => prop_assert!(names_option(&e), "untyped builder refusal {e:?}"),
+                }
+                Ok(())
+            },
+        )
+        .map_err(|e| format!("{e}"))?;
+    Ok(())
+}
+
 fn main() {
-    let t = vec![host_planning(
-        "sdpa_softmax_plans_per_target",
-        plan_per_target,
-    )];
+    let t = vec![
+        host_planning("sdpa_softmax_plans_per_target", plan_per_target),
+        unit("sdpa_reference_softmax_hand_cases", reference_hand_cases),
+        unit(
+            "sdpa_reference_sink_finite_differences",
+            reference_finite_differences,
+        ),
+        unit("sdpa_reference_split_kv_combination", reference_split_kv),
+        unit("sdpa_softmax_version_rules", version_rules),
+        host("sdpa_softmax_random_combinations", property_random_options),
+    ];
     run(t)
 }
