@@ -673,6 +673,98 @@ fn property_random_options() -> TestResult {
     Ok(())
 }
 
+/// The crate's own native plans with the softmax sub-descriptor (max /
+/// sum_exp, a sink; and the SDPA backward's sink / dSink) pass the plan-JSON
+/// allow-list and reload into the same engine and workspace; a tampered
+/// softmax field is refused, typed, before cuDNN sees it.
+fn plan_json_round_trip() -> TestResult {
+    if loaded() < (9, 21, 0) {
+        eprintln!(
+            "skipped: the softmax sub-descriptor needs cuDNN >= 9.21 (loaded {:?})",
+            loaded()
+        );
+        return Ok(());
+    }
+    let t = Target::preset("h200")?;
+    let graphs = [
+        (
+            "max/sum_exp",
+            fwd(&base()
+                .max_sum_exp(true)
+                .training(true)
+                .implementation(SdpaImpl::Native))?
+            .0,
+        ),
+        (
+            "sink",
+            fwd(&base()
+                .sink(true)
+                .causal(true)
+                .implementation(SdpaImpl::Native))?
+            .0,
+        ),
+        (
+            "bwd dsink",
+            bwd(&base()
+                .sink(true)
+                .sink_grad(true)
+                .implementation(SdpaImpl::Native))?
+            .0,
+        ),
+    ];
+    for (name, g) in graphs {
+        let (p, _) = Plan::build(&g.build()?, &t, &Policy::default())?;
+        let json = p.cudnn_json()?;
+        let io = std::sync::Arc::new(p.io().clone());
+        // The plan carries runtime-compiled code: the trusted loader (which
+        // applies the allow-list too) is the one that may load it.
+        check_plan_json(&json, &io, &t, None)
+            .map_err(|e| format!("{name}: own plan refused by the allow-list: {e}\n{json}"))?;
+        let back = Plan::from_cudnn_json_trusted(&json, &t, io.clone())
+            .map_err(|e| format!("{name}: own plan refused: {e}\n{json}"))?;
+        // The same engine: the reloaded plan serializes to the same JSON
+        // (engine, knobs, graph) and has the same workspace.
+        let again = back.cudnn_json()?;
+        ensure!(
+            again == json && back.workspace_size() == p.workspace_size(),
+            "{name}: reloaded plan differs (workspace {} vs {})\n{again}\n{json}",
+            back.workspace_size(),
+            p.workspace_size()
+        );
+        eprintln!(
+            "{name}: plan JSON round trip: engine {:?}, workspace {}",
+            p.engine(),
+            p.workspace_size()
+        );
+        // Tampering: an unknown key on the softmax / SDPA node, and a
+        // softmax output renamed to a tensor that does not exist.
+        for (what, from, to) in [
+            ("unknown key", "\"sumExpDesc\"", "\"sumExpDescX\""),
+            ("unknown key", "\"sinkDesc\"", "\"sinkDescX\""),
+            ("unknown key", "\"dSinkDesc\"", "\"dSinkDescX\""),
+            ("max written to Q", "\"maxDesc\":\"", "\"maxDesc\":\"q"),
+        ] {
+            if !json.contains(from) {
+                continue;
+            }
+            let bad = json.replacen(from, to, 1);
+            match Plan::from_cudnn_json_trusted(&bad, &t, io.clone()) {
+                Err(e @ Error::InvalidArgument { .. }) => {
+                    eprintln!("{name}: tampered ({what}) refused: {e}")
+                }
+                other => {
+                    return Err(format!(
+                        "{name}: tampered plan ({what}) not refused: {:?}",
+                        other.map(|_| ())
+                    )
+                    .into());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn main() {
     let t = vec![
         host_planning("sdpa_softmax_plans_per_target", plan_per_target),
@@ -684,6 +776,7 @@ fn main() {
         unit("sdpa_reference_split_kv_combination", reference_split_kv),
         unit("sdpa_softmax_version_rules", version_rules),
         host("sdpa_softmax_random_combinations", property_random_options),
+        host_planning("sdpa_softmax_plan_json_round_trip", plan_json_round_trip),
     ];
     run(t)
 }
