@@ -367,12 +367,11 @@ fn reference_finite_differences() -> TestResult {
     };
     let mut checked = 0;
     for (which, analytic) in [(0, &grads.dq), (1, &grads.dk), (2, &grads.dv), (3, &ds)] {
-        for idx in 0..analytic.len() {
+        for (idx, &a) in analytic.iter().enumerate() {
             let num = fd(which, idx)?;
             ensure!(
-                close(analytic[idx], num, 1e-6),
-                "tensor {which}[{idx}]: analytic {} vs finite difference {num}",
-                analytic[idx]
+                close(a, num, 1e-6),
+                "tensor {which}[{idx}]: analytic {a} vs finite difference {num}"
             );
             checked += 1;
         }

@@ -6,8 +6,8 @@
 //!
 //! # Row max and sum of exponentials
 //! With `max_sum_exp`, the forward also writes, per query row, `max` (the
-//! row max of the scaled, masked scores) and `sum_exp` (`sum_j exp(S[i, j]
-//! - max)`), both `[B, H, S_q, 1]` f32, packed. A caller that splits the
+//! row max of the scaled, masked scores) and `sum_exp` (the row sum of
+//! `exp(S - max)`), both `[B, H, S_q, 1]` f32, packed. A caller that splits the
 //! keys into chunks (split-KV decode) runs one attention per chunk and
 //! combines them: with `m = max(m_a, m_b)`, `l = l_a exp(m_a - m) + l_b
 //! exp(m_b - m)`, `O = (O_a l_a exp(m_a - m) + O_b l_b exp(m_b - m)) / l`
