@@ -25,6 +25,7 @@ mod compare;
 mod differences;
 mod patterns;
 mod patterns_sdpa_options;
+mod patterns_sdpa_softmax;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -706,5 +706,6 @@ pub fn all() -> Vec<Pattern> {
     attention(&mut out);
     patterns_fp8::fp8(&mut out);
     crate::patterns_sdpa_options::attention_options(&mut out);
+    crate::patterns_sdpa_softmax::softmax_options(&mut out);
     out
 }
