@@ -129,6 +129,8 @@ fn cases() -> Vec<(&'static str, bool, SdpaConfig)> {
             false,
             sink().max_sum_exp(true).padding(true),
         ),
+        // The same backward without the softmax options, for comparison.
+        ("bwd plain", true, base()),
         ("bwd sink", true, sink()),
         ("bwd sink dsink", true, sink().sink_grad(true)),
         (
@@ -148,7 +150,16 @@ fn plan_per_target() -> TestResult {
     let v = loaded();
     let mut failures = Vec::new();
     for (name, backward, cfg) in cases() {
-        let imps: &[SdpaImpl] = if backward {
+        let imps: &[SdpaImpl] = if backward && v < (9, 21, 0) {
+            // The crate's native SDPA backward does not finalize on cuDNN
+            // 9.19 with or without these options (`bwd plain`: the
+            // operation graph's buildDAG says BAD_PARAM); only what `Auto`
+            // builds is planned there.
+            eprintln!(
+                "{name:<30} Native: not planned on cuDNN {v:?} (the native backward needs 9.21 here)"
+            );
+            &[SdpaImpl::Auto]
+        } else if backward {
             &[SdpaImpl::Auto, SdpaImpl::Native]
         } else {
             &[SdpaImpl::Native, SdpaImpl::Composite, SdpaImpl::Auto]
