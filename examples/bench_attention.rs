@@ -18,7 +18,10 @@
 //!   cache (batch 32, 4096 cached tokens in pages of 64; PyTorch, which
 //!   has no paged SDPA, over the same keys stored contiguously), and a
 //!   ragged (packed THD) causal batch of 4 full sequences of 4096 (PyTorch:
-//!   the same dense causal attention, the same work); TFLOP/s
+//!   the same dense causal attention, the same work); a causal 4k
+//!   attention with a sink per head (forward, backward with dSink) and one
+//!   half of a split-KV decode step writing the row max and sum of
+//!   exponentials (PyTorch's SDPA has neither: no PyTorch row); TFLOP/s
 //!   count the pairs the mask keeps (exactly, row by row);
 //! - layer norm forward (training) and backward, bf16, 8192 rows of 4096,
 //!   in GB/s (the bytes each call must move at least: x and y forward;
@@ -83,6 +86,13 @@ enum Opt {
     /// (offsets from `SdpaConfig::ragged_offsets`, bound with the unsafe
     /// `Bindings::input_ragged_offsets`).
     Ragged,
+    /// Issue 24 (h6): a causal 4k attention with a sink per head (forward;
+    /// backward with dSink). PyTorch's SDPA has no sinks (no row).
+    Sink,
+    /// Issue 24 (h6): one half of a split-KV decode step (batch 32, one
+    /// query over 2048 of 4096 keys, GQA 32:8) writing the row max and sum
+    /// of exponentials. PyTorch's SDPA has no such outputs (no row).
+    SplitKv,
 }
 
 impl Opt {
@@ -103,6 +113,15 @@ impl Opt {
                 .training(true)
                 .causal(true)
                 .ragged(),
+            Opt::Sink => SdpaConfig::new(4, 32, 4096, 128, DType::BF16)
+                .training(true)
+                .causal(true)
+                .sink(true)
+                .sink_grad(true),
+            Opt::SplitKv => SdpaConfig::new(32, 32, 1, 128, DType::BF16)
+                .gqa(8)
+                .kv_len(2048)
+                .max_sum_exp(true),
         }
     }
     fn name(self) -> &'static str {
@@ -111,6 +130,10 @@ impl Opt {
             Opt::Window => "b4 h32 s4096 d128 causal window 1024",
             Opt::PagedDecode => "b32 h32 h_kv8 decode s_q1 s_kv4096 d128 paged (pages of 64)",
             Opt::Ragged => "b4 h32 s4096 d128 causal ragged (packed THD)",
+            Opt::Sink => "b4 h32 s4096 d128 causal sink (PyTorch: no SDPA equivalent)",
+            Opt::SplitKv => {
+                "b32 h32 h_kv8 decode s_q1 s_kv2048 d128 max/sum_exp (split-KV half; PyTorch: no SDPA equivalent)"
+            }
         }
     }
     fn shape(self) -> &'static str {
@@ -119,6 +142,8 @@ impl Opt {
             Opt::Window => "b=4;h=32;s=4096;d=128;causal=1;window=1024",
             Opt::PagedDecode => "b=32;h=32;hkv=8;s=1;skv=4096;d=128;causal=1;align=br;paged=64",
             Opt::Ragged => "b=4;h=32;s=4096;d=128;causal=1;ragged=1",
+            Opt::Sink => "b=4;h=32;s=4096;d=128;causal=1;sink=1",
+            Opt::SplitKv => "b=32;h=32;hkv=8;s=1;skv=2048;d=128;maxsum=1",
         }
     }
     /// Forward FLOPs over the (query, key) pairs the mask keeps.
@@ -340,6 +365,9 @@ fn cases(quick: bool) -> Vec<Case> {
         v.push(Case::SdpaOpt(o, true));
     }
     v.push(Case::SdpaOpt(Opt::PagedDecode, false));
+    v.push(Case::SdpaOpt(Opt::Sink, false));
+    v.push(Case::SdpaOpt(Opt::Sink, true));
+    v.push(Case::SdpaOpt(Opt::SplitKv, false));
     v.push(Case::LnFwd);
     v.push(Case::LnBwd);
     v
