@@ -129,6 +129,26 @@ fn cases() -> Vec<(&'static str, bool, SdpaConfig)> {
             false,
             sink().max_sum_exp(true).padding(true),
         ),
+        (
+            "fwd max/sum_exp ragged train",
+            false,
+            ms().causal(true).training(true).ragged(),
+        ),
+        (
+            "fwd max/sum_exp paged decode",
+            false,
+            SdpaConfig::new(4, 8, 1, 128, DType::BF16)
+                .gqa(2)
+                .kv_len(1024)
+                .causal_bottom_right()
+                .paged(64, 80)
+                .max_sum_exp(true),
+        ),
+        (
+            "fwd sink dropout train",
+            false,
+            sink().dropout(0.1).training(true),
+        ),
         // The same backward without the softmax options, for comparison.
         ("bwd plain", true, base()),
         ("bwd sink", true, sink()),
@@ -137,6 +157,11 @@ fn cases() -> Vec<(&'static str, bool, SdpaConfig)> {
             "bwd sink dsink causal",
             true,
             sink().sink_grad(true).causal(true),
+        ),
+        (
+            "bwd sink dsink dropout gqa",
+            true,
+            sink().sink_grad(true).dropout(0.1).gqa(2),
         ),
         (
             "bwd sink dsink padding",

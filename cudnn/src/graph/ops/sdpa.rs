@@ -24,7 +24,9 @@
 //! inputs `[B + 1, 1, 1, 1]` i32 on Q, K, V, O and the gradients (Q and O
 //! only with a paged cache), forward and backward; the offsets are bound with the unsafe
 //! `Bindings::input_ragged_offsets`, see the rules and the soundness note
-//! on [`SdpaConfig::ragged_offsets`]).
+//! on [`SdpaConfig::ragged_offsets`]); the row max and sum of exponentials
+//! as outputs and attention sinks with dSink ([`SdpaConfig::max_sum_exp`],
+//! [`SdpaConfig::sink`]; rules in [`sdpa_softmax`](super::sdpa_softmax)).
 //! Their rules, after NVIDIA's frontend 1.32: the bottom-right causal mask
 //! not with dropout, and (like the window) without padding only for
 //! `seq_q <= seq_kv`; before cuDNN 9.6 a bottom-right mask only for lengths
