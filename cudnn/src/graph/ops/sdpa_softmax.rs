@@ -116,7 +116,12 @@ impl SoftmaxIdx {
         }
     }
 
+    /// The op signature's suffix: empty without these options (so every
+    /// other attention graph keeps its signature and cache key).
     pub(crate) fn signature(&self) -> String {
+        if self.max.is_none() && self.sink.is_none() && self.d_sink.is_none() {
+            return String::new();
+        }
         format!(
             " max_sum_exp={} sink={} d_sink={}",
             self.max.is_some(),
