@@ -22,6 +22,24 @@
 //! composite runs on). Ragged batches keep them padded `[B, H, S_q, 1]`,
 //! as the statistics.
 //!
+//! ```no_run
+//! use cudnn::graph::{DType, Graph, Plan, Policy, SdpaConfig, Target};
+//! // One half of a split-KV decode step: 1 query row against 2048 keys.
+//! let cfg = SdpaConfig::new(32, 32, 1, 128, DType::BF16)
+//!     .gqa(8)
+//!     .kv_len(2048)
+//!     .max_sum_exp(true);
+//! let mut g = Graph::new();
+//! let q = g.input("q", cfg.q_spec()?)?;
+//! let k = g.input("k", cfg.k_spec()?)?;
+//! let v = g.input("v", cfg.v_spec()?)?;
+//! let f = g.sdpa_forward(q, k, v, &cfg)?;
+//! let (max, sum_exp) = (f.softmax.max, f.softmax.sum_exp);
+//! assert!(max.is_some() && sum_exp.is_some());
+//! let (plan, _) = Plan::build(&g.build()?, &Target::preset("h200")?, &Policy::default())?;
+//! # Ok::<(), cudnn::Error>(())
+//! ```
+//!
 //! # Attention sinks
 //! A sink (gpt-oss, StreamingLLM) is one extra logit per head that joins
 //! every row's softmax denominator and attends to no value: a graph input
