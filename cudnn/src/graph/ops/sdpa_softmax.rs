@@ -50,7 +50,10 @@
 //! `sum'`). The backward needs no sink for dQ, dK, dV (the statistics
 //! carry it); with [`SdpaConfig::sink_grad`] it takes the sink as an input
 //! and writes `dSink[h] = -sum_{b, i} exp(sink[h] - stats[b, h, i]) *
-//! sum_t dO[b, h, i, t] O[b, h, i, t]`, `[1, H, 1, 1]` f32.
+//! sum_t dO[b, h, i, t] O[b, h, i, t]`, `[1, H, 1, 1]` f32. The sum runs
+//! over every query row the tensors hold: with padding, the rows past a
+//! sequence's length must hold `dO = 0` (as a loss that ignores them
+//! gives), and finite statistics.
 //!
 //! Rules (NVIDIA's frontend 1.32): sinks from cuDNN 9.13 (the composite),
 //! the SDPA operation's softmax sub-descriptor (max / sum_exp, a sink) and
