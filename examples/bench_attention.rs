@@ -23,7 +23,10 @@
 //!   eager `softcap * tanh(scores / softcap)` attention), an additive bias
 //!   `[1, 32, 2048, 2048]` over 2k queries and keys (PyTorch: a float
 //!   `attn_mask` of that shape) and causal ALiBi over 2k (PyTorch: the
-//!   ALiBi bias, -inf above the diagonal, as a float `attn_mask`); TFLOP/s
+//!   ALiBi bias, -inf above the diagonal, as a float `attn_mask`), a causal 4k
+//!   attention with a sink per head (forward, backward with dSink) and one
+//!   half of a split-KV decode step writing the row max and sum of
+//!   exponentials (PyTorch's SDPA has neither: no PyTorch row); TFLOP/s
 //!   count the pairs the mask keeps (exactly, row by row);
 //! - layer norm forward (training) and backward, bf16, 8192 rows of 4096,
 //!   in GB/s (the bytes each call must move at least: x and y forward;
@@ -94,6 +97,13 @@ enum Opt {
     Bias,
     /// Issue 24 (h4): causal ALiBi, 2048 queries and keys.
     Alibi,
+    /// Issue 24 (h6): a causal 4k attention with a sink per head (forward;
+    /// backward with dSink). PyTorch's SDPA has no sinks (no row).
+    Sink,
+    /// Issue 24 (h6): one half of a split-KV decode step (batch 32, one
+    /// query over 2048 of 4096 keys, GQA 32:8) writing the row max and sum
+    /// of exponentials. PyTorch's SDPA has no such outputs (no row).
+    SplitKv,
 }
 
 impl Opt {
@@ -124,6 +134,15 @@ impl Opt {
                 .training(true)
                 .causal(true)
                 .alibi(true),
+            Opt::Sink => SdpaConfig::new(4, 32, 4096, 128, DType::BF16)
+                .training(true)
+                .causal(true)
+                .sink(true)
+                .sink_grad(true),
+            Opt::SplitKv => SdpaConfig::new(32, 32, 1, 128, DType::BF16)
+                .gqa(8)
+                .kv_len(2048)
+                .max_sum_exp(true),
         }
     }
     fn name(self) -> &'static str {
@@ -135,6 +154,10 @@ impl Opt {
             Opt::Softcap => "b4 h32 s4096 d128 softcap 50 (PyTorch: eager, no SDPA softcap)",
             Opt::Bias => "b4 h32 s2048 d128 bias [1,h,s,s]",
             Opt::Alibi => "b4 h32 s2048 d128 causal ALiBi",
+            Opt::Sink => "b4 h32 s4096 d128 causal sink (PyTorch: no SDPA equivalent)",
+            Opt::SplitKv => {
+                "b32 h32 h_kv8 decode s_q1 s_kv2048 d128 max/sum_exp (split-KV half; PyTorch: no SDPA equivalent)"
+            }
         }
     }
     fn shape(self) -> &'static str {
@@ -146,6 +169,8 @@ impl Opt {
             Opt::Softcap => "b=4;h=32;s=4096;d=128;causal=0;softcap=50",
             Opt::Bias => "b=4;h=32;s=2048;d=128;bias=1h",
             Opt::Alibi => "b=4;h=32;s=2048;d=128;causal=1;alibi=1",
+            Opt::Sink => "b=4;h=32;s=4096;d=128;causal=1;sink=1",
+            Opt::SplitKv => "b=32;h=32;hkv=8;s=1;skv=2048;d=128;maxsum=1",
         }
     }
     /// Forward FLOPs over the (query, key) pairs the mask keeps.
@@ -374,6 +399,9 @@ fn cases(quick: bool) -> Vec<Case> {
         v.push(Case::SdpaOpt(o, true));
     }
     v.push(Case::SdpaOpt(Opt::PagedDecode, false));
+    v.push(Case::SdpaOpt(Opt::Sink, false));
+    v.push(Case::SdpaOpt(Opt::Sink, true));
+    v.push(Case::SdpaOpt(Opt::SplitKv, false));
     v.push(Case::LnFwd);
     v.push(Case::LnBwd);
     v

@@ -28,6 +28,7 @@ mod patterns_sdpa_options;
 mod patterns_sdpa_softcap;
 // issue 24 (h4): additive bias and ALiBi.
 mod patterns_sdpa_bias;
+mod patterns_sdpa_softmax;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -708,5 +708,6 @@ pub fn all() -> Vec<Pattern> {
     crate::patterns_sdpa_options::attention_options(&mut out);
     crate::patterns_sdpa_softcap::softcap(&mut out);
     crate::patterns_sdpa_bias::attention_bias(&mut out);
+    crate::patterns_sdpa_softmax::softmax_options(&mut out);
     out
 }

@@ -449,6 +449,28 @@ class Builder:
         return dict(dBias=t)
 
     # ---- end of issue 24 (h4) ----
+    # ---- issue 24 (h6): softmax max / sum_exp outputs and attention sinks ----
+
+    def softmax_output(self, name):
+        """An output the frontend takes from the caller (score_max, ...)."""
+        want = self.by_name[name]
+        t = self.g._make_tensor(
+            dim=want["dims"], stride=want["strides"], data_type=self.dt[want["dtype"]], name=name, uid=want["uid"]
+        )
+        return self.out(name, t)
+
+    def softmax_kwargs(self, backward):
+        p, kw = self.p, {}
+        if p.get("sink") and (not backward or p.get("d_sink")):
+            kw["sink_token"] = self.t["sink"]
+        if backward and p.get("d_sink"):
+            kw["dSink_token"] = self.softmax_output("d_sink")
+        if not backward and p.get("max_sum_exp"):
+            kw["score_max"] = self.softmax_output("max")
+            kw["score_sum_exp"] = self.softmax_output("sum_exp")
+        return kw
+
+    # ---- end issue 24 (h6) ----
 
     def ragged(self, name, t, which):
         """Issue 24: a packed (THD) tensor names its ragged offsets."""
@@ -466,6 +488,7 @@ class Builder:
         kw = self.sdpa_kwargs()
         imp = self.cudnn.attention_implementation
         kw["implementation"] = {"auto": imp.AUTO, "native": imp.UNIFIED, "composite": imp.COMPOSITE}[p["implementation"]]
+        kw.update(self.softmax_kwargs(backward=False))
         o, stats = self.g.sdpa(self.t["q"], self.t["k"], self.t["v"], generate_stats=p["training"], **kw)
         o.set_dim(self.by_name["o"]["dims"]).set_stride(self.by_name["o"]["strides"])
         self.out("o", o)
@@ -477,6 +500,7 @@ class Builder:
         t = self.t
         self.ragged_inputs((("q", "q"), ("k", "k"), ("v", "v"), ("o", "o"), ("do", "o")))
         kw = dict(self.sdpa_kwargs(), **self.dbias_kwargs())
+        kw.update(self.softmax_kwargs(backward=True))
         dq, dk, dv = self.g.sdpa_backward(t["q"], t["k"], t["v"], t["o"], t["do"], t["stats"], **kw)
         for name, src, x in (("dq", "q", dq), ("dk", "k", dk), ("dv", "v", dv)):
             x.set_dim(self.by_name[src]["dims"]).set_stride(self.by_name[src]["strides"])

@@ -419,6 +419,9 @@ def attention_case(torch, row, device):
             raise Skip(f"this PyTorch has no FP8 scaled_dot_product_attention ({type(e).__name__}: {e})")
         return lambda: F.scaled_dot_product_attention(q8, k8, v8, is_causal=causal)
     dtype = torch_dtype(torch, row["dtype"])
+    # Issue 24 (h6): sinks and the max / sum_exp outputs have no SDPA form in PyTorch.
+    if "sink" in s or "maxsum" in s:
+        raise Skip("PyTorch's scaled_dot_product_attention has no attention sinks or max / sum_exp outputs")
 
     # Issue 24's options: keys other than queries (skv), a bottom-right
     # causal mask (align=br: PyTorch's causal_lower_right) and a sliding

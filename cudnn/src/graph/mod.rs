@@ -72,6 +72,7 @@ pub use ops::sdpa::{
 pub use ops::sdpa_bias::{AttnBias, BiasTensors, alibi_slopes};
 pub use ops::sdpa_fp8::{Fp8SdpaConfig, Fp8SdpaForward};
 pub use ops::sdpa_fp8_bwd::{FP8_BWD_SCALE_NAMES, Fp8SdpaBackward};
+pub use ops::sdpa_softmax::SdpaSoftmax;
 pub use plan::{BuildReport, Plan, Timings};
 pub use plan_json::check as check_plan_json;
 pub use target::{DeviceProperties, DeviceSpec, REQUIRED_FIELDS, Target};

@@ -91,6 +91,8 @@ mod softcap;
 use crate::error::{Error, Result};
 pub use bias::dbias;
 pub use ragged::{ragged_pack, ragged_unpack};
+mod softmax_parts;
+pub use softmax_parts::{Partial, SdpaParts, backward_d_sink, combine_partials, forward_parts};
 
 /// The most work (multiply-adds) one call accepts: 2^32, the
 /// [`reference`](super::MAX_WORK) bound.

@@ -938,3 +938,7 @@ pub const OPERATION_BLOCK_SCALE_DEQUANTIZE_NEG_SCALE: Attr<BlockScaleDequantizeO
     label: "CUDNN_ATTR_OPERATION_BLOCK_SCALE_DEQUANTIZE_NEG_SCALE",
     _p: PhantomData,
 };
+// ---- the softmax operation, attention sinks and dSink (issue 24) ----
+#[path = "attr_softmax.rs"]
+mod softmax_attrs;
+pub use softmax_attrs::*;

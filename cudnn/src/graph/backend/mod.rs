@@ -103,6 +103,8 @@ pub mod kind {
         SdpaBackwardOp = CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR, "sdpa backward op", OperationKind;
         /// Diagonal band mask operation (causal and sliding-window masks in SDPA score subgraphs).
         DiagonalBandMaskOp = CUDNN_BACKEND_OPERATION_DIAGONAL_BAND_MASK_DESCRIPTOR, "diagonal band mask op", OperationKind;
+        /// Softmax operation (the SDPA operation's softmax sub-descriptor: statistics, row max, sum of exponentials, attention sinks; cuDNN >= 9.21).
+        SoftmaxOp = CUDNN_BACKEND_OPERATION_SOFTMAX_DESCRIPTOR, "softmax op", OperationKind;
         /// Paged cache load operation (K or V gathered from a paged KV cache through a page table).
         PagedCacheLoadOp = CUDNN_BACKEND_OPERATION_PAGED_CACHE_LOAD_DESCRIPTOR, "paged cache load op", OperationKind;
         /// `CUDNN_BACKEND_RNG_DESCRIPTOR` (a distribution).

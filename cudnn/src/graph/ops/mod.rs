@@ -24,6 +24,7 @@ pub(crate) mod sdpa_native;
 pub(crate) mod sdpa_paged;
 pub(crate) mod sdpa_ragged;
 pub mod sdpa_softcap;
+pub mod sdpa_softmax;
 
 use super::backend::{AnyOperation, Descriptor, kind};
 use super::tensor::DType;

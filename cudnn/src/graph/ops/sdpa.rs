@@ -27,7 +27,10 @@
 //! on [`SdpaConfig::ragged_offsets`]); a logit softcap
 //! ([`SdpaConfig::softcap`], rules in [`sdpa_softcap`](super::sdpa_softcap));
 //! an additive bias and ALiBi ([`SdpaConfig::bias`], [`SdpaConfig::alibi`]:
-//! rules in [`sdpa_bias`](super::sdpa_bias)).
+//! rules in [`sdpa_bias`](super::sdpa_bias)); the row max and sum of
+//! exponentials as outputs and attention sinks with dSink
+//! ([`SdpaConfig::max_sum_exp`], [`SdpaConfig::sink`]; rules in
+//! [`sdpa_softmax`](super::sdpa_softmax)).
 //! Their rules, after NVIDIA's frontend 1.32: the bottom-right causal mask
 //! not with dropout, and (like the window) without padding only for
 //! `seq_q <= seq_kv`; before cuDNN 9.6 a bottom-right mask only for lengths
@@ -257,6 +260,14 @@ pub struct SdpaConfig {
     pub bias: Option<AttnBias>,
     /// ALiBi on the scores (slopes bound by the caller), see [`sdpa_bias`](super::sdpa_bias).
     pub alibi: bool,
+    /// Forward: also output the row max and the row sum of exponentials
+    /// (`[B, H, S_q, 1]` f32; [`sdpa_softmax`](super::sdpa_softmax)).
+    pub max_sum_exp: bool,
+    /// An attention sink per head (a `[1, H, 1, 1]` f32 input joining the
+    /// softmax's denominator; [`sdpa_softmax`](super::sdpa_softmax)).
+    pub sink: bool,
+    /// Backward: also output dSink (needs [`sink`](Self::sink)).
+    pub sink_grad: bool,
 }
 
 /// What [`Graph::sdpa_forward`](crate::graph::Graph::sdpa_forward) adds.
@@ -282,6 +293,8 @@ pub struct SdpaForward {
     pub ragged: Option<SdpaRagged>,
     /// The bias and ALiBi slopes inputs (bias / ALiBi).
     pub bias: BiasTensors,
+    /// The row max and sum_exp outputs and the sink input, as asked.
+    pub softmax: SdpaSoftmax,
 }
 
 /// What [`Graph::sdpa_backward`](crate::graph::Graph::sdpa_backward) adds.
@@ -306,11 +319,14 @@ pub struct SdpaBackward {
     pub ragged: Option<SdpaRagged>,
     /// The bias and ALiBi slopes inputs, and the dBias output.
     pub bias: BiasTensors,
+    /// The sink input and the dSink output ([`SdpaConfig::sink_grad`]).
+    pub softmax: SdpaSoftmax,
 }
 
 pub use super::sdpa_bias::{AttnBias, BiasTensors};
 pub use super::sdpa_paged::PagedKv;
 pub use super::sdpa_ragged::{RaggedTensor, SdpaRagged};
+pub use super::sdpa_softmax::SdpaSoftmax;
 
 /// The first cuDNN with each part of the SDPA operation, as `(major, minor, patch)`.
 pub mod since {
@@ -386,6 +402,9 @@ impl SdpaConfig {
             implementation: SdpaImpl::Auto,
             bias: None,
             alibi: false,
+            max_sum_exp: false,
+            sink: false,
+            sink_grad: false,
         }
     }
 
@@ -620,6 +639,7 @@ impl SdpaConfig {
         self.check_ragged(v, backward)?;
         self.check_softcap()?;
         self.check_bias(v, backward)?;
+        self.check_softmax(v, backward)?;
         match (self.implementation, backward) {
             (SdpaImpl::Native, _) => self.check_native(v, backward).map(|_| SdpaImpl::Native),
             (SdpaImpl::Composite, _) | (SdpaImpl::Auto, true) => self
@@ -753,6 +773,7 @@ impl SdpaConfig {
         self.validate_ragged()?;
         self.validate_softcap()?;
         self.validate_bias()?;
+        self.validate_softmax()?;
         if let Some(d) = self.dropout
             && !(d.probability >= 0.0 && d.probability < 1.0)
         {
@@ -819,6 +840,7 @@ impl SdpaConfig {
         }
         self.check_native_softcap(v, backward)?;
         self.check_native_bias(v, backward)?;
+        self.check_softmax_native(v, backward)?;
         if self.active_dropout().is_some() {
             if backward {
                 need("dropout", since::BACKWARD_DROPOUT)?;

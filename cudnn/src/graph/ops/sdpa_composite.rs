@@ -48,6 +48,9 @@ mod softcap;
 #[path = "sdpa_composite_bias.rs"]
 mod bias;
 pub(crate) use bias::CompositeBias;
+#[path = "sdpa_composite_softmax.rs"]
+mod softmax;
+use super::sdpa_softmax::SoftmaxIdx;
 
 /// A tensor of the composite: a graph tensor (by index) or one of its own
 /// virtual intermediates.
@@ -82,6 +85,8 @@ pub(crate) struct CompositeFwdOp {
     pub(crate) softcap: Option<usize>,
     pub(crate) o: usize,
     pub(crate) stats: Option<usize>,
+    /// Max / sum_exp outputs and the sink (issue 24).
+    pub(crate) sm: SoftmaxIdx,
     /// The first UID of the composite's own virtual tensors.
     pub(crate) uid_base: i64,
     /// The config, for the per-architecture limits.
@@ -324,6 +329,7 @@ impl OpNode for CompositeFwdOp {
         if let Some(s) = self.stats {
             v.push(("stats", s, true));
         }
+        self.sm.push_tensors(&mut v);
         v
     }
     fn timing_fills(&self) -> Vec<(usize, i32)> {
@@ -339,14 +345,15 @@ impl OpNode for CompositeFwdOp {
     }
     fn signature(&self) -> String {
         format!(
-            "composite padding={} dropout={:?} {} training={} paged={} softcap={}{}",
+            "composite padding={} dropout={:?} {} training={} paged={} softcap={}{}{}",
             self.seq.is_some(),
             self.dropout.map(|d| d.2),
             self.band.signature(),
             self.stats.is_some(),
             self.paged.is_some(),
             self.softcap.is_some(),
-            self.bias.map(|b| b.signature()).unwrap_or_default()
+            self.bias.map(|b| b.signature()).unwrap_or_default(),
+            self.sm.signature()
         )
     }
     fn build(
@@ -435,28 +442,10 @@ impl OpNode for CompositeFwdOp {
             last = c.band_mask(last, self.fill.map(T::G), &score, &self.band)?;
         }
 
-        // Softmax along the keys.
-        let mx = c.virt(DType::F32, &row)?;
-        c.reduction(
-            sys::cudnnReduceTensorOp_t::CUDNN_REDUCE_TENSOR_MAX,
-            last,
-            mx,
-        )?;
-        let z = c.virt(DType::F32, &score)?;
-        c.pointwise(M::CUDNN_POINTWISE_SUB, DType::F32, &[last, mx], z, None)?;
-        let e = c.virt(DType::F32, &score)?;
-        c.pointwise(M::CUDNN_POINTWISE_EXP, DType::F32, &[z], e, None)?;
-        let l = c.virt(DType::F32, &row)?;
-        c.reduction(sys::cudnnReduceTensorOp_t::CUDNN_REDUCE_TENSOR_ADD, e, l)?;
-        // The statistics are computed in inference too (into a virtual
-        // tensor): the fused engines recognise the softmax only with them.
-        let lg = c.virt(DType::F32, &row)?;
-        c.pointwise(M::CUDNN_POINTWISE_LOG, DType::F32, &[l], lg, None)?;
-        let st = match self.stats {
-            Some(st) => T::G(st),
-            None => c.virt(DType::F32, &row)?,
-        };
-        c.pointwise(M::CUDNN_POINTWISE_ADD, DType::F32, &[mx, lg], st, None)?;
+        // Softmax along the keys (the statistics are computed in inference
+        // too, into a virtual tensor: the fused engines recognise the
+        // softmax only with them).
+        let (e, l) = softmax::forward(&mut c, last, &score, &row, self.stats, &self.sm)?;
         // P is stored in the I/O type when it is the last op before P·V.
         let p_type = |last_op: bool| if last_op { self.io } else { DType::F32 };
         let p = c.virt(p_type(self.dropout.is_none()), &score)?;
@@ -530,6 +519,8 @@ pub(crate) struct CompositeBwdOp {
     pub(crate) dq: usize,
     pub(crate) dk: usize,
     pub(crate) dv: usize,
+    /// The sink and dSink (issue 24).
+    pub(crate) sm: SoftmaxIdx,
     pub(crate) uid_base: i64,
     /// The config, for the per-architecture limits.
     pub(crate) cfg: SdpaConfig,
@@ -578,6 +569,7 @@ impl OpNode for CompositeBwdOp {
         v.push(("dq", self.dq, true));
         v.push(("dk", self.dk, true));
         v.push(("dv", self.dv, true));
+        self.sm.push_tensors(&mut v);
         v
     }
     fn timing_fills(&self) -> Vec<(usize, i32)> {
@@ -592,13 +584,14 @@ impl OpNode for CompositeBwdOp {
     }
     fn signature(&self) -> String {
         format!(
-            "composite padding={} dropout={:?} {} repad={} softcap={}{}",
+            "composite padding={} dropout={:?} {} repad={} softcap={}{}{}",
             self.seq.is_some(),
             self.dropout.map(|d| d.2),
             self.band.signature(),
             self.repad,
             self.softcap.is_some(),
-            self.bias.map(|b| b.signature()).unwrap_or_default()
+            self.bias.map(|b| b.signature()).unwrap_or_default(),
+            self.sm.signature()
         )
     }
     fn build(
@@ -663,6 +656,7 @@ impl OpNode for CompositeBwdOp {
         )?;
         let rs = c.virt(DType::F32, &row)?;
         c.reduction(sys::cudnnReduceTensorOp_t::CUDNN_REDUCE_TENSOR_ADD, doo, rs)?;
+        softmax::backward_d_sink(&mut c, rs, T::G(self.stats), &row, &self.sm)?;
         let sum = T::G(self.softmax_sum);
         c.pointwise(
             M::CUDNN_POINTWISE_MUL,

@@ -278,10 +278,12 @@ impl Graph {
         } else {
             None
         };
+        let (softmax, sm) = self.sdpa_softmax_forward(cfg, true)?;
         let ext = SdpaFwdOp {
             c,
             o: self.index(o)?,
             stats: stats.map(|s| self.index(s)).transpose()?,
+            sm,
             cfg: cfg.clone(),
         };
         self.push_op(ext);
@@ -297,6 +299,7 @@ impl Graph {
             page_table_v: extra.get(5).copied().flatten(),
             ragged,
             bias: bias_io,
+            softmax,
         })
     }
 
@@ -369,7 +372,9 @@ impl Graph {
         let dv = self.graph_output("sdpa_bwd", vs)?;
         self.sdpa_native_dbias(cfg, &mut c.bias)?;
         let bias_io = c.bias.map(|b| b.public).unwrap_or_default();
+        let (softmax, sm) = self.sdpa_softmax_backward(cfg)?;
         let ext = SdpaBwdOp {
+            sm,
             c,
             o: self.index(o)?,
             d_o: self.index(d_o)?,
@@ -404,6 +409,7 @@ impl Graph {
             dropout_offset: extra[3],
             ragged,
             bias: bias_io,
+            softmax,
         })
     }
 
@@ -549,7 +555,9 @@ impl Graph {
         } else {
             None
         };
+        let (softmax, sm) = self.sdpa_softmax_forward(cfg, false)?;
         let ext = CompositeFwdOp {
+            sm,
             q: self.index(q)?,
             k: self.index(k)?,
             v: self.index(v)?,
@@ -591,6 +599,7 @@ impl Graph {
             page_table_v: extra.get(5).copied().flatten(),
             ragged: None,
             bias: bias.map(|b| b.public).unwrap_or_default(),
+            softmax,
         })
     }
 
@@ -629,7 +638,9 @@ impl Graph {
         let dk = self.graph_output("sdpa_bwd", ks.clone())?;
         let dv = self.graph_output("sdpa_bwd", vs.clone())?;
         let bias = self.sdpa_composite_bias(cfg, true)?;
+        let (softmax, sm) = self.sdpa_softmax_backward(cfg)?;
         let ext = CompositeBwdOp {
+            sm,
             q: self.index(q)?,
             k: self.index(k)?,
             v: self.index(v)?,
@@ -676,6 +687,7 @@ impl Graph {
             dropout_offset: extra[3],
             ragged: None,
             bias: bias.map(|b| b.public).unwrap_or_default(),
+            softmax,
         })
     }
 }

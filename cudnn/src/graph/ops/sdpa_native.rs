@@ -8,6 +8,7 @@
 use super::sdpa::{SdpaConfig, loaded_cudnn};
 use super::sdpa_bias_build::NativeBias;
 use super::sdpa_softcap::NativeSoftcap;
+use super::sdpa_softmax::SoftmaxIdx;
 use super::{Built, OpNode};
 use crate::error::Result;
 use crate::graph::backend::{AnyOperation, Descriptor, attr, kind};
@@ -232,6 +233,8 @@ pub(crate) struct SdpaFwdOp {
     pub(crate) c: Common,
     pub(crate) o: usize,
     pub(crate) stats: Option<usize>,
+    /// Max / sum_exp outputs and the sink (issue 24).
+    pub(crate) sm: SoftmaxIdx,
     /// The config, for the per-architecture limits.
     pub(crate) cfg: SdpaConfig,
 }
@@ -247,10 +250,16 @@ impl OpNode for SdpaFwdOp {
         if let Some(s) = self.stats {
             v.push(("stats", s, true));
         }
+        self.sm.push_tensors(&mut v);
         v
     }
     fn signature(&self) -> String {
-        format!("{} training={}", self.c.signature(), self.stats.is_some())
+        format!(
+            "{} training={}{}",
+            self.c.signature(),
+            self.stats.is_some(),
+            self.sm.signature()
+        )
     }
     fn check_target(&self, device_ver: i64) -> Result<()> {
         self.cfg
@@ -275,7 +284,9 @@ impl OpNode for SdpaFwdOp {
         d.set_descriptors(attr::OPERATION_SDPA_FWD_VDESC, &[&t[c.v]])?;
         d.set_descriptors(attr::OPERATION_SDPA_FWD_ODESC, &[&t[self.o]])?;
         d.set_descriptors(attr::OPERATION_SDPA_FWD_SCALEDESC, &[&t[c.scale]])?;
-        if let Some(s) = self.stats {
+        if !self.sm.set_native_forward(&mut d, t, self.stats, built)?
+            && let Some(s) = self.stats
+        {
             d.set_descriptors(attr::OPERATION_SDPA_FWD_STATSDESC, &[&t[s]])?;
         }
         if let Some((a, b)) = c.seq {
@@ -312,6 +323,8 @@ pub(crate) struct SdpaBwdOp {
     pub(crate) dq: usize,
     pub(crate) dk: usize,
     pub(crate) dv: usize,
+    /// The sink and dSink (issue 24).
+    pub(crate) sm: SoftmaxIdx,
     /// The config, for the per-architecture limits.
     pub(crate) cfg: SdpaConfig,
 }
@@ -329,10 +342,11 @@ impl OpNode for SdpaBwdOp {
         v.push(("dq", self.dq, true));
         v.push(("dk", self.dk, true));
         v.push(("dv", self.dv, true));
+        self.sm.push_tensors(&mut v);
         v
     }
     fn signature(&self) -> String {
-        self.c.signature()
+        format!("{}{}", self.c.signature(), self.sm.signature())
     }
     fn check_target(&self, device_ver: i64) -> Result<()> {
         self.cfg.check_target_for(true, device_ver, loaded_cudnn()?)
@@ -373,6 +387,7 @@ impl OpNode for SdpaBwdOp {
         if let Some(db) = c.bias.and_then(|b| b.dbias) {
             d.set_descriptors(attr::OPERATION_SDPA_BWD_DBIAS_DESC, &[&t[db]])?;
         }
+        self.sm.set_native_backward(&mut d, t)?;
         if let Some((sg, uin, uout)) = c.causal_subgraph(t, built)? {
             d.set_descriptors(attr::OPERATION_SDPA_BWD_SUBGRAPH, &[&sg])?;
             d.set(attr::OPERATION_SDPA_BWD_SUBGRAPH_INPUT_UID, &[uin])?;

@@ -288,6 +288,9 @@ pub(super) fn node_fields(op: &str) -> Option<&'static [(&'static str, Field)]> 
             ("subgraph", Subgraph),
             ("subgraphInputUid", SubgraphUid),
             ("subgraphOutputUid", SubgraphUid),
+            // Attention sinks and dSink (issue 24).
+            ("sinkDesc", In),
+            ("dSinkDesc", Out),
         ],
         // The paged KV cache (issue 24): K or V gathered through a page table.
         "CUDNN_BACKEND_OPERATION_PAGED_CACHE_LOAD_DESCRIPTOR" => &[
@@ -316,7 +319,15 @@ pub(super) fn node_fields(op: &str) -> Option<&'static [(&'static str, Field)]> 
         // A node of the frontend's SDPA forward composite, or the SDPA
         // forward operation's sub-descriptor: the scores in, the
         // probabilities out, and (training) the statistics written.
-        SOFTMAX => &[("X", In), ("Y", Out), ("statsDesc", Out)],
+        // The row max / sum_exp outputs and the sink input (issue 24).
+        SOFTMAX => &[
+            ("X", In),
+            ("Y", Out),
+            ("statsDesc", Out),
+            ("maxDesc", Out),
+            ("sumExpDesc", Out),
+            ("sinkDesc", In),
+        ],
         "CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR" => &[
             ("X", In),
             ("Y", Out),
