@@ -76,7 +76,11 @@ pub fn forward_parts(
                 let mut max = sk.unwrap_or(f64::NEG_INFINITY);
                 for (j, s) in row.iter_mut().enumerate() {
                     if allowed(&shape, config, n, i, j) {
-                        *s = score(q, k, &shape, config.scale, (n, h, i, j));
+                        // The scores as `forward` makes them: the softcap,
+                        // then the bias and ALiBi terms.
+                        let at = (n, h, i, j);
+                        *s = super::softcap::cap(config.softcap, score(q, k, &shape, config.scale, at))
+                            + super::bias::term(config, &shape, at);
                         max = max.max(*s);
                     }
                 }
