@@ -490,6 +490,59 @@ fn reference_split_kv() -> TestResult {
     Ok(())
 }
 
+/// Adversarial reference inputs finish at once with a typed error: a view
+/// repeating one element (stride 0) over a huge d_v for dSink, and many
+/// partials sharing one slice for the split-KV combination (before the
+/// work bounds, the first looped 2^40 times and the last ran 2^33 steps).
+fn reference_adversarial_bounds() -> TestResult {
+    let start = std::time::Instant::now();
+    let one = [1.0];
+    let huge = View::new(&one, [1, 1, 1, 1 << 40], [0, 0, 0, 0]);
+    match refattn::backward_d_sink(&huge, &huge, &[0.0], &[0.0]) {
+        Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains("o.dims") => {}
+        other => return Err(format!("dSink over d_v 2^40 (stride 0): {other:?}").into()),
+    }
+    // Every dim within MAX_ELEMENTS, the work (16 rows x 2^29) over MAX_WORK.
+    let wide = View::new(&one, [1, 1, 16, 1 << 29], [0, 0, 0, 0]);
+    match refattn::backward_d_sink(&wide, &wide, &[0.0; 16], &[0.0]) {
+        Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains("MAX_WORK") => {}
+        other => return Err(format!("dSink over 16 rows x d_v 2^29: {other:?}").into()),
+    }
+    let rows = 1 << 16;
+    let o = vec![0.5; rows];
+    let m = vec![0.0; rows];
+    let l = vec![1.0; rows];
+    let p = refattn::Partial {
+        o: &o,
+        max: &m,
+        sum_exp: &l,
+    };
+    let parts = vec![p; 1 << 17];
+    match refattn::combine_partials(&parts, 1) {
+        Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains("partials") => {}
+        other => {
+            return Err(format!(
+                "2^17 partials of 2^16 rows: {:?}",
+                other.map(|v| v.len())
+            )
+            .into());
+        }
+    }
+    // Within the bounds both still work.
+    let ok = refattn::combine_partials(&parts[..4], 1)?;
+    ensure!(ok.iter().all(|&x| close(x, 0.5, 1e-15)), "4 equal partials");
+    let small = View::new(&one, [1, 1, 1, 8], [0, 0, 0, 0]);
+    let ds = refattn::backward_d_sink(&small, &small, &[0.0], &[0.0])?;
+    // -exp(0 - 0) * (8 * 1 * 1)
+    ensure!(close(ds[0], -8.0, 1e-15), "dsink {ds:?}");
+    ensure!(
+        start.elapsed() < std::time::Duration::from_secs(30),
+        "took {:?}",
+        start.elapsed()
+    );
+    Ok(())
+}
+
 /// `resolve_for` must refuse with `Unsupported` naming `word` and `ver`.
 fn unsupported_naming(r: Result<SdpaImpl, Error>, word: &str, ver: &str) -> TestResult {
     match r {
@@ -808,6 +861,10 @@ fn main() {
             reference_finite_differences,
         ),
         unit("sdpa_reference_split_kv_combination", reference_split_kv),
+        unit(
+            "sdpa_reference_softmax_adversarial_bounds",
+            reference_adversarial_bounds,
+        ),
         unit("sdpa_softmax_version_rules", version_rules),
         host("sdpa_softmax_random_combinations", property_random_options),
         {
