@@ -774,7 +774,9 @@ fn property_random_options() -> TestResult {
 /// The crate's own native plans with the softmax sub-descriptor (max /
 /// sum_exp, a sink; and the SDPA backward's sink / dSink) pass the plan-JSON
 /// allow-list and reload into the same engine and workspace; a tampered
-/// softmax field is refused, typed, before cuDNN sees it. (The native
+/// plan is refused, typed, before cuDNN sees it: an unknown softmax key, the
+/// max output pointed at Q (an input, bound read-only), and the sink / max /
+/// sum_exp tensors declared larger than the buffers bound to them. (The native
 /// backward with dSink is not here: the plan of the crate's native SDPA
 /// backward, with or without a sink, names an internal tensor uid in its
 /// kernel parameters that the allow-list refuses, so it is not loadable
@@ -787,19 +789,17 @@ fn plan_json_round_trip() -> TestResult {
             fwd(&base()
                 .max_sum_exp(true)
                 .training(true)
-                .implementation(SdpaImpl::Native))?
-            .0,
+                .implementation(SdpaImpl::Native))?,
         ),
         (
             "sink",
             fwd(&base()
                 .sink(true)
                 .causal(true)
-                .implementation(SdpaImpl::Native))?
-            .0,
+                .implementation(SdpaImpl::Native))?,
         ),
     ];
-    for (name, g) in graphs {
+    for (name, (g, f)) in graphs {
         let (p, _) = Plan::build(&g.build()?, &t, &Policy::default())?;
         let json = p.cudnn_json()?;
         let io = std::sync::Arc::new(p.io().clone());
@@ -823,25 +823,71 @@ fn plan_json_round_trip() -> TestResult {
             p.engine(),
             p.workspace_size()
         );
-        // Tampering: an unknown key on the softmax / SDPA node, and a
-        // softmax output renamed to a tensor that does not exist.
+        // Tampering: an unknown key on the softmax / SDPA node.
+        let mut tampered: Vec<(String, String, &str)> = Vec::new();
         for (what, from, to) in [
             ("unknown key", "\"sumExpDesc\"", "\"sumExpDescX\""),
             ("unknown key", "\"sinkDesc\"", "\"sinkDescX\""),
-            ("unknown key", "\"dSinkDesc\"", "\"dSinkDescX\""),
-            ("max written to Q", "\"maxDesc\":\"", "\"maxDesc\":\"q"),
         ] {
-            if !json.contains(from) {
-                continue;
+            if json.contains(from) {
+                tampered.push((what.to_string(), json.replacen(from, to, 1), "is not a key"));
             }
-            let bad = json.replacen(from, to, 1);
+        }
+        // A softmax output pointed at Q (an input bound read-only), and the
+        // sink / max / sum_exp tensors declared larger than the buffers
+        // bound to them: each refused before cuDNN sees the plan.
+        let uid = |t: Option<Tensor>| -> Result<Option<String>, Error> {
+            let Some(t) = t else { return Ok(None) };
+            let n = g.name(t)?;
+            Ok(io
+                .tensors
+                .iter()
+                .find(|x| x.name == n)
+                .map(|x| x.uid.to_string()))
+        };
+        let q_uid = io
+            .tensors
+            .iter()
+            .find(|x| x.name == "q")
+            .map(|x| x.uid.to_string())
+            .ok_or("q in the io signature")?;
+        let parsed: serde_json::Value = serde_json::from_str(&json)?;
+        if f.softmax.max.is_some() {
+            let mut v = parsed.clone();
+            ensure!(
+                set_key(&mut v, "maxDesc", serde_json::Value::String(q_uid.clone())),
+                "{name}: no maxDesc in the plan JSON"
+            );
+            tampered.push(("max written to Q".into(), v.to_string(), "role"));
+        }
+        for (what, t) in [
+            ("sink", f.softmax.sink),
+            ("max", f.softmax.max),
+            ("sum_exp", f.softmax.sum_exp),
+        ] {
+            let Some(u) = uid(t)? else { continue };
+            let mut v = parsed.clone();
+            ensure!(
+                grow_dim(&mut v, &u),
+                "{name}: tensor {what} (uid {u}) not in the plan JSON"
+            );
+            tampered.push((format!("{what} larger than bound"), v.to_string(), "dim"));
+        }
+        ensure!(
+            tampered.len() >= 2,
+            "{name}: only {} tampered plans",
+            tampered.len()
+        );
+        for (what, bad, why) in tampered {
             match Plan::from_cudnn_json_trusted(&bad, &t, io.clone()) {
-                Err(e @ Error::InvalidArgument { .. }) => {
+                Err(e @ (Error::InvalidArgument { .. } | Error::Mismatch { .. }))
+                    if e.to_string().contains(why) =>
+                {
                     eprintln!("{name}: tampered ({what}) refused: {e}")
                 }
                 other => {
                     return Err(format!(
-                        "{name}: tampered plan ({what}) not refused: {:?}",
+                        "{name}: tampered plan ({what}) not refused for `{why}`: {:?}",
                         other.map(|_| ())
                     )
                     .into());
@@ -850,6 +896,50 @@ fn plan_json_round_trip() -> TestResult {
         }
     }
     Ok(())
+}
+
+/// Sets every `key` in the JSON tree to `value`; whether one was found.
+fn set_key(v: &mut serde_json::Value, key: &str, value: serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::Object(m) => {
+            let mut found = false;
+            if let Some(slot) = m.get_mut(key) {
+                *slot = value.clone();
+                found = true;
+            }
+            for (_, x) in m.iter_mut() {
+                found |= set_key(x, key, value.clone());
+            }
+            found
+        }
+        serde_json::Value::Array(a) => a
+            .iter_mut()
+            .fold(false, |f, x| set_key(x, key, value.clone()) | f),
+        _ => false,
+    }
+}
+
+/// Doubles dim 2 (and the outer strides) of the tensor named `uid`
+/// wherever the JSON declares it; whether one was found.
+fn grow_dim(v: &mut serde_json::Value, uid: &str) -> bool {
+    match v {
+        serde_json::Value::Object(m) => {
+            let mut found = false;
+            if m.get("name").and_then(|n| n.as_str()) == Some(uid)
+                && let Some(serde_json::Value::Array(d)) = m.get_mut("dim")
+                && let Some(x) = d.get_mut(2).and_then(|x| x.as_i64())
+            {
+                d[2] = serde_json::Value::from(x * 2);
+                found = true;
+            }
+            for (_, x) in m.iter_mut() {
+                found |= grow_dim(x, uid);
+            }
+            found
+        }
+        serde_json::Value::Array(a) => a.iter_mut().fold(false, |f, x| grow_dim(x, uid) | f),
+        _ => false,
+    }
 }
 
 fn main() {
