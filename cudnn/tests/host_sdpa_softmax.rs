@@ -447,6 +447,20 @@ fn reference_split_kv() -> TestResult {
         for with_sink in [false, true] {
             let s = with_sink.then_some(&sink[..]);
             let full = refattn::forward_parts(&qv, &kfull, &vfull, &cfg, s)?;
+            // The truth without a sink is the plain forward (another code
+            // path); with one, a sink is one more key of value 0: the plain
+            // forward over K, V with that key appended (below).
+            let truth = if with_sink {
+                sink_as_key(&q, &k, &v, &sink, (b, h, sq, n_all, d, dv), 0.5)?
+            } else {
+                refattn::forward(&qv, &kfull, &vfull, &cfg)?.o
+            };
+            for (i, (x, y)) in full.o.iter().zip(&truth).enumerate() {
+                ensure!(
+                    close(*x, *y, 1e-12),
+                    "sink {with_sink}: forward_parts o[{i}] {x} vs the independent truth {y}"
+                );
+            }
             let ks = [n_all * h * d, n_all * d, d, 1];
             let vs = [n_all * h * dv, n_all * dv, dv, 1];
             let a = refattn::forward_parts(
@@ -541,6 +555,45 @@ fn reference_adversarial_bounds() -> TestResult {
         start.elapsed()
     );
     Ok(())
+}
+
+/// The attention with a sink computed as the plain forward over one more
+/// key per head: a sink logit `t` is a key whose score is `t` and whose
+/// value is 0 (Q gets one extra dim holding 1, that key holds `t / scale`
+/// there and 0 elsewhere; every real key holds 0 there).
+fn sink_as_key(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    sink: &[f64],
+    (b, h, sq, n, d, dv): (usize, usize, usize, usize, usize, usize),
+    scale: f64,
+) -> Result<Vec<f64>, Error> {
+    let (d1, n1) = (d + 1, n + 1);
+    let mut q1 = vec![0.0; b * h * sq * d1];
+    let mut k1 = vec![0.0; b * h * n1 * d1];
+    let mut v1 = vec![0.0; b * h * n1 * dv];
+    for bh in 0..b * h {
+        for i in 0..sq {
+            let (src, dst) = ((bh * sq + i) * d, (bh * sq + i) * d1);
+            q1[dst..dst + d].copy_from_slice(&q[src..src + d]);
+            q1[dst + d] = 1.0;
+        }
+        for j in 0..n {
+            let (src, dst) = ((bh * n + j) * d, (bh * n1 + j) * d1);
+            k1[dst..dst + d].copy_from_slice(&k[src..src + d]);
+            let (src, dst) = ((bh * n + j) * dv, (bh * n1 + j) * dv);
+            v1[dst..dst + dv].copy_from_slice(&v[src..src + dv]);
+        }
+        k1[(bh * n1 + n) * d1 + d] = sink[bh % h] / scale;
+    }
+    Ok(refattn::forward(
+        &View::bhsd(&q1, [b, h, sq, d1]),
+        &View::bhsd(&k1, [b, h, n1, d1]),
+        &View::bhsd(&v1, [b, h, n1, dv]),
+        &refattn::SdpaConfig::new(scale),
+    )?
+    .o)
 }
 
 /// `resolve_for` must refuse with `Unsupported` naming `word` and `ver`.
