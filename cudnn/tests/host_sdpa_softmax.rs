@@ -535,11 +535,7 @@ fn reference_adversarial_bounds() -> TestResult {
     match refattn::combine_partials(&parts, 1) {
         Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains("partials") => {}
         other => {
-            return Err(format!(
-                "2^17 partials of 2^16 rows: {:?}",
-                other.map(|v| v.len())
-            )
-            .into());
+            return Err(format!("2^17 partials of 2^16 rows: {:?}", other.map(|v| v.len())).into());
         }
     }
     // Within the bounds both still work.
@@ -594,6 +590,77 @@ fn sink_as_key(
         &refattn::SdpaConfig::new(scale),
     )?
     .o)
+}
+
+/// Random, often inconsistent inputs to the reference's new entry points
+/// (`forward_parts`, `backward_d_sink`, `combine_partials`): dims (0, small
+/// or huge), strides (0 included), buffer, sink, stats and partial lengths,
+/// non-finite values. Never a panic, every call quick, every refusal typed.
+fn reference_property_random() -> TestResult {
+    let mut runner = TestRunner::new(PtConfig {
+        cases: 256,
+        failure_persistence: None,
+        ..PtConfig::default()
+    });
+    let dim = || prop_oneof![0usize..4, Just(1usize << 29), Just(usize::MAX)];
+    let strat = (
+        [dim(), dim(), dim(), dim()],
+        [0usize..3, 0usize..3, 0usize..3, 0usize..3],
+        0usize..40,
+        (0usize..5, 0usize..20, 0usize..4),
+        prop_oneof![Just(0.5f64), Just(f64::NAN), Just(f64::INFINITY)],
+        (0usize..5, 0usize..6, 0usize..3),
+    );
+    runner
+        .run(
+            &strat,
+            |(dims, strides, buf, (n_sink, n_stats, d_v), x, (n_parts, rows, skew))| {
+                let start = std::time::Instant::now();
+                let data = vec![x; buf];
+                let view = View::new(&data, dims, strides);
+                let sink = vec![x; n_sink];
+                let stats = vec![x; n_stats];
+                let typed =
+                    |e: &Error| matches!(e, Error::InvalidArgument { .. } | Error::Mismatch { .. });
+                match refattn::backward_d_sink(&view, &view, &stats, &sink) {
+                    Ok(ds) => prop_assert_eq!(ds.len(), dims[1]),
+                    Err(e) => prop_assert!(typed(&e), "dSink: untyped {e:?}"),
+                }
+                let small = View::new(&data, dims.map(|d| d.min(3)), strides);
+                match refattn::forward_parts(
+                    &small,
+                    &small,
+                    &small,
+                    &refattn::SdpaConfig::new(x),
+                    Some(&sink),
+                ) {
+                    Ok(p) => prop_assert_eq!(p.max.len(), p.sum_exp.len()),
+                    Err(e) => prop_assert!(typed(&e), "forward_parts: untyped {e:?}"),
+                }
+                let o = vec![x; rows * d_v + skew];
+                let m = vec![x; rows];
+                let l = vec![x; rows + skew / 2];
+                let parts: Vec<refattn::Partial<'_>> = (0..n_parts)
+                    .map(|_| refattn::Partial {
+                        o: &o,
+                        max: &m,
+                        sum_exp: &l,
+                    })
+                    .collect();
+                match refattn::combine_partials(&parts, d_v) {
+                    Ok(c) => prop_assert_eq!(c.len(), rows * d_v),
+                    Err(e) => prop_assert!(typed(&e), "combine: untyped {e:?}"),
+                }
+                prop_assert!(
+                    start.elapsed() < std::time::Duration::from_secs(5),
+                    "slow: {:?}",
+                    start.elapsed()
+                );
+                Ok(())
+            },
+        )
+        .map_err(|e| format!("{e}"))?;
+    Ok(())
 }
 
 /// `resolve_for` must refuse with `Unsupported` naming `word` and `ver`.
@@ -1007,6 +1074,10 @@ fn main() {
         unit(
             "sdpa_reference_softmax_adversarial_bounds",
             reference_adversarial_bounds,
+        ),
+        unit(
+            "sdpa_reference_softmax_property_random",
+            reference_property_random,
         ),
         unit("sdpa_softmax_version_rules", version_rules),
         host("sdpa_softmax_random_combinations", property_random_options),

@@ -15,9 +15,7 @@
 //! stats[n, h, i]) * sum_t dO[n, h, i, t] O[n, h, i, t]` (rows with
 //! `stats = +inf` add 0).
 
-use super::{
-    SdpaConfig, Shape, View, allowed, bounds, check, drop_at, product, score, zeros,
-};
+use super::{SdpaConfig, Shape, View, allowed, bounds, check, drop_at, product, score, zeros};
 use crate::error::{Error, Result};
 
 /// The result of [`forward_parts`], packed `[b, h_q, s_q]` per row.
@@ -222,7 +220,11 @@ pub fn combine_partials(parts: &[Partial<'_>], d_v: usize) -> Result<Vec<f64>> {
         }
     }
     // The partials may share their slices: bound the work, not the memory.
-    bounds::work("partials", "partials x rows x d_v", &[parts.len(), rows, d_v])?;
+    bounds::work(
+        "partials",
+        "partials x rows x d_v",
+        &[parts.len(), rows, d_v],
+    )?;
     let mut out = zeros("combined o", product("combined o", &[rows, d_v])?)?;
     for r in 0..rows {
         let m = parts
