@@ -447,6 +447,20 @@ fn reference_split_kv() -> TestResult {
         for with_sink in [false, true] {
             let s = with_sink.then_some(&sink[..]);
             let full = refattn::forward_parts(&qv, &kfull, &vfull, &cfg, s)?;
+            // The truth without a sink is the plain forward (another code
+            // path); with one, a sink is one more key of value 0: the plain
+            // forward over K, V with that key appended (below).
+            let truth = if with_sink {
+                sink_as_key(&q, &k, &v, &sink, (b, h, sq, n_all, d, dv), 0.5)?
+            } else {
+                refattn::forward(&qv, &kfull, &vfull, &cfg)?.o
+            };
+            for (i, (x, y)) in full.o.iter().zip(&truth).enumerate() {
+                ensure!(
+                    close(*x, *y, 1e-12),
+                    "sink {with_sink}: forward_parts o[{i}] {x} vs the independent truth {y}"
+                );
+            }
             let ks = [n_all * h * d, n_all * d, d, 1];
             let vs = [n_all * h * dv, n_all * dv, dv, 1];
             let a = refattn::forward_parts(
@@ -487,6 +501,165 @@ fn reference_split_kv() -> TestResult {
             }
         }
     }
+    Ok(())
+}
+
+/// Adversarial reference inputs finish at once with a typed error: a view
+/// repeating one element (stride 0) over a huge d_v for dSink, and many
+/// partials sharing one slice for the split-KV combination (before the
+/// work bounds, the first looped 2^40 times and the last ran 2^33 steps).
+fn reference_adversarial_bounds() -> TestResult {
+    let start = std::time::Instant::now();
+    let one = [1.0];
+    let huge = View::new(&one, [1, 1, 1, 1 << 40], [0, 0, 0, 0]);
+    match refattn::backward_d_sink(&huge, &huge, &[0.0], &[0.0]) {
+        Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains("o.dims") => {}
+        other => return Err(format!("dSink over d_v 2^40 (stride 0): {other:?}").into()),
+    }
+    // Every dim within MAX_ELEMENTS, the work (16 rows x 2^29) over MAX_WORK.
+    let wide = View::new(&one, [1, 1, 16, 1 << 29], [0, 0, 0, 0]);
+    match refattn::backward_d_sink(&wide, &wide, &[0.0; 16], &[0.0]) {
+        Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains("MAX_WORK") => {}
+        other => return Err(format!("dSink over 16 rows x d_v 2^29: {other:?}").into()),
+    }
+    let rows = 1 << 16;
+    let o = vec![0.5; rows];
+    let m = vec![0.0; rows];
+    let l = vec![1.0; rows];
+    let p = refattn::Partial {
+        o: &o,
+        max: &m,
+        sum_exp: &l,
+    };
+    let parts = vec![p; 1 << 17];
+    match refattn::combine_partials(&parts, 1) {
+        Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains("partials") => {}
+        other => {
+            return Err(format!("2^17 partials of 2^16 rows: {:?}", other.map(|v| v.len())).into());
+        }
+    }
+    // Within the bounds both still work.
+    let ok = refattn::combine_partials(&parts[..4], 1)?;
+    ensure!(ok.iter().all(|&x| close(x, 0.5, 1e-15)), "4 equal partials");
+    let small = View::new(&one, [1, 1, 1, 8], [0, 0, 0, 0]);
+    let ds = refattn::backward_d_sink(&small, &small, &[0.0], &[0.0])?;
+    // -exp(0 - 0) * (8 * 1 * 1)
+    ensure!(close(ds[0], -8.0, 1e-15), "dsink {ds:?}");
+    ensure!(
+        start.elapsed() < std::time::Duration::from_secs(30),
+        "took {:?}",
+        start.elapsed()
+    );
+    Ok(())
+}
+
+/// The attention with a sink computed as the plain forward over one more
+/// key per head: a sink logit `t` is a key whose score is `t` and whose
+/// value is 0 (Q gets one extra dim holding 1, that key holds `t / scale`
+/// there and 0 elsewhere; every real key holds 0 there).
+fn sink_as_key(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    sink: &[f64],
+    (b, h, sq, n, d, dv): (usize, usize, usize, usize, usize, usize),
+    scale: f64,
+) -> Result<Vec<f64>, Error> {
+    let (d1, n1) = (d + 1, n + 1);
+    let mut q1 = vec![0.0; b * h * sq * d1];
+    let mut k1 = vec![0.0; b * h * n1 * d1];
+    let mut v1 = vec![0.0; b * h * n1 * dv];
+    for bh in 0..b * h {
+        for i in 0..sq {
+            let (src, dst) = ((bh * sq + i) * d, (bh * sq + i) * d1);
+            q1[dst..dst + d].copy_from_slice(&q[src..src + d]);
+            q1[dst + d] = 1.0;
+        }
+        for j in 0..n {
+            let (src, dst) = ((bh * n + j) * d, (bh * n1 + j) * d1);
+            k1[dst..dst + d].copy_from_slice(&k[src..src + d]);
+            let (src, dst) = ((bh * n + j) * dv, (bh * n1 + j) * dv);
+            v1[dst..dst + dv].copy_from_slice(&v[src..src + dv]);
+        }
+        k1[(bh * n1 + n) * d1 + d] = sink[bh % h] / scale;
+    }
+    Ok(refattn::forward(
+        &View::bhsd(&q1, [b, h, sq, d1]),
+        &View::bhsd(&k1, [b, h, n1, d1]),
+        &View::bhsd(&v1, [b, h, n1, dv]),
+        &refattn::SdpaConfig::new(scale),
+    )?
+    .o)
+}
+
+/// Random, often inconsistent inputs to the reference's new entry points
+/// (`forward_parts`, `backward_d_sink`, `combine_partials`): dims (0, small
+/// or huge), strides (0 included), buffer, sink, stats and partial lengths,
+/// non-finite values. Never a panic, every call quick, every refusal typed.
+fn reference_property_random() -> TestResult {
+    let mut runner = TestRunner::new(PtConfig {
+        cases: 256,
+        failure_persistence: None,
+        ..PtConfig::default()
+    });
+    let dim = || prop_oneof![0usize..4, Just(1usize << 29), Just(usize::MAX)];
+    let strat = (
+        [dim(), dim(), dim(), dim()],
+        [0usize..3, 0usize..3, 0usize..3, 0usize..3],
+        0usize..40,
+        (0usize..5, 0usize..20, 0usize..4),
+        prop_oneof![Just(0.5f64), Just(f64::NAN), Just(f64::INFINITY)],
+        (0usize..5, 0usize..6, 0usize..3),
+    );
+    runner
+        .run(
+            &strat,
+            |(dims, strides, buf, (n_sink, n_stats, d_v), x, (n_parts, rows, skew))| {
+                let start = std::time::Instant::now();
+                let data = vec![x; buf];
+                let view = View::new(&data, dims, strides);
+                let sink = vec![x; n_sink];
+                let stats = vec![x; n_stats];
+                let typed =
+                    |e: &Error| matches!(e, Error::InvalidArgument { .. } | Error::Mismatch { .. });
+                match refattn::backward_d_sink(&view, &view, &stats, &sink) {
+                    Ok(ds) => prop_assert_eq!(ds.len(), dims[1]),
+                    Err(e) => prop_assert!(typed(&e), "dSink: untyped {e:?}"),
+                }
+                let small = View::new(&data, dims.map(|d| d.min(3)), strides);
+                match refattn::forward_parts(
+                    &small,
+                    &small,
+                    &small,
+                    &refattn::SdpaConfig::new(x),
+                    Some(&sink),
+                ) {
+                    Ok(p) => prop_assert_eq!(p.max.len(), p.sum_exp.len()),
+                    Err(e) => prop_assert!(typed(&e), "forward_parts: untyped {e:?}"),
+                }
+                let o = vec![x; rows * d_v + skew];
+                let m = vec![x; rows];
+                let l = vec![x; rows + skew / 2];
+                let parts: Vec<refattn::Partial<'_>> = (0..n_parts)
+                    .map(|_| refattn::Partial {
+                        o: &o,
+                        max: &m,
+                        sum_exp: &l,
+                    })
+                    .collect();
+                match refattn::combine_partials(&parts, d_v) {
+                    Ok(c) => prop_assert_eq!(c.len(), rows * d_v),
+                    Err(e) => prop_assert!(typed(&e), "combine: untyped {e:?}"),
+                }
+                prop_assert!(
+                    start.elapsed() < std::time::Duration::from_secs(5),
+                    "slow: {:?}",
+                    start.elapsed()
+                );
+                Ok(())
+            },
+        )
+        .map_err(|e| format!("{e}"))?;
     Ok(())
 }
 
@@ -721,7 +894,9 @@ fn property_random_options() -> TestResult {
 /// The crate's own native plans with the softmax sub-descriptor (max /
 /// sum_exp, a sink; and the SDPA backward's sink / dSink) pass the plan-JSON
 /// allow-list and reload into the same engine and workspace; a tampered
-/// softmax field is refused, typed, before cuDNN sees it. (The native
+/// plan is refused, typed, before cuDNN sees it: an unknown softmax key, the
+/// max output pointed at Q (an input, bound read-only), and the sink / max /
+/// sum_exp tensors declared larger than the buffers bound to them. (The native
 /// backward with dSink is not here: the plan of the crate's native SDPA
 /// backward, with or without a sink, names an internal tensor uid in its
 /// kernel parameters that the allow-list refuses, so it is not loadable
@@ -734,19 +909,17 @@ fn plan_json_round_trip() -> TestResult {
             fwd(&base()
                 .max_sum_exp(true)
                 .training(true)
-                .implementation(SdpaImpl::Native))?
-            .0,
+                .implementation(SdpaImpl::Native))?,
         ),
         (
             "sink",
             fwd(&base()
                 .sink(true)
                 .causal(true)
-                .implementation(SdpaImpl::Native))?
-            .0,
+                .implementation(SdpaImpl::Native))?,
         ),
     ];
-    for (name, g) in graphs {
+    for (name, (g, f)) in graphs {
         let (p, _) = Plan::build(&g.build()?, &t, &Policy::default())?;
         let json = p.cudnn_json()?;
         let io = std::sync::Arc::new(p.io().clone());
@@ -770,25 +943,71 @@ fn plan_json_round_trip() -> TestResult {
             p.engine(),
             p.workspace_size()
         );
-        // Tampering: an unknown key on the softmax / SDPA node, and a
-        // softmax output renamed to a tensor that does not exist.
+        // Tampering: an unknown key on the softmax / SDPA node.
+        let mut tampered: Vec<(String, String, &str)> = Vec::new();
         for (what, from, to) in [
             ("unknown key", "\"sumExpDesc\"", "\"sumExpDescX\""),
             ("unknown key", "\"sinkDesc\"", "\"sinkDescX\""),
-            ("unknown key", "\"dSinkDesc\"", "\"dSinkDescX\""),
-            ("max written to Q", "\"maxDesc\":\"", "\"maxDesc\":\"q"),
         ] {
-            if !json.contains(from) {
-                continue;
+            if json.contains(from) {
+                tampered.push((what.to_string(), json.replacen(from, to, 1), "is not a key"));
             }
-            let bad = json.replacen(from, to, 1);
+        }
+        // A softmax output pointed at Q (an input bound read-only), and the
+        // sink / max / sum_exp tensors declared larger than the buffers
+        // bound to them: each refused before cuDNN sees the plan.
+        let uid = |t: Option<Tensor>| -> Result<Option<String>, Error> {
+            let Some(t) = t else { return Ok(None) };
+            let n = g.name(t)?;
+            Ok(io
+                .tensors
+                .iter()
+                .find(|x| x.name == n)
+                .map(|x| x.uid.to_string()))
+        };
+        let q_uid = io
+            .tensors
+            .iter()
+            .find(|x| x.name == "q")
+            .map(|x| x.uid.to_string())
+            .ok_or("q in the io signature")?;
+        let parsed: serde_json::Value = serde_json::from_str(&json)?;
+        if f.softmax.max.is_some() {
+            let mut v = parsed.clone();
+            ensure!(
+                set_key(&mut v, "maxDesc", serde_json::Value::String(q_uid.clone())),
+                "{name}: no maxDesc in the plan JSON"
+            );
+            tampered.push(("max written to Q".into(), v.to_string(), "role"));
+        }
+        for (what, t) in [
+            ("sink", f.softmax.sink),
+            ("max", f.softmax.max),
+            ("sum_exp", f.softmax.sum_exp),
+        ] {
+            let Some(u) = uid(t)? else { continue };
+            let mut v = parsed.clone();
+            ensure!(
+                grow_dim(&mut v, &u),
+                "{name}: tensor {what} (uid {u}) not in the plan JSON"
+            );
+            tampered.push((format!("{what} larger than bound"), v.to_string(), "dim"));
+        }
+        ensure!(
+            tampered.len() >= 2,
+            "{name}: only {} tampered plans",
+            tampered.len()
+        );
+        for (what, bad, why) in tampered {
             match Plan::from_cudnn_json_trusted(&bad, &t, io.clone()) {
-                Err(e @ Error::InvalidArgument { .. }) => {
+                Err(e @ (Error::InvalidArgument { .. } | Error::Mismatch { .. }))
+                    if e.to_string().contains(why) =>
+                {
                     eprintln!("{name}: tampered ({what}) refused: {e}")
                 }
                 other => {
                     return Err(format!(
-                        "{name}: tampered plan ({what}) not refused: {:?}",
+                        "{name}: tampered plan ({what}) not refused for `{why}`: {:?}",
                         other.map(|_| ())
                     )
                     .into());
@@ -797,6 +1016,50 @@ fn plan_json_round_trip() -> TestResult {
         }
     }
     Ok(())
+}
+
+/// Sets every `key` in the JSON tree to `value`; whether one was found.
+fn set_key(v: &mut serde_json::Value, key: &str, value: serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::Object(m) => {
+            let mut found = false;
+            if let Some(slot) = m.get_mut(key) {
+                *slot = value.clone();
+                found = true;
+            }
+            for (_, x) in m.iter_mut() {
+                found |= set_key(x, key, value.clone());
+            }
+            found
+        }
+        serde_json::Value::Array(a) => a
+            .iter_mut()
+            .fold(false, |f, x| set_key(x, key, value.clone()) | f),
+        _ => false,
+    }
+}
+
+/// Doubles dim 2 (and the outer strides) of the tensor named `uid`
+/// wherever the JSON declares it; whether one was found.
+fn grow_dim(v: &mut serde_json::Value, uid: &str) -> bool {
+    match v {
+        serde_json::Value::Object(m) => {
+            let mut found = false;
+            if m.get("name").and_then(|n| n.as_str()) == Some(uid)
+                && let Some(serde_json::Value::Array(d)) = m.get_mut("dim")
+                && let Some(x) = d.get_mut(2).and_then(|x| x.as_i64())
+            {
+                d[2] = serde_json::Value::from(x * 2);
+                found = true;
+            }
+            for (_, x) in m.iter_mut() {
+                found |= grow_dim(x, uid);
+            }
+            found
+        }
+        serde_json::Value::Array(a) => a.iter_mut().fold(false, |f, x| grow_dim(x, uid) | f),
+        _ => false,
+    }
 }
 
 fn main() {
@@ -808,6 +1071,14 @@ fn main() {
             reference_finite_differences,
         ),
         unit("sdpa_reference_split_kv_combination", reference_split_kv),
+        unit(
+            "sdpa_reference_softmax_adversarial_bounds",
+            reference_adversarial_bounds,
+        ),
+        unit(
+            "sdpa_reference_softmax_property_random",
+            reference_property_random,
+        ),
         unit("sdpa_softmax_version_rules", version_rules),
         host("sdpa_softmax_random_combinations", property_random_options),
         {

@@ -12,8 +12,12 @@
 //! combines them: with `m = max(m_a, m_b)`, `l = l_a exp(m_a - m) + l_b
 //! exp(m_b - m)`, `O = (O_a l_a exp(m_a - m) + O_b l_b exp(m_b - m)) / l`
 //! ([`reference::attention::combine_partials`](crate::reference::attention::combine_partials)
-//! does it in f64). A fully masked row (padding) has no defined max or sum
-//! on the GPU; the statistics of training (`max + log(sum_exp)`) are
+//! does it in f64). A fully masked row has no defined max or sum on the
+//! GPU, and rows past a sequence's length (padding, ragged batches) may be
+//! left as they were: the buffers are sized `[B, H, S_q, 1]` and checked
+//! when bound, but only the rows of real queries hold values. With dropout
+//! they are the softmax's before dropout (the keep mask scales O, not the
+//! denominator). The statistics of training (`max + log(sum_exp)`) are
 //! written as well when `is_training` is set.
 //!
 //! The SDPA operation writes them through its softmax sub-descriptor
@@ -53,7 +57,8 @@
 //! sum_t dO[b, h, i, t] O[b, h, i, t]`, `[1, H, 1, 1]` f32. The sum runs
 //! over every query row the tensors hold: with padding, the rows past a
 //! sequence's length must hold `dO = 0` (as a loss that ignores them
-//! gives), and finite statistics.
+//! gives), a finite O (`0 * NaN` is NaN: zero O's padding rows if the
+//! forward left them unwritten) and finite statistics.
 //!
 //! Rules (NVIDIA's frontend 1.32): sinks from cuDNN 9.13 (the composite),
 //! the SDPA operation's softmax sub-descriptor (max / sum_exp, a sink) and

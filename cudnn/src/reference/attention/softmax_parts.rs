@@ -15,7 +15,7 @@
 //! stats[n, h, i]) * sum_t dO[n, h, i, t] O[n, h, i, t]` (rows with
 //! `stats = +inf` add 0).
 
-use super::{SdpaConfig, Shape, View, allowed, check, drop_at, product, score, zeros};
+use super::{SdpaConfig, Shape, View, allowed, bounds, check, drop_at, product, score, zeros};
 use crate::error::{Error, Result};
 
 /// The result of [`forward_parts`], packed `[b, h_q, s_q]` per row.
@@ -124,8 +124,10 @@ pub fn forward_parts(
 /// statistics.
 ///
 /// # Errors
-/// `O` / `dO` of other dims or addressing outside their buffers; `stats`
-/// not `b * h_q * s_q` long; a sink not `h_q` long or not finite.
+/// `O` / `dO` of other dims or addressing outside their buffers; a dim
+/// over [`MAX_ELEMENTS`](crate::reference::MAX_ELEMENTS) or work over
+/// [`MAX_WORK`](super::MAX_WORK); `stats` not `b * h_q * s_q` long; a sink
+/// not `h_q` long or not finite.
 pub fn backward_d_sink(
     o: &View<'_>,
     d_o: &View<'_>,
@@ -140,6 +142,12 @@ pub fn backward_d_sink(
             format!("{:?}", d_o.dims),
         ));
     }
+    // A view may repeat one element (stride 0) over any dims: bound the
+    // dims and the work, not only the buffers.
+    for (i, &d) in o.dims.iter().enumerate() {
+        bounds::extent(&format!("o.dims[{i}]"), d)?;
+    }
+    bounds::work("o.dims (dSink)", "rows x d_v", &[b, hq, sq, dv])?;
     o.check("o")?;
     d_o.check("d_o")?;
     check_sink(Some(sink), hq)?;
@@ -187,11 +195,16 @@ pub struct Partial<'a> {
 /// Combines partial attentions over disjoint key chunks (split-KV) into
 /// the attention over all of them: per row, `m = max_c m_c`, `w_c = l_c
 /// exp(m_c - m)`, `O = sum_c w_c O_c / sum_c w_c` (0 when no chunk has a
-/// key). `d_v` is the output's head dim.
+/// key). `d_v` is the output's head dim. With an attention sink, exactly
+/// one chunk's partial includes it (its `sum_exp` carries the sink's term);
+/// a sink in every chunk would count it once per chunk. A row a chunk has
+/// no key for must say `max = -inf` there (the GPU's max and sum for a
+/// fully masked row are not defined: set them before combining).
 ///
 /// # Errors
 /// No partials; `d_v = 0`; partials of different lengths, or an `o` not
-/// `d_v` times its rows.
+/// `d_v` times its rows; `partials x rows x d_v` over
+/// [`MAX_WORK`](super::MAX_WORK).
 pub fn combine_partials(parts: &[Partial<'_>], d_v: usize) -> Result<Vec<f64>> {
     let first = parts
         .first()
@@ -210,6 +223,12 @@ pub fn combine_partials(parts: &[Partial<'_>], d_v: usize) -> Result<Vec<f64>> {
             ));
         }
     }
+    // The partials may share their slices: bound the work, not the memory.
+    bounds::work(
+        "partials",
+        "partials x rows x d_v",
+        &[parts.len(), rows, d_v],
+    )?;
     let mut out = zeros("combined o", product("combined o", &[rows, d_v])?)?;
     for r in 0..rows {
         let m = parts
