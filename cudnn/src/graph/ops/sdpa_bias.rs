@@ -33,7 +33,8 @@
 //!   `seq_q` and `seq_kv` multiples of 64; not with ragged batches on
 //!   sm_100;
 //! - the SDPA operation (native) takes a bias or ALiBi from cuDNN 9.21
-//!   (its score subgraph) and, in the backward, dBias from 9.28;
+//!   (its score subgraph) and, in the backward, dBias from 9.28, in dQ's
+//!   data type only (cuDNN's header: a bias of the I/O type);
 //!   [`SdpaImpl::Auto`](super::sdpa::SdpaImpl::Auto) builds the composite
 //!   below that;
 //! - a paged cache's maximum key length is `seq_kv`, the bias's last dim by
@@ -301,6 +302,21 @@ impl SdpaConfig {
         }
         if backward && self.has_dbias() {
             need("bias.dbias", NATIVE_DBIAS_SINCE)?;
+            // cuDNN's header: the backward operation's dBias has dQ's data
+            // type (the I/O type); dBias has the bias's.
+            let dt = self.bias_dtype();
+            if dt != self.dtype {
+                return Err(Error::Unsupported {
+                    what: format!(
+                        "SdpaConfig option `bias.dbias` with a {dt} bias and {} I/O on cuDNN's SDPA backward operation (its dBias must have dQ's data type)",
+                        self.dtype
+                    ),
+                    needs: Some(format!(
+                        "a {} bias, or SdpaImpl::Auto / Composite (the composite reduces into any bias type)",
+                        self.dtype
+                    )),
+                });
+            }
         }
         Ok(())
     }
