@@ -42,6 +42,15 @@
 //! - FP8 attention ([`Fp8SdpaConfig`](super::sdpa_fp8::Fp8SdpaConfig)) has
 //!   no bias (the frontend refuses it too).
 //!
+//! Not a rule: cuDNN 9.28.1's heuristics offer no engine for the SDPA
+//! backward operation with dBias and ragged batches (on every target the
+//! host tier plans for), so [`SdpaImpl::Native`](super::sdpa::SdpaImpl::Native)
+//! with both is refused at planning with the typed `Unsupported` "no
+//! engine"; [`SdpaImpl::Auto`](super::sdpa::SdpaImpl::Auto) builds the
+//! composite, which plans on Hopper. NVIDIA documents no such limit (the
+//! frontend never builds that operation) and a later cuDNN may add
+//! engines, so the crate does not refuse it earlier.
+//!
 //! # Where this differs from NVIDIA's frontend
 //! The frontend computes the ALiBi slopes itself and writes them into its
 //! plan's workspace at each execution. Here the slopes are a graph input
