@@ -173,12 +173,69 @@ fn forward_case(cfg: SdpaConfig) -> TestResult {
     Ok(())
 }
 
+/// The statistics of the crate's forward (training) on the device with
+/// padding lengths `lq` / `lkv`, the buffer NaN before the run.
+fn device_stats(
+    cfg: &SdpaConfig,
+    a: &Inputs,
+    lq: &[usize],
+    lkv: &[usize],
+    h: &mut Handle,
+    target: &Target,
+) -> R<Vec<f32>> {
+    let cfg = cfg.clone().training(true);
+    let mut g = Graph::new();
+    let qt = g.input("q", cfg.q_spec()?)?;
+    let kt = g.input("k", cfg.k_spec()?)?;
+    let vt = g.input("v", cfg.v_spec()?)?;
+    let f = g.sdpa_forward(qt, kt, vt, &cfg)?;
+    g.rename(f.o, "o")?;
+    g.rename(f.stats.ok_or("training stats")?, "stats")?;
+    let (plan, _) = Plan::build(&g.build()?, target, &Policy::default())?;
+    let (qb, kb, vb) = (up(&a.q)?, up(&a.k)?, up(&a.v)?);
+    let biasb = up(if a.bias.is_empty() { &[0.0] } else { &a.bias })?;
+    let slopes32: Vec<f32> = a.slopes.iter().map(|&s| s as f32).collect();
+    let slopesb = DeviceBuffer::from_host(if slopes32.is_empty() {
+        &[0.0]
+    } else {
+        &slopes32
+    })?;
+    let mut ob = up(&vec![f64::NAN; cfg.o_spec()?.span_elements()?])?;
+    let mut sb = DeviceBuffer::from_host(&vec![f32::NAN; cfg.stats_spec()?.span_elements()?])?;
+    let i32v = |v: &[usize]| v.iter().map(|&x| x as i32).collect::<Vec<_>>();
+    let sq = SeqLengths::new(&i32v(lq), lq.len(), cfg.seq_q)?;
+    let skv = SeqLengths::new(&i32v(lkv), lkv.len(), cfg.seq_kv)?;
+    let name = |t: Option<Tensor>| -> R<String> { Ok(g.name(t.ok_or("an input")?)?.to_string()) };
+    {
+        let mut bi = plan.bindings();
+        bi.input("q", qb.as_slice())?
+            .input("k", kb.as_slice())?
+            .input("v", vb.as_slice())?
+            .output("o", ob.as_slice_mut())?
+            .output("stats", sb.as_slice_mut())?
+            .seq_lengths(&name(f.seq_len_q)?, &sq)?
+            .seq_lengths(&name(f.seq_len_kv)?, &skv)?;
+        if let Some(t) = f.bias.bias {
+            bi.input(g.name(t)?, biasb.as_slice())?;
+        }
+        if let Some(t) = f.bias.alibi_slopes {
+            bi.input(g.name(t)?, slopesb.as_slice())?;
+        }
+        plan.execute(h, &mut bi)?;
+    }
+    h.stream().synchronize()?;
+    let mut stats = vec![0f32; sb.len()];
+    sb.copy_to_host(&mut stats)?;
+    Ok(stats)
+}
+
 /// Backward (the config's construction, with dBias when it asks) on the
 /// device against the reference's dQ, dK, dV and dBias. With `lens`
 /// (per-batch query and key lengths: a padding mask), dQ / dK / dV are
 /// compared on the valid rows (cuDNN leaves the padded ones as they
 /// were) and dBias everywhere: a padded row or column must add nothing to
-/// a broadcast dBias.
+/// a broadcast dBias; the statistics then come from the crate's forward on
+/// the device (padded rows as it leaves them).
 fn backward_case(cfg: SdpaConfig, lens: Option<(Vec<usize>, Vec<usize>)>) -> TestResult {
     Device::new(0)?;
     let stream = Stream::new()?;
@@ -200,7 +257,28 @@ fn backward_case(cfg: SdpaConfig, lens: Option<(Vec<usize>, Vec<usize>)>) -> Tes
     let f = ra::forward(&qv, &kv, &vv, &rc)?;
     let o: Vec<f64> = f.o.iter().map(|&x| f64::from(bf16::from_f64(x))).collect();
     let d_o: Vec<f64> = (0..os.span_elements()?).map(|i| value(5, i, 1.0)).collect();
-    let stats32: Vec<f32> = f.stats.iter().map(|&s| s as f32).collect();
+    let mut stats32: Vec<f32> = f.stats.iter().map(|&s| s as f32).collect();
+    if let Some((lq, lkv)) = &lens {
+        // As in training: the statistics the crate's own forward wrote
+        // (padded rows as it leaves them, the buffer NaN before), so a
+        // padded row's stats cannot leak into dBias unseen.
+        let dev = device_stats(&cfg, &a, lq, lkv, &mut h, &target)?;
+        let [_, hh, ss, _] = dims(&qs);
+        let mut worst_lse = 0f64;
+        for (r, (&d, &w)) in dev.iter().zip(&stats32).enumerate() {
+            if r % ss < lq.get(r / (hh * ss)).copied().unwrap_or(0) {
+                let e = (f64::from(d) - f64::from(w)).abs();
+                worst_lse = if e.is_nan() {
+                    f64::INFINITY
+                } else {
+                    worst_lse.max(e)
+                };
+            }
+        }
+        eprintln!("  device stats (valid rows): max error {worst_lse:.2e} (bound 1e-2)");
+        ensure!(worst_lse <= 1e-2, "device stats differ: {worst_lse}");
+        stats32 = dev;
+    }
     let stats: Vec<f64> = stats32.iter().map(|&s| f64::from(s)).collect();
 
     let mut g = Graph::new();
