@@ -4,7 +4,8 @@
 //! (`Auto`, where the loaded cuDNN has it: 9.21 and newer) and the
 //! composite, and the backward (the composite, with dBias) against the f64
 //! reference (`reference::attention` with `bias` / `alibi_slopes`, and
-//! `dbias`). bf16, packed BHSD; inputs rounded to bf16 before the reference
+//! `dbias`; every broadcast shape of dBias, with padding and GQA, and the
+//! native backward with dBias on cuDNN >= 9.28). bf16, packed BHSD; inputs rounded to bf16 before the reference
 //! sees them, outputs poisoned with NaN first (NaN never passes), bound 3e-2
 //! relative to `max(1, |want|)` (dBias: relative to the largest |dBias|).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -172,16 +173,81 @@ fn forward_case(cfg: SdpaConfig) -> TestResult {
     Ok(())
 }
 
-/// Backward (the composite, with dBias when the config asks) on the device
-/// against the reference's dQ, dK, dV and dBias.
-fn backward_case(cfg: SdpaConfig) -> TestResult {
+/// The statistics of the crate's forward (training) on the device with
+/// padding lengths `lq` / `lkv`, the buffer NaN before the run.
+fn device_stats(
+    cfg: &SdpaConfig,
+    a: &Inputs,
+    lq: &[usize],
+    lkv: &[usize],
+    h: &mut Handle,
+    target: &Target,
+) -> R<Vec<f32>> {
+    let cfg = cfg.clone().training(true);
+    let mut g = Graph::new();
+    let qt = g.input("q", cfg.q_spec()?)?;
+    let kt = g.input("k", cfg.k_spec()?)?;
+    let vt = g.input("v", cfg.v_spec()?)?;
+    let f = g.sdpa_forward(qt, kt, vt, &cfg)?;
+    g.rename(f.o, "o")?;
+    g.rename(f.stats.ok_or("training stats")?, "stats")?;
+    let (plan, _) = Plan::build(&g.build()?, target, &Policy::default())?;
+    let (qb, kb, vb) = (up(&a.q)?, up(&a.k)?, up(&a.v)?);
+    let biasb = up(if a.bias.is_empty() { &[0.0] } else { &a.bias })?;
+    let slopes32: Vec<f32> = a.slopes.iter().map(|&s| s as f32).collect();
+    let slopesb = DeviceBuffer::from_host(if slopes32.is_empty() {
+        &[0.0]
+    } else {
+        &slopes32
+    })?;
+    let mut ob = up(&vec![f64::NAN; cfg.o_spec()?.span_elements()?])?;
+    let mut sb = DeviceBuffer::from_host(&vec![f32::NAN; cfg.stats_spec()?.span_elements()?])?;
+    let i32v = |v: &[usize]| v.iter().map(|&x| x as i32).collect::<Vec<_>>();
+    let sq = SeqLengths::new(&i32v(lq), lq.len(), cfg.seq_q)?;
+    let skv = SeqLengths::new(&i32v(lkv), lkv.len(), cfg.seq_kv)?;
+    let name = |t: Option<Tensor>| -> R<String> { Ok(g.name(t.ok_or("an input")?)?.to_string()) };
+    {
+        let mut bi = plan.bindings();
+        bi.input("q", qb.as_slice())?
+            .input("k", kb.as_slice())?
+            .input("v", vb.as_slice())?
+            .output("o", ob.as_slice_mut())?
+            .output("stats", sb.as_slice_mut())?
+            .seq_lengths(&name(f.seq_len_q)?, &sq)?
+            .seq_lengths(&name(f.seq_len_kv)?, &skv)?;
+        if let Some(t) = f.bias.bias {
+            bi.input(g.name(t)?, biasb.as_slice())?;
+        }
+        if let Some(t) = f.bias.alibi_slopes {
+            bi.input(g.name(t)?, slopesb.as_slice())?;
+        }
+        plan.execute(h, &mut bi)?;
+    }
+    h.stream().synchronize()?;
+    let mut stats = vec![0f32; sb.len()];
+    sb.copy_to_host(&mut stats)?;
+    Ok(stats)
+}
+
+/// Backward (the config's construction, with dBias when it asks) on the
+/// device against the reference's dQ, dK, dV and dBias. With `lens`
+/// (per-batch query and key lengths: a padding mask), dQ / dK / dV are
+/// compared on the valid rows (cuDNN leaves the padded ones as they
+/// were) and dBias everywhere: a padded row or column must add nothing to
+/// a broadcast dBias; the statistics then come from the crate's forward on
+/// the device (padded rows as it leaves them).
+fn backward_case(cfg: SdpaConfig, lens: Option<(Vec<usize>, Vec<usize>)>) -> TestResult {
     Device::new(0)?;
     let stream = Stream::new()?;
     let mut h = Handle::new(&stream)?;
     let target = Target::device(0)?;
-    let cfg = cfg.layout(AttnLayout::Bhsd);
+    let cfg = cfg.layout(AttnLayout::Bhsd).padding(lens.is_some());
     let a = inputs(&cfg)?;
-    let rc = ref_cfg(&cfg, &a)?;
+    let mut rc = ref_cfg(&cfg, &a)?;
+    if let Some((lq, lkv)) = &lens {
+        rc.seq_len_q = Some(lq);
+        rc.seq_len_kv = Some(lkv);
+    }
     let (qs, ks, vs, os) = (cfg.q_spec()?, cfg.k_spec()?, cfg.v_spec()?, cfg.o_spec()?);
     let (qv, kv, vv) = (
         ra::View::bhsd(&a.q, dims(&qs)),
@@ -191,7 +257,28 @@ fn backward_case(cfg: SdpaConfig) -> TestResult {
     let f = ra::forward(&qv, &kv, &vv, &rc)?;
     let o: Vec<f64> = f.o.iter().map(|&x| f64::from(bf16::from_f64(x))).collect();
     let d_o: Vec<f64> = (0..os.span_elements()?).map(|i| value(5, i, 1.0)).collect();
-    let stats32: Vec<f32> = f.stats.iter().map(|&s| s as f32).collect();
+    let mut stats32: Vec<f32> = f.stats.iter().map(|&s| s as f32).collect();
+    if let Some((lq, lkv)) = &lens {
+        // As in training: the statistics the crate's own forward wrote
+        // (padded rows as it leaves them, the buffer NaN before), so a
+        // padded row's stats cannot leak into dBias unseen.
+        let dev = device_stats(&cfg, &a, lq, lkv, &mut h, &target)?;
+        let [_, hh, ss, _] = dims(&qs);
+        let mut worst_lse = 0f64;
+        for (r, (&d, &w)) in dev.iter().zip(&stats32).enumerate() {
+            if r % ss < lq.get(r / (hh * ss)).copied().unwrap_or(0) {
+                let e = (f64::from(d) - f64::from(w)).abs();
+                worst_lse = if e.is_nan() {
+                    f64::INFINITY
+                } else {
+                    worst_lse.max(e)
+                };
+            }
+        }
+        eprintln!("  device stats (valid rows): max error {worst_lse:.2e} (bound 1e-2)");
+        ensure!(worst_lse <= 1e-2, "device stats differ: {worst_lse}");
+        stats32 = dev;
+    }
     let stats: Vec<f64> = stats32.iter().map(|&s| f64::from(s)).collect();
 
     let mut g = Graph::new();
@@ -224,8 +311,23 @@ fn backward_case(cfg: SdpaConfig) -> TestResult {
     let nan = |n: usize| up(&vec![f64::NAN; n]);
     let (mut dq, mut dk, mut dv) = (nan(a.q.len())?, nan(a.k.len())?, nan(a.v.len())?);
     let mut db = nan(a.bias.len().max(1))?;
+    let i32v = |v: &[usize]| v.iter().map(|&x| x as i32).collect::<Vec<_>>();
+    let seq = match &lens {
+        Some((lq, lkv)) => Some((
+            SeqLengths::new(&i32v(lq), lq.len(), cfg.seq_q)?,
+            SeqLengths::new(&i32v(lkv), lkv.len(), cfg.seq_kv)?,
+        )),
+        None => None,
+    };
     {
         let mut bi = plan.bindings();
+        if let Some((lq, lkv)) = &seq {
+            let name = |t: Option<Tensor>| -> R<String> {
+                Ok(g.name(t.ok_or("a length input")?)?.to_string())
+            };
+            bi.seq_lengths(&name(b.seq_len_q)?, lq)?
+                .seq_lengths(&name(b.seq_len_kv)?, lkv)?;
+        }
         bi.input("q", qb.as_slice())?
             .input("k", kb.as_slice())?
             .input("v", vb.as_slice())?
@@ -250,15 +352,46 @@ fn backward_case(cfg: SdpaConfig) -> TestResult {
     let ov = ra::View::bhsd(&o, dims(&os));
     let dov = ra::View::bhsd(&d_o, dims(&os));
     let want = ra::backward(&qv, &kv, &vv, &ov, &dov, &stats, &rc)?;
+    // The valid rows of a [B, H, S, D] gradient (all without padding).
+    let valid = |x: Vec<f64>, spec: &TensorSpec, lens: Option<&Vec<usize>>| -> Vec<f64> {
+        let [_, hh, ss, dd] = dims(spec);
+        x.into_iter()
+            .enumerate()
+            .filter(|(i, _)| {
+                let (n, row) = (i / (hh * ss * dd), i / dd % ss);
+                lens.is_none_or(|l| l.get(n).is_some_and(|&len| row < len))
+            })
+            .map(|(_, v)| v)
+            .collect()
+    };
+    let (lq, lkv) = (lens.as_ref().map(|l| &l.0), lens.as_ref().map(|l| &l.1));
     for (name, got, w) in [
-        ("dq", down(&dq)?, &want.dq),
-        ("dk", down(&dk)?, &want.dk),
-        ("dv", down(&dv)?, &want.dv),
+        (
+            "dq",
+            valid(down(&dq)?, &qs, lq),
+            valid(want.dq.clone(), &qs, lq),
+        ),
+        (
+            "dk",
+            valid(down(&dk)?, &ks, lkv),
+            valid(want.dk.clone(), &ks, lkv),
+        ),
+        (
+            "dv",
+            valid(down(&dv)?, &vs, lkv),
+            valid(want.dv.clone(), &vs, lkv),
+        ),
     ] {
-        let e = worst(&got, w, 1.0);
+        ensure!(!got.is_empty(), "{name}: no valid rows compared");
+        let e = worst(&got, &w, 1.0);
         eprintln!("  {name}: max rel error {e:.2e} (bound 3e-2)");
         ensure!(e <= 3e-2, "{name} differs from the reference: {e}");
     }
+    ensure!(
+        b.bias.dbias.is_some() == cfg.bias.is_some_and(|x| x.dbias),
+        "dBias output {:?} not as the config asks",
+        b.bias.dbias
+    );
     if b.bias.dbias.is_some() {
         let wdb = ra::dbias(&qv, &kv, &vv, &ov, &dov, &stats, &rc)?;
         let scale = wdb.iter().fold(0f64, |m, x| m.max(x.abs()));
@@ -298,17 +431,61 @@ fn main() {
         ));
     }
     t.push(gpu("sdpa_bias_full_dbias_bwd_bf16", || {
-        backward_case(base().bias(AttnBias::full().with_dbias(true)))
+        backward_case(base().bias(AttnBias::full().with_dbias(true)), None)
     }));
     t.push(gpu("sdpa_bias_head_broadcast_dbias_bwd_bf16", || {
         backward_case(
             base()
                 .bias(AttnBias::new(false, true).with_dbias(true))
                 .causal(true),
+            None,
         )
     }));
-    t.push(gpu("sdpa_alibi_causal_bwd_bf16", || {
-        backward_case(base().causal(true).alibi(true))
+    // Every broadcast shape of dBias: [1, 1] and [B, 1] too.
+    t.push(gpu("sdpa_bias_shared_dbias_bwd_bf16", || {
+        backward_case(
+            base().bias(AttnBias::new(false, false).with_dbias(true)),
+            None,
+        )
     }));
+    t.push(gpu("sdpa_bias_batch_dbias_bwd_bf16", || {
+        backward_case(
+            base().bias(AttnBias::new(true, false).with_dbias(true)),
+            None,
+        )
+    }));
+    // Padding: batch 1's padded rows / columns must add nothing to the
+    // head-broadcast dBias (batch 0 full, so every entry is compared).
+    t.push(gpu(
+        "sdpa_bias_head_broadcast_dbias_padding_bwd_bf16",
+        || {
+            backward_case(
+                base().bias(AttnBias::new(false, true).with_dbias(true)),
+                Some((vec![128, 77], vec![128, 93])),
+            )
+        },
+    ));
+    // GQA: the bias per query head.
+    t.push(gpu("sdpa_bias_full_dbias_gqa_bwd_bf16", || {
+        backward_case(base().gqa(2).bias(AttnBias::full().with_dbias(true)), None)
+    }));
+    t.push(gpu("sdpa_alibi_causal_bwd_bf16", || {
+        backward_case(base().causal(true).alibi(true), None)
+    }));
+    // cuDNN's SDPA backward operation with dBias (cuDNN >= 9.28).
+    let native = base()
+        .bias(AttnBias::full().with_dbias(true))
+        .implementation(SdpaImpl::Native);
+    let trial = gpu("sdpa_bias_full_dbias_native_bwd_bf16", {
+        let native = native.clone();
+        move || backward_case(native, None)
+    });
+    t.push(match native.resolve(true) {
+        Err(e @ cudnn::Error::Unsupported { .. }) => {
+            eprintln!("skipped: gpu::sdpa_bias_full_dbias_native_bwd_bf16: {e}");
+            trial.with_ignored_flag(true)
+        }
+        _ => trial,
+    });
     run(t)
 }

@@ -332,6 +332,22 @@ fn version_rules() -> TestResult {
         native(&db).resolve_for((9, 28, 0), true)? == SdpaImpl::Native,
         "native dbias"
     );
+    // The operation's dBias has dQ's type (cuDNN's header): an f32 bias on
+    // bf16 I/O is refused there, taken by the composite (any bias type).
+    let db32 = base().bias(AttnBias::full().with_dtype(DType::F32).with_dbias(true));
+    unsupported_naming(
+        native(&db32).resolve_for((9, 28, 1), true),
+        "dbias",
+        "dQ's data type",
+    )?;
+    ensure!(
+        db32.resolve_for((9, 28, 1), true)? == SdpaImpl::Composite,
+        "auto f32 dbias"
+    );
+    ensure!(
+        native(&db32).resolve_for((9, 28, 1), false)? == SdpaImpl::Native,
+        "the forward takes an f32 bias"
+    );
     // dBias before 9.5: no padding, lengths multiples of 64.
     unsupported_naming(
         db.clone().padding(true).resolve_for((9, 4, 0), true),
@@ -827,11 +843,20 @@ fn reference_finite_differences() -> TestResult {
     let v = rnd(b * hkv * skv * d, 3);
     let d_o = rnd(b * h * sq * d, 4);
     let slopes = [0.5, 0.125];
+    // Padding (batch 1: 2 of 3 queries, 3 of 4 keys) and dropout
+    // multipliers (0 or 1 / (1 - 0.25)) with the [B, 1] bias: dBias is the
+    // gradient of the dropout-scaled loss, zero where the masks drop.
+    let (len_q, len_kv) = ([sq, 2], [skv, 3]);
+    let keep: Vec<f64> = rnd(b * h * sq * skv, 9)
+        .iter()
+        .map(|&x| if x < -0.5 { 0.0 } else { 1.0 / 0.75 })
+        .collect();
     let mut checked = 0;
-    for (bdims, causal) in [
-        ([1, h, sq, skv], true),
-        ([b, h, sq, skv], false),
-        ([1, 1, sq, skv], true),
+    for (bdims, causal, masked) in [
+        ([1, h, sq, skv], true, false),
+        ([b, h, sq, skv], false, false),
+        ([1, 1, sq, skv], true, false),
+        ([b, 1, sq, skv], false, true),
     ] {
         let n: usize = bdims.iter().product();
         let bias = rnd(n, 5 + n as u64);
@@ -841,6 +866,11 @@ fn reference_finite_differences() -> TestResult {
             if causal {
                 cfg.causal = CausalMask::TopLeft;
                 cfg.alibi_slopes = Some(&slopes);
+            }
+            if masked {
+                cfg.seq_len_q = Some(&len_q);
+                cfg.seq_len_kv = Some(&len_kv);
+                cfg.dropout = Some(&keep);
             }
             let f = ref_attn::forward(
                 &View::bhsd(q, [b, h, sq, d]),
@@ -855,6 +885,11 @@ fn reference_finite_differences() -> TestResult {
         if causal {
             cfg.causal = CausalMask::TopLeft;
             cfg.alibi_slopes = Some(&slopes);
+        }
+        if masked {
+            cfg.seq_len_q = Some(&len_q);
+            cfg.seq_len_kv = Some(&len_kv);
+            cfg.dropout = Some(&keep);
         }
         let (qv, kv, vv) = (
             View::bhsd(&q, [b, h, sq, d]),
@@ -893,6 +928,16 @@ fn reference_finite_differences() -> TestResult {
         }
         // dBias is not zero (the check above is not vacuous).
         ensure!(db.iter().any(|x| x.abs() > 1e-3), "dbias all ~0: {db:?}");
+        if masked {
+            // Batch 1's padded query row and key column get no gradient,
+            // and some kept entries of batch 0 do.
+            let at = |n: usize, i: usize, j: usize| db[(n * sq + i) * skv + j];
+            ensure!(
+                (0..skv).all(|j| at(1, 2, j) == 0.0) && (0..sq).all(|i| at(1, i, 3) == 0.0),
+                "padded dbias not zero: {db:?}"
+            );
+            ensure!(keep.contains(&0.0), "no entry dropped");
+        }
     }
     eprintln!("reference bias / ALiBi finite differences: {checked} gradient entries");
     Ok(())

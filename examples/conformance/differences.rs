@@ -169,7 +169,16 @@ pub const DIFFERENCES: &[Difference] = &[
                                     f.path.contains(&format!("(FLOAT [1, {h}, 1, 1])"))
                                 }))
                     }
-                    "node" => f.path.ends_with("/B") && f.ours.starts_with("\"T"),
+                    // The MUL's slope operand in the SDPA operation's
+                    // score subgraph: a bound tensor on both sides
+                    // (never a virtual one), each its own.
+                    "node" => {
+                        f.path.contains("subgraph/nodes[")
+                            && f.path.ends_with("/B")
+                            && f.ours.starts_with("\"T")
+                            && f.theirs.starts_with("\"T")
+                            && f.ours != f.theirs
+                    }
                     _ => false,
                 }
         },
@@ -340,6 +349,14 @@ mod unit {
         assert!(ids(&alibi, f("unmatched", &wider, "-", "-")).is_empty());
         assert!(ids(&sdpa, f("unmatched", theirs, "-", "-")).is_empty());
         assert!(ids(&alibi, f("tensor", "`bias` dim", "[1]", "[2]")).is_empty());
+        // The slope operand of the subgraph's MUL, and nothing wider.
+        let node = "nodes[0]/subgraph/nodes[3]/B";
+        assert_eq!(ids(&alibi, f("node", node, "\"T8\"", "\"T10\"")), ["D8"]);
+        assert!(ids(&sdpa, f("node", node, "\"T8\"", "\"T10\"")).is_empty());
+        let virt = "\"V[0]:SDPA_FWD/subgraph/nodes[2]:POINTWISE/Y\"";
+        assert!(ids(&alibi, f("node", node, "\"T8\"", virt)).is_empty());
+        assert!(ids(&alibi, f("node", "nodes[3]/B", "\"T8\"", "\"T10\"")).is_empty());
+        assert!(ids(&alibi, f("node", node, "\"T8\"", "\"T8\"")).is_empty());
         // Nothing explains an engine count.
         assert!(ids(&sdpa, f("count", "count", "4", "3")).is_empty());
     }

@@ -33,13 +33,23 @@
 //!   `seq_q` and `seq_kv` multiples of 64; not with ragged batches on
 //!   sm_100;
 //! - the SDPA operation (native) takes a bias or ALiBi from cuDNN 9.21
-//!   (its score subgraph) and, in the backward, dBias from 9.28;
+//!   (its score subgraph) and, in the backward, dBias from 9.28, in dQ's
+//!   data type only (cuDNN's header: a bias of the I/O type);
 //!   [`SdpaImpl::Auto`](super::sdpa::SdpaImpl::Auto) builds the composite
 //!   below that;
 //! - a paged cache's maximum key length is `seq_kv`, the bias's last dim by
 //!   construction (the frontend's rule that they match holds always);
 //! - FP8 attention ([`Fp8SdpaConfig`](super::sdpa_fp8::Fp8SdpaConfig)) has
 //!   no bias (the frontend refuses it too).
+//!
+//! Not a rule: cuDNN 9.28.1's heuristics offer no engine for the SDPA
+//! backward operation with dBias and ragged batches (on every target the
+//! host tier plans for), so [`SdpaImpl::Native`](super::sdpa::SdpaImpl::Native)
+//! with both is refused at planning with the typed `Unsupported` "no
+//! engine"; [`SdpaImpl::Auto`](super::sdpa::SdpaImpl::Auto) builds the
+//! composite, which plans on Hopper. NVIDIA documents no such limit (the
+//! frontend never builds that operation) and a later cuDNN may add
+//! engines, so the crate does not refuse it earlier.
 //!
 //! # Where this differs from NVIDIA's frontend
 //! The frontend computes the ALiBi slopes itself and writes them into its
@@ -301,6 +311,21 @@ impl SdpaConfig {
         }
         if backward && self.has_dbias() {
             need("bias.dbias", NATIVE_DBIAS_SINCE)?;
+            // cuDNN's header: the backward operation's dBias has dQ's data
+            // type (the I/O type); dBias has the bias's.
+            let dt = self.bias_dtype();
+            if dt != self.dtype {
+                return Err(Error::Unsupported {
+                    what: format!(
+                        "SdpaConfig option `bias.dbias` with a {dt} bias and {} I/O on cuDNN's SDPA backward operation (its dBias must have dQ's data type)",
+                        self.dtype
+                    ),
+                    needs: Some(format!(
+                        "a {} bias, or SdpaImpl::Auto / Composite (the composite reduces into any bias type)",
+                        self.dtype
+                    )),
+                });
+            }
         }
         Ok(())
     }
