@@ -603,7 +603,6 @@ impl SdpaConfig {
         self.check_band(v)?;
         self.check_paged(v, backward)?;
         self.check_ragged(v, backward)?;
-        self.check_softcap()?;
         match (self.implementation, backward) {
             (SdpaImpl::Native, _) => self.check_native(v, backward).map(|_| SdpaImpl::Native),
             (SdpaImpl::Composite, _) | (SdpaImpl::Auto, true) => self
