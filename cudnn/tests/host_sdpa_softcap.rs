@@ -558,6 +558,40 @@ fn plan_json_round_trip() -> TestResult {
                 .training(true),
         ),
         ("composite bwd", true, base.clone()),
+        // With the masks (the frontend refuses them beside its score mod,
+        // so these plans are checked here rather than cross-loaded there).
+        (
+            "native fwd causal",
+            false,
+            base.clone()
+                .causal(true)
+                .implementation(SdpaImpl::Native)
+                .training(true),
+        ),
+        (
+            "native fwd bottom-right window",
+            false,
+            base.clone()
+                .kv_len(384)
+                .causal_bottom_right()
+                .sliding_window(64)
+                .implementation(SdpaImpl::Native)
+                .training(true),
+        ),
+        (
+            "composite fwd padding causal",
+            false,
+            base.clone()
+                .padding(true)
+                .causal(true)
+                .implementation(SdpaImpl::Composite)
+                .training(true),
+        ),
+        (
+            "composite bwd padding causal",
+            true,
+            base.clone().padding(true).causal(true),
+        ),
     ] {
         let g = match if backward { bwd(&cfg) } else { fwd(&cfg) } {
             Ok(g) => g,
