@@ -3,7 +3,10 @@
 //! the forward through cuDNN's SDPA operation (its score-modifier subgraph)
 //! and the composite, the backward through the composite (`Auto`) and the
 //! SDPA backward operation (`Native`), f16 and bf16, MHA and GQA, BSHD and
-//! BHSD, against the f64 reference with the same cap. Inputs are rounded to
+//! BHSD, and with the masks Gemma 2 uses it with (causal top-left,
+//! bottom-right, causal with a sliding window; both implementations,
+//! forward and backward), against the f64 reference with the same cap and
+//! masks. Inputs are rounded to
 //! the element type before the reference sees them, outputs are poisoned
 //! with NaN first (NaN never passes), bounds are relative to `max(1,
 //! |want|)` (3e-2 bf16, 2e-2 f16), and each case also checks that the
@@ -224,9 +227,46 @@ fn inputs<T: El>(cfg: &SdpaConfig, seed: u64) -> R<Inputs> {
     })
 }
 
-fn reference(cfg: &SdpaConfig, a: &Inputs, cap: bool) -> R<ra::SdpaForward> {
+/// The masks of a case (Gemma 2 uses the softcap with a causal mask and,
+/// on alternate layers, a sliding window).
+#[derive(Clone, Copy)]
+enum Mask {
+    None,
+    Causal,
+    BottomRight,
+    CausalWindow,
+}
+
+fn masked(c: SdpaConfig, mask: Mask) -> SdpaConfig {
+    match mask {
+        Mask::None => c,
+        Mask::Causal => c.causal(true),
+        Mask::BottomRight => c.causal_bottom_right(),
+        Mask::CausalWindow => c.causal(true).sliding_window(48),
+    }
+}
+
+/// The reference's options for `cfg` (its masks too), capped or not.
+fn ref_config(cfg: &SdpaConfig, cap: bool) -> ra::SdpaConfig<'static> {
     let mut rc = ra::SdpaConfig::new(cfg.scale_value());
     rc.softcap = if cap { cfg.softcap } else { None };
+    let br = cfg.diagonal == DiagonalAlignment::BottomRight;
+    if cfg.is_causal {
+        rc.causal = if br {
+            ra::CausalMask::BottomRight
+        } else {
+            ra::CausalMask::TopLeft
+        };
+    }
+    rc.window = cfg.window.map(|w| ra::Window {
+        size: w as usize,
+        bottom_right: br,
+    });
+    rc
+}
+
+fn reference(cfg: &SdpaConfig, a: &Inputs, cap: bool) -> R<ra::SdpaForward> {
+    let rc = ref_config(cfg, cap);
     Ok(ra::forward(
         &view(&a.q, &cfg.q_spec()?),
         &view(&a.k, &cfg.k_spec()?),
@@ -311,8 +351,7 @@ fn backward<T: El>(cfg: SdpaConfig) -> TestResult {
     }
     cx.h.stream().synchronize()?;
     let grads = |capped: bool| -> R<ra::SdpaGrads> {
-        let mut rc = ra::SdpaConfig::new(cfg.scale_value());
-        rc.softcap = if capped { cfg.softcap } else { None };
+        let rc = ref_config(&cfg, capped);
         Ok(ra::backward(
             &view(&a.q, &cfg.q_spec()?),
             &view(&a.k, &cfg.k_spec()?),
@@ -336,12 +375,12 @@ fn backward<T: El>(cfg: SdpaConfig) -> TestResult {
     Ok(())
 }
 
-fn fwd_case<T: El>(gqa: bool, layout: AttnLayout, imp: SdpaImpl) -> TestResult {
-    forward::<T>(config::<T>(gqa, layout, imp))
+fn fwd_case<T: El>(gqa: bool, layout: AttnLayout, imp: SdpaImpl, mask: Mask) -> TestResult {
+    forward::<T>(masked(config::<T>(gqa, layout, imp), mask))
 }
 
-fn bwd_case<T: El>(gqa: bool, layout: AttnLayout, imp: SdpaImpl) -> TestResult {
-    backward::<T>(config::<T>(gqa, layout, imp))
+fn bwd_case<T: El>(gqa: bool, layout: AttnLayout, imp: SdpaImpl, mask: Mask) -> TestResult {
+    backward::<T>(masked(config::<T>(gqa, layout, imp), mask))
 }
 
 /// The loaded cuDNN, if one loads.
@@ -382,12 +421,12 @@ fn main() {
             trials.push(trial(
                 format!("sdpa_softcap_fwd_{imp_name}_{name}_bf16"),
                 native,
-                move || fwd_case::<bf16>(gqa, layout, imp),
+                move || fwd_case::<bf16>(gqa, layout, imp, Mask::None),
             ));
             trials.push(trial(
                 format!("sdpa_softcap_fwd_{imp_name}_{name}_f16"),
                 native,
-                move || fwd_case::<f16>(gqa, layout, imp),
+                move || fwd_case::<f16>(gqa, layout, imp, Mask::None),
             ));
         }
         for (imp_name, imp) in [("auto", Auto), ("native", Native)] {
@@ -395,12 +434,34 @@ fn main() {
             trials.push(trial(
                 format!("sdpa_softcap_bwd_{imp_name}_{name}_bf16"),
                 native,
-                move || bwd_case::<bf16>(gqa, layout, imp),
+                move || bwd_case::<bf16>(gqa, layout, imp, Mask::None),
             ));
             trials.push(trial(
                 format!("sdpa_softcap_bwd_{imp_name}_{name}_f16"),
                 native,
-                move || bwd_case::<f16>(gqa, layout, imp),
+                move || bwd_case::<f16>(gqa, layout, imp, Mask::None),
+            ));
+        }
+    }
+    // With the masks (the frontend refuses them beside its score mod; cuDNN
+    // plans them): causal top-left, bottom-right (s_q 128 < s_kv 256) and
+    // causal with a window, bf16, forward and backward, each way.
+    for (mask_name, mask) in [
+        ("causal", Mask::Causal),
+        ("bottom_right", Mask::BottomRight),
+        ("causal_window", Mask::CausalWindow),
+    ] {
+        for (imp_name, imp) in [("native", Native), ("composite", Composite)] {
+            let native = imp == Native;
+            trials.push(trial(
+                format!("sdpa_softcap_{mask_name}_fwd_{imp_name}_gqa_bshd_bf16"),
+                native,
+                move || fwd_case::<bf16>(true, Bshd, imp, mask),
+            ));
+            trials.push(trial(
+                format!("sdpa_softcap_{mask_name}_bwd_{imp_name}_gqa_bshd_bf16"),
+                native,
+                move || bwd_case::<bf16>(true, Bshd, imp, mask),
             ));
         }
     }

@@ -2,9 +2,11 @@
 //! the real cuDNN plans the softcap forward (the SDPA operation, the
 //! composite, `Auto`) and backward (the composite) for the H200, H100,
 //! B200, A100 and L4 presets through the driver stub and prints `engines /
-//! configs / plans / engine / workspace` per target; the combination and
-//! version rules as pure functions (`resolve_for`) against NVIDIA's
-//! frontend 1.32; a property test over random combinations of the softcap
+//! configs / plans / engine / workspace` per target; the softcap with the
+//! masks Gemma 2 uses (causal top-left and bottom-right, a window, padding:
+//! refused by NVIDIA's frontend 1.32 beside its score mod, planned by
+//! cuDNN) for the H200, H100 and B200; the version rules as pure functions
+//! (`resolve_for`); a property test over random combinations of the softcap
 //! with the other options; and the f64 reference's softcap (unit tier: hand
 //! cases and finite differences through the backward).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -246,31 +248,62 @@ fn rules() -> TestResult {
             .validate()
             .map_err(|e| format!("{good}: {e}"))?;
     }
-    // Not with masks (the frontend: score mod enabled, other subgraphs disabled).
+    // With the masks (the frontend refuses them beside its generic score
+    // mod; cuDNN plans them, `masks_plan`): every implementation, forward
+    // and backward, from 9.21 (Native) and on every release (Composite);
+    // paged and ragged as without the softcap.
     let combos: Vec<(&str, SdpaConfig)> = vec![
-        ("is_causal", base.clone().causal(true)),
-        ("is_causal", base.clone().causal_bottom_right()),
+        ("causal", base.clone().causal(true)),
+        (
+            "bottom-right",
+            base.clone().kv_len(256).causal_bottom_right(),
+        ),
         ("window", base.clone().sliding_window(32)),
+        (
+            "causal window",
+            base.clone().causal(true).sliding_window(32),
+        ),
         ("padding", base.clone().padding(true)),
-        ("paged", base.clone().paged(64, 8)),
-        ("ragged", base.clone().ragged()),
+        ("padding causal", base.clone().padding(true).causal(true)),
+        ("paged", base.clone().paged(64, 8).causal(true)),
+        ("ragged", base.clone().ragged().causal(true)),
     ];
-    for (other, c) in &combos {
+    for (name, c) in &combos {
+        let mut nocap = c.clone();
+        nocap.softcap = None;
         for ver in [(9, 10, 2), (9, 19, 0), (9, 21, 0), (9, 28, 1)] {
             for backward in [false, true] {
                 for imp in [SdpaImpl::Auto, SdpaImpl::Native, SdpaImpl::Composite] {
-                    let e = c.clone().implementation(imp).resolve_for(ver, backward);
-                    // Some combinations are refused earlier by the other
-                    // option's own rule (a paged backward); every refusal
-                    // names an option, and the softcap's names both.
-                    match e {
-                        Err(e) if refuses_naming(&e, "softcap") => ensure!(
-                            e.to_string().contains(other),
-                            "{other} {ver:?}: names softcap but not {other}: {e}"
+                    let r = c.clone().implementation(imp).resolve_for(ver, backward);
+                    let n = nocap.clone().implementation(imp).resolve_for(ver, backward);
+                    let native_gate = imp == SdpaImpl::Native && ver < (9, 21, 0);
+                    match (&r, &n) {
+                        (Ok(a), Ok(b)) if a == b || imp == SdpaImpl::Auto => {}
+                        (Err(e), Ok(_)) if native_gate => {
+                            ensure!(refuses_naming(e, "softcap"), "{name} {ver:?}: {e}")
+                        }
+                        (Err(e), Err(_)) => ensure!(
+                            names_option(e) && !refuses_naming(e, "`softcap` or"),
+                            "{name} {ver:?} {imp:?} backward {backward}: {e}"
                         ),
-                        Err(e) => ensure!(names_option(&e), "{other}: {e:?}"),
-                        Ok(r) => return Err(format!("softcap with {other} on {ver:?} {imp:?} backward {backward}: accepted as {r:?}").into()),
+                        _ => {
+                            return Err(format!(
+                                "{name} {ver:?} {imp:?} backward {backward}: with softcap {r:?}, without {n:?}"
+                            )
+                            .into());
+                        }
                     }
+                }
+                // The composite takes every mask on every release.
+                if name.starts_with("causal") || name.starts_with("window") {
+                    let r = c
+                        .clone()
+                        .implementation(SdpaImpl::Composite)
+                        .resolve_for(ver, backward);
+                    ensure!(
+                        r.as_ref().ok() == Some(&SdpaImpl::Composite),
+                        "{name} composite {ver:?} backward {backward}: {r:?}"
+                    );
                 }
             }
         }
@@ -442,14 +475,24 @@ fn property_softcap_combinations() -> TestResult {
                     2 => c = c.ragged(),
                     _ => {}
                 }
-                let masked = c.is_causal || c.window.is_some() || c.padding;
+                // The softcap adds no refusal where cuDNN's SDPA operation
+                // takes it (9.21 on): with a valid cap, a config resolves
+                // exactly when the same config without the cap does (masks,
+                // paged and ragged included).
+                let valid = cap.is_finite() && cap > 0.0 && (cap as f32).is_normal();
+                let mut nocap = c.clone();
+                nocap.softcap = None;
                 for ver in [(9, 10, 2), (9, 19, 0), (9, 21, 0), (9, 28, 1)] {
-                    match c.resolve_for(ver, backward) {
-                        Err(e) => prop_assert!(names_option(&e), "untyped refusal {e:?}"),
-                        Ok(_) => prop_assert!(
-                            !masked,
-                            "a softcap with a mask accepted on {ver:?}: {c:?}"
-                        ),
+                    let r = c.resolve_for(ver, backward);
+                    if let Err(e) = &r {
+                        prop_assert!(names_option(e), "untyped refusal {e:?}");
+                    }
+                    if valid && ver >= (9, 21, 0) {
+                        let n = nocap.resolve_for(ver, backward);
+                        prop_assert!(
+                            r.is_ok() == n.is_ok(),
+                            "softcap {cap} on {ver:?}: {r:?}, without it {n:?}: {c:?}"
+                        );
                     }
                     for dev in [800, 890, 900, 1000] {
                         if let Err(e) = c.check_target_for(backward, dev, ver) {
@@ -517,6 +560,40 @@ fn plan_json_round_trip() -> TestResult {
                 .training(true),
         ),
         ("composite bwd", true, base.clone()),
+        // With the masks (the frontend refuses them beside its score mod,
+        // so these plans are checked here rather than cross-loaded there).
+        (
+            "native fwd causal",
+            false,
+            base.clone()
+                .causal(true)
+                .implementation(SdpaImpl::Native)
+                .training(true),
+        ),
+        (
+            "native fwd bottom-right window",
+            false,
+            base.clone()
+                .kv_len(384)
+                .causal_bottom_right()
+                .sliding_window(64)
+                .implementation(SdpaImpl::Native)
+                .training(true),
+        ),
+        (
+            "composite fwd padding causal",
+            false,
+            base.clone()
+                .padding(true)
+                .causal(true)
+                .implementation(SdpaImpl::Composite)
+                .training(true),
+        ),
+        (
+            "composite bwd padding causal",
+            true,
+            base.clone().padding(true).causal(true),
+        ),
     ] {
         let g = match if backward { bwd(&cfg) } else { fwd(&cfg) } {
             Ok(g) => g,
@@ -728,6 +805,31 @@ fn reference_softcap_hand_cases() -> TestResult {
         "capped at 5: {} vs {want}",
         f.o[0]
     );
+    // The cap goes before the causal mask: query 0 sees key 0 alone, so
+    // O[0] = V[0] exactly (a cap after the mask would turn the masked -inf
+    // into -cap and give key 1 a weight of e^-1 / (1 + e^-1)); query 1
+    // sees both keys under the capped scores [0, tanh 2].
+    let (q2, k2) = ([1.0, 1.0], [0.0, 2.0]);
+    let mut causal = ref_attn::SdpaConfig::new(1.0);
+    causal.causal = ref_attn::CausalMask::TopLeft;
+    causal.softcap = Some(1.0);
+    let f = ref_attn::forward(
+        &View::bhsd(&q2, [1, 1, 2, 1]),
+        &View::bhsd(&k2, [1, 1, 2, 1]),
+        &View::bhsd(&v, [1, 1, 2, 1]),
+        &causal,
+    )?;
+    ensure!(f.o[0] == 4.0, "causal row 0: {} (want V[0] = 4)", f.o[0]);
+    ensure!(
+        (f.o[1] - want_o).abs() < 1e-12,
+        "causal row 1: {} vs {want_o}",
+        f.o[1]
+    );
+    ensure!(
+        f.stats[0].abs() < 1e-15,
+        "causal row 0 stats {}",
+        f.stats[0]
+    );
     // Bad caps are typed errors naming the softcap.
     for c in [0.0, -2.0, f64::NAN, f64::INFINITY] {
         cfg.softcap = Some(c);
@@ -752,6 +854,32 @@ fn reference_softcap_hand_cases() -> TestResult {
 /// differences of its forward (GQA 4:2, s_q 3, s_kv 5, a cap small enough
 /// that tanh bends: scores reach a few times the cap).
 fn reference_softcap_finite_differences() -> TestResult {
+    use ref_attn::{CausalMask, Window};
+    let plain = ref_attn::SdpaConfig::new(0.8);
+    let mut causal = plain;
+    causal.causal = CausalMask::TopLeft;
+    // Gemma 2's masks together: bottom-right causal, a window of 2, padding.
+    let (lq, lkv) = ([3usize, 2], [5usize, 4]);
+    let mut masked = plain;
+    masked.causal = CausalMask::BottomRight;
+    masked.window = Some(Window {
+        size: 2,
+        bottom_right: true,
+    });
+    masked.seq_len_q = Some(&lq);
+    masked.seq_len_kv = Some(&lkv);
+    for (name, mut cfg) in [
+        ("no mask", plain),
+        ("causal", causal),
+        ("bottom-right causal, window, padding", masked),
+    ] {
+        cfg.softcap = Some(0.9);
+        softcap_finite_differences(name, cfg)?;
+    }
+    Ok(())
+}
+
+fn softcap_finite_differences(name: &str, cfg: ref_attn::SdpaConfig<'_>) -> TestResult {
     let (b, h, hkv, sq, skv, d) = (2usize, 4usize, 2usize, 3usize, 5usize, 3usize);
     let rnd = |n: usize, seed: u64| -> Vec<f64> {
         let mut x = seed;
@@ -768,8 +896,6 @@ fn reference_softcap_finite_differences() -> TestResult {
     let k = rnd(b * hkv * skv * d, 12);
     let v = rnd(b * hkv * skv * d, 13);
     let d_o = rnd(b * h * sq * d, 14);
-    let mut cfg = ref_attn::SdpaConfig::new(0.8);
-    cfg.softcap = Some(0.9);
     let qd = [b, h, sq, d];
     let kd = [b, hkv, skv, d];
     let loss = |q: &[f64], k: &[f64], v: &[f64]| -> Result<f64, Error> {
@@ -820,7 +946,7 @@ fn reference_softcap_finite_differences() -> TestResult {
             .zip(&gu.dq)
             .map(|(a, b)| (a - b).abs())
             .fold(0.0, f64::max);
-    ensure!(diff > 1e-3, "the cap changes dQ by only {diff}");
+    ensure!(diff > 1e-3, "{name}: the cap changes dQ by only {diff}");
     let hstep = 1e-6;
     let mut worst = 0f64;
     for (which, analytic) in [(0, &g.dq), (1, &g.dk), (2, &g.dv)] {
@@ -840,14 +966,105 @@ fn reference_softcap_finite_differences() -> TestResult {
         }
     }
     eprintln!(
-        "reference softcap backward vs finite differences: max abs error {worst:.2e} (cap moves dQ by {diff:.2e})"
+        "reference softcap backward vs finite differences ({name}): max abs error {worst:.2e} (cap moves dQ by {diff:.2e})"
     );
-    ensure!(worst < 1e-7, "finite differences disagree by {worst}");
+    ensure!(
+        worst < 1e-7,
+        "{name}: finite differences disagree by {worst}"
+    );
+    Ok(())
+}
+
+/// The softcap with the masks Gemma 2 uses (causal, top-left and
+/// bottom-right; a sliding window; padding in training): cuDNN plans the
+/// composite and the SDPA operation (its subgraph: the softcap's ops, then
+/// the band-mask ops), forward and backward, for the H200, H100 and B200
+/// presets. NVIDIA's frontend refuses these beside its score mod (a rule
+/// of its own; conformance difference `DSM`).
+fn masks_plan() -> TestResult {
+    let v = loaded();
+    let base = || SdpaConfig::new(2, 8, 256, 128, DType::BF16).softcap(CAP);
+    let cross = || {
+        SdpaConfig::new(2, 8, 128, 128, DType::BF16)
+            .kv_len(384)
+            .softcap(CAP)
+    };
+    let cases: Vec<(&str, SdpaConfig)> = vec![
+        ("causal", base().causal(true)),
+        ("causal bottom-right cross", cross().causal_bottom_right()),
+        ("causal window", base().causal(true).sliding_window(64)),
+        (
+            "bottom-right window cross",
+            cross().causal_bottom_right().sliding_window(64),
+        ),
+        ("padding causal", base().padding(true).causal(true)),
+        (
+            "padding window causal",
+            base().padding(true).causal(true).sliding_window(64),
+        ),
+    ];
+    let mut failures = Vec::new();
+    let mut planned = 0;
+    for (name, cfg) in cases {
+        for backward in [false, true] {
+            for imp in [SdpaImpl::Native, SdpaImpl::Composite] {
+                let cfg = cfg.clone().implementation(imp).training(true);
+                let built = if backward { bwd(&cfg) } else { fwd(&cfg) };
+                let g = match built {
+                    Ok(g) => g,
+                    Err(e) if imp == SdpaImpl::Native && v < (9, 21, 0) => {
+                        // The SDPA operation takes the softcap and the band
+                        // masks from 9.21: refused, typed, naming either.
+                        eprintln!("{name:<26} {imp:?} bwd={backward}: refused on {v:?}: {e}");
+                        if !(refuses_naming(&e, "softcap") || refuses_naming(&e, "is_causal")) {
+                            failures.push(format!("{name} {imp:?}: {e}"));
+                        }
+                        continue;
+                    }
+                    Err(e) => {
+                        failures.push(format!("{name} {imp:?} bwd={backward}: {e}"));
+                        continue;
+                    }
+                };
+                for tgt in ["h200", "h100", "b200"] {
+                    match counts(&g, tgt, 1) {
+                        Ok(c) => {
+                            eprintln!(
+                                "{name:<26} {imp:<9} bwd={backward:<5} {tgt}: engines {} configs {} plans {} engine {}",
+                                c.engines,
+                                c.configs,
+                                c.plans,
+                                c.engine.map_or("-".into(), |e| e.to_string()),
+                                imp = format!("{imp:?}"),
+                            );
+                            // Required where cuDNN's SDPA operation takes the
+                            // softcap (9.21 on); older stacks report only.
+                            if c.plans == 0 && v >= (9, 21, 0) {
+                                failures
+                                    .push(format!("{name} {imp:?} bwd={backward} {tgt}: no plan"));
+                            }
+                            planned += 1;
+                        }
+                        Err(e) => {
+                            eprintln!("{name:<26} {imp:?} bwd={backward} {tgt}: {e}");
+                            if v >= (9, 21, 0) {
+                                failures.push(format!("{name} {imp:?} bwd={backward} {tgt}: {e}"));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("{planned} softcap + mask graphs planned on cuDNN {v:?}");
+    ensure!(failures.is_empty(), "{}", failures.join("\n"));
+    ensure!(planned > 0 || v < (9, 21, 0), "nothing planned");
     Ok(())
 }
 
 fn main() {
     let trials = vec![
+        host_planning("sdpa_softcap_masks_plan", masks_plan),
         host_planning("sdpa_softcap_plans_per_target", plan_per_target),
         unit("sdpa_softcap_rules", rules),
         unit(

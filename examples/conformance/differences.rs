@@ -183,6 +183,24 @@ pub const DIFFERENCES: &[Difference] = &[
                 }
         },
     },
+    // issue 24 (h5): the softcap with masks, which only the frontend refuses.
+    Difference {
+        id: "DSM",
+        what: "the logit softcap with a causal mask, a sliding window or padding (Gemma 2's attention): the crate builds and plans it, the frontend refuses it before asking cuDNN (its rule for any score_mod: \"Attention score mod enabled and hence other subgraphs are disabled\"); the top-left causal composites are compared instead against a frontend score_mod that writes the causal mask itself, plans cross-loaded both ways",
+        why: "a rule of the frontend's support surface for its generic score_mod callback, not of cuDNN: cuDNN 9.28 plans these graphs (softcap ops, then the masks) on the H200, H100 and B200, forward and backward, composite and SDPA operation (host_sdpa_softcap's masks_plan, its plan JSON round-tripped and tampered forms refused there); no frontend plan exists to compare or cross-load",
+        applies: |p, f| {
+            let masked = p.params.get("causal").is_some_and(|c| c == true)
+                || p.params.get("padding").is_some_and(|c| c == true)
+                || p.params.get("window").is_some_and(|w| !w.is_null());
+            matches!(p.family, "sdpa_fwd" | "sdpa_bwd")
+                && p.params.get("softcap").is_some_and(|c| !c.is_null())
+                && masked
+                && f.kind == "frontend"
+                && f.ours == "planned"
+                && f.theirs
+                    .contains("score mod enabled and hence other subgraphs are disabled")
+        },
+    },
 ];
 
 /// A finding about a tensor a caller binds (named by its role), which a
@@ -357,6 +375,30 @@ mod unit {
         assert!(ids(&alibi, f("node", node, "\"T8\"", virt)).is_empty());
         assert!(ids(&alibi, f("node", "nodes[3]/B", "\"T8\"", "\"T10\"")).is_empty());
         assert!(ids(&alibi, f("node", node, "\"T8\"", "\"T8\"")).is_empty());
+        // DSM: the softcap with a mask, the frontend's score-mod refusal only.
+        let rule = "cudnnGraphNotSupportedError: Attention score mod enabled and hence other subgraphs are disabled.";
+        let mut scm = pattern("sdpa_fwd", false);
+        scm.params =
+            serde_json::json!({"softcap": 50.0, "causal": true, "window": null, "padding": false});
+        assert_eq!(ids(&scm, f("frontend", "plan", "planned", rule)), ["DSM"]);
+        let mut scw = pattern("sdpa_bwd", true);
+        scw.params =
+            serde_json::json!({"softcap": 50.0, "causal": false, "window": 64, "padding": false});
+        assert_eq!(ids(&scw, f("frontend", "plan", "planned", rule)), ["DSM"]);
+        // Not another frontend refusal, not the crate refusing, not without
+        // a mask or without a softcap, not a planned row's other findings.
+        let other = "cudnnGraphNotSupportedError: hidden_dim should be multiple of 8";
+        assert!(ids(&scm, f("frontend", "plan", "planned", other)).is_empty());
+        assert!(ids(&scm, f("crate", "plan", "unsupported: softcap", rule)).is_empty());
+        let mut unmasked = pattern("sdpa_fwd", false);
+        unmasked.params =
+            serde_json::json!({"softcap": 50.0, "causal": false, "window": null, "padding": false});
+        assert!(ids(&unmasked, f("frontend", "plan", "planned", rule)).is_empty());
+        let mut nocap = pattern("sdpa_fwd", false);
+        nocap.params =
+            serde_json::json!({"softcap": null, "causal": true, "window": null, "padding": false});
+        assert!(ids(&nocap, f("frontend", "plan", "planned", rule)).is_empty());
+        assert!(ids(&scm, f("first_engine", "first_engine", "9", "8")).is_empty());
         // Nothing explains an engine count.
         assert!(ids(&sdpa, f("count", "count", "4", "3")).is_empty());
     }

@@ -5,8 +5,16 @@
 //! side (`softcap_kwargs` in `xtask/conformance/frontend.py`) passes the
 //! frontend's `score_mod` / `score_mod_bprop` callbacks, written as its
 //! Softcap score modifier is (div, tanh, mul; mul, tanh_backward, div).
+//! The softcap with a causal mask (top-left; bottom-right with a window):
+//! the frontend refuses any mask beside its score mod (a rule of its
+//! own: cuDNN plans these). For the top-left causal composites the
+//! frontend side writes the causal mask into its score mod (as a frontend
+//! user would), so those rows are compared and cross-loaded; the SDPA
+//! operation's rows and the bottom-right windowed composites are the
+//! documented difference `DSM` (the crate's plan JSON round-tripped in
+//! `host_sdpa_softcap`).
 
-use cudnn::graph::{AttnLayout, DType, Graph, SdpaConfig, SdpaImpl};
+use cudnn::graph::{AttnLayout, DType, DiagonalAlignment, Graph, SdpaConfig, SdpaImpl};
 use serde_json::json;
 
 use crate::patterns::{Pattern, pattern};
@@ -32,9 +40,81 @@ fn cases() -> [(&'static str, SdpaConfig); 2] {
 }
 
 fn params(c: &SdpaConfig, imp: &str, training: bool) -> serde_json::Value {
-    json!({"io": "bf16", "scale": c.scale_value(), "causal": false, "padding": false,
+    let diagonal = if c.diagonal == DiagonalAlignment::BottomRight {
+        "bottom_right"
+    } else {
+        "top_left"
+    };
+    json!({"io": "bf16", "scale": c.scale_value(), "causal": c.is_causal, "padding": false,
            "dropout": 0.0, "training": training, "implementation": imp,
-           "diagonal": "top_left", "window": null, "softcap": c.softcap})
+           "diagonal": diagonal, "window": c.window, "softcap": c.softcap})
+}
+
+fn fwd_graph(c: &SdpaConfig) -> cudnn::Result<Graph> {
+    let mut g = Graph::new();
+    let q = g.input("q", c.q_spec()?)?;
+    let k = g.input("k", c.k_spec()?)?;
+    let v = g.input("v", c.v_spec()?)?;
+    let f = g.sdpa_forward(q, k, v, c)?;
+    g.rename(f.o, "o")?;
+    if let Some(s) = f.stats {
+        g.rename(s, "stats")?;
+    }
+    Ok(g)
+}
+
+fn bwd_graph(c: &SdpaConfig) -> cudnn::Result<Graph> {
+    let mut g = Graph::new();
+    let q = g.input("q", c.q_spec()?)?;
+    let k = g.input("k", c.k_spec()?)?;
+    let v = g.input("v", c.v_spec()?)?;
+    let o = g.input("o", c.o_spec()?)?;
+    let d_o = g.input("do", c.o_spec()?)?;
+    let st = g.input("stats", c.stats_spec()?)?;
+    let r = g.sdpa_backward(q, k, v, o, d_o, st, c)?;
+    g.rename(r.dq, "dq")?;
+    g.rename(r.dk, "dk")?;
+    g.rename(r.dv, "dv")?;
+    Ok(g)
+}
+
+/// The softcap with masks (the frontend refuses them: difference `DSM`).
+fn with_masks(out: &mut Vec<Pattern>) {
+    let causal = SdpaConfig::new(2, 8, 256, 128, DType::BF16)
+        .softcap(CAP)
+        .causal(true)
+        .training(true);
+    let br_window = SdpaConfig::new(2, 8, 128, 128, DType::BF16)
+        .kv_len(384)
+        .softcap(CAP)
+        .causal_bottom_right()
+        .sliding_window(64)
+        .training(true);
+    for (case, base) in [("causal", causal), ("bottom_right_window", br_window)] {
+        for (imp, name) in [
+            (SdpaImpl::Native, "native"),
+            (SdpaImpl::Composite, "composite"),
+        ] {
+            let c = base.clone().implementation(imp);
+            let mut pat = pattern(
+                format!("sdpa_softcap_{case}_fwd_{name}"),
+                "sdpa_fwd",
+                params(&c, name, true),
+                move || fwd_graph(&c),
+            );
+            pat.composite = imp == SdpaImpl::Composite;
+            out.push(pat);
+        }
+        let c = base.clone();
+        let mut pat = pattern(
+            format!("sdpa_softcap_{case}_bwd_composite"),
+            "sdpa_bwd",
+            params(&c, "auto", true),
+            move || bwd_graph(&c),
+        );
+        pat.composite = true;
+        out.push(pat);
+    }
 }
 
 /// Every softcap pattern.
@@ -91,4 +171,5 @@ pub fn softcap(out: &mut Vec<Pattern>) {
         pat.composite = true;
         out.push(pat);
     }
+    with_masks(out);
 }

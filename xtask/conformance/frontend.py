@@ -374,9 +374,13 @@ class Builder:
         # Issue 24: the diagonal alignment and the sliding window (left bound).
         align = self.cudnn.diagonal_alignment
         diagonal = align.BOTTOM_RIGHT if p.get("diagonal") == "bottom_right" else align.TOP_LEFT
-        if p["causal"]:
+        # Issue 24 (h5): the frontend refuses masks beside a score mod (its
+        # own rule); a frontend user writes the causal mask into the score
+        # mod instead, for the composite (difference DSM covers the rest).
+        fold = self.softcap_folds_masks()
+        if p["causal"] and not fold:
             kw.update(diagonal_alignment=diagonal, diagonal_band_right_bound=0)
-        if p.get("window") is not None:
+        if p.get("window") is not None and not fold:
             kw.update(diagonal_alignment=diagonal, diagonal_band_left_bound=p["window"])
         if p.get("paged_max_seq_len_kv") is not None:
             kw.update(
@@ -408,7 +412,10 @@ class Builder:
         def fwd(g, score):
             c = scalar(g)
             saved["x"] = g.div(score, c)
-            return g.mul(g.tanh(saved["x"]), c)
+            capped = g.mul(g.tanh(saved["x"]), c)
+            if self.softcap_folds_masks():
+                capped = self.folded_masks(g, capped)
+            return capped
 
         def bprop(g, ds):
             c = scalar(g)
@@ -418,6 +425,26 @@ class Builder:
         if self.spec["family"] == "sdpa_bwd":
             kw.update(score_mod_bprop=bprop)
         return kw
+
+    def softcap_folds_masks(self):
+        """A composite softcap pattern with the top-left causal mask alone
+        (a bottom-right shift or a window as i32 index arithmetic in the
+        score mod found no engine here: those rows stay difference DSM)."""
+        p = self.p
+        composite = self.spec["family"] == "sdpa_bwd" or p.get("implementation") == "composite"
+        top_left = p.get("diagonal", "top_left") == "top_left"
+        return (p.get("softcap") is not None and composite and p["causal"] and top_left
+                and p.get("window") is None and not p["padding"])
+
+    def folded_masks(self, g, s):
+        """The top-left causal mask on the capped scores as index
+        comparisons (key j kept when j <= i), the masked scores -inf."""
+        i32, boolean = self.cudnn.data_type.INT32, self.cudnn.data_type.BOOLEAN
+        row = g.gen_index(s, 2, compute_data_type=i32)
+        col = g.gen_index(s, 3, compute_data_type=i32)
+        keep = g.cmp_ge(row, col, compute_data_type=boolean)
+        neg_inf = g.tensor_scalar(float("-inf"), self.cudnn.scalar_type.RUNTIME_PARAM)
+        return g.binary_select(s, neg_inf, keep)
     # ---- end issue 24 (h5) ----
 
     # ---- issue 24 (h4): additive bias and ALiBi ----

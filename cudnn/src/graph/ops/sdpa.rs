@@ -637,7 +637,6 @@ impl SdpaConfig {
         self.check_band(v)?;
         self.check_paged(v, backward)?;
         self.check_ragged(v, backward)?;
-        self.check_softcap()?;
         self.check_bias(v, backward)?;
         self.check_softmax(v, backward)?;
         match (self.implementation, backward) {

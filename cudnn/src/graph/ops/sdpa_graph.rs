@@ -207,7 +207,7 @@ impl Graph {
         let (scale, seq, dropout, extra) = self.sdpa_side_inputs(cfg)?;
         let pages = self.sdpa_page_tables(cfg)?;
         let band = self.sdpa_band(cfg, seq)?;
-        let softcap = self.sdpa_softcap_native(cfg)?;
+        let softcap = self.sdpa_softcap_native(cfg, band.map(|b| b.scores))?;
         let bias = self.sdpa_native_bias(cfg)?;
         Ok((
             Common {

@@ -24,14 +24,22 @@
 //!   ([`SdpaConfig::check_target_for`]), so the SDPA backward operation is
 //!   the one that serves a softcap backward on those.
 //!
-//! Rules, after the frontend's support surface (forward and backward
-//! alike: "Attention score mod enabled and hence other subgraphs are
-//! disabled"): a softcap does not combine with a causal mask, a sliding
-//! window, a padding mask (and so neither with a paged cache nor ragged
-//! batches, which need one) or ALiBi; each refusal is a typed `Unsupported`
-//! naming `softcap` and the other option. It combines with dropout,
-//! grouped-query attention, either layout, training and inference, and an
-//! additive bias (applied after it).
+//! Combinations: the softcap goes first, then the masks, in the composite
+//! (forward and backward) and in the SDPA operation's subgraph (the three
+//! softcap ops, then the diagonal-band mask ops). It combines with a
+//! causal mask (top-left or bottom-right), a sliding window, a padding mask
+//! (and so a paged cache and ragged batches), dropout, grouped-query
+//! attention, either layout, training and inference, as Gemma 2 uses it
+//! (causal, a sliding window on alternate layers, padded batches in
+//! training). NVIDIA's frontend 1.32 refuses every mask beside its generic
+//! `score_mod` callback ("Attention score mod enabled and hence other
+//! subgraphs are disabled"), a rule of its support surface rather than of
+//! cuDNN: cuDNN 9.28 plans every one of these combinations for the H200,
+//! H100 and B200 presets, forward and backward, the composite and the SDPA
+//! operation alike (`host_sdpa_softcap`'s `sdpa_softcap_masks_plan`; the
+//! conformance difference `DSM`). Each other option keeps its own rules
+//! (the SDPA backward operation with ragged batches has no engine with or
+//! without a softcap).
 
 use super::sdpa::SdpaConfig;
 use crate::error::{Error, Result};
@@ -51,8 +59,7 @@ fn fmt_version(v: (u32, u32, u32)) -> String {
 impl SdpaConfig {
     /// With a logit softcap: the scaled scores `s` become `softcap *
     /// tanh(s / softcap)` before any mask (see [`softcap`](Self::softcap)
-    /// the field, and the rules in this module's docs: not with a causal
-    /// mask, a window, padding, a paged cache or ragged batches).
+    /// the field, and the combinations in this module's docs).
     pub fn softcap(mut self, softcap: f64) -> Self {
         self.softcap = Some(softcap);
         self
@@ -73,37 +80,6 @@ impl SdpaConfig {
             ));
         }
         Ok(())
-    }
-
-    /// The combination rules of the softcap, for every construction
-    /// (NVIDIA's frontend 1.32 checks them for its composite and its SDPA
-    /// node alike, forward and backward).
-    pub(crate) fn check_softcap(&self) -> Result<()> {
-        let Some(c) = self.softcap else {
-            return Ok(());
-        };
-        let other = if self.is_causal {
-            Some("is_causal")
-        } else if self.window.is_some() {
-            Some("window")
-        } else if self.paged.is_some() {
-            Some("paged")
-        } else if self.ragged {
-            Some("ragged")
-        } else if self.padding {
-            Some("padding")
-        } else {
-            None
-        };
-        match other {
-            None => Ok(()),
-            Some(o) => Err(Error::Unsupported {
-                what: format!(
-                    "SdpaConfig option `softcap` = {c} with `{o}`: cuDNN's attention takes a score modifier only without masks (NVIDIA's frontend: score mod enabled, other subgraphs disabled)"
-                ),
-                needs: Some(format!("`softcap` or `{o}`, not both")),
-            }),
-        }
     }
 
     /// The softcap's rules for cuDNN's SDPA operation (part of the native
@@ -225,10 +201,13 @@ impl Graph {
     }
 
     /// The tensors of the SDPA operation's softcap subgraph (all f32 and
-    /// virtual but the cap scalar), made as the frontend makes them.
+    /// virtual but the cap scalar), made as the frontend makes them. With a
+    /// band mask, its output is the band's input `band_scores` (the mask
+    /// ops follow the softcap in the one subgraph).
     pub(crate) fn sdpa_softcap_native(
         &mut self,
         cfg: &SdpaConfig,
+        band_scores: Option<usize>,
     ) -> Result<Option<NativeSoftcap>> {
         let Some(cap) = self.sdpa_softcap_scalar(cfg)? else {
             return Ok(None);
@@ -241,7 +220,10 @@ impl Graph {
         let scores = next(self, "sdpa_softcap_scores")?;
         let div = next(self, "sdpa_softcap_div")?;
         let tanh = next(self, "sdpa_softcap_tanh")?;
-        let out = next(self, "sdpa_softcap_out")?;
+        let out = match band_scores {
+            Some(s) => s,
+            None => next(self, "sdpa_softcap_out")?,
+        };
         Ok(Some(NativeSoftcap {
             scores,
             cap,
