@@ -114,13 +114,19 @@ impl SdpaConfig {
         device_ver: i64,
     ) -> Option<&'static str> {
         let major = device_ver / 100;
-        (self.softcap.is_some()
+        let composite_bwd = self.softcap.is_some()
             && backward
-            && self.implementation != super::sdpa::SdpaImpl::Native
-            && (major < 9 || major == 12))
-            .then_some(
+            && self.implementation != super::sdpa::SdpaImpl::Native;
+        if composite_bwd && (major < 9 || major == 12) {
+            return Some(
                 "a GPU of compute capability 9.x or 10.x for the softcap backward as the composite (cuDNN's fused backward takes no backward activation, the softcap's TANH_BWD, on sm_8x and sm_12x; SdpaImpl::Native builds the SDPA backward operation, which takes the softcap from cuDNN 9.21)",
-            )
+            );
+        }
+        // Measured on cuDNN 9.28 for the B200: the softcap's backward or
+        // dBias alone plans, the two together offer no engine.
+        (composite_bwd && major == 10 && self.bias.is_some_and(|b| b.dbias)).then_some(
+            "a GPU of compute capability 9.x for the softcap backward with dBias as the composite (cuDNN 9.28 offers no engine for the softcap's TANH_BWD with the dBias reduction on sm_10x; either alone plans)",
+        )
     }
 }
 
