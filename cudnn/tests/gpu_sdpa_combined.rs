@@ -86,7 +86,9 @@ struct Inputs {
 fn inputs(cfg: &SdpaConfig) -> R<Inputs> {
     let n = |s: TensorSpec| s.span_elements();
     let bias = if cfg.bias.is_some() {
-        (0..n(cfg.bias_spec()?)?).map(|i| value(4, i, 2.0)).collect()
+        (0..n(cfg.bias_spec()?)?)
+            .map(|i| value(4, i, 2.0))
+            .collect()
     } else {
         Vec::new()
     };
@@ -151,7 +153,11 @@ fn forward_case(cfg: SdpaConfig) -> TestResult {
     let on = cfg.o_spec()?.span_elements()?;
     let (qb, kb, vb) = (up(&a.q)?, up(&a.k)?, up(&a.v)?);
     let biasb = up(if a.bias.is_empty() { &[0.0] } else { &a.bias })?;
-    let slopesb = up32(if a.slopes.is_empty() { &[0.0] } else { &a.slopes })?;
+    let slopesb = up32(if a.slopes.is_empty() {
+        &[0.0]
+    } else {
+        &a.slopes
+    })?;
     let sinkb = up32(if a.sink.is_empty() { &[0.0] } else { &a.sink })?;
     let mut ob = up(&vec![f64::NAN; on])?;
     let nan = vec![f64::NAN; rows];
@@ -237,7 +243,11 @@ fn backward_case(cfg: SdpaConfig) -> TestResult {
     let (qb, kb, vb, ob, dob) = (up(&a.q)?, up(&a.k)?, up(&a.v)?, up(&o)?, up(&d_o)?);
     let sb = up32(&stats)?;
     let biasb = up(if a.bias.is_empty() { &[0.0] } else { &a.bias })?;
-    let slopesb = up32(if a.slopes.is_empty() { &[0.0] } else { &a.slopes })?;
+    let slopesb = up32(if a.slopes.is_empty() {
+        &[0.0]
+    } else {
+        &a.slopes
+    })?;
     let sinkb = up32(if a.sink.is_empty() { &[0.0] } else { &a.sink })?;
     let nan = |n: usize| up(&vec![f64::NAN; n]);
     let (mut dq, mut dk, mut dv) = (nan(a.q.len())?, nan(a.k.len())?, nan(a.v.len())?);
@@ -336,13 +346,7 @@ fn main() {
         )
     }));
     t.push(gpu("sdpa_causal_alibi_sink_dsink_bwd_bf16", || {
-        backward_case(
-            base()
-                .causal(true)
-                .alibi(true)
-                .sink(true)
-                .sink_grad(true),
-        )
+        backward_case(base().causal(true).alibi(true).sink(true).sink_grad(true))
     }));
     t.push(gpu("sdpa_causal_bias_dbias_sink_dsink_bwd_bf16", || {
         backward_case(

@@ -118,11 +118,19 @@ fn combinations_plan() -> TestResult {
     let mut refused = 0;
     for (name, cfg) in cases() {
         let mut builds: Vec<(&str, SdpaConfig, bool)> = vec![
-            ("fwd composite", cfg.clone().implementation(SdpaImpl::Composite), false),
+            (
+                "fwd composite",
+                cfg.clone().implementation(SdpaImpl::Composite),
+                false,
+            ),
             ("bwd auto", cfg.clone(), true),
         ];
         if v >= (9, 21, 0) {
-            builds.push(("fwd native", cfg.clone().implementation(SdpaImpl::Native), false));
+            builds.push((
+                "fwd native",
+                cfg.clone().implementation(SdpaImpl::Native),
+                false,
+            ));
         }
         for (how, c, is_bwd) in builds {
             // The rules first: a combination they refuse must say why,
@@ -160,7 +168,8 @@ fn combinations_plan() -> TestResult {
                             && s.contains("softcap")
                             && s.contains("dBias"))
                         {
-                            failures.push(format!("{name} {how} {target}: not the typed rule: {s}"));
+                            failures
+                                .push(format!("{name} {how} {target}: not the typed rule: {s}"));
                         } else {
                             refused += 1;
                             println!("{name} {how} {target}: refused: {s}");
@@ -178,7 +187,10 @@ fn combinations_plan() -> TestResult {
         failures.join("\n")
     );
     ensure!(planned >= 24, "only {planned} plans");
-    ensure!(refused == 2, "{refused} typed softcap + dBias refusals on the B200, not 2");
+    ensure!(
+        refused == 2,
+        "{refused} typed softcap + dBias refusals on the B200, not 2"
+    );
     Ok(())
 }
 

@@ -43,10 +43,10 @@ type M = sys::cudnnPointwiseMode_t;
 #[path = "sdpa_composite_masks.rs"]
 mod masks;
 pub(crate) use masks::CompositeBand;
-#[path = "sdpa_composite_softcap.rs"]
-mod softcap;
 #[path = "sdpa_composite_bias.rs"]
 mod bias;
+#[path = "sdpa_composite_softcap.rs"]
+mod softcap;
 pub(crate) use bias::CompositeBias;
 #[path = "sdpa_composite_softmax.rs"]
 mod softmax;

@@ -128,8 +128,10 @@ pub fn dbias(
                         continue;
                     }
                     let at = (n, h, i, j);
-                    let s = super::softcap::cap(config.softcap, super::score(q, k, &shape, config.scale, at))
-                        + term(config, &shape, at);
+                    let s = super::softcap::cap(
+                        config.softcap,
+                        super::score(q, k, &shape, config.scale, at),
+                    ) + term(config, &shape, at);
                     let p = (s - lse).exp();
                     let m = super::drop_at(&shape, config, at);
                     let mut dp = 0.0;

@@ -79,8 +79,10 @@ pub fn forward_parts(
                         // The scores as `forward` makes them: the softcap,
                         // then the bias and ALiBi terms.
                         let at = (n, h, i, j);
-                        *s = super::softcap::cap(config.softcap, score(q, k, &shape, config.scale, at))
-                            + super::bias::term(config, &shape, at);
+                        *s = super::softcap::cap(
+                            config.softcap,
+                            score(q, k, &shape, config.scale, at),
+                        ) + super::bias::term(config, &shape, at);
                         max = max.max(*s);
                     }
                 }
