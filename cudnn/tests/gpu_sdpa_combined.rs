@@ -9,6 +9,7 @@
 //! max and sum_exp 1e-2 relative to `max(1, |want|)`; dQ, dK, dV 5e-2;
 //! dBias and dSink 5e-2 of their largest magnitude.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::neg_cmp_op_on_partial_ord)]
 #[path = "support/mod.rs"]
 mod support;
 
