@@ -167,7 +167,6 @@ const TORCH211_TESTS: &[&str] = &[
     "host_sdpa_options",
     "host_sdpa_ragged",
     "host_sdpa_seq_lengths",
-    "host_sdpa_bias",
     "host_sdpa_softcap",
     "host_sdpa_softmax",
     "host_sdpa_combined",
