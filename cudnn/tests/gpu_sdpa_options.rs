@@ -15,7 +15,7 @@
 //! batch (`reference::attention::ragged_unpack`).
 //!
 //! (The bottom-right causal mask and the sliding window are GPU-tested in
-//! `gpu_graph_norm_attention`, with the other attention configurations.)
+//! `gpu_graph_attention`, with the other attention configurations.)
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 // `ensure!(err <= tol)` must fail for NaN: a negated partial comparison on purpose.
 #![allow(clippy::neg_cmp_op_on_partial_ord)]

@@ -20,94 +20,22 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use cudnn::DataType;
-use cudnn::dnn::Handle;
+#[path = "support/gpu_data.rs"]
+mod gpu_data;
+
 use cudnn::graph::*;
 use cudnn::reference::attention as ra;
-use cudnn::runtime::{Device, DeviceBuffer, Stream};
+use gpu_data::*;
 use half::{bf16, f16};
 use support::*;
 
-type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+/// The bound for `T` relative to `max(1, |want|)`.
+fn tol<T: El>() -> f64 {
+    match T::DT {
+        DType::F16 => 2e-2,
+        DType::BF16 => 3e-2,
+        _ => 1e-5,
     }
-    fn vec(&mut self, n: usize) -> Vec<f64> {
-        (0..n).map(|_| 2.0 * self.next() - 1.0).collect()
-    }
-}
-
-trait El: DataType + Copy {
-    const DT: DType;
-    const TOL: f64;
-    fn from_f64(v: f64) -> Self;
-    fn to_f64(self) -> f64;
-}
-impl El for f16 {
-    const DT: DType = DType::F16;
-    const TOL: f64 = 2e-2;
-    fn from_f64(v: f64) -> Self {
-        f16::from_f64(v)
-    }
-    fn to_f64(self) -> f64 {
-        f16::to_f64(self)
-    }
-}
-impl El for bf16 {
-    const DT: DType = DType::BF16;
-    const TOL: f64 = 3e-2;
-    fn from_f64(v: f64) -> Self {
-        bf16::from_f64(v)
-    }
-    fn to_f64(self) -> f64 {
-        bf16::to_f64(self)
-    }
-}
-impl El for f32 {
-    const DT: DType = DType::F32;
-    const TOL: f64 = 1e-5;
-    fn from_f64(v: f64) -> Self {
-        v as f32
-    }
-    fn to_f64(self) -> f64 {
-        f64::from(self)
-    }
-}
-
-fn round<T: El>(v: &[f64]) -> Vec<f64> {
-    v.iter().map(|&x| T::from_f64(x).to_f64()).collect()
-}
-fn up<T: El>(v: &[f64]) -> R<DeviceBuffer<T>> {
-    let h: Vec<T> = v.iter().map(|&x| T::from_f64(x)).collect();
-    Ok(DeviceBuffer::from_host(&h)?)
-}
-fn poisoned<T: El>(n: usize) -> R<DeviceBuffer<T>> {
-    up::<T>(&vec![f64::NAN; n])
-}
-fn down<T: El>(b: &DeviceBuffer<T>) -> R<Vec<f64>> {
-    let mut h = vec![T::from_f64(0.0); b.len()];
-    b.copy_to_host(&mut h)?;
-    Ok(h.iter().map(|x| x.to_f64()).collect())
-}
-
-/// The worst relative error (`max(1, |want|)`), NaN as infinity.
-fn worst(got: &[f64], want: &[f64]) -> f64 {
-    if got.len() != want.len() {
-        return f64::INFINITY;
-    }
-    got.iter()
-        .zip(want)
-        .map(|(&g, &w)| {
-            let e = (g - w).abs() / w.abs().max(1.0);
-            if e.is_nan() { f64::INFINITY } else { e }
-        })
-        .fold(0.0, f64::max)
 }
 
 /// `got` within `tol` of `want`, and `uncapped` (the reference without the
@@ -123,81 +51,6 @@ fn close(what: &str, got: &[f64], want: &[f64], uncapped: &[f64], tol: f64) -> T
         "{what}: the cap is not active in this case ({u:.2e})"
     );
     Ok(())
-}
-
-fn dims4(spec: &TensorSpec) -> [usize; 4] {
-    let d = spec.dims();
-    [d[0] as usize, d[1] as usize, d[2] as usize, d[3] as usize]
-}
-
-fn view<'a>(data: &'a [f64], spec: &TensorSpec) -> ra::View<'a> {
-    let s = spec.strides();
-    ra::View::new(
-        data,
-        dims4(spec),
-        [s[0] as usize, s[1] as usize, s[2] as usize, s[3] as usize],
-    )
-}
-
-/// Packed BHSD from the layout's storage.
-fn to_bhsd(v: &[f64], layout: AttnLayout, [b, h, s, d]: [usize; 4]) -> Vec<f64> {
-    if layout == AttnLayout::Bhsd {
-        return v.to_vec();
-    }
-    let mut o = vec![0.0; v.len()];
-    for n in 0..b {
-        for hh in 0..h {
-            for i in 0..s {
-                for t in 0..d {
-                    o[((n * h + hh) * s + i) * d + t] = v[((n * s + i) * h + hh) * d + t];
-                }
-            }
-        }
-    }
-    o
-}
-
-/// Packed BHSD into the layout's storage.
-fn store(v: &[f64], layout: AttnLayout, [b, h, s, d]: [usize; 4]) -> Vec<f64> {
-    if layout == AttnLayout::Bhsd {
-        return v.to_vec();
-    }
-    let mut o = vec![0.0; v.len()];
-    for n in 0..b {
-        for hh in 0..h {
-            for i in 0..s {
-                for t in 0..d {
-                    o[((n * s + i) * h + hh) * d + t] = v[((n * h + hh) * s + i) * d + t];
-                }
-            }
-        }
-    }
-    o
-}
-
-struct Cx {
-    h: Handle,
-    target: Target,
-}
-
-fn cx() -> R<Cx> {
-    Device::new(0)?;
-    let stream = Stream::new()?;
-    Ok(Cx {
-        h: Handle::new(&stream)?,
-        target: Target::device(0)?,
-    })
-}
-
-fn plan(cx: &Cx, g: &Graph, what: &str) -> R<Plan> {
-    let (p, r) = Plan::build(&g.build()?, &cx.target, &Policy::default())?;
-    eprintln!(
-        "  {what}: engine {:?} of {} configs, ws {} B",
-        r.chosen,
-        r.candidates.len(),
-        p.workspace_size()
-    );
-    Ok(p)
 }
 
 /// A case: the cap 2 on scores of scale 0.5 over d = 64 (their spread is a
@@ -221,9 +74,9 @@ struct Inputs {
 fn inputs<T: El>(cfg: &SdpaConfig, seed: u64) -> R<Inputs> {
     let mut rng = Rng(seed);
     Ok(Inputs {
-        q: round::<T>(&rng.vec(cfg.q_spec()?.span_elements()?)),
-        k: round::<T>(&rng.vec(cfg.k_spec()?.span_elements()?)),
-        v: round::<T>(&rng.vec(cfg.v_spec()?.span_elements()?)),
+        q: round::<T>(&rng.vec(cfg.q_spec()?.span_elements()?, -1.0, 1.0)),
+        k: round::<T>(&rng.vec(cfg.k_spec()?.span_elements()?, -1.0, 1.0)),
+        v: round::<T>(&rng.vec(cfg.v_spec()?.span_elements()?, -1.0, 1.0)),
     })
 }
 
@@ -278,7 +131,7 @@ fn reference(cfg: &SdpaConfig, a: &Inputs, cap: bool) -> R<ra::SdpaForward> {
 /// The forward (training: O and the statistics) against the reference.
 fn forward<T: El>(cfg: SdpaConfig) -> TestResult {
     let cfg = cfg.training(true);
-    let mut cx = cx()?;
+    let mut cx = cx(0)?;
     let a = inputs::<T>(&cfg, 31)?;
     let mut g = Graph::new();
     let q = g.input("q", cfg.q_spec()?)?;
@@ -305,7 +158,7 @@ fn forward<T: El>(cfg: SdpaConfig) -> TestResult {
     let o = to_bhsd(&down(&ob)?, cfg.layout, dims4(&os));
     let stats = down(&sb)?;
     let (want, plain) = (reference(&cfg, &a, true)?, reference(&cfg, &a, false)?);
-    close("o", &o, &want.o, &plain.o, T::TOL)?;
+    close("o", &o, &want.o, &plain.o, tol::<T>())?;
     close("stats", &stats, &want.stats, &plain.stats, 1e-2)?;
     Ok(())
 }
@@ -313,12 +166,12 @@ fn forward<T: El>(cfg: SdpaConfig) -> TestResult {
 /// The backward (dQ, dK, dV) against the reference's, from the
 /// reference's O and statistics.
 fn backward<T: El>(cfg: SdpaConfig) -> TestResult {
-    let mut cx = cx()?;
+    let mut cx = cx(0)?;
     let a = inputs::<T>(&cfg, 32)?;
     let f = reference(&cfg, &a, true)?;
     let os = cfg.o_spec()?;
     let o_store = round::<T>(&store(&f.o, cfg.layout, dims4(&os)));
-    let d_o = round::<T>(&Rng(33).vec(os.span_elements()?));
+    let d_o = round::<T>(&Rng(33).vec(os.span_elements()?, -1.0, 1.0));
     let mut g = Graph::new();
     let q = g.input("q", cfg.q_spec()?)?;
     let k = g.input("k", cfg.k_spec()?)?;
@@ -368,10 +221,10 @@ fn backward<T: El>(cfg: SdpaConfig) -> TestResult {
         to_bhsd(&down(&dk)?, cfg.layout, dims4(&cfg.k_spec()?)),
         to_bhsd(&down(&dv)?, cfg.layout, dims4(&cfg.v_spec()?)),
     ];
-    close("dq", &got[0], &want.dq, &plain.dq, T::TOL)?;
-    close("dk", &got[1], &want.dk, &plain.dk, T::TOL)?;
+    close("dq", &got[0], &want.dq, &plain.dq, tol::<T>())?;
+    close("dk", &got[1], &want.dk, &plain.dk, tol::<T>())?;
     // dV does not see the cap's derivative, only P: still capped.
-    close("dv", &got[2], &want.dv, &plain.dv, T::TOL)?;
+    close("dv", &got[2], &want.dv, &plain.dv, tol::<T>())?;
     Ok(())
 }
 
