@@ -859,6 +859,27 @@ fn paged_tables_need_unsafe_binding() -> TestResult {
             Err(e) => eprintln!("paged {imp:?}: no JSON here ({e})"),
         }
         for (i, plan) in plans.iter().enumerate() {
+            // The plan lists its guarded inputs: both page tables, the key
+            // lengths bounded by the keys a table row covers (16 pages of
+            // 64 = 1024 = kv_len) and the query lengths by S_q = 1.
+            let mut listed = plan.guarded_inputs();
+            listed.sort();
+            let mut want = vec![
+                ("table_k", InputGuard::PageTable),
+                (pv.as_str(), InputGuard::PageTable),
+                ("lens_kv", InputGuard::SeqLengths { extent: 1024 }),
+            ];
+            want.extend(
+                listed
+                    .iter()
+                    .filter(|&&(n, _)| n != "lens_kv" && n != "table_k" && n != pv)
+                    .map(|&(n, _)| (n, InputGuard::SeqLengths { extent: 1 })),
+            );
+            want.sort();
+            ensure!(
+                listed == want && listed.len() == 4,
+                "plan {i} {imp:?}: guarded inputs {listed:?}, want {want:?} (4)"
+            );
             let mut b = plan.bindings();
             // SAFETY: a zero-length view over a null pointer is never dereferenced.
             let empty =

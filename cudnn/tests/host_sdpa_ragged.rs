@@ -562,6 +562,29 @@ fn check_offsets_binding(plan: &Plan, what: &str) -> TestResult {
         "{what}: {:?}",
         io.ragged_offsets
     );
+    // The plan lists each offsets tensor as guarded, by name.
+    let listed = plan.guarded_inputs();
+    for uid in &io.ragged_offsets {
+        let name = io
+            .tensors
+            .iter()
+            .find(|t| t.uid == *uid)
+            .map(|t| t.name.as_str())
+            .ok_or("offsets uid")?;
+        ensure!(
+            listed.contains(&(name, InputGuard::RaggedOffsets)),
+            "{what}: `{name}` not listed as ragged offsets in {listed:?}"
+        );
+    }
+    let n_offsets = listed
+        .iter()
+        .filter(|(_, g)| *g == InputGuard::RaggedOffsets)
+        .count();
+    ensure!(
+        n_offsets == io.ragged_offsets.len(),
+        "{what}: {n_offsets} listed as offsets, the signature has {}",
+        io.ragged_offsets.len()
+    );
     for uid in &io.ragged_offsets {
         let t = io
             .tensors

@@ -121,6 +121,18 @@ fn plans(og: &OpGraph, t: &Target) -> Result<Vec<Named>, Box<dyn std::error::Err
 /// refuses one above it, a wrong count and a tensor that is not a length;
 /// `input_seq_lengths` takes lengths only.
 fn check_plan(plan: &Plan, names: [&str; 2], what: &str) -> TestResult {
+    // The plan lists exactly its two length tensors, each with the extent
+    // of the sequence it bounds (S_q for the queries', S_kv for the keys').
+    let mut listed = plan.guarded_inputs();
+    listed.sort_by_key(|&(n, _)| n != names[0]);
+    ensure!(
+        listed
+            == [
+                (names[0], InputGuard::SeqLengths { extent: SQ }),
+                (names[1], InputGuard::SeqLengths { extent: SKV }),
+            ],
+        "{what}: guarded inputs {listed:?}, want {names:?} with extents {SQ} / {SKV}"
+    );
     for (name, extent) in names.into_iter().zip([SQ, SKV]) {
         let mut b = plan.bindings();
         let e = b

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use super::backend::{Descriptor, attr, kind};
 use super::graph::{IoSignature, IoTensor};
-use super::guard::{Guard, SeqLengths, guard_of};
+use super::guard::{InputGuard, SeqLengths, guard_of};
 use super::plan::Plan;
 use super::tensor::{BYTE_ALIGNMENT, DType, fmt_dims};
 use crate::DataType;
@@ -96,9 +96,9 @@ pub struct Bindings<'a> {
     /// How many times a variant pack was built (for tests).
     pub(super) packs_built: usize,
     /// The plan's inputs the GPU uses as addresses or bounds, by UID: bound
-    /// only through the call their [`Guard`] names, never plain
+    /// only through the call their [`InputGuard`] names, never plain
     /// [`input`](Self::input).
-    pub(super) guarded: Arc<[(i64, Guard)]>,
+    pub(super) guarded: Arc<[(i64, InputGuard)]>,
     _plan: std::marker::PhantomData<&'a mut ()>,
 }
 
@@ -112,7 +112,7 @@ impl std::fmt::Debug for Bindings<'_> {
 }
 
 impl<'a> Bindings<'a> {
-    pub(super) fn new(io: Arc<IoSignature>, guarded: Arc<[(i64, Guard)]>) -> Self {
+    pub(super) fn new(io: Arc<IoSignature>, guarded: Arc<[(i64, InputGuard)]>) -> Self {
         Self {
             io,
             guarded,
@@ -246,7 +246,7 @@ impl<'a> Bindings<'a> {
     /// extent, bound twice, a count other than the tensor's batch.
     pub fn seq_lengths(&mut self, name: &str, lengths: &'a SeqLengths) -> Result<&mut Self> {
         let t = self.find(name)?;
-        let Some(Guard::SeqLengths { extent }) = guard_of(&self.guarded, t.uid) else {
+        let Some(InputGuard::SeqLengths { extent }) = guard_of(&self.guarded, t.uid) else {
             return Err(Error::invalid(
                 format!("binding `{name}` with `seq_lengths`"),
                 "must be sequence lengths of the plan's attention (bind other inputs with `input`)",
@@ -297,7 +297,7 @@ impl<'a> Bindings<'a> {
         let t = self.find(name)?;
         if !matches!(
             guard_of(&self.guarded, t.uid),
-            Some(Guard::SeqLengths { .. })
+            Some(InputGuard::SeqLengths { .. })
         ) {
             return Err(Error::invalid(
                 format!("binding `{name}` with `input_seq_lengths`"),
@@ -335,7 +335,7 @@ impl<'a> Bindings<'a> {
         buf: impl Into<DeviceSlice<'a, i32>>,
     ) -> Result<&mut Self> {
         let t = self.find(name)?;
-        if guard_of(&self.guarded, t.uid) != Some(Guard::PageTable) {
+        if guard_of(&self.guarded, t.uid) != Some(InputGuard::PageTable) {
             return Err(Error::invalid(
                 format!("binding `{name}` with `input_page_table`"),
                 "must be a page table of the plan's paged KV cache (bind other inputs with `input`)",
@@ -375,7 +375,7 @@ impl<'a> Bindings<'a> {
         buf: impl Into<DeviceSlice<'a, i32>>,
     ) -> Result<&mut Self> {
         let t = self.find(name)?;
-        if guard_of(&self.guarded, t.uid) != Some(Guard::RaggedOffsets) {
+        if guard_of(&self.guarded, t.uid) != Some(InputGuard::RaggedOffsets) {
             return Err(Error::invalid(
                 format!("binding `{name}` with `input_ragged_offsets`"),
                 "must be ragged offsets of the plan's attention (bind other inputs with `input`)",

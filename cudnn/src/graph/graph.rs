@@ -84,7 +84,7 @@ pub struct Graph {
     /// paged KV cache's page tables, an attention's sequence lengths), by
     /// node index: plans bind them only through the call their guard names
     /// (never plain [`Bindings::input`](super::Bindings::input)).
-    pub(crate) guarded: Vec<(usize, super::guard::Guard)>,
+    pub(crate) guarded: Vec<(usize, super::guard::InputGuard)>,
 }
 
 impl Default for Graph {

@@ -4,17 +4,21 @@
 //! Most graph inputs are data: any bit pattern is harmless. A few are read
 //! by cuDNN's kernels as page indices or as loop bounds, unchecked, so a bad
 //! value makes the GPU read or write outside the tensors. A plan records
-//! each of them with its [`Guard`] (from the graph when built, from the
+//! each of them with its [`InputGuard`] (from the graph when built, from the
 //! plan JSON when loaded), and [`Bindings`](super::Bindings) binds them
 //! only through the call the guard names: plain `input` refuses them.
 
 use crate::error::{Error, Result};
 use crate::runtime::{DeviceBuffer, DeviceSlice};
 
-/// Why an input cannot be bound with plain [`Bindings::input`](super::Bindings::input).
+/// An input the GPU uses as an address or a bound, which therefore cannot be
+/// bound with plain [`Bindings::input`](super::Bindings::input); a plan
+/// lists its own with [`Plan::guarded_inputs`](super::Plan::guarded_inputs)
+/// (for a plan loaded from JSON, the extent to build a [`SeqLengths`] with).
 /// New kinds join here with their binding call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Guard {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum InputGuard {
     /// A page table of a paged KV cache: its values are page indices
     /// ([`Bindings::input_page_table`](super::Bindings::input_page_table)).
     PageTable,
@@ -32,11 +36,11 @@ pub(crate) enum Guard {
     RaggedOffsets,
 }
 
-impl Guard {
+impl InputGuard {
     /// What the input is and the call that binds it, for `input`'s refusal.
     pub(crate) fn refusal(self, name: &str) -> Error {
         let (what, needs) = match self {
-            Guard::PageTable => (
+            InputGuard::PageTable => (
                 "a page table of a paged KV cache, whose values the GPU uses as page indices \
                  without a bounds check"
                     .to_string(),
@@ -44,7 +48,7 @@ impl Guard {
                  container, every key length within the pages a table row covers)"
                     .to_string(),
             ),
-            Guard::SeqLengths { extent } => (
+            InputGuard::SeqLengths { extent } => (
                 format!(
                     "sequence lengths of the attention's padding mask, which the GPU uses as \
                      row bounds without a check (each must be in 0..={extent})"
@@ -53,7 +57,7 @@ impl Guard {
                  `Bindings::input_seq_lengths` (unsafe) for lengths written on the device"
                     .to_string(),
             ),
-            Guard::RaggedOffsets => (
+            InputGuard::RaggedOffsets => (
                 "ragged offsets of a packed (THD) attention, which the GPU adds to a tensor's \
                  address without a bounds check"
                     .to_string(),
@@ -70,7 +74,7 @@ impl Guard {
 }
 
 /// The guard of `uid` among a plan's guarded inputs.
-pub(crate) fn guard_of(guarded: &[(i64, Guard)], uid: i64) -> Option<Guard> {
+pub(crate) fn guard_of(guarded: &[(i64, InputGuard)], uid: i64) -> Option<InputGuard> {
     guarded.iter().find(|(u, _)| *u == uid).map(|&(_, g)| g)
 }
 
@@ -216,11 +220,13 @@ mod tests {
 
     #[test]
     fn unit_guard_refusal_names_the_call() {
-        let e = Guard::SeqLengths { extent: 5 }.refusal("x").to_string();
+        let e = InputGuard::SeqLengths { extent: 5 }
+            .refusal("x")
+            .to_string();
         assert!(e.contains("seq_lengths") && e.contains("0..=5"), "{e}");
-        let e = Guard::PageTable.refusal("p").to_string();
+        let e = InputGuard::PageTable.refusal("p").to_string();
         assert!(e.contains("input_page_table"), "{e}");
-        let e = Guard::RaggedOffsets.refusal("r").to_string();
+        let e = InputGuard::RaggedOffsets.refusal("r").to_string();
         assert!(e.contains("input_ragged_offsets"), "{e}");
     }
 }

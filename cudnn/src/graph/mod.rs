@@ -57,7 +57,7 @@ pub use cuda_graph::{
     native_cuda_graph_rule,
 };
 pub use graph::{Graph, IoSignature, IoTensor, OpGraph, Tensor};
-pub use guard::SeqLengths;
+pub use guard::{InputGuard, SeqLengths};
 pub use heuristics::{BehaviorNote, Candidate, HeurMode, Knob, NumericalNote, Policy};
 pub use ops::block_scale_fp8::{BlockScaled, MXFP8_BLOCK, check_block_scale_target};
 pub use ops::conv::{ConvDirection, ConvParams};

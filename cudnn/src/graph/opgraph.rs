@@ -55,7 +55,7 @@ pub struct OpGraph {
     pub(crate) ops: Vec<Arc<dyn OpNode>>,
     /// The inputs the device uses as addresses or bounds (page tables,
     /// sequence lengths), by UID, with their guard.
-    pub(crate) guarded: Vec<(i64, super::guard::Guard)>,
+    pub(crate) guarded: Vec<(i64, super::guard::InputGuard)>,
 }
 
 impl std::fmt::Debug for OpGraph {

@@ -9,7 +9,7 @@ use std::time::Instant;
 use super::backend::{Descriptor, attr, kind};
 use super::bindings::{Bindings, WorkspaceSource};
 use super::graph::{IoSignature, OpGraph};
-use super::guard::Guard;
+use super::guard::{InputGuard, guard_of};
 use super::heuristics::{BehaviorNote, Candidate, Policy, candidates};
 use super::plan_file::{
     FORMAT, Reader, fmt_cudnn_version, header_format, loaded_cudnn_version, plan_header, read_io,
@@ -48,7 +48,7 @@ pub struct Plan {
     /// cache's page tables, an attention's sequence lengths with their
     /// extent), by UID: bound only through the call their guard names
     /// ([`Bindings::input_page_table`], [`Bindings::seq_lengths`]).
-    pub(super) guarded: Arc<[(i64, Guard)]>,
+    pub(super) guarded: Arc<[(i64, InputGuard)]>,
 }
 
 /// The next [`Plan::id`].
@@ -165,7 +165,7 @@ impl Plan {
         target: &Target,
         engine: Option<i64>,
         runtime_compiled: bool,
-        guarded: &[(i64, Guard)],
+        guarded: &[(i64, InputGuard)],
     ) -> Result<Self> {
         let ws = desc.get_one(attr::EXECUTION_PLAN_WORKSPACE_SIZE)?;
         let cudnn_ws = usize::try_from(ws)
@@ -452,6 +452,18 @@ impl Plan {
     /// What the plan binds.
     pub fn io(&self) -> &IoSignature {
         &self.io
+    }
+
+    /// The inputs the GPU uses as addresses or bounds, by name, with their
+    /// [`InputGuard`]: what each must be bound with, and for sequence lengths the
+    /// extent they may not pass (recorded from the graph, or read from the
+    /// plan JSON of a loaded plan). In UID order.
+    pub fn guarded_inputs(&self) -> Vec<(&str, InputGuard)> {
+        self.io
+            .tensors
+            .iter()
+            .filter_map(|t| guard_of(&self.guarded, t.uid).map(|g| (t.name.as_str(), g)))
+            .collect()
     }
 
     /// The target fingerprint the plan was built for.

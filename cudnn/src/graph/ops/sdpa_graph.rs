@@ -10,7 +10,7 @@ use super::sdpa_native::{Band, Common, SdpaBwdOp, SdpaFwdOp};
 use super::sdpa_ragged::RaggedTensor::{K, O, Q, V};
 use crate::error::{Error, Result};
 use crate::graph::graph::{Graph, Role, Tensor};
-use crate::graph::guard::Guard;
+use crate::graph::guard::InputGuard;
 use crate::graph::tensor::{DType, TensorSpec, fmt_dims};
 
 /// The full sequence lengths as i32 (`validate` bounds them by `i32::MAX`).
@@ -93,8 +93,8 @@ impl Graph {
             // The kernels use the lengths as row bounds, unchecked: plans
             // bind them only through `Bindings::seq_lengths` (checked).
             self.guarded.extend([
-                (ia, Guard::SeqLengths { extent: cfg.seq_q }),
-                (ib, Guard::SeqLengths { extent: cfg.seq_kv }),
+                (ia, InputGuard::SeqLengths { extent: cfg.seq_q }),
+                (ib, InputGuard::SeqLengths { extent: cfg.seq_kv }),
             ]);
             Some((ia, ib))
         } else {
@@ -189,7 +189,7 @@ impl Graph {
         // plans bind them only through the `unsafe` `input_page_table`.
         let (ia, ib) = (self.index(a)?, self.index(b)?);
         self.guarded
-            .extend([(ia, Guard::PageTable), (ib, Guard::PageTable)]);
+            .extend([(ia, InputGuard::PageTable), (ib, InputGuard::PageTable)]);
         Ok(Some((a, b)))
     }
 

@@ -32,7 +32,7 @@
 use super::sdpa::SdpaConfig;
 use crate::error::{Error, Result};
 use crate::graph::graph::{Graph, Tensor};
-use crate::graph::guard::Guard;
+use crate::graph::guard::InputGuard;
 use crate::graph::tensor::{DType, TensorSpec};
 
 /// Before this cuDNN, ragged offsets need Hopper or newer (NVIDIA's frontend).
@@ -315,7 +315,7 @@ impl Graph {
         // plans bind them only through the `unsafe` `input_ragged_offsets`.
         for off in [Some(r.q), r.k, r.v, Some(r.o)].into_iter().flatten() {
             let i = self.index(off)?;
-            self.guarded.push((i, Guard::RaggedOffsets));
+            self.guarded.push((i, InputGuard::RaggedOffsets));
         }
         for &(t, which) in tensors {
             let off = match which {

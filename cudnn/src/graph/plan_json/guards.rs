@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use super::Walk;
 use super::schema::SOFTMAX;
 use crate::error::{Error, Result};
-use crate::graph::guard::Guard;
+use crate::graph::guard::InputGuard;
 
 const SDPA_FWD: &str = "CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR";
 const SDPA_BWD: &str = "CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR";
@@ -122,7 +122,7 @@ pub(super) fn check_batches(w: &Walk) -> Result<()> {
 }
 
 /// The page tables and sequence lengths of the walked plan, by UID.
-pub(super) fn guarded(w: &Walk) -> Vec<(i64, Guard)> {
+pub(super) fn guarded(w: &Walk) -> Vec<(i64, InputGuard)> {
     let uid = |n: &str| n.parse::<i64>().ok();
     let dims = |n: &str| uid(n).and_then(|u| w.tensors.get(&u)).map(|t| &t.dims[..]);
     let dim = |n: Option<&str>, axis_from_end: usize| {
@@ -203,7 +203,21 @@ pub(super) fn guarded(w: &Walk) -> Vec<(i64, Guard)> {
                 let covered = dim(get(&["pageTable"]), 2)
                     .zip(dim(get(&["container"]), 2))
                     .and_then(|(p, b)| p.checked_mul(b));
-                let y = dim(get(&["Y"]), 2);
+                // Y is the sequence as [B, H, S, D], or transposed as
+                // [B, H, D, S] (the composite attention loads Kᵀ so): its
+                // sequence axis is the one of its last two that is not the
+                // container's D (either, where both are D; the smaller
+                // where neither is).
+                let y = match (
+                    dim(get(&["Y"]), 2),
+                    dim(get(&["Y"]), 1),
+                    dim(get(&["container"]), 1),
+                ) {
+                    (Some(s), Some(last), Some(d)) if last == d => Some(s),
+                    (Some(s), Some(last), Some(d)) if s == d => Some(last),
+                    (Some(s), Some(last), _) => Some(s.min(last)),
+                    (s, last, _) => s.or(last),
+                };
                 bound.push((
                     &["sequence"],
                     match (y, covered) {
@@ -294,16 +308,19 @@ pub(super) fn guarded(w: &Walk) -> Vec<(i64, Guard)> {
             }
         }
     }
-    let mut out: Vec<(i64, Guard)> = page_tables.iter().map(|&u| (u, Guard::PageTable)).collect();
+    let mut out: Vec<(i64, InputGuard)> = page_tables
+        .iter()
+        .map(|&u| (u, InputGuard::PageTable))
+        .collect();
     out.extend(
         ragged
             .iter()
             .filter(|u| !page_tables.contains(u))
-            .map(|&u| (u, Guard::RaggedOffsets)),
+            .map(|&u| (u, InputGuard::RaggedOffsets)),
     );
     for (u, extent) in lengths {
         if !is_page_table(u) {
-            out.push((u, Guard::SeqLengths { extent }));
+            out.push((u, InputGuard::SeqLengths { extent }));
         }
     }
     out.sort_unstable_by_key(|&(u, _)| u);
@@ -348,8 +365,8 @@ mod tests {
         }
     }
 
-    fn len(extent: i64) -> Guard {
-        Guard::SeqLengths { extent }
+    fn len(extent: i64) -> InputGuard {
+        InputGuard::SeqLengths { extent }
     }
 
     #[test]
@@ -450,8 +467,8 @@ mod tests {
         assert_eq!(
             guarded(&w),
             vec![
-                (5, Guard::PageTable),
-                (6, Guard::PageTable),
+                (5, InputGuard::PageTable),
+                (6, InputGuard::PageTable),
                 (10, len(1)),
                 // K's table covers 4 pages of 64, V's (6) only 1: the
                 // smaller bounds the key lengths.
@@ -555,7 +572,49 @@ mod tests {
         );
         let mut w = w;
         w.page_tables = ["2"].into_iter().map(String::from).collect();
-        assert_eq!(guarded(&w), vec![(2, Guard::PageTable), (10, len(128))]);
+        assert_eq!(
+            guarded(&w),
+            vec![(2, InputGuard::PageTable), (10, len(128))]
+        );
+    }
+
+    #[test]
+    fn unit_paged_load_of_a_transposed_y() {
+        // The composite attention loads Kᵀ: Y [B, H, D = 128, S = 1024]
+        // from pages of 64, 16 to a row: the sequence axis is Y's last
+        // (1024), not its D (128); the same load as [B, H, S, D] agrees; a
+        // Y whose last two dims are both unlike D is bounded by the smaller.
+        for (y, want) in [
+            ([4, 8, 128, 1024], 1024),
+            ([4, 8, 1024, 128], 1024),
+            ([4, 8, 128, 128], 128),
+            ([4, 8, 1024, 96], 96),
+            ([4, 8, 512, 2048], 512),
+        ] {
+            let mut w = walk(
+                vec![
+                    (1, t(H, &[80, 8, 64, 128])),
+                    (2, t(I, &[4, 1, 16, 1])),
+                    (3, t(H, &y)),
+                    (10, t(I, &[4, 1, 1, 1])),
+                ],
+                &[(
+                    PAGED_LOAD,
+                    &[
+                        ("container", 1),
+                        ("pageTable", 2),
+                        ("sequence", 10),
+                        ("Y", 3),
+                    ],
+                )],
+            );
+            w.page_tables = ["2"].into_iter().map(String::from).collect();
+            assert_eq!(
+                guarded(&w),
+                vec![(2, InputGuard::PageTable), (10, len(want))],
+                "Y {y:?}"
+            );
+        }
     }
 
     #[test]
@@ -637,8 +696,8 @@ mod tests {
             vec![
                 (10, len(64)),
                 (11, len(64)),
-                (20, Guard::RaggedOffsets),
-                (21, Guard::RaggedOffsets)
+                (20, InputGuard::RaggedOffsets),
+                (21, InputGuard::RaggedOffsets)
             ]
         );
     }

@@ -32,7 +32,7 @@ use schema::Field::*;
 use schema::{DATA_TYPES, FINALIZE_MODES, dtype_of, node_fields};
 
 use super::graph::IoSignature;
-use super::guard::Guard;
+use super::guard::InputGuard;
 use super::target::Target;
 use super::tensor::MAX_DIMS;
 use crate::error::{Error, Result};
@@ -58,7 +58,7 @@ pub(crate) struct Summary {
     /// The inputs the device uses as addresses or bounds, by UID: the page
     /// tables its operations read (a paged KV cache) and the sequence
     /// lengths of its attention ([`guards`]).
-    pub(crate) guarded: Vec<(i64, Guard)>,
+    pub(crate) guarded: Vec<(i64, InputGuard)>,
 }
 
 pub(super) fn bad(path: &str, rule: impl Into<String>, value: impl std::fmt::Display) -> Error {
@@ -674,9 +674,9 @@ pub(crate) fn check_summary(
         }
         if !io.tensors.iter().any(|t| t.uid == *uid && !t.is_output) {
             let what = match g {
-                Guard::PageTable => "a page table",
-                Guard::RaggedOffsets => "ragged offsets",
-                Guard::SeqLengths { .. } => "sequence lengths (a row bound)",
+                InputGuard::PageTable => "a page table",
+                InputGuard::RaggedOffsets => "ragged offsets",
+                InputGuard::SeqLengths { .. } => "sequence lengths (a row bound)",
             };
             return Err(Error::invalid(
                 format!("plan JSON tensor uid {uid}"),
