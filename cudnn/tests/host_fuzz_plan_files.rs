@@ -307,7 +307,10 @@ fn load_case(text: &str, raw: bool, t: &Target, trusted: bool) -> Outcome {
         Ok(p) if !trusted && p.is_runtime_compiled() => {
             Outcome::Untyped("an untrusted file with compiled code was loaded".to_string())
         }
-        Ok(_) => Outcome::Accepted,
+        Ok(p) => match guard_defect(&p) {
+            None => Outcome::Accepted,
+            Some(d) => Outcome::Untyped(d),
+        },
         Err(Error::Cudnn { .. }) => Outcome::RefusedByLibrary,
         Err(
             e
@@ -315,6 +318,38 @@ fn load_case(text: &str, raw: bool, t: &Target, trusted: bool) -> Outcome {
         ) => Outcome::Typed(e.to_string()),
         Err(e) => Outcome::Untyped(format!("{e:?}")),
     }
+}
+
+/// What is wrong with an accepted plan's guarded inputs, if anything: each
+/// must be a distinct input of its signature (an output is not bound as an
+/// input), and a length's extent within 0 and the largest dim of the plan's
+/// tensors (nothing can be longer).
+fn guard_defect(p: &Plan) -> Option<String> {
+    let io = p.io();
+    let longest = io
+        .tensors
+        .iter()
+        .flat_map(|t| t.spec.dims().iter().copied())
+        .max()
+        .unwrap_or(0);
+    let listed = p.guarded_inputs();
+    for (i, &(name, g)) in listed.iter().enumerate() {
+        if listed[..i].iter().any(|&(n, _)| n == name) {
+            return Some(format!("guarded input `{name}` listed twice"));
+        }
+        match io.tensors.iter().find(|t| t.name == name) {
+            Some(t) if !t.is_output => {}
+            _ => return Some(format!("guarded `{name}` is not an input of the plan")),
+        }
+        if let InputGuard::SeqLengths { extent } = g
+            && !(0..=longest).contains(&extent)
+        {
+            return Some(format!(
+                "lengths `{name}` bounded by {extent}, outside 0..={longest}"
+            ));
+        }
+    }
+    None
 }
 
 fn read_files(dir: &Path) -> Result<Vec<(String, String)>, String> {
