@@ -23,6 +23,7 @@ pub(crate) mod sdpa_graph;
 pub(crate) mod sdpa_native;
 pub(crate) mod sdpa_paged;
 pub(crate) mod sdpa_ragged;
+pub(crate) mod sdpa_rules;
 pub mod sdpa_softcap;
 pub mod sdpa_softmax;
 
