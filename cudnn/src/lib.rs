@@ -4,6 +4,7 @@
 
 #![deny(missing_docs)]
 
+pub(crate) mod atomic_file;
 pub mod blas;
 pub(crate) mod check;
 pub mod dnn;

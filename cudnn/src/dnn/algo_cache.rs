@@ -39,11 +39,11 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::fs;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
+use crate::atomic_file::Step;
 use crate::error::{Error, Result};
 
 /// Which convolution direction a cached choice is for.
@@ -413,9 +413,9 @@ impl AlgoCache {
 
     /// Write every entry to `path` (a text file: a format header, one entry
     /// per line least recently used first, then an `end` line with the
-    /// count). The file is written beside `path` under a temporary name and
-    /// renamed over it, so `path` is either the old file or the whole new
-    /// one.
+    /// count). The file is written beside `path` under a new temporary name,
+    /// synced and renamed over it (then the folder is synced), so `path` is
+    /// either the old file or the whole new one, also after a crash.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming the file when it cannot be written,
@@ -456,30 +456,21 @@ impl AlgoCache {
                 path.display(),
             )
         };
-        let name = path.file_name().ok_or_else(|| {
-            Error::invalid("algorithm cache file", "must name a file", path.display())
-        })?;
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let tmp = path.with_file_name(format!(
-            ".{}.tmp-{}-{}",
-            name.to_string_lossy(),
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let write = || -> std::io::Result<()> {
-            let mut f = fs::File::create(&tmp)?;
-            f.write_all(text.as_bytes())?;
-            f.sync_all()
-        };
-        if let Err(e) = write() {
-            let _ = fs::remove_file(&tmp);
-            return Err(io_err("write a temporary file", e));
+        if path.file_name().is_none() {
+            return Err(Error::invalid(
+                "algorithm cache file",
+                "must name a file",
+                path.display(),
+            ));
         }
-        if let Err(e) = fs::rename(&tmp, path) {
-            let _ = fs::remove_file(&tmp);
-            return Err(io_err("rename the temporary file over it", e));
-        }
-        Ok(())
+        crate::atomic_file::replace(path, text.as_bytes()).map_err(|e| {
+            let what = match e.step {
+                Step::Write => "write a temporary file",
+                Step::Rename => "rename the temporary file over it",
+                Step::SyncFolder => "sync the folder",
+            };
+            io_err(what, e.source)
+        })
     }
 
     /// Merge the entries saved in `path` into this cache, as the most

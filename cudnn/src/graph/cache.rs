@@ -15,7 +15,6 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::graph::{Graph, IoSignature};
@@ -238,46 +237,23 @@ impl PlanCache {
     }
 
     /// Save to `path`: written to a temporary file of its own in the same
-    /// folder, then renamed over `path`, so a concurrent reader sees the old
-    /// or the new file, never a mix, and concurrent saves do not collide.
+    /// folder, synced, then renamed over `path` (and the folder synced), so a
+    /// concurrent reader sees the old or the new file, never a mix,
+    /// concurrent saves do not collide, and a crash leaves one of the two.
     ///
     /// # Errors
     /// Serialization or I/O (the path named).
     pub fn save(&self, path: &Path) -> Result<()> {
-        use std::io::Write;
         let text = self.to_text()?;
-        let name = path.file_name().ok_or_else(|| {
-            Error::invalid(
+        if path.file_name().is_none() {
+            return Err(Error::invalid(
                 "plan cache file",
                 "must name a file",
                 path.display().to_string(),
-            )
-        })?;
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let tmp = path.with_file_name(format!(
-            ".{}.tmp-{}-{}",
-            name.to_string_lossy(),
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let write = || -> std::io::Result<()> {
-            // `create_new`: never follows a link or reuses a file someone else made.
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&tmp)?;
-            f.write_all(text.as_bytes())?;
-            f.sync_all()
-        };
-        if let Err(e) = write() {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(io_error("writing", &tmp, e));
+            ));
         }
-        if let Err(e) = std::fs::rename(&tmp, path) {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(io_error("renaming into", path, e));
-        }
-        Ok(())
+        crate::atomic_file::replace(path, text.as_bytes())
+            .map_err(|e| io_error(e.step.words(), &e.path, e.source))
     }
 
     /// Load every plan in `text` for `target`. A malformed file, an entry for
