@@ -289,7 +289,7 @@ fn short(s: &str) -> String {
 /// field mutations load trusted (compiled code passed on, so the checks
 /// that keep cuDNN from crashing are what is fuzzed); engine swaps load
 /// untrusted, and a swap accepted with compiled code is a failure.
-fn load_case(text: &str, raw: bool, t: &Target, trusted: bool) -> Outcome {
+fn load_case(text: &str, raw: bool, t: &Target, trusted: bool, baseline: &Guards) -> Outcome {
     if raw {
         let json = split_plan_file(text).map(|x| x.1).unwrap_or("{}");
         return match raw_plan_finalize(json) {
@@ -307,7 +307,7 @@ fn load_case(text: &str, raw: bool, t: &Target, trusted: bool) -> Outcome {
         Ok(p) if !trusted && p.is_runtime_compiled() => {
             Outcome::Untyped("an untrusted file with compiled code was loaded".to_string())
         }
-        Ok(p) => match guard_defect(&p) {
+        Ok(p) => match guard_defect(&p, baseline) {
             None => Outcome::Accepted,
             Some(d) => Outcome::Untyped(d),
         },
@@ -320,16 +320,32 @@ fn load_case(text: &str, raw: bool, t: &Target, trusted: bool) -> Outcome {
     }
 }
 
+/// A plan's guarded inputs, by name.
+type Guards = Vec<(String, InputGuard)>;
+
+fn guards_of(p: &Plan) -> Guards {
+    p.guarded_inputs()
+        .into_iter()
+        .map(|(n, g)| (n.to_string(), g))
+        .collect()
+}
+
 /// What is wrong with an accepted plan's guarded inputs, if anything: each
 /// must be a distinct input of its signature (an output is not bound as an
-/// input), and a length's extent within 0 and the largest dim of the plan's
-/// tensors (nothing can be longer).
-fn guard_defect(p: &Plan) -> Option<String> {
+/// input), and no mutation may give lengths a larger extent than the
+/// unmutated file (`baseline`) gives lengths of that name (a mutation can
+/// only take bounds away from the loader's view, never add room); lengths
+/// the baseline does not have stay within its largest extent or dim.
+fn guard_defect(p: &Plan, baseline: &Guards) -> Option<String> {
     let io = p.io();
-    let longest = io
+    let roomiest = io
         .tensors
         .iter()
         .flat_map(|t| t.spec.dims().iter().copied())
+        .chain(baseline.iter().filter_map(|(_, g)| match g {
+            InputGuard::SeqLengths { extent } => Some(*extent),
+            _ => None,
+        }))
         .max()
         .unwrap_or(0);
     let listed = p.guarded_inputs();
@@ -341,11 +357,17 @@ fn guard_defect(p: &Plan) -> Option<String> {
             Some(t) if !t.is_output => {}
             _ => return Some(format!("guarded `{name}` is not an input of the plan")),
         }
-        if let InputGuard::SeqLengths { extent } = g
-            && !(0..=longest).contains(&extent)
-        {
+        let InputGuard::SeqLengths { extent } = g else {
+            continue;
+        };
+        let before = baseline.iter().find_map(|(n, b)| match b {
+            InputGuard::SeqLengths { extent } if n == name => Some(*extent),
+            _ => None,
+        });
+        let limit = before.unwrap_or(roomiest);
+        if !(0..=limit).contains(&extent) {
             return Some(format!(
-                "lengths `{name}` bounded by {extent}, outside 0..={longest}"
+                "lengths `{name}` bounded by {extent}, outside 0..={limit} (unmutated: {before:?})"
             ));
         }
     }
@@ -390,11 +412,32 @@ fn main() {
                 start.parse().map_err(|_| "start")?,
                 end.parse().map_err(|_| "end")?,
             );
+            // Each unmutated file's guarded inputs, the bounds no mutation
+            // may widen.
+            let baselines: Vec<Guards> = texts
+                .iter()
+                .map(|x| {
+                    Plan::deserialize_trusted(x, &t)
+                        .map(|p| guards_of(&p))
+                        .unwrap_or_default()
+                })
+                .collect();
             fuzz_child::worker(start, end.min(cases.len()), |i| {
                 let case = cases.get(i);
                 let text = case.and_then(|c| apply(&texts, c)).unwrap_or_default();
                 let trusted = !matches!(case, Some(Case::Engine(..)));
-                load_case(&text, raw, &t, trusted)
+                let file = match case {
+                    Some(
+                        Case::Set(f, ..)
+                        | Case::Remove(f, _)
+                        | Case::Line(f, ..)
+                        | Case::Engine(f, _),
+                    ) => *f,
+                    None => 0,
+                };
+                let none = Guards::new();
+                let baseline = baselines.get(file).unwrap_or(&none);
+                load_case(&text, raw, &t, trusted, baseline)
             });
             Ok(())
         })();

@@ -421,13 +421,13 @@ fn plan_json_keeps_offsets() -> TestResult {
         "marked offsets {:?}",
         io.ragged_offsets
     );
-    check_offsets_binding(&plan, "built")?;
+    check_offsets_binding(&plan, "built", &[256], 0)?;
     binding_random(&plan)?;
     let back = Plan::from_cudnn_json_trusted(&json, &target, io.clone())?;
     ensure!(back.io().ragged_offsets == io.ragged_offsets, "reloaded");
     // The loaded plan finds its offsets in the JSON (`isRagged`) and keeps
     // the rule (not taken for sequence lengths: also `[B + 1, 1, 1, 1]` i32).
-    check_offsets_binding(&back, "reloaded from JSON")?;
+    check_offsets_binding(&back, "reloaded from JSON", &[256], 0)?;
     // The crate's plan file keeps the mark, and a file whose mark is
     // removed no longer matches its JSON (typed refusal).
     let text = plan.serialize()?;
@@ -437,7 +437,7 @@ fn plan_json_keeps_offsets() -> TestResult {
     );
     let again = Plan::deserialize_trusted(&text, &target)?;
     ensure!(again.io().ragged_offsets == io.ragged_offsets, "plan file");
-    check_offsets_binding(&again, "reloaded from the plan file")?;
+    check_offsets_binding(&again, "reloaded from the plan file", &[256], 0)?;
     let stripped: String = text
         .lines()
         .filter(|l| !l.starts_with("ragged "))
@@ -555,7 +555,9 @@ fn fake(n: usize) -> DeviceSlice<'static, i32> {
 /// The binding rule of ragged offsets on `plan` (built or reloaded): the
 /// safe `input` refuses each (typed, naming the unsafe call), which binds
 /// it after the checks `input` makes; it binds nothing else.
-fn check_offsets_binding(plan: &Plan, what: &str) -> TestResult {
+/// `extents`: the sequence extents the lengths may have; `tables`: how many
+/// page tables the plan has.
+fn check_offsets_binding(plan: &Plan, what: &str, extents: &[i64], tables: usize) -> TestResult {
     let io = plan.io();
     ensure!(
         matches!(io.ragged_offsets.len(), 2 | 4),
@@ -576,14 +578,31 @@ fn check_offsets_binding(plan: &Plan, what: &str) -> TestResult {
             "{what}: `{name}` not listed as ragged offsets in {listed:?}"
         );
     }
+    // Nothing else but the two sequence-length tensors a ragged attention
+    // has (it needs padding), each bounded by a sequence extent of the
+    // config's, and the page tables of a paged cache.
     let n_offsets = listed
         .iter()
         .filter(|(_, g)| *g == InputGuard::RaggedOffsets)
         .count();
+    let lengths: Vec<i64> = listed
+        .iter()
+        .filter_map(|(_, g)| match g {
+            InputGuard::SeqLengths { extent } => Some(*extent),
+            _ => None,
+        })
+        .collect();
     ensure!(
-        n_offsets == io.ragged_offsets.len(),
-        "{what}: {n_offsets} listed as offsets, the signature has {}",
+        n_offsets == io.ragged_offsets.len()
+            && lengths.len() == 2
+            && n_offsets + lengths.len() + tables == listed.len(),
+        "{what}: listed {listed:?}; the signature has {} offsets, and two lengths and \
+         {tables} page tables are expected",
         io.ragged_offsets.len()
+    );
+    ensure!(
+        lengths.iter().all(|e| extents.contains(e)),
+        "{what}: length extents {lengths:?}, want some of {extents:?}"
     );
     for uid in &io.ragged_offsets {
         let t = io
@@ -719,7 +738,8 @@ fn paged_only_q_o() -> TestResult {
     );
     let (plan, _) = Plan::build(&og, &Target::preset("h200")?, &Policy::default())?;
     eprintln!("paged ragged: engine {:?}", plan.engine());
-    check_offsets_binding(&plan, "paged")?;
+    // S_q 64; the keys a table row covers: 4 pages of 64.
+    check_offsets_binding(&plan, "paged", &[64, 256], 2)?;
     Ok(())
 }
 

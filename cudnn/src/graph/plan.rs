@@ -9,7 +9,7 @@ use std::time::Instant;
 use super::backend::{Descriptor, attr, kind};
 use super::bindings::{Bindings, WorkspaceSource};
 use super::graph::{IoSignature, OpGraph};
-use super::guard::{InputGuard, guard_of};
+use super::guard::InputGuard;
 use super::heuristics::{BehaviorNote, Candidate, Policy, candidates};
 use super::plan_file::{
     FORMAT, Reader, fmt_cudnn_version, header_format, loaded_cudnn_version, plan_header, read_io,
@@ -459,11 +459,16 @@ impl Plan {
     /// extent they may not pass (recorded from the graph, or read from the
     /// plan JSON of a loaded plan). In UID order.
     pub fn guarded_inputs(&self) -> Vec<(&str, InputGuard)> {
-        self.io
-            .tensors
+        let mut by_uid: Vec<(i64, &str, InputGuard)> = self
+            .guarded
             .iter()
-            .filter_map(|t| guard_of(&self.guarded, t.uid).map(|g| (t.name.as_str(), g)))
-            .collect()
+            .filter_map(|&(uid, g)| {
+                let t = self.io.tensors.iter().find(|t| t.uid == uid)?;
+                Some((uid, t.name.as_str(), g))
+            })
+            .collect();
+        by_uid.sort_unstable_by_key(|&(uid, _, _)| uid);
+        by_uid.into_iter().map(|(_, n, g)| (n, g)).collect()
     }
 
     /// The target fingerprint the plan was built for.

@@ -1,7 +1,9 @@
 //! Valid plans of every graph family, for the plan-file tests and fuzz
 //! targets: convolution (precompiled, and + scale), matmul (+ relu), layer norm, SDPA
-//! forward (native, causal, training) and SDPA backward (composite, with
-//! scratch tensors in the workspace).
+//! forward (native, causal, training), SDPA backward (composite, with
+//! scratch tensors in the workspace) and a paged KV cache decode (composite:
+//! page tables and sequence lengths, the guarded inputs, and Kᵀ loaded
+//! transposed from its pages).
 #![allow(dead_code)]
 
 use cudnn::Result;
@@ -16,6 +18,7 @@ pub fn graphs() -> Result<Vec<(&'static str, Graph)>> {
         ("norm", norm()?),
         ("sdpa_fwd", sdpa(false)?),
         ("sdpa_bwd", sdpa(true)?),
+        ("sdpa_paged", sdpa_paged()?),
     ])
 }
 
@@ -93,6 +96,24 @@ pub fn sdpa(backward: bool) -> Result<Graph> {
         let f = g.sdpa_forward(q, k, v, &cfg)?;
         g.rename(f.o, "o")?;
     }
+    Ok(g)
+}
+
+/// A decode step against a paged KV cache (composite; 1,024 keys in pages of
+/// 64, 16 to a table row, D = 128, GQA).
+pub fn sdpa_paged() -> Result<Graph> {
+    let cfg = SdpaConfig::new(4, 8, 1, 128, DType::BF16)
+        .gqa(2)
+        .kv_len(1024)
+        .causal_bottom_right()
+        .paged(64, 80)
+        .implementation(SdpaImpl::Composite);
+    let mut g = Graph::new();
+    let q = g.input("q", cfg.q_spec()?)?;
+    let k = g.input("k", cfg.k_spec()?)?;
+    let v = g.input("v", cfg.v_spec()?)?;
+    let f = g.sdpa_forward(q, k, v, &cfg)?;
+    g.rename(f.o, "o")?;
     Ok(g)
 }
 

@@ -121,6 +121,60 @@ pub(super) fn check_batches(w: &Walk) -> Result<()> {
     Ok(())
 }
 
+/// The sequence extent of a paged cache load's output `Y`, which holds the
+/// sequence as `[B, H, S, D]` or transposed as `[B, H, D, S]` (the composite
+/// attention loads Kᵀ so); transposed when its stride 2 is 1, as NVIDIA's
+/// frontend (and cuDNN) decide. `None` unless 4-d.
+fn paged_y_seq(dims: &[i64], strides: &[i64]) -> Option<i64> {
+    if dims.len() != 4 || strides.len() != 4 {
+        return None;
+    }
+    Some(if strides[2] == 1 { dims[3] } else { dims[2] })
+}
+
+/// Every paged cache load's `Y` is 4-d, and its head-dim axis (by its
+/// strides, see [`paged_y_seq`]) is the container's `D`: the sequence
+/// extent its lengths get is then the other axis. (cuDNN 9.10 and 9.28
+/// refuse such a plan at finalize too; this does not rely on it.)
+pub(super) fn check_paged_loads(w: &Walk) -> Result<()> {
+    let tensor = |n: &str| n.parse::<i64>().ok().and_then(|u| w.tensors.get(&u));
+    for (op, fields) in &w.nodes {
+        if op.as_str() != PAGED_LOAD {
+            continue;
+        }
+        let get = |k: &str| {
+            fields
+                .iter()
+                .find(|(f, _)| f == k)
+                .and_then(|(_, n)| tensor(n))
+        };
+        let (Some(y), Some(c)) = (get("Y"), get("container")) else {
+            // A node without them is refused by cuDNN (nothing is bound).
+            continue;
+        };
+        let d = c.dims.get(3).copied();
+        let y_d = (y.dims.len() == 4 && y.strides.len() == 4).then(|| {
+            if y.strides[2] == 1 {
+                y.dims[2]
+            } else {
+                y.dims[3]
+            }
+        });
+        if y_d.is_none() || y_d != d {
+            return Err(Error::mismatch(
+                format!(
+                    "plan JSON {PAGED_LOAD} `Y` (dims {:?}, strides {:?}): its head dim (4-d; \
+                     dim 2 where stride 2 is 1, else dim 3) must be the container's",
+                    y.dims, y.strides
+                ),
+                d.map_or_else(|| "a 4-d container".to_string(), |d| d.to_string()),
+                y_d.map_or_else(|| "none".to_string(), |d| d.to_string()),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The page tables and sequence lengths of the walked plan, by UID.
 pub(super) fn guarded(w: &Walk) -> Vec<(i64, InputGuard)> {
     let uid = |n: &str| n.parse::<i64>().ok();
@@ -203,21 +257,17 @@ pub(super) fn guarded(w: &Walk) -> Vec<(i64, InputGuard)> {
                 let covered = dim(get(&["pageTable"]), 2)
                     .zip(dim(get(&["container"]), 2))
                     .and_then(|(p, b)| p.checked_mul(b));
-                // Y is the sequence as [B, H, S, D], or transposed as
-                // [B, H, D, S] (the composite attention loads Kᵀ so): its
-                // sequence axis is the one of its last two that is not the
-                // container's D (either, where both are D; the smaller
-                // where neither is).
-                let y = match (
-                    dim(get(&["Y"]), 2),
-                    dim(get(&["Y"]), 1),
-                    dim(get(&["container"]), 1),
-                ) {
-                    (Some(s), Some(last), Some(d)) if last == d => Some(s),
-                    (Some(s), Some(last), Some(d)) if s == d => Some(last),
-                    (Some(s), Some(last), _) => Some(s.min(last)),
-                    (s, last, _) => s.or(last),
-                };
+                // Y's sequence axis ([`paged_y_seq`]; the smaller of its
+                // last two dims where its strides do not say, which
+                // [`check_paged_loads`] refuses anyway).
+                let y = get(&["Y"])
+                    .and_then(uid)
+                    .and_then(|u| w.tensors.get(&u))
+                    .and_then(|t| paged_y_seq(&t.dims, &t.strides))
+                    .or_else(|| {
+                        let (s, last) = (dim(get(&["Y"]), 2), dim(get(&["Y"]), 1));
+                        s.zip(last).map(|(a, b)| a.min(b)).or(s).or(last)
+                    });
                 bound.push((
                     &["sequence"],
                     match (y, covered) {
@@ -334,11 +384,20 @@ mod tests {
     use super::*;
     use crate::graph::plan_json::JsonTensor;
 
+    /// A packed (row-major) tensor.
     fn t(dtype: &'static str, dims: &[i64]) -> JsonTensor {
+        let mut strides = vec![1; dims.len()];
+        for i in (0..dims.len().saturating_sub(1)).rev() {
+            strides[i] = strides[i + 1] * dims[i + 1];
+        }
+        ts(dtype, dims, &strides)
+    }
+
+    fn ts(dtype: &'static str, dims: &[i64], strides: &[i64]) -> JsonTensor {
         JsonTensor {
             dtype,
             dims: dims.to_vec(),
-            strides: vec![1; dims.len()],
+            strides: strides.to_vec(),
             is_virtual: false,
             by_value: false,
             ragged: None,
@@ -581,21 +640,17 @@ mod tests {
     #[test]
     fn unit_paged_load_of_a_transposed_y() {
         // The composite attention loads Kᵀ: Y [B, H, D = 128, S = 1024]
-        // from pages of 64, 16 to a row: the sequence axis is Y's last
-        // (1024), not its D (128); the same load as [B, H, S, D] agrees; a
-        // Y whose last two dims are both unlike D is bounded by the smaller.
-        for (y, want) in [
-            ([4, 8, 128, 1024], 1024),
-            ([4, 8, 1024, 128], 1024),
-            ([4, 8, 128, 128], 128),
-            ([4, 8, 1024, 96], 96),
-            ([4, 8, 512, 2048], 512),
-        ] {
+        // (stride 2 is 1) from pages of 64, 16 to a row: the sequence axis
+        // is Y's last (1024), not its D (128); V's load as a packed
+        // [B, H, S, D] agrees. A Y whose head-dim axis (by its strides) is
+        // not the container's D is refused: the dims alone would not say
+        // which axis cuDNN walks.
+        let load = |y: JsonTensor| {
             let mut w = walk(
                 vec![
                     (1, t(H, &[80, 8, 64, 128])),
                     (2, t(I, &[4, 1, 16, 1])),
-                    (3, t(H, &y)),
+                    (3, y),
                     (10, t(I, &[4, 1, 1, 1])),
                 ],
                 &[(
@@ -609,11 +664,27 @@ mod tests {
                 )],
             );
             w.page_tables = ["2"].into_iter().map(String::from).collect();
+            w
+        };
+        let k_t = ts(H, &[4, 8, 128, 1024], &[1 << 20, 1 << 17, 1, 128]);
+        for (y, want) in [(k_t, 1024), (t(H, &[4, 8, 1024, 128]), 1024)] {
+            let w = load(y);
+            assert!(check_paged_loads(&w).is_ok());
             assert_eq!(
                 guarded(&w),
-                vec![(2, InputGuard::PageTable), (10, len(want))],
-                "Y {y:?}"
+                vec![(2, InputGuard::PageTable), (10, len(want))]
             );
+        }
+        // Kᵀ's dims with packed strides (D would be dim 3 = 1024), a packed
+        // Y with the wrong D, a 3-d Y: refused, naming the load.
+        for y in [
+            t(H, &[4, 8, 128, 1024]),
+            t(H, &[4, 8, 1024, 96]),
+            t(H, &[32, 1024, 128]),
+        ] {
+            let e = check_paged_loads(&load(y)).unwrap_err();
+            assert!(matches!(e, Error::Mismatch { .. }), "{e}");
+            assert!(e.to_string().contains("PAGED_CACHE_LOAD"), "{e}");
         }
     }
 

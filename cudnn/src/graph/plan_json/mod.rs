@@ -745,6 +745,7 @@ fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Sum
         }
     }
     guards::check_batches(&w)?;
+    guards::check_paged_loads(&w)?;
     Ok((
         Summary {
             cudnn_version: version,
