@@ -220,6 +220,9 @@ fn attention_dropout<T: El>(imp: SdpaImpl) -> TestResult {
 }
 
 /// Backward on the device: (dq, dk, dv) packed BHSD.
+/// `reload`: run the plan reloaded from its cuDNN JSON (trusted: the
+/// runtime-compiled code this process made), not the built one.
+#[allow(clippy::too_many_arguments)]
 fn run_bwd<T: El>(
     cx: &mut Cx,
     cfg: &SdpaConfig,
@@ -227,6 +230,7 @@ fn run_bwd<T: El>(
     o: &[f64],
     d_o: &[f64],
     stats: &[f64],
+    reload: bool,
 ) -> R<[Vec<f64>; 3]> {
     let mut g = Graph::new();
     let q = g.input("q", cfg.q_spec()?)?;
@@ -239,7 +243,19 @@ fn run_bwd<T: El>(
     g.rename(b.dq, "dq")?;
     g.rename(b.dk, "dk")?;
     g.rename(b.dv, "dv")?;
-    let p = plan(cx, &g, "")?;
+    let mut p = plan(cx, &g, "")?;
+    if reload {
+        let io = std::sync::Arc::new(p.io().clone());
+        let back = Plan::from_cudnn_json_trusted(&p.cudnn_json()?, &cx.target, io)?;
+        ensure!(
+            back.workspace_size() == p.workspace_size(),
+            "reloaded workspace {} vs built {}",
+            back.workspace_size(),
+            p.workspace_size()
+        );
+        eprintln!("  running the plan reloaded from its JSON");
+        p = back;
+    }
     let (qb, kb, vb) = (up::<T>(&a.q)?, up::<T>(&a.k)?, up::<T>(&a.v)?);
     let (ob, dob, sb) = (up::<T>(o)?, up::<T>(d_o)?, up::<f32>(stats)?);
     let mut dq = poisoned::<T>(a.q.len())?;
@@ -279,6 +295,11 @@ fn run_bwd<T: El>(
 }
 
 fn attention_backward<T: El>(cfg: SdpaConfig) -> TestResult {
+    attention_backward_from::<T>(cfg, false)
+}
+
+/// As [`attention_backward`]; `reload`: through the plan reloaded from JSON.
+fn attention_backward_from<T: El>(cfg: SdpaConfig, reload: bool) -> TestResult {
     let mut cx = cx(23)?;
     let a = attn_inputs::<T>(&mut cx.rng, &cfg)?;
     let rc = ref_cfg(&cfg, &a);
@@ -297,7 +318,15 @@ fn attention_backward<T: El>(cfg: SdpaConfig) -> TestResult {
         .iter()
         .map(|&s| if s.is_finite() { s } else { 0.0 })
         .collect();
-    let got = run_bwd::<T>(&mut cx, &cfg, &a, &o_store, &d_o, &round::<f32>(&stats))?;
+    let got = run_bwd::<T>(
+        &mut cx,
+        &cfg,
+        &a,
+        &o_store,
+        &d_o,
+        &round::<f32>(&stats),
+        reload,
+    )?;
     let want = ra::backward(
         &qv,
         &kv,
@@ -343,7 +372,15 @@ fn attention_backward_finite_differences(imp: SdpaImpl) -> TestResult {
     let d_o = round::<T>(&cx.rng.vec(os.span_elements()?, -1.0, 1.0));
     let f = ra::forward(&view(&a.q, &qs), &view(&a.k, &ks), &view(&a.v, &vs), &rc)?;
     let o_store = round::<T>(&store(&f.o, cfg.layout, dims4(&os)));
-    let got = run_bwd::<T>(&mut cx, &cfg, &a, &o_store, &d_o, &round::<f32>(&f.stats))?;
+    let got = run_bwd::<T>(
+        &mut cx,
+        &cfg,
+        &a,
+        &o_store,
+        &d_o,
+        &round::<f32>(&f.stats),
+        false,
+    )?;
     let d_o_bhsd = to_bhsd(&d_o, cfg.layout, dims4(&os));
     let loss = |q: &[f64], k: &[f64], v: &[f64]| -> R<f64> {
         let f = ra::forward(&view(q, &qs), &view(k, &ks), &view(v, &vs), &rc)?;
@@ -449,7 +486,15 @@ fn attention_dropout_step(imp: SdpaImpl) -> TestResult {
     // 3. The backward of the same step against the reference.
     let o_store = round::<T>(&store(&f.o, cfg.layout, dims4(&os)));
     let d_o = round::<T>(&cx.rng.vec(os.span_elements()?, -1.0, 1.0));
-    let got = run_bwd::<T>(&mut cx, &cfg, &a, &o_store, &d_o, &round::<f32>(&f.stats))?;
+    let got = run_bwd::<T>(
+        &mut cx,
+        &cfg,
+        &a,
+        &o_store,
+        &d_o,
+        &round::<f32>(&f.stats),
+        false,
+    )?;
     let want = ra::backward(
         &view(&a.q, &qs),
         &view(&a.k, &ks),
@@ -621,6 +666,40 @@ fn main() {
             } else {
                 t.push(gpu(&name, move || attention_backward::<bf16>(cfg)));
             }
+        }
+    }
+    // The SDPA backward operation's plan reloaded from its cuDNN JSON (its
+    // kernel parameters name cuDNN's own workspace buffers), run against the
+    // reference: plain, padding, GQA. The operation needs cuDNN 9.21 (the
+    // GPU machine's 9.19 refuses it, typed): reported ignored before.
+    let loaded = cudnn::sys::cudnn::load()
+        .ok()
+        .and_then(|a| a.info().version)
+        .map(|v| (v.major, v.minor, v.patch));
+    for (name, cfg) in [
+        ("sdpa_bwd_native_reloaded_bf16", base(DType::BF16)),
+        (
+            "sdpa_bwd_native_reloaded_padding_bf16",
+            base(DType::BF16).padding(true),
+        ),
+        (
+            "sdpa_bwd_native_reloaded_gqa_bf16",
+            base(DType::BF16).gqa(4),
+        ),
+    ] {
+        let cfg = cfg.implementation(SdpaImpl::Native);
+        let f = move || attention_backward_from::<bf16>(cfg, true);
+        match loaded {
+            Some(v) if v < ops::sdpa::since::BACKWARD => {
+                eprintln!(
+                    "skipped: gpu::{name}: cuDNN's SDPA backward operation needs cuDNN 9.21 (loaded: {}.{}.{})",
+                    v.0, v.1, v.2
+                );
+                t.push(
+                    libtest_mimic::Trial::test(format!("gpu::{name}"), f).with_ignored_flag(true),
+                );
+            }
+            _ => t.push(gpu(name, f)),
         }
     }
     t.push(gpu("sdpa_bwd_finite_differences_bf16", || {

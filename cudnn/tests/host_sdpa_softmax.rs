@@ -288,9 +288,10 @@ fn version_rules() -> TestResult {
         "sink",
         "9.21.0",
     )?;
+    // (Before 9.21 the SDPA backward operation itself is refused first.)
     unsupported_naming(
         native(sink.clone().sink_grad(true)).resolve_for((9, 20, 0), true),
-        "sink_grad",
+        "SDPA_BWD",
         "9.21.0",
     )?;
     ensure!(
@@ -303,8 +304,8 @@ fn version_rules() -> TestResult {
     );
     // A backward with a sink but no dSink needs nothing of the operation.
     ensure!(
-        native(sink.clone()).resolve_for((9, 17, 0), true)? == SdpaImpl::Native,
-        "native(sink.clone()).resolve_for((9, 17, 0), true)? == SdpaI"
+        native(sink.clone()).resolve_for((9, 21, 0), true)? == SdpaImpl::Native,
+        "native(sink.clone()).resolve_for((9, 21, 0), true)? == SdpaI"
     );
     // Auto: the composite before 9.21 (torch211's 9.19), native after.
     ensure!(
@@ -490,10 +491,7 @@ fn property_random_options() -> TestResult {
 /// plan is refused, typed, before cuDNN sees it: an unknown softmax key, the
 /// max output pointed at Q (an input, bound read-only), and the sink / max /
 /// sum_exp tensors declared larger than the buffers bound to them. (The native
-/// backward with dSink is not here: the plan of the crate's native SDPA
-/// backward, with or without a sink, names an internal tensor uid in its
-/// kernel parameters that the allow-list refuses, so it is not loadable
-/// from JSON on cuDNN 9.28; rebuild it from its graph.)
+/// backward with a sink and dSink reloads too: `host_sdpa_bwd_reload`.)
 fn plan_json_round_trip() -> TestResult {
     let t = Target::preset("h200")?;
     let graphs = [

@@ -24,7 +24,7 @@ pub fn model_resolve(c: &SdpaConfig, v: V, backward: bool) -> Option<SdpaImpl> {
     let drop = c.active_dropout().is_some();
     let options = (!c.padding || v >= (9, 15, 0)) && (!c.is_causal || v >= (9, 21, 0));
     let native = if backward {
-        v >= (9, 17, 0) && options && !drop
+        v >= (9, 21, 0) && options && !drop
     } else {
         v >= (9, 13, 1) && options && (!drop || (v >= (9, 22, 0) && !c.is_training))
     };

@@ -334,8 +334,13 @@ pub mod since {
     pub const FORWARD: (u32, u32, u32) = (9, 13, 1);
     /// Padding by sequence lengths.
     pub const PADDING: (u32, u32, u32) = (9, 15, 0);
-    /// `CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR` (only with [`SdpaImpl::Native`](super::SdpaImpl::Native)).
-    pub const BACKWARD: (u32, u32, u32) = (9, 17, 0);
+    /// `CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR` (only with
+    /// [`SdpaImpl::Native`](super::SdpaImpl::Native)). The header has it
+    /// from 9.17, but cuDNN 9.17.1 and 9.19.0 refuse its operation graph
+    /// (`CUDNN_STATUS_BAD_PARAM` at finalize), which 9.21.1 builds; without
+    /// a device, heuristics offer engines for it from 9.28 (none on 9.21 to
+    /// 9.27).
+    pub const BACKWARD: (u32, u32, u32) = (9, 21, 0);
     /// Score-modifier subgraphs (the causal mask).
     pub const SUBGRAPH: (u32, u32, u32) = (9, 21, 0);
     /// Forward dropout (inference only: not with saved statistics).
