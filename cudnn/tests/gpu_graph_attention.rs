@@ -253,9 +253,12 @@ fn run_bwd<T: El>(
             back.workspace_size(),
             p.workspace_size()
         );
-        eprintln!("  running the plan reloaded from its JSON");
+        eprintln!("  running the plan reloaded from its JSON, on a workspace of 0xFF bytes");
         p = back;
     }
+    // The reloaded plan runs on a caller workspace filled with 0xFF (f32
+    // NaN): accumulators it did not clear itself would poison dQ / dK / dV.
+    let mut ws = DeviceBuffer::<u8>::from_host(&vec![0xFF; p.workspace_size().max(1)])?;
     let (qb, kb, vb) = (up::<T>(&a.q)?, up::<T>(&a.k)?, up::<T>(&a.v)?);
     let (ob, dob, sb) = (up::<T>(o)?, up::<T>(d_o)?, up::<f32>(stats)?);
     let mut dq = poisoned::<T>(a.q.len())?;
@@ -277,6 +280,9 @@ fn run_bwd<T: El>(
             .output("dq", dq.as_slice_mut())?
             .output("dk", dk.as_slice_mut())?
             .output("dv", dv.as_slice_mut())?;
+        if reload {
+            bi.workspace(ws.as_slice_mut())?;
+        }
         bind_extras(
             &mut bi,
             &g,

@@ -379,7 +379,7 @@ fn main() {
         let r = drop_inf.check(true);
         let word = if have >= since::BACKWARD { "dropout" } else { "SDPA_BWD" };
         ensure!(refused_naming(&r, word), "native bwd with dropout: {r:?}");
-        // Native backward without dropout: the SDPA_BWD operation (9.17) and the options.
+        // Native backward without dropout: the SDPA_BWD operation (9.21) and the options.
         let r = masks.clone().implementation(SdpaImpl::Native).check(true);
         ensure!(
             r.is_ok() == (have >= since::SUBGRAPH),

@@ -51,7 +51,8 @@
 //! never for a training forward with dropout (the operation cannot save the
 //! statistics with dropout); [`SdpaImpl::Auto`] builds every **backward** as
 //! the composite, as the frontend does (it never uses the SDPA backward
-//! operation, and cuDNN 9.19's heuristics offer no engine for it). With
+//! operation; cuDNN 9.19 refuses its graph, and 9.21 to 9.27 offer no
+//! engine for it without a device: [`since::BACKWARD`]). With
 //! dropout, a training step's forward and backward are therefore both
 //! composites and draw the same mask from the same seed and offset; a
 //! native backward with dropout is refused, since no forward that saves

@@ -96,7 +96,18 @@ fn base64_len(s: &str) -> usize {
 /// carries compiled code, and the `(JSON path, uid)` of every kernel
 /// parameter patched with a tensor's address or value (each must name a
 /// tensor of the plan's graph: the caller checks).
-pub(super) fn engine(v: &Value, device_ver: i64) -> Result<(bool, Vec<(String, i64)>)> {
+/// What [`engine`] found in a plan's engine.
+pub(super) struct EngineInfo {
+    /// Whether it carries compiled kernel code.
+    pub runtime_compiled: bool,
+    /// `(path, uid)` of every kernel parameter patched from a tensor.
+    pub param_uids: Vec<(String, i64)>,
+    /// `(path, header)` of every attention descriptor in a kernel's
+    /// parameter block (see [`super::attn_header`]).
+    pub attn_headers: Vec<(String, [u32; 8])>,
+}
+
+pub(super) fn engine(v: &Value, device_ver: i64) -> Result<EngineInfo> {
     let path = "/engine";
     let m = obj(v, path)?;
     keys(
@@ -128,9 +139,14 @@ pub(super) fn engine(v: &Value, device_ver: i64) -> Result<(bool, Vec<(String, i
         int(val, &p, -1, i64::from(i32::MAX))?;
     }
     let Some(payload) = m.get("payload") else {
-        return Ok((false, Vec::new()));
+        return Ok(EngineInfo {
+            runtime_compiled: false,
+            param_uids: Vec::new(),
+            attn_headers: Vec::new(),
+        });
     };
     let mut uids = Vec::new();
+    let mut headers = Vec::new();
     let path = "/engine/payload";
     let p = obj(payload, path)?;
     if p.contains_key("kernels") {
@@ -160,7 +176,12 @@ pub(super) fn engine(v: &Value, device_ver: i64) -> Result<(bool, Vec<(String, i
                 return Err(bad(&format!("{kp}/cubin"), "must be base64", "other bytes"));
             }
             if let Some(params) = km.get("kernelParams") {
-                kernel_params(params, &format!("{kp}/kernelParams"), &mut uids)?;
+                kernel_params(
+                    params,
+                    &format!("{kp}/kernelParams"),
+                    &mut uids,
+                    &mut headers,
+                )?;
             }
         }
     } else {
@@ -190,11 +211,49 @@ pub(super) fn engine(v: &Value, device_ver: i64) -> Result<(bool, Vec<(String, i
         let _ = fatbins;
         int(&p["guid"], "/engine/payload/guid", 0, i64::from(i32::MAX))?;
     }
-    Ok((true, uids))
+    Ok(EngineInfo {
+        runtime_compiled: true,
+        param_uids: uids,
+        attn_headers: headers,
+    })
 }
 
-/// A kernel's parameter block: every patched offset inside the raw data.
-fn kernel_params(v: &Value, path: &str, uids: &mut Vec<(String, i64)>) -> Result<()> {
+/// The eight u32 at byte `at` of the base64 parameter block `raw`.
+fn attn_header(raw: &str, at: i64, path: &str) -> Result<[u32; 8]> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(raw)
+        .map_err(|_| bad(&format!("{path}/rawData"), "must be base64", "other bytes"))?;
+    let at = usize::try_from(at).unwrap_or(usize::MAX);
+    let words = at
+        .checked_add(32)
+        .and_then(|end| bytes.get(at..end))
+        .ok_or_else(|| {
+            bad(
+                &format!("{path}/value"),
+                format!(
+                    "must leave the attention descriptor's 32 bytes inside the {}-byte parameter block",
+                    bytes.len()
+                ),
+                at,
+            )
+        })?;
+    let mut h = [0u32; 8];
+    for (i, c) in words.chunks_exact(4).enumerate() {
+        h[i] = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+    }
+    Ok(h)
+}
+
+/// A kernel's parameter block: every patched offset inside the raw data;
+/// the attention descriptor's header (eight little-endian u32 at the
+/// offset named `attnDesc`) is read out for [`super::attn_header`].
+fn kernel_params(
+    v: &Value,
+    path: &str,
+    uids: &mut Vec<(String, i64)>,
+    headers: &mut Vec<(String, [u32; 8])>,
+) -> Result<()> {
     let m = obj(v, path)?;
     keys(m, path, &["offsets", "rawData"], &["offsets", "rawData"])?;
     let raw = string(&m["rawData"], &format!("{path}/rawData"), 1 << 20)?;
@@ -254,7 +313,10 @@ fn kernel_params(v: &Value, path: &str, uids: &mut Vec<(String, i64)>) -> Result
             return Err(bad(&p, "must have both uid and update_as, or neither", o));
         }
         if let Some(n) = om.get("name") {
-            string(n, &format!("{p}/name"), 256)?;
+            let name = string(n, &format!("{p}/name"), 256)?;
+            if name == "attnDesc" {
+                headers.push((format!("{p}/value"), attn_header(raw, at, &p)?));
+            }
         }
         if at.checked_add(width).is_none_or(|end| end > len) {
             return Err(bad(

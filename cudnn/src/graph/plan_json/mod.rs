@@ -23,6 +23,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
+mod attention;
 mod engine;
 mod guards;
 mod schema;
@@ -635,10 +636,6 @@ const INTERNAL_PARAM_UIDS: &[i64] = &[
     -1_504_676_450_671_020_737,
     -507_205_713_341_733_187,
     8_197_888_589_163_993_711,
-    2_701_148_414_642_200_600,
-    5_996_311_671_000_428_175,
-    -12_443_802_042_839_261,
-    3_759_583_368_913_738_089,
 ];
 
 /// The refusal of a plan JSON that carries compiled code, untrusted.
@@ -725,7 +722,11 @@ fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Sum
     }
     int(&top["schemaVersion"], "/schemaVersion", 1, 64)?;
     let device_ver = profile(&top["GPUProfile"], target)?;
-    let (runtime_compiled, param_uids) = engine(&top["engine"], device_ver)?;
+    let engine::EngineInfo {
+        runtime_compiled,
+        param_uids,
+        attn_headers,
+    } = engine(&top["engine"], device_ver)?;
     let mut w = Walk {
         tensors: HashMap::new(),
         written: HashSet::new(),
@@ -744,12 +745,16 @@ fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Sum
     // one does not have). Virtual tensors count: cuDNN places some of them
     // in the workspace and patches their address (composite SDPA backward).
     for (path, uid) in &param_uids {
-        if !w.tensors.contains_key(uid) && !INTERNAL_PARAM_UIDS.contains(uid) {
+        if !w.tensors.contains_key(uid)
+            && !INTERNAL_PARAM_UIDS.contains(uid)
+            && !attention::backward_buffer(*uid, &w)
+        {
             return Err(bad(path, "must name a tensor of the graph", uid));
         }
     }
     guards::check_batches(&w)?;
     guards::check_paged_loads(&w)?;
+    attention::check_headers(&w, &attn_headers)?;
     Ok((
         Summary {
             cudnn_version: version,

@@ -1,0 +1,167 @@
+//! Checks of an attention plan's compiled kernels against its graph.
+//!
+//! cuDNN keeps a runtime-compiled kernel's parameter block as the plan file
+//! has it, while it sizes the workspace from the file's operation graph: a
+//! block taken from a larger attention (more rows, heads or batches) would
+//! make the kernel walk past the bound tensors and the workspace. The SDPA
+//! kernels keep their shapes in an attention descriptor at the start of the
+//! block, `[B, H_q, H_k, H_v, S_q, S_kv, D_qk, D_v]` as u32 (measured on
+//! cuDNN 9.28's sm80, sm90 and sm100 forward and backward kernels; `S_kv`
+//! of a paged cache is the keys a page-table row covers): it must be the
+//! shapes of the plan's one SDPA operation; in a composite attention (no
+//! SDPA operation: cuDNN's fused kernels serve the matmul-softmax-matmul
+//! pattern) Q, K and V must be tensors of the graph that the plan binds.
+//! The same kernels patch cuDNN's
+//! own workspace buffers by uids in no graph; those of the backward are
+//! accepted only in a plan with an SDPA backward operation.
+
+use super::{Walk, bad};
+use crate::error::{Error, Result};
+
+const SDPA_FWD: &str = "CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR";
+const SDPA_BWD: &str = "CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR";
+const PAGED_LOAD: &str = "CUDNN_BACKEND_OPERATION_PAGED_CACHE_LOAD_DESCRIPTOR";
+
+/// Uids the SDPA backward operation's kernels patch with its workspace
+/// buffers (the f32 dQ accumulator and the row sums; measured in cuDNN
+/// 9.28's sm80, sm90 and sm100 plans).
+const BWD_BUFFERS: [i64; 2] = [2_701_148_414_642_200_600, 5_996_311_671_000_428_175];
+/// The same with grouped-query attention (the f32 dK / dV accumulators).
+const BWD_GQA_BUFFERS: [i64; 2] = [-12_443_802_042_839_261, 3_759_583_368_913_738_089];
+
+/// The dims of the tensor a node names under one of `keys`.
+fn dims<'w>(w: &'w Walk, fields: &[(String, String)], keys: &[&str]) -> Option<&'w [i64]> {
+    let (_, n) = fields.iter().find(|(k, _)| keys.contains(&k.as_str()))?;
+    let uid = n.parse::<i64>().ok()?;
+    w.tensors.get(&uid).map(|t| &t.dims[..])
+}
+
+/// The plan's SDPA operations: `(is_backward, fields)`.
+fn sdpa_nodes(w: &Walk) -> Vec<(bool, &[(String, String)])> {
+    w.nodes
+        .iter()
+        .filter_map(|(op, f)| match op.as_str() {
+            SDPA_FWD => Some((false, &f[..])),
+            SDPA_BWD => Some((true, &f[..])),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether kernel parameter `uid`, which names no tensor of the graph, is
+/// one of the SDPA backward's own workspace buffers in this plan: only with
+/// an SDPA backward operation, the GQA ones only with fewer K or V heads.
+pub(super) fn backward_buffer(uid: i64, w: &Walk) -> bool {
+    let gqa = BWD_GQA_BUFFERS.contains(&uid);
+    if !gqa && !BWD_BUFFERS.contains(&uid) {
+        return false;
+    }
+    sdpa_nodes(w).iter().any(|&(bwd, f)| {
+        let heads = |keys: &[&str]| dims(w, f, keys).and_then(|d| d.get(1).copied());
+        let (q, k, v) = (
+            heads(&["Q", "qDesc"]),
+            heads(&["K", "kDesc"]),
+            heads(&["V", "vDesc"]),
+        );
+        bwd && (!gqa || matches!((q, k, v), (Some(q), Some(k), Some(v)) if k < q || v < q))
+    })
+}
+
+/// Every attention descriptor in the plan's kernels is the shapes of its one
+/// SDPA operation.
+pub(super) fn check_headers(w: &Walk, headers: &[(String, [u32; 8])]) -> Result<()> {
+    let Some((path, _)) = headers.first() else {
+        return Ok(());
+    };
+    let nodes = sdpa_nodes(w);
+    let f = match nodes[..] {
+        [(_, f)] => f,
+        [] => return check_composite_headers(w, headers),
+        _ => {
+            return Err(bad(
+                path,
+                "must belong to the plan's one SDPA operation",
+                format!("{} SDPA operations", nodes.len()),
+            ));
+        }
+    };
+    let d = |keys: &[&str]| dims(w, f, keys).filter(|d| d.len() == 4);
+    let (Some(q), Some(k), Some(v)) = (d(&["Q", "qDesc"]), d(&["K", "kDesc"]), d(&["V", "vDesc"]))
+    else {
+        return Err(bad(
+            path,
+            "must belong to an SDPA operation with 4-d Q, K and V",
+            "other",
+        ));
+    };
+    // Paged: the keys a page-table row covers (pages x page size), for K
+    // and for V; else the sequence dim of K and of V.
+    let seq = |table: &str, c: &[i64]| match dims(w, f, &[table]) {
+        Some(t) => t.get(2).and_then(|p| p.checked_mul(c[2])),
+        None => Some(c[2]),
+    };
+    let (sk, sv) = (seq("pageTableK", k), seq("pageTableV", v));
+    let want: Option<[i64; 8]> = match (sk, sv) {
+        (Some(sk), Some(sv)) if sk == sv => Some([q[0], q[1], k[1], v[1], q[2], sk, q[3], v[3]]),
+        _ => None,
+    };
+    for (path, h) in headers {
+        let got = h.map(i64::from);
+        if want != Some(got) {
+            return Err(Error::mismatch(
+                format!(
+                    "plan JSON {path}: the attention kernel's descriptor (B, H_q, H_k, H_v, S_q, \
+                     S_kv, D_qk, D_v) against its SDPA operation's Q, K, V"
+                ),
+                want.map_or_else(
+                    || "K and V of one sequence extent".to_string(),
+                    |x| format!("{x:?}"),
+                ),
+                format!("{got:?}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A composite attention's descriptors: Q `[B, H_q, S_q, D_qk]`, K
+/// `[B, H_k, S_kv, D_qk]` (or its transpose) and V `[B, H_v, S_kv, D_v]`
+/// are each the dims of a tensor the plan binds (not virtual: the tensor
+/// list pins those to the buffers bound), so no descriptor reaches past them.
+fn check_composite_headers(w: &Walk, headers: &[(String, [u32; 8])]) -> Result<()> {
+    let mut bound: Vec<Vec<i64>> = w
+        .tensors
+        .values()
+        .filter(|t| !t.is_virtual && !t.by_value && t.dims.len() == 4)
+        .map(|t| t.dims.clone())
+        .collect();
+    // A paged cache load reaches the keys its page-table rows cover in a
+    // bound container: `[B, H, pages x page size, D]`.
+    for (op, f) in &w.nodes {
+        if op != PAGED_LOAD {
+            continue;
+        }
+        if let (Some(t), Some(c)) = (dims(w, f, &["pageTable"]), dims(w, f, &["container"]))
+            && t.len() == 4
+            && c.len() == 4
+            && let Some(s) = t[2].checked_mul(c[2])
+        {
+            bound.push(vec![t[0], c[1], s, c[3]]);
+        }
+    }
+    let has = |d: [i64; 4]| bound.iter().any(|b| b[..] == d[..]);
+    for (path, h) in headers {
+        let [b, hq, hk, hv, sq, skv, dqk, dv] = h.map(i64::from);
+        let q = has([b, hq, sq, dqk]);
+        let k = has([b, hk, skv, dqk]) || has([b, hk, dqk, skv]);
+        let v = has([b, hv, skv, dv]);
+        if !(q && k && v) {
+            return Err(bad(
+                path,
+                "must describe Q, K and V tensors the plan binds (B, H, S, D as its descriptor says)",
+                format!("{:?}", h),
+            ));
+        }
+    }
+    Ok(())
+}
