@@ -219,6 +219,20 @@ fn grafted_engines_refused() -> TestResult {
             let (s, sj) = built(&small.clone().implementation(imp), &t)?;
             let (_, bj) = built(&big.clone().implementation(imp), &t)?;
             let graft = with_engine(&sj, engine_of(&bj)?)?;
+            // Without the descriptor's name, too (nothing would tie the
+            // kernel to the graph): refused.
+            let unnamed = graft.replacen("\"name\":\"attnDesc\",", "", 1);
+            ensure!(unnamed != graft, "no attnDesc name in the plan JSON");
+            match Plan::from_cudnn_json_trusted(&unnamed, &t, Arc::new(s.io().clone())) {
+                Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains("attnDesc") => {}
+                other => {
+                    return Err(format!(
+                        "larger {what} {imp:?}, unnamed descriptor: {:?}",
+                        other.map(|p| p.workspace_size())
+                    )
+                    .into());
+                }
+            }
             let st = raw_plan_finalize(&graft)?;
             eprintln!("  larger {what}, {imp:?}: cuDNN finalize of the graft: status {st}");
             let io = Arc::new(s.io().clone());

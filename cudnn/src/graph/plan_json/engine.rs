@@ -92,10 +92,6 @@ fn base64_len(s: &str) -> usize {
     (s.len() / 4 * 3).saturating_sub(pad)
 }
 
-/// The engine: its id, knobs and compiled payload. Returns whether it
-/// carries compiled code, and the `(JSON path, uid)` of every kernel
-/// parameter patched with a tensor's address or value (each must name a
-/// tensor of the plan's graph: the caller checks).
 /// What [`engine`] found in a plan's engine.
 pub(super) struct EngineInfo {
     /// Whether it carries compiled kernel code.
@@ -103,10 +99,16 @@ pub(super) struct EngineInfo {
     /// `(path, uid)` of every kernel parameter patched from a tensor.
     pub param_uids: Vec<(String, i64)>,
     /// `(path, header)` of every attention descriptor in a kernel's
-    /// parameter block (see [`super::attn_header`]).
+    /// parameter block (see [`super::attention`]).
     pub attn_headers: Vec<(String, [u32; 8])>,
 }
 
+/// The engine: its id, knobs and compiled payload. Returns whether it
+/// carries compiled code, the `(JSON path, uid)` of every kernel parameter
+/// patched with a tensor's address or value (each must name a tensor of the
+/// plan's graph: the caller checks), and the attention kernels' descriptors
+/// (every SDPA kernel must have one: the caller checks them against the
+/// graph).
 pub(super) fn engine(v: &Value, device_ver: i64) -> Result<EngineInfo> {
     let path = "/engine";
     let m = obj(v, path)?;
@@ -175,6 +177,7 @@ pub(super) fn engine(v: &Value, device_ver: i64) -> Result<EngineInfo> {
             if !is_base64(cubin) {
                 return Err(bad(&format!("{kp}/cubin"), "must be base64", "other bytes"));
             }
+            let before = headers.len();
             if let Some(params) = km.get("kernelParams") {
                 kernel_params(
                     params,
@@ -182,6 +185,15 @@ pub(super) fn engine(v: &Value, device_ver: i64) -> Result<EngineInfo> {
                     &mut uids,
                     &mut headers,
                 )?;
+            }
+            // An SDPA kernel walks the shapes of its attention descriptor:
+            // without one, nothing ties it to the graph's.
+            if name.contains("_sdpa_") && headers.len() == before {
+                return Err(bad(
+                    &format!("{kp}/kernelParams"),
+                    "must hold the attention descriptor (`attnDesc`) of its SDPA kernel",
+                    name,
+                ));
             }
         }
     } else {
