@@ -259,7 +259,7 @@ fn attn_header(raw: &str, at: i64, path: &str) -> Result<[u32; 8]> {
 
 /// A kernel's parameter block: every patched offset inside the raw data;
 /// the attention descriptor's header (eight little-endian u32 at the
-/// offset named `attnDesc`) is read out for [`super::attn_header`].
+/// offset named `attnDesc`) is read out for [`super::attention`].
 fn kernel_params(
     v: &Value,
     path: &str,
