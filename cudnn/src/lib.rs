@@ -1,6 +1,8 @@
 //! Safe, checked bindings to NVIDIA cuDNN and cuBLAS.
 //!
-//! The raw layers are re-exported under [`sys`].
+//! The raw layers are re-exported under [`sys`]. The rules that keep safe
+//! code from making the GPU touch freed, too small or foreign memory, and the
+//! contract of every `unsafe fn`, are in [`soundness`].
 
 #![deny(missing_docs)]
 
@@ -17,6 +19,7 @@ pub mod interop;
 pub mod nccl;
 pub mod reference;
 pub mod runtime;
+pub mod soundness;
 
 pub use check::cudnn_status_name;
 pub use dtype::{DataType, F8E4M3, F8E5M2, F8E8M0, Fp8Format, Fp8Saturation, Scale};
