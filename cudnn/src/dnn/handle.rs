@@ -121,6 +121,13 @@ impl Handle {
     #[doc(alias = "cudnnCreate")]
     pub fn new(stream: &Stream) -> Result<Self> {
         crate::runtime::check_stream_thread("the stream of a cuDNN handle", stream)?;
+        // cudnnCreate allocates and synchronizes: not inside a capture
+        // closure on this thread, nor on a capturing stream.
+        crate::runtime::forbid_allocation_during_capture(
+            "dnn::Handle::new",
+            stream,
+            crate::runtime::Hazard::Allocation,
+        )?;
         Self::check_supported(Self::library_version()?)?;
         let api = check::cudnn()?;
         let mut raw: cudnnHandle_t = ptr::null_mut();
