@@ -45,10 +45,11 @@ impl Lent<'_> {
     fn finish(&self) -> Result<()> {
         let ctx = self.stream.cudarc().context();
         let mut syncs = self.syncs.borrow_mut();
+        let start = Instant::now();
         match end_scope(
             &ContextWait(ctx),
             &mut syncs,
-            SCOPE_WAIT_DEADLINE,
+            || start.elapsed() >= SCOPE_WAIT_DEADLINE,
             std::thread::sleep,
         ) {
             Ended::Released(r) => r,
@@ -162,17 +163,17 @@ fn context_lost(e: &Error) -> bool {
 
 /// The end of a scope: take cudarc's stored error, then wait for the whole
 /// device, retrying a refused wait (pausing with `pause`, doubling from 1 ms
-/// to 100 ms) until `deadline`; drop the guards only after a wait that
-/// succeeded, or when the context is lost. A stored error is the result
-/// when the wait succeeded (it is cudarc's report of an earlier call).
+/// to 100 ms) until `expired()` says the deadline passed; drop the guards
+/// only after a wait that succeeded, or when the context is lost. A stored
+/// error is the result when the wait succeeded (it is cudarc's report of
+/// an earlier call).
 fn end_scope<G>(
     w: &impl DeviceWait,
     guards: &mut Vec<G>,
-    deadline: Duration,
+    mut expired: impl FnMut() -> bool,
     mut pause: impl FnMut(Duration),
 ) -> Ended {
     let stored = w.take_stored();
-    let start = Instant::now();
     let mut step = FIRST_PAUSE;
     loop {
         match w.wait() {
@@ -186,7 +187,7 @@ fn end_scope<G>(
                 return Ended::Released(Err(e));
             }
             Err(e) => {
-                if start.elapsed() >= deadline {
+                if expired() {
                     return Ended::Stuck(e);
                 }
                 pause(step);
@@ -437,7 +438,7 @@ mod tests {
         let mut g = guards(3, &released);
         let w = Scripted::new(Some(driver(1)), vec![Ok(())], &released);
         let mut paused = 0;
-        match end_scope(&w, &mut g, Duration::from_secs(1), |_| paused += 1) {
+        match end_scope(&w, &mut g, || false, |_| paused += 1) {
             Ended::Released(Err(Error::Driver { code: 1, .. })) => {}
             other => panic!("{other:?}"),
         }
@@ -462,7 +463,7 @@ mod tests {
                 &released,
             );
             let mut pauses = Vec::new();
-            match end_scope(&w, &mut g, Duration::from_secs(60), |d| pauses.push(d)) {
+            match end_scope(&w, &mut g, || false, |d| pauses.push(d)) {
                 Ended::Released(Ok(())) => {}
                 other => panic!("{code}: {other:?}"),
             }
@@ -485,7 +486,7 @@ mod tests {
         let released = Rc::new(Cell::new(0));
         let mut g = guards(4, &released);
         let w = Scripted::new(Some(driver(2)), vec![], &released);
-        match end_scope(&w, &mut g, Duration::ZERO, |_| {}) {
+        match end_scope(&w, &mut g, || true, |_| {}) {
             Ended::Stuck(Error::Driver { code: 900, .. }) => {}
             other => panic!("{other:?}"),
         }
@@ -497,10 +498,15 @@ mod tests {
         let mut pauses = Vec::new();
         let deadline = Duration::from_millis(30);
         let start = Instant::now();
-        let r = end_scope(&w, &mut g, deadline, |d| {
-            pauses.push(d);
-            std::thread::sleep(Duration::from_millis(2));
-        });
+        let r = end_scope(
+            &w,
+            &mut g,
+            || start.elapsed() >= deadline,
+            |d| {
+                pauses.push(d);
+                std::thread::sleep(Duration::from_millis(2));
+            },
+        );
         assert!(matches!(r, Ended::Stuck(_)), "{r:?}");
         assert!(start.elapsed() >= deadline);
         assert!(pauses.iter().all(|d| *d <= LONGEST_PAUSE));
@@ -515,7 +521,7 @@ mod tests {
             let released = Rc::new(Cell::new(0));
             let mut g = guards(1, &released);
             let w = Scripted::new(None, vec![Err(driver(code))], &released);
-            match end_scope(&w, &mut g, Duration::from_secs(60), |_| {}) {
+            match end_scope(&w, &mut g, || false, |_| {}) {
                 Ended::Released(Err(Error::Driver { code: c, .. })) => assert_eq!(c, code),
                 other => panic!("{code}: {other:?}"),
             }
@@ -544,5 +550,76 @@ mod tests {
         );
         assert!(capture_status_of(S::CU_STREAM_CAPTURE_STATUS_ACTIVE).is_capturing());
         assert!(capture_status_of(S::CU_STREAM_CAPTURE_STATUS_INVALIDATED).is_capturing());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(2000))]
+
+        /// Any script of wait answers (success, capture refusals, other
+        /// errors, lost contexts) with or without a stored error: the
+        /// guards are released exactly when a wait succeeded or reported a
+        /// lost context within the allowed tries, never before (checked
+        /// inside every wait), and otherwise all are still held. The truth
+        /// is the script itself: the first `Ok` or lost code.
+        #[test]
+        fn unit_property_guards_released_only_after_a_good_wait(
+            script in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::strategy::Just(0u32),
+                    proptest::strategy::Just(900u32),
+                    proptest::strategy::Just(906u32),
+                    proptest::strategy::Just(1u32),
+                    proptest::strategy::Just(700u32),
+                    proptest::strategy::Just(719u32),
+                ],
+                0..8,
+            ),
+            stored in proptest::option::of(1u32..1000),
+            n_guards in 0usize..4,
+            tries in 1usize..10,
+        ) {
+            let released = Rc::new(Cell::new(0));
+            let mut g = guards(n_guards, &released);
+            let answers = script
+                .iter()
+                .map(|&c| if c == 0 { Ok(()) } else { Err(driver(c)) })
+                .collect();
+            let w = Scripted::new(stored.map(driver), answers, &released);
+            // The deadline counted in failed waits.
+            let mut failed = 0usize;
+            let r = end_scope(
+                &w,
+                &mut g,
+                || {
+                    failed += 1;
+                    failed >= tries
+                },
+                |_| {},
+            );
+            // The truth from the script: the first answer that releases,
+            // if it comes within the allowed tries (an exhausted script
+            // keeps refusing).
+            let first_good = script
+                .iter()
+                .position(|&c| c == 0 || CONTEXT_LOST.contains(&c))
+                .filter(|&i| i < tries);
+            match (r, first_good) {
+                (Ended::Released(res), Some(i)) => {
+                    proptest::prop_assert_eq!(released.get(), n_guards);
+                    proptest::prop_assert_eq!(w.calls.borrow().len(), i + 2);
+                    if script[i] == 0 {
+                        proptest::prop_assert_eq!(res.is_err(), stored.is_some());
+                    } else {
+                        proptest::prop_assert!(res.is_err());
+                    }
+                }
+                (Ended::Stuck(_), None) => {
+                    proptest::prop_assert_eq!(released.get(), 0);
+                    proptest::prop_assert_eq!(g.len(), n_guards);
+                    proptest::prop_assert_eq!(w.calls.borrow().len(), tries + 1);
+                }
+                (r, i) => proptest::prop_assert!(false, "{:?} vs first good {:?}", r, i),
+            }
+        }
     }
 }

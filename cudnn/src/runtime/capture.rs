@@ -657,4 +657,42 @@ mod tests {
             &Hazard::HostSync,
         );
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(2000))]
+
+        /// The queueing rule over every combination (the truth written out
+        /// from the documented rule): refused exactly when another thread
+        /// captures the stream, or a foreign stream is used inside a
+        /// capture closure or while capturing; the runtime is asked only
+        /// for a foreign stream outside a closure; refusals are typed and
+        /// name the call.
+        #[test]
+        fn unit_property_queue_rule(
+            capturer in 0u8..3, // none, this thread, another thread
+            foreign in proptest::prelude::any::<bool>(),
+            in_scope in proptest::prelude::any::<bool>(),
+            capturing in proptest::prelude::any::<bool>(),
+            what in "[a-z ]{1,12}",
+        ) {
+            let me = std::thread::current().id();
+            let other = std::thread::spawn(|| std::thread::current().id())
+                .join()
+                .map_err(|_| proptest::test_runner::TestCaseError::fail("spawn"))?;
+            let cap = match capturer { 0 => None, 1 => Some(me), _ => Some(other) };
+            let owner = foreign.then_some("cudarc");
+            let asked = std::cell::Cell::new(false);
+            let r = super::super::stream::queue_rule(&what, cap, me, owner, in_scope, || {
+                asked.set(true);
+                Ok(capturing)
+            });
+            let refused = capturer == 2 || (foreign && (in_scope || capturing));
+            proptest::prop_assert_eq!(r.is_err(), refused);
+            if let Err(e) = r {
+                let is_typed = matches!(&e, Error::CaptureUnsafe { op, .. } if *op == what);
+                proptest::prop_assert!(is_typed, "{e:?}");
+            }
+            proptest::prop_assert!(!asked.get() || (foreign && !in_scope && capturer != 2));
+        }
+    }
 }
