@@ -666,6 +666,22 @@ fn cudarc_capture_refusals() -> TestResult {
         matches!(lend, Some(Err(Error::CaptureUnsafe { .. }))),
         "scope lend while capturing: {lend:?}"
     );
+    // An event recorded inside a capture of this crate: a cudarc stream
+    // waiting for it (here from another thread, outside any capture
+    // closure) would join cudarc's stream to the capture; refused.
+    let own = Stream::new()?;
+    let ev = cudnn::runtime::Event::with_flags(cudnn::runtime::EventFlags::DISABLE_TIMING)?;
+    let mut joined = None;
+    let g = own.capture(CaptureMode::Global, |c| -> cudnn::Result<()> {
+        ev.record(c)?;
+        joined = std::thread::scope(|t| t.spawn(|| s.wait_event(&ev)).join().ok());
+        Ok(())
+    })?;
+    drop(g);
+    ensure!(
+        matches!(joined, Some(Err(Error::CaptureUnsafe { .. }))),
+        "cudarc stream waiting for a captured event: {joined:?}"
+    );
     // After the capture, the same op runs.
     h.activation_forward(
         &act,
