@@ -318,7 +318,10 @@ impl CudarcStream {
     /// waiting) is taken first and returned after the wait. The driver
     /// refuses `cuCtxSynchronize` while any stream of the device is being
     /// captured; the wait is then retried (pauses of 1 to 100 ms) for up to
-    /// 30 s, so a capture on another thread may end meanwhile. When the
+    /// 30 s, so a capture on another thread may end meanwhile (where the
+    /// runtime treats the refused call as a violation of a global-mode
+    /// capture, that capture is invalidated and ends with an error for its
+    /// owner: a failed capture, never freed memory in use). When the
     /// context is lost (a sticky error such as an illegal address) nothing
     /// runs any more and the guards are released with that error. When no
     /// wait succeeds before the deadline the process **aborts** (reason on
