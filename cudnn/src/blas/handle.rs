@@ -142,11 +142,7 @@ impl Handle {
         crate::runtime::check_stream_thread("the stream of a cuBLAS handle", stream)?;
         // cublasCreate allocates (and may synchronize): not inside a
         // capture closure on this thread, nor on a capturing stream.
-        crate::runtime::forbid_allocation_during_capture(
-            "blas::Handle::new",
-            stream,
-            crate::runtime::Hazard::Allocation,
-        )?;
+        crate::runtime::forbid_creation_during_capture("blas::Handle::new", stream)?;
         let api = check::cublas()?;
         let mut raw: cublasHandle_t = ptr::null_mut();
         // SAFETY: `raw` is a valid, writable out-pointer.

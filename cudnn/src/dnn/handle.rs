@@ -123,11 +123,7 @@ impl Handle {
         crate::runtime::check_stream_thread("the stream of a cuDNN handle", stream)?;
         // cudnnCreate allocates and synchronizes: not inside a capture
         // closure on this thread, nor on a capturing stream.
-        crate::runtime::forbid_allocation_during_capture(
-            "dnn::Handle::new",
-            stream,
-            crate::runtime::Hazard::Allocation,
-        )?;
+        crate::runtime::forbid_creation_during_capture("dnn::Handle::new", stream)?;
         Self::check_supported(Self::library_version()?)?;
         let api = check::cudnn()?;
         let mut raw: cudnnHandle_t = ptr::null_mut();

@@ -246,6 +246,22 @@ pub(crate) fn forbid_allocation_during_capture(
     forbid_during_capture(op, stream, hazard)
 }
 
+/// For creating a library handle on `stream` (`cudnnCreate`,
+/// `cublasCreate` allocate and may synchronize): refused inside a capture
+/// closure on this thread (no runtime call) and on a capturing stream. A
+/// failed capture query is not an answer: the creation goes on and reports
+/// the real failure (no device: the library's own status).
+///
+/// # Errors
+/// [`Error::CaptureUnsafe`] naming `op`.
+pub(crate) fn forbid_creation_during_capture(op: &str, stream: &Stream) -> Result<()> {
+    forbid_in_capture_scope(op, Hazard::Allocation)?;
+    match forbid_during_capture(op, stream, Hazard::Allocation) {
+        Err(e @ Error::CaptureUnsafe { .. }) => Err(e),
+        _ => Ok(()),
+    }
+}
+
 /// Reset the calling thread's last runtime error after a failure this crate
 /// expects and reports itself (a refused graph update, an invalidated
 /// capture, the legacy stream's implicit-capture answer): the runtime keeps
