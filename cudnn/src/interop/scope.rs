@@ -45,6 +45,11 @@ impl Lent<'_> {
     fn finish(&self) -> Result<()> {
         let ctx = self.stream.cudarc().context();
         let mut syncs = self.syncs.borrow_mut();
+        if syncs.is_empty() {
+            // Nothing was lent (a view exists only after its guard was
+            // kept): no memory to protect, no wait needed.
+            return Ok(());
+        }
         let start = Instant::now();
         match end_scope(
             &ContextWait(ctx),
@@ -63,7 +68,8 @@ impl Drop for Lent<'_> {
         // Reached with guards only when the closure panicked: the device
         // still finishes the work that used the views before cudarc's
         // events are recorded. Nothing panics here; the wait is bounded
-        // (`SCOPE_WAIT_DEADLINE`).
+        // (`SCOPE_WAIT_DEADLINE`), after which the process aborts rather
+        // than release (see `stuck`).
         if !self.syncs.get_mut().is_empty() {
             let _ = self.finish();
         }
