@@ -17,9 +17,15 @@
 //! - `CudaGraphExec::update` re-points a graph at new buffers (the old output is
 //!   left alone), and refuses a changed topology with `Error::GraphUpdate`;
 //! - the native cuDNN graph of a plan (`Plan::cuda_graph`) equals the
-//!   captured and the eager run, and follows `update_cuda_graph`.
+//!   eager run, and follows `update_cuda_graph`; where the rules refuse a
+//!   native graph (cuDNN version, the engine's note) or cuBLASLt has no
+//!   algorithm, those trials are reported as ignored with the reason on
+//!   stderr (probed before the run), never as passed;
+//! - the capture hazards at the seams (`gpu_cuda_graphs/seams.rs`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#[path = "gpu_cuda_graphs/seams.rs"]
+mod seams;
 mod support;
 
 use cudnn::Error;
@@ -542,7 +548,7 @@ fn graph_conv_plan() -> R<(Plan, usize, usize, usize)> {
     Ok((plan, 8 * 81, 16 * 72, 16 * 81))
 }
 
-fn graph_plan_native_and_captured_equal_eager() -> R {
+fn graph_plan_captured_equals_eager() -> R {
     Device::new(0)?;
     let (plan, xn, wn, yn) = graph_conv_plan()?;
     let stream = Stream::new()?;
@@ -570,8 +576,49 @@ fn graph_plan_native_and_captured_equal_eager() -> R {
         })?
     };
     replay(&instantiate(&g)?, &stream, 2)?;
-    same("graph plan, captured", &yc.to_vec()?, &e1.to_vec()?)?;
-    // Native.
+    same("graph plan, captured", &yc.to_vec()?, &e1.to_vec()?)
+}
+
+/// Why the native cuDNN CUDA graph of [`graph_conv_plan`] cannot be tested
+/// here (the version rule, or the engine's note says no), decided before
+/// the trial runs so that it is reported as skipped, never as passed.
+fn native_graph_unavailable() -> R<Option<String>> {
+    Device::new(0)?;
+    let (plan, ..) = graph_conv_plan()?;
+    let v = Handle::library_version()?;
+    if let Err(e) = cudnn::graph::native_cuda_graph_rule(v) {
+        return Ok(Some(format!("native CUDA graphs need a newer cuDNN: {e}")));
+    }
+    if plan.supports_native_cuda_graph() == Some(false) {
+        return Ok(Some(format!(
+            "the engine {:?} has no native CUDA-graph support",
+            plan.engine()
+        )));
+    }
+    Ok(None)
+}
+
+/// The native cuDNN graph of a plan (`Plan::cuda_graph`) equals the eager
+/// run, and follows `update_cuda_graph`. Runs only where the rules allow a
+/// native graph ([`native_graph_unavailable`]): a refusal here fails.
+fn graph_plan_native_equals_eager() -> R {
+    Device::new(0)?;
+    let (plan, xn, wn, yn) = graph_conv_plan()?;
+    let stream = Stream::new()?;
+    let mut h = Handle::new(&stream)?;
+    h.reserve_workspace(plan.workspace_size())?;
+    let (x, x2) = (
+        DeviceBuffer::from_host(&data(xn, 21))?,
+        DeviceBuffer::from_host(&data(xn, 22))?,
+    );
+    let w = DeviceBuffer::from_host(&data(wn, 23))?;
+    let (mut e1, mut e2) = (nan(yn)?, nan(yn)?);
+    for (xb, yb) in [(&x, &mut e1), (&x2, &mut e2)] {
+        let mut b = plan.bindings();
+        b.input("x", xb)?.input("w", &w)?.output("y", yb)?;
+        plan.execute(&mut h, &mut b)?;
+    }
+    stream.synchronize()?;
     eprintln!(
         "  engine {:?}, native CUDA-graph note: {:?}, cuDNN {}",
         plan.engine(),
@@ -581,20 +628,7 @@ fn graph_plan_native_and_captured_equal_eager() -> R {
     let (mut yn1, mut yn2) = (nan(yn)?, nan(yn)?);
     let mut b = plan.bindings();
     b.input("x", &x)?.input("w", &w)?.output("y", &mut yn1)?;
-    let mut pg = match plan.cuda_graph(&mut h, &mut b) {
-        Err(Error::Unsupported { what, .. }) => {
-            // The rule must be the reason: the version or the engine's note.
-            let v = Handle::library_version()?;
-            ensure!(
-                cudnn::graph::native_cuda_graph_rule(v).is_err()
-                    || plan.supports_native_cuda_graph() == Some(false),
-                "native graph refused although the rules allow it: {what}"
-            );
-            eprintln!("note: native CUDA graph not available: {what}");
-            return Ok(());
-        }
-        r => r?,
-    };
+    let mut pg = plan.cuda_graph(&mut h, &mut b)?;
     drop(b);
     let mut exec = pg.instantiate()?;
     replay(&exec, &stream, 2)?;
@@ -619,25 +653,70 @@ fn graph_plan_native_and_captured_equal_eager() -> R {
     Ok(())
 }
 
+/// The shapes of [`lt_matmul_replay_equals_eager`].
+const LT_MKN: (usize, usize, usize) = (32, 48, 16);
+
+/// Why cuBLASLt has no f32 algorithm for [`lt_matmul_replay_equals_eager`]
+/// here, decided before the trial runs (reported as skipped, not passed).
+fn lt_unavailable() -> R<Option<String>> {
+    use cudnn::blas::{LtHandle, MatmulPlan, MatmulSpec};
+    Device::new(0)?;
+    let stream = Stream::new()?;
+    let lt = LtHandle::new(&stream)?;
+    let (m, k, n) = LT_MKN;
+    let spec = MatmulSpec::new(
+        Layout::new(Order::RowMajor, m, k),
+        Layout::new(Order::RowMajor, k, n),
+        Layout::new(Order::RowMajor, m, n),
+    );
+    match MatmulPlan::<f32, f32>::new(&lt, &spec) {
+        Err(Error::Unsupported { what, .. }) => {
+            Ok(Some(format!("cuBLASLt has no f32 algorithm here: {what}")))
+        }
+        r => r.map(|_| None).map_err(Into::into),
+    }
+}
+
+/// A gpu trial that can run only where `unavailable` finds no reason not
+/// to (probed before the run, on a machine with a device): otherwise it is
+/// reported as ignored with the reason on stderr, never as passed.
+fn gpu_where(
+    name: &str,
+    unavailable: fn() -> R<Option<String>>,
+    f: fn() -> R,
+) -> libtest_mimic::Trial {
+    if has_gpu() {
+        match unavailable() {
+            Ok(Some(why)) => {
+                eprintln!("skipped: gpu::{name}: {why}");
+                return libtest_mimic::Trial::test(format!("gpu::{name}"), f)
+                    .with_ignored_flag(true);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                let msg = format!("probing whether it can run: {}", e.message().unwrap_or(""));
+                return libtest_mimic::Trial::test(format!("gpu::{name}"), move || Err(msg.into()));
+            }
+        }
+    }
+    gpu(name, f)
+}
+
 fn lt_matmul_replay_equals_eager() -> R {
     use cudnn::blas::{EpilogueArgs, LtHandle, MatmulPlan, MatmulSpec};
     Device::new(0)?;
     let stream = Stream::new()?;
     let mut lt = LtHandle::new(&stream)?;
     lt.set_workspace(1 << 22)?;
-    let (m, k, n) = (32, 48, 16);
+    let (m, k, n) = LT_MKN;
     let (la, lb, ld) = (
         Layout::new(Order::RowMajor, m, k),
         Layout::new(Order::RowMajor, k, n),
         Layout::new(Order::RowMajor, m, n),
     );
-    let mut plan = match MatmulPlan::<f32, f32>::new(&lt, &MatmulSpec::new(la, lb, ld)) {
-        Err(Error::Unsupported { what, .. }) => {
-            eprintln!("note: cuBLASLt has no f32 algorithm here: {what}");
-            return Ok(());
-        }
-        r => r?,
-    };
+    // Runs only where cuBLASLt has an algorithm ([`lt_unavailable`]): a
+    // refusal here fails.
+    let mut plan = MatmulPlan::<f32, f32>::new(&lt, &MatmulSpec::new(la, lb, ld))?;
     let a = DeviceBuffer::from_host(&data(m * k, 31))?;
     let b = DeviceBuffer::from_host(&data(k * n, 32))?;
     let (mut de, mut d) = (nan(m * n)?, nan(m * n)?);
@@ -806,6 +885,10 @@ fn main() {
             workspace_changes_in_the_scope_keep_the_old_workspace,
         ),
         gpu(
+            "cuda_graphs::capture_hazards_at_the_seams",
+            seams::capture_hazards_at_the_seams,
+        ),
+        gpu(
             "cuda_graphs::batched_gemm_upload_is_refused",
             batched_gemm_upload_is_refused,
         ),
@@ -818,11 +901,17 @@ fn main() {
             update_after_rebinding,
         ),
         gpu(
-            "cuda_graphs::graph_plan_native_and_captured_equal_eager",
-            graph_plan_native_and_captured_equal_eager,
+            "cuda_graphs::graph_plan_captured_equals_eager",
+            graph_plan_captured_equals_eager,
         ),
-        gpu(
+        gpu_where(
+            "cuda_graphs::graph_plan_native_equals_eager",
+            native_graph_unavailable,
+            graph_plan_native_equals_eager,
+        ),
+        gpu_where(
             "cuda_graphs::lt_matmul_replay_equals_eager",
+            lt_unavailable,
             lt_matmul_replay_equals_eager,
         ),
         gpu(

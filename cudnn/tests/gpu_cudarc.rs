@@ -16,6 +16,7 @@ use cudnn::dnn::{
 use cudnn::graph::{ConvParams, DType, Graph, Plan, Policy, Target, TensorSpec};
 use cudnn::interop::cudarc::driver::{CudaContext, CudaStream, DriverError};
 use cudnn::interop::{self, CudarcStream};
+use cudnn::reference::conv as refc;
 use cudnn::runtime::{Device, DeviceBuffer, Stream};
 use cudnn::{Error, Result};
 use half::f16;
@@ -35,6 +36,11 @@ fn main() {
         gpu("cudarc_handle_keeps_the_stream_alive", handle_keeps_stream),
         gpu("cudarc_fuzz_sub_views", fuzz_sub_views),
         gpu("cudarc_scope_views_on_another_stream", scope_any_stream),
+        gpu(
+            "cudarc_scope_waits_out_another_threads_capture",
+            scope_waits_out_another_threads_capture,
+        ),
+        gpu("cudarc_capture_refusals", cudarc_capture_refusals),
         #[cfg(feature = "nccl")]
         gpu("cudarc_nccl_all_reduce_one_rank", nccl_all_reduce),
         two_gpus(
@@ -333,11 +339,39 @@ fn graph_same() -> TestResult {
     }
     own.synchronize()?;
     let via_crate: Vec<f32> = ey.to_vec()?.into_iter().map(f16::to_f32).collect();
-    ensure!(
-        via_crate.iter().all(|v| v.is_finite() && *v >= 0.0),
-        "relu output"
-    );
-    same_bits("graph conv cudarc vs crate", &via_cudarc, &via_crate)
+    same_bits("graph conv cudarc vs crate", &via_cudarc, &via_crate)?;
+    // The independent truth: the crate's f64 reference of conv + bias +
+    // ReLU on the same f16 inputs, all tensors channels-last (the graph's
+    // NHWC specs; w as KRSC), pad 1, stride 1.
+    let f64s = |v: &[f16]| v.iter().map(|e| e.to_f64()).collect::<Vec<_>>();
+    let (want, yd) = refc::bias_activation_forward(
+        &f64s(&x),
+        &[2, 16, 12, 12],
+        &f64s(&w),
+        &[32, 16, 3, 3],
+        &refc::ConvParams::new(2).with_pad(&[1, 1]),
+        refc::Layout::ChannelsLast,
+        &refc::BiasActivation {
+            bias: &f64s(&b),
+            activation: ActivationMode::Relu,
+            ..Default::default()
+        },
+    )?;
+    ensure!(yd == [2, 32, 12, 12], "reference output shape {yd:?}");
+    ensure!(want.len() == ny, "reference length {}", want.len());
+    // f16 inputs, f32 accumulation, f16 output: 1e-2 relative to
+    // max(|want|, 1) (the design's f16 bound); a NaN never passes.
+    let mut worst = 0.0f64;
+    for (i, (&g, &t)) in via_cudarc.iter().zip(&want).enumerate() {
+        let err = (f64::from(g) - t).abs() / t.abs().max(1.0);
+        ensure!(
+            err.is_finite() && err <= 1e-2,
+            "graph conv+bias+relu element {i}: {g} vs reference {t}"
+        );
+        worst = worst.max(err);
+    }
+    eprintln!("  graph conv+bias+relu vs f64 reference: max error {worst:.2e} (bound 1e-2)");
+    Ok(())
 }
 
 fn two_streams() -> TestResult {
@@ -435,7 +469,14 @@ fn handle_keeps_stream() -> TestResult {
 /// The safe lend (`CudarcStream::scope`): cudarc memory written on one
 /// cudarc stream, used by an op on a stream that is not cudarc's at all,
 /// read back on a second cudarc stream; the scope's waits alone order the
-/// three, and the result is the host's ReLU.
+/// three, and the result is the host's ReLU. What makes an ordering bug
+/// visible: the op is queued many times (milliseconds of work), and the
+/// crate's stream must be idle (`query`) the moment the scope returns.
+/// Rounds 2 and 3 take the failure path of issue 31 item 1: an error
+/// stored in cudarc's context inside the closure (cudarc's own
+/// `synchronize` then returns it without waiting, and the old scope
+/// released its guards anyway): the scope must still wait, then report
+/// the stored error.
 fn scope_any_stream() -> TestResult {
     let (ctx, cs) = ctx_and_stream()?;
     let other = ctx.new_stream().map_err(de("new_stream"))?;
@@ -446,23 +487,215 @@ fn scope_any_stream() -> TestResult {
     let d = TensorDescriptor::<f32>::nchw(1, 64, 256, 256)?;
     let act = ActivationDescriptor::new(ActivationMode::Relu, NanPropagation::Propagate)?;
     for round in 0..4u64 {
+        let stored_error = round >= 2;
         let xs = values(n, 300 + round);
         let x = cs.clone_htod(&xs).map_err(de("htod"))?;
         let mut y = cs.clone_htod(&vec![f32::NAN; n]).map_err(de("htod"))?;
-        s.scope(|sc| {
-            let (xv, yv) = (sc.read(&x)?, sc.write(&mut y)?);
+        let r = s.scope(|sc| {
+            let (xv, mut yv) = (sc.read(&x)?, sc.write(&mut y)?);
+            for _ in 0..64 {
+                h.activation_forward(
+                    &act,
+                    1.0,
+                    DeviceTensor::new(&d, xv)?,
+                    0.0,
+                    DeviceTensorMut::new(&d, yv.reborrow())?,
+                )?;
+            }
+            if stored_error {
+                // What a failed cudarc call in a drop leaves behind.
+                ctx.record_err::<()>(Err(DriverError(
+                    interop::cudarc::driver::sys::cudaError_enum::CUDA_ERROR_INVALID_VALUE,
+                )));
+            }
+            Ok(())
+        });
+        // The crate's work that used the views is done when the scope
+        // returns, whatever it returns.
+        ensure!(
+            own.query()?,
+            "round {round}: the scope returned while the views' work still ran"
+        );
+        match (r, stored_error) {
+            (Ok(()), false) => {}
+            (Err(Error::Driver { code: 1, .. }), true) => {}
+            (other, _) => return Err(format!("round {round}: {other:?}").into()),
+        }
+        let got = other.clone_dtoh(&y).map_err(de("dtoh"))?;
+        same_bits(&format!("scope round {round}"), &got, &relu_host(&xs))?;
+    }
+    Ok(())
+}
+
+/// Issue 31 item 1 with the wait provoked to fail: another thread captures
+/// a cudarc stream of the same context (global mode) while the scope ends,
+/// so the driver refuses `cuCtxSynchronize`; the scope retries until the
+/// capture ends, and only then lets cudarc record its events. The views'
+/// work (on the crate's stream) is done when the scope returns, and the
+/// data are the host's ReLU.
+fn scope_waits_out_another_threads_capture() -> TestResult {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Barrier, Mutex};
+    let (ctx, cs) = ctx_and_stream()?;
+    let cap = ctx.new_stream().map_err(de("new_stream"))?;
+    let s = CudarcStream::new(&cs)?;
+    let own = Stream::non_blocking()?;
+    let mut h = Handle::new(&own)?;
+    let n = 1 << 22;
+    let d = TensorDescriptor::<f32>::nchw(1, 64, 256, 256)?;
+    let act = ActivationDescriptor::new(ActivationMode::Relu, NanPropagation::Propagate)?;
+    let xs = values(n, 77);
+    let x = cs.clone_htod(&xs).map_err(de("htod"))?;
+    let mut y = cs.clone_htod(&vec![f32::NAN; n]).map_err(de("htod"))?;
+    let begun = Arc::new(Barrier::new(2));
+    let ended = Arc::new(AtomicBool::new(false));
+    let report = Arc::new(Mutex::new(String::new()));
+    let (b2, e2, r2, cap2) = (begun.clone(), ended.clone(), report.clone(), cap.clone());
+    let t = std::thread::spawn(move || {
+        use interop::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+        let began = cap2.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL);
+        b2.wait();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let end = cap2.end_capture(CUgraphInstantiate_flags(0));
+        e2.store(true, Ordering::SeqCst);
+        if let Ok(mut r) = r2.lock() {
+            *r = format!("begin {began:?}, end {:?}", end.map(|g| g.is_some()));
+        }
+    });
+    /// Opens the barrier when the closure ends, by error too (the other
+    /// thread waits on it).
+    struct OnEnd<'a>(&'a Barrier);
+    impl Drop for OnEnd<'_> {
+        fn drop(&mut self) {
+            self.0.wait(); // the other thread's capture is open from here
+        }
+    }
+    let r = s.scope(|sc| {
+        let _open = OnEnd(&begun);
+        let (xv, mut yv) = (sc.read(&x)?, sc.write(&mut y)?);
+        for _ in 0..64 {
             h.activation_forward(
                 &act,
                 1.0,
                 DeviceTensor::new(&d, xv)?,
                 0.0,
-                DeviceTensorMut::new(&d, yv)?,
-            )
-        })?;
-        let got = other.clone_dtoh(&y).map_err(de("dtoh"))?;
-        same_bits(&format!("scope round {round}"), &got, &relu_host(&xs))?;
+                DeviceTensorMut::new(&d, yv.reborrow())?,
+            )?;
+        }
+        Ok(())
+    });
+    let ended_before_return = ended.load(Ordering::SeqCst);
+    t.join().map_err(|_| "capture thread panicked")?;
+    eprintln!(
+        "  capture thread: {}; the scope returned {} the capture ended",
+        report.lock().map(|r| r.clone()).unwrap_or_default(),
+        if ended_before_return {
+            "after"
+        } else {
+            "before (the driver did not refuse)"
+        }
+    );
+    r?;
+    ensure!(
+        own.query()?,
+        "the scope returned while the views' work still ran"
+    );
+    let got = cs.clone_dtoh(&y).map_err(de("dtoh"))?;
+    same_bits("scope after a refused wait", &got, &relu_host(&xs))
+}
+
+/// `Ok` when cudarc's capture recorded nothing.
+fn ensure_none(empty: bool) -> Result<()> {
+    if empty {
+        Ok(())
+    } else {
+        Err(Error::invalid("cudarc graph", "must be empty", "a graph"))
     }
-    Ok(())
+}
+
+/// Issue 31 item 2 on a device: the crate never captures a cudarc stream,
+/// and queues nothing on one while cudarc captures it (typed refusals,
+/// nothing queued: cudarc's capture ends cleanly and empty).
+fn cudarc_capture_refusals() -> TestResult {
+    use cudnn::runtime::CaptureMode;
+    use interop::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let (_ctx, cs) = ctx_and_stream()?;
+    let s = CudarcStream::new(&cs)?;
+    let mut h = Handle::new(&s)?;
+    match s.capture(CaptureMode::Global, |_| Ok::<(), Error>(())) {
+        Err(Error::InvalidArgument { arg, .. }) if arg == "stream" => {}
+        other => return Err(format!("capture of a cudarc stream: {other:?}").into()),
+    }
+    let n = 1024;
+    let d = TensorDescriptor::<f32>::nchw(1, 1, 32, 32)?;
+    let act = ActivationDescriptor::new(ActivationMode::Relu, NanPropagation::Propagate)?;
+    let x = cs.clone_htod(&values(n, 9)).map_err(de("htod"))?;
+    let mut y = DeviceBuffer::from_host(&vec![f32::NAN; n])?;
+    let xb = DeviceBuffer::from_host(&values(n, 9))?;
+    cs.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+        .map_err(de("begin_capture"))?;
+    let op = h.activation_forward(
+        &act,
+        1.0,
+        DeviceTensor::new(&d, &xb)?,
+        0.0,
+        DeviceTensorMut::new(&d, &mut y)?,
+    );
+    let g = cs
+        .end_capture(CUgraphInstantiate_flags(0))
+        .map_err(de("end_capture"))?;
+    ensure!(
+        matches!(op, Err(Error::CaptureUnsafe { .. })),
+        "op on a cudarc stream cudarc captures: {op:?}"
+    );
+    ensure!(g.is_none(), "nothing was captured into cudarc's graph");
+    // A scope's lend while cudarc captures its stream is refused; the
+    // capture is begun and ended inside the closure (a capture open when
+    // the scope ends would make its device-wide wait fail).
+    let mut lend = None;
+    s.scope(|sc| {
+        cs.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+            .map_err(de("begin_capture"))?;
+        lend = Some(sc.read(&x).map(|_| ()));
+        let g = cs
+            .end_capture(CUgraphInstantiate_flags(0))
+            .map_err(de("end_capture"))?;
+        ensure_none(g.is_none())
+    })?;
+    ensure!(
+        matches!(lend, Some(Err(Error::CaptureUnsafe { .. }))),
+        "scope lend while capturing: {lend:?}"
+    );
+    // An event recorded inside a capture of this crate: a cudarc stream
+    // waiting for it (here from another thread, outside any capture
+    // closure) would join cudarc's stream to the capture; refused.
+    let own = Stream::new()?;
+    let ev = cudnn::runtime::Event::with_flags(cudnn::runtime::EventFlags::DISABLE_TIMING)?;
+    let mut joined = None;
+    let g = own.capture(CaptureMode::Global, |c| -> cudnn::Result<()> {
+        ev.record(c)?;
+        joined = std::thread::scope(|t| t.spawn(|| s.wait_event(&ev)).join().ok());
+        Ok(())
+    })?;
+    drop(g);
+    ensure!(
+        matches!(joined, Some(Err(Error::CaptureUnsafe { .. }))),
+        "cudarc stream waiting for a captured event: {joined:?}"
+    );
+    // After the capture, the same op runs.
+    h.activation_forward(
+        &act,
+        1.0,
+        DeviceTensor::new(&d, &xb)?,
+        0.0,
+        DeviceTensorMut::new(&d, &mut y)?,
+    )?;
+    s.synchronize()?;
+    same_bits(
+        "relu after cudarc's capture",
+        &y.to_vec()?,
+        &relu_host(&values(n, 9)),
+    )
 }
 
 /// Random sub-views of a cudarc slice lent through the guards: each guard's

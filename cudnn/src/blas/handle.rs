@@ -140,6 +140,9 @@ impl Handle {
     #[doc(alias = "cublasCreate_v2")]
     pub fn new(stream: &Stream) -> Result<Self> {
         crate::runtime::check_stream_thread("the stream of a cuBLAS handle", stream)?;
+        // cublasCreate allocates (and may synchronize): not inside a
+        // capture closure on this thread, nor on a capturing stream.
+        crate::runtime::forbid_creation_during_capture("blas::Handle::new", stream)?;
         let api = check::cublas()?;
         let mut raw: cublasHandle_t = ptr::null_mut();
         // SAFETY: `raw` is a valid, writable out-pointer.

@@ -121,6 +121,9 @@ impl Handle {
     #[doc(alias = "cudnnCreate")]
     pub fn new(stream: &Stream) -> Result<Self> {
         crate::runtime::check_stream_thread("the stream of a cuDNN handle", stream)?;
+        // cudnnCreate allocates and synchronizes: not inside a capture
+        // closure on this thread, nor on a capturing stream.
+        crate::runtime::forbid_creation_during_capture("dnn::Handle::new", stream)?;
         Self::check_supported(Self::library_version()?)?;
         let api = check::cudnn()?;
         let mut raw: cudnnHandle_t = ptr::null_mut();

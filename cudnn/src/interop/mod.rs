@@ -86,11 +86,24 @@
 //! is `unsafe` for the same reason. Memory of another cudarc context than
 //! the stream's is refused ([`Error::InvalidArgument`](crate::Error::InvalidArgument)).
 //!
+//! A third condition of `read` and `write`: no capture. While the stream
+//! is being captured into a CUDA graph, cudarc's wait and event record
+//! would be captured instead of ordering anything, and the graph would keep
+//! the address. The crate never captures a cudarc stream
+//! ([`Stream::capture`](crate::runtime::Stream::capture) refuses it) and
+//! queues nothing on one while cudarc captures it or inside a capture
+//! closure ([`Error::CaptureUnsafe`](crate::Error::CaptureUnsafe)).
+//!
 //! The safe way is [`CudarcStream::scope`]: the scope owns the guards (none
 //! can leak), each lend waits (host) for cudarc's pending work on the
 //! memory, and the scope's end waits for the whole device before cudarc
 //! records its events, so the views may go to any stream of the device.
-//! It costs those host waits; the `unsafe` guards cost none.
+//! It costs those host waits; the `unsafe` guards cost none. The end's
+//! wait must *succeed* before the guards are released: an error cudarc
+//! stored earlier does not replace it, a wait refused because a stream of
+//! the device is capturing is retried for up to 30 s, and when none
+//! succeeds the process aborts rather than let cudarc free memory the
+//! device may still use (see [`CudarcStream::scope`]).
 //! The guards are not `Send`: cudarc records the event on the stream as
 //! the dropping thread names it, and a per-thread stream names another
 //! queue on each thread.

@@ -76,6 +76,12 @@ pub(crate) fn bind(ctx: &CudaContext) -> Result<Device> {
 /// `Arc<CudaStream>` (and so its context) alive for as long as any clone of
 /// that [`Stream`] lives — a handle bound to it included.
 ///
+/// It is never captured by this crate ([`Stream::capture`] refuses it:
+/// cudarc's own allocations, frees and event records on it would become
+/// graph nodes behind ordinary `CudaSlice`s), and the crate queues nothing
+/// on it while cudarc captures it, nor inside a [`Stream::capture`]
+/// closure ([`Error::CaptureUnsafe`]).
+///
 /// Memory of cudarc enters this crate's ops through [`read`](Self::read) and
 /// [`write`](Self::write), which go through cudarc's own
 /// `DevicePtr`/`DevicePtrMut` *on this stream*, so cudarc's event tracking
@@ -113,7 +119,7 @@ impl CudarcStream {
         let keep: Arc<dyn std::any::Any + Send + Sync> = s.clone();
         Ok(CudarcStream {
             cudarc: s.clone(),
-            stream: Stream::wrap_kept(raw, false, Some(device), Some(keep)),
+            stream: Stream::wrap_kept(raw, false, Some(device), Some(keep), Some("cudarc")),
         })
     }
 
@@ -165,6 +171,16 @@ impl CudarcStream {
     /// - let the guard drop: never leak it (`std::mem::forget`,
     ///   `Box::leak`, an `Rc` cycle) while cudarc can still use or free
     ///   `src` on another stream.
+    /// - not make or drop the guard, nor queue work that uses its views,
+    ///   while this stream (or a stream the work goes to) is being captured
+    ///   into a CUDA graph (cudarc's `begin_capture`, another library's
+    ///   capture): cudarc's wait and event record would be captured instead
+    ///   of ordering anything now, its later waits for that event fail
+    ///   (silently, in its stored error), and the graph keeps the address
+    ///   for launches after `src` is freed. This crate refuses its own work
+    ///   on a cudarc stream while it is capturing and never captures one
+    ///   ([`Error::CaptureUnsafe`], [`Error::InvalidArgument`]), but it
+    ///   cannot see cudarc's capture of a stream it does not wrap.
     ///
     /// Otherwise the device may read memory cudarc has freed or is
     /// rewriting. (cudarc keeps one read event per allocation, re-recorded
@@ -195,7 +211,8 @@ impl CudarcStream {
     ///
     /// # Safety
     /// As [`read`](Self::read): the work that uses the guard's views is
-    /// queued on this stream (or ordered before it), and the guard drops.
+    /// queued on this stream (or ordered before it), the guard drops, and
+    /// neither happens while the stream is being captured.
     pub unsafe fn write<'a, T, S>(&'a self, dst: &'a mut S) -> Result<CudarcWrite<'a, T>>
     where
         T: DataType + DeviceRepr,
@@ -246,7 +263,7 @@ mod tests {
         // A made-up handle: never enqueued on, and not owned (no destroy).
         let raw = std::ptr::NonNull::<u8>::dangling().as_ptr().cast();
         let d = Device::from_runtime(0);
-        let s = Stream::wrap_kept(raw, false, Some(d), Some(owner));
+        let s = Stream::wrap_kept(raw, false, Some(d), Some(owner), None);
         let c = s.clone();
         assert!(!s.is_owned());
         assert_eq!(s.device(), Some(d));

@@ -63,6 +63,11 @@ impl CaptureStatus {
 /// | [`Hazard::HostUpload`] | `gemm_batched` (its pointer table) | use strided-batched GEMM, or a plan with a device-resident table |
 /// | [`Hazard::Allocation`] | `DeviceBuffer::alloc`/`from_host` (`cudaMalloc`, `cudaMemcpy`) inside the closure; `DeviceBuffer::alloc_async` on a capturing stream (the graph would own the memory); a `set_workspace` of a cuBLAS or cuBLASLt handle | allocate before the capture |
 /// | [`Hazard::HostSync`] | inside the closure: `Stream::synchronize`/`query`, `Event::synchronize`, synchronous copies and memsets; `Communicator::wait` (also on a capturing stream) | synchronize after the graph's launch instead |
+/// | [`Hazard::Allocation`] | `dnn::Handle::new`, `blas::Handle::new` (`cudnnCreate`/`cublasCreate` allocate) inside the closure or on a capturing stream | create handles before the capture |
+/// | [`Hazard::HostSync`] | `Device::synchronize` inside the closure; the runtime's refusal while any stream of the device is capturing (codes 900 to 908) is typed too | synchronize after the capture |
+/// | [`Hazard::OtherThreadsCapture`] | any launch, synchronization, event record or wait, or handle creation on a stream value whose [`Stream::capture`] another thread has open | queue it after that capture, or on another stream |
+/// | [`Hazard::ForeignStream`] | work on a cudarc stream inside the closure, or while cudarc captures it; lends of a `CudarcScope` while its stream is capturing | end cudarc's capture first; capture a stream of this crate |
+/// | [`Hazard::CapturedEvent`] | `dropout_forward`/`dropout_backward` and an RNN training forward with dropout on a capturing stream (the state's ordering event) | run dropout outside the capture |
 ///
 /// # For the launches (the hook)
 /// A call with a hazard calls [`forbid_during_capture`] with the stream it
@@ -96,6 +101,16 @@ pub enum Hazard {
     Allocation,
     /// Wait on the host for device work.
     HostSync,
+    /// Queue work on a stream another thread is capturing: it would become
+    /// part of that thread's graph.
+    OtherThreadsCapture,
+    /// Queue work on a stream another library owns (`"cudarc"`) while that
+    /// stream is being captured, or inside a capture closure.
+    ForeignStream(&'static str),
+    /// Record the event that orders a resource's uses across streams (a
+    /// dropout state) into a capture: later waits for it would fail, and
+    /// nothing would order the replays.
+    CapturedEvent(&'static str),
 }
 
 impl Hazard {
@@ -115,6 +130,20 @@ impl Hazard {
             Hazard::HostUpload(what) => format!("copy {what} from the host (cudaMemcpy)"),
             Hazard::Allocation => "allocate device memory (cudaMalloc)".into(),
             Hazard::HostSync => "wait on the host for the device".into(),
+            Hazard::OtherThreadsCapture => {
+                "join another thread's capture of the stream (the work would become part of \
+                 that thread's graph)"
+                    .into()
+            }
+            Hazard::ForeignStream(owner) => format!(
+                "queue work on a {owner} stream during a capture ({owner}'s own allocations, \
+                 frees and events on it would enter a graph, or this crate's work a graph \
+                 {owner} launches)"
+            ),
+            Hazard::CapturedEvent(what) => format!(
+                "record the event that orders the uses of {what} into the capture (later waits \
+                 for it would fail and replays would be unordered)"
+            ),
         }
     }
 
@@ -136,6 +165,14 @@ impl Hazard {
             }
             Hazard::Allocation => "allocate before the capture".into(),
             Hazard::HostSync => "synchronize after launching the graph instead".into(),
+            Hazard::OtherThreadsCapture => {
+                "queue it after that capture ends, or on another stream".into()
+            }
+            Hazard::ForeignStream(owner) => format!(
+                "end {owner}'s capture before queueing, and capture a stream this crate \
+                 created, joined to the {owner} stream with events outside the capture"
+            ),
+            Hazard::CapturedEvent(_) => "run it before or after the capture".into(),
         }
     }
 }
@@ -209,6 +246,22 @@ pub(crate) fn forbid_allocation_during_capture(
     forbid_during_capture(op, stream, hazard)
 }
 
+/// For creating a library handle on `stream` (`cudnnCreate`,
+/// `cublasCreate` allocate and may synchronize): refused inside a capture
+/// closure on this thread (no runtime call) and on a capturing stream. A
+/// failed capture query is not an answer: the creation goes on and reports
+/// the real failure (no device: the library's own status).
+///
+/// # Errors
+/// [`Error::CaptureUnsafe`] naming `op`.
+pub(crate) fn forbid_creation_during_capture(op: &str, stream: &Stream) -> Result<()> {
+    forbid_in_capture_scope(op, Hazard::Allocation)?;
+    match forbid_during_capture(op, stream, Hazard::Allocation) {
+        Err(e @ Error::CaptureUnsafe { .. }) => Err(e),
+        _ => Ok(()),
+    }
+}
+
 /// Reset the calling thread's last runtime error after a failure this crate
 /// expects and reports itself (a refused graph update, an invalidated
 /// capture, the legacy stream's implicit-capture answer): the runtime keeps
@@ -241,6 +294,32 @@ impl Drop for ScopeMark {
     }
 }
 
+/// The runtime's refusals of a call because a capture is open
+/// (`cudaErrorStreamCaptureUnsupported` 900 to
+/// `cudaErrorStreamCaptureWrongThread` 908: unsupported, invalidated, merge,
+/// unmatched, unjoined, isolation, implicit, captured event, wrong thread)
+/// become [`Error::CaptureUnsafe`] naming `op` and `hazard`; the thread's
+/// last runtime error is reset. Other results pass through.
+///
+/// # Errors
+/// [`Error::CaptureUnsafe`], or `r`'s error.
+pub(crate) fn typed_capture_refusal(op: &str, hazard: &Hazard, r: Result<()>) -> Result<()> {
+    match r {
+        Err(Error::Cuda { code, .. }) if (900..=908).contains(&code) => {
+            if let Ok(rt) = check::cudart() {
+                clear_last_error(rt);
+            }
+            capture_rule(op, CaptureStatus::Active, hazard)
+        }
+        other => other,
+    }
+}
+
+/// Whether this thread is inside a [`Stream::capture`] closure.
+pub(crate) fn in_capture_scope() -> bool {
+    SCOPES.with(|s| s.get()) > 0
+}
+
 /// For calls that name no stream (`cudaMalloc`, synchronous `cudaMemcpy`,
 /// a stream synchronization): refused inside a [`Stream::capture`] closure
 /// on this thread, where the runtime would invalidate the capture (global
@@ -250,7 +329,7 @@ impl Drop for ScopeMark {
 /// # Errors
 /// [`Error::CaptureUnsafe`] inside a capture scope.
 pub(crate) fn forbid_in_capture_scope(op: &str, hazard: Hazard) -> Result<()> {
-    let status = if SCOPES.with(|s| s.get()) > 0 {
+    let status = if in_capture_scope() {
         CaptureStatus::Active
     } else {
         CaptureStatus::None
@@ -270,7 +349,12 @@ impl Stream {
         if !rt.has_symbol("cudaStreamIsCapturing") {
             return Ok(CaptureStatus::None);
         }
-        let _on = self.enter("asking whether a stream is capturing")?;
+        super::stream::check_thread(
+            "asking whether a stream is capturing",
+            self.thread(),
+            std::thread::current().id(),
+        )?;
+        let _on = self.enter_unchecked()?;
         let mut st = cudart::cudaStreamCaptureStatus::cudaStreamCaptureStatusNone;
         // SAFETY: `as_raw` is a valid stream (owned, or by `from_raw`'s
         // contract) and `st` a valid out-pointer.
@@ -295,6 +379,9 @@ mod tests {
             Hazard::HostUpload("the pointer table"),
             Hazard::Allocation,
             Hazard::HostSync,
+            Hazard::OtherThreadsCapture,
+            Hazard::ForeignStream("cudarc"),
+            Hazard::CapturedEvent("the dropout state"),
         ]
     }
 
@@ -399,6 +486,35 @@ mod tests {
     }
 
     #[test]
+    fn unit_capture_refusals_of_the_runtime_are_typed() {
+        let cuda = |code: u32| -> Result<()> {
+            Err(Error::Cuda {
+                call: "cudaDeviceSynchronize",
+                code,
+                name: String::new(),
+                text: String::new(),
+                context: None,
+            })
+        };
+        for code in 900..=908 {
+            match typed_capture_refusal("Device::synchronize", &Hazard::HostSync, cuda(code)) {
+                Err(Error::CaptureUnsafe { op, hazard, .. }) => {
+                    assert_eq!(op, "Device::synchronize");
+                    assert_eq!(hazard, Hazard::HostSync.what());
+                }
+                other => panic!("{code}: {other:?}"),
+            }
+        }
+        for code in [1, 700, 899, 909] {
+            assert!(matches!(
+                typed_capture_refusal("x", &Hazard::HostSync, cuda(code)),
+                Err(Error::Cuda { code: c, .. }) if c == code
+            ));
+        }
+        assert!(typed_capture_refusal("x", &Hazard::HostSync, Ok(())).is_ok());
+    }
+
+    #[test]
     fn unit_status_from_raw_values() {
         use cudaStreamCaptureStatus as S;
         assert_eq!(
@@ -415,5 +531,184 @@ mod tests {
         );
         // An unknown value is treated as capturing: hazards are refused.
         assert!(CaptureStatus::from_raw(S(77)).is_capturing());
+    }
+
+    /// A stream value that names no real stream (never handed to the
+    /// runtime: every test below is refused before any runtime call).
+    fn fake_stream(foreign: Option<&'static str>) -> Stream {
+        let raw = std::ptr::NonNull::<u8>::dangling().as_ptr().cast();
+        Stream::wrap_kept(raw, false, None, None, foreign)
+    }
+
+    fn assert_capture_unsafe<T: std::fmt::Debug>(r: Result<T>, op: &str, hazard: &Hazard) {
+        match r {
+            Err(Error::CaptureUnsafe {
+                op: o, hazard: h, ..
+            }) => {
+                assert_eq!(o, op);
+                assert_eq!(h, hazard.what());
+            }
+            other => panic!("{op}: {other:?}"),
+        }
+    }
+
+    /// Another thread's work on a stream this thread is capturing would
+    /// silently join the graph: refused (typed) by the check every launch,
+    /// synchronization and handle creation runs, before any runtime call.
+    /// The capturing thread itself passes. (Before the fix no check
+    /// existed: `dnn::Handle::new` went on to `cudnnCreate`.)
+    #[test]
+    fn unit_other_threads_work_on_a_capturing_stream_is_refused() {
+        let s = fake_stream(None);
+        assert!(s.mark_capturer());
+        assert!(!s.mark_capturer(), "one capture of a value at a time");
+        assert!(super::super::stream::check_stream_thread("op", &s).is_ok());
+        let t = s.clone();
+        let other = std::thread::spawn(move || {
+            let hz = Hazard::OtherThreadsCapture;
+            assert_capture_unsafe(
+                super::super::stream::check_stream_thread("a launch", &t),
+                "a launch",
+                &hz,
+            );
+            assert_capture_unsafe(t.synchronize(), "synchronizing a stream", &hz);
+            assert_capture_unsafe(
+                crate::dnn::Handle::new(&t).map(|_| ()),
+                "the stream of a cuDNN handle",
+                &hz,
+            );
+            assert_capture_unsafe(
+                crate::blas::Handle::new(&t).map(|_| ()),
+                "the stream of a cuBLAS handle",
+                &hz,
+            );
+        });
+        assert!(other.join().is_ok());
+        s.clear_capturer();
+        let t = s.clone();
+        let after = std::thread::spawn(move || {
+            super::super::stream::check_stream_thread("a launch", &t).is_ok()
+        });
+        assert!(
+            after.join().unwrap_or(false),
+            "allowed again after the capture"
+        );
+    }
+
+    /// The queueing rule as logic: a foreign (cudarc) stream is refused
+    /// inside a capture closure without asking the runtime, and while its
+    /// owner captures it; an own stream never asks.
+    #[test]
+    fn unit_queue_rule_for_foreign_streams() {
+        use super::super::stream::queue_rule;
+        let me = std::thread::current().id();
+        let never = || -> Result<bool> { panic!("asked the runtime") };
+        assert!(queue_rule("op", None, me, None, true, never).is_ok());
+        assert!(queue_rule("op", Some(me), me, None, false, never).is_ok());
+        let hz = Hazard::ForeignStream("cudarc");
+        assert_capture_unsafe(
+            queue_rule("op", None, me, Some("cudarc"), true, never),
+            "op",
+            &hz,
+        );
+        assert_capture_unsafe(
+            queue_rule("op", None, me, Some("cudarc"), false, || Ok(true)),
+            "op",
+            &hz,
+        );
+        assert!(queue_rule("op", None, me, Some("cudarc"), false, || Ok(false)).is_ok());
+        // A failed query is reported, not taken for "not capturing".
+        assert!(matches!(
+            queue_rule("op", None, me, Some("cudarc"), false, || Err(
+                Error::invalid("q", "x", "y")
+            )),
+            Err(Error::InvalidArgument { .. })
+        ));
+    }
+
+    /// The crate's capture of a cudarc stream is refused (typed), before
+    /// any runtime call: cudarc's own allocations, frees and event records
+    /// on it would become graph nodes behind ordinary `CudaSlice`s. (Before
+    /// the fix the capture began.)
+    #[test]
+    fn unit_capture_of_a_foreign_stream_is_refused() {
+        let s = fake_stream(Some("cudarc"));
+        assert_eq!(s.foreign_owner(), Some("cudarc"));
+        let r = s.capture(super::super::CaptureMode::Global, |_| Ok::<(), Error>(()));
+        match r {
+            Err(Error::InvalidArgument { arg, .. }) => assert_eq!(arg, "stream"),
+            other => panic!("{other:?}"),
+        }
+        // Work queued on it inside a capture closure is refused too.
+        let _mark = ScopeMark::enter();
+        assert_capture_unsafe(
+            super::super::stream::check_stream_thread("a launch", &s),
+            "a launch",
+            &Hazard::ForeignStream("cudarc"),
+        );
+    }
+
+    /// Inside a capture closure on this thread, creating a cuDNN or cuBLAS
+    /// handle (which allocates) and a device-wide synchronization are
+    /// refused before any runtime call. (Before the fix they reached
+    /// `cudnnCreate`, `cublasCreate` and `cudaDeviceSynchronize`: an
+    /// untyped runtime error, or an invalidated capture.)
+    #[test]
+    fn unit_handles_and_device_sync_refused_inside_a_capture_closure() {
+        let s = fake_stream(None);
+        let _mark = ScopeMark::enter();
+        assert_capture_unsafe(
+            crate::dnn::Handle::new(&s).map(|_| ()),
+            "dnn::Handle::new",
+            &Hazard::Allocation,
+        );
+        assert_capture_unsafe(
+            crate::blas::Handle::new(&s).map(|_| ()),
+            "blas::Handle::new",
+            &Hazard::Allocation,
+        );
+        assert_capture_unsafe(
+            super::super::Device::from_runtime(0).synchronize(),
+            "Device::synchronize",
+            &Hazard::HostSync,
+        );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(2000))]
+
+        /// The queueing rule over every combination (the truth written out
+        /// from the documented rule): refused exactly when another thread
+        /// captures the stream, or a foreign stream is used inside a
+        /// capture closure or while capturing; the runtime is asked only
+        /// for a foreign stream outside a closure; refusals are typed and
+        /// name the call.
+        #[test]
+        fn unit_property_queue_rule(
+            capturer in 0u8..3, // none, this thread, another thread
+            foreign in proptest::prelude::any::<bool>(),
+            in_scope in proptest::prelude::any::<bool>(),
+            capturing in proptest::prelude::any::<bool>(),
+            what in "[a-z ]{1,12}",
+        ) {
+            let me = std::thread::current().id();
+            let other = std::thread::spawn(|| std::thread::current().id())
+                .join()
+                .map_err(|_| proptest::test_runner::TestCaseError::fail("spawn"))?;
+            let cap = match capturer { 0 => None, 1 => Some(me), _ => Some(other) };
+            let owner = foreign.then_some("cudarc");
+            let asked = std::cell::Cell::new(false);
+            let r = super::super::stream::queue_rule(&what, cap, me, owner, in_scope, || {
+                asked.set(true);
+                Ok(capturing)
+            });
+            let refused = capturer == 2 || (foreign && (in_scope || capturing));
+            proptest::prop_assert_eq!(r.is_err(), refused);
+            if let Err(e) = r {
+                let is_typed = matches!(&e, Error::CaptureUnsafe { op, .. } if *op == what);
+                proptest::prop_assert!(is_typed, "{e:?}");
+            }
+            proptest::prop_assert!(!asked.get() || (foreign && !in_scope && capturer != 2));
+        }
     }
 }

@@ -306,13 +306,23 @@ impl Device {
     /// Wait for all work on the device, every stream included. Makes the
     /// device current first.
     ///
+    /// Refused inside a [`Stream::capture`](super::Stream::capture)
+    /// closure on this thread (before any runtime call), and typed when the
+    /// runtime refuses it because a stream of the device is being captured
+    /// (by any thread, or by another library such as cudarc).
+    ///
     /// # Errors
-    /// [`Error::Cuda`] with the first error of earlier asynchronous work.
+    /// [`Error::Cuda`] with the first error of earlier asynchronous work;
+    /// [`Error::CaptureUnsafe`] inside a capture closure, or when the
+    /// runtime refuses because of an open capture.
     #[doc(alias = "cudaDeviceSynchronize")]
     pub fn synchronize(&self) -> Result<()> {
+        let hazard = super::Hazard::HostSync;
+        super::capture::forbid_in_capture_scope("Device::synchronize", hazard.clone())?;
         self.set_current()?;
         let rt = check::cudart()?;
         // SAFETY: takes no arguments; blocks until the current device is idle.
-        unsafe { cuda_call!(rt, cudaDeviceSynchronize()) }
+        let r = unsafe { cuda_call!(rt, cudaDeviceSynchronize()) };
+        super::capture::typed_capture_refusal("Device::synchronize", &hazard, r)
     }
 }

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::check::{self, cuda_call};
 use crate::error::{Error, Result};
@@ -38,6 +39,11 @@ impl std::ops::BitOr for EventFlags {
 pub struct Event {
     raw: NonNull<CUevent_st>,
     timing: bool,
+    /// Whether the last record happened inside a capture of this crate (a
+    /// [`Stream::capture`] closure on the recording thread, or on a stream
+    /// value whose capture is open): a stream another library owns must not
+    /// wait for it (it would join the capture; see [`Stream::wait_event`]).
+    captured: AtomicBool,
 }
 
 // SAFETY: the CUDA runtime API is thread-safe; an event handle may be recorded,
@@ -85,6 +91,7 @@ impl Event {
         Ok(Event {
             raw,
             timing: flags.0 & cudart::cudaEventDisableTiming == 0,
+            captured: AtomicBool::new(false),
         })
     }
 
@@ -96,7 +103,11 @@ impl Event {
     pub unsafe fn from_raw(raw: cudaEvent_t, timing: bool) -> Result<Self> {
         let raw = NonNull::new(raw)
             .ok_or_else(|| Error::invalid("raw", "must be a non-null cudaEvent_t", "null"))?;
-        Ok(Event { raw, timing })
+        Ok(Event {
+            raw,
+            timing,
+            captured: AtomicBool::new(false),
+        })
     }
 
     /// The raw handle, valid while `self` lives.
@@ -116,7 +127,10 @@ impl Event {
         let _on = stream.enter("the stream an event is recorded on")?;
         let rt = check::cudart()?;
         // SAFETY: both handles are valid for the call (`stream` by its own contract).
-        unsafe { cuda_call!(rt, cudaEventRecord(self.raw.as_ptr(), stream.as_raw())) }
+        unsafe { cuda_call!(rt, cudaEventRecord(self.raw.as_ptr(), stream.as_raw())) }?;
+        let captured = super::capture::in_capture_scope() || stream.capturer().is_some();
+        self.captured.store(captured, Ordering::Release);
+        Ok(())
     }
 
     /// Block until the event's captured work is done (immediately if it was
@@ -203,15 +217,42 @@ impl Drop for Event {
     }
 }
 
+/// A stream owned by `foreign` must not wait for a `captured` event.
+///
+/// # Errors
+/// [`Error::CaptureUnsafe`] naming `op`.
+fn foreign_wait_rule(op: &str, foreign: Option<&'static str>, captured: bool) -> Result<()> {
+    match foreign {
+        Some(owner) if captured => super::capture_rule(
+            op,
+            super::CaptureStatus::Active,
+            &super::Hazard::ForeignStream(owner),
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// Ordering between streams, with events.
 impl Stream {
     /// Make later work on this stream wait until `event` completes
     /// (stream-ordered; the host does not block).
     ///
+    /// A stream another library owns (a cudarc stream) does not wait for an
+    /// event recorded inside a capture of this crate: the wait would join
+    /// it to the capture, and its owner's own allocations and frees on it
+    /// would become graph nodes.
+    ///
     /// # Errors
-    /// [`Error::Cuda`](crate::Error::Cuda) when the runtime refuses.
+    /// [`Error::Cuda`](crate::Error::Cuda) when the runtime refuses;
+    /// [`Error::CaptureUnsafe`](crate::Error::CaptureUnsafe) for a foreign
+    /// stream and a captured event.
     #[doc(alias = "cudaStreamWaitEvent")]
     pub fn wait_event(&self, event: &Event) -> Result<()> {
+        foreign_wait_rule(
+            "Stream::wait_event",
+            self.foreign_owner(),
+            event.captured.load(Ordering::Acquire),
+        )?;
         let _on = self.enter("the waiting stream")?;
         let rt = check::cudart()?;
         // SAFETY: both handles are valid for the call; flags 0 is the documented default.
@@ -239,5 +280,27 @@ impl Stream {
             ev
         };
         self.wait_event(&ev)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only a foreign stream waiting for a captured event is refused (typed).
+    #[test]
+    fn unit_foreign_stream_never_waits_for_a_captured_event() {
+        for (foreign, captured) in [
+            (None, false),
+            (None, true),
+            (Some("cudarc"), false),
+            (Some("cudarc"), true),
+        ] {
+            let r = foreign_wait_rule("Stream::wait_event", foreign, captured);
+            assert_eq!(r.is_err(), foreign.is_some() && captured);
+            if let Err(e) = r {
+                assert!(matches!(e, Error::CaptureUnsafe { .. }), "{e:?}");
+            }
+        }
     }
 }

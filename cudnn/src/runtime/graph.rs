@@ -40,6 +40,18 @@ impl CaptureMode {
 /// # Errors
 /// [`Error::InvalidArgument`] naming the stream.
 pub(crate) fn check_capturable(stream: &Stream, capturing: bool) -> Result<()> {
+    if let Some(owner) = stream.foreign_owner() {
+        return Err(Error::invalid(
+            "stream",
+            format!(
+                "must not be a {owner} stream: {owner}'s own allocations, frees and event \
+                 records on it would become graph nodes behind its ordinary values; capture a \
+                 stream this crate created and join it to the {owner} stream with events \
+                 outside the capture"
+            ),
+            format!("{stream:?} (owned by {owner})"),
+        ));
+    }
     if stream.is_pseudo() && stream.thread().is_none() {
         return Err(Error::invalid(
             "stream",
@@ -68,11 +80,12 @@ impl CaptureScope<'_> {
     fn end(mut self) -> Result<CudaGraph> {
         // On an early return here, `Drop` still ends the capture.
         let rt = check::cudart()?;
-        let _on = self.stream.enter("ending a stream capture")?;
+        let _on = self.stream.enter_unchecked()?;
         self.open = false;
         let mut g: cudart::cudaGraph_t = ptr::null_mut();
         // SAFETY: the stream is capturing (we began it) and `g` is a valid out-pointer.
         let r = unsafe { cuda_call!(rt, cudaStreamEndCapture(self.stream.as_raw(), &mut g)) };
+        self.stream.clear_capturer();
         let g = CudaGraph::adopt(g, self.stream.device());
         if r.is_err() {
             super::capture::clear_last_error(rt);
@@ -93,7 +106,7 @@ impl Drop for CaptureScope<'_> {
             return;
         }
         if let Ok(rt) = check::cudart() {
-            let _on = self.stream.enter("ending a stream capture");
+            let _on = self.stream.enter_unchecked();
             let mut g: cudart::cudaGraph_t = ptr::null_mut();
             // SAFETY: the stream is capturing (we began it); the graph, if
             // any, is ours and destroyed by `CudaGraph`'s drop. Status ignored:
@@ -101,6 +114,7 @@ impl Drop for CaptureScope<'_> {
             let _ = unsafe { rt.cudaStreamEndCapture(self.stream.as_raw(), &mut g) };
             drop(CudaGraph::adopt(g, self.stream.device()));
         }
+        self.stream.clear_capturer();
     }
 }
 
@@ -110,8 +124,17 @@ impl Stream {
         let rt = check::cudart()?;
         check_capturable(self, self.capture_status()?.is_capturing())?;
         let _on = self.enter("beginning a stream capture")?;
+        // Other threads' work on this stream is refused from before the
+        // capture begins until after it ended (`CaptureScope`).
+        if !self.mark_capturer() {
+            return check_capturable(self, true);
+        }
         // SAFETY: a valid stream, not capturing, not the legacy stream.
-        unsafe { cuda_call!(rt, cudaStreamBeginCapture(self.as_raw(), mode.raw())) }
+        let r = unsafe { cuda_call!(rt, cudaStreamBeginCapture(self.as_raw(), mode.raw())) };
+        if r.is_err() {
+            self.clear_capturer();
+        }
+        r
     }
 
     /// Capture the work `f` queues on this stream into a [`CudaGraph`]
@@ -120,15 +143,22 @@ impl Stream {
     /// [`CudaGraph`] docs.
     ///
     /// Run the step once eagerly first (it sizes every workspace and builds
-    /// every plan); a call that would allocate, search or upload during the
-    /// capture returns [`Error::CaptureUnsafe`].
+    /// every plan); a call *of this crate* that would allocate, search or
+    /// upload during the capture returns [`Error::CaptureUnsafe`]. Other
+    /// libraries' calls are not seen by the crate: a stream another library
+    /// owns ([`Stream::foreign_owner`], a cudarc stream) is not captured at
+    /// all, since its owner's allocations, frees and event records would
+    /// become graph nodes behind its ordinary values. While the capture is
+    /// open, work queued on this stream value from another thread (a
+    /// launch, a synchronization, a handle's creation) is refused
+    /// ([`Error::CaptureUnsafe`]): it would silently join the graph.
     ///
     /// `f` may return any error type that a crate [`Error`] converts into
     /// (`Error` itself, `Box<dyn std::error::Error>`, `anyhow::Error`).
     ///
     /// # Errors
-    /// `f`'s error; [`Error::InvalidArgument`] for the legacy default stream
-    /// or a stream already capturing; [`Error::Cuda`] when the runtime
+    /// `f`'s error; [`Error::InvalidArgument`] for the legacy default stream,
+    /// a stream already capturing, or a stream another library owns; [`Error::Cuda`] when the runtime
     /// invalidated the capture (an uncapturable call) or refuses to begin;
     /// [`Error::WrongThread`]; [`Error::Load`].
     #[doc(alias = "cudaStreamBeginCapture")]

@@ -28,7 +28,9 @@ mod views;
 pub(crate) use affinity::{check_args, check_device};
 pub use buffer::*;
 pub use capture::{CaptureStatus, Hazard, capture_rule, forbid_during_capture};
-pub(crate) use capture::{forbid_allocation_during_capture, forbid_in_capture_scope};
+pub(crate) use capture::{
+    forbid_allocation_during_capture, forbid_creation_during_capture, forbid_in_capture_scope,
+};
 pub use device::*;
 pub use event::*;
 pub use graph::{CaptureMode, CudaGraph, CudaGraphExec};

@@ -2,7 +2,8 @@
 
 use std::fmt;
 use std::ptr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, ThreadId};
 
 use crate::check::{self, cuda_call};
@@ -42,6 +43,15 @@ struct Inner {
     /// with the last clone, after everything that used the stream.
     #[allow(dead_code)] // held, never read
     keep: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// The library that owns a borrowed stream (`"cudarc"`): it allocates,
+    /// frees and records events on the stream itself, so this crate never
+    /// captures it and queues nothing on it while it is capturing.
+    foreign: Option<&'static str>,
+    /// Whether a [`Stream::capture`] of this value is open (fast path for
+    /// `capturer`).
+    capturing: AtomicBool,
+    /// The thread whose [`Stream::capture`] is open on this stream.
+    capturer: Mutex<Option<ThreadId>>,
 }
 
 /// What a raw stream handle names.
@@ -175,12 +185,45 @@ pub(crate) fn check_thread(what: &str, owner: Option<ThreadId>, current: ThreadI
 }
 
 /// Check that `stream` may be used from the calling thread (not another
-/// thread's per-thread default stream), without touching the device.
+/// thread's per-thread default stream), and that work queued on it now
+/// cannot join a capture it does not belong to (see [`Stream::check_queue`]).
 ///
 /// # Errors
-/// [`Error::WrongThread`] naming `what`.
+/// [`Error::WrongThread`] naming `what`; [`Error::CaptureUnsafe`].
 pub(crate) fn check_stream_thread(what: &str, stream: &Stream) -> Result<()> {
-    check_thread(what, stream.inner.thread, thread::current().id())
+    check_thread(what, stream.inner.thread, thread::current().id())?;
+    stream.check_queue(what)
+}
+
+/// The capture part of the queueing rule, as logic (see
+/// [`Stream::check_queue`]): `capturer` is the thread whose capture of the
+/// stream is open, `foreign` the library owning the stream, `in_scope`
+/// whether this thread is inside a capture closure, `foreign_capturing`
+/// whether the foreign stream is being captured (asked only for foreign
+/// streams).
+///
+/// # Errors
+/// [`Error::CaptureUnsafe`] naming `what`.
+pub(crate) fn queue_rule(
+    what: &str,
+    capturer: Option<ThreadId>,
+    current: ThreadId,
+    foreign: Option<&'static str>,
+    in_scope: bool,
+    foreign_capturing: impl FnOnce() -> Result<bool>,
+) -> Result<()> {
+    use super::capture::{CaptureStatus, Hazard, capture_rule};
+    if let Some(t) = capturer
+        && t != current
+    {
+        return capture_rule(what, CaptureStatus::Active, &Hazard::OtherThreadsCapture);
+    }
+    if let Some(owner) = foreign
+        && (in_scope || foreign_capturing()?)
+    {
+        return capture_rule(what, CaptureStatus::Active, &Hazard::ForeignStream(owner));
+    }
+    Ok(())
 }
 
 impl Stream {
@@ -189,16 +232,19 @@ impl Stream {
     }
 
     fn wrap_on(raw: cudaStream_t, owned: bool, device: Option<Device>) -> Self {
-        Self::wrap_kept(raw, owned, device, None)
+        Self::wrap_kept(raw, owned, device, None, None)
     }
 
     /// A stream value that also keeps `keep` alive until its last clone
-    /// drops (the cudarc interop: a borrowed stream and its owner).
+    /// drops (the cudarc interop: a borrowed stream and its owner);
+    /// `foreign` names a library that queues its own work on the stream
+    /// (`"cudarc"`): such a stream is never captured by this crate.
     pub(crate) fn wrap_kept(
         raw: cudaStream_t,
         owned: bool,
         device: Option<Device>,
         keep: Option<Arc<dyn std::any::Any + Send + Sync>>,
+        foreign: Option<&'static str>,
     ) -> Self {
         let thread = (kind_of(raw) == Kind::PerThread).then(|| thread::current().id());
         Stream {
@@ -208,6 +254,9 @@ impl Stream {
                 device,
                 thread,
                 keep,
+                foreign,
+                capturing: AtomicBool::new(false),
+                capturer: Mutex::new(None),
             }),
         }
     }
@@ -256,10 +305,86 @@ impl Stream {
     /// [`Error::Cuda`] when the device cannot be made current.
     pub(crate) fn enter(&self, what: &str) -> Result<DeviceGuard> {
         check_thread(what, self.inner.thread, thread::current().id())?;
+        self.check_queue(what)?;
+        self.enter_unchecked()
+    }
+
+    /// Make the stream's device current, with no thread or capture check
+    /// (the capture scope itself, and the capture query).
+    pub(crate) fn enter_unchecked(&self) -> Result<DeviceGuard> {
         match self.inner.device {
             Some(d) => d.guard(),
             None => Ok(DeviceGuard::unchanged()),
         }
+    }
+
+    /// The library that owns this borrowed stream and queues its own work
+    /// on it (`Some("cudarc")` for [`Stream::from_cudarc`]); such a stream
+    /// is never captured by this crate.
+    pub fn foreign_owner(&self) -> Option<&'static str> {
+        self.inner.foreign
+    }
+
+    /// The thread whose [`Stream::capture`] of this stream is open.
+    pub(crate) fn capturer(&self) -> Option<ThreadId> {
+        if !self.inner.capturing.load(Ordering::Acquire) {
+            return None;
+        }
+        *self
+            .inner
+            .capturer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Mark this thread's capture of the stream as open; `false` (nothing
+    /// changed) when a capture of this value is already open.
+    pub(crate) fn mark_capturer(&self) -> bool {
+        let mut c = self
+            .inner
+            .capturer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if c.is_some() {
+            return false;
+        }
+        *c = Some(thread::current().id());
+        self.inner.capturing.store(true, Ordering::Release);
+        true
+    }
+
+    /// Clear the mark of [`mark_capturer`](Self::mark_capturer).
+    pub(crate) fn clear_capturer(&self) {
+        let mut c = self
+            .inner
+            .capturer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *c = None;
+        self.inner.capturing.store(false, Ordering::Release);
+    }
+
+    /// Before queueing work (or a synchronization) on the stream: refuse
+    /// ([`Error::CaptureUnsafe`]) when another thread's [`Stream::capture`]
+    /// of it is open (the work would silently join that graph), and, for a
+    /// stream another library owns (cudarc), inside a capture closure on
+    /// this thread (an event of the capture would join the foreign stream
+    /// to it, and the owner's own allocations with it) or while the owner
+    /// captures it (the crate's work would enter a graph the owner may
+    /// launch safely after the memory is gone). Costs an atomic load; a
+    /// capture query only for foreign streams.
+    ///
+    /// # Errors
+    /// [`Error::CaptureUnsafe`]; [`Error::Cuda`] from the query.
+    pub(crate) fn check_queue(&self, what: &str) -> Result<()> {
+        queue_rule(
+            what,
+            self.capturer(),
+            thread::current().id(),
+            self.inner.foreign,
+            super::capture::in_capture_scope(),
+            || Ok(self.capture_status()?.is_capturing()),
+        )
     }
 
     /// A new stream on the current device, with default flags (it

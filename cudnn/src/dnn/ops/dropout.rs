@@ -321,6 +321,22 @@ impl Dropout {
         self.last_use.again(stream)
     }
 
+    /// Refuse a use of the state on a capturing stream
+    /// ([`Error::CaptureUnsafe`]): the event that orders its uses would be
+    /// recorded into the capture, later waits for it (another stream's
+    /// use, the drop's) would fail, and graph replays would advance the
+    /// state unordered with eager uses. Asked before anything is queued.
+    ///
+    /// # Errors
+    /// [`Error::CaptureUnsafe`]; [`Error::Cuda`] from the query.
+    pub(crate) fn not_captured(op: &str, stream: &Stream) -> Result<()> {
+        crate::runtime::forbid_during_capture(
+            op,
+            stream,
+            crate::runtime::Hazard::CapturedEvent("the dropout state"),
+        )
+    }
+
     /// Give up ownership: the raw descriptor and the state buffer it uses
     /// (free the buffer only after destroying the descriptor). Waits on the
     /// host for the state's last use first, since the caller takes over
@@ -449,6 +465,7 @@ impl Handle {
                 ("dropout state", dropout.states.device()),
             ],
         )?;
+        Dropout::not_captured("dropout_forward", self.stream())?;
         let api = check::cudnn()?;
         dropout.last_use.before(self.stream())?;
         // SAFETY: live handle and descriptors; `x` and `y` hold at least their
@@ -500,6 +517,7 @@ impl Handle {
                 ("dropout state", dropout.states.device()),
             ],
         )?;
+        Dropout::not_captured("dropout_backward", self.stream())?;
         let api = check::cudnn()?;
         dropout.last_use.before(self.stream())?;
         // SAFETY: as in `dropout_forward`; `dx` is exclusive.

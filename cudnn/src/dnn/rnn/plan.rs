@@ -427,6 +427,11 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
             ],
         )?;
         let api = check::cudnn()?;
+        if training.is_some() && self.rnn.dropout().is_some() {
+            // The dropout state's ordering event would be recorded into a
+            // capture (see `Dropout`): refused before anything is queued.
+            crate::dnn::Dropout::not_captured("RNN training forward", handle.stream())?;
+        }
         let h = handle.as_raw();
         let mut ws = handle.workspace(ws_bytes)?;
         // SAFETY: live handle and descriptors; every buffer holds at least
