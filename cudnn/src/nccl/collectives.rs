@@ -2,6 +2,7 @@
 //! the communicator's stream order. (Several calls launched together go
 //! through [`group`](super::group).)
 
+use super::clique;
 use super::comm::Communicator;
 use super::depth;
 use super::op::{Call, NcclType, ReduceOp};
@@ -16,6 +17,11 @@ use crate::runtime::{DeviceSlice, DeviceSliceMut, Stream};
 unsafe fn issue(comm: &Communicator, call: Call, stream: &Stream) -> Result<()> {
     comm.check_stream(stream)?;
     let raw = comm.live()?;
+    // Compared with the same call of the ranks in this process (calls of
+    // 0 elements too, so the positions stay in step), before NCCL sees it.
+    if let Some(m) = comm.member() {
+        clique::post(&[(m, &call)])?;
+    }
     if call.count() == 0 {
         return Ok(());
     }
@@ -23,7 +29,20 @@ unsafe fn issue(comm: &Communicator, call: Call, stream: &Stream) -> Result<()> 
     // stream is borrowed for the call. Device memory is freed only after
     // queued work (cudaFree synchronizes; stream-ordered frees are ordered
     // after it).
-    let r = unsafe { call.launch(raw, stream.as_raw()) }?;
+    let r = unsafe { call.launch(raw, stream.as_raw()) };
+    let r = match r {
+        Ok(r) => r,
+        Err(e) => {
+            comm.out_of_step(&call);
+            return Err(e);
+        }
+    };
+    if r != crate::sys::nccl::ncclResult_t::ncclSuccess
+        && r != crate::sys::nccl::ncclResult_t::ncclInProgress
+    {
+        // Posted, not launched: the ranks of this process are out of step.
+        comm.out_of_step(&call);
+    }
     comm.finish(call.op.nccl_name(), r)
         .map_err(|e| e.with_context(call.describe()))
 }

@@ -9,6 +9,7 @@ use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::time::Duration;
 
+use super::clique::{self, Clique, Member};
 use super::depth::{self, WHY_LIFECYCLE};
 use super::progress::{self, DEFAULT_COMM_TIMEOUT, Deadline, Settled};
 use super::{Ranks, UniqueId, api, nccl_call, sys, text};
@@ -85,8 +86,15 @@ pub struct Communicator {
     mode: Cell<Mode>,
     /// Aborted: `raw` is gone.
     aborted: Cell<bool>,
+    /// A group of this non-blocking communicator failed: NCCL keeps it in
+    /// its error state for good, so every call is refused (`Drop` aborts).
+    poisoned: Cell<bool>,
     /// The deadline of this communicator's own polling.
     timeout: Duration,
+    /// Its place among the ranks of the same communicator in this process,
+    /// whose calls are compared before NCCL sees them (`clique`); `None`
+    /// when not known (`from_raw`, splits).
+    member: Option<Member>,
 }
 
 /// Whether NCCL answers a communicator's calls at once or `ncclInProgress`.
@@ -164,6 +172,56 @@ pub(super) fn nccl_error(call: &'static str, code: sys::ncclResult_t) -> Error {
     }
 }
 
+/// `NCCL_COMM_BLOCKING`'s value as NCCL reads it (`strtoll` with base 0:
+/// decimal, `0x` hex, leading-zero octal; the digits that parse), `None`
+/// when none parse.
+pub(crate) fn parse_nccl_int(text: &str) -> Option<i64> {
+    let t = text.trim_start();
+    let (neg, t) = match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
+    };
+    let (radix, digits) = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        (16, h)
+    } else if t.len() > 1 && t.starts_with('0') {
+        (8, &t[1..])
+    } else {
+        (10, t)
+    };
+    let end = digits
+        .char_indices()
+        .find(|(_, c)| !c.is_digit(radix))
+        .map_or(digits.len(), |(i, _)| i);
+    let v = match i64::from_str_radix(digits.get(..end)?, radix) {
+        Ok(v) => v,
+        // "0" alone, or "0" followed by no octal digit.
+        Err(_) if radix == 8 || t.starts_with('0') => 0,
+        Err(_) => return None,
+    };
+    Some(if neg { v.saturating_neg() } else { v })
+}
+
+/// `init_rank_timeout` cannot bound a communicator that the environment
+/// forces blocking (`NCCL_COMM_BLOCKING=1`): its initialisation, calls and
+/// finalize would all wait without a deadline.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming `NCCL_COMM_BLOCKING` and its value.
+pub(crate) fn refuse_forced_blocking(value: Option<&str>) -> Result<()> {
+    if let Some(v) = value
+        && parse_nccl_int(v) == Some(1)
+    {
+        return Err(Error::invalid(
+            "NCCL_COMM_BLOCKING",
+            "must not force blocking communicators for Communicator::init_rank_timeout \
+             (its deadline bounds only non-blocking ones); unset it, or use init_rank",
+            v,
+        ));
+    }
+    Ok(())
+}
+
 /// Abort a communicator no wrapper owns; the status is ignored (the error
 /// that matters is the caller's).
 ///
@@ -193,6 +251,8 @@ impl Communicator {
         depth::refuse("Communicator::init_rank", WHY_LIFECYCLE)?;
         Ranks::new(rank, size)?;
         let api = api()?;
+        // A member before NCCL is called: see `clique::join`.
+        let member = clique::join(&id.to_bytes(), rank, size);
         let mut raw: sys::ncclComm_t = ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer; rank and size were checked
         // and fit c_int (Ranks::new); the id is passed by value.
@@ -205,8 +265,9 @@ impl Communicator {
         .map_err(|e| with_rank(e, rank))?;
         // SAFETY: NCCL returned a live communicator that we now own.
         match unsafe { Self::from_raw(raw) } {
-            Ok(c) => {
+            Ok(mut c) => {
                 c.known_blocking();
+                c.join(member);
                 Ok(c)
             }
             Err(e) => {
@@ -242,6 +303,7 @@ impl Communicator {
     ) -> Result<Self> {
         depth::refuse("Communicator::init_rank_timeout", WHY_LIFECYCLE)?;
         Ranks::new(rank, size)?;
+        refuse_forced_blocking(std::env::var("NCCL_COMM_BLOCKING").ok().as_deref())?;
         let api = api()?;
         // NCCL opens a group inside ncclCommInitRankConfig and, when
         // cudaGetDevice fails there, returns without closing it (NCCL
@@ -253,6 +315,8 @@ impl Communicator {
             });
         }
         Device::current()?;
+        // A member before NCCL is called: see `clique::join`.
+        let member = clique::join(&id.to_bytes(), rank, size);
         let deadline = Deadline::after(timeout);
         let mut cfg = config(false);
         let mut raw: sys::ncclComm_t = ptr::null_mut();
@@ -321,8 +385,16 @@ impl Communicator {
                 return Err(with_rank(e, rank));
             }
         };
-        c.mode.set(Mode::NonBlocking);
+        // NCCL answers a non-blocking initialisation ncclInProgress; a
+        // plain success means something forced the communicator blocking
+        // (NCCL's configuration file): then Drop must not finalize it.
+        c.mode.set(if r == sys::ncclResult_t::ncclSuccess {
+            Mode::Blocking
+        } else {
+            Mode::NonBlocking
+        });
         c.timeout = timeout;
+        c.join(member);
         Ok(c)
     }
 
@@ -352,22 +424,95 @@ impl Communicator {
             list.push(o);
         }
         let api = api()?;
-        let mut raws: Vec<sys::ncclComm_t> = vec![ptr::null_mut(); devices.len()];
-        // SAFETY: `raws` has room for `len` communicators and `list` holds
-        // `len` distinct device ordinals; len fits c_int (checked above).
-        unsafe {
-            nccl_call!(
-                api,
-                ncclCommInitAll(raws.as_mut_ptr(), list.len() as c_int, list.as_ptr())
+        let n = list.len();
+        // On the heap, read atomically, and leaked unless NCCL is known to
+        // be done with it: with `NCCL_COMM_BLOCKING=0` in the environment
+        // ncclCommInitAll answers ncclInProgress and NCCL's threads finish
+        // the communicators later, with a pointer to these slots (2.17).
+        let slots: Box<[AtomicPtr<sys::ncclComm>]> =
+            (0..n).map(|_| AtomicPtr::new(ptr::null_mut())).collect();
+        // SAFETY: `slots` has room for `n` communicators (AtomicPtr has the
+        // layout of a pointer) and stays valid while NCCL may write it (it
+        // is leaked on every path where that is not known); `list` holds
+        // `n` distinct device ordinals; n fits c_int (checked above).
+        let r = unsafe {
+            api.ncclCommInitAll(
+                slots.as_ptr() as *mut sys::ncclComm_t,
+                n as c_int,
+                list.as_ptr(),
             )
         }?;
+        let in_progress = r == sys::ncclResult_t::ncclInProgress;
+        if !in_progress {
+            if let Err(e) = super::check_result("ncclCommInitAll", r) {
+                // A failure NCCL reported at once: nothing of it runs on.
+                return Err(e);
+            }
+        }
+        // Every slot is written before ncclCommInitAll returns (each
+        // rank's communicator is allocated before its job starts).
+        let raws: Vec<sys::ncclComm_t> = slots.iter().map(|p| p.load(Ordering::Acquire)).collect();
+        if in_progress {
+            let deadline = Deadline::after(DEFAULT_COMM_TIMEOUT);
+            let mut failed = None;
+            for (i, &raw) in raws.iter().enumerate() {
+                let e = if raw.is_null() {
+                    Some(nccl_error(
+                        "ncclCommInitAll",
+                        sys::ncclResult_t::ncclInternalError,
+                    ))
+                } else {
+                    // SAFETY: a live communicator NCCL made for us; no NCCL
+                    // group is open on this thread.
+                    match unsafe { progress::settle(raw, &deadline) } {
+                        Ok(Settled::Ready) => None,
+                        Ok(Settled::Failed(code)) => Some(nccl_error("ncclCommInitAll", code)),
+                        Ok(Settled::TimedOut) => Some(Error::Timeout {
+                            what: format!(
+                                "ncclCommInitAll of {n} devices (non-blocking: NCCL_COMM_BLOCKING=0 \
+                                 in the environment); the communicators were aborted"
+                            ),
+                            waited: deadline.waited(),
+                            rank: u32::try_from(i).ok(),
+                        }),
+                        Err(e) => Some(e),
+                    }
+                };
+                if let Some(e) = e {
+                    failed = Some(with_rank(e, i));
+                    break;
+                }
+            }
+            if let Some(e) = failed {
+                for &raw in &raws {
+                    if !raw.is_null() {
+                        // SAFETY: live communicators NCCL made that no
+                        // wrapper owns; abort joins NCCL's threads.
+                        unsafe { abort_raw(raw) };
+                    }
+                }
+                // NCCL's threads were told to stop, but whether they still
+                // hold the slots is not known: never freed.
+                std::mem::forget(slots);
+                return Err(e);
+            }
+        }
+        drop(slots);
+        let mut members: Vec<Option<Member>> = Clique::all_local(n).into_iter().map(Some).collect();
         let mut out = Vec::with_capacity(raws.len());
         let mut rest = raws.into_iter();
         while let Some(raw) = rest.next() {
-            // SAFETY: each is a live communicator NCCL made for us.
+            // SAFETY: each is a live, ready communicator NCCL made for us.
             match unsafe { Self::from_raw(raw) } {
-                Ok(c) => {
-                    c.known_blocking();
+                Ok(mut c) => {
+                    if in_progress {
+                        c.mark_non_blocking();
+                    } else {
+                        c.known_blocking();
+                    }
+                    if let Some(m) = members.get_mut(c.rank()).and_then(Option::take) {
+                        c.join(m);
+                    }
                     out.push(c);
                 }
                 Err(e) => {
@@ -472,7 +617,9 @@ impl Communicator {
             device,
             mode: Cell::new(Mode::Unknown),
             aborted: Cell::new(false),
+            poisoned: Cell::new(false),
             timeout: DEFAULT_COMM_TIMEOUT,
+            member: None,
         })
     }
 
@@ -491,7 +638,58 @@ impl Communicator {
             device: 0,
             mode: Cell::new(Mode::Unknown),
             aborted: Cell::new(false),
+            poisoned: Cell::new(false),
             timeout: DEFAULT_COMM_TIMEOUT,
+            member: None,
+        }
+    }
+
+    /// A fake communicator (as [`fake`](Self::fake)) of rank `member.rank()`
+    /// of `size`, in `member`'s clique (tests of the comparison).
+    #[cfg(test)]
+    pub(crate) fn fake_in(raw: NonNull<sys::ncclComm>, size: usize, member: Member) -> Self {
+        let mut c = Self::fake(raw);
+        c.ranks = Ranks::new(member.rank(), size).unwrap_or_else(|_| unreachable!());
+        c.member = Some(member);
+        c
+    }
+
+    /// Its place among the ranks of this process (see [`clique`]).
+    pub(crate) fn member(&self) -> Option<&Member> {
+        self.member.as_ref()
+    }
+
+    /// A call of this communicator was compared with the ranks of this
+    /// process but not launched: they are out of step, and every later call
+    /// of the communicators of the clique is refused.
+    pub(crate) fn out_of_step(&self, call: &super::op::Call) {
+        if let Some(m) = &self.member {
+            m.break_with(&format!(
+                "rank {}'s {} was not launched",
+                self.rank(),
+                call.describe()
+            ));
+        }
+    }
+
+    /// A group of this communicator failed: a non-blocking one is then in
+    /// NCCL's error state for good, and refuses every further call.
+    pub(crate) fn poison_if_non_blocking(&self) {
+        if self.mode.get() == Mode::NonBlocking {
+            self.poisoned.set(true);
+        }
+    }
+
+    /// Whether a failed group left this communicator unusable (it refuses
+    /// every call; abort or drop it).
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.get()
+    }
+
+    /// Join `member` when it names this communicator's rank.
+    fn join(&mut self, member: Member) {
+        if member.rank() == self.rank() {
+            self.member = Some(member);
         }
     }
 
@@ -506,14 +704,24 @@ impl Communicator {
 
     /// Give up ownership: the caller must destroy the communicator. Null
     /// when it was aborted (nothing is left to destroy).
-    pub fn into_raw(self) -> sys::ncclComm_t {
+    pub fn into_raw(mut self) -> sys::ncclComm_t {
         let raw = self.as_raw();
+        // Leave the clique: the caller's later calls are not compared.
+        drop(self.member.take());
         std::mem::forget(self);
         raw
     }
 
     /// The communicator, or an error once it was aborted.
     pub(crate) fn live(&self) -> Result<sys::ncclComm_t> {
+        if self.poisoned.get() {
+            return Err(Error::invalid(
+                "communicator",
+                "failed in a group (non-blocking: NCCL keeps it in its error state for \
+                 good); abort it (or drop it) and make a new one",
+                format!("rank {} of {}", self.rank(), self.size()),
+            ));
+        }
         if self.aborted.get() {
             return Err(Error::invalid(
                 "communicator",

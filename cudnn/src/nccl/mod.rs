@@ -44,6 +44,7 @@
 //! Multi-node runs use NCCL's own transports; this module only provides the
 //! bootstrap (the unique-id exchange) and the checked calls.
 
+mod clique;
 mod collectives;
 mod comm;
 mod depth;
@@ -55,6 +56,8 @@ mod progress;
 mod record;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_clique;
 mod validate;
 mod watch;
 
