@@ -87,12 +87,18 @@ mod imp {
             ("LOCAL_WORLD_SIZE", "2"),
             ("MASTER_ADDR", "node7"),
             ("MASTER_PORT", "29500"),
-            ("CUDNN_RS_RENDEZVOUS_TOKEN", "hush"),
+            (
+                "CUDNN_RS_RENDEZVOUS_TOKEN",
+                "hush-0123456789abcdef0123456789abcdef",
+            ),
         ]))?;
         ensure!(e.ranks.rank() == 3 && e.ranks.size() == 8, "{e:?}");
         ensure!(e.local_rank == 1 && e.local_world_size == Some(2), "{e:?}");
         ensure!(e.rendezvous == Some(tcp_host("node7", 29500)), "{e:?}");
-        ensure!(e.token == Some(Token::new("hush")?), "token");
+        ensure!(
+            e.token == Some(Token::new("hush-0123456789abcdef0123456789abcdef")?),
+            "token"
+        );
         ensure!(
             !format!("{e:?}").contains("hush"),
             "Debug shows the token: {e:?}"
@@ -213,6 +219,19 @@ mod imp {
             ("CUDNN_RS_RENDEZVOUS", "/x"),
             ("CUDNN_RS_RENDEZVOUS_TOKEN", ""),
         ]);
+        // 31 bytes: one short of 128 bits as hex digits.
+        let token_short = with(&[
+            ("CUDNN_RS_RENDEZVOUS", "/x"),
+            (
+                "CUDNN_RS_RENDEZVOUS_TOKEN",
+                "0123456789abcdef0123456789abcde",
+            ),
+        ]);
+        // Two characters of two bytes each: 4 bytes, counted as bytes.
+        let token_utf8 = with(&[
+            ("CUDNN_RS_RENDEZVOUS", "/x"),
+            ("CUDNN_RS_RENDEZVOUS_TOKEN", "éé"),
+        ]);
         let long = "t".repeat(257);
         let token_long: Vec<(&str, &str)> = two
             .iter()
@@ -329,6 +348,8 @@ mod imp {
             (&port_zero, "MASTER_PORT", "\"0\""),
             (&token_empty, "CUDNN_RS_RENDEZVOUS_TOKEN", "0 bytes"),
             (&token_long, "CUDNN_RS_RENDEZVOUS_TOKEN", "257 bytes"),
+            (&token_short, "CUDNN_RS_RENDEZVOUS_TOKEN", "31 bytes"),
+            (&token_utf8, "CUDNN_RS_RENDEZVOUS_TOKEN", "4 bytes"),
             (
                 &[("CUDNN_RS_RENDEZVOUS", "")],
                 "CUDNN_RS_RENDEZVOUS",

@@ -288,7 +288,7 @@ pub(crate) fn join(id: &[u8; UNIQUE_ID_BYTES], rank: usize, size: usize) -> Memb
             ..State::default()
         }),
     });
-    if !reg.get(id).is_some_and(|w| w.strong_count() > 0) {
+    if reg.get(id).is_none_or(|w| w.strong_count() == 0) {
         reg.insert(*id, Arc::downgrade(&c));
     }
     Member { clique: c, rank }

@@ -444,10 +444,8 @@ impl Communicator {
         }?;
         let in_progress = r == sys::ncclResult_t::ncclInProgress;
         if !in_progress {
-            if let Err(e) = super::check_result("ncclCommInitAll", r) {
-                // A failure NCCL reported at once: nothing of it runs on.
-                return Err(e);
-            }
+            // A failure NCCL reported at once: nothing of it runs on.
+            super::check_result("ncclCommInitAll", r)?;
         }
         // Every slot is written before ncclCommInitAll returns (each
         // rank's communicator is allocated before its job starts).
