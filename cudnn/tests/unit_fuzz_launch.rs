@@ -591,7 +591,12 @@ mod imp {
                             Err(Error::InvalidArgument { arg, value, .. }) if !ok => {
                                 let n = t.chars().count();
                                 if arg != "unique id text"
-                                    || (n != 256 && value != format!("{n} characters"))
+                                    || (n != 256
+                                        && value
+                                            != format!(
+                                                "{n} characters ({} bytes of text)",
+                                                t.len()
+                                            ))
                                 {
                                     return Err(fail(format!("{text:?}: {arg} {value}")));
                                 }

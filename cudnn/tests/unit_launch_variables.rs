@@ -248,6 +248,20 @@ mod imp {
                 "got 2",
             ),
             (&[("RANK", "0"), ("WORLD_SIZE", "0")], "WORLD_SIZE", "got 0"),
+            // An invalid world size with no rank is blamed on the world size
+            // (it was blamed on the missing RANK).
+            (&[("WORLD_SIZE", "0")], "WORLD_SIZE", "got 0"),
+            (
+                &[("WORLD_SIZE", "2147483648")],
+                "WORLD_SIZE",
+                "got 2147483648",
+            ),
+            (
+                &[("OMPI_COMM_WORLD_SIZE", "0")],
+                "OMPI_COMM_WORLD_SIZE",
+                "got 0",
+            ),
+            (&[("SLURM_NTASKS", "0")], "SLURM_NTASKS", "got 0"),
             // 2^32 is a fine usize but no NCCL world size: WORLD_SIZE is wrong.
             (
                 &[("RANK", "0"), ("WORLD_SIZE", "4294967296")],
@@ -461,10 +475,25 @@ mod imp {
 
     fn unique_id_text() -> TestResult {
         let e = "ab".parse::<UniqueId>().unwrap_err();
-        ensure!(e.to_string().contains("2 characters"), "{e}");
-        // 128 two-byte characters: 256 bytes but 128 characters.
+        ensure!(
+            e.to_string().contains("2 characters (2 bytes of text)"),
+            "{e}"
+        );
+        // 128 two-byte characters: 256 bytes but 128 characters, each
+        // named as what it is.
         let e = "é".repeat(128).parse::<UniqueId>().unwrap_err();
-        ensure!(e.to_string().contains("128 characters"), "{e}");
+        ensure!(
+            e.to_string().contains("128 characters (256 bytes of text)"),
+            "{e}"
+        );
+        // 100 three-byte characters around whitespace, which is not counted.
+        let e = format!("  {}\n", "€".repeat(100))
+            .parse::<UniqueId>()
+            .unwrap_err();
+        ensure!(
+            e.to_string().contains("100 characters (300 bytes of text)"),
+            "{e}"
+        );
         // 256 characters, one of them not ASCII: its character offset.
         let mut text = "0".repeat(255);
         text.insert(10, 'é');

@@ -325,7 +325,19 @@ fn first_set(num: &Num<'_>, names: &[&'static str]) -> Result<Option<(&'static s
 
 fn read_ranks(num: &Num<'_>) -> Result<Ranks> {
     for (rank_var, size_var) in RANK_VARS {
-        let (rank, size) = match (num(rank_var)?, num(size_var)?) {
+        // The world size is read and checked first, so that a bad one is
+        // blamed on its own variable (not on a rank that is missing).
+        let size = num(size_var)?;
+        if let Some(size) = size
+            && (size == 0 || i32::try_from(size).is_err())
+        {
+            return Err(Error::invalid(
+                size_var,
+                format!("must be 1..={} (NCCL counts ranks in an int)", i32::MAX),
+                size,
+            ));
+        }
+        let (rank, size) = match (num(rank_var)?, size) {
             (None, None) => continue,
             (Some(r), Some(s)) => (r, s),
             (Some(r), None) => {
@@ -343,13 +355,6 @@ fn read_ranks(num: &Num<'_>) -> Result<Ranks> {
                 ));
             }
         };
-        if size == 0 || i32::try_from(size).is_err() {
-            return Err(Error::invalid(
-                size_var,
-                format!("must be 1..={} (NCCL counts ranks in an int)", i32::MAX),
-                size,
-            ));
-        }
         if rank >= size {
             return Err(Error::invalid(
                 rank_var,
