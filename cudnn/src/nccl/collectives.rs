@@ -16,6 +16,20 @@ use crate::runtime::{DeviceSlice, DeviceSliceMut, Stream};
 /// method and were checked against its counts.
 unsafe fn issue(comm: &Communicator, call: Call, stream: &Stream) -> Result<()> {
     comm.check_stream(stream)?;
+    comm.live()?;
+    if comm.checks_agreement() {
+        comm.agree_across(&call, stream)?;
+    }
+    // SAFETY: as this function's caller guarantees.
+    unsafe { issue_checked(comm, call, stream) }
+}
+
+/// [`issue`] without the opt-in comparison across processes.
+///
+/// # Safety
+/// As [`issue`].
+pub(super) unsafe fn issue_checked(comm: &Communicator, call: Call, stream: &Stream) -> Result<()> {
+    comm.check_stream(stream)?;
     let raw = comm.live()?;
     // Compared with the same call of the ranks in this process (calls of
     // 0 elements too, so the positions stay in step), before NCCL sees it.

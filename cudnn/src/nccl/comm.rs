@@ -64,7 +64,42 @@ use crate::runtime::{Device, Stream, check_args, check_device, check_stream_thre
 /// finished is abandoned then (peers waiting on it fail or time out), so
 /// for an orderly exit wait for the work ([`wait`](Self::wait) or a stream
 /// synchronize) and call [`destroy`](Self::destroy) or
-/// [`finalize`](Self::finalize), which report errors.
+/// [`finalize`](Self::finalize), which report errors. `ncclCommAbort`
+/// itself can wait without end (behind work queued on a stream that
+/// another, stuck communicator shares), so `Drop` (and
+/// [`wait`](Self::wait), and the polls of non-blocking calls) run it on a
+/// helper thread and wait for it at most 10 s; past that it goes on in
+/// the background and the communicator is abandoned. The explicit
+/// [`abort`](Self::abort) waits for it.
+///
+/// **Counts agree across ranks, or NCCL writes out of bounds.** NCCL never
+/// compares the calls of different ranks: its peer-to-peer transport lets
+/// a sender write up to *its own* count into the receiver's buffer (a
+/// broadcast whose root sends more than a rank receives, a send larger than
+/// its recv). For ranks in this process (made by [`init_all`](Self::init_all),
+/// or by [`init_rank`](Self::init_rank) / [`init_rank_timeout`](Self::init_rank_timeout)
+/// with one id from several threads) the crate compares every call before
+/// NCCL sees it: the n-th collective of each rank must agree in kind,
+/// element type, count, reduction and root, and the n-th send from rank a
+/// to rank b must have the size in bytes of the n-th recv of b from a. The
+/// rank that calls second gets [`Error::Mismatch`] and launches nothing (the
+/// first one's call then waits for a partner: bound it with
+/// [`wait`](Self::wait)). A call that was compared but not launched (NCCL
+/// refused it, its group failed) puts these ranks out of step: every later
+/// call of any of them is refused (make new communicators). **Across
+/// processes nothing is compared**: every rank must make the same calls in
+/// the same order with the same counts, element types, reductions and
+/// roots, and pair every send with a recv of the same size; a program that
+/// does not lets NCCL write past a buffer on the device of another process.
+/// [`check_agreement`](Self::check_agreement) compares a call across all
+/// ranks (one extra collective and a host wait: a debugging aid). Splits,
+/// and communicators from [`from_raw`](Self::from_raw), are not compared
+/// even within this process.
+///
+/// **A failed group poisons non-blocking communicators.** When a group of
+/// non-blocking communicators fails, NCCL keeps them in its error state for
+/// good; they are marked ([`is_poisoned`](Self::is_poisoned)) and refuse
+/// every further call (abort or drop them).
 ///
 /// **Splits sharing resources.** When a parent shares its resources with
 /// its splits (NCCL decides that from the *parent's* configuration:
@@ -95,6 +130,9 @@ pub struct Communicator {
     /// whose calls are compared before NCCL sees them (`clique`); `None`
     /// when not known (`from_raw`, splits).
     member: Option<Member>,
+    /// Compare each direct call with every rank's before issuing it
+    /// (`set_check_agreement`).
+    check_agreement: bool,
 }
 
 /// Whether NCCL answers a communicator's calls at once or `ncclInProgress`.
@@ -130,6 +168,11 @@ impl fmt::Debug for Communicator {
             .finish()
     }
 }
+
+/// The longest this crate waits for `ncclCommAbort` where it promises a
+/// bounded wait (`Drop`, [`Communicator::wait`], the polls of non-blocking
+/// calls); past it the abort goes on in the background.
+pub(crate) const ABORT_LIMIT: Duration = Duration::from_secs(10);
 
 /// `NCCL_CONFIG_INITIALIZER` of the bindings' header, with `blocking` set.
 pub(crate) fn config(blocking: bool) -> sys::ncclConfig_t {
@@ -169,6 +212,45 @@ pub(super) fn nccl_error(call: &'static str, code: sys::ncclResult_t) -> Error {
     match super::check_result(call, code) {
         Err(e) => e,
         Ok(()) => Error::invalid("NCCL result", "an error was expected", "ncclSuccess"),
+    }
+}
+
+/// A communicator handle that may cross to the thread that aborts it.
+struct SendComm(sys::ncclComm_t);
+// SAFETY: NCCL lets any thread use a communicator, one at a time; the
+// handle is moved to exactly one thread, which is then its only user.
+unsafe impl Send for SendComm {}
+
+/// Abort `raw` on a helper thread and wait for that at most `limit`:
+/// `ncclCommAbort` can itself wait without end (behind work queued on a
+/// stream that another, stuck communicator shares; for the proxy of a dead
+/// peer). Past `limit` the abort goes on in the background and this
+/// returns `false`: the communicator is abandoned (never used again), and
+/// its memory is reclaimed only if the abort ends. Without a thread (none
+/// can be started) the abort runs here.
+///
+/// # Safety
+/// `raw` is a live communicator that nothing else uses or destroys, now or
+/// later.
+pub(crate) unsafe fn abort_bounded(raw: sys::ncclComm_t, limit: Duration) -> bool {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let c = SendComm(raw);
+    let spawned = std::thread::Builder::new()
+        .name("cudnn-nccl-abort".into())
+        .spawn(move || {
+            let c = c;
+            // SAFETY: as the caller guarantees; this thread is the
+            // communicator's only user from here on.
+            unsafe { abort_raw(c.0) };
+            let _ = tx.send(());
+        });
+    match spawned {
+        Ok(_) => rx.recv_timeout(limit).is_ok(),
+        Err(_) => {
+            // SAFETY: as the caller guarantees.
+            unsafe { abort_raw(raw) };
+            true
+        }
     }
 }
 
@@ -618,6 +700,7 @@ impl Communicator {
             poisoned: Cell::new(false),
             timeout: DEFAULT_COMM_TIMEOUT,
             member: None,
+            check_agreement: false,
         })
     }
 
@@ -639,6 +722,7 @@ impl Communicator {
             poisoned: Cell::new(false),
             timeout: DEFAULT_COMM_TIMEOUT,
             member: None,
+            check_agreement: false,
         }
     }
 
@@ -788,6 +872,30 @@ impl Communicator {
         self.timeout = timeout;
     }
 
+    /// Compare every direct call of this communicator with the same call of
+    /// every other rank before issuing it (or stop): the ranks exchange a
+    /// fingerprint of the call (kind, element type, count, reduction, root;
+    /// the size in bytes of a send or recv with its partner) through NCCL,
+    /// wait for it within [`timeout`](Self::timeout), and all refuse the
+    /// call with [`Error::Mismatch`] naming both calls when any differs,
+    /// launching nothing. This checks what the crate cannot check across
+    /// processes otherwise (see the type's docs), at the cost of one more
+    /// NCCL call and a host wait per call: a debugging aid. It makes this
+    /// communicator's device current on the calling thread.
+    ///
+    /// **Every rank must turn it on** (and at the same point of its calls):
+    /// the exchange is itself a collective, which a rank without it would
+    /// pair with its next call. Calls inside a [`group`](super::group) are
+    /// not exchanged (ranks in this process are compared all the same).
+    pub fn set_check_agreement(&mut self, on: bool) {
+        self.check_agreement = on;
+    }
+
+    /// Whether [`set_check_agreement`](Self::set_check_agreement) is on.
+    pub fn checks_agreement(&self) -> bool {
+        self.check_agreement
+    }
+
     /// How NCCL answers this communicator's calls, as far as known.
     pub(crate) fn mode(&self) -> Mode {
         self.mode.get()
@@ -806,12 +914,15 @@ impl Communicator {
     }
 
     /// Abort now (once); later calls are refused.
-    pub(super) fn abort_now(&self) {
+    /// The abort is bounded by [`ABORT_LIMIT`] (see [`abort_bounded`]);
+    /// `false` when it had not ended by then.
+    pub(super) fn abort_now(&self) -> bool {
         if !self.aborted.replace(true) {
             // SAFETY: live and owned; from here on `aborted` keeps every
             // path from using `raw` again.
-            unsafe { abort_raw(self.raw.as_ptr()) };
+            return unsafe { abort_bounded(self.raw.as_ptr(), ABORT_LIMIT) };
         }
+        true
     }
 
     /// The result `r` of `call`: `ncclInProgress` (a non-blocking
@@ -1166,8 +1277,9 @@ impl Drop for Communicator {
             // SAFETY: finalized, so destroy does not wait; ownership ends.
             let _ = unsafe { api.ncclCommDestroy(raw) };
         } else {
-            // SAFETY: live and owned; ownership ends here.
-            let _ = unsafe { api.ncclCommAbort(raw) };
+            // SAFETY: live and owned; ownership ends here (passed to the
+            // aborting thread).
+            let _ = unsafe { abort_bounded(raw, ABORT_LIMIT) };
         }
     }
 }

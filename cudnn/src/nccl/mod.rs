@@ -44,6 +44,7 @@
 //! Multi-node runs use NCCL's own transports; this module only provides the
 //! bootstrap (the unique-id exchange) and the checked calls.
 
+mod agree;
 mod clique;
 mod collectives;
 mod comm;

@@ -368,3 +368,100 @@ fn unit_nccl_comm_blocking_forced_is_refused() {
         refuse_forced_blocking(fine).unwrap();
     }
 }
+
+/// The fingerprint exchanged across processes: its words, their text, and
+/// the first rank that disagrees.
+#[test]
+fn unit_agreement_fingerprints() {
+    use super::agree::{describe, first_disagreeing, words};
+    let a = words(&bcast::<f32>(8, 0));
+    let b = words(&bcast::<f32>(4, 0));
+    let c = words(&allreduce(8, ReduceOp::Max));
+    assert_ne!(a, b);
+    assert_ne!(a, c);
+    assert_eq!(a, words(&bcast::<f32>(8, 0)));
+    assert_ne!(words(&bcast::<f64>(8, 0)), a);
+    assert_ne!(words(&bcast::<f32>(8, 1)), a);
+    let text = describe(&b);
+    assert!(text.starts_with("broadcast of 4 elements"), "{text}");
+    assert!(text.contains("root 0"), "{text}");
+    let all: Vec<i64> = a.iter().chain(&a).chain(&b).copied().collect();
+    assert_eq!(first_disagreeing(&all, &a), Some((2, b.to_vec())));
+    let same: Vec<i64> = a.iter().chain(&a).copied().collect();
+    assert_eq!(first_disagreeing(&same, &a), None);
+    // A rank that never wrote its block (all zeros) disagrees.
+    let mut missing = a.to_vec();
+    missing.extend([0; 5]);
+    assert_eq!(first_disagreeing(&missing, &a).map(|(r, _)| r), Some(1));
+    assert!(describe(&[0; 5]).contains("did not take part"));
+}
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Post `seqs[r]` for each rank in the order `order` gives (rank
+    /// indices; a rank whose calls are all posted is skipped), one call per
+    /// group; a rank whose call is refused stops. Returns, per rank, the
+    /// position refused (if any) and the error.
+    fn play(seqs: &[Vec<usize>], order: &[usize]) -> Vec<Option<(usize, Error)>> {
+        let n = seqs.len();
+        let comms = clique_of(n);
+        let mut next = vec![0usize; n];
+        let mut out: Vec<Option<(usize, Error)>> = (0..n).map(|_| None).collect();
+        let mut e = Counting::default();
+        for &pick in order
+            .iter()
+            .chain((0..n).cycle().take(n * 64).collect::<Vec<_>>().iter())
+        {
+            let r = pick % n;
+            if out[r].is_some() || next[r] >= seqs[r].len() {
+                continue;
+            }
+            let k = next[r];
+            match group_of(&mut e, &comms, vec![(r, bcast::<f32>(seqs[r][k], 0))]) {
+                Ok(()) => next[r] += 1,
+                Err(err) => out[r] = Some((k, err)),
+            }
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+
+        /// Ranks making the same calls are never refused, in any order.
+        #[test]
+        fn prop_agreeing_ranks_pass(
+            n in 2usize..4,
+            seq in proptest::collection::vec(0usize..5, 1..8),
+            order in proptest::collection::vec(0usize..4, 0..40),
+        ) {
+            let seqs = vec![seq; n];
+            for r in play(&seqs, &order) {
+                prop_assert!(r.is_none(), "{:?}", r);
+            }
+        }
+
+        /// One rank's k-th count differs: whichever of the two ranks posts
+        /// its k-th call second is refused there with a mismatch, and no
+        /// call before position k is refused.
+        #[test]
+        fn prop_a_differing_count_is_refused_where_it_differs(
+            seq in proptest::collection::vec(0usize..5, 1..8),
+            k_pick in 0usize..8,
+            order in proptest::collection::vec(0usize..2, 0..40),
+        ) {
+            let k = k_pick % seq.len();
+            let mut other = seq.clone();
+            other[k] += 1;
+            let out = play(&[seq, other], &order);
+            let refused: Vec<(usize, &Error)> =
+                out.iter().flatten().map(|(p, e)| (*p, e)).collect();
+            prop_assert_eq!(refused.len(), 1, "{:?}", out);
+            let (p, e) = refused[0];
+            prop_assert_eq!(p, k);
+            prop_assert!(matches!(e, Error::Mismatch { .. }), "{:?}", e);
+        }
+    }
+}
