@@ -34,9 +34,14 @@ use crate::error::{Error, Result};
 /// The communicators of one NCCL communicator that live in this process.
 #[derive(Debug)]
 pub(crate) struct Clique {
-    size: usize,
+    /// The communicator's size (`None` for a split's, known only after).
+    size: Option<usize>,
+    /// This clique's number in the process (names the cliques of splits).
+    serial: u64,
     state: Mutex<State>,
 }
+
+static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// What a collective must agree on (its text is kept for messages).
 #[derive(Debug, Clone)]
@@ -64,6 +69,9 @@ enum Side {
 struct State {
     /// Ranks whose communicator lives in this process.
     members: Vec<usize>,
+    /// Members whose rank is not known yet (a split under way): until they
+    /// are bound, no position is complete, and sends to any rank are kept.
+    pending: usize,
     /// Why the ranks are out of step, once they are.
     broken: Option<String>,
     /// The position of each rank's next collective.
@@ -76,7 +84,25 @@ struct State {
 
 impl State {
     fn complete(&self, p: &Posted) -> bool {
-        self.members.iter().all(|m| p.ranks.contains(m))
+        self.pending == 0 && self.members.iter().all(|m| p.ranks.contains(m))
+    }
+
+    /// Drop what no member is left to complete.
+    fn prune(&mut self) {
+        let done: Vec<u64> = self
+            .posted
+            .iter()
+            .filter(|(_, p)| p.ranks.is_empty() || self.complete(p))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in done {
+            self.posted.remove(&k);
+        }
+        if self.pending == 0 {
+            let members = self.members.clone();
+            self.p2p
+                .retain(|(a, b), _| members.contains(a) && members.contains(b));
+        }
     }
 
     fn collective(&mut self, rank: usize, fp: Fingerprint) -> Result<()> {
@@ -126,7 +152,7 @@ impl State {
         bytes: usize,
         text: String,
     ) -> Result<()> {
-        if !self.members.contains(&peer) {
+        if !self.members.contains(&peer) && self.pending == 0 {
             // The peer lives in another process: not checkable here.
             return Ok(());
         }
@@ -185,11 +211,9 @@ impl State {
         for p in self.posted.values_mut() {
             p.ranks.retain(|&r| r != rank);
         }
-        let members = self.members.clone();
-        self.posted
-            .retain(|_, p| !p.ranks.is_empty() && !members.iter().all(|m| p.ranks.contains(m)));
         self.p2p.retain(|(a, b), _| *a != rank && *b != rank);
         self.next.remove(&rank);
+        self.prune();
     }
 }
 
@@ -205,6 +229,21 @@ fn broken_error(rank: usize, why: &str) -> Error {
 }
 
 impl Clique {
+    fn new(size: Option<usize>, members: Vec<usize>) -> Self {
+        Clique {
+            size,
+            serial: SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            state: Mutex::new(State {
+                members,
+                ..State::default()
+            }),
+        }
+    }
+
+    fn size_matches(&self, size: usize) -> bool {
+        self.size.is_none_or(|s| s == size)
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // No code that can panic runs under the lock; take the data anyway.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -213,17 +252,12 @@ impl Clique {
     /// A clique of every rank of a `size`-rank communicator (`init_all`):
     /// one member per rank.
     pub(crate) fn all_local(size: usize) -> Vec<Member> {
-        let c = Arc::new(Clique {
-            size,
-            state: Mutex::new(State {
-                members: (0..size).collect(),
-                ..State::default()
-            }),
-        });
+        let c = Arc::new(Clique::new(Some(size), (0..size).collect()));
         (0..size)
             .map(|rank| Member {
                 clique: Arc::clone(&c),
                 rank,
+                splits: std::sync::atomic::AtomicU64::new(0),
             })
             .collect()
     }
@@ -235,6 +269,10 @@ impl Clique {
 pub(crate) struct Member {
     clique: Arc<Clique>,
     rank: usize,
+    /// How many splits this member took part in (every rank of a
+    /// communicator splits in the same order, so the n-th split of each
+    /// names the same new communicators).
+    splits: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for Member {
@@ -243,7 +281,78 @@ impl Drop for Member {
     }
 }
 
+/// A member of a split's clique whose rank is not known yet: registered
+/// before `ncclCommSplit` is called, bound to its rank after.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    clique: Option<Arc<Clique>>,
+}
+
+impl Pending {
+    /// The new communicator's rank is `rank` of `size`.
+    pub(crate) fn bind(mut self, rank: usize, size: usize) -> Option<Member> {
+        let c = self.clique.take()?;
+        {
+            let mut s = c.lock();
+            s.pending = s.pending.saturating_sub(1);
+            if c.size_matches(size) && !s.members.contains(&rank) && s.broken.is_none() {
+                s.members.push(rank);
+            } else {
+                // Not comparable after all (should not happen): stop
+                // comparing this clique rather than compare wrongly.
+                s.broken = Some(format!(
+                    "a split's communicator of rank {rank} of {size} did not fit the others"
+                ));
+                s.prune();
+                return None;
+            }
+        }
+        Some(Member {
+            clique: c,
+            rank,
+            splits: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(c) = self.clique.take() {
+            let mut s = c.lock();
+            s.pending = s.pending.saturating_sub(1);
+            s.prune();
+        }
+    }
+}
+
 impl Member {
+    /// Register for the communicator this member's next split with
+    /// `color` makes (`None`: no color, no new communicator), before
+    /// `ncclCommSplit` is called: the ranks of this process that split with
+    /// the same color join one clique.
+    pub(crate) fn split(&self, color: Option<u32>) -> Pending {
+        let seq = self
+            .splits
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Some(color) = color else {
+            return Pending { clique: None };
+        };
+        let key = Key::Split(self.clique.serial, seq, color);
+        let mut reg = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
+        let reg = reg.get_or_insert_with(HashMap::new);
+        reg.retain(|_, w| w.strong_count() > 0);
+        let c = match reg.get(&key).and_then(Weak::upgrade) {
+            Some(c) => c,
+            None => {
+                let c = Arc::new(Clique::new(None, Vec::new()));
+                reg.insert(key, Arc::downgrade(&c));
+                c
+            }
+        };
+        c.lock().pending += 1;
+        Pending { clique: Some(c) }
+    }
+
     /// The rank this member was registered with.
     pub(crate) fn rank(&self) -> usize {
         self.rank
@@ -258,7 +367,15 @@ impl Member {
     }
 }
 
-type Registry = HashMap<[u8; UNIQUE_ID_BYTES], Weak<Clique>>;
+/// What names a clique in the registry: the unique id of `init_rank`, or
+/// (parent clique, split number, color) of a split.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Key {
+    Id([u8; UNIQUE_ID_BYTES]),
+    Split(u64, u64, u32),
+}
+
+type Registry = HashMap<Key, Weak<Clique>>;
 
 static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
 
@@ -271,27 +388,27 @@ pub(crate) fn join(id: &[u8; UNIQUE_ID_BYTES], rank: usize, size: usize) -> Memb
     let mut reg = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
     let reg = reg.get_or_insert_with(HashMap::new);
     reg.retain(|_, w| w.strong_count() > 0);
-    if let Some(c) = reg.get(id).and_then(Weak::upgrade)
-        && c.size == size
+    let key = Key::Id(*id);
+    let member = |clique| Member {
+        clique,
+        rank,
+        splits: std::sync::atomic::AtomicU64::new(0),
+    };
+    if let Some(c) = reg.get(&key).and_then(Weak::upgrade)
+        && c.size_matches(size)
     {
         let mut s = c.lock();
         if !s.members.contains(&rank) && s.broken.is_none() {
             s.members.push(rank);
             drop(s);
-            return Member { clique: c, rank };
+            return member(c);
         }
     }
-    let c = Arc::new(Clique {
-        size,
-        state: Mutex::new(State {
-            members: vec![rank],
-            ..State::default()
-        }),
-    });
-    if reg.get(id).is_none_or(|w| w.strong_count() == 0) {
-        reg.insert(*id, Arc::downgrade(&c));
+    let c = Arc::new(Clique::new(Some(size), vec![rank]));
+    if reg.get(&key).is_none_or(|w| w.strong_count() == 0) {
+        reg.insert(key, Arc::downgrade(&c));
     }
-    Member { clique: c, rank }
+    member(c)
 }
 
 /// Post `calls` (each with its member) to their cliques: all are compared

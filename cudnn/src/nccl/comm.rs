@@ -92,9 +92,10 @@ use crate::runtime::{Device, Stream, check_args, check_device, check_stream_thre
 /// roots, and pair every send with a recv of the same size; a program that
 /// does not lets NCCL write past a buffer on the device of another process.
 /// [`check_agreement`](Self::check_agreement) compares a call across all
-/// ranks (one extra collective and a host wait: a debugging aid). Splits,
-/// and communicators from [`from_raw`](Self::from_raw), are not compared
-/// even within this process.
+/// ranks (one extra collective and a host wait: a debugging aid). The
+/// splits of compared communicators are compared too (the ranks of this
+/// process that split with the same color); communicators from
+/// [`from_raw`](Self::from_raw) are not.
 ///
 /// **A failed group poisons non-blocking communicators.** When a group of
 /// non-blocking communicators fails, NCCL keeps them in its error state for
@@ -1045,6 +1046,7 @@ impl Communicator {
     #[doc(alias = "ncclCommSplit")]
     pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Self>> {
         depth::refuse("Communicator::split", WHY_LIFECYCLE)?;
+        let asked = color;
         let color = match color {
             None => sys::NCCL_SPLIT_NOCOLOR,
             Some(c) => c_int::try_from(c)
@@ -1058,6 +1060,10 @@ impl Communicator {
         // release store, before the parent's state leaves ncclInProgress).
         // Until the parent is seen ready this slot is never read nor freed.
         let new: Box<AtomicPtr<sys::ncclComm>> = Box::new(AtomicPtr::new(ptr::null_mut()));
+        // The ranks of this process that split with the same color are
+        // compared like the parent's: registered before NCCL is called
+        // (no rank's split returns before every rank called it).
+        let pending = self.member.as_ref().map(|m| m.split(asked));
         // SAFETY: the communicator is live; `new` is a valid out-pointer
         // that stays valid until NCCL is done with it (it is leaked on
         // every path where that is not known); a null config asks for the
@@ -1111,6 +1117,9 @@ impl Communicator {
             child.mode.set(self.mode.get());
         }
         child.timeout = self.timeout;
+        if let Some(m) = pending.and_then(|p| p.bind(child.rank(), child.size())) {
+            child.member = Some(m);
+        }
         Ok(Some(child))
     }
 

@@ -465,3 +465,45 @@ mod props {
         }
     }
 }
+
+/// Splits of compared communicators are compared: the ranks that split
+/// with the same color share a clique, registered before the split, so a
+/// child that posts before its sibling is bound is still compared; other
+/// colors (and no color) are apart.
+#[test]
+fn unit_clique_splits_compared() {
+    let parents = Clique::all_local(3);
+    // Every rank splits (in the same order); ranks 0 and 2 take color 7,
+    // rank 1 none.
+    let p0 = parents[0].split(Some(7));
+    let p1 = parents[1].split(None);
+    let p2 = parents[2].split(Some(7));
+    assert!(p1.bind(0, 1).is_none(), "no color, no clique");
+    let m0 = p0.bind(0, 2).unwrap();
+    let c0 = ManuallyDrop::new(Communicator::fake_in(NonNull::dangling(), 2, m0));
+    // Rank 0 of the child posts before rank 1 is bound.
+    let mut e = Counting::default();
+    group_of(
+        &mut e,
+        std::slice::from_ref(&c0),
+        vec![(0, bcast::<f32>(8, 0))],
+    )
+    .unwrap();
+    let m1 = p2.bind(1, 2).unwrap();
+    let c1 = ManuallyDrop::new(Communicator::fake_in(NonNull::dangling(), 2, m1));
+    let comms = [c0, c1];
+    let err = group_of(&mut e, &comms, vec![(1, bcast::<f32>(4, 0))]).unwrap_err();
+    assert!(matches!(err, Error::Mismatch { .. }), "{err:?}");
+    group_of(&mut e, &comms, vec![(1, bcast::<f32>(8, 0))]).unwrap();
+    // The next split with the same color is another clique.
+    let q0 = parents[0].split(Some(7));
+    let _q1 = parents[1].split(Some(7));
+    let q0 = q0.bind(0, 2).unwrap();
+    let d0 = ManuallyDrop::new(Communicator::fake_in(NonNull::dangling(), 2, q0));
+    group_of(
+        &mut e,
+        std::slice::from_ref(&d0),
+        vec![(0, bcast::<f32>(1, 0))],
+    )
+    .unwrap();
+}
