@@ -125,6 +125,10 @@ pub struct Communicator {
     /// A group of this non-blocking communicator failed: NCCL keeps it in
     /// its error state for good, so every call is refused (`Drop` aborts).
     poisoned: Cell<bool>,
+    /// NCCL may hold a job of this communicator in this thread's storage
+    /// (a non-blocking call not seen ready): an abort must then run on this
+    /// thread (it joins that job), not on a helper.
+    job_linked: Cell<bool>,
     /// The deadline of this communicator's own polling.
     timeout: Duration,
     /// Its place among the ranks of the same communicator in this process,
@@ -623,7 +627,14 @@ impl Communicator {
     ///
     /// # Safety
     /// `raw` must be a live communicator that nothing else destroys or uses
-    /// concurrently.
+    /// concurrently. When it is non-blocking, NCCL must hold no job of it
+    /// in another thread's storage: its last call was seen complete (a
+    /// query such as `ncclCommCount`, or `ncclCommGetAsyncError` answering
+    /// `ncclSuccess` from NCCL 2.26, made on the thread that issued that
+    /// call; before NCCL 2.19 an empty group on that thread), or that
+    /// thread outlives every use of the returned communicator. Otherwise
+    /// NCCL joins and resets a job record in that thread's storage when the
+    /// communicator is next used or dropped.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a null pointer, [`Error::Nccl`] when
@@ -699,6 +710,7 @@ impl Communicator {
             mode: Cell::new(Mode::Unknown),
             aborted: Cell::new(false),
             poisoned: Cell::new(false),
+            job_linked: Cell::new(false),
             timeout: DEFAULT_COMM_TIMEOUT,
             member: None,
             check_agreement: false,
@@ -721,6 +733,7 @@ impl Communicator {
             mode: Cell::new(Mode::Unknown),
             aborted: Cell::new(false),
             poisoned: Cell::new(false),
+            job_linked: Cell::new(false),
             timeout: DEFAULT_COMM_TIMEOUT,
             member: None,
             check_agreement: false,
@@ -917,11 +930,20 @@ impl Communicator {
     /// Abort now (once); later calls are refused.
     /// The abort is bounded by [`ABORT_LIMIT`] (see [`abort_bounded`]);
     /// `false` when it had not ended by then.
+    /// A communicator whose job NCCL may still hold in this thread's
+    /// storage is aborted on this thread, without a bound: the abort joins
+    /// that job, which only this thread may do safely.
     pub(super) fn abort_now(&self) -> bool {
         if !self.aborted.replace(true) {
-            // SAFETY: live and owned; from here on `aborted` keeps every
-            // path from using `raw` again.
-            return unsafe { abort_bounded(self.raw.as_ptr(), ABORT_LIMIT) };
+            let raw = self.raw.as_ptr();
+            if self.job_linked.get() {
+                // SAFETY: live and owned; from here on `aborted` keeps every
+                // path from using `raw` again.
+                unsafe { abort_raw(raw) };
+                return true;
+            }
+            // SAFETY: as above; no job of it is held by this thread.
+            return unsafe { abort_bounded(raw, ABORT_LIMIT) };
         }
         true
     }
@@ -950,6 +972,9 @@ impl Communicator {
     pub(crate) fn poll(&self, call: &'static str) -> Result<()> {
         let raw = self.live()?;
         let deadline = Deadline::after(self.timeout);
+        // Until seen ready, NCCL may hold the call's job in this thread's
+        // storage (non-blocking communicators).
+        self.job_linked.set(true);
         // SAFETY: `raw` is live.
         let settled = match unsafe { progress::settle(raw, &deadline) } {
             Ok(s) => s,
@@ -962,7 +987,11 @@ impl Communicator {
             }
         };
         match settled {
-            Settled::Ready => Ok(()),
+            Settled::Ready => {
+                // Settled on this thread (progress::release_job).
+                self.job_linked.set(false);
+                Ok(())
+            }
             Settled::Failed(code) => {
                 let e = self.annotate(nccl_error(call, code));
                 self.abort_now();
@@ -1269,25 +1298,37 @@ impl Drop for Communicator {
         );
         // A non-blocking communicator is flushed within its deadline; a
         // blocking one, or one with an error, is aborted (see the type's
-        // docs). Statuses are ignored: Drop must not fail.
+        // docs). Statuses are ignored: Drop must not fail. A settle that
+        // does not end ready may leave NCCL's job of it in this thread's
+        // storage: then the abort runs here (it joins that job).
+        let mut linked = self.job_linked.get();
         let graceful = healthy && self.mode.get() == Mode::NonBlocking && {
             let deadline = Deadline::after(self.timeout);
-            // SAFETY: live and owned; the polls bound the wait.
-            unsafe {
-                matches!(progress::settle(raw, &deadline), Ok(Settled::Ready))
-                    && api.ncclCommFinalize(raw).is_ok_and(|r| {
-                        r == sys::ncclResult_t::ncclSuccess
-                            || (r == sys::ncclResult_t::ncclInProgress
-                                && matches!(progress::settle(raw, &deadline), Ok(Settled::Ready)))
-                    })
-            }
+            let mut ready = || {
+                // SAFETY: live and owned; the polls bound the wait.
+                let r = matches!(
+                    unsafe { progress::settle(raw, &deadline) },
+                    Ok(Settled::Ready)
+                );
+                linked = !r;
+                r
+            };
+            ready()
+                // SAFETY: live, owned and ready.
+                && unsafe { api.ncclCommFinalize(raw) }.is_ok_and(|r| {
+                    r == sys::ncclResult_t::ncclSuccess
+                        || (r == sys::ncclResult_t::ncclInProgress && ready())
+                })
         };
         if graceful {
             // SAFETY: finalized, so destroy does not wait; ownership ends.
             let _ = unsafe { api.ncclCommDestroy(raw) };
+        } else if linked {
+            // SAFETY: live and owned; ownership ends here.
+            unsafe { abort_raw(raw) };
         } else {
             // SAFETY: live and owned; ownership ends here (passed to the
-            // aborting thread).
+            // aborting thread); no job of it is held by this thread.
             let _ = unsafe { abort_bounded(raw, ABORT_LIMIT) };
         }
     }
