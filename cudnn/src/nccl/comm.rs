@@ -91,7 +91,7 @@ use crate::runtime::{Device, Stream, check_args, check_device, check_stream_thre
 /// the same order with the same counts, element types, reductions and
 /// roots, and pair every send with a recv of the same size; a program that
 /// does not lets NCCL write past a buffer on the device of another process.
-/// [`check_agreement`](Self::check_agreement) compares a call across all
+/// [`set_check_agreement`](Self::set_check_agreement) compares each call across all
 /// ranks (one extra collective and a host wait: a debugging aid). The
 /// splits of compared communicators are compared too (the ranks of this
 /// process that split with the same color); communicators from
