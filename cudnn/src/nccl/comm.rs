@@ -74,7 +74,18 @@ pub(crate) use init::{parse_nccl_int, refuse_forced_blocking};
 /// [`wait`](Self::wait), and the polls of non-blocking calls) run it on a
 /// helper thread and wait for it at most 10 s; past that it goes on in
 /// the background and the communicator is abandoned. The explicit
-/// [`abort`](Self::abort) waits for it.
+/// [`abort`](Self::abort) waits for it, and so does the abort of a
+/// non-blocking communicator whose last call did not finish (failed or
+/// timed out while polled): NCCL then holds that call's job in this
+/// thread's storage, and the abort, which joins it, must run on this
+/// thread.
+///
+/// **Non-blocking calls are settled on the calling thread.** NCCL links a
+/// non-blocking launch to the calling thread's job record; every such call
+/// is polled to completion and its job released on the same thread before
+/// it returns (`ncclCommCount` from NCCL 2.19, an empty group before), so
+/// the communicator can move to another thread (it is `Send`) after the
+/// calling thread exits.
 ///
 /// **Counts agree across ranks, or NCCL writes out of bounds.** NCCL never
 /// compares the calls of different ranks: its peer-to-peer transport lets
