@@ -73,6 +73,14 @@ mod imp {
             unit("file_world_size_mismatch_both_sides", file_mismatch),
             unit("file_rank0_alone_times_out_and_cleans_up", file_rank0_alone),
             unit("file_fifo_acknowledgement_does_not_hang", file_fifo_ack),
+            unit(
+                "file_folder_swapped_for_a_link_rank0_touches_nothing_else",
+                file_swapped_folder_rank0,
+            ),
+            unit(
+                "file_folder_that_is_a_link_refused_by_ranks",
+                file_linked_folder_rank1,
+            ),
             can_chown(unit("file_owned_by_another_user_refused", file_other_owner)),
             unit("tcp_world_size_mismatch_process", tcp_world_mismatch),
             host("launch_without_gpu_says_so", launch_without_gpu),
@@ -83,7 +91,7 @@ mod imp {
                 rendezvous_processes("tcp", None)
             }),
             host("rendezvous_tcp_token_three_processes", || {
-                rendezvous_processes("tcp", Some("job-secret-42"))
+                rendezvous_processes("tcp", Some("job-secret-42-0123456789abcdef0123"))
             }),
         ]);
     }
@@ -677,6 +685,98 @@ mod imp {
             files_in(&dir)
         );
         let _ = std::fs::remove_dir_all(dir);
+        Ok(())
+    }
+
+    // -------------------------------------------- file, a folder swapped
+
+    /// The attack on rank 0: once rank 0 made its private folder,
+    /// someone who may write the shared folder renames it away and puts a
+    /// symbolic link to another folder of the user in its place. Before the
+    /// fix rank 0 then wrote its `abort` note into that folder and, finding
+    /// no acknowledgement there, emptied it (a checkpoint was deleted). Now
+    /// it works through the descriptor of the folder it made: the other
+    /// folder is untouched, the link is left alone, and the note went into
+    /// rank 0's own (moved) folder.
+    fn file_swapped_folder_rank0() -> TestResult {
+        let base = scratch("swap-rank0");
+        let shared = base.join("shared");
+        let victim = base.join("victim");
+        let moved = base.join("moved");
+        std::fs::create_dir(&shared)?;
+        std::fs::create_dir(&victim)?;
+        std::fs::write(victim.join("checkpoint.pt"), "weights")?;
+        let path = shared.join("job.id");
+        let h0 = {
+            let r = Rendezvous::File(path.clone());
+            std::thread::spawn(move || {
+                launch::exchange(
+                    &r,
+                    Ranks::new(0, 2).unwrap(),
+                    Duration::from_millis(1500),
+                    || Ok(fixed(1)),
+                )
+            })
+        };
+        let start = Instant::now();
+        while !path.exists() {
+            ensure!(start.elapsed() < Duration::from_secs(5), "no id file");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let job = std::fs::read_to_string(&path)?
+            .split(' ')
+            .nth(2)
+            .unwrap_or_default()
+            .to_string();
+        let folder = shared.join(format!("job.id.{job}.d"));
+        std::fs::rename(&folder, &moved)?;
+        std::os::unix::fs::symlink(&victim, &folder)?;
+        let e = h0.join().unwrap().unwrap_err().to_string();
+        ensure!(e.contains("timed out"), "{e}");
+        ensure!(
+            files_in(&victim) == ["checkpoint.pt"],
+            "rank 0 touched the folder the link points to: {:?}",
+            files_in(&victim)
+        );
+        ensure!(
+            std::fs::read_to_string(victim.join("checkpoint.pt"))? == "weights",
+            "the checkpoint changed"
+        );
+        ensure!(
+            std::fs::symlink_metadata(&folder)?.file_type().is_symlink(),
+            "the link was removed"
+        );
+        ensure!(!path.exists(), "the id file stayed");
+        // Rank 0 emptied its own folder (where it is now), not the link.
+        ensure!(files_in(&moved).is_empty(), "{:?}", files_in(&moved));
+        let _ = std::fs::remove_dir_all(base);
+        Ok(())
+    }
+
+    /// A rank finds the job's folder to be a symbolic link (to a folder of
+    /// its own user, mode 0700): it refuses, naming the link, and writes
+    /// nothing where the link points.
+    fn file_linked_folder_rank1() -> TestResult {
+        let base = scratch("swap-rank1");
+        let victim = base.join("victim");
+        std::fs::create_dir(&victim)?;
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o700))?;
+        let job = "0123456789abcdef0123456789abcdef";
+        std::os::unix::fs::symlink(&victim, base.join(format!("job.id.{job}.d")))?;
+        std::fs::write(
+            base.join("job.id"),
+            format!("CUDNNRS3 2 {job} {}\n", fixed(3)),
+        )?;
+        let (e, _) = rank_of(
+            &Rendezvous::File(base.join("job.id")),
+            1,
+            2,
+            Duration::from_secs(2),
+        );
+        let e = e.unwrap_err().to_string();
+        ensure!(e.contains("symbolic link"), "{e}");
+        ensure!(files_in(&victim).is_empty(), "{:?}", files_in(&victim));
+        let _ = std::fs::remove_dir_all(base);
         Ok(())
     }
 }

@@ -33,7 +33,8 @@ mod imp {
     use std::net::{TcpListener, TcpStream};
     use std::time::{Duration, Instant};
 
-    use cudnn::nccl::launch::{Rendezvous, Token};
+    use cudnn::Error;
+    use cudnn::nccl::launch::{self, Rendezvous, Token};
 
     use crate::ensure;
     use crate::rendezvous::{fixed, free_port, held, on_free_port, rank_of, rank_thread, tcp};
@@ -50,6 +51,11 @@ mod imp {
             unit("tcp_deadline_passes_during_connect", tcp_connect_hangs),
             unit("tcp_unresolvable_name_retries", tcp_unresolvable),
             unit("tcp_binds_the_given_address_only", tcp_binds_given),
+            unit(
+                "tcp_peer_without_the_token_learns_no_mac",
+                tcp_no_mac_before_proof,
+            ),
+            unit("tcp_short_token_refused", tcp_short_token),
         ]);
     }
 
@@ -66,7 +72,7 @@ mod imp {
 
     /// A hello: magic, rank, size, token flag, nonce.
     fn hello(rank: u32, size: u32, flag: u8) -> Vec<u8> {
-        let mut h = b"CUDNNRS3".to_vec();
+        let mut h = b"CUDNNRS4".to_vec();
         h.extend_from_slice(&rank.to_be_bytes());
         h.extend_from_slice(&size.to_be_bytes());
         h.push(flag);
@@ -112,9 +118,19 @@ mod imp {
         if status[0] == 1 {
             return Err(refusal(&mut c));
         }
-        let mut challenge = [0u8; 48];
-        c.read_exact(&mut challenge).map_err(|e| e.to_string())?;
+        // Rank 0's nonce, then this peer proves first (zeros).
+        let mut nonce = [0u8; 16];
+        c.read_exact(&mut nonce).map_err(|e| e.to_string())?;
         let _ = c.write_all(&[0u8; 32]);
+        if c.read_exact(&mut status).is_err() {
+            return Err("closed".into());
+        }
+        if status[0] == 2 {
+            return Err("wrong proof".into());
+        }
+        // Rank 0's own proof, then its answer.
+        let mut proof = [0u8; 32];
+        c.read_exact(&mut proof).map_err(|e| e.to_string())?;
         if c.read_exact(&mut status).is_err() {
             return Err("closed".into());
         }
@@ -211,25 +227,29 @@ mod imp {
 
     fn tcp_token_on(port: u16) -> TestResult {
         let r = tcp(port);
-        let tok = Token::new("s3cret")?;
+        let tok = Token::new("s3cret-0123456789abcdef0123456789ab")?;
         let t = Duration::from_secs(20);
         let h0 = rank_thread(&r, 0, 3, t, Some(tok.clone()));
         // A hello without a token is told rank 0 requires one.
         let e = ask(port, &hello(1, 3, 0)).unwrap_err();
         ensure!(e.contains("requires one"), "no token: {e}");
-        // A hello claiming a token, then a proof of zeros: dropped.
+        // A hello claiming a token, then a proof of zeros: told its proof
+        // is wrong, and nothing keyed by the token comes back.
         let e = ask(port, &hello(1, 3, 1)).unwrap_err();
-        ensure!(e == "closed", "a proof of zeros: {e}");
-        // Ranks with another token reject rank 0 (it cannot prove theirs),
-        // at once.
-        for other in ["s3creT", "s3cre", "s3crets"] {
+        ensure!(e == "wrong proof", "a proof of zeros: {e}");
+        // Ranks with another token prove first and are refused, at once.
+        for other in [
+            "s3cret-0123456789abcdef0123456789aB",
+            "s3cret-0123456789abcdef0123456789a",
+            "s3cret-0123456789abcdef0123456789abc",
+        ] {
             let start = Instant::now();
             let e = rank_thread(&r, 1, 3, t, Some(Token::new(other)?))
                 .join()
                 .unwrap()
                 .unwrap_err()
                 .to_string();
-            ensure!(e.contains("failed to prove"), "{other}: {e}");
+            ensure!(e.contains("refused this rank's proof"), "{other}: {e}");
             ensure!(start.elapsed() < Duration::from_secs(3), "{other}: slow");
         }
         // A rank without the token is refused and told why.
@@ -378,6 +398,94 @@ mod imp {
         let e = e.unwrap_err().to_string();
         ensure!(e.contains("cannot listen on 192.0.2.1"), "{e}");
         ensure!(took < Duration::from_secs(1), "{took:?}");
+        Ok(())
+    }
+
+    // ------------------------------------------------- tcp, the token's MAC
+
+    fn tcp_no_mac_before_proof() -> TestResult {
+        on_free_port(tcp_no_mac_before_proof_on)
+    }
+
+    /// The attack: a peer that does not know the token connects,
+    /// claims a token and sends a proof of its own. Before the fix rank 0
+    /// answered with its HMAC over the peer's nonce (32 bytes after its
+    /// own nonce), which a two-character token was recovered from offline.
+    /// Now all that comes back is the nonce and the refusal of the proof:
+    /// 18 bytes, nothing keyed by the token, whatever the peer sends.
+    fn tcp_no_mac_before_proof_on(port: u16) -> TestResult {
+        let tok = Token::new("no-mac-0123456789abcdef0123456789")?;
+        let r = tcp(port);
+        let h0 = rank_thread(&r, 0, 2, Duration::from_secs(20), Some(tok.clone()));
+        for attempt in 0..3u8 {
+            let mut c = connect(port);
+            c.set_read_timeout(Some(Duration::from_secs(5)))?;
+            let mut h = hello(1, 2, 1);
+            // The peer chooses its nonce (as an attacker would).
+            for b in h.iter_mut().skip(17) {
+                *b = attempt;
+            }
+            c.write_all(&h)?;
+            c.write_all(&[attempt; 32])?;
+            let mut all = Vec::new();
+            let _ = c.read_to_end(&mut all);
+            ensure!(
+                all.len() == 18 && all[0] == 0 && all[17] == 2,
+                "attempt {attempt}: rank 0 sent {} bytes: {all:?}",
+                all.len()
+            );
+        }
+        // A rank with the token is served all the same.
+        let id = rank_thread(&r, 1, 2, Duration::from_secs(20), Some(tok))
+            .join()
+            .unwrap()?;
+        ensure!(id == h0.join().unwrap()?, "the id");
+        Ok(())
+    }
+
+    /// A token of fewer than 32 bytes (128 bits as hex digits) is refused,
+    /// the error naming it and its length in bytes; 32 bytes pass, and so
+    /// does a generated one.
+    fn tcp_short_token() -> TestResult {
+        for short in ["", "a", "ab", "0123456789abcdef0123456789abcde"] {
+            match Token::new(short) {
+                Err(Error::InvalidArgument { arg, value, .. }) => {
+                    ensure!(arg == "token", "{arg}");
+                    ensure!(value == format!("{} bytes", short.len()), "{value}");
+                }
+                other => return Err(format!("{short:?}: {other:?}").into()),
+            }
+        }
+        Token::new("0123456789abcdef0123456789abcdef")?;
+        let g = Token::generate()?;
+        ensure!(
+            g.expose().len() == 32 && g.expose().bytes().all(|b| b.is_ascii_hexdigit()),
+            "generated: {} bytes",
+            g.expose().len()
+        );
+        ensure!(Token::generate()? != g, "two generated tokens are equal");
+        // Through the environment the variable is named.
+        let vars = [
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("LOCAL_RANK", "0"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "29500"),
+            ("CUDNN_RS_RENDEZVOUS_TOKEN", "ab"),
+        ];
+        let e = launch::LaunchEnv::from_vars(|k: &str| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
+        .unwrap_err();
+        match e {
+            Error::InvalidArgument { arg, value, .. } => {
+                ensure!(arg == "CUDNN_RS_RENDEZVOUS_TOKEN", "{arg}");
+                ensure!(value == "2 bytes", "{value}");
+            }
+            other => return Err(format!("{other:?}").into()),
+        }
         Ok(())
     }
 }

@@ -218,7 +218,8 @@ mod imp {
             "CUDNN_RS_RENDEZVOUS" => address().boxed(),
             "CUDNN_RS_RENDEZVOUS_TIMEOUT" => timeout().boxed(),
             "CUDNN_RS_RENDEZVOUS_TOKEN" => prop_oneof![
-                3 => "[a-z0-9]{0,8}",
+                1 => "[a-z0-9]{0,8}",
+                1 => "[a-z0-9]{30,34}",
                 1 => (250usize..260).prop_map(|n| "t".repeat(n)),
             ]
             .boxed(),
@@ -274,7 +275,10 @@ mod imp {
                     v.push(("CUDNN_RS_RENDEZVOUS_TIMEOUT", "12.5".into()));
                 }
                 if token {
-                    v.push(("CUDNN_RS_RENDEZVOUS_TOKEN", "job-7".into()));
+                    v.push((
+                        "CUDNN_RS_RENDEZVOUS_TOKEN",
+                        "job-7-0123456789abcdef0123456789abcdef".into(),
+                    ));
                 }
                 v
             });
@@ -312,7 +316,7 @@ mod imp {
             "MASTER_PORT" => "29500",
             "CUDNN_RS_RENDEZVOUS" => "tcp://127.0.0.1:29500",
             "CUDNN_RS_RENDEZVOUS_TIMEOUT" => "5",
-            "CUDNN_RS_RENDEZVOUS_TOKEN" => "t",
+            "CUDNN_RS_RENDEZVOUS_TOKEN" => "t0123456789abcdef0123456789abcdef",
             _ => "0",
         };
         v.to_string()
@@ -587,7 +591,12 @@ mod imp {
                             Err(Error::InvalidArgument { arg, value, .. }) if !ok => {
                                 let n = t.chars().count();
                                 if arg != "unique id text"
-                                    || (n != 256 && value != format!("{n} characters"))
+                                    || (n != 256
+                                        && value
+                                            != format!(
+                                                "{n} characters ({} bytes of text)",
+                                                t.len()
+                                            ))
                                 {
                                     return Err(fail(format!("{text:?}: {arg} {value}")));
                                 }
@@ -612,13 +621,19 @@ mod imp {
     }
 
     fn fuzz_tokens(runner: &mut TestRunner) -> Result<(), String> {
-        let s = prop_oneof!["\\PC{0,8}", "[a-z]{250,262}", Just(String::new())];
+        let s = prop_oneof![
+            "\\PC{0,8}",
+            "\\PC{28,36}",
+            "[a-z]{30,34}",
+            "[a-z]{250,262}",
+            Just(String::new())
+        ];
         runner
             .run(&s, |text| {
                 let r = call("Token::new", || Token::new(text.clone()))?;
                 match r {
                     Ok(t) => {
-                        if text.is_empty() || text.len() > 256 {
+                        if text.len() < 32 || text.len() > 256 {
                             return Err(fail(format!("{} bytes accepted", text.len())));
                         }
                         if text.len() >= 3
@@ -628,9 +643,13 @@ mod imp {
                             return Err(fail(format!("Debug shows {text:?}")));
                         }
                     }
-                    Err(Error::InvalidArgument { arg, .. }) if arg == "token" => {
-                        if !(text.is_empty() || text.len() > 256) {
+                    Err(Error::InvalidArgument { arg, value, .. }) if arg == "token" => {
+                        if !(text.len() < 32 || text.len() > 256) {
                             return Err(fail(format!("{text:?} refused")));
+                        }
+                        // The length is counted in bytes, and said so.
+                        if value != format!("{} bytes", text.len()) {
+                            return Err(fail(format!("{text:?}: value {value:?}")));
                         }
                     }
                     Err(e) => return Err(fail(format!("untyped {e:?}"))),
@@ -887,7 +906,7 @@ mod imp {
 
     /// Magic, rank, size, token flag, nonce; then, optionally, a proof.
     fn hello(rank: u32, size: u32, flag: u8, nonce: &[u8], proof: Option<&[u8]>) -> Vec<u8> {
-        let mut h = b"CUDNNRS3".to_vec();
+        let mut h = b"CUDNNRS4".to_vec();
         h.extend_from_slice(&rank.to_be_bytes());
         h.extend_from_slice(&size.to_be_bytes());
         h.push(flag);
@@ -919,7 +938,7 @@ mod imp {
             host: "127.0.0.1".into(),
             port,
         };
-        let tok = Token::new("fuzz-token")?;
+        let tok = Token::new("fuzz-token-0123456789abcdef0123456789")?;
         let server = {
             let (r, tok) = (r.clone(), tok.clone());
             std::thread::spawn(move || {
@@ -959,10 +978,15 @@ mod imp {
                 let a = call("ask", || ask(port, &bytes))?
                     .map_err(|e| fail(format!("connect: {e}")))?;
                 // No random proof holds the token: at most rank 0's
-                // challenge (status 0, nonce, proof) comes back, never an
-                // answer after it.
-                if a.first() == Some(&0) && a.len() > 49 {
+                // challenge (status 0, nonce) and its refusal of the proof
+                // (one byte) come back; never anything keyed by the token
+                // (its proof, an answer).
+                // (A refusal, status 1, is plain text and carries no MAC.)
+                if a.first() == Some(&0) && a.len() > 1 + 16 + 1 {
                     return Err(fail(format!("{bytes:?} got past the proof: {a:?}")));
+                }
+                if a.first() == Some(&0) && a.len() == 18 && a.last() != Some(&2) {
+                    return Err(fail(format!("{bytes:?}: not the refusal: {a:?}")));
                 }
                 *answers.borrow_mut().entry(a.first().copied()).or_default() += 1;
                 Ok(())

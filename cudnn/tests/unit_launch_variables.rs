@@ -87,12 +87,18 @@ mod imp {
             ("LOCAL_WORLD_SIZE", "2"),
             ("MASTER_ADDR", "node7"),
             ("MASTER_PORT", "29500"),
-            ("CUDNN_RS_RENDEZVOUS_TOKEN", "hush"),
+            (
+                "CUDNN_RS_RENDEZVOUS_TOKEN",
+                "hush-0123456789abcdef0123456789abcdef",
+            ),
         ]))?;
         ensure!(e.ranks.rank() == 3 && e.ranks.size() == 8, "{e:?}");
         ensure!(e.local_rank == 1 && e.local_world_size == Some(2), "{e:?}");
         ensure!(e.rendezvous == Some(tcp_host("node7", 29500)), "{e:?}");
-        ensure!(e.token == Some(Token::new("hush")?), "token");
+        ensure!(
+            e.token == Some(Token::new("hush-0123456789abcdef0123456789abcdef")?),
+            "token"
+        );
         ensure!(
             !format!("{e:?}").contains("hush"),
             "Debug shows the token: {e:?}"
@@ -213,6 +219,19 @@ mod imp {
             ("CUDNN_RS_RENDEZVOUS", "/x"),
             ("CUDNN_RS_RENDEZVOUS_TOKEN", ""),
         ]);
+        // 31 bytes: one short of 128 bits as hex digits.
+        let token_short = with(&[
+            ("CUDNN_RS_RENDEZVOUS", "/x"),
+            (
+                "CUDNN_RS_RENDEZVOUS_TOKEN",
+                "0123456789abcdef0123456789abcde",
+            ),
+        ]);
+        // Two characters of two bytes each: 4 bytes, counted as bytes.
+        let token_utf8 = with(&[
+            ("CUDNN_RS_RENDEZVOUS", "/x"),
+            ("CUDNN_RS_RENDEZVOUS_TOKEN", "éé"),
+        ]);
         let long = "t".repeat(257);
         let token_long: Vec<(&str, &str)> = two
             .iter()
@@ -229,6 +248,20 @@ mod imp {
                 "got 2",
             ),
             (&[("RANK", "0"), ("WORLD_SIZE", "0")], "WORLD_SIZE", "got 0"),
+            // An invalid world size with no rank is blamed on the world size
+            // (it was blamed on the missing RANK).
+            (&[("WORLD_SIZE", "0")], "WORLD_SIZE", "got 0"),
+            (
+                &[("WORLD_SIZE", "2147483648")],
+                "WORLD_SIZE",
+                "got 2147483648",
+            ),
+            (
+                &[("OMPI_COMM_WORLD_SIZE", "0")],
+                "OMPI_COMM_WORLD_SIZE",
+                "got 0",
+            ),
+            (&[("SLURM_NTASKS", "0")], "SLURM_NTASKS", "got 0"),
             // 2^32 is a fine usize but no NCCL world size: WORLD_SIZE is wrong.
             (
                 &[("RANK", "0"), ("WORLD_SIZE", "4294967296")],
@@ -329,6 +362,8 @@ mod imp {
             (&port_zero, "MASTER_PORT", "\"0\""),
             (&token_empty, "CUDNN_RS_RENDEZVOUS_TOKEN", "0 bytes"),
             (&token_long, "CUDNN_RS_RENDEZVOUS_TOKEN", "257 bytes"),
+            (&token_short, "CUDNN_RS_RENDEZVOUS_TOKEN", "31 bytes"),
+            (&token_utf8, "CUDNN_RS_RENDEZVOUS_TOKEN", "4 bytes"),
             (
                 &[("CUDNN_RS_RENDEZVOUS", "")],
                 "CUDNN_RS_RENDEZVOUS",
@@ -440,10 +475,25 @@ mod imp {
 
     fn unique_id_text() -> TestResult {
         let e = "ab".parse::<UniqueId>().unwrap_err();
-        ensure!(e.to_string().contains("2 characters"), "{e}");
-        // 128 two-byte characters: 256 bytes but 128 characters.
+        ensure!(
+            e.to_string().contains("2 characters (2 bytes of text)"),
+            "{e}"
+        );
+        // 128 two-byte characters: 256 bytes but 128 characters, each
+        // named as what it is.
         let e = "é".repeat(128).parse::<UniqueId>().unwrap_err();
-        ensure!(e.to_string().contains("128 characters"), "{e}");
+        ensure!(
+            e.to_string().contains("128 characters (256 bytes of text)"),
+            "{e}"
+        );
+        // 100 three-byte characters around whitespace, which is not counted.
+        let e = format!("  {}\n", "€".repeat(100))
+            .parse::<UniqueId>()
+            .unwrap_err();
+        ensure!(
+            e.to_string().contains("100 characters (300 bytes of text)"),
+            "{e}"
+        );
         // 256 characters, one of them not ASCII: its character offset.
         let mut text = "0".repeat(255);
         text.insert(10, 'é');

@@ -2,6 +2,7 @@
 //! the communicator's stream order. (Several calls launched together go
 //! through [`group`](super::group).)
 
+use super::clique;
 use super::comm::Communicator;
 use super::depth;
 use super::op::{Call, NcclType, ReduceOp};
@@ -15,7 +16,26 @@ use crate::runtime::{DeviceSlice, DeviceSliceMut, Stream};
 /// method and were checked against its counts.
 unsafe fn issue(comm: &Communicator, call: Call, stream: &Stream) -> Result<()> {
     comm.check_stream(stream)?;
+    comm.live()?;
+    if comm.checks_agreement() {
+        comm.agree_across(&call, stream)?;
+    }
+    // SAFETY: as this function's caller guarantees.
+    unsafe { issue_checked(comm, call, stream) }
+}
+
+/// [`issue`] without the opt-in comparison across processes.
+///
+/// # Safety
+/// As [`issue`].
+pub(super) unsafe fn issue_checked(comm: &Communicator, call: Call, stream: &Stream) -> Result<()> {
+    comm.check_stream(stream)?;
     let raw = comm.live()?;
+    // Compared with the same call of the ranks in this process (calls of
+    // 0 elements too, so the positions stay in step), before NCCL sees it.
+    if let Some(m) = comm.member() {
+        clique::post(&[(m, &call)])?;
+    }
     if call.count() == 0 {
         return Ok(());
     }
@@ -23,7 +43,20 @@ unsafe fn issue(comm: &Communicator, call: Call, stream: &Stream) -> Result<()> 
     // stream is borrowed for the call. Device memory is freed only after
     // queued work (cudaFree synchronizes; stream-ordered frees are ordered
     // after it).
-    let r = unsafe { call.launch(raw, stream.as_raw()) }?;
+    let r = unsafe { call.launch(raw, stream.as_raw()) };
+    let r = match r {
+        Ok(r) => r,
+        Err(e) => {
+            comm.out_of_step(&call);
+            return Err(e);
+        }
+    };
+    if r != crate::sys::nccl::ncclResult_t::ncclSuccess
+        && r != crate::sys::nccl::ncclResult_t::ncclInProgress
+    {
+        // Posted, not launched: the ranks of this process are out of step.
+        comm.out_of_step(&call);
+    }
     comm.finish(call.op.nccl_name(), r)
         .map_err(|e| e.with_context(call.describe()))
 }

@@ -9,11 +9,16 @@ use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::time::Duration;
 
+use super::clique::Member;
 use super::depth::{self, WHY_LIFECYCLE};
+
+mod init;
 use super::progress::{self, DEFAULT_COMM_TIMEOUT, Deadline, Settled};
-use super::{Ranks, UniqueId, api, nccl_call, sys, text};
+use super::{Ranks, api, nccl_call, sys, text};
 use crate::error::{Error, Result};
 use crate::runtime::{Device, Stream, check_args, check_device, check_stream_thread};
+#[cfg(test)]
+pub(crate) use init::{parse_nccl_int, refuse_forced_blocking};
 
 /// One rank of an NCCL communicator, bound to one device (`ncclComm_t`).
 ///
@@ -63,7 +68,54 @@ use crate::runtime::{Device, Stream, check_args, check_device, check_stream_thre
 /// finished is abandoned then (peers waiting on it fail or time out), so
 /// for an orderly exit wait for the work ([`wait`](Self::wait) or a stream
 /// synchronize) and call [`destroy`](Self::destroy) or
-/// [`finalize`](Self::finalize), which report errors.
+/// [`finalize`](Self::finalize), which report errors. `ncclCommAbort`
+/// itself can wait without end (behind work queued on a stream that
+/// another, stuck communicator shares), so `Drop` (and
+/// [`wait`](Self::wait), and the polls of non-blocking calls) run it on a
+/// helper thread and wait for it at most 10 s; past that it goes on in
+/// the background and the communicator is abandoned. The explicit
+/// [`abort`](Self::abort) waits for it, and so does the abort of a
+/// non-blocking communicator whose last call did not finish (failed or
+/// timed out while polled): NCCL then holds that call's job in this
+/// thread's storage, and the abort, which joins it, must run on this
+/// thread.
+///
+/// **Non-blocking calls are settled on the calling thread.** NCCL links a
+/// non-blocking launch to the calling thread's job record; every such call
+/// is polled to completion and its job released on the same thread before
+/// it returns (`ncclCommCount` from NCCL 2.19, an empty group before), so
+/// the communicator can move to another thread (it is `Send`) after the
+/// calling thread exits.
+///
+/// **Counts agree across ranks, or NCCL writes out of bounds.** NCCL never
+/// compares the calls of different ranks: its peer-to-peer transport lets
+/// a sender write up to *its own* count into the receiver's buffer (a
+/// broadcast whose root sends more than a rank receives, a send larger than
+/// its recv). For ranks in this process (made by [`init_all`](Self::init_all),
+/// or by [`init_rank`](Self::init_rank) / [`init_rank_timeout`](Self::init_rank_timeout)
+/// with one id from several threads) the crate compares every call before
+/// NCCL sees it: the n-th collective of each rank must agree in kind,
+/// element type, count, reduction and root, and the n-th send from rank a
+/// to rank b must have the size in bytes of the n-th recv of b from a. The
+/// rank that calls second gets [`Error::Mismatch`] and launches nothing (the
+/// first one's call then waits for a partner: bound it with
+/// [`wait`](Self::wait)). A call that was compared but not launched (NCCL
+/// refused it, its group failed) puts these ranks out of step: every later
+/// call of any of them is refused (make new communicators). **Across
+/// processes nothing is compared**: every rank must make the same calls in
+/// the same order with the same counts, element types, reductions and
+/// roots, and pair every send with a recv of the same size; a program that
+/// does not lets NCCL write past a buffer on the device of another process.
+/// [`set_check_agreement`](Self::set_check_agreement) compares each call across all
+/// ranks (one extra collective and a host wait: a debugging aid). The
+/// splits of compared communicators are compared too (the ranks of this
+/// process that split with the same color); communicators from
+/// [`from_raw`](Self::from_raw) are not.
+///
+/// **A failed group poisons non-blocking communicators.** When a group of
+/// non-blocking communicators fails, NCCL keeps them in its error state for
+/// good; they are marked ([`is_poisoned`](Self::is_poisoned)) and refuse
+/// every further call (abort or drop them).
 ///
 /// **Splits sharing resources.** When a parent shares its resources with
 /// its splits (NCCL decides that from the *parent's* configuration:
@@ -85,8 +137,22 @@ pub struct Communicator {
     mode: Cell<Mode>,
     /// Aborted: `raw` is gone.
     aborted: Cell<bool>,
+    /// A group of this non-blocking communicator failed: NCCL keeps it in
+    /// its error state for good, so every call is refused (`Drop` aborts).
+    poisoned: Cell<bool>,
+    /// NCCL may hold a job of this communicator in this thread's storage
+    /// (a non-blocking call not seen ready): an abort must then run on this
+    /// thread (it joins that job), not on a helper.
+    job_linked: Cell<bool>,
     /// The deadline of this communicator's own polling.
     timeout: Duration,
+    /// Its place among the ranks of the same communicator in this process,
+    /// whose calls are compared before NCCL sees them (`clique`); `None`
+    /// when not known (`from_raw`, splits).
+    member: Option<Member>,
+    /// Compare each direct call with every rank's before issuing it
+    /// (`set_check_agreement`).
+    check_agreement: bool,
 }
 
 /// Whether NCCL answers a communicator's calls at once or `ncclInProgress`.
@@ -122,6 +188,11 @@ impl fmt::Debug for Communicator {
             .finish()
     }
 }
+
+/// The longest this crate waits for `ncclCommAbort` where it promises a
+/// bounded wait (`Drop`, [`Communicator::wait`], the polls of non-blocking
+/// calls); past it the abort goes on in the background.
+pub(crate) const ABORT_LIMIT: Duration = Duration::from_secs(10);
 
 /// `NCCL_CONFIG_INITIALIZER` of the bindings' header, with `blocking` set.
 pub(crate) fn config(blocking: bool) -> sys::ncclConfig_t {
@@ -164,6 +235,45 @@ pub(super) fn nccl_error(call: &'static str, code: sys::ncclResult_t) -> Error {
     }
 }
 
+/// A communicator handle that may cross to the thread that aborts it.
+struct SendComm(sys::ncclComm_t);
+// SAFETY: NCCL lets any thread use a communicator, one at a time; the
+// handle is moved to exactly one thread, which is then its only user.
+unsafe impl Send for SendComm {}
+
+/// Abort `raw` on a helper thread and wait for that at most `limit`:
+/// `ncclCommAbort` can itself wait without end (behind work queued on a
+/// stream that another, stuck communicator shares; for the proxy of a dead
+/// peer). Past `limit` the abort goes on in the background and this
+/// returns `false`: the communicator is abandoned (never used again), and
+/// its memory is reclaimed only if the abort ends. Without a thread (none
+/// can be started) the abort runs here.
+///
+/// # Safety
+/// `raw` is a live communicator that nothing else uses or destroys, now or
+/// later.
+pub(crate) unsafe fn abort_bounded(raw: sys::ncclComm_t, limit: Duration) -> bool {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let c = SendComm(raw);
+    let spawned = std::thread::Builder::new()
+        .name("cudnn-nccl-abort".into())
+        .spawn(move || {
+            let c = c;
+            // SAFETY: as the caller guarantees; this thread is the
+            // communicator's only user from here on.
+            unsafe { abort_raw(c.0) };
+            let _ = tx.send(());
+        });
+    match spawned {
+        Ok(_) => rx.recv_timeout(limit).is_ok(),
+        Err(_) => {
+            // SAFETY: as the caller guarantees.
+            unsafe { abort_raw(raw) };
+            true
+        }
+    }
+}
+
 /// Abort a communicator no wrapper owns; the status is ignored (the error
 /// that matters is the caller's).
 ///
@@ -177,217 +287,6 @@ unsafe fn abort_raw(raw: sys::ncclComm_t) {
 }
 
 impl Communicator {
-    /// Rank `rank` of a `size`-rank communicator named by `id`, on the
-    /// current device (`ncclCommInitRank`). Every rank must call this with
-    /// the same `id` and `size`; the call returns once all have joined (it
-    /// waits for them without a deadline: see
-    /// [`init_rank_timeout`](Self::init_rank_timeout)).
-    ///
-    /// # Errors
-    /// [`Error::InGroup`] inside a [`group`](super::group);
-    /// [`Error::InvalidArgument`] when `size` is 0 or `rank >= size` (before
-    /// NCCL is called); [`Error::Nccl`] naming the rank when NCCL fails (no
-    /// device, the other ranks never came).
-    #[doc(alias = "ncclCommInitRank")]
-    pub fn init_rank(id: &UniqueId, rank: usize, size: usize) -> Result<Self> {
-        depth::refuse("Communicator::init_rank", WHY_LIFECYCLE)?;
-        Ranks::new(rank, size)?;
-        let api = api()?;
-        let mut raw: sys::ncclComm_t = ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer; rank and size were checked
-        // and fit c_int (Ranks::new); the id is passed by value.
-        unsafe {
-            nccl_call!(
-                api,
-                ncclCommInitRank(&mut raw, size as c_int, id.as_raw(), rank as c_int)
-            )
-        }
-        .map_err(|e| with_rank(e, rank))?;
-        // SAFETY: NCCL returned a live communicator that we now own.
-        match unsafe { Self::from_raw(raw) } {
-            Ok(c) => {
-                c.known_blocking();
-                Ok(c)
-            }
-            Err(e) => {
-                if !raw.is_null() {
-                    // SAFETY: NCCL made it and no wrapper owns it (from_raw
-                    // leaves ownership with the caller on error).
-                    unsafe { abort_raw(raw) };
-                }
-                Err(with_rank(e, rank))
-            }
-        }
-    }
-
-    /// [`init_rank`](Self::init_rank) with a deadline: a *non-blocking*
-    /// communicator (`ncclCommInitRankConfig` with `blocking = 0`) whose
-    /// initialisation is polled until it is ready. When `timeout` passes
-    /// first (a peer never came, or died), it is aborted and
-    /// [`Error::Timeout`] returned. The communicator keeps `timeout` as its
-    /// own [`timeout`](Self::timeout) (see the type's docs on non-blocking
-    /// communicators and `Drop`).
-    ///
-    /// # Errors
-    /// As [`init_rank`](Self::init_rank); [`Error::NoDevice`] (or
-    /// [`Error::Cuda`]) when no device is current, before NCCL is called;
-    /// [`Error::Timeout`] at the deadline; [`Error::MissingSymbol`] with an
-    /// NCCL older than 2.14.
-    #[doc(alias = "ncclCommInitRankConfig")]
-    pub fn init_rank_timeout(
-        id: &UniqueId,
-        rank: usize,
-        size: usize,
-        timeout: Duration,
-    ) -> Result<Self> {
-        depth::refuse("Communicator::init_rank_timeout", WHY_LIFECYCLE)?;
-        Ranks::new(rank, size)?;
-        let api = api()?;
-        // NCCL opens a group inside ncclCommInitRankConfig and, when
-        // cudaGetDevice fails there, returns without closing it (NCCL
-        // 2.32.3), leaving later calls on this thread deferred. So the
-        // device is checked here first.
-        if Device::count()? == 0 {
-            return Err(Error::NoDevice {
-                reason: "cudaGetDeviceCount reported 0 devices".into(),
-            });
-        }
-        Device::current()?;
-        let deadline = Deadline::after(timeout);
-        let mut cfg = config(false);
-        let mut raw: sys::ncclComm_t = ptr::null_mut();
-        // SAFETY: `raw` and `cfg` are valid for the call (NCCL copies the
-        // config before returning and writes `raw` before returning); rank
-        // and size were checked and fit c_int; the id is passed by value.
-        let r = unsafe {
-            api.ncclCommInitRankConfig(
-                &mut raw,
-                size as c_int,
-                id.as_raw(),
-                rank as c_int,
-                &mut cfg,
-            )
-        }?;
-        let call = "ncclCommInitRankConfig";
-        if r != sys::ncclResult_t::ncclSuccess && r != sys::ncclResult_t::ncclInProgress {
-            if !raw.is_null() {
-                // SAFETY: NCCL made it and nothing else owns it.
-                unsafe { abort_raw(raw) };
-            } else if r == sys::ncclResult_t::ncclUnhandledCudaError {
-                // The early return above, should the device have gone away
-                // since the check: close the group NCCL left open (no group
-                // of this crate is open on this thread: refused above; with
-                // none open NCCL answers ncclInvalidUsage and does nothing).
-                // SAFETY: takes no arguments.
-                let _ = unsafe { api.ncclGroupEnd() };
-            }
-            return Err(with_rank(nccl_error(call, r), rank));
-        }
-        let Some(nn) = NonNull::new(raw) else {
-            return Err(with_rank(
-                nccl_error(call, sys::ncclResult_t::ncclInternalError),
-                rank,
-            ));
-        };
-        // SAFETY: `raw` is live and ours.
-        let settled = unsafe { progress::settle(raw, &deadline) };
-        let fail = match settled {
-            Ok(Settled::Ready) => None,
-            Ok(Settled::Failed(code)) => Some(nccl_error(call, code).with_context(
-                "asynchronous error while initialising; the communicator was aborted",
-            )),
-            Ok(Settled::TimedOut) => Some(Error::Timeout {
-                what: format!(
-                    "{call} (rank {rank} of {size}; every rank must join with the same id); \
-                     the communicator was aborted"
-                ),
-                waited: deadline.waited(),
-                rank: u32::try_from(rank).ok(),
-            }),
-            Err(e) => Some(e),
-        };
-        if let Some(e) = fail {
-            // SAFETY: NCCL made it and nothing else owns it; abort joins
-            // NCCL's initialisation thread.
-            unsafe { abort_raw(raw) };
-            return Err(with_rank(e, rank));
-        }
-        // SAFETY: a live, ready communicator that we now own.
-        let mut c = match unsafe { Self::wrap(nn) } {
-            Ok(c) => c,
-            Err(e) => {
-                // SAFETY: as above.
-                unsafe { abort_raw(raw) };
-                return Err(with_rank(e, rank));
-            }
-        };
-        c.mode.set(Mode::NonBlocking);
-        c.timeout = timeout;
-        Ok(c)
-    }
-
-    /// One communicator per device of `devices`, all in this process
-    /// (`ncclCommInitAll`): rank `i` is `devices[i]`. Collectives on them
-    /// from one thread must be issued inside one [`group`](super::group).
-    ///
-    /// # Errors
-    /// [`Error::InGroup`] inside a [`group`](super::group);
-    /// [`Error::InvalidArgument`] when `devices` is empty or names a device
-    /// twice; [`Error::Nccl`] when NCCL fails.
-    #[doc(alias = "ncclCommInitAll")]
-    pub fn init_all(devices: &[Device]) -> Result<Vec<Self>> {
-        depth::refuse("Communicator::init_all", WHY_LIFECYCLE)?;
-        Ranks::new(0, devices.len())
-            .map_err(|_| Error::invalid("devices", "must name at least one device", "[]"))?;
-        let mut list: Vec<c_int> = Vec::with_capacity(devices.len());
-        for (i, d) in devices.iter().enumerate() {
-            let o = d.ordinal() as c_int;
-            if list.contains(&o) {
-                return Err(Error::invalid(
-                    format!("devices[{i}]"),
-                    "each device may appear once",
-                    d.ordinal(),
-                ));
-            }
-            list.push(o);
-        }
-        let api = api()?;
-        let mut raws: Vec<sys::ncclComm_t> = vec![ptr::null_mut(); devices.len()];
-        // SAFETY: `raws` has room for `len` communicators and `list` holds
-        // `len` distinct device ordinals; len fits c_int (checked above).
-        unsafe {
-            nccl_call!(
-                api,
-                ncclCommInitAll(raws.as_mut_ptr(), list.len() as c_int, list.as_ptr())
-            )
-        }?;
-        let mut out = Vec::with_capacity(raws.len());
-        let mut rest = raws.into_iter();
-        while let Some(raw) = rest.next() {
-            // SAFETY: each is a live communicator NCCL made for us.
-            match unsafe { Self::from_raw(raw) } {
-                Ok(c) => {
-                    c.known_blocking();
-                    out.push(c);
-                }
-                Err(e) => {
-                    // Those already wrapped are destroyed by their Drop; the
-                    // others (this one included) here.
-                    for r in std::iter::once(raw).chain(rest) {
-                        if !r.is_null() {
-                            // SAFETY: live communicators NCCL made that no
-                            // wrapper owns; the status is ignored, the error
-                            // that matters is `e`.
-                            let _ = unsafe { api.ncclCommDestroy(r) };
-                        }
-                    }
-                    return Err(e);
-                }
-            }
-        }
-        Ok(out)
-    }
-
     /// Wrap a communicator made elsewhere, taking ownership (it is
     /// destroyed, or aborted, by `Drop`: see the type's docs). Its rank,
     /// size and device are read from NCCL. A non-blocking communicator
@@ -397,7 +296,14 @@ impl Communicator {
     ///
     /// # Safety
     /// `raw` must be a live communicator that nothing else destroys or uses
-    /// concurrently.
+    /// concurrently. When it is non-blocking, NCCL must hold no job of it
+    /// in another thread's storage: its last call was seen complete (a
+    /// query such as `ncclCommCount`, or `ncclCommGetAsyncError` answering
+    /// `ncclSuccess` from NCCL 2.26, made on the thread that issued that
+    /// call; before NCCL 2.19 an empty group on that thread), or that
+    /// thread outlives every use of the returned communicator. Otherwise
+    /// NCCL joins and resets a job record in that thread's storage when the
+    /// communicator is next used or dropped.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a null pointer, [`Error::Nccl`] when
@@ -472,7 +378,11 @@ impl Communicator {
             device,
             mode: Cell::new(Mode::Unknown),
             aborted: Cell::new(false),
+            poisoned: Cell::new(false),
+            job_linked: Cell::new(false),
             timeout: DEFAULT_COMM_TIMEOUT,
+            member: None,
+            check_agreement: false,
         })
     }
 
@@ -491,7 +401,60 @@ impl Communicator {
             device: 0,
             mode: Cell::new(Mode::Unknown),
             aborted: Cell::new(false),
+            poisoned: Cell::new(false),
+            job_linked: Cell::new(false),
             timeout: DEFAULT_COMM_TIMEOUT,
+            member: None,
+            check_agreement: false,
+        }
+    }
+
+    /// A fake communicator (as [`fake`](Self::fake)) of rank `member.rank()`
+    /// of `size`, in `member`'s clique (tests of the comparison).
+    #[cfg(test)]
+    pub(crate) fn fake_in(raw: NonNull<sys::ncclComm>, size: usize, member: Member) -> Self {
+        let mut c = Self::fake(raw);
+        c.ranks = Ranks::new(member.rank(), size).unwrap_or_else(|_| unreachable!());
+        c.member = Some(member);
+        c
+    }
+
+    /// Its place among the ranks of this process (see [`clique`]).
+    pub(crate) fn member(&self) -> Option<&Member> {
+        self.member.as_ref()
+    }
+
+    /// A call of this communicator was compared with the ranks of this
+    /// process but not launched: they are out of step, and every later call
+    /// of the communicators of the clique is refused.
+    pub(crate) fn out_of_step(&self, call: &super::op::Call) {
+        if let Some(m) = &self.member {
+            m.break_with(&format!(
+                "rank {}'s {} was not launched",
+                self.rank(),
+                call.describe()
+            ));
+        }
+    }
+
+    /// A group of this communicator failed: a non-blocking one is then in
+    /// NCCL's error state for good, and refuses every further call.
+    pub(crate) fn poison_if_non_blocking(&self) {
+        if self.mode.get() == Mode::NonBlocking {
+            self.poisoned.set(true);
+        }
+    }
+
+    /// Whether a failed group left this communicator unusable (it refuses
+    /// every call; abort or drop it).
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.get()
+    }
+
+    /// Join `member` when it names this communicator's rank.
+    fn join(&mut self, member: Member) {
+        if member.rank() == self.rank() {
+            self.member = Some(member);
         }
     }
 
@@ -506,14 +469,24 @@ impl Communicator {
 
     /// Give up ownership: the caller must destroy the communicator. Null
     /// when it was aborted (nothing is left to destroy).
-    pub fn into_raw(self) -> sys::ncclComm_t {
+    pub fn into_raw(mut self) -> sys::ncclComm_t {
         let raw = self.as_raw();
+        // Leave the clique: the caller's later calls are not compared.
+        drop(self.member.take());
         std::mem::forget(self);
         raw
     }
 
     /// The communicator, or an error once it was aborted.
     pub(crate) fn live(&self) -> Result<sys::ncclComm_t> {
+        if self.poisoned.get() {
+            return Err(Error::invalid(
+                "communicator",
+                "failed in a group (non-blocking: NCCL keeps it in its error state for \
+                 good); abort it (or drop it) and make a new one",
+                format!("rank {} of {}", self.rank(), self.size()),
+            ));
+        }
         if self.aborted.get() {
             return Err(Error::invalid(
                 "communicator",
@@ -582,6 +555,30 @@ impl Communicator {
         self.timeout = timeout;
     }
 
+    /// Compare every direct call of this communicator with the same call of
+    /// every other rank before issuing it (or stop): the ranks exchange a
+    /// fingerprint of the call (kind, element type, count, reduction, root;
+    /// the size in bytes of a send or recv with its partner) through NCCL,
+    /// wait for it within [`timeout`](Self::timeout), and all refuse the
+    /// call with [`Error::Mismatch`] naming both calls when any differs,
+    /// launching nothing. This checks what the crate cannot check across
+    /// processes otherwise (see the type's docs), at the cost of one more
+    /// NCCL call and a host wait per call: a debugging aid. It makes this
+    /// communicator's device current on the calling thread.
+    ///
+    /// **Every rank must turn it on** (and at the same point of its calls):
+    /// the exchange is itself a collective, which a rank without it would
+    /// pair with its next call. Calls inside a [`group`](super::group) are
+    /// not exchanged (ranks in this process are compared all the same).
+    pub fn set_check_agreement(&mut self, on: bool) {
+        self.check_agreement = on;
+    }
+
+    /// Whether [`set_check_agreement`](Self::set_check_agreement) is on.
+    pub fn checks_agreement(&self) -> bool {
+        self.check_agreement
+    }
+
     /// How NCCL answers this communicator's calls, as far as known.
     pub(crate) fn mode(&self) -> Mode {
         self.mode.get()
@@ -600,12 +597,24 @@ impl Communicator {
     }
 
     /// Abort now (once); later calls are refused.
-    pub(super) fn abort_now(&self) {
+    /// The abort is bounded by [`ABORT_LIMIT`] (see [`abort_bounded`]);
+    /// `false` when it had not ended by then.
+    /// A communicator whose job NCCL may still hold in this thread's
+    /// storage is aborted on this thread, without a bound: the abort joins
+    /// that job, which only this thread may do safely.
+    pub(super) fn abort_now(&self) -> bool {
         if !self.aborted.replace(true) {
-            // SAFETY: live and owned; from here on `aborted` keeps every
-            // path from using `raw` again.
-            unsafe { abort_raw(self.raw.as_ptr()) };
+            let raw = self.raw.as_ptr();
+            if self.job_linked.get() {
+                // SAFETY: live and owned; from here on `aborted` keeps every
+                // path from using `raw` again.
+                unsafe { abort_raw(raw) };
+                return true;
+            }
+            // SAFETY: as above; no job of it is held by this thread.
+            return unsafe { abort_bounded(raw, ABORT_LIMIT) };
         }
+        true
     }
 
     /// The result `r` of `call`: `ncclInProgress` (a non-blocking
@@ -632,6 +641,9 @@ impl Communicator {
     pub(crate) fn poll(&self, call: &'static str) -> Result<()> {
         let raw = self.live()?;
         let deadline = Deadline::after(self.timeout);
+        // Until seen ready, NCCL may hold the call's job in this thread's
+        // storage (non-blocking communicators).
+        self.job_linked.set(true);
         // SAFETY: `raw` is live.
         let settled = match unsafe { progress::settle(raw, &deadline) } {
             Ok(s) => s,
@@ -644,7 +656,11 @@ impl Communicator {
             }
         };
         match settled {
-            Settled::Ready => Ok(()),
+            Settled::Ready => {
+                // Settled on this thread (progress::release_job).
+                self.job_linked.set(false);
+                Ok(())
+            }
             Settled::Failed(code) => {
                 let e = self.annotate(nccl_error(call, code));
                 self.abort_now();
@@ -728,6 +744,7 @@ impl Communicator {
     #[doc(alias = "ncclCommSplit")]
     pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Self>> {
         depth::refuse("Communicator::split", WHY_LIFECYCLE)?;
+        let asked = color;
         let color = match color {
             None => sys::NCCL_SPLIT_NOCOLOR,
             Some(c) => c_int::try_from(c)
@@ -741,6 +758,10 @@ impl Communicator {
         // release store, before the parent's state leaves ncclInProgress).
         // Until the parent is seen ready this slot is never read nor freed.
         let new: Box<AtomicPtr<sys::ncclComm>> = Box::new(AtomicPtr::new(ptr::null_mut()));
+        // The ranks of this process that split with the same color are
+        // compared like the parent's: registered before NCCL is called
+        // (no rank's split returns before every rank called it).
+        let pending = self.member.as_ref().map(|m| m.split(asked));
         // SAFETY: the communicator is live; `new` is a valid out-pointer
         // that stays valid until NCCL is done with it (it is leaked on
         // every path where that is not known); a null config asks for the
@@ -794,6 +815,9 @@ impl Communicator {
             child.mode.set(self.mode.get());
         }
         child.timeout = self.timeout;
+        if let Some(m) = pending.and_then(|p| p.bind(child.rank(), child.size())) {
+            child.member = Some(m);
+        }
         Ok(Some(child))
     }
 
@@ -943,25 +967,38 @@ impl Drop for Communicator {
         );
         // A non-blocking communicator is flushed within its deadline; a
         // blocking one, or one with an error, is aborted (see the type's
-        // docs). Statuses are ignored: Drop must not fail.
+        // docs). Statuses are ignored: Drop must not fail. A settle that
+        // does not end ready may leave NCCL's job of it in this thread's
+        // storage: then the abort runs here (it joins that job).
+        let mut linked = self.job_linked.get();
         let graceful = healthy && self.mode.get() == Mode::NonBlocking && {
             let deadline = Deadline::after(self.timeout);
-            // SAFETY: live and owned; the polls bound the wait.
-            unsafe {
-                matches!(progress::settle(raw, &deadline), Ok(Settled::Ready))
-                    && api.ncclCommFinalize(raw).is_ok_and(|r| {
-                        r == sys::ncclResult_t::ncclSuccess
-                            || (r == sys::ncclResult_t::ncclInProgress
-                                && matches!(progress::settle(raw, &deadline), Ok(Settled::Ready)))
-                    })
-            }
+            let mut ready = || {
+                // SAFETY: live and owned; the polls bound the wait.
+                let r = matches!(
+                    unsafe { progress::settle(raw, &deadline) },
+                    Ok(Settled::Ready)
+                );
+                linked = !r;
+                r
+            };
+            ready()
+                // SAFETY: live, owned and ready.
+                && unsafe { api.ncclCommFinalize(raw) }.is_ok_and(|r| {
+                    r == sys::ncclResult_t::ncclSuccess
+                        || (r == sys::ncclResult_t::ncclInProgress && ready())
+                })
         };
         if graceful {
             // SAFETY: finalized, so destroy does not wait; ownership ends.
             let _ = unsafe { api.ncclCommDestroy(raw) };
-        } else {
+        } else if linked {
             // SAFETY: live and owned; ownership ends here.
-            let _ = unsafe { api.ncclCommAbort(raw) };
+            unsafe { abort_raw(raw) };
+        } else {
+            // SAFETY: live and owned; ownership ends here (passed to the
+            // aborting thread); no job of it is held by this thread.
+            let _ = unsafe { abort_bounded(raw, ABORT_LIMIT) };
         }
     }
 }

@@ -42,6 +42,21 @@ pub struct Group<'env> {
 /// and its peers' matching calls wait for it; bound that wait with
 /// [`Communicator::wait`].)
 ///
+/// **After a failed `ncclGroupEnd`** part of the group may be running (NCCL
+/// launches communicator by communicator), waiting for peers that may never
+/// come. Its buffers stay borrowed by that work: dropping a
+/// [`DeviceBuffer`](crate::runtime::DeviceBuffer) then (`cudaFree`, which
+/// waits for the whole device) blocks until it ends, so first
+/// [`wait`](Communicator::wait) with a deadline (which aborts the
+/// communicator and lets the stream drain) or abort the communicators.
+/// Non-blocking communicators of a failed group are poisoned (see
+/// [`Communicator::is_poisoned`]).
+///
+/// **Ranks in this process are compared** before anything is issued (see
+/// [`Communicator`], "Counts agree across ranks"): a call that disagrees
+/// with the same call of another rank of this process fails the group with
+/// [`Error::Mismatch`](crate::Error::Mismatch), and nothing is launched.
+///
 /// Groups do not nest, and while `f` runs the calls that NCCL would defer
 /// to the end of a group are refused with [`Error::InGroup`](crate::Error::InGroup):
 /// the direct [`Communicator`] collectives, [`Communicator::init_rank`],

@@ -117,8 +117,9 @@ impl FromStr for UniqueId {
     type Err = Error;
 
     /// Parse what [`Display`](fmt::Display) wrote (hex digits of either
-    /// case; surrounding whitespace is ignored). Lengths and offsets in the
-    /// errors count characters, not bytes.
+    /// case; surrounding whitespace is ignored). A length in an error is
+    /// given in characters and in bytes (of the text without the
+    /// whitespace around it); an offset counts characters.
     fn from_str(s: &str) -> Result<Self> {
         let s = s.trim();
         let chars = s.chars().count();
@@ -126,10 +127,10 @@ impl FromStr for UniqueId {
             return Err(Error::invalid(
                 "unique id text",
                 format!(
-                    "must be {} hex digits ({UNIQUE_ID_BYTES} bytes)",
+                    "must be {} hex digits (an id of {UNIQUE_ID_BYTES} bytes)",
                     2 * UNIQUE_ID_BYTES
                 ),
-                format!("{chars} characters"),
+                format!("{chars} characters ({} bytes of text)", s.len()),
             ));
         }
         let mut bytes = [0u8; UNIQUE_ID_BYTES];

@@ -29,6 +29,13 @@
 //! before NCCL is called, and every failure is a [`crate::Error`]
 //! naming the call, the rank and NCCL's own text.
 //!
+//! NCCL does not compare the calls of different ranks, and a sender writes
+//! up to its own count into the receiver's buffer. The calls of ranks in
+//! this process are compared before NCCL sees them (see [`Communicator`]);
+//! across processes, agreeing counts, types, reductions and roots are the
+//! caller's contract, which
+//! [`Communicator::set_check_agreement`] checks at run time for debugging.
+//!
 //! ```no_run
 //! use cudnn::nccl::{self, ReduceOp};
 //! // One process per GPU, started by torchrun or any launcher that sets
@@ -44,6 +51,8 @@
 //! Multi-node runs use NCCL's own transports; this module only provides the
 //! bootstrap (the unique-id exchange) and the checked calls.
 
+mod agree;
+mod clique;
 mod collectives;
 mod comm;
 mod depth;
@@ -55,6 +64,8 @@ mod progress;
 mod record;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_clique;
 mod validate;
 mod watch;
 

@@ -5,6 +5,7 @@
 
 use std::ffi::c_void;
 
+use super::clique::Fingerprint;
 use super::comm::Communicator;
 use super::{api, sys};
 use crate::dtype::DataType;
@@ -203,6 +204,31 @@ impl Call {
     /// What the call does, for error messages.
     pub(crate) fn describe(&self) -> String {
         self.op.describe(self.type_name)
+    }
+
+    /// For a send or a recv: whether it sends, and the peer.
+    pub(crate) fn p2p(&self) -> Option<(bool, usize)> {
+        match self.op {
+            Op::Send { peer, .. } => Some((true, usize::try_from(peer).ok()?)),
+            Op::Recv { peer, .. } => Some((false, usize::try_from(peer).ok()?)),
+            _ => None,
+        }
+    }
+
+    /// What every rank's call of a collective must agree on: kind, element
+    /// type, count, reduction and root.
+    pub(crate) fn fingerprint(&self) -> Fingerprint {
+        let (op, root) = match self.op {
+            Op::AllReduce { op, .. } | Op::ReduceScatter { op, .. } => (Some(op.as_raw().0), None),
+            Op::Reduce { op, root, .. } => (Some(op.as_raw().0), Some(root)),
+            Op::Broadcast { root, .. } => (None, Some(root)),
+            Op::Send { peer, .. } | Op::Recv { peer, .. } => (None, Some(peer)),
+            Op::AllGather { .. } => (None, None),
+        };
+        Fingerprint {
+            key: (self.op.nccl_name(), self.dtype.0, self.count(), op, root),
+            text: self.describe(),
+        }
     }
 
     /// Issue the call on `stream` and return NCCL's raw result

@@ -83,18 +83,72 @@ pub(crate) unsafe fn state(raw: sys::ncclComm_t) -> Result<sys::ncclResult_t> {
     Ok(st)
 }
 
-/// Poll `raw` until its state is no longer `ncclInProgress`, or the
-/// deadline passes.
+/// The first NCCL whose group job is linked to its communicators (2.19)
+/// and the first whose `ncclCommGetAsyncError` completes it (2.26).
+const JOB_PER_COMM: (u32, u32) = (2, 19);
+
+/// Settle, on this thread, the job NCCL linked to a non-blocking
+/// communicator that is now ready, so nothing of it is left in this
+/// thread's storage: a [`Communicator`](super::Communicator) is `Send`, and
+/// NCCL would otherwise join and reset the job record of a thread that may
+/// have exited when the communicator is next used or dropped elsewhere
+/// (NCCL's source: a use-after-free on 2.19 to 2.25, a race before).
+///
+/// - NCCL 2.19 and later keep the job on the communicator; it is completed
+///   and unlinked by `ncclCommEnsureReady`, which `ncclCommCount` calls
+///   (from 2.26 `ncclCommGetAsyncError` does it too, harmless twice).
+/// - Before 2.19 the job lives in this thread's storage and is completed
+///   by the next `ncclGroupStart` of this thread once it is done (that
+///   call answers `ncclInvalidUsage` while it is not): an empty group,
+///   retried until the job is done or the deadline passes.
 ///
 /// # Safety
-/// `raw` is a live communicator.
+/// `raw` is a live communicator whose state read `ncclSuccess`, and no
+/// NCCL group is open on this thread.
+unsafe fn release_job(raw: sys::ncclComm_t, deadline: &Deadline) -> Result<Settled> {
+    let api = api()?;
+    let v = super::version()?;
+    if (v.major, v.minor) < JOB_PER_COMM {
+        let mut backoff = Backoff::new();
+        loop {
+            // SAFETY: takes no arguments; no group is open (caller).
+            let r = unsafe { api.ncclGroupStart() }?;
+            if r == sys::ncclResult_t::ncclSuccess {
+                // SAFETY: closes the empty group just opened.
+                let r = unsafe { api.ncclGroupEnd() }?;
+                super::check_result("ncclGroupEnd", r)?;
+                break;
+            }
+            if r != sys::ncclResult_t::ncclInvalidUsage {
+                super::check_result("ncclGroupStart", r)?;
+            }
+            if deadline.passed() {
+                return Ok(Settled::TimedOut);
+            }
+            backoff.sleep(deadline);
+        }
+    }
+    let mut n = 0;
+    // SAFETY: `raw` is live (caller); `n` is a valid out-pointer.
+    let r = unsafe { api.ncclCommCount(raw, &mut n) }?;
+    super::check_result("ncclCommCount", r)?;
+    Ok(Settled::Ready)
+}
+
+/// Poll `raw` until its state is no longer `ncclInProgress`, or the
+/// deadline passes; once ready, the job NCCL linked to it is settled on
+/// this thread ([`release_job`]).
+///
+/// # Safety
+/// `raw` is a live communicator, and no NCCL group is open on this thread.
 pub(crate) unsafe fn settle(raw: sys::ncclComm_t, deadline: &Deadline) -> Result<Settled> {
     let mut backoff = Backoff::new();
     loop {
         // SAFETY: `raw` is live (caller).
         let st = unsafe { state(raw) }?;
         if st == sys::ncclResult_t::ncclSuccess {
-            return Ok(Settled::Ready);
+            // SAFETY: `raw` is live (caller) and ready.
+            return unsafe { release_job(raw, deadline) };
         }
         if st != sys::ncclResult_t::ncclInProgress {
             return Ok(Settled::Failed(st));

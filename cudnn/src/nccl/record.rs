@@ -4,6 +4,7 @@
 
 use std::ptr;
 
+use super::clique::{self, Member};
 use super::comm::{Communicator, Mode};
 use super::op::{Call, Op};
 use super::{api, nccl_call, sys};
@@ -50,13 +51,30 @@ pub(crate) trait Exec {
 /// (it launches communicator by communicator), and the error says so.
 pub(crate) fn issue_all(exec: &mut dyn Exec, calls: &[Recorded<'_>]) -> Result<()> {
     let live: Vec<&Recorded<'_>> = calls.iter().filter(|r| r.call.count() > 0).collect();
-    if live.is_empty() {
-        return Ok(());
-    }
     check_self_pairs(&live)?;
     check_modes(&live)?;
+    // Compared with the calls of the ranks in this process (every call,
+    // 0 elements too, so positions stay in step), before NCCL sees any.
+    let posted: Vec<(&Member, &Call)> = calls
+        .iter()
+        .filter_map(|r| r.comm.member().map(|m| (m, &r.call)))
+        .collect();
+    if live.is_empty() {
+        clique::post(&posted)?;
+        return Ok(());
+    }
     exec.ready(&live)?;
-    exec.start()?;
+    clique::post(&posted)?;
+    // From here on a failure leaves this rank's calls posted but (perhaps)
+    // not launched: its clique is out of step.
+    let out_of_step = |e: Error| {
+        for r in calls {
+            r.comm.out_of_step(&r.call);
+            r.comm.poison_if_non_blocking();
+        }
+        e
+    };
+    exec.start().map_err(out_of_step)?;
     let mut failed = None;
     for (i, rec) in live.iter().enumerate() {
         if let Err(e) = exec.issue(rec) {
@@ -75,7 +93,7 @@ pub(crate) fn issue_all(exec: &mut dyn Exec, calls: &[Recorded<'_>]) -> Result<(
     }
     let end = exec.end();
     if let Some(e) = failed {
-        return Err(e);
+        return Err(out_of_step(e));
     }
     let partial = |e: Error| {
         add_note(
@@ -88,8 +106,8 @@ pub(crate) fn issue_all(exec: &mut dyn Exec, calls: &[Recorded<'_>]) -> Result<(
             ),
         )
     };
-    if end.map_err(partial)? {
-        exec.settle(&live).map_err(partial)?;
+    if end.map_err(partial).map_err(out_of_step)? {
+        exec.settle(&live).map_err(partial).map_err(out_of_step)?;
     }
     Ok(())
 }

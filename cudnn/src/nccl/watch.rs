@@ -133,7 +133,14 @@ impl Communicator {
     /// Abort, then give the stream up to [`DRAIN`] to finish; a note for the
     /// error when it did not.
     fn abort_and_drain(&self, stream: &Stream) -> String {
-        self.abort_now();
+        if !self.abort_now() {
+            return format!(
+                "; ncclCommAbort had not returned after {:?} (it waits behind work on a \
+                 stream; it goes on in the background), and the stream's buffers may still \
+                 be in use",
+                super::comm::ABORT_LIMIT
+            );
+        }
         let deadline = Deadline::after(DRAIN);
         let mut backoff = Backoff::new();
         loop {

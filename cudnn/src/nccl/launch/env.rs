@@ -67,6 +67,13 @@ pub const VARIABLES: [&str; 16] = [
 /// The longest [`Token`], in bytes.
 pub const MAX_TOKEN_BYTES: usize = 256;
 
+/// The shortest [`Token`], in bytes: 32, so that a token of hex digits
+/// holds 128 bits (`openssl rand -hex 16`, or [`Token::generate`]). A
+/// rank's proof is a MAC over a nonce that whatever answers at rank 0's
+/// address chose, so whoever poses as rank 0 can try tokens against it
+/// offline: only a token of 128 bits or more makes that hopeless.
+pub const MIN_TOKEN_BYTES: usize = 32;
+
 /// A shared secret every rank of one job is given (by [`TOKEN_VAR`]): rank
 /// 0's TCP server hands the unique id only to a peer that proves it holds
 /// the same token, and a rank takes the id only from a server that proves
@@ -91,21 +98,44 @@ impl PartialEq for Token {
 impl Eq for Token {}
 
 impl Token {
-    /// A token from its text.
+    /// A token from its text: [`MIN_TOKEN_BYTES`] to [`MAX_TOKEN_BYTES`]
+    /// bytes, drawn at random (32 hex digits hold 128 bits).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] naming `token` when it is empty or longer
-    /// than [`MAX_TOKEN_BYTES`].
+    /// [`Error::InvalidArgument`] naming `token` (or, read from the
+    /// environment, [`TOKEN_VAR`]) and its length in bytes when it is
+    /// shorter than [`MIN_TOKEN_BYTES`] or longer than [`MAX_TOKEN_BYTES`].
     pub fn new(text: impl Into<String>) -> Result<Self> {
         let text = text.into();
-        if text.is_empty() || text.len() > MAX_TOKEN_BYTES {
+        if text.len() < MIN_TOKEN_BYTES || text.len() > MAX_TOKEN_BYTES {
             return Err(Error::invalid(
                 "token",
-                format!("must be 1 to {MAX_TOKEN_BYTES} bytes"),
+                format!(
+                    "must be {MIN_TOKEN_BYTES} to {MAX_TOKEN_BYTES} bytes (at least 128 bits: \
+                     e.g. 32 hex digits from `openssl rand -hex 16`, or Token::generate)"
+                ),
                 format!("{} bytes", text.len()),
             ));
         }
         Ok(Token(text))
+    }
+
+    /// A fresh token of 32 hex digits (128 bits from the operating system),
+    /// to hand to every rank (as [`TOKEN_VAR`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming `token` when the operating system
+    /// gives no random bytes.
+    pub fn generate() -> Result<Self> {
+        let mut n = [0u8; 16];
+        getrandom::fill(&mut n)
+            .map_err(|e| Error::invalid("token", "needs random bytes from the system", e))?;
+        Ok(Token(n.iter().map(|b| format!("{b:02x}")).collect()))
+    }
+
+    /// The token's text, to hand to the other ranks (as [`TOKEN_VAR`]).
+    pub fn expose(&self) -> &str {
+        &self.0
     }
 
     fn as_bytes(&self) -> &[u8] {
@@ -295,7 +325,19 @@ fn first_set(num: &Num<'_>, names: &[&'static str]) -> Result<Option<(&'static s
 
 fn read_ranks(num: &Num<'_>) -> Result<Ranks> {
     for (rank_var, size_var) in RANK_VARS {
-        let (rank, size) = match (num(rank_var)?, num(size_var)?) {
+        // The world size is read and checked first, so that a bad one is
+        // blamed on its own variable (not on a rank that is missing).
+        let size = num(size_var)?;
+        if let Some(size) = size
+            && (size == 0 || i32::try_from(size).is_err())
+        {
+            return Err(Error::invalid(
+                size_var,
+                format!("must be 1..={} (NCCL counts ranks in an int)", i32::MAX),
+                size,
+            ));
+        }
+        let (rank, size) = match (num(rank_var)?, size) {
             (None, None) => continue,
             (Some(r), Some(s)) => (r, s),
             (Some(r), None) => {
@@ -313,13 +355,6 @@ fn read_ranks(num: &Num<'_>) -> Result<Ranks> {
                 ));
             }
         };
-        if size == 0 || i32::try_from(size).is_err() {
-            return Err(Error::invalid(
-                size_var,
-                format!("must be 1..={} (NCCL counts ranks in an int)", i32::MAX),
-                size,
-            ));
-        }
         if rank >= size {
             return Err(Error::invalid(
                 rank_var,

@@ -27,15 +27,23 @@
 //! non-blocking, without following a symbolic link or taking a terminal,
 //! so a FIFO or a device cannot hold it), and every wait ends at the
 //! deadline. Files owned by another user are refused.
+//!
+//! Both folders are opened once (the id file's folder, and the job's
+//! folder with `O_DIRECTORY | O_NOFOLLOW`, then checked through its
+//! descriptor), and every file is created, read, listed and removed
+//! relative to those descriptors (`openat`, `unlinkat`, `fstatat`): a
+//! folder renamed, or replaced by a symbolic link after the check, cannot
+//! redirect a write or a removal to another folder. The id file and the
+//! job's folder are removed by name only while that name still is the file
+//! or folder this rank made.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::path::{Path, PathBuf};
+use std::io::{self, Read};
+use std::path::Path;
 use std::time::Duration;
 
 use super::deadline::Deadline;
+use super::dirfd::{Dir, Meta};
 use crate::nccl::{Ranks, UniqueId};
 
 /// The first word of an id file.
@@ -66,25 +74,28 @@ fn nonce() -> Result<String, String> {
 }
 
 /// This process's effective user id.
-#[cfg(unix)]
 fn me() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() }
 }
-#[cfg(not(unix))]
-fn me() -> u32 {
-    0
+
+/// The id path's folder (opened) and file name.
+fn split(path: &Path) -> Result<(Dir, String), String> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| format!("{} does not end in a file name", path.display()))?
+        .to_str()
+        .ok_or_else(|| format!("{}: the file name must be UTF-8", path.display()))?
+        .to_string();
+    let parent = path.parent().unwrap_or(Path::new(""));
+    let dir =
+        Dir::open(parent).map_err(|e| format!("opening the folder of {}: {e}", path.display()))?;
+    Ok((dir, name))
 }
 
-fn sibling(path: &Path, suffix: &str) -> PathBuf {
-    let mut s: OsString = path.as_os_str().to_os_string();
-    s.push(suffix);
-    PathBuf::from(s)
-}
-
-/// The job's private folder beside `path`.
-fn folder(path: &Path, job: &str) -> PathBuf {
-    sibling(path, &format!(".{job}.d"))
+/// The name of the job's private folder beside the id file `name`.
+fn folder_name(name: &str, job: &str) -> String {
+    format!("{name}.{job}.d")
 }
 
 fn ack_name(rank: usize, mine: &str) -> String {
@@ -102,150 +113,121 @@ enum Found {
     Text(String, u32),
 }
 
-#[cfg(unix)]
-fn owner(m: &fs::Metadata) -> u32 {
-    std::os::unix::fs::MetadataExt::uid(m)
-}
-#[cfg(not(unix))]
-fn owner(_: &fs::Metadata) -> u32 {
-    0
-}
-
-/// Open for reading without blocking on a FIFO, following a symbolic link
-/// or taking a terminal.
-fn open_read(path: &Path) -> io::Result<File> {
-    let mut o = OpenOptions::new();
-    o.read(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::custom_flags(
-        &mut o,
-        libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY,
-    );
-    o.open(path)
-}
-
-/// Read `path` if it is a regular file of at most [`MAX_FILE`] bytes;
-/// anything else is an error naming what it is.
-fn read_small(path: &Path) -> Result<Found, String> {
-    let file = match open_read(path) {
+/// Read `name` in `dir` if it is a regular file of at most [`MAX_FILE`]
+/// bytes; anything else is an error naming what it is.
+fn read_small(dir: &Dir, name: &str) -> Result<Found, String> {
+    let shown = dir.show(name);
+    let mut file = match dir.open_read(name) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Found::Missing),
-        #[cfg(unix)]
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
             return Err(format!(
                 "{} is a symbolic link; a rendezvous file is written by rank 0",
-                path.display()
+                shown.display()
             ));
         }
-        Err(e) => return Err(format!("opening {}: {e}", path.display())),
+        Err(e) => return Err(format!("opening {}: {e}", shown.display())),
     };
     let meta = file
         .metadata()
-        .map_err(|e| format!("examining {}: {e}", path.display()))?;
+        .map_err(|e| format!("examining {}: {e}", shown.display()))?;
     if !meta.is_file() {
         return Err(format!(
             "{} is not a regular file ({:?}); a rendezvous file is written by rank 0",
-            path.display(),
+            shown.display(),
             meta.file_type()
         ));
     }
     if meta.len() > MAX_FILE {
         return Err(format!(
             "{} holds {} bytes, more than a rendezvous file ({MAX_FILE} at most)",
-            path.display(),
+            shown.display(),
             meta.len()
         ));
     }
     let mut bytes = Vec::new();
-    file.take(MAX_FILE + 1)
+    (&mut file)
+        .take(MAX_FILE + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| format!("reading {}: {e}", path.display()))?;
+        .map_err(|e| format!("reading {}: {e}", shown.display()))?;
     if bytes.len() as u64 > MAX_FILE {
         return Err(format!(
             "{} grew past {MAX_FILE} bytes while read",
-            path.display()
+            shown.display()
         ));
     }
     let text = String::from_utf8(bytes)
-        .map_err(|_| format!("{} is not text: not a rendezvous file", path.display()))?;
-    Ok(Found::Text(text, owner(&meta)))
+        .map_err(|_| format!("{} is not text: not a rendezvous file", shown.display()))?;
+    Ok(Found::Text(
+        text,
+        std::os::unix::fs::MetadataExt::uid(&meta),
+    ))
 }
 
-/// Create `path` exclusively (`O_EXCL`, mode 0600) holding `text`.
-fn create(path: &Path, text: &str) -> io::Result<()> {
-    let mut o = OpenOptions::new();
-    o.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
-    let mut f = o.open(path)?;
-    let written = f.write_all(text.as_bytes());
-    if written.is_err() {
-        // Half a file helps nobody (a full disk, a quota).
-        remove(path);
-    }
-    written
-}
-
-fn remove(path: &Path) {
-    // Missing is fine; any other failure leaves a file the nonce makes
-    // harmless.
-    let _ = fs::remove_file(path);
-}
-
-/// Create the job's folder: exclusively, mode 0700.
-fn make_folder(dir: &Path) -> io::Result<()> {
-    let mut b = fs::DirBuilder::new();
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
-    b.create(dir)
-}
-
-/// Why `dir` cannot be the job's folder, if it cannot: not a folder of this
-/// user that nobody else may write.
-fn folder_problem(dir: &Path, me: u32) -> Option<String> {
-    let m = match fs::symlink_metadata(dir) {
-        Ok(m) => m,
+/// Open the job's folder `name` in `parent`, never through a symbolic
+/// link, and check it through its descriptor: a folder of this user that
+/// nobody else may write.
+fn open_folder(parent: &Dir, name: &str, me: u32) -> Result<(Dir, Meta), String> {
+    let shown = parent.show(name);
+    let dir = match parent.open_dir(name) {
+        Ok(d) => d,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Some(format!(
+            return Err(format!(
                 "rank 0's folder {} is missing: the id file was left by an earlier run, or \
                  rank 0 gave up (remove the id file and start again)",
-                dir.display()
+                shown.display()
             ));
         }
-        Err(e) => return Some(format!("{}: {e}", dir.display())),
+        // O_NOFOLLOW | O_DIRECTORY on a link: ELOOP, or ENOTDIR (Linux).
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
+            let link = parent
+                .meta_at(name)
+                .ok()
+                .flatten()
+                .is_some_and(|m| m.is_symlink());
+            return Err(if link {
+                format!(
+                    "{} is a symbolic link, not rank 0's folder",
+                    shown.display()
+                )
+            } else {
+                format!("{} is not a folder", shown.display())
+            });
+        }
+        Err(e) => return Err(format!("{}: {e}", shown.display())),
     };
+    let m = dir
+        .meta()
+        .map_err(|e| format!("examining {}: {e}", shown.display()))?;
     if !m.is_dir() {
-        return Some(format!("{} is not a folder", dir.display()));
+        return Err(format!("{} is not a folder", shown.display()));
     }
-    if owner(&m) != me {
-        return Some(format!(
+    if m.uid != me {
+        return Err(format!(
             "{} is owned by user {}, not by this rank's user {me}",
-            dir.display(),
-            owner(&m)
+            shown.display(),
+            m.uid
         ));
     }
-    #[cfg(unix)]
-    {
-        let mode = std::os::unix::fs::PermissionsExt::mode(&m.permissions());
-        if mode & 0o077 != 0 {
-            return Some(format!(
-                "{} may be written by others (mode {:o}); rank 0 makes it 0700",
-                dir.display(),
-                mode & 0o777
-            ));
-        }
+    if m.mode & 0o077 != 0 {
+        return Err(format!(
+            "{} may be written by others (mode {:o}); rank 0 makes it 0700",
+            shown.display(),
+            m.mode & 0o777
+        ));
     }
-    None
+    Ok((dir, m))
 }
 
-/// Remove the job's folder and what it holds.
-fn remove_folder(dir: &Path) {
-    if let Ok(entries) = fs::read_dir(dir) {
-        for e in entries.flatten() {
-            remove(&e.path());
+/// Empty the job's folder through its descriptor, then remove it from
+/// `parent` while its name still is that folder.
+fn remove_folder(parent: &Dir, name: &str, dir: &Dir, was: &Meta) {
+    if let Ok(entries) = dir.list() {
+        for e in entries {
+            dir.remove(&e);
         }
     }
-    let _ = fs::remove_dir(dir);
+    parent.rmdir_if(name, was);
 }
 
 /// The complete first line of `text`, `None` while it is being written.
@@ -265,12 +247,11 @@ fn ack_of(entry: &str) -> Option<(usize, String)> {
 }
 
 /// The acknowledgements in `dir`.
-fn acks(dir: &Path) -> Result<Vec<(usize, String)>, String> {
-    let entries = fs::read_dir(dir).map_err(|e| format!("listing {}: {e}", dir.display()))?;
-    Ok(entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str().and_then(ack_of))
-        .collect())
+fn acks(dir: &Dir) -> Result<Vec<(usize, String)>, String> {
+    let entries = dir
+        .list()
+        .map_err(|e| format!("listing {}: {e}", dir.shown().display()))?;
+    Ok(entries.iter().filter_map(|e| ack_of(e)).collect())
 }
 
 #[derive(Clone, PartialEq, Eq)]
@@ -288,10 +269,8 @@ pub(crate) fn publish(
     id: &UniqueId,
     deadline: Deadline,
 ) -> Result<(), String> {
-    if path.file_name().is_none() {
-        return Err(format!("{} does not end in a file name", path.display()));
-    }
-    if fs::symlink_metadata(path).is_ok() {
+    let (parent, name) = split(path)?;
+    if parent.meta_at(&name).ok().flatten().is_some() {
         return Err(format!(
             "{} already exists (left by an earlier run, or another job uses it); \
              remove it and start again",
@@ -299,38 +278,42 @@ pub(crate) fn publish(
         ));
     }
     let job = nonce()?;
-    let dir = folder(path, &job);
-    make_folder(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    if let Some(p) = folder_problem(&dir, me()) {
-        return Err(p);
-    }
+    let dname = folder_name(&name, &job);
+    parent
+        .mkdir(&dname)
+        .map_err(|e| format!("creating {}: {e}", parent.show(&dname).display()))?;
+    // From here on the folder is reached only through this descriptor.
+    let (dir, dmeta) = open_folder(&parent, &dname, me())?;
     let size = ranks.size();
-    if let Err(e) = create(path, &format!("{MAGIC} {size} {job} {id}\n")) {
-        remove_folder(&dir);
-        return Err(if e.kind() == io::ErrorKind::AlreadyExists {
-            format!(
-                "{} appeared while rank 0 was writing it (another job uses it?)",
-                path.display()
-            )
-        } else {
-            format!("creating {}: {e}", path.display())
-        });
-    }
+    let idmeta = match parent.create(&name, &format!("{MAGIC} {size} {job} {id}\n")) {
+        Ok(m) => m,
+        Err(e) => {
+            remove_folder(&parent, &dname, &dir, &dmeta);
+            return Err(if e.kind() == io::ErrorKind::AlreadyExists {
+                format!(
+                    "{} appeared while rank 0 was writing it (another job uses it?)",
+                    path.display()
+                )
+            } else {
+                format!("creating {}: {e}", path.display())
+            });
+        }
+    };
     let mut refused = Vec::new();
     let result = serve(&dir, size, &job, &mut refused, deadline);
-    remove(path);
+    parent.remove_if(&name, &idmeta);
     match &result {
-        Ok(()) => remove_folder(&dir),
+        Ok(()) => remove_folder(&parent, &dname, &dir, &dmeta),
         Err(why) => {
             // Tell the ranks that wait; with none waiting (the refused ones
             // are told already), leave nothing.
-            let _ = create(&dir.join(ABORT), &format!("{job} abort {why}\n"));
+            let _ = dir.create(ABORT, &format!("{job} abort {why}\n"));
             for (r, mine) in &refused {
-                remove(&dir.join(ack_name(*r, mine)));
-                remove(&dir.join(ok_name(*r, mine)));
+                dir.remove(&ack_name(*r, mine));
+                dir.remove(&ok_name(*r, mine));
             }
             if acks(&dir).is_ok_and(|a| a.is_empty()) {
-                remove_folder(&dir);
+                remove_folder(&parent, &dname, &dir, &dmeta);
             }
         }
     }
@@ -340,7 +323,7 @@ pub(crate) fn publish(
 /// Answer the ranks until all took their answer; `refused` collects the
 /// acknowledgements refused.
 fn serve(
-    dir: &Path,
+    dir: &Dir,
     size: usize,
     job: &str,
     refused: &mut Vec<(usize, String)>,
@@ -365,8 +348,9 @@ fn serve(
             if seen == Some(true) || refused.contains(&(r, mine.clone())) || r == 0 || r >= size {
                 continue;
             }
-            let ack = dir.join(ack_name(r, &mine));
-            let text = match read_small(&ack) {
+            let ack_n = ack_name(r, &mine);
+            let ack = dir.show(&ack_n);
+            let text = match read_small(dir, &ack_n) {
                 Ok(Found::Text(t, uid)) if uid == me => t,
                 Ok(Found::Text(_, uid)) => {
                     note(format!(
@@ -394,7 +378,7 @@ fn serve(
                     continue;
                 }
             };
-            let ok = dir.join(ok_name(r, &mine));
+            let ok = ok_name(r, &mine);
             if their_rank != r.to_string() {
                 note(format!("{} names rank {their_rank}", ack.display()));
                 refused.push((r, mine));
@@ -402,7 +386,7 @@ fn serve(
             }
             if their_size != size.to_string() {
                 let why = format!("rank {r} has world size {their_size}, rank 0 {size}");
-                let _ = create(&ok, &format!("{job} {mine} refused {why}\n"));
+                let _ = dir.create(&ok, &format!("{job} {mine} refused {why}\n"));
                 refused.push((r, mine));
                 return Err(why);
             }
@@ -411,18 +395,18 @@ fn serve(
                     "rank {r} already acknowledged by another process (two processes with \
                      the same rank?)"
                 );
-                let _ = create(&ok, &format!("{job} {mine} refused {why}\n"));
+                let _ = dir.create(&ok, &format!("{job} {mine} refused {why}\n"));
                 note(why);
                 refused.push((r, mine));
                 continue;
             }
-            create(&ok, &format!("{job} {mine} ok\n"))
-                .map_err(|e| format!("creating {}: {e}", ok.display()))?;
+            dir.create(&ok, &format!("{job} {mine} ok\n"))
+                .map_err(|e| format!("creating {}: {e}", dir.show(&ok).display()))?;
             peers.insert(r, Peer::Answered(mine));
         }
         for (&r, state) in peers.iter_mut() {
             if let Peer::Answered(mine) = state
-                && fs::symlink_metadata(dir.join(ok_name(r, mine))).is_err()
+                && dir.meta_at(&ok_name(r, mine)).is_ok_and(|m| m.is_none())
             {
                 *state = Peer::Done(std::mem::take(mine));
                 done += 1;
@@ -482,8 +466,11 @@ fn parse_id_file(path: &Path, l: &str) -> Result<Published, String> {
 
 /// A non-zero rank: read the id, acknowledge it, wait for rank 0's answer.
 pub(crate) fn receive(path: &Path, ranks: Ranks, deadline: Deadline) -> Result<UniqueId, String> {
+    let (parent, name) = split(path)?;
     let mut r = Receiver {
         path,
+        parent,
+        name,
         ranks,
         mine: nonce()?,
         acked: None,
@@ -496,20 +483,23 @@ pub(crate) fn receive(path: &Path, ranks: Ranks, deadline: Deadline) -> Result<U
     if let Some((dir, _, _)) = &r.acked {
         let rank = ranks.rank();
         if !r.keep_ack {
-            remove(&dir.join(ack_name(rank, &r.mine)));
+            dir.remove(&ack_name(rank, &r.mine));
         }
-        remove(&dir.join(ok_name(rank, &r.mine)));
+        dir.remove(&ok_name(rank, &r.mine));
     }
     result
 }
 
 struct Receiver<'a> {
     path: &'a Path,
+    /// The id file's folder, opened once, and the id file's name.
+    parent: Dir,
+    name: String,
     ranks: Ranks,
     /// This rank's own nonce.
     mine: String,
-    /// The job's folder, nonce and id this rank acknowledged.
-    acked: Option<(PathBuf, String, UniqueId)>,
+    /// The job's folder (opened once), nonce and id this rank acknowledged.
+    acked: Option<(Dir, String, UniqueId)>,
     keep_ack: bool,
 }
 
@@ -519,9 +509,12 @@ impl Receiver<'_> {
         let me = me();
         let mut waiting_for = "rank 0 to write it";
         let mut poll = POLL;
-        let ack_text = |job: &str| format!("{job} {rank} {size} {}\n", self.mine);
+        let mine = self.mine.clone();
+        let ack_text = |job: &str| format!("{job} {rank} {size} {mine}\n");
+        let ack_n = ack_name(rank, &self.mine);
+        let ok_n = ok_name(rank, &self.mine);
         loop {
-            match read_small(path)? {
+            match read_small(&self.parent, &self.name)? {
                 Found::Missing => {}
                 Found::Text(_, owner) if owner != me => {
                     return Err(format!(
@@ -534,19 +527,17 @@ impl Receiver<'_> {
                     Some(l) => {
                         let p = parse_id_file(path, l)?;
                         if self.acked.as_ref().map(|(_, j, _)| j) != Some(&p.job) {
-                            let dir = folder(path, &p.job);
-                            if let Some(why) = folder_problem(&dir, me) {
-                                return Err(why);
-                            }
+                            let (dir, _) =
+                                open_folder(&self.parent, &folder_name(&self.name, &p.job), me)?;
                             if let Some((old, _, _)) = &self.acked {
                                 // The id file of another run replaced the
                                 // one acknowledged: forget that one.
-                                remove(&old.join(ack_name(rank, &self.mine)));
-                                remove(&old.join(ok_name(rank, &self.mine)));
+                                old.remove(&ack_n);
+                                old.remove(&ok_n);
                             }
-                            let ack = dir.join(ack_name(rank, &self.mine));
-                            create(&ack, &ack_text(&p.job))
-                                .map_err(|e| format!("creating {}: {e}", ack.display()))?;
+                            dir.create(&ack_n, &ack_text(&p.job)).map_err(|e| {
+                                format!("creating {}: {e}", dir.show(&ack_n).display())
+                            })?;
                             self.acked = Some((dir, p.job.clone(), p.id));
                             waiting_for = "rank 0 to answer (an id file left by an earlier \
                                            run is never answered: remove it)";
@@ -563,12 +554,11 @@ impl Receiver<'_> {
                 },
             }
             if let Some((dir, job, id)) = &self.acked {
-                let ok = dir.join(ok_name(rank, &self.mine));
-                match read_small(&ok)? {
+                match read_small(dir, &ok_n)? {
                     Found::Text(_, uid) if uid != me => {
                         return Err(format!(
                             "{} is owned by user {uid}, not by this rank's user {me}",
-                            ok.display()
+                            dir.show(&ok_n).display()
                         ));
                     }
                     Found::Text(t, _) => {
@@ -584,22 +574,26 @@ impl Receiver<'_> {
                     }
                     Found::Missing => {
                         // Removed by someone: write it again.
-                        let ack = dir.join(ack_name(rank, &self.mine));
-                        match create(&ack, &ack_text(job)) {
-                            Ok(()) => {}
+                        match dir.create(&ack_n, &ack_text(job)) {
+                            Ok(_) => {}
                             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                                 return Err(format!(
                                     "rank 0's folder {} is gone: rank 0 gave up or finished \
                                      without this rank",
-                                    dir.display()
+                                    dir.shown().display()
                                 ));
                             }
-                            Err(e) => return Err(format!("creating {}: {e}", ack.display())),
+                            Err(e) => {
+                                return Err(format!(
+                                    "creating {}: {e}",
+                                    dir.show(&ack_n).display()
+                                ));
+                            }
                         }
                     }
                 }
-                if let Found::Text(t, uid) = read_small(&dir.join(ABORT))?
+                if let Found::Text(t, uid) = read_small(dir, ABORT)?
                     && uid == me
                     && let Some(why) =
                         line(&t).and_then(|l| l.strip_prefix(&format!("{job} abort ")))

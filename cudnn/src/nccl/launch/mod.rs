@@ -68,21 +68,47 @@
 //! disturb its bootstrap) or can take a rank's place, and a process that
 //! binds the port before rank 0 can hand the ranks an id of its own. On a
 //! machine or network others share, give every rank the same
-//! `CUDNN_RS_RENDEZVOUS_TOKEN` (for example
-//! `CUDNN_RS_RENDEZVOUS_TOKEN=$(head -c 24 /dev/urandom | base64)` exported
-//! before the launcher). With it, rank 0 and each rank prove they hold it
+//! `CUDNN_RS_RENDEZVOUS_TOKEN` of at least 32 bytes (for example
+//! `CUDNN_RS_RENDEZVOUS_TOKEN=$(openssl rand -hex 16)`, or
+//! [`Token::generate`], exported before the launcher; a shorter token is
+//! refused). With it, each rank proves it holds it first, then rank 0
 //! (HMAC-SHA256 over fresh nonces of both; the token never travels), and
 //! the id travels masked and tagged, so a squatter learns neither and a
-//! relay that alters the id is caught. The file rendezvous relies on file
-//! permissions instead.
+//! relay that alters the id is caught. Rank 0 sends nothing keyed by the
+//! token to a peer that has not proved it; a squatter on rank 0's port
+//! gets one proof per connecting rank over a nonce it chose, which only a
+//! token of 128 bits or more keeps out of reach of an offline search. The
+//! file rendezvous relies on file permissions instead, and works only
+//! through the descriptors of the folders it opened (a folder swapped for
+//! a symbolic link cannot redirect it).
 //!
 //! Under torchrun itself, `MASTER_PORT` is taken by torchrun's own store:
 //! set `CUDNN_RS_RENDEZVOUS=tcp://$MASTER_ADDR:<another port>`.
 
 mod address;
 mod deadline;
+#[cfg(unix)]
+mod dirfd;
 mod env;
+#[cfg(unix)]
 mod file;
+#[cfg(not(unix))]
+mod file {
+    //! The file rendezvous needs `openat` and friends: Unix only.
+    use super::deadline::Deadline;
+    use crate::nccl::{Ranks, UniqueId};
+    use std::path::Path;
+
+    const WHY: &str = "the file rendezvous needs a Unix system; use a TCP rendezvous";
+
+    pub(crate) fn publish(_: &Path, _: Ranks, _: &UniqueId, _: Deadline) -> Result<(), String> {
+        Err(WHY.into())
+    }
+
+    pub(crate) fn receive(_: &Path, _: Ranks, _: Deadline) -> Result<UniqueId, String> {
+        Err(WHY.into())
+    }
+}
 mod tcp;
 
 use std::time::Duration;
@@ -90,7 +116,8 @@ use std::time::Duration;
 pub use address::Rendezvous;
 pub use env::{
     DEFAULT_TIMEOUT, LOCAL_RANK_VARS, LOCAL_SIZE_VARS, LaunchEnv, MAX_TIMEOUT, MAX_TOKEN_BYTES,
-    MIN_TIMEOUT, RANK_VARS, RENDEZVOUS_VAR, TIMEOUT_VAR, TOKEN_VAR, Token, VARIABLES,
+    MIN_TIMEOUT, MIN_TOKEN_BYTES, RANK_VARS, RENDEZVOUS_VAR, TIMEOUT_VAR, TOKEN_VAR, Token,
+    VARIABLES,
 };
 
 use super::{Communicator, Ranks, UniqueId};

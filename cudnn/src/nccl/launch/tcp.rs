@@ -1,13 +1,16 @@
 //! The rendezvous over TCP.
 //!
-//! 1. A rank sends `CUDNNRS3`, its rank and world size (4 bytes each, big
+//! 1. A rank sends `CUDNNRS4`, its rank and world size (4 bytes each, big
 //!    endian), `1` if it holds a token (else `0`) and a fresh 16-byte nonce.
-//! 2. Rank 0 answers `0`, its own fresh nonce and its proof (32 bytes), or
-//!    `1`, a 2-byte length and why it refuses (only when one side holds a
-//!    token and the other none: this refusal is not authenticated).
-//! 3. The rank checks rank 0's proof and sends its own (32 bytes).
-//! 4. Rank 0 checks it and answers `0`, the id (128 bytes) and a tag (32
-//!    bytes), or `1`, a 2-byte length, why it refuses and a tag.
+//! 2. Rank 0 answers `0` and its own fresh nonce (16 bytes), or `1`, a
+//!    2-byte length and why it refuses (only when one side holds a token
+//!    and the other none: this refusal is not authenticated).
+//! 3. The rank sends its proof (32 bytes).
+//! 4. Rank 0 checks it; after a wrong proof it sends `2` (nothing keyed by
+//!    the token) and ends the connection. Otherwise it sends `0` and its own
+//!    proof (32 bytes), then `0`, the id (128 bytes) and a tag (32 bytes),
+//!    or `1`, a 2-byte length, why it refuses and a tag.
+//! 5. The rank checks rank 0's proof and the tag.
 //!
 //! With a token, a proof is HMAC-SHA256 keyed by the token over a label for
 //! the side, both nonces, the rank and the world size; the id travels
@@ -16,6 +19,16 @@
 //! server that cannot prove it holds the token (or whose answer does not
 //! carry a valid tag), and rank 0 refuses a rank that cannot. Without a
 //! token the proofs and tags are zeros and the id travels in clear.
+//!
+//! **The peer proves first.** Rank 0 emits nothing keyed by the token
+//! before the peer has proved it holds the token, so a peer that does not
+//! know it learns no MAC it could test guesses against offline. The
+//! symmetric exposure remains on the other side: whatever answers at rank
+//! 0's address (a process that took the port first) chooses the nonce each
+//! connecting rank then proves over, so it gets one MAC per connection and
+//! can grind guesses against it offline. Tokens are therefore at least
+//! [`MIN_TOKEN_BYTES`](super::env::MIN_TOKEN_BYTES) bytes (128 bits as hex
+//! digits), which no offline search exhausts.
 //!
 //! Rank 0 serves every connection on its own thread, at most
 //! [`MAX_IN_FLIGHT`] at once: a connection has [`HELLO_LIMIT`] to prove
@@ -37,7 +50,7 @@ use super::deadline::{Deadline, read_exact_by, write_all_by};
 use super::env::Token;
 use crate::nccl::{Ranks, UNIQUE_ID_BYTES, UniqueId};
 
-const MAGIC: &[u8; 8] = b"CUDNNRS3";
+const MAGIC: &[u8; 8] = b"CUDNNRS4";
 /// Bytes in a nonce.
 const NONCE: usize = 16;
 /// Bytes in a proof or a tag (HMAC-SHA256).
@@ -127,6 +140,8 @@ impl Context {
 }
 
 const RANK0_PROOF: &[u8] = b"cudnn-rs rank 0 proof";
+/// Rank 0's answer to a wrong proof (then it ends the connection).
+const WRONG_PROOF: u8 = 2;
 const RANK_PROOF: &[u8] = b"cudnn-rs rank proof";
 const ANSWER_TAG: &[u8] = b"cudnn-rs answer";
 
@@ -438,9 +453,9 @@ fn handle(mut conn: TcpStream, peer: SocketAddr, shared: &Shared, key: u64, dead
         return;
     };
     let ctx = Context::new(their_nonce, &mine, rank, size);
+    // Only the nonce: nothing keyed by the token before the peer proved it.
     let mut challenge = vec![0u8];
     challenge.extend_from_slice(&mine);
-    challenge.extend_from_slice(&ctx.mac(token, RANK0_PROOF, &[]));
     if write_all_by(&mut conn, &challenge, hello_limit).is_err() {
         return;
     }
@@ -449,6 +464,7 @@ fn handle(mut conn: TcpStream, peer: SocketAddr, shared: &Shared, key: u64, dead
         return;
     }
     if !ctx.check(token, RANK_PROOF, &[], &proof) {
+        let _ = write_all_by(&mut conn, &[WRONG_PROOF], hello_limit);
         shared
             .book()
             .note(format!("{peer}: a wrong token (CUDNN_RS_RENDEZVOUS_TOKEN)"));
@@ -461,6 +477,13 @@ fn handle(mut conn: TcpStream, peer: SocketAddr, shared: &Shared, key: u64, dead
             // Dropped for a newer connection meanwhile.
             None => return,
         }
+    }
+    // The peer proved the token: now rank 0 proves it too, before its
+    // answer.
+    let mut proved = vec![0u8];
+    proved.extend_from_slice(&ctx.mac(token, RANK0_PROOF, &[]));
+    if write_all_by(&mut conn, &proved, limit).is_err() {
+        return;
     }
     let refuse = |conn: &mut TcpStream, why: String| {
         let _ = write_all_by(conn, &refusal(&why, Some((&ctx, token))), limit);
@@ -563,17 +586,40 @@ fn talk(conn: &mut TcpStream, ranks: Ranks, token: Option<&Token>, deadline: Dea
             ));
         }
     }
-    let mut challenge = [0u8; NONCE + TAG];
-    if let Err(e) = read_exact_by(conn, &mut challenge, deadline) {
+    let mut theirs = [0u8; NONCE];
+    if let Err(e) = read_exact_by(conn, &mut theirs, deadline) {
         return io(e);
     }
-    let (theirs, proof) = challenge.split_at(NONCE);
-    let ctx = Context::new(&mine, theirs, rank, size);
-    if !ctx.check(token, RANK0_PROOF, &[], proof) {
-        return Attempt::Refused(NOT_RANK0.into());
-    }
+    let ctx = Context::new(&mine, &theirs, rank, size);
+    // This rank proves first (see the module's docs).
     if let Err(e) = write_all_by(conn, &ctx.mac(token, RANK_PROOF, &[]), deadline) {
         return io(e);
+    }
+    if let Err(e) = read_exact_by(conn, &mut status, deadline) {
+        return io(e);
+    }
+    match status[0] {
+        0 => {}
+        WRONG_PROOF => {
+            return Attempt::Refused(
+                "rank 0 refused this rank's proof (not authenticated): the tokens differ \
+                 (CUDNN_RS_RENDEZVOUS_TOKEN), or what listens there is not rank 0 of this job"
+                    .into(),
+            );
+        }
+        other => {
+            return Attempt::Refused(format!(
+                "what listens there is not rank 0 of this crate's rendezvous (answered \
+                 {other:#04x})"
+            ));
+        }
+    }
+    let mut proof = [0u8; TAG];
+    if let Err(e) = read_exact_by(conn, &mut proof, deadline) {
+        return io(e);
+    }
+    if !ctx.check(token, RANK0_PROOF, &[], &proof) {
+        return Attempt::Refused(NOT_RANK0.into());
     }
     if let Err(e) = read_exact_by(conn, &mut status, deadline) {
         return io(e);
