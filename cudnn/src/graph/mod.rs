@@ -43,6 +43,7 @@ pub mod nvrtc;
 mod opgraph;
 pub mod ops;
 mod plan;
+mod plan_auth;
 mod plan_file;
 mod plan_json;
 mod target;
@@ -50,7 +51,8 @@ mod tensor;
 
 pub use bindings::Bindings;
 pub use cache::{
-    CacheStats, LoadReport, MAX_FILE_BYTES as MAX_CACHE_FILE_BYTES, PlanCache, SkippedEntry,
+    CacheStats, LoadReport, MAX_FILE_BYTES as MAX_CACHE_FILE_BYTES, PlanCache, SkipReason,
+    SkippedEntry,
 };
 pub use cuda_graph::{
     NATIVE_CUDA_GRAPH_FAULTY, NATIVE_CUDA_GRAPH_MIN, PlanCudaGraph, native_cuda_graph_engine_rule,
@@ -74,6 +76,7 @@ pub use ops::sdpa_fp8::{Fp8SdpaConfig, Fp8SdpaForward};
 pub use ops::sdpa_fp8_bwd::{FP8_BWD_SCALE_NAMES, Fp8SdpaBackward};
 pub use ops::sdpa_softmax::SdpaSoftmax;
 pub use plan::{BuildReport, Plan, Timings};
+pub use plan_auth::{Authentication, KEY_FILE_NAME, MAX_KEY_BYTES, MIN_KEY_BYTES, PlanKey, Trust};
 pub use plan_json::check as check_plan_json;
 pub use target::{DeviceProperties, DeviceSpec, REQUIRED_FIELDS, Target};
 pub use tensor::{BYTE_ALIGNMENT, DType, MAX_DIMS, TensorSpec};
