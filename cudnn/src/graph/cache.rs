@@ -159,7 +159,7 @@ impl std::fmt::Display for LoadReport {
         if code > 0 {
             write!(
                 f,
-                "{sep}{code} carrying compiled kernel code from a file not authenticated ({})",
+                "{sep}{code} carrying compiled kernel code, not loaded because {}",
                 self.authentication
             )?;
             sep = ", ";

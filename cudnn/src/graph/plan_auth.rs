@@ -173,13 +173,13 @@ impl Authentication {
 impl std::fmt::Display for Authentication {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Authentication::NotChecked => "loaded without a key (no compiled code accepted)",
+            Authentication::NotChecked => "the load took no key",
             Authentication::Verified => "its tag verifies under the key",
             Authentication::Missing => "the file carries no tag",
             Authentication::Invalid => {
                 "the file's tag does not verify under the key (another key, or the file was changed)"
             }
-            Authentication::Vouched => "loaded unverified (the caller vouched for the file)",
+            Authentication::Vouched => "the caller vouched for the file (an unverified load)",
         })
     }
 }
