@@ -11,6 +11,7 @@
 //! | [`heuristics`] | engine configurations with notes, knobs, workspace; [`Policy`] filters |
 //! | [`Plan`] | finalized plan: workspace, JSON round trip, checked execution |
 //! | [`PlanCache`] | plans keyed on graph + target + policy, saved to and loaded from a file |
+//! | [`PlanKey`], [`Trust`] | authenticated plan files: compiled code loads safely only from a file this program signed |
 //!
 //! Planning needs cuDNN >= 9.8 (for device properties) and a `libcuda.so.1`:
 //! the real driver when there is one, otherwise the crate's driver stub (see
