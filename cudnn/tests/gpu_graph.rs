@@ -464,10 +464,15 @@ fn main() {
         eprintln!("  device properties JSON: {}", props.json());
         let offline = Target::json(props.json())?;
         let (plan, _) = Plan::build(&g.build()?, &offline, &Policy::default())?;
-        let text = plan.serialize()?;
-        // Made by this test: trusted (a runtime-compiled plan carries code).
-        // SAFETY: cuDNN's JSON (plan file) of the plan built here for this tensor list, unchanged.
-        let loaded = unsafe { Plan::deserialize_unverified(&text, &target()?) }?;
+        // Signed by this test, so its compiled code loads without `unsafe`
+        // and runs on the device.
+        let key = PlanKey::generate()?;
+        let text = plan.serialize_signed(&key)?;
+        let loaded = Plan::deserialize(&text, &target()?, Trust::SignedBy(&key))?;
+        ensure!(
+            loaded.is_runtime_compiled() == plan.is_runtime_compiled(),
+            "the signed reload lost its compiled code"
+        );
         let xs = data::<f16>(2 * 16 * 64, 13);
         let want: Vec<f64> = xs.iter().map(|v| v.max(0.0)).collect();
         let got = execute::<f16>(&loaded, &[("x", xs)])?;

@@ -58,6 +58,23 @@ const TRAILER: &str = "hmac-sha256 ";
 /// writers ([`Plan::serialize_signed`](super::Plan::serialize_signed),
 /// [`PlanCache::save`](super::PlanCache::save)); doing either is the same as
 /// calling the `unsafe` loaders on those files.
+///
+/// ```no_run
+/// use cudnn::graph::{PlanCache, PlanKey, Target, Trust};
+/// let dir = std::path::Path::new("plan-cache");
+/// let file = dir.join("plans.txt");
+/// let key = PlanKey::load_or_create(dir)?; // dir/cudnn-rs-plan.key, 0600
+/// let target = Target::preset("h200")?;
+/// let cache = PlanCache::new(64);
+/// if file.exists() {
+///     // Every entry this program saved, runtime-compiled plans included.
+///     let report = cache.load(&file, &target, Trust::SignedBy(&key))?;
+///     println!("{report}");
+/// }
+/// // ... cache.get_or_build(&graph, &target, &policy)? ...
+/// cache.save(&file, &key)?;
+/// # Ok::<(), cudnn::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct PlanKey {
     bytes: Vec<u8>,
