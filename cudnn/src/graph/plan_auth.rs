@@ -18,7 +18,7 @@
 //! or a plan cache), the length of the text, then the text itself, header
 //! included: everything that reaches cuDNN is covered.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -321,10 +321,10 @@ fn random_key() -> Result<[u8; KEY_BYTES]> {
 mod key_file {
     use std::io::{Read, Write};
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    use std::path::Path;
+    use std::path::{Path, PathBuf};
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    use super::{KEY_BYTES, PathBuf, random_key};
+    use super::{KEY_BYTES, random_key};
     use crate::error::{Error, Result};
 
     fn refuse(path: &Path, rule: impl Into<String>, value: impl std::fmt::Display) -> Error {
@@ -600,7 +600,7 @@ mod tests {
     }
 
     #[cfg(unix)]
-    fn folder(tag: &str) -> PathBuf {
+    fn folder(tag: &str) -> std::path::PathBuf {
         use std::sync::atomic::{AtomicU64, Ordering};
         static N: AtomicU64 = AtomicU64::new(0);
         let d = std::env::temp_dir().join(format!(
