@@ -9,12 +9,16 @@
 //! and a transformer MLP's matmul + bias + GELU in bf16.
 //! `--load FILE` loads a file for the live device (or `--target`) and
 //! reports the time; without `--load`, on a GPU the file just written is
-//! loaded back for the device.
+//! loaded back for the device. The file is signed with the per-user key in
+//! its folder (`cudnn-rs-plan.key`, created 0600 on first use), so its
+//! runtime-compiled plans reload without `unsafe`.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
-use cudnn::graph::{ConvParams, DType, Graph, PlanCache, Policy, Target, TensorSpec};
+use cudnn::graph::{
+    ConvParams, DType, Graph, PlanCache, PlanKey, Policy, Target, TensorSpec, Trust,
+};
 
 fn conv_bias_relu(c: i64, k: i64, hw: i64, r: i64) -> cudnn::Result<Graph> {
     let mut g = Graph::new();
@@ -66,6 +70,14 @@ fn arg(args: &[String], name: &str) -> Option<String> {
         .cloned()
 }
 
+/// The folder of a cache file, where its key file lives.
+fn key_folder(file: &std::path::Path) -> &std::path::Path {
+    match file.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    }
+}
+
 fn run() -> cudnn::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let gpu = cudnn::runtime::Device::count().is_ok_and(|n| n > 0);
@@ -75,7 +87,10 @@ fn run() -> cudnn::Result<()> {
             Some(n) => Target::preset(n)?,
             None => Target::device(0)?,
         };
-        return load(&PathBuf::from(file), &target, gpu);
+        let file = PathBuf::from(file);
+        // The key file beside the cache file, as when it was written.
+        let key = PlanKey::load_or_create(key_folder(&file))?;
+        return load(&file, &target, &key, gpu);
     }
     let target = Target::preset(named.as_deref().unwrap_or("h200"))?;
     let out = arg(&args, "--out").map(PathBuf::from).unwrap_or_else(|| {
@@ -94,7 +109,17 @@ fn run() -> cudnn::Result<()> {
             t0.elapsed().as_secs_f64() * 1e3
         );
     }
-    cache.save(&out)?;
+    // The per-user key beside the file (created 0600 on first use): the
+    // saved file is signed with it, so a later load under the same key
+    // restores the runtime-compiled plans too.
+    // (A file in the shared temporary folder, removed at the end, takes a
+    // key of its own for this run.)
+    let key = if arg(&args, "--out").is_some() {
+        PlanKey::load_or_create(key_folder(&out))?
+    } else {
+        PlanKey::generate()?
+    };
+    cache.save(&out, &key)?;
     let bytes = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
     println!(
         "wrote {} plans ({bytes} bytes) to {}",
@@ -104,7 +129,7 @@ fn run() -> cudnn::Result<()> {
     if gpu {
         let device = Target::device(0)?;
         if device.properties().compatible(&target.fingerprint()) {
-            load(&out, &device, gpu)?;
+            load(&out, &device, &key, gpu)?;
         } else {
             println!(
                 "this GPU ({}) is not the target; not loading",
@@ -118,14 +143,15 @@ fn run() -> cudnn::Result<()> {
     Ok(())
 }
 
-fn load(file: &std::path::Path, target: &Target, gpu: bool) -> cudnn::Result<()> {
+fn load(file: &std::path::Path, target: &Target, key: &PlanKey, gpu: bool) -> cudnn::Result<()> {
     let t0 = Instant::now();
     let cache = PlanCache::new(64);
-    // This program wrote the file a moment ago: it is as trusted as the
-    // program, so its runtime-compiled plans load with their compiled code
-    // (`load` would skip them: a plan file with compiled code is executable
-    // code, and only a trusted file may carry it).
-    let report = cache.load_trusted(file, target)?;
+    // This program signed the file with its key a moment ago: its
+    // runtime-compiled plans load with their compiled code (without a valid
+    // tag they would be skipped: a plan file with compiled code is
+    // executable code).
+    let report = cache.load(file, target, Trust::SignedBy(key))?;
+    println!("  {report}");
     for s in &report.skipped {
         println!("  skipped entry {}: {}", s.index, s.reason);
     }

@@ -83,7 +83,7 @@ pub(crate) fn replace(path: &Path, bytes: &[u8]) -> Result<(), ReplaceError> {
 /// Sync the folder holding `path` (its entry for the renamed file). A
 /// folder this process cannot open for reading, or a file system that does
 /// not sync folders, is not an error: the file itself is already in place.
-fn sync_folder(path: &Path) -> std::io::Result<()> {
+pub(crate) fn sync_folder(path: &Path) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),

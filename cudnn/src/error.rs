@@ -236,6 +236,20 @@ pub enum Error {
         /// Our context.
         context: Option<String>,
     },
+
+    /// A file could not be opened, read or written: names what was being
+    /// done, the path and the operating system's words.
+    #[error("{op} {} failed: {detail}", path.display())]
+    Io {
+        /// What was being done (`"opening the plan cache file"`).
+        op: String,
+        /// The file.
+        path: std::path::PathBuf,
+        /// The kind of failure (`NotFound`, `PermissionDenied`, ...).
+        kind: std::io::ErrorKind,
+        /// The operating system's words.
+        detail: String,
+    },
 }
 
 fn ctx(c: &Option<String>) -> String {
@@ -269,6 +283,16 @@ impl Error {
             arg: arg.into(),
             rule: rule.into(),
             value: value.to_string(),
+        }
+    }
+
+    /// An [`Error::Io`] from what was being done, the path and the error.
+    pub(crate) fn io(op: impl Into<String>, path: &std::path::Path, e: &std::io::Error) -> Self {
+        Error::Io {
+            op: op.into(),
+            path: path.to_path_buf(),
+            kind: e.kind(),
+            detail: e.to_string(),
         }
     }
 

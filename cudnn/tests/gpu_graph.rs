@@ -464,9 +464,15 @@ fn main() {
         eprintln!("  device properties JSON: {}", props.json());
         let offline = Target::json(props.json())?;
         let (plan, _) = Plan::build(&g.build()?, &offline, &Policy::default())?;
-        let text = plan.serialize()?;
-        // Made by this test: trusted (a runtime-compiled plan carries code).
-        let loaded = Plan::deserialize_trusted(&text, &target()?)?;
+        // Signed by this test, so its compiled code loads without `unsafe`
+        // and runs on the device.
+        let key = PlanKey::generate()?;
+        let text = plan.serialize_signed(&key)?;
+        let loaded = Plan::deserialize(&text, &target()?, Trust::SignedBy(&key))?;
+        ensure!(
+            loaded.is_runtime_compiled() == plan.is_runtime_compiled(),
+            "the signed reload lost its compiled code"
+        );
         let xs = data::<f16>(2 * 16 * 64, 13);
         let want: Vec<f64> = xs.iter().map(|v| v.max(0.0)).collect();
         let got = execute::<f16>(&loaded, &[("x", xs)])?;
@@ -476,11 +482,14 @@ fn main() {
             let preset = Target::preset(name)?;
             if preset.properties().compatible(&props.fingerprint()) {
                 let (p, _) = Plan::build(&g.build()?, &preset, &Policy::default())?;
-                let q = Plan::from_cudnn_json_trusted(
-                    &p.cudnn_json()?,
-                    &target()?,
-                    Arc::new(p.io().clone()),
-                )?;
+                // SAFETY: cuDNN's JSON (plan file) of the plan built here for this tensor list, unchanged.
+                let q = unsafe {
+                    Plan::from_cudnn_json_unverified(
+                        &p.cudnn_json()?,
+                        &target()?,
+                        Arc::new(p.io().clone()),
+                    )
+                }?;
                 let xs = data::<f16>(2 * 16 * 64, 14);
                 let want: Vec<f64> = xs.iter().map(|v| v.max(0.0)).collect();
                 let got = execute::<f16>(&q, &[("x", xs)])?;

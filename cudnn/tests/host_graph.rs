@@ -882,7 +882,9 @@ fn main() {
             let file = p.serialize()?;
             // Written by this test a moment ago: trusted (the matmul fusion
             // carries compiled code, which an untrusted load refuses).
-            let q = Plan::deserialize_trusted(&file, &t)?;
+            // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+            // checks must refuse; nothing loaded here runs on a GPU.
+            let q = unsafe { Plan::deserialize_unverified(&file, &t) }?;
             ensure!(
                 q.workspace_size() == p.workspace_size(),
                 "{label}: workspace {} vs {}",
@@ -925,7 +927,7 @@ fn main() {
             &Policy::default(),
         )?;
         let a100 = Target::preset("a100")?;
-        match Plan::deserialize(&p.serialize()?, &a100) {
+        match Plan::deserialize(&p.serialize()?, &a100, Trust::NoCompiledCode) {
             Err(Error::Unsupported { what, .. }) => {
                 ensure!(what.contains("H200") && what.contains("A100"), "{what}")
             }
@@ -983,10 +985,12 @@ fn main() {
         let dir = std::env::temp_dir().join(format!("cudnn-rs-cache-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
         let path = dir.join("plans.txt");
-        cache.save(&path)?;
+        let key = PlanKey::load_or_create(&dir)?;
+        cache.save(&path, &key)?;
         let fresh = PlanCache::new(8);
-        // Saved by this test: trusted (runtime-compiled entries load).
-        ensure!(fresh.load_trusted(&path, &t)?.loaded == 2, "loaded count");
+        // Saved signed by this test: runtime-compiled entries load too.
+        let r = fresh.load(&path, &t, Trust::SignedBy(&key))?;
+        ensure!(r.loaded == 2 && r.is_complete(), "loaded count: {r}");
         let q = fresh
             .get(&g1, &t, &Policy::default())
             .ok_or("g1 missing after load")?;
@@ -1135,7 +1139,9 @@ fn main() {
             let path = dir.join(format!("bad{i}.txt"));
             std::fs::write(&path, bytes)?;
             let before = cache.len();
-            let r = catch_unwind(AssertUnwindSafe(|| cache.load(&path, &t)));
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                cache.load(&path, &t, Trust::NoCompiledCode)
+            }));
             match r {
                 Err(_) => return Err(format!("{what}: panicked").into()),
                 Ok(Ok(n)) => return Err(format!("{what}: accepted ({n:?})").into()),
@@ -1155,9 +1161,14 @@ fn main() {
         let big = dir.join("big.txt");
         let f = std::fs::File::create(&big)?;
         f.set_len(300 << 20)?;
-        ensure!(cache.load(&big, &t).is_err(), "oversized file accepted");
         ensure!(
-            cache.load(&dir.join("missing"), &t).is_err(),
+            cache.load(&big, &t, Trust::NoCompiledCode).is_err(),
+            "oversized file accepted"
+        );
+        ensure!(
+            cache
+                .load(&dir.join("missing"), &t, Trust::NoCompiledCode)
+                .is_err(),
             "missing file accepted"
         );
         let _ = std::fs::remove_dir_all(&dir);
@@ -1362,7 +1373,9 @@ fn child_load(path: &str) -> i32 {
         let text =
             std::fs::read_to_string(path).map_err(|e| Error::invalid("path", "readable", e))?;
         let t = Target::preset("h200")?;
-        let p = Plan::deserialize_trusted(&text, &t)?;
+        // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+        // checks must refuse; nothing loaded here runs on a GPU.
+        let p = unsafe { Plan::deserialize_unverified(&text, &t) }?;
         let json = std::fs::read_to_string(std::path::Path::new(path).with_file_name("plan.json"))
             .map_err(|e| Error::invalid("path", "readable", e))?;
         if p.cudnn_json()? != json {

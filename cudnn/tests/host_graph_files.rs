@@ -180,12 +180,15 @@ fn main() {
                 let file = p.serialize()?;
                 let io = Arc::new(p.io().clone());
                 if !has_code {
-                    Plan::deserialize(&file, &t)?;
+                    Plan::deserialize(&file, &t, Trust::NoCompiledCode)?;
                     continue;
                 }
                 families += 1;
                 for (what, r) in [
-                    ("deserialize", Plan::deserialize(&file, &t).map(|_| ())),
+                    (
+                        "deserialize",
+                        Plan::deserialize(&file, &t, Trust::NoCompiledCode).map(|_| ()),
+                    ),
                     (
                         "from_cudnn_json",
                         Plan::from_cudnn_json(&json, &t, io.clone()).map(|_| ()),
@@ -197,9 +200,13 @@ fn main() {
                         other => return Err(format!("{name}: {what}: {other:?}").into()),
                     }
                 }
-                let back = Plan::deserialize_trusted(&file, &t)?;
+                // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+                // checks must refuse; nothing loaded here runs on a GPU.
+                let back = unsafe { Plan::deserialize_unverified(&file, &t) }?;
                 ensure!(back.is_runtime_compiled(), "{name}: trusted load");
-                Plan::from_cudnn_json_trusted(&json, &t, io)?;
+                // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+                // checks must refuse; nothing loaded here runs on a GPU.
+                unsafe { Plan::from_cudnn_json_unverified(&json, &t, io) }?;
                 // Why refused and not stripped: cuDNN cannot finalize the plan
                 // without its payload (it does not recompile from the graph).
                 let mut stripped = doc.clone();
@@ -229,7 +236,11 @@ fn main() {
                         &format!("/engine/payload/kernels/0/kernelParams/offsets/{i}/uid"),
                         Value::from(987_654),
                     )?;
-                    match Plan::from_cudnn_json_trusted(&bad, &t, Arc::new(p.io().clone())) {
+                    // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+                    // checks must refuse; nothing loaded here runs on a GPU.
+                    match unsafe {
+                        Plan::from_cudnn_json_unverified(&bad, &t, Arc::new(p.io().clone()))
+                    } {
                         Err(e) if typed(&e) && e.to_string().contains("must name a tensor") => {}
                         other => return Err(format!("{name}: foreign param uid: {other:?}").into()),
                     }
@@ -250,7 +261,7 @@ fn main() {
             let file8 = p8.serialize()?;
             let (head8, _) = split_plan_file(&file8).ok_or("no JSON")?;
             let swapped = with_json(head8, &j8.to_string());
-            match Plan::deserialize(&swapped, &t) {
+            match Plan::deserialize(&swapped, &t, Trust::NoCompiledCode) {
                 Err(Error::Unsupported { what, .. }) if what.contains("compiled kernel code") => {
                     eprintln!("  N=8 graph + N=32 payload: {what}")
                 }
@@ -262,14 +273,16 @@ fn main() {
             c.get_or_build(&conv_plain(2)?, &t, &Policy::default())?;
             c.get_or_build(&matmul()?, &t, &Policy::default())?;
             let text = c.to_text()?;
-            let r = PlanCache::new(4).load_text(&text, &t)?;
+            let r = PlanCache::new(4).load_text(&text, &t, Trust::NoCompiledCode)?;
             eprintln!("  cache, untrusted: {r:?}");
             ensure!(
                 r.loaded == 1 && r.skipped.len() == 1 && r.skipped[0].reason.contains("compiled"),
                 "{r:?}"
             );
-            let r = PlanCache::new(4).load_text_trusted(&text, &t)?;
-            ensure!(r.loaded == 2 && r.skipped.is_empty(), "trusted: {r:?}");
+            let key = PlanKey::generate()?;
+            let r =
+                PlanCache::new(4).load_text(&c.to_signed_text(&key)?, &t, Trust::SignedBy(&key))?;
+            ensure!(r.loaded == 2 && r.skipped.is_empty(), "signed: {r:?}");
             Ok(())
         },
     ));
@@ -279,7 +292,7 @@ fn main() {
         // A precompiled conv: y is written by the conv, x and w only read.
         let (p, _) = Plan::build(&conv_plain(2)?.build()?, &t, &Policy::default())?;
         let file = p.serialize()?;
-        Plan::deserialize(&file, &t)?;
+        Plan::deserialize(&file, &t, Trust::NoCompiledCode)?;
         let json = p.cudnn_json()?;
         for name in ["y", "x", "w"] {
             let mut io = p.io().clone();
@@ -313,7 +326,7 @@ fn main() {
         let line = format!("\n{} out ", y.uid);
         ensure!(file.contains(&line), "no y line");
         let bad = file.replacen(&line, &format!("\n{} in ", y.uid), 1);
-        match Plan::deserialize(&bad, &t) {
+        match Plan::deserialize(&bad, &t, Trust::NoCompiledCode) {
             Err(e @ Error::Mismatch { .. }) if e.to_string().contains("role") => {}
             other => return Err(format!("y as input: {other:?}").into()),
         }
@@ -349,10 +362,10 @@ fn main() {
             let r1 = Plan::from_cudnn_json(&bad, &t, Arc::new(p.io().clone()));
             let file = p.serialize()?;
             let (head, _) = split_plan_file(&file).ok_or("plan file without JSON")?;
-            let r2 = Plan::deserialize(&with_json(head, &bad), &t);
+            let r2 = Plan::deserialize(&with_json(head, &bad), &t, Trust::NoCompiledCode);
             let text = c.to_text()?;
             let (h, _) = split_plan_file(&text).ok_or("cache text without JSON")?;
-            let r3 = PlanCache::new(4).load_text(&with_json(h, &bad), &t);
+            let r3 = PlanCache::new(4).load_text(&with_json(h, &bad), &t, Trust::NoCompiledCode);
             let took = t0.elapsed();
             for (what, r) in [
                 ("from_cudnn_json", r1.map(|_| ())),
@@ -381,7 +394,7 @@ fn main() {
             let file8 = p8.serialize()?;
             let (head8, _) = split_plan_file(&file8).ok_or("no JSON")?;
             let swapped = with_json(head8, &p32.cudnn_json()?);
-            match Plan::deserialize(&swapped, &t) {
+            match Plan::deserialize(&swapped, &t, Trust::NoCompiledCode) {
                 Err(Error::Mismatch {
                     what,
                     expected,
@@ -481,7 +494,11 @@ fn main() {
                     other => return Err(format!("scratch size: {other:?}").into()),
                 }
                 // And the right one loads.
-                Plan::from_cudnn_json_trusted(&p.cudnn_json()?, &t, Arc::new(p.io().clone()))?;
+                // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+                // checks must refuse; nothing loaded here runs on a GPU.
+                unsafe {
+                    Plan::from_cudnn_json_unverified(&p.cudnn_json()?, &t, Arc::new(p.io().clone()))
+                }?;
             }
             Ok(())
         },
@@ -500,7 +517,7 @@ fn main() {
         ensure!(file.contains(&format!("\ncudnn {n}\n")), "no cudnn line");
         // Another cuDNN: refused, naming both.
         let other = file.replacen(&format!("\ncudnn {n}\n"), "\ncudnn 90000\n", 1);
-        match Plan::deserialize(&other, &t) {
+        match Plan::deserialize(&other, &t, Trust::NoCompiledCode) {
             Err(Error::Unsupported { what, .. }) => {
                 ensure!(
                     what.contains("9.0.0") && what.contains(&v.to_string()),
@@ -513,7 +530,9 @@ fn main() {
         let v1 = file
             .replacen("cudnn-rs plan v2\n", "cudnn-rs plan v1\n", 1)
             .replacen(&format!("\ncudnn {n}\n"), "\n", 1);
-        Plan::deserialize_trusted(&v1, &t)?;
+        // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+        // checks must refuse; nothing loaded here runs on a GPU.
+        unsafe { Plan::deserialize_unverified(&v1, &t) }?;
         let (h1, j1) = split_plan_file(&v1).ok_or("no JSON")?;
         let old = with_json(
             h1,
@@ -525,7 +544,7 @@ fn main() {
         );
         ensure!(old != v1, "edit applied");
         ensure!(
-            Plan::deserialize(&old, &t).is_err(),
+            Plan::deserialize(&old, &t, Trust::NoCompiledCode).is_err(),
             "v1 file of another cuDNN loaded"
         );
         // A cache file: the foreign entry is skipped with its reason, the rest loads.
@@ -534,7 +553,7 @@ fn main() {
         c.get_or_build(&conv_plain(4)?, &t, &Policy::default())?;
         let text = c.to_text()?;
         let mixed = text.replacen(&format!("\ncudnn {n}\n"), "\ncudnn 91000\n", 1);
-        let r = PlanCache::new(4).load_text(&mixed, &t)?;
+        let r = PlanCache::new(4).load_text(&mixed, &t, Trust::NoCompiledCode)?;
         eprintln!("  mixed cache file: {r:?}");
         ensure!(r.loaded == 1 && r.skipped.len() == 1, "{r:?}");
         ensure!(
@@ -546,7 +565,10 @@ fn main() {
             .replacen("cudnn-rs plan cache v2\n", "cudnn-rs plan cache v1\n", 1)
             .replace(&format!("\ncudnn {n}\n"), "\n");
         ensure!(
-            PlanCache::new(4).load_text(&v1c, &t)?.loaded == 2,
+            PlanCache::new(4)
+                .load_text(&v1c, &t, Trust::NoCompiledCode)?
+                .loaded
+                == 2,
             "v1 cache file"
         );
         Ok(())
@@ -566,7 +588,7 @@ fn main() {
             // The N=4 graph's key over the N=2 graph's tensor list and plan: the
             // JSON agrees with the list, but the list is not the key's graph's.
             let lying = text.replacen(&blob(&s2), &blob(&s4), 1);
-            match PlanCache::new(4).load_text(&lying, &t) {
+            match PlanCache::new(4).load_text(&lying, &t, Trust::NoCompiledCode) {
                 Err(Error::Mismatch {
                     what,
                     expected,
@@ -590,7 +612,10 @@ fn main() {
             );
             ensure!(full != text, "target line not found");
             let c2 = PlanCache::new(4);
-            ensure!(c2.load_text(&full, &t)?.loaded == 1, "not loaded");
+            ensure!(
+                c2.load_text(&full, &t, Trust::NoCompiledCode)?.loaded == 1,
+                "not loaded"
+            );
             ensure!(
                 c2.get(&g2, &t, &Policy::default()).is_some(),
                 "a compatible fingerprint's entry is never hit"
@@ -607,7 +632,8 @@ fn main() {
         let dir = std::env::temp_dir().join(format!("cudnn-rs-h19-cache-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
         let path = Arc::new(dir.join("plans.tmp"));
-        c.save(&path)?;
+        let key = Arc::new(PlanKey::generate()?);
+        c.save(&path, &key)?;
         let stop = Arc::new(AtomicBool::new(false));
         let (saves, loads, failures) = (
             Arc::new(AtomicUsize::new(0)),
@@ -616,7 +642,7 @@ fn main() {
         );
         let mut hs = vec![];
         for i in 0..4 {
-            let (c, path, stop, saves, loads, failures, t) = (
+            let (c, path, stop, saves, loads, failures, t, key) = (
                 c.clone(),
                 path.clone(),
                 stop.clone(),
@@ -624,13 +650,15 @@ fn main() {
                 loads.clone(),
                 failures.clone(),
                 t.clone(),
+                key.clone(),
             );
             hs.push(std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     let r = if i < 2 {
-                        c.save(&path).map(|()| saves.fetch_add(1, Ordering::Relaxed))
+                        c.save(&path, &key)
+                            .map(|()| saves.fetch_add(1, Ordering::Relaxed))
                     } else {
-                        match PlanCache::new(8).load(&path, &t) {
+                        match PlanCache::new(8).load(&path, &t, Trust::SignedBy(&key)) {
                             Ok(r) if r.loaded == 2 => Ok(loads.fetch_add(1, Ordering::Relaxed)),
                             Ok(r) => Err(Error::invalid("load", "2 plans", format!("{r:?}"))),
                             Err(e) => Err(e),

@@ -2,7 +2,7 @@
 //! knows the SOFTMAX operation in the form NVIDIA's frontend writes for SDPA
 //! forward training (the statistics written through a SOFTMAX sub-descriptor
 //! of the SDPA operation). The crate's own native SDPA forward plan,
-//! rewritten into that form, loads through `Plan::from_cudnn_json_trusted`
+//! rewritten into that form, loads through `Plan::from_cudnn_json_unverified`
 //! (cuDNN finalizes it), and every broken SOFTMAX field is a typed error
 //! before cuDNN sees it.
 #[path = "support/graph_plans.rs"]
@@ -33,7 +33,9 @@ fn softmax_sub_descriptor() -> TestResult {
     };
     let io = Arc::new(p.io().clone());
     // The frontend's form loads, into the same engine and workspace.
-    let back = Plan::from_cudnn_json_trusted(&form, &t, io.clone())?;
+    // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+    // checks must refuse; nothing loaded here runs on a GPU.
+    let back = unsafe { Plan::from_cudnn_json_unverified(&form, &t, io.clone()) }?;
     ensure!(
         back.workspace_size() == p.workspace_size(),
         "workspace {} vs {}",
@@ -118,7 +120,9 @@ fn softmax_sub_descriptor() -> TestResult {
     let n = cases.len();
     for (label, path, f, want) in cases {
         let bad = edit(&form, &path, f)?;
-        match Plan::from_cudnn_json_trusted(&bad, &t, io.clone()) {
+        // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+        // checks must refuse; nothing loaded here runs on a GPU.
+        match unsafe { Plan::from_cudnn_json_unverified(&bad, &t, io.clone()) } {
             Err(e @ (Error::InvalidArgument { .. } | Error::Unsupported { .. })) => {
                 let s = e.to_string();
                 eprintln!("  {label}: {s}");
@@ -136,7 +140,9 @@ fn softmax_sub_descriptor() -> TestResult {
         .find(|x| x.is_output && x.name != "o")
         .ok_or("no stats output")?;
     st.is_output = false;
-    match Plan::from_cudnn_json_trusted(&form, &t, Arc::new(flipped)) {
+    // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+    // checks must refuse; nothing loaded here runs on a GPU.
+    match unsafe { Plan::from_cudnn_json_unverified(&form, &t, Arc::new(flipped)) } {
         Err(Error::Mismatch { what, .. }) if what.contains("role") => {
             eprintln!("  stats made an input: {what}")
         }

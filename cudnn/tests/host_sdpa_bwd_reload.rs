@@ -86,7 +86,9 @@ fn round_trip(cfg: &SdpaConfig, t: &Target) -> Result<Trip, String> {
         other => return Err(format!("untrusted load: {:?}", other.map(|_| ()))),
     }
     Ok(Trip::Loaded(
-        match Plan::from_cudnn_json_trusted(&json, t, io) {
+        // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+        // checks must refuse; nothing loaded here runs on a GPU.
+        match unsafe { Plan::from_cudnn_json_unverified(&json, t, io) } {
             Ok(back) => {
                 let again = back.cudnn_json().map_err(|e| e.to_string())?;
                 if again != json || back.workspace_size() != p.workspace_size() {
@@ -223,7 +225,11 @@ fn grafted_engines_refused() -> TestResult {
             // kernel to the graph): refused.
             let unnamed = graft.replacen("\"name\":\"attnDesc\",", "", 1);
             ensure!(unnamed != graft, "no attnDesc name in the plan JSON");
-            match Plan::from_cudnn_json_trusted(&unnamed, &t, Arc::new(s.io().clone())) {
+            // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+            // checks must refuse; nothing loaded here runs on a GPU.
+            match unsafe {
+                Plan::from_cudnn_json_unverified(&unnamed, &t, Arc::new(s.io().clone()))
+            } {
                 Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains("attnDesc") => {}
                 other => {
                     return Err(format!(
@@ -236,7 +242,9 @@ fn grafted_engines_refused() -> TestResult {
             let st = raw_plan_finalize(&graft)?;
             eprintln!("  larger {what}, {imp:?}: cuDNN finalize of the graft: status {st}");
             let io = Arc::new(s.io().clone());
-            match Plan::from_cudnn_json_trusted(&graft, &t, io) {
+            // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+            // checks must refuse; nothing loaded here runs on a GPU.
+            match unsafe { Plan::from_cudnn_json_unverified(&graft, &t, io) } {
                 Err(e @ (Error::Mismatch { .. } | Error::InvalidArgument { .. }))
                     if e.to_string().contains("attention")
                         || e.to_string().contains("kernelParams") =>
@@ -269,7 +277,9 @@ fn grafted_engines_refused() -> TestResult {
         .training(true)
         .implementation(SdpaImpl::Native))?;
     let graft = with_engine(&sj, engine_of(&bj)?)?;
-    let r = Plan::from_cudnn_json_trusted(&graft, &t, Arc::new(s.io().clone()));
+    // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+    // checks must refuse; nothing loaded here runs on a GPU.
+    let r = unsafe { Plan::from_cudnn_json_unverified(&graft, &t, Arc::new(s.io().clone())) };
     ensure!(
         matches!(&r, Err(Error::Mismatch { .. })),
         "forward graft: {:?}",
@@ -304,7 +314,9 @@ fn foreign_param_uids_refused() -> TestResult {
             swap(&json, bwd_buffer, 3_759_583_368_913_738_089),
         ),
     ] {
-        match Plan::from_cudnn_json_trusted(&j, &t, io.clone()) {
+        // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+        // checks must refuse; nothing loaded here runs on a GPU.
+        match unsafe { Plan::from_cudnn_json_unverified(&j, &t, io.clone()) } {
             Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains("kernelParams") => {}
             other => return Err(format!("{what}: {:?}", other.map(|_| ())).into()),
         }
@@ -324,7 +336,9 @@ fn foreign_param_uids_refused() -> TestResult {
         "forward's internal uid"
     );
     let j = swap(&fj, internal, bwd_buffer);
-    match Plan::from_cudnn_json_trusted(&j, &t, Arc::new(fp.io().clone())) {
+    // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+    // checks must refuse; nothing loaded here runs on a GPU.
+    match unsafe { Plan::from_cudnn_json_unverified(&j, &t, Arc::new(fp.io().clone())) } {
         Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains("kernelParams") => Ok(()),
         other => Err(format!("backward buffer in a forward: {:?}", other.map(|_| ())).into()),
     }

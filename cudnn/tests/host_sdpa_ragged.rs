@@ -423,7 +423,9 @@ fn plan_json_keeps_offsets() -> TestResult {
     );
     check_offsets_binding(&plan, "built", &[256], 0)?;
     binding_random(&plan)?;
-    let back = Plan::from_cudnn_json_trusted(&json, &target, io.clone())?;
+    // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+    // checks must refuse; nothing loaded here runs on a GPU.
+    let back = unsafe { Plan::from_cudnn_json_unverified(&json, &target, io.clone()) }?;
     ensure!(back.io().ragged_offsets == io.ragged_offsets, "reloaded");
     // The loaded plan finds its offsets in the JSON (`isRagged`) and keeps
     // the rule (not taken for sequence lengths: also `[B + 1, 1, 1, 1]` i32).
@@ -435,7 +437,9 @@ fn plan_json_keeps_offsets() -> TestResult {
         text.contains("\nragged "),
         "the plan file names the offsets"
     );
-    let again = Plan::deserialize_trusted(&text, &target)?;
+    // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+    // checks must refuse; nothing loaded here runs on a GPU.
+    let again = unsafe { Plan::deserialize_unverified(&text, &target) }?;
     ensure!(again.io().ragged_offsets == io.ragged_offsets, "plan file");
     check_offsets_binding(&again, "reloaded from the plan file", &[256], 0)?;
     let stripped: String = text
@@ -443,7 +447,9 @@ fn plan_json_keeps_offsets() -> TestResult {
         .filter(|l| !l.starts_with("ragged "))
         .map(|l| format!("{l}\n"))
         .collect();
-    match Plan::deserialize_trusted(&stripped, &target) {
+    // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+    // checks must refuse; nothing loaded here runs on a GPU.
+    match unsafe { Plan::deserialize_unverified(&stripped, &target) } {
         Err(e) if e.to_string().contains("ragged") => {}
         other => return Err(format!("a plan file without its mark: {:?}", other.err()).into()),
     }
@@ -474,7 +480,11 @@ fn plan_json_keeps_offsets() -> TestResult {
     for t in short_io.tensors.iter_mut().filter(|t| t.uid == short_uid) {
         t.spec = TensorSpec::row_major(DType::I32, &[1, 1, 1, 1])?;
     }
-    match Plan::from_cudnn_json_trusted(&short_json, &target, std::sync::Arc::new(short_io)) {
+    // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+    // checks must refuse; nothing loaded here runs on a GPU.
+    match unsafe {
+        Plan::from_cudnn_json_unverified(&short_json, &target, std::sync::Arc::new(short_io))
+    } {
         Err(e) if e.to_string().contains("ragged offsets") => {}
         other => return Err(format!("offsets shorter than B + 1: {:?}", other.err()).into()),
     }
@@ -528,13 +538,20 @@ fn plan_json_keeps_offsets() -> TestResult {
         .and_then(|t| t.as_array_mut())
         .ok_or("the graph's tensor list")?
         .push(decl);
-    match Plan::from_cudnn_json_trusted(&serde_json::to_string(&v)?, &target, io.clone()) {
+    // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+    // checks must refuse; nothing loaded here runs on a GPU.
+    match unsafe {
+        Plan::from_cudnn_json_unverified(&serde_json::to_string(&v)?, &target, io.clone())
+    } {
         Err(e) if e.to_string().contains("isRagged") => {}
         other => return Err(format!("offsets read as lengths: {:?}", other.err()).into()),
     }
     let mut unmarked = (*io).clone();
     unmarked.ragged_offsets.clear();
-    match Plan::from_cudnn_json_trusted(&json, &target, std::sync::Arc::new(unmarked)) {
+    // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+    // checks must refuse; nothing loaded here runs on a GPU.
+    match unsafe { Plan::from_cudnn_json_unverified(&json, &target, std::sync::Arc::new(unmarked)) }
+    {
         Err(e @ Error::Mismatch { .. }) if e.to_string().contains("ragged") => {}
         other => return Err(format!("unmarked list: {:?}", other.err()).into()),
     }

@@ -628,7 +628,11 @@ fn plan_json_round_trip() -> TestResult {
                     std::sync::Arc::new(cp.io().clone()),
                 ),
             ] {
-                match (which, Plan::from_cudnn_json_trusted(&j, &target, io)) {
+                // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+                // checks must refuse; nothing loaded here runs on a GPU.
+                match (which, unsafe {
+                    Plan::from_cudnn_json_unverified(&j, &target, io)
+                }) {
                     ("softcap", Err(e @ Error::InvalidArgument { .. }))
                         if e.to_string().contains("/engine/payload") =>
                     {
@@ -649,7 +653,9 @@ fn plan_json_round_trip() -> TestResult {
             done += 1;
             continue;
         }
-        let back = Plan::from_cudnn_json_trusted(&json, &target, io.clone())?;
+        // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+        // checks must refuse; nothing loaded here runs on a GPU.
+        let back = unsafe { Plan::from_cudnn_json_unverified(&json, &target, io.clone()) }?;
         let engine_of = |j: &str| -> Option<i64> {
             serde_json::from_str::<serde_json::Value>(j)
                 .ok()?
@@ -666,7 +672,9 @@ fn plan_json_round_trip() -> TestResult {
             plan.engine(),
             plan.workspace_size()
         );
-        let again = Plan::deserialize_trusted(&plan.serialize()?, &target)?;
+        // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+        // checks must refuse; nothing loaded here runs on a GPU.
+        let again = unsafe { Plan::deserialize_unverified(&plan.serialize()?, &target) }?;
         ensure!(
             engine_of(&again.cudnn_json()?) == plan.engine(),
             "{name}: plan file engine"
@@ -677,7 +685,9 @@ fn plan_json_round_trip() -> TestResult {
             "{name}: no TANH_FWD in the JSON"
         );
         let bad = json.replacen("CUDNN_POINTWISE_TANH_FWD", "CUDNN_POINTWISE_NOT_A_MODE", 1);
-        match Plan::from_cudnn_json_trusted(&bad, &target, io.clone()) {
+        // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+        // checks must refuse; nothing loaded here runs on a GPU.
+        match unsafe { Plan::from_cudnn_json_unverified(&bad, &target, io.clone()) } {
             Err(e @ (Error::InvalidArgument { .. } | Error::Unsupported { .. })) => {
                 eprintln!("{name}: tampered mode refused: {e}")
             }
@@ -688,7 +698,9 @@ fn plan_json_round_trip() -> TestResult {
         let mut flipped = 0;
         flip_by_value(&mut v, &mut flipped);
         ensure!(flipped > 0, "{name}: no by-value tensor in the JSON");
-        match Plan::from_cudnn_json_trusted(&v.to_string(), &target, io.clone()) {
+        // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
+        // checks must refuse; nothing loaded here runs on a GPU.
+        match unsafe { Plan::from_cudnn_json_unverified(&v.to_string(), &target, io.clone()) } {
             Err(
                 e @ (Error::InvalidArgument { .. }
                 | Error::Mismatch { .. }

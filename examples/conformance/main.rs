@@ -557,9 +557,10 @@ fn run() -> Result<bool, Stop> {
         let Some(target) = target else { continue };
         let mapped = compare::remap(&fv, &row.map).to_string();
         let t0 = Instant::now();
-        // Trusted: the frontend made this plan in this run, on this machine
-        // (its runtime-compiled kernels are code we produced ourselves).
-        match Plan::from_cudnn_json_trusted(&mapped, target, io) {
+        // SAFETY: NVIDIA's frontend made this plan in this run, on this
+        // machine, for the same graph (`row.map` renames its uids to this
+        // tensor list's); the crate's checks still tie every tensor to `io`.
+        match unsafe { Plan::from_cudnn_json_unverified(&mapped, target, io) } {
             Ok(plan) => {
                 row.ours.t_load = Some(t0.elapsed().as_secs_f64());
                 row.loaded.0 = true;

@@ -12,6 +12,15 @@
 //! (precompiled engines), [`CacheStats::rebuilds`] counts plans built again
 //! after they were evicted, and a capacity that holds the working set of
 //! runtime-compiled plans is the remedy when that count keeps rising.
+//!
+//! # Trust
+//! A runtime-compiled plan carries compiled kernel code, so a cache file is
+//! executable code. [`PlanCache::save`] signs the file with a [`PlanKey`]
+//! (see its docs); [`PlanCache::load`] takes an explicit [`Trust`] and loads
+//! compiled code only from a file whose tag verifies under the given key.
+//! Every other entry with compiled code is skipped and reported in the
+//! `#[must_use]` [`LoadReport`]; the `unsafe` `*_unverified` loaders take
+//! compiled code from files no key vouches for.
 
 use std::collections::{HashSet, VecDeque};
 use std::path::Path;
@@ -20,6 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::graph::{Graph, IoSignature};
 use super::heuristics::Policy;
 use super::plan::Plan;
+use super::plan_auth::{self, Authentication, FileKind, PlanKey, Trust};
 use super::plan_file::{
     Reader, fmt_cudnn_version, header_format, loaded_cudnn_version, read_io, write_io,
 };
@@ -60,24 +70,123 @@ pub struct CacheStats {
     pub evictions: u64,
 }
 
+/// Why an entry of a plan-cache file was not loaded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SkipReason {
+    /// Made by another cuDNN than the one loaded (rebuild it with this one).
+    OtherCudnn,
+    /// Its plan carries compiled kernel code (a runtime-compiled plan) and
+    /// the file is not authenticated under the load's key (see
+    /// [`LoadReport::authentication`]).
+    CompiledCodeNotAuthenticated,
+}
+
 /// An entry of a plan-cache file that was not loaded, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SkippedEntry {
     /// Its position in the file (0-based).
     pub index: usize,
-    /// Why (e.g. made by another cuDNN, both versions named).
+    /// Why, as a value.
+    pub why: SkipReason,
+    /// Why, in words (e.g. made by another cuDNN, both versions named).
     pub reason: String,
 }
 
-/// What [`PlanCache::load`] did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// What a plan-cache load did: how many entries it loaded, which it
+/// skipped and why, and what the file's tag said.
+///
+/// A load that skips entries is not an error: a skipped plan is rebuilt by
+/// the next [`PlanCache::get_or_build`] for its key, as after a cuDNN
+/// upgrade. But it costs a build, so the report must be looked at: it is
+/// `#[must_use]`, and its `Display` gives the counts (`loaded 4 of 6
+/// entries; skipped 2 ...`). A caller that wants all or nothing calls
+/// [`complete`](Self::complete).
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
+#[must_use = "a plan-cache load can skip entries: look at the report (its Display gives the count) or call `complete()`"]
 pub struct LoadReport {
     /// Plans loaded into the cache.
     pub loaded: usize,
-    /// Entries skipped, each with its reason (made by another cuDNN).
+    /// Of those, plans with compiled kernel code (runtime-compiled).
+    pub runtime_compiled: usize,
+    /// Entries skipped, each with its reason.
     pub skipped: Vec<SkippedEntry>,
+    /// What the file's tag said under the load's key.
+    pub authentication: Authentication,
+}
+
+impl LoadReport {
+    /// Entries in the file (loaded and skipped).
+    pub fn entries(&self) -> usize {
+        self.loaded.saturating_add(self.skipped.len())
+    }
+
+    /// Whether every entry was loaded.
+    pub fn is_complete(&self) -> bool {
+        self.skipped.is_empty()
+    }
+
+    /// The report if every entry was loaded, else an error with the counts
+    /// and reasons (the loaded plans stay in the cache).
+    ///
+    /// # Errors
+    /// `Unsupported`, with this report's `Display`.
+    pub fn complete(self) -> Result<Self> {
+        if self.is_complete() {
+            return Ok(self);
+        }
+        Err(Error::Unsupported {
+            what: format!("an incomplete plan-cache load: {self}"),
+            needs: Some(
+                "a cache file this program saved with the loaded cuDNN, loaded with \
+                 `Trust::SignedBy` the key it was saved with"
+                    .to_string(),
+            ),
+        })
+    }
+}
+
+impl std::fmt::Display for LoadReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "loaded {} of {} plan-cache entries ({} runtime-compiled)",
+            self.loaded,
+            self.entries(),
+            self.runtime_compiled
+        )?;
+        if self.skipped.is_empty() {
+            return Ok(());
+        }
+        let count = |w| self.skipped.iter().filter(|e| e.why == w).count();
+        write!(f, "; skipped {}", self.skipped.len())?;
+        let code = count(SkipReason::CompiledCodeNotAuthenticated);
+        let other = count(SkipReason::OtherCudnn);
+        let mut sep = ": ";
+        if code > 0 {
+            write!(
+                f,
+                "{sep}{code} carrying compiled kernel code, not loaded because {}",
+                self.authentication
+            )?;
+            sep = ", ";
+        }
+        if other > 0 {
+            write!(f, "{sep}{other} made by another cuDNN")?;
+            sep = ", ";
+        }
+        let rest = self
+            .skipped
+            .len()
+            .saturating_sub(code)
+            .saturating_sub(other);
+        if rest > 0 {
+            write!(f, "{sep}{rest} for other reasons")?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Default)]
@@ -212,7 +321,10 @@ impl PlanCache {
     }
 
     /// The cache as text: every plan serialized with its key and the cuDNN
-    /// version that made it (format 2).
+    /// version that made it (format 2), unsigned: its runtime-compiled plans
+    /// load only through the `unsafe`
+    /// [`load_text_unverified`](Self::load_text_unverified). See
+    /// [`to_signed_text`](Self::to_signed_text).
     ///
     /// # Errors
     /// cuDNN's refusal to serialize a plan.
@@ -236,15 +348,33 @@ impl PlanCache {
         Ok(s)
     }
 
-    /// Save to `path`: written to a temporary file of its own in the same
-    /// folder, synced, then renamed over `path` (and the folder synced), so a
-    /// concurrent reader sees the old or the new file, never a mix,
-    /// concurrent saves do not collide, and a crash leaves one of the two.
+    /// [`to_text`](Self::to_text) with a last line that authenticates it:
+    /// an HMAC-SHA256 under `key` over everything before it (see
+    /// [`PlanKey`]). [`load_text`](Self::load_text) with
+    /// [`Trust::SignedBy`] the same key loads every entry, runtime-compiled
+    /// plans included.
     ///
     /// # Errors
-    /// Serialization or I/O (the path named).
-    pub fn save(&self, path: &Path) -> Result<()> {
-        let text = self.to_text()?;
+    /// As [`to_text`](Self::to_text).
+    pub fn to_signed_text(&self, key: &PlanKey) -> Result<String> {
+        plan_auth::sign(key, FileKind::PlanCache, self.to_text()?)
+    }
+
+    /// Save to `path`, signed with `key` (as
+    /// [`to_signed_text`](Self::to_signed_text)), so that
+    /// [`load`](Self::load) with [`Trust::SignedBy`] the same key restores
+    /// every plan. The file is written to a temporary file of its own in the
+    /// same folder, synced, then renamed over `path` (and the folder synced),
+    /// so a concurrent reader sees the old or the new file, never a mix,
+    /// concurrent saves do not collide, and a crash leaves one of the two.
+    ///
+    /// Saving always signs: an unsigned cache file would lose its
+    /// runtime-compiled plans on every safe load. A per-user key:
+    /// [`PlanKey::load_or_create`] on the cache's folder.
+    ///
+    /// # Errors
+    /// Serialization, or I/O (`Io`, naming the path).
+    pub fn save(&self, path: &Path, key: &PlanKey) -> Result<()> {
         if path.file_name().is_none() {
             return Err(Error::invalid(
                 "plan cache file",
@@ -252,46 +382,74 @@ impl PlanCache {
                 path.display().to_string(),
             ));
         }
-        crate::atomic_file::replace(path, text.as_bytes())
-            .map_err(|e| io_error(e.step.words(), &e.path, e.source))
+        let text = self.to_signed_text(key)?;
+        crate::atomic_file::replace(path, text.as_bytes()).map_err(|e| {
+            Error::io(
+                format!("{} the plan cache file", e.step.words()),
+                &e.path,
+                &e.source,
+            )
+        })
     }
 
-    /// Load every plan in `text` for `target`. A malformed file, an entry for
-    /// another target, or a plan that disagrees with its tensor list or that
-    /// cuDNN refuses leaves the cache unchanged (all or nothing). An entry
-    /// made by another cuDNN than the one loaded is skipped, with its reason
-    /// in the report, and the rest is loaded. Files of format 1 (written
+    /// Load every plan in `text` for `target`, accepting compiled code as
+    /// `trust` says. A malformed file, an entry for another target, or a
+    /// plan that disagrees with its tensor list or that cuDNN refuses leaves
+    /// the cache unchanged (all or nothing). Files of format 1 (written
     /// before the cuDNN version was recorded) are read, each entry's version
-    /// taken from its plan JSON's `cudnnVersion`. An entry whose plan carries
+    /// taken from its plan JSON's `cudnnVersion`.
+    ///
+    /// Skipped, with the reason in the report, and the rest loaded: an entry
+    /// made by another cuDNN than the one loaded; an entry whose plan carries
     /// compiled kernel code (a runtime-compiled plan: SDPA, matmul and norm
-    /// fusions) is checked, then skipped with its reason in the report: its
+    /// fusions) unless `trust` is [`Trust::SignedBy`] a key the file's tag
+    /// verifies under (a file [`save`](Self::save) or
+    /// [`to_signed_text`](Self::to_signed_text) wrote with that key). Such
     /// code cannot be checked against its tensor list, and cuDNN cannot
-    /// rebuild the plan without it (a later `get_or_build` builds it); see
-    /// [`load_text_trusted`](Self::load_text_trusted).
+    /// rebuild the plan without it (a later `get_or_build` builds it). Every
+    /// entry, authenticated or not, is checked against its tensor list.
     ///
     /// # Errors
     /// What is wrong and on which line; a foreign target names both.
-    pub fn load_text(&self, text: &str, target: &Target) -> Result<LoadReport> {
-        self.load_text_with(text, target, Payload::Refuse)
+    pub fn load_text(&self, text: &str, target: &Target, trust: Trust<'_>) -> Result<LoadReport> {
+        let key = match trust {
+            Trust::NoCompiledCode => None,
+            Trust::SignedBy(k) => Some(k),
+        };
+        let (body, auth) = plan_auth::check(text, FileKind::PlanCache, key);
+        self.load_text_with(body, target, auth)
     }
 
-    /// [`load_text`](Self::load_text) for a cache file whose compiled code
-    /// is trusted (see
-    /// [`Plan::from_cudnn_json_trusted`](super::Plan::from_cudnn_json_trusted)):
-    /// runtime-compiled plans are loaded with their kernel binaries, not
-    /// recompiled.
+    /// [`load_text`](Self::load_text) that also loads the compiled code of
+    /// an unsigned file (a tag, if any, is ignored); every other check runs.
     ///
-    /// **A plan cache file with compiled code is executable code**: load it
-    /// this way only from a source as trusted as the program itself (a file
-    /// this program saved, in a place only it can write).
+    /// # Safety
+    /// If the file carries compiled code, it must be a file this crate's
+    /// [`to_text`](Self::to_text) or [`save`](Self::save) wrote, with the
+    /// loaded cuDNN, not changed since, so that each entry's plan JSON is
+    /// cuDNN's JSON of a plan of the graph its tensor list describes:
+    /// otherwise executing a loaded plan can read and write memory outside
+    /// the bound buffers. See
+    /// [`Plan::from_cudnn_json_unverified`](super::Plan::from_cudnn_json_unverified).
     ///
     /// # Errors
     /// As [`load_text`](Self::load_text).
-    pub fn load_text_trusted(&self, text: &str, target: &Target) -> Result<LoadReport> {
-        self.load_text_with(text, target, Payload::Keep)
+    pub unsafe fn load_text_unverified(&self, text: &str, target: &Target) -> Result<LoadReport> {
+        let (body, _) = plan_auth::split(text);
+        self.load_text_with(body, target, Authentication::Vouched)
     }
 
-    fn load_text_with(&self, text: &str, target: &Target, payload: Payload) -> Result<LoadReport> {
+    fn load_text_with(
+        &self,
+        text: &str,
+        target: &Target,
+        auth: Authentication,
+    ) -> Result<LoadReport> {
+        let payload = if auth.allows_compiled_code() {
+            Payload::Keep
+        } else {
+            Payload::Refuse
+        };
         let mut r = Reader::named(text, "plan cache file");
         let format = header_format(r.line()?, HEADER_PREFIX)
             .ok_or_else(|| r.bad("`cudnn-rs plan cache v2` (or v1)"))?;
@@ -335,6 +493,7 @@ impl PlanCache {
             if made_by != loaded_version {
                 skipped.push(SkippedEntry {
                     index,
+                    why: SkipReason::OtherCudnn,
                     reason: format!(
                         "made by cuDNN {}, and cuDNN {} is loaded",
                         fmt_cudnn_version(made_by),
@@ -350,9 +509,10 @@ impl PlanCache {
             {
                 skipped.push(SkippedEntry {
                     index,
-                    reason: "carries compiled kernel code (a runtime-compiled plan), which only \
-                             `load_trusted` loads"
-                        .to_string(),
+                    why: SkipReason::CompiledCodeNotAuthenticated,
+                    reason: format!(
+                        "carries compiled kernel code (a runtime-compiled plan), and {auth}"
+                    ),
                 });
                 continue;
             }
@@ -373,67 +533,73 @@ impl PlanCache {
             return Err(r.bad("the end of the file"));
         }
         let count = loaded.len();
+        let runtime_compiled = loaded
+            .iter()
+            .filter(|(_, p)| p.is_runtime_compiled())
+            .count();
         for (k, p) in loaded {
             self.insert(k, p);
         }
         Ok(LoadReport {
             loaded: count,
+            runtime_compiled,
             skipped,
+            authentication: auth,
         })
     }
 
-    /// Load a file saved by [`save`](Self::save), for `target`.
+    /// Load a file saved by [`save`](Self::save), for `target`, accepting
+    /// compiled code as `trust` says (see [`load_text`](Self::load_text)):
+    /// `cache.load(path, &target, Trust::SignedBy(&key))` restores every plan
+    /// of a file saved with `key`.
     ///
     /// # Errors
-    /// Larger than [`MAX_CACHE_FILE_BYTES`](super::MAX_CACHE_FILE_BYTES), unreadable, or as [`load_text`](Self::load_text).
-    pub fn load(&self, path: &Path, target: &Target) -> Result<LoadReport> {
-        self.load_with(path, target, Payload::Refuse)
+    /// Larger than [`MAX_CACHE_FILE_BYTES`](super::MAX_CACHE_FILE_BYTES),
+    /// unreadable (`Io`, naming the path), or as [`load_text`](Self::load_text).
+    pub fn load(&self, path: &Path, target: &Target, trust: Trust<'_>) -> Result<LoadReport> {
+        self.load_text(&read_file(path)?, target, trust)
     }
 
-    /// [`load`](Self::load) for a cache file whose compiled code is trusted
-    /// (see [`load_text_trusted`](Self::load_text_trusted)).
+    /// [`load`](Self::load) that also loads the compiled code of an
+    /// unsigned file.
     ///
-    /// **A plan cache file with compiled code is executable code**: load it
-    /// this way only from a file as trusted as the program itself (one this
-    /// program saved, in a folder only it can write).
+    /// # Safety
+    /// As [`load_text_unverified`](Self::load_text_unverified), for the file
+    /// at `path` (which no other process may change while it is read).
     ///
     /// # Errors
     /// As [`load`](Self::load).
-    pub fn load_trusted(&self, path: &Path, target: &Target) -> Result<LoadReport> {
-        self.load_with(path, target, Payload::Keep)
-    }
-
-    fn load_with(&self, path: &Path, target: &Target, payload: Payload) -> Result<LoadReport> {
-        use std::io::Read;
-        let f = std::fs::File::open(path).map_err(|e| io_error("opening", path, e))?;
-        let mut bytes = Vec::new();
-        f.take(MAX_FILE_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| io_error("reading", path, e))?;
-        if bytes.len() as u64 > MAX_FILE_BYTES {
-            return Err(Error::invalid(
-                format!("plan cache file {}", path.display()),
-                format!("must be at most {MAX_FILE_BYTES} bytes"),
-                "larger",
-            ));
-        }
-        let text = String::from_utf8(bytes).map_err(|e| {
-            Error::invalid(
-                format!("plan cache file {}", path.display()),
-                "must be UTF-8 text",
-                e,
-            )
-        })?;
-        self.load_text_with(&text, target, payload)
+    pub unsafe fn load_unverified(&self, path: &Path, target: &Target) -> Result<LoadReport> {
+        let text = read_file(path)?;
+        // SAFETY: the caller vouches for the file at `path` (this fn's
+        // contract), which is the text just read.
+        unsafe { self.load_text_unverified(&text, target) }
     }
 }
 
-fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
-    Error::invalid(
-        format!("plan cache file {}", path.display()),
-        format!("{what} failed"),
-        e,
-    )
+/// The file at `path` as text, at most [`MAX_FILE_BYTES`].
+fn read_file(path: &Path) -> Result<String> {
+    use std::io::Read;
+    let f = std::fs::File::open(path)
+        .map_err(|e| Error::io("opening the plan cache file", path, &e))?;
+    let mut bytes = Vec::new();
+    f.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::io("reading the plan cache file", path, &e))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(Error::invalid(
+            format!("plan cache file {}", path.display()),
+            format!("must be at most {MAX_FILE_BYTES} bytes"),
+            "larger",
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        Error::invalid(
+            format!("plan cache file {}", path.display()),
+            "must be UTF-8 text",
+            e,
+        )
+    })
 }
 
 /// Where tensor `uid` is listed in a graph signature (`t<uid> <len>:<name> `

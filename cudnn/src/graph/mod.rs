@@ -11,6 +11,7 @@
 //! | [`heuristics`] | engine configurations with notes, knobs, workspace; [`Policy`] filters |
 //! | [`Plan`] | finalized plan: workspace, JSON round trip, checked execution |
 //! | [`PlanCache`] | plans keyed on graph + target + policy, saved to and loaded from a file |
+//! | [`PlanKey`], [`Trust`] | authenticated plan files: compiled code loads safely only from a file this program signed |
 //!
 //! Planning needs cuDNN >= 9.8 (for device properties) and a `libcuda.so.1`:
 //! the real driver when there is one, otherwise the crate's driver stub (see
@@ -43,6 +44,7 @@ pub mod nvrtc;
 mod opgraph;
 pub mod ops;
 mod plan;
+mod plan_auth;
 mod plan_file;
 mod plan_json;
 mod target;
@@ -50,7 +52,8 @@ mod tensor;
 
 pub use bindings::Bindings;
 pub use cache::{
-    CacheStats, LoadReport, MAX_FILE_BYTES as MAX_CACHE_FILE_BYTES, PlanCache, SkippedEntry,
+    CacheStats, LoadReport, MAX_FILE_BYTES as MAX_CACHE_FILE_BYTES, PlanCache, SkipReason,
+    SkippedEntry,
 };
 pub use cuda_graph::{
     NATIVE_CUDA_GRAPH_FAULTY, NATIVE_CUDA_GRAPH_MIN, PlanCudaGraph, native_cuda_graph_engine_rule,
@@ -74,6 +77,7 @@ pub use ops::sdpa_fp8::{Fp8SdpaConfig, Fp8SdpaForward};
 pub use ops::sdpa_fp8_bwd::{FP8_BWD_SCALE_NAMES, Fp8SdpaBackward};
 pub use ops::sdpa_softmax::SdpaSoftmax;
 pub use plan::{BuildReport, Plan, Timings};
+pub use plan_auth::{Authentication, KEY_FILE_NAME, MAX_KEY_BYTES, MIN_KEY_BYTES, PlanKey, Trust};
 pub use plan_json::check as check_plan_json;
 pub use target::{DeviceProperties, DeviceSpec, REQUIRED_FIELDS, Target};
 pub use tensor::{BYTE_ALIGNMENT, DType, MAX_DIMS, TensorSpec};

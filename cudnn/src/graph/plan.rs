@@ -11,6 +11,7 @@ use super::bindings::{Bindings, WorkspaceSource};
 use super::graph::{IoSignature, OpGraph};
 use super::guard::InputGuard;
 use super::heuristics::{BehaviorNote, Candidate, Policy, candidates};
+use super::plan_auth::{self, FileKind, PlanKey, Trust};
 use super::plan_file::{
     FORMAT, Reader, fmt_cudnn_version, header_format, loaded_cudnn_version, plan_header, read_io,
     write_io,
@@ -547,8 +548,9 @@ impl Plan {
     /// A runtime-compiled plan (its JSON carries the compiled kernels) is
     /// refused: its code cannot be checked against `io`, and cuDNN cannot
     /// rebuild the plan without it. Rebuild such a plan from its graph, or
-    /// load a file as trusted as the program with
-    /// [`from_cudnn_json_trusted`](Self::from_cudnn_json_trusted).
+    /// load a file this program signed with [`deserialize`](Self::deserialize)
+    /// ([`Trust::SignedBy`]); [`from_cudnn_json_unverified`](Self::from_cudnn_json_unverified)
+    /// is the `unsafe` way for JSON from elsewhere.
     ///
     /// # Errors
     /// A disagreement (typed, naming the uid, the field and both values), a
@@ -559,23 +561,34 @@ impl Plan {
         Self::from_json(json, target, io, Payload::Refuse)
     }
 
-    /// [`from_cudnn_json`](Self::from_cudnn_json) for a JSON whose compiled
-    /// code is trusted: a runtime-compiled plan's kernel binaries and
-    /// parameter blocks are passed to cuDNN as they are (their structure and
-    /// tensor references checked, and everything else as
-    /// [`from_cudnn_json`](Self::from_cudnn_json) checks it).
+    /// [`from_cudnn_json`](Self::from_cudnn_json) that also loads compiled
+    /// code: a runtime-compiled plan's kernel binaries and parameter blocks
+    /// are passed to cuDNN as they are (their structure and tensor
+    /// references checked, and everything else as
+    /// [`from_cudnn_json`](Self::from_cudnn_json) checks it). A plan without
+    /// compiled code is loaded as [`from_cudnn_json`](Self::from_cudnn_json)
+    /// loads it.
     ///
-    /// **A plan JSON with compiled code is executable code**: cuDNN loads
-    /// its kernels and runs them on the GPU with the buffers bound to the
-    /// plan, and no check can tell what a kernel does (a payload taken from
-    /// another graph's plan, with this graph's tensor list, reads and writes
-    /// past the bound buffers). Use this only for a JSON from a source as
-    /// trusted as the program itself: one this program wrote, in a place
-    /// only it can write.
+    /// A plan JSON with compiled code is executable code: cuDNN loads its
+    /// kernels and runs them on the GPU with the buffers bound to the plan,
+    /// and no check can tell what a kernel does (a payload taken from another
+    /// graph's plan, with this graph's tensor list, reads and writes past the
+    /// bound buffers). For files this program wrote, use
+    /// [`serialize_signed`](Self::serialize_signed) and
+    /// [`deserialize`](Self::deserialize) with [`Trust::SignedBy`], which
+    /// need no `unsafe`.
+    ///
+    /// # Safety
+    /// If `json` carries compiled code, it must be cuDNN's JSON of a plan
+    /// built (by this crate or NVIDIA's frontend, with the loaded cuDNN) for
+    /// a graph whose tensors, scalars and scratch tensors are exactly `io`
+    /// (same uids, shapes, strides, types and roles), and must not have been
+    /// changed since: otherwise executing the plan can read and write memory
+    /// outside the bound buffers.
     ///
     /// # Errors
     /// As [`from_cudnn_json`](Self::from_cudnn_json), but for compiled code.
-    pub fn from_cudnn_json_trusted(
+    pub unsafe fn from_cudnn_json_unverified(
         json: &str,
         target: &Target,
         io: Arc<IoSignature>,
@@ -641,7 +654,10 @@ impl Plan {
 
     /// This crate's plan file: the format version, the cuDNN that made the
     /// plan, the target, the IO signature and cuDNN's JSON, in a text form
-    /// [`deserialize`](Self::deserialize) reads.
+    /// [`deserialize`](Self::deserialize) reads. Unsigned: a runtime-compiled
+    /// plan in it loads only through
+    /// [`deserialize_unverified`](Self::deserialize_unverified); sign it with
+    /// [`serialize_signed`](Self::serialize_signed) to reload it safely.
     ///
     /// # Errors
     /// cuDNN's refusal to serialize; the plan's descriptor held by this
@@ -663,34 +679,72 @@ impl Plan {
         Ok(s)
     }
 
+    /// [`serialize`](Self::serialize) with a last line that authenticates
+    /// the file: an HMAC-SHA256 under `key` over everything before it (see
+    /// [`PlanKey`]). [`deserialize`](Self::deserialize) with
+    /// [`Trust::SignedBy`] the same key loads it whole, compiled code
+    /// included.
+    ///
+    /// # Errors
+    /// As [`serialize`](Self::serialize).
+    pub fn serialize_signed(&self, key: &PlanKey) -> Result<String> {
+        plan_auth::sign(key, FileKind::Plan, self.serialize()?)
+    }
+
     /// Load a plan file for `target`. A file made for another target, or by
     /// another cuDNN than the one loaded, is refused before cuDNN sees it, as
     /// is a plan JSON that disagrees with the file's tensor list (see
     /// [`from_cudnn_json`](Self::from_cudnn_json)). Files of format 1 (no
     /// recorded cuDNN version) are read; their plan JSON's own
-    /// `cudnnVersion` is checked instead. A runtime-compiled plan is refused
-    /// (see [`deserialize_trusted`](Self::deserialize_trusted)).
+    /// `cudnnVersion` is checked instead.
+    ///
+    /// A runtime-compiled plan (its JSON carries compiled kernel code) loads
+    /// only under [`Trust::SignedBy`] a key its file's tag verifies under (a
+    /// file [`serialize_signed`](Self::serialize_signed) wrote with that
+    /// key); otherwise it is refused (`Unsupported`, saying why). A file from
+    /// elsewhere: [`deserialize_unverified`](Self::deserialize_unverified).
     ///
     /// # Errors
     /// Malformed file (what and where), another target or cuDNN (both
-    /// named), a disagreement between the JSON and the tensor list, or
-    /// cuDNN's refusal.
-    pub fn deserialize(text: &str, target: &Target) -> Result<Self> {
-        Self::deserialize_with(text, target, Payload::Refuse)
+    /// named), a disagreement between the JSON and the tensor list, compiled
+    /// code without a valid tag, or cuDNN's refusal.
+    pub fn deserialize(text: &str, target: &Target, trust: Trust<'_>) -> Result<Self> {
+        let key = match trust {
+            Trust::NoCompiledCode => None,
+            Trust::SignedBy(k) => Some(k),
+        };
+        let (body, auth) = plan_auth::check(text, FileKind::Plan, key);
+        let payload = if auth.allows_compiled_code() {
+            Payload::Keep
+        } else {
+            Payload::Refuse
+        };
+        Self::deserialize_with(body, target, payload).map_err(|e| match (e, auth) {
+            (Error::Unsupported { what, needs }, a) if what.contains("compiled kernel code") => {
+                Error::Unsupported {
+                    what: format!("{what}; the file is not authenticated: {a}"),
+                    needs,
+                }
+            }
+            (e, _) => e,
+        })
     }
 
-    /// [`deserialize`](Self::deserialize) for a plan file whose compiled
-    /// code is trusted (see
-    /// [`from_cudnn_json_trusted`](Self::from_cudnn_json_trusted)): a
-    /// runtime-compiled plan is loaded with its kernel binaries.
+    /// [`deserialize`](Self::deserialize) that also loads compiled code from
+    /// an unsigned file (a tag, if any, is ignored); every other check runs.
     ///
-    /// **A plan file with compiled code is executable code**: load it this
-    /// way only from a source as trusted as the program itself.
+    /// # Safety
+    /// As [`from_cudnn_json_unverified`](Self::from_cudnn_json_unverified):
+    /// if the file carries compiled code, it must be a file
+    /// [`serialize`](Self::serialize) wrote (with the loaded cuDNN), not
+    /// changed since, so that its plan JSON is cuDNN's JSON of a plan of the
+    /// graph its tensor list describes.
     ///
     /// # Errors
     /// As [`deserialize`](Self::deserialize), but for compiled code.
-    pub fn deserialize_trusted(text: &str, target: &Target) -> Result<Self> {
-        Self::deserialize_with(text, target, Payload::Keep)
+    pub unsafe fn deserialize_unverified(text: &str, target: &Target) -> Result<Self> {
+        let (body, _) = plan_auth::split(text);
+        Self::deserialize_with(body, target, Payload::Keep)
     }
 
     fn deserialize_with(text: &str, target: &Target, payload: Payload) -> Result<Self> {

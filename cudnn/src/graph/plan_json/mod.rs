@@ -589,8 +589,8 @@ fn parse(json: &str) -> Result<Value> {
 /// writes must be an output of `io`, every one nodes only read an input, and
 /// no node may write a by-value scalar. A runtime-compiled plan's payload is
 /// checked for structure and for parameter uids naming tensors of the graph;
-/// whether compiled code may be loaded at all is the loader's decision (the
-/// `_trusted` loaders only).
+/// whether compiled code may be loaded at all is the loader's decision (a
+/// signed file under its key, or the `unsafe` `*_unverified` loaders).
 ///
 /// [`Plan::from_cudnn_json`](super::Plan::from_cudnn_json),
 /// [`Plan::deserialize`](super::Plan::deserialize) and
@@ -645,9 +645,9 @@ pub(crate) fn compiled_code_refused() -> Error {
                check can tie to its tensor list; cuDNN cannot rebuild the plan without it"
             .to_string(),
         needs: Some(
-            "a plan file as trusted as the program itself, loaded with \
-             `Plan::deserialize_trusted`, `Plan::from_cudnn_json_trusted` or \
-             `PlanCache::load_trusted` / `load_text_trusted`; or a plan rebuilt from its graph"
+            "a file this program signed (`Plan::serialize_signed`, `PlanCache::save`) \
+             loaded with `Trust::SignedBy` its key; for a file from elsewhere the `unsafe` \
+             `*_unverified` loaders; or a plan rebuilt from its graph"
                 .to_string(),
         ),
     }

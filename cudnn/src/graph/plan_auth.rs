@@ -1,0 +1,723 @@
+//! Authenticated plan files: which compiled code a safe loader may hand to
+//! cuDNN.
+//!
+//! A runtime-compiled plan carries kernel binaries that cuDNN loads and the
+//! GPU runs with the buffers bound to the plan; no check can tell what such
+//! a kernel reads or writes. So the safe loaders accept compiled code only
+//! from a file the program can prove it wrote: the crate appends to the plan
+//! files and plan-cache files it writes a tag, an HMAC-SHA256 under a
+//! [`PlanKey`] the program holds, over the whole file before the tag. A file
+//! without a tag that verifies under the key loads only its plans without
+//! compiled code (every plan is still checked against its tensor list).
+//! Anything else goes through the `unsafe` `*_unverified` loaders, whose
+//! caller vouches for the file.
+//!
+//! The tag is the file's last line, `hmac-sha256 <64 hex digits>`. Its input
+//! is framed so that a tag made for one purpose validates nothing else: a
+//! fixed label with the framing's version, the kind of file (a single plan
+//! or a plan cache), the length of the text, then the text itself, header
+//! included: everything that reaches cuDNN is covered.
+
+use std::path::Path;
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use crate::error::{Error, Result};
+
+/// The name of the key file [`PlanKey::load_or_create`] keeps in a folder.
+pub const KEY_FILE_NAME: &str = "cudnn-rs-plan.key";
+
+/// The shortest key [`PlanKey::from_bytes`] takes (128 bits).
+pub const MIN_KEY_BYTES: usize = 16;
+
+/// The longest key [`PlanKey::from_bytes`] takes.
+pub const MAX_KEY_BYTES: usize = 1024;
+
+/// Bytes of a generated key (and of a key file).
+const KEY_BYTES: usize = 32;
+
+/// The label every tag's input starts with: what it authenticates, and the
+/// version of this framing.
+const DOMAIN: &[u8] = b"cudnn-rs plan file authentication, HMAC-SHA256 framing v1\n";
+
+/// The tag line's prefix.
+const TRAILER: &str = "hmac-sha256 ";
+
+/// The secret that vouches for plan files: the program that holds it wrote
+/// every file whose tag verifies under it.
+///
+/// Get one from [`load_or_create`](Self::load_or_create) (a per-user key
+/// file beside the cache), from [`from_bytes`](Self::from_bytes) (a secret
+/// the program keeps elsewhere), or [`generate`](Self::generate) (for files
+/// that live only as long as the process).
+///
+/// **Whoever holds the key can make files the safe loaders run as code.**
+/// Keep it as private as the program's own executable: do not share it with
+/// another party, and do not tag files by other means than this crate's
+/// writers ([`Plan::serialize_signed`](super::Plan::serialize_signed),
+/// [`PlanCache::save`](super::PlanCache::save)); doing either is the same as
+/// calling the `unsafe` loaders on those files.
+///
+/// ```no_run
+/// use cudnn::graph::{PlanCache, PlanKey, Target, Trust};
+/// let dir = std::path::Path::new("plan-cache");
+/// let file = dir.join("plans.txt");
+/// let key = PlanKey::load_or_create(dir)?; // dir/cudnn-rs-plan.key, 0600
+/// let target = Target::preset("h200")?;
+/// let cache = PlanCache::new(64);
+/// if file.exists() {
+///     // Every entry this program saved, runtime-compiled plans included.
+///     let report = cache.load(&file, &target, Trust::SignedBy(&key))?;
+///     println!("{report}");
+/// }
+/// // ... cache.get_or_build(&graph, &target, &policy)? ...
+/// cache.save(&file, &key)?;
+/// # Ok::<(), cudnn::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct PlanKey {
+    bytes: Vec<u8>,
+}
+
+impl std::fmt::Debug for PlanKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PlanKey({} secret bytes)", self.bytes.len())
+    }
+}
+
+impl PlanKey {
+    /// A key from the caller's secret bytes (at least [`MIN_KEY_BYTES`], at
+    /// most [`MAX_KEY_BYTES`]). The bytes should be random: a guessable key
+    /// lets anyone make files the safe loaders run as code.
+    ///
+    /// # Errors
+    /// A length out of range (`InvalidArgument`, naming it).
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        if !(MIN_KEY_BYTES..=MAX_KEY_BYTES).contains(&bytes.len()) {
+            return Err(Error::invalid(
+                "plan key bytes",
+                format!("must be {MIN_KEY_BYTES} to {MAX_KEY_BYTES} bytes long"),
+                format!("{} bytes", bytes.len()),
+            ));
+        }
+        Ok(Self {
+            bytes: bytes.to_vec(),
+        })
+    }
+
+    /// A fresh random key of 32 bytes from the operating system.
+    ///
+    /// # Errors
+    /// The operating system's random source failing.
+    pub fn generate() -> Result<Self> {
+        Ok(Self {
+            bytes: random_key()?.to_vec(),
+        })
+    }
+
+    /// The per-user key in `folder` (the folder of a plan cache): the file
+    /// [`KEY_FILE_NAME`] there, created when missing with 32 random bytes
+    /// from the operating system, readable and writable by the user only
+    /// (mode 0600; created whole, never through an existing file or link, and
+    /// two processes creating it at once agree on one key).
+    ///
+    /// An existing key file is refused (`InvalidArgument` naming its path and
+    /// what is wrong) when it is a symbolic link or not a regular file, is
+    /// owned by another user, can be read or written by the group or others,
+    /// or does not hold exactly 32 bytes: a key others can read lets them
+    /// make files this program runs as code.
+    ///
+    /// # Errors
+    /// As above; the folder missing or unwritable (`Io`, naming the path);
+    /// on a system without Unix permissions, `Unsupported` (use
+    /// [`from_bytes`](Self::from_bytes)).
+    pub fn load_or_create(folder: &Path) -> Result<Self> {
+        let path = folder.join(KEY_FILE_NAME);
+        key_file::load_or_create(&path).map(|bytes| Self { bytes })
+    }
+
+    fn mac(&self, kind: FileKind, body: &[u8]) -> Option<Hmac<Sha256>> {
+        framed_mac(&self.bytes, kind, body)
+    }
+}
+
+/// Which compiled code a plan loader accepts: the explicit choice every safe
+/// loader of plan files takes ([`Plan::deserialize`](super::Plan::deserialize),
+/// [`PlanCache::load`](super::PlanCache::load),
+/// [`PlanCache::load_text`](super::PlanCache::load_text)).
+///
+/// Plans without compiled code load under either choice, each checked
+/// against its tensor list. Loading compiled code from a file no key vouches
+/// for is the `unsafe` `*_unverified` loaders' job.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub enum Trust<'k> {
+    /// No compiled code: a runtime-compiled plan is refused (a single plan)
+    /// or skipped and reported (a plan cache). Tags are not checked.
+    NoCompiledCode,
+    /// Compiled code only from a file whose tag verifies under this key (a
+    /// file this program saved with it); from any other file, as
+    /// [`NoCompiledCode`](Self::NoCompiledCode).
+    SignedBy(&'k PlanKey),
+}
+
+/// What a loader found out about a file's tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Authentication {
+    /// Not checked: the load took no key ([`Trust::NoCompiledCode`]).
+    NotChecked,
+    /// The file's tag verifies under the key: its compiled code was loaded.
+    Verified,
+    /// The file carries no tag (written unsigned, or by another program).
+    Missing,
+    /// The file's tag does not verify under the key (made with another key,
+    /// or the file was changed after it was written).
+    Invalid,
+    /// Loaded by an `unsafe` `*_unverified` loader: its caller vouched for
+    /// the file, and no tag was checked.
+    Vouched,
+}
+
+impl Authentication {
+    /// Whether compiled code from the file may be loaded.
+    pub(crate) fn allows_compiled_code(self) -> bool {
+        matches!(self, Authentication::Verified | Authentication::Vouched)
+    }
+}
+
+impl std::fmt::Display for Authentication {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Authentication::NotChecked => "the load took no key",
+            Authentication::Verified => "its tag verifies under the key",
+            Authentication::Missing => "the file carries no tag",
+            Authentication::Invalid => {
+                "the file's tag does not verify under the key (another key, or the file was changed)"
+            }
+            Authentication::Vouched => "the caller vouched for the file (an unverified load)",
+        })
+    }
+}
+
+/// The kind of file a tag is made for (part of the tag's input, so a tag
+/// over one kind of file validates no other).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FileKind {
+    /// A single plan (`Plan::serialize_signed`).
+    Plan,
+    /// A plan cache (`PlanCache::save`).
+    PlanCache,
+}
+
+impl FileKind {
+    fn label(self) -> &'static [u8] {
+        match self {
+            FileKind::Plan => b"kind: plan\n",
+            FileKind::PlanCache => b"kind: plan cache\n",
+        }
+    }
+}
+
+/// The HMAC of `body` as a file of `kind`, under the raw `key`: the domain
+/// label, the kind, the body's length (8 bytes, big-endian) and the body.
+/// `None` only if the MAC refuses the key (HMAC takes every length).
+fn framed_mac(key: &[u8], kind: FileKind, body: &[u8]) -> Option<Hmac<Sha256>> {
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).ok()?;
+    m.update(DOMAIN);
+    m.update(kind.label());
+    m.update(&(body.len() as u64).to_be_bytes());
+    m.update(body);
+    Some(m)
+}
+
+/// `body` with its tag line appended (a newline first if `body` lacks one).
+///
+/// # Errors
+/// The MAC refusing the key (never for the keys [`PlanKey`] holds).
+pub(crate) fn sign(key: &PlanKey, kind: FileKind, mut body: String) -> Result<String> {
+    if !body.ends_with('\n') {
+        body.push('\n');
+    }
+    let tag = key
+        .mac(kind, body.as_bytes())
+        .ok_or_else(|| Error::invalid("plan key", "must be usable as an HMAC key", "refused"))?
+        .finalize()
+        .into_bytes();
+    body.push_str(TRAILER);
+    for b in tag {
+        body.push_str(&format!("{b:02x}"));
+    }
+    body.push('\n');
+    Ok(body)
+}
+
+/// The text before the tag line, and the tag line's value, if the text ends
+/// with one (a last line starting `hmac-sha256 `).
+pub(crate) fn split(text: &str) -> (&str, Option<&str>) {
+    let Some(without_nl) = text.strip_suffix('\n') else {
+        return (text, None);
+    };
+    let start = without_nl.rfind('\n').map_or(0, |i| i + 1);
+    match without_nl[start..].strip_prefix(TRAILER) {
+        Some(tag) => (&text[..start], Some(tag)),
+        None => (text, None),
+    }
+}
+
+/// The text a loader parses (without the tag line) and what its tag says
+/// under `key` (none: [`Authentication::NotChecked`]). The comparison is
+/// constant-time.
+pub(crate) fn check<'t>(
+    text: &'t str,
+    kind: FileKind,
+    key: Option<&PlanKey>,
+) -> (&'t str, Authentication) {
+    let (body, tag) = split(text);
+    let Some(key) = key else {
+        return (body, Authentication::NotChecked);
+    };
+    let Some(tag) = tag else {
+        return (body, Authentication::Missing);
+    };
+    let verified = decode_hex(tag).is_some_and(|t| {
+        key.mac(kind, body.as_bytes())
+            .is_some_and(|m| m.verify_slice(&t).is_ok())
+    });
+    let auth = if verified {
+        Authentication::Verified
+    } else {
+        Authentication::Invalid
+    };
+    (body, auth)
+}
+
+/// 64 hex digits as 32 bytes.
+fn decode_hex(s: &str) -> Option<[u8; 32]> {
+    let b = s.as_bytes();
+    if b.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, pair) in b.chunks_exact(2).enumerate() {
+        let hi = (pair[0] as char).to_digit(16)?;
+        let lo = (pair[1] as char).to_digit(16)?;
+        out[i] = u8::try_from(hi * 16 + lo).ok()?;
+    }
+    Some(out)
+}
+
+fn random_key() -> Result<[u8; KEY_BYTES]> {
+    let mut k = [0u8; KEY_BYTES];
+    getrandom::fill(&mut k).map_err(|e| Error::Unsupported {
+        what: format!("drawing a plan key from the operating system's random source: {e}"),
+        needs: Some("a working random source (getrandom)".to_string()),
+    })?;
+    Ok(k)
+}
+
+#[cfg(unix)]
+mod key_file {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use super::{KEY_BYTES, random_key};
+    use crate::error::{Error, Result};
+
+    fn refuse(path: &Path, rule: impl Into<String>, value: impl std::fmt::Display) -> Error {
+        Error::invalid(format!("plan key file {}", path.display()), rule, value)
+    }
+
+    pub(super) fn load_or_create(path: &Path) -> Result<Vec<u8>> {
+        // Read; if missing, create; if another process created it first,
+        // read theirs.
+        for _ in 0..2 {
+            if let Some(k) = read(path)? {
+                return Ok(k);
+            }
+            if let Some(k) = create(path)? {
+                return Ok(k);
+            }
+        }
+        Err(Error::Io {
+            op: "reading the plan key file".to_string(),
+            path: path.to_path_buf(),
+            kind: std::io::ErrorKind::NotFound,
+            detail: "it was created and removed again by another process".to_string(),
+        })
+    }
+
+    /// The key in the existing file at `path`, checked; `None` if there is none.
+    fn read(path: &Path) -> Result<Option<Vec<u8>>> {
+        match std::fs::symlink_metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io("reading the plan key file", path, &e)),
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(refuse(
+                    path,
+                    "must not be a symbolic link",
+                    "a symbolic link",
+                ));
+            }
+            Ok(_) => {}
+        }
+        // No link followed (one swapped in since is refused with ELOOP), and
+        // a FIFO put there does not block the open.
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path);
+        let mut f = match f {
+            Ok(f) => f,
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(refuse(
+                    path,
+                    "must not be a symbolic link",
+                    "a symbolic link",
+                ));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io("opening the plan key file", path, &e)),
+        };
+        let m = f
+            .metadata()
+            .map_err(|e| Error::io("reading the plan key file's metadata", path, &e))?;
+        if !m.file_type().is_file() {
+            return Err(refuse(
+                path,
+                "must be a regular file",
+                "another kind of file",
+            ));
+        }
+        // SAFETY: geteuid takes no arguments, touches no memory and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        if m.uid() != me {
+            return Err(refuse(
+                path,
+                format!("must be owned by the user running the program (uid {me})"),
+                format!("owned by uid {}", m.uid()),
+            ));
+        }
+        if m.mode() & 0o077 != 0 {
+            return Err(refuse(
+                path,
+                "must be readable and writable by its owner only (mode 0600)",
+                format!("mode {:04o}", m.mode() & 0o7777),
+            ));
+        }
+        if m.len() != KEY_BYTES as u64 {
+            return Err(refuse(
+                path,
+                format!("must hold exactly {KEY_BYTES} bytes"),
+                format!("{} bytes", m.len()),
+            ));
+        }
+        let mut k = vec![0u8; KEY_BYTES];
+        f.read_exact(&mut k)
+            .map_err(|e| Error::io("reading the plan key file", path, &e))?;
+        Ok(Some(k))
+    }
+
+    /// Create the key file at `path` whole: a new temporary file (0600, no
+    /// link followed) written and synced, then hard-linked to `path`, which
+    /// fails if anything is there. `None` if another process was first.
+    fn create(path: &Path) -> Result<Option<Vec<u8>>> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let key = random_key()?;
+        let tmp: PathBuf = path.with_file_name(format!(
+            ".{}.tmp-{}-{}",
+            super::KEY_FILE_NAME,
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let write = || -> std::io::Result<()> {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&tmp)?;
+            f.write_all(&key)?;
+            f.sync_all()
+        };
+        if let Err(e) = write() {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(Error::io("creating the plan key file", &tmp, &e));
+        }
+        let linked = std::fs::hard_link(&tmp, path);
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => {
+                // The key is in place; a folder that cannot be synced only
+                // risks losing it in a crash (then a new one is made).
+                let _ = crate::atomic_file::sync_folder(path);
+                Ok(Some(key.to_vec()))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(None),
+            Err(e) => Err(Error::io("creating the plan key file", path, &e)),
+        }
+    }
+}
+
+#[cfg(not(unix))]
+mod key_file {
+    use std::path::Path;
+
+    use crate::error::{Error, Result};
+
+    pub(super) fn load_or_create(path: &Path) -> Result<Vec<u8>> {
+        Err(Error::Unsupported {
+            what: format!(
+                "a plan key file ({}) needs Unix permissions to be kept private",
+                path.display()
+            ),
+            needs: Some("`PlanKey::from_bytes` with a secret kept elsewhere".to_string()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex(b: &[u8]) -> String {
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    #[test]
+    fn unit_hmac_wiring_matches_rfc4231_case_2() {
+        // RFC 4231, test case 2: key "Jefe", data "what do ya want for nothing?".
+        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(b"Jefe").unwrap();
+        m.update(b"what do ya want for nothing?");
+        assert_eq!(
+            hex(&m.finalize().into_bytes()),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+
+    #[test]
+    fn unit_framing_is_label_kind_length_body() {
+        // The framed MAC equals a plain HMAC over the input written out by
+        // hand: the tag commits to the label, the kind and the length.
+        let key = [0x0bu8; 20];
+        let mut input = Vec::new();
+        input.extend_from_slice(b"cudnn-rs plan file authentication, HMAC-SHA256 framing v1\n");
+        input.extend_from_slice(b"kind: plan cache\n");
+        input.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 3]);
+        input.extend_from_slice(b"ab\n");
+        let mut plain = <Hmac<Sha256> as Mac>::new_from_slice(&key).unwrap();
+        plain.update(&input);
+        let framed = framed_mac(&key, FileKind::PlanCache, b"ab\n").unwrap();
+        assert_eq!(
+            framed.finalize().into_bytes(),
+            plain.finalize().into_bytes()
+        );
+    }
+
+    #[test]
+    fn unit_sign_then_check_verifies_and_strips_the_tag() {
+        let k = PlanKey::from_bytes(&[7u8; 32]).unwrap();
+        let signed = sign(&k, FileKind::Plan, "cudnn-rs plan v2\nx\n".into()).unwrap();
+        let (body, tag) = split(&signed);
+        assert_eq!(body, "cudnn-rs plan v2\nx\n");
+        assert_eq!(tag.map(str::len), Some(64));
+        assert_eq!(
+            check(&signed, FileKind::Plan, Some(&k)),
+            ("cudnn-rs plan v2\nx\n", Authentication::Verified)
+        );
+        assert_eq!(
+            check(&signed, FileKind::Plan, None),
+            ("cudnn-rs plan v2\nx\n", Authentication::NotChecked)
+        );
+        // Unsigned text: missing, parsed whole.
+        assert_eq!(
+            check("a\nb\n", FileKind::Plan, Some(&k)),
+            ("a\nb\n", Authentication::Missing)
+        );
+    }
+
+    #[test]
+    fn unit_a_tag_is_bound_to_its_kind_and_key() {
+        let k = PlanKey::from_bytes(&[7u8; 32]).unwrap();
+        let other = PlanKey::from_bytes(&[8u8; 32]).unwrap();
+        let signed = sign(&k, FileKind::Plan, "same text\n".into()).unwrap();
+        // The same bytes as a plan cache: another purpose, refused.
+        assert_eq!(
+            check(&signed, FileKind::PlanCache, Some(&k)).1,
+            Authentication::Invalid
+        );
+        assert_eq!(
+            check(&signed, FileKind::Plan, Some(&other)).1,
+            Authentication::Invalid
+        );
+        // Domain separation: the tag is not a plain HMAC of the text.
+        let mut plain = <Hmac<Sha256> as Mac>::new_from_slice(&[7u8; 32]).unwrap();
+        plain.update(b"same text\n");
+        let forged = format!(
+            "same text\n{TRAILER}{}\n",
+            hex(&plain.finalize().into_bytes())
+        );
+        assert_eq!(
+            check(&forged, FileKind::Plan, Some(&k)).1,
+            Authentication::Invalid
+        );
+    }
+
+    #[test]
+    fn unit_every_changed_byte_fails_the_tag() {
+        let k = PlanKey::from_bytes(&[9u8; 16]).unwrap();
+        let signed = sign(&k, FileKind::PlanCache, "h\nt 1\njson 2\n{}\n".into()).unwrap();
+        let bytes = signed.as_bytes();
+        for i in 0..bytes.len() {
+            let mut b = bytes.to_vec();
+            b[i] ^= 0x01;
+            let Ok(t) = String::from_utf8(b) else {
+                continue;
+            };
+            assert_ne!(
+                check(&t, FileKind::PlanCache, Some(&k)).1,
+                Authentication::Verified,
+                "byte {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn unit_key_lengths_are_checked_and_debug_hides_the_key() {
+        assert!(matches!(
+            PlanKey::from_bytes(&[1u8; 15]),
+            Err(Error::InvalidArgument { .. })
+        ));
+        assert!(PlanKey::from_bytes(&[1u8; 1025]).is_err());
+        let k = PlanKey::from_bytes(&[0xabu8; 16]).unwrap();
+        assert_eq!(format!("{k:?}"), "PlanKey(16 secret bytes)");
+        let g = PlanKey::generate().unwrap();
+        assert_eq!(g.bytes.len(), 32);
+        assert_ne!(g.bytes, PlanKey::generate().unwrap().bytes);
+    }
+
+    #[cfg(unix)]
+    fn folder(tag: &str) -> std::path::PathBuf {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        let d = std::env::temp_dir().join(format!(
+            "cudnn-rs-plan-key-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn unit_key_file_is_created_0600_and_read_back() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = folder("new");
+        let a = PlanKey::load_or_create(&d).unwrap();
+        let p = d.join(KEY_FILE_NAME);
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        assert!(m.file_type().is_file());
+        assert_eq!(m.permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::read(&p).unwrap(), a.bytes);
+        assert_eq!(PlanKey::load_or_create(&d).unwrap().bytes, a.bytes);
+        // Only the key file is left (no temporary).
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 1);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn unit_key_file_created_by_racing_threads_is_one_key() {
+        let d = folder("race");
+        let keys: Vec<Vec<u8>> = std::thread::scope(|s| {
+            let h: Vec<_> = (0..8)
+                .map(|_| s.spawn(|| PlanKey::load_or_create(&d).unwrap().bytes))
+                .collect();
+            h.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(keys.iter().all(|k| *k == keys[0]));
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 1);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn unit_key_file_readable_by_others_a_link_or_the_wrong_size_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = folder("bad");
+        let p = d.join(KEY_FILE_NAME);
+        std::fs::write(&p, [5u8; 32]).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = PlanKey::load_or_create(&d).unwrap_err();
+        let s = e.to_string();
+        assert!(matches!(e, Error::InvalidArgument { .. }), "{e:?}");
+        assert!(
+            s.contains(&p.display().to_string()) && s.contains("mode 0644"),
+            "{s}"
+        );
+        // Group-readable is refused too; 0600 is accepted.
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o640)).unwrap();
+        assert!(PlanKey::load_or_create(&d).is_err());
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(PlanKey::load_or_create(&d).unwrap().bytes, vec![5u8; 32]);
+        // A short file.
+        std::fs::write(&p, [5u8; 31]).unwrap();
+        let s = PlanKey::load_or_create(&d).unwrap_err().to_string();
+        assert!(s.contains("31 bytes"), "{s}");
+        // A symbolic link to a private, well-formed key file elsewhere.
+        std::fs::remove_file(&p).unwrap();
+        let elsewhere = folder("target");
+        let real = elsewhere.join("real.key");
+        std::fs::write(&real, [6u8; 32]).unwrap();
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::symlink(&real, &p).unwrap();
+        let e = PlanKey::load_or_create(&d).unwrap_err();
+        let s = e.to_string();
+        assert!(matches!(e, Error::InvalidArgument { .. }), "{e:?}");
+        assert!(
+            s.contains("symbolic link") && s.contains(&p.display().to_string()),
+            "{s}"
+        );
+        // A dangling link is not replaced by a new key either.
+        std::fs::remove_file(&real).unwrap();
+        assert!(PlanKey::load_or_create(&d).is_err());
+        assert!(!real.exists());
+        // A folder in the key file's place.
+        std::fs::remove_file(&p).unwrap();
+        std::fs::create_dir(&p).unwrap();
+        let s = PlanKey::load_or_create(&d).unwrap_err().to_string();
+        assert!(s.contains("regular file"), "{s}");
+        // A missing folder: an I/O error naming the path.
+        let gone = d.join("no-such-folder");
+        match PlanKey::load_or_create(&gone) {
+            Err(Error::Io { path, kind, .. }) => {
+                assert!(path.starts_with(&gone), "{path:?}");
+                assert_eq!(kind, std::io::ErrorKind::NotFound);
+            }
+            other => panic!("{other:?}"),
+        }
+        std::fs::remove_dir_all(&d).unwrap();
+        std::fs::remove_dir_all(&elsewhere).unwrap();
+    }
+
+    #[test]
+    fn unit_split_and_check_never_panic_on_odd_text() {
+        let k = PlanKey::from_bytes(&[1u8; 32]).unwrap();
+        for t in [
+            "",
+            "\n",
+            "hmac-sha256 \n",
+            "hmac-sha256 zz\n",
+            "x\nhmac-sha256 é\n",
+            &format!("{TRAILER}{}\n", "0".repeat(64)),
+            &format!("{TRAILER}{}\n", "é".repeat(32)),
+        ] {
+            let (_, a) = check(t, FileKind::Plan, Some(&k));
+            assert_ne!(a, Authentication::Verified, "{t:?}");
+        }
+    }
+}

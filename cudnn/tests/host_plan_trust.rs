@@ -1,0 +1,464 @@
+//! Host tier for authenticated plan files (issue 31 item 9, issue 33 item 4):
+//! no GPU, the real cuDNN (>= 9.8). Runtime-compiled plans (compiled kernel
+//! code) are made for an H200 without a device. A file this program signed
+//! reloads whole through the safe loaders; a file without a valid tag (none,
+//! another key's, any byte changed) loads only its plans without compiled
+//! code, the rest reported; the `unsafe` loaders still take unsigned files.
+//! The truth compared against: the plans built here (their count, which are
+//! runtime-compiled, their cuDNN JSON).
+#[path = "support/graph_plans.rs"]
+mod graph_plans;
+#[path = "support/mod.rs"]
+mod support;
+
+use std::cell::Cell;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use cudnn::Error;
+use cudnn::graph::*;
+use graph_plans::*;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use support::*;
+
+fn h200() -> cudnn::Result<Target> {
+    Target::preset("h200")
+}
+
+/// A cache of two precompiled and two runtime-compiled plans (the count of
+/// runtime-compiled ones as the plans say), with each plan's JSON.
+struct Fixture {
+    cache: PlanCache,
+    compiled: usize,
+    graphs: Vec<Graph>,
+    json: Vec<String>,
+}
+
+fn fixture(t: &Target) -> Result<Fixture, Box<dyn std::error::Error>> {
+    let cache = PlanCache::new(8);
+    let graphs = vec![conv_plain(2)?, conv_plain(4)?, matmul()?, norm()?];
+    let mut compiled = 0;
+    let mut json = Vec::new();
+    for g in &graphs {
+        let p = cache.get_or_build(g, t, &Policy::default())?;
+        compiled += usize::from(p.is_runtime_compiled());
+        json.push(p.cudnn_json()?);
+    }
+    if compiled < 1 || compiled == graphs.len() {
+        return Err(format!("want both kinds of plan, got {compiled} runtime-compiled").into());
+    }
+    Ok(Fixture {
+        cache,
+        compiled,
+        graphs,
+        json,
+    })
+}
+
+fn temp_dir(tag: &str) -> std::io::Result<std::path::PathBuf> {
+    let d = std::env::temp_dir().join(format!("cudnn-rs-trust-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d)?;
+    Ok(d)
+}
+
+/// Every plan of `f` is in `c`, with the JSON it was built with.
+fn holds_every_plan(c: &PlanCache, f: &Fixture, t: &Target) -> TestResult {
+    for (g, want) in f.graphs.iter().zip(&f.json) {
+        let p = c.get(g, t, &Policy::default()).ok_or("a plan is missing")?;
+        ensure!(p.cudnn_json()? == *want, "a reloaded plan's JSON differs");
+    }
+    Ok(())
+}
+
+/// The loaded report of a load that must not have taken compiled code.
+fn no_compiled(r: &LoadReport, f: &Fixture, what: &str) -> TestResult {
+    ensure!(
+        r.runtime_compiled == 0
+            && r.loaded == f.graphs.len() - f.compiled
+            && r.skipped.len() == f.compiled
+            && r.skipped
+                .iter()
+                .all(|s| s.why == SkipReason::CompiledCodeNotAuthenticated),
+        "{what}: {r:?}"
+    );
+    ensure!(
+        r.to_string().contains(&format!("skipped {}", f.compiled)),
+        "{what}: the Display lacks the count: {r}"
+    );
+    Ok(())
+}
+
+/// The byte offset of a character inside the first compiled kernel's
+/// binary (`cubin`, base64) in `text`, and a different base64 character.
+fn kernel_byte(text: &str) -> Option<(usize, u8)> {
+    let at = text.find("\"cubin\":\"")? + 9 + 1000;
+    let b = *text.as_bytes().get(at)?;
+    b.is_ascii_alphanumeric()
+        .then_some((at, if b == b'A' { b'B' } else { b'A' }))
+}
+
+fn with_byte(text: &str, at: usize, b: u8) -> Option<String> {
+    let mut v = text.as_bytes().to_vec();
+    *v.get_mut(at)? = b;
+    String::from_utf8(v).ok()
+}
+
+fn main() {
+    let mut t = vec![];
+
+    t.push(host9("signed_cache_reloads_every_entry", || {
+        let t = h200()?;
+        let f = fixture(&t)?;
+        let dir = temp_dir("signed")?;
+        let key = PlanKey::load_or_create(&dir)?;
+        let path = dir.join("plans.txt");
+        f.cache.save(&path, &key)?;
+        // A new key object from the same key file (a later run).
+        let again = PlanKey::load_or_create(&dir)?;
+        let c = PlanCache::new(8);
+        let r = c.load(&path, &t, Trust::SignedBy(&again))?;
+        eprintln!("  {r}");
+        ensure!(
+            r.loaded == f.graphs.len()
+                && r.runtime_compiled == f.compiled
+                && r.is_complete()
+                && r.authentication == Authentication::Verified,
+            "{r:?}"
+        );
+        ensure!(
+            r.to_string()
+                == format!(
+                    "loaded 4 of 4 plan-cache entries ({} runtime-compiled)",
+                    f.compiled
+                ),
+            "{r}"
+        );
+        holds_every_plan(&c, &f, &t)?;
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(())
+    }));
+
+    t.push(host9(
+        "unsigned_or_keyless_loads_skip_compiled_code_and_say_so",
+        || {
+            let t = h200()?;
+            let f = fixture(&t)?;
+            let key = PlanKey::generate()?;
+            let signed = f.cache.to_signed_text(&key)?;
+            let unsigned = f.cache.to_text()?;
+            let r = PlanCache::new(8).load_text(&unsigned, &t, Trust::SignedBy(&key))?;
+            eprintln!("  unsigned, with a key: {r}");
+            no_compiled(&r, &f, "unsigned")?;
+            ensure!(r.authentication == Authentication::Missing, "{r:?}");
+            ensure!(r.to_string().contains("carries no tag"), "{r}");
+            let r = PlanCache::new(8).load_text(&signed, &t, Trust::NoCompiledCode)?;
+            eprintln!("  signed, no key: {r}");
+            no_compiled(&r, &f, "no key")?;
+            ensure!(r.authentication == Authentication::NotChecked, "{r:?}");
+            // All or nothing on request.
+            match r.complete() {
+                Err(Error::Unsupported { what, .. }) if what.contains("skipped") => {}
+                other => return Err(format!("complete(): {other:?}").into()),
+            }
+            // A single plan: refused unless signed with the key.
+            let p = f
+                .cache
+                .get(&f.graphs[2], &t, &Policy::default())
+                .ok_or("matmul")?;
+            ensure!(p.is_runtime_compiled(), "matmul is runtime-compiled");
+            for (what, text, trust) in [
+                ("unsigned", p.serialize()?, Trust::SignedBy(&key)),
+                ("no key", p.serialize_signed(&key)?, Trust::NoCompiledCode),
+            ] {
+                match Plan::deserialize(&text, &t, trust) {
+                    Err(Error::Unsupported { what: w, .. })
+                        if w.contains("compiled kernel code") =>
+                    {
+                        eprintln!("  single plan, {what}: {w}")
+                    }
+                    other => return Err(format!("{what}: {:?}", other.map(|_| ())).into()),
+                }
+            }
+            let back = Plan::deserialize(&p.serialize_signed(&key)?, &t, Trust::SignedBy(&key))?;
+            ensure!(
+                back.is_runtime_compiled() && back.cudnn_json()? == f.json[2],
+                "signed single plan"
+            );
+            // A precompiled plan loads from any file, tag or not.
+            let q = f
+                .cache
+                .get(&f.graphs[0], &t, &Policy::default())
+                .ok_or("conv")?;
+            Plan::deserialize(&q.serialize()?, &t, Trust::SignedBy(&key))?;
+            Plan::deserialize(&q.serialize_signed(&key)?, &t, Trust::NoCompiledCode)?;
+            Ok(())
+        },
+    ));
+
+    t.push(host9(
+        "a_changed_byte_anywhere_or_another_key_refuses_compiled_code",
+        || {
+            let t = h200()?;
+            let f = fixture(&t)?;
+            let key = PlanKey::generate()?;
+            let signed = f.cache.to_signed_text(&key)?;
+            // Another key's tag.
+            let other = PlanKey::from_bytes(&[0x5a; 32])?;
+            let r = PlanCache::new(8).load_text(&signed, &t, Trust::SignedBy(&other))?;
+            no_compiled(&r, &f, "another key")?;
+            ensure!(r.authentication == Authentication::Invalid, "{r:?}");
+            // One byte of a compiled kernel's binary: still a well-formed file,
+            // refused only by the tag. Through the unsafe loader cuDNN takes it.
+            let (at, b) = kernel_byte(&signed).ok_or("no kernel binary")?;
+            let changed = with_byte(&signed, at, b).ok_or("utf-8")?;
+            let r = PlanCache::new(8).load_text(&changed, &t, Trust::SignedBy(&key))?;
+            eprintln!("  a kernel byte changed: {r}");
+            no_compiled(&r, &f, "kernel byte")?;
+            ensure!(r.authentication == Authentication::Invalid, "{r:?}");
+            // SAFETY: deliberately breaks the contract to show what the tag
+            // guards against; the loaded plans are never executed (no GPU here).
+            let u = unsafe { PlanCache::new(8).load_text_unverified(&changed, &t) };
+            eprintln!(
+                "  the same file, unverified: {}",
+                u.map(|r| r.to_string()).unwrap_or_else(|e| e.to_string())
+            );
+            // The tag itself, the header, the tensor list, the JSON: every
+            // region, a byte changed, never loads compiled code.
+            let tag_at = signed.rfind("hmac-sha256 ").ok_or("no tag")? + 12;
+            let regions = [
+                ("tag", tag_at + 5),
+                ("header", signed.find(" v2").ok_or("header")? + 2),
+                ("entry count", signed.find("entries ").ok_or("entries")? + 8),
+                (
+                    "tensor list",
+                    signed.find("\ntensors ").ok_or("tensors")? + 12,
+                ),
+                // The last entry's policy (part of its key; parsed, not
+                // checked against anything else).
+                ("policy", signed.rfind("\npolicy ").ok_or("policy")? + 12),
+                ("json", signed.find("\"cudnnVersion\"").ok_or("json")? + 3),
+            ];
+            for (what, at) in regions {
+                let old = signed.as_bytes()[at];
+                let new = if old.is_ascii_digit() {
+                    if old == b'9' { b'8' } else { old + 1 }
+                } else if old == b'a' {
+                    b'b'
+                } else {
+                    b'a'
+                };
+                let text = with_byte(&signed, at, new).ok_or("utf-8")?;
+                match PlanCache::new(8).load_text(&text, &t, Trust::SignedBy(&key)) {
+                    Err(e) => eprintln!("  {what}: refused: {e}"),
+                    Ok(r) => {
+                        eprintln!("  {what}: {r}");
+                        no_compiled(&r, &f, what)?;
+                        ensure!(r.authentication == Authentication::Invalid, "{what}: {r:?}");
+                    }
+                }
+            }
+            // Cut after the tag line, or bytes appended: no tag is recognised.
+            for (what, text) in [
+                ("appended", format!("{signed}x\n")),
+                ("tag line cut", signed[..signed.len() - 1].to_string()),
+            ] {
+                match PlanCache::new(8).load_text(&text, &t, Trust::SignedBy(&key)) {
+                    Err(_) => {}
+                    Ok(r) => no_compiled(&r, &f, what)?,
+                }
+            }
+            Ok(())
+        },
+    ));
+
+    t.push(host9(
+        "the_unsafe_loaders_still_load_unsigned_files",
+        || {
+            let t = h200()?;
+            let f = fixture(&t)?;
+            let unsigned = f.cache.to_text()?;
+            let c = PlanCache::new(8);
+            // SAFETY: this cache's own unchanged text, written with the loaded
+            // cuDNN; nothing loaded here runs on a GPU.
+            let r = unsafe { c.load_text_unverified(&unsigned, &t) }?;
+            ensure!(
+                r.loaded == 4
+                    && r.runtime_compiled == f.compiled
+                    && r.authentication == Authentication::Vouched,
+                "{r:?}"
+            );
+            holds_every_plan(&c, &f, &t)?;
+            let dir = temp_dir("unverified")?;
+            let path = dir.join("plans.txt");
+            std::fs::write(&path, &unsigned)?;
+            // SAFETY: as above, through a file only this test writes.
+            let r = unsafe { PlanCache::new(8).load_unverified(&path, &t) }?;
+            ensure!(r.loaded == 4 && r.is_complete(), "{r:?}");
+            let p = f
+                .cache
+                .get(&f.graphs[2], &t, &Policy::default())
+                .ok_or("matmul")?;
+            // SAFETY: this plan's own unchanged file.
+            let q = unsafe { Plan::deserialize_unverified(&p.serialize()?, &t) }?;
+            ensure!(q.is_runtime_compiled(), "unverified single plan");
+            let _ = std::fs::remove_dir_all(&dir);
+            Ok(())
+        },
+    ));
+
+    t.push(host9(
+        "a_missing_plan_cache_file_is_an_io_error_naming_it",
+        || {
+            let t = h200()?;
+            let dir = temp_dir("missing")?;
+            let path = dir.join("none.txt");
+            match PlanCache::new(2).load(&path, &t, Trust::NoCompiledCode) {
+                Err(Error::Io {
+                    path: p, kind, op, ..
+                }) if p == path && kind == std::io::ErrorKind::NotFound => {
+                    eprintln!("  {op}")
+                }
+                other => return Err(format!("{other:?}").into()),
+            }
+            // Saving into a missing folder names the temporary file's folder.
+            let key = PlanKey::generate()?;
+            match PlanCache::new(2).save(&dir.join("no").join("plans.txt"), &key) {
+                Err(Error::Io { path: p, .. }) if p.starts_with(dir.join("no")) => {}
+                other => return Err(format!("{other:?}").into()),
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+            Ok(())
+        },
+    ));
+
+    t.push(host9(
+        "fuzz_changed_signed_files_never_load_compiled_code",
+        || {
+            let t = h200()?;
+            let f = Arc::new(fixture(&t)?);
+            let key = PlanKey::generate()?;
+            let signed = f.cache.to_signed_text(&key)?;
+            let len = signed.len();
+            // 1 to 3 edits: (position, kind 0 = replace / 1 = insert / 2 = delete, byte).
+            let edits = prop::collection::vec((0..len, 0u8..3, any::<u8>()), 1..4);
+            let mut runner = TestRunner::new(Config {
+                cases: 160,
+                failure_persistence: None,
+                ..Config::default()
+            });
+            let (refused, partial) = (Cell::new(0), Cell::new(0));
+            runner
+                .run(&edits, |edits| {
+                    let mut b = signed.as_bytes().to_vec();
+                    for (at, kind, byte) in edits {
+                        let at = at.min(b.len().saturating_sub(1));
+                        match kind {
+                            0 => b[at] = byte,
+                            1 => b.insert(at, byte),
+                            _ => {
+                                b.remove(at);
+                            }
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&b).into_owned();
+                    if text == signed {
+                        return Ok(());
+                    }
+                    let r = catch_unwind(AssertUnwindSafe(|| {
+                        PlanCache::new(8).load_text(&text, &t, Trust::SignedBy(&key))
+                    }));
+                    match r {
+                        Err(_) => Err(TestCaseError::fail("panicked")),
+                        Ok(Err(_)) => {
+                            refused.set(refused.get() + 1);
+                            Ok(())
+                        }
+                        Ok(Ok(r))
+                            if r.runtime_compiled == 0
+                                && r.authentication != Authentication::Verified =>
+                        {
+                            partial.set(partial.get() + 1);
+                            Ok(())
+                        }
+                        Ok(Ok(r)) => {
+                            Err(TestCaseError::fail(format!("compiled code loaded: {r:?}")))
+                        }
+                    }
+                })
+                .map_err(|e| format!("{e}"))?;
+            eprintln!(
+                "  {} refused, {} loaded without compiled code",
+                refused.get(),
+                partial.get()
+            );
+            // A single plan file: the same rule.
+            let p = f
+                .cache
+                .get(&f.graphs[2], &t, &Policy::default())
+                .ok_or("matmul")?;
+            let one = p.serialize_signed(&key)?;
+            let edits = prop::collection::vec((0..one.len(), any::<u8>()), 1..3);
+            let mut runner = TestRunner::new(Config {
+                cases: 80,
+                failure_persistence: None,
+                ..Config::default()
+            });
+            runner
+                .run(&edits, |edits| {
+                    let mut b = one.as_bytes().to_vec();
+                    for (at, byte) in edits {
+                        b[at] = byte;
+                    }
+                    let text = String::from_utf8_lossy(&b).into_owned();
+                    if text == one {
+                        return Ok(());
+                    }
+                    match catch_unwind(AssertUnwindSafe(|| {
+                        Plan::deserialize(&text, &t, Trust::SignedBy(&key))
+                    })) {
+                        Err(_) => Err(TestCaseError::fail("panicked")),
+                        Ok(Ok(p)) if p.is_runtime_compiled() => {
+                            Err(TestCaseError::fail("compiled code loaded"))
+                        }
+                        Ok(_) => Ok(()),
+                    }
+                })
+                .map_err(|e| format!("{e}"))?;
+            // Random text, signed or not: never a panic, never compiled code.
+            let mut runner = TestRunner::new(Config {
+                cases: 200,
+                failure_persistence: None,
+                ..Config::default()
+            });
+            let head = signed[..signed.find("\ngraph ").ok_or("graph")? + 1].to_string();
+            runner
+                .run(
+                    &(prop::collection::vec(any::<u8>(), 0..400), any::<bool>()),
+                    |(bytes, with_head)| {
+                        let tail = String::from_utf8_lossy(&bytes);
+                        let text = if with_head {
+                            format!("{head}{tail}")
+                        } else {
+                            tail.into_owned()
+                        };
+                        let r = catch_unwind(AssertUnwindSafe(|| {
+                            PlanCache::new(8).load_text(&text, &t, Trust::SignedBy(&key))
+                        }));
+                        match r {
+                            Err(_) => Err(TestCaseError::fail("panicked")),
+                            Ok(Ok(r)) if r.runtime_compiled > 0 => {
+                                Err(TestCaseError::fail(format!("compiled code loaded: {r:?}")))
+                            }
+                            Ok(_) => Ok(()),
+                        }
+                    },
+                )
+                .map_err(|e| format!("{e}"))?;
+            Ok(())
+        },
+    ));
+
+    run(t)
+}
