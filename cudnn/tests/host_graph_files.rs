@@ -126,7 +126,8 @@ fn child_empty_deviceprop() -> i32 {
         json.push(0);
         let mut d = Descriptor::<kind::ExecutionPlan>::new()?;
         d.set_descriptors(attr::EXECUTION_PLAN_DEVICEPROP, &[])?;
-        d.set(attr::EXECUTION_PLAN_JSON_REPRESENTATION, &json)?;
+        // SAFETY: cuDNN's own JSON of a plan it just made, unchanged.
+        unsafe { d.set_plan_json_unchecked(&json) }?;
         d.finalize()
     })();
     println!("empty deviceprop: {r:?}");
@@ -830,7 +831,18 @@ fn main() {
             let mut json = p.cudnn_json()?.into_bytes();
             json.push(0);
             let mut d = Descriptor::<kind::ExecutionPlan>::new()?;
-            d.set(attr::EXECUTION_PLAN_JSON_REPRESENTATION, &json)?;
+            // The safe setter refuses a plan JSON outright (cuDNN does not
+            // validate it); the unsafe one checks its shape only.
+            match d.set(attr::EXECUTION_PLAN_JSON_REPRESENTATION, &json) {
+                Err(e @ Error::InvalidArgument { .. }) => {
+                    let s = e.to_string();
+                    eprintln!("  plan JSON through the safe setter: {s}");
+                    ensure!(s.contains("Plan::from_cudnn_json"), "{s}");
+                }
+                other => return Err(format!("safe set of a plan JSON: {other:?}").into()),
+            }
+            // SAFETY: cuDNN's own JSON of a plan it just made, unchanged.
+            unsafe { d.set_plan_json_unchecked(&json) }?;
             let t0 = Instant::now();
             match d.finalize() {
                 Err(e @ Error::InvalidArgument { .. }) => {
@@ -854,8 +866,9 @@ fn main() {
             // A malformed plan JSON set through the typed API: refused at set.
             let mut bad = br#"{"operationGraph":{"nodes":2147483648}}"#.to_vec();
             bad.push(0);
-            match Descriptor::<kind::ExecutionPlan>::new()?
-                .set(attr::EXECUTION_PLAN_JSON_REPRESENTATION, &bad)
+            // SAFETY: refused before cuDNN sees it (its shape is checked),
+            // which is what this asserts.
+            match unsafe { Descriptor::<kind::ExecutionPlan>::new()?.set_plan_json_unchecked(&bad) }
             {
                 Err(e) if typed(&e) => eprintln!("  malformed JSON at set: {e}"),
                 other => return Err(format!("malformed JSON: {other:?}").into()),

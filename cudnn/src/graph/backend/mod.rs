@@ -435,18 +435,26 @@ impl<K: Kind> Descriptor<K> {
 
     /// Set a plain-valued attribute.
     ///
+    /// A plan's JSON (`CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION`) is
+    /// refused here: cuDNN's parser is not a validator (a plan JSON whose
+    /// graph was edited crashes cuDNN at finalize, and one whose compiled
+    /// kernels came from another graph runs them past the bound buffers).
+    /// Load plans with [`Plan::from_cudnn_json`](crate::graph::Plan::from_cudnn_json),
+    /// which checks the JSON against the plan's tensor list, or set it with
+    /// the `unsafe`
+    /// [`set_plan_json_unchecked`](Descriptor::set_plan_json_unchecked).
+    ///
     /// # Errors
-    /// Already finalized (before the call), or cuDNN's refusal.
+    /// Already finalized (before the call), a plan JSON, or cuDNN's refusal.
     #[doc(alias = "cudnnBackendSetAttribute")]
     pub fn set<V: Value>(&mut self, a: Attr<K, V>, values: &[V::Elem]) -> Result<()> {
-        if a.name == AttrName::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION
-            && std::any::TypeId::of::<V::Elem>() == std::any::TypeId::of::<u8>()
-        {
-            // SAFETY: `V::Elem` is `u8` (checked just above), so `values` is
-            // `values.len()` initialized bytes.
-            let bytes =
-                unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), values.len()) };
-            check_plan_json_bytes(a.label, bytes)?;
+        if a.name == AttrName::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION {
+            return Err(Error::invalid(
+                a.label,
+                "is set only through Plan::from_cudnn_json (checked against the plan's tensors) \
+                 or the unsafe Descriptor::set_plan_json_unchecked: cuDNN does not validate a plan JSON",
+                format!("{} bytes through the safe Descriptor::set", values.len()),
+            ));
         }
         // SAFETY: `V::Elem` is the C type of `V::TYPE` (bool is one byte, as
         // CUDNN_TYPE_BOOLEAN); `values` holds `values.len()` of them.
@@ -733,6 +741,40 @@ impl<K: Kind> Drop for Descriptor<K> {
         if let Ok(api) = cudnn() {
             // SAFETY: created by cudnnBackendCreateDescriptor, destroyed once here.
             let _ = unsafe { api.cudnnBackendDestroyDescriptor(self.raw.as_ptr()) };
+        }
+    }
+}
+
+impl Descriptor<kind::ExecutionPlan> {
+    /// Set the plan's JSON (`CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION`,
+    /// NUL-terminated), checking only its shape (sizes, counts, nesting):
+    /// [`Plan::from_cudnn_json`](crate::graph::Plan::from_cudnn_json) is the
+    /// checked way to load a plan.
+    ///
+    /// # Safety
+    /// The JSON is cuDNN's own, of a plan made by the loaded cuDNN and
+    /// unchanged since: cuDNN crashes at finalize on a plan JSON whose graph
+    /// was edited (a node reading a tensor nothing writes), and a plan whose
+    /// compiled kernels (`/engine/payload`) came from another graph reads and
+    /// writes past the buffers bound when it runs.
+    ///
+    /// # Errors
+    /// Not NUL-terminated, not UTF-8, malformed or oversized JSON; already
+    /// finalized; cuDNN's refusal.
+    #[doc(alias = "CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION")]
+    pub unsafe fn set_plan_json_unchecked(&mut self, json: &[u8]) -> Result<()> {
+        let a = attr::EXECUTION_PLAN_JSON_REPRESENTATION;
+        check_plan_json_bytes(a.label, json)?;
+        // SAFETY: `json` is `json.len()` initialized bytes (CUDNN_TYPE_CHAR);
+        // what cuDNN does with their meaning is the caller's contract.
+        unsafe {
+            self.set_raw(
+                a.name,
+                a.label,
+                <value::Char as Value>::TYPE,
+                json.len(),
+                json.as_ptr().cast(),
+            )
         }
     }
 }
