@@ -407,9 +407,69 @@ fn ctc_descriptor() -> TestResult {
     Ok(())
 }
 
+/// Issue 31 item 7: a sample without a valid alignment ("1 1" in 2 steps;
+/// an input length of 0) is accepted on cuDNN 9 (its descriptor reads back
+/// `CUDNN_CTC_ZERO_OOB_GRADIENTS` through cuDNN 9's own `_v9` getter, so
+/// the loss-0 / gradient-0 contract is the library's mode, not ours) and
+/// refused on cuDNN 8.9, which has no such mode (run this test on both
+/// stacks). The label limit is below 256 on both: 255 is accepted, 256
+/// refused naming the sample.
+fn ctc_zero_oob_by_loaded_cudnn() -> TestResult {
+    let v = Handle::library_version()?;
+    let infeasible = check_ctc(v, 3, 3, &[1, 1], &[2], &[2]);
+    let empty = check_ctc(v, 3, 3, &[1], &[1, 0], &[3, 0]);
+    if v.major >= 9 {
+        ensure!(
+            infeasible.is_ok() && empty.is_ok(),
+            "cuDNN {v}: {infeasible:?} / {empty:?}"
+        );
+        // The descriptor's mode as cuDNN 9 reads it back.
+        let (_, _, grad, _) = ctc_descriptor_round_trip(4)?;
+        ensure!(
+            grad == cudnn::sys::cudnn::cudnnCTCGradMode_t::CUDNN_CTC_ZERO_OOB_GRADIENTS.0,
+            "cuDNN {v}: grad mode {grad}"
+        );
+        // Labels outnumbering the input are refused even here.
+        let e = check_ctc(v, 3, 3, &[1, 2], &[2], &[1]);
+        ensure!(
+            matches!(&e, Err(Error::InvalidArgument { arg, .. }) if arg == "input_lengths[0]"),
+            "{e:?}"
+        );
+    } else {
+        for (what, r, arg) in [
+            ("infeasible", infeasible, "input_lengths[0]"),
+            ("empty", empty, "input_lengths[1]"),
+        ] {
+            match r {
+                Err(Error::InvalidArgument { arg: a, rule, .. })
+                    if a == arg && rule.contains("cuDNN 9") => {}
+                other => return Err(format!("cuDNN {v}, {what}: {other:?}").into()),
+            }
+        }
+    }
+    // No repeats ("1 2 1 2 ..."): 255 labels need 255 steps.
+    let ok: Vec<usize> = (0..255).map(|i| 1 + i % 2).collect();
+    ensure!(
+        check_ctc(v, 300, 3, &ok, &[255], &[300])? == 255,
+        "255 labels"
+    );
+    let long: Vec<usize> = (0..256).map(|i| 1 + i % 2).collect();
+    match check_ctc(v, 300, 3, &long, &[256], &[300]) {
+        Err(Error::InvalidArgument { arg, value, .. })
+            if arg == "label_lengths[0]" && value == "256" => {}
+        other => return Err(format!("256 labels: {other:?}").into()),
+    }
+    eprintln!(
+        "ctc on cuDNN {v}: zero-OOB samples {}",
+        if v.major >= 9 { "accepted" } else { "refused" }
+    );
+    Ok(())
+}
+
 fn main() {
     run(vec![
         host("ctc_descriptor_round_trip", ctc_descriptor),
+        host("ctc_zero_oob_by_loaded_cudnn", ctc_zero_oob_by_loaded_cudnn),
         host("rnn_descriptor_round_trip", round_trip),
         host("rnn_descriptor_agrees_with_cudnn", rnn_agreement),
         host("rnn_data_descriptor_agrees_with_cudnn", data_agreement),

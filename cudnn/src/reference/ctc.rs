@@ -19,6 +19,11 @@
 //! A labelling that needs more steps than the input has (its length plus
 //! one per pair of equal neighbours) has probability 0: its loss is
 //! `+inf` and its gradient is 0 (what [`required_steps`] predicts).
+//! [`ctc_loss_zero_infinity`] reports such a sample's loss as 0 instead
+//! (PyTorch's `zero_infinity`): the oracle for
+//! [`CtcPlan`](crate::dnn::CtcPlan) on cuDNN 9, which accepts these samples
+//! with loss 0 and gradient 0. An input length of 0 with no labels has
+//! probability 1 (only the empty alignment): loss 0, gradient 0, in both.
 //!
 //! # Bounds
 //! As every reference: checked sizes, buffers of at most
@@ -247,6 +252,24 @@ pub fn ctc_loss(p: &CtcProblem<'_>) -> Result<CtcResult> {
     Ok(CtcResult { losses, grad })
 }
 
+/// [`ctc_loss`] with PyTorch's `zero_infinity`: a sample whose loss is
+/// `+inf` (no valid alignment: its labels need more steps than its input
+/// length, or it has labels and an input length of 0) gets loss 0; its
+/// gradient is 0 in both (every alignment term is empty). What
+/// [`CtcPlan`](crate::dnn::CtcPlan) computes on cuDNN 9.
+///
+/// # Errors
+/// As [`ctc_loss`].
+pub fn ctc_loss_zero_infinity(p: &CtcProblem<'_>) -> Result<CtcResult> {
+    let mut r = ctc_loss(p)?;
+    for l in &mut r.losses {
+        if *l == f64::INFINITY {
+            *l = 0.0;
+        }
+    }
+    Ok(r)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -307,6 +330,46 @@ mod tests {
         .unwrap();
         assert_eq!(r.losses[0], f64::INFINITY);
         assert!(r.grad.iter().all(|&g| g == 0.0));
+    }
+
+    #[test]
+    fn unit_zero_infinity_by_hand() {
+        // Three samples, uniform logits over {blank, a}, max_time 3:
+        // "aa" in 3 steps (probability 1/8, loss 3 ln 2), "aa" in 2 steps
+        // (infeasible: loss 0, gradient 0 with zero_infinity), no labels
+        // in 0 steps (probability 1: loss 0, gradient 0).
+        let p = CtcProblem {
+            logits: &[0.0; 18],
+            max_time: 3,
+            alphabet: 2,
+            blank: 0,
+            labels: &[1, 1, 1, 1],
+            label_lengths: &[2, 2, 0],
+            input_lengths: &[3, 2, 0],
+        };
+        let plain = ctc_loss(&p).unwrap();
+        assert_eq!(plain.losses[1], f64::INFINITY);
+        assert_eq!(plain.losses[2], 0.0);
+        let r = ctc_loss_zero_infinity(&p).unwrap();
+        assert!(close(r.losses[0], 3.0 * 2f64.ln(), 1e-14), "{:?}", r.losses);
+        assert_eq!((r.losses[1], r.losses[2]), (0.0, 0.0));
+        // Gradient [t][b][k]: samples 1 and 2 are zero everywhere; sample
+        // 0 equals the plain one.
+        for t in 0..3 {
+            for b in 0..3 {
+                for k in 0..2 {
+                    let i = (t * 3 + b) * 2 + k;
+                    if b == 0 {
+                        assert_eq!(r.grad[i], plain.grad[i]);
+                    } else {
+                        assert_eq!(r.grad[i], 0.0, "t {t} b {b} k {k}");
+                    }
+                }
+            }
+        }
+        // "a-a" is the only path: at t = 0 the blank gets y = 1/2, "a"
+        // 1/2 - 1 = -1/2.
+        assert!(close(r.grad[0], 0.5, 1e-14) && close(r.grad[1], -0.5, 1e-14));
     }
 
     #[test]
