@@ -264,8 +264,28 @@ fn rnn_case<T: Float>(
         Some(&mut reserve),
     )?;
     handle.stream().synchronize()?;
-    let yv = from_layout(layout, &lengths, max_len, out_size, &down(&y)?);
+    let y_host = down(&y)?;
+    let yv = from_layout(layout, &lengths, max_len, out_size, &y_host);
     compare(&format!("{name} y"), &yv, &want.y, tol)?;
+    // Issue 31 item 7: the padded steps of an unpacked y were NaN-poisoned;
+    // the plan's padding fill (0, as PyTorch) must have replaced them, as
+    // the reference writes 0 there.
+    if layout != RnnDataLayout::SeqMajorPacked {
+        let (mut valid, mut zero) = (vec![false; y_host.len() / out_size.max(1)], true);
+        for (b, &len) in lengths.iter().enumerate() {
+            for t in 0..len {
+                valid[layout.vector_index(&lengths, max_len, t, b).unwrap()] = true;
+            }
+        }
+        for (i, ok) in valid.iter().enumerate() {
+            if !ok {
+                zero &= y_host[i * out_size..(i + 1) * out_size]
+                    .iter()
+                    .all(|&v| v == 0.0);
+            }
+        }
+        ensure!(zero, "{name}: a padded step of y is not the fill 0");
+    }
     compare(&format!("{name} hy"), &down(&hy)?, &want.hy, tol)?;
     if lstm {
         compare(&format!("{name} cy"), &down(&cy)?, &want.cy, tol)?;
