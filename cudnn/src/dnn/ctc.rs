@@ -551,7 +551,6 @@ impl CtcPlan {
                 )
             )
         };
-        drop(ws);
         ran?;
         // cuDNN does not document the cost of a sample without a valid
         // alignment; PyTorch's zero_infinity (and the reference's

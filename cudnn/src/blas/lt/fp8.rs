@@ -517,18 +517,18 @@ impl Fp8MatmulSpec {
                 "fp8e4m3 x fp8e4m3 -> fp8e5m2",
             ));
         }
-        if let Some(bias) = t.bias {
-            if !t.d.allows_bias(bias) {
-                return Err(Error::invalid(
-                    "bias",
-                    format!(
-                        "with a {} D cuBLASLt takes a {} bias (f16 or bf16 only with an FP8 D)",
-                        t.d.name(),
-                        t.d.default_bias().name()
-                    ),
-                    bias.name(),
-                ));
-            }
+        if let Some(bias) = t.bias
+            && !t.d.allows_bias(bias)
+        {
+            return Err(Error::invalid(
+                "bias",
+                format!(
+                    "with a {} D cuBLASLt takes a {} bias (f16 or bf16 only with an FP8 D)",
+                    t.d.name(),
+                    t.d.default_bias().name()
+                ),
+                bias.name(),
+            ));
         }
         if !fp8_epilogue_supported(self.epilogue) {
             return Err(Error::invalid(
