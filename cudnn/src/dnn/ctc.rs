@@ -88,7 +88,7 @@ pub const CTC_MAX_LABEL_LENGTH: usize = 255;
 
 /// The first cuDNN whose CTC descriptor has a gradient mode
 /// (`cudnnCTCGradMode_t`): from it on, samples without a valid alignment
-/// are accepted (loss 0, gradient 0; see the [module docs](self)).
+/// are accepted (loss 0, gradient 0; see [`check_ctc`]).
 pub const CTC_ZERO_OOB_VERSION: Version = Version::new(9, 0, 0);
 
 /// cuDNN's CTC algorithm.

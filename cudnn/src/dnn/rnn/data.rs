@@ -231,8 +231,8 @@ impl<T: DataType> RnnDataDescriptor<T> {
     /// sequences, with a padding fill of 0 (`T::default()`), as PyTorch
     /// zero-fills the padded steps of its outputs: in an unpacked layout,
     /// cuDNN writes the fill at the padded positions of an output (`y`,
-    /// `dx`) described by this descriptor. [`with_padding_fill`]
-    /// (Self::with_padding_fill) sets another value.
+    /// `dx`) described by this descriptor.
+    /// [`with_padding_fill`](Self::with_padding_fill) sets another value.
     ///
     /// # Errors
     /// The check's errors, then what cuDNN reports.

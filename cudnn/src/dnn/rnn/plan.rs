@@ -390,8 +390,8 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
     /// (writes the reserve for the backward passes), `None` for inference.
     /// `hx`/`cx` of `None` are zeros; `hy`/`cy` of `None` are not written.
     /// In an unpacked layout the padded steps of `y` hold the plan's
-    /// padding fill (0 unless planned [`with_padding_fill`]
-    /// (Self::with_padding_fill)), written by cuDNN.
+    /// padding fill (0 unless planned
+    /// [`with_padding_fill`](Self::with_padding_fill)), written by cuDNN.
     ///
     /// # Errors
     /// Buffer lengths ([`Error::Mismatch`]), a cell state for a non-LSTM,
