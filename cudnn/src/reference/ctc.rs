@@ -161,6 +161,16 @@ pub fn ctc_loss(p: &CtcProblem<'_>) -> Result<CtcResult> {
         "steps x (alphabet + extended labels)",
         &[p.max_time, batch, p.alphabet.saturating_add(ext_max)],
     )?;
+    // The forward and backward variables of one sequence are
+    // input_lengths[b] x (2 label_lengths[b] + 1) values each: bounded
+    // (and allocated fallibly below), as every buffer of a reference.
+    for (b, (&t, &l)) in p.input_lengths.iter().zip(p.label_lengths).enumerate() {
+        bounds::elements(
+            &format!("input_lengths[{b}] x (2 label_lengths[{b}] + 1)"),
+            &[t, l.saturating_mul(2).saturating_add(1)],
+            format!("{t} x {}", l.saturating_mul(2).saturating_add(1)),
+        )?;
+    }
     let a = p.alphabet;
     // Log-softmax of every step.
     let mut logy = bounds::zeros("log_softmax", n)?;
@@ -198,50 +208,54 @@ pub fn ctc_loss(p: &CtcProblem<'_>) -> Result<CtcResult> {
             }
         };
         let ninf = f64::NEG_INFINITY;
-        let mut alpha = vec![vec![ninf; s_len]; tb];
-        let mut beta = vec![vec![ninf; s_len]; tb];
-        alpha[0][0] = logy[idx(0, p.blank)];
+        // Row-major [tb][s_len], within MAX_ELEMENTS (checked above).
+        let at = |t: usize, s: usize| t * s_len + s;
+        let mut alpha = bounds::zeros("alpha", tb * s_len)?;
+        alpha.fill(ninf);
+        let mut beta = bounds::zeros("beta", tb * s_len)?;
+        beta.fill(ninf);
+        alpha[at(0, 0)] = logy[idx(0, p.blank)];
         if s_len > 1 {
-            alpha[0][1] = logy[idx(0, ext(1))];
+            alpha[at(0, 1)] = logy[idx(0, ext(1))];
         }
         for t in 1..tb {
             for s in 0..s_len {
-                let mut v = alpha[t - 1][s];
+                let mut v = alpha[at(t - 1, s)];
                 if s >= 1 {
-                    v = log_add(v, alpha[t - 1][s - 1]);
+                    v = log_add(v, alpha[at(t - 1, s - 1)]);
                 }
                 if s >= 2 && ext(s) != p.blank && ext(s) != ext(s - 2) {
-                    v = log_add(v, alpha[t - 1][s - 2]);
+                    v = log_add(v, alpha[at(t - 1, s - 2)]);
                 }
-                alpha[t][s] = v + logy[idx(t, ext(s))];
+                alpha[at(t, s)] = v + logy[idx(t, ext(s))];
             }
         }
-        beta[tb - 1][s_len - 1] = logy[idx(tb - 1, p.blank)];
+        beta[at(tb - 1, s_len - 1)] = logy[idx(tb - 1, p.blank)];
         if s_len > 1 {
-            beta[tb - 1][s_len - 2] = logy[idx(tb - 1, ext(s_len - 2))];
+            beta[at(tb - 1, s_len - 2)] = logy[idx(tb - 1, ext(s_len - 2))];
         }
         for t in (0..tb - 1).rev() {
             for s in 0..s_len {
-                let mut v = beta[t + 1][s];
+                let mut v = beta[at(t + 1, s)];
                 if s + 1 < s_len {
-                    v = log_add(v, beta[t + 1][s + 1]);
+                    v = log_add(v, beta[at(t + 1, s + 1)]);
                 }
                 if s + 2 < s_len && ext(s) != p.blank && ext(s) != ext(s + 2) {
-                    v = log_add(v, beta[t + 1][s + 2]);
+                    v = log_add(v, beta[at(t + 1, s + 2)]);
                 }
-                beta[t][s] = v + logy[idx(t, ext(s))];
+                beta[at(t, s)] = v + logy[idx(t, ext(s))];
             }
         }
-        let mut logp = alpha[tb - 1][s_len - 1];
+        let mut logp = alpha[at(tb - 1, s_len - 1)];
         if s_len > 1 {
-            logp = log_add(logp, alpha[tb - 1][s_len - 2]);
+            logp = log_add(logp, alpha[at(tb - 1, s_len - 2)]);
         }
         losses[b] = -logp;
         for t in 0..tb {
             // log Σ_{s: ext(s) = k} α β, per symbol.
             let mut acc = vec![ninf; a];
             for s in 0..s_len {
-                acc[ext(s)] = log_add(acc[ext(s)], alpha[t][s] + beta[t][s]);
+                acc[ext(s)] = log_add(acc[ext(s)], alpha[at(t, s)] + beta[at(t, s)]);
             }
             for k in 0..a {
                 let ly = logy[idx(t, k)];
@@ -330,6 +344,35 @@ mod tests {
         .unwrap();
         assert_eq!(r.losses[0], f64::INFINITY);
         assert!(r.grad.iter().all(|&g| g == 0.0));
+    }
+
+    #[test]
+    fn unit_alpha_beta_are_bounded_and_fallible() {
+        // 2^20 steps and 1024 labels: within MAX_WORK (2^20 x 2051 steps)
+        // but alpha and beta would be 2^20 x 2049 values each (17 GB,
+        // allocated infallibly before): now refused at once, naming the
+        // sample.
+        let t = 1usize << 20;
+        let logits = vec![0.0; t * 2];
+        let labels = vec![1usize; 1024];
+        let start = std::time::Instant::now();
+        let e = ctc_loss(&CtcProblem {
+            logits: &logits,
+            max_time: t,
+            alphabet: 2,
+            blank: 0,
+            labels: &labels,
+            label_lengths: &[1024],
+            input_lengths: &[t],
+        })
+        .unwrap_err();
+        assert!(start.elapsed() < std::time::Duration::from_secs(1));
+        let text = e.to_string();
+        assert!(
+            text.contains("input_lengths[0] x (2 label_lengths[0] + 1)")
+                && text.contains("MAX_ELEMENTS"),
+            "{text}"
+        );
     }
 
     #[test]
