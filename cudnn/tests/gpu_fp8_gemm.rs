@@ -15,8 +15,8 @@
 mod support;
 
 use cudnn::blas::{
-    Epilogue, Fp8Input, Fp8MatmulPlan, Fp8MatmulSpec, Fp8Output, Fp8OutputType, Fp8Scaling, Layout,
-    LtHandle,
+    Epilogue, Fp8Bias, Fp8Input, Fp8MatmulPlan, Fp8MatmulSpec, Fp8Output, Fp8OutputType,
+    Fp8Scaling, Layout, LtHandle,
 };
 use cudnn::reference::gemm::max_relative_error;
 use cudnn::reference::gemm_fp8::{Fp8Scales, OutputType, gemm_fp8, tolerance};
@@ -48,6 +48,12 @@ fn main() {
             // An E5M2 D needs an E5M2 operand (E4M3 x E4M3 -> E5M2 is
             // refused in Rust); with a bf16 bias, as NVIDIA's table lists.
             case::<F8E4M3, F8E5M2, F8E5M2>(Epilogue::Bias, false, true)
+        }),
+        gpu("fp8_e4m3_to_e4m3_f16_c_and_bias", || {
+            case_with::<F8E4M3, F8E4M3, F8E4M3, f16>(Epilogue::ReluBias, false, true)
+        }),
+        gpu("fp8_e4m3_e5m2_to_e5m2_f16_c_and_bias", || {
+            case_with::<F8E4M3, F8E5M2, F8E5M2, f16>(Epilogue::Bias, false, true)
         }),
         gpu("fp8_output_saturates_as_satfinite", saturation),
         gpu("fp8_to_bf16_in_place_beta", in_place),
@@ -164,6 +170,16 @@ fn case<A: Fp8Input, B: Fp8Input, D: Out>(epi: Epilogue, fast: bool, scaled: boo
 where
     D::Bias: BiasElem,
 {
+    case_with::<A, B, D, D::Bias>(epi, fast, scaled)
+}
+
+/// [`case`] with the bias type (C's type for an FP8 D) chosen: issue 31
+/// item 7, an FP8 D with an f16 C and bias, as NVIDIA's table allows.
+fn case_with<A: Fp8Input, B: Fp8Input, D: Out, Bi: Fp8Bias + BiasElem>(
+    epi: Epilogue,
+    fast: bool,
+    scaled: bool,
+) -> R {
     Device::new(0)?;
     let stream = Stream::new()?;
     let lt = LtHandle::new(&stream)?;
@@ -188,18 +204,19 @@ where
             .with_fast_accum(fast)
             .with_amax_d(scaled && fp8_out);
         let name = format!(
-            "{} x {} -> {} {epi:?} fast {fast}: a {la}, b {lb}, d {ld}",
+            "{} x {} -> {} (bias {}) {epi:?} fast {fast}: a {la}, b {lb}, d {ld}",
             A::NAME,
             B::NAME,
-            D::NAME
+            D::NAME,
+            Bi::NAME
         );
-        let mut plan = Fp8MatmulPlan::<A, B, D>::new(&lt, &spec)?;
+        let mut plan = Fp8MatmulPlan::<A, B, D, Bi>::new(&lt, &spec)?;
         let a = rand_fp8::<A>(la.required_len().unwrap(), 11);
         let b = rand_fp8::<B>(lb.required_len().unwrap(), 12);
         let bias_len = plan.shape().bias_len();
         let mut g = Rng(99);
         let bias: Vec<f64> = (0..bias_len.max(1))
-            .map(|_| D::Bias::of(g.next() * 8.0))
+            .map(|_| Bi::of(g.next() * 8.0))
             .map(BiasElem::back)
             .collect();
         // Scales: powers of two and a non-power (0.75) for A.
@@ -228,8 +245,7 @@ where
         let da = DeviceBuffer::from_host(&as_type::<A>(&a))?;
         let db = DeviceBuffer::from_host(&as_type::<B>(&b))?;
         let mut dd = DeviceBuffer::from_host(&vec![D::poison(); ld.required_len().unwrap()])?;
-        let dbias =
-            DeviceBuffer::from_host(&bias.iter().map(|&v| D::Bias::of(v)).collect::<Vec<_>>())?;
+        let dbias = DeviceBuffer::from_host(&bias.iter().map(|&v| Bi::of(v)).collect::<Vec<_>>())?;
         let s_a = DeviceBuffer::from_host(&[sc.a as f32])?;
         let s_b = DeviceBuffer::from_host(&[sc.b as f32])?;
         let s_d = DeviceBuffer::from_host(&[sc.d as f32])?;

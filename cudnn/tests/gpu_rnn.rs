@@ -264,8 +264,28 @@ fn rnn_case<T: Float>(
         Some(&mut reserve),
     )?;
     handle.stream().synchronize()?;
-    let yv = from_layout(layout, &lengths, max_len, out_size, &down(&y)?);
+    let y_host = down(&y)?;
+    let yv = from_layout(layout, &lengths, max_len, out_size, &y_host);
     compare(&format!("{name} y"), &yv, &want.y, tol)?;
+    // Issue 31 item 7: the padded steps of an unpacked y were NaN-poisoned;
+    // the plan's padding fill (0, as PyTorch) must have replaced them, as
+    // the reference writes 0 there.
+    if layout != RnnDataLayout::SeqMajorPacked {
+        let (mut valid, mut zero) = (vec![false; y_host.len() / out_size.max(1)], true);
+        for (b, &len) in lengths.iter().enumerate() {
+            for t in 0..len {
+                valid[layout.vector_index(&lengths, max_len, t, b).unwrap()] = true;
+            }
+        }
+        for (i, ok) in valid.iter().enumerate() {
+            if !ok {
+                zero &= y_host[i * out_size..(i + 1) * out_size]
+                    .iter()
+                    .all(|&v| v == 0.0);
+            }
+        }
+        ensure!(zero, "{name}: a padded step of y is not the fill 0");
+    }
     compare(&format!("{name} hy"), &down(&hy)?, &want.hy, tol)?;
     if lstm {
         compare(&format!("{name} cy"), &down(&cy)?, &want.cy, tol)?;
@@ -595,9 +615,8 @@ fn ctc(algo: CtcAlgo) -> TestResult {
 }
 
 /// The edges `check_ctc` lets through to cuDNN: a sequence of
-/// `CTC_MAX_LABEL_LENGTH` (256) labels, the most cuDNN documents (PyTorch
-/// stays below it), and an empty labelling (loss: every frame blank),
-/// against the reference.
+/// `CTC_MAX_LABEL_LENGTH` (255) labels, the most PyTorch sends cuDNN, and
+/// an empty labelling (loss: every frame blank), against the reference.
 fn ctc_edges(algo: CtcAlgo) -> TestResult {
     Device::new(0)?;
     let stream = Stream::new()?;
@@ -650,8 +669,77 @@ fn ctc_edges(algo: CtcAlgo) -> TestResult {
     Ok(())
 }
 
+/// Issue 31 item 7: on cuDNN 9 a batch with samples that have no valid
+/// alignment runs; those samples get loss 0 and gradient 0 (PyTorch's
+/// zero_infinity, the reference's `ctc_loss_zero_infinity`), the others
+/// their own loss and gradient. Outputs are NaN-poisoned first, so a cost
+/// or gradient cuDNN leaves unwritten fails. Sample 1 is infeasible by its
+/// repeats with an input length equal to `max_time` (cuDNN's ZERO_OOB mode
+/// alone zeroes its gradient), sample 2 infeasible and short, sample 3
+/// empty with an input length of 0.
+fn ctc_zero_oob(algo: CtcAlgo) -> TestResult {
+    Device::new(0)?;
+    if Handle::library_version()?.major < 9 {
+        return Err("needs cuDNN 9 (8.9 refuses these batches: host_rnn)".into());
+    }
+    let stream = Stream::new()?;
+    let mut h = Handle::new(&stream)?;
+    let mut rng = Rng(0x00b + algo as u64);
+    let (t, a) = (6usize, 4usize);
+    // "1 1 1 1" needs 7 steps (> 6), "2 2 2" needs 5 (> 4).
+    let labels = [1usize, 2, 3, 1, 1, 1, 1, 2, 2, 2];
+    let label_lengths = [3usize, 4, 3, 0];
+    let input_lengths = [6usize, 6, 4, 0];
+    let batch = label_lengths.len();
+    let logits = round::<f32>(&rng.vec(t * batch * a, 2.0));
+    let want = rctc::ctc_loss_zero_infinity(&rctc::CtcProblem {
+        logits: &logits,
+        max_time: t,
+        alphabet: a,
+        blank: 0,
+        labels: &labels,
+        label_lengths: &label_lengths,
+        input_lengths: &input_lengths,
+    })?;
+    ensure!(
+        want.losses[0] > 0.0 && want.losses[1..] == [0.0, 0.0, 0.0],
+        "reference losses {:?}",
+        want.losses
+    );
+    let plan = CtcPlan::new(&mut h, algo, t, a, &labels, &label_lengths, &input_lengths)?;
+    let ld = up::<f32>(&logits)?;
+    let mut costs = nan_buf::<f32>(batch)?;
+    let mut grad = nan_buf::<f32>(t * batch * a)?;
+    plan.run(
+        &mut h,
+        ld.as_slice(),
+        costs.as_slice_mut(),
+        grad.as_slice_mut(),
+    )?;
+    h.stream().synchronize()?;
+    compare(
+        &format!("{algo:?} zero-oob costs"),
+        &down(&costs)?,
+        &want.losses,
+        1e-4,
+    )?;
+    compare(
+        &format!("{algo:?} zero-oob grad"),
+        &down(&grad)?,
+        &want.grad,
+        1e-4,
+    )?;
+    Ok(())
+}
+
 fn main() {
     run(vec![
+        gpu("ctc::zero_oob_samples_deterministic", || {
+            ctc_zero_oob(CtcAlgo::Deterministic)
+        }),
+        gpu("ctc::zero_oob_samples_non_deterministic", || {
+            ctc_zero_oob(CtcAlgo::NonDeterministic)
+        }),
         gpu("rnn::f64_against_reference", || {
             rnn_all::<f64>(0x2601, 1e-9, 20)
         }),
@@ -672,7 +760,7 @@ fn main() {
         gpu("ctc::non_deterministic_against_reference", || {
             ctc(CtcAlgo::NonDeterministic)
         }),
-        gpu("ctc::label_length_256_and_empty_labelling", || {
+        gpu("ctc::label_length_255_and_empty_labelling", || {
             ctc_edges(CtcAlgo::Deterministic)
         }),
     ])

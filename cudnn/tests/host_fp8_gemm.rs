@@ -12,8 +12,8 @@
 mod support;
 
 use cudnn::blas::{
-    Epilogue, Fp8Descriptors, Fp8MatmulSpec, Fp8OutputType, Fp8ScaleMode, Fp8Types, Layout,
-    check_scale_mode_for,
+    Epilogue, Fp8BiasType, Fp8Descriptors, Fp8MatmulSpec, Fp8OutputType, Fp8ScaleMode, Fp8Types,
+    Layout, check_scale_mode_for,
 };
 use cudnn::sys::cublas::{
     cublasComputeType_t as CT, cublasLtEpilogue_t as EP, cublasLtMatmulMatrixScale_t as SM,
@@ -36,6 +36,10 @@ fn main() {
             row_major_d,
         ),
         host("fp8_descriptors_bias_amax_fast_accum", bias_amax),
+        host(
+            "fp8_output_takes_an_f16_c_and_bias",
+            fp8_output_f16_companions,
+        ),
         host("fp8_descriptors_block_scale_mode", block_scale),
         unit("fp8_rules_refused_with_the_argument_named", refusals),
         unit("fp8_scale_mode_by_architecture", architectures),
@@ -69,7 +73,12 @@ fn every_combination() -> R {
     for a in FORMATS {
         for b in FORMATS {
             for d in OUTPUTS {
-                let t = Fp8Types { a, b, d };
+                let t = Fp8Types {
+                    a,
+                    b,
+                    d,
+                    bias: None,
+                };
                 let r = Fp8Descriptors::new(&tn(m, n, k), t, 1 << 20);
                 if a == Fp8Format::E5M2 && b == Fp8Format::E5M2 {
                     match r {
@@ -156,6 +165,7 @@ fn row_major_d() -> R {
         a: Fp8Format::E4M3,
         b: Fp8Format::E5M2,
         d: Fp8OutputType::BF16,
+        bias: None,
     };
     let x = Fp8Descriptors::new(&spec, t, 0)?;
     ensure!(x.shape().swaps_operands(), "swapped");
@@ -185,6 +195,73 @@ fn row_major_d() -> R {
     Ok(())
 }
 
+/// Issue 31 item 7: NVIDIA's cuBLASLt FP8 table lets an FP8 D have a
+/// 16-bit C of either type with a bias of C's type (TransformerEngine uses
+/// f16 there); the crate forced bf16. With `with_bias(F16)` the real
+/// cuBLASLt builds the descriptors and reads back C and the bias as
+/// `CUDA_R_16F`; for non-FP8 D the bias type stays what the table gives
+/// (f16 with an f16 D, bf16 otherwise) and another is refused naming
+/// `bias`. (The heuristic needs a device: gpu_fp8_gemm runs the f16 plan.)
+fn fp8_output_f16_companions() -> R {
+    let spec = tn(64, 32, 48).with_epilogue(Epilogue::Bias);
+    for (a, b, d) in [
+        (Fp8Format::E4M3, Fp8Format::E4M3, Fp8Format::E4M3),
+        (Fp8Format::E4M3, Fp8Format::E5M2, Fp8Format::E5M2),
+        (Fp8Format::E5M2, Fp8Format::E4M3, Fp8Format::E4M3),
+    ] {
+        for (bias, code) in [
+            (None, DT::CUDA_R_16BF),
+            (Some(Fp8BiasType::BF16), DT::CUDA_R_16BF),
+            (Some(Fp8BiasType::F16), DT::CUDA_R_16F),
+        ] {
+            let t = Fp8Types {
+                a,
+                b,
+                d: Fp8OutputType::Fp8(d),
+                bias,
+            };
+            let x = Fp8Descriptors::new(&spec, t, 1 << 20)?;
+            ensure!(
+                x.c_layout().shape()?.0 == code && x.bias_type()? == code,
+                "{t:?}: C {:?}, bias {:?}",
+                x.c_layout().shape()?.0,
+                x.bias_type()?
+            );
+            ensure!(
+                x.output_layout().shape()?.0 == d.cuda(),
+                "{t:?}: D stays FP8"
+            );
+        }
+    }
+    let base = Fp8Types {
+        a: Fp8Format::E4M3,
+        b: Fp8Format::E4M3,
+        d: Fp8OutputType::F32,
+        bias: None,
+    };
+    for (d, bad) in [
+        (Fp8OutputType::F32, Fp8BiasType::F16),
+        (Fp8OutputType::BF16, Fp8BiasType::F16),
+        (Fp8OutputType::F16, Fp8BiasType::BF16),
+    ] {
+        let t = base.with_bias(bad);
+        let t = Fp8Types { d, ..t };
+        match Fp8Descriptors::new(&spec, t, 1 << 20) {
+            Err(Error::InvalidArgument { arg, value, .. })
+                if arg == "bias" && value == bad.name() => {}
+            other => return Err(format!("{t:?}: {other:?}").into()),
+        }
+        // The default for that D is accepted and read back.
+        let t = Fp8Types { bias: None, ..t };
+        let x = Fp8Descriptors::new(&spec, t, 1 << 20)?;
+        ensure!(
+            x.bias_type()? == d.bias_cuda() && x.c_layout().shape()?.0 == d.cuda(),
+            "{t:?}"
+        );
+    }
+    Ok(())
+}
+
 fn bias_amax() -> R {
     for (d, bias) in [
         (Fp8OutputType::F16, DT::CUDA_R_16F),
@@ -202,6 +279,7 @@ fn bias_amax() -> R {
             a: Fp8Format::E4M3,
             b: Fp8Format::E4M3,
             d,
+            bias: None,
         };
         let x = Fp8Descriptors::new(&spec, t, 0)?;
         ensure!(x.fast_accum()?, "fast accumulation read back");
@@ -232,6 +310,7 @@ fn block_scale() -> R {
         a: Fp8Format::E4M3,
         b: Fp8Format::E4M3,
         d: Fp8OutputType::BF16,
+        bias: None,
     };
     let x = Fp8Descriptors::new(&spec, t, 0)?;
     let want = SM::CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;
@@ -256,6 +335,7 @@ fn refusals() -> R {
         a: Fp8Format::E4M3,
         b: Fp8Format::E4M3,
         d: Fp8OutputType::BF16,
+        bias: None,
     };
     // A column-major (m contiguous): transpose A.
     let s = Fp8MatmulSpec::new(
@@ -276,6 +356,7 @@ fn refusals() -> R {
             a: Fp8Format::E5M2,
             b: Fp8Format::E5M2,
             d: Fp8OutputType::F32,
+            bias: None,
         }),
         "b",
         "E5M2 x E5M2",
@@ -428,12 +509,12 @@ fn fuzz() -> R {
         (dims.clone(), dims.clone(), dims),
         any::<[bool; 6]>(),
         (0usize..3, 0usize..5, 0usize..16),
-        (0usize..3, pads, any::<bool>(), any::<bool>()),
+        (0usize..3, pads, any::<bool>(), any::<bool>(), 0usize..3),
     );
     runner
         .run(
             &strat,
-            |((m, n, k), mut f, (mut ab, d, mut e), (batch, pad, amax, valid))| {
+            |((m, n, k), mut f, (mut ab, d, mut e), (batch, pad, amax, valid, bias_pick))| {
                 if valid {
                     // Half the cases follow the rules except where chance breaks
                     // them: K-major operands, a supported epilogue, not E5M2 x
@@ -498,8 +579,23 @@ fn fuzz() -> R {
                     a: FORMATS[ab % 2],
                     b: FORMATS[(ab / 2) % 2],
                     d: OUTPUTS[d],
+                    bias: [None, Some(Fp8BiasType::BF16), Some(Fp8BiasType::F16)][bias_pick],
                 };
-                match spec.check_types(t) {
+                // NVIDIA's table: any 16-bit bias (C's type) with an FP8 D,
+                // bf16 with f32 / bf16 D, f16 with an f16 D.
+                let bias_ok = match (t.d, t.bias) {
+                    (_, None) | (Fp8OutputType::Fp8(_), _) => true,
+                    (Fp8OutputType::F16, Some(b)) => b == Fp8BiasType::F16,
+                    (_, Some(b)) => b == Fp8BiasType::BF16,
+                };
+                let r = spec.check_types(t);
+                if !bias_ok {
+                    prop_assert!(
+                        matches!(&r, Err(Error::InvalidArgument { arg, .. }) if arg == "bias"),
+                        "bias {t:?} not refused: {r:?}"
+                    );
+                }
+                match r {
                     Ok(_) => {
                         let x = Fp8Descriptors::new(&spec, t, 1 << 20);
                         prop_assert!(

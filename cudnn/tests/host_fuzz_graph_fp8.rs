@@ -639,7 +639,11 @@ fn fuzz_reference(n: u32) -> TestResult {
 fn fuzz_block_scale(n: u32) -> TestResult {
     let mut rng = runner();
     let shape = prop::collection::vec(
-        prop_oneof![6 => prop::sample::select(vec![1i64, 2, 32, 64, 96]), 1 => dim()],
+        prop_oneof![
+            4 => prop::sample::select(vec![128i64, 256, 384]),
+            4 => prop::sample::select(vec![1i64, 2, 32, 64, 96]),
+            1 => dim()
+        ],
         0..5,
     );
     let strat = (
@@ -686,6 +690,14 @@ fn fuzz_block_scale(n: u32) -> TestResult {
             let last = *xd.last().ok_or("no dims")?;
             ensure!(last % 32 == 0, "accepted a last dim {last}");
             ensure!(xd.len() != 3, "accepted a 3-D x {xd:?}");
+            // Whole 128 x 4 scale tiles (NVIDIA's padded layout equals the
+            // packed one), computed here from the rule: rows a multiple of
+            // 128 (one row for a 1-D x), last / 32 a multiple of 4.
+            let rows = if xd.len() >= 2 { xd[xd.len() - 2] } else { 1 };
+            ensure!(
+                rows % 128 == 0 && (last / 32) % 4 == 0,
+                "accepted {xd:?}, whose scales NVIDIA pads"
+            );
             match scale {
                 Some(s) => {
                     q_ok += 1;

@@ -768,11 +768,20 @@ fn main() {
             g.dims(q.scale)?
         );
         ensure!(g.spec(q.scale)?.dtype() == DType::Fp8E8M0, "E8M0 scales");
-        // The same, 4-D.
+        // The same, 4-D (whole 128 x 4 scale tiles: rows 128, last 128).
         let mut g4 = Graph::new();
-        let x4 = g4.input("x", TensorSpec::row_major(DType::F32, &[2, 1, 64, 64])?)?;
+        let x4 = g4.input("x", TensorSpec::row_major(DType::F32, &[2, 1, 128, 128])?)?;
         let q4 = g4.block_scale_quantize(x4, DType::Fp8E5M2)?;
-        ensure!(g4.dims(q4.scale)? == [2, 1, 64, 2], "4-D scale dims");
+        ensure!(g4.dims(q4.scale)? == [2, 1, 128, 4], "4-D scale dims");
+        // Shapes whose scales NVIDIA pads (rows not a multiple of 128, or
+        // fewer than 4 scale columns) are refused before cuDNN.
+        let mut gp = Graph::new();
+        let xp = gp.input("x", TensorSpec::row_major(DType::F32, &[2, 1, 64, 64])?)?;
+        let err = gp
+            .block_scale_quantize(xp, DType::Fp8E5M2)
+            .err()
+            .ok_or("padded 4-D accepted")?;
+        ensure!(arg_of(&err).contains("x's dims"), "{err}");
         // Dequantize (its own graph): E4M3 [128, 256] with its scales -> f32.
         let mut d = Graph::new();
         let xq = d.input("xq", TensorSpec::row_major(DType::Fp8E4M3, &[128, 256])?)?;
@@ -855,8 +864,8 @@ fn main() {
             .err()
             .ok_or("bf16 out accepted")?;
         ensure!(arg_of(&err).contains("out"), "{err}");
-        let s_bad = e.input("s", TensorSpec::row_major(DType::Fp8E8M0, &[4, 1])?)?;
-        let x8 = e.input("x8", TensorSpec::row_major(DType::Fp8E4M3, &[4, 64])?)?;
+        let s_bad = e.input("s", TensorSpec::row_major(DType::Fp8E8M0, &[128, 1])?)?;
+        let x8 = e.input("x8", TensorSpec::row_major(DType::Fp8E4M3, &[128, 128])?)?;
         let err = e
             .block_scale_dequantize(x8, s_bad)
             .err()

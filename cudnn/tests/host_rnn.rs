@@ -293,13 +293,51 @@ fn data_case() -> impl Strategy<Value = (u8, usize, usize, usize, Vec<usize>)> {
         })
 }
 
+/// Ours, through both constructors: `new` and `with_padding_fill` (a
+/// fill of all-ones bits) must accept and refuse alike, and a descriptor
+/// made with a fill must read it back bit for bit (`new`'s: all zeros).
 fn data_ours<T: DataType>(
     l: RnnDataLayout,
     t: usize,
     v: usize,
     lens: &[usize],
 ) -> Result<(), Error> {
-    RnnDataDescriptor::<T>::new(l, t, v, lens).map(|_| ())
+    let plain = RnnDataDescriptor::<T>::new(l, t, v, lens);
+    let mut ones = T::default();
+    // SAFETY: any bit pattern is a valid DataType value (the trait's rule);
+    // the write covers exactly the value's bytes.
+    unsafe {
+        std::ptr::write_bytes(
+            (&mut ones as *mut T).cast::<u8>(),
+            0xFF,
+            std::mem::size_of::<T>(),
+        )
+    };
+    let filled = RnnDataDescriptor::<T>::with_padding_fill(l, t, v, lens, ones);
+    let bytes = |x: T| {
+        // SAFETY: reads the value's own bytes (plain numbers, no padding).
+        unsafe {
+            std::slice::from_raw_parts((&x as *const T).cast::<u8>(), std::mem::size_of::<T>())
+                .to_vec()
+        }
+    };
+    match (&plain, &filled) {
+        (Ok(p), Ok(f)) => {
+            let (pf, ff) = (p.padding_fill()?, f.padding_fill()?);
+            if bytes(pf).iter().any(|&b| b != 0) || bytes(ff).iter().any(|&b| b != 0xFF) {
+                return Err(Error::invalid("padding fill", "read back differs", T::NAME));
+            }
+        }
+        (Err(_), Err(_)) => {}
+        _ => {
+            return Err(Error::invalid(
+                "with_padding_fill",
+                "must accept exactly what new accepts",
+                format!("{:?} vs {:?}", plain.is_ok(), filled.is_ok()),
+            ));
+        }
+    }
+    plain.map(|_| ())
 }
 
 fn data_agreement() -> TestResult {
@@ -407,9 +445,120 @@ fn ctc_descriptor() -> TestResult {
     Ok(())
 }
 
+/// Issue 31 item 7: RNN data descriptors carry a padding fill, 0 by default
+/// (PyTorch zero-fills padded outputs); cuDNN reads it back in the
+/// element type's own encoding (bits checked against the IEEE encodings
+/// written out here, not against the crate's conversion): f32 1.5 is
+/// 0x3FC00000, f64 -2.25 is 0xC002000000000000, f16 1.5 is 0x3E00, bf16
+/// 1.5 is 0x3FC0.
+fn rnn_data_padding_fill() -> TestResult {
+    let v = Handle::library_version()?;
+    let lens = [3usize, 1];
+    for layout in RnnDataLayout::ALL {
+        let d = RnnDataDescriptor::<f32>::new(layout, 3, 2, &lens)?;
+        ensure!(d.padding_fill()?.to_bits() == 0, "{layout:?}: default fill");
+        let d = RnnDataDescriptor::<f32>::with_padding_fill(layout, 3, 2, &lens, 1.5)?;
+        ensure!(
+            d.padding_fill()?.to_bits() == 0x3FC0_0000,
+            "{layout:?}: f32 fill {}",
+            d.padding_fill()?
+        );
+        let d = RnnDataDescriptor::<f64>::with_padding_fill(layout, 3, 2, &lens, -2.25)?;
+        ensure!(
+            d.padding_fill()?.to_bits() == 0xC002_0000_0000_0000,
+            "{layout:?}: f64 fill"
+        );
+        let d = RnnDataDescriptor::<half::f16>::new(layout, 3, 2, &lens)?;
+        ensure!(d.padding_fill()?.to_bits() == 0, "f16 default");
+        let d = RnnDataDescriptor::<half::f16>::with_padding_fill(
+            layout,
+            3,
+            2,
+            &lens,
+            half::f16::from_bits(0x3E00),
+        )?;
+        ensure!(d.padding_fill()?.to_bits() == 0x3E00, "f16 fill");
+        if v.major >= 9 {
+            match RnnDataDescriptor::<half::bf16>::with_padding_fill(
+                layout,
+                3,
+                2,
+                &lens,
+                half::bf16::from_bits(0x3FC0),
+            ) {
+                Ok(d) => ensure!(d.padding_fill()?.to_bits() == 0x3FC0, "bf16 fill"),
+                Err(Error::Unsupported { .. }) => {}
+                Err(e) => return Err(format!("bf16: {e}").into()),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Issue 31 item 7: a sample without a valid alignment ("1 1" in 2 steps;
+/// an input length of 0) is accepted on cuDNN 9 (its descriptor reads back
+/// `CUDNN_CTC_ZERO_OOB_GRADIENTS` through cuDNN 9's own `_v9` getter, so
+/// the loss-0 / gradient-0 contract is the library's mode, not ours) and
+/// refused on cuDNN 8.9, which has no such mode (run this test on both
+/// stacks). The label limit is below 256 on both: 255 is accepted, 256
+/// refused naming the sample.
+fn ctc_zero_oob_by_loaded_cudnn() -> TestResult {
+    let v = Handle::library_version()?;
+    let infeasible = check_ctc(v, 3, 3, &[1, 1], &[2], &[2]);
+    let empty = check_ctc(v, 3, 3, &[1], &[1, 0], &[3, 0]);
+    if v.major >= 9 {
+        ensure!(
+            infeasible.is_ok() && empty.is_ok(),
+            "cuDNN {v}: {infeasible:?} / {empty:?}"
+        );
+        // The descriptor's mode as cuDNN 9 reads it back.
+        let (_, _, grad, _) = ctc_descriptor_round_trip(4)?;
+        ensure!(
+            grad == cudnn::sys::cudnn::cudnnCTCGradMode_t::CUDNN_CTC_ZERO_OOB_GRADIENTS.0,
+            "cuDNN {v}: grad mode {grad}"
+        );
+        // Labels outnumbering the input are refused even here.
+        let e = check_ctc(v, 3, 3, &[1, 2], &[2], &[1]);
+        ensure!(
+            matches!(&e, Err(Error::InvalidArgument { arg, .. }) if arg == "input_lengths[0]"),
+            "{e:?}"
+        );
+    } else {
+        for (what, r, arg) in [
+            ("infeasible", infeasible, "input_lengths[0]"),
+            ("empty", empty, "input_lengths[1]"),
+        ] {
+            match r {
+                Err(Error::InvalidArgument { arg: a, rule, .. })
+                    if a == arg && rule.contains("cuDNN 9") => {}
+                other => return Err(format!("cuDNN {v}, {what}: {other:?}").into()),
+            }
+        }
+    }
+    // No repeats ("1 2 1 2 ..."): 255 labels need 255 steps.
+    let ok: Vec<usize> = (0..255).map(|i| 1 + i % 2).collect();
+    ensure!(
+        check_ctc(v, 300, 3, &ok, &[255], &[300])? == 255,
+        "255 labels"
+    );
+    let long: Vec<usize> = (0..256).map(|i| 1 + i % 2).collect();
+    match check_ctc(v, 300, 3, &long, &[256], &[300]) {
+        Err(Error::InvalidArgument { arg, value, .. })
+            if arg == "label_lengths[0]" && value == "256" => {}
+        other => return Err(format!("256 labels: {other:?}").into()),
+    }
+    eprintln!(
+        "ctc on cuDNN {v}: zero-OOB samples {}",
+        if v.major >= 9 { "accepted" } else { "refused" }
+    );
+    Ok(())
+}
+
 fn main() {
     run(vec![
         host("ctc_descriptor_round_trip", ctc_descriptor),
+        host("ctc_zero_oob_by_loaded_cudnn", ctc_zero_oob_by_loaded_cudnn),
+        host("rnn_data_padding_fill", rnn_data_padding_fill),
         host("rnn_descriptor_round_trip", round_trip),
         host("rnn_descriptor_agrees_with_cudnn", rnn_agreement),
         host("rnn_data_descriptor_agrees_with_cudnn", data_agreement),

@@ -25,7 +25,111 @@ fn main() {
         unit("reference_dequantize_hand_blocks", hand_dequantize),
         unit("reference_block_scale_rejects", rejects),
         unit("fuzz_reference_block_scale", fuzz),
+        unit("mxfp8_scale_sizes_by_hand", scale_sizes_by_hand),
+        unit(
+            "block_scale_builders_refuse_padded_tiles",
+            builders_refuse_padded,
+        ),
     ])
+}
+
+/// NVIDIA's MXFP8 scale layout is whole 128 x 4 tiles (rows rounded up to
+/// 128, scale columns `last / 32` rounded up to 4); the sizes here are
+/// worked out by hand from that rule.
+fn scale_sizes_by_hand() -> R {
+    use cudnn::graph::mxfp8_scale_sizes;
+    for (dims, packed, padded) in [
+        // 129 rows -> 256; 64 / 32 = 2 columns -> 4: 256 * 4.
+        (&[129i64, 64][..], 129 * 2, 256 * 4),
+        (&[128, 128], 128 * 4, 128 * 4),
+        (&[128, 256], 128 * 8, 128 * 8),
+        (&[1, 32], 1, 128 * 4),
+        // 1-D: one row.
+        (&[256], 8, 128 * 8),
+        // 4-D: the leading [2, 1] times 64 -> 128 rows times 2 -> 4.
+        (&[2, 1, 64, 64], 2 * 64 * 2, 2 * 128 * 4),
+        (&[1, 3, 128, 384], 3 * 128 * 12, 3 * 128 * 12),
+        // 3-D (the builders refuse it, the size rule still holds).
+        (&[2, 130, 160], 2 * 130 * 5, 2 * 256 * 8),
+    ] {
+        let got = mxfp8_scale_sizes(dims)?;
+        ensure!(
+            got == (packed, padded),
+            "{dims:?}: {got:?}, want ({packed}, {padded})"
+        );
+    }
+    for bad in [
+        &[][..],
+        &[4, 48],
+        &[0, 64],
+        &[-1, 64],
+        &[i64::MAX / 32 * 32],
+        &[i64::MAX, 128],
+        &[1 << 40, 1 << 40, 1 << 20, 128],
+    ] {
+        match mxfp8_scale_sizes(bad) {
+            Err(Error::InvalidArgument { arg, .. }) if arg == "dims" => {}
+            other => return Err(format!("{bad:?}: {other:?}").into()),
+        }
+    }
+    Ok(())
+}
+
+/// A scale tensor smaller than NVIDIA's padded tiles would let a kernel
+/// touch memory past the bound buffer: both builders refuse x shapes whose
+/// packed and padded scale sizes differ, naming the dims and both sizes;
+/// tile-filling shapes build.
+fn builders_refuse_padded() -> R {
+    use cudnn::graph::{Graph, TensorSpec};
+    for dims in [
+        &[129i64, 64][..],
+        &[128, 64],
+        &[64, 128],
+        &[2, 1, 64, 128],
+        &[256],
+    ] {
+        let (packed, padded) = cudnn::graph::mxfp8_scale_sizes(dims)?;
+        let mut g = Graph::new();
+        let x = g.input("x", TensorSpec::row_major(DType::BF16, dims)?)?;
+        let e = g
+            .block_scale_quantize(x, DType::Fp8E4M3)
+            .err()
+            .ok_or(format!("quantize {dims:?} accepted"))?;
+        let t = e.to_string();
+        ensure!(
+            matches!(&e, Error::InvalidArgument { arg, .. } if arg.contains("x's dims"))
+                && t.contains(&padded.to_string())
+                && t.contains(&packed.to_string()),
+            "{dims:?}: {t}"
+        );
+        let mut d = Graph::new();
+        let xq = d.input("xq", TensorSpec::row_major(DType::Fp8E4M3, dims)?)?;
+        let mut sd = dims.to_vec();
+        if let Some(l) = sd.last_mut() {
+            *l /= 32;
+        }
+        let sc = d.input("s", TensorSpec::row_major(DType::Fp8E8M0, &sd)?)?;
+        let e = d
+            .block_scale_dequantize(xq, sc)
+            .err()
+            .ok_or(format!("dequantize {dims:?} accepted"))?;
+        ensure!(
+            matches!(&e, Error::InvalidArgument { arg, .. } if arg.contains("x's dims")),
+            "{dims:?}: {e}"
+        );
+    }
+    for dims in [&[128i64, 128][..], &[256, 512], &[2, 1, 128, 128]] {
+        let mut g = Graph::new();
+        let x = g.input("x", TensorSpec::row_major(DType::F32, dims)?)?;
+        let q = g.block_scale_quantize(x, DType::Fp8E5M2)?;
+        let span = g.spec(q.scale)?.span_elements()?;
+        let (packed, padded) = cudnn::graph::mxfp8_scale_sizes(dims)?;
+        ensure!(
+            span == packed && packed == padded,
+            "{dims:?}: span {span}, sizes {packed} / {padded}"
+        );
+    }
+    Ok(())
 }
 
 /// Code c is 2^(c - 127), built here from the f64 bit layout (exponent

@@ -452,6 +452,176 @@ fn norm_and_attention_bounds() -> TestResult {
     })
 }
 
+// Issue 31 item 8, the exact inputs of the independent fuzz.
+
+/// `ragged_unpack(&[], &[0,0], &[0], [1,1,1<<27,8])` (an 8 GiB output) and
+/// `ragged_pack(&[0.0], &[0,0], &[0], [1,1,1,1], 1<<30)` (8 GiB) aborted
+/// the process: their buffers came from an infallible `vec!`. Within
+/// `MAX_ELEMENTS` they are legal sizes, so the truth is the module's
+/// promise: an allocation the system refuses is an error. Shown in a child
+/// process whose address space is capped at 2 GiB (so the allocation must
+/// fail there, and nothing large is touched on this machine); the child
+/// exits 0 only when both calls returned the typed error. Before the fix
+/// the child died of SIGABRT.
+fn ragged_allocation_is_fallible() -> TestResult {
+    #[cfg(unix)]
+    {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let out = std::process::Command::new(exe)
+            .env(CHILD, "ragged")
+            .output()
+            .map_err(|e| e.to_string())?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ensure!(
+            out.status.success() && text.contains("ragged child: ok"),
+            "the capped child failed ({}): {text}",
+            out.status
+        );
+        Ok(())
+    }
+    #[cfg(not(unix))]
+    {
+        Err("needs setrlimit (unix)".into())
+    }
+}
+
+const CHILD: &str = "CUDNN_RS_ROBUST_CHILD";
+
+/// The child of [`ragged_allocation_is_fallible`]: caps its address space
+/// and makes the two calls. Returns the process exit code.
+#[cfg(unix)]
+fn ragged_child() -> i32 {
+    let cap: libc::rlim_t = 2 << 30;
+    let lim = libc::rlimit {
+        rlim_cur: cap,
+        rlim_max: cap,
+    };
+    // SAFETY: setrlimit reads the struct we pass; it only lowers this
+    // process's own limit.
+    if unsafe { libc::setrlimit(libc::RLIMIT_AS, &lim) } != 0 {
+        println!("ragged child: setrlimit failed");
+        return 2;
+    }
+    let a = attention::ragged_unpack(&[], &[0, 0], &[0], [1, 1, 1 << 27, 8]);
+    let b = attention::ragged_pack(&[0.0], &[0, 0], &[0], [1, 1, 1, 1], 1 << 30);
+    for (name, arg, r) in [
+        ("ragged_unpack", "ragged dims", a),
+        ("ragged_pack", "ragged_pack len", b),
+    ] {
+        match r {
+            Err(Error::InvalidArgument { arg: got, rule, .. })
+                if got == arg && rule.contains("cannot allocate") => {}
+            Err(e) => {
+                println!("ragged child: {name} gave the wrong error: {e}");
+                return 1;
+            }
+            Ok(v) => {
+                println!(
+                    "ragged child: {name} allocated {} values under a 2 GiB cap",
+                    v.len()
+                );
+                return 1;
+            }
+        }
+    }
+    println!("ragged child: ok");
+    0
+}
+
+/// Beyond `MAX_ELEMENTS`, at once and without allocating.
+fn ragged_beyond_the_bound() -> TestResult {
+    refused("ragged dims", ELEMENTS, || {
+        attention::ragged_unpack(&[], &[0, 0], &[0], [1, 1, 1 << 28, 8])
+    })?;
+    refused("ragged dims", ELEMENTS, || {
+        attention::ragged_unpack(&[], &[0, 0], &[0], [1, usize::MAX, 1, 2])
+    })?;
+    refused("ragged_pack len", ELEMENTS, || {
+        attention::ragged_pack(&[0.0], &[0, 0], &[0], [1, 1, 1, 1], (1 << 30) + 1)
+    })?;
+    refused("ragged_pack len", ELEMENTS, || {
+        attention::ragged_pack(&[0.0], &[0, 0], &[0], [1, 1, 1, 1], usize::MAX)
+    })?;
+    // Small ones still work: one sequence of 2 tokens, h = 1, d = 2.
+    let packed = [1.0, 2.0, 3.0, 4.0];
+    let bhsd = quick(|| attention::ragged_unpack(&packed, &[0, 4], &[2], [1, 1, 3, 2]))?;
+    ensure!(bhsd == [1.0, 2.0, 3.0, 4.0, 0.0, 0.0], "{bhsd:?}");
+    let back = quick(|| attention::ragged_pack(&bhsd, &[0, 4], &[2], [1, 1, 3, 2], 5))?;
+    ensure!(back == [1.0, 2.0, 3.0, 4.0, 0.0], "{back:?}");
+    Ok(())
+}
+
+/// `tolerance` / `backward_tolerance` with `seq_kv` or `seq_q` =
+/// `usize::MAX` overflowed `S + D` (a panic in debug builds); now a typed
+/// error naming the length. The bound itself is hand-computed for a small
+/// shape: 2·u_out + 2·u_fp8 + 2^-24·(S_kv + D).
+fn fp8_attention_tolerance_overflow() -> TestResult {
+    use cudnn::Fp8Format;
+    use cudnn::reference::attention_fp8::{Fp8AttnShape, backward_tolerance, tolerance};
+    use cudnn::reference::gemm_fp8::OutputType;
+    let shape = |seq_q, seq_kv, head_dim| Fp8AttnShape {
+        batch: 1,
+        heads: 1,
+        seq_q,
+        seq_kv,
+        head_dim,
+    };
+    let (e4, f32o) = (Fp8Format::E4M3, OutputType::F32);
+    refused("shape.seq_kv", "overflow", || {
+        tolerance(shape(1, usize::MAX, 64), e4, f32o)
+    })?;
+    refused("shape.seq_kv", "overflow", || {
+        tolerance(shape(1, usize::MAX - 3, 4), e4, f32o)
+    })?;
+    refused("shape.seq_kv", "overflow", || {
+        backward_tolerance(shape(1, usize::MAX, 64), e4, Fp8Format::E5M2)
+    })?;
+    refused("shape.seq_q", "overflow", || {
+        backward_tolerance(shape(usize::MAX, 1, 64), e4, Fp8Format::E5M2)
+    })?;
+    // usize::MAX with D = 0 counts D as 1 and still overflows; with the
+    // largest S that fits, the sum is fine.
+    refused("shape.seq_kv", "overflow", || {
+        tolerance(shape(1, usize::MAX, 0), e4, f32o)
+    })?;
+    quick(|| tolerance(shape(1, usize::MAX - 1, 0), e4, f32o))?;
+    // Hand-computed: f32 out u = 2^-24, E4M3 u = 2^-4, S_kv + D = 128 + 64.
+    let t = quick(|| tolerance(shape(1, 128, 64), e4, f32o))?;
+    let want = 2.0 * 2f64.powi(-24) + 2.0 * 2f64.powi(-4) + 2f64.powi(-24) * 192.0;
+    let close = (t - want).abs() <= 1e-15 * want;
+    ensure!(close, "{t} vs {want}");
+    Ok(())
+}
+
+/// `gather(&[1.0], &[2], &[usize::MAX])`: the span's last element is
+/// usize::MAX, and the error message computed `last + 1` (a panic in debug
+/// builds). Now a typed mismatch; `scatter` shares the check.
+fn gather_scatter_stride_usize_max() -> TestResult {
+    let mismatch = |r: Result<(), Error>| -> TestResult {
+        match r {
+            Err(Error::Mismatch { what, expected, .. }) => {
+                ensure!(what.contains("span"), "{what}");
+                ensure!(expected.contains(&usize::MAX.to_string()), "{expected}");
+                Ok(())
+            }
+            other => Err(format!("not a span mismatch: {other:?}").into()),
+        }
+    };
+    mismatch(ops::gather(&[1.0], &[2], &[usize::MAX]).map(|_| ()))?;
+    let mut mem = [0.0];
+    mismatch(ops::scatter(&[1.0, 2.0], &[2], &[usize::MAX], &mut mem))?;
+    // A span that overflows outright is refused as before.
+    match ops::gather(&[1.0], &[3], &[usize::MAX]) {
+        Err(Error::InvalidArgument { arg, .. }) if arg == "strides" => {}
+        other => return Err(format!("span overflow: {other:?}").into()),
+    }
+    Ok(())
+}
+
 fn bounds_are_what_the_docs_say() -> TestResult {
     ensure!(MAX_ELEMENTS == 1 << 30, "MAX_ELEMENTS {MAX_ELEMENTS}");
     ensure!(MAX_WORK == 1 << 32, "MAX_WORK {MAX_WORK}");
@@ -463,7 +633,27 @@ fn bounds_are_what_the_docs_say() -> TestResult {
 }
 
 fn main() {
+    #[cfg(unix)]
+    if std::env::var(CHILD).is_ok_and(|v| v == "ragged") {
+        std::process::exit(ragged_child());
+    }
     run(vec![
+        unit(
+            "reference_robust::ragged_allocation_is_fallible",
+            ragged_allocation_is_fallible,
+        ),
+        unit(
+            "reference_robust::ragged_beyond_the_bound",
+            ragged_beyond_the_bound,
+        ),
+        unit(
+            "reference_robust::fp8_attention_tolerance_overflow",
+            fp8_attention_tolerance_overflow,
+        ),
+        unit(
+            "reference_robust::gather_scatter_stride_usize_max",
+            gather_scatter_stride_usize_max,
+        ),
         unit("reference_robust::broadcast_huge_dst", broadcast_huge_dst),
         unit(
             "reference_robust::gather_zero_strides_huge_shape",

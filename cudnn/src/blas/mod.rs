@@ -102,7 +102,8 @@ pub use lt::{
     MatmulDescriptors, MatmulPlan, MatmulPreference, MatmulShape, MatmulSpec, PlanCache, PlanKey,
 };
 pub use lt::{
-    Fp8Descriptors, Fp8Input, Fp8MatmulPlan, Fp8MatmulSpec, Fp8Output, Fp8OutputType, Fp8ScaleMode,
-    Fp8Scaling, Fp8Shape, Fp8Types, check_scale_mode_for, fp8_epilogue_supported,
+    Fp8Bias, Fp8BiasType, Fp8Descriptors, Fp8Input, Fp8MatmulPlan, Fp8MatmulSpec, Fp8Output,
+    Fp8OutputType, Fp8ScaleMode, Fp8Scaling, Fp8Shape, Fp8Types, check_scale_mode_for,
+    fp8_epilogue_supported,
 };
 pub use matrix::{Layout, Matrix, MatrixMut, Order};

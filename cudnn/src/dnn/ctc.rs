@@ -11,19 +11,27 @@
 //!   with respect to them;
 //! - the blank is symbol 0: every label is in `1..alphabet`;
 //! - labels are concatenated; each sequence has at most
-//!   [`CTC_MAX_LABEL_LENGTH`] (256) labels;
-//! - each input length is in `1..=max_time` and at least what its labels
-//!   need: their count plus one per pair of equal neighbours
-//!   ([`required_steps`](crate::reference::ctc::required_steps));
+//!   [`CTC_MAX_LABEL_LENGTH`] (255) labels;
+//! - each input length is at most `max_time`;
 //! - `max_time * batch * alphabet` is at most `i32::MAX`.
+//!
+//! A sample whose labels need more steps than its input has (their count
+//! plus one per pair of equal neighbours,
+//! [`required_steps`](crate::reference::ctc::required_steps)), or whose
+//! input length is 0, has no valid alignment. On cuDNN 9 such a sample is
+//! accepted as PyTorch's `zero_infinity` treats it: its loss is 0 (set by
+//! [`CtcPlan::run`]) and its gradient 0 (cuDNN 9's
+//! `CUDNN_CTC_ZERO_OOB_GRADIENTS`, which the descriptor sets), so one bad
+//! sample no longer refuses the batch; only a label sequence longer than
+//! its input is still refused (PyTorch sends cuDNN only samples with
+//! `label length <= input length`, having seen illegal memory accesses
+//! otherwise). cuDNN 8.9 has no such mode: there [`check_ctc`] refuses
+//! every such sample.
 //!
 //! The gradient is 0 past each sequence's input length: when a sequence is
 //! shorter than `max_time`, [`CtcPlan::run`] zeroes the gradient on the
 //! handle's stream before cuDNN writes it (cuDNN does not document those
-//! frames). The descriptor's gradient mode 0 (cuDNN 9's
-//! `CUDNN_CTC_ZERO_OOB_GRADIENTS`) is about something else: it zeroes the
-//! gradient of an *infeasible* sample (labels plus repeats longer than its
-//! input), which [`check_ctc`] refuses before cuDNN.
+//! frames).
 //!
 //! The oracle is [`crate::reference::ctc`].
 
@@ -34,6 +42,7 @@ use crate::dnn::{Handle, TensorDescriptor};
 use crate::error::{Error, Result};
 use crate::reference::ctc::required_steps;
 use crate::runtime::{Device, DeviceBuffer, DeviceSlice, DeviceSliceMut};
+use crate::sys::cudart::Version;
 use crate::sys::cudnn as dnn;
 
 /// Owns a `cudnnCTCLossDescriptor_t`.
@@ -71,8 +80,16 @@ impl Drop for RawCtc {
     }
 }
 
-/// The most labels one sequence may have (cuDNN's limit).
-pub const CTC_MAX_LABEL_LENGTH: usize = 256;
+/// The most labels one sequence may have: 255. cuDNN documents 256, but
+/// PyTorch sends cuDNN only label lengths below 256 (and sets the
+/// descriptor's maximum to 255); this crate keeps that proven bound until
+/// a GPU shows 256 is safe.
+pub const CTC_MAX_LABEL_LENGTH: usize = 255;
+
+/// The first cuDNN whose CTC descriptor has a gradient mode
+/// (`cudnnCTCGradMode_t`): from it on, samples without a valid alignment
+/// are accepted (loss 0, gradient 0; see [`check_ctc`]).
+pub const CTC_ZERO_OOB_VERSION: Version = Version::new(9, 0, 0);
 
 /// cuDNN's CTC algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -97,22 +114,25 @@ impl CtcAlgo {
     }
 }
 
-/// Check a CTC batch against cuDNN's conventions: the blank is symbol 0,
-/// every label is in `1..alphabet`; the label lengths add up to
-/// `labels.len()`, each at most [`CTC_MAX_LABEL_LENGTH`]; each input
-/// length is in `1..=max_time` and at least what its labels need (their
-/// count plus one per pair of equal neighbours); `max_time * batch *
-/// alphabet` is at most `i32::MAX`. Returns the longest label sequence.
+/// Check a CTC batch against cuDNN's conventions for the loaded cuDNN
+/// `version` ([`Handle::library_version`]): the blank is symbol 0, every
+/// label is in `1..alphabet`; the label lengths add up to `labels.len()`,
+/// each at most [`CTC_MAX_LABEL_LENGTH`]; each input length is at most
+/// `max_time`; `max_time * batch * alphabet` is at most `i32::MAX`.
+/// Returns the longest label sequence.
 ///
-/// An input length of 0 (an empty sequence, which only the empty
-/// labelling fits) is refused: the reference gives it a loss of 0, but
-/// cuDNN's handling of it is not documented, so this crate does not pass
-/// it on.
+/// A sample without a valid alignment (its input length below what its
+/// labels need, their count plus one per pair of equal neighbours, or 0):
+/// from [`CTC_ZERO_OOB_VERSION`] (cuDNN 9) on it is accepted, as long as
+/// its label count is at most its input length (what PyTorch sends cuDNN),
+/// and [`CtcPlan`] gives it loss 0 and gradient 0 (PyTorch's
+/// `zero_infinity`); on cuDNN 8.9 it is refused.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] or [`Error::Mismatch`] naming the argument
-/// (`labels[4]`, `input_lengths[1]`) and the value.
+/// (`labels[4]`, `input_lengths[1]`, `label_lengths[2]`) and the value.
 pub fn check_ctc(
+    version: Version,
     max_time: usize,
     alphabet: usize,
     labels: &[usize],
@@ -173,6 +193,7 @@ pub fn check_ctc(
             ));
         }
     }
+    let zero_oob = version >= CTC_ZERO_OOB_VERSION;
     let mut start = 0usize;
     let mut longest = 0usize;
     for b in 0..batch {
@@ -180,33 +201,71 @@ pub fn check_ctc(
         if ll > CTC_MAX_LABEL_LENGTH {
             return Err(Error::invalid(
                 format!("label_lengths[{b}]"),
-                format!("must be at most {CTC_MAX_LABEL_LENGTH} (cuDNN's limit)"),
+                format!(
+                    "sequence {b} must have at most {CTC_MAX_LABEL_LENGTH} labels (fewer than 256, \
+                     as PyTorch sends cuDNN)"
+                ),
                 ll,
             ));
         }
         longest = longest.max(ll);
         let t = input_lengths[b];
-        if t == 0 || t > max_time {
+        if t > max_time {
             return Err(Error::invalid(
                 format!("input_lengths[{b}]"),
-                format!("must be in 1..={max_time}"),
+                format!("must be at most max_time ({max_time})"),
                 t,
             ));
         }
         // `start + ll <= labels.len()`: the lengths add up (checked).
         let need = required_steps(&labels[start..start + ll]);
-        if t < need {
+        start += ll;
+        if t >= need && t > 0 {
+            continue;
+        }
+        if !zero_oob {
             return Err(Error::invalid(
                 format!("input_lengths[{b}]"),
                 format!(
-                    "must be at least {need} (the {ll} labels and a blank between each pair of repeats)"
+                    "must be at least max(1, {need}) (the {ll} labels and a blank between each \
+                     pair of repeats) on cuDNN {version}: only cuDNN 9 zeroes the loss and \
+                     gradient of a sample without a valid alignment"
                 ),
                 t,
             ));
         }
-        start += ll;
+        if ll > t {
+            return Err(Error::invalid(
+                format!("input_lengths[{b}]"),
+                format!(
+                    "must be at least the {ll} labels of sequence {b} (PyTorch sends cuDNN no \
+                     longer labelling: cuDNN has read out of bounds there)"
+                ),
+                t,
+            ));
+        }
     }
     Ok(longest)
+}
+
+/// The samples [`check_ctc`] accepted without a valid alignment (input
+/// length below what the labels need, or 0): their loss is set to 0.
+fn zeroed_samples(
+    labels: &[usize],
+    label_lengths: &[usize],
+    input_lengths: &[usize],
+) -> Vec<usize> {
+    let mut start = 0usize;
+    let mut out = Vec::new();
+    for (b, (&ll, &t)) in label_lengths.iter().zip(input_lengths).enumerate() {
+        // Checked by `check_ctc`: the lengths add up to labels.len().
+        let lab = labels.get(start..start.saturating_add(ll)).unwrap_or(&[]);
+        start = start.saturating_add(ll);
+        if t == 0 || t < required_steps(lab) {
+            out.push(b);
+        }
+    }
+    out
 }
 
 /// A planned CTC loss: the checked batch on the device, the descriptors
@@ -230,6 +289,9 @@ pub struct CtcPlan {
     /// Some input length is below `max_time` (frames cuDNN does not
     /// document are zeroed before each run).
     short: bool,
+    /// Samples without a valid alignment (cuDNN 9 only): their cost is set
+    /// to 0 after each run.
+    zeroed: Vec<usize>,
     workspace: usize,
     device: Device,
 }
@@ -244,31 +306,47 @@ impl fmt::Debug for CtcPlan {
     }
 }
 
-/// Set a CTC loss descriptor as [`CtcPlan`] does (`f32`, softmax
-/// normalization, gradient mode 0: zero gradients for infeasible samples) with `max_label_length`, and read it
-/// back: `(compType, normMode, gradMode, maxLabelLength)`. Host only; the
-/// host tier's round trip.
+/// Set a CTC loss descriptor as [`CtcPlan`] does for the loaded cuDNN
+/// (`f32`, softmax normalization; on cuDNN 9 through
+/// `cudnnSetCTCLossDescriptor_v9` with `CUDNN_CTC_ZERO_OOB_GRADIENTS`, on
+/// 8.9 through the `_v8` call with mode 0) with `max_label_length`, and
+/// read it back the same way: `(compType, normMode, gradMode,
+/// maxLabelLength)`. Host only; the host tier's round trip.
 ///
 /// # Errors
 /// `max_label_length` over [`CTC_MAX_LABEL_LENGTH`]; what cuDNN reports.
 #[doc(hidden)]
 pub fn ctc_descriptor_round_trip(max_label_length: usize) -> Result<(u32, u32, u32, i32)> {
-    let raw = make_descriptor(max_label_length)?;
+    let version = Handle::library_version()?;
+    let raw = make_descriptor(max_label_length, version)?;
     let mut dt = dnn::cudnnDataType_t(0);
     let mut norm = dnn::cudnnLossNormalizationMode_t(0);
-    let mut grad = dnn::cudnnNanPropagation_t(0);
     let mut m = 0i32;
-    // SAFETY: live descriptor; valid out-pointers.
-    unsafe {
-        cudnn_call!(
-            check::cudnn()?,
-            cudnnGetCTCLossDescriptor_v8(raw.as_ptr(), &mut dt, &mut norm, &mut grad, &mut m)
-        )
-    }?;
-    Ok((dt.0, norm.0, grad.0, m))
+    let grad = if version >= CTC_ZERO_OOB_VERSION {
+        let mut grad = dnn::cudnnCTCGradMode_t(u32::MAX);
+        // SAFETY: live descriptor; valid out-pointers.
+        unsafe {
+            cudnn_call!(
+                check::cudnn()?,
+                cudnnGetCTCLossDescriptor_v9(raw.as_ptr(), &mut dt, &mut norm, &mut grad, &mut m)
+            )
+        }?;
+        grad.0
+    } else {
+        let mut grad = dnn::cudnnNanPropagation_t(u32::MAX);
+        // SAFETY: live descriptor; valid out-pointers.
+        unsafe {
+            cudnn_call!(
+                check::cudnn()?,
+                cudnnGetCTCLossDescriptor_v8(raw.as_ptr(), &mut dt, &mut norm, &mut grad, &mut m)
+            )
+        }?;
+        grad.0
+    };
+    Ok((dt.0, norm.0, grad, m))
 }
 
-fn make_descriptor(max_label_length: usize) -> Result<RawCtc> {
+fn make_descriptor(max_label_length: usize, version: Version) -> Result<RawCtc> {
     if max_label_length > CTC_MAX_LABEL_LENGTH {
         return Err(Error::invalid(
             "max_label_length",
@@ -276,24 +354,43 @@ fn make_descriptor(max_label_length: usize) -> Result<RawCtc> {
             max_label_length,
         ));
     }
+    // At most 255: fits.
+    let m = max_label_length as i32;
     let raw = RawCtc::create()?;
-    // SAFETY: live descriptor; constants of the bindings; the length fits.
-    unsafe {
-        cudnn_call!(
-            check::cudnn()?,
-            cudnnSetCTCLossDescriptor_v8(
-                raw.as_ptr(),
-                dnn::cudnnDataType_t::CUDNN_DATA_FLOAT,
-                dnn::cudnnLossNormalizationMode_t::CUDNN_LOSS_NORMALIZATION_SOFTMAX,
-                // 0: cuDNN 9 reads this field as `cudnnCTCGradMode_t`,
-                // where 0 is CUDNN_CTC_ZERO_OOB_GRADIENTS: an out-of-bounds
-                // (infeasible, labels plus repeats > input length) sample
-                // gets a zero gradient. `check_ctc` refuses those anyway.
-                dnn::cudnnNanPropagation_t::CUDNN_NOT_PROPAGATE_NAN,
-                max_label_length as i32
+    let api = check::cudnn()?;
+    if version >= CTC_ZERO_OOB_VERSION {
+        // SAFETY: live descriptor; constants of the bindings; the length
+        // fits. ZERO_OOB: a sample without a valid alignment gets a zero
+        // gradient (check_ctc lets such samples through on cuDNN 9 only).
+        unsafe {
+            cudnn_call!(
+                api,
+                cudnnSetCTCLossDescriptor_v9(
+                    raw.as_ptr(),
+                    dnn::cudnnDataType_t::CUDNN_DATA_FLOAT,
+                    dnn::cudnnLossNormalizationMode_t::CUDNN_LOSS_NORMALIZATION_SOFTMAX,
+                    dnn::cudnnCTCGradMode_t::CUDNN_CTC_ZERO_OOB_GRADIENTS,
+                    m
+                )
             )
-        )
-    }?;
+        }?;
+    } else {
+        // SAFETY: live descriptor; constants of the bindings; the length
+        // fits. cuDNN 8.9 has no gradient mode; check_ctc refuses samples
+        // without a valid alignment there.
+        unsafe {
+            cudnn_call!(
+                api,
+                cudnnSetCTCLossDescriptor_v8(
+                    raw.as_ptr(),
+                    dnn::cudnnDataType_t::CUDNN_DATA_FLOAT,
+                    dnn::cudnnLossNormalizationMode_t::CUDNN_LOSS_NORMALIZATION_SOFTMAX,
+                    dnn::cudnnNanPropagation_t::CUDNN_NOT_PROPAGATE_NAN,
+                    m
+                )
+            )
+        }?;
+    }
     Ok(raw)
 }
 
@@ -322,9 +419,17 @@ impl CtcPlan {
         label_lengths: &[usize],
         input_lengths: &[usize],
     ) -> Result<Self> {
-        let longest = check_ctc(max_time, alphabet, labels, label_lengths, input_lengths)?;
+        let version = Handle::library_version()?;
+        let longest = check_ctc(
+            version,
+            max_time,
+            alphabet,
+            labels,
+            label_lengths,
+            input_lengths,
+        )?;
         let batch = input_lengths.len();
-        let raw = make_descriptor(longest.max(1))?;
+        let raw = make_descriptor(longest.max(1), version)?;
         let logits = TensorDescriptor::<f32>::packed(&[max_time, batch, alphabet])?;
         let _on = handle.enter()?;
         let mut workspace = 0usize;
@@ -357,6 +462,7 @@ impl CtcPlan {
             logits,
             batch,
             short: input_lengths.iter().any(|&l| l < max_time),
+            zeroed: zeroed_samples(labels, label_lengths, input_lengths),
             workspace,
             device: handle.device(),
         })
@@ -376,7 +482,9 @@ impl CtcPlan {
     /// their sum with respect to `logits` (same layout; 0 past each input
     /// length: when a sequence is shorter than `max_time`, the first
     /// `max_time * batch * alphabet` elements of `grad` are zeroed on the
-    /// handle's stream first).
+    /// handle's stream first). A sample without a valid alignment (cuDNN 9
+    /// only, see [`check_ctc`]) gets loss 0 (written on the handle's stream
+    /// after cuDNN) and gradient 0 (cuDNN's `CUDNN_CTC_ZERO_OOB_GRADIENTS`).
     ///
     /// # Errors
     /// Buffer lengths ([`Error::Mismatch`]); buffers on another device;
@@ -423,7 +531,7 @@ impl CtcPlan {
         // descriptor's elements, `costs` one per sequence (checked), outputs
         // exclusive; labels and lengths are the plan's device buffers,
         // checked at planning; the workspace holds `bytes`.
-        unsafe {
+        let ran = unsafe {
             cudnn_call!(
                 api,
                 cudnnCTCLoss_v8(
@@ -442,41 +550,92 @@ impl CtcPlan {
                     ws.as_raw_mut()
                 )
             )
+        };
+        ran?;
+        // cuDNN does not document the cost of a sample without a valid
+        // alignment; PyTorch's zero_infinity (and the reference's
+        // `ctc_loss_zero_infinity`) make it 0. Ordered after the call on
+        // the same stream; `b < batch <= costs.len()` (checked above).
+        for &b in &self.zeroed {
+            costs
+                .slice_mut(b..b + 1)?
+                .memset_async(0, handle.stream())?;
         }
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reference::ctc::{CtcProblem, ctc_loss};
+    use crate::reference::ctc::{CtcProblem, ctc_loss, ctc_loss_zero_infinity};
+
+    const V9: Version = Version::new(9, 19, 0);
+    const V8: Version = Version::new(8, 9, 7);
 
     #[test]
     fn unit_repeats_and_limits_by_hand() {
-        // "1 1" needs 3 steps, "1 2" needs 2.
-        assert!(check_ctc(3, 3, &[1, 1], &[2], &[3]).is_ok());
-        let e = check_ctc(3, 3, &[1, 1], &[2], &[2]).unwrap_err();
+        for v in [V8, V9] {
+            // "1 1" needs 3 steps, "1 2" needs 2.
+            assert!(check_ctc(v, 3, 3, &[1, 1], &[2], &[3]).is_ok());
+            assert!(check_ctc(v, 3, 3, &[1, 2], &[2], &[2]).is_ok());
+            let e = check_ctc(v, 3, 3, &[0], &[1], &[2]).unwrap_err();
+            assert!(e.to_string().contains("labels[0]"), "{e}");
+            let e = check_ctc(v, usize::MAX, 2, &[], &[0], &[1]).unwrap_err();
+            assert!(e.to_string().contains("i32::MAX"), "{e}");
+            let e = check_ctc(v, 3, 3, &[1], &[1], &[4]).unwrap_err();
+            assert!(e.to_string().contains("input_lengths[0]"), "{e}");
+        }
+        // cuDNN 8.9: a sample without a valid alignment refuses the batch.
+        let e = check_ctc(V8, 3, 3, &[1, 1], &[2], &[2]).unwrap_err();
         assert!(
-            e.to_string().contains("input_lengths[0]") && e.to_string().contains("at least 3"),
+            e.to_string().contains("input_lengths[0]") && e.to_string().contains("cuDNN 9"),
             "{e}"
         );
-        assert!(check_ctc(3, 3, &[1, 2], &[2], &[2]).is_ok());
-        let e = check_ctc(3, 3, &[0], &[1], &[2]).unwrap_err();
-        assert!(e.to_string().contains("labels[0]"), "{e}");
-        let long = vec![1usize; 257];
-        let e = check_ctc(1000, 2, &long, &[257], &[1000]).unwrap_err();
-        assert!(e.to_string().contains("label_lengths[0]"), "{e}");
-        let e = check_ctc(usize::MAX, 2, &[], &[0], &[1]).unwrap_err();
-        assert!(e.to_string().contains("i32::MAX"), "{e}");
+        let e = check_ctc(V8, 3, 3, &[1], &[1, 0], &[3, 0]).unwrap_err();
+        assert!(e.to_string().contains("input_lengths[1]"), "{e}");
+        // cuDNN 9: accepted (loss 0, gradient 0), unless the labels
+        // outnumber the input steps (PyTorch's guard).
+        assert!(check_ctc(V9, 3, 3, &[1, 1], &[2], &[2]).is_ok());
+        assert!(check_ctc(V9, 3, 3, &[1], &[1, 0], &[3, 0]).is_ok());
+        let e = check_ctc(V9, 3, 3, &[1, 2, 1], &[1, 2], &[3, 1]).unwrap_err();
+        assert!(
+            e.to_string().contains("input_lengths[1]") && e.to_string().contains("2 labels"),
+            "{e}"
+        );
+        let e = check_ctc(V9, 3, 3, &[1], &[1], &[0]).unwrap_err();
+        assert!(e.to_string().contains("input_lengths[0]"), "{e}");
+        // Zeroed samples: the infeasible one and the empty one.
+        assert_eq!(zeroed_samples(&[1, 1, 2], &[2, 0, 1], &[2, 0, 3]), [0, 1]);
+    }
+
+    #[test]
+    fn unit_label_limit_is_255() {
+        // PyTorch sends cuDNN only label lengths < 256: 255 passes, 256
+        // is refused naming the sample and its length.
+        assert_eq!(CTC_MAX_LABEL_LENGTH, 255);
+        for v in [V8, V9] {
+            let ok = vec![1usize; 255];
+            assert_eq!(check_ctc(v, 1000, 2, &ok, &[255], &[1000]).ok(), Some(255));
+            let long = vec![1usize; 256];
+            let e = check_ctc(v, 1000, 2, &long, &[0, 256], &[1, 1000]).unwrap_err();
+            let t = e.to_string();
+            assert!(
+                t.contains("label_lengths[1]") && t.contains("sequence 1") && t.contains("256"),
+                "{t}"
+            );
+        }
     }
 
     proptest::proptest! {
         #![proptest_config(proptest::test_runner::Config::with_cases(4000))]
 
-        /// Against the f64 reference as the truth: the check accepts
-        /// exactly the batches the reference gives a finite loss for,
-        /// minus cuDNN's own limits (blank 0, input lengths >= 1), and
-        /// refuses with a typed error naming an argument; never panics.
+        /// Against the f64 reference as the truth: on cuDNN 8.9 the check
+        /// accepts exactly the batches the reference gives a finite loss
+        /// for, minus cuDNN's own limits (blank 0, input lengths >= 1); on
+        /// cuDNN 9 also those with infinite losses whose labels do not
+        /// outnumber their input steps, and for those the zero_infinity
+        /// reference gives loss 0; refusals are typed and never panic.
         #[test]
         fn unit_property_check_ctc_agrees_with_the_reference(
             t in 0usize..7,
@@ -484,7 +643,9 @@ mod tests {
             label_lengths in proptest::collection::vec(0usize..4, 0..4),
             seed in proptest::prelude::any::<u64>(),
             extra in 0usize..3,
+            nine in proptest::prelude::any::<bool>(),
         ) {
+            let version = if nine { V9 } else { V8 };
             let batch = label_lengths.len();
             let mut s = seed | 1;
             let mut next = |m: usize| {
@@ -494,7 +655,7 @@ mod tests {
             let total: usize = label_lengths.iter().sum();
             let labels: Vec<usize> = (0..total + usize::from(extra == 2)).map(|_| next(alphabet + 1)).collect();
             let input_lengths: Vec<usize> = (0..batch).map(|_| next(t + 2)).collect();
-            let ours = check_ctc(t, alphabet, &labels, &label_lengths, &input_lengths);
+            let ours = check_ctc(version, t, alphabet, &labels, &label_lengths, &input_lengths);
             if let Err(e) = &ours {
                 proptest::prop_assert!(
                     matches!(e, Error::InvalidArgument { .. } | Error::Mismatch { .. }),
@@ -502,7 +663,7 @@ mod tests {
                 );
             }
             let logits = vec![0.0; t * batch * alphabet];
-            let truth = ctc_loss(&CtcProblem {
+            let problem = CtcProblem {
                 logits: &logits,
                 max_time: t,
                 alphabet,
@@ -510,14 +671,35 @@ mod tests {
                 labels: &labels,
                 label_lengths: &label_lengths,
                 input_lengths: &input_lengths,
-            });
-            let feasible = matches!(&truth, Ok(r) if r.losses.iter().all(|l| l.is_finite()));
-            let cudnn_limits = batch >= 1 && t >= 1 && input_lengths.iter().all(|&l| l >= 1);
+            };
+            let truth = ctc_loss(&problem);
+            let valid = truth.is_ok() && batch >= 1 && t >= 1;
+            let want = if nine {
+                valid && label_lengths.iter().zip(&input_lengths).all(|(&l, &i)| l <= i)
+            } else {
+                valid
+                    && matches!(&truth, Ok(r) if r.losses.iter().all(|l| l.is_finite()))
+                    && input_lengths.iter().all(|&l| l >= 1)
+            };
             proptest::prop_assert_eq!(
                 ours.is_ok(),
-                feasible && cudnn_limits,
-                "ours {:?}, truth {:?}", ours, truth.map(|r| r.losses)
+                want,
+                "{} ours {:?}, truth {:?}", version, ours, truth.map(|r| r.losses)
             );
+            if ours.is_ok() {
+                let zi = ctc_loss_zero_infinity(&problem);
+                proptest::prop_assert!(matches!(&zi, Ok(r) if r.losses.iter().all(|l| l.is_finite())));
+                let zeroed = zeroed_samples(&labels, &label_lengths, &input_lengths);
+                if let (Ok(zi), Ok(plain)) = (&zi, &truth) {
+                    for b in 0..batch {
+                        let z = zeroed.contains(&b);
+                        proptest::prop_assert_eq!(z, !plain.losses[b].is_finite() || input_lengths[b] == 0);
+                        if z {
+                            proptest::prop_assert_eq!(zi.losses[b], 0.0);
+                        }
+                    }
+                }
+            }
         }
     }
 }

@@ -62,7 +62,10 @@ pub use cuda_graph::{
 pub use graph::{Graph, IoSignature, IoTensor, OpGraph, Tensor};
 pub use guard::{InputGuard, SeqLengths};
 pub use heuristics::{BehaviorNote, Candidate, HeurMode, Knob, NumericalNote, Policy};
-pub use ops::block_scale_fp8::{BlockScaled, MXFP8_BLOCK, check_block_scale_target};
+pub use ops::block_scale_fp8::{
+    BlockScaled, MXFP8_BLOCK, MXFP8_SCALE_TILE_COLS, MXFP8_SCALE_TILE_ROWS,
+    check_block_scale_target, mxfp8_scale_sizes,
+};
 pub use ops::conv::{ConvDirection, ConvParams};
 pub use ops::matmul_fp8::{Fp8Matmul, Fp8MatmulScales, check_fp8_target};
 pub use ops::norm::{NormGrads, NormMode, NormOutputs, NormPhase, RunningStats};

@@ -244,9 +244,26 @@ pub fn forward(
 /// rounding (`u_p`, one per term, and a term whose rounding flips at a
 /// tie in the GPU's f32 softmax: counted twice), and f32 accumulation
 /// over `S_kv` and `D` terms (2⁻²⁴ each).
-pub fn tolerance(shape: Fp8AttnShape, format: Fp8Format, out: OutputType) -> f64 {
-    let acc = 5.960_464_477_539_063e-8 * (shape.seq_kv.max(1) + shape.head_dim.max(1)) as f64;
-    2.0 * out.unit_roundoff() + 2.0 * format.unit_roundoff() + acc
+///
+/// # Errors
+/// `S_kv + D` overflows `usize` (a shape no reference or GPU can run; an
+/// error naming `shape.seq_kv`, never a panic).
+pub fn tolerance(shape: Fp8AttnShape, format: Fp8Format, out: OutputType) -> Result<f64> {
+    let terms = accumulated_terms("shape.seq_kv", shape.seq_kv, shape.head_dim)?;
+    let acc = 5.960_464_477_539_063e-8 * terms as f64;
+    Ok(2.0 * out.unit_roundoff() + 2.0 * format.unit_roundoff() + acc)
+}
+
+/// `max(seq, 1) + max(head_dim, 1)`, checked: the number of terms an f32
+/// accumulation of the attention sums over. Errors name `arg`.
+fn accumulated_terms(arg: &str, seq: usize, head_dim: usize) -> Result<usize> {
+    seq.max(1).checked_add(head_dim.max(1)).ok_or_else(|| {
+        Error::invalid(
+            arg,
+            "plus shape.head_dim must not overflow usize",
+            format!("{seq} + {head_dim}"),
+        )
+    })
 }
 
 /// The scales of the FP8 attention backward (1 when not set), as
@@ -495,8 +512,22 @@ pub fn backward(
 /// attention backward checked against [`backward`]: the gradient's final
 /// rounding, P's and dP's FP8 roundings (each counted twice for a rounding
 /// that flips at a tie in the GPU's f32 arithmetic), and f32 accumulation.
-pub fn backward_tolerance(shape: Fp8AttnShape, format: Fp8Format, grad: Fp8Format) -> f64 {
-    let acc = 5.960_464_477_539_063e-8
-        * (shape.seq_kv.max(shape.seq_q).max(1) + shape.head_dim.max(1)) as f64;
-    2.0 * grad.unit_roundoff() + 2.0 * format.unit_roundoff() + 2.0 * grad.unit_roundoff() + acc
+///
+/// # Errors
+/// `max(S_q, S_kv) + D` overflows `usize` (an error naming the longer of
+/// `shape.seq_q` / `shape.seq_kv`, never a panic).
+pub fn backward_tolerance(shape: Fp8AttnShape, format: Fp8Format, grad: Fp8Format) -> Result<f64> {
+    let (arg, seq) = if shape.seq_q > shape.seq_kv {
+        ("shape.seq_q", shape.seq_q)
+    } else {
+        ("shape.seq_kv", shape.seq_kv)
+    };
+    let terms = accumulated_terms(arg, seq, shape.head_dim)?;
+    let acc = 5.960_464_477_539_063e-8 * terms as f64;
+    Ok(
+        2.0 * grad.unit_roundoff()
+            + 2.0 * format.unit_roundoff()
+            + 2.0 * grad.unit_roundoff()
+            + acc,
+    )
 }

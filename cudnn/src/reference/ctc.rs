@@ -19,6 +19,11 @@
 //! A labelling that needs more steps than the input has (its length plus
 //! one per pair of equal neighbours) has probability 0: its loss is
 //! `+inf` and its gradient is 0 (what [`required_steps`] predicts).
+//! [`ctc_loss_zero_infinity`] reports such a sample's loss as 0 instead
+//! (PyTorch's `zero_infinity`): the oracle for
+//! [`CtcPlan`](crate::dnn::CtcPlan) on cuDNN 9, which accepts these samples
+//! with loss 0 and gradient 0. An input length of 0 with no labels has
+//! probability 1 (only the empty alignment): loss 0, gradient 0, in both.
 //!
 //! # Bounds
 //! As every reference: checked sizes, buffers of at most
@@ -156,6 +161,16 @@ pub fn ctc_loss(p: &CtcProblem<'_>) -> Result<CtcResult> {
         "steps x (alphabet + extended labels)",
         &[p.max_time, batch, p.alphabet.saturating_add(ext_max)],
     )?;
+    // The forward and backward variables of one sequence are
+    // input_lengths[b] x (2 label_lengths[b] + 1) values each: bounded
+    // (and allocated fallibly below), as every buffer of a reference.
+    for (b, (&t, &l)) in p.input_lengths.iter().zip(p.label_lengths).enumerate() {
+        bounds::elements(
+            &format!("input_lengths[{b}] x (2 label_lengths[{b}] + 1)"),
+            &[t, l.saturating_mul(2).saturating_add(1)],
+            format!("{t} x {}", l.saturating_mul(2).saturating_add(1)),
+        )?;
+    }
     let a = p.alphabet;
     // Log-softmax of every step.
     let mut logy = bounds::zeros("log_softmax", n)?;
@@ -193,50 +208,54 @@ pub fn ctc_loss(p: &CtcProblem<'_>) -> Result<CtcResult> {
             }
         };
         let ninf = f64::NEG_INFINITY;
-        let mut alpha = vec![vec![ninf; s_len]; tb];
-        let mut beta = vec![vec![ninf; s_len]; tb];
-        alpha[0][0] = logy[idx(0, p.blank)];
+        // Row-major [tb][s_len], within MAX_ELEMENTS (checked above).
+        let at = |t: usize, s: usize| t * s_len + s;
+        let mut alpha = bounds::zeros("alpha", tb * s_len)?;
+        alpha.fill(ninf);
+        let mut beta = bounds::zeros("beta", tb * s_len)?;
+        beta.fill(ninf);
+        alpha[at(0, 0)] = logy[idx(0, p.blank)];
         if s_len > 1 {
-            alpha[0][1] = logy[idx(0, ext(1))];
+            alpha[at(0, 1)] = logy[idx(0, ext(1))];
         }
         for t in 1..tb {
             for s in 0..s_len {
-                let mut v = alpha[t - 1][s];
+                let mut v = alpha[at(t - 1, s)];
                 if s >= 1 {
-                    v = log_add(v, alpha[t - 1][s - 1]);
+                    v = log_add(v, alpha[at(t - 1, s - 1)]);
                 }
                 if s >= 2 && ext(s) != p.blank && ext(s) != ext(s - 2) {
-                    v = log_add(v, alpha[t - 1][s - 2]);
+                    v = log_add(v, alpha[at(t - 1, s - 2)]);
                 }
-                alpha[t][s] = v + logy[idx(t, ext(s))];
+                alpha[at(t, s)] = v + logy[idx(t, ext(s))];
             }
         }
-        beta[tb - 1][s_len - 1] = logy[idx(tb - 1, p.blank)];
+        beta[at(tb - 1, s_len - 1)] = logy[idx(tb - 1, p.blank)];
         if s_len > 1 {
-            beta[tb - 1][s_len - 2] = logy[idx(tb - 1, ext(s_len - 2))];
+            beta[at(tb - 1, s_len - 2)] = logy[idx(tb - 1, ext(s_len - 2))];
         }
         for t in (0..tb - 1).rev() {
             for s in 0..s_len {
-                let mut v = beta[t + 1][s];
+                let mut v = beta[at(t + 1, s)];
                 if s + 1 < s_len {
-                    v = log_add(v, beta[t + 1][s + 1]);
+                    v = log_add(v, beta[at(t + 1, s + 1)]);
                 }
                 if s + 2 < s_len && ext(s) != p.blank && ext(s) != ext(s + 2) {
-                    v = log_add(v, beta[t + 1][s + 2]);
+                    v = log_add(v, beta[at(t + 1, s + 2)]);
                 }
-                beta[t][s] = v + logy[idx(t, ext(s))];
+                beta[at(t, s)] = v + logy[idx(t, ext(s))];
             }
         }
-        let mut logp = alpha[tb - 1][s_len - 1];
+        let mut logp = alpha[at(tb - 1, s_len - 1)];
         if s_len > 1 {
-            logp = log_add(logp, alpha[tb - 1][s_len - 2]);
+            logp = log_add(logp, alpha[at(tb - 1, s_len - 2)]);
         }
         losses[b] = -logp;
         for t in 0..tb {
             // log Σ_{s: ext(s) = k} α β, per symbol.
             let mut acc = vec![ninf; a];
             for s in 0..s_len {
-                acc[ext(s)] = log_add(acc[ext(s)], alpha[t][s] + beta[t][s]);
+                acc[ext(s)] = log_add(acc[ext(s)], alpha[at(t, s)] + beta[at(t, s)]);
             }
             for k in 0..a {
                 let ly = logy[idx(t, k)];
@@ -245,6 +264,24 @@ pub fn ctc_loss(p: &CtcProblem<'_>) -> Result<CtcResult> {
         }
     }
     Ok(CtcResult { losses, grad })
+}
+
+/// [`ctc_loss`] with PyTorch's `zero_infinity`: a sample whose loss is
+/// `+inf` (no valid alignment: its labels need more steps than its input
+/// length, or it has labels and an input length of 0) gets loss 0; its
+/// gradient is 0 in both (every alignment term is empty). What
+/// [`CtcPlan`](crate::dnn::CtcPlan) computes on cuDNN 9.
+///
+/// # Errors
+/// As [`ctc_loss`].
+pub fn ctc_loss_zero_infinity(p: &CtcProblem<'_>) -> Result<CtcResult> {
+    let mut r = ctc_loss(p)?;
+    for l in &mut r.losses {
+        if *l == f64::INFINITY {
+            *l = 0.0;
+        }
+    }
+    Ok(r)
 }
 
 #[cfg(test)]
@@ -307,6 +344,75 @@ mod tests {
         .unwrap();
         assert_eq!(r.losses[0], f64::INFINITY);
         assert!(r.grad.iter().all(|&g| g == 0.0));
+    }
+
+    #[test]
+    fn unit_alpha_beta_are_bounded_and_fallible() {
+        // 2^20 steps and 1024 labels: within MAX_WORK (2^20 x 2051 steps)
+        // but alpha and beta would be 2^20 x 2049 values each (17 GB,
+        // allocated infallibly before): now refused at once, naming the
+        // sample.
+        let t = 1usize << 20;
+        let logits = vec![0.0; t * 2];
+        let labels = vec![1usize; 1024];
+        let start = std::time::Instant::now();
+        let e = ctc_loss(&CtcProblem {
+            logits: &logits,
+            max_time: t,
+            alphabet: 2,
+            blank: 0,
+            labels: &labels,
+            label_lengths: &[1024],
+            input_lengths: &[t],
+        })
+        .unwrap_err();
+        assert!(start.elapsed() < std::time::Duration::from_secs(1));
+        let text = e.to_string();
+        assert!(
+            text.contains("input_lengths[0] x (2 label_lengths[0] + 1)")
+                && text.contains("MAX_ELEMENTS"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn unit_zero_infinity_by_hand() {
+        // Three samples, uniform logits over {blank, a}, max_time 3:
+        // "aa" in 3 steps (probability 1/8, loss 3 ln 2), "aa" in 2 steps
+        // (infeasible: loss 0, gradient 0 with zero_infinity), no labels
+        // in 0 steps (probability 1: loss 0, gradient 0).
+        let p = CtcProblem {
+            logits: &[0.0; 18],
+            max_time: 3,
+            alphabet: 2,
+            blank: 0,
+            labels: &[1, 1, 1, 1],
+            label_lengths: &[2, 2, 0],
+            input_lengths: &[3, 2, 0],
+        };
+        let plain = ctc_loss(&p).unwrap();
+        assert_eq!(plain.losses[1], f64::INFINITY);
+        assert_eq!(plain.losses[2], 0.0);
+        let r = ctc_loss_zero_infinity(&p).unwrap();
+        assert!(close(r.losses[0], 3.0 * 2f64.ln(), 1e-14), "{:?}", r.losses);
+        assert_eq!((r.losses[1], r.losses[2]), (0.0, 0.0));
+        // Gradient [t][b][k]: samples 1 and 2 are zero everywhere; sample
+        // 0 equals the plain one.
+        for t in 0..3 {
+            for b in 0..3 {
+                for k in 0..2 {
+                    let i = (t * 3 + b) * 2 + k;
+                    if b == 0 {
+                        assert_eq!(r.grad[i], plain.grad[i]);
+                    } else {
+                        assert_eq!(r.grad[i], 0.0, "t {t} b {b} k {k}");
+                    }
+                }
+            }
+        }
+        // "a-a" is the only path: at t = 0 the blank gets y = 1/2, "a"
+        // 1/2 - 1 = -1/2.
+        assert!(close(r.grad[0], 0.5, 1e-14) && close(r.grad[1], -0.5, 1e-14));
     }
 
     #[test]

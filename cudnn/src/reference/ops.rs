@@ -154,9 +154,11 @@ fn check_strided(shape: &[usize], strides: &[usize], len: usize) -> Result<usize
         })
         .ok_or_else(|| Error::invalid("strides", "the span overflows", format!("{strides:?}")))?;
     if last >= len {
+        // `last + 1` may not fit a usize (a stride of usize::MAX).
         return Err(Error::mismatch(
             "memory length (the span of shape and strides)",
-            format!(">= {}", last + 1),
+            last.checked_add(1)
+                .map_or_else(|| format!("> {last}"), |n| format!(">= {n}")),
             len,
         ));
     }

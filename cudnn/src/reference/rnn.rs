@@ -594,6 +594,43 @@ fn run_forward(
     })
 }
 
+/// Write `fill` at the padded steps (`t >= lengths[b]`) of `y`, a
+/// `[batch, max_len, width]` output of [`forward`] (or a `dx` of
+/// [`backward`]), leaving the valid steps alone: what cuDNN does with a
+/// data descriptor's padding fill. [`forward`] itself writes 0 there
+/// (PyTorch's zero fill, the default of
+/// [`RnnPlan`](crate::dnn::RnnPlan)).
+///
+/// # Errors
+/// `y` not `batch * max_len * width` long ([`Error::Mismatch`]), a length
+/// past `max_len`, or sizes that overflow.
+pub fn fill_padding(y: &mut [f64], batch: &Batch<'_>, width: usize, fill: f64) -> Result<()> {
+    let n = bounds::elements(
+        "y",
+        &[batch.lengths.len(), batch.max_len, width],
+        "[batch, max_len, width]",
+    )?;
+    check_len("y", n, y.len())?;
+    if let Some((b, &len)) = batch
+        .lengths
+        .iter()
+        .enumerate()
+        .find(|&(_, &l)| l > batch.max_len)
+    {
+        return Err(Error::invalid(
+            format!("lengths[{b}]"),
+            format!("must be at most max_len ({})", batch.max_len),
+            len,
+        ));
+    }
+    for (b, &len) in batch.lengths.iter().enumerate() {
+        // In bounds: b < batch, len <= max_len, and the product is n.
+        let row = b * batch.max_len * width;
+        y[row + len * width..row + batch.max_len * width].fill(fill);
+    }
+    Ok(())
+}
+
 /// The forward pass (see the [module docs](self) for layouts and cells).
 ///
 /// # Errors

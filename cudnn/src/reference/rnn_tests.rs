@@ -102,6 +102,55 @@ fn unit_bidirectional_reads_backwards_and_pads_with_zero() {
     assert_eq!(out.hy, vec![6.0, 5.0, 0.0, 6.0, 5.0, 0.0]);
 }
 
+#[test]
+fn unit_fill_padding_by_hand() {
+    // The same summing RNN, one direction, width 1: y of [3, 1, 0] over 4
+    // steps is prefix sums then 0 (forward's zero fill); fill_padding puts
+    // -7 at exactly the 3 + 1 + 4 = 8 padded positions.
+    let mut cfg = RnnConfig::new(RnnCellMode::RnnRelu, 1, 1);
+    cfg.bias = RnnBiasMode::None;
+    let params = [1.0, 1.0];
+    let batch = Batch {
+        lengths: &[3, 1, 0],
+        max_len: 4,
+    };
+    let x = [1.0, 2.0, 3.0, 9.0, 5.0, 9.0, 9.0, 9.0, 9.0, 9.0, 9.0, 9.0];
+    let mut y = forward(&cfg, &params, &batch, &x, None, None).unwrap().y;
+    assert_eq!(
+        y,
+        vec![1.0, 3.0, 6.0, 0.0, 5.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    );
+    fill_padding(&mut y, &batch, 1, -7.0).unwrap();
+    let p = -7.0;
+    assert_eq!(y, vec![1.0, 3.0, 6.0, p, 5.0, p, p, p, p, p, p, p]);
+    // Width 2: whole vectors.
+    let mut y2 = vec![1.0; 2 * 2 * 2];
+    let b2 = Batch {
+        lengths: &[1, 2],
+        max_len: 2,
+    };
+    fill_padding(&mut y2, &b2, 2, 0.0).unwrap();
+    assert_eq!(y2, vec![1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]);
+    // Refusals: wrong length, a length past max_len (nothing written),
+    // an overflowing size.
+    assert!(matches!(
+        fill_padding(&mut y2, &b2, 3, 0.0),
+        Err(Error::Mismatch { .. })
+    ));
+    let mut z = vec![1.0; 4];
+    let bad = Batch {
+        lengths: &[1, 3],
+        max_len: 2,
+    };
+    assert!(fill_padding(&mut z, &bad, 1, 0.0).is_err());
+    assert_eq!(z, vec![1.0; 4]);
+    let huge = Batch {
+        lengths: &[0],
+        max_len: usize::MAX,
+    };
+    assert!(fill_padding(&mut z, &huge, usize::MAX, 0.0).is_err());
+}
+
 struct Rng(u64);
 impl Rng {
     fn next(&mut self) -> f64 {

@@ -20,6 +20,7 @@ use crate::sys::cudart::cudaDataType_t;
 mod sealed {
     pub trait Input {}
     pub trait Output {}
+    pub trait Bias {}
 }
 
 /// An FP8 operand type of a scaled matmul: [`F8E4M3`] or [`F8E5M2`]. Sealed.
@@ -52,14 +53,63 @@ impl Fp8Input for F8E5M2 {
 /// | f32 | f32 | bf16 |
 /// | f16 | f16 | f16 |
 /// | bf16 | bf16 | bf16 |
-/// | E4M3, E5M2 | bf16 | bf16 |
+/// | E4M3, E5M2 | bf16 or f16 | C's type |
+///
+/// The last row is NVIDIA's cuBLASLt FP8 table (a 16-bit C with an FP8 D,
+/// the bias of C's type; TransformerEngine picks f16 or bf16 there): the
+/// default is bf16 ([`Fp8Output::Bias`]); an
+/// [`Fp8MatmulPlan`](super::Fp8MatmulPlan) with the `Bias` parameter `f16`
+/// uses f16 for both.
 pub trait Fp8Output: DataType + sealed::Output {
     /// The run-time tag.
     const TYPE: Fp8OutputType;
-    /// C's type code.
+    /// C's type code (with the default bias type).
     const C_TYPE: cudaDataType_t;
-    /// The bias vector's element type.
-    type Bias: DataType;
+    /// The bias vector's default element type.
+    type Bias: Fp8Bias;
+}
+
+/// The bias vector's element type in an FP8 matmul, and C's type for an FP8
+/// D: bf16 or f16 ([`Fp8BiasType`] at run time). Sealed.
+pub trait Fp8Bias: DataType + sealed::Bias {
+    /// The run-time tag.
+    const TYPE: Fp8BiasType;
+}
+
+impl sealed::Bias for bf16 {}
+impl Fp8Bias for bf16 {
+    const TYPE: Fp8BiasType = Fp8BiasType::BF16;
+}
+impl sealed::Bias for f16 {}
+impl Fp8Bias for f16 {
+    const TYPE: Fp8BiasType = Fp8BiasType::F16;
+}
+
+/// The bias type of an FP8 matmul (and C's type for an FP8 D), at run time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fp8BiasType {
+    /// bf16 (`CUDA_R_16BF`).
+    BF16,
+    /// f16 (`CUDA_R_16F`).
+    F16,
+}
+
+impl Fp8BiasType {
+    /// The type code.
+    pub fn cuda(self) -> cudaDataType_t {
+        match self {
+            Fp8BiasType::BF16 => cudaDataType_t::CUDA_R_16BF,
+            Fp8BiasType::F16 => cudaDataType_t::CUDA_R_16F,
+        }
+    }
+
+    /// `"bf16"` or `"f16"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fp8BiasType::BF16 => "bf16",
+            Fp8BiasType::F16 => "f16",
+        }
+    }
 }
 
 macro_rules! fp8_output {
@@ -112,7 +162,8 @@ impl Fp8OutputType {
         }
     }
 
-    /// C's type code (D's, or bf16 for an FP8 D).
+    /// C's type code with the default bias type (D's, or bf16 for an FP8
+    /// D; see [`Fp8Types::c_cuda`] for an f16 one).
     pub fn c_cuda(self) -> cudaDataType_t {
         match self {
             Fp8OutputType::Fp8(_) => cudaDataType_t::CUDA_R_16BF,
@@ -120,12 +171,23 @@ impl Fp8OutputType {
         }
     }
 
-    /// The bias type code (bf16, or f16 for an f16 D).
+    /// The default bias type code (bf16, or f16 for an f16 D).
     pub fn bias_cuda(self) -> cudaDataType_t {
+        self.default_bias().cuda()
+    }
+
+    /// The default bias type (bf16, or f16 for an f16 D).
+    pub fn default_bias(self) -> Fp8BiasType {
         match self {
-            Fp8OutputType::F16 => cudaDataType_t::CUDA_R_16F,
-            _ => cudaDataType_t::CUDA_R_16BF,
+            Fp8OutputType::F16 => Fp8BiasType::F16,
+            _ => Fp8BiasType::BF16,
         }
+    }
+
+    /// The bias types cuBLASLt takes with this D: f16 and bf16 for an FP8
+    /// D, the default otherwise.
+    pub fn allows_bias(self, bias: Fp8BiasType) -> bool {
+        self.is_fp8() || bias == self.default_bias()
     }
 
     /// Bytes per element of D.
@@ -162,15 +224,39 @@ pub struct Fp8Types {
     pub b: Fp8Format,
     /// D's type.
     pub d: Fp8OutputType,
+    /// The bias type, and C's type for an FP8 D (`None`: D's default,
+    /// [`Fp8OutputType::default_bias`]).
+    pub bias: Option<Fp8BiasType>,
 }
 
 impl Fp8Types {
-    /// The types of `A`, `B` and `D`.
+    /// The types of `A`, `B` and `D`, with D's default bias type.
     pub fn of<A: Fp8Input, B: Fp8Input, D: Fp8Output>() -> Self {
         Fp8Types {
             a: A::FORMAT,
             b: B::FORMAT,
             d: D::TYPE,
+            bias: None,
+        }
+    }
+
+    /// The same with bias type `bias` (for an FP8 D, C's type too).
+    pub fn with_bias(mut self, bias: Fp8BiasType) -> Self {
+        self.bias = Some(bias);
+        self
+    }
+
+    /// The bias type: the one set, or D's default.
+    pub fn bias_type(&self) -> Fp8BiasType {
+        self.bias.unwrap_or_else(|| self.d.default_bias())
+    }
+
+    /// C's type code: the bias type for an FP8 D, D's type otherwise.
+    pub fn c_cuda(&self) -> cudaDataType_t {
+        if self.d.is_fp8() {
+            self.bias_type().cuda()
+        } else {
+            self.d.cuda()
         }
     }
 }
@@ -232,12 +318,15 @@ pub fn fp8_epilogue_supported(e: Epilogue) -> bool {
 /// - A and B are E4M3 or E5M2, but not both E5M2; an E5M2 D needs an E5M2
 ///   operand (E4M3 x E4M3 gives f32, f16, bf16 or E4M3).
 /// - D is f32, f16, bf16, E4M3 or E5M2. C has D's type, except for an FP8
-///   D, where C is bf16 ([`Fp8Output::C_TYPE`]): this crate has no
+///   D, where C is bf16 or f16 (the bias type, [`Fp8Types::c_cuda`], as
+///   NVIDIA's table allows; bf16 by default): this crate has no
 ///   separate C, so with an FP8 D `beta` must be 0 and C is not read (the
 ///   run hands cuBLASLt a placeholder C, neither D nor null, which it
 ///   requires). `scale_d` applies to FP8 outputs only; `scale_c` to an
 ///   FP8 C only, which this crate never has (fold it into `beta`). The
-///   bias vector is bf16, or f16 for an f16 D ([`Fp8Output::Bias`]).
+///   bias vector is bf16, or f16 for an f16 D ([`Fp8Output::Bias`]); with
+///   an FP8 D it may be f16 instead ([`Fp8Types::with_bias`]); any other
+///   bias type is refused naming `bias`.
 /// - "TN": in cuBLASLt's column-major terms A is transposed and B is not.
 ///   For the logical product D = A·B that is, whatever D's order: **A has
 ///   its k dimension contiguous** (row-major m x k, or `col_major(k, m).t()`)
@@ -426,6 +515,19 @@ impl Fp8MatmulSpec {
                 "d",
                 "cuBLASLt has no E4M3 x E4M3 -> E5M2 matmul (an E5M2 D needs an E5M2 operand): make D E4M3, or A or B E5M2",
                 "fp8e4m3 x fp8e4m3 -> fp8e5m2",
+            ));
+        }
+        if let Some(bias) = t.bias
+            && !t.d.allows_bias(bias)
+        {
+            return Err(Error::invalid(
+                "bias",
+                format!(
+                    "with a {} D cuBLASLt takes a {} bias (f16 or bf16 only with an FP8 D)",
+                    t.d.name(),
+                    t.d.default_bias().name()
+                ),
+                bias.name(),
             ));
         }
         if !fp8_epilogue_supported(self.epilogue) {
@@ -678,7 +780,7 @@ impl Fp8Descriptors {
         if shape.bias_len > 0 {
             desc.set(
                 DescAttr::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                t.d.bias_cuda(),
+                t.bias_type().cuda(),
             )
             .map_err(ctx)?;
             desc.set(DescAttr::CUBLASLT_MATMUL_DESC_BIAS_POINTER, spec.alignment)
@@ -700,7 +802,7 @@ impl Fp8Descriptors {
         };
         let first = lt_layout(t1, &f.first, f.batch).map_err(ctx)?;
         let second = lt_layout(t2, &f.second, f.batch).map_err(ctx)?;
-        let c = lt_layout(t.d.c_cuda(), &f.out, f.batch).map_err(ctx)?;
+        let c = lt_layout(t.c_cuda(), &f.out, f.batch).map_err(ctx)?;
         let out = lt_layout(t.d.cuda(), &f.out, f.batch).map_err(ctx)?;
         let mut pref = MatmulPreference::new().map_err(ctx)?;
         pref.set_max_workspace(u64::try_from(workspace_limit).unwrap_or(u64::MAX))

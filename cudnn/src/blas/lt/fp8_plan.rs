@@ -14,7 +14,7 @@ use crate::runtime::{Device, DeviceSlice, DeviceSliceMut};
 use crate::sys::cublas::{cublasLtMatmulHeuristicResult_t, cublasStatus_t};
 
 /// The element types, held without owning any (Send + Sync whatever they are).
-type Types<A, B, D> = PhantomData<fn() -> (A, B, D)>;
+type Types<A, B, D, Bias> = PhantomData<fn() -> (A, B, D, Bias)>;
 
 /// The per-tensor scales and the amax output of one run: device f32
 /// scalars (each slice at least 1 element). A scale left `None` is 1.
@@ -38,20 +38,39 @@ pub struct Fp8Scaling<'a> {
 /// `A`, `B` (FP8) and `D`: the descriptors and the heuristic's algorithm,
 /// chosen once. Creating one needs a device (the heuristic takes an
 /// [`LtHandle`]); the descriptors alone do not ([`Fp8Descriptors`]).
-pub struct Fp8MatmulPlan<A: Fp8Input, B: Fp8Input, D: Fp8Output> {
+///
+/// `Bias` is the bias vector's element type, and C's for an FP8 D: D's
+/// default ([`Fp8Output::Bias`], bf16 unless D is f16) when left out; with
+/// an FP8 D it may be `f16` (`Fp8MatmulPlan::<F8E4M3, F8E4M3, F8E4M3,
+/// f16>`, as TransformerEngine does); any other choice is refused by
+/// [`new`](Self::new) naming `bias`.
+pub struct Fp8MatmulPlan<
+    A: Fp8Input,
+    B: Fp8Input,
+    D: Fp8Output,
+    Bias: Fp8Bias = <D as Fp8Output>::Bias,
+> {
     spec: Fp8MatmulSpec,
     descs: Fp8Descriptors,
     algo: Option<cublasLtMatmulHeuristicResult_t>,
     device: Device,
-    _types: Types<A, B, D>,
+    _types: Types<A, B, D, Bias>,
 }
 
-impl<A: Fp8Input, B: Fp8Input, D: Fp8Output> fmt::Debug for Fp8MatmulPlan<A, B, D> {
+impl<A: Fp8Input, B: Fp8Input, D: Fp8Output, Bias: Fp8Bias> fmt::Debug
+    for Fp8MatmulPlan<A, B, D, Bias>
+{
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Fp8MatmulPlan")
             .field(
                 "types",
-                &format_args!("{} x {} -> {}", A::NAME, B::NAME, D::NAME),
+                &format_args!(
+                    "{} x {} -> {} (bias {})",
+                    A::NAME,
+                    B::NAME,
+                    D::NAME,
+                    Bias::NAME
+                ),
             )
             .field("spec", &self.spec)
             .field("workspace", &self.workspace_size())
@@ -88,17 +107,18 @@ pub fn check_scale_mode_for(mode: Fp8ScaleMode, cc: (u32, u32)) -> Result<()> {
     }
 }
 
-impl<A: Fp8Input, B: Fp8Input, D: Fp8Output> Fp8MatmulPlan<A, B, D> {
+impl<A: Fp8Input, B: Fp8Input, D: Fp8Output, Bias: Fp8Bias> Fp8MatmulPlan<A, B, D, Bias> {
     /// Check the spec, build the descriptors and ask the heuristic for the
     /// best algorithm within `lt`'s workspace.
     ///
     /// # Errors
-    /// As [`Fp8MatmulSpec::check`]; [`Error::Unsupported`] for a scale mode
+    /// As [`Fp8MatmulSpec::check`] (a `Bias` type D does not take is
+    /// refused naming `bias`); [`Error::Unsupported`] for a scale mode
     /// or FP8 on a device without it (naming the architecture) or when the
     /// heuristic finds no algorithm; [`Error::Cublas`].
     #[doc(alias = "cublasLtMatmulAlgoGetHeuristic")]
     pub fn new(lt: &LtHandle, spec: &Fp8MatmulSpec) -> Result<Self> {
-        let types = Fp8Types::of::<A, B, D>();
+        let types = Fp8Types::of::<A, B, D>().with_bias(Bias::TYPE);
         let descs = Fp8Descriptors::new(spec, types, lt.workspace_size())?;
         let device = lt.device();
         check_scale_mode_for(spec.scale_mode, device.compute_capability()?)?;
@@ -229,7 +249,7 @@ impl<A: Fp8Input, B: Fp8Input, D: Fp8Output> Fp8MatmulPlan<A, B, D> {
         beta: f32,
         d: impl Into<DeviceSliceMut<'d, D>>,
         mut scale: Fp8Scaling<'_>,
-        bias: Option<DeviceSlice<'_, D::Bias>>,
+        bias: Option<DeviceSlice<'_, Bias>>,
     ) -> Result<()> {
         let (a, b, mut d) = (a.into(), b.into(), d.into());
         let spec = self.spec;
@@ -245,7 +265,7 @@ impl<A: Fp8Input, B: Fp8Input, D: Fp8Output> Fp8MatmulPlan<A, B, D> {
         if fp8_out && beta != 0.0 {
             return Err(Error::invalid(
                 "beta",
-                "must be 0 with an FP8 D (its C would be bf16, and this crate has no separate C)",
+                "must be 0 with an FP8 D (its C would be 16-bit, and this crate has no separate C)",
                 beta,
             ));
         }

@@ -228,9 +228,11 @@ impl<T: DataType> fmt::Debug for RnnDataDescriptor<T> {
 
 impl<T: DataType> RnnDataDescriptor<T> {
     /// Check ([`check_rnn_data`]) and set a batch of `lengths.len()`
-    /// sequences. No padding fill is set, so cuDNN documents the padded
-    /// positions of an output (`y`, `dx`) as undefined: read only the
-    /// valid steps ([`RnnDataLayout::vector_index`] below each length).
+    /// sequences, with a padding fill of 0 (`T::default()`), as PyTorch
+    /// zero-fills the padded steps of its outputs: in an unpacked layout,
+    /// cuDNN writes the fill at the padded positions of an output (`y`,
+    /// `dx`) described by this descriptor.
+    /// [`with_padding_fill`](Self::with_padding_fill) sets another value.
     ///
     /// # Errors
     /// The check's errors, then what cuDNN reports.
@@ -241,7 +243,27 @@ impl<T: DataType> RnnDataDescriptor<T> {
         vector_size: usize,
         lengths: &[usize],
     ) -> Result<Self> {
+        Self::with_padding_fill(layout, max_seq_len, vector_size, lengths, T::default())
+    }
+
+    /// As [`new`](Self::new), with `fill` written at the padded positions
+    /// of an output in an unpacked layout (cuDNN's `paddingFill`, read in
+    /// `T`'s own encoding: 2 bytes for f16 / bf16, 4 for f32, 8 for f64, as
+    /// the host tier reads it back). A packed layout has no padding; the
+    /// fill is stored and unused.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    #[doc(alias = "cudnnSetRNNDataDescriptor")]
+    pub fn with_padding_fill(
+        layout: RnnDataLayout,
+        max_seq_len: usize,
+        vector_size: usize,
+        lengths: &[usize],
+        fill: T,
+    ) -> Result<Self> {
         check_rnn_data::<T>(layout, max_seq_len, vector_size, lengths)?;
+        let mut fill_bytes = fill_buffer(fill)?;
         let version = crate::dnn::Handle::library_version()?;
         let bf16 = T::CUDNN == dnn::cudnnDataType_t::CUDNN_DATA_BFLOAT16;
         if bf16 && version.major < 9 {
@@ -254,7 +276,9 @@ impl<T: DataType> RnnDataDescriptor<T> {
         let raw = RawRnnData::create()?;
         let as_i32 = |v: usize| i32::try_from(v).unwrap_or(i32::MAX);
         // SAFETY: live descriptor; `c_lengths` holds exactly `batch` ints and
-        // outlives the call (cuDNN copies it); no padding fill (null).
+        // outlives the call (cuDNN copies it); `fill_bytes` is 8 bytes (the
+        // widest element type; cuDNN reads T::SIZE of them, measured) and
+        // outlives the call (cuDNN copies the value).
         unsafe {
             cudnn_call!(
                 check::cudnn()?,
@@ -266,7 +290,7 @@ impl<T: DataType> RnnDataDescriptor<T> {
                     as_i32(lengths.len()),
                     as_i32(vector_size),
                     c_lengths.as_ptr(),
-                    std::ptr::null_mut()
+                    fill_bytes.as_mut_ptr().cast()
                 )
             )
         }
@@ -402,6 +426,17 @@ impl<T: DataType> RnnDataDescriptor<T> {
         Ok(d)
     }
 
+    /// The padding fill cuDNN stored (read back with
+    /// `cudnnGetRNNDataDescriptor`, in `T`'s encoding).
+    ///
+    /// # Errors
+    /// What cuDNN reports.
+    #[doc(alias = "cudnnGetRNNDataDescriptor")]
+    pub fn padding_fill(&self) -> Result<T> {
+        let (_, fill) = read_all(&self.raw, 0)?;
+        Ok(from_fill_buffer(&fill))
+    }
+
     /// Read back what cuDNN stored: `(data type, layout, max_seq_len,
     /// batch, vector_size, lengths)`.
     ///
@@ -413,8 +448,43 @@ impl<T: DataType> RnnDataDescriptor<T> {
     }
 }
 
+/// `fill`'s bytes at the start of an 8-byte buffer (the widest element
+/// type), the rest 0: what `paddingFill` points at.
+fn fill_buffer<T: DataType>(fill: T) -> Result<[u8; 8]> {
+    let mut out = [0u8; 8];
+    let n = std::mem::size_of::<T>();
+    if n > out.len() {
+        return Err(Error::invalid("fill", "must be at most 8 bytes", T::NAME));
+    }
+    // SAFETY: `fill` is a live `T` of `n <= 8` bytes; DataType types are
+    // plain numbers without padding bytes, so every byte is initialized;
+    // the destination has room for `n` bytes and does not overlap.
+    unsafe {
+        std::ptr::copy_nonoverlapping((&fill as *const T).cast::<u8>(), out.as_mut_ptr(), n);
+    }
+    Ok(out)
+}
+
+/// The `T` in the first `size_of::<T>()` bytes of `buf` (0 if T were wider
+/// than 8 bytes, which no DataType is).
+fn from_fill_buffer<T: DataType>(buf: &[u8; 8]) -> T {
+    if std::mem::size_of::<T>() > buf.len() {
+        return T::default();
+    }
+    // SAFETY: `buf` holds at least size_of::<T>() bytes (checked); any bit
+    // pattern is a valid DataType value (the trait's documented rule);
+    // read_unaligned needs no alignment.
+    unsafe { std::ptr::read_unaligned(buf.as_ptr().cast::<T>()) }
+}
+
 /// `cudnnGetRNNDataDescriptor`, asking for `n` lengths (0: none).
 fn read_values(raw: &RawRnnData, n: usize) -> Result<(u32, u32, i32, i32, i32, Vec<i32>)> {
+    read_all(raw, n).map(|(v, _)| v)
+}
+
+/// [`read_values`] and the padding fill's 8-byte buffer.
+#[allow(clippy::type_complexity)]
+fn read_all(raw: &RawRnnData, n: usize) -> Result<((u32, u32, i32, i32, i32, Vec<i32>), [u8; 8])> {
     let mut dt = dnn::cudnnDataType_t(0);
     let mut layout = dnn::cudnnRNNDataLayout_t(0);
     let (mut t, mut b, mut v) = (0i32, 0i32, 0i32);
@@ -444,7 +514,7 @@ fn read_values(raw: &RawRnnData, n: usize) -> Result<(u32, u32, i32, i32, i32, V
             )
         )
     }?;
-    Ok((dt.0, layout.0, t, b, v, lens))
+    Ok(((dt.0, layout.0, t, b, v, lens), fill))
 }
 
 /// Set raw values on a fresh data descriptor with no Rust check first

@@ -175,6 +175,10 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
     /// [`check_rnn_data`](super::check_rnn_data)'s for the batch;
     /// [`RnnInputMode::Skip`] with `input_size != hidden_size`; what cuDNN or
     /// the allocation reports.
+    ///
+    /// The padded steps of `y` and `dx` (unpacked layouts) are filled with
+    /// 0, as PyTorch does; [`with_padding_fill`](Self::with_padding_fill)
+    /// chooses another value.
     #[doc(alias = "cudnnGetRNNWeightSpaceSize")]
     #[doc(alias = "cudnnGetRNNTempSpaceSizes")]
     pub fn new(
@@ -183,6 +187,24 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
         layout: RnnDataLayout,
         max_seq_len: usize,
         lengths: &[usize],
+    ) -> Result<Self> {
+        Self::with_padding_fill(handle, rnn, layout, max_seq_len, lengths, T::default())
+    }
+
+    /// As [`new`](Self::new), with `fill` written by cuDNN at the padded
+    /// steps of `y` (forward) and `dx` (backward data) in an unpacked
+    /// layout (the data descriptors' `paddingFill`,
+    /// [`RnnDataDescriptor::with_padding_fill`]).
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn with_padding_fill(
+        handle: &mut Handle,
+        rnn: &'r RnnDescriptor<'d, T>,
+        layout: RnnDataLayout,
+        max_seq_len: usize,
+        lengths: &[usize],
+        fill: T,
     ) -> Result<Self> {
         let cfg = *rnn.config();
         if cfg.input_mode == RnnInputMode::Skip && cfg.input_size != cfg.hidden_size {
@@ -205,8 +227,14 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
                     cfg.projection_size,
                 )
             })?;
-        let x = RnnDataDescriptor::<T>::new(layout, max_seq_len, cfg.input_size, lengths)?;
-        let y = RnnDataDescriptor::<T>::new(layout, max_seq_len, out, lengths)?;
+        let x = RnnDataDescriptor::<T>::with_padding_fill(
+            layout,
+            max_seq_len,
+            cfg.input_size,
+            lengths,
+            fill,
+        )?;
+        let y = RnnDataDescriptor::<T>::with_padding_fill(layout, max_seq_len, out, lengths, fill)?;
         let h = TensorDescriptor::<T>::packed(&cfg.state_shape(lengths.len(), false)?)?;
         let c = TensorDescriptor::<T>::packed(&cfg.state_shape(lengths.len(), true)?)?;
         let _on = handle.enter()?;
@@ -361,7 +389,9 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
     /// Forward pass. `training`: `Some(reserve)` for a training forward
     /// (writes the reserve for the backward passes), `None` for inference.
     /// `hx`/`cx` of `None` are zeros; `hy`/`cy` of `None` are not written.
-    /// Padded steps of `y` are undefined (no padding fill is set).
+    /// In an unpacked layout the padded steps of `y` hold the plan's
+    /// padding fill (0 unless planned
+    /// [`with_padding_fill`](Self::with_padding_fill)), written by cuDNN.
     ///
     /// # Errors
     /// Buffer lengths ([`Error::Mismatch`]), a cell state for a non-LSTM,
@@ -482,8 +512,9 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
     /// Backward data: `dx`, `dhx`, `dcx` from `dy`, `dhy`, `dcy`, after a
     /// training [`forward`](Self::forward) that filled `reserve` (with the
     /// same `y`, `hx`, `cx` and weights). cuDNN writes the reserve here, so
-    /// each training forward takes one backward data. Padded steps of `dx`
-    /// are undefined.
+    /// each training forward takes one backward data. In an unpacked
+    /// layout the padded steps of `dx` hold the plan's padding fill (0
+    /// unless planned with another), written by cuDNN.
     ///
     /// # Errors
     /// As [`forward`](Self::forward); a reserve no training forward filled,

@@ -19,6 +19,23 @@
 //! reading padded 128 x 4 tiles from a row-major buffer would read past
 //! it). View the same memory as 4-D (`[1, a, b, c]`) instead.
 //!
+//! Scale buffer size: the scales are described to cuDNN packed row-major
+//! (x's dims with the last divided by 32), but NVIDIA documents MXFP8
+//! scale factors in whole 128 x 4 tiles (cuBLASLt's
+//! `VEC32_UE8M0` layout; cuDNN's `F8_128x4` reordering; the frontend's
+//! block-scale samples size them as rows rounded up to 128 times scale
+//! columns rounded up to 4), and whether a kernel reading or writing
+//! non-reordered scales stays inside the packed size for other shapes is
+//! not documented and cannot be seen without a Blackwell GPU. An undersized
+//! scale buffer is an out-of-bounds access on the device, and the bound
+//! buffer is checked against the packed span, so both operations accept
+//! only shapes whose padded size equals the packed one
+//! ([`mxfp8_scale_sizes`]): the second-to-last dim of x (its rows; for a
+//! 2-D x, all of them) a multiple of [`MXFP8_SCALE_TILE_ROWS`] (128) and
+//! the last dim a multiple of `32 * `[`MXFP8_SCALE_TILE_COLS`] (128).
+//! Other shapes are refused with a typed error naming both sizes (pad the
+//! tensor).
+//!
 //! What the host tier shows (cuDNN 9.28.1, no device): both operations and
 //! their graphs finalize for 2-D and 4-D tensors, but cuDNN offers no
 //! engine for them without a live device. Their plans are for the GPU tier. A plan JSON holding these nodes is not on
@@ -34,13 +51,67 @@ use crate::graph::tensor::{DType, TensorSpec, fmt_dims};
 /// The MXFP8 block size: 32 elements share a scale.
 pub const MXFP8_BLOCK: i64 = 32;
 
+/// The rows of one MXFP8 scale tile (NVIDIA's 128 x 4 layout).
+pub const MXFP8_SCALE_TILE_ROWS: i64 = 128;
+
+/// The scale columns of one MXFP8 scale tile (4 scales: 128 elements of x).
+pub const MXFP8_SCALE_TILE_COLS: i64 = 4;
+
+/// `(packed, padded)`: the E8M0 scale elements of an x of `dims` (block
+/// along the last dim), packed row-major (`product(dims) / 32`) and in
+/// whole 128 x 4 tiles as NVIDIA documents the MXFP8 scale layout: the
+/// leading dims (all but the last two) times the second-to-last rounded up
+/// to 128, times the scale columns (`last / 32`) rounded up to 4. A 1-D x
+/// has one row. E.g. x `[129, 64]`: packed 129 x 2 = 258, padded 256 x 4 =
+/// 1024. This is the larger of the two ways a kernel may tile a 4-D x (per
+/// leading index or over all rows).
+///
+/// # Errors
+/// A dim below 1, a last dim not a multiple of [`MXFP8_BLOCK`], or a size
+/// that overflows (`InvalidArgument` naming `dims`).
+pub fn mxfp8_scale_sizes(dims: &[i64]) -> Result<(usize, usize)> {
+    let bad = |rule: &str| Error::invalid("dims", rule.to_string(), fmt_dims(dims));
+    let (&last, head) = dims.split_last().ok_or_else(|| bad("must not be empty"))?;
+    if dims.iter().any(|&d| d < 1) {
+        return Err(bad("every dim must be >= 1"));
+    }
+    if last % MXFP8_BLOCK != 0 {
+        return Err(bad(
+            "the last dim must be a multiple of the MXFP8 block (32)",
+        ));
+    }
+    let cols = last / MXFP8_BLOCK;
+    let (rows, lead) = match head.split_last() {
+        Some((&r, lead)) => (r, lead),
+        None => (1, &[][..]),
+    };
+    let overflow = || bad("the scale size overflows");
+    let lead = lead
+        .iter()
+        .try_fold(1i64, |a, &d| a.checked_mul(d))
+        .ok_or_else(overflow)?;
+    let round = |n: i64, m: i64| n.checked_add(m - 1).map(|x| x / m * m);
+    let packed = lead
+        .checked_mul(rows)
+        .and_then(|x| x.checked_mul(cols))
+        .ok_or_else(overflow)?;
+    let padded = round(rows, MXFP8_SCALE_TILE_ROWS)
+        .zip(round(cols, MXFP8_SCALE_TILE_COLS))
+        .and_then(|(r, c)| lead.checked_mul(r)?.checked_mul(c))
+        .ok_or_else(overflow)?;
+    let to_usize = |n: i64| usize::try_from(n).map_err(|_| overflow());
+    Ok((to_usize(packed)?, to_usize(padded)?))
+}
+
 /// What [`Graph::block_scale_quantize`] adds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockScaled {
     /// The FP8 values (a graph output, x's dims and layout).
     pub y: Tensor,
     /// The E8M0 block scales (a graph output: x's dims with the last
-    /// divided by [`MXFP8_BLOCK`], packed row-major).
+    /// divided by [`MXFP8_BLOCK`], packed row-major; x's shape fills whole
+    /// 128 x 4 scale tiles, so this is also NVIDIA's padded size, see the
+    /// [module](super::block_scale_fp8) docs).
     pub scale: Tensor,
 }
 
@@ -184,6 +255,28 @@ fn scale_dims(label: &str, arg: &str, dims: &[i64]) -> Result<Vec<i64>> {
         ));
     }
     *last /= MXFP8_BLOCK;
+    // The bound scale buffer is checked against the packed size: accept
+    // only shapes where that is the padded 128 x 4 tile size too.
+    let (packed, padded) = mxfp8_scale_sizes(dims).map_err(|e| {
+        Error::invalid(
+            format!("{label}: {arg}'s dims"),
+            e.to_string(),
+            fmt_dims(dims),
+        )
+    })?;
+    if packed != padded {
+        return Err(Error::invalid(
+            format!("{label}: {arg}'s dims"),
+            format!(
+                "must fill whole 128 x 4 MXFP8 scale tiles (second-to-last dim a multiple of \
+                 {MXFP8_SCALE_TILE_ROWS}, last a multiple of {}): NVIDIA lays the scales out \
+                 padded to {padded} elements where the packed scale tensor has {packed}, and a \
+                 kernel may touch the padding; pad the tensor",
+                MXFP8_BLOCK * MXFP8_SCALE_TILE_COLS
+            ),
+            fmt_dims(dims),
+        ));
+    }
     Ok(out)
 }
 
@@ -194,8 +287,10 @@ impl Graph {
     ///
     /// # Errors
     /// `x` not f32 / f16 / bf16, `out` not E4M3 / E5M2, x's last dim not a
-    /// multiple of the block; `Unsupported` for a 3-D `x` (see the
-    /// [module](super::block_scale_fp8) docs: view it as 4-D).
+    /// multiple of the block, x's shape not filling whole 128 x 4 scale
+    /// tiles (second-to-last dim a multiple of 128, last of 128);
+    /// `Unsupported` for a 3-D `x` (see the [module](super::block_scale_fp8)
+    /// docs: view it as 4-D).
     #[doc(alias = "CUDNN_BACKEND_OPERATION_BLOCK_SCALE_QUANTIZE_DESCRIPTOR")]
     pub fn block_scale_quantize(&mut self, x: Tensor, out: DType) -> Result<BlockScaled> {
         let label = format!("block_scale_quantize {}", self.label());
@@ -231,7 +326,8 @@ impl Graph {
     /// virtual tensor of the graph's compute type, x's dims and layout.
     ///
     /// # Errors
-    /// `x` not FP8, `scale` not E8M0 or not of the block dims;
+    /// `x` not FP8, `scale` not E8M0 or not of the block dims, x's shape not
+    /// filling whole 128 x 4 scale tiles (as for the quantize);
     /// `Unsupported` for a 3-D `x` (see the [module](super::block_scale_fp8)
     /// docs: view it as 4-D).
     #[doc(alias = "CUDNN_BACKEND_OPERATION_BLOCK_SCALE_DEQUANTIZE_DESCRIPTOR")]

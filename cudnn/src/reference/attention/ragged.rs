@@ -4,9 +4,11 @@
 //! past each length zero, which [`forward`](super::forward) and
 //! [`backward`](super::backward) take with the same lengths.
 
+use super::super::bounds;
 use crate::error::{Error, Result};
 
-/// Checks `offsets` (`b + 1`), `lens` (`b`, each `<= s`) and that every
+/// Checks the dims (each, and `b * h * s * d`, within `MAX_ELEMENTS`),
+/// `offsets` (`b + 1`), `lens` (`b`, each `<= s`) and that every
 /// sequence's tokens lie inside `len` elements; returns `h * d`.
 fn check(len: usize, offsets: &[i32], lens: &[usize], [b, h, s, d]: [usize; 4]) -> Result<usize> {
     if offsets.len() != b.saturating_add(1) || lens.len() != b {
@@ -16,9 +18,10 @@ fn check(len: usize, offsets: &[i32], lens: &[usize], [b, h, s, d]: [usize; 4]) 
             format!("{} / {}", offsets.len(), lens.len()),
         ));
     }
-    let per = h
-        .checked_mul(d)
-        .ok_or_else(|| Error::invalid("ragged dims", "h * d overflows", format!("{h} x {d}")))?;
+    // Every dimension and the BHSD element count within MAX_ELEMENTS (so
+    // `h * d` and every index below fit).
+    bounds::count("ragged dims", &[b, h, s, d])?;
+    let per = h * d;
     for (n, (&l, &o)) in lens.iter().zip(offsets).enumerate() {
         let start = usize::try_from(o)
             .map_err(|_| Error::invalid(format!("ragged offsets[{n}]"), "must be >= 0", o))?;
@@ -42,7 +45,9 @@ fn check(len: usize, offsets: &[i32], lens: &[usize], [b, h, s, d]: [usize; 4]) 
 ///
 /// # Errors
 /// Lengths of `offsets` / `lens` not `b + 1` / `b`; a length above `s`; a
-/// sequence outside `packed`; sizes that overflow.
+/// sequence outside `packed`; sizes that overflow; an output of more than
+/// [`MAX_ELEMENTS`](crate::reference::MAX_ELEMENTS) values, or one the
+/// allocator refuses (reserved fallibly: an error, never an abort).
 pub fn ragged_unpack(
     packed: &[f64],
     offsets: &[i32],
@@ -51,12 +56,9 @@ pub fn ragged_unpack(
 ) -> Result<Vec<f64>> {
     let per = check(packed.len(), offsets, lens, dims)?;
     let [b, h, s, d] = dims;
-    let total = per
-        .checked_mul(s)
-        .and_then(|x| x.checked_mul(b))
-        .filter(|&n| n <= super::super::MAX_ELEMENTS)
-        .ok_or_else(|| Error::invalid("ragged dims", "too large", format!("{dims:?}")))?;
-    let mut out = vec![0.0; total];
+    let total = bounds::count("ragged dims", &dims)?;
+    // Fallible: a refused allocation is an error, never an abort.
+    let mut out = bounds::zeros("ragged dims", total)?;
     for n in 0..b {
         let start = offsets[n] as usize;
         for t in 0..lens[n] {
@@ -74,7 +76,8 @@ pub fn ragged_unpack(
 /// BHSD `bhsd` into a ragged buffer of `len` elements (the rest zero).
 ///
 /// # Errors
-/// As [`ragged_unpack`]; `bhsd` not `b * h * s * d` long.
+/// As [`ragged_unpack`] (the output is `len` values); `bhsd` not
+/// `b * h * s * d` long.
 pub fn ragged_pack(
     bhsd: &[f64],
     offsets: &[i32],
@@ -91,10 +94,9 @@ pub fn ragged_pack(
             bhsd.len(),
         ));
     }
-    if len > super::super::MAX_ELEMENTS {
-        return Err(Error::invalid("ragged_pack len", "too large", len));
-    }
-    let mut out = vec![0.0; len];
+    // Bounded by MAX_ELEMENTS and allocated fallibly (an error, never an
+    // abort).
+    let mut out = bounds::zeros("ragged_pack len", len)?;
     for n in 0..b {
         let start = offsets[n] as usize;
         for t in 0..lens[n] {
