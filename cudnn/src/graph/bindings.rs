@@ -362,7 +362,10 @@ impl<'a> Bindings<'a> {
     /// [`SdpaConfig::ragged_offsets`](crate::graph::SdpaConfig::ragged_offsets)
     /// computes for the config the plan was built from (from any lengths
     /// it accepts) meet this with any sequence lengths bound through
-    /// [`seq_lengths`](Self::seq_lengths). cuDNN
+    /// [`seq_lengths`](Self::seq_lengths): every tensor with ragged offsets
+    /// has packed BSHD strides (`[S*H*D, D, H*D, 1]`; the graph builder and
+    /// the plan JSON loader refuse others, typed), so its span is
+    /// `B x S` tokens of `H x D` elements. cuDNN
     /// checks nothing: an offset past the span makes the GPU read past Q,
     /// K, V or write past O or the gradients.
     ///

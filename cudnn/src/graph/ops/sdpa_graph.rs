@@ -259,6 +259,7 @@ impl Graph {
         self.sdpa_expect(&op, "q", q, &cfg.q_spec()?)?;
         self.sdpa_expect(&op, "k", k, &cfg.k_spec()?)?;
         self.sdpa_expect(&op, "v", v, &cfg.v_spec()?)?;
+        self.sdpa_ragged_strides(cfg, &op, &[("q", q, Q), ("k", k, K), ("v", v, V)])?;
         let imp = cfg.resolve(false).map_err(|e| e.with_context(op.clone()))?;
         let base = format!("sdpa{}", self.ops.len());
         if imp == SdpaImpl::Composite {
@@ -338,6 +339,24 @@ impl Graph {
                 format!("{} {}", sn.spec.dtype(), fmt_dims(sn.spec.dims())),
             ));
         }
+        for (role, t, spec) in [
+            ("q", q, cfg.q_spec()?),
+            ("k", k, cfg.k_spec()?),
+            ("v", v, cfg.v_spec()?),
+        ] {
+            self.sdpa_expect(&op, role, t, &spec)?;
+        }
+        self.sdpa_ragged_strides(
+            cfg,
+            &op,
+            &[
+                ("q", q, Q),
+                ("k", k, K),
+                ("v", v, V),
+                ("o", o, O),
+                ("do", d_o, O),
+            ],
+        )?;
         let imp = cfg.resolve(true).map_err(|e| e.with_context(op.clone()))?;
         let base = format!("sdpa{}", self.ops.len());
         if imp == SdpaImpl::Composite {
