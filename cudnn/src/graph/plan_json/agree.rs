@@ -26,6 +26,10 @@ pub(super) struct Tensors {
     pub(super) all: HashMap<i64, JsonTensor>,
     pub(super) written: HashSet<String>,
     pub(super) read: HashSet<String>,
+    /// What each node reads and writes ([`super::dataflow`]).
+    pub(super) flow: Vec<super::dataflow::Flow>,
+    /// The score-subgraph inputs.
+    pub(super) provided: HashSet<String>,
 }
 
 /// Every non-virtual tensor of the JSON is a bound tensor, a scalar or a

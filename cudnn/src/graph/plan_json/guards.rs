@@ -414,6 +414,8 @@ mod tests {
             written: HashSet::new(),
             read: HashSet::new(),
             page_tables: HashSet::new(),
+            flow: Vec::new(),
+            provided: HashSet::new(),
             nodes: nodes
                 .iter()
                 .map(|(op, f)| {

@@ -25,6 +25,7 @@ use serde_json::{Map, Value};
 
 mod agree;
 mod attention;
+mod dataflow;
 mod engine;
 mod guards;
 mod schema;
@@ -201,6 +202,10 @@ struct Walk {
     /// Every node's operation and the `(field, tensor name)` it reads or
     /// writes, for [`guards`].
     nodes: Vec<(String, Vec<(String, String)>)>,
+    /// What each node reads and writes, for [`dataflow`].
+    flow: Vec<dataflow::Flow>,
+    /// The score-subgraph inputs (their SDPA operation writes them).
+    provided: HashSet<String>,
 }
 
 impl Walk {
@@ -416,6 +421,10 @@ impl Walk {
         })?;
         let mut sub_names: Option<HashSet<String>> = None;
         let mut io_fields: Vec<(String, String)> = Vec::new();
+        let mut flow = dataflow::Flow {
+            path: path.to_string(),
+            ..dataflow::Flow::default()
+        };
         // The subgraph first, so its uids are known to `SubgraphUid`.
         if let Some(sg) = m.get("subgraph") {
             if !fields.iter().any(|(k, _)| *k == "subgraph") {
@@ -468,8 +477,10 @@ impl Walk {
                     };
                     if writes {
                         self.written.insert(s.to_string());
+                        flow.writes.push(s.to_string());
                     } else {
                         self.read.insert(s.to_string());
+                        flow.reads.push(s.to_string());
                     }
                     if PAGE_TABLE_FIELDS.contains(&k.as_str()) {
                         self.page_tables.insert(s.to_string());
@@ -527,6 +538,13 @@ impl Walk {
                     {
                         return Err(bad(&p, "must name a tensor of the node's subgraph", uid));
                     }
+                    // The operation hands its subgraph the input and reads
+                    // back the output (which a subgraph node must write).
+                    if k == "subgraphInputUid" {
+                        self.provided.insert(uid.to_string());
+                    } else {
+                        flow.reads.push(uid.to_string());
+                    }
                 }
             }
         }
@@ -543,6 +561,7 @@ impl Walk {
             return Err(bad(path, "names subgraph tensors but has no subgraph", op));
         }
         self.nodes.push((op.to_string(), io_fields));
+        self.flow.push(flow);
         Ok(())
     }
 }
@@ -663,6 +682,10 @@ pub(crate) fn check_summary(
 ) -> Result<Summary> {
     let (summary, tensors) = shape(json, Some(target), cudnn)?;
     agree(&tensors, io)?;
+    // Scratch tensors (bound in the JSON, placed in the workspace) need
+    // their producer as virtual ones do.
+    let scratch: HashSet<i64> = io.scratch.iter().map(|&(u, _)| u).collect();
+    dataflow::check(&tensors.flow, &tensors.all, &scratch, &tensors.provided)?;
     // The device uses a page table's or an offset's values as addresses
     // and a length's as a row bound: each must be a bound input (which only
     // its guarded binding call binds), never a by-value scalar (its value
@@ -735,6 +758,8 @@ fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Sum
         read: HashSet::new(),
         page_tables: HashSet::new(),
         nodes: Vec::new(),
+        flow: Vec::new(),
+        provided: HashSet::new(),
     };
     w.graph(
         &top["operationGraph"],
@@ -754,6 +779,7 @@ fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Sum
             return Err(bad(path, "must name a tensor of the graph", uid));
         }
     }
+    dataflow::check(&w.flow, &w.tensors, &HashSet::new(), &w.provided)?;
     guards::check_batches(&w)?;
     guards::check_paged_loads(&w)?;
     attention::check_headers(&w, &attn_headers)?;
@@ -767,6 +793,8 @@ fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Sum
             all: w.tensors,
             written: w.written,
             read: w.read,
+            flow: w.flow,
+            provided: w.provided,
         },
     ))
 }

@@ -1,0 +1,645 @@
+//! Host tier, in CI (issue 31 item 8): every plan the crate builds reloads
+//! through its own loaders with the same guards, and the trusted loaders
+//! refuse, typed, a plan whose operation graph lost or doubled a node.
+//!
+//! - `plan_reload_property`: random graphs of every family (convolution,
+//!   grouped and asymmetrically padded too, with an ELU / softplus / ReLU
+//!   epilogue; matmul; pointwise; layer and RMS norm; reduction; SDPA
+//!   forward and backward with paged caches, ragged batches, biases and
+//!   masks) and fixed regression cases, each planned for an H200 or a
+//!   B200; a plan that builds must reload from its cuDNN JSON
+//!   (`Plan::from_cudnn_json_trusted`) and from its plan file
+//!   (`Plan::deserialize_trusted`), and `Plan::guarded_inputs` of each must
+//!   be the built plan's. A graph the crate refuses to plan must be refused
+//!   typed. `CUDNN_RS_RELOAD_CASES` sets the number of random cases
+//!   (default 16: well under 60 s on two cores), `CUDNN_RS_RELOAD_SEED` the
+//!   seed.
+//! - `sdpa_bwd_node_edits_refused`: the SDPA backward of
+//!   `SdpaConfig::new(2, 4, 128, 64, BF16).padding(true).causal(true)` for
+//!   an H200 and a B200, its cuDNN JSON with each node removed and each
+//!   duplicated, loaded trusted in child processes (cuDNN 9.28 crashed with
+//!   SIGSEGV on node 19 or 20 removed): every case must be a typed refusal,
+//!   no crash, no hang.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#[path = "support/fuzz_child.rs"]
+mod fuzz_child;
+#[path = "support/mod.rs"]
+mod support;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudnn::Error;
+use cudnn::graph::*;
+use fuzz_child::{Outcome, run_cases};
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::{Config as PtConfig, RngAlgorithm, TestRng, TestRunner};
+use serde_json::Value;
+use support::*;
+
+const WORKER: &str = "CUDNN_RS_PLAN_RELOAD_WORKER";
+
+/// One graph to plan.
+#[derive(Clone, Debug)]
+enum Recipe {
+    /// NHWC f16 conv fprop: batch, channels, groups, out channels per
+    /// group, spatial, filter, pads (pre, post), stride, epilogue.
+    Conv {
+        n: i64,
+        c: i64,
+        groups: i64,
+        k_per_group: i64,
+        hw: i64,
+        r: i64,
+        pre: i64,
+        post: i64,
+        stride: i64,
+        act: Option<Pointwise>,
+    },
+    /// bf16 batched matmul `[b, m, k] x [b, k, n]`, epilogue.
+    Matmul {
+        b: i64,
+        m: i64,
+        k: i64,
+        n: i64,
+        act: Option<Pointwise>,
+    },
+    /// A unary pointwise op on f32 `[n, c, h, w]`.
+    Pointwise { mode: Pointwise, dims: [i64; 4] },
+    /// Layer (or RMS) norm of bf16 `[n, c, 1, 1]`.
+    Norm {
+        rms: bool,
+        train: bool,
+        n: i64,
+        c: i64,
+    },
+    /// A reduction of f32 `[n, c, h, w]` to `[n, 1, 1, 1]`.
+    Reduce { op: Reduce, dims: [i64; 4] },
+    /// An attention forward (or backward).
+    Sdpa { cfg: SdpaConfig, backward: bool },
+}
+
+fn act_strategy() -> impl Strategy<Value = Option<Pointwise>> {
+    prop_oneof![
+        Just(None),
+        Just(Some(Pointwise::Relu)),
+        (0.1f64..3.0).prop_map(|alpha| Some(Pointwise::Elu { alpha })),
+        (0.5f64..4.0).prop_map(|beta| Some(Pointwise::Softplus { beta })),
+        (0.5f64..2.0).prop_map(|beta| Some(Pointwise::Swish { beta })),
+    ]
+}
+
+fn sdpa_strategy() -> impl Strategy<Value = Recipe> {
+    (
+        (
+            1i64..3,
+            prop_oneof![Just(2i64), Just(4)],
+            1i64..200,
+            1i64..400,
+        ),
+        prop_oneof![Just(64i64), Just(128)],
+        (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
+        (
+            0u8..4,
+            prop_oneof![Just(16i64), Just(32), Just(64)],
+            any::<bool>(),
+        ),
+        (any::<bool>(), 0u8..3),
+    )
+        .prop_map(
+            |(
+                (b, h, sq, skv),
+                d,
+                (backward, causal, padding, gqa),
+                (paged, block, ragged),
+                (composite, bias),
+            )| {
+                let mut cfg = SdpaConfig::new(b, h, sq, d, DType::BF16)
+                    .kv_len(skv)
+                    .training(backward)
+                    .causal(causal)
+                    .padding(padding);
+                if gqa {
+                    cfg = cfg.gqa(h / 2);
+                }
+                if bias == 1 {
+                    cfg = cfg.bias(AttnBias::new(false, true).with_dbias(backward));
+                } else if bias == 2 {
+                    cfg = cfg.bias(AttnBias::full());
+                }
+                // A decode-like paged forward (pages of `block`), or ragged.
+                if paged == 1 && !backward {
+                    let pages = skv / block + i64::from(skv % block != 0);
+                    cfg = cfg.paged(block, pages * b + 3);
+                } else if ragged {
+                    cfg = cfg.ragged();
+                }
+                if composite {
+                    cfg = cfg.implementation(SdpaImpl::Composite);
+                }
+                Recipe::Sdpa { cfg, backward }
+            },
+        )
+}
+
+fn recipe_strategy() -> impl Strategy<Value = Recipe> {
+    prop_oneof![
+        (
+            (
+                1i64..3,
+                prop_oneof![Just(8i64), Just(16), Just(32)],
+                prop_oneof![Just(1i64), Just(2), Just(4)]
+            ),
+            (
+                prop_oneof![Just(8i64), Just(16)],
+                6i64..20,
+                prop_oneof![Just(1i64), Just(3)]
+            ),
+            (0i64..2, 0i64..3, 1i64..3),
+            act_strategy(),
+        )
+            .prop_map(
+                |((n, c, groups), (k_per_group, hw, r), (pre, post, stride), act)| {
+                    Recipe::Conv {
+                        n,
+                        c,
+                        groups,
+                        k_per_group,
+                        hw,
+                        r,
+                        pre,
+                        post,
+                        stride,
+                        act,
+                    }
+                }
+            ),
+        (
+            1i64..4,
+            prop_oneof![Just(64i64), Just(128)],
+            prop_oneof![Just(64i64), Just(256)],
+            prop_oneof![Just(64i64), Just(128)],
+            act_strategy(),
+        )
+            .prop_map(|(b, m, k, n, act)| Recipe::Matmul { b, m, k, n, act }),
+        (act_strategy(), 1i64..4, 1i64..64).prop_map(|(a, n, c)| Recipe::Pointwise {
+            mode: a.unwrap_or(Pointwise::Tanh),
+            dims: [n, c, 4, 4],
+        }),
+        (
+            any::<bool>(),
+            any::<bool>(),
+            1i64..64,
+            prop_oneof![Just(128i64), Just(768)]
+        )
+            .prop_map(|(rms, train, n, c)| Recipe::Norm { rms, train, n, c }),
+        (
+            prop_oneof![Just(Reduce::Add), Just(Reduce::Max), Just(Reduce::AMax)],
+            1i64..8,
+            1i64..64
+        )
+            .prop_map(|(op, n, c)| Recipe::Reduce {
+                op,
+                dims: [n, c, 8, 8],
+            }),
+        sdpa_strategy(),
+        sdpa_strategy(),
+    ]
+}
+
+/// The regression cases of issue 31: keys cuDNN 9.28 writes that the
+/// allow-list lacked (ELU's and softplus's parameter, a grouped conv, an
+/// asymmetric padding), paged caches whose `seq_kv` is not a multiple of the
+/// block size (native with a bias, composite; 351 keys in pages of 32), a
+/// ragged composite forward.
+fn fixed() -> Vec<(&'static str, Recipe, &'static str)> {
+    let conv = |groups, pre, post, act| Recipe::Conv {
+        n: 2,
+        c: 16,
+        groups,
+        k_per_group: 16 / groups,
+        hw: 14,
+        r: 3,
+        pre,
+        post,
+        stride: 1,
+        act,
+    };
+    let pw = |mode| Recipe::Pointwise {
+        mode,
+        dims: [2, 16, 4, 4],
+    };
+    let paged = |skv: i64, block: i64, bias: bool, imp| {
+        let pages = skv / block + i64::from(skv % block != 0);
+        let mut cfg = SdpaConfig::new(2, 4, 1, 64, DType::BF16)
+            .kv_len(skv)
+            .paged(block, pages * 2 + 1)
+            .implementation(imp);
+        if bias {
+            cfg = cfg.bias(AttnBias::new(false, true));
+        }
+        Recipe::Sdpa {
+            cfg,
+            backward: false,
+        }
+    };
+    vec![
+        (
+            "conv + elu",
+            conv(1, 1, 1, Some(Pointwise::Elu { alpha: 0.7 })),
+            "h200",
+        ),
+        (
+            "conv + softplus",
+            conv(1, 1, 1, Some(Pointwise::Softplus { beta: 2.0 })),
+            "h200",
+        ),
+        ("pointwise elu", pw(Pointwise::Elu { alpha: 1.5 }), "h200"),
+        (
+            "pointwise softplus",
+            pw(Pointwise::Softplus { beta: 0.5 }),
+            "h200",
+        ),
+        ("grouped conv", conv(4, 1, 1, None), "h200"),
+        ("asymmetric pad", conv(1, 0, 2, None), "h200"),
+        (
+            "paged 100/16 native + bias",
+            paged(100, 16, true, SdpaImpl::Native),
+            "h200",
+        ),
+        (
+            "paged 100/16 composite",
+            paged(100, 16, false, SdpaImpl::Composite),
+            "h200",
+        ),
+        (
+            "paged 351/32 native",
+            paged(351, 32, false, SdpaImpl::Native),
+            "b200",
+        ),
+        (
+            "paged 351/32 composite",
+            paged(351, 32, false, SdpaImpl::Composite),
+            "h200",
+        ),
+        (
+            "ragged composite fwd",
+            Recipe::Sdpa {
+                cfg: SdpaConfig::new(2, 4, 128, 64, DType::BF16)
+                    .ragged()
+                    .implementation(SdpaImpl::Composite),
+                backward: false,
+            },
+            "h200",
+        ),
+    ]
+}
+
+fn sdpa_graph(cfg: &SdpaConfig, backward: bool) -> Result<Graph, Error> {
+    let mut g = Graph::new();
+    let q = g.input("q", cfg.q_spec()?)?;
+    let k = g.input("k", cfg.k_spec()?)?;
+    let v = g.input("v", cfg.v_spec()?)?;
+    if backward {
+        let o = g.input("o", cfg.o_spec()?)?;
+        let d_o = g.input("do", cfg.o_spec()?)?;
+        let st = g.input("stats", cfg.stats_spec()?)?;
+        g.sdpa_backward(q, k, v, o, d_o, st, cfg)?;
+    } else {
+        g.sdpa_forward(q, k, v, cfg)?;
+    }
+    Ok(g)
+}
+
+fn graph(r: &Recipe) -> Result<Graph, Error> {
+    let mut g = Graph::new();
+    let epilogue = |g: &mut Graph, y: Tensor, act: Option<Pointwise>| match act {
+        Some(m) => g.pointwise(m, &[y]),
+        None => Ok(y),
+    };
+    match r {
+        Recipe::Conv {
+            n,
+            c,
+            groups,
+            k_per_group,
+            hw,
+            r,
+            pre,
+            post,
+            stride,
+            act,
+        } => {
+            let x = g.input("x", TensorSpec::nhwc(DType::F16, &[*n, *c, *hw, *hw])?)?;
+            let k = groups * k_per_group;
+            let w = g.input("w", TensorSpec::nhwc(DType::F16, &[k, c / groups, *r, *r])?)?;
+            let mut p = ConvParams::new_2d([*pre, *pre], [*stride, *stride], [1, 1]);
+            p.post_padding = vec![*post, *post];
+            let y = g.conv_fprop(x, w, &p)?;
+            let y = epilogue(&mut g, y, *act)?;
+            g.output(y, DType::F16)?;
+        }
+        Recipe::Matmul { b, m, k, n, act } => {
+            let a = g.input("a", TensorSpec::row_major(DType::BF16, &[*b, *m, *k])?)?;
+            let bb = g.input("b", TensorSpec::row_major(DType::BF16, &[*b, *k, *n])?)?;
+            let c = g.matmul(a, bb)?;
+            let c = epilogue(&mut g, c, *act)?;
+            g.output(c, DType::BF16)?;
+        }
+        Recipe::Pointwise { mode, dims } => {
+            let x = g.input("x", TensorSpec::row_major(DType::F32, dims)?)?;
+            let y = g.pointwise(*mode, &[x])?;
+            g.output(y, DType::F32)?;
+        }
+        Recipe::Norm { rms, train, n, c } => {
+            let x = g.input("x", TensorSpec::row_major(DType::BF16, &[*n, *c, 1, 1])?)?;
+            let s = g.input("scale", TensorSpec::row_major(DType::F32, &[1, *c, 1, 1])?)?;
+            let b = g.input("bias", TensorSpec::row_major(DType::F32, &[1, *c, 1, 1])?)?;
+            let phase = if *train {
+                NormPhase::Training
+            } else {
+                NormPhase::Inference
+            };
+            let out = if *rms {
+                g.rms_norm(x, s, Some(b), 1e-5, phase)?
+            } else {
+                g.layer_norm(x, s, b, 1e-5, phase)?
+            };
+            g.output(out.y, DType::BF16)?;
+        }
+        Recipe::Reduce { op, dims } => {
+            let x = g.input("x", TensorSpec::row_major(DType::F32, dims)?)?;
+            let y = g.reduction(*op, x, &[dims[0], 1, 1, 1])?;
+            g.output(y, DType::F32)?;
+        }
+        Recipe::Sdpa { cfg, backward } => return sdpa_graph(cfg, *backward),
+    }
+    Ok(g)
+}
+
+/// What one recipe did.
+enum Trip {
+    /// Refused before a plan (typed): why.
+    NotPlanned(String),
+    /// Built and reloaded both ways with the same guards.
+    Reloaded,
+}
+
+fn guards(p: &Plan) -> Vec<(String, InputGuard)> {
+    p.guarded_inputs()
+        .into_iter()
+        .map(|(n, g)| (n.to_string(), g))
+        .collect()
+}
+
+fn typed(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Unsupported { .. }
+            | Error::InvalidArgument { .. }
+            | Error::Mismatch { .. }
+            | Error::Cudnn { .. }
+    )
+}
+
+fn round_trip(r: &Recipe, target: &str) -> Result<Trip, String> {
+    let t = Target::preset(target).map_err(|e| e.to_string())?;
+    let og = match graph(r).and_then(|g| g.build()) {
+        Ok(og) => og,
+        Err(e) if typed(&e) => return Ok(Trip::NotPlanned(format!("graph: {e}"))),
+        Err(e) => return Err(format!("untyped graph refusal: {e:?}")),
+    };
+    let policy = Policy {
+        max_attempts: 2,
+        ..Policy::default()
+    };
+    let p = match Plan::build(&og, &t, &policy) {
+        Ok((p, _)) => p,
+        Err(e) if typed(&e) => return Ok(Trip::NotPlanned(format!("plan: {e}"))),
+        Err(e) => return Err(format!("untyped planning refusal: {e:?}")),
+    };
+    let want = guards(&p);
+    let json = p.cudnn_json().map_err(|e| e.to_string())?;
+    let back = Plan::from_cudnn_json_trusted(&json, &t, Arc::new(p.io().clone()))
+        .map_err(|e| format!("built, then refused on reload from its JSON: {e}"))?;
+    if guards(&back) != want {
+        return Err(format!(
+            "guards differ after the JSON reload: built {want:?}, reloaded {:?}",
+            guards(&back)
+        ));
+    }
+    let text = p.serialize().map_err(|e| e.to_string())?;
+    let again = Plan::deserialize_trusted(&text, &t)
+        .map_err(|e| format!("built, then refused on reload from its plan file: {e}"))?;
+    if guards(&again) != want {
+        return Err(format!(
+            "guards differ after the plan-file reload: built {want:?}, reloaded {:?}",
+            guards(&again)
+        ));
+    }
+    Ok(Trip::Reloaded)
+}
+
+fn env_num(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn plan_reload_property() -> TestResult {
+    let t0 = Instant::now();
+    let mut cases: Vec<(String, Recipe, &'static str)> = fixed()
+        .into_iter()
+        .map(|(n, r, t)| (n.to_string(), r, t))
+        .collect();
+    let n = env_num("CUDNN_RS_RELOAD_CASES", 16);
+    let seed = env_num("CUDNN_RS_RELOAD_SEED", 20261205);
+    let mut seed_bytes = [0u8; 32];
+    seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    let mut runner = TestRunner::new_with_rng(
+        PtConfig::default(),
+        TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes),
+    );
+    let strat = recipe_strategy();
+    for i in 0..n {
+        let r = strat
+            .new_tree(&mut runner)
+            .map_err(|e| format!("generating: {e}"))?
+            .current();
+        cases.push((
+            format!("random #{i}"),
+            r,
+            if i % 2 == 0 { "h200" } else { "b200" },
+        ));
+    }
+    let (mut reloaded, mut refused, mut failures) = (0, 0, Vec::new());
+    for (name, r, target) in &cases {
+        match round_trip(r, target) {
+            Ok(Trip::Reloaded) => reloaded += 1,
+            Ok(Trip::NotPlanned(why)) => {
+                refused += 1;
+                eprintln!("  {name} ({target}): not planned (typed): {why}");
+            }
+            Err(e) => failures.push(format!("{name} ({target}) {r:?}: {e}")),
+        }
+    }
+    eprintln!(
+        "  {} cases (seed {seed}) in {:.1} s: {reloaded} built and reloaded with the same \
+         guards, {refused} refused before a plan (typed)",
+        cases.len(),
+        t0.elapsed().as_secs_f64()
+    );
+    ensure!(failures.is_empty(), "{}", failures.join("\n"));
+    ensure!(reloaded > 0, "no plan was built");
+    Ok(())
+}
+
+const EDIT_TARGETS: [&str; 2] = ["h200", "b200"];
+
+/// `(target index, node, duplicate)` of every edit of the JSONs.
+fn edits(jsons: &[Option<(Value, Arc<IoSignature>)>]) -> Vec<(usize, usize, bool)> {
+    let mut out = Vec::new();
+    for (t, j) in jsons.iter().enumerate() {
+        let Some((v, _)) = j else { continue };
+        let n = v
+            .pointer("/operationGraph/nodes")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len);
+        for i in 0..n {
+            out.push((t, i, false));
+            out.push((t, i, true));
+        }
+    }
+    out
+}
+
+fn edited(v: &Value, node: usize, dup: bool) -> Option<String> {
+    let mut v = v.clone();
+    let nodes = v
+        .pointer_mut("/operationGraph/nodes")
+        .and_then(Value::as_array_mut)?;
+    if dup {
+        let x = nodes.get(node)?.clone();
+        nodes.push(x);
+    } else {
+        nodes.remove(node);
+    }
+    serde_json::to_string(&v).ok()
+}
+
+fn build_jsons() -> Result<Vec<Option<(Value, Arc<IoSignature>)>>, String> {
+    let mut out = Vec::new();
+    for t in EDIT_TARGETS {
+        let cfg = SdpaConfig::new(2, 4, 128, 64, DType::BF16)
+            .padding(true)
+            .causal(true)
+            .training(true);
+        let og = sdpa_graph(&cfg, true)
+            .and_then(|g| g.build())
+            .map_err(|e| e.to_string())?;
+        let target = Target::preset(t).map_err(|e| e.to_string())?;
+        match Plan::build(&og, &target, &Policy::default()) {
+            Ok((p, _)) => {
+                let j = p.cudnn_json().map_err(|e| e.to_string())?;
+                let v: Value = serde_json::from_str(&j).map_err(|e| e.to_string())?;
+                out.push(Some((v, Arc::new(p.io().clone()))));
+            }
+            Err(e @ Error::Unsupported { .. }) => {
+                eprintln!("  note: no {t} plan here: {e}");
+                out.push(None);
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(out)
+}
+
+fn sdpa_bwd_node_edits_refused() -> TestResult {
+    let t0 = Instant::now();
+    // Parent: the same plans the workers build, for the case list.
+    let jsons = build_jsons()?;
+    let cases = edits(&jsons);
+    if cases.is_empty() {
+        eprintln!("skipped: no SDPA backward plan for an H200 or a B200 with this cuDNN");
+        return Ok(());
+    }
+    let report = run_cases(WORKER, "edits", cases.len(), 2, |i| {
+        cases.get(i).map_or_else(String::new, |(t, n, dup)| {
+            format!(
+                "{} /operationGraph/nodes/{n} {}",
+                EDIT_TARGETS[*t],
+                if *dup { "duplicated" } else { "removed" }
+            )
+        })
+    })?;
+    let checked = report.print_and_check(0, std::time::Duration::from_secs(30));
+    let not_typed: Vec<String> = report
+        .outcomes
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| !matches!(o, Some(Outcome::Typed(_))))
+        .map(|(i, o)| format!("case {i} {:?}: {o:?}", cases.get(i)))
+        .collect();
+    eprintln!(
+        "  {} edits (removed / duplicated nodes) in {:.1} s",
+        cases.len(),
+        t0.elapsed().as_secs_f64()
+    );
+    checked?;
+    ensure!(
+        not_typed.is_empty(),
+        "edits not refused by the crate: {}",
+        not_typed.join("\n")
+    );
+    Ok(())
+}
+
+fn worker(start: usize, end: usize) -> Result<(), String> {
+    let jsons = build_jsons()?;
+    let cases = edits(&jsons);
+    let targets: Vec<Target> = EDIT_TARGETS
+        .iter()
+        .map(|t| Target::preset(t).map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()?;
+    fuzz_child::worker(start, end.min(cases.len()), |i| {
+        let Some(&(t, node, dup)) = cases.get(i) else {
+            return Outcome::Untyped("no such case".into());
+        };
+        let Some((v, io)) = jsons.get(t).and_then(|x| x.as_ref()) else {
+            return Outcome::Untyped("no plan".into());
+        };
+        let Some(text) = edited(v, node, dup) else {
+            return Outcome::Untyped("no such node".into());
+        };
+        match Plan::from_cudnn_json_trusted(&text, &targets[t], io.clone()) {
+            Ok(_) => Outcome::Accepted,
+            Err(Error::Cudnn { .. }) => Outcome::RefusedByLibrary,
+            Err(e) if typed(&e) => Outcome::Typed(e.to_string()),
+            Err(e) => Outcome::Untyped(format!("{e:?}")),
+        }
+    });
+    Ok(())
+}
+
+fn main() {
+    if let Ok(args) = std::env::var(WORKER) {
+        let a: Vec<&str> = args.split('\u{1}').collect();
+        let code = (|| -> Result<(), String> {
+            let [_, start, end] = a.as_slice() else {
+                return Err("worker arguments".into());
+            };
+            worker(
+                start.parse().map_err(|_| "start")?,
+                end.parse().map_err(|_| "end")?,
+            )
+        })();
+        std::process::exit(i32::from(code.is_err()));
+    }
+    let t = vec![
+        host_planning("plan_reload_property", plan_reload_property),
+        host_planning("sdpa_bwd_node_edits_refused", sdpa_bwd_node_edits_refused),
+    ];
+    run(t)
+}
