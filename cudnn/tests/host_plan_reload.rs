@@ -421,6 +421,18 @@ fn round_trip(r: &Recipe, target: &str) -> Result<Trip, String> {
     };
     let want = guards(&p);
     let json = p.cudnn_json().map_err(|e| e.to_string())?;
+    // `CUDNN_RS_RELOAD_DUMP=<folder>` keeps each plan's JSON for a look.
+    if let Ok(dir) = std::env::var("CUDNN_RS_RELOAD_DUMP") {
+        let name = format!("{r:?}")
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .take(120)
+            .collect::<String>();
+        let _ = std::fs::write(
+            std::path::Path::new(&dir).join(format!("{target}-{name}.json")),
+            &json,
+        );
+    }
     let back = Plan::from_cudnn_json_trusted(&json, &t, Arc::new(p.io().clone()))
         .map_err(|e| format!("built, then refused on reload from its JSON: {e}"))?;
     if guards(&back) != want {

@@ -90,6 +90,18 @@ impl SdpaConfig {
             }
         }
         let dims = [p.num_blocks, self.kv_heads, p.block_size, d];
+        // The plan JSON loader refuses a tensor spanning more than 2^48
+        // elements; a container past it would plan and then not reload
+        // (issue 31: 2^40 blocks).
+        let limit = crate::graph::plan_json::MAX_EXTENT;
+        let elems = dims.iter().try_fold(1i64, |a, &x| a.checked_mul(x));
+        if elems.is_none_or(|n| n > limit) {
+            return Err(Error::invalid(
+                "SdpaConfig.paged (the K / V container)",
+                format!("must hold at most 2^48 elements ({limit}; the plan JSON loader's bound)"),
+                fmt_dims(&dims),
+            ));
+        }
         let strides = self
             .layout
             .strides(p.num_blocks, self.kv_heads, p.block_size, d)

@@ -50,7 +50,7 @@ const MAX_NODES: usize = 512;
 /// Subgraphs nest at most this deep (SDPA's score subgraph: 1).
 const MAX_DEPTH: usize = 2;
 /// The largest tensor dim, stride or element count cuDNN indexes with `int64`.
-const MAX_EXTENT: i64 = 1 << 48;
+pub(crate) const MAX_EXTENT: i64 = 1 << 48;
 
 /// What the check learned about a plan.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -513,6 +513,9 @@ impl Walk {
                 }
                 Axis => {
                     int(val, &p, 0, MAX_DIMS as i64 - 1)?;
+                }
+                Int(lo, hi) => {
+                    int(val, &p, lo, hi)?;
                 }
                 Subgraph => {}
                 SubOp(want) => {
