@@ -636,6 +636,10 @@ fn worker(start: usize, end: usize) -> Result<(), String> {
 }
 
 fn main() {
+    if std::env::var("CUDNN_RS_RELOAD_PROBE").is_ok() {
+        probe();
+        return;
+    }
     if let Ok(args) = std::env::var(WORKER) {
         let a: Vec<&str> = args.split('\u{1}').collect();
         let code = (|| -> Result<(), String> {
@@ -654,4 +658,75 @@ fn main() {
         host_planning("sdpa_bwd_node_edits_refused", sdpa_bwd_node_edits_refused),
     ];
     run(t)
+}
+
+/// `CUDNN_RS_RELOAD_PROBE=1`: print the kernel-parameter uids of ragged
+/// composite backwards that name no tensor of their graph (a tool for
+/// learning cuDNN's internal buffers, not a test).
+#[allow(dead_code)]
+fn probe() {
+    for (name, cfg) in [
+        (
+            "plain",
+            SdpaConfig::new(1, 4, 177, 128, DType::BF16).kv_len(18),
+        ),
+        (
+            "gqa",
+            SdpaConfig::new(1, 4, 177, 128, DType::BF16)
+                .kv_len(18)
+                .gqa(2),
+        ),
+        (
+            "dbias",
+            SdpaConfig::new(1, 4, 177, 128, DType::BF16)
+                .kv_len(18)
+                .bias(AttnBias::new(false, true).with_dbias(true)),
+        ),
+        (
+            "bias",
+            SdpaConfig::new(1, 4, 177, 128, DType::BF16)
+                .kv_len(18)
+                .bias(AttnBias::new(false, true)),
+        ),
+    ] {
+        for ragged in [false, true] {
+            let mut c = cfg
+                .clone()
+                .training(true)
+                .padding(true)
+                .implementation(SdpaImpl::Composite);
+            if ragged {
+                c = c.ragged();
+            }
+            let r = (|| -> Result<Vec<i64>, Error> {
+                let og = sdpa_graph(&c, true)?.build()?;
+                let (p, _) = Plan::build(&og, &Target::preset("h200")?, &Policy::default())?;
+                let v: Value = serde_json::from_str(&p.cudnn_json()?).unwrap();
+                let names: Vec<i64> = p.io().tensors.iter().map(|t| t.uid).collect();
+                let mut out = Vec::new();
+                for k in v
+                    .pointer("/engine/payload/kernels")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    for o in k
+                        .pointer("/kernelParams/offsets")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                    {
+                        if let Some(u) = o.get("uid").and_then(Value::as_i64)
+                            && !names.contains(&u)
+                            && !(1 << 40..1 << 41).contains(&u)
+                        {
+                            out.push(u);
+                        }
+                    }
+                }
+                Ok(out)
+            })();
+            eprintln!("{name} ragged {ragged}: {r:?}");
+        }
+    }
 }

@@ -206,6 +206,9 @@ struct Walk {
     flow: Vec<dataflow::Flow>,
     /// The score-subgraph inputs (their SDPA operation writes them).
     provided: HashSet<String>,
+    /// The tensors of each node's subgraph (an SDPA operation's score
+    /// modifiers and masks), by the node's index in `nodes`.
+    subgraphs: HashMap<usize, Vec<i64>>,
 }
 
 impl Walk {
@@ -565,6 +568,10 @@ impl Walk {
         }
         self.nodes.push((op.to_string(), io_fields));
         self.flow.push(flow);
+        if let Some(sub) = &sub_names {
+            let uids = sub.iter().filter_map(|n| n.parse::<i64>().ok()).collect();
+            self.subgraphs.insert(self.nodes.len() - 1, uids);
+        }
         Ok(())
     }
 }
@@ -660,6 +667,17 @@ const INTERNAL_PARAM_UIDS: &[i64] = &[
     -1_504_676_450_671_020_737,
     -507_205_713_341_733_187,
     8_197_888_589_163_993_711,
+];
+
+/// More of cuDNN's own pointers, patched only in kernels of a ragged (packed
+/// THD) attention backward whose K and V carry their offsets (measured in
+/// cuDNN 9.28.1's sm90 plans of the composite backward, with and without
+/// grouped-query attention, bias, dBias): accepted only in a plan with
+/// ragged tensors.
+const RAGGED_PARAM_UIDS: &[i64] = &[
+    -5_208_890_643_914_892_462,
+    655_857_035_306_566_210,
+    -7_004_828_186_068_582_583,
 ];
 
 /// The refusal of a plan JSON that carries compiled code, untrusted.
@@ -763,6 +781,7 @@ fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Sum
         nodes: Vec::new(),
         flow: Vec::new(),
         provided: HashSet::new(),
+        subgraphs: HashMap::new(),
     };
     w.graph(
         &top["operationGraph"],
@@ -778,6 +797,7 @@ fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Sum
         if !w.tensors.contains_key(uid)
             && !INTERNAL_PARAM_UIDS.contains(uid)
             && !attention::backward_buffer(*uid, &w)
+            && !(RAGGED_PARAM_UIDS.contains(uid) && w.tensors.values().any(|t| t.ragged.is_some()))
         {
             return Err(bad(path, "must name a tensor of the graph", uid));
         }
