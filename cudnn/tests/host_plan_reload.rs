@@ -510,6 +510,137 @@ fn plan_reload_property() -> TestResult {
 
 const EDIT_TARGETS: [&str; 2] = ["h200", "b200"];
 
+/// The extent a plan gives its key lengths (`sdpa0.seq_len_kv`).
+fn kv_extent(p: &Plan) -> Option<i64> {
+    p.guarded_inputs().into_iter().find_map(|(n, g)| match g {
+        InputGuard::SeqLengths { extent } if n.ends_with("seq_len_kv") => Some(extent),
+        _ => None,
+    })
+}
+
+/// Issue 31 item 5: a paged cache whose `seq_kv` (100) is not a whole
+/// number of pages (7 pages of 16 cover 112 keys). With a bias
+/// (`[1, H, 1, 100]`) the key lengths are bounded by the bias's last dim,
+/// 100 (hand value), in the built plan and in the plan reloaded from its
+/// JSON and its plan file (before: the reload refused the plan, and the
+/// extent it derived was the page coverage, 112: lengths 101 to 112 would
+/// have read past the bias); a length of 101 is refused, typed, naming the
+/// value. Without a bias or masks, the SDPA operation's keys are bounded by
+/// the page coverage (351 keys in 11 pages of 32: 352), built and reloaded
+/// alike; the composite by `seq_kv` (its loads' output).
+fn paged_partial_page_lengths() -> TestResult {
+    let base = |skv: i64, block: i64, imp| {
+        let pages = skv / block + i64::from(skv % block != 0);
+        SdpaConfig::new(2, 4, 1, 64, DType::BF16)
+            .kv_len(skv)
+            .paged(block, pages * 2 + 1)
+            .implementation(imp)
+    };
+    let cases = [
+        (
+            "native + bias, 100 keys in pages of 16",
+            base(100, 16, SdpaImpl::Native).bias(AttnBias::new(false, true)),
+            "h200",
+            100,
+        ),
+        (
+            "composite + bias, 100 keys in pages of 16",
+            base(100, 16, SdpaImpl::Composite).bias(AttnBias::new(false, true)),
+            "h200",
+            100,
+        ),
+        (
+            "composite, 100 keys in pages of 16",
+            base(100, 16, SdpaImpl::Composite),
+            "h200",
+            100,
+        ),
+        (
+            "native, 351 keys in pages of 32",
+            base(351, 32, SdpaImpl::Native),
+            "b200",
+            352,
+        ),
+    ];
+    let mut checked = 0;
+    for (name, cfg, target, want) in cases {
+        let t = Target::preset(target)?;
+        let og = sdpa_graph(&cfg, false)?.build()?;
+        let p = match Plan::build(&og, &t, &Policy::default()) {
+            Ok((p, _)) => p,
+            Err(e @ Error::Unsupported { .. }) => {
+                eprintln!("  {name}: not planned here (typed): {e}");
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let json = p.cudnn_json()?;
+        let back = Plan::from_cudnn_json_trusted(&json, &t, Arc::new(p.io().clone()))?;
+        let again = Plan::deserialize_trusted(&p.serialize()?, &t)?;
+        for (how, plan) in [
+            ("built", &p),
+            ("from JSON", &back),
+            ("from the file", &again),
+        ] {
+            ensure!(
+                kv_extent(plan) == Some(want),
+                "{name} {how}: key-length extent {:?}, want {want}",
+                kv_extent(plan)
+            );
+            ensure!(guards(plan) == guards(&p), "{name} {how}: other guards");
+        }
+        // The extent is what `SeqLengths` holds bound lengths to.
+        SeqLengths::check(&[want as i32, 1], 2, want)?;
+        match SeqLengths::check(&[1, want as i32 + 1], 2, want) {
+            Err(e @ Error::InvalidArgument { .. })
+                if e.to_string().contains(&(want + 1).to_string()) => {}
+            other => return Err(format!("{name}: a length of {}: {other:?}", want + 1).into()),
+        }
+        eprintln!("  {name} ({target}): key lengths bounded by {want}, built and reloaded");
+        checked += 1;
+    }
+    ensure!(checked > 0, "no paged plan was built");
+    Ok(())
+}
+
+/// Issue 31 item 8: what builds must load. A device spec with a negative
+/// reserved shared memory planned and was refused on reload: now refused
+/// as a target (typed, naming the field). A paged container of 2^40 pages
+/// planned and was refused on reload (its span past the loader's 2^48
+/// elements): now refused by `validate` (2^40 x 4 heads x 16 x 64 > 2^48 by
+/// hand). A page size of 7 passed `validate` and was refused by cuDNN at
+/// finalize: now refused by `validate` (powers of two only, measured); 8
+/// passes.
+fn build_and_load_agree() -> TestResult {
+    let mut spec = DeviceSpec::h200();
+    spec.reserved_shared_memory_per_block = -1;
+    match Target::spec(&spec) {
+        Err(e @ Error::InvalidArgument { .. })
+            if e.to_string().contains("reservedSharedMemoryPerBlock") => {}
+        other => return Err(format!("negative reserved shared memory: {:?}", other.err()).into()),
+    }
+    spec.reserved_shared_memory_per_block = 0;
+    ensure!(Target::spec(&spec).is_ok(), "zero reserved shared memory");
+    let cfg = |block: i64, blocks: i64| {
+        SdpaConfig::new(2, 4, 1, 64, DType::BF16)
+            .kv_len(256)
+            .paged(block, blocks)
+    };
+    ensure!((1i64 << 40) * 4 * 16 * 64 > 1i64 << 48, "hand bound");
+    match cfg(16, 1 << 40).validate() {
+        Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains("container") => {}
+        other => return Err(format!("2^40 pages: {other:?}").into()),
+    }
+    match cfg(7, 80).validate() {
+        Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains("block_size") => {}
+        other => return Err(format!("page size 7: {other:?}").into()),
+    }
+    for block in [1, 2, 8, 16, 64] {
+        cfg(block, 80).validate()?;
+    }
+    Ok(())
+}
+
 /// `(target index, node, duplicate)` of every edit of the JSONs.
 fn edits(jsons: &[Option<(Value, Arc<IoSignature>)>]) -> Vec<(usize, usize, bool)> {
     let mut out = Vec::new();
@@ -640,6 +771,29 @@ fn main() {
         probe();
         return;
     }
+    if std::env::var("CUDNN_RS_RELOAD_PROBE_BLOCK").is_ok() {
+        for imp in [SdpaImpl::Native, SdpaImpl::Composite] {
+            for d in [64i64, 128] {
+                let mut ok = Vec::new();
+                for bs in 1..=40i64 {
+                    let cfg = SdpaConfig::new(2, 4, 1, d, DType::BF16)
+                        .kv_len(256)
+                        .paged(bs, 2 * (256 / bs + 1))
+                        .implementation(imp);
+                    let r = sdpa_graph(&cfg, false)
+                        .and_then(|g| g.build())
+                        .and_then(|og| {
+                            Plan::build(&og, &Target::preset("h200")?, &Policy::default())
+                        });
+                    if r.is_ok() {
+                        ok.push(bs);
+                    }
+                }
+                eprintln!("{imp:?} d{d}: planned block sizes {ok:?}");
+            }
+        }
+        return;
+    }
     if let Ok(args) = std::env::var(WORKER) {
         let a: Vec<&str> = args.split('\u{1}').collect();
         let code = (|| -> Result<(), String> {
@@ -656,6 +810,8 @@ fn main() {
     let t = vec![
         host_planning("plan_reload_property", plan_reload_property),
         host_planning("sdpa_bwd_node_edits_refused", sdpa_bwd_node_edits_refused),
+        host_planning("paged_partial_page_lengths", paged_partial_page_lengths),
+        host("build_and_load_agree", build_and_load_agree),
     ];
     run(t)
 }

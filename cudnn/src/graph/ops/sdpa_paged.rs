@@ -118,6 +118,17 @@ impl SdpaConfig {
     /// The value checks of the paged option (part of [`validate`](Self::validate)).
     pub(crate) fn validate_paged(&self) -> Result<()> {
         let Some(p) = self.paged else { return Ok(()) };
+        // cuDNN 9.28.1 finalizes paged attention (the SDPA operation and the
+        // composite, head dims 64 and 128, H200) only for page sizes that
+        // are powers of two (measured over 1..=40: 1, 2, 4, 8, 16, 32); a
+        // page of 7 passed here and was refused at finalize (issue 31).
+        if p.block_size >= 1 && p.block_size.count_ones() != 1 {
+            return Err(Error::invalid(
+                "SdpaConfig.paged.block_size",
+                "must be a power of two (cuDNN plans paged attention only for those)",
+                p.block_size,
+            ));
+        }
         self.container_spec(p, self.head_dim)?;
         self.container_spec(p, self.head_dim_v)?;
         self.page_table_spec()?;

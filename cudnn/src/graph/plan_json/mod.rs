@@ -738,7 +738,9 @@ pub(crate) fn check_summary(
 /// The shape check alone (no tensor list, no target): what the typed
 /// backend API runs before finalizing an execution plan from JSON.
 pub(crate) fn check_shape(json: &str) -> Result<()> {
-    shape(json, None, None).map(|_| ())
+    let (_, t) = shape(json, None, None)?;
+    // The data flow too (no tensor list here: virtual tensors only).
+    dataflow::check(&t.flow, &t.all, &HashSet::new(), &t.provided)
 }
 
 fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Summary, Tensors)> {
@@ -802,7 +804,6 @@ fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Sum
             return Err(bad(path, "must name a tensor of the graph", uid));
         }
     }
-    dataflow::check(&w.flow, &w.tensors, &HashSet::new(), &w.provided)?;
     guards::check_batches(&w)?;
     guards::check_paged_loads(&w)?;
     attention::check_headers(&w, &attn_headers)?;
