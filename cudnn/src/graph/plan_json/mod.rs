@@ -566,6 +566,11 @@ impl Walk {
         {
             return Err(bad(path, "names subgraph tensors but has no subgraph", op));
         }
+        // A sub-descriptor (the SDPA forward's SOFTMAX) reads what its
+        // operation computes inside (the scores): its operation provides it.
+        if nested {
+            self.provided.extend(flow.reads.iter().cloned());
+        }
         self.nodes.push((op.to_string(), io_fields));
         self.flow.push(flow);
         if let Some(sub) = &sub_names {
