@@ -7,6 +7,13 @@
 //! are valid, so a cache grows by writing a token into its page and
 //! binding the longer length: no new plan.
 //!
+//! The key lengths may not pass `seq_kv`, nor the last dim of a bias (the
+//! kernel indexes it by them); the SDPA operation without a score subgraph
+//! (no bias, masks or softcap) takes them up to the keys a table row covers
+//! (`pages * block_size`, what its kernel uses), the rest up to `seq_kv`.
+//! [`Plan::guarded_inputs`](crate::graph::Plan::guarded_inputs) gives the
+//! extent, the same for a plan reloaded from its JSON.
+//!
 //! The device uses the page tables' values as addresses and cuDNN checks
 //! none of them: an entry outside the container, or a key length past the
 //! pages a table row covers, makes the GPU read outside K, V or the table.
@@ -32,7 +39,8 @@ pub const PAGED_SINCE: (u32, u32, u32) = (9, 5, 0);
 /// A paged KV cache's geometry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PagedKv {
-    /// Tokens per page (>= 1).
+    /// Tokens per page: a power of two ([`SdpaConfig::validate`] refuses
+    /// others; cuDNN 9.28 plans paged attention only for those).
     pub block_size: i64,
     /// Pages in each container (>= 1): K's and V's containers hold the
     /// same number.

@@ -801,10 +801,12 @@ fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Sum
     // one does not have). Virtual tensors count: cuDNN places some of them
     // in the workspace and patches their address (composite SDPA backward).
     for (path, uid) in &param_uids {
+        let ragged_buffer =
+            RAGGED_PARAM_UIDS.contains(uid) && w.tensors.values().any(|t| t.ragged.is_some());
         if !w.tensors.contains_key(uid)
             && !INTERNAL_PARAM_UIDS.contains(uid)
             && !attention::backward_buffer(*uid, &w)
-            && !(RAGGED_PARAM_UIDS.contains(uid) && w.tensors.values().any(|t| t.ragged.is_some()))
+            && !ragged_buffer
         {
             return Err(bad(path, "must name a tensor of the graph", uid));
         }
