@@ -567,6 +567,51 @@ mod tests {
     }
 
     #[test]
+    fn unit_paged_sdpa_lengths_bounded_by_its_subgraph_bias() {
+        // 100 keys in 7 pages of 16 (112 covered); the score subgraph adds a
+        // bias [1, 4, 1, 100] (uid 30) to the scores [2, 4, 1, 100] (31):
+        // key lengths stop at 100, not at the page coverage. ALiBi-like
+        // slopes [1, 4, 1, 1] (32) are broadcasts and bound nothing.
+        let mut w = walk(
+            vec![
+                (1, t(H, &[2, 4, 1, 64])),
+                (2, t(H, &[15, 4, 16, 64])),
+                (3, t(H, &[15, 4, 16, 64])),
+                (5, t(I, &[2, 1, 7, 1])),
+                (6, t(I, &[2, 1, 7, 1])),
+                (10, t(I, &[2, 1, 1, 1])),
+                (11, t(I, &[2, 1, 1, 1])),
+                (30, t(H, &[1, 4, 1, 100])),
+                (31, t("CUDNN_DATA_FLOAT", &[2, 4, 1, 100])),
+                (32, t("CUDNN_DATA_FLOAT", &[1, 4, 1, 1])),
+            ],
+            &[(
+                SDPA_FWD,
+                &[
+                    ("Q", 1),
+                    ("K", 2),
+                    ("V", 3),
+                    ("seqLenQ", 10),
+                    ("seqLenKV", 11),
+                    ("pageTableK", 5),
+                    ("pageTableV", 6),
+                ],
+            )],
+        );
+        w.page_tables = ["5", "6"].into_iter().map(String::from).collect();
+        let lens = |w: &Walk| {
+            guarded(w)
+                .into_iter()
+                .filter(|(_, g)| matches!(g, InputGuard::SeqLengths { .. }))
+                .collect::<Vec<_>>()
+        };
+        // Without the subgraph: the coverage, 7 x 16.
+        assert_eq!(lens(&w), vec![(10, len(1)), (11, len(112))]);
+        w.subgraphs.insert(0, vec![30, 31, 32]);
+        assert_eq!(lens(&w), vec![(10, len(1)), (11, len(100))]);
+    }
+
+    #[test]
     fn unit_sdpa_extent_is_the_smallest_over_q_o_k_v() {
         // V (3) is shorter than K (2), O (4) shorter than Q (1): the
         // lengths must not reach past the shorter tensors.
