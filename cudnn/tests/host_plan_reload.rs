@@ -5,8 +5,8 @@
 //! - `plan_reload_property`: random graphs of every family (convolution,
 //!   grouped and asymmetrically padded too, with an ELU / softplus / ReLU
 //!   epilogue; matmul; pointwise; layer and RMS norm; reduction; SDPA
-//!   forward and backward with paged caches, ragged batches, biases and
-//!   masks) and fixed regression cases, each planned for an H200 or a
+//!   forward and backward with paged caches, ragged batches, biases,
+//!   causal / padding masks, sliding windows and softcaps) and fixed regression cases, each planned for an H200 or a
 //!   B200; a plan that builds must reload from its cuDNN JSON
 //!   (`Plan::from_cudnn_json_trusted`) and from its plan file
 //!   (`Plan::deserialize_trusted`), and `Plan::guarded_inputs` of each must
@@ -105,7 +105,7 @@ fn sdpa_strategy() -> impl Strategy<Value = Recipe> {
             prop_oneof![Just(16i64), Just(32), Just(64)],
             any::<bool>(),
         ),
-        (any::<bool>(), 0u8..3),
+        (any::<bool>(), 0u8..3, 0u8..3),
     )
         .prop_map(
             |(
@@ -113,7 +113,7 @@ fn sdpa_strategy() -> impl Strategy<Value = Recipe> {
                 d,
                 (backward, causal, padding, gqa),
                 (paged, block, ragged),
-                (composite, bias),
+                (composite, bias, extra),
             )| {
                 let mut cfg = SdpaConfig::new(b, h, sq, d, DType::BF16)
                     .kv_len(skv)
@@ -134,6 +134,12 @@ fn sdpa_strategy() -> impl Strategy<Value = Recipe> {
                     cfg = cfg.paged(block, pages * b + 3);
                 } else if ragged {
                     cfg = cfg.ragged();
+                }
+                // A sliding window or a logit softcap on top.
+                if extra == 1 {
+                    cfg = cfg.sliding_window(32);
+                } else if extra == 2 {
+                    cfg = cfg.softcap(30.0);
                 }
                 if composite {
                     cfg = cfg.implementation(SdpaImpl::Composite);
