@@ -280,8 +280,10 @@ impl<'a> Bindings<'a> {
     /// # Safety
     /// For every execution with these bindings, until it completes: every
     /// value in `buf`'s first `B` entries is in `0..=extent`, `extent` the
-    /// sequence extent (`seq_q` for `seq_len_q`, `seq_kv` for `seq_len_kv`;
-    /// the refusal of [`input`](Self::input) names it), and nothing writes
+    /// sequence extent [`Plan::guarded_inputs`](crate::graph::Plan::guarded_inputs)
+    /// gives it (`seq_q` for `seq_len_q`, `seq_kv` for `seq_len_kv`; the
+    /// keys a page-table row covers for a paged SDPA operation without a
+    /// score subgraph; the refusal of [`input`](Self::input) names it), and nothing writes
     /// `buf` while a run reads it. cuDNN does not check: a length past the
     /// extent, or negative, makes the GPU read past Q, K or V and write
     /// past O or the gradients.
