@@ -4,6 +4,9 @@
 //! backward (H200 target), mutated one at a time, loaded with
 //! `Plan::deserialize` in child processes.
 //!
+//! Each operation graph's nodes are also removed and duplicated one at a
+//! time (issue 31).
+//!
 //! Asserts for every case: no crash, no panic, bounded time, and either a
 //! plan or a typed error (ours before cuDNN, or cuDNN's own status); and that
 //! enough cases get past the crate's checks to reach cuDNN. Many cases run
@@ -103,6 +106,18 @@ fn json_cases(file: usize, v: &Value, path: &str, out: &mut Vec<Case>) {
                 if let Some(first) = a.first() {
                     longer.push(first.clone());
                     out.push(Case::Set(file, path.to_string(), Value::Array(longer)));
+                }
+            }
+            // An operation graph's nodes: each removed and each duplicated
+            // (issue 31: a removed node crashed cuDNN in the trusted load).
+            if path.ends_with("/nodes") {
+                for i in 0..a.len() {
+                    let mut fewer = a.clone();
+                    fewer.remove(i);
+                    out.push(Case::Set(file, path.to_string(), Value::Array(fewer)));
+                    let mut more = a.clone();
+                    more.push(a[i].clone());
+                    out.push(Case::Set(file, path.to_string(), Value::Array(more)));
                 }
             }
             for (i, x) in a.iter().enumerate().take(3) {

@@ -760,6 +760,221 @@ fn paged_only_q_o() -> TestResult {
     Ok(())
 }
 
+/// The ragged forward (or backward) of `cfg` with Q (and, in the backward,
+/// O and dO) given `q_strides`.
+fn strided(cfg: &SdpaConfig, backward: bool, q_strides: &[i64]) -> Result<(), Error> {
+    let mut g = Graph::new();
+    let q = g.input(
+        "q",
+        TensorSpec::new(cfg.dtype, cfg.q_spec()?.dims(), q_strides)?,
+    )?;
+    let k = g.input("k", cfg.k_spec()?)?;
+    let v = g.input("v", cfg.v_spec()?)?;
+    if backward {
+        let o = g.input("o", cfg.o_spec()?)?;
+        let d_o = g.input("do", cfg.o_spec()?)?;
+        let st = g.input("stats", cfg.stats_spec()?)?;
+        g.sdpa_backward(q, k, v, o, d_o, st, cfg)?;
+    } else {
+        g.sdpa_forward(q, k, v, cfg)?;
+    }
+    Ok(())
+}
+
+/// The elements a tensor's strides reach: `1 + sum (dim - 1) * stride`.
+fn span(dims: &[i64], strides: &[i64]) -> i64 {
+    1 + dims
+        .iter()
+        .zip(strides)
+        .map(|(d, s)| (d - 1) * s)
+        .sum::<i64>()
+}
+
+/// Issue 31 item 4: ragged offsets count `H x D` elements per token, which
+/// addresses whole tokens inside the tensor only for packed BSHD strides.
+/// Measured with cuDNN 9.28 before the fix: B 4, H 2, S 64, D 64, Q strides
+/// `[H*D, D, H*D, 1]` planned (native forward, composite forward, backward)
+/// while Q's buffer is 8,576 elements and the offsets reach 32,767; a
+/// fused QKV layout (sequence stride 3·H·D) gave in-bounds offsets of the
+/// wrong elements. Both are now refused by the builder (typed, naming the
+/// tensor and its strides); the packed strides build.
+fn ragged_strides_must_be_packed() -> TestResult {
+    let (b, h, s, d) = (4i64, 2i64, 64i64, 64i64);
+    let base = SdpaConfig::new(b, h, s, d, DType::BF16)
+        .ragged()
+        .training(true);
+    // Hand values: the overlapping Q spans 3*128 + 64 + 63*128 + 64 elements,
+    // the offsets of full lengths reach (B * S * H * D) - 1.
+    let overlap = [h * d, d, h * d, 1];
+    ensure!(span(&[b, h, s, d], &overlap) == 8576, "hand span");
+    let full = base.ragged_offsets(RaggedTensor::Q, &[64; 4])?;
+    ensure!(full == [0, 8192, 16384, 24576, 32768], "offsets {full:?}");
+    let fused = [s * 3 * h * d, d, 3 * h * d, 1];
+    let packed = [s * h * d, d, h * d, 1];
+    for (imp, backward) in [
+        (SdpaImpl::Native, false),
+        (SdpaImpl::Composite, false),
+        (SdpaImpl::Auto, true),
+    ] {
+        let cfg = base.clone().implementation(imp);
+        for (what, st) in [("overlapping", overlap), ("fused QKV", fused)] {
+            match strided(&cfg, backward, &st) {
+                Err(e @ Error::InvalidArgument { .. })
+                    if e.to_string().contains("`q` strides")
+                        && e.to_string().contains("packed BSHD")
+                        && e.to_string().contains("[8192, 64, 128, 1]") => {}
+                other => {
+                    return Err(format!("{imp:?} bwd {backward} {what}: {other:?}").into());
+                }
+            }
+        }
+        match strided(&cfg, backward, &packed) {
+            Ok(()) => {}
+            // An older cuDNN refuses the option itself (typed), not the strides.
+            Err(e) if names_option(&e) && !e.to_string().contains("strides") => {
+                eprintln!("  {imp:?} bwd {backward}: not built on this cuDNN: {e}");
+            }
+            Err(e) => return Err(format!("{imp:?} bwd {backward} packed: {e:?}").into()),
+        }
+    }
+    // The backward's O / dO are checked too.
+    let cfg = base.clone();
+    let mut g = Graph::new();
+    let q = g.input("q", cfg.q_spec()?)?;
+    let k = g.input("k", cfg.k_spec()?)?;
+    let v = g.input("v", cfg.v_spec()?)?;
+    let o = g.input("o", TensorSpec::new(DType::BF16, &[b, h, s, d], &overlap)?)?;
+    let d_o = g.input("do", cfg.o_spec()?)?;
+    let st = g.input("stats", cfg.stats_spec()?)?;
+    match g.sdpa_backward(q, k, v, o, d_o, st, &cfg) {
+        Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains("`o` strides") => {}
+        other => return Err(format!("overlapping O: {:?}", other.err()).into()),
+    }
+    Ok(())
+}
+
+/// The strides property: over random shapes and strides (each axis the
+/// packed stride, or a multiple or fraction of it), the ragged forward is
+/// built exactly when the strides are the packed BSHD ones (computed here
+/// by hand, extent-1 axes free), and then every element any offset from
+/// `ragged_offsets` addresses (for lengths up to S) lies inside Q's span
+/// as its strides give it.
+fn ragged_strides_random() -> TestResult {
+    let mut runner = TestRunner::new(PtConfig {
+        cases: 128,
+        failure_persistence: None,
+        ..PtConfig::default()
+    });
+    let strat = (
+        (1i64..4, 1i64..4, 1i64..9, 1i64..5),
+        proptest::collection::vec(0usize..4, 4),
+        proptest::collection::vec(0i32..9, 3),
+    );
+    runner
+        .run(&strat, |((b, h, s, d), pick, lens)| {
+            let d = d * 8;
+            let packed = [s * h * d, d, h * d, 1];
+            let dims = [b, h, s, d];
+            let strides: Vec<i64> = packed
+                .iter()
+                .zip(&pick)
+                .map(|(&p, &k)| match k {
+                    0 | 1 => p,
+                    2 => p * 3,
+                    _ => (p / 2).max(1),
+                })
+                .collect();
+            let hand_ok = dims
+                .iter()
+                .zip(strides.iter().zip(&packed))
+                .all(|(&n, (&st, &p))| n == 1 || st == p);
+            let cfg = SdpaConfig::new(b, h, s, d, DType::BF16)
+                .ragged()
+                .implementation(SdpaImpl::Native);
+            let built = strided(&cfg, false, &strides);
+            match (&built, hand_ok) {
+                (Ok(()), true) => {}
+                (Err(e), false) => prop_assert!(
+                    matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains("strides"),
+                    "{e}"
+                ),
+                (Err(e), true) => prop_assert!(
+                    names_option(e) && !e.to_string().contains("strides"),
+                    "packed refused: {e}"
+                ),
+                (Ok(()), false) => prop_assert!(false, "{strides:?} built for {dims:?}"),
+            }
+            if built.is_ok() {
+                let lens: Vec<i32> = lens
+                    .iter()
+                    .take(b as usize)
+                    .map(|&l| l.min(s as i32))
+                    .collect();
+                let off = cfg.ragged_offsets(RaggedTensor::Q, &lens).unwrap();
+                let reach = span(&dims, &strides);
+                for (i, &l) in lens.iter().enumerate() {
+                    // The last element of sequence i: its last token's last
+                    // head's last element, in H x D elements per token.
+                    let end = i64::from(off[i]) + i64::from(l) * h * d;
+                    prop_assert!(end <= reach, "seq {i} ends at {end}, span {reach}");
+                }
+            }
+            Ok(())
+        })
+        .map_err(|e| format!("{e}"))?;
+    Ok(())
+}
+
+/// The plan JSON loader holds a ragged tensor to packed BSHD strides too:
+/// a built plan's JSON and tensor list both edited to Q strides
+/// `[H*D, D, H*D, 1]` (agreeing with each other) are refused, typed, before
+/// cuDNN sees them.
+fn ragged_strides_reload_refused() -> TestResult {
+    let cfg = SdpaConfig::new(2, 8, 256, 128, DType::BF16)
+        .ragged()
+        .implementation(SdpaImpl::Native);
+    let (g, _) = match fwd(&cfg) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("skipped: the loaded cuDNN does not build it: {e}");
+            ensure!(names_option(&e), "untyped {e:?}");
+            return Ok(());
+        }
+    };
+    let target = Target::preset("h200")?;
+    let (plan, _) = Plan::build(&g.build()?, &target, &Policy::default())?;
+    let json = plan.cudnn_json()?;
+    let mut io = plan.io().clone();
+    let q = io.tensors.iter_mut().find(|t| t.name == "q").ok_or("q")?;
+    let quid = q.uid.to_string();
+    let overlap = [8 * 128, 128, 8 * 128, 1];
+    q.spec = TensorSpec::new(DType::BF16, q.spec.dims(), &overlap)?;
+    let mut v: serde_json::Value = serde_json::from_str(&json)?;
+    fn restride(v: &mut serde_json::Value, uid: &str, st: &[i64]) -> usize {
+        match v {
+            serde_json::Value::Object(m) => {
+                let mut n = 0;
+                if m.get("name").and_then(|n| n.as_str()) == Some(uid) && m.contains_key("stride") {
+                    m.insert("stride".into(), serde_json::json!(st));
+                    n += 1;
+                }
+                n + m.values_mut().map(|x| restride(x, uid, st)).sum::<usize>()
+            }
+            serde_json::Value::Array(a) => a.iter_mut().map(|x| restride(x, uid, st)).sum(),
+            _ => 0,
+        }
+    }
+    ensure!(restride(&mut v, &quid, &overlap) > 0, "Q found in the JSON");
+    let edited = serde_json::to_string(&v)?;
+    match Plan::from_cudnn_json_trusted(&edited, &target, std::sync::Arc::new(io)) {
+        Err(e) if e.to_string().contains("packed BSHD") && e.to_string().contains(&quid) => {}
+        other => return Err(format!("overlapping ragged Q reloaded: {:?}", other.err()).into()),
+    }
+    // The unedited file still reloads.
+    Plan::from_cudnn_json_trusted(&json, &target, std::sync::Arc::new(plan.io().clone()))?;
+    Ok(())
+}
+
 fn main() {
     let t = vec![
         host_planning("sdpa_ragged_plans_per_target", plan_per_target),
@@ -768,6 +983,15 @@ fn main() {
         unit("sdpa_ragged_offsets_random", offsets_random),
         unit("sdpa_reference_ragged", reference_ragged),
         host("sdpa_ragged_paged_only_q_o", paged_only_q_o),
+        host(
+            "sdpa_ragged_strides_must_be_packed",
+            ragged_strides_must_be_packed,
+        ),
+        host("sdpa_ragged_strides_random", ragged_strides_random),
+        host(
+            "sdpa_ragged_strides_reload_refused",
+            ragged_strides_reload_refused,
+        ),
         host(
             "sdpa_ragged_plan_json_keeps_offsets",
             plan_json_keeps_offsets,

@@ -280,8 +280,10 @@ impl<'a> Bindings<'a> {
     /// # Safety
     /// For every execution with these bindings, until it completes: every
     /// value in `buf`'s first `B` entries is in `0..=extent`, `extent` the
-    /// sequence extent (`seq_q` for `seq_len_q`, `seq_kv` for `seq_len_kv`;
-    /// the refusal of [`input`](Self::input) names it), and nothing writes
+    /// sequence extent [`Plan::guarded_inputs`](crate::graph::Plan::guarded_inputs)
+    /// gives it (`seq_q` for `seq_len_q`, `seq_kv` for `seq_len_kv`; the
+    /// keys a page-table row covers for a paged SDPA operation without a
+    /// score subgraph; the refusal of [`input`](Self::input) names it), and nothing writes
     /// `buf` while a run reads it. cuDNN does not check: a length past the
     /// extent, or negative, makes the GPU read past Q, K or V and write
     /// past O or the gradients.
@@ -362,7 +364,10 @@ impl<'a> Bindings<'a> {
     /// [`SdpaConfig::ragged_offsets`](crate::graph::SdpaConfig::ragged_offsets)
     /// computes for the config the plan was built from (from any lengths
     /// it accepts) meet this with any sequence lengths bound through
-    /// [`seq_lengths`](Self::seq_lengths). cuDNN
+    /// [`seq_lengths`](Self::seq_lengths): every tensor with ragged offsets
+    /// has packed BSHD strides (`[S*H*D, D, H*D, 1]`; the graph builder and
+    /// the plan JSON loader refuse others, typed), so its span is
+    /// `B x S` tokens of `H x D` elements. cuDNN
     /// checks nothing: an offset past the span makes the GPU read past Q,
     /// K, V or write past O or the gradients.
     ///

@@ -284,6 +284,36 @@ impl DeviceProperties {
                 ));
             }
         }
+        // The ranges the plan JSON loader holds a plan's `GPUProfile` to
+        // (`plan_json::engine::profile`), so a target that plans also
+        // reloads its plans (issue 31: a negative reserved shared memory
+        // planned and was refused on reload).
+        for field in REQUIRED_FIELDS.iter() {
+            let Some(val) = obj.get(*field) else { continue };
+            let (lo, hi) = match *field {
+                "deviceName" => continue,
+                "totalGlobalMem" => (1, i64::MAX),
+                "pciDeviceId"
+                | "isTccDriver"
+                | "cudaDeviceId"
+                | "reservedSharedMemoryPerBlock"
+                | "supportCoopLaunch" => (0, i64::from(i32::MAX)),
+                _ => (1, i64::from(i32::MAX)),
+            };
+            let values: Vec<&serde_json::Value> = match val.as_array() {
+                Some(a) => a.iter().collect(),
+                None => vec![val],
+            };
+            for x in values {
+                if !x.as_i64().is_some_and(|n| (lo..=hi).contains(&n)) {
+                    return Err(Error::invalid(
+                        format!("device properties JSON field `{field}`"),
+                        format!("must be in {lo}..={hi}"),
+                        x,
+                    ));
+                }
+            }
+        }
         let device_ver = obj.get("deviceVer").and_then(|x| x.as_i64()).unwrap_or(0);
         if !(500..2_000).contains(&device_ver) || device_ver % 10 != 0 {
             return Err(Error::invalid(

@@ -64,6 +64,10 @@ enum T {
 pub(crate) struct CompositeFwdOp {
     pub(crate) q: usize,
     pub(crate) k: usize,
+    /// K's ragged offsets (packed THD, no paged cache): Kᵀ, the view of K's
+    /// memory the first matmul reads, carries them too, or cuDNN would read
+    /// K as padded (and leave the offsets out of the plan).
+    pub(crate) k_ragged: Option<usize>,
     pub(crate) v: usize,
     pub(crate) scale: usize,
     /// K's spec (Kᵀ is its transposed view).
@@ -130,7 +134,27 @@ impl Ctx<'_> {
         uid: i64,
         virt: bool,
     ) -> Result<Descriptor<kind::Tensor>> {
+        self.tensor_ragged(dtype, dims, strides, uid, virt, None)
+    }
+
+    /// [`tensor`](Self::tensor), with the ragged offsets of graph tensor
+    /// `ragged` (a view of a bound tensor that has them).
+    fn tensor_ragged(
+        &mut self,
+        dtype: DType,
+        dims: &[i64],
+        strides: &[i64],
+        uid: i64,
+        virt: bool,
+        ragged: Option<usize>,
+    ) -> Result<Descriptor<kind::Tensor>> {
         let mut d = Descriptor::<kind::Tensor>::new()?;
+        if let Some(o) = ragged {
+            let off = self.t.get(o).ok_or_else(|| {
+                Error::invalid("composite attention ragged offsets", "unknown tensor", o)
+            })?;
+            d.set_descriptors(attr::TENSOR_RAGGED_OFFSET_DESC, &[off])?;
+        }
         d.set(attr::TENSOR_DATA_TYPE, &[dtype.raw()])?;
         d.set(attr::TENSOR_DIMENSIONS, dims)?;
         d.set(attr::TENSOR_STRIDES, strides)?;
@@ -393,12 +417,13 @@ impl OpNode for CompositeFwdOp {
                 (ktv, vt)
             }
             _ => {
-                let kt = c.tensor(
+                let kt = c.tensor_ragged(
                     self.k_spec.dtype(),
                     &[kd[0], kd[1], kd[3], kd[2]],
                     &[ks[0], ks[1], ks[3], ks[2]],
                     t[self.k].get_one(attr::TENSOR_UNIQUE_ID)?,
                     false,
+                    self.k_ragged,
                 )?;
                 c.own.push(kt);
                 (T::V(c.own.len() - 1), T::G(self.v))
@@ -490,6 +515,9 @@ pub(crate) struct CompositeBwdOp {
     pub(crate) q: usize,
     pub(crate) k: usize,
     pub(crate) v: usize,
+    /// K's and V's ragged offsets (packed THD): their transposed views
+    /// carry them too, as in the forward.
+    pub(crate) kv_ragged: Option<(usize, usize)>,
     pub(crate) o: usize,
     pub(crate) d_o: usize,
     pub(crate) stats: usize,
@@ -608,20 +636,22 @@ impl OpNode for CompositeBwdOp {
             ops: Vec::new(),
             aux: Vec::new(),
         };
-        let transposed = |c: &mut Ctx<'_>, spec: &TensorSpec, i: usize| -> Result<T> {
-            let (dd, ss) = (spec.dims(), spec.strides());
-            let desc = c.tensor(
-                spec.dtype(),
-                &[dd[0], dd[1], dd[3], dd[2]],
-                &[ss[0], ss[1], ss[3], ss[2]],
-                t[i].get_one(attr::TENSOR_UNIQUE_ID)?,
-                false,
-            )?;
-            c.own.push(desc);
-            Ok(T::V(c.own.len() - 1))
-        };
-        let kt = transposed(&mut c, &self.k_spec, self.k)?;
-        let vt = transposed(&mut c, &self.v_spec, self.v)?;
+        let transposed =
+            |c: &mut Ctx<'_>, spec: &TensorSpec, i: usize, off: Option<usize>| -> Result<T> {
+                let (dd, ss) = (spec.dims(), spec.strides());
+                let desc = c.tensor_ragged(
+                    spec.dtype(),
+                    &[dd[0], dd[1], dd[3], dd[2]],
+                    &[ss[0], ss[1], ss[3], ss[2]],
+                    t[i].get_one(attr::TENSOR_UNIQUE_ID)?,
+                    false,
+                    off,
+                )?;
+                c.own.push(desc);
+                Ok(T::V(c.own.len() - 1))
+            };
+        let kt = transposed(&mut c, &self.k_spec, self.k, self.kv_ragged.map(|r| r.0))?;
+        let vt = transposed(&mut c, &self.v_spec, self.v, self.kv_ragged.map(|r| r.1))?;
         let score = [b, h, sq, skv];
         let score_t = [b, h, skv, sq];
         // The scores' packed strides, transposed (the config checked that the

@@ -58,6 +58,24 @@ impl Graph {
         Ok(())
     }
 
+    /// The composites name K's and V's ragged offsets by the node indices
+    /// `sdpa_ragged` gives them (`next + 1`, `next + 2`): check it did.
+    fn ragged_at(&self, r: Option<super::sdpa_ragged::SdpaRagged>, next: usize) -> Result<()> {
+        let Some(r) = r else { return Ok(()) };
+        for (t, want) in [(r.k, next + 1), (r.v, next + 2)] {
+            if let Some(t) = t
+                && self.index(t)? != want
+            {
+                return Err(Error::invalid(
+                    "composite attention ragged offsets (internal)",
+                    format!("must be node {want}"),
+                    self.index(t)?,
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn graph_output(&mut self, op: &str, spec: TensorSpec) -> Result<Tensor> {
         let t = self.intermediate(op, spec)?;
         let i = self.index(t)?;
@@ -209,6 +227,24 @@ impl Graph {
         let band = self.sdpa_band(cfg, seq)?;
         let softcap = self.sdpa_softcap_native(cfg, band.map(|b| b.scores))?;
         let bias = self.sdpa_native_bias(cfg)?;
+        // A paged SDPA operation with no score subgraph bounds its key
+        // lengths only by the keys its page-table rows cover (pages x
+        // block_size: cuDNN's kernel takes that as its S_kv, and a plan
+        // reloaded from its JSON finds that extent, nothing smaller); with a
+        // subgraph (a bias, masks, a softcap) its scores' key extent,
+        // `seq_kv`, bounds them too, as the bias must not be read past.
+        if band.is_none()
+            && softcap.is_none()
+            && bias.is_none()
+            && let (Some(pages), Some(p), Some((_, kv))) = (cfg.pages_per_seq(), cfg.paged, seq)
+            && let Some(cover) = pages.checked_mul(p.block_size)
+        {
+            for (i, g) in &mut self.guarded {
+                if *i == kv {
+                    *g = InputGuard::SeqLengths { extent: cover };
+                }
+            }
+        }
         Ok((
             Common {
                 q: self.index(q)?,
@@ -259,11 +295,14 @@ impl Graph {
         self.sdpa_expect(&op, "q", q, &cfg.q_spec()?)?;
         self.sdpa_expect(&op, "k", k, &cfg.k_spec()?)?;
         self.sdpa_expect(&op, "v", v, &cfg.v_spec()?)?;
+        self.sdpa_ragged_strides(cfg, &op, &[("q", q, Q), ("k", k, K), ("v", v, V)])?;
         let imp = cfg.resolve(false).map_err(|e| e.with_context(op.clone()))?;
         let base = format!("sdpa{}", self.ops.len());
         if imp == SdpaImpl::Composite {
             let mut f = self.sdpa_forward_composite(q, k, v, cfg)?;
+            let next = self.nodes.len();
             f.ragged = self.sdpa_ragged(cfg, &base, &[(q, Q), (k, K), (v, V), (f.o, O)])?;
+            self.ragged_at(f.ragged, next)?;
             return Ok(f);
         }
         let (c, extra) = self.sdpa_common(&op, q, k, v, cfg)?;
@@ -338,6 +377,24 @@ impl Graph {
                 format!("{} {}", sn.spec.dtype(), fmt_dims(sn.spec.dims())),
             ));
         }
+        for (role, t, spec) in [
+            ("q", q, cfg.q_spec()?),
+            ("k", k, cfg.k_spec()?),
+            ("v", v, cfg.v_spec()?),
+        ] {
+            self.sdpa_expect(&op, role, t, &spec)?;
+        }
+        self.sdpa_ragged_strides(
+            cfg,
+            &op,
+            &[
+                ("q", q, Q),
+                ("k", k, K),
+                ("v", v, V),
+                ("o", o, O),
+                ("do", d_o, O),
+            ],
+        )?;
         let imp = cfg.resolve(true).map_err(|e| e.with_context(op.clone()))?;
         let base = format!("sdpa{}", self.ops.len());
         if imp == SdpaImpl::Composite {
@@ -345,6 +402,7 @@ impl Graph {
             self.sdpa_expect(&op, "k", k, &cfg.k_spec()?)?;
             self.sdpa_expect(&op, "v", v, &cfg.v_spec()?)?;
             let mut b = self.sdpa_backward_composite([q, k, v, o, d_o, stats], cfg)?;
+            let next = self.nodes.len();
             b.ragged = self.sdpa_ragged(
                 cfg,
                 &base,
@@ -359,6 +417,7 @@ impl Graph {
                     (b.dv, V),
                 ],
             )?;
+            self.ragged_at(b.ragged, next)?;
             return Ok(b);
         }
         let (mut c, extra) = self.sdpa_common(&op, q, k, v, cfg)?;
@@ -556,10 +615,11 @@ impl Graph {
             None
         };
         let (softmax, sm) = self.sdpa_softmax_forward(cfg, false)?;
-        let ext = CompositeFwdOp {
+        let mut ext = CompositeFwdOp {
             sm,
             q: self.index(q)?,
             k: self.index(k)?,
+            k_ragged: None,
             v: self.index(v)?,
             scale,
             k_spec,
@@ -587,6 +647,11 @@ impl Graph {
             cfg: cfg.clone(),
             bias,
         };
+        // `sdpa_ragged` makes the offsets next, in the order Q, K, V, O
+        // (the caller checks that they land here).
+        if cfg.ragged && cfg.paged.is_none() {
+            ext.k_ragged = Some(self.nodes.len() + 1);
+        }
         self.push_op(ext);
         Ok(SdpaForward {
             o,
@@ -639,11 +704,12 @@ impl Graph {
         let dv = self.graph_output("sdpa_bwd", vs.clone())?;
         let bias = self.sdpa_composite_bias(cfg, true)?;
         let (softmax, sm) = self.sdpa_softmax_backward(cfg)?;
-        let ext = CompositeBwdOp {
+        let mut ext = CompositeBwdOp {
             sm,
             q: self.index(q)?,
             k: self.index(k)?,
             v: self.index(v)?,
+            kv_ragged: None,
             o: self.index(o)?,
             d_o: self.index(d_o)?,
             stats: self.index(stats)?,
@@ -676,6 +742,9 @@ impl Graph {
             cfg: cfg.clone(),
             bias,
         };
+        if cfg.ragged {
+            ext.kv_ragged = Some((self.nodes.len() + 1, self.nodes.len() + 2));
+        }
         self.push_op(ext);
         Ok(SdpaBackward {
             dq,

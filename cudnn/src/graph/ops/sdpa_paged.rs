@@ -7,6 +7,13 @@
 //! are valid, so a cache grows by writing a token into its page and
 //! binding the longer length: no new plan.
 //!
+//! The key lengths may not pass `seq_kv`, nor the last dim of a bias (the
+//! kernel indexes it by them); the SDPA operation without a score subgraph
+//! (no bias, masks or softcap) takes them up to the keys a table row covers
+//! (`pages * block_size`, what its kernel uses), the rest up to `seq_kv`.
+//! [`Plan::guarded_inputs`](crate::graph::Plan::guarded_inputs) gives the
+//! extent, the same for a plan reloaded from its JSON.
+//!
 //! The device uses the page tables' values as addresses and cuDNN checks
 //! none of them: an entry outside the container, or a key length past the
 //! pages a table row covers, makes the GPU read outside K, V or the table.
@@ -32,7 +39,8 @@ pub const PAGED_SINCE: (u32, u32, u32) = (9, 5, 0);
 /// A paged KV cache's geometry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PagedKv {
-    /// Tokens per page (>= 1).
+    /// Tokens per page: a power of two ([`SdpaConfig::validate`] refuses
+    /// others; cuDNN 9.28 plans paged attention only for those).
     pub block_size: i64,
     /// Pages in each container (>= 1): K's and V's containers hold the
     /// same number.
@@ -90,6 +98,18 @@ impl SdpaConfig {
             }
         }
         let dims = [p.num_blocks, self.kv_heads, p.block_size, d];
+        // The plan JSON loader refuses a tensor spanning more than 2^48
+        // elements; a container past it would plan and then not reload
+        // (issue 31: 2^40 blocks).
+        let limit = crate::graph::plan_json::MAX_EXTENT;
+        let elems = dims.iter().try_fold(1i64, |a, &x| a.checked_mul(x));
+        if elems.is_none_or(|n| n > limit) {
+            return Err(Error::invalid(
+                "SdpaConfig.paged (the K / V container)",
+                format!("must hold at most 2^48 elements ({limit}; the plan JSON loader's bound)"),
+                fmt_dims(&dims),
+            ));
+        }
         let strides = self
             .layout
             .strides(p.num_blocks, self.kv_heads, p.block_size, d)
@@ -106,6 +126,17 @@ impl SdpaConfig {
     /// The value checks of the paged option (part of [`validate`](Self::validate)).
     pub(crate) fn validate_paged(&self) -> Result<()> {
         let Some(p) = self.paged else { return Ok(()) };
+        // cuDNN 9.28.1 finalizes paged attention (the SDPA operation and the
+        // composite, head dims 64 and 128, H200) only for page sizes that
+        // are powers of two (measured over 1..=40: 1, 2, 4, 8, 16, 32); a
+        // page of 7 passed here and was refused at finalize (issue 31).
+        if p.block_size >= 1 && p.block_size.count_ones() != 1 {
+            return Err(Error::invalid(
+                "SdpaConfig.paged.block_size",
+                "must be a power of two (cuDNN plans paged attention only for those)",
+                p.block_size,
+            ));
+        }
         self.container_spec(p, self.head_dim)?;
         self.container_spec(p, self.head_dim_v)?;
         self.page_table_spec()?;

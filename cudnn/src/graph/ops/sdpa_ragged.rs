@@ -1,7 +1,8 @@
 //! The ragged (packed, THD) batches option of [`SdpaConfig`]
 //! ([`SdpaConfig::ragged`]): the sequences of a batch stored one after the
 //! other without padding. Q, K, V and O (and dO, dQ, dK, dV in the
-//! backward) keep their logical dims `[B, H, S, D]` and BSHD strides; each
+//! backward) keep their logical dims `[B, H, S, D]` and packed BSHD strides
+//! (`[S*H*D, D, H*D, 1]`, required: other strides are refused); each
 //! gets a ragged offset tensor (`[B + 1, 1, 1, 1]` i32 graph input, in
 //! elements) saying where each sequence starts, and the padding mask's
 //! lengths say how long it is. With a paged cache only Q and O are packed
@@ -33,7 +34,7 @@ use super::sdpa::SdpaConfig;
 use crate::error::{Error, Result};
 use crate::graph::graph::{Graph, Tensor};
 use crate::graph::guard::InputGuard;
-use crate::graph::tensor::{DType, TensorSpec};
+use crate::graph::tensor::{DType, TensorSpec, fmt_dims};
 
 /// Before this cuDNN, ragged offsets need Hopper or newer (NVIDIA's frontend).
 pub const RAGGED_PRE_HOPPER_SINCE: (u32, u32, u32) = (9, 18, 1);
@@ -141,7 +142,11 @@ impl SdpaConfig {
     /// These offsets meet its contract: for lengths in `0..=seq`, sequence
     /// `b` starts at most `(B - 1) * seq` tokens in, so any bound length up
     /// to `seq` (what [`SeqLengths`](crate::graph::SeqLengths) checks)
-    /// keeps it inside the `[B, H, S, D]` span.
+    /// keeps it inside the `[B, H, S, D]` span. That holds because every
+    /// tensor with ragged offsets has packed BSHD strides
+    /// (`[S*H*D, D, H*D, 1]`): [`Graph::sdpa_forward`] and
+    /// [`Graph::sdpa_backward`] refuse other strides (a typed error naming
+    /// the tensor), as does the plan JSON loader.
     pub fn ragged_offsets(&self, which: RaggedTensor, lens: &[i32]) -> Result<Vec<i32>> {
         if !self.ragged {
             return Err(Error::invalid(
@@ -280,7 +285,76 @@ impl SdpaConfig {
     }
 }
 
+/// Whether `dims` / `strides` are packed BSHD storage of a `[B, H, S, D]`
+/// tensor: D stride 1, H stride `D`, S stride `H * D`, B stride
+/// `S * H * D`. Axes of extent 1 may have any stride (they never move an
+/// address). Only there do offsets in units of `H * D` elements per token,
+/// as [`SdpaConfig::ragged_offsets`] computes them, address whole tokens
+/// inside the tensor's span.
+pub(crate) fn packed_bshd(dims: &[i64], strides: &[i64]) -> bool {
+    let ([b, h, s, d], [sb, sh, ss, sd]) = (dims, strides) else {
+        return false;
+    };
+    let want = |extent: i64, got: i64, w: Option<i64>| extent == 1 || w == Some(got);
+    want(*d, *sd, Some(1))
+        && want(*h, *sh, Some(*d))
+        && want(*s, *ss, h.checked_mul(*d))
+        && want(*b, *sb, s.checked_mul(*h).and_then(|n| n.checked_mul(*d)))
+}
+
 impl Graph {
+    /// Every tensor of `tensors` that gets ragged offsets (K and V not with
+    /// a paged cache: they are containers of pages) has packed BSHD
+    /// strides ([`packed_bshd`]). Other strides make offsets in units of
+    /// `H * D` elements per token land outside the tensor (a batch stride
+    /// below `S * H * D`: the bound buffer is smaller than the offsets
+    /// reach) or on the wrong elements (a fused QKV buffer's sequence
+    /// stride `3 * H * D`).
+    ///
+    /// # Errors
+    /// A typed [`Error::InvalidArgument`] naming the tensor, its strides and
+    /// the packed ones.
+    pub(crate) fn sdpa_ragged_strides(
+        &self,
+        cfg: &SdpaConfig,
+        op: &str,
+        tensors: &[(&str, Tensor, RaggedTensor)],
+    ) -> Result<()> {
+        if !cfg.ragged {
+            return Ok(());
+        }
+        for &(role, t, which) in tensors {
+            if cfg.paged.is_some() && matches!(which, RaggedTensor::K | RaggedTensor::V) {
+                continue;
+            }
+            let n = self.node(t)?;
+            let (dims, strides) = (n.spec.dims(), n.spec.strides());
+            if !packed_bshd(dims, strides) {
+                let packed = match dims {
+                    [b, h, s, d] => super::sdpa::AttnLayout::Bshd
+                        .strides(*b, *h, *s, *d)
+                        .map(|x| fmt_dims(&x))
+                        .unwrap_or_else(|_| "overflowing".to_string()),
+                    _ => "4-d".to_string(),
+                };
+                return Err(Error::invalid(
+                    format!(
+                        "{op}: {role} `{}` strides (dims {}, with `ragged`)",
+                        n.name,
+                        fmt_dims(dims)
+                    ),
+                    format!(
+                        "must be packed BSHD ({packed}): ragged offsets count H x D elements \
+                         per token, so other strides would address outside the tensor or the \
+                         wrong elements"
+                    ),
+                    fmt_dims(strides),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The ragged offset inputs of an attention (named after `base`), set
     /// on each of `tensors` (`(tensor, which offsets)`).
     pub(crate) fn sdpa_ragged(
@@ -292,6 +366,11 @@ impl Graph {
         if !cfg.ragged {
             return Ok(None);
         }
+        // The outputs made here follow the inputs' layouts; checked again
+        // (the inputs were checked before the graph changed).
+        let named: Vec<(&str, Tensor, RaggedTensor)> =
+            tensors.iter().map(|&(t, w)| ("tensor", t, w)).collect();
+        self.sdpa_ragged_strides(cfg, base, &named)?;
         let spec = cfg.ragged_offset_spec()?;
         // With a paged cache only Q and O are packed: K and V are
         // containers of pages, addressed through the page tables (NVIDIA's

@@ -96,26 +96,52 @@ pub(super) fn check_headers(w: &Walk, headers: &[(String, [u32; 8])]) -> Result<
     };
     // Paged: the keys a page-table row covers (pages x page size), for K
     // and for V; else the sequence dim of K and of V.
+    let paged = dims(w, f, &["pageTableK"]).is_some() || dims(w, f, &["pageTableV"]).is_some();
     let seq = |table: &str, c: &[i64]| match dims(w, f, &[table]) {
         Some(t) => t.get(2).and_then(|p| p.checked_mul(c[2])),
         None => Some(c[2]),
     };
     let (sk, sv) = (seq("pageTableK", k), seq("pageTableV", v));
-    let want: Option<[i64; 8]> = match (sk, sv) {
-        (Some(sk), Some(sv)) if sk == sv => Some([q[0], q[1], k[1], v[1], q[2], sk, q[3], v[3]]),
-        _ => None,
+    // The score subgraph's tensors (a bias) bound the rows and keys too.
+    let index = w
+        .nodes
+        .iter()
+        .position(|(op, g)| (op == SDPA_FWD || op == SDPA_BWD) && std::ptr::eq(&g[..], f));
+    let (sub_q, sub_kv) = index.map_or((None, None), |i| super::guards::subgraph_extents(w, i));
+    // The kernel's S_kv: K's and V's sequence dim; with a paged cache at
+    // most the keys a table row covers (cuDNN 9.28 writes the coverage, or
+    // the bias's key extent when there is one: 100 keys in 7 pages of 16);
+    // never past a subgraph tensor's key extent.
+    let kv_ok = |got: i64| match (sk, sv) {
+        (Some(sk), Some(sv)) if sk == sv || paged => {
+            let reach = sk.min(sv).min(sub_kv.unwrap_or(i64::MAX));
+            if paged {
+                (1..=reach).contains(&got)
+            } else {
+                got == sk && got <= reach
+            }
+        }
+        _ => false,
     };
     for (path, h) in headers {
         let got = h.map(i64::from);
-        if want != Some(got) {
+        let same = [q[0], q[1], k[1], v[1], q[2], q[3], v[3]]
+            == [got[0], got[1], got[2], got[3], got[4], got[6], got[7]];
+        if !same || !kv_ok(got[5]) || sub_q.is_some_and(|s| got[4] > s) {
+            let want_kv = match (sk, sv) {
+                (Some(sk), Some(sv)) if paged => format!("1..={}", sk.min(sv)),
+                (Some(sk), _) => sk.to_string(),
+                _ => "K and V of one sequence extent".to_string(),
+            };
             return Err(Error::mismatch(
                 format!(
                     "plan JSON {path}: the attention kernel's descriptor (B, H_q, H_k, H_v, S_q, \
-                     S_kv, D_qk, D_v) against its SDPA operation's Q, K, V"
+                     S_kv, D_qk, D_v) against its SDPA operation's Q, K, V (and its score \
+                     subgraph's S_q {sub_q:?}, S_kv {sub_kv:?})"
                 ),
-                want.map_or_else(
-                    || "K and V of one sequence extent".to_string(),
-                    |x| format!("{x:?}"),
+                format!(
+                    "[{}, {}, {}, {}, {}, {want_kv}, {}, {}]",
+                    q[0], q[1], k[1], v[1], q[2], q[3], v[3]
                 ),
                 format!("{got:?}"),
             ));
@@ -129,31 +155,48 @@ pub(super) fn check_headers(w: &Walk, headers: &[(String, [u32; 8])]) -> Result<
 /// are each the dims of a tensor the plan binds (not virtual: the tensor
 /// list pins those to the buffers bound), so no descriptor reaches past them.
 fn check_composite_headers(w: &Walk, headers: &[(String, [u32; 8])]) -> Result<()> {
-    let mut bound: Vec<Vec<i64>> = w
+    let bound: Vec<Vec<i64>> = w
         .tensors
         .values()
         .filter(|t| !t.is_virtual && !t.by_value && t.dims.len() == 4)
         .map(|t| t.dims.clone())
         .collect();
-    // A paged cache load reaches the keys its page-table rows cover in a
-    // bound container: `[B, H, pages x page size, D]`.
+    // A paged cache load reaches at most the keys its page-table rows
+    // cover in a bound container, and its output `Y` holds fewer when the
+    // sequence is not a whole number of pages (100 keys in 7 pages of 16):
+    // `[B, H, S, D]` for any S up to both.
+    let mut paged: Vec<[i64; 4]> = Vec::new();
     for (op, f) in &w.nodes {
         if op != PAGED_LOAD {
             continue;
         }
-        if let (Some(t), Some(c)) = (dims(w, f, &["pageTable"]), dims(w, f, &["container"]))
+        let y = f
+            .iter()
+            .find(|(k, _)| k == "Y")
+            .and_then(|(_, n)| n.parse::<i64>().ok())
+            .and_then(|u| w.tensors.get(&u))
+            .and_then(|t| super::guards::paged_y_seq(&t.dims, &t.strides));
+        if let (Some(t), Some(c), Some(y)) =
+            (dims(w, f, &["pageTable"]), dims(w, f, &["container"]), y)
             && t.len() == 4
             && c.len() == 4
             && let Some(s) = t[2].checked_mul(c[2])
         {
-            bound.push(vec![t[0], c[1], s, c[3]]);
+            paged.push([t[0], c[1], s.min(y), c[3]]);
         }
     }
-    let has = |d: [i64; 4]| bound.iter().any(|b| b[..] == d[..]);
+    let has = |d: [i64; 4]| {
+        bound.iter().any(|b| b[..] == d[..])
+            || paged
+                .iter()
+                .any(|p| p[0] == d[0] && p[1] == d[1] && p[3] == d[3] && (1..=p[2]).contains(&d[2]))
+    };
     for (path, h) in headers {
         let [b, hq, hk, hv, sq, skv, dqk, dv] = h.map(i64::from);
         let q = has([b, hq, sq, dqk]);
-        let k = has([b, hk, skv, dqk]) || has([b, hk, dqk, skv]);
+        // Kᵀ of a bound K (`[B, H, D, S]`); a paged load's Y is matched by
+        // its sequence axis above.
+        let k = has([b, hk, skv, dqk]) || bound.iter().any(|x| x[..] == [b, hk, dqk, skv]);
         let v = has([b, hv, skv, dv]);
         if !(q && k && v) {
             return Err(bad(

@@ -125,7 +125,7 @@ pub(super) fn check_batches(w: &Walk) -> Result<()> {
 /// sequence as `[B, H, S, D]` or transposed as `[B, H, D, S]` (the composite
 /// attention loads Kᵀ so); transposed when its stride 2 is 1, as NVIDIA's
 /// frontend (and cuDNN) decide. `None` unless 4-d.
-fn paged_y_seq(dims: &[i64], strides: &[i64]) -> Option<i64> {
+pub(super) fn paged_y_seq(dims: &[i64], strides: &[i64]) -> Option<i64> {
     if dims.len() != 4 || strides.len() != 4 {
         return None;
     }
@@ -175,6 +175,26 @@ pub(super) fn check_paged_loads(w: &Walk) -> Result<()> {
     Ok(())
 }
 
+/// The smallest query and key extents (dims 2 and 3) over the 4-d tensors
+/// of node `i`'s subgraph (the scores, a bias, masks: `[B or 1, H or 1,
+/// S_q, S_kv]`); axes of extent 1 are broadcasts (ALiBi slopes, sinks) and
+/// bound nothing. A bias indexed by a length past its last dim would be
+/// read out of bounds (issue 31), so the lengths of the operation are
+/// bounded by these too.
+pub(super) fn subgraph_extents(w: &Walk, i: usize) -> (Option<i64>, Option<i64>) {
+    let Some(uids) = w.subgraphs.get(&i) else {
+        return (None, None);
+    };
+    let dims: Vec<&[i64]> = uids
+        .iter()
+        .filter_map(|u| w.tensors.get(u))
+        .map(|t| &t.dims[..])
+        .filter(|d| d.len() == 4)
+        .collect();
+    let least = |axis: usize| dims.iter().map(|d| d[axis]).filter(|&x| x > 1).min();
+    (least(2), least(3))
+}
+
 /// The page tables and sequence lengths of the walked plan, by UID.
 pub(super) fn guarded(w: &Walk) -> Vec<(i64, InputGuard)> {
     let uid = |n: &str| n.parse::<i64>().ok();
@@ -211,7 +231,7 @@ pub(super) fn guarded(w: &Walk) -> Vec<(i64, InputGuard)> {
     let mut not_data: Vec<i64> = Vec::new();
     let mut matmuls = 0usize;
     let mut attention = false;
-    for (op, fields) in &w.nodes {
+    for (node_index, (op, fields)) in w.nodes.iter().enumerate() {
         let get = |keys: &[&str]| {
             fields
                 .iter()
@@ -242,8 +262,14 @@ pub(super) fn guarded(w: &Walk) -> Vec<(i64, InputGuard)> {
                 } else {
                     seq(&["K", "kDesc", "V", "vDesc", "dKDesc", "dVDesc"])
                 };
-                bound.push((Q_LEN, q));
-                bound.push((KV_LEN, kv));
+                // And by the tensors of its score subgraph (a bias).
+                let (sub_q, sub_kv) = subgraph_extents(w, node_index);
+                let least = |a: Option<i64>, b: Option<i64>| match (a, b) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                bound.push((Q_LEN, least(q, sub_q)));
+                bound.push((KV_LEN, least(kv, sub_kv)));
             }
             BAND => {
                 attention = true;
@@ -414,6 +440,9 @@ mod tests {
             written: HashSet::new(),
             read: HashSet::new(),
             page_tables: HashSet::new(),
+            flow: Vec::new(),
+            provided: HashSet::new(),
+            subgraphs: HashMap::new(),
             nodes: nodes
                 .iter()
                 .map(|(op, f)| {
@@ -535,6 +564,51 @@ mod tests {
             ]
         );
         assert!(check_batches(&w).is_ok());
+    }
+
+    #[test]
+    fn unit_paged_sdpa_lengths_bounded_by_its_subgraph_bias() {
+        // 100 keys in 7 pages of 16 (112 covered); the score subgraph adds a
+        // bias [1, 4, 1, 100] (uid 30) to the scores [2, 4, 1, 100] (31):
+        // key lengths stop at 100, not at the page coverage. ALiBi-like
+        // slopes [1, 4, 1, 1] (32) are broadcasts and bound nothing.
+        let mut w = walk(
+            vec![
+                (1, t(H, &[2, 4, 1, 64])),
+                (2, t(H, &[15, 4, 16, 64])),
+                (3, t(H, &[15, 4, 16, 64])),
+                (5, t(I, &[2, 1, 7, 1])),
+                (6, t(I, &[2, 1, 7, 1])),
+                (10, t(I, &[2, 1, 1, 1])),
+                (11, t(I, &[2, 1, 1, 1])),
+                (30, t(H, &[1, 4, 1, 100])),
+                (31, t("CUDNN_DATA_FLOAT", &[2, 4, 1, 100])),
+                (32, t("CUDNN_DATA_FLOAT", &[1, 4, 1, 1])),
+            ],
+            &[(
+                SDPA_FWD,
+                &[
+                    ("Q", 1),
+                    ("K", 2),
+                    ("V", 3),
+                    ("seqLenQ", 10),
+                    ("seqLenKV", 11),
+                    ("pageTableK", 5),
+                    ("pageTableV", 6),
+                ],
+            )],
+        );
+        w.page_tables = ["5", "6"].into_iter().map(String::from).collect();
+        let lens = |w: &Walk| {
+            guarded(w)
+                .into_iter()
+                .filter(|(_, g)| matches!(g, InputGuard::SeqLengths { .. }))
+                .collect::<Vec<_>>()
+        };
+        // Without the subgraph: the coverage, 7 x 16.
+        assert_eq!(lens(&w), vec![(10, len(1)), (11, len(112))]);
+        w.subgraphs.insert(0, vec![30, 31, 32]);
+        assert_eq!(lens(&w), vec![(10, len(1)), (11, len(100))]);
     }
 
     #[test]

@@ -23,14 +23,17 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
+mod agree;
 mod attention;
+mod dataflow;
 mod engine;
 mod guards;
 mod schema;
 
+use agree::{Tensors, agree};
 use engine::{engine, profile};
 use schema::Field::*;
-use schema::{DATA_TYPES, FINALIZE_MODES, dtype_of, node_fields};
+use schema::{DATA_TYPES, FINALIZE_MODES, node_fields};
 
 use super::graph::IoSignature;
 use super::guard::InputGuard;
@@ -47,7 +50,7 @@ const MAX_NODES: usize = 512;
 /// Subgraphs nest at most this deep (SDPA's score subgraph: 1).
 const MAX_DEPTH: usize = 2;
 /// The largest tensor dim, stride or element count cuDNN indexes with `int64`.
-const MAX_EXTENT: i64 = 1 << 48;
+pub(crate) const MAX_EXTENT: i64 = 1 << 48;
 
 /// What the check learned about a plan.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -199,6 +202,13 @@ struct Walk {
     /// Every node's operation and the `(field, tensor name)` it reads or
     /// writes, for [`guards`].
     nodes: Vec<(String, Vec<(String, String)>)>,
+    /// What each node reads and writes, for [`dataflow`].
+    flow: Vec<dataflow::Flow>,
+    /// The score-subgraph inputs (their SDPA operation writes them).
+    provided: HashSet<String>,
+    /// The tensors of each node's subgraph (an SDPA operation's score
+    /// modifiers and masks), by the node's index in `nodes`.
+    subgraphs: HashMap<usize, Vec<i64>>,
 }
 
 impl Walk {
@@ -414,6 +424,10 @@ impl Walk {
         })?;
         let mut sub_names: Option<HashSet<String>> = None;
         let mut io_fields: Vec<(String, String)> = Vec::new();
+        let mut flow = dataflow::Flow {
+            path: path.to_string(),
+            ..dataflow::Flow::default()
+        };
         // The subgraph first, so its uids are known to `SubgraphUid`.
         if let Some(sg) = m.get("subgraph") {
             if !fields.iter().any(|(k, _)| *k == "subgraph") {
@@ -466,8 +480,10 @@ impl Walk {
                     };
                     if writes {
                         self.written.insert(s.to_string());
+                        flow.writes.push(s.to_string());
                     } else {
                         self.read.insert(s.to_string());
+                        flow.reads.push(s.to_string());
                     }
                     if PAGE_TABLE_FIELDS.contains(&k.as_str()) {
                         self.page_tables.insert(s.to_string());
@@ -501,6 +517,9 @@ impl Walk {
                 Axis => {
                     int(val, &p, 0, MAX_DIMS as i64 - 1)?;
                 }
+                Int(lo, hi) => {
+                    int(val, &p, lo, hi)?;
+                }
                 Subgraph => {}
                 SubOp(want) => {
                     if nested {
@@ -525,6 +544,13 @@ impl Walk {
                     {
                         return Err(bad(&p, "must name a tensor of the node's subgraph", uid));
                     }
+                    // The operation hands its subgraph the input and reads
+                    // back the output (which a subgraph node must write).
+                    if k == "subgraphInputUid" {
+                        self.provided.insert(uid.to_string());
+                    } else {
+                        flow.reads.push(uid.to_string());
+                    }
                 }
             }
         }
@@ -540,7 +566,17 @@ impl Walk {
         {
             return Err(bad(path, "names subgraph tensors but has no subgraph", op));
         }
+        // A sub-descriptor (the SDPA forward's SOFTMAX) reads what its
+        // operation computes inside (the scores): its operation provides it.
+        if nested {
+            self.provided.extend(flow.reads.iter().cloned());
+        }
         self.nodes.push((op.to_string(), io_fields));
+        self.flow.push(flow);
+        if let Some(sub) = &sub_names {
+            let uids = sub.iter().filter_map(|n| n.parse::<i64>().ok()).collect();
+            self.subgraphs.insert(self.nodes.len() - 1, uids);
+        }
         Ok(())
     }
 }
@@ -638,6 +674,17 @@ const INTERNAL_PARAM_UIDS: &[i64] = &[
     8_197_888_589_163_993_711,
 ];
 
+/// More of cuDNN's own pointers, patched only in kernels of a ragged (packed
+/// THD) attention backward whose K and V carry their offsets (measured in
+/// cuDNN 9.28.1's sm90 plans of the composite backward, with and without
+/// grouped-query attention, bias, dBias): accepted only in a plan with
+/// ragged tensors.
+const RAGGED_PARAM_UIDS: &[i64] = &[
+    -5_208_890_643_914_892_462,
+    655_857_035_306_566_210,
+    -7_004_828_186_068_582_583,
+];
+
 /// The refusal of a plan JSON that carries compiled code, untrusted.
 pub(crate) fn compiled_code_refused() -> Error {
     Error::Unsupported {
@@ -661,6 +708,10 @@ pub(crate) fn check_summary(
 ) -> Result<Summary> {
     let (summary, tensors) = shape(json, Some(target), cudnn)?;
     agree(&tensors, io)?;
+    // Scratch tensors (bound in the JSON, placed in the workspace) need
+    // their producer as virtual ones do.
+    let scratch: HashSet<i64> = io.scratch.iter().map(|&(u, _)| u).collect();
+    dataflow::check(&tensors.flow, &tensors.all, &scratch, &tensors.provided)?;
     // The device uses a page table's or an offset's values as addresses
     // and a length's as a row bound: each must be a bound input (which only
     // its guarded binding call binds), never a by-value scalar (its value
@@ -692,7 +743,9 @@ pub(crate) fn check_summary(
 /// The shape check alone (no tensor list, no target): what the typed
 /// backend API runs before finalizing an execution plan from JSON.
 pub(crate) fn check_shape(json: &str) -> Result<()> {
-    shape(json, None, None).map(|_| ())
+    let (_, t) = shape(json, None, None)?;
+    // The data flow too (no tensor list here: virtual tensors only).
+    dataflow::check(&t.flow, &t.all, &HashSet::new(), &t.provided)
 }
 
 fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Summary, Tensors)> {
@@ -733,6 +786,9 @@ fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Sum
         read: HashSet::new(),
         page_tables: HashSet::new(),
         nodes: Vec::new(),
+        flow: Vec::new(),
+        provided: HashSet::new(),
+        subgraphs: HashMap::new(),
     };
     w.graph(
         &top["operationGraph"],
@@ -745,9 +801,12 @@ fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Sum
     // one does not have). Virtual tensors count: cuDNN places some of them
     // in the workspace and patches their address (composite SDPA backward).
     for (path, uid) in &param_uids {
+        let ragged_buffer =
+            RAGGED_PARAM_UIDS.contains(uid) && w.tensors.values().any(|t| t.ragged.is_some());
         if !w.tensors.contains_key(uid)
             && !INTERNAL_PARAM_UIDS.contains(uid)
             && !attention::backward_buffer(*uid, &w)
+            && !ragged_buffer
         {
             return Err(bad(path, "must name a tensor of the graph", uid));
         }
@@ -765,238 +824,8 @@ fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Sum
             all: w.tensors,
             written: w.written,
             read: w.read,
+            flow: w.flow,
+            provided: w.provided,
         },
     ))
-}
-
-fn field_err(
-    uid: i64,
-    field: &str,
-    want: impl std::fmt::Display,
-    got: impl std::fmt::Display,
-) -> Error {
-    Error::mismatch(
-        format!("plan JSON tensor uid {uid} {field} (the tensor list says, the JSON has)"),
-        want,
-        got,
-    )
-}
-
-/// The tensors of a plan JSON, and which of them its nodes write and read.
-struct Tensors {
-    all: HashMap<i64, JsonTensor>,
-    written: HashSet<String>,
-    read: HashSet<String>,
-}
-
-/// Every non-virtual tensor of the JSON is a bound tensor, a scalar or a
-/// scratch tensor of `io`, with the same uid, dims, strides, data type and
-/// by-value flag; and everything `io` lists is in the JSON. Roles agree: a
-/// bound tensor some node writes is an output of `io`, one that nodes only
-/// read an input, and no node writes a by-value scalar (safe code binds an
-/// input through a shared borrow, so cuDNN must never write it).
-fn agree(roles: &Tensors, io: &IoSignature) -> Result<()> {
-    let tensors = &roles.all;
-    let mut seen = HashSet::new();
-    for t in &io.tensors {
-        let j = tensors.get(&t.uid).ok_or_else(|| {
-            field_err(t.uid, "presence", format!("`{}`", t.name), "no such tensor")
-        })?;
-        if j.is_virtual {
-            return Err(field_err(t.uid, "isVirtual", false, true));
-        }
-        if j.by_value {
-            return Err(field_err(t.uid, "isByValue", false, true));
-        }
-        let dtype = dtype_of(j.dtype);
-        if dtype != Some(t.spec.dtype()) {
-            return Err(field_err(t.uid, "dataType", t.spec.dtype(), j.dtype));
-        }
-        // The same dims and strides, or the same (dim, stride) pairs in
-        // another order: a transposed view of the same memory (the composite
-        // attention backward hands cuDNN K as [B, H, D, S]).
-        if !same_view(&j.dims, &j.strides, t.spec.dims(), t.spec.strides()) {
-            if j.dims.len() != t.spec.dims().len() || sorted(&j.dims) != sorted(t.spec.dims()) {
-                return Err(field_err(t.uid, "dim", fmt(t.spec.dims()), fmt(&j.dims)));
-            }
-            return Err(field_err(
-                t.uid,
-                "stride",
-                fmt(t.spec.strides()),
-                fmt(&j.strides),
-            ));
-        }
-        let name = t.uid.to_string();
-        let written = written_by_node(roles, &name);
-        if written != t.is_output {
-            return Err(field_err(
-                t.uid,
-                "role",
-                role(t.is_output),
-                if written {
-                    "an output (a node writes it)"
-                } else if roles.read.contains(&name) {
-                    "an input (nodes only read it)"
-                } else {
-                    "no node's tensor"
-                },
-            ));
-        }
-        seen.insert(t.uid);
-    }
-    for &(uid, dtype, _) in &io.scalars {
-        let j = tensors
-            .get(&uid)
-            .ok_or_else(|| field_err(uid, "presence", "a by-value scalar", "no such tensor"))?;
-        if !j.by_value {
-            return Err(field_err(uid, "isByValue", true, false));
-        }
-        if dtype_of(j.dtype) != Some(dtype) {
-            return Err(field_err(uid, "dataType", dtype, j.dtype));
-        }
-        if j.dims.iter().any(|&d| d != 1) {
-            return Err(field_err(uid, "dim", "all 1 (a scalar)", fmt(&j.dims)));
-        }
-        if written_by_node(roles, &uid.to_string()) {
-            return Err(field_err(
-                uid,
-                "role",
-                "a by-value scalar (read only)",
-                "an output (a node writes it)",
-            ));
-        }
-        if !seen.insert(uid) {
-            return Err(field_err(uid, "role", "one role", "listed twice"));
-        }
-    }
-    for &(uid, bytes) in &io.scratch {
-        let j = tensors
-            .get(&uid)
-            .ok_or_else(|| field_err(uid, "presence", "a scratch tensor", "no such tensor"))?;
-        if j.is_virtual || j.by_value {
-            return Err(field_err(
-                uid,
-                "isVirtual/isByValue",
-                "false/false",
-                format!("{}/{}", j.is_virtual, j.by_value),
-            ));
-        }
-        let span = span_bytes(j).ok_or_else(|| field_err(uid, "span", bytes, "overflows"))?;
-        if span != bytes {
-            return Err(field_err(uid, "span bytes", bytes, span));
-        }
-        if !seen.insert(uid) {
-            return Err(field_err(uid, "role", "one role", "listed twice"));
-        }
-    }
-    // The ragged offsets the JSON names are exactly those the tensor list
-    // marks (which keep the plan off the safe `Plan::execute`).
-    let named: std::collections::BTreeSet<i64> =
-        tensors.values().filter_map(|j| j.ragged).collect();
-    let listed: std::collections::BTreeSet<i64> = io.ragged_offsets.iter().copied().collect();
-    if named != listed {
-        return Err(Error::mismatch(
-            "plan JSON ragged offset tensors (the tensor list says, the JSON has)",
-            format!("{listed:?}"),
-            format!("{named:?}"),
-        ));
-    }
-    // cuDNN reads `B + 1` offsets (sequence `b` starts at entry `b`) of
-    // each: a shorter offsets tensor would make it read past the bound
-    // buffer, whatever the caller vouched for the values.
-    for (uid, j) in tensors {
-        let Some(off) = j.ragged else { continue };
-        let o = tensors
-            .get(&off)
-            .ok_or_else(|| field_err(*uid, "isRagged", "a declared tensor", off))?;
-        let want = j
-            .dims
-            .first()
-            .and_then(|b| b.checked_add(1))
-            .map(|n| vec![n, 1, 1, 1]);
-        if want.as_deref() != Some(&o.dims[..]) {
-            return Err(field_err(
-                off,
-                "dim (ragged offsets: the batch of the tensor they address + 1)",
-                format!("{want:?}"),
-                fmt(&o.dims),
-            ));
-        }
-        // Offsets are named only through `isRagged`: one an operation also
-        // reads (as sequence lengths, say) would be bound under the
-        // offsets' contract and used under another.
-        let key = off.to_string();
-        if roles.read.contains(&key) || roles.written.contains(&key) {
-            return Err(field_err(
-                off,
-                "ragged offsets",
-                "named only by `isRagged`",
-                "also an operation's operand",
-            ));
-        }
-        if !matches!(o.dtype, "CUDNN_DATA_INT32" | "CUDNN_DATA_INT64") || o.is_virtual || o.by_value
-        {
-            return Err(field_err(
-                off,
-                "ragged offsets",
-                "a bound INT32 or INT64 input",
-                o.dtype,
-            ));
-        }
-    }
-    for (uid, j) in tensors {
-        if !j.is_virtual && !seen.contains(uid) {
-            return Err(field_err(
-                *uid,
-                "role",
-                "virtual (it is not in the tensor list)",
-                if j.by_value {
-                    "a by-value tensor"
-                } else {
-                    "a tensor to bind"
-                },
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn written_by_node(t: &Tensors, name: &str) -> bool {
-    t.written.contains(name)
-}
-
-fn role(is_output: bool) -> &'static str {
-    if is_output { "an output" } else { "an input" }
-}
-
-fn span_bytes(j: &JsonTensor) -> Option<usize> {
-    let mut span: i64 = 1;
-    for (d, s) in j.dims.iter().zip(&j.strides) {
-        span = (d - 1).checked_mul(*s)?.checked_add(span)?;
-    }
-    let size = dtype_of(j.dtype)?.size();
-    usize::try_from(span).ok()?.checked_mul(size)
-}
-
-fn sorted(v: &[i64]) -> Vec<i64> {
-    let mut v = v.to_vec();
-    v.sort_unstable();
-    v
-}
-
-/// The same tensor, or a permutation of its axes (same memory, same span).
-fn same_view(dims: &[i64], strides: &[i64], want_dims: &[i64], want_strides: &[i64]) -> bool {
-    if dims == want_dims && strides == want_strides {
-        return true;
-    }
-    let pairs = |d: &[i64], s: &[i64]| {
-        let mut p: Vec<(i64, i64)> = d.iter().copied().zip(s.iter().copied()).collect();
-        p.sort_unstable();
-        p
-    };
-    dims.len() == want_dims.len() && pairs(dims, strides) == pairs(want_dims, want_strides)
-}
-
-fn fmt(v: &[i64]) -> String {
-    format!("{v:?}")
 }

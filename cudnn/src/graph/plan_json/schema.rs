@@ -123,6 +123,8 @@ pub(super) enum Field {
     Ints(i64),
     /// A small integer (an axis).
     Axis,
+    /// An integer in `lo..=hi`.
+    Int(i64, i64),
     /// A subgraph, with the uids of its input and output.
     Subgraph,
     /// A tensor uid of the node's subgraph.
@@ -144,23 +146,31 @@ const NORM_MODES: &[&str] = &["CUDNN_LAYER_NORM", "CUDNN_BATCH_NORM", "CUDNN_RMS
 
 /// `(operation, its keys)`: the allow-list of operation nodes.
 pub(super) fn node_fields(op: &str) -> Option<&'static [(&'static str, Field)]> {
-    const CONV_COMMON: [(&str, Field); 7] = [
+    // cuDNN 9.28 also writes `groupCount` (a grouped convolution) and
+    // `pad_lower` / `pad_upper` (an asymmetric padding) for graphs the
+    // crate builds (issue 31).
+    const CONV_COMMON: [(&str, Field); 10] = [
         ("mode", Enum(CONV_MODES)),
         ("mathPrec", Enum(DATA_TYPES)),
         ("alpha", Float),
         ("beta", Float),
         ("pad", Ints(0)),
+        ("pad_lower", Ints(0)),
+        ("pad_upper", Ints(0)),
         ("stride", Ints(1)),
         ("dilation", Ints(1)),
+        ("groupCount", Int(1, 1 << 20)),
     ];
-    const FPROP: [(&str, Field); 10] = concat(CONV_COMMON, [("X", In), ("W", In), ("Y", Out)]);
-    const DGRAD: [(&str, Field); 10] = concat(CONV_COMMON, [("W", In), ("dX", Out), ("dY", In)]);
-    const WGRAD: [(&str, Field); 10] = concat(CONV_COMMON, [("X", In), ("dW", Out), ("dY", In)]);
+    const FPROP: [(&str, Field); 13] = concat(CONV_COMMON, [("X", In), ("W", In), ("Y", Out)]);
+    const DGRAD: [(&str, Field); 13] = concat(CONV_COMMON, [("W", In), ("dX", Out), ("dY", In)]);
+    const WGRAD: [(&str, Field); 13] = concat(CONV_COMMON, [("X", In), ("dW", Out), ("dY", In)]);
     const fn concat(
-        a: [(&'static str, Field); 7],
+        a: [(&'static str, Field); 10],
         b: [(&'static str, Field); 3],
-    ) -> [(&'static str, Field); 10] {
-        [a[0], a[1], a[2], a[3], a[4], a[5], a[6], b[0], b[1], b[2]]
+    ) -> [(&'static str, Field); 13] {
+        [
+            a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], b[0], b[1], b[2],
+        ]
     }
     Some(match op {
         "CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR" => &FPROP,
@@ -177,6 +187,10 @@ pub(super) fn node_fields(op: &str) -> Option<&'static [(&'static str, Field)]> 
             ("eluAlpha", Float),
             ("softplusBeta", Float),
             ("swishBeta", Float),
+            // cuDNN 9.28 writes ELU's parameter as `alpha` and softplus's
+            // as `beta` (issue 31).
+            ("alpha", Float),
+            ("beta", Float),
             ("axis", Axis),
             ("X", In),
             ("Y", Out),

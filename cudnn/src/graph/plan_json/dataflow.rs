@@ -1,0 +1,205 @@
+//! The data flow of a plan JSON's operation graph, checked before cuDNN
+//! sees it: every virtual tensor (and every scratch tensor the plan keeps
+//! in its workspace) that a node reads is written by a node of the plan (or
+//! is the input an SDPA operation hands its score subgraph), no tensor is
+//! written by two nodes, and no chain of nodes feeds itself.
+//!
+//! cuDNN does not check this: the plan of an SDPA backward with one node
+//! removed (a reduction writing a virtual tensor, or the node reading it)
+//! crashes cuDNN 9.28 in the trusted load (SIGSEGV, issue 31), and only the
+//! graph was edited, not the compiled kernels.
+
+use std::collections::{HashMap, HashSet};
+
+use super::{JsonTensor, bad};
+use crate::error::Result;
+
+/// What one node reads and writes, by tensor name.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Flow {
+    /// The node's JSON path.
+    pub(super) path: String,
+    pub(super) reads: Vec<String>,
+    pub(super) writes: Vec<String>,
+}
+
+/// Check the flow of `nodes` over `tensors`; `scratch` are the uids of the
+/// tensors the plan keeps in its workspace (written by cuDNN's kernels
+/// from the nodes, like virtual ones); `provided` the score-subgraph inputs
+/// (their SDPA operation writes them).
+pub(super) fn check(
+    nodes: &[Flow],
+    tensors: &HashMap<i64, JsonTensor>,
+    scratch: &HashSet<i64>,
+    provided: &HashSet<String>,
+) -> Result<()> {
+    let internal = |name: &str| {
+        name.parse::<i64>()
+            .ok()
+            .is_some_and(|u| scratch.contains(&u) || tensors.get(&u).is_some_and(|t| t.is_virtual))
+    };
+    // One writer per tensor.
+    let mut writer: HashMap<&str, usize> = HashMap::new();
+    for (i, n) in nodes.iter().enumerate() {
+        for w in &n.writes {
+            if let Some(&first) = writer.get(w.as_str())
+                && first != i
+            {
+                return Err(bad(
+                    &n.path,
+                    format!(
+                        "writes tensor uid {w}, which {} writes too (a tensor has one producer)",
+                        nodes.get(first).map_or("another node", |f| f.path.as_str())
+                    ),
+                    w,
+                ));
+            }
+            writer.insert(w.as_str(), i);
+        }
+    }
+    // Every virtual or scratch tensor read has its producer.
+    for n in nodes {
+        for r in &n.reads {
+            if internal(r) && !writer.contains_key(r.as_str()) && !provided.contains(r) {
+                return Err(bad(
+                    &n.path,
+                    "reads a virtual (or scratch) tensor that no node of the plan writes",
+                    format!("tensor uid {r}"),
+                ));
+            }
+        }
+    }
+    // No cycle: Kahn's order over producer -> consumer edges.
+    let mut indegree = vec![0usize; nodes.len()];
+    let mut next: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    for (j, n) in nodes.iter().enumerate() {
+        let mut from: Vec<usize> = n
+            .reads
+            .iter()
+            .filter_map(|r| writer.get(r.as_str()).copied())
+            .collect();
+        from.sort_unstable();
+        from.dedup();
+        for i in from {
+            if let (Some(e), Some(d)) = (next.get_mut(i), indegree.get_mut(j)) {
+                e.push(j);
+                *d += 1;
+            }
+        }
+    }
+    let mut ready: Vec<usize> = (0..nodes.len()).filter(|&i| indegree[i] == 0).collect();
+    let mut done = 0usize;
+    while let Some(i) = ready.pop() {
+        done += 1;
+        for &j in next.get(i).map_or(&[][..], |v| &v[..]) {
+            if let Some(d) = indegree.get_mut(j) {
+                *d -= 1;
+                if *d == 0 {
+                    ready.push(j);
+                }
+            }
+        }
+    }
+    if done != nodes.len() {
+        let on_cycle = indegree
+            .iter()
+            .position(|&d| d > 0)
+            .and_then(|i| nodes.get(i))
+            .map_or("", |n| n.path.as_str());
+        return Err(bad(
+            on_cycle,
+            "is on a cycle of nodes (a node's input is computed from its own output)",
+            format!("{} of {} nodes ordered", done, nodes.len()),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+
+    fn virt(v: bool) -> JsonTensor {
+        JsonTensor {
+            dtype: "CUDNN_DATA_FLOAT",
+            dims: vec![1, 1, 1, 1],
+            strides: vec![1, 1, 1, 1],
+            is_virtual: v,
+            by_value: false,
+            ragged: None,
+        }
+    }
+
+    fn node(path: &str, reads: &[i64], writes: &[i64]) -> Flow {
+        Flow {
+            path: path.to_string(),
+            reads: reads.iter().map(|u| u.to_string()).collect(),
+            writes: writes.iter().map(|u| u.to_string()).collect(),
+        }
+    }
+
+    fn tensors() -> HashMap<i64, JsonTensor> {
+        // 1, 2 bound; 10, 11 virtual.
+        [
+            (1, virt(false)),
+            (2, virt(false)),
+            (10, virt(true)),
+            (11, virt(true)),
+        ]
+        .into_iter()
+        .collect()
+    }
+
+    fn run(nodes: &[Flow]) -> Result<()> {
+        check(nodes, &tensors(), &HashSet::new(), &HashSet::new())
+    }
+
+    #[test]
+    fn unit_dataflow_chain_ok_and_each_edit_refused() {
+        // 1 -> a -> 10 -> b -> 11 -> c -> 2
+        let a = node("/n/0", &[1], &[10]);
+        let b = node("/n/1", &[10], &[11]);
+        let c = node("/n/2", &[11], &[2]);
+        assert!(run(&[a.clone(), b.clone(), c.clone()]).is_ok());
+        // Any order is fine (a graph, not a list).
+        assert!(run(&[c.clone(), a.clone(), b.clone()]).is_ok());
+        // The producer of a virtual tensor removed: its reader is refused.
+        for nodes in [vec![b.clone(), c.clone()], vec![a.clone(), c.clone()]] {
+            let e = run(&nodes).unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+            assert!(e.to_string().contains("no node of the plan writes"), "{e}");
+        }
+        // A duplicated node: two producers.
+        let e = run(&[a.clone(), a.clone(), b.clone(), c.clone()]).unwrap_err();
+        assert!(e.to_string().contains("one producer"), "{e}");
+        // A cycle: b also reads c's output through a virtual 11 -> b.
+        let b2 = node("/n/1", &[10, 11], &[11]);
+        let e = run(&[a.clone(), b2]).unwrap_err();
+        assert!(e.to_string().contains("one producer") || e.to_string().contains("cycle"));
+        let x = node("/n/0", &[11], &[10]);
+        let y = node("/n/1", &[10], &[11]);
+        let e = run(&[x, y]).unwrap_err();
+        assert!(e.to_string().contains("cycle"), "{e}");
+        // A scratch tensor (bound in the JSON, kept in the workspace) needs
+        // its producer too; a subgraph input is provided by its operation.
+        let s: HashSet<i64> = [2].into_iter().collect();
+        let e = check(
+            &[node("/n/0", &[2], &[10])],
+            &tensors(),
+            &s,
+            &HashSet::new(),
+        );
+        assert!(e.is_err());
+        let p: HashSet<String> = ["10".to_string()].into_iter().collect();
+        assert!(
+            check(
+                &[node("/s/0", &[10], &[11]), node("/n/0", &[11], &[2])],
+                &tensors(),
+                &HashSet::new(),
+                &p
+            )
+            .is_ok()
+        );
+    }
+}
