@@ -439,7 +439,9 @@ fn round_trip(r: &Recipe, target: &str) -> Result<Trip, String> {
             &json,
         );
     }
-    let back = Plan::from_cudnn_json_trusted(&json, &t, Arc::new(p.io().clone()))
+    // SAFETY: cuDNN's own JSON of the plan `p` just built here, unchanged,
+    // with that plan's own tensor list.
+    let back = unsafe { Plan::from_cudnn_json_unverified(&json, &t, Arc::new(p.io().clone())) }
         .map_err(|e| format!("built, then refused on reload from its JSON: {e}"))?;
     if guards(&back) != want {
         return Err(format!(
@@ -447,8 +449,11 @@ fn round_trip(r: &Recipe, target: &str) -> Result<Trip, String> {
             guards(&back)
         ));
     }
-    let text = p.serialize().map_err(|e| e.to_string())?;
-    let again = Plan::deserialize_trusted(&text, &t)
+    // The plan file through the safe loader: signed with a key of this
+    // run, so its compiled code loads.
+    let key = PlanKey::generate().map_err(|e| e.to_string())?;
+    let text = p.serialize_signed(&key).map_err(|e| e.to_string())?;
+    let again = Plan::deserialize(&text, &t, Trust::SignedBy(&key))
         .map_err(|e| format!("built, then refused on reload from its plan file: {e}"))?;
     if guards(&again) != want {
         return Err(format!(
@@ -589,8 +594,12 @@ fn paged_partial_page_lengths() -> TestResult {
             Err(e) => return Err(e.into()),
         };
         let json = p.cudnn_json()?;
-        let back = Plan::from_cudnn_json_trusted(&json, &t, Arc::new(p.io().clone()))?;
-        let again = Plan::deserialize_trusted(&p.serialize()?, &t)?;
+        // SAFETY: cuDNN's own JSON of the plan `p` just built here,
+        // unchanged, with that plan's own tensor list.
+        let back =
+            unsafe { Plan::from_cudnn_json_unverified(&json, &t, Arc::new(p.io().clone())) }?;
+        let key = PlanKey::generate()?;
+        let again = Plan::deserialize(&p.serialize_signed(&key)?, &t, Trust::SignedBy(&key))?;
         for (how, plan) in [
             ("built", &p),
             ("from JSON", &back),
@@ -810,7 +819,12 @@ fn worker(start: usize, end: usize) -> Result<(), String> {
         let Some(text) = edited(v, node, dup) else {
             return Outcome::Untyped("no such node".into());
         };
-        match Plan::from_cudnn_json_trusted(&text, &targets[t], io.clone()) {
+        // SAFETY: deliberately outside the contract (an edited graph with
+        // its compiled kernels kept), in a child process of the fuzz
+        // harness, to prove the checks refuse the edit before cuDNN sees
+        // it: a crash is counted there, and nothing the plan could run is
+        // ever executed (no device, no bindings).
+        match unsafe { Plan::from_cudnn_json_unverified(&text, &targets[t], io.clone()) } {
             Ok(_) => Outcome::Accepted,
             Err(Error::Cudnn { .. }) => Outcome::RefusedByLibrary,
             Err(e) if typed(&e) => Outcome::Typed(e.to_string()),
