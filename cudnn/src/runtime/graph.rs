@@ -73,6 +73,9 @@ pub(crate) fn check_capturable(stream: &Stream, capturing: bool) -> Result<()> {
 struct CaptureScope<'s> {
     stream: &'s Stream,
     open: bool,
+    /// Counted in the registry of open captures until the scope (and so
+    /// `cudaStreamEndCapture`) is done: a field drops after `Drop::drop`.
+    _own: super::wait::OwnCapture,
 }
 
 impl CaptureScope<'_> {
@@ -119,22 +122,26 @@ impl Drop for CaptureScope<'_> {
 }
 
 impl Stream {
-    fn begin_capture(&self, mode: CaptureMode) -> Result<()> {
+    /// Begin the capture: the mark (refusing other threads' work, and
+    /// refused while a `Stream::scope` of this value is open), then the
+    /// registry entry (`wait::OwnCapture`, which device-wide waits of the
+    /// crate wait out), then `cudaStreamBeginCapture`.
+    fn begin_capture(&self, mode: CaptureMode) -> Result<super::wait::OwnCapture> {
         check_capturable(self, false)?;
         let rt = check::cudart()?;
         check_capturable(self, self.capture_status()?.is_capturing())?;
         let _on = self.enter("beginning a stream capture")?;
         // Other threads' work on this stream is refused from before the
         // capture begins until after it ended (`CaptureScope`).
-        if !self.mark_capturer() {
-            return check_capturable(self, true);
-        }
+        self.mark_capturer()?;
+        let own = super::wait::OwnCapture::open();
         // SAFETY: a valid stream, not capturing, not the legacy stream.
         let r = unsafe { cuda_call!(rt, cudaStreamBeginCapture(self.as_raw(), mode.raw())) };
-        if r.is_err() {
+        if let Err(e) = r {
             self.clear_capturer();
+            return Err(e);
         }
-        r
+        Ok(own)
     }
 
     /// Capture the work `f` queues on this stream into a [`CudaGraph`]
@@ -168,10 +175,11 @@ impl Stream {
         F: FnOnce(&Stream) -> std::result::Result<(), E>,
         E: From<Error>,
     {
-        self.begin_capture(mode)?;
+        let own = self.begin_capture(mode)?;
         let scope = CaptureScope {
             stream: self,
             open: true,
+            _own: own,
         };
         {
             let _mark = super::capture::ScopeMark::enter();

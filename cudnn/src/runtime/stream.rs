@@ -50,8 +50,28 @@ struct Inner {
     /// Whether a [`Stream::capture`] of this value is open (fast path for
     /// `capturer`).
     capturing: AtomicBool,
-    /// The thread whose [`Stream::capture`] is open on this stream.
-    capturer: Mutex<Option<ThreadId>>,
+    /// The thread whose [`Stream::capture`] is open on this stream, and
+    /// how many [`Stream::scope`]s of this value are open (one lock: a
+    /// capture cannot begin while a scope is open, nor a scope while a
+    /// capture is).
+    marks: Mutex<Marks>,
+}
+
+/// What is open on a stream value (see `Inner::marks`).
+#[derive(Debug, Default)]
+struct Marks {
+    capturer: Option<ThreadId>,
+    scopes: usize,
+}
+
+/// An open [`Stream::scope`], counted on its stream value until dropped.
+pub(crate) struct OpenScope<'a>(&'a Stream);
+
+impl Drop for OpenScope<'_> {
+    fn drop(&mut self) {
+        let mut m = self.0.marks();
+        m.scopes = m.scopes.saturating_sub(1);
+    }
 }
 
 /// What a raw stream handle names.
@@ -197,10 +217,11 @@ pub(crate) fn check_stream_thread(what: &str, stream: &Stream) -> Result<()> {
 
 /// The capture part of the queueing rule, as logic (see
 /// [`Stream::check_queue`]): `capturer` is the thread whose capture of the
-/// stream is open, `foreign` the library owning the stream, `in_scope`
-/// whether this thread is inside a capture closure, `foreign_capturing`
-/// whether the foreign stream is being captured (asked only for foreign
-/// streams).
+/// stream is open, `foreign` the library owning the stream,
+/// `foreign_capturing` whether the foreign stream is being captured (asked
+/// only for foreign streams). Work on a foreign stream that is not
+/// capturing is allowed inside a capture closure too (CUDA runs it; a
+/// join through a captured event is refused by `Stream::wait_event`).
 ///
 /// # Errors
 /// [`Error::CaptureUnsafe`] naming `what`.
@@ -209,7 +230,6 @@ pub(crate) fn queue_rule(
     capturer: Option<ThreadId>,
     current: ThreadId,
     foreign: Option<&'static str>,
-    in_scope: bool,
     foreign_capturing: impl FnOnce() -> Result<bool>,
 ) -> Result<()> {
     use super::capture::{CaptureStatus, Hazard, capture_rule};
@@ -219,7 +239,7 @@ pub(crate) fn queue_rule(
         return capture_rule(what, CaptureStatus::Active, &Hazard::OtherThreadsCapture);
     }
     if let Some(owner) = foreign
-        && (in_scope || foreign_capturing()?)
+        && foreign_capturing()?
     {
         return capture_rule(what, CaptureStatus::Active, &Hazard::ForeignStream(owner));
     }
@@ -256,7 +276,7 @@ impl Stream {
                 keep,
                 foreign,
                 capturing: AtomicBool::new(false),
-                capturer: Mutex::new(None),
+                marks: Mutex::new(Marks::default()),
             }),
         }
     }
@@ -325,54 +345,80 @@ impl Stream {
         self.inner.foreign
     }
 
-    /// The thread whose [`Stream::capture`] of this stream is open.
-    pub(crate) fn capturer(&self) -> Option<ThreadId> {
-        if !self.inner.capturing.load(Ordering::Acquire) {
-            return None;
-        }
-        *self
-            .inner
-            .capturer
+    fn marks(&self) -> std::sync::MutexGuard<'_, Marks> {
+        self.inner
+            .marks
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Mark this thread's capture of the stream as open; `false` (nothing
-    /// changed) when a capture of this value is already open.
-    pub(crate) fn mark_capturer(&self) -> bool {
-        let mut c = self
-            .inner
-            .capturer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if c.is_some() {
-            return false;
+    /// The thread whose [`Stream::capture`] of this stream is open.
+    pub(crate) fn capturer(&self) -> Option<ThreadId> {
+        if !self.inner.capturing.load(Ordering::SeqCst) {
+            return None;
         }
-        *c = Some(thread::current().id());
-        self.inner.capturing.store(true, Ordering::Release);
-        true
+        self.marks().capturer
+    }
+
+    /// Mark this thread's capture of the stream as open.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the stream (nothing changed) when
+    /// a capture of this value is already open, or a [`Stream::scope`] of
+    /// it is (its copies, queued or still to come, would join the graph
+    /// while the scope waits for them as real work).
+    pub(crate) fn mark_capturer(&self) -> Result<()> {
+        let mut m = self.marks();
+        if m.capturer.is_some() {
+            return super::graph::check_capturable(self, true);
+        }
+        if m.scopes > 0 {
+            return Err(Error::invalid(
+                "stream",
+                format!(
+                    "has {} open Stream::scope(s) (their copies would join the capture); begin                      the capture after the scope returns",
+                    m.scopes
+                ),
+                format!("{self:?}"),
+            ));
+        }
+        m.capturer = Some(thread::current().id());
+        self.inner.capturing.store(true, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Clear the mark of [`mark_capturer`](Self::mark_capturer).
     pub(crate) fn clear_capturer(&self) {
-        let mut c = self
-            .inner
-            .capturer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        *c = None;
-        self.inner.capturing.store(false, Ordering::Release);
+        let mut m = self.marks();
+        m.capturer = None;
+        self.inner.capturing.store(false, Ordering::SeqCst);
+    }
+
+    /// Count an open [`Stream::scope`] of this value until the returned
+    /// value drops.
+    ///
+    /// # Errors
+    /// [`Error::CaptureUnsafe`] naming `what` (nothing counted) while a
+    /// [`Stream::capture`] of this value is open.
+    pub(crate) fn open_scope(&self, what: &str) -> Result<OpenScope<'_>> {
+        use super::capture::{CaptureStatus, Hazard, capture_rule};
+        let mut m = self.marks();
+        if m.capturer.is_some() {
+            capture_rule(what, CaptureStatus::Active, &Hazard::HostSync)?;
+        }
+        m.scopes = m.scopes.saturating_add(1);
+        Ok(OpenScope(self))
     }
 
     /// Before queueing work (or a synchronization) on the stream: refuse
     /// ([`Error::CaptureUnsafe`]) when another thread's [`Stream::capture`]
-    /// of it is open (the work would silently join that graph), and, for a
-    /// stream another library owns (cudarc), inside a capture closure on
-    /// this thread (an event of the capture would join the foreign stream
-    /// to it, and the owner's own allocations with it) or while the owner
-    /// captures it (the crate's work would enter a graph the owner may
-    /// launch safely after the memory is gone). Costs an atomic load; a
-    /// capture query only for foreign streams.
+    /// of it is open (the work would silently join that graph: the runtime
+    /// allows it in global mode, this crate does not), and, for a stream
+    /// another library owns (cudarc), while the owner captures it (the
+    /// crate's work would enter a graph the owner may launch safely after
+    /// the memory is gone). Costs an atomic load; a capture query only for
+    /// foreign streams (the legacy stream's implicit-capture answer counts
+    /// as capturing, typed, and the thread's last error is reset).
     ///
     /// # Errors
     /// [`Error::CaptureUnsafe`]; [`Error::Cuda`] from the query.
@@ -382,8 +428,7 @@ impl Stream {
             self.capturer(),
             thread::current().id(),
             self.inner.foreign,
-            super::capture::in_capture_scope(),
-            || Ok(self.capture_status()?.is_capturing()),
+            || Ok(super::capture::implicit_is_capturing(self.capture_status())?.is_capturing()),
         )
     }
 
