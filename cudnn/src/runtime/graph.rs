@@ -130,9 +130,12 @@ impl Stream {
         check_capturable(self, false)?;
         let rt = check::cudart()?;
         check_capturable(self, self.capture_status()?.is_capturing())?;
-        let _on = self.enter("beginning a stream capture")?;
+        // Checked, but not counted as queueing: the mark below waits until
+        // no other call is queueing on the stream.
+        let _on = self.enter_to_wait("beginning a stream capture")?;
         // Other threads' work on this stream is refused from before the
-        // capture begins until after it ended (`CaptureScope`).
+        // capture begins until after it ended (`CaptureScope`); calls that
+        // passed their check before the mark have returned when it is set.
         self.mark_capturer()?;
         let own = super::wait::OwnCapture::open();
         // SAFETY: a valid stream, not capturing, not the legacy stream.
@@ -158,14 +161,27 @@ impl Stream {
     /// become graph nodes behind its ordinary values. While the capture is
     /// open, work queued on this stream value from another thread (a
     /// launch, a synchronization, a handle's creation) is refused
-    /// ([`Error::CaptureUnsafe`]): it would silently join the graph.
+    /// ([`Error::CaptureUnsafe`]): it would silently join the graph (the
+    /// runtime allows that in global mode; this crate does not). The
+    /// capture begins only after the calls already queueing on this value
+    /// returned (waiting up to 1 s, then [`Error::InvalidArgument`]), so a
+    /// launch is either entirely before the capture or refused.
+    ///
+    /// Limits of the marks: they belong to this stream *value* and its
+    /// clones. Another value wrapping the same raw stream
+    /// ([`Stream::from_raw`]) shares none, and a stream joined into the
+    /// capture through [`Stream::wait_event`] on an event recorded inside
+    /// it (a fork) carries no mark: other threads' work on such a stream
+    /// is not refused by this crate.
     ///
     /// `f` may return any error type that a crate [`Error`] converts into
     /// (`Error` itself, `Box<dyn std::error::Error>`, `anyhow::Error`).
     ///
     /// # Errors
     /// `f`'s error; [`Error::InvalidArgument`] for the legacy default stream,
-    /// a stream already capturing, or a stream another library owns; [`Error::Cuda`] when the runtime
+    /// a stream already capturing, a stream another library owns, a stream
+    /// value with an open [`Stream::scope`], or one another call still
+    /// queues on after 1 s; [`Error::Cuda`] when the runtime
     /// invalidated the capture (an uncapturable call) or refuses to begin;
     /// [`Error::WrongThread`]; [`Error::Load`].
     #[doc(alias = "cudaStreamBeginCapture")]
@@ -513,7 +529,7 @@ impl CudaGraphExec {
 /// it; the launch then serializes with the blocking streams). The check
 /// only refuses another thread's per-thread stream.
 fn check_capturable_launch(stream: &Stream) -> Result<()> {
-    super::check_stream_thread("the stream of a graph launch", stream)
+    super::check_stream_thread("the stream of a graph launch", stream).map(drop)
 }
 
 impl Drop for CudaGraphExec {

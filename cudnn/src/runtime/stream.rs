@@ -2,9 +2,10 @@
 
 use std::fmt;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, ThreadId};
+use std::time::{Duration, Instant};
 
 use crate::check::{self, cuda_call};
 use crate::error::{Error, Result};
@@ -55,7 +56,34 @@ struct Inner {
     /// capture cannot begin while a scope is open, nor a scope while a
     /// capture is).
     marks: Mutex<Marks>,
+    /// How many calls are queueing work on this value now (between their
+    /// queueing check and the return of the enqueue: [`QueueHold`]). A
+    /// capture begins only after setting its mark and seeing this at 0, so
+    /// a launch either ends before the capture begins or sees the mark and
+    /// is refused: it never silently joins the graph.
+    queuing: AtomicUsize,
 }
+
+/// A call queueing work on a stream value, counted (`Inner::queuing`)
+/// from its queueing check until dropped; carried in the [`DeviceGuard`]
+/// that [`Stream::enter`] and the handles' `enter` return.
+pub(crate) struct QueueHold(Stream);
+
+impl fmt::Debug for QueueHold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("QueueHold").field(&self.0).finish()
+    }
+}
+
+impl Drop for QueueHold {
+    fn drop(&mut self) {
+        self.0.inner.queuing.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// How long a capture's beginning waits for other calls queueing on the
+/// stream to return before it is refused.
+const QUEUERS_WAIT: Duration = Duration::from_secs(1);
 
 /// What is open on a stream value (see `Inner::marks`).
 #[derive(Debug, Default)]
@@ -210,7 +238,7 @@ pub(crate) fn check_thread(what: &str, owner: Option<ThreadId>, current: ThreadI
 ///
 /// # Errors
 /// [`Error::WrongThread`] naming `what`; [`Error::CaptureUnsafe`].
-pub(crate) fn check_stream_thread(what: &str, stream: &Stream) -> Result<()> {
+pub(crate) fn check_stream_thread(what: &str, stream: &Stream) -> Result<QueueHold> {
     check_thread(what, stream.inner.thread, thread::current().id())?;
     stream.check_queue(what)
 }
@@ -277,6 +305,7 @@ impl Stream {
                 foreign,
                 capturing: AtomicBool::new(false),
                 marks: Mutex::new(Marks::default()),
+                queuing: AtomicUsize::new(0),
             }),
         }
     }
@@ -325,7 +354,16 @@ impl Stream {
     /// [`Error::Cuda`] when the device cannot be made current.
     pub(crate) fn enter(&self, what: &str) -> Result<DeviceGuard> {
         check_thread(what, self.inner.thread, thread::current().id())?;
-        self.check_queue(what)?;
+        let hold = self.check_queue(what)?;
+        Ok(self.enter_unchecked()?.holding(hold))
+    }
+
+    /// As [`enter`](Self::enter) for a call that queues nothing (a
+    /// synchronization, a query): checked alike, but not counted as
+    /// queueing, so a capture's beginning does not wait for it.
+    pub(crate) fn enter_to_wait(&self, what: &str) -> Result<DeviceGuard> {
+        check_thread(what, self.inner.thread, thread::current().id())?;
+        drop(self.check_queue(what)?);
         self.enter_unchecked()
     }
 
@@ -360,13 +398,15 @@ impl Stream {
         self.marks().capturer
     }
 
-    /// Mark this thread's capture of the stream as open.
+    /// Mark this thread's capture of the stream as open, then wait for the
+    /// calls already queueing on it to return (see `Inner::queuing`).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming the stream (nothing changed) when
     /// a capture of this value is already open, or a [`Stream::scope`] of
     /// it is (its copies, queued or still to come, would join the graph
-    /// while the scope waits for them as real work).
+    /// while the scope waits for them as real work), or another call still
+    /// queues on it after 1 s (the mark is cleared again).
     pub(crate) fn mark_capturer(&self) -> Result<()> {
         let mut m = self.marks();
         if m.capturer.is_some() {
@@ -384,7 +424,37 @@ impl Stream {
         }
         m.capturer = Some(thread::current().id());
         self.inner.capturing.store(true, Ordering::SeqCst);
-        Ok(())
+        drop(m);
+        // Calls that passed their queueing check before the mark may still
+        // be queueing: the capture begins only after they returned (later
+        // ones see the mark and are refused).
+        if self.wait_for_queuers(QUEUERS_WAIT) {
+            return Ok(());
+        }
+        self.clear_capturer();
+        Err(Error::invalid(
+            "stream",
+            format!(
+                "has work being queued on it by another call that did not return within {} s \
+                 (another thread, or a guard of `enter` held by this one); begin the capture \
+                 when no other call uses the stream",
+                QUEUERS_WAIT.as_secs()
+            ),
+            format!("{self:?}"),
+        ))
+    }
+
+    /// Wait (yielding) until no call is queueing on this value, up to
+    /// `limit`; whether none is.
+    fn wait_for_queuers(&self, limit: Duration) -> bool {
+        let start = Instant::now();
+        while self.inner.queuing.load(Ordering::SeqCst) != 0 {
+            if start.elapsed() >= limit {
+                return false;
+            }
+            thread::sleep(Duration::from_micros(50));
+        }
+        true
     }
 
     /// Clear the mark of [`mark_capturer`](Self::mark_capturer).
@@ -422,14 +492,20 @@ impl Stream {
     ///
     /// # Errors
     /// [`Error::CaptureUnsafe`]; [`Error::Cuda`] from the query.
-    pub(crate) fn check_queue(&self, what: &str) -> Result<()> {
+    pub(crate) fn check_queue(&self, what: &str) -> Result<QueueHold> {
+        // Counted before the mark is read (both sequentially consistent,
+        // as the mark's store and the count's load in `mark_capturer`):
+        // either this call sees the mark, or the capture waits for it.
+        self.inner.queuing.fetch_add(1, Ordering::SeqCst);
+        let hold = QueueHold(self.clone());
         queue_rule(
             what,
             self.capturer(),
             thread::current().id(),
             self.inner.foreign,
             || Ok(super::capture::implicit_is_capturing(self.capture_status())?.is_capturing()),
-        )
+        )?;
+        Ok(hold)
     }
 
     /// A new stream on the current device, with default flags (it
@@ -499,6 +575,13 @@ impl Stream {
     /// now, and it must stay valid for as long as this `Stream`, any clone of
     /// it, or anything that keeps one (handles, stream-ordered buffers) is
     /// alive.
+    ///
+    /// Two values wrapped from one raw stream (and a value wrapped from a
+    /// stream this crate created) share no capture marks, open-scope counts
+    /// or queueing counts: the refusals of [`Stream::capture`] and
+    /// [`Stream::scope`] see only the value they are called on and its
+    /// clones. Queueing through one value while capturing through another
+    /// adds that work to the graph, as the runtime does.
     pub unsafe fn from_raw(raw: cudaStream_t) -> Self {
         Self::wrap(raw, false)
     }
@@ -542,7 +625,7 @@ impl Stream {
     /// [`Error::Cuda`](crate::Error::Cuda) when the runtime refuses.
     #[doc(alias = "cudaStreamGetFlags")]
     pub fn flags(&self) -> Result<StreamFlags> {
-        let _on = self.enter("reading a stream's flags")?;
+        let _on = self.enter_to_wait("reading a stream's flags")?;
         let rt = check::cudart()?;
         let mut bits: std::ffi::c_uint = 0;
         // SAFETY: `raw` is a valid stream (see `synchronize`); `bits` is a
@@ -572,7 +655,7 @@ impl Stream {
     #[doc(alias = "cudaStreamSynchronize")]
     pub fn synchronize(&self) -> Result<()> {
         super::capture::forbid_in_capture_scope("Stream::synchronize", super::Hazard::HostSync)?;
-        let _on = self.enter("synchronizing a stream")?;
+        let _on = self.enter_to_wait("synchronizing a stream")?;
         let rt = check::cudart()?;
         // SAFETY: `raw` is a valid stream (owned, or guaranteed by `from_raw`'s contract).
         unsafe { cuda_call!(rt, cudaStreamSynchronize(self.inner.raw)) }
@@ -588,7 +671,7 @@ impl Stream {
     #[doc(alias = "cudaStreamQuery")]
     pub fn query(&self) -> Result<bool> {
         super::capture::forbid_in_capture_scope("Stream::query", super::Hazard::HostSync)?;
-        let _on = self.enter("querying a stream")?;
+        let _on = self.enter_to_wait("querying a stream")?;
         let rt = check::cudart()?;
         // SAFETY: `raw` is a valid stream (see `synchronize`).
         let st = unsafe { rt.cudaStreamQuery(self.inner.raw) }?;
@@ -740,6 +823,111 @@ mod tests {
             .expect("thread ran")
             .expect_err("mine, on another thread");
         assert!(matches!(e, Error::WrongThread { .. }), "{e:?}");
+    }
+
+    /// A call holding the queueing count (between its check and the return
+    /// of its enqueue) makes a concurrent capture's beginning wait for it;
+    /// once the mark is set, new queueing calls of other threads are
+    /// refused; a hold that outlives the limit makes the beginning refuse
+    /// (typed, mark cleared). (Before the fix the check dropped everything
+    /// before the enqueue: a capture could begin between them and the
+    /// launch silently joined it.)
+    #[test]
+    fn unit_capture_begin_waits_for_queueing_calls() {
+        // No device recorded: `enter` makes no CUDA call.
+        let s = on(0x1000 as cudaStream_t, None);
+        let held = s.enter("a launch").expect("not capturing");
+        let t = s.clone();
+        let capturer = thread::spawn(move || {
+            let t0 = Instant::now();
+            let r = t.mark_capturer();
+            let waited = t0.elapsed();
+            t.clear_capturer();
+            (r.is_ok(), waited)
+        });
+        // Once the other thread's mark is set, a new launch here is refused.
+        let t0 = Instant::now();
+        while s.capturer().is_none() && t0.elapsed() < Duration::from_secs(5) {
+            thread::sleep(Duration::from_millis(1));
+        }
+        assert!(s.capturer().is_some(), "the mark was never set");
+        assert!(matches!(
+            s.enter("a second launch"),
+            Err(Error::CaptureUnsafe { .. })
+        ));
+        thread::sleep(Duration::from_millis(100));
+        drop(held);
+        let (ok, waited) = capturer.join().expect("thread ran");
+        assert!(ok, "began after the hold dropped");
+        assert!(waited >= Duration::from_millis(100), "{waited:?}");
+        // A hold that outlives the limit: refused, the mark cleared.
+        let held = s.enter("a long launch").expect("not capturing");
+        let t = s.clone();
+        let r = thread::spawn(move || t.mark_capturer())
+            .join()
+            .expect("thread ran");
+        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}");
+        assert!(s.capturer().is_none());
+        drop(held);
+        assert!(s.mark_capturer().is_ok());
+        s.clear_capturer();
+    }
+
+    /// Stress, the property itself: threads queueing in a loop and one
+    /// beginning and ending captures; no queueing call ever holds while a
+    /// capture of the value has begun (checked right after the check
+    /// passed and again before the hold drops).
+    #[test]
+    fn unit_property_queueing_never_interleaves_with_a_begun_capture() {
+        use std::sync::atomic::AtomicBool;
+        let s = on(0x2000 as cudaStream_t, None);
+        let begun = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let violations = Arc::new(AtomicUsize::new(0));
+        let passed = Arc::new(AtomicUsize::new(0));
+        let mut queuers = Vec::new();
+        for _ in 0..3 {
+            let (s, begun, stop, v, p) = (
+                s.clone(),
+                begun.clone(),
+                stop.clone(),
+                violations.clone(),
+                passed.clone(),
+            );
+            queuers.push(thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    if let Ok(g) = s.enter("a launch") {
+                        p.fetch_add(1, Ordering::SeqCst);
+                        if begun.load(Ordering::SeqCst) {
+                            v.fetch_add(1, Ordering::SeqCst);
+                        }
+                        std::hint::spin_loop();
+                        if begun.load(Ordering::SeqCst) {
+                            v.fetch_add(1, Ordering::SeqCst);
+                        }
+                        drop(g);
+                    }
+                }
+            }));
+        }
+        let t0 = Instant::now();
+        let mut captures = 0;
+        while t0.elapsed() < Duration::from_millis(300) {
+            if s.mark_capturer().is_ok() {
+                begun.store(true, Ordering::SeqCst);
+                captures += 1;
+                thread::sleep(Duration::from_micros(200));
+                begun.store(false, Ordering::SeqCst);
+                s.clear_capturer();
+            }
+            thread::sleep(Duration::from_micros(100));
+        }
+        stop.store(true, Ordering::SeqCst);
+        for q in queuers {
+            q.join().expect("thread ran");
+        }
+        assert_eq!(violations.load(Ordering::SeqCst), 0);
+        assert!(captures > 0 && passed.load(Ordering::SeqCst) > 0);
     }
 
     /// What queue an identity names, written independently of `same_queue`.
