@@ -68,7 +68,7 @@ impl CaptureStatus {
 /// | [`Hazard::HostSync`] | `Stream::scope` inside the closure, on a capturing stream, or on a stream value whose capture is open; lends of a `CudarcScope` inside the closure or while cudarc's stream is capturing | open the scope before or after the capture |
 /// | [`Hazard::OtherThreadsCapture`] | any launch, synchronization, event record or wait, or handle creation on a stream value whose [`Stream::capture`] another thread has open | queue it after that capture, or on another stream |
 /// | [`Hazard::ForeignStream`] | work on a cudarc stream while cudarc captures it (inside a closure too, where it is allowed otherwise) | end cudarc's capture first; capture a stream of this crate |
-/// | [`Hazard::CapturedEvent`] | `dropout_forward`/`dropout_backward` and an RNN training forward with dropout on a capturing stream (the state's ordering event) | run dropout outside the capture |
+/// | [`Hazard::CapturedEvent`] | `dropout_forward`/`dropout_backward` and an RNN training forward with dropout on a capturing stream that is not the stream of the state's last use (`Dropout::last_stream`); on that stream they are captured | use the dropout once on the capturing stream before the capture |
 ///
 /// # For the launches (the hook)
 /// A call with a hazard calls [`forbid_during_capture`] with the stream it
@@ -108,9 +108,9 @@ pub enum Hazard {
     /// Queue work on a stream another library owns (`"cudarc"`) while that
     /// stream is being captured.
     ForeignStream(&'static str),
-    /// Record the event that orders a resource's uses across streams (a
-    /// dropout state) into a capture: later waits for it would fail, and
-    /// nothing would order the replays.
+    /// Use a resource whose uses are ordered across streams by an event (a
+    /// dropout state) in a capture on a stream other than its last use's:
+    /// the event would be waited for and recorded inside the capture.
     CapturedEvent(&'static str),
 }
 
@@ -141,8 +141,9 @@ impl Hazard {
                  would enter a graph {owner} launches, possibly after the memory it uses is gone)"
             ),
             Hazard::CapturedEvent(what) => format!(
-                "record the event that orders the uses of {what} into the capture (later waits \
-                 for it would fail and replays would be unordered)"
+                "use {what} in a capture on a stream other than that of its last use (the \
+                 event that orders its uses would be waited for and recorded inside the capture, \
+                 and replays would be unordered)"
             ),
         }
     }
@@ -172,7 +173,11 @@ impl Hazard {
                 "end {owner}'s capture before queueing, and capture a stream this crate \
                  created, joined to the {owner} stream with events outside the capture"
             ),
-            Hazard::CapturedEvent(_) => "run it before or after the capture".into(),
+            Hazard::CapturedEvent(_) => {
+                "use it once on the capturing stream before the capture (or run it before or \
+                 after the capture)"
+                    .into()
+            }
         }
     }
 }

@@ -251,8 +251,10 @@ impl Stream {
 ///    (a dropout's random-number state): an eager op on the same handle,
 ///    or the launch of another graph captured from it, on another stream,
 ///    races with this launch. The crate's own cross-stream ordering (the
-///    events a [`Dropout`](crate::dnn::Dropout) records after each use) sees
-///    the capture, not the replays;
+///    event a [`Dropout`](crate::dnn::Dropout) records after each eager
+///    use) sees neither the captured uses nor the replays: it keeps marking
+///    the last eager use, and a dropout is captured only on the stream of
+///    that use;
 /// 3. nothing the captured work reads is a host pointer that is gone;
 /// 4. a graph with NCCL collectives is launched on every rank of the
 ///    communicator (otherwise it waits forever), and the communicator is
