@@ -1,10 +1,11 @@
 //! Asynchronous host↔device copies whose host memory outlives them:
 //! [`Stream::scope`] and [`AsyncScope`]; allocation for a stream.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::fmt;
 use std::marker::PhantomData;
 use std::mem;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use crate::check::{self, cuda_call};
@@ -38,9 +39,10 @@ pub struct AsyncScope<'scope, 'env: 'scope> {
     _env: PhantomData<&'env mut &'env ()>,
     /// Not `Send`, not `Sync`: the scope stays on the thread of `Stream::scope`.
     _thread: PhantomData<*const ()>,
-    /// Whether a copy was (or may have been) queued: counted before the
+    /// Whether a copy was (or may have been) queued: set before the
     /// runtime call. Without one no host memory is lent to the device.
-    queued: Cell<bool>,
+    /// (Atomic only so the type's auto traits stay those of `_thread`.)
+    queued: AtomicBool,
 }
 
 impl fmt::Debug for AsyncScope<'_, '_> {
@@ -84,7 +86,7 @@ impl<'env> AsyncScope<'_, 'env> {
             self.stream,
             dst.device(),
         )?;
-        self.queued.set(true);
+        self.queued.store(true, Ordering::Relaxed);
         // SAFETY: `src` is host memory of `byte_len` bytes borrowed for 'env, which
         // outlives `Stream::scope`, and `scope` synchronizes the stream before it
         // returns, so the host memory outlives the DMA and is not written during
@@ -130,7 +132,7 @@ impl<'env> AsyncScope<'_, 'env> {
             self.stream,
             src.device(),
         )?;
-        self.queued.set(true);
+        self.queued.store(true, Ordering::Relaxed);
         // SAFETY: `dst` is host memory of `byte_len` bytes exclusively borrowed for
         // 'env, and `scope` synchronizes the stream before that borrow can end,
         // so the DMA finishes before anyone can read, free or reuse it. Every bit
@@ -163,7 +165,7 @@ impl AsyncScope<'_, '_> {
     /// [`Stream::scope`], "# Aborts"). Without a queued copy, the stream is
     /// synchronized as usual and its result returned.
     fn finish(&self) -> Result<()> {
-        if !self.queued.get() {
+        if !self.queued.load(Ordering::Relaxed) {
             return self.stream.synchronize();
         }
         let deadline = Instant::now() + SCOPE_WAIT_DEADLINE;
@@ -311,7 +313,7 @@ impl Stream {
             _scope: PhantomData,
             _env: PhantomData,
             _thread: PhantomData,
-            queued: Cell::new(false),
+            queued: AtomicBool::new(false),
         };
         let guard = EndOnUnwind(&scope);
         let result = f(&scope);
@@ -434,5 +436,51 @@ mod tests {
         assert_eq!(other.join().ok(), Some((true, false)));
         s.clear_capturer();
         assert!(s.open_scope("Stream::scope").is_ok());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(500))]
+
+        /// Any interleaving of scope opens and closes and capture marks and
+        /// clears on one stream value follows the model written from the
+        /// docs: a capture can be marked only when none is and no scope is
+        /// open; a scope can open only when no capture is marked; refusals
+        /// change nothing.
+        #[test]
+        fn unit_property_scopes_and_captures_exclude_each_other(
+            ops in proptest::collection::vec(0u8..4, 0..40),
+        ) {
+            let s = fake_stream();
+            let mut open = Vec::new();
+            let mut captured = false;
+            for op in ops {
+                match op {
+                    0 => {
+                        let r = s.open_scope("Stream::scope");
+                        proptest::prop_assert_eq!(r.is_ok(), !captured);
+                        if let Ok(g) = r {
+                            open.push(g);
+                        }
+                    }
+                    1 => {
+                        open.pop();
+                    }
+                    2 => {
+                        let r = s.mark_capturer();
+                        proptest::prop_assert_eq!(r.is_ok(), !captured && open.is_empty());
+                        if r.is_ok() {
+                            captured = true;
+                        }
+                    }
+                    _ => {
+                        if captured {
+                            s.clear_capturer();
+                            captured = false;
+                        }
+                    }
+                }
+                proptest::prop_assert_eq!(s.capturer().is_some(), captured);
+            }
+        }
     }
 }
