@@ -798,6 +798,33 @@ fn cudarc_capture_refusals() -> TestResult {
         matches!(joined, Some(Err(Error::CaptureUnsafe { .. }))),
         "cudarc stream waiting for a captured event: {joined:?}"
     );
+    // Review finding 6: a cudarc stream that is not capturing takes the
+    // crate's work inside a capture closure of another stream (CUDA runs
+    // it at once; it is not part of the graph): allowed, and the data are
+    // the host's ReLU.
+    let mut y2 = DeviceBuffer::from_host(&vec![f32::NAN; n])?;
+    let mut inside = None;
+    let g = own.capture(CaptureMode::Global, |_| -> cudnn::Result<()> {
+        inside = Some(h.activation_forward(
+            &act,
+            1.0,
+            DeviceTensor::new(&d, &xb)?,
+            0.0,
+            DeviceTensorMut::new(&d, &mut y2)?,
+        ));
+        Ok(())
+    })?;
+    drop(g);
+    ensure!(
+        matches!(inside, Some(Ok(()))),
+        "op on a cudarc stream inside another stream's capture closure: {inside:?}"
+    );
+    s.synchronize()?;
+    same_bits(
+        "op on a cudarc stream inside a capture closure",
+        &y2.to_vec()?,
+        &relu_host(&values(n, 9)),
+    )?;
     // After the capture, the same op runs.
     h.activation_forward(
         &act,
