@@ -36,9 +36,13 @@ fn main() {
         gpu("cudarc_handle_keeps_the_stream_alive", handle_keeps_stream),
         gpu("cudarc_fuzz_sub_views", fuzz_sub_views),
         gpu("cudarc_scope_views_on_another_stream", scope_any_stream),
-        gpu(
+        gpu_if_refused(
             "cudarc_scope_waits_out_another_threads_capture",
             scope_waits_out_another_threads_capture,
+        ),
+        gpu(
+            "cudarc_lend_inside_a_capture_closure_is_refused_at_once",
+            lend_inside_capture_closure,
         ),
         gpu("cudarc_capture_refusals", cudarc_capture_refusals),
         #[cfg(feature = "nccl")]
@@ -48,6 +52,78 @@ fn main() {
             other_device_refused,
         ),
     ])
+}
+
+/// A trial that needs the driver to refuse the scope's wait
+/// (`cuCtxSynchronize` with the thread's capture mode relaxed) while
+/// another thread captures a cudarc stream in global mode: probed before
+/// the run; where the driver does not refuse, there is nothing to wait out,
+/// and the trial is reported as ignored with the reason, never as passed.
+fn gpu_if_refused(name: &str, f: fn() -> TestResult) -> libtest_mimic::Trial {
+    if has_gpu() {
+        match relaxed_wait_refused_during_capture() {
+            Ok(true) => {}
+            Ok(false) => {
+                eprintln!(
+                    "skipped: gpu::{name}: this driver does not refuse cuCtxSynchronize in \
+                     relaxed capture mode while another thread captures (nothing to wait out)"
+                );
+                return libtest_mimic::Trial::test(format!("gpu::{name}"), f)
+                    .with_ignored_flag(true);
+            }
+            Err(e) => {
+                let msg = format!("probing whether the driver refuses the wait: {e}");
+                return libtest_mimic::Trial::test(format!("gpu::{name}"), move || Err(msg.into()));
+            }
+        }
+    }
+    gpu(name, f)
+}
+
+/// The probe: another thread holds a global-mode capture of a cudarc
+/// stream open while this thread, in relaxed mode, calls
+/// `cuCtxSynchronize`; whether the driver refused it.
+fn relaxed_wait_refused_during_capture() -> Result<bool> {
+    use interop::cudarc::driver::result;
+    use interop::cudarc::driver::sys::{
+        self, CUgraphInstantiate_flags, CUresult, CUstreamCaptureMode,
+    };
+    use std::sync::Barrier;
+    let (ctx, _cs) = ctx_and_stream()?;
+    let cap = ctx.new_stream().map_err(de("new_stream"))?;
+    let (open, close) = (Arc::new(Barrier::new(2)), Arc::new(Barrier::new(2)));
+    let (o2, c2) = (open.clone(), close.clone());
+    let t = std::thread::spawn(move || {
+        let began = cap.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL);
+        o2.wait();
+        c2.wait();
+        if began.is_ok() {
+            let _ = cap.end_capture(CUgraphInstantiate_flags(0));
+        }
+        began.is_ok()
+    });
+    open.wait();
+    ctx.bind_to_thread().map_err(de("bind_to_thread"))?;
+    let mut mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    // SAFETY: a valid in/out pointer; the previous mode is restored below.
+    let exchanged = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+    let r = result::ctx::synchronize();
+    if exchanged == CUresult::CUDA_SUCCESS {
+        // SAFETY: as above; restores this thread's mode.
+        unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+    }
+    close.wait();
+    let began = t
+        .join()
+        .map_err(|_| Error::invalid("probe", "must not panic", "panicked"))?;
+    if !began {
+        return Err(Error::invalid(
+            "probe",
+            "the capture must begin",
+            "it did not",
+        ));
+    }
+    Ok(r.is_err())
 }
 
 /// A gpu-tier test that needs two devices: skipped visibly with fewer.
@@ -584,7 +660,11 @@ fn scope_waits_out_another_threads_capture() -> TestResult {
         }
         Ok(())
     });
+    // Right when the scope returned: whether the capture had ended, and
+    // whether the views' work is done (a scope that ignored the refused
+    // wait would return while the capture is still open).
     let ended_before_return = ended.load(Ordering::SeqCst);
+    let idle_at_return = own.query();
     t.join().map_err(|_| "capture thread panicked")?;
     eprintln!(
         "  capture thread: {}; the scope returned {} the capture ended",
@@ -592,16 +672,52 @@ fn scope_waits_out_another_threads_capture() -> TestResult {
         if ended_before_return {
             "after"
         } else {
-            "before (the driver did not refuse)"
+            "before"
         }
     );
     r?;
+    // The probe showed that the driver refuses the wait while the capture
+    // is open: the scope may return only after it ended.
     ensure!(
-        own.query()?,
+        ended_before_return,
+        "the scope returned while the other thread's capture (which refuses its wait) was open"
+    );
+    ensure!(
+        idle_at_return?,
         "the scope returned while the views' work still ran"
     );
     let got = cs.clone_dtoh(&y).map_err(de("dtoh"))?;
     same_bits("scope after a refused wait", &got, &relu_host(&xs))
+}
+
+/// Issue 31 item 2 (review finding 2) on a device: inside a capture
+/// closure of this crate, a lend of a `CudarcScope` is refused at once
+/// (typed), keeps no guard, so the scope's end neither stalls (before the
+/// fix: 30 s, then an abort) nor waits; the capture ends cleanly.
+fn lend_inside_capture_closure() -> TestResult {
+    use cudnn::runtime::CaptureMode;
+    let (_ctx, cs) = ctx_and_stream()?;
+    let s = CudarcStream::new(&cs)?;
+    let x = cs.clone_htod(&values(1024, 5)).map_err(de("htod"))?;
+    let own = Stream::non_blocking()?;
+    let t0 = std::time::Instant::now();
+    let mut lend = None;
+    let g = own.capture(CaptureMode::Global, |_| -> Result<()> {
+        lend = Some(s.scope(|sc| sc.read(&x).map(|v| v.len())));
+        Ok(())
+    })?;
+    let took = t0.elapsed();
+    drop(g);
+    match lend {
+        Some(Err(Error::CaptureUnsafe { op, .. })) if op == "CudarcScope::read/write" => {}
+        other => return Err(format!("lend inside the closure: {other:?}").into()),
+    }
+    ensure!(
+        took < std::time::Duration::from_secs(5),
+        "the capture closure took {took:?} (a stalled scope end)"
+    );
+    own.synchronize()?;
+    Ok(())
 }
 
 /// `Ok` when cudarc's capture recorded nothing.
@@ -682,6 +798,33 @@ fn cudarc_capture_refusals() -> TestResult {
         matches!(joined, Some(Err(Error::CaptureUnsafe { .. }))),
         "cudarc stream waiting for a captured event: {joined:?}"
     );
+    // Review finding 6: a cudarc stream that is not capturing takes the
+    // crate's work inside a capture closure of another stream (CUDA runs
+    // it at once; it is not part of the graph): allowed, and the data are
+    // the host's ReLU.
+    let mut y2 = DeviceBuffer::from_host(&vec![f32::NAN; n])?;
+    let mut inside = None;
+    let g = own.capture(CaptureMode::Global, |_| -> cudnn::Result<()> {
+        inside = Some(h.activation_forward(
+            &act,
+            1.0,
+            DeviceTensor::new(&d, &xb)?,
+            0.0,
+            DeviceTensorMut::new(&d, &mut y2)?,
+        ));
+        Ok(())
+    })?;
+    drop(g);
+    ensure!(
+        matches!(inside, Some(Ok(()))),
+        "op on a cudarc stream inside another stream's capture closure: {inside:?}"
+    );
+    s.synchronize()?;
+    same_bits(
+        "op on a cudarc stream inside a capture closure",
+        &y2.to_vec()?,
+        &relu_host(&values(n, 9)),
+    )?;
     // After the capture, the same op runs.
     h.activation_forward(
         &act,

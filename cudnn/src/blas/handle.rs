@@ -306,7 +306,11 @@ impl Handle {
     /// be used from this thread (not another thread's
     /// [`Stream::per_thread`]), then make the handle's device current until
     /// the guard drops (one `cudaGetDevice`, plus a `cudaSetDevice` only when
-    /// another device is current, and one to put it back). Every op of the
+    /// another device is current, and one to put it back). While the guard
+    /// lives the stream counts as being queued on: a [`Stream::capture`] of
+    /// it waits (up to 1 s, then refuses) for the guard to drop, so work
+    /// queued under it never joins a capture begun meanwhile; do not hold
+    /// it across a capture of the same stream. Every op of the
     /// crate does this; call it before using [`as_raw`](Handle::as_raw) with
     /// cuBLAS directly.
     ///
@@ -314,8 +318,9 @@ impl Handle {
     /// [`Error::WrongThread`]; [`Error::Cuda`] when the device cannot be
     /// made current.
     pub fn enter(&self) -> Result<DeviceGuard> {
-        crate::runtime::check_stream_thread("the stream of a cuBLAS handle", self.stream())?;
-        self.device.guard()
+        let hold =
+            crate::runtime::check_stream_thread("the stream of a cuBLAS handle", self.stream())?;
+        Ok(self.device.guard()?.holding(hold))
     }
 
     /// [`enter`](Handle::enter), after checking that every buffer of the op

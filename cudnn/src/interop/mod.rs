@@ -91,8 +91,11 @@
 //! would be captured instead of ordering anything, and the graph would keep
 //! the address. The crate never captures a cudarc stream
 //! ([`Stream::capture`](crate::runtime::Stream::capture) refuses it) and
-//! queues nothing on one while cudarc captures it or inside a capture
-//! closure ([`Error::CaptureUnsafe`](crate::Error::CaptureUnsafe)).
+//! queues nothing on one while cudarc captures it
+//! ([`Error::CaptureUnsafe`](crate::Error::CaptureUnsafe)); inside a capture
+//! closure of another stream, work on a cudarc stream that is not capturing
+//! runs at once, outside the graph (joining it to the capture through a
+//! captured event is refused by `Stream::wait_event`).
 //!
 //! The safe way is [`CudarcStream::scope`]: the scope owns the guards (none
 //! can leak), each lend waits (host) for cudarc's pending work on the

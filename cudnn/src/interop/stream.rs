@@ -79,8 +79,9 @@ pub(crate) fn bind(ctx: &CudaContext) -> Result<Device> {
 /// It is never captured by this crate ([`Stream::capture`] refuses it:
 /// cudarc's own allocations, frees and event records on it would become
 /// graph nodes behind ordinary `CudaSlice`s), and the crate queues nothing
-/// on it while cudarc captures it, nor inside a [`Stream::capture`]
-/// closure ([`Error::CaptureUnsafe`]).
+/// on it while cudarc captures it ([`Error::CaptureUnsafe`]). Inside a
+/// [`Stream::capture`] closure of another stream, work on it runs at once,
+/// outside the graph.
 ///
 /// Memory of cudarc enters this crate's ops through [`read`](Self::read) and
 /// [`write`](Self::write), which go through cudarc's own

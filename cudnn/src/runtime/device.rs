@@ -34,6 +34,9 @@ pub struct DeviceGuard {
     restore: Option<Device>,
     /// The current device is per host thread: the guard must not move.
     _thread: PhantomData<*const ()>,
+    /// The stream this guard queues on, counted as queueing until the
+    /// guard drops (a capture of it waits for that).
+    queue: Option<super::stream::QueueHold>,
 }
 
 impl DeviceGuard {
@@ -42,7 +45,14 @@ impl DeviceGuard {
         DeviceGuard {
             restore: None,
             _thread: PhantomData,
+            queue: None,
         }
+    }
+
+    /// This guard, also counting `hold`'s stream as queueing until dropped.
+    pub(crate) fn holding(mut self, hold: super::stream::QueueHold) -> Self {
+        self.queue = Some(hold);
+        self
     }
 
     /// Whether creating the guard changed the current device.
@@ -201,12 +211,14 @@ impl Device {
             return Ok(DeviceGuard {
                 restore: None,
                 _thread: PhantomData,
+                queue: None,
             });
         }
         self.set_current()?;
         Ok(DeviceGuard {
             restore: Some(previous),
             _thread: PhantomData,
+            queue: None,
         })
     }
 

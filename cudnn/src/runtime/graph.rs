@@ -73,6 +73,9 @@ pub(crate) fn check_capturable(stream: &Stream, capturing: bool) -> Result<()> {
 struct CaptureScope<'s> {
     stream: &'s Stream,
     open: bool,
+    /// Counted in the registry of open captures until the scope (and so
+    /// `cudaStreamEndCapture`) is done: a field drops after `Drop::drop`.
+    _own: super::wait::OwnCapture,
 }
 
 impl CaptureScope<'_> {
@@ -119,22 +122,29 @@ impl Drop for CaptureScope<'_> {
 }
 
 impl Stream {
-    fn begin_capture(&self, mode: CaptureMode) -> Result<()> {
+    /// Begin the capture: the mark (refusing other threads' work, and
+    /// refused while a `Stream::scope` of this value is open), then the
+    /// registry entry (`wait::OwnCapture`, which device-wide waits of the
+    /// crate wait out), then `cudaStreamBeginCapture`.
+    fn begin_capture(&self, mode: CaptureMode) -> Result<super::wait::OwnCapture> {
         check_capturable(self, false)?;
         let rt = check::cudart()?;
         check_capturable(self, self.capture_status()?.is_capturing())?;
-        let _on = self.enter("beginning a stream capture")?;
+        // Checked, but not counted as queueing: the mark below waits until
+        // no other call is queueing on the stream.
+        let _on = self.enter_to_wait("beginning a stream capture")?;
         // Other threads' work on this stream is refused from before the
-        // capture begins until after it ended (`CaptureScope`).
-        if !self.mark_capturer() {
-            return check_capturable(self, true);
-        }
+        // capture begins until after it ended (`CaptureScope`); calls that
+        // passed their check before the mark have returned when it is set.
+        self.mark_capturer()?;
+        let own = super::wait::OwnCapture::open();
         // SAFETY: a valid stream, not capturing, not the legacy stream.
         let r = unsafe { cuda_call!(rt, cudaStreamBeginCapture(self.as_raw(), mode.raw())) };
-        if r.is_err() {
+        if let Err(e) = r {
             self.clear_capturer();
+            return Err(e);
         }
-        r
+        Ok(own)
     }
 
     /// Capture the work `f` queues on this stream into a [`CudaGraph`]
@@ -151,14 +161,27 @@ impl Stream {
     /// become graph nodes behind its ordinary values. While the capture is
     /// open, work queued on this stream value from another thread (a
     /// launch, a synchronization, a handle's creation) is refused
-    /// ([`Error::CaptureUnsafe`]): it would silently join the graph.
+    /// ([`Error::CaptureUnsafe`]): it would silently join the graph (the
+    /// runtime allows that in global mode; this crate does not). The
+    /// capture begins only after the calls already queueing on this value
+    /// returned (waiting up to 1 s, then [`Error::InvalidArgument`]), so a
+    /// launch is either entirely before the capture or refused.
+    ///
+    /// Limits of the marks: they belong to this stream *value* and its
+    /// clones. Another value wrapping the same raw stream
+    /// ([`Stream::from_raw`]) shares none, and a stream joined into the
+    /// capture through [`Stream::wait_event`] on an event recorded inside
+    /// it (a fork) carries no mark: other threads' work on such a stream
+    /// is not refused by this crate.
     ///
     /// `f` may return any error type that a crate [`Error`] converts into
     /// (`Error` itself, `Box<dyn std::error::Error>`, `anyhow::Error`).
     ///
     /// # Errors
     /// `f`'s error; [`Error::InvalidArgument`] for the legacy default stream,
-    /// a stream already capturing, or a stream another library owns; [`Error::Cuda`] when the runtime
+    /// a stream already capturing, a stream another library owns, a stream
+    /// value with an open [`Stream::scope`], or one another call still
+    /// queues on after 1 s; [`Error::Cuda`] when the runtime
     /// invalidated the capture (an uncapturable call) or refuses to begin;
     /// [`Error::WrongThread`]; [`Error::Load`].
     #[doc(alias = "cudaStreamBeginCapture")]
@@ -168,10 +191,11 @@ impl Stream {
         F: FnOnce(&Stream) -> std::result::Result<(), E>,
         E: From<Error>,
     {
-        self.begin_capture(mode)?;
+        let own = self.begin_capture(mode)?;
         let scope = CaptureScope {
             stream: self,
             open: true,
+            _own: own,
         };
         {
             let _mark = super::capture::ScopeMark::enter();
@@ -227,8 +251,10 @@ impl Stream {
 ///    (a dropout's random-number state): an eager op on the same handle,
 ///    or the launch of another graph captured from it, on another stream,
 ///    races with this launch. The crate's own cross-stream ordering (the
-///    events a [`Dropout`](crate::dnn::Dropout) records after each use) sees
-///    the capture, not the replays;
+///    event a [`Dropout`](crate::dnn::Dropout) records after each eager
+///    use) sees neither the captured uses nor the replays: it keeps marking
+///    the last eager use, and a dropout is captured only on the stream of
+///    that use;
 /// 3. nothing the captured work reads is a host pointer that is gone;
 /// 4. a graph with NCCL collectives is launched on every rank of the
 ///    communicator (otherwise it waits forever), and the communicator is
@@ -505,7 +531,7 @@ impl CudaGraphExec {
 /// it; the launch then serializes with the blocking streams). The check
 /// only refuses another thread's per-thread stream.
 fn check_capturable_launch(stream: &Stream) -> Result<()> {
-    super::check_stream_thread("the stream of a graph launch", stream)
+    super::check_stream_thread("the stream of a graph launch", stream).map(drop)
 }
 
 impl Drop for CudaGraphExec {

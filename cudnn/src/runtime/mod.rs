@@ -23,13 +23,16 @@ mod host;
 mod scope;
 mod stream;
 mod views;
+pub(crate) mod wait;
 
 #[allow(unused_imports)] // the launches use them
 pub(crate) use affinity::{check_args, check_device};
 pub use buffer::*;
 pub use capture::{CaptureStatus, Hazard, capture_rule, forbid_during_capture};
+#[allow(unused_imports)] // ScopeMark: the interop's tests
 pub(crate) use capture::{
-    forbid_allocation_during_capture, forbid_creation_during_capture, forbid_in_capture_scope,
+    ScopeMark, forbid_allocation_during_capture, forbid_creation_during_capture,
+    forbid_in_capture_scope,
 };
 pub use device::*;
 pub use event::*;

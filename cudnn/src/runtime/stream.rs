@@ -2,9 +2,10 @@
 
 use std::fmt;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, ThreadId};
+use std::time::{Duration, Instant};
 
 use crate::check::{self, cuda_call};
 use crate::error::{Error, Result};
@@ -50,8 +51,55 @@ struct Inner {
     /// Whether a [`Stream::capture`] of this value is open (fast path for
     /// `capturer`).
     capturing: AtomicBool,
-    /// The thread whose [`Stream::capture`] is open on this stream.
-    capturer: Mutex<Option<ThreadId>>,
+    /// The thread whose [`Stream::capture`] is open on this stream, and
+    /// how many [`Stream::scope`]s of this value are open (one lock: a
+    /// capture cannot begin while a scope is open, nor a scope while a
+    /// capture is).
+    marks: Mutex<Marks>,
+    /// How many calls are queueing work on this value now (between their
+    /// queueing check and the return of the enqueue: [`QueueHold`]). A
+    /// capture begins only after setting its mark and seeing this at 0, so
+    /// a launch either ends before the capture begins or sees the mark and
+    /// is refused: it never silently joins the graph.
+    queuing: AtomicUsize,
+}
+
+/// A call queueing work on a stream value, counted (`Inner::queuing`)
+/// from its queueing check until dropped; carried in the [`DeviceGuard`]
+/// that [`Stream::enter`] and the handles' `enter` return.
+pub(crate) struct QueueHold(Stream);
+
+impl fmt::Debug for QueueHold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("QueueHold").field(&self.0).finish()
+    }
+}
+
+impl Drop for QueueHold {
+    fn drop(&mut self) {
+        self.0.inner.queuing.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// How long a capture's beginning waits for other calls queueing on the
+/// stream to return before it is refused.
+const QUEUERS_WAIT: Duration = Duration::from_secs(1);
+
+/// What is open on a stream value (see `Inner::marks`).
+#[derive(Debug, Default)]
+struct Marks {
+    capturer: Option<ThreadId>,
+    scopes: usize,
+}
+
+/// An open [`Stream::scope`], counted on its stream value until dropped.
+pub(crate) struct OpenScope<'a>(&'a Stream);
+
+impl Drop for OpenScope<'_> {
+    fn drop(&mut self) {
+        let mut m = self.0.marks();
+        m.scopes = m.scopes.saturating_sub(1);
+    }
 }
 
 /// What a raw stream handle names.
@@ -190,17 +238,18 @@ pub(crate) fn check_thread(what: &str, owner: Option<ThreadId>, current: ThreadI
 ///
 /// # Errors
 /// [`Error::WrongThread`] naming `what`; [`Error::CaptureUnsafe`].
-pub(crate) fn check_stream_thread(what: &str, stream: &Stream) -> Result<()> {
+pub(crate) fn check_stream_thread(what: &str, stream: &Stream) -> Result<QueueHold> {
     check_thread(what, stream.inner.thread, thread::current().id())?;
     stream.check_queue(what)
 }
 
 /// The capture part of the queueing rule, as logic (see
 /// [`Stream::check_queue`]): `capturer` is the thread whose capture of the
-/// stream is open, `foreign` the library owning the stream, `in_scope`
-/// whether this thread is inside a capture closure, `foreign_capturing`
-/// whether the foreign stream is being captured (asked only for foreign
-/// streams).
+/// stream is open, `foreign` the library owning the stream,
+/// `foreign_capturing` whether the foreign stream is being captured (asked
+/// only for foreign streams). Work on a foreign stream that is not
+/// capturing is allowed inside a capture closure too (CUDA runs it; a
+/// join through a captured event is refused by `Stream::wait_event`).
 ///
 /// # Errors
 /// [`Error::CaptureUnsafe`] naming `what`.
@@ -209,7 +258,6 @@ pub(crate) fn queue_rule(
     capturer: Option<ThreadId>,
     current: ThreadId,
     foreign: Option<&'static str>,
-    in_scope: bool,
     foreign_capturing: impl FnOnce() -> Result<bool>,
 ) -> Result<()> {
     use super::capture::{CaptureStatus, Hazard, capture_rule};
@@ -219,7 +267,7 @@ pub(crate) fn queue_rule(
         return capture_rule(what, CaptureStatus::Active, &Hazard::OtherThreadsCapture);
     }
     if let Some(owner) = foreign
-        && (in_scope || foreign_capturing()?)
+        && foreign_capturing()?
     {
         return capture_rule(what, CaptureStatus::Active, &Hazard::ForeignStream(owner));
     }
@@ -256,7 +304,8 @@ impl Stream {
                 keep,
                 foreign,
                 capturing: AtomicBool::new(false),
-                capturer: Mutex::new(None),
+                marks: Mutex::new(Marks::default()),
+                queuing: AtomicUsize::new(0),
             }),
         }
     }
@@ -305,7 +354,16 @@ impl Stream {
     /// [`Error::Cuda`] when the device cannot be made current.
     pub(crate) fn enter(&self, what: &str) -> Result<DeviceGuard> {
         check_thread(what, self.inner.thread, thread::current().id())?;
-        self.check_queue(what)?;
+        let hold = self.check_queue(what)?;
+        Ok(self.enter_unchecked()?.holding(hold))
+    }
+
+    /// As [`enter`](Self::enter) for a call that queues nothing (a
+    /// synchronization, a query): checked alike, but not counted as
+    /// queueing, so a capture's beginning does not wait for it.
+    pub(crate) fn enter_to_wait(&self, what: &str) -> Result<DeviceGuard> {
+        check_thread(what, self.inner.thread, thread::current().id())?;
+        drop(self.check_queue(what)?);
         self.enter_unchecked()
     }
 
@@ -325,66 +383,129 @@ impl Stream {
         self.inner.foreign
     }
 
-    /// The thread whose [`Stream::capture`] of this stream is open.
-    pub(crate) fn capturer(&self) -> Option<ThreadId> {
-        if !self.inner.capturing.load(Ordering::Acquire) {
-            return None;
-        }
-        *self
-            .inner
-            .capturer
+    fn marks(&self) -> std::sync::MutexGuard<'_, Marks> {
+        self.inner
+            .marks
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Mark this thread's capture of the stream as open; `false` (nothing
-    /// changed) when a capture of this value is already open.
-    pub(crate) fn mark_capturer(&self) -> bool {
-        let mut c = self
-            .inner
-            .capturer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if c.is_some() {
-            return false;
+    /// The thread whose [`Stream::capture`] of this stream is open.
+    pub(crate) fn capturer(&self) -> Option<ThreadId> {
+        if !self.inner.capturing.load(Ordering::SeqCst) {
+            return None;
         }
-        *c = Some(thread::current().id());
-        self.inner.capturing.store(true, Ordering::Release);
+        self.marks().capturer
+    }
+
+    /// Mark this thread's capture of the stream as open, then wait for the
+    /// calls already queueing on it to return (see `Inner::queuing`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the stream (nothing changed) when
+    /// a capture of this value is already open, or a [`Stream::scope`] of
+    /// it is (its copies, queued or still to come, would join the graph
+    /// while the scope waits for them as real work), or another call still
+    /// queues on it after 1 s (the mark is cleared again).
+    pub(crate) fn mark_capturer(&self) -> Result<()> {
+        let mut m = self.marks();
+        if m.capturer.is_some() {
+            return super::graph::check_capturable(self, true);
+        }
+        if m.scopes > 0 {
+            return Err(Error::invalid(
+                "stream",
+                format!(
+                    "has {} open Stream::scope(s) (their copies would join the capture); begin                      the capture after the scope returns",
+                    m.scopes
+                ),
+                format!("{self:?}"),
+            ));
+        }
+        m.capturer = Some(thread::current().id());
+        self.inner.capturing.store(true, Ordering::SeqCst);
+        drop(m);
+        // Calls that passed their queueing check before the mark may still
+        // be queueing: the capture begins only after they returned (later
+        // ones see the mark and are refused).
+        if self.wait_for_queuers(QUEUERS_WAIT) {
+            return Ok(());
+        }
+        self.clear_capturer();
+        Err(Error::invalid(
+            "stream",
+            format!(
+                "has work being queued on it by another call that did not return within {} s \
+                 (another thread, or a guard of `enter` held by this one); begin the capture \
+                 when no other call uses the stream",
+                QUEUERS_WAIT.as_secs()
+            ),
+            format!("{self:?}"),
+        ))
+    }
+
+    /// Wait (yielding) until no call is queueing on this value, up to
+    /// `limit`; whether none is.
+    fn wait_for_queuers(&self, limit: Duration) -> bool {
+        let start = Instant::now();
+        while self.inner.queuing.load(Ordering::SeqCst) != 0 {
+            if start.elapsed() >= limit {
+                return false;
+            }
+            thread::sleep(Duration::from_micros(50));
+        }
         true
     }
 
     /// Clear the mark of [`mark_capturer`](Self::mark_capturer).
     pub(crate) fn clear_capturer(&self) {
-        let mut c = self
-            .inner
-            .capturer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        *c = None;
-        self.inner.capturing.store(false, Ordering::Release);
+        let mut m = self.marks();
+        m.capturer = None;
+        self.inner.capturing.store(false, Ordering::SeqCst);
+    }
+
+    /// Count an open [`Stream::scope`] of this value until the returned
+    /// value drops.
+    ///
+    /// # Errors
+    /// [`Error::CaptureUnsafe`] naming `what` (nothing counted) while a
+    /// [`Stream::capture`] of this value is open.
+    pub(crate) fn open_scope(&self, what: &str) -> Result<OpenScope<'_>> {
+        use super::capture::{CaptureStatus, Hazard, capture_rule};
+        let mut m = self.marks();
+        if m.capturer.is_some() {
+            capture_rule(what, CaptureStatus::Active, &Hazard::HostSync)?;
+        }
+        m.scopes = m.scopes.saturating_add(1);
+        Ok(OpenScope(self))
     }
 
     /// Before queueing work (or a synchronization) on the stream: refuse
     /// ([`Error::CaptureUnsafe`]) when another thread's [`Stream::capture`]
-    /// of it is open (the work would silently join that graph), and, for a
-    /// stream another library owns (cudarc), inside a capture closure on
-    /// this thread (an event of the capture would join the foreign stream
-    /// to it, and the owner's own allocations with it) or while the owner
-    /// captures it (the crate's work would enter a graph the owner may
-    /// launch safely after the memory is gone). Costs an atomic load; a
-    /// capture query only for foreign streams.
+    /// of it is open (the work would silently join that graph: the runtime
+    /// allows it in global mode, this crate does not), and, for a stream
+    /// another library owns (cudarc), while the owner captures it (the
+    /// crate's work would enter a graph the owner may launch safely after
+    /// the memory is gone). Costs an atomic load; a capture query only for
+    /// foreign streams (the legacy stream's implicit-capture answer counts
+    /// as capturing, typed, and the thread's last error is reset).
     ///
     /// # Errors
     /// [`Error::CaptureUnsafe`]; [`Error::Cuda`] from the query.
-    pub(crate) fn check_queue(&self, what: &str) -> Result<()> {
+    pub(crate) fn check_queue(&self, what: &str) -> Result<QueueHold> {
+        // Counted before the mark is read (both sequentially consistent,
+        // as the mark's store and the count's load in `mark_capturer`):
+        // either this call sees the mark, or the capture waits for it.
+        self.inner.queuing.fetch_add(1, Ordering::SeqCst);
+        let hold = QueueHold(self.clone());
         queue_rule(
             what,
             self.capturer(),
             thread::current().id(),
             self.inner.foreign,
-            super::capture::in_capture_scope(),
-            || Ok(self.capture_status()?.is_capturing()),
-        )
+            || Ok(super::capture::implicit_is_capturing(self.capture_status())?.is_capturing()),
+        )?;
+        Ok(hold)
     }
 
     /// A new stream on the current device, with default flags (it
@@ -454,6 +575,13 @@ impl Stream {
     /// now, and it must stay valid for as long as this `Stream`, any clone of
     /// it, or anything that keeps one (handles, stream-ordered buffers) is
     /// alive.
+    ///
+    /// Two values wrapped from one raw stream (and a value wrapped from a
+    /// stream this crate created) share no capture marks, open-scope counts
+    /// or queueing counts: the refusals of [`Stream::capture`] and
+    /// [`Stream::scope`] see only the value they are called on and its
+    /// clones. Queueing through one value while capturing through another
+    /// adds that work to the graph, as the runtime does.
     pub unsafe fn from_raw(raw: cudaStream_t) -> Self {
         Self::wrap(raw, false)
     }
@@ -497,7 +625,7 @@ impl Stream {
     /// [`Error::Cuda`](crate::Error::Cuda) when the runtime refuses.
     #[doc(alias = "cudaStreamGetFlags")]
     pub fn flags(&self) -> Result<StreamFlags> {
-        let _on = self.enter("reading a stream's flags")?;
+        let _on = self.enter_to_wait("reading a stream's flags")?;
         let rt = check::cudart()?;
         let mut bits: std::ffi::c_uint = 0;
         // SAFETY: `raw` is a valid stream (see `synchronize`); `bits` is a
@@ -527,7 +655,7 @@ impl Stream {
     #[doc(alias = "cudaStreamSynchronize")]
     pub fn synchronize(&self) -> Result<()> {
         super::capture::forbid_in_capture_scope("Stream::synchronize", super::Hazard::HostSync)?;
-        let _on = self.enter("synchronizing a stream")?;
+        let _on = self.enter_to_wait("synchronizing a stream")?;
         let rt = check::cudart()?;
         // SAFETY: `raw` is a valid stream (owned, or guaranteed by `from_raw`'s contract).
         unsafe { cuda_call!(rt, cudaStreamSynchronize(self.inner.raw)) }
@@ -543,7 +671,7 @@ impl Stream {
     #[doc(alias = "cudaStreamQuery")]
     pub fn query(&self) -> Result<bool> {
         super::capture::forbid_in_capture_scope("Stream::query", super::Hazard::HostSync)?;
-        let _on = self.enter("querying a stream")?;
+        let _on = self.enter_to_wait("querying a stream")?;
         let rt = check::cudart()?;
         // SAFETY: `raw` is a valid stream (see `synchronize`).
         let st = unsafe { rt.cudaStreamQuery(self.inner.raw) }?;
@@ -594,154 +722,5 @@ impl Device {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn on(raw: cudaStream_t, device: Option<i32>) -> Stream {
-        Stream::wrap_on(raw, false, device.map(Device::from_runtime))
-    }
-
-    #[test]
-    fn unit_legacy_streams_of_two_devices_differ() {
-        let l0 = on(cudart::cudaStreamLegacy, Some(0));
-        let l1 = on(cudart::cudaStreamLegacy, Some(1));
-        assert_ne!(l0, l1);
-        assert_eq!(l0, on(cudart::cudaStreamLegacy, Some(0)));
-        // Null names the legacy default stream too.
-        assert_eq!(l0, on(ptr::null_mut(), Some(0)));
-        assert_ne!(l1, on(ptr::null_mut(), Some(0)));
-        assert!(l0.is_pseudo() && l0.thread().is_none());
-        assert_eq!(l1.device(), Some(Device::from_runtime(1)));
-    }
-
-    #[test]
-    fn unit_per_thread_streams_of_two_threads_differ() {
-        let here = on(cudart::cudaStreamPerThread, Some(0));
-        let there = std::thread::spawn(|| on(cudart::cudaStreamPerThread, Some(0)))
-            .join()
-            .expect("thread ran");
-        assert_eq!(here.thread(), Some(thread::current().id()));
-        assert_ne!(there.thread(), here.thread());
-        assert_ne!(here, there);
-        assert_eq!(here, here.clone());
-        // Same thread, other device: another queue.
-        assert_ne!(here, on(cudart::cudaStreamPerThread, Some(1)));
-        // Per-thread and legacy are different queues on one device and thread.
-        assert_ne!(here, on(cudart::cudaStreamLegacy, Some(0)));
-    }
-
-    #[test]
-    fn unit_real_streams_compare_by_handle_only() {
-        let fake = 0x1000 as cudaStream_t;
-        let a = on(fake, Some(0));
-        let b = std::thread::spawn(move || on(0x1000 as cudaStream_t, None))
-            .join()
-            .expect("thread ran");
-        assert_eq!(a, b);
-        assert!(!a.is_pseudo() && a.thread().is_none() && b.thread().is_none());
-        assert_ne!(a, on(0x2000 as cudaStream_t, Some(0)));
-        assert_ne!(a, on(cudart::cudaStreamLegacy, Some(0)));
-    }
-
-    #[test]
-    fn unit_per_thread_stream_refused_on_another_thread() {
-        // No device recorded, so `enter` makes no CUDA call: the refusal is
-        // the identity rule alone.
-        let mine = on(cudart::cudaStreamPerThread, None);
-        assert!(mine.enter("here").is_ok());
-        let e = std::thread::spawn(move || mine.enter("the stream of a handle").map(|_| ()))
-            .join()
-            .expect("thread ran")
-            .expect_err("another thread's per-thread stream");
-        match &e {
-            Error::WrongThread {
-                what,
-                owner,
-                current,
-            } => {
-                assert_eq!(what, "the stream of a handle");
-                assert_ne!(owner, current);
-            }
-            other => panic!("wrong error: {other:?}"),
-        }
-        // Legacy and real streams may be used from any thread.
-        let legacy = on(cudart::cudaStreamLegacy, None);
-        let real = on(0x1000 as cudaStream_t, None);
-        std::thread::spawn(move || {
-            assert!(legacy.enter("x").is_ok());
-            assert!(real.enter("x").is_ok());
-        })
-        .join()
-        .expect("thread ran");
-    }
-
-    #[test]
-    fn unit_wait_for_on_another_threads_per_thread_stream_is_refused() {
-        let mine = on(cudart::cudaStreamPerThread, None);
-        let theirs = std::thread::spawn(|| on(cudart::cudaStreamPerThread, None))
-            .join()
-            .expect("thread ran");
-        // Different queues: no early return; the other thread's stream is refused
-        // before any event is made.
-        let e = mine
-            .wait_for(&theirs)
-            .expect_err("theirs is another thread's");
-        assert!(matches!(e, Error::WrongThread { .. }), "{e:?}");
-        // The same value waited for by itself on its own thread is a no-op...
-        assert!(mine.wait_for(&mine.clone()).is_ok());
-        // ...but not on another thread.
-        let e = std::thread::spawn(move || mine.wait_for(&mine.clone()))
-            .join()
-            .expect("thread ran")
-            .expect_err("mine, on another thread");
-        assert!(matches!(e, Error::WrongThread { .. }), "{e:?}");
-    }
-
-    /// What queue an identity names, written independently of `same_queue`.
-    #[derive(Debug, PartialEq)]
-    enum Queue {
-        Object(usize),
-        Legacy(Option<Device>),
-        PerThread(Option<Device>, Option<ThreadId>),
-    }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::test_runner::Config::with_cases(20_000))]
-
-        /// `==` on stream values names the same queue exactly when the model
-        /// does, and is symmetric.
-        #[test]
-        fn unit_property_stream_equality_matches_the_queue_model(
-            a in (0usize..5, proptest::option::of(0i32..3), 0usize..3),
-            b in (0usize..5, proptest::option::of(0i32..3), 0usize..3),
-        ) {
-            let threads: Vec<ThreadId> = THREADS.with(|t| t.clone());
-            let make = |(kind, dev, th): (usize, Option<i32>, usize)| -> (Identity, Queue) {
-                let device = dev.map(Device::from_runtime);
-                match kind {
-                    0 => ((ptr::null_mut(), device, None), Queue::Legacy(device)),
-                    1 => ((cudart::cudaStreamLegacy, device, None), Queue::Legacy(device)),
-                    2 => (
-                        (cudart::cudaStreamPerThread, device, Some(threads[th])),
-                        Queue::PerThread(device, Some(threads[th])),
-                    ),
-                    k => (((0x1000 * k) as cudaStream_t, device, None), Queue::Object(k)),
-                }
-            };
-            let (ia, qa) = make(a);
-            let (ib, qb) = make(b);
-            proptest::prop_assert_eq!(same_queue(ia, ib), qa == qb);
-            proptest::prop_assert_eq!(same_queue(ia, ib), same_queue(ib, ia));
-            proptest::prop_assert!(same_queue(ia, ia));
-        }
-    }
-
-    thread_local! {
-        /// Three distinct thread ids (this one and two that ran and ended).
-        static THREADS: Vec<ThreadId> = vec![
-            thread::current().id(),
-            thread::spawn(|| thread::current().id()).join().expect("thread ran"),
-            thread::spawn(|| thread::current().id()).join().expect("thread ran"),
-        ];
-    }
-}
+#[path = "stream_tests.rs"]
+mod tests;

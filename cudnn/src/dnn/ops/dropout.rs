@@ -101,6 +101,17 @@ impl Mark for Event {
     }
 }
 
+/// A use on a capturing stream (`refusal`, the capture rule's answer):
+/// allowed (`true`: captured, nothing to record) on the stream of the last
+/// use, refused otherwise.
+fn capture_on_last_stream(refusal: Error, stream: &Stream, last: &Stream) -> Result<bool> {
+    if stream == last {
+        Ok(true)
+    } else {
+        Err(refusal)
+    }
+}
+
 /// The last use of a device resource: its stream, and a mark recorded
 /// there after the use. A use on another stream first waits for the mark.
 struct LastUse<E: Mark = Event> {
@@ -194,6 +205,17 @@ impl fmt::Debug for LastUse {
 /// ([`Handle::set_stream`]) or be used by handles on different streams, and
 /// the masks come out as they would on one stream. Dropping it waits (on
 /// the host) for its last use before the state is freed.
+///
+/// In a [`Stream::capture`](crate::runtime::Stream::capture), the dropout
+/// ops (and an RNN training forward with dropout) are captured on the
+/// stream of the state's last use, without recording the event: the
+/// captured use follows the last eager use in stream order, the event
+/// keeps marking that eager use, and the graph's replays are ordered with
+/// other uses by the replay contract
+/// ([`CudaGraphExec::launch`](crate::runtime::CudaGraphExec::launch), 2).
+/// On another capturing stream they are refused
+/// ([`Error::CaptureUnsafe`](crate::Error::CaptureUnsafe)): use the
+/// dropout once on the capturing stream before the capture.
 ///
 /// `Send` (the descriptor is a host structure, the state is device memory
 /// it owns, the event may be used from any thread), not `Sync`. Dropping it
@@ -317,24 +339,38 @@ impl Dropout {
     /// [`last_stream`](Self::last_stream)) advanced the state through the
     /// RNN descriptor that borrows `self`: that forward becomes the last
     /// use, so a later use on another stream, and the drop, wait for it.
+    /// On a capturing stream nothing is recorded (see [`captured_use`](Self::captured_use)).
     pub(crate) fn used_by_rnn(&self, stream: &Stream) -> Result<()> {
+        if self.captured_use("RNN training forward", stream)? {
+            return Ok(());
+        }
         self.last_use.again(stream)
     }
 
-    /// Refuse a use of the state on a capturing stream
-    /// ([`Error::CaptureUnsafe`]): the event that orders its uses would be
-    /// recorded into the capture, later waits for it (another stream's
-    /// use, the drop's) would fail, and graph replays would advance the
-    /// state unordered with eager uses. Asked before anything is queued.
+    /// Whether a use of the state on `stream` is being captured. On a
+    /// capturing stream the use is recorded into the graph and the
+    /// ordering event is *not* recorded (it would become a graph node, and
+    /// later eager waits for it would fail): the eager mark stays that of
+    /// the last eager use, which the captured use follows in stream order;
+    /// replays are ordered by the graph's contract 2
+    /// ([`CudaGraphExec::launch`](crate::runtime::CudaGraphExec::launch)).
+    /// Refused ([`Error::CaptureUnsafe`]) when the capturing stream is not
+    /// the stream of the last use: ordering after it would need a wait for
+    /// the eager event inside the capture, and the last use would move to
+    /// a stream whose work runs only in replays. Asked before anything is
+    /// queued.
     ///
     /// # Errors
     /// [`Error::CaptureUnsafe`]; [`Error::Cuda`] from the query.
-    pub(crate) fn not_captured(op: &str, stream: &Stream) -> Result<()> {
-        crate::runtime::forbid_during_capture(
-            op,
-            stream,
-            crate::runtime::Hazard::CapturedEvent("the dropout state"),
-        )
+    pub(crate) fn captured_use(&self, op: &str, stream: &Stream) -> Result<bool> {
+        let hazard = crate::runtime::Hazard::CapturedEvent("the dropout state");
+        match crate::runtime::forbid_during_capture(op, stream, hazard) {
+            Ok(()) => Ok(false),
+            Err(e @ Error::CaptureUnsafe { .. }) => {
+                capture_on_last_stream(e, stream, self.last_stream())
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Give up ownership: the raw descriptor and the state buffer it uses
@@ -465,9 +501,11 @@ impl Handle {
                 ("dropout state", dropout.states.device()),
             ],
         )?;
-        Dropout::not_captured("dropout_forward", self.stream())?;
+        let captured = dropout.captured_use("dropout_forward", self.stream())?;
         let api = check::cudnn()?;
-        dropout.last_use.before(self.stream())?;
+        if !captured {
+            dropout.last_use.before(self.stream())?;
+        }
         // SAFETY: live handle and descriptors; `x` and `y` hold at least their
         // spans (checked when bound), `y` is exclusive; `reserve` holds at
         // least the size cuDNN asked for (checked) and its true size is
@@ -488,6 +526,11 @@ impl Handle {
                 )
             )
         }?;
+        if captured {
+            // Recorded into the graph, after the last eager use in stream
+            // order; the eager mark stays valid (see `captured_use`).
+            return Ok(());
+        }
         dropout.last_use.after(self.stream())
     }
 
@@ -517,9 +560,11 @@ impl Handle {
                 ("dropout state", dropout.states.device()),
             ],
         )?;
-        Dropout::not_captured("dropout_backward", self.stream())?;
+        let captured = dropout.captured_use("dropout_backward", self.stream())?;
         let api = check::cudnn()?;
-        dropout.last_use.before(self.stream())?;
+        if !captured {
+            dropout.last_use.before(self.stream())?;
+        }
         // SAFETY: as in `dropout_forward`; `dx` is exclusive.
         unsafe {
             cudnn_call!(
@@ -666,5 +711,39 @@ mod tests {
         assert!(last.after(&b).is_err());
         assert!(last.stream == b);
         assert_eq!(take(&calls), [format!("record {}", name(&b))]);
+    }
+
+    /// A dropout use on a capturing stream (the capture rule refused it,
+    /// `refusal`) is allowed, as captured and with nothing to record, on
+    /// the stream of the last use, and refused with the rule's typed error
+    /// on any other stream. (Before the fix every use on a capturing
+    /// stream was refused, which broke capturing a training step with
+    /// dropout, as the CUDA-graph docs promise.)
+    #[test]
+    fn unit_captured_use_only_on_the_last_stream() {
+        let refusal = || {
+            crate::runtime::capture_rule(
+                "dropout_forward",
+                crate::runtime::CaptureStatus::Active,
+                &crate::runtime::Hazard::CapturedEvent("the dropout state"),
+            )
+            .expect_err("capturing")
+        };
+        let a = Stream::per_thread();
+        let b = Stream::legacy();
+        assert!(matches!(
+            capture_on_last_stream(refusal(), &a, &a.clone()),
+            Ok(true)
+        ));
+        match capture_on_last_stream(refusal(), &b, &a) {
+            Err(Error::CaptureUnsafe { op, hazard, .. }) => {
+                assert_eq!(op, "dropout_forward");
+                assert!(
+                    hazard.contains("other than that of its last use"),
+                    "{hazard}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

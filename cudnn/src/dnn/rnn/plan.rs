@@ -458,9 +458,11 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
         )?;
         let api = check::cudnn()?;
         if training.is_some() && self.rnn.dropout().is_some() {
-            // The dropout state's ordering event would be recorded into a
-            // capture (see `Dropout`): refused before anything is queued.
-            crate::dnn::Dropout::not_captured("RNN training forward", handle.stream())?;
+            // Captured only on the stream of the state's last use, without
+            // recording its ordering event (see `Dropout::captured_use`).
+            self.rnn.dropout().map_or(Ok(false), |d| {
+                d.captured_use("RNN training forward", handle.stream())
+            })?;
         }
         let h = handle.as_raw();
         let mut ws = handle.workspace(ws_bytes)?;
