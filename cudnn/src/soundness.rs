@@ -29,10 +29,10 @@ mod tests {
             let mut ty = String::from("?");
             for (i, line) in text.lines().enumerate() {
                 let t = line.trim_start();
-                if let Some(rest) = t.strip_prefix("impl") {
-                    if rest.starts_with(['<', ' ']) {
-                        ty = impl_type(rest);
-                    }
+                if let Some(rest) = t.strip_prefix("impl")
+                    && rest.starts_with(['<', ' '])
+                {
+                    ty = impl_type(rest);
                 }
                 if let Some(rest) = t.strip_prefix("pub unsafe fn ") {
                     let name: String = rest

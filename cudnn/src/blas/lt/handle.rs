@@ -163,8 +163,11 @@ impl LtHandle {
     /// [`Error::WrongThread`]; [`Error::Cuda`] when the device cannot be
     /// made current.
     pub fn enter(&self) -> Result<DeviceGuard> {
-        crate::runtime::check_stream_thread("the stream of a cuBLASLt handle", &self.stream)?;
-        self.device.guard()
+        // The queue hold lasts as long as the guard, so a capture of the
+        // stream cannot begin between this check and the launch.
+        let hold =
+            crate::runtime::check_stream_thread("the stream of a cuBLASLt handle", &self.stream)?;
+        Ok(self.device.guard()?.holding(hold))
     }
 
     /// The raw handle, valid while `self` lives.
