@@ -269,7 +269,7 @@ fn rnn_case<T: Float>(
     let yv = from_layout(layout, &lengths, max_len, out_size, &y_host);
     compare(&format!("{name} y"), &yv, &want.y, tol)?;
     // Issue 31 item 7: the padded steps of an unpacked y were NaN-poisoned;
-    // the plan's padding fill (0, as PyTorch) must have replaced them, as
+    // the plan's padding fill (0 by default) must have replaced them, as
     // the reference writes 0 there.
     if layout != RnnDataLayout::SeqMajorPacked {
         let (mut valid, mut zero) = (vec![false; y_host.len() / out_size.max(1)], true);

@@ -708,9 +708,9 @@ fn run_forward(
 /// Write `fill` at the padded steps (`t >= lengths[b]`) of `y`, a
 /// `[batch, max_len, width]` output of [`forward`] (or a `dx` of
 /// [`backward`]), leaving the valid steps alone: what cuDNN does with a
-/// data descriptor's padding fill. [`forward`] itself writes 0 there
-/// (PyTorch's zero fill, the default of
-/// [`RnnPlan`](crate::dnn::RnnPlan)).
+/// data descriptor's padding fill. [`forward`] itself writes 0 there (the
+/// default fill of [`RnnPlan`](crate::dnn::RnnPlan), and what
+/// PyTorch's `pad_packed_sequence` puts at padded steps).
 ///
 /// # Errors
 /// `y` not `batch * max_len * width` long ([`Error::Mismatch`]), a length
