@@ -643,7 +643,9 @@ fn run_forward(
     } else {
         Vec::new()
     };
-    // Sizes below were counted by Dims::new.
+    // Sizes below were counted by Dims::new. The largest buffer first, so
+    // a refused allocation touches nothing.
+    let mut records = bounds::zeros("trace", d.layers * d.dirs * d.steps * d.width())?;
     let mut inputs = bounds::buffer("layer inputs", d.layers + 1)?;
     let mut first = bounds::zeros("layer inputs", d.steps * d.input)?;
     for (b, &len) in batch.lengths.iter().enumerate() {
@@ -652,7 +654,6 @@ fn run_forward(
         first[to..to + len * d.input].copy_from_slice(&x[from..from + len * d.input]);
     }
     inputs.push(first);
-    let mut records = bounds::zeros("trace", d.layers * d.dirs * d.steps * d.width())?;
     let (w, out_at) = (d.width(), d.at_out());
     for layer in 0..d.layers {
         let in_size = if layer == 0 { d.input } else { d.out() };
