@@ -653,7 +653,7 @@ mod tests {
     #[test]
     fn unit_zeroed_samples_merge_into_runs() {
         assert_eq!(index_ranges(&[]), Vec::<std::ops::Range<usize>>::new());
-        assert_eq!(index_ranges(&[3]), [3..4]);
+        assert_eq!(index_ranges(&[3]), [std::ops::Range { start: 3, end: 4 }]);
         assert_eq!(index_ranges(&[0, 1, 2, 5, 7, 8]), [0..3, 5..6, 7..9]);
         // Samples 0, 1 ("1 1" and "2 2" in 2 steps) and 3 ("1 1" in 1):
         // two runs.
