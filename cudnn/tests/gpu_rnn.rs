@@ -33,6 +33,7 @@ use cudnn::Error;
 use cudnn::dnn::*;
 use cudnn::reference::{ctc as rctc, rnn as rr};
 use cudnn::runtime::{Device, DeviceBuffer, Stream};
+use libtest_mimic::Trial;
 use support::*;
 
 struct Rng(u64);
@@ -268,7 +269,7 @@ fn rnn_case<T: Float>(
     let yv = from_layout(layout, &lengths, max_len, out_size, &y_host);
     compare(&format!("{name} y"), &yv, &want.y, tol)?;
     // Issue 31 item 7: the padded steps of an unpacked y were NaN-poisoned;
-    // the plan's padding fill (0, as PyTorch) must have replaced them, as
+    // the plan's padding fill (0 by default) must have replaced them, as
     // the reference writes 0 there.
     if layout != RnnDataLayout::SeqMajorPacked {
         let (mut valid, mut zero) = (vec![false; y_host.len() / out_size.max(1)], true);
@@ -676,12 +677,10 @@ fn ctc_edges(algo: CtcAlgo) -> TestResult {
 /// or gradient cuDNN leaves unwritten fails. Sample 1 is infeasible by its
 /// repeats with an input length equal to `max_time` (cuDNN's ZERO_OOB mode
 /// alone zeroes its gradient), sample 2 infeasible and short, sample 3
-/// empty with an input length of 0.
+/// empty in 1 step. (An input length of 0 is refused on every version:
+/// `check_ctc`.) Registered only on cuDNN 9 ([`gpu_cudnn9`]).
 fn ctc_zero_oob(algo: CtcAlgo) -> TestResult {
     Device::new(0)?;
-    if Handle::library_version()?.major < 9 {
-        return Err("needs cuDNN 9 (8.9 refuses these batches: host_rnn)".into());
-    }
     let stream = Stream::new()?;
     let mut h = Handle::new(&stream)?;
     let mut rng = Rng(0x00b + algo as u64);
@@ -689,7 +688,7 @@ fn ctc_zero_oob(algo: CtcAlgo) -> TestResult {
     // "1 1 1 1" needs 7 steps (> 6), "2 2 2" needs 5 (> 4).
     let labels = [1usize, 2, 3, 1, 1, 1, 1, 2, 2, 2];
     let label_lengths = [3usize, 4, 3, 0];
-    let input_lengths = [6usize, 6, 4, 0];
+    let input_lengths = [6usize, 6, 4, 1];
     let batch = label_lengths.len();
     let logits = round::<f32>(&rng.vec(t * batch * a, 2.0));
     let want = rctc::ctc_loss_zero_infinity(&rctc::CtcProblem {
@@ -701,8 +700,9 @@ fn ctc_zero_oob(algo: CtcAlgo) -> TestResult {
         label_lengths: &label_lengths,
         input_lengths: &input_lengths,
     })?;
+    // Sample 3 (no labels, one step): -ln softmax(blank), finite, > 0.
     ensure!(
-        want.losses[0] > 0.0 && want.losses[1..] == [0.0, 0.0, 0.0],
+        want.losses[0] > 0.0 && want.losses[1..3] == [0.0, 0.0] && want.losses[3] > 0.0,
         "reference losses {:?}",
         want.losses
     );
@@ -732,12 +732,28 @@ fn ctc_zero_oob(algo: CtcAlgo) -> TestResult {
     Ok(())
 }
 
+/// A gpu-tier test that needs cuDNN 9: on a GPU lane with an older cuDNN
+/// (8.9 refuses the batches, as host_rnn shows) it is reported as ignored,
+/// with the reason on stderr, instead of failing.
+fn gpu_cudnn9(name: &str, f: impl FnOnce() -> TestResult + Send + 'static) -> Trial {
+    if gpu_missing().is_none() {
+        match Handle::library_version() {
+            Ok(v) if v.major < 9 => {
+                eprintln!("skipped: gpu::{name}: needs cuDNN >= 9 (this stack has cuDNN {v})");
+                return Trial::test(format!("gpu::{name}"), f).with_ignored_flag(true);
+            }
+            _ => {}
+        }
+    }
+    gpu(name, f)
+}
+
 fn main() {
     run(vec![
-        gpu("ctc::zero_oob_samples_deterministic", || {
+        gpu_cudnn9("ctc::zero_oob_samples_deterministic", || {
             ctc_zero_oob(CtcAlgo::Deterministic)
         }),
-        gpu("ctc::zero_oob_samples_non_deterministic", || {
+        gpu_cudnn9("ctc::zero_oob_samples_non_deterministic", || {
             ctc_zero_oob(CtcAlgo::NonDeterministic)
         }),
         gpu("rnn::f64_against_reference", || {

@@ -633,9 +633,43 @@ fn fuzz_reference(n: u32) -> TestResult {
     Ok(())
 }
 
+/// Packed row-major strides of `dims` (computed here, not by the crate;
+/// saturating so absurd dims still give a spec the crate can refuse).
+fn row_major_strides(dims: &[i64]) -> Vec<i64> {
+    let mut st = vec![1i64; dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        st[i] = st[i + 1].saturating_mul(dims[i + 1].max(1));
+    }
+    st
+}
+
+/// Packed strides of `dims` stored in a random order drawn from `seed`
+/// when `permute`, else row-major.
+fn strides_in_order(dims: &[i64], permute: bool, seed: u64) -> Vec<i64> {
+    if !permute {
+        return row_major_strides(dims);
+    }
+    let mut order: Vec<usize> = (0..dims.len()).collect();
+    let mut s = seed | 1;
+    for i in (1..order.len()).rev() {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        order.swap(i, (s % (i as u64 + 1)) as usize);
+    }
+    let mut st = vec![1i64; dims.len()];
+    let mut acc = 1i64;
+    for &i in order.iter().rev() {
+        st[i] = acc;
+        acc = acc.saturating_mul(dims[i].max(1));
+    }
+    st
+}
+
 /// `block_scale_quantize` / `block_scale_dequantize` on random specs and
 /// `check_block_scale_target` on any architecture and version: no panic,
-/// bounded time, typed errors; a success has the block scale dims.
+/// bounded time, typed errors; a success has the block scale dims and a
+/// packed row-major x (and scale), whatever strides were drawn.
 fn fuzz_block_scale(n: u32) -> TestResult {
     let mut rng = runner();
     let shape = prop::collection::vec(
@@ -653,10 +687,17 @@ fn fuzz_block_scale(n: u32) -> TestResult {
         any::<bool>(),
         any::<i64>(),
         (0u32..12, 0u32..30, 0u32..3),
+        // Layouts: x and scale each row-major (3 in 4) or packed in a
+        // random dim order.
+        (
+            prop::bool::weighted(0.25),
+            prop::bool::weighted(0.25),
+            any::<u64>(),
+        ),
     );
-    let (mut q_ok, mut d_ok) = (0u32, 0u32);
+    let (mut q_ok, mut d_ok, mut strided) = (0u32, 0u32, 0u32);
     for _ in 0..n {
-        let ((xd, sd, derive), xt, ot, deq, ver, v) = strat
+        let ((xd, sd, derive), xt, ot, deq, ver, v, (xperm, sperm, pseed)) = strat
             .new_tree(&mut rng)
             .map_err(|e| format!("strategy: {e}"))?
             .current();
@@ -676,17 +717,31 @@ fn fuzz_block_scale(n: u32) -> TestResult {
             r.is_ok() == (ver >= 1000 && v >= (9, 7, 0)),
             "rule: {ver} {v:?} {r:?}"
         );
+        let xs = strides_in_order(&xd, xperm, pseed);
+        let ss = strides_in_order(&sd, sperm, pseed.rotate_left(17));
         let mut g = Graph::new();
         let r = timed("block scale", CALL_LIMIT, || {
-            let x = g.input("x", TensorSpec::row_major(xt, &xd)?)?;
+            let x = g.input("x", TensorSpec::new(xt, &xd, &xs)?)?;
             if deq {
-                let s = g.input("s", TensorSpec::row_major(ot, &sd)?)?;
+                let s = g.input("s", TensorSpec::new(ot, &sd, &ss)?)?;
                 g.block_scale_dequantize(x, s).map(|y| (y, None))
             } else {
                 g.block_scale_quantize(x, ot).map(|b| (b.y, Some(b.scale)))
             }
         })?;
         if let Ok((_, scale)) = r {
+            // Packed row-major x (and scale), by the definition: each
+            // stride the product of the dims after it (extent-1 dims free).
+            let row_major = |d: &[i64], st: &[i64]| {
+                (0..d.len()).all(|i| d[i] == 1 || st[i] == d[i + 1..].iter().product::<i64>())
+            };
+            ensure!(row_major(&xd, &xs), "accepted x {xd:?} with strides {xs:?}");
+            ensure!(
+                !deq || row_major(&sd, &ss),
+                "accepted scale {sd:?} with strides {ss:?}"
+            );
+            strided +=
+                u32::from(xs != row_major_strides(&xd) || (deq && ss != row_major_strides(&sd)));
             let last = *xd.last().ok_or("no dims")?;
             ensure!(last % 32 == 0, "accepted a last dim {last}");
             ensure!(xd.len() != 3, "accepted a 3-D x {xd:?}");
@@ -711,7 +766,10 @@ fn fuzz_block_scale(n: u32) -> TestResult {
             }
         }
     }
-    eprintln!("fuzz: block scale: {n} cases, {q_ok} quantize and {d_ok} dequantize built");
+    eprintln!(
+        "fuzz: block scale: {n} cases, {q_ok} quantize and {d_ok} dequantize built \
+         ({strided} with other strides on extent-1 dims)"
+    );
     ensure!(q_ok > 0, "no quantize built");
     Ok(())
 }

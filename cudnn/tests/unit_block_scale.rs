@@ -30,7 +30,102 @@ fn main() {
             "block_scale_builders_refuse_padded_tiles",
             builders_refuse_padded,
         ),
+        unit(
+            "block_scale_builders_need_row_major_x",
+            builders_need_row_major,
+        ),
+        unit("block_scale_builders_refuse_1d_x", builders_refuse_1d),
     ])
+}
+
+/// Issue 31: the 128 x 4 tile rule reads the last two logical dims as
+/// rows and columns, the memory layout only of a packed row-major x. A
+/// `[B, H, S, D] = [1, 2, 128, 128]` x stored BSHD (strides worked out by
+/// hand: D 1, H 128, S 2 * 128 = 256, B 128 * 2 * 128 = 32768) fills whole
+/// tiles by its logical dims, and both builders accepted it before; now
+/// both refuse it naming x's strides, and the dequantize a scale that is
+/// not row-major. A stride on an extent-1 dim does not matter.
+fn builders_need_row_major() -> R {
+    use cudnn::graph::{Graph, TensorSpec};
+    let dims = [1i64, 2, 128, 128];
+    let bshd = [32768i64, 128, 256, 1];
+    let mut g = Graph::new();
+    let x = g.input("x", TensorSpec::new(DType::BF16, &dims, &bshd)?)?;
+    let e = g
+        .block_scale_quantize(x, DType::Fp8E4M3)
+        .err()
+        .ok_or("quantize accepted a BSHD x")?;
+    let t = e.to_string();
+    ensure!(
+        matches!(&e, Error::InvalidArgument { arg, .. } if arg.contains("x's strides"))
+            && t.contains("[32768, 128, 256, 1]")
+            && t.contains("[32768, 16384, 128, 1]"),
+        "{t}"
+    );
+    let mut d = Graph::new();
+    let xq = d.input("xq", TensorSpec::new(DType::Fp8E4M3, &dims, &bshd)?)?;
+    let sc = d.input("s", TensorSpec::row_major(DType::Fp8E8M0, &[1, 2, 128, 4])?)?;
+    let e = d
+        .block_scale_dequantize(xq, sc)
+        .err()
+        .ok_or("dequantize accepted a BSHD x")?;
+    ensure!(
+        matches!(&e, Error::InvalidArgument { arg, .. } if arg.contains("x's strides")),
+        "{e}"
+    );
+    // Row-major x, column-major-ish scale [1, 2, 128, 4] (S innermost).
+    let mut d = Graph::new();
+    let xq = d.input("xq", TensorSpec::row_major(DType::Fp8E4M3, &dims)?)?;
+    let sc = d.input(
+        "s",
+        TensorSpec::new(DType::Fp8E8M0, &[1, 2, 128, 4], &[1024, 512, 1, 128])?,
+    )?;
+    let e = d
+        .block_scale_dequantize(xq, sc)
+        .err()
+        .ok_or("dequantize accepted a strided scale")?;
+    ensure!(
+        matches!(&e, Error::InvalidArgument { arg, .. } if arg.contains("scale's strides")),
+        "{e}"
+    );
+    // Extent-1 dims may carry any stride: still packed row-major.
+    let mut g = Graph::new();
+    let x = g.input(
+        "x",
+        TensorSpec::new(DType::F32, &[1, 1, 128, 128], &[7, 5, 128, 1])?,
+    )?;
+    let q = g.block_scale_quantize(x, DType::Fp8E5M2)?;
+    ensure!(g.dims(q.scale)? == [1, 1, 128, 4], "scale dims");
+    Ok(())
+}
+
+/// A 1-D x is one row: it never fills a 128-row scale tile, and both
+/// builders say so (at least 2 dims), naming x's dims.
+fn builders_refuse_1d() -> R {
+    use cudnn::graph::{Graph, TensorSpec};
+    for n in [32i64, 256, 128 * 128] {
+        let mut g = Graph::new();
+        let x = g.input("x", TensorSpec::row_major(DType::BF16, &[n])?)?;
+        let e = g
+            .block_scale_quantize(x, DType::Fp8E4M3)
+            .err()
+            .ok_or("quantize accepted a 1-D x")?;
+        let t = e.to_string();
+        ensure!(
+            matches!(&e, Error::InvalidArgument { arg, .. } if arg.contains("x's dims"))
+                && t.contains("at least 2 dims"),
+            "{n}: {t}"
+        );
+        let mut d = Graph::new();
+        let xq = d.input("xq", TensorSpec::row_major(DType::Fp8E4M3, &[n])?)?;
+        let sc = d.input("s", TensorSpec::row_major(DType::Fp8E8M0, &[n / 32])?)?;
+        let e = d
+            .block_scale_dequantize(xq, sc)
+            .err()
+            .ok_or("dequantize accepted a 1-D x")?;
+        ensure!(e.to_string().contains("at least 2 dims"), "{n}: {e}");
+    }
+    Ok(())
 }
 
 /// NVIDIA's MXFP8 scale layout is whole 128 x 4 tiles (rows rounded up to
@@ -81,13 +176,7 @@ fn scale_sizes_by_hand() -> R {
 /// tile-filling shapes build.
 fn builders_refuse_padded() -> R {
     use cudnn::graph::{Graph, TensorSpec};
-    for dims in [
-        &[129i64, 64][..],
-        &[128, 64],
-        &[64, 128],
-        &[2, 1, 64, 128],
-        &[256],
-    ] {
+    for dims in [&[129i64, 64][..], &[128, 64], &[64, 128], &[2, 1, 64, 128]] {
         let (packed, padded) = cudnn::graph::mxfp8_scale_sizes(dims)?;
         let mut g = Graph::new();
         let x = g.input("x", TensorSpec::row_major(DType::BF16, dims)?)?;

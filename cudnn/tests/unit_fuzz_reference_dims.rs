@@ -47,6 +47,12 @@ const LIMIT: Duration = Duration::from_secs(3);
 /// minutes in a debug build; the bounds promise to refuse what lies beyond.
 /// Buffers of exactly `MAX_ELEMENTS` are asked for where they are only
 /// allocated, not looped over: the ragged cases.)
+///
+/// The legal-but-large window (`2^28..=2^30` elements: 2 to 8 GiB of
+/// `f64`, within `MAX_ELEMENTS`) is its own size class, [`LARGE`], used
+/// by [`legal_but_large`] for the functions whose buffers are sized by
+/// their dims alone: under the 2 GiB cap every such buffer must be
+/// refused by a fallible allocation (an error, not an abort).
 const HUGE: [usize; 6] = [
     (1 << 30) + 1,
     1 << 31,
@@ -55,6 +61,10 @@ const HUGE: [usize; 6] = [
     usize::MAX - 1,
     usize::MAX,
 ];
+
+/// The legal-but-large window: one buffer of this many `f64` is 2 to 8
+/// GiB, past the 2 GiB cap, yet within `MAX_ELEMENTS` (2^30).
+const LARGE: [usize; 5] = [1 << 28, (1 << 28) + 1, 3 << 27, 1 << 29, 1 << 30];
 
 struct Rng(u64);
 
@@ -174,6 +184,21 @@ impl Tally {
             Ok(Err(Error::InvalidArgument { arg, .. })) if !arg.is_empty() => {}
             Ok(Err(Error::Mismatch { what, .. })) if !what.is_empty() => {}
             Ok(Err(e)) => fail(format!("untyped error {e:?}")),
+        }
+    }
+
+    /// As [`call`](Self::call), and the call must not succeed: under the
+    /// address-space cap its buffer cannot exist.
+    fn must_fail<T>(&self, what: &str, case: &dyn Debug, f: impl FnOnce() -> Result<T, Error>) {
+        let ok = Cell::new(false);
+        self.call(what, case, || {
+            let r = f();
+            ok.set(r.is_ok());
+            r
+        });
+        if ok.get() {
+            let mut v = self.failures.borrow_mut();
+            v.push(format!("{what}: succeeded under the 2 GiB cap: {case:?}"));
         }
     }
 
@@ -527,6 +552,7 @@ fn r_bias(bias: &[f64], epi: Epilogue) -> Option<&[f64]> {
 
 fn ctc_all() -> TestResult {
     let t = Tally::default();
+    let ctc_checked = Cell::new(0u64);
     let mut r = seed(5);
     for _ in 0..cases(2000) {
         let (max_time, batch, alphabet) = (r.dim(), r.dim(), r.dim());
@@ -565,12 +591,64 @@ fn ctc_all() -> TestResult {
             label_lengths: &label_lengths,
             input_lengths: &input_lengths,
         };
-        t.call("ctc_loss", &p, || ctc::ctc_loss(&p));
-        t.call("ctc_loss_zero_infinity", &p, || {
-            ctc::ctc_loss_zero_infinity(&p)
+        let plain = Cell::new(None);
+        let zi = Cell::new(None);
+        t.call("ctc_loss", &p, || {
+            let r = ctc::ctc_loss(&p);
+            plain.set(r.as_ref().ok().cloned());
+            r
         });
+        t.call("ctc_loss_zero_infinity", &p, || {
+            let r = ctc::ctc_loss_zero_infinity(&p);
+            zi.set(r.as_ref().ok().cloned());
+            r
+        });
+        // The truth by definition: zero_infinity is the plain loss where
+        // that is finite and 0 where it is +inf, with the same gradient;
+        // the two accept the same inputs. With finite logits a loss is
+        // -ln p for a probability p <= 1: at least 0 (up to rounding).
+        match (plain.take(), zi.take()) {
+            (Some(a), Some(b)) => {
+                ctc_checked.set(ctc_checked.get() + 1);
+                let finite_logits = logits.iter().all(|v| v.is_finite());
+                for (i, (&la, &lb)) in a.losses.iter().zip(&b.losses).enumerate() {
+                    let good = if la == f64::INFINITY {
+                        lb == 0.0
+                    } else {
+                        la.to_bits() == lb.to_bits()
+                    };
+                    let sane = !finite_logits || la >= -1e-9;
+                    if !good || !sane {
+                        t.failures.borrow_mut().push(format!(
+                            "ctc sample {i}: plain {la}, zero_infinity {lb}: {p:?}"
+                        ));
+                    }
+                }
+                let same_grad = a.grad.len() == b.grad.len()
+                    && a.grad
+                        .iter()
+                        .zip(&b.grad)
+                        .all(|(x, y)| x.to_bits() == y.to_bits());
+                if !same_grad {
+                    t.failures
+                        .borrow_mut()
+                        .push(format!("ctc gradients differ: {p:?}"));
+                }
+            }
+            (None, None) => {}
+            (a, b) => t.failures.borrow_mut().push(format!(
+                "ctc_loss ok {} but zero_infinity ok {}: {p:?}",
+                a.is_some(),
+                b.is_some()
+            )),
+        }
         t.total("required_steps", &labels, || ctc::required_steps(&labels));
     }
+    eprintln!(
+        "fuzz ctc: {} results compared with zero_infinity",
+        ctc_checked.get()
+    );
+    ensure!(ctc_checked.get() >= 10, "too few ctc values compared");
     t.finish("ctc", 10)
 }
 
@@ -649,10 +727,31 @@ fn rnn_all() -> TestResult {
         });
         let width = r.dim();
         let mut y = r.buf(product(&[lengths.len(), max_len, width]));
+        let before = y.clone();
         let fill = r.f();
+        let filled = Cell::new(false);
         t.call("fill_padding", &(&lengths, max_len, width, y.len()), || {
-            rnn::fill_padding(&mut y, &batch, width, fill)
+            let res = rnn::fill_padding(&mut y, &batch, width, fill);
+            filled.set(res.is_ok());
+            res
         });
+        // By the definition: step t of sequence b is the fill past its
+        // length and unchanged before it.
+        if filled.get() {
+            for (i, (&a, &b)) in y.iter().zip(&before).enumerate() {
+                let (seq, t_) = (
+                    i / (max_len * width).max(1),
+                    (i / width.max(1)) % max_len.max(1),
+                );
+                let want = if t_ >= lengths[seq] { fill } else { b };
+                if a.to_bits() != want.to_bits() {
+                    t.failures.borrow_mut().push(format!(
+                        "fill_padding element {i}: {a}, want {want}: {lengths:?} {max_len} {width}"
+                    ));
+                    break;
+                }
+            }
+        }
     }
     t.finish("rnn", 10)
 }
@@ -685,6 +784,99 @@ fn conv_shapes() -> TestResult {
     t.finish("conv shapes", 10)
 }
 
+/// The legal-but-large window ([`LARGE`]): the functions whose buffers
+/// are sized by their dims alone (the inputs stay small: empty, stride 0
+/// or refused later), with one dim in the window and the others 1 or 2.
+/// Under the 2 GiB cap none of these calls can succeed: each must return
+/// a typed error (a fallible allocation or a bound), never abort. Plus
+/// the RNN cases of the review (issue 31), by hand.
+fn legal_but_large() -> TestResult {
+    if !CAPPED.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err("the address space is not capped here: the window cannot be provoked".into());
+    }
+    let t = Tally::default();
+    let mut r = seed(8);
+    for _ in 0..cases(200) {
+        let big = LARGE[r.below(LARGE.len())];
+        let small = 1 + r.below(2);
+        // Ragged: one dim of the [b, h, s, d] output in the window.
+        let mut dims = [1usize; 4];
+        dims[1 + r.below(3)] = big;
+        if r.coin(50) {
+            dims[3 - r.below(2)] *= small;
+        }
+        t.must_fail("ragged_unpack", &dims, || {
+            attention::ragged_unpack(&[], &[0, 0], &[0], dims)
+        });
+        t.must_fail("ragged_pack", &big, || {
+            attention::ragged_pack(&[0.0], &[0, 0], &[0], [1, 1, 1, 1], big)
+        });
+        // Paged: a stride-0 container of `big` tokens in one page, s_kv
+        // of them: the [1, 1, s_kv, 1] output is in the window.
+        let data = [0.5];
+        let container = View::new(&data, [1, 1, big, 1], [0, 0, 0, 0]);
+        t.must_fail("paged_gather", &big, || {
+            attention::paged_gather(&container, &[0], 1, 1, big)
+        });
+        // RNN: one sequence of `big` steps (x not given: the trace is
+        // refused before x is read).
+        let cell = RnnCellMode::ALL[r.below(4)];
+        let cfg = RnnConfig {
+            bias: RnnBiasMode::None,
+            ..RnnConfig::new(cell, 1, 1)
+        };
+        let n = rnn::param_offsets(&cfg).map(|(_, n)| n).unwrap_or(0);
+        let params = vec![0.5; n];
+        let lengths = [big];
+        let batch = rnn::Batch {
+            lengths: &lengths,
+            max_len: big,
+        };
+        t.must_fail("rnn::forward", &(cell, big), || {
+            rnn::forward(&cfg, &params, &batch, &[], None, None)
+        });
+        t.must_fail("rnn::backward", &(cell, big), || {
+            rnn::backward(&cfg, &params, &batch, &[], None, None, &[], None, None)
+        });
+    }
+    // The review's input: ReLU, one unit, no bias, params [1, 1], one
+    // sequence of 2^29 steps (x of 2^29 zeros cannot exist under the cap;
+    // the trace is refused before x is read). It aborted before the fix.
+    let cfg = RnnConfig {
+        bias: RnnBiasMode::None,
+        ..RnnConfig::new(RnnCellMode::RnnRelu, 1, 1)
+    };
+    let lengths = [1usize << 29];
+    let batch = rnn::Batch {
+        lengths: &lengths,
+        max_len: 1 << 29,
+    };
+    t.must_fail("rnn::forward", &"review input", || {
+        rnn::forward(&cfg, &[1.0, 1.0], &batch, &[], None, None)
+    });
+    // Within every count but past the cap: 2^26 steps with a real x (512
+    // MiB of zero pages, never touched): the trace (7 x 2^26 values, 3.5
+    // GiB) is counted legal and must be refused by its fallible
+    // allocation.
+    let n = 1usize << 26;
+    let x = vec![0.0f64; n];
+    let lengths = [n];
+    let batch = rnn::Batch {
+        lengths: &lengths,
+        max_len: n,
+    };
+    t.must_fail("rnn::forward", &"2^26 steps, real x", || {
+        rnn::forward(&cfg, &[1.0, 1.0], &batch, &x, None, None)
+    });
+    t.must_fail("rnn::backward", &"2^26 steps, real x", || {
+        rnn::backward(&cfg, &[1.0, 1.0], &batch, &x, None, None, &x, None, None)
+    });
+    drop(x);
+    t.finish("legal but large", 0)
+}
+
+static CAPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Cap the address space (unix) so a huge infallible allocation aborts
 /// here, as it did in the independent fuzz, instead of succeeding lazily.
 fn cap_address_space() {
@@ -699,6 +891,8 @@ fn cap_address_space() {
         // process's own limit.
         if unsafe { libc::setrlimit(libc::RLIMIT_AS, &lim) } != 0 {
             eprintln!("fuzz: could not cap the address space; huge allocations are not provoked");
+        } else {
+            CAPPED.store(true, std::sync::atomic::Ordering::Relaxed);
         }
     }
 }
@@ -719,5 +913,6 @@ fn main() {
         unit("fuzz_reference_dims::ctc", ctc_all),
         unit("fuzz_reference_dims::rnn", rnn_all),
         unit("fuzz_reference_dims::conv_shapes", conv_shapes),
+        unit("fuzz_reference_dims::legal_but_large", legal_but_large),
     ])
 }

@@ -16,8 +16,10 @@ use std::time::{Duration, Instant};
 use cudnn::Error;
 use cudnn::blas::{Epilogue, Layout};
 use cudnn::dnn::{BatchNormMode, PoolingMode, ReduceOp, SoftmaxAlgorithm, SoftmaxMode};
+use cudnn::dnn::{RnnBiasMode, RnnCellMode, RnnConfig};
 use cudnn::reference::attention::{self, SdpaConfig, View};
 use cudnn::reference::conv::{self, ConvParams, Layout as ConvLayout};
+use cudnn::reference::rnn::{self, Batch};
 use cudnn::reference::{MAX_ELEMENTS, MAX_WORK, gemm, norm, ops};
 use support::*;
 
@@ -532,6 +534,133 @@ fn ragged_child() -> i32 {
     0
 }
 
+/// Run this test binary as a child with `CHILD=which`; the child must
+/// exit 0 and print `"{which} child: ok"`.
+fn run_child(which: &str) -> TestResult {
+    #[cfg(unix)]
+    {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let out = std::process::Command::new(exe)
+            .env(CHILD, which)
+            .output()
+            .map_err(|e| e.to_string())?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ensure!(
+            out.status.success() && text.contains(&format!("{which} child: ok")),
+            "the capped child failed ({}): {text}",
+            out.status
+        );
+        Ok(())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = which;
+        Err("needs setrlimit (unix)".into())
+    }
+}
+
+/// Cap this process's address space at `cap` bytes.
+#[cfg(unix)]
+fn cap_address_space(cap: libc::rlim_t) -> bool {
+    let lim = libc::rlimit {
+        rlim_cur: cap,
+        rlim_max: cap,
+    };
+    // SAFETY: setrlimit reads the struct we pass; it only lowers this
+    // process's own limit.
+    unsafe { libc::setrlimit(libc::RLIMIT_AS, &lim) == 0 }
+}
+
+/// The review's input: a ReLU RNN of one unit, no bias, params
+/// `[1.0, 1.0]`, one sequence of `2^29` steps and `x` of `2^29` zeros.
+/// Every buffer of it is within `MAX_ELEMENTS`, but the forward trace
+/// (then a few small vectors per step, about 400 bytes a step: some
+/// 200 GB) was built with infallible allocations: `forward` and
+/// `backward` aborted the process. The truth is the module's promise (an
+/// error, never an abort); the trace is now `2^29` steps x 7 values, over
+/// `MAX_ELEMENTS`, refused up front naming `lengths`. In a child whose
+/// address space is capped at `x` (4 GiB, zero pages never touched) plus
+/// 2 GiB; before the fix the child died of SIGABRT.
+fn rnn_long_sequence_is_an_error() -> TestResult {
+    run_child("rnn")
+}
+
+/// The child of [`rnn_long_sequence_is_an_error`].
+#[cfg(unix)]
+fn rnn_child() -> i32 {
+    let n = 1usize << 29;
+    let x = vec![0.0f64; n];
+    if !cap_address_space((6 << 30) as libc::rlim_t) {
+        println!("rnn child: setrlimit failed");
+        return 2;
+    }
+    let cfg = RnnConfig {
+        bias: RnnBiasMode::None,
+        ..RnnConfig::new(RnnCellMode::RnnRelu, 1, 1)
+    };
+    let params = [1.0, 1.0];
+    let lengths = [n];
+    let batch = Batch {
+        lengths: &lengths,
+        max_len: n,
+    };
+    let f = rnn::forward(&cfg, &params, &batch, &x, None, None).map(|o| o.y.len());
+    let b =
+        rnn::backward(&cfg, &params, &batch, &x, None, None, &x, None, None).map(|g| g.dx.len());
+    for (name, r) in [("forward", f), ("backward", b)] {
+        match r {
+            Err(Error::InvalidArgument { arg, rule, .. })
+                if arg == "lengths" && rule.contains("MAX_ELEMENTS") => {}
+            Err(e) => {
+                println!("rnn child: {name} gave the wrong error: {e}");
+                return 1;
+            }
+            Ok(len) => {
+                println!("rnn child: {name} returned {len} values");
+                return 1;
+            }
+        }
+    }
+    println!("rnn child: ok");
+    0
+}
+
+/// The same trace bound in process, without `x` (the sizes are refused
+/// before `x` is read), and a sequence just inside it accepted.
+fn rnn_trace_bound() -> TestResult {
+    let cfg = RnnConfig {
+        bias: RnnBiasMode::None,
+        ..RnnConfig::new(RnnCellMode::RnnRelu, 1, 1)
+    };
+    let params = [1.0, 1.0];
+    // 2^27 steps x 7 values + 2 x 2^27 inputs = 9 x 2^27 > 2^30.
+    let lengths = [1usize << 27];
+    let batch = Batch {
+        lengths: &lengths,
+        max_len: 1 << 27,
+    };
+    refused("lengths", ELEMENTS, || {
+        rnn::forward(&cfg, &params, &batch, &[], None, None)
+    })?;
+    refused("lengths", ELEMENTS, || {
+        rnn::backward(&cfg, &params, &batch, &[], None, None, &[], None, None)
+    })?;
+    // By hand: h_t = relu(x_t + h_{t-1}) with x = [1, 2, 3] gives 1, 3, 6.
+    let lengths = [3usize];
+    let batch = Batch {
+        lengths: &lengths,
+        max_len: 3,
+    };
+    let out = quick(|| rnn::forward(&cfg, &params, &batch, &[1.0, 2.0, 3.0], None, None))?;
+    ensure!(out.y == vec![1.0, 3.0, 6.0], "{:?}", out.y);
+    ensure!(out.hy == vec![6.0], "{:?}", out.hy);
+    Ok(())
+}
+
 /// Beyond `MAX_ELEMENTS`, at once and without allocating.
 fn ragged_beyond_the_bound() -> TestResult {
     refused("ragged dims", ELEMENTS, || {
@@ -637,11 +766,20 @@ fn main() {
     if std::env::var(CHILD).is_ok_and(|v| v == "ragged") {
         std::process::exit(ragged_child());
     }
+    #[cfg(unix)]
+    if std::env::var(CHILD).is_ok_and(|v| v == "rnn") {
+        std::process::exit(rnn_child());
+    }
     run(vec![
         unit(
             "reference_robust::ragged_allocation_is_fallible",
             ragged_allocation_is_fallible,
         ),
+        unit(
+            "reference_robust::rnn_long_sequence_is_an_error",
+            rnn_long_sequence_is_an_error,
+        ),
+        unit("reference_robust::rnn_trace_bound", rnn_trace_bound),
         unit(
             "reference_robust::ragged_beyond_the_bound",
             ragged_beyond_the_bound,

@@ -15,18 +15,25 @@
 //! - each input length is at most `max_time`;
 //! - `max_time * batch * alphabet` is at most `i32::MAX`.
 //!
+//! An input length of 0 is refused on every version, whatever the labels:
+//! cuDNN documents nothing about a sample of zero steps (its
+//! out-of-bounds rule is `L + R > T`, so `T = 0`, `L = 0` is not "out of
+//! bounds" and `CUDNN_CTC_ZERO_OOB_GRADIENTS` says nothing about it), and
+//! PyTorch never sends cuDNN one. Such a sample's loss and gradient are 0
+//! by definition (no labels: probability 1; labels: none fit, and
+//! `zero_infinity` makes it 0), so the caller can drop it from the batch.
+//!
 //! A sample whose labels need more steps than its input has (their count
 //! plus one per pair of equal neighbours,
-//! [`required_steps`](crate::reference::ctc::required_steps)), or whose
-//! input length is 0, has no valid alignment. On cuDNN 9 such a sample is
-//! accepted as PyTorch's `zero_infinity` treats it: its loss is 0 (set by
-//! [`CtcPlan::run`]) and its gradient 0 (cuDNN 9's
-//! `CUDNN_CTC_ZERO_OOB_GRADIENTS`, which the descriptor sets), so one bad
-//! sample no longer refuses the batch; only a label sequence longer than
-//! its input is still refused (PyTorch sends cuDNN only samples with
-//! `label length <= input length`, having seen illegal memory accesses
-//! otherwise). cuDNN 8.9 has no such mode: there [`check_ctc`] refuses
-//! every such sample.
+//! [`required_steps`](crate::reference::ctc::required_steps)) has no valid
+//! alignment. On cuDNN 9 such a sample is accepted as PyTorch's
+//! `zero_infinity` treats it: its loss is 0 (set by [`CtcPlan::run`]) and
+//! its gradient 0 (cuDNN 9's `CUDNN_CTC_ZERO_OOB_GRADIENTS`, which the
+//! descriptor sets), so one bad sample no longer refuses the batch; only a
+//! label sequence longer than its input is still refused (PyTorch sends
+//! cuDNN only samples with `label length <= input length`, having seen
+//! illegal memory accesses otherwise). cuDNN 8.9 has no such mode: there
+//! [`check_ctc`] refuses every such sample.
 //!
 //! The gradient is 0 past each sequence's input length: when a sequence is
 //! shorter than `max_time`, [`CtcPlan::run`] zeroes the gradient on the
@@ -121,12 +128,16 @@ impl CtcAlgo {
 /// `max_time`; `max_time * batch * alphabet` is at most `i32::MAX`.
 /// Returns the longest label sequence.
 ///
+/// Every input length is at least 1, on every version: cuDNN documents
+/// nothing about a sample of zero steps (see the [module docs](self)); its
+/// loss and gradient are 0 by definition, so drop it from the batch.
+///
 /// A sample without a valid alignment (its input length below what its
-/// labels need, their count plus one per pair of equal neighbours, or 0):
-/// from [`CTC_ZERO_OOB_VERSION`] (cuDNN 9) on it is accepted, as long as
-/// its label count is at most its input length (what PyTorch sends cuDNN),
-/// and [`CtcPlan`] gives it loss 0 and gradient 0 (PyTorch's
-/// `zero_infinity`); on cuDNN 8.9 it is refused.
+/// labels need, their count plus one per pair of equal neighbours): from
+/// [`CTC_ZERO_OOB_VERSION`] (cuDNN 9) on it is accepted, as long as its
+/// label count is at most its input length (what PyTorch sends cuDNN), and
+/// [`CtcPlan`] gives it loss 0 and gradient 0 (PyTorch's `zero_infinity`);
+/// on cuDNN 8.9 it is refused.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] or [`Error::Mismatch`] naming the argument
@@ -217,18 +228,29 @@ pub fn check_ctc(
                 t,
             ));
         }
+        if t == 0 {
+            return Err(Error::invalid(
+                format!("input_lengths[{b}]"),
+                format!(
+                    "must be >= 1 on every cuDNN version (cuDNN documents nothing about a \
+                     sample of zero steps); sequence {b}'s loss and gradient are 0 by \
+                     definition: drop it from the batch"
+                ),
+                t,
+            ));
+        }
         // `start + ll <= labels.len()`: the lengths add up (checked).
         let need = required_steps(&labels[start..start + ll]);
         start += ll;
-        if t >= need && t > 0 {
+        if t >= need {
             continue;
         }
         if !zero_oob {
             return Err(Error::invalid(
                 format!("input_lengths[{b}]"),
                 format!(
-                    "must be at least max(1, {need}) (the {ll} labels and a blank between each \
-                     pair of repeats) on cuDNN {version}: only cuDNN 9 zeroes the loss and \
+                    "must be at least {need} (the {ll} labels and a blank between each pair \
+                     of repeats) on cuDNN {version}: only cuDNN 9 zeroes the loss and \
                      gradient of a sample without a valid alignment"
                 ),
                 t,
@@ -249,7 +271,8 @@ pub fn check_ctc(
 }
 
 /// The samples [`check_ctc`] accepted without a valid alignment (input
-/// length below what the labels need, or 0): their loss is set to 0.
+/// length below what the labels need; it refuses a length of 0): their
+/// loss is set to 0.
 fn zeroed_samples(
     labels: &[usize],
     label_lengths: &[usize],
@@ -261,8 +284,22 @@ fn zeroed_samples(
         // Checked by `check_ctc`: the lengths add up to labels.len().
         let lab = labels.get(start..start.saturating_add(ll)).unwrap_or(&[]);
         start = start.saturating_add(ll);
-        if t == 0 || t < required_steps(lab) {
+        if t < required_steps(lab) {
             out.push(b);
+        }
+    }
+    out
+}
+
+/// Ascending sample indices merged into runs of consecutive ones, so a
+/// run zeroes them with one memset per run instead of one per sample.
+fn index_ranges(indices: &[usize]) -> Vec<std::ops::Range<usize>> {
+    let mut out: Vec<std::ops::Range<usize>> = Vec::new();
+    for &b in indices {
+        match out.last_mut() {
+            Some(r) if r.end == b => r.end += 1,
+            // `b < batch`, so `b + 1` does not overflow.
+            _ => out.push(b..b + 1),
         }
     }
     out
@@ -289,9 +326,10 @@ pub struct CtcPlan {
     /// Some input length is below `max_time` (frames cuDNN does not
     /// document are zeroed before each run).
     short: bool,
-    /// Samples without a valid alignment (cuDNN 9 only): their cost is set
-    /// to 0 after each run.
-    zeroed: Vec<usize>,
+    /// Samples without a valid alignment (cuDNN 9 only), as runs of
+    /// consecutive indices: their cost is set to 0 after each run, one
+    /// memset per run.
+    zeroed: Vec<std::ops::Range<usize>>,
     workspace: usize,
     device: Device,
 }
@@ -462,7 +500,7 @@ impl CtcPlan {
             logits,
             batch,
             short: input_lengths.iter().any(|&l| l < max_time),
-            zeroed: zeroed_samples(labels, label_lengths, input_lengths),
+            zeroed: index_ranges(&zeroed_samples(labels, label_lengths, input_lengths)),
             workspace,
             device: handle.device(),
         })
@@ -555,10 +593,12 @@ impl CtcPlan {
         // cuDNN does not document the cost of a sample without a valid
         // alignment; PyTorch's zero_infinity (and the reference's
         // `ctc_loss_zero_infinity`) make it 0. Ordered after the call on
-        // the same stream; `b < batch <= costs.len()` (checked above).
-        for &b in &self.zeroed {
+        // the same stream; every range ends at most at `batch <=
+        // costs.len()` (checked above). One memset per run of consecutive
+        // samples.
+        for r in &self.zeroed {
             costs
-                .slice_mut(b..b + 1)?
+                .slice_mut(r.clone())?
                 .memset_async(0, handle.stream())?;
         }
         Ok(())
@@ -597,7 +637,6 @@ mod tests {
         // cuDNN 9: accepted (loss 0, gradient 0), unless the labels
         // outnumber the input steps (PyTorch's guard).
         assert!(check_ctc(V9, 3, 3, &[1, 1], &[2], &[2]).is_ok());
-        assert!(check_ctc(V9, 3, 3, &[1], &[1, 0], &[3, 0]).is_ok());
         let e = check_ctc(V9, 3, 3, &[1, 2, 1], &[1, 2], &[3, 1]).unwrap_err();
         assert!(
             e.to_string().contains("input_lengths[1]") && e.to_string().contains("2 labels"),
@@ -605,8 +644,46 @@ mod tests {
         );
         let e = check_ctc(V9, 3, 3, &[1], &[1], &[0]).unwrap_err();
         assert!(e.to_string().contains("input_lengths[0]"), "{e}");
-        // Zeroed samples: the infeasible one and the empty one.
-        assert_eq!(zeroed_samples(&[1, 1, 2], &[2, 0, 1], &[2, 0, 3]), [0, 1]);
+        // Zeroed samples: the infeasible one only.
+        assert_eq!(zeroed_samples(&[1, 1, 2], &[2, 0, 1], &[2, 1, 3]), [0]);
+    }
+
+    /// Issue 31: the zeroed samples are memset per run of consecutive
+    /// indices (by hand), not once per sample.
+    #[test]
+    fn unit_zeroed_samples_merge_into_runs() {
+        assert_eq!(index_ranges(&[]), Vec::<std::ops::Range<usize>>::new());
+        assert_eq!(index_ranges(&[3]), [std::ops::Range { start: 3, end: 4 }]);
+        assert_eq!(index_ranges(&[0, 1, 2, 5, 7, 8]), [0..3, 5..6, 7..9]);
+        // Samples 0, 1 ("1 1" and "2 2" in 2 steps) and 3 ("1 1" in 1):
+        // two runs.
+        let z = zeroed_samples(&[1, 1, 2, 2, 1, 1, 1], &[2, 2, 1, 2], &[2, 2, 1, 1]);
+        assert_eq!(z, [0, 1, 3]);
+        assert_eq!(index_ranges(&z), [0..2, 3..4]);
+    }
+
+    /// Issue 31: an input length of 0 (with or without labels) is refused
+    /// on every version, naming the sample and saying it can be dropped;
+    /// cuDNN's OOB rule (L + R > T) does not cover T = 0, L = 0, and no
+    /// document says what the kernel does with zero steps. Before the fix
+    /// cuDNN 9 accepted both batches below.
+    #[test]
+    fn unit_zero_input_length_is_refused_on_every_version() {
+        for v in [V8, V9] {
+            for (labels, ll, il) in [
+                (&[1usize][..], &[1usize, 0][..], &[3usize, 0][..]),
+                (&[1, 1], &[1, 1], &[3, 0]),
+            ] {
+                let e = check_ctc(v, 3, 3, labels, ll, il).unwrap_err();
+                let t = e.to_string();
+                assert!(
+                    matches!(&e, Error::InvalidArgument { arg, .. } if arg == "input_lengths[1]")
+                        && t.contains("drop it")
+                        && t.contains("every cuDNN version"),
+                    "{v}: {t}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -632,7 +709,8 @@ mod tests {
 
         /// Against the f64 reference as the truth: on cuDNN 8.9 the check
         /// accepts exactly the batches the reference gives a finite loss
-        /// for, minus cuDNN's own limits (blank 0, input lengths >= 1); on
+        /// for, minus cuDNN's own limits (blank 0) and input lengths of 0
+        /// (refused on every version); on
         /// cuDNN 9 also those with infinite losses whose labels do not
         /// outnumber their input steps, and for those the zero_infinity
         /// reference gives loss 0; refusals are typed and never panic.
@@ -673,13 +751,12 @@ mod tests {
                 input_lengths: &input_lengths,
             };
             let truth = ctc_loss(&problem);
-            let valid = truth.is_ok() && batch >= 1 && t >= 1;
+            // Input lengths >= 1 on every version (zero steps: undocumented).
+            let valid = truth.is_ok() && batch >= 1 && t >= 1 && input_lengths.iter().all(|&l| l >= 1);
             let want = if nine {
                 valid && label_lengths.iter().zip(&input_lengths).all(|(&l, &i)| l <= i)
             } else {
-                valid
-                    && matches!(&truth, Ok(r) if r.losses.iter().all(|l| l.is_finite()))
-                    && input_lengths.iter().all(|&l| l >= 1)
+                valid && matches!(&truth, Ok(r) if r.losses.iter().all(|l| l.is_finite()))
             };
             proptest::prop_assert_eq!(
                 ours.is_ok(),
@@ -693,7 +770,7 @@ mod tests {
                 if let (Ok(zi), Ok(plain)) = (&zi, &truth) {
                     for b in 0..batch {
                         let z = zeroed.contains(&b);
-                        proptest::prop_assert_eq!(z, !plain.losses[b].is_finite() || input_lengths[b] == 0);
+                        proptest::prop_assert_eq!(z, !plain.losses[b].is_finite());
                         if z {
                             proptest::prop_assert_eq!(zi.losses[b], 0.0);
                         }

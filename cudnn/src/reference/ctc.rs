@@ -23,7 +23,11 @@
 //! (PyTorch's `zero_infinity`): the oracle for
 //! [`CtcPlan`](crate::dnn::CtcPlan) on cuDNN 9, which accepts these samples
 //! with loss 0 and gradient 0. An input length of 0 with no labels has
-//! probability 1 (only the empty alignment): loss 0, gradient 0, in both.
+//! probability 1 (only the empty alignment): loss 0, gradient 0, in both;
+//! with labels it is infeasible (`+inf`, 0 under `zero_infinity`).
+//! [`CtcPlan`](crate::dnn::CtcPlan) refuses an input length of 0 on every
+//! cuDNN version (cuDNN documents nothing about zero steps): these values
+//! are what a caller that drops such a sample stands in for.
 //!
 //! # Bounds
 //! As every reference: checked sizes, buffers of at most

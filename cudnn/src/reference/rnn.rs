@@ -38,7 +38,12 @@
 //! As every reference: checked sizes, at most
 //! [`MAX_ELEMENTS`](super::MAX_ELEMENTS) per buffer and
 //! [`MAX_WORK`](super::MAX_WORK) multiply-adds per call (counted as valid
-//! steps × parameters), refused with [`Error::InvalidArgument`].
+//! steps × parameters), refused with [`Error::InvalidArgument`]. The
+//! trace the backward pass needs (every layer's input at every valid step,
+//! and one record of `2 p + (gates + 4) h` values per layer, direction
+//! and valid step) lives in flat buffers that are counted against
+//! `MAX_ELEMENTS` up front (an error naming `lengths`) and reserved
+//! fallibly: a long sequence is an error, never an abort.
 
 use super::bounds;
 use crate::dnn::{RnnCellMode, RnnConfig, RnnInputMode, RnnWeightShape, RnnWeightSide};
@@ -118,6 +123,10 @@ struct Dims {
     shapes: Vec<RnnWeightShape>,
     offs: Vec<(usize, usize)>,
     nparams: usize,
+    /// Valid steps of the whole batch (the sum of the lengths).
+    steps: usize,
+    /// Where each sequence's first step sits among them.
+    starts: Vec<usize>,
 }
 
 impl Dims {
@@ -140,7 +149,7 @@ impl Dims {
                 ));
             }
         }
-        let d = Dims {
+        let mut d = Dims {
             cell: cfg.cell,
             gates: cfg.cell.gates(),
             h: cfg.hidden_size,
@@ -155,6 +164,8 @@ impl Dims {
             shapes,
             offs,
             nparams,
+            steps: 0,
+            starts: Vec::new(),
         };
         let steps: usize = batch
             .lengths
@@ -181,7 +192,94 @@ impl Dims {
             &[d.layers, d.dirs, d.batch, d.h],
             "[layers*dirs, batch, hidden]",
         )?;
+        // The trace the backward pass reads: every layer's input and
+        // output at every valid step, and one record per layer, direction
+        // and valid step, all in flat buffers counted here.
+        let widest = d.input.max(d.out());
+        let records = bounds::elements(
+            "lengths",
+            &[d.layers, d.dirs, steps, d.width()],
+            "the forward trace (layers x directions x valid steps x values per step)",
+        )?;
+        let values = bounds::elements(
+            "lengths",
+            &[d.layers + 1, steps, widest],
+            "the layer inputs (layers + 1 x valid steps x widest input)",
+        )?;
+        records
+            .checked_add(values)
+            .and_then(|n| bounds::extent("lengths", n).ok())
+            .ok_or_else(|| {
+                Error::invalid(
+                    "lengths",
+                    format!(
+                        "the forward trace and layer inputs together must be at most {} values (reference::MAX_ELEMENTS)",
+                        super::MAX_ELEMENTS
+                    ),
+                    format!("{records} + {values}"),
+                )
+            })?;
+        let mut starts = bounds::buffer("lengths", d.batch)?;
+        let mut at = 0usize;
+        for &l in batch.lengths {
+            starts.push(at);
+            at += l; // at most `steps`, which did not overflow
+        }
+        d.steps = steps;
+        d.starts = starts;
         Ok(d)
+    }
+
+    /// Values in one step's record: `h_prev` (p), `c_prev` (h), the gate
+    /// activations (gates x h), GRU's `u_n` (h), LSTM's `c'` and `k`
+    /// (h each) and the output (p).
+    fn width(&self) -> usize {
+        2 * self.p + (self.gates + 4) * self.h
+    }
+    fn at_c_prev(&self) -> usize {
+        self.p
+    }
+    fn at_act(&self, g: usize) -> usize {
+        self.p + self.h + g * self.h
+    }
+    fn at_u_n(&self) -> usize {
+        self.p + (self.gates + 1) * self.h
+    }
+    fn at_c(&self) -> usize {
+        self.p + (self.gates + 2) * self.h
+    }
+    fn at_k(&self) -> usize {
+        self.p + (self.gates + 3) * self.h
+    }
+    fn at_out(&self) -> usize {
+        self.p + (self.gates + 4) * self.h
+    }
+
+    /// Where the record of (layer, dir, sequence b, step t) starts in the
+    /// trace.
+    fn record(&self, layer: usize, dir: usize, b: usize, t: usize) -> usize {
+        ((layer * self.dirs + dir) * self.steps + self.starts[b] + t) * self.width()
+    }
+
+    /// The view of one record, with `x` the step's input.
+    fn view<'a>(&self, x: &'a [f64], r: &'a [f64]) -> Step<'a> {
+        let h = self.h;
+        let act = |g: usize| {
+            if g < self.gates {
+                &r[self.at_act(g)..self.at_act(g) + h]
+            } else {
+                &r[..0]
+            }
+        };
+        Step {
+            x,
+            h_prev: &r[..self.p],
+            c_prev: &r[self.at_c_prev()..self.at_c_prev() + h],
+            act: [act(0), act(1), act(2), act(3)],
+            u_n: &r[self.at_u_n()..self.at_u_n() + h],
+            c: &r[self.at_c()..self.at_c() + h],
+            k: &r[self.at_k()..self.at_k() + h],
+        }
     }
 
     fn out(&self) -> usize {
@@ -229,20 +327,20 @@ fn outer_add(m: &mut [f64], u: &[f64], v: &[f64]) {
     }
 }
 
-/// One step's cache for the backward pass.
-#[derive(Clone, Default)]
-struct Step {
-    x: Vec<f64>,
-    h_prev: Vec<f64>,
-    c_prev: Vec<f64>,
-    /// Gate activations (RNN: [h']; LSTM: i, f, g, o; GRU: r, z, n).
-    act: Vec<Vec<f64>>,
+/// One step's cache for the backward pass: a view of its record in the
+/// trace ([`Dims::view`]) and of its input.
+struct Step<'a> {
+    x: &'a [f64],
+    h_prev: &'a [f64],
+    c_prev: &'a [f64],
+    /// Gate activations (RNN: [h']; LSTM: i, f, g, o; GRU: r, z, n);
+    /// empty past the cell's gates.
+    act: [&'a [f64]; 4],
     /// GRU: `R_2 h + bR_2`.
-    u_n: Vec<f64>,
+    u_n: &'a [f64],
     /// LSTM: c' and k.
-    c: Vec<f64>,
-    k: Vec<f64>,
-    out: Vec<f64>,
+    c: &'a [f64],
+    k: &'a [f64],
 }
 
 struct Params<'a> {
@@ -303,14 +401,20 @@ fn pre(
     }
 }
 
-fn step_forward(p: &Params<'_>, layer: usize, dir: usize, x: &[f64], h: &[f64], c: &[f64]) -> Step {
+/// One step forward from state `h` (and `c`, LSTM) on input `x`; writes
+/// the step's record `r` ([`Dims::width`] values, see [`Dims::view`]).
+fn step_forward(
+    p: &Params<'_>,
+    layer: usize,
+    dir: usize,
+    x: &[f64],
+    h: &[f64],
+    c: &[f64],
+    r: &mut [f64],
+) {
     let d = p.d;
-    let mut s = Step {
-        x: x.to_vec(),
-        h_prev: h.to_vec(),
-        c_prev: c.to_vec(),
-        ..Step::default()
-    };
+    r[..d.p].copy_from_slice(h);
+    let put = |r: &mut [f64], at: usize, v: &[f64]| r[at..at + v.len()].copy_from_slice(v);
     match d.cell {
         RnnCellMode::RnnRelu | RnnCellMode::RnnTanh => {
             let (a, _) = pre(p, layer, dir, 0, x, h, false);
@@ -319,10 +423,11 @@ fn step_forward(p: &Params<'_>, layer: usize, dir: usize, x: &[f64], h: &[f64], 
             } else {
                 a.iter().map(|v| v.tanh()).collect()
             };
-            s.out = hn.clone();
-            s.act = vec![hn];
+            put(r, d.at_act(0), &hn);
+            put(r, d.at_out(), &hn);
         }
         RnnCellMode::Lstm => {
+            put(r, d.at_c_prev(), c);
             let mut act = Vec::with_capacity(4);
             for g in 0..4 {
                 let (a, _) = pre(p, layer, dir, g, x, h, false);
@@ -336,32 +441,36 @@ fn step_forward(p: &Params<'_>, layer: usize, dir: usize, x: &[f64], h: &[f64], 
                 .map(|j| act[1][j] * c[j] + act[0][j] * act[2][j])
                 .collect();
             let k: Vec<f64> = (0..d.h).map(|j| act[3][j] * cn[j].tanh()).collect();
-            s.out = if d.proj {
+            if d.proj {
                 let mut o = vec![0.0; d.p];
                 matvec_add(&mut o, p.mat(d.idx(layer, dir, 8)), &k);
-                o
+                put(r, d.at_out(), &o);
             } else {
-                k.clone()
-            };
-            s.act = act;
-            s.c = cn;
-            s.k = k;
+                put(r, d.at_out(), &k);
+            }
+            for (g, a) in act.iter().enumerate() {
+                put(r, d.at_act(g), a);
+            }
+            put(r, d.at_c(), &cn);
+            put(r, d.at_k(), &k);
         }
         RnnCellMode::Gru => {
             let (ar, _) = pre(p, layer, dir, 0, x, h, false);
             let (az, _) = pre(p, layer, dir, 1, x, h, false);
             let (an, un) = pre(p, layer, dir, 2, x, h, true);
-            let r: Vec<f64> = ar.iter().map(|&v| sigmoid(v)).collect();
+            let rg: Vec<f64> = ar.iter().map(|&v| sigmoid(v)).collect();
             let z: Vec<f64> = az.iter().map(|&v| sigmoid(v)).collect();
-            let n: Vec<f64> = (0..d.h).map(|j| (an[j] + r[j] * un[j]).tanh()).collect();
-            s.out = (0..d.h)
+            let n: Vec<f64> = (0..d.h).map(|j| (an[j] + rg[j] * un[j]).tanh()).collect();
+            let out: Vec<f64> = (0..d.h)
                 .map(|j| (1.0 - z[j]) * n[j] + z[j] * h[j])
                 .collect();
-            s.act = vec![r, z, n];
-            s.u_n = un;
+            put(r, d.at_act(0), &rg);
+            put(r, d.at_act(1), &z);
+            put(r, d.at_act(2), &n);
+            put(r, d.at_u_n(), &un);
+            put(r, d.at_out(), &out);
         }
     }
-    s
 }
 
 /// Accumulate one gate's parameter gradients and its input and recurrent
@@ -374,7 +483,7 @@ fn gate_backward(
     layer: usize,
     dir: usize,
     g: usize,
-    s: &Step,
+    s: &Step<'_>,
     da: &[f64],
     du: &[f64],
     dx: &mut [f64],
@@ -391,14 +500,14 @@ fn gate_backward(
         }
     } else {
         let n = d.shapes[wi].rows * d.shapes[wi].cols;
-        outer_add(&mut dp[wm..wm + n], da, &s.x);
+        outer_add(&mut dp[wm..wm + n], da, s.x);
         matvec_t_add(dx, p.mat(wi), da);
     }
     for (o, v) in dp[wb..wb + d.shapes[wi].bias_len].iter_mut().zip(da) {
         *o += v;
     }
     let n = d.shapes[ri].rows * d.shapes[ri].cols;
-    outer_add(&mut dp[rm..rm + n], du, &s.h_prev);
+    outer_add(&mut dp[rm..rm + n], du, s.h_prev);
     matvec_t_add(dh, p.mat(ri), du);
     for (o, v) in dp[rb..rb + d.shapes[ri].bias_len].iter_mut().zip(du) {
         *o += v;
@@ -413,7 +522,7 @@ fn step_backward(
     dp: &mut [f64],
     layer: usize,
     dir: usize,
-    s: &Step,
+    s: &Step<'_>,
     dout: &[f64],
     dc: &[f64],
 ) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
@@ -440,14 +549,14 @@ fn step_backward(
             let dk: Vec<f64> = if d.proj {
                 let pi = d.idx(layer, dir, 8);
                 let (pm, _) = d.offs[pi];
-                outer_add(&mut dp[pm..pm + d.p * d.h], dout, &s.k);
+                outer_add(&mut dp[pm..pm + d.p * d.h], dout, s.k);
                 let mut dk = vec![0.0; d.h];
                 matvec_t_add(&mut dk, p.mat(pi), dout);
                 dk
             } else {
                 dout.to_vec()
             };
-            let (i, f, g, o) = (&s.act[0], &s.act[1], &s.act[2], &s.act[3]);
+            let [i, f, g, o] = s.act;
             let mut das = vec![vec![0.0; d.h]; 4];
             dcp = vec![0.0; d.h];
             for j in 0..d.h {
@@ -464,7 +573,7 @@ fn step_backward(
             }
         }
         RnnCellMode::Gru => {
-            let (r, z, n) = (&s.act[0], &s.act[1], &s.act[2]);
+            let [r, z, n, _] = s.act;
             let mut dan = vec![0.0; d.h];
             let mut dun = vec![0.0; d.h];
             let mut dar = vec![0.0; d.h];
@@ -493,10 +602,15 @@ fn check_len(arg: &str, need: usize, got: usize) -> Result<()> {
     Ok(())
 }
 
-/// Everything the forward pass keeps: per layer, direction and sequence,
-/// the steps in processing order.
+/// Everything the forward pass keeps, in flat buffers allocated
+/// fallibly and counted by [`Dims::new`].
 struct Trace {
-    steps: Vec<Vec<Vec<Vec<Step>>>>,
+    /// Per layer `l`, its input at every valid step (`[steps, width]`,
+    /// the steps of sequence `b` from `starts[b]`), `l = layers` the last
+    /// layer's output.
+    inputs: Vec<Vec<f64>>,
+    /// One record per layer, direction and valid step ([`Dims::record`]).
+    records: Vec<f64>,
     out: RnnOutput,
 }
 
@@ -529,26 +643,24 @@ fn run_forward(
     } else {
         Vec::new()
     };
-    // The current layer's input per sequence and step.
-    let mut input: Vec<Vec<Vec<f64>>> = (0..d.batch)
-        .map(|b| {
-            (0..batch.lengths[b])
-                .map(|t| {
-                    let o = (b * d.max_len + t) * d.input;
-                    x[o..o + d.input].to_vec()
-                })
-                .collect()
-        })
-        .collect();
-    let mut steps = Vec::with_capacity(d.layers);
+    // Sizes below were counted by Dims::new. The largest buffer first, so
+    // a refused allocation touches nothing.
+    let mut records = bounds::zeros("trace", d.layers * d.dirs * d.steps * d.width())?;
+    let mut inputs = bounds::buffer("layer inputs", d.layers + 1)?;
+    let mut first = bounds::zeros("layer inputs", d.steps * d.input)?;
+    for (b, &len) in batch.lengths.iter().enumerate() {
+        let from = b * d.max_len * d.input;
+        let to = d.starts[b] * d.input;
+        first[to..to + len * d.input].copy_from_slice(&x[from..from + len * d.input]);
+    }
+    inputs.push(first);
+    let (w, out_at) = (d.width(), d.at_out());
     for layer in 0..d.layers {
-        let mut layer_steps = Vec::with_capacity(d.dirs);
-        let mut next: Vec<Vec<Vec<f64>>> = (0..d.batch)
-            .map(|b| vec![vec![0.0; d.out()]; batch.lengths[b]])
-            .collect();
+        let in_size = if layer == 0 { d.input } else { d.out() };
+        let mut next = bounds::zeros("layer inputs", d.steps * d.out())?;
+        let input = &inputs[layer];
         for dir in 0..d.dirs {
             let pl = layer * d.dirs + dir;
-            let mut dir_steps = Vec::with_capacity(d.batch);
             for b in 0..d.batch {
                 let len = batch.lengths[b];
                 let so = (pl * d.batch + b) * d.p;
@@ -559,37 +671,37 @@ fn run_forward(
                 } else {
                     Vec::new()
                 };
-                let mut seq = Vec::with_capacity(len);
                 for k in 0..len {
                     let t = if dir == 0 { k } else { len - 1 - k };
-                    let s = step_forward(&p, layer, dir, &input[b][t], &h, &c);
-                    h = s.out.clone();
+                    let xi = (d.starts[b] + t) * in_size;
+                    let ro = d.record(layer, dir, b, t);
+                    let r = &mut records[ro..ro + w];
+                    step_forward(&p, layer, dir, &input[xi..xi + in_size], &h, &c, r);
+                    h.copy_from_slice(&r[out_at..out_at + d.p]);
                     if lstm {
-                        c = s.c.clone();
+                        c.copy_from_slice(&r[d.at_c()..d.at_c() + d.h]);
                     }
-                    next[b][t][dir * d.p..(dir + 1) * d.p].copy_from_slice(&s.out);
-                    seq.push(s);
+                    let no = (d.starts[b] + t) * d.out() + dir * d.p;
+                    next[no..no + d.p].copy_from_slice(&h);
                 }
                 hy[so..so + d.p].copy_from_slice(&h);
                 if lstm {
                     cy[co..co + d.h].copy_from_slice(&c);
                 }
-                dir_steps.push(seq);
             }
-            layer_steps.push(dir_steps);
         }
-        steps.push(layer_steps);
-        input = next;
+        inputs.push(next);
     }
     let mut y = bounds::zeros("y", d.batch * d.max_len * d.out())?;
-    for (b, seq) in input.iter().enumerate() {
-        for (t, v) in seq.iter().enumerate() {
-            let o = (b * d.max_len + t) * d.out();
-            y[o..o + d.out()].copy_from_slice(v);
-        }
+    let last = &inputs[d.layers];
+    for (b, &len) in batch.lengths.iter().enumerate() {
+        let o = b * d.max_len * d.out();
+        let from = d.starts[b] * d.out();
+        y[o..o + len * d.out()].copy_from_slice(&last[from..from + len * d.out()]);
     }
     Ok(Trace {
-        steps,
+        inputs,
+        records,
         out: RnnOutput { y, hy, cy },
     })
 }
@@ -597,9 +709,9 @@ fn run_forward(
 /// Write `fill` at the padded steps (`t >= lengths[b]`) of `y`, a
 /// `[batch, max_len, width]` output of [`forward`] (or a `dx` of
 /// [`backward`]), leaving the valid steps alone: what cuDNN does with a
-/// data descriptor's padding fill. [`forward`] itself writes 0 there
-/// (PyTorch's zero fill, the default of
-/// [`RnnPlan`](crate::dnn::RnnPlan)).
+/// data descriptor's padding fill. [`forward`] itself writes 0 there (the
+/// default fill of [`RnnPlan`](crate::dnn::RnnPlan), and what
+/// PyTorch's `pad_packed_sequence` puts at padded steps).
 ///
 /// # Errors
 /// `y` not `batch * max_len * width` long ([`Error::Mismatch`]), a length
@@ -690,22 +802,18 @@ pub fn backward(
     } else {
         Vec::new()
     };
-    // Gradient of the current layer's output, per sequence and step.
-    let mut dout: Vec<Vec<Vec<f64>>> = (0..d.batch)
-        .map(|b| {
-            (0..batch.lengths[b])
-                .map(|t| {
-                    let o = (b * d.max_len + t) * d.out();
-                    dy[o..o + d.out()].to_vec()
-                })
-                .collect()
-        })
-        .collect();
+    // Gradient of the current layer's output at every valid step.
+    let mut dout = bounds::zeros("layer inputs", d.steps * d.out())?;
+    for (b, &len) in batch.lengths.iter().enumerate() {
+        let o = b * d.max_len * d.out();
+        let to = d.starts[b] * d.out();
+        dout[to..to + len * d.out()].copy_from_slice(&dy[o..o + len * d.out()]);
+    }
+    let w = d.width();
     for layer in (0..d.layers).rev() {
         let in_size = if layer == 0 { d.input } else { d.out() };
-        let mut din: Vec<Vec<Vec<f64>>> = (0..d.batch)
-            .map(|b| vec![vec![0.0; in_size]; batch.lengths[b]])
-            .collect();
+        let mut din = bounds::zeros("layer inputs", d.steps * in_size)?;
+        let input = &trace.inputs[layer];
         for dir in 0..d.dirs {
             let pl = layer * d.dirs + dir;
             for b in 0..d.batch {
@@ -718,15 +826,19 @@ pub fn backward(
                 } else {
                     Vec::new()
                 };
-                let seq = &trace.steps[layer][dir][b];
                 for k in (0..len).rev() {
                     let t = if dir == 0 { k } else { len - 1 - k };
-                    let mut g = dout[b][t][dir * d.p..(dir + 1) * d.p].to_vec();
+                    let at = d.starts[b] + t;
+                    let go = at * d.out() + dir * d.p;
+                    let mut g = dout[go..go + d.p].to_vec();
                     for (a, v) in g.iter_mut().zip(&dh) {
                         *a += v;
                     }
-                    let (dxs, dhp, dcp) = step_backward(&p, &mut dp, layer, dir, &seq[k], &g, &dc);
-                    for (a, v) in din[b][t].iter_mut().zip(&dxs) {
+                    let ro = d.record(layer, dir, b, t);
+                    let xi = at * in_size;
+                    let s = d.view(&input[xi..xi + in_size], &trace.records[ro..ro + w]);
+                    let (dxs, dhp, dcp) = step_backward(&p, &mut dp, layer, dir, &s, &g, &dc);
+                    for (a, v) in din[xi..xi + in_size].iter_mut().zip(&dxs) {
                         *a += v;
                     }
                     dh = dhp;
@@ -741,11 +853,10 @@ pub fn backward(
         dout = din;
     }
     let mut dx = bounds::zeros("dx", d.batch * d.max_len * d.input)?;
-    for (b, seq) in dout.iter().enumerate() {
-        for (t, v) in seq.iter().enumerate() {
-            let o = (b * d.max_len + t) * d.input;
-            dx[o..o + d.input].copy_from_slice(v);
-        }
+    for (b, &len) in batch.lengths.iter().enumerate() {
+        let o = b * d.max_len * d.input;
+        let from = d.starts[b] * d.input;
+        dx[o..o + len * d.input].copy_from_slice(&dout[from..from + len * d.input]);
     }
     Ok(RnnGrads {
         dx,

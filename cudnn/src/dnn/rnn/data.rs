@@ -228,10 +228,13 @@ impl<T: DataType> fmt::Debug for RnnDataDescriptor<T> {
 
 impl<T: DataType> RnnDataDescriptor<T> {
     /// Check ([`check_rnn_data`]) and set a batch of `lengths.len()`
-    /// sequences, with a padding fill of 0 (`T::default()`), as PyTorch
-    /// zero-fills the padded steps of its outputs: in an unpacked layout,
-    /// cuDNN writes the fill at the padded positions of an output (`y`,
-    /// `dx`) described by this descriptor.
+    /// sequences, with a padding fill of 0 (`T::default()`): in an
+    /// unpacked layout, cuDNN writes the fill at the padded positions of an
+    /// output (`y`, `dx`) described by this descriptor. (0 is the value a
+    /// PyTorch user sees at padded steps, but PyTorch does not get it from
+    /// cuDNN's fill: it sends variable lengths to cuDNN packed,
+    /// `CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED`, which has no padding, and
+    /// its zeros come from `pad_packed_sequence`.)
     /// [`with_padding_fill`](Self::with_padding_fill) sets another value.
     ///
     /// # Errors

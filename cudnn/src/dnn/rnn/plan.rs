@@ -177,8 +177,10 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
     /// the allocation reports.
     ///
     /// The padded steps of `y` and `dx` (unpacked layouts) are filled with
-    /// 0, as PyTorch does; [`with_padding_fill`](Self::with_padding_fill)
-    /// chooses another value.
+    /// 0 (what a PyTorch user sees there after `pad_packed_sequence`;
+    /// PyTorch itself hands cuDNN packed sequences, so it never uses this
+    /// fill); [`with_padding_fill`](Self::with_padding_fill) chooses
+    /// another value.
     #[doc(alias = "cudnnGetRNNWeightSpaceSize")]
     #[doc(alias = "cudnnGetRNNTempSpaceSizes")]
     pub fn new(

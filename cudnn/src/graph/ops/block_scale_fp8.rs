@@ -34,7 +34,13 @@
 //! 2-D x, all of them) a multiple of [`MXFP8_SCALE_TILE_ROWS`] (128) and
 //! the last dim a multiple of `32 * `[`MXFP8_SCALE_TILE_COLS`] (128).
 //! Other shapes are refused with a typed error naming both sizes (pad the
-//! tensor).
+//! tensor). The rule reads the last two *logical* dims as the tile's rows
+//! and columns, which is the memory layout only for a packed row-major x
+//! (the scale tensor is row-major): both operations require x (and the
+//! dequantize its scale) packed row-major, refusing other strides with a
+//! typed error naming them (a `[B, H, S, D]` x stored BSHD would be tiled
+//! over another axis by a kernel that follows memory order). A 1-D x (one
+//! row) never fills a 128-row tile and is refused with its own message.
 //!
 //! What the host tier shows (cuDNN 9.28.1, no device): both operations and
 //! their graphs finalize for 2-D and 4-D tensors, but cuDNN offers no
@@ -225,9 +231,51 @@ impl OpNode for BlockScaleOp {
     }
 }
 
+/// `spec` must be packed row-major (the strides [`TensorSpec::row_major`]
+/// gives its dims; a dim of extent 1 may have any stride, it is never
+/// stepped along). The 128 x 4 tile rule takes the second-to-last logical
+/// dim as the rows and the scale tensor is row-major: for another layout
+/// (a `[B, H, S, D]` x stored BSHD) a kernel tiling in memory order would
+/// take another axis as its rows, and the scale sizes would not be the
+/// ones checked. Errors name `arg`'s strides.
+fn require_row_major(label: &str, arg: &str, spec: &TensorSpec) -> Result<()> {
+    let rm = TensorSpec::row_major(spec.dtype(), spec.dims())?;
+    let same = spec
+        .dims()
+        .iter()
+        .zip(spec.strides().iter().zip(rm.strides()))
+        .all(|(&d, (&s, &r))| d == 1 || s == r);
+    if same {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        format!("{label}: {arg}'s strides"),
+        format!(
+            "must be packed row-major ({} for dims {}): the MXFP8 scale tiles are laid out \
+             over the last two logical dims, which must be the innermost in memory",
+            fmt_dims(rm.strides()),
+            fmt_dims(spec.dims())
+        ),
+        fmt_dims(spec.strides()),
+    ))
+}
+
 /// The scale dims of a tensor of `dims`: the last divided by the block.
-/// A 3-D tensor is `Unsupported` (see the [module](self) docs).
+/// A 3-D tensor is `Unsupported` (see the [module](self) docs); a 1-D one
+/// is refused (one row never fills a 128-row scale tile).
 fn scale_dims(label: &str, arg: &str, dims: &[i64]) -> Result<Vec<i64>> {
+    if dims.len() == 1 {
+        return Err(Error::invalid(
+            format!("{label}: {arg}'s dims"),
+            format!(
+                "must have at least 2 dims: a 1-D {arg} is one row, and the MXFP8 scales \
+                 come in tiles of {MXFP8_SCALE_TILE_ROWS} rows (view it as 2-D [rows, cols] \
+                 with rows a multiple of {MXFP8_SCALE_TILE_ROWS} and cols of {})",
+                MXFP8_BLOCK * MXFP8_SCALE_TILE_COLS
+            ),
+            fmt_dims(dims),
+        ));
+    }
     if dims.len() == 3 {
         return Err(Error::Unsupported {
             what: format!(
@@ -288,7 +336,8 @@ impl Graph {
     /// # Errors
     /// `x` not f32 / f16 / bf16, `out` not E4M3 / E5M2, x's last dim not a
     /// multiple of the block, x's shape not filling whole 128 x 4 scale
-    /// tiles (second-to-last dim a multiple of 128, last of 128);
+    /// tiles (second-to-last dim a multiple of 128, last of 128), a 1-D x,
+    /// an x that is not packed row-major (naming its strides);
     /// `Unsupported` for a 3-D `x` (see the [module](super::block_scale_fp8)
     /// docs: view it as 4-D).
     #[doc(alias = "CUDNN_BACKEND_OPERATION_BLOCK_SCALE_QUANTIZE_DESCRIPTOR")]
@@ -309,6 +358,7 @@ impl Graph {
                 out,
             ));
         }
+        require_row_major(&label, "x", &xs)?;
         let sd = scale_dims(&label, "x", xs.dims())?;
         let y = self.fp8_output(&label, xs.with_dtype(out))?;
         let scale = self.fp8_output(&label, TensorSpec::row_major(DType::Fp8E8M0, &sd)?)?;
@@ -327,8 +377,9 @@ impl Graph {
     ///
     /// # Errors
     /// `x` not FP8, `scale` not E8M0 or not of the block dims, x's shape not
-    /// filling whole 128 x 4 scale tiles (as for the quantize);
-    /// `Unsupported` for a 3-D `x` (see the [module](super::block_scale_fp8)
+    /// filling whole 128 x 4 scale tiles, a 1-D x, an x or scale that is
+    /// not packed row-major (as for the quantize); `Unsupported` for a 3-D
+    /// `x` (see the [module](super::block_scale_fp8)
     /// docs: view it as 4-D).
     #[doc(alias = "CUDNN_BACKEND_OPERATION_BLOCK_SCALE_DEQUANTIZE_DESCRIPTOR")]
     pub fn block_scale_dequantize(&mut self, x: Tensor, scale: Tensor) -> Result<Tensor> {
@@ -349,6 +400,7 @@ impl Graph {
                 ss.dtype(),
             ));
         }
+        require_row_major(&label, "x", &xs)?;
         let sd = scale_dims(&label, "x", xs.dims())?;
         if ss.dims() != sd.as_slice() {
             return Err(Error::mismatch(
@@ -357,6 +409,7 @@ impl Graph {
                 fmt_dims(ss.dims()),
             ));
         }
+        require_row_major(&label, "scale", &ss)?;
         let y = self.intermediate("block_scale_dequantize", xs.with_dtype(self.compute_type()))?;
         self.push_op(BlockScaleOp {
             quantize: false,
