@@ -316,7 +316,7 @@ mod imp {
             "MASTER_PORT" => "29500",
             "CUDNN_RS_RENDEZVOUS" => "tcp://127.0.0.1:29500",
             "CUDNN_RS_RENDEZVOUS_TIMEOUT" => "5",
-            "CUDNN_RS_RENDEZVOUS_TOKEN" => "t0123456789abcdef0123456789abcdef",
+            "CUDNN_RS_RENDEZVOUS_TOKEN" => "t0123456789abcdef0123456789abcde",
             _ => "0",
         };
         v.to_string()
@@ -620,21 +620,57 @@ mod imp {
             .map_err(|e| e.to_string())
     }
 
+    /// The token rule, written apart from the crate's: hex of 32 digits or
+    /// more (a text of hex digits only is hex), or base64 / base64url of 16
+    /// bytes or more (6 bits a character, padding to a multiple of 4)
+    /// mixing two of upper case, lower case and digits; 256 bytes at most.
+    fn token_model(t: &str) -> bool {
+        const STD: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        const URL: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        if t.len() > 256 {
+            return false;
+        }
+        if t.chars().all(|c| "0123456789abcdefABCDEF".contains(c)) {
+            return t.len() >= 32;
+        }
+        let body = t.trim_end_matches('=');
+        let pad = t.len() - body.len();
+        if pad > 2 || (pad > 0 && !t.len().is_multiple_of(4)) || body.len() % 4 == 1 {
+            return false;
+        }
+        if !body.chars().all(|c| STD.contains(c)) && !body.chars().all(|c| URL.contains(c)) {
+            return false;
+        }
+        let kinds = [
+            body.chars().any(|c| c.is_ascii_uppercase()),
+            body.chars().any(|c| c.is_ascii_lowercase()),
+            body.chars().any(|c| c.is_ascii_digit()),
+        ];
+        body.len() * 6 / 8 >= 16 && kinds.iter().filter(|&&k| k).count() >= 2
+    }
+
     fn fuzz_tokens(runner: &mut TestRunner) -> Result<(), String> {
         let s = prop_oneof![
             "\\PC{0,8}",
-            "\\PC{28,36}",
+            "\\PC{20,36}",
             "[a-z]{30,34}",
+            "[a-z-]{28,36}",
+            "[0-9a-fA-F]{28,36}",
+            "[A-Za-z0-9+/]{18,30}={0,3}",
+            "[A-Za-z0-9_-]{18,30}",
+            "[A-Za-z0-9+/_-]{20,30}",
             "[a-z]{250,262}",
-            Just(String::new())
+            "[0-9a-f]{250,262}",
+            Just(String::new()),
+            Just("my-training-job-token-for-team-a".to_string()),
         ];
         runner
             .run(&s, |text| {
                 let r = call("Token::new", || Token::new(text.clone()))?;
                 match r {
                     Ok(t) => {
-                        if text.len() < 32 || text.len() > 256 {
-                            return Err(fail(format!("{} bytes accepted", text.len())));
+                        if !token_model(&text) {
+                            return Err(fail(format!("{text:?} ({} bytes) accepted", text.len())));
                         }
                         if text.len() >= 3
                             && format!("{t:?}").contains(&text)
@@ -643,13 +679,14 @@ mod imp {
                             return Err(fail(format!("Debug shows {text:?}")));
                         }
                     }
-                    Err(Error::InvalidArgument { arg, value, .. }) if arg == "token" => {
-                        if !(text.len() < 32 || text.len() > 256) {
+                    Err(Error::InvalidArgument { arg, value, rule }) if arg == "token" => {
+                        if token_model(&text) {
                             return Err(fail(format!("{text:?} refused")));
                         }
-                        // The length is counted in bytes, and said so.
-                        if value != format!("{} bytes", text.len()) {
-                            return Err(fail(format!("{text:?}: value {value:?}")));
+                        // The length is counted in bytes, and said so; the
+                        // rule is named.
+                        if value != format!("{} bytes", text.len()) || !rule.contains("128 bits") {
+                            return Err(fail(format!("{text:?}: value {value:?}, rule {rule:?}")));
                         }
                     }
                     Err(e) => return Err(fail(format!("untyped {e:?}"))),
@@ -938,7 +975,7 @@ mod imp {
             host: "127.0.0.1".into(),
             port,
         };
-        let tok = Token::new("fuzz-token-0123456789abcdef0123456789")?;
+        let tok = Token::new("fuzz-token-0123456789abcdef012345678")?;
         let server = {
             let (r, tok) = (r.clone(), tok.clone());
             std::thread::spawn(move || {
