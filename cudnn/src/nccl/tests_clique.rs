@@ -354,7 +354,9 @@ fn unit_nccl_comm_blocking_forced_is_refused() {
     ] {
         assert_eq!(parse_nccl_int(text), want, "{text:?}");
     }
-    for forced in ["1", "0x1", "01"] {
+    // NCCL stores the int64 in an int: the low 32 bits decide (before the
+    // fix the last three passed unrefused).
+    for forced in ["1", "0x1", "01", "4294967297", "0x100000001", "-4294967295"] {
         let e = refuse_forced_blocking(Some(forced)).unwrap_err();
         match e {
             Error::InvalidArgument { arg, value, .. } => {
@@ -364,7 +366,17 @@ fn unit_nccl_comm_blocking_forced_is_refused() {
             other => panic!("{other:?}"),
         }
     }
-    for fine in [None, Some("0"), Some(""), Some("2")] {
+    // 2^32 is 0 as an int; past i64 strtoll reports ERANGE and NCCL keeps
+    // its default.
+    for fine in [
+        None,
+        Some("0"),
+        Some(""),
+        Some("2"),
+        Some("4294967296"),
+        Some("-1"),
+        Some("18446744073709551617"),
+    ] {
         refuse_forced_blocking(fine).unwrap();
     }
 }
@@ -441,6 +453,24 @@ mod props {
             for r in play(&seqs, &order) {
                 prop_assert!(r.is_none(), "{:?}", r);
             }
+        }
+
+        /// `NCCL_COMM_BLOCKING` as any 64-bit number, in decimal or hex:
+        /// refused exactly when C's conversion to `int` (Rust's `as i32`,
+        /// the same two's-complement truncation) gives 1.
+        #[test]
+        fn prop_forced_blocking_follows_the_int_truncation(
+            n in prop_oneof![
+                any::<i64>(),
+                (any::<i32>(), -2i64..3).prop_map(|(hi, lo)| i64::from(hi)
+                    .wrapping_mul(1 << 32)
+                    .wrapping_add(lo)),
+            ],
+            hex in any::<bool>(),
+        ) {
+            let text = if hex && n >= 0 { format!("{n:#x}") } else { n.to_string() };
+            let refused = refuse_forced_blocking(Some(&text)).is_err();
+            prop_assert_eq!(refused, n as i32 == 1, "{}", text);
         }
 
         /// One rank's k-th count differs: whichever of the two ranks posts
