@@ -571,6 +571,19 @@ impl Communicator {
     /// the exchange is itself a collective, which a rank without it would
     /// pair with its next call. Calls inside a [`group`](super::group) are
     /// not exchanged (ranks in this process are compared all the same).
+    ///
+    /// **Group your sends and recvs.** With the check on, each *direct*
+    /// [`send`](Self::send) or [`recv`](Self::recv) first swaps sizes with
+    /// its peer and waits for the answer on the host, so it returns only
+    /// once the peer has reached its matching call. Direct calls that NCCL
+    /// would run concurrently then wait on each other: in a ring where
+    /// every rank calls `send(rank + 1)` then `recv(rank - 1)`, each send
+    /// waits for a peer that is itself waiting in its own send, until
+    /// [`timeout`](Self::timeout) passes and the communicator is aborted.
+    /// Put such calls in one [`group`](super::group) (as NCCL asks for
+    /// concurrent point-to-point calls anyway); pairs that meet in the same
+    /// order on both sides (rank a sends while rank b receives) work
+    /// directly.
     pub fn set_check_agreement(&mut self, on: bool) {
         self.check_agreement = on;
     }
