@@ -66,6 +66,8 @@ mod record;
 mod tests;
 #[cfg(test)]
 mod tests_clique;
+#[cfg(test)]
+mod tests_progress;
 mod validate;
 mod watch;
 
