@@ -222,10 +222,9 @@ mod imp {
         let raw = comm.into_raw();
         // SAFETY: `raw` is live and owned by nobody else; its
         // initialisation was settled on this thread by init_rank_timeout.
-        let comm = unsafe { Communicator::from_raw(raw) }.map_err(|e| {
+        let comm = unsafe { Communicator::from_raw(raw) }.inspect_err(|_| {
             // SAFETY: from_raw left ownership with us; nothing else uses it.
             let _ = unsafe { cudnn::sys::nccl::load().map(|api| api.ncclCommAbort(raw)) };
-            e
         })?;
         let seen_before = comm.is_non_blocking();
         let x = values(4096);
