@@ -36,6 +36,18 @@
 //! redirect a write or a removal to another folder. The id file and the
 //! job's folder are removed by name only while that name still is the file
 //! or folder this rank made.
+//!
+//! `mkdirat` does not say which folder it made, and in a parent that others
+//! may write (no sticky bit) another user can swap a folder of this user in
+//! its place before rank 0 opens it (`renameat2` with `RENAME_EXCHANGE`
+//! needs no right on the folders it moves). Rank 0 therefore takes the
+//! opened folder as the job's only when its name still is that folder and
+//! it is empty, as a folder just made is; anything else is refused and left
+//! untouched. And when the job's folder is removed, only the names this
+//! protocol writes in it (`ack-<rank>-<32 hex>`, `ok-<rank>-<32 hex>`,
+//! `abort`) are unlinked, never every entry: a folder that is not the
+//! job's loses nothing else (and, not empty, stays). Use a folder only
+//! this user can write all the same.
 
 use std::collections::HashMap;
 use std::io::{self, Read};
