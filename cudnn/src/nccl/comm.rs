@@ -28,7 +28,7 @@ pub(crate) use init::{parse_nccl_int, refuse_forced_blocking};
 
 /// One rank of an NCCL communicator, bound to one device (`ncclComm_t`).
 ///
-/// Made from a shared [`UniqueId`] by every rank ([`init_rank`](Self::init_rank),
+/// Made from a shared [`UniqueId`](super::UniqueId) by every rank ([`init_rank`](Self::init_rank),
 /// or [`init_rank_timeout`](Self::init_rank_timeout) with a deadline), for
 /// all local devices at once ([`init_all`](Self::init_all)), or from
 /// another communicator ([`split`](Self::split)).
@@ -857,8 +857,10 @@ impl Communicator {
     /// # Errors
     /// [`Error::InGroup`] inside a [`group`](super::group) (the
     /// communicator is then dropped: see the type's docs); [`Error::Nccl`];
-    /// [`Error::Timeout`]. The communicator is destroyed (or aborted) either
-    /// way.
+    /// [`Error::Timeout`]; [`Error::InvalidArgument`] while an abort of a
+    /// communicator of its split family runs (it is then dropped: see the
+    /// type's docs on splits). The communicator is destroyed (or aborted)
+    /// either way.
     #[doc(alias = "ncclCommFinalize")]
     pub fn finalize(self) -> Result<()> {
         depth::refuse("Communicator::finalize", WHY_LIFECYCLE)?;
@@ -885,7 +887,10 @@ impl Communicator {
     ///
     /// # Errors
     /// [`Error::InGroup`] inside a [`group`](super::group) (the
-    /// communicator is then dropped: see the type's docs); [`Error::Nccl`].
+    /// communicator is then dropped: see the type's docs); [`Error::Nccl`];
+    /// [`Error::InvalidArgument`] while an abort of a communicator of its
+    /// split family runs (it is then dropped: see the type's docs on
+    /// splits).
     #[doc(alias = "ncclCommDestroy")]
     pub fn destroy(self) -> Result<()> {
         depth::refuse("Communicator::destroy", WHY_LIFECYCLE)?;
@@ -907,7 +912,9 @@ impl Communicator {
     /// # Errors
     /// [`Error::InGroup`] inside a [`group`](super::group) (the
     /// communicator is then dropped, which aborts it anyway);
-    /// [`Error::Nccl`].
+    /// [`Error::Nccl`]; [`Error::InvalidArgument`] while an abort of
+    /// another communicator of its split family runs (it is then dropped:
+    /// see the type's docs on splits).
     #[doc(alias = "ncclCommAbort")]
     pub fn abort(self) -> Result<()> {
         depth::refuse("Communicator::abort", WHY_LIFECYCLE)?;

@@ -76,7 +76,7 @@ impl Communicator {
     /// [`init_rank_timeout`](Self::init_rank_timeout)).
     ///
     /// # Errors
-    /// [`Error::InGroup`] inside a [`group`](super::group);
+    /// [`Error::InGroup`] inside a [`group`](crate::nccl::group);
     /// [`Error::InvalidArgument`] when `size` is 0 or `rank >= size` (before
     /// NCCL is called); [`Error::Nccl`] naming the rank when NCCL fails (no
     /// device, the other ranks never came).
@@ -234,10 +234,10 @@ impl Communicator {
 
     /// One communicator per device of `devices`, all in this process
     /// (`ncclCommInitAll`): rank `i` is `devices[i]`. Collectives on them
-    /// from one thread must be issued inside one [`group`](super::group).
+    /// from one thread must be issued inside one [`group`](crate::nccl::group).
     ///
     /// # Errors
-    /// [`Error::InGroup`] inside a [`group`](super::group);
+    /// [`Error::InGroup`] inside a [`group`](crate::nccl::group);
     /// [`Error::InvalidArgument`] when `devices` is empty or names a device
     /// twice; [`Error::Nccl`] when NCCL fails.
     #[doc(alias = "ncclCommInitAll")]
