@@ -473,6 +473,38 @@ mod props {
             prop_assert_eq!(refused, n as i32 == 1, "{}", text);
         }
 
+        /// `n` local ranks split with one color; `k` bind and post a
+        /// broadcast, then the clique breaks (a call not launched); every
+        /// rank bound after that is a member whose broadcast, of any
+        /// count, is refused as out of step, never issued uncompared.
+        #[test]
+        fn prop_late_binds_into_a_broken_clique_are_refused(
+            n in 2usize..6,
+            k_pick in 1usize..6,
+            counts in proptest::collection::vec(1usize..1_000_000, 6),
+        ) {
+            let k = 1 + (k_pick - 1) % (n - 1);
+            let parents = Clique::all_local(n);
+            let mut pending: Vec<_> = parents.iter().map(|p| Some(p.split(Some(2)))).collect();
+            let mut e = Counting::default();
+            let mut comms = Vec::new();
+            for r in 0..k {
+                let m = pending[r].take().unwrap().bind(r, n);
+                comms.push(ManuallyDrop::new(Communicator::fake_in(NonNull::dangling(), n, m)));
+                group_of(&mut e, &comms, vec![(r, bcast::<f32>(counts[0], 0))]).unwrap();
+            }
+            comms[0].out_of_step(&bcast::<f32>(counts[0], 0));
+            let issued = e.issued.len();
+            for r in k..n {
+                let m = pending[r].take().unwrap().bind(r, n);
+                comms.push(ManuallyDrop::new(Communicator::fake_in(NonNull::dangling(), n, m)));
+                let err = group_of(&mut e, &comms, vec![(r, bcast::<f32>(counts[r], 0))])
+                    .unwrap_err();
+                prop_assert!(matches!(err, Error::InvalidArgument { .. }), "{:?}", err);
+            }
+            prop_assert_eq!(e.issued.len(), issued);
+        }
+
         /// One rank's k-th count differs: whichever of the two ranks posts
         /// its k-th call second is refused there with a mismatch, and no
         /// call before position k is refused.
