@@ -488,15 +488,15 @@ mod props {
             let mut pending: Vec<_> = parents.iter().map(|p| Some(p.split(Some(2)))).collect();
             let mut e = Counting::default();
             let mut comms = Vec::new();
-            for r in 0..k {
-                let m = pending[r].take().unwrap().bind(r, n);
+            for (r, p) in pending.iter_mut().enumerate().take(k) {
+                let m = p.take().unwrap().bind(r, n);
                 comms.push(ManuallyDrop::new(Communicator::fake_in(NonNull::dangling(), n, m)));
                 group_of(&mut e, &comms, vec![(r, bcast::<f32>(counts[0], 0))]).unwrap();
             }
             comms[0].out_of_step(&bcast::<f32>(counts[0], 0));
             let issued = e.issued.len();
-            for r in k..n {
-                let m = pending[r].take().unwrap().bind(r, n);
+            for (r, p) in pending.iter_mut().enumerate().skip(k) {
+                let m = p.take().unwrap().bind(r, n);
                 comms.push(ManuallyDrop::new(Communicator::fake_in(NonNull::dangling(), n, m)));
                 let err = group_of(&mut e, &comms, vec![(r, bcast::<f32>(counts[r], 0))])
                     .unwrap_err();
