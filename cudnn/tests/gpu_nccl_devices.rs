@@ -205,11 +205,28 @@ mod imp {
     /// linked NCCL would join and reset a record in the dead thread's
     /// storage (a use-after-free on 2.19 to 2.25; run under a sanitizer or
     /// compute-sanitizer to see it); here every result is checked against
-    /// the host and nothing may fail or crash.
+    /// the host and nothing may fail or crash. The job is linked only when
+    /// NCCL answers a call `ncclInProgress`, which a one-rank communicator
+    /// need not do: the communicator is re-wrapped with `from_raw` (its
+    /// mode then unknown, so `is_non_blocking` turns true only once the
+    /// crate sees `ncclInProgress`), and when the worker's calls never saw
+    /// it the test says so on stderr as skipped. The calls the crate makes
+    /// to release the job on the issuing thread are checked without a
+    /// device by `tests_progress` (a mocked NCCL).
     fn worker_thread_exits() -> TestResult {
         let dev = Device::new(0)?;
         let comm =
             Communicator::init_rank_timeout(&UniqueId::new()?, 0, 1, Duration::from_secs(60))?;
+        // Forget the mode: from here it reads non-blocking only once NCCL
+        // answers ncclInProgress.
+        let raw = comm.into_raw();
+        // SAFETY: `raw` is live and owned by nobody else; its
+        // initialisation was settled on this thread by init_rank_timeout.
+        let comm = unsafe { Communicator::from_raw(raw) }.inspect_err(|_| {
+            // SAFETY: from_raw left ownership with us; nothing else uses it.
+            let _ = unsafe { cudnn::sys::nccl::load().map(|api| api.ncclCommAbort(raw)) };
+        })?;
+        let seen_before = comm.is_non_blocking();
         let x = values(4096);
         let (comm, child) = std::thread::spawn({
             let x = x.clone();
@@ -237,6 +254,15 @@ mod imp {
         })
         .join()
         .map_err(|_| "the worker panicked")??;
+        if seen_before || !comm.is_non_blocking() {
+            eprintln!(
+                "skipped: gpu::worker_thread_exits_then_use_and_drop: NCCL never answered \
+                 ncclInProgress to the worker's calls (seen before the worker: {seen_before}), \
+                 so no job was linked to the exited thread and the test proves nothing \
+                 (not counted as passed)"
+            );
+            return Ok(());
+        }
         // The worker has exited; use and drop both here.
         dev.set_current()?;
         let stream: Stream = dev.create_stream()?;

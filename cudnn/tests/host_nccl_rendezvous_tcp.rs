@@ -414,7 +414,7 @@ mod imp {
     /// Now all that comes back is the nonce and the refusal of the proof:
     /// 18 bytes, nothing keyed by the token, whatever the peer sends.
     fn tcp_no_mac_before_proof_on(port: u16) -> TestResult {
-        let tok = Token::new("no-mac-0123456789abcdef0123456789")?;
+        let tok = Token::new("no-mac-0123456789abcdef012345678")?;
         let r = tcp(port);
         let h0 = rank_thread(&r, 0, 2, Duration::from_secs(20), Some(tok.clone()));
         for attempt in 0..3u8 {

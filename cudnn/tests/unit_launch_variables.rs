@@ -39,6 +39,7 @@ mod imp {
             unit("timeouts_out_of_range", timeouts),
             unit("rendezvous_text", rendezvous_text),
             unit("unique_id_text_counts_characters", unique_id_text),
+            unit("tokens_are_128_random_bits_in_hex_or_base64", token_forms),
         ]);
     }
 
@@ -89,14 +90,14 @@ mod imp {
             ("MASTER_PORT", "29500"),
             (
                 "CUDNN_RS_RENDEZVOUS_TOKEN",
-                "hush-0123456789abcdef0123456789abcdef",
+                "hush-0123456789abcdef0123456789abcde",
             ),
         ]))?;
         ensure!(e.ranks.rank() == 3 && e.ranks.size() == 8, "{e:?}");
         ensure!(e.local_rank == 1 && e.local_world_size == Some(2), "{e:?}");
         ensure!(e.rendezvous == Some(tcp_host("node7", 29500)), "{e:?}");
         ensure!(
-            e.token == Some(Token::new("hush-0123456789abcdef0123456789abcdef")?),
+            e.token == Some(Token::new("hush-0123456789abcdef0123456789abcde")?),
             "token"
         );
         ensure!(
@@ -512,6 +513,78 @@ mod imp {
         ensure!(format!(" {hex}\n").parse::<UniqueId>()? == id, "whitespace");
         let arr: [u8; 128] = bytes.clone().try_into().unwrap();
         ensure!(UniqueId::from(arr) == id, "From<[u8; 128]>");
+        Ok(())
+    }
+
+    /// The token rule by hand-checked cases: byte counts are not bits. The
+    /// review's phrase (32 bytes, valid base64url of 24 bytes, one kind of
+    /// character) was accepted before the fix.
+    fn token_forms() -> TestResult {
+        let accepted = [
+            // 32 hex digits = 128 bits; upper case hex too.
+            "0123456789abcdef0123456789abcdef",
+            "0123456789ABCDEF0123456789ABCDEF",
+            // `openssl rand -base64 16`: 24 characters, 16 bytes.
+            "q3X0v8kM1yZpB9cT4hWf2A==",
+            // The same without padding: 22 characters, 16 bytes.
+            "q3X0v8kM1yZpB9cT4hWf2A",
+            // base64url of 18 bytes.
+            "q3X0v8kM1yZpB9cT4hWf2A-_",
+            // 22 bytes of base64 with + and /.
+            "Zm9v+/Zm9vYmFyYmF6cXV4cXV1eHh4",
+        ];
+        for t in accepted {
+            ensure!(Token::new(t).is_ok(), "{t:?} refused");
+        }
+        let refused = [
+            // The review's phrase: lower case and hyphens only.
+            "my-training-job-token-for-team-a",
+            // 31 hex digits: 124 bits.
+            "0123456789abcdef0123456789abcde",
+            // 20 base64 characters: 15 bytes.
+            "q3X0v8kM1yZpB9cT4hWf",
+            // 21 characters: no base64 text has a length of 4n + 1.
+            "q3X0v8kM1yZpB9cT4hWf2",
+            // Both alphabets at once.
+            "q3X0v8kM1yZpB9cT4h+f2A-_",
+            // Padding that does not end a multiple of 4.
+            "q3X0v8kM1yZpB9cT4hWf2A=",
+            "q3X0v8kM1yZpB9cT4hWf2A===",
+            // Upper case only.
+            "MY_TRAINING_JOB_TOKEN_FOR_TEAM_A",
+            // Not base64 at all.
+            "correct horse battery staple 12345",
+        ];
+        for t in refused {
+            match Token::new(t) {
+                Err(Error::InvalidArgument { arg, rule, value }) => {
+                    ensure!(arg == "token", "{t:?}: {arg}");
+                    ensure!(value == format!("{} bytes", t.len()), "{t:?}: {value}");
+                    ensure!(rule.contains("128 bits") && rule.contains("hex"), "{rule}");
+                }
+                other => return Err(format!("{t:?}: {other:?}").into()),
+            }
+        }
+        // Through the environment the variable is named.
+        let e = LaunchEnv::from_vars(vars(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("LOCAL_RANK", "0"),
+            ("MASTER_ADDR", "a"),
+            ("MASTER_PORT", "29500"),
+            (
+                "CUDNN_RS_RENDEZVOUS_TOKEN",
+                "my-training-job-token-for-team-a",
+            ),
+        ]))
+        .unwrap_err();
+        ensure!(arg_of(&e) == "CUDNN_RS_RENDEZVOUS_TOKEN", "{e:?}");
+        ensure!(e.to_string().contains("32 bytes"), "{e}");
+        let g = Token::generate()?;
+        ensure!(
+            Token::new(g.expose()).is_ok(),
+            "a generated token is refused"
+        );
         Ok(())
     }
 }

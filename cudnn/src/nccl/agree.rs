@@ -2,7 +2,11 @@
 //! ([`Communicator::set_check_agreement`]): before each direct call, the
 //! ranks exchange a fingerprint of it through NCCL itself and refuse the
 //! call when they disagree. A debugging aid: one more NCCL call and a
-//! host wait per call.
+//! host wait per call. A direct send or recv becomes a host-synchronous
+//! exchange with its peer, so direct calls meant to run concurrently (a
+//! ring of `send(i + 1); recv(i - 1)`) wait on each other until the
+//! timeout: such calls belong in a group (documented on
+//! `set_check_agreement`).
 
 use super::comm::Communicator;
 use super::op::{Call, Op};

@@ -254,11 +254,7 @@ impl Clique {
     pub(crate) fn all_local(size: usize) -> Vec<Member> {
         let c = Arc::new(Clique::new(Some(size), (0..size).collect()));
         (0..size)
-            .map(|rank| Member {
-                clique: Arc::clone(&c),
-                rank,
-                splits: std::sync::atomic::AtomicU64::new(0),
-            })
+            .map(|rank| Member::new(Arc::clone(&c), rank))
             .collect()
     }
 }
@@ -273,11 +269,13 @@ pub(crate) struct Member {
     /// communicator splits in the same order, so the n-th split of each
     /// names the same new communicators).
     splits: std::sync::atomic::AtomicU64,
+    /// Left the clique already (its communicator was aborted).
+    left: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for Member {
     fn drop(&mut self) {
-        self.clique.lock().leave(self.rank);
+        self.leave();
     }
 }
 
@@ -289,29 +287,41 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
-    /// The new communicator's rank is `rank` of `size`.
-    pub(crate) fn bind(mut self, rank: usize, size: usize) -> Option<Member> {
-        let c = self.clique.take()?;
+    /// The new communicator's rank is `rank` of `size`. Always a member of
+    /// the split's clique: when the new communicator cannot be compared
+    /// with the others (its clique is out of step already, or it does not
+    /// fit them) the clique is, or is made, broken, so every call of it is
+    /// refused; it never goes on uncompared (a sibling may have launched a
+    /// call with a count it would not be compared with). A split with no
+    /// color (NCCL makes no communicator for it) binds to a clique of its
+    /// own, broken.
+    pub(crate) fn bind(mut self, rank: usize, size: usize) -> Member {
+        let Some(c) = self.clique.take() else {
+            let c = Arc::new(Clique::new(None, Vec::new()));
+            c.lock().broken = Some(format!(
+                "rank {rank} of {size} split with no color, yet NCCL made a communicator"
+            ));
+            return Member::new(c, rank);
+        };
         {
             let mut s = c.lock();
             s.pending = s.pending.saturating_sub(1);
-            if c.size_matches(size) && !s.members.contains(&rank) && s.broken.is_none() {
-                s.members.push(rank);
-            } else {
-                // Not comparable after all (should not happen): stop
-                // comparing this clique rather than compare wrongly.
-                s.broken = Some(format!(
-                    "a split's communicator of rank {rank} of {size} did not fit the others"
-                ));
-                s.prune();
-                return None;
+            if s.broken.is_none() {
+                if c.size_matches(size) && !s.members.contains(&rank) {
+                    s.members.push(rank);
+                } else {
+                    // Not comparable after all (should not happen): refuse
+                    // the clique's calls rather than compare wrongly.
+                    s.broken = Some(format!(
+                        "a split's communicator of rank {rank} of {size} did not fit the others"
+                    ));
+                }
             }
+            // With the last pending member bound, what waited for it (a
+            // send to a rank of another process) can go.
+            s.prune();
         }
-        Some(Member {
-            clique: c,
-            rank,
-            splits: std::sync::atomic::AtomicU64::new(0),
-        })
+        Member::new(c, rank)
     }
 }
 
@@ -326,6 +336,24 @@ impl Drop for Pending {
 }
 
 impl Member {
+    fn new(clique: Arc<Clique>, rank: usize) -> Self {
+        Member {
+            clique,
+            rank,
+            splits: std::sync::atomic::AtomicU64::new(0),
+            left: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Take this rank out of its clique (once): its communicator was
+    /// aborted and makes no more calls, so the other ranks' positions no
+    /// longer wait for it (they complete, and are forgotten, without it).
+    pub(crate) fn leave(&self) {
+        if !self.left.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            self.clique.lock().leave(self.rank);
+        }
+    }
+
     /// Register for the communicator this member's next split with
     /// `color` makes (`None`: no color, no new communicator), before
     /// `ncclCommSplit` is called: the ranks of this process that split with
@@ -351,6 +379,13 @@ impl Member {
         };
         c.lock().pending += 1;
         Pending { clique: Some(c) }
+    }
+
+    /// Positions and p2p entries its clique still holds (tests).
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        let s = self.clique.lock();
+        s.posted.len() + s.p2p.values().map(VecDeque::len).sum::<usize>()
     }
 
     /// The rank this member was registered with.
@@ -389,11 +424,7 @@ pub(crate) fn join(id: &[u8; UNIQUE_ID_BYTES], rank: usize, size: usize) -> Memb
     let reg = reg.get_or_insert_with(HashMap::new);
     reg.retain(|_, w| w.strong_count() > 0);
     let key = Key::Id(*id);
-    let member = |clique| Member {
-        clique,
-        rank,
-        splits: std::sync::atomic::AtomicU64::new(0),
-    };
+    let member = |clique| Member::new(clique, rank);
     if let Some(c) = reg.get(&key).and_then(Weak::upgrade)
         && c.size_matches(size)
     {

@@ -342,7 +342,11 @@ impl Communicator {
 
     /// Send `send` to rank `peer`, which must post a matching
     /// [`recv`](Self::recv) (`ncclSend`). To exchange in both directions
-    /// without deadlock, post both inside one [`group`](super::group).
+    /// without deadlock, post both inside one [`group`](super::group). With
+    /// [`set_check_agreement`](Communicator::set_check_agreement) on, a
+    /// direct send or recv waits on the host until its peer reaches the
+    /// matching call: a ring of direct `send(i + 1); recv(i - 1)` then
+    /// times out; group such calls.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `peer`

@@ -6,23 +6,29 @@ use std::cell::Cell;
 use std::ffi::{c_int, c_uint};
 use std::fmt;
 use std::ptr::{self, NonNull};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::time::Duration;
 
 use super::clique::Member;
 use super::depth::{self, WHY_LIFECYCLE};
 
+mod abort;
 mod init;
 use super::progress::{self, DEFAULT_COMM_TIMEOUT, Deadline, Settled};
 use super::{Ranks, api, nccl_call, sys, text};
 use crate::error::{Error, Result};
 use crate::runtime::{Device, Stream, check_args, check_device, check_stream_thread};
 #[cfg(test)]
+pub(crate) use abort::abort_here_for;
+pub(crate) use abort::{ABORT_LIMIT, Family, abort_bounded};
+use abort::{abort_here, abort_raw};
+#[cfg(test)]
 pub(crate) use init::{parse_nccl_int, refuse_forced_blocking};
 
 /// One rank of an NCCL communicator, bound to one device (`ncclComm_t`).
 ///
-/// Made from a shared [`UniqueId`] by every rank ([`init_rank`](Self::init_rank),
+/// Made from a shared [`UniqueId`](super::UniqueId) by every rank ([`init_rank`](Self::init_rank),
 /// or [`init_rank_timeout`](Self::init_rank_timeout) with a deadline), for
 /// all local devices at once ([`init_all`](Self::init_all)), or from
 /// another communicator ([`split`](Self::split)).
@@ -57,7 +63,8 @@ pub(crate) use init::{parse_nccl_int, refuse_forced_blocking};
 /// yields [`Error::Timeout`] or [`Error::Nccl`] instead of a hang. After an
 /// abort the communicator refuses further calls ([`is_aborted`](Self::is_aborted)).
 ///
-/// **Drop never waits for a peer without a deadline.** Dropping an aborted
+/// **Drop never waits for a peer without a deadline** (with one exception
+/// before NCCL 2.27, below). Dropping an aborted
 /// communicator does nothing more. Otherwise, when NCCL reports an
 /// asynchronous error, it is aborted (`ncclCommAbort`). A non-blocking
 /// communicator is finalized (its work flushed, `ncclCommFinalize`) within
@@ -74,11 +81,15 @@ pub(crate) use init::{parse_nccl_int, refuse_forced_blocking};
 /// [`wait`](Self::wait), and the polls of non-blocking calls) run it on a
 /// helper thread and wait for it at most 10 s; past that it goes on in
 /// the background and the communicator is abandoned. The explicit
-/// [`abort`](Self::abort) waits for it, and so does the abort of a
-/// non-blocking communicator whose last call did not finish (failed or
-/// timed out while polled): NCCL then holds that call's job in this
-/// thread's storage, and the abort, which joins it, must run on this
-/// thread.
+/// [`abort`](Self::abort) waits for it. **Before NCCL 2.27** (2.26 and
+/// older) there is one exception: the abort of a non-blocking
+/// communicator whose last call was not seen finished (a poll that failed
+/// or timed out, in a call, in [`wait`](Self::wait) or in the finalize of
+/// `Drop`) runs on the calling thread *without a bound*: NCCL then holds
+/// that call's job in this thread's storage, and the abort, which joins
+/// it, must run on this thread (it can then wait as long as that job
+/// does). From NCCL 2.27 the job is on the heap and every one of these
+/// aborts is bounded.
 ///
 /// **Non-blocking calls are settled on the calling thread.** NCCL links a
 /// non-blocking launch to the calling thread's job record; every such call
@@ -125,7 +136,16 @@ pub(crate) use init::{parse_nccl_int, refuse_forced_blocking};
 /// [`abort`](Self::abort), a [`wait`](Self::wait) that fails, or the
 /// `Drop` of a blocking one) stops the work of all of them. With sharing
 /// on, end a child with [`finalize`](Self::finalize) or
-/// [`destroy`](Self::destroy), not by dropping it.
+/// [`destroy`](Self::destroy), not by dropping it. NCCL forbids using a
+/// parent or child that shares resources while another of them is being
+/// aborted, and an abort can outlive its 10 s bound in the background: so
+/// while an abort of any communicator of a split family (a communicator
+/// and everything split from it) runs, every call of the family that
+/// starts then is refused ([`Error::InvalidArgument`] naming the
+/// communicator; retry later), and a family member dropped meanwhile
+/// waits for that abort at most 10 s, then is leaked (never touched
+/// again). The crate cannot read whether sharing is on, so this holds for
+/// every family.
 ///
 /// `Send`, not `Sync`: NCCL does not allow one communicator to be used from
 /// several threads at the same time.
@@ -153,6 +173,10 @@ pub struct Communicator {
     /// Compare each direct call with every rank's before issuing it
     /// (`set_check_agreement`).
     check_agreement: bool,
+    /// The communicators split from one another (this one's root and every
+    /// split of it): while an abort of any of them runs, the others are
+    /// not used.
+    family: Arc<Family>,
 }
 
 /// Whether NCCL answers a communicator's calls at once or `ncclInProgress`.
@@ -188,11 +212,6 @@ impl fmt::Debug for Communicator {
             .finish()
     }
 }
-
-/// The longest this crate waits for `ncclCommAbort` where it promises a
-/// bounded wait (`Drop`, [`Communicator::wait`], the polls of non-blocking
-/// calls); past it the abort goes on in the background.
-pub(crate) const ABORT_LIMIT: Duration = Duration::from_secs(10);
 
 /// `NCCL_CONFIG_INITIALIZER` of the bindings' header, with `blocking` set.
 pub(crate) fn config(blocking: bool) -> sys::ncclConfig_t {
@@ -232,57 +251,6 @@ pub(super) fn nccl_error(call: &'static str, code: sys::ncclResult_t) -> Error {
     match super::check_result(call, code) {
         Err(e) => e,
         Ok(()) => Error::invalid("NCCL result", "an error was expected", "ncclSuccess"),
-    }
-}
-
-/// A communicator handle that may cross to the thread that aborts it.
-struct SendComm(sys::ncclComm_t);
-// SAFETY: NCCL lets any thread use a communicator, one at a time; the
-// handle is moved to exactly one thread, which is then its only user.
-unsafe impl Send for SendComm {}
-
-/// Abort `raw` on a helper thread and wait for that at most `limit`:
-/// `ncclCommAbort` can itself wait without end (behind work queued on a
-/// stream that another, stuck communicator shares; for the proxy of a dead
-/// peer). Past `limit` the abort goes on in the background and this
-/// returns `false`: the communicator is abandoned (never used again), and
-/// its memory is reclaimed only if the abort ends. Without a thread (none
-/// can be started) the abort runs here.
-///
-/// # Safety
-/// `raw` is a live communicator that nothing else uses or destroys, now or
-/// later.
-pub(crate) unsafe fn abort_bounded(raw: sys::ncclComm_t, limit: Duration) -> bool {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let c = SendComm(raw);
-    let spawned = std::thread::Builder::new()
-        .name("cudnn-nccl-abort".into())
-        .spawn(move || {
-            let c = c;
-            // SAFETY: as the caller guarantees; this thread is the
-            // communicator's only user from here on.
-            unsafe { abort_raw(c.0) };
-            let _ = tx.send(());
-        });
-    match spawned {
-        Ok(_) => rx.recv_timeout(limit).is_ok(),
-        Err(_) => {
-            // SAFETY: as the caller guarantees.
-            unsafe { abort_raw(raw) };
-            true
-        }
-    }
-}
-
-/// Abort a communicator no wrapper owns; the status is ignored (the error
-/// that matters is the caller's).
-///
-/// # Safety
-/// `raw` is a live communicator that nothing else uses or destroys.
-unsafe fn abort_raw(raw: sys::ncclComm_t) {
-    if let Ok(api) = api() {
-        // SAFETY: as the caller guarantees; ownership ends here.
-        let _ = unsafe { api.ncclCommAbort(raw) };
     }
 }
 
@@ -383,6 +351,7 @@ impl Communicator {
             timeout: DEFAULT_COMM_TIMEOUT,
             member: None,
             check_agreement: false,
+            family: Arc::default(),
         })
     }
 
@@ -406,6 +375,7 @@ impl Communicator {
             timeout: DEFAULT_COMM_TIMEOUT,
             member: None,
             check_agreement: false,
+            family: Arc::default(),
         }
     }
 
@@ -494,7 +464,38 @@ impl Communicator {
                 format!("rank {} of {}", self.rank(), self.size()),
             ));
         }
+        self.refuse_family_abort()?;
         Ok(self.raw.as_ptr())
+    }
+
+    /// Refuse while an abort of a communicator of this one's split family
+    /// runs (see [`Family`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the communicator.
+    fn refuse_family_abort(&self) -> Result<()> {
+        if self.family.aborting() {
+            return Err(Error::invalid(
+                "communicator",
+                "must not be used while a communicator it was split from, or split off, is \
+                 being aborted (NCCL forbids it when they share resources); the abort still \
+                 runs in the background: retry later, or drop this one",
+                format!("rank {} of {}", self.rank(), self.size()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Its split family (tests).
+    #[cfg(test)]
+    pub(crate) fn family(&self) -> &Arc<Family> {
+        &self.family
+    }
+
+    /// Make `other` a member of this one's split family (tests).
+    #[cfg(test)]
+    pub(crate) fn adopt(&self, other: &mut Communicator) {
+        other.family = Arc::clone(&self.family);
     }
 
     /// This process's rank.
@@ -570,6 +571,19 @@ impl Communicator {
     /// the exchange is itself a collective, which a rank without it would
     /// pair with its next call. Calls inside a [`group`](super::group) are
     /// not exchanged (ranks in this process are compared all the same).
+    ///
+    /// **Group your sends and recvs.** With the check on, each *direct*
+    /// [`send`](Self::send) or [`recv`](Self::recv) first swaps sizes with
+    /// its peer and waits for the answer on the host, so it returns only
+    /// once the peer has reached its matching call. Direct calls that NCCL
+    /// would run concurrently then wait on each other: in a ring where
+    /// every rank calls `send(rank + 1)` then `recv(rank - 1)`, each send
+    /// waits for a peer that is itself waiting in its own send, until
+    /// [`timeout`](Self::timeout) passes and the communicator is aborted.
+    /// Put such calls in one [`group`](super::group) (as NCCL asks for
+    /// concurrent point-to-point calls anyway); pairs that meet in the same
+    /// order on both sides (rank a sends while rank b receives) work
+    /// directly.
     pub fn set_check_agreement(&mut self, on: bool) {
         self.check_agreement = on;
     }
@@ -599,20 +613,27 @@ impl Communicator {
     /// Abort now (once); later calls are refused.
     /// The abort is bounded by [`ABORT_LIMIT`] (see [`abort_bounded`]);
     /// `false` when it had not ended by then.
-    /// A communicator whose job NCCL may still hold in this thread's
-    /// storage is aborted on this thread, without a bound: the abort joins
-    /// that job, which only this thread may do safely.
+    /// Before NCCL 2.27, a communicator whose job NCCL may still hold in
+    /// this thread's storage is aborted on this thread, without a bound:
+    /// the abort joins that job, which only this thread may do safely (see
+    /// [`ABORT_LIMIT`]). This rank leaves its clique (the others no longer
+    /// wait for its calls).
     pub(super) fn abort_now(&self) -> bool {
         if !self.aborted.replace(true) {
+            if let Some(m) = &self.member {
+                m.leave();
+            }
             let raw = self.raw.as_ptr();
-            if self.job_linked.get() {
+            if abort_here(self.job_linked.get()) {
+                let _running = self.family.begin_abort();
                 // SAFETY: live and owned; from here on `aborted` keeps every
                 // path from using `raw` again.
                 unsafe { abort_raw(raw) };
                 return true;
             }
-            // SAFETY: as above; no job of it is held by this thread.
-            return unsafe { abort_bounded(raw, ABORT_LIMIT) };
+            // SAFETY: as above; no job of it is held in this thread's
+            // storage (none linked, or NCCL 2.27+ keeps it on the heap).
+            return unsafe { abort_bounded(raw, ABORT_LIMIT, &self.family) };
         }
         true
     }
@@ -641,9 +662,12 @@ impl Communicator {
     pub(crate) fn poll(&self, call: &'static str) -> Result<()> {
         let raw = self.live()?;
         let deadline = Deadline::after(self.timeout);
-        // Until seen ready, NCCL may hold the call's job in this thread's
-        // storage (non-blocking communicators).
-        self.job_linked.set(true);
+        // Until seen ready, NCCL may hold the call's job (non-blocking
+        // communicators, or not known to be blocking); a blocking
+        // communicator's groups never leave one.
+        if self.mode.get() != Mode::Blocking {
+            self.job_linked.set(true);
+        }
         // SAFETY: `raw` is live.
         let settled = match unsafe { progress::settle(raw, &deadline) } {
             Ok(s) => s,
@@ -815,9 +839,12 @@ impl Communicator {
             child.mode.set(self.mode.get());
         }
         child.timeout = self.timeout;
-        if let Some(m) = pending.and_then(|p| p.bind(child.rank(), child.size())) {
-            child.member = Some(m);
+        // Compared with its siblings, or refusing every call when it cannot
+        // be (clique::Pending::bind); never uncompared.
+        if let Some(p) = pending {
+            child.member = Some(p.bind(child.rank(), child.size()));
         }
+        child.family = Arc::clone(&self.family);
         Ok(Some(child))
     }
 
@@ -830,8 +857,10 @@ impl Communicator {
     /// # Errors
     /// [`Error::InGroup`] inside a [`group`](super::group) (the
     /// communicator is then dropped: see the type's docs); [`Error::Nccl`];
-    /// [`Error::Timeout`]. The communicator is destroyed (or aborted) either
-    /// way.
+    /// [`Error::Timeout`]; [`Error::InvalidArgument`] while an abort of a
+    /// communicator of its split family runs (it is then dropped: see the
+    /// type's docs on splits). The communicator is destroyed (or aborted)
+    /// either way.
     #[doc(alias = "ncclCommFinalize")]
     pub fn finalize(self) -> Result<()> {
         depth::refuse("Communicator::finalize", WHY_LIFECYCLE)?;
@@ -858,10 +887,14 @@ impl Communicator {
     ///
     /// # Errors
     /// [`Error::InGroup`] inside a [`group`](super::group) (the
-    /// communicator is then dropped: see the type's docs); [`Error::Nccl`].
+    /// communicator is then dropped: see the type's docs); [`Error::Nccl`];
+    /// [`Error::InvalidArgument`] while an abort of a communicator of its
+    /// split family runs (it is then dropped: see the type's docs on
+    /// splits).
     #[doc(alias = "ncclCommDestroy")]
     pub fn destroy(self) -> Result<()> {
         depth::refuse("Communicator::destroy", WHY_LIFECYCLE)?;
+        self.refuse_family_abort()?;
         let rank = self.rank();
         let raw = self.into_raw();
         if raw.is_null() {
@@ -879,16 +912,24 @@ impl Communicator {
     /// # Errors
     /// [`Error::InGroup`] inside a [`group`](super::group) (the
     /// communicator is then dropped, which aborts it anyway);
-    /// [`Error::Nccl`].
+    /// [`Error::Nccl`]; [`Error::InvalidArgument`] while an abort of
+    /// another communicator of its split family runs (it is then dropped:
+    /// see the type's docs on splits).
     #[doc(alias = "ncclCommAbort")]
     pub fn abort(self) -> Result<()> {
         depth::refuse("Communicator::abort", WHY_LIFECYCLE)?;
+        if self.aborted.get() {
+            return Ok(());
+        }
+        self.refuse_family_abort()?;
         let rank = self.rank();
+        let family = Arc::clone(&self.family);
         let raw = self.into_raw();
         if raw.is_null() {
             return Ok(());
         }
         let api = api()?;
+        let _running = family.begin_abort();
         // SAFETY: `raw` is live and owned; ownership ends here.
         unsafe { nccl_call!(api, ncclCommAbort(raw)) }.map_err(|e| with_rank(e, rank))
     }
@@ -949,56 +990,5 @@ pub(crate) fn with_rank(e: Error, r: usize) -> Error {
             context,
         },
         other => other,
-    }
-}
-
-impl Drop for Communicator {
-    fn drop(&mut self) {
-        if self.aborted.get() {
-            return;
-        }
-        let Ok(api) = api() else { return };
-        let raw = self.raw.as_ptr();
-        // SAFETY: live and owned (not aborted).
-        let st = unsafe { progress::state(raw) };
-        let healthy = matches!(
-            st,
-            Ok(sys::ncclResult_t::ncclSuccess) | Ok(sys::ncclResult_t::ncclInProgress)
-        );
-        // A non-blocking communicator is flushed within its deadline; a
-        // blocking one, or one with an error, is aborted (see the type's
-        // docs). Statuses are ignored: Drop must not fail. A settle that
-        // does not end ready may leave NCCL's job of it in this thread's
-        // storage: then the abort runs here (it joins that job).
-        let mut linked = self.job_linked.get();
-        let graceful = healthy && self.mode.get() == Mode::NonBlocking && {
-            let deadline = Deadline::after(self.timeout);
-            let mut ready = || {
-                // SAFETY: live and owned; the polls bound the wait.
-                let r = matches!(
-                    unsafe { progress::settle(raw, &deadline) },
-                    Ok(Settled::Ready)
-                );
-                linked = !r;
-                r
-            };
-            ready()
-                // SAFETY: live, owned and ready.
-                && unsafe { api.ncclCommFinalize(raw) }.is_ok_and(|r| {
-                    r == sys::ncclResult_t::ncclSuccess
-                        || (r == sys::ncclResult_t::ncclInProgress && ready())
-                })
-        };
-        if graceful {
-            // SAFETY: finalized, so destroy does not wait; ownership ends.
-            let _ = unsafe { api.ncclCommDestroy(raw) };
-        } else if linked {
-            // SAFETY: live and owned; ownership ends here.
-            unsafe { abort_raw(raw) };
-        } else {
-            // SAFETY: live and owned; ownership ends here (passed to the
-            // aborting thread); no job of it is held by this thread.
-            let _ = unsafe { abort_bounded(raw, ABORT_LIMIT) };
-        }
     }
 }

@@ -18,7 +18,9 @@
 //!   error or at its deadline (a typed [`crate::Error::Timeout`]
 //!   instead of a hang when a peer dies);
 //!   [`Communicator::init_rank_timeout`] makes a non-blocking communicator
-//!   whose initialisation, calls and `Drop` are all bounded.
+//!   whose initialisation, calls and `Drop` are all bounded (from NCCL
+//!   2.27; before, the abort that follows a call that did not finish runs
+//!   unbounded on the calling thread: see [`Communicator`]).
 //! - [`launch`]: the torchrun-style convention (`RANK`, `WORLD_SIZE`,
 //!   `LOCAL_RANK`, or Open MPI's and SLURM's equivalents; a rendezvous over
 //!   a file or TCP, with an optional shared token) that gives each process
@@ -66,6 +68,8 @@ mod record;
 mod tests;
 #[cfg(test)]
 mod tests_clique;
+#[cfg(test)]
+mod tests_progress;
 mod validate;
 mod watch;
 

@@ -75,12 +75,70 @@ pub(crate) enum Settled {
 /// # Safety
 /// `raw` is a live communicator.
 pub(crate) unsafe fn state(raw: sys::ncclComm_t) -> Result<sys::ncclResult_t> {
-    let api = api()?;
-    let mut st = sys::ncclResult_t::ncclSuccess;
-    // SAFETY: `raw` is live (caller); `st` is a valid out-pointer.
-    let r = unsafe { api.ncclCommGetAsyncError(raw, &mut st) }?;
-    super::check_result("ncclCommGetAsyncError", r)?;
-    Ok(st)
+    // SAFETY: as the caller guarantees.
+    unsafe { Nccl.state(raw) }
+}
+
+/// The NCCL calls that settle a job, behind a seam so that a test can
+/// watch which are made, and on which thread.
+pub(crate) trait JobCalls {
+    /// The loaded NCCL's (major, minor).
+    fn version(&self) -> Result<(u32, u32)>;
+    /// `ncclCommGetAsyncError`.
+    ///
+    /// # Safety
+    /// `raw` is a live communicator.
+    unsafe fn state(&self, raw: sys::ncclComm_t) -> Result<sys::ncclResult_t>;
+    /// `ncclGroupStart`, answered as is.
+    ///
+    /// # Safety
+    /// As NCCL's.
+    unsafe fn group_start(&self) -> Result<sys::ncclResult_t>;
+    /// `ncclGroupEnd`, answered as is.
+    ///
+    /// # Safety
+    /// A group is open on this thread.
+    unsafe fn group_end(&self) -> Result<sys::ncclResult_t>;
+    /// `ncclCommCount`, answered as is.
+    ///
+    /// # Safety
+    /// `raw` is a live communicator.
+    unsafe fn comm_count(&self, raw: sys::ncclComm_t) -> Result<sys::ncclResult_t>;
+}
+
+/// The loaded NCCL.
+pub(crate) struct Nccl;
+
+impl JobCalls for Nccl {
+    fn version(&self) -> Result<(u32, u32)> {
+        let v = super::version()?;
+        Ok((v.major, v.minor))
+    }
+
+    unsafe fn state(&self, raw: sys::ncclComm_t) -> Result<sys::ncclResult_t> {
+        let api = api()?;
+        let mut st = sys::ncclResult_t::ncclSuccess;
+        // SAFETY: `raw` is live (caller); `st` is a valid out-pointer.
+        let r = unsafe { api.ncclCommGetAsyncError(raw, &mut st) }?;
+        super::check_result("ncclCommGetAsyncError", r)?;
+        Ok(st)
+    }
+
+    unsafe fn group_start(&self) -> Result<sys::ncclResult_t> {
+        // SAFETY: takes no arguments.
+        Ok(unsafe { api()?.ncclGroupStart() }?)
+    }
+
+    unsafe fn group_end(&self) -> Result<sys::ncclResult_t> {
+        // SAFETY: a group is open on this thread (caller).
+        Ok(unsafe { api()?.ncclGroupEnd() }?)
+    }
+
+    unsafe fn comm_count(&self, raw: sys::ncclComm_t) -> Result<sys::ncclResult_t> {
+        let mut n = 0;
+        // SAFETY: `raw` is live (caller); `n` is a valid out-pointer.
+        Ok(unsafe { api()?.ncclCommCount(raw, &mut n) }?)
+    }
 }
 
 /// The first NCCL whose group job is linked to its communicators (2.19)
@@ -105,17 +163,19 @@ const JOB_PER_COMM: (u32, u32) = (2, 19);
 /// # Safety
 /// `raw` is a live communicator whose state read `ncclSuccess`, and no
 /// NCCL group is open on this thread.
-unsafe fn release_job(raw: sys::ncclComm_t, deadline: &Deadline) -> Result<Settled> {
-    let api = api()?;
-    let v = super::version()?;
-    if (v.major, v.minor) < JOB_PER_COMM {
+unsafe fn release_job<A: JobCalls>(
+    a: &A,
+    raw: sys::ncclComm_t,
+    deadline: &Deadline,
+) -> Result<Settled> {
+    if a.version()? < JOB_PER_COMM {
         let mut backoff = Backoff::new();
         loop {
-            // SAFETY: takes no arguments; no group is open (caller).
-            let r = unsafe { api.ncclGroupStart() }?;
+            // SAFETY: no group is open (caller).
+            let r = unsafe { a.group_start() }?;
             if r == sys::ncclResult_t::ncclSuccess {
                 // SAFETY: closes the empty group just opened.
-                let r = unsafe { api.ncclGroupEnd() }?;
+                let r = unsafe { a.group_end() }?;
                 super::check_result("ncclGroupEnd", r)?;
                 break;
             }
@@ -128,9 +188,8 @@ unsafe fn release_job(raw: sys::ncclComm_t, deadline: &Deadline) -> Result<Settl
             backoff.sleep(deadline);
         }
     }
-    let mut n = 0;
-    // SAFETY: `raw` is live (caller); `n` is a valid out-pointer.
-    let r = unsafe { api.ncclCommCount(raw, &mut n) }?;
+    // SAFETY: `raw` is live (caller).
+    let r = unsafe { a.comm_count(raw) }?;
     super::check_result("ncclCommCount", r)?;
     Ok(Settled::Ready)
 }
@@ -142,13 +201,26 @@ unsafe fn release_job(raw: sys::ncclComm_t, deadline: &Deadline) -> Result<Settl
 /// # Safety
 /// `raw` is a live communicator, and no NCCL group is open on this thread.
 pub(crate) unsafe fn settle(raw: sys::ncclComm_t, deadline: &Deadline) -> Result<Settled> {
+    // SAFETY: as the caller guarantees.
+    unsafe { settle_with(&Nccl, raw, deadline) }
+}
+
+/// [`settle`] through `a`.
+///
+/// # Safety
+/// As [`settle`].
+pub(crate) unsafe fn settle_with<A: JobCalls>(
+    a: &A,
+    raw: sys::ncclComm_t,
+    deadline: &Deadline,
+) -> Result<Settled> {
     let mut backoff = Backoff::new();
     loop {
         // SAFETY: `raw` is live (caller).
-        let st = unsafe { state(raw) }?;
+        let st = unsafe { a.state(raw) }?;
         if st == sys::ncclResult_t::ncclSuccess {
             // SAFETY: `raw` is live (caller) and ready.
-            return unsafe { release_job(raw, deadline) };
+            return unsafe { release_job(a, raw, deadline) };
         }
         if st != sys::ncclResult_t::ncclInProgress {
             return Ok(Settled::Failed(st));

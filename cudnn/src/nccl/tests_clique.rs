@@ -354,7 +354,9 @@ fn unit_nccl_comm_blocking_forced_is_refused() {
     ] {
         assert_eq!(parse_nccl_int(text), want, "{text:?}");
     }
-    for forced in ["1", "0x1", "01"] {
+    // NCCL stores the int64 in an int: the low 32 bits decide (before the
+    // fix the last three passed unrefused).
+    for forced in ["1", "0x1", "01", "4294967297", "0x100000001", "-4294967295"] {
         let e = refuse_forced_blocking(Some(forced)).unwrap_err();
         match e {
             Error::InvalidArgument { arg, value, .. } => {
@@ -364,7 +366,17 @@ fn unit_nccl_comm_blocking_forced_is_refused() {
             other => panic!("{other:?}"),
         }
     }
-    for fine in [None, Some("0"), Some(""), Some("2")] {
+    // 2^32 is 0 as an int; past i64 strtoll reports ERANGE and NCCL keeps
+    // its default.
+    for fine in [
+        None,
+        Some("0"),
+        Some(""),
+        Some("2"),
+        Some("4294967296"),
+        Some("-1"),
+        Some("18446744073709551617"),
+    ] {
         refuse_forced_blocking(fine).unwrap();
     }
 }
@@ -443,6 +455,56 @@ mod props {
             }
         }
 
+        /// `NCCL_COMM_BLOCKING` as any 64-bit number, in decimal or hex:
+        /// refused exactly when C's conversion to `int` (Rust's `as i32`,
+        /// the same two's-complement truncation) gives 1.
+        #[test]
+        fn prop_forced_blocking_follows_the_int_truncation(
+            n in prop_oneof![
+                any::<i64>(),
+                (any::<i32>(), -2i64..3).prop_map(|(hi, lo)| i64::from(hi)
+                    .wrapping_mul(1 << 32)
+                    .wrapping_add(lo)),
+            ],
+            hex in any::<bool>(),
+        ) {
+            let text = if hex && n >= 0 { format!("{n:#x}") } else { n.to_string() };
+            let refused = refuse_forced_blocking(Some(&text)).is_err();
+            prop_assert_eq!(refused, n as i32 == 1, "{}", text);
+        }
+
+        /// `n` local ranks split with one color; `k` bind and post a
+        /// broadcast, then the clique breaks (a call not launched); every
+        /// rank bound after that is a member whose broadcast, of any
+        /// count, is refused as out of step, never issued uncompared.
+        #[test]
+        fn prop_late_binds_into_a_broken_clique_are_refused(
+            n in 2usize..6,
+            k_pick in 1usize..6,
+            counts in proptest::collection::vec(1usize..1_000_000, 6),
+        ) {
+            let k = 1 + (k_pick - 1) % (n - 1);
+            let parents = Clique::all_local(n);
+            let mut pending: Vec<_> = parents.iter().map(|p| Some(p.split(Some(2)))).collect();
+            let mut e = Counting::default();
+            let mut comms = Vec::new();
+            for (r, p) in pending.iter_mut().enumerate().take(k) {
+                let m = p.take().unwrap().bind(r, n);
+                comms.push(ManuallyDrop::new(Communicator::fake_in(NonNull::dangling(), n, m)));
+                group_of(&mut e, &comms, vec![(r, bcast::<f32>(counts[0], 0))]).unwrap();
+            }
+            comms[0].out_of_step(&bcast::<f32>(counts[0], 0));
+            let issued = e.issued.len();
+            for (r, p) in pending.iter_mut().enumerate().skip(k) {
+                let m = p.take().unwrap().bind(r, n);
+                comms.push(ManuallyDrop::new(Communicator::fake_in(NonNull::dangling(), n, m)));
+                let err = group_of(&mut e, &comms, vec![(r, bcast::<f32>(counts[r], 0))])
+                    .unwrap_err();
+                prop_assert!(matches!(err, Error::InvalidArgument { .. }), "{:?}", err);
+            }
+            prop_assert_eq!(e.issued.len(), issued);
+        }
+
         /// One rank's k-th count differs: whichever of the two ranks posts
         /// its k-th call second is refused there with a mismatch, and no
         /// call before position k is refused.
@@ -478,8 +540,17 @@ fn unit_clique_splits_compared() {
     let p0 = parents[0].split(Some(7));
     let p1 = parents[1].split(None);
     let p2 = parents[2].split(Some(7));
-    assert!(p1.bind(0, 1).is_none(), "no color, no clique");
-    let m0 = p0.bind(0, 2).unwrap();
+    // No color, no communicator from NCCL; one bound anyway refuses calls.
+    let stray = p1.bind(0, 1);
+    let cs = ManuallyDrop::new(Communicator::fake_in(NonNull::dangling(), 1, stray));
+    let err = group_of(
+        &mut Counting::default(),
+        std::slice::from_ref(&cs),
+        vec![(0, bcast::<f32>(1, 0))],
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err:?}");
+    let m0 = p0.bind(0, 2);
     let c0 = ManuallyDrop::new(Communicator::fake_in(NonNull::dangling(), 2, m0));
     // Rank 0 of the child posts before rank 1 is bound.
     let mut e = Counting::default();
@@ -489,7 +560,7 @@ fn unit_clique_splits_compared() {
         vec![(0, bcast::<f32>(8, 0))],
     )
     .unwrap();
-    let m1 = p2.bind(1, 2).unwrap();
+    let m1 = p2.bind(1, 2);
     let c1 = ManuallyDrop::new(Communicator::fake_in(NonNull::dangling(), 2, m1));
     let comms = [c0, c1];
     let err = group_of(&mut e, &comms, vec![(1, bcast::<f32>(4, 0))]).unwrap_err();
@@ -498,7 +569,7 @@ fn unit_clique_splits_compared() {
     // The next split with the same color is another clique.
     let q0 = parents[0].split(Some(7));
     let _q1 = parents[1].split(Some(7));
-    let q0 = q0.bind(0, 2).unwrap();
+    let q0 = q0.bind(0, 2);
     let d0 = ManuallyDrop::new(Communicator::fake_in(NonNull::dangling(), 2, q0));
     group_of(
         &mut e,
@@ -506,4 +577,135 @@ fn unit_clique_splits_compared() {
         vec![(0, bcast::<f32>(1, 0))],
     )
     .unwrap();
+}
+
+/// The review's case: two local ranks split with one color; rank 0 binds
+/// while rank 1 is still pending, broadcasts 8 Mi elements (compared,
+/// launched), then its next call is refused by NCCL (the clique breaks).
+/// Rank 1 binds after that: its 4 Mi broadcast must be refused (before
+/// the fix `bind` returned `None` and the call went to NCCL uncompared, a
+/// write past rank 1's buffer).
+#[test]
+fn unit_clique_bind_into_broken_clique_refuses() {
+    let parents = Clique::all_local(2);
+    let p0 = parents[0].split(Some(3));
+    let p1 = parents[1].split(Some(3));
+    let c0 = ManuallyDrop::new(Communicator::fake_in(NonNull::dangling(), 2, p0.bind(0, 2)));
+    let mut e = Counting::default();
+    group_of(
+        &mut e,
+        std::slice::from_ref(&c0),
+        vec![(0, bcast::<f32>(8 << 20, 0))],
+    )
+    .unwrap();
+    c0.out_of_step(&bcast::<f32>(1, 0));
+    let c1 = ManuallyDrop::new(Communicator::fake_in(NonNull::dangling(), 2, p1.bind(1, 2)));
+    let comms = [c0, c1];
+    let err = group_of(&mut e, &comms, vec![(1, bcast::<f32>(4 << 20, 0))]).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err:?}");
+    assert!(err.to_string().contains("out of step"), "{err}");
+    assert_eq!(e.issued.len(), 1, "only rank 0's broadcast was launched");
+}
+
+/// A split child that does not fit its siblings (a rank bound twice) breaks
+/// the clique and refuses calls, rather than going on uncompared.
+#[test]
+fn unit_clique_bind_misfit_refuses() {
+    let parents = Clique::all_local(2);
+    let p0 = parents[0].split(Some(1));
+    let p1 = parents[1].split(Some(1));
+    let c0 = ManuallyDrop::new(Communicator::fake_in(NonNull::dangling(), 2, p0.bind(0, 2)));
+    let c1 = ManuallyDrop::new(Communicator::fake_in(NonNull::dangling(), 2, p1.bind(0, 2)));
+    let comms = [c0, c1];
+    let mut e = Counting::default();
+    let err = group_of(&mut e, &comms, vec![(1, bcast::<f32>(4, 0))]).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err:?}");
+    assert!(e.issued.is_empty());
+}
+
+/// A send to a rank of another process, posted while a sibling was still
+/// pending, is kept only until the last sibling is bound (before the fix a
+/// successful bind did not prune: it stayed for good).
+#[test]
+fn unit_clique_bind_prunes_remote_p2p() {
+    let parents = Clique::all_local(2);
+    let p0 = parents[0].split(Some(5));
+    let p1 = parents[1].split(Some(5));
+    let c0 = ManuallyDrop::new(Communicator::fake_in(NonNull::dangling(), 8, p0.bind(0, 8)));
+    let mut e = Counting::default();
+    group_of(&mut e, std::slice::from_ref(&c0), vec![(0, send(16, 6))]).unwrap();
+    assert_eq!(
+        c0.member().unwrap().held(),
+        1,
+        "kept while rank 1 is pending"
+    );
+    let m1 = p1.bind(1, 8);
+    assert_eq!(
+        m1.held(),
+        0,
+        "rank 6 is in another process: nothing to keep"
+    );
+}
+
+/// A member whose communicator was aborted leaves its clique: the other
+/// ranks' positions complete without it instead of piling up (before the
+/// fix an aborted, undropped communicator kept every position open).
+#[test]
+fn unit_clique_aborted_member_releases_positions() {
+    let comms = clique_of(3);
+    comms[2].member().unwrap().leave();
+    let mut e = Counting::default();
+    for n in 1..=5 {
+        group_of(
+            &mut e,
+            &comms,
+            vec![(0, bcast::<f32>(n, 0)), (1, bcast::<f32>(n, 0))],
+        )
+        .unwrap();
+    }
+    assert_eq!(comms[0].member().unwrap().held(), 0);
+    // Still compared between the ranks left.
+    group_of(&mut e, &comms, vec![(0, bcast::<f32>(9, 0))]).unwrap();
+    let err = group_of(&mut e, &comms, vec![(1, bcast::<f32>(8, 0))]).unwrap_err();
+    assert!(matches!(err, Error::Mismatch { .. }), "{err:?}");
+}
+
+/// While an abort of a communicator of a split family runs (a background
+/// abort past its bound included), every member of the family refuses
+/// calls; once it ended they are usable again.
+#[test]
+fn unit_family_refuses_calls_while_an_abort_runs() {
+    let parent = ManuallyDrop::new(Communicator::fake(NonNull::dangling()));
+    let mut child = ManuallyDrop::new(Communicator::fake(NonNull::dangling()));
+    let stranger = ManuallyDrop::new(Communicator::fake(NonNull::dangling()));
+    parent.adopt(&mut child);
+    assert!(child.live().is_ok());
+    let running = parent.family().begin_abort();
+    for c in [&parent, &child] {
+        let err = c.live().unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument { .. }), "{err:?}");
+        assert!(err.to_string().contains("being aborted"), "{err}");
+    }
+    assert!(stranger.live().is_ok(), "another family is not concerned");
+    drop(running);
+    assert!(child.live().is_ok() && parent.live().is_ok());
+}
+
+/// Where an abort of a communicator whose job NCCL may hold runs: on the
+/// calling thread, unbounded, only before NCCL 2.27 (its group job is in
+/// the issuing thread's storage: `__thread struct ncclGroupJob
+/// ncclGroupJobMain` in 2.26.6's group.cc), on the bounded helper from 2.27
+/// (heap-allocated, reference-counted `ncclGroupJob` in 2.27.3 and 2.30.7).
+/// Before the fix every linked abort ran unbounded on the calling thread.
+#[test]
+fn unit_linked_abort_is_bounded_from_nccl_2_27() {
+    use super::comm::abort_here_for;
+    assert!(abort_here_for(true, Some((2, 18))));
+    assert!(abort_here_for(true, Some((2, 26))));
+    assert!(abort_here_for(true, None), "unknown version: the safe side");
+    assert!(!abort_here_for(true, Some((2, 27))));
+    assert!(!abort_here_for(true, Some((2, 30))));
+    assert!(!abort_here_for(true, Some((3, 0))));
+    assert!(!abort_here_for(false, Some((2, 18))));
+    assert!(!abort_here_for(false, None));
 }

@@ -44,7 +44,9 @@ impl Communicator {
     /// (as PyTorch's watchdog does), and when NCCL reports an error or
     /// `timeout` passes first, it aborts the communicator (`ncclCommAbort`:
     /// NCCL's kernels quit, so the stream drains; this waits up to 10 s
-    /// more for that) and returns the error. A dead peer thus yields an
+    /// more for that; before NCCL 2.27 the abort of a non-blocking
+    /// communicator whose last call was not seen finished is not bounded:
+    /// see [`Communicator`]) and returns the error. A dead peer thus yields an
     /// error instead of a hang. Call it after the collectives (outside a
     /// [`group`](super::group)) where a stream synchronize would go.
     ///

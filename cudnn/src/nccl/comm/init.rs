@@ -46,13 +46,17 @@ pub(crate) fn parse_nccl_int(text: &str) -> Option<i64> {
 
 /// `init_rank_timeout` cannot bound a communicator that the environment
 /// forces blocking (`NCCL_COMM_BLOCKING=1`): its initialisation, calls and
-/// finalize would all wait without a deadline.
+/// finalize would all wait without a deadline. NCCL reads the value as an
+/// `int64_t` (`ncclParamCommBlocking`, `strtoll`; out of range: its
+/// default) and stores it in an `int` (`int blockingEnv` in
+/// `parseCommConfig`), so only its low 32 bits count: `4294967297` forces
+/// blocking as `1` does.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] naming `NCCL_COMM_BLOCKING` and its value.
 pub(crate) fn refuse_forced_blocking(value: Option<&str>) -> Result<()> {
     if let Some(v) = value
-        && parse_nccl_int(v) == Some(1)
+        && parse_nccl_int(v).is_some_and(|n| n.rem_euclid(1 << 32) == 1)
     {
         return Err(Error::invalid(
             "NCCL_COMM_BLOCKING",
@@ -72,7 +76,7 @@ impl Communicator {
     /// [`init_rank_timeout`](Self::init_rank_timeout)).
     ///
     /// # Errors
-    /// [`Error::InGroup`] inside a [`group`](super::group);
+    /// [`Error::InGroup`] inside a [`group`](crate::nccl::group);
     /// [`Error::InvalidArgument`] when `size` is 0 or `rank >= size` (before
     /// NCCL is called); [`Error::Nccl`] naming the rank when NCCL fails (no
     /// device, the other ranks never came).
@@ -230,10 +234,10 @@ impl Communicator {
 
     /// One communicator per device of `devices`, all in this process
     /// (`ncclCommInitAll`): rank `i` is `devices[i]`. Collectives on them
-    /// from one thread must be issued inside one [`group`](super::group).
+    /// from one thread must be issued inside one [`group`](crate::nccl::group).
     ///
     /// # Errors
-    /// [`Error::InGroup`] inside a [`group`](super::group);
+    /// [`Error::InGroup`] inside a [`group`](crate::nccl::group);
     /// [`Error::InvalidArgument`] when `devices` is empty or names a device
     /// twice; [`Error::Nccl`] when NCCL fails.
     #[doc(alias = "ncclCommInitAll")]

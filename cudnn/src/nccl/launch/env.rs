@@ -67,12 +67,61 @@ pub const VARIABLES: [&str; 16] = [
 /// The longest [`Token`], in bytes.
 pub const MAX_TOKEN_BYTES: usize = 256;
 
-/// The shortest [`Token`], in bytes: 32, so that a token of hex digits
-/// holds 128 bits (`openssl rand -hex 16`, or [`Token::generate`]). A
-/// rank's proof is a MAC over a nonce that whatever answers at rank 0's
-/// address chose, so whoever poses as rank 0 can try tokens against it
-/// offline: only a token of 128 bits or more makes that hopeless.
-pub const MIN_TOKEN_BYTES: usize = 32;
+/// The shortest [`Token`] text, in bytes: 22, base64 of 16 bytes without
+/// padding. A rank's proof is a MAC over a nonce that whatever answers at
+/// rank 0's address chose, so whoever poses as rank 0 can try tokens
+/// against it offline: only a token of 128 bits or more, drawn at random,
+/// makes that hopeless. Counting bytes does not count bits (a phrase of 32
+/// letters holds far fewer), so a token must also be written in a form of
+/// random bytes: see [`Token::new`].
+pub const MIN_TOKEN_BYTES: usize = 22;
+
+/// The fewest hex digits of a [`Token`] written in hex (128 bits).
+pub const MIN_TOKEN_HEX_DIGITS: usize = 32;
+
+/// The fewest bytes a [`Token`] written in base64 must decode to (128 bits).
+pub const MIN_TOKEN_DECODED_BYTES: usize = 16;
+
+/// What [`Token::new`] asks of a token's text.
+const TOKEN_RULE: &str = "must be at least 128 bits drawn at random, written as \
+    32 or more hex digits (`openssl rand -hex 16`, or Token::generate) or as base64 or \
+    base64url of 16 or more bytes (`openssl rand -base64 16`) that mixes at least two of \
+    upper case, lower case and digits; at most 256 bytes (a phrase is not random bytes, \
+    whatever its length)";
+
+/// Whether `text` is written as random bytes of at least 128 bits: 32 or
+/// more hex digits (a text of hex digits only is read as hex), or base64 /
+/// base64url (padding optional, one alphabet) of at least 16 bytes mixing
+/// at least two of upper case, lower case and digits. The mix refuses
+/// phrases (`my-training-job-token-for-team-a` is valid base64url);
+/// random base64 of 16 bytes lacks it with a probability below 1e-7.
+pub(crate) fn token_form_ok(text: &str) -> bool {
+    let b = text.as_bytes();
+    if b.iter().all(u8::is_ascii_hexdigit) {
+        return b.len() >= MIN_TOKEN_HEX_DIGITS;
+    }
+    let body = text.strip_suffix("==").or_else(|| text.strip_suffix('='));
+    let padded = body.is_some();
+    let body = body.unwrap_or(text).as_bytes();
+    if padded && !b.len().is_multiple_of(4) || body.len() % 4 == 1 {
+        return false;
+    }
+    let std_alpha = |c: &u8| c.is_ascii_alphanumeric() || *c == b'+' || *c == b'/';
+    let url_alpha = |c: &u8| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'_';
+    if !body.iter().all(std_alpha) && !body.iter().all(url_alpha) {
+        return false;
+    }
+    let decoded = body.len() / 4 * 3 + (body.len() % 4).saturating_sub(1);
+    let classes = [
+        body.iter().any(u8::is_ascii_uppercase),
+        body.iter().any(u8::is_ascii_lowercase),
+        body.iter().any(u8::is_ascii_digit),
+    ]
+    .iter()
+    .filter(|&&c| c)
+    .count();
+    decoded >= MIN_TOKEN_DECODED_BYTES && classes >= 2
+}
 
 /// A shared secret every rank of one job is given (by [`TOKEN_VAR`]): rank
 /// 0's TCP server hands the unique id only to a peer that proves it holds
@@ -98,22 +147,27 @@ impl PartialEq for Token {
 impl Eq for Token {}
 
 impl Token {
-    /// A token from its text: [`MIN_TOKEN_BYTES`] to [`MAX_TOKEN_BYTES`]
-    /// bytes, drawn at random (32 hex digits hold 128 bits).
+    /// A token from its text: at most [`MAX_TOKEN_BYTES`] bytes of 128
+    /// bits or more drawn at random, written as
+    /// [`MIN_TOKEN_HEX_DIGITS`] or more hex digits (`openssl rand -hex 16`,
+    /// [`Token::generate`]; a text of hex digits only is read as hex), or
+    /// as base64 or base64url (padding optional) of
+    /// [`MIN_TOKEN_DECODED_BYTES`] or more bytes (`openssl rand -base64
+    /// 16`) that mixes at least two of upper case, lower case and digits.
+    /// The crate cannot measure how random a text is; the form refuses
+    /// phrases and short secrets, which a false rank 0 could guess
+    /// offline.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming `token` (or, read from the
-    /// environment, [`TOKEN_VAR`]) and its length in bytes when it is
-    /// shorter than [`MIN_TOKEN_BYTES`] or longer than [`MAX_TOKEN_BYTES`].
+    /// environment, [`TOKEN_VAR`]), its length in bytes and the rule, when
+    /// it is longer than [`MAX_TOKEN_BYTES`] or not in one of these forms.
     pub fn new(text: impl Into<String>) -> Result<Self> {
         let text = text.into();
-        if text.len() < MIN_TOKEN_BYTES || text.len() > MAX_TOKEN_BYTES {
+        if text.len() > MAX_TOKEN_BYTES || !token_form_ok(&text) {
             return Err(Error::invalid(
                 "token",
-                format!(
-                    "must be {MIN_TOKEN_BYTES} to {MAX_TOKEN_BYTES} bytes (at least 128 bits: \
-                     e.g. 32 hex digits from `openssl rand -hex 16`, or Token::generate)"
-                ),
+                TOKEN_RULE,
                 format!("{} bytes", text.len()),
             ));
         }

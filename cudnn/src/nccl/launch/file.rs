@@ -36,6 +36,18 @@
 //! redirect a write or a removal to another folder. The id file and the
 //! job's folder are removed by name only while that name still is the file
 //! or folder this rank made.
+//!
+//! `mkdirat` does not say which folder it made, and in a parent that others
+//! may write (no sticky bit) another user can swap a folder of this user in
+//! its place before rank 0 opens it (`renameat2` with `RENAME_EXCHANGE`
+//! needs no right on the folders it moves). Rank 0 therefore takes the
+//! opened folder as the job's only when its name still is that folder and
+//! it is empty, as a folder just made is; anything else is refused and left
+//! untouched. And when the job's folder is removed, only the names this
+//! protocol writes in it (`ack-<rank>-<32 hex>`, `ok-<rank>-<32 hex>`,
+//! `abort`) are unlinked, never every entry: a folder that is not the
+//! job's loses nothing else (and, not empty, stays). Use a folder only
+//! this user can write all the same.
 
 use std::collections::HashMap;
 use std::io::{self, Read};
@@ -219,15 +231,44 @@ fn open_folder(parent: &Dir, name: &str, me: u32) -> Result<(Dir, Meta), String>
     Ok((dir, m))
 }
 
-/// Empty the job's folder through its descriptor, then remove it from
-/// `parent` while its name still is that folder.
+/// Remove the names the protocol writes in the job's folder (through its
+/// descriptor), then the folder from `parent` while its name still is that
+/// folder. Nothing else is removed: a folder that is not the job's (or a
+/// file another process put there) keeps every other entry, and a folder
+/// that is not empty then stays.
 fn remove_folder(parent: &Dir, name: &str, dir: &Dir, was: &Meta) {
     if let Ok(entries) = dir.list() {
-        for e in entries {
-            dir.remove(&e);
+        for e in entries.iter().filter(|e| protocol_name(e)) {
+            dir.remove(e);
         }
     }
     parent.rmdir_if(name, was);
+}
+
+/// Whether `entry` is a name this module writes in a job's folder:
+/// `abort`, or `ack-<rank>-<nonce>` / `ok-<rank>-<nonce>` with a rank
+/// without leading zeros and a nonce of 32 lowercase hex digits.
+fn protocol_name(entry: &str) -> bool {
+    if entry == ABORT {
+        return true;
+    }
+    let Some(rest) = entry
+        .strip_prefix("ack-")
+        .or_else(|| entry.strip_prefix("ok-"))
+    else {
+        return false;
+    };
+    let Some((digits, nonce)) = rest.split_once('-') else {
+        return false;
+    };
+    let rank_ok = !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'));
+    rank_ok
+        && nonce.len() == 32
+        && nonce
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// The complete first line of `text`, `None` while it is being written.
@@ -269,6 +310,18 @@ pub(crate) fn publish(
     id: &UniqueId,
     deadline: Deadline,
 ) -> Result<(), String> {
+    publish_with(path, ranks, id, deadline, &|_: &str| {})
+}
+
+/// [`publish`], with `made` called between the creation of the job's
+/// folder and its opening (tests swap folders there).
+fn publish_with(
+    path: &Path,
+    ranks: Ranks,
+    id: &UniqueId,
+    deadline: Deadline,
+    made: &dyn Fn(&str),
+) -> Result<(), String> {
     let (parent, name) = split(path)?;
     if parent.meta_at(&name).ok().flatten().is_some() {
         return Err(format!(
@@ -282,8 +335,30 @@ pub(crate) fn publish(
     parent
         .mkdir(&dname)
         .map_err(|e| format!("creating {}: {e}", parent.show(&dname).display()))?;
+    made(&dname);
     // From here on the folder is reached only through this descriptor.
     let (dir, dmeta) = open_folder(&parent, &dname, me())?;
+    // mkdirat tells nothing of what it made: in a parent others may write
+    // (no sticky bit), another user can rename a folder of this user in
+    // place of the new one between mkdirat and openat (renameat2 with
+    // RENAME_EXCHANGE needs no right on the folders moved). The descriptor
+    // is taken as the job's folder only when the name still is it and it
+    // is empty, as a folder just made is; otherwise nothing in it or of it
+    // is touched.
+    let still = parent
+        .meta_at(&dname)
+        .ok()
+        .flatten()
+        .is_some_and(|m| m.same(&dmeta));
+    let empty = dir.list().is_ok_and(|l| l.is_empty());
+    if !still || !empty {
+        return Err(format!(
+            "{} was replaced by another folder while rank 0 made it (someone renames \
+             folders in {}: use a folder only this user can write); nothing in it was touched",
+            parent.show(&dname).display(),
+            parent.shown().display()
+        ));
+    }
     let size = ranks.size();
     let idmeta = match parent.create(&name, &format!("{MAGIC} {size} {job} {id}\n")) {
         Ok(m) => m,
@@ -609,5 +684,149 @@ impl Receiver<'_> {
             }
             pause(deadline, &mut poll);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::PathBuf;
+
+    /// A fresh private folder for one test.
+    fn scratch(tag: &str) -> PathBuf {
+        let mut n = [0u8; 8];
+        let _ = getrandom::fill(&mut n);
+        let hex: String = n.iter().map(|b| format!("{b:02x}")).collect();
+        let p = std::env::temp_dir().join(format!("cudnn-rs-{tag}-{hex}"));
+        std::fs::create_dir(&p).unwrap();
+        p
+    }
+
+    fn c(p: &Path) -> CString {
+        CString::new(p.as_os_str().as_bytes()).unwrap()
+    }
+
+    /// Where the victim's file is, after any swap: under `ckpt` or under
+    /// the name rank 0 made.
+    fn victim_file(base: &Path) -> Option<PathBuf> {
+        std::fs::read_dir(base)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.path().join("weights"))
+            .find(|p| p.is_file())
+    }
+
+    /// The attack of the review: a folder of this user is swapped in place
+    /// of the job's folder between mkdirat and openat. Rank 0 must refuse
+    /// it and touch nothing in it (before the fix a one-rank job finished
+    /// at once and emptied and removed the victim's folder).
+    #[test]
+    fn swapped_folder_is_refused_and_untouched() {
+        let base = scratch("swap");
+        let ckpt = base.join("ckpt");
+        std::fs::create_dir(&ckpt).unwrap();
+        let mut perm = std::fs::metadata(&ckpt).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o700);
+        std::fs::set_permissions(&ckpt, perm).unwrap();
+        std::fs::write(ckpt.join("weights"), b"precious").unwrap();
+        let id = UniqueId::from_bytes(&[7u8; crate::nccl::UNIQUE_ID_BYTES]).unwrap();
+        let ranks = Ranks::new(0, 1).unwrap();
+        let swap = |dname: &str| {
+            let a = c(&base.join(dname));
+            let b = c(&ckpt);
+            // SAFETY: both are NUL-terminated paths; RENAME_EXCHANGE swaps
+            // two existing names atomically.
+            let r = unsafe {
+                libc::renameat2(
+                    libc::AT_FDCWD,
+                    a.as_ptr(),
+                    libc::AT_FDCWD,
+                    b.as_ptr(),
+                    libc::RENAME_EXCHANGE,
+                )
+            };
+            assert_eq!(r, 0, "renameat2: {}", io::Error::last_os_error());
+        };
+        let r = publish_with(
+            &base.join("id"),
+            ranks,
+            &id,
+            Deadline::after(Duration::from_secs(2)),
+            &swap,
+        );
+        let found = victim_file(&base);
+        let text = found.as_ref().map(std::fs::read_to_string);
+        let _ = std::fs::remove_dir_all(&base);
+        let e = r.expect_err("a swapped folder must be refused");
+        assert!(e.contains("replaced by another folder"), "{e}");
+        assert_eq!(
+            text.and_then(|t| t.ok()).as_deref(),
+            Some("precious"),
+            "the victim's file must survive"
+        );
+    }
+
+    /// Removing the job's folder removes only the names the protocol
+    /// writes (before the fix it unlinked every entry).
+    #[test]
+    fn remove_folder_keeps_foreign_names() {
+        let base = scratch("rm");
+        let d = base.join("job.d");
+        std::fs::create_dir(&d).unwrap();
+        let nonce = "0123456789abcdef0123456789abcdef";
+        let ours = [
+            format!("ack-1-{nonce}"),
+            format!("ok-12-{nonce}"),
+            "abort".to_string(),
+        ];
+        // Near misses: not written by the protocol.
+        let foreign = [
+            "weights".to_string(),
+            format!("ack-01-{nonce}"),
+            format!("ok-1-{}", nonce.to_uppercase()),
+            format!("ack-1-{nonce}0"),
+            "ack-1-".to_string(),
+            "aborted".to_string(),
+        ];
+        for n in ours.iter().chain(&foreign) {
+            std::fs::write(d.join(n), b"x").unwrap();
+        }
+        let parent = Dir::open(&base).unwrap();
+        let dir = parent.open_dir("job.d").unwrap();
+        let was = dir.meta().unwrap();
+        remove_folder(&parent, "job.d", &dir, &was);
+        let left: Vec<String> = std::fs::read_dir(&d)
+            .map(|r| {
+                r.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let _ = std::fs::remove_dir_all(&base);
+        for n in &foreign {
+            assert!(left.contains(n), "{n} was removed; left {left:?}");
+        }
+        for n in &ours {
+            assert!(!left.contains(n), "{n} was kept; left {left:?}");
+        }
+    }
+
+    /// The names the protocol writes are recognised, and nothing else
+    /// (hand-written cases).
+    #[test]
+    fn protocol_names() {
+        let n = "ffffffffffffffffffffffffffffffff";
+        assert!(protocol_name("abort"));
+        assert!(protocol_name(&format!("ack-0-{n}")));
+        assert!(protocol_name(&format!("ok-4095-{n}")));
+        assert!(!protocol_name(&format!("ack-00-{n}")));
+        assert!(!protocol_name(&format!("ack--{n}")));
+        assert!(!protocol_name(&format!("nak-1-{n}")));
+        assert!(!protocol_name(&format!("ok-1-{}", &n[1..])));
+        assert!(!protocol_name(&format!("ok-1-{}g", &n[1..])));
+        assert!(!protocol_name(""));
+        assert!(!protocol_name("."));
     }
 }

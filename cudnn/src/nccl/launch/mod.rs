@@ -68,10 +68,11 @@
 //! disturb its bootstrap) or can take a rank's place, and a process that
 //! binds the port before rank 0 can hand the ranks an id of its own. On a
 //! machine or network others share, give every rank the same
-//! `CUDNN_RS_RENDEZVOUS_TOKEN` of at least 32 bytes (for example
+//! `CUDNN_RS_RENDEZVOUS_TOKEN` of 128 random bits or more, written as 32
+//! or more hex digits or as base64 of 16 or more bytes (for example
 //! `CUDNN_RS_RENDEZVOUS_TOKEN=$(openssl rand -hex 16)`, or
-//! [`Token::generate`], exported before the launcher; a shorter token is
-//! refused). With it, each rank proves it holds it first, then rank 0
+//! [`Token::generate`], exported before the launcher; a shorter token, or
+//! a phrase, is refused: see [`Token::new`]). With it, each rank proves it holds it first, then rank 0
 //! (HMAC-SHA256 over fresh nonces of both; the token never travels), and
 //! the id travels masked and tagged, so a squatter learns neither and a
 //! relay that alters the id is caught. Rank 0 sends nothing keyed by the
@@ -116,8 +117,8 @@ use std::time::Duration;
 pub use address::Rendezvous;
 pub use env::{
     DEFAULT_TIMEOUT, LOCAL_RANK_VARS, LOCAL_SIZE_VARS, LaunchEnv, MAX_TIMEOUT, MAX_TOKEN_BYTES,
-    MIN_TIMEOUT, MIN_TOKEN_BYTES, RANK_VARS, RENDEZVOUS_VAR, TIMEOUT_VAR, TOKEN_VAR, Token,
-    VARIABLES,
+    MIN_TIMEOUT, MIN_TOKEN_BYTES, MIN_TOKEN_DECODED_BYTES, MIN_TOKEN_HEX_DIGITS, RANK_VARS,
+    RENDEZVOUS_VAR, TIMEOUT_VAR, TOKEN_VAR, Token, VARIABLES,
 };
 
 use super::{Communicator, Ranks, UniqueId};

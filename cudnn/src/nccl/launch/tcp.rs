@@ -26,9 +26,10 @@
 //! symmetric exposure remains on the other side: whatever answers at rank
 //! 0's address (a process that took the port first) chooses the nonce each
 //! connecting rank then proves over, so it gets one MAC per connection and
-//! can grind guesses against it offline. Tokens are therefore at least
-//! [`MIN_TOKEN_BYTES`](super::env::MIN_TOKEN_BYTES) bytes (128 bits as hex
-//! digits), which no offline search exhausts.
+//! can grind guesses against it offline. Tokens are therefore 128 bits
+//! or more written as random bytes (hex or base64: see
+//! [`Token::new`](super::env::Token::new)), which no offline search
+//! exhausts.
 //!
 //! Rank 0 serves every connection on its own thread, at most
 //! [`MAX_IN_FLIGHT`] at once: a connection has [`HELLO_LIMIT`] to prove

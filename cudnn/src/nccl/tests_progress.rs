@@ -1,0 +1,169 @@
+//! Unit tests of the settling of non-blocking calls with a mocked NCCL
+//! (no library, no device): the calls that release NCCL's job record are
+//! made on the issuing thread, before `settle` returns.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::thread::ThreadId;
+use std::time::Duration;
+
+use super::progress::{Deadline, JobCalls, Settled, settle_with};
+use super::sys;
+use crate::error::Result;
+
+use sys::ncclResult_t as R;
+
+/// A scripted NCCL that logs each call with the thread that made it.
+struct Mock {
+    version: (u32, u32),
+    /// Answers of `ncclCommGetAsyncError`, in order (the last repeats).
+    states: RefCell<VecDeque<R>>,
+    /// Answers of `ncclGroupStart`, in order (then `ncclSuccess`).
+    starts: RefCell<VecDeque<R>>,
+    log: RefCell<Vec<(&'static str, ThreadId)>>,
+}
+
+impl Mock {
+    fn new(version: (u32, u32), states: &[R], starts: &[R]) -> Self {
+        Mock {
+            version,
+            states: RefCell::new(states.iter().copied().collect()),
+            starts: RefCell::new(starts.iter().copied().collect()),
+            log: RefCell::new(Vec::new()),
+        }
+    }
+
+    fn note(&self, call: &'static str) {
+        self.log
+            .borrow_mut()
+            .push((call, std::thread::current().id()));
+    }
+
+    fn calls(&self) -> Vec<&'static str> {
+        self.log.borrow().iter().map(|(c, _)| *c).collect()
+    }
+}
+
+impl JobCalls for Mock {
+    fn version(&self) -> Result<(u32, u32)> {
+        Ok(self.version)
+    }
+    unsafe fn state(&self, _: sys::ncclComm_t) -> Result<R> {
+        self.note("ncclCommGetAsyncError");
+        let mut q = self.states.borrow_mut();
+        Ok(if q.len() > 1 {
+            q.pop_front().unwrap()
+        } else {
+            *q.front().unwrap()
+        })
+    }
+    unsafe fn group_start(&self) -> Result<R> {
+        self.note("ncclGroupStart");
+        Ok(self
+            .starts
+            .borrow_mut()
+            .pop_front()
+            .unwrap_or(R::ncclSuccess))
+    }
+    unsafe fn group_end(&self) -> Result<R> {
+        self.note("ncclGroupEnd");
+        Ok(R::ncclSuccess)
+    }
+    unsafe fn comm_count(&self, _: sys::ncclComm_t) -> Result<R> {
+        self.note("ncclCommCount");
+        Ok(R::ncclSuccess)
+    }
+}
+
+/// Settle on a thread of its own (the issuing thread); the log as it is
+/// when `settle` returned, and whether every call was made on that thread.
+fn settle_on_a_thread(m: Mock) -> (Settled, Vec<&'static str>, bool) {
+    std::thread::spawn(move || {
+        let me = std::thread::current().id();
+        let deadline = Deadline::after(Duration::from_secs(5));
+        // SAFETY: the mock never dereferences the communicator.
+        let r = unsafe { settle_with(&m, std::ptr::null_mut(), &deadline) }.unwrap();
+        let here = m.log.borrow().iter().all(|(_, t)| *t == me);
+        (r, m.calls(), here)
+    })
+    .join()
+    .unwrap()
+}
+
+/// NCCL 2.19 and later: once the state reads ready, `ncclCommCount`
+/// (which runs `ncclCommEnsureReady`, completing and unlinking the job) is
+/// called on the issuing thread before `settle` returns.
+#[test]
+fn unit_settle_counts_on_the_issuing_thread_from_2_19() {
+    for version in [(2, 19), (2, 25), (2, 26), (2, 30)] {
+        let m = Mock::new(
+            version,
+            &[R::ncclInProgress, R::ncclInProgress, R::ncclSuccess],
+            &[],
+        );
+        let (r, calls, here) = settle_on_a_thread(m);
+        assert_eq!(r, Settled::Ready, "{version:?}");
+        assert_eq!(
+            calls,
+            [
+                "ncclCommGetAsyncError",
+                "ncclCommGetAsyncError",
+                "ncclCommGetAsyncError",
+                "ncclCommCount"
+            ],
+            "{version:?}"
+        );
+        assert!(here, "{version:?}: a call made on another thread");
+    }
+}
+
+/// Before NCCL 2.19 the job lives in the issuing thread's storage: an
+/// empty group on that thread, retried while `ncclGroupStart` answers
+/// `ncclInvalidUsage` (the job not done yet), completes it before `settle`
+/// returns.
+#[test]
+fn unit_settle_opens_an_empty_group_before_2_19() {
+    let m = Mock::new(
+        (2, 18),
+        &[R::ncclInProgress, R::ncclSuccess],
+        &[R::ncclInvalidUsage, R::ncclInvalidUsage],
+    );
+    let (r, calls, here) = settle_on_a_thread(m);
+    assert_eq!(r, Settled::Ready);
+    assert_eq!(
+        calls,
+        [
+            "ncclCommGetAsyncError",
+            "ncclCommGetAsyncError",
+            "ncclGroupStart",
+            "ncclGroupStart",
+            "ncclGroupStart",
+            "ncclGroupEnd",
+            "ncclCommCount"
+        ]
+    );
+    assert!(here, "a call made on another thread");
+}
+
+/// A failed communicator is reported, and no job is settled (the abort
+/// that follows joins it).
+#[test]
+fn unit_settle_failed_settles_nothing() {
+    let m = Mock::new((2, 21), &[R::ncclInProgress, R::ncclRemoteError], &[]);
+    let (r, calls, _) = settle_on_a_thread(m);
+    assert_eq!(r, Settled::Failed(R::ncclRemoteError));
+    assert!(!calls.contains(&"ncclCommCount"), "{calls:?}");
+}
+
+/// At the deadline a communicator still in progress times out, with no
+/// job settled.
+#[test]
+fn unit_settle_times_out_in_progress() {
+    let m = Mock::new((2, 21), &[R::ncclInProgress], &[]);
+    let deadline = Deadline::after(Duration::from_millis(30));
+    // SAFETY: the mock never dereferences the communicator.
+    let r = unsafe { settle_with(&m, std::ptr::null_mut(), &deadline) }.unwrap();
+    assert_eq!(r, Settled::TimedOut);
+    assert!(!m.calls().contains(&"ncclCommCount"));
+}
