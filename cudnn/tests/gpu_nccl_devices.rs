@@ -210,7 +210,7 @@ mod imp {
     /// need not do: the communicator is re-wrapped with `from_raw` (its
     /// mode then unknown, so `is_non_blocking` turns true only once the
     /// crate sees `ncclInProgress`), and when the worker's calls never saw
-    /// it the test says so on stderr as skipped. The calls the crate makes
+    /// it the test says so on stderr and checks only the results. The calls the crate makes
     /// to release the job on the issuing thread are checked without a
     /// device by `tests_progress` (a mocked NCCL).
     fn worker_thread_exits() -> TestResult {
@@ -255,13 +255,15 @@ mod imp {
         .join()
         .map_err(|_| "the worker panicked")??;
         if seen_before || !comm.is_non_blocking() {
+            // Not a skip: the results below are still checked after the
+            // worker exited; only the job-record path is not exercised.
             eprintln!(
-                "skipped: gpu::worker_thread_exits_then_use_and_drop: NCCL never answered \
+                "note: gpu::worker_thread_exits_then_use_and_drop: NCCL never answered \
                  ncclInProgress to the worker's calls (seen before the worker: {seen_before}), \
-                 so no job was linked to the exited thread and the test proves nothing \
-                 (not counted as passed)"
+                 so no job was linked to the exited thread: this run checks the results of \
+                 use and drop after the worker exited, not the job-record release (which \
+                 tests_progress checks against a mocked NCCL)"
             );
-            return Ok(());
         }
         // The worker has exited; use and drop both here.
         dev.set_current()?;
