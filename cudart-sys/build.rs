@@ -1,5 +1,7 @@
-//! Build script shared by cudart-sys, cudnn-sys, cublas-sys and nccl-sys (the others
-//! link to this file). It does nothing unless feature `link` is on: then it
+//! Build script of the -sys crates: the same file in cudart-sys, cudnn-sys,
+//! cublas-sys and nccl-sys (a copy in each, so each folder builds on its own;
+//! a test of xtask keeps the copies identical). It picks its library by the
+//! crate's `links` key. It does nothing unless feature `link` is on: then it
 //! finds the library directory from the same variables the run-time loader
 //! uses and tells rustc to link against it. It writes nothing but to OUT_DIR
 //! (and writes nothing there today).
@@ -16,12 +18,12 @@ struct Lib {
 
 fn libs(links: &str) -> &'static [Lib] {
     match links {
-        "cudnn" => &[Lib {
+        "cudnn_rs_cudnn" => &[Lib {
             link: "cudnn",
             files: &["libcudnn.so", "libcudnn.so.9", "libcudnn.so.8"],
             override_var: "CUDNN_LIB_DIR",
         }],
-        "cublas" => &[
+        "cudnn_rs_cublas" => &[
             Lib {
                 link: "cublas",
                 files: &["libcublas.so", "libcublas.so.13", "libcublas.so.12"],
@@ -33,7 +35,7 @@ fn libs(links: &str) -> &'static [Lib] {
                 override_var: "CUBLASLT_LIB_DIR",
             },
         ],
-        "nccl" => &[Lib {
+        "cudnn_rs_nccl" => &[Lib {
             link: "nccl",
             files: &["libnccl.so", "libnccl.so.2"],
             override_var: "NCCL_LIB_DIR",

@@ -1,6 +1,6 @@
 //! Compile-fail proofs (trybuild): lifetimes and dtypes the type system must
 //! reject. Needs no device and no CUDA libraries. Regenerate the expected
-//! output with `TRYBUILD=overwrite cargo test -p cudnn --test compile_fail`.
+//! output with `TRYBUILD=overwrite cargo test -p cudnn-rs --test compile_fail`.
 
 #[test]
 fn compile_fail() {

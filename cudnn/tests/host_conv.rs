@@ -10,7 +10,7 @@
 //!
 //! Mismatched element types (an f32 tensor with an f16 filter) do not
 //! compile: that is a `compile_fail` doc test in `cudnn/src/dnn/conv_ops.rs`
-//! (`cargo test -p cudnn --doc conv_ops`), next to the `no_run` example that
+//! (`cargo test -p cudnn-rs --doc conv_ops`), next to the `no_run` example that
 //! does compile.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

@@ -2,7 +2,7 @@
 //! against cuDNN, the agreement property test, and a leak check.
 //!
 //! Run against cuDNN 9 (default) and 8.9:
-//! `CUDNN_RS_SEARCH_PATH=$PWD/.cuda-libs/cuda12 cargo test -p cudnn --test host_descriptors`.
+//! `CUDNN_RS_SEARCH_PATH=$PWD/.cuda-libs/cuda12 cargo test -p cudnn-rs --test host_descriptors`.
 //!
 //! # The agreement property test
 //! For random descriptor configurations, valid and invalid (zero, huge,

@@ -4,7 +4,7 @@
 //! problems within the bounds are answered at once. One case per reported
 //! reproducer; each must return in under a second in a debug build.
 //!
-//! Run it in release too (`cargo test --release -p cudnn --test
+//! Run it in release too (`cargo test --release -p cudnn-rs --test
 //! unit_reference_robust`): the products that used to wrap silently there
 //! are errors in every profile.
 

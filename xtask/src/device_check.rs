@@ -89,7 +89,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         &[
             "test",
             "-p",
-            "cudnn",
+            "cudnn-rs",
             "--features",
             "nccl,cudarc",
             "--release",

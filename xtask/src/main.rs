@@ -76,3 +76,44 @@ pub fn workspace_root() -> PathBuf {
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     here.parent().map(PathBuf::from).unwrap_or(here)
 }
+
+#[cfg(test)]
+mod package_tests {
+    //! Each published crate is self-contained: the -sys crates carry the same
+    //! build script as a file of their own, and every crate its license
+    //! files, copies that must not drift apart.
+
+    use super::workspace_root;
+
+    fn read(rel: &str) -> Vec<u8> {
+        let p = workspace_root().join(rel);
+        std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
+
+    #[test]
+    fn sys_build_scripts_are_one_file() {
+        let first = read("cudart-sys/build.rs");
+        for c in ["cudnn-sys", "cublas-sys", "nccl-sys"] {
+            let p = workspace_root().join(c).join("build.rs");
+            let meta = std::fs::symlink_metadata(&p).expect("build.rs");
+            assert!(meta.is_file(), "{c}/build.rs must be a file, not a link");
+            assert!(
+                read(&format!("{c}/build.rs")) == first,
+                "{c}/build.rs differs from cudart-sys/build.rs: copy it over"
+            );
+        }
+    }
+
+    #[test]
+    fn every_published_crate_carries_the_licenses() {
+        for l in ["LICENSE-MIT", "LICENSE-APACHE"] {
+            let root = read(l);
+            for c in ["cudart-sys", "cudnn-sys", "cublas-sys", "nccl-sys", "cudnn"] {
+                assert!(
+                    read(&format!("{c}/{l}")) == root,
+                    "{c}/{l} differs from the root's"
+                );
+            }
+        }
+    }
+}

@@ -55,19 +55,25 @@ pub fn test(args: &[String]) -> Result<(), String> {
     let search = std::env::join_paths([&c910, &cu12])
         .map_err(|e| format!("joining the cudnn910 and cuda12 folders: {e}"))?;
     let mut cmd = cargo();
-    cmd.args(["test", "-p", "cudnn", "--test", "host_graph_norm_attention"])
-        // Issue 24's attention options (their tests are all named `sdpa_*`).
-        .args(["--test", "host_sdpa_options"])
-        .args(["--test", "host_sdpa_ragged"])
-        .args(["--test", "host_sdpa_seq_lengths"])
-        .args(args)
-        .args(["--", "sdpa"]);
+    cmd.args([
+        "test",
+        "-p",
+        "cudnn-rs",
+        "--test",
+        "host_graph_norm_attention",
+    ])
+    // Issue 24's attention options (their tests are all named `sdpa_*`).
+    .args(["--test", "host_sdpa_options"])
+    .args(["--test", "host_sdpa_ragged"])
+    .args(["--test", "host_sdpa_seq_lengths"])
+    .args(args)
+    .args(["--", "sdpa"]);
     cmd.env("CUDNN_RS_REQUIRE_LIBS", "1")
         .env("CUDNN_RS_EXPECT_CUDNN", "9.10")
         .env("CUDNN_RS_SEARCH_PATH", search);
     status(
         cmd,
-        "cargo test -p cudnn --test host_graph_norm_attention -- sdpa (stack cudnn910, libraries required)",
+        "cargo test -p cudnn-rs --test host_graph_norm_attention -- sdpa (stack cudnn910, libraries required)",
     )?;
     torch211(&torch, args)
 }
@@ -84,17 +90,17 @@ fn cudarc(dir: &Path, args: &[String]) -> Result<(), String> {
     };
     let features = ["--features", "nccl,cudarc"];
     let mut cmd = cargo();
-    cmd.args(["test", "-p", "cudnn", "--lib"])
+    cmd.args(["test", "-p", "cudnn-rs", "--lib"])
         .args(features)
         .args(args)
         .args(["--", "interop::"]);
     env(&mut cmd);
     status(
         cmd,
-        "cargo test -p cudnn --features nccl,cudarc --lib -- interop::",
+        "cargo test -p cudnn-rs --features nccl,cudarc --lib -- interop::",
     )?;
     let mut cmd = cargo();
-    cmd.args(["test", "-p", "cudnn"]).args(features);
+    cmd.args(["test", "-p", "cudnn-rs"]).args(features);
     for t in ["compile_fail", "host_cudarc", "gpu_cudarc"] {
         cmd.args(["--test", t]);
     }
@@ -102,7 +108,7 @@ fn cudarc(dir: &Path, args: &[String]) -> Result<(), String> {
     env(&mut cmd);
     status(
         cmd,
-        "cargo test -p cudnn --features nccl,cudarc --test compile_fail --test host_cudarc --test gpu_cudarc",
+        "cargo test -p cudnn-rs --features nccl,cudarc --test compile_fail --test host_cudarc --test gpu_cudarc",
     )?;
     let mut cmd = cargo();
     cmd.args([
@@ -133,7 +139,7 @@ fn torch211(dir: &Path, args: &[String]) -> Result<(), String> {
             .env("CUDNN_RS_SEARCH_PATH", dir);
     };
     let mut cmd = cargo();
-    cmd.args(["test", "-p", "cudnn"]);
+    cmd.args(["test", "-p", "cudnn-rs"]);
     for t in TORCH211_TESTS {
         cmd.args(["--test", t]);
     }
@@ -142,7 +148,7 @@ fn torch211(dir: &Path, args: &[String]) -> Result<(), String> {
     status(
         cmd,
         &format!(
-            "cargo test -p cudnn --test {} (stack torch211, libraries required)",
+            "cargo test -p cudnn-rs --test {} (stack torch211, libraries required)",
             TORCH211_TESTS.join(" --test ")
         ),
     )?;
