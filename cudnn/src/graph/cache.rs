@@ -499,12 +499,13 @@ impl PlanCache {
     /// an unsigned file (a tag, if any, is ignored); every other check runs.
     ///
     /// # Safety
-    /// If the file carries compiled code, it must be a file this crate's
-    /// [`to_text`](Self::to_text) or [`save`](Self::save) wrote, with the
-    /// loaded cuDNN, not changed since, so that each entry's plan JSON is
-    /// cuDNN's JSON of a plan of the graph its tensor list describes:
-    /// otherwise executing a loaded plan can read and write memory outside
-    /// the bound buffers. See
+    /// If the file carries compiled code, each entry's plan JSON must be
+    /// cuDNN's JSON, unchanged, of a plan built with the loaded cuDNN for a
+    /// graph whose IoSignature is exactly the entry's tensor list (names
+    /// aside): otherwise executing a loaded plan can read and write memory
+    /// outside the bound buffers. A file this crate's
+    /// [`to_text`](Self::to_text) or [`save`](Self::save) wrote with the
+    /// loaded cuDNN, not changed since, is one. See
     /// [`Plan::from_cudnn_json_unverified`](super::Plan::from_cudnn_json_unverified).
     ///
     /// # Errors

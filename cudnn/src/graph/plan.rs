@@ -582,11 +582,12 @@ impl Plan {
     /// If `json` carries compiled code, it must be cuDNN's JSON of a plan
     /// built (by this crate or NVIDIA's frontend, with the loaded cuDNN) for
     /// a graph whose IO signature is exactly `io`: the IoSignature of the
-    /// graph the plan was built from, every field of it (tensors with their
-    /// uids, names, shapes, strides, types and roles; by-value scalars with
-    /// their values; scratch tensors; ragged-offset marks), and must not have
-    /// been changed since: otherwise executing the plan can read and write
-    /// memory outside the bound buffers.
+    /// graph the plan was built from, every field of it but the tensors'
+    /// names (tensors with their uids, shapes, strides, types and roles;
+    /// by-value scalars with their values; scratch tensors with their sizes;
+    /// ragged-offset marks), and must not have been changed since: otherwise
+    /// executing the plan can read and write memory outside the bound
+    /// buffers.
     ///
     /// # Errors
     /// As [`from_cudnn_json`](Self::from_cudnn_json), but for compiled code.
@@ -749,10 +750,11 @@ impl Plan {
     ///
     /// # Safety
     /// As [`from_cudnn_json_unverified`](Self::from_cudnn_json_unverified):
-    /// if the file carries compiled code, it must be a file
-    /// [`serialize`](Self::serialize) wrote (with the loaded cuDNN), not
-    /// changed since, so that its plan JSON is cuDNN's JSON of a plan of the
-    /// graph its tensor list describes.
+    /// if the file carries compiled code, its plan JSON must be cuDNN's JSON,
+    /// unchanged, of a plan built with the loaded cuDNN for a graph whose
+    /// IoSignature is exactly the file's tensor list (names aside). A file
+    /// [`serialize`](Self::serialize) wrote with the loaded cuDNN, not
+    /// changed since, is one.
     ///
     /// # Errors
     /// As [`deserialize`](Self::deserialize), but for compiled code.
