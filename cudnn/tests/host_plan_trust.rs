@@ -607,5 +607,111 @@ fn main() {
         Ok(())
     }));
 
+    t.push(host9("fuzz_capacity_and_load_reports_agree", || {
+        let t = h200()?;
+        let f = fixture(&t)?;
+        let key = PlanKey::generate()?;
+        let signed = f.cache.to_signed_text(&key)?;
+        let mut runner = TestRunner::new(Config {
+            cases: 24,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        // Any capacity, any number of plans held before: the report's
+        // counts are the cache's (4 entries in the file, counted by hand).
+        runner
+            .run(&(1usize..7, 0usize..3), |(cap, before)| {
+                let c = PlanCache::new(cap);
+                for n in 0..before {
+                    c.get_or_build(
+                        &conv_plain(8 + 2 * n as i64).map_err(fail)?,
+                        &t,
+                        &Policy::default(),
+                    )
+                    .map_err(fail)?;
+                }
+                let held = c.len();
+                let r = c
+                    .load_text(&signed, &t, Trust::SignedBy(&key))
+                    .map_err(fail)?;
+                let want_loaded = 4.min(cap);
+                let ok = r.entries() == 4
+                    && r.loaded == want_loaded
+                    && r.skipped.len() == 4 - want_loaded
+                    && r.is_complete() == (cap >= 4)
+                    && r.evicted == (held + 4).saturating_sub(cap)
+                    && c.len() == (held + 4).min(cap);
+                if ok {
+                    Ok(())
+                } else {
+                    Err(TestCaseError::fail(format!(
+                        "cap {cap}, {held} held: {r:?}, cache {}",
+                        c.len()
+                    )))
+                }
+            })
+            .map_err(|e| format!("{e}"))?;
+        Ok(())
+    }));
+
+    t.push(host9(
+        "fuzz_key_files_load_only_when_private_and_whole",
+        || {
+            use std::os::unix::fs::PermissionsExt;
+            let dir = temp_dir("keys")?;
+            let mut runner = TestRunner::new(Config {
+                cases: 64,
+                failure_persistence: None,
+                ..Config::default()
+            });
+            // A key file of any length and mode: PlanKey::load reads it only
+            // when it is 32 bytes and private (the documented rules), never
+            // creates one, and never panics.
+            runner
+                .run(
+                    &(
+                        prop::collection::vec(any::<u8>(), 0..70),
+                        0u32..0o1000,
+                        any::<bool>(),
+                    ),
+                    |(bytes, mode, present)| {
+                        let path = PlanKey::key_file(&dir);
+                        let _ = std::fs::remove_file(&path);
+                        if present {
+                            std::fs::write(&path, &bytes).map_err(fail)?;
+                            std::fs::set_permissions(
+                                &path,
+                                std::fs::Permissions::from_mode(mode | 0o400),
+                            )
+                            .map_err(fail)?;
+                        }
+                        let r = PlanKey::load(&dir);
+                        let private = (mode | 0o400) & 0o077 == 0;
+                        let good = present && bytes.len() == 32 && private;
+                        match (r, present) {
+                            (Ok(None), false) if !path.exists() => Ok(()),
+                            (Ok(Some(_)), true) if good => Ok(()),
+                            (Err(Error::InvalidArgument { arg, .. }), true)
+                                if !good && arg.contains(&path.display().to_string()) =>
+                            {
+                                Ok(())
+                            }
+                            (other, _) => Err(TestCaseError::fail(format!(
+                                "{} bytes, mode {mode:o}, present {present}: {other:?}",
+                                bytes.len()
+                            ))),
+                        }
+                    },
+                )
+                .map_err(|e| format!("{e}"))?;
+            std::fs::remove_dir_all(&dir)?;
+            Ok(())
+        },
+    ));
+
     run(t)
+}
+
+fn fail(e: impl std::fmt::Display) -> TestCaseError {
+    TestCaseError::fail(e.to_string())
 }
