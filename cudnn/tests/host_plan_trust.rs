@@ -151,8 +151,49 @@ fn with_byte(text: &str, at: usize, b: u8) -> Option<String> {
     String::from_utf8(v).ok()
 }
 
+/// Child process: make the key file in the given folder under umask 0377.
+fn child_umask(dir: &str) -> i32 {
+    // SAFETY: umask takes a mode, touches no memory and cannot fail; this
+    // process runs nothing else.
+    unsafe { libc::umask(0o377) };
+    match PlanKey::load_or_create(std::path::Path::new(dir)) {
+        Ok(_) => 0,
+        Err(e) => {
+            eprintln!("{e}");
+            1
+        }
+    }
+}
+
 fn main() {
+    if let Ok(dir) = std::env::var("CUDNN_RS_TRUST_CHILD_UMASK") {
+        std::process::exit(child_umask(&dir));
+    }
     let mut t = vec![];
+
+    t.push(host9("a_new_key_file_is_0600_whatever_the_umask", || {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = temp_dir("umask")?;
+        // Made in a child process (a umask is process-wide).
+        let out = std::process::Command::new(std::env::current_exe()?)
+            .env("CUDNN_RS_TRUST_CHILD_UMASK", &dir)
+            .output()?;
+        ensure!(
+            out.status.success(),
+            "the child failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let m = std::fs::metadata(PlanKey::key_file(&dir))?;
+        // The documented mode, not what the umask left (0400).
+        ensure!(
+            m.permissions().mode() & 0o777 == 0o600,
+            "mode {:o}",
+            m.permissions().mode() & 0o777
+        );
+        ensure!(PlanKey::load(&dir)?.is_some(), "the key reads back");
+        std::fs::remove_dir_all(&dir)?;
+        Ok(())
+    }));
 
     t.push(host9("signed_cache_reloads_every_entry", || {
         let t = h200()?;

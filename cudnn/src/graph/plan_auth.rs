@@ -829,6 +829,32 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 
+    #[cfg(unix)]
+    #[test]
+    fn unit_key_creation_removes_only_its_own_temporary_file() {
+        // Files already at every temporary name this process can use in
+        // the folder (the counter is far below 512 here): the creation
+        // fails at its exclusive open, and must leave them all in place
+        // (before the fix it removed the one it collided with).
+        let d = folder("tmpclash");
+        let name = PlanKey::key_file(&d)
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let pid = std::process::id();
+        for n in 0..512 {
+            std::fs::write(d.join(format!(".{name}.tmp-{pid}-{n}")), b"not ours").unwrap();
+        }
+        match PlanKey::load_or_create(&d) {
+            Err(Error::Io { kind, .. }) => assert_eq!(kind, std::io::ErrorKind::AlreadyExists),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 512);
+        assert!(!PlanKey::key_file(&d).exists());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
     #[test]
     fn unit_split_and_check_never_panic_on_odd_text() {
         let k = PlanKey::from_bytes(&[1u8; 32]).unwrap();
