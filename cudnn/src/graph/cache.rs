@@ -17,10 +17,11 @@
 //! A runtime-compiled plan carries compiled kernel code, so a cache file is
 //! executable code. [`PlanCache::save`] signs the file with a [`PlanKey`]
 //! (see its docs); [`PlanCache::load`] takes an explicit [`Trust`] and loads
-//! compiled code only from a file whose tag verifies under the given key.
-//! Every other entry with compiled code is skipped and reported in the
-//! `#[must_use]` [`LoadReport`]; the `unsafe` `*_unverified` loaders take
-//! compiled code from files no key vouches for.
+//! compiled code only from a file whose tag verifies under the given key. A
+//! file whose tag does not verify is refused whole; from a file without a
+//! tag (or a load without a key) every entry with compiled code is skipped
+//! and reported in the `#[must_use]` [`LoadReport`]; the `unsafe`
+//! `*_unverified` loaders take compiled code from files no key vouches for.
 
 use std::collections::{HashSet, VecDeque};
 use std::path::Path;

@@ -7,8 +7,9 @@
 //! from a file the program can prove it wrote: the crate appends to the plan
 //! files and plan-cache files it writes a tag, an HMAC-SHA256 under a
 //! [`PlanKey`] the program holds, over the whole file before the tag. A file
-//! without a tag that verifies under the key loads only its plans without
-//! compiled code (every plan is still checked against its tensor list).
+//! without a tag loads only its plans without compiled code (every plan is
+//! still checked against its tensor list); a file whose tag does not verify
+//! under the key (another key's, or changed since) is refused whole.
 //! Anything else goes through the `unsafe` `*_unverified` loaders, whose
 //! caller vouches for the file.
 //!
@@ -192,7 +193,9 @@ pub enum Trust<'k> {
     /// or skipped and reported (a plan cache). Tags are not checked.
     NoCompiledCode,
     /// Compiled code only from a file whose tag verifies under this key (a
-    /// file this program saved with it); from any other file, as
+    /// file this program saved with it). A file with a tag that does not
+    /// verify (another key's, or changed since it was signed) is refused
+    /// whole (`InvalidArgument`); a file without a tag loads as under
     /// [`NoCompiledCode`](Self::NoCompiledCode).
     SignedBy(&'k PlanKey),
 }
@@ -208,7 +211,8 @@ pub enum Authentication {
     /// The file carries no tag (written unsigned, or by another program).
     Missing,
     /// The file's tag does not verify under the key (made with another key,
-    /// or the file was changed after it was written).
+    /// or the file was changed after it was written). The safe loaders
+    /// refuse such a file, so no load report carries this value.
     Invalid,
     /// Loaded by an `unsafe` `*_unverified` loader: its caller vouched for
     /// the file, and no tag was checked.
