@@ -2,18 +2,27 @@
 //! machine with no GPU, write them to a plan-cache file, and (on a GPU) load
 //! that file with no planning at all.
 //!
-//!     cargo run --example aot -- [--target h200] [--out plans.txt] [--load plans.txt]
+//!     cargo run --example aot -- [--target h200] [--out plans.txt] [--load plans.txt] [--key-dir DIR]
 //!
 //! The set: a ResNet-50 bottleneck block's convolutions in NHWC bf16
 //! (1x1 reduce, 3x3, 1x1 expand, each + bias + ReLU, at batch 32, 56x56),
 //! and a transformer MLP's matmul + bias + GELU in bf16.
 //! `--load FILE` loads a file for the live device (or `--target`) and
 //! reports the time; without `--load`, on a GPU the file just written is
-//! loaded back for the device. The file is signed with the per-user key in
-//! its folder (`cudnn-rs-plan.key`, created 0600 on first use), so its
-//! runtime-compiled plans reload without `unsafe`.
+//! loaded back for the device.
+//!
+//! The file is signed with the user's plan key, so its runtime-compiled
+//! plans reload without `unsafe`. The key file (`cudnn-rs-plan-<uid>.key`,
+//! created 0600 on first use) lives in `--key-dir`, by default
+//! `$HOME/.cudnn-rs` (made 0700, and refused unless private): never in a
+//! folder other users can write, such as the temporary folder. `--load`
+//! only reads the key (`PlanKey::load`, which creates nothing, so a
+//! read-only folder works); without one it loads the plans that carry no
+//! compiled code (`Trust::NoCompiledCode`) and says how many it skipped.
+//! Without `--out`, the file goes to a fresh private temporary folder,
+//! signed with a key made for this run, and is removed at the end.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use cudnn::graph::{
@@ -70,12 +79,92 @@ fn arg(args: &[String], name: &str) -> Option<String> {
         .cloned()
 }
 
-/// The folder of a cache file, where its key file lives.
-fn key_folder(file: &std::path::Path) -> &std::path::Path {
-    match file.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => std::path::Path::new("."),
+fn io_err(op: &str, path: &Path, e: std::io::Error) -> cudnn::Error {
+    cudnn::Error::invalid(op, e.to_string(), path.display())
+}
+
+/// A folder only this user can use: made with mode 0700 if missing
+/// (`create` true), refused if it is a link, not a folder, or open to the
+/// group or others. `None` if missing and not to be created.
+#[cfg(unix)]
+fn private_folder(d: &Path, create: bool) -> cudnn::Result<Option<PathBuf>> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    match std::fs::symlink_metadata(d) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if !create {
+                return Ok(None);
+            }
+            match std::fs::DirBuilder::new().mode(0o700).create(d) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io_err("creating the key folder", d, e)),
+            }
+        }
+        Err(e) => return Err(io_err("reading the key folder", d, e)),
+        Ok(_) => {}
     }
+    let m = std::fs::symlink_metadata(d).map_err(|e| io_err("reading the key folder", d, e))?;
+    if !m.file_type().is_dir() || m.mode() & 0o077 != 0 {
+        return Err(cudnn::Error::invalid(
+            format!("key folder {}", d.display()),
+            "must be a folder (not a link) only its owner can use (mode 0700)",
+            format!("mode {:04o}", m.mode() & 0o7777),
+        ));
+    }
+    Ok(Some(d.to_path_buf()))
+}
+
+#[cfg(not(unix))]
+fn private_folder(d: &Path, _create: bool) -> cudnn::Result<Option<PathBuf>> {
+    Err(cudnn::Error::invalid(
+        "key folder",
+        "needs Unix permissions to be kept private",
+        d.display(),
+    ))
+}
+
+/// The folder of the user's key file: `--key-dir`, else `$HOME/.cudnn-rs`.
+fn key_folder(args: &[String]) -> Option<PathBuf> {
+    arg(args, "--key-dir")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cudnn-rs")))
+}
+
+/// A fresh private temporary folder: mode 0700, a name no folder had
+/// (`create` fails on anything already there, so one another user made
+/// first is never used; another name is tried).
+#[cfg(unix)]
+fn fresh_temp_folder() -> cudnn::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let base = std::env::temp_dir();
+    for attempt in 0..64u32 {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let d = base.join(format!(
+            "cudnn-rs-aot-{}-{nanos:x}-{attempt}",
+            std::process::id()
+        ));
+        match std::fs::DirBuilder::new().mode(0o700).create(&d) {
+            Ok(()) => return Ok(d),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(io_err("creating a temporary folder", &d, e)),
+        }
+    }
+    Err(cudnn::Error::invalid(
+        "temporary folder",
+        "a fresh name",
+        base.display(),
+    ))
+}
+
+#[cfg(not(unix))]
+fn fresh_temp_folder() -> cudnn::Result<PathBuf> {
+    Err(cudnn::Error::invalid(
+        "temporary folder",
+        "needs Unix permissions to be kept private",
+        std::env::temp_dir().display(),
+    ))
 }
 
 fn run() -> cudnn::Result<()> {
@@ -88,14 +177,29 @@ fn run() -> cudnn::Result<()> {
             None => Target::device(0)?,
         };
         let file = PathBuf::from(file);
-        // The key file beside the cache file, as when it was written.
-        let key = PlanKey::load_or_create(key_folder(&file))?;
-        return load(&file, &target, &key, gpu);
+        // The user's key, read, never created: the file was signed with it
+        // when it was written. Without one, only plans without compiled code.
+        let key = match key_folder(&args) {
+            Some(d) => match private_folder(&d, false)? {
+                Some(d) => PlanKey::load(&d)?,
+                None => None,
+            },
+            None => None,
+        };
+        if key.is_none() {
+            println!("no plan key: loading the plans without compiled code");
+        }
+        return load(&file, &target, key.as_ref(), gpu);
     }
     let target = Target::preset(named.as_deref().unwrap_or("h200"))?;
-    let out = arg(&args, "--out").map(PathBuf::from).unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("cudnn-rs-aot-{}.txt", std::process::id()))
-    });
+    // Without --out: a fresh private folder, removed at the end.
+    let (out, scratch) = match arg(&args, "--out") {
+        Some(o) => (PathBuf::from(o), None),
+        None => {
+            let d = fresh_temp_folder()?;
+            (d.join("plans.txt"), Some(d))
+        }
+    };
     println!("planning for {} (no GPU needed)", target.fingerprint());
     let cache = PlanCache::new(64);
     let policy = Policy::default();
@@ -109,15 +213,16 @@ fn run() -> cudnn::Result<()> {
             t0.elapsed().as_secs_f64() * 1e3
         );
     }
-    // The per-user key beside the file (created 0600 on first use): the
+    // The user's key in a private folder (created 0600 on first use): the
     // saved file is signed with it, so a later load under the same key
-    // restores the runtime-compiled plans too.
-    // (A file in the shared temporary folder, removed at the end, takes a
-    // key of its own for this run.)
-    let key = if arg(&args, "--out").is_some() {
-        PlanKey::load_or_create(key_folder(&out))?
-    } else {
-        PlanKey::generate()?
+    // restores the runtime-compiled plans too. A file removed at the end
+    // takes a key of its own for this run.
+    let key = match (&scratch, key_folder(&args)) {
+        (None, Some(d)) => match private_folder(&d, true)? {
+            Some(d) => PlanKey::load_or_create(&d)?,
+            None => PlanKey::generate()?,
+        },
+        _ => PlanKey::generate()?,
     };
     cache.save(&out, &key)?;
     let bytes = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
@@ -129,7 +234,7 @@ fn run() -> cudnn::Result<()> {
     if gpu {
         let device = Target::device(0)?;
         if device.properties().compatible(&target.fingerprint()) {
-            load(&out, &device, &key, gpu)?;
+            load(&out, &device, Some(&key), gpu)?;
         } else {
             println!(
                 "this GPU ({}) is not the target; not loading",
@@ -137,20 +242,23 @@ fn run() -> cudnn::Result<()> {
             );
         }
     }
-    if arg(&args, "--out").is_none() {
-        let _ = std::fs::remove_file(&out);
+    if let Some(d) = scratch {
+        std::fs::remove_dir_all(&d).map_err(|e| io_err("removing the temporary folder", &d, e))?;
     }
     Ok(())
 }
 
-fn load(file: &std::path::Path, target: &Target, key: &PlanKey, gpu: bool) -> cudnn::Result<()> {
+fn load(file: &Path, target: &Target, key: Option<&PlanKey>, gpu: bool) -> cudnn::Result<()> {
     let t0 = Instant::now();
     let cache = PlanCache::new(64);
-    // This program signed the file with its key a moment ago: its
-    // runtime-compiled plans load with their compiled code (without a valid
-    // tag they would be skipped: a plan file with compiled code is
-    // executable code).
-    let report = cache.load(file, target, Trust::SignedBy(key))?;
+    // Signed with the user's key: its runtime-compiled plans load with their
+    // compiled code. Without the key (or a file without a valid tag) they are
+    // skipped and reported: a plan file with compiled code is executable code.
+    let trust = match key {
+        Some(k) => Trust::SignedBy(k),
+        None => Trust::NoCompiledCode,
+    };
+    let report = cache.load(file, target, trust)?;
     println!("  {report}");
     for s in &report.skipped {
         println!("  skipped entry {}: {}", s.index, s.reason);
@@ -163,8 +271,15 @@ fn load(file: &std::path::Path, target: &Target, key: &PlanKey, gpu: bool) -> cu
     );
     for (name, g) in graphs()? {
         let hit = cache.get(&g, target, &Policy::default()).is_some();
-        println!("  {name:<40} {}", if hit { "cached" } else { "MISSING" });
-        if !hit {
+        let state = match (hit, report.is_complete()) {
+            (true, _) => "cached",
+            (false, false) => "skipped (built on first use)",
+            (false, true) => "MISSING",
+        };
+        println!("  {name:<40} {state}");
+        // A skipped plan (reported above) is rebuilt on first use; a plan
+        // missing from a complete load is an error.
+        if !hit && report.is_complete() {
             return Err(cudnn::Error::invalid(
                 "plan cache",
                 "must hold every plan of the set",

@@ -314,8 +314,10 @@ fn load_case(text: &str, raw: bool, t: &Target, trusted: bool, baseline: &Guards
         };
     }
     let r = if trusted {
-        // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-        // checks must refuse; nothing loaded here runs on a GPU.
+        // SAFETY: outside the contract on purpose for mutated inputs: `text` is a plan
+        // file built here or a random mutation of one; the property under test is that
+        // the checks refuse every mutation that would reach cuDNN unsafely, and no
+        // loaded plan is ever executed (host test).
         unsafe { Plan::deserialize_unverified(text, t) }
     } else {
         Plan::deserialize(text, t, Trust::NoCompiledCode)
@@ -434,8 +436,8 @@ fn main() {
             let baselines: Vec<Guards> = texts
                 .iter()
                 .map(|x| {
-                    // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-                    // checks must refuse; nothing loaded here runs on a GPU.
+                    // SAFETY: `x` is `serialize()` of a plan built in this process with the loaded
+                    // cuDNN, unchanged (the unmutated baselines).
                     unsafe { Plan::deserialize_unverified(x, &t) }
                         .map(|p| guards_of(&p))
                         .unwrap_or_default()

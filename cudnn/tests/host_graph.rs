@@ -882,8 +882,8 @@ fn main() {
             let file = p.serialize()?;
             // Written by this test a moment ago: trusted (the matmul fusion
             // carries compiled code, which an untrusted load refuses).
-            // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-            // checks must refuse; nothing loaded here runs on a GPU.
+            // SAFETY: `file` is `serialize()` of the plan built just above with the loaded
+            // cuDNN, unchanged.
             let q = unsafe { Plan::deserialize_unverified(&file, &t) }?;
             ensure!(
                 q.workspace_size() == p.workspace_size(),
@@ -897,8 +897,21 @@ fn main() {
             );
             ensure!(q.io() == p.io(), "{label}: io differs");
             // Fresh process.
-            let dir = std::env::temp_dir().join(format!("cudnn-rs-plan-{}", std::process::id()));
-            std::fs::create_dir_all(&dir)?;
+            // A fresh private folder (0700, made here: `create` fails on
+            // a folder that is already there), so only this test writes
+            // the file the child loads.
+            let dir = std::env::temp_dir().join(format!(
+                "cudnn-rs-plan-{}-{:x}-{label_n}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.subsec_nanos()),
+                label_n = label.len()
+            ));
+            {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+            }
             let path = dir.join("plan.txt");
             std::fs::write(&path, &file)?;
             std::fs::write(dir.join("plan.json"), &json)?;
@@ -1373,8 +1386,9 @@ fn child_load(path: &str) -> i32 {
         let text =
             std::fs::read_to_string(path).map_err(|e| Error::invalid("path", "readable", e))?;
         let t = Target::preset("h200")?;
-        // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-        // checks must refuse; nothing loaded here runs on a GPU.
+        // SAFETY: `path` is the plan file the parent test wrote with `serialize()` of a
+        // plan it built with the loaded cuDNN, unchanged, into a fresh 0700 folder
+        // it made (no other user can change it).
         let p = unsafe { Plan::deserialize_unverified(&text, &t) }?;
         let json = std::fs::read_to_string(std::path::Path::new(path).with_file_name("plan.json"))
             .map_err(|e| Error::invalid("path", "readable", e))?;

@@ -201,12 +201,12 @@ fn main() {
                         other => return Err(format!("{name}: {what}: {other:?}").into()),
                     }
                 }
-                // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-                // checks must refuse; nothing loaded here runs on a GPU.
+                // SAFETY: `file` is `serialize()` of the plan built just above with the loaded
+                // cuDNN, unchanged.
                 let back = unsafe { Plan::deserialize_unverified(&file, &t) }?;
                 ensure!(back.is_runtime_compiled(), "{name}: trusted load");
-                // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-                // checks must refuse; nothing loaded here runs on a GPU.
+                // SAFETY: `json` is cuDNN's JSON, unchanged, of the plan built just above with the
+                // loaded cuDNN, and `io` is that plan's own IoSignature.
                 unsafe { Plan::from_cudnn_json_unverified(&json, &t, io) }?;
                 // Why refused and not stripped: cuDNN cannot finalize the plan
                 // without its payload (it does not recompile from the graph).
@@ -237,8 +237,10 @@ fn main() {
                         &format!("/engine/payload/kernels/0/kernelParams/offsets/{i}/uid"),
                         Value::from(987_654),
                     )?;
-                    // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-                    // checks must refuse; nothing loaded here runs on a GPU.
+                    // SAFETY: outside the contract on purpose: `bad` is an edit (a kernel
+                    // parameter's uid made one no tensor has) that the crate's checks must
+                    // refuse before cuDNN sees it; the typed refusal is asserted below, and
+                    // no plan is executed.
                     match unsafe {
                         Plan::from_cudnn_json_unverified(&bad, &t, Arc::new(p.io().clone()))
                     } {
@@ -495,8 +497,8 @@ fn main() {
                     other => return Err(format!("scratch size: {other:?}").into()),
                 }
                 // And the right one loads.
-                // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-                // checks must refuse; nothing loaded here runs on a GPU.
+                // SAFETY: `p.cudnn_json()` is cuDNN's JSON, unchanged, of the plan built just above with the
+                // loaded cuDNN, and `p.io()` is that plan's own IoSignature.
                 unsafe {
                     Plan::from_cudnn_json_unverified(&p.cudnn_json()?, &t, Arc::new(p.io().clone()))
                 }?;
@@ -531,8 +533,9 @@ fn main() {
         let v1 = file
             .replacen("cudnn-rs plan v2\n", "cudnn-rs plan v1\n", 1)
             .replacen(&format!("\ncudnn {n}\n"), "\n", 1);
-        // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-        // checks must refuse; nothing loaded here runs on a GPU.
+        // SAFETY: `v1` is `serialize()` of the plan built above, rewritten only in its
+        // header to format 1 (the version line dropped); its tensor list and plan JSON
+        // are unchanged, which is what the contract asks of them.
         unsafe { Plan::deserialize_unverified(&v1, &t) }?;
         let (h1, j1) = split_plan_file(&v1).ok_or("no JSON")?;
         let old = with_json(

@@ -660,8 +660,8 @@ fn main() {
                 ensure!(e.to_string().contains("finalizeMode"), "{e}");
             }
             // Our own plan (a runtime-compiled one carries kernel code: trusted).
-            // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-            // checks must refuse; nothing loaded here runs on a GPU.
+            // SAFETY: `json` is cuDNN's JSON, unchanged, of the plan built just above with the
+            // loaded cuDNN, and `og.io()` is that plan's own IoSignature.
             let back = unsafe {
                 Plan::from_cudnn_json_unverified(&json, &target, Arc::new(og.io().clone()))
             }?;

@@ -705,8 +705,8 @@ fn main() {
             "the plan file lists the scratch"
         );
         // Serialized by this test: trusted (SDPA carries compiled code).
-        // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-        // checks must refuse; nothing loaded here runs on a GPU.
+        // SAFETY: `text` is `serialize()` of the plan built just above with the loaded
+        // cuDNN, unchanged.
         let p2 = unsafe { Plan::deserialize_unverified(&text, &target) }?;
         ensure!(p2.io() == p.io(), "io (with scratch) round trips");
         ensure!(
@@ -871,8 +871,8 @@ fn main() {
             let (p, _) = Plan::build(&og, &target, &Policy::default())?;
             let s = p.serialize()?;
             // Serialized by this test: trusted (compiled code loads).
-            // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-            // checks must refuse; nothing loaded here runs on a GPU.
+            // SAFETY: `s` is `serialize()` of the plan built just above with the loaded
+            // cuDNN, unchanged.
             let p2 = unsafe { Plan::deserialize_unverified(&s, &target) }?;
             ensure!(
                 p2.workspace_size() == p.workspace_size(),

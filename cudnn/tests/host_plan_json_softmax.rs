@@ -33,8 +33,11 @@ fn softmax_sub_descriptor() -> TestResult {
     };
     let io = Arc::new(p.io().clone());
     // The frontend's form loads, into the same engine and workspace.
-    // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-    // checks must refuse; nothing loaded here runs on a GPU.
+    // SAFETY: outside the letter of the contract, on purpose: `form` is this plan's
+    // JSON with its softmax statistics rewritten into the frontend's sub-descriptor
+    // form (the same tensor, node and compiled kernels; the frontend writes this
+    // form for the same graph), with this plan's own IoSignature; the test checks
+    // that cuDNN takes that form, and no plan is executed (host test).
     let back = unsafe { Plan::from_cudnn_json_unverified(&form, &t, io.clone()) }?;
     ensure!(
         back.workspace_size() == p.workspace_size(),
@@ -120,8 +123,9 @@ fn softmax_sub_descriptor() -> TestResult {
     let n = cases.len();
     for (label, path, f, want) in cases {
         let bad = edit(&form, &path, f)?;
-        // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-        // checks must refuse; nothing loaded here runs on a GPU.
+        // SAFETY: outside the contract on purpose: `bad` is an edit (the statistics sub-
+        // descriptor changed) that the crate's checks must refuse before cuDNN sees it; the
+        // typed refusal is asserted below, and no plan is executed.
         match unsafe { Plan::from_cudnn_json_unverified(&bad, &t, io.clone()) } {
             Err(e @ (Error::InvalidArgument { .. } | Error::Unsupported { .. })) => {
                 let s = e.to_string();
@@ -140,8 +144,9 @@ fn softmax_sub_descriptor() -> TestResult {
         .find(|x| x.is_output && x.name != "o")
         .ok_or("no stats output")?;
     st.is_output = false;
-    // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-    // checks must refuse; nothing loaded here runs on a GPU.
+    // SAFETY: outside the contract on purpose: the tensor list calls the statistics
+    // an input; the crate's checks must refuse the role before cuDNN sees the JSON
+    // (the typed refusal is asserted below), and no plan is executed.
     match unsafe { Plan::from_cudnn_json_unverified(&form, &t, Arc::new(flipped)) } {
         Err(Error::Mismatch { what, .. }) if what.contains("role") => {
             eprintln!("  stats made an input: {what}")

@@ -508,8 +508,8 @@ fn plan_json_round_trip() -> TestResult {
         let (plan, _) = Plan::build(&og, &t, &Policy::default())?;
         let json = plan.cudnn_json()?;
         let io = std::sync::Arc::new(og.io().clone());
-        // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-        // checks must refuse; nothing loaded here runs on a GPU.
+        // SAFETY: `json` is cuDNN's JSON, unchanged, of the plan built just above with the
+        // loaded cuDNN, and `io` is that plan's own IoSignature.
         let back = unsafe { Plan::from_cudnn_json_unverified(&json, &t, io.clone()) }?;
         let engine_id = |j: &str| {
             j.split("\"engineId\"")
@@ -543,8 +543,9 @@ fn plan_json_round_trip() -> TestResult {
         ] {
             let bad = json.replacen(from, to, 1);
             ensure!(bad != json, "{imp:?}: nothing to tamper ({from})");
-            // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-            // checks must refuse; nothing loaded here runs on a GPU.
+            // SAFETY: outside the contract on purpose: `bad` is an edit (the bias or the
+            // slopes resized) that the crate's checks must refuse before cuDNN sees it; the
+            // typed refusal is asserted below, and no plan is executed.
             match unsafe { Plan::from_cudnn_json_unverified(&bad, &t, io.clone()) } {
                 Err(e) => eprintln!("{imp:?}: tampered ({from} -> {to}) refused: {e}"),
                 Ok(_) => return Err(format!("{imp:?}: tampered plan ({to}) accepted").into()),

@@ -86,8 +86,8 @@ fn round_trip(cfg: &SdpaConfig, t: &Target) -> Result<Trip, String> {
         other => return Err(format!("untrusted load: {:?}", other.map(|_| ()))),
     }
     Ok(Trip::Loaded(
-        // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-        // checks must refuse; nothing loaded here runs on a GPU.
+        // SAFETY: `json` is cuDNN's JSON, unchanged, of the plan built just above with the
+        // loaded cuDNN, and `io` is that plan's own IoSignature.
         match unsafe { Plan::from_cudnn_json_unverified(&json, t, io) } {
             Ok(back) => {
                 let again = back.cudnn_json().map_err(|e| e.to_string())?;
@@ -225,8 +225,10 @@ fn grafted_engines_refused() -> TestResult {
             // kernel to the graph): refused.
             let unnamed = graft.replacen("\"name\":\"attnDesc\",", "", 1);
             ensure!(unnamed != graft, "no attnDesc name in the plan JSON");
-            // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-            // checks must refuse; nothing loaded here runs on a GPU.
+            // SAFETY: outside the contract on purpose: `unnamed` is an edit (another
+            // graph's engine grafted in, the descriptor's name removed) that the crate's
+            // checks must refuse before cuDNN sees it; the typed refusal is asserted below,
+            // and no plan is executed.
             match unsafe {
                 Plan::from_cudnn_json_unverified(&unnamed, &t, Arc::new(s.io().clone()))
             } {
@@ -242,8 +244,9 @@ fn grafted_engines_refused() -> TestResult {
             let st = raw_plan_finalize(&graft)?;
             eprintln!("  larger {what}, {imp:?}: cuDNN finalize of the graft: status {st}");
             let io = Arc::new(s.io().clone());
-            // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-            // checks must refuse; nothing loaded here runs on a GPU.
+            // SAFETY: outside the contract on purpose: `graft` is an edit (a larger graph's
+            // engine grafted into this plan) that the crate's checks must refuse before
+            // cuDNN sees it; the typed refusal is asserted below, and no plan is executed.
             match unsafe { Plan::from_cudnn_json_unverified(&graft, &t, io) } {
                 Err(e @ (Error::Mismatch { .. } | Error::InvalidArgument { .. }))
                     if e.to_string().contains("attention")
@@ -277,8 +280,9 @@ fn grafted_engines_refused() -> TestResult {
         .training(true)
         .implementation(SdpaImpl::Native))?;
     let graft = with_engine(&sj, engine_of(&bj)?)?;
-    // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-    // checks must refuse; nothing loaded here runs on a GPU.
+    // SAFETY: outside the contract on purpose: `graft` is an edit (a larger graph's engine
+    // grafted into this plan) that the crate's checks must refuse before cuDNN sees it; the
+    // typed refusal is asserted below, and no plan is executed.
     let r = unsafe { Plan::from_cudnn_json_unverified(&graft, &t, Arc::new(s.io().clone())) };
     ensure!(
         matches!(&r, Err(Error::Mismatch { .. })),
@@ -314,8 +318,9 @@ fn foreign_param_uids_refused() -> TestResult {
             swap(&json, bwd_buffer, 3_759_583_368_913_738_089),
         ),
     ] {
-        // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-        // checks must refuse; nothing loaded here runs on a GPU.
+        // SAFETY: outside the contract on purpose: `j` is an edit (a kernel parameter's uid
+        // swapped for an unknown one) that the crate's checks must refuse before cuDNN sees
+        // it; the typed refusal is asserted below, and no plan is executed.
         match unsafe { Plan::from_cudnn_json_unverified(&j, &t, io.clone()) } {
             Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains("kernelParams") => {}
             other => return Err(format!("{what}: {:?}", other.map(|_| ())).into()),
@@ -336,8 +341,9 @@ fn foreign_param_uids_refused() -> TestResult {
         "forward's internal uid"
     );
     let j = swap(&fj, internal, bwd_buffer);
-    // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-    // checks must refuse; nothing loaded here runs on a GPU.
+    // SAFETY: outside the contract on purpose: `j` is an edit (a forward plan given a
+    // backward-only buffer uid) that the crate's checks must refuse before cuDNN sees it;
+    // the typed refusal is asserted below, and no plan is executed.
     match unsafe { Plan::from_cudnn_json_unverified(&j, &t, Arc::new(fp.io().clone())) } {
         Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains("kernelParams") => Ok(()),
         other => Err(format!("backward buffer in a forward: {:?}", other.map(|_| ())).into()),

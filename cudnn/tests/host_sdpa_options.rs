@@ -852,8 +852,8 @@ fn paged_tables_need_unsafe_binding() -> TestResult {
                 let io = std::sync::Arc::new(plans[0].io().clone());
                 // This program wrote the JSON: its compiled code is trusted.
                 plans.push(if plans[0].is_runtime_compiled() {
-                    // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-                    // checks must refuse; nothing loaded here runs on a GPU.
+                    // SAFETY: `json` is cuDNN's JSON, unchanged, of the plan built just above with the
+                    // loaded cuDNN, and `io` is that plan's own IoSignature.
                     unsafe { Plan::from_cudnn_json_unverified(&json, &t, io) }?
                 } else {
                     Plan::from_cudnn_json(&json, &t, io)?

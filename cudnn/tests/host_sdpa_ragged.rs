@@ -423,8 +423,8 @@ fn plan_json_keeps_offsets() -> TestResult {
     );
     check_offsets_binding(&plan, "built", &[256], 0)?;
     binding_random(&plan)?;
-    // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-    // checks must refuse; nothing loaded here runs on a GPU.
+    // SAFETY: `json` is cuDNN's JSON, unchanged, of the plan built just above with the
+    // loaded cuDNN, and `io` is that plan's own IoSignature.
     let back = unsafe { Plan::from_cudnn_json_unverified(&json, &target, io.clone()) }?;
     ensure!(back.io().ragged_offsets == io.ragged_offsets, "reloaded");
     // The loaded plan finds its offsets in the JSON (`isRagged`) and keeps
@@ -437,8 +437,8 @@ fn plan_json_keeps_offsets() -> TestResult {
         text.contains("\nragged "),
         "the plan file names the offsets"
     );
-    // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-    // checks must refuse; nothing loaded here runs on a GPU.
+    // SAFETY: `text` is `serialize()` of the plan built just above with the loaded
+    // cuDNN, unchanged.
     let again = unsafe { Plan::deserialize_unverified(&text, &target) }?;
     ensure!(again.io().ragged_offsets == io.ragged_offsets, "plan file");
     check_offsets_binding(&again, "reloaded from the plan file", &[256], 0)?;
@@ -447,8 +447,9 @@ fn plan_json_keeps_offsets() -> TestResult {
         .filter(|l| !l.starts_with("ragged "))
         .map(|l| format!("{l}\n"))
         .collect();
-    // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-    // checks must refuse; nothing loaded here runs on a GPU.
+    // SAFETY: outside the contract on purpose: `stripped` is an edit (the plan file's
+    // ragged-offset mark removed) that the crate's checks must refuse before cuDNN sees it;
+    // the typed refusal is asserted below, and no plan is executed.
     match unsafe { Plan::deserialize_unverified(&stripped, &target) } {
         Err(e) if e.to_string().contains("ragged") => {}
         other => return Err(format!("a plan file without its mark: {:?}", other.err()).into()),
@@ -480,8 +481,10 @@ fn plan_json_keeps_offsets() -> TestResult {
     for t in short_io.tensors.iter_mut().filter(|t| t.uid == short_uid) {
         t.spec = TensorSpec::row_major(DType::I32, &[1, 1, 1, 1])?;
     }
-    // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-    // checks must refuse; nothing loaded here runs on a GPU.
+    // SAFETY: outside the contract on purpose: the tensor list and the JSON shrink
+    // the offsets tensor below the batch; the crate's checks must refuse it before
+    // cuDNN sees the JSON (the typed refusal is asserted below), and no plan is
+    // executed.
     match unsafe {
         Plan::from_cudnn_json_unverified(&short_json, &target, std::sync::Arc::new(short_io))
     } {
@@ -538,8 +541,10 @@ fn plan_json_keeps_offsets() -> TestResult {
         .and_then(|t| t.as_array_mut())
         .ok_or("the graph's tensor list")?
         .push(decl);
-    // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-    // checks must refuse; nothing loaded here runs on a GPU.
+    // SAFETY: outside the contract on purpose: `v` is an edit (the offsets tensor reused as
+    // the query lengths, declared in the graph's tensor list) that the crate's checks must
+    // refuse before cuDNN sees it; the typed refusal is asserted below, and no plan is
+    // executed.
     match unsafe {
         Plan::from_cudnn_json_unverified(&serde_json::to_string(&v)?, &target, io.clone())
     } {
@@ -548,8 +553,10 @@ fn plan_json_keeps_offsets() -> TestResult {
     }
     let mut unmarked = (*io).clone();
     unmarked.ragged_offsets.clear();
-    // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-    // checks must refuse; nothing loaded here runs on a GPU.
+    // SAFETY: outside the contract on purpose: `json` with a tensor list whose
+    // ragged-offset marks are cleared; the crate's checks must refuse it before
+    // cuDNN sees the JSON (the typed refusal is asserted below), and no plan is
+    // executed.
     match unsafe { Plan::from_cudnn_json_unverified(&json, &target, std::sync::Arc::new(unmarked)) }
     {
         Err(e @ Error::Mismatch { .. }) if e.to_string().contains("ragged") => {}

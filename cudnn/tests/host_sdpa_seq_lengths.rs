@@ -100,8 +100,9 @@ fn plans(og: &OpGraph, t: &Target) -> Result<Vec<Named>, Box<dyn std::error::Err
             let io = Arc::new(io);
             // This program wrote the JSON: its compiled code is trusted.
             let loaded = if plan.is_runtime_compiled() {
-                // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-                // checks must refuse; nothing loaded here runs on a GPU.
+                // SAFETY: `json` is cuDNN's JSON, unchanged, of the plan built just above with
+                // the loaded cuDNN; `io` is that plan's IoSignature with only tensor names
+                // changed (names are not part of what the contract protects).
                 unsafe { Plan::from_cudnn_json_unverified(&json, t, io) }
             } else {
                 Plan::from_cudnn_json(&json, t, io)
@@ -378,8 +379,10 @@ fn lengths_cover_the_batch() -> TestResult {
         .uid;
     let trusted = |j: &str, io: cudnn::graph::IoSignature| {
         if plan.is_runtime_compiled() {
-            // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-            // checks must refuse; nothing loaded here runs on a GPU.
+            // SAFETY: called with the plan's own unchanged JSON and IoSignature, and once
+            // outside the contract on purpose with the length tensor shrunk in both, an
+            // edit the crate's checks must refuse before cuDNN sees it (asserted below);
+            // no plan is executed.
             unsafe { Plan::from_cudnn_json_unverified(j, &t, Arc::new(io)) }
         } else {
             Plan::from_cudnn_json(j, &t, Arc::new(io))

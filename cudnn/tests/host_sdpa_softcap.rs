@@ -628,8 +628,9 @@ fn plan_json_round_trip() -> TestResult {
                     std::sync::Arc::new(cp.io().clone()),
                 ),
             ] {
-                // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-                // checks must refuse; nothing loaded here runs on a GPU.
+                // SAFETY: `j` is cuDNN's JSON, unchanged, of the plan built just above (the
+                // softcap graph's or the control's) with the loaded cuDNN, with that plan's
+                // own IoSignature.
                 match (which, unsafe {
                     Plan::from_cudnn_json_unverified(&j, &target, io)
                 }) {
@@ -653,8 +654,8 @@ fn plan_json_round_trip() -> TestResult {
             done += 1;
             continue;
         }
-        // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-        // checks must refuse; nothing loaded here runs on a GPU.
+        // SAFETY: `json` is cuDNN's JSON, unchanged, of the plan built just above with the
+        // loaded cuDNN, and `io` is that plan's own IoSignature.
         let back = unsafe { Plan::from_cudnn_json_unverified(&json, &target, io.clone()) }?;
         let engine_of = |j: &str| -> Option<i64> {
             serde_json::from_str::<serde_json::Value>(j)
@@ -672,8 +673,8 @@ fn plan_json_round_trip() -> TestResult {
             plan.engine(),
             plan.workspace_size()
         );
-        // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-        // checks must refuse; nothing loaded here runs on a GPU.
+        // SAFETY: `plan.serialize()`, unchanged, of the plan built above with the
+        // loaded cuDNN.
         let again = unsafe { Plan::deserialize_unverified(&plan.serialize()?, &target) }?;
         ensure!(
             engine_of(&again.cudnn_json()?) == plan.engine(),
@@ -685,8 +686,9 @@ fn plan_json_round_trip() -> TestResult {
             "{name}: no TANH_FWD in the JSON"
         );
         let bad = json.replacen("CUDNN_POINTWISE_TANH_FWD", "CUDNN_POINTWISE_NOT_A_MODE", 1);
-        // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-        // checks must refuse; nothing loaded here runs on a GPU.
+        // SAFETY: outside the contract on purpose: `bad` is an edit (the TANH_FWD mode
+        // renamed) that the crate's checks must refuse before cuDNN sees it; the typed
+        // refusal is asserted below, and no plan is executed.
         match unsafe { Plan::from_cudnn_json_unverified(&bad, &target, io.clone()) } {
             Err(e @ (Error::InvalidArgument { .. } | Error::Unsupported { .. })) => {
                 eprintln!("{name}: tampered mode refused: {e}")
@@ -698,8 +700,9 @@ fn plan_json_round_trip() -> TestResult {
         let mut flipped = 0;
         flip_by_value(&mut v, &mut flipped);
         ensure!(flipped > 0, "{name}: no by-value tensor in the JSON");
-        // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-        // checks must refuse; nothing loaded here runs on a GPU.
+        // SAFETY: outside the contract on purpose: `v` is an edit (the by-value cap made a
+        // device tensor) that the crate's checks must refuse before cuDNN sees it; the
+        // typed refusal is asserted below, and no plan is executed.
         match unsafe { Plan::from_cudnn_json_unverified(&v.to_string(), &target, io.clone()) } {
             Err(
                 e @ (Error::InvalidArgument { .. }

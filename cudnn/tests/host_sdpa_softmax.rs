@@ -518,8 +518,8 @@ fn plan_json_round_trip() -> TestResult {
         // applies the allow-list too) is the one that may load it.
         check_plan_json(&json, &io, &t, None)
             .map_err(|e| format!("{name}: own plan refused by the allow-list: {e}\n{json}"))?;
-        // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-        // checks must refuse; nothing loaded here runs on a GPU.
+        // SAFETY: `json` is cuDNN's JSON, unchanged, of the plan built just above with the
+        // loaded cuDNN, and `io` is that plan's own IoSignature.
         let back = unsafe { Plan::from_cudnn_json_unverified(&json, &t, io.clone()) }
             .map_err(|e| format!("{name}: own plan refused: {e}\n{json}"))?;
         // The same engine: the reloaded plan serializes to the same JSON
@@ -592,8 +592,9 @@ fn plan_json_round_trip() -> TestResult {
             tampered.len()
         );
         for (what, bad, why) in tampered {
-            // SAFETY: cuDNN's JSON of a plan built here for this tensor list, or an edit the
-            // checks must refuse; nothing loaded here runs on a GPU.
+            // SAFETY: outside the contract on purpose: `bad` is an edit (a softmax tensor's
+            // role or dimension changed) that the crate's checks must refuse before cuDNN
+            // sees it; the typed refusal is asserted below, and no plan is executed.
             match unsafe { Plan::from_cudnn_json_unverified(&bad, &t, io.clone()) } {
                 Err(e @ (Error::InvalidArgument { .. } | Error::Mismatch { .. }))
                     if e.to_string().contains(why) =>

@@ -43,7 +43,6 @@ use std::io::Read;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use crate::atomic_file::Step;
 use crate::error::{Error, Result};
 
 /// Which convolution direction a cached choice is for.
@@ -418,7 +417,9 @@ impl AlgoCache {
     /// either the old file or the whole new one, also after a crash.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] naming the file when it cannot be written,
+    /// [`Error::Io`] naming the path and the step when it cannot be written
+    /// (the temporary file, the rename, the folder's sync);
+    /// [`Error::InvalidArgument`] naming the file when `path` names no file,
     /// or when the text would be larger than [`AlgoCache::MAX_FILE_BYTES`]
     /// (which [`AlgoCache::load`] would refuse); nothing is written then.
     pub fn save(&self, path: &Path) -> Result<()> {
@@ -449,13 +450,6 @@ impl AlgoCache {
             ));
         }
 
-        let io_err = |what: &str, e: std::io::Error| {
-            Error::invalid(
-                "algorithm cache file",
-                format!("cannot {what}: {e}"),
-                path.display(),
-            )
-        };
         if path.file_name().is_none() {
             return Err(Error::invalid(
                 "algorithm cache file",
@@ -464,12 +458,11 @@ impl AlgoCache {
             ));
         }
         crate::atomic_file::replace(path, text.as_bytes()).map_err(|e| {
-            let what = match e.step {
-                Step::Write => "write a temporary file",
-                Step::Rename => "rename the temporary file over it",
-                Step::SyncFolder => "sync the folder",
-            };
-            io_err(what, e.source)
+            Error::io(
+                format!("{} the algorithm cache file", e.step.words()),
+                &e.path,
+                &e.source,
+            )
         })
     }
 
@@ -479,20 +472,40 @@ impl AlgoCache {
     /// anything is inserted. Entries past the capacity are evicted as usual.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] with arg `"algorithm cache file"`, the
+    /// [`Error::Io`] naming the path when the file is missing or cannot be
+    /// read. [`Error::InvalidArgument`] with arg `"algorithm cache file"`, the
     /// problem and its line (`"bad number `x` for `groups` at line 3"`) and
-    /// the path as the value, when the file cannot be read, is larger than
-    /// [`AlgoCache::MAX_FILE_BYTES`] (no more than that is read, so a
-    /// device or a pipe without end is refused too), is empty, has another
+    /// the path as the value, when it is not a regular file (a FIFO is
+    /// opened without blocking and refused), is larger than
+    /// [`AlgoCache::MAX_FILE_BYTES`] (no more than that is read), is empty, has another
     /// header or format version, a malformed, duplicated or truncated
     /// entry, or no final `end` line with the right count. The cache is
     /// then unchanged.
     pub fn load(&self, path: &Path) -> Result<usize> {
         let bad = |rule: String| Error::invalid("algorithm cache file", rule, path.display());
         let mut bytes = Vec::new();
-        fs::File::open(path)
-            .and_then(|f| f.take(Self::MAX_FILE_BYTES + 1).read_to_end(&mut bytes))
-            .map_err(|e| bad(format!("cannot read: {e}")))?;
+        let mut o = fs::OpenOptions::new();
+        o.read(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            // A FIFO at the path must not block the open.
+            o.custom_flags(libc::O_NONBLOCK);
+        }
+        let f = o
+            .open(path)
+            .map_err(|e| Error::io("opening the algorithm cache file", path, &e))?;
+        let m = f
+            .metadata()
+            .map_err(|e| Error::io("reading the algorithm cache file's metadata", path, &e))?;
+        if !m.file_type().is_file() {
+            return Err(bad(
+                "must be a regular file (not a FIFO, a device or a folder)".to_string(),
+            ));
+        }
+        f.take(Self::MAX_FILE_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| Error::io("reading the algorithm cache file", path, &e))?;
         if bytes.len() as u64 > Self::MAX_FILE_BYTES {
             return Err(bad(format!(
                 "larger than the {} bytes a cache file may have (AlgoCache::MAX_FILE_BYTES)",

@@ -17,10 +17,11 @@
 //! A runtime-compiled plan carries compiled kernel code, so a cache file is
 //! executable code. [`PlanCache::save`] signs the file with a [`PlanKey`]
 //! (see its docs); [`PlanCache::load`] takes an explicit [`Trust`] and loads
-//! compiled code only from a file whose tag verifies under the given key.
-//! Every other entry with compiled code is skipped and reported in the
-//! `#[must_use]` [`LoadReport`]; the `unsafe` `*_unverified` loaders take
-//! compiled code from files no key vouches for.
+//! compiled code only from a file whose tag verifies under the given key. A
+//! file whose tag does not verify is refused whole; from a file without a
+//! tag (or a load without a key) every entry with compiled code is skipped
+//! and reported in the `#[must_use]` [`LoadReport`]; the `unsafe`
+//! `*_unverified` loaders take compiled code from files no key vouches for.
 
 use std::collections::{HashSet, VecDeque};
 use std::path::Path;
@@ -80,6 +81,11 @@ pub enum SkipReason {
     /// the file is not authenticated under the load's key (see
     /// [`LoadReport::authentication`]).
     CompiledCodeNotAuthenticated,
+    /// Loaded, then evicted by later entries of the same file: the file
+    /// holds more plans than the cache's capacity.
+    OverCapacity,
+    /// Its key appears again later in the file, whose plan replaced it.
+    Duplicate,
 }
 
 /// An entry of a plan-cache file that was not loaded, and why.
@@ -101,8 +107,19 @@ pub struct SkippedEntry {
 /// the next [`PlanCache::get_or_build`] for its key, as after a cuDNN
 /// upgrade. But it costs a build, so the report must be looked at: it is
 /// `#[must_use]`, and its `Display` gives the counts (`loaded 4 of 6
-/// entries; skipped 2 ...`). A caller that wants all or nothing calls
-/// [`complete`](Self::complete).
+/// entries; skipped 2 ...`). A caller that wants an error for an incomplete
+/// load calls [`complete`](Self::complete):
+///
+/// ```no_run
+/// # use cudnn::graph::{PlanCache, PlanKey, Target, Trust};
+/// #[deny(unused_must_use)]
+/// fn restore(cache: &PlanCache, key: &PlanKey) -> cudnn::Result<()> {
+///     let target = Target::preset("h200")?;
+///     let path = std::path::Path::new("plans.txt");
+///     cache.load(path, &target, Trust::SignedBy(key))?.complete()?;
+///     Ok(())
+/// }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 #[must_use = "a plan-cache load can skip entries: look at the report (its Display gives the count) or call `complete()`"]
@@ -111,8 +128,12 @@ pub struct LoadReport {
     pub loaded: usize,
     /// Of those, plans with compiled kernel code (runtime-compiled).
     pub runtime_compiled: usize,
-    /// Entries skipped, each with its reason.
+    /// Entries skipped, each with its reason (by position in the file).
     pub skipped: Vec<SkippedEntry>,
+    /// Plans the cache evicted during the load to stay within its capacity:
+    /// plans it held before, and entries of this file evicted by later ones
+    /// (those are also in `skipped`, as [`SkipReason::OverCapacity`]).
+    pub evicted: usize,
     /// What the file's tag said under the load's key.
     pub authentication: Authentication,
 }
@@ -123,19 +144,23 @@ impl LoadReport {
         self.loaded.saturating_add(self.skipped.len())
     }
 
-    /// Whether every entry was loaded.
+    /// Whether every entry was loaded and is in the cache after the load.
     pub fn is_complete(&self) -> bool {
         self.skipped.is_empty()
     }
 
-    /// The report if every entry was loaded, else an error with the counts
-    /// and reasons (the loaded plans stay in the cache).
+    /// `Ok` if every entry of the file was loaded and is in the cache, else
+    /// an error with the counts and reasons.
+    ///
+    /// This checks the report; it does not undo the load: the plans that
+    /// were loaded stay in the cache either way (they are sound to use; a
+    /// caller that wants none of them calls [`PlanCache::clear`]).
     ///
     /// # Errors
     /// `Unsupported`, with this report's `Display`.
-    pub fn complete(self) -> Result<Self> {
+    pub fn complete(self) -> Result<()> {
         if self.is_complete() {
-            return Ok(self);
+            return Ok(());
         }
         Err(Error::Unsupported {
             what: format!("an incomplete plan-cache load: {self}"),
@@ -157,6 +182,13 @@ impl std::fmt::Display for LoadReport {
             self.entries(),
             self.runtime_compiled
         )?;
+        if self.evicted > 0 {
+            write!(
+                f,
+                "; {} plans evicted to stay within capacity",
+                self.evicted
+            )?;
+        }
         if self.skipped.is_empty() {
             return Ok(());
         }
@@ -164,6 +196,8 @@ impl std::fmt::Display for LoadReport {
         write!(f, "; skipped {}", self.skipped.len())?;
         let code = count(SkipReason::CompiledCodeNotAuthenticated);
         let other = count(SkipReason::OtherCudnn);
+        let over = count(SkipReason::OverCapacity);
+        let dup = count(SkipReason::Duplicate);
         let mut sep = ": ";
         if code > 0 {
             write!(
@@ -177,11 +211,24 @@ impl std::fmt::Display for LoadReport {
             write!(f, "{sep}{other} made by another cuDNN")?;
             sep = ", ";
         }
+        if over > 0 {
+            write!(
+                f,
+                "{sep}{over} evicted by later entries (more plans than the cache holds)"
+            )?;
+            sep = ", ";
+        }
+        if dup > 0 {
+            write!(f, "{sep}{dup} replaced by a later entry with the same key")?;
+            sep = ", ";
+        }
         let rest = self
             .skipped
             .len()
             .saturating_sub(code)
-            .saturating_sub(other);
+            .saturating_sub(other)
+            .saturating_sub(over)
+            .saturating_sub(dup);
         if rest > 0 {
             write!(f, "{sep}{rest} for other reasons")?;
         }
@@ -243,6 +290,12 @@ impl PlanCache {
 
     fn insert(&self, key: Key, plan: Arc<Plan>) {
         let mut l = self.lock();
+        self.insert_locked(&mut l, key, plan);
+    }
+
+    /// Insert under the lock; the number of plans evicted.
+    fn insert_locked(&self, l: &mut Inner, key: Key, plan: Arc<Plan>) -> usize {
+        let mut evicted = 0usize;
         if let Some(i) = l.entries.iter().position(|(k, _)| *k == key) {
             l.entries.remove(i);
         }
@@ -265,8 +318,10 @@ impl PlanCache {
                     l.evicted.insert(k);
                 }
                 l.stats.evictions = l.stats.evictions.saturating_add(1);
+                evicted = evicted.saturating_add(1);
             }
         }
+        evicted
     }
 
     /// The cached plan, or build one (graph build + heuristics + finalize) and cache it.
@@ -408,15 +463,36 @@ impl PlanCache {
     /// code cannot be checked against its tensor list, and cuDNN cannot
     /// rebuild the plan without it (a later `get_or_build` builds it). Every
     /// entry, authenticated or not, is checked against its tensor list.
+    /// Entries evicted by later entries of the same file (a file with more
+    /// plans than the capacity) are reported as skipped too.
+    ///
+    /// Under [`Trust::SignedBy`], a file whose tag is present but does not
+    /// verify (another key's, or the file changed after it was signed) is
+    /// refused whole: nothing of it reaches cuDNN. A file without a tag loads
+    /// its plans without compiled code.
     ///
     /// # Errors
-    /// What is wrong and on which line; a foreign target names both.
+    /// What is wrong and on which line; a foreign target names both; a tag
+    /// that does not verify (`InvalidArgument`).
     pub fn load_text(&self, text: &str, target: &Target, trust: Trust<'_>) -> Result<LoadReport> {
+        self.load_text_named(text, target, trust, "plan cache text")
+    }
+
+    fn load_text_named(
+        &self,
+        text: &str,
+        target: &Target,
+        trust: Trust<'_>,
+        name: &str,
+    ) -> Result<LoadReport> {
         let key = match trust {
             Trust::NoCompiledCode => None,
             Trust::SignedBy(k) => Some(k),
         };
         let (body, auth) = plan_auth::check(text, FileKind::PlanCache, key);
+        if auth == Authentication::Invalid {
+            return Err(plan_auth::tag_refused(name));
+        }
         self.load_text_with(body, target, auth)
     }
 
@@ -424,12 +500,13 @@ impl PlanCache {
     /// an unsigned file (a tag, if any, is ignored); every other check runs.
     ///
     /// # Safety
-    /// If the file carries compiled code, it must be a file this crate's
-    /// [`to_text`](Self::to_text) or [`save`](Self::save) wrote, with the
-    /// loaded cuDNN, not changed since, so that each entry's plan JSON is
-    /// cuDNN's JSON of a plan of the graph its tensor list describes:
-    /// otherwise executing a loaded plan can read and write memory outside
-    /// the bound buffers. See
+    /// If the file carries compiled code, each entry's plan JSON must be
+    /// cuDNN's JSON, unchanged, of a plan built with the loaded cuDNN for a
+    /// graph whose IoSignature is exactly the entry's tensor list (names
+    /// aside): otherwise executing a loaded plan can read and write memory
+    /// outside the bound buffers. A file this crate's
+    /// [`to_text`](Self::to_text) or [`save`](Self::save) wrote with the
+    /// loaded cuDNN, not changed since, is one. See
     /// [`Plan::from_cudnn_json_unverified`](super::Plan::from_cudnn_json_unverified).
     ///
     /// # Errors
@@ -519,6 +596,7 @@ impl PlanCache {
             let plan = Plan::from_json(&json, target, Arc::new(io), payload)
                 .map_err(|e| e.with_context(format!("plan cache entry {index}")))?;
             loaded.push((
+                index,
                 Key {
                     graph,
                     // Normalized: a compatible fingerprint (`H200|sm90|132sms`)
@@ -532,18 +610,46 @@ impl PlanCache {
         if !r.at_end() {
             return Err(r.bad("the end of the file"));
         }
-        let count = loaded.len();
-        let runtime_compiled = loaded
-            .iter()
-            .filter(|(_, p)| p.is_runtime_compiled())
-            .count();
-        for (k, p) in loaded {
-            self.insert(k, p);
+        // Insert under one lock, then see which of this file's plans are
+        // still there: a file with more plans than the capacity evicts its
+        // own first entries, and a key listed twice keeps its last plan.
+        let mut l = self.lock();
+        let mut evicted = 0usize;
+        for (_, k, p) in &loaded {
+            evicted = evicted.saturating_add(self.insert_locked(&mut l, k.clone(), p.clone()));
         }
+        let (mut count, mut runtime_compiled) = (0usize, 0usize);
+        for (i, (index, k, p)) in loaded.iter().enumerate() {
+            if l.entries
+                .iter()
+                .any(|(ck, cp)| ck == k && Arc::ptr_eq(cp, p))
+            {
+                count += 1;
+                runtime_compiled += usize::from(p.is_runtime_compiled());
+            } else if loaded[i + 1..].iter().any(|(_, later, _)| later == k) {
+                skipped.push(SkippedEntry {
+                    index: *index,
+                    why: SkipReason::Duplicate,
+                    reason: "its key appears again later in the file".to_string(),
+                });
+            } else {
+                skipped.push(SkippedEntry {
+                    index: *index,
+                    why: SkipReason::OverCapacity,
+                    reason: format!(
+                        "evicted by later entries of the file: the cache holds at most {} plans",
+                        self.capacity
+                    ),
+                });
+            }
+        }
+        drop(l);
+        skipped.sort_by_key(|e| e.index);
         Ok(LoadReport {
             loaded: count,
             runtime_compiled,
             skipped,
+            evicted,
             authentication: auth,
         })
     }
@@ -555,9 +661,13 @@ impl PlanCache {
     ///
     /// # Errors
     /// Larger than [`MAX_CACHE_FILE_BYTES`](super::MAX_CACHE_FILE_BYTES),
-    /// unreadable (`Io`, naming the path), or as [`load_text`](Self::load_text).
+    /// missing or unreadable (`Io`, naming the path), not a regular file (a
+    /// FIFO, a device, a folder: `InvalidArgument` naming the path), or as
+    /// [`load_text`](Self::load_text) (a tag that does not verify names the
+    /// path).
     pub fn load(&self, path: &Path, target: &Target, trust: Trust<'_>) -> Result<LoadReport> {
-        self.load_text(&read_file(path)?, target, trust)
+        let name = format!("plan cache file {}", path.display());
+        self.load_text_named(&read_file(path)?, target, trust, &name)
     }
 
     /// [`load`](Self::load) that also loads the compiled code of an
@@ -577,11 +687,31 @@ impl PlanCache {
     }
 }
 
-/// The file at `path` as text, at most [`MAX_FILE_BYTES`].
+/// The file at `path` as text, at most [`MAX_FILE_BYTES`]. Opened without
+/// blocking (a FIFO put at the path does not hang the open) and refused
+/// unless it is a regular file.
 fn read_file(path: &Path) -> Result<String> {
     use std::io::Read;
-    let f = std::fs::File::open(path)
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.custom_flags(libc::O_NONBLOCK);
+    }
+    let f = o
+        .open(path)
         .map_err(|e| Error::io("opening the plan cache file", path, &e))?;
+    let m = f
+        .metadata()
+        .map_err(|e| Error::io("reading the plan cache file's metadata", path, &e))?;
+    if !m.file_type().is_file() {
+        return Err(Error::invalid(
+            format!("plan cache file {}", path.display()),
+            "must be a regular file",
+            "another kind of file (a FIFO, a device or a folder)",
+        ));
+    }
     let mut bytes = Vec::new();
     f.take(MAX_FILE_BYTES + 1)
         .read_to_end(&mut bytes)

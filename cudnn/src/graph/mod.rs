@@ -80,7 +80,9 @@ pub use ops::sdpa_fp8::{Fp8SdpaConfig, Fp8SdpaForward};
 pub use ops::sdpa_fp8_bwd::{FP8_BWD_SCALE_NAMES, Fp8SdpaBackward};
 pub use ops::sdpa_softmax::SdpaSoftmax;
 pub use plan::{BuildReport, Plan, Timings};
-pub use plan_auth::{Authentication, KEY_FILE_NAME, MAX_KEY_BYTES, MIN_KEY_BYTES, PlanKey, Trust};
+pub use plan_auth::{
+    Authentication, KEY_FILE_PREFIX, MAX_KEY_BYTES, MIN_KEY_BYTES, PlanKey, Trust,
+};
 pub use plan_json::check as check_plan_json;
 pub use target::{DeviceProperties, DeviceSpec, REQUIRED_FIELDS, Target};
 pub use tensor::{BYTE_ALIGNMENT, DType, MAX_DIMS, TensorSpec};

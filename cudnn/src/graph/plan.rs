@@ -581,10 +581,13 @@ impl Plan {
     /// # Safety
     /// If `json` carries compiled code, it must be cuDNN's JSON of a plan
     /// built (by this crate or NVIDIA's frontend, with the loaded cuDNN) for
-    /// a graph whose tensors, scalars and scratch tensors are exactly `io`
-    /// (same uids, shapes, strides, types and roles), and must not have been
-    /// changed since: otherwise executing the plan can read and write memory
-    /// outside the bound buffers.
+    /// a graph whose IO signature is exactly `io`: the IoSignature of the
+    /// graph the plan was built from, every field of it but the tensors'
+    /// names (tensors with their uids, shapes, strides, types and roles;
+    /// by-value scalars with their values; scratch tensors with their sizes;
+    /// ragged-offset marks), and must not have been changed since: otherwise
+    /// executing the plan can read and write memory outside the bound
+    /// buffers.
     ///
     /// # Errors
     /// As [`from_cudnn_json`](Self::from_cudnn_json), but for compiled code.
@@ -706,19 +709,26 @@ impl Plan {
     /// A runtime-compiled plan (its JSON carries compiled kernel code) loads
     /// only under [`Trust::SignedBy`] a key its file's tag verifies under (a
     /// file [`serialize_signed`](Self::serialize_signed) wrote with that
-    /// key); otherwise it is refused (`Unsupported`, saying why). A file from
-    /// elsewhere: [`deserialize_unverified`](Self::deserialize_unverified).
+    /// key); otherwise it is refused (`Unsupported`, saying why). Under
+    /// [`Trust::SignedBy`], a file whose tag is present but does not verify
+    /// (another key's, or the file changed since it was signed) is refused
+    /// whole, whatever it holds. A file from elsewhere:
+    /// [`deserialize_unverified`](Self::deserialize_unverified).
     ///
     /// # Errors
     /// Malformed file (what and where), another target or cuDNN (both
     /// named), a disagreement between the JSON and the tensor list, compiled
-    /// code without a valid tag, or cuDNN's refusal.
+    /// code without a valid tag, a tag that does not verify
+    /// (`InvalidArgument`), or cuDNN's refusal.
     pub fn deserialize(text: &str, target: &Target, trust: Trust<'_>) -> Result<Self> {
         let key = match trust {
             Trust::NoCompiledCode => None,
             Trust::SignedBy(k) => Some(k),
         };
         let (body, auth) = plan_auth::check(text, FileKind::Plan, key);
+        if auth == plan_auth::Authentication::Invalid {
+            return Err(plan_auth::tag_refused("plan file"));
+        }
         let payload = if auth.allows_compiled_code() {
             Payload::Keep
         } else {
@@ -740,10 +750,11 @@ impl Plan {
     ///
     /// # Safety
     /// As [`from_cudnn_json_unverified`](Self::from_cudnn_json_unverified):
-    /// if the file carries compiled code, it must be a file
-    /// [`serialize`](Self::serialize) wrote (with the loaded cuDNN), not
-    /// changed since, so that its plan JSON is cuDNN's JSON of a plan of the
-    /// graph its tensor list describes.
+    /// if the file carries compiled code, its plan JSON must be cuDNN's JSON,
+    /// unchanged, of a plan built with the loaded cuDNN for a graph whose
+    /// IoSignature is exactly the file's tensor list (names aside). A file
+    /// [`serialize`](Self::serialize) wrote with the loaded cuDNN, not
+    /// changed since, is one.
     ///
     /// # Errors
     /// As [`deserialize`](Self::deserialize), but for compiled code.

@@ -7,8 +7,9 @@
 //! from a file the program can prove it wrote: the crate appends to the plan
 //! files and plan-cache files it writes a tag, an HMAC-SHA256 under a
 //! [`PlanKey`] the program holds, over the whole file before the tag. A file
-//! without a tag that verifies under the key loads only its plans without
-//! compiled code (every plan is still checked against its tensor list).
+//! without a tag loads only its plans without compiled code (every plan is
+//! still checked against its tensor list); a file whose tag does not verify
+//! under the key (another key's, or changed since) is refused whole.
 //! Anything else goes through the `unsafe` `*_unverified` loaders, whose
 //! caller vouches for the file.
 //!
@@ -25,11 +26,14 @@ use sha2::Sha256;
 
 use crate::error::{Error, Result};
 
-/// The name of the key file [`PlanKey::load_or_create`] keeps in a folder.
-pub const KEY_FILE_NAME: &str = "cudnn-rs-plan.key";
+/// The start of the name of the key file [`PlanKey::load_or_create`] keeps
+/// in a folder: `cudnn-rs-plan-<uid>.key`, one per user (see
+/// [`PlanKey::key_file`]).
+pub const KEY_FILE_PREFIX: &str = "cudnn-rs-plan-";
 
-/// The shortest key [`PlanKey::from_bytes`] takes (128 bits).
-pub const MIN_KEY_BYTES: usize = 16;
+/// The shortest key [`PlanKey::from_bytes`] takes: 32 bytes, the output
+/// length of SHA-256 (RFC 2104, section 3, discourages shorter HMAC keys).
+pub const MIN_KEY_BYTES: usize = 32;
 
 /// The longest key [`PlanKey::from_bytes`] takes.
 pub const MAX_KEY_BYTES: usize = 1024;
@@ -47,8 +51,9 @@ const TRAILER: &str = "hmac-sha256 ";
 /// The secret that vouches for plan files: the program that holds it wrote
 /// every file whose tag verifies under it.
 ///
-/// Get one from [`load_or_create`](Self::load_or_create) (a per-user key
-/// file beside the cache), from [`from_bytes`](Self::from_bytes) (a secret
+/// Get one from [`load_or_create`](Self::load_or_create) (the user's own
+/// key file in the cache's folder; [`load`](Self::load) reads it without
+/// ever creating one), from [`from_bytes`](Self::from_bytes) (a secret
 /// the program keeps elsewhere), or [`generate`](Self::generate) (for files
 /// that live only as long as the process).
 ///
@@ -63,7 +68,7 @@ const TRAILER: &str = "hmac-sha256 ";
 /// use cudnn::graph::{PlanCache, PlanKey, Target, Trust};
 /// let dir = std::path::Path::new("plan-cache");
 /// let file = dir.join("plans.txt");
-/// let key = PlanKey::load_or_create(dir)?; // dir/cudnn-rs-plan.key, 0600
+/// let key = PlanKey::load_or_create(dir)?; // dir/cudnn-rs-plan-<uid>.key, 0600
 /// let target = Target::preset("h200")?;
 /// let cache = PlanCache::new(64);
 /// if file.exists() {
@@ -116,25 +121,56 @@ impl PlanKey {
         })
     }
 
-    /// The per-user key in `folder` (the folder of a plan cache): the file
-    /// [`KEY_FILE_NAME`] there, created when missing with 32 random bytes
-    /// from the operating system, readable and writable by the user only
-    /// (mode 0600; created whole, never through an existing file or link, and
-    /// two processes creating it at once agree on one key).
+    /// The running user's key in `folder` (the folder of a plan cache): the
+    /// file [`key_file`](Self::key_file) names there (one per user, so users
+    /// sharing a folder each keep their own), created when missing with 32
+    /// random bytes from the operating system, readable and writable by the
+    /// user only (mode 0600, set and checked on the new file, whatever the
+    /// umask; created whole, never through an existing file or link, and two
+    /// processes creating it at once agree on one key).
     ///
     /// An existing key file is refused (`InvalidArgument` naming its path and
-    /// what is wrong) when it is a symbolic link or not a regular file, is
-    /// owned by another user, can be read or written by the group or others,
-    /// or does not hold exactly 32 bytes: a key others can read lets them
-    /// make files this program runs as code.
+    /// what is wrong) when it is a symbolic link or not a regular file, has
+    /// more than one name (hard links), is owned by another user, can be
+    /// read or written by the group or others, or does not hold exactly 32
+    /// bytes: a key others can read lets them make files this program runs
+    /// as code. Keep the folder itself private where other users can write
+    /// to it (a shared temporary folder is not a place for keys).
     ///
     /// # Errors
     /// As above; the folder missing or unwritable (`Io`, naming the path);
+    /// a new key file that does not end up private (a file system without
+    /// Unix modes: `InvalidArgument`, naming it; nothing is left behind);
     /// on a system without Unix permissions, `Unsupported` (use
     /// [`from_bytes`](Self::from_bytes)).
     pub fn load_or_create(folder: &Path) -> Result<Self> {
-        let path = folder.join(KEY_FILE_NAME);
+        let path = Self::key_file(folder);
         key_file::load_or_create(&path).map(|bytes| Self { bytes })
+    }
+
+    /// The running user's existing key in `folder`, with the checks of
+    /// [`load_or_create`](Self::load_or_create); `None` if there is no key
+    /// file. Never creates anything (for a reader of plan files, which may
+    /// be in a read-only folder: without a key, load with
+    /// [`Trust::NoCompiledCode`]).
+    ///
+    /// # Errors
+    /// As [`load_or_create`](Self::load_or_create), but for creating.
+    pub fn load(folder: &Path) -> Result<Option<Self>> {
+        let path = Self::key_file(folder);
+        key_file::load(&path).map(|k| k.map(|bytes| Self { bytes }))
+    }
+
+    /// The path of the running user's key file in `folder`:
+    /// `folder/cudnn-rs-plan-<uid>.key` (the effective uid; without Unix
+    /// users, `folder/cudnn-rs-plan-0.key`).
+    pub fn key_file(folder: &Path) -> std::path::PathBuf {
+        #[cfg(unix)]
+        // SAFETY: geteuid takes no arguments, touches no memory and cannot fail.
+        let uid = unsafe { libc::geteuid() };
+        #[cfg(not(unix))]
+        let uid = 0u32;
+        folder.join(format!("{KEY_FILE_PREFIX}{uid}.key"))
     }
 
     fn mac(&self, kind: FileKind, body: &[u8]) -> Option<Hmac<Sha256>> {
@@ -157,7 +193,9 @@ pub enum Trust<'k> {
     /// or skipped and reported (a plan cache). Tags are not checked.
     NoCompiledCode,
     /// Compiled code only from a file whose tag verifies under this key (a
-    /// file this program saved with it); from any other file, as
+    /// file this program saved with it). A file with a tag that does not
+    /// verify (another key's, or changed since it was signed) is refused
+    /// whole (`InvalidArgument`); a file without a tag loads as under
     /// [`NoCompiledCode`](Self::NoCompiledCode).
     SignedBy(&'k PlanKey),
 }
@@ -173,7 +211,8 @@ pub enum Authentication {
     /// The file carries no tag (written unsigned, or by another program).
     Missing,
     /// The file's tag does not verify under the key (made with another key,
-    /// or the file was changed after it was written).
+    /// or the file was changed after it was written). The safe loaders
+    /// refuse such a file, so no load report carries this value.
     Invalid,
     /// Loaded by an `unsafe` `*_unverified` loader: its caller vouched for
     /// the file, and no tag was checked.
@@ -253,6 +292,19 @@ pub(crate) fn sign(key: &PlanKey, kind: FileKind, mut body: String) -> Result<St
     Ok(body)
 }
 
+/// The refusal of a file whose tag is present but does not verify under the
+/// load's key: `what` names the file.
+pub(crate) fn tag_refused(what: &str) -> Error {
+    Error::invalid(
+        what,
+        "its tag must verify under the key of `Trust::SignedBy` (a file this \
+         program signed with that key); a file whose tag does not verify is \
+         refused whole",
+        "a tag that does not verify: made with another key, or the file was \
+         changed after it was signed",
+    )
+}
+
 /// The text before the tag line, and the tag line's value, if the text ends
 /// with one (a last line starting `hmac-sha256 `).
 pub(crate) fn split(text: &str) -> (&str, Option<&str>) {
@@ -320,7 +372,7 @@ fn random_key() -> Result<[u8; KEY_BYTES]> {
 #[cfg(unix)]
 mod key_file {
     use std::io::{Read, Write};
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
     use std::path::{Path, PathBuf};
     use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -348,6 +400,53 @@ mod key_file {
             kind: std::io::ErrorKind::NotFound,
             detail: "it was created and removed again by another process".to_string(),
         })
+    }
+
+    pub(super) fn load(path: &Path) -> Result<Option<Vec<u8>>> {
+        read(path)
+    }
+
+    /// A key file's metadata against the rules: a regular file of the
+    /// running user, private, one name, `KEY_BYTES` long.
+    fn check(path: &Path, m: &std::fs::Metadata) -> Result<()> {
+        if !m.file_type().is_file() {
+            return Err(refuse(
+                path,
+                "must be a regular file",
+                "another kind of file",
+            ));
+        }
+        // SAFETY: geteuid takes no arguments, touches no memory and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        if m.uid() != me {
+            return Err(refuse(
+                path,
+                format!("must be owned by the user running the program (uid {me})"),
+                format!("owned by uid {}", m.uid()),
+            ));
+        }
+        if m.mode() & 0o077 != 0 {
+            return Err(refuse(
+                path,
+                "must be readable and writable by its owner only (mode 0600)",
+                format!("mode {:04o}", m.mode() & 0o7777),
+            ));
+        }
+        if m.nlink() != 1 {
+            return Err(refuse(
+                path,
+                "must have exactly one name (no hard links)",
+                format!("{} names", m.nlink()),
+            ));
+        }
+        if m.len() != KEY_BYTES as u64 {
+            return Err(refuse(
+                path,
+                format!("must hold exactly {KEY_BYTES} bytes"),
+                format!("{} bytes", m.len()),
+            ));
+        }
+        Ok(())
     }
 
     /// The key in the existing file at `path`, checked; `None` if there is none.
@@ -382,70 +481,69 @@ mod key_file {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(Error::io("opening the plan key file", path, &e)),
         };
-        let m = f
-            .metadata()
-            .map_err(|e| Error::io("reading the plan key file's metadata", path, &e))?;
-        if !m.file_type().is_file() {
-            return Err(refuse(
-                path,
-                "must be a regular file",
-                "another kind of file",
-            ));
+        let meta = |f: &std::fs::File| {
+            f.metadata()
+                .map_err(|e| Error::io("reading the plan key file's metadata", path, &e))
+        };
+        let mut m = meta(&f)?;
+        // A key file another process is creating has two names for the
+        // moment between its link into place and the removal of its
+        // temporary name: wait for that, boundedly (about 100 ms).
+        for _ in 0..100 {
+            if m.nlink() != 2 || !m.file_type().is_file() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            m = meta(&f)?;
         }
-        // SAFETY: geteuid takes no arguments, touches no memory and cannot fail.
-        let me = unsafe { libc::geteuid() };
-        if m.uid() != me {
-            return Err(refuse(
-                path,
-                format!("must be owned by the user running the program (uid {me})"),
-                format!("owned by uid {}", m.uid()),
-            ));
-        }
-        if m.mode() & 0o077 != 0 {
-            return Err(refuse(
-                path,
-                "must be readable and writable by its owner only (mode 0600)",
-                format!("mode {:04o}", m.mode() & 0o7777),
-            ));
-        }
-        if m.len() != KEY_BYTES as u64 {
-            return Err(refuse(
-                path,
-                format!("must hold exactly {KEY_BYTES} bytes"),
-                format!("{} bytes", m.len()),
-            ));
-        }
+        check(path, &m)?;
         let mut k = vec![0u8; KEY_BYTES];
         f.read_exact(&mut k)
             .map_err(|e| Error::io("reading the plan key file", path, &e))?;
         Ok(Some(k))
     }
 
-    /// Create the key file at `path` whole: a new temporary file (0600, no
-    /// link followed) written and synced, then hard-linked to `path`, which
-    /// fails if anything is there. `None` if another process was first.
+    /// Create the key file at `path` whole: a new temporary file (no link
+    /// followed), set to 0600 whatever the umask and checked as a reader
+    /// checks it, written and synced, then hard-linked to `path`, which fails
+    /// if anything is there. `None` if another process was first. Removes
+    /// only the temporary file this call created.
     fn create(path: &Path) -> Result<Option<Vec<u8>>> {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let key = random_key()?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let tmp: PathBuf = path.with_file_name(format!(
-            ".{}.tmp-{}-{}",
-            super::KEY_FILE_NAME,
+            ".{name}.tmp-{}-{}",
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
-        let write = || -> std::io::Result<()> {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&tmp)?;
-            f.write_all(&key)?;
-            f.sync_all()
-        };
-        if let Err(e) = write() {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)
+            // Nothing was created: nothing to remove (a file already at
+            // `tmp` is not this call's).
+            .map_err(|e| Error::io("creating the plan key file", &tmp, &e))?;
+        // From here `tmp` is this call's own file: removed on every failure.
+        let made = (|| -> Result<()> {
+            let io = |e: std::io::Error| Error::io("creating the plan key file", &tmp, &e);
+            f.set_permissions(std::fs::Permissions::from_mode(0o600))
+                .map_err(io)?;
+            f.write_all(&key).map_err(io)?;
+            f.sync_all().map_err(io)?;
+            // What every later reader will check, on what was made.
+            let m = f.metadata().map_err(io)?;
+            check(&tmp, &m)
+        })();
+        drop(f);
+        if let Err(e) = made {
             let _ = std::fs::remove_file(&tmp);
-            return Err(Error::io("creating the plan key file", &tmp, &e));
+            return Err(e);
         }
         let linked = std::fs::hard_link(&tmp, path);
         let _ = std::fs::remove_file(&tmp);
@@ -476,6 +574,10 @@ mod key_file {
             ),
             needs: Some("`PlanKey::from_bytes` with a secret kept elsewhere".to_string()),
         })
+    }
+
+    pub(super) fn load(path: &Path) -> Result<Option<Vec<u8>>> {
+        load_or_create(path).map(Some)
     }
 }
 
@@ -568,7 +670,7 @@ mod tests {
 
     #[test]
     fn unit_every_changed_byte_fails_the_tag() {
-        let k = PlanKey::from_bytes(&[9u8; 16]).unwrap();
+        let k = PlanKey::from_bytes(&[9u8; 32]).unwrap();
         let signed = sign(&k, FileKind::PlanCache, "h\nt 1\njson 2\n{}\n".into()).unwrap();
         let bytes = signed.as_bytes();
         for i in 0..bytes.len() {
@@ -588,12 +690,14 @@ mod tests {
     #[test]
     fn unit_key_lengths_are_checked_and_debug_hides_the_key() {
         assert!(matches!(
-            PlanKey::from_bytes(&[1u8; 15]),
+            PlanKey::from_bytes(&[1u8; 31]),
             Err(Error::InvalidArgument { .. })
         ));
+        // RFC 2104 section 3: not shorter than the hash output (32 bytes).
+        assert_eq!(MIN_KEY_BYTES, 32);
         assert!(PlanKey::from_bytes(&[1u8; 1025]).is_err());
-        let k = PlanKey::from_bytes(&[0xabu8; 16]).unwrap();
-        assert_eq!(format!("{k:?}"), "PlanKey(16 secret bytes)");
+        let k = PlanKey::from_bytes(&[0xabu8; 32]).unwrap();
+        assert_eq!(format!("{k:?}"), "PlanKey(32 secret bytes)");
         let g = PlanKey::generate().unwrap();
         assert_eq!(g.bytes.len(), 32);
         assert_ne!(g.bytes, PlanKey::generate().unwrap().bytes);
@@ -608,7 +712,8 @@ mod tests {
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
         ));
-        std::fs::create_dir_all(&d).unwrap();
+        // Made fresh (a folder already there is an error), private.
+        std::fs::create_dir(&d).unwrap();
         d
     }
 
@@ -618,7 +723,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let d = folder("new");
         let a = PlanKey::load_or_create(&d).unwrap();
-        let p = d.join(KEY_FILE_NAME);
+        let p = PlanKey::key_file(&d);
         let m = std::fs::symlink_metadata(&p).unwrap();
         assert!(m.file_type().is_file());
         assert_eq!(m.permissions().mode() & 0o777, 0o600);
@@ -649,7 +754,7 @@ mod tests {
     fn unit_key_file_readable_by_others_a_link_or_the_wrong_size_is_refused() {
         use std::os::unix::fs::PermissionsExt;
         let d = folder("bad");
-        let p = d.join(KEY_FILE_NAME);
+        let p = PlanKey::key_file(&d);
         std::fs::write(&p, [5u8; 32]).unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
         let e = PlanKey::load_or_create(&d).unwrap_err();
@@ -664,6 +769,12 @@ mod tests {
         assert!(PlanKey::load_or_create(&d).is_err());
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert_eq!(PlanKey::load_or_create(&d).unwrap().bytes, vec![5u8; 32]);
+        // A second name (a hard link) for the key file.
+        let twin = d.join("twin");
+        std::fs::hard_link(&p, &twin).unwrap();
+        let s = PlanKey::load_or_create(&d).unwrap_err().to_string();
+        assert!(s.contains("2 names"), "{s}");
+        std::fs::remove_file(&twin).unwrap();
         // A short file.
         std::fs::write(&p, [5u8; 31]).unwrap();
         let s = PlanKey::load_or_create(&d).unwrap_err().to_string();
@@ -702,6 +813,50 @@ mod tests {
         }
         std::fs::remove_dir_all(&d).unwrap();
         std::fs::remove_dir_all(&elsewhere).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn unit_key_file_is_per_user_and_load_never_creates() {
+        // SAFETY: geteuid takes no arguments, touches no memory and cannot fail.
+        let uid = unsafe { libc::geteuid() };
+        let d = folder("peruser");
+        let p = PlanKey::key_file(&d);
+        assert_eq!(p, d.join(format!("cudnn-rs-plan-{uid}.key")));
+        // `load` on an empty folder: no key, nothing created.
+        assert!(PlanKey::load(&d).unwrap().is_none());
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);
+        // Another user's key file beside it does not stand in the way.
+        std::fs::write(d.join("cudnn-rs-plan-4242424.key"), [1u8; 32]).unwrap();
+        let k = PlanKey::load_or_create(&d).unwrap();
+        assert_eq!(PlanKey::load(&d).unwrap().map(|k| k.bytes), Some(k.bytes));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn unit_key_creation_removes_only_its_own_temporary_file() {
+        // Files already at every temporary name this process can use in
+        // the folder (the counter is far below 512 here): the creation
+        // fails at its exclusive open, and must leave them all in place
+        // (before the fix it removed the one it collided with).
+        let d = folder("tmpclash");
+        let name = PlanKey::key_file(&d)
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let pid = std::process::id();
+        for n in 0..512 {
+            std::fs::write(d.join(format!(".{name}.tmp-{pid}-{n}")), b"not ours").unwrap();
+        }
+        match PlanKey::load_or_create(&d) {
+            Err(Error::Io { kind, .. }) => assert_eq!(kind, std::io::ErrorKind::AlreadyExists),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 512);
+        assert!(!PlanKey::key_file(&d).exists());
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
