@@ -129,7 +129,7 @@ impl CtcAlgo {
 /// Returns the longest label sequence.
 ///
 /// Every input length is at least 1, on every version: cuDNN documents
-/// nothing about a sample of zero steps (see the [module docs](self)); its
+/// nothing about a sample of zero steps (see the module docs); its
 /// loss and gradient are 0 by definition, so drop it from the batch.
 ///
 /// A sample without a valid alignment (its input length below what its

@@ -377,7 +377,7 @@ impl Stream {
     }
 
     /// The library that owns this borrowed stream and queues its own work
-    /// on it (`Some("cudarc")` for [`Stream::from_cudarc`]); such a stream
+    /// on it (`Some("cudarc")` for `Stream::from_cudarc`); such a stream
     /// is never captured by this crate.
     pub fn foreign_owner(&self) -> Option<&'static str> {
         self.inner.foreign
