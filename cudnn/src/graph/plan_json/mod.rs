@@ -26,11 +26,13 @@ use serde_json::{Map, Value};
 mod agree;
 mod attention;
 mod dataflow;
+mod dupkeys;
 mod engine;
 mod guards;
 mod schema;
 
 use agree::{Tensors, agree};
+pub(crate) use dupkeys::no_duplicate_keys;
 use engine::{engine, profile};
 use schema::Field::*;
 use schema::{DATA_TYPES, FINALIZE_MODES, node_fields};
@@ -606,7 +608,10 @@ fn parse(json: &str) -> Result<Value> {
         return Err(bad("", "must not contain NUL", json.len()));
     }
     // serde_json refuses nesting deeper than 128 levels with an error.
-    serde_json::from_str(json).map_err(|e| bad("", format!("must be JSON ({e})"), short(json)))
+    let v = serde_json::from_str(json)
+        .map_err(|e| bad("", format!("must be JSON ({e})"), short(json)))?;
+    no_duplicate_keys(json)?;
+    Ok(v)
 }
 
 /// Check a cuDNN plan JSON against the IO signature it is paired with and
