@@ -51,7 +51,11 @@ const MAX_TENSORS: usize = 4096;
 const MAX_NODES: usize = 512;
 /// Subgraphs nest at most this deep (SDPA's score subgraph: 1).
 const MAX_DEPTH: usize = 2;
-/// The largest tensor dim, stride or element count cuDNN indexes with `int64`.
+/// The largest tensor dim, stride or element count a loaded plan may name:
+/// a bound this crate chose (2^48, far above any device's memory in
+/// elements, far below `i64::MAX` so sums and products of a few of them
+/// stay representable), not one cuDNN documents; cuDNN's own fields are
+/// `int64`.
 pub(crate) const MAX_EXTENT: i64 = 1 << 48;
 
 /// What the check learned about a plan.
