@@ -129,11 +129,22 @@ pub(super) fn check_headers(w: &Walk, headers: &[(String, [u32; 8])]) -> Result<
         (Some(reach), Some(sk)) => got == sk && got <= reach,
         _ => false,
     };
+    // The kernel's S_q: never past the sequence dim of any tensor the query
+    // lengths index (O, the gradients, the statistics; Q's is checked equal
+    // below), so the lengths' guard ([`guards::Q_BOUND`]) bounds the kernel.
+    let q_reach = super::guards::Q_BOUND
+        .iter()
+        .filter_map(|n| dims(w, f, &[*n]).and_then(|d| d.get(2).copied()))
+        .min();
     for (path, h) in headers {
         let got = h.map(i64::from);
         let same = [q[0], q[1], k[1], v[1], q[2], q[3], v[3]]
             == [got[0], got[1], got[2], got[3], got[4], got[6], got[7]];
-        if !same || !kv_ok(got[5]) || sub_q.is_some_and(|s| got[4] > s) {
+        if !same
+            || !kv_ok(got[5])
+            || sub_q.is_some_and(|s| got[4] > s)
+            || q_reach.is_some_and(|s| got[4] > s)
+        {
             let want_kv = match (reach, sk) {
                 (Some(r), _) if paged => r.to_string(),
                 (_, Some(sk)) => sk.to_string(),
@@ -143,7 +154,8 @@ pub(super) fn check_headers(w: &Walk, headers: &[(String, [u32; 8])]) -> Result<
                 format!(
                     "plan JSON {path}: the attention kernel's descriptor (B, H_q, H_k, H_v, S_q, \
                      S_kv, D_qk, D_v) against its SDPA operation's Q, K, V (and its score \
-                     subgraph's S_q {sub_q:?}, S_kv {sub_kv:?})"
+                     subgraph's S_q {sub_q:?}, S_kv {sub_kv:?}; O's, the gradients' and the \
+                     statistics' S_q {q_reach:?})"
                 ),
                 format!(
                     "[{}, {}, {}, {}, {}, {want_kv}, {}, {}]",
@@ -305,6 +317,34 @@ mod tests {
         assert!(check_headers(&w, &header(100)).is_ok());
         for bad in [64, 99, 101, 112] {
             assert!(check_headers(&w, &header(bad)).is_err(), "bias, S_kv {bad}");
+        }
+    }
+
+    /// Review finding 4: the kernel's S_q is held to the statistics' rows
+    /// too (a plan whose statistics hold fewer rows than Q is refused).
+    #[test]
+    fn unit_header_sq_bounded_by_statistics() {
+        for field in [
+            "stats",
+            "softmax.statsDesc",
+            "softmax.maxDesc",
+            "softmax.sumExpDesc",
+        ] {
+            let mut w = paged(false);
+            w.nodes[0].1.push((field.to_string(), "7".to_string()));
+            w.tensors.insert(7, t(&[2, 4, 1, 1]));
+            assert!(check_headers(&w, &header(112)).is_ok(), "{field}");
+            // Q of 2 rows, statistics of 1: a kernel header with S_q 2.
+            let mut w = paged(false);
+            w.tensors.insert(1, t(&[2, 4, 2, 64]));
+            w.tensors.insert(4, t(&[2, 4, 2, 64]));
+            w.nodes[0].1.push((field.to_string(), "7".to_string()));
+            w.tensors.insert(7, t(&[2, 4, 1, 1]));
+            let h = vec![("/k".to_string(), [2, 4, 4, 4, 2, 112, 64, 64])];
+            assert!(
+                matches!(check_headers(&w, &h), Err(Error::Mismatch { .. })),
+                "{field}"
+            );
         }
     }
 }

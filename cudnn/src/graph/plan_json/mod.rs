@@ -541,6 +541,16 @@ impl Walk {
                         ));
                     }
                     self.node(val, &p, depth, names, true)?;
+                    // The sub-descriptor's tensors are the operation's too
+                    // (its statistics are indexed by the operation's
+                    // lengths): listed as `softmax.statsDesc` and so on.
+                    if let Some((_, sub)) = self.nodes.last() {
+                        let sub: Vec<(String, String)> = sub
+                            .iter()
+                            .map(|(f, n)| (format!("{k}.{f}"), n.clone()))
+                            .collect();
+                        io_fields.extend(sub);
+                    }
                 }
                 SubgraphUid => {
                     let uid = int(val, &p, i64::MIN, i64::MAX)?;
