@@ -15,23 +15,40 @@ use super::{JsonTensor, bad};
 use crate::error::Result;
 
 /// What one node reads and writes, by tensor name.
+///
+/// Producers are scoped to their graph level (`scope`: the JSON path of
+/// the graph or subgraph the node is in): a virtual tensor a subgraph node
+/// writes satisfies reads inside that subgraph and its operation's
+/// `subgraphOutputUid` (a read in `sub_reads`), never a read elsewhere (a
+/// subgraph's tensor may be declared again at the top level).
 #[derive(Clone, Debug, Default)]
 pub(super) struct Flow {
     /// The node's JSON path.
     pub(super) path: String,
+    /// The JSON path of the graph the node is in.
+    pub(super) scope: String,
+    /// Reads resolved in `scope`.
     pub(super) reads: Vec<String>,
+    /// Reads resolved in another scope: the operation's
+    /// `subgraphOutputUid`, in its subgraph.
+    pub(super) sub_reads: Vec<(String, String)>,
     pub(super) writes: Vec<String>,
+    /// A sub-descriptor (the SDPA forward's SOFTMAX): it reads what its
+    /// operation computes inside (the scores), so its own reads need no
+    /// producer node; nobody else's reads are exempted by it.
+    pub(super) own_inputs: bool,
 }
 
 /// Check the flow of `nodes` over `tensors`; `scratch` are the uids of the
 /// tensors the plan keeps in its workspace (written by cuDNN's kernels
 /// from the nodes, like virtual ones); `provided` the score-subgraph inputs
-/// (their SDPA operation writes them).
+/// `(tensor, subgraph scope)` (their SDPA operation writes them, for the
+/// nodes of that subgraph only).
 pub(super) fn check(
     nodes: &[Flow],
     tensors: &HashMap<i64, JsonTensor>,
     scratch: &HashSet<i64>,
-    provided: &HashSet<String>,
+    provided: &HashSet<(String, String)>,
 ) -> Result<()> {
     let internal = |name: &str| {
         name.parse::<i64>()
@@ -57,13 +74,33 @@ pub(super) fn check(
             writer.insert(w.as_str(), i);
         }
     }
-    // Every virtual or scratch tensor read has its producer.
+    // Every virtual or scratch tensor read has its producer in the scope
+    // it is read in (or is its subgraph's input there).
+    let produced_in = |r: &str, scope: &str| {
+        writer
+            .get(r)
+            .and_then(|&i| nodes.get(i))
+            .is_some_and(|w| w.scope == scope)
+            || provided.contains(&(r.to_string(), scope.to_string()))
+    };
     for n in nodes {
-        for r in &n.reads {
-            if internal(r) && !writer.contains_key(r.as_str()) && !provided.contains(r) {
+        if n.own_inputs {
+            continue;
+        }
+        let reads = n.reads.iter().map(|r| (r, &n.scope));
+        for (r, scope) in reads.chain(n.sub_reads.iter().map(|(r, s)| (r, s))) {
+            if internal(r) && !produced_in(r, scope) {
                 return Err(bad(
                     &n.path,
-                    "reads a virtual (or scratch) tensor that no node of the plan writes",
+                    if writer.contains_key(r.as_str()) {
+                        format!(
+                            "reads a virtual (or scratch) tensor that only a node of another \
+                             graph level writes (read in {scope})"
+                        )
+                    } else {
+                        "reads a virtual (or scratch) tensor that no node of the plan writes"
+                            .to_string()
+                    },
                     format!("tensor uid {r}"),
                 ));
             }
@@ -76,6 +113,7 @@ pub(super) fn check(
         let mut from: Vec<usize> = n
             .reads
             .iter()
+            .chain(n.sub_reads.iter().map(|(r, _)| r))
             .filter_map(|r| writer.get(r.as_str()).copied())
             .collect();
         from.sort_unstable();
@@ -132,10 +170,16 @@ mod tests {
     }
 
     fn node(path: &str, reads: &[i64], writes: &[i64]) -> Flow {
+        in_scope("/g", path, reads, writes)
+    }
+
+    fn in_scope(scope: &str, path: &str, reads: &[i64], writes: &[i64]) -> Flow {
         Flow {
             path: path.to_string(),
+            scope: scope.to_string(),
             reads: reads.iter().map(|u| u.to_string()).collect(),
             writes: writes.iter().map(|u| u.to_string()).collect(),
+            ..Flow::default()
         }
     }
 
@@ -191,7 +235,8 @@ mod tests {
             &HashSet::new(),
         );
         assert!(e.is_err());
-        let p: HashSet<String> = ["10".to_string()].into_iter().collect();
+        let p: HashSet<(String, String)> =
+            [("10".to_string(), "/g".to_string())].into_iter().collect();
         assert!(
             check(
                 &[node("/s/0", &[10], &[11]), node("/n/0", &[11], &[2])],
@@ -201,5 +246,42 @@ mod tests {
             )
             .is_ok()
         );
+    }
+
+    /// Review finding 3: producers are scoped to their graph level, and
+    /// what a subgraph or a sub-descriptor is handed is theirs alone.
+    #[test]
+    fn unit_dataflow_scoped_to_graph_levels() {
+        let sub = "/g/nodes/0/subgraph";
+        let provided: HashSet<(String, String)> =
+            [("10".to_string(), sub.to_string())].into_iter().collect();
+        let run = |nodes: &[Flow]| check(nodes, &tensors(), &HashSet::new(), &provided);
+        // The SDPA operation hands its subgraph 10 (the scores); a subgraph
+        // node writes 11, which the operation reads back (subgraphOutputUid).
+        let mut op = node("/g/nodes/0", &[1], &[2]);
+        op.sub_reads.push(("11".to_string(), sub.to_string()));
+        let inner = in_scope(sub, &format!("{sub}/nodes/0"), &[10], &[11]);
+        assert!(run(&[inner.clone(), op.clone()]).is_ok());
+        // A top-level node reading 11, which only the subgraph writes: refused.
+        let outside = node("/g/nodes/1", &[11], &[]);
+        let e = run(&[inner.clone(), op.clone(), outside]).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+        assert!(e.to_string().contains("another graph level"), "{e}");
+        // A top-level node reading the subgraph's input 10: refused (it is
+        // provided inside the subgraph only).
+        let e = run(&[inner.clone(), op.clone(), node("/g/nodes/1", &[10], &[])]).unwrap_err();
+        assert!(e.to_string().contains("no node of the plan writes"), "{e}");
+        // The operation's read-back must come from its subgraph, not from a
+        // top-level producer of the same uid.
+        let top_writer = node("/g/nodes/1", &[1], &[11]);
+        let e = run(&[op.clone(), top_writer]).unwrap_err();
+        assert!(e.to_string().contains("another graph level"), "{e}");
+        // A sub-descriptor's own reads need no producer; it exempts no one
+        // else's read of the same tensor.
+        let mut softmax = node("/g/nodes/0/softmax", &[10], &[]);
+        softmax.own_inputs = true;
+        assert!(run(&[softmax.clone()]).is_ok());
+        let e = run(&[softmax, node("/g/nodes/1", &[10], &[])]).unwrap_err();
+        assert!(e.to_string().contains("no node of the plan writes"), "{e}");
     }
 }

@@ -210,8 +210,9 @@ struct Walk {
     nodes: Vec<(String, Vec<(String, String)>)>,
     /// What each node reads and writes, for [`dataflow`].
     flow: Vec<dataflow::Flow>,
-    /// The score-subgraph inputs (their SDPA operation writes them).
-    provided: HashSet<String>,
+    /// The score-subgraph inputs (their SDPA operation writes them) and
+    /// the subgraph they are handed to.
+    provided: HashSet<(String, String)>,
     /// The tensors of each node's subgraph (an SDPA operation's score
     /// modifiers and masks), by the node's index in `nodes`.
     subgraphs: HashMap<usize, Vec<i64>>,
@@ -398,7 +399,7 @@ impl Walk {
             names.insert(self.tensor(t, &format!("{path}/tensors/{i}"))?);
         }
         for (i, n) in nodes.iter().enumerate() {
-            self.node(n, &format!("{path}/nodes/{i}"), depth, &names, false)?;
+            self.node(n, &format!("{path}/nodes/{i}"), depth, &names, false, path)?;
         }
         Ok(())
     }
@@ -412,6 +413,7 @@ impl Walk {
         depth: usize,
         names: &HashSet<String>,
         nested: bool,
+        scope: &str,
     ) -> Result<()> {
         let m = obj(v, path)?;
         let op_path = format!("{path}/operation");
@@ -432,8 +434,11 @@ impl Walk {
         let mut io_fields: Vec<(String, String)> = Vec::new();
         let mut flow = dataflow::Flow {
             path: path.to_string(),
+            scope: scope.to_string(),
+            own_inputs: nested,
             ..dataflow::Flow::default()
         };
+        let sub_scope = format!("{path}/subgraph");
         // The subgraph first, so its uids are known to `SubgraphUid`.
         if let Some(sg) = m.get("subgraph") {
             if !fields.iter().any(|(k, _)| *k == "subgraph") {
@@ -444,7 +449,7 @@ impl Walk {
                 ));
             }
             let before: HashSet<i64> = self.tensors.keys().copied().collect();
-            self.graph(sg, &format!("{path}/subgraph"), depth + 1, names)?;
+            self.graph(sg, &sub_scope, depth + 1, names)?;
             sub_names = Some(
                 self.tensors
                     .keys()
@@ -540,7 +545,7 @@ impl Walk {
                             got.unwrap_or("missing"),
                         ));
                     }
-                    self.node(val, &p, depth, names, true)?;
+                    self.node(val, &p, depth, names, true, scope)?;
                     // The sub-descriptor's tensors are the operation's too
                     // (its statistics are indexed by the operation's
                     // lengths): listed as `softmax.statsDesc` and so on.
@@ -562,10 +567,12 @@ impl Walk {
                     }
                     // The operation hands its subgraph the input and reads
                     // back the output (which a subgraph node must write).
+                    // Both in the subgraph's scope: the input is provided
+                    // to its nodes only, the output must be written there.
                     if k == "subgraphInputUid" {
-                        self.provided.insert(uid.to_string());
+                        self.provided.insert((uid.to_string(), sub_scope.clone()));
                     } else {
-                        flow.reads.push(uid.to_string());
+                        flow.sub_reads.push((uid.to_string(), sub_scope.clone()));
                     }
                 }
             }
@@ -583,10 +590,8 @@ impl Walk {
             return Err(bad(path, "names subgraph tensors but has no subgraph", op));
         }
         // A sub-descriptor (the SDPA forward's SOFTMAX) reads what its
-        // operation computes inside (the scores): its operation provides it.
-        if nested {
-            self.provided.extend(flow.reads.iter().cloned());
-        }
+        // operation computes inside (the scores): `own_inputs` exempts its
+        // own reads, nobody else's.
         self.nodes.push((op.to_string(), io_fields));
         self.flow.push(flow);
         if let Some(sub) = &sub_names {
