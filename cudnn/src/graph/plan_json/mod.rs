@@ -436,6 +436,7 @@ impl Walk {
             path: path.to_string(),
             scope: scope.to_string(),
             own_inputs: nested,
+            view: op == "CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR",
             ..dataflow::Flow::default()
         };
         let sub_scope = format!("{path}/subgraph");
@@ -836,6 +837,7 @@ fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Sum
         }
     }
     guards::check_batches(&w)?;
+    dataflow::check_shapes(&w.nodes, &w.tensors)?;
     guards::check_paged_loads(&w)?;
     attention::check_headers(&w, &attn_headers)?;
     Ok((
