@@ -653,6 +653,66 @@ mod tests {
         refused(&dup, "repeat a key");
     }
 
+    /// Property: any integer in any integer key is accepted exactly when
+    /// it lies in the key's range (the table here, written from the plan
+    /// loader's documented ranges, not from `property_fault`).
+    #[test]
+    fn properties_random_integers() {
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config, TestRunner};
+        let range = |k: &str| match k {
+            "totalGlobalMem" => (1, i64::MAX),
+            "pciDeviceId"
+            | "isTccDriver"
+            | "cudaDeviceId"
+            | "reservedSharedMemoryPerBlock"
+            | "supportCoopLaunch"
+            | "smCountOrigin"
+            | "oversizedSharedMemoryPerBlock" => (0, i64::from(i32::MAX)),
+            _ => (1, i64::from(i32::MAX)),
+        };
+        let keys: Vec<&str> = REQUIRED_FIELDS
+            .iter()
+            .chain(EXTRA_PROFILE_FIELDS.iter())
+            .copied()
+            .filter(|k| {
+                !matches!(
+                    *k,
+                    "deviceName" | "deviceVer" | "maxGridSize" | "maxBlockSize"
+                )
+            })
+            .collect();
+        let values = prop_oneof![
+            -2i64..3,
+            Just(i64::from(i32::MAX)),
+            Just(i64::from(i32::MAX) + 1),
+            Just(i64::MAX),
+            Just(i64::MIN),
+            any::<i64>(),
+        ];
+        let mut runner = TestRunner::new(Config {
+            cases: 512,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        runner
+            .run(&(0..keys.len(), values), |(i, v)| {
+                let k = keys[i];
+                let (lo, hi) = range(k);
+                let got = DeviceProperties::from_json(&with(k, json!(v)));
+                prop_assert_eq!(
+                    got.is_ok(),
+                    (lo..=hi).contains(&v),
+                    "{} = {}: {:?}",
+                    k,
+                    v,
+                    got
+                );
+                Ok(())
+            })
+            .unwrap();
+    }
+
     /// The same values are refused by the loader's device profile check.
     #[test]
     fn property_fault_is_the_loader_rule() {
