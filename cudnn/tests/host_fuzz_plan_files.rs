@@ -5,7 +5,8 @@
 //! `Plan::deserialize` in child processes.
 //!
 //! Each operation graph's nodes are also removed and duplicated one at a
-//! time (issue 31).
+//! time (issue 31), and each node operand is rewired to other tensors of
+//! the graph, of its level and of another (a subgraph's), bounded per file.
 //!
 //! Asserts for every case: no crash, no panic, bounded time, and either a
 //! plan or a typed error (ours before cuDNN, or cuDNN's own status); and that
@@ -42,6 +43,8 @@ enum Case {
     Set(usize, String, Value),
     /// Remove an object key (pointer to it).
     Remove(usize, String),
+    /// Set a node operand (pointer) to another tensor uid of the graph.
+    Rewire(usize, String, String),
     /// Replace a line of the file's head (the IO signature section).
     Line(usize, usize, String),
     /// The file with the engine (and compiled code) of another file, loaded
@@ -142,6 +145,110 @@ fn json_cases(file: usize, v: &Value, path: &str, out: &mut Vec<Case>) {
     }
 }
 
+/// The tensors an operation graph (and each subgraph) declares: `(uid,
+/// is_virtual, graph path)`.
+fn declared(v: &Value, path: &str, out: &mut Vec<(String, bool, String)>) {
+    if let Some(ts) = v.get("tensors").and_then(Value::as_array) {
+        for t in ts {
+            if let Some(n) = t.get("name").and_then(Value::as_str) {
+                let virt = t.get("isVirtual").and_then(Value::as_bool) == Some(true);
+                out.push((n.to_string(), virt, path.to_string()));
+            }
+        }
+    }
+    if let Some(ns) = v.get("nodes").and_then(Value::as_array) {
+        for (i, n) in ns.iter().enumerate() {
+            if let Some(sg) = n.get("subgraph") {
+                declared(sg, &format!("{path}/nodes/{i}/subgraph"), out);
+            }
+        }
+    }
+}
+
+/// Every node's operand fields (a string naming a declared tensor),
+/// subgraph nodes and sub-descriptors included: `(pointer, uid, graph)`.
+fn operands(v: &Value, path: &str, uids: &[String], out: &mut Vec<(String, String, String)>) {
+    let Some(ns) = v.get("nodes").and_then(Value::as_array) else {
+        return;
+    };
+    fn fields(
+        n: &Value,
+        p: &str,
+        graph: &str,
+        uids: &[String],
+        out: &mut Vec<(String, String, String)>,
+    ) {
+        let Some(m) = n.as_object() else { return };
+        for (k, x) in m {
+            match x {
+                Value::String(u) if uids.contains(u) => {
+                    out.push((format!("{p}/{k}"), u.clone(), graph.to_string()))
+                }
+                Value::Object(_) if k != "subgraph" => {
+                    fields(x, &format!("{p}/{k}"), graph, uids, out)
+                }
+                _ => {}
+            }
+        }
+    }
+    for (i, n) in ns.iter().enumerate() {
+        let p = format!("{path}/nodes/{i}");
+        fields(n, &p, path, uids, out);
+        if let Some(sg) = n.get("subgraph") {
+            operands(sg, &format!("{p}/subgraph"), uids, out);
+        }
+    }
+}
+
+/// Most rewires per plan file (bounded run time).
+const MAX_REWIRES: usize = 300;
+
+/// Review finding 3: one node operand rewired to another tensor of the
+/// graph: the next declared uid, one halfway round, and a virtual tensor of
+/// another graph level (a subgraph's, read at the top, or the reverse).
+/// Producers and consumers then disagree in dims, or a node reads what no
+/// node of its level writes: each case must be refused (typed, or by
+/// cuDNN) or load without a crash, through the safe loader
+/// (`Trust::NoCompiledCode`). (Loaded unverified instead, 5 rewires of the
+/// composite SDPA backward crashed cuDNN 9.28.1: the loader now refuses
+/// those shapes, typed; 2 shape-legal ones still crash cuDNN 9.19's
+/// unverified load, which an edited file is outside the contract of.)
+fn rewire_cases(file: usize, v: &Value, out: &mut Vec<Case>) {
+    let Some(g) = v.get("operationGraph") else {
+        return;
+    };
+    let mut decl = Vec::new();
+    declared(g, "/operationGraph", &mut decl);
+    let mut uids: Vec<String> = decl.iter().map(|d| d.0.clone()).collect();
+    uids.sort();
+    uids.dedup();
+    let mut ops = Vec::new();
+    operands(g, "/operationGraph", &uids, &mut ops);
+    let n = uids.len();
+    let mut count = 0;
+    for (ptr, uid, graph) in ops {
+        let Some(at) = uids.iter().position(|u| *u == uid) else {
+            continue;
+        };
+        let mut to = vec![uids[(at + 1) % n].clone(), uids[(at + n / 2) % n].clone()];
+        if let Some(other) = decl
+            .iter()
+            .find(|(u, virt, gp)| *virt && *gp != graph && *u != uid)
+        {
+            to.push(other.0.clone());
+        }
+        to.sort();
+        to.dedup();
+        for t in to.into_iter().filter(|t| *t != uid) {
+            if count >= MAX_REWIRES {
+                return;
+            }
+            out.push(Case::Rewire(file, ptr.clone(), t));
+            count += 1;
+        }
+    }
+}
+
 /// Mutations of the IO section: each tensor and scalar line, one field at a time.
 fn line_cases(file: usize, head: &str, out: &mut Vec<Case>) {
     let lines: Vec<&str> = head.lines().collect();
@@ -220,6 +327,7 @@ fn all_cases(files: &[(String, String)]) -> Result<Vec<Case>, String> {
         let (head, json) = split_plan_file(f).ok_or("plan file without JSON")?;
         let v: Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
         json_cases(i, &v, "", &mut out);
+        rewire_cases(i, &v, &mut out);
         line_cases(i, head, &mut out);
         for j in 0..files.len() {
             if j != i {
@@ -233,9 +341,11 @@ fn all_cases(files: &[(String, String)]) -> Result<Vec<Case>, String> {
 /// The mutated plan file of a case.
 fn apply(files: &[String], case: &Case) -> Option<String> {
     let file = match case {
-        Case::Set(f, ..) | Case::Remove(f, _) | Case::Line(f, ..) | Case::Engine(f, _) => {
-            files.get(*f)?
-        }
+        Case::Set(f, ..)
+        | Case::Remove(f, _)
+        | Case::Line(f, ..)
+        | Case::Engine(f, _)
+        | Case::Rewire(f, ..) => files.get(*f)?,
     };
     let (head, json) = split_plan_file(file)?;
     match case {
@@ -243,6 +353,11 @@ fn apply(files: &[String], case: &Case) -> Option<String> {
             let mut lines: Vec<&str> = head.lines().collect();
             *lines.get_mut(*i)? = l;
             Some(with_json(&format!("{}\n", lines.join("\n")), json))
+        }
+        Case::Rewire(_, p, u) => {
+            let mut doc: Value = serde_json::from_str(json).ok()?;
+            *doc.pointer_mut(p)? = Value::String(u.clone());
+            Some(with_json(head, &doc.to_string()))
         }
         Case::Set(_, p, v) => {
             let mut doc: Value = serde_json::from_str(json).ok()?;
@@ -284,6 +399,7 @@ fn describe(files: &[(String, String)], case: &Case) -> String {
     match case {
         Case::Set(f, p, v) => format!("{} {p} = {}", name(f), short(&v.to_string())),
         Case::Remove(f, p) => format!("{} remove {p}", name(f)),
+        Case::Rewire(f, p, u) => format!("{} rewire {p} to tensor uid {u}", name(f)),
         Case::Line(f, i, l) => format!("{} line {i} = {l}", name(f)),
         Case::Engine(f, g) => format!("{} with the engine of {} (untrusted)", name(f), name(g)),
     }
@@ -446,13 +562,19 @@ fn main() {
             fuzz_child::worker(start, end.min(cases.len()), |i| {
                 let case = cases.get(i);
                 let text = case.and_then(|c| apply(&texts, c)).unwrap_or_default();
-                let trusted = !matches!(case, Some(Case::Engine(..)));
+                // Rewires load through the safe loader: an edited file is
+                // outside the unverified loaders' contract (cuDNN 9.19's
+                // trusted load crashed on shape-legal rewires of composite
+                // SDPA plans, whose kernels were compiled for the unedited
+                // graph), and the safe path must hold for any file.
+                let trusted = !matches!(case, Some(Case::Engine(..) | Case::Rewire(..)));
                 let file = match case {
                     Some(
                         Case::Set(f, ..)
                         | Case::Remove(f, _)
                         | Case::Line(f, ..)
-                        | Case::Engine(f, _),
+                        | Case::Engine(f, _)
+                        | Case::Rewire(f, ..),
                     ) => *f,
                     None => 0,
                 };
@@ -518,13 +640,26 @@ fn main() {
         })?;
         let _ = std::fs::remove_dir_all(&dir);
         let mut per_file: BTreeMap<String, [usize; 3]> = BTreeMap::new();
+        let mut rewires = [0usize; 3];
         for (i, o) in report.outcomes.iter().enumerate() {
             let f = match cases.get(i) {
                 Some(
-                    Case::Set(f, ..) | Case::Remove(f, _) | Case::Line(f, ..) | Case::Engine(f, _),
+                    Case::Set(f, ..)
+                    | Case::Remove(f, _)
+                    | Case::Line(f, ..)
+                    | Case::Engine(f, _)
+                    | Case::Rewire(f, ..),
                 ) => *f,
                 None => continue,
             };
+            if let Some(Case::Rewire(..)) = cases.get(i) {
+                let k = match o {
+                    Some(Outcome::Accepted) => 0,
+                    Some(Outcome::RefusedByLibrary) => 1,
+                    _ => 2,
+                };
+                rewires[k] += 1;
+            }
             let e = per_file.entry(files[f].0.clone()).or_default();
             match o {
                 Some(Outcome::Accepted) => e[0] += 1,
@@ -535,6 +670,23 @@ fn main() {
         for (f, [ok, lib, typed]) in &per_file {
             eprintln!("    {f}: {ok} loaded, {lib} refused by cuDNN, {typed} refused by the crate");
         }
+        // A file none of whose mutations loads is a file the loader refuses
+        // unmutated (a too-strict rule): its mutations then prove nothing.
+        let dead: Vec<&String> = per_file
+            .iter()
+            .filter(|(_, c)| c[0] == 0)
+            .map(|(f, _)| f)
+            .collect();
+        ensure!(dead.is_empty(), "no mutation of {dead:?} loads");
+        let [ok, lib, other] = rewires;
+        eprintln!(
+            "    operand rewires: {ok} loaded, {lib} refused by cuDNN, {other} refused by the crate \
+             (or a failure, listed above)"
+        );
+        ensure!(
+            ok + lib + other > 0 || files.is_empty(),
+            "no operand rewire case ran"
+        );
         let checked = report.print_and_check(cases.len() / 20, std::time::Duration::from_secs(20));
         if std::env::var("CUDNN_RS_FUZZ_RAW").is_ok_and(|v| v == "1") {
             eprintln!("  (raw mode: cuDNN without the crate's checks; counts only)");

@@ -36,6 +36,93 @@ pub const REQUIRED_FIELDS: [&str; 24] = [
     "deviceName",
 ];
 
+/// Keys cuDNN 9.28 adds to a plan's device profile (`GPUProfile`) beyond
+/// [`REQUIRED_FIELDS`].
+pub(crate) const EXTRA_PROFILE_FIELDS: [&str; 2] =
+    ["smCountOrigin", "oversizedSharedMemoryPerBlock"];
+
+/// Longest `deviceName` accepted (bytes).
+pub(crate) const MAX_DEVICE_NAME: usize = 256;
+
+/// Why one device-properties value is out of range: `at` is the place in
+/// the value (`""`, or `"/i"` for an array entry), `rule` what it must be.
+pub(crate) struct PropertyFault {
+    pub at: String,
+    pub rule: String,
+    pub got: String,
+}
+
+/// The one range check of a device-properties key, shared by
+/// [`DeviceProperties::from_json`] (a target) and the plan JSON loader's
+/// device profile (`plan_json::engine::profile`), so that a target that
+/// plans also reloads its plans: `deviceName` a non-empty string of at most
+/// [`MAX_DEVICE_NAME`] bytes; `maxGridSize` / `maxBlockSize` 3 integers in
+/// `1..=i32::MAX`; `totalGlobalMem` in `1..=i64::MAX`; the ids, flags,
+/// reserved and oversized shared memory and `smCountOrigin` in
+/// `0..=i32::MAX`; every other known key in `1..=i32::MAX`. `None` for a
+/// key that is no device property (the caller decides).
+pub(crate) fn property_fault(
+    key: &str,
+    val: &serde_json::Value,
+) -> Option<Result<(), PropertyFault>> {
+    let fault = |at: String, rule: String, got: &serde_json::Value| {
+        let mut g = got.to_string();
+        if g.len() > 80 {
+            let mut end = 80;
+            while !g.is_char_boundary(end) {
+                end -= 1;
+            }
+            g = format!("{}... ({} bytes)", &g[..end], g.len());
+        }
+        Err(PropertyFault { at, rule, got: g })
+    };
+    if !REQUIRED_FIELDS.contains(&key) && !EXTRA_PROFILE_FIELDS.contains(&key) {
+        return None;
+    }
+    let (lo, hi) = match key {
+        "deviceName" => {
+            return Some(match val.as_str() {
+                Some(n) if !n.is_empty() && n.len() <= MAX_DEVICE_NAME => Ok(()),
+                _ => fault(
+                    String::new(),
+                    format!("must be a non-empty string of at most {MAX_DEVICE_NAME} bytes"),
+                    val,
+                ),
+            });
+        }
+        "totalGlobalMem" => (1, i64::MAX),
+        "pciDeviceId"
+        | "isTccDriver"
+        | "cudaDeviceId"
+        | "reservedSharedMemoryPerBlock"
+        | "supportCoopLaunch"
+        | "smCountOrigin"
+        | "oversizedSharedMemoryPerBlock" => (0, i64::from(i32::MAX)),
+        _ => (1, i64::from(i32::MAX)),
+    };
+    let rule = || format!("must be an integer in {lo}..={hi}");
+    if matches!(key, "maxGridSize" | "maxBlockSize") {
+        let Some(a) = val.as_array().filter(|a| a.len() == 3) else {
+            return Some(fault(
+                String::new(),
+                format!("must be an array of 3 integers in {lo}..={hi}"),
+                val,
+            ));
+        };
+        for (i, x) in a.iter().enumerate() {
+            if !x.as_i64().is_some_and(|n| (lo..=hi).contains(&n)) {
+                return Some(fault(format!("/{i}"), rule(), x));
+            }
+        }
+        return Some(Ok(()));
+    }
+    Some(if val.as_i64().is_some_and(|n| (lo..=hi).contains(&n)) {
+        Ok(())
+    } else {
+        fault(String::new(), rule(), val)
+    })
+}
+
 /// A GPU's properties as typed values; [`to_json`](Self::to_json) gives the
 /// JSON cuDNN reads. Presets: [`h100`](Self::h100), [`h200`](Self::h200),
 /// [`a100`](Self::a100), [`l4`](Self::l4), [`b200`](Self::b200) (values from
@@ -255,63 +342,28 @@ impl DeviceProperties {
                 short(json),
             )
         })?;
+        super::plan_json::no_duplicate_keys(json)?;
         for field in REQUIRED_FIELDS.iter() {
-            let Some(val) = obj.get(*field) else {
+            if !obj.contains_key(*field) {
                 return Err(Error::invalid(
                     format!("device properties JSON field `{field}`"),
                     "is required by cuDNN",
                     "missing",
                 ));
-            };
-            let ok = match *field {
-                "deviceName" => val.is_string(),
-                "maxGridSize" | "maxBlockSize" => val
-                    .as_array()
-                    .is_some_and(|a| a.len() == 3 && a.iter().all(|x| x.is_i64() || x.is_u64())),
-                _ => val.is_i64() || val.is_u64(),
-            };
-            if !ok {
-                return Err(Error::invalid(
-                    format!("device properties JSON field `{field}`"),
-                    if *field == "deviceName" {
-                        "must be a string"
-                    } else if field.starts_with("max") && field.ends_with("Size") {
-                        "must be an array of 3 integers"
-                    } else {
-                        "must be an integer"
-                    },
-                    val,
-                ));
             }
         }
-        // The ranges the plan JSON loader holds a plan's `GPUProfile` to
-        // (`plan_json::engine::profile`), so a target that plans also
+        // Every known key in the range the plan JSON loader holds a plan's
+        // `GPUProfile` to (the same function), so a target that plans also
         // reloads its plans (issue 31: a negative reserved shared memory
-        // planned and was refused on reload).
-        for field in REQUIRED_FIELDS.iter() {
-            let Some(val) = obj.get(*field) else { continue };
-            let (lo, hi) = match *field {
-                "deviceName" => continue,
-                "totalGlobalMem" => (1, i64::MAX),
-                "pciDeviceId"
-                | "isTccDriver"
-                | "cudaDeviceId"
-                | "reservedSharedMemoryPerBlock"
-                | "supportCoopLaunch" => (0, i64::from(i32::MAX)),
-                _ => (1, i64::from(i32::MAX)),
-            };
-            let values: Vec<&serde_json::Value> = match val.as_array() {
-                Some(a) => a.iter().collect(),
-                None => vec![val],
-            };
-            for x in values {
-                if !x.as_i64().is_some_and(|n| (lo..=hi).contains(&n)) {
-                    return Err(Error::invalid(
-                        format!("device properties JSON field `{field}`"),
-                        format!("must be in {lo}..={hi}"),
-                        x,
-                    ));
-                }
+        // planned and was refused on reload). Keys this crate does not know
+        // (a newer cuDNN's) pass: cuDNN reads its own.
+        for (field, val) in obj {
+            if let Some(Err(f)) = property_fault(field, val) {
+                return Err(Error::invalid(
+                    format!("device properties JSON field `{field}{}`", f.at),
+                    f.rule,
+                    f.got,
+                ));
             }
         }
         let device_ver = obj.get("deviceVer").and_then(|x| x.as_i64()).unwrap_or(0);
@@ -519,5 +571,165 @@ impl Target {
     /// The identity used in cache keys and plan files.
     pub fn fingerprint(&self) -> String {
         self.properties().fingerprint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn h200() -> serde_json::Map<String, Value> {
+        match serde_json::from_str(&DeviceSpec::h200().to_json()) {
+            Ok(Value::Object(m)) => m,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn with(key: &str, val: Value) -> String {
+        let mut m = h200();
+        m.insert(key.to_string(), val);
+        Value::Object(m).to_string()
+    }
+
+    fn refused(json: &str, field: &str) {
+        match DeviceProperties::from_json(json) {
+            Err(e @ Error::InvalidArgument { .. }) => {
+                assert!(e.to_string().contains(field), "{field}: {e}")
+            }
+            other => panic!("{field}: {other:?}"),
+        }
+    }
+
+    /// A target's properties are held to the plan loader's ranges (one
+    /// function), every key: the cases the review found and each bound.
+    #[test]
+    fn properties_ranges_every_key() {
+        assert!(DeviceProperties::from_json(&with("deviceName", json!("x"))).is_ok());
+        refused(&with("deviceName", json!("")), "deviceName");
+        let long = "n".repeat(MAX_DEVICE_NAME + 1);
+        refused(&with("deviceName", json!(long)), "deviceName");
+        assert!(DeviceProperties::from_json(&with("deviceName", json!("n".repeat(256)))).is_ok());
+        for k in EXTRA_PROFILE_FIELDS {
+            assert!(
+                DeviceProperties::from_json(&with(k, json!(0))).is_ok(),
+                "{k}"
+            );
+            refused(&with(k, json!(-1)), k);
+            refused(&with(k, json!(i64::from(i32::MAX) + 1)), k);
+            refused(&with(k, json!("1")), k);
+        }
+        for k in REQUIRED_FIELDS {
+            match k {
+                "deviceName" => {}
+                "maxGridSize" | "maxBlockSize" => {
+                    refused(&with(k, json!([1, 0, 1])), &format!("{k}/1"));
+                    refused(&with(k, json!([1, 1])), k);
+                }
+                "totalGlobalMem" => {
+                    refused(&with(k, json!(0)), k);
+                    assert!(DeviceProperties::from_json(&with(k, json!(i64::MAX))).is_ok());
+                }
+                _ => {
+                    let zero_ok = matches!(
+                        k,
+                        "pciDeviceId"
+                            | "isTccDriver"
+                            | "cudaDeviceId"
+                            | "reservedSharedMemoryPerBlock"
+                            | "supportCoopLaunch"
+                    );
+                    refused(&with(k, json!(-1)), k);
+                    refused(&with(k, json!(i64::from(i32::MAX) + 1)), k);
+                    if !zero_ok {
+                        refused(&with(k, json!(0)), k);
+                    }
+                }
+            }
+        }
+        // Duplicate keys: refused (which one cuDNN reads is not ours to guess).
+        let j = DeviceSpec::h200().to_json();
+        let dup = j.replacen('{', "{\"deviceVer\": 800, ", 1);
+        refused(&dup, "repeat a key");
+    }
+
+    /// Property: any integer in any integer key is accepted exactly when
+    /// it lies in the key's range (the table here, written from the plan
+    /// loader's documented ranges, not from `property_fault`).
+    #[test]
+    fn properties_random_integers() {
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config, TestRunner};
+        let range = |k: &str| match k {
+            "totalGlobalMem" => (1, i64::MAX),
+            "pciDeviceId"
+            | "isTccDriver"
+            | "cudaDeviceId"
+            | "reservedSharedMemoryPerBlock"
+            | "supportCoopLaunch"
+            | "smCountOrigin"
+            | "oversizedSharedMemoryPerBlock" => (0, i64::from(i32::MAX)),
+            _ => (1, i64::from(i32::MAX)),
+        };
+        let keys: Vec<&str> = REQUIRED_FIELDS
+            .iter()
+            .chain(EXTRA_PROFILE_FIELDS.iter())
+            .copied()
+            .filter(|k| {
+                !matches!(
+                    *k,
+                    "deviceName" | "deviceVer" | "maxGridSize" | "maxBlockSize"
+                )
+            })
+            .collect();
+        let values = prop_oneof![
+            -2i64..3,
+            Just(i64::from(i32::MAX)),
+            Just(i64::from(i32::MAX) + 1),
+            Just(i64::MAX),
+            Just(i64::MIN),
+            any::<i64>(),
+        ];
+        let mut runner = TestRunner::new(Config {
+            cases: 512,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        runner
+            .run(&(0..keys.len(), values), |(i, v)| {
+                let k = keys[i];
+                let (lo, hi) = range(k);
+                let got = DeviceProperties::from_json(&with(k, json!(v)));
+                prop_assert_eq!(
+                    got.is_ok(),
+                    (lo..=hi).contains(&v),
+                    "{} = {}: {:?}",
+                    k,
+                    v,
+                    got
+                );
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    /// The same values are refused by the loader's device profile check.
+    #[test]
+    fn property_fault_is_the_loader_rule() {
+        for (k, v, bad) in [
+            ("deviceName", json!(""), true),
+            ("smCountOrigin", json!(-1), true),
+            ("oversizedSharedMemoryPerBlock", json!(0), false),
+            ("maxGridSize", json!([1, 2, 3]), false),
+            ("maxGridSize", json!([1, 2, 0]), true),
+            ("notAProperty", json!(1), false),
+        ] {
+            let got = property_fault(k, &v);
+            match (k, got) {
+                ("notAProperty", None) => {}
+                (_, Some(r)) => assert_eq!(r.is_err(), bad, "{k} {v}"),
+                (_, None) => panic!("{k}: not a property?"),
+            }
+        }
     }
 }

@@ -825,12 +825,23 @@ impl OpNode for CompositeBwdOp {
             )?;
         }
 
-        // dQ = dS K, accumulated in f32, then converted.
-        let kview = c.virt_strided(
-            self.k_spec.dtype(),
-            self.k_spec.dims(),
-            self.k_spec.strides(),
-        )?;
+        // dQ = dS K, accumulated in f32, then converted. The reshape of Kᵀ
+        // back to K's shape reads K's memory as Kᵀ does, so it carries K's
+        // ragged offsets too (as NVIDIA's frontend's `reshape_k` does):
+        // without them dS·K would read batch b's keys at padded positions.
+        let kview = {
+            let uid = c.uid()?;
+            let d = c.tensor_ragged(
+                self.k_spec.dtype(),
+                self.k_spec.dims(),
+                self.k_spec.strides(),
+                uid,
+                true,
+                self.kv_ragged.map(|r| r.0),
+            )?;
+            c.own.push(d);
+            T::V(c.own.len() - 1)
+        };
         c.reshape(kt, kview)?;
         let dq_out = self.dq_accum.unwrap_or(self.dq);
         c.matmul(ds, kview, T::G(dq_out), seq_q, None, seq_kv, None)

@@ -742,7 +742,9 @@ impl Graph {
             cfg: cfg.clone(),
             bias,
         };
-        if cfg.ragged {
+        // As in the forward: ragged offsets of K and V exist only for a
+        // packed (not paged) K and V.
+        if cfg.ragged && cfg.paged.is_none() {
             ext.kv_ragged = Some((self.nodes.len() + 1, self.nodes.len() + 2));
         }
         self.push_op(ext);

@@ -40,7 +40,8 @@ pub const PAGED_SINCE: (u32, u32, u32) = (9, 5, 0);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PagedKv {
     /// Tokens per page: a power of two ([`SdpaConfig::validate`] refuses
-    /// others; cuDNN 9.28 plans paged attention only for those).
+    /// others: measured on cuDNN 9.28.1 (H200), cuDNN planned paged
+    /// attention only for those; NVIDIA documents no such rule).
     pub block_size: i64,
     /// Pages in each container (>= 1): K's and V's containers hold the
     /// same number.
@@ -126,14 +127,18 @@ impl SdpaConfig {
     /// The value checks of the paged option (part of [`validate`](Self::validate)).
     pub(crate) fn validate_paged(&self) -> Result<()> {
         let Some(p) = self.paged else { return Ok(()) };
-        // cuDNN 9.28.1 finalizes paged attention (the SDPA operation and the
-        // composite, head dims 64 and 128, H200) only for page sizes that
-        // are powers of two (measured over 1..=40: 1, 2, 4, 8, 16, 32); a
-        // page of 7 passed here and was refused at finalize (issue 31).
+        // Measured, not documented: cuDNN 9.28.1 (H200) finalized paged
+        // attention (the SDPA operation and the composite, head dims 64 and
+        // 128) only for page sizes that are powers of two (over 1..=40: 1,
+        // 2, 4, 8, 16, 32); a page of 7 passed here and was refused at
+        // finalize (issue 31). NVIDIA documents no such rule (its own tests
+        // draw power-of-two page sizes).
         if p.block_size >= 1 && p.block_size.count_ones() != 1 {
             return Err(Error::invalid(
                 "SdpaConfig.paged.block_size",
-                "must be a power of two (cuDNN plans paged attention only for those)",
+                "must be a power of two (measured on cuDNN 9.28.1 (H200): cuDNN plans paged \
+                 attention only for page sizes that are powers of two; NVIDIA documents no \
+                 such rule)",
                 p.block_size,
             ));
         }

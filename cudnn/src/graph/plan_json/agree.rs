@@ -29,7 +29,7 @@ pub(super) struct Tensors {
     /// What each node reads and writes ([`super::dataflow`]).
     pub(super) flow: Vec<super::dataflow::Flow>,
     /// The score-subgraph inputs.
-    pub(super) provided: HashSet<String>,
+    pub(super) provided: HashSet<(String, String)>,
 }
 
 /// Every non-virtual tensor of the JSON is a bound tensor, a scalar or a

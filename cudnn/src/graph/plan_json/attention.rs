@@ -7,7 +7,8 @@
 //! kernels keep their shapes in an attention descriptor at the start of the
 //! block, `[B, H_q, H_k, H_v, S_q, S_kv, D_qk, D_v]` as u32 (measured on
 //! cuDNN 9.28's sm80, sm90 and sm100 forward and backward kernels; `S_kv`
-//! of a paged cache is the keys a page-table row covers): it must be the
+//! of a paged cache is the keys a page-table row covers, or the score
+//! subgraph's key extent where smaller, exactly): it must be the
 //! shapes of the plan's one SDPA operation; in a composite attention (no
 //! SDPA operation: cuDNN's fused kernels serve the matmul-softmax-matmul
 //! pattern) Q, K and V must be tensors of the graph that the plan binds.
@@ -108,36 +109,53 @@ pub(super) fn check_headers(w: &Walk, headers: &[(String, [u32; 8])]) -> Result<
         .iter()
         .position(|(op, g)| (op == SDPA_FWD || op == SDPA_BWD) && std::ptr::eq(&g[..], f));
     let (sub_q, sub_kv) = index.map_or((None, None), |i| super::guards::subgraph_extents(w, i));
-    // The kernel's S_kv: K's and V's sequence dim; with a paged cache at
-    // most the keys a table row covers (cuDNN 9.28 writes the coverage, or
-    // the bias's key extent when there is one: 100 keys in 7 pages of 16);
-    // never past a subgraph tensor's key extent.
-    let kv_ok = |got: i64| match (sk, sv) {
+    // The kernel's S_kv: K's and V's sequence dim; with a paged cache
+    // exactly the keys a table row covers, or the score subgraph's key
+    // extent where that is smaller (measured: cuDNN 9.28.1 writes 352 for
+    // 351 keys in pages of 32 on the B200 preset, 100 for a bias of 100
+    // keys in 7 pages of 16 on the H200 preset). The key lengths' guard is
+    // that same value (`guards::guarded`, and the graph's own for a built
+    // plan), so a kernel whose S_kv is below it (lengths between the two
+    // would pass the guard) is refused; never past a subgraph tensor's key
+    // extent.
+    let reach = match (sk, sv) {
         (Some(sk), Some(sv)) if sk == sv || paged => {
-            let reach = sk.min(sv).min(sub_kv.unwrap_or(i64::MAX));
-            if paged {
-                (1..=reach).contains(&got)
-            } else {
-                got == sk && got <= reach
-            }
+            Some(sk.min(sv).min(sub_kv.unwrap_or(i64::MAX)))
         }
+        _ => None,
+    };
+    let kv_ok = |got: i64| match (reach, sk) {
+        (Some(reach), _) if paged => got == reach,
+        (Some(reach), Some(sk)) => got == sk && got <= reach,
         _ => false,
     };
+    // The kernel's S_q: never past the sequence dim of any tensor the query
+    // lengths index (O, the gradients, the statistics; Q's is checked equal
+    // below), so the lengths' guard ([`guards::Q_BOUND`]) bounds the kernel.
+    let q_reach = super::guards::Q_BOUND
+        .iter()
+        .filter_map(|n| dims(w, f, &[*n]).and_then(|d| d.get(2).copied()))
+        .min();
     for (path, h) in headers {
         let got = h.map(i64::from);
         let same = [q[0], q[1], k[1], v[1], q[2], q[3], v[3]]
             == [got[0], got[1], got[2], got[3], got[4], got[6], got[7]];
-        if !same || !kv_ok(got[5]) || sub_q.is_some_and(|s| got[4] > s) {
-            let want_kv = match (sk, sv) {
-                (Some(sk), Some(sv)) if paged => format!("1..={}", sk.min(sv)),
-                (Some(sk), _) => sk.to_string(),
+        if !same
+            || !kv_ok(got[5])
+            || sub_q.is_some_and(|s| got[4] > s)
+            || q_reach.is_some_and(|s| got[4] > s)
+        {
+            let want_kv = match (reach, sk) {
+                (Some(r), _) if paged => r.to_string(),
+                (_, Some(sk)) => sk.to_string(),
                 _ => "K and V of one sequence extent".to_string(),
             };
             return Err(Error::mismatch(
                 format!(
                     "plan JSON {path}: the attention kernel's descriptor (B, H_q, H_k, H_v, S_q, \
                      S_kv, D_qk, D_v) against its SDPA operation's Q, K, V (and its score \
-                     subgraph's S_q {sub_q:?}, S_kv {sub_kv:?})"
+                     subgraph's S_q {sub_q:?}, S_kv {sub_kv:?}; O's, the gradients' and the \
+                     statistics' S_q {q_reach:?})"
                 ),
                 format!(
                     "[{}, {}, {}, {}, {}, {want_kv}, {}, {}]",
@@ -164,7 +182,10 @@ fn check_composite_headers(w: &Walk, headers: &[(String, [u32; 8])]) -> Result<(
     // A paged cache load reaches at most the keys its page-table rows
     // cover in a bound container, and its output `Y` holds fewer when the
     // sequence is not a whole number of pages (100 keys in 7 pages of 16):
-    // `[B, H, S, D]` for any S up to both.
+    // `[B, H, S, D]` for S the smaller of both, exactly (measured: cuDNN
+    // 9.28.1 writes 100 there on the H200 preset). That is the key
+    // lengths' guard (the load's `sequence`), so a kernel whose S_kv is
+    // smaller (lengths between the two passing the guard) is refused.
     let mut paged: Vec<[i64; 4]> = Vec::new();
     for (op, f) in &w.nodes {
         if op != PAGED_LOAD {
@@ -189,7 +210,7 @@ fn check_composite_headers(w: &Walk, headers: &[(String, [u32; 8])]) -> Result<(
         bound.iter().any(|b| b[..] == d[..])
             || paged
                 .iter()
-                .any(|p| p[0] == d[0] && p[1] == d[1] && p[3] == d[3] && (1..=p[2]).contains(&d[2]))
+                .any(|p| p[0] == d[0] && p[1] == d[1] && p[3] == d[3] && p[2] == d[2])
     };
     for (path, h) in headers {
         let [b, hq, hk, hv, sq, skv, dqk, dv] = h.map(i64::from);
@@ -207,4 +228,123 @@ fn check_composite_headers(w: &Walk, headers: &[(String, [u32; 8])]) -> Result<(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{HashMap, HashSet};
+
+    use super::*;
+    use crate::graph::plan_json::JsonTensor;
+
+    fn t(dims: &[i64]) -> JsonTensor {
+        let mut strides = vec![1; dims.len()];
+        for i in (0..dims.len().saturating_sub(1)).rev() {
+            strides[i] = strides[i + 1] * dims[i + 1];
+        }
+        JsonTensor {
+            dtype: "CUDNN_DATA_HALF",
+            dims: dims.to_vec(),
+            strides,
+            is_virtual: false,
+            by_value: false,
+            ragged: None,
+        }
+    }
+
+    /// A paged SDPA forward: Q `[2, 4, 1, 64]`, containers of pages of 16,
+    /// page tables of 7 pages per sequence (112 keys), optionally a bias
+    /// of 100 keys in its score subgraph.
+    fn paged(bias: bool) -> Walk {
+        let mut tensors: HashMap<i64, JsonTensor> = [
+            (1, t(&[2, 4, 1, 64])),
+            (2, t(&[15, 4, 16, 64])),
+            (3, t(&[15, 4, 16, 64])),
+            (4, t(&[2, 4, 1, 64])),
+            (5, t(&[2, 1, 7, 1])),
+            (6, t(&[2, 1, 7, 1])),
+        ]
+        .into_iter()
+        .collect();
+        let mut subgraphs = HashMap::new();
+        if bias {
+            tensors.insert(30, t(&[2, 4, 1, 100]));
+            subgraphs.insert(0, vec![30]);
+        }
+        let f = [
+            ("Q", 1),
+            ("K", 2),
+            ("V", 3),
+            ("O", 4),
+            ("pageTableK", 5),
+            ("pageTableV", 6),
+        ];
+        Walk {
+            tensors,
+            written: HashSet::new(),
+            read: HashSet::new(),
+            page_tables: HashSet::new(),
+            flow: Vec::new(),
+            provided: HashSet::new(),
+            subgraphs,
+            nodes: vec![(
+                SDPA_FWD.to_string(),
+                f.iter()
+                    .map(|(k, u)| (k.to_string(), u.to_string()))
+                    .collect(),
+            )],
+        }
+    }
+
+    fn header(skv: u32) -> Vec<(String, [u32; 8])> {
+        vec![("/engine/kernel/0".to_string(), [2, 4, 4, 4, 1, skv, 64, 64])]
+    }
+
+    /// Review finding 2: a paged kernel's S_kv must be the coverage (or the
+    /// bias's key extent), what cuDNN 9.28.1 writes and the guard holds
+    /// lengths to; one below it let lengths between the two pass.
+    #[test]
+    fn unit_paged_header_skv_is_the_guard() {
+        let w = paged(false);
+        assert!(check_headers(&w, &header(112)).is_ok());
+        for bad in [1, 100, 111, 113] {
+            assert!(
+                matches!(check_headers(&w, &header(bad)), Err(Error::Mismatch { .. })),
+                "S_kv {bad}"
+            );
+        }
+        let w = paged(true);
+        assert!(check_headers(&w, &header(100)).is_ok());
+        for bad in [64, 99, 101, 112] {
+            assert!(check_headers(&w, &header(bad)).is_err(), "bias, S_kv {bad}");
+        }
+    }
+
+    /// Review finding 4: the kernel's S_q is held to the statistics' rows
+    /// too (a plan whose statistics hold fewer rows than Q is refused).
+    #[test]
+    fn unit_header_sq_bounded_by_statistics() {
+        for field in [
+            "stats",
+            "softmax.statsDesc",
+            "softmax.maxDesc",
+            "softmax.sumExpDesc",
+        ] {
+            let mut w = paged(false);
+            w.nodes[0].1.push((field.to_string(), "7".to_string()));
+            w.tensors.insert(7, t(&[2, 4, 1, 1]));
+            assert!(check_headers(&w, &header(112)).is_ok(), "{field}");
+            // Q of 2 rows, statistics of 1: a kernel header with S_q 2.
+            let mut w = paged(false);
+            w.tensors.insert(1, t(&[2, 4, 2, 64]));
+            w.tensors.insert(4, t(&[2, 4, 2, 64]));
+            w.nodes[0].1.push((field.to_string(), "7".to_string()));
+            w.tensors.insert(7, t(&[2, 4, 1, 1]));
+            let h = vec![("/k".to_string(), [2, 4, 4, 4, 2, 112, 64, 64])];
+            assert!(
+                matches!(check_headers(&w, &h), Err(Error::Mismatch { .. })),
+                "{field}"
+            );
+        }
+    }
 }

@@ -15,23 +15,42 @@ use super::{JsonTensor, bad};
 use crate::error::Result;
 
 /// What one node reads and writes, by tensor name.
+///
+/// Producers are scoped to their graph level (`scope`: the JSON path of
+/// the graph or subgraph the node is in): a virtual tensor a subgraph node
+/// writes satisfies reads inside that subgraph and its operation's
+/// `subgraphOutputUid` (a read in `sub_reads`), never a read elsewhere (a
+/// subgraph's tensor may be declared again at the top level).
 #[derive(Clone, Debug, Default)]
 pub(super) struct Flow {
     /// The node's JSON path.
     pub(super) path: String,
+    /// The JSON path of the graph the node is in.
+    pub(super) scope: String,
+    /// Reads resolved in `scope`.
     pub(super) reads: Vec<String>,
+    /// Reads resolved in another scope: the operation's
+    /// `subgraphOutputUid`, in its subgraph.
+    pub(super) sub_reads: Vec<(String, String)>,
     pub(super) writes: Vec<String>,
+    /// A sub-descriptor (the SDPA forward's SOFTMAX): it reads what its
+    /// operation computes inside (the scores), so its own reads need no
+    /// producer node; nobody else's reads are exempted by it.
+    pub(super) own_inputs: bool,
+    /// A reshape (its output is a view, there to be read).
+    pub(super) view: bool,
 }
 
 /// Check the flow of `nodes` over `tensors`; `scratch` are the uids of the
 /// tensors the plan keeps in its workspace (written by cuDNN's kernels
 /// from the nodes, like virtual ones); `provided` the score-subgraph inputs
-/// (their SDPA operation writes them).
+/// `(tensor, subgraph scope)` (their SDPA operation writes them, for the
+/// nodes of that subgraph only).
 pub(super) fn check(
     nodes: &[Flow],
     tensors: &HashMap<i64, JsonTensor>,
     scratch: &HashSet<i64>,
-    provided: &HashSet<String>,
+    provided: &HashSet<(String, String)>,
 ) -> Result<()> {
     let internal = |name: &str| {
         name.parse::<i64>()
@@ -57,14 +76,66 @@ pub(super) fn check(
             writer.insert(w.as_str(), i);
         }
     }
-    // Every virtual or scratch tensor read has its producer.
+    // Every virtual or scratch tensor read has its producer in the scope
+    // it is read in (or is its subgraph's input there).
+    let produced_in = |r: &str, scope: &str| {
+        writer
+            .get(r)
+            .and_then(|&i| nodes.get(i))
+            .is_some_and(|w| w.scope == scope)
+            || provided.contains(&(r.to_string(), scope.to_string()))
+    };
     for n in nodes {
-        for r in &n.reads {
-            if internal(r) && !writer.contains_key(r.as_str()) && !provided.contains(r) {
+        if n.own_inputs {
+            continue;
+        }
+        let reads = n.reads.iter().map(|r| (r, &n.scope));
+        for (r, scope) in reads.chain(n.sub_reads.iter().map(|(r, s)| (r, s))) {
+            if internal(r) && !produced_in(r, scope) {
                 return Err(bad(
                     &n.path,
-                    "reads a virtual (or scratch) tensor that no node of the plan writes",
+                    if writer.contains_key(r.as_str()) {
+                        format!(
+                            "reads a virtual (or scratch) tensor that only a node of another \
+                             graph level writes (read in {scope})"
+                        )
+                    } else {
+                        "reads a virtual (or scratch) tensor that no node of the plan writes"
+                            .to_string()
+                    },
                     format!("tensor uid {r}"),
+                ));
+            }
+        }
+    }
+    // Every scratch tensor written, and every view a reshape makes, is
+    // read: cuDNN compiles a runtime-fused plan's kernels for its graph,
+    // and a graph whose edit left either unread (its reader rewired
+    // elsewhere) crashed cuDNN 9.28.1 in the trusted load (SIGSEGV;
+    // operand-rewire fuzz of the composite SDPA backward). Other virtual
+    // results may go unread: the composite SDPA forward computes its
+    // statistics in inference too, unread (cuDNN takes such plans).
+    let is_scratch = |name: &str| {
+        name.parse::<i64>()
+            .ok()
+            .is_some_and(|u| scratch.contains(&u))
+    };
+    let read_somewhere: HashSet<&str> = nodes
+        .iter()
+        .flat_map(|n| {
+            n.reads
+                .iter()
+                .map(String::as_str)
+                .chain(n.sub_reads.iter().map(|(r, _)| r.as_str()))
+        })
+        .collect();
+    for n in nodes.iter().filter(|n| !n.own_inputs) {
+        for w in &n.writes {
+            if internal(w) && (n.view || is_scratch(w)) && !read_somewhere.contains(w.as_str()) {
+                return Err(bad(
+                    &n.path,
+                    "writes a scratch tensor (or a reshaped view) that no node of the plan reads",
+                    format!("tensor uid {w}"),
                 ));
             }
         }
@@ -76,6 +147,7 @@ pub(super) fn check(
         let mut from: Vec<usize> = n
             .reads
             .iter()
+            .chain(n.sub_reads.iter().map(|(r, _)| r))
             .filter_map(|r| writer.get(r.as_str()).copied())
             .collect();
         from.sort_unstable();
@@ -115,6 +187,73 @@ pub(super) fn check(
     Ok(())
 }
 
+/// The shapes a pointwise and a matmul node relate (cuDNN's rules, which
+/// its trusted load of a runtime-compiled plan does not check: a pointwise
+/// input wider than its output, or not broadcastable to it, crashed cuDNN
+/// 9.28.1 there, SIGSEGV, in the operand-rewire fuzz): every pointwise
+/// input (`X`, `B`, `T`) has its output's rank and each dim equal to the
+/// output's or 1; a matmul's `A [.., M, K]`, `B [.., K, N]` and
+/// `C [.., M, N]` share their rank, M, N and K, and A's and B's batch dims
+/// are C's or divide it (1, or grouped-query attention's K and V heads).
+pub(super) fn check_shapes(
+    nodes: &[(String, Vec<(String, String)>)],
+    tensors: &HashMap<i64, JsonTensor>,
+) -> Result<()> {
+    const POINTWISE: &str = "CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR";
+    const MATMUL: &str = "CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR";
+    for (op, fields) in nodes {
+        let dims = |k: &str| {
+            let (_, n) = fields.iter().find(|(f, _)| f == k)?;
+            let t = tensors.get(&n.parse::<i64>().ok()?)?;
+            Some((&t.dims[..], n.as_str()))
+        };
+        let fail = |what: String, got: String| Err(bad(&format!("{op} node"), what, got));
+        if op == POINTWISE {
+            let Some((y, yn)) = dims("Y") else { continue };
+            for k in ["X", "B", "T"] {
+                let Some((x, xn)) = dims(k) else { continue };
+                let fits = x.len() == y.len() && x.iter().zip(y).all(|(a, b)| a == b || *a == 1);
+                if !fits {
+                    return fail(
+                        format!(
+                            "input `{k}` (tensor uid {xn}) must broadcast to its output `Y` \
+                             (tensor uid {yn}, dims {y:?}): each dim equal or 1"
+                        ),
+                        format!("{x:?}"),
+                    );
+                }
+            }
+        } else if op == MATMUL {
+            let (Some((a, an)), Some((b, bn)), Some((c, cn))) =
+                (dims("matA"), dims("matB"), dims("matC"))
+            else {
+                continue;
+            };
+            // A batch dim of A or B is C's, or divides it (grouped-query
+            // attention: K's heads serve groups of Q's).
+            let groups = |x: i64, c: i64| x >= 1 && c % x == 0;
+            let r = c.len();
+            let ok = r >= 2
+                && a.len() == r
+                && b.len() == r
+                && a[r - 2] == c[r - 2]
+                && b[r - 1] == c[r - 1]
+                && a[r - 1] == b[r - 2]
+                && (0..r - 2).all(|i| groups(a[i], c[i]) && groups(b[i], c[i]));
+            if !ok {
+                return fail(
+                    format!(
+                        "A [.., M, K], B [.., K, N] and C [.., M, N] must agree (uids {an}, \
+                         {bn}, {cn})"
+                    ),
+                    format!("A {a:?}, B {b:?}, C {c:?}"),
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,10 +271,16 @@ mod tests {
     }
 
     fn node(path: &str, reads: &[i64], writes: &[i64]) -> Flow {
+        in_scope("/g", path, reads, writes)
+    }
+
+    fn in_scope(scope: &str, path: &str, reads: &[i64], writes: &[i64]) -> Flow {
         Flow {
             path: path.to_string(),
+            scope: scope.to_string(),
             reads: reads.iter().map(|u| u.to_string()).collect(),
             writes: writes.iter().map(|u| u.to_string()).collect(),
+            ..Flow::default()
         }
     }
 
@@ -191,7 +336,8 @@ mod tests {
             &HashSet::new(),
         );
         assert!(e.is_err());
-        let p: HashSet<String> = ["10".to_string()].into_iter().collect();
+        let p: HashSet<(String, String)> =
+            [("10".to_string(), "/g".to_string())].into_iter().collect();
         assert!(
             check(
                 &[node("/s/0", &[10], &[11]), node("/n/0", &[11], &[2])],
@@ -201,5 +347,109 @@ mod tests {
             )
             .is_ok()
         );
+    }
+
+    /// Operand-rewire fuzz: an unread scratch tensor or reshaped view, and
+    /// pointwise / matmul shapes that do not relate, are refused (each
+    /// crashed cuDNN 9.28.1's trusted load of a composite SDPA backward).
+    #[test]
+    fn unit_rewire_shapes_and_unread_views() {
+        // Scratch 2 written, never read: refused; read: fine.
+        let s: HashSet<i64> = [2].into_iter().collect();
+        let w = node("/n/0", &[1], &[2]);
+        let e = check(&[w.clone()], &tensors(), &s, &HashSet::new()).unwrap_err();
+        assert!(e.to_string().contains("no node of the plan reads"), "{e}");
+        let r = node("/n/1", &[2], &[]);
+        assert!(check(&[w, r], &tensors(), &s, &HashSet::new()).is_ok());
+        // A reshape's virtual output unread: refused; another virtual
+        // result unread (inference statistics): fine.
+        let mut v = node("/n/0", &[1], &[10]);
+        v.view = true;
+        assert!(run(&[v.clone()]).is_err());
+        v.view = false;
+        assert!(run(&[v]).is_ok());
+
+        let t = |d: &[i64]| JsonTensor {
+            dims: d.to_vec(),
+            ..virt(true)
+        };
+        let ts: HashMap<i64, JsonTensor> = [
+            (1, t(&[2, 4, 128, 1])),
+            (2, t(&[2, 4, 128, 128])),
+            (3, t(&[2, 4, 128, 64])),
+            (4, t(&[2, 2, 128, 64])),
+            (5, t(&[2, 4, 64, 128])),
+            (6, t(&[2, 3, 128, 64])),
+        ]
+        .into_iter()
+        .collect();
+        let n = |op: &str, f: &[(&str, i64)]| {
+            (
+                format!("CUDNN_BACKEND_OPERATION_{op}_DESCRIPTOR"),
+                f.iter()
+                    .map(|(k, u)| (k.to_string(), u.to_string()))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let ok = |x: (String, Vec<(String, String)>)| check_shapes(&[x], &ts).is_ok();
+        // Pointwise: inputs broadcast to Y.
+        assert!(ok(n("POINTWISE", &[("X", 2), ("B", 1), ("Y", 2)])));
+        assert!(!ok(n("POINTWISE", &[("X", 2), ("Y", 1)])), "X wider than Y");
+        assert!(
+            !ok(n("POINTWISE", &[("X", 2), ("B", 3), ("Y", 2)])),
+            "64 vs 128"
+        );
+        // Matmul: [.., M, K] x [.., K, N] -> [.., M, N]; GQA heads divide.
+        assert!(ok(n("MATMUL", &[("matA", 3), ("matB", 5), ("matC", 2)])));
+        assert!(ok(n("MATMUL", &[("matA", 2), ("matB", 4), ("matC", 3)])));
+        assert!(
+            !ok(n("MATMUL", &[("matA", 2), ("matB", 6), ("matC", 3)])),
+            "3 heads of 4"
+        );
+        assert!(
+            !ok(n("MATMUL", &[("matA", 3), ("matB", 3), ("matC", 2)])),
+            "K"
+        );
+        assert!(
+            !ok(n("MATMUL", &[("matA", 2), ("matB", 3), ("matC", 2)])),
+            "N"
+        );
+    }
+
+    /// Review finding 3: producers are scoped to their graph level, and
+    /// what a subgraph or a sub-descriptor is handed is theirs alone.
+    #[test]
+    fn unit_dataflow_scoped_to_graph_levels() {
+        let sub = "/g/nodes/0/subgraph";
+        let provided: HashSet<(String, String)> =
+            [("10".to_string(), sub.to_string())].into_iter().collect();
+        let run = |nodes: &[Flow]| check(nodes, &tensors(), &HashSet::new(), &provided);
+        // The SDPA operation hands its subgraph 10 (the scores); a subgraph
+        // node writes 11, which the operation reads back (subgraphOutputUid).
+        let mut op = node("/g/nodes/0", &[1], &[2]);
+        op.sub_reads.push(("11".to_string(), sub.to_string()));
+        let inner = in_scope(sub, &format!("{sub}/nodes/0"), &[10], &[11]);
+        assert!(run(&[inner.clone(), op.clone()]).is_ok());
+        // A top-level node reading 11, which only the subgraph writes: refused.
+        let outside = node("/g/nodes/1", &[11], &[]);
+        let e = run(&[inner.clone(), op.clone(), outside]).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+        assert!(e.to_string().contains("another graph level"), "{e}");
+        // A top-level node reading the subgraph's input 10: refused (it is
+        // provided inside the subgraph only).
+        let e = run(&[inner.clone(), op.clone(), node("/g/nodes/1", &[10], &[])]).unwrap_err();
+        assert!(e.to_string().contains("no node of the plan writes"), "{e}");
+        // The operation's read-back must come from its subgraph, not from a
+        // top-level producer of the same uid.
+        let top_writer = node("/g/nodes/1", &[1], &[11]);
+        let e = run(&[op.clone(), top_writer]).unwrap_err();
+        assert!(e.to_string().contains("another graph level"), "{e}");
+        // A sub-descriptor's own reads need no producer; it exempts no one
+        // else's read of the same tensor.
+        let mut softmax = node("/g/nodes/0/softmax", &[10], &[]);
+        softmax.own_inputs = true;
+        assert!(run(&[softmax.clone()]).is_ok());
+        let e = run(&[softmax, node("/g/nodes/1", &[10], &[])]).unwrap_err();
+        assert!(e.to_string().contains("no node of the plan writes"), "{e}");
     }
 }

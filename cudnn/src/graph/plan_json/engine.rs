@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::super::target::Target;
+use super::super::target::{EXTRA_PROFILE_FIELDS, Target, property_fault};
 use super::{MAX_JSON_BYTES, arr, bad, int, keys, obj, one_of, string};
 use crate::error::{Error, Result};
 
@@ -15,42 +15,16 @@ const MAX_PARAMS: usize = 4096;
 pub(super) fn profile(v: &Value, target: Option<&Target>) -> Result<i64> {
     let path = "/GPUProfile";
     let m = obj(v, path)?;
-    const EXTRA: [&str; 2] = ["smCountOrigin", "oversizedSharedMemoryPerBlock"];
     let mut allowed: Vec<&str> = super::super::REQUIRED_FIELDS.to_vec();
-    allowed.extend(EXTRA);
+    allowed.extend(EXTRA_PROFILE_FIELDS);
     // cuDNN 9.28 writes every field of the device properties; older releases
     // (9.10, 9.19) a subset. The architecture and SM count are always there.
     keys(m, path, &allowed, &["deviceVer", "multiProcessorCount"])?;
+    // The same range check as a target's properties (`Target` planning and
+    // reload agree).
     for (k, val) in m {
-        let p = format!("{path}/{k}");
-        match k.as_str() {
-            "deviceName" => {
-                string(val, &p, 256)?;
-            }
-            "maxGridSize" | "maxBlockSize" => {
-                let a = arr(val, &p, 3)?;
-                if a.len() != 3 {
-                    return Err(bad(&p, "must have 3 entries", a.len()));
-                }
-                for (i, x) in a.iter().enumerate() {
-                    int(x, &format!("{p}/{i}"), 1, i64::from(i32::MAX))?;
-                }
-            }
-            "totalGlobalMem" => {
-                int(val, &p, 1, i64::MAX)?;
-            }
-            "pciDeviceId"
-            | "isTccDriver"
-            | "cudaDeviceId"
-            | "smCountOrigin"
-            | "oversizedSharedMemoryPerBlock"
-            | "reservedSharedMemoryPerBlock"
-            | "supportCoopLaunch" => {
-                int(val, &p, 0, i64::from(i32::MAX))?;
-            }
-            _ => {
-                int(val, &p, 1, i64::from(i32::MAX))?;
-            }
+        if let Some(Err(f)) = property_fault(k, val) {
+            return Err(bad(&format!("{path}/{k}{}", f.at), f.rule, f.got));
         }
     }
     let ver = m["deviceVer"].as_i64().unwrap_or(0);

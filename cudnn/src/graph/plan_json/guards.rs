@@ -6,8 +6,8 @@
 //! has no graph to ask).
 //!
 //! A length's extent is the smallest over the nodes that use it as a bound:
-//! the SDPA operations (`seqLenQ*` bounds the sequence dim of Q, O, dQ and
-//! dO, `seqLenKV*` that of K, V, dK and dV, or, paged, the pages a row of
+//! the SDPA operations (`seqLenQ*` bounds the sequence dim of Q, O, dQ,
+//! dO and the statistics ([`Q_BOUND`]), `seqLenKV*` that of K, V, dK and dV, or, paged, the pages a row of
 //! each page table covers), the band mask (its scores' rows / columns), the
 //! matmul overrides (`mOverride` A's and C's rows, `nOverride` B's and C's
 //! columns, `kOverride` A's columns and B's rows) and the paged cache load
@@ -42,6 +42,23 @@ const DATA_FIELDS: &[&str] = &[
     "scaleDesc",
 ];
 const Q_LEN: &[&str] = &["seqLenQ", "seqLenQDesc"];
+/// The tensors of an SDPA operation whose sequence dim (dim 2) the query
+/// lengths index: Q, O, their gradients and the statistics `[B, H, S_q, 1]`
+/// (set directly, or through the forward's SOFTMAX sub-descriptor: its
+/// statistics, row max and sum of exponentials).
+pub(super) const Q_BOUND: &[&str] = &[
+    "Q",
+    "qDesc",
+    "O",
+    "oDesc",
+    "dQDesc",
+    "dODesc",
+    "stats",
+    "statsDesc",
+    "softmax.statsDesc",
+    "softmax.maxDesc",
+    "softmax.sumExpDesc",
+];
 const KV_LEN: &[&str] = &["seqLenKV", "seqLenKVDesc"];
 
 /// `dims` of a per-sequence length tensor: `[B, 1, 1, 1]`.
@@ -247,7 +264,7 @@ pub(super) fn guarded(w: &Walk) -> Vec<(i64, InputGuard)> {
                 // plan whose V (or dO) is shorter than K (or Q) must not
                 // let a length reach past the shorter one.
                 let seq = |names: &[&str]| names.iter().filter_map(|n| dim(get(&[*n]), 2)).min();
-                let q = seq(&["Q", "qDesc", "O", "oDesc", "dQDesc", "dODesc"]);
+                let q = seq(Q_BOUND);
                 // Paged: the pages a table row covers, for K and for V.
                 let paged = |pt: &str, c: &str| {
                     let p = get(&[pt])?;
@@ -609,6 +626,63 @@ mod tests {
         assert_eq!(lens(&w), vec![(10, len(1)), (11, len(112))]);
         w.subgraphs.insert(0, vec![30, 31, 32]);
         assert_eq!(lens(&w), vec![(10, len(1)), (11, len(100))]);
+    }
+
+    /// Review finding 4: the query lengths index the statistics
+    /// (`[B, H, S_q, 1]`) too, set directly (`stats`, `statsDesc`) or
+    /// through the SOFTMAX sub-descriptor (its statistics, max, sum of
+    /// exponentials: fields `softmax.*` of the operation): a shorter one
+    /// bounds them (hand values).
+    #[test]
+    fn unit_sdpa_q_lengths_bounded_by_statistics() {
+        for (op, field) in [
+            (SDPA_FWD, "stats"),
+            (SDPA_BWD, "statsDesc"),
+            (SDPA_FWD, "softmax.statsDesc"),
+            (SDPA_FWD, "softmax.maxDesc"),
+            (SDPA_FWD, "softmax.sumExpDesc"),
+        ] {
+            let (q, k, v, o, lq, lk) = if op == SDPA_FWD {
+                ("Q", "K", "V", "O", "seqLenQ", "seqLenKV")
+            } else {
+                (
+                    "qDesc",
+                    "kDesc",
+                    "vDesc",
+                    "oDesc",
+                    "seqLenQDesc",
+                    "seqLenKVDesc",
+                )
+            };
+            let w = walk(
+                vec![
+                    (1, t(H, &[2, 4, 128, 64])),
+                    (2, t(H, &[2, 4, 256, 64])),
+                    (3, t(H, &[2, 4, 256, 64])),
+                    (4, t(H, &[2, 4, 128, 64])),
+                    (5, t("CUDNN_DATA_FLOAT", &[2, 4, 40, 1])),
+                    (10, t(I, &[2, 1, 1, 1])),
+                    (11, t(I, &[2, 1, 1, 1])),
+                ],
+                &[(
+                    op,
+                    &[
+                        (q, 1),
+                        (k, 2),
+                        (v, 3),
+                        (o, 4),
+                        (field, 5),
+                        (lq, 10),
+                        (lk, 11),
+                    ],
+                )],
+            );
+            assert_eq!(
+                guarded(&w),
+                vec![(10, len(40)), (11, len(256))],
+                "{op} {field}"
+            );
+        }
     }
 
     #[test]

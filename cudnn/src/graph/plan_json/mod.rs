@@ -26,11 +26,13 @@ use serde_json::{Map, Value};
 mod agree;
 mod attention;
 mod dataflow;
+mod dupkeys;
 mod engine;
 mod guards;
 mod schema;
 
 use agree::{Tensors, agree};
+pub(crate) use dupkeys::no_duplicate_keys;
 use engine::{engine, profile};
 use schema::Field::*;
 use schema::{DATA_TYPES, FINALIZE_MODES, node_fields};
@@ -49,7 +51,11 @@ const MAX_TENSORS: usize = 4096;
 const MAX_NODES: usize = 512;
 /// Subgraphs nest at most this deep (SDPA's score subgraph: 1).
 const MAX_DEPTH: usize = 2;
-/// The largest tensor dim, stride or element count cuDNN indexes with `int64`.
+/// The largest tensor dim, stride or element count a loaded plan may name:
+/// a bound this crate chose (2^48, far above any device's memory in
+/// elements, far below `i64::MAX` so sums and products of a few of them
+/// stay representable), not one cuDNN documents; cuDNN's own fields are
+/// `int64`.
 pub(crate) const MAX_EXTENT: i64 = 1 << 48;
 
 /// What the check learned about a plan.
@@ -204,8 +210,9 @@ struct Walk {
     nodes: Vec<(String, Vec<(String, String)>)>,
     /// What each node reads and writes, for [`dataflow`].
     flow: Vec<dataflow::Flow>,
-    /// The score-subgraph inputs (their SDPA operation writes them).
-    provided: HashSet<String>,
+    /// The score-subgraph inputs (their SDPA operation writes them) and
+    /// the subgraph they are handed to.
+    provided: HashSet<(String, String)>,
     /// The tensors of each node's subgraph (an SDPA operation's score
     /// modifiers and masks), by the node's index in `nodes`.
     subgraphs: HashMap<usize, Vec<i64>>,
@@ -392,7 +399,7 @@ impl Walk {
             names.insert(self.tensor(t, &format!("{path}/tensors/{i}"))?);
         }
         for (i, n) in nodes.iter().enumerate() {
-            self.node(n, &format!("{path}/nodes/{i}"), depth, &names, false)?;
+            self.node(n, &format!("{path}/nodes/{i}"), depth, &names, false, path)?;
         }
         Ok(())
     }
@@ -406,6 +413,7 @@ impl Walk {
         depth: usize,
         names: &HashSet<String>,
         nested: bool,
+        scope: &str,
     ) -> Result<()> {
         let m = obj(v, path)?;
         let op_path = format!("{path}/operation");
@@ -426,8 +434,12 @@ impl Walk {
         let mut io_fields: Vec<(String, String)> = Vec::new();
         let mut flow = dataflow::Flow {
             path: path.to_string(),
+            scope: scope.to_string(),
+            own_inputs: nested,
+            view: op == "CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR",
             ..dataflow::Flow::default()
         };
+        let sub_scope = format!("{path}/subgraph");
         // The subgraph first, so its uids are known to `SubgraphUid`.
         if let Some(sg) = m.get("subgraph") {
             if !fields.iter().any(|(k, _)| *k == "subgraph") {
@@ -438,7 +450,7 @@ impl Walk {
                 ));
             }
             let before: HashSet<i64> = self.tensors.keys().copied().collect();
-            self.graph(sg, &format!("{path}/subgraph"), depth + 1, names)?;
+            self.graph(sg, &sub_scope, depth + 1, names)?;
             sub_names = Some(
                 self.tensors
                     .keys()
@@ -534,7 +546,17 @@ impl Walk {
                             got.unwrap_or("missing"),
                         ));
                     }
-                    self.node(val, &p, depth, names, true)?;
+                    self.node(val, &p, depth, names, true, scope)?;
+                    // The sub-descriptor's tensors are the operation's too
+                    // (its statistics are indexed by the operation's
+                    // lengths): listed as `softmax.statsDesc` and so on.
+                    if let Some((_, sub)) = self.nodes.last() {
+                        let sub: Vec<(String, String)> = sub
+                            .iter()
+                            .map(|(f, n)| (format!("{k}.{f}"), n.clone()))
+                            .collect();
+                        io_fields.extend(sub);
+                    }
                 }
                 SubgraphUid => {
                     let uid = int(val, &p, i64::MIN, i64::MAX)?;
@@ -546,10 +568,12 @@ impl Walk {
                     }
                     // The operation hands its subgraph the input and reads
                     // back the output (which a subgraph node must write).
+                    // Both in the subgraph's scope: the input is provided
+                    // to its nodes only, the output must be written there.
                     if k == "subgraphInputUid" {
-                        self.provided.insert(uid.to_string());
+                        self.provided.insert((uid.to_string(), sub_scope.clone()));
                     } else {
-                        flow.reads.push(uid.to_string());
+                        flow.sub_reads.push((uid.to_string(), sub_scope.clone()));
                     }
                 }
             }
@@ -567,10 +591,8 @@ impl Walk {
             return Err(bad(path, "names subgraph tensors but has no subgraph", op));
         }
         // A sub-descriptor (the SDPA forward's SOFTMAX) reads what its
-        // operation computes inside (the scores): its operation provides it.
-        if nested {
-            self.provided.extend(flow.reads.iter().cloned());
-        }
+        // operation computes inside (the scores): `own_inputs` exempts its
+        // own reads, nobody else's.
         self.nodes.push((op.to_string(), io_fields));
         self.flow.push(flow);
         if let Some(sub) = &sub_names {
@@ -606,7 +628,10 @@ fn parse(json: &str) -> Result<Value> {
         return Err(bad("", "must not contain NUL", json.len()));
     }
     // serde_json refuses nesting deeper than 128 levels with an error.
-    serde_json::from_str(json).map_err(|e| bad("", format!("must be JSON ({e})"), short(json)))
+    let v = serde_json::from_str(json)
+        .map_err(|e| bad("", format!("must be JSON ({e})"), short(json)))?;
+    no_duplicate_keys(json)?;
+    Ok(v)
 }
 
 /// Check a cuDNN plan JSON against the IO signature it is paired with and
@@ -812,6 +837,7 @@ fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Sum
         }
     }
     guards::check_batches(&w)?;
+    dataflow::check_shapes(&w.nodes, &w.tensors)?;
     guards::check_paged_loads(&w)?;
     attention::check_headers(&w, &attn_headers)?;
     Ok((
