@@ -32,7 +32,7 @@ pub use capture::{CaptureStatus, Hazard, capture_rule, forbid_during_capture};
 #[allow(unused_imports)] // ScopeMark: the interop's tests
 pub(crate) use capture::{
     ScopeMark, forbid_allocation_during_capture, forbid_creation_during_capture,
-    forbid_in_capture_scope,
+    forbid_in_capture_scope, implicit_is_capturing,
 };
 pub use device::*;
 pub use event::*;
