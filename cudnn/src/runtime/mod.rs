@@ -19,6 +19,8 @@ mod copy;
 mod device;
 mod event;
 mod graph;
+#[cfg(test)]
+pub(crate) mod hold_check;
 mod host;
 mod scope;
 mod stream;
@@ -39,6 +41,6 @@ pub use event::*;
 pub use graph::{CaptureMode, CudaGraph, CudaGraphExec};
 pub use host::*;
 pub use scope::*;
-pub(crate) use stream::check_stream_thread;
 pub use stream::*;
+pub(crate) use stream::{QueueHold, check_stream_thread};
 pub use views::*;
