@@ -6,7 +6,7 @@ use std::ptr::{self, NonNull};
 
 use crate::check::{self, cublas_call};
 use crate::error::{Error, Result};
-use crate::runtime::{Device, DeviceBuffer, DeviceGuard, Stream, check_device};
+use crate::runtime::{Device, DeviceBuffer, DeviceGuard, QueueHold, Stream, check_device};
 use crate::sys::cublas::{cublasContext, cublasHandle_t, cublasMath_t, cublasPointerMode_t};
 
 /// How cuBLAS may trade precision for speed (`cublasSetMathMode`).
@@ -139,7 +139,9 @@ impl Handle {
     #[doc(alias = "cublasCreate")]
     #[doc(alias = "cublasCreate_v2")]
     pub fn new(stream: &Stream) -> Result<Self> {
-        crate::runtime::check_stream_thread("the stream of a cuBLAS handle", stream)?;
+        // Held until the handle is bound: a capture of `stream` does not
+        // begin in between.
+        let _hold = crate::runtime::check_stream_thread("the stream of a cuBLAS handle", stream)?;
         // cublasCreate allocates (and may synchronize): not inside a
         // capture closure on this thread, nor on a capturing stream.
         crate::runtime::forbid_creation_during_capture("blas::Handle::new", stream)?;
@@ -230,7 +232,7 @@ impl Handle {
     }
 
     fn bind(&mut self, stream: &Stream) -> Result<()> {
-        self.check_stream(stream)?;
+        let _hold = self.check_stream(stream)?;
         let _on = self.device.guard()?;
         let api = check::cublas()?;
         // SAFETY: the handle is valid and `stream` is alive (we keep a clone).
@@ -247,14 +249,15 @@ impl Handle {
     }
 
     /// A handle may only be bound to a stream of its device, usable from
-    /// this thread.
-    fn check_stream(&self, stream: &Stream) -> Result<()> {
-        crate::runtime::check_stream_thread("the stream of a cuBLAS handle", stream)?;
+    /// this thread; the hold counts the caller as queueing on it.
+    fn check_stream(&self, stream: &Stream) -> Result<QueueHold> {
+        let hold = crate::runtime::check_stream_thread("the stream of a cuBLAS handle", stream)?;
         check_device(
             || "the stream of a cuBLAS handle".to_string(),
             self.device,
             stream.device(),
-        )
+        )?;
+        Ok(hold)
     }
 
     /// Give up ownership: returns the raw handle, which the caller must
@@ -363,7 +366,8 @@ impl Handle {
     #[doc(alias = "cublasSetStream")]
     #[doc(alias = "cublasSetStream_v2")]
     pub fn set_stream(&mut self, stream: &Stream) -> Result<()> {
-        self.check_stream(stream)?;
+        // Held through the ordering wait queued on `stream` and the bind.
+        let _hold = self.check_stream(stream)?;
         if *stream != self.stream && self.workspace.is_some() {
             stream.wait_for(&self.stream)?;
         }
@@ -509,5 +513,35 @@ impl Drop for Handle {
             // Freed after the work queued on the handle's stream.
             let _ = ws.destroy_after(&self.stream);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::hold_check::{PretendCurrent, assert_enter_holds_the_stream};
+
+    /// A capture's beginning waits while the guard of `Handle::enter` (the
+    /// entry of every cuBLAS call) lives. No CUDA call: a pretended
+    /// current device, a handle value that is never destroyed.
+    #[test]
+    fn unit_enter_guard_holds_the_stream() {
+        let _dev = PretendCurrent::device(4);
+        let stream = Stream::fake_for_tests(0x3200);
+        let h = Handle {
+            raw: NonNull::dangling(),
+            stream: stream.clone(),
+            math: MathMode::Default,
+            reduced_precision_reduction: false,
+            device: Device::from_runtime(4),
+            // A user workspace (empty), so `launch` asks no capture query.
+            // SAFETY: null with length 0 is the documented empty buffer;
+            // the handle is forgotten, so nothing is ever freed.
+            workspace: Some(unsafe { DeviceBuffer::from_raw(ptr::null_mut(), 0) }),
+            owned: false,
+        };
+        assert_enter_holds_the_stream(&stream, || h.enter());
+        assert_enter_holds_the_stream(&stream, || h.launch("op", &[("x", None)]));
+        std::mem::forget(h);
     }
 }

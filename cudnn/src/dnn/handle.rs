@@ -7,7 +7,7 @@ use std::ptr::{self, NonNull};
 use crate::check::{self, cudnn_call};
 use crate::error::{Error, Result};
 use crate::runtime::{
-    Device, DeviceBuffer, DeviceGuard, DeviceSliceMut, Hazard, Stream, check_device,
+    Device, DeviceBuffer, DeviceGuard, DeviceSliceMut, Hazard, QueueHold, Stream, check_device,
 };
 use crate::sys::cudart::Version;
 use crate::sys::cudnn::{self as dnn, cudnnContext, cudnnHandle_t};
@@ -120,7 +120,9 @@ impl Handle {
     /// device: `CUDNN_STATUS_NOT_INITIALIZED`); [`Error::Load`].
     #[doc(alias = "cudnnCreate")]
     pub fn new(stream: &Stream) -> Result<Self> {
-        crate::runtime::check_stream_thread("the stream of a cuDNN handle", stream)?;
+        // Held until the handle is bound: a capture of `stream` does not
+        // begin in between.
+        let _hold = crate::runtime::check_stream_thread("the stream of a cuDNN handle", stream)?;
         // cudnnCreate allocates and synchronizes: not inside a capture
         // closure on this thread, nor on a capturing stream.
         crate::runtime::forbid_creation_during_capture("dnn::Handle::new", stream)?;
@@ -251,7 +253,7 @@ impl Handle {
     }
 
     fn bind(&mut self, stream: &Stream) -> Result<()> {
-        check_stream(self.device, stream)?;
+        let _hold = check_stream(self.device, stream)?;
         let api = check::cudnn()?;
         // SAFETY: the handle is valid and `stream` is alive (and stays alive: we
         // keep a clone).
@@ -271,7 +273,8 @@ impl Handle {
     /// [`Error::Cuda`] from the ordering event.
     #[doc(alias = "cudnnSetStream")]
     pub fn set_stream(&mut self, stream: &Stream) -> Result<()> {
-        check_stream(self.device, stream)?;
+        // Held through the ordering wait queued on `stream` and the bind.
+        let _hold = check_stream(self.device, stream)?;
         if *stream != self.stream && !self.workspace.is_empty() {
             stream.wait_for(&self.stream)?;
         }
@@ -358,14 +361,15 @@ impl Handle {
 }
 
 /// A handle of `device` may only be bound to a stream of `device`, usable
-/// from this thread.
-fn check_stream(device: Device, stream: &Stream) -> Result<()> {
-    crate::runtime::check_stream_thread("the stream of a cuDNN handle", stream)?;
+/// from this thread; the hold counts the caller as queueing on it.
+fn check_stream(device: Device, stream: &Stream) -> Result<QueueHold> {
+    let hold = crate::runtime::check_stream_thread("the stream of a cuDNN handle", stream)?;
     check_device(
         || "the stream of a cuDNN handle".to_string(),
         device,
         stream.device(),
-    )
+    )?;
+    Ok(hold)
 }
 
 fn empty_workspace() -> DeviceBuffer<u8> {
@@ -387,5 +391,32 @@ impl Drop for Handle {
         // After the work queued on the handle's stream; ignored on failure.
         let _ =
             std::mem::replace(&mut self.workspace, empty_workspace()).destroy_after(&self.stream);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::hold_check::{PretendCurrent, assert_enter_holds_the_stream};
+
+    /// A capture's beginning waits while the guard of `Handle::enter` (the
+    /// entry of every cuDNN op, through `launch`) lives: work queued under
+    /// it never joins a capture begun meanwhile. No CUDA call: a pretended
+    /// current device, a handle value that is never destroyed.
+    #[test]
+    fn unit_enter_guard_holds_the_stream() {
+        let _dev = PretendCurrent::device(3);
+        let stream = Stream::fake_for_tests(0x3100);
+        let h = Handle {
+            raw: NonNull::dangling(),
+            stream: stream.clone(),
+            device: Device::from_runtime(3),
+            workspace: empty_workspace(),
+            owned: false,
+        };
+        assert_enter_holds_the_stream(&stream, || h.enter());
+        assert_enter_holds_the_stream(&stream, || h.launch("op", &[("x", None)]));
+        // Its drop would queue the (empty) workspace's free: nothing to do.
+        std::mem::forget(h);
     }
 }

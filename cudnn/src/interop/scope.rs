@@ -77,9 +77,9 @@ impl Drop for Lent<'_> {
     }
 }
 
-/// The real wait: once none of this crate's captures is open (waiting
-/// for them to end, up to the deadline, and holding the registry so none
-/// begins meanwhile), with the calling thread's capture mode exchanged to
+/// The real wait: once none of this crate's captures is open on the
+/// context's device (waiting for them to end, up to the deadline, and
+/// counted as a wait in progress so none begins there meanwhile), with the calling thread's capture mode exchanged to
 /// relaxed, bind the context (without cudarc's `check_err`, so an error
 /// stored meanwhile is not mistaken for a failed wait) and
 /// `cuCtxSynchronize`.
@@ -94,7 +94,12 @@ impl DeviceWait for ContextWait<'_> {
     }
 
     fn wait(&self) -> Result<()> {
-        let Some(_no_capture_begins) = wait::no_own_captures(self.deadline) else {
+        // Counted as a wait in progress on the context's device (no lock
+        // is held across the wait): captures of the crate on that device
+        // do not begin meanwhile (refused after 1 s); other devices'
+        // captures neither delay nor are delayed by it.
+        let device = Some(self.ctx.ordinal());
+        let Some(_no_capture_begins) = wait::no_own_captures(device, self.deadline) else {
             // Not called against this crate's captures: the same answer
             // the driver would give (a capture refusal), so `end_scope`
             // treats it as one.
@@ -260,8 +265,11 @@ impl CudarcStream {
     /// lent nothing does not wait. The wait is made
     ///
     /// - only while none of this crate's [`Stream::capture`](crate::runtime::Stream::capture) scopes is open
-    ///   in the process: it first waits (up to 30 s) for them to end, and
-    ///   none can begin during the wait, so it never runs against them;
+    ///   on the context's device: it first waits (up to 30 s) for them to
+    ///   end, and none can begin there during the wait (one that tries
+    ///   waits up to 1 s, then is refused), so it never runs against them.
+    ///   No lock is held during the wait: captures on other devices, and
+    ///   other threads' work, go on (an NCCL peer's matching call, say);
     /// - with the calling thread's capture mode exchanged to relaxed for
     ///   the call (`cudaThreadExchangeStreamCaptureMode`), so another
     ///   thread's global-mode capture does not forbid it.
@@ -279,8 +287,10 @@ impl CudarcStream {
     /// The process **aborts** (reason on stderr) when no wait succeeded:
     /// a capture refused it for the whole 30 s (one left open, e.g.
     /// cudarc's `begin_capture` on a stream of the device and never ended,
-    /// or a capture of this crate on another thread that outlived the
-    /// deadline), or the wait failed for any other reason that is not a
+    /// or a capture of this crate on the device that outlived the
+    /// deadline: also one whose closure waits for this scope's thread,
+    /// such as a closure joining a scoped thread that ends this scope),
+    /// or the wait failed for any other reason that is not a
     /// lost context (it proves nothing, and retrying would not change it).
     /// The lent memory belongs to the caller, who may drop it as soon as
     /// the scope returns, and cudarc would then free it while this crate's

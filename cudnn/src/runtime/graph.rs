@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::ptr::{self, NonNull};
+use std::time::Instant;
 
 use super::{Device, Stream};
 use crate::check::{self, cuda_call};
@@ -125,7 +126,8 @@ impl Stream {
     /// Begin the capture: the mark (refusing other threads' work, and
     /// refused while a `Stream::scope` of this value is open), then the
     /// registry entry (`wait::OwnCapture`, which device-wide waits of the
-    /// crate wait out), then `cudaStreamBeginCapture`.
+    /// crate on the device wait out, and which waits up to 1 s for such a
+    /// wait in progress, then refuses), then `cudaStreamBeginCapture`.
     fn begin_capture(&self, mode: CaptureMode) -> Result<super::wait::OwnCapture> {
         check_capturable(self, false)?;
         let rt = check::cudart()?;
@@ -137,7 +139,20 @@ impl Stream {
         // capture begins until after it ended (`CaptureScope`); calls that
         // passed their check before the mark have returned when it is set.
         self.mark_capturer()?;
-        let own = super::wait::OwnCapture::open();
+        // Not while a device-wide wait of the crate is in progress on the
+        // device (it would be refused by, or invalidate, this capture):
+        // waits for it up to 1 s, then refuses with the mark cleared.
+        let own = match super::wait::OwnCapture::open(
+            self.device().map(|d| d.ordinal()),
+            Instant::now() + super::wait::CAPTURE_OPEN_WAIT,
+            &format!("{self:?}"),
+        ) {
+            Ok(own) => own,
+            Err(e) => {
+                self.clear_capturer();
+                return Err(e);
+            }
+        };
         // SAFETY: a valid stream, not capturing, not the legacy stream.
         let r = unsafe { cuda_call!(rt, cudaStreamBeginCapture(self.as_raw(), mode.raw())) };
         if let Err(e) = r {
@@ -181,7 +196,8 @@ impl Stream {
     /// `f`'s error; [`Error::InvalidArgument`] for the legacy default stream,
     /// a stream already capturing, a stream another library owns, a stream
     /// value with an open [`Stream::scope`], or one another call still
-    /// queues on after 1 s; [`Error::Cuda`] when the runtime
+    /// queues on after 1 s, or while the end of a cudarc scope
+    /// (`CudarcStream::scope`) still waits for the stream's device after 1 s; [`Error::Cuda`] when the runtime
     /// invalidated the capture (an uncapturable call) or refuses to begin;
     /// [`Error::WrongThread`]; [`Error::Load`].
     #[doc(alias = "cudaStreamBeginCapture")]

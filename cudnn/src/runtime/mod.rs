@@ -19,6 +19,8 @@ mod copy;
 mod device;
 mod event;
 mod graph;
+#[cfg(test)]
+pub(crate) mod hold_check;
 mod host;
 mod scope;
 mod stream;
@@ -32,13 +34,13 @@ pub use capture::{CaptureStatus, Hazard, capture_rule, forbid_during_capture};
 #[allow(unused_imports)] // ScopeMark: the interop's tests
 pub(crate) use capture::{
     ScopeMark, forbid_allocation_during_capture, forbid_creation_during_capture,
-    forbid_in_capture_scope,
+    forbid_in_capture_scope, implicit_is_capturing,
 };
 pub use device::*;
 pub use event::*;
 pub use graph::{CaptureMode, CudaGraph, CudaGraphExec};
 pub use host::*;
 pub use scope::*;
-pub(crate) use stream::check_stream_thread;
 pub use stream::*;
+pub(crate) use stream::{QueueHold, check_stream_thread};
 pub use views::*;

@@ -221,7 +221,7 @@ impl DeviceWait for StreamWait<'_> {
                 super::capture::clear_last_error(rt);
                 // Retry once this crate's captures ended (or at the
                 // deadline, when `end_scope` gives up).
-                drop(wait::no_own_captures(self.deadline));
+                let _ended = wait::own_captures_ended(self.device(), self.deadline);
                 return Err(e);
             }
             Err(e) => e,
@@ -235,7 +235,7 @@ impl DeviceWait for StreamWait<'_> {
             Err(d) => {
                 if wait::capture_refused(&d) {
                     super::capture::clear_last_error(rt);
-                    drop(wait::no_own_captures(self.deadline));
+                    let _ended = wait::own_captures_ended(self.device(), self.deadline);
                 }
                 Err(d)
             }
@@ -244,6 +244,13 @@ impl DeviceWait for StreamWait<'_> {
 
     fn take_late(&self) -> Option<Error> {
         self.late.borrow_mut().take()
+    }
+}
+
+impl StreamWait<'_> {
+    /// The stream's device, as the capture registry counts it.
+    fn device(&self) -> Option<usize> {
+        self.stream.device().map(|d| d.ordinal())
     }
 }
 
@@ -305,8 +312,11 @@ impl Stream {
         // another thread's capture of this value (counted under the same
         // lock as the scope), a capturing stream.
         super::capture::forbid_in_capture_scope("Stream::scope", super::Hazard::HostSync)?;
-        super::check_stream_thread("the stream of an async scope", self)?;
+        // Held until the scope is open (which keeps captures of this value
+        // out from then on).
+        let hold = super::check_stream_thread("the stream of an async scope", self)?;
         let _open = self.open_scope("Stream::scope")?;
+        drop(hold);
         super::capture::forbid_during_capture("Stream::scope", self, super::Hazard::HostSync)?;
         let scope = AsyncScope {
             stream: self,

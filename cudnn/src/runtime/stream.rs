@@ -66,7 +66,9 @@ struct Inner {
 
 /// A call queueing work on a stream value, counted (`Inner::queuing`)
 /// from its queueing check until dropped; carried in the [`DeviceGuard`]
-/// that [`Stream::enter`] and the handles' `enter` return.
+/// that [`Stream::enter`] and the handles' `enter` return. Hold it until
+/// the enqueue returned: dropped at once, it protects nothing.
+#[must_use = "hold the QueueHold until the work is queued: dropped at once, a capture can begin before the enqueue and the work joins its graph"]
 pub(crate) struct QueueHold(Stream);
 
 impl fmt::Debug for QueueHold {
@@ -277,6 +279,13 @@ pub(crate) fn queue_rule(
 impl Stream {
     fn wrap(raw: cudaStream_t, owned: bool) -> Self {
         Self::wrap_on(raw, owned, Device::current().ok())
+    }
+
+    /// A stream value for unit tests: not owned, no device (no CUDA call
+    /// is made for it).
+    #[cfg(test)]
+    pub(crate) fn fake_for_tests(raw: usize) -> Self {
+        Self::wrap_on(raw as cudaStream_t, false, None)
     }
 
     fn wrap_on(raw: cudaStream_t, owned: bool, device: Option<Device>) -> Self {

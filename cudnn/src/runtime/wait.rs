@@ -26,13 +26,13 @@ pub(crate) const LONGEST_PAUSE: Duration = Duration::from_millis(100);
 /// and the driver being unloaded at process exit. Releasing borrows then
 /// cannot let the device touch memory. Every other failure could still
 /// have work running. Not listed, after checking the driver API's
-/// documentation: 220 (`NVLINK_UNCORRECTABLE`: not documented as leaving
-/// the context unusable) and 911 (`EXTERNAL_DEVICE`: sticky only as an
+/// documentation: 214 (`ECC_UNCORRECTABLE`: documented only as "an
+/// uncorrectable ECC error was detected during execution", not as leaving
+/// the context unusable), 220 (`NVLINK_UNCORRECTABLE`: likewise) and 911 (`EXTERNAL_DEVICE`: sticky only as an
 /// asynchronous error; as the answer of a call it may mean that call
 /// failed, with work still running).
-pub(crate) const CONTEXT_LOST: [u32; 14] = [
+pub(crate) const CONTEXT_LOST: [u32; 13] = [
     4,   // CUDA_ERROR_DEINITIALIZED / cudaErrorCudartUnloading
-    214, // CUDA_ERROR_ECC_UNCORRECTABLE
     700, // CUDA_ERROR_ILLEGAL_ADDRESS
     702, // CUDA_ERROR_LAUNCH_TIMEOUT
     709, // CUDA_ERROR_CONTEXT_IS_DESTROYED
@@ -132,63 +132,180 @@ pub(crate) fn end_scope<G>(
     }
 }
 
-/// The number of this crate's open [`Stream::capture`](super::Stream::capture)
-/// scopes in the process, and the condition signalled when it drops to 0.
-static OWN_CAPTURES: Mutex<usize> = Mutex::new(0);
-static OWN_CAPTURES_ENDED: Condvar = Condvar::new();
-
-fn own_captures() -> MutexGuard<'static, usize> {
-    OWN_CAPTURES.lock().unwrap_or_else(PoisonError::into_inner)
+/// This crate's open [`Stream::capture`](super::Stream::capture) scopes
+/// and device-wide waits in progress, counted per device (`None`: a stream
+/// whose device could not be read, counted against every device). The
+/// mutex is held only to read or change the counts, never across a wait
+/// for the device: a wait in progress is a count, so a thread blocked in
+/// `cuCtxSynchronize` (waiting for an NCCL peer, for instance) holds no
+/// lock another thread needs.
+#[derive(Debug, Default)]
+struct Registry {
+    /// `(device, open captures, waits in progress)`, one entry per device
+    /// seen; an entry whose counts are both 0 is removed.
+    entries: Vec<(Option<usize>, usize, usize)>,
 }
 
-/// One open capture of this crate, counted until dropped (after
-/// `cudaStreamEndCapture`). Opening one waits while a device-wide wait
-/// holds the registry ([`no_own_captures`]).
+impl Registry {
+    /// Whether a device-wide wait on `device` and a capture on `other`
+    /// conflict (the same device, or either unknown).
+    fn same(device: Option<usize>, other: Option<usize>) -> bool {
+        device.is_none() || other.is_none() || device == other
+    }
+
+    /// Open captures on `device`.
+    fn captures(&self, device: Option<usize>) -> usize {
+        self.entries
+            .iter()
+            .filter(|e| Self::same(device, e.0))
+            .map(|e| e.1)
+            .fold(0, usize::saturating_add)
+    }
+
+    /// Device-wide waits in progress on `device`.
+    fn waits(&self, device: Option<usize>) -> usize {
+        self.entries
+            .iter()
+            .filter(|e| Self::same(device, e.0))
+            .map(|e| e.2)
+            .fold(0, usize::saturating_add)
+    }
+
+    /// Add `captures` and `waits` (each +1, 0 or -1) to `device`'s entry.
+    fn add(&mut self, device: Option<usize>, captures: isize, waits: isize) {
+        let i = match self.entries.iter().position(|e| e.0 == device) {
+            Some(i) => i,
+            None => {
+                self.entries.push((device, 0, 0));
+                self.entries.len() - 1
+            }
+        };
+        let e = &mut self.entries[i];
+        e.1 = e.1.saturating_add_signed(captures);
+        e.2 = e.2.saturating_add_signed(waits);
+        if e.1 == 0 && e.2 == 0 {
+            self.entries.swap_remove(i);
+        }
+    }
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    entries: Vec::new(),
+});
+/// Signalled whenever a count drops.
+static REGISTRY_CHANGED: Condvar = Condvar::new();
+
+fn registry() -> MutexGuard<'static, Registry> {
+    REGISTRY.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Wait on the registry until `done` holds or `deadline` passed; the
+/// guard, and whether `done` holds.
+fn wait_until(
+    deadline: Instant,
+    mut done: impl FnMut(&Registry) -> bool,
+) -> (MutexGuard<'static, Registry>, bool) {
+    let mut r = registry();
+    while !done(&r) {
+        let now = Instant::now();
+        if now >= deadline {
+            return (r, false);
+        }
+        r = REGISTRY_CHANGED
+            .wait_timeout(r, deadline - now)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
+    }
+    (r, true)
+}
+
+/// How long a capture's beginning waits for device-wide waits of the
+/// crate on its device to end before it is refused.
+pub(crate) const CAPTURE_OPEN_WAIT: Duration = Duration::from_secs(1);
+
+/// One open capture of this crate on a device, counted until dropped
+/// (after `cudaStreamEndCapture`). Opening one waits, up to a deadline,
+/// while a device-wide wait of the crate is in progress on that device
+/// ([`no_own_captures`]), then refuses.
 #[derive(Debug)]
-pub(crate) struct OwnCapture(());
+pub(crate) struct OwnCapture {
+    device: Option<usize>,
+}
 
 impl OwnCapture {
-    pub(crate) fn open() -> Self {
-        let mut n = own_captures();
-        *n = n.saturating_add(1);
-        OwnCapture(())
+    /// Count a capture on `device` once no device-wide wait of the crate is
+    /// in progress there, waiting until `deadline`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the stream (`what`) when a wait was
+    /// still in progress at the deadline.
+    pub(crate) fn open(device: Option<usize>, deadline: Instant, what: &str) -> Result<Self> {
+        let (mut r, none) = wait_until(deadline, |r| r.waits(device) == 0);
+        if !none {
+            let n = r.waits(device);
+            return Err(Error::invalid(
+                "stream",
+                format!(
+                    "its device has {n} device-wide wait(s) of this crate in progress (the end \
+                     of a CudarcStream::scope) that did not end by the deadline; a capture \
+                     begun now would refuse (or be invalidated by) it: begin the capture \
+                     after the scope ended"
+                ),
+                what,
+            ));
+        }
+        r.add(device, 1, 0);
+        Ok(OwnCapture { device })
     }
 }
 
 impl Drop for OwnCapture {
     fn drop(&mut self) {
-        let mut n = own_captures();
-        *n = n.saturating_sub(1);
-        if *n == 0 {
-            OWN_CAPTURES_ENDED.notify_all();
-        }
+        registry().add(self.device, -1, 0);
+        REGISTRY_CHANGED.notify_all();
     }
 }
 
-/// Block until none of this crate's captures is open, or `deadline`
-/// passed (`None`). While the returned guard is held no capture of this
-/// crate can begin, so a device-wide wait made under it is never refused
-/// by (nor invalidates) one of them. Captures made with other libraries
-/// (cudarc's `begin_capture`) cannot be seen.
-pub(crate) fn no_own_captures(deadline: Instant) -> Option<MutexGuard<'static, usize>> {
-    let mut n = own_captures();
-    while *n > 0 {
-        let now = Instant::now();
-        if now >= deadline {
-            return None;
-        }
-        n = OWN_CAPTURES_ENDED
-            .wait_timeout(n, deadline - now)
-            .unwrap_or_else(PoisonError::into_inner)
-            .0;
-    }
-    Some(n)
+/// A device-wide wait of this crate in progress, counted until dropped:
+/// no capture of the crate begins on its device meanwhile.
+#[derive(Debug)]
+pub(crate) struct WaitInProgress {
+    device: Option<usize>,
 }
 
-/// How many captures of this crate are open (tests).
+impl Drop for WaitInProgress {
+    fn drop(&mut self) {
+        registry().add(self.device, 0, -1);
+        REGISTRY_CHANGED.notify_all();
+    }
+}
+
+/// Block until none of this crate's captures is open on `device`, or
+/// `deadline` passed (`None`). The returned count is held by the caller
+/// for its device-wide wait: while it lives no capture of this crate
+/// begins on `device` (one that tries waits up to [`CAPTURE_OPEN_WAIT`],
+/// then refuses), so the wait is never refused by (nor invalidates) one
+/// of them. No lock is held while it lives. Captures made with other
+/// libraries (cudarc's `begin_capture`) cannot be seen.
+pub(crate) fn no_own_captures(device: Option<usize>, deadline: Instant) -> Option<WaitInProgress> {
+    let (mut r, none) = wait_until(deadline, |r| r.captures(device) == 0);
+    if !none {
+        return None;
+    }
+    r.add(device, 0, 1);
+    Some(WaitInProgress { device })
+}
+
+/// Block until none of this crate's captures is open on `device`, or
+/// `deadline` passed; whether none is. Nothing is held after.
+pub(crate) fn own_captures_ended(device: Option<usize>, deadline: Instant) -> bool {
+    wait_until(deadline, |r| r.captures(device) == 0).1
+}
+
+/// How many captures of this crate are open on `device` (tests).
 #[cfg(test)]
-pub(crate) fn own_captures_open() -> usize {
-    *own_captures()
+pub(crate) fn own_captures_open(device: Option<usize>) -> usize {
+    registry().captures(device)
 }
 
 /// The calling thread's stream-capture interaction mode exchanged to

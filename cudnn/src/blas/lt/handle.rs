@@ -7,7 +7,7 @@ use std::ptr::{self, NonNull};
 
 use super::call::*;
 use crate::error::{Error, Result};
-use crate::runtime::{Device, DeviceBuffer, DeviceGuard, Stream, check_device};
+use crate::runtime::{Device, DeviceBuffer, DeviceGuard, QueueHold, Stream, check_device};
 use crate::sys::cublas::{cublasLtContext, cublasLtHandle_t};
 
 // ---------------------------------------------------------------------------
@@ -72,7 +72,9 @@ impl LtHandle {
     /// As [`LtHandle::new`].
     #[doc(alias = "cublasLtCreate")]
     pub fn with_workspace(stream: &Stream, bytes: usize) -> Result<Self> {
-        crate::runtime::check_stream_thread("the stream of a cuBLASLt handle", stream)?;
+        // Held until the workspace is set: a capture of `stream` does not
+        // begin in between.
+        let _hold = crate::runtime::check_stream_thread("the stream of a cuBLASLt handle", stream)?;
         let api = cublas_lt()?;
         let mut raw: cublasLtHandle_t = ptr::null_mut();
         // SAFETY: `raw` is a valid, writable out-pointer.
@@ -94,7 +96,7 @@ impl LtHandle {
             workspace: None,
             owned: true,
         };
-        check_lt_stream(device, stream)?;
+        let _checked = check_lt_stream(device, stream)?;
         h.set_workspace(bytes)?;
         Ok(h)
     }
@@ -134,7 +136,7 @@ impl LtHandle {
             workspace: None,
             owned: true,
         };
-        check_lt_stream(device, stream)?;
+        let _hold = check_lt_stream(device, stream)?;
         h.set_workspace(workspace)?;
         Ok(h)
     }
@@ -187,7 +189,8 @@ impl LtHandle {
     /// [`Error::DeviceMismatch`] for a stream of another device;
     /// [`Error::WrongThread`]; [`Error::Cuda`] from the ordering event.
     pub fn set_stream(&mut self, stream: &Stream) -> Result<()> {
-        check_lt_stream(self.device, stream)?;
+        // Held through the ordering wait queued on `stream`.
+        let _hold = check_lt_stream(self.device, stream)?;
         if *stream != self.stream && self.workspace.is_some() {
             stream.wait_for(&self.stream)?;
         }
@@ -263,14 +266,15 @@ impl LtHandle {
 }
 
 /// A cuBLASLt handle of `device` may only queue on a stream of `device`,
-/// usable from this thread.
-pub(super) fn check_lt_stream(device: Device, stream: &Stream) -> Result<()> {
-    crate::runtime::check_stream_thread("the stream of a cuBLASLt handle", stream)?;
+/// usable from this thread; the hold counts the caller as queueing on it.
+pub(super) fn check_lt_stream(device: Device, stream: &Stream) -> Result<QueueHold> {
+    let hold = crate::runtime::check_stream_thread("the stream of a cuBLASLt handle", stream)?;
     check_device(
         || "the stream of a cuBLASLt handle".to_string(),
         device,
         stream.device(),
-    )
+    )?;
+    Ok(hold)
 }
 
 impl Drop for LtHandle {
@@ -288,5 +292,29 @@ impl Drop for LtHandle {
             // After the matmuls queued on the handle's stream; ignored on failure.
             let _ = ws.destroy_after(&self.stream);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::hold_check::{PretendCurrent, assert_enter_holds_the_stream};
+
+    /// A capture's beginning waits while the guard of `LtHandle::enter`
+    /// (the entry of every matmul) lives. No CUDA call: a pretended
+    /// current device, a handle value that is never destroyed.
+    #[test]
+    fn unit_enter_guard_holds_the_stream() {
+        let _dev = PretendCurrent::device(5);
+        let stream = Stream::fake_for_tests(0x3300);
+        let h = LtHandle {
+            raw: NonNull::dangling(),
+            stream: stream.clone(),
+            device: Device::from_runtime(5),
+            workspace: None,
+            owned: false,
+        };
+        assert_enter_holds_the_stream(&stream, || h.enter());
+        std::mem::forget(h);
     }
 }

@@ -17,7 +17,7 @@ use crate::dnn::tensor::descriptor_owner;
 use crate::dnn::{Handle, TensorDescriptor};
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
-use crate::runtime::{DeviceBuffer, DeviceSliceMut, Event, EventFlags, Stream};
+use crate::runtime::{CaptureStatus, DeviceBuffer, DeviceSliceMut, Event, EventFlags, Stream};
 use crate::sys::cudnn as dnn;
 
 descriptor_owner!(
@@ -101,9 +101,30 @@ impl Mark for Event {
     }
 }
 
-/// A use on a capturing stream (`refusal`, the capture rule's answer):
-/// allowed (`true`: captured, nothing to record) on the stream of the last
-/// use, refused otherwise.
+/// Whether a use of the dropout state on `stream`, whose capture query
+/// answered `status`, is captured (`true`), eager (`false`), or refused:
+/// the capture rule (the legacy stream's implicit-capture answer counting
+/// as capturing), with the one exception of `stream`'s *own* active
+/// capture on the stream of the last use ([`capture_on_last_stream`]).
+fn captured_by_status(
+    op: &str,
+    status: Result<CaptureStatus>,
+    stream: &Stream,
+    last: &Stream,
+) -> Result<bool> {
+    let own_capture = matches!(status, Ok(CaptureStatus::Active));
+    let hazard = crate::runtime::Hazard::CapturedEvent("the dropout state");
+    let status = crate::runtime::implicit_is_capturing(status)?;
+    match crate::runtime::capture_rule(op, status, &hazard) {
+        Ok(()) => Ok(false),
+        Err(e) if own_capture => capture_on_last_stream(e, stream, last),
+        Err(e) => Err(e),
+    }
+}
+
+/// A use on a stream that is itself being captured (`refusal`, the
+/// capture rule's answer): allowed (`true`: captured, nothing to record)
+/// on the stream of the last use, refused otherwise.
 fn capture_on_last_stream(refusal: Error, stream: &Stream, last: &Stream) -> Result<bool> {
     if stream == last {
         Ok(true)
@@ -357,20 +378,16 @@ impl Dropout {
     /// Refused ([`Error::CaptureUnsafe`]) when the capturing stream is not
     /// the stream of the last use: ordering after it would need a wait for
     /// the eager event inside the capture, and the last use would move to
-    /// a stream whose work runs only in replays. Asked before anything is
-    /// queued.
+    /// a stream whose work runs only in replays. Also refused when the
+    /// stream is not itself being captured but counts as capturing (the
+    /// legacy stream while a blocking stream of its device captures: its
+    /// work would join, and invalidate, that other capture). Asked before
+    /// anything is queued.
     ///
     /// # Errors
     /// [`Error::CaptureUnsafe`]; [`Error::Cuda`] from the query.
     pub(crate) fn captured_use(&self, op: &str, stream: &Stream) -> Result<bool> {
-        let hazard = crate::runtime::Hazard::CapturedEvent("the dropout state");
-        match crate::runtime::forbid_during_capture(op, stream, hazard) {
-            Ok(()) => Ok(false),
-            Err(e @ Error::CaptureUnsafe { .. }) => {
-                capture_on_last_stream(e, stream, self.last_stream())
-            }
-            Err(e) => Err(e),
-        }
+        captured_by_status(op, stream.capture_status(), stream, self.last_stream())
     }
 
     /// Give up ownership: the raw descriptor and the state buffer it uses
@@ -744,6 +761,94 @@ mod tests {
                 );
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// Only the stream's *own* active capture makes a use on the last
+    /// stream a captured one. The legacy stream while a blocking stream of
+    /// its device captures answers `cudaErrorStreamCaptureImplicit` (906,
+    /// documented in the runtime API): work launched there would join and
+    /// invalidate that other thread's capture, so the use is refused with
+    /// the typed error even on the stream of the last use. An invalidated
+    /// capture is refused too; a stream not capturing is an eager use.
+    /// (Before the fix the implicit answer on the last stream was taken
+    /// as captured, `Ok(true)`, and the dropout launched.)
+    #[test]
+    fn unit_implicit_capture_is_refused_even_on_the_last_stream() {
+        let implicit = || {
+            Err(Error::Cuda {
+                call: "cudaStreamIsCapturing",
+                code: 906,
+                name: "cudaErrorStreamCaptureImplicit".into(),
+                text: String::new(),
+                context: None,
+            })
+        };
+        let legacy = Stream::legacy();
+        match captured_by_status("dropout_forward", implicit(), &legacy, &legacy.clone()) {
+            Err(Error::CaptureUnsafe { op, .. }) => assert_eq!(op, "dropout_forward"),
+            other => panic!("an implicit capture was not refused: {other:?}"),
+        }
+        let a = Stream::per_thread();
+        assert!(matches!(
+            captured_by_status("f", Ok(CaptureStatus::Active), &a, &a.clone()),
+            Ok(true)
+        ));
+        assert!(matches!(
+            captured_by_status("f", Ok(CaptureStatus::Invalidated), &a, &a.clone()),
+            Err(Error::CaptureUnsafe { .. })
+        ));
+        assert!(matches!(
+            captured_by_status("f", Ok(CaptureStatus::None), &a, &a.clone()),
+            Ok(false)
+        ));
+        assert!(matches!(
+            captured_by_status("f", Ok(CaptureStatus::Active), &a, &legacy),
+            Err(Error::CaptureUnsafe { .. })
+        ));
+        // Another failure of the query is reported as it is.
+        let other = Err(Error::Cuda {
+            call: "cudaStreamIsCapturing",
+            code: 400,
+            name: "cudaErrorInvalidResourceHandle".into(),
+            text: String::new(),
+            context: None,
+        });
+        assert!(matches!(
+            captured_by_status("f", other, &a, &a.clone()),
+            Err(Error::Cuda { code: 400, .. })
+        ));
+    }
+
+    proptest::proptest! {
+        /// Every capture answer on the stream of the last use or another:
+        /// captured only for the stream's own active capture on the last
+        /// stream; eager when not capturing; a query failure other than
+        /// the implicit answer is returned; every other case is the typed
+        /// refusal. The truth is the rule as written in the docs.
+        #[test]
+        fn unit_property_captured_use_follows_the_rule(answer in 0u8..5, same in proptest::bool::ANY) {
+            let status = match answer {
+                0 => Ok(CaptureStatus::None),
+                1 => Ok(CaptureStatus::Active),
+                2 => Ok(CaptureStatus::Invalidated),
+                n => Err(Error::Cuda {
+                    call: "cudaStreamIsCapturing",
+                    code: if n == 3 { 906 } else { 400 },
+                    name: String::new(),
+                    text: String::new(),
+                    context: None,
+                }),
+            };
+            let a = Stream::per_thread();
+            let last = if same { a.clone() } else { Stream::legacy() };
+            let r = captured_by_status("op", status, &a, &last);
+            match (answer, same) {
+                (0, _) => proptest::prop_assert!(matches!(r, Ok(false)), "{:?}", r),
+                (1, true) => proptest::prop_assert!(matches!(r, Ok(true)), "{:?}", r),
+                (4, _) => proptest::prop_assert!(matches!(r, Err(Error::Cuda { code: 400, .. })), "{:?}", r),
+                _ => proptest::prop_assert!(matches!(r, Err(Error::CaptureUnsafe { .. })), "{:?}", r),
+            }
         }
     }
 }
