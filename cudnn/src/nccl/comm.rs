@@ -18,10 +18,10 @@ mod init;
 use super::progress::{self, DEFAULT_COMM_TIMEOUT, Deadline, Settled};
 use super::{Ranks, api, nccl_call, sys, text};
 use crate::error::{Error, Result};
-use crate::runtime::{Device, Stream, check_args, check_device, check_stream_thread};
+use crate::runtime::{Device, QueueHold, Stream, check_args, check_device, check_stream_thread};
 #[cfg(test)]
 pub(crate) use abort::abort_here_for;
-pub(crate) use abort::{ABORT_LIMIT, Family, abort_bounded};
+pub(crate) use abort::{ABORT_LIMIT, Busy, Family, FamilyUse, abort_bounded};
 use abort::{abort_here, abort_raw};
 #[cfg(test)]
 pub(crate) use init::{parse_nccl_int, refuse_forced_blocking};
@@ -447,8 +447,16 @@ impl Communicator {
         raw
     }
 
-    /// The communicator, or an error once it was aborted.
+    /// The communicator, or an error once it was aborted, poisoned, or
+    /// while an abort of its split family runs.
     pub(crate) fn live(&self) -> Result<sys::ncclComm_t> {
+        let raw = self.usable()?;
+        self.refuse_family_abort()?;
+        Ok(raw)
+    }
+
+    /// The communicator, or an error once it was aborted or poisoned.
+    fn usable(&self) -> Result<sys::ncclComm_t> {
         if self.poisoned.get() {
             return Err(Error::invalid(
                 "communicator",
@@ -464,8 +472,42 @@ impl Communicator {
                 format!("rank {} of {}", self.rank(), self.size()),
             ));
         }
-        self.refuse_family_abort()?;
         Ok(self.raw.as_ptr())
+    }
+
+    /// Take this communicator's split family for the calling thread, for
+    /// the whole of an NCCL call (NCCL forbids members that share
+    /// resources to be used in parallel): waits at most
+    /// [`timeout`](Self::timeout) for another thread's call of the family
+    /// to return; refused at once while an abort of a member runs.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the communicator.
+    pub(crate) fn enter_family(&self) -> Result<FamilyUse> {
+        self.family
+            .enter(false, self.timeout)
+            .map_err(|b| self.family_busy(b))
+    }
+
+    /// The error of a family that could not be taken.
+    pub(crate) fn family_busy(&self, b: Busy) -> Error {
+        let why = match b {
+            Busy::Aborting => {
+                "must not be used while a communicator it was split from, or split off, is \
+                 being aborted (NCCL forbids it when they share resources); the abort still \
+                 runs in the background: retry later, or drop this one"
+            }
+            Busy::Held => {
+                "must not be used while a communicator it was split from, or split off, is in \
+                 an NCCL call on another thread (NCCL forbids it when they share resources), \
+                 and that call did not return within the communicator's timeout"
+            }
+        };
+        Error::invalid(
+            "communicator",
+            why,
+            format!("rank {} of {}", self.rank(), self.size()),
+        )
     }
 
     /// Refuse while an abort of a communicator of this one's split family
@@ -475,19 +517,12 @@ impl Communicator {
     /// [`Error::InvalidArgument`] naming the communicator.
     fn refuse_family_abort(&self) -> Result<()> {
         if self.family.aborting() {
-            return Err(Error::invalid(
-                "communicator",
-                "must not be used while a communicator it was split from, or split off, is \
-                 being aborted (NCCL forbids it when they share resources); the abort still \
-                 runs in the background: retry later, or drop this one",
-                format!("rank {} of {}", self.rank(), self.size()),
-            ));
+            return Err(self.family_busy(Busy::Aborting));
         }
         Ok(())
     }
 
-    /// Its split family (tests).
-    #[cfg(test)]
+    /// Its split family.
     pub(crate) fn family(&self) -> &Arc<Family> {
         &self.family
     }
@@ -659,17 +694,54 @@ impl Communicator {
     /// On an asynchronous failure, at the deadline, or when the poll itself
     /// fails, the communicator is aborted (joining NCCL's threads, so
     /// nothing of the operation runs on afterwards) and the error returned.
+    ///
+    /// An abort of another member of its split family that began after the
+    /// call was issued does not stop the poll (the call's job would stay in
+    /// this thread's storage): it is waited for, at most [`ABORT_LIMIT`],
+    /// then this communicator is settled; past that it is aborted (on this
+    /// thread where NCCL's job requires it).
     pub(crate) fn poll(&self, call: &'static str) -> Result<()> {
-        let raw = self.live()?;
-        let deadline = Deadline::after(self.timeout);
+        self.poll_with(&progress::Nccl, call)
+    }
+
+    /// [`poll`](Self::poll) through `calls` (a test double in tests).
+    pub(crate) fn poll_with<A: progress::JobCalls>(
+        &self,
+        calls: &A,
+        call: &'static str,
+    ) -> Result<()> {
+        // Not `live`: a family abort is waited for below, not refused.
+        let raw = self.usable()?;
         // Until seen ready, NCCL may hold the call's job (non-blocking
         // communicators, or not known to be blocking); a blocking
         // communicator's groups never leave one.
         if self.mode.get() != Mode::Blocking {
             self.job_linked.set(true);
         }
-        // SAFETY: `raw` is live.
-        let settled = match unsafe { progress::settle(raw, &deadline) } {
+        let _use = match self.family.enter(true, ABORT_LIMIT) {
+            Ok(u) => u,
+            Err(b) => {
+                let what = match b {
+                    Busy::Aborting => "being aborted",
+                    Busy::Held => "in a call on another thread",
+                };
+                self.abort_now();
+                return Err(Error::invalid(
+                    "communicator",
+                    format!(
+                        "could not settle its {call}: another communicator of its split family \
+                         was {what} for more than {} s (NCCL forbids using both at once); this \
+                         one was aborted",
+                        ABORT_LIMIT.as_secs()
+                    ),
+                    format!("rank {} of {}", self.rank(), self.size()),
+                ));
+            }
+        };
+        let deadline = Deadline::after(self.timeout);
+        // SAFETY: `raw` is live; no group is open on this thread (the
+        // group's end returned before its settle).
+        let settled = match unsafe { progress::settle_with(calls, raw, &deadline) } {
             Ok(s) => s,
             Err(e) => {
                 let e = self.annotate(e);
@@ -716,10 +788,16 @@ impl Communicator {
     /// that thread's queue), usable from this thread, and on this
     /// communicator's device.
     ///
+    /// The returned hold counts this call as queueing on `stream` (a
+    /// [`Stream::capture`] of it cannot begin meanwhile, so the NCCL work
+    /// never silently joins another thread's graph): keep it until the
+    /// enqueue returned.
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming `stream` for a per-thread default
-    /// stream; [`Error::WrongThread`]; [`Error::DeviceMismatch`].
-    pub(crate) fn check_stream(&self, stream: &Stream) -> Result<()> {
+    /// stream; [`Error::WrongThread`]; [`Error::DeviceMismatch`];
+    /// [`Error::CaptureUnsafe`] while another thread captures `stream`.
+    pub(crate) fn check_stream(&self, stream: &Stream) -> Result<QueueHold> {
         if stream.thread().is_some() {
             return Err(Error::invalid(
                 "stream",
@@ -729,12 +807,13 @@ impl Communicator {
                 format!("{stream:?}"),
             ));
         }
-        check_stream_thread("the stream of an NCCL call", stream)?;
+        let hold = check_stream_thread("the stream of an NCCL call", stream)?;
         check_device(
             || format!("the stream of an NCCL call on rank {}", self.rank()),
             self.runtime_device(),
             stream.device(),
-        )
+        )?;
+        Ok(hold)
     }
 
     /// The buffers of a call must be on this communicator's device.
@@ -774,6 +853,7 @@ impl Communicator {
             Some(c) => c_int::try_from(c)
                 .map_err(|_| Error::invalid("color", "must be at most i32::MAX", c))?,
         };
+        let _use = self.enter_family()?;
         let raw = self.live()?;
         let api = api()?;
         // On the heap, and read atomically: with a non-blocking parent,
@@ -833,19 +913,24 @@ impl Communicator {
                 return Err(self.annotate(e));
             }
         };
-        // The child inherits the parent's configuration, blocking mode
-        // included (unless NCCL_COMM_BLOCKING overrides both).
-        if child.mode.get() == Mode::Unknown {
-            child.mode.set(self.mode.get());
-        }
-        child.timeout = self.timeout;
         // Compared with its siblings, or refusing every call when it cannot
         // be (clique::Pending::bind); never uncompared.
         if let Some(p) = pending {
             child.member = Some(p.bind(child.rank(), child.size()));
         }
-        child.family = Arc::clone(&self.family);
+        self.inherit(&mut child);
         Ok(Some(child))
+    }
+
+    /// What a split child takes from its parent: the blocking mode (unless
+    /// NCCL_COMM_BLOCKING overrides both), the timeout, and the split
+    /// family (one lock for both; see [`Family`]).
+    pub(crate) fn inherit(&self, child: &mut Communicator) {
+        if child.mode.get() == Mode::Unknown {
+            child.mode.set(self.mode.get());
+        }
+        child.timeout = self.timeout;
+        child.family = Arc::clone(&self.family);
     }
 
     /// Flush outstanding work and release the communicator's resources,
@@ -867,6 +952,7 @@ impl Communicator {
         if self.aborted.get() {
             return Ok(());
         }
+        let _use = self.enter_family()?;
         let raw = self.live()?;
         let api = api()?;
         // SAFETY: the communicator is live and owned by `self`.
@@ -894,7 +980,7 @@ impl Communicator {
     #[doc(alias = "ncclCommDestroy")]
     pub fn destroy(self) -> Result<()> {
         depth::refuse("Communicator::destroy", WHY_LIFECYCLE)?;
-        self.refuse_family_abort()?;
+        let _use = self.enter_family()?;
         let rank = self.rank();
         let raw = self.into_raw();
         if raw.is_null() {
@@ -921,9 +1007,9 @@ impl Communicator {
         if self.aborted.get() {
             return Ok(());
         }
-        self.refuse_family_abort()?;
-        let rank = self.rank();
         let family = Arc::clone(&self.family);
+        let _use = self.enter_family()?;
+        let rank = self.rank();
         let raw = self.into_raw();
         if raw.is_null() {
             return Ok(());

@@ -37,7 +37,7 @@ impl Deadline {
         self.start.elapsed()
     }
 
-    fn left(&self) -> Duration {
+    pub(crate) fn left(&self) -> Duration {
         self.end
             .map(|e| e.saturating_duration_since(Instant::now()))
             .unwrap_or(Duration::MAX)
