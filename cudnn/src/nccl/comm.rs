@@ -522,6 +522,12 @@ impl Communicator {
         Ok(())
     }
 
+    /// Whether NCCL may hold a job of it in this thread's storage (tests).
+    #[cfg(test)]
+    pub(crate) fn job_linked(&self) -> bool {
+        self.job_linked.get()
+    }
+
     /// Its split family.
     pub(crate) fn family(&self) -> &Arc<Family> {
         &self.family

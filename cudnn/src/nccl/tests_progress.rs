@@ -1,6 +1,7 @@
 //! Unit tests of the settling of non-blocking calls with a mocked NCCL
 //! (no library, no device): the calls that release NCCL's job record are
-//! made on the issuing thread, before `settle` returns.
+//! made on the issuing thread, before `settle` (and a communicator's
+//! `poll`, which the calls, groups and splits go through) returns.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::cell::RefCell;
@@ -166,4 +167,74 @@ fn unit_settle_times_out_in_progress() {
     let r = unsafe { settle_with(&m, std::ptr::null_mut(), &deadline) }.unwrap();
     assert_eq!(r, Settled::TimedOut);
     assert!(!m.calls().contains(&"ncclCommCount"));
+}
+
+/// Drive a fake non-blocking communicator's `poll` (the path of every
+/// `ncclInProgress` answer: direct calls, a group's settle, split,
+/// finalize) through the mock on a thread of its own, while `busy` keeps
+/// its split family taken on another thread for a while: `Family::begin_abort`
+/// (a sibling's abort) or a sibling's call. What poll answered, the calls
+/// made (all on the polling thread?), and whether a job is still linked.
+fn poll_beside(busy: &str, release_after: Duration) -> (Result<()>, Vec<&'static str>, bool, bool) {
+    use super::comm::Communicator;
+    use std::mem::ManuallyDrop;
+    let busy = busy.to_string();
+    std::thread::spawn(move || {
+        let comm = ManuallyDrop::new(Communicator::fake(std::ptr::NonNull::dangling()));
+        comm.set_mode(super::comm::Mode::NonBlocking);
+        let family = std::sync::Arc::clone(comm.family());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let other = std::thread::spawn(move || {
+            let guard: Box<dyn Send> = if busy == "abort" {
+                Box::new(family.begin_abort())
+            } else {
+                Box::new(family.enter(false, Duration::from_secs(1)).unwrap())
+            };
+            tx.send(()).unwrap();
+            std::thread::sleep(release_after);
+            drop(guard);
+        });
+        rx.recv().unwrap();
+        let m = Mock::new((2, 21), &[R::ncclInProgress, R::ncclSuccess], &[]);
+        let r = comm.poll_with(&m, "ncclAllReduce");
+        other.join().unwrap();
+        let me = std::thread::current().id();
+        let here = m.log.borrow().iter().all(|(_, t)| *t == me);
+        (r, m.calls(), here, comm.job_linked())
+    })
+    .join()
+    .unwrap()
+}
+
+/// A sibling's abort that began after this communicator's non-blocking
+/// call answered `ncclInProgress` is waited for (it ends within the
+/// bound), then the call is settled on the polling thread and no job is
+/// left in its storage. Before the fix poll refused at once (the family
+/// was aborting), settling nothing: NCCL 2.19-2.26 kept the job linked to
+/// the thread's storage (a use-after-free once it exits).
+#[test]
+fn unit_poll_waits_for_a_family_abort_then_settles() {
+    let (r, calls, here, linked) = poll_beside("abort", Duration::from_millis(100));
+    r.unwrap();
+    assert_eq!(
+        calls,
+        [
+            "ncclCommGetAsyncError",
+            "ncclCommGetAsyncError",
+            "ncclCommCount"
+        ]
+    );
+    assert!(here, "a call made on another thread");
+    assert!(!linked, "the job is still linked to the polling thread");
+}
+
+/// A sibling's call in flight on another thread is waited for too (NCCL
+/// forbids members sharing resources to run in parallel), then the call is
+/// settled on the polling thread.
+#[test]
+fn unit_poll_waits_for_a_siblings_call_then_settles() {
+    let (r, calls, here, linked) = poll_beside("call", Duration::from_millis(100));
+    r.unwrap();
+    assert_eq!(calls.last(), Some(&"ncclCommCount"), "{calls:?}");
+    assert!(here && !linked);
 }
