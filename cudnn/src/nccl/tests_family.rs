@@ -130,7 +130,10 @@ fn unit_abort_waits_for_a_members_call_in_flight() {
     let taken = fam.enter(true, Duration::from_secs(5)).unwrap();
     let at = Instant::now();
     let call_ended = y.join().unwrap();
-    assert!(at >= call_ended, "the abort's side began before the call returned");
+    assert!(
+        at >= call_ended,
+        "the abort's side began before the call returned"
+    );
     let _abort = fam.begin_abort();
     drop(taken);
     // Held by the abort now: a member's call is refused at once.
