@@ -137,15 +137,21 @@ pub(crate) use init::{parse_nccl_int, refuse_forced_blocking};
 /// `Drop` of a blocking one) stops the work of all of them. With sharing
 /// on, end a child with [`finalize`](Self::finalize) or
 /// [`destroy`](Self::destroy), not by dropping it. NCCL forbids using a
-/// parent or child that shares resources while another of them is being
-/// aborted, and an abort can outlive its 10 s bound in the background: so
-/// while an abort of any communicator of a split family (a communicator
-/// and everything split from it) runs, every call of the family that
-/// starts then is refused ([`Error::InvalidArgument`] naming the
-/// communicator; retry later), and a family member dropped meanwhile
-/// waits for that abort at most 10 s, then is leaked (never touched
-/// again). The crate cannot read whether sharing is on, so this holds for
-/// every family.
+/// parent and a child that share resources in parallel, or while another
+/// of them is being aborted, and an abort can outlive its 10 s bound in
+/// the background. So a split family (a communicator and everything split
+/// from it) is used by one thread at a time: every NCCL call of a member
+/// (a collective, a group, a split, a wait, finalize, destroy, abort,
+/// `Drop`) holds the family until it returns; a call from another thread
+/// waits for it at most its [`timeout`](Self::timeout) (then
+/// [`Error::InvalidArgument`] naming the communicator). While an abort of
+/// any member runs, every call of the family that starts then is refused
+/// ([`Error::InvalidArgument`]; retry later); a member dropped meanwhile
+/// (or while another thread's call holds the family) waits at most 10 s,
+/// then is leaked (never touched again); a non-blocking call already
+/// issued waits at most 10 s for the abort to end before it is settled,
+/// and is aborted past that. The crate cannot read whether sharing is on,
+/// so this holds for every family.
 ///
 /// `Send`, not `Sync`: NCCL does not allow one communicator to be used from
 /// several threads at the same time.
@@ -652,7 +658,8 @@ impl Communicator {
     /// this thread's storage is aborted on this thread, without a bound:
     /// the abort joins that job, which only this thread may do safely (see
     /// [`ABORT_LIMIT`]). This rank leaves its clique (the others no longer
-    /// wait for its calls).
+    /// wait for its calls). The caller holds the family ([`enter_family`](Self::enter_family)),
+    /// except a poll that could not take it (see [`poll_with`](Self::poll_with)).
     pub(super) fn abort_now(&self) -> bool {
         if !self.aborted.replace(true) {
             if let Some(m) = &self.member {
@@ -834,8 +841,9 @@ impl Communicator {
     /// [`Error::InGroup`] inside a [`group`](super::group) (the
     /// communicator is then dropped: see the type's docs); [`Error::Nccl`];
     /// [`Error::Timeout`]; [`Error::InvalidArgument`] while an abort of a
-    /// communicator of its split family runs (it is then dropped: see the
-    /// type's docs on splits). The communicator is destroyed (or aborted)
+    /// communicator of its split family runs, or when another thread's call
+    /// of the family holds it past [`timeout`](Self::timeout) (it is then
+    /// dropped: see the type's docs on splits). The communicator is destroyed (or aborted)
     /// either way.
     #[doc(alias = "ncclCommFinalize")]
     pub fn finalize(self) -> Result<()> {
@@ -866,8 +874,9 @@ impl Communicator {
     /// [`Error::InGroup`] inside a [`group`](super::group) (the
     /// communicator is then dropped: see the type's docs); [`Error::Nccl`];
     /// [`Error::InvalidArgument`] while an abort of a communicator of its
-    /// split family runs (it is then dropped: see the type's docs on
-    /// splits).
+    /// split family runs, or when another thread's call of the family holds
+    /// it past [`timeout`](Self::timeout) (it is then dropped: see the
+    /// type's docs on splits).
     #[doc(alias = "ncclCommDestroy")]
     pub fn destroy(self) -> Result<()> {
         depth::refuse("Communicator::destroy", WHY_LIFECYCLE)?;
@@ -890,8 +899,9 @@ impl Communicator {
     /// [`Error::InGroup`] inside a [`group`](super::group) (the
     /// communicator is then dropped, which aborts it anyway);
     /// [`Error::Nccl`]; [`Error::InvalidArgument`] while an abort of
-    /// another communicator of its split family runs (it is then dropped:
-    /// see the type's docs on splits).
+    /// another communicator of its split family runs, or when another
+    /// thread's call of the family holds it past [`timeout`](Self::timeout)
+    /// (it is then dropped: see the type's docs on splits).
     #[doc(alias = "ncclCommAbort")]
     pub fn abort(self) -> Result<()> {
         depth::refuse("Communicator::abort", WHY_LIFECYCLE)?;

@@ -26,7 +26,7 @@ impl Communicator {
     /// finishes on NCCL's thread).
     ///
     /// # Errors
-    /// [`Error::InGroup`] inside a [`group`](super::group) (NCCL would
+    /// [`Error::InGroup`] inside a [`group`](crate::nccl::group) (NCCL would
     /// defer the split and write the new communicator later);
     /// [`Error::InvalidArgument`] when `color` does not fit a non-negative
     /// C int; [`Error::Nccl`] when NCCL fails; [`Error::Timeout`] when a
