@@ -320,24 +320,31 @@ impl Exec for Nccl {
     }
 
     fn settle(&mut self, calls: &[&Recorded<'_>]) -> Result<()> {
-        // Every communicator of the group is polled (each within its own
-        // timeout), even after one failed; the first error is returned.
-        let mut seen: Vec<sys::ncclComm_t> = Vec::new();
-        let mut first = Ok(());
-        for rec in calls {
-            let raw = rec.comm.as_raw();
-            if seen.contains(&raw) {
-                continue;
-            }
-            seen.push(raw);
-            rec.comm.mark_non_blocking();
-            let r = rec
-                .comm
-                .finish("ncclGroupEnd", sys::ncclResult_t::ncclInProgress);
-            if first.is_ok() {
-                first = r;
-            }
-        }
-        first
+        settle_group(&super::progress::Nccl, calls)
     }
+}
+
+/// Poll every communicator of a group that ended `ncclInProgress` through
+/// `a` (NCCL, or a test double), each once and within its own timeout,
+/// even after one failed; the first error is returned. Each is settled on
+/// this thread (see [`Communicator::poll`]).
+pub(crate) fn settle_group<A: super::progress::JobCalls>(
+    a: &A,
+    calls: &[&Recorded<'_>],
+) -> Result<()> {
+    let mut seen: Vec<sys::ncclComm_t> = Vec::new();
+    let mut first = Ok(());
+    for rec in calls {
+        let raw = rec.comm.as_raw();
+        if seen.contains(&raw) {
+            continue;
+        }
+        seen.push(raw);
+        rec.comm.mark_non_blocking();
+        let r = rec.comm.poll_with(a, "ncclGroupEnd");
+        if first.is_ok() {
+            first = r;
+        }
+    }
+    first
 }

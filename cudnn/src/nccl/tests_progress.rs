@@ -238,3 +238,84 @@ fn unit_poll_waits_for_a_siblings_call_then_settles() {
     assert_eq!(calls.last(), Some(&"ncclCommCount"), "{calls:?}");
     assert!(here && !linked);
 }
+
+/// A group that ended `ncclInProgress` is settled through the seam
+/// (`record::settle_group`, what the NCCL executor runs): each of its
+/// communicators once, all on the issuing thread, none left linked, while
+/// a sibling's abort that began meanwhile is waited for. Before the fix
+/// the settle refused every member of the aborting family unsettled.
+#[test]
+fn unit_group_settle_waits_for_a_family_abort_and_settles_each_once() {
+    use super::comm::{Communicator, Mode};
+    use super::op::{Call, Op, ReduceOp};
+    use super::record::{Recorded, settle_group};
+    use crate::runtime::Stream;
+    use std::mem::ManuallyDrop;
+    use std::ptr::NonNull;
+    let (r, calls, here, linked) = std::thread::spawn(|| {
+        let fake = |a: usize| {
+            let c = ManuallyDrop::new(Communicator::fake(
+                NonNull::new(a as *mut sys::ncclComm).unwrap(),
+            ));
+            c.set_mode(Mode::NonBlocking);
+            c
+        };
+        let a = fake(0x10);
+        let mut b = fake(0x20);
+        a.inherit(&mut b);
+        let stream = Stream::legacy();
+        let p = 0x1000 as *mut std::ffi::c_void;
+        let call = || {
+            Call::new::<f32>(Op::AllReduce {
+                send: p,
+                recv: p,
+                count: 4,
+                op: ReduceOp::Sum,
+            })
+        };
+        let recs = [
+            Recorded {
+                comm: &a,
+                stream: &stream,
+                call: call(),
+            },
+            Recorded {
+                comm: &b,
+                stream: &stream,
+                call: call(),
+            },
+            Recorded {
+                comm: &a,
+                stream: &stream,
+                call: call(),
+            },
+        ];
+        let refs: Vec<&Recorded<'_>> = recs.iter().collect();
+        let running = a.family().begin_abort();
+        let ender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            drop(running);
+        });
+        let m = Mock::new((2, 21), &[R::ncclSuccess], &[]);
+        let r = settle_group(&m, &refs);
+        ender.join().unwrap();
+        let me = std::thread::current().id();
+        let here = m.log.borrow().iter().all(|(_, t)| *t == me);
+        (r, m.calls(), here, a.job_linked() || b.job_linked())
+    })
+    .join()
+    .unwrap();
+    r.unwrap();
+    assert_eq!(
+        calls,
+        [
+            "ncclCommGetAsyncError",
+            "ncclCommCount",
+            "ncclCommGetAsyncError",
+            "ncclCommCount"
+        ],
+        "each communicator once"
+    );
+    assert!(here, "a call made on another thread");
+    assert!(!linked, "a job is still linked to the issuing thread");
+}
