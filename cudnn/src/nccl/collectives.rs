@@ -17,8 +17,8 @@ use crate::runtime::{DeviceSlice, DeviceSliceMut, Stream};
 unsafe fn issue(comm: &Communicator, call: Call, stream: &Stream) -> Result<()> {
     // Held through the exchange and the launch: no capture of the stream
     // begins meanwhile, and no other member of the split family is used.
-    let _hold = comm.check_stream(stream)?;
     let _use = comm.enter_family()?;
+    let _hold = comm.check_stream(stream)?;
     comm.live()?;
     if comm.checks_agreement() {
         comm.agree_across(&call, stream)?;
@@ -35,8 +35,8 @@ pub(super) unsafe fn issue_checked(comm: &Communicator, call: Call, stream: &Str
     // Held until the enqueue (and its poll) returned: a capture of the
     // stream cannot begin between this check and the launch, and no other
     // member of the split family is used meanwhile (re-entrant from `issue`).
-    let _hold = comm.check_stream(stream)?;
     let _use = comm.enter_family()?;
+    let _hold = comm.check_stream(stream)?;
     let raw = comm.live()?;
     // Compared with the same call of the ranks in this process (calls of
     // 0 elements too, so the positions stay in step), before NCCL sees it.

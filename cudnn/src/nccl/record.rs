@@ -68,8 +68,10 @@ pub(crate) fn issue_all(exec: &mut dyn Exec, calls: &[Recorded<'_>]) -> Result<(
     // stream of the group begins between this check and the launch (the
     // check at recording time may be long past), and no other thread uses
     // a member of one of the groups' split families meanwhile.
-    let _holds = hold_streams(&live)?;
+    // The families first: taking one may wait for another thread, and the
+    // streams are then checked as they are when the launch follows.
     let _families = take_families(&live)?;
+    let _holds = hold_streams(&live)?;
     exec.ready(&live)?;
     clique::post(&posted)?;
     // From here on a failure leaves this rank's calls posted but (perhaps)

@@ -295,3 +295,68 @@ fn unit_group_refuses_a_stream_captured_after_recording() {
     assert!(matches!(err, Error::CaptureUnsafe { .. }), "{err:?}");
     assert!(probe.log.is_empty(), "issued: {:?}", probe.log);
 }
+
+/// Property: any sequence of calls entering and leaving a family, aborts
+/// beginning and ending, on one thread, against a model written out by
+/// hand (NCCL's rule: a family is used by one thread at a time and not at
+/// all while an abort runs): this thread enters iff no abort runs
+/// (re-entrant); another thread enters iff nothing is held and no abort
+/// runs, and is told which of the two kept it out; after everything is
+/// released the family is free.
+#[test]
+fn unit_property_family_lock_matches_the_model() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let mut runner = TestRunner::new(Config {
+        cases: 200,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&proptest::collection::vec(0u8..5, 0..16), |ops| {
+            let family = Arc::new(Family::default());
+            let mut uses = Vec::new();
+            let mut aborts = Vec::new();
+            for op in ops {
+                match op {
+                    0 => {
+                        let r = family.enter(false, Duration::ZERO);
+                        if aborts.is_empty() {
+                            prop_assert!(r.is_ok(), "{:?}", r.err());
+                            uses.extend(r.ok());
+                        } else {
+                            prop_assert_eq!(r.err(), Some(Busy::Aborting));
+                        }
+                    }
+                    1 => drop(uses.pop()),
+                    // An abort is begun by the holder only (as the crate
+                    // does); without a hold this op enters first.
+                    2 => {
+                        if uses.is_empty() && aborts.is_empty() {
+                            uses.extend(family.enter(false, Duration::ZERO).ok());
+                        }
+                        if !uses.is_empty() {
+                            aborts.push(family.begin_abort());
+                        }
+                    }
+                    3 => drop(aborts.pop()),
+                    _ => {
+                        let want = if !aborts.is_empty() {
+                            Err(Busy::Aborting)
+                        } else if !uses.is_empty() {
+                            Err(Busy::Held)
+                        } else {
+                            Ok(())
+                        };
+                        prop_assert_eq!(other_thread_enters(&family, Duration::ZERO), want);
+                    }
+                }
+                prop_assert_eq!(family.aborting(), !aborts.is_empty());
+            }
+            drop(uses);
+            drop(aborts);
+            prop_assert_eq!(other_thread_enters(&family, Duration::ZERO), Ok(()));
+            Ok(())
+        })
+        .unwrap();
+}
