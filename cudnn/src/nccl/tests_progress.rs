@@ -23,6 +23,9 @@ struct Mock {
     /// Answers of `ncclGroupStart`, in order (then `ncclSuccess`).
     starts: RefCell<VecDeque<R>>,
     log: RefCell<Vec<(&'static str, ThreadId)>>,
+    /// When set: every call made while it reads `false` is logged as
+    /// "early" too (made before another thread let the family go).
+    gate: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Mock {
@@ -32,10 +35,18 @@ impl Mock {
             states: RefCell::new(states.iter().copied().collect()),
             starts: RefCell::new(starts.iter().copied().collect()),
             log: RefCell::new(Vec::new()),
+            gate: None,
         }
     }
 
     fn note(&self, call: &'static str) {
+        if let Some(g) = &self.gate
+            && !g.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            self.log
+                .borrow_mut()
+                .push(("early", std::thread::current().id()));
+        }
         self.log
             .borrow_mut()
             .push((call, std::thread::current().id()));
@@ -73,6 +84,14 @@ impl JobCalls for Mock {
     }
     unsafe fn comm_count(&self, _: sys::ncclComm_t) -> Result<R> {
         self.note("ncclCommCount");
+        Ok(R::ncclSuccess)
+    }
+    unsafe fn comm_finalize(&self, _: sys::ncclComm_t) -> Result<R> {
+        self.note("ncclCommFinalize");
+        Ok(R::ncclInProgress)
+    }
+    unsafe fn comm_destroy(&self, _: sys::ncclComm_t) -> Result<R> {
+        self.note("ncclCommDestroy");
         Ok(R::ncclSuccess)
     }
 }
@@ -318,4 +337,57 @@ fn unit_group_settle_waits_for_a_family_abort_and_settles_each_once() {
     );
     assert!(here, "a call made on another thread");
     assert!(!linked, "a job is still linked to the issuing thread");
+}
+
+/// `Drop` of a healthy non-blocking communicator through the seam, while
+/// a sibling of its split family is in a call on another thread: it waits
+/// for that call to return before touching NCCL (NCCL forbids members
+/// sharing resources to run in parallel), then settles the last call on
+/// the dropping thread, finalizes, settles the finalize and destroys.
+/// Before the fix `Drop` waited only for aborts and went ahead beside the
+/// sibling's call.
+#[test]
+fn unit_drop_waits_for_a_siblings_call_then_finalizes_here() {
+    use super::comm::{Communicator, Mode};
+    use std::mem::ManuallyDrop;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (calls, here) = std::thread::spawn(|| {
+        let mut comm = ManuallyDrop::new(Communicator::fake(std::ptr::NonNull::dangling()));
+        comm.set_mode(Mode::NonBlocking);
+        let family = Arc::clone(comm.family());
+        let released = Arc::new(AtomicBool::new(false));
+        let gate = Arc::clone(&released);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sibling = std::thread::spawn(move || {
+            let call = family.enter(false, Duration::from_secs(1)).unwrap();
+            tx.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            gate.store(true, Ordering::SeqCst);
+            drop(call);
+        });
+        rx.recv().unwrap();
+        let mut m = Mock::new((2, 21), &[R::ncclSuccess], &[]);
+        m.gate = Some(released);
+        comm.drop_with(&m);
+        sibling.join().unwrap();
+        let me = std::thread::current().id();
+        let here = m.log.borrow().iter().all(|(_, t)| *t == me);
+        (m.calls(), here)
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        calls,
+        [
+            "ncclCommGetAsyncError",
+            "ncclCommGetAsyncError",
+            "ncclCommCount",
+            "ncclCommFinalize",
+            "ncclCommGetAsyncError",
+            "ncclCommCount",
+            "ncclCommDestroy"
+        ]
+    );
+    assert!(here, "a call made on another thread");
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::ThreadId;
 use std::time::Duration;
 
-use super::super::progress::{self, Deadline, Settled};
+use super::super::progress::{self, Deadline, JobCalls, Settled};
 use super::super::{api, sys};
 use super::{Communicator, Mode};
 
@@ -232,10 +232,17 @@ pub(super) unsafe fn abort_raw(raw: sys::ncclComm_t) {
 
 impl Drop for Communicator {
     fn drop(&mut self) {
+        self.drop_with(&progress::Nccl);
+    }
+}
+
+impl Communicator {
+    /// `Drop` through `a` (NCCL, or a test double for the settle, finalize
+    /// and destroy; an abort always goes to NCCL).
+    pub(crate) fn drop_with<A: JobCalls>(&mut self, a: &A) {
         if self.aborted.get() {
             return;
         }
-        let Ok(api) = api() else { return };
         // Take the split family: wait for another of it being aborted, or
         // used on another thread (NCCL forbids using this one meanwhile
         // when they share resources), at most ABORT_LIMIT; past it this
@@ -245,7 +252,7 @@ impl Drop for Communicator {
         };
         let raw = self.raw.as_ptr();
         // SAFETY: live and owned (not aborted).
-        let st = unsafe { progress::state(raw) };
+        let st = unsafe { a.state(raw) };
         let healthy = matches!(
             st,
             Ok(sys::ncclResult_t::ncclSuccess) | Ok(sys::ncclResult_t::ncclInProgress)
@@ -261,7 +268,7 @@ impl Drop for Communicator {
             let mut ready = || {
                 // SAFETY: live and owned; the polls bound the wait.
                 let r = matches!(
-                    unsafe { progress::settle(raw, &deadline) },
+                    unsafe { progress::settle_with(a, raw, &deadline) },
                     Ok(Settled::Ready)
                 );
                 linked = !r;
@@ -269,14 +276,14 @@ impl Drop for Communicator {
             };
             ready()
                 // SAFETY: live, owned and ready.
-                && unsafe { api.ncclCommFinalize(raw) }.is_ok_and(|r| {
+                && unsafe { a.comm_finalize(raw) }.is_ok_and(|r| {
                     r == sys::ncclResult_t::ncclSuccess
                         || (r == sys::ncclResult_t::ncclInProgress && ready())
                 })
         };
         if graceful {
             // SAFETY: finalized, so destroy does not wait; ownership ends.
-            let _ = unsafe { api.ncclCommDestroy(raw) };
+            let _ = unsafe { a.comm_destroy(raw) };
         } else if abort_here(linked) {
             // Before NCCL 2.27 only (see ABORT_LIMIT): unbounded, here.
             let _running = self.family.begin_abort();
