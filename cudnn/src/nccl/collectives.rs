@@ -15,7 +15,10 @@ use crate::runtime::{DeviceSlice, DeviceSliceMut, Stream};
 /// The call's pointers come from views borrowed for the whole calling
 /// method and were checked against its counts.
 unsafe fn issue(comm: &Communicator, call: Call, stream: &Stream) -> Result<()> {
-    comm.check_stream(stream)?;
+    // Held through the exchange and the launch: no capture of the stream
+    // begins meanwhile, and no other member of the split family is used.
+    let _use = comm.enter_family()?;
+    let _hold = comm.check_stream(stream)?;
     comm.live()?;
     if comm.checks_agreement() {
         comm.agree_across(&call, stream)?;
@@ -29,7 +32,11 @@ unsafe fn issue(comm: &Communicator, call: Call, stream: &Stream) -> Result<()> 
 /// # Safety
 /// As [`issue`].
 pub(super) unsafe fn issue_checked(comm: &Communicator, call: Call, stream: &Stream) -> Result<()> {
-    comm.check_stream(stream)?;
+    // Held until the enqueue (and its poll) returned: a capture of the
+    // stream cannot begin between this check and the launch, and no other
+    // member of the split family is used meanwhile (re-entrant from `issue`).
+    let _use = comm.enter_family()?;
+    let _hold = comm.check_stream(stream)?;
     let raw = comm.live()?;
     // Compared with the same call of the ranks in this process (calls of
     // 0 elements too, so the positions stay in step), before NCCL sees it.

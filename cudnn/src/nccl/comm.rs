@@ -7,7 +7,6 @@ use std::ffi::{c_int, c_uint};
 use std::fmt;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicPtr, Ordering};
 use std::time::Duration;
 
 use super::clique::Member;
@@ -15,13 +14,14 @@ use super::depth::{self, WHY_LIFECYCLE};
 
 mod abort;
 mod init;
+mod split;
 use super::progress::{self, DEFAULT_COMM_TIMEOUT, Deadline, Settled};
 use super::{Ranks, api, nccl_call, sys, text};
 use crate::error::{Error, Result};
-use crate::runtime::{Device, Stream, check_args, check_device, check_stream_thread};
+use crate::runtime::{Device, QueueHold, Stream, check_args, check_device, check_stream_thread};
 #[cfg(test)]
 pub(crate) use abort::abort_here_for;
-pub(crate) use abort::{ABORT_LIMIT, Family, abort_bounded};
+pub(crate) use abort::{ABORT_LIMIT, Busy, Family, FamilyUse, abort_bounded};
 use abort::{abort_here, abort_raw};
 #[cfg(test)]
 pub(crate) use init::{parse_nccl_int, refuse_forced_blocking};
@@ -137,15 +137,21 @@ pub(crate) use init::{parse_nccl_int, refuse_forced_blocking};
 /// `Drop` of a blocking one) stops the work of all of them. With sharing
 /// on, end a child with [`finalize`](Self::finalize) or
 /// [`destroy`](Self::destroy), not by dropping it. NCCL forbids using a
-/// parent or child that shares resources while another of them is being
-/// aborted, and an abort can outlive its 10 s bound in the background: so
-/// while an abort of any communicator of a split family (a communicator
-/// and everything split from it) runs, every call of the family that
-/// starts then is refused ([`Error::InvalidArgument`] naming the
-/// communicator; retry later), and a family member dropped meanwhile
-/// waits for that abort at most 10 s, then is leaked (never touched
-/// again). The crate cannot read whether sharing is on, so this holds for
-/// every family.
+/// parent and a child that share resources in parallel, or while another
+/// of them is being aborted, and an abort can outlive its 10 s bound in
+/// the background. So a split family (a communicator and everything split
+/// from it) is used by one thread at a time: every NCCL call of a member
+/// (a collective, a group, a split, a wait, finalize, destroy, abort,
+/// `Drop`) holds the family until it returns; a call from another thread
+/// waits for it at most its [`timeout`](Self::timeout) (then
+/// [`Error::InvalidArgument`] naming the communicator). While an abort of
+/// any member runs, every call of the family that starts then is refused
+/// ([`Error::InvalidArgument`]; retry later); a member dropped meanwhile
+/// (or while another thread's call holds the family) waits at most 10 s,
+/// then is leaked (never touched again); a non-blocking call already
+/// issued waits at most 10 s for the abort to end before it is settled,
+/// and is aborted past that. The crate cannot read whether sharing is on,
+/// so this holds for every family.
 ///
 /// `Send`, not `Sync`: NCCL does not allow one communicator to be used from
 /// several threads at the same time.
@@ -447,8 +453,16 @@ impl Communicator {
         raw
     }
 
-    /// The communicator, or an error once it was aborted.
+    /// The communicator, or an error once it was aborted, poisoned, or
+    /// while an abort of its split family runs.
     pub(crate) fn live(&self) -> Result<sys::ncclComm_t> {
+        let raw = self.usable()?;
+        self.refuse_family_abort()?;
+        Ok(raw)
+    }
+
+    /// The communicator, or an error once it was aborted or poisoned.
+    fn usable(&self) -> Result<sys::ncclComm_t> {
         if self.poisoned.get() {
             return Err(Error::invalid(
                 "communicator",
@@ -464,8 +478,42 @@ impl Communicator {
                 format!("rank {} of {}", self.rank(), self.size()),
             ));
         }
-        self.refuse_family_abort()?;
         Ok(self.raw.as_ptr())
+    }
+
+    /// Take this communicator's split family for the calling thread, for
+    /// the whole of an NCCL call (NCCL forbids members that share
+    /// resources to be used in parallel): waits at most
+    /// [`timeout`](Self::timeout) for another thread's call of the family
+    /// to return; refused at once while an abort of a member runs.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the communicator.
+    pub(crate) fn enter_family(&self) -> Result<FamilyUse> {
+        self.family
+            .enter(false, self.timeout)
+            .map_err(|b| self.family_busy(b))
+    }
+
+    /// The error of a family that could not be taken.
+    pub(crate) fn family_busy(&self, b: Busy) -> Error {
+        let why = match b {
+            Busy::Aborting => {
+                "must not be used while a communicator it was split from, or split off, is \
+                 being aborted (NCCL forbids it when they share resources); the abort still \
+                 runs in the background: retry later, or drop this one"
+            }
+            Busy::Held => {
+                "must not be used while a communicator it was split from, or split off, is in \
+                 an NCCL call on another thread (NCCL forbids it when they share resources), \
+                 and that call did not return within the communicator's timeout"
+            }
+        };
+        Error::invalid(
+            "communicator",
+            why,
+            format!("rank {} of {}", self.rank(), self.size()),
+        )
     }
 
     /// Refuse while an abort of a communicator of this one's split family
@@ -475,27 +523,20 @@ impl Communicator {
     /// [`Error::InvalidArgument`] naming the communicator.
     fn refuse_family_abort(&self) -> Result<()> {
         if self.family.aborting() {
-            return Err(Error::invalid(
-                "communicator",
-                "must not be used while a communicator it was split from, or split off, is \
-                 being aborted (NCCL forbids it when they share resources); the abort still \
-                 runs in the background: retry later, or drop this one",
-                format!("rank {} of {}", self.rank(), self.size()),
-            ));
+            return Err(self.family_busy(Busy::Aborting));
         }
         Ok(())
     }
 
-    /// Its split family (tests).
+    /// Whether NCCL may hold a job of it in this thread's storage (tests).
     #[cfg(test)]
-    pub(crate) fn family(&self) -> &Arc<Family> {
-        &self.family
+    pub(crate) fn job_linked(&self) -> bool {
+        self.job_linked.get()
     }
 
-    /// Make `other` a member of this one's split family (tests).
-    #[cfg(test)]
-    pub(crate) fn adopt(&self, other: &mut Communicator) {
-        other.family = Arc::clone(&self.family);
+    /// Its split family.
+    pub(crate) fn family(&self) -> &Arc<Family> {
+        &self.family
     }
 
     /// This process's rank.
@@ -617,7 +658,8 @@ impl Communicator {
     /// this thread's storage is aborted on this thread, without a bound:
     /// the abort joins that job, which only this thread may do safely (see
     /// [`ABORT_LIMIT`]). This rank leaves its clique (the others no longer
-    /// wait for its calls).
+    /// wait for its calls). The caller holds the family ([`enter_family`](Self::enter_family)),
+    /// except a poll that could not take it (see [`poll_with`](Self::poll_with)).
     pub(super) fn abort_now(&self) -> bool {
         if !self.aborted.replace(true) {
             if let Some(m) = &self.member {
@@ -659,17 +701,54 @@ impl Communicator {
     /// On an asynchronous failure, at the deadline, or when the poll itself
     /// fails, the communicator is aborted (joining NCCL's threads, so
     /// nothing of the operation runs on afterwards) and the error returned.
+    ///
+    /// An abort of another member of its split family that began after the
+    /// call was issued does not stop the poll (the call's job would stay in
+    /// this thread's storage): it is waited for, at most [`ABORT_LIMIT`],
+    /// then this communicator is settled; past that it is aborted (on this
+    /// thread where NCCL's job requires it).
     pub(crate) fn poll(&self, call: &'static str) -> Result<()> {
-        let raw = self.live()?;
-        let deadline = Deadline::after(self.timeout);
+        self.poll_with(&progress::Nccl, call)
+    }
+
+    /// [`poll`](Self::poll) through `calls` (a test double in tests).
+    pub(crate) fn poll_with<A: progress::JobCalls>(
+        &self,
+        calls: &A,
+        call: &'static str,
+    ) -> Result<()> {
+        // Not `live`: a family abort is waited for below, not refused.
+        let raw = self.usable()?;
         // Until seen ready, NCCL may hold the call's job (non-blocking
         // communicators, or not known to be blocking); a blocking
         // communicator's groups never leave one.
         if self.mode.get() != Mode::Blocking {
             self.job_linked.set(true);
         }
-        // SAFETY: `raw` is live.
-        let settled = match unsafe { progress::settle(raw, &deadline) } {
+        let _use = match self.family.enter(true, ABORT_LIMIT) {
+            Ok(u) => u,
+            Err(b) => {
+                let what = match b {
+                    Busy::Aborting => "being aborted",
+                    Busy::Held => "in a call on another thread",
+                };
+                self.abort_now();
+                return Err(Error::invalid(
+                    "communicator",
+                    format!(
+                        "could not settle its {call}: another communicator of its split family \
+                         was {what} for more than {} s (NCCL forbids using both at once); this \
+                         one was aborted",
+                        ABORT_LIMIT.as_secs()
+                    ),
+                    format!("rank {} of {}", self.rank(), self.size()),
+                ));
+            }
+        };
+        let deadline = Deadline::after(self.timeout);
+        // SAFETY: `raw` is live; no group is open on this thread (the
+        // group's end returned before its settle).
+        let settled = match unsafe { progress::settle_with(calls, raw, &deadline) } {
             Ok(s) => s,
             Err(e) => {
                 let e = self.annotate(e);
@@ -716,10 +795,16 @@ impl Communicator {
     /// that thread's queue), usable from this thread, and on this
     /// communicator's device.
     ///
+    /// The returned hold counts this call as queueing on `stream` (a
+    /// [`Stream::capture`] of it cannot begin meanwhile, so the NCCL work
+    /// never silently joins another thread's graph): keep it until the
+    /// enqueue returned.
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming `stream` for a per-thread default
-    /// stream; [`Error::WrongThread`]; [`Error::DeviceMismatch`].
-    pub(crate) fn check_stream(&self, stream: &Stream) -> Result<()> {
+    /// stream; [`Error::WrongThread`]; [`Error::DeviceMismatch`];
+    /// [`Error::CaptureUnsafe`] while another thread captures `stream`.
+    pub(crate) fn check_stream(&self, stream: &Stream) -> Result<QueueHold> {
         if stream.thread().is_some() {
             return Err(Error::invalid(
                 "stream",
@@ -729,12 +814,13 @@ impl Communicator {
                 format!("{stream:?}"),
             ));
         }
-        check_stream_thread("the stream of an NCCL call", stream)?;
+        let hold = check_stream_thread("the stream of an NCCL call", stream)?;
         check_device(
             || format!("the stream of an NCCL call on rank {}", self.rank()),
             self.runtime_device(),
             stream.device(),
-        )
+        )?;
+        Ok(hold)
     }
 
     /// The buffers of a call must be on this communicator's device.
@@ -743,109 +829,6 @@ impl Communicator {
     /// [`Error::DeviceMismatch`] naming the argument and the call.
     pub(crate) fn check_buffers(&self, op: &str, args: &[(&str, Option<Device>)]) -> Result<()> {
         check_args(op, self.runtime_device(), args)
-    }
-
-    /// Split into sub-communicators (`ncclCommSplit`). Every rank calls it;
-    /// ranks passing the same `color` end up together, ordered by `key`
-    /// (then by their old rank). `color: None` takes no part and gets
-    /// `None` back. The new communicator inherits this one's configuration
-    /// (a split of a non-blocking communicator is non-blocking, polled
-    /// within [`timeout`](Self::timeout), which it inherits too; so are its
-    /// resource sharing and abort flag: see the type's docs). Whatever
-    /// NCCL answers, this communicator is polled until NCCL is done before
-    /// the new one is read (a non-blocking split answers `ncclSuccess` and
-    /// finishes on NCCL's thread).
-    ///
-    /// # Errors
-    /// [`Error::InGroup`] inside a [`group`](super::group) (NCCL would
-    /// defer the split and write the new communicator later);
-    /// [`Error::InvalidArgument`] when `color` does not fit a non-negative
-    /// C int; [`Error::Nccl`] when NCCL fails; [`Error::Timeout`] when a
-    /// non-blocking split passes the deadline. This communicator is aborted
-    /// when the split fails asynchronously or passes the deadline; a
-    /// communicator NCCL may still be making is then leaked, never freed
-    /// while NCCL could write it.
-    #[doc(alias = "ncclCommSplit")]
-    pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Self>> {
-        depth::refuse("Communicator::split", WHY_LIFECYCLE)?;
-        let asked = color;
-        let color = match color {
-            None => sys::NCCL_SPLIT_NOCOLOR,
-            Some(c) => c_int::try_from(c)
-                .map_err(|_| Error::invalid("color", "must be at most i32::MAX", c))?,
-        };
-        let raw = self.live()?;
-        let api = api()?;
-        // On the heap, and read atomically: with a non-blocking parent,
-        // ncclCommSplit returns ncclSuccess after writing null here, and
-        // NCCL's own thread stores the new communicator later (an atomic
-        // release store, before the parent's state leaves ncclInProgress).
-        // Until the parent is seen ready this slot is never read nor freed.
-        let new: Box<AtomicPtr<sys::ncclComm>> = Box::new(AtomicPtr::new(ptr::null_mut()));
-        // The ranks of this process that split with the same color are
-        // compared like the parent's: registered before NCCL is called
-        // (no rank's split returns before every rank called it).
-        let pending = self.member.as_ref().map(|m| m.split(asked));
-        // SAFETY: the communicator is live; `new` is a valid out-pointer
-        // that stays valid until NCCL is done with it (it is leaked on
-        // every path where that is not known); a null config asks for the
-        // parent's configuration.
-        let r = unsafe { api.ncclCommSplit(raw, color, key, new.as_ptr(), ptr::null_mut()) }?;
-        // Whatever the answer, NCCL may still be working: a non-blocking
-        // parent (known as such or not: one from `from_raw` may be) is
-        // in progress now. A blocking parent reads ready at once.
-        // SAFETY: `raw` is live.
-        if let Ok(sys::ncclResult_t::ncclInProgress) = unsafe { progress::state(raw) } {
-            self.mark_non_blocking();
-        }
-        if r == sys::ncclResult_t::ncclInProgress {
-            self.mark_non_blocking();
-        }
-        let polled = self.poll("ncclCommSplit");
-        let refused = r != sys::ncclResult_t::ncclSuccess && r != sys::ncclResult_t::ncclInProgress;
-        let failed = match polled {
-            Ok(()) if !refused => None,
-            Ok(()) => Some(self.annotate(nccl_error("ncclCommSplit", r))),
-            Err(p) if refused => Some(
-                self.annotate(nccl_error("ncclCommSplit", r))
-                    .with_context(format!("then: {p}")),
-            ),
-            Err(p) => Some(p),
-        };
-        if let Some(e) = failed {
-            // Not known to be done with `new` (or failed): leak it, never
-            // read nor freed, so no late write can land in freed memory;
-            // a communicator NCCL may have made is leaked with it.
-            std::mem::forget(new);
-            return Err(e);
-        }
-        // The parent is ready: NCCL's store (if any) happened before.
-        let new = new.load(Ordering::Acquire);
-        if new.is_null() {
-            return Ok(None);
-        }
-        // SAFETY: NCCL made a live communicator for us.
-        let mut child = match unsafe { Self::from_raw(new) } {
-            Ok(c) => c,
-            Err(e) => {
-                // SAFETY: NCCL made it; no wrapper owns it.
-                unsafe { abort_raw(new) };
-                return Err(self.annotate(e));
-            }
-        };
-        // The child inherits the parent's configuration, blocking mode
-        // included (unless NCCL_COMM_BLOCKING overrides both).
-        if child.mode.get() == Mode::Unknown {
-            child.mode.set(self.mode.get());
-        }
-        child.timeout = self.timeout;
-        // Compared with its siblings, or refusing every call when it cannot
-        // be (clique::Pending::bind); never uncompared.
-        if let Some(p) = pending {
-            child.member = Some(p.bind(child.rank(), child.size()));
-        }
-        child.family = Arc::clone(&self.family);
-        Ok(Some(child))
     }
 
     /// Flush outstanding work and release the communicator's resources,
@@ -858,8 +841,9 @@ impl Communicator {
     /// [`Error::InGroup`] inside a [`group`](super::group) (the
     /// communicator is then dropped: see the type's docs); [`Error::Nccl`];
     /// [`Error::Timeout`]; [`Error::InvalidArgument`] while an abort of a
-    /// communicator of its split family runs (it is then dropped: see the
-    /// type's docs on splits). The communicator is destroyed (or aborted)
+    /// communicator of its split family runs, or when another thread's call
+    /// of the family holds it past [`timeout`](Self::timeout) (it is then
+    /// dropped: see the type's docs on splits). The communicator is destroyed (or aborted)
     /// either way.
     #[doc(alias = "ncclCommFinalize")]
     pub fn finalize(self) -> Result<()> {
@@ -867,6 +851,7 @@ impl Communicator {
         if self.aborted.get() {
             return Ok(());
         }
+        let _use = self.enter_family()?;
         let raw = self.live()?;
         let api = api()?;
         // SAFETY: the communicator is live and owned by `self`.
@@ -889,12 +874,13 @@ impl Communicator {
     /// [`Error::InGroup`] inside a [`group`](super::group) (the
     /// communicator is then dropped: see the type's docs); [`Error::Nccl`];
     /// [`Error::InvalidArgument`] while an abort of a communicator of its
-    /// split family runs (it is then dropped: see the type's docs on
-    /// splits).
+    /// split family runs, or when another thread's call of the family holds
+    /// it past [`timeout`](Self::timeout) (it is then dropped: see the
+    /// type's docs on splits).
     #[doc(alias = "ncclCommDestroy")]
     pub fn destroy(self) -> Result<()> {
         depth::refuse("Communicator::destroy", WHY_LIFECYCLE)?;
-        self.refuse_family_abort()?;
+        let _use = self.enter_family()?;
         let rank = self.rank();
         let raw = self.into_raw();
         if raw.is_null() {
@@ -913,17 +899,18 @@ impl Communicator {
     /// [`Error::InGroup`] inside a [`group`](super::group) (the
     /// communicator is then dropped, which aborts it anyway);
     /// [`Error::Nccl`]; [`Error::InvalidArgument`] while an abort of
-    /// another communicator of its split family runs (it is then dropped:
-    /// see the type's docs on splits).
+    /// another communicator of its split family runs, or when another
+    /// thread's call of the family holds it past [`timeout`](Self::timeout)
+    /// (it is then dropped: see the type's docs on splits).
     #[doc(alias = "ncclCommAbort")]
     pub fn abort(self) -> Result<()> {
         depth::refuse("Communicator::abort", WHY_LIFECYCLE)?;
         if self.aborted.get() {
             return Ok(());
         }
-        self.refuse_family_abort()?;
-        let rank = self.rank();
         let family = Arc::clone(&self.family);
+        let _use = self.enter_family()?;
+        let rank = self.rank();
         let raw = self.into_raw();
         if raw.is_null() {
             return Ok(());

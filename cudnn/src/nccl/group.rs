@@ -121,7 +121,9 @@ impl<'env> Group<'env> {
         op: Op,
     ) -> Result<()> {
         comm.live()?;
-        comm.check_stream(stream)?;
+        // Checked now for an early error; checked again, and held through
+        // the launch, when the group is issued (`record::issue_all`).
+        drop(comm.check_stream(stream)?);
         self.calls.push(Recorded {
             comm,
             stream,

@@ -69,6 +69,8 @@ mod tests;
 #[cfg(test)]
 mod tests_clique;
 #[cfg(test)]
+mod tests_family;
+#[cfg(test)]
 mod tests_progress;
 mod validate;
 mod watch;

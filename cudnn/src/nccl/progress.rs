@@ -37,7 +37,7 @@ impl Deadline {
         self.start.elapsed()
     }
 
-    fn left(&self) -> Duration {
+    pub(crate) fn left(&self) -> Duration {
         self.end
             .map(|e| e.saturating_duration_since(Instant::now()))
             .unwrap_or(Duration::MAX)
@@ -104,6 +104,16 @@ pub(crate) trait JobCalls {
     /// # Safety
     /// `raw` is a live communicator.
     unsafe fn comm_count(&self, raw: sys::ncclComm_t) -> Result<sys::ncclResult_t>;
+    /// `ncclCommFinalize`, answered as is.
+    ///
+    /// # Safety
+    /// `raw` is a live communicator owned by the caller.
+    unsafe fn comm_finalize(&self, raw: sys::ncclComm_t) -> Result<sys::ncclResult_t>;
+    /// `ncclCommDestroy`, answered as is; ownership of `raw` ends.
+    ///
+    /// # Safety
+    /// `raw` is a live communicator owned by the caller, not used again.
+    unsafe fn comm_destroy(&self, raw: sys::ncclComm_t) -> Result<sys::ncclResult_t>;
 }
 
 /// The loaded NCCL.
@@ -138,6 +148,16 @@ impl JobCalls for Nccl {
         let mut n = 0;
         // SAFETY: `raw` is live (caller); `n` is a valid out-pointer.
         Ok(unsafe { api()?.ncclCommCount(raw, &mut n) }?)
+    }
+
+    unsafe fn comm_finalize(&self, raw: sys::ncclComm_t) -> Result<sys::ncclResult_t> {
+        // SAFETY: `raw` is live and owned (caller).
+        Ok(unsafe { api()?.ncclCommFinalize(raw) }?)
+    }
+
+    unsafe fn comm_destroy(&self, raw: sys::ncclComm_t) -> Result<sys::ncclResult_t> {
+        // SAFETY: `raw` is live and owned, and not used again (caller).
+        Ok(unsafe { api()?.ncclCommDestroy(raw) }?)
     }
 }
 

@@ -3,13 +3,14 @@
 //! the rules are tested without NCCL or a device.
 
 use std::ptr;
+use std::sync::Arc;
 
 use super::clique::{self, Member};
-use super::comm::{Communicator, Mode};
+use super::comm::{Communicator, FamilyUse, Mode};
 use super::op::{Call, Op};
 use super::{api, nccl_call, sys};
 use crate::error::{Error, Result};
-use crate::runtime::Stream;
+use crate::runtime::{QueueHold, Stream};
 
 /// One recorded call, with the communicator and stream it runs on, all
 /// borrowed for the whole group.
@@ -63,6 +64,14 @@ pub(crate) fn issue_all(exec: &mut dyn Exec, calls: &[Recorded<'_>]) -> Result<(
         clique::post(&posted)?;
         return Ok(());
     }
+    // Held until the group (and its settle) returned: no capture of a
+    // stream of the group begins between this check and the launch (the
+    // check at recording time may be long past), and no other thread uses
+    // a member of one of the groups' split families meanwhile.
+    // The families first: taking one may wait for another thread, and the
+    // streams are then checked as they are when the launch follows.
+    let _families = take_families(&live)?;
+    let _holds = hold_streams(&live)?;
     exec.ready(&live)?;
     clique::post(&posted)?;
     // From here on a failure leaves this rank's calls posted but (perhaps)
@@ -110,6 +119,33 @@ pub(crate) fn issue_all(exec: &mut dyn Exec, calls: &[Recorded<'_>]) -> Result<(
         exec.settle(&live).map_err(partial).map_err(out_of_step)?;
     }
     Ok(())
+}
+
+/// Check every stream of the group again, at issue time, and count the
+/// group as queueing on each until the holds are dropped.
+///
+/// # Errors
+/// As [`Communicator::check_stream`] (a capture of a stream begun by
+/// another thread since the call was recorded:
+/// [`Error::CaptureUnsafe`]).
+pub(crate) fn hold_streams(calls: &[&Recorded<'_>]) -> Result<Vec<QueueHold>> {
+    calls
+        .iter()
+        .map(|r| r.comm.check_stream(r.stream))
+        .collect()
+}
+
+/// Take the split family of every communicator of the group, each once,
+/// in one fixed order (by address), so two threads' groups over members
+/// of the same families never wait on each other in a cycle.
+///
+/// # Errors
+/// As [`Communicator::enter_family`].
+pub(crate) fn take_families(calls: &[&Recorded<'_>]) -> Result<Vec<FamilyUse>> {
+    let mut comms: Vec<&Communicator> = calls.iter().map(|r| r.comm).collect();
+    comms.sort_by_key(|c| Arc::as_ptr(c.family()) as usize);
+    comms.dedup_by(|a, b| Arc::ptr_eq(a.family(), b.family()));
+    comms.iter().map(|c| c.enter_family()).collect()
 }
 
 /// Append `note` to an error's context (or, for a timeout, to what was
@@ -286,24 +322,31 @@ impl Exec for Nccl {
     }
 
     fn settle(&mut self, calls: &[&Recorded<'_>]) -> Result<()> {
-        // Every communicator of the group is polled (each within its own
-        // timeout), even after one failed; the first error is returned.
-        let mut seen: Vec<sys::ncclComm_t> = Vec::new();
-        let mut first = Ok(());
-        for rec in calls {
-            let raw = rec.comm.as_raw();
-            if seen.contains(&raw) {
-                continue;
-            }
-            seen.push(raw);
-            rec.comm.mark_non_blocking();
-            let r = rec
-                .comm
-                .finish("ncclGroupEnd", sys::ncclResult_t::ncclInProgress);
-            if first.is_ok() {
-                first = r;
-            }
-        }
-        first
+        settle_group(&super::progress::Nccl, calls)
     }
+}
+
+/// Poll every communicator of a group that ended `ncclInProgress` through
+/// `a` (NCCL, or a test double), each once and within its own timeout,
+/// even after one failed; the first error is returned. Each is settled on
+/// this thread (see [`Communicator::poll`]).
+pub(crate) fn settle_group<A: super::progress::JobCalls>(
+    a: &A,
+    calls: &[&Recorded<'_>],
+) -> Result<()> {
+    let mut seen: Vec<sys::ncclComm_t> = Vec::new();
+    let mut first = Ok(());
+    for rec in calls {
+        let raw = rec.comm.as_raw();
+        if seen.contains(&raw) {
+            continue;
+        }
+        seen.push(raw);
+        rec.comm.mark_non_blocking();
+        let r = rec.comm.poll_with(a, "ncclGroupEnd");
+        if first.is_ok() {
+            first = r;
+        }
+    }
+    first
 }

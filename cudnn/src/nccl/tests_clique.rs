@@ -678,7 +678,7 @@ fn unit_family_refuses_calls_while_an_abort_runs() {
     let parent = ManuallyDrop::new(Communicator::fake(NonNull::dangling()));
     let mut child = ManuallyDrop::new(Communicator::fake(NonNull::dangling()));
     let stranger = ManuallyDrop::new(Communicator::fake(NonNull::dangling()));
-    parent.adopt(&mut child);
+    parent.inherit(&mut child);
     assert!(child.live().is_ok());
     let running = parent.family().begin_abort();
     for c in [&parent, &child] {

@@ -27,6 +27,7 @@ impl Communicator {
     /// once the communicator was aborted.
     #[doc(alias = "ncclCommGetAsyncError")]
     pub fn async_error(&self) -> Result<Option<Error>> {
+        let _use = self.enter_family()?;
         let raw = self.live()?;
         // SAFETY: the communicator is live.
         let st = unsafe { progress::state(raw) }.map_err(|e| self.annotate(e))?;
@@ -82,8 +83,10 @@ impl Communicator {
             stream,
             crate::runtime::Hazard::HostSync,
         )?;
+        let _use = self.enter_family()?;
         let raw = self.live()?;
-        self.check_stream(stream)?;
+        // Checked only: nothing is queued on the stream here.
+        drop(self.check_stream(stream)?);
         let deadline = Deadline::after(timeout);
         let mut backoff = Backoff::new();
         loop {

@@ -2,49 +2,124 @@
 //! it, and the split families that refuse calls while an abort of one of
 //! them runs; `Drop` of a communicator.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::ThreadId;
 use std::time::Duration;
 
-use super::super::progress::{self, Deadline, Settled};
+use super::super::progress::{self, Deadline, JobCalls, Settled};
 use super::super::{api, sys};
 use super::{Communicator, Mode};
 
 /// A communicator and everything split from it, transitively. With
 /// resource sharing on (`splitShare`, `NCCL_COMM_SPLIT_SHARE_RESOURCES`;
-/// this crate cannot read which), NCCL forbids using a parent or a child
-/// while another of them is being aborted (they share streams and the
-/// abort reclaims shared resources), so every abort of a member is counted
-/// here while it runs, on the calling thread or on a helper, and the
-/// family refuses calls meanwhile.
+/// this crate cannot read which), NCCL forbids using a parent and a child
+/// in parallel (they share streams and proxy state), and using any of them
+/// while another is being aborted (the abort reclaims shared resources).
+/// So the family is one lock: every NCCL call of a member runs while its
+/// thread holds it ([`Family::enter`], re-entrant on that thread), and
+/// every abort of a member is counted here while it runs, on the calling
+/// thread or on a helper that outlives the caller; the family refuses
+/// calls meanwhile. An abort is only begun by the thread holding the lock,
+/// so it never runs beside a member's call.
 #[derive(Debug, Default)]
 pub(crate) struct Family {
-    aborting: AtomicUsize,
+    state: Mutex<Use>,
+    changed: Condvar,
+}
+
+/// Who uses a family now (see [`Family`]).
+#[derive(Debug, Default)]
+struct Use {
+    /// The thread whose calls hold the family, and how deeply.
+    owner: Option<ThreadId>,
+    depth: usize,
+    /// Aborts of members running (here or on helpers).
+    aborting: usize,
+}
+
+/// Why [`Family::enter`] did not take the family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Busy {
+    /// An abort of a member runs.
+    Aborting,
+    /// Another thread's call of a member did not return within the wait.
+    Held,
 }
 
 impl Family {
+    fn state(&self) -> MutexGuard<'_, Use> {
+        // Nothing panics while the lock is held; a poisoned state is still
+        // consistent.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// An abort of a member is running.
     pub(crate) fn aborting(&self) -> bool {
-        self.aborting.load(Ordering::Acquire) > 0
+        self.state().aborting > 0
     }
 
-    /// Count an abort from now until the guard is dropped.
+    /// Take the family for the calling thread (re-entrant): wait at most
+    /// `limit` while another thread's call holds it. A running abort is
+    /// waited for too when `wait_aborts`, else refused at once.
+    ///
+    /// # Errors
+    /// [`Busy`]: why the family was not taken.
+    pub(crate) fn enter(
+        self: &Arc<Self>,
+        wait_aborts: bool,
+        limit: Duration,
+    ) -> std::result::Result<FamilyUse, Busy> {
+        let me = std::thread::current().id();
+        let deadline = Deadline::after(limit);
+        let mut st = self.state();
+        loop {
+            let free = st.owner.is_none_or(|t| t == me);
+            if free && st.aborting == 0 {
+                st.owner = Some(me);
+                st.depth = st.depth.saturating_add(1);
+                return Ok(FamilyUse(Arc::clone(self)));
+            }
+            if st.aborting > 0 && !wait_aborts {
+                return Err(Busy::Aborting);
+            }
+            if deadline.passed() {
+                return Err(if st.aborting > 0 {
+                    Busy::Aborting
+                } else {
+                    Busy::Held
+                });
+            }
+            let wait = deadline.left().min(Duration::from_millis(50));
+            st = match self.changed.wait_timeout(st, wait) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+    }
+
+    /// Count an abort from now until the guard is dropped (which may be on
+    /// another thread). The caller holds the family ([`enter`](Self::enter)).
     pub(crate) fn begin_abort(self: &Arc<Self>) -> AbortRunning {
-        self.aborting.fetch_add(1, Ordering::AcqRel);
+        let mut st = self.state();
+        st.aborting = st.aborting.saturating_add(1);
         AbortRunning(Arc::clone(self))
     }
+}
 
-    /// Wait at most `limit` for the family's aborts to end; whether they did.
-    pub(super) fn settle_aborts(&self, limit: Duration) -> bool {
-        let deadline = Deadline::after(limit);
-        let mut backoff = progress::Backoff::new();
-        while self.aborting() {
-            if deadline.passed() {
-                return false;
-            }
-            backoff.sleep(&deadline);
+/// The family taken by this thread until dropped ([`Family::enter`]).
+#[derive(Debug)]
+#[must_use = "the family is held only while this lives"]
+pub(crate) struct FamilyUse(Arc<Family>);
+
+impl Drop for FamilyUse {
+    fn drop(&mut self) {
+        let mut st = self.0.state();
+        st.depth = st.depth.saturating_sub(1);
+        if st.depth == 0 {
+            st.owner = None;
         }
-        true
+        drop(st);
+        self.0.changed.notify_all();
     }
 }
 
@@ -54,7 +129,10 @@ pub(crate) struct AbortRunning(Arc<Family>);
 
 impl Drop for AbortRunning {
     fn drop(&mut self) {
-        self.0.aborting.fetch_sub(1, Ordering::AcqRel);
+        let mut st = self.0.state();
+        st.aborting = st.aborting.saturating_sub(1);
+        drop(st);
+        self.0.changed.notify_all();
     }
 }
 
@@ -154,20 +232,27 @@ pub(super) unsafe fn abort_raw(raw: sys::ncclComm_t) {
 
 impl Drop for Communicator {
     fn drop(&mut self) {
+        self.drop_with(&progress::Nccl);
+    }
+}
+
+impl Communicator {
+    /// `Drop` through `a` (NCCL, or a test double for the settle, finalize
+    /// and destroy; an abort always goes to NCCL).
+    pub(crate) fn drop_with<A: JobCalls>(&mut self, a: &A) {
         if self.aborted.get() {
             return;
         }
-        let Ok(api) = api() else { return };
-        // Another of its split family is being aborted: wait for that (NCCL
-        // forbids using this one meanwhile when they share resources), at
-        // most ABORT_LIMIT; past it this communicator is leaked, never
-        // touched again.
-        if !self.family.settle_aborts(ABORT_LIMIT) {
+        // Take the split family: wait for another of it being aborted, or
+        // used on another thread (NCCL forbids using this one meanwhile
+        // when they share resources), at most ABORT_LIMIT; past it this
+        // communicator is leaked, never touched again.
+        let Ok(_use) = self.family.enter(true, ABORT_LIMIT) else {
             return;
-        }
+        };
         let raw = self.raw.as_ptr();
         // SAFETY: live and owned (not aborted).
-        let st = unsafe { progress::state(raw) };
+        let st = unsafe { a.state(raw) };
         let healthy = matches!(
             st,
             Ok(sys::ncclResult_t::ncclSuccess) | Ok(sys::ncclResult_t::ncclInProgress)
@@ -183,7 +268,7 @@ impl Drop for Communicator {
             let mut ready = || {
                 // SAFETY: live and owned; the polls bound the wait.
                 let r = matches!(
-                    unsafe { progress::settle(raw, &deadline) },
+                    unsafe { progress::settle_with(a, raw, &deadline) },
                     Ok(Settled::Ready)
                 );
                 linked = !r;
@@ -191,14 +276,14 @@ impl Drop for Communicator {
             };
             ready()
                 // SAFETY: live, owned and ready.
-                && unsafe { api.ncclCommFinalize(raw) }.is_ok_and(|r| {
+                && unsafe { a.comm_finalize(raw) }.is_ok_and(|r| {
                     r == sys::ncclResult_t::ncclSuccess
                         || (r == sys::ncclResult_t::ncclInProgress && ready())
                 })
         };
         if graceful {
             // SAFETY: finalized, so destroy does not wait; ownership ends.
-            let _ = unsafe { api.ncclCommDestroy(raw) };
+            let _ = unsafe { a.comm_destroy(raw) };
         } else if abort_here(linked) {
             // Before NCCL 2.27 only (see ABORT_LIMIT): unbounded, here.
             let _running = self.family.begin_abort();

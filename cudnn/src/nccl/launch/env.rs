@@ -93,8 +93,10 @@ const TOKEN_RULE: &str = "must be at least 128 bits drawn at random, written as 
 /// more hex digits (a text of hex digits only is read as hex), or base64 /
 /// base64url (padding optional, one alphabet) of at least 16 bytes mixing
 /// at least two of upper case, lower case and digits. The mix refuses
-/// phrases (`my-training-job-token-for-team-a` is valid base64url);
-/// random base64 of 16 bytes lacks it with a probability below 1e-7.
+/// some phrases (`my-training-job-token-for-team-a` is valid base64url,
+/// all lower case), not all: `MyTrainingJobTokenForTeamA` passes. Only
+/// the form is checked, never how random the text is; random base64 of
+/// 16 bytes lacks the mix with a probability below 1e-7.
 pub(crate) fn token_form_ok(text: &str) -> bool {
     let b = text.as_bytes();
     if b.iter().all(u8::is_ascii_hexdigit) {
@@ -154,9 +156,11 @@ impl Token {
     /// as base64 or base64url (padding optional) of
     /// [`MIN_TOKEN_DECODED_BYTES`] or more bytes (`openssl rand -base64
     /// 16`) that mixes at least two of upper case, lower case and digits.
-    /// The crate cannot measure how random a text is; the form refuses
-    /// phrases and short secrets, which a false rank 0 could guess
-    /// offline.
+    /// The crate cannot measure how random a text is: the form refuses
+    /// short secrets and some phrases (all of one case, say), not every
+    /// phrase (`MyTrainingJobTokenForTeamA` passes), and a phrase a false
+    /// rank 0 could guess offline is no protection: draw the token at
+    /// random.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming `token` (or, read from the

@@ -72,7 +72,8 @@
 //! or more hex digits or as base64 of 16 or more bytes (for example
 //! `CUDNN_RS_RENDEZVOUS_TOKEN=$(openssl rand -hex 16)`, or
 //! [`Token::generate`], exported before the launcher; a shorter token, or
-//! a phrase, is refused: see [`Token::new`]). With it, each rank proves it holds it first, then rank 0
+//! text not written as random bytes, is refused, though the form cannot
+//! catch every phrase: see [`Token::new`]). With it, each rank proves it holds it first, then rank 0
 //! (HMAC-SHA256 over fresh nonces of both; the token never travels), and
 //! the id travels masked and tagged, so a squatter learns neither and a
 //! relay that alters the id is caught. Rank 0 sends nothing keyed by the
