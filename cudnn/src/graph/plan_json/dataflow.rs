@@ -357,7 +357,7 @@ mod tests {
         // Scratch 2 written, never read: refused; read: fine.
         let s: HashSet<i64> = [2].into_iter().collect();
         let w = node("/n/0", &[1], &[2]);
-        let e = check(&[w.clone()], &tensors(), &s, &HashSet::new()).unwrap_err();
+        let e = check(std::slice::from_ref(&w), &tensors(), &s, &HashSet::new()).unwrap_err();
         assert!(e.to_string().contains("no node of the plan reads"), "{e}");
         let r = node("/n/1", &[2], &[]);
         assert!(check(&[w, r], &tensors(), &s, &HashSet::new()).is_ok());
