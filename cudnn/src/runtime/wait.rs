@@ -268,6 +268,8 @@ impl Drop for OwnCapture {
 
 /// A device-wide wait of this crate in progress, counted until dropped:
 /// no capture of the crate begins on its device meanwhile.
+// Used by the cudarc scope's device-wide wait (feature `cudarc`) and tests.
+#[cfg_attr(not(any(test, feature = "cudarc")), allow(dead_code))]
 #[derive(Debug)]
 pub(crate) struct WaitInProgress {
     device: Option<usize>,
@@ -287,6 +289,7 @@ impl Drop for WaitInProgress {
 /// then refuses), so the wait is never refused by (nor invalidates) one
 /// of them. No lock is held while it lives. Captures made with other
 /// libraries (cudarc's `begin_capture`) cannot be seen.
+#[cfg_attr(not(any(test, feature = "cudarc")), allow(dead_code))]
 pub(crate) fn no_own_captures(device: Option<usize>, deadline: Instant) -> Option<WaitInProgress> {
     let (mut r, none) = wait_until(deadline, |r| r.captures(device) == 0);
     if !none {
