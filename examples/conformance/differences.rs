@@ -187,7 +187,7 @@ pub const DIFFERENCES: &[Difference] = &[
     Difference {
         id: "DSM",
         what: "the logit softcap with a causal mask, a sliding window or padding (Gemma 2's attention): the crate builds and plans it, the frontend refuses it before asking cuDNN (its rule for any score_mod: \"Attention score mod enabled and hence other subgraphs are disabled\"); the top-left causal composites are compared instead against a frontend score_mod that writes the causal mask itself, plans cross-loaded both ways",
-        why: "a rule of the frontend's support surface for its generic score_mod callback, not of cuDNN: cuDNN 9.28 plans these graphs (softcap ops, then the masks) on the H200, H100 and B200, forward and backward, composite and SDPA operation (host_sdpa_softcap's masks_plan, its plan JSON round-tripped and tampered forms refused there); no frontend plan exists to compare or cross-load",
+        why: "a rule of the frontend's support surface for its generic score_mod callback, not of cuDNN: cuDNN 9.28 plans these graphs (softcap ops, then the masks) on the H200, H100 and B200, forward and backward, composite and SDPA operation (host/sdpa_softcap's masks_plan, its plan JSON round-tripped and tampered forms refused there); no frontend plan exists to compare or cross-load",
         applies: |p, f| {
             let masked = p.params.get("causal").is_some_and(|c| c == true)
                 || p.params.get("padding").is_some_and(|c| c == true)

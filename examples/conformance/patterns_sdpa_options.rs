@@ -185,7 +185,7 @@ fn rename_ragged(g: &mut Graph, r: Option<cudnn::graph::SdpaRagged>) -> cudnn::R
 /// composite has one more by-value tensor and 17408 bytes of workspace
 /// against 13184; the backward 384 bytes more workspace, and an A100 plan
 /// where the crate's only engine fails to compile): the host tier
-/// (`host_sdpa_ragged`) plans them per target.
+/// (`host/sdpa_ragged`) plans them per target.
 fn ragged(out: &mut Vec<Pattern>) {
     let c = SdpaConfig::new(2, 8, 256, 128, DType::BF16)
         .gqa(2)

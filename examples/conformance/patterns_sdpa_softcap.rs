@@ -12,7 +12,7 @@
 //! user would), so those rows are compared and cross-loaded; the SDPA
 //! operation's rows and the bottom-right windowed composites are the
 //! documented difference `DSM` (the crate's plan JSON round-tripped in
-//! `host_sdpa_softcap`).
+//! `host/sdpa_softcap`).
 
 use cudnn::graph::{AttnLayout, DType, DiagonalAlignment, Graph, SdpaConfig, SdpaImpl};
 use serde_json::json;

@@ -11,8 +11,10 @@
 #             raw, into $OUT/device_properties.json, and the loaded
 #             libraries' versions; doctor. Always runs. No device: the
 #             check stops here and reports every other binary as not run. est   5  cap  30
-#   tests     every gpu_* test binary, GPU and libraries required
-#             (gpu_device_props compares the JSON with the H200 preset;
+#   tests     every module of the gpu test binary (one MANIFEST line
+#             each, tests/gpu/<module>, run alone through
+#             CUDNN_RS_TEST_MODULE), GPU and libraries required
+#             (device_props compares the JSON with the H200 preset;
 #             cuDNN 9.19 compiles its runtime-fusion kernels with NVRTC
 #             as it plans: seconds per graph)                          est  60  cap 150
 #   torch     our CSV benchmarks (bench_attention 1k/4k/8k first, then
@@ -24,7 +26,7 @@
 #             the ones that plan many graphs (attention, aot)            est  30  cap  75
 #   bench     the other benchmarks (bench_ops --quick, bench_host,
 #             bench_graph, bench_nccl, bench_cudarc)                      est  35  cap  60
-#   memcheck  compute-sanitizer memcheck on gpu_runtime and gpu_gemm's
+#   memcheck  compute-sanitizer memcheck on the runtime module and gemm's
 #             gemm_f32 tests; "not supported on this device's runtime"
 #             is a skip with its reason                                   est  35  cap  60
 # Estimates add up to 270 s (4.5 minutes). CHECK_BUDGET_S (default 345)
@@ -134,7 +136,6 @@ fi
 phase_for() {
     case "$1" in
         device_props | doctor) echo props ;;
-        tests/gpu_*) echo tests ;;
         tests/*) echo tests ;;
         bench_gemm | bench_conv | bench_ops | bench_attention) echo torch ;;
         bench_*) echo bench ;;
@@ -142,6 +143,14 @@ phase_for() {
     esac
 }
 in_manifest() { local m; for m in ${manifest[@]+"${manifest[@]}"}; do [ "$m" = "$1" ] && return 0; done; return 1; }
+# A manifest entry tests/gpu/<module> runs the gpu binary with that module
+# alone; any other entry is a binary of its own name.
+run_entry() { # ENTRY TIMEOUT
+    case "$1" in
+        tests/gpu/*) CUDNN_RS_TEST_MODULE="${1#tests/gpu/}" run_one "$1" "$2" "$bin/tests/gpu" ;;
+        *) run_one "$1" "$2" "$bin/$1" ;;
+    esac
+}
 
 # Unpack into the temporary folder; set the run bits at once.
 unpack_note=""
@@ -347,6 +356,7 @@ finish() {
     if [ -d "$bin" ]; then
         while IFS= read -r f; do
             m="${f#"$bin"/}"
+            [ "$m" = tests/gpu ] && [[ " ${manifest[*]-} " == *" tests/gpu/"* ]] && continue
             in_manifest "$m" || record "$m" "-" "FAIL (not in MANIFEST)" 0 "in bin.tar.xz but not in MANIFEST: not run"
         done < <(find "$bin" -type f | sort)
     fi
@@ -392,7 +402,7 @@ finish() {
         echo '```'
         echo
         echo '```text'
-        grep -E 'preset|differ|field' "$(log_of tests/gpu_device_props)" 2>/dev/null | head -n 60 || true
+        grep -E 'preset|differ|field' "$(log_of tests/gpu/device_props)" 2>/dev/null | head -n 60 || true
         echo '```'
         echo
         echo "## Memory checker"
@@ -451,7 +461,7 @@ finish() {
         [ -z "$unpack_note" ] || echo "pack: $unpack_note"
         echo "libraries: $lib_source; $(lib_env | grep -E '_LIB_DIR=|^CUDA_(HOME|PATH)=' | sed -E "s|=$nv/|=.../|" | tr '\n' ' ')"
         echo "device_properties.json: $( [ -s "$props_json" ] && cat "$props_json" || echo "not written")"
-        grep -E 'differ' "$(log_of tests/gpu_device_props)" 2>/dev/null | head -n 20 | cut -c1-160
+        grep -E 'differ' "$(log_of tests/gpu/device_props)" 2>/dev/null | head -n 20 | cut -c1-160
         echo "${memcheck_line:-memcheck: not run}"
         echo "--- per binary"
         for m in ${order[@]+"${order[@]}"}; do
@@ -520,7 +530,7 @@ if selected tests; then
     phase_begin tests 60 150
     for m in ${manifest[@]+"${manifest[@]}"}; do
         [ "$(phase_for "$m")" = tests ] || continue
-        run_one "$m" "$per_binary_timeout" "$bin/$m"
+        run_entry "$m" "$per_binary_timeout"
     done
     phase_end
 else
@@ -617,9 +627,9 @@ if selected memcheck; then
         record memcheck memcheck "SKIP (not present)" 0 "compute-sanitizer not found"
     else
         errors=0; unsupported=""
-        for spec in "gpu_runtime||30" "gpu_gemm|gemm_f32|30"; do
+        for spec in "runtime||30" "gemm|gemm_f32|30"; do
             IFS='|' read -r b filter cap <<< "$spec"
-            label="memcheck/$b${filter:+ $filter}"
+            label="memcheck/gpu/$b${filter:+ $filter}"
             limit=$(item_limit "$cap")
             if [ "$limit" -lt 5 ]; then
                 record "$label" memcheck "FAIL (no time)" 0 "not run: the check's time budget was spent"
@@ -628,8 +638,8 @@ if selected memcheck; then
             log="$(log_of "$label")"
             start=$(now)
             current_item="$label"; current_start=$start
-            spawn "$limit" "$log" "$sanitizer" --tool memcheck --report-api-errors no \
-                --print-limit 100 "$bin/tests/$b" ${filter:+"$filter"}
+            CUDNN_RS_TEST_MODULE="$b" spawn "$limit" "$log" "$sanitizer" --tool memcheck \
+                --report-api-errors no --print-limit 100 "$bin/tests/gpu" ${filter:+"$filter"}
             current_item=""
             took=$(($(now) - start))
             n="$(grep -Eo 'ERROR SUMMARY: [0-9]+ error' "$log" | tail -n 1 | grep -Eo '[0-9]+')"

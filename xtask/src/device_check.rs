@@ -1,12 +1,15 @@
 //! `cargo xtask device-check`: pack the GPU check for a machine with an
 //! NVIDIA GPU and no Rust toolchain.
 //!
-//! Builds the release `gpu_*` test binaries of `cudnn` (with `nccl`) and the
-//! release examples, strips their debug information (the symbol tables stay,
-//! for backtraces), and writes into `.device-check/`:
+//! Builds the release `gpu` test binary of `cudnn` (with `nccl` and
+//! `cudarc`) and the release examples, strips their debug information (the
+//! symbol tables stay, for backtraces), and writes into `.device-check/`:
 //!
-//! - `bin.tar.xz`: the binaries, as `bin/tests/gpu_*` and `bin/<example>`;
-//! - `MANIFEST`: one line per binary (run.sh runs or reports every one);
+//! - `bin.tar.xz`: the binaries, as `bin/tests/gpu` and `bin/<example>`;
+//! - `MANIFEST`: one line per example and one per module of the `gpu`
+//!   binary (`tests/gpu/<module>`, from `cudnn/tests/gpu/main.rs`): run.sh
+//!   runs or reports every one, a module alone through
+//!   `CUDNN_RS_TEST_MODULE`;
 //! - `run.sh` and `compare_torch.py` (from `xtask/device/`).
 //!
 //! Unit and host tests are not packed: they need no GPU, and CI runs them.
@@ -39,14 +42,14 @@ const COMPARE_TORCH: &str = include_str!("../device/compare_torch.py");
 const USAGE: &str = "\
 usage: cargo xtask device-check [--exclude NAME]... [--no-strip]
 
-Builds the release gpu_* test binaries of `cudnn` and the release examples,
+Builds the release gpu test binary of `cudnn` and the release examples,
 packs them (tar.xz) with run.sh into .device-check/ for a machine with an
 NVIDIA GPU, and checks that the pack and the tree fit one transfer with room.";
 
 /// One binary to pack.
 #[derive(Debug)]
 struct Artifact {
-    /// Name in the pack (`tests/gpu_runtime`, `doctor`).
+    /// Name in the pack (`tests/gpu`, `doctor`).
     name: String,
     /// Where cargo put it.
     path: PathBuf,
@@ -81,9 +84,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let dest = root.join(".device-check");
     let stage = root.join("target").join("device-check-stage");
 
-    eprintln!("device-check: building the release gpu_* test binaries of `cudnn` ...");
-    // With `nccl`, so that gpu_nccl is a real test there, and `cudarc`
-    // (gpu_cudarc, the cudarc_interop example).
+    eprintln!("device-check: building the release gpu test binary of `cudnn` ...");
+    // With `nccl`, so that the nccl modules are real tests there, and
+    // `cudarc` (the cudarc_interop module and example).
     let tests = cargo_artifacts(
         &root,
         &[
@@ -95,7 +98,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             "--release",
             "--no-run",
             "--test",
-            "gpu_*",
+            "gpu",
         ],
     )?;
     eprintln!("device-check: building the release examples ...");
@@ -116,7 +119,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let mut left_out: Vec<String> = Vec::new();
     for (target, kind, path) in tests.into_iter().chain(examples) {
         let name = match kind.as_str() {
-            "test" if target.starts_with("gpu_") => format!("tests/{target}"),
+            "test" if target == "gpu" => "tests/gpu".to_string(),
             "example" => target.clone(),
             _ => continue,
         };
@@ -183,9 +186,16 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let mut list = String::from(
         "# The binaries in bin.tar.xz, one a line: run.sh runs or reports every one.\n",
     );
+    let modules = gpu_modules(&root)?;
     for a in &packed {
-        list.push_str(&a.name);
-        list.push('\n');
+        if a.name == "tests/gpu" {
+            for m in &modules {
+                list.push_str(&format!("tests/gpu/{m}\n"));
+            }
+        } else {
+            list.push_str(&a.name);
+            list.push('\n');
+        }
     }
     fs::write(dest.join("MANIFEST"), list).map_err(|e| format!("writing MANIFEST: {e}"))?;
 
@@ -249,6 +259,29 @@ pub fn run(args: &[String]) -> Result<(), String> {
          then the report)"
     );
     Ok(())
+}
+
+/// The modules of the `gpu` test binary, in its order: the entries of its
+/// `main`'s module table (`("name", name::main),`).
+fn gpu_modules(root: &Path) -> Result<Vec<String>, String> {
+    let path = root.join("cudnn").join("tests").join("gpu").join("main.rs");
+    let text = fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let modules = parse_modules(&text);
+    if modules.is_empty() {
+        return Err(format!("{}: no module table found", path.display()));
+    }
+    Ok(modules)
+}
+
+fn parse_modules(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| {
+            let l = l.trim().strip_prefix("(\"")?;
+            let (name, rest) = l.split_once('"')?;
+            let rest = rest.trim_start().strip_prefix(',')?.trim();
+            (rest == format!("{name}::main),")).then(|| name.to_string())
+        })
+        .collect()
 }
 
 /// What to add to run.sh's time budget for the limit of whatever runs it:
@@ -438,6 +471,33 @@ fn dir_size(p: &Path) -> std::io::Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The MANIFEST's gpu entries are the module table of the real
+    /// `tests/gpu/main.rs`: a module there and not here would never run on
+    /// the device.
+    #[test]
+    fn gpu_modules_are_the_main_table() {
+        let text = "    let modules: &[support::Module] = &[\n        (\"conv\", conv::main),\n        (\"cudarc_interop\", cudarc_interop::main),\n        (\"x\", y::main),\n    ];\n";
+        assert_eq!(parse_modules(text), ["conv", "cudarc_interop"]);
+        let root = crate::workspace_root();
+        let modules = gpu_modules(&root).unwrap();
+        let dir = root.join("cudnn").join("tests").join("gpu");
+        let mut files: Vec<String> = fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| {
+                let n = e.ok()?.file_name().into_string().ok()?;
+                let m = n.strip_suffix(".rs")?.to_string();
+                (m != "main").then_some(m)
+            })
+            .collect();
+        files.sort();
+        let mut sorted = modules.clone();
+        sorted.sort();
+        assert_eq!(
+            sorted, files,
+            "tests/gpu/*.rs and main.rs's module table differ"
+        );
+    }
 
     /// The printed time limit follows run.sh's own default budget, and
     /// covers it with the kill-after run.sh uses.

@@ -20,6 +20,12 @@ tasks:
   doctor
       Run the `doctor` example; when libraries are missing, fetch NVIDIA's
       wheels (cuda13) into the cache first and run it again.
+  test --quick [cargo test args]
+      The unit and host tiers against cuda13 only: a contributor's check
+      after a change (minutes, warm).
+  conformance [--only SUBSTR] [--targets h200,a100,b200] [--timing] [-v]
+      The conformance tier alone (cuda13 and NVIDIA's frontend, fetched
+      first); --only picks the patterns whose name contains SUBSTR.
   test [cargo test args]
       The project's test command: fetch the stacks, then run the whole test
       suite against cuda13 (cuDNN 9.28), the library tests against cuda12
@@ -53,6 +59,7 @@ fn main() -> ExitCode {
         Some("fetch-libs") => fetch::run(&args[1..]).map(|_| ()),
         Some("bindgen") => bindings::run(&args[1..]),
         Some("test") => tasks::test(&args[1..]),
+        Some("conformance") => conformance::task(&args[1..]),
         Some("doctor") => tasks::doctor(&args[1..]),
         Some("run") => tasks::run(&args[1..]),
         Some("device-check") => device_check::run(&args[1..]),

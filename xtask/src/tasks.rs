@@ -20,162 +20,142 @@ fn status(mut cmd: Command, what: &str) -> Result<(), String> {
     }
 }
 
+/// The features every stage builds with (`nccl` comes with the examples),
+/// the same for all, so one build of the crate and its three test binaries
+/// serves every stack: a stage that changes only the libraries found at run
+/// time reruns the binaries, it never rebuilds them.
+const FEATURES: &[&str] = &["--features", "cudnn-rs/cudarc,cudnn-examples/cudarc"];
+
 /// The test command: fetch the stacks, run every test with the cuda13
 /// stack, then the library-facing tests again with the cuda12 stack
 /// (cuDNN 8.9, CUDA 12), then the attention tests with cuDNN 9.10 (the
 /// composite attention's cuDNN), then the graph and raw host tiers and the
 /// planning examples with the GPU machine's stack (torch211). Missing
-/// libraries are failures here.
+/// libraries are failures here. `--quick`: the unit and host tiers on the
+/// cuda13 stack only (a contributor's check after a change).
 pub fn test(args: &[String]) -> Result<(), String> {
+    let quick = args.iter().any(|a| a == "--quick");
+    let args: Vec<String> = args.iter().filter(|a| *a != "--quick").cloned().collect();
+    if quick {
+        let cu13 = fetch::fetch(&fetch::CUDA13)?;
+        let mut cmd = cargo_test(&["--lib", "--test", "unit", "--test", "host"], &args);
+        stack_env(&mut cmd, "cuda13", &cu13);
+        return status(
+            cmd,
+            "cargo test --lib --test unit --test host (stack cuda13, libraries required)",
+        );
+    }
     let dirs = fetch::run(&["--stack".to_string(), "all".to_string()])?;
     let (cu13, cu12, c910, torch) = match dirs.as_slice() {
         [a, b, c, d] => (a.clone(), b.clone(), c.clone(), d.clone()),
         _ => return Err("fetch-libs returned an unexpected set of stacks".to_string()),
     };
-    let run = |stack: &str, dir: &Path, extra: &[&str]| -> Result<(), String> {
-        let mut cmd = cargo();
-        cmd.args(["test", "--workspace"]).args(extra).args(args);
-        cmd.env("CUDNN_RS_REQUIRE_LIBS", "1")
-            .env("CUDNN_RS_EXPECT_STACK", stack)
-            .env("CUDNN_RS_SEARCH_PATH", dir);
-        status(
-            cmd,
-            &format!(
-                "cargo test --workspace {} (stack {stack}, libraries required)",
-                extra.join(" ")
-            ),
-        )
-    };
-    run("cuda13", &cu13, &[])?;
-    cudarc(&cu13, args)?;
-    crate::conformance::run(&cu13)?;
-    run("cuda12", &cu12, &["--tests"])?;
+    let mut cmd = cargo_test(&[], &args);
+    stack_env(&mut cmd, "cuda13", &cu13);
+    status(
+        cmd,
+        "cargo test (stack cuda13, libraries required; every test, doctests, examples built)",
+    )?;
+    // Issue 22: the cudarc example (plans for an H200 without a GPU).
+    let mut cmd = Command::new(example("cudarc_interop"));
+    stack_env(&mut cmd, "cuda13", &cu13);
+    status(cmd, "examples/cudarc_interop (stack cuda13)")?;
+    crate::conformance::run(&cu13, Some(&example("conformance")))?;
+    let mut cmd = cargo_test(&["--tests"], &args);
+    stack_env(&mut cmd, "cuda12", &cu12);
+    status(cmd, "cargo test --tests (stack cuda12, libraries required)")?;
     // cuDNN 9.10, which has no SDPA operation: the attention tests again,
     // through the composite pattern (cuBLAS and the CUDA runtime from cuda12).
     let search = std::env::join_paths([&c910, &cu12])
         .map_err(|e| format!("joining the cudnn910 and cuda12 folders: {e}"))?;
-    let mut cmd = cargo();
-    cmd.args([
-        "test",
-        "-p",
-        "cudnn-rs",
-        "--test",
-        "host_graph_norm_attention",
-    ])
-    // Issue 24's attention options (their tests are all named `sdpa_*`).
-    .args(["--test", "host_sdpa_options"])
-    .args(["--test", "host_sdpa_ragged"])
-    .args(["--test", "host_sdpa_seq_lengths"])
-    .args(args)
-    .args(["--", "sdpa"]);
-    cmd.env("CUDNN_RS_REQUIRE_LIBS", "1")
+    let mut cmd = cargo_test(&["--test", "host"], &args);
+    cmd.args(["--", "sdpa"])
+        .env("CUDNN_RS_REQUIRE_LIBS", "1")
         .env("CUDNN_RS_EXPECT_CUDNN", "9.10")
-        .env("CUDNN_RS_SEARCH_PATH", search);
+        .env("CUDNN_RS_SEARCH_PATH", search)
+        // Issue 24's attention options (their tests are all named `sdpa_*`).
+        .env("CUDNN_RS_TEST_MODULE", CUDNN910_MODULES.join(","));
     status(
         cmd,
-        "cargo test -p cudnn-rs --test host_graph_norm_attention -- sdpa (stack cudnn910, libraries required)",
+        &format!(
+            "cargo test --test host -- sdpa (modules {}; stack cudnn910, libraries required)",
+            CUDNN910_MODULES.join(",")
+        ),
     )?;
-    torch211(&torch, args)
+    torch211(&torch, &args)
 }
 
-/// Issue 22: the `cudarc` feature, which `cargo test --workspace` leaves
-/// off (its compile-fail text differs with cudarc in the build): the
-/// interop's unit tests, its host, compile-fail and gpu tests (skipped
-/// without a device), and the example (plans for an H200 without one).
-fn cudarc(dir: &Path, args: &[String]) -> Result<(), String> {
-    let env = |cmd: &mut Command| {
-        cmd.env("CUDNN_RS_REQUIRE_LIBS", "1")
-            .env("CUDNN_RS_EXPECT_STACK", "cuda13")
-            .env("CUDNN_RS_SEARCH_PATH", dir);
-    };
-    let features = ["--features", "nccl,cudarc"];
+/// `cargo test` with the suite's features, `extra` and the caller's args.
+fn cargo_test(extra: &[&str], args: &[String]) -> Command {
     let mut cmd = cargo();
-    cmd.args(["test", "-p", "cudnn-rs", "--lib"])
-        .args(features)
-        .args(args)
-        .args(["--", "interop::"]);
-    env(&mut cmd);
-    status(
-        cmd,
-        "cargo test -p cudnn-rs --features nccl,cudarc --lib -- interop::",
-    )?;
-    let mut cmd = cargo();
-    cmd.args(["test", "-p", "cudnn-rs"]).args(features);
-    for t in ["compile_fail", "host_cudarc", "gpu_cudarc"] {
-        cmd.args(["--test", t]);
-    }
-    cmd.args(args);
-    env(&mut cmd);
-    status(
-        cmd,
-        "cargo test -p cudnn-rs --features nccl,cudarc --test compile_fail --test host_cudarc --test gpu_cudarc",
-    )?;
-    let mut cmd = cargo();
-    cmd.args([
-        "run",
-        "--quiet",
-        "-p",
-        "cudnn-examples",
-        "--features",
-        "cudarc",
-        "--example",
-        "cudarc_interop",
-    ]);
-    env(&mut cmd);
-    status(
-        cmd,
-        "cargo run -p cudnn-examples --features cudarc --example cudarc_interop",
-    )
+    cmd.arg("test").args(FEATURES).args(extra).args(args);
+    cmd
 }
+
+fn stack_env(cmd: &mut Command, stack: &str, dir: &Path) {
+    cmd.env("CUDNN_RS_REQUIRE_LIBS", "1")
+        .env("CUDNN_RS_EXPECT_STACK", stack)
+        .env("CUDNN_RS_SEARCH_PATH", dir);
+}
+
+/// An example binary as `cargo test` left it (built with the suite's
+/// features, so running it rebuilds nothing).
+fn example(name: &str) -> std::path::PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| crate::workspace_root().join("target"));
+    target.join("debug").join("examples").join(name)
+}
+
+/// The host test modules run against cuDNN 9.10 (their `sdpa` tests).
+const CUDNN910_MODULES: &[&str] = &[
+    "graph_norm_attention",
+    "sdpa_options",
+    "sdpa_ragged",
+    "sdpa_seq_lengths",
+];
 
 /// The GPU machine's stack (what PyTorch 2.11.0 pins: cuDNN 9.19, NVRTC
 /// 13.0, cuBLAS 13.1): the graph host tier, the raw layer, and the
 /// examples that plan without a GPU, as the device check will run them.
 fn torch211(dir: &Path, args: &[String]) -> Result<(), String> {
     let env = |cmd: &mut Command| {
-        cmd.env("CUDNN_RS_REQUIRE_LIBS", "1")
-            .env("CUDNN_RS_EXPECT_STACK", "torch211")
-            .env("CUDNN_RS_EXPECT_CUDNN", "9.19")
-            .env("CUDNN_RS_SEARCH_PATH", dir);
+        stack_env(cmd, "torch211", dir);
+        cmd.env("CUDNN_RS_EXPECT_CUDNN", "9.19");
     };
-    let mut cmd = cargo();
-    cmd.args(["test", "-p", "cudnn-rs"]);
-    for t in TORCH211_TESTS {
-        cmd.args(["--test", t]);
-    }
-    cmd.args(args);
+    let mut cmd = cargo_test(&["--test", "host"], args);
     env(&mut cmd);
+    cmd.env("CUDNN_RS_TEST_MODULE", TORCH211_MODULES.join(","));
     status(
         cmd,
         &format!(
-            "cargo test -p cudnn-rs --test {} (stack torch211, libraries required)",
-            TORCH211_TESTS.join(" --test ")
+            "cargo test --test host (modules {}; stack torch211, libraries required)",
+            TORCH211_MODULES.join(",")
         ),
     )?;
     for ex in TORCH211_EXAMPLES {
-        let mut cmd = cargo();
-        cmd.args(["run", "--quiet", "-p", "cudnn-examples", "--example", ex]);
+        let mut cmd = Command::new(example(ex));
         env(&mut cmd);
         status(
             cmd,
-            &format!("cargo run --example {ex} (stack torch211, plans for an H200)"),
+            &format!("examples/{ex} (stack torch211, plans for an H200)"),
         )?;
     }
     Ok(())
 }
 
-/// The test binaries run against the `torch211` stack.
-const TORCH211_TESTS: &[&str] = &[
-    "host_raw",
-    "host_graph",
-    "host_graph_norm_attention",
-    "host_fp8_gemm",
-    "host_sdpa_options",
-    "host_sdpa_ragged",
-    "host_sdpa_seq_lengths",
-    "host_sdpa_softcap",
-    "host_sdpa_softmax",
-    "host_sdpa_combined",
+/// The host test modules run against the `torch211` stack.
+const TORCH211_MODULES: &[&str] = &[
+    "raw",
+    "graph",
+    "graph_norm_attention",
+    "fp8_gemm",
+    "sdpa_options",
+    "sdpa_ragged",
+    "sdpa_seq_lengths",
+    "sdpa_softcap",
+    "sdpa_softmax",
+    "sdpa_combined",
 ];
 /// The examples that plan (without a GPU: for an H200), run against it.
 const TORCH211_EXAMPLES: &[&str] = &[

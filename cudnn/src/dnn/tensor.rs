@@ -3,7 +3,7 @@
 //! A descriptor is validated in Rust before cuDNN sees it; the errors name the
 //! argument and the value. The rules are cuDNN's own (found by asking
 //! cuDNN 8.9 and 9 with every kind of value, see
-//! `cudnn/tests/host_descriptors.rs`), and the validation is a little
+//! `cudnn/tests/host/descriptors.rs`), and the validation is a little
 //! stricter than cuDNN in these listed ways:
 //!
 //! - **at least 3 dimensions.** cuDNN 9 also accepts 2 (cuDNN 8.9 does not);

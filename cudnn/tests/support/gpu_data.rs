@@ -1,5 +1,5 @@
-//! Shared by the graph GPU tests (`gpu_graph_norm`, `gpu_graph_attention`,
-//! `gpu_sdpa_softcap`): element types, host <-> device copies through `f64`,
+//! Shared by the graph GPU tests (`gpu/graph_norm`, `gpu/graph_attention`,
+//! `gpu/sdpa_softcap`): element types, host <-> device copies through `f64`,
 //! NaN poisoning, the error measure, a device context and planning, and the
 //! attention layouts. Each test file keeps its own tolerances.
 #![allow(dead_code)]

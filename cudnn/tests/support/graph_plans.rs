@@ -159,7 +159,7 @@ pub fn host9(
 ) -> libtest_mimic::Trial {
     if crate::support::libs_missing().is_none() && !can_plan() {
         eprintln!("skipped: host::{name}: needs cuDNN >= 9.8 (this stack has an older cuDNN)");
-        return libtest_mimic::Trial::test(format!("host::{name}"), f).with_ignored_flag(true);
+        return crate::support::trial(format!("host::{name}"), f).with_ignored_flag(true);
     }
     crate::support::host(name, f)
 }

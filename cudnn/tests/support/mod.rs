@@ -9,6 +9,16 @@
 //!   `CUDNN_RS_REQUIRE_GPU=1` (the device check), where it fails.
 #![allow(dead_code)]
 
+pub mod fp8_graphs;
+pub mod fuzz_child;
+pub mod gpu_data;
+pub mod graph_plans;
+pub mod norm_attention_graphs;
+#[cfg(feature = "nccl")]
+pub mod rendezvous;
+
+use std::sync::Mutex;
+
 use libtest_mimic::{Arguments, Failed, Trial};
 
 pub type TestResult = Result<(), Failed>;
@@ -58,6 +68,67 @@ pub fn has_gpu() -> bool {
     gpu_missing().is_none()
 }
 
+/// The module whose tests are being registered (their names start with it,
+/// so `cargo test --test host sdpa_options::` runs one file's tests).
+static MODULE: Mutex<&'static str> = Mutex::new("");
+/// The trials registered so far, run together by [`run_modules`].
+static TRIALS: Mutex<Vec<Trial>> = Mutex::new(Vec::new());
+
+fn module() -> &'static str {
+    *MODULE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `module::name`, the full name of a test of the module being registered.
+pub fn full_name(name: impl AsRef<str>) -> String {
+    match module() {
+        "" => name.as_ref().to_string(),
+        m => format!("{m}::{}", name.as_ref()),
+    }
+}
+
+/// A trial of the module being registered (its name prefixed).
+pub fn trial(name: impl AsRef<str>, f: impl FnOnce() -> TestResult + Send + 'static) -> Trial {
+    Trial::test(full_name(name), f)
+}
+
+/// Set in a child process that runs one isolated test (see [`isolated`]).
+const ISOLATED: &str = "CUDNN_RS_ISOLATED_TEST";
+
+/// A trial that runs in a process of its own: for a test whose truth
+/// depends on what the process has done before it (the first load of the
+/// driver, a process-wide limit), which a binary shared by many modules
+/// cannot promise. The parent starts this binary again with the module
+/// alone and `--exact` the test's name, and passes when that child passes
+/// (its output is shown on stderr).
+pub fn isolated(t: Trial) -> Trial {
+    if std::env::var_os(ISOLATED).is_some() || t.has_ignored_flag() {
+        return t;
+    }
+    let name = t.name().to_string();
+    let module = module();
+    Trial::test(name.clone(), move || {
+        let out = std::process::Command::new(std::env::current_exe()?)
+            .args(["--exact", &name, "--test-threads", "1", "--nocapture"])
+            .env(ISOLATED, "1")
+            .env("CUDNN_RS_TEST_MODULE", module)
+            .output()?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        eprint!("{}", String::from_utf8_lossy(&out.stderr));
+        if out.status.success() && stdout.contains("1 passed") {
+            Ok(())
+        } else {
+            Err(format!("{name} in its own process ({}):\n{stdout}", out.status).into())
+        }
+    })
+}
+
+/// Register one ignored test standing for a module that cannot run in this
+/// build, with the reason on stderr.
+pub fn skipped(name: &str, why: &str) {
+    eprintln!("skipped: {}: {why}", full_name(name));
+    run(vec![trial(name, || Ok(())).with_ignored_flag(true)]);
+}
+
 /// A host-tier test.
 pub fn host(name: &str, f: impl FnOnce() -> TestResult + Send + 'static) -> Trial {
     tiered(
@@ -75,7 +146,7 @@ pub fn host(name: &str, f: impl FnOnce() -> TestResult + Send + 'static) -> Tria
 pub fn host_planning(name: &str, f: impl FnOnce() -> TestResult + Send + 'static) -> Trial {
     if libs_missing().is_none() && cudnn::graph::require_graph_support().is_err() {
         eprintln!("skipped: host::{name}: needs cuDNN >= 9.8 (this stack has an older cuDNN)");
-        return Trial::test(format!("host::{name}"), f).with_ignored_flag(true);
+        return trial(format!("host::{name}"), f).with_ignored_flag(true);
     }
     host(name, f)
 }
@@ -92,7 +163,7 @@ pub fn gpu(name: &str, f: impl FnOnce() -> TestResult + Send + 'static) -> Trial
 
 /// A unit test (needs nothing).
 pub fn unit(name: &str, f: impl FnOnce() -> TestResult + Send + 'static) -> Trial {
-    Trial::test(format!("unit::{name}"), f)
+    trial(format!("unit::{name}"), f)
 }
 
 fn tiered(
@@ -101,6 +172,7 @@ fn tiered(
     require: &'static str,
     f: impl FnOnce() -> TestResult + Send + 'static,
 ) -> Trial {
+    let name = full_name(name);
     match missing {
         None => Trial::test(name, f),
         Some(why) if flag(require) => {
@@ -114,10 +186,68 @@ fn tiered(
     }
 }
 
-/// Run the trials; exits the process with the harness's status.
-pub fn run(trials: Vec<Trial>) -> ! {
+/// Register a module's trials (each module's `main` ends with this).
+pub fn run(trials: Vec<Trial>) {
+    TRIALS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .extend(trials);
+}
+
+/// A test module: its name (the prefix of its tests' names) and its
+/// `main`, which registers its trials with [`run`].
+pub type Module = (&'static str, fn());
+
+/// The test binary's `main`: a process started as a child of one module's
+/// test (an environment variable in `children` names it) runs only that
+/// module's `main`, before anything else touches the process (the loader,
+/// limits); otherwise every module registers its trials and they run
+/// together under one harness (only the one `CUDNN_RS_TEST_MODULE` names,
+/// when set). Exits with the harness's status.
+pub fn run_modules(modules: &[Module], children: &[(&str, &'static str)]) -> ! {
     let args = Arguments::from_args();
+    for (var, owner) in children {
+        if std::env::var_os(var).is_some() {
+            if let Some((name, main)) = modules.iter().find(|(n, _)| n == owner) {
+                register(name, *main);
+                let trials = std::mem::take(&mut *TRIALS.lock().unwrap_or_else(|e| e.into_inner()));
+                libtest_mimic::run(&args, trials).exit()
+            }
+        }
+    }
+    // CUDNN_RS_TEST_MODULE=a,b registers those modules only (the device
+    // check runs and reports the GPU binary module by module; `cargo xtask
+    // test` runs some modules against other library stacks).
+    match std::env::var("CUDNN_RS_TEST_MODULE") {
+        Ok(only) => {
+            for want in only.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+                match modules.iter().find(|(n, _)| *n == want) {
+                    Some((name, main)) => register(name, *main),
+                    None => {
+                        let names: Vec<&str> = modules.iter().map(|(n, _)| *n).collect();
+                        eprintln!(
+                            "CUDNN_RS_TEST_MODULE={only}: no module `{want}`; this binary has: {}",
+                            names.join(", ")
+                        );
+                        std::process::exit(2);
+                    }
+                }
+            }
+        }
+        Err(_) => {
+            for (name, main) in modules {
+                register(name, *main);
+            }
+        }
+    }
+    let trials = std::mem::take(&mut *TRIALS.lock().unwrap_or_else(|e| e.into_inner()));
     libtest_mimic::run(&args, trials).exit()
+}
+
+fn register(name: &'static str, main: fn()) {
+    *MODULE.lock().unwrap_or_else(|e| e.into_inner()) = name;
+    main();
+    *MODULE.lock().unwrap_or_else(|e| e.into_inner()) = "";
 }
 
 /// `ensure!(cond, "message {}", x)` for tests.

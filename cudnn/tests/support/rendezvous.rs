@@ -1,4 +1,4 @@
-//! Helpers shared by the rendezvous tests (`host_nccl_rendezvous`,
+//! Helpers shared by the rendezvous tests (`host/nccl_rendezvous`,
 //! `_tcp`, `_attacks`): free loopback ports, the id each rank makes, and
 //! the deadline rule (not before the timeout, not past 10 % + 100 ms).
 #![allow(dead_code, clippy::unwrap_used)]

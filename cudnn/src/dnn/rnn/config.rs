@@ -5,7 +5,7 @@
 //!
 //! The rules are cuDNN's own, found by asking `cudnnSetRNNDescriptor_v8` of
 //! cuDNN 8.9.7 and 9.28 with every kind of value (the host tier,
-//! `cudnn/tests/host_rnn.rs`, compares them over random configurations):
+//! `cudnn/tests/host/rnn.rs`, compares them over random configurations):
 //!
 //! - `input_size`, `hidden_size`, `num_layers` in `1..=i32::MAX`;
 //! - `projection_size` only for LSTM: in `1..=hidden_size` (equal to

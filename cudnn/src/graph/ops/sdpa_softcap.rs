@@ -36,7 +36,7 @@
 //! subgraphs are disabled"), a rule of its support surface rather than of
 //! cuDNN: cuDNN 9.28 plans every one of these combinations for the H200,
 //! H100 and B200 presets, forward and backward, the composite and the SDPA
-//! operation alike (`host_sdpa_softcap`'s `sdpa_softcap_masks_plan`; the
+//! operation alike (`host/sdpa_softcap`'s `sdpa_softcap_masks_plan`; the
 //! conformance difference `DSM`). Each other option keeps its own rules
 //! (the SDPA backward operation with ragged batches has no engine with or
 //! without a softcap).

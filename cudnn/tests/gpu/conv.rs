@@ -1,0 +1,1097 @@
+//! GPU tier for the convolution ops (skipped visibly without a device, a
+//! failure under `CUDNN_RS_REQUIRE_GPU=1`): every op (forward, backward
+//! data, backward filter, bias gradient, fused bias + activation) in every
+//! element type and both layouts, with heuristic and exhaustive search,
+//! against the f64 CPU reference (`cudnn::reference::conv`).
+//!
+//! Inputs are fresh random values each run (the seed is printed on
+//! failure), rounded to the element type before the reference sees them.
+//! Outputs are poisoned with NaN before every run, and a NaN never passes
+//! (`err.is_nan() || err > bound` fails). The bound is per element, relative to the same
+//! convolution of the absolute values (the condition of each dot product):
+//! `|got - want| <= tol * conv(|x|, |w|)`, with `tol` 1e-12 (f64), 2e-5
+//! (f32), 2e-3 (TF32), 1e-2 (f16, bf16).
+//!
+//! cuDNN has no f64 kernels for some channels-last problems: there, and
+//! only there, "no algorithm" is reported as a skip on stderr.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::support;
+
+use std::hash::{BuildHasher, RandomState};
+
+use cudnn::dnn::*;
+use cudnn::reference::conv::{self as refc, BiasActivation, ConvParams, Layout};
+use cudnn::runtime::{Device, DeviceBuffer, Stream};
+use cudnn::{Error, Scale};
+use half::{bf16, f16};
+use libtest_mimic::Failed;
+use support::*;
+
+// ---------------------------------------------------------------------------
+// Element types
+
+trait Elem: ConvDataType + PartialEq {
+    fn from_f64(v: f64) -> Self;
+    fn to_f64(self) -> f64;
+    fn nan() -> Self;
+    fn bits(self) -> u64;
+}
+
+impl Elem for f32 {
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+    fn to_f64(self) -> f64 {
+        self.into()
+    }
+    fn nan() -> Self {
+        f32::NAN
+    }
+    fn bits(self) -> u64 {
+        self.to_bits().into()
+    }
+}
+impl Elem for f64 {
+    fn from_f64(v: f64) -> Self {
+        v
+    }
+    fn to_f64(self) -> f64 {
+        self
+    }
+    fn nan() -> Self {
+        f64::NAN
+    }
+    fn bits(self) -> u64 {
+        self.to_bits()
+    }
+}
+impl Elem for f16 {
+    fn from_f64(v: f64) -> Self {
+        f16::from_f64(v)
+    }
+    fn to_f64(self) -> f64 {
+        f16::to_f64(self)
+    }
+    fn nan() -> Self {
+        f16::NAN
+    }
+    fn bits(self) -> u64 {
+        self.to_bits().into()
+    }
+}
+impl Elem for bf16 {
+    fn from_f64(v: f64) -> Self {
+        bf16::from_f64(v)
+    }
+    fn to_f64(self) -> f64 {
+        bf16::to_f64(self)
+    }
+    fn nan() -> Self {
+        bf16::NAN
+    }
+    fn bits(self) -> u64 {
+        self.to_bits().into()
+    }
+}
+
+/// The tolerance of a precision, relative to `conv(|x|, |w|)`.
+fn tol<T: Elem>(math: MathPolicy) -> f64 {
+    match T::NAME {
+        "f64" => 1e-12,
+        "f32" if math == MathPolicy::AllowTf32 => 2e-3,
+        "f32" => 2e-5,
+        _ => 1e-2,
+    }
+}
+
+fn scale<T: Elem>(v: f64) -> T::Scale {
+    <T::Scale as Scale>::from_f64(v)
+}
+
+// ---------------------------------------------------------------------------
+// Random data, poisoning, comparison
+
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self) -> f64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+    }
+}
+
+/// A seed that differs per run and per test.
+fn fresh_seed(name: &str) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    RandomState::new().hash_one(name) ^ nanos
+}
+
+/// `len` random values in [-1, 1), rounded to `T`, and their f64 values.
+fn random<T: Elem>(rng: &mut Lcg, len: usize) -> (Vec<T>, Vec<f64>) {
+    let t: Vec<T> = (0..len).map(|_| T::from_f64(rng.next())).collect();
+    let f = t.iter().map(|&v| v.to_f64()).collect();
+    (t, f)
+}
+
+fn poisoned<T: Elem>(len: usize) -> cudnn::Result<DeviceBuffer<T>> {
+    DeviceBuffer::from_host(&vec![T::nan(); len])
+}
+
+fn abs(v: &[f64]) -> Vec<f64> {
+    v.iter().map(|x| x.abs()).collect()
+}
+
+fn read<T: Elem>(stream: &Stream, b: &DeviceBuffer<T>) -> cudnn::Result<Vec<f64>> {
+    stream.synchronize()?;
+    Ok(b.to_vec()?.into_iter().map(Elem::to_f64).collect())
+}
+
+fn compare(
+    what: &str,
+    seed: u64,
+    got: &[f64],
+    want: &[f64],
+    scale: &[f64],
+    tol: f64,
+) -> TestResult {
+    ensure!(
+        got.len() == want.len() && want.len() == scale.len(),
+        "{what}: lengths {} {} {}",
+        got.len(),
+        want.len(),
+        scale.len()
+    );
+    for i in 0..got.len() {
+        let bound = tol * scale[i] + 1e-30;
+        let err = (got[i] - want[i]).abs();
+        if err.is_nan() || err > bound {
+            return Err(format!(
+                "{what} (seed {seed:#x}): element {i}: got {}, want {}, |err| {err:e} > bound {bound:e} (tol {tol:e})",
+                got[i], want[i]
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// `Ok(None)` (and a skip line) for "cuDNN cannot do this" where it is
+/// allowed to say so; other errors pass through.
+fn allow_unsupported<P>(
+    r: cudnn::Result<P>,
+    allowed: bool,
+    what: &str,
+) -> Result<Option<P>, Failed> {
+    match r {
+        Ok(p) => Ok(Some(p)),
+        Err(e)
+            if allowed
+                && (matches!(e, Error::Unsupported { .. })
+                    || e.cudnn_status()
+                        .is_some_and(|s| (3000..4000).contains(&s.0))) =>
+        {
+            eprintln!("skipped: {what}: cuDNN cannot: {e}");
+            Ok(None)
+        }
+        Err(e) => Err(format!("{what}: {e}").into()),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Cases
+
+#[derive(Debug, Clone)]
+struct Case {
+    name: &'static str,
+    n: usize,
+    c: usize,
+    k: usize,
+    spatial: Vec<usize>,
+    window: Vec<usize>,
+    pad: Vec<usize>,
+    stride: Vec<usize>,
+    dilation: Vec<usize>,
+    groups: usize,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn case(
+    name: &'static str,
+    n: usize,
+    c: usize,
+    k: usize,
+    spatial: &[usize],
+    window: &[usize],
+    pad: &[usize],
+    stride: &[usize],
+    dilation: &[usize],
+    groups: usize,
+) -> Case {
+    Case {
+        name,
+        n,
+        c,
+        k,
+        spatial: spatial.to_vec(),
+        window: window.to_vec(),
+        pad: pad.to_vec(),
+        stride: stride.to_vec(),
+        dilation: dilation.to_vec(),
+        groups,
+    }
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        case(
+            "2d_3x3",
+            2,
+            8,
+            16,
+            &[10, 10],
+            &[3, 3],
+            &[1, 1],
+            &[1, 1],
+            &[1, 1],
+            1,
+        ),
+        case(
+            "2d_strided_dilated",
+            2,
+            8,
+            8,
+            &[11, 13],
+            &[3, 3],
+            &[2, 1],
+            &[2, 1],
+            &[2, 1],
+            1,
+        ),
+        case(
+            "2d_grouped_g4",
+            2,
+            16,
+            16,
+            &[9, 9],
+            &[3, 3],
+            &[1, 1],
+            &[1, 1],
+            &[1, 1],
+            4,
+        ),
+        case(
+            "2d_depthwise",
+            2,
+            16,
+            16,
+            &[9, 9],
+            &[3, 3],
+            &[1, 1],
+            &[2, 2],
+            &[1, 1],
+            16,
+        ),
+        case(
+            "3d_3x3x3",
+            1,
+            4,
+            8,
+            &[5, 6, 7],
+            &[3, 3, 3],
+            &[1, 1, 1],
+            &[1, 1, 1],
+            &[1, 1, 1],
+            1,
+        ),
+        case(
+            "1d_as_2d_k5",
+            2,
+            8,
+            8,
+            &[1, 20],
+            &[1, 5],
+            &[0, 2],
+            &[1, 1],
+            &[1, 1],
+            1,
+        ),
+    ]
+}
+
+impl Case {
+    fn x_dims(&self) -> Vec<usize> {
+        [self.n, self.c]
+            .iter()
+            .chain(&self.spatial)
+            .copied()
+            .collect()
+    }
+    fn w_dims(&self) -> Vec<usize> {
+        [self.k, self.c / self.groups]
+            .iter()
+            .chain(&self.window)
+            .copied()
+            .collect()
+    }
+    fn params(&self) -> ConvParams {
+        ConvParams::new(self.spatial.len())
+            .with_pad(&self.pad)
+            .with_stride(&self.stride)
+            .with_dilation(&self.dilation)
+            .with_groups(self.groups)
+    }
+    fn descs<T: Elem>(
+        &self,
+        layout: TensorFormat,
+    ) -> cudnn::Result<(TensorDescriptor<T>, FilterDescriptor<T>, ConvDescriptor)> {
+        let xd = self.x_dims();
+        let strides = Layout::from(layout).strides(&xd)?;
+        Ok((
+            TensorDescriptor::new(&xd, &strides)?,
+            FilterDescriptor::new(layout, &self.w_dims())?,
+            ConvDescriptor::new(&self.pad, &self.stride, &self.dilation)?
+                .with_groups(self.groups)?,
+        ))
+    }
+}
+
+fn count(d: &[usize]) -> usize {
+    d.iter().product()
+}
+
+struct Gpu {
+    stream: Stream,
+    h: Handle,
+}
+
+fn gpu_ctx() -> Result<Gpu, Failed> {
+    Device::new(0)?;
+    let stream = Stream::new()?;
+    let h = Handle::new(&stream)?;
+    Ok(Gpu { stream, h })
+}
+
+// ---------------------------------------------------------------------------
+// Forward, backward data, backward filter, bias gradient
+
+fn conv_trial<T: Elem>(
+    case: &Case,
+    layout: TensorFormat,
+    search: AlgoSearch,
+    math: MathPolicy,
+) -> TestResult {
+    let name = format!("{} {} {layout:?} {search:?} {math:?}", case.name, T::NAME);
+    let seed = fresh_seed(&name);
+    let mut rng = Lcg(seed);
+    let Gpu { stream, mut h } = gpu_ctx()?;
+    // cuDNN's legacy API may lack channels-last f64, and channels-last 3-d
+    // (NDHWC) for any type: those may report unsupported (a visible skip).
+    let may_lack = layout == TensorFormat::Nhwc && (T::NAME == "f64" || case.spatial.len() == 3);
+    let tol = tol::<T>(math);
+    let (xdesc, wdesc, conv) = case.descs::<T>(layout)?;
+    let (p, rl) = (case.params(), Layout::from(layout));
+    let (xs, ws) = (case.x_dims(), case.w_dims());
+    let opts = PlanOptions {
+        search,
+        math,
+        cache: CachePolicy::Off,
+        ..PlanOptions::default()
+    };
+    let fwd = ConvProblem::forward(&xdesc, &wdesc, &conv)?;
+    let ys = fwd.output_shape().to_vec();
+    let (xh, x64) = random::<T>(&mut rng, count(&xs));
+    let (wh, w64) = random::<T>(&mut rng, count(&ws));
+    let (dyh, dy64) = random::<T>(&mut rng, count(&ys));
+    let x = DeviceBuffer::from_host(&xh)?;
+    let w = DeviceBuffer::from_host(&wh)?;
+    let dy = DeviceBuffer::from_host(&dyh)?;
+    let (one, zero) = (scale::<T>(1.0), scale::<T>(0.0));
+    let check_math = |m: MathType, what: &str| -> TestResult {
+        if T::NAME == "f32" && math != MathPolicy::AllowTf32 {
+            ensure!(
+                m == MathType::Fma,
+                "{name} {what}: f32 without TF32 opt-in ran with {m:?}"
+            );
+        }
+        Ok(())
+    };
+
+    // Forward, into a view of a larger buffer whose guards must stay NaN.
+    let yn = count(&ys);
+    let mut y_big = poisoned::<T>(yn + 64)?;
+    let plan = {
+        let mut view = y_big.slice_mut(32..32 + yn)?;
+        let r = match search {
+            AlgoSearch::Exhaustive => fwd.plan_on(&mut h, &opts, &x, &w, &mut view),
+            _ => fwd.plan(&mut h, &opts),
+        };
+        allow_unsupported(r, may_lack, &format!("{name} forward"))?
+    };
+    if let Some(plan) = plan {
+        check_math(plan.math_type(), "forward")?;
+        ensure!(
+            h.workspace_size() >= plan.workspace_size(),
+            "workspace not reserved"
+        );
+        y_big.copy_from_host(&vec![T::nan(); yn + 64])?;
+        let ran = plan.run(&mut h, one, &x, &w, zero, y_big.slice_mut(32..32 + yn)?);
+        // A run cuDNN refuses (NOT_SUPPORTED) where it may lack the layout.
+        if allow_unsupported(ran, may_lack, &format!("{name} forward run"))?.is_some() {
+            let got = read(&stream, &y_big)?;
+            let (want, _) = refc::forward(&x64, &xs, &w64, &ws, &p, rl)?;
+            let (sc, _) = refc::forward(&abs(&x64), &xs, &abs(&w64), &ws, &p, rl)?;
+            ensure!(
+                got[..32].iter().chain(&got[32 + yn..]).all(|v| v.is_nan()),
+                "{name}: forward wrote outside its view"
+            );
+            compare(
+                &format!("{name} forward ({})", plan.algo()),
+                seed,
+                &got[32..32 + yn],
+                &want,
+                &sc,
+                tol,
+            )?;
+            // beta reads y: y = 0.5 * conv + 1 * y = 1.5 * conv.
+            plan.run(
+                &mut h,
+                scale::<T>(0.5),
+                &x,
+                &w,
+                one,
+                y_big.slice_mut(32..32 + yn)?,
+            )?;
+            let got = read(&stream, &y_big)?;
+            let want15: Vec<f64> = want.iter().map(|v| 1.5 * v).collect();
+            let sc15: Vec<f64> = sc.iter().map(|v| 2.0 * v).collect();
+            compare(
+                &format!("{name} forward beta=1"),
+                seed,
+                &got[32..32 + yn],
+                &want15,
+                &sc15,
+                tol,
+            )?;
+        }
+    }
+
+    // Backward data.
+    let bd = ConvProblem::backward_data(&xdesc, &wdesc, &conv)?;
+    let mut dx = poisoned::<T>(count(&xs))?;
+    let r = match search {
+        AlgoSearch::Exhaustive => bd.plan_on(&mut h, &opts, &w, &dy, &mut dx),
+        _ => bd.plan(&mut h, &opts),
+    };
+    if let Some(plan) = allow_unsupported(r, may_lack, &format!("{name} backward data"))? {
+        check_math(plan.math_type(), "backward data")?;
+        dx.copy_from_host(&vec![T::nan(); count(&xs)])?;
+        let ran = plan.run(&mut h, one, &w, &dy, zero, &mut dx);
+        // A run cuDNN refuses (NOT_SUPPORTED) where it may lack the layout.
+        if allow_unsupported(ran, may_lack, &format!("{name} backward data run"))?.is_some() {
+            let got = read(&stream, &dx)?;
+            let want = refc::backward_data(&dy64, &ys, &w64, &ws, &xs, &p, rl)?;
+            let sc = refc::backward_data(&abs(&dy64), &ys, &abs(&w64), &ws, &xs, &p, rl)?;
+            compare(
+                &format!("{name} backward data ({})", plan.algo()),
+                seed,
+                &got,
+                &want,
+                &sc,
+                tol,
+            )?;
+        }
+    }
+
+    // Backward filter.
+    let bf = ConvProblem::backward_filter(&xdesc, &wdesc, &conv)?;
+    let mut dw = poisoned::<T>(count(&ws))?;
+    let r = match search {
+        AlgoSearch::Exhaustive => bf.plan_on(&mut h, &opts, &x, &dy, &mut dw),
+        _ => bf.plan(&mut h, &opts),
+    };
+    if let Some(plan) = allow_unsupported(r, may_lack, &format!("{name} backward filter"))? {
+        check_math(plan.math_type(), "backward filter")?;
+        dw.copy_from_host(&vec![T::nan(); count(&ws)])?;
+        let ran = plan.run(&mut h, one, &x, &dy, zero, &mut dw);
+        // A run cuDNN refuses (NOT_SUPPORTED) where it may lack the layout.
+        if allow_unsupported(ran, may_lack, &format!("{name} backward filter run"))?.is_some() {
+            let got = read(&stream, &dw)?;
+            let want = refc::backward_filter(&x64, &xs, &dy64, &ys, &ws, &p, rl)?;
+            let sc = refc::backward_filter(&abs(&x64), &xs, &abs(&dy64), &ys, &ws, &p, rl)?;
+            compare(
+                &format!("{name} backward filter ({})", plan.algo()),
+                seed,
+                &got,
+                &want,
+                &sc,
+                tol,
+            )?;
+        }
+    }
+
+    // Bias gradient.
+    let bias = bf.backward_bias_plan()?;
+    let mut db = poisoned::<T>(case.k)?;
+    let r = bias.run(&h, one, &dy, zero, &mut db);
+    if allow_unsupported(r, may_lack, &format!("{name} bias gradient"))?.is_some() {
+        let got = read(&stream, &db)?;
+        let want = refc::backward_bias(&dy64, &ys, rl)?;
+        let sc = refc::backward_bias(&abs(&dy64), &ys, rl)?;
+        compare(
+            &format!("{name} bias gradient"),
+            seed,
+            &got,
+            &want,
+            &sc,
+            tol,
+        )?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Fused convolution + bias + activation
+
+fn fused_trial<T: Elem>(layout: TensorFormat) -> TestResult {
+    let case = &cases()[0];
+    let name = format!("fused {} {layout:?}", T::NAME);
+    let seed = fresh_seed(&name);
+    let mut rng = Lcg(seed);
+    let Gpu { stream, mut h } = gpu_ctx()?;
+    let may_lack = T::NAME == "f64" && layout == TensorFormat::Nhwc;
+    let tol = tol::<T>(MathPolicy::Default);
+    let (xdesc, wdesc, conv) = case.descs::<T>(layout)?;
+    let (p, rl) = (case.params(), Layout::from(layout));
+    let (xs, ws) = (case.x_dims(), case.w_dims());
+    let fwd = ConvProblem::forward(&xdesc, &wdesc, &conv)?;
+    let ys = fwd.output_shape().to_vec();
+    let yn = count(&ys);
+    let (xh, x64) = random::<T>(&mut rng, count(&xs));
+    let (wh, w64) = random::<T>(&mut rng, count(&ws));
+    let (zh, z64) = random::<T>(&mut rng, yn);
+    let (bh, b64) = random::<T>(&mut rng, case.k);
+    let x = DeviceBuffer::from_host(&xh)?;
+    let w = DeviceBuffer::from_host(&wh)?;
+    let z = DeviceBuffer::from_host(&zh)?;
+    let b = DeviceBuffer::from_host(&bh)?;
+    let (alpha1, alpha2) = (0.75, 0.5);
+    let opts = PlanOptions {
+        cache: CachePolicy::Off,
+        ..PlanOptions::default()
+    };
+    let mut paths = Vec::new();
+    for mode in [
+        ActivationMode::Relu,
+        ActivationMode::Identity,
+        ActivationMode::Tanh,
+    ] {
+        let act = ActivationDescriptor::new(mode, NanPropagation::Propagate)?;
+        let r = fwd.plan_bias_activation(&mut h, &opts, &act);
+        let Some(mut plan) = allow_unsupported(r, may_lack, &format!("{name} {mode:?}"))? else {
+            continue;
+        };
+        if mode == ActivationMode::Tanh {
+            ensure!(
+                plan.path() == FusedPath::Fallback,
+                "{name}: tanh must take the fallback"
+            );
+            ensure!(
+                matches!(
+                    plan.set_path(FusedPath::Fused),
+                    Err(Error::Unsupported { .. })
+                ),
+                "{name}: tanh cannot be set to the fused path"
+            );
+        } else {
+            // ReLU is planned fused with any algorithm; both ReLU and
+            // identity try IMPLICIT_PRECOMP_GEMM first, which every f32/f16
+            // channels-first 2-d convolution has.
+            let plain = matches!(T::NAME, "f32" | "f16") && layout == TensorFormat::Nchw;
+            if mode == ActivationMode::Relu || plain {
+                ensure!(
+                    plan.path() == FusedPath::Fused,
+                    "{name} {mode:?}: planned {:?} ({})",
+                    plan.path(),
+                    plan.conv_plan().algo()
+                );
+            }
+            if plain {
+                ensure!(
+                    plan.conv_plan().algo() == ConvAlgo::IMPLICIT_PRECOMP_GEMM,
+                    "{name} {mode:?}: planned {}",
+                    plan.conv_plan().algo()
+                );
+            }
+        }
+        for forced in [false, true] {
+            if forced {
+                plan.set_path(FusedPath::Fallback)?;
+            }
+            for residual in ["none", "input", "output"] {
+                let mut y = match residual {
+                    "output" => DeviceBuffer::from_host(&zh)?,
+                    _ => poisoned::<T>(yn)?,
+                };
+                let res = match residual {
+                    "none" => Residual::None,
+                    "input" => Residual::Input {
+                        scale: scale::<T>(alpha2),
+                        z: z.as_slice(),
+                    },
+                    _ => Residual::Output {
+                        scale: scale::<T>(alpha2),
+                    },
+                };
+                let ran = plan.run(&mut h, scale::<T>(alpha1), &x, &w, res, &b, &mut y)?;
+                if forced {
+                    ensure!(
+                        ran == FusedPath::Fallback,
+                        "{name}: forced fallback ran {ran:?}"
+                    );
+                }
+                paths.push((mode, residual, ran));
+                let got = read(&stream, &y)?;
+                let with_z = residual != "none";
+                let epi = BiasActivation {
+                    alpha1,
+                    z: with_z.then_some(z64.as_slice()),
+                    alpha2: if with_z { alpha2 } else { 0.0 },
+                    bias: &b64,
+                    activation: mode,
+                };
+                let (want, _) = refc::bias_activation_forward(&x64, &xs, &w64, &ws, &p, rl, &epi)?;
+                let (xa, wa, za, ba) = (abs(&x64), abs(&w64), abs(&z64), abs(&b64));
+                let abs_epi = BiasActivation {
+                    alpha1,
+                    z: with_z.then_some(za.as_slice()),
+                    alpha2: if with_z { alpha2 } else { 0.0 },
+                    bias: &ba,
+                    activation: ActivationMode::Identity,
+                };
+                let (sc, _) = refc::bias_activation_forward(&xa, &xs, &wa, &ws, &p, rl, &abs_epi)?;
+                compare(
+                    &format!(
+                        "{name} {mode:?} residual {residual} ({ran:?}, {})",
+                        plan.conv_plan().algo()
+                    ),
+                    seed,
+                    &got,
+                    &want,
+                    &sc,
+                    tol,
+                )?;
+            }
+        }
+    }
+    eprintln!("{name}: paths {paths:?}");
+    // The fused path must really run for the plain f32/f16 channels-first
+    // ReLU and identity (the caller's activation propagates NaN; the fused
+    // descriptor does not, as cuDNN requires), with every residual form.
+    if matches!(T::NAME, "f32" | "f16") && layout == TensorFormat::Nchw {
+        for mode in [ActivationMode::Relu, ActivationMode::Identity] {
+            for residual in ["none", "input", "output"] {
+                ensure!(
+                    paths.contains(&(mode, residual, FusedPath::Fused)),
+                    "{name}: {mode:?} with residual {residual} never ran fused: {paths:?}"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Cache, determinism, workspace, fixed algorithms
+
+fn cache_hit_on_second_plan() -> TestResult {
+    let Gpu { mut h, .. } = gpu_ctx()?;
+    let (xd, wd, conv) = cases()[0].descs::<f32>(TensorFormat::Nchw)?;
+    let problem = ConvProblem::forward(&xd, &wd, &conv)?;
+    let cache = AlgoCache::new(16);
+    let opts = PlanOptions {
+        cache: CachePolicy::Use(&cache),
+        ..PlanOptions::default()
+    };
+    let first = problem.plan(&mut h, &opts)?;
+    ensure!(!first.from_cache(), "first plan came from an empty cache");
+    let before = cache.stats();
+    let second = problem.plan(&mut h, &opts)?;
+    let after = cache.stats();
+    ensure!(
+        second.from_cache() && after.hits == before.hits + 1,
+        "second plan: from_cache {} stats {before:?} -> {after:?}",
+        second.from_cache()
+    );
+    ensure!(
+        second.algo() == first.algo() && second.workspace_size() == first.workspace_size(),
+        "cached choice differs"
+    );
+    // The global cache too.
+    let g = AlgoCache::global();
+    let b = ConvProblem::backward_filter(&xd, &wd, &conv)?;
+    b.plan(&mut h, &PlanOptions::default())?;
+    let hits = g.stats().hits;
+    let again = b.plan(&mut h, &PlanOptions::default())?;
+    ensure!(
+        again.from_cache() && g.stats().hits > hits,
+        "global cache not hit"
+    );
+    // A fixed algorithm is never cached.
+    let fixed = PlanOptions {
+        search: AlgoSearch::Fixed(ConvAlgo::IMPLICIT_PRECOMP_GEMM),
+        cache: CachePolicy::Use(&cache),
+        ..PlanOptions::default()
+    };
+    let p = problem.plan(&mut h, &fixed)?;
+    ensure!(
+        p.algo() == ConvAlgo::IMPLICIT_PRECOMP_GEMM && !p.from_cache(),
+        "fixed"
+    );
+    Ok(())
+}
+
+fn deterministic_runs_are_bitwise_equal<T: Elem>(layout: TensorFormat) -> TestResult {
+    let seed = fresh_seed("determinism");
+    let mut rng = Lcg(seed);
+    let Gpu { stream, mut h } = gpu_ctx()?;
+    let case = &cases()[2];
+    let (xd, wd, conv) = case.descs::<T>(layout)?;
+    let opts = PlanOptions {
+        deterministic: true,
+        cache: CachePolicy::Off,
+        ..PlanOptions::default()
+    };
+    let fwd = ConvProblem::forward(&xd, &wd, &conv)?;
+    let ys = fwd.output_shape().to_vec();
+    let (xh, _) = random::<T>(&mut rng, count(&case.x_dims()));
+    let (wh, _) = random::<T>(&mut rng, count(&case.w_dims()));
+    let (dyh, _) = random::<T>(&mut rng, count(&ys));
+    let (x, w, dy) = (
+        DeviceBuffer::from_host(&xh)?,
+        DeviceBuffer::from_host(&wh)?,
+        DeviceBuffer::from_host(&dyh)?,
+    );
+    let (one, zero) = (scale::<T>(1.0), scale::<T>(0.0));
+    let bits = |b: &DeviceBuffer<T>| -> Result<Vec<u64>, Failed> {
+        stream.synchronize()?;
+        Ok(b.to_vec()?.into_iter().map(Elem::bits).collect())
+    };
+    let fp = fwd.plan(&mut h, &opts)?;
+    let bd = ConvProblem::backward_data(&xd, &wd, &conv)?.plan(&mut h, &opts)?;
+    let bf = ConvProblem::backward_filter(&xd, &wd, &conv)?.plan(&mut h, &opts)?;
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let mut y = poisoned::<T>(count(&ys))?;
+        let mut dx = poisoned::<T>(count(&case.x_dims()))?;
+        let mut dw = poisoned::<T>(count(&case.w_dims()))?;
+        fp.run(&mut h, one, &x, &w, zero, &mut y)?;
+        bd.run(&mut h, one, &w, &dy, zero, &mut dx)?;
+        bf.run(&mut h, one, &x, &dy, zero, &mut dw)?;
+        runs.push((bits(&y)?, bits(&dx)?, bits(&dw)?));
+    }
+    ensure!(
+        runs[0].0 == runs[1].0,
+        "forward ({}) not bitwise reproducible",
+        fp.algo()
+    );
+    ensure!(
+        runs[0].1 == runs[1].1,
+        "backward data ({}) not bitwise reproducible",
+        bd.algo()
+    );
+    ensure!(
+        runs[0].2 == runs[1].2,
+        "backward filter ({}) not bitwise reproducible",
+        bf.algo()
+    );
+    Ok(())
+}
+
+fn caller_workspace_and_limits() -> TestResult {
+    let Gpu { stream, mut h } = gpu_ctx()?;
+    let case = &cases()[0];
+    let (xd, wd, conv) = case.descs::<f32>(TensorFormat::Nchw)?;
+    let problem = ConvProblem::forward(&xd, &wd, &conv)?;
+    let mut rng = Lcg(fresh_seed("workspace"));
+    let (xh, x64) = random::<f32>(&mut rng, count(&case.x_dims()));
+    let (wh, w64) = random::<f32>(&mut rng, count(&case.w_dims()));
+    let (x, w) = (DeviceBuffer::from_host(&xh)?, DeviceBuffer::from_host(&wh)?);
+    let ys = problem.output_shape().to_vec();
+    let (p, rl) = (case.params(), Layout::ChannelsFirst);
+    let (want, _) = refc::forward(&x64, &case.x_dims(), &w64, &case.w_dims(), &p, rl)?;
+    let (sc, _) = refc::forward(
+        &abs(&x64),
+        &case.x_dims(),
+        &abs(&w64),
+        &case.w_dims(),
+        &p,
+        rl,
+    )?;
+
+    // A zero workspace limit picks a zero-workspace algorithm.
+    let opts0 = PlanOptions {
+        workspace_limit: Some(0),
+        cache: CachePolicy::Off,
+        ..PlanOptions::default()
+    };
+    let p0 = problem.plan(&mut h, &opts0)?;
+    ensure!(
+        p0.workspace_size() == 0,
+        "limit 0 gave {}",
+        p0.workspace_size()
+    );
+
+    // The caller's workspace, for an algorithm that needs one.
+    let opts = PlanOptions {
+        search: AlgoSearch::Exhaustive,
+        cache: CachePolicy::Off,
+        ..PlanOptions::default()
+    };
+    let plan = problem.plan(&mut h, &opts)?;
+    let need = plan.workspace_size();
+    let mut ws = DeviceBuffer::<u8>::zeroed(need.max(1))?;
+    let mut y = poisoned::<f32>(count(&ys))?;
+    // SAFETY: `ws` is used by nothing else and outlives the call's work
+    // (`read` below synchronizes the stream before `ws` is dropped).
+    unsafe { plan.run_with_workspace(&h, 1.0, &x, &w, 0.0, &mut y, ws.slice_mut(..need)?) }?;
+    compare("caller workspace", 0, &read(&stream, &y)?, &want, &sc, 2e-5)?;
+    if need > 0 {
+        // A workspace that does not start at WORKSPACE_ALIGNMENT is refused
+        // before cuDNN (an offset slice of a larger buffer).
+        let mut big = DeviceBuffer::<u8>::zeroed(need + WORKSPACE_ALIGNMENT)?;
+        for off in [1, 8, 16, WORKSPACE_ALIGNMENT / 2] {
+            // SAFETY: refused before anything is queued.
+            let r = unsafe {
+                plan.run_with_workspace(
+                    &h,
+                    1.0,
+                    &x,
+                    &w,
+                    0.0,
+                    &mut y,
+                    big.slice_mut(off..off + need)?,
+                )
+            };
+            ensure!(
+                matches!(&r, Err(Error::InvalidArgument { arg, .. }) if arg == "workspace"),
+                "workspace at offset {off}: {r:?}"
+            );
+        }
+        // An aligned offset runs.
+        y.copy_from_host(&vec![f32::NAN; count(&ys)])?;
+        let off = WORKSPACE_ALIGNMENT;
+        // SAFETY: as above; `read` synchronizes before `big` is dropped.
+        unsafe {
+            plan.run_with_workspace(
+                &h,
+                1.0,
+                &x,
+                &w,
+                0.0,
+                &mut y,
+                big.slice_mut(off..off + need)?,
+            )
+        }
+        .map_err(|e| format!("aligned offset: {e}"))?;
+        compare(
+            "aligned offset workspace",
+            0,
+            &read(&stream, &y)?,
+            &want,
+            &sc,
+            2e-5,
+        )?;
+    }
+    if need > 0 {
+        // SAFETY: as above; this call is refused before anything is queued.
+        let r = unsafe {
+            plan.run_with_workspace(&h, 1.0, &x, &w, 0.0, &mut y, ws.slice_mut(..need - 1)?)
+        };
+        ensure!(
+            matches!(r, Err(Error::Mismatch { .. })),
+            "short workspace: {r:?}"
+        );
+        // A plan from a choice that claims too little workspace is refused
+        // on its first run (cuDNN is asked), not overrun.
+        let lie = problem.plan_with(AlgoChoice {
+            algo: plan.algo().to_raw(),
+            math_type: plan.math_type().to_raw().0,
+            workspace_bytes: 0,
+        })?;
+        let r = lie.run(&mut h, 1.0, &x, &w, 0.0, &mut y);
+        ensure!(
+            matches!(r, Err(Error::Mismatch { .. })),
+            "a choice with too little workspace ran: {r:?}"
+        );
+    }
+    // A plan from the right choice runs and matches.
+    let honest = problem.plan_with(AlgoChoice {
+        algo: plan.algo().to_raw(),
+        math_type: plan.math_type().to_raw().0,
+        workspace_bytes: need,
+    })?;
+    y.copy_from_host(&vec![f32::NAN; count(&ys)])?;
+    honest.run(&mut h, 1.0, &x, &w, 0.0, &mut y)?;
+    compare(
+        "plan from a choice",
+        0,
+        &read(&stream, &y)?,
+        &want,
+        &sc,
+        2e-5,
+    )?;
+    // A wrong-direction fixed algorithm is refused before cuDNN.
+    let bad = PlanOptions {
+        search: AlgoSearch::Fixed(ConvAlgo::from_raw(ConvDirection::BackwardData, 1)?),
+        ..PlanOptions::default()
+    };
+    ensure!(
+        matches!(problem.plan(&mut h, &bad), Err(Error::Mismatch { .. })),
+        "fixed backward-data algorithm accepted for a forward plan"
+    );
+    // Short buffers are refused before cuDNN.
+    let short = DeviceBuffer::<f32>::zeroed(count(&case.x_dims()) - 1)?;
+    let r = plan.run(&mut h, 1.0, &short, &w, 0.0, &mut y);
+    ensure!(matches!(r, Err(Error::Mismatch { .. })), "short x: {r:?}");
+    // The convenience constructor.
+    let q = h.conv_forward_plan(&xd, &wd, &conv, AlgoSearch::Heuristic)?;
+    ensure!(
+        q.output().shape() == ys.as_slice(),
+        "convenience output shape"
+    );
+    Ok(())
+}
+
+/// Issue 13, item 4: an exhaustive search measures in a temporary
+/// workspace; the handle's ends as it would after reserving just the chosen
+/// algorithm's size (compared with a second fresh handle, so the handle's
+/// own growth rule does not matter), not at the largest candidate's.
+fn exhaustive_search_sizes_workspace_to_choice() -> TestResult {
+    // Large enough that FFT and Winograd variants ask for real workspace.
+    let x = TensorDescriptor::<f32>::nchw(8, 64, 32, 32)?;
+    let w = FilterDescriptor::<f32>::nchw(64, 64, 5, 5)?;
+    let conv = ConvDescriptor::new_2d([2, 2], [1, 1], [1, 1])?;
+    let opts = PlanOptions {
+        search: AlgoSearch::Exhaustive,
+        cache: CachePolicy::Off,
+        ..PlanOptions::default()
+    };
+    let same_as_reserving = |what: &str, h: &Handle, algo: ConvAlgo, need: usize| -> TestResult {
+        let Gpu { h: mut fresh, .. } = gpu_ctx()?;
+        fresh.reserve_workspace(need)?;
+        eprintln!(
+            "exhaustive {what}: {algo}, {need} bytes; handle holds {}",
+            h.workspace_size()
+        );
+        ensure!(
+            h.workspace_size() == fresh.workspace_size(),
+            "{what} ({algo}): the handle holds {} bytes after the search, reserving the choice's {need} gives {}",
+            h.workspace_size(),
+            fresh.workspace_size()
+        );
+        Ok(())
+    };
+    let Gpu { mut h, .. } = gpu_ctx()?;
+    let p = ConvProblem::forward(&x, &w, &conv)?.plan(&mut h, &opts)?;
+    same_as_reserving("forward", &h, p.algo(), p.workspace_size())?;
+    let Gpu { mut h, .. } = gpu_ctx()?;
+    let p = ConvProblem::backward_data(&x, &w, &conv)?.plan(&mut h, &opts)?;
+    same_as_reserving("backward data", &h, p.algo(), p.workspace_size())?;
+    let Gpu { mut h, .. } = gpu_ctx()?;
+    let p = ConvProblem::backward_filter(&x, &w, &conv)?.plan(&mut h, &opts)?;
+    same_as_reserving("backward filter", &h, p.algo(), p.workspace_size())?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+
+pub fn main() {
+    let mut trials = Vec::new();
+    let layouts = [TensorFormat::Nchw, TensorFormat::Nhwc];
+    let searches = [AlgoSearch::Heuristic, AlgoSearch::Exhaustive];
+    for c in cases() {
+        for layout in layouts {
+            for search in searches {
+                let tag = |t: &str| {
+                    format!(
+                        "conv_{}_{t}_{}_{}",
+                        c.name,
+                        if layout == TensorFormat::Nchw {
+                            "nchw"
+                        } else {
+                            "nhwc"
+                        },
+                        if search == AlgoSearch::Heuristic {
+                            "heuristic"
+                        } else {
+                            "exhaustive"
+                        }
+                    )
+                };
+                let cc = c.clone();
+                trials.push(gpu(&tag("f32"), move || {
+                    conv_trial::<f32>(&cc, layout, search, MathPolicy::Default)
+                }));
+                let cc = c.clone();
+                trials.push(gpu(&tag("tf32"), move || {
+                    conv_trial::<f32>(&cc, layout, search, MathPolicy::AllowTf32)
+                }));
+                let cc = c.clone();
+                trials.push(gpu(&tag("f64"), move || {
+                    conv_trial::<f64>(&cc, layout, search, MathPolicy::Default)
+                }));
+                let cc = c.clone();
+                trials.push(gpu(&tag("f16"), move || {
+                    conv_trial::<f16>(&cc, layout, search, MathPolicy::Default)
+                }));
+                let cc = c.clone();
+                trials.push(gpu(&tag("bf16"), move || {
+                    conv_trial::<bf16>(&cc, layout, search, MathPolicy::Default)
+                }));
+            }
+        }
+    }
+    for layout in layouts {
+        let l = if layout == TensorFormat::Nchw {
+            "nchw"
+        } else {
+            "nhwc"
+        };
+        trials.push(gpu(&format!("fused_bias_activation_f32_{l}"), move || {
+            fused_trial::<f32>(layout)
+        }));
+        trials.push(gpu(&format!("fused_bias_activation_f64_{l}"), move || {
+            fused_trial::<f64>(layout)
+        }));
+        trials.push(gpu(&format!("fused_bias_activation_f16_{l}"), move || {
+            fused_trial::<f16>(layout)
+        }));
+        trials.push(gpu(&format!("fused_bias_activation_bf16_{l}"), move || {
+            fused_trial::<bf16>(layout)
+        }));
+    }
+    trials.push(gpu(
+        "second_identical_plan_hits_the_cache",
+        cache_hit_on_second_plan,
+    ));
+    trials.push(gpu("deterministic_f32_nchw_bitwise_equal", || {
+        deterministic_runs_are_bitwise_equal::<f32>(TensorFormat::Nchw)
+    }));
+    trials.push(gpu("deterministic_f16_nhwc_bitwise_equal", || {
+        deterministic_runs_are_bitwise_equal::<f16>(TensorFormat::Nhwc)
+    }));
+    trials.push(gpu(
+        "caller_workspace_limits_and_refusals",
+        caller_workspace_and_limits,
+    ));
+    trials.push(gpu(
+        "exhaustive_search_sizes_workspace_to_the_choice",
+        exhaustive_search_sizes_workspace_to_choice,
+    ));
+    run(trials)
+}
