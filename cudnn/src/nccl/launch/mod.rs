@@ -168,8 +168,9 @@ pub fn init(env: LaunchEnv) -> Result<Launch> {
             rule: format!("names this process's GPU, so it {rule}"),
             value,
         },
-        Error::NoDevice { reason } => Error::NoDevice {
+        Error::NoDevice { reason, detail } => Error::NoDevice {
             reason: format!("{reason} ({var}={lr})"),
+            detail,
         },
         other => other.with_context(format!("{var}={lr}")),
     })?;
