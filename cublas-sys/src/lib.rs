@@ -141,13 +141,10 @@ fn open_lt() -> Result<CublasLt, LoadError> {
     // cuBLAS loads the cuBLASLt beside it: try that one first, so the two
     // match and the report says where it really came from.
     let cublas_path = load().ok().and_then(|b| b.info().path.clone());
-    let list = loader::candidates_beside(
-        &SPEC_LT,
-        &loader::ProcessEnvironment,
-        SPEC.name,
-        cublas_path.as_deref(),
-    );
-    loader::load_from(&SPEC_LT, list, |lib, info| {
+    let list = |env: &dyn loader::Environment| {
+        loader::candidates_beside(&SPEC_LT, env, SPEC.name, cublas_path.as_deref())
+    };
+    loader::load_lazily(&SPEC_LT, list, |lib, info| {
         let mut t = CublasLt::resolve(lib, info);
         if let Some(v) = query_version_lt(&t) {
             if v.major < 13 {

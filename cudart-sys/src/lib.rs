@@ -35,6 +35,7 @@
 pub mod loader;
 #[doc(hidden)]
 pub mod macros;
+pub mod python_site;
 #[rustfmt::skip]
 #[path = "generated/types.rs"]
 mod types;
