@@ -169,6 +169,10 @@ fn open() -> Result<Cublas, LoadError> {
         version: None,
     });
     if let Some(v) = query_version(&t) {
+        // The same guard as when loaded: the version running decides.
+        if v.major < 13 {
+            t.forget_symbols(ABI_DIFFERS_IN_CUBLAS12);
+        }
         t.set_version(v);
     }
     Ok(t)
@@ -185,6 +189,10 @@ fn open_lt() -> Result<CublasLt, LoadError> {
         version: None,
     });
     if let Some(v) = query_version_lt(&t) {
+        // The same guard as when loaded: the version running decides.
+        if v.major < 13 {
+            t.forget_symbols(ABI_DIFFERS_IN_CUBLAS12);
+        }
         t.set_version(v);
     }
     Ok(t)

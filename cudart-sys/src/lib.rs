@@ -118,6 +118,10 @@ fn open() -> Result<Cudart, LoadError> {
         version: None,
     });
     if let Some(v) = query_version(&t) {
+        // The same guard as when loaded: the version running decides.
+        if v.major == 12 {
+            t.forget_symbols(ABI_DIFFERS_IN_CUDA12);
+        }
         t.set_version(v);
     }
     Ok(t)

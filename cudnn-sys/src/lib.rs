@@ -104,6 +104,10 @@ fn open() -> Result<Cudnn, LoadError> {
         version: None,
     });
     if let Some(v) = query_version(&t) {
+        // The same guard as when loaded: the version running decides.
+        if v.major < 9 {
+            t.forget_symbols(ABI_DIFFERS_IN_CUDNN8);
+        }
         t.set_version(v);
     }
     Ok(t)
