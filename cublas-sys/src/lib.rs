@@ -14,6 +14,15 @@
 //!
 //! cuBLAS 12 is supported at run time; the functions whose ABI differs there
 //! ([`ABI_DIFFERS_IN_CUBLAS12`]) are treated as absent when it is loaded.
+//!
+//! # Feature `link` and a run path
+//! The build script passes the folder it linked from to the build scripts of
+//! crates that list `cublas-rs-sys` (with feature `link`) in their own
+//! `[dependencies]`, as `DEP_CUDNN_RS_CUBLAS_CUBLAS_LIB_DIR` and `DEP_CUDNN_RS_CUBLAS_CUBLASLT_LIB_DIR`; such a build
+//! script can write a run path into its binaries
+//! (`cargo:rustc-link-arg=-Wl,-rpath,<folder>`), so they run without
+//! `LD_LIBRARY_PATH` (an example is in the README). The ABI guard above is
+//! kept when linked: the version read at start decides.
 
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 
