@@ -163,6 +163,12 @@ fn main() {
     for (name, _) in ENTRY_POINTS {
         trials.push(no_device(name));
     }
+    trials.push(if has_gpu() {
+        eprintln!("skipped: host::no_device::fuzz_ordinals: a CUDA device is present");
+        Trial::test("host::no_device::fuzz_ordinals", || Ok(())).with_ignored_flag(true)
+    } else {
+        host("no_device::fuzz_ordinals", fuzz_ordinals)
+    });
     trials.push(host("io_errors_carry_the_path", io_errors_carry_the_path));
     run(trials);
 }
@@ -410,6 +416,38 @@ fn check_error(name: &str, e: &Error, runtime_code: u32) -> TestResult {
             "{name}: the detail must name the failing call: {d}"
         );
     }
+    Ok(())
+}
+
+/// Any ordinal, any size: without a device every answer is "no device"
+/// (never a panic, never another kind), for the constructors that take one.
+fn fuzz_ordinals() -> TestResult {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let mut runner = TestRunner::new(Config {
+        cases: 64,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let graph = graph::require_graph_support().is_ok();
+    runner
+        .run(
+            &(any::<i32>(), any::<usize>(), 1usize..(1 << 20)),
+            |(ordinal, big, len)| {
+                let e = Device::new(big).err();
+                prop_assert!(e.as_ref().is_some_and(Error::is_no_device), "{:?}", e);
+                if graph {
+                    let e = Target::device(ordinal).err();
+                    prop_assert!(e.as_ref().is_some_and(Error::is_no_device), "{:?}", e);
+                }
+                let e = DeviceBuffer::<u8>::alloc(len).err();
+                prop_assert!(e.as_ref().is_some_and(Error::is_no_device), "{:?}", e);
+                let e = HostBuffer::<u8>::new(len).err();
+                prop_assert!(e.as_ref().is_some_and(Error::is_no_device), "{:?}", e);
+                Ok(())
+            },
+        )
+        .map_err(|e| e.to_string())?;
     Ok(())
 }
 

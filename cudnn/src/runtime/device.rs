@@ -83,9 +83,10 @@ impl Device {
     /// How many CUDA devices this process can use.
     ///
     /// # Errors
-    /// [`Error::NoDevice`] when there is no driver or no device (the runtime's
-    /// own words are kept), [`Error::Load`] when the CUDA runtime cannot be
-    /// found, [`Error::Cuda`] for other failures.
+    /// [`Error::NoDevice`] when there is no driver or no device (the crate's
+    /// reason, the runtime's code and words in its detail), [`Error::Load`]
+    /// when the CUDA runtime cannot be found, [`Error::Cuda`] for other
+    /// failures.
     #[doc(alias = "cudaGetDeviceCount")]
     pub fn count() -> Result<usize> {
         let rt = check::cudart()?;
@@ -129,8 +130,8 @@ impl Device {
     /// The device current on the calling thread.
     ///
     /// # Errors
-    /// [`Error::Cuda`] (or [`Error::NoDevice`]-like runtime errors) when there
-    /// is no usable device.
+    /// [`Error::NoDevice`] when there is no usable device; [`Error::Cuda`]
+    /// when the runtime refuses otherwise.
     #[doc(alias = "cudaGetDevice")]
     pub fn current() -> Result<Self> {
         #[cfg(test)]
@@ -179,8 +180,8 @@ impl Device {
     /// The guard is not `Send`: the current device is per host thread.
     ///
     /// # Errors
-    /// [`Error::Cuda`] (or [`Error::NoDevice`]) when the current device
-    /// cannot be read or this one cannot be made current.
+    /// [`Error::NoDevice`] without a usable device; [`Error::Cuda`] when the
+    /// current device cannot be read or this one cannot be made current.
     pub fn guard(&self) -> Result<DeviceGuard> {
         let previous = Device::current()?;
         if previous == *self {
