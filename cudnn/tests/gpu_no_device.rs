@@ -9,7 +9,7 @@ mod support;
 
 use cudnn::Error;
 use cudnn::graph::Target;
-use cudnn::runtime::{Device, DeviceBuffer, Event, Stream};
+use cudnn::runtime::{Device, DeviceBuffer, Event};
 use support::*;
 
 fn main() {
