@@ -51,13 +51,21 @@ fn visible_devices() -> String {
 /// which agree on every code of [`DRIVER_CODES`]): what is missing and what
 /// would fix it.
 pub(crate) fn reason_for(code: u32) -> String {
+    if matches!(code, 34 | 35) && crate::graph::driver::stub_loaded() {
+        return "the only CUDA driver in this process is cudnn-rs's planning stub (loaded to \
+                plan graphs because no NVIDIA driver opened): nothing can run on a GPU here; \
+                install the NVIDIA driver"
+            .to_string();
+    }
     match code {
         3 => "the CUDA driver could not be initialised; check that the NVIDIA kernel module is \
               loaded (`nvidia-smi` runs)"
             .to_string(),
-        34 => "the CUDA driver library in this process is a stub (a build-time or planning \
-               stand-in, such as cudnn-rs's own), not NVIDIA's driver: nothing can run on a GPU; \
-               remove the stub's directory from LD_LIBRARY_PATH, or install the NVIDIA driver"
+        34 => "the CUDA driver library in this process is a stub, not NVIDIA's driver: \
+               nothing can run on a GPU (cudnn-rs loads its own stub to plan graphs when no \
+               driver is installed; a toolkit's build-time `stubs` folder on LD_LIBRARY_PATH \
+               does the same); install the NVIDIA driver, or remove the `stubs` folder from \
+               LD_LIBRARY_PATH"
             .to_string(),
         35 => "the NVIDIA driver (libcuda.so.1) is missing or older than the loaded CUDA runtime \
                needs; install or update the driver (`nvidia-smi` prints its version), or load an \

@@ -170,6 +170,25 @@ fn main() {
         host("no_device::fuzz_ordinals", fuzz_ordinals)
     });
     trials.push(host("io_errors_carry_the_path", io_errors_carry_the_path));
+    // The same with the planning stub loaded as the driver (what planning a
+    // graph does without one), in a child process: the stub stays loaded.
+    if std::env::var_os(STUB_CHILD).is_some() {
+        trials.push(Trial::test("host::no_device::stub_child", stub_child));
+    } else if cannot_check("graph::").is_some() {
+        eprintln!(
+            "skipped: host::no_device::with_the_planning_stub: {:?}",
+            cannot_check("graph::")
+        );
+        trials.push(
+            Trial::test("host::no_device::with_the_planning_stub", || Ok(()))
+                .with_ignored_flag(true),
+        );
+    } else {
+        trials.push(host(
+            "no_device::with_the_planning_stub",
+            with_the_planning_stub,
+        ));
+    }
     run(trials);
 }
 
@@ -415,6 +434,71 @@ fn check_error(name: &str, e: &Error, runtime_code: u32) -> TestResult {
             d.contains(call) || d.contains("cudaGetDevice") || d.contains("cudaStreamIsCapturing"),
             "{name}: the detail must name the failing call: {d}"
         );
+    }
+    Ok(())
+}
+
+/// Set in the child process of `with_the_planning_stub`.
+const STUB_CHILD: &str = "CUDNN_RS_TEST_NO_DEVICE_STUB_CHILD";
+
+/// Run `stub_child` in a child process and require it to pass.
+fn with_the_planning_stub() -> TestResult {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = std::process::Command::new(exe)
+        .args(["--exact", "host::no_device::stub_child", "--nocapture"])
+        .env(STUB_CHILD, "1")
+        .output()
+        .map_err(|e| e.to_string())?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ensure!(
+        out.status.success() && text.contains("1 passed"),
+        "the child failed:\n{text}"
+    );
+    eprint!(
+        "{}",
+        text.lines()
+            .filter(|l| l.contains(": no usable"))
+            .map(|l| format!("{l}\n"))
+            .collect::<String>()
+    );
+    Ok(())
+}
+
+/// In the child: load the planning stub, then every runtime entry point and
+/// `Target::device` answer "no device" (the runtime's 34, a stub driver, or
+/// 35 when the runtime had looked for a driver before).
+fn stub_child() -> TestResult {
+    match graph::driver::ensure() {
+        Ok(graph::driver::Driver::Stub(_)) => {}
+        Ok(other) => {
+            eprintln!("note: {other:?} loads here; the stub case did not run");
+            return Ok(());
+        }
+        Err(e) => {
+            eprintln!("note: the planning stub is not available ({e}); the stub case did not run");
+            return Ok(());
+        }
+    }
+    let (code, _) = raw_device_count()?;
+    for name in [
+        "Stream::new",
+        "DeviceBuffer::alloc",
+        "dnn::Handle::new",
+        "graph::Target::device",
+    ] {
+        let e = call(name)?;
+        check_error(name, &e, code)?;
+        if let Error::NoDevice { reason, .. } = &e {
+            ensure!(
+                reason.contains("planning stub") && reason.contains("install the NVIDIA driver"),
+                "{name}: the reason must say the stub is the only driver: {reason}"
+            );
+        }
+        eprintln!("{name} (stub loaded): {e}");
     }
     Ok(())
 }
