@@ -324,7 +324,8 @@ fn missing() -> Option<String> {
     match Device::count() {
         Ok(0) => Some("no CUDA device: cudaGetDeviceCount reported 0 devices".into()),
         Ok(_) => None,
-        // `Error::NoDevice` reads "no CUDA device: <the runtime's reason>".
+        // `Error::NoDevice` reads "no usable CUDA device: <what is missing and
+        // what to do> (detail: <the runtime's words>)".
         Err(e) => Some(e.to_string()),
     }
 }

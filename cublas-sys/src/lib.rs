@@ -14,6 +14,15 @@
 //!
 //! cuBLAS 12 is supported at run time; the functions whose ABI differs there
 //! ([`ABI_DIFFERS_IN_CUBLAS12`]) are treated as absent when it is loaded.
+//!
+//! # Feature `link` and a run path
+//! The build script passes the folder it linked from to the build scripts of
+//! crates that list `cublas-rs-sys` (with feature `link`) in their own
+//! `[dependencies]`, as `DEP_CUDNN_RS_CUBLAS_CUBLAS_LIB_DIR` and `DEP_CUDNN_RS_CUBLAS_CUBLASLT_LIB_DIR`; such a build
+//! script can write a run path into its binaries
+//! (`cargo:rustc-link-arg=-Wl,-rpath,<folder>`), so they run without
+//! `LD_LIBRARY_PATH` (an example is in the README). The ABI guard above is
+//! kept when linked: the version read at start decides.
 
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 
@@ -141,13 +150,10 @@ fn open_lt() -> Result<CublasLt, LoadError> {
     // cuBLAS loads the cuBLASLt beside it: try that one first, so the two
     // match and the report says where it really came from.
     let cublas_path = load().ok().and_then(|b| b.info().path.clone());
-    let list = loader::candidates_beside(
-        &SPEC_LT,
-        &loader::ProcessEnvironment,
-        SPEC.name,
-        cublas_path.as_deref(),
-    );
-    loader::load_from(&SPEC_LT, list, |lib, info| {
+    let list = |env: &dyn loader::Environment| {
+        loader::candidates_beside(&SPEC_LT, env, SPEC.name, cublas_path.as_deref())
+    };
+    loader::load_lazily(&SPEC_LT, list, |lib, info| {
         let mut t = CublasLt::resolve(lib, info);
         if let Some(v) = query_version_lt(&t) {
             if v.major < 13 {
@@ -172,6 +178,10 @@ fn open() -> Result<Cublas, LoadError> {
         version: None,
     });
     if let Some(v) = query_version(&t) {
+        // The same guard as when loaded: the version running decides.
+        if v.major < 13 {
+            t.forget_symbols(ABI_DIFFERS_IN_CUBLAS12);
+        }
         t.set_version(v);
     }
     Ok(t)
@@ -188,6 +198,10 @@ fn open_lt() -> Result<CublasLt, LoadError> {
         version: None,
     });
     if let Some(v) = query_version_lt(&t) {
+        // The same guard as when loaded: the version running decides.
+        if v.major < 13 {
+            t.forget_symbols(ABI_DIFFERS_IN_CUBLAS12);
+        }
         t.set_version(v);
     }
     Ok(t)

@@ -24,6 +24,15 @@
 //! This crate also defines the CUDA types shared with `cudnn-sys` and
 //! `cublas-sys` (`cudaStream_t`, `cudaDataType`, `libraryPropertyType`, ...).
 //!
+//! # Feature `link` and a run path
+//! The build script passes the folder it linked from to the build scripts of
+//! crates that list `cudart-rs-sys` (with feature `link`) in their own
+//! `[dependencies]`, as `DEP_CUDNN_RS_CUDART_CUDART_LIB_DIR`; such a build
+//! script can write a run path into its binaries
+//! (`cargo:rustc-link-arg=-Wl,-rpath,<folder>`), so they run without
+//! `LD_LIBRARY_PATH` (an example is in the README). The ABI guard below is
+//! kept when linked: the version read at start decides.
+//!
 //! # ABI across CUDA majors
 //! The bindings come from CUDA 13 headers. A few functions keep their name
 //! but change their ABI between CUDA 12 and 13; when a CUDA 12 runtime is
@@ -35,6 +44,7 @@
 pub mod loader;
 #[doc(hidden)]
 pub mod macros;
+pub mod python_site;
 #[rustfmt::skip]
 #[path = "generated/types.rs"]
 mod types;
@@ -117,6 +127,10 @@ fn open() -> Result<Cudart, LoadError> {
         version: None,
     });
     if let Some(v) = query_version(&t) {
+        // The same guard as when loaded: the version running decides.
+        if v.major == 12 {
+            t.forget_symbols(ABI_DIFFERS_IN_CUDA12);
+        }
         t.set_version(v);
     }
     Ok(t)

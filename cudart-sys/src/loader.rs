@@ -17,10 +17,17 @@
 //! 4. the system loader by soname (honours `LD_LIBRARY_PATH`, `ld.so.cache`);
 //! 5. standard directories (`/usr/local/cuda/lib64`, distro library dirs);
 //! 6. Python environments: `nvidia/{cudnn,cu13,cublas,cuda_runtime,nccl}/lib` in
-//!    the `site-packages` of `VIRTUAL_ENV`, `CONDA_PREFIX`, the user site
+//!    the `site-packages` of `VIRTUAL_ENV`, `CONDA_PREFIX`, the `python3` on
+//!    `PATH` (its own answer: a pyenv's or the system Python's folders; asked
+//!    once per process, with a deadline, only when the places before found
+//!    nothing: see [`crate::python_site`]), the user site
 //!    (`~/.local/lib/python3*`) and the system site dirs;
 //! 7. `CUDNN_RS_FALLBACK_PATH`, like 3 but last (a checkout of this project
 //!    sets it to its fetched-library cache in `.cargo/config.toml`).
+//!
+//! An empty entry of `CUDNN_RS_SEARCH_PATH` or `CUDNN_RS_FALLBACK_PATH`
+//! (`a::b`, a leading or trailing `:`) is skipped, never read as the current
+//! folder.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -127,6 +134,11 @@ pub trait Environment {
     fn var(&self, name: &str) -> Option<OsString>;
     /// Names of the entries of a directory (empty when it cannot be read).
     fn list_dir(&self, dir: &Path) -> Vec<String>;
+    /// The `site-packages` folders the `python3` on `PATH` reports (see
+    /// [`crate::python_site`]); none by default.
+    fn python_sites(&self) -> Vec<PathBuf> {
+        Vec::new()
+    }
 }
 
 /// The real process environment and file system.
@@ -147,6 +159,22 @@ impl Environment for ProcessEnvironment {
             .unwrap_or_default();
         names.sort();
         names
+    }
+    fn python_sites(&self) -> Vec<PathBuf> {
+        crate::python_site::process_site_dirs().to_vec()
+    }
+}
+
+/// The process environment without asking Python: the first pass of
+/// [`load_with`], so the interpreter runs only when that pass finds nothing.
+struct WithoutPython;
+
+impl Environment for WithoutPython {
+    fn var(&self, name: &str) -> Option<OsString> {
+        ProcessEnvironment.var(name)
+    }
+    fn list_dir(&self, dir: &Path) -> Vec<String> {
+        ProcessEnvironment.list_dir(dir)
     }
 }
 
@@ -175,8 +203,10 @@ fn site_packages(env: &dyn Environment, prefix: &Path, leaf: &str) -> Vec<PathBu
         .filter(|n| n.starts_with("python3"))
         .map(|n| lib.join(n).join(leaf))
         .collect();
-    // Windows layout (untested).
-    out.push(prefix.join("Lib").join("site-packages"));
+    // Windows layout (untested): only on Windows.
+    if cfg!(windows) {
+        out.push(prefix.join("Lib").join("site-packages"));
+    }
     out
 }
 
@@ -218,7 +248,8 @@ pub fn candidates(spec: &LibrarySpec, env: &dyn Environment) -> Vec<Candidate> {
     // 3. search path
     let search_list = |var: &str, source: Source, push: &mut dyn FnMut(PathBuf, Source)| {
         if let Some(list) = env.var(var) {
-            for dir in std::env::split_paths(&list) {
+            // An empty entry is skipped: it would be the current folder.
+            for dir in std::env::split_paths(&list).filter(|d| !d.as_os_str().is_empty()) {
                 in_dir(&dir, source.clone(), push);
                 for sub in PYTHON_LIB_DIRS {
                     in_dir(&dir.join(sub), source.clone(), push);
@@ -246,6 +277,9 @@ pub fn candidates(spec: &LibrarySpec, env: &dyn Environment) -> Vec<Candidate> {
             }
         }
     }
+    for s in env.python_sites() {
+        sites.push((s, "python3 on PATH"));
+    }
     if let Some(home) = env.var("HOME") {
         for s in site_packages(env, &Path::new(&home).join(".local"), "site-packages") {
             sites.push((s, "user site"));
@@ -258,9 +292,7 @@ pub fn candidates(spec: &LibrarySpec, env: &dyn Environment) -> Vec<Candidate> {
     for prefix in ["/usr/local", "/usr"] {
         for leaf in ["dist-packages", "site-packages"] {
             for s in site_packages(env, Path::new(prefix), leaf) {
-                if !s.starts_with(Path::new(prefix).join("Lib")) {
-                    sites.push((s, "system site"));
-                }
+                sites.push((s, "system site"));
             }
         }
     }
@@ -664,7 +696,36 @@ pub fn load_with<T>(
     spec: &LibrarySpec,
     build: impl FnOnce(libloading::Library, LibraryInfo) -> T,
 ) -> Result<T, LoadError> {
-    load_from(spec, candidates(spec, &ProcessEnvironment), build)
+    load_lazily(spec, |env| candidates(spec, env), build)
+}
+
+/// Load `spec` from the list `list` makes for an environment, asking the
+/// Python on `PATH` only when needed: first every place of the list made
+/// without it, up to the fallback (`CUDNN_RS_FALLBACK_PATH`, which comes
+/// after the Python folders); when none opens, the whole list made with the
+/// interpreter's folders, in its order (the error then lists every place).
+pub fn load_lazily<T>(
+    spec: &LibrarySpec,
+    list: impl Fn(&dyn Environment) -> Vec<Candidate>,
+    build: impl FnOnce(libloading::Library, LibraryInfo) -> T,
+) -> Result<T, LoadError> {
+    let first: Vec<Candidate> = list(&WithoutPython)
+        .into_iter()
+        .take_while(|c| c.source != Source::Fallback)
+        .collect();
+    match open_first(spec, first) {
+        Ok((lib, found)) => Ok(build(lib, info_of(spec, found))),
+        Err(_) => load_from(spec, list(&ProcessEnvironment), build),
+    }
+}
+
+fn info_of(spec: &LibrarySpec, found: Candidate) -> LibraryInfo {
+    LibraryInfo {
+        library: spec.name,
+        path: Some(found.path),
+        source: Some(found.source),
+        version: None,
+    }
 }
 
 /// The candidates for `spec`, with the directory of `companion` (a library
@@ -704,11 +765,9 @@ pub fn load_from<T>(
     build: impl FnOnce(libloading::Library, LibraryInfo) -> T,
 ) -> Result<T, LoadError> {
     let (lib, found) = open_first(spec, list)?;
-    let info = LibraryInfo {
-        library: spec.name,
-        path: Some(found.path.clone()),
-        source: Some(found.source),
-        version: None,
-    };
-    Ok(build(lib, info))
+    Ok(build(lib, info_of(spec, found)))
 }
+
+#[cfg(test)]
+#[path = "loader_tests.rs"]
+mod tests;

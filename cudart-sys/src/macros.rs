@@ -9,7 +9,16 @@
 //!   when the table is built; a symbol the library lacks is stored as absent and
 //!   its method returns [`MissingSymbol`](crate::loader::MissingSymbol);
 //! - feature `link`: the methods call ordinary `extern "C"` declarations that
-//!   the linker resolves, and always return `Ok`.
+//!   the linker resolves, and return `Ok` unless the function was marked
+//!   absent at run time (below).
+//!
+//! In both modes the table's builder marks absent the functions whose ABI
+//! differs in the library version actually loaded (`forget_symbols`, from
+//! the version read at run time): a library older than the headers (CUDA 12,
+//! cuDNN 8, cuBLAS 12) exports some names with another signature, and a call
+//! through these declarations would pass the wrong arguments. Linking does not
+//! change which version runs (the system loader picks the file at start-up),
+//! so the guard is kept in `link` mode too.
 //!
 //! The methods have the same names and signatures in both modes, so the
 //! feature is additive.
@@ -47,6 +56,9 @@ macro_rules! __define_functions {
             $(
                 #[cfg(not(feature = "link"))]
                 $name: ::core::option::Option<unsafe extern "C" fn( $( $ty ),* ) $( -> $ret )?>,
+                /// Linked, and not marked absent for the version loaded.
+                #[cfg(feature = "link")]
+                $name: bool,
             )*
         }
 
@@ -102,6 +114,13 @@ macro_rules! __define_functions {
                 $( if skip.contains(&stringify!($name)) { self.$name = None; } )*
             }
 
+            /// Treat these symbols as absent even though the library is
+            /// linked (their ABI differs in the version loaded at run time).
+            #[cfg(feature = "link")]
+            pub(crate) fn forget_symbols(&mut self, skip: &[&str]) {
+                $( if skip.contains(&stringify!($name)) { self.$name = false; } )*
+            }
+
             /// The address of some function of the library, to ask the loader
             /// which file it came from.
             #[cfg(not(feature = "link"))]
@@ -113,7 +132,7 @@ macro_rules! __define_functions {
             /// The table for a library linked at build time.
             #[cfg(feature = "link")]
             pub(crate) fn linked(info: $crate::loader::LibraryInfo) -> Self {
-                Self { info }
+                Self { info, $( $name: true, )* }
             }
 
             /// Where the library came from and its version.
@@ -132,7 +151,8 @@ macro_rules! __define_functions {
                 self.info.version = Some(v);
             }
 
-            /// Whether the library provides `symbol` (always true when linked).
+            /// Whether the library provides `symbol` (when linked: declared,
+            /// and not marked absent for the version loaded).
             pub fn has_symbol(&self, symbol: &str) -> bool {
                 #[cfg(not(feature = "link"))]
                 {
@@ -141,7 +161,8 @@ macro_rules! __define_functions {
                 }
                 #[cfg(feature = "link")]
                 {
-                    Self::SYMBOLS.contains(&symbol)
+                    $( if symbol == stringify!($name) { return self.$name; } )*
+                    false
                 }
             }
 
@@ -175,7 +196,12 @@ macro_rules! __define_functions {
                     }
                     #[cfg(feature = "link")]
                     {
-                        // SAFETY: the caller upholds the C contract.
+                        if !self.$name {
+                            return Err(self.info.missing(stringify!($name)));
+                        }
+                        // SAFETY: the caller upholds the C contract; the
+                        // function's ABI is the loaded version's (not marked
+                        // absent above).
                         Ok(unsafe { __linked::$name( $( $arg ),* ) })
                     }
                 }

@@ -18,6 +18,15 @@
 //!   enums have the same values in both;
 //! - functions new in 9 are absent ([`ABI_DIFFERS_IN_CUDNN8`]): calling one
 //!   returns [`MissingSymbol`].
+//!
+//! # Feature `link` and a run path
+//! The build script passes the folder it linked from to the build scripts of
+//! crates that list `cudnn-rs-sys` (with feature `link`) in their own
+//! `[dependencies]`, as `DEP_CUDNN_RS_CUDNN_CUDNN_LIB_DIR`; such a build
+//! script can write a run path into its binaries
+//! (`cargo:rustc-link-arg=-Wl,-rpath,<folder>`), so they run without
+//! `LD_LIBRARY_PATH` (an example is in the README). The ABI guard above is
+//! kept when linked: the version read at start decides.
 
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 
@@ -104,6 +113,10 @@ fn open() -> Result<Cudnn, LoadError> {
         version: None,
     });
     if let Some(v) = query_version(&t) {
+        // The same guard as when loaded: the version running decides.
+        if v.major < 9 {
+            t.forget_symbols(ABI_DIFFERS_IN_CUDNN8);
+        }
         t.set_version(v);
     }
     Ok(t)

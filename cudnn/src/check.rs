@@ -184,6 +184,12 @@ pub(crate) fn cuda_status(
     let text = unsafe { api.cudaGetErrorString(st) }
         .map(text)
         .unwrap_or_default();
+    if crate::no_device::runtime_code(st.0) {
+        return Err(Error::NoDevice {
+            reason: crate::no_device::reason_for(st.0),
+            detail: Some(format!("{call} returned {} ({name}: {text})", st.0)),
+        });
+    }
     Err(Error::Cuda {
         call,
         code: st.0,

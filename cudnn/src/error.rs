@@ -12,6 +12,29 @@ use crate::sys::{cudart, cudnn as dnn};
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong.
+///
+/// A framework that falls back to the CPU without a GPU branches on
+/// [`Error::is_no_device`]: every entry point that needs a device (streams,
+/// events, allocations, pinned host memory, the cuDNN, cuBLAS and cuBLASLt
+/// handles, [`Target::device`](crate::graph::Target::device), NCCL
+/// communicators, the cudarc interop) reports a missing one as
+/// [`Error::NoDevice`], with the crate's own reason first and the library's
+/// code and text after it.
+///
+/// ```no_run
+/// # fn main() -> cudnn::Result<()> {
+/// let stream = match cudnn::runtime::Stream::new() {
+///     Ok(s) => Some(s),
+///     Err(e) if e.is_no_device() => {
+///         eprintln!("no GPU, using the CPU path: {e}");
+///         None
+///     }
+///     Err(e) => return Err(e),
+/// };
+/// # let _ = stream;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -215,11 +238,17 @@ pub enum Error {
         code: u32,
     },
 
-    /// There is no usable CUDA device.
-    #[error("no CUDA device: {reason}")]
+    /// There is no usable CUDA device: no driver, no device, a driver too
+    /// old for the loaded runtime, a stub driver, or every device busy.
+    /// Every entry point that needs a device reports it this way (see
+    /// [`Error::is_no_device`]).
+    #[error("no usable CUDA device: {reason}{}", no_device_detail(.detail))]
     NoDevice {
-        /// Why (the runtime's words).
+        /// What is missing and what would fix it, in this crate's words.
         reason: String,
+        /// What the library said (the call, its code and text), when a
+        /// library call found it; a secondary detail.
+        detail: Option<String>,
     },
 
     /// A CUDA driver API call failed (the cudarc interop, `cudnn::interop`).
@@ -263,6 +292,12 @@ fn on_rank(r: &Option<u32>) -> String {
 fn nccl_last(c: &Option<Box<str>>) -> String {
     c.as_ref()
         .map(|c| format!("; NCCL says: {c}"))
+        .unwrap_or_default()
+}
+
+fn no_device_detail(c: &Option<String>) -> String {
+    c.as_ref()
+        .map(|c| format!(" (detail: {c})"))
         .unwrap_or_default()
 }
 
@@ -328,9 +363,32 @@ impl Error {
             | Error::Nccl { context, .. } => {
                 *context = Some(text.into());
             }
+            Error::NoDevice { detail, .. } => {
+                let text = text.into();
+                *detail = Some(match detail.take() {
+                    Some(d) => format!("{d}; {text}"),
+                    None => text,
+                });
+            }
             _ => {}
         }
         self
+    }
+
+    /// Whether this error means "there is no usable CUDA device here" (no
+    /// driver, no device, a driver older than the runtime, a stub driver,
+    /// every device busy): [`Error::NoDevice`], and a runtime or driver
+    /// error ([`Error::Cuda`], [`Error::Driver`]) whose code means the same.
+    /// A framework branches on it to fall back to the CPU (example on
+    /// [`Error`]). A library that cannot be found at all is
+    /// [`Error::Load`] instead, and false here.
+    pub fn is_no_device(&self) -> bool {
+        match self {
+            Error::NoDevice { .. } => true,
+            Error::Cuda { code, .. } => crate::no_device::runtime_code(*code),
+            Error::Driver { code, .. } => crate::no_device::driver_code(*code),
+            _ => false,
+        }
     }
 
     /// The cuDNN status, when this is a cuDNN error.

@@ -17,6 +17,7 @@ pub mod graph;
 pub mod interop;
 #[cfg(feature = "nccl")]
 pub mod nccl;
+pub(crate) mod no_device;
 pub mod reference;
 pub mod runtime;
 pub mod soundness;

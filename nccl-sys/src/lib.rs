@@ -16,6 +16,14 @@
 //! `NCCL_LIB_DIR` as the override and `NCCL_HOME` as an extra root; NVIDIA's
 //! wheels put it in `site-packages/nvidia/nccl/lib`. The version, unique-id
 //! and error-string functions work without a GPU.
+//!
+//! # Feature `link` and a run path
+//! The build script passes the folder it linked from to the build scripts of
+//! crates that list `nccl-rs-sys` (with feature `link`) in their own
+//! `[dependencies]`, as `DEP_CUDNN_RS_NCCL_NCCL_LIB_DIR`; such a build
+//! script can write a run path into its binaries
+//! (`cargo:rustc-link-arg=-Wl,-rpath,<folder>`), so they run without
+//! `LD_LIBRARY_PATH` (an example is in the README).
 
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 

@@ -48,7 +48,7 @@ fn run_with(cu13: &Path, exe: Option<&Path>, args: &[String]) -> Result<(), Stri
         .arg("--cudnn-lib")
         .arg(&lib)
         .args(args)
-    .env("CUDNN_RS_REQUIRE_LIBS", "1")
+        .env("CUDNN_RS_REQUIRE_LIBS", "1")
         .env("CUDNN_RS_EXPECT_STACK", "cuda13")
         .env("CUDNN_RS_SEARCH_PATH", cu13);
     let what = "cargo run --example conformance (stack cuda13 against NVIDIA's cuDNN frontend)";

@@ -111,6 +111,45 @@ mod package_tests {
         }
     }
 
+    /// The run-path variables the docs name are the ones Cargo derives from
+    /// each -sys crate's `links` key and its build script's metadata key
+    /// (`cargo:<link>_lib_dir=`): `DEP_<LINKS>_<LINK>_LIB_DIR`, upper case.
+    #[test]
+    fn run_path_variables_in_the_docs_match_the_links_metadata() {
+        let text = |rel: &str| String::from_utf8(read(rel)).expect("UTF-8");
+        let build = text("cudart-sys/build.rs");
+        assert!(
+            build.contains(r#"println!("cargo:{}_lib_dir={}", l.link, dir.display());"#),
+            "the build script's metadata key changed: update the docs and this test"
+        );
+        let root = text("README.md");
+        for (krate, links) in [
+            ("cudart-sys", &["cudart"][..]),
+            ("cudnn-sys", &["cudnn"][..]),
+            ("cublas-sys", &["cublas", "cublasLt"][..]),
+            ("nccl-sys", &["nccl"][..]),
+        ] {
+            let manifest = text(&format!("{krate}/Cargo.toml"));
+            let key = manifest
+                .lines()
+                .find_map(|l| l.strip_prefix("links = "))
+                .map(|v| v.trim_matches('"').to_string())
+                .unwrap_or_else(|| panic!("{krate}: no links key"));
+            let readme = text(&format!("{krate}/README.md"));
+            let docs = text(&format!("{krate}/src/lib.rs"));
+            for link in links {
+                assert!(
+                    build.contains(&format!("link: \"{link}\"")),
+                    "build.rs links no {link}"
+                );
+                let var = format!("DEP_{}_{}_LIB_DIR", key, link).to_uppercase();
+                for (what, t) in [("README.md", &root), ("README", &readme), ("lib.rs", &docs)] {
+                    assert!(t.contains(&var), "{krate}: {what} does not name {var}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn every_published_crate_carries_the_licenses() {
         for l in ["LICENSE-MIT", "LICENSE-APACHE"] {

@@ -134,8 +134,9 @@ impl Handle {
     /// [`Error::WrongThread`] (first) for another thread's
     /// [`Stream::per_thread`]; [`Error::DeviceMismatch`] for a stream of
     /// another device;
-    /// [`Error::Cublas`] from `cublasCreate` (without a usable device:
-    /// `CUBLAS_STATUS_NOT_INITIALIZED`); [`Error::Load`].
+    /// [`Error::NoDevice`] without a usable device (cuBLAS's
+    /// `CUBLAS_STATUS_NOT_INITIALIZED` kept in its detail);
+    /// [`Error::Cublas`] from `cublasCreate` otherwise; [`Error::Load`].
     #[doc(alias = "cublasCreate")]
     #[doc(alias = "cublasCreate_v2")]
     pub fn new(stream: &Stream) -> Result<Self> {
@@ -148,7 +149,10 @@ impl Handle {
         let api = check::cublas()?;
         let mut raw: cublasHandle_t = ptr::null_mut();
         // SAFETY: `raw` is a valid, writable out-pointer.
-        unsafe { cublas_call!(api, cublasCreate_v2(&mut raw)) }?;
+        // cuBLAS says only NOT_INITIALIZED without a device: the runtime is
+        // asked why.
+        unsafe { cublas_call!(api, cublasCreate_v2(&mut raw)) }
+            .map_err(crate::no_device::explain)?;
         let raw = NonNull::new(raw)
             .ok_or_else(|| Error::invalid("handle", "cublasCreate returned null", "null"))?;
         let device = match Device::current() {

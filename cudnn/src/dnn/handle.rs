@@ -116,8 +116,9 @@ impl Handle {
     /// [`Stream::per_thread`]; [`Error::DeviceMismatch`] for a stream of
     /// another device;
     /// [`Error::Unsupported`] naming the version when the loaded cuDNN is
-    /// older than 8.9; [`Error::Cudnn`] from `cudnnCreate` (without a usable
-    /// device: `CUDNN_STATUS_NOT_INITIALIZED`); [`Error::Load`].
+    /// older than 8.9; [`Error::NoDevice`] without a usable device (cuDNN's
+    /// `CUDNN_STATUS_NOT_INITIALIZED` kept in its detail); [`Error::Cudnn`]
+    /// from `cudnnCreate` otherwise; [`Error::Load`].
     #[doc(alias = "cudnnCreate")]
     pub fn new(stream: &Stream) -> Result<Self> {
         // Held until the handle is bound: a capture of `stream` does not
@@ -130,7 +131,9 @@ impl Handle {
         let api = check::cudnn()?;
         let mut raw: cudnnHandle_t = ptr::null_mut();
         // SAFETY: `raw` is a valid, writable out-pointer.
-        unsafe { cudnn_call!(api, cudnnCreate(&mut raw)) }?;
+        // cuDNN says only NOT_INITIALIZED without a device: the runtime is
+        // asked why.
+        unsafe { cudnn_call!(api, cudnnCreate(&mut raw)) }.map_err(crate::no_device::explain)?;
         let raw = NonNull::new(raw)
             .ok_or_else(|| Error::invalid("handle", "cudnnCreate returned null", "null"))?;
         let device = match Device::current() {

@@ -52,6 +52,12 @@ pub fn ensure() -> Result<Driver> {
         })
 }
 
+/// Whether this process planned with the project's stub as its driver (no
+/// real driver opened): the runtime then finds no usable driver either.
+pub(crate) fn stub_loaded() -> bool {
+    matches!(DRIVER.get(), Some(Ok(Driver::Stub(_))))
+}
+
 fn open() -> std::result::Result<Driver, String> {
     // SAFETY: opening the system's libcuda runs its initialisers, which is
     // what cuDNN would do itself when it loads its engines.

@@ -883,7 +883,8 @@ impl Plan {
     /// A binding missing; the handle's device of another architecture than
     /// the plan's target (typed `Unsupported`, before cuDNN is called); the
     /// plan's descriptor held by this thread; cuDNN's refusal (no device:
-    /// `NOT_INITIALIZED` at handle creation already).
+    /// [`Error::NoDevice`](crate::Error::NoDevice) at handle creation
+    /// already).
     #[doc(alias = "cudnnBackendExecute")]
     pub fn execute(
         &self,

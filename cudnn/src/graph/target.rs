@@ -406,14 +406,35 @@ impl DeviceProperties {
     /// The properties of a live device, as cuDNN reads them (`CUDNN_ATTR_DEVICEPROP_DEVICE_ID`).
     ///
     /// # Errors
-    /// No such device, or cuDNN < 9.8.
+    /// [`Error::NoDevice`] when there is no usable device (cuDNN's own
+    /// status kept in its detail); [`Error::InvalidArgument`] naming the
+    /// ordinal and the device count when there is no such device;
+    /// [`Error::Unsupported`] with a cuDNN older than 9.8.
     pub fn from_device(ordinal: i32) -> Result<Self> {
         super::require_graph_support()?;
-        let mut d = Descriptor::<kind::DeviceProp>::new()?;
-        d.set(attr::DEVICEPROP_DEVICE_ID, &[ordinal])?;
-        d.finalize()?;
-        let json = read_json(&d)?;
-        Self::from_json(&json)
+        // cuDNN answers NOT_INITIALIZED both without a device and for an
+        // ordinal past the last one: the runtime is asked first.
+        match crate::runtime::Device::count() {
+            Ok(0) => return Err(crate::no_device::zero_devices()),
+            Ok(n) if usize::try_from(ordinal).map_or(true, |o| o >= n) => {
+                return Err(Error::invalid(
+                    "ordinal",
+                    format!("must name a CUDA device, 0..={} here", n - 1),
+                    ordinal,
+                ));
+            }
+            Err(e) if e.is_no_device() => return Err(e),
+            // A runtime that cannot be asked: cuDNN is, and its answer explained.
+            _ => {}
+        }
+        let props = || -> Result<Self> {
+            let mut d = Descriptor::<kind::DeviceProp>::new()?;
+            d.set(attr::DEVICEPROP_DEVICE_ID, &[ordinal])?;
+            d.finalize()?;
+            let json = read_json(&d)?;
+            Self::from_json(&json)
+        };
+        props().map_err(crate::no_device::explain)
     }
 
     /// The JSON cuDNN reads.
@@ -526,7 +547,9 @@ impl Target {
     /// A live device.
     ///
     /// # Errors
-    /// No such device, or cuDNN < 9.8.
+    /// As [`DeviceProperties::from_device`]: [`Error::NoDevice`] without a
+    /// usable device, [`Error::InvalidArgument`] for no such device, or
+    /// cuDNN < 9.8.
     pub fn device(ordinal: i32) -> Result<Self> {
         Ok(Target::Device {
             ordinal,

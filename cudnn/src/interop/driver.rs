@@ -46,8 +46,9 @@ pub fn probe_driver() -> Result<()> {
                     return Err(Error::NoDevice {
                         reason: format!(
                             "`{name}` is the cudnn-rs planning stub (no NVIDIA driver in this \
-                             process): cudarc cannot run on it"
+                             process): cudarc cannot run on it; install the NVIDIA driver"
                         ),
+                        detail: None,
                     });
                 }
                 return Ok(());
@@ -61,15 +62,16 @@ pub fn probe_driver() -> Result<()> {
         }
     }
     Err(Error::NoDevice {
-        reason: format!(
-            "the CUDA driver library does not load, so cudarc cannot start (tried {})",
-            tried.join("; ")
-        ),
+        reason: "the NVIDIA driver library (libcuda.so.1) does not load, so cudarc cannot \
+                 start; install the NVIDIA driver"
+            .to_string(),
+        detail: Some(format!("tried {}", tried.join("; "))),
     })
 }
 
 /// A cudarc [`DriverError`] as this crate's [`Error::Driver`], naming
-/// `call`. The name and text come from the driver (`cuGetErrorName`,
+/// `call` ([`Error::is_no_device`] is true for the codes that mean no usable
+/// device, such as `CUDA_ERROR_NO_DEVICE`). The name and text come from the driver (`cuGetErrorName`,
 /// `cuGetErrorString`) when it loads; without one (an error value made by
 /// hand: cudarc would panic asking) they read "unknown".
 pub fn driver_error(call: &'static str, e: DriverError) -> Error {
@@ -102,14 +104,28 @@ fn guarded_opt<R>(f: impl FnOnce() -> Option<R>) -> Option<R> {
 
 /// Run a cudarc call that may panic (library or symbol missing), turning a
 /// panic into [`Error::NoDevice`] with cudarc's message and a
-/// [`DriverError`] into [`Error::Driver`].
+/// [`DriverError`] into [`Error::Driver`] ([`Error::NoDevice`] for the codes
+/// that mean no usable device).
 pub(crate) fn guarded<R>(
     call: &'static str,
     f: impl FnOnce() -> std::result::Result<R, DriverError>,
 ) -> Result<R> {
     match panic::catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(r)) => Ok(r),
-        Ok(Err(e)) => Err(driver_error(call, e)),
+        // The crate's own entry points report "no usable device" typed.
+        Ok(Err(e)) => Err(match driver_error(call, e) {
+            Error::Driver {
+                call,
+                code,
+                name,
+                text,
+                ..
+            } if crate::no_device::driver_code(code) => Error::NoDevice {
+                reason: crate::no_device::reason_for(code),
+                detail: Some(format!("{call} returned {code} ({name}: {text})")),
+            },
+            other => other,
+        }),
         Err(payload) => {
             let msg = payload
                 .downcast_ref::<String>()
@@ -117,7 +133,11 @@ pub(crate) fn guarded<R>(
                 .or_else(|| payload.downcast_ref::<&str>().copied())
                 .unwrap_or("(no message)");
             Err(Error::NoDevice {
-                reason: format!("cudarc panicked in {call}: {msg}"),
+                reason: format!(
+                    "cudarc could not reach the CUDA driver in {call} (a library or symbol is \
+                     missing); install or update the NVIDIA driver"
+                ),
+                detail: Some(format!("cudarc panicked: {msg}")),
             })
         }
     }

@@ -153,7 +153,11 @@ pub(crate) fn take_families(calls: &[&Recorded<'_>]) -> Result<Vec<FamilyUse>> {
 /// they are.
 pub(crate) fn add_note(mut e: Error, note: &str) -> Error {
     match &mut e {
-        Error::Nccl { context, .. } | Error::Cuda { context, .. } => {
+        Error::Nccl { context, .. }
+        | Error::Cuda { context, .. }
+        | Error::NoDevice {
+            detail: context, ..
+        } => {
             *context = Some(match context.take() {
                 Some(c) => format!("{c}; {note}"),
                 None => note.to_string(),

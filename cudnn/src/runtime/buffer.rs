@@ -147,8 +147,9 @@ impl<T: DataType> DeviceBuffer<T> {
     /// unspecified (but every bit pattern is a valid `T`).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when the byte size overflows; [`Error::Cuda`]
-    /// (e.g. out of memory, no device); [`Error::CaptureUnsafe`] inside a
+    /// [`Error::InvalidArgument`] when the byte size overflows;
+    /// [`Error::NoDevice`] without a usable device (the size in its detail);
+    /// [`Error::Cuda`] (e.g. out of memory); [`Error::CaptureUnsafe`] inside a
     /// [`Stream::capture`] closure (allocate before the capture).
     #[doc(alias = "cudaMalloc")]
     pub fn alloc(len: usize) -> Result<Self> {

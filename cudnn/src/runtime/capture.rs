@@ -255,7 +255,8 @@ pub(crate) fn forbid_allocation_during_capture(
 /// `cublasCreate` allocate and may synchronize): refused inside a capture
 /// closure on this thread (no runtime call) and on a capturing stream. A
 /// failed capture query is not an answer: the creation goes on and reports
-/// the real failure (no device: the library's own status).
+/// the real failure (no device: [`Error::NoDevice`], the library's status
+/// in its detail).
 ///
 /// # Errors
 /// [`Error::CaptureUnsafe`] naming `op`.

@@ -18,7 +18,7 @@ use std::marker::PhantomData;
 
 use crate::check::{self, cuda_call};
 use crate::error::{Error, Result};
-use crate::sys::cudart::{self, cudaDeviceAttr, cudaError};
+use crate::sys::cudart::{self, cudaDeviceAttr};
 
 /// A CUDA device, by ordinal. Cheap to copy; owns nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -79,46 +79,21 @@ pub struct MemoryInfo {
     pub total: usize,
 }
 
-/// Statuses that mean "there is no usable device here" rather than "a call
-/// went wrong": they become [`Error::NoDevice`].
-fn means_no_device(st: cudaError) -> bool {
-    matches!(
-        st,
-        cudaError::cudaErrorNoDevice
-            | cudaError::cudaErrorInsufficientDriver
-            | cudaError::cudaErrorStubLibrary
-            | cudaError::cudaErrorDevicesUnavailable
-            | cudaError::cudaErrorSystemDriverMismatch
-            | cudaError::cudaErrorCompatNotSupportedOnDevice
-    )
-}
-
 impl Device {
     /// How many CUDA devices this process can use.
     ///
     /// # Errors
-    /// [`Error::NoDevice`] when there is no driver or no device (the runtime's
-    /// own words are kept), [`Error::Load`] when the CUDA runtime cannot be
-    /// found, [`Error::Cuda`] for other failures.
+    /// [`Error::NoDevice`] when there is no driver or no device (the crate's
+    /// reason, the runtime's code and words in its detail), [`Error::Load`]
+    /// when the CUDA runtime cannot be found, [`Error::Cuda`] for other
+    /// failures.
     #[doc(alias = "cudaGetDeviceCount")]
     pub fn count() -> Result<usize> {
         let rt = check::cudart()?;
         let mut n: c_int = 0;
+        // The checked path maps the no-device codes to `Error::NoDevice`.
         // SAFETY: `n` is a valid, writable out-pointer for the duration of the call.
-        let st = unsafe { rt.cudaGetDeviceCount(&mut n) }?;
-        if means_no_device(st) {
-            let err = check::cuda_status(rt, "cudaGetDeviceCount", st);
-            let reason = match err {
-                Err(Error::Cuda {
-                    code, name, text, ..
-                }) => {
-                    format!("cudaGetDeviceCount returned {code} ({name}: {text})")
-                }
-                _ => format!("cudaGetDeviceCount returned {}", st.0),
-            };
-            return Err(Error::NoDevice { reason });
-        }
-        check::cuda_status(rt, "cudaGetDeviceCount", st)?;
+        unsafe { cuda_call!(rt, cudaGetDeviceCount(&mut n)) }?;
         Ok(usize::try_from(n).unwrap_or(0))
     }
 
@@ -132,9 +107,7 @@ impl Device {
     pub fn new(ordinal: usize) -> Result<Self> {
         let count = Self::count()?;
         if count == 0 {
-            return Err(Error::NoDevice {
-                reason: "cudaGetDeviceCount reported 0 devices".into(),
-            });
+            return Err(crate::no_device::zero_devices());
         }
         if ordinal >= count {
             return Err(Error::invalid(
@@ -157,8 +130,8 @@ impl Device {
     /// The device current on the calling thread.
     ///
     /// # Errors
-    /// [`Error::Cuda`] (or [`Error::NoDevice`]-like runtime errors) when there
-    /// is no usable device.
+    /// [`Error::NoDevice`] when there is no usable device; [`Error::Cuda`]
+    /// when the runtime refuses otherwise.
     #[doc(alias = "cudaGetDevice")]
     pub fn current() -> Result<Self> {
         #[cfg(test)]
@@ -207,8 +180,8 @@ impl Device {
     /// The guard is not `Send`: the current device is per host thread.
     ///
     /// # Errors
-    /// [`Error::Cuda`] (or [`Error::NoDevice`]) when the current device
-    /// cannot be read or this one cannot be made current.
+    /// [`Error::NoDevice`] without a usable device; [`Error::Cuda`] when the
+    /// current device cannot be read or this one cannot be made current.
     pub fn guard(&self) -> Result<DeviceGuard> {
         let previous = Device::current()?;
         if previous == *self {

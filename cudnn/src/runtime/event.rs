@@ -68,7 +68,8 @@ impl Event {
     /// A new event with timing enabled.
     ///
     /// # Errors
-    /// [`Error::Cuda`] when there is no usable device or the runtime refuses.
+    /// [`Error::NoDevice`] when there is no usable device; [`Error::Cuda`]
+    /// when the runtime refuses.
     #[doc(alias = "cudaEventCreate")]
     pub fn new() -> Result<Self> {
         Self::with_flags(EventFlags::DEFAULT)

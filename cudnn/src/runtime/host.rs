@@ -50,8 +50,9 @@ impl<T: DataType> HostBuffer<T> {
     /// Allocate `len` zeroed elements of pinned host memory.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when the byte size overflows; [`Error::Cuda`]
-    /// (no device, out of pinned memory).
+    /// [`Error::InvalidArgument`] when the byte size overflows;
+    /// [`Error::NoDevice`] without a usable device; [`Error::Cuda`] (out of
+    /// pinned memory).
     #[doc(alias = "cudaMallocHost")]
     pub fn new(len: usize) -> Result<Self> {
         let bytes = byte_len::<T>(len)?;

@@ -521,8 +521,8 @@ impl Stream {
     /// synchronizes with the legacy default stream).
     ///
     /// # Errors
-    /// [`Error::Cuda`](crate::Error::Cuda) when there is no usable device or
-    /// the runtime refuses.
+    /// [`Error::NoDevice`](crate::Error::NoDevice) when there is no usable
+    /// device; [`Error::Cuda`](crate::Error::Cuda) when the runtime refuses.
     #[doc(alias = "cudaStreamCreate")]
     pub fn new() -> Result<Self> {
         Self::with_flags(StreamFlags::DEFAULT)

@@ -210,7 +210,8 @@ fn unit_documented_sticky_codes_are_lost() {
     }
     assert_eq!(CONTEXT_LOST, documented);
     assert!(!context_lost(&Error::NoDevice {
-        reason: "cudarc panicked".into()
+        reason: "cudarc panicked".into(),
+        detail: None,
     }));
 }
 
@@ -229,6 +230,7 @@ fn unit_other_errors_are_stuck_at_once_without_retry() {
         cuda(400),
         Error::NoDevice {
             reason: "cudarc panicked".into(),
+            detail: None,
         },
     ] {
         let released = Rc::new(Cell::new(0));

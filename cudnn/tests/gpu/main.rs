@@ -31,6 +31,7 @@ mod graph_workspace;
 mod nccl;
 mod nccl_devices;
 mod nccl_faults;
+mod no_device;
 mod ops;
 mod rnn;
 mod runtime;
@@ -57,6 +58,7 @@ fn main() {
         ("nccl", nccl::main),
         ("nccl_devices", nccl_devices::main),
         ("nccl_faults", nccl_faults::main),
+        ("no_device", no_device::main),
         ("ops", ops::main),
         ("rnn", rnn::main),
         ("runtime", runtime::main),

@@ -44,7 +44,7 @@ fn no_driver() -> TestResult {
             eprintln!("note: a real libcuda loads here; the no-driver checks did not run");
             return Ok(());
         }
-        Err(Error::NoDevice { reason }) => ensure!(
+        Err(Error::NoDevice { reason, .. }) => ensure!(
             reason.contains("libcuda.so.1") && reason.contains("does not load"),
             "the probe's reason names the file: {reason}"
         ),
@@ -78,7 +78,7 @@ fn no_driver() -> TestResult {
         Ok(cudnn::graph::driver::Driver::Stub(_)) => {
             let p = interop::probe_driver();
             ensure!(
-                matches!(&p, Err(Error::NoDevice { reason }) if reason.contains("planning stub")),
+                matches!(&p, Err(Error::NoDevice { reason, .. }) if reason.contains("planning stub")),
                 "probe with the stub loaded: {p:?}"
             );
             let c = interop::context(0);

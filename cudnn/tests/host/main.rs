@@ -39,6 +39,7 @@ mod nccl_groups;
 mod nccl_rendezvous;
 mod nccl_rendezvous_attacks;
 mod nccl_rendezvous_tcp;
+mod no_device;
 mod ops;
 mod plan_json_softmax;
 mod plan_reload;
@@ -79,6 +80,7 @@ fn main() {
         ("nccl_rendezvous", nccl_rendezvous::main),
         ("nccl_rendezvous_attacks", nccl_rendezvous_attacks::main),
         ("nccl_rendezvous_tcp", nccl_rendezvous_tcp::main),
+        ("no_device", no_device::main),
         ("ops", ops::main),
         ("plan_json_softmax", plan_json_softmax::main),
         ("plan_reload", plan_reload::main),
@@ -111,6 +113,7 @@ fn main() {
         ("CUDNN_RS_RELOAD_PROBE_BLOCK", "plan_reload"),
         ("CUDNN_RS_TRUST_CHILD_UMASK", "plan_trust"),
         ("HOST_NCCL_RDZV_CHILD", "nccl_rendezvous"),
+        ("CUDNN_RS_TEST_NO_DEVICE_STUB_CHILD", "no_device"),
         ("HOST_NCCL_RDZV_FROM_ENV", "nccl_rendezvous"),
     ];
     support::run_modules(modules, children)

@@ -55,8 +55,9 @@ impl LtHandle {
     /// ([`Handle::recommended_workspace_size`](super::super::Handle::recommended_workspace_size)).
     ///
     /// # Errors
-    /// [`Error::Cublas`] from `cublasLtCreate` (without a usable device:
-    /// `CUBLAS_STATUS_NOT_INITIALIZED`); [`Error::Cuda`]; [`Error::Load`].
+    /// [`Error::NoDevice`] without a usable device (a cuBLASLt status kept
+    /// in its detail); [`Error::Cublas`] from `cublasLtCreate` otherwise;
+    /// [`Error::Cuda`]; [`Error::Load`].
     #[doc(alias = "cublasLtCreate")]
     pub fn new(stream: &Stream) -> Result<Self> {
         let mut h = Self::with_workspace(stream, 0)?;
@@ -78,7 +79,7 @@ impl LtHandle {
         let api = cublas_lt()?;
         let mut raw: cublasLtHandle_t = ptr::null_mut();
         // SAFETY: `raw` is a valid, writable out-pointer.
-        unsafe { lt_call!(api, cublasLtCreate(&mut raw)) }?;
+        unsafe { lt_call!(api, cublasLtCreate(&mut raw)) }.map_err(crate::no_device::explain)?;
         let raw = NonNull::new(raw)
             .ok_or_else(|| Error::invalid("handle", "cublasLtCreate returned null", "null"))?;
         let device = match Device::current() {

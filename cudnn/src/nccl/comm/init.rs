@@ -78,13 +78,21 @@ impl Communicator {
     /// # Errors
     /// [`Error::InGroup`] inside a [`group`](crate::nccl::group);
     /// [`Error::InvalidArgument`] when `size` is 0 or `rank >= size` (before
-    /// NCCL is called); [`Error::Nccl`] naming the rank when NCCL fails (no
-    /// device, the other ranks never came).
+    /// NCCL is called); [`Error::NoDevice`] without a usable device (before
+    /// NCCL is called); [`Error::Nccl`] naming the rank when NCCL fails
+    /// (the other ranks never came).
     #[doc(alias = "ncclCommInitRank")]
     pub fn init_rank(id: &UniqueId, rank: usize, size: usize) -> Result<Self> {
         depth::refuse("Communicator::init_rank", WHY_LIFECYCLE)?;
         Ranks::new(rank, size)?;
         let api = api()?;
+        // Without a device NCCL answers only ncclUnhandledCudaError (and
+        // may leave its internal group open, see `init_rank_timeout`): the
+        // runtime is asked first, for a typed `NoDevice`.
+        if Device::count()? == 0 {
+            return Err(crate::no_device::zero_devices());
+        }
+        Device::current()?;
         // A member before NCCL is called: see `clique::join`.
         let member = clique::join(&id.to_bytes(), rank, size);
         let mut raw: sys::ncclComm_t = ptr::null_mut();
@@ -124,8 +132,9 @@ impl Communicator {
     /// communicators and `Drop`).
     ///
     /// # Errors
-    /// As [`init_rank`](Self::init_rank); [`Error::NoDevice`] (or
-    /// [`Error::Cuda`]) when no device is current, before NCCL is called;
+    /// As [`init_rank`](Self::init_rank); [`Error::NoDevice`] without a
+    /// usable device (or [`Error::Cuda`] when no device can be made
+    /// current), before NCCL is called;
     /// [`Error::Timeout`] at the deadline; [`Error::MissingSymbol`] with an
     /// NCCL older than 2.14.
     #[doc(alias = "ncclCommInitRankConfig")]
@@ -144,9 +153,7 @@ impl Communicator {
         // 2.32.3), leaving later calls on this thread deferred. So the
         // device is checked here first.
         if Device::count()? == 0 {
-            return Err(Error::NoDevice {
-                reason: "cudaGetDeviceCount reported 0 devices".into(),
-            });
+            return Err(crate::no_device::zero_devices());
         }
         Device::current()?;
         // A member before NCCL is called: see `clique::join`.
@@ -239,7 +246,8 @@ impl Communicator {
     /// # Errors
     /// [`Error::InGroup`] inside a [`group`](crate::nccl::group);
     /// [`Error::InvalidArgument`] when `devices` is empty or names a device
-    /// twice; [`Error::Nccl`] when NCCL fails.
+    /// twice; [`Error::NoDevice`] when NCCL fails and the runtime sees no
+    /// usable device; [`Error::Nccl`] when NCCL fails otherwise.
     #[doc(alias = "ncclCommInitAll")]
     pub fn init_all(devices: &[Device]) -> Result<Vec<Self>> {
         depth::refuse("Communicator::init_all", WHY_LIFECYCLE)?;
@@ -279,7 +287,7 @@ impl Communicator {
         let in_progress = r == sys::ncclResult_t::ncclInProgress;
         if !in_progress {
             // A failure NCCL reported at once: nothing of it runs on.
-            super::super::check_result("ncclCommInitAll", r)?;
+            super::super::check_result("ncclCommInitAll", r).map_err(crate::no_device::explain)?;
         }
         // Every slot is written before ncclCommInitAll returns (each
         // rank's communicator is allocated before its job starts).

@@ -85,7 +85,10 @@
 //! a symbolic link cannot redirect it).
 //!
 //! Under torchrun itself, `MASTER_PORT` is taken by torchrun's own store:
-//! set `CUDNN_RS_RENDEZVOUS=tcp://$MASTER_ADDR:<another port>`.
+//! set `CUDNN_RS_RENDEZVOUS=tcp://$MASTER_ADDR:<another port>`. When rank 0
+//! finds the port in use, its [`Error::Rendezvous`] says so first and names
+//! that variable (and that this is torchrun's store, when torchrun's
+//! variables such as `TORCHELASTIC_RUN_ID` are set).
 
 mod address;
 mod deadline;
@@ -111,6 +114,7 @@ mod file {
         Err(WHY.into())
     }
 }
+mod in_use;
 mod tcp;
 
 use std::time::Duration;
@@ -168,8 +172,9 @@ pub fn init(env: LaunchEnv) -> Result<Launch> {
             rule: format!("names this process's GPU, so it {rule}"),
             value,
         },
-        Error::NoDevice { reason } => Error::NoDevice {
+        Error::NoDevice { reason, detail } => Error::NoDevice {
             reason: format!("{reason} ({var}={lr})"),
+            detail,
         },
         other => other.with_context(format!("{var}={lr}")),
     })?;

@@ -273,6 +273,7 @@ pub(crate) fn serve(
 ) -> Result<(), String> {
     let addrs = resolve_until(host, port, deadline)?;
     let mut errors = Vec::new();
+    let mut in_use = 0;
     let mut listener = None;
     for a in &addrs {
         if remote_ranks && a.ip().is_loopback() {
@@ -287,8 +288,20 @@ pub(crate) fn serve(
                 listener = Some(l);
                 break;
             }
-            Err(e) => errors.push(format!("{a}: {e}")),
+            Err(e) => {
+                in_use += usize::from(e.kind() == std::io::ErrorKind::AddrInUse);
+                errors.push(format!("{a}: {e}"));
+            }
         }
+    }
+    if listener.is_none() && in_use > 0 && in_use == errors.len() {
+        // Taken (torchrun's own store on MASTER_PORT): say what to set first.
+        let var = |name: &str| std::env::var(name).ok();
+        return Err(format!(
+            "{} ({})",
+            super::in_use::hint(host, port, &var),
+            errors.join("; ")
+        ));
     }
     let listener = listener.ok_or_else(|| {
         format!(

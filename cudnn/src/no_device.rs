@@ -1,0 +1,293 @@
+//! "There is no usable CUDA device here", as one typed error.
+//!
+//! Every entry point that needs a device reports the absence of one as
+//! [`Error::NoDevice`]: the CUDA runtime's own "no driver / no device /
+//! insufficient driver / stub driver" codes are mapped where they arise
+//! (`check::cuda_status`), and libraries that only say
+//! `NOT_INITIALIZED` (cuDNN's and cuBLAS's handle creation, cuDNN's
+//! device-properties descriptor, NCCL's initialisation) are explained by
+//! asking the runtime, after the failure, whether it sees a device
+//! ([`explain`]). The reason is ours (what is missing and what would fix
+//! it); the library's code and text follow as the secondary `detail`.
+
+use std::ffi::c_int;
+
+use crate::error::Error;
+
+/// CUDA runtime codes (`cudaError_t`) that mean "no usable device here"
+/// rather than "this call went wrong".
+pub(crate) const RUNTIME_CODES: [u32; 8] = [
+    3,   // cudaErrorInitializationError
+    34,  // cudaErrorStubLibrary
+    35,  // cudaErrorInsufficientDriver
+    46,  // cudaErrorDevicesUnavailable
+    100, // cudaErrorNoDevice
+    802, // cudaErrorSystemNotReady
+    803, // cudaErrorSystemDriverMismatch
+    804, // cudaErrorCompatNotSupportedOnDevice
+];
+
+/// CUDA driver codes (`CUresult`) with that meaning: the runtime's numbers
+/// where the driver API has the same condition (it has no 35, and its 3,
+/// `CUDA_ERROR_NOT_INITIALIZED`, means `cuInit` was not called).
+pub(crate) const DRIVER_CODES: [u32; 6] = [
+    34,  // CUDA_ERROR_STUB_LIBRARY
+    46,  // CUDA_ERROR_DEVICE_UNAVAILABLE
+    100, // CUDA_ERROR_NO_DEVICE
+    802, // CUDA_ERROR_SYSTEM_NOT_READY
+    803, // CUDA_ERROR_SYSTEM_DRIVER_MISMATCH
+    804, // CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE
+];
+
+/// What `CUDA_VISIBLE_DEVICES` says, for the reasons below.
+fn visible_devices() -> String {
+    match std::env::var("CUDA_VISIBLE_DEVICES") {
+        Ok(v) => format!("CUDA_VISIBLE_DEVICES is {v:?}"),
+        Err(_) => "CUDA_VISIBLE_DEVICES is not set".to_string(),
+    }
+}
+
+/// The crate's own words for a no-device code (runtime or driver numbering,
+/// which agree on every code of [`DRIVER_CODES`]): what is missing and what
+/// would fix it.
+pub(crate) fn reason_for(code: u32) -> String {
+    if matches!(code, 34 | 35) && crate::graph::driver::stub_loaded() {
+        return "the only CUDA driver in this process is cudnn-rs's planning stub (loaded to \
+                plan graphs because no NVIDIA driver opened): nothing can run on a GPU here; \
+                install the NVIDIA driver"
+            .to_string();
+    }
+    match code {
+        3 => "the CUDA driver could not be initialised; check that the NVIDIA kernel module is \
+              loaded (`nvidia-smi` runs)"
+            .to_string(),
+        34 => "the CUDA driver library in this process is a stub, not NVIDIA's driver: \
+               nothing can run on a GPU (cudnn-rs loads its own stub to plan graphs when no \
+               driver is installed; a toolkit's build-time `stubs` folder on LD_LIBRARY_PATH \
+               does the same); install the NVIDIA driver, or remove the `stubs` folder from \
+               LD_LIBRARY_PATH"
+            .to_string(),
+        35 => "the NVIDIA driver (libcuda.so.1) is missing or older than the loaded CUDA runtime \
+               needs; install or update the driver (`nvidia-smi` prints its version), or load an \
+               older CUDA stack with CUDNN_RS_SEARCH_PATH"
+            .to_string(),
+        46 => "every CUDA device is busy or unavailable (exclusive or prohibited compute mode); \
+               see `nvidia-smi -q -d COMPUTE`"
+            .to_string(),
+        100 => format!(
+            "the NVIDIA driver is loaded but reports no CUDA device ({}); check `nvidia-smi`",
+            visible_devices()
+        ),
+        802 => "the system is not ready for CUDA yet (on NVSwitch systems, start the fabric \
+                manager)"
+            .to_string(),
+        803 => "the NVIDIA driver's user-mode library does not match its kernel module; reload \
+                the module or reboot after a driver update"
+            .to_string(),
+        804 => "the CUDA forward-compatibility libraries in use do not support this device; \
+                remove them (the `compat` directory) from LD_LIBRARY_PATH"
+            .to_string(),
+        _ => format!("CUDA reported code {code}"),
+    }
+}
+
+/// Whether a runtime code means "no usable device".
+pub(crate) fn runtime_code(code: u32) -> bool {
+    RUNTIME_CODES.contains(&code)
+}
+
+/// Whether a driver code means "no usable device".
+pub(crate) fn driver_code(code: u32) -> bool {
+    DRIVER_CODES.contains(&code)
+}
+
+/// The error for a runtime that answers with a count of 0 devices.
+pub(crate) fn zero_devices() -> Error {
+    Error::NoDevice {
+        reason: format!(
+            "the NVIDIA driver is loaded but reports 0 CUDA devices ({}); check `nvidia-smi`",
+            visible_devices()
+        ),
+        detail: Some("cudaGetDeviceCount reported 0 devices".to_string()),
+    }
+}
+
+/// Ask the CUDA runtime whether it sees a device; `Some` of the no-device
+/// error when it does not (a no-device code, or a count of 0), `None` when
+/// it does or cannot be asked (its load error is not this question).
+pub(crate) fn probe() -> Option<Error> {
+    let rt = crate::check::cudart().ok()?;
+    let mut n: c_int = 0;
+    // SAFETY: `n` is a valid, writable out-pointer for the duration of the call.
+    let st = unsafe { rt.cudaGetDeviceCount(&mut n) }.ok()?;
+    match crate::check::cuda_status(rt, "cudaGetDeviceCount", st) {
+        Err(e) if e.is_no_device() => Some(e),
+        Ok(()) if n <= 0 => Some(zero_devices()),
+        _ => None,
+    }
+}
+
+/// `e` as [`Error::NoDevice`] when the runtime, asked now, sees no device:
+/// for libraries whose own status cannot tell "no device" apart
+/// (`CUDNN_STATUS_NOT_INITIALIZED` from `cudnnCreate`). The reason is the
+/// runtime's answer in the crate's words; `e`'s own text is kept in the
+/// detail. Any other error is returned unchanged.
+pub(crate) fn explain(e: Error) -> Error {
+    if e.is_no_device() {
+        return e;
+    }
+    match probe() {
+        Some(Error::NoDevice { reason, detail }) => Error::NoDevice {
+            reason,
+            detail: Some(match detail {
+                Some(d) => format!("{e}; {d}"),
+                None => e.to_string(),
+            }),
+        },
+        _ => e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The codes against the bindings' constants (the runtime's header) and
+    /// the driver API's documented numbers.
+    #[test]
+    fn unit_codes_match_the_headers() {
+        use crate::sys::cudart::cudaError as C;
+        let named = [
+            C::cudaErrorInitializationError,
+            C::cudaErrorStubLibrary,
+            C::cudaErrorInsufficientDriver,
+            C::cudaErrorDevicesUnavailable,
+            C::cudaErrorNoDevice,
+            C::cudaErrorSystemNotReady,
+            C::cudaErrorSystemDriverMismatch,
+            C::cudaErrorCompatNotSupportedOnDevice,
+        ];
+        assert_eq!(named.map(|c| c.0), RUNTIME_CODES);
+        // cuda.h: CUDA_ERROR_STUB_LIBRARY = 34, CUDA_ERROR_DEVICE_UNAVAILABLE
+        // = 46, CUDA_ERROR_NO_DEVICE = 100, CUDA_ERROR_SYSTEM_NOT_READY = 802,
+        // CUDA_ERROR_SYSTEM_DRIVER_MISMATCH = 803,
+        // CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE = 804.
+        assert_eq!(DRIVER_CODES, [34, 46, 100, 802, 803, 804]);
+        // Not "no device": an ordinary failure and a lost context.
+        for c in [1, 2, 101, 700, 999] {
+            assert!(!runtime_code(c) && !driver_code(c), "{c}");
+        }
+    }
+
+    fn cuda(code: u32) -> Error {
+        Error::Cuda {
+            call: "cudaTest",
+            code,
+            name: "n".into(),
+            text: "t".into(),
+            context: None,
+        }
+    }
+
+    fn driver(code: u32) -> Error {
+        Error::Driver {
+            call: "cuTest",
+            code,
+            name: "n".into(),
+            text: "t".into(),
+            context: None,
+        }
+    }
+
+    /// `is_no_device` on every form, against the documented code lists
+    /// (driver_types.h and cuda.h), and the message leads with the reason.
+    #[test]
+    fn unit_is_no_device_on_every_form() {
+        let e = Error::NoDevice {
+            reason: "why".into(),
+            detail: Some("cudaMalloc returned 35 (x: y)".into()),
+        };
+        assert!(e.is_no_device());
+        assert_eq!(
+            e.to_string(),
+            "no usable CUDA device: why (detail: cudaMalloc returned 35 (x: y))"
+        );
+        let e = e.with_context("allocating 4 x f32");
+        assert_eq!(
+            e.to_string(),
+            "no usable CUDA device: why (detail: cudaMalloc returned 35 (x: y); allocating 4 x f32)"
+        );
+        let bare = Error::NoDevice {
+            reason: "why".into(),
+            detail: None,
+        };
+        assert_eq!(bare.to_string(), "no usable CUDA device: why");
+        assert!(cuda(35).is_no_device() && cuda(100).is_no_device() && cuda(3).is_no_device());
+        assert!(driver(100).is_no_device() && driver(34).is_no_device());
+        // The driver's 3 is "cuInit not called", not "no device".
+        assert!(!driver(3).is_no_device());
+        assert!(!cuda(2).is_no_device() && !cuda(700).is_no_device());
+        assert!(!Error::invalid("a", "b", "c").is_no_device());
+        assert!(
+            !Error::Unsupported {
+                what: "x".into(),
+                needs: None
+            }
+            .is_no_device()
+        );
+    }
+
+    /// An error of another kind passes `explain` unchanged when the runtime
+    /// cannot be asked or sees a device; a no-device error is kept as it is.
+    #[test]
+    fn unit_explain_keeps_no_device_errors() {
+        let e = Error::NoDevice {
+            reason: "r".into(),
+            detail: None,
+        };
+        assert_eq!(explain(e).to_string(), "no usable CUDA device: r");
+        let v = explain(Error::invalid("a", "b", "c"));
+        // Either unchanged, or (no device here) explained with the
+        // original text in the detail.
+        match &v {
+            Error::InvalidArgument { .. } => {}
+            Error::NoDevice {
+                detail: Some(d), ..
+            } => assert!(d.starts_with("invalid argument `a`"), "{d}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    proptest::proptest! {
+        /// Over every code: a runtime or driver error is "no device" exactly
+        /// when its code is in the list, and the checked path's mapping is
+        /// the same list.
+        #[test]
+        fn unit_property_codes_decide(code in proptest::prop_oneof![0u32..1100, proptest::num::u32::ANY]) {
+            proptest::prop_assert_eq!(cuda(code).is_no_device(), RUNTIME_CODES.contains(&code));
+            proptest::prop_assert_eq!(driver(code).is_no_device(), DRIVER_CODES.contains(&code));
+            let r = reason_for(code);
+            proptest::prop_assert!(!r.is_empty());
+            let e = Error::NoDevice { reason: r.clone(), detail: Some(format!("{code}")) };
+            let shown = e.to_string();
+            let head = format!("no usable CUDA device: {r}");
+            proptest::prop_assert!(shown.starts_with(&head), "{}", shown);
+        }
+    }
+
+    /// Every reason names a fix, not only the condition.
+    #[test]
+    fn unit_reasons_say_what_to_do() {
+        for c in RUNTIME_CODES {
+            let r = reason_for(c);
+            assert!(
+                ["check", "install", "remove", "see", "reload", "start"]
+                    .iter()
+                    .any(|w| r.contains(w)),
+                "{c}: {r}"
+            );
+        }
+        assert!(reason_for(35).contains("driver"));
+        assert!(reason_for(100).contains("CUDA_VISIBLE_DEVICES"));
+    }
+}
