@@ -4,6 +4,8 @@ mod bindings;
 mod conformance;
 mod device_check;
 mod fetch;
+mod import_cycles;
+mod srcmodel;
 mod tasks;
 
 use std::path::PathBuf;
@@ -45,6 +47,10 @@ tasks:
       pack them with a runner script into .device-check/ for a machine with
       an NVIDIA GPU; fails when what travels (the tree included) would not
       fit with room.
+  import-cycles
+      Fail when files of cudnn/src import each other in a circle (a `use`
+      or a path in the code, followed through re-exports to the file that
+      defines the item; tests left out), naming the edges of each circle.
 ";
 
 fn main() -> ExitCode {
@@ -56,6 +62,7 @@ fn main() -> ExitCode {
         Some("doctor") => tasks::doctor(&args[1..]),
         Some("run") => tasks::run(&args[1..]),
         Some("device-check") => device_check::run(&args[1..]),
+        Some("import-cycles") => import_cycles::run(&args[1..]),
         Some("help") | Some("--help") | Some("-h") | None => {
             print!("{USAGE}");
             Ok(())
