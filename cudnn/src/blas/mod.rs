@@ -63,7 +63,7 @@
 //!
 //! cuBLASLt is column-major; a D that is not column-contiguous is computed
 //! as Dᵀ = Bᵀ·Aᵀ. The epilogue's vectors follow D's memory: the bias (and
-//! the bias gradient of [`Epilogue::DReluBgrad`] / [`Epilogue::DGeluBgrad`])
+//! the bias gradient of [`Epilogue::DReluBgrad`] / [`Epilogue::DGeluTanhBgrad`])
 //! has one entry per element of D's *contiguous* dimension — per row of a
 //! column-major D, per column of a row-major D; in both cases one per
 //! feature when each sample is a contiguous vector.
@@ -81,7 +81,7 @@
 //!     Layout::row_major(64, 128).t(),
 //!     Layout::row_major(32, 64),
 //! )
-//! .with_epilogue(Epilogue::GeluAuxBias);
+//! .with_epilogue(Epilogue::GeluTanhAuxBias);
 //! let shape = spec.check::<half::f16, half::f16>()?;
 //! assert_eq!(shape.bias_len(), 64);
 //! assert_eq!(shape.aux_ld(), 64); // GELU input: a multiple of 8, >= 64
