@@ -299,17 +299,32 @@ mod tests {
             &d,
             &[
                 ("lib.rs", "mod x;"),
-                ("x/mod.rs", "mod y; pub(crate) fn top() { y::low() }"),
-                ("x/y.rs", "pub(crate) fn low() { super::top() }"),
+                ("x/mod.rs", "mod a; mod b;"),
+                ("x/a.rs", "pub(crate) fn top() { super::b::low() }"),
+                ("x/b.rs", "pub(crate) fn low() { super::a::top() }"),
             ],
         );
         assert_eq!(find(&d).unwrap().len(), 1);
         write(
             &d,
             &[(
-                "x/y.rs",
-                "pub(crate) fn low() {} #[cfg(test)] mod tests { fn t() { super::super::top() } }",
+                "x/b.rs",
+                "pub(crate) fn low() {} #[cfg(test)] mod tests { fn t() { super::super::a::top() } }",
             )],
+        );
+        assert!(find(&d).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_parent_and_its_child_modules_are_no_circle() {
+        let d = tmp("parent");
+        write(
+            &d,
+            &[
+                ("lib.rs", "mod x;"),
+                ("x/mod.rs", "mod y; pub(crate) fn top() { y::low() }"),
+                ("x/y.rs", "pub(crate) fn low() { super::top() }"),
+            ],
         );
         assert!(find(&d).unwrap().is_empty());
     }

@@ -15,24 +15,18 @@ use std::path::{Path, PathBuf};
 
 /// One module: the crate root, a file module or an inline module.
 pub struct Module {
-    /// `["graph", "plan"]`; empty for the crate root.
-    pub path: Vec<String>,
     /// The file the module's items are written in.
     pub file: PathBuf,
     /// The module's own items (child modules' items are in their `Module`).
     pub items: Vec<syn::Item>,
     /// The parent module's index (the root is its own parent).
     pub parent: usize,
-    /// `pub` (not `pub(crate)`) as declared in its parent.
-    pub public: bool,
-    /// The `#[cfg]` annotations of its declaration (tests are left out).
-    pub cfg: Vec<String>,
     /// `(name, index)` of its child modules.
     pub children: Vec<(String, usize)>,
 }
 
 /// What a path names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Target {
     /// A module (index into [`Crate::modules`]).
     Module(usize),
@@ -79,14 +73,12 @@ pub fn item_name(item: &syn::Item) -> Option<String> {
     Some(id.to_string())
 }
 
-/// One leaf of a `use` tree: the name it brings in (`None` for a glob),
-/// the path it names, and whether the `use` is `pub`.
+/// One leaf of a `use` tree: the name it brings in (`None` for a glob)
+/// and the path it names.
 #[derive(Clone, Debug)]
 pub struct UseLeaf {
     pub name: Option<String>,
     pub path: Vec<String>,
-    pub public: bool,
-    pub cfg: Vec<String>,
 }
 
 /// Flattens a `use` item into its leaves.
@@ -136,15 +128,8 @@ pub fn use_leaves(u: &syn::ItemUse) -> Vec<UseLeaf> {
         prefix.push(String::from("::"));
     }
     walk(&u.tree, &mut prefix, &mut raw);
-    let public = matches!(u.vis, syn::Visibility::Public(_));
-    let cfg = cfgs(&u.attrs);
     raw.into_iter()
-        .map(|(name, path)| UseLeaf {
-            name,
-            path,
-            public,
-            cfg: cfg.clone(),
-        })
+        .map(|(name, path)| UseLeaf { name, path })
         .collect()
 }
 
@@ -157,37 +142,24 @@ impl Crate {
         };
         let dir = root.parent().unwrap_or(Path::new(".")).to_path_buf();
         let items = parse_file(root)?;
-        c.add(
-            Vec::new(),
-            root.to_path_buf(),
-            dir,
-            items,
-            0,
-            true,
-            Vec::new(),
-        )?;
+        c.add(root.to_path_buf(), dir, items, 0)?;
         Ok(c)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Adds a module (its items, then its child modules, depth first) and
+    /// returns its index.
     fn add(
         &mut self,
-        path: Vec<String>,
         file: PathBuf,
         child_dir: PathBuf,
         items: Vec<syn::Item>,
         parent: usize,
-        public: bool,
-        cfg: Vec<String>,
     ) -> Result<usize, String> {
         let me = self.modules.len();
         self.modules.push(Module {
-            path: path.clone(),
             file: file.clone(),
             items: Vec::new(),
             parent,
-            public,
-            cfg,
             children: Vec::new(),
         });
         let mut kept = Vec::new();
@@ -200,24 +172,12 @@ impl Crate {
                 continue;
             }
             let name = m.ident.to_string();
-            let mut cpath = path.clone();
-            cpath.push(name.clone());
-            let public = matches!(m.vis, syn::Visibility::Public(_));
-            let cfg = cfgs(&m.attrs);
             let idx = if let Some((_, content)) = &m.content {
-                self.add(
-                    cpath,
-                    file.clone(),
-                    child_dir.join(&name),
-                    content.clone(),
-                    me,
-                    public,
-                    cfg,
-                )?
+                self.add(file.clone(), child_dir.join(&name), content.clone(), me)?
             } else {
                 let (f, d) = module_file(&file, &child_dir, &name, &m.attrs)?;
                 let items = parse_file(&f)?;
-                self.add(cpath, f, d, items, me, public, cfg)?
+                self.add(f, d, items, me)?
             };
             self.modules[me].children.push((name, idx));
             kept.push(item);
@@ -226,19 +186,8 @@ impl Crate {
         Ok(me)
     }
 
-    /// The module a name path such as `["graph", "plan"]` is.
-    pub fn module_at(&self, path: &[&str]) -> Option<usize> {
-        self.modules
-            .iter()
-            .position(|m| m.path.iter().map(String::as_str).eq(path.iter().copied()))
-    }
-
     /// What `name` means in module `m`: a child module, an item defined
     /// there, or a name a `use` brings in (followed to its end).
-    pub fn lookup(&self, m: usize, name: &str) -> Option<Target> {
-        self.lookup_in(m, name, &mut Seen::new())
-    }
-
     fn lookup_in(&self, m: usize, name: &str, seen: &mut Seen) -> Option<Target> {
         if !seen.insert((m, name.to_string())) {
             return None;
