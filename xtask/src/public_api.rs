@@ -19,7 +19,15 @@
 //! `#[non_exhaustive]` marks. Methods come from inherent `impl` blocks
 //! anywhere in the crate, trait impls and derives are listed by trait name.
 //!
-//! Limits: items made by macros are not seen; types in signatures are
+//! Items a crate macro makes: a call at item level whose `macro_rules!`
+//! body defines a `pub` item named by a metavariable is listed under the
+//! first type-like name of its input (`cudnn::dnn::ConvForwardPlan (made
+//! by plan_common!)`), with a fingerprint of the call and of the macro's
+//! body, so a change to either shows as a changed line; methods from
+//! `impl` blocks outside the macro are listed as usual.
+//!
+//! Limits: what a macro makes is not itemized (only fingerprinted, under
+//! its first name); types in signatures are
 //! printed as written in the source (`Result<()>`, not the full path); a
 //! `#[cfg]` on an `impl` block is shown on each of its methods; blanket
 //! and auto-trait impls (`Send`, `Sync`) are not listed (an explicit
@@ -99,9 +107,11 @@ struct Members {
 pub fn listing(lib: &Path) -> Result<BTreeSet<String>, String> {
     let krate = Crate::load(lib)?;
     let members = collect_members(&krate);
+    let macros = macro_bodies(&krate);
     let mut w = Walker {
         krate: &krate,
         members: &members,
+        macros: &macros,
         out: BTreeSet::new(),
         seen: HashSet::new(),
     };
@@ -196,6 +206,8 @@ fn collect_members(krate: &Crate) -> BTreeMap<Target, Members> {
 struct Walker<'a> {
     krate: &'a Crate,
     members: &'a BTreeMap<Target, Members>,
+    /// `macro_rules!` name -> its body as text.
+    macros: &'a BTreeMap<String, String>,
     out: BTreeSet<String>,
     /// `(target, public path)` already listed (re-export loops end here).
     seen: HashSet<(Target, String)>,
@@ -265,6 +277,20 @@ impl Walker<'_> {
                         }
                     }
                 }
+                syn::Item::Macro(mac) if mac.ident.is_none() => {
+                    // A macro call: listed when it makes a public item.
+                    let Some(name) = crate::srcmodel::macro_made_name(mac) else {
+                        continue;
+                    };
+                    let body = self
+                        .macros
+                        .get(&macro_name(mac))
+                        .map(String::as_str)
+                        .unwrap_or("");
+                    if makes_public_item(body) {
+                        self.item(Target::Item(m, i), &format!("{path}::{name}"), inherited);
+                    }
+                }
                 other => {
                     if item_vis_public(other)
                         && !item_attrs(other).is_some_and(|a| is_test(a))
@@ -299,6 +325,20 @@ impl Walker<'_> {
             syn::Item::Static(s) => line("static", tidy(&s.ty)),
             syn::Item::Type(ty) => line("type", format!("= {}", tidy(&ty.ty))),
             syn::Item::Union(_) => line("union", String::new()),
+            syn::Item::Macro(mac) if mac.ident.is_none() => {
+                // What the macro makes is not read: the hashes of the call and
+                // of the macro's body make any change to it show here.
+                let name = macro_name(mac);
+                let body = self.macros.get(&name).map(String::as_str).unwrap_or("");
+                line(
+                    &format!("made by {name}!"),
+                    format!(
+                        "call {:016x}, macro {:016x}",
+                        fnv(&tidy(&mac.mac.tokens)),
+                        fnv(body)
+                    ),
+                )
+            }
             syn::Item::Macro(_) => line("macro", String::new()),
             syn::Item::TraitAlias(_) => line("trait alias", String::new()),
             syn::Item::Struct(s) => {
@@ -386,6 +426,51 @@ impl Walker<'_> {
             }
         }
     }
+}
+
+/// Every `macro_rules!` of the crate by name, its body as text.
+fn macro_bodies(krate: &Crate) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for m in &krate.modules {
+        for item in &m.items {
+            if let syn::Item::Macro(mac) = item
+                && mac.mac.path.is_ident("macro_rules")
+                && let Some(id) = &mac.ident
+            {
+                out.insert(id.to_string(), tidy(&mac.mac.tokens));
+            }
+        }
+    }
+    out
+}
+
+/// The called macro's name (last path segment).
+fn macro_name(mac: &syn::ItemMacro) -> String {
+    mac.mac
+        .path
+        .segments
+        .last()
+        .map(|s| s.ident.to_string())
+        .unwrap_or_default()
+}
+
+/// Whether a macro body defines a `pub` item named by a metavariable.
+fn makes_public_item(body: &str) -> bool {
+    [
+        "struct", "enum", "union", "type", "trait", "fn", "const", "static",
+    ]
+    .iter()
+    .any(|k| body.contains(&format!("pub {k} $")))
+}
+
+/// FNV-1a, 64 bits: a stable fingerprint of a text.
+fn fnv(s: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
 }
 
 fn item_vis_public(item: &syn::Item) -> bool {
@@ -520,6 +605,24 @@ mod tests {
             std::fs::write(p, text).unwrap();
         }
         listing(&d.join("lib.rs")).unwrap().into_iter().collect()
+    }
+
+    #[test]
+    fn a_macro_made_type_is_listed_with_fingerprints_and_outside_methods() {
+        let l = listing_of(&[(
+            "lib.rs",
+            "macro_rules! make { ($(#[$m:meta])* $n:ident) => { $(#[$m])* pub struct $n; } }\n\
+             macro_rules! private { ($n:ident) => { pub(crate) struct $n; } }\n\
+             make!(/// docs\n Made);\n\
+             private!(Hidden);\n\
+             impl Made { pub fn get(&self) -> u8 { 0 } }",
+        )]);
+        assert_eq!(l.len(), 2, "{l:#?}");
+        assert!(
+            l[0].starts_with("cudnn::Made (made by make!) call "),
+            "{l:#?}"
+        );
+        assert_eq!(l[1], "cudnn::Made::get (method) fn get(&self) -> u8");
     }
 
     #[test]

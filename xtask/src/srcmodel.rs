@@ -67,10 +67,38 @@ pub fn item_name(item: &syn::Item) -> Option<String> {
         syn::Item::TraitAlias(i) => &i.ident,
         syn::Item::Type(i) => &i.ident,
         syn::Item::Union(i) => &i.ident,
-        syn::Item::Macro(i) => i.ident.as_ref()?,
+        syn::Item::Macro(i) => match &i.ident {
+            Some(id) => id,
+            None => return macro_made_name(i),
+        },
         _ => return None,
     };
     Some(id.to_string())
+}
+
+/// The type-like name a macro call at item level most likely defines: the
+/// first identifier of its input after any attributes (doc comments), when
+/// it starts with an upper-case letter (`plan_common!(/// docs
+/// ConvForwardPlan, ConvFwd)` defines `ConvForwardPlan`). A guess that
+/// lets paths, `use`s and `impl` blocks that name such a type resolve;
+/// what the macro makes besides it is not seen.
+pub fn macro_made_name(m: &syn::ItemMacro) -> Option<String> {
+    if m.ident.is_some() || m.mac.path.is_ident("thread_local") {
+        return None;
+    }
+    let mut skip_group = false;
+    for tt in m.mac.tokens.clone() {
+        match tt {
+            proc_macro2::TokenTree::Punct(p) if p.as_char() == '#' => skip_group = true,
+            proc_macro2::TokenTree::Group(_) if skip_group => skip_group = false,
+            proc_macro2::TokenTree::Ident(id) => {
+                let s = id.to_string();
+                return s.starts_with(|c: char| c.is_ascii_uppercase()).then_some(s);
+            }
+            _ => return None,
+        }
+    }
+    None
 }
 
 /// One leaf of a `use` tree: the name it brings in (`None` for a glob)
@@ -196,10 +224,11 @@ impl Crate {
         if let Some((_, c)) = module.children.iter().find(|(n, _)| n == name) {
             return Some(Target::Module(*c));
         }
+        let is_call = |it: &syn::Item| matches!(it, syn::Item::Macro(mm) if mm.ident.is_none());
         if let Some(i) = module
             .items
             .iter()
-            .position(|it| item_name(it).as_deref() == Some(name))
+            .position(|it| !is_call(it) && item_name(it).as_deref() == Some(name))
         {
             return Some(Target::Item(m, i));
         }
@@ -216,6 +245,14 @@ impl Crate {
             if let Some(t) = self.resolve_in(m, &l.path, seen) {
                 return Some(t);
             }
+        }
+        // A name a macro call here makes (a guess: see `macro_made_name`).
+        if let Some(i) = module
+            .items
+            .iter()
+            .position(|it| is_call(it) && item_name(it).as_deref() == Some(name))
+        {
+            return Some(Target::Item(m, i));
         }
         for l in leaves.iter().filter(|l| l.name.is_none()) {
             if let Some(Target::Module(g)) = self.resolve_in(m, &l.path, seen)
