@@ -596,8 +596,9 @@ mod tests {
     use super::*;
 
     fn listing_of(files: &[(&str, &str)]) -> Vec<String> {
-        let d =
-            std::env::temp_dir().join(format!("xtask-api-{}-{}", files.len(), std::process::id()));
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let d = std::env::temp_dir().join(format!("xtask-api-{n}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         for (name, text) in files {
             let p = d.join(name);
