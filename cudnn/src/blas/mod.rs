@@ -49,6 +49,13 @@
 //! The descriptors are host objects and can be built and inspected without
 //! a device ([`MatmulDescriptors`]).
 //!
+//! cuBLASLt's GELU epilogues compute the **tanh approximation** of GELU,
+//! hence [`Epilogue::GeluTanh`] and its siblings; the graph API has both
+//! forms ([`Graph::gelu_tanh`](crate::graph::Graph::gelu_tanh) and the
+//! exact [`Graph::gelu_erf`](crate::graph::Graph::gelu_erf)). The table
+//! of forms and library modes is in
+//! [`reference::gelu`](crate::reference::gelu).
+//!
 //! # FP8
 //!
 //! [`Fp8MatmulSpec`] / [`Fp8MatmulPlan`]: cuBLASLt's scaled FP8 matmul on
