@@ -205,6 +205,17 @@ impl AlgoSearch {
     }
 }
 
+// Beside `AlgoSearch`, so the cache's file does not import the ops'.
+impl From<AlgoSearch> for super::CacheSearch {
+    fn from(search: AlgoSearch) -> Self {
+        match search {
+            AlgoSearch::Heuristic => super::CacheSearch::Heuristic,
+            AlgoSearch::Exhaustive => super::CacheSearch::Exhaustive,
+            AlgoSearch::Fixed(_) => super::CacheSearch::Fixed,
+        }
+    }
+}
+
 /// Which [`AlgoCache`] a plan consults before searching and fills after.
 #[derive(Clone, Copy, Default)]
 pub enum CachePolicy<'c> {
