@@ -90,8 +90,9 @@
 //! Planning (heuristics, engine choice, finalizing, serializing) takes a
 //! [`graph::Target`], not a device: [`graph::Target::preset`] (`a100`,
 //! `h100`, `h200`, `l4`, `b200`), [`graph::Target::spec`] with a
-//! [`graph::DeviceSpec`], or [`graph::DeviceProperties::from_json`] (the
-//! JSON [`graph::Target::device`] gives on the real machine). It needs
+//! [`graph::DeviceSpec`], or [`graph::DeviceProperties::from_json`] with
+//! the JSON of the real GPU (`Target::device(0)?.properties().json()` on
+//! that machine; the workspace's `device_props` example prints it). It needs
 //! cuDNN 9.8 or newer and a `libcuda.so.1`: the real driver when one
 //! opens, otherwise the crate's own driver stub ([`graph::driver`]), so a
 //! build server with no GPU makes the plans a GPU server runs. This runs
