@@ -50,7 +50,7 @@ fn mlp() -> cudnn::Result<Graph> {
     let b = g.input("bias", TensorSpec::row_major(DType::BF16, &[1, 1, 4096])?)?;
     let c = g.matmul(a, w)?;
     let c = g.bias(c, b)?;
-    let c = g.gelu(c)?;
+    let c = g.gelu_erf(c)?;
     g.output(c, DType::BF16)?;
     g.rename(c, "c")?;
     Ok(g)

@@ -46,7 +46,7 @@ fn matmul_gelu() -> cudnn::Result<Graph> {
     let a = g.input("a", TensorSpec::row_major(DType::BF16, &[8, 512, 1024])?)?;
     let b = g.input("b", TensorSpec::row_major(DType::BF16, &[8, 1024, 1024])?)?;
     let c = g.matmul(a, b)?;
-    let c = g.gelu(c)?;
+    let c = g.gelu_erf(c)?;
     g.output(c, DType::BF16)?;
     Ok(g)
 }

@@ -124,7 +124,7 @@ fn fused_linear(lt: &LtHandle, stream: &Stream) -> AnyResult<bool> {
         Layout::row_major(d_out, d_in).t(),
         Layout::row_major(tokens, d_out),
     )
-    .with_epilogue(Epilogue::GeluBias);
+    .with_epilogue(Epilogue::GeluTanhBias);
     let x: Vec<f16> = values(tokens * d_in, 5)
         .iter()
         .map(|&v| f16::from_f64(v))
@@ -165,7 +165,7 @@ fn fused_linear(lt: &LtHandle, stream: &Stream) -> AnyResult<bool> {
         0.0,
         &mut want,
         &ly,
-        Epilogue::GeluBias,
+        Epilogue::GeluTanhBias,
         Some(&f(&bias)),
         None,
     )?;

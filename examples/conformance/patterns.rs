@@ -155,7 +155,7 @@ fn step(
         "mul" => g.mul(y, get("z")?),
         "scale" => g.scale(y, EPILOGUE_SCALE),
         "relu" => g.relu(y),
-        "gelu" => g.gelu(y),
+        "gelu" => g.gelu_erf(y),
         "sigmoid" => g.sigmoid(y),
         "tanh" => g.tanh(y),
         other => Err(cudnn::Error::invalid("epilogue step", "unknown", other)),

@@ -4,6 +4,9 @@ mod bindings;
 mod conformance;
 mod device_check;
 mod fetch;
+mod import_cycles;
+mod public_api;
+mod srcmodel;
 mod tasks;
 
 use std::path::PathBuf;
@@ -51,6 +54,14 @@ tasks:
       pack them with a runner script into .device-check/ for a machine with
       an NVIDIA GPU; fails when what travels (the tree included) would not
       fit with room.
+  public-api [--check]
+      Write cudnn/public-api.txt: every public item of `cudnn` (features
+      nccl and cudarc), one a line with its signature, sorted. With
+      --check, write nothing and fail (showing the lines) when it differs.
+  import-cycles
+      Fail when files of cudnn/src import each other in a circle (a `use`
+      or a path in the code, followed through re-exports to the file that
+      defines the item; tests left out), naming the edges of each circle.
 ";
 
 fn main() -> ExitCode {
@@ -63,6 +74,8 @@ fn main() -> ExitCode {
         Some("doctor") => tasks::doctor(&args[1..]),
         Some("run") => tasks::run(&args[1..]),
         Some("device-check") => device_check::run(&args[1..]),
+        Some("import-cycles") => import_cycles::run(&args[1..]),
+        Some("public-api") => public_api::run(&args[1..]),
         Some("help") | Some("--help") | Some("-h") | None => {
             print!("{USAGE}");
             Ok(())

@@ -49,6 +49,13 @@
 //! The descriptors are host objects and can be built and inspected without
 //! a device ([`MatmulDescriptors`]).
 //!
+//! cuBLASLt's GELU epilogues compute the **tanh approximation** of GELU,
+//! hence [`Epilogue::GeluTanh`] and its siblings; the graph API has both
+//! forms ([`Graph::gelu_tanh`](crate::graph::Graph::gelu_tanh) and the
+//! exact [`Graph::gelu_erf`](crate::graph::Graph::gelu_erf)). The table
+//! of forms and library modes is in
+//! [`reference::gelu`](crate::reference::gelu).
+//!
 //! # FP8
 //!
 //! [`Fp8MatmulSpec`] / [`Fp8MatmulPlan`]: cuBLASLt's scaled FP8 matmul on
@@ -63,7 +70,7 @@
 //!
 //! cuBLASLt is column-major; a D that is not column-contiguous is computed
 //! as Dᵀ = Bᵀ·Aᵀ. The epilogue's vectors follow D's memory: the bias (and
-//! the bias gradient of [`Epilogue::DReluBgrad`] / [`Epilogue::DGeluBgrad`])
+//! the bias gradient of [`Epilogue::DReluBgrad`] / [`Epilogue::DGeluTanhBgrad`])
 //! has one entry per element of D's *contiguous* dimension — per row of a
 //! column-major D, per column of a row-major D; in both cases one per
 //! feature when each sample is a contiguous vector.
@@ -81,7 +88,7 @@
 //!     Layout::row_major(64, 128).t(),
 //!     Layout::row_major(32, 64),
 //! )
-//! .with_epilogue(Epilogue::GeluAuxBias);
+//! .with_epilogue(Epilogue::GeluTanhAuxBias);
 //! let shape = spec.check::<half::f16, half::f16>()?;
 //! assert_eq!(shape.bias_len(), 64);
 //! assert_eq!(shape.aux_ld(), 64); // GELU input: a multiple of 8, >= 64

@@ -105,16 +105,6 @@ impl CacheSearch {
     }
 }
 
-impl From<super::AlgoSearch> for CacheSearch {
-    fn from(search: super::AlgoSearch) -> Self {
-        match search {
-            super::AlgoSearch::Heuristic => CacheSearch::Heuristic,
-            super::AlgoSearch::Exhaustive => CacheSearch::Exhaustive,
-            super::AlgoSearch::Fixed(_) => CacheSearch::Fixed,
-        }
-    }
-}
-
 /// Everything that determines the best algorithm.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct AlgoKey {

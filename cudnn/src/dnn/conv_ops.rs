@@ -1,72 +1,5 @@
-//! Convolution ops as reusable plans: forward, backward data, backward
-//! filter ([`ConvForwardPlan`], [`ConvBackwardDataPlan`],
-//! [`ConvBackwardFilterPlan`]), and, in the fused module, the bias gradient
-//! and convolution + bias + activation.
-//!
-//! # Two stages
-//! 1. [`ConvProblem`](crate::dnn::ConvProblem), the descriptor side (host only, no device): it
-//!    validates the shapes, resolves the compute type, computes the output
-//!    shape in Rust ([`ConvDescriptor::output_shape`]) and cross-checks it
-//!    with cuDNN (`cudnnGetConvolutionNdForwardOutputDim`), builds the
-//!    output descriptor in the input's layout, the [`AlgoKey`], and checks
-//!    buffer lengths ([`ConvProblem::check_buffers`]).
-//! 2. `problem.plan(&mut handle, &options)` (needs a device): picks the
-//!    algorithm by [`AlgoSearch`] under the filters of [`PlanOptions`],
-//!    consulting the [`AlgoCache`] first, and sizes the workspace.
-//!
-//! # One library call per run
-//! A plan owns its descriptors (copies of the problem's, with the chosen math
-//! type set), the algorithm and the workspace size. `run` checks the buffer
-//! lengths in Rust, takes the handle's workspace (which allocates only when
-//! it must grow, normally never: planning already grew it), and makes exactly
-//! one cuDNN call. `run_with_workspace` takes the caller's workspace instead,
-//! checked against the plan's size and [`WORKSPACE_ALIGNMENT`]. (A plan made from a known choice,
-//! `plan_with`, also asks cuDNN once, on its first run, how much workspace
-//! the algorithm needs, so a wrong size is an error rather than an overrun;
-//! a cached choice is checked the same way when the plan is built.)
-//!
-//! # Element and compute types
-//! [`ConvDataType`]: `f32`, `f64`, `f16`, `bf16`. The compute type is the
-//! descriptor's when cuDNN accepts it for the element type (f32 for f32;
-//! f64 for f64; f32, or f16 "true half", for f16; f32 for bf16), and the
-//! descriptor's default f32 becomes f64 for f64 data; anything else is an
-//! error. Half types accumulate in f32 by default.
-//!
-//! Math types follow [`MathPolicy`]: tensor cores for f16/bf16 unless
-//! forbidden; for f32 data TF32 only with [`MathPolicy::AllowTf32`] (without
-//! it, cuDNN's default math, which allows TF32 on Ampere and newer, is
-//! replaced by `CUDNN_FMA_MATH`). The rule applies to every source of a math
-//! type: a searched candidate, a fixed algorithm, a cache entry (also one
-//! loaded from a file), and a caller's saved choice
-//! ([`plan_with_policy`](ConvProblem::plan_with_policy)).
-//!
-//! Descriptors of different element types cannot be mixed; this does not
-//! compile:
-//! ```compile_fail
-//! use cudnn::dnn::*;
-//! let x = TensorDescriptor::<f32>::nchw(1, 3, 8, 8)?;
-//! let w = FilterDescriptor::<half::f16>::nchw(4, 3, 3, 3)?;
-//! let conv = ConvDescriptor::new_2d([1, 1], [1, 1], [1, 1])?;
-//! let p = ConvProblem::forward(&x, &w, &conv)?;
-//! # Ok::<(), cudnn::Error>(())
-//! ```
-//! while this (the same with one element type) does:
-//! ```no_run
-//! use cudnn::dnn::*;
-//! let x = TensorDescriptor::<half::f16>::nchw(1, 3, 8, 8)?;
-//! let w = FilterDescriptor::<half::f16>::nchw(4, 3, 3, 3)?;
-//! let conv = ConvDescriptor::new_2d([1, 1], [1, 1], [1, 1])?;
-//! let p = ConvProblem::forward(&x, &w, &conv)?;
-//! assert_eq!(p.output_shape(), [1, 4, 8, 8]);
-//! # Ok::<(), cudnn::Error>(())
-//! ```
-//!
-//! # Shapes
-//! 2-d and 3-d (and up to 6 spatial dimensions) directly; 1-d as 2-d with a
-//! unit height (`x: [n, c, 1, w]`, filter `[k, c, 1, kw]`, padding
-//! `[0, p]`). Groups (depthwise is `groups == c`), dilation, padding and
-//! stride per dimension; NCHW and NHWC (channels-last strides; the output
-//! follows the input's layout).
+//! Convolution plans: the launch helpers and the plan types'
+//! shared parts (the rules are in the `dnn` module docs).
 
 use std::fmt;
 
@@ -269,6 +202,17 @@ impl AlgoSearch {
     /// heuristic, 1 exhaustive, 2 fixed.
     pub fn code(self) -> u8 {
         super::CacheSearch::from(self).code()
+    }
+}
+
+// Beside `AlgoSearch`, so the cache's file does not import the ops'.
+impl From<AlgoSearch> for super::CacheSearch {
+    fn from(search: AlgoSearch) -> Self {
+        match search {
+            AlgoSearch::Heuristic => super::CacheSearch::Heuristic,
+            AlgoSearch::Exhaustive => super::CacheSearch::Exhaustive,
+            AlgoSearch::Fixed(_) => super::CacheSearch::Fixed,
+        }
     }
 }
 

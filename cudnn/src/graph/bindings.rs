@@ -14,7 +14,6 @@ use std::sync::Arc;
 use super::backend::{Descriptor, attr, kind};
 use super::graph::{IoSignature, IoTensor};
 use super::guard::{InputGuard, SeqLengths, guard_of};
-use super::plan::Plan;
 use super::tensor::{BYTE_ALIGNMENT, DType, fmt_dims};
 use crate::DataType;
 use crate::error::{Error, Result};
@@ -489,10 +488,11 @@ impl<'a> Bindings<'a> {
     }
 
     /// The variant pack for the current pointers and `workspace` (the one
-    /// this run resolved), rebuilt only when one of them changed.
+    /// this run resolved), rebuilt only when one of them changed. `plan` is
+    /// the running plan's by-value scalars, scratch offsets and id.
     pub(super) fn pack(
         &mut self,
-        plan: &Plan,
+        plan: PackParts<'_>,
         workspace: *mut c_void,
     ) -> Result<crate::sys::cudnn::cudnnBackendDescriptor_t> {
         // Hot path: the same pointers as last time, compared without allocating.
@@ -515,12 +515,12 @@ impl<'a> Bindings<'a> {
             uids.push(s.uid);
             ptrs.push(s.ptr);
         }
-        for (uid, bytes) in &plan.scalars {
+        for (uid, bytes) in plan.scalars {
             uids.push(*uid);
             ptrs.push(bytes.as_ptr() as *mut c_void);
         }
         let bound = ptrs.len();
-        for &(uid, offset) in &plan.scratch {
+        for &(uid, offset) in plan.scratch {
             // The workspace holds at least `plan.workspace` bytes (checked by
             // `check_bindings`), and every offset lies below that.
             uids.push(uid);
@@ -548,6 +548,18 @@ impl<'a> Bindings<'a> {
         self.pack = Some(pack);
         Ok(raw)
     }
+}
+
+/// What [`Bindings::pack`] needs of the plan it runs (the plan's own
+/// fields, so this file does not depend on the plan's).
+#[derive(Clone, Copy)]
+pub(super) struct PackParts<'p> {
+    /// By-value scalars: uid and the 8 bytes cuDNN reads.
+    pub scalars: &'p [(i64, Box<[u8; 8]>)],
+    /// Scratch tensors: uid and their offset into the workspace.
+    pub scratch: &'p [(i64, usize)],
+    /// The plan's process-unique id.
+    pub id: u64,
 }
 
 #[cfg(test)]

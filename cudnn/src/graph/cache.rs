@@ -793,3 +793,9 @@ fn io_matches_signature(sig: &str, io: &IoSignature) -> Result<()> {
     }
     Ok(())
 }
+
+// The cache is shared between threads (its map behind a lock).
+const _: () = {
+    fn shared<T: Send + Sync>() {}
+    let _ = shared::<PlanCache>;
+};

@@ -6,7 +6,7 @@
 //! | layer | what |
 //! |---|---|
 //! | [`backend`] | owning backend descriptors with typed attributes |
-//! | [`Graph`] | the builder: tensors, conv / matmul / pointwise / reduction ops, shape inference |
+//! | [`Graph`] | the builder: tensors, convolution, matmul, pointwise, reduction, normalization, attention (SDPA) and FP8 ops ([`ops`]), shape inference |
 //! | [`Target`] | a live device or [`DeviceProperties`] (JSON or [`DeviceSpec`] presets) |
 //! | [`heuristics`] | engine configurations with notes, knobs, workspace; [`Policy`] filters |
 //! | [`Plan`] | finalized plan: workspace, JSON round trip, checked execution |

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::backend::{Descriptor, attr, kind};
-use super::bindings::{Bindings, WorkspaceSource};
+use super::bindings::{Bindings, PackParts, WorkspaceSource};
 use super::graph::{IoSignature, OpGraph};
 use super::guard::InputGuard;
 use super::heuristics::{BehaviorNote, Candidate, Policy, candidates};
@@ -849,6 +849,15 @@ impl Plan {
         Ok(())
     }
 
+    /// What the variant pack needs of this plan.
+    fn pack_parts(&self) -> PackParts<'_> {
+        PackParts {
+            scalars: &self.scalars,
+            scratch: &self.scratch,
+            id: self.id,
+        }
+    }
+
     /// Start binding buffers for [`execute`](Self::execute).
     pub fn bindings(&self) -> Bindings<'_> {
         Bindings::new(self.io.clone(), self.guarded.clone())
@@ -930,7 +939,7 @@ impl Plan {
         })?;
         self.check_bindings(bindings, workspace_bytes)?;
         let held = self.lock()?;
-        let pack = bindings.pack(self, workspace)?;
+        let pack = bindings.pack(self.pack_parts(), workspace)?;
         f(handle.as_raw(), held.guard.as_raw(), pack)
     }
 
@@ -979,7 +988,7 @@ impl Plan {
         };
         self.check_bindings(&b, workspace_bytes)?;
         let held = self.lock()?;
-        let pack = b.pack(self, workspace)?;
+        let pack = b.pack(self.pack_parts(), workspace)?;
         let api = cudnn()?;
         // SAFETY: the caller guarantees the pointers and the handle; every
         // graph tensor is bound (checked above).
@@ -990,9 +999,9 @@ impl Plan {
 /// `(engine, median milliseconds)` per plan timed by [`Plan::autotune`].
 pub type Timings = Vec<(Option<i64>, f32)>;
 
-// Plans and the cache are shared between threads (the descriptor behind a lock).
+// Plans are shared between threads (the descriptor behind a lock; the
+// cache's own assertion is in its file).
 const _: () = {
     fn shared<T: Send + Sync>() {}
     let _ = shared::<Plan>;
-    let _ = shared::<super::PlanCache>;
 };

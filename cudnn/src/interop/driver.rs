@@ -10,12 +10,25 @@
 //! makes on a caller's behalf inside `catch_unwind` (with `panic = "abort"`
 //! a panic cannot be caught: the probe is then the only guard).
 
+use std::ffi::c_int;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 
 use ::cudarc::driver::{CudaContext, DriverError};
 
 use crate::error::{Error, Result};
+use crate::runtime::Device;
+
+/// The device of a cudarc context as this crate's [`Device`].
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when the ordinal does not fit a C `int`.
+pub(crate) fn device_of(ctx: &CudaContext) -> Result<Device> {
+    let ordinal = ctx.ordinal();
+    let o = c_int::try_from(ordinal)
+        .map_err(|_| Error::invalid("cudarc context ordinal", "must fit in a C int", ordinal))?;
+    Ok(Device::from_runtime(o))
+}
 
 /// The file names this probe opens, in order: the driver's soname, then the
 /// development link name (cudarc's list on Linux includes both).

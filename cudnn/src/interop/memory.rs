@@ -6,8 +6,7 @@ use std::marker::PhantomData;
 
 use ::cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop};
 
-use super::driver::{driver_error, guarded};
-use super::stream::device_of;
+use super::driver::{device_of, driver_error, guarded};
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
 use crate::runtime::{Device, DeviceSlice, DeviceSliceMut};

@@ -1,29 +1,17 @@
 //! cudarc streams as this crate's [`Stream`].
 
-use std::ffi::c_int;
 use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
 
 use ::cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr};
 
-use super::driver::guarded;
+use super::driver::{device_of, guarded};
 use super::memory::{CudarcRead, CudarcWrite};
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
 use crate::runtime::{Device, Stream};
 use crate::sys::cudart::cudaStream_t;
-
-/// The device of a cudarc context as this crate's [`Device`].
-///
-/// # Errors
-/// [`Error::InvalidArgument`] when the ordinal does not fit a C `int`.
-pub(crate) fn device_of(ctx: &CudaContext) -> Result<Device> {
-    let ordinal = ctx.ordinal();
-    let o = c_int::try_from(ordinal)
-        .map_err(|_| Error::invalid("cudarc context ordinal", "must fit in a C int", ordinal))?;
-    Ok(Device::from_runtime(o))
-}
 
 /// Make `ctx` current on the calling thread the way every launch of this
 /// crate does (the runtime's `cudaSetDevice`, after cudarc's own

@@ -29,13 +29,9 @@
 //! ```
 
 use super::bounds;
+use super::gelu::{gelu_tanh, gelu_tanh_grad};
 use crate::blas::{BiasUse, Epilogue, Layout};
 use crate::error::{Error, Result};
-
-/// √(2/π), the GELU constant.
-const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
-/// The cubic coefficient of the tanh GELU.
-const GELU_CUBIC: f64 = 0.044_715;
 
 /// ReLU: `max(x, 0)`.
 pub fn relu(x: f64) -> f64 {
@@ -47,18 +43,16 @@ pub fn relu_grad(x: f64) -> f64 {
     if x > 0.0 { 1.0 } else { 0.0 }
 }
 
-/// GELU, tanh approximation (what cuBLASLt computes):
-/// `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`.
+/// GELU, tanh approximation (what cuBLASLt computes).
+#[deprecated(note = "renamed reference::gelu::gelu_tanh (cuBLASLt's GELU is the tanh form)")]
 pub fn gelu(x: f64) -> f64 {
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x)).tanh())
+    gelu_tanh(x)
 }
 
-/// The derivative of [`gelu`].
+/// The derivative of the tanh GELU.
+#[deprecated(note = "renamed reference::gelu::gelu_tanh_grad")]
 pub fn gelu_grad(x: f64) -> f64 {
-    let u = SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x);
-    let t = u.tanh();
-    let du = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_CUBIC * x * x);
-    0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du
+    gelu_tanh_grad(x)
 }
 
 fn bug(what: &str) -> Error {
@@ -394,22 +388,22 @@ pub fn matmul(
                     | Epilogue::ReluAux
                     | Epilogue::ReluBias
                     | Epilogue::ReluAuxBias => relu(x),
-                    Epilogue::Gelu
-                    | Epilogue::GeluAux
-                    | Epilogue::GeluBias
-                    | Epilogue::GeluAuxBias => gelu(x),
+                    Epilogue::GeluTanh
+                    | Epilogue::GeluTanhAux
+                    | Epilogue::GeluTanhBias
+                    | Epilogue::GeluTanhAuxBias => gelu_tanh(x),
                     Epilogue::DRelu | Epilogue::DReluBgrad => {
                         x * relu_grad(at(pre.unwrap_or(&[]), Some(o), "pre")?)
                     }
-                    Epilogue::DGelu | Epilogue::DGeluBgrad => {
-                        x * gelu_grad(at(pre.unwrap_or(&[]), Some(o), "pre")?)
+                    Epilogue::DGeluTanh | Epilogue::DGeluTanhBgrad => {
+                        x * gelu_tanh_grad(at(pre.unwrap_or(&[]), Some(o), "pre")?)
                     }
                     _ => x,
                 };
                 if let Some(slot) = d.get_mut(o) {
                     *slot = y;
                 }
-                if matches!(epilogue, Epilogue::DReluBgrad | Epilogue::DGeluBgrad)
+                if matches!(epilogue, Epilogue::DReluBgrad | Epilogue::DGeluTanhBgrad)
                     && let Some(g) = out.bias_grad.get_mut(p * blen + f)
                 {
                     *g += y;

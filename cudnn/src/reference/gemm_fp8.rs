@@ -128,10 +128,10 @@ pub fn supports_epilogue(e: Epilogue) -> bool {
         e,
         Epilogue::None
             | Epilogue::Relu
-            | Epilogue::Gelu
+            | Epilogue::GeluTanh
             | Epilogue::Bias
             | Epilogue::ReluBias
-            | Epilogue::GeluBias
+            | Epilogue::GeluTanhBias
     )
 }
 
@@ -165,7 +165,8 @@ pub fn gemm_fp8(
     if !supports_epilogue(epilogue) {
         return Err(Error::invalid(
             "epilogue",
-            "FP8 GEMM takes None, Relu, Gelu, Bias, ReluBias or GeluBias",
+            "FP8 GEMM takes None, Relu, GeluTanh, Bias, ReluBias or GeluTanhBias \
+             (named Gelu and GeluBias before 0.1)",
             epilogue,
         ));
     }

@@ -28,6 +28,7 @@ pub mod block_scale;
 mod bounds;
 pub mod conv;
 pub mod ctc;
+pub mod gelu;
 pub mod gemm;
 pub mod gemm_fp8;
 pub mod norm;

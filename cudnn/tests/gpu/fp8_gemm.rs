@@ -36,7 +36,7 @@ pub fn main() {
             case::<F8E4M3, F8E4M3, f32>(Epilogue::ReluBias, false, false)
         }),
         gpu("fp8_e4m3_e5m2_to_f16_gelu_bias", || {
-            case::<F8E4M3, F8E5M2, f16>(Epilogue::GeluBias, false, false)
+            case::<F8E4M3, F8E5M2, f16>(Epilogue::GeluTanhBias, false, false)
         }),
         gpu("fp8_e5m2_e4m3_to_bf16_fast_accum", || {
             case::<F8E5M2, F8E4M3, bf16>(Epilogue::None, true, false)
@@ -271,7 +271,7 @@ fn case_with<A: Fp8Input, B: Fp8Input, D: Out, Bi: Fp8Bias + BiasElem>(
         let got: Vec<f64> = dd.to_vec()?.into_iter().map(Out::f).collect();
         // GELU: plus 1e-3, the allowance gpu/gemm gives cuBLASLt's tanh
         // approximation.
-        let gelu = matches!(epi, Epilogue::Gelu | Epilogue::GeluBias);
+        let gelu = matches!(epi, Epilogue::GeluTanh | Epilogue::GeluTanhBias);
         let tol = tolerance(k, D::out_type(), fast) + if gelu { 1e-3 } else { 0.0 };
         let err = max_relative_error(&got, &want.d);
         ensure!(

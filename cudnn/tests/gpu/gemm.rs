@@ -834,16 +834,19 @@ fn lt_forward<A: Elem + GemmTypes<D>, D: Elem>(tol: f64, gelu_tol: f64) -> R {
             Epilogue::Relu,
             Epilogue::Bias,
             Epilogue::ReluBias,
-            Epilogue::Gelu,
-            Epilogue::GeluBias,
+            Epilogue::GeluTanh,
+            Epilogue::GeluTanhBias,
             Epilogue::ReluAux,
             Epilogue::ReluAuxBias,
-            Epilogue::GeluAux,
-            Epilogue::GeluAuxBias,
+            Epilogue::GeluTanhAux,
+            Epilogue::GeluTanhAuxBias,
         ] {
             let t = if matches!(
                 e,
-                Epilogue::Gelu | Epilogue::GeluBias | Epilogue::GeluAux | Epilogue::GeluAuxBias
+                Epilogue::GeluTanh
+                    | Epilogue::GeluTanhBias
+                    | Epilogue::GeluTanhAux
+                    | Epilogue::GeluTanhAuxBias
             ) {
                 gelu_tol
             } else {
@@ -890,8 +893,8 @@ fn lt_backward<A: Elem + GemmTypes<D>, D: Elem>(tol: f64) -> R {
         for e in [
             Epilogue::DRelu,
             Epilogue::DReluBgrad,
-            Epilogue::DGelu,
-            Epilogue::DGeluBgrad,
+            Epilogue::DGeluTanh,
+            Epilogue::DGeluTanhBgrad,
             Epilogue::BgradA,
             Epilogue::BgradB,
         ] {
@@ -954,7 +957,7 @@ fn lt_alpha_beta() -> R {
         lt_case::<f64, f64>(&cx, spec, 1.0, 1.0, 1e-12, 1e-12, 703, true)?;
         lt_case::<bf16, f32>(
             &cx,
-            spec.with_epilogue(Epilogue::GeluBias),
+            spec.with_epilogue(Epilogue::GeluTanhBias),
             1.0,
             0.0,
             1e-3,
@@ -984,7 +987,7 @@ fn lt_batched() -> R {
         let la = Layout::new(o, m, k).batched(batch, m * k);
         let lb = Layout::new(o, k, n).batched(batch, k * n);
         let ld = Layout::new(o, m, n).batched(batch, m * n);
-        for e in [Epilogue::None, Epilogue::GeluBias, Epilogue::ReluAux] {
+        for e in [Epilogue::None, Epilogue::GeluTanhBias, Epilogue::ReluAux] {
             lt_case::<f32, f32>(
                 &cx,
                 MatmulSpec::new(la, lb, ld).with_epilogue(e),

@@ -325,9 +325,9 @@ fn matmul_case<T: Elem>(
     if epilogue {
         let biast = g.input("bias", TensorSpec::row_major(dtype, &[1, 1, n as i64])?)?;
         c = g.bias(c, biast)?;
-        c = g.gelu(c)?;
+        c = g.gelu_erf(c)?;
         for (i, v) in want.iter_mut().enumerate() {
-            *v = cudnn::reference::gemm::gelu(*v + bias[i % n]);
+            *v = cudnn::reference::gelu::gelu_erf(*v + bias[i % n]);
         }
         inputs.push(("bias", bias));
     }
@@ -425,7 +425,9 @@ pub fn main() {
         (Pointwise::Exp, |x, _| x.exp()),
         (Pointwise::Abs, |x, _| x.abs()),
         (Pointwise::Neg, |x, _| -x),
-        (Pointwise::Gelu, |x, _| cudnn::reference::gemm::gelu(x)),
+        (Pointwise::GeluErf, |x, _| {
+            cudnn::reference::gelu::gelu_erf(x)
+        }),
         (Pointwise::ReluBwd, |x, dy| if x > 0.0 { dy } else { 0.0 }),
         (Pointwise::TanhBwd, |x, dy| dy * (1.0 - x.tanh().powi(2))),
     ];

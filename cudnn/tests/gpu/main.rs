@@ -23,6 +23,7 @@ mod cudarc_interop {
 mod device_props;
 mod fp8_gemm;
 mod fp8_graph;
+mod gelu_forms;
 mod gemm;
 mod graph;
 mod graph_attention;
@@ -50,6 +51,7 @@ fn main() {
         ("device_props", device_props::main),
         ("fp8_gemm", fp8_gemm::main),
         ("fp8_graph", fp8_graph::main),
+        ("gelu_forms", gelu_forms::main),
         ("gemm", gemm::main),
         ("graph", graph::main),
         ("graph_attention", graph_attention::main),

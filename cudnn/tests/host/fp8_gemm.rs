@@ -271,7 +271,7 @@ fn bias_amax() -> R {
         // amax of D: FP8 D only (cuBLASLt does not support it for other
         // outputs of an FP8 matmul).
         let spec = tn(64, 16, 32)
-            .with_epilogue(Epilogue::GeluBias)
+            .with_epilogue(Epilogue::GeluTanhBias)
             .with_fast_accum(true)
             .with_amax_d(matches!(d, Fp8OutputType::Fp8(_)))
             .with_alignment(16);
@@ -427,7 +427,9 @@ fn refusals() -> R {
         "16",
     )?;
     named(
-        tn(64, 16, 32).with_epilogue(Epilogue::DGelu).check_types(t),
+        tn(64, 16, 32)
+            .with_epilogue(Epilogue::DGeluTanh)
+            .check_types(t),
         "epilogue",
         "GeluBias",
     )?;
@@ -557,10 +559,10 @@ fn fuzz() -> R {
                 const SUPPORTED: [Epilogue; 6] = [
                     Epilogue::None,
                     Epilogue::Relu,
-                    Epilogue::Gelu,
+                    Epilogue::GeluTanh,
                     Epilogue::Bias,
                     Epilogue::ReluBias,
-                    Epilogue::GeluBias,
+                    Epilogue::GeluTanhBias,
                 ];
                 let epi = if valid {
                     SUPPORTED[e % 6]

@@ -610,7 +610,7 @@ fn coherent_graph((fam, d, dt, compute, prm, mode, cfg): &Coherent) -> Result<Gr
             )?;
             let b = g.input("b", TensorSpec::row_major(*dt, &[1, d[2] * 8, d[3] * 8])?)?;
             let c = g.matmul(a, b)?;
-            g.gelu(c)?
+            g.gelu_erf(c)?
         }
         4 => {
             let modes = Pointwise::all();

@@ -615,7 +615,7 @@ fn spec_checks() -> R {
         Layout::row_major(64, 128).t(),
         Layout::row_major(32, 64),
     )
-    .with_epilogue(Epilogue::GeluBias);
+    .with_epilogue(Epilogue::GeluTanhBias);
     let s = spec.check::<f16, f16>()?;
     ensure!(
         s.swaps_operands() && s.dims() == (64, 32, 128) && s.bias_len() == 64,
@@ -667,9 +667,9 @@ fn spec_checks() -> R {
     };
     let s = l(Epilogue::ReluAux).check::<f32, f32>()?;
     ensure!(s.aux_ld() == 128 && s.aux_bytes() == 128 * 3 / 8, "{s:?}");
-    let s = l(Epilogue::DGelu).check::<f16, f16>()?;
+    let s = l(Epilogue::DGeluTanh).check::<f16, f16>()?;
     ensure!(s.aux_ld() == 104 && s.aux_bytes() == 104 * 3 * 2, "{s:?}");
-    let s = l(Epilogue::GeluAuxBias).check::<f32, f32>()?;
+    let s = l(Epilogue::GeluTanhAuxBias).check::<f32, f32>()?;
     ensure!(
         s.aux_ld() == 104 && s.aux_bytes() == 104 * 3 * 4 && s.bias_len() == 100,
         "{s:?}"
@@ -695,7 +695,7 @@ fn spec_checks() -> R {
         "gradient per matrix"
     );
     ensure!(
-        bl(Epilogue::GeluAux).check::<f32, f32>()?.aux_bytes() == 8 * 2 * 5 * 4,
+        bl(Epilogue::GeluTanhAux).check::<f32, f32>()?.aux_bytes() == 8 * 2 * 5 * 4,
         "aux per matrix"
     );
     // Alignment must be a power of two <= 256.
@@ -731,7 +731,7 @@ fn aux_offsets() -> R {
         Layout::col_major(4, 3),
         Layout::col_major(10, 3),
     )
-    .with_epilogue(Epilogue::GeluAux)
+    .with_epilogue(Epilogue::GeluTanhAux)
     .check::<f32, f32>()?;
     ensure!(
         s.aux_ld() == 16 && s.aux_offset(0, 2, 1) == Some(16 + 2),
@@ -810,7 +810,7 @@ fn epilogue_buffer_checks() -> R {
         s.check_epilogue_lengths(Some(16), Some(16), None, Some(64)),
         "epilogue.bias",
     )?;
-    let s = mk(Epilogue::GeluAuxBias);
+    let s = mk(Epilogue::GeluTanhAuxBias);
     expect_invalid(
         s.check_epilogue_lengths(Some(16), None, None, Some(s.aux_bytes())),
         "epilogue.aux_out",
@@ -874,7 +874,7 @@ fn plan_keys() -> R {
         MatmulSpec::new(a.batched(2, 2048), b.batched(2, 0), d.batched(2, 1024)),
         MatmulSpec::new(a.batched(2, 2048), b.batched(2, 512), d.batched(2, 1024)),
         base.with_epilogue(Epilogue::Bias),
-        base.with_epilogue(Epilogue::GeluBias),
+        base.with_epilogue(Epilogue::GeluTanhBias),
         base.with_compute(ComputeType::F16),
         base.with_compute(ComputeType::F32),
         base.with_alignment(16),
@@ -912,14 +912,17 @@ fn epilogue_raw() -> R {
         (Epilogue::Bias, EP::CUBLASLT_EPILOGUE_BIAS),
         (Epilogue::ReluBias, EP::CUBLASLT_EPILOGUE_RELU_BIAS),
         (Epilogue::ReluAuxBias, EP::CUBLASLT_EPILOGUE_RELU_AUX_BIAS),
-        (Epilogue::Gelu, EP::CUBLASLT_EPILOGUE_GELU),
-        (Epilogue::GeluAux, EP::CUBLASLT_EPILOGUE_GELU_AUX),
-        (Epilogue::GeluBias, EP::CUBLASLT_EPILOGUE_GELU_BIAS),
-        (Epilogue::GeluAuxBias, EP::CUBLASLT_EPILOGUE_GELU_AUX_BIAS),
+        (Epilogue::GeluTanh, EP::CUBLASLT_EPILOGUE_GELU),
+        (Epilogue::GeluTanhAux, EP::CUBLASLT_EPILOGUE_GELU_AUX),
+        (Epilogue::GeluTanhBias, EP::CUBLASLT_EPILOGUE_GELU_BIAS),
+        (
+            Epilogue::GeluTanhAuxBias,
+            EP::CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
+        ),
         (Epilogue::DRelu, EP::CUBLASLT_EPILOGUE_DRELU),
         (Epilogue::DReluBgrad, EP::CUBLASLT_EPILOGUE_DRELU_BGRAD),
-        (Epilogue::DGelu, EP::CUBLASLT_EPILOGUE_DGELU),
-        (Epilogue::DGeluBgrad, EP::CUBLASLT_EPILOGUE_DGELU_BGRAD),
+        (Epilogue::DGeluTanh, EP::CUBLASLT_EPILOGUE_DGELU),
+        (Epilogue::DGeluTanhBgrad, EP::CUBLASLT_EPILOGUE_DGELU_BGRAD),
         (Epilogue::BgradA, EP::CUBLASLT_EPILOGUE_BGRADA),
         (Epilogue::BgradB, EP::CUBLASLT_EPILOGUE_BGRADB),
     ];
@@ -1165,7 +1168,7 @@ fn descriptors_batched_aux() -> R {
         d.output_layout().batch()?
     );
     // GELU aux: ld in elements, multiple of 8; batch stride ld x n.
-    let spec = spec.with_epilogue(Epilogue::GeluAuxBias);
+    let spec = spec.with_epilogue(Epilogue::GeluTanhAuxBias);
     let d = MatmulDescriptors::new::<f32, f32>(&spec, 1 << 20)?;
     ensure!(
         d.matmul_desc().aux_ld_and_stride()? == (104, 104 * 8),

@@ -81,7 +81,7 @@ fn conv_epilogue(dtype: DType, epi: &str) -> cudnn::Result<Graph> {
             "relu" => g.relu(y)?,
             "sigmoid" => g.sigmoid(y)?,
             "tanh" => g.tanh(y)?,
-            "gelu" => g.gelu(y)?,
+            "gelu" => g.gelu_erf(y)?,
             "scale" => g.scale(y, 0.5)?,
             "mul" => {
                 let m = g.input("m", TensorSpec::nhwc(dtype, &[8, 64, 28, 28])?)?;
@@ -321,7 +321,7 @@ pub fn main() {
             None,
             Some(Pointwise::Add),
             Some(Pointwise::Relu),
-            Some(Pointwise::Gelu),
+            Some(Pointwise::GeluErf),
             Some(Pointwise::GeluTanh),
             Some(Pointwise::Sigmoid),
             Some(Pointwise::Tanh),
@@ -873,7 +873,7 @@ pub fn main() {
             ),
             (
                 "matmul+bias+gelu",
-                matmul_graph(DType::BF16, Mm::Batched, Some(Pointwise::Gelu))?,
+                matmul_graph(DType::BF16, Mm::Batched, Some(Pointwise::GeluErf))?,
             ),
         ] {
             let (p, _) = Plan::build(&g.build()?, &t, &Policy::default())?;

@@ -547,7 +547,7 @@ fn fp8_gemm_and_block_scale() -> TestResult {
 }
 
 fn r_bias(bias: &[f64], epi: Epilogue) -> Option<&[f64]> {
-    (!matches!(epi, Epilogue::None | Epilogue::Relu | Epilogue::Gelu)).then_some(bias)
+    (!matches!(epi, Epilogue::None | Epilogue::Relu | Epilogue::GeluTanh)).then_some(bias)
 }
 
 fn ctc_all() -> TestResult {

@@ -290,16 +290,16 @@ impl Fp8ScaleMode {
 }
 
 /// Whether an FP8 matmul takes epilogue `e`: the forward epilogues without
-/// an auxiliary output (None, Relu, Gelu, Bias, ReluBias, GeluBias).
+/// an auxiliary output (None, Relu, GeluTanh, Bias, ReluBias, GeluTanhBias).
 pub fn fp8_epilogue_supported(e: Epilogue) -> bool {
     matches!(
         e,
         Epilogue::None
             | Epilogue::Relu
-            | Epilogue::Gelu
+            | Epilogue::GeluTanh
             | Epilogue::Bias
             | Epilogue::ReluBias
-            | Epilogue::GeluBias
+            | Epilogue::GeluTanhBias
     )
 }
 
@@ -340,8 +340,8 @@ pub fn fp8_epilogue_supported(e: Epilogue) -> bool {
 ///   16 bytes, and k a multiple of 16. D's contiguous dimension (m for a
 ///   column-major D, n for a row-major one) is a multiple of 16 too.
 /// - The amax of D ([`with_amax_d`](Self::with_amax_d)) only for an FP8 D.
-/// - Epilogues: [`Epilogue::None`], `Relu`, `Gelu`, `Bias`, `ReluBias`,
-///   `GeluBias` ([`fp8_epilogue_supported`]).
+/// - Epilogues: [`Epilogue::None`], `Relu`, `GeluTanh`, `Bias`, `ReluBias`,
+///   `GeluTanhBias` ([`fp8_epilogue_supported`]).
 /// - Block scaling ([`Fp8ScaleMode::Mxfp8`], `VEC32_UE8M0` scales per 32
 ///   elements along k) exists on Blackwell (sm_100 and newer) only; a plan
 ///   for it on an older device is [`Error::Unsupported`] naming the
@@ -533,7 +533,8 @@ impl Fp8MatmulSpec {
         if !fp8_epilogue_supported(self.epilogue) {
             return Err(Error::invalid(
                 "epilogue",
-                "an FP8 matmul takes None, Relu, Gelu, Bias, ReluBias or GeluBias",
+                "an FP8 matmul takes None, Relu, GeluTanh, Bias, ReluBias or GeluTanhBias \
+                 (named Gelu and GeluBias before 0.1)",
                 self.epilogue,
             ));
         }

@@ -22,7 +22,7 @@
 //! cuBLASLt is column-major. As with [`GemmPlan`](super::GemmPlan), a D that
 //! is not column-contiguous (row-major D) is computed as Dᵀ = Bᵀ·Aᵀ. The
 //! epilogue's vectors follow D's memory: the bias (and the bias gradient of
-//! [`Epilogue::DReluBgrad`]/[`Epilogue::DGeluBgrad`]) has one entry per
+//! [`Epilogue::DReluBgrad`]/[`Epilogue::DGeluTanhBgrad`]) has one entry per
 //! element of D's *contiguous* dimension — per row of a column-major D, per
 //! column of a row-major D; in both cases one per feature when each sample
 //! is a contiguous vector. [`Epilogue::BgradA`] and [`Epilogue::BgradB`]

@@ -17,8 +17,13 @@ use crate::sys::cudart::cudaDataType_t;
 /// are described in the [`blas` module docs](crate::blas#cublaslt-frames-and-epilogue-vectors)
 /// and given by [`MatmulShape`].
 ///
-/// GELU is the tanh approximation,
-/// `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`.
+/// Every GELU epilogue of cuBLASLt is the **tanh approximation**,
+/// `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`, hence the names
+/// `GeluTanh*`; the graph API has both forms
+/// ([`Graph::gelu_tanh`](crate::graph::Graph::gelu_tanh), the same
+/// function, and [`Graph::gelu_erf`](crate::graph::Graph::gelu_erf), the
+/// exact one). The forms side by side, with their f64 references:
+/// [`reference::gelu`](crate::reference::gelu).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum Epilogue {
@@ -36,28 +41,28 @@ pub enum Epilogue {
     ReluBias,
     /// `CUBLASLT_EPILOGUE_RELU_AUX_BIAS`: ReLU of x + bias, with the bit-mask.
     ReluAuxBias,
-    /// `CUBLASLT_EPILOGUE_GELU`: gelu(x).
-    Gelu,
-    /// `CUBLASLT_EPILOGUE_GELU_AUX`: gelu(x), and x (the GELU input)
-    /// written to the auxiliary output (for [`Epilogue::DGelu`]).
-    GeluAux,
-    /// `CUBLASLT_EPILOGUE_GELU_BIAS`: gelu(x + bias).
-    GeluBias,
-    /// `CUBLASLT_EPILOGUE_GELU_AUX_BIAS`: gelu(x + bias), with x + bias
+    /// `CUBLASLT_EPILOGUE_GELU`: gelu_tanh(x).
+    GeluTanh,
+    /// `CUBLASLT_EPILOGUE_GELU_AUX`: gelu_tanh(x), and x (the GELU input)
+    /// written to the auxiliary output (for [`Epilogue::DGeluTanh`]).
+    GeluTanhAux,
+    /// `CUBLASLT_EPILOGUE_GELU_BIAS`: gelu_tanh(x + bias).
+    GeluTanhBias,
+    /// `CUBLASLT_EPILOGUE_GELU_AUX_BIAS`: gelu_tanh(x + bias), with x + bias
     /// written to the auxiliary output.
-    GeluAuxBias,
+    GeluTanhAuxBias,
     /// `CUBLASLT_EPILOGUE_DRELU`: x · relu'(pre), reading the bit-mask a
     /// ReLU-aux forward wrote.
     DRelu,
     /// `CUBLASLT_EPILOGUE_DRELU_BGRAD`: as [`Epilogue::DRelu`], and the
     /// bias gradient (the sum of D along its non-contiguous dimension).
     DReluBgrad,
-    /// `CUBLASLT_EPILOGUE_DGELU`: x · gelu'(pre), reading the GELU input a
+    /// `CUBLASLT_EPILOGUE_DGELU`: x · gelu_tanh'(pre), reading the GELU input a
     /// GELU-aux forward wrote.
-    DGelu,
-    /// `CUBLASLT_EPILOGUE_DGELU_BGRAD`: as [`Epilogue::DGelu`], and the
+    DGeluTanh,
+    /// `CUBLASLT_EPILOGUE_DGELU_BGRAD`: as [`Epilogue::DGeluTanh`], and the
     /// bias gradient.
-    DGeluBgrad,
+    DGeluTanhBgrad,
     /// `CUBLASLT_EPILOGUE_BGRADA` (or `_BGRADB` when the operands are
     /// swapped): D = alpha·A·B + beta·C and the gradient Σₖ A[i, k]
     /// (length m).
@@ -85,6 +90,36 @@ pub enum BiasUse {
     Gradient,
 }
 
+/// The names before the GELU form was in them (0.1 renamed them; the
+/// same variants).
+#[allow(non_upper_case_globals)]
+impl Epilogue {
+    /// Renamed [`Epilogue::GeluTanh`] (cuBLASLt's GELU is the tanh form).
+    #[deprecated(note = "renamed Epilogue::GeluTanh: cuBLASLt's GELU is the tanh approximation")]
+    pub const Gelu: Epilogue = Epilogue::GeluTanh;
+    /// Renamed [`Epilogue::GeluTanhAux`].
+    #[deprecated(note = "renamed Epilogue::GeluTanhAux: cuBLASLt's GELU is the tanh approximation")]
+    pub const GeluAux: Epilogue = Epilogue::GeluTanhAux;
+    /// Renamed [`Epilogue::GeluTanhBias`].
+    #[deprecated(
+        note = "renamed Epilogue::GeluTanhBias: cuBLASLt's GELU is the tanh approximation"
+    )]
+    pub const GeluBias: Epilogue = Epilogue::GeluTanhBias;
+    /// Renamed [`Epilogue::GeluTanhAuxBias`].
+    #[deprecated(
+        note = "renamed Epilogue::GeluTanhAuxBias: cuBLASLt's GELU is the tanh approximation"
+    )]
+    pub const GeluAuxBias: Epilogue = Epilogue::GeluTanhAuxBias;
+    /// Renamed [`Epilogue::DGeluTanh`].
+    #[deprecated(note = "renamed Epilogue::DGeluTanh: cuBLASLt's GELU is the tanh approximation")]
+    pub const DGelu: Epilogue = Epilogue::DGeluTanh;
+    /// Renamed [`Epilogue::DGeluTanhBgrad`].
+    #[deprecated(
+        note = "renamed Epilogue::DGeluTanhBgrad: cuBLASLt's GELU is the tanh approximation"
+    )]
+    pub const DGeluBgrad: Epilogue = Epilogue::DGeluTanhBgrad;
+}
+
 impl Epilogue {
     /// Every epilogue.
     pub const ALL: [Epilogue; 16] = [
@@ -94,14 +129,14 @@ impl Epilogue {
         Epilogue::Bias,
         Epilogue::ReluBias,
         Epilogue::ReluAuxBias,
-        Epilogue::Gelu,
-        Epilogue::GeluAux,
-        Epilogue::GeluBias,
-        Epilogue::GeluAuxBias,
+        Epilogue::GeluTanh,
+        Epilogue::GeluTanhAux,
+        Epilogue::GeluTanhBias,
+        Epilogue::GeluTanhAuxBias,
         Epilogue::DRelu,
         Epilogue::DReluBgrad,
-        Epilogue::DGelu,
-        Epilogue::DGeluBgrad,
+        Epilogue::DGeluTanh,
+        Epilogue::DGeluTanhBgrad,
         Epilogue::BgradA,
         Epilogue::BgradB,
     ];
@@ -117,14 +152,14 @@ impl Epilogue {
             Epilogue::Bias => E::CUBLASLT_EPILOGUE_BIAS,
             Epilogue::ReluBias => E::CUBLASLT_EPILOGUE_RELU_BIAS,
             Epilogue::ReluAuxBias => E::CUBLASLT_EPILOGUE_RELU_AUX_BIAS,
-            Epilogue::Gelu => E::CUBLASLT_EPILOGUE_GELU,
-            Epilogue::GeluAux => E::CUBLASLT_EPILOGUE_GELU_AUX,
-            Epilogue::GeluBias => E::CUBLASLT_EPILOGUE_GELU_BIAS,
-            Epilogue::GeluAuxBias => E::CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
+            Epilogue::GeluTanh => E::CUBLASLT_EPILOGUE_GELU,
+            Epilogue::GeluTanhAux => E::CUBLASLT_EPILOGUE_GELU_AUX,
+            Epilogue::GeluTanhBias => E::CUBLASLT_EPILOGUE_GELU_BIAS,
+            Epilogue::GeluTanhAuxBias => E::CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
             Epilogue::DRelu => E::CUBLASLT_EPILOGUE_DRELU,
             Epilogue::DReluBgrad => E::CUBLASLT_EPILOGUE_DRELU_BGRAD,
-            Epilogue::DGelu => E::CUBLASLT_EPILOGUE_DGELU,
-            Epilogue::DGeluBgrad => E::CUBLASLT_EPILOGUE_DGELU_BGRAD,
+            Epilogue::DGeluTanh => E::CUBLASLT_EPILOGUE_DGELU,
+            Epilogue::DGeluTanhBgrad => E::CUBLASLT_EPILOGUE_DGELU_BGRAD,
             Epilogue::BgradA if swapped => E::CUBLASLT_EPILOGUE_BGRADB,
             Epilogue::BgradA => E::CUBLASLT_EPILOGUE_BGRADA,
             Epilogue::BgradB if swapped => E::CUBLASLT_EPILOGUE_BGRADA,
@@ -138,11 +173,12 @@ impl Epilogue {
             Epilogue::Bias
             | Epilogue::ReluBias
             | Epilogue::ReluAuxBias
-            | Epilogue::GeluBias
-            | Epilogue::GeluAuxBias => Some(BiasUse::Bias),
-            Epilogue::DReluBgrad | Epilogue::DGeluBgrad | Epilogue::BgradA | Epilogue::BgradB => {
-                Some(BiasUse::Gradient)
-            }
+            | Epilogue::GeluTanhBias
+            | Epilogue::GeluTanhAuxBias => Some(BiasUse::Bias),
+            Epilogue::DReluBgrad
+            | Epilogue::DGeluTanhBgrad
+            | Epilogue::BgradA
+            | Epilogue::BgradB => Some(BiasUse::Gradient),
             _ => None,
         }
     }
@@ -153,8 +189,8 @@ impl Epilogue {
         match self {
             Epilogue::ReluAux | Epilogue::ReluAuxBias => Some((AuxKind::ReluMask, true)),
             Epilogue::DRelu | Epilogue::DReluBgrad => Some((AuxKind::ReluMask, false)),
-            Epilogue::GeluAux | Epilogue::GeluAuxBias => Some((AuxKind::GeluInput, true)),
-            Epilogue::DGelu | Epilogue::DGeluBgrad => Some((AuxKind::GeluInput, false)),
+            Epilogue::GeluTanhAux | Epilogue::GeluTanhAuxBias => Some((AuxKind::GeluInput, true)),
+            Epilogue::DGeluTanh | Epilogue::DGeluTanhBgrad => Some((AuxKind::GeluInput, false)),
             _ => None,
         }
     }
@@ -182,7 +218,7 @@ impl fmt::Display for Epilogue {
 ///     Layout::row_major(64, 128).t(),
 ///     Layout::row_major(32, 64),
 /// )
-/// .with_epilogue(Epilogue::GeluBias);
+/// .with_epilogue(Epilogue::GeluTanhBias);
 /// let shape = spec.check::<f32, f32>()?;
 /// assert_eq!(shape.bias_len(), 64); // one per feature (column of row-major Y)
 /// # Ok::<(), cudnn::Error>(())

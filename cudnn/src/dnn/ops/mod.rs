@@ -1,28 +1,5 @@
-//! The element-wise and normalization ops: pooling, activation, softmax,
-//! tensor arithmetic (add, op, scale, set, transform, reduce), batch
-//! normalization and dropout, forward and backward.
-//!
-//! # How an op is checked
-//! A buffer travels with its descriptor as a [`DeviceTensor`] (read) or a
-//! [`DeviceTensorMut`] (written); making one checks the buffer holds
-//! [`len_required`](TensorDescriptor::len_required) elements, so a call
-//! cannot read or write past it. Each op then checks the descriptors agree
-//! (shapes, cuDNN's broadcasting rule, the pooling output shape) *before*
-//! cuDNN is called, with the `check_*` function of the same name, which
-//! needs no handle (validate a graph ahead of time with them). The errors
-//! name the argument and both values.
-//!
-//! # Plans
-//! Where something can be computed once from shapes, a plan holds it:
-//! [`PoolingPlan`] (the output descriptor), [`BatchNormPlan`] (the derived
-//! parameter descriptor), [`ReducePlan`] (workspace and index sizes),
-//! [`Dropout`] (the random state). Running one makes one library call.
-//!
-//! # Scaling
-//! Every op blends: `out = alpha * op(in) + beta * out`, with `alpha` and
-//! `beta` in the element type's [`Scale`](crate::Scale) type (`f32` for
-//! `f16`/`bf16`/`f32`, `f64` for `f64`). With `beta = 0` the output is not
-//! read (it may hold NaN).
+//! The element-wise and normalization ops (documented in the `dnn`
+//! module docs).
 
 mod activation_ops;
 mod batchnorm;

@@ -266,20 +266,6 @@ impl<K, K2> AttrTypeOf for Attr<K, value::Desc<K2>> {
 pub mod attr;
 mod rules;
 
-/// A plan JSON set through the typed API is held to the shape cuDNN writes
-/// before cuDNN parses it (its parser crashes the process on some malformed
-/// plans): NUL-terminated UTF-8 that passes the plan JSON allow-list.
-fn check_plan_json_bytes(label: &str, bytes: &[u8]) -> Result<()> {
-    let text = bytes
-        .split_last()
-        .filter(|(last, _)| **last == 0)
-        .map(|(_, text)| text)
-        .ok_or_else(|| Error::invalid(label, "must end with a NUL byte", bytes.len()))?;
-    let text =
-        std::str::from_utf8(text).map_err(|e| Error::invalid(label, "must be UTF-8 JSON", e))?;
-    super::plan_json::check_shape(text)
-}
-
 /// An owned backend descriptor of kind `K`.
 ///
 /// Created with [`Descriptor::new`], filled with [`set`](Self::set) and its
@@ -400,7 +386,7 @@ impl<K: Kind> Descriptor<K> {
 
     /// # Safety
     /// `data` points to `count` elements of the C type `ty` names.
-    unsafe fn set_raw(
+    pub(in crate::graph) unsafe fn set_raw(
         &mut self,
         name: AttrName,
         label: &'static str,
@@ -741,40 +727,6 @@ impl<K: Kind> Drop for Descriptor<K> {
         if let Ok(api) = cudnn() {
             // SAFETY: created by cudnnBackendCreateDescriptor, destroyed once here.
             let _ = unsafe { api.cudnnBackendDestroyDescriptor(self.raw.as_ptr()) };
-        }
-    }
-}
-
-impl Descriptor<kind::ExecutionPlan> {
-    /// Set the plan's JSON (`CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION`,
-    /// NUL-terminated), checking only its shape (sizes, counts, nesting):
-    /// [`Plan::from_cudnn_json`](crate::graph::Plan::from_cudnn_json) is the
-    /// checked way to load a plan.
-    ///
-    /// # Safety
-    /// The JSON is cuDNN's own, of a plan made by the loaded cuDNN and
-    /// unchanged since: cuDNN crashes at finalize on a plan JSON whose graph
-    /// was edited (a node reading a tensor nothing writes), and a plan whose
-    /// compiled kernels (`/engine/payload`) came from another graph reads and
-    /// writes past the buffers bound when it runs.
-    ///
-    /// # Errors
-    /// Not NUL-terminated, not UTF-8, malformed or oversized JSON; already
-    /// finalized; cuDNN's refusal.
-    #[doc(alias = "CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION")]
-    pub unsafe fn set_plan_json_unchecked(&mut self, json: &[u8]) -> Result<()> {
-        let a = attr::EXECUTION_PLAN_JSON_REPRESENTATION;
-        check_plan_json_bytes(a.label, json)?;
-        // SAFETY: `json` is `json.len()` initialized bytes (CUDNN_TYPE_CHAR);
-        // what cuDNN does with their meaning is the caller's contract.
-        unsafe {
-            self.set_raw(
-                a.name,
-                a.label,
-                <value::Char as Value>::TYPE,
-                json.len(),
-                json.as_ptr().cast(),
-            )
         }
     }
 }

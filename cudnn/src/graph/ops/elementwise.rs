@@ -255,12 +255,40 @@ impl Graph {
     pub fn relu(&mut self, x: Tensor) -> Result<Tensor> {
         self.pointwise(Pointwise::Relu, &[x])
     }
-    /// GELU (erf form).
+    /// GELU, erf (exact) form: `0.5·x·(1 + erf(x/√2))`
+    /// ([`Pointwise::GeluErf`], `CUDNN_POINTWISE_GELU_FWD`; PyTorch's
+    /// `nn.GELU()`). cuBLASLt's GELU epilogues are the other form,
+    /// [`gelu_tanh`](Self::gelu_tanh); the two differ by up to about 5·10⁻⁴
+    /// (see [`reference::gelu`](crate::reference::gelu)).
     ///
     /// # Errors
     /// As [`pointwise`](Self::pointwise).
+    #[doc(alias = "CUDNN_POINTWISE_GELU_FWD")]
+    pub fn gelu_erf(&mut self, x: Tensor) -> Result<Tensor> {
+        self.pointwise(Pointwise::GeluErf, &[x])
+    }
+    /// GELU, tanh approximation:
+    /// `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`
+    /// ([`Pointwise::GeluTanh`], `CUDNN_POINTWISE_GELU_APPROX_TANH_FWD`): the
+    /// form of cuBLASLt's GELU epilogues
+    /// ([`Epilogue::GeluTanh`](crate::blas::Epilogue::GeluTanh)); PyTorch's
+    /// `nn.GELU(approximate="tanh")`.
+    ///
+    /// # Errors
+    /// As [`pointwise`](Self::pointwise).
+    #[doc(alias = "CUDNN_POINTWISE_GELU_APPROX_TANH_FWD")]
+    pub fn gelu_tanh(&mut self, x: Tensor) -> Result<Tensor> {
+        self.pointwise(Pointwise::GeluTanh, &[x])
+    }
+    /// GELU, erf form: the old name of [`gelu_erf`](Self::gelu_erf).
+    ///
+    /// # Errors
+    /// As [`pointwise`](Self::pointwise).
+    #[deprecated(
+        note = "renamed Graph::gelu_erf (the erf form); the tanh form is Graph::gelu_tanh"
+    )]
     pub fn gelu(&mut self, x: Tensor) -> Result<Tensor> {
-        self.pointwise(Pointwise::Gelu, &[x])
+        self.gelu_erf(x)
     }
     /// Sigmoid.
     ///

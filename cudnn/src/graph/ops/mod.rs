@@ -1,7 +1,16 @@
-//! The op nodes the builder adds: each module holds an op family's
-//! parameters, shape rules, its `Graph` methods and its descriptor
-//! construction. This module holds what they share: the `OpNode` trait
-//! every op implements and the descriptors (`Built`) an op graph keeps.
+//! The op families of the [`Graph`](super::Graph) builder, one module
+//! each, with their parameter types: convolution ([`conv`]), normalization
+//! ([`norm`]), pointwise modes ([`pointwise`]), reduction ([`reduction`]),
+//! attention ([`sdpa`] and its options), FP8 matmul and attention
+//! ([`matmul_fp8`], [`sdpa_fp8`], [`sdpa_fp8_bwd`]) and MXFP8 block scaling
+//! ([`block_scale_fp8`]). The types are re-exported at [`crate::graph`],
+//! the path to use; the methods that add the ops (`conv_fprop`, `matmul`,
+//! `pointwise`, `layer_norm`, `sdpa_forward`, ...) are on [`Graph`](super::Graph).
+
+// Each module holds an op family's parameters, shape rules, its `Graph`
+// methods and its descriptor construction. This module holds what they
+// share: the `OpNode` trait every op implements and the descriptors
+// (`Built`) an op graph keeps.
 
 pub mod block_scale_fp8;
 pub mod conv;

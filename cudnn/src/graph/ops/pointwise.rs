@@ -66,8 +66,13 @@ pub enum Pointwise {
         upper: f64,
         slope: f64,
     },
-    Gelu,
-    /// GELU with the tanh approximation.
+    /// GELU, erf (exact) form: `0.5·x·(1 + erf(x/√2))`
+    /// (`CUDNN_POINTWISE_GELU_FWD`; PyTorch's `nn.GELU()`).
+    GeluErf,
+    /// GELU, tanh approximation:
+    /// `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`
+    /// (`CUDNN_POINTWISE_GELU_APPROX_TANH_FWD`; the form of cuBLASLt's GELU
+    /// epilogues; PyTorch's `nn.GELU(approximate="tanh")`).
     GeluTanh,
     Sigmoid,
     Tanh,
@@ -87,7 +92,9 @@ pub enum Pointwise {
         upper: f64,
         slope: f64,
     },
-    GeluBwd,
+    /// The erf form's backward (`CUDNN_POINTWISE_GELU_BWD`).
+    GeluErfBwd,
+    /// The tanh form's backward (`CUDNN_POINTWISE_GELU_APPROX_TANH_BWD`).
     GeluTanhBwd,
     SigmoidBwd,
     TanhBwd,
@@ -107,6 +114,20 @@ pub enum Pointwise {
     GenIndex {
         axis: i64,
     },
+}
+
+/// The names before the GELU form was in them (0.1 renamed them; the
+/// same modes).
+#[allow(non_upper_case_globals)]
+impl Pointwise {
+    /// Renamed [`Pointwise::GeluErf`] (this mode is the erf form).
+    #[deprecated(
+        note = "renamed Pointwise::GeluErf (the erf form); the tanh form is Pointwise::GeluTanh"
+    )]
+    pub const Gelu: Pointwise = Pointwise::GeluErf;
+    /// Renamed [`Pointwise::GeluErfBwd`].
+    #[deprecated(note = "renamed Pointwise::GeluErfBwd (the erf form)")]
+    pub const GeluBwd: Pointwise = Pointwise::GeluErfBwd;
 }
 
 impl Pointwise {
@@ -154,7 +175,7 @@ impl Pointwise {
                 upper: 6.0,
                 slope: 0.01,
             },
-            Gelu,
+            GeluErf,
             GeluTanh,
             Sigmoid,
             Tanh,
@@ -167,7 +188,7 @@ impl Pointwise {
                 upper: 6.0,
                 slope: 0.01,
             },
-            GeluBwd,
+            GeluErfBwd,
             GeluTanhBwd,
             SigmoidBwd,
             TanhBwd,
@@ -218,7 +239,7 @@ impl Pointwise {
             Erf => M::CUDNN_POINTWISE_ERF,
             LogicalNot => M::CUDNN_POINTWISE_LOGICAL_NOT,
             Relu | ReluClipped { .. } => M::CUDNN_POINTWISE_RELU_FWD,
-            Gelu => M::CUDNN_POINTWISE_GELU_FWD,
+            GeluErf => M::CUDNN_POINTWISE_GELU_FWD,
             GeluTanh => M::CUDNN_POINTWISE_GELU_APPROX_TANH_FWD,
             Sigmoid => M::CUDNN_POINTWISE_SIGMOID_FWD,
             Tanh => M::CUDNN_POINTWISE_TANH_FWD,
@@ -226,7 +247,7 @@ impl Pointwise {
             Elu { .. } => M::CUDNN_POINTWISE_ELU_FWD,
             Softplus { .. } => M::CUDNN_POINTWISE_SOFTPLUS_FWD,
             ReluBwd | ReluClippedBwd { .. } => M::CUDNN_POINTWISE_RELU_BWD,
-            GeluBwd => M::CUDNN_POINTWISE_GELU_BWD,
+            GeluErfBwd => M::CUDNN_POINTWISE_GELU_BWD,
             GeluTanhBwd => M::CUDNN_POINTWISE_GELU_APPROX_TANH_BWD,
             SigmoidBwd => M::CUDNN_POINTWISE_SIGMOID_BWD,
             TanhBwd => M::CUDNN_POINTWISE_TANH_BWD,
@@ -248,7 +269,7 @@ impl Pointwise {
             }
             ReluBwd
             | ReluClippedBwd { .. }
-            | GeluBwd
+            | GeluErfBwd
             | GeluTanhBwd
             | SigmoidBwd
             | TanhBwd

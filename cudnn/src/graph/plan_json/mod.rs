@@ -30,6 +30,7 @@ mod dupkeys;
 mod engine;
 mod guards;
 mod schema;
+mod unchecked;
 
 use agree::{Tensors, agree};
 pub(crate) use dupkeys::no_duplicate_keys;

@@ -6,8 +6,10 @@ use std::net::Ipv6Addr;
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use super::env::RENDEZVOUS_VAR;
 use crate::error::{Error, Result};
+
+/// The variable naming the rendezvous explicitly.
+pub const RENDEZVOUS_VAR: &str = "CUDNN_RS_RENDEZVOUS";
 
 /// The longest host name DNS allows.
 const MAX_HOST: usize = 253;

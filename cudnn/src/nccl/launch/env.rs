@@ -10,12 +10,10 @@ use hmac::digest::KeyInit;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::address::{Rendezvous, host_problem};
+use super::address::{RENDEZVOUS_VAR, Rendezvous, host_problem};
 use crate::error::{Error, Result};
 use crate::nccl::Ranks;
 
-/// The variable naming the rendezvous explicitly.
-pub const RENDEZVOUS_VAR: &str = "CUDNN_RS_RENDEZVOUS";
 /// The variable giving the rendezvous timeout in seconds.
 pub const TIMEOUT_VAR: &str = "CUDNN_RS_RENDEZVOUS_TIMEOUT";
 /// The variable holding the shared secret a TCP rendezvous requires (see

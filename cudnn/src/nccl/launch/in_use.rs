@@ -6,7 +6,7 @@
 //! rendezvous read from those variables finds the port in use on rank 0.
 //! The fix is a port of this crate's own, in `CUDNN_RS_RENDEZVOUS`.
 
-use super::env::RENDEZVOUS_VAR;
+use super::address::RENDEZVOUS_VAR;
 
 /// Variables torchrun (torch.distributed.elastic) sets for its workers:
 /// their presence says the taken port is torchrun's store.

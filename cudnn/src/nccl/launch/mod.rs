@@ -119,11 +119,11 @@ mod tcp;
 
 use std::time::Duration;
 
-pub use address::Rendezvous;
+pub use address::{RENDEZVOUS_VAR, Rendezvous};
 pub use env::{
     DEFAULT_TIMEOUT, LOCAL_RANK_VARS, LOCAL_SIZE_VARS, LaunchEnv, MAX_TIMEOUT, MAX_TOKEN_BYTES,
     MIN_TIMEOUT, MIN_TOKEN_BYTES, MIN_TOKEN_DECODED_BYTES, MIN_TOKEN_HEX_DIGITS, RANK_VARS,
-    RENDEZVOUS_VAR, TIMEOUT_VAR, TOKEN_VAR, Token, VARIABLES,
+    TIMEOUT_VAR, TOKEN_VAR, Token, VARIABLES,
 };
 
 use super::{Communicator, Ranks, UniqueId};

@@ -338,7 +338,7 @@ pub(crate) fn serve(
                         "; rank 0 listens on {ip}, a loopback address: ranks on other \
                          machines cannot reach it (set MASTER_ADDR or {} to an address of \
                          rank 0's they reach)",
-                        super::env::RENDEZVOUS_VAR
+                        super::address::RENDEZVOUS_VAR
                     ),
                     _ => String::new(),
                 };
