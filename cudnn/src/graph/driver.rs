@@ -44,18 +44,18 @@ pub fn ensure() -> Result<Driver> {
     // (nothing to do when none is found).
     let _ = super::nvrtc::loaded();
     DRIVER
-        .get_or_init(open)
+        .get_or_init(|| {
+            let d = open();
+            if matches!(d, Ok(Driver::Stub(_))) {
+                crate::no_device::note_stub_driver();
+            }
+            d
+        })
         .clone()
         .map_err(|why| Error::Unsupported {
             what: format!("planning without a GPU: {why}"),
             needs: Some("an NVIDIA driver, or the cudnn-rs driver stub".to_string()),
         })
-}
-
-/// Whether this process planned with the project's stub as its driver (no
-/// real driver opened): the runtime then finds no usable driver either.
-pub(crate) fn stub_loaded() -> bool {
-    matches!(DRIVER.get(), Some(Ok(Driver::Stub(_))))
 }
 
 fn open() -> std::result::Result<Driver, String> {
