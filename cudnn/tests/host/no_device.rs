@@ -50,7 +50,7 @@ const ENTRY_POINTS: &[(&str, &[Site])] = &[
         "Device::count",
         &[
             ("runtime/device.rs", "cudaGetDeviceCount", 1),
-            ("no_device.rs", "cudaGetDeviceCount", 1),
+            ("no_device/mod.rs", "cudaGetDeviceCount", 1),
         ],
     ),
     ("Device::new", &[("runtime/device.rs", "cudaSetDevice", 1)]),
@@ -184,10 +184,7 @@ pub fn main() {
                 .with_ignored_flag(true),
         );
     } else {
-        trials.push(host(
-            "no_device::with_the_planning_stub",
-            with_the_planning_stub,
-        ));
+        trials.push(host("with_the_planning_stub", with_the_planning_stub));
     }
     // Each in a process of its own: what a call answers without a device
     // depends on whether the planning stub is already loaded, which other
@@ -240,7 +237,7 @@ fn no_device(name: &'static str) -> Trial {
         eprintln!("skipped: no_device::host::{name}: {why}");
         return crate::support::trial(format!("host::{name}"), || Ok(())).with_ignored_flag(true);
     }
-    host(&format!("no_device::{name}"), move || check_entry(name))
+    host(name, move || check_entry(name))
 }
 
 #[cfg(feature = "nccl")]
