@@ -50,6 +50,10 @@ pub fn test(args: &[String]) -> Result<(), String> {
         [a, b, c, d] => (a.clone(), b.clone(), c.clone(), d.clone()),
         _ => return Err("fetch-libs returned an unexpected set of stacks".to_string()),
     };
+    // The project's tools (bindings, packaging, device check, API listing).
+    let mut cmd = cargo();
+    cmd.args(["test", "-p", "xtask"]).args(&args);
+    status(cmd, "cargo test -p xtask")?;
     let mut cmd = cargo_test(&[], &args);
     stack_env(&mut cmd, "cuda13", &cu13);
     status(
