@@ -22,7 +22,8 @@
 //!
 //! | feature | what it adds |
 //! |---|---|
-//! | *(none)* | everything below except `nccl` and `interop`; nothing CUDA is needed to **build** (the libraries are opened at run time) |
+//! | *(default)* | everything below except `nccl` and `interop`; nothing CUDA is needed to **build** (the libraries are opened at run time) |
+//! | `reference` (default) | [`reference`](mod@reference): the f64 CPU references (an oracle for tests, not needed to run anything: `default-features = false` leaves them out) |
 //! | `nccl` | [`nccl`]: collectives across GPUs and machines, and the torchrun-style launch |
 //! | `cudarc` | [`interop`]: cudarc's streams and memory (candle, burn, ...) used by this crate's calls |
 //! | `link` | link the libraries at build time instead of loading them at run time (same API) |
@@ -52,7 +53,7 @@
 //! | [`interop`] | cudarc streams and memory (feature `cudarc`) |
 //! | [`dtype`] | element types ([`DataType`]: f32, f64, f16, bf16, i8, ...; FP8 [`F8E4M3`], [`F8E5M2`], [`F8E8M0`]) |
 //! | [`error`] | the one [`Error`] and [`Result`] |
-//! | [`reference`](mod@reference) | f64 CPU references: the oracles the tests compare GPU results with |
+//! | [`reference`] | f64 CPU references: the oracles the tests compare GPU results with |
 //! | [`soundness`] | the soundness model and the contract of every `unsafe fn` |
 //! | [`sys`] | the raw bindings |
 //!
@@ -264,6 +265,8 @@
 //! (The modules of features this build of the docs leaves off link to the
 //! feature table above.)
 //!
+#![cfg_attr(feature = "reference", doc = "[`reference`]: mod@crate::reference")]
+#![cfg_attr(not(feature = "reference"), doc = "[`reference`]: #in-cargotoml")]
 #![cfg_attr(feature = "nccl", doc = "[`nccl`]: crate::nccl")]
 #![cfg_attr(not(feature = "nccl"), doc = "[`nccl`]: #in-cargotoml")]
 #![cfg_attr(feature = "cudarc", doc = "[`interop`]: crate::interop")]
@@ -290,6 +293,7 @@ pub mod interop;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 pub(crate) mod no_device;
+#[cfg(feature = "reference")]
 pub mod reference;
 pub mod runtime;
 pub mod soundness;

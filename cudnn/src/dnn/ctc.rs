@@ -47,7 +47,6 @@ use std::fmt;
 use crate::check::{self, cudnn_call};
 use crate::dnn::{Handle, TensorDescriptor};
 use crate::error::{Error, Result};
-use crate::reference::ctc::required_steps;
 use crate::runtime::{Device, DeviceBuffer, DeviceSlice, DeviceSliceMut};
 use crate::sys::cudart::Version;
 use crate::sys::cudnn as dnn;
@@ -119,6 +118,12 @@ impl CtcAlgo {
             }
         }
     }
+}
+
+/// Steps a labelling needs: its length plus one for every pair of equal
+/// neighbours (a blank must separate them).
+pub(crate) fn required_steps(labels: &[usize]) -> usize {
+    labels.len() + labels.windows(2).filter(|w| w[0] == w[1]).count()
 }
 
 /// Check a CTC batch against cuDNN's conventions for the loaded cuDNN
@@ -605,7 +610,7 @@ impl CtcPlan {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "reference"))]
 mod tests {
     use super::*;
     use crate::reference::ctc::{CtcProblem, ctc_loss, ctc_loss_zero_infinity};

@@ -40,7 +40,7 @@ use crate::error::{Error, Result};
 /// Steps a labelling needs: its length plus one for every pair of equal
 /// neighbours (a blank must separate them).
 pub fn required_steps(labels: &[usize]) -> usize {
-    labels.len() + labels.windows(2).filter(|w| w[0] == w[1]).count()
+    crate::dnn::required_steps(labels)
 }
 
 /// A CTC problem (see the [module docs](self)).
