@@ -165,6 +165,7 @@ pub struct AlgoChoice {
 
 /// Counters of an [`AlgoCache`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct CacheStats {
     /// [`AlgoCache::get`] calls that found an entry.
     pub hits: u64,

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 
 /// One graph input or output as a plan binds it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct IoTensor {
     /// Its name in the graph.
     pub name: String,
@@ -24,6 +25,7 @@ pub struct IoTensor {
 
 /// What a plan reads and writes: the tensors to bind, and the by-value scalars it passes itself.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct IoSignature {
     /// Inputs and outputs, in UID order.
     pub tensors: Vec<IoTensor>,

@@ -127,6 +127,7 @@ fn scratch_layout(cudnn_ws: usize, io: &IoSignature) -> Result<(usize, Vec<(i64,
 
 /// What happened while building a plan.
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub struct BuildReport {
     /// Every configuration offered, in the order tried, with its rejection reason if any.
     pub candidates: Vec<String>,

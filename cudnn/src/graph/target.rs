@@ -129,6 +129,7 @@ pub(crate) fn property_fault(
 /// public specification sheets, not from a device).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[allow(missing_docs)]
+#[non_exhaustive]
 pub struct DeviceSpec {
     pub name: String,
     /// Compute capability major, minor (`deviceVer` = major*100 + minor*10).

@@ -324,6 +324,7 @@ pub enum RnnWeightSide {
 /// The shape of one weight matrix (and whether it has a bias), as
 /// [`RnnConfig::weight_shapes`] lists them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct RnnWeightShape {
     /// The layer (0 is next to the input).
     pub layer: usize,
@@ -372,6 +373,7 @@ pub const RNN_MAX_WEIGHT_MATRICES: usize = 1 << 20;
 /// Where a cuDNN weight lies among PyTorch's parameters of the same
 /// `nn.RNN`/`nn.LSTM`/`nn.GRU` (`batch_first` does not matter).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct RnnPytorchWeight {
     /// The matrix's parameter (`weight_ih_l1_reverse`, `weight_hr_l0`).
     pub matrix: String,

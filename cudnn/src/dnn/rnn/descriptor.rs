@@ -62,6 +62,7 @@ impl<T: DataType> fmt::Debug for RnnDescriptor<'_, T> {
 /// What cuDNN stored in an RNN descriptor (`cudnnGetRNNDescriptor_v8`),
 /// as raw values, for comparing with what was set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RnnDescriptorValues {
     /// `algo`.
     pub algo: u32,

@@ -59,6 +59,7 @@ impl RnnReserve {
 
 /// Sizes in bytes a plan needs, as cuDNN reports them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct RnnSizes {
     /// The weight space (`cudnnGetRNNWeightSpaceSize`).
     pub weight_space: usize,

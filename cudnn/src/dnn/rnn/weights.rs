@@ -16,6 +16,7 @@ use crate::sys::cudnn as dnn;
 /// One matrix (and its bias) in the weight space, in elements of `T`
 /// from the start of the space.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct RnnWeightView {
     /// Layer, direction, gate, side and shape.
     pub shape: RnnWeightShape,

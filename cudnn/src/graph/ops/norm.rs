@@ -134,6 +134,7 @@ pub struct NormOutputs {
 
 /// What a norm backward produces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct NormGrads {
     /// The input gradient (an op result: fuse after it, or make it an output).
     pub dx: Tensor,

@@ -273,6 +273,7 @@ pub struct SdpaConfig {
 
 /// What [`Graph::sdpa_forward`](crate::graph::Graph::sdpa_forward) adds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SdpaForward {
     /// The output (a graph output of the config's dtype, in its layout).
     pub o: Tensor,
@@ -300,6 +301,7 @@ pub struct SdpaForward {
 
 /// What [`Graph::sdpa_backward`](crate::graph::Graph::sdpa_backward) adds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SdpaBackward {
     /// dQ (graph output, Q's dims, dtype and layout).
     pub dq: Tensor,

@@ -111,6 +111,7 @@ impl AttnBias {
 
 /// The graph tensors of the bias options an attention op made.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BiasTensors {
     /// The bias (a graph input, [`SdpaConfig::bias_spec`]).
     pub bias: Option<Tensor>,

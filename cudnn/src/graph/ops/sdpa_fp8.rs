@@ -59,6 +59,7 @@ pub struct Fp8SdpaConfig {
 /// What [`Graph::sdpa_fp8_forward`] adds: the outputs and the scale inputs
 /// to bind (each `[1, 1, 1, 1]` f32).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Fp8SdpaForward {
     /// The attention output (`[B, H, S_q, D]`, Q's layout).
     pub o: Tensor,

@@ -50,6 +50,7 @@ pub const FP8_BWD_SCALE_NAMES: [&str; 12] = [
 
 /// What [`Graph::sdpa_fp8_backward`] adds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Fp8SdpaBackward {
     /// Q's gradient (the gradient type, Q's layout).
     pub dq: Tensor,

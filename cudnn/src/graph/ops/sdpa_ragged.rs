@@ -60,6 +60,7 @@ pub enum RaggedTensor {
 /// The ragged offset inputs an attention adds ([`SdpaConfig::ragged`]):
 /// `[B + 1, 1, 1, 1]` i32 graph inputs, element offsets of each sequence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SdpaRagged {
     /// Q's offsets (dQ's too in the backward).
     pub q: Tensor,

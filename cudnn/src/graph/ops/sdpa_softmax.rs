@@ -95,6 +95,7 @@ pub mod since {
 /// The softmax tensors an attention op added (all `None` unless the
 /// config asks for them).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SdpaSoftmax {
     /// Forward ([`SdpaConfig::max_sum_exp`]): the row max, `[B, H, S_q, 1]`
     /// f32 graph output.

@@ -239,6 +239,7 @@ impl fmt::Debug for Token {
 
 /// What the launcher told this process.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LaunchEnv {
     /// Rank and world size.
     pub ranks: Ranks,

@@ -134,6 +134,7 @@ use deadline::Deadline;
 /// This process's part of the job: what the launcher said, its device
 /// (current on the calling thread) and its communicator.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Launch {
     /// What the launcher said.
     pub env: LaunchEnv,
