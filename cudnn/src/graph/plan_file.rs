@@ -180,6 +180,7 @@ pub(crate) fn read_io(r: &mut Reader<'_>) -> Result<IoSignature> {
         scalars,
         scratch,
         ragged_offsets,
+        graph: None,
     })
 }
 

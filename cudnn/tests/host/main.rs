@@ -12,6 +12,7 @@
 mod support;
 
 mod algo_cache;
+mod bind_by_tensor;
 mod conv;
 mod cuda_graphs;
 #[cfg(feature = "cudarc")]
@@ -60,6 +61,7 @@ mod sdpa_softmax;
 fn main() {
     let modules: &[support::Module] = &[
         ("algo_cache", algo_cache::main),
+        ("bind_by_tensor", bind_by_tensor::main),
         ("conv", conv::main),
         ("cuda_graphs", cuda_graphs::main),
         ("cudarc_interop", cudarc_interop::main),

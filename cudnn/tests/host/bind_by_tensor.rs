@@ -1,0 +1,179 @@
+//! Binding graph tensors by their `Tensor` handle (issue 33 item 5): the
+//! same slot as binding by name, a handle of another graph or one the plan
+//! does not bind refused with a typed error, and a reloaded plan (which
+//! knows UIDs only) taking the handles of the graph it was built from.
+//! Host tier: plans for an H200 without a device; the buffers are dangling
+//! aligned pointers that are only checked, never used.
+
+use crate::support;
+
+use cudnn::Error;
+use cudnn::graph::{DType, Graph, Plan, PlanKey, Policy, Target, TensorSpec, Trust};
+use cudnn::runtime::{DeviceSlice, DeviceSliceMut};
+use half::f16;
+use support::*;
+
+pub fn main() {
+    run(vec![
+        host_planning("bind_by_tensor_matches_bind_by_name", matches_name),
+        host_planning("bind_by_tensor_refuses_foreign_and_unbound", refusals),
+        host_planning("bind_by_tensor_on_a_reloaded_plan", reloaded),
+        host_planning("fuzz_bind_by_tensor_handles", fuzz_handles),
+    ]);
+}
+
+const DIMS: [i64; 4] = [8, 64, 32, 32];
+const LEN: usize = 8 * 64 * 32 * 32;
+
+/// x -> relu -> mid -> relu -> y (mid is virtual: nothing to bind).
+fn graph() -> cudnn::Result<(Graph, [cudnn::graph::Tensor; 3])> {
+    let mut g = Graph::new();
+    let x = g.input("x", TensorSpec::nhwc(DType::F16, &DIMS)?)?;
+    let mid = g.relu(x)?;
+    let y = g.relu(mid)?;
+    g.output(y, DType::F16)?;
+    g.rename(y, "y")?;
+    Ok((g, [x, mid, y]))
+}
+
+fn plan(g: &Graph) -> cudnn::Result<Plan> {
+    let (plan, _) = Plan::build(&g.build()?, &Target::preset("h200")?, &Policy::default())?;
+    Ok(plan)
+}
+
+// SAFETY (both): a dangling, 256-byte aligned pointer that the bindings only
+// check (length, alignment); nothing here executes the plan.
+fn fake_in() -> DeviceSlice<'static, f16> {
+    unsafe { DeviceSlice::from_raw_parts(0x1000_0000 as *const f16, LEN) }
+}
+fn fake_out() -> DeviceSliceMut<'static, f16> {
+    unsafe { DeviceSliceMut::from_raw_parts_mut(0x2000_0000 as *mut f16, LEN) }
+}
+
+fn refused(r: cudnn::Result<()>, want: &str) -> TestResult {
+    match r {
+        Err(e @ Error::InvalidArgument { .. }) => {
+            let s = e.to_string();
+            ensure!(s.contains(want), "error without `{want}`: {s}");
+            Ok(())
+        }
+        Err(e) => {
+            Err(format!("wrong error kind (want InvalidArgument with `{want}`): {e:?}").into())
+        }
+        Ok(()) => Err(format!("accepted; want a refusal with `{want}`").into()),
+    }
+}
+
+fn matches_name() -> TestResult {
+    let (g, [x, _, y]) = graph()?;
+    let p = plan(&g)?;
+    let mut b = p.bindings();
+    b.input_tensor(x, fake_in())?;
+    b.output_tensor(y, fake_out())?;
+    // The handle bound the slot the name names: binding the name again is
+    // "bound twice", the documented refusal.
+    refused(b.input("x", fake_in()).map(|_| ()), "bound twice")?;
+    refused(b.output("y", fake_out()).map(|_| ()), "bound twice")?;
+    // And the other way round.
+    let mut b = p.bindings();
+    b.input("x", fake_in())?;
+    refused(b.input_tensor(x, fake_in()).map(|_| ()), "bound twice")?;
+    Ok(())
+}
+
+fn refusals() -> TestResult {
+    let (g, [x, mid, y]) = graph()?;
+    let (_other, [ox, _, _]) = graph()?;
+    let p = plan(&g)?;
+    let mut b = p.bindings();
+    // A handle of another graph: the same position, so the same UID, which
+    // a name-free lookup alone would have taken.
+    refused(
+        b.input_tensor(ox, fake_in()).map(|_| ()),
+        "graph this plan was built from",
+    )?;
+    refused(b.input_tensor(mid, fake_in()).map(|_| ()), "must be one of")?;
+    refused(b.input_tensor(y, fake_in()).map(|_| ()), "is an output")?;
+    refused(b.output_tensor(x, fake_out()).map(|_| ()), "is an input")?;
+    // Nothing was bound by the refusals.
+    b.input_tensor(x, fake_in())?;
+    b.output_tensor(y, fake_out())?;
+    Ok(())
+}
+
+fn reloaded() -> TestResult {
+    let (g, [x, mid, y]) = graph()?;
+    let p = plan(&g)?;
+    let key = PlanKey::generate()?;
+    let text = p.serialize_signed(&key)?;
+    let q = Plan::deserialize(&text, &Target::preset("h200")?, Trust::SignedBy(&key))?;
+    ensure!(q.io() == p.io(), "the reloaded plan binds other tensors");
+    let mut b = q.bindings();
+    // A loaded plan knows UIDs only: the handles of the graph it was built
+    // from bind their own tensors.
+    b.input_tensor(x, fake_in())?;
+    b.output_tensor(y, fake_out())?;
+    refused(b.input("x", fake_in()).map(|_| ()), "bound twice")?;
+    refused(b.input_tensor(mid, fake_in()).map(|_| ()), "must be one of")?;
+    Ok(())
+}
+
+/// Property: over handles of the plan's graph (a chain of relus of random
+/// length) and of other graphs, `input_tensor` succeeds exactly for the
+/// plan's input and `output_tensor` exactly for its output; everything else
+/// is a typed `InvalidArgument`, never a panic.
+fn fuzz_handles() -> TestResult {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let chain = |n: usize| -> cudnn::Result<(Graph, Vec<cudnn::graph::Tensor>)> {
+        let mut g = Graph::new();
+        let mut ts = vec![g.input("x", TensorSpec::nhwc(DType::F16, &DIMS)?)?];
+        for _ in 0..n {
+            let last = ts[ts.len() - 1];
+            ts.push(g.relu(last)?);
+        }
+        let y = ts[ts.len() - 1];
+        g.output(y, DType::F16)?;
+        g.rename(y, "y")?;
+        Ok((g, ts))
+    };
+    let (g, own) = chain(3)?;
+    let p = plan(&g)?;
+    let mut runner = TestRunner::new(Config {
+        cases: 64,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(
+            &(0usize..5, 1usize..6, any::<bool>()),
+            |(i, other_len, foreign)| {
+                let (_o, other) =
+                    chain(other_len).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let (t, is_x, is_y) = if foreign {
+                    (other[i % other.len()], false, false)
+                } else {
+                    let j = i % own.len();
+                    (own[j], j == 0, j == own.len() - 1)
+                };
+                let mut b = p.bindings();
+                let r_in = b.input_tensor(t, fake_in()).map(|_| ());
+                let mut b = p.bindings();
+                let r_out = b.output_tensor(t, fake_out()).map(|_| ());
+                for (r, want) in [(r_in, is_x), (r_out, is_y)] {
+                    match r {
+                        Ok(()) if want => {}
+                        Err(Error::InvalidArgument { .. }) if !want => {}
+                        other => {
+                            return Err(TestCaseError::fail(format!(
+                                "handle {t:?} (foreign {foreign}, x {is_x}, y {is_y}): {other:?}"
+                            )));
+                        }
+                    }
+                }
+                Ok(())
+            },
+        )
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
