@@ -161,7 +161,7 @@ fn bench_fp8(lt: &LtHandle, stream: &Stream, s: &Shape, seconds: f64) -> AnyResu
     let lb = Layout::row_major(s.n, s.k).t();
     let lc = Layout::row_major(s.m, s.n);
     let spec = Fp8MatmulSpec::new(la, lb, lc);
-    let mut plan = Fp8MatmulPlan::<F8E4M3, F8E4M3, bf16>::new(lt, &spec)?;
+    let plan = Fp8MatmulPlan::<F8E4M3, F8E4M3, bf16>::new(lt, &spec)?;
     let mut a = DeviceBuffer::<F8E4M3>::alloc(la.required_len().unwrap_or(0))?;
     let mut b = DeviceBuffer::<F8E4M3>::alloc(lb.required_len().unwrap_or(0))?;
     let mut c = DeviceBuffer::<bf16>::alloc(lc.required_len().unwrap_or(0))?;
@@ -170,7 +170,7 @@ fn bench_fp8(lt: &LtHandle, stream: &Stream, s: &Shape, seconds: f64) -> AnyResu
     b.memset(0x3C)?;
     c.memset(0)?;
     let one = DeviceBuffer::from_host(&[1.0f32])?;
-    let mut call = |c: &mut DeviceBuffer<bf16>| {
+    let call = |c: &mut DeviceBuffer<bf16>| {
         let scale = Fp8Scaling {
             a: Some((&one).into()),
             b: Some((&one).into()),

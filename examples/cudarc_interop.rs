@@ -274,7 +274,7 @@ fn lt_on(cs: &Arc<CudaStream>, s: &CudarcStream) -> AnyResult<bool> {
     );
     let (cx, cw, cb) = (up16(cs, &x)?, up16(cs, &w)?, up16(cs, &b)?);
     let mut cy = up16(cs, &vec![f64::NAN; tokens * d_out])?;
-    let mut plans = PlanCache::<f16, f16>::new();
+    let plans = PlanCache::<f16, f16>::new();
     {
         // SAFETY: the views go to ops on handles bound to `s` only; the guards drop at the block's end.
         let (xr, wr, br, mut yw) =

@@ -140,7 +140,7 @@ fn fused_linear(lt: &LtHandle, stream: &Stream) -> AnyResult<bool> {
         DeviceBuffer::from_host(&bias)?,
     );
     let mut dy = DeviceBuffer::from_host(&vec![f16::NAN; tokens * d_out])?;
-    let mut plans = PlanCache::<f16, f16>::new();
+    let plans = PlanCache::<f16, f16>::new();
     let plan = plans.get_or_create(lt, &spec)?;
     plan.run(
         lt,

@@ -714,7 +714,7 @@ fn lt_matmul_replay_equals_eager() -> R {
     );
     // Runs only where cuBLASLt has an algorithm ([`lt_unavailable`]): a
     // refusal here fails.
-    let mut plan = MatmulPlan::<f32, f32>::new(&lt, &MatmulSpec::new(la, lb, ld))?;
+    let plan = MatmulPlan::<f32, f32>::new(&lt, &MatmulSpec::new(la, lb, ld))?;
     let a = DeviceBuffer::from_host(&data(m * k, 31))?;
     let b = DeviceBuffer::from_host(&data(k * n, 32))?;
     let (mut de, mut d) = (nan(m * n)?, nan(m * n)?);

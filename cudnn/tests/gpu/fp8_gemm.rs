@@ -210,7 +210,7 @@ fn case_with<A: Fp8Input, B: Fp8Input, D: Out, Bi: Fp8Bias + BiasElem>(
             D::NAME,
             Bi::NAME
         );
-        let mut plan = Fp8MatmulPlan::<A, B, D, Bi>::new(&lt, &spec)?;
+        let plan = Fp8MatmulPlan::<A, B, D, Bi>::new(&lt, &spec)?;
         let a = rand_fp8::<A>(la.required_len().unwrap(), 11);
         let b = rand_fp8::<B>(lb.required_len().unwrap(), 12);
         let bias_len = plan.shape().bias_len();
@@ -308,7 +308,7 @@ fn saturation() -> R {
         Layout::col_major(m, n),
     );
     let spec = Fp8MatmulSpec::new(la, lb, ld).with_amax_d(true);
-    let mut plan = Fp8MatmulPlan::<F8E4M3, F8E4M3, F8E4M3>::new(&lt, &spec)?;
+    let plan = Fp8MatmulPlan::<F8E4M3, F8E4M3, F8E4M3>::new(&lt, &spec)?;
     let a = rand_fp8::<F8E4M3>(m * k, 21);
     let b = rand_fp8::<F8E4M3>(k * n, 22);
     let sc = Fp8Scales {
@@ -372,7 +372,7 @@ fn in_place() -> R {
     for ld in [Layout::col_major(m, n), Layout::row_major(m, n)] {
         let (la, lb) = (Layout::row_major(m, k), Layout::col_major(k, n));
         let spec = Fp8MatmulSpec::new(la, lb, ld);
-        let mut plan = Fp8MatmulPlan::<F8E4M3, F8E4M3, bf16>::new(&lt, &spec)?;
+        let plan = Fp8MatmulPlan::<F8E4M3, F8E4M3, bf16>::new(&lt, &spec)?;
         let a = rand_fp8::<F8E4M3>(m * k, 31);
         let b = rand_fp8::<F8E4M3>(k * n, 32);
         let mut g = Rng(33);
@@ -437,7 +437,7 @@ fn misuse() -> R {
         other => Err(format!("want InvalidArgument naming {arg}, got {other:?}")),
     };
     // FP8 D: beta must be 0; no C scale.
-    let mut p8 = Fp8MatmulPlan::<F8E4M3, F8E4M3, F8E4M3>::new(&lt, &spec)?;
+    let p8 = Fp8MatmulPlan::<F8E4M3, F8E4M3, F8E4M3>::new(&lt, &spec)?;
     let mut d8 = DeviceBuffer::from_host(&vec![F8E4M3::ZERO; m * n])?;
     named(
         p8.run(&lt, 1.0, &a, &b, 1.0, &mut d8, Fp8Scaling::default(), None),
@@ -450,7 +450,7 @@ fn misuse() -> R {
     named(p8.run(&lt, 1.0, &a, &b, 0.0, &mut d8, s, None), "scale.c")?;
     // bf16 D: no D scale; amax only when the spec asks; bias only with a
     // bias epilogue.
-    let mut pb = Fp8MatmulPlan::<F8E4M3, F8E4M3, bf16>::new(&lt, &spec)?;
+    let pb = Fp8MatmulPlan::<F8E4M3, F8E4M3, bf16>::new(&lt, &spec)?;
     let mut db = DeviceBuffer::from_host(&vec![bf16::ZERO; m * n])?;
     let s = Fp8Scaling {
         d: Some((&one).into()),

@@ -117,7 +117,7 @@ fn lt_gelu_tanh() -> TestResult {
         Layout::col_major(m, k),
     )
     .with_epilogue(Epilogue::GeluTanh);
-    let mut plan = MatmulPlan::<f32, f32>::new(&lt, &spec)?;
+    let plan = MatmulPlan::<f32, f32>::new(&lt, &spec)?;
     let mut eye = vec![0.0f32; k * k];
     for i in 0..k {
         eye[i * k + i] = 1.0;

@@ -702,7 +702,7 @@ fn lt_case<A: Elem + GemmTypes<D>, D: Elem>(
     let (la, lb, ld) = spec.layouts();
     let e = spec.epilogue();
     let name = format!("{} -> {} {e:?}: a {la}, b {lb}, d {ld}", A::NAME, D::NAME);
-    let mut plan = match MatmulPlan::<A, D>::new(&cx.lt, &spec) {
+    let plan = match MatmulPlan::<A, D>::new(&cx.lt, &spec) {
         Err(Error::Unsupported { what, .. }) if optional => {
             eprintln!("note: {name}: cuBLASLt has no algorithm on this device: {what}");
             return Ok(false);
@@ -1025,7 +1025,7 @@ fn lt_batched() -> R {
 
 fn lt_plan_cache() -> R {
     let cx = cx()?;
-    let mut cache = PlanCache::<f16, f16>::new();
+    let cache = PlanCache::<f16, f16>::new();
     let spec = MatmulSpec::new(
         Layout::row_major(128, 64),
         Layout::row_major(64, 32),

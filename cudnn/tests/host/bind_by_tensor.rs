@@ -41,12 +41,14 @@ fn plan(g: &Graph) -> cudnn::Result<Plan> {
     Ok(plan)
 }
 
-// SAFETY (both): a dangling, 256-byte aligned pointer that the bindings only
-// check (length, alignment); nothing here executes the plan.
+// Dangling, 256-byte aligned pointers that the bindings only check (length,
+// alignment); nothing here executes a plan.
 fn fake_in() -> DeviceSlice<'static, f16> {
+    // SAFETY: never dereferenced (see above).
     unsafe { DeviceSlice::from_raw_parts(0x1000_0000 as *const f16, LEN) }
 }
 fn fake_out() -> DeviceSliceMut<'static, f16> {
+    // SAFETY: never dereferenced (see above).
     unsafe { DeviceSliceMut::from_raw_parts_mut(0x2000_0000 as *mut f16, LEN) }
 }
 

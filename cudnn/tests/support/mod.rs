@@ -207,12 +207,12 @@ pub type Module = (&'static str, fn());
 pub fn run_modules(modules: &[Module], children: &[(&str, &'static str)]) -> ! {
     let args = Arguments::from_args();
     for (var, owner) in children {
-        if std::env::var_os(var).is_some() {
-            if let Some((name, main)) = modules.iter().find(|(n, _)| n == owner) {
-                register(name, *main);
-                let trials = std::mem::take(&mut *TRIALS.lock().unwrap_or_else(|e| e.into_inner()));
-                libtest_mimic::run(&args, trials).exit()
-            }
+        if std::env::var_os(var).is_some()
+            && let Some((name, main)) = modules.iter().find(|(n, _)| n == owner)
+        {
+            register(name, *main);
+            let trials = std::mem::take(&mut *TRIALS.lock().unwrap_or_else(|e| e.into_inner()));
+            libtest_mimic::run(&args, trials).exit()
         }
     }
     // CUDNN_RS_TEST_MODULE=a,b registers those modules only (the device
@@ -254,8 +254,11 @@ fn register(name: &'static str, main: fn()) {
 #[macro_export]
 macro_rules! ensure {
     ($cond:expr, $($fmt:tt)+) => {
-        if !$cond {
-            return Err(format!($($fmt)+).into());
+        {
+            let ok: bool = $cond;
+            if !ok {
+                return Err(format!($($fmt)+).into());
+            }
         }
     };
 }

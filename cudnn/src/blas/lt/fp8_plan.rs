@@ -4,6 +4,9 @@
 use std::fmt;
 use std::marker::PhantomData;
 use std::mem;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 use super::call::*;
 use super::fp8::*;
@@ -51,10 +54,41 @@ pub struct Fp8MatmulPlan<
     Bias: Fp8Bias = <D as Fp8Output>::Bias,
 > {
     spec: Fp8MatmulSpec,
+    shape: Fp8Shape,
+    /// What a run changes (the scale, amax and bias pointers set in the
+    /// matmul descriptor; the algorithm when a handle of another device
+    /// runs it), under one lock from the check to the enqueue: the plan runs
+    /// from several threads at once (`&self`).
+    state: Mutex<Fp8State>,
+    /// The workspace bytes of the state's algorithm (read without the lock).
+    workspace: AtomicUsize,
+    _types: Types<A, B, D, Bias>,
+}
+
+/// An FP8 plan's mutable part (see [`Fp8MatmulPlan`]).
+#[derive(Debug)]
+struct Fp8State {
     descs: Fp8Descriptors,
     algo: Option<cublasLtMatmulHeuristicResult_t>,
     device: Device,
-    _types: Types<A, B, D, Bias>,
+}
+
+/// The descriptors of an FP8 plan, borrowed under its lock
+/// ([`Fp8MatmulPlan::descriptors`]): runs of the plan wait until it is
+/// dropped.
+pub struct Fp8DescriptorsGuard<'p>(MutexGuard<'p, Fp8State>);
+
+impl fmt::Debug for Fp8DescriptorsGuard<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.descs.fmt(f)
+    }
+}
+
+impl Deref for Fp8DescriptorsGuard<'_> {
+    type Target = Fp8Descriptors;
+    fn deref(&self) -> &Fp8Descriptors {
+        &self.0.descs
+    }
 }
 
 impl<A: Fp8Input, B: Fp8Input, D: Fp8Output, Bias: Fp8Bias> fmt::Debug
@@ -130,9 +164,13 @@ impl<A: Fp8Input, B: Fp8Input, D: Fp8Output, Bias: Fp8Bias> Fp8MatmulPlan<A, B, 
         };
         Ok(Fp8MatmulPlan {
             spec: *spec,
-            descs,
-            algo,
-            device,
+            shape: descs.shape,
+            workspace: AtomicUsize::new(algo.map_or(0, |a| a.workspaceSize)),
+            state: Mutex::new(Fp8State {
+                descs,
+                algo,
+                device,
+            }),
             _types: PhantomData,
         })
     }
@@ -211,17 +249,23 @@ impl<A: Fp8Input, B: Fp8Input, D: Fp8Output, Bias: Fp8Bias> Fp8MatmulPlan<A, B, 
 
     /// The checked shape.
     pub fn shape(&self) -> &Fp8Shape {
-        &self.descs.shape
+        &self.shape
+    }
+
+    fn state(&self) -> MutexGuard<'_, Fp8State> {
+        // A run that panicked left the state as consistent as any (each
+        // pointer is recorded only after cuBLASLt took it).
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The descriptors.
-    pub fn descriptors(&self) -> &Fp8Descriptors {
-        &self.descs
+    pub fn descriptors(&self) -> Fp8DescriptorsGuard<'_> {
+        Fp8DescriptorsGuard(self.state())
     }
 
     /// Workspace bytes the chosen algorithm needs.
     pub fn workspace_size(&self) -> usize {
-        self.algo.map_or(0, |a| a.workspaceSize)
+        self.workspace.load(Ordering::Relaxed)
     }
 
     /// Queue `D = scale_d · epilogue(alpha · scale_a · scale_b · A·B +
@@ -230,7 +274,9 @@ impl<A: Fp8Input, B: Fp8Input, D: Fp8Output, Bias: Fp8Bias> Fp8MatmulPlan<A, B, 
     /// bf16, and there is no separate C); `scale.c` must be `None` (C is
     /// never FP8 here) and, for a D that is not FP8, so must `scale.d`. An empty D (m, n or the batch 0)
     /// queues nothing after the argument checks: the amax buffer is left as
-    /// it was.
+    /// it was. A plan runs from several threads at once (each with its own
+    /// handle); its runs take turns only around the descriptor update and
+    /// the enqueue.
     ///
     /// # Errors
     /// [`Error::Mismatch`] for short buffers or a workspace smaller than the
@@ -241,7 +287,7 @@ impl<A: Fp8Input, B: Fp8Input, D: Fp8Output, Bias: Fp8Bias> Fp8MatmulPlan<A, B, 
     #[doc(alias = "cublasLtMatmul")]
     #[allow(clippy::too_many_arguments)]
     pub fn run<'a, 'b, 'd>(
-        &mut self,
+        &self,
         lt: &LtHandle,
         alpha: f32,
         a: impl Into<DeviceSlice<'a, A>>,
@@ -306,7 +352,7 @@ impl<A: Fp8Input, B: Fp8Input, D: Fp8Output, Bias: Fp8Bias> Fp8MatmulPlan<A, B, 
             }
             _ => {}
         }
-        let need_bias = self.descs.shape.bias_len;
+        let need_bias = self.shape.bias_len;
         match (&bias, need_bias) {
             (None, n) if n > 0 => {
                 return Err(Error::invalid(
@@ -364,7 +410,8 @@ impl<A: Fp8Input, B: Fp8Input, D: Fp8Output, Bias: Fp8Bias> Fp8MatmulPlan<A, B, 
         if let Some(x) = &bias {
             want[5] = x.as_raw() as usize;
         }
-        let Some(mut algo) = self.algo else {
+        let mut state = self.state();
+        let Some(mut algo) = state.algo else {
             return Ok(()); // an empty D: nothing to compute
         };
         let _on = lt.enter()?;
@@ -387,11 +434,12 @@ impl<A: Fp8Input, B: Fp8Input, D: Fp8Output, Bias: Fp8Bias> Fp8MatmulPlan<A, B, 
                 ),
             ],
         )?;
-        if lt.device() != self.device {
+        if lt.device() != state.device {
             check_scale_mode_for(spec.scale_mode, lt.device().compute_capability()?)?;
-            algo = Self::heuristic(lt, &spec, &self.descs)?;
-            self.algo = Some(algo);
-            self.device = lt.device();
+            algo = Self::heuristic(lt, &spec, &state.descs)?;
+            state.algo = Some(algo);
+            state.device = lt.device();
+            self.workspace.store(algo.workspaceSize, Ordering::Relaxed);
         }
         let have = lt.workspace_size();
         if algo.workspaceSize > have {
@@ -403,17 +451,14 @@ impl<A: Fp8Input, B: Fp8Input, D: Fp8Output, Bias: Fp8Bias> Fp8MatmulPlan<A, B, 
         }
         // Point the descriptor at this run's scales, amax and bias (unset
         // scales are null: 1). Set only what changed.
-        for ((attr, now), new) in POINTER_ATTRS
-            .iter()
-            .zip(self.descs.ptrs.iter_mut())
-            .zip(want)
-        {
+        let descs = &mut state.descs;
+        for ((attr, now), new) in POINTER_ATTRS.iter().zip(descs.ptrs.iter_mut()).zip(want) {
             if *now != new {
-                self.descs.desc.set(*attr, new)?;
+                descs.desc.set(*attr, new)?;
                 *now = new;
             }
         }
-        let (p1, p2) = if self.descs.shape.frame.swap {
+        let (p1, p2) = if self.shape.frame.swap {
             (b.as_raw(), a.as_raw())
         } else {
             (a.as_raw(), b.as_raw())
@@ -423,7 +468,7 @@ impl<A: Fp8Input, B: Fp8Input, D: Fp8Output, Bias: Fp8Bias> Fp8MatmulPlan<A, B, 
         let beta_v = beta;
         let ws = lt.workspace_ptr();
         let api = cublas_lt()?;
-        let x = &self.descs;
+        let x = &state.descs;
         // C: in place (D's memory and D's own layout object, cuBLASLt's
         // in-place form C == D with Cdesc == Ddesc) when C has D's type; for
         // an FP8 D, C is bf16 and cannot be D in place, and cuBLASLt takes

@@ -6,6 +6,9 @@ use std::collections::hash_map::Entry;
 use std::fmt;
 use std::marker::PhantomData;
 use std::mem;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::super::gemm::{GemmTypes, Operand, ScaleValue};
 use super::call::*;
@@ -247,12 +250,43 @@ pub(super) fn check_aligned(name: &str, addr: usize, alignment: usize) -> Result
 /// handle of another device, it asks the heuristic again there first.
 pub struct MatmulPlan<A: GemmTypes<D>, D: DataType> {
     pub(super) spec: MatmulSpec,
-    pub(super) descs: MatmulDescriptors,
-    pub(super) algo: Option<cublasLtMatmulHeuristicResult_t>,
+    pub(super) shape: MatmulShape,
     pub(super) workspace_limit: usize,
-    /// The device the heuristic chose `algo` for (the planning handle's).
-    pub(super) device: Device,
+    /// What a run may change (the epilogue pointers set in the matmul
+    /// descriptor, the algorithm when a handle of another device runs it),
+    /// behind one lock held from the check to the enqueue: a plan runs from
+    /// several threads at once (`&self`), each run sees its own pointers in
+    /// the descriptor cuBLASLt reads.
+    state: Mutex<LtState>,
+    /// The workspace bytes of the state's algorithm (read without the lock).
+    workspace: AtomicUsize,
     pub(super) _types: PhantomData<fn() -> (A, D)>,
+}
+
+/// A plan's mutable part (see [`MatmulPlan`]).
+#[derive(Debug)]
+struct LtState {
+    descs: MatmulDescriptors,
+    algo: Option<cublasLtMatmulHeuristicResult_t>,
+    /// The device the heuristic chose `algo` for (the planning handle's).
+    device: Device,
+}
+
+/// The descriptors of a plan, borrowed under its lock
+/// ([`MatmulPlan::descriptors`]): runs of the plan wait until it is dropped.
+pub struct DescriptorsGuard<'p>(MutexGuard<'p, LtState>);
+
+impl fmt::Debug for DescriptorsGuard<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.descs.fmt(f)
+    }
+}
+
+impl Deref for DescriptorsGuard<'_> {
+    type Target = MatmulDescriptors;
+    fn deref(&self) -> &MatmulDescriptors {
+        &self.0.descs
+    }
 }
 
 impl<A: GemmTypes<D>, D: DataType> fmt::Debug for MatmulPlan<A, D> {
@@ -263,7 +297,7 @@ impl<A: GemmTypes<D>, D: DataType> fmt::Debug for MatmulPlan<A, D> {
                 &format_args!("{} x {} -> {}", A::NAME, A::NAME, D::NAME),
             )
             .field("spec", &self.spec)
-            .field("shape", &self.descs.shape)
+            .field("shape", &self.shape)
             .field("workspace", &self.workspace_size())
             .finish()
     }
@@ -288,10 +322,14 @@ impl<A: GemmTypes<D>, D: DataType> MatmulPlan<A, D> {
         };
         Ok(MatmulPlan {
             spec: *spec,
-            descs,
-            algo,
+            shape: descs.shape,
             workspace_limit,
-            device: lt.device(),
+            workspace: AtomicUsize::new(algo.map_or(0, |a| a.workspaceSize)),
+            state: Mutex::new(LtState {
+                descs,
+                algo,
+                device: lt.device(),
+            }),
             _types: PhantomData,
         })
     }
@@ -373,12 +411,19 @@ impl<A: GemmTypes<D>, D: DataType> MatmulPlan<A, D> {
 
     /// The checked shape (frame, epilogue sizes).
     pub fn shape(&self) -> &MatmulShape {
-        &self.descs.shape
+        &self.shape
     }
 
-    /// The descriptors.
-    pub fn descriptors(&self) -> &MatmulDescriptors {
-        &self.descs
+    fn state(&self) -> MutexGuard<'_, LtState> {
+        // A run that panicked left the state as consistent as any (each
+        // pointer is recorded only after cuBLASLt took it).
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The descriptors, under the plan's lock (runs of the plan wait while
+    /// the guard lives: do not run it on this thread meanwhile).
+    pub fn descriptors(&self) -> DescriptorsGuard<'_> {
+        DescriptorsGuard(self.state())
     }
 
     /// The cache key.
@@ -388,11 +433,13 @@ impl<A: GemmTypes<D>, D: DataType> MatmulPlan<A, D> {
 
     /// Workspace bytes the chosen algorithm needs.
     pub fn workspace_size(&self) -> usize {
-        self.algo.map_or(0, |a| a.workspaceSize)
+        self.workspace.load(Ordering::Relaxed)
     }
 
     /// Queue D = epilogue(alpha·A·B + beta·D) on `lt`'s stream, with the
-    /// epilogue's buffers in `epi`. With `beta == 0`, D is not read.
+    /// epilogue's buffers in `epi`. With `beta == 0`, D is not read. A plan
+    /// runs from several threads at once (each with its own handle); its
+    /// runs take turns only around the descriptor update and the enqueue.
     ///
     /// # Errors
     /// [`Error::Mismatch`] for short buffers or a workspace smaller than the
@@ -402,7 +449,7 @@ impl<A: GemmTypes<D>, D: DataType> MatmulPlan<A, D> {
     #[doc(alias = "cublasLtMatmul")]
     #[allow(clippy::too_many_arguments)]
     pub fn run<'a, 'b, 'd>(
-        &mut self,
+        &self,
         lt: &LtHandle,
         alpha: A::Scale,
         a: impl Into<DeviceSlice<'a, A>>,
@@ -416,7 +463,7 @@ impl<A: GemmTypes<D>, D: DataType> MatmulPlan<A, D> {
         spec.a.check_len("a", a.len())?;
         spec.b.check_len("b", b.len())?;
         spec.d.check_len("d", d.len())?;
-        let shape = self.descs.shape;
+        let shape = self.shape;
         shape.check_epilogue_lengths(
             epi.bias.as_ref().map(DeviceSlice::len),
             epi.bias_grad.as_ref().map(DeviceSliceMut::len),
@@ -442,7 +489,8 @@ impl<A: GemmTypes<D>, D: DataType> MatmulPlan<A, D> {
         }
         let alpha = ScaleValue::new(shape.scale, A::scale_to_f64(alpha), "alpha")?;
         let beta = ScaleValue::new(shape.scale, A::scale_to_f64(beta), "beta")?;
-        let Some(mut algo) = self.algo else {
+        let mut state = self.state();
+        let Some(mut algo) = state.algo else {
             return Ok(()); // an empty D: nothing to compute
         };
         let _on = lt.enter()?;
@@ -468,12 +516,13 @@ impl<A: GemmTypes<D>, D: DataType> MatmulPlan<A, D> {
                 ),
             ],
         )?;
-        if lt.device() != self.device {
+        if lt.device() != state.device {
             // The algorithm was chosen for another device (maybe another
             // architecture): ask the heuristic again on this one.
-            algo = Self::heuristic(lt, &spec, &self.descs)?;
-            self.algo = Some(algo);
-            self.device = lt.device();
+            algo = Self::heuristic(lt, &spec, &state.descs)?;
+            state.algo = Some(algo);
+            state.device = lt.device();
+            self.workspace.store(algo.workspaceSize, Ordering::Relaxed);
         }
         let have = lt.workspace_size();
         if algo.workspaceSize > have {
@@ -483,21 +532,22 @@ impl<A: GemmTypes<D>, D: DataType> MatmulPlan<A, D> {
                 have,
             ));
         }
+        let descs = &mut state.descs;
         if let Some((_, addr)) = bias_addr
-            && addr != self.descs.bias_ptr
+            && addr != descs.bias_ptr
         {
-            self.descs
+            descs
                 .desc
                 .set(DescAttr::CUBLASLT_MATMUL_DESC_BIAS_POINTER, addr)?;
-            self.descs.bias_ptr = addr;
+            descs.bias_ptr = addr;
         }
         if let Some((_, addr)) = aux_addr
-            && addr != self.descs.aux_ptr
+            && addr != descs.aux_ptr
         {
-            self.descs
+            descs
                 .desc
                 .set(DescAttr::CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, addr)?;
-            self.descs.aux_ptr = addr;
+            descs.aux_ptr = addr;
         }
         let (p1, p2) = if shape.frame.swap {
             (b.as_raw(), a.as_raw())
@@ -507,8 +557,10 @@ impl<A: GemmTypes<D>, D: DataType> MatmulPlan<A, D> {
         let dp = d.as_raw_mut();
         let ws = lt.workspace_ptr();
         let api = cublas_lt()?;
-        let x = &self.descs;
-        // SAFETY: the handle and descriptors are valid; A, B and D's buffer
+        let x = &state.descs;
+        // SAFETY: the handle and descriptors are valid (the plan's lock,
+        // held to the end of the enqueue, keeps other runs from changing
+        // them meanwhile); A, B and D's buffer
         // lengths were checked against their layouts (which the descriptors
         // were built from), and the epilogue buffers against the epilogue's
         // sizes, with the bias/aux attributes pointing at them; every pointer
@@ -553,16 +605,21 @@ impl<A: GemmTypes<D>, D: DataType> MatmulPlan<A, D> {
 }
 
 /// Plans by [`PlanKey`] and device: one cache serves handles of several
-/// devices, each getting plans chosen for its own device.
+/// devices, each getting plans chosen for its own device. Shared by
+/// reference across threads (`&self`, like [`graph::PlanCache`](crate::graph::PlanCache)):
+/// plans are handed out as `Arc`s and run concurrently.
 pub struct PlanCache<A: GemmTypes<D>, D: DataType> {
     /// Keyed by the handle's device too: an algorithm is chosen per device.
-    pub(super) plans: HashMap<(Device, PlanKey), MatmulPlan<A, D>>,
+    plans: Mutex<Plans<A, D>>,
 }
+
+/// A cache's plans, by device and key.
+type Plans<A, D> = HashMap<(Device, PlanKey), Arc<MatmulPlan<A, D>>>;
 
 impl<A: GemmTypes<D>, D: DataType> fmt::Debug for PlanCache<A, D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PlanCache")
-            .field("plans", &self.plans.len())
+            .field("plans", &self.len())
             .finish()
     }
 }
@@ -570,7 +627,7 @@ impl<A: GemmTypes<D>, D: DataType> fmt::Debug for PlanCache<A, D> {
 impl<A: GemmTypes<D>, D: DataType> Default for PlanCache<A, D> {
     fn default() -> Self {
         PlanCache {
-            plans: HashMap::new(),
+            plans: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -581,44 +638,65 @@ impl<A: GemmTypes<D>, D: DataType> PlanCache<A, D> {
         Self::default()
     }
 
-    /// The plan for `spec` with `lt`'s current workspace, built on first use.
+    fn map(&self) -> MutexGuard<'_, Plans<A, D>> {
+        // Nothing is left half-inserted by a panic (an entry is inserted
+        // whole, after its plan was built).
+        self.plans.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The plan for `spec` with `lt`'s current workspace, built on first use
+    /// (under the cache's lock: two threads asking for one key build it
+    /// once).
     ///
     /// # Errors
     /// As [`MatmulPlan::new`] (nothing is cached then).
-    pub fn get_or_create(
-        &mut self,
-        lt: &LtHandle,
-        spec: &MatmulSpec,
-    ) -> Result<&mut MatmulPlan<A, D>> {
+    pub fn get_or_create(&self, lt: &LtHandle, spec: &MatmulSpec) -> Result<Arc<MatmulPlan<A, D>>> {
         let key = PlanKey::new::<A, D>(spec, lt.workspace_size());
-        match self.plans.entry((lt.device(), key)) {
-            Entry::Occupied(e) => Ok(e.into_mut()),
-            Entry::Vacant(v) => Ok(v.insert(MatmulPlan::new(lt, spec)?)),
+        match self.map().entry((lt.device(), key)) {
+            Entry::Occupied(e) => Ok(e.get().clone()),
+            Entry::Vacant(v) => Ok(v.insert(Arc::new(MatmulPlan::new(lt, spec)?)).clone()),
         }
     }
 
     /// Whether a plan for `key` is cached (for any device).
     pub fn contains(&self, key: &PlanKey) -> bool {
-        self.plans.keys().any(|(_, k)| k == key)
+        self.map().keys().any(|(_, k)| k == key)
     }
 
     /// Whether a plan for `key` is cached for `device`.
     pub fn contains_on(&self, device: Device, key: &PlanKey) -> bool {
-        self.plans.contains_key(&(device, *key))
+        self.map().contains_key(&(device, *key))
     }
 
     /// Number of cached plans.
     pub fn len(&self) -> usize {
-        self.plans.len()
+        self.map().len()
     }
 
     /// Whether the cache is empty.
     pub fn is_empty(&self) -> bool {
-        self.plans.is_empty()
+        self.map().is_empty()
     }
 
-    /// Drop every plan.
-    pub fn clear(&mut self) {
-        self.plans.clear();
+    /// Drop the cache's references to every plan (plans handed out live on
+    /// while their `Arc`s do).
+    pub fn clear(&self) {
+        self.map().clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Plans and their cache are shared across threads by reference.
+    #[test]
+    fn unit_plans_and_cache_are_send_and_sync() {
+        fn both<T: Send + Sync>() {}
+        both::<MatmulPlan<f32, f32>>();
+        both::<MatmulPlan<half::f16, half::f16>>();
+        both::<PlanCache<half::bf16, half::bf16>>();
+        both::<Arc<MatmulPlan<f32, f32>>>();
+        both::<crate::blas::Fp8MatmulPlan<crate::F8E4M3, crate::F8E4M3, half::bf16>>();
     }
 }
