@@ -42,6 +42,9 @@ const COMPARE_TORCH: &str = include_str!("../device/compare_torch.py");
 const USAGE: &str = "\
 usage: cargo xtask device-check [--exclude NAME]... [--no-strip]
 
+NAME: an example, or a module of the gpu test binary (`runtime` or
+`gpu/runtime`: its MANIFEST line is left out).
+
 Builds the release gpu test binary of `cudnn` and the release examples,
 packs them (tar.xz) with run.sh into .device-check/ for a machine with an
 NVIDIA GPU, and checks that the pack and the tree fit one transfer with room.";
@@ -190,6 +193,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
     for a in &packed {
         if a.name == "tests/gpu" {
             for m in &modules {
+                // `--exclude <module>` (or `gpu/<module>`) leaves one out.
+                if exclude.iter().any(|e| *e == *m || *e == format!("gpu/{m}")) {
+                    left_out.push(format!("gpu/{m}"));
+                    continue;
+                }
                 list.push_str(&format!("tests/gpu/{m}\n"));
             }
         } else {

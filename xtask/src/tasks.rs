@@ -45,6 +45,18 @@ pub fn test(args: &[String]) -> Result<(), String> {
             "cargo test --lib --test unit --test host (stack cuda13, libraries required)",
         );
     }
+    // The stages run the examples cargo test built where a plain debug
+    // build puts them: arguments that move or rename that build would leave
+    // them running stale binaries.
+    if let Some(a) = args.iter().find(|a| {
+        ["--release", "--profile", "--target", "--target-dir", "-r"]
+            .iter()
+            .any(|o| *a == o || a.starts_with(&format!("{o}=")))
+    }) {
+        return Err(format!(
+            "cargo xtask test: `{a}` is not supported (the stages run the debug examples cargo test builds in the target folder; use CARGO_TARGET_DIR to move it)"
+        ));
+    }
     let dirs = fetch::run(&["--stack".to_string(), "all".to_string()])?;
     let (cu13, cu12, c910, torch) = match dirs.as_slice() {
         [a, b, c, d] => (a.clone(), b.clone(), c.clone(), d.clone()),

@@ -12,7 +12,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use super::backend::{Descriptor, attr, kind};
-use super::graph::{IoSignature, IoTensor, Tensor};
+use super::graph::{Graph, IoSignature, IoTensor, Tensor};
 use super::guard::{InputGuard, SeqLengths, guard_of};
 use super::tensor::{BYTE_ALIGNMENT, DType, fmt_dims};
 use crate::DataType;
@@ -144,37 +144,6 @@ impl<'a> Bindings<'a> {
             })
     }
 
-    /// The plan's name for a tensor handle of the graph it was built from.
-    fn name_of(&self, t: Tensor) -> Result<String> {
-        if let Some(g) = self.io.graph
-            && g != t.graph_id()
-        {
-            return Err(Error::invalid(
-                "tensor",
-                "must be a tensor of the graph this plan was built from",
-                format!("{t:?} (the plan's graph is {g})"),
-            ));
-        }
-        let uid = t
-            .uid()
-            .ok_or_else(|| Error::invalid("tensor", "UID out of range", format!("{t:?}")))?;
-        self.io
-            .tensors
-            .iter()
-            .find(|x| x.uid == uid)
-            .map(|x| x.name.clone())
-            .ok_or_else(|| {
-                let names: Vec<&str> = self.io.tensors.iter().map(|t| t.name.as_str()).collect();
-                Error::invalid(
-                    "tensor",
-                    format!(
-                        "must be one of the plan's inputs or outputs {names:?} (a virtual or scalar tensor is not bound)"
-                    ),
-                    format!("{t:?} (UID {uid})"),
-                )
-            })
-    }
-
     pub(super) fn push(
         &mut self,
         uid: i64,
@@ -261,21 +230,21 @@ impl<'a> Bindings<'a> {
         self.input_checked(name, t, buf)
     }
 
-    /// [`input`](Self::input) by the [`Tensor`] handle the graph gave,
-    /// instead of its name (no typo can reach run time): for a plan built
-    /// in this process, a handle of another graph is refused; a loaded plan
-    /// knows its tensors' UIDs only, which are the handles' of the graph it
-    /// was built from.
+    /// [`input`](Self::input) by the [`Tensor`] handle `graph` gave instead
+    /// of a name typed by hand: the tensor's name in `graph` is bound. Any
+    /// graph with the plan's signature serves (the one the plan was built
+    /// from, or an identical one rebuilt for a cache hit).
     ///
     /// # Errors
     /// A handle of another graph, a tensor the plan does not bind (virtual,
     /// scalar), and everything [`input`](Self::input) refuses.
     pub fn input_tensor<T: DataType>(
         &mut self,
+        graph: &Graph,
         tensor: Tensor,
         buf: impl Into<DeviceSlice<'a, T>>,
     ) -> Result<&mut Self> {
-        let name = self.name_of(tensor)?;
+        let name = graph.name(tensor)?.to_string();
         self.input(&name, buf)
     }
 
@@ -500,7 +469,7 @@ impl<'a> Bindings<'a> {
         Ok(self)
     }
 
-    /// [`output`](Self::output) by the [`Tensor`] handle the graph gave (as
+    /// [`output`](Self::output) by the [`Tensor`] handle `graph` gave (as
     /// [`input_tensor`](Self::input_tensor)).
     ///
     /// # Errors
@@ -508,10 +477,11 @@ impl<'a> Bindings<'a> {
     /// everything [`output`](Self::output) refuses.
     pub fn output_tensor<T: DataType>(
         &mut self,
+        graph: &Graph,
         tensor: Tensor,
         buf: impl Into<DeviceSliceMut<'a, T>>,
     ) -> Result<&mut Self> {
-        let name = self.name_of(tensor)?;
+        let name = graph.name(tensor)?.to_string();
         self.output(&name, buf)
     }
 

@@ -22,19 +22,6 @@ pub struct Tensor {
     index: usize,
 }
 
-impl Tensor {
-    /// The graph that made it.
-    pub(crate) fn graph_id(self) -> u64 {
-        self.graph
-    }
-
-    /// Its UID in that graph (nodes are numbered from 1 in the order the
-    /// graph made them, in plans and plan files alike).
-    pub(crate) fn uid(self) -> Option<i64> {
-        i64::try_from(self.index).ok()?.checked_add(1)
-    }
-}
-
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Role {
     Input,
@@ -585,7 +572,6 @@ impl Graph {
             scalars,
             scratch,
             ragged_offsets,
-            graph: Some(self.id),
         }
     }
 }

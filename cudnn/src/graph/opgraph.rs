@@ -24,7 +24,7 @@ pub struct IoTensor {
 }
 
 /// What a plan reads and writes: the tensors to bind, and the by-value scalars it passes itself.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct IoSignature {
     /// Inputs and outputs, in UID order.
@@ -39,21 +39,6 @@ pub struct IoSignature {
     /// only through the unsafe
     /// [`Bindings::input_ragged_offsets`](super::Bindings::input_ragged_offsets).
     pub ragged_offsets: Vec<i64>,
-    /// The [`Graph`](super::Graph) the tensors were made by, when this
-    /// process built it (`None` for a loaded plan): binding by a
-    /// [`Tensor`](super::Tensor) handle checks it.
-    pub(crate) graph: Option<u64>,
-}
-
-/// Equal when a plan binds the same tensors, scalars and scratch, whichever
-/// graph object (or file) it came from.
-impl PartialEq for IoSignature {
-    fn eq(&self, other: &Self) -> bool {
-        self.tensors == other.tensors
-            && self.scalars == other.scalars
-            && self.scratch == other.scratch
-            && self.ragged_offsets == other.ragged_offsets
-    }
 }
 
 /// A finalized cuDNN operation graph, ready for heuristics and plans.

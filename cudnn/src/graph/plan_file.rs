@@ -180,7 +180,6 @@ pub(crate) fn read_io(r: &mut Reader<'_>) -> Result<IoSignature> {
         scalars,
         scratch,
         ragged_offsets,
-        graph: None,
     })
 }
 

@@ -64,6 +64,7 @@ pub fn main() {
         gpu("lt_alpha_beta_tf32_and_types", lt_alpha_beta),
         gpu("lt_batched_vs_reference", lt_batched),
         gpu("lt_plan_cache_and_reuse", lt_plan_cache),
+        gpu("lt_plan_shared_by_threads", lt_plan_threads),
     ])
 }
 
@@ -1112,5 +1113,85 @@ fn lt_plan_cache() -> R {
     }
     cache.clear();
     ensure!(cache.is_empty(), "cleared");
+    Ok(())
+}
+
+/// One cuBLASLt plan with a bias epilogue, shared (`Arc`, `run(&self)`) by
+/// four threads, each with its own stream and handle and its own bias and
+/// inputs, many runs each: every output matches the f64 reference of its
+/// own bias (a run that read another thread's bias pointer from the shared
+/// descriptor would not).
+fn lt_plan_threads() -> R {
+    Device::new(0)?;
+    let spec = MatmulSpec::new(
+        Layout::row_major(64, 32),
+        Layout::row_major(32, 48),
+        Layout::row_major(64, 48),
+    )
+    .with_epilogue(Epilogue::Bias);
+    let stream = Stream::new()?;
+    let cache = PlanCache::<f32, f32>::new();
+    let plan = cache.get_or_create(&LtHandle::new(&stream)?, &spec)?;
+    let workers: Vec<_> = (0..4u64)
+        .map(|t| {
+            let plan = std::sync::Arc::clone(&plan);
+            std::thread::spawn(move || -> Result<(), String> {
+                let run = || -> R {
+                    Device::new(0)?;
+                    let stream = Stream::new()?;
+                    let lt = LtHandle::new(&stream)?;
+                    let (a, af) = rand::<f32>(64 * 32, 1000 + t);
+                    let (b, bf) = rand::<f32>(32 * 48, 1100 + t);
+                    let (bias, biasf) = rand::<f32>(48, 1200 + t);
+                    let (la, lb, ld) = spec.layouts();
+                    let mut want = vec![0.0; 64 * 48];
+                    r::matmul(
+                        1.0,
+                        &af,
+                        &la,
+                        &bf,
+                        &lb,
+                        0.0,
+                        &mut want,
+                        &ld,
+                        Epilogue::Bias,
+                        Some(&biasf),
+                        None,
+                    )?;
+                    let (da, db, dbias) = (
+                        DeviceBuffer::from_host(&a)?,
+                        DeviceBuffer::from_host(&b)?,
+                        DeviceBuffer::from_host(&bias)?,
+                    );
+                    for round in 0..50 {
+                        let mut dd = DeviceBuffer::from_host(&poisoned::<f32>(64 * 48))?;
+                        plan.run(
+                            &lt,
+                            1.0,
+                            &da,
+                            &db,
+                            0.0,
+                            &mut dd,
+                            EpilogueArgs::none().bias(&dbias),
+                        )?;
+                        stream.synchronize()?;
+                        within(
+                            &format!("thread {t}, round {round}"),
+                            &down(&dd)?,
+                            &want,
+                            1e-4,
+                        )?;
+                    }
+                    Ok(())
+                };
+                run().map_err(|e| e.message().unwrap_or("failed").to_string())
+            })
+        })
+        .collect();
+    for (t, w) in workers.into_iter().enumerate() {
+        w.join()
+            .map_err(|_| format!("thread {t} panicked"))?
+            .map_err(|e| format!("thread {t}: {e}"))?;
+    }
     Ok(())
 }

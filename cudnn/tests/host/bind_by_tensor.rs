@@ -1,7 +1,8 @@
 //! Binding graph tensors by their `Tensor` handle (issue 33 item 5): the
 //! same slot as binding by name, a handle of another graph or one the plan
-//! does not bind refused with a typed error, and a reloaded plan (which
-//! knows UIDs only) taking the handles of the graph it was built from.
+//! does not bind refused with a typed error, a reloaded plan and a plan
+//! built from an identical graph (a cache hit) bound through the handles of
+//! the graph at hand.
 //! Host tier: plans for an H200 without a device; the buffers are dangling
 //! aligned pointers that are only checked, never used.
 
@@ -18,6 +19,7 @@ pub fn main() {
         host_planning("bind_by_tensor_matches_bind_by_name", matches_name),
         host_planning("bind_by_tensor_refuses_foreign_and_unbound", refusals),
         host_planning("bind_by_tensor_on_a_reloaded_plan", reloaded),
+        host_planning("bind_by_tensor_after_a_cache_hit", cache_hit),
         host_planning("fuzz_bind_by_tensor_handles", fuzz_handles),
     ]);
 }
@@ -70,8 +72,8 @@ fn matches_name() -> TestResult {
     let (g, [x, _, y]) = graph()?;
     let p = plan(&g)?;
     let mut b = p.bindings();
-    b.input_tensor(x, fake_in())?;
-    b.output_tensor(y, fake_out())?;
+    b.input_tensor(&g, x, fake_in())?;
+    b.output_tensor(&g, y, fake_out())?;
     // The handle bound the slot the name names: binding the name again is
     // "bound twice", the documented refusal.
     refused(b.input("x", fake_in()).map(|_| ()), "bound twice")?;
@@ -79,7 +81,7 @@ fn matches_name() -> TestResult {
     // And the other way round.
     let mut b = p.bindings();
     b.input("x", fake_in())?;
-    refused(b.input_tensor(x, fake_in()).map(|_| ()), "bound twice")?;
+    refused(b.input_tensor(&g, x, fake_in()).map(|_| ()), "bound twice")?;
     Ok(())
 }
 
@@ -88,18 +90,24 @@ fn refusals() -> TestResult {
     let (_other, [ox, _, _]) = graph()?;
     let p = plan(&g)?;
     let mut b = p.bindings();
-    // A handle of another graph: the same position, so the same UID, which
-    // a name-free lookup alone would have taken.
+    // A handle of another graph (the same position, so the same UID, which
+    // a name-free lookup would have taken) with this graph: refused.
     refused(
-        b.input_tensor(ox, fake_in()).map(|_| ()),
-        "graph this plan was built from",
+        b.input_tensor(&g, ox, fake_in()).map(|_| ()),
+        "belongs to another graph",
     )?;
-    refused(b.input_tensor(mid, fake_in()).map(|_| ()), "must be one of")?;
-    refused(b.input_tensor(y, fake_in()).map(|_| ()), "is an output")?;
-    refused(b.output_tensor(x, fake_out()).map(|_| ()), "is an input")?;
+    refused(
+        b.input_tensor(&g, mid, fake_in()).map(|_| ()),
+        "must be one of",
+    )?;
+    refused(b.input_tensor(&g, y, fake_in()).map(|_| ()), "is an output")?;
+    refused(
+        b.output_tensor(&g, x, fake_out()).map(|_| ()),
+        "is an input",
+    )?;
     // Nothing was bound by the refusals.
-    b.input_tensor(x, fake_in())?;
-    b.output_tensor(y, fake_out())?;
+    b.input_tensor(&g, x, fake_in())?;
+    b.output_tensor(&g, y, fake_out())?;
     Ok(())
 }
 
@@ -111,19 +119,36 @@ fn reloaded() -> TestResult {
     let q = Plan::deserialize(&text, &Target::preset("h200")?, Trust::SignedBy(&key))?;
     ensure!(q.io() == p.io(), "the reloaded plan binds other tensors");
     let mut b = q.bindings();
-    // A loaded plan knows UIDs only: the handles of the graph it was built
-    // from bind their own tensors.
-    b.input_tensor(x, fake_in())?;
-    b.output_tensor(y, fake_out())?;
+    // A loaded plan: the handles of the graph it was built from bind their
+    // own tensors (by the names the graph gives them).
+    b.input_tensor(&g, x, fake_in())?;
+    b.output_tensor(&g, y, fake_out())?;
     refused(b.input("x", fake_in()).map(|_| ()), "bound twice")?;
-    refused(b.input_tensor(mid, fake_in()).map(|_| ()), "must be one of")?;
+    refused(
+        b.input_tensor(&g, mid, fake_in()).map(|_| ()),
+        "must be one of",
+    )?;
     Ok(())
 }
 
-/// Property: over handles of the plan's graph (a chain of relus of random
-/// length) and of other graphs, `input_tensor` succeeds exactly for the
-/// plan's input and `output_tensor` exactly for its output; everything else
-/// is a typed `InvalidArgument`, never a panic.
+/// The plan of one graph bound through an identical graph built again (what
+/// a plan cache hands back for a rebuilt graph): its handles bind.
+fn cache_hit() -> TestResult {
+    let (g, _) = graph()?;
+    let p = plan(&g)?;
+    let (g2, [x2, _, y2]) = graph()?;
+    let mut b = p.bindings();
+    b.input_tensor(&g2, x2, fake_in())?;
+    b.output_tensor(&g2, y2, fake_out())?;
+    refused(b.input("x", fake_in()).map(|_| ()), "bound twice")?;
+    Ok(())
+}
+
+/// Property: over handles of the plan's graph (a chain of relus) and of
+/// other graphs (chains of random length) passed with the plan's graph,
+/// `input_tensor` succeeds exactly for the plan's input and `output_tensor`
+/// exactly for its output; everything else is a typed `InvalidArgument`,
+/// never a panic.
 fn fuzz_handles() -> TestResult {
     use proptest::prelude::*;
     use proptest::test_runner::{Config, TestRunner};
@@ -159,9 +184,9 @@ fn fuzz_handles() -> TestResult {
                     (own[j], j == 0, j == own.len() - 1)
                 };
                 let mut b = p.bindings();
-                let r_in = b.input_tensor(t, fake_in()).map(|_| ());
+                let r_in = b.input_tensor(&g, t, fake_in()).map(|_| ());
                 let mut b = p.bindings();
-                let r_out = b.output_tensor(t, fake_out()).map(|_| ());
+                let r_out = b.output_tensor(&g, t, fake_out()).map(|_| ());
                 for (r, want) in [(r_in, is_x), (r_out, is_y)] {
                     match r {
                         Ok(()) if want => {}

@@ -101,18 +101,17 @@ fn main() {
         ("sdpa_softmax", sdpa_softmax::main),
     ];
     // The variables that start a process as one module's child (it runs
-    // only that module).
+    // only that module). Debugging switches of one module
+    // (CUDNN_RS_FUZZ_TRACE, CUDNN_RS_RELOAD_PROBE) are not here: set
+    // CUDNN_RS_TEST_MODULE to that module with them.
     let children = &[
         ("CUDNN_RS_CHILD", "raw"),
         ("CUDNN_RS_DESCRIPTOR_LEAK_CHILD", "descriptors"),
-        ("CUDNN_RS_FUZZ_TRACE", "fuzz_backend"),
         ("CUDNN_RS_FUZZ_BACKEND_WORKER", "fuzz_backend"),
         ("CUDNN_RS_FUZZ_PLAN_WORKER", "fuzz_plan_files"),
         ("CUDNN_RS_GRAPH_CHILD", "graph"),
         ("CUDNN_RS_GRAPH_FILES_CHILD", "graph_files"),
         ("CUDNN_RS_PLAN_RELOAD_WORKER", "plan_reload"),
-        ("CUDNN_RS_RELOAD_PROBE", "plan_reload"),
-        ("CUDNN_RS_RELOAD_PROBE_BLOCK", "plan_reload"),
         ("CUDNN_RS_TRUST_CHILD_UMASK", "plan_trust"),
         ("HOST_NCCL_RDZV_CHILD", "nccl_rendezvous"),
         ("CUDNN_RS_TEST_NO_DEVICE_STUB_CHILD", "no_device"),

@@ -627,7 +627,7 @@ mod imp {
 
     fn scratch(name: &str) -> PathBuf {
         let dir =
-            std::env::temp_dir().join(format!("unit/fuzz_launch-{}-{name}", std::process::id()));
+            std::env::temp_dir().join(format!("unit_fuzz_launch-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir

@@ -4,7 +4,6 @@
 use std::fmt;
 use std::marker::PhantomData;
 use std::mem;
-use std::ops::Deref;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
@@ -71,24 +70,6 @@ struct Fp8State {
     descs: Fp8Descriptors,
     algo: Option<cublasLtMatmulHeuristicResult_t>,
     device: Device,
-}
-
-/// The descriptors of an FP8 plan, borrowed under its lock
-/// ([`Fp8MatmulPlan::descriptors`]): runs of the plan wait until it is
-/// dropped.
-pub struct Fp8DescriptorsGuard<'p>(MutexGuard<'p, Fp8State>);
-
-impl fmt::Debug for Fp8DescriptorsGuard<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.descs.fmt(f)
-    }
-}
-
-impl Deref for Fp8DescriptorsGuard<'_> {
-    type Target = Fp8Descriptors;
-    fn deref(&self) -> &Fp8Descriptors {
-        &self.0.descs
-    }
 }
 
 impl<A: Fp8Input, B: Fp8Input, D: Fp8Output, Bias: Fp8Bias> fmt::Debug
@@ -258,9 +239,15 @@ impl<A: Fp8Input, B: Fp8Input, D: Fp8Output, Bias: Fp8Bias> Fp8MatmulPlan<A, B, 
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The descriptors.
-    pub fn descriptors(&self) -> Fp8DescriptorsGuard<'_> {
-        Fp8DescriptorsGuard(self.state())
+    /// The descriptors. Exclusive access (`&mut self`): no run can change
+    /// them meanwhile (a plan shared through an `Arc` runs; it is not
+    /// inspected).
+    pub fn descriptors(&mut self) -> &Fp8Descriptors {
+        &self
+            .state
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .descs
     }
 
     /// Workspace bytes the chosen algorithm needs.

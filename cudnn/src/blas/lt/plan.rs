@@ -6,7 +6,6 @@ use std::collections::hash_map::Entry;
 use std::fmt;
 use std::marker::PhantomData;
 use std::mem;
-use std::ops::Deref;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -272,23 +271,6 @@ struct LtState {
     device: Device,
 }
 
-/// The descriptors of a plan, borrowed under its lock
-/// ([`MatmulPlan::descriptors`]): runs of the plan wait until it is dropped.
-pub struct DescriptorsGuard<'p>(MutexGuard<'p, LtState>);
-
-impl fmt::Debug for DescriptorsGuard<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.descs.fmt(f)
-    }
-}
-
-impl Deref for DescriptorsGuard<'_> {
-    type Target = MatmulDescriptors;
-    fn deref(&self) -> &MatmulDescriptors {
-        &self.0.descs
-    }
-}
-
 impl<A: GemmTypes<D>, D: DataType> fmt::Debug for MatmulPlan<A, D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MatmulPlan")
@@ -420,10 +402,15 @@ impl<A: GemmTypes<D>, D: DataType> MatmulPlan<A, D> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The descriptors, under the plan's lock (runs of the plan wait while
-    /// the guard lives: do not run it on this thread meanwhile).
-    pub fn descriptors(&self) -> DescriptorsGuard<'_> {
-        DescriptorsGuard(self.state())
+    /// The descriptors. Exclusive access (`&mut self`): no run can change
+    /// them meanwhile (a plan shared through an `Arc` runs; it is not
+    /// inspected).
+    pub fn descriptors(&mut self) -> &MatmulDescriptors {
+        &self
+            .state
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .descs
     }
 
     /// The cache key.
