@@ -480,6 +480,30 @@ fn dir_size(p: &Path) -> std::io::Result<u64> {
 mod tests {
     use super::*;
 
+    /// Every file of a tier's folder is a module its `main.rs` names (a
+    /// file left out would never compile nor run, silently: cargo no longer
+    /// finds test files by itself).
+    #[test]
+    fn every_test_file_is_a_module_of_its_binary() {
+        let tests = crate::workspace_root().join("cudnn").join("tests");
+        for tier in ["unit", "host", "gpu"] {
+            let dir = tests.join(tier);
+            let main = fs::read_to_string(dir.join("main.rs")).unwrap();
+            let words: std::collections::HashSet<&str> = main
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .collect();
+            for e in fs::read_dir(&dir).unwrap() {
+                let n = e.unwrap().file_name().into_string().unwrap();
+                if let Some(m) = n.strip_suffix(".rs").filter(|m| *m != "main") {
+                    assert!(
+                        words.contains(m),
+                        "cudnn/tests/{tier}/{n} is not a module of tests/{tier}/main.rs"
+                    );
+                }
+            }
+        }
+    }
+
     /// The MANIFEST's gpu entries are the module table of the real
     /// `tests/gpu/main.rs`: a module there and not here would never run on
     /// the device.
