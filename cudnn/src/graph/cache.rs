@@ -821,3 +821,53 @@ const _: () = {
     fn shared<T: Send + Sync>() {}
     let _ = shared::<PlanCache>;
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What loading a file with `header` as its first line says about the
+    /// header (the rest of the file is one empty entry list).
+    fn header_answer(header: &str) -> Option<Error> {
+        let Ok(target) = Target::preset("h200") else {
+            return None;
+        };
+        let text = format!("{header}\nentries 0\n");
+        PlanCache::new(1)
+            .load_text(&text, &target, Trust::NoCompiledCode)
+            .err()
+    }
+
+    proptest::proptest! {
+        /// Every version a header can name: 1 and 2 (keys of before the
+        /// GELU rename) are refused as an older format, naming it; any
+        /// other but 3 is a malformed first line; 3 passes the header (what
+        /// follows may still fail: cuDNN may be missing here). The truth is
+        /// the rule `load_text` documents.
+        #[test]
+        fn unit_property_only_format_3_headers_are_read(v in 0u32..10_000, prefix in proptest::bool::ANY) {
+            let header = if prefix {
+                format!("{HEADER_PREFIX} v{v}")
+            } else {
+                format!("cudnn-rs plan v{v}")
+            };
+            match (prefix, v, header_answer(&header)) {
+                (true, 3, e) => proptest::prop_assert!(
+                    !matches!(&e, Some(Error::InvalidArgument { rule, .. }) if rule.contains("line 1"))
+                        && !matches!(&e, Some(Error::Unsupported { what, .. }) if what.contains("format v")),
+                    "{e:?}"
+                ),
+                (true, 1 | 2, Some(Error::Unsupported { what, needs })) => {
+                    proptest::prop_assert!(what.contains(&format!("format v{v}")), "{what}");
+                    proptest::prop_assert!(needs.is_some_and(|n| n.contains("v3")));
+                }
+                (_, _, Some(Error::InvalidArgument { arg, rule, .. })) => {
+                    proptest::prop_assert!(!prefix || !(1..=3).contains(&v));
+                    proptest::prop_assert_eq!(arg, "plan cache file");
+                    proptest::prop_assert!(rule.contains("line 1") && rule.contains("v3"), "{rule}");
+                }
+                (p, v, other) => proptest::prop_assert!(false, "prefix {p}, v{v}: {other:?}"),
+            }
+        }
+    }
+}
