@@ -34,8 +34,12 @@
 //! body, so a change to either shows as a changed line; methods from
 //! `impl` blocks outside the macro are listed as usual.
 //!
+//! A call whose macro makes `impl` blocks (`dtype!(f32, ..)`) is listed
+//! under its module with the call's text (or its fingerprint when long) and
+//! the macro body's fingerprint.
+//!
 //! Limits: what a macro makes is not itemized (only fingerprinted, under
-//! its first name; an `impl` a macro call makes is not seen); types in
+//! its first name or its module; calls in private modules are not seen); types in
 //! signatures and impl headers are
 //! printed as written in the source (`Result<()>`, not the full path); a
 //! `#[cfg]` on an `impl` block is shown on each of its methods; blanket
@@ -375,16 +379,28 @@ impl Walker<'_> {
                 }
                 syn::Item::Macro(mac) if mac.ident.is_none() => {
                     // A macro call: listed when it makes a public item.
-                    let Some(name) = crate::srcmodel::macro_made_name(mac) else {
-                        continue;
-                    };
-                    let body = self
-                        .macros
-                        .get(&macro_name(mac))
-                        .map(String::as_str)
-                        .unwrap_or("");
-                    if makes_public_item(body) {
-                        self.item(Target::Item(m, i), &format!("{path}::{name}"), inherited);
+                    let name = macro_name(mac);
+                    let body = self.macros.get(&name).map(String::as_str).unwrap_or("");
+                    match crate::srcmodel::macro_made_name(mac) {
+                        Some(made) if makes_public_item(body) => {
+                            self.item(Target::Item(m, i), &format!("{path}::{made}"), inherited);
+                        }
+                        // A call that makes `impl` blocks (`dtype!(f32, ..)`
+                        // makes `impl DataType for f32`): not itemized, but
+                        // fingerprinted under its module so a change shows.
+                        _ if makes_impl(body) => {
+                            let call = tidy(&mac.mac.tokens);
+                            let shown = if call.len() <= 100 {
+                                format!("{name}!({call})")
+                            } else {
+                                format!("{name}!(..) {:016x}", fnv(&call))
+                            };
+                            self.out.insert(format!(
+                                "{path} (impls made by {shown}) macro {:016x}{inherited}",
+                                fnv(body)
+                            ));
+                        }
+                        _ => {}
                     }
                 }
                 other => {
@@ -557,6 +573,11 @@ fn makes_public_item(body: &str) -> bool {
     ]
     .iter()
     .any(|k| body.contains(&format!("pub {k} $")))
+}
+
+/// Whether a macro body makes an `impl` block.
+fn makes_impl(body: &str) -> bool {
+    body.starts_with("impl") || body.contains(" impl ") || body.contains(" impl<")
 }
 
 /// FNV-1a, 64 bits: a stable fingerprint of a text.
@@ -803,6 +824,29 @@ mod tests {
         ] {
             assert!(l.iter().any(|x| x == want), "no {want:?} in {l:#?}");
         }
+    }
+
+    #[test]
+    fn a_macro_call_that_makes_impls_is_listed_under_its_module() {
+        let l = listing_of(&[
+            ("lib.rs", "pub mod dtype;"),
+            (
+                "dtype.rs",
+                "pub trait DataType {}\n\
+                 macro_rules! dtype { ($t:ty) => { impl DataType for $t {} }; }\n\
+                 dtype!(f32); dtype!(half::f16);",
+            ),
+        ]);
+        let made: Vec<&String> = l.iter().filter(|x| x.contains("impls made by")).collect();
+        assert_eq!(made.len(), 2, "{l:#?}");
+        assert!(
+            made[0].starts_with("cudnn::dtype (impls made by dtype!(f32)) macro "),
+            "{made:?}"
+        );
+        assert!(
+            made[1].starts_with("cudnn::dtype (impls made by dtype!(half::f16)) macro "),
+            "{made:?}"
+        );
     }
 
     #[test]
