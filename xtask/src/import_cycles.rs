@@ -6,7 +6,7 @@
 //! followed through re-exports to the definition) or through a path
 //! written in the code (`super::x::f(..)`, `crate::graph::Tensor`, and the
 //! `a::b` runs inside macro calls such as `format!`, whose tokens `syn`
-//! does not parse). Naming a module alone is not an edge, and neither is a
+//! does not parse, and inside `macro_rules!` bodies). Naming a module alone is not an edge, and neither is a
 //! re-export (`pub use a::B;` in a `mod.rs` makes the name visible there;
 //! it does not make that file depend on `a.rs`). `#[cfg(test)]` code is
 //! left out: tests may reach anywhere.
