@@ -9,7 +9,9 @@
 //! ```text
 //! cudnn::graph::Plan (struct)
 //! cudnn::graph::Plan::execute (method) fn execute(&self, handle: &mut crate::dnn::Handle, ...) -> Result<()>
-//! cudnn::graph::Plan (impl Debug)
+//! cudnn::graph::Plan (impl fmt::Debug for Plan)
+//! cudnn::dnn::ConvDataType (impl ConvDataType for f32)
+//! cudnn::blas::GemvPlan::new (method) fn new(a: Layout, ...) -> Result<Self> [in impl<T: GemvType> GemvPlan<T>]
 //! cudnn::Error::NoDevice (variant) NoDevice { .. }
 //! cudnn::interop (mod) [cfg(feature = "cudarc")]
 //! ```
@@ -17,7 +19,13 @@
 //! with the item's signature where it has one (fns, fields, consts, type
 //! aliases), and its `#[cfg]`, `#[deprecated]`, `#[doc(hidden)]` and
 //! `#[non_exhaustive]` marks. Methods come from inherent `impl` blocks
-//! anywhere in the crate, trait impls and derives are listed by trait name.
+//! anywhere in the crate; a generic or specialized block (`impl<K> S<K>`,
+//! `impl S<u8>`) is named on each of its members. A trait impl is listed
+//! by its whole header (`impl<..> Trait<..> for Type<..> where ..`, as
+//! written, spacing normalized) under its self type, or, when the self type
+//! is not the crate's (`impl ConvDataType for f32`), under the trait, or
+//! else under the first crate type its header names (`impl From<F8E8M0>
+//! for f64`); derives are listed by trait name (`impl Clone`).
 //!
 //! Items a crate macro makes: a call at item level whose `macro_rules!`
 //! body defines a `pub` item named by a metavariable is listed under the
@@ -26,8 +34,13 @@
 //! body, so a change to either shows as a changed line; methods from
 //! `impl` blocks outside the macro are listed as usual.
 //!
+//! A call whose macro makes `impl` blocks (`dtype!(f32, ..)`) is listed
+//! under its module with the call's text (or its fingerprint when long) and
+//! the macro body's fingerprint.
+//!
 //! Limits: what a macro makes is not itemized (only fingerprinted, under
-//! its first name); types in signatures are
+//! its first name or its module; calls in private modules are not seen); types in
+//! signatures and impl headers are
 //! printed as written in the source (`Result<()>`, not the full path); a
 //! `#[cfg]` on an `impl` block is shown on each of its methods; blanket
 //! and auto-trait impls (`Send`, `Sync`) are not listed (an explicit
@@ -127,36 +140,35 @@ fn collect_members(krate: &Crate) -> BTreeMap<Target, Members> {
                 if is_test(&imp.attrs) {
                     continue;
                 }
-                let syn::Type::Path(tp) = &*imp.self_ty else {
+                let block_marks = marks(&imp.attrs);
+                if imp.trait_.is_some() {
+                    // Listed whole under the crate item it is about: the
+                    // self type, else the trait (`impl ConvDataType for
+                    // f32`), else the first crate type in the header
+                    // (`impl From<F8E8M0> for f64`).
+                    if let Some(t) = impl_owner(krate, mi, imp) {
+                        map.entry(t)
+                            .or_default()
+                            .traits
+                            .insert(format!("{}{block_marks}", impl_header(imp)));
+                    }
                     continue;
-                };
-                let segs: Vec<String> = tp
-                    .path
-                    .segments
-                    .iter()
-                    .map(|s| s.ident.to_string())
-                    .collect();
-                let Some(t @ Target::Item(..)) = krate.resolve(mi, &segs) else {
+                }
+                let Some(t @ Target::Item(..)) = type_target(krate, mi, &imp.self_ty) else {
                     continue;
                 };
                 let entry = map.entry(t).or_default();
-                let block_marks = marks(&imp.attrs);
-                if let Some((_, tr, _)) = &imp.trait_ {
-                    let name = tr
-                        .segments
-                        .last()
-                        .map(|s| s.ident.to_string())
-                        .unwrap_or_default();
-                    let unsafety = if imp.unsafety.is_some() {
-                        "unsafe "
-                    } else {
-                        ""
-                    };
-                    entry
-                        .traits
-                        .insert(format!("{unsafety}impl {name}{block_marks}"));
-                    continue;
-                }
+                // `impl S<u8>` and `impl<K> S<K>` offer different methods:
+                // a generic or specialized block is named on its members.
+                let in_block = if !imp.generics.params.is_empty()
+                    || imp.generics.where_clause.is_some()
+                    || has_type_args(&imp.self_ty)
+                {
+                    format!(" [in {}]", impl_header(imp))
+                } else {
+                    String::new()
+                };
+                let block_marks = format!("{in_block}{block_marks}");
                 for ii in &imp.items {
                     match ii {
                         syn::ImplItem::Fn(f)
@@ -201,6 +213,94 @@ fn collect_members(krate: &Crate) -> BTreeMap<Target, Members> {
         }
     }
     map
+}
+
+/// The crate item a path names (its arguments dropped), if any.
+fn path_target(krate: &Crate, m: usize, p: &syn::Path) -> Option<Target> {
+    if p.leading_colon.is_some() {
+        return None;
+    }
+    let segs: Vec<String> = p.segments.iter().map(|s| s.ident.to_string()).collect();
+    match krate.resolve(m, &segs) {
+        Some(t @ Target::Item(..)) => Some(t),
+        _ => None,
+    }
+}
+
+/// The crate item a type is (`S`, `S<u8>`, `crate::x::S`), if it is one.
+fn type_target(krate: &Crate, m: usize, ty: &syn::Type) -> Option<Target> {
+    match ty {
+        syn::Type::Path(tp) if tp.qself.is_none() => path_target(krate, m, &tp.path),
+        _ => None,
+    }
+}
+
+/// Whether a type path carries generic arguments (`S<u8>`, `S<K>`).
+fn has_type_args(ty: &syn::Type) -> bool {
+    matches!(ty, syn::Type::Path(tp)
+        if tp.path.segments.iter().any(|s| !matches!(s.arguments, syn::PathArguments::None)))
+}
+
+/// Where a trait impl is listed: under its self type when that is a crate
+/// item, else under the trait when that is one, else under the first crate
+/// item named anywhere in the trait's or the self type's arguments (the
+/// orphan rule means a crate's impl names one of its own types somewhere).
+fn impl_owner(krate: &Crate, m: usize, imp: &syn::ItemImpl) -> Option<Target> {
+    if let Some(t) = type_target(krate, m, &imp.self_ty) {
+        return Some(t);
+    }
+    let (_, tr, _) = imp.trait_.as_ref()?;
+    if let Some(t) = path_target(krate, m, tr) {
+        return Some(t);
+    }
+    struct Paths<'k> {
+        krate: &'k Crate,
+        m: usize,
+        found: Option<Target>,
+    }
+    impl<'ast> syn::visit::Visit<'ast> for Paths<'_> {
+        fn visit_path(&mut self, p: &'ast syn::Path) {
+            if self.found.is_none() {
+                self.found = path_target(self.krate, self.m, p);
+            }
+            syn::visit::visit_path(self, p);
+        }
+    }
+    let mut v = Paths {
+        krate,
+        m,
+        found: None,
+    };
+    syn::visit::Visit::visit_path(&mut v, tr);
+    syn::visit::Visit::visit_type(&mut v, &imp.self_ty);
+    v.found
+}
+
+/// An `impl` block's header in full, one line: `unsafe impl<T: X> Trait<T>
+/// for Type<T> where T: Y` (the trait as written; `!Trait` kept).
+fn impl_header(imp: &syn::ItemImpl) -> String {
+    let mut h = String::new();
+    if imp.unsafety.is_some() {
+        h.push_str("unsafe ");
+    }
+    h.push_str("impl");
+    if !imp.generics.params.is_empty() {
+        h.push_str(&tidy(&imp.generics));
+    }
+    h.push(' ');
+    if let Some((bang, tr, _)) = &imp.trait_ {
+        if bang.is_some() {
+            h.push('!');
+        }
+        h.push_str(&tidy(tr));
+        h.push_str(" for ");
+    }
+    h.push_str(&tidy(&*imp.self_ty));
+    if let Some(w) = &imp.generics.where_clause {
+        h.push(' ');
+        h.push_str(tidy(w).trim_end_matches([',', ' ']));
+    }
+    h
 }
 
 struct Walker<'a> {
@@ -279,16 +379,28 @@ impl Walker<'_> {
                 }
                 syn::Item::Macro(mac) if mac.ident.is_none() => {
                     // A macro call: listed when it makes a public item.
-                    let Some(name) = crate::srcmodel::macro_made_name(mac) else {
-                        continue;
-                    };
-                    let body = self
-                        .macros
-                        .get(&macro_name(mac))
-                        .map(String::as_str)
-                        .unwrap_or("");
-                    if makes_public_item(body) {
-                        self.item(Target::Item(m, i), &format!("{path}::{name}"), inherited);
+                    let name = macro_name(mac);
+                    let body = self.macros.get(&name).map(String::as_str).unwrap_or("");
+                    match crate::srcmodel::macro_made_name(mac) {
+                        Some(made) if makes_public_item(body) => {
+                            self.item(Target::Item(m, i), &format!("{path}::{made}"), inherited);
+                        }
+                        // A call that makes `impl` blocks (`dtype!(f32, ..)`
+                        // makes `impl DataType for f32`): not itemized, but
+                        // fingerprinted under its module so a change shows.
+                        _ if makes_impl(body) => {
+                            let call = tidy(&mac.mac.tokens);
+                            let shown = if call.len() <= 100 {
+                                format!("{name}!({call})")
+                            } else {
+                                format!("{name}!(..) {:016x}", fnv(&call))
+                            };
+                            self.out.insert(format!(
+                                "{path} (impls made by {shown}) macro {:016x}{inherited}",
+                                fnv(body)
+                            ));
+                        }
+                        _ => {}
                     }
                 }
                 other => {
@@ -461,6 +573,11 @@ fn makes_public_item(body: &str) -> bool {
     ]
     .iter()
     .any(|k| body.contains(&format!("pub {k} $")))
+}
+
+/// Whether a macro body makes an `impl` block.
+fn makes_impl(body: &str) -> bool {
+    body.starts_with("impl") || body.contains(" impl ") || body.contains(" impl<")
 }
 
 /// FNV-1a, 64 bits: a stable fingerprint of a text.
@@ -658,10 +775,96 @@ mod tests {
             "cudnn::helper (fn) fn helper()",
             "cudnn::open (mod)",
             "cudnn::open::E (enum)",
-            "cudnn::open::E (impl Display)",
+            "cudnn::open::E (impl std::fmt::Display for E)",
             "cudnn::open::E::A (variant)",
             "cudnn::open::E::B (variant) (u32)",
         ];
         assert_eq!(l, want, "{l:#?}");
+    }
+
+    #[test]
+    fn trait_impls_are_listed_by_their_whole_header() {
+        let l = listing_of(&[(
+            "lib.rs",
+            "pub struct S; pub struct X; pub struct Y;\n\
+             impl From<X> for S { fn from(_: X) -> S { S } }\n\
+             impl From < Y > for S { fn from(_: Y) -> S { S } }\n\
+             pub struct W<T>(T);\n\
+             impl<T: Clone> Clone for W<T> where T: Copy, { fn clone(&self) -> Self { W(self.0) } }\n\
+             unsafe impl<T> Send for W<T> {}",
+        )]);
+        for want in [
+            "cudnn::S (impl From<X> for S)",
+            "cudnn::S (impl From<Y> for S)",
+            "cudnn::W (impl<T: Clone> Clone for W<T> where T: Copy)",
+            "cudnn::W (unsafe impl<T> Send for W<T>)",
+        ] {
+            assert!(l.iter().any(|x| x == want), "no {want:?} in {l:#?}");
+        }
+    }
+
+    #[test]
+    fn impls_on_foreign_and_primitive_types_are_listed() {
+        let l = listing_of(&[
+            ("lib.rs", "pub mod dnn; pub use dnn::F8;"),
+            (
+                "dnn.rs",
+                "pub trait ConvDataType {} impl ConvDataType for f32 {} \
+                 impl ConvDataType for half::bf16 {}\n\
+                 pub struct F8(u8); impl From<F8> for f64 { fn from(x: F8) -> f64 { x.0 as f64 } }\n\
+                 impl<'a> From<&'a F8> for Vec<u8> { fn from(x: &F8) -> Vec<u8> { vec![x.0] } }",
+            ),
+        ]);
+        for want in [
+            "cudnn::dnn::ConvDataType (impl ConvDataType for f32)",
+            "cudnn::dnn::ConvDataType (impl ConvDataType for half::bf16)",
+            "cudnn::F8 (impl From<F8> for f64)",
+            "cudnn::dnn::F8 (impl From<F8> for f64)",
+            "cudnn::F8 (impl<'a> From<&'a F8> for Vec<u8>)",
+        ] {
+            assert!(l.iter().any(|x| x == want), "no {want:?} in {l:#?}");
+        }
+    }
+
+    #[test]
+    fn a_macro_call_that_makes_impls_is_listed_under_its_module() {
+        let l = listing_of(&[
+            ("lib.rs", "pub mod dtype;"),
+            (
+                "dtype.rs",
+                "pub trait DataType {}\n\
+                 macro_rules! dtype { ($t:ty) => { impl DataType for $t {} }; }\n\
+                 dtype!(f32); dtype!(half::f16);",
+            ),
+        ]);
+        let made: Vec<&String> = l.iter().filter(|x| x.contains("impls made by")).collect();
+        assert_eq!(made.len(), 2, "{l:#?}");
+        assert!(
+            made[0].starts_with("cudnn::dtype (impls made by dtype!(f32)) macro "),
+            "{made:?}"
+        );
+        assert!(
+            made[1].starts_with("cudnn::dtype (impls made by dtype!(half::f16)) macro "),
+            "{made:?}"
+        );
+    }
+
+    #[test]
+    fn inherent_blocks_with_generics_name_their_header() {
+        let l = listing_of(&[(
+            "lib.rs",
+            "pub struct S<K>(K);\n\
+             impl S<u8> { pub fn byte(&self) -> u8 { self.0 } }\n\
+             impl<K: Copy> S<K> { pub fn get(&self) -> K { self.0 } }\n\
+             pub struct P; impl P { pub fn plain(&self) {} }",
+        )]);
+        for want in [
+            "cudnn::S::byte (method) fn byte(&self) -> u8 [in impl S<u8>]",
+            "cudnn::S::get (method) fn get(&self) -> K [in impl<K: Copy> S<K>]",
+            // A plain block adds nothing (the listing stays as it was).
+            "cudnn::P::plain (method) fn plain(&self)",
+        ] {
+            assert!(l.iter().any(|x| x == want), "no {want:?} in {l:#?}");
+        }
     }
 }

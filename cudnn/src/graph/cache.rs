@@ -31,9 +31,7 @@ use super::graph::{Graph, IoSignature};
 use super::heuristics::Policy;
 use super::plan::Plan;
 use super::plan_auth::{self, Authentication, FileKind, PlanKey, Trust};
-use super::plan_file::{
-    Reader, fmt_cudnn_version, header_format, loaded_cudnn_version, read_io, write_io,
-};
+use super::plan_file::{Reader, fmt_cudnn_version, loaded_cudnn_version, read_io, write_io};
 use super::plan_json::Payload;
 use super::target::Target;
 use super::tensor::fmt_dims;
@@ -43,6 +41,17 @@ use crate::error::{Error, Result};
 pub const MAX_FILE_BYTES: u64 = 256 << 20;
 
 const HEADER_PREFIX: &str = "cudnn-rs plan cache";
+
+/// The plan-cache file format this crate writes, and the only one it reads.
+///
+/// 3: as plan-file format 2 (each entry records the cuDNN that made it),
+/// with graph keys that name the GELU modes by their form (`GeluErf`,
+/// `GeluErfBwd`). Formats 1 and 2 wrote `Gelu` / `GeluBwd` in the keys, so
+/// their GELU entries would load under keys no graph has any more (and be
+/// silently never found): such files are refused whole, with
+/// [`Error::Unsupported`] naming the format. Plan files (one plan, no
+/// graph key) keep their own format, [`super::plan_file::FORMAT`].
+pub(crate) const CACHE_FORMAT: u32 = 3;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Key {
@@ -376,7 +385,7 @@ impl PlanCache {
     }
 
     /// The cache as text: every plan serialized with its key and the cuDNN
-    /// version that made it (format 2), unsigned: its runtime-compiled plans
+    /// version that made it (format 3, see the module's notes), unsigned: its runtime-compiled plans
     /// load only through the `unsafe`
     /// [`load_text_unverified`](Self::load_text_unverified). See
     /// [`to_signed_text`](Self::to_signed_text).
@@ -387,8 +396,7 @@ impl PlanCache {
         let entries: Vec<(Key, Arc<Plan>)> = self.lock().entries.iter().cloned().collect();
         let version = loaded_cudnn_version()?;
         let mut s = format!(
-            "{HEADER_PREFIX} v{}\nentries {}\n",
-            super::plan_file::FORMAT,
+            "{HEADER_PREFIX} v{CACHE_FORMAT}\nentries {}\n",
             entries.len()
         );
         for (k, plan) in entries {
@@ -450,9 +458,10 @@ impl PlanCache {
     /// Load every plan in `text` for `target`, accepting compiled code as
     /// `trust` says. A malformed file, an entry for another target, or a
     /// plan that disagrees with its tensor list or that cuDNN refuses leaves
-    /// the cache unchanged (all or nothing). Files of format 1 (written
-    /// before the cuDNN version was recorded) are read, each entry's version
-    /// taken from its plan JSON's `cudnnVersion`.
+    /// the cache unchanged (all or nothing). Files of formats 1 and 2
+    /// (written before the GELU modes were renamed, which changed the graph
+    /// keys) are refused whole with [`Error::Unsupported`]: plan again and
+    /// save.
     ///
     /// Skipped, with the reason in the report, and the rest loaded: an entry
     /// made by another cuDNN than the one loaded; an entry whose plan carries
@@ -473,7 +482,8 @@ impl PlanCache {
     ///
     /// # Errors
     /// What is wrong and on which line; a foreign target names both; a tag
-    /// that does not verify (`InvalidArgument`).
+    /// that does not verify (`InvalidArgument`); a file of an older format
+    /// (`Unsupported`, naming it).
     pub fn load_text(&self, text: &str, target: &Target, trust: Trust<'_>) -> Result<LoadReport> {
         self.load_text_named(text, target, trust, "plan cache text")
     }
@@ -528,8 +538,28 @@ impl PlanCache {
             Payload::Refuse
         };
         let mut r = Reader::named(text, "plan cache file");
-        let format = header_format(r.line()?, HEADER_PREFIX)
-            .ok_or_else(|| r.bad("`cudnn-rs plan cache v2` (or v1)"))?;
+        let header = r.line()?;
+        match header
+            .strip_prefix(HEADER_PREFIX)
+            .and_then(|v| v.strip_prefix(" v"))
+            .and_then(|v| v.parse::<u32>().ok())
+        {
+            Some(CACHE_FORMAT) => {}
+            Some(old @ (1 | 2)) => {
+                return Err(Error::Unsupported {
+                    what: format!(
+                        "a plan cache file of format v{old} (`{header}`): its graph keys name \
+                         the GELU modes as before they were renamed, so its GELU plans would \
+                         never be found"
+                    ),
+                    needs: Some(format!(
+                        "a plan cache file of format v{CACHE_FORMAT}: plan the graphs again \
+                         and save the cache"
+                    )),
+                });
+            }
+            _ => return Err(r.bad(&format!("`{HEADER_PREFIX} v{CACHE_FORMAT}`"))),
+        }
         let n = r.field("entries")?;
         let n: usize = r.parse("entries", &n)?;
         if n > 1 << 16 {
@@ -550,12 +580,8 @@ impl PlanCache {
                     needs: Some("a cache file made for this target".to_string()),
                 });
             }
-            let made_by = if format >= 2 {
-                let v = r.field("cudnn")?;
-                Some(r.parse::<u64>("cudnn version", &v)?)
-            } else {
-                None
-            };
+            let v = r.field("cudnn")?;
+            let made_by = r.parse::<u64>("cudnn version", &v)?;
             let policy = r.blob("policy")?;
             let io = read_io(&mut r)?;
             let json = r.blob("json")?;
@@ -563,10 +589,6 @@ impl PlanCache {
             // checked against the tensor list).
             io_matches_signature(&graph, &io)
                 .map_err(|e| e.with_context(format!("plan cache entry {index}")))?;
-            let made_by = match made_by {
-                Some(v) => v,
-                None => super::plan_json::cudnn_version_of(&json)?,
-            };
             if made_by != loaded_version {
                 skipped.push(SkippedEntry {
                     index,
@@ -799,3 +821,53 @@ const _: () = {
     fn shared<T: Send + Sync>() {}
     let _ = shared::<PlanCache>;
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What loading a file with `header` as its first line says about the
+    /// header (the rest of the file is one empty entry list).
+    fn header_answer(header: &str) -> Option<Error> {
+        let Ok(target) = Target::preset("h200") else {
+            return None;
+        };
+        let text = format!("{header}\nentries 0\n");
+        PlanCache::new(1)
+            .load_text(&text, &target, Trust::NoCompiledCode)
+            .err()
+    }
+
+    proptest::proptest! {
+        /// Every version a header can name: 1 and 2 (keys of before the
+        /// GELU rename) are refused as an older format, naming it; any
+        /// other but 3 is a malformed first line; 3 passes the header (what
+        /// follows may still fail: cuDNN may be missing here). The truth is
+        /// the rule `load_text` documents.
+        #[test]
+        fn unit_property_only_format_3_headers_are_read(v in 0u32..10_000, prefix in proptest::bool::ANY) {
+            let header = if prefix {
+                format!("{HEADER_PREFIX} v{v}")
+            } else {
+                format!("cudnn-rs plan v{v}")
+            };
+            match (prefix, v, header_answer(&header)) {
+                (true, 3, e) => proptest::prop_assert!(
+                    !matches!(&e, Some(Error::InvalidArgument { rule, .. }) if rule.contains("line 1"))
+                        && !matches!(&e, Some(Error::Unsupported { what, .. }) if what.contains("format v")),
+                    "{e:?}"
+                ),
+                (true, 1 | 2, Some(Error::Unsupported { what, needs })) => {
+                    proptest::prop_assert!(what.contains(&format!("format v{v}")), "{what}");
+                    proptest::prop_assert!(needs.is_some_and(|n| n.contains("v3")));
+                }
+                (_, _, Some(Error::InvalidArgument { arg, rule, .. })) => {
+                    proptest::prop_assert!(!prefix || !(1..=3).contains(&v));
+                    proptest::prop_assert_eq!(arg, "plan cache file");
+                    proptest::prop_assert!(rule.contains("line 1") && rule.contains("v3"), "{rule}");
+                }
+                (p, v, other) => proptest::prop_assert!(false, "prefix {p}, v{v}: {other:?}"),
+            }
+        }
+    }
+}

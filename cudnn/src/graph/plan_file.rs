@@ -2,10 +2,11 @@
 //! format and cuDNN versions they record, the IO signature section, and a
 //! line reader whose errors say where.
 //!
-//! Versions: format 2 (this one) records the cuDNN that made each plan
-//! (`cudnn 92801` for 9.28.1). Format 1 files (written before the version was
-//! recorded) are still read; their cuDNN version is taken from the plan
-//! JSON's own `cudnnVersion` field, which cuDNN writes in every plan.
+//! Versions: plan-file format 2 (this one) records the cuDNN that made each
+//! plan (`cudnn 92801` for 9.28.1). Format 1 plan files (written before the
+//! version was recorded) are still read; their cuDNN version is checked
+//! against the plan JSON's own `cudnnVersion` field. Plan-cache files have
+//! their own version (`cache::CACHE_FORMAT`, 3: its graph keys changed).
 
 use super::graph::{IoSignature, IoTensor};
 use super::tensor::{DType, TensorSpec};

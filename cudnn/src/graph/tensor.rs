@@ -17,6 +17,13 @@ pub const MAX_DIMS: usize = 8;
 /// pointer that breaks it is refused when bound.
 pub const BYTE_ALIGNMENT: usize = 16;
 
+/// The largest tensor dim, stride or element count a loaded plan may name
+/// (and so a graph may plan, to be reloadable): a bound this crate chose
+/// (2^48, far above any device's memory in elements, far below `i64::MAX`
+/// so sums and products of a few of them stay representable), not one
+/// cuDNN documents; cuDNN's own fields are `int64`.
+pub(crate) const MAX_EXTENT: i64 = 1 << 48;
+
 /// An element type of a graph tensor (a graph mixes them: f16 inputs, f32
 /// intermediates).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

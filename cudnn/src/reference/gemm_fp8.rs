@@ -166,7 +166,7 @@ pub fn gemm_fp8(
         return Err(Error::invalid(
             "epilogue",
             "FP8 GEMM takes None, Relu, GeluTanh, Bias, ReluBias or GeluTanhBias \
-             (named Gelu and GeluBias before 0.1)",
+             (renamed from Gelu / GeluBias, which remain as deprecated aliases)",
             epilogue,
         ));
     }

@@ -431,14 +431,14 @@ fn refusals() -> R {
             .with_epilogue(Epilogue::DGeluTanh)
             .check_types(t),
         "epilogue",
-        "GeluBias",
+        "GeluTanhBias",
     )?;
     named(
         tn(64, 16, 32)
             .with_epilogue(Epilogue::ReluAux)
             .check_types(t),
         "epilogue",
-        "GeluBias",
+        "GeluTanhBias",
     )?;
     // Shape chain errors come from the shared layout checks.
     let s = Fp8MatmulSpec::new(

@@ -1049,10 +1049,10 @@ pub fn main() {
         let json_at = good.find("\njson ").ok_or("no json")? + 1;
         let mut bad: Vec<(String, Vec<u8>)> = vec![
             ("empty".into(), vec![]),
-            ("header only".into(), b"cudnn-rs plan cache v2\n".to_vec()),
+            ("header only".into(), b"cudnn-rs plan cache v3\n".to_vec()),
             (
                 "wrong header".into(),
-                good.replacen("v2", "v9", 1).into_bytes(),
+                good.replacen("cache v3", "cache v9", 1).into_bytes(),
             ),
             ("not text".into(), vec![0xff, 0xfe, 0x00, 0x41]),
             (

@@ -562,19 +562,68 @@ pub fn main() {
             r.skipped[0].index == 0 && r.skipped[0].reason.contains("9.10.0"),
             "{r:?}"
         );
-        // A format-1 cache file loads.
+        // A format-1 cache file (no version lines) is refused whole: its
+        // graph keys are of before the GELU rename (see the next test).
         let v1c = text
-            .replacen("cudnn-rs plan cache v2\n", "cudnn-rs plan cache v1\n", 1)
+            .replacen("cudnn-rs plan cache v3\n", "cudnn-rs plan cache v1\n", 1)
             .replace(&format!("\ncudnn {n}\n"), "\n");
-        ensure!(
-            PlanCache::new(4)
-                .load_text(&v1c, &t, Trust::NoCompiledCode)?
-                .loaded
-                == 2,
-            "v1 cache file"
-        );
+        ensure!(v1c != text, "edit applied");
+        match PlanCache::new(4).load_text(&v1c, &t, Trust::NoCompiledCode) {
+            Err(Error::Unsupported { what, .. }) if what.contains("format v1") => {}
+            other => return Err(format!("v1 cache file: {other:?}").into()),
+        }
         Ok(())
     }));
+
+    t.push(host9(
+        "plan_cache_files_of_before_the_gelu_rename_are_refused",
+        || {
+            // c = gelu_erf(a @ b): cuDNN's GELU_FWD, named `Gelu` in the
+            // graph keys of cache formats 1 and 2, `GeluErf` since format 3.
+            let t = h200()?;
+            let mut g = Graph::new();
+            let a = g.input("a", TensorSpec::row_major(DType::F16, &[1, 128, 64])?)?;
+            let b = g.input("b", TensorSpec::row_major(DType::F16, &[1, 64, 256])?)?;
+            let c = g.matmul(a, b)?;
+            let y = g.gelu_erf(c)?;
+            g.output(y, DType::F16)?;
+            g.rename(y, "y")?;
+            let c = PlanCache::new(4);
+            c.get_or_build(&g, &t, &Policy::default())?;
+            let key = PlanKey::generate()?;
+            let text = c.to_signed_text(&key)?;
+            ensure!(
+                text.starts_with("cudnn-rs plan cache v3\n"),
+                "header: {:?}",
+                text.lines().next()
+            );
+            ensure!(text.contains("GeluErf"), "the key names the erf form");
+            // The same file as format 2 wrote it (header v2, key `Gelu`):
+            // refused whole, naming the format, nothing loaded. Without the
+            // refusal it would load its plan under a key no graph has.
+            let v2 = c
+                .to_text()?
+                .replacen("cudnn-rs plan cache v3\n", "cudnn-rs plan cache v2\n", 1)
+                .replace("GeluErf", "Gelu");
+            ensure!(v2.starts_with("cudnn-rs plan cache v2\n"), "edit applied");
+            let loaded = PlanCache::new(4);
+            match loaded.load_text(&v2, &t, Trust::NoCompiledCode) {
+                Err(Error::Unsupported { what, needs }) => {
+                    eprintln!("  v2 file: {what} (needs {needs:?})");
+                    ensure!(what.contains("format v2"), "{what}");
+                    ensure!(loaded.is_empty(), "nothing loaded");
+                }
+                other => return Err(format!("v2 file: {other:?}").into()),
+            }
+            // Format 3 loads, and the plan is found under its graph.
+            let loaded = PlanCache::new(4);
+            loaded
+                .load_text(&text, &t, Trust::SignedBy(&key))?
+                .complete()?;
+            ensure!(loaded.get(&g, &t, &Policy::default()).is_some(), "v3 found");
+            Ok(())
+        },
+    ));
 
     t.push(host9(
         "plan_cache_entry_must_belong_to_its_graph_key",

@@ -330,7 +330,7 @@ pub fn main() {
             let tag_at = signed.rfind("hmac-sha256 ").ok_or("no tag")? + 12;
             let regions = [
                 ("tag", tag_at + 5),
-                ("header", signed.find(" v2").ok_or("header")? + 2),
+                ("header", signed.find(" v3").ok_or("header")? + 2),
                 ("entry count", signed.find("entries ").ok_or("entries")? + 8),
                 (
                     "tensor list",

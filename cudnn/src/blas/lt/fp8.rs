@@ -534,7 +534,7 @@ impl Fp8MatmulSpec {
             return Err(Error::invalid(
                 "epilogue",
                 "an FP8 matmul takes None, Relu, GeluTanh, Bias, ReluBias or GeluTanhBias \
-                 (named Gelu and GeluBias before 0.1)",
+                 (renamed from Gelu / GeluBias, which remain as deprecated aliases)",
                 self.epilogue,
             ));
         }

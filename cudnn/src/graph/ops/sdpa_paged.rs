@@ -102,7 +102,7 @@ impl SdpaConfig {
         // The plan JSON loader refuses a tensor spanning more than 2^48
         // elements; a container past it would plan and then not reload
         // (issue 31: 2^40 blocks).
-        let limit = crate::graph::plan_json::MAX_EXTENT;
+        let limit = crate::graph::tensor::MAX_EXTENT;
         let elems = dims.iter().try_fold(1i64, |a, &x| a.checked_mul(x));
         if elems.is_none_or(|n| n > limit) {
             return Err(Error::invalid(

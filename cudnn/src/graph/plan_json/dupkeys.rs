@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use super::{bad, short};
+use super::refuse::{bad, short};
 use crate::error::Result;
 
 /// Refuse JSON (already parsed: valid) with an object that has a key twice.
@@ -113,6 +113,6 @@ mod tests {
         // The loader's parse: serde_json alone keeps the last value.
         let j = r#"{"cudnnVersion": 92801, "cudnnVersion": 91000}"#;
         assert!(serde_json::from_str::<serde_json::Value>(j).is_ok());
-        assert!(super::super::cudnn_version_of(j).is_err());
+        assert!(super::super::parse(j).is_err());
     }
 }

@@ -29,19 +29,21 @@ mod dataflow;
 mod dupkeys;
 mod engine;
 mod guards;
+mod refuse;
 mod schema;
 mod unchecked;
 
 use agree::{Tensors, agree};
 pub(crate) use dupkeys::no_duplicate_keys;
 use engine::{engine, profile};
+use refuse::{bad, short};
 use schema::Field::*;
 use schema::{DATA_TYPES, FINALIZE_MODES, node_fields};
 
 use super::graph::IoSignature;
 use super::guard::InputGuard;
 use super::target::Target;
-use super::tensor::MAX_DIMS;
+use super::tensor::{MAX_DIMS, MAX_EXTENT};
 use crate::error::{Error, Result};
 
 /// The largest plan JSON accepted (cuDNN's own reader caps at 64 MiB too).
@@ -52,12 +54,6 @@ const MAX_TENSORS: usize = 4096;
 const MAX_NODES: usize = 512;
 /// Subgraphs nest at most this deep (SDPA's score subgraph: 1).
 const MAX_DEPTH: usize = 2;
-/// The largest tensor dim, stride or element count a loaded plan may name:
-/// a bound this crate chose (2^48, far above any device's memory in
-/// elements, far below `i64::MAX` so sums and products of a few of them
-/// stay representable), not one cuDNN documents; cuDNN's own fields are
-/// `int64`.
-pub(crate) const MAX_EXTENT: i64 = 1 << 48;
 
 /// What the check learned about a plan.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,22 +66,6 @@ pub(crate) struct Summary {
     /// tables its operations read (a paged KV cache) and the sequence
     /// lengths of its attention ([`guards`]).
     pub(crate) guarded: Vec<(i64, InputGuard)>,
-}
-
-pub(super) fn bad(path: &str, rule: impl Into<String>, value: impl std::fmt::Display) -> Error {
-    Error::invalid(format!("plan JSON {path}"), rule, short(&value.to_string()))
-}
-
-fn short(s: &str) -> String {
-    if s.len() <= 80 {
-        s.to_string()
-    } else {
-        let mut end = 80;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        format!("{}... ({} bytes)", &s[..end], s.len())
-    }
 }
 
 pub(super) fn obj<'v>(v: &'v Value, path: &str) -> Result<&'v Map<String, Value>> {
@@ -602,19 +582,6 @@ impl Walk {
         }
         Ok(())
     }
-}
-
-/// The `cudnnVersion` a plan JSON records.
-///
-/// # Errors
-/// Not a JSON object with an integer `cudnnVersion`.
-pub(crate) fn cudnn_version_of(json: &str) -> Result<u64> {
-    let v: Value = parse(json)?;
-    let m = obj(&v, "/")?;
-    let c = m
-        .get("cudnnVersion")
-        .ok_or_else(|| bad("/cudnnVersion", "is required", "missing"))?;
-    Ok(u64::try_from(int(c, "/cudnnVersion", 1, 99_99_99)?).unwrap_or(0))
 }
 
 fn parse(json: &str) -> Result<Value> {
