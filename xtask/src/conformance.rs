@@ -1,6 +1,8 @@
 //! The conformance tier of `cargo xtask test`: every graph pattern built by
 //! the crate and by NVIDIA's cuDNN frontend for the same targets, compared
-//! (`examples/conformance`, `xtask/conformance/frontend.py`).
+//! (`examples/conformance`, `xtask/conformance/frontend.py`); and
+//! `cargo xtask bench-planning`, the same run in a release build with the
+//! host times of both sides per family.
 
 use std::path::Path;
 use std::process::Command;
@@ -10,26 +12,77 @@ use crate::fetch;
 /// Run the tier against the cuda13 stack in `cu13` (the frontend fetched
 /// into the cache first). Missing Python or frontend is a failure here.
 pub fn run(cu13: &Path) -> Result<(), String> {
+    conformance(
+        cu13,
+        &[],
+        &[],
+        "cargo run --example conformance (stack cuda13 against NVIDIA's cuDNN frontend)",
+    )
+}
+
+/// `cargo xtask bench-planning [--reps N] [--targets LIST] [--only SUBSTR]...`:
+/// the conformance run in a release build with `--timing`, op-graph build,
+/// heuristics and plan load timed `N` times on both sides (default 5; the
+/// median counts), for the H200 target unless `--targets` says otherwise.
+/// Prints the per-pattern table and the medians per family with the ratios
+/// crate / frontend. Nothing is asserted on the times.
+pub fn bench_planning(args: &[String]) -> Result<(), String> {
+    let mut extra: Vec<String> = vec!["--timing".into()];
+    let (mut reps, mut targets) = ("5".to_string(), "h200".to_string());
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = || {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("bench-planning: {a} needs a value"))
+        };
+        match a.as_str() {
+            "--reps" => reps = val()?,
+            "--targets" => targets = val()?,
+            "--only" => {
+                let v = val()?;
+                extra.extend(["--only".to_string(), v]);
+            }
+            other => return Err(format!("bench-planning: unknown option `{other}`")),
+        }
+    }
+    extra.extend(["--reps".to_string(), reps, "--targets".to_string(), targets]);
+    let dirs = fetch::run(&[])?;
+    let cu13 = dirs
+        .first()
+        .ok_or("fetch-libs returned no cuda13 folder")?
+        .clone();
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    eprintln!(
+        "bench-planning: load average {}",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    conformance(
+        &cu13,
+        &["--release"],
+        &extra,
+        "cargo run --release --example conformance -- --timing (planning host time, crate vs NVIDIA's cuDNN frontend)",
+    )
+}
+
+fn conformance(cu13: &Path, cargo: &[&str], extra: &[String], what: &str) -> Result<(), String> {
     let fe = fetch::fetch_frontend()?;
     let lib = cu13.join("nvidia").join("cudnn").join("lib");
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string()));
-    cmd.args([
-        "run",
-        "--quiet",
-        "-p",
-        "cudnn-examples",
-        "--example",
-        "conformance",
-        "--",
-    ])
-    .arg("--frontend-dir")
-    .arg(&fe)
-    .arg("--cudnn-lib")
-    .arg(&lib)
-    .env("CUDNN_RS_REQUIRE_LIBS", "1")
-    .env("CUDNN_RS_EXPECT_STACK", "cuda13")
-    .env("CUDNN_RS_SEARCH_PATH", cu13);
-    let what = "cargo run --example conformance (stack cuda13 against NVIDIA's cuDNN frontend)";
+    cmd.args(["run", "--quiet"])
+        .args(cargo)
+        .args(["-p", "cudnn-examples", "--example", "conformance", "--"])
+        .arg("--frontend-dir")
+        .arg(&fe)
+        .arg("--cudnn-lib")
+        .arg(&lib)
+        .args(extra)
+        .env("CUDNN_RS_REQUIRE_LIBS", "1")
+        .env("CUDNN_RS_EXPECT_STACK", "cuda13")
+        .env("CUDNN_RS_SEARCH_PATH", cu13);
     eprintln!("+ {what}");
     let st = cmd.status().map_err(|e| format!("{what}: {e}"))?;
     if st.success() {

@@ -40,6 +40,13 @@ tasks:
       Regenerate the committed bindings in cudart-sys, cudnn-sys, cublas-sys and nccl-sys
       from the cuda13 headers (fetching them first). With --check, write nothing
       and fail if the committed files differ.
+  bench-planning [--reps N] [--targets h200,a100,b200] [--only SUBSTR]...
+      Planning host time, the crate against NVIDIA's cuDNN frontend (the
+      conformance patterns, release build, same cuDNN): op-graph build,
+      heuristics (mode A), first finalize and plan load per pattern, and
+      their medians per family (conv, matmul, norms, SDPA) with the ratios
+      crate / frontend. Each cheap stage is timed N times (default 5) on
+      both sides; the target is h200 unless --targets says otherwise.
   device-check [--exclude NAME]... [--no-strip]
       Build the GPU test and example binaries, compress them (tar.xz) and
       pack them with a runner script into .device-check/ for a machine with
@@ -56,6 +63,7 @@ fn main() -> ExitCode {
         Some("doctor") => tasks::doctor(&args[1..]),
         Some("run") => tasks::run(&args[1..]),
         Some("device-check") => device_check::run(&args[1..]),
+        Some("bench-planning") => conformance::bench_planning(&args[1..]),
         Some("help") | Some("--help") | Some("-h") | None => {
             print!("{USAGE}");
             Ok(())
