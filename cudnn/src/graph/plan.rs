@@ -630,11 +630,13 @@ impl Plan {
         let mut bytes = json.as_bytes().to_vec();
         bytes.push(0);
         // SAFETY: `check_json` checked the JSON against `io` above (shape,
-        // tensors, data flow: what cuDNN would crash on), and compiled code
-        // gets here only with `Payload::Keep`, which callers pass for a file
-        // whose tag verified under the program's key or from an `unsafe fn`
-        // whose contract vouches for the kernels.
-        unsafe { p.set_plan_json_unchecked(&bytes) }?;
+        // tensors, data flow: what cuDNN would crash on; a superset of the
+        // shape check `set_plan_json_unchecked` repeats, so it is not run
+        // twice), and compiled code gets here only with `Payload::Keep`,
+        // which callers pass for a file whose tag verified under the
+        // program's key or from an `unsafe fn` whose contract vouches for
+        // the kernels.
+        unsafe { p.set_plan_json_prechecked(&bytes) }?;
         p.finalize().map_err(|e| {
             if e.cudnn_status()
                 == Some(crate::sys::cudnn::cudnnStatus_t::CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH)

@@ -1,5 +1,6 @@
 //! Duplicate keys in plan and device-properties JSON.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 use super::{bad, short};
@@ -13,7 +14,7 @@ use crate::error::Result;
 pub(crate) fn no_duplicate_keys(json: &str) -> Result<()> {
     let b = json.as_bytes();
     // One entry per open container: the keys seen, for an object.
-    let mut open: Vec<Option<HashSet<String>>> = Vec::new();
+    let mut open: Vec<Option<HashSet<Cow<'_, str>>>> = Vec::new();
     let mut key_next = false;
     let mut i = 0;
     while i < b.len() {
@@ -33,23 +34,43 @@ pub(crate) fn no_duplicate_keys(json: &str) -> Result<()> {
             b',' => key_next = matches!(open.last(), Some(Some(_))),
             b'"' => {
                 let start = i;
+                let mut escaped = false;
                 i += 1;
-                while i < b.len() && b[i] != b'"' {
-                    // An escape is a backslash and one ASCII byte (valid JSON).
-                    i += if b[i] == b'\\' { 2 } else { 1 };
+                loop {
+                    // Strings are most of a plan's bytes (compiled payloads
+                    // in base64): skip to the next quote or backslash a word
+                    // at a time.
+                    i = quote_or_backslash(b, i);
+                    match b.get(i) {
+                        // An escape is a backslash and one ASCII byte (valid JSON).
+                        Some(b'\\') => {
+                            escaped = true;
+                            i += 2;
+                        }
+                        _ => break,
+                    }
                 }
                 if key_next {
                     let raw = json.get(start..=i.min(b.len() - 1)).unwrap_or_default();
-                    let key: String = serde_json::from_str(raw)
-                        .map_err(|e| bad("", format!("must be JSON ({e})"), short(raw)))?;
+                    // Unescaped only where it has an escape; otherwise the
+                    // text between the quotes is the key.
+                    let key: Cow<'_, str> = match raw.get(1..raw.len().saturating_sub(1)) {
+                        Some(k) if !escaped && raw.len() >= 2 => Cow::Borrowed(k),
+                        _ => Cow::Owned(
+                            serde_json::from_str(raw)
+                                .map_err(|e| bad("", format!("must be JSON ({e})"), short(raw)))?,
+                        ),
+                    };
                     if let Some(Some(seen)) = open.last_mut()
-                        && !seen.insert(key.clone())
+                        && seen.contains(&key)
                     {
                         return Err(bad(
                             "",
                             "must not repeat a key in one object (parsers differ on which they keep)",
                             short(&key),
                         ));
+                    } else if let Some(Some(seen)) = open.last_mut() {
+                        seen.insert(key);
                     }
                 }
                 key_next = false;
@@ -59,6 +80,37 @@ pub(crate) fn no_duplicate_keys(json: &str) -> Result<()> {
         i += 1;
     }
     Ok(())
+}
+
+/// The index of the first `"` or `\\` in `b` at or after `from` (`b.len()`
+/// if none), eight bytes at a time: a word's bytes equal to either are
+/// found with the zero-byte test (`(x - 0x01..) & !x & 0x80..` flags the
+/// lowest zero byte exactly), applied to the word XORed with each.
+fn quote_or_backslash(b: &[u8], from: usize) -> usize {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let zero = |x: u64| x.wrapping_sub(LO) & !x & HI;
+    let rest = b.get(from..).unwrap_or_default();
+    let mut chunks = rest.chunks_exact(8);
+    let mut at = from;
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        let w = u64::from_le_bytes(w);
+        let hit = zero(w ^ (LO * u64::from(b'"'))) | zero(w ^ (LO * u64::from(b'\\')));
+        if hit != 0 {
+            // Little-endian: the lowest flagged byte is the first one.
+            return at + (hit.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    for &x in chunks.remainder() {
+        if x == b'"' || x == b'\\' {
+            return at;
+        }
+        at += 1;
+    }
+    at
 }
 
 #[cfg(test)]
@@ -106,6 +158,50 @@ mod tests {
         ] {
             assert!(no_duplicate_keys(ok).is_ok(), "{ok}");
         }
+    }
+
+    /// The word-at-a-time search against the byte loop it replaces, at
+    /// every start and alignment, with quotes and backslashes anywhere.
+    #[test]
+    fn quote_or_backslash_matches_a_byte_loop() {
+        let naive = |b: &[u8], from: usize| {
+            (from..b.len())
+                .find(|&i| b[i] == b'"' || b[i] == b'\\')
+                .unwrap_or(b.len())
+        };
+        let alphabet = b"ab\"\\\x00\x22\x5c\xff\x7f\x80\x21\x23\x5b\x5d";
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for len in 0..80usize {
+            for _ in 0..20 {
+                let v: Vec<u8> = (0..len)
+                    .map(|_| {
+                        state ^= state << 13;
+                        state ^= state >> 7;
+                        state ^= state << 17;
+                        // Mostly plain bytes, some specials.
+                        if state % 5 == 0 {
+                            alphabet[(state >> 8) as usize % alphabet.len()]
+                        } else {
+                            b'A' + (state >> 16) as u8 % 26
+                        }
+                    })
+                    .collect();
+                for from in 0..=len + 1 {
+                    assert_eq!(
+                        quote_or_backslash(&v, from),
+                        if from > len { from } else { naive(&v, from) },
+                        "{v:?} from {from}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn escaped_and_plain_keys_compare_unescaped() {
+        refused(r#"{"\u0061b": 1, "ab": 2}"#, "ab");
+        refused(r#"{"a\"b": 1, "a\u0022b": 2}"#, "a\"b");
+        assert!(no_duplicate_keys(r#"{"a\\": 1, "a": 2, "a\\\\": 3}"#).is_ok());
     }
 
     #[test]
