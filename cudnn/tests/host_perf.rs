@@ -445,8 +445,39 @@ fn fast_scans_still_refuse() -> TestResult {
     Ok(())
 }
 
+/// Device-properties descriptors are kept per thread (the last 4): plans
+/// for 5 presets in turn, twice, each carry their own target's profile.
+fn device_properties_kept_per_target() -> TestResult {
+    let og = graph_plans::conv_plain(2)?.build()?;
+    for round in 0..2 {
+        for name in ["h200", "a100", "h100", "l4", "b200"] {
+            let t = Target::preset(name)?;
+            let (plan, _) = Plan::build(&og, &t, &Policy::default())?;
+            let v: Value = serde_json::from_str(&plan.cudnn_json()?).map_err(|e| e.to_string())?;
+            let want: Value =
+                serde_json::from_str(t.properties().json()).map_err(|e| e.to_string())?;
+            for k in ["deviceVer", "multiProcessorCount", "totalGlobalMem"] {
+                ensure!(
+                    v["GPUProfile"][k] == want[k],
+                    "round {round}, {name}: plan {k} {} / target {}",
+                    v["GPUProfile"][k],
+                    want[k]
+                );
+            }
+            // And reloads for its own target only.
+            let io = std::sync::Arc::new(og.io().clone());
+            Plan::from_cudnn_json(&plan.cudnn_json()?, &t, io)?;
+        }
+    }
+    Ok(())
+}
+
 fn main() {
     run(vec![
+        host_planning(
+            "target::device_properties_kept_per_target",
+            device_properties_kept_per_target,
+        ),
         host_planning(
             "heuristics::lazy_knobs_and_workspace_match_the_plan",
             lazy_knobs_and_workspace_match_the_plan,

@@ -360,7 +360,7 @@ pub fn candidates(graph: &OpGraph, target: &Target, policy: &Policy) -> Result<V
         let mut h = Descriptor::<kind::EngineHeur>::new()?;
         h.set_descriptors(attr::ENGINEHEUR_OPERATION_GRAPH, &[&graph.desc])?;
         h.set(attr::ENGINEHEUR_MODE, &[mode.raw()])?;
-        h.set_descriptors(attr::ENGINEHEUR_DEVICEPROP, &[&props])?;
+        h.set_descriptors(attr::ENGINEHEUR_DEVICEPROP, &[&*props])?;
         h.finalize().map_err(|e| {
             e.with_context(format!(
                 "heuristics mode {mode:?} for {}",

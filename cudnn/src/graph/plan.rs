@@ -200,7 +200,7 @@ impl Plan {
         let props = target.properties().descriptor()?;
         let mut p = Descriptor::<kind::ExecutionPlan>::new()?;
         p.set_descriptors(attr::EXECUTION_PLAN_ENGINE_CONFIG, &[cfg])?;
-        p.set_descriptors(attr::EXECUTION_PLAN_DEVICEPROP, &[&props])?;
+        p.set_descriptors(attr::EXECUTION_PLAN_DEVICEPROP, &[&*props])?;
         p.finalize()?;
         Ok(p)
     }
@@ -626,7 +626,7 @@ impl Plan {
         let props = target.properties().descriptor()?;
         let mut p = Descriptor::<kind::ExecutionPlan>::new()?;
         // Device properties first: a plan loaded without them crashes cuDNN.
-        p.set_descriptors(attr::EXECUTION_PLAN_DEVICEPROP, &[&props])?;
+        p.set_descriptors(attr::EXECUTION_PLAN_DEVICEPROP, &[&*props])?;
         let mut bytes = json.as_bytes().to_vec();
         bytes.push(0);
         // SAFETY: `check_json` checked the JSON against `io` above (shape,
