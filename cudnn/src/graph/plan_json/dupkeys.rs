@@ -14,13 +14,13 @@ use crate::error::Result;
 pub(crate) fn no_duplicate_keys(json: &str) -> Result<()> {
     let b = json.as_bytes();
     // One entry per open container: the keys seen, for an object.
-    let mut open: Vec<Option<HashSet<Cow<'_, str>>>> = Vec::new();
+    let mut open: Vec<Option<Seen<'_>>> = Vec::new();
     let mut key_next = false;
     let mut i = 0;
     while i < b.len() {
         match b[i] {
             b'{' => {
-                open.push(Some(HashSet::new()));
+                open.push(Some(Seen::default()));
                 key_next = true;
             }
             b'[' => {
@@ -62,15 +62,13 @@ pub(crate) fn no_duplicate_keys(json: &str) -> Result<()> {
                         ),
                     };
                     if let Some(Some(seen)) = open.last_mut()
-                        && seen.contains(&key)
+                        && !seen.insert(key.clone())
                     {
                         return Err(bad(
                             "",
                             "must not repeat a key in one object (parsers differ on which they keep)",
                             short(&key),
                         ));
-                    } else if let Some(Some(seen)) = open.last_mut() {
-                        seen.insert(key);
                     }
                 }
                 key_next = false;
@@ -80,6 +78,31 @@ pub(crate) fn no_duplicate_keys(json: &str) -> Result<()> {
         i += 1;
     }
     Ok(())
+}
+
+/// The keys of one object: a list while it is short (most objects of a
+/// plan have a handful of keys, and hashing them cost more than comparing),
+/// a hash set past [`Seen::LIST`] keys (no quadratic time on a huge object).
+#[derive(Default)]
+struct Seen<'a> {
+    list: Vec<Cow<'a, str>>,
+    set: HashSet<Cow<'a, str>>,
+}
+
+impl<'a> Seen<'a> {
+    const LIST: usize = 16;
+
+    /// Add `key`; `false` when it was there already.
+    fn insert(&mut self, key: Cow<'a, str>) -> bool {
+        if self.list.contains(&key) {
+            return false;
+        }
+        if self.list.len() < Self::LIST {
+            self.list.push(key);
+            return true;
+        }
+        self.set.insert(key)
+    }
 }
 
 /// The index of the first `"` or `\\` in `b` at or after `from` (`b.len()`
@@ -193,6 +216,30 @@ mod tests {
                         "{v:?} from {from}"
                     );
                 }
+            }
+        }
+    }
+
+    /// Objects past the short list: a repeat is found wherever the two
+    /// copies fall (both in the list, one in each, both in the set).
+    #[test]
+    fn long_objects_find_every_repeat() {
+        for n in [1usize, 15, 16, 17, 40] {
+            let keys: Vec<String> = (0..n).map(|i| format!("k{i}")).collect();
+            let body = |ks: &[String]| {
+                ks.iter()
+                    .map(|k| format!("\"{k}\": 1"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            assert!(no_duplicate_keys(&format!("{{{}}}", body(&keys))).is_ok());
+            for a in 0..n {
+                let mut ks = keys.clone();
+                ks.push(keys[a].clone());
+                refused(&format!("{{{}}}", body(&ks)), &keys[a]);
+                let mut ks = keys.clone();
+                ks.insert(a, keys[a].clone());
+                refused(&format!("{{{}}}", body(&ks)), &keys[a]);
             }
         }
     }
