@@ -13,7 +13,10 @@
 //!   no longer repeats accepts too, over random single-field mutations of
 //!   real plans of every family; and the faster scans (duplicate keys,
 //!   base64 payloads) still refuse a repeated key and a non-base64 byte in
-//!   a real compiled plan.
+//!   a real compiled plan;
+//! - `Plan::launch_checks` (the launch benchmark's entry) runs `execute`'s
+//!   checks without the library call: one pack per set of pointers, and the
+//!   refusals `execute` makes (over random subsets of bindings too).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 #[path = "support/graph_plans.rs"]
@@ -472,8 +475,162 @@ fn device_properties_kept_per_target() -> TestResult {
     Ok(())
 }
 
+/// Bind every tensor of `plan` at fake, aligned addresses from `base`
+/// (only `Plan::launch_checks` sees them: nothing is launched), except the
+/// names in `skip`; f16 tensors only (the graphs here).
+fn fake_bindings<'p>(plan: &'p Plan, base: usize, skip: &[&str]) -> cudnn::Result<Bindings<'p>> {
+    use cudnn::runtime::{DeviceSlice, DeviceSliceMut};
+    let mut b = plan.bindings();
+    let mut at = base;
+    for t in &plan.io().tensors {
+        let n = t.spec.span_bytes()? / 2;
+        if !skip.contains(&t.name.as_str()) {
+            // SAFETY: these views reach only `launch_checks`, which never
+            // hands an address to a library call.
+            unsafe {
+                if t.is_output {
+                    b.output(
+                        &t.name,
+                        DeviceSliceMut::from_raw_parts_mut(at as *mut half::f16, n),
+                    )?;
+                } else {
+                    b.input(
+                        &t.name,
+                        DeviceSlice::from_raw_parts(at as *const half::f16, n),
+                    )?;
+                }
+            }
+        }
+        at += (n * 2).next_multiple_of(256) + 256;
+    }
+    Ok(b)
+}
+
+/// `Plan::launch_checks` runs `execute`'s checks without the library
+/// call: the pack is built once and reused while no pointer changes,
+/// rebuilt when the workspace moves; a missing binding, a short workspace
+/// and another plan's bindings are refused as `execute` refuses them.
+fn launch_checks_are_executes() -> TestResult {
+    use cudnn::runtime::DeviceSliceMut;
+    let target = Target::preset("h200")?;
+    let og = graph_plans::conv(8)?.build()?;
+    let (plan, _) = Plan::build(&og, &target, &Policy::default())?;
+    let ws = plan.workspace_size().max(1);
+    let mut b = fake_bindings(&plan, 0x7f00_0000_0000, &[])?;
+    if plan.workspace_size() > 0 {
+        let e = plan
+            .launch_checks(&mut b, None, LaunchStage::Pack)
+            .err()
+            .ok_or("no workspace bound, and no handle to take one from")?;
+        ensure!(e.to_string().contains("workspace"), "{e}");
+    }
+    // SAFETY: as in `fake_bindings`.
+    let view = unsafe { DeviceSliceMut::from_raw_parts_mut(0x7e00_0000_0000 as *mut u8, ws) };
+    b.workspace(view)?;
+    for _ in 0..3 {
+        plan.launch_checks(&mut b, None, LaunchStage::Pack)?;
+    }
+    ensure!(
+        b.packs_built() == 1,
+        "{} packs for one set of pointers",
+        b.packs_built()
+    );
+    // SAFETY: as in `fake_bindings`.
+    let view = unsafe { DeviceSliceMut::from_raw_parts_mut(0x7d00_0000_0000 as *mut u8, ws) };
+    b.workspace(view)?;
+    plan.launch_checks(&mut b, None, LaunchStage::Pack)?;
+    ensure!(
+        b.packs_built() == 2,
+        "the moved workspace did not rebuild the pack"
+    );
+    // The earlier stages build nothing.
+    plan.launch_checks(&mut b, None, LaunchStage::Lock)?;
+    ensure!(b.packs_built() == 2, "the lock stage built a pack");
+    // Too short a workspace.
+    if plan.workspace_size() > 1 {
+        // SAFETY: as in `fake_bindings`.
+        let short = unsafe {
+            DeviceSliceMut::from_raw_parts_mut(
+                0x7c00_0000_0000 as *mut u8,
+                plan.workspace_size() - 1,
+            )
+        };
+        b.workspace(short)?;
+        ensure!(
+            plan.launch_checks(&mut b, None, LaunchStage::Bindings)
+                .is_err(),
+            "a short workspace passed"
+        );
+    }
+    // The bindings of a plan of another graph (plans of one graph share
+    // its tensor list, and bindings between them).
+    let other_graph = graph_plans::conv(16)?.build()?;
+    let (other, _) = Plan::build(&other_graph, &target, &Policy::default())?;
+    let mut ob = fake_bindings(&other, 0x7b00_0000_0000, &[])?;
+    // SAFETY: as in `fake_bindings`.
+    let view = unsafe { DeviceSliceMut::from_raw_parts_mut(0x7a00_0000_0000 as *mut u8, ws) };
+    ob.workspace(view)?;
+    let e = plan
+        .launch_checks(&mut ob, None, LaunchStage::Bindings)
+        .err()
+        .ok_or("another plan's bindings passed")?;
+    ensure!(e.to_string().contains("another plan"), "{e}");
+    Ok(())
+}
+
+/// Random subsets of bindings: the checks pass exactly when every tensor
+/// is bound, and a missing one is named.
+fn launch_checks_random_bindings() -> TestResult {
+    use cudnn::runtime::DeviceSliceMut;
+    let target = Target::preset("h200")?;
+    let og = graph_plans::conv(8)?.build()?;
+    let (plan, _) = Plan::build(&og, &target, &Policy::default())?;
+    let names: Vec<String> = plan.io().tensors.iter().map(|t| t.name.clone()).collect();
+    let ws = plan.workspace_size().max(1);
+    let mut r = runner(64);
+    r.run(
+        &(
+            proptest::collection::vec(any::<bool>(), names.len()),
+            1usize..1 << 20,
+        ),
+        |(keep, page)| {
+            let skip: Vec<&str> = names
+                .iter()
+                .zip(&keep)
+                .filter(|(_, k)| !**k)
+                .map(|(n, _)| n.as_str())
+                .collect();
+            let base = 0x1000_0000_0000 + page * 4096;
+            let mut b = fake_bindings(&plan, base, &skip)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            // SAFETY: as in `fake_bindings`.
+            let view =
+                unsafe { DeviceSliceMut::from_raw_parts_mut(0x7e00_0000_0000 as *mut u8, ws) };
+            b.workspace(view)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let r = plan.launch_checks(&mut b, None, LaunchStage::Pack);
+            match (skip.first(), r) {
+                (None, Ok(())) => {}
+                (Some(n), Err(e)) => prop_assert!(e.to_string().contains(*n), "{n}: {e}"),
+                (s, r) => return Err(TestCaseError::fail(format!("skipped {s:?}: {r:?}"))),
+            }
+            Ok(())
+        },
+    )
+    .map_err(|e| format!("{e}"))?;
+    Ok(())
+}
+
 fn main() {
     run(vec![
+        host_planning(
+            "launch::launch_checks_are_executes",
+            launch_checks_are_executes,
+        ),
+        host_planning(
+            "launch::launch_checks_random_bindings",
+            launch_checks_random_bindings,
+        ),
         host_planning(
             "target::device_properties_kept_per_target",
             device_properties_kept_per_target,

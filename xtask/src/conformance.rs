@@ -2,7 +2,7 @@
 //! the crate and by NVIDIA's cuDNN frontend for the same targets, compared
 //! (`examples/conformance`, `xtask/conformance/frontend.py`); and
 //! `cargo xtask bench-planning`, the same run in a release build with the
-//! host times of both sides per family.
+//! host times of both sides per family; and `cargo xtask bench-launch`.
 
 use std::path::Path;
 use std::process::Command;
@@ -66,6 +66,37 @@ pub fn bench_planning(args: &[String]) -> Result<(), String> {
         &extra,
         "cargo run --release --example conformance -- --timing (planning host time, crate vs NVIDIA's cuDNN frontend)",
     )
+}
+
+/// `cargo xtask bench-launch [--rounds N]`: `examples/bench_launch` in a
+/// release build against the cuda13 stack (fetched first).
+pub fn bench_launch(args: &[String]) -> Result<(), String> {
+    let dirs = fetch::run(&[])?;
+    let cu13 = dirs
+        .first()
+        .ok_or("fetch-libs returned no cuda13 folder")?
+        .clone();
+    let what = "cargo run --release --example bench_launch";
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string()));
+    cmd.args([
+        "run",
+        "--quiet",
+        "--release",
+        "-p",
+        "cudnn-examples",
+        "--example",
+        "bench_launch",
+        "--",
+    ])
+    .args(args)
+    .env("CUDNN_RS_SEARCH_PATH", &cu13);
+    eprintln!("+ {what}");
+    let st = cmd.status().map_err(|e| format!("{what}: {e}"))?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(format!("{what} failed ({st})"))
+    }
 }
 
 fn conformance(cu13: &Path, cargo: &[&str], extra: &[String], what: &str) -> Result<(), String> {

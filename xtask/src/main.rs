@@ -47,6 +47,11 @@ tasks:
       their medians per family (conv, matmul, norms, SDPA) with the ratios
       crate / frontend. Each cheap stage is timed N times (default 5) on
       both sides; the target is h200 unless --targets says otherwise.
+  bench-launch [--rounds N]
+      The host cost of launching a cached graph plan (release build of
+      `examples/bench_launch`): the crate's checks per launch by stage for
+      plans with 3, 4 and 8 bindings, without a device; with one, the whole
+      Plan::execute against the same call through the raw -sys crate.
   device-check [--exclude NAME]... [--no-strip]
       Build the GPU test and example binaries, compress them (tar.xz) and
       pack them with a runner script into .device-check/ for a machine with
@@ -64,6 +69,7 @@ fn main() -> ExitCode {
         Some("run") => tasks::run(&args[1..]),
         Some("device-check") => device_check::run(&args[1..]),
         Some("bench-planning") => conformance::bench_planning(&args[1..]),
+        Some("bench-launch") => conformance::bench_launch(&args[1..]),
         Some("help") | Some("--help") | Some("-h") | None => {
             print!("{USAGE}");
             Ok(())
