@@ -11,7 +11,7 @@
 //!
 //!     cargo xtask test                      (runs it with what it fetched)
 //!     cargo run --example conformance -- --frontend-dir DIR --cudnn-lib DIR \
-//!         [--only SUBSTR] [--targets h200,a100,b200] [--timing] [--reps N] [--verbose] [--keep DIR]
+//!         [--only SUBSTR] [--targets h200,a100,b200] [--timing] [--reps N] [--rounds R] [--verbose] [--keep DIR]
 //!
 //! `--frontend-dir` holds `site/` (the frontend wheel installed there),
 //! `stub/libcuda.so.1` (the crate's driver stub) and `python` (the
@@ -21,7 +21,9 @@
 //! sides (op-graph build, heuristics, first finalize, plan load; not asserted)
 //! per pattern and as medians per family (conv, matmul, norms, SDPA);
 //! `--reps N` times op-graph build, heuristics and plan load N times on both
-//! sides (the median counts; finalize once); `cargo xtask bench-planning`
+//! sides (the median counts; finalize once); `--rounds R` runs both sides
+//! R times in turn (the median of the rounds counts, the first round's for
+//! finalize: cuDNN keeps compiled kernels in the crate's process); `cargo xtask bench-planning`
 //! runs it in a release build;
 //! `--verbose` lists every finding a documented difference explains.
 
@@ -53,6 +55,7 @@ struct Args {
     targets: Vec<String>,
     timing: bool,
     reps: usize,
+    rounds: usize,
     verbose: bool,
     keep: Option<PathBuf>,
 }
@@ -65,6 +68,7 @@ fn parse_args() -> Result<Args, String> {
         targets: vec!["h200".into(), "a100".into(), "b200".into()],
         timing: false,
         reps: 1,
+        rounds: 1,
         verbose: false,
         keep: None,
     };
@@ -77,6 +81,14 @@ fn parse_args() -> Result<Args, String> {
             "--only" => a.only.push(val("--only")?),
             "--targets" => a.targets = val("--targets")?.split(',').map(str::to_string).collect(),
             "--timing" | "--vs-frontend" => a.timing = true,
+            "--rounds" => {
+                let v = val("--rounds")?;
+                a.rounds = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=100).contains(n))
+                    .ok_or(format!("--rounds takes a count in 1..=100, not `{v}`"))?;
+            }
             "--reps" => {
                 let v = val("--reps")?;
                 a.reps = v
@@ -543,11 +555,40 @@ fn run() -> Result<bool, Stop> {
         targets.push((name.clone(), t, sm, json));
     }
     let t_start = Instant::now();
+    // `--rounds`: the whole run again (the crate's side, then the
+    // frontend's, each time), the times the median over the rounds; what
+    // is compared is the last round's.
+    let mut rounds = Vec::new();
+    for _ in 0..args.rounds {
+        rounds.push(round(&args, &pats, &targets, &fe, &work)?);
+    }
+    let rows = timing::merge(rounds);
+    if args.keep.is_none() {
+        let _ = std::fs::remove_dir_all(&work);
+    }
+    Ok(report(
+        &pats,
+        &rows,
+        args.timing,
+        args.verbose,
+        t_start.elapsed().as_secs_f64(),
+    ))
+}
+
+/// One pass over every pattern and target: the crate's side, the
+/// frontend's, the comparison and the cross-loads.
+fn round(
+    args: &Args,
+    pats: &[Pattern],
+    targets: &[(String, Target, i64, String)],
+    fe: &Path,
+    work: &Path,
+) -> Result<Vec<Row>, Stop> {
     // The crate's side.
     let mut rows = Vec::new();
     let mut items = Vec::new();
     for (pi, p) in pats.iter().enumerate() {
-        for (name, target, _, _) in &targets {
+        for (name, target, _, _) in targets {
             let (side, io) = match ours(p, target, args.reps) {
                 Ok((s, io)) => (s, Some(io)),
                 Err(e) => (
@@ -597,8 +638,8 @@ fn run() -> Result<bool, Stop> {
     let built = python(
         &json!({"env": env, "targets": tjson, "items": items, "reps": args.reps}),
         "build",
-        &fe,
-        &work,
+        fe,
+        work,
     )?;
     eprintln!(
         "conformance: NVIDIA cuDNN frontend {} on cuDNN {}",
@@ -729,8 +770,8 @@ fn run() -> Result<bool, Stop> {
     let loaded = python(
         &json!({"env": env, "targets": tjson, "items": loads, "reps": args.reps}),
         "load",
-        &fe,
-        &work,
+        fe,
+        work,
     )?;
     let lres = loaded["results"].as_array().cloned().unwrap_or_default();
     for (&i, r) in load_rows.iter().zip(&lres) {
@@ -749,16 +790,7 @@ fn run() -> Result<bool, Stop> {
             ));
         }
     }
-    if args.keep.is_none() {
-        let _ = std::fs::remove_dir_all(&work);
-    }
-    Ok(report(
-        &pats,
-        &rows,
-        args.timing,
-        args.verbose,
-        t_start.elapsed().as_secs_f64(),
-    ))
+    Ok(rows)
 }
 
 fn report(pats: &[Pattern], rows: &[Row], timing: bool, verbose: bool, secs: f64) -> bool {

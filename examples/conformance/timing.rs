@@ -34,6 +34,48 @@ pub fn family(builder: &str) -> &'static str {
     }
 }
 
+/// The last round's rows, each time the median over the rounds (rows are
+/// in the same order in every round), but the first finalize: the first
+/// round's (the crate's later rounds run in the same process, where cuDNN
+/// keeps the kernels it compiled; the frontend's run in a fresh one).
+pub fn merge(mut rounds: Vec<Vec<Row>>) -> Vec<Row> {
+    let Some(mut rows) = rounds.pop() else {
+        return Vec::new();
+    };
+    if rounds.is_empty() {
+        return rows;
+    }
+    for (i, row) in rows.iter_mut().enumerate() {
+        let others: Vec<&Row> = rounds.iter().filter_map(|r| r.get(i)).collect();
+        fn sides(ours: bool, row: &Row) -> &crate::Side {
+            if ours { &row.ours } else { &row.theirs }
+        }
+        for ours in [true, false] {
+            let pick = |f: &dyn Fn(&crate::Side) -> Option<f64>, row: &Row| {
+                let mut v: Vec<f64> = others
+                    .iter()
+                    .map(|r| sides(ours, r))
+                    .chain(std::iter::once(sides(ours, row)))
+                    .filter_map(f)
+                    .collect();
+                (!v.is_empty()).then(|| median(&mut v))
+            };
+            let g = pick(&|s| Some(s.t_graph), row);
+            let h = pick(&|s| Some(s.t_heur), row);
+            let f = others.first().map(|r| sides(ours, r).t_finalize);
+            let l = pick(&|s| s.t_load, row);
+            let side = if ours { &mut row.ours } else { &mut row.theirs };
+            side.t_graph = g.unwrap_or(side.t_graph);
+            side.t_heur = h.unwrap_or(side.t_heur);
+            side.t_finalize = f.unwrap_or(side.t_finalize);
+            if side.t_load.is_some() {
+                side.t_load = l;
+            }
+        }
+    }
+    rows
+}
+
 const STAGES: [&str; 4] = ["op graph", "heuristics A", "first finalize", "plan load"];
 
 /// `(crate, frontend)` seconds of one row's stage `i`, where both sides

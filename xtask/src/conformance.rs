@@ -20,10 +20,13 @@ pub fn run(cu13: &Path) -> Result<(), String> {
     )
 }
 
-/// `cargo xtask bench-planning [--reps N] [--targets LIST] [--only SUBSTR]...`:
+/// `cargo xtask bench-planning [--reps N] [--rounds R] [--targets LIST] [--only SUBSTR]...`:
 /// the conformance run in a release build with `--timing`, op-graph build,
 /// heuristics and plan load timed `N` times on both sides (default 5; the
-/// median counts), for the H200 target unless `--targets` says otherwise.
+/// median counts), the whole run `R` times in turn (default 1; the median
+/// of the rounds counts: the two sides run one after the other, so a
+/// machine whose load changes favours one; rounds even that out), for the
+/// H200 target unless `--targets` says otherwise.
 /// Prints the per-pattern table and the medians per family with the ratios
 /// crate / frontend. Nothing is asserted on the times.
 pub fn bench_planning(args: &[String]) -> Result<(), String> {
@@ -38,6 +41,10 @@ pub fn bench_planning(args: &[String]) -> Result<(), String> {
         };
         match a.as_str() {
             "--reps" => reps = val()?,
+            "--rounds" => {
+                let v = val()?;
+                extra.extend(["--rounds".to_string(), v]);
+            }
             "--targets" => targets = val()?,
             "--only" => {
                 let v = val()?;

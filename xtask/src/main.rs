@@ -40,13 +40,15 @@ tasks:
       Regenerate the committed bindings in cudart-sys, cudnn-sys, cublas-sys and nccl-sys
       from the cuda13 headers (fetching them first). With --check, write nothing
       and fail if the committed files differ.
-  bench-planning [--reps N] [--targets h200,a100,b200] [--only SUBSTR]...
+  bench-planning [--reps N] [--rounds R] [--targets h200,a100,b200] [--only SUBSTR]...
       Planning host time, the crate against NVIDIA's cuDNN frontend (the
       conformance patterns, release build, same cuDNN): op-graph build,
       heuristics (mode A), first finalize and plan load per pattern, and
       their medians per family (conv, matmul, norms, SDPA) with the ratios
       crate / frontend. Each cheap stage is timed N times (default 5) on
-      both sides; the target is h200 unless --targets says otherwise.
+      both sides, the whole run R times in turn (default 1; the sides run
+      one after the other, so rounds even out a changing machine load); the
+      target is h200 unless --targets says otherwise.
   bench-launch [--rounds N]
       The host cost of launching a cached graph plan (release build of
       `examples/bench_launch`): the crate's checks per launch by stage for
