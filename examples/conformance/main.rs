@@ -11,14 +11,20 @@
 //!
 //!     cargo xtask test                      (runs it with what it fetched)
 //!     cargo run --example conformance -- --frontend-dir DIR --cudnn-lib DIR \
-//!         [--only SUBSTR] [--targets h200,a100,b200] [--timing] [--verbose] [--keep DIR]
+//!         [--only SUBSTR] [--targets h200,a100,b200] [--timing] [--reps N] [--rounds R] [--verbose] [--keep DIR]
 //!
 //! `--frontend-dir` holds `site/` (the frontend wheel installed there),
 //! `stub/libcuda.so.1` (the crate's driver stub) and `python` (the
 //! interpreter's path); `cargo xtask fetch-libs` makes it. Without it, or
 //! without Python, the tier is skipped with the reason, and fails when
 //! `CUDNN_RS_REQUIRE_LIBS=1`. `--timing` prints the host times of both
-//! sides (op-graph build, heuristics, first finalize, plan load; not asserted);
+//! sides (op-graph build, heuristics, first finalize, plan load; not asserted)
+//! per pattern and as medians per family (conv, matmul, norms, SDPA);
+//! `--reps N` times op-graph build, heuristics and plan load N times on both
+//! sides (the median counts; finalize once); `--rounds R` runs both sides
+//! R times in turn (the median of the rounds counts, the first round's for
+//! finalize: cuDNN keeps compiled kernels in the crate's process); `cargo xtask bench-planning`
+//! runs it in a release build;
 //! `--verbose` lists every finding a documented difference explains.
 
 mod compare;
@@ -29,6 +35,7 @@ mod patterns_sdpa_softcap;
 // issue 24 (h4): additive bias and ALiBi.
 mod patterns_sdpa_bias;
 mod patterns_sdpa_softmax;
+mod timing;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -47,6 +54,8 @@ struct Args {
     only: Vec<String>,
     targets: Vec<String>,
     timing: bool,
+    reps: usize,
+    rounds: usize,
     verbose: bool,
     keep: Option<PathBuf>,
 }
@@ -58,6 +67,8 @@ fn parse_args() -> Result<Args, String> {
         only: Vec::new(),
         targets: vec!["h200".into(), "a100".into(), "b200".into()],
         timing: false,
+        reps: 1,
+        rounds: 1,
         verbose: false,
         keep: None,
     };
@@ -70,6 +81,22 @@ fn parse_args() -> Result<Args, String> {
             "--only" => a.only.push(val("--only")?),
             "--targets" => a.targets = val("--targets")?.split(',').map(str::to_string).collect(),
             "--timing" | "--vs-frontend" => a.timing = true,
+            "--rounds" => {
+                let v = val("--rounds")?;
+                a.rounds = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=100).contains(n))
+                    .ok_or(format!("--rounds takes a count in 1..=100, not `{v}`"))?;
+            }
+            "--reps" => {
+                let v = val("--reps")?;
+                a.reps = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=1000).contains(n))
+                    .ok_or(format!("--reps takes a count in 1..=1000, not `{v}`"))?;
+            }
             "--verbose" | "-v" => a.verbose = true,
             "--keep" => a.keep = Some(PathBuf::from(val("--keep")?)),
             other => return Err(format!("unknown argument `{other}`")),
@@ -119,7 +146,7 @@ impl From<cudnn::Error> for Stop {
 
 /// One side's result for one pattern and target.
 #[derive(Default)]
-struct Side {
+pub(crate) struct Side {
     error: Option<String>,
     count_a: Option<i64>,
     first_engine: Option<i64>,
@@ -132,7 +159,7 @@ struct Side {
     t_load: Option<f64>,
 }
 
-struct Row {
+pub(crate) struct Row {
     pattern: usize,
     target: String,
     ours: Side,
@@ -156,24 +183,35 @@ fn policy() -> Policy {
     }
 }
 
-fn ours(p: &Pattern, target: &Target) -> cudnn::Result<(Side, Arc<IoSignature>)> {
+fn ours(p: &Pattern, target: &Target, reps: usize) -> cudnn::Result<(Side, Arc<IoSignature>)> {
     // Timed: the graph calls and Graph::build (the frontend's side times
-    // its graph calls, validate and build_operation_graph likewise).
-    let t0 = Instant::now();
-    let g = p.graph()?;
-    let og = g.build()?;
-    let t1 = Instant::now();
-    let cands = heuristics::candidates(&og, target, &policy())?;
-    let t2 = Instant::now();
+    // its graph calls, validate and build_operation_graph likewise), then
+    // heuristics on that graph; `reps` times, the medians count.
+    let (mut t_graph, mut t_heur) = (Vec::new(), Vec::new());
+    let mut last = None;
+    for _ in 0..reps.max(1) {
+        let t0 = Instant::now();
+        let g = p.graph()?;
+        let og = g.build()?;
+        let t1 = Instant::now();
+        let cands = heuristics::candidates(&og, target, &policy())?;
+        let t2 = Instant::now();
+        t_graph.push((t1 - t0).as_secs_f64());
+        t_heur.push((t2 - t1).as_secs_f64());
+        last = Some((og, cands.len(), cands.first().map(|c| c.engine)));
+    }
+    let Some((og, count, first)) = last else {
+        return Err(cudnn::Error::invalid("--reps", "must be at least 1", reps));
+    };
     let (plan, report) = Plan::build(&og, target, &policy())?;
     let side = Side {
-        count_a: Some(cands.len() as i64),
-        first_engine: cands.first().map(|c| c.engine),
+        count_a: Some(count as i64),
+        first_engine: first,
         chosen: plan.engine(),
         workspace: Some(plan.workspace_size() as u64),
         plan_json: Some(plan.cudnn_json()?),
-        t_graph: (t1 - t0).as_secs_f64(),
-        t_heur: (t2 - t1).as_secs_f64(),
+        t_graph: timing::median(&mut t_graph),
+        t_heur: timing::median(&mut t_heur),
         t_finalize: report.finalize_s,
         ..Side::default()
     };
@@ -517,12 +555,41 @@ fn run() -> Result<bool, Stop> {
         targets.push((name.clone(), t, sm, json));
     }
     let t_start = Instant::now();
+    // `--rounds`: the whole run again (the crate's side, then the
+    // frontend's, each time), the times the median over the rounds; what
+    // is compared is the last round's.
+    let mut rounds = Vec::new();
+    for _ in 0..args.rounds {
+        rounds.push(round(&args, &pats, &targets, &fe, &work)?);
+    }
+    let rows = timing::merge(rounds);
+    if args.keep.is_none() {
+        let _ = std::fs::remove_dir_all(&work);
+    }
+    Ok(report(
+        &pats,
+        &rows,
+        args.timing,
+        args.verbose,
+        t_start.elapsed().as_secs_f64(),
+    ))
+}
+
+/// One pass over every pattern and target: the crate's side, the
+/// frontend's, the comparison and the cross-loads.
+fn round(
+    args: &Args,
+    pats: &[Pattern],
+    targets: &[(String, Target, i64, String)],
+    fe: &Path,
+    work: &Path,
+) -> Result<Vec<Row>, Stop> {
     // The crate's side.
     let mut rows = Vec::new();
     let mut items = Vec::new();
     for (pi, p) in pats.iter().enumerate() {
-        for (name, target, _, _) in &targets {
-            let (side, io) = match ours(p, target) {
+        for (name, target, _, _) in targets {
+            let (side, io) = match ours(p, target, args.reps) {
                 Ok((s, io)) => (s, Some(io)),
                 Err(e) => (
                     Side {
@@ -569,10 +636,10 @@ fn run() -> Result<bool, Stop> {
         .collect();
     // The frontend's side.
     let built = python(
-        &json!({"env": env, "targets": tjson, "items": items}),
+        &json!({"env": env, "targets": tjson, "items": items, "reps": args.reps}),
         "build",
-        &fe,
-        &work,
+        fe,
+        work,
     )?;
     eprintln!(
         "conformance: NVIDIA cuDNN frontend {} on cuDNN {}",
@@ -617,7 +684,6 @@ fn run() -> Result<bool, Stop> {
         };
         let target = &targets.iter().find(|t| t.0 == row.target).map(|t| &t.1);
         let Some(target) = target else { continue };
-        let t0 = Instant::now();
         // Where the comparison tied every bound tensor, scalar and scratch
         // tensor of the two graphs one to one (no `tensor` or `unmatched`
         // finding), the frontend's JSON is loaded unchanged, with this
@@ -629,29 +695,43 @@ fn run() -> Result<bool, Stop> {
             .iter()
             .any(|f| matches!(f.kind, "tensor" | "unmatched"));
         let theirs_io = if tied {
-            io_in_their_uids(&io, &row.map)
+            io_in_their_uids(&io, &row.map).map(Arc::new)
         } else {
             None
         };
-        let loaded = match theirs_io {
-            // SAFETY: `fj` is, unchanged, cuDNN's JSON of the plan NVIDIA's
-            // frontend built in this run with the loaded cuDNN for this
-            // pattern; `theirs_io` is this pattern's IoSignature with every
-            // uid (tensors, scalars, scratch, ragged marks) renamed through
-            // the one-to-one map `compare` built by matching the frontend's
-            // tensors to ours, and `compare` found no tensor whose shape,
-            // strides, type, by-value flag or scalar value differs and none
-            // unmatched: it is the IoSignature of the graph the frontend
-            // built the plan from (names aside).
-            Some(tio) => unsafe { Plan::from_cudnn_json_unverified(&fj, target, Arc::new(tio)) },
-            None => {
-                let mapped = compare::remap(&fv, &row.map).to_string();
-                Plan::from_cudnn_json(&mapped, target, io)
-            }
+        // The non-tied path loads the JSON with its uids renamed into ours
+        // (renamed here, outside the timed load).
+        let mapped = compare::remap(&fv, &row.map).to_string();
+        let mut t_load = Vec::new();
+        let mut load = || {
+            let t0 = Instant::now();
+            let r = match &theirs_io {
+                // SAFETY: `fj` is, unchanged, cuDNN's JSON of the plan NVIDIA's
+                // frontend built in this run with the loaded cuDNN for this
+                // pattern; `theirs_io` is this pattern's IoSignature with every
+                // uid (tensors, scalars, scratch, ragged marks) renamed through
+                // the one-to-one map `compare` built by matching the frontend's
+                // tensors to ours, and `compare` found no tensor whose shape,
+                // strides, type, by-value flag or scalar value differs and none
+                // unmatched: it is the IoSignature of the graph the frontend
+                // built the plan from (names aside).
+                Some(tio) => unsafe { Plan::from_cudnn_json_unverified(&fj, target, tio.clone()) },
+                None => Plan::from_cudnn_json(&mapped, target, io.clone()),
+            };
+            t_load.push(t0.elapsed().as_secs_f64());
+            r
         };
+        // `--reps`: every load a plan of its own; the median counts.
+        let mut loaded = load();
+        for _ in 1..args.reps {
+            if loaded.is_err() {
+                break;
+            }
+            loaded = load();
+        }
         match loaded {
             Ok(plan) => {
-                row.ours.t_load = Some(t0.elapsed().as_secs_f64());
+                row.ours.t_load = Some(timing::median(&mut t_load));
                 row.loaded.0 = true;
                 if Some(plan.workspace_size() as u64) != row.theirs.workspace {
                     row.findings.push(find(
@@ -688,10 +768,10 @@ fn run() -> Result<bool, Stop> {
         load_rows.push(i);
     }
     let loaded = python(
-        &json!({"env": env, "targets": tjson, "items": loads}),
+        &json!({"env": env, "targets": tjson, "items": loads, "reps": args.reps}),
         "load",
-        &fe,
-        &work,
+        fe,
+        work,
     )?;
     let lres = loaded["results"].as_array().cloned().unwrap_or_default();
     for (&i, r) in load_rows.iter().zip(&lres) {
@@ -710,16 +790,7 @@ fn run() -> Result<bool, Stop> {
             ));
         }
     }
-    if args.keep.is_none() {
-        let _ = std::fs::remove_dir_all(&work);
-    }
-    Ok(report(
-        &pats,
-        &rows,
-        args.timing,
-        args.verbose,
-        t_start.elapsed().as_secs_f64(),
-    ))
+    Ok(rows)
 }
 
 fn report(pats: &[Pattern], rows: &[Row], timing: bool, verbose: bool, secs: f64) -> bool {
@@ -791,30 +862,7 @@ fn report(pats: &[Pattern], rows: &[Row], timing: bool, verbose: bool, secs: f64
         }
     }
     if timing {
-        println!("\nhost time, crate / frontend (ms; ratio):");
-        println!("| pattern | target | op graph | heuristics A | first finalize | plan load |");
-        println!("|---|---|---|---|---|---|");
-        for row in rows {
-            let (o, t) = (&row.ours, &row.theirs);
-            if o.error.is_some() || t.error.is_some() {
-                continue;
-            }
-            let cell = |a: f64, b: f64| {
-                format!("{:.2} / {:.2} ({:.2})", a * 1e3, b * 1e3, a / b.max(1e-12))
-            };
-            println!(
-                "| {} | {} | {} | {} | {} | {} |",
-                pats[row.pattern].name,
-                row.target,
-                cell(o.t_graph, t.t_graph),
-                cell(o.t_heur, t.t_heur),
-                cell(o.t_finalize, t.t_finalize),
-                match (o.t_load, t.t_load) {
-                    (Some(a), Some(b)) => cell(a, b),
-                    _ => "-".into(),
-                }
-            );
-        }
+        timing::report(pats, rows);
     }
     let both = rows.iter().filter(|r| r.loaded == (true, true)).count();
     println!(

@@ -49,6 +49,20 @@ tasks:
       Regenerate the committed bindings in cudart-sys, cudnn-sys, cublas-sys and nccl-sys
       from the cuda13 headers (fetching them first). With --check, write nothing
       and fail if the committed files differ.
+  bench-planning [--reps N] [--rounds R] [--targets h200,a100,b200] [--only SUBSTR]...
+      Planning host time, the crate against NVIDIA's cuDNN frontend (the
+      conformance patterns, release build, same cuDNN): op-graph build,
+      heuristics (mode A), first finalize and plan load per pattern, and
+      their medians per family (conv, matmul, norms, SDPA) with the ratios
+      crate / frontend. Each cheap stage is timed N times (default 5) on
+      both sides, the whole run R times in turn (default 1; the sides run
+      one after the other, so rounds even out a changing machine load); the
+      target is h200 unless --targets says otherwise.
+  bench-launch [--rounds N]
+      The host cost of launching a cached graph plan (release build of
+      `examples/bench_launch`): the crate's checks per launch by stage for
+      plans with 3, 4 and 8 bindings, without a device; with one, the whole
+      Plan::execute against the same call through the raw -sys crate.
   device-check [--exclude NAME]... [--no-strip]
       Build the GPU test and example binaries, compress them (tar.xz) and
       pack them with a runner script into .device-check/ for a machine with
@@ -76,6 +90,8 @@ fn main() -> ExitCode {
         Some("device-check") => device_check::run(&args[1..]),
         Some("import-cycles") => import_cycles::run(&args[1..]),
         Some("public-api") => public_api::run(&args[1..]),
+        Some("bench-planning") => conformance::bench_planning(&args[1..]),
+        Some("bench-launch") => conformance::bench_launch(&args[1..]),
         Some("help") | Some("--help") | Some("-h") | None => {
             print!("{USAGE}");
             Ok(())

@@ -1,6 +1,8 @@
 //! Heuristics: which engine configurations cuDNN offers for a graph on a
-//! target, filtered by a [`Policy`], each with its engine's index, notes,
-//! knobs and workspace.
+//! target, filtered by a [`Policy`], each with its engine's index and notes
+//! (its knobs and workspace read on demand).
+
+use std::cell::OnceCell;
 
 use super::backend::{Descriptor, attr, kind};
 use super::graph::OpGraph;
@@ -167,6 +169,13 @@ pub struct Knob {
 }
 
 /// One engine configuration cuDNN offered.
+///
+/// The engine's index and notes are read when heuristics return (the
+/// policy judges by them, as NVIDIA's frontend reads them); the knob choices
+/// and the workspace are read from cuDNN on first use
+/// ([`knobs`](Self::knobs), [`workspace`](Self::workspace)) and kept, so a
+/// plan built from the first accepted configuration never pays for reading
+/// every other one's.
 #[derive(Debug)]
 pub struct Candidate {
     /// The engine's global index.
@@ -177,26 +186,31 @@ pub struct Candidate {
     pub numerical_notes: Vec<NumericalNote>,
     /// Behaviour notes.
     pub behavior_notes: Vec<BehaviorNote>,
-    /// Knob choices.
-    pub knobs: Vec<Knob>,
-    /// Workspace it needs, in bytes.
-    pub workspace: u64,
     /// Why the policy rejects it (`None`: accepted).
     pub rejected: Option<String>,
+    knobs: OnceCell<Vec<Knob>>,
+    workspace: OnceCell<u64>,
     pub(crate) config: Descriptor<kind::EngineConfig>,
 }
 
 impl Candidate {
-    /// A one-line description: index, notes, knobs, workspace.
+    /// A one-line description: index, notes, knobs, workspace (the knobs
+    /// and workspace as far as they were read: `?` where not yet).
     pub fn describe(&self) -> String {
+        let ws = self
+            .workspace
+            .get()
+            .map_or_else(|| "?".to_string(), u64::to_string);
+        let knobs = self
+            .knobs
+            .get()
+            .map_or_else(|| "?".to_string(), |k| k.len().to_string());
         format!(
-            "engine {} ({:?}) ws {} B notes {:?} {:?} knobs {}{}",
+            "engine {} ({:?}) ws {ws} B notes {:?} {:?} knobs {knobs}{}",
             self.engine,
             self.mode,
-            self.workspace,
             self.numerical_notes,
             self.behavior_notes,
-            self.knobs.len(),
             self.rejected
                 .as_ref()
                 .map(|r| format!(" [rejected: {r}]"))
@@ -204,55 +218,90 @@ impl Candidate {
         )
     }
 
+    /// The knob choices of this configuration (read from cuDNN on first
+    /// use, then kept).
+    ///
+    /// # Errors
+    /// cuDNN's refusal to hand them out.
+    pub fn knobs(&self) -> Result<&[Knob]> {
+        if let Some(k) = self.knobs.get() {
+            return Ok(k);
+        }
+        let k = read_knobs(&self.config)?;
+        Ok(self.knobs.get_or_init(|| k))
+    }
+
+    /// The workspace this configuration needs, in bytes (read from cuDNN on
+    /// first use, then kept).
+    ///
+    /// # Errors
+    /// cuDNN's refusal, or a negative size.
+    pub fn workspace(&self) -> Result<u64> {
+        if let Some(&w) = self.workspace.get() {
+            return Ok(w);
+        }
+        let raw = self.config.get_one(attr::ENGINECFG_WORKSPACE_SIZE)?;
+        let w = u64::try_from(raw).map_err(|_| {
+            Error::invalid(
+                "CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE",
+                "cuDNN returned a negative size",
+                raw,
+            )
+        })?;
+        Ok(*self.workspace.get_or_init(|| w))
+    }
+
+    /// The engine's index and notes (what a policy judges by).
     fn read(config: Descriptor<kind::EngineConfig>, mode: HeurMode) -> Result<Self> {
-        let workspace = config.get_one(attr::ENGINECFG_WORKSPACE_SIZE)?;
         let mut engines = config.get_descriptors(attr::ENGINECFG_ENGINE, 1)?;
         let engine = engines.pop().ok_or_else(|| {
             Error::invalid("CUDNN_ATTR_ENGINECFG_ENGINE", "cuDNN returned no engine", 0)
         })?;
         let index = engine.get_one(attr::ENGINE_GLOBAL_INDEX)?;
-        let numerical_notes = engine
-            .get_all(attr::ENGINE_NUMERICAL_NOTE, 16)?
-            .into_iter()
-            .map(NumericalNote::from_raw)
+        let mut notes = [sys::cudnnBackendNumericalNote_t(0); NOTES];
+        let n = engine.get(attr::ENGINE_NUMERICAL_NOTE, &mut notes)?;
+        let numerical_notes = notes[..n.min(NOTES)]
+            .iter()
+            .map(|&n| NumericalNote::from_raw(n))
             .collect();
-        let behavior_notes = engine
-            .get_all(attr::ENGINE_BEHAVIOR_NOTE, 16)?
-            .into_iter()
-            .map(BehaviorNote::from_raw)
+        let mut notes = [sys::cudnnBackendBehaviorNote_t(0); NOTES];
+        let n = engine.get(attr::ENGINE_BEHAVIOR_NOTE, &mut notes)?;
+        let behavior_notes = notes[..n.min(NOTES)]
+            .iter()
+            .map(|&n| BehaviorNote::from_raw(n))
             .collect();
-        let mut knobs = Vec::new();
-        let max_knobs = sys::cudnnBackendKnobType_t::CUDNN_KNOB_TYPE_COUNTS.0 as usize;
-        for k in config.get_descriptors(attr::ENGINECFG_KNOB_CHOICES, max_knobs)? {
-            let kind = k.get_one(attr::KNOB_CHOICE_KNOB_TYPE)?;
-            let value = k.get_one(attr::KNOB_CHOICE_KNOB_VALUE)?;
-            knobs.push(Knob {
-                kind: kind.0,
-                value,
-            });
-        }
         Ok(Self {
             engine: index,
             mode,
             numerical_notes,
             behavior_notes,
-            knobs,
-            workspace: u64::try_from(workspace).unwrap_or(0),
             rejected: None,
+            knobs: OnceCell::new(),
+            workspace: OnceCell::new(),
             config,
         })
     }
 
-    fn judge(&self, policy: &Policy, has_f32: bool) -> Option<String> {
-        let n = &self.numerical_notes;
-        if let Some(max) = policy.max_workspace
-            && self.workspace > max
-        {
-            return Some(format!(
-                "workspace {} B over the limit {max} B",
-                self.workspace
-            ));
+    /// Whether `self` and `other` are one configuration (same engine, same
+    /// knob choices; the knobs are read only when the engines agree).
+    fn same_config(&self, other: &Candidate) -> Result<bool> {
+        Ok(self.engine == other.engine && self.knobs()? == other.knobs()?)
+    }
+
+    /// Why `policy` rejects this configuration. The workspace is read only
+    /// when the policy limits it.
+    fn judge(&self, policy: &Policy, has_f32: bool) -> Result<Option<String>> {
+        if let Some(max) = policy.max_workspace {
+            let ws = self.workspace()?;
+            if ws > max {
+                return Ok(Some(format!("workspace {ws} B over the limit {max} B")));
+            }
         }
+        Ok(self.judge_notes(policy, has_f32))
+    }
+
+    fn judge_notes(&self, policy: &Policy, has_f32: bool) -> Option<String> {
+        let n = &self.numerical_notes;
         if policy.deterministic_only && n.contains(&NumericalNote::Nondeterministic) {
             return Some("nondeterministic".to_string());
         }
@@ -311,7 +360,7 @@ pub fn candidates(graph: &OpGraph, target: &Target, policy: &Policy) -> Result<V
         let mut h = Descriptor::<kind::EngineHeur>::new()?;
         h.set_descriptors(attr::ENGINEHEUR_OPERATION_GRAPH, &[&graph.desc])?;
         h.set(attr::ENGINEHEUR_MODE, &[mode.raw()])?;
-        h.set_descriptors(attr::ENGINEHEUR_DEVICEPROP, &[&props])?;
+        h.set_descriptors(attr::ENGINEHEUR_DEVICEPROP, &[&*props])?;
         h.finalize().map_err(|e| {
             e.with_context(format!(
                 "heuristics mode {mode:?} for {}",
@@ -320,21 +369,54 @@ pub fn candidates(graph: &OpGraph, target: &Target, policy: &Policy) -> Result<V
         })?;
         // cuDNN reports how many results it has when asked with no room.
         let count = h.count(attr::ENGINEHEUR_RESULTS)?.min(1024);
+        // Where this mode's list starts: a mode lists each configuration
+        // once, so a duplicate can only be in an earlier mode's list.
+        let earlier = out.len();
         for cfg in h.get_descriptors(attr::ENGINEHEUR_RESULTS, count)? {
-            let c = match Candidate::read(cfg, mode) {
-                Ok(c) => c,
-                Err(_) => continue,
+            // A configuration cuDNN cannot describe is skipped, as before.
+            let Ok(mut c) = Candidate::read(cfg, mode) else {
+                continue;
             };
-            if out
-                .iter()
-                .any(|o| o.engine == c.engine && o.knobs == c.knobs)
-            {
+            let mut duplicate = false;
+            for o in out.get(..earlier).unwrap_or_default() {
+                match o.same_config(&c) {
+                    Ok(false) => {}
+                    Ok(true) | Err(_) => {
+                        duplicate = true;
+                        break;
+                    }
+                }
+            }
+            if duplicate {
                 continue;
             }
-            let mut c = c;
-            c.rejected = c.judge(policy, has_f32);
+            c.rejected = match c.judge(policy, has_f32) {
+                Ok(r) => r,
+                Err(_) => continue,
+            };
             out.push(c);
         }
     }
     Ok(out)
+}
+
+/// Notes an engine declares, at most (cuDNN has 7 numerical and 2 behaviour
+/// notes today; unknown ones are kept as `Other`).
+const NOTES: usize = 16;
+
+/// The knob choices of an engine configuration.
+fn read_knobs(config: &Descriptor<kind::EngineConfig>) -> Result<Vec<Knob>> {
+    // cuDNN answers a count query on knob choices with 0: ask with room for
+    // every knob type there is.
+    let max_knobs = sys::cudnnBackendKnobType_t::CUDNN_KNOB_TYPE_COUNTS.0 as usize;
+    let mut knobs = Vec::new();
+    for k in config.get_descriptors(attr::ENGINECFG_KNOB_CHOICES, max_knobs)? {
+        let kind = k.get_one(attr::KNOB_CHOICE_KNOB_TYPE)?;
+        let value = k.get_one(attr::KNOB_CHOICE_KNOB_VALUE)?;
+        knobs.push(Knob {
+            kind: kind.0,
+            value,
+        });
+    }
+    Ok(knobs)
 }

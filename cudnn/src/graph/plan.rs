@@ -2,12 +2,10 @@
 //! with a target), and execution with a checked variant pack.
 
 use std::cell::RefCell;
-use std::ffi::c_void;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::backend::{Descriptor, attr, kind};
-use super::bindings::{Bindings, PackParts, WorkspaceSource};
 use super::graph::{IoSignature, OpGraph};
 use super::guard::InputGuard;
 use super::heuristics::{BehaviorNote, Candidate, Policy, candidates};
@@ -19,8 +17,11 @@ use super::plan_file::{
 use super::plan_json::Payload;
 use super::target::{Target, read_json};
 use super::tensor::DType;
-use crate::check::{cudnn, cudnn_call};
 use crate::error::{Error, Result};
+
+mod exec;
+#[doc(hidden)]
+pub use exec::LaunchStage;
 
 /// A finalized execution plan for one graph on one target.
 #[derive(Debug)]
@@ -201,7 +202,7 @@ impl Plan {
         let props = target.properties().descriptor()?;
         let mut p = Descriptor::<kind::ExecutionPlan>::new()?;
         p.set_descriptors(attr::EXECUTION_PLAN_ENGINE_CONFIG, &[cfg])?;
-        p.set_descriptors(attr::EXECUTION_PLAN_DEVICEPROP, &[&props])?;
+        p.set_descriptors(attr::EXECUTION_PLAN_DEVICEPROP, &[&*props])?;
         p.finalize()?;
         Ok(p)
     }
@@ -627,15 +628,17 @@ impl Plan {
         let props = target.properties().descriptor()?;
         let mut p = Descriptor::<kind::ExecutionPlan>::new()?;
         // Device properties first: a plan loaded without them crashes cuDNN.
-        p.set_descriptors(attr::EXECUTION_PLAN_DEVICEPROP, &[&props])?;
+        p.set_descriptors(attr::EXECUTION_PLAN_DEVICEPROP, &[&*props])?;
         let mut bytes = json.as_bytes().to_vec();
         bytes.push(0);
         // SAFETY: `check_json` checked the JSON against `io` above (shape,
-        // tensors, data flow: what cuDNN would crash on), and compiled code
-        // gets here only with `Payload::Keep`, which callers pass for a file
-        // whose tag verified under the program's key or from an `unsafe fn`
-        // whose contract vouches for the kernels.
-        unsafe { p.set_plan_json_unchecked(&bytes) }?;
+        // tensors, data flow: what cuDNN would crash on; a superset of the
+        // shape check `set_plan_json_unchecked` repeats, so it is not run
+        // twice), and compiled code gets here only with `Payload::Keep`,
+        // which callers pass for a file whose tag verified under the
+        // program's key or from an `unsafe fn` whose contract vouches for
+        // the kernels.
+        unsafe { p.set_plan_json_prechecked(&bytes) }?;
         p.finalize().map_err(|e| {
             if e.cudnn_status()
                 == Some(crate::sys::cudnn::cudnnStatus_t::CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH)
@@ -811,189 +814,6 @@ impl Plan {
         let mut plan = Self::from_json(&json, target, Arc::new(io), payload)?;
         plan.engine = engine;
         Ok(plan)
-    }
-
-    /// Check a set of bindings against the plan: every input and output bound
-    /// exactly once, with the right dtype, at least the tensor's span, and
-    /// [`BYTE_ALIGNMENT`](super::BYTE_ALIGNMENT)-aligned; the workspace of
-    /// this run holds at least [`workspace_size`](Self::workspace_size) bytes.
-    fn check_bindings(&self, b: &Bindings<'_>, workspace_bytes: usize) -> Result<()> {
-        // Two plans can share one tensor list (`from_cudnn_json` takes it
-        // from the caller) and still differ in which inputs are page tables:
-        // bindings checked for one are not valid for the other.
-        if !Arc::ptr_eq(&b.io, &self.io) || b.guarded[..] != self.guarded[..] {
-            return Err(Error::invalid(
-                "bindings",
-                "must come from this plan's `bindings()` (they were checked against another plan's tensors)",
-                "another plan's bindings",
-            ));
-        }
-        for t in &self.io.tensors {
-            if !b.slots.iter().any(|s| s.uid == t.uid) {
-                return Err(Error::invalid(
-                    format!("binding `{}`", t.name),
-                    format!(
-                        "every graph {} must be bound",
-                        if t.is_output { "output" } else { "input" }
-                    ),
-                    "not bound",
-                ));
-            }
-        }
-        if workspace_bytes < self.workspace {
-            return Err(Error::mismatch(
-                "workspace bytes",
-                self.workspace,
-                workspace_bytes,
-            ));
-        }
-        Ok(())
-    }
-
-    /// What the variant pack needs of this plan.
-    fn pack_parts(&self) -> PackParts<'_> {
-        PackParts {
-            scalars: &self.scalars,
-            scratch: &self.scratch,
-            id: self.id,
-        }
-    }
-
-    /// Start binding buffers for [`execute`](Self::execute).
-    pub fn bindings(&self) -> Bindings<'_> {
-        Bindings::new(self.io.clone(), self.guarded.clone())
-    }
-
-    /// Refuse a device of another architecture than the plan's target.
-    fn check_device(&self, device: crate::runtime::Device) -> Result<()> {
-        let (major, minor) = device.compute_capability()?;
-        let ver = i64::from(major) * 100 + i64::from(minor) * 10;
-        if ver != self.device_ver {
-            return Err(Error::Unsupported {
-                what: format!(
-                    "running a plan built for `{}` (sm{}) on device {} (sm{})",
-                    self.target,
-                    self.device_ver / 10,
-                    device.ordinal(),
-                    ver / 10
-                ),
-                needs: Some("a plan built for this device's architecture".to_string()),
-            });
-        }
-        Ok(())
-    }
-
-    /// Run the plan on the handle's stream with `bindings` (one cuDNN call
-    /// when the pointers are those of the previous run). The handle's device
-    /// is made current for the call. The workspace is the caller's when the
-    /// bindings carry one, else the handle's, looked up on every run (grown
-    /// if needed): a workspace another plan reallocated is never used stale.
-    ///
-    /// # Errors
-    /// A binding missing; the handle's device of another architecture than
-    /// the plan's target (typed `Unsupported`, before cuDNN is called); the
-    /// plan's descriptor held by this thread; cuDNN's refusal (no device:
-    /// [`Error::NoDevice`](crate::Error::NoDevice) at handle creation
-    /// already).
-    #[doc(alias = "cudnnBackendExecute")]
-    pub fn execute(
-        &self,
-        handle: &mut crate::dnn::Handle,
-        bindings: &mut Bindings<'_>,
-    ) -> Result<()> {
-        self.with_pack(handle, bindings, |raw_handle, plan, pack| {
-            let api = cudnn()?;
-            // SAFETY: the plan is finalized; the variant pack holds a pointer for
-            // every graph input and output, each checked for dtype, span and
-            // alignment and borrowed by `bindings` for its lifetime; the
-            // workspace holds at least `self.workspace` bytes and is the one this
-            // run resolved: the caller's (same contract as their buffers) or the
-            // handle's as it is now (used on the handle's stream); scalar
-            // pointers point into `self.scalars`.
-            unsafe { cudnn_call!(api, cudnnBackendExecute(raw_handle, plan, pack)) }
-                .map_err(|e| e.with_context("executing a graph plan"))
-        })
-    }
-
-    /// The checks and the variant pack of a run: the handle's device (of
-    /// the plan's architecture) current, every binding on it and checked,
-    /// the workspace resolved (the handle's grown if needed: refused during
-    /// a capture), the plan locked; then `f(handle, plan, pack)`.
-    pub(super) fn with_pack<R>(
-        &self,
-        handle: &mut crate::dnn::Handle,
-        bindings: &mut Bindings<'_>,
-        f: impl FnOnce(
-            crate::sys::cudnn::cudnnHandle_t,
-            crate::sys::cudnn::cudnnBackendDescriptor_t,
-            crate::sys::cudnn::cudnnBackendDescriptor_t,
-        ) -> Result<R>,
-    ) -> Result<R> {
-        let device = handle.device();
-        self.check_device(device)?;
-        // The handle's device current for the call (restored after), its
-        // stream usable from this thread, and every bound buffer on it.
-        let _on = handle.launch("a graph plan", &bindings.devices())?;
-        let (workspace, workspace_bytes) = bindings.workspace.resolve(self.workspace, |n| {
-            let mut ws = handle.workspace(n)?;
-            Ok(ws.as_raw_mut())
-        })?;
-        self.check_bindings(bindings, workspace_bytes)?;
-        let held = self.lock()?;
-        let pack = bindings.pack(self.pack_parts(), workspace)?;
-        f(handle.as_raw(), held.guard.as_raw(), pack)
-    }
-
-    /// Run with raw device pointers owned by someone else: `(uid, pointer)`
-    /// for every graph input and output, a workspace of
-    /// [`workspace_size`](Self::workspace_size) bytes, and a raw cuDNN handle
-    /// (whose stream the work is queued on).
-    ///
-    /// # Safety
-    /// Each pointer must be device memory of at least its tensor's span and
-    /// type, valid until the work completes; the workspace likewise; the
-    /// handle's device must be current and of the plan's architecture. The
-    /// values of guarded inputs meet the contracts of their binding calls
-    /// (page tables: [`Bindings::input_page_table`]; sequence lengths:
-    /// [`Bindings::input_seq_lengths`]; ragged offsets of a packed THD
-    /// attention: [`Bindings::input_ragged_offsets`]).
-    pub unsafe fn execute_raw(
-        &self,
-        handle: crate::sys::cudnn::cudnnHandle_t,
-        ptrs: &[(i64, *mut c_void)],
-        workspace: *mut c_void,
-        workspace_bytes: usize,
-    ) -> Result<()> {
-        let mut b = self.bindings();
-        for &(uid, p) in ptrs {
-            let t = self
-                .io
-                .tensors
-                .iter()
-                .find(|t| t.uid == uid)
-                .ok_or_else(|| {
-                    Error::invalid("uid", "is not an input or output of the plan", uid)
-                })?;
-            b.push(
-                t.uid,
-                t.spec.span_bytes()?,
-                t.spec.dtype(),
-                p,
-                &t.name.clone(),
-                None,
-            )?;
-        }
-        b.workspace = WorkspaceSource::Caller {
-            ptr: workspace,
-            bytes: workspace_bytes,
-        };
-        self.check_bindings(&b, workspace_bytes)?;
-        let held = self.lock()?;
-        let pack = b.pack(self.pack_parts(), workspace)?;
-        let api = cudnn()?;
-        // SAFETY: the caller guarantees the pointers and the handle; every
-        // graph tensor is bound (checked above).
-        unsafe { cudnn_call!(api, cudnnBackendExecute(handle, held.guard.as_raw(), pack)) }
     }
 }
 

@@ -2,7 +2,9 @@
 //! (cuDNN's device-properties JSON), so plans can be built on a machine with
 //! no GPU for one that has it.
 
+use std::cell::RefCell;
 use std::fmt;
+use std::rc::Rc;
 
 use super::backend::{Descriptor, attr, kind};
 use crate::error::{Error, Result};
@@ -310,6 +312,19 @@ pub struct DeviceProperties {
     sm_count: i64,
 }
 
+/// How many device-properties descriptors a thread keeps (one per target
+/// it plans for; the oldest goes first).
+const DEVICE_PROPS_KEPT: usize = 4;
+
+/// A kept device-properties descriptor and the JSON it was made from.
+type KeptProps = (Box<str>, Rc<Descriptor<kind::DeviceProp>>);
+
+thread_local! {
+    /// `(JSON, descriptor)` of the device properties this thread planned
+    /// with last ([`DeviceProperties::descriptor`]).
+    static DEVICE_PROPS: RefCell<Vec<KeptProps>> = const { RefCell::new(Vec::new()) };
+}
+
 impl fmt::Debug for DeviceProperties {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DeviceProperties")
@@ -478,14 +493,40 @@ impl DeviceProperties {
         format!("sm{}|{}sms", self.device_ver / 10, self.sm_count)
     }
 
-    /// A finalized cuDNN device-properties descriptor.
-    pub(crate) fn descriptor(&self) -> Result<Descriptor<kind::DeviceProp>> {
+    /// A finalized cuDNN device-properties descriptor of these properties.
+    ///
+    /// cuDNN parses the JSON at every finalize of such a descriptor, and
+    /// heuristics, every plan finalize and every plan load take one: the
+    /// last few made on this thread are kept (per thread: a descriptor is
+    /// not `Sync`) and handed out again for the same JSON, as NVIDIA's
+    /// frontend shares one device-properties object between its graphs. A
+    /// finalized descriptor is only read when it is set on another.
+    pub(crate) fn descriptor(&self) -> Result<Rc<Descriptor<kind::DeviceProp>>> {
         super::require_graph_support()?;
+        let cached = DEVICE_PROPS.with(|c| {
+            c.try_borrow().ok().and_then(|c| {
+                c.iter()
+                    .find(|(j, _)| **j == *self.json)
+                    .map(|(_, d)| d.clone())
+            })
+        });
+        if let Some(d) = cached {
+            return Ok(d);
+        }
         let mut d = Descriptor::<kind::DeviceProp>::new()?;
         let mut bytes = self.json.as_bytes().to_vec();
         bytes.push(0);
         d.set(attr::DEVICEPROP_JSON_REPRESENTATION, &bytes)?;
         d.finalize()?;
+        let d = Rc::new(d);
+        DEVICE_PROPS.with(|c| {
+            if let Ok(mut c) = c.try_borrow_mut() {
+                if c.len() >= DEVICE_PROPS_KEPT {
+                    c.remove(0);
+                }
+                c.push((self.json.as_str().into(), d.clone()));
+            }
+        });
         Ok(d)
     }
 }

@@ -42,6 +42,7 @@ mod nccl_rendezvous_attacks;
 mod nccl_rendezvous_tcp;
 mod no_device;
 mod ops;
+mod perf;
 mod plan_json_softmax;
 mod plan_reload;
 mod plan_trust;
@@ -84,6 +85,7 @@ fn main() {
         ("nccl_rendezvous_tcp", nccl_rendezvous_tcp::main),
         ("no_device", no_device::main),
         ("ops", ops::main),
+        ("perf", perf::main),
         ("plan_json_softmax", plan_json_softmax::main),
         ("plan_reload", plan_reload::main),
         ("plan_trust", plan_trust::main),

@@ -36,7 +36,7 @@ mod unchecked;
 use agree::{Tensors, agree};
 pub(crate) use dupkeys::no_duplicate_keys;
 use engine::{engine, profile};
-use refuse::{bad, short};
+use refuse::{At, Idx, Sub, bad, short};
 use schema::Field::*;
 use schema::{DATA_TYPES, FINALIZE_MODES, node_fields};
 
@@ -68,18 +68,18 @@ pub(crate) struct Summary {
     pub(crate) guarded: Vec<(i64, InputGuard)>,
 }
 
-pub(super) fn obj<'v>(v: &'v Value, path: &str) -> Result<&'v Map<String, Value>> {
+pub(super) fn obj(v: &Value, path: impl At) -> Result<&Map<String, Value>> {
     v.as_object()
-        .ok_or_else(|| bad(path, "must be an object", kind(v)))
+        .ok_or_else(|| bad(path.at().as_str(), "must be an object", kind(v)))
 }
 
-pub(super) fn arr<'v>(v: &'v Value, path: &str, max: usize) -> Result<&'v Vec<Value>> {
+pub(super) fn arr(v: &Value, path: impl At, max: usize) -> Result<&Vec<Value>> {
     let a = v
         .as_array()
-        .ok_or_else(|| bad(path, "must be an array", kind(v)))?;
+        .ok_or_else(|| bad(path.at().as_str(), "must be an array", kind(v)))?;
     if a.len() > max {
         return Err(bad(
-            path,
+            &path.at(),
             format!("must have at most {max} entries"),
             a.len(),
         ));
@@ -87,30 +87,34 @@ pub(super) fn arr<'v>(v: &'v Value, path: &str, max: usize) -> Result<&'v Vec<Va
     Ok(a)
 }
 
-pub(super) fn int(v: &Value, path: &str, lo: i64, hi: i64) -> Result<i64> {
+pub(super) fn int(v: &Value, path: impl At, lo: i64, hi: i64) -> Result<i64> {
     match v.as_i64() {
         Some(x) if (lo..=hi).contains(&x) => Ok(x),
-        _ => Err(bad(path, format!("must be an integer in {lo}..={hi}"), v)),
+        _ => Err(bad(
+            path.at().as_str(),
+            format!("must be an integer in {lo}..={hi}"),
+            v,
+        )),
     }
 }
 
-fn float(v: &Value, path: &str) -> Result<f64> {
+fn float(v: &Value, path: impl At) -> Result<f64> {
     match v.as_f64() {
         Some(x) if x.is_finite() && (v.is_f64() || v.is_i64()) => Ok(x),
-        _ => Err(bad(path, "must be a finite number", v)),
+        _ => Err(bad(path.at().as_str(), "must be a finite number", v)),
     }
 }
 
-fn boolean(v: &Value, path: &str) -> Result<bool> {
+fn boolean(v: &Value, path: impl At) -> Result<bool> {
     v.as_bool()
-        .ok_or_else(|| bad(path, "must be true or false", v))
+        .ok_or_else(|| bad(path.at().as_str(), "must be true or false", v))
 }
 
-pub(super) fn string<'v>(v: &'v Value, path: &str, max: usize) -> Result<&'v str> {
+pub(super) fn string(v: &Value, path: impl At, max: usize) -> Result<&str> {
     match v.as_str() {
         Some(s) if !s.is_empty() && s.len() <= max => Ok(s),
         _ => Err(bad(
-            path,
+            &path.at(),
             format!("must be a non-empty string of at most {max} bytes"),
             v,
         )),
@@ -152,11 +156,11 @@ pub(super) fn keys(
     Ok(())
 }
 
-pub(super) fn one_of<'v>(v: &'v Value, path: &str, allowed: &[&str]) -> Result<&'v str> {
+pub(super) fn one_of<'v>(v: &'v Value, path: impl At, allowed: &[&str]) -> Result<&'v str> {
     match v.as_str() {
         Some(s) if allowed.contains(&s) => Ok(s),
         _ => Err(bad(
-            path,
+            &path.at(),
             format!("must be one of {}", allowed.join(", ")),
             v,
         )),
@@ -250,25 +254,25 @@ impl Walk {
                 )
             }
         };
-        let name = string(&m["name"], &format!("{path}/name"), 20)?;
+        let name = string(&m["name"], Sub(path, "/name"), 20)?;
         let uid: i64 = name.parse().map_err(|_| {
             bad(
-                &format!("{path}/name"),
+                Sub(path, "/name"),
                 "must be a tensor uid (an integer)",
                 name,
             )
         })?;
-        let dtype_name = one_of(&m["dataType"], &format!("{path}/dataType"), DATA_TYPES)?;
+        let dtype_name = one_of(&m["dataType"], Sub(path, "/dataType"), DATA_TYPES)?;
         let dtype = DATA_TYPES
             .iter()
             .copied()
             .find(|d| *d == dtype_name)
             .unwrap_or("CUDNN_DATA_FLOAT");
-        let dims = arr(&m["dim"], &format!("{path}/dim"), MAX_DIMS)?;
-        let strides = arr(&m["stride"], &format!("{path}/stride"), MAX_DIMS)?;
+        let dims = arr(&m["dim"], Sub(path, "/dim"), MAX_DIMS)?;
+        let strides = arr(&m["stride"], Sub(path, "/stride"), MAX_DIMS)?;
         if dims.is_empty() || dims.len() != strides.len() {
             return Err(bad(
-                &format!("{path}/stride"),
+                Sub(path, "/stride"),
                 format!("must have as many entries as dim (1..={MAX_DIMS})"),
                 format!("{} dims, {} strides", dims.len(), strides.len()),
             ));
@@ -276,12 +280,12 @@ impl Walk {
         let dims = dims
             .iter()
             .enumerate()
-            .map(|(i, d)| int(d, &format!("{path}/dim/{i}"), 1, MAX_EXTENT))
+            .map(|(i, d)| int(d, Idx(path, "/dim/", i), 1, MAX_EXTENT))
             .collect::<Result<Vec<_>>>()?;
         let strides = strides
             .iter()
             .enumerate()
-            .map(|(i, d)| int(d, &format!("{path}/stride/{i}"), 1, MAX_EXTENT))
+            .map(|(i, d)| int(d, Idx(path, "/stride/", i), 1, MAX_EXTENT))
             .collect::<Result<Vec<_>>>()?;
         // The span must be addressable: sum of (dim - 1) * stride, checked.
         let mut span: i64 = 1;
@@ -292,20 +296,20 @@ impl Walk {
                 .filter(|x| *x <= MAX_EXTENT)
                 .ok_or_else(|| {
                     bad(
-                        &format!("{path}/dim"),
+                        Sub(path, "/dim"),
                         format!("spans more than {MAX_EXTENT} elements"),
                         format!("{dims:?} strides {strides:?}"),
                     )
                 })?;
         }
-        let is_virtual = boolean(&m["isVirtual"], &format!("{path}/isVirtual"))?;
-        let by_value = boolean(&m["isByValue"], &format!("{path}/isByValue"))?;
-        int(&m["vectCount"], &format!("{path}/vectCount"), 1, 1)?;
-        int(&m["vectDim"], &format!("{path}/vectDim"), -1, -1)?;
-        int(&m["ptrAlignment"], &format!("{path}/ptrAlignment"), 16, 16)?;
+        let is_virtual = boolean(&m["isVirtual"], Sub(path, "/isVirtual"))?;
+        let by_value = boolean(&m["isByValue"], Sub(path, "/isByValue"))?;
+        int(&m["vectCount"], Sub(path, "/vectCount"), 1, 1)?;
+        int(&m["vectDim"], Sub(path, "/vectDim"), -1, -1)?;
+        int(&m["ptrAlignment"], Sub(path, "/ptrAlignment"), 16, 16)?;
         one_of(
             &m["reordering"],
-            &format!("{path}/reordering"),
+            Sub(path, "/reordering"),
             &["CUDNN_TENSOR_REORDERING_NONE"],
         )?;
         if is_virtual && by_value {
@@ -326,7 +330,7 @@ impl Walk {
             Some(prev) if *prev == t => {}
             Some(_) => {
                 return Err(bad(
-                    &format!("{path}/name"),
+                    Sub(path, "/name"),
                     "must be unique in the plan (or declare the same tensor again)",
                     uid,
                 ));
@@ -363,11 +367,11 @@ impl Walk {
         )?;
         one_of(
             &m["finalizeMode"],
-            &format!("{path}/finalizeMode"),
+            Sub(path, "/finalizeMode"),
             FINALIZE_MODES,
         )?;
-        let tensors = arr(&m["tensors"], &format!("{path}/tensors"), MAX_TENSORS)?;
-        let nodes = arr(&m["nodes"], &format!("{path}/nodes"), MAX_NODES)?;
+        let tensors = arr(&m["tensors"], Sub(path, "/tensors"), MAX_TENSORS)?;
+        let nodes = arr(&m["nodes"], Sub(path, "/nodes"), MAX_NODES)?;
         if tensors.is_empty() || nodes.is_empty() {
             return Err(bad(
                 path,
@@ -425,7 +429,7 @@ impl Walk {
         if let Some(sg) = m.get("subgraph") {
             if !fields.iter().any(|(k, _)| *k == "subgraph") {
                 return Err(bad(
-                    &format!("{path}/subgraph"),
+                    Sub(path, "/subgraph"),
                     "is not allowed here",
                     "a subgraph",
                 ));
@@ -522,7 +526,7 @@ impl Walk {
                     let got = sub.get("operation").and_then(Value::as_str);
                     if got != Some(want) {
                         return Err(bad(
-                            &format!("{p}/operation"),
+                            Sub(&p, "/operation"),
                             format!("must be {want}"),
                             got.unwrap_or("missing"),
                         ));

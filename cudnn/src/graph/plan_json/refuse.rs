@@ -5,8 +5,12 @@
 use crate::error::Error;
 
 /// `InvalidArgument` naming the JSON path, with the value shortened.
-pub(super) fn bad(path: &str, rule: impl Into<String>, value: impl std::fmt::Display) -> Error {
-    Error::invalid(format!("plan JSON {path}"), rule, short(&value.to_string()))
+pub(super) fn bad(path: impl At, rule: impl Into<String>, value: impl std::fmt::Display) -> Error {
+    Error::invalid(
+        format!("plan JSON {}", path.at()),
+        rule,
+        short(&value.to_string()),
+    )
 }
 
 /// At most 80 bytes of `s` (on a char boundary), with the full length.
@@ -19,5 +23,44 @@ pub(super) fn short(s: &str) -> String {
             end -= 1;
         }
         format!("{}... ({} bytes)", &s[..end], s.len())
+    }
+}
+
+/// Where a value sits in a plan JSON, for the error that names it: a path,
+/// or a path and a suffix (and index) joined only when an error is made
+/// (a plan's check reads hundreds of fields, and formatting every path up
+/// front cost more than the reads).
+pub(in crate::graph) trait At {
+    /// The whole path.
+    fn at(&self) -> String;
+}
+
+impl At for &str {
+    fn at(&self) -> String {
+        (*self).to_string()
+    }
+}
+
+impl At for &String {
+    fn at(&self) -> String {
+        (*self).clone()
+    }
+}
+
+/// `path` + `suffix`, joined on demand.
+pub(in crate::graph) struct Sub<'a>(pub &'a str, pub &'static str);
+
+impl At for Sub<'_> {
+    fn at(&self) -> String {
+        format!("{}{}", self.0, self.1)
+    }
+}
+
+/// `path` + `suffix` + `index`, joined on demand.
+pub(in crate::graph) struct Idx<'a>(pub &'a str, pub &'static str, pub usize);
+
+impl At for Idx<'_> {
+    fn at(&self) -> String {
+        format!("{}{}{}", self.0, self.1, self.2)
     }
 }

@@ -53,4 +53,39 @@ impl Descriptor<kind::ExecutionPlan> {
             )
         }
     }
+
+    /// Set a plan JSON the caller checked whole already
+    /// ([`check_summary`](super::check_summary) against its tensor list,
+    /// which includes everything
+    /// [`set_plan_json_unchecked`](Self::set_plan_json_unchecked) checks):
+    /// the JSON is not parsed a second time. Only the trailing NUL is
+    /// checked here.
+    ///
+    /// # Safety
+    /// As [`set_plan_json_unchecked`](Self::set_plan_json_unchecked), and
+    /// `json` (without its NUL) passed `plan_json::check_summary`.
+    pub(crate) unsafe fn set_plan_json_prechecked(&mut self, json: &[u8]) -> Result<()> {
+        let a = attr::EXECUTION_PLAN_JSON_REPRESENTATION;
+        let only_trailing_nul = json
+            .split_last()
+            .is_some_and(|(last, text)| *last == 0 && !text.contains(&0));
+        if !only_trailing_nul {
+            return Err(Error::invalid(
+                a.label(),
+                "must end with its only NUL byte",
+                json.len(),
+            ));
+        }
+        // SAFETY: `json` is `json.len()` initialized bytes (CUDNN_TYPE_CHAR);
+        // what cuDNN does with their meaning is the caller's contract.
+        unsafe {
+            self.set_raw(
+                a.raw(),
+                a.label(),
+                <value::Char as Value>::TYPE,
+                json.len(),
+                json.as_ptr().cast(),
+            )
+        }
+    }
 }
