@@ -307,8 +307,10 @@ fn gpu_half(rounds: usize, plans: &[(String, Plan)]) -> AnyResult<()> {
     );
     println!("|---|---|---|---|---|---|");
     for (label, plan) in plans {
-        if !plan.io().scalars.is_empty() {
-            eprintln!("bench_launch: {label}: by-value scalars, no raw counterpart here");
+        if !plan.io().scalars.is_empty() || !plan.io().scratch.is_empty() {
+            eprintln!(
+                "bench_launch: {label}: by-value scalars or scratch tensors, no raw counterpart here"
+            );
             continue;
         }
         let mut buffers = Vec::new();

@@ -11,7 +11,7 @@
 //!
 //!     cargo xtask test                      (runs it with what it fetched)
 //!     cargo run --example conformance -- --frontend-dir DIR --cudnn-lib DIR \
-//!         [--only SUBSTR] [--targets h200,a100,b200] [--timing] [--reps N] [--rounds R] [--verbose] [--keep DIR]
+//!         [--only SUBSTR] [--targets h200,a100,b200] [--timing] [--reps N] [--rounds R] [--jobs N] [--verbose] [--keep DIR]
 //!
 //! `--frontend-dir` holds `site/` (the frontend wheel installed there),
 //! `stub/libcuda.so.1` (the crate's driver stub) and `python` (the
@@ -24,7 +24,8 @@
 //! sides (the median counts; finalize once); `--rounds R` runs both sides
 //! R times in turn (the median of the rounds counts, the first round's for
 //! finalize: cuDNN keeps compiled kernels in the crate's process); `cargo xtask bench-planning`
-//! runs it in a release build;
+//! runs it in a release build; `--jobs N` splits the frontend's side over N
+//! Python processes (default: one per core, at most 4; 1 under `--timing`);
 //! `--verbose` lists every finding a documented difference explains.
 
 mod compare;
@@ -56,6 +57,8 @@ struct Args {
     timing: bool,
     reps: usize,
     rounds: usize,
+    /// Python processes for the frontend's side (1 under `--timing`).
+    jobs: usize,
     verbose: bool,
     keep: Option<PathBuf>,
 }
@@ -69,6 +72,7 @@ fn parse_args() -> Result<Args, String> {
         timing: false,
         reps: 1,
         rounds: 1,
+        jobs: 0,
         verbose: false,
         keep: None,
     };
@@ -81,6 +85,14 @@ fn parse_args() -> Result<Args, String> {
             "--only" => a.only.push(val("--only")?),
             "--targets" => a.targets = val("--targets")?.split(',').map(str::to_string).collect(),
             "--timing" | "--vs-frontend" => a.timing = true,
+            "--jobs" => {
+                let v = val("--jobs")?;
+                a.jobs = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=64).contains(n))
+                    .ok_or(format!("--jobs takes a count in 1..=64, not `{v}`"))?;
+            }
             "--rounds" => {
                 let v = val("--rounds")?;
                 a.rounds = v
@@ -101,6 +113,14 @@ fn parse_args() -> Result<Args, String> {
             "--keep" => a.keep = Some(PathBuf::from(val("--keep")?)),
             other => return Err(format!("unknown argument `{other}`")),
         }
+    }
+    // Default: one Python process per core (at most 4), one under --timing.
+    if a.jobs == 0 {
+        a.jobs = if a.timing {
+            1
+        } else {
+            std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+        };
     }
     Ok(a)
 }
@@ -198,7 +218,11 @@ fn ours(p: &Pattern, target: &Target, reps: usize) -> cudnn::Result<(Side, Arc<I
         let t2 = Instant::now();
         t_graph.push((t1 - t0).as_secs_f64());
         t_heur.push((t2 - t1).as_secs_f64());
-        last = Some((og, cands.len(), cands.first().map(|c| c.engine)));
+        // The candidates borrow the graph: keep what is compared, then let
+        // them go before the graph moves.
+        let (count, first) = (cands.len(), cands.first().map(|c| c.engine));
+        drop(cands);
+        last = Some((og, count, first));
     }
     let Some((og, count, first)) = last else {
         return Err(cudnn::Error::invalid("--reps", "must be at least 1", reps));
@@ -228,7 +252,56 @@ fn io_tensors(io: &IoSignature) -> Vec<Value> {
         .collect()
 }
 
-fn python(req: &Value, mode: &str, fe: &Path, work: &Path) -> Result<Value, Stop> {
+/// The frontend's side of `mode` for `req`'s items, in `jobs` Python
+/// processes at once (contiguous shares of the items, answers joined in
+/// order; the first process's other fields kept): the frontend plans each
+/// item on its own, so the split changes nothing but the wall time. One
+/// process under `--timing` (parallel runs would disturb the times).
+fn python_jobs(
+    req: &Value,
+    mode: &str,
+    fe: &Path,
+    work: &Path,
+    jobs: usize,
+) -> Result<Value, Stop> {
+    let items = req["items"].as_array().cloned().unwrap_or_default();
+    let jobs = jobs.clamp(1, items.len().max(1));
+    if jobs == 1 {
+        return python(req, mode, mode, fe, work);
+    }
+    let share = items.len().div_ceil(jobs);
+    let answers: Vec<Result<Value, Stop>> = std::thread::scope(|s| {
+        let handles: Vec<_> = items
+            .chunks(share)
+            .enumerate()
+            .map(|(i, chunk)| {
+                let mut r = req.clone();
+                r["items"] = Value::Array(chunk.to_vec());
+                let tag = format!("{mode}-{i}");
+                s.spawn(move || python(&r, mode, &tag, fe, work))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Stop::Fail("a frontend job's thread panicked".into())))
+            })
+            .collect()
+    });
+    let mut joined: Option<Value> = None;
+    let mut results = Vec::new();
+    for a in answers {
+        let a = a?;
+        results.extend(a["results"].as_array().cloned().unwrap_or_default());
+        joined.get_or_insert(a);
+    }
+    let mut out = joined.unwrap_or_else(|| json!({}));
+    out["results"] = Value::Array(results);
+    Ok(out)
+}
+
+fn python(req: &Value, mode: &str, tag: &str, fe: &Path, work: &Path) -> Result<Value, Stop> {
     if !fe.join("site").join("cudnn").is_dir() {
         return Err(Stop::Missing(format!(
             "no cuDNN frontend in {} (`cargo xtask fetch-libs` installs it)",
@@ -243,8 +316,8 @@ fn python(req: &Value, mode: &str, fe: &Path, work: &Path) -> Result<Value, Stop
         .join("xtask")
         .join("conformance")
         .join("frontend.py");
-    let rq = work.join(format!("{mode}-request.json"));
-    let rs = work.join(format!("{mode}-result.json"));
+    let rq = work.join(format!("{tag}-request.json"));
+    let rs = work.join(format!("{tag}-result.json"));
     std::fs::write(&rq, req.to_string())
         .map_err(|e| Stop::Fail(format!("{}: {e}", rq.display())))?;
     let out = std::process::Command::new(&py)
@@ -635,11 +708,12 @@ fn round(
         .map(|(n, _, sm, j)| json!({"name": n, "sm_version": sm, "json": j}))
         .collect();
     // The frontend's side.
-    let built = python(
+    let built = python_jobs(
         &json!({"env": env, "targets": tjson, "items": items, "reps": args.reps}),
         "build",
         fe,
         work,
+        args.jobs,
     )?;
     eprintln!(
         "conformance: NVIDIA cuDNN frontend {} on cuDNN {}",
@@ -767,11 +841,12 @@ fn round(
         );
         load_rows.push(i);
     }
-    let loaded = python(
+    let loaded = python_jobs(
         &json!({"env": env, "targets": tjson, "items": loads, "reps": args.reps}),
         "load",
         fe,
         work,
+        args.jobs,
     )?;
     let lres = loaded["results"].as_array().cloned().unwrap_or_default();
     for (&i, r) in load_rows.iter().zip(&lres) {

@@ -176,8 +176,12 @@ pub struct Knob {
 /// ([`knobs`](Self::knobs), [`workspace`](Self::workspace)) and kept, so a
 /// plan built from the first accepted configuration never pays for reading
 /// every other one's.
+/// A candidate borrows the [`OpGraph`] it was offered for: its
+/// configuration refers to that graph inside cuDNN, and the lazy reads
+/// query it (the graph must outlive them, as the frontend keeps its graph
+/// beside each engine).
 #[derive(Debug)]
-pub struct Candidate {
+pub struct Candidate<'g> {
     /// The engine's global index.
     pub engine: i64,
     /// Which heuristic mode offered it.
@@ -191,11 +195,14 @@ pub struct Candidate {
     knobs: OnceCell<Vec<Knob>>,
     workspace: OnceCell<u64>,
     pub(crate) config: Descriptor<kind::EngineConfig>,
+    pub(crate) _graph: std::marker::PhantomData<&'g OpGraph>,
 }
 
-impl Candidate {
+impl Candidate<'_> {
     /// A one-line description: index, notes, knobs, workspace (the knobs
-    /// and workspace as far as they were read: `?` where not yet).
+    /// and workspace as far as they were read: `?` where not yet, so
+    /// [`BuildReport::candidates`](super::BuildReport::candidates) shows `?`
+    /// for configurations the build never needed to inspect).
     pub fn describe(&self) -> String {
         let ws = self
             .workspace
@@ -279,12 +286,13 @@ impl Candidate {
             knobs: OnceCell::new(),
             workspace: OnceCell::new(),
             config,
+            _graph: std::marker::PhantomData,
         })
     }
 
     /// Whether `self` and `other` are one configuration (same engine, same
     /// knob choices; the knobs are read only when the engines agree).
-    fn same_config(&self, other: &Candidate) -> Result<bool> {
+    fn same_config(&self, other: &Candidate<'_>) -> Result<bool> {
         Ok(self.engine == other.engine && self.knobs()? == other.knobs()?)
     }
 
@@ -341,7 +349,11 @@ impl Candidate {
 /// # Errors
 /// No mode given; an op the target cannot run ([`OpGraph::check_target`]);
 /// cuDNN's refusal.
-pub fn candidates(graph: &OpGraph, target: &Target, policy: &Policy) -> Result<Vec<Candidate>> {
+pub fn candidates<'g>(
+    graph: &'g OpGraph,
+    target: &Target,
+    policy: &Policy,
+) -> Result<Vec<Candidate<'g>>> {
     if policy.modes.is_empty() {
         return Err(Error::invalid(
             "policy.modes",
@@ -355,7 +367,7 @@ pub fn candidates(graph: &OpGraph, target: &Target, policy: &Policy) -> Result<V
     graph.check_target(target)?;
     let props = target.properties().descriptor()?;
     let has_f32 = graph.tf32_data;
-    let mut out: Vec<Candidate> = Vec::new();
+    let mut out: Vec<Candidate<'_>> = Vec::new();
     for &mode in &policy.modes {
         let mut h = Descriptor::<kind::EngineHeur>::new()?;
         h.set_descriptors(attr::ENGINEHEUR_OPERATION_GRAPH, &[&graph.desc])?;
@@ -381,9 +393,19 @@ pub fn candidates(graph: &OpGraph, target: &Target, policy: &Policy) -> Result<V
             for o in out.get(..earlier).unwrap_or_default() {
                 match o.same_config(&c) {
                     Ok(false) => {}
-                    Ok(true) | Err(_) => {
+                    Ok(true) => {
                         duplicate = true;
                         break;
+                    }
+                    // A read failed: only a candidate whose own knobs
+                    // cannot be read is dropped (as before, when every
+                    // candidate was read up front); an earlier one's
+                    // failure says nothing about this one.
+                    Err(_) => {
+                        if c.knobs().is_err() {
+                            duplicate = true;
+                            break;
+                        }
                     }
                 }
             }

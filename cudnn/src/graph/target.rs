@@ -503,13 +503,18 @@ impl DeviceProperties {
     /// finalized descriptor is only read when it is set on another.
     pub(crate) fn descriptor(&self) -> Result<Rc<Descriptor<kind::DeviceProp>>> {
         super::require_graph_support()?;
-        let cached = DEVICE_PROPS.with(|c| {
-            c.try_borrow().ok().and_then(|c| {
-                c.iter()
-                    .find(|(j, _)| **j == *self.json)
-                    .map(|(_, d)| d.clone())
+        // `try_with`: in a thread's exit (another thread-local's destructor
+        // planning), the cache may be gone; plan without it then.
+        let cached = DEVICE_PROPS
+            .try_with(|c| {
+                c.try_borrow().ok().and_then(|c| {
+                    c.iter()
+                        .find(|(j, _)| **j == *self.json)
+                        .map(|(_, d)| d.clone())
+                })
             })
-        });
+            .ok()
+            .flatten();
         if let Some(d) = cached {
             return Ok(d);
         }
@@ -519,7 +524,7 @@ impl DeviceProperties {
         d.set(attr::DEVICEPROP_JSON_REPRESENTATION, &bytes)?;
         d.finalize()?;
         let d = Rc::new(d);
-        DEVICE_PROPS.with(|c| {
+        let _ = DEVICE_PROPS.try_with(|c| {
             if let Ok(mut c) = c.try_borrow_mut() {
                 if c.len() >= DEVICE_PROPS_KEPT {
                     c.remove(0);

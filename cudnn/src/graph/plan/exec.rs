@@ -156,8 +156,9 @@ impl Plan {
 
     /// Benchmark aid (`examples/bench_launch.rs`, issue 34): the checks of
     /// one [`execute`](Self::execute) that need no device, the same code,
-    /// up to and including `stage`, and no library call: nothing is
-    /// launched, whatever the bindings hold. What needs a device (the
+    /// up to and including `stage`, and no launch: nothing is executed,
+    /// whatever the bindings hold (the `Pack` stage builds cuDNN's variant
+    /// pack, a host object, as `execute` does). What needs a device (the
     /// architecture check, the handle's device made current, the handle's
     /// workspace) is left out: the bindings must carry a workspace of their
     /// own ([`Bindings::workspace`]) when the plan needs one. The device
