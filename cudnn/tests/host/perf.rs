@@ -421,11 +421,21 @@ fn fast_scans_still_refuse() -> TestResult {
     check_plan_json(&json, &io, &target, None)?;
     // A repeated key at the very end, after the engine's payload (the scan
     // must have skipped every long string, word at a time, to reach it).
-    let end = json
+    // The engine object is the plan's last member: its closing brace is the
+    // one before the root's.
+    let root = json
         .trim_end()
         .rfind('}')
         .ok_or("a plan JSON that is no object")?;
-    let dup = format!("{},\"engineId\":0}}", &json[..end]);
+    let engine_end = json[..root]
+        .trim_end()
+        .rfind('}')
+        .ok_or("no engine object")?;
+    let dup = format!(
+        "{},\"engineId\":0{}",
+        &json[..engine_end],
+        &json[engine_end..]
+    );
     ensure!(
         json.contains("\"engineId\""),
         "no engineId in the plan JSON"
