@@ -16,16 +16,7 @@
 //! the reason on one GPU; device mismatches are `gpu/nccl_devices`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[cfg(not(feature = "nccl"))]
-use crate::support;
-
-#[cfg(not(feature = "nccl"))]
-pub fn main() {
-    eprintln!("skipped: gpu/nccl_faults: cudnn was built without feature `nccl`");
-    support::run(vec![
-        crate::support::trial("gpu::nccl_faults", || Ok(())).with_ignored_flag(true),
-    ]);
-}
+crate::nccl_main!(skip "gpu/nccl_faults", "gpu::nccl_faults");
 
 #[cfg(feature = "nccl")]
 pub fn main() {

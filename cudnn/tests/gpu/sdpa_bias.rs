@@ -13,6 +13,9 @@
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 use crate::support;
 
+use crate::support::gpu_sdpa::{
+    dims, down_bf16, hashed as value, up_bf16 as up, worst_floor as worst,
+};
 use cudnn::dnn::Handle;
 use cudnn::graph::*;
 use cudnn::reference::attention as ra;
@@ -22,48 +25,17 @@ use support::*;
 
 type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
-fn value(seed: u64, i: usize, scale: f64) -> f64 {
-    let mut x = seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
-    x ^= x >> 33;
-    let v = ((x >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) * scale;
-    f64::from(bf16::from_f64(v))
-}
-
-fn up(v: &[f64]) -> R<DeviceBuffer<bf16>> {
-    let h: Vec<bf16> = v.iter().map(|&x| bf16::from_f64(x)).collect();
-    Ok(DeviceBuffer::from_host(&h)?)
-}
-
-fn down(b: &DeviceBuffer<bf16>) -> R<Vec<f64>> {
-    let mut h = vec![bf16::from_f32(0.0); b.len()];
-    b.copy_to_host(&mut h)?;
-    Ok(h.iter().map(|x| x.to_f64()).collect())
-}
-
-fn dims(spec: &TensorSpec) -> [usize; 4] {
-    let d = spec.dims();
-    [d[0] as usize, d[1] as usize, d[2] as usize, d[3] as usize]
-}
-
-/// The largest error relative to `max(floor, |want|)`; NaN is infinite.
-fn worst(got: &[f64], want: &[f64], floor: f64) -> f64 {
-    if got.len() != want.len() {
-        return f64::INFINITY;
-    }
-    got.iter().zip(want).fold(0f64, |w, (&g, &x)| {
-        let e = (g - x).abs() / x.abs().max(floor);
-        if e.is_nan() { f64::INFINITY } else { w.max(e) }
-    })
-}
-
 struct Inputs {
     q: Vec<f64>,
     k: Vec<f64>,
     v: Vec<f64>,
     bias: Vec<f64>,
     slopes: Vec<f64>,
+}
+
+/// All of `b`, on the host.
+fn down(b: &DeviceBuffer<bf16>) -> R<Vec<f64>> {
+    down_bf16(b, b.len())
 }
 
 fn inputs(cfg: &SdpaConfig) -> R<Inputs> {

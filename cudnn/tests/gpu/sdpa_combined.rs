@@ -12,66 +12,18 @@
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 use crate::support;
 
+use crate::support::gpu_sdpa::{
+    check, dims as dims4, down_bf16 as down, down_f32 as down32, hashed as value, up_bf16 as up,
+    up_f32 as up32,
+};
 use cudnn::dnn::Handle;
 use cudnn::graph::*;
 use cudnn::reference::attention as ra;
-use cudnn::runtime::{Device, DeviceBuffer, Stream};
+use cudnn::runtime::{Device, Stream};
 use half::bf16;
 use support::*;
 
 type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
-
-fn value(seed: u64, i: usize, amp: f64) -> f64 {
-    let mut x = seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
-    x ^= x >> 33;
-    let v = ((x >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) * amp;
-    f64::from(bf16::from_f64(v))
-}
-
-fn up(v: &[f64]) -> R<DeviceBuffer<bf16>> {
-    let h: Vec<bf16> = v.iter().map(|&x| bf16::from_f64(x)).collect();
-    Ok(DeviceBuffer::from_host(&h)?)
-}
-
-fn up32(v: &[f64]) -> R<DeviceBuffer<f32>> {
-    let h: Vec<f32> = v.iter().map(|&x| x as f32).collect();
-    Ok(DeviceBuffer::from_host(&h)?)
-}
-
-fn down(b: &DeviceBuffer<bf16>, n: usize) -> R<Vec<f64>> {
-    let mut h = vec![bf16::from_f32(0.0); n];
-    b.copy_to_host(&mut h)?;
-    Ok(h.iter().map(|x| x.to_f64()).collect())
-}
-
-fn down32(b: &DeviceBuffer<f32>, n: usize) -> R<Vec<f64>> {
-    let mut h = vec![0f32; n];
-    b.copy_to_host(&mut h)?;
-    Ok(h.iter().map(|&x| f64::from(x)).collect())
-}
-
-fn check(what: &str, got: &[f64], want: &[f64], floor: f64, bound: f64) -> TestResult {
-    ensure!(
-        got.len() == want.len(),
-        "{what}: {} vs {} values",
-        got.len(),
-        want.len()
-    );
-    let e = got.iter().zip(want).fold(0f64, |w, (g, x)| {
-        let e = (g - x).abs() / x.abs().max(floor);
-        if e.is_nan() { f64::INFINITY } else { w.max(e) }
-    });
-    eprintln!("  {what}: max rel error {e:.2e} (bound {bound:.0e})");
-    ensure!(e <= bound, "{what} differs from the reference: {e}");
-    Ok(())
-}
-
-fn dims4(s: &TensorSpec) -> [usize; 4] {
-    let d = s.dims();
-    [d[0] as usize, d[1] as usize, d[2] as usize, d[3] as usize]
-}
 
 /// The host values of one case (bf16-exact where the device reads bf16).
 struct Inputs {

@@ -12,6 +12,7 @@
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 use crate::support;
 
+use crate::support::gpu_sdpa::{dims, down_bf16 as down, hashed, up_bf16 as up};
 use cudnn::dnn::Handle;
 use cudnn::graph::*;
 use cudnn::reference::attention as ra;
@@ -21,33 +22,13 @@ use support::*;
 
 type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
+/// Element `i` of stream `seed`, in `[-1, 1)`, bf16-exact.
 fn value(seed: u64, i: usize) -> f64 {
-    let mut x = seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
-    x ^= x >> 33;
-    let v = (x >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
-    f64::from(bf16::from_f64(v))
+    hashed(seed, i, 1.0)
 }
 
 fn bf(v: &[f64]) -> Vec<f64> {
     v.iter().map(|&x| f64::from(bf16::from_f64(x))).collect()
-}
-
-fn up(v: &[f64]) -> R<DeviceBuffer<bf16>> {
-    let h: Vec<bf16> = v.iter().map(|&x| bf16::from_f64(x)).collect();
-    Ok(DeviceBuffer::from_host(&h)?)
-}
-
-fn down(b: &DeviceBuffer<bf16>, n: usize) -> R<Vec<f64>> {
-    let mut h = vec![bf16::from_f32(0.0); n];
-    b.copy_to_host(&mut h)?;
-    Ok(h.iter().map(|x| x.to_f64()).collect())
-}
-
-fn dims(spec: &TensorSpec) -> [usize; 4] {
-    let d = spec.dims();
-    [d[0] as usize, d[1] as usize, d[2] as usize, d[3] as usize]
 }
 
 /// The worst error over the valid tokens of `[b, h, s, d]` (padded BHSD).

@@ -21,6 +21,8 @@ use crate::support;
 
 use crate::support::gpu_data;
 
+use crate::support::norm_attention_graphs::sdpa_bwd;
+use crate::support::sdpa_plans::fwd_parts;
 use cudnn::graph::*;
 use cudnn::reference::attention as ra;
 use gpu_data::*;
@@ -131,12 +133,7 @@ fn forward<T: El>(cfg: SdpaConfig) -> TestResult {
     let cfg = cfg.training(true);
     let mut cx = cx(0)?;
     let a = inputs::<T>(&cfg, 31)?;
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let f = g.sdpa_forward(q, k, v, &cfg)?;
-    g.rename(f.o, "o")?;
+    let (mut g, f) = fwd_parts(&cfg)?;
     g.rename(f.stats.ok_or("training saves stats")?, "stats")?;
     let p = plan(&cx, &g, &format!("{:?} forward", cfg.resolve(false)?))?;
     let (qb, kb, vb) = (up::<T>(&a.q)?, up::<T>(&a.k)?, up::<T>(&a.v)?);
@@ -170,17 +167,7 @@ fn backward<T: El>(cfg: SdpaConfig) -> TestResult {
     let os = cfg.o_spec()?;
     let o_store = round::<T>(&store(&f.o, cfg.layout, dims4(&os)));
     let d_o = round::<T>(&Rng(33).vec(os.span_elements()?, -1.0, 1.0));
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let ot = g.input("o", os.clone())?;
-    let dot = g.input("do", os.clone())?;
-    let st = g.input("stats", cfg.stats_spec()?)?;
-    let b = g.sdpa_backward(q, k, v, ot, dot, st, &cfg)?;
-    g.rename(b.dq, "dq")?;
-    g.rename(b.dk, "dk")?;
-    g.rename(b.dv, "dv")?;
+    let (g, _) = sdpa_bwd(&cfg)?;
     let p = plan(&cx, &g, &format!("{:?} backward", cfg.resolve(true)?))?;
     let (qb, kb, vb) = (up::<T>(&a.q)?, up::<T>(&a.k)?, up::<T>(&a.v)?);
     let (ob, dob, sb) = (up::<T>(&o_store)?, up::<T>(&d_o)?, up::<f32>(&f.stats)?);

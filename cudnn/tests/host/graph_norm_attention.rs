@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 use crate::support;
 use crate::support::norm_attention_graphs;
+use crate::support::sdpa_plans::plan_all;
 use cudnn::Error;
 use cudnn::graph::*;
 use norm_attention_graphs::*;
@@ -20,22 +21,9 @@ fn counts(
     target: &str,
     max: usize,
 ) -> Result<(i64, usize, usize, f64, Option<i64>), Error> {
-    let og = g.build()?;
-    let t = Target::preset(target)?;
-    let policy = Policy {
-        max_attempts: max,
-        ..Policy::default()
-    };
-    let c = heuristics::candidates(&og, &t, &policy)?;
-    let t0 = std::time::Instant::now();
-    let (plans, _) = Plan::build_all(&og, &t, &policy)?;
-    Ok((
-        og.engine_count()?,
-        c.len(),
-        plans.len(),
-        t0.elapsed().as_secs_f64(),
-        plans.first().and_then(|p| p.engine()),
-    ))
+    let (engines, configs, plans, secs) = plan_all(g, target, max)?;
+    let engine = plans.first().and_then(|p| p.engine());
+    Ok((engines, configs, plans.len(), secs, engine))
 }
 
 /// A host test that needs graph planning (cuDNN >= 9.8): on an older

@@ -7,21 +7,10 @@
 //! ranks on other machines; and the secrets' `==` and `Debug`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[cfg(not(feature = "nccl"))]
-use crate::support;
-
-#[cfg(not(feature = "nccl"))]
-pub fn main() {
-    eprintln!("skipped: host/nccl_rendezvous_attacks: cudnn was built without feature `nccl`");
-    support::run(vec![
-        crate::support::trial("unit::nccl_rendezvous_attacks", || Ok(())).with_ignored_flag(true),
-    ]);
-}
-
-#[cfg(feature = "nccl")]
-pub fn main() {
-    imp::main()
-}
+crate::nccl_main!(
+    "host/nccl_rendezvous_attacks",
+    "unit::nccl_rendezvous_attacks"
+);
 
 #[cfg(feature = "nccl")]
 mod imp {

@@ -27,6 +27,7 @@ use crate::support::fuzz_child;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::support::sdpa_plans::loaded as loaded_cudnn;
 use cudnn::Error;
 use cudnn::graph::*;
 use fuzz_child::{Outcome, run_cases};
@@ -524,15 +525,6 @@ fn plan_reload_property() -> TestResult {
     ensure!(failures.is_empty(), "{}", failures.join("\n"));
     ensure!(reloaded > 0, "no plan was built");
     Ok(())
-}
-
-/// The loaded cuDNN's version, `(0, 0, 0)` if unknown.
-fn loaded_cudnn() -> (u32, u32, u32) {
-    cudnn::sys::cudnn::load()
-        .ok()
-        .and_then(|a| a.info().version)
-        .map(|v| (v.major, v.minor, v.patch))
-        .unwrap_or((0, 0, 0))
 }
 
 const EDIT_TARGETS: [&str; 2] = ["h200", "b200"];

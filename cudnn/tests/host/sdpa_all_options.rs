@@ -19,6 +19,7 @@
 use crate::support;
 use std::time::{Duration, Instant};
 
+use crate::support::sdpa_plans::{bwd_graph as bwd, fwd_graph as fwd};
 use cudnn::Error;
 use cudnn::graph::*;
 use proptest::prelude::*;
@@ -54,29 +55,6 @@ fn typed_and_named(e: &Error) -> bool {
         e,
         Error::Unsupported { .. } | Error::InvalidArgument { .. } | Error::Mismatch { .. }
     ) && OPTION_WORDS.iter().any(|w| s.contains(w))
-}
-
-fn fwd(cfg: &SdpaConfig) -> Result<Graph, Error> {
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let f = g.sdpa_forward(q, k, v, cfg)?;
-    g.rename(f.o, "o")?;
-    Ok(g)
-}
-
-fn bwd(cfg: &SdpaConfig) -> Result<Graph, Error> {
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let o = g.input("o", cfg.o_spec()?)?;
-    let d_o = g.input("do", cfg.o_spec()?)?;
-    let st = g.input("stats", cfg.stats_spec()?)?;
-    let b = g.sdpa_backward(q, k, v, o, d_o, st, cfg)?;
-    g.rename(b.dq, "dq")?;
-    Ok(g)
 }
 
 /// The releases the rules are checked for (pure functions).

@@ -10,6 +10,7 @@
 //! plan reloaded from its JSON or its plan file.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 use crate::support;
+use crate::support::sdpa_plans::{bwd_parts as bwd, fwd_parts as fwd, loaded, names_option};
 use cudnn::Error;
 use cudnn::graph::*;
 use cudnn::runtime::DeviceSlice;
@@ -18,43 +19,6 @@ use proptest::test_runner::{Config as PtConfig, TestRunner};
 use support::*;
 
 const TARGETS: [&str; 4] = ["h200", "h100", "a100", "b200"];
-
-fn fwd(cfg: &SdpaConfig) -> Result<(Graph, SdpaForward), Error> {
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let f = g.sdpa_forward(q, k, v, cfg)?;
-    g.rename(f.o, "o")?;
-    Ok((g, f))
-}
-
-fn bwd(cfg: &SdpaConfig) -> Result<(Graph, SdpaBackward), Error> {
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let o = g.input("o", cfg.o_spec()?)?;
-    let d_o = g.input("do", cfg.o_spec()?)?;
-    let st = g.input("stats", cfg.stats_spec()?)?;
-    let b = g.sdpa_backward(q, k, v, o, d_o, st, cfg)?;
-    g.rename(b.dq, "dq")?;
-    Ok((g, b))
-}
-
-fn loaded() -> (u32, u32, u32) {
-    cudnn::sys::cudnn::load()
-        .ok()
-        .and_then(|a| a.info().version)
-        .map(|v| (v.major, v.minor, v.patch))
-        .unwrap_or((0, 0, 0))
-}
-
-fn names_option(e: &Error) -> bool {
-    let s = e.to_string();
-    matches!(e, Error::Unsupported { .. } | Error::InvalidArgument { .. })
-        && (s.contains("SdpaConfig") || s.contains("cuDNN") || s.contains("attention"))
-}
 
 /// (name, backward, config).
 fn cases() -> Vec<(&'static str, bool, SdpaConfig)> {

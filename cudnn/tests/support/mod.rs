@@ -12,10 +12,12 @@
 pub mod fp8_graphs;
 pub mod fuzz_child;
 pub mod gpu_data;
+pub mod gpu_sdpa;
 pub mod graph_plans;
 pub mod norm_attention_graphs;
 #[cfg(feature = "nccl")]
 pub mod rendezvous;
+pub mod sdpa_plans;
 
 use std::sync::Mutex;
 
@@ -207,12 +209,12 @@ pub type Module = (&'static str, fn());
 pub fn run_modules(modules: &[Module], children: &[(&str, &'static str)]) -> ! {
     let args = Arguments::from_args();
     for (var, owner) in children {
-        if std::env::var_os(var).is_some() {
-            if let Some((name, main)) = modules.iter().find(|(n, _)| n == owner) {
-                register(name, *main);
-                let trials = std::mem::take(&mut *TRIALS.lock().unwrap_or_else(|e| e.into_inner()));
-                libtest_mimic::run(&args, trials).exit()
-            }
+        if std::env::var_os(var).is_some()
+            && let Some((name, main)) = modules.iter().find(|(n, _)| n == owner)
+        {
+            register(name, *main);
+            let trials = std::mem::take(&mut *TRIALS.lock().unwrap_or_else(|e| e.into_inner()));
+            libtest_mimic::run(&args, trials).exit()
         }
     }
     // CUDNN_RS_TEST_MODULE=a,b registers those modules only (the device
@@ -256,6 +258,34 @@ macro_rules! ensure {
     ($cond:expr, $($fmt:tt)+) => {
         if !$cond {
             return Err(format!($($fmt)+).into());
+        }
+    };
+}
+
+/// Without feature `nccl`: the module's one visibly ignored trial
+/// (`trial`), the reason on stderr naming `what`.
+pub fn nccl_missing(what: &str, trial_name: &str) {
+    eprintln!("skipped: {what}: cudnn was built without feature `nccl`");
+    run(vec![trial(trial_name, || Ok(())).with_ignored_flag(true)]);
+}
+
+/// The `main` of a module that needs feature `nccl`: without it, one visibly
+/// ignored trial ([`nccl_missing`]); with it, `imp::main()`. `skip` writes
+/// only the first, for a module with its own `main` under `nccl`.
+#[macro_export]
+macro_rules! nccl_main {
+    (skip $what:literal, $trial:literal) => {
+        #[cfg(not(feature = "nccl"))]
+        pub fn main() {
+            $crate::support::nccl_missing($what, $trial);
+        }
+    };
+    ($what:literal, $trial:literal) => {
+        $crate::nccl_main!(skip $what, $trial);
+
+        #[cfg(feature = "nccl")]
+        pub fn main() {
+            imp::main()
         }
     };
 }

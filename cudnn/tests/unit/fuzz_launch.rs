@@ -20,21 +20,7 @@
 //! the case counts (for a longer local run).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[cfg(not(feature = "nccl"))]
-use crate::support;
-
-#[cfg(not(feature = "nccl"))]
-pub fn main() {
-    eprintln!("skipped: unit/fuzz_launch: cudnn was built without feature `nccl`");
-    support::run(vec![
-        crate::support::trial("unit::fuzz_launch", || Ok(())).with_ignored_flag(true),
-    ]);
-}
-
-#[cfg(feature = "nccl")]
-pub fn main() {
-    imp::main()
-}
+crate::nccl_main!("unit/fuzz_launch", "unit::fuzz_launch");
 
 #[cfg(feature = "nccl")]
 mod tokens;

@@ -902,7 +902,10 @@ fn cap_address_space() {
 /// children they start, must not run under it).
 pub const CAPPED_CHILD: &str = "CUDNN_RS_DIMS_CAPPED_CHILD";
 
-const TESTS: &[(&str, fn() -> TestResult)] = &[
+/// One capped test: its name and body.
+type Case = (&'static str, fn() -> TestResult);
+
+const TESTS: &[Case] = &[
     ("ragged_and_paged", ragged_and_paged),
     ("softmax_parts_and_dbias", softmax_parts_and_dbias),
     ("fp8_attention", fp8_attention),

@@ -4,21 +4,7 @@
 //! offsets in characters).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[cfg(not(feature = "nccl"))]
-use crate::support;
-
-#[cfg(not(feature = "nccl"))]
-pub fn main() {
-    eprintln!("skipped: unit/launch_variables: cudnn was built without feature `nccl`");
-    support::run(vec![
-        crate::support::trial("unit::launch_variables", || Ok(())).with_ignored_flag(true),
-    ]);
-}
-
-#[cfg(feature = "nccl")]
-pub fn main() {
-    imp::main()
-}
+crate::nccl_main!("unit/launch_variables", "unit::launch_variables");
 
 #[cfg(feature = "nccl")]
 mod imp {
