@@ -19,6 +19,7 @@
 use crate::support;
 use crate::support::gpu_data;
 
+use crate::support::gpu_sdpa::{bind_backward_inputs, bind_grads};
 use crate::support::norm_attention_graphs::{sdpa_bwd, sdpa_fwd};
 use cudnn::graph::*;
 use cudnn::reference::attention as ra;
@@ -253,15 +254,8 @@ fn run_bwd<T: El>(
     ];
     {
         let mut bi = p.bindings();
-        bi.input("q", qb.as_slice())?
-            .input("k", kb.as_slice())?
-            .input("v", vb.as_slice())?
-            .input("o", ob.as_slice())?
-            .input("do", dob.as_slice())?
-            .input("stats", sb.as_slice())?
-            .output("dq", dq.as_slice_mut())?
-            .output("dk", dk.as_slice_mut())?
-            .output("dv", dv.as_slice_mut())?;
+        bind_backward_inputs(&mut bi, [&qb, &kb, &vb, &ob, &dob], &sb)?;
+        bind_grads(&mut bi, [&mut dq, &mut dk, &mut dv])?;
         if reload {
             bi.workspace(ws.as_slice_mut())?;
         }

@@ -94,12 +94,7 @@ mod imp {
     }
 
     fn check<T: Val>(what: &str, got: &[T], want: &[T]) -> TestResult {
-        ensure!(
-            got.len() == want.len(),
-            "{what}: length {} vs {}",
-            got.len(),
-            want.len()
-        );
+        crate::support::same_len(what, got, want)?;
         if let Some(i) = (0..got.len()).find(|&i| got[i] != want[i]) {
             return Err(format!(
                 "{what} ({}): element {i}: {:?}, want {:?}",

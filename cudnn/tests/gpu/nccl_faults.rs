@@ -99,12 +99,7 @@ mod imp {
     }
 
     fn check(what: &str, got: &[f32], want: &[f32]) -> TestResult {
-        ensure!(
-            got.len() == want.len(),
-            "{what}: length {} vs {}",
-            got.len(),
-            want.len()
-        );
+        crate::support::same_len(what, got, want)?;
         if let Some(i) = (0..got.len()).find(|&i| got[i] != want[i]) {
             return Err(format!("{what}: element {i}: {}, want {}", got[i], want[i]).into());
         }

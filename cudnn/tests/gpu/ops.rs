@@ -162,12 +162,7 @@ fn download<T: Float>(desc: &TensorDescriptor<T>, buf: &DeviceBuffer<T>) -> R<Ve
 
 /// `|got - want| <= tol * max(1, |want|)` everywhere; NaN never passes.
 fn check(what: &str, got: &[f64], want: &[f64], tol: f64) -> TestResult {
-    ensure!(
-        got.len() == want.len(),
-        "{what}: length {} != {}",
-        got.len(),
-        want.len()
-    );
+    same_len(what, got, want)?;
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         let err = (g - w).abs() / w.abs().max(1.0);
         ensure!(

@@ -13,6 +13,7 @@
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 use crate::support;
 
+use crate::support::gpu_sdpa::{bind_backward_inputs, bind_grads};
 use crate::support::gpu_sdpa::{
     dims, down_bf16, hashed as value, up_bf16 as up, worst_floor as worst,
 };
@@ -299,15 +300,8 @@ fn backward_case(cfg: SdpaConfig, lens: Option<(Vec<usize>, Vec<usize>)>) -> Tes
             bi.seq_lengths(&name(b.seq_len_q)?, lq)?
                 .seq_lengths(&name(b.seq_len_kv)?, lkv)?;
         }
-        bi.input("q", qb.as_slice())?
-            .input("k", kb.as_slice())?
-            .input("v", vb.as_slice())?
-            .input("o", ob.as_slice())?
-            .input("do", dob.as_slice())?
-            .input("stats", sb.as_slice())?
-            .output("dq", dq.as_slice_mut())?
-            .output("dk", dk.as_slice_mut())?
-            .output("dv", dv.as_slice_mut())?;
+        bind_backward_inputs(&mut bi, [&qb, &kb, &vb, &ob, &dob], &sb)?;
+        bind_grads(&mut bi, [&mut dq, &mut dk, &mut dv])?;
         if let Some(t) = b.bias.bias {
             bi.input(g.name(t)?, biasb.as_slice())?;
         }

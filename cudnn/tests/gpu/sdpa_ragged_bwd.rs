@@ -12,6 +12,7 @@
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 use crate::support;
 
+use crate::support::gpu_sdpa::bind_backward_inputs;
 use crate::support::gpu_sdpa::{dims, down_bf16 as down, hashed, up_bf16 as up};
 use cudnn::dnn::Handle;
 use cudnn::graph::*;
@@ -133,13 +134,8 @@ fn case(cfg: SdpaConfig, lens_q: Vec<usize>, lens_kv: Vec<usize>) -> TestResult 
     let name = |t: Option<Tensor>| -> R<String> { Ok(g.name(t.ok_or("an input")?)?.to_string()) };
     {
         let mut bi = plan.bindings();
-        bi.input("q", qb.as_slice())?
-            .input("k", kb.as_slice())?
-            .input("v", vb.as_slice())?
-            .input("o", ob.as_slice())?
-            .input("do", dob.as_slice())?
-            .input("stats", sb.as_slice())?
-            .output("dq", dqb.as_slice_mut())?
+        bind_backward_inputs(&mut bi, [&qb, &kb, &vb, &ob, &dob], &sb)?;
+        bi.output("dq", dqb.as_slice_mut())?
             .output("dk", dkb.as_slice_mut())?
             .output("dv", dvb.as_slice_mut())?
             .seq_lengths(&name(b.seq_len_q)?, &lq)?

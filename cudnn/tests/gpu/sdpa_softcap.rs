@@ -21,6 +21,7 @@ use crate::support;
 
 use crate::support::gpu_data;
 
+use crate::support::gpu_sdpa::{bind_backward_inputs, bind_grads};
 use crate::support::norm_attention_graphs::sdpa_bwd;
 use crate::support::sdpa_plans::fwd_parts;
 use cudnn::graph::*;
@@ -176,15 +177,8 @@ fn backward<T: El>(cfg: SdpaConfig) -> TestResult {
     let mut dv = poisoned::<T>(a.v.len())?;
     {
         let mut bi = p.bindings();
-        bi.input("q", qb.as_slice())?
-            .input("k", kb.as_slice())?
-            .input("v", vb.as_slice())?
-            .input("o", ob.as_slice())?
-            .input("do", dob.as_slice())?
-            .input("stats", sb.as_slice())?
-            .output("dq", dq.as_slice_mut())?
-            .output("dk", dk.as_slice_mut())?
-            .output("dv", dv.as_slice_mut())?;
+        bind_backward_inputs(&mut bi, [&qb, &kb, &vb, &ob, &dob], &sb)?;
+        bind_grads(&mut bi, [&mut dq, &mut dk, &mut dv])?;
         p.execute(&mut cx.h, &mut bi)?;
     }
     cx.h.stream().synchronize()?;

@@ -21,6 +21,7 @@
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 use crate::support;
 
+use crate::support::gpu_sdpa::bind_backward_inputs;
 use crate::support::gpu_sdpa::{
     check, down_bf16 as down, down_f32 as down32, hashed, up_bf16 as up, up_f32 as up32,
 };
@@ -284,23 +285,18 @@ fn sink_case(imp: SdpaImpl) -> TestResult {
     let name = |t: Tensor| -> R<String> { Ok(g.name(t)?.to_string()) };
     {
         let mut bi = plan.bindings();
-        bi.input("q", qb.as_slice())?
-            .input("k", kb.as_slice())?
-            .input("v", vb.as_slice())?
-            .input("o", ob.as_slice())?
-            .input("do", dob.as_slice())?
-            .input("stats", sbuf.as_slice())?
-            .input(
-                &name(bw.softmax.sink.ok_or("sink input")?)?,
-                kbuf.as_slice(),
-            )?
-            .output(&name(bw.dq)?, dqb.as_slice_mut())?
-            .output(&name(bw.dk)?, dkb.as_slice_mut())?
-            .output(&name(bw.dv)?, dvb.as_slice_mut())?
-            .output(
-                &name(bw.softmax.d_sink.ok_or("d_sink output")?)?,
-                dsb.as_slice_mut(),
-            )?;
+        bind_backward_inputs(&mut bi, [&qb, &kb, &vb, &ob, &dob], &sbuf)?;
+        bi.input(
+            &name(bw.softmax.sink.ok_or("sink input")?)?,
+            kbuf.as_slice(),
+        )?
+        .output(&name(bw.dq)?, dqb.as_slice_mut())?
+        .output(&name(bw.dk)?, dkb.as_slice_mut())?
+        .output(&name(bw.dv)?, dvb.as_slice_mut())?
+        .output(
+            &name(bw.softmax.d_sink.ok_or("d_sink output")?)?,
+            dsb.as_slice_mut(),
+        )?;
         plan.execute(&mut h, &mut bi)?;
     }
     h.stream().synchronize()?;

@@ -392,14 +392,9 @@ fn guards(p: &Plan) -> Vec<(String, InputGuard)> {
         .collect()
 }
 
+/// Unsupported, InvalidArgument, Mismatch or Cudnn.
 fn typed(e: &Error) -> bool {
-    matches!(
-        e,
-        Error::Unsupported { .. }
-            | Error::InvalidArgument { .. }
-            | Error::Mismatch { .. }
-            | Error::Cudnn { .. }
-    )
+    support::norm_attention_graphs::is_typed_refusal(e)
 }
 
 fn round_trip(r: &Recipe, target: &str) -> Result<Trip, String> {

@@ -6,7 +6,8 @@
 // `ensure!(err <= bound)` must fail for NaN: a negated partial comparison on purpose.
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 
-use cudnn::graph::TensorSpec;
+use cudnn::DataType;
+use cudnn::graph::{Bindings, TensorSpec};
 use cudnn::runtime::DeviceBuffer;
 use half::bf16;
 
@@ -86,5 +87,32 @@ pub fn check(what: &str, got: &[f64], want: &[f64], floor: f64, bound: f64) -> T
     let e = worst_floor(got, want, floor);
     eprintln!("  {what}: max rel error {e:.2e} (bound {bound:.0e})");
     crate::ensure!(e <= bound, "{what} differs from the reference: {e}");
+    Ok(())
+}
+
+/// Binds an attention backward's inputs by their names in the graph: `q`,
+/// `k`, `v`, `o`, `do` (element type `T`) and `stats` (f32).
+pub fn bind_backward_inputs<'a, T: DataType>(
+    bi: &mut Bindings<'a>,
+    [q, k, v, o, d_o]: [&'a DeviceBuffer<T>; 5],
+    stats: &'a DeviceBuffer<f32>,
+) -> cudnn::Result<()> {
+    bi.input("q", q.as_slice())?
+        .input("k", k.as_slice())?
+        .input("v", v.as_slice())?
+        .input("o", o.as_slice())?
+        .input("do", d_o.as_slice())?
+        .input("stats", stats.as_slice())?;
+    Ok(())
+}
+
+/// Binds an attention backward's gradients `dq`, `dk`, `dv`.
+pub fn bind_grads<'a, T: DataType>(
+    bi: &mut Bindings<'a>,
+    [dq, dk, dv]: [&'a mut DeviceBuffer<T>; 3],
+) -> cudnn::Result<()> {
+    bi.output("dq", dq.as_slice_mut())?
+        .output("dk", dk.as_slice_mut())?
+        .output("dv", dv.as_slice_mut())?;
     Ok(())
 }

@@ -289,3 +289,58 @@ macro_rules! nccl_main {
         }
     };
 }
+
+/// The fuzz seed: `PROPTEST_RNG_SEED` where set to a number, else `default`.
+pub fn fuzz_seed(default: u64) -> u64 {
+    std::env::var("PROPTEST_RNG_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The `CUDNN_RS_FUZZ_CASES` multiplier of every fuzz family's case count
+/// (1 when unset or not a number, at least 1).
+pub fn fuzz_scale() -> usize {
+    std::env::var("CUDNN_RS_FUZZ_CASES")
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// `n` cases times [`fuzz_scale`] (saturating).
+pub fn fuzz_cases(n: u32) -> u32 {
+    n.saturating_mul(u32::try_from(fuzz_scale()).unwrap_or(u32::MAX))
+}
+
+/// One SplitMix64 step (public-domain constants): reproducible random
+/// numbers without a dependency.
+pub fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// `got` has as many values as `want`.
+pub fn same_len<T>(what: &str, got: &[T], want: &[T]) -> TestResult {
+    ensure!(
+        got.len() == want.len(),
+        "{what}: length {} vs {}",
+        got.len(),
+        want.len()
+    );
+    Ok(())
+}
+
+/// Element-wise `|got - want| <= tol * max(1, |want|)`, naming the first
+/// element that is not; NaN never passes.
+pub fn close_each(what: &str, got: &[f64], want: &[f64], tol: f64) -> TestResult {
+    same_len(what, got, want)?;
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let ok = (g - w).abs() <= tol * w.abs().max(1.0);
+        ensure!(ok, "{what}[{i}]: got {g}, want {w} (tol {tol})");
+    }
+    Ok(())
+}

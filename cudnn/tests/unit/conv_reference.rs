@@ -24,11 +24,7 @@ struct Rng(u64);
 
 impl Rng {
     fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        crate::support::splitmix64(&mut self.0)
     }
     /// Uniform in [-1, 1).
     fn uniform(&mut self) -> f64 {
@@ -67,12 +63,7 @@ fn same(what: &str, got: &[f64], want: &[f64]) -> TestResult {
 }
 
 fn close(what: &str, got: &[f64], want: &[f64], tol: f64) -> TestResult {
-    ensure!(
-        got.len() == want.len(),
-        "{what}: length {} vs {}",
-        got.len(),
-        want.len()
-    );
+    same_len(what, got, want)?;
     let scale = norm(want).max(1e-300);
     let diff: Vec<f64> = got.iter().zip(want).map(|(a, b)| a - b).collect();
     ensure!(

@@ -79,19 +79,11 @@ mod imp {
     }
 
     fn seed() -> u64 {
-        std::env::var("PROPTEST_RNG_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0x1a0c_4e11)
+        crate::support::fuzz_seed(0x1a0c_4e11)
     }
 
     fn cases(n: u32) -> u32 {
-        let k = std::env::var("CUDNN_RS_FUZZ_CASES")
-            .ok()
-            .and_then(|s| s.parse::<u32>().ok())
-            .unwrap_or(1)
-            .max(1);
-        n.saturating_mul(k)
+        crate::support::fuzz_cases(n)
     }
 
     fn config(n: u32) -> Config {

@@ -26,17 +26,7 @@ impl Rng {
 
 /// Element-wise `|got - want| <= tol * max(1, |want|)`; NaN never passes.
 fn close(what: &str, got: &[f64], want: &[f64], tol: f64) -> TestResult {
-    ensure!(
-        got.len() == want.len(),
-        "{what}: length {} != {}",
-        got.len(),
-        want.len()
-    );
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let ok = (g - w).abs() <= tol * w.abs().max(1.0);
-        ensure!(ok, "{what}[{i}]: got {g}, want {w} (tol {tol})");
-    }
-    Ok(())
+    close_each(what, got, want, tol)
 }
 
 fn exact(what: &str, got: &[f64], want: &[f64]) -> TestResult {
