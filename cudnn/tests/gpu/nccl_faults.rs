@@ -625,15 +625,11 @@ mod imp {
     /// every call either runs or fails with a typed error, none panics.
     fn property_arguments() -> TestResult {
         use proptest::prelude::*;
-        use proptest::test_runner::{Config, TestCaseError, TestRunner};
+        use proptest::test_runner::TestCaseError;
         let (_dev, stream, comm) = one_rank()?;
         let big = DeviceBuffer::<f32>::zeroed(64)?;
         let big2 = std::cell::RefCell::new(DeviceBuffer::<f32>::zeroed(64)?);
-        let mut runner = TestRunner::new(Config {
-            cases: 300,
-            failure_persistence: None,
-            ..Config::default()
-        });
+        let mut runner = crate::support::prop_runner(300);
         let strat = (
             0usize..=64,
             0usize..=64,

@@ -722,14 +722,10 @@ pub fn main() {
 
     t.push(host9("sdpa_property_random_shapes", || {
         use proptest::prelude::*;
-        use proptest::test_runner::{Config, TestRunner};
+
         use std::sync::Mutex;
         let tally = Mutex::new((0usize, 0usize, 0usize));
-        let mut runner = TestRunner::new(Config {
-            cases: 32,
-            failure_persistence: None,
-            ..Config::default()
-        });
+        let mut runner = crate::support::prop_runner(32);
         let strat = (
             1i64..4,
             prop::sample::select(vec![1i64, 2, 4, 8]),

@@ -211,12 +211,8 @@ mod imp {
     /// no NCCL group is ever left open, and the recording state is reset.
     fn property_group_outcomes() -> TestResult {
         use proptest::prelude::*;
-        use proptest::test_runner::{Config, TestCaseError, TestRunner};
-        let mut runner = TestRunner::new(Config {
-            cases: 2000,
-            failure_persistence: None,
-            ..Config::default()
-        });
+        use proptest::test_runner::TestCaseError;
+        let mut runner = crate::support::prop_runner(2000);
         // (outcome: 0 Ok, 1 Err, 2 panic; nest: open an inner group first)
         let strat = (0u8..3, any::<bool>(), any::<u32>(), 0u8..3);
         let prev = std::panic::take_hook();
@@ -276,12 +272,8 @@ mod imp {
     /// get their ordinary typed answer.
     fn property_in_group_refusals() -> TestResult {
         use proptest::prelude::*;
-        use proptest::test_runner::{Config, TestCaseError, TestRunner};
-        let mut runner = TestRunner::new(Config {
-            cases: 500,
-            failure_persistence: None,
-            ..Config::default()
-        });
+        use proptest::test_runner::TestCaseError;
+        let mut runner = crate::support::prop_runner(500);
         let id = UniqueId::from_bytes(&[3u8; 128])?;
         let strat = (0usize..4, any::<usize>(), 0u8..3, any::<u64>());
         runner
@@ -331,18 +323,14 @@ mod imp {
     /// `NoDevice`, never a hang, and no NCCL group is left open.
     fn property_init_rank_timeout() -> TestResult {
         use proptest::prelude::*;
-        use proptest::test_runner::{Config, TestCaseError, TestRunner};
+        use proptest::test_runner::TestCaseError;
         if has_gpu() {
             eprintln!(
                 "note: host::property_init_rank_timeout_arguments: a GPU is present; valid calls would wait for peers, so only invalid ones are generated"
             );
         }
         let gpu = has_gpu();
-        let mut runner = TestRunner::new(Config {
-            cases: 300,
-            failure_persistence: None,
-            ..Config::default()
-        });
+        let mut runner = crate::support::prop_runner(300);
         let id = UniqueId::new()?;
         let edge = prop_oneof![
             Just(0usize),

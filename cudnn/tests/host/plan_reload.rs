@@ -685,11 +685,7 @@ fn build_and_load_agree() -> TestResult {
 /// block) make a target exactly when each is in the loader's range (`>= 0`
 /// for the reserved memory, `>= 1` for the others).
 fn build_and_load_agree_random() -> TestResult {
-    let mut runner = TestRunner::new(PtConfig {
-        cases: 256,
-        failure_persistence: None,
-        ..PtConfig::default()
-    });
+    let mut runner = crate::support::prop_runner(256);
     runner
         .run(
             &((-3i64..300, 1i64..64), (-3i64..3, -3i64..3, -3i64..3)),

@@ -23,7 +23,6 @@ use crate::support::sdpa_plans::{bwd_graph as bwd, fwd_graph as fwd};
 use cudnn::Error;
 use cudnn::graph::*;
 use proptest::prelude::*;
-use proptest::test_runner::{Config as PtConfig, TestRunner};
 use support::*;
 
 /// The words a refusal may name the option by.
@@ -199,11 +198,7 @@ fn property_all_options() -> TestResult {
         .unwrap_or((0, 0, 0));
     let target = Target::preset("h200")?;
     let start = Instant::now();
-    let mut runner = TestRunner::new(PtConfig {
-        cases: 320,
-        failure_persistence: None,
-        ..PtConfig::default()
-    });
+    let mut runner = crate::support::prop_runner(320);
     let counts = std::cell::Cell::new((0usize, 0usize, 0usize));
     runner
         .run(&strategy(), |(c, backward, plan)| {

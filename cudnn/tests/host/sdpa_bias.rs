@@ -20,7 +20,6 @@ use crate::support::sdpa_plans::{
 use cudnn::Error;
 use cudnn::graph::*;
 use proptest::prelude::*;
-use proptest::test_runner::{Config as PtConfig, TestRunner};
 use support::*;
 
 const TARGETS: [&str; 5] = ["h200", "h100", "b200", "a100", "l4"];
@@ -507,11 +506,7 @@ fn property_random() -> TestResult {
         Cell::new(0),
     ];
     let bump = |i: usize| tally[i].set(tally[i].get() + 1);
-    let mut runner = TestRunner::new(PtConfig {
-        cases: 128,
-        failure_persistence: None,
-        ..PtConfig::default()
-    });
+    let mut runner = crate::support::prop_runner(128);
     let strat = (
         (
             1i64..3,

@@ -21,7 +21,6 @@ use crate::support::sdpa_plans::{
 use cudnn::Error;
 use cudnn::graph::*;
 use proptest::prelude::*;
-use proptest::test_runner::{Config as PtConfig, TestRunner};
 use support::*;
 
 const TARGETS: [&str; 4] = ["h200", "h100", "a100", "b200"];
@@ -357,11 +356,7 @@ fn version_rules() -> TestResult {
 /// typed and names the option (or the shape / version) it refuses.
 fn property_random_options() -> TestResult {
     let v = loaded();
-    let mut runner = TestRunner::new(PtConfig {
-        cases: 96,
-        failure_persistence: None,
-        ..PtConfig::default()
-    });
+    let mut runner = crate::support::prop_runner(96);
     let strat = (
         (
             1i64..3,
@@ -717,11 +712,7 @@ fn reference_paged_gather() -> TestResult {
 /// `paged_gather` on random and adversarial geometry: never panics, every
 /// refusal a typed error, and a successful gather has the promised length.
 fn property_paged_gather() -> TestResult {
-    let mut runner = TestRunner::new(PtConfig {
-        cases: 512,
-        failure_persistence: None,
-        ..PtConfig::default()
-    });
+    let mut runner = crate::support::prop_runner(512);
     let strat = (
         (0usize..5, 0usize..3, 0usize..5, 0usize..4),
         (0usize..4, 0usize..4, 0usize..12),
@@ -899,11 +890,7 @@ fn property_page_table_binding() -> TestResult {
         names.iter().filter(|n| n.1).count() == 2,
         "two page tables in {names:?}"
     );
-    let mut runner = TestRunner::new(PtConfig {
-        cases: 256,
-        failure_persistence: None,
-        ..PtConfig::default()
-    });
+    let mut runner = crate::support::prop_runner(256);
     let pool = names.clone();
     runner
         .run(

@@ -15,7 +15,6 @@ use cudnn::Error;
 use cudnn::graph::*;
 use cudnn::runtime::DeviceSlice;
 use proptest::prelude::*;
-use proptest::test_runner::{Config as PtConfig, TestRunner};
 use support::*;
 
 const TARGETS: [&str; 4] = ["h200", "h100", "a100", "b200"];
@@ -259,11 +258,7 @@ fn offsets_hand_cases() -> TestResult {
 /// the token's elements, and the last sequence ends inside the `[B, H, S,
 /// D]` span; bad lengths are typed refusals; never a panic.
 fn offsets_random() -> TestResult {
-    let mut runner = TestRunner::new(PtConfig {
-        cases: 256,
-        failure_persistence: None,
-        ..PtConfig::default()
-    });
+    let mut runner = crate::support::prop_runner(256);
     let strat = (
         1i64..6,
         prop_oneof![Just(1i64), Just(2), Just(4), Just(i64::MAX)],
@@ -647,11 +642,7 @@ fn check_offsets_binding(plan: &Plan, what: &str, extents: &[i64], tables: usize
 /// `input`; every refusal typed, never a panic.
 fn binding_random(plan: &Plan) -> TestResult {
     let io = plan.io().clone();
-    let mut runner = TestRunner::new(PtConfig {
-        cases: 128,
-        failure_persistence: None,
-        ..PtConfig::default()
-    });
+    let mut runner = crate::support::prop_runner(128);
     let n = io.tensors.len();
     runner
         .run(&(0..n + 1, 0usize..64, any::<bool>()), |(i, len, safe)| {
@@ -830,11 +821,7 @@ fn ragged_strides_must_be_packed() -> TestResult {
 /// `ragged_offsets` addresses (for lengths up to S) lies inside Q's span
 /// as its strides give it.
 fn ragged_strides_random() -> TestResult {
-    let mut runner = TestRunner::new(PtConfig {
-        cases: 128,
-        failure_persistence: None,
-        ..PtConfig::default()
-    });
+    let mut runner = crate::support::prop_runner(128);
     let strat = (
         (1i64..4, 1i64..4, 1i64..9, 1i64..5),
         proptest::collection::vec(0usize..4, 4),

@@ -18,7 +18,6 @@ use cudnn::Error;
 use cudnn::graph::*;
 use cudnn::runtime::{DeviceBuffer, DeviceSlice};
 use proptest::prelude::*;
-use proptest::test_runner::{Config as PtConfig, TestRunner};
 use support::*;
 
 const BATCH: i64 = 2;
@@ -248,11 +247,7 @@ fn lengths_need_checked_binding() -> TestResult {
 /// the batch's count and within the extent (`input_seq_lengths` of an empty
 /// buffer: always a typed refusal).
 fn property_seq_lengths() -> TestResult {
-    let mut runner = TestRunner::new(PtConfig {
-        cases: 512,
-        failure_persistence: None,
-        ..PtConfig::default()
-    });
+    let mut runner = crate::support::prop_runner(512);
     runner
         .run(
             &(
@@ -293,11 +288,7 @@ fn property_seq_lengths() -> TestResult {
             ..Policy::default()
         },
     )?;
-    let mut runner = TestRunner::new(PtConfig {
-        cases: 256,
-        failure_persistence: None,
-        ..PtConfig::default()
-    });
+    let mut runner = crate::support::prop_runner(256);
     runner
         .run(
             &(

@@ -19,7 +19,6 @@ use crate::support::sdpa_plans::{
 use cudnn::Error;
 use cudnn::graph::*;
 use proptest::prelude::*;
-use proptest::test_runner::{Config as PtConfig, TestRunner};
 use support::*;
 
 const TARGETS: [&str; 5] = ["h200", "h100", "b200", "a100", "l4"];
@@ -337,11 +336,7 @@ fn rules() -> TestResult {
 /// `softcap`), the builder agreeing with `resolve`, bounded time.
 fn property_softcap_combinations() -> TestResult {
     let v = loaded();
-    let mut runner = TestRunner::new(PtConfig {
-        cases: 128,
-        failure_persistence: None,
-        ..PtConfig::default()
-    });
+    let mut runner = crate::support::prop_runner(128);
     let strat = (
         (
             1i64..3,

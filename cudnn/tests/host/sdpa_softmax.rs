@@ -24,7 +24,6 @@ use crate::support::sdpa_plans::{
     bwd_parts as bwd, counts, fwd_parts as fwd, loaded, names_option,
 };
 use proptest::prelude::*;
-use proptest::test_runner::{Config as PtConfig, TestRunner};
 use support::*;
 
 const TARGETS: [&str; 5] = ["h200", "h100", "b200", "a100", "l4"];
@@ -309,11 +308,7 @@ fn version_rules() -> TestResult {
 /// rules over every version, the target rules, and the graph builder with
 /// the loaded cuDNN never panic, and every refusal is typed and named.
 fn property_random_options() -> TestResult {
-    let mut runner = TestRunner::new(PtConfig {
-        cases: 128,
-        failure_persistence: None,
-        ..PtConfig::default()
-    });
+    let mut runner = crate::support::prop_runner(128);
     let strat = (
         (
             1i64..3,

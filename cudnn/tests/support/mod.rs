@@ -344,3 +344,13 @@ pub fn close_each(what: &str, got: &[f64], want: &[f64], tol: f64) -> TestResult
     }
     Ok(())
 }
+
+/// A proptest runner for `cases` cases with no failure persistence (the
+/// default seed and settings otherwise).
+pub fn prop_runner(cases: u32) -> proptest::test_runner::TestRunner {
+    proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+        cases,
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    })
+}
