@@ -354,3 +354,31 @@ pub fn prop_runner(cases: u32) -> proptest::test_runner::TestRunner {
         ..proptest::test_runner::Config::default()
     })
 }
+
+/// Whether to skip a test that asserts the no-device behaviour (a device is
+/// present); says so on stderr.
+pub fn skip_if_gpu(what: &str) -> bool {
+    if has_gpu() {
+        eprintln!(
+            "skipped: {what}: a CUDA device is present (this asserts the no-device behaviour)"
+        );
+        return true;
+    }
+    false
+}
+
+/// `n` deterministic values in `[-1, 1]` from a 64-bit LCG seeded with
+/// `seed` (the high 31 bits of each state).
+pub fn lcg_values(n: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 33) as f64 / (1u64 << 31) as f64) * 2.0 - 1.0
+        })
+        .collect()
+}

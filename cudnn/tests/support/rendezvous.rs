@@ -121,3 +121,13 @@ pub fn arg_of(e: &cudnn::Error) -> String {
         other => format!("<not InvalidArgument: {other}>"),
     }
 }
+
+/// A variable lookup over `list` (what `LaunchEnv` reads from the process
+/// environment otherwise).
+pub fn vars(list: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let list: Vec<(String, String)> = list
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    move |name| list.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+}

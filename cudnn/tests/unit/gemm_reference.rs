@@ -62,17 +62,7 @@ fn load(v: &[f64], l: &Layout) -> Vec<f64> {
 }
 
 fn seq(n: usize, seed: u64) -> Vec<f64> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 33) as f64 / (1u64 << 31) as f64) * 2.0 - 1.0
-        })
-        .collect()
+    lcg_values(n, seed)
 }
 
 fn hand_2x2() -> R {

@@ -29,11 +29,7 @@ mod imp {
     }
 
     fn vars(list: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let list: Vec<(String, String)> = list
-            .iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect();
-        move |name| list.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+        crate::support::rendezvous::vars(list)
     }
 
     fn arg_of(e: &Error) -> String {
