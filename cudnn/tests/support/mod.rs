@@ -382,3 +382,38 @@ pub fn lcg_values(n: usize, seed: u64) -> Vec<f64> {
         })
         .collect()
 }
+
+/// A tier binary's modules and `main`: declares each module of `mods` (a
+/// file of the tier's folder) and of `cudarc` (one that needs feature
+/// `cudarc`: without it, a stub whose one ignored trial says so), and a
+/// `main` that runs them all through [`run_modules`], a process started
+/// with one of the `children` variables set running only its module.
+#[macro_export]
+macro_rules! tier_main {
+    (
+        mods: [$($m:ident),* $(,)?],
+        cudarc: [$($c:ident),* $(,)?],
+        children: [$(($var:expr, $owner:literal)),* $(,)?] $(,)?
+    ) => {
+        $(mod $m;)*
+        $(
+            #[cfg(feature = "cudarc")]
+            mod $c;
+            #[cfg(not(feature = "cudarc"))]
+            mod $c {
+                pub fn main() {
+                    $crate::support::skipped("cudarc", "cudnn was built without feature `cudarc`");
+                }
+            }
+        )*
+
+        fn main() {
+            let modules: &[$crate::support::Module] =
+                &[$((stringify!($m), $m::main),)* $((stringify!($c), $c::main),)*];
+            // The variables that start a process as one module's child (it
+            // runs only that module).
+            let children: &[(&str, &'static str)] = &[$(($var, $owner)),*];
+            $crate::support::run_modules(modules, children)
+        }
+    };
+}
