@@ -417,3 +417,14 @@ macro_rules! tier_main {
         }
     };
 }
+
+/// Every activation mode, the parametrised ones with a value each.
+pub const ACTIVATION_MODES: [cudnn::dnn::ActivationMode; 7] = [
+    cudnn::dnn::ActivationMode::Relu,
+    cudnn::dnn::ActivationMode::Sigmoid,
+    cudnn::dnn::ActivationMode::Tanh,
+    cudnn::dnn::ActivationMode::ClippedRelu { ceiling: 2.0 },
+    cudnn::dnn::ActivationMode::Elu { alpha: 0.7 },
+    cudnn::dnn::ActivationMode::Swish { beta: 1.5 },
+    cudnn::dnn::ActivationMode::Identity,
+];

@@ -131,3 +131,14 @@ pub fn vars(list: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         .collect();
     move |name| list.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
 }
+
+/// `nccl::group`'s refusal of a group nested in another.
+pub fn nested_group(e: &cudnn::Error) -> bool {
+    matches!(
+        e,
+        cudnn::Error::InGroup {
+            call: "nccl::group",
+            ..
+        }
+    )
+}
