@@ -253,17 +253,7 @@ fn backward_case(cfg: SdpaConfig, lens: Option<(Vec<usize>, Vec<usize>)>) -> Tes
     }
     let stats: Vec<f64> = stats32.iter().map(|&s| f64::from(s)).collect();
 
-    let mut g = Graph::new();
-    let qt = g.input("q", qs.clone())?;
-    let kt = g.input("k", ks.clone())?;
-    let vt = g.input("v", vs.clone())?;
-    let ot = g.input("o", os.clone())?;
-    let dot = g.input("do", os.clone())?;
-    let st = g.input("stats", cfg.stats_spec()?)?;
-    let b = g.sdpa_backward(qt, kt, vt, ot, dot, st, &cfg)?;
-    g.rename(b.dq, "dq")?;
-    g.rename(b.dk, "dk")?;
-    g.rename(b.dv, "dv")?;
+    let (g, b) = support::norm_attention_graphs::sdpa_bwd(&cfg)?;
     let (plan, r) = Plan::build(&g.build()?, &target, &Policy::default())?;
     eprintln!(
         "  backward {:?}: engine {:?} of {} configs",

@@ -180,17 +180,7 @@ fn backward_case(cfg: SdpaConfig) -> TestResult {
     let d_o: Vec<f64> = (0..os.span_elements()?).map(|i| value(5, i, 1.0)).collect();
     let stats: Vec<f64> = f.stats.iter().map(|&s| f64::from(s as f32)).collect();
 
-    let mut g = Graph::new();
-    let qt = g.input("q", qs.clone())?;
-    let kt = g.input("k", ks.clone())?;
-    let vt = g.input("v", vs.clone())?;
-    let ot = g.input("o", os.clone())?;
-    let dot = g.input("do", os.clone())?;
-    let st = g.input("stats", cfg.stats_spec()?)?;
-    let b = g.sdpa_backward(qt, kt, vt, ot, dot, st, &cfg)?;
-    g.rename(b.dq, "dq")?;
-    g.rename(b.dk, "dk")?;
-    g.rename(b.dv, "dv")?;
+    let (g, b) = support::norm_attention_graphs::sdpa_bwd(&cfg)?;
     let (plan, r) = Plan::build(&g.build()?, &Target::device(0)?, &Policy::default())?;
     eprintln!("  backward {:?}: engine {:?}", cfg.resolve(true)?, r.chosen);
     let (qb, kb, vb, ob, dob) = (up(&a.q)?, up(&a.k)?, up(&a.v)?, up(&o)?, up(&d_o)?);

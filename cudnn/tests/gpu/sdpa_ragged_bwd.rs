@@ -108,17 +108,7 @@ fn case(cfg: SdpaConfig, lens_q: Vec<usize>, lens_kv: Vec<usize>) -> TestResult 
         &rc,
     )?;
 
-    let mut g = Graph::new();
-    let qt = g.input("q", qs.clone())?;
-    let kt = g.input("k", ks.clone())?;
-    let vt = g.input("v", vs.clone())?;
-    let ot = g.input("o", os.clone())?;
-    let dot = g.input("do", os.clone())?;
-    let st = g.input("stats", cfg.stats_spec()?)?;
-    let b = g.sdpa_backward(qt, kt, vt, ot, dot, st, &cfg)?;
-    g.rename(b.dq, "dq")?;
-    g.rename(b.dk, "dk")?;
-    g.rename(b.dv, "dv")?;
+    let (g, b) = support::norm_attention_graphs::sdpa_bwd(&cfg)?;
     let (plan, r) = Plan::build(&g.build()?, &Target::device(0)?, &Policy::default())?;
     eprintln!("  backward {:?}: engine {:?}", cfg.resolve(true)?, r.chosen);
     let (qb, kb, vb, ob, dob) = (up(&q)?, up(&k)?, up(&v)?, up(&o)?, up(&d_o)?);

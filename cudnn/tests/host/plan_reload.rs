@@ -296,19 +296,7 @@ fn fixed() -> Vec<(&'static str, Recipe, &'static str)> {
 }
 
 fn sdpa_graph(cfg: &SdpaConfig, backward: bool) -> Result<Graph, Error> {
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    if backward {
-        let o = g.input("o", cfg.o_spec()?)?;
-        let d_o = g.input("do", cfg.o_spec()?)?;
-        let st = g.input("stats", cfg.stats_spec()?)?;
-        g.sdpa_backward(q, k, v, o, d_o, st, cfg)?;
-    } else {
-        g.sdpa_forward(q, k, v, cfg)?;
-    }
-    Ok(g)
+    support::sdpa_plans::graph_with_q(cfg, backward, cfg.q_spec()?)
 }
 
 fn graph(r: &Recipe) -> Result<Graph, Error> {

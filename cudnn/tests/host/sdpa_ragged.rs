@@ -416,20 +416,7 @@ fn plan_json_keeps_offsets() -> TestResult {
     // agreeing): cuDNN would read offsets past the bound buffer. Refused.
     let short_uid = io.ragged_offsets[0];
     let mut v: serde_json::Value = serde_json::from_str(&json)?;
-    fn shrink(v: &mut serde_json::Value, uid: &str) {
-        match v {
-            serde_json::Value::Object(m) => {
-                if m.get("name").and_then(|n| n.as_str()) == Some(uid) {
-                    m.insert("dim".into(), serde_json::json!([1, 1, 1, 1]));
-                    m.insert("stride".into(), serde_json::json!([1, 1, 1, 1]));
-                }
-                m.values_mut().for_each(|x| shrink(x, uid));
-            }
-            serde_json::Value::Array(a) => a.iter_mut().for_each(|x| shrink(x, uid)),
-            _ => {}
-        }
-    }
-    shrink(&mut v, &short_uid.to_string());
+    support::sdpa_plans::shrink_tensor(&mut v, &short_uid.to_string());
     let short_json = serde_json::to_string(&v)?;
     ensure!(
         short_json != json,
@@ -724,21 +711,8 @@ fn paged_only_q_o() -> TestResult {
 /// The ragged forward (or backward) of `cfg` with Q (and, in the backward,
 /// O and dO) given `q_strides`.
 fn strided(cfg: &SdpaConfig, backward: bool, q_strides: &[i64]) -> Result<(), Error> {
-    let mut g = Graph::new();
-    let q = g.input(
-        "q",
-        TensorSpec::new(cfg.dtype, cfg.q_spec()?.dims(), q_strides)?,
-    )?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    if backward {
-        let o = g.input("o", cfg.o_spec()?)?;
-        let d_o = g.input("do", cfg.o_spec()?)?;
-        let st = g.input("stats", cfg.stats_spec()?)?;
-        g.sdpa_backward(q, k, v, o, d_o, st, cfg)?;
-    } else {
-        g.sdpa_forward(q, k, v, cfg)?;
-    }
+    let q = TensorSpec::new(cfg.dtype, cfg.q_spec()?.dims(), q_strides)?;
+    support::sdpa_plans::graph_with_q(cfg, backward, q)?;
     Ok(())
 }
 

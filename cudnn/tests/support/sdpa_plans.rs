@@ -103,3 +103,37 @@ pub fn names_option(e: &Error) -> bool {
     matches!(e, Error::Unsupported { .. } | Error::InvalidArgument { .. })
         && (s.contains("SdpaConfig") || s.contains("cuDNN") || s.contains("attention"))
 }
+
+/// The forward (or backward) graph of `cfg` with Q stored as `q` says, no
+/// tensor renamed.
+pub fn graph_with_q(cfg: &SdpaConfig, backward: bool, q: TensorSpec) -> Result<Graph, Error> {
+    let mut g = Graph::new();
+    let q = g.input("q", q)?;
+    let k = g.input("k", cfg.k_spec()?)?;
+    let v = g.input("v", cfg.v_spec()?)?;
+    if backward {
+        let o = g.input("o", cfg.o_spec()?)?;
+        let d_o = g.input("do", cfg.o_spec()?)?;
+        let st = g.input("stats", cfg.stats_spec()?)?;
+        g.sdpa_backward(q, k, v, o, d_o, st, cfg)?;
+    } else {
+        g.sdpa_forward(q, k, v, cfg)?;
+    }
+    Ok(g)
+}
+
+/// Makes every tensor named `uid` in a plan JSON `[1, 1, 1, 1]` (dims and
+/// strides): a hostile edit shrinking it.
+pub fn shrink_tensor(v: &mut serde_json::Value, uid: &str) {
+    match v {
+        serde_json::Value::Object(m) => {
+            if m.get("name").and_then(|n| n.as_str()) == Some(uid) {
+                m.insert("dim".into(), serde_json::json!([1, 1, 1, 1]));
+                m.insert("stride".into(), serde_json::json!([1, 1, 1, 1]));
+            }
+            m.values_mut().for_each(|x| shrink_tensor(x, uid));
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(|x| shrink_tensor(x, uid)),
+        _ => {}
+    }
+}
