@@ -56,12 +56,7 @@ fn nan(n: usize) -> cudnn::Result<DeviceBuffer<f32>> {
 }
 
 fn same(what: &str, got: &[f32], want: &[f32]) -> R {
-    ensure!(
-        got.len() == want.len(),
-        "{what}: {} vs {} elements",
-        got.len(),
-        want.len()
-    );
+    same_len(what, got, want)?;
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         ensure!(
             g.to_bits() == w.to_bits() && !g.is_nan(),

@@ -190,12 +190,7 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
 }
 
 fn same_bits(what: &str, a: &[f32], b: &[f32]) -> TestResult {
-    ensure!(
-        a.len() == b.len(),
-        "{what}: lengths {} and {}",
-        a.len(),
-        b.len()
-    );
+    same_len(what, a, b)?;
     if let Some(i) = (0..a.len()).find(|&i| a[i].to_bits() != b[i].to_bits()) {
         return Err(format!("{what}: element {i} differs: {} vs {}", a[i], b[i]).into());
     }

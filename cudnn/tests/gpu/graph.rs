@@ -64,17 +64,9 @@ impl Elem for bf16 {
 
 /// Deterministic values in [-1, 1], rounded to `T`.
 fn data<T: Elem>(n: usize, seed: u64) -> Vec<f64> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let v = ((s >> 33) as f64 / (1u64 << 31) as f64) * 2.0 - 1.0;
-            T::from_f64(v).to_f64()
-        })
+    lcg_values(n, seed)
+        .into_iter()
+        .map(|v| T::from_f64(v).to_f64())
         .collect()
 }
 

@@ -19,6 +19,8 @@
 use crate::support;
 use crate::support::gpu_data;
 
+use crate::support::gpu_sdpa::{bind_backward_inputs, bind_grads};
+use crate::support::norm_attention_graphs::{sdpa_bwd, sdpa_fwd};
 use cudnn::graph::*;
 use cudnn::reference::attention as ra;
 use cudnn::runtime::DeviceBuffer;
@@ -117,15 +119,7 @@ fn bind_extras<'b>(
 
 /// Run the forward on the device: (o packed BHSD, stats).
 fn run_fwd<T: El>(cx: &mut Cx, cfg: &SdpaConfig, a: &Attn, seed: i64) -> R<(Vec<f64>, Vec<f64>)> {
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let f = g.sdpa_forward(q, k, v, cfg)?;
-    g.rename(f.o, "o")?;
-    if let Some(s) = f.stats {
-        g.rename(s, "stats")?;
-    }
+    let (g, f) = sdpa_fwd(cfg)?;
     let p = plan(cx, &g, "")?;
     let (qb, kb, vb) = (up::<T>(&a.q)?, up::<T>(&a.k)?, up::<T>(&a.v)?);
     let os = cfg.o_spec()?;
@@ -230,17 +224,7 @@ fn run_bwd<T: El>(
     stats: &[f64],
     reload: bool,
 ) -> R<[Vec<f64>; 3]> {
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let ot = g.input("o", cfg.o_spec()?)?;
-    let dot = g.input("do", cfg.o_spec()?)?;
-    let st = g.input("stats", cfg.stats_spec()?)?;
-    let b = g.sdpa_backward(q, k, v, ot, dot, st, cfg)?;
-    g.rename(b.dq, "dq")?;
-    g.rename(b.dk, "dk")?;
-    g.rename(b.dv, "dv")?;
+    let (g, b) = sdpa_bwd(cfg)?;
     let mut p = plan(cx, &g, "")?;
     if reload {
         let io = std::sync::Arc::new(p.io().clone());
@@ -270,15 +254,8 @@ fn run_bwd<T: El>(
     ];
     {
         let mut bi = p.bindings();
-        bi.input("q", qb.as_slice())?
-            .input("k", kb.as_slice())?
-            .input("v", vb.as_slice())?
-            .input("o", ob.as_slice())?
-            .input("do", dob.as_slice())?
-            .input("stats", sb.as_slice())?
-            .output("dq", dq.as_slice_mut())?
-            .output("dk", dk.as_slice_mut())?
-            .output("dv", dv.as_slice_mut())?;
+        bind_backward_inputs(&mut bi, [&qb, &kb, &vb, &ob, &dob], &sb)?;
+        bind_grads(&mut bi, [&mut dq, &mut dk, &mut dv])?;
         if reload {
             bi.workspace(ws.as_slice_mut())?;
         }

@@ -8,21 +8,7 @@
 //! and reduce-scatter across all of them against sums computed on the host.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[cfg(not(feature = "nccl"))]
-use crate::support;
-
-#[cfg(not(feature = "nccl"))]
-pub fn main() {
-    eprintln!("skipped: gpu/nccl: cudnn was built without feature `nccl`");
-    support::run(vec![
-        crate::support::trial("gpu::nccl", || Ok(())).with_ignored_flag(true),
-    ]);
-}
-
-#[cfg(feature = "nccl")]
-pub fn main() {
-    imp::main()
-}
+crate::nccl_main!("gpu/nccl", "gpu::nccl");
 
 #[cfg(feature = "nccl")]
 mod imp {
@@ -108,12 +94,7 @@ mod imp {
     }
 
     fn check<T: Val>(what: &str, got: &[T], want: &[T]) -> TestResult {
-        ensure!(
-            got.len() == want.len(),
-            "{what}: length {} vs {}",
-            got.len(),
-            want.len()
-        );
+        crate::support::same_len(what, got, want)?;
         if let Some(i) = (0..got.len()).find(|&i| got[i] != want[i]) {
             return Err(format!(
                 "{what} ({}): element {i}: {:?}, want {:?}",

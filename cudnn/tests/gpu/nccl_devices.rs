@@ -11,16 +11,7 @@
 //! fingerprint exchange of a single rank.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[cfg(not(feature = "nccl"))]
-use crate::support;
-
-#[cfg(not(feature = "nccl"))]
-pub fn main() {
-    eprintln!("skipped: gpu/nccl_devices: cudnn was built without feature `nccl`");
-    support::run(vec![
-        crate::support::trial("gpu::nccl_devices", || Ok(())).with_ignored_flag(true),
-    ]);
-}
+crate::nccl_main!(skip "gpu/nccl_devices", "gpu::nccl_devices");
 
 #[cfg(feature = "nccl")]
 pub fn main() {

@@ -16,16 +16,7 @@
 //! the reason on one GPU; device mismatches are `gpu/nccl_devices`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[cfg(not(feature = "nccl"))]
-use crate::support;
-
-#[cfg(not(feature = "nccl"))]
-pub fn main() {
-    eprintln!("skipped: gpu/nccl_faults: cudnn was built without feature `nccl`");
-    support::run(vec![
-        crate::support::trial("gpu::nccl_faults", || Ok(())).with_ignored_flag(true),
-    ]);
-}
+crate::nccl_main!(skip "gpu/nccl_faults", "gpu::nccl_faults");
 
 #[cfg(feature = "nccl")]
 pub fn main() {
@@ -108,12 +99,7 @@ mod imp {
     }
 
     fn check(what: &str, got: &[f32], want: &[f32]) -> TestResult {
-        ensure!(
-            got.len() == want.len(),
-            "{what}: length {} vs {}",
-            got.len(),
-            want.len()
-        );
+        crate::support::same_len(what, got, want)?;
         if let Some(i) = (0..got.len()).find(|&i| got[i] != want[i]) {
             return Err(format!("{what}: element {i}: {}, want {}", got[i], want[i]).into());
         }
@@ -348,16 +334,7 @@ mod imp {
             Ok(())
         })
         .unwrap_err();
-        ensure!(
-            matches!(
-                e,
-                Error::InGroup {
-                    call: "nccl::group",
-                    ..
-                }
-            ),
-            "{e}"
-        );
+        ensure!(crate::support::rendezvous::nested_group(&e), "{e}");
         let (_d1, _s1, c_fin) = one_rank()?;
         let (_d2, _s2, c_des) = one_rank()?;
         let (_d3, _s3, c_abo) = one_rank()?;
@@ -639,15 +616,11 @@ mod imp {
     /// every call either runs or fails with a typed error, none panics.
     fn property_arguments() -> TestResult {
         use proptest::prelude::*;
-        use proptest::test_runner::{Config, TestCaseError, TestRunner};
+        use proptest::test_runner::TestCaseError;
         let (_dev, stream, comm) = one_rank()?;
         let big = DeviceBuffer::<f32>::zeroed(64)?;
         let big2 = std::cell::RefCell::new(DeviceBuffer::<f32>::zeroed(64)?);
-        let mut runner = TestRunner::new(Config {
-            cases: 300,
-            failure_persistence: None,
-            ..Config::default()
-        });
+        let mut runner = crate::support::prop_runner(300);
         let strat = (
             0usize..=64,
             0usize..=64,

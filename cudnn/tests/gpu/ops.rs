@@ -34,17 +34,9 @@ type R<T = ()> = cudnn::Result<T>;
 // ---------------------------------------------------------------------------
 // Harness
 
-struct Rng(u64);
+// xorshift64* (`next`, `vec` in support), with `distinct` here.
+use crate::support::gpu_data::Rng;
 impl Rng {
-    fn next(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn vec(&mut self, n: usize, lo: f64, hi: f64) -> Vec<f64> {
-        (0..n).map(|_| lo + (hi - lo) * self.next()).collect()
-    }
     /// `n` distinct values `(k - n/2) / 4`, shuffled: exact in every float type
     /// for `n <= 1024`, so max pooling has no ties.
     fn distinct(&mut self, n: usize) -> Vec<f64> {
@@ -162,12 +154,7 @@ fn download<T: Float>(desc: &TensorDescriptor<T>, buf: &DeviceBuffer<T>) -> R<Ve
 
 /// `|got - want| <= tol * max(1, |want|)` everywhere; NaN never passes.
 fn check(what: &str, got: &[f64], want: &[f64], tol: f64) -> TestResult {
-    ensure!(
-        got.len() == want.len(),
-        "{what}: length {} != {}",
-        got.len(),
-        want.len()
-    );
+    same_len(what, got, want)?;
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         let err = (g - w).abs() / w.abs().max(1.0);
         ensure!(
@@ -284,15 +271,7 @@ fn pooling<T: Float>(cx: &mut Cx) -> TestResult {
 // ---------------------------------------------------------------------------
 // Activation
 
-const ACT_MODES: [ActivationMode; 7] = [
-    ActivationMode::Relu,
-    ActivationMode::Sigmoid,
-    ActivationMode::Tanh,
-    ActivationMode::ClippedRelu { ceiling: 2.0 },
-    ActivationMode::Elu { alpha: 0.7 },
-    ActivationMode::Swish { beta: 1.5 },
-    ActivationMode::Identity,
-];
+const ACT_MODES: [ActivationMode; 7] = ACTIVATION_MODES;
 
 /// Inputs at least 0.1 away from the kinks at 0 and 2.
 fn away_from_kinks(v: Vec<f64>) -> Vec<f64> {

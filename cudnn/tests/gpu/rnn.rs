@@ -66,17 +66,7 @@ fn nan_buf<T: Float>(n: usize) -> cudnn::Result<DeviceBuffer<T>> {
 }
 
 fn compare(what: &str, got: &[f64], want: &[f64], tol: f64) -> TestResult {
-    ensure!(
-        got.len() == want.len(),
-        "{what}: length {} vs {}",
-        got.len(),
-        want.len()
-    );
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let ok = (g - w).abs() <= tol * w.abs().max(1.0);
-        ensure!(ok, "{what}[{i}]: got {g}, want {w} (tol {tol})");
-    }
-    Ok(())
+    close_each(what, got, want, tol)
 }
 
 /// Rounded to `T` and back, so the reference sees what the GPU sees.

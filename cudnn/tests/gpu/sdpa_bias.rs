@@ -13,6 +13,10 @@
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 use crate::support;
 
+use crate::support::gpu_sdpa::{bind_backward_inputs, bind_grads};
+use crate::support::gpu_sdpa::{
+    dims, down_bf16, hashed as value, up_bf16 as up, worst_floor as worst,
+};
 use cudnn::dnn::Handle;
 use cudnn::graph::*;
 use cudnn::reference::attention as ra;
@@ -22,48 +26,17 @@ use support::*;
 
 type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
-fn value(seed: u64, i: usize, scale: f64) -> f64 {
-    let mut x = seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
-    x ^= x >> 33;
-    let v = ((x >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) * scale;
-    f64::from(bf16::from_f64(v))
-}
-
-fn up(v: &[f64]) -> R<DeviceBuffer<bf16>> {
-    let h: Vec<bf16> = v.iter().map(|&x| bf16::from_f64(x)).collect();
-    Ok(DeviceBuffer::from_host(&h)?)
-}
-
-fn down(b: &DeviceBuffer<bf16>) -> R<Vec<f64>> {
-    let mut h = vec![bf16::from_f32(0.0); b.len()];
-    b.copy_to_host(&mut h)?;
-    Ok(h.iter().map(|x| x.to_f64()).collect())
-}
-
-fn dims(spec: &TensorSpec) -> [usize; 4] {
-    let d = spec.dims();
-    [d[0] as usize, d[1] as usize, d[2] as usize, d[3] as usize]
-}
-
-/// The largest error relative to `max(floor, |want|)`; NaN is infinite.
-fn worst(got: &[f64], want: &[f64], floor: f64) -> f64 {
-    if got.len() != want.len() {
-        return f64::INFINITY;
-    }
-    got.iter().zip(want).fold(0f64, |w, (&g, &x)| {
-        let e = (g - x).abs() / x.abs().max(floor);
-        if e.is_nan() { f64::INFINITY } else { w.max(e) }
-    })
-}
-
 struct Inputs {
     q: Vec<f64>,
     k: Vec<f64>,
     v: Vec<f64>,
     bias: Vec<f64>,
     slopes: Vec<f64>,
+}
+
+/// All of `b`, on the host.
+fn down(b: &DeviceBuffer<bf16>) -> R<Vec<f64>> {
+    down_bf16(b, b.len())
 }
 
 fn inputs(cfg: &SdpaConfig) -> R<Inputs> {
@@ -280,17 +253,7 @@ fn backward_case(cfg: SdpaConfig, lens: Option<(Vec<usize>, Vec<usize>)>) -> Tes
     }
     let stats: Vec<f64> = stats32.iter().map(|&s| f64::from(s)).collect();
 
-    let mut g = Graph::new();
-    let qt = g.input("q", qs.clone())?;
-    let kt = g.input("k", ks.clone())?;
-    let vt = g.input("v", vs.clone())?;
-    let ot = g.input("o", os.clone())?;
-    let dot = g.input("do", os.clone())?;
-    let st = g.input("stats", cfg.stats_spec()?)?;
-    let b = g.sdpa_backward(qt, kt, vt, ot, dot, st, &cfg)?;
-    g.rename(b.dq, "dq")?;
-    g.rename(b.dk, "dk")?;
-    g.rename(b.dv, "dv")?;
+    let (g, b) = support::norm_attention_graphs::sdpa_bwd(&cfg)?;
     let (plan, r) = Plan::build(&g.build()?, &target, &Policy::default())?;
     eprintln!(
         "  backward {:?}: engine {:?} of {} configs",
@@ -327,15 +290,8 @@ fn backward_case(cfg: SdpaConfig, lens: Option<(Vec<usize>, Vec<usize>)>) -> Tes
             bi.seq_lengths(&name(b.seq_len_q)?, lq)?
                 .seq_lengths(&name(b.seq_len_kv)?, lkv)?;
         }
-        bi.input("q", qb.as_slice())?
-            .input("k", kb.as_slice())?
-            .input("v", vb.as_slice())?
-            .input("o", ob.as_slice())?
-            .input("do", dob.as_slice())?
-            .input("stats", sb.as_slice())?
-            .output("dq", dq.as_slice_mut())?
-            .output("dk", dk.as_slice_mut())?
-            .output("dv", dv.as_slice_mut())?;
+        bind_backward_inputs(&mut bi, [&qb, &kb, &vb, &ob, &dob], &sb)?;
+        bind_grads(&mut bi, [&mut dq, &mut dk, &mut dv])?;
         if let Some(t) = b.bias.bias {
             bi.input(g.name(t)?, biasb.as_slice())?;
         }

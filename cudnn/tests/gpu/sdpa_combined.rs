@@ -12,66 +12,19 @@
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 use crate::support;
 
+use crate::support::gpu_sdpa::{bind_backward_inputs, bind_grads};
+use crate::support::gpu_sdpa::{
+    check, dims as dims4, down_bf16 as down, down_f32 as down32, hashed as value, up_bf16 as up,
+    up_f32 as up32,
+};
 use cudnn::dnn::Handle;
 use cudnn::graph::*;
 use cudnn::reference::attention as ra;
-use cudnn::runtime::{Device, DeviceBuffer, Stream};
+use cudnn::runtime::{Device, Stream};
 use half::bf16;
 use support::*;
 
 type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
-
-fn value(seed: u64, i: usize, amp: f64) -> f64 {
-    let mut x = seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
-    x ^= x >> 33;
-    let v = ((x >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) * amp;
-    f64::from(bf16::from_f64(v))
-}
-
-fn up(v: &[f64]) -> R<DeviceBuffer<bf16>> {
-    let h: Vec<bf16> = v.iter().map(|&x| bf16::from_f64(x)).collect();
-    Ok(DeviceBuffer::from_host(&h)?)
-}
-
-fn up32(v: &[f64]) -> R<DeviceBuffer<f32>> {
-    let h: Vec<f32> = v.iter().map(|&x| x as f32).collect();
-    Ok(DeviceBuffer::from_host(&h)?)
-}
-
-fn down(b: &DeviceBuffer<bf16>, n: usize) -> R<Vec<f64>> {
-    let mut h = vec![bf16::from_f32(0.0); n];
-    b.copy_to_host(&mut h)?;
-    Ok(h.iter().map(|x| x.to_f64()).collect())
-}
-
-fn down32(b: &DeviceBuffer<f32>, n: usize) -> R<Vec<f64>> {
-    let mut h = vec![0f32; n];
-    b.copy_to_host(&mut h)?;
-    Ok(h.iter().map(|&x| f64::from(x)).collect())
-}
-
-fn check(what: &str, got: &[f64], want: &[f64], floor: f64, bound: f64) -> TestResult {
-    ensure!(
-        got.len() == want.len(),
-        "{what}: {} vs {} values",
-        got.len(),
-        want.len()
-    );
-    let e = got.iter().zip(want).fold(0f64, |w, (g, x)| {
-        let e = (g - x).abs() / x.abs().max(floor);
-        if e.is_nan() { f64::INFINITY } else { w.max(e) }
-    });
-    eprintln!("  {what}: max rel error {e:.2e} (bound {bound:.0e})");
-    ensure!(e <= bound, "{what} differs from the reference: {e}");
-    Ok(())
-}
-
-fn dims4(s: &TensorSpec) -> [usize; 4] {
-    let d = s.dims();
-    [d[0] as usize, d[1] as usize, d[2] as usize, d[3] as usize]
-}
 
 /// The host values of one case (bf16-exact where the device reads bf16).
 struct Inputs {
@@ -227,17 +180,7 @@ fn backward_case(cfg: SdpaConfig) -> TestResult {
     let d_o: Vec<f64> = (0..os.span_elements()?).map(|i| value(5, i, 1.0)).collect();
     let stats: Vec<f64> = f.stats.iter().map(|&s| f64::from(s as f32)).collect();
 
-    let mut g = Graph::new();
-    let qt = g.input("q", qs.clone())?;
-    let kt = g.input("k", ks.clone())?;
-    let vt = g.input("v", vs.clone())?;
-    let ot = g.input("o", os.clone())?;
-    let dot = g.input("do", os.clone())?;
-    let st = g.input("stats", cfg.stats_spec()?)?;
-    let b = g.sdpa_backward(qt, kt, vt, ot, dot, st, &cfg)?;
-    g.rename(b.dq, "dq")?;
-    g.rename(b.dk, "dk")?;
-    g.rename(b.dv, "dv")?;
+    let (g, b) = support::norm_attention_graphs::sdpa_bwd(&cfg)?;
     let (plan, r) = Plan::build(&g.build()?, &Target::device(0)?, &Policy::default())?;
     eprintln!("  backward {:?}: engine {:?}", cfg.resolve(true)?, r.chosen);
     let (qb, kb, vb, ob, dob) = (up(&a.q)?, up(&a.k)?, up(&a.v)?, up(&o)?, up(&d_o)?);
@@ -255,15 +198,8 @@ fn backward_case(cfg: SdpaConfig) -> TestResult {
     let mut dsink = up32(&vec![f64::NAN; a.sink.len().max(1)])?;
     {
         let mut bi = plan.bindings();
-        bi.input("q", qb.as_slice())?
-            .input("k", kb.as_slice())?
-            .input("v", vb.as_slice())?
-            .input("o", ob.as_slice())?
-            .input("do", dob.as_slice())?
-            .input("stats", sb.as_slice())?
-            .output("dq", dq.as_slice_mut())?
-            .output("dk", dk.as_slice_mut())?
-            .output("dv", dv.as_slice_mut())?;
+        bind_backward_inputs(&mut bi, [&qb, &kb, &vb, &ob, &dob], &sb)?;
+        bind_grads(&mut bi, [&mut dq, &mut dk, &mut dv])?;
         if let Some(t) = b.bias.bias {
             bi.input(g.name(t)?, biasb.as_slice())?;
         }

@@ -21,6 +21,7 @@
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 use crate::support;
 
+use crate::support::gpu_sdpa::{dims, hashed, strides, up_bf16 as up};
 use cudnn::dnn::Handle;
 use cudnn::graph::*;
 use cudnn::reference::attention as ra;
@@ -30,28 +31,9 @@ use support::*;
 
 type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
+/// Element `i` of stream `seed`, in `[-1, 1)`, bf16-exact.
 fn value(seed: u64, i: usize) -> f64 {
-    let mut x = seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
-    x ^= x >> 33;
-    let v = (x >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
-    f64::from(bf16::from_f64(v))
-}
-
-fn up(v: &[f64]) -> R<DeviceBuffer<bf16>> {
-    let h: Vec<bf16> = v.iter().map(|&x| bf16::from_f64(x)).collect();
-    Ok(DeviceBuffer::from_host(&h)?)
-}
-
-fn strides(spec: &TensorSpec) -> [usize; 4] {
-    let s = spec.strides();
-    [s[0] as usize, s[1] as usize, s[2] as usize, s[3] as usize]
-}
-
-fn dims(spec: &TensorSpec) -> [usize; 4] {
-    let d = spec.dims();
-    [d[0] as usize, d[1] as usize, d[2] as usize, d[3] as usize]
+    hashed(seed, i, 1.0)
 }
 
 /// One paged attention on the device against the reference: `lens_q`,

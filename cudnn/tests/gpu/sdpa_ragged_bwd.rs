@@ -12,6 +12,8 @@
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 use crate::support;
 
+use crate::support::gpu_sdpa::bind_backward_inputs;
+use crate::support::gpu_sdpa::{dims, down_bf16 as down, hashed, up_bf16 as up};
 use cudnn::dnn::Handle;
 use cudnn::graph::*;
 use cudnn::reference::attention as ra;
@@ -21,33 +23,13 @@ use support::*;
 
 type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
+/// Element `i` of stream `seed`, in `[-1, 1)`, bf16-exact.
 fn value(seed: u64, i: usize) -> f64 {
-    let mut x = seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
-    x ^= x >> 33;
-    let v = (x >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
-    f64::from(bf16::from_f64(v))
+    hashed(seed, i, 1.0)
 }
 
 fn bf(v: &[f64]) -> Vec<f64> {
     v.iter().map(|&x| f64::from(bf16::from_f64(x))).collect()
-}
-
-fn up(v: &[f64]) -> R<DeviceBuffer<bf16>> {
-    let h: Vec<bf16> = v.iter().map(|&x| bf16::from_f64(x)).collect();
-    Ok(DeviceBuffer::from_host(&h)?)
-}
-
-fn down(b: &DeviceBuffer<bf16>, n: usize) -> R<Vec<f64>> {
-    let mut h = vec![bf16::from_f32(0.0); n];
-    b.copy_to_host(&mut h)?;
-    Ok(h.iter().map(|x| x.to_f64()).collect())
-}
-
-fn dims(spec: &TensorSpec) -> [usize; 4] {
-    let d = spec.dims();
-    [d[0] as usize, d[1] as usize, d[2] as usize, d[3] as usize]
 }
 
 /// The worst error over the valid tokens of `[b, h, s, d]` (padded BHSD).
@@ -126,17 +108,7 @@ fn case(cfg: SdpaConfig, lens_q: Vec<usize>, lens_kv: Vec<usize>) -> TestResult 
         &rc,
     )?;
 
-    let mut g = Graph::new();
-    let qt = g.input("q", qs.clone())?;
-    let kt = g.input("k", ks.clone())?;
-    let vt = g.input("v", vs.clone())?;
-    let ot = g.input("o", os.clone())?;
-    let dot = g.input("do", os.clone())?;
-    let st = g.input("stats", cfg.stats_spec()?)?;
-    let b = g.sdpa_backward(qt, kt, vt, ot, dot, st, &cfg)?;
-    g.rename(b.dq, "dq")?;
-    g.rename(b.dk, "dk")?;
-    g.rename(b.dv, "dv")?;
+    let (g, b) = support::norm_attention_graphs::sdpa_bwd(&cfg)?;
     let (plan, r) = Plan::build(&g.build()?, &Target::device(0)?, &Policy::default())?;
     eprintln!("  backward {:?}: engine {:?}", cfg.resolve(true)?, r.chosen);
     let (qb, kb, vb, ob, dob) = (up(&q)?, up(&k)?, up(&v)?, up(&o)?, up(&d_o)?);
@@ -152,13 +124,8 @@ fn case(cfg: SdpaConfig, lens_q: Vec<usize>, lens_kv: Vec<usize>) -> TestResult 
     let name = |t: Option<Tensor>| -> R<String> { Ok(g.name(t.ok_or("an input")?)?.to_string()) };
     {
         let mut bi = plan.bindings();
-        bi.input("q", qb.as_slice())?
-            .input("k", kb.as_slice())?
-            .input("v", vb.as_slice())?
-            .input("o", ob.as_slice())?
-            .input("do", dob.as_slice())?
-            .input("stats", sb.as_slice())?
-            .output("dq", dqb.as_slice_mut())?
+        bind_backward_inputs(&mut bi, [&qb, &kb, &vb, &ob, &dob], &sb)?;
+        bi.output("dq", dqb.as_slice_mut())?
             .output("dk", dkb.as_slice_mut())?
             .output("dv", dvb.as_slice_mut())?
             .seq_lengths(&name(b.seq_len_q)?, &lq)?

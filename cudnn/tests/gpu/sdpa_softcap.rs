@@ -21,6 +21,9 @@ use crate::support;
 
 use crate::support::gpu_data;
 
+use crate::support::gpu_sdpa::{bind_backward_inputs, bind_grads};
+use crate::support::norm_attention_graphs::sdpa_bwd;
+use crate::support::sdpa_plans::fwd_parts;
 use cudnn::graph::*;
 use cudnn::reference::attention as ra;
 use gpu_data::*;
@@ -131,12 +134,7 @@ fn forward<T: El>(cfg: SdpaConfig) -> TestResult {
     let cfg = cfg.training(true);
     let mut cx = cx(0)?;
     let a = inputs::<T>(&cfg, 31)?;
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let f = g.sdpa_forward(q, k, v, &cfg)?;
-    g.rename(f.o, "o")?;
+    let (mut g, f) = fwd_parts(&cfg)?;
     g.rename(f.stats.ok_or("training saves stats")?, "stats")?;
     let p = plan(&cx, &g, &format!("{:?} forward", cfg.resolve(false)?))?;
     let (qb, kb, vb) = (up::<T>(&a.q)?, up::<T>(&a.k)?, up::<T>(&a.v)?);
@@ -170,17 +168,7 @@ fn backward<T: El>(cfg: SdpaConfig) -> TestResult {
     let os = cfg.o_spec()?;
     let o_store = round::<T>(&store(&f.o, cfg.layout, dims4(&os)));
     let d_o = round::<T>(&Rng(33).vec(os.span_elements()?, -1.0, 1.0));
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let ot = g.input("o", os.clone())?;
-    let dot = g.input("do", os.clone())?;
-    let st = g.input("stats", cfg.stats_spec()?)?;
-    let b = g.sdpa_backward(q, k, v, ot, dot, st, &cfg)?;
-    g.rename(b.dq, "dq")?;
-    g.rename(b.dk, "dk")?;
-    g.rename(b.dv, "dv")?;
+    let (g, _) = sdpa_bwd(&cfg)?;
     let p = plan(&cx, &g, &format!("{:?} backward", cfg.resolve(true)?))?;
     let (qb, kb, vb) = (up::<T>(&a.q)?, up::<T>(&a.k)?, up::<T>(&a.v)?);
     let (ob, dob, sb) = (up::<T>(&o_store)?, up::<T>(&d_o)?, up::<f32>(&f.stats)?);
@@ -189,15 +177,8 @@ fn backward<T: El>(cfg: SdpaConfig) -> TestResult {
     let mut dv = poisoned::<T>(a.v.len())?;
     {
         let mut bi = p.bindings();
-        bi.input("q", qb.as_slice())?
-            .input("k", kb.as_slice())?
-            .input("v", vb.as_slice())?
-            .input("o", ob.as_slice())?
-            .input("do", dob.as_slice())?
-            .input("stats", sb.as_slice())?
-            .output("dq", dq.as_slice_mut())?
-            .output("dk", dk.as_slice_mut())?
-            .output("dv", dv.as_slice_mut())?;
+        bind_backward_inputs(&mut bi, [&qb, &kb, &vb, &ob, &dob], &sb)?;
+        bind_grads(&mut bi, [&mut dq, &mut dk, &mut dv])?;
         p.execute(&mut cx.h, &mut bi)?;
     }
     cx.h.stream().synchronize()?;

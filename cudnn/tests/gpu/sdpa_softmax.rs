@@ -21,66 +21,23 @@
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 use crate::support;
 
+use crate::support::gpu_sdpa::bind_backward_inputs;
+use crate::support::gpu_sdpa::{
+    check, down_bf16 as down, down_f32 as down32, hashed, up_bf16 as up, up_f32 as up32,
+};
+use crate::support::sdpa_plans::loaded;
 use cudnn::dnn::Handle;
 use cudnn::graph::*;
 use cudnn::reference::attention as ra;
-use cudnn::runtime::{Device, DeviceBuffer, Stream};
+use cudnn::runtime::{Device, Stream};
 use half::bf16;
 use support::*;
 
 type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
+/// Element `i` of stream `seed`, in `[-1, 1)`, bf16-exact.
 fn value(seed: u64, i: usize) -> f64 {
-    let mut x = seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
-    x ^= x >> 33;
-    let v = (x >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
-    f64::from(bf16::from_f64(v))
-}
-
-fn up(v: &[f64]) -> R<DeviceBuffer<bf16>> {
-    let h: Vec<bf16> = v.iter().map(|&x| bf16::from_f64(x)).collect();
-    Ok(DeviceBuffer::from_host(&h)?)
-}
-
-fn up32(v: &[f64]) -> R<DeviceBuffer<f32>> {
-    let h: Vec<f32> = v.iter().map(|&x| x as f32).collect();
-    Ok(DeviceBuffer::from_host(&h)?)
-}
-
-fn down(b: &DeviceBuffer<bf16>, n: usize) -> R<Vec<f64>> {
-    let mut h = vec![bf16::from_f32(0.0); n];
-    b.copy_to_host(&mut h)?;
-    Ok(h.iter().map(|x| x.to_f64()).collect())
-}
-
-fn down32(b: &DeviceBuffer<f32>, n: usize) -> R<Vec<f64>> {
-    let mut h = vec![0f32; n];
-    b.copy_to_host(&mut h)?;
-    Ok(h.iter().map(|&x| f64::from(x)).collect())
-}
-
-/// The worst error of `got` against `want`, relative to `max(floor, |want|)`
-/// (NaN is infinite).
-fn worst(got: &[f64], want: &[f64], floor: f64) -> f64 {
-    got.iter().zip(want).fold(0f64, |w, (g, x)| {
-        let e = (g - x).abs() / x.abs().max(floor);
-        if e.is_nan() { f64::INFINITY } else { w.max(e) }
-    })
-}
-
-fn check(what: &str, got: &[f64], want: &[f64], floor: f64, bound: f64) -> TestResult {
-    ensure!(
-        got.len() == want.len(),
-        "{what}: {} vs {} values",
-        got.len(),
-        want.len()
-    );
-    let e = worst(got, want, floor);
-    eprintln!("  {what}: max rel error {e:.2e} (bound {bound:.0e})");
-    ensure!(e <= bound, "{what} differs from the reference: {e}");
-    Ok(())
+    hashed(seed, i, 1.0)
 }
 
 /// Q, K, V for a BHSD config (host values, bf16-exact).
@@ -328,23 +285,18 @@ fn sink_case(imp: SdpaImpl) -> TestResult {
     let name = |t: Tensor| -> R<String> { Ok(g.name(t)?.to_string()) };
     {
         let mut bi = plan.bindings();
-        bi.input("q", qb.as_slice())?
-            .input("k", kb.as_slice())?
-            .input("v", vb.as_slice())?
-            .input("o", ob.as_slice())?
-            .input("do", dob.as_slice())?
-            .input("stats", sbuf.as_slice())?
-            .input(
-                &name(bw.softmax.sink.ok_or("sink input")?)?,
-                kbuf.as_slice(),
-            )?
-            .output(&name(bw.dq)?, dqb.as_slice_mut())?
-            .output(&name(bw.dk)?, dkb.as_slice_mut())?
-            .output(&name(bw.dv)?, dvb.as_slice_mut())?
-            .output(
-                &name(bw.softmax.d_sink.ok_or("d_sink output")?)?,
-                dsb.as_slice_mut(),
-            )?;
+        bind_backward_inputs(&mut bi, [&qb, &kb, &vb, &ob, &dob], &sbuf)?;
+        bi.input(
+            &name(bw.softmax.sink.ok_or("sink input")?)?,
+            kbuf.as_slice(),
+        )?
+        .output(&name(bw.dq)?, dqb.as_slice_mut())?
+        .output(&name(bw.dk)?, dkb.as_slice_mut())?
+        .output(&name(bw.dv)?, dvb.as_slice_mut())?
+        .output(
+            &name(bw.softmax.d_sink.ok_or("d_sink output")?)?,
+            dsb.as_slice_mut(),
+        )?;
         plan.execute(&mut h, &mut bi)?;
     }
     h.stream().synchronize()?;
@@ -358,14 +310,6 @@ fn sink_case(imp: SdpaImpl) -> TestResult {
     let scale = ds.iter().fold(1f64, |m, x| m.max(x.abs()));
     check("d_sink", &down32(&dsb, 4)?, &ds, scale, 5e-2)?;
     Ok(())
-}
-
-fn loaded() -> (u32, u32, u32) {
-    cudnn::sys::cudnn::load()
-        .ok()
-        .and_then(|a| a.info().version)
-        .map(|v| (v.major, v.minor, v.patch))
-        .unwrap_or((0, 0, 0))
 }
 
 pub fn main() {

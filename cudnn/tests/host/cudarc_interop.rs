@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use cudnn::Error;
 use cudnn::interop;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 use support::*;
 
 pub fn main() {
@@ -104,11 +103,7 @@ fn no_driver() -> TestResult {
 
 fn fuzz_ordinals() -> TestResult {
     let start = Instant::now();
-    let mut runner = TestRunner::new(Config {
-        cases: 64,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = crate::support::prop_runner(64);
     let strategy = prop_oneof![
         Just(0usize),
         Just(1usize),

@@ -1386,10 +1386,7 @@ fn agree<D: std::fmt::Debug>(
 }
 
 fn config(cases: u32) -> Config {
-    let seed = std::env::var("PROPTEST_RNG_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_cd22);
+    let seed = crate::support::fuzz_seed(0x5eed_cd22);
     Config {
         cases,
         failure_persistence: None,

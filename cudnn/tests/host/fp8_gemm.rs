@@ -23,7 +23,6 @@ use cudnn::sys::cudart::cudaDataType_t as DT;
 use cudnn::{Error, F8E4M3, F8E5M2, Fp8Format};
 use half::bf16;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 use support::*;
 
 type R = Result<(), libtest_mimic::Failed>;
@@ -492,11 +491,7 @@ fn architectures() -> R {
 /// epilogues: the checks never panic, refuse with a typed error naming an
 /// argument, and whatever they accept cuBLASLt's descriptors accept too.
 fn fuzz() -> R {
-    let mut runner = TestRunner::new(Config {
-        cases: 400,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = crate::support::prop_runner(400);
     let dims = prop_oneof![
         Just(0usize),
         1usize..80,

@@ -51,19 +51,11 @@ const CALL_LIMIT: Duration = Duration::from_secs(1);
 const BUILD_LIMIT: Duration = Duration::from_secs(10);
 
 fn seed() -> u64 {
-    std::env::var("PROPTEST_RNG_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x6a0f_19c5)
+    crate::support::fuzz_seed(0x6a0f_19c5)
 }
 
 fn scale_cases(n: u32) -> u32 {
-    let k = std::env::var("CUDNN_RS_FUZZ_CASES")
-        .ok()
-        .and_then(|s| s.parse::<u32>().ok())
-        .unwrap_or(1)
-        .max(1);
-    n.saturating_mul(k)
+    crate::support::fuzz_cases(n)
 }
 
 fn runner() -> TestRunner {

@@ -34,10 +34,7 @@ const CALL_LIMIT: Duration = Duration::from_secs(1);
 const PLAN_LIMIT: Duration = Duration::from_secs(30);
 
 fn runner() -> TestRunner {
-    let seed = std::env::var("PROPTEST_RNG_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x0f8_25b);
+    let seed = crate::support::fuzz_seed(0x0f8_25b);
     TestRunner::new(Config {
         failure_persistence: None,
         rng_seed: RngSeed::Fixed(seed),
@@ -46,12 +43,7 @@ fn runner() -> TestRunner {
 }
 
 fn cases(n: u32) -> u32 {
-    let k = std::env::var("CUDNN_RS_FUZZ_CASES")
-        .ok()
-        .and_then(|s| s.parse::<u32>().ok())
-        .unwrap_or(1)
-        .max(1);
-    n.saturating_mul(k)
+    crate::support::fuzz_cases(n)
 }
 
 /// A typed error; a validation error names its argument.

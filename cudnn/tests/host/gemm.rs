@@ -1255,16 +1255,6 @@ fn descriptors_empty() -> R {
     Ok(())
 }
 
-fn skip_if_gpu(what: &str) -> bool {
-    if has_gpu() {
-        eprintln!(
-            "skipped: {what}: a CUDA device is present (this asserts the no-device behaviour)"
-        );
-        return true;
-    }
-    false
-}
-
 fn lt_handle_without_gpu() -> R {
     if skip_if_gpu("lt_handle_without_gpu") {
         return Ok(());

@@ -11,7 +11,6 @@ use cudnn::Error;
 use cudnn::graph::backend::{Descriptor, attr, kind};
 use cudnn::graph::*;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 use support::*;
 
 const TARGETS: [&str; 3] = ["h200", "a100", "b200"];
@@ -491,11 +490,7 @@ pub fn main() {
         // FloorMod came with cuDNN 9.26 (NVIDIA's release notes); every
         // other mode is in every cuDNN the graph API runs on (9.8 on).
         ensure!(Pointwise::FloorMod.min_cudnn() == Some((9, 26)), "FloorMod");
-        let mut runner = TestRunner::new(Config {
-            cases: 400,
-            failure_persistence: None,
-            ..Config::default()
-        });
+        let mut runner = crate::support::prop_runner(400);
         let modes = Pointwise::all();
         let n = modes.len();
         runner
@@ -1261,11 +1256,7 @@ pub fn main() {
     }));
 
     t.push(host9("property_conv_shapes_agree_with_cudnn", || {
-        let mut runner = TestRunner::new(Config {
-            cases: 60,
-            failure_persistence: None,
-            ..Config::default()
-        });
+        let mut runner = crate::support::prop_runner(60);
         let strat = (
             1i64..4,
             1i64..5,
@@ -1320,11 +1311,7 @@ pub fn main() {
     }));
 
     t.push(host9("property_matmul_shapes_agree_with_cudnn", || {
-        let mut runner = TestRunner::new(Config {
-            cases: 60,
-            failure_persistence: None,
-            ..Config::default()
-        });
+        let mut runner = crate::support::prop_runner(60);
         let strat = (
             1i64..4,
             0i64..2,

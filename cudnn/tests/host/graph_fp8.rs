@@ -17,6 +17,7 @@ use crate::support::fp8_graphs;
 use crate::support::graph_plans;
 use std::sync::Arc;
 
+use crate::support::sdpa_plans::plan_all;
 use cudnn::Error;
 use cudnn::graph::*;
 use fp8_graphs::*;
@@ -29,15 +30,8 @@ const FP8_TARGETS: [&str; 4] = ["h200", "h100", "b200", "l4"];
 /// Engines cuDNN has, configs heuristics offer, plans that finalize (at
 /// most `max` tried), and the plans.
 fn plans(g: &Graph, target: &str, max: usize) -> Result<(i64, usize, Vec<Plan>), Error> {
-    let og = g.build()?;
-    let t = Target::preset(target)?;
-    let policy = Policy {
-        max_attempts: max,
-        ..Policy::default()
-    };
-    let c = heuristics::candidates(&og, &t, &policy)?;
-    let (plans, _) = Plan::build_all(&og, &t, &policy)?;
-    Ok((og.engine_count()?, c.len(), plans))
+    let (engines, configs, plans, _) = plan_all(g, target, max)?;
+    Ok((engines, configs, plans))
 }
 
 /// The loaded cuDNN's version.
@@ -880,12 +874,7 @@ pub fn main() {
     run(t)
 }
 
+/// Unsupported, Cudnn, InvalidArgument or Mismatch.
 fn is_typed(e: &Error) -> bool {
-    matches!(
-        e,
-        Error::Unsupported { .. }
-            | Error::Cudnn { .. }
-            | Error::InvalidArgument { .. }
-            | Error::Mismatch { .. }
-    )
+    support::norm_attention_graphs::is_typed_refusal(e)
 }

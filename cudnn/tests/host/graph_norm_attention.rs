@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 use crate::support;
 use crate::support::norm_attention_graphs;
+use crate::support::sdpa_plans::plan_all;
 use cudnn::Error;
 use cudnn::graph::*;
 use norm_attention_graphs::*;
@@ -20,22 +21,9 @@ fn counts(
     target: &str,
     max: usize,
 ) -> Result<(i64, usize, usize, f64, Option<i64>), Error> {
-    let og = g.build()?;
-    let t = Target::preset(target)?;
-    let policy = Policy {
-        max_attempts: max,
-        ..Policy::default()
-    };
-    let c = heuristics::candidates(&og, &t, &policy)?;
-    let t0 = std::time::Instant::now();
-    let (plans, _) = Plan::build_all(&og, &t, &policy)?;
-    Ok((
-        og.engine_count()?,
-        c.len(),
-        plans.len(),
-        t0.elapsed().as_secs_f64(),
-        plans.first().and_then(|p| p.engine()),
-    ))
+    let (engines, configs, plans, secs) = plan_all(g, target, max)?;
+    let engine = plans.first().and_then(|p| p.engine());
+    Ok((engines, configs, plans.len(), secs, engine))
 }
 
 /// A host test that needs graph planning (cuDNN >= 9.8): on an older
@@ -734,14 +722,10 @@ pub fn main() {
 
     t.push(host9("sdpa_property_random_shapes", || {
         use proptest::prelude::*;
-        use proptest::test_runner::{Config, TestRunner};
+
         use std::sync::Mutex;
         let tally = Mutex::new((0usize, 0usize, 0usize));
-        let mut runner = TestRunner::new(Config {
-            cases: 32,
-            failure_persistence: None,
-            ..Config::default()
-        });
+        let mut runner = crate::support::prop_runner(32);
         let strat = (
             1i64..4,
             prop::sample::select(vec![1i64, 2, 4, 8]),

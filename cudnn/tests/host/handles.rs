@@ -166,16 +166,6 @@ fn foreign_per_thread_stream_refused() -> TestResult {
     Ok(())
 }
 
-fn skip_if_gpu(what: &str) -> bool {
-    if has_gpu() {
-        eprintln!(
-            "skipped: {what}: a CUDA device is present (this asserts the no-device behaviour)"
-        );
-        return true;
-    }
-    false
-}
-
 fn zero_length_buffers() -> TestResult {
     let mut b = DeviceBuffer::<f32>::alloc(0)?;
     ensure!(b.is_empty() && b.byte_len() == 0, "len 0 buffer: {b:?}");

@@ -5,21 +5,7 @@
 //! are tested in `host/nccl_rendezvous`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[cfg(not(feature = "nccl"))]
-use crate::support;
-
-#[cfg(not(feature = "nccl"))]
-pub fn main() {
-    eprintln!("skipped: host/nccl: cudnn was built without feature `nccl`");
-    support::run(vec![
-        crate::support::trial("host::nccl", || Ok(())).with_ignored_flag(true),
-    ]);
-}
-
-#[cfg(feature = "nccl")]
-pub fn main() {
-    imp::main()
-}
+crate::nccl_main!("host/nccl", "host::nccl");
 
 #[cfg(feature = "nccl")]
 mod imp {
@@ -31,8 +17,8 @@ mod imp {
     use cudnn::nccl::{self, Communicator, Ranks, UniqueId};
     use cudnn::sys::cudart::loader::{self, Environment, Source};
     use cudnn::sys::nccl as sys;
-    use libtest_mimic::Trial;
 
+    use crate::support::rendezvous::{arg_of, nccl_host as host};
     use crate::support::{TestResult, has_gpu, run, unit};
 
     pub fn main() {
@@ -58,41 +44,9 @@ mod imp {
 
     // ---------------------------------------------------------------- tiers
 
-    fn nccl_missing() -> Option<String> {
-        sys::load().err().map(|e| e.to_string())
-    }
-
-    /// A host-tier test: needs NCCL (no device). Skipped visibly without it,
-    /// a failure when `CUDNN_RS_REQUIRE_LIBS=1`.
-    fn host(name: &str, f: impl FnOnce() -> TestResult + Send + 'static) -> Trial {
-        let name = format!("host::{name}");
-        match nccl_missing() {
-            None => crate::support::trial(name, f),
-            Some(why) if std::env::var("CUDNN_RS_REQUIRE_LIBS").is_ok_and(|v| v == "1") => {
-                crate::support::trial(name, move || {
-                    Err(format!("CUDNN_RS_REQUIRE_LIBS=1 but: {why}").into())
-                })
-            }
-            Some(why) => {
-                eprintln!(
-                    "skipped: {name}: {}",
-                    why.lines().next().unwrap_or_default()
-                );
-                crate::support::trial(name, f).with_ignored_flag(true)
-            }
-        }
-    }
-
     // ----------------------------------------------------------- children
 
     // ---------------------------------------------------------- unit tier
-
-    fn arg_of(e: &Error) -> String {
-        match e {
-            Error::InvalidArgument { arg, .. } => arg.clone(),
-            other => format!("<not InvalidArgument: {other}>"),
-        }
-    }
 
     fn ranks_rules() -> TestResult {
         let e = Ranks::new(2, 2).unwrap_err();

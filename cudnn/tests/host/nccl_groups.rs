@@ -8,21 +8,7 @@
 //! with a counting executor; the GPU tier is `gpu/nccl`.)
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[cfg(not(feature = "nccl"))]
-use crate::support;
-
-#[cfg(not(feature = "nccl"))]
-pub fn main() {
-    eprintln!("skipped: host/nccl_groups: cudnn was built without feature `nccl`");
-    support::run(vec![
-        crate::support::trial("host::nccl_groups", || Ok(())).with_ignored_flag(true),
-    ]);
-}
-
-#[cfg(feature = "nccl")]
-pub fn main() {
-    imp::main()
-}
+crate::nccl_main!("host/nccl_groups", "host::nccl_groups");
 
 #[cfg(feature = "nccl")]
 mod imp {
@@ -31,8 +17,8 @@ mod imp {
     use cudnn::Error;
     use cudnn::nccl::{self, Communicator, UniqueId};
     use cudnn::sys::nccl as sys;
-    use libtest_mimic::Trial;
 
+    use crate::support::rendezvous::{arg_of, nccl_host as host};
     use crate::support::{TestResult, has_gpu, run};
 
     pub fn main() {
@@ -54,34 +40,6 @@ mod imp {
                 property_init_rank_timeout,
             ),
         ]);
-    }
-
-    /// A host-tier test: needs NCCL (no device). Skipped visibly without it,
-    /// a failure when `CUDNN_RS_REQUIRE_LIBS=1`.
-    fn host(name: &str, f: impl FnOnce() -> TestResult + Send + 'static) -> Trial {
-        let name = format!("host::{name}");
-        match sys::load().err().map(|e| e.to_string()) {
-            None => crate::support::trial(name, f),
-            Some(why) if std::env::var("CUDNN_RS_REQUIRE_LIBS").is_ok_and(|v| v == "1") => {
-                crate::support::trial(name, move || {
-                    Err(format!("CUDNN_RS_REQUIRE_LIBS=1 but: {why}").into())
-                })
-            }
-            Some(why) => {
-                eprintln!(
-                    "skipped: {name}: {}",
-                    why.lines().next().unwrap_or_default()
-                );
-                crate::support::trial(name, f).with_ignored_flag(true)
-            }
-        }
-    }
-
-    fn arg_of(e: &Error) -> String {
-        match e {
-            Error::InvalidArgument { arg, .. } => arg.clone(),
-            other => format!("<not InvalidArgument: {other}>"),
-        }
     }
 
     /// Whether an NCCL group is open on this thread: `ncclGroupEnd` with none
@@ -107,16 +65,7 @@ mod imp {
             Ok(())
         })
         .unwrap_err();
-        ensure!(
-            matches!(
-                e,
-                Error::InGroup {
-                    call: "nccl::group",
-                    ..
-                }
-            ),
-            "{e}"
-        );
+        ensure!(crate::support::rendezvous::nested_group(&e), "{e}");
         ensure!(e.to_string().contains("nested"), "{e}");
         ensure!(!inner_ran, "the inner closure ran");
         ensure!(!group_open()?, "a group was left open");
@@ -253,12 +202,8 @@ mod imp {
     /// no NCCL group is ever left open, and the recording state is reset.
     fn property_group_outcomes() -> TestResult {
         use proptest::prelude::*;
-        use proptest::test_runner::{Config, TestCaseError, TestRunner};
-        let mut runner = TestRunner::new(Config {
-            cases: 2000,
-            failure_persistence: None,
-            ..Config::default()
-        });
+        use proptest::test_runner::TestCaseError;
+        let mut runner = crate::support::prop_runner(2000);
         // (outcome: 0 Ok, 1 Err, 2 panic; nest: open an inner group first)
         let strat = (0u8..3, any::<bool>(), any::<u32>(), 0u8..3);
         let prev = std::panic::take_hook();
@@ -318,12 +263,8 @@ mod imp {
     /// get their ordinary typed answer.
     fn property_in_group_refusals() -> TestResult {
         use proptest::prelude::*;
-        use proptest::test_runner::{Config, TestCaseError, TestRunner};
-        let mut runner = TestRunner::new(Config {
-            cases: 500,
-            failure_persistence: None,
-            ..Config::default()
-        });
+        use proptest::test_runner::TestCaseError;
+        let mut runner = crate::support::prop_runner(500);
         let id = UniqueId::from_bytes(&[3u8; 128])?;
         let strat = (0usize..4, any::<usize>(), 0u8..3, any::<u64>());
         runner
@@ -373,18 +314,14 @@ mod imp {
     /// `NoDevice`, never a hang, and no NCCL group is left open.
     fn property_init_rank_timeout() -> TestResult {
         use proptest::prelude::*;
-        use proptest::test_runner::{Config, TestCaseError, TestRunner};
+        use proptest::test_runner::TestCaseError;
         if has_gpu() {
             eprintln!(
                 "note: host::property_init_rank_timeout_arguments: a GPU is present; valid calls would wait for peers, so only invalid ones are generated"
             );
         }
         let gpu = has_gpu();
-        let mut runner = TestRunner::new(Config {
-            cases: 300,
-            failure_persistence: None,
-            ..Config::default()
-        });
+        let mut runner = crate::support::prop_runner(300);
         let id = UniqueId::new()?;
         let edge = prop_oneof![
             Just(0usize),

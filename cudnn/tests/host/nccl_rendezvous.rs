@@ -11,21 +11,7 @@
 //! (`HOST_NCCL_RDZV_CHILD` tells it which), so they are real processes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[cfg(not(feature = "nccl"))]
-use crate::support;
-
-#[cfg(not(feature = "nccl"))]
-pub fn main() {
-    eprintln!("skipped: host/nccl_rendezvous: cudnn was built without feature `nccl`");
-    support::run(vec![
-        crate::support::trial("host::nccl_rendezvous", || Ok(())).with_ignored_flag(true),
-    ]);
-}
-
-#[cfg(feature = "nccl")]
-pub fn main() {
-    imp::main()
-}
+crate::nccl_main!("host/nccl_rendezvous", "host::nccl_rendezvous");
 
 #[cfg(feature = "nccl")]
 mod imp {
@@ -37,9 +23,9 @@ mod imp {
     use cudnn::Error;
     use cudnn::nccl::launch::{self, LaunchEnv, Rendezvous, Token};
     use cudnn::nccl::{Ranks, UniqueId};
-    use cudnn::sys::nccl as sys;
     use libtest_mimic::Trial;
 
+    use crate::support::rendezvous::nccl_host as host;
     use crate::support::rendezvous::{fixed, held, on_free_port, rank_of, rank_thread, tcp};
     use crate::support::{TestResult, has_gpu, run, unit};
 
@@ -93,27 +79,6 @@ mod imp {
     }
 
     // ---------------------------------------------------------------- tiers
-
-    /// A host-tier test: needs NCCL (no device). Skipped visibly without it,
-    /// a failure when `CUDNN_RS_REQUIRE_LIBS=1`.
-    fn host(name: &str, f: impl FnOnce() -> TestResult + Send + 'static) -> Trial {
-        let name = format!("host::{name}");
-        match sys::load().err().map(|e| e.to_string()) {
-            None => crate::support::trial(name, f),
-            Some(why) if std::env::var("CUDNN_RS_REQUIRE_LIBS").is_ok_and(|v| v == "1") => {
-                crate::support::trial(name, move || {
-                    Err(format!("CUDNN_RS_REQUIRE_LIBS=1 but: {why}").into())
-                })
-            }
-            Some(why) => {
-                eprintln!(
-                    "skipped: {name}: {}",
-                    why.lines().next().unwrap_or_default()
-                );
-                crate::support::trial(name, f).with_ignored_flag(true)
-            }
-        }
-    }
 
     // ----------------------------------------------------------- children
 
@@ -196,11 +161,7 @@ mod imp {
     }
 
     fn vars(list: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let list: Vec<(String, String)> = list
-            .iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect();
-        move |name| list.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+        crate::support::rendezvous::vars(list)
     }
 
     // ---------------------------------------------------- launch variables

@@ -7,21 +7,10 @@
 //! ranks on other machines; and the secrets' `==` and `Debug`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[cfg(not(feature = "nccl"))]
-use crate::support;
-
-#[cfg(not(feature = "nccl"))]
-pub fn main() {
-    eprintln!("skipped: host/nccl_rendezvous_attacks: cudnn was built without feature `nccl`");
-    support::run(vec![
-        crate::support::trial("unit::nccl_rendezvous_attacks", || Ok(())).with_ignored_flag(true),
-    ]);
-}
-
-#[cfg(feature = "nccl")]
-pub fn main() {
-    imp::main()
-}
+crate::nccl_main!(
+    "host/nccl_rendezvous_attacks",
+    "unit::nccl_rendezvous_attacks"
+);
 
 #[cfg(feature = "nccl")]
 mod imp {
@@ -35,8 +24,8 @@ mod imp {
     use std::time::{Duration, Instant};
 
     use cudnn::Error;
+    use cudnn::nccl::UniqueId;
     use cudnn::nccl::launch::{self, LaunchEnv, Rendezvous, Token};
-    use cudnn::nccl::{Ranks, UniqueId};
     use libtest_mimic::Trial;
 
     use crate::support::rendezvous::{fixed, on_free_port, tcp};
@@ -93,17 +82,8 @@ mod imp {
         t: Duration,
         token: Option<&str>,
     ) -> JoinHandle<cudnn::Result<UniqueId>> {
-        let r = r.clone();
         let token = token.map(|t| Token::new(t).unwrap());
-        std::thread::spawn(move || {
-            launch::exchange_with_token(
-                &r,
-                Ranks::new(rank, size).unwrap(),
-                t,
-                token.as_ref(),
-                || Ok(fixed(0xA0 + rank as u8)),
-            )
-        })
+        crate::support::rendezvous::rank_thread(r, rank, size, t, token)
     }
 
     /// The first entry of `dir` whose name starts with `prefix`, waited for

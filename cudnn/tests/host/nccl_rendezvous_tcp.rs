@@ -8,21 +8,7 @@
 //! `host/nccl_rendezvous`.)
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[cfg(not(feature = "nccl"))]
-use crate::support;
-
-#[cfg(not(feature = "nccl"))]
-pub fn main() {
-    eprintln!("skipped: host/nccl_rendezvous_tcp: cudnn was built without feature `nccl`");
-    support::run(vec![
-        crate::support::trial("unit::nccl_rendezvous_tcp", || Ok(())).with_ignored_flag(true),
-    ]);
-}
-
-#[cfg(feature = "nccl")]
-pub fn main() {
-    imp::main()
-}
+crate::nccl_main!("host/nccl_rendezvous_tcp", "unit::nccl_rendezvous_tcp");
 
 #[cfg(feature = "nccl")]
 mod imp {

@@ -27,6 +27,7 @@ use crate::support::fuzz_child;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::support::sdpa_plans::loaded as loaded_cudnn;
 use cudnn::Error;
 use cudnn::graph::*;
 use fuzz_child::{Outcome, run_cases};
@@ -295,19 +296,7 @@ fn fixed() -> Vec<(&'static str, Recipe, &'static str)> {
 }
 
 fn sdpa_graph(cfg: &SdpaConfig, backward: bool) -> Result<Graph, Error> {
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    if backward {
-        let o = g.input("o", cfg.o_spec()?)?;
-        let d_o = g.input("do", cfg.o_spec()?)?;
-        let st = g.input("stats", cfg.stats_spec()?)?;
-        g.sdpa_backward(q, k, v, o, d_o, st, cfg)?;
-    } else {
-        g.sdpa_forward(q, k, v, cfg)?;
-    }
-    Ok(g)
+    support::sdpa_plans::graph_with_q(cfg, backward, cfg.q_spec()?)
 }
 
 fn graph(r: &Recipe) -> Result<Graph, Error> {
@@ -391,14 +380,9 @@ fn guards(p: &Plan) -> Vec<(String, InputGuard)> {
         .collect()
 }
 
+/// Unsupported, InvalidArgument, Mismatch or Cudnn.
 fn typed(e: &Error) -> bool {
-    matches!(
-        e,
-        Error::Unsupported { .. }
-            | Error::InvalidArgument { .. }
-            | Error::Mismatch { .. }
-            | Error::Cudnn { .. }
-    )
+    support::norm_attention_graphs::is_typed_refusal(e)
 }
 
 fn round_trip(r: &Recipe, target: &str) -> Result<Trip, String> {
@@ -524,15 +508,6 @@ fn plan_reload_property() -> TestResult {
     ensure!(failures.is_empty(), "{}", failures.join("\n"));
     ensure!(reloaded > 0, "no plan was built");
     Ok(())
-}
-
-/// The loaded cuDNN's version, `(0, 0, 0)` if unknown.
-fn loaded_cudnn() -> (u32, u32, u32) {
-    cudnn::sys::cudnn::load()
-        .ok()
-        .and_then(|a| a.info().version)
-        .map(|v| (v.major, v.minor, v.patch))
-        .unwrap_or((0, 0, 0))
 }
 
 const EDIT_TARGETS: [&str; 2] = ["h200", "b200"];
@@ -698,11 +673,7 @@ fn build_and_load_agree() -> TestResult {
 /// block) make a target exactly when each is in the loader's range (`>= 0`
 /// for the reserved memory, `>= 1` for the others).
 fn build_and_load_agree_random() -> TestResult {
-    let mut runner = TestRunner::new(PtConfig {
-        cases: 256,
-        failure_persistence: None,
-        ..PtConfig::default()
-    });
+    let mut runner = crate::support::prop_runner(256);
     runner
         .run(
             &((-3i64..300, 1i64..64), (-3i64..3, -3i64..3, -3i64..3)),

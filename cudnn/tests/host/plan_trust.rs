@@ -18,7 +18,6 @@ use cudnn::Error;
 use cudnn::graph::*;
 use graph_plans::*;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 use support::*;
 
 fn h200() -> cudnn::Result<Target> {
@@ -450,11 +449,7 @@ pub fn main() {
             let len = signed.len();
             // 1 to 3 edits: (position, kind 0 = replace / 1 = insert / 2 = delete, byte).
             let edits = prop::collection::vec((0..len, 0u8..3, any::<u8>()), 1..4);
-            let mut runner = TestRunner::new(Config {
-                cases: 160,
-                failure_persistence: None,
-                ..Config::default()
-            });
+            let mut runner = crate::support::prop_runner(160);
             let (refused, partial) = (Cell::new(0), Cell::new(0));
             runner
                 .run(&edits, |edits| {
@@ -509,11 +504,7 @@ pub fn main() {
                 .ok_or("matmul")?;
             let one = p.serialize_signed(&key)?;
             let edits = prop::collection::vec((0..one.len(), any::<u8>()), 1..3);
-            let mut runner = TestRunner::new(Config {
-                cases: 80,
-                failure_persistence: None,
-                ..Config::default()
-            });
+            let mut runner = crate::support::prop_runner(80);
             runner
                 .run(&edits, |edits| {
                     let mut b = one.as_bytes().to_vec();
@@ -536,11 +527,7 @@ pub fn main() {
                 })
                 .map_err(|e| format!("{e}"))?;
             // Random text, signed or not: never a panic, never compiled code.
-            let mut runner = TestRunner::new(Config {
-                cases: 200,
-                failure_persistence: None,
-                ..Config::default()
-            });
+            let mut runner = crate::support::prop_runner(200);
             let head = signed[..signed.find("\ngraph ").ok_or("graph")? + 1].to_string();
             runner
                 .run(
@@ -651,11 +638,7 @@ pub fn main() {
         let f = fixture(&t)?;
         let key = PlanKey::generate()?;
         let signed = f.cache.to_signed_text(&key)?;
-        let mut runner = TestRunner::new(Config {
-            cases: 24,
-            failure_persistence: None,
-            ..Config::default()
-        });
+        let mut runner = crate::support::prop_runner(24);
         // Any capacity, any number of plans held before: the report's
         // counts are the cache's (4 entries in the file, counted by hand).
         runner
@@ -698,11 +681,7 @@ pub fn main() {
         || {
             use std::os::unix::fs::PermissionsExt;
             let dir = temp_dir("keys")?;
-            let mut runner = TestRunner::new(Config {
-                cases: 64,
-                failure_persistence: None,
-                ..Config::default()
-            });
+            let mut runner = crate::support::prop_runner(64);
             // A key file of any length and mode: PlanKey::load reads it only
             // when it is 32 bytes and private (the documented rules), never
             // creates one, and never panics.

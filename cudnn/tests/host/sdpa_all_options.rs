@@ -19,10 +19,10 @@
 use crate::support;
 use std::time::{Duration, Instant};
 
+use crate::support::sdpa_plans::{bwd_graph as bwd, fwd_graph as fwd};
 use cudnn::Error;
 use cudnn::graph::*;
 use proptest::prelude::*;
-use proptest::test_runner::{Config as PtConfig, TestRunner};
 use support::*;
 
 /// The words a refusal may name the option by.
@@ -54,29 +54,6 @@ fn typed_and_named(e: &Error) -> bool {
         e,
         Error::Unsupported { .. } | Error::InvalidArgument { .. } | Error::Mismatch { .. }
     ) && OPTION_WORDS.iter().any(|w| s.contains(w))
-}
-
-fn fwd(cfg: &SdpaConfig) -> Result<Graph, Error> {
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let f = g.sdpa_forward(q, k, v, cfg)?;
-    g.rename(f.o, "o")?;
-    Ok(g)
-}
-
-fn bwd(cfg: &SdpaConfig) -> Result<Graph, Error> {
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let o = g.input("o", cfg.o_spec()?)?;
-    let d_o = g.input("do", cfg.o_spec()?)?;
-    let st = g.input("stats", cfg.stats_spec()?)?;
-    let b = g.sdpa_backward(q, k, v, o, d_o, st, cfg)?;
-    g.rename(b.dq, "dq")?;
-    Ok(g)
 }
 
 /// The releases the rules are checked for (pure functions).
@@ -221,11 +198,7 @@ fn property_all_options() -> TestResult {
         .unwrap_or((0, 0, 0));
     let target = Target::preset("h200")?;
     let start = Instant::now();
-    let mut runner = TestRunner::new(PtConfig {
-        cases: 320,
-        failure_persistence: None,
-        ..PtConfig::default()
-    });
+    let mut runner = crate::support::prop_runner(320);
     let counts = std::cell::Cell::new((0usize, 0usize, 0usize));
     runner
         .run(&strategy(), |(c, backward, plan)| {

@@ -14,77 +14,15 @@
 //! combinations of the bias options with the existing ones.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 use crate::support;
+use crate::support::sdpa_plans::{
+    bwd_parts as bwd, counts, fwd_parts as fwd, loaded, names_option,
+};
 use cudnn::Error;
 use cudnn::graph::*;
 use proptest::prelude::*;
-use proptest::test_runner::{Config as PtConfig, TestRunner};
 use support::*;
 
 const TARGETS: [&str; 5] = ["h200", "h100", "b200", "a100", "l4"];
-
-struct Counts {
-    engines: i64,
-    configs: usize,
-    plans: usize,
-    engine: Option<i64>,
-    workspace: Option<usize>,
-}
-
-fn counts(g: &Graph, target: &str, max: usize) -> Result<Counts, Error> {
-    let og = g.build()?;
-    let t = Target::preset(target)?;
-    let policy = Policy {
-        max_attempts: max,
-        ..Policy::default()
-    };
-    let c = heuristics::candidates(&og, &t, &policy)?;
-    let (plans, _) = Plan::build_all(&og, &t, &policy)?;
-    Ok(Counts {
-        engines: og.engine_count()?,
-        configs: c.len(),
-        plans: plans.len(),
-        engine: plans.first().and_then(|p| p.engine()),
-        workspace: plans.first().map(|p| p.workspace_size()),
-    })
-}
-
-fn fwd(cfg: &SdpaConfig) -> Result<(Graph, SdpaForward), Error> {
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let f = g.sdpa_forward(q, k, v, cfg)?;
-    g.rename(f.o, "o")?;
-    Ok((g, f))
-}
-
-fn bwd(cfg: &SdpaConfig) -> Result<(Graph, SdpaBackward), Error> {
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let o = g.input("o", cfg.o_spec()?)?;
-    let d_o = g.input("do", cfg.o_spec()?)?;
-    let st = g.input("stats", cfg.stats_spec()?)?;
-    let b = g.sdpa_backward(q, k, v, o, d_o, st, cfg)?;
-    g.rename(b.dq, "dq")?;
-    Ok((g, b))
-}
-
-fn loaded() -> (u32, u32, u32) {
-    cudnn::sys::cudnn::load()
-        .ok()
-        .and_then(|a| a.info().version)
-        .map(|v| (v.major, v.minor, v.patch))
-        .unwrap_or((0, 0, 0))
-}
-
-/// A typed refusal that names an option of the config or a version.
-fn names_option(e: &Error) -> bool {
-    let s = e.to_string();
-    matches!(e, Error::Unsupported { .. } | Error::InvalidArgument { .. })
-        && (s.contains("SdpaConfig") || s.contains("cuDNN") || s.contains("attention"))
-}
 
 fn base() -> SdpaConfig {
     SdpaConfig::new(2, 8, 256, 64, DType::BF16)
@@ -568,11 +506,7 @@ fn property_random() -> TestResult {
         Cell::new(0),
     ];
     let bump = |i: usize| tally[i].set(tally[i].get() + 1);
-    let mut runner = TestRunner::new(PtConfig {
-        cases: 128,
-        failure_persistence: None,
-        ..PtConfig::default()
-    });
+    let mut runner = crate::support::prop_runner(128);
     let strat = (
         (
             1i64..3,

@@ -15,33 +15,15 @@ use crate::support::graph_plans;
 
 use std::sync::Arc;
 
+use crate::support::sdpa_plans::loaded;
 use cudnn::Error;
 use cudnn::graph::*;
 use graph_plans::raw_plan_finalize;
 use serde_json::Value;
 use support::*;
 
-fn loaded() -> (u32, u32, u32) {
-    cudnn::sys::cudnn::load()
-        .ok()
-        .and_then(|a| a.info().version)
-        .map(|v| (v.major, v.minor, v.patch))
-        .unwrap_or((0, 0, 0))
-}
-
 fn bwd_graph(cfg: &SdpaConfig) -> Result<Graph, Error> {
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let o = g.input("o", cfg.o_spec()?)?;
-    let d_o = g.input("do", cfg.o_spec()?)?;
-    let st = g.input("stats", cfg.stats_spec()?)?;
-    let b = g.sdpa_backward(q, k, v, o, d_o, st, cfg)?;
-    g.rename(b.dq, "dq")?;
-    g.rename(b.dk, "dk")?;
-    g.rename(b.dv, "dv")?;
-    Ok(g)
+    Ok(support::norm_attention_graphs::sdpa_bwd(cfg)?.0)
 }
 
 fn base(dt: DType) -> SdpaConfig {

@@ -9,40 +9,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 use crate::support;
+use crate::support::sdpa_plans::{bwd_graph as backward, fwd_graph as forward, loaded};
 use cudnn::Error;
 use cudnn::graph::*;
 use support::*;
-
-fn loaded() -> (u32, u32, u32) {
-    cudnn::sys::cudnn::load()
-        .ok()
-        .and_then(|a| a.info().version)
-        .map(|v| (v.major, v.minor, v.patch))
-        .unwrap_or((0, 0, 0))
-}
-
-fn forward(cfg: &SdpaConfig) -> Result<Graph, Error> {
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let f = g.sdpa_forward(q, k, v, cfg)?;
-    g.rename(f.o, "o")?;
-    Ok(g)
-}
-
-fn backward(cfg: &SdpaConfig) -> Result<Graph, Error> {
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let o = g.input("o", cfg.o_spec()?)?;
-    let d_o = g.input("do", cfg.o_spec()?)?;
-    let st = g.input("stats", cfg.stats_spec()?)?;
-    let b = g.sdpa_backward(q, k, v, o, d_o, st, cfg)?;
-    g.rename(b.dq, "dq")?;
-    Ok(g)
-}
 
 fn plan(g: &Graph, target: &str) -> Result<(Option<i64>, usize), Error> {
     let og = g.build()?;

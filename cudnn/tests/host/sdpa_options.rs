@@ -15,64 +15,15 @@
 // `ensure!(err <= tol)` must fail for NaN: a negated partial comparison on purpose.
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 use crate::support;
+use crate::support::sdpa_plans::{
+    bwd_graph as bwd, counts, fwd_graph as fwd, loaded, names_option,
+};
 use cudnn::Error;
 use cudnn::graph::*;
 use proptest::prelude::*;
-use proptest::test_runner::{Config as PtConfig, TestRunner};
 use support::*;
 
 const TARGETS: [&str; 4] = ["h200", "h100", "a100", "b200"];
-
-/// A planned graph: engines cuDNN has, configs the heuristics offer, plans
-/// that finalize (at most `max` tried), the first plan's engine and workspace.
-struct Counts {
-    engines: i64,
-    configs: usize,
-    plans: usize,
-    engine: Option<i64>,
-    workspace: Option<usize>,
-}
-
-fn counts(g: &Graph, target: &str, max: usize) -> Result<Counts, Error> {
-    let og = g.build()?;
-    let t = Target::preset(target)?;
-    let policy = Policy {
-        max_attempts: max,
-        ..Policy::default()
-    };
-    let c = heuristics::candidates(&og, &t, &policy)?;
-    let (plans, _) = Plan::build_all(&og, &t, &policy)?;
-    Ok(Counts {
-        engines: og.engine_count()?,
-        configs: c.len(),
-        plans: plans.len(),
-        engine: plans.first().and_then(|p| p.engine()),
-        workspace: plans.first().map(|p| p.workspace_size()),
-    })
-}
-
-fn fwd(cfg: &SdpaConfig) -> Result<Graph, Error> {
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let f = g.sdpa_forward(q, k, v, cfg)?;
-    g.rename(f.o, "o")?;
-    Ok(g)
-}
-
-fn bwd(cfg: &SdpaConfig) -> Result<Graph, Error> {
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let o = g.input("o", cfg.o_spec()?)?;
-    let d_o = g.input("do", cfg.o_spec()?)?;
-    let st = g.input("stats", cfg.stats_spec()?)?;
-    let b = g.sdpa_backward(q, k, v, o, d_o, st, cfg)?;
-    g.rename(b.dq, "dq")?;
-    Ok(g)
-}
 
 /// One decode step against a paged cache (Llama-style GQA 32:8, d 128).
 fn paged_decode() -> SdpaConfig {
@@ -183,21 +134,6 @@ fn band_cases() -> Vec<(&'static str, bool, SdpaConfig)> {
                 .padding(true),
         ),
     ]
-}
-
-fn loaded() -> (u32, u32, u32) {
-    cudnn::sys::cudnn::load()
-        .ok()
-        .and_then(|a| a.info().version)
-        .map(|v| (v.major, v.minor, v.patch))
-        .unwrap_or((0, 0, 0))
-}
-
-/// A typed refusal that names an option of the config or a version.
-fn names_option(e: &Error) -> bool {
-    let s = e.to_string();
-    matches!(e, Error::Unsupported { .. } | Error::InvalidArgument { .. })
-        && (s.contains("SdpaConfig") || s.contains("cuDNN") || s.contains("attention"))
 }
 
 fn plan_per_target() -> TestResult {
@@ -420,11 +356,7 @@ fn version_rules() -> TestResult {
 /// typed and names the option (or the shape / version) it refuses.
 fn property_random_options() -> TestResult {
     let v = loaded();
-    let mut runner = TestRunner::new(PtConfig {
-        cases: 96,
-        failure_persistence: None,
-        ..PtConfig::default()
-    });
+    let mut runner = crate::support::prop_runner(96);
     let strat = (
         (
             1i64..3,
@@ -780,11 +712,7 @@ fn reference_paged_gather() -> TestResult {
 /// `paged_gather` on random and adversarial geometry: never panics, every
 /// refusal a typed error, and a successful gather has the promised length.
 fn property_paged_gather() -> TestResult {
-    let mut runner = TestRunner::new(PtConfig {
-        cases: 512,
-        failure_persistence: None,
-        ..PtConfig::default()
-    });
+    let mut runner = crate::support::prop_runner(512);
     let strat = (
         (0usize..5, 0usize..3, 0usize..5, 0usize..4),
         (0usize..4, 0usize..4, 0usize..12),
@@ -962,11 +890,7 @@ fn property_page_table_binding() -> TestResult {
         names.iter().filter(|n| n.1).count() == 2,
         "two page tables in {names:?}"
     );
-    let mut runner = TestRunner::new(PtConfig {
-        cases: 256,
-        failure_persistence: None,
-        ..PtConfig::default()
-    });
+    let mut runner = crate::support::prop_runner(256);
     let pool = names.clone();
     runner
         .run(

@@ -10,51 +10,14 @@
 //! plan reloaded from its JSON or its plan file.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 use crate::support;
+use crate::support::sdpa_plans::{bwd_parts as bwd, fwd_parts as fwd, loaded, names_option};
 use cudnn::Error;
 use cudnn::graph::*;
 use cudnn::runtime::DeviceSlice;
 use proptest::prelude::*;
-use proptest::test_runner::{Config as PtConfig, TestRunner};
 use support::*;
 
 const TARGETS: [&str; 4] = ["h200", "h100", "a100", "b200"];
-
-fn fwd(cfg: &SdpaConfig) -> Result<(Graph, SdpaForward), Error> {
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let f = g.sdpa_forward(q, k, v, cfg)?;
-    g.rename(f.o, "o")?;
-    Ok((g, f))
-}
-
-fn bwd(cfg: &SdpaConfig) -> Result<(Graph, SdpaBackward), Error> {
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let o = g.input("o", cfg.o_spec()?)?;
-    let d_o = g.input("do", cfg.o_spec()?)?;
-    let st = g.input("stats", cfg.stats_spec()?)?;
-    let b = g.sdpa_backward(q, k, v, o, d_o, st, cfg)?;
-    g.rename(b.dq, "dq")?;
-    Ok((g, b))
-}
-
-fn loaded() -> (u32, u32, u32) {
-    cudnn::sys::cudnn::load()
-        .ok()
-        .and_then(|a| a.info().version)
-        .map(|v| (v.major, v.minor, v.patch))
-        .unwrap_or((0, 0, 0))
-}
-
-fn names_option(e: &Error) -> bool {
-    let s = e.to_string();
-    matches!(e, Error::Unsupported { .. } | Error::InvalidArgument { .. })
-        && (s.contains("SdpaConfig") || s.contains("cuDNN") || s.contains("attention"))
-}
 
 /// (name, backward, config).
 fn cases() -> Vec<(&'static str, bool, SdpaConfig)> {
@@ -295,11 +258,7 @@ fn offsets_hand_cases() -> TestResult {
 /// the token's elements, and the last sequence ends inside the `[B, H, S,
 /// D]` span; bad lengths are typed refusals; never a panic.
 fn offsets_random() -> TestResult {
-    let mut runner = TestRunner::new(PtConfig {
-        cases: 256,
-        failure_persistence: None,
-        ..PtConfig::default()
-    });
+    let mut runner = crate::support::prop_runner(256);
     let strat = (
         1i64..6,
         prop_oneof![Just(1i64), Just(2), Just(4), Just(i64::MAX)],
@@ -457,20 +416,7 @@ fn plan_json_keeps_offsets() -> TestResult {
     // agreeing): cuDNN would read offsets past the bound buffer. Refused.
     let short_uid = io.ragged_offsets[0];
     let mut v: serde_json::Value = serde_json::from_str(&json)?;
-    fn shrink(v: &mut serde_json::Value, uid: &str) {
-        match v {
-            serde_json::Value::Object(m) => {
-                if m.get("name").and_then(|n| n.as_str()) == Some(uid) {
-                    m.insert("dim".into(), serde_json::json!([1, 1, 1, 1]));
-                    m.insert("stride".into(), serde_json::json!([1, 1, 1, 1]));
-                }
-                m.values_mut().for_each(|x| shrink(x, uid));
-            }
-            serde_json::Value::Array(a) => a.iter_mut().for_each(|x| shrink(x, uid)),
-            _ => {}
-        }
-    }
-    shrink(&mut v, &short_uid.to_string());
+    support::sdpa_plans::shrink_tensor(&mut v, &short_uid.to_string());
     let short_json = serde_json::to_string(&v)?;
     ensure!(
         short_json != json,
@@ -683,11 +629,7 @@ fn check_offsets_binding(plan: &Plan, what: &str, extents: &[i64], tables: usize
 /// `input`; every refusal typed, never a panic.
 fn binding_random(plan: &Plan) -> TestResult {
     let io = plan.io().clone();
-    let mut runner = TestRunner::new(PtConfig {
-        cases: 128,
-        failure_persistence: None,
-        ..PtConfig::default()
-    });
+    let mut runner = crate::support::prop_runner(128);
     let n = io.tensors.len();
     runner
         .run(&(0..n + 1, 0usize..64, any::<bool>()), |(i, len, safe)| {
@@ -769,21 +711,8 @@ fn paged_only_q_o() -> TestResult {
 /// The ragged forward (or backward) of `cfg` with Q (and, in the backward,
 /// O and dO) given `q_strides`.
 fn strided(cfg: &SdpaConfig, backward: bool, q_strides: &[i64]) -> Result<(), Error> {
-    let mut g = Graph::new();
-    let q = g.input(
-        "q",
-        TensorSpec::new(cfg.dtype, cfg.q_spec()?.dims(), q_strides)?,
-    )?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    if backward {
-        let o = g.input("o", cfg.o_spec()?)?;
-        let d_o = g.input("do", cfg.o_spec()?)?;
-        let st = g.input("stats", cfg.stats_spec()?)?;
-        g.sdpa_backward(q, k, v, o, d_o, st, cfg)?;
-    } else {
-        g.sdpa_forward(q, k, v, cfg)?;
-    }
+    let q = TensorSpec::new(cfg.dtype, cfg.q_spec()?.dims(), q_strides)?;
+    support::sdpa_plans::graph_with_q(cfg, backward, q)?;
     Ok(())
 }
 
@@ -866,11 +795,7 @@ fn ragged_strides_must_be_packed() -> TestResult {
 /// `ragged_offsets` addresses (for lengths up to S) lies inside Q's span
 /// as its strides give it.
 fn ragged_strides_random() -> TestResult {
-    let mut runner = TestRunner::new(PtConfig {
-        cases: 128,
-        failure_persistence: None,
-        ..PtConfig::default()
-    });
+    let mut runner = crate::support::prop_runner(128);
     let strat = (
         (1i64..4, 1i64..4, 1i64..9, 1i64..5),
         proptest::collection::vec(0usize..4, 4),

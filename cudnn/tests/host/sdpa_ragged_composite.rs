@@ -6,24 +6,12 @@
 //! its matmuls read. Checked on cuDNN's own plan JSON, by tensor UID.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 use crate::support;
+use crate::support::sdpa_plans::bwd_graph as bwd;
 use cudnn::Error;
 use cudnn::graph::*;
 use serde_json::Value;
 use std::collections::HashMap;
 use support::*;
-
-fn bwd(cfg: &SdpaConfig) -> Result<Graph, Error> {
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let o = g.input("o", cfg.o_spec()?)?;
-    let d_o = g.input("do", cfg.o_spec()?)?;
-    let st = g.input("stats", cfg.stats_spec()?)?;
-    let b = g.sdpa_backward(q, k, v, o, d_o, st, cfg)?;
-    g.rename(b.dq, "dq")?;
-    Ok(g)
-}
 
 /// The graph's tensor list: uid -> its ragged offsets' uid.
 fn offsets_by_uid(json: &Value) -> Result<HashMap<String, Option<String>>, String> {

@@ -18,7 +18,6 @@ use cudnn::Error;
 use cudnn::graph::*;
 use cudnn::runtime::{DeviceBuffer, DeviceSlice};
 use proptest::prelude::*;
-use proptest::test_runner::{Config as PtConfig, TestRunner};
 use support::*;
 
 const BATCH: i64 = 2;
@@ -248,11 +247,7 @@ fn lengths_need_checked_binding() -> TestResult {
 /// the batch's count and within the extent (`input_seq_lengths` of an empty
 /// buffer: always a typed refusal).
 fn property_seq_lengths() -> TestResult {
-    let mut runner = TestRunner::new(PtConfig {
-        cases: 512,
-        failure_persistence: None,
-        ..PtConfig::default()
-    });
+    let mut runner = crate::support::prop_runner(512);
     runner
         .run(
             &(
@@ -293,11 +288,7 @@ fn property_seq_lengths() -> TestResult {
             ..Policy::default()
         },
     )?;
-    let mut runner = TestRunner::new(PtConfig {
-        cases: 256,
-        failure_persistence: None,
-        ..PtConfig::default()
-    });
+    let mut runner = crate::support::prop_runner(256);
     runner
         .run(
             &(
@@ -390,20 +381,7 @@ fn lengths_cover_the_batch() -> TestResult {
     // The unmodified JSON loads (else the refusal below proves nothing).
     trusted(&json, plan.io().clone())?;
     let mut v: serde_json::Value = serde_json::from_str(&json)?;
-    fn shrink(v: &mut serde_json::Value, uid: &str) {
-        match v {
-            serde_json::Value::Object(m) => {
-                if m.get("name").and_then(|n| n.as_str()) == Some(uid) {
-                    m.insert("dim".into(), serde_json::json!([1, 1, 1, 1]));
-                    m.insert("stride".into(), serde_json::json!([1, 1, 1, 1]));
-                }
-                m.values_mut().for_each(|x| shrink(x, uid));
-            }
-            serde_json::Value::Array(a) => a.iter_mut().for_each(|x| shrink(x, uid)),
-            _ => {}
-        }
-    }
-    shrink(&mut v, &uid.to_string());
+    support::sdpa_plans::shrink_tensor(&mut v, &uid.to_string());
     let short = serde_json::to_string(&v)?;
     ensure!(short != json, "the length tensor was found in the JSON");
     let mut io = plan.io().clone();

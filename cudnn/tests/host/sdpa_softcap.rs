@@ -13,84 +13,20 @@
 // `ensure!(err <= tol)` must fail for NaN: a negated partial comparison on purpose.
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 use crate::support;
+use crate::support::sdpa_plans::{
+    bwd_graph as bwd, counts, fwd_graph as fwd, loaded, names_option,
+};
 use cudnn::Error;
 use cudnn::graph::*;
 use proptest::prelude::*;
-use proptest::test_runner::{Config as PtConfig, TestRunner};
 use support::*;
 
 const TARGETS: [&str; 5] = ["h200", "h100", "b200", "a100", "l4"];
-
-/// A planned graph: engines cuDNN has, configs the heuristics offer, plans
-/// that finalize (at most `max` tried), the first plan's engine and workspace.
-struct Counts {
-    engines: i64,
-    configs: usize,
-    plans: usize,
-    engine: Option<i64>,
-    workspace: Option<usize>,
-}
-
-fn counts(g: &Graph, target: &str, max: usize) -> Result<Counts, Error> {
-    let og = g.build()?;
-    let t = Target::preset(target)?;
-    let policy = Policy {
-        max_attempts: max,
-        ..Policy::default()
-    };
-    let c = heuristics::candidates(&og, &t, &policy)?;
-    let (plans, _) = Plan::build_all(&og, &t, &policy)?;
-    Ok(Counts {
-        engines: og.engine_count()?,
-        configs: c.len(),
-        plans: plans.len(),
-        engine: plans.first().and_then(|p| p.engine()),
-        workspace: plans.first().map(|p| p.workspace_size()),
-    })
-}
-
-fn fwd(cfg: &SdpaConfig) -> Result<Graph, Error> {
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let f = g.sdpa_forward(q, k, v, cfg)?;
-    g.rename(f.o, "o")?;
-    Ok(g)
-}
-
-fn bwd(cfg: &SdpaConfig) -> Result<Graph, Error> {
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let o = g.input("o", cfg.o_spec()?)?;
-    let d_o = g.input("do", cfg.o_spec()?)?;
-    let st = g.input("stats", cfg.stats_spec()?)?;
-    let b = g.sdpa_backward(q, k, v, o, d_o, st, cfg)?;
-    g.rename(b.dq, "dq")?;
-    Ok(g)
-}
-
-fn loaded() -> (u32, u32, u32) {
-    cudnn::sys::cudnn::load()
-        .ok()
-        .and_then(|a| a.info().version)
-        .map(|v| (v.major, v.minor, v.patch))
-        .unwrap_or((0, 0, 0))
-}
 
 /// A typed refusal (Unsupported / InvalidArgument) whose text names `what`.
 fn refuses_naming(e: &Error, what: &str) -> bool {
     matches!(e, Error::Unsupported { .. } | Error::InvalidArgument { .. })
         && e.to_string().contains(what)
-}
-
-/// A typed refusal that names an option of the config or a version.
-fn names_option(e: &Error) -> bool {
-    let s = e.to_string();
-    matches!(e, Error::Unsupported { .. } | Error::InvalidArgument { .. })
-        && (s.contains("SdpaConfig") || s.contains("cuDNN") || s.contains("attention"))
 }
 
 /// Gemma 2's cap for attention logits.
@@ -400,11 +336,7 @@ fn rules() -> TestResult {
 /// `softcap`), the builder agreeing with `resolve`, bounded time.
 fn property_softcap_combinations() -> TestResult {
     let v = loaded();
-    let mut runner = TestRunner::new(PtConfig {
-        cases: 128,
-        failure_persistence: None,
-        ..PtConfig::default()
-    });
+    let mut runner = crate::support::prop_runner(128);
     let strat = (
         (
             1i64..3,

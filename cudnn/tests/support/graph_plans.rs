@@ -75,28 +75,12 @@ pub fn sdpa_config() -> SdpaConfig {
 /// SDPA forward (native where the loaded cuDNN has it), or the composite
 /// backward (scratch tensors in the workspace).
 pub fn sdpa(backward: bool) -> Result<Graph> {
-    let mut g = Graph::new();
     if backward {
         let cfg = sdpa_config().implementation(SdpaImpl::Composite);
-        let q = g.input("q", cfg.q_spec()?)?;
-        let k = g.input("k", cfg.k_spec()?)?;
-        let v = g.input("v", cfg.v_spec()?)?;
-        let o = g.input("o", cfg.o_spec()?)?;
-        let d_o = g.input("do", cfg.o_spec()?)?;
-        let st = g.input("stats", cfg.stats_spec()?)?;
-        let b = g.sdpa_backward(q, k, v, o, d_o, st, &cfg)?;
-        g.rename(b.dq, "dq")?;
-        g.rename(b.dk, "dk")?;
-        g.rename(b.dv, "dv")?;
+        Ok(crate::support::norm_attention_graphs::sdpa_bwd(&cfg)?.0)
     } else {
-        let cfg = sdpa_config();
-        let q = g.input("q", cfg.q_spec()?)?;
-        let k = g.input("k", cfg.k_spec()?)?;
-        let v = g.input("v", cfg.v_spec()?)?;
-        let f = g.sdpa_forward(q, k, v, &cfg)?;
-        g.rename(f.o, "o")?;
+        crate::support::sdpa_plans::fwd_graph(&sdpa_config())
     }
-    Ok(g)
 }
 
 /// A decode step against a paged KV cache (composite; 1,024 keys in pages of
@@ -108,13 +92,7 @@ pub fn sdpa_paged() -> Result<Graph> {
         .causal_bottom_right()
         .paged(64, 80)
         .implementation(SdpaImpl::Composite);
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let f = g.sdpa_forward(q, k, v, &cfg)?;
-    g.rename(f.o, "o")?;
-    Ok(g)
+    crate::support::sdpa_plans::fwd_graph(&cfg)
 }
 
 /// The plan file of every family for `target` (families the loaded cuDNN

@@ -12,10 +12,12 @@
 pub mod fp8_graphs;
 pub mod fuzz_child;
 pub mod gpu_data;
+pub mod gpu_sdpa;
 pub mod graph_plans;
 pub mod norm_attention_graphs;
 #[cfg(feature = "nccl")]
 pub mod rendezvous;
+pub mod sdpa_plans;
 
 use std::sync::Mutex;
 
@@ -262,3 +264,170 @@ macro_rules! ensure {
         }
     };
 }
+
+/// Without feature `nccl`: the module's one visibly ignored trial
+/// (`trial`), the reason on stderr naming `what`.
+pub fn nccl_missing(what: &str, trial_name: &str) {
+    eprintln!("skipped: {what}: cudnn was built without feature `nccl`");
+    run(vec![trial(trial_name, || Ok(())).with_ignored_flag(true)]);
+}
+
+/// The `main` of a module that needs feature `nccl`: without it, one visibly
+/// ignored trial ([`nccl_missing`]); with it, `imp::main()`. `skip` writes
+/// only the first, for a module with its own `main` under `nccl`.
+#[macro_export]
+macro_rules! nccl_main {
+    (skip $what:literal, $trial:literal) => {
+        #[cfg(not(feature = "nccl"))]
+        pub fn main() {
+            $crate::support::nccl_missing($what, $trial);
+        }
+    };
+    ($what:literal, $trial:literal) => {
+        $crate::nccl_main!(skip $what, $trial);
+
+        #[cfg(feature = "nccl")]
+        pub fn main() {
+            imp::main()
+        }
+    };
+}
+
+/// The fuzz seed: `PROPTEST_RNG_SEED` where set to a number, else `default`.
+pub fn fuzz_seed(default: u64) -> u64 {
+    std::env::var("PROPTEST_RNG_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The `CUDNN_RS_FUZZ_CASES` multiplier of every fuzz family's case count
+/// (1 when unset or not a number, at least 1).
+pub fn fuzz_scale() -> usize {
+    std::env::var("CUDNN_RS_FUZZ_CASES")
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// `n` cases times [`fuzz_scale`] (saturating).
+pub fn fuzz_cases(n: u32) -> u32 {
+    n.saturating_mul(u32::try_from(fuzz_scale()).unwrap_or(u32::MAX))
+}
+
+/// One SplitMix64 step (public-domain constants): reproducible random
+/// numbers without a dependency.
+pub fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// `got` has as many values as `want`.
+pub fn same_len<T>(what: &str, got: &[T], want: &[T]) -> TestResult {
+    ensure!(
+        got.len() == want.len(),
+        "{what}: length {} vs {}",
+        got.len(),
+        want.len()
+    );
+    Ok(())
+}
+
+/// Element-wise `|got - want| <= tol * max(1, |want|)`, naming the first
+/// element that is not; NaN never passes.
+pub fn close_each(what: &str, got: &[f64], want: &[f64], tol: f64) -> TestResult {
+    same_len(what, got, want)?;
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let ok = (g - w).abs() <= tol * w.abs().max(1.0);
+        ensure!(ok, "{what}[{i}]: got {g}, want {w} (tol {tol})");
+    }
+    Ok(())
+}
+
+/// A proptest runner for `cases` cases with no failure persistence (the
+/// default seed and settings otherwise).
+pub fn prop_runner(cases: u32) -> proptest::test_runner::TestRunner {
+    proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+        cases,
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    })
+}
+
+/// Whether to skip a test that asserts the no-device behaviour (a device is
+/// present); says so on stderr.
+pub fn skip_if_gpu(what: &str) -> bool {
+    if has_gpu() {
+        eprintln!(
+            "skipped: {what}: a CUDA device is present (this asserts the no-device behaviour)"
+        );
+        return true;
+    }
+    false
+}
+
+/// `n` deterministic values in `[-1, 1]` from a 64-bit LCG seeded with
+/// `seed` (the high 31 bits of each state).
+pub fn lcg_values(n: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 33) as f64 / (1u64 << 31) as f64) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// A tier binary's modules and `main`: declares each module of `mods` (a
+/// file of the tier's folder) and of `cudarc` (one that needs feature
+/// `cudarc`: without it, a stub whose one ignored trial says so), and a
+/// `main` that runs them all through [`run_modules`], a process started
+/// with one of the `children` variables set running only its module.
+#[macro_export]
+macro_rules! tier_main {
+    (
+        mods: [$($m:ident),* $(,)?],
+        cudarc: [$($c:ident),* $(,)?],
+        children: [$(($var:expr, $owner:literal)),* $(,)?] $(,)?
+    ) => {
+        $(mod $m;)*
+        $(
+            #[cfg(feature = "cudarc")]
+            mod $c;
+            #[cfg(not(feature = "cudarc"))]
+            mod $c {
+                pub fn main() {
+                    $crate::support::skipped("cudarc", "cudnn was built without feature `cudarc`");
+                }
+            }
+        )*
+
+        fn main() {
+            let modules: &[$crate::support::Module] =
+                &[$((stringify!($m), $m::main),)* $((stringify!($c), $c::main),)*];
+            // The variables that start a process as one module's child (it
+            // runs only that module).
+            let children: &[(&str, &'static str)] = &[$(($var, $owner)),*];
+            $crate::support::run_modules(modules, children)
+        }
+    };
+}
+
+/// Every activation mode, the parametrised ones with a value each.
+pub const ACTIVATION_MODES: [cudnn::dnn::ActivationMode; 7] = [
+    cudnn::dnn::ActivationMode::Relu,
+    cudnn::dnn::ActivationMode::Sigmoid,
+    cudnn::dnn::ActivationMode::Tanh,
+    cudnn::dnn::ActivationMode::ClippedRelu { ceiling: 2.0 },
+    cudnn::dnn::ActivationMode::Elu { alpha: 0.7 },
+    cudnn::dnn::ActivationMode::Swish { beta: 1.5 },
+    cudnn::dnn::ActivationMode::Identity,
+];

@@ -184,29 +184,20 @@ pub fn norm_cases() -> Vec<(&'static str, Builder)> {
 
 // ---- attention graphs ----
 
+/// [`fwd_parts`](crate::support::sdpa_plans::fwd_parts) with the statistics
+/// (where training saves them) named `stats`.
 pub fn sdpa_fwd(cfg: &SdpaConfig) -> Result<(Graph, SdpaForward), Error> {
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let f = g.sdpa_forward(q, k, v, cfg)?;
-    g.rename(f.o, "o")?;
+    let (mut g, f) = crate::support::sdpa_plans::fwd_parts(cfg)?;
     if let Some(s) = f.stats {
         g.rename(s, "stats")?;
     }
     Ok((g, f))
 }
 
+/// [`bwd_parts`](crate::support::sdpa_plans::bwd_parts) with `dk` and
+/// `dv` named too.
 pub fn sdpa_bwd(cfg: &SdpaConfig) -> Result<(Graph, SdpaBackward), Error> {
-    let mut g = Graph::new();
-    let q = g.input("q", cfg.q_spec()?)?;
-    let k = g.input("k", cfg.k_spec()?)?;
-    let v = g.input("v", cfg.v_spec()?)?;
-    let o = g.input("o", cfg.o_spec()?)?;
-    let d_o = g.input("do", cfg.o_spec()?)?;
-    let st = g.input("stats", cfg.stats_spec()?)?;
-    let b = g.sdpa_backward(q, k, v, o, d_o, st, cfg)?;
-    g.rename(b.dq, "dq")?;
+    let (mut g, b) = crate::support::sdpa_plans::bwd_parts(cfg)?;
     g.rename(b.dk, "dk")?;
     g.rename(b.dv, "dv")?;
     Ok((g, b))

@@ -89,3 +89,56 @@ pub fn rank_thread(
         )
     })
 }
+
+/// A host-tier test that needs NCCL (no device). Skipped visibly without
+/// it, a failure when `CUDNN_RS_REQUIRE_LIBS=1`.
+pub fn nccl_host(
+    name: &str,
+    f: impl FnOnce() -> TestResult + Send + 'static,
+) -> libtest_mimic::Trial {
+    let name = format!("host::{name}");
+    match cudnn::sys::nccl::load().err().map(|e| e.to_string()) {
+        None => crate::support::trial(name, f),
+        Some(why) if std::env::var("CUDNN_RS_REQUIRE_LIBS").is_ok_and(|v| v == "1") => {
+            crate::support::trial(name, move || {
+                Err(format!("CUDNN_RS_REQUIRE_LIBS=1 but: {why}").into())
+            })
+        }
+        Some(why) => {
+            eprintln!(
+                "skipped: {name}: {}",
+                why.lines().next().unwrap_or_default()
+            );
+            crate::support::trial(name, f).with_ignored_flag(true)
+        }
+    }
+}
+
+/// The argument an `InvalidArgument` names (a marker for any other error).
+pub fn arg_of(e: &cudnn::Error) -> String {
+    match e {
+        cudnn::Error::InvalidArgument { arg, .. } => arg.clone(),
+        other => format!("<not InvalidArgument: {other}>"),
+    }
+}
+
+/// A variable lookup over `list` (what `LaunchEnv` reads from the process
+/// environment otherwise).
+pub fn vars(list: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let list: Vec<(String, String)> = list
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    move |name| list.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+}
+
+/// `nccl::group`'s refusal of a group nested in another.
+pub fn nested_group(e: &cudnn::Error) -> bool {
+    matches!(
+        e,
+        cudnn::Error::InGroup {
+            call: "nccl::group",
+            ..
+        }
+    )
+}

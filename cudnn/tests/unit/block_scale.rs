@@ -394,10 +394,7 @@ fn rejects() -> R {
 /// every value round-trips within half a step of its format at its
 /// magnitude, and random adversarial inputs never panic.
 fn fuzz() -> R {
-    let seed = std::env::var("PROPTEST_RNG_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x0b5_25b);
+    let seed = crate::support::fuzz_seed(0x0b5_25b);
     let mut runner = TestRunner::new(Config {
         cases: 2_000,
         failure_persistence: None,

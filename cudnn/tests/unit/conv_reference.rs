@@ -24,11 +24,7 @@ struct Rng(u64);
 
 impl Rng {
     fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        crate::support::splitmix64(&mut self.0)
     }
     /// Uniform in [-1, 1).
     fn uniform(&mut self) -> f64 {
@@ -67,12 +63,7 @@ fn same(what: &str, got: &[f64], want: &[f64]) -> TestResult {
 }
 
 fn close(what: &str, got: &[f64], want: &[f64], tol: f64) -> TestResult {
-    ensure!(
-        got.len() == want.len(),
-        "{what}: length {} vs {}",
-        got.len(),
-        want.len()
-    );
+    same_len(what, got, want)?;
     let scale = norm(want).max(1e-300);
     let diff: Vec<f64> = got.iter().zip(want).map(|(a, b)| a - b).collect();
     ensure!(
@@ -965,129 +956,59 @@ fn validation() -> TestResult {
     let f = |x: &[f64], xs: &[usize], w: &[f64], ws: &[usize], p: &ConvParams| {
         forward(x, xs, w, ws, p, CF)
     };
-    expect_err(
-        "x too short",
-        f(&x[..7], &[1, 1, 8], &w, &[1, 1, 3], &p1),
-        "x buffer length",
-    )?;
-    expect_err(
-        "w too long",
-        f(&x, &[1, 1, 8], &[0.0; 4], &[1, 1, 3], &p1),
-        "w buffer length",
-    )?;
-    expect_err("rank 2", f(&x, &[1, 8], &w, &[1, 3], &p1), "x_shape")?;
-    expect_err(
-        "rank mismatch",
-        f(&x, &[1, 1, 8], &w, &[1, 1, 3, 1], &p1),
-        "w_shape rank",
-    )?;
-    expect_err(
-        "zero dim",
-        f(&[], &[1, 0, 8], &w, &[1, 1, 3], &p1),
-        "x_shape[1]",
-    )?;
-    expect_err(
-        "pad length",
-        f(&x, &[1, 1, 8], &w, &[1, 1, 3], &ConvParams::new(2)),
-        "pad length",
-    )?;
-    expect_err(
-        "stride 0",
-        f(
-            &x,
-            &[1, 1, 8],
-            &w,
-            &[1, 1, 3],
-            &p1.clone().with_stride(&[0]),
-        ),
-        "stride[0]",
-    )?;
-    expect_err(
-        "dilation 0",
-        f(
-            &x,
-            &[1, 1, 8],
-            &w,
-            &[1, 1, 3],
-            &p1.clone().with_dilation(&[0]),
-        ),
-        "dilation[0]",
-    )?;
-    expect_err(
-        "groups 0",
-        f(&x, &[1, 1, 8], &w, &[1, 1, 3], &p1.clone().with_groups(0)),
-        "groups",
-    )?;
-    expect_err(
-        "groups not dividing c",
-        f(
+    // (what, x, x_shape, w, w_shape, params, what the error names)
+    type Case<'a> = (
+        &'a str, &'a [f64], &'a [usize], &'a [f64], &'a [usize],
+        ConvParams,
+        &'a str,
+    );
+    let (x8, w3): (&[usize], &[usize]) = (&[1, 1, 8], &[1, 1, 3]);
+    let cases: [Case<'_>; 17] = [
+        ("x too short", &x[..7], x8, &w, w3, p1.clone(), "x buffer length"),
+        ("w too long", &x, &[1, 1, 8], &[0.0; 4], &[1, 1, 3], p1.clone(), "w buffer length"),
+        ("rank 2", &x, &[1, 8], &w, &[1, 3], p1.clone(), "x_shape"),
+        ("rank mismatch", &x, &[1, 1, 8], &w, &[1, 1, 3, 1], p1.clone(), "w_shape rank"),
+        ("zero dim", &[], &[1, 0, 8], &w, &[1, 1, 3], p1.clone(), "x_shape[1]"),
+        ("pad length", &x, x8, &w, w3, ConvParams::new(2), "pad length"),
+        ("stride 0", &x, x8, &w, w3, p1.clone().with_stride(&[0]), "stride[0]"),
+        ("dilation 0", &x, x8, &w, w3, p1.clone().with_dilation(&[0]), "dilation[0]"),
+        ("groups 0", &x, x8, &w, w3, p1.clone().with_groups(0), "groups"),
+        (
+            "groups not dividing c",
             &[0.0; 24],
             &[1, 3, 8],
             &[0.0; 6],
             &[2, 1, 3],
-            &p1.clone().with_groups(2),
+            p1.clone().with_groups(2),
+            "input channels",
         ),
-        "input channels",
-    )?;
-    expect_err(
-        "groups not dividing k",
-        f(
+        (
+            "groups not dividing k",
             &[0.0; 16],
             &[1, 2, 8],
             &[0.0; 9],
             &[3, 1, 3],
-            &p1.clone().with_groups(2),
+            p1.clone().with_groups(2),
+            "output channels",
         ),
-        "output channels",
-    )?;
-    expect_err(
-        "channel mismatch",
-        f(&[0.0; 16], &[1, 2, 8], &w, &[1, 1, 3], &p1),
-        "w_shape[1]",
-    )?;
-    expect_err(
-        "window too large",
-        f(&x[..2], &[1, 1, 2], &w, &[1, 1, 3], &p1),
-        "output is empty",
-    )?;
-    expect_err(
-        "dilated window too large",
-        f(
+        ("channel mismatch", &[0.0; 16], &[1, 2, 8], &w, &[1, 1, 3], p1.clone(), "w_shape[1]"),
+        ("window too large", &x[..2], &[1, 1, 2], &w, &[1, 1, 3], p1.clone(), "output is empty"),
+        (
+            "dilated window too large",
             &x[..4],
             &[1, 1, 4],
             &w,
             &[1, 1, 3],
-            &p1.clone().with_dilation(&[2]),
+            p1.clone().with_dilation(&[2]),
+            "output is empty",
         ),
-        "output is empty",
-    )?;
-    expect_err(
-        "huge pad",
-        f(
-            &x,
-            &[1, 1, 8],
-            &w,
-            &[1, 1, 3],
-            &p1.clone().with_pad(&[usize::MAX / 2]),
-        ),
-        "pad[0]",
-    )?;
-    expect_err(
-        "huge stride",
-        f(
-            &x,
-            &[1, 1, 8],
-            &w,
-            &[1, 1, 3],
-            &p1.clone().with_stride(&[usize::MAX]),
-        ),
-        "stride[0]",
-    )?;
-    expect_err(
-        "overflowing shape",
-        f(&x, &[usize::MAX, 4, 8], &w, &[1, 4, 3], &p1),
-        "element count",
-    )?;
+        ("huge pad", &x, x8, &w, w3, p1.clone().with_pad(&[usize::MAX / 2]), "pad[0]"),
+        ("huge stride", &x, x8, &w, w3, p1.clone().with_stride(&[usize::MAX]), "stride[0]"),
+        ("overflowing shape", &x, &[usize::MAX, 4, 8], &w, &[1, 4, 3], p1.clone(), "element count"),
+    ];
+    for (what, xb, xs, wb, ws, p, needle) in cases {
+        expect_err(what, f(xb, xs, wb, ws, &p), needle)?;
+    }
     // Backward: dy shape must be the forward output shape; lengths checked.
     let bd = |dy: &[f64], ds: &[usize]| backward_data(dy, ds, &w, &[1, 1, 3], &[1, 1, 8], &p1, CF);
     expect_err("bwd data dy shape", bd(&[0.0; 5], &[1, 1, 5]), "dy_shape")?;

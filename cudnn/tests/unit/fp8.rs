@@ -14,7 +14,6 @@ use cudnn::reference::gemm::{gemm, max_relative_error};
 use cudnn::reference::gemm_fp8::{Fp8Scales, OutputType, gemm_fp8, tolerance};
 use cudnn::{DataType, Error, F8E4M3, F8E5M2, Fp8Format, Fp8Saturation};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 use support::*;
 
 type R = Result<(), libtest_mimic::Failed>;
@@ -381,11 +380,7 @@ fn brute(x: f64, decode: impl Fn(u8) -> f64) -> u8 {
 }
 
 fn brute_force() -> R {
-    let mut runner = TestRunner::new(Config {
-        cases: 4000,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = crate::support::prop_runner(4000);
     // Mix of magnitudes across both ranges, and exact midpoints.
     let strat = (any::<bool>(), -18i32..17, 0u32..(1 << 20), any::<bool>());
     runner
@@ -737,11 +732,7 @@ fn ref_tolerance() -> R {
 /// Random shapes, layouts, formats, scales and epilogues: no panic, and
 /// every error is a typed argument error.
 fn ref_fuzz() -> R {
-    let mut runner = TestRunner::new(Config {
-        cases: 300,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = crate::support::prop_runner(300);
     let dims = (
         0usize..6,
         0usize..6,

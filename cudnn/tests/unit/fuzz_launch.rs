@@ -20,21 +20,7 @@
 //! the case counts (for a longer local run).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[cfg(not(feature = "nccl"))]
-use crate::support;
-
-#[cfg(not(feature = "nccl"))]
-pub fn main() {
-    eprintln!("skipped: unit/fuzz_launch: cudnn was built without feature `nccl`");
-    support::run(vec![
-        crate::support::trial("unit::fuzz_launch", || Ok(())).with_ignored_flag(true),
-    ]);
-}
-
-#[cfg(feature = "nccl")]
-pub fn main() {
-    imp::main()
-}
+crate::nccl_main!("unit/fuzz_launch", "unit::fuzz_launch");
 
 #[cfg(feature = "nccl")]
 mod tokens;
@@ -93,19 +79,11 @@ mod imp {
     }
 
     fn seed() -> u64 {
-        std::env::var("PROPTEST_RNG_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0x1a0c_4e11)
+        crate::support::fuzz_seed(0x1a0c_4e11)
     }
 
     fn cases(n: u32) -> u32 {
-        let k = std::env::var("CUDNN_RS_FUZZ_CASES")
-            .ok()
-            .and_then(|s| s.parse::<u32>().ok())
-            .unwrap_or(1)
-            .max(1);
-        n.saturating_mul(k)
+        crate::support::fuzz_cases(n)
     }
 
     fn config(n: u32) -> Config {

@@ -117,19 +117,11 @@ fn watchdog() {
 }
 
 fn seed() -> u64 {
-    std::env::var("PROPTEST_RNG_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0xf022_cd1e)
+    crate::support::fuzz_seed(0xf022_cd1e)
 }
 
 fn scale_cases(n: u32) -> u32 {
-    let k = std::env::var("CUDNN_RS_FUZZ_CASES")
-        .ok()
-        .and_then(|s| s.parse::<u32>().ok())
-        .unwrap_or(1)
-        .max(1);
-    n.saturating_mul(k)
+    crate::support::fuzz_cases(n)
 }
 
 fn config(cases: u32) -> Config {

@@ -70,11 +70,7 @@ struct Rng(u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        crate::support::splitmix64(&mut self.0)
     }
     fn below(&mut self, n: usize) -> usize {
         (self.next() % n.max(1) as u64) as usize
@@ -226,20 +222,12 @@ impl Tally {
 }
 
 fn seed(family: u64) -> Rng {
-    let s = std::env::var("PROPTEST_RNG_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x3105_d1a5);
+    let s = crate::support::fuzz_seed(0x3105_d1a5);
     Rng(s ^ family.wrapping_mul(0x9e37_79b9_7f4a_7c15))
 }
 
 fn cases(n: usize) -> usize {
-    let k = std::env::var("CUDNN_RS_FUZZ_CASES")
-        .ok()
-        .and_then(|s| s.parse::<usize>().ok())
-        .unwrap_or(1)
-        .max(1);
-    n.saturating_mul(k)
+    n.saturating_mul(crate::support::fuzz_scale())
 }
 
 fn dims4(r: &mut Rng) -> [usize; 4] {
@@ -902,9 +890,10 @@ fn cap_address_space() {
 /// children they start, must not run under it).
 pub const CAPPED_CHILD: &str = "CUDNN_RS_DIMS_CAPPED_CHILD";
 
-type Test = (&'static str, fn() -> TestResult);
+/// One capped test: its name and body.
+type Case = (&'static str, fn() -> TestResult);
 
-const TESTS: &[Test] = &[
+const TESTS: &[Case] = &[
     ("ragged_and_paged", ragged_and_paged),
     ("softmax_parts_and_dbias", softmax_parts_and_dbias),
     ("fp8_attention", fp8_attention),

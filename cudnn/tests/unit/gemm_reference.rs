@@ -61,18 +61,21 @@ fn load(v: &[f64], l: &Layout) -> Vec<f64> {
     out
 }
 
+/// `r::matmul` with alpha 1 and beta 0 (every epilogue case here): A, B
+/// and D with their layouts.
+fn mm(
+    (a, la): (&[f64], &Layout),
+    (b, lb): (&[f64], &Layout),
+    (d, ld): (&mut [f64], &Layout),
+    epilogue: Epilogue,
+    bias: Option<&[f64]>,
+    pre: Option<&[f64]>,
+) -> cudnn::Result<EpilogueOutput> {
+    r::matmul(1.0, a, la, b, lb, 0.0, d, ld, epilogue, bias, pre)
+}
+
 fn seq(n: usize, seed: u64) -> Vec<f64> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 33) as f64 / (1u64 << 31) as f64) * 2.0 - 1.0
-        })
-        .collect()
+    lcg_values(n, seed)
 }
 
 fn hand_2x2() -> R {
@@ -392,19 +395,7 @@ fn bias_direction() -> R {
     let ld = Layout::row_major(2, 3);
     ensure!(r::bias_len(Epilogue::Bias, &ld) == 3, "row-major bias len");
     let mut d = [f64::NAN; 6];
-    r::matmul(
-        1.0,
-        &id,
-        &la,
-        &b,
-        &lb,
-        0.0,
-        &mut d,
-        &ld,
-        Epilogue::Bias,
-        Some(&[10., 20., 30.]),
-        None,
-    )?;
+    mm((&id, &la), (&b, &lb), (&mut d, &ld), Epilogue::Bias, Some(&[10., 20., 30.]), None)?;
     ensure!(d == [11., 20., 30., 10., 21., 30.], "{d:?}");
     // Column-major D: one bias per row (2).
     let ld = Layout::col_major(2, 3);
@@ -412,35 +403,11 @@ fn bias_direction() -> R {
         r::bias_len(Epilogue::ReluBias, &ld) == 2,
         "col-major bias len"
     );
-    r::matmul(
-        1.0,
-        &id,
-        &la,
-        &b,
-        &lb,
-        0.0,
-        &mut d,
-        &ld,
-        Epilogue::ReluBias,
-        Some(&[-0.5, 5.]),
-        None,
-    )?;
+    mm((&id, &la), (&b, &lb), (&mut d, &ld), Epilogue::ReluBias, Some(&[-0.5, 5.]), None)?;
     ensure!(d == [0.5, 5., 0., 6., 0., 5.], "{d:?}");
     // GELU + bias = gelu(x + bias).
     let mut d = [0.0; 6];
-    r::matmul(
-        1.0,
-        &id,
-        &la,
-        &b,
-        &lb,
-        0.0,
-        &mut d,
-        &ld,
-        Epilogue::GeluTanhBias,
-        Some(&[0., -2.]),
-        None,
-    )?;
+    mm((&id, &la), (&b, &lb), (&mut d, &ld), Epilogue::GeluTanhBias, Some(&[0., -2.]), None)?;
     ensure!(
         d[0] == cudnn::reference::gelu::gelu_tanh(1.0)
             && d[1] == cudnn::reference::gelu::gelu_tanh(-2.0)
@@ -449,36 +416,12 @@ fn bias_direction() -> R {
     );
     // Missing or short bias is an error.
     ensure!(
-        r::matmul(
-            1.0,
-            &id,
-            &la,
-            &b,
-            &lb,
-            0.0,
-            &mut d,
-            &ld,
-            Epilogue::Bias,
-            None,
-            None
-        )
+        mm((&id, &la), (&b, &lb), (&mut d, &ld), Epilogue::Bias, None, None)
         .is_err(),
         "no bias"
     );
     ensure!(
-        r::matmul(
-            1.0,
-            &id,
-            &la,
-            &b,
-            &lb,
-            0.0,
-            &mut d,
-            &ld,
-            Epilogue::Bias,
-            Some(&[1.]),
-            None
-        )
+        mm((&id, &la), (&b, &lb), (&mut d, &ld), Epilogue::Bias, Some(&[1.]), None)
         .is_err(),
         "short bias"
     );
@@ -495,19 +438,7 @@ fn backward() -> R {
     let bias = seq(n, 12);
     // Forward with aux: the pre-activation is x + bias, D = gelu of it.
     let mut d = vec![0.0; m * n];
-    let out = r::matmul(
-        1.0,
-        &a,
-        &la,
-        &b,
-        &lb,
-        0.0,
-        &mut d,
-        &ld,
-        Epilogue::GeluTanhAuxBias,
-        Some(&bias),
-        None,
-    )?;
+    let out = mm((&a, &la), (&b, &lb), (&mut d, &ld), Epilogue::GeluTanhAuxBias, Some(&bias), None)?;
     let mut plain = vec![0.0; m * n];
     r::gemm(1.0, &a, &la, &b, &lb, 0.0, &mut plain, &ld)?;
     for i in 0..m * n {
@@ -521,36 +452,12 @@ fn backward() -> R {
         );
     }
     ensure!(out.bias_grad.is_empty(), "no gradient in forward");
-    let out_relu = r::matmul(
-        1.0,
-        &a,
-        &la,
-        &b,
-        &lb,
-        0.0,
-        &mut d,
-        &ld,
-        Epilogue::ReluAux,
-        None,
-        None,
-    )?;
+    let out_relu = mm((&a, &la), (&b, &lb), (&mut d, &ld), Epilogue::ReluAux, None, None)?;
     ensure!(out_relu.pre_activation == plain, "relu aux keeps the input");
     // Backward: D = x · act'(pre); bgrad = Σ over rows of row-major D (per column).
     let pre = out.pre_activation.clone();
     let mut g = vec![0.0; m * n];
-    let o = r::matmul(
-        1.0,
-        &a,
-        &la,
-        &b,
-        &lb,
-        0.0,
-        &mut g,
-        &ld,
-        Epilogue::DGeluTanhBgrad,
-        None,
-        Some(&pre),
-    )?;
+    let o = mm((&a, &la), (&b, &lb), (&mut g, &ld), Epilogue::DGeluTanhBgrad, None, Some(&pre))?;
     for i in 0..m * n {
         ensure!(
             (g[i] - plain[i] * cudnn::reference::gelu::gelu_tanh_grad(pre[i])).abs() < 1e-14,
@@ -563,19 +470,7 @@ fn backward() -> R {
         ensure!((o.bias_grad[j] - s).abs() < 1e-14, "bgrad {j}");
     }
     let mut g2 = vec![0.0; m * n];
-    let o2 = r::matmul(
-        1.0,
-        &a,
-        &la,
-        &b,
-        &lb,
-        0.0,
-        &mut g2,
-        &ld,
-        Epilogue::DRelu,
-        None,
-        Some(&pre),
-    )?;
+    let o2 = mm((&a, &la), (&b, &lb), (&mut g2, &ld), Epilogue::DRelu, None, Some(&pre))?;
     ensure!(o2 == EpilogueOutput::default(), "DRelu has no extra output");
     for i in 0..m * n {
         ensure!(
@@ -584,19 +479,7 @@ fn backward() -> R {
         );
     }
     ensure!(
-        r::matmul(
-            1.0,
-            &a,
-            &la,
-            &b,
-            &lb,
-            0.0,
-            &mut g2,
-            &ld,
-            Epilogue::DRelu,
-            None,
-            None
-        )
+        mm((&a, &la), (&b, &lb), (&mut g2, &ld), Epilogue::DRelu, None, None)
         .is_err(),
         "backward needs pre"
     );
@@ -610,33 +493,9 @@ fn bgrad() -> R {
     let (la, lb) = (Layout::row_major(3, 2), Layout::row_major(2, 4));
     for ld in [Layout::row_major(3, 4), Layout::col_major(3, 4)] {
         let mut d = vec![0.0; 12];
-        let o = r::matmul(
-            1.0,
-            &a,
-            &la,
-            &b,
-            &lb,
-            0.0,
-            &mut d,
-            &ld,
-            Epilogue::BgradA,
-            None,
-            None,
-        )?;
+        let o = mm((&a, &la), (&b, &lb), (&mut d, &ld), Epilogue::BgradA, None, None)?;
         ensure!(o.bias_grad == [3., 7., 11.], "{:?}", o.bias_grad);
-        let o = r::matmul(
-            1.0,
-            &a,
-            &la,
-            &b,
-            &lb,
-            0.0,
-            &mut d,
-            &ld,
-            Epilogue::BgradB,
-            None,
-            None,
-        )?;
+        let o = mm((&a, &la), (&b, &lb), (&mut d, &ld), Epilogue::BgradB, None, None)?;
         ensure!(o.bias_grad == [3., 3., 3., 3.], "{:?}", o.bias_grad);
         ensure!(
             load(&d, &ld) == [5., 5., 5., 5., 11., 11., 11., 11., 17., 17., 17., 17.],
@@ -648,19 +507,7 @@ fn bgrad() -> R {
     let lb = Layout::row_major(2, 4).batched(2, 0);
     let ld = Layout::row_major(3, 4).batched(2, 12);
     let mut d = vec![0.0; 24];
-    let o = r::matmul(
-        1.0,
-        &a,
-        &la,
-        &b,
-        &lb,
-        0.0,
-        &mut d,
-        &ld,
-        Epilogue::BgradA,
-        None,
-        None,
-    )?;
+    let o = mm((&a, &la), (&b, &lb), (&mut d, &ld), Epilogue::BgradA, None, None)?;
     ensure!(
         o.bias_grad == [3., 7., 11., 3., 7., 11.],
         "{:?}",

@@ -4,21 +4,7 @@
 //! offsets in characters).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[cfg(not(feature = "nccl"))]
-use crate::support;
-
-#[cfg(not(feature = "nccl"))]
-pub fn main() {
-    eprintln!("skipped: unit/launch_variables: cudnn was built without feature `nccl`");
-    support::run(vec![
-        crate::support::trial("unit::launch_variables", || Ok(())).with_ignored_flag(true),
-    ]);
-}
-
-#[cfg(feature = "nccl")]
-pub fn main() {
-    imp::main()
-}
+crate::nccl_main!("unit/launch_variables", "unit::launch_variables");
 
 #[cfg(feature = "nccl")]
 mod imp {
@@ -43,11 +29,7 @@ mod imp {
     }
 
     fn vars(list: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let list: Vec<(String, String)> = list
-            .iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect();
-        move |name| list.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+        crate::support::rendezvous::vars(list)
     }
 
     fn arg_of(e: &Error) -> String {

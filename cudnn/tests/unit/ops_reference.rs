@@ -10,33 +10,12 @@ use cudnn::dnn::{ActivationMode, BatchNormMode, OpTensorOp, PoolingMode, ReduceO
 use cudnn::reference::ops::*;
 use support::*;
 
-/// A small deterministic generator (xorshift64*), uniform in `[lo, hi)`.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn vec(&mut self, n: usize, lo: f64, hi: f64) -> Vec<f64> {
-        (0..n).map(|_| lo + (hi - lo) * self.next()).collect()
-    }
-}
+// A small deterministic generator (xorshift64*), uniform in `[lo, hi)`.
+use crate::support::gpu_data::Rng;
 
 /// Element-wise `|got - want| <= tol * max(1, |want|)`; NaN never passes.
 fn close(what: &str, got: &[f64], want: &[f64], tol: f64) -> TestResult {
-    ensure!(
-        got.len() == want.len(),
-        "{what}: length {} != {}",
-        got.len(),
-        want.len()
-    );
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let ok = (g - w).abs() <= tol * w.abs().max(1.0);
-        ensure!(ok, "{what}[{i}]: got {g}, want {w} (tol {tol})");
-    }
-    Ok(())
+    close_each(what, got, want, tol)
 }
 
 fn exact(what: &str, got: &[f64], want: &[f64]) -> TestResult {
@@ -199,15 +178,7 @@ fn pool_finite_differences() -> TestResult {
 // ---------------------------------------------------------------------------
 // Activation
 
-const MODES: [ActivationMode; 7] = [
-    ActivationMode::Sigmoid,
-    ActivationMode::Relu,
-    ActivationMode::Tanh,
-    ActivationMode::ClippedRelu { ceiling: 2.0 },
-    ActivationMode::Elu { alpha: 0.7 },
-    ActivationMode::Swish { beta: 1.5 },
-    ActivationMode::Identity,
-];
+const MODES: [ActivationMode; 7] = ACTIVATION_MODES;
 
 fn activation_hand() -> TestResult {
     use ActivationMode as A;

@@ -9,7 +9,6 @@ use crate::support;
 use cudnn::Error;
 use cudnn::reference::attention::{self as refattn, View};
 use proptest::prelude::*;
-use proptest::test_runner::{Config as PtConfig, TestRunner};
 use support::*;
 
 fn close(a: f64, b: f64, tol: f64) -> bool {
@@ -353,11 +352,7 @@ fn sink_as_key(
 /// or huge), strides (0 included), buffer, sink, stats and partial lengths,
 /// non-finite values. Never a panic, every call quick, every refusal typed.
 fn reference_property_random() -> TestResult {
-    let mut runner = TestRunner::new(PtConfig {
-        cases: 256,
-        failure_persistence: None,
-        ..PtConfig::default()
-    });
+    let mut runner = crate::support::prop_runner(256);
     let dim = || prop_oneof![0usize..4, Just(1usize << 29), Just(usize::MAX)];
     let strat = (
         [dim(), dim(), dim(), dim()],
