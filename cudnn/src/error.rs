@@ -239,7 +239,8 @@ pub enum Error {
     },
 
     /// There is no usable CUDA device: no driver, no device, a driver too
-    /// old for the loaded runtime, a stub driver, or every device busy.
+    /// old for the loaded runtime, a stub driver, or every device busy
+    /// (as the device count reports it; one busy device is [`Error::Cuda`]).
     /// Every entry point that needs a device reports it this way (see
     /// [`Error::is_no_device`]).
     #[error("no usable CUDA device: {reason}{}", no_device_detail(.detail))]
