@@ -135,7 +135,9 @@ fn find(l: &Lib) -> Result<(PathBuf, String), Vec<PathBuf>> {
             }
         }
         if let Some(list) = env::var_os("CUDNN_RS_SEARCH_PATH") {
-            for d in env::split_paths(&list) {
+            // An empty entry is skipped, as at run time: it would be the
+            // current folder (the build script's is the crate's).
+            for d in env::split_paths(&list).filter(|d| !d.as_os_str().is_empty()) {
                 dirs.push(d.clone());
                 dirs.extend(PY_DIRS.iter().map(|p| d.join(p)));
             }

@@ -18,12 +18,16 @@
 //! 5. standard directories (`/usr/local/cuda/lib64`, distro library dirs);
 //! 6. Python environments: `nvidia/{cudnn,cu13,cublas,cuda_runtime,nccl}/lib` in
 //!    the `site-packages` of `VIRTUAL_ENV`, `CONDA_PREFIX`, the `python3` on
-//!    `PATH` (its own answer: a pyenv's or the system Python's folders; asked
-//!    once per process, with a deadline, only when the places before found
-//!    nothing: see [`crate::python_site`]), the user site
-//!    (`~/.local/lib/python3*`) and the system site dirs;
+//!    `PATH` (its own answer: a pyenv's or the system Python's folders), the
+//!    user site (`~/.local/lib/python3*`) and the system site dirs;
 //! 7. `CUDNN_RS_FALLBACK_PATH`, like 3 but last (a checkout of this project
 //!    sets it to its fetched-library cache in `.cargo/config.toml`).
+//!
+//! The `python3` on `PATH` is asked once per process, isolated (`-I`) and
+//! with a deadline (see [`crate::python_site`]), and only when nothing up to
+//! it opened: [`load_lazily`] first tries steps 1 to 5, `VIRTUAL_ENV` and
+//! `CONDA_PREFIX` ([`first_pass`]), then, when none of them opens, the whole
+//! list in the order above. `CUDNN_RS_NO_PYTHON_PROBE=1` never asks it.
 //!
 //! An empty entry of `CUDNN_RS_SEARCH_PATH` or `CUDNN_RS_FALLBACK_PATH`
 //! (`a::b`, a leading or trailing `:`) is skipped, never read as the current
@@ -165,17 +169,47 @@ impl Environment for ProcessEnvironment {
     }
 }
 
-/// The process environment without asking Python: the first pass of
-/// [`load_with`], so the interpreter runs only when that pass finds nothing.
-struct WithoutPython;
+/// An environment without its interpreter's answer (`python_sites` is
+/// empty, never asked): the first pass of [`load_lazily_in`], so the
+/// interpreter runs only when that pass finds nothing.
+#[derive(Clone, Copy)]
+pub struct WithoutPython<'a>(pub &'a dyn Environment);
 
-impl Environment for WithoutPython {
+impl Environment for WithoutPython<'_> {
     fn var(&self, name: &str) -> Option<OsString> {
-        ProcessEnvironment.var(name)
+        self.0.var(name)
     }
     fn list_dir(&self, dir: &Path) -> Vec<String> {
-        ProcessEnvironment.list_dir(dir)
+        self.0.list_dir(dir)
     }
+}
+
+impl fmt::Debug for WithoutPython<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("WithoutPython")
+    }
+}
+
+/// Why a Python folder found by the interpreter was tried.
+pub const PYTHON_ON_PATH: &str = "python3 on PATH";
+/// Why a folder of `~/.local/lib/python3*` was tried.
+pub const USER_SITE: &str = "user site";
+/// Why a system `site-packages` or `dist-packages` folder was tried.
+pub const SYSTEM_SITE: &str = "system site";
+
+/// The places of `list` that come before the interpreter's folders in the
+/// search order: everything up to the first `python3 on PATH`, user site,
+/// system site or fallback place. A list made with [`WithoutPython`] has no
+/// interpreter folders, so this is the part that needs no interpreter.
+pub fn first_pass(list: Vec<Candidate>) -> Vec<Candidate> {
+    list.into_iter()
+        .take_while(|c| {
+            !matches!(
+                c.source,
+                Source::Fallback | Source::Python(PYTHON_ON_PATH | USER_SITE | SYSTEM_SITE)
+            )
+        })
+        .collect()
 }
 
 fn file_names(spec: &LibrarySpec) -> &'static [&'static str] {
@@ -278,21 +312,18 @@ pub fn candidates(spec: &LibrarySpec, env: &dyn Environment) -> Vec<Candidate> {
         }
     }
     for s in env.python_sites() {
-        sites.push((s, "python3 on PATH"));
+        sites.push((s, PYTHON_ON_PATH));
     }
     if let Some(home) = env.var("HOME") {
         for s in site_packages(env, &Path::new(&home).join(".local"), "site-packages") {
-            sites.push((s, "user site"));
+            sites.push((s, USER_SITE));
         }
     }
-    sites.push((
-        PathBuf::from("/usr/lib/python3/dist-packages"),
-        "system site",
-    ));
+    sites.push((PathBuf::from("/usr/lib/python3/dist-packages"), SYSTEM_SITE));
     for prefix in ["/usr/local", "/usr"] {
         for leaf in ["dist-packages", "site-packages"] {
             for s in site_packages(env, Path::new(prefix), leaf) {
-                sites.push((s, "system site"));
+                sites.push((s, SYSTEM_SITE));
             }
         }
     }
@@ -700,22 +731,29 @@ pub fn load_with<T>(
 }
 
 /// Load `spec` from the list `list` makes for an environment, asking the
-/// Python on `PATH` only when needed: first every place of the list made
-/// without it, up to the fallback (`CUDNN_RS_FALLBACK_PATH`, which comes
-/// after the Python folders); when none opens, the whole list made with the
-/// interpreter's folders, in its order (the error then lists every place).
+/// Python on `PATH` only when needed: first the places before its folders
+/// ([`first_pass`] of the list made [`WithoutPython`]); when none opens,
+/// the whole list made with the interpreter's folders, in its order (the
+/// error then lists every place).
 pub fn load_lazily<T>(
     spec: &LibrarySpec,
     list: impl Fn(&dyn Environment) -> Vec<Candidate>,
     build: impl FnOnce(libloading::Library, LibraryInfo) -> T,
 ) -> Result<T, LoadError> {
-    let first: Vec<Candidate> = list(&WithoutPython)
-        .into_iter()
-        .take_while(|c| c.source != Source::Fallback)
-        .collect();
-    match open_first(spec, first) {
+    load_lazily_in(spec, &ProcessEnvironment, list, build)
+}
+
+/// [`load_lazily`] in environment `env` (whose `python_sites` is asked
+/// only for the second pass).
+pub fn load_lazily_in<T>(
+    spec: &LibrarySpec,
+    env: &dyn Environment,
+    list: impl Fn(&dyn Environment) -> Vec<Candidate>,
+    build: impl FnOnce(libloading::Library, LibraryInfo) -> T,
+) -> Result<T, LoadError> {
+    match open_first(spec, first_pass(list(&WithoutPython(env)))) {
         Ok((lib, found)) => Ok(build(lib, info_of(spec, found))),
-        Err(_) => load_from(spec, list(&ProcessEnvironment), build),
+        Err(_) => load_from(spec, list(env), build),
     }
 }
 

@@ -139,3 +139,161 @@ fn the_interpreters_folders_come_after_the_environments_and_before_the_fallback(
             .all(|c| c.source != Source::Python("python3 on PATH"))
     );
 }
+
+/// [`Fake`], counting how often the interpreter is asked.
+struct Counting {
+    inner: Fake,
+    asked: std::cell::Cell<usize>,
+}
+
+impl Environment for Counting {
+    fn var(&self, name: &str) -> Option<OsString> {
+        self.inner.var(name)
+    }
+    fn list_dir(&self, dir: &Path) -> Vec<String> {
+        self.inner.list_dir(dir)
+    }
+    fn python_sites(&self) -> Vec<PathBuf> {
+        self.asked.set(self.asked.get() + 1);
+        self.inner.python_sites()
+    }
+}
+
+/// A fresh scratch folder.
+fn scratch(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "cudart-sys-lazy-{tag}-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Put the test library's file name in `dir` as a link to the C library
+/// this process already runs (the loader then hands back the copy it has
+/// loaded: no second copy is mapped). `None` where that cannot be done.
+#[cfg(unix)]
+fn plant(dir: &Path) -> Option<()> {
+    let libc_path = path_of_address(libc::malloc as *const core::ffi::c_void)?;
+    std::fs::create_dir_all(dir).ok()?;
+    std::os::unix::fs::symlink(libc_path, dir.join(file())).ok()
+}
+
+fn lazily(env: &Counting) -> Result<LibraryInfo, LoadError> {
+    load_lazily_in(&SPEC, env, |e| candidates(&SPEC, e), |_lib, info| info)
+}
+
+/// A place before the interpreter's folders opens: the interpreter is never
+/// asked (the Python on `PATH` is not started for every library).
+#[cfg(unix)]
+#[test]
+fn the_interpreter_is_not_asked_when_the_first_pass_opens() {
+    let d = scratch("first");
+    let Some(()) = plant(&d) else {
+        eprintln!("skipped: cannot link to this process's C library");
+        return;
+    };
+    let env = Counting {
+        inner: Fake {
+            python: vec![PathBuf::from("/py/site-packages")],
+            ..fake(&[(SEARCH_PATH_VAR, d.to_str().unwrap())])
+        },
+        asked: Default::default(),
+    };
+    let info = lazily(&env).unwrap();
+    assert_eq!(info.source, Some(Source::SearchPath));
+    assert_eq!(env.asked.get(), 0);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// Nothing before the interpreter opens: it is asked once, and its folder
+/// comes before the user site, as documented (the first pass ends before
+/// the user and system sites, so a copy in the user site does not win).
+#[cfg(unix)]
+#[test]
+fn the_interpreter_is_asked_once_and_comes_before_the_user_site() {
+    let d = scratch("second");
+    let home = d.join("home");
+    let user = home.join(".local/lib/python3.12/site-packages/nvidia/cudnn/lib");
+    let py = d.join("py/site-packages");
+    let (Some(()), Some(())) = (plant(&user), plant(&py.join("nvidia/cudnn/lib"))) else {
+        eprintln!("skipped: cannot link to this process's C library");
+        return;
+    };
+    let env = Counting {
+        inner: Fake {
+            python: vec![py.clone()],
+            dirs: vec![(home.join(".local/lib"), vec!["python3.12"])],
+            ..fake(&[("HOME", home.to_str().unwrap())])
+        },
+        asked: Default::default(),
+    };
+    let info = lazily(&env).unwrap();
+    assert_eq!(info.source, Some(Source::Python(PYTHON_ON_PATH)));
+    assert_eq!(
+        info.path.as_deref(),
+        Some(py.join("nvidia/cudnn/lib").join(file()).as_path())
+    );
+    assert_eq!(env.asked.get(), 1);
+    // Without the interpreter's folder, the user site's copy is found, in
+    // the second pass.
+    std::fs::remove_dir_all(&py).unwrap();
+    let env = Counting {
+        asked: Default::default(),
+        ..env
+    };
+    let info = lazily(&env).unwrap();
+    assert_eq!(info.source, Some(Source::Python(USER_SITE)));
+    assert_eq!(env.asked.get(), 1);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// Nothing anywhere: asked once, and the error lists the interpreter's
+/// folder among the places.
+#[test]
+fn a_miss_asks_once_and_lists_the_interpreters_folder() {
+    let env = Counting {
+        inner: Fake {
+            python: vec![PathBuf::from("/nonexistent-py/site-packages")],
+            ..fake(&[])
+        },
+        asked: Default::default(),
+    };
+    let err = lazily(&env).unwrap_err();
+    assert_eq!(env.asked.get(), 1);
+    assert!(
+        err.attempts
+            .iter()
+            .any(|a| a.candidate.source == Source::Python(PYTHON_ON_PATH)),
+        "{err:#}"
+    );
+}
+
+/// The first pass stops at the first interpreter, user site, system site
+/// or fallback place, whichever comes first.
+#[test]
+fn the_first_pass_ends_before_the_interpreters_place() {
+    let e = Fake {
+        dirs: vec![(PathBuf::from("/venv/lib"), vec!["python3.12"])],
+        python: vec![PathBuf::from("/py")],
+        ..fake(&[
+            ("VIRTUAL_ENV", "/venv"),
+            ("HOME", "/home/u"),
+            (FALLBACK_PATH_VAR, "/fallback"),
+        ])
+    };
+    let all = candidates(&SPEC, &e);
+    let first = first_pass(all.clone());
+    assert!(
+        first
+            .iter()
+            .any(|c| c.source == Source::Python("VIRTUAL_ENV"))
+    );
+    assert_eq!(first[..], all[..first.len()]);
+    assert_eq!(all[first.len()].source, Source::Python(PYTHON_ON_PATH));
+    // Made without the interpreter: it ends at the system site.
+    let without = first_pass(candidates(&SPEC, &WithoutPython(&e)));
+    assert_eq!(without, first);
+}

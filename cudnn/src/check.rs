@@ -184,18 +184,24 @@ pub(crate) fn cuda_status(
     let text = unsafe { api.cudaGetErrorString(st) }
         .map(text)
         .unwrap_or_default();
-    if crate::no_device::runtime_code(st.0) {
+    if crate::no_device::runtime_no_device(call, st.0) {
         return Err(Error::NoDevice {
             reason: crate::no_device::reason_for(st.0),
             detail: Some(format!("{call} returned {} ({name}: {text})", st.0)),
         });
     }
+    // Code 3 where a device was seen before: why, in the context.
+    let context = if st.0 == 3 {
+        crate::no_device::init_error_context(crate::no_device::init_history()).map(String::from)
+    } else {
+        None
+    };
     Err(Error::Cuda {
         call,
         code: st.0,
         name,
         text,
-        context: None,
+        context,
     })
 }
 

@@ -239,7 +239,8 @@ pub enum Error {
     },
 
     /// There is no usable CUDA device: no driver, no device, a driver too
-    /// old for the loaded runtime, a stub driver, or every device busy.
+    /// old for the loaded runtime, a stub driver, or every device busy
+    /// (as the device count reports it; one busy device is [`Error::Cuda`]).
     /// Every entry point that needs a device reports it this way (see
     /// [`Error::is_no_device`]).
     #[error("no usable CUDA device: {reason}{}", no_device_detail(.detail))]
@@ -353,7 +354,8 @@ impl Error {
         }
     }
 
-    /// Add context (shapes, dtypes) to a library error; other kinds are returned as they are.
+    /// Add context (shapes, dtypes) to a library error, after any it holds;
+    /// other kinds are returned as they are.
     pub fn with_context(mut self, text: impl Into<String>) -> Self {
         match &mut self {
             Error::Cuda { context, .. }
@@ -361,7 +363,11 @@ impl Error {
             | Error::Cudnn { context, .. }
             | Error::Cublas { context, .. }
             | Error::Nccl { context, .. } => {
-                *context = Some(text.into());
+                let text = text.into();
+                *context = Some(match context.take() {
+                    Some(c) => format!("{c}; {text}"),
+                    None => text,
+                });
             }
             Error::NoDevice { detail, .. } => {
                 let text = text.into();
@@ -379,14 +385,19 @@ impl Error {
     /// driver, no device, a driver older than the runtime, a stub driver,
     /// every device busy): [`Error::NoDevice`], and a runtime or driver
     /// error ([`Error::Cuda`], [`Error::Driver`]) whose code means the same.
-    /// A framework branches on it to fall back to the CPU (example on
+    /// False for one device that is busy while others may be free (code 46,
+    /// `cudaErrorDevicesUnavailable`, from any call but the device count:
+    /// an exclusive-process or prohibited device, or one out of resources)
+    /// and for code 3 (`cudaErrorInitializationError`) in a process that
+    /// saw a device before, such as a child `fork()`ed after CUDA was
+    /// initialised (its context says so). A framework branches on it to fall back to the CPU (example on
     /// [`Error`]). A library that cannot be found at all is
     /// [`Error::Load`] instead, and false here.
     pub fn is_no_device(&self) -> bool {
         match self {
             Error::NoDevice { .. } => true,
-            Error::Cuda { code, .. } => crate::no_device::runtime_code(*code),
-            Error::Driver { code, .. } => crate::no_device::driver_code(*code),
+            Error::Cuda { call, code, .. } => crate::no_device::runtime_no_device(call, *code),
+            Error::Driver { call, code, .. } => crate::no_device::driver_no_device(call, *code),
             _ => false,
         }
     }

@@ -72,9 +72,12 @@
 //! (`NCCL_HOME` for NCCL); `CUDNN_RS_SEARCH_PATH` (`:`-separated folders,
 //! each also searched as a Python `site-packages`); the system loader
 //! (`LD_LIBRARY_PATH`, `ld.so.cache`); the standard CUDA folders; the
-//! Python environments (`VIRTUAL_ENV`, `CONDA_PREFIX`, the user and system
-//! site folders: NVIDIA's pip wheels such as `nvidia-cudnn-cu13`); last
-//! `CUDNN_RS_FALLBACK_PATH`. cuDNN 8 and 9, CUDA 12 and 13 are tried.
+//! Python environments (`VIRTUAL_ENV`, `CONDA_PREFIX`, the folders the
+//! `python3` on `PATH` reports, the user and system site folders: NVIDIA's
+//! pip wheels such as `nvidia-cudnn-cu13`); last `CUDNN_RS_FALLBACK_PATH`.
+//! The interpreter is started (isolated, once per process) only when
+//! nothing before its place opened; `CUDNN_RS_NO_PYTHON_PROBE=1` never
+//! starts it. cuDNN 8 and 9, CUDA 12 and 13 are tried.
 //!
 //! A miss is an [`Error::Load`] listing every place tried and the variable
 //! to set; a function the loaded library lacks is an

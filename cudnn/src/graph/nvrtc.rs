@@ -17,7 +17,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use crate::sys::cudart::loader::{self, Candidate, LibrarySpec, ProcessEnvironment, Source};
+use crate::sys::cudart::loader::{
+    self, Candidate, Environment, LibrarySpec, ProcessEnvironment, Source, WithoutPython,
+};
 
 /// How NVRTC is looked for.
 pub const SPEC: LibrarySpec = LibrarySpec {
@@ -56,10 +58,17 @@ pub fn loaded() -> &'static [Opened] {
 }
 
 /// The candidates: beside cuDNN's wheel (unless `NVRTC_LIB_DIR` is set), then
-/// the usual places.
+/// the usual places (with the folders of the `python3` on `PATH`, which is
+/// asked for them; the crate's own first pass goes without, see
+/// [`loaded`]).
 pub fn candidates(cudnn_path: Option<&Path>) -> Vec<Candidate> {
-    let mut list = loader::candidates(&SPEC, &ProcessEnvironment);
-    if std::env::var_os(SPEC.override_var).is_some() {
+    candidates_in(cudnn_path, &ProcessEnvironment)
+}
+
+/// [`candidates`] in environment `env`.
+fn candidates_in(cudnn_path: Option<&Path>, env: &dyn Environment) -> Vec<Candidate> {
+    let mut list = loader::candidates(&SPEC, env);
+    if env.var(SPEC.override_var).is_some() {
         return list;
     }
     if let Some(dir) = cudnn_path.and_then(Path::parent) {
@@ -88,7 +97,27 @@ fn open_all() -> Vec<Opened> {
     let cudnn_path = crate::check::cudnn()
         .ok()
         .and_then(|api| api.info().path.clone());
-    let list = candidates(cudnn_path.as_deref());
+    open_lazily(cudnn_path.as_deref(), &ProcessEnvironment)
+}
+
+/// Open NVRTC as the libraries are loaded (`loader::load_lazily`): first
+/// from the places before the `python3` on `PATH`, without starting it;
+/// only when none opens, from the whole list, with the interpreter's
+/// folders (so the first graph plan of a process does not start Python
+/// when NVRTC is beside cuDNN or anywhere before).
+#[cfg(unix)]
+fn open_lazily(cudnn_path: Option<&Path>, env: &dyn Environment) -> Vec<Opened> {
+    let first = loader::first_pass(candidates_in(cudnn_path, &WithoutPython(env)));
+    let opened = open_from(&first);
+    if !opened.is_empty() {
+        return opened;
+    }
+    open_from(&candidates_in(cudnn_path, env))
+}
+
+/// For each NVRTC file name, the first of `list` that opens.
+#[cfg(unix)]
+fn open_from(list: &[Candidate]) -> Vec<Opened> {
     let mut opened = Vec::new();
     for soname in SPEC.sonames {
         for c in list
@@ -174,4 +203,102 @@ fn version_of(lib: &libloading::os::unix::Library) -> Option<(i32, i32)> {
     // SAFETY: two valid, writable out-pointers; NVRTC needs no set-up.
     let r = unsafe { f(&mut major, &mut minor) };
     (r == 0).then_some((major, minor))
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+    use std::ffi::OsString;
+
+    /// Variables from a list, no folder listings, the interpreter's answer
+    /// from a list, counting how often it is asked.
+    struct Counting {
+        vars: Vec<(&'static str, OsString)>,
+        python: Vec<PathBuf>,
+        asked: Cell<usize>,
+    }
+
+    impl Environment for Counting {
+        fn var(&self, name: &str) -> Option<OsString> {
+            self.vars
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.clone())
+        }
+        fn list_dir(&self, _: &Path) -> Vec<String> {
+            Vec::new()
+        }
+        fn python_sites(&self) -> Vec<PathBuf> {
+            self.asked.set(self.asked.get() + 1);
+            self.python.clone()
+        }
+    }
+
+    /// A fetched stack of this checkout that holds an NVRTC (a
+    /// `site-packages`-like folder), if any.
+    fn stack_with_nvrtc() -> Option<PathBuf> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.cuda-libs");
+        ["torch211", "cudnn910", "candle"]
+            .iter()
+            .map(|s| root.join(s))
+            .find(|stack| {
+                ["nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"]
+                    .iter()
+                    .any(|d| SPEC.sonames.iter().any(|n| stack.join(d).join(n).is_file()))
+            })
+    }
+
+    /// NVRTC found before the Python places (here through
+    /// `CUDNN_RS_SEARCH_PATH`): the interpreter is never asked, so the
+    /// first graph plan of a process does not start Python.
+    #[test]
+    fn unit_python_is_not_asked_when_nvrtc_opens_first() {
+        let Some(stack) = stack_with_nvrtc() else {
+            eprintln!("skipped: no fetched stack with NVRTC (cargo xtask fetch-libs)");
+            return;
+        };
+        let env = Counting {
+            vars: vec![("CUDNN_RS_SEARCH_PATH", stack.clone().into_os_string())],
+            python: vec![PathBuf::from("/nonexistent-python-site")],
+            asked: Cell::new(0),
+        };
+        let opened = open_lazily(None, &env);
+        assert!(
+            !opened.is_empty(),
+            "no NVRTC opened from {}",
+            stack.display()
+        );
+        assert_eq!(env.asked.get(), 0, "{opened:?}");
+    }
+
+    /// Nothing before the Python places opens: the interpreter is asked
+    /// (once) and NVRTC is opened from the folder it names.
+    #[test]
+    fn unit_python_is_asked_when_nothing_before_opens() {
+        let Some(stack) = stack_with_nvrtc() else {
+            eprintln!("skipped: no fetched stack with NVRTC (cargo xtask fetch-libs)");
+            return;
+        };
+        let env = Counting {
+            vars: Vec::new(),
+            python: vec![stack.clone()],
+            asked: Cell::new(0),
+        };
+        let first = loader::first_pass(candidates_in(None, &WithoutPython(&env)));
+        if !open_from(&first).is_empty() {
+            eprintln!(
+                "skipped: an NVRTC opens from a system place here (or by file name, \
+                 already loaded), so the second pass cannot be shown"
+            );
+            return;
+        }
+        let opened = open_lazily(None, &env);
+        assert_eq!(env.asked.get(), 1);
+        let stack = std::fs::canonicalize(&stack).unwrap_or(stack);
+        assert!(
+            opened.first().is_some_and(|o| o.path.starts_with(&stack)),
+            "{opened:?}"
+        );
+    }
 }

@@ -133,7 +133,7 @@ pub(crate) fn guarded<R>(
                 name,
                 text,
                 ..
-            } if crate::no_device::driver_code(code) => Error::NoDevice {
+            } if crate::no_device::driver_no_device(call, code) => Error::NoDevice {
                 reason: crate::no_device::reason_for(code),
                 detail: Some(format!("{call} returned {code} ({name}: {text})")),
             },

@@ -94,6 +94,7 @@ impl Device {
         // The checked path maps the no-device codes to `Error::NoDevice`.
         // SAFETY: `n` is a valid, writable out-pointer for the duration of the call.
         unsafe { cuda_call!(rt, cudaGetDeviceCount(&mut n)) }?;
+        crate::no_device::note_device_count(n);
         Ok(usize::try_from(n).unwrap_or(0))
     }
 
@@ -102,7 +103,9 @@ impl Device {
     ///
     /// # Errors
     /// [`Error::NoDevice`] when there are no devices; [`Error::InvalidArgument`]
-    /// naming the ordinal and the device count when it is out of range.
+    /// naming the ordinal and the device count when it is out of range;
+    /// [`Error::Cuda`] when this device cannot be used while others may
+    /// (see [`set_current`](Device::set_current)).
     #[doc(alias = "cudaSetDevice")]
     pub fn new(ordinal: usize) -> Result<Self> {
         let count = Self::count()?;
@@ -161,7 +164,12 @@ impl Device {
     /// Make this device current on the calling thread.
     ///
     /// # Errors
-    /// [`Error::Cuda`] when the runtime refuses.
+    /// [`Error::NoDevice`] when there is no usable driver or device;
+    /// [`Error::Cuda`] when the runtime refuses this device, for example
+    /// code 46 (`cudaErrorDevicesUnavailable`: it is busy in
+    /// exclusive-process or prohibited compute mode, or out of resources),
+    /// for which [`Error::is_no_device`] is false as other devices may be
+    /// free.
     #[doc(alias = "cudaSetDevice")]
     pub fn set_current(&self) -> Result<()> {
         let rt = check::cudart()?;

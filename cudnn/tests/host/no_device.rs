@@ -174,11 +174,8 @@ pub fn main() {
     // graph does without one), in a child process: the stub stays loaded.
     if std::env::var_os(STUB_CHILD).is_some() {
         trials.push(crate::support::trial("host::stub_child", stub_child));
-    } else if cannot_check("graph::").is_some() {
-        eprintln!(
-            "skipped: no_device::host::with_the_planning_stub: {:?}",
-            cannot_check("graph::")
-        );
+    } else if let Some(why) = cannot_check("graph::").or_else(stub_cannot_load) {
+        eprintln!("skipped: no_device::host::with_the_planning_stub: {why}");
         trials.push(
             crate::support::trial("host::with_the_planning_stub", || Ok(()))
                 .with_ignored_flag(true),
@@ -441,7 +438,26 @@ fn check_error(name: &str, e: &Error, runtime_code: u32) -> TestResult {
 /// Set in the child process of `with_the_planning_stub`.
 const STUB_CHILD: &str = "CUDNN_RS_TEST_NO_DEVICE_STUB_CHILD";
 
-/// Run `stub_child` in a child process and require it to pass.
+/// What the child prints once it has checked every entry point with the
+/// stub loaded: without it the child tested nothing.
+const STUB_CHECKED: &str = "no_device stub case: checked";
+
+/// Why the planning stub would not be the driver in the child, where that
+/// can be known without loading it: a real driver opens, or the stub is
+/// turned off.
+fn stub_cannot_load() -> Option<String> {
+    if std::env::var_os("CUDNN_RS_NO_DRIVER_STUB").is_some_and(|v| v == "1") {
+        return Some("CUDNN_RS_NO_DRIVER_STUB=1 turns the planning stub off".into());
+    }
+    // SAFETY: opening the system's driver library runs its initialisers,
+    // as the runtime would when it looks for a driver.
+    unsafe { cudnn::sys::cudart::loader::libloading::Library::new("libcuda.so.1") }
+        .ok()
+        .map(|_| "a real CUDA driver (libcuda.so.1) opens here, so the stub is never loaded".into())
+}
+
+/// Run `stub_child` in a child process and require it to pass, having
+/// checked (its marker printed).
 fn with_the_planning_stub() -> TestResult {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let out = std::process::Command::new(exe)
@@ -457,6 +473,10 @@ fn with_the_planning_stub() -> TestResult {
     ensure!(
         out.status.success() && text.contains("1 passed"),
         "the child failed:\n{text}"
+    );
+    ensure!(
+        text.contains(STUB_CHECKED),
+        "the child passed without checking anything (no marker):\n{text}"
     );
     eprint!(
         "{}",
@@ -475,12 +495,13 @@ fn stub_child() -> TestResult {
     match graph::driver::ensure() {
         Ok(graph::driver::Driver::Stub(_)) => {}
         Ok(other) => {
-            eprintln!("note: {other:?} loads here; the stub case did not run");
-            return Ok(());
+            return Err(format!("{other:?} loads here; the stub case did not run").into());
         }
         Err(e) => {
-            eprintln!("note: the planning stub is not available ({e}); the stub case did not run");
-            return Ok(());
+            return Err(format!(
+                "the planning stub is not available ({e}); the stub case did not run"
+            )
+            .into());
         }
     }
     let (code, _) = raw_device_count()?;
@@ -500,6 +521,7 @@ fn stub_child() -> TestResult {
         }
         eprintln!("{name} (stub loaded): {e}");
     }
+    println!("{STUB_CHECKED}");
     Ok(())
 }
 
