@@ -76,6 +76,14 @@ pub fn test(args: &[String]) -> Result<(), String> {
     let mut cmd = Command::new(example("cudarc_interop"));
     stack_env(&mut cmd, "cuda13", &cu13);
     status(cmd, "examples/cudarc_interop (stack cuda13)")?;
+    // The conformance example has unit tests (`test = true`), so cargo test
+    // built it as a test harness: build its program (with the same features,
+    // nothing else rebuilds).
+    let mut cmd = cargo();
+    cmd.args(["build", "--quiet"])
+        .args(FEATURES)
+        .args(["--example", "conformance"]);
+    status(cmd, "cargo build --example conformance")?;
     crate::conformance::run(&cu13, Some(&example("conformance")))?;
     let mut cmd = cargo_test(&["--tests"], &args);
     stack_env(&mut cmd, "cuda12", &cu12);
