@@ -38,7 +38,7 @@ pub fn gpu_missing() -> Option<String> {
 fn gated(
     name: &str,
     why: Option<String>,
-    require: &str,
+    require: &'static str,
     f: impl FnOnce() -> TestResult + Send + 'static,
 ) -> Trial {
     let name = name.to_string();
