@@ -31,7 +31,11 @@ pub fn gpu_missing() -> Option<String> {
     }
     match candle_core::Device::new_cuda(0) {
         Ok(_) => None,
-        Err(e) => Some(format!("no CUDA device for candle: {e}")),
+        // The first line (candle's error may carry a backtrace).
+        Err(e) => Some(format!(
+            "no CUDA device for candle: {}",
+            e.to_string().lines().next().unwrap_or("")
+        )),
     }
 }
 
