@@ -3,6 +3,10 @@
 //! driver stub standing in), and its output layout is the one the crate
 //! allocates; the functions' refusals on the host are typed.
 
+// libtest-mimic trials are plain functions: clippy's test allowances do
+// not reach them (as in the crate's own test binaries).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use candle_core::{DType as CDType, Device, Tensor};
@@ -73,6 +77,7 @@ fn plans_for_h200(cfg: &SdpaConfig, strides: &[[i64; 4]; 3]) -> TestResult {
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn dense_case(
     name: &str,
     b: usize,
