@@ -155,14 +155,13 @@ fn locked_cudarc() -> Result<String, String> {
     let text = fs::read_to_string(&lock).map_err(|e| format!("reading {}: {e}", lock.display()))?;
     let mut lines = text.lines();
     while let Some(l) = lines.next() {
-        if l.trim() == "name = \"cudarc\"" {
-            if let Some(v) = lines
+        if l.trim() == "name = \"cudarc\""
+            && let Some(v) = lines
                 .next()
                 .and_then(|v| v.trim().strip_prefix("version = \""))
                 .and_then(|v| v.strip_suffix('"'))
-            {
-                return Ok(v.to_string());
-            }
+        {
+            return Ok(v.to_string());
         }
     }
     Err(format!("no cudarc package in {}", lock.display()))
