@@ -3,8 +3,8 @@
 //! matmul), with f16 / bf16 tolerances; gradients against candle's CPU
 //! autograd of that reference. Skipped, visibly, without a GPU.
 
-// libtest-mimic trials are plain functions: clippy's test allowances do
-// not reach them (as in the crate's own test binaries).
+// The trials are plain functions: clippy's test allowances do not reach
+// them (as in the crate's own test binaries).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;

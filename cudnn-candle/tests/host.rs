@@ -3,8 +3,8 @@
 //! driver stub standing in), and its output layout is the one the crate
 //! allocates; the functions' refusals on the host are typed.
 
-// libtest-mimic trials are plain functions: clippy's test allowances do
-// not reach them (as in the crate's own test binaries).
+// The trials are plain functions: clippy's test allowances do not reach
+// them (as in the crate's own test binaries).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
@@ -87,7 +87,7 @@ fn dense_case(
     hkv: usize,
     d: usize,
     p: AttnParams,
-) -> libtest_mimic::Trial {
+) -> support::Trial {
     host(name, move || {
         let r = dense(b, sq, skv, h, hkv, d, &p);
         plans_for_h200(&r.cfg, &r.strides)
