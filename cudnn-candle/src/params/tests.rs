@@ -352,4 +352,51 @@ proptest! {
         let got = lengths("s", &cu, cu[cu.len() - 1] as usize, max).unwrap();
         prop_assert_eq!(got, lens.iter().map(|&l| l as i32).collect::<Vec<_>>());
     }
+
+    /// Varlen and KV-cache calls with any offsets, lengths and maxima: a
+    /// typed answer, never a panic; an accepted call's lengths are the
+    /// offsets' differences and fit the maxima / the capacity.
+    #[test]
+    fn varlen_and_kvcache_checks_total(
+        cu_q in proptest::collection::vec(0u32..40, 0..6),
+        cu_k in proptest::collection::vec(0u32..40, 0..6),
+        max_q in 0usize..30, max_k in 0usize..30,
+        total_q in 1usize..60, total_k in 1usize..60,
+        cache in proptest::collection::vec(0u32..40, 0..4),
+    ) {
+        let (qd, kd) = ([total_q, 4, 16], [total_k, 2, 16]);
+        let (qs, ks) = (contiguous(&qd), contiguous(&kd));
+        let q = a("q", &qd, &qs, CDType::BF16);
+        let k = a("k", &kd, &ks, CDType::BF16);
+        let v = Arg { name: "v", ..k };
+        let p = AttnParams::new(1.0).causal(true);
+        match varlen(&q, &k, &v, &cu_q, &cu_k, max_q, max_k, &p) {
+            Ok(r) => {
+                prop_assert_eq!(r.lens_q.len() + 1, cu_q.len());
+                prop_assert_eq!(r.lens_q.iter().map(|&l| l as usize).sum::<usize>(), total_q);
+                prop_assert_eq!(r.lens_kv.iter().map(|&l| l as usize).sum::<usize>(), total_k);
+                prop_assert!(r.lens_q.iter().all(|&l| l as usize <= max_q));
+                prop_assert!(r.lens_kv.iter().all(|&l| l as usize <= max_k));
+            }
+            Err(e) => prop_assert!(
+                matches!(e, Error::InvalidArgument { .. } | Error::Mismatch { .. }),
+                "{:?}", e
+            ),
+        }
+        let (qd, kd) = ([cache.len().max(1), 1, 4, 16], [cache.len().max(1), 24, 2, 16]);
+        let (qs, ks) = (contiguous(&qd), contiguous(&kd));
+        let q = a("q", &qd, &qs, CDType::F16);
+        let k = a("k", &kd, &ks, CDType::F16);
+        let v = Arg { name: "v", ..k };
+        match kvcache(&q, &k, &v, &cache, &p) {
+            Ok(r) => {
+                prop_assert_eq!(r.lens_kv.len(), cache.len());
+                prop_assert!(r.lens_kv.iter().all(|&l| (0..=24).contains(&l)));
+            }
+            Err(e) => prop_assert!(
+                matches!(e, Error::InvalidArgument { .. } | Error::Mismatch { .. }),
+                "{:?}", e
+            ),
+        }
+    }
 }
