@@ -56,6 +56,20 @@ fn view<'a, T: Elem>(
     })
 }
 
+/// `b`'s element type is `a`'s (q's), the crate's typed error otherwise:
+/// checked before the buffers are viewed as q's type (candle's own
+/// `UnexpectedDType` would name no argument).
+fn same_dtype(a: &CudaStorage, b: &CudaStorage, name: &str) -> candle_core::Result<()> {
+    if a.dtype() != b.dtype() {
+        return Err(to_candle(Error::mismatch(
+            format!("{name} dtype (q's)"),
+            format!("{:?}", a.dtype()),
+            format!("{:?}", b.dtype()),
+        )));
+    }
+    Ok(())
+}
+
 fn same_device(a: &CudaStorage, b: &CudaStorage, name: &str) -> candle_core::Result<()> {
     if a.device.id() != b.device.id() {
         return Err(to_candle(Error::mismatch(
@@ -117,6 +131,8 @@ impl FlashAttn {
     ) -> candle_core::Result<(CudaStorage, Shape)> {
         same_device(q, k, "k")?;
         same_device(q, v, "v")?;
+        same_dtype(q, k, "k")?;
+        same_dtype(q, v, "v")?;
         let dev = &q.device;
         let (qa, ka, va) = (
             arg("q", ql, q.dtype()),
@@ -268,6 +284,8 @@ impl FlashAttnBwd {
     ) -> candle_core::Result<(CudaStorage, Shape)> {
         same_device(q, k, "k")?;
         same_device(q, v, "v")?;
+        same_dtype(q, k, "k")?;
+        same_dtype(q, v, "v")?;
         let dev = &q.device;
         let (qa, ka, va) = (
             arg("q", ql, q.dtype()),
@@ -316,6 +334,7 @@ impl FlashAttnBwd {
             return Err(on_cuda("cudnn_candle attention backward (grad)"));
         };
         same_device(q, g, "grad of the output")?;
+        same_dtype(q, g, "grad of the output")?;
         let n_o = count(&od).c()?;
         let want_o: &[usize] = if self.fwd.varlen.is_some() {
             &[ql.dims()[0], ql.dims()[1], vl.dims()[vl.dims().len() - 1]]

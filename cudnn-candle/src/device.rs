@@ -85,8 +85,9 @@ struct Bound {
 }
 
 thread_local! {
-    /// This thread's handles, by candle stream. Each keeps its stream alive.
-    static HANDLES: RefCell<Vec<(usize, Bound)>> = const { RefCell::new(Vec::new()) };
+    /// This thread's handles, by candle (context, stream). Each keeps its
+    /// stream alive.
+    static HANDLES: RefCell<Vec<((usize, usize), Bound)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Run `f` with the cuDNN handle bound to `dev`'s stream (candle's; made
@@ -100,7 +101,9 @@ pub fn with_handle<R>(
     f: impl FnOnce(&CudarcStream, &mut Handle, usize) -> candle_core::Result<R>,
 ) -> candle_core::Result<R> {
     let cs: Arc<CudaStream> = dev.cuda_stream();
-    let key = cs.cu_stream() as usize;
+    // cudarc gives every context's per-thread default stream the same
+    // handle (0x2): the context tells them apart.
+    let key = (cs.context().cu_ctx() as usize, cs.cu_stream() as usize);
     let ordinal = cs.context().ordinal();
     // Taken out while `f` runs (no borrow held across it), put back after.
     let mut bound = match HANDLES.with(|h| {

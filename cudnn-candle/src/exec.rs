@@ -23,20 +23,28 @@ pub trait Elem:
 impl Elem for half::f16 {}
 impl Elem for half::bf16 {}
 
-/// Elements of `dims`, checked.
+/// Elements of `dims`, checked: their bytes (at 8 per element, the widest
+/// type here) must fit `isize`, what an allocation can hold. cudarc's
+/// `alloc_zeros` multiplies the count by the element size unchecked: a
+/// count past this would wrap to a tiny buffer that a copy then overruns.
 pub fn count(dims: &[i64]) -> Result<usize> {
-    dims.iter().try_fold(1usize, |acc, &d| {
+    let refuse = || {
+        Error::invalid(
+            "attention tensor dims",
+            "element count times 8 bytes must fit isize (an allocation's size)",
+            format!("{dims:?}"),
+        )
+    };
+    let n = dims.iter().try_fold(1usize, |acc, &d| {
         usize::try_from(d)
             .ok()
             .and_then(|d| acc.checked_mul(d))
-            .ok_or_else(|| {
-                Error::invalid(
-                    "attention tensor dims",
-                    "element count must fit usize",
-                    format!("{dims:?}"),
-                )
-            })
-    })
+            .ok_or_else(refuse)
+    })?;
+    if n.checked_mul(8).is_none_or(|b| b > isize::MAX as usize) {
+        return Err(refuse());
+    }
+    Ok(n)
 }
 
 /// The checked lengths and the ragged offsets of a varlen call, on the

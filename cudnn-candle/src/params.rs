@@ -68,18 +68,24 @@ pub struct Mask {
 /// lengths differ per sequence, so the alignment is bottom-right whenever
 /// there is a mask.
 ///
+/// A right window `r` is candle-flash-attn's: query `i` sees keys up to
+/// `i + s_kv - s_q + r`. It is no bound at all when that reaches the last
+/// key for every query (`r > s_kv`, or `r == s_kv` with `s_q <= s_kv + 1`;
+/// Dao's FlashAttention drops it from `r >= s_kv` on, candle-flash-attn only
+/// above `s_kv`, and this follows candle-flash-attn).
+///
 /// # Errors
-/// A right window other than `None`, `Some(0)` or one reaching the last key.
+/// A right window other than `None`, `Some(0)` or one that bounds no query.
 pub fn mask(p: &AttnParams, seq_q: usize, seq_kv: usize, ragged: bool) -> Result<Mask> {
     let causal = match p.window_size_right {
         None => false,
         Some(0) => true,
-        Some(r) if r >= seq_kv => false,
+        Some(r) if r > seq_kv || (r == seq_kv && seq_q <= seq_kv.saturating_add(1)) => false,
         Some(r) => {
             return Err(Error::invalid(
                 "window_size_right",
                 format!(
-                    "must be None, Some(0) (causal) or at least the key length {seq_kv} (cuDNN's band mask has no other right bound)"
+                    "must be None, Some(0) (causal) or one that bounds no query (above the key length {seq_kv}; cuDNN's band mask has no other right bound)"
                 ),
                 r,
             ));
@@ -304,7 +310,12 @@ pub fn bshd_ordered(dims: &[usize], strides: &[usize]) -> bool {
     }
     let contiguous_bshd = {
         let (s, h, d) = (dims[1], dims[2], dims[3]);
-        [s * h * d, d, h * d, 1]
+        [
+            s.saturating_mul(h).saturating_mul(d),
+            d,
+            h.saturating_mul(d),
+            1,
+        ]
     };
     (0..4).all(|o| dims[idx[o]] == 1 || packed[o] == contiguous_bshd[o])
 }
@@ -407,8 +418,14 @@ pub fn varlen(
         ("max_seqlen_q", max_seqlen_q),
         ("max_seqlen_k", max_seqlen_k),
     ] {
-        if m == 0 {
-            return Err(Error::invalid(name, "must be >= 1", m));
+        // cuDNN's sequence lengths are i32 (and so the padded buffers' sizes
+        // stay far from overflowing an allocation's byte count).
+        if m == 0 || m > i32::MAX as usize {
+            return Err(Error::invalid(
+                name,
+                format!("must be in 1..={}", i32::MAX),
+                m,
+            ));
         }
     }
     let lens_q = lengths("seqlens_q", seqlens_q, q.dims[0], max_seqlen_q)?;

@@ -295,11 +295,21 @@ proptest! {
     fn mask_matches_flash_attention(
         sq in 1i64..12, skv in 1i64..12,
         left in proptest::option::of(0usize..14),
-        right in prop_oneof![Just(None), Just(Some(0usize)), (12usize..16).prop_map(Some)],
+        right in prop_oneof![Just(None), (0usize..16).prop_map(Some)],
         ragged: bool,
     ) {
         let p = AttnParams::new(1.0).window(left, right);
-        let m = mask(&p, sq as usize, skv as usize, ragged).unwrap();
+        let m = match mask(&p, sq as usize, skv as usize, ragged) {
+            Ok(m) => m,
+            Err(_) => {
+                // Refused only for a right bound that cuts some query's keys
+                // (other than the causal 0), which cuDNN cannot express.
+                let r = right.unwrap_or(0);
+                let cuts = (0..sq).any(|i| i + skv - sq + (r as i64) < skv - 1);
+                prop_assert!(r > 0 && cuts, "refused {:?} for sq {} skv {}", right, sq, skv);
+                return Ok(());
+            }
+        };
         for i in 0..sq {
             for j in 0..skv {
                 prop_assert_eq!(
