@@ -94,9 +94,23 @@ pub fn run(args: &[String]) -> Result<Vec<PathBuf>, String> {
                     Some("cudnn910") => vec![&CUDNN910],
                     Some("torch211") => vec![&TORCH211],
                     Some("all") => ALL.to_vec(),
+                    Some("candle") => {
+                        // The toolkit candle's `cuda` feature builds with
+                        // (not a library stack of the crate's tests).
+                        let toolkit = crate::fetch_toolkit::fetch()?;
+                        println!(
+                            "candle: CUDA toolkit and driver stub in {}",
+                            toolkit.display()
+                        );
+                        println!("  to build cudnn-candle, export:");
+                        for l in crate::fetch_toolkit::env_lines(&toolkit) {
+                            println!("    {l}");
+                        }
+                        return Ok(vec![toolkit]);
+                    }
                     other => {
                         return Err(format!(
-                            "--stack takes cuda13, cuda12, cudnn910, torch211 or all, got {other:?}"
+                            "--stack takes cuda13, cuda12, cudnn910, torch211, all or candle, got {other:?}"
                         ));
                     }
                 }
@@ -158,10 +172,10 @@ pub fn fetch(stack: &Stack) -> Result<PathBuf, String> {
     Ok(dir)
 }
 
-/// Download `spec` into `wheels` unless it is there, and unpack what we keep into `dir`.
-fn unpack_wheel(wheels: &Path, spec: &str, dir: &Path) -> Result<(), String> {
-    let file = match find_wheel(wheels, spec) {
-        Some(f) => f,
+/// The wheel file of `spec` in `wheels`, downloaded first unless it is there.
+pub(crate) fn wheel_file(wheels: &Path, spec: &str) -> Result<PathBuf, String> {
+    match find_wheel(wheels, spec) {
+        Some(f) => Ok(f),
         None => {
             download(wheels, spec)?;
             find_wheel(wheels, spec).ok_or_else(|| {
@@ -169,9 +183,14 @@ fn unpack_wheel(wheels: &Path, spec: &str, dir: &Path) -> Result<(), String> {
                     "pip reported success but no wheel for {spec} is in {}",
                     wheels.display()
                 )
-            })?
+            })
         }
-    };
+    }
+}
+
+/// Download `spec` into `wheels` unless it is there, and unpack what we keep into `dir`.
+fn unpack_wheel(wheels: &Path, spec: &str, dir: &Path) -> Result<(), String> {
+    let file = wheel_file(wheels, spec)?;
     let n = unpack(&file, dir).map_err(|e| format!("unpacking {}: {e}", file.display()))?;
     eprintln!("  {spec}: {n} files");
     Ok(())
@@ -390,7 +409,7 @@ pub fn fetch_frontend() -> Result<PathBuf, String> {
 }
 
 /// FNV-1a of `bytes` (a stamp, not a security check).
-fn fnv(bytes: &[u8]) -> String {
+pub(crate) fn fnv(bytes: &[u8]) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in bytes {
         h ^= u64::from(*b);

@@ -4,6 +4,7 @@ mod bindings;
 mod conformance;
 mod device_check;
 mod fetch;
+mod fetch_toolkit;
 mod import_cycles;
 mod public_api;
 mod srcmodel;
@@ -38,13 +39,16 @@ tasks:
       NVRTC 13.0; the GPU machine's stack), with missing libraries counted
       as failures; and the conformance tier: every graph pattern built by
       NVIDIA's cuDNN frontend too, compared with the crate's (cuda13).
-  fetch-libs [--stack cuda13|cuda12|cudnn910|torch211|all]
+  fetch-libs [--stack cuda13|cuda12|cudnn910|torch211|all|candle]
       Download NVIDIA's pip wheels (pinned versions) and unpack the headers and
       shared libraries we use into the cache (.cuda-libs/<stack>, or
       $CUDNN_RS_CACHE/<stack>). With cuda13 (the default) and all, also
       NVIDIA's cuDNN frontend (Python, pinned) and the driver stub into
-      <cache>/frontend for the conformance tier. A no-op when they are
-      already there.
+      <cache>/frontend for the conformance tier. `candle` (not in `all`):
+      the CUDA toolkit candle-core's `cuda` feature builds with (nvcc, nvvm,
+      headers, cudart, nvrtc, cuBLAS, cuRAND) and a link-time libcuda stub,
+      for `cudnn-candle`; prints the environment to build with. A no-op
+      when they are already there.
   bindgen [--check]
       Regenerate the committed bindings in cudart-sys, cudnn-sys, cublas-sys and nccl-sys
       from the cuda13 headers (fetching them first). With --check, write nothing

@@ -11,6 +11,49 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+// The test modules (their files), then the table that registers them.
+mod algo_cache;
+mod bind_by_tensor;
+mod conv;
+mod cuda_graphs;
+#[cfg(feature = "cudarc")]
+mod cudarc_interop;
+mod descriptors;
+mod fp8_gemm;
+mod fuzz_backend;
+mod fuzz_graph;
+mod fuzz_graph_fp8;
+mod fuzz_plan_files;
+mod gemm;
+mod graph;
+mod graph_files;
+mod graph_fp8;
+mod graph_norm_attention;
+mod handles;
+mod nccl;
+mod nccl_groups;
+mod nccl_rendezvous;
+mod nccl_rendezvous_attacks;
+mod nccl_rendezvous_tcp;
+mod no_device;
+mod ops;
+mod perf;
+mod plan_json_softmax;
+mod plan_reload;
+mod plan_trust;
+mod raw;
+mod rnn;
+mod sdpa_all_options;
+mod sdpa_bias;
+mod sdpa_bwd_reload;
+mod sdpa_combined;
+mod sdpa_options;
+mod sdpa_ragged;
+mod sdpa_ragged_composite;
+mod sdpa_seq_lengths;
+mod sdpa_softcap;
+mod sdpa_softmax;
+
 tier_main! {
     mods: [
         algo_cache, bind_by_tensor, conv, cuda_graphs, descriptors, fp8_gemm, fuzz_backend, fuzz_graph,

@@ -338,11 +338,16 @@ pub fn same_len<T>(what: &str, got: &[T], want: &[T]) -> TestResult {
 }
 
 /// Element-wise `|got - want| <= tol * max(1, |want|)`, naming the first
-/// element that is not; NaN never passes.
+/// element that is not; NaN never passes, and an infinite `want` passes
+/// only an equal `got` (the bound would be infinite).
 pub fn close_each(what: &str, got: &[f64], want: &[f64], tol: f64) -> TestResult {
     same_len(what, got, want)?;
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let ok = (g - w).abs() <= tol * w.abs().max(1.0);
+        let ok = if w.is_finite() {
+            (g - w).abs() <= tol * w.abs().max(1.0)
+        } else {
+            g == w
+        };
         ensure!(ok, "{what}[{i}]: got {g}, want {w} (tol {tol})");
     }
     Ok(())
@@ -386,10 +391,10 @@ pub fn lcg_values(n: usize, seed: u64) -> Vec<f64> {
         .collect()
 }
 
-/// A tier binary's modules and `main`: declares each module of `mods` (a
-/// file of the tier's folder) and of `cudarc` (one that needs feature
-/// `cudarc`: without it, a stub whose one ignored trial says so), and a
-/// `main` that runs them all through [`run_modules`], a process started
+/// A tier binary's `main`: the modules of `mods` and of `cudarc` (declared
+/// in main.rs with `mod` lines; a `cudarc` one is `#[cfg(feature =
+/// "cudarc")]` there, and this makes its stub without the feature, whose
+/// one ignored trial says so) run through [`run_modules`], a process started
 /// with one of the `children` variables set running only its module.
 #[macro_export]
 macro_rules! tier_main {
@@ -398,10 +403,9 @@ macro_rules! tier_main {
         cudarc: [$($c:ident),* $(,)?],
         children: [$(($var:expr, $owner:literal)),* $(,)?] $(,)?
     ) => {
-        $(mod $m;)*
+        // The modules are declared in main.rs itself (`mod x;` lines), where
+        // rustfmt finds their files: it does not expand macros.
         $(
-            #[cfg(feature = "cudarc")]
-            mod $c;
             #[cfg(not(feature = "cudarc"))]
             mod $c {
                 pub fn main() {

@@ -395,7 +395,14 @@ fn bias_direction() -> R {
     let ld = Layout::row_major(2, 3);
     ensure!(r::bias_len(Epilogue::Bias, &ld) == 3, "row-major bias len");
     let mut d = [f64::NAN; 6];
-    mm((&id, &la), (&b, &lb), (&mut d, &ld), Epilogue::Bias, Some(&[10., 20., 30.]), None)?;
+    mm(
+        (&id, &la),
+        (&b, &lb),
+        (&mut d, &ld),
+        Epilogue::Bias,
+        Some(&[10., 20., 30.]),
+        None,
+    )?;
     ensure!(d == [11., 20., 30., 10., 21., 30.], "{d:?}");
     // Column-major D: one bias per row (2).
     let ld = Layout::col_major(2, 3);
@@ -403,11 +410,25 @@ fn bias_direction() -> R {
         r::bias_len(Epilogue::ReluBias, &ld) == 2,
         "col-major bias len"
     );
-    mm((&id, &la), (&b, &lb), (&mut d, &ld), Epilogue::ReluBias, Some(&[-0.5, 5.]), None)?;
+    mm(
+        (&id, &la),
+        (&b, &lb),
+        (&mut d, &ld),
+        Epilogue::ReluBias,
+        Some(&[-0.5, 5.]),
+        None,
+    )?;
     ensure!(d == [0.5, 5., 0., 6., 0., 5.], "{d:?}");
     // GELU + bias = gelu(x + bias).
     let mut d = [0.0; 6];
-    mm((&id, &la), (&b, &lb), (&mut d, &ld), Epilogue::GeluTanhBias, Some(&[0., -2.]), None)?;
+    mm(
+        (&id, &la),
+        (&b, &lb),
+        (&mut d, &ld),
+        Epilogue::GeluTanhBias,
+        Some(&[0., -2.]),
+        None,
+    )?;
     ensure!(
         d[0] == cudnn::reference::gelu::gelu_tanh(1.0)
             && d[1] == cudnn::reference::gelu::gelu_tanh(-2.0)
@@ -416,12 +437,26 @@ fn bias_direction() -> R {
     );
     // Missing or short bias is an error.
     ensure!(
-        mm((&id, &la), (&b, &lb), (&mut d, &ld), Epilogue::Bias, None, None)
+        mm(
+            (&id, &la),
+            (&b, &lb),
+            (&mut d, &ld),
+            Epilogue::Bias,
+            None,
+            None
+        )
         .is_err(),
         "no bias"
     );
     ensure!(
-        mm((&id, &la), (&b, &lb), (&mut d, &ld), Epilogue::Bias, Some(&[1.]), None)
+        mm(
+            (&id, &la),
+            (&b, &lb),
+            (&mut d, &ld),
+            Epilogue::Bias,
+            Some(&[1.]),
+            None
+        )
         .is_err(),
         "short bias"
     );
@@ -438,7 +473,14 @@ fn backward() -> R {
     let bias = seq(n, 12);
     // Forward with aux: the pre-activation is x + bias, D = gelu of it.
     let mut d = vec![0.0; m * n];
-    let out = mm((&a, &la), (&b, &lb), (&mut d, &ld), Epilogue::GeluTanhAuxBias, Some(&bias), None)?;
+    let out = mm(
+        (&a, &la),
+        (&b, &lb),
+        (&mut d, &ld),
+        Epilogue::GeluTanhAuxBias,
+        Some(&bias),
+        None,
+    )?;
     let mut plain = vec![0.0; m * n];
     r::gemm(1.0, &a, &la, &b, &lb, 0.0, &mut plain, &ld)?;
     for i in 0..m * n {
@@ -452,12 +494,26 @@ fn backward() -> R {
         );
     }
     ensure!(out.bias_grad.is_empty(), "no gradient in forward");
-    let out_relu = mm((&a, &la), (&b, &lb), (&mut d, &ld), Epilogue::ReluAux, None, None)?;
+    let out_relu = mm(
+        (&a, &la),
+        (&b, &lb),
+        (&mut d, &ld),
+        Epilogue::ReluAux,
+        None,
+        None,
+    )?;
     ensure!(out_relu.pre_activation == plain, "relu aux keeps the input");
     // Backward: D = x · act'(pre); bgrad = Σ over rows of row-major D (per column).
     let pre = out.pre_activation.clone();
     let mut g = vec![0.0; m * n];
-    let o = mm((&a, &la), (&b, &lb), (&mut g, &ld), Epilogue::DGeluTanhBgrad, None, Some(&pre))?;
+    let o = mm(
+        (&a, &la),
+        (&b, &lb),
+        (&mut g, &ld),
+        Epilogue::DGeluTanhBgrad,
+        None,
+        Some(&pre),
+    )?;
     for i in 0..m * n {
         ensure!(
             (g[i] - plain[i] * cudnn::reference::gelu::gelu_tanh_grad(pre[i])).abs() < 1e-14,
@@ -470,7 +526,14 @@ fn backward() -> R {
         ensure!((o.bias_grad[j] - s).abs() < 1e-14, "bgrad {j}");
     }
     let mut g2 = vec![0.0; m * n];
-    let o2 = mm((&a, &la), (&b, &lb), (&mut g2, &ld), Epilogue::DRelu, None, Some(&pre))?;
+    let o2 = mm(
+        (&a, &la),
+        (&b, &lb),
+        (&mut g2, &ld),
+        Epilogue::DRelu,
+        None,
+        Some(&pre),
+    )?;
     ensure!(o2 == EpilogueOutput::default(), "DRelu has no extra output");
     for i in 0..m * n {
         ensure!(
@@ -479,7 +542,14 @@ fn backward() -> R {
         );
     }
     ensure!(
-        mm((&a, &la), (&b, &lb), (&mut g2, &ld), Epilogue::DRelu, None, None)
+        mm(
+            (&a, &la),
+            (&b, &lb),
+            (&mut g2, &ld),
+            Epilogue::DRelu,
+            None,
+            None
+        )
         .is_err(),
         "backward needs pre"
     );
@@ -493,9 +563,23 @@ fn bgrad() -> R {
     let (la, lb) = (Layout::row_major(3, 2), Layout::row_major(2, 4));
     for ld in [Layout::row_major(3, 4), Layout::col_major(3, 4)] {
         let mut d = vec![0.0; 12];
-        let o = mm((&a, &la), (&b, &lb), (&mut d, &ld), Epilogue::BgradA, None, None)?;
+        let o = mm(
+            (&a, &la),
+            (&b, &lb),
+            (&mut d, &ld),
+            Epilogue::BgradA,
+            None,
+            None,
+        )?;
         ensure!(o.bias_grad == [3., 7., 11.], "{:?}", o.bias_grad);
-        let o = mm((&a, &la), (&b, &lb), (&mut d, &ld), Epilogue::BgradB, None, None)?;
+        let o = mm(
+            (&a, &la),
+            (&b, &lb),
+            (&mut d, &ld),
+            Epilogue::BgradB,
+            None,
+            None,
+        )?;
         ensure!(o.bias_grad == [3., 3., 3., 3.], "{:?}", o.bias_grad);
         ensure!(
             load(&d, &ld) == [5., 5., 5., 5., 11., 11., 11., 11., 17., 17., 17., 17.],
@@ -507,7 +591,14 @@ fn bgrad() -> R {
     let lb = Layout::row_major(2, 4).batched(2, 0);
     let ld = Layout::row_major(3, 4).batched(2, 12);
     let mut d = vec![0.0; 24];
-    let o = mm((&a, &la), (&b, &lb), (&mut d, &ld), Epilogue::BgradA, None, None)?;
+    let o = mm(
+        (&a, &la),
+        (&b, &lb),
+        (&mut d, &ld),
+        Epilogue::BgradA,
+        None,
+        None,
+    )?;
     ensure!(
         o.bias_grad == [3., 7., 11., 3., 7., 11.],
         "{:?}",

@@ -9,6 +9,22 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+// The test modules (their files), then the table that registers them.
+mod block_scale;
+mod conv_reference;
+mod fp8;
+mod fuzz_launch;
+mod fuzz_reference;
+mod fuzz_reference_dims;
+mod gemm_reference;
+mod json_floats;
+mod launch_variables;
+mod ops_reference;
+mod reference_robust;
+mod sdpa_softcap_reference;
+mod sdpa_softmax_reference;
+mod validation;
+
 tier_main! {
     mods: [
         block_scale, conv_reference, fp8, fuzz_launch, fuzz_reference,

@@ -1,0 +1,231 @@
+//! Running the attention plans on candle's memory and stream: candle's
+//! `CudaSlice`s lent to the plan through the crate's cudarc interop
+//! (`CudarcStream::read` / `write` on candle's own stream, so cudarc's
+//! event tracking orders the work with candle's), outputs allocated on
+//! candle's device.
+
+use candle_core::CudaDevice;
+use candle_core::cuda_backend::CudaDType;
+use cudarc::driver::{CudaSlice, CudaView, DeviceRepr, ValidAsZeroBits};
+use cudnn::graph::{Bindings, RaggedTensor, SdpaConfig, SeqLengths};
+use cudnn::interop::CudarcStream;
+use cudnn::runtime::{CaptureStatus, DeviceBuffer};
+use cudnn::{Error, Result};
+
+use crate::device::{self, IntoCandle, expect_layout, with_handle};
+use crate::graphs::{self, bshd, names};
+
+/// The element types of the attention ops: f16 and bf16.
+pub trait Elem:
+    cudnn::DataType + DeviceRepr + ValidAsZeroBits + CudaDType + Copy + Send + Sync + 'static
+{
+}
+impl Elem for half::f16 {}
+impl Elem for half::bf16 {}
+
+/// Elements of `dims`, checked: their bytes (at 8 per element, the widest
+/// type here) must fit `isize`, what an allocation can hold. cudarc's
+/// `alloc_zeros` multiplies the count by the element size unchecked: a
+/// count past this would wrap to a tiny buffer that a copy then overruns.
+pub fn count(dims: &[i64]) -> Result<usize> {
+    let refuse = || {
+        Error::invalid(
+            "attention tensor dims",
+            "element count times 8 bytes must fit isize (an allocation's size)",
+            format!("{dims:?}"),
+        )
+    };
+    let n = dims.iter().try_fold(1usize, |acc, &d| {
+        usize::try_from(d)
+            .ok()
+            .and_then(|d| acc.checked_mul(d))
+            .ok_or_else(refuse)
+    })?;
+    if n.checked_mul(8).is_none_or(|b| b > isize::MAX as usize) {
+        return Err(refuse());
+    }
+    Ok(n)
+}
+
+/// The checked lengths and the ragged offsets of a varlen call, on the
+/// device (their copies are synchronous; freed after the work, since
+/// `cudaFree` waits for the device).
+pub struct Side {
+    seq_q: SeqLengths,
+    seq_kv: SeqLengths,
+    offsets: Option<[DeviceBuffer<i32>; 4]>,
+}
+
+impl Side {
+    /// Check the lengths against the config's extents and compute the
+    /// offsets of Q, K, V, O (dQ, dK, dV, dO share them).
+    ///
+    /// # Errors
+    /// A length past its extent, a count other than the batch, an offset
+    /// past i32, the copies.
+    /// Without ragged offsets (`cfg.ragged` off: a padded KV cache) only
+    /// the lengths.
+    pub fn new(cfg: &SdpaConfig, lens_q: &[i32], lens_kv: &[i32]) -> Result<Self> {
+        let b = lens_q.len();
+        let seq_q = SeqLengths::new(lens_q, b, cfg.seq_q)?;
+        let seq_kv = SeqLengths::new(lens_kv, b, cfg.seq_kv)?;
+        let off = |w: RaggedTensor, lens: &[i32]| -> Result<DeviceBuffer<i32>> {
+            DeviceBuffer::from_host(&cfg.ragged_offsets(w, lens)?)
+        };
+        let offsets = if cfg.ragged {
+            Some([
+                off(RaggedTensor::Q, lens_q)?,
+                off(RaggedTensor::K, lens_kv)?,
+                off(RaggedTensor::V, lens_kv)?,
+                off(RaggedTensor::O, lens_q)?,
+            ])
+        } else {
+            None
+        };
+        Ok(Self {
+            seq_q,
+            seq_kv,
+            offsets,
+        })
+    }
+
+    fn bind<'a>(&'a self, b: &mut Bindings<'a>) -> Result<()> {
+        b.seq_lengths(names::SEQ_Q, &self.seq_q)?;
+        b.seq_lengths(names::SEQ_KV, &self.seq_kv)?;
+        let Some([q, k, v, o]) = &self.offsets else {
+            return Ok(());
+        };
+        for (name, buf) in [
+            (names::RAGGED_Q, q),
+            (names::RAGGED_K, k),
+            (names::RAGGED_V, v),
+            (names::RAGGED_O, o),
+        ] {
+            // SAFETY: the offsets are `SdpaConfig::ragged_offsets` of the
+            // config the plan was built from (`Side::new`), from the same
+            // lengths bound above through the checked `seq_lengths`; every
+            // ragged tensor of this crate's graphs has packed BSHD strides
+            // (`graphs::forward` with `bshd` strides for varlen, and
+            // `graphs::backward`); nothing writes the buffers (owned here).
+            unsafe { b.input_ragged_offsets(name, buf) }?;
+        }
+        Ok(())
+    }
+}
+
+/// Refuse to lend cudarc memory while candle's stream is capturing (the
+/// guards' contract: cudarc's waits and event records would be captured).
+fn not_capturing(cs: &CudarcStream) -> Result<()> {
+    match cs.capture_status()? {
+        CaptureStatus::None => Ok(()),
+        other => Err(Error::Unsupported {
+            what: format!("cudnn-candle attention while candle's stream is capturing ({other:?})"),
+            needs: Some("the call outside the capture (run it once before capturing)".to_string()),
+        }),
+    }
+}
+
+/// Run the forward of `cfg` (inputs with `strides`, `[B, H, S, D]`
+/// order): returns O (packed BSHD, candle-contiguous `(b, s, h, d_v)`)
+/// and, in training, the statistics `[B, H, S_q, 1]` f32.
+///
+/// # Errors
+/// Planning, binding (lengths checked against the plan), execution, allocation.
+#[allow(clippy::type_complexity)]
+pub fn forward<T: Elem>(
+    dev: &CudaDevice,
+    cfg: &SdpaConfig,
+    strides: &[[i64; 4]; 3],
+    [q, k, v]: [&CudaView<'_, T>; 3],
+    side: Option<&Side>,
+) -> candle_core::Result<(CudaSlice<T>, Option<CudaSlice<f32>>)> {
+    let graph = graphs::forward(cfg, strides).c()?;
+    let [_, _, _, od] = graphs::dims(cfg);
+    let mut o = dev.alloc_zeros::<T>(count(&od).c()?)?;
+    let mut stats = if cfg.is_training {
+        Some(dev.alloc_zeros::<f32>(count(&[cfg.batch, cfg.heads, cfg.seq_q]).c()?)?)
+    } else {
+        None
+    };
+    with_handle(dev, |cs, handle, ordinal| {
+        let plan = device::plan(ordinal, &graph).c()?;
+        expect_layout(plan.io(), names::O, od, bshd(od)).c()?;
+        not_capturing(cs).c()?;
+        // SAFETY: the contract of `CudarcStream::read`/`write`: every view of these guards
+        // goes to `plan.execute` with `handle` only, which is bound to
+        // `cs` (the work is queued on candle's stream, where cudarc records
+        // the events); the guards drop at the end of this closure, after
+        // the enqueue; the stream is not capturing (checked above).
+        let (qr, kr, vr) = unsafe { (cs.read(q), cs.read(k), cs.read(v)) };
+        let (qr, kr, vr) = (qr.c()?, kr.c()?, vr.c()?);
+        // SAFETY: as above.
+        let mut ow = unsafe { cs.write(&mut o) }.c()?;
+        let mut sw = match stats.as_mut() {
+            // SAFETY: as above.
+            Some(s) => Some(unsafe { cs.write(s) }.c()?),
+            None => None,
+        };
+        let mut b = plan.bindings();
+        b.input(names::Q, qr.view()).c()?;
+        b.input(names::K, kr.view()).c()?;
+        b.input(names::V, vr.view()).c()?;
+        b.output(names::O, ow.view_mut()).c()?;
+        if let Some(sw) = sw.as_mut() {
+            b.output(names::STATS, sw.view_mut()).c()?;
+        }
+        if let Some(side) = side {
+            side.bind(&mut b).c()?;
+        }
+        plan.execute(handle, &mut b).c()
+    })?;
+    Ok((o, stats))
+}
+
+/// Run the backward of `cfg` (every tensor packed BSHD): writes dQ, dK, dV.
+///
+/// # Errors
+/// As [`forward`].
+#[allow(clippy::too_many_arguments)]
+pub fn backward<T: Elem>(
+    dev: &CudaDevice,
+    cfg: &SdpaConfig,
+    [q, k, v, o, d_o]: [&CudaView<'_, T>; 5],
+    stats: &CudaSlice<f32>,
+    side: Option<&Side>,
+    [dq, dk, dv]: [&mut cudarc::driver::CudaViewMut<'_, T>; 3],
+) -> candle_core::Result<()> {
+    let graph = graphs::backward(cfg).c()?;
+    let [qd, kd, vd, _] = graphs::dims(cfg);
+    with_handle(dev, |cs, handle, ordinal| {
+        let plan = device::plan(ordinal, &graph).c()?;
+        for (n, d) in [(names::DQ, qd), (names::DK, kd), (names::DV, vd)] {
+            expect_layout(plan.io(), n, d, bshd(d)).c()?;
+        }
+        not_capturing(cs).c()?;
+        // SAFETY: as in `forward`: the views go to `plan.execute` on
+        // `handle` (bound to candle's stream `cs`) only, the guards drop
+        // after the enqueue, the stream is not capturing.
+        let r = unsafe { [cs.read(q), cs.read(k), cs.read(v), cs.read(o), cs.read(d_o)] };
+        let [qr, kr, vr, or, dor] = r;
+        let (qr, kr, vr, or, dor) = (qr.c()?, kr.c()?, vr.c()?, or.c()?, dor.c()?);
+        // SAFETY: as above.
+        let sr = unsafe { cs.read(stats) }.c()?;
+        // SAFETY: as above.
+        let (dqw, dkw, dvw) = unsafe { (cs.write(dq), cs.write(dk), cs.write(dv)) };
+        let (mut dqw, mut dkw, mut dvw) = (dqw.c()?, dkw.c()?, dvw.c()?);
+        let mut b = plan.bindings();
+        b.input(names::Q, qr.view()).c()?;
+        b.input(names::K, kr.view()).c()?;
+        b.input(names::V, vr.view()).c()?;
+        b.input(names::O, or.view()).c()?;
+        b.input(names::DO, dor.view()).c()?;
+        b.input(names::STATS, sr.view()).c()?;
+        b.output(names::DQ, dqw.view_mut()).c()?;
+        b.output(names::DK, dkw.view_mut()).c()?;
+        b.output(names::DV, dvw.view_mut()).c()?;
+        if let Some(side) = side {
+            side.bind(&mut b).c()?;
+        }
+        plan.execute(handle, &mut b).c()
+    })
+}

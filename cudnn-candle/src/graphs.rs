@@ -1,0 +1,127 @@
+//! The attention graphs this crate runs, built from an [`SdpaConfig`] and
+//! the inputs' strides (no device: they plan for a named GPU, see the
+//! tests). Every tensor has a fixed name, so binding does not depend on
+//! the builder's numbering.
+
+use cudnn::Result;
+use cudnn::graph::{Graph, SdpaConfig, SdpaRagged, Tensor, TensorSpec};
+
+/// Names of the graph tensors.
+pub mod names {
+    /// Inputs and outputs.
+    pub const Q: &str = "q";
+    /// K.
+    pub const K: &str = "k";
+    /// V.
+    pub const V: &str = "v";
+    /// The attention output.
+    pub const O: &str = "o";
+    /// The output gradient.
+    pub const DO: &str = "do";
+    /// The softmax statistics (training forward, backward).
+    pub const STATS: &str = "stats";
+    /// Gradients.
+    pub const DQ: &str = "dq";
+    /// dK.
+    pub const DK: &str = "dk";
+    /// dV.
+    pub const DV: &str = "dv";
+    /// Per-sequence query lengths (padding mask).
+    pub const SEQ_Q: &str = "seq_len_q";
+    /// Per-sequence key lengths.
+    pub const SEQ_KV: &str = "seq_len_kv";
+    /// Ragged offsets of Q (and dQ).
+    pub const RAGGED_Q: &str = "ragged_q";
+    /// Ragged offsets of K (and dK).
+    pub const RAGGED_K: &str = "ragged_k";
+    /// Ragged offsets of V (and dV).
+    pub const RAGGED_V: &str = "ragged_v";
+    /// Ragged offsets of O (and dO).
+    pub const RAGGED_O: &str = "ragged_o";
+}
+
+fn spec(cfg: &SdpaConfig, dims: [i64; 4], strides: [i64; 4]) -> Result<TensorSpec> {
+    TensorSpec::new(cfg.dtype, &dims, &strides)
+}
+
+fn name_side(
+    g: &mut Graph,
+    seq: (Option<Tensor>, Option<Tensor>),
+    ragged: Option<SdpaRagged>,
+) -> Result<()> {
+    if let Some(t) = seq.0 {
+        g.rename(t, names::SEQ_Q)?;
+    }
+    if let Some(t) = seq.1 {
+        g.rename(t, names::SEQ_KV)?;
+    }
+    if let Some(r) = ragged {
+        g.rename(r.q, names::RAGGED_Q)?;
+        g.rename(r.o, names::RAGGED_O)?;
+        if let Some(t) = r.k {
+            g.rename(t, names::RAGGED_K)?;
+        }
+        if let Some(t) = r.v {
+            g.rename(t, names::RAGGED_V)?;
+        }
+    }
+    Ok(())
+}
+
+/// The packed BSHD strides of `[B, H, S, D]`.
+pub fn bshd(dims: [i64; 4]) -> [i64; 4] {
+    let [_, h, s, d] = dims;
+    [s * h * d, d, h * d, 1]
+}
+
+/// The dims of Q, K, V, O as `[B, H, S, D]`.
+pub fn dims(cfg: &SdpaConfig) -> [[i64; 4]; 4] {
+    [
+        [cfg.batch, cfg.heads, cfg.seq_q, cfg.head_dim],
+        [cfg.batch, cfg.kv_heads, cfg.seq_kv, cfg.head_dim],
+        [cfg.batch, cfg.kv_heads, cfg.seq_kv, cfg.head_dim_v],
+        [cfg.batch, cfg.heads, cfg.seq_q, cfg.head_dim_v],
+    ]
+}
+
+/// The forward graph: `q`, `k`, `v` with `strides` (`[B, H, S, D]`
+/// order), output `o` (and `stats` when `cfg.is_training`).
+///
+/// # Errors
+/// The builder's (the config's rules, the strides).
+pub fn forward(cfg: &SdpaConfig, strides: &[[i64; 4]; 3]) -> Result<Graph> {
+    let [qd, kd, vd, _] = dims(cfg);
+    let mut g = Graph::new();
+    let q = g.input(names::Q, spec(cfg, qd, strides[0])?)?;
+    let k = g.input(names::K, spec(cfg, kd, strides[1])?)?;
+    let v = g.input(names::V, spec(cfg, vd, strides[2])?)?;
+    let f = g.sdpa_forward(q, k, v, cfg)?;
+    g.rename(f.o, names::O)?;
+    if let Some(s) = f.stats {
+        g.rename(s, names::STATS)?;
+    }
+    name_side(&mut g, (f.seq_len_q, f.seq_len_kv), f.ragged)?;
+    Ok(g)
+}
+
+/// The backward graph: every tensor packed BSHD (`q`, `k`, `v`, `o`, `do`
+/// in, `dq`, `dk`, `dv` out) and `stats` `[B, H, S_q, 1]` f32.
+///
+/// # Errors
+/// The builder's.
+pub fn backward(cfg: &SdpaConfig) -> Result<Graph> {
+    let [qd, kd, vd, od] = dims(cfg);
+    let mut g = Graph::new();
+    let q = g.input(names::Q, spec(cfg, qd, bshd(qd))?)?;
+    let k = g.input(names::K, spec(cfg, kd, bshd(kd))?)?;
+    let v = g.input(names::V, spec(cfg, vd, bshd(vd))?)?;
+    let o = g.input(names::O, spec(cfg, od, bshd(od))?)?;
+    let d_o = g.input(names::DO, spec(cfg, od, bshd(od))?)?;
+    let stats = g.input(names::STATS, cfg.stats_spec()?)?;
+    let b = g.sdpa_backward(q, k, v, o, d_o, stats, cfg)?;
+    g.rename(b.dq, names::DQ)?;
+    g.rename(b.dk, names::DK)?;
+    g.rename(b.dv, names::DV)?;
+    name_side(&mut g, (b.seq_len_q, b.seq_len_kv), b.ragged)?;
+    Ok(g)
+}

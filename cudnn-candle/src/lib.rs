@@ -1,0 +1,71 @@
+//! cuDNN attention on [candle](https://docs.rs/candle-core) tensors,
+//! through [`cudnn`](https://docs.rs/cudnn-rs)'s SDPA graphs: forward and
+//! backward (candle's autograd), causal, sliding windows, logit softcap,
+//! grouped-query attention and varlen (packed) batches, with the argument
+//! conventions of `candle-flash-attn` so switching is a one-line change:
+//!
+//! ```no_run
+//! # fn main() -> candle_core::Result<()> {
+//! use candle_core::{DType, Device, Tensor};
+//! let dev = Device::new_cuda(0)?;
+//! // (batch, seq, heads, head_dim), bf16
+//! let q = Tensor::randn(0f32, 1.0, (2, 128, 8, 64), &dev)?.to_dtype(DType::BF16)?;
+//! let k = Tensor::randn(0f32, 1.0, (2, 128, 2, 64), &dev)?.to_dtype(DType::BF16)?;
+//! let v = k.clone();
+//! let o = cudnn_candle::flash_attn(&q, &k, &v, 1.0 / 8.0, true)?;
+//! assert_eq!(o.dims(), &[2, 128, 8, 64]);
+//! # Ok(()) }
+//! ```
+//!
+//! | function | FlashAttention's | notes |
+//! |---|---|---|
+//! | [`flash_attn`] | `flash_attn` | causal aligned bottom-right |
+//! | [`flash_attn_windowed`] | `flash_attn_windowed` | right window `None` or `Some(0)` |
+//! | [`flash_attn_softcap`] | `softcap` | Gemma 2 |
+//! | [`flash_attn_varlen`], [`flash_attn_varlen_windowed`] | same names | `seqlens` read to the host |
+//! | [`flash_attn_kvcache`] | `flash_attn_with_kvcache` (`cache_seqlens`) | fixed capacity: one plan per decode loop |
+//! | [`flash_attn_with`], [`flash_attn_varlen_with`] | | every option ([`AttnParams`]) |
+//!
+//! # How it runs
+//! Each function is a candle `CustomOp3`. `cuda_fwd` checks the shapes,
+//! dtypes and strides ([`params`], pure functions), builds the attention
+//! graph ([`graphs`]), takes its plan from a process-wide
+//! [`PlanCache`](cudnn::graph::PlanCache) ([`plans`]; keyed by graph,
+//! device architecture and policy: a decode loop plans once per shape) and
+//! runs it on **candle's own stream** with candle's memory lent through
+//! `cudnn::interop` (`CudarcStream::read` / `write`: cudarc's event tracking
+//! orders the work with candle's). Strided q, k, v are used as they are
+//! when the head dim is contiguous (start offsets honoured); otherwise a
+//! contiguous copy is made first. Varlen inputs are copied into the `[B,
+//! S_max]` span the ragged graph's tensors have.
+//!
+//! The backward (candle's `Tensor::backward`) runs the forward again in
+//! training mode, for the softmax statistics a `CustomOp` cannot return
+//! beside its output, then cuDNN's attention backward; q, k, v and the
+//! output gradient are made contiguous first.
+//!
+//! Errors are `candle_core::Error::Cuda` holding the typed [`cudnn::Error`]
+//! (`InvalidArgument` / `Mismatch` naming the argument and its value):
+//! `err.downcast_ref::<cudnn::Error>()` after matching the variant.
+//!
+//! Not in this version: ALiBi, paged KV (block tables), attention sinks, CUDA
+//! graph capture of these calls (refused, typed, while candle's stream
+//! captures), norms, convolution and GEMM entry points.
+//!
+//! # Building
+//! candle-core's `cuda` feature compiles CUDA kernels with `nvcc` at build
+//! time: see the repository README (`cargo xtask fetch-libs --stack
+//! candle` provides the toolkit from NVIDIA's wheels).
+
+pub mod attn;
+pub mod device;
+mod exec;
+pub mod graphs;
+pub mod params;
+
+pub use attn::{
+    flash_attn, flash_attn_kvcache, flash_attn_softcap, flash_attn_varlen,
+    flash_attn_varlen_windowed, flash_attn_varlen_with, flash_attn_windowed, flash_attn_with,
+};
+pub use device::plans;
+pub use params::AttnParams;

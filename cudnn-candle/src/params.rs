@@ -1,0 +1,517 @@
+//! The checks of an attention call, pure functions of shapes, strides and
+//! dtypes (no device): FlashAttention's argument conventions mapped onto
+//! the crate's [`SdpaConfig`], every refusal a typed [`cudnn::Error`]
+//! naming the argument and its value.
+
+use candle_core::DType as CDType;
+use cudnn::graph::{DType, DiagonalAlignment, SdpaConfig};
+use cudnn::{Error, Result};
+
+/// The options of one attention call, with FlashAttention's meaning.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttnParams {
+    /// The score scale (FlashAttention's `softmax_scale`, usually `1 / sqrt(head_dim)`).
+    pub softmax_scale: f32,
+    /// Keys a query sees to the left of its diagonal position (`None`: all).
+    pub window_size_left: Option<usize>,
+    /// Keys a query sees to the right of its diagonal position (`None`:
+    /// all; `Some(0)`: causal). Only `None`, `Some(0)` and values reaching
+    /// the last key are served (cuDNN's band has no other right bound).
+    pub window_size_right: Option<usize>,
+    /// Logit softcap: scores `s` become `softcap * tanh(s / softcap)` (Gemma 2).
+    pub softcap: Option<f32>,
+}
+
+impl AttnParams {
+    /// No mask, no window, no softcap.
+    pub fn new(softmax_scale: f32) -> Self {
+        Self {
+            softmax_scale,
+            window_size_left: None,
+            window_size_right: None,
+            softcap: None,
+        }
+    }
+    /// Causal (FlashAttention's `causal = true`: `window_size_right = Some(0)`).
+    pub fn causal(mut self, on: bool) -> Self {
+        self.window_size_right = on.then_some(0);
+        self
+    }
+    /// With FlashAttention's window sizes.
+    pub fn window(mut self, left: Option<usize>, right: Option<usize>) -> Self {
+        self.window_size_left = left;
+        self.window_size_right = right;
+        self
+    }
+    /// With a logit softcap.
+    pub fn softcap(mut self, softcap: Option<f32>) -> Self {
+        self.softcap = softcap;
+        self
+    }
+}
+
+/// The mask an [`AttnParams`] asks for, in the crate's terms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mask {
+    /// Right bound at the diagonal.
+    pub causal: bool,
+    /// The crate's window (`window_size_left + 1` keys up to the diagonal).
+    pub window: Option<i64>,
+    /// Where the diagonal sits.
+    pub diagonal: DiagonalAlignment,
+}
+
+/// FlashAttention's window sizes as the crate's mask. FlashAttention aligns
+/// the diagonal bottom-right (query `i` is at key position `i + s_kv -
+/// s_q`); with equal lengths that is the top-left diagonal, which is what
+/// is built then (the same mask; every cuDNN takes it). `ragged`: the
+/// lengths differ per sequence, so the alignment is bottom-right whenever
+/// there is a mask.
+///
+/// A right window `r` is candle-flash-attn's: query `i` sees keys up to
+/// `i + s_kv - s_q + r`. It is no bound at all when that reaches the last
+/// key for every query (`r > s_kv`, or `r == s_kv` with `s_q <= s_kv + 1`;
+/// Dao's FlashAttention drops it from `r >= s_kv` on, candle-flash-attn only
+/// above `s_kv`, and this follows candle-flash-attn).
+///
+/// # Errors
+/// A right window other than `None`, `Some(0)` or one that bounds no query.
+pub fn mask(p: &AttnParams, seq_q: usize, seq_kv: usize, ragged: bool) -> Result<Mask> {
+    let causal = match p.window_size_right {
+        None => false,
+        Some(0) => true,
+        Some(r) if r > seq_kv || (r == seq_kv && seq_q <= seq_kv.saturating_add(1)) => false,
+        Some(r) => {
+            return Err(Error::invalid(
+                "window_size_right",
+                format!(
+                    "must be None, Some(0) (causal) or one that bounds no query (above the key length {seq_kv}; cuDNN's band mask has no other right bound)"
+                ),
+                r,
+            ));
+        }
+    };
+    let window = match p.window_size_left {
+        Some(l) if l < seq_kv => Some(
+            i64::try_from(l)
+                .ok()
+                .and_then(|l| l.checked_add(1))
+                .ok_or_else(|| Error::invalid("window_size_left", "must fit i64", l))?,
+        ),
+        _ => None,
+    };
+    let masked = causal || window.is_some();
+    let diagonal = if masked && (ragged || seq_q != seq_kv) {
+        DiagonalAlignment::BottomRight
+    } else {
+        DiagonalAlignment::TopLeft
+    };
+    Ok(Mask {
+        causal,
+        window,
+        diagonal,
+    })
+}
+
+/// The graph dtype of a candle dtype: f16 and bf16 (cuDNN's fused attention).
+///
+/// # Errors
+/// Any other dtype, naming `arg`.
+pub fn attn_dtype(arg: &str, dt: CDType) -> Result<DType> {
+    match dt {
+        CDType::F16 => Ok(DType::F16),
+        CDType::BF16 => Ok(DType::BF16),
+        other => Err(Error::invalid(
+            format!("{arg} dtype"),
+            "must be f16 or bf16 (cuDNN's fused attention)",
+            format!("{other:?}"),
+        )),
+    }
+}
+
+/// One tensor argument: its dims, strides (elements) and dtype.
+#[derive(Clone, Copy, Debug)]
+pub struct Arg<'a> {
+    /// The argument's name in errors (`"q"`).
+    pub name: &'a str,
+    /// Dims.
+    pub dims: &'a [usize],
+    /// Strides in elements.
+    pub strides: &'a [usize],
+    /// Element type.
+    pub dtype: CDType,
+}
+
+fn to_i64(arg: &str, v: usize) -> Result<i64> {
+    i64::try_from(v).map_err(|_| Error::invalid(arg, "must fit i64", v))
+}
+
+fn rank(a: &Arg<'_>, want: usize, what: &str) -> Result<()> {
+    if a.dims.len() != want || a.strides.len() != want {
+        return Err(Error::invalid(
+            format!("{} shape", a.name),
+            format!("must be rank {want} {what}"),
+            format!("{:?}", a.dims),
+        ));
+    }
+    if a.dims.contains(&0) {
+        return Err(Error::invalid(
+            format!("{} shape", a.name),
+            "must have no zero dim",
+            format!("{:?}", a.dims),
+        ));
+    }
+    if a.strides[want - 1] != 1 {
+        return Err(Error::invalid(
+            format!("{} strides", a.name),
+            "must have the head dim contiguous (last stride 1)",
+            format!("{:?}", a.strides),
+        ));
+    }
+    Ok(())
+}
+
+fn same(what: &str, a: usize, b: usize) -> Result<()> {
+    if a != b {
+        return Err(Error::mismatch(what, a, b));
+    }
+    Ok(())
+}
+
+/// What the three inputs say together: dims, dtype, and the checks FlashAttention makes.
+fn common(q: &Arg<'_>, k: &Arg<'_>, v: &Arg<'_>, dense: bool) -> Result<DType> {
+    let what = if dense {
+        "(batch, seq, heads, head_dim)"
+    } else {
+        "(total_tokens, heads, head_dim)"
+    };
+    let n = if dense { 4 } else { 3 };
+    for a in [q, k, v] {
+        rank(a, n, what)?;
+    }
+    let dt = attn_dtype("q", q.dtype)?;
+    for a in [k, v] {
+        if a.dtype != q.dtype {
+            return Err(Error::mismatch(
+                format!("{} dtype (q's)", a.name),
+                format!("{:?}", q.dtype),
+                format!("{:?}", a.dtype),
+            ));
+        }
+    }
+    let (h, hkv) = (q.dims[n - 2], k.dims[n - 2]);
+    same("v heads (k's)", hkv, v.dims[n - 2])?;
+    if h % hkv != 0 {
+        return Err(Error::invalid(
+            "k heads",
+            format!("must divide q's heads {h} (grouped-query attention)"),
+            hkv,
+        ));
+    }
+    same("k head_dim (q's)", q.dims[n - 1], k.dims[n - 1])?;
+    same("v tokens (k's)", k.dims[n - 3], v.dims[n - 3])?;
+    if dense {
+        same("k batch (q's)", q.dims[0], k.dims[0])?;
+        same("v batch (q's)", q.dims[0], v.dims[0])?;
+    }
+    Ok(dt)
+}
+
+fn apply(mut cfg: SdpaConfig, p: &AttnParams, m: Mask) -> Result<SdpaConfig> {
+    if !p.softmax_scale.is_finite() {
+        return Err(Error::invalid(
+            "softmax_scale",
+            "must be finite",
+            p.softmax_scale,
+        ));
+    }
+    cfg = cfg
+        .scale(f64::from(p.softmax_scale))
+        .causal(m.causal)
+        .diagonal(m.diagonal);
+    if let Some(w) = m.window {
+        cfg = cfg.sliding_window(w);
+    }
+    if let Some(c) = p.softcap {
+        if !(c.is_finite() && c > 0.0) {
+            return Err(Error::invalid("softcap", "must be finite and > 0", c));
+        }
+        cfg = cfg.softcap(f64::from(c));
+    }
+    Ok(cfg)
+}
+
+/// A dense attention call: the config and the cuDNN strides (`[B, H, S,
+/// D]` order) of q, k, v.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dense {
+    /// The attention.
+    pub cfg: SdpaConfig,
+    /// q, k, v strides as `[B, H, S, D]`.
+    pub strides: [[i64; 4]; 3],
+}
+
+/// Check `q` `(b, s_q, h, d)`, `k` `(b, s_kv, h_kv, d)`, `v` `(b, s_kv,
+/// h_kv, d_v)` (any strides with the head dim contiguous) and map them.
+///
+/// # Errors
+/// A rank, dim, dtype or stride that does not fit (typed, naming the
+/// argument), a window cuDNN cannot build, a scale or softcap not finite.
+pub fn dense(q: &Arg<'_>, k: &Arg<'_>, v: &Arg<'_>, p: &AttnParams) -> Result<Dense> {
+    let dt = common(q, k, v, true)?;
+    let [b, sq, h, d] = [q.dims[0], q.dims[1], q.dims[2], q.dims[3]];
+    let [skv, hkv, dv] = [k.dims[1], k.dims[2], v.dims[3]];
+    let m = mask(p, sq, skv, false)?;
+    let mut cfg = SdpaConfig::new(
+        to_i64("q batch", b)?,
+        to_i64("q heads", h)?,
+        to_i64("q seq", sq)?,
+        to_i64("q head_dim", d)?,
+        dt,
+    )
+    .kv_len(to_i64("k seq", skv)?)
+    .gqa(to_i64("k heads", hkv)?);
+    cfg.head_dim_v = to_i64("v head_dim", dv)?;
+    let cfg = apply(cfg, p, m)?;
+    let st = |a: &Arg<'_>| -> Result<[i64; 4]> {
+        // candle's (b, s, h, d) strides as cuDNN's [B, H, S, D].
+        Ok([
+            to_i64(a.name, a.strides[0])?,
+            to_i64(a.name, a.strides[2])?,
+            to_i64(a.name, a.strides[1])?,
+            to_i64(a.name, a.strides[3])?,
+        ])
+    };
+    Ok(Dense {
+        cfg,
+        strides: [st(q)?, st(k)?, st(v)?],
+    })
+}
+
+/// Whether strides of a `(b, s, h, d)` tensor lay it out as the crate's
+/// graph lays out an output "like" it: packed in its stride order. An
+/// output of a graph whose q is laid out this way is candle-contiguous
+/// `(b, s, h, d_v)`. `false` asks the caller to make q contiguous first.
+pub fn bshd_ordered(dims: &[usize], strides: &[usize]) -> bool {
+    if dims.len() != 4 || strides.len() != 4 {
+        return false;
+    }
+    // cuDNN order [B, H, S, D]; candle's index of each.
+    let idx = [0usize, 2, 1, 3];
+    let mut order: Vec<usize> = (0..4).collect();
+    order.sort_by(|&a, &b| strides[idx[b]].cmp(&strides[idx[a]]).then(a.cmp(&b)));
+    // The packed strides in that order, compared with candle-contiguous
+    // BSHD on every dim longer than 1 (a dim of 1 has no stride that matters).
+    let mut packed = [0usize; 4];
+    let mut acc = 1usize;
+    for &o in order.iter().rev() {
+        packed[o] = acc;
+        acc = acc.saturating_mul(dims[idx[o]]);
+    }
+    let contiguous_bshd = {
+        let (s, h, d) = (dims[1], dims[2], dims[3]);
+        [
+            s.saturating_mul(h).saturating_mul(d),
+            d,
+            h.saturating_mul(d),
+            1,
+        ]
+    };
+    (0..4).all(|o| dims[idx[o]] == 1 || packed[o] == contiguous_bshd[o])
+}
+
+/// A varlen (packed) attention call: per-sequence lengths from
+/// FlashAttention's cumulative `seqlens` (`b + 1` entries from 0).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Varlen {
+    /// The attention (ragged, padding on).
+    pub cfg: SdpaConfig,
+    /// Query lengths, one per sequence.
+    pub lens_q: Vec<i32>,
+    /// Key lengths, one per sequence.
+    pub lens_kv: Vec<i32>,
+}
+
+/// Lengths from cumulative offsets: starts at 0, never decreases, ends at
+/// `total`, each length at most `max`.
+///
+/// # Errors
+/// Each broken rule, naming `arg` and the entry.
+pub fn lengths(arg: &str, cu: &[u32], total: usize, max: usize) -> Result<Vec<i32>> {
+    if cu.len() < 2 {
+        return Err(Error::invalid(
+            format!("{arg} length"),
+            "must be batch + 1 >= 2 cumulative offsets",
+            cu.len(),
+        ));
+    }
+    if cu[0] != 0 {
+        return Err(Error::invalid(format!("{arg}[0]"), "must be 0", cu[0]));
+    }
+    let mut out = Vec::with_capacity(cu.len() - 1);
+    for i in 1..cu.len() {
+        let (a, b) = (cu[i - 1], cu[i]);
+        if b < a {
+            return Err(Error::invalid(
+                format!("{arg}[{i}]"),
+                format!("must be >= {arg}[{}] = {a} (cumulative)", i - 1),
+                b,
+            ));
+        }
+        let l = (b - a) as usize;
+        if l > max {
+            return Err(Error::invalid(
+                format!("{arg}[{i}] - {arg}[{}]", i - 1),
+                format!("must be at most the max_seqlen {max}"),
+                l,
+            ));
+        }
+        out.push(i32::try_from(l).map_err(|_| Error::invalid(arg, "lengths must fit i32", l))?);
+    }
+    let last = cu[cu.len() - 1] as usize;
+    if last != total {
+        return Err(Error::mismatch(
+            format!("{arg}[last] (the tokens of the packed tensor)"),
+            total,
+            last,
+        ));
+    }
+    Ok(out)
+}
+
+/// Check a varlen call: `q` `(total_q, h, d)`, `k` `(total_kv, h_kv, d)`,
+/// `v` `(total_kv, h_kv, d_v)`, contiguous; cumulative `seqlens_q` /
+/// `seqlens_k` (`b + 1` entries); the max lengths bound every sequence.
+///
+/// # Errors
+/// As [`dense`], and [`lengths`]'s.
+#[allow(clippy::too_many_arguments)]
+pub fn varlen(
+    q: &Arg<'_>,
+    k: &Arg<'_>,
+    v: &Arg<'_>,
+    seqlens_q: &[u32],
+    seqlens_k: &[u32],
+    max_seqlen_q: usize,
+    max_seqlen_k: usize,
+    p: &AttnParams,
+) -> Result<Varlen> {
+    let dt = common(q, k, v, false)?;
+    for a in [q, k, v] {
+        let (h, d) = (a.dims[1], a.dims[2]);
+        if a.strides != [h * d, d, 1] {
+            return Err(Error::invalid(
+                format!("{} strides", a.name),
+                "must be contiguous (total_tokens, heads, head_dim) for a varlen call",
+                format!("{:?}", a.strides),
+            ));
+        }
+    }
+    if seqlens_q.len() != seqlens_k.len() {
+        return Err(Error::mismatch(
+            "seqlens_k length (seqlens_q's: batch + 1)",
+            seqlens_q.len(),
+            seqlens_k.len(),
+        ));
+    }
+    for (name, m) in [
+        ("max_seqlen_q", max_seqlen_q),
+        ("max_seqlen_k", max_seqlen_k),
+    ] {
+        // cuDNN's sequence lengths are i32 (and so the padded buffers' sizes
+        // stay far from overflowing an allocation's byte count).
+        if m == 0 || m > i32::MAX as usize {
+            return Err(Error::invalid(
+                name,
+                format!("must be in 1..={}", i32::MAX),
+                m,
+            ));
+        }
+    }
+    let lens_q = lengths("seqlens_q", seqlens_q, q.dims[0], max_seqlen_q)?;
+    let lens_kv = lengths("seqlens_k", seqlens_k, k.dims[0], max_seqlen_k)?;
+    let [h, d] = [q.dims[1], q.dims[2]];
+    let [hkv, dv] = [k.dims[1], v.dims[2]];
+    let m = mask(p, max_seqlen_q, max_seqlen_k, true)?;
+    let mut cfg = SdpaConfig::new(
+        to_i64("batch", lens_q.len())?,
+        to_i64("q heads", h)?,
+        to_i64("max_seqlen_q", max_seqlen_q)?,
+        to_i64("q head_dim", d)?,
+        dt,
+    )
+    .kv_len(to_i64("max_seqlen_k", max_seqlen_k)?)
+    .gqa(to_i64("k heads", hkv)?)
+    .ragged();
+    cfg.head_dim_v = to_i64("v head_dim", dv)?;
+    let cfg = apply(cfg, p, m)?;
+    Ok(Varlen {
+        cfg,
+        lens_q,
+        lens_kv,
+    })
+}
+
+/// A call against a KV cache of fixed capacity (FlashAttention's
+/// `flash_attn_with_kvcache` `cache_seqlens`): the dense config with a
+/// padding mask, so every step of a decode loop has the same graph (one
+/// plan) and the valid keys come from the lengths.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KvCache {
+    /// The dense call over the whole cache, padding on.
+    pub dense: Dense,
+    /// `seq_q` for every sequence.
+    pub lens_q: Vec<i32>,
+    /// The valid keys of each sequence.
+    pub lens_kv: Vec<i32>,
+}
+
+/// Check a KV-cache call: q `(b, s_q, h, d)`, the caches `(b, capacity,
+/// h_kv, d)` / `(b, capacity, h_kv, d_v)`, `cache_seqlens` one length per
+/// sequence, each at most the capacity. The diagonal is bottom-right per
+/// sequence (query `i` at key `i + len - s_q`).
+///
+/// # Errors
+/// As [`dense`]; a length count other than the batch, a length past the capacity.
+pub fn kvcache(
+    q: &Arg<'_>,
+    k: &Arg<'_>,
+    v: &Arg<'_>,
+    cache_seqlens: &[u32],
+    p: &AttnParams,
+) -> Result<KvCache> {
+    let mut d = dense(q, k, v, p)?;
+    let (b, sq, cap) = (q.dims[0], q.dims[1], k.dims[1]);
+    if cache_seqlens.len() != b {
+        return Err(Error::mismatch(
+            "cache_seqlens length (q's batch)",
+            b,
+            cache_seqlens.len(),
+        ));
+    }
+    let mut lens_kv = Vec::with_capacity(b);
+    for (i, &l) in cache_seqlens.iter().enumerate() {
+        if l as usize > cap {
+            return Err(Error::invalid(
+                format!("cache_seqlens[{i}]"),
+                format!("must be at most the cache capacity {cap} (k's dim 1)"),
+                l,
+            ));
+        }
+        lens_kv.push(
+            i32::try_from(l)
+                .map_err(|_| Error::invalid(format!("cache_seqlens[{i}]"), "must fit i32", l))?,
+        );
+    }
+    let m = mask(p, sq, cap, true)?;
+    d.cfg = d.cfg.padding(true).diagonal(m.diagonal);
+    let lq = i32::try_from(sq).map_err(|_| Error::invalid("q seq", "must fit i32", sq))?;
+    Ok(KvCache {
+        dense: d,
+        lens_q: vec![lq; b],
+        lens_kv,
+    })
+}
+
+#[cfg(test)]
+mod tests;

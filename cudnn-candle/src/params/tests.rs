@@ -1,0 +1,412 @@
+//! The checks against hand-computed values and FlashAttention's documented
+//! mask rule (an independent statement of it, below), plus property tests
+//! over the shape checks.
+
+use super::*;
+use proptest::prelude::*;
+
+fn a<'x>(name: &'x str, dims: &'x [usize], strides: &'x [usize], dtype: CDType) -> Arg<'x> {
+    Arg {
+        name,
+        dims,
+        strides,
+        dtype,
+    }
+}
+
+fn contiguous(d: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; d.len()];
+    for i in (0..d.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * d[i + 1];
+    }
+    s
+}
+
+fn arg_of(e: &Error) -> String {
+    match e {
+        Error::InvalidArgument { arg, .. } => arg.clone(),
+        Error::Mismatch { what, .. } => what.clone(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// FlashAttention's rule (its README): query `i` of `s_q`, key `j` of
+/// `s_kv`, diagonal at `i + s_kv - s_q`; keys in `[diag - left, diag +
+/// right]`, a `None` side unbounded.
+fn fa_sees(i: i64, j: i64, sq: i64, skv: i64, left: Option<usize>, right: Option<usize>) -> bool {
+    let diag = i + skv - sq;
+    left.is_none_or(|l| j >= diag - l as i64) && right.is_none_or(|r| j <= diag + r as i64)
+}
+
+/// The crate's documented mask (`SdpaConfig::window`, `DiagonalAlignment`):
+/// `i'` = `i` top-left, `i + s_kv - s_q` bottom-right; causal: `j <= i'`;
+/// window `w`: `j > i' - w`.
+fn crate_sees(i: i64, j: i64, sq: i64, skv: i64, m: &Mask) -> bool {
+    let ip = match m.diagonal {
+        DiagonalAlignment::TopLeft => i,
+        DiagonalAlignment::BottomRight => i + skv - sq,
+    };
+    (!m.causal || j <= ip) && m.window.is_none_or(|w| j > ip - w)
+}
+
+#[test]
+fn causal_equal_lengths_is_top_left() {
+    let m = mask(&AttnParams::new(1.0).causal(true), 16, 16, false).unwrap();
+    assert_eq!(
+        m,
+        Mask {
+            causal: true,
+            window: None,
+            diagonal: DiagonalAlignment::TopLeft
+        }
+    );
+}
+
+#[test]
+fn causal_decode_step_is_bottom_right() {
+    // One new query against 10 cached keys sees all 10 (FlashAttention).
+    let m = mask(&AttnParams::new(1.0).causal(true), 1, 10, false).unwrap();
+    assert_eq!(m.diagonal, DiagonalAlignment::BottomRight);
+    assert!((0..10).all(|j| crate_sees(0, j, 1, 10, &m)));
+}
+
+#[test]
+fn window_left_three_is_four_keys() {
+    // left 3 + causal: keys i-3..=i, 4 of them: the crate's window 4.
+    let m = mask(
+        &AttnParams::new(1.0).window(Some(3), Some(0)),
+        16,
+        16,
+        false,
+    )
+    .unwrap();
+    assert_eq!(m.window, Some(4));
+    assert!(m.causal);
+    let seen: Vec<i64> = (0..16).filter(|&j| crate_sees(10, j, 16, 16, &m)).collect();
+    assert_eq!(seen, [7, 8, 9, 10]);
+}
+
+#[test]
+fn windows_reaching_every_key_are_no_bound() {
+    let m = mask(
+        &AttnParams::new(1.0).window(Some(16), Some(16)),
+        16,
+        16,
+        false,
+    )
+    .unwrap();
+    assert_eq!(m.window, None);
+    assert!(!m.causal);
+}
+
+#[test]
+fn right_window_cudnn_cannot_build_is_named() {
+    let e = mask(&AttnParams::new(1.0).window(None, Some(5)), 16, 16, false).unwrap_err();
+    assert_eq!(arg_of(&e), "window_size_right");
+    assert!(e.to_string().contains("got 5"), "{e}");
+}
+
+#[test]
+fn ragged_masks_are_bottom_right() {
+    let m = mask(&AttnParams::new(1.0).causal(true), 16, 16, true).unwrap();
+    assert_eq!(m.diagonal, DiagonalAlignment::BottomRight);
+    let m = mask(&AttnParams::new(1.0), 16, 16, true).unwrap();
+    assert_eq!(
+        m.diagonal,
+        DiagonalAlignment::TopLeft,
+        "no mask, no alignment"
+    );
+}
+
+#[test]
+fn dense_maps_fused_qkv_strides() {
+    // q narrowed out of a fused (b, s, 3*h, d) projection: strides of the
+    // parent; cuDNN's [B, H, S, D] order swaps the middle two.
+    let (b, s, h, d) = (2usize, 5usize, 4usize, 8usize);
+    let st = [s * 3 * h * d, 3 * h * d, d, 1];
+    let dims = [b, s, h, d];
+    let q = a("q", &dims, &st, CDType::BF16);
+    let r = dense(&q, &q, &q, &AttnParams::new(0.125).causal(true)).unwrap();
+    assert_eq!(r.strides[0], [480, 8, 96, 1]);
+    assert_eq!(r.cfg.dtype, DType::BF16);
+    assert_eq!(
+        (r.cfg.batch, r.cfg.heads, r.cfg.seq_q, r.cfg.head_dim),
+        (2, 4, 5, 8)
+    );
+    assert_eq!(r.cfg.scale, Some(0.125));
+    assert!(r.cfg.is_causal);
+}
+
+#[test]
+fn dense_gqa_and_head_dim_v() {
+    let (qd, kd, vd) = ([1, 7, 8, 64], [1, 9, 2, 64], [1, 9, 2, 32]);
+    let (qs, ks, vs) = (contiguous(&qd), contiguous(&kd), contiguous(&vd));
+    let r = dense(
+        &a("q", &qd, &qs, CDType::F16),
+        &a("k", &kd, &ks, CDType::F16),
+        &a("v", &vd, &vs, CDType::F16),
+        &AttnParams::new(1.0).causal(true),
+    )
+    .unwrap();
+    assert_eq!((r.cfg.kv_heads, r.cfg.seq_kv, r.cfg.head_dim_v), (2, 9, 32));
+    assert_eq!(r.cfg.diagonal, DiagonalAlignment::BottomRight);
+}
+
+#[test]
+fn dense_refusals_name_the_argument() {
+    let d = [1usize, 4, 4, 8];
+    let s = contiguous(&d);
+    let ok = a("q", &d, &s, CDType::F16);
+    let p = AttnParams::new(1.0);
+    let cases: Vec<(Arg<'_>, Arg<'_>, &str)> = vec![
+        (a("q", &d, &s, CDType::F32), ok, "q dtype"),
+        (ok, a("k", &d, &s, CDType::BF16), "k dtype (q's)"),
+        (a("q", &d[..3], &s[..3], CDType::F16), ok, "q shape"),
+        (a("q", &d, &[128, 32, 8, 2], CDType::F16), ok, "q strides"),
+        (
+            ok,
+            a("k", &[1, 4, 3, 8], &[96, 24, 8, 1], CDType::F16),
+            "k heads",
+        ),
+        (
+            ok,
+            a("k", &[2, 4, 4, 8], &[128, 32, 8, 1], CDType::F16),
+            "k batch (q's)",
+        ),
+        (
+            ok,
+            a("k", &[1, 4, 4, 16], &[256, 64, 16, 1], CDType::F16),
+            "k head_dim (q's)",
+        ),
+        (a("q", &[1, 0, 4, 8], &s, CDType::F16), ok, "q shape"),
+    ];
+    for (q, k, want) in cases {
+        let v = if k.name == "k" {
+            Arg { name: "v", ..k }
+        } else {
+            Arg { name: "v", ..ok }
+        };
+        let e = dense(&q, &k, &v, &p).unwrap_err();
+        assert_eq!(arg_of(&e), want, "{e}");
+    }
+    let e = dense(&ok, &ok, &ok, &AttnParams::new(f32::NAN)).unwrap_err();
+    assert_eq!(arg_of(&e), "softmax_scale");
+    let e = dense(&ok, &ok, &ok, &AttnParams::new(1.0).softcap(Some(-1.0))).unwrap_err();
+    assert_eq!(arg_of(&e), "softcap");
+}
+
+#[test]
+fn bshd_order() {
+    let d = [2usize, 8, 4, 16];
+    assert!(bshd_ordered(&d, &contiguous(&d)));
+    // A (b, h, s, d) buffer viewed as (b, s, h, d): heads outer.
+    assert!(!bshd_ordered(&d, &[8 * 4 * 16, 16, 8 * 16, 1]));
+    // ... which is fine with one query (decode): the seq dim has no stride that matters.
+    assert!(bshd_ordered(&[2, 1, 4, 16], &[4 * 16, 16, 16, 1]));
+    assert!(!bshd_ordered(&d[..3], &[1, 1, 1]));
+}
+
+#[test]
+fn lengths_from_cumulative() {
+    assert_eq!(lengths("s", &[0, 3, 3, 7], 7, 4).unwrap(), [3, 0, 4]);
+    for (cu, total, max, want) in [
+        (&[0u32][..], 0usize, 4usize, "s length"),
+        (&[1u32, 3][..], 3, 4, "s[0]"),
+        (&[0u32, 3, 2][..], 2, 4, "s[2]"),
+        (&[0u32, 5][..], 5, 4, "s[1] - s[0]"),
+        (
+            &[0u32, 3][..],
+            4,
+            4,
+            "s[last] (the tokens of the packed tensor)",
+        ),
+    ] {
+        let e = lengths("s", cu, total, max).unwrap_err();
+        assert_eq!(arg_of(&e), want, "{e}");
+    }
+}
+
+#[test]
+fn varlen_config() {
+    let (qd, kd) = ([7usize, 4, 16], [9usize, 2, 16]);
+    let (qs, ks) = (contiguous(&qd), contiguous(&kd));
+    let q = a("q", &qd, &qs, CDType::BF16);
+    let k = a("k", &kd, &ks, CDType::BF16);
+    let v = Arg { name: "v", ..k };
+    let r = varlen(
+        &q,
+        &k,
+        &v,
+        &[0, 3, 7],
+        &[0, 4, 9],
+        4,
+        5,
+        &AttnParams::new(1.0).causal(true),
+    )
+    .unwrap();
+    assert_eq!(r.lens_q, [3, 4]);
+    assert_eq!(r.lens_kv, [4, 5]);
+    assert!(r.cfg.ragged && r.cfg.padding);
+    assert_eq!((r.cfg.batch, r.cfg.seq_q, r.cfg.seq_kv), (2, 4, 5));
+    assert_eq!(r.cfg.diagonal, DiagonalAlignment::BottomRight);
+    let e = varlen(&q, &k, &v, &[0, 3, 7], &[0, 9], 4, 9, &AttnParams::new(1.0)).unwrap_err();
+    assert_eq!(arg_of(&e), "seqlens_k length (seqlens_q's: batch + 1)");
+    let st = [64usize, 1, 4];
+    let e = varlen(
+        &a("q", &qd, &st, CDType::BF16),
+        &k,
+        &v,
+        &[0, 7],
+        &[0, 9],
+        7,
+        9,
+        &AttnParams::new(1.0),
+    )
+    .unwrap_err();
+    assert_eq!(arg_of(&e), "q strides");
+}
+
+#[test]
+fn kvcache_config() {
+    let (qd, kd) = ([2usize, 1, 4, 16], [2usize, 32, 2, 16]);
+    let (qs, ks) = (contiguous(&qd), contiguous(&kd));
+    let q = a("q", &qd, &qs, CDType::F16);
+    let k = a("k", &kd, &ks, CDType::F16);
+    let v = Arg { name: "v", ..k };
+    let p = AttnParams::new(1.0).causal(true);
+    let r = kvcache(&q, &k, &v, &[5, 32], &p).unwrap();
+    assert!(r.dense.cfg.padding && !r.dense.cfg.ragged);
+    assert_eq!((r.lens_q, r.lens_kv), (vec![1, 1], vec![5, 32]));
+    assert_eq!(r.dense.cfg.diagonal, DiagonalAlignment::BottomRight);
+    assert_eq!(r.dense.cfg.seq_kv, 32, "the graph is the capacity's");
+    for (lens, want) in [
+        (&[5u32][..], "cache_seqlens length (q's batch)"),
+        (&[5u32, 33][..], "cache_seqlens[1]"),
+    ] {
+        let e = kvcache(&q, &k, &v, lens, &p).unwrap_err();
+        assert_eq!(arg_of(&e), want, "{e}");
+    }
+}
+
+proptest! {
+    /// The mask built for FlashAttention's window sizes is FlashAttention's
+    /// mask, key by key, wherever it is built.
+    #[test]
+    fn mask_matches_flash_attention(
+        sq in 1i64..12, skv in 1i64..12,
+        left in proptest::option::of(0usize..14),
+        right in prop_oneof![Just(None), (0usize..16).prop_map(Some)],
+        ragged: bool,
+    ) {
+        let p = AttnParams::new(1.0).window(left, right);
+        let m = match mask(&p, sq as usize, skv as usize, ragged) {
+            Ok(m) => m,
+            Err(_) => {
+                // Refused only for a right bound that cuts some query's keys
+                // (other than the causal 0), which cuDNN cannot express.
+                let r = right.unwrap_or(0);
+                let cuts = (0..sq).any(|i| i + skv - sq + (r as i64) < skv - 1);
+                prop_assert!(r > 0 && cuts, "refused {:?} for sq {} skv {}", right, sq, skv);
+                return Ok(());
+            }
+        };
+        for i in 0..sq {
+            for j in 0..skv {
+                prop_assert_eq!(
+                    crate_sees(i, j, sq, skv, &m),
+                    fa_sees(i, j, sq, skv, left, right),
+                    "i {} j {} {:?}", i, j, m
+                );
+            }
+        }
+    }
+
+    /// Any shapes, strides and dtypes: a typed answer, never a panic; an
+    /// accepted call's config says what the tensors say.
+    #[test]
+    fn dense_checks_total(
+        qd in proptest::collection::vec(0usize..6, 3..6),
+        kd in proptest::collection::vec(0usize..6, 3..6),
+        dt in prop_oneof![Just(CDType::F16), Just(CDType::BF16), Just(CDType::F32)],
+        strided: bool,
+    ) {
+        let qs = if strided { qd.iter().map(|d| d + 1).collect() } else { contiguous(&qd) };
+        let ks = contiguous(&kd);
+        let q = a("q", &qd, &qs, dt);
+        let k = a("k", &kd, &ks, dt);
+        let v = Arg { name: "v", ..k };
+        match dense(&q, &k, &v, &AttnParams::new(0.5).causal(true)) {
+            Ok(r) => {
+                prop_assert_eq!(r.cfg.batch as usize, qd[0]);
+                prop_assert_eq!(r.cfg.seq_q as usize, qd[1]);
+                prop_assert_eq!(r.cfg.heads as usize, qd[2]);
+                prop_assert_eq!(r.cfg.kv_heads as usize, kd[2]);
+                prop_assert_eq!(qd[2] % kd[2], 0);
+                prop_assert!(dt != CDType::F32);
+            }
+            Err(e) => prop_assert!(
+                matches!(e, Error::InvalidArgument { .. } | Error::Mismatch { .. }),
+                "{:?}", e
+            ),
+        }
+    }
+
+    /// Cumulative offsets of any lengths give those lengths back.
+    #[test]
+    fn lengths_round_trip(lens in proptest::collection::vec(0u32..50, 1..9)) {
+        let mut cu = vec![0u32];
+        for l in &lens {
+            cu.push(cu[cu.len() - 1] + l);
+        }
+        let max = lens.iter().copied().max().unwrap_or(0) as usize;
+        let got = lengths("s", &cu, cu[cu.len() - 1] as usize, max).unwrap();
+        prop_assert_eq!(got, lens.iter().map(|&l| l as i32).collect::<Vec<_>>());
+    }
+
+    /// Varlen and KV-cache calls with any offsets, lengths and maxima: a
+    /// typed answer, never a panic; an accepted call's lengths are the
+    /// offsets' differences and fit the maxima / the capacity.
+    #[test]
+    fn varlen_and_kvcache_checks_total(
+        cu_q in proptest::collection::vec(0u32..40, 0..6),
+        cu_k in proptest::collection::vec(0u32..40, 0..6),
+        max_q in 0usize..30, max_k in 0usize..30,
+        total_q in 1usize..60, total_k in 1usize..60,
+        cache in proptest::collection::vec(0u32..40, 0..4),
+    ) {
+        let (qd, kd) = ([total_q, 4, 16], [total_k, 2, 16]);
+        let (qs, ks) = (contiguous(&qd), contiguous(&kd));
+        let q = a("q", &qd, &qs, CDType::BF16);
+        let k = a("k", &kd, &ks, CDType::BF16);
+        let v = Arg { name: "v", ..k };
+        let p = AttnParams::new(1.0).causal(true);
+        match varlen(&q, &k, &v, &cu_q, &cu_k, max_q, max_k, &p) {
+            Ok(r) => {
+                prop_assert_eq!(r.lens_q.len() + 1, cu_q.len());
+                prop_assert_eq!(r.lens_q.iter().map(|&l| l as usize).sum::<usize>(), total_q);
+                prop_assert_eq!(r.lens_kv.iter().map(|&l| l as usize).sum::<usize>(), total_k);
+                prop_assert!(r.lens_q.iter().all(|&l| l as usize <= max_q));
+                prop_assert!(r.lens_kv.iter().all(|&l| l as usize <= max_k));
+            }
+            Err(e) => prop_assert!(
+                matches!(e, Error::InvalidArgument { .. } | Error::Mismatch { .. }),
+                "{:?}", e
+            ),
+        }
+        let (qd, kd) = ([cache.len().max(1), 1, 4, 16], [cache.len().max(1), 24, 2, 16]);
+        let (qs, ks) = (contiguous(&qd), contiguous(&kd));
+        let q = a("q", &qd, &qs, CDType::F16);
+        let k = a("k", &kd, &ks, CDType::F16);
+        let v = Arg { name: "v", ..k };
+        match kvcache(&q, &k, &v, &cache, &p) {
+            Ok(r) => {
+                prop_assert_eq!(r.lens_kv.len(), cache.len());
+                prop_assert!(r.lens_kv.iter().all(|&l| (0..=24).contains(&l)));
+            }
+            Err(e) => prop_assert!(
+                matches!(e, Error::InvalidArgument { .. } | Error::Mismatch { .. }),
+                "{:?}", e
+            ),
+        }
+    }
+}

@@ -1,0 +1,411 @@
+//! GPU tier: every function against candle's own CPU implementation of the
+//! same attention in f32 (an independent reference: matmul, softmax,
+//! matmul), with f16 / bf16 tolerances; gradients against candle's CPU
+//! autograd of that reference. Skipped, visibly, without a GPU.
+
+// The trials are plain functions: clippy's test allowances do not reach
+// them (as in the crate's own test binaries).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use candle_core::{D, DType, Device, Tensor, Var};
+use cudnn_candle::AttnParams;
+use support::{TestResult, gpu, run, typed};
+
+/// FlashAttention's mask rule: query `i` at diagonal `i + skv - sq`.
+fn sees(i: usize, j: usize, sq: usize, skv: usize, p: &AttnParams) -> bool {
+    let diag = i as i64 + skv as i64 - sq as i64;
+    let j = j as i64;
+    p.window_size_left.is_none_or(|l| j >= diag - l as i64)
+        && p.window_size_right.is_none_or(|r| j <= diag + r as i64)
+}
+
+/// softmax(mask(cap(scale q kᵀ))) v on the CPU in f32; q `(b, sq, h, d)`,
+/// k / v `(b, skv, hkv, d)`. Differentiable (the row max is detached: the
+/// softmax does not depend on it).
+fn reference(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttnParams) -> candle_core::Result<Tensor> {
+    let (b, sq, h, _) = q.dims4()?;
+    let (_, skv, hkv, dk) = k.dims4()?;
+    let dv = v.dim(3)?;
+    let rep = h / hkv;
+    let heads = |t: &Tensor, d: usize| -> candle_core::Result<Tensor> {
+        t.unsqueeze(3)?
+            .broadcast_as((b, skv, hkv, rep, d))?
+            .contiguous()?
+            .reshape((b, skv, h, d))?
+            .transpose(1, 2)?
+            .contiguous()
+    };
+    let (k, v) = (heads(k, dk)?, heads(v, dv)?);
+    let q = q.transpose(1, 2)?.contiguous()?;
+    let mut s = (q.matmul(&k.t()?)? * f64::from(p.softmax_scale))?;
+    if let Some(c) = p.softcap {
+        s = ((s / f64::from(c))?.tanh()? * f64::from(c))?;
+    }
+    let mask: Vec<f32> = (0..sq * skv)
+        .map(|x| {
+            if sees(x / skv, x % skv, sq, skv, p) {
+                0.0
+            } else {
+                f32::NEG_INFINITY
+            }
+        })
+        .collect();
+    let s = s.broadcast_add(&Tensor::from_vec(mask, (sq, skv), &Device::Cpu)?)?;
+    let m = s.max_keepdim(D::Minus1)?.detach();
+    let e = s.broadcast_sub(&m)?.exp()?;
+    let pr = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
+    pr.matmul(&v)?.transpose(1, 2)?.contiguous()
+}
+
+fn close(name: &str, got: &Tensor, want: &Tensor, tol: f64) -> TestResult {
+    let got = got.to_device(&Device::Cpu)?.to_dtype(DType::F32)?;
+    assert_eq!(got.dims(), want.dims(), "{name} dims");
+    let diff = (&got - want)?
+        .abs()?
+        .flatten_all()?
+        .max(0)?
+        .to_scalar::<f32>()?;
+    let scale = want
+        .abs()?
+        .flatten_all()?
+        .max(0)?
+        .to_scalar::<f32>()?
+        .max(1e-3);
+    let rel = f64::from(diff / scale);
+    eprintln!(
+        "  {name}: max |diff| {diff:.3e}, relative to max |ref| {rel:.3e} (tolerance {tol:.0e})"
+    );
+    if rel > tol || !rel.is_finite() {
+        return Err(format!("{name}: relative error {rel:.3e} > {tol:.0e}").into());
+    }
+    Ok(())
+}
+
+fn cuda() -> candle_core::Result<Device> {
+    Device::new_cuda(0)
+}
+
+/// Random inputs, rounded to `dt` (the reference starts from the same values).
+fn inputs(
+    qd: (usize, usize, usize, usize),
+    kd: (usize, usize, usize, usize),
+    dt: DType,
+) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
+    let r = |s| -> candle_core::Result<Tensor> {
+        Tensor::randn(0f32, 1.0, s, &Device::Cpu)?
+            .to_dtype(dt)?
+            .to_dtype(DType::F32)
+    };
+    Ok((r(qd)?, r(kd)?, r(kd)?))
+}
+
+fn tol(dt: DType) -> f64 {
+    if dt == DType::BF16 { 2.5e-2 } else { 4e-3 }
+}
+
+fn forward_case(
+    qd: (usize, usize, usize, usize),
+    kd: (usize, usize, usize, usize),
+    dt: DType,
+    p: AttnParams,
+) -> TestResult {
+    let dev = cuda()?;
+    let (q, k, v) = inputs(qd, kd, dt)?;
+    let g = |t: &Tensor| t.to_dtype(dt)?.to_device(&dev);
+    let got = cudnn_candle::flash_attn_with(&g(&q)?, &g(&k)?, &g(&v)?, &p)?;
+    close("o", &got, &reference(&q, &k, &v, &p)?, tol(dt))
+}
+
+fn backward_case(
+    qd: (usize, usize, usize, usize),
+    kd: (usize, usize, usize, usize),
+    dt: DType,
+    p: AttnParams,
+) -> TestResult {
+    let dev = cuda()?;
+    let (q, k, v) = inputs(qd, kd, dt)?;
+    let w = Tensor::randn(0f32, 1.0, (qd.0, qd.1, qd.2, kd.3), &Device::Cpu)?;
+    // CPU autograd of the reference.
+    let (qc, kc, vc) = (
+        Var::from_tensor(&q)?,
+        Var::from_tensor(&k)?,
+        Var::from_tensor(&v)?,
+    );
+    let loss = (reference(qc.as_tensor(), kc.as_tensor(), vc.as_tensor(), &p)? * &w)?.sum_all()?;
+    let gc = loss.backward()?;
+    // The same through the custom op on the GPU.
+    let g = |t: &Tensor| t.to_dtype(dt)?.to_device(&dev);
+    let (qg, kg, vg) = (
+        Var::from_tensor(&g(&q)?)?,
+        Var::from_tensor(&g(&k)?)?,
+        Var::from_tensor(&g(&v)?)?,
+    );
+    let o = cudnn_candle::flash_attn_with(qg.as_tensor(), kg.as_tensor(), vg.as_tensor(), &p)?;
+    let loss = (o.to_dtype(DType::F32)? * w.to_device(&dev)?)?.sum_all()?;
+    let gg = loss.backward()?;
+    for (n, cpu, gpu) in [("dq", &qc, &qg), ("dk", &kc, &kg), ("dv", &vc, &vg)] {
+        let want = gc.get(cpu.as_tensor()).ok_or("no CPU gradient")?;
+        let got = gg.get(gpu.as_tensor()).ok_or("no GPU gradient")?;
+        close(n, got, want, 2.0 * tol(dt))?;
+    }
+    Ok(())
+}
+
+/// Packed sequences of `lens` (same for q and k) against the dense
+/// reference of each sequence alone.
+fn varlen_case(
+    lens: &[usize],
+    h: usize,
+    d: usize,
+    dt: DType,
+    p: AttnParams,
+    grads: bool,
+) -> TestResult {
+    let dev = cuda()?;
+    let total: usize = lens.iter().sum();
+    let max = lens.iter().copied().max().unwrap_or(1);
+    let (q, k, v) = inputs((1, total, h, d), (1, total, h, d), dt)?;
+    let mut cu = vec![0u32];
+    for l in lens {
+        cu.push(cu[cu.len() - 1] + *l as u32);
+    }
+    let cu = Tensor::new(cu.as_slice(), &dev)?;
+    let g = |t: &Tensor| t.squeeze(0)?.to_dtype(dt)?.to_device(&dev);
+    let (qg, kg, vg) = (
+        Var::from_tensor(&g(&q)?)?,
+        Var::from_tensor(&g(&k)?)?,
+        Var::from_tensor(&g(&v)?)?,
+    );
+    let o = cudnn_candle::flash_attn_varlen_with(
+        qg.as_tensor(),
+        kg.as_tensor(),
+        vg.as_tensor(),
+        &cu,
+        &cu,
+        max,
+        max,
+        &p,
+    )?;
+    let mut at = 0;
+    let mut want_parts = Vec::new();
+    let (qc, kc, vc) = (
+        Var::from_tensor(&q)?,
+        Var::from_tensor(&k)?,
+        Var::from_tensor(&v)?,
+    );
+    for &l in lens {
+        let n = |t: &Var| t.as_tensor().narrow(1, at, l);
+        want_parts.push(reference(&n(&qc)?, &n(&kc)?, &n(&vc)?, &p)?);
+        at += l;
+    }
+    let want = Tensor::cat(&want_parts, 1)?;
+    close("o", &o, &want.squeeze(0)?, tol(dt))?;
+    if grads {
+        let w = Tensor::randn(0f32, 1.0, want.dims(), &Device::Cpu)?;
+        let gc = (&want * &w)?.sum_all()?.backward()?;
+        let gg = (o.to_dtype(DType::F32)? * w.squeeze(0)?.to_device(&dev)?)?
+            .sum_all()?
+            .backward()?;
+        for (name, cpu, gpu) in [("dq", &qc, &qg), ("dk", &kc, &kg), ("dv", &vc, &vg)] {
+            let want = gc
+                .get(cpu.as_tensor())
+                .ok_or("no CPU gradient")?
+                .squeeze(0)?;
+            let got = gg.get(gpu.as_tensor()).ok_or("no GPU gradient")?;
+            close(name, got, &want, 2.0 * tol(dt))?;
+        }
+    }
+    Ok(())
+}
+
+fn main() {
+    let s = 0.125f32;
+    let bf = DType::BF16;
+    let f16 = DType::F16;
+    let trials = vec![
+        gpu("flash_attn_bf16", move || {
+            forward_case((2, 64, 4, 64), (2, 64, 4, 64), bf, AttnParams::new(s))
+        }),
+        gpu("flash_attn_causal_f16", move || {
+            forward_case(
+                (2, 64, 4, 64),
+                (2, 64, 4, 64),
+                f16,
+                AttnParams::new(s).causal(true),
+            )
+        }),
+        gpu("flash_attn_gqa_decode_step", move || {
+            forward_case(
+                (3, 1, 8, 128),
+                (3, 37, 2, 128),
+                bf,
+                AttnParams::new(s).causal(true),
+            )
+        }),
+        gpu("flash_attn_chunked_prefill_bottom_right", move || {
+            forward_case(
+                (1, 16, 4, 64),
+                (1, 48, 4, 64),
+                f16,
+                AttnParams::new(s).causal(true),
+            )
+        }),
+        gpu("flash_attn_windowed", move || {
+            forward_case(
+                (1, 64, 4, 64),
+                (1, 64, 4, 64),
+                bf,
+                AttnParams::new(s).window(Some(7), Some(0)),
+            )
+        }),
+        gpu("flash_attn_softcap", move || {
+            forward_case(
+                (1, 32, 2, 64),
+                (1, 32, 2, 64),
+                f16,
+                AttnParams::new(1.0).causal(true).softcap(Some(5.0)),
+            )
+        }),
+        gpu("flash_attn_strided_and_offset_inputs", move || {
+            let dev = cuda()?;
+            let (b, sq, h, d) = (2, 24, 4, 64);
+            let qkv = Tensor::randn(0f32, 1.0, (b, sq, 3 * h, d), &Device::Cpu)?
+                .to_dtype(bf)?
+                .to_dtype(DType::F32)?;
+            let cache = Tensor::randn(0f32, 1.0, (b, sq + 5, h, d), &Device::Cpu)?
+                .to_dtype(bf)?
+                .to_dtype(DType::F32)?;
+            let q = qkv.narrow(2, 0, h)?;
+            let k = cache.narrow(1, 5, sq)?;
+            let v = qkv.narrow(2, 2 * h, h)?;
+            let p = AttnParams::new(s).causal(true);
+            let qkv_g = qkv.to_dtype(bf)?.to_device(&dev)?;
+            let cache_g = cache.to_dtype(bf)?.to_device(&dev)?;
+            let (qg, kg, vg) = (
+                qkv_g.narrow(2, 0, h)?,
+                cache_g.narrow(1, 5, sq)?,
+                qkv_g.narrow(2, 2 * h, h)?,
+            );
+            assert!(!qg.is_contiguous() && kg.layout().start_offset() > 0);
+            let got = cudnn_candle::flash_attn_with(&qg, &kg, &vg, &p)?;
+            close(
+                "o",
+                &got,
+                &reference(&q.contiguous()?, &k.contiguous()?, &v.contiguous()?, &p)?,
+                tol(bf),
+            )
+        }),
+        gpu("flash_attn_varlen_causal", move || {
+            varlen_case(
+                &[5, 1, 9],
+                4,
+                64,
+                bf,
+                AttnParams::new(s).causal(true),
+                false,
+            )
+        }),
+        gpu("flash_attn_backward_causal_bf16", move || {
+            backward_case(
+                (2, 32, 4, 64),
+                (2, 32, 4, 64),
+                bf,
+                AttnParams::new(s).causal(true),
+            )
+        }),
+        gpu("flash_attn_backward_gqa_f16", move || {
+            backward_case((1, 48, 8, 64), (1, 48, 2, 64), f16, AttnParams::new(s))
+        }),
+        gpu("flash_attn_backward_softcap", move || {
+            backward_case(
+                (1, 32, 2, 64),
+                (1, 32, 2, 64),
+                f16,
+                AttnParams::new(1.0).causal(true).softcap(Some(5.0)),
+            )
+        }),
+        gpu("flash_attn_varlen_backward", move || {
+            varlen_case(
+                &[7, 3, 12],
+                2,
+                64,
+                f16,
+                AttnParams::new(s).causal(true),
+                true,
+            )
+        }),
+        gpu("decode_loop_plans_once", move || {
+            let dev = cuda()?;
+            let q = Tensor::randn(0f32, 1.0, (1, 1, 8, 64), &dev)?.to_dtype(bf)?;
+            let k = Tensor::randn(0f32, 1.0, (1, 100, 8, 64), &dev)?.to_dtype(bf)?;
+            cudnn_candle::flash_attn(&q, &k, &k, s, true)?;
+            let before = cudnn_candle::plans().stats().builds;
+            for _ in 0..5 {
+                cudnn_candle::flash_attn(&q, &k, &k, s, true)?;
+            }
+            assert_eq!(
+                cudnn_candle::plans().stats().builds,
+                before,
+                "a step planned again"
+            );
+            Ok(())
+        }),
+        gpu("flash_attn_kvcache_decode_loop", move || {
+            // A cache of capacity 64, four sequences at different lengths,
+            // one query each, for 5 steps: each step against the reference
+            // on the valid prefix, and one plan for the whole loop.
+            let dev = cuda()?;
+            let (b, cap, h, hkv, d) = (4usize, 64usize, 8usize, 2usize, 64usize);
+            let (_, kc, vc) = inputs((b, 1, h, d), (b, cap, hkv, d), bf)?;
+            let (kg, vg) = (
+                kc.to_dtype(bf)?.to_device(&dev)?,
+                vc.to_dtype(bf)?.to_device(&dev)?,
+            );
+            let p = AttnParams::new(s).causal(true);
+            let mut lens = vec![3u32, 17, 40, 9];
+            let mut builds = None;
+            for _ in 0..5 {
+                let (q, _, _) = inputs((b, 1, h, d), (1, 1, 1, 1), bf)?;
+                let cl = Tensor::new(lens.as_slice(), &dev)?;
+                let got = cudnn_candle::flash_attn_kvcache(
+                    &q.to_dtype(bf)?.to_device(&dev)?,
+                    &kg,
+                    &vg,
+                    &cl,
+                    &p,
+                )?;
+                for (i, &l) in lens.iter().enumerate() {
+                    let l = l as usize;
+                    let want = reference(
+                        &q.narrow(0, i, 1)?,
+                        &kc.narrow(0, i, 1)?.narrow(1, 0, l)?,
+                        &vc.narrow(0, i, 1)?.narrow(1, 0, l)?,
+                        &p,
+                    )?;
+                    close("o", &got.narrow(0, i, 1)?, &want, tol(bf))?;
+                }
+                let now = cudnn_candle::plans().stats().builds;
+                assert!(
+                    builds.is_none_or(|b| b == now),
+                    "a decode step planned again"
+                );
+                builds = Some(now);
+                lens.iter_mut().for_each(|l| *l += 1);
+            }
+            Ok(())
+        }),
+        gpu("f32_is_refused_typed", || {
+            let dev = cuda()?;
+            let q = Tensor::zeros((1, 4, 2, 8), DType::F32, &dev)?;
+            let e = cudnn_candle::flash_attn(&q, &q, &q, 1.0, false).expect_err("f32");
+            match typed(&e) {
+                Some(cudnn::Error::InvalidArgument { arg, .. }) => assert_eq!(arg, "q dtype"),
+                other => panic!("not the typed refusal: {other:?} ({e})"),
+            }
+            Ok(())
+        }),
+    ];
+    run(trials);
+}

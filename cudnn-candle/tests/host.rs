@@ -1,0 +1,283 @@
+//! Host tier (cuDNN's libraries, no device): every graph the attention
+//! functions run plans for an H200 (`Target::preset("h200")`, the crate's
+//! driver stub standing in), and its output layout is the one the crate
+//! allocates; the functions' refusals on the host are typed.
+
+// The trials are plain functions: clippy's test allowances do not reach
+// them (as in the crate's own test binaries).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use candle_core::{DType as CDType, Device, Tensor};
+use cudnn::graph::{Plan, Policy, SdpaConfig, Target};
+use cudnn_candle::device::expect_layout;
+use cudnn_candle::graphs::{self, bshd, names};
+use cudnn_candle::params::{self, Arg, AttnParams};
+use support::{TestResult, host, run, typed, unit};
+
+fn contiguous(d: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; d.len()];
+    for i in (0..d.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * d[i + 1];
+    }
+    s
+}
+
+/// A dense call's config: q `(b, sq, h, d)`, k / v `(b, skv, hkv, d)`, bf16.
+fn dense(
+    b: usize,
+    sq: usize,
+    skv: usize,
+    h: usize,
+    hkv: usize,
+    d: usize,
+    p: &AttnParams,
+) -> params::Dense {
+    let (qd, kd) = ([b, sq, h, d], [b, skv, hkv, d]);
+    let (qs, ks) = (contiguous(&qd), contiguous(&kd));
+    let q = Arg {
+        name: "q",
+        dims: &qd,
+        strides: &qs,
+        dtype: CDType::BF16,
+    };
+    let k = Arg {
+        name: "k",
+        dims: &kd,
+        strides: &ks,
+        dtype: CDType::BF16,
+    };
+    let v = Arg { name: "v", ..k };
+    params::dense(&q, &k, &v, p).expect("a valid call")
+}
+
+/// Plan the forward (inference and training) and the backward of `cfg`
+/// for an H200; check the outputs' layouts.
+fn plans_for_h200(cfg: &SdpaConfig, strides: &[[i64; 4]; 3]) -> TestResult {
+    let target = Target::preset("h200")?;
+    let [qd, kd, vd, od] = graphs::dims(cfg);
+    for training in [false, true] {
+        let c = cfg.clone().training(training);
+        let g = graphs::forward(&c, strides)?;
+        let (plan, _) = Plan::build(&g.build()?, &target, &Policy::default())?;
+        expect_layout(plan.io(), names::O, od, bshd(od))?;
+        eprintln!(
+            "  forward (training {training}): workspace {} bytes",
+            plan.workspace_size()
+        );
+    }
+    let c = cfg.clone().training(true);
+    let g = graphs::backward(&c)?;
+    let (plan, _) = Plan::build(&g.build()?, &target, &Policy::default())?;
+    for (n, d) in [(names::DQ, qd), (names::DK, kd), (names::DV, vd)] {
+        expect_layout(plan.io(), n, d, bshd(d))?;
+    }
+    eprintln!("  backward: workspace {} bytes", plan.workspace_size());
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn dense_case(
+    name: &str,
+    b: usize,
+    sq: usize,
+    skv: usize,
+    h: usize,
+    hkv: usize,
+    d: usize,
+    p: AttnParams,
+) -> support::Trial {
+    host(name, move || {
+        let r = dense(b, sq, skv, h, hkv, d, &p);
+        plans_for_h200(&r.cfg, &r.strides)
+    })
+}
+
+fn main() {
+    let s = 0.125f32;
+    let mut trials = vec![
+        dense_case(
+            "plan_h200_flash_attn",
+            2,
+            128,
+            128,
+            8,
+            8,
+            64,
+            AttnParams::new(s),
+        ),
+        dense_case(
+            "plan_h200_flash_attn_causal",
+            2,
+            128,
+            128,
+            8,
+            8,
+            64,
+            AttnParams::new(s).causal(true),
+        ),
+        dense_case(
+            "plan_h200_flash_attn_gqa_causal",
+            1,
+            256,
+            256,
+            16,
+            4,
+            128,
+            AttnParams::new(s).causal(true),
+        ),
+        dense_case(
+            "plan_h200_flash_attn_decode_step",
+            4,
+            1,
+            300,
+            8,
+            2,
+            128,
+            AttnParams::new(s).causal(true),
+        ),
+        dense_case(
+            "plan_h200_flash_attn_chunked_prefill",
+            1,
+            64,
+            320,
+            8,
+            8,
+            64,
+            AttnParams::new(s).causal(true),
+        ),
+        dense_case(
+            "plan_h200_flash_attn_windowed",
+            2,
+            256,
+            256,
+            8,
+            8,
+            64,
+            AttnParams::new(s).window(Some(63), Some(0)),
+        ),
+        dense_case(
+            "plan_h200_flash_attn_softcap",
+            2,
+            128,
+            128,
+            8,
+            8,
+            128,
+            AttnParams::new(s).causal(true).softcap(Some(50.0)),
+        ),
+        host("plan_h200_flash_attn_strided_q_from_fused_qkv", || {
+            // q narrowed out of (b, s, 3*h, d): the parent's strides.
+            let (b, sq, h, d) = (2usize, 64usize, 8usize, 64usize);
+            let st = [sq * 3 * h * d, 3 * h * d, d, 1];
+            let dims = [b, sq, h, d];
+            let q = Arg {
+                name: "q",
+                dims: &dims,
+                strides: &st,
+                dtype: CDType::F16,
+            };
+            let r = params::dense(&q, &q, &q, &AttnParams::new(0.125).causal(true))?;
+            assert!(params::bshd_ordered(&dims, &st));
+            plans_for_h200(&r.cfg, &r.strides)
+        }),
+        host("plan_h200_flash_attn_varlen", || {
+            let (qd, kd) = ([40usize, 8, 64], [40usize, 8, 64]);
+            let (qs, ks) = (contiguous(&qd), contiguous(&kd));
+            let q = Arg {
+                name: "q",
+                dims: &qd,
+                strides: &qs,
+                dtype: CDType::BF16,
+            };
+            let k = Arg {
+                name: "k",
+                dims: &kd,
+                strides: &ks,
+                dtype: CDType::BF16,
+            };
+            let v = Arg { name: "v", ..k };
+            let r = params::varlen(
+                &q,
+                &k,
+                &v,
+                &[0, 5, 6, 40],
+                &[0, 5, 6, 40],
+                34,
+                34,
+                &AttnParams::new(0.125).causal(true),
+            )?;
+            let [qd, kd, vd, _] = graphs::dims(&r.cfg);
+            plans_for_h200(&r.cfg, &[bshd(qd), bshd(kd), bshd(vd)])
+        }),
+        host("plan_h200_flash_attn_kvcache_decode", || {
+            let (qd, kd) = ([4usize, 1, 8, 128], [4usize, 512, 2, 128]);
+            let (qs, ks) = (contiguous(&qd), contiguous(&kd));
+            let q = Arg {
+                name: "q",
+                dims: &qd,
+                strides: &qs,
+                dtype: CDType::BF16,
+            };
+            let k = Arg {
+                name: "k",
+                dims: &kd,
+                strides: &ks,
+                dtype: CDType::BF16,
+            };
+            let v = Arg { name: "v", ..k };
+            let r = params::kvcache(
+                &q,
+                &k,
+                &v,
+                &[1, 77, 512, 300],
+                &AttnParams::new(0.125).causal(true),
+            )?;
+            assert!(r.dense.cfg.padding);
+            assert_eq!(r.lens_kv, [1, 77, 512, 300]);
+            let target = Target::preset("h200")?;
+            let g = graphs::forward(&r.dense.cfg, &r.dense.strides)?;
+            let (plan, _) = Plan::build(&g.build()?, &target, &Policy::default())?;
+            let od = graphs::dims(&r.dense.cfg)[3];
+            expect_layout(plan.io(), names::O, od, bshd(od))?;
+            let e =
+                params::kvcache(&q, &k, &v, &[1, 2, 513, 3], &AttnParams::new(0.125)).unwrap_err();
+            assert!(
+                matches!(&e, cudnn::Error::InvalidArgument { arg, .. } if arg == "cache_seqlens[2]"),
+                "{e}"
+            );
+            Ok(())
+        }),
+        unit("cpu_tensors_are_refused_typed", || {
+            let q = Tensor::zeros((1, 4, 2, 8), CDType::BF16, &Device::Cpu)?;
+            let e = cudnn_candle::flash_attn(&q, &q, &q, 1.0, true).expect_err("CPU tensors");
+            match typed(&e) {
+                Some(cudnn::Error::Unsupported { what, .. }) => {
+                    assert!(what.contains("on the CPU"), "{what}")
+                }
+                other => panic!("not the typed refusal: {other:?} ({e})"),
+            }
+            Ok(())
+        }),
+        unit("varlen_seqlens_dtype_is_named", || {
+            let q = Tensor::zeros((4, 2, 8), CDType::BF16, &Device::Cpu)?;
+            let cu = Tensor::new(&[0i64, 4], &Device::Cpu)?;
+            let cu32 = Tensor::new(&[0u32, 4], &Device::Cpu)?;
+            let e = cudnn_candle::flash_attn_varlen(&q, &q, &q, &cu, &cu32, 4, 4, 1.0, false)
+                .expect_err("i64 offsets");
+            match typed(&e) {
+                Some(cudnn::Error::InvalidArgument { arg, .. }) => assert_eq!(arg, "seqlens_q"),
+                other => panic!("not the typed refusal: {other:?} ({e})"),
+            }
+            Ok(())
+        }),
+    ];
+    trials.push(unit("default_scale_is_the_callers", || {
+        // FlashAttention takes the scale from the caller: nothing defaults.
+        let r = dense(1, 8, 8, 2, 2, 64, &AttnParams::new(0.3));
+        assert_eq!(r.cfg.scale, Some(f64::from(0.3f32)));
+        Ok(())
+    }));
+    run(trials);
+}
