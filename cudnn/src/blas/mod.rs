@@ -45,7 +45,7 @@
 //! An [`LtHandle`] owns the workspace. A [`MatmulSpec`] (layouts of A, B
 //! and D, compute type, [`Epilogue`], pointer alignment) is turned into a
 //! [`MatmulPlan`] (matmul descriptor, layouts, preference and the
-//! heuristic's algorithm) once; [`PlanCache`] keeps plans by [`PlanKey`].
+//! heuristic's algorithm) once; [`PlanCache`] keeps plans by [`MatmulKey`].
 //! The descriptors are host objects and can be built and inspected without
 //! a device ([`MatmulDescriptors`]).
 //!
@@ -106,7 +106,7 @@ pub use gemv::{GemvPlan, GemvType};
 pub use handle::*;
 pub use lt::{
     AuxKind, BiasUse, Epilogue, EpilogueArgs, LtHandle, LtMatrixLayout, MatmulDesc,
-    MatmulDescriptors, MatmulPlan, MatmulPreference, MatmulShape, MatmulSpec, PlanCache, PlanKey,
+    MatmulDescriptors, MatmulKey, MatmulPlan, MatmulPreference, MatmulShape, MatmulSpec, PlanCache,
 };
 pub use lt::{
     Fp8Bias, Fp8BiasType, Fp8Descriptors, Fp8Input, Fp8MatmulPlan, Fp8MatmulSpec, Fp8Output,

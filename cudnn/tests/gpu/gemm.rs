@@ -17,8 +17,8 @@
 use crate::support;
 
 use cudnn::blas::{
-    AuxKind, ComputeType, Epilogue, EpilogueArgs, GemmTypes, Handle, Layout, LtHandle, MatmulPlan,
-    MatmulSpec, Matrix, MatrixMut, Order, PlanCache, PlanKey,
+    AuxKind, ComputeType, Epilogue, EpilogueArgs, GemmTypes, Handle, Layout, LtHandle, MatmulKey,
+    MatmulPlan, MatmulSpec, Matrix, MatrixMut, Order, PlanCache,
 };
 use cudnn::reference::gemm::{self as r, max_relative_error};
 use cudnn::runtime::{Device, DeviceBuffer, Stream};
@@ -1078,7 +1078,7 @@ fn lt_plan_cache() -> R {
     }
     ensure!(cache.len() == 1, "one spec, one plan: {}", cache.len());
     ensure!(
-        cache.contains(&PlanKey::new::<f16, f16>(&spec, cx.lt.workspace_size())),
+        cache.contains(&MatmulKey::new::<f16, f16>(&spec, cx.lt.workspace_size())),
         "keyed by spec and workspace"
     );
     cache.get_or_create(&cx.lt, &spec.with_epilogue(Epilogue::ReluBias))?;

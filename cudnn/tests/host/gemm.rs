@@ -19,8 +19,8 @@ use crate::support;
 use cudnn::Error;
 use cudnn::blas::{
     ComputeType, Epilogue, EpilogueArgs, GemmPlan, GemvPlan, Layout, LtHandle, LtMatrixLayout,
-    MatmulDesc, MatmulDescriptors, MatmulPreference, MatmulSpec, Matrix, MatrixMut, Order, PlanKey,
-    ScaleType,
+    MatmulDesc, MatmulDescriptors, MatmulKey, MatmulPreference, MatmulSpec, Matrix, MatrixMut,
+    Order, ScaleType,
 };
 use cudnn::runtime::{DeviceBuffer, Stream};
 use cudnn::sys::cublas::{
@@ -850,11 +850,11 @@ fn plan_keys() -> R {
         Layout::row_major(32, 16),
         Layout::row_major(64, 16),
     );
-    let k = |s: &MatmulSpec| PlanKey::new::<f16, f16>(s, 1 << 20);
+    let k = |s: &MatmulSpec| MatmulKey::new::<f16, f16>(s, 1 << 20);
     ensure!(k(&base) == k(&base.clone()), "same spec, same key");
     ensure!(
         k(&base)
-            == PlanKey::new::<f16, f16>(
+            == MatmulKey::new::<f16, f16>(
                 &MatmulSpec::new(
                     Layout::row_major(64, 32),
                     Layout::row_major(32, 16),
@@ -879,22 +879,22 @@ fn plan_keys() -> R {
         base.with_compute(ComputeType::F32),
         base.with_alignment(16),
     ];
-    let mut keys: HashSet<PlanKey> = HashSet::new();
+    let mut keys: HashSet<MatmulKey> = HashSet::new();
     keys.insert(k(&base));
     for v in &variants {
         ensure!(keys.insert(k(v)), "spec {v:?} collides with another key");
     }
     // Element types and the workspace limit are part of the key.
     ensure!(
-        keys.insert(PlanKey::new::<f16, f32>(&base, 1 << 20)),
+        keys.insert(MatmulKey::new::<f16, f32>(&base, 1 << 20)),
         "output type"
     );
     ensure!(
-        keys.insert(PlanKey::new::<bf16, bf16>(&base, 1 << 20)),
+        keys.insert(MatmulKey::new::<bf16, bf16>(&base, 1 << 20)),
         "input type"
     );
     ensure!(
-        keys.insert(PlanKey::new::<f16, f16>(&base, 1 << 21)),
+        keys.insert(MatmulKey::new::<f16, f16>(&base, 1 << 21)),
         "workspace"
     );
     ensure!(

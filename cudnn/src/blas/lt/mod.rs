@@ -8,7 +8,7 @@
 //! - [`MatmulPlan`]: the matmul descriptor, the four matrix layouts, the
 //!   preference and the heuristic's algorithm for one spec;
 //!   [`run`](MatmulPlan::run) makes one `cublasLtMatmul` call.
-//! - [`PlanCache`]: plans by [`PlanKey`] (spec, types, workspace limit).
+//! - [`PlanCache`]: plans by [`MatmulKey`] (spec, types, workspace limit).
 //! - [`Fp8MatmulSpec`] / [`Fp8MatmulPlan`]: scaled FP8 matmul (E4M3/E5M2
 //!   inputs, per-tensor scales, amax of D, fast accumulation), its rules
 //!   checked in Rust first (see [`fp8_epilogue_supported`] and the spec).

@@ -414,8 +414,8 @@ impl<A: GemmTypes<D>, D: DataType> MatmulPlan<A, D> {
     }
 
     /// The cache key.
-    pub fn key(&self) -> PlanKey {
-        PlanKey::new::<A, D>(&self.spec, self.workspace_limit)
+    pub fn key(&self) -> MatmulKey {
+        MatmulKey::new::<A, D>(&self.spec, self.workspace_limit)
     }
 
     /// Workspace bytes the chosen algorithm needs.
@@ -591,7 +591,7 @@ impl<A: GemmTypes<D>, D: DataType> MatmulPlan<A, D> {
     }
 }
 
-/// Plans by [`PlanKey`] and device: one cache serves handles of several
+/// Plans by [`MatmulKey`] and device: one cache serves handles of several
 /// devices, each getting plans chosen for its own device. Shared by
 /// reference across threads (`&self`, like [`graph::PlanCache`](crate::graph::PlanCache)):
 /// plans are handed out as `Arc`s and run concurrently.
@@ -601,7 +601,7 @@ pub struct PlanCache<A: GemmTypes<D>, D: DataType> {
 }
 
 /// A cache's plans, by device and key.
-type Plans<A, D> = HashMap<(Device, PlanKey), Arc<MatmulPlan<A, D>>>;
+type Plans<A, D> = HashMap<(Device, MatmulKey), Arc<MatmulPlan<A, D>>>;
 
 impl<A: GemmTypes<D>, D: DataType> fmt::Debug for PlanCache<A, D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -638,7 +638,7 @@ impl<A: GemmTypes<D>, D: DataType> PlanCache<A, D> {
     /// # Errors
     /// As [`MatmulPlan::new`] (nothing is cached then).
     pub fn get_or_create(&self, lt: &LtHandle, spec: &MatmulSpec) -> Result<Arc<MatmulPlan<A, D>>> {
-        let key = PlanKey::new::<A, D>(spec, lt.workspace_size());
+        let key = MatmulKey::new::<A, D>(spec, lt.workspace_size());
         match self.map().entry((lt.device(), key)) {
             Entry::Occupied(e) => Ok(e.get().clone()),
             Entry::Vacant(v) => Ok(v.insert(Arc::new(MatmulPlan::new(lt, spec)?)).clone()),
@@ -646,12 +646,12 @@ impl<A: GemmTypes<D>, D: DataType> PlanCache<A, D> {
     }
 
     /// Whether a plan for `key` is cached (for any device).
-    pub fn contains(&self, key: &PlanKey) -> bool {
+    pub fn contains(&self, key: &MatmulKey) -> bool {
         self.map().keys().any(|(_, k)| k == key)
     }
 
     /// Whether a plan for `key` is cached for `device`.
-    pub fn contains_on(&self, device: Device, key: &PlanKey) -> bool {
+    pub fn contains_on(&self, device: Device, key: &MatmulKey) -> bool {
         self.map().contains_key(&(device, *key))
     }
 

@@ -565,18 +565,18 @@ impl MatmulShape {
 /// The key a plan is cached under: the spec, the element types and the
 /// workspace limit the algorithm was chosen for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PlanKey {
+pub struct MatmulKey {
     pub(super) spec: MatmulSpec,
     pub(super) a_type: cudaDataType_t,
     pub(super) d_type: cudaDataType_t,
     pub(super) workspace: usize,
 }
 
-impl PlanKey {
+impl MatmulKey {
     /// The key of `spec` for inputs `A`, output `D` and a handle with
     /// `workspace_limit` bytes of workspace.
     pub fn new<A: GemmTypes<D>, D: DataType>(spec: &MatmulSpec, workspace_limit: usize) -> Self {
-        PlanKey {
+        MatmulKey {
             spec: *spec,
             a_type: A::CUDA,
             d_type: D::CUDA,
