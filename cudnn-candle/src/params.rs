@@ -68,11 +68,10 @@ pub struct Mask {
 /// lengths differ per sequence, so the alignment is bottom-right whenever
 /// there is a mask.
 ///
-/// A right window `r` is candle-flash-attn's: query `i` sees keys up to
-/// `i + s_kv - s_q + r`. It is no bound at all when that reaches the last
-/// key for every query (`r > s_kv`, or `r == s_kv` with `s_q <= s_kv + 1`;
-/// Dao's FlashAttention drops it from `r >= s_kv` on, candle-flash-attn only
-/// above `s_kv`, and this follows candle-flash-attn).
+/// A right window `r` is candle-flash-attn's: it drops a bound above `s_kv`
+/// (Dao's FlashAttention from `s_kv` on), and otherwise query `i` sees keys
+/// up to `i + s_kv - s_q + r`, which reaches the last key for every query
+/// when `r >= s_q - 1`: no bound either way.
 ///
 /// # Errors
 /// A right window other than `None`, `Some(0)` or one that bounds no query.
@@ -80,7 +79,7 @@ pub fn mask(p: &AttnParams, seq_q: usize, seq_kv: usize, ragged: bool) -> Result
     let causal = match p.window_size_right {
         None => false,
         Some(0) => true,
-        Some(r) if r > seq_kv || (r == seq_kv && seq_q <= seq_kv.saturating_add(1)) => false,
+        Some(r) if r > seq_kv || r.saturating_add(1) >= seq_q => false,
         Some(r) => {
             return Err(Error::invalid(
                 "window_size_right",
