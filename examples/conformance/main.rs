@@ -12,6 +12,7 @@
 //!     cargo xtask test                      (runs it with what it fetched)
 //!     cargo run --example conformance -- --frontend-dir DIR --cudnn-lib DIR \
 //!         [--only SUBSTR] [--targets h200,a100,b200] [--timing] [--reps N] [--rounds R] [--jobs N] [--verbose] [--keep DIR]
+//!         [--oracle-cache DIR]
 //!
 //! `--frontend-dir` holds `site/` (the frontend wheel installed there),
 //! `stub/libcuda.so.1` (the crate's driver stub) and `python` (the
@@ -24,12 +25,17 @@
 //! sides (the median counts; finalize once); `--rounds R` runs both sides
 //! R times in turn (the median of the rounds counts, the first round's for
 //! finalize: cuDNN keeps compiled kernels in the crate's process); `cargo xtask bench-planning`
-//! runs it in a release build; `--jobs N` splits the frontend's side over N
-//! Python processes (default: one per core, at most 4; 1 under `--timing`);
+//! runs it in a release build; `--jobs N` splits each side over N threads
+//! (the crate's) and N Python processes (the frontend's) (default: one per
+//! core, at most 4; 1 under `--timing`); `--oracle-cache DIR` remembers the
+//! frontend's answers there and reads back those whose request, script,
+//! frontend and libraries are unchanged (`oracle.rs`; not under `--timing`;
+//! `cargo xtask` keeps them in the target folder);
 //! `--verbose` lists every finding a documented difference explains.
 
 mod compare;
 mod differences;
+mod oracle;
 mod patterns;
 mod patterns_sdpa_options;
 mod patterns_sdpa_softcap;
@@ -61,6 +67,9 @@ struct Args {
     jobs: usize,
     verbose: bool,
     keep: Option<PathBuf>,
+    /// `--oracle-cache DIR`: the frontend's answers remembered there
+    /// (`oracle`; not under `--timing`).
+    oracle_cache: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -75,6 +84,7 @@ fn parse_args() -> Result<Args, String> {
         jobs: 0,
         verbose: false,
         keep: None,
+        oracle_cache: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(x) = it.next() {
@@ -111,6 +121,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "--verbose" | "-v" => a.verbose = true,
             "--keep" => a.keep = Some(PathBuf::from(val("--keep")?)),
+            "--oracle-cache" => a.oracle_cache = Some(PathBuf::from(val("--oracle-cache")?)),
             other => return Err(format!("unknown argument `{other}`")),
         }
     }
@@ -250,96 +261,6 @@ fn io_tensors(io: &IoSignature) -> Vec<Value> {
                    "dtype": t.spec.dtype().name(), "output": t.is_output})
         })
         .collect()
-}
-
-/// The frontend's side of `mode` for `req`'s items, in `jobs` Python
-/// processes at once (contiguous shares of the items, answers joined in
-/// order; the first process's other fields kept): the frontend plans each
-/// item on its own, so the split changes nothing but the wall time. One
-/// process under `--timing` (parallel runs would disturb the times).
-fn python_jobs(
-    req: &Value,
-    mode: &str,
-    fe: &Path,
-    work: &Path,
-    jobs: usize,
-) -> Result<Value, Stop> {
-    let items = req["items"].as_array().cloned().unwrap_or_default();
-    let jobs = jobs.clamp(1, items.len().max(1));
-    if jobs == 1 {
-        return python(req, mode, mode, fe, work);
-    }
-    let share = items.len().div_ceil(jobs);
-    let answers: Vec<Result<Value, Stop>> = std::thread::scope(|s| {
-        let handles: Vec<_> = items
-            .chunks(share)
-            .enumerate()
-            .map(|(i, chunk)| {
-                let mut r = req.clone();
-                r["items"] = Value::Array(chunk.to_vec());
-                let tag = format!("{mode}-{i}");
-                s.spawn(move || python(&r, mode, &tag, fe, work))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(Stop::Fail("a frontend job's thread panicked".into())))
-            })
-            .collect()
-    });
-    let mut joined: Option<Value> = None;
-    let mut results = Vec::new();
-    for a in answers {
-        let a = a?;
-        results.extend(a["results"].as_array().cloned().unwrap_or_default());
-        joined.get_or_insert(a);
-    }
-    let mut out = joined.unwrap_or_else(|| json!({}));
-    out["results"] = Value::Array(results);
-    Ok(out)
-}
-
-fn python(req: &Value, mode: &str, tag: &str, fe: &Path, work: &Path) -> Result<Value, Stop> {
-    if !fe.join("site").join("cudnn").is_dir() {
-        return Err(Stop::Missing(format!(
-            "no cuDNN frontend in {} (`cargo xtask fetch-libs` installs it)",
-            fe.join("site").display()
-        )));
-    }
-    let py = std::fs::read_to_string(fe.join("python"))
-        .map(|s| s.trim().to_string())
-        .map_err(|e| Stop::Missing(format!("{}: {e}", fe.join("python").display())))?;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("xtask")
-        .join("conformance")
-        .join("frontend.py");
-    let rq = work.join(format!("{tag}-request.json"));
-    let rs = work.join(format!("{tag}-result.json"));
-    std::fs::write(&rq, req.to_string())
-        .map_err(|e| Stop::Fail(format!("{}: {e}", rq.display())))?;
-    let out = std::process::Command::new(&py)
-        .arg(&script)
-        .arg(mode)
-        .arg(&rq)
-        .arg(&rs)
-        .env("PYTHONNOUSERSITE", "1")
-        .env_remove("PYTHONPATH")
-        .output()
-        .map_err(|e| Stop::Missing(format!("running {py}: {e}")))?;
-    if !out.status.success() {
-        return Err(Stop::Fail(format!(
-            "{py} {} {mode} failed ({}): {}",
-            script.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        )));
-    }
-    let text =
-        std::fs::read_to_string(&rs).map_err(|e| Stop::Fail(format!("{}: {e}", rs.display())))?;
-    serde_json::from_str(&text).map_err(|e| Stop::Fail(format!("{}: {e}", rs.display())))
 }
 
 fn find(
@@ -627,13 +548,24 @@ fn run() -> Result<bool, Stop> {
         let json = t.properties().json().to_string();
         targets.push((name.clone(), t, sm, json));
     }
+    // The frontend's remembered answers (`--oracle-cache`), never under
+    // `--timing`: the answers carry the frontend's times.
+    let oracle = match &args.oracle_cache {
+        Some(dir) if !args.timing => Some(oracle::Oracle::open(
+            dir,
+            &fe,
+            &oracle::script(),
+            &args.cudnn_lib,
+        )?),
+        _ => None,
+    };
     let t_start = Instant::now();
     // `--rounds`: the whole run again (the crate's side, then the
     // frontend's, each time), the times the median over the rounds; what
     // is compared is the last round's.
     let mut rounds = Vec::new();
     for _ in 0..args.rounds {
-        rounds.push(round(&args, &pats, &targets, &fe, &work)?);
+        rounds.push(round(&args, &pats, &targets, &fe, &work, oracle.as_ref())?);
     }
     let rows = timing::merge(rounds);
     if args.keep.is_none() {
@@ -656,13 +588,23 @@ fn round(
     targets: &[(String, Target, i64, String)],
     fe: &Path,
     work: &Path,
+    oracle: Option<&oracle::Oracle>,
 ) -> Result<Vec<Row>, Stop> {
-    // The crate's side.
+    // The crate's side: every pattern for every target, in `--jobs`
+    // threads (one under `--timing`, as the frontend's side).
+    let pairs: Vec<(usize, usize)> = (0..pats.len())
+        .flat_map(|pi| (0..targets.len()).map(move |ti| (pi, ti)))
+        .collect();
+    let planned = oracle::par_map(&pairs, args.jobs, |&(pi, ti)| {
+        ours(&pats[pi], &targets[ti].1, args.reps)
+    })?;
     let mut rows = Vec::new();
     let mut items = Vec::new();
-    for (pi, p) in pats.iter().enumerate() {
-        for (name, target, _, _) in targets {
-            let (side, io) = match ours(p, target, args.reps) {
+    for (&(pi, ti), planned) in pairs.iter().zip(planned) {
+        let p = &pats[pi];
+        {
+            let name = &targets[ti].0;
+            let (side, io) = match planned {
                 Ok((s, io)) => (s, Some(io)),
                 Err(e) => (
                     Side {
@@ -708,12 +650,13 @@ fn round(
         .map(|(n, _, sm, j)| json!({"name": n, "sm_version": sm, "json": j}))
         .collect();
     // The frontend's side.
-    let built = python_jobs(
+    let built = oracle::frontend(
         &json!({"env": env, "targets": tjson, "items": items, "reps": args.reps}),
         "build",
         fe,
         work,
         args.jobs,
+        oracle,
     )?;
     eprintln!(
         "conformance: NVIDIA cuDNN frontend {} on cuDNN {}",
@@ -781,8 +724,10 @@ fn round(
             let t0 = Instant::now();
             let r = match &theirs_io {
                 // SAFETY: `fj` is, unchanged, cuDNN's JSON of the plan NVIDIA's
-                // frontend built in this run with the loaded cuDNN for this
-                // pattern; `theirs_io` is this pattern's IoSignature with every
+                // frontend built with the loaded cuDNN for this pattern (in
+                // this run, or in an earlier one whose request, frontend,
+                // cuDNN files and stub were the same: `oracle.rs` compares
+                // them all); `theirs_io` is this pattern's IoSignature with every
                 // uid (tensors, scalars, scratch, ragged marks) renamed through
                 // the one-to-one map `compare` built by matching the frontend's
                 // tensors to ours, and `compare` found no tensor whose shape,
@@ -841,12 +786,13 @@ fn round(
         );
         load_rows.push(i);
     }
-    let loaded = python_jobs(
+    let loaded = oracle::frontend(
         &json!({"env": env, "targets": tjson, "items": loads, "reps": args.reps}),
         "load",
         fe,
         work,
         args.jobs,
+        oracle,
     )?;
     let lres = loaded["results"].as_array().cloned().unwrap_or_default();
     for (&i, r) in load_rows.iter().zip(&lres) {

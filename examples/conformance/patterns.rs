@@ -25,7 +25,7 @@ pub struct Pattern {
     /// An SDPA built as the composite on the crate's side (decompositions
     /// are a documented difference).
     pub composite: bool,
-    build: Box<dyn Fn() -> cudnn::Result<Graph>>,
+    build: Box<dyn Fn() -> cudnn::Result<Graph> + Send + Sync>,
 }
 
 impl Pattern {
@@ -40,7 +40,7 @@ pub fn pattern(
     name: impl Into<String>,
     family: &'static str,
     params: Value,
-    build: impl Fn() -> cudnn::Result<Graph> + 'static,
+    build: impl Fn() -> cudnn::Result<Graph> + Send + Sync + 'static,
 ) -> Pattern {
     p(name, family, params, build)
 }
@@ -49,7 +49,7 @@ fn p(
     name: impl Into<String>,
     family: &'static str,
     params: Value,
-    build: impl Fn() -> cudnn::Result<Graph> + 'static,
+    build: impl Fn() -> cudnn::Result<Graph> + Send + Sync + 'static,
 ) -> Pattern {
     Pattern {
         name: name.into(),

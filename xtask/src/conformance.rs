@@ -148,7 +148,15 @@ fn conformance(
             c
         }
     };
-    cmd.arg("--frontend-dir")
+    // The frontend's answers are remembered in the target folder
+    // (`examples/conformance/oracle.rs`): a change to the crate asks the
+    // frontend again only for the items whose request changed.
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| crate::workspace_root().join("target"));
+    cmd.arg("--oracle-cache")
+        .arg(target.join("conformance-oracle"))
+        .arg("--frontend-dir")
         .arg(&fe)
         .arg("--cudnn-lib")
         .arg(&lib)

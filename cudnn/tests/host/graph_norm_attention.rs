@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 use crate::support;
 use crate::support::norm_attention_graphs;
-use crate::support::sdpa_plans::plan_all;
+use crate::support::sdpa_plans;
 use cudnn::Error;
 use cudnn::graph::*;
 use norm_attention_graphs::*;
@@ -12,18 +12,14 @@ use support::*;
 
 const TARGETS: [&str; 3] = ["h200", "a100", "b200"];
 
-/// How many engines cuDNN has, how many configs heuristics offer, and how
-/// many of them finalize into plans for `target` (at most `max` tried).
-/// Also: the engine of the first plan.
+/// How many engines cuDNN has, how many configs heuristics offer, whether
+/// a plan finalizes for `target` (the first of at most `max` candidates
+/// that does), and that plan's engine (`sdpa_plans::counts`: a graph planned
+/// before for the same target is not planned again).
 #[allow(clippy::type_complexity)]
-fn counts(
-    g: &Graph,
-    target: &str,
-    max: usize,
-) -> Result<(i64, usize, usize, f64, Option<i64>), Error> {
-    let (engines, configs, plans, secs) = plan_all(g, target, max)?;
-    let engine = plans.first().and_then(|p| p.engine());
-    Ok((engines, configs, plans.len(), secs, engine))
+fn counts(g: &Graph, target: &str, max: usize) -> Result<(i64, usize, usize, Option<i64>), Error> {
+    let c = sdpa_plans::counts(g, target, max)?;
+    Ok((c.engines, c.configs, c.plans, c.engine))
 }
 
 /// A host test that needs graph planning (cuDNN >= 9.8): on an older
@@ -58,9 +54,9 @@ pub fn main() {
             let must_plan = true;
             for tgt in TARGETS {
                 match build().and_then(|g| counts(&g, tgt, 3)) {
-                    Ok((e, c, p, s, _)) => {
+                    Ok((e, c, p, _)) => {
                         eprintln!(
-                            "norm  {name:<45} {tgt}: engines {e:>3} configs {c:>3} plans {p:>3} ({s:.2} s)"
+                            "norm  {name:<45} {tgt}: engines {e:>3} configs {c:>3} plans {p:>3}"
                         );
                         if tgt == "h200" && p == 0 {
                             failures.push(format!("{name} on {tgt}: no plan"));
@@ -68,7 +64,10 @@ pub fn main() {
                     }
                     Err(err) => {
                         let first = err.to_string();
-                        eprintln!("norm  {name:<45} {tgt}: refused: {}", &first[..first.len().min(160)]);
+                        eprintln!(
+                            "norm  {name:<45} {tgt}: refused: {}",
+                            &first[..first.len().min(160)]
+                        );
                         ensure!(is_typed_refusal(&err), "{name} {tgt}: untyped {err:?}");
                         if tgt == "h200" && must_plan {
                             failures.push(format!("{name} on {tgt}: {err}"));
@@ -77,7 +76,10 @@ pub fn main() {
                 }
             }
         }
-        ensure!(failures.is_empty(), "H200 must plan every norm mode: {failures:#?}");
+        ensure!(
+            failures.is_empty(),
+            "H200 must plan every norm mode: {failures:#?}"
+        );
         Ok(())
     }));
 
@@ -87,9 +89,9 @@ pub fn main() {
             let cfg = cfg.implementation(SdpaImpl::Composite);
             for tgt in TARGETS {
                 match sdpa_graph(&cfg, bwd).and_then(|g| counts(&g, tgt, 2)) {
-                    Ok((e, c, p, s, eng)) => {
+                    Ok((e, c, p, eng)) => {
                         eprintln!(
-                            "composite {name:<40} {tgt}: engines {e:>3} configs {c:>3} plans {p:>3} ({s:.2} s), engine {eng:?}"
+                            "composite {name:<40} {tgt}: engines {e:>3} configs {c:>3} plans {p:>3}, engine {eng:?}"
                         );
                         if tgt == "h200" && p == 0 {
                             failures.push(format!("{name} on {tgt}: no plan"));
@@ -242,9 +244,9 @@ pub fn main() {
         for (name, bwd, cfg) in sdpa_cases() {
             for tgt in TARGETS {
                 match sdpa_graph(&cfg, bwd).and_then(|g| counts(&g, tgt, 3)) {
-                    Ok((e, c, p, s, eng)) => {
+                    Ok((e, c, p, eng)) => {
                         eprintln!(
-                            "sdpa  {name:<40} {tgt}: engines {e:>3} configs {c:>3} plans {p:>3} ({s:.2} s), engine {eng:?}"
+                            "sdpa  {name:<40} {tgt}: engines {e:>3} configs {c:>3} plans {p:>3}, engine {eng:?}"
                         );
                         if tgt == "h200" && p == 0 {
                             failures.push(format!("{name} on {tgt}: no plan"));

@@ -131,10 +131,12 @@ fn cases() -> Vec<(&'static str, bool, SdpaConfig)> {
     ]
 }
 
-fn plan_per_target() -> TestResult {
+/// Case `only` of [`cases`] planned for every target (one trial per
+/// case, so the harness spreads the cases over its threads).
+fn plan_per_target(only: usize) -> TestResult {
     let v = loaded();
     let mut failures = Vec::new();
-    for (name, backward, cfg) in cases() {
+    for (name, backward, cfg) in cases().into_iter().skip(only).take(1) {
         let imps: &[SdpaImpl] = if backward {
             &[SdpaImpl::Auto, SdpaImpl::Native]
         } else {
@@ -882,8 +884,17 @@ fn reference_finite_differences() -> TestResult {
 }
 
 pub fn main() {
-    let t = vec![
-        host_planning("sdpa_bias_plans_per_target", plan_per_target),
+    let mut t: Vec<_> = cases()
+        .iter()
+        .enumerate()
+        .map(|(i, (name, ..))| {
+            host_planning(
+                &format!("sdpa_bias_plans_per_target::{i:02}_{}", slug(name)),
+                move || plan_per_target(i),
+            )
+        })
+        .collect();
+    t.extend(vec![
         unit("sdpa_bias_version_rules", version_rules),
         unit("sdpa_reference_bias_hand_cases", reference_hand_cases),
         unit(
@@ -893,6 +904,6 @@ pub fn main() {
         host("sdpa_bias_graph_tensors", graph_tensors),
         host_planning("sdpa_bias_plan_json_round_trip", plan_json_round_trip),
         host("sdpa_bias_random_combinations", property_random),
-    ];
+    ]);
     run(t)
 }

@@ -153,6 +153,20 @@ pub fn host_planning(name: &str, f: impl FnOnce() -> TestResult + Send + 'static
     host(name, f)
 }
 
+/// `text` as a test-name part: lower case, every run of other characters
+/// than letters and digits one `_`.
+pub fn slug(text: &str) -> String {
+    let mut s = String::new();
+    for c in text.chars() {
+        if c.is_ascii_alphanumeric() {
+            s.push(c.to_ascii_lowercase());
+        } else if !s.ends_with('_') {
+            s.push('_');
+        }
+    }
+    s.trim_matches('_').to_string()
+}
+
 /// A gpu-tier test.
 pub fn gpu(name: &str, f: impl FnOnce() -> TestResult + Send + 'static) -> Trial {
     tiered(

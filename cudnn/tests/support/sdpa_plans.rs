@@ -5,7 +5,9 @@ use cudnn::Error;
 use cudnn::graph::*;
 
 /// A planned graph: engines cuDNN has, configs the heuristics offer, plans
-/// that finalize (at most `max` tried), the first plan's engine and workspace.
+/// built (1: the first candidate that finalizes, of at most `max` tried;
+/// none is an error), that plan's engine and workspace.
+#[derive(Clone, Debug)]
 pub struct Counts {
     pub engines: i64,
     pub configs: usize,
@@ -15,8 +17,12 @@ pub struct Counts {
 }
 
 /// Builds `g` for `target`: engines cuDNN has, configs the heuristics offer
-/// and the plans that finalize (at most `max` tried), with the seconds
-/// `Plan::build_all` took.
+/// and the first plan that finalizes (candidates tried in order, at most
+/// `max`), with the seconds `Plan::build` took. Every caller asserts that a
+/// graph plans (or how it is refused), never how many plans it has, so the
+/// search stops at the first plan: finalizing (cuDNN compiling the
+/// runtime-fused kernels of attention and norms on the host) is most of
+/// the host tier's time, and later candidates proved nothing more.
 pub fn plan_all(
     g: &Graph,
     target: &str,
@@ -30,25 +36,47 @@ pub fn plan_all(
     };
     let c = heuristics::candidates(&og, &t, &policy)?;
     let t0 = std::time::Instant::now();
-    let (plans, _) = Plan::build_all(&og, &t, &policy)?;
+    let (plan, _) = Plan::build(&og, &t, &policy)?;
     Ok((
         og.engine_count()?,
         c.len(),
-        plans,
+        vec![plan],
         t0.elapsed().as_secs_f64(),
     ))
 }
 
-/// [`plan_all`] as [`Counts`].
+/// [`plan_all`] as [`Counts`], once per process for each graph: a graph
+/// planned again for the same target (the same [`Graph::signature`], the
+/// plan cache's own graph key, as when `SdpaImpl::Auto` resolves to the
+/// construction a loop planned just before, or two modules plan the same
+/// case) gets the counts cuDNN gave the first time, and says so on stderr.
+/// Refusals are not remembered (each is asked again: they are cheap).
 pub fn counts(g: &Graph, target: &str, max: usize) -> Result<Counts, Error> {
+    type Memo = std::sync::Mutex<std::collections::HashMap<(String, String, usize), Counts>>;
+    static MEMO: std::sync::OnceLock<Memo> = std::sync::OnceLock::new();
+    let memo = MEMO.get_or_init(Default::default);
+    let key = (g.signature(), target.to_string(), max);
+    let known = memo
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&key)
+        .cloned();
+    if let Some(c) = known {
+        eprintln!("  (this graph was planned for {target} before in this process: its counts)");
+        return Ok(c);
+    }
     let (engines, configs, plans, _) = plan_all(g, target, max)?;
-    Ok(Counts {
+    let c = Counts {
         engines,
         configs,
         plans: plans.len(),
         engine: plans.first().and_then(|p| p.engine()),
         workspace: plans.first().map(|p| p.workspace_size()),
-    })
+    };
+    memo.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key, c.clone());
+    Ok(c)
 }
 
 /// The forward graph of `cfg` (inputs `q`, `k`, `v`; output `o`) and its
