@@ -115,7 +115,7 @@ impl Side {
 
 /// Refuse to lend cudarc memory while candle's stream is capturing (the
 /// guards' contract: cudarc's waits and event records would be captured).
-fn not_capturing(cs: &CudarcStream) -> Result<()> {
+pub(crate) fn not_capturing(cs: &CudarcStream) -> Result<()> {
     match cs.capture_status()? {
         CaptureStatus::None => Ok(()),
         other => Err(Error::Unsupported {

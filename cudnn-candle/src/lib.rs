@@ -58,14 +58,19 @@
 //! candle` provides the toolkit from NVIDIA's wheels).
 
 pub mod attn;
+pub mod conv;
+pub mod conv_graphs;
 pub mod device;
 mod exec;
 pub mod graphs;
 pub mod params;
+mod run;
 
 pub use attn::{
     flash_attn, flash_attn_kvcache, flash_attn_softcap, flash_attn_varlen,
     flash_attn_varlen_windowed, flash_attn_varlen_with, flash_attn_windowed, flash_attn_with,
 };
+pub use conv::{conv2d, conv2d_with};
+pub use conv_graphs::{Activation, Conv2dParams};
 pub use device::plans;
 pub use params::AttnParams;

@@ -1,0 +1,458 @@
+//! `conv2d` on candle tensors as candle `CustomOp`s: the forward runs one
+//! cuDNN graph (convolution, bias and, where cuDNN fuses it on candle's
+//! NCHW layout, ReLU), the backward (candle's autograd) the data-gradient
+//! and filter-gradient graphs, the bias gradient a sum over `(N, H, W)`.
+//!
+//! Fusion: for NCHW tensors (candle's layout) cuDNN's engines on Hopper
+//! take convolution alone, convolution + bias, and convolution + bias +
+//! ReLU (planned for an H200 in the host tests); GELU, SiLU and a ReLU
+//! without bias have no engine there (runtime fusion wants NHWC), so they
+//! run as candle's own ops on the result, and candle's autograd
+//! differentiates them. The fused ReLU's backward keeps the output: the
+//! gradient passes where `y > 0` (which is where `conv + bias > 0`);
+//! nothing is recomputed.
+
+use candle_core::backend::BackendStorage;
+use candle_core::{
+    CpuStorage, CudaStorage, CustomOp2, CustomOp3, DType as CDType, Layout, Shape, Tensor,
+};
+use cudarc::driver::{CudaSlice, CudaView};
+use cudnn::Error;
+
+use crate::conv_graphs::{self, Activation, Conv2dParams, ConvCfg, names};
+use crate::device::{IntoCandle, to_candle};
+use crate::exec::count;
+use crate::params::Arg;
+use crate::run::{self, Elem, Io};
+
+fn arg<'a>(name: &'a str, l: &'a Layout, dtype: CDType) -> Arg<'a> {
+    Arg {
+        name,
+        dims: l.dims(),
+        strides: l.stride(),
+        dtype,
+    }
+}
+
+fn on_cuda(op: &str) -> candle_core::Error {
+    to_candle(Error::Unsupported {
+        what: format!("{op} on the CPU"),
+        needs: Some("tensors on a CUDA device (cudnn-candle runs cuDNN)".to_string()),
+    })
+}
+
+/// The view of `s` from `l`'s start offset, `n` elements.
+pub(crate) fn view<'a, T: Elem>(
+    s: &'a CudaStorage,
+    l: &Layout,
+    name: &str,
+    n: usize,
+) -> candle_core::Result<CudaView<'a, T>> {
+    let slice: &CudaSlice<T> = s.as_cuda_slice::<T>()?;
+    let end = l.start_offset().checked_add(n);
+    end.and_then(|e| slice.try_slice(l.start_offset()..e))
+        .ok_or_else(|| {
+            to_candle(Error::invalid(
+                format!("{name} start offset + elements"),
+                format!("must be inside its buffer of {} elements", slice.len()),
+                format!("{} + {n}", l.start_offset()),
+            ))
+        })
+}
+
+pub(crate) fn same(
+    a: &CudaStorage,
+    b: &CudaStorage,
+    name: &str,
+    of: &str,
+) -> candle_core::Result<()> {
+    if a.device.id() != b.device.id() {
+        return Err(to_candle(Error::mismatch(
+            format!("{name} device ({of}'s)"),
+            format!("{:?}", a.device.id()),
+            format!("{:?}", b.device.id()),
+        )));
+    }
+    if a.dtype() != b.dtype() {
+        return Err(to_candle(Error::mismatch(
+            format!("{name} dtype ({of}'s)"),
+            format!("{:?}", a.dtype()),
+            format!("{:?}", b.dtype()),
+        )));
+    }
+    Ok(())
+}
+
+fn dims_usize(d: [i64; 4]) -> candle_core::Result<Vec<usize>> {
+    d.iter()
+        .map(|&v| {
+            usize::try_from(v).map_err(|_| to_candle(Error::invalid("dim", "must be >= 0", v)))
+        })
+        .collect()
+}
+
+/// The forward op: `x, w` (`CustomOp2`) or `x, w, bias` (`CustomOp3`).
+#[derive(Clone, Debug)]
+struct Conv2d {
+    p: Conv2dParams,
+}
+
+impl Conv2d {
+    fn fwd<T: Elem>(
+        &self,
+        (x, xl): (&CudaStorage, &Layout),
+        (w, wl): (&CudaStorage, &Layout),
+        b: Option<(&CudaStorage, &Layout)>,
+    ) -> candle_core::Result<(CudaStorage, Shape)> {
+        same(x, w, "w", "x")?;
+        if let Some((b, _)) = b {
+            same(x, b, "bias", "x")?;
+        }
+        let ba = b.map(|(b, bl)| arg("bias", bl, b.dtype()));
+        let cfg = conv_graphs::conv2d(
+            &arg("x", xl, x.dtype()),
+            &arg("w", wl, w.dtype()),
+            ba.as_ref(),
+            &self.p,
+        )
+        .c()?;
+        let graph = conv_graphs::forward(&cfg).c()?;
+        let dev = &x.device;
+        let xv = view::<T>(x, xl, "x", count(&cfg.x).c()?)?;
+        let wv = view::<T>(w, wl, "w", count(&cfg.w).c()?)?;
+        let bv = match b {
+            Some((b, bl)) => Some(view::<T>(b, bl, "bias", count(&[cfg.w[0]]).c()?)?),
+            None => None,
+        };
+        let mut y = dev.alloc_zeros::<T>(count(&cfg.y).c()?)?;
+        let mut yv = y.as_view_mut();
+        let mut ins = vec![(names::X, &xv), (names::W, &wv)];
+        if let Some(bv) = bv.as_ref() {
+            ins.push((names::B, bv));
+        }
+        run::run(
+            dev,
+            &graph,
+            Io {
+                ins,
+                ins_f32: vec![],
+                outs: vec![(names::Y, &mut yv)],
+                outs_f32: vec![],
+            },
+        )?;
+        let shape = Shape::from(dims_usize(cfg.y)?);
+        Ok((CudaStorage::wrap_cuda_slice(y, dev.clone()), shape))
+    }
+
+    fn dispatch(
+        &self,
+        x: (&CudaStorage, &Layout),
+        w: (&CudaStorage, &Layout),
+        b: Option<(&CudaStorage, &Layout)>,
+    ) -> candle_core::Result<(CudaStorage, Shape)> {
+        match x.0.dtype() {
+            CDType::F32 => self.fwd::<f32>(x, w, b),
+            CDType::F16 => self.fwd::<half::f16>(x, w, b),
+            CDType::BF16 => self.fwd::<half::bf16>(x, w, b),
+            other => Err(to_candle(Error::invalid(
+                "x dtype",
+                "must be f32, f16 or bf16 (cuDNN's convolution graphs)",
+                format!("{other:?}"),
+            ))),
+        }
+    }
+
+    /// dx, dw and the gradient of `conv + bias` (for dbias).
+    fn grads(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        y: &Tensor,
+        dy: &Tensor,
+    ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
+        let dz = match self.p.activation {
+            Activation::Relu => (dy * y.gt(0.0)?.to_dtype(dy.dtype())?)?,
+            _ => dy.clone(),
+        };
+        let dz = dz.contiguous()?;
+        let (xl, wl) = (x.layout().clone(), w.layout().clone());
+        let cfg = conv_graphs::conv2d(
+            &arg("x", &xl, x.dtype()),
+            &arg("w", &wl, w.dtype()),
+            None,
+            &Conv2dParams {
+                activation: Activation::None,
+                ..self.p
+            },
+        )
+        .c()?;
+        let dx = dz.apply_op2_no_bwd(
+            w,
+            &Grad {
+                cfg: cfg.clone(),
+                data: true,
+            },
+        )?;
+        let dw = x.apply_op2_no_bwd(&dz, &Grad { cfg, data: false })?;
+        Ok((dx, dw, dz))
+    }
+}
+
+impl CustomOp2 for Conv2d {
+    fn name(&self) -> &'static str {
+        "cudnn-conv2d"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        Err(on_cuda("cudnn_candle::conv2d"))
+    }
+
+    fn cuda_fwd(
+        &self,
+        x: &CudaStorage,
+        xl: &Layout,
+        w: &CudaStorage,
+        wl: &Layout,
+    ) -> candle_core::Result<(CudaStorage, Shape)> {
+        self.dispatch((x, xl), (w, wl), None)
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        y: &Tensor,
+        dy: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let (dx, dw, _) = self.grads(x, w, y, dy)?;
+        Ok((Some(dx), Some(dw)))
+    }
+}
+
+impl CustomOp3 for Conv2d {
+    fn name(&self) -> &'static str {
+        "cudnn-conv2d-bias"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        Err(on_cuda("cudnn_candle::conv2d_with"))
+    }
+
+    fn cuda_fwd(
+        &self,
+        x: &CudaStorage,
+        xl: &Layout,
+        w: &CudaStorage,
+        wl: &Layout,
+        b: &CudaStorage,
+        bl: &Layout,
+    ) -> candle_core::Result<(CudaStorage, Shape)> {
+        self.dispatch((x, xl), (w, wl), Some((b, bl)))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _b: &Tensor,
+        y: &Tensor,
+        dy: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (dx, dw, dz) = self.grads(x, w, y, dy)?;
+        // Summed in f32 (a half-precision sum over N * H * W loses digits).
+        let db = dz
+            .to_dtype(CDType::F32)?
+            .sum((0, 2, 3))?
+            .to_dtype(dz.dtype())?;
+        Ok((Some(dx), Some(dw), Some(db)))
+    }
+}
+
+/// The data gradient `(dy, w) -> dx` or the filter gradient `(x, dy) -> dw`.
+#[derive(Clone, Debug)]
+struct Grad {
+    cfg: ConvCfg,
+    data: bool,
+}
+
+impl Grad {
+    fn run<T: Elem>(
+        &self,
+        (a, al): (&CudaStorage, &Layout),
+        (b, bl): (&CudaStorage, &Layout),
+    ) -> candle_core::Result<(CudaStorage, Shape)> {
+        let c = &self.cfg;
+        let (an, ad, bn, bd, od) = if self.data {
+            ("dy", c.y, "w", c.w, c.x)
+        } else {
+            ("x", c.x, "dy", c.y, c.w)
+        };
+        same(a, b, bn, an)?;
+        for (name, l, d) in [(an, al, ad), (bn, bl, bd)] {
+            let want = dims_usize(d)?;
+            if l.dims() != want.as_slice() {
+                return Err(to_candle(Error::mismatch(
+                    format!("conv2d backward: {name} dims"),
+                    format!("{want:?}"),
+                    format!("{:?}", l.dims()),
+                )));
+            }
+            conv_graphs::check_contiguous(&arg(name, l, a.dtype())).c()?;
+        }
+        let graph = if self.data {
+            conv_graphs::dgrad(c)
+        } else {
+            conv_graphs::wgrad(c)
+        }
+        .c()?;
+        let dev = &a.device;
+        let av = view::<T>(a, al, an, count(&ad).c()?)?;
+        let bv = view::<T>(b, bl, bn, count(&bd).c()?)?;
+        let mut o = dev.alloc_zeros::<T>(count(&od).c()?)?;
+        let mut ov = o.as_view_mut();
+        let (out, ins) = if self.data {
+            (names::DX, vec![(names::DY, &av), (names::W, &bv)])
+        } else {
+            (names::DW, vec![(names::X, &av), (names::DY, &bv)])
+        };
+        run::run(
+            dev,
+            &graph,
+            Io {
+                ins,
+                ins_f32: vec![],
+                outs: vec![(out, &mut ov)],
+                outs_f32: vec![],
+            },
+        )?;
+        Ok((
+            CudaStorage::wrap_cuda_slice(o, dev.clone()),
+            Shape::from(dims_usize(od)?),
+        ))
+    }
+}
+
+impl CustomOp2 for Grad {
+    fn name(&self) -> &'static str {
+        if self.data {
+            "cudnn-conv2d-dgrad"
+        } else {
+            "cudnn-conv2d-wgrad"
+        }
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        Err(on_cuda("cudnn_candle::conv2d backward"))
+    }
+
+    fn cuda_fwd(
+        &self,
+        a: &CudaStorage,
+        al: &Layout,
+        b: &CudaStorage,
+        bl: &Layout,
+    ) -> candle_core::Result<(CudaStorage, Shape)> {
+        match a.dtype() {
+            CDType::F32 => self.run::<f32>((a, al), (b, bl)),
+            CDType::F16 => self.run::<half::f16>((a, al), (b, bl)),
+            CDType::BF16 => self.run::<half::bf16>((a, al), (b, bl)),
+            other => Err(to_candle(Error::invalid(
+                "conv2d backward dtype",
+                "must be f32, f16 or bf16",
+                format!("{other:?}"),
+            ))),
+        }
+    }
+}
+
+/// Whether cuDNN fuses `activation` after the convolution (and bias) on
+/// NCHW tensors: only ReLU after a bias (cuDNN's conv-bias-activation
+/// engines); the rest runs as candle ops after the fused part.
+pub fn fuses(activation: Activation, bias: bool) -> bool {
+    matches!(activation, Activation::None) || (bias && activation == Activation::Relu)
+}
+
+/// candle's `Tensor::conv2d(kernel, padding, stride, dilation, groups)`
+/// through cuDNN: x `(N, C, H, W)`, kernel `(K, C / groups, KH, KW)`, f32,
+/// f16 or bf16 on a CUDA device; differentiable (data and filter
+/// gradients through cuDNN).
+///
+/// # Errors
+/// Shapes, dtypes or parameters that do not fit (typed, naming the
+/// argument: `candle_core::Error::Cuda` holding a [`cudnn::Error`]), CPU
+/// tensors, planning, execution.
+pub fn conv2d(
+    x: &Tensor,
+    kernel: &Tensor,
+    padding: usize,
+    stride: usize,
+    dilation: usize,
+    groups: usize,
+) -> candle_core::Result<Tensor> {
+    conv2d_with(
+        x,
+        kernel,
+        None,
+        &Conv2dParams::new(padding, stride, dilation, groups),
+    )
+}
+
+/// `act(conv2d(x, w) + bias)`: [`conv2d`] with an optional bias `(K)` and
+/// an activation, in one cuDNN graph where cuDNN fuses them (see the
+/// module docs); differentiable in x, w and bias.
+///
+/// # Errors
+/// As [`conv2d`].
+pub fn conv2d_with(
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    p: &Conv2dParams,
+) -> candle_core::Result<Tensor> {
+    let fused = fuses(p.activation, bias.is_some());
+    let op = Conv2d {
+        p: Conv2dParams {
+            activation: if fused {
+                p.activation
+            } else {
+                Activation::None
+            },
+            ..*p
+        },
+    };
+    let (x, w) = (x.contiguous()?, w.contiguous()?);
+    let y = match bias {
+        Some(b) => x.apply_op3(&w, &b.contiguous()?, op)?,
+        None => x.apply_op2(&w, op)?,
+    };
+    if fused {
+        return Ok(y);
+    }
+    match p.activation {
+        Activation::None => Ok(y),
+        Activation::Relu => y.relu(),
+        Activation::Gelu => y.gelu(),
+        Activation::GeluErf => y.gelu_erf(),
+        Activation::Silu => y.silu(),
+    }
+}

@@ -1,0 +1,192 @@
+//! Host tier of `conv2d` and the norms: every graph they run plans for an
+//! H200 (the crate's driver stub standing in), and their argument checks
+//! refuse bad calls with typed errors naming the argument.
+
+use candle_core::DType as CDType;
+use cudnn::graph::{Plan, Policy, Target};
+use cudnn_candle::conv;
+use cudnn_candle::conv_graphs::{self, Activation, Conv2dParams};
+use cudnn_candle::params::Arg;
+
+use crate::support::{TestResult, Trial, host};
+
+fn contiguous(d: &[usize]) -> Vec<usize> {
+    conv_graphs::contiguous_strides(d).expect("small dims")
+}
+
+/// Plan the forward, dgrad and wgrad graphs of a conv2d call for an H200,
+/// the activation in the forward graph where `conv::fuses` says it is.
+pub fn plan_conv(
+    xd: [usize; 4],
+    wd: [usize; 4],
+    bias: bool,
+    p: Conv2dParams,
+    dt: CDType,
+) -> TestResult {
+    let target = Target::preset("h200")?;
+    let (xs, ws) = (contiguous(&xd), contiguous(&wd));
+    let bd = [wd[0]];
+    let x = Arg {
+        name: "x",
+        dims: &xd,
+        strides: &xs,
+        dtype: dt,
+    };
+    let w = Arg {
+        name: "w",
+        dims: &wd,
+        strides: &ws,
+        dtype: dt,
+    };
+    let b = Arg {
+        name: "bias",
+        dims: &bd,
+        strides: &[1],
+        dtype: dt,
+    };
+    let fused = conv::fuses(p.activation, bias);
+    let p = if fused {
+        p
+    } else {
+        p.activation(Activation::None)
+    };
+    let cfg = conv_graphs::conv2d(&x, &w, bias.then_some(&b), &p)?;
+    for (what, g) in [
+        ("forward", conv_graphs::forward(&cfg)?),
+        ("dgrad", conv_graphs::dgrad(&cfg)?),
+        ("wgrad", conv_graphs::wgrad(&cfg)?),
+    ] {
+        let (plan, _) = Plan::build(&g.build()?, &target, &Policy::default())
+            .map_err(|e| format!("{what} of {cfg:?}: {e}"))?;
+        eprintln!("  {what}: workspace {} bytes", plan.workspace_size());
+    }
+    Ok(())
+}
+
+const ACTS: [Activation; 5] = [
+    Activation::None,
+    Activation::Relu,
+    Activation::Gelu,
+    Activation::GeluErf,
+    Activation::Silu,
+];
+
+pub fn trials() -> Vec<Trial> {
+    let mut t = Vec::new();
+    for dt in [CDType::F32, CDType::F16, CDType::BF16] {
+        for act in ACTS {
+            for bias in [false, true] {
+                t.push(host(
+                    &format!("plan_h200_conv2d_{dt:?}_{act:?}_bias_{bias}"),
+                    move || {
+                        plan_conv(
+                            [2, 16, 12, 12],
+                            [32, 16, 3, 3],
+                            bias,
+                            Conv2dParams::new(1, 1, 1, 1).activation(act),
+                            dt,
+                        )
+                    },
+                ));
+            }
+        }
+    }
+    t.push(host("nchw_fusion_is_what_fuses_says", || {
+        // Independent truth: cuDNN's heuristics for an H200. A fused graph
+        // must plan where `fuses` is true; where it is false, its refusal
+        // is recorded (a newer cuDNN that fuses more makes this a note).
+        let target = Target::preset("h200")?;
+        let (xd, wd) = ([2usize, 16, 12, 12], [32usize, 16, 3, 3]);
+        let (xs, ws) = (contiguous(&xd), contiguous(&wd));
+        for act in ACTS {
+            for bias in [false, true] {
+                let x = Arg {
+                    name: "x",
+                    dims: &xd,
+                    strides: &xs,
+                    dtype: CDType::BF16,
+                };
+                let w = Arg {
+                    name: "w",
+                    dims: &wd,
+                    strides: &ws,
+                    dtype: CDType::BF16,
+                };
+                let b = Arg {
+                    name: "bias",
+                    dims: &[32],
+                    strides: &[1],
+                    dtype: CDType::BF16,
+                };
+                let cfg = conv_graphs::conv2d(
+                    &x,
+                    &w,
+                    bias.then_some(&b),
+                    &Conv2dParams::default().activation(act),
+                )?;
+                let r = Plan::build(
+                    &conv_graphs::forward(&cfg)?.build()?,
+                    &target,
+                    &Policy::default(),
+                );
+                match (conv::fuses(act, bias), r) {
+                    (true, Err(e)) => {
+                        return Err(format!("{act:?} bias {bias}: fuses but {e}").into());
+                    }
+                    (false, Ok(_)) => {
+                        eprintln!("  note: {act:?} bias {bias} fuses on NCHW with this cuDNN")
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }));
+    t.push(host("plan_h200_conv2d_groups_stride_dilation", || {
+        plan_conv(
+            [2, 16, 13, 11],
+            [32, 4, 3, 3],
+            true,
+            Conv2dParams::new(2, 2, 2, 4).activation(Activation::Relu),
+            CDType::BF16,
+        )
+    }));
+    t
+}
+
+/// What the module docs of `conv` say: on NHWC tensors cuDNN fuses every
+/// activation after conv + bias (runtime fusion); candle's NCHW only
+/// conv + bias + ReLU (`nchw_fusion_is_what_fuses_says`).
+pub fn nhwc_fusion() -> Vec<Trial> {
+    use cudnn::graph::{ConvParams, DType, Graph, Pointwise, TensorSpec};
+    let mut t = Vec::new();
+    for (dt, name) in [
+        (DType::F32, "f32"),
+        (DType::F16, "f16"),
+        (DType::BF16, "bf16"),
+    ] {
+        for (m, mn) in [
+            (Pointwise::GeluTanh, "gelu"),
+            (Pointwise::Swish { beta: 1.0 }, "silu"),
+            (Pointwise::Relu, "relu"),
+        ] {
+            t.push(host(
+                &format!("plan_h200_conv2d_nhwc_fuses_{name}_{mn}"),
+                move || {
+                    let target = Target::preset("h200")?;
+                    let mut g = Graph::new();
+                    let x = g.input("x", TensorSpec::nhwc(dt, &[2, 16, 12, 12])?)?;
+                    let w = g.input("w", TensorSpec::nhwc(dt, &[32, 16, 3, 3])?)?;
+                    let y = g.conv_fprop(x, w, &ConvParams::new_2d([1, 1], [1, 1], [1, 1]))?;
+                    let b = g.input("b", TensorSpec::nhwc(dt, &[1, 32, 1, 1])?)?;
+                    let y = g.bias(y, b)?;
+                    let y = g.pointwise(m, &[y])?;
+                    g.output(y, dt)?;
+                    Plan::build(&g.build()?, &target, &Policy::default())?;
+                    Ok(())
+                },
+            ));
+        }
+    }
+    t
+}
