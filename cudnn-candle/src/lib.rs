@@ -63,6 +63,7 @@ pub mod conv_graphs;
 pub mod device;
 mod exec;
 pub mod graphs;
+pub mod norm_graphs;
 pub mod params;
 mod run;
 

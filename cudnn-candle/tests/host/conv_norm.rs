@@ -6,6 +6,7 @@ use candle_core::DType as CDType;
 use cudnn::graph::{Plan, Policy, Target};
 use cudnn_candle::conv;
 use cudnn_candle::conv_graphs::{self, Activation, Conv2dParams};
+use cudnn_candle::norm_graphs::{self, NormKind};
 use cudnn_candle::params::Arg;
 
 use crate::support::{TestResult, Trial, host};
@@ -185,6 +186,59 @@ pub fn nhwc_fusion() -> Vec<Trial> {
                     Plan::build(&g.build()?, &target, &Policy::default())?;
                     Ok(())
                 },
+            ));
+        }
+    }
+    t
+}
+
+/// Plan the inference and training forwards and the backward of a norm for an H200.
+pub fn plan_norm(kind: NormKind, xd: &[usize], bias: bool, dt: CDType) -> TestResult {
+    let target = Target::preset("h200")?;
+    let xs = contiguous(xd);
+    let h = [xd[xd.len() - 1]];
+    let x = Arg {
+        name: "x",
+        dims: xd,
+        strides: &xs,
+        dtype: dt,
+    };
+    let w = Arg {
+        name: "weight",
+        dims: &h,
+        strides: &[1],
+        dtype: CDType::F32,
+    };
+    let b = Arg {
+        name: "bias",
+        dims: &h,
+        strides: &[1],
+        dtype: CDType::F32,
+    };
+    let cfg = norm_graphs::check(kind, &x, &w, bias.then_some(&b), 1e-5)?;
+    for (what, g) in [
+        ("inference", norm_graphs::forward(&cfg, false)?),
+        ("training", norm_graphs::forward(&cfg, true)?),
+        ("backward", norm_graphs::backward(&cfg)?),
+    ] {
+        let (plan, _) = Plan::build(&g.build()?, &target, &Policy::default())
+            .map_err(|e| format!("{what} of {cfg:?}: {e}"))?;
+        eprintln!("  {what}: workspace {} bytes", plan.workspace_size());
+    }
+    Ok(())
+}
+
+pub fn norm_trials() -> Vec<Trial> {
+    let mut t = Vec::new();
+    for dt in [CDType::F32, CDType::F16, CDType::BF16] {
+        for (kind, bias) in [
+            (NormKind::Layer, true),
+            (NormKind::Rms, false),
+            (NormKind::Rms, true),
+        ] {
+            t.push(host(
+                &format!("plan_h200_{kind:?}_norm_{dt:?}_bias_{bias}"),
+                move || plan_norm(kind, &[2, 7, 768], bias, dt),
             ));
         }
     }
