@@ -63,6 +63,7 @@ pub mod conv_graphs;
 pub mod device;
 mod exec;
 pub mod graphs;
+pub mod norm;
 pub mod norm_graphs;
 pub mod params;
 mod run;
@@ -74,4 +75,5 @@ pub use attn::{
 pub use conv::{conv2d, conv2d_with};
 pub use conv_graphs::{Activation, Conv2dParams};
 pub use device::plans;
+pub use norm::{layer_norm, rms_norm};
 pub use params::AttnParams;
