@@ -349,3 +349,6 @@ pub fn wgrad(c: &ConvCfg) -> Result<Graph> {
     g.rename(dw, names::DW)?;
     Ok(g)
 }
+
+#[cfg(test)]
+mod tests;

@@ -238,3 +238,6 @@ pub fn backward(c: &NormCfg) -> Result<Graph> {
     }
     Ok(g)
 }
+
+#[cfg(test)]
+mod tests;
