@@ -1,5 +1,5 @@
-//! cuDNN attention on [candle](https://docs.rs/candle-core) tensors,
-//! through [`cudnn`](https://docs.rs/cudnn-rs)'s SDPA graphs: forward and
+//! cuDNN attention, convolution and norms on [candle](https://docs.rs/candle-core) tensors,
+//! through [`cudnn`](https://docs.rs/cudnn-rs)'s graphs. Attention: forward and
 //! backward (candle's autograd), causal, sliding windows, logit softcap,
 //! grouped-query attention and varlen (packed) batches, with the argument
 //! conventions of `candle-flash-attn` so switching is a one-line change:
@@ -25,6 +25,10 @@
 //! | [`flash_attn_varlen`], [`flash_attn_varlen_windowed`] | same names | `seqlens` read to the host |
 //! | [`flash_attn_kvcache`] | `flash_attn_with_kvcache` (`cache_seqlens`) | fixed capacity: one plan per decode loop |
 //! | [`flash_attn_with`], [`flash_attn_varlen_with`] | | every option ([`AttnParams`]) |
+//! | [`conv2d`] | candle's `Tensor::conv2d` | NCHW; f32, f16, bf16; backward: data and filter gradients |
+//! | [`conv2d_with`] | | + bias `(K)` and an [`Activation`] ([`Conv2dParams`]); conv + bias + ReLU in one graph |
+//! | [`layer_norm`] | candle-nn's `ops::layer_norm` | over the last dim; bias optional; backward in one graph |
+//! | [`rms_norm`] | candle-nn's `ops::rms_norm` | optional bias; backward in one graph |
 //!
 //! # How it runs
 //! Each function is a candle `CustomOp3`. `cuda_fwd` checks the shapes,
@@ -48,9 +52,21 @@
 //! (`InvalidArgument` / `Mismatch` naming the argument and its value):
 //! `err.downcast_ref::<cudnn::Error>()` after matching the variant.
 //!
+//! `conv2d` and the norms run the same way (CustomOps on candle's stream,
+//! plans from the same cache; [`conv`], [`norm`]). Their backward: the
+//! convolution's data and filter gradients through cuDNN's dgrad / wgrad
+//! graphs, the bias gradient a sum of the output gradient; a fused ReLU's
+//! gradient from the kept output (nothing recomputed). The norms' forward
+//! saves nothing; their backward recomputes the mean and inverse std with
+//! a training forward, then runs cuDNN's norm backward (dx, dweight, dbias
+//! in one graph).
+//!
 //! Not in this version: ALiBi, paged KV (block tables), attention sinks, CUDA
 //! graph capture of these calls (refused, typed, while candle's stream
-//! captures), norms, convolution and GEMM entry points.
+//! captures), GEMM entry points; for `conv2d`: GELU / SiLU / ReLU without a
+//! bias fused into the convolution's graph (cuDNN fuses them only on NHWC
+//! tensors; here they run as candle ops on the result), NHWC inputs used as
+//! they are, 1-d / 3-d and transposed convolution.
 //!
 //! # Building
 //! candle-core's `cuda` feature compiles CUDA kernels with `nvcc` at build

@@ -284,5 +284,6 @@ fn main() {
     trials.extend(conv_norm::trials());
     trials.extend(conv_norm::nhwc_fusion());
     trials.extend(conv_norm::norm_trials());
+    trials.extend(conv_norm::refusal_trials());
     run(trials);
 }

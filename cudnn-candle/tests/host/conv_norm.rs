@@ -9,7 +9,7 @@ use cudnn_candle::conv_graphs::{self, Activation, Conv2dParams};
 use cudnn_candle::norm_graphs::{self, NormKind};
 use cudnn_candle::params::Arg;
 
-use crate::support::{TestResult, Trial, host};
+use crate::support::{TestResult, Trial, host, typed, unit};
 
 fn contiguous(d: &[usize]) -> Vec<usize> {
     conv_graphs::contiguous_strides(d).expect("small dims")
@@ -243,4 +243,53 @@ pub fn norm_trials() -> Vec<Trial> {
         }
     }
     t
+}
+
+fn refusal(e: &candle_core::Error) -> String {
+    match typed(e) {
+        Some(cudnn::Error::Unsupported { what, .. }) => what.clone(),
+        Some(cudnn::Error::InvalidArgument { arg, .. }) => arg.clone(),
+        Some(cudnn::Error::Mismatch { what, .. }) => what.clone(),
+        other => format!("not a typed refusal: {other:?} ({e})"),
+    }
+}
+
+/// The functions on CPU tensors and with mixed parameter dtypes: typed.
+pub fn refusal_trials() -> Vec<Trial> {
+    use candle_core::{Device, Tensor};
+    vec![
+        unit("conv2d_cpu_tensors_are_refused_typed", || {
+            let x = Tensor::zeros((1, 2, 4, 4), CDType::F32, &Device::Cpu)?;
+            let w = Tensor::zeros((2, 2, 3, 3), CDType::F32, &Device::Cpu)?;
+            let b = Tensor::zeros(2, CDType::F32, &Device::Cpu)?;
+            let e = cudnn_candle::conv2d(&x, &w, 1, 1, 1, 1).expect_err("CPU");
+            assert!(refusal(&e).contains("on the CPU"), "{}", refusal(&e));
+            let p = Conv2dParams::default().activation(Activation::Relu);
+            let e = cudnn_candle::conv2d_with(&x, &w, Some(&b), &p).expect_err("CPU");
+            assert!(refusal(&e).contains("on the CPU"), "{}", refusal(&e));
+            Ok(())
+        }),
+        unit("norm_cpu_tensors_are_refused_typed", || {
+            let x = Tensor::zeros((2, 8), CDType::F32, &Device::Cpu)?;
+            let w = Tensor::ones(8, CDType::F32, &Device::Cpu)?;
+            let e = cudnn_candle::layer_norm(&x, &w, None, 1e-5).expect_err("CPU");
+            assert!(refusal(&e).contains("on the CPU"), "{}", refusal(&e));
+            let e = cudnn_candle::rms_norm(&x, &w, None, 1e-5).expect_err("CPU");
+            assert!(refusal(&e).contains("on the CPU"), "{}", refusal(&e));
+            let e = cudnn_candle::rms_norm(&x, &w, Some(&w), 1e-5).expect_err("CPU");
+            assert!(refusal(&e).contains("on the CPU"), "{}", refusal(&e));
+            Ok(())
+        }),
+        unit("norm_parameter_dtype_is_xs", || {
+            // candle-nn's convention: weight and bias of x's dtype.
+            let x = Tensor::zeros((2, 8), CDType::F32, &Device::Cpu)?;
+            let w = Tensor::ones(8, CDType::BF16, &Device::Cpu)?;
+            let e = cudnn_candle::layer_norm(&x, &w, None, 1e-5).expect_err("bf16 weight");
+            assert!(refusal(&e).starts_with("weight dtype"), "{}", refusal(&e));
+            let wf = Tensor::ones(8, CDType::F32, &Device::Cpu)?;
+            let e = cudnn_candle::rms_norm(&x, &wf, Some(&w), 1e-5).expect_err("bf16 bias");
+            assert!(refusal(&e).starts_with("bias dtype"), "{}", refusal(&e));
+            Ok(())
+        }),
+    ]
 }
