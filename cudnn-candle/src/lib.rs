@@ -82,7 +82,7 @@ pub mod graphs;
 pub mod norm;
 pub mod norm_graphs;
 pub mod params;
-mod run;
+pub mod run;
 
 pub use attn::{
     flash_attn, flash_attn_kvcache, flash_attn_softcap, flash_attn_varlen,

@@ -13,7 +13,7 @@ use crate::device::{self, IntoCandle, with_handle};
 use crate::exec::not_capturing;
 
 /// The element types of `conv2d` and the norms: f32, f16, bf16.
-pub trait Elem:
+pub(crate) trait Elem:
     cudnn::DataType + DeviceRepr + ValidAsZeroBits + CudaDType + Copy + Send + Sync + 'static
 {
 }
@@ -30,9 +30,10 @@ pub fn packed(dims: &[i64]) -> Vec<i64> {
     s
 }
 
-/// Check that tensor `name` of a plan is packed row-major with `dims`:
-/// the buffer this crate binds to it is candle-contiguous. A refusal is
-/// typed (never a wrong read or write).
+/// Check that tensor `name` of a plan is packed row-major with `dims`
+/// (the stride of a dim of 1 is free: it addresses nothing): the buffer
+/// this crate binds to it is candle-contiguous. A refusal is typed (never
+/// a wrong read or write).
 ///
 /// # Errors
 /// Unknown name, other dims or strides.
@@ -43,7 +44,12 @@ pub fn expect_packed(io: &IoSignature, name: &str, dims: &[i64]) -> Result<()> {
         .find(|t| t.name == name)
         .ok_or_else(|| Error::invalid("plan tensor", "must exist", name))?;
     let strides = packed(dims);
-    if t.spec.dims() != dims || t.spec.strides() != strides.as_slice() {
+    let same_strides = t.spec.strides().len() == strides.len()
+        && dims
+            .iter()
+            .zip(t.spec.strides().iter().zip(&strides))
+            .all(|(&d, (&got, &want))| d == 1 || got == want);
+    if t.spec.dims() != dims || !same_strides {
         return Err(Error::mismatch(
             format!("plan tensor `{name}` dims / strides (candle-contiguous)"),
             format!("{dims:?} / {strides:?}"),
@@ -53,8 +59,20 @@ pub fn expect_packed(io: &IoSignature, name: &str, dims: &[i64]) -> Result<()> {
     Ok(())
 }
 
+/// Every tensor a plan binds is packed row-major ([`expect_packed`] with
+/// its own dims): what `conv2d` and the norms bind is candle-contiguous.
+///
+/// # Errors
+/// The first tensor that is not.
+pub fn expect_every_packed(io: &IoSignature) -> Result<()> {
+    for t in &io.tensors {
+        expect_packed(io, &t.name, t.spec.dims())?;
+    }
+    Ok(())
+}
+
 /// The tensors of one execution, by graph name.
-pub struct Io<'s, 'v, T> {
+pub(crate) struct Io<'s, 'v, T> {
     /// Inputs of the op's type.
     pub ins: Vec<(&'static str, &'s CudaView<'v, T>)>,
     /// f32 inputs.
@@ -67,12 +85,12 @@ pub struct Io<'s, 'v, T> {
 
 /// Plan `graph` for `dev` (the process-wide cache: one planning per
 /// graph), check that every bound tensor is packed as candle's
-/// contiguous memory, and run it on candle's stream.
+/// contiguous memory ([`expect_every_packed`]), and run it on candle's stream.
 ///
 /// # Errors
 /// Planning, a layout other than packed, binding (lengths checked against
 /// the plan), a capturing stream, execution.
-pub fn run<T: Elem>(dev: &CudaDevice, graph: &Graph, io: Io<'_, '_, T>) -> candle_core::Result<()> {
+pub(crate) fn run<T: Elem>(dev: &CudaDevice, graph: &Graph, io: Io<'_, '_, T>) -> candle_core::Result<()> {
     let Io {
         ins,
         ins_f32,
@@ -81,9 +99,7 @@ pub fn run<T: Elem>(dev: &CudaDevice, graph: &Graph, io: Io<'_, '_, T>) -> candl
     } = io;
     with_handle(dev, |cs, handle, ordinal| {
         let plan = device::plan(ordinal, graph).c()?;
-        for t in &plan.io().tensors {
-            expect_packed(plan.io(), &t.name, t.spec.dims()).c()?;
-        }
+        expect_every_packed(plan.io()).c()?;
         not_capturing(cs).c()?;
         // SAFETY: the contract of `CudarcStream::read`/`write`: every view
         // of these guards goes to `plan.execute` with `handle` only, which

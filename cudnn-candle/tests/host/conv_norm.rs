@@ -8,6 +8,7 @@ use cudnn_candle::conv;
 use cudnn_candle::conv_graphs::{self, Activation, Conv2dParams};
 use cudnn_candle::norm_graphs::{self, NormKind};
 use cudnn_candle::params::Arg;
+use cudnn_candle::run;
 
 use crate::support::{TestResult, Trial, host, typed, unit};
 
@@ -59,6 +60,8 @@ pub fn plan_conv(
     ] {
         let (plan, _) = Plan::build(&g.build()?, &target, &Policy::default())
             .map_err(|e| format!("{what} of {cfg:?}: {e}"))?;
+        // What the functions bind is candle-contiguous: the plan must agree.
+        run::expect_every_packed(plan.io())?;
         eprintln!("  {what}: workspace {} bytes", plan.workspace_size());
     }
     Ok(())
@@ -223,13 +226,89 @@ pub fn plan_norm(kind: NormKind, xd: &[usize], bias: bool, dt: CDType) -> TestRe
     ] {
         let (plan, _) = Plan::build(&g.build()?, &target, &Policy::default())
             .map_err(|e| format!("{what} of {cfg:?}: {e}"))?;
+        // What the functions bind is candle-contiguous: the plan must agree.
+        run::expect_every_packed(plan.io())?;
         eprintln!("  {what}: workspace {} bytes", plan.workspace_size());
     }
     Ok(())
 }
 
 pub fn norm_trials() -> Vec<Trial> {
-    let mut t = Vec::new();
+    let mut t = vec![host("plan_h200_every_gpu_case", || {
+        // The shapes of the GPU tier's cases (tests/gpu/conv_norm.rs): each
+        // plans here, so a GPU failure there is a numerical one.
+        let p = Conv2dParams::new(1, 1, 1, 1);
+        let (f, h, b) = (CDType::F32, CDType::F16, CDType::BF16);
+        let cases = [
+            ([2, 3, 9, 9], [4, 3, 3, 3], false, p, f),
+            (
+                [2, 8, 10, 10],
+                [16, 8, 3, 3],
+                true,
+                p.activation(Activation::Relu),
+                f,
+            ),
+            (
+                [2, 16, 12, 12],
+                [32, 16, 3, 3],
+                true,
+                p.activation(Activation::Relu),
+                b,
+            ),
+            (
+                [2, 16, 12, 12],
+                [32, 16, 3, 3],
+                true,
+                p.activation(Activation::Gelu),
+                h,
+            ),
+            (
+                [1, 4, 8, 8],
+                [8, 4, 3, 3],
+                false,
+                p.activation(Activation::Silu),
+                f,
+            ),
+            (
+                [2, 4, 11, 11],
+                [8, 4, 3, 3],
+                true,
+                Conv2dParams::new(1, 2, 1, 1),
+                f,
+            ),
+            (
+                [2, 8, 12, 12],
+                [8, 2, 3, 3],
+                true,
+                Conv2dParams::new(2, 1, 2, 4).activation(Activation::GeluErf),
+                f,
+            ),
+            (
+                [4, 32, 7, 7],
+                [64, 32, 1, 1],
+                true,
+                Conv2dParams::new(0, 1, 1, 1),
+                b,
+            ),
+            (
+                [2, 8, 16, 16],
+                [8, 8, 3, 3],
+                true,
+                p.activation(Activation::Relu),
+                f,
+            ),
+        ];
+        for (xd, wd, bias, p, dt) in cases {
+            plan_conv(xd, wd, bias, p, dt)?;
+        }
+        for dt in [f, h, b] {
+            plan_norm(NormKind::Layer, &[3, 5, 256], true, dt)?;
+            plan_norm(NormKind::Rms, &[3, 5, 256], false, dt)?;
+        }
+        plan_norm(NormKind::Layer, &[4, 96], true, f)?;
+        plan_norm(NormKind::Rms, &[2, 3, 128], true, b)?;
+        plan_norm(NormKind::Rms, &[8, 512], false, f)
+    })];
     for dt in [CDType::F32, CDType::F16, CDType::BF16] {
         for (kind, bias) in [
             (NormKind::Layer, true),
