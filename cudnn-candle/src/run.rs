@@ -90,7 +90,11 @@ pub(crate) struct Io<'s, 'v, T> {
 /// # Errors
 /// Planning, a layout other than packed, binding (lengths checked against
 /// the plan), a capturing stream, execution.
-pub(crate) fn run<T: Elem>(dev: &CudaDevice, graph: &Graph, io: Io<'_, '_, T>) -> candle_core::Result<()> {
+pub(crate) fn run<T: Elem>(
+    dev: &CudaDevice,
+    graph: &Graph,
+    io: Io<'_, '_, T>,
+) -> candle_core::Result<()> {
     let Io {
         ins,
         ins_f32,
@@ -144,4 +148,17 @@ pub(crate) fn run<T: Elem>(dev: &CudaDevice, graph: &Graph, io: Io<'_, '_, T>) -
         }
         plan.execute(handle, &mut b).c()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_strides_by_hand() {
+        assert_eq!(packed(&[2, 3, 4, 5]), [60, 20, 5, 1]);
+        assert_eq!(packed(&[7, 1, 1, 1]), [1, 1, 1, 1]);
+        assert_eq!(packed(&[1, 768, 1, 1]), [768, 1, 1, 1]);
+        assert_eq!(packed(&[]), Vec::<i64>::new());
+    }
 }
