@@ -146,6 +146,50 @@ pub fn trials() -> Vec<Trial> {
         }
         Ok(())
     }));
+    t.push(host("plan_h200_conv2d_odd_channels", || {
+        // RGB input (3 channels), 5x5 stride 2, in every dtype, with and
+        // without the fused bias + ReLU.
+        for dt in [CDType::F32, CDType::F16, CDType::BF16] {
+            for act in [Activation::None, Activation::Relu] {
+                plan_conv(
+                    [2, 3, 33, 31],
+                    [5, 3, 5, 5],
+                    true,
+                    Conv2dParams::new(2, 2, 1, 1).activation(act),
+                    dt,
+                )?;
+            }
+        }
+        Ok(())
+    }));
+    t.push(host("plan_h200_model_shapes", || {
+        // A ResNet stage, a depthwise conv, a stem; Llama-sized norms.
+        let (b, h) = (CDType::BF16, CDType::F16);
+        let relu = Activation::Relu;
+        plan_conv(
+            [8, 64, 56, 56],
+            [64, 64, 3, 3],
+            true,
+            Conv2dParams::new(1, 1, 1, 1).activation(relu),
+            b,
+        )?;
+        plan_conv(
+            [8, 128, 28, 28],
+            [128, 1, 3, 3],
+            true,
+            Conv2dParams::new(1, 1, 1, 128),
+            h,
+        )?;
+        plan_conv(
+            [8, 3, 224, 224],
+            [64, 3, 7, 7],
+            true,
+            Conv2dParams::new(3, 2, 1, 1).activation(relu),
+            b,
+        )?;
+        plan_norm(NormKind::Rms, &[4, 1024, 4096], false, b)?;
+        plan_norm(NormKind::Layer, &[4, 1024, 1024], true, h)
+    }));
     t.push(host("plan_h200_conv2d_groups_stride_dilation", || {
         plan_conv(
             [2, 16, 13, 11],
