@@ -6,7 +6,9 @@
 //! Fusion: for NCHW tensors (candle's layout) cuDNN's engines on Hopper
 //! take convolution alone, convolution + bias, and convolution + bias +
 //! ReLU (planned for an H200 in the host tests); GELU, SiLU and a ReLU
-//! without bias have no engine there (runtime fusion wants NHWC), so they
+//! without bias have no engine there (runtime fusion wants NHWC, where it
+//! fuses all of them in f16 / bf16: a transpose of x and w to get there
+//! costs more traffic than the activation's own pass over y), so they
 //! run as candle's own ops on the result, and candle's autograd
 //! differentiates them. The fused ReLU's backward keeps the output: the
 //! gradient passes where `y > 0` (which is where `conv + bias > 0`);
