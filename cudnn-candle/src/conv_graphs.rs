@@ -35,7 +35,9 @@ pub enum Activation {
     /// None: `y = conv(x, w) + b`.
     #[default]
     None,
-    /// `max(z, 0)` (candle's `relu`).
+    /// `max(z, 0)` (candle's `relu`). Fused (with a bias), its gradient
+    /// passes where the output is positive (PyTorch's rule; candle's own
+    /// `relu` also passes it at exactly 0).
     Relu,
     /// GELU, tanh approximation (candle's `gelu`).
     Gelu,

@@ -30,7 +30,7 @@ impl Elem for half::bf16 {}
 pub fn count(dims: &[i64]) -> Result<usize> {
     let refuse = || {
         Error::invalid(
-            "attention tensor dims",
+            "tensor dims (attention, conv2d, norm)",
             "element count times 8 bytes must fit isize (an allocation's size)",
             format!("{dims:?}"),
         )
