@@ -133,6 +133,7 @@ impl Conv2d {
             ins.push((names::B, bv));
         }
         run::run(
+            "conv2d",
             dev,
             &graph,
             Io {
@@ -332,6 +333,7 @@ impl Grad {
             (names::DW, vec![(names::X, &av), (names::DY, &bv)])
         };
         run::run(
+            "conv2d backward",
             dev,
             &graph,
             Io {

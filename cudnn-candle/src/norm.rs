@@ -110,6 +110,7 @@ impl Norm {
             ins_f32.push((names::BIAS, bv));
         }
         run::run(
+            "norm",
             dev,
             &graph,
             Io {
@@ -305,6 +306,7 @@ impl NormBwd {
                 outs_f32.push((names::MEAN, &mut mv));
             }
             run::run(
+                "norm backward",
                 dev,
                 &norm_graphs::forward(&stats_cfg, true).c()?,
                 Io {
@@ -337,6 +339,7 @@ impl NormBwd {
                 outs_f32.push((names::DBIAS, &mut dbv));
             }
             run::run(
+                "norm backward",
                 dev,
                 &norm_graphs::backward(&cfg).c()?,
                 Io {

@@ -89,8 +89,9 @@ pub(crate) struct Io<'s, 'v, T> {
 ///
 /// # Errors
 /// Planning, a layout other than packed, binding (lengths checked against
-/// the plan), a capturing stream, execution.
+/// the plan), a capturing stream (refused naming `op`), execution.
 pub(crate) fn run<T: Elem>(
+    op: &str,
     dev: &CudaDevice,
     graph: &Graph,
     io: Io<'_, '_, T>,
@@ -104,7 +105,7 @@ pub(crate) fn run<T: Elem>(
     with_handle(dev, |cs, handle, ordinal| {
         let plan = device::plan(ordinal, graph).c()?;
         expect_every_packed(plan.io()).c()?;
-        not_capturing(cs).c()?;
+        not_capturing(cs, op).c()?;
         // SAFETY: the contract of `CudarcStream::read`/`write`: every view
         // of these guards goes to `plan.execute` with `handle` only, which
         // is bound to `cs`, candle's stream (cudarc records its events
