@@ -43,6 +43,28 @@ fn on_cuda(op: &str) -> candle_core::Error {
     })
 }
 
+/// Whether a buffer starting `offset` elements of `elem_size` bytes into
+/// a fresh allocation meets cuDNN's binding rule
+/// ([`cudnn::graph::BYTE_ALIGNMENT`]); `false` when the byte count overflows.
+pub(crate) fn offset_aligned(offset: usize, elem_size: usize) -> bool {
+    offset
+        .checked_mul(elem_size)
+        .is_some_and(|b| b % cudnn::graph::BYTE_ALIGNMENT == 0)
+}
+
+/// `t` as cuDNN can bind it: contiguous, its start offset a multiple of
+/// 16 bytes. candle's views (`narrow` on the first dim, `chunk`) keep a
+/// contiguous layout at any offset; those are copied to a fresh buffer
+/// (one copy, as `.contiguous()` makes for strided views).
+pub(crate) fn for_cudnn(t: &Tensor) -> candle_core::Result<Tensor> {
+    let t = t.contiguous()?;
+    if offset_aligned(t.layout().start_offset(), t.dtype().size_in_bytes()) {
+        Ok(t)
+    } else {
+        t.force_contiguous()
+    }
+}
+
 /// The view of `s` from `l`'s start offset, `n` elements.
 pub(crate) fn view<'a, T: Elem>(
     s: &'a CudaStorage,
@@ -177,7 +199,7 @@ impl Conv2d {
             Activation::Relu => (dy * y.gt(0.0)?.to_dtype(dy.dtype())?)?,
             _ => dy.clone(),
         };
-        let dz = dz.contiguous()?;
+        let dz = for_cudnn(&dz)?;
         let (xl, wl) = (x.layout().clone(), w.layout().clone());
         let cfg = conv_graphs::conv2d(
             &arg("x", &xl, x.dtype()),
@@ -444,9 +466,9 @@ pub fn conv2d_with(
             ..*p
         },
     };
-    let (x, w) = (x.contiguous()?, w.contiguous()?);
+    let (x, w) = (for_cudnn(x)?, for_cudnn(w)?);
     let y = match bias {
-        Some(b) => x.apply_op3(&w, &b.contiguous()?, op)?,
+        Some(b) => x.apply_op3(&w, &for_cudnn(b)?, op)?,
         None => x.apply_op2(&w, op)?,
     };
     if fused {
@@ -458,5 +480,46 @@ pub fn conv2d_with(
         Activation::Gelu => y.gelu(),
         Activation::GeluErf => y.gelu_erf(),
         Activation::Silu => y.silu(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    #[test]
+    fn offset_alignment_by_hand() {
+        // The review's cases: (2,3,9,9).narrow(0,1,1) in f32 starts 243
+        // elements (972 bytes) in; (3,100).narrow(0,1,2) in f16 200 bytes.
+        assert!(!offset_aligned(243, 4));
+        assert!(!offset_aligned(100, 2));
+        assert!(offset_aligned(0, 4));
+        assert!(offset_aligned(8, 2));
+        assert!(offset_aligned(4, 4));
+        assert!(offset_aligned(2, 8));
+        assert!(!offset_aligned(usize::MAX, 2));
+    }
+
+    #[test]
+    fn for_cudnn_copies_unaligned_views_only() -> candle_core::Result<()> {
+        let cpu = Device::Cpu;
+        let x = Tensor::arange(0f32, 486., &cpu)?.reshape((2, 3, 9, 9))?;
+        let n = x.narrow(0, 1, 1)?;
+        assert!(n.is_contiguous());
+        assert_eq!(n.layout().start_offset(), 243);
+        let a = for_cudnn(&n)?;
+        assert_eq!(a.layout().start_offset(), 0);
+        // The values are the narrowed ones: 243, 244, ... (by hand).
+        let v = a.flatten_all()?.to_vec1::<f32>()?;
+        assert_eq!(v.len(), 243);
+        assert!(v.iter().enumerate().all(|(i, &e)| e == 243. + i as f32));
+        // An aligned start (8 f16 = 16 bytes) is used as it is.
+        let h = Tensor::zeros((4, 8), CDType::F16, &cpu)?.narrow(0, 1, 2)?;
+        assert_eq!(for_cudnn(&h)?.layout().start_offset(), 8);
+        // Hidden 100 in f16: 200 bytes in, copied.
+        let h = Tensor::zeros((3, 100), CDType::F16, &cpu)?.narrow(0, 1, 2)?;
+        assert_eq!(for_cudnn(&h)?.layout().start_offset(), 0);
+        Ok(())
     }
 }

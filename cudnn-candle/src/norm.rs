@@ -15,7 +15,7 @@ use candle_core::{
 };
 use cudnn::Error;
 
-use crate::conv::{same, view};
+use crate::conv::{for_cudnn, same, view};
 use crate::device::{IntoCandle, to_candle};
 use crate::exec::count;
 use crate::norm_graphs::{self, NormCfg, NormKind, names};
@@ -152,7 +152,7 @@ impl Norm {
         dy: &Tensor,
         bias: bool,
     ) -> candle_core::Result<(Tensor, Tensor, Option<Tensor>)> {
-        let dy = dy.contiguous()?;
+        let dy = for_cudnn(dy)?;
         let op = NormBwd {
             fwd: self.clone(),
             bias,
@@ -429,7 +429,7 @@ fn param(p: &Tensor, name: &str, x: &Tensor) -> candle_core::Result<Tensor> {
             format!("{:?}", p.dtype()),
         )));
     }
-    p.contiguous()?.to_dtype(CDType::F32)
+    for_cudnn(&p.to_dtype(CDType::F32)?)
 }
 
 /// candle-nn's `ops::layer_norm(x, weight, bias, eps)` through cuDNN:
@@ -455,7 +455,7 @@ pub fn layer_norm(
         Some(b) => param(b, "bias", x)?,
         None => Tensor::zeros(w.shape(), CDType::F32, w.device())?,
     };
-    x.contiguous()?.apply_op3(&w, &b, op)
+    for_cudnn(x)?.apply_op3(&w, &b, op)
 }
 
 /// candle-nn's `ops::rms_norm(x, weight, eps)` through cuDNN (with an
@@ -475,7 +475,7 @@ pub fn rms_norm(
         eps: f64::from(eps),
     };
     let w = param(weight, "weight", x)?;
-    let x = x.contiguous()?;
+    let x = for_cudnn(x)?;
     match bias {
         Some(b) => x.apply_op3(&w, &param(b, "bias", &x)?, op),
         None => x.apply_op2(&w, op),
