@@ -10,9 +10,12 @@
 //! fuses all of them in f16 / bf16: a transpose of x and w to get there
 //! costs more traffic than the activation's own pass over y), so they
 //! run as candle's own ops on the result, and candle's autograd
-//! differentiates them. The fused ReLU's backward keeps the output: the
-//! gradient passes where `y > 0` (which is where `conv + bias > 0`);
-//! nothing is recomputed.
+//! differentiates them. A ReLU without bias, or one whose fused graph
+//! does not plan on the device (no engine: remembered per shape), runs
+//! as candle's ReLU kernel after the graph, inside the same op. Either
+//! way its backward keeps the output: the gradient passes where `y > 0`
+//! (where `conv + bias > 0`: PyTorch's rule; candle's `relu` also passes
+//! it at exactly 0); nothing is recomputed.
 
 use candle_core::backend::BackendStorage;
 use candle_core::{
@@ -22,7 +25,12 @@ use cudarc::driver::{CudaSlice, CudaView};
 use cudnn::Error;
 
 use crate::conv_graphs::{self, Activation, Conv2dParams, ConvCfg, names};
-use crate::device::{IntoCandle, to_candle};
+use std::collections::HashSet;
+use std::sync::{Mutex, OnceLock};
+
+use cudnn::graph::Graph;
+
+use crate::device::{self, IntoCandle, to_candle, with_handle};
 use crate::exec::count;
 use crate::params::Arg;
 use crate::run::{self, Elem, Io};
@@ -62,6 +70,53 @@ pub(crate) fn for_cudnn(t: &Tensor) -> candle_core::Result<Tensor> {
         Ok(t)
     } else {
         t.force_contiguous()
+    }
+}
+
+/// The convolutions (device ordinal, checked call) whose fused graph did
+/// not plan: planned without the activation from then on.
+fn unfusable() -> std::sync::MutexGuard<'static, HashSet<(usize, String)>> {
+    static SET: OnceLock<Mutex<HashSet<(usize, String)>>> = OnceLock::new();
+    SET.get_or_init(|| Mutex::new(HashSet::new()))
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// The forward graph of `cfg` and whether a ReLU is left to apply after
+/// it. A ReLU runs in the graph where cuDNN fuses it ([`fuses`]) and
+/// `plan` (the device's planning) succeeds; where `fuses` says no, or
+/// planning is refused (`Unsupported`: no engine; `Cudnn`: cuDNN's own
+/// refusal), the graph without it runs and the ReLU after it. Other
+/// activations never reach here (candle ops after the graph).
+///
+/// # Errors
+/// Building the graph; a planning error other than a refusal.
+pub(crate) fn forward_graph(
+    cfg: &ConvCfg,
+    plan: impl FnOnce(&Graph) -> cudnn::Result<()>,
+) -> cudnn::Result<(Graph, bool)> {
+    let plain = || {
+        conv_graphs::forward(&ConvCfg {
+            activation: Activation::None,
+            ..cfg.clone()
+        })
+    };
+    match cfg.activation {
+        Activation::None => Ok((conv_graphs::forward(cfg)?, false)),
+        Activation::Relu if !fuses(Activation::Relu, cfg.bias) => Ok((plain()?, true)),
+        Activation::Relu => {
+            let fused = conv_graphs::forward(cfg)?;
+            match plan(&fused) {
+                Ok(()) => Ok((fused, false)),
+                Err(Error::Unsupported { .. } | Error::Cudnn { .. }) => Ok((plain()?, true)),
+                Err(e) => Err(e),
+            }
+        }
+        other => Err(Error::invalid(
+            "conv2d graph activation",
+            "must be None or Relu (the others run as candle ops)",
+            format!("{other:?}"),
+        )),
     }
 }
 
@@ -140,8 +195,24 @@ impl Conv2d {
             &self.p,
         )
         .c()?;
-        let graph = conv_graphs::forward(&cfg).c()?;
         let dev = &x.device;
+        let (graph, post_relu) = with_handle(dev, |_, _, ordinal| {
+            forward_graph(&cfg, |g| {
+                let key = (ordinal, format!("{cfg:?}"));
+                if unfusable().contains(&key) {
+                    return Err(Error::Unsupported {
+                        what: "this fused convolution (planning failed before)".to_string(),
+                        needs: None,
+                    });
+                }
+                let r = device::plan(ordinal, g).map(|_| ());
+                if matches!(r, Err(Error::Unsupported { .. } | Error::Cudnn { .. })) {
+                    unfusable().insert(key);
+                }
+                r
+            })
+            .c()
+        })?;
         let xv = view::<T>(x, xl, "x", count(&cfg.x).c()?)?;
         let wv = view::<T>(w, wl, "w", count(&cfg.w).c()?)?;
         let bv = match b {
@@ -166,7 +237,15 @@ impl Conv2d {
             },
         )?;
         let shape = Shape::from(dims_usize(cfg.y)?);
-        Ok((CudaStorage::wrap_cuda_slice(y, dev.clone()), shape))
+        let y = CudaStorage::wrap_cuda_slice(y, dev.clone());
+        if post_relu {
+            // candle's own ReLU kernel on the result (a graph without the
+            // activation ran); the gradient rule stays the fused one
+            // (`grads`: where y > 0).
+            let y = y.unary_impl::<candle_core::op::Relu>(&Layout::contiguous(shape.clone()))?;
+            return Ok((y, shape));
+        }
+        Ok((y, shape))
     }
 
     fn dispatch(
@@ -455,10 +534,12 @@ pub fn conv2d_with(
     bias: Option<&Tensor>,
     p: &Conv2dParams,
 ) -> candle_core::Result<Tensor> {
-    let fused = fuses(p.activation, bias.is_some());
+    // ReLU is the op's own (fused, or candle's kernel after the graph:
+    // one gradient rule either way); the other activations are candle ops.
+    let in_op = matches!(p.activation, Activation::None | Activation::Relu);
     let op = Conv2d {
         p: Conv2dParams {
-            activation: if fused {
+            activation: if in_op {
                 p.activation
             } else {
                 Activation::None
@@ -471,12 +552,8 @@ pub fn conv2d_with(
         Some(b) => x.apply_op3(&w, &for_cudnn(b)?, op)?,
         None => x.apply_op2(&w, op)?,
     };
-    if fused {
-        return Ok(y);
-    }
     match p.activation {
-        Activation::None => Ok(y),
-        Activation::Relu => y.relu(),
+        Activation::None | Activation::Relu => Ok(y),
         Activation::Gelu => y.gelu(),
         Activation::GeluErf => y.gelu_erf(),
         Activation::Silu => y.silu(),
@@ -487,6 +564,83 @@ pub fn conv2d_with(
 mod tests {
     use super::*;
     use candle_core::Device;
+
+    fn cfg(bias: bool, act: Activation) -> ConvCfg {
+        let (xd, wd, bd) = ([2usize, 4, 8, 8], [8usize, 4, 3, 3], [8usize]);
+        let (xs, ws) = ([256usize, 64, 8, 1], [36usize, 9, 3, 1]);
+        let a = |name, dims, strides| Arg {
+            name,
+            dims,
+            strides,
+            dtype: CDType::F32,
+        };
+        let (x, w, b) = (a("x", &xd, &xs), a("w", &wd, &ws), a("bias", &bd, &[1]));
+        conv_graphs::conv2d(
+            &x,
+            &w,
+            bias.then_some(&b),
+            &Conv2dParams::new(1, 1, 1, 1).activation(act),
+        )
+        .expect("valid call")
+    }
+
+    /// The graph's nodes and ops (its id, unique per build, left out).
+    fn dbg(g: &Graph) -> String {
+        let s = format!("{g:?}");
+        s.find("nodes:").map_or(s.clone(), |i| s[i..].to_string())
+    }
+
+    #[test]
+    fn relu_falls_back_when_the_fused_graph_is_refused() {
+        let c = cfg(true, Activation::Relu);
+        let plain = conv_graphs::forward(&ConvCfg {
+            activation: Activation::None,
+            ..c.clone()
+        })
+        .expect("graph");
+        let fused = conv_graphs::forward(&c).expect("graph");
+        assert_ne!(dbg(&plain), dbg(&fused));
+        // Planned: the fused graph, nothing after it.
+        let (g, post) = forward_graph(&c, |_| Ok(())).expect("fused");
+        assert_eq!((dbg(&g), post), (dbg(&fused), false));
+        // No engine (cuDNN's heuristics offered none): the plain graph,
+        // then ReLU.
+        for refusal in [
+            Error::Unsupported {
+                what: "no engine".into(),
+                needs: None,
+            },
+            Error::Cudnn {
+                call: "cudnnBackendFinalize",
+                status: cudnn::sys::cudnn::cudnnStatus_t::CUDNN_STATUS_NOT_SUPPORTED,
+                raw: 3000,
+                status_name: "CUDNN_STATUS_NOT_SUPPORTED".into(),
+                text: String::new(),
+                last_error: None,
+                context: None,
+            },
+        ] {
+            let (g, post) = forward_graph(&c, |_| Err(refusal)).expect("fallback");
+            assert_eq!((dbg(&g), post), (dbg(&plain), true));
+        }
+        // Any other error is the caller's.
+        let e = forward_graph(&c, |_| Err(Error::invalid("a", "b", 1))).expect_err("passed on");
+        assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+        // ReLU without bias: never fused on NCHW, never planned here.
+        let c = cfg(false, Activation::Relu);
+        let (g, post) = forward_graph(&c, |_| panic!("not planned")).expect("plain");
+        assert!(post);
+        let plain = conv_graphs::forward(&ConvCfg {
+            activation: Activation::None,
+            ..c
+        })
+        .expect("graph");
+        assert_eq!(dbg(&g), dbg(&plain));
+        let c = cfg(true, Activation::None);
+        let (_, post) = forward_graph(&c, |_| panic!("not planned")).expect("plain");
+        assert!(!post);
+        assert!(forward_graph(&cfg(true, Activation::Gelu), |_| Ok(())).is_err());
+    }
 
     #[test]
     fn offset_alignment_by_hand() {

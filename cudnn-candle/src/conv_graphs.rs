@@ -35,9 +35,9 @@ pub enum Activation {
     /// None: `y = conv(x, w) + b`.
     #[default]
     None,
-    /// `max(z, 0)` (candle's `relu`). Fused (with a bias), its gradient
-    /// passes where the output is positive (PyTorch's rule; candle's own
-    /// `relu` also passes it at exactly 0).
+    /// `max(z, 0)` (candle's `relu`). Its gradient passes where the
+    /// output is positive, fused or not (PyTorch's rule: a pre-activation
+    /// of exactly 0 gets none; candle's own `relu` passes it there).
     Relu,
     /// GELU, tanh approximation (candle's `gelu`).
     Gelu,

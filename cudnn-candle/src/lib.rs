@@ -26,9 +26,9 @@
 //! | [`flash_attn_kvcache`] | `flash_attn_with_kvcache` (`cache_seqlens`) | fixed capacity: one plan per decode loop |
 //! | [`flash_attn_with`], [`flash_attn_varlen_with`] | | every option ([`AttnParams`]) |
 //! | [`conv2d`] | candle's `Tensor::conv2d` | NCHW; f32, f16, bf16; backward: data and filter gradients |
-//! | [`conv2d_with`] | | + bias `(K)` and an [`Activation`] ([`Conv2dParams`]); conv + bias + ReLU in one graph |
-//! | [`layer_norm`] | candle-nn's `ops::layer_norm` | over the last dim; bias optional; backward in one graph |
-//! | [`rms_norm`] | candle-nn's `ops::rms_norm` | optional bias; backward in one graph |
+//! | [`conv2d_with`] | | + bias `(K)` and an [`Activation`] ([`Conv2dParams`]); conv + bias + ReLU in one graph (ReLU after it where that does not plan); ReLU's gradient 0 at 0 |
+//! | [`layer_norm`] | candle-nn's `ops::layer_norm` | over the last dim; bias optional; eps in (0, 1]; backward: two graphs (statistics, then dx / dweight / dbias) |
+//! | [`rms_norm`] | candle-nn's `ops::rms_norm` | optional bias; eps in (0, 1]; backward: two graphs |
 //!
 //! # How it runs
 //! Each function is a candle `CustomOp3`. `cuda_fwd` checks the shapes,
@@ -55,11 +55,15 @@
 //! `conv2d` and the norms run the same way (CustomOps on candle's stream,
 //! plans from the same cache; [`conv`], [`norm`]). Their backward: the
 //! convolution's data and filter gradients through cuDNN's dgrad / wgrad
-//! graphs, the bias gradient a sum of the output gradient; a fused ReLU's
+//! graphs, the bias gradient a sum of the output gradient; ReLU's
 //! gradient from the kept output (nothing recomputed). The norms' forward
-//! saves nothing; their backward recomputes the mean and inverse std with
-//! a training forward, then runs cuDNN's norm backward (dx, dweight, dbias
-//! in one graph).
+//! saves nothing; their backward runs two graphs: a training forward that
+//! recomputes the mean and inverse std, then cuDNN's norm backward (dx,
+//! dweight, dbias together).
+//!
+//! Inputs that are views (`narrow`, `chunk`) are used as they are when
+//! contiguous and 16-byte aligned at their start (cuDNN's rule for bound
+//! memory); otherwise they are copied first, as candle's own ops accept them.
 //!
 //! Not in this version: ALiBi, paged KV (block tables), attention sinks, CUDA
 //! graph capture of these calls (refused, typed, while candle's stream
