@@ -29,8 +29,10 @@ pub mod names {
     pub const DW: &str = "dw";
 }
 
-/// The activation fused after the convolution and bias.
+/// The activation fused after the convolution and bias (more may come:
+/// match with a wildcard arm).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum Activation {
     /// None: `y = conv(x, w) + b`.
     #[default]
@@ -62,8 +64,10 @@ impl Activation {
 
 /// The options of one `conv2d` call, with candle's meaning (symmetric
 /// padding, the same stride and dilation in both spatial dims) plus the
-/// fused activation.
+/// fused activation. Made with [`Conv2dParams::new`] (or `default()`)
+/// and [`Conv2dParams::activation`]: more options may come.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Conv2dParams {
     /// Zero padding on each side of H and W.
     pub padding: usize,

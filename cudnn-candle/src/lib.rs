@@ -79,13 +79,16 @@
 
 pub mod attn;
 pub mod conv;
+#[doc(hidden)]
 pub mod conv_graphs;
 pub mod device;
 mod exec;
 pub mod graphs;
 pub mod norm;
+#[doc(hidden)]
 pub mod norm_graphs;
 pub mod params;
+#[doc(hidden)]
 pub mod run;
 
 pub use attn::{

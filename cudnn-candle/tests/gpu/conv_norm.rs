@@ -27,6 +27,9 @@ fn act(t: &Tensor, a: Activation) -> candle_core::Result<Tensor> {
         Activation::Gelu => t.gelu(),
         Activation::GeluErf => t.gelu_erf(),
         Activation::Silu => t.silu(),
+        other => Err(candle_core::Error::Msg(format!(
+            "no reference for {other:?}"
+        ))),
     }
 }
 
