@@ -8,6 +8,20 @@
 //! gradients of x, weight and bias in one graph. The weight and bias are
 //! passed to cuDNN in f32 (its norm engines take f32 parameters with any
 //! x; candle converts them, and their gradients back).
+//!
+//! Differences from candle-nn: `eps` must be in (0, 1] (cuDNN's range;
+//! candle-nn takes any value, 0 and negative included): anything else is
+//! refused, typed, naming `eps`.
+//!
+//! Per-call costs beyond the graph: half-precision weight and bias are
+//! converted to f32 on every call (one small kernel each; a cache keyed
+//! by tensor would go stale when a `Var` is updated in place); layer norm
+//! without bias passes a zero bias, allocated per call (cuDNN's layer
+//! norm node takes a bias, and the crate's builder requires one), and its
+//! backward computes a bias gradient nobody reads; the backward's
+//! statistics pass writes a `y` it throws away (the node's output is
+//! required) and, for layer norm, binds a zero bias. Each is one
+//! allocation or pass over `hidden` (or, for `y`, over x).
 
 use candle_core::backend::BackendStorage;
 use candle_core::{
@@ -437,6 +451,8 @@ fn param(p: &Tensor, name: &str, x: &Tensor) -> candle_core::Result<Tensor> {
 /// dtype (f32, f16 or bf16); `bias` optional (none adds nothing);
 /// differentiable in x, weight and bias.
 ///
+/// `eps` must be in (0, 1] (cuDNN's range), where candle-nn's takes any.
+///
 /// # Errors
 /// Shapes, dtypes or eps (cuDNN's range (0, 1]) that do not fit (typed,
 /// naming the argument), CPU tensors, planning, execution.
@@ -461,6 +477,8 @@ pub fn layer_norm(
 /// candle-nn's `ops::rms_norm(x, weight, eps)` through cuDNN (with an
 /// optional bias added after the scale): normalize over the last dim,
 /// differentiable in x, weight (and bias).
+///
+/// `eps` must be in (0, 1] (cuDNN's range), where candle-nn's takes any.
 ///
 /// # Errors
 /// As [`layer_norm`].
