@@ -67,6 +67,57 @@ pub fn plan_conv(
     Ok(())
 }
 
+/// Independent truth: cuDNN's heuristics for an H200 (the fetched cuDNN
+/// 9 stack). Both directions: a graph `fuses` calls fused must plan, and
+/// one it calls unfused must not (else the table gives away a fusion;
+/// conv2d falls back when a fused graph does not plan on the device, so
+/// the table only decides what is tried).
+fn nchw_fusion_matches(dt: CDType) -> TestResult {
+    let target = Target::preset("h200")?;
+    let (xd, wd) = ([2usize, 16, 12, 12], [32usize, 16, 3, 3]);
+    let (xs, ws) = (contiguous(&xd), contiguous(&wd));
+    let mut wrong = Vec::new();
+    for act in ACTS {
+        for bias in [false, true] {
+            let a = |name, dims, strides| Arg {
+                name,
+                dims,
+                strides,
+                dtype: dt,
+            };
+            let (x, w, b) = (a("x", &xd, &xs), a("w", &wd, &ws), a("bias", &[32], &[1]));
+            let cfg = conv_graphs::conv2d(
+                &x,
+                &w,
+                bias.then_some(&b),
+                &Conv2dParams::default().activation(act),
+            )?;
+            let r = Plan::build(
+                &conv_graphs::forward(&cfg)?.build()?,
+                &target,
+                &Policy::default(),
+            );
+            let says = conv::fuses(act, bias);
+            eprintln!(
+                "  {dt:?} {act:?} bias {bias}: fuses {says}, plans {}",
+                r.is_ok()
+            );
+            match (says, r) {
+                (true, Err(e)) => wrong.push(format!("{act:?} bias {bias}: fuses but {e}")),
+                (false, Ok(_)) => {
+                    wrong.push(format!("{act:?} bias {bias}: plans fused, fuses says no"))
+                }
+                _ => {}
+            }
+        }
+    }
+    if wrong.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{dt:?}: {wrong:?}").into())
+    }
+}
+
 const ACTS: [Activation; 5] = [
     Activation::None,
     Activation::Relu,
@@ -95,57 +146,12 @@ pub fn trials() -> Vec<Trial> {
             }
         }
     }
-    t.push(host("nchw_fusion_is_what_fuses_says", || {
-        // Independent truth: cuDNN's heuristics for an H200. A fused graph
-        // must plan where `fuses` is true; where it is false, its refusal
-        // is recorded (a newer cuDNN that fuses more makes this a note).
-        let target = Target::preset("h200")?;
-        let (xd, wd) = ([2usize, 16, 12, 12], [32usize, 16, 3, 3]);
-        let (xs, ws) = (contiguous(&xd), contiguous(&wd));
-        for act in ACTS {
-            for bias in [false, true] {
-                let x = Arg {
-                    name: "x",
-                    dims: &xd,
-                    strides: &xs,
-                    dtype: CDType::BF16,
-                };
-                let w = Arg {
-                    name: "w",
-                    dims: &wd,
-                    strides: &ws,
-                    dtype: CDType::BF16,
-                };
-                let b = Arg {
-                    name: "bias",
-                    dims: &[32],
-                    strides: &[1],
-                    dtype: CDType::BF16,
-                };
-                let cfg = conv_graphs::conv2d(
-                    &x,
-                    &w,
-                    bias.then_some(&b),
-                    &Conv2dParams::default().activation(act),
-                )?;
-                let r = Plan::build(
-                    &conv_graphs::forward(&cfg)?.build()?,
-                    &target,
-                    &Policy::default(),
-                );
-                match (conv::fuses(act, bias), r) {
-                    (true, Err(e)) => {
-                        return Err(format!("{act:?} bias {bias}: fuses but {e}").into());
-                    }
-                    (false, Ok(_)) => {
-                        eprintln!("  note: {act:?} bias {bias} fuses on NCHW with this cuDNN")
-                    }
-                    _ => {}
-                }
-            }
-        }
-        Ok(())
-    }));
+    for dt in [CDType::F32, CDType::F16, CDType::BF16] {
+        t.push(host(
+            &format!("nchw_fusion_is_what_fuses_says_{dt:?}"),
+            move || nchw_fusion_matches(dt),
+        ));
+    }
     t.push(host("plan_h200_conv2d_odd_channels", || {
         // RGB input (3 channels), 5x5 stride 2, in every dtype, with and
         // without the fused bias + ReLU.
@@ -361,6 +367,15 @@ pub fn norm_trials() -> Vec<Trial> {
                 &format!("plan_h200_{kind:?}_norm_{dt:?}_bias_{bias}"),
                 move || plan_norm(kind, &[2, 7, 768], bias, dt),
             ));
+            // Odd hidden sizes (33: no vector width divides it; 1: a
+            // single element) and 100 in half precision (rows 200 bytes
+            // apart: the GPU tier's narrowed case).
+            for hidden in [33usize, 1, 100] {
+                t.push(host(
+                    &format!("plan_h200_{kind:?}_norm_{dt:?}_bias_{bias}_hidden_{hidden}"),
+                    move || plan_norm(kind, &[3, 5, hidden], bias, dt),
+                ));
+            }
         }
     }
     t
