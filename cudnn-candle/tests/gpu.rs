@@ -9,6 +9,8 @@
 
 #[path = "gpu/conv_norm.rs"]
 mod conv_norm;
+#[path = "gpu/conv_norm_views.rs"]
+mod conv_norm_views;
 mod support;
 
 use candle_core::{D, DType, Device, Tensor, Var};
@@ -410,5 +412,6 @@ fn main() {
         }),
     ];
     trials.extend(conv_norm::trials());
+    trials.extend(conv_norm_views::trials());
     run(trials);
 }

@@ -10,13 +10,13 @@ use super::{close, cuda, tol};
 use crate::support::{TestResult, Trial, gpu, typed, unit};
 
 /// Random values rounded to `dt`, as f32 on the CPU.
-fn rnd(dims: &[usize], dt: DType) -> candle_core::Result<Tensor> {
+pub(crate) fn rnd(dims: &[usize], dt: DType) -> candle_core::Result<Tensor> {
     Tensor::randn(0f32, 1.0, dims, &Device::Cpu)?
         .to_dtype(dt)?
         .to_dtype(DType::F32)
 }
 
-fn tolerance(dt: DType) -> f64 {
+pub(crate) fn tolerance(dt: DType) -> f64 {
     if dt == DType::F32 { 1e-4 } else { tol(dt) }
 }
 
@@ -34,7 +34,7 @@ fn act(t: &Tensor, a: Activation) -> candle_core::Result<Tensor> {
 }
 
 /// candle's CPU conv2d, + bias, activation.
-fn conv_ref(
+pub(crate) fn conv_ref(
     x: &Tensor,
     w: &Tensor,
     b: Option<&Tensor>,
@@ -102,7 +102,7 @@ fn conv_case(
 }
 
 /// The norms' formulas on the CPU (f32).
-fn norm_ref(
+pub(crate) fn norm_ref(
     rms: bool,
     x: &Tensor,
     w: &Tensor,

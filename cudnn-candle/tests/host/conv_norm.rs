@@ -355,7 +355,18 @@ pub fn norm_trials() -> Vec<Trial> {
         }
         plan_norm(NormKind::Layer, &[4, 96], true, f)?;
         plan_norm(NormKind::Rms, &[2, 3, 128], true, b)?;
-        plan_norm(NormKind::Rms, &[8, 512], false, f)
+        plan_norm(NormKind::Rms, &[8, 512], false, f)?;
+        // tests/gpu/conv_norm_views.rs: narrowed views (copied to a fresh
+        // buffer, so packed shapes), the ReLU zero patch, hidden 33 / 100.
+        let relu = Conv2dParams::default().activation(Activation::Relu);
+        plan_conv([1, 3, 9, 9], [3, 3, 3, 3], false, p, f)?;
+        plan_conv([1, 3, 7, 7], [4, 3, 3, 3], false, p, f)?;
+        plan_conv([1, 2, 6, 6], [3, 2, 3, 3], true, relu, f)?;
+        plan_conv([1, 2, 6, 6], [3, 2, 3, 3], false, relu, f)?;
+        plan_norm(NormKind::Layer, &[2, 100], true, h)?;
+        plan_norm(NormKind::Layer, &[2, 100], true, b)?;
+        plan_norm(NormKind::Rms, &[3, 33], false, f)?;
+        plan_norm(NormKind::Layer, &[3, 33], true, f)
     })];
     for dt in [CDType::F32, CDType::F16, CDType::BF16] {
         for (kind, bias) in [
