@@ -642,6 +642,32 @@ mod tests {
         assert!(forward_graph(&cfg(true, Activation::Gelu), |_| Ok(())).is_err());
     }
 
+    proptest::proptest! {
+        /// Any contiguous narrow of a CPU tensor: `for_cudnn` gives the
+        /// same values (the narrowed ones, read back element by element),
+        /// starting at a multiple of 16 bytes (checked as bytes here).
+        #[test]
+        fn for_cudnn_any_narrow(
+            rows in 1usize..6, cols in 1usize..40, start in 0usize..6, len in 1usize..6,
+            half in proptest::bool::ANY,
+        ) {
+            let (start, len) = (start % rows, len.min(rows - start % rows));
+            let n = rows * cols;
+            let full = Tensor::arange(0u32, n as u32, &Device::Cpu).unwrap()
+                .to_dtype(CDType::F32).unwrap().reshape((rows, cols)).unwrap();
+            let full = if half { full.to_dtype(CDType::F16).unwrap() } else { full };
+            let v = full.narrow(0, start, len).unwrap();
+            let a = for_cudnn(&v).unwrap();
+            let bytes = a.layout().start_offset() * a.dtype().size_in_bytes();
+            proptest::prop_assert_eq!(bytes % 16, 0);
+            proptest::prop_assert!(a.is_contiguous());
+            let got = a.to_dtype(CDType::F32).unwrap().flatten_all().unwrap()
+                .to_vec1::<f32>().unwrap();
+            let want: Vec<f32> = (start * cols..(start + len) * cols).map(|i| i as f32).collect();
+            proptest::prop_assert_eq!(got, want);
+        }
+    }
+
     #[test]
     fn offset_alignment_by_hand() {
         // The review's cases: (2,3,9,9).narrow(0,1,1) in f32 starts 243
