@@ -30,7 +30,7 @@ impl Elem for half::bf16 {}
 pub fn count(dims: &[i64]) -> Result<usize> {
     let refuse = || {
         Error::invalid(
-            "attention tensor dims",
+            "tensor dims (attention, conv2d, norm)",
             "element count times 8 bytes must fit isize (an allocation's size)",
             format!("{dims:?}"),
         )
@@ -115,13 +115,19 @@ impl Side {
 
 /// Refuse to lend cudarc memory while candle's stream is capturing (the
 /// guards' contract: cudarc's waits and event records would be captured).
-fn not_capturing(cs: &CudarcStream) -> Result<()> {
+/// `op` names the call in the refusal (`"attention"`, `"conv2d"`, ...).
+pub(crate) fn not_capturing(cs: &CudarcStream, op: &str) -> Result<()> {
     match cs.capture_status()? {
         CaptureStatus::None => Ok(()),
-        other => Err(Error::Unsupported {
-            what: format!("cudnn-candle attention while candle's stream is capturing ({other:?})"),
-            needs: Some("the call outside the capture (run it once before capturing)".to_string()),
-        }),
+        other => Err(capturing(op, other)),
+    }
+}
+
+/// The refusal of a call `op` while candle's stream captures (`status`).
+fn capturing(op: &str, status: impl std::fmt::Debug) -> Error {
+    Error::Unsupported {
+        what: format!("cudnn-candle {op} while candle's stream is capturing ({status:?})"),
+        needs: Some("the call outside the capture (run it once before capturing)".to_string()),
     }
 }
 
@@ -150,7 +156,7 @@ pub fn forward<T: Elem>(
     with_handle(dev, |cs, handle, ordinal| {
         let plan = device::plan(ordinal, &graph).c()?;
         expect_layout(plan.io(), names::O, od, bshd(od)).c()?;
-        not_capturing(cs).c()?;
+        not_capturing(cs, "attention").c()?;
         // SAFETY: the contract of `CudarcStream::read`/`write`: every view of these guards
         // goes to `plan.execute` with `handle` only, which is bound to
         // `cs` (the work is queued on candle's stream, where cudarc records
@@ -201,7 +207,7 @@ pub fn backward<T: Elem>(
         for (n, d) in [(names::DQ, qd), (names::DK, kd), (names::DV, vd)] {
             expect_layout(plan.io(), n, d, bshd(d)).c()?;
         }
-        not_capturing(cs).c()?;
+        not_capturing(cs, "attention").c()?;
         // SAFETY: as in `forward`: the views go to `plan.execute` on
         // `handle` (bound to candle's stream `cs`) only, the guards drop
         // after the enqueue, the stream is not capturing.
@@ -228,4 +234,28 @@ pub fn backward<T: Elem>(
         }
         plan.execute(handle, &mut b).c()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capture_refusal_names_the_call() {
+        // The refusal names the call that was made (review: conv and norm
+        // calls were refused as "attention").
+        for op in [
+            "conv2d",
+            "conv2d backward",
+            "norm",
+            "norm backward",
+            "attention",
+        ] {
+            let e = capturing(op, CaptureStatus::Active).to_string();
+            assert!(e.contains(&format!("cudnn-candle {op} while")), "{e}");
+            if op != "attention" {
+                assert!(!e.contains("attention"), "{e}");
+            }
+        }
+    }
 }

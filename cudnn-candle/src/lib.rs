@@ -1,5 +1,5 @@
-//! cuDNN attention on [candle](https://docs.rs/candle-core) tensors,
-//! through [`cudnn`](https://docs.rs/cudnn-rs)'s SDPA graphs: forward and
+//! cuDNN attention, convolution and norms on [candle](https://docs.rs/candle-core) tensors,
+//! through [`cudnn`](https://docs.rs/cudnn-rs)'s graphs. Attention: forward and
 //! backward (candle's autograd), causal, sliding windows, logit softcap,
 //! grouped-query attention and varlen (packed) batches, with the argument
 //! conventions of `candle-flash-attn` so switching is a one-line change:
@@ -25,6 +25,10 @@
 //! | [`flash_attn_varlen`], [`flash_attn_varlen_windowed`] | same names | `seqlens` read to the host |
 //! | [`flash_attn_kvcache`] | `flash_attn_with_kvcache` (`cache_seqlens`) | fixed capacity: one plan per decode loop |
 //! | [`flash_attn_with`], [`flash_attn_varlen_with`] | | every option ([`AttnParams`]) |
+//! | [`conv2d`] | candle's `Tensor::conv2d` | NCHW; f32, f16, bf16; backward: data and filter gradients |
+//! | [`conv2d_with`] | | + bias `(K)` and an [`Activation`] ([`Conv2dParams`]); conv + bias + ReLU in one graph (ReLU after it where that does not plan); ReLU's gradient 0 at 0 |
+//! | [`layer_norm`] | candle-nn's `ops::layer_norm` | over the last dim; bias optional; eps in (0, 1]; backward: two graphs (statistics, then dx / dweight / dbias) |
+//! | [`rms_norm`] | candle-nn's `ops::rms_norm` | optional bias; eps in (0, 1]; backward: two graphs |
 //!
 //! # How it runs
 //! Each function is a candle `CustomOp3`. `cuda_fwd` checks the shapes,
@@ -48,9 +52,25 @@
 //! (`InvalidArgument` / `Mismatch` naming the argument and its value):
 //! `err.downcast_ref::<cudnn::Error>()` after matching the variant.
 //!
+//! `conv2d` and the norms run the same way (CustomOps on candle's stream,
+//! plans from the same cache; [`conv`], [`norm`]). Their backward: the
+//! convolution's data and filter gradients through cuDNN's dgrad / wgrad
+//! graphs, the bias gradient a sum of the output gradient; ReLU's
+//! gradient from the kept output (nothing recomputed). The norms' forward
+//! saves nothing; their backward runs two graphs: a training forward that
+//! recomputes the mean and inverse std, then cuDNN's norm backward (dx,
+//! dweight, dbias together).
+//!
+//! Inputs that are views (`narrow`, `chunk`) are used as they are when
+//! contiguous and 16-byte aligned at their start (cuDNN's rule for bound
+//! memory); otherwise they are copied first, as candle's own ops accept them.
+//!
 //! Not in this version: ALiBi, paged KV (block tables), attention sinks, CUDA
 //! graph capture of these calls (refused, typed, while candle's stream
-//! captures), norms, convolution and GEMM entry points.
+//! captures), GEMM entry points; for `conv2d`: GELU / SiLU / ReLU without a
+//! bias fused into the convolution's graph (cuDNN fuses them only on NHWC
+//! tensors; here they run as candle ops on the result), NHWC inputs used as
+//! they are, 1-d / 3-d and transposed convolution.
 //!
 //! # Building
 //! candle-core's `cuda` feature compiles CUDA kernels with `nvcc` at build
@@ -58,14 +78,25 @@
 //! candle` provides the toolkit from NVIDIA's wheels).
 
 pub mod attn;
+pub mod conv;
+#[doc(hidden)]
+pub mod conv_graphs;
 pub mod device;
 mod exec;
 pub mod graphs;
+pub mod norm;
+#[doc(hidden)]
+pub mod norm_graphs;
 pub mod params;
+#[doc(hidden)]
+pub mod run;
 
 pub use attn::{
     flash_attn, flash_attn_kvcache, flash_attn_softcap, flash_attn_varlen,
     flash_attn_varlen_windowed, flash_attn_varlen_with, flash_attn_windowed, flash_attn_with,
 };
+pub use conv::{conv2d, conv2d_with};
+pub use conv_graphs::{Activation, Conv2dParams};
 pub use device::plans;
+pub use norm::{layer_norm, rms_norm};
 pub use params::AttnParams;

@@ -7,6 +7,10 @@
 // them (as in the crate's own test binaries).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "gpu/conv_norm.rs"]
+mod conv_norm;
+#[path = "gpu/conv_norm_views.rs"]
+mod conv_norm_views;
 mod support;
 
 use candle_core::{D, DType, Device, Tensor, Var};
@@ -224,7 +228,7 @@ fn main() {
     let s = 0.125f32;
     let bf = DType::BF16;
     let f16 = DType::F16;
-    let trials = vec![
+    let mut trials = vec![
         gpu("flash_attn_bf16", move || {
             forward_case((2, 64, 4, 64), (2, 64, 4, 64), bf, AttnParams::new(s))
         }),
@@ -407,5 +411,7 @@ fn main() {
             Ok(())
         }),
     ];
+    trials.extend(conv_norm::trials());
+    trials.extend(conv_norm_views::trials());
     run(trials);
 }

@@ -7,6 +7,8 @@
 // them (as in the crate's own test binaries).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "host/conv_norm.rs"]
+mod conv_norm;
 mod support;
 
 use candle_core::{DType as CDType, Device, Tensor};
@@ -279,5 +281,9 @@ fn main() {
         assert_eq!(r.cfg.scale, Some(f64::from(0.3f32)));
         Ok(())
     }));
+    trials.extend(conv_norm::trials());
+    trials.extend(conv_norm::nhwc_fusion());
+    trials.extend(conv_norm::norm_trials());
+    trials.extend(conv_norm::refusal_trials());
     run(trials);
 }
