@@ -163,15 +163,37 @@ fn varlen_case(
     p: AttnParams,
     grads: bool,
 ) -> TestResult {
-    let dev = cuda()?;
-    let total: usize = lens.iter().sum();
-    let max = lens.iter().copied().max().unwrap_or(1);
-    let (q, k, v) = inputs((1, total, h, d), (1, total, h, d), dt)?;
+    varlen_qk_case(lens, lens, (h, h), d, dt, p, grads)
+}
+
+fn cumulative(lens: &[usize]) -> Vec<u32> {
     let mut cu = vec![0u32];
     for l in lens {
         cu.push(cu[cu.len() - 1] + *l as u32);
     }
-    let cu = Tensor::new(cu.as_slice(), &dev)?;
+    cu
+}
+
+/// Packed sequences with query lengths `lens_q` and key lengths `lens_k`
+/// (heads `(h, h_kv)`) against the dense reference of each sequence alone
+/// (FlashAttention's varlen rule: each sequence's own bottom-right
+/// diagonal, query `i` at key `i + len_k - len_q`).
+fn varlen_qk_case(
+    lens_q: &[usize],
+    lens_k: &[usize],
+    (h, hkv): (usize, usize),
+    d: usize,
+    dt: DType,
+    p: AttnParams,
+    grads: bool,
+) -> TestResult {
+    let dev = cuda()?;
+    let (tq, tk): (usize, usize) = (lens_q.iter().sum(), lens_k.iter().sum());
+    let max_q = lens_q.iter().copied().max().unwrap_or(1);
+    let max_k = lens_k.iter().copied().max().unwrap_or(1);
+    let (q, k, v) = inputs((1, tq, h, d), (1, tk, hkv, d), dt)?;
+    let cu_q = Tensor::new(cumulative(lens_q).as_slice(), &dev)?;
+    let cu_k = Tensor::new(cumulative(lens_k).as_slice(), &dev)?;
     let g = |t: &Tensor| t.squeeze(0)?.to_dtype(dt)?.to_device(&dev);
     let (qg, kg, vg) = (
         Var::from_tensor(&g(&q)?)?,
@@ -182,23 +204,26 @@ fn varlen_case(
         qg.as_tensor(),
         kg.as_tensor(),
         vg.as_tensor(),
-        &cu,
-        &cu,
-        max,
-        max,
+        &cu_q,
+        &cu_k,
+        max_q,
+        max_k,
         &p,
     )?;
-    let mut at = 0;
+    let (mut at_q, mut at_k) = (0, 0);
     let mut want_parts = Vec::new();
     let (qc, kc, vc) = (
         Var::from_tensor(&q)?,
         Var::from_tensor(&k)?,
         Var::from_tensor(&v)?,
     );
-    for &l in lens {
-        let n = |t: &Var| t.as_tensor().narrow(1, at, l);
-        want_parts.push(reference(&n(&qc)?, &n(&kc)?, &n(&vc)?, &p)?);
-        at += l;
+    for (&lq, &lk) in lens_q.iter().zip(lens_k) {
+        let qn = qc.as_tensor().narrow(1, at_q, lq)?;
+        let kn = kc.as_tensor().narrow(1, at_k, lk)?;
+        let vn = vc.as_tensor().narrow(1, at_k, lk)?;
+        want_parts.push(reference(&qn, &kn, &vn, &p)?);
+        at_q += lq;
+        at_k += lk;
     }
     let want = Tensor::cat(&want_parts, 1)?;
     close("o", &o, &want.squeeze(0)?, tol(dt))?;
@@ -330,6 +355,68 @@ fn main() {
             varlen_case(
                 &[7, 3, 12],
                 2,
+                64,
+                f16,
+                AttnParams::new(s).causal(true),
+                true,
+            )
+        }),
+        gpu("flash_attn_varlen_decode_one_query_many_keys", move || {
+            // Decode-like: one query per sequence against keys of different
+            // lengths, causal (bottom-right: the query sees every key).
+            varlen_qk_case(
+                &[1, 1, 1],
+                &[17, 5, 40],
+                (8, 2),
+                64,
+                bf,
+                AttnParams::new(s).causal(true),
+                false,
+            )
+        }),
+        gpu(
+            "flash_attn_varlen_chunked_prefill_bottom_right",
+            move || {
+                // Fewer queries than keys per sequence, each sequence its own
+                // offset: query i sees keys up to i + len_k - len_q.
+                varlen_qk_case(
+                    &[3, 8, 1],
+                    &[10, 8, 33],
+                    (4, 4),
+                    64,
+                    f16,
+                    AttnParams::new(s).causal(true),
+                    false,
+                )
+            },
+        ),
+        gpu("flash_attn_varlen_q_ne_k_windowed", move || {
+            varlen_qk_case(
+                &[4, 6],
+                &[20, 9],
+                (4, 2),
+                64,
+                bf,
+                AttnParams::new(s).window(Some(5), Some(0)),
+                false,
+            )
+        }),
+        gpu("flash_attn_varlen_q_ne_k_not_causal", move || {
+            varlen_qk_case(
+                &[5, 2],
+                &[3, 30],
+                (2, 2),
+                64,
+                f16,
+                AttnParams::new(s),
+                false,
+            )
+        }),
+        gpu("flash_attn_varlen_q_ne_k_backward", move || {
+            varlen_qk_case(
+                &[6, 2, 9],
+                &[14, 2, 31],
+                (4, 2),
                 64,
                 f16,
                 AttnParams::new(s).causal(true),

@@ -211,6 +211,52 @@ fn main() {
             let [qd, kd, vd, _] = graphs::dims(&r.cfg);
             plans_for_h200(&r.cfg, &[bshd(qd), bshd(kd), bshd(vd)])
         }),
+        host("plan_h200_flash_attn_varlen_q_ne_k", || {
+            // Decode-like (one query per sequence, keys of other lengths)
+            // and chunked prefill (fewer queries than keys), GQA, causal:
+            // the ragged offsets of Q / O follow the query lengths, K / V
+            // the key lengths, and the diagonal is bottom-right per sequence.
+            for (cu_q, cu_k, hkv) in [
+                (vec![0u32, 1, 2, 3], vec![0u32, 17, 22, 62], 2usize),
+                (vec![0, 3, 11, 12], vec![0, 10, 18, 51], 8),
+            ] {
+                let (qd, kd) = (
+                    [cu_q[cu_q.len() - 1] as usize, 8, 64],
+                    [cu_k[cu_k.len() - 1] as usize, hkv, 64],
+                );
+                let (qs, ks) = (contiguous(&qd), contiguous(&kd));
+                let q = Arg {
+                    name: "q",
+                    dims: &qd,
+                    strides: &qs,
+                    dtype: CDType::F16,
+                };
+                let k = Arg {
+                    name: "k",
+                    dims: &kd,
+                    strides: &ks,
+                    dtype: CDType::F16,
+                };
+                let v = Arg { name: "v", ..k };
+                let lens = |cu: &[u32]| cu.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(1);
+                let (mq, mk) = (lens(&cu_q) as usize, lens(&cu_k) as usize);
+                let r = params::varlen(
+                    &q,
+                    &k,
+                    &v,
+                    &cu_q,
+                    &cu_k,
+                    mq,
+                    mk,
+                    &AttnParams::new(0.125).causal(true),
+                )?;
+                assert_eq!(r.cfg.diagonal, cudnn::graph::DiagonalAlignment::BottomRight);
+                assert_eq!((r.cfg.seq_q, r.cfg.seq_kv), (mq as i64, mk as i64));
+                let [qd, kd, vd, _] = graphs::dims(&r.cfg);
+                plans_for_h200(&r.cfg, &[bshd(qd), bshd(kd), bshd(vd)])?;
+            }
+            Ok(())
+        }),
         host("plan_h200_flash_attn_kvcache_decode", || {
             let (qd, kd) = ([4usize, 1, 8, 128], [4usize, 512, 2, 128]);
             let (qs, ks) = (contiguous(&qd), contiguous(&kd));
