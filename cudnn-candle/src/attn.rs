@@ -12,7 +12,7 @@ use cudarc::driver::{CudaSlice, CudaView};
 use cudnn::Error;
 
 use crate::device::{IntoCandle, to_candle};
-use crate::exec::{self, Elem, Side, count};
+use crate::exec::{self, Elem, Extras, Side, count};
 use crate::graphs::{self, bshd};
 use crate::params::{self, Arg, AttnParams};
 
@@ -25,7 +25,7 @@ struct VarlenArgs {
     max_k: usize,
 }
 
-fn arg<'a>(name: &'a str, l: &'a Layout, dtype: CDType) -> Arg<'a> {
+pub(crate) fn arg<'a>(name: &'a str, l: &'a Layout, dtype: CDType) -> Arg<'a> {
     Arg {
         name,
         dims: l.dims(),
@@ -34,14 +34,14 @@ fn arg<'a>(name: &'a str, l: &'a Layout, dtype: CDType) -> Arg<'a> {
     }
 }
 
-fn on_cuda(op: &str) -> candle_core::Error {
+pub(crate) fn on_cuda(op: &str) -> candle_core::Error {
     to_candle(Error::Unsupported {
         what: format!("{op} on the CPU"),
         needs: Some("tensors on a CUDA device (cudnn-candle runs cuDNN's attention)".to_string()),
     })
 }
 
-fn view<'a, T: Elem>(
+pub(crate) fn view<'a, T: Elem>(
     s: &'a CudaStorage,
     l: &Layout,
     name: &str,
@@ -59,7 +59,7 @@ fn view<'a, T: Elem>(
 /// `b`'s element type is `a`'s (q's), the crate's typed error otherwise:
 /// checked before the buffers are viewed as q's type (candle's own
 /// `UnexpectedDType` would name no argument).
-fn same_dtype(a: &CudaStorage, b: &CudaStorage, name: &str) -> candle_core::Result<()> {
+pub(crate) fn same_dtype(a: &CudaStorage, b: &CudaStorage, name: &str) -> candle_core::Result<()> {
     if a.dtype() != b.dtype() {
         return Err(to_candle(Error::mismatch(
             format!("{name} dtype (q's)"),
@@ -70,7 +70,7 @@ fn same_dtype(a: &CudaStorage, b: &CudaStorage, name: &str) -> candle_core::Resu
     Ok(())
 }
 
-fn same_device(a: &CudaStorage, b: &CudaStorage, name: &str) -> candle_core::Result<()> {
+pub(crate) fn same_device(a: &CudaStorage, b: &CudaStorage, name: &str) -> candle_core::Result<()> {
     if a.device.id() != b.device.id() {
         return Err(to_candle(Error::mismatch(
             format!("{name} device (q's)"),
@@ -104,9 +104,42 @@ fn padded<T: Elem>(
     Ok(dst)
 }
 
+/// A `(heads,)` f32 side input (ALiBi slopes, sinks) as a view of its
+/// elements, on q's device.
+pub(crate) fn f32_view<'a>(
+    st: &'a Storage,
+    l: &Layout,
+    q: &CudaStorage,
+    name: &str,
+) -> candle_core::Result<CudaView<'a, f32>> {
+    let Storage::Cuda(c) = st else {
+        return Err(on_cuda(name));
+    };
+    same_device(q, c, name)?;
+    let n = l.shape().elem_count();
+    if c.dtype() != CDType::F32 || !l.is_contiguous() {
+        return Err(to_candle(Error::invalid(
+            name,
+            "must be a contiguous f32 tensor",
+            format!("{:?} contiguous={}", c.dtype(), l.is_contiguous()),
+        )));
+    }
+    let slice: &CudaSlice<f32> = c.as_cuda_slice::<f32>()?;
+    let at = l.start_offset();
+    at.checked_add(n)
+        .and_then(|end| slice.try_slice(at..end))
+        .ok_or_else(|| {
+            to_candle(Error::invalid(
+                format!("{name} extent"),
+                format!("must be inside its buffer of {} elements", slice.len()),
+                format!("{at}..+{n}"),
+            ))
+        })
+}
+
 /// candle's context current on this thread (the crate's synchronous
 /// copies of lengths and offsets go to the current device).
-fn bind_context(dev: &candle_core::CudaDevice) -> candle_core::Result<()> {
+pub(crate) fn bind_context(dev: &candle_core::CudaDevice) -> candle_core::Result<()> {
     dev.cuda_stream()
         .context()
         .bind_to_thread()
@@ -144,6 +177,23 @@ impl FlashAttn {
             view::<T>(k, kl, "k")?,
             view::<T>(v, vl, "v")?,
         );
+        // The side inputs' storages, held while their views are used.
+        let ga = self
+            .params
+            .alibi_slopes
+            .as_ref()
+            .map(|t| t.storage_and_layout());
+        let gs = self.params.sinks.as_ref().map(|t| t.storage_and_layout());
+        let extras = Extras {
+            alibi: ga
+                .as_ref()
+                .map(|(st, l)| f32_view(st, l, q, "alibi_slopes"))
+                .transpose()?,
+            sink: gs
+                .as_ref()
+                .map(|(st, l)| f32_view(st, l, q, "sinks"))
+                .transpose()?,
+        };
         match &self.varlen {
             None => {
                 let (d, side) = match &self.cache_seqlens {
@@ -162,8 +212,14 @@ impl FlashAttn {
                         format!("{:?}", ql.stride()),
                     )));
                 }
-                let (o, _) =
-                    exec::forward(dev, &d.cfg, &d.strides, [&qv, &kv, &vv], side.as_ref())?;
+                let (o, _) = exec::forward(
+                    dev,
+                    &d.cfg,
+                    &d.strides,
+                    [&qv, &kv, &vv],
+                    side.as_ref(),
+                    &extras,
+                )?;
                 let [b, sq, h] = [ql.dims()[0], ql.dims()[1], ql.dims()[2]];
                 let shape = Shape::from((b, sq, h, vl.dims()[3]));
                 Ok((CudaStorage::wrap_cuda_slice(o, dev.clone()), shape))
@@ -193,6 +249,7 @@ impl FlashAttn {
                     &strides,
                     [&qp.as_view(), &kp.as_view(), &vp.as_view()],
                     Some(&side),
+                    &extras,
                 )?;
                 // O holds `total_q` packed tokens first (the offsets start
                 // at 0): candle's contiguous (total_q, h, d_v) over its prefix.
@@ -375,7 +432,31 @@ impl FlashAttnBwd {
             None => (qv, kv, vv, gv),
         };
         let strides = [bshd(qd), bshd(kd), bshd(vd)];
-        let (o, stats) = exec::forward(dev, &cfg, &strides, [&qv, &kv, &vv], side.as_ref())?;
+        // The side inputs' storages, held while their views are used.
+        let ga = self
+            .fwd
+            .params
+            .alibi_slopes
+            .as_ref()
+            .map(|t| t.storage_and_layout());
+        let gs = self
+            .fwd
+            .params
+            .sinks
+            .as_ref()
+            .map(|t| t.storage_and_layout());
+        let extras = Extras {
+            alibi: ga
+                .as_ref()
+                .map(|(st, l)| f32_view(st, l, q, "alibi_slopes"))
+                .transpose()?,
+            sink: gs
+                .as_ref()
+                .map(|(st, l)| f32_view(st, l, q, "sinks"))
+                .transpose()?,
+        };
+        let (o, stats) =
+            exec::forward(dev, &cfg, &strides, [&qv, &kv, &vv], side.as_ref(), &extras)?;
         let stats = stats.ok_or_else(|| {
             to_candle(Error::invalid(
                 "training forward",
@@ -404,6 +485,7 @@ impl FlashAttnBwd {
                 [&qv, &kv, &vv, &o.as_view(), &gv],
                 &stats,
                 None,
+                &extras,
                 [&mut dq, &mut dk, &mut dv],
             )?;
         } else {
@@ -416,6 +498,7 @@ impl FlashAttnBwd {
                 [&qv, &kv, &vv, &o.as_view(), &gv],
                 &stats,
                 side.as_ref(),
+                &extras,
                 [
                     &mut dqp.as_view_mut(),
                     &mut dkp.as_view_mut(),
@@ -481,10 +564,49 @@ impl CustomOp3 for FlashAttnBwd {
     }
 }
 
+/// The params as the ops take them: FlashAttention's `(batch, heads)`
+/// ALiBi slopes with equal rows as their first row (cuDNN's slopes are per
+/// head; the rows are read to the host to check it), f16 / bf16 sinks
+/// widened to f32, both contiguous.
+///
+/// # Errors
+/// `(batch, heads)` slopes whose rows differ (typed, naming
+/// `alibi_slopes`); candle's.
+pub(crate) fn ready_params(p: &AttnParams) -> candle_core::Result<AttnParams> {
+    let mut p = p.clone();
+    if let Some(t) = &p.alibi_slopes {
+        let t = if t.rank() == 2 {
+            let rows = t.to_dtype(CDType::F32)?.to_vec2::<f32>()?;
+            if let Some(i) = rows.windows(2).position(|w| w[0] != w[1]) {
+                return Err(to_candle(Error::Unsupported {
+                    what: format!(
+                        "alibi_slopes of shape {:?} whose rows {i} and {} differ (cuDNN's ALiBi slopes are one per head, shared by the batch)",
+                        t.dims(),
+                        i + 1
+                    ),
+                    needs: Some("(heads,) slopes, or (batch, heads) with equal rows".to_string()),
+                }));
+            }
+            t.get(0)?
+        } else {
+            t.clone()
+        };
+        p.alibi_slopes = Some(t.contiguous()?);
+    }
+    if let Some(s) = &p.sinks {
+        let s = match s.dtype() {
+            CDType::F16 | CDType::BF16 => s.to_dtype(CDType::F32)?,
+            _ => s.clone(),
+        };
+        p.sinks = Some(s.contiguous()?);
+    }
+    Ok(p)
+}
+
 /// q as the op needs it: its strides ordered (batch, seq, heads, head_dim)
 /// with the head dim contiguous (else a contiguous copy, so the output is
 /// candle-contiguous).
-fn q_ready(q: &Tensor) -> candle_core::Result<Tensor> {
+pub(crate) fn q_ready(q: &Tensor) -> candle_core::Result<Tensor> {
     if q.stride().last() == Some(&1) && params::bshd_ordered(q.dims(), q.stride()) {
         Ok(q.clone())
     } else {
@@ -493,7 +615,7 @@ fn q_ready(q: &Tensor) -> candle_core::Result<Tensor> {
 }
 
 /// k or v as the op needs it: the head dim contiguous, no broadcast stride.
-fn kv_ready(t: &Tensor) -> candle_core::Result<Tensor> {
+pub(crate) fn kv_ready(t: &Tensor) -> candle_core::Result<Tensor> {
     let ok = t.stride().last() == Some(&1)
         && t.dims()
             .iter()
@@ -519,7 +641,7 @@ pub fn flash_attn_with(
     params: &AttnParams,
 ) -> candle_core::Result<Tensor> {
     let op = FlashAttn {
-        params: params.clone(),
+        params: ready_params(params)?,
         varlen: None,
         cache_seqlens: None,
     };
@@ -553,7 +675,7 @@ pub fn flash_attn_kvcache(
         )));
     }
     let op = FlashAttn {
-        params: params.clone(),
+        params: ready_params(params)?,
         varlen: None,
         cache_seqlens: Some(cache_seqlens.to_vec1::<u32>()?),
     };
@@ -655,7 +777,7 @@ pub fn flash_attn_varlen_with(
     params: &AttnParams,
 ) -> candle_core::Result<Tensor> {
     let op = FlashAttn {
-        params: params.clone(),
+        params: ready_params(params)?,
         varlen: Some(VarlenArgs {
             seqlens_q: host_seqlens("seqlens_q", seqlens_q)?,
             seqlens_k: host_seqlens("seqlens_k", seqlens_k)?,

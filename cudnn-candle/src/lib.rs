@@ -24,6 +24,9 @@
 //! | [`flash_attn_softcap`] | `softcap` | Gemma 2 |
 //! | [`flash_attn_varlen`], [`flash_attn_varlen_windowed`] | same names | `seqlens` read to the host |
 //! | [`flash_attn_kvcache`] | `flash_attn_with_kvcache` (`cache_seqlens`) | fixed capacity: one plan per decode loop |
+//! | [`flash_attn_paged`] | `flash_attn_with_kvcache` (`block_table`) | vLLM / mistral.rs layout; table checked on the host |
+//! | [`flash_attn_alibi`], [`flash_attn_alibi_windowed`] | same names | causal with `seq_q == seq_kv` only (else refused, typed) |
+//! | [`flash_attn_sinks`] | | gpt-oss sinks ([`AttnParams::sinks`]); `seq_q > 1` |
 //! | [`flash_attn_with`], [`flash_attn_varlen_with`] | | every option ([`AttnParams`]) |
 //!
 //! # How it runs
@@ -48,24 +51,30 @@
 //! (`InvalidArgument` / `Mismatch` naming the argument and its value):
 //! `err.downcast_ref::<cudnn::Error>()` after matching the variant.
 //!
-//! Not in this version: ALiBi, paged KV (block tables), attention sinks, CUDA
-//! graph capture of these calls (refused, typed, while candle's stream
-//! captures), norms, convolution and GEMM entry points.
+//! Not in this version: FlashAttention's non-causal ALiBi and ALiBi with a
+//! bottom-right diagonal (varlen, KV caches, `seq_q != seq_kv`; refused,
+//! typed), gradients of ALiBi slopes and sinks, a paged backward (cuDNN has
+//! none), CUDA graph capture of these calls (refused, typed, while candle's
+//! stream captures), norms, convolution and GEMM entry points.
 //!
 //! # Building
 //! candle-core's `cuda` feature compiles CUDA kernels with `nvcc` at build
 //! time: see the repository README (`cargo xtask fetch-libs --stack
 //! candle` provides the toolkit from NVIDIA's wheels).
 
+mod alibi;
 pub mod attn;
 pub mod device;
 mod exec;
 pub mod graphs;
+mod paged;
 pub mod params;
 
+pub use alibi::{flash_attn_alibi, flash_attn_alibi_windowed, flash_attn_sinks};
 pub use attn::{
     flash_attn, flash_attn_kvcache, flash_attn_softcap, flash_attn_varlen,
     flash_attn_varlen_windowed, flash_attn_varlen_with, flash_attn_windowed, flash_attn_with,
 };
 pub use device::plans;
+pub use paged::flash_attn_paged;
 pub use params::AttnParams;

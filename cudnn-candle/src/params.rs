@@ -8,7 +8,7 @@ use cudnn::graph::{DType, DiagonalAlignment, SdpaConfig};
 use cudnn::{Error, Result};
 
 /// The options of one attention call, with FlashAttention's meaning.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct AttnParams {
     /// The score scale (FlashAttention's `softmax_scale`, usually `1 / sqrt(head_dim)`).
     pub softmax_scale: f32,
@@ -20,6 +20,38 @@ pub struct AttnParams {
     pub window_size_right: Option<usize>,
     /// Logit softcap: scores `s` become `softcap * tanh(s / softcap)` (Gemma 2).
     pub softcap: Option<f32>,
+    /// ALiBi slopes (FlashAttention's `alibi_slopes`), f32 `(heads,)` on
+    /// q's device: with a causal mask, `slope[h] * (col - row)` is added
+    /// to the scaled scores (FlashAttention's causal ALiBi, up to a
+    /// per-row constant the softmax cancels). Only causal calls with
+    /// `seq_q == seq_kv` are served (cuDNN's ALiBi needs a top-left causal
+    /// mask; FlashAttention's non-causal ALiBi, `-slope * |i - j|`, has no
+    /// cuDNN form): others are refused, typed, naming `alibi_slopes`.
+    pub alibi_slopes: Option<candle_core::Tensor>,
+    /// Attention sinks (gpt-oss): one logit per query head, f32 (or
+    /// f16 / bf16, widened) `(heads,)` on q's device, joining every row's
+    /// softmax denominator and attending to no value. Needs `seq_q > 1`
+    /// (NVIDIA's frontend refuses a sink for decode); constants for
+    /// autograd (the gradients of q, k, v account for them; no gradient
+    /// of the sinks: a sink tensor that tracks a gradient is refused).
+    pub sinks: Option<candle_core::Tensor>,
+}
+
+/// Equal scalars, and the same tensors (by candle's id) for the slopes and sinks.
+impl PartialEq for AttnParams {
+    fn eq(&self, o: &Self) -> bool {
+        let same = |a: &Option<candle_core::Tensor>, b: &Option<candle_core::Tensor>| match (a, b) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.id() == b.id(),
+            _ => false,
+        };
+        self.softmax_scale == o.softmax_scale
+            && self.window_size_left == o.window_size_left
+            && self.window_size_right == o.window_size_right
+            && self.softcap == o.softcap
+            && same(&self.alibi_slopes, &o.alibi_slopes)
+            && same(&self.sinks, &o.sinks)
+    }
 }
 
 impl AttnParams {
@@ -30,6 +62,8 @@ impl AttnParams {
             window_size_left: None,
             window_size_right: None,
             softcap: None,
+            alibi_slopes: None,
+            sinks: None,
         }
     }
     /// Causal (FlashAttention's `causal = true`: `window_size_right = Some(0)`).
@@ -46,6 +80,16 @@ impl AttnParams {
     /// With a logit softcap.
     pub fn softcap(mut self, softcap: Option<f32>) -> Self {
         self.softcap = softcap;
+        self
+    }
+    /// With ALiBi slopes `(heads,)` f32 (see the field).
+    pub fn alibi_slopes(mut self, slopes: Option<candle_core::Tensor>) -> Self {
+        self.alibi_slopes = slopes;
+        self
+    }
+    /// With attention sinks `(heads,)` (see the field).
+    pub fn sinks(mut self, sinks: Option<candle_core::Tensor>) -> Self {
+        self.sinks = sinks;
         self
     }
 }
@@ -141,11 +185,11 @@ pub struct Arg<'a> {
     pub dtype: CDType,
 }
 
-fn to_i64(arg: &str, v: usize) -> Result<i64> {
+pub(crate) fn to_i64(arg: &str, v: usize) -> Result<i64> {
     i64::try_from(v).map_err(|_| Error::invalid(arg, "must fit i64", v))
 }
 
-fn rank(a: &Arg<'_>, want: usize, what: &str) -> Result<()> {
+pub(crate) fn rank(a: &Arg<'_>, want: usize, what: &str) -> Result<()> {
     if a.dims.len() != want || a.strides.len() != want {
         return Err(Error::invalid(
             format!("{} shape", a.name),
@@ -170,7 +214,7 @@ fn rank(a: &Arg<'_>, want: usize, what: &str) -> Result<()> {
     Ok(())
 }
 
-fn same(what: &str, a: usize, b: usize) -> Result<()> {
+pub(crate) fn same(what: &str, a: usize, b: usize) -> Result<()> {
     if a != b {
         return Err(Error::mismatch(what, a, b));
     }
@@ -216,7 +260,7 @@ fn common(q: &Arg<'_>, k: &Arg<'_>, v: &Arg<'_>, dense: bool) -> Result<DType> {
     Ok(dt)
 }
 
-fn apply(mut cfg: SdpaConfig, p: &AttnParams, m: Mask) -> Result<SdpaConfig> {
+pub(crate) fn apply(mut cfg: SdpaConfig, p: &AttnParams, m: Mask) -> Result<SdpaConfig> {
     if !p.softmax_scale.is_finite() {
         return Err(Error::invalid(
             "softmax_scale",
@@ -236,6 +280,58 @@ fn apply(mut cfg: SdpaConfig, p: &AttnParams, m: Mask) -> Result<SdpaConfig> {
             return Err(Error::invalid("softcap", "must be finite and > 0", c));
         }
         cfg = cfg.softcap(f64::from(c));
+    }
+    extras(cfg, p, m)
+}
+
+/// The ALiBi and sink options: shapes and dtypes (pure; the values stay
+/// on the device), and the masks cuDNN's ALiBi computes exactly what
+/// FlashAttention does with.
+fn extras(mut cfg: SdpaConfig, p: &AttnParams, m: Mask) -> Result<SdpaConfig> {
+    let heads = usize::try_from(cfg.heads).unwrap_or(0);
+    if let Some(t) = &p.alibi_slopes {
+        if t.dtype() != CDType::F32 || t.dims() != [heads] {
+            return Err(Error::invalid(
+                "alibi_slopes",
+                format!(
+                    "must be f32 (heads,) = ({heads},) (a (batch, heads) tensor with equal rows is taken as its first row)"
+                ),
+                format!("{:?} {:?}", t.dtype(), t.dims()),
+            ));
+        }
+        if !m.causal || m.diagonal != DiagonalAlignment::TopLeft {
+            return Err(Error::Unsupported {
+                what: format!(
+                    "alibi_slopes with {} (cuDNN's ALiBi needs a causal mask aligned top-left; FlashAttention's non-causal ALiBi, -slope * |i + s_kv - s_q - j|, and its bottom-right causal ALiBi have no cuDNN form)",
+                    if m.causal {
+                        "a bottom-right causal mask (seq_q != seq_kv, varlen, KV cache)"
+                    } else {
+                        "no causal mask"
+                    }
+                ),
+                needs: Some("causal = true with seq_q == seq_kv (a dense call)".to_string()),
+            });
+        }
+        cfg = cfg.alibi(true);
+    }
+    if let Some(t) = &p.sinks {
+        if t.dtype() != CDType::F32 || t.dims() != [heads] {
+            return Err(Error::invalid(
+                "sinks",
+                format!(
+                    "must be f32 (heads,) = ({heads},) (f16 / bf16 are widened by the entry points)"
+                ),
+                format!("{:?} {:?}", t.dtype(), t.dims()),
+            ));
+        }
+        if t.track_op() {
+            return Err(Error::Unsupported {
+                what: "sinks that track a gradient (the backward gives no gradient of the sinks)"
+                    .to_string(),
+                needs: Some("sinks.detach()".to_string()),
+            });
+        }
+        cfg = cfg.sink(true);
     }
     Ok(cfg)
 }
@@ -511,6 +607,9 @@ pub fn kvcache(
         lens_kv,
     })
 }
+
+mod paged;
+pub use paged::{Paged, paged};
 
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,87 @@
+//! FlashAttention's ALiBi entry points and attention sinks, on the
+//! attention op of [`attn`](crate::attn) (the slopes and the sinks are
+//! [`AttnParams`] options; these are the one-line-switch signatures).
+
+use candle_core::Tensor;
+
+use crate::attn::flash_attn_with;
+use crate::params::AttnParams;
+
+/// FlashAttention's `flash_attn_alibi`: `alibi_slopes` f32 `(heads,)` (or
+/// `(batch, heads)` with equal rows). Served causal with `seq_q ==
+/// seq_kv` only, where cuDNN's ALiBi (`slope * (col - row)` under a
+/// top-left causal mask) equals FlashAttention's (`slope * col`, the same
+/// up to a per-row constant); FlashAttention's non-causal ALiBi (`-slope *
+/// |i + s_kv - s_q - j|`) and its bottom-right causal one have no cuDNN
+/// form and are refused, typed, naming `alibi_slopes`. Differentiable in
+/// q, k, v (the slopes are constants, as in FlashAttention).
+///
+/// # Errors
+/// As [`flash_attn_with`]; the cases above; slopes not f32 of the head count.
+pub fn flash_attn_alibi(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    alibi_slopes: &Tensor,
+    softmax_scale: f32,
+    causal: bool,
+) -> candle_core::Result<Tensor> {
+    flash_attn_with(
+        q,
+        k,
+        v,
+        &AttnParams::new(softmax_scale)
+            .causal(causal)
+            .alibi_slopes(Some(alibi_slopes.clone())),
+    )
+}
+
+/// FlashAttention's `flash_attn_alibi_windowed`: [`flash_attn_alibi`] with
+/// FlashAttention's window sizes; ALiBi needs the causal mask, so the
+/// right window must be `Some(0)`.
+///
+/// # Errors
+/// As [`flash_attn_alibi`] and [`flash_attn_windowed`](crate::flash_attn_windowed).
+pub fn flash_attn_alibi_windowed(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    alibi_slopes: &Tensor,
+    softmax_scale: f32,
+    window_size_left: Option<usize>,
+    window_size_right: Option<usize>,
+) -> candle_core::Result<Tensor> {
+    flash_attn_with(
+        q,
+        k,
+        v,
+        &AttnParams::new(softmax_scale)
+            .window(window_size_left, window_size_right)
+            .alibi_slopes(Some(alibi_slopes.clone())),
+    )
+}
+
+/// Attention with sinks (gpt-oss): `sinks` one logit per query head
+/// (`(heads,)`, f32 / f16 / bf16), joining every row's softmax denominator.
+/// Causal or not; needs `seq_q > 1`. Differentiable in q, k, v (the sinks
+/// are constants: pass them detached).
+///
+/// # Errors
+/// As [`flash_attn_with`]; sinks of another shape, or tracking a gradient.
+pub fn flash_attn_sinks(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    sinks: &Tensor,
+    softmax_scale: f32,
+    causal: bool,
+) -> candle_core::Result<Tensor> {
+    flash_attn_with(
+        q,
+        k,
+        v,
+        &AttnParams::new(softmax_scale)
+            .causal(causal)
+            .sinks(Some(sinks.clone())),
+    )
+}
