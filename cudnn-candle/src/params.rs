@@ -613,3 +613,6 @@ pub use paged::{Paged, paged};
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod paged_tests;

@@ -295,6 +295,92 @@ fn main() {
             );
             Ok(())
         }),
+        host("plan_h200_flash_attn_paged_decode_and_prefill", || {
+            // vLLM's layout: caches (num_blocks, block_size, kv_heads, d),
+            // a block table (batch, max_blocks_per_seq); decode (one query)
+            // and a chunked prefill (8 queries) against the same cache.
+            let target = Target::preset("h200")?;
+            for (sq, bs, per_seq) in [(1usize, 16usize, 8usize), (8, 32, 4), (1, 64, 2)] {
+                let (b, nb) = (3usize, 40usize);
+                let (qd, kd) = ([b, sq, 8, 128], [nb, bs, 2, 128]);
+                let (qs, ks) = (contiguous(&qd), contiguous(&kd));
+                let q = Arg {
+                    name: "q",
+                    dims: &qd,
+                    strides: &qs,
+                    dtype: CDType::BF16,
+                };
+                let k = Arg {
+                    name: "k_cache",
+                    dims: &kd,
+                    strides: &ks,
+                    dtype: CDType::BF16,
+                };
+                let v = Arg {
+                    name: "v_cache",
+                    ..k
+                };
+                let table: Vec<i64> = (0..b * per_seq).map(|i| (i * 7 % nb) as i64).collect();
+                let cover = (per_seq * bs) as i64;
+                let lens = [cover, cover / 2 + 1, sq as i64];
+                let r = params::paged(
+                    &q,
+                    &k,
+                    &v,
+                    (&[b, per_seq], &table),
+                    &lens,
+                    &AttnParams::new(0.088).causal(true),
+                )?;
+                let g = graphs::forward(&r.cfg, &[r.q_strides, r.kv_strides[0], r.kv_strides[1]])?;
+                let (plan, _) = Plan::build(&g.build()?, &target, &Policy::default())?;
+                let od = graphs::dims(&r.cfg)[3];
+                expect_layout(plan.io(), names::O, od, bshd(od))?;
+                for n in [names::PAGE_TABLE_K, names::PAGE_TABLE_V] {
+                    let t = plan.io().tensors.iter().find(|t| t.name == n).ok_or(n)?;
+                    assert_eq!(t.spec.dims(), [b as i64, 1, per_seq as i64, 1], "{n}");
+                }
+                eprintln!(
+                    "  paged s_q {sq}, block {bs}, {per_seq} blocks/seq: workspace {} bytes",
+                    plan.workspace_size()
+                );
+            }
+            Ok(())
+        }),
+        host("plan_h200_flash_attn_alibi", || {
+            let slopes = Tensor::new(cudnn::graph::alibi_slopes(8)?.as_slice(), &Device::Cpu)?;
+            for p in [
+                AttnParams::new(0.125).causal(true),
+                AttnParams::new(0.125).window(Some(31), Some(0)),
+            ] {
+                let r = dense(2, 128, 128, 8, 8, 64, &p.alibi_slopes(Some(slopes.clone())));
+                assert!(r.cfg.alibi);
+                plans_for_h200(&r.cfg, &r.strides)?;
+                let g = graphs::forward(&r.cfg, &r.strides)?;
+                let (plan, _) =
+                    Plan::build(&g.build()?, &Target::preset("h200")?, &Policy::default())?;
+                let t = plan
+                    .io()
+                    .tensors
+                    .iter()
+                    .find(|t| t.name == names::ALIBI)
+                    .ok_or("slopes")?;
+                assert_eq!(t.spec.dims(), [1, 8, 1, 1]);
+            }
+            Ok(())
+        }),
+        host("plan_h200_flash_attn_sinks", || {
+            let sinks = Tensor::zeros(8, CDType::F32, &Device::Cpu)?;
+            for p in [
+                AttnParams::new(0.125).causal(true),
+                AttnParams::new(0.125).window(Some(63), Some(0)),
+                AttnParams::new(0.125),
+            ] {
+                let r = dense(2, 128, 128, 8, 2, 64, &p.sinks(Some(sinks.clone())));
+                assert!(r.cfg.sink);
+                plans_for_h200(&r.cfg, &r.strides)?;
+            }
+            Ok(())
+        }),
         unit("cpu_tensors_are_refused_typed", || {
             let q = Tensor::zeros((1, 4, 2, 8), CDType::BF16, &Device::Cpu)?;
             let e = cudnn_candle::flash_attn(&q, &q, &q, 1.0, true).expect_err("CPU tensors");
