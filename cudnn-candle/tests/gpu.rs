@@ -21,9 +21,11 @@ fn sees(i: usize, j: usize, sq: usize, skv: usize, p: &AttnParams) -> bool {
         && p.window_size_right.is_none_or(|r| j <= diag + r as i64)
 }
 
-/// softmax(mask(cap(scale q kᵀ))) v on the CPU in f32; q `(b, sq, h, d)`,
-/// k / v `(b, skv, hkv, d)`. Differentiable (the row max is detached: the
-/// softmax does not depend on it).
+/// softmax(mask(cap(scale q kᵀ) + alibi) ++ sink) v on the CPU in f32; q
+/// `(b, sq, h, d)`, k / v `(b, skv, hkv, d)`. ALiBi as FlashAttention
+/// writes it (causal: `+ slope[h] * j`; its non-causal form is not served),
+/// a sink as one more logit per row whose probability is dropped.
+/// Differentiable (the row max is detached: the softmax does not depend on it).
 fn reference(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttnParams) -> candle_core::Result<Tensor> {
     let (b, sq, h, _) = q.dims4()?;
     let (_, skv, hkv, dk) = k.dims4()?;
@@ -43,6 +45,17 @@ fn reference(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttnParams) -> candle_core:
     if let Some(c) = p.softcap {
         s = ((s / f64::from(c))?.tanh()? * f64::from(c))?;
     }
+    if let Some(a) = &p.alibi_slopes {
+        let slopes = a
+            .to_device(&Device::Cpu)?
+            .to_dtype(DType::F32)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        let bias: Vec<f32> = (0..h * sq * skv)
+            .map(|x| slopes[x / (sq * skv)] * (x % skv) as f32)
+            .collect();
+        s = s.broadcast_add(&Tensor::from_vec(bias, (1, h, sq, skv), &Device::Cpu)?)?;
+    }
     let mask: Vec<f32> = (0..sq * skv)
         .map(|x| {
             if sees(x / skv, x % skv, sq, skv, p) {
@@ -52,11 +65,28 @@ fn reference(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttnParams) -> candle_core:
             }
         })
         .collect();
-    let s = s.broadcast_add(&Tensor::from_vec(mask, (sq, skv), &Device::Cpu)?)?;
+    let mut s = s.broadcast_add(&Tensor::from_vec(mask, (sq, skv), &Device::Cpu)?)?;
+    if let Some(t) = &p.sinks {
+        let col = t
+            .to_device(&Device::Cpu)?
+            .to_dtype(DType::F32)?
+            .reshape((1, h, 1, 1))?
+            .broadcast_as((b, h, sq, 1))?;
+        s = Tensor::cat(&[&s, &col], 3)?;
+    }
     let m = s.max_keepdim(D::Minus1)?.detach();
     let e = s.broadcast_sub(&m)?.exp()?;
     let pr = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
+    let pr = pr.narrow(3, 0, skv)?;
     pr.matmul(&v)?.transpose(1, 2)?.contiguous()
+}
+
+/// `p` with its slopes and sinks on `dev` (candle gives every
+/// `Device::new_cuda` its own id: the test's tensors share one).
+fn on(dev: &Device, p: AttnParams) -> candle_core::Result<AttnParams> {
+    let mv = |t: Option<Tensor>| t.map(|t| t.to_device(dev)).transpose();
+    let (a, s) = (mv(p.alibi_slopes.clone())?, mv(p.sinks.clone())?);
+    Ok(p.alibi_slopes(a).sinks(s))
 }
 
 fn close(name: &str, got: &Tensor, want: &Tensor, tol: f64) -> TestResult {
@@ -112,6 +142,7 @@ fn forward_case(
     p: AttnParams,
 ) -> TestResult {
     let dev = cuda()?;
+    let p = on(&dev, p)?;
     let (q, k, v) = inputs(qd, kd, dt)?;
     let g = |t: &Tensor| t.to_dtype(dt)?.to_device(&dev);
     let got = cudnn_candle::flash_attn_with(&g(&q)?, &g(&k)?, &g(&v)?, &p)?;
@@ -125,6 +156,7 @@ fn backward_case(
     p: AttnParams,
 ) -> TestResult {
     let dev = cuda()?;
+    let p = on(&dev, p)?;
     let (q, k, v) = inputs(qd, kd, dt)?;
     let w = Tensor::randn(0f32, 1.0, (qd.0, qd.1, qd.2, kd.3), &Device::Cpu)?;
     // CPU autograd of the reference.
@@ -243,6 +275,92 @@ fn varlen_qk_case(
         }
     }
     Ok(())
+}
+
+/// A paged cache in vLLM's layout, `steps` decode (or chunked-prefill)
+/// steps with growing lengths: each sequence against the reference on its
+/// blocks gathered on the CPU (candle's `index_select`), one plan for the
+/// loop.
+#[allow(clippy::too_many_arguments)]
+fn paged_case(
+    (b, sq, h, hkv, d): (usize, usize, usize, usize, usize),
+    (nb, bs, per_seq): (usize, usize, usize),
+    mut lens: Vec<usize>,
+    dt: DType,
+    p: AttnParams,
+    steps: usize,
+) -> TestResult {
+    let dev = cuda()?;
+    let p = on(&dev, p)?;
+    assert!(nb >= b * per_seq && nb % 7 != 0);
+    let (_, kc, vc) = inputs((1, 1, 1, d), (nb, bs, hkv, d), dt)?;
+    let (kg, vg) = (
+        kc.to_dtype(dt)?.to_device(&dev)?,
+        vc.to_dtype(dt)?.to_device(&dev)?,
+    );
+    // Distinct blocks, out of order.
+    let table: Vec<u32> = (0..b * per_seq)
+        .map(|i| ((i * 7 + 3) % nb) as u32)
+        .collect();
+    let table_g = Tensor::new(
+        table
+            .iter()
+            .map(|&x| x as i32)
+            .collect::<Vec<_>>()
+            .as_slice(),
+        &dev,
+    )?
+    .reshape((b, per_seq))?;
+    let mut builds = None;
+    for _ in 0..steps {
+        let (q, _, _) = inputs((b, sq, h, d), (1, 1, 1, 1), dt)?;
+        let cl = Tensor::new(
+            lens.iter()
+                .map(|&l| l as i32)
+                .collect::<Vec<_>>()
+                .as_slice(),
+            &dev,
+        )?;
+        let got = cudnn_candle::flash_attn_paged(
+            &q.to_dtype(dt)?.to_device(&dev)?,
+            &kg,
+            &vg,
+            &table_g,
+            &cl,
+            &p,
+        )?;
+        for (i, &l) in lens.iter().enumerate() {
+            let idx = Tensor::new(&table[i * per_seq..(i + 1) * per_seq], &Device::Cpu)?;
+            let gather = |c: &Tensor| -> candle_core::Result<Tensor> {
+                c.index_select(&idx, 0)?
+                    .reshape((1, per_seq * bs, hkv, d))?
+                    .narrow(1, 0, l)
+            };
+            let want = reference(&q.narrow(0, i, 1)?, &gather(&kc)?, &gather(&vc)?, &p)?;
+            close("o", &got.narrow(0, i, 1)?, &want, tol(dt))?;
+        }
+        let now = cudnn_candle::plans().stats().builds;
+        assert!(
+            builds.is_none_or(|b| b == now),
+            "a paged step planned again"
+        );
+        builds = Some(now);
+        lens.iter_mut()
+            .for_each(|l| *l = (*l + 1).min(per_seq * bs));
+    }
+    Ok(())
+}
+
+fn slopes(h: usize) -> Tensor {
+    Tensor::new(
+        cudnn::graph::alibi_slopes(h).expect("slopes").as_slice(),
+        &Device::Cpu,
+    )
+    .expect("a tensor")
+}
+
+fn sinks(h: usize) -> Tensor {
+    (Tensor::randn(0f32, 1.0, h, &Device::Cpu).expect("randn") * 2.0).expect("scaled")
 }
 
 fn main() {
@@ -482,6 +600,165 @@ fn main() {
                 lens.iter_mut().for_each(|l| *l += 1);
             }
             Ok(())
+        }),
+        gpu("flash_attn_paged_decode_loop", move || {
+            paged_case(
+                (4, 1, 8, 2, 128),
+                (33, 16, 6),
+                vec![1, 17, 60, 96],
+                bf,
+                AttnParams::new(s).causal(true),
+                4,
+            )
+        }),
+        gpu("flash_attn_paged_chunked_prefill_f16", move || {
+            paged_case(
+                (2, 8, 4, 4, 64),
+                (9, 32, 3),
+                vec![8, 70],
+                f16,
+                AttnParams::new(s).causal(true),
+                2,
+            )
+        }),
+        gpu("flash_attn_paged_not_causal_block_1", move || {
+            paged_case(
+                (2, 1, 4, 1, 64),
+                (13, 1, 5),
+                vec![5, 2],
+                bf,
+                AttnParams::new(s),
+                1,
+            )
+        }),
+        gpu(
+            "flash_attn_paged_bad_block_is_refused_before_the_gpu",
+            move || {
+                let dev = cuda()?;
+                let q = Tensor::zeros((2, 1, 4, 64), DType::BF16, &dev)?;
+                let kc = Tensor::zeros((4, 16, 4, 64), DType::BF16, &dev)?;
+                let table = Tensor::new(&[[0i32, 1], [2, 4]], &dev)?;
+                let lens = Tensor::new(&[3i32, 17], &dev)?;
+                let e = cudnn_candle::flash_attn_paged(
+                    &q,
+                    &kc,
+                    &kc,
+                    &table,
+                    &lens,
+                    &AttnParams::new(s),
+                )
+                .expect_err("block 4 of 4");
+                match typed(&e) {
+                    Some(cudnn::Error::InvalidArgument { arg, .. }) => {
+                        assert_eq!(arg, "block_table[1][1]")
+                    }
+                    other => panic!("not the typed refusal: {other:?} ({e})"),
+                }
+                Ok(())
+            },
+        ),
+        gpu("flash_attn_alibi_causal_bf16", move || {
+            forward_case(
+                (2, 64, 8, 64),
+                (2, 64, 8, 64),
+                bf,
+                AttnParams::new(s)
+                    .causal(true)
+                    .alibi_slopes(Some(slopes(8))),
+            )
+        }),
+        gpu("flash_attn_alibi_windowed_gqa_f16", move || {
+            forward_case(
+                (1, 96, 8, 64),
+                (1, 96, 2, 64),
+                f16,
+                AttnParams::new(s)
+                    .window(Some(20), Some(0))
+                    .alibi_slopes(Some(slopes(8))),
+            )
+        }),
+        gpu("flash_attn_alibi_backward_f16", move || {
+            backward_case(
+                (1, 48, 4, 64),
+                (1, 48, 4, 64),
+                f16,
+                AttnParams::new(s)
+                    .causal(true)
+                    .alibi_slopes(Some(slopes(4))),
+            )
+        }),
+        gpu("flash_attn_alibi_batch_heads_slopes", move || {
+            // FlashAttention's (batch, heads) slopes with equal rows are
+            // served; rows that differ are refused, typed.
+            let dev = cuda()?;
+            let (q, k, v) = inputs((2, 32, 4, 64), (2, 32, 4, 64), bf)?;
+            let g = |t: &Tensor| t.to_dtype(bf)?.to_device(&dev);
+            let sl = slopes(4);
+            let both = Tensor::stack(&[&sl, &sl], 0)?.to_device(&dev)?;
+            let got = cudnn_candle::flash_attn_alibi(&g(&q)?, &g(&k)?, &g(&v)?, &both, s, true)?;
+            let p = AttnParams::new(s)
+                .causal(true)
+                .alibi_slopes(Some(sl.clone()));
+            close("o", &got, &reference(&q, &k, &v, &p)?, tol(bf))?;
+            let other = Tensor::stack(&[&sl, &(&sl * 2.0)?], 0)?.to_device(&dev)?;
+            let e = cudnn_candle::flash_attn_alibi(&g(&q)?, &g(&k)?, &g(&v)?, &other, s, true)
+                .expect_err("rows differ");
+            assert!(
+                matches!(typed(&e), Some(cudnn::Error::Unsupported { .. })),
+                "{e}"
+            );
+            let e = cudnn_candle::flash_attn_alibi(&g(&q)?, &g(&k)?, &g(&v)?, &both, s, false)
+                .expect_err("non-causal ALiBi");
+            assert!(
+                matches!(typed(&e), Some(cudnn::Error::Unsupported { .. })),
+                "{e}"
+            );
+            Ok(())
+        }),
+        gpu("flash_attn_sinks_causal_bf16", move || {
+            forward_case(
+                (2, 64, 8, 64),
+                (2, 64, 2, 64),
+                bf,
+                AttnParams::new(s).causal(true).sinks(Some(sinks(8))),
+            )
+        }),
+        gpu("flash_attn_sinks_windowed_f16", move || {
+            // gpt-oss: a sliding window on every other layer, with sinks.
+            forward_case(
+                (1, 80, 4, 64),
+                (1, 80, 4, 64),
+                f16,
+                AttnParams::new(s)
+                    .window(Some(16), Some(0))
+                    .sinks(Some(sinks(4))),
+            )
+        }),
+        gpu("flash_attn_sinks_backward_bf16", move || {
+            backward_case(
+                (1, 32, 4, 64),
+                (1, 32, 4, 64),
+                bf,
+                AttnParams::new(s).causal(true).sinks(Some(sinks(4))),
+            )
+        }),
+        gpu("flash_attn_sinks_bf16_widened", move || {
+            let dev = cuda()?;
+            let (q, k, v) = inputs((1, 16, 4, 64), (1, 16, 4, 64), bf)?;
+            let g = |t: &Tensor| t.to_dtype(bf)?.to_device(&dev);
+            let sk = sinks(4).to_dtype(bf)?;
+            let got = cudnn_candle::flash_attn_sinks(
+                &g(&q)?,
+                &g(&k)?,
+                &g(&v)?,
+                &sk.to_device(&dev)?,
+                s,
+                true,
+            )?;
+            let p = AttnParams::new(s)
+                .causal(true)
+                .sinks(Some(sk.to_dtype(DType::F32)?));
+            close("o", &got, &reference(&q, &k, &v, &p)?, tol(bf))
         }),
         gpu("f32_is_refused_typed", || {
             let dev = cuda()?;
