@@ -210,6 +210,24 @@ fn sinks_are_checked() {
 }
 
 proptest! {
+    /// ALiBi is accepted exactly for causal calls with `seq_q == seq_kv`
+    /// (any left window); sinks whenever their shape is the head count.
+    #[test]
+    fn alibi_and_sinks_rule(
+        sq in 1usize..40,
+        skv in 1usize..40,
+        causal in any::<bool>(),
+        left in proptest::option::of(0usize..50),
+        sink_heads in 7usize..10,
+    ) {
+        let p = AttnParams::new(0.5).window(left, causal.then_some(0));
+        let a = dense_call(sq, skv, &p.clone().alibi_slopes(Some(slopes(8))));
+        prop_assert_eq!(a.is_ok(), causal && sq == skv, "{:?}", a.err());
+        let sk = Tensor::zeros(sink_heads, CDType::F32, &Device::Cpu).unwrap();
+        let r = dense_call(sq, skv, &p.sinks(Some(sk)));
+        prop_assert_eq!(r.is_ok(), sink_heads == 8, "{:?}", r.err());
+    }
+
     /// Accepted exactly when every entry is in `0..nb` and every length in
     /// `0..=per_seq * bs`; the accepted table is the input's.
     #[test]
