@@ -66,6 +66,7 @@ mod alibi;
 pub mod attn;
 pub mod device;
 mod exec;
+mod gemm;
 pub mod graphs;
 mod paged;
 pub mod params;
@@ -76,5 +77,7 @@ pub use attn::{
     flash_attn_varlen_windowed, flash_attn_varlen_with, flash_attn_windowed, flash_attn_with,
 };
 pub use device::plans;
+pub use gemm::matmul_bias_act;
 pub use paged::flash_attn_paged;
 pub use params::AttnParams;
+pub use params::gemm::Activation;

@@ -608,6 +608,7 @@ pub fn kvcache(
     })
 }
 
+pub mod gemm;
 mod paged;
 pub use paged::{Paged, paged};
 
