@@ -156,14 +156,14 @@ pub fn gemm(a: &Arg<'_>, b: &Arg<'_>, bias: Option<&Arg<'_>>, act: Activation) -
         .checked_mul(n)
         .ok_or_else(|| Error::invalid("m x n", "must fit usize", format!("{m} x {n}")))?;
     let ld = Layout::row_major(m, n).batched(count, if count > 1 { mn } else { 0 });
-    if let Some(x) = bias {
-        if x.dims != [n] || x.strides.first().is_some_and(|&s| s != 1) {
-            return Err(Error::invalid(
-                "bias",
-                format!("must be a contiguous (n,) = ({n},) vector (one per output column)"),
-                format!("{:?} strides {:?}", x.dims, x.strides),
-            ));
-        }
+    if let Some(x) = bias
+        && (x.dims != [n] || x.strides.first().is_some_and(|&s| s != 1))
+    {
+        return Err(Error::invalid(
+            "bias",
+            format!("must be a contiguous (n,) = ({n},) vector (one per output column)"),
+            format!("{:?} strides {:?}", x.dims, x.strides),
+        ));
     }
     let epilogue = match (bias.is_some(), act) {
         (false, Activation::None) => Epilogue::None,
