@@ -1,8 +1,10 @@
 //! cuDNN attention on [candle](https://docs.rs/candle-core) tensors,
 //! through [`cudnn`](https://docs.rs/cudnn-rs)'s SDPA graphs: forward and
 //! backward (candle's autograd), causal, sliding windows, logit softcap,
-//! grouped-query attention and varlen (packed) batches, with the argument
-//! conventions of `candle-flash-attn` so switching is a one-line change:
+//! ALiBi, attention sinks, grouped-query attention, varlen (packed) batches
+//! and paged-KV decode (vLLM block tables), with the argument conventions
+//! of `candle-flash-attn` so switching is a one-line change; and GEMM
+//! through cuBLASLt with fused bias / ReLU / GELU epilogues:
 //!
 //! ```no_run
 //! # fn main() -> candle_core::Result<()> {
@@ -28,6 +30,7 @@
 //! | [`flash_attn_alibi`], [`flash_attn_alibi_windowed`] | same names | causal with `seq_q == seq_kv` only (else refused, typed) |
 //! | [`flash_attn_sinks`] | | gpt-oss sinks ([`AttnParams::sinks`]); `seq_q > 1` |
 //! | [`flash_attn_with`], [`flash_attn_varlen_with`] | | every option ([`AttnParams`]) |
+//! | [`matmul_bias_act`] | (candle's `broadcast_matmul` + bias + `relu` / `gelu`) | cuBLASLt epilogues; forward only |
 //!
 //! # How it runs
 //! Each function is a candle `CustomOp3`. `cuda_fwd` checks the shapes,
@@ -55,7 +58,7 @@
 //! bottom-right diagonal (varlen, KV caches, `seq_q != seq_kv`; refused,
 //! typed), gradients of ALiBi slopes and sinks, a paged backward (cuDNN has
 //! none), CUDA graph capture of these calls (refused, typed, while candle's
-//! stream captures), norms, convolution and GEMM entry points.
+//! stream captures), the GEMM's backward and FP8 GEMM, norms and convolution.
 //!
 //! # Building
 //! candle-core's `cuda` feature compiles CUDA kernels with `nvcc` at build

@@ -381,6 +381,24 @@ fn main() {
             }
             Ok(())
         }),
+        unit("matmul_bias_act_cpu_and_shapes_refused_typed", || {
+            let a = Tensor::zeros((4, 8), CDType::F32, &Device::Cpu)?;
+            let b = Tensor::zeros((8, 2), CDType::F32, &Device::Cpu)?;
+            let e = cudnn_candle::matmul_bias_act(&a, &b, None, cudnn_candle::Activation::Relu)
+                .expect_err("CPU tensors");
+            assert!(
+                matches!(typed(&e), Some(cudnn::Error::Unsupported { .. })),
+                "{e}"
+            );
+            let v = Tensor::zeros(8, CDType::F32, &Device::Cpu)?;
+            let e = cudnn_candle::matmul_bias_act(&v, &b, None, cudnn_candle::Activation::None)
+                .expect_err("rank 1");
+            assert!(
+                matches!(typed(&e), Some(cudnn::Error::InvalidArgument { arg, .. }) if arg == "a, b ranks"),
+                "{e}"
+            );
+            Ok(())
+        }),
         unit("cpu_tensors_are_refused_typed", || {
             let q = Tensor::zeros((1, 4, 2, 8), CDType::BF16, &Device::Cpu)?;
             let e = cudnn_candle::flash_attn(&q, &q, &q, 1.0, true).expect_err("CPU tensors");
