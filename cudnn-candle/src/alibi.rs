@@ -63,7 +63,9 @@ pub fn flash_attn_alibi_windowed(
 
 /// Attention with sinks (gpt-oss): `sinks` one logit per query head
 /// (`(heads,)`, f32 / f16 / bf16), joining every row's softmax denominator.
-/// Causal or not; needs `seq_q > 1`. Differentiable in q, k, v (the sinks
+/// Causal or not; a decode step (`seq_q = 1`) runs on a two-row query (a
+/// copy of the row before it: cuDNN takes no sink for a single row), its
+/// output the last row's. Differentiable in q, k, v (the sinks
 /// are constants: pass them detached).
 ///
 /// # Errors

@@ -603,6 +603,22 @@ pub(crate) fn ready_params(p: &AttnParams) -> candle_core::Result<AttnParams> {
     Ok(p)
 }
 
+/// A decode step (`seq_q = 1`) with sinks, which cuDNN does not take (NVIDIA's
+/// frontend refuses a sink for a single query row): q with a copy of its
+/// row before it (`seq_q = 2`); the caller keeps row 1. Exact: the real row
+/// is the last, so its bottom-right diagonal position (`s_kv - 1`, or
+/// `len - 1` per sequence) and its mask are the same as alone, and the
+/// dummy row's output is dropped (its gradient is zero: it joins no loss).
+///
+/// # Errors
+/// candle's.
+pub(crate) fn sink_decode_pad(q: &Tensor, p: &AttnParams) -> candle_core::Result<Option<Tensor>> {
+    if p.sinks.is_none() || q.rank() != 4 || q.dim(1)? != 1 {
+        return Ok(None);
+    }
+    Ok(Some(Tensor::cat(&[q, q], 1)?))
+}
+
 /// q as the op needs it: its strides ordered (batch, seq, heads, head_dim)
 /// with the head dim contiguous (else a contiguous copy, so the output is
 /// candle-contiguous).
@@ -645,6 +661,9 @@ pub fn flash_attn_with(
         varlen: None,
         cache_seqlens: None,
     };
+    if let Some(q2) = sink_decode_pad(q, params)? {
+        return flash_attn_with(&q2, k, v, params)?.narrow(1, 1, 1);
+    }
     q_ready(q)?.apply_op3(&kv_ready(k)?, &kv_ready(v)?, op)
 }
 
@@ -679,6 +698,9 @@ pub fn flash_attn_kvcache(
         varlen: None,
         cache_seqlens: Some(cache_seqlens.to_vec1::<u32>()?),
     };
+    if let Some(q2) = sink_decode_pad(q, params)? {
+        return flash_attn_kvcache(&q2, k_cache, v_cache, cache_seqlens, params)?.narrow(1, 1, 1);
+    }
     q_ready(q)?.apply_op3(&kv_ready(k_cache)?, &kv_ready(v_cache)?, op)
 }
 
@@ -846,4 +868,36 @@ pub fn flash_attn_varlen_windowed(
         max_seqlen_k,
         &AttnParams::new(softmax_scale).window(window_size_left, window_size_right),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    #[test]
+    fn sink_decode_pad_repeats_the_row_only_for_decode_with_sinks() {
+        let q = Tensor::arange(0f32, 16.0, &Device::Cpu)
+            .unwrap()
+            .reshape((2, 1, 2, 4))
+            .unwrap();
+        let sinks = Tensor::zeros(2, CDType::F32, &Device::Cpu).unwrap();
+        let p = AttnParams::new(1.0).sinks(Some(sinks));
+        let q2 = sink_decode_pad(&q, &p).unwrap().unwrap();
+        assert_eq!(q2.dims(), [2, 2, 2, 4]);
+        for row in 0..2 {
+            let r = q2.narrow(1, row, 1).unwrap().flatten_all().unwrap();
+            assert_eq!(
+                r.to_vec1::<f32>().unwrap(),
+                (0..16).map(|x| x as f32).collect::<Vec<_>>()
+            );
+        }
+        assert!(
+            sink_decode_pad(&q, &AttnParams::new(1.0))
+                .unwrap()
+                .is_none()
+        );
+        let q3 = Tensor::zeros((1, 3, 2, 4), CDType::F32, &Device::Cpu).unwrap();
+        assert!(sink_decode_pad(&q3, &p).unwrap().is_none());
+    }
 }

@@ -28,7 +28,7 @@
 //! | [`flash_attn_kvcache`] | `flash_attn_with_kvcache` (`cache_seqlens`) | fixed capacity: one plan per decode loop |
 //! | [`flash_attn_paged`] | `flash_attn_with_kvcache` (`block_table`) | vLLM / mistral.rs layout; table checked on the host |
 //! | [`flash_attn_alibi`], [`flash_attn_alibi_windowed`] | same names | causal with `seq_q == seq_kv` only (else refused, typed) |
-//! | [`flash_attn_sinks`] | | gpt-oss sinks ([`AttnParams::sinks`]); `seq_q > 1` |
+//! | [`flash_attn_sinks`] | | gpt-oss sinks ([`AttnParams::sinks`]), decode included |
 //! | [`flash_attn_with`], [`flash_attn_varlen_with`] | | every option ([`AttnParams`]) |
 //! | [`matmul_bias_act`] | (candle's `broadcast_matmul` + bias + `relu` / `gelu`) | cuBLASLt epilogues; forward only |
 //!

@@ -177,6 +177,10 @@ pub fn flash_attn_paged(
     cache_seqlens: &Tensor,
     params: &AttnParams,
 ) -> candle_core::Result<Tensor> {
+    if let Some(q2) = crate::attn::sink_decode_pad(q, params)? {
+        return flash_attn_paged(&q2, k_cache, v_cache, block_table, cache_seqlens, params)?
+            .narrow(1, 1, 1);
+    }
     let op = PagedAttn {
         params: crate::attn::ready_params(params)?,
         table_dims: block_table.dims().to_vec(),

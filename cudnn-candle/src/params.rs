@@ -30,8 +30,10 @@ pub struct AttnParams {
     pub alibi_slopes: Option<candle_core::Tensor>,
     /// Attention sinks (gpt-oss): one logit per query head, f32 (or
     /// f16 / bf16, widened) `(heads,)` on q's device, joining every row's
-    /// softmax denominator and attending to no value. Needs `seq_q > 1`
-    /// (NVIDIA's frontend refuses a sink for decode); constants for
+    /// softmax denominator and attending to no value. cuDNN takes no sink
+    /// with a single query row: a dense, KV-cache or paged decode step
+    /// (`seq_q = 1`) runs with a copy of the query row before it (exact:
+    /// see `sink_decode_pad`); a varlen call needs `max_seqlen_q > 1`. Constants for
     /// autograd (the gradients of q, k, v account for them; no gradient
     /// of the sinks: a sink tensor that tracks a gradient is refused).
     pub sinks: Option<candle_core::Tensor>,

@@ -786,6 +786,36 @@ fn main() {
                 AttnParams::new(s).causal(true).sinks(Some(sinks(4))),
             )
         }),
+        gpu("flash_attn_sinks_decode_step", move || {
+            // seq_q = 1 (cuDNN takes no sink for one row): the crate runs
+            // it on two rows and keeps the last.
+            forward_case(
+                (3, 1, 8, 64),
+                (3, 37, 2, 64),
+                bf,
+                AttnParams::new(s).causal(true).sinks(Some(sinks(8))),
+            )
+        }),
+        gpu("flash_attn_sinks_decode_windowed_not_causal", move || {
+            forward_case(
+                (2, 1, 4, 64),
+                (2, 50, 4, 64),
+                f16,
+                AttnParams::new(s)
+                    .window(Some(9), None)
+                    .sinks(Some(sinks(4))),
+            )
+        }),
+        gpu("flash_attn_paged_decode_with_sinks", move || {
+            paged_case(
+                (3, 1, 8, 2, 64),
+                (20, 16, 4),
+                vec![1, 30, 64],
+                bf,
+                AttnParams::new(s).causal(true).sinks(Some(sinks(8))),
+                2,
+            )
+        }),
         gpu("flash_attn_sinks_bf16_widened", move || {
             let dev = cuda()?;
             let (q, k, v) = inputs((1, 16, 4, 64), (1, 16, 4, 64), bf)?;

@@ -300,7 +300,13 @@ fn main() {
             // a block table (batch, max_blocks_per_seq); decode (one query)
             // and a chunked prefill (8 queries) against the same cache.
             let target = Target::preset("h200")?;
-            for (sq, bs, per_seq) in [(1usize, 16usize, 8usize), (8, 32, 4), (1, 64, 2)] {
+            // A decode step with sinks runs on two query rows.
+            for (sq, bs, per_seq, sink) in [
+                (1usize, 16usize, 8usize, false),
+                (8, 32, 4, false),
+                (1, 64, 2, false),
+                (2, 16, 8, true),
+            ] {
                 let (b, nb) = (3usize, 40usize);
                 let (qd, kd) = ([b, sq, 8, 128], [nb, bs, 2, 128]);
                 let (qs, ks) = (contiguous(&qd), contiguous(&kd));
@@ -329,8 +335,12 @@ fn main() {
                     &v,
                     (&[b, per_seq], &table),
                     &lens,
-                    &AttnParams::new(0.088).causal(true),
+                    &AttnParams::new(0.088).causal(true).sinks(
+                        sink.then(|| Tensor::zeros(8, CDType::F32, &Device::Cpu))
+                            .transpose()?,
+                    ),
                 )?;
+                assert_eq!(r.cfg.sink, sink);
                 let g = graphs::forward(&r.cfg, &[r.q_strides, r.kv_strides[0], r.kv_strides[1]])?;
                 let (plan, _) = Plan::build(&g.build()?, &target, &Policy::default())?;
                 let od = graphs::dims(&r.cfg)[3];
@@ -366,6 +376,19 @@ fn main() {
                     .ok_or("slopes")?;
                 assert_eq!(t.spec.dims(), [1, 8, 1, 1]);
             }
+            Ok(())
+        }),
+        host("plan_h200_flash_attn_sinks_decode_padded", || {
+            // A decode step with sinks runs with two query rows.
+            let sinks = Tensor::zeros(8, CDType::F32, &Device::Cpu)?;
+            let p = AttnParams::new(0.125).causal(true).sinks(Some(sinks));
+            let r = dense(4, 2, 300, 8, 2, 128, &p);
+            assert_eq!(r.cfg.diagonal, cudnn::graph::DiagonalAlignment::BottomRight);
+            let target = Target::preset("h200")?;
+            let g = graphs::forward(&r.cfg, &r.strides)?;
+            let (plan, _) = Plan::build(&g.build()?, &target, &Policy::default())?;
+            let od = graphs::dims(&r.cfg)[3];
+            expect_layout(plan.io(), names::O, od, bshd(od))?;
             Ok(())
         }),
         host("plan_h200_flash_attn_sinks", || {
