@@ -8,16 +8,17 @@ use crate::attn::flash_attn_with;
 use crate::params::AttnParams;
 
 /// FlashAttention's `flash_attn_alibi`: `alibi_slopes` f32 `(heads,)` (or
-/// `(batch, heads)` with equal rows). Served causal with `seq_q ==
-/// seq_kv` only, where cuDNN's ALiBi (`slope * (col - row)` under a
-/// top-left causal mask) equals FlashAttention's (`slope * col`, the same
-/// up to a per-row constant); FlashAttention's non-causal ALiBi (`-slope *
-/// |i + s_kv - s_q - j|`) and its bottom-right causal one have no cuDNN
-/// form and are refused, typed, naming `alibi_slopes`. Differentiable in
-/// q, k, v (the slopes are constants, as in FlashAttention).
+/// `(batch, heads)` with equal rows), FlashAttention's bias `-slope *
+/// |i + s_kv - s_q - j|` added to the scaled scores. Causal with `seq_q ==
+/// seq_kv` runs cuDNN's own ALiBi (`slope * (col - row)`, equal up to a
+/// per-row constant); other calls (not causal, `seq_q != seq_kv`) a
+/// `(1, heads, seq_q, seq_kv)` f32 score bias holding the ALiBi terms and
+/// the mask, built on the device. Differentiable in q, k, v (the slopes
+/// are constants, as in FlashAttention).
 ///
 /// # Errors
-/// As [`flash_attn_with`]; the cases above; slopes not f32 of the head count.
+/// As [`flash_attn_with`]; slopes not f32 of the head count; a query row
+/// that sees no key (`seq_q > seq_kv` causal).
 pub fn flash_attn_alibi(
     q: &Tensor,
     k: &Tensor,
@@ -37,8 +38,8 @@ pub fn flash_attn_alibi(
 }
 
 /// FlashAttention's `flash_attn_alibi_windowed`: [`flash_attn_alibi`] with
-/// FlashAttention's window sizes; ALiBi needs the causal mask, so the
-/// right window must be `Some(0)`.
+/// FlashAttention's window sizes (any: the window goes into the score
+/// bias unless the call is causal with `seq_q == seq_kv`).
 ///
 /// # Errors
 /// As [`flash_attn_alibi`] and [`flash_attn_windowed`](crate::flash_attn_windowed).

@@ -153,6 +153,9 @@ struct FlashAttn {
     varlen: Option<VarlenArgs>,
     /// A KV cache's valid lengths (forward only).
     cache_seqlens: Option<Vec<u32>>,
+    /// FlashAttention's ALiBi as a score bias `(1, heads, seq_q, seq_kv)`
+    /// f32, mask included (dense calls cuDNN's ALiBi cannot serve).
+    bias: Option<Tensor>,
 }
 
 impl FlashAttn {
@@ -184,7 +187,12 @@ impl FlashAttn {
             .as_ref()
             .map(|t| t.storage_and_layout());
         let gs = self.params.sinks.as_ref().map(|t| t.storage_and_layout());
+        let gb = self.bias.as_ref().map(|t| t.storage_and_layout());
         let extras = Extras {
+            bias: gb
+                .as_ref()
+                .map(|(st, l)| f32_view(st, l, q, "alibi bias"))
+                .transpose()?,
             alibi: ga
                 .as_ref()
                 .map(|(st, l)| f32_view(st, l, q, "alibi_slopes"))
@@ -197,7 +205,13 @@ impl FlashAttn {
         match &self.varlen {
             None => {
                 let (d, side) = match &self.cache_seqlens {
-                    None => (params::dense(&qa, &ka, &va, &self.params).c()?, None),
+                    None => {
+                        let mut d = params::dense(&qa, &ka, &va, &self.params).c()?;
+                        if self.bias.is_some() {
+                            d.cfg = params::alibi::with_alibi_bias(d.cfg);
+                        }
+                        (d, None)
+                    }
                     Some(lens) => {
                         let kc = params::kvcache(&qa, &ka, &va, lens, &self.params).c()?;
                         bind_context(dev)?;
@@ -351,7 +365,10 @@ impl FlashAttnBwd {
         );
         let (cfg, side) = match &self.fwd.varlen {
             None => {
-                let d = params::dense(&qa, &ka, &va, &self.fwd.params).c()?;
+                let mut d = params::dense(&qa, &ka, &va, &self.fwd.params).c()?;
+                if self.fwd.bias.is_some() {
+                    d.cfg = params::alibi::with_alibi_bias(d.cfg);
+                }
                 let [qd, kd, vd, _] = graphs::dims(&d.cfg);
                 if d.strides != [bshd(qd), bshd(kd), bshd(vd)] {
                     return Err(to_candle(Error::invalid(
@@ -445,7 +462,12 @@ impl FlashAttnBwd {
             .sinks
             .as_ref()
             .map(|t| t.storage_and_layout());
+        let gb = self.fwd.bias.as_ref().map(|t| t.storage_and_layout());
         let extras = Extras {
+            bias: gb
+                .as_ref()
+                .map(|(st, l)| f32_view(st, l, q, "alibi bias"))
+                .transpose()?,
             alibi: ga
                 .as_ref()
                 .map(|(st, l)| f32_view(st, l, q, "alibi_slopes"))
@@ -619,6 +641,41 @@ pub(crate) fn sink_decode_pad(q: &Tensor, p: &AttnParams) -> candle_core::Result
     Ok(Some(Tensor::cat(&[q, q], 1)?))
 }
 
+/// FlashAttention's ALiBi with `p`'s window as a score bias `(1, heads,
+/// seq_q, seq_kv)` f32 on the slopes' device: `slope[h] * -|i + seq_kv -
+/// seq_q - j|`, `-inf` where the window hides the key (the factors from
+/// [`params::alibi::alibi_bias`]). The slopes are constants (detached).
+///
+/// # Errors
+/// Slopes not f32 `(heads,)`, a row that sees no key (typed, naming
+/// `alibi_slopes`); candle's.
+fn alibi_bias_tensor(
+    slopes: &Tensor,
+    p: &AttnParams,
+    (sq, skv, h): (usize, usize, usize),
+) -> candle_core::Result<Tensor> {
+    if slopes.dtype() != CDType::F32 || slopes.dims() != [h] {
+        return Err(to_candle(Error::invalid(
+            "alibi_slopes",
+            format!(
+                "must be f32 (heads,) = ({h},) (a (batch, heads) tensor with equal rows is taken as its first row)"
+            ),
+            format!("{:?} {:?}", slopes.dtype(), slopes.dims()),
+        )));
+    }
+    let ab = params::alibi::alibi_bias(p, sq, skv).c()?;
+    let dev = slopes.device();
+    let dist = Tensor::from_vec(ab.dist, (1, sq, skv), dev)?;
+    let mask = Tensor::from_vec(ab.mask, (1, sq, skv), dev)?;
+    slopes
+        .detach()
+        .reshape((h, 1, 1))?
+        .broadcast_mul(&dist)?
+        .broadcast_add(&mask)?
+        .unsqueeze(0)?
+        .contiguous()
+}
+
 /// q as the op needs it: its strides ordered (batch, seq, heads, head_dim)
 /// with the head dim contiguous (else a contiguous copy, so the output is
 /// candle-contiguous).
@@ -656,14 +713,24 @@ pub fn flash_attn_with(
     v: &Tensor,
     params: &AttnParams,
 ) -> candle_core::Result<Tensor> {
-    let op = FlashAttn {
-        params: ready_params(params)?,
-        varlen: None,
-        cache_seqlens: None,
-    };
     if let Some(q2) = sink_decode_pad(q, params)? {
         return flash_attn_with(&q2, k, v, params)?.narrow(1, 1, 1);
     }
+    let mut p = ready_params(params)?;
+    let mut bias = None;
+    if let (Some(sl), 4, 4) = (p.alibi_slopes.clone(), q.rank(), k.rank()) {
+        let (sq, skv, h) = (q.dim(1)?, k.dim(1)?, q.dim(2)?);
+        if !matches!(params::alibi::alibi_native(&p, sq, skv), Ok(true)) {
+            bias = Some(alibi_bias_tensor(&sl, &p, (sq, skv, h))?);
+            p = p.alibi_slopes(None).window(None, None);
+        }
+    }
+    let op = FlashAttn {
+        params: p,
+        varlen: None,
+        cache_seqlens: None,
+        bias,
+    };
     q_ready(q)?.apply_op3(&kv_ready(k)?, &kv_ready(v)?, op)
 }
 
@@ -697,6 +764,7 @@ pub fn flash_attn_kvcache(
         params: ready_params(params)?,
         varlen: None,
         cache_seqlens: Some(cache_seqlens.to_vec1::<u32>()?),
+        bias: None,
     };
     if let Some(q2) = sink_decode_pad(q, params)? {
         return flash_attn_kvcache(&q2, k_cache, v_cache, cache_seqlens, params)?.narrow(1, 1, 1);
@@ -807,6 +875,7 @@ pub fn flash_attn_varlen_with(
             max_k: max_seqlen_k,
         }),
         cache_seqlens: None,
+        bias: None,
     };
     q.contiguous()?
         .apply_op3(&k.contiguous()?, &v.contiguous()?, op)

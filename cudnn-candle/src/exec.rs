@@ -66,6 +66,8 @@ pub struct Extras<'a> {
     pub alibi: Option<CudaView<'a, f32>>,
     /// The sink logits (bound as `[1, H, 1, 1]`; forward only).
     pub sink: Option<CudaView<'a, f32>>,
+    /// An additive score bias `[1, H, S_q, S_kv]` (forward and backward).
+    pub bias: Option<CudaView<'a, f32>>,
 }
 
 impl Side {
@@ -173,13 +175,11 @@ fn not_capturing(cs: &CudarcStream) -> Result<()> {
 }
 
 type Read<'a> = cudnn::interop::CudarcRead<'a, f32>;
+type Reads<'a> = (Option<Read<'a>>, Option<Read<'a>>, Option<Read<'a>>);
 
 /// The extras lent to the plan (read guards on candle's stream).
-fn read_extras<'a>(
-    cs: &'a CudarcStream,
-    e: &'a Extras<'_>,
-) -> candle_core::Result<(Option<Read<'a>>, Option<Read<'a>>)> {
-    let mut out = (None, None);
+fn read_extras<'a>(cs: &'a CudarcStream, e: &'a Extras<'_>) -> candle_core::Result<Reads<'a>> {
+    let mut out = (None, None, None);
     if let Some(a) = &e.alibi {
         // SAFETY: as in `forward`: the guard's view goes to `plan.execute`
         // on the handle bound to `cs` only, and drops after the enqueue;
@@ -189,6 +189,10 @@ fn read_extras<'a>(
     if let Some(s) = &e.sink {
         // SAFETY: as above.
         out.1 = Some(unsafe { cs.read(s) }.c()?);
+    }
+    if let Some(b) = &e.bias {
+        // SAFETY: as above.
+        out.2 = Some(unsafe { cs.read(b) }.c()?);
     }
     Ok(out)
 }
@@ -240,7 +244,11 @@ pub fn forward<T: Elem>(
         b.input(names::K, kr.view()).c()?;
         b.input(names::V, vr.view()).c()?;
         b.output(names::O, ow.view_mut()).c()?;
-        for (name, r) in [(names::ALIBI, &ex.0), (names::SINK, &ex.1)] {
+        for (name, r) in [
+            (names::ALIBI, &ex.0),
+            (names::SINK, &ex.1),
+            (names::BIAS, &ex.2),
+        ] {
             if let Some(r) = r {
                 b.input(name, r.view()).c()?;
             }
@@ -297,8 +305,10 @@ pub fn backward<T: Elem>(
         b.input(names::K, kr.view()).c()?;
         b.input(names::V, vr.view()).c()?;
         b.input(names::O, or.view()).c()?;
-        if let Some(a) = &ex.0 {
-            b.input(names::ALIBI, a.view()).c()?;
+        for (name, r) in [(names::ALIBI, &ex.0), (names::BIAS, &ex.2)] {
+            if let Some(r) = r {
+                b.input(name, r.view()).c()?;
+            }
         }
         b.input(names::DO, dor.view()).c()?;
         b.input(names::STATS, sr.view()).c()?;

@@ -46,6 +46,9 @@ pub mod names {
     pub const ALIBI: &str = "alibi_slopes";
     /// The attention sinks, `[1, H, 1, 1]` f32.
     pub const SINK: &str = "sink";
+    /// An additive score bias (FlashAttention's ALiBi where cuDNN's own
+    /// cannot compute it), `[1, H, S_q, S_kv]` f32.
+    pub const BIAS: &str = "bias";
 }
 
 fn spec(cfg: &SdpaConfig, dims: [i64; 4], strides: [i64; 4]) -> Result<TensorSpec> {
@@ -132,6 +135,7 @@ pub fn forward(cfg: &SdpaConfig, strides: &[[i64; 4]; 3]) -> Result<Graph> {
         (f.page_table_k, names::PAGE_TABLE_K),
         (f.page_table_v, names::PAGE_TABLE_V),
         (f.bias.alibi_slopes, names::ALIBI),
+        (f.bias.bias, names::BIAS),
         (f.softmax.sink, names::SINK),
     ] {
         if let Some(t) = t {
@@ -160,8 +164,13 @@ pub fn backward(cfg: &SdpaConfig) -> Result<Graph> {
     g.rename(b.dk, names::DK)?;
     g.rename(b.dv, names::DV)?;
     name_side(&mut g, (b.seq_len_q, b.seq_len_kv), b.ragged)?;
-    if let Some(t) = b.bias.alibi_slopes {
-        g.rename(t, names::ALIBI)?;
+    for (t, n) in [
+        (b.bias.alibi_slopes, names::ALIBI),
+        (b.bias.bias, names::BIAS),
+    ] {
+        if let Some(t) = t {
+            g.rename(t, n)?;
+        }
     }
     Ok(g)
 }

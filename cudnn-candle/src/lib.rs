@@ -27,7 +27,7 @@
 //! | [`flash_attn_varlen`], [`flash_attn_varlen_windowed`] | same names | `seqlens` read to the host |
 //! | [`flash_attn_kvcache`] | `flash_attn_with_kvcache` (`cache_seqlens`) | fixed capacity: one plan per decode loop |
 //! | [`flash_attn_paged`] | `flash_attn_with_kvcache` (`block_table`) | vLLM / mistral.rs layout; table checked on the host |
-//! | [`flash_attn_alibi`], [`flash_attn_alibi_windowed`] | same names | causal with `seq_q == seq_kv` only (else refused, typed) |
+//! | [`flash_attn_alibi`], [`flash_attn_alibi_windowed`] | same names | dense calls; cuDNN's ALiBi when causal with `seq_q == seq_kv`, else a score bias |
 //! | [`flash_attn_sinks`] | | gpt-oss sinks ([`AttnParams::sinks`]), decode included |
 //! | [`flash_attn_with`], [`flash_attn_varlen_with`] | | every option ([`AttnParams`]) |
 //! | [`matmul_bias_act`] | (candle's `broadcast_matmul` + bias + `relu` / `gelu`) | cuBLASLt epilogues; forward only |
@@ -54,8 +54,7 @@
 //! (`InvalidArgument` / `Mismatch` naming the argument and its value):
 //! `err.downcast_ref::<cudnn::Error>()` after matching the variant.
 //!
-//! Not in this version: FlashAttention's non-causal ALiBi and ALiBi with a
-//! bottom-right diagonal (varlen, KV caches, `seq_q != seq_kv`; refused,
+//! Not in this version: ALiBi in varlen, KV-cache and paged calls (refused,
 //! typed), gradients of ALiBi slopes and sinks, a paged backward (cuDNN has
 //! none), CUDA graph capture of these calls (refused, typed, while candle's
 //! stream captures), the GEMM's backward and FP8 GEMM, norms and convolution.

@@ -70,6 +70,7 @@ impl PagedAttn {
             .map(|t| t.storage_and_layout());
         let gs = self.params.sinks.as_ref().map(|t| t.storage_and_layout());
         let extras = Extras {
+            bias: None,
             alibi: ga
                 .as_ref()
                 .map(|(st, l)| crate::attn::f32_view(st, l, q, "alibi_slopes"))

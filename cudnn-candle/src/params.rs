@@ -21,12 +21,16 @@ pub struct AttnParams {
     /// Logit softcap: scores `s` become `softcap * tanh(s / softcap)` (Gemma 2).
     pub softcap: Option<f32>,
     /// ALiBi slopes (FlashAttention's `alibi_slopes`), f32 `(heads,)` on
-    /// q's device: with a causal mask, `slope[h] * (col - row)` is added
-    /// to the scaled scores (FlashAttention's causal ALiBi, up to a
-    /// per-row constant the softmax cancels). Only causal calls with
-    /// `seq_q == seq_kv` are served (cuDNN's ALiBi needs a top-left causal
-    /// mask; FlashAttention's non-causal ALiBi, `-slope * |i - j|`, has no
-    /// cuDNN form): others are refused, typed, naming `alibi_slopes`.
+    /// q's device: FlashAttention's bias `-slope[h] * |i + s_kv - s_q - j|`
+    /// (its causal form `slope[h] * j` differs by a per-row constant, which
+    /// the softmax cancels). A dense causal call with `seq_q == seq_kv` uses
+    /// cuDNN's ALiBi (`slope * (col - row)`, top-left causal); other dense
+    /// calls (no mask, a bottom-right diagonal, any window) get the bias
+    /// and the mask as a `(1, heads, seq_q, seq_kv)` f32 score bias built
+    /// on the device (its memory grows with `seq_q * seq_kv`). Varlen,
+    /// KV-cache and paged calls with ALiBi are refused, typed, naming
+    /// `alibi_slopes` (cuDNN's ALiBi needs a top-left diagonal, and their
+    /// diagonal is bottom-right per sequence).
     pub alibi_slopes: Option<candle_core::Tensor>,
     /// Attention sinks (gpt-oss): one logit per query head, f32 (or
     /// f16 / bf16, widened) `(heads,)` on q's device, joining every row's
@@ -304,14 +308,14 @@ fn extras(mut cfg: SdpaConfig, p: &AttnParams, m: Mask) -> Result<SdpaConfig> {
         if !m.causal || m.diagonal != DiagonalAlignment::TopLeft {
             return Err(Error::Unsupported {
                 what: format!(
-                    "alibi_slopes with {} (cuDNN's ALiBi needs a causal mask aligned top-left; FlashAttention's non-causal ALiBi, -slope * |i + s_kv - s_q - j|, and its bottom-right causal ALiBi have no cuDNN form)",
+                    "alibi_slopes with {} in a varlen, KV-cache or paged call (cuDNN's ALiBi needs a causal mask aligned top-left; dense calls take FlashAttention's other ALiBi forms as a score bias, these calls do not)",
                     if m.causal {
                         "a bottom-right causal mask (seq_q != seq_kv, varlen, KV cache)"
                     } else {
                         "no causal mask"
                     }
                 ),
-                needs: Some("causal = true with seq_q == seq_kv (a dense call)".to_string()),
+                needs: Some("a dense call (flash_attn_with / flash_attn_alibi)".to_string()),
             });
         }
         cfg = cfg.alibi(true);
@@ -610,6 +614,7 @@ pub fn kvcache(
     })
 }
 
+pub mod alibi;
 pub mod gemm;
 mod paged;
 pub use paged::{Paged, paged};

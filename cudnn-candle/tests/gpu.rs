@@ -23,7 +23,7 @@ fn sees(i: usize, j: usize, sq: usize, skv: usize, p: &AttnParams) -> bool {
 
 /// softmax(mask(cap(scale q kᵀ) + alibi) ++ sink) v on the CPU in f32; q
 /// `(b, sq, h, d)`, k / v `(b, skv, hkv, d)`. ALiBi as FlashAttention
-/// writes it (causal: `+ slope[h] * j`; its non-causal form is not served),
+/// writes it (causal: `+ slope[h] * j`, else `-slope[h] * |diag - j|`),
 /// a sink as one more logit per row whose probability is dropped.
 /// Differentiable (the row max is detached: the softmax does not depend on it).
 fn reference(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttnParams) -> candle_core::Result<Tensor> {
@@ -51,8 +51,19 @@ fn reference(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttnParams) -> candle_core:
             .to_dtype(DType::F32)?
             .flatten_all()?
             .to_vec1::<f32>()?;
+        // FlashAttention's two branches: causal (no left window) `+ slope
+        // * j`; otherwise `- slope * |i + skv - sq - j|`.
+        let fa_causal = p.window_size_left.is_none() && p.window_size_right == Some(0);
         let bias: Vec<f32> = (0..h * sq * skv)
-            .map(|x| slopes[x / (sq * skv)] * (x % skv) as f32)
+            .map(|x| {
+                let (i, j) = ((x / skv) % sq, x % skv);
+                let slope = slopes[x / (sq * skv)];
+                if fa_causal {
+                    slope * j as f32
+                } else {
+                    -slope * (i as f32 + skv as f32 - sq as f32 - j as f32).abs()
+                }
+            })
             .collect();
         s = s.broadcast_add(&Tensor::from_vec(bias, (1, h, sq, skv), &Device::Cpu)?)?;
     }
@@ -751,13 +762,49 @@ fn main() {
                 matches!(typed(&e), Some(cudnn::Error::Unsupported { .. })),
                 "{e}"
             );
-            let e = cudnn_candle::flash_attn_alibi(&g(&q)?, &g(&k)?, &g(&v)?, &both, s, false)
-                .expect_err("non-causal ALiBi");
-            assert!(
-                matches!(typed(&e), Some(cudnn::Error::Unsupported { .. })),
-                "{e}"
-            );
+            // Not causal: FlashAttention's |distance| form, as a score bias.
+            let got = cudnn_candle::flash_attn_alibi(&g(&q)?, &g(&k)?, &g(&v)?, &both, s, false)?;
+            let p = AttnParams::new(s).alibi_slopes(Some(sl.clone()));
+            close("o (not causal)", &got, &reference(&q, &k, &v, &p)?, tol(bf))?;
             Ok(())
+        }),
+        gpu("flash_attn_alibi_not_causal_f16", move || {
+            forward_case(
+                (2, 48, 4, 64),
+                (2, 48, 4, 64),
+                f16,
+                AttnParams::new(s).alibi_slopes(Some(slopes(4))),
+            )
+        }),
+        gpu("flash_attn_alibi_decode_bottom_right", move || {
+            forward_case(
+                (3, 1, 8, 128),
+                (3, 37, 2, 128),
+                bf,
+                AttnParams::new(s)
+                    .causal(true)
+                    .alibi_slopes(Some(slopes(8))),
+            )
+        }),
+        gpu("flash_attn_alibi_chunked_prefill_windowed", move || {
+            forward_case(
+                (1, 16, 4, 64),
+                (1, 48, 4, 64),
+                f16,
+                AttnParams::new(s)
+                    .window(Some(10), Some(2))
+                    .alibi_slopes(Some(slopes(4))),
+            )
+        }),
+        gpu("flash_attn_alibi_bias_backward_bf16", move || {
+            backward_case(
+                (1, 24, 4, 64),
+                (1, 40, 4, 64),
+                bf,
+                AttnParams::new(s)
+                    .causal(true)
+                    .alibi_slopes(Some(slopes(4))),
+            )
         }),
         gpu("flash_attn_sinks_causal_bf16", move || {
             forward_case(

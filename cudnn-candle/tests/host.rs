@@ -378,6 +378,26 @@ fn main() {
             }
             Ok(())
         }),
+        host("plan_h200_flash_attn_alibi_as_bias", || {
+            // ALiBi that cuDNN's own cannot compute (decode, chunked
+            // prefill, not causal): no cuDNN mask, a (1, H, S_q, S_kv) f32
+            // bias holding the ALiBi terms and the mask.
+            for (b, sq, skv, hkv) in [
+                (4usize, 1usize, 300usize, 2usize),
+                (1, 16, 48, 8),
+                (2, 48, 48, 8),
+            ] {
+                let r = dense(b, sq, skv, 8, hkv, 64, &AttnParams::new(0.125));
+                let cfg = params::alibi::with_alibi_bias(r.cfg);
+                assert_eq!(cfg.bias_spec()?.dims(), [1, 8, sq as i64, skv as i64]);
+                plans_for_h200(&cfg, &r.strides)?;
+                let g = graphs::forward(&cfg, &r.strides)?;
+                let (plan, _) =
+                    Plan::build(&g.build()?, &Target::preset("h200")?, &Policy::default())?;
+                assert!(plan.io().tensors.iter().any(|t| t.name == names::BIAS));
+            }
+            Ok(())
+        }),
         host("plan_h200_flash_attn_sinks_decode_padded", || {
             // A decode step with sinks runs with two query rows.
             let sinks = Tensor::zeros(8, CDType::F32, &Device::Cpu)?;

@@ -209,7 +209,61 @@ fn sinks_are_checked() {
     assert!(dense_call(16, 16, &p.clone().sinks(Some(var.as_tensor().detach()))).is_ok());
 }
 
+#[test]
+fn alibi_bias_hand_computed() {
+    use super::alibi::{alibi_bias, alibi_native};
+    let ninf = f32::NEG_INFINITY;
+    // s_q 2, s_kv 4, causal: diagonals 2 and 3.
+    let p = AttnParams::new(1.0).causal(true);
+    let b = alibi_bias(&p, 2, 4).unwrap();
+    assert_eq!(b.dist, [-2.0, -1.0, 0.0, -1.0, -3.0, -2.0, -1.0, 0.0]);
+    assert_eq!(b.mask, [0.0, 0.0, 0.0, ninf, 0.0, 0.0, 0.0, 0.0]);
+    assert!(!alibi_native(&p, 2, 4).unwrap());
+    assert!(alibi_native(&p, 4, 4).unwrap());
+    // Not causal: no mask, FlashAttention's |distance| both sides.
+    let b = alibi_bias(&AttnParams::new(1.0), 1, 3).unwrap();
+    assert_eq!((b.dist, b.mask), (vec![-2.0, -1.0, 0.0], vec![0.0; 3]));
+    // A right window of 1 and a left one of 0 (s_q = s_kv = 3).
+    let b = alibi_bias(&AttnParams::new(1.0).window(Some(0), Some(1)), 3, 3).unwrap();
+    assert_eq!(b.mask, [0.0, 0.0, ninf, ninf, 0.0, 0.0, ninf, ninf, 0.0]);
+    // s_q > s_kv causal: row 0 sees nothing.
+    let e = alibi_bias(&p, 4, 2).unwrap_err();
+    assert_eq!(arg_of(&e), "alibi_slopes (with the window)");
+}
+
 proptest! {
+    /// The bias's mask is FlashAttention's rule (restated here): query `i`
+    /// at `d = i + s_kv - s_q` sees `j` in `[d - l, d + r]`, a side above
+    /// `s_kv` unbounded; the distance is `-|d - j|`.
+    #[test]
+    fn alibi_bias_is_flash_attentions_rule(
+        sq in 1usize..12,
+        skv in 1usize..12,
+        left in proptest::option::of(0usize..14),
+        right in proptest::option::of(0usize..14),
+    ) {
+        let p = AttnParams::new(1.0).window(left, right);
+        let sees = |i: usize, j: usize| {
+            let d = i as i64 + skv as i64 - sq as i64;
+            let (j, l, r) = (j as i64, left.filter(|&l| l <= skv), right.filter(|&r| r <= skv));
+            l.is_none_or(|l| j >= d - l as i64) && r.is_none_or(|r| j <= d + r as i64)
+        };
+        let empty_row = (0..sq).any(|i| (0..skv).all(|j| !sees(i, j)));
+        match super::alibi::alibi_bias(&p, sq, skv) {
+            Err(_) => prop_assert!(empty_row),
+            Ok(b) => {
+                prop_assert!(!empty_row);
+                for i in 0..sq {
+                    for j in 0..skv {
+                        let d = i as i64 + skv as i64 - sq as i64;
+                        prop_assert_eq!(b.dist[i * skv + j], -((d - j as i64).abs() as f32));
+                        prop_assert_eq!(b.mask[i * skv + j] == 0.0, sees(i, j));
+                    }
+                }
+            }
+        }
+    }
+
     /// ALiBi is accepted exactly for causal calls with `seq_q == seq_kv`
     /// (any left window); sinks whenever their shape is the head count.
     #[test]
