@@ -72,6 +72,7 @@ mod gemm;
 pub mod graphs;
 mod paged;
 pub mod params;
+mod side;
 
 pub use alibi::{flash_attn_alibi, flash_attn_alibi_windowed, flash_attn_sinks};
 pub use attn::{

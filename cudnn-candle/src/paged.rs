@@ -73,11 +73,11 @@ impl PagedAttn {
             bias: None,
             alibi: ga
                 .as_ref()
-                .map(|(st, l)| crate::attn::f32_view(st, l, q, "alibi_slopes"))
+                .map(|(st, l)| crate::side::f32_view(st, l, q, "alibi_slopes"))
                 .transpose()?,
             sink: gs
                 .as_ref()
-                .map(|(st, l)| crate::attn::f32_view(st, l, q, "sinks"))
+                .map(|(st, l)| crate::side::f32_view(st, l, q, "sinks"))
                 .transpose()?,
         };
         let (o, _) = exec::forward(dev, &p.cfg, &strides, [&qv, &kv, &vv], Some(&side), &extras)?;
@@ -178,12 +178,12 @@ pub fn flash_attn_paged(
     cache_seqlens: &Tensor,
     params: &AttnParams,
 ) -> candle_core::Result<Tensor> {
-    if let Some(q2) = crate::attn::sink_decode_pad(q, params)? {
+    if let Some(q2) = crate::side::sink_decode_pad(q, params)? {
         return flash_attn_paged(&q2, k_cache, v_cache, block_table, cache_seqlens, params)?
             .narrow(1, 1, 1);
     }
     let op = PagedAttn {
-        params: crate::attn::ready_params(params)?,
+        params: crate::side::ready_params(params)?,
         table_dims: block_table.dims().to_vec(),
         table: host_ints("block_table", block_table, 2)?,
         cache_seqlens: host_ints("cache_seqlens", cache_seqlens, 1)?,

@@ -1,0 +1,167 @@
+//! The side inputs of the attention ops: ALiBi slopes, the ALiBi score
+//! bias, attention sinks (their views on the device, their preparation on
+//! candle tensors), and the two-row query a decode step with sinks runs on.
+
+use candle_core::backend::BackendStorage;
+use candle_core::{CudaStorage, DType as CDType, Layout, Storage, Tensor};
+use cudarc::driver::{CudaSlice, CudaView};
+use cudnn::Error;
+
+use crate::attn::{on_cuda, same_device};
+use crate::device::{IntoCandle, to_candle};
+use crate::params::{self, AttnParams};
+
+/// A `(heads,)` f32 side input (ALiBi slopes, sinks) as a view of its
+/// elements, on q's device.
+pub(crate) fn f32_view<'a>(
+    st: &'a Storage,
+    l: &Layout,
+    q: &CudaStorage,
+    name: &str,
+) -> candle_core::Result<CudaView<'a, f32>> {
+    let Storage::Cuda(c) = st else {
+        return Err(on_cuda(name));
+    };
+    same_device(q, c, name)?;
+    let n = l.shape().elem_count();
+    if c.dtype() != CDType::F32 || !l.is_contiguous() {
+        return Err(to_candle(Error::invalid(
+            name,
+            "must be a contiguous f32 tensor",
+            format!("{:?} contiguous={}", c.dtype(), l.is_contiguous()),
+        )));
+    }
+    let slice: &CudaSlice<f32> = c.as_cuda_slice::<f32>()?;
+    let at = l.start_offset();
+    at.checked_add(n)
+        .and_then(|end| slice.try_slice(at..end))
+        .ok_or_else(|| {
+            to_candle(Error::invalid(
+                format!("{name} extent"),
+                format!("must be inside its buffer of {} elements", slice.len()),
+                format!("{at}..+{n}"),
+            ))
+        })
+}
+
+/// The params as the ops take them: FlashAttention's `(batch, heads)`
+/// ALiBi slopes with equal rows as their first row (cuDNN's slopes are per
+/// head; the rows are read to the host to check it), f16 / bf16 sinks
+/// widened to f32, both contiguous.
+///
+/// # Errors
+/// `(batch, heads)` slopes whose rows differ (typed, naming
+/// `alibi_slopes`); candle's.
+pub(crate) fn ready_params(p: &AttnParams) -> candle_core::Result<AttnParams> {
+    let mut p = p.clone();
+    if let Some(t) = &p.alibi_slopes {
+        let t = if t.rank() == 2 {
+            let rows = t.to_dtype(CDType::F32)?.to_vec2::<f32>()?;
+            if let Some(i) = rows.windows(2).position(|w| w[0] != w[1]) {
+                return Err(to_candle(Error::Unsupported {
+                    what: format!(
+                        "alibi_slopes of shape {:?} whose rows {i} and {} differ (cuDNN's ALiBi slopes are one per head, shared by the batch)",
+                        t.dims(),
+                        i + 1
+                    ),
+                    needs: Some("(heads,) slopes, or (batch, heads) with equal rows".to_string()),
+                }));
+            }
+            t.get(0)?
+        } else {
+            t.clone()
+        };
+        p.alibi_slopes = Some(t.contiguous()?);
+    }
+    if let Some(s) = &p.sinks {
+        let s = match s.dtype() {
+            CDType::F16 | CDType::BF16 => s.to_dtype(CDType::F32)?,
+            _ => s.clone(),
+        };
+        p.sinks = Some(s.contiguous()?);
+    }
+    Ok(p)
+}
+
+/// A decode step (`seq_q = 1`) with sinks, which cuDNN does not take (NVIDIA's
+/// frontend refuses a sink for a single query row): q with a copy of its
+/// row before it (`seq_q = 2`); the caller keeps row 1. Exact: the real row
+/// is the last, so its bottom-right diagonal position (`s_kv - 1`, or
+/// `len - 1` per sequence) and its mask are the same as alone, and the
+/// dummy row's output is dropped (its gradient is zero: it joins no loss).
+///
+/// # Errors
+/// candle's.
+pub(crate) fn sink_decode_pad(q: &Tensor, p: &AttnParams) -> candle_core::Result<Option<Tensor>> {
+    if p.sinks.is_none() || q.rank() != 4 || q.dim(1)? != 1 {
+        return Ok(None);
+    }
+    Ok(Some(Tensor::cat(&[q, q], 1)?))
+}
+
+/// FlashAttention's ALiBi with `p`'s window as a score bias `(1, heads,
+/// seq_q, seq_kv)` f32 on the slopes' device: `slope[h] * -|i + seq_kv -
+/// seq_q - j|`, `-inf` where the window hides the key (the factors from
+/// [`params::alibi::alibi_bias`]). The slopes are constants (detached).
+///
+/// # Errors
+/// Slopes not f32 `(heads,)`, a row that sees no key (typed, naming
+/// `alibi_slopes`); candle's.
+pub(crate) fn alibi_bias_tensor(
+    slopes: &Tensor,
+    p: &AttnParams,
+    (sq, skv, h): (usize, usize, usize),
+) -> candle_core::Result<Tensor> {
+    if slopes.dtype() != CDType::F32 || slopes.dims() != [h] {
+        return Err(to_candle(Error::invalid(
+            "alibi_slopes",
+            format!(
+                "must be f32 (heads,) = ({h},) (a (batch, heads) tensor with equal rows is taken as its first row)"
+            ),
+            format!("{:?} {:?}", slopes.dtype(), slopes.dims()),
+        )));
+    }
+    let ab = params::alibi::alibi_bias(p, sq, skv).c()?;
+    let dev = slopes.device();
+    let dist = Tensor::from_vec(ab.dist, (1, sq, skv), dev)?;
+    let mask = Tensor::from_vec(ab.mask, (1, sq, skv), dev)?;
+    slopes
+        .detach()
+        .reshape((h, 1, 1))?
+        .broadcast_mul(&dist)?
+        .broadcast_add(&mask)?
+        .unsqueeze(0)?
+        .contiguous()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    #[test]
+    fn sink_decode_pad_repeats_the_row_only_for_decode_with_sinks() {
+        let q = Tensor::arange(0f32, 16.0, &Device::Cpu)
+            .unwrap()
+            .reshape((2, 1, 2, 4))
+            .unwrap();
+        let sinks = Tensor::zeros(2, CDType::F32, &Device::Cpu).unwrap();
+        let p = AttnParams::new(1.0).sinks(Some(sinks));
+        let q2 = sink_decode_pad(&q, &p).unwrap().unwrap();
+        assert_eq!(q2.dims(), [2, 2, 2, 4]);
+        for row in 0..2 {
+            let r = q2.narrow(1, row, 1).unwrap().flatten_all().unwrap();
+            assert_eq!(
+                r.to_vec1::<f32>().unwrap(),
+                (0..16).map(|x| x as f32).collect::<Vec<_>>()
+            );
+        }
+        assert!(
+            sink_decode_pad(&q, &AttnParams::new(1.0))
+                .unwrap()
+                .is_none()
+        );
+        let q3 = Tensor::zeros((1, 3, 2, 4), CDType::F32, &Device::Cpu).unwrap();
+        assert!(sink_decode_pad(&q3, &p).unwrap().is_none());
+    }
+}
