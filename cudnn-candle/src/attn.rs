@@ -565,6 +565,15 @@ pub(crate) fn q_ready(q: &Tensor) -> candle_core::Result<Tensor> {
     }
 }
 
+/// The key count of a dense k (or a KV cache's capacity): dim 1 of a
+/// rank-4 tensor; `usize::MAX` otherwise (the op refuses the rank).
+pub(crate) fn kv_len(k: &Tensor) -> usize {
+    match k.dims() {
+        [_, s, _, _] => *s,
+        _ => usize::MAX,
+    }
+}
+
 /// k or v as the op needs it: the head dim contiguous, no broadcast stride.
 pub(crate) fn kv_ready(t: &Tensor) -> candle_core::Result<Tensor> {
     let ok = t.stride().last() == Some(&1)
@@ -591,8 +600,8 @@ pub fn flash_attn_with(
     v: &Tensor,
     params: &AttnParams,
 ) -> candle_core::Result<Tensor> {
-    if let Some(q2) = sink_decode_pad(q, params)? {
-        return flash_attn_with(&q2, k, v, params)?.narrow(1, 1, 1);
+    if let Some((q2, p2)) = sink_decode_pad(q, kv_len(k), params)? {
+        return flash_attn_with(&q2, k, v, &p2)?.narrow(1, 1, 1);
     }
     let mut p = ready_params(params)?;
     let mut bias = None;
@@ -638,15 +647,15 @@ pub fn flash_attn_kvcache(
             format!("{:?} {:?}", cache_seqlens.dtype(), cache_seqlens.dims()),
         )));
     }
+    if let Some((q2, p2)) = sink_decode_pad(q, kv_len(k_cache), params)? {
+        return flash_attn_kvcache(&q2, k_cache, v_cache, cache_seqlens, &p2)?.narrow(1, 1, 1);
+    }
     let op = FlashAttn {
         params: ready_params(params)?,
         varlen: None,
         cache_seqlens: Some(cache_seqlens.to_vec1::<u32>()?),
         bias: None,
     };
-    if let Some(q2) = sink_decode_pad(q, params)? {
-        return flash_attn_kvcache(&q2, k_cache, v_cache, cache_seqlens, params)?.narrow(1, 1, 1);
-    }
     q_ready(q)?.apply_op3(&kv_ready(k_cache)?, &kv_ready(v_cache)?, op)
 }
 

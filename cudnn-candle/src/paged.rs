@@ -178,8 +178,13 @@ pub fn flash_attn_paged(
     cache_seqlens: &Tensor,
     params: &AttnParams,
 ) -> candle_core::Result<Tensor> {
-    if let Some(q2) = crate::side::sink_decode_pad(q, params)? {
-        return flash_attn_paged(&q2, k_cache, v_cache, block_table, cache_seqlens, params)?
+    // A sequence holds at most max_blocks_per_seq * block_size keys.
+    let max_kv = match (block_table.dims(), k_cache.dims()) {
+        ([_, per_seq], [_, bs, _, _]) => per_seq.saturating_mul(*bs),
+        _ => usize::MAX,
+    };
+    if let Some((q2, p2)) = crate::side::sink_decode_pad(q, max_kv, params)? {
+        return flash_attn_paged(&q2, k_cache, v_cache, block_table, cache_seqlens, &p2)?
             .narrow(1, 1, 1);
     }
     let op = PagedAttn {

@@ -162,6 +162,20 @@ pub fn mask(p: &AttnParams, seq_q: usize, seq_kv: usize, ragged: bool) -> Result
     })
 }
 
+/// `p` with the mask of a decode step's query row reduced to what it
+/// means for that row alone, the last of its sequence (at `d = len - 1`):
+/// a right bound (causal included) hides no key from it, so it goes (as
+/// FlashAttention turns causal off for one query row); a left window
+/// `l >= max_kv - 1` reaches key 0 of every sequence, so it goes too.
+/// `max_kv` is the most keys a sequence can have (dense: `seq_kv`; KV
+/// cache: its capacity). A decode step with sinks runs on two query rows
+/// with this mask (a causal mask there would be bottom-right with
+/// `seq_q = 2 > seq_kv` when `seq_kv = 1`, which cuDNN refuses).
+pub fn single_row_mask(p: &AttnParams, max_kv: usize) -> AttnParams {
+    let left = p.window_size_left.filter(|&l| l.saturating_add(1) < max_kv);
+    p.clone().window(left, None)
+}
+
 /// The graph dtype of a candle dtype: f16 and bf16 (cuDNN's fused attention).
 ///
 /// # Errors

@@ -85,18 +85,33 @@ pub(crate) fn ready_params(p: &AttnParams) -> candle_core::Result<AttnParams> {
 
 /// A decode step (`seq_q = 1`) with sinks, which cuDNN does not take (NVIDIA's
 /// frontend refuses a sink for a single query row): q with a copy of its
-/// row before it (`seq_q = 2`); the caller keeps row 1. Exact: the real row
-/// is the last, so its bottom-right diagonal position (`s_kv - 1`, or
-/// `len - 1` per sequence) and its mask are the same as alone, and the
-/// dummy row's output is dropped (its gradient is zero: it joins no loss).
+/// row before it (`seq_q = 2`) and `p`'s mask reduced to what it means for
+/// that single row; the caller keeps row 1. Exact: the real row is the
+/// last, so its bottom-right diagonal position (`s_kv - 1`, or `len - 1`
+/// per sequence) is the same as alone, and the dummy row's output is
+/// dropped (its gradient is zero: it joins no loss).
+///
+/// The reduction (FlashAttention also turns causal off for one query row):
+/// a right bound (causal included) hides nothing from the last row, so it
+/// goes; a left window `l >= max_kv - 1` reaches key 0 of every sequence,
+/// so it goes too. `max_kv` is the most keys a sequence can have (dense:
+/// `seq_kv`; KV cache: its capacity). Without it the two rows would be
+/// masked bottom-right with `seq_q = 2 > seq_kv = 1`, which cuDNN refuses.
 ///
 /// # Errors
 /// candle's.
-pub(crate) fn sink_decode_pad(q: &Tensor, p: &AttnParams) -> candle_core::Result<Option<Tensor>> {
+pub(crate) fn sink_decode_pad(
+    q: &Tensor,
+    max_kv: usize,
+    p: &AttnParams,
+) -> candle_core::Result<Option<(Tensor, AttnParams)>> {
     if p.sinks.is_none() || q.rank() != 4 || q.dim(1)? != 1 {
         return Ok(None);
     }
-    Ok(Some(Tensor::cat(&[q, q], 1)?))
+    Ok(Some((
+        Tensor::cat(&[q, q], 1)?,
+        params::single_row_mask(p, max_kv),
+    )))
 }
 
 /// FlashAttention's ALiBi with `p`'s window as a score bias `(1, heads,
@@ -147,7 +162,8 @@ mod tests {
             .unwrap();
         let sinks = Tensor::zeros(2, CDType::F32, &Device::Cpu).unwrap();
         let p = AttnParams::new(1.0).sinks(Some(sinks));
-        let q2 = sink_decode_pad(&q, &p).unwrap().unwrap();
+        let (q2, p2) = sink_decode_pad(&q, 5, &p).unwrap().unwrap();
+        assert_eq!(p2, p);
         assert_eq!(q2.dims(), [2, 2, 2, 4]);
         for row in 0..2 {
             let r = q2.narrow(1, row, 1).unwrap().flatten_all().unwrap();
@@ -157,11 +173,44 @@ mod tests {
             );
         }
         assert!(
-            sink_decode_pad(&q, &AttnParams::new(1.0))
+            sink_decode_pad(&q, 5, &AttnParams::new(1.0))
                 .unwrap()
                 .is_none()
         );
         let q3 = Tensor::zeros((1, 3, 2, 4), CDType::F32, &Device::Cpu).unwrap();
-        assert!(sink_decode_pad(&q3, &p).unwrap().is_none());
+        assert!(sink_decode_pad(&q3, 5, &p).unwrap().is_none());
+    }
+
+    /// The last row of a decode step at `d = s_kv - 1` sees `j` in `[d - l,
+    /// d + r]` (FlashAttention's local rule): the reduced params mask
+    /// exactly the same keys of that row, for every window, and never
+    /// keep a right bound (causal is off, as FlashAttention does for one
+    /// query row).
+    #[test]
+    fn single_row_mask_keeps_what_the_last_row_sees() {
+        for skv in 1..9usize {
+            for l in [None, Some(0), Some(1), Some(3), Some(7), Some(8), Some(20)] {
+                for r in [None, Some(0), Some(1), Some(5)] {
+                    let p = AttnParams::new(1.0).window(l, r);
+                    let p2 = single_row_mask(&p, skv);
+                    assert_eq!(p2.window_size_right, None);
+                    let d = skv as i64 - 1;
+                    for j in 0..skv as i64 {
+                        let want = l.is_none_or(|l| j >= d - l as i64)
+                            && r.is_none_or(|r| j <= d + r as i64);
+                        let got = p2.window_size_left.is_none_or(|l| j >= d - l as i64);
+                        assert_eq!(got, want, "skv {skv} l {l:?} r {r:?} j {j}");
+                    }
+                    if skv == 1 {
+                        assert_eq!(p2.window_size_left, None);
+                    }
+                }
+            }
+        }
+        // The padded call's mask is then one cuDNN takes: no causal bound,
+        // and no window when s_kv = 1 (two query rows, one key).
+        let p = AttnParams::new(1.0).causal(true).window(Some(0), Some(0));
+        let m = crate::params::mask(&single_row_mask(&p, 1), 2, 1, false).unwrap();
+        assert!(!m.causal && m.window.is_none());
     }
 }

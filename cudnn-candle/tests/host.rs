@@ -411,6 +411,43 @@ fn main() {
             expect_layout(plan.io(), names::O, od, bshd(od))?;
             Ok(())
         }),
+        host("plan_h200_flash_attn_sinks_decode_one_key", || {
+            // A sinks decode step on a one-key cache (seq_kv = 1), causal or
+            // left-windowed: FlashAttention takes it (one query row: causal
+            // changes nothing). As padded to two rows with the mask kept,
+            // cuDNN refuses it (bottom-right causal with seq_q 2 > seq_kv 1);
+            // with the single row's mask (single_row_mask) it plans, with
+            // and without the ALiBi score bias.
+            let sinks = Tensor::zeros(8, CDType::F32, &Device::Cpu)?;
+            let target = Target::preset("h200")?;
+            for p in [
+                AttnParams::new(0.125).causal(true),
+                AttnParams::new(0.125).window(Some(0), None),
+                AttnParams::new(0.125).window(Some(0), Some(0)),
+            ] {
+                let p = p.sinks(Some(sinks.clone()));
+                let kept = dense(4, 2, 1, 8, 2, 64, &p);
+                let refused = graphs::forward(&kept.cfg, &kept.strides)
+                    .and_then(|g| g.build())
+                    .and_then(|g| Plan::build(&g, &target, &Policy::default()));
+                match refused {
+                    Err(e) => eprintln!("  unreduced mask refused: {e}"),
+                    Ok(_) => panic!("the unreduced mask plans: {p:?}"),
+                }
+                let reduced = params::single_row_mask(&p, 1);
+                assert_eq!(
+                    (reduced.window_size_left, reduced.window_size_right),
+                    (None, None)
+                );
+                let r = dense(4, 2, 1, 8, 2, 64, &reduced);
+                assert!(r.cfg.sink);
+                plans_for_h200(&r.cfg, &r.strides)?;
+                let cfg = params::alibi::with_alibi_bias(r.cfg.clone());
+                assert_eq!(cfg.bias_spec()?.dims(), [1, 8, 2, 1]);
+                plans_for_h200(&cfg, &r.strides)?;
+            }
+            Ok(())
+        }),
         host("plan_h200_flash_attn_sinks", || {
             let sinks = Tensor::zeros(8, CDType::F32, &Device::Cpu)?;
             for p in [
