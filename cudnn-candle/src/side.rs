@@ -115,9 +115,12 @@ pub(crate) fn sink_decode_pad(
 }
 
 /// FlashAttention's ALiBi with `p`'s window as a score bias `(1, heads,
-/// seq_q, seq_kv)` f32 on the slopes' device: `slope[h] * -|i + seq_kv -
-/// seq_q - j|`, `-inf` where the window hides the key (the factors from
-/// [`params::alibi::alibi_bias`]). The slopes are constants (detached).
+/// seq_q, seq_kv)` f32 on the slopes' device: `slope[h] * -|d - j|` with
+/// `d = i + seq_kv - seq_q`, `-inf` where the window hides the key
+/// ([`params::alibi::alibi_window`]). Built on the device from two
+/// `arange`s (the host holds `seq_q + seq_kv` integers, never the
+/// `seq_q x seq_kv` matrix; a device allocation that fails is candle's
+/// error, not an abort). The slopes are constants (detached).
 ///
 /// # Errors
 /// Slopes not f32 `(heads,)`, a row that sees no key (typed, naming
@@ -136,22 +139,49 @@ pub(crate) fn alibi_bias_tensor(
             format!("{:?} {:?}", slopes.dtype(), slopes.dims()),
         )));
     }
-    let ab = params::alibi::alibi_bias(p, sq, skv).c()?;
+    let w = params::alibi::alibi_window(p, sq, skv).c()?;
     let dev = slopes.device();
-    let dist = Tensor::from_vec(ab.dist, (1, sq, skv), dev)?;
-    let mask = Tensor::from_vec(ab.mask, (1, sq, skv), dev)?;
-    slopes
+    let (sq64, skv64) = (
+        params::to_i64("seq_q", sq).c()?,
+        params::to_i64("seq_kv", skv).c()?,
+    );
+    // diag(i) - j, (sq, skv) i64 on the device.
+    let diag = Tensor::arange(skv64 - sq64, skv64, dev)?.reshape((sq, 1))?;
+    let cols = Tensor::arange(0i64, skv64, dev)?.reshape((1, skv))?;
+    let d = diag.broadcast_sub(&cols)?;
+    let dist = d.to_dtype(CDType::F32)?.abs()?.neg()?;
+    // j >= diag - l  <=>  diag - j <= l;  j <= diag + r  <=>  diag - j >= -r.
+    let mut sees: Option<Tensor> = None;
+    for hit in [w.left.map(|l| d.le(l)), w.right.map(|r| d.ge(-r))]
+        .into_iter()
+        .flatten()
+    {
+        let hit = hit?;
+        sees = Some(match sees {
+            None => hit,
+            Some(s) => s.minimum(&hit)?,
+        });
+    }
+    let bias = slopes
         .detach()
         .reshape((h, 1, 1))?
-        .broadcast_mul(&dist)?
-        .broadcast_add(&mask)?
-        .unsqueeze(0)?
-        .contiguous()
+        .broadcast_mul(&dist.unsqueeze(0)?)?;
+    let bias = match sees {
+        None => bias,
+        Some(s) => {
+            let ninf = Tensor::new(f32::NEG_INFINITY, dev)?.broadcast_as(bias.shape())?;
+            s.unsqueeze(0)?
+                .broadcast_as(bias.shape())?
+                .where_cond(&bias, &ninf)?
+        }
+    };
+    bias.unsqueeze(0)?.contiguous()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::params::single_row_mask;
     use candle_core::Device;
 
     #[test]

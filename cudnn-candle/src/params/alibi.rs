@@ -1,7 +1,7 @@
 //! FlashAttention's ALiBi where cuDNN's own ALiBi cannot compute it (no
 //! causal mask, a bottom-right diagonal, any right window): the slopes'
 //! distances and the mask as an additive score bias, `[1, H, S_q, S_kv]`
-//! f32, built from these host-side factors (pure functions).
+//! f32, built on the device from the window computed here (pure functions).
 
 use cudnn::graph::{AttnBias, DType, DiagonalAlignment, SdpaConfig};
 use cudnn::{Error, Result};
@@ -19,63 +19,59 @@ pub fn alibi_native(p: &AttnParams, seq_q: usize, seq_kv: usize) -> Result<bool>
     Ok(m.causal && m.diagonal == DiagonalAlignment::TopLeft)
 }
 
-/// The per-position factors of FlashAttention's ALiBi bias, `seq_q x
-/// seq_kv` row-major: `dist[i][j] = -|i + seq_kv - seq_q - j|` (the slope
-/// multiplies it; FlashAttention's causal form `slope * j` differs from it
-/// by a per-row constant only, which the softmax cancels), and `mask[i][j]`
-/// `0` where query `i` sees key `j` under FlashAttention's window rule, `-inf`
-/// elsewhere.
-#[derive(Clone, Debug, PartialEq)]
-pub struct AlibiBias {
-    /// `-|diag(i) - j|`.
-    pub dist: Vec<f32>,
-    /// `0` or `-inf`.
-    pub mask: Vec<f32>,
+/// The window of FlashAttention's ALiBi bias for one call, as the kernel
+/// applies it: query `i` sits at `d = i + seq_kv - seq_q` and sees key `j`
+/// when `j >= d - left` (if `left` is set) and `j <= d + right` (if `right`
+/// is set); the score bias is `slope * -|d - j|` there, `-inf` elsewhere.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AlibiWindow {
+    /// Keys seen left of the diagonal (`None`: all).
+    pub left: Option<i64>,
+    /// Keys seen right of the diagonal (`None`: all).
+    pub right: Option<i64>,
 }
 
-/// The factors for `p`'s window (candle-flash-attn's rule: a window side
-/// above `seq_kv` is no bound; `Some(0)` right is causal).
+/// `p`'s window as candle-flash-attn hands it to the kernel: a side above
+/// `seq_kv` is dropped, then a missing side is `seq_kv` whenever the other
+/// is set (so a left window alone also bounds the right at `d + seq_kv`,
+/// which hides keys from the first rows once `seq_q > seq_kv + 1`).
 ///
 /// # Errors
-/// A query row that would see no key (FlashAttention writes zeros there;
-/// cuDNN's softmax of an all `-inf` row is not defined), naming
-/// `alibi_slopes`; sizes past `usize`.
-pub fn alibi_bias(p: &AttnParams, seq_q: usize, seq_kv: usize) -> Result<AlibiBias> {
-    let n = seq_q
-        .checked_mul(seq_kv)
-        .filter(|&n| n <= isize::MAX as usize / 4)
-        .ok_or_else(|| {
-            Error::invalid(
-                "alibi_slopes (the bias seq_q x seq_kv)",
-                "must fit an allocation",
-                format!("{seq_q} x {seq_kv}"),
-            )
-        })?;
-    let left = p.window_size_left.filter(|&l| l <= seq_kv);
-    let right = p.window_size_right.filter(|&r| r <= seq_kv);
-    let (mut dist, mut mask) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    for i in 0..seq_q {
-        // i + seq_kv - seq_q, in i64 (it may be negative).
-        let diag = i as i64 + seq_kv as i64 - seq_q as i64;
-        let mut any = false;
-        for j in 0..seq_kv as i64 {
-            let sees = left.is_none_or(|l| j >= diag - l as i64)
-                && right.is_none_or(|r| j <= diag + r as i64);
-            any |= sees;
-            dist.push(-((diag - j).abs() as f32));
-            mask.push(if sees { 0.0 } else { f32::NEG_INFINITY });
-        }
-        if !any {
-            return Err(Error::invalid(
-                "alibi_slopes (with the window)",
-                format!(
-                    "must leave every query row a key: row {i} of seq_q {seq_q} sees none of seq_kv {seq_kv} (FlashAttention writes zeros there)"
-                ),
-                format!("{:?} / {:?}", p.window_size_left, p.window_size_right),
-            ));
-        }
+/// A query row that would see no key (row 0 when `right` is set and
+/// `seq_kv + right < seq_q`; FlashAttention writes zeros there, cuDNN's
+/// softmax of an all `-inf` row is not defined), naming `alibi_slopes`;
+/// sizes past `i64`.
+pub fn alibi_window(p: &AttnParams, seq_q: usize, seq_kv: usize) -> Result<AlibiWindow> {
+    let i = |name: &str, v: usize| super::to_i64(name, v);
+    let skv = i("seq_kv", seq_kv)?;
+    let sq = i("seq_q", seq_q)?;
+    let mut left = match p.window_size_left.filter(|&l| l <= seq_kv) {
+        Some(l) => Some(i("window_size_left", l)?),
+        None => None,
+    };
+    let mut right = match p.window_size_right.filter(|&r| r <= seq_kv) {
+        Some(r) => Some(i("window_size_right", r)?),
+        None => None,
+    };
+    if left.is_none() && right.is_some() {
+        left = Some(skv);
     }
-    Ok(AlibiBias { dist, mask })
+    if left.is_some() && right.is_none() {
+        right = Some(skv);
+    }
+    // Row i sees [max(0, d - l), min(skv - 1, d + r)]: the lower end never
+    // passes the last key (d <= skv - 1), so a row is empty only when
+    // d + r < 0, first at row 0 (d = skv - sq).
+    if let Some(r) = right.filter(|&r| skv.saturating_add(r) < sq) {
+        return Err(Error::invalid(
+            "alibi_slopes (with the window)",
+            format!(
+                "must leave every query row a key: row 0 of seq_q {seq_q} sees none of seq_kv {seq_kv} (right bound {r}; FlashAttention writes zeros there)"
+            ),
+            format!("{:?} / {:?}", p.window_size_left, p.window_size_right),
+        ));
+    }
+    Ok(AlibiWindow { left, right })
 }
 
 /// `cfg` with the ALiBi bias input: `[1, H, S_q, S_kv]` f32, no dBias.

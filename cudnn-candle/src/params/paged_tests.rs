@@ -209,32 +209,56 @@ fn sinks_are_checked() {
     assert!(dense_call(16, 16, &p.clone().sinks(Some(var.as_tensor().detach()))).is_ok());
 }
 
+/// The bias of `p` for one head of slope `slope`, built on the CPU device
+/// by the same candle ops the GPU runs, as a row-major `seq_q x seq_kv`.
+fn bias_rows(p: &AttnParams, sq: usize, skv: usize, slope: f32) -> cudnn::Result<Vec<f32>> {
+    let s = Tensor::new(&[slope], &Device::Cpu).unwrap();
+    match crate::side::alibi_bias_tensor(&s, p, (sq, skv, 1)) {
+        Ok(t) => {
+            assert_eq!(t.dims(), [1, 1, sq, skv]);
+            Ok(t.flatten_all().unwrap().to_vec1::<f32>().unwrap())
+        }
+        Err(candle_core::Error::Cuda(e)) => match e.downcast::<Error>() {
+            Ok(e) => Err(*e),
+            Err(e) => panic!("{e}"),
+        },
+        Err(e) => panic!("{e}"),
+    }
+}
+
 #[test]
 fn alibi_bias_hand_computed() {
-    use super::alibi::{alibi_bias, alibi_native};
+    use super::alibi::alibi_native;
     let ninf = f32::NEG_INFINITY;
-    // s_q 2, s_kv 4, causal: diagonals 2 and 3.
+    // s_q 2, s_kv 4, causal: diagonals 2 and 3; slope 0.5.
     let p = AttnParams::new(1.0).causal(true);
-    let b = alibi_bias(&p, 2, 4).unwrap();
-    assert_eq!(b.dist, [-2.0, -1.0, 0.0, -1.0, -3.0, -2.0, -1.0, 0.0]);
-    assert_eq!(b.mask, [0.0, 0.0, 0.0, ninf, 0.0, 0.0, 0.0, 0.0]);
+    let b = bias_rows(&p, 2, 4, 0.5).unwrap();
+    assert_eq!(b, [-1.0, -0.5, 0.0, ninf, -1.5, -1.0, -0.5, 0.0]);
     assert!(!alibi_native(&p, 2, 4).unwrap());
     assert!(alibi_native(&p, 4, 4).unwrap());
     // Not causal: no mask, FlashAttention's |distance| both sides.
-    let b = alibi_bias(&AttnParams::new(1.0), 1, 3).unwrap();
-    assert_eq!((b.dist, b.mask), (vec![-2.0, -1.0, 0.0], vec![0.0; 3]));
+    let b = bias_rows(&AttnParams::new(1.0), 1, 3, 1.0).unwrap();
+    assert_eq!(b, [-2.0, -1.0, 0.0]);
     // A right window of 1 and a left one of 0 (s_q = s_kv = 3).
-    let b = alibi_bias(&AttnParams::new(1.0).window(Some(0), Some(1)), 3, 3).unwrap();
-    assert_eq!(b.mask, [0.0, 0.0, ninf, ninf, 0.0, 0.0, ninf, ninf, 0.0]);
+    let b = bias_rows(&AttnParams::new(1.0).window(Some(0), Some(1)), 3, 3, 1.0).unwrap();
+    assert_eq!(b, [0.0, -1.0, ninf, ninf, 0.0, -1.0, ninf, ninf, 0.0]);
+    // A left window alone bounds the right at d + s_kv (candle-flash-attn
+    // sets the missing side to seqlen_k): s_q 6, s_kv 4, left 1, row 0 at
+    // d = -2 sees keys up to 2, not key 3; row 1 (d = -1) sees all four.
+    let b = bias_rows(&AttnParams::new(1.0).window(Some(1), None), 6, 4, 1.0).unwrap();
+    assert_eq!(&b[..8], [-2.0, -3.0, -4.0, ninf, -1.0, -2.0, -3.0, -4.0]);
     // s_q > s_kv causal: row 0 sees nothing.
-    let e = alibi_bias(&p, 4, 2).unwrap_err();
+    let e = bias_rows(&p, 4, 2, 1.0).unwrap_err();
     assert_eq!(arg_of(&e), "alibi_slopes (with the window)");
 }
 
 proptest! {
-    /// The bias's mask is FlashAttention's rule (restated here): query `i`
-    /// at `d = i + s_kv - s_q` sees `j` in `[d - l, d + r]`, a side above
-    /// `s_kv` unbounded; the distance is `-|d - j|`.
+    /// The bias is FlashAttention's, written from its sources, not from the
+    /// crate's rule: candle-flash-attn's filter (a side above `seqlen_k` is
+    /// -1), its two "missing side = seqlen_k" lines, then mask.h's local
+    /// limits `col >= row + sk - sq - left`, `col < row + 1 + sk - sq +
+    /// right`; the bias `-slope * |row + sk - sq - col|` (FA2's non-causal
+    /// ALiBi term). A row with no key is refused.
     #[test]
     fn alibi_bias_is_flash_attentions_rule(
         sq in 1usize..12,
@@ -243,21 +267,35 @@ proptest! {
         right in proptest::option::of(0usize..14),
     ) {
         let p = AttnParams::new(1.0).window(left, right);
-        let sees = |i: usize, j: usize| {
-            let d = i as i64 + skv as i64 - sq as i64;
-            let (j, l, r) = (j as i64, left.filter(|&l| l <= skv), right.filter(|&r| r <= skv));
-            l.is_none_or(|l| j >= d - l as i64) && r.is_none_or(|r| j <= d + r as i64)
+        let (sqi, ski) = (sq as i64, skv as i64);
+        let mut wl = left.filter(|v| *v <= skv).map_or(-1, |v| v as i64);
+        let mut wr = right.filter(|v| *v <= skv).map_or(-1, |v| v as i64);
+        if wl < 0 && wr >= 0 {
+            wl = ski;
+        }
+        if wl >= 0 && wr < 0 {
+            wr = ski;
+        }
+        let local = wl >= 0 || wr >= 0;
+        let sees = |row: i64, col: i64| {
+            !local || (col >= row + ski - sqi - wl && col < row + 1 + ski - sqi + wr)
         };
-        let empty_row = (0..sq).any(|i| (0..skv).all(|j| !sees(i, j)));
-        match super::alibi::alibi_bias(&p, sq, skv) {
-            Err(_) => prop_assert!(empty_row),
+        let empty_row = (0..sqi).any(|i| (0..ski).all(|j| !sees(i, j)));
+        match bias_rows(&p, sq, skv, 0.25) {
+            Err(e) => {
+                prop_assert!(empty_row, "{e}");
+                prop_assert_eq!(arg_of(&e), "alibi_slopes (with the window)");
+            }
             Ok(b) => {
                 prop_assert!(!empty_row);
-                for i in 0..sq {
-                    for j in 0..skv {
-                        let d = i as i64 + skv as i64 - sq as i64;
-                        prop_assert_eq!(b.dist[i * skv + j], -((d - j as i64).abs() as f32));
-                        prop_assert_eq!(b.mask[i * skv + j] == 0.0, sees(i, j));
+                for i in 0..sqi {
+                    for j in 0..ski {
+                        let want = if sees(i, j) {
+                            -0.25 * (i + ski - sqi - j).abs() as f32
+                        } else {
+                            f32::NEG_INFINITY
+                        };
+                        prop_assert_eq!(b[(i * ski + j) as usize], want, "row {} col {}", i, j);
                     }
                 }
             }
