@@ -8,10 +8,13 @@ use crate::attn::flash_attn_with;
 use crate::params::AttnParams;
 
 /// FlashAttention's `flash_attn_alibi`: `alibi_slopes` f32 `(heads,)` (or
-/// `(batch, heads)` with equal rows), FlashAttention's bias `-slope *
-/// |i + s_kv - s_q - j|` added to the scaled scores. Causal with `seq_q ==
-/// seq_kv` runs cuDNN's own ALiBi (`slope * (col - row)`, equal up to a
-/// per-row constant); other calls (not causal, `seq_q != seq_kv`) a
+/// `(batch, heads)` with equal rows), the bias `-slope * |i + s_kv - s_q -
+/// j|` added to the scaled scores (FlashAttention's non-causal form; its
+/// causal form `slope * j` gives the same softmax, except with sinks, where
+/// this distance form is the one used: see
+/// [`AttnParams::alibi_slopes`](crate::AttnParams)). Causal with `seq_q ==
+/// seq_kv` runs cuDNN's own ALiBi (`slope * (col - row)`, the distance form
+/// on the keys a causal row sees); other calls (not causal, `seq_q != seq_kv`) a
 /// `(1, heads, seq_q, seq_kv)` f32 score bias holding the ALiBi terms and
 /// the mask, built on the device. Differentiable in q, k, v (the slopes
 /// are constants, as in FlashAttention).

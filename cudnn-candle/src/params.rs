@@ -21,13 +21,17 @@ pub struct AttnParams {
     /// Logit softcap: scores `s` become `softcap * tanh(s / softcap)` (Gemma 2).
     pub softcap: Option<f32>,
     /// ALiBi slopes (FlashAttention's `alibi_slopes`), f32 `(heads,)` on
-    /// q's device: FlashAttention's bias `-slope[h] * |i + s_kv - s_q - j|`
-    /// (its causal form `slope[h] * j` differs by a per-row constant, which
-    /// the softmax cancels). A dense causal call with `seq_q == seq_kv` uses
-    /// cuDNN's ALiBi (`slope * (col - row)`, top-left causal); other dense
-    /// calls (no mask, a bottom-right diagonal, any window) get the bias
-    /// and the mask as a `(1, heads, seq_q, seq_kv)` f32 score bias built
-    /// on the device (its memory grows with `seq_q * seq_kv`). Varlen,
+    /// q's device: the distance form `-slope[h] * |i + s_kv - s_q - j|`
+    /// in every call. Without sinks it equals FlashAttention's (its causal
+    /// form `slope[h] * j` differs by a per-row constant, which the softmax
+    /// cancels); with sinks it does not cancel (the sink joins the
+    /// denominator unshifted), and the distance form is the one used
+    /// (FlashAttention has no sinks). A dense causal call with `seq_q ==
+    /// seq_kv` uses cuDNN's ALiBi (`slope * (col - row)`, top-left causal:
+    /// the distance form on the keys it sees); other dense calls (no mask,
+    /// a bottom-right diagonal, any window, FlashAttention's window rule)
+    /// get the bias and the mask as a `(1, heads, seq_q, seq_kv)` f32 score
+    /// bias built on the device (its memory grows with `seq_q * seq_kv`). Varlen,
     /// KV-cache and paged calls with ALiBi are refused, typed, naming
     /// `alibi_slopes` (cuDNN's ALiBi needs a top-left diagonal, and their
     /// diagonal is bottom-right per sequence).

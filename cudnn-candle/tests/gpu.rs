@@ -9,90 +9,14 @@
 
 #[path = "gpu_parts/gemm.rs"]
 mod gemm;
+#[path = "gpu_parts/reference.rs"]
+mod reference;
 mod support;
 
-use candle_core::{D, DType, Device, Tensor, Var};
+use candle_core::{DType, Device, Tensor, Var};
 use cudnn_candle::AttnParams;
+use reference::reference;
 use support::{TestResult, gpu, run, typed};
-
-/// FlashAttention's mask rule: query `i` at diagonal `i + skv - sq`.
-fn sees(i: usize, j: usize, sq: usize, skv: usize, p: &AttnParams) -> bool {
-    let diag = i as i64 + skv as i64 - sq as i64;
-    let j = j as i64;
-    p.window_size_left.is_none_or(|l| j >= diag - l as i64)
-        && p.window_size_right.is_none_or(|r| j <= diag + r as i64)
-}
-
-/// softmax(mask(cap(scale q kᵀ) + alibi) ++ sink) v on the CPU in f32; q
-/// `(b, sq, h, d)`, k / v `(b, skv, hkv, d)`. ALiBi as FlashAttention
-/// writes it (causal: `+ slope[h] * j`, else `-slope[h] * |diag - j|`),
-/// a sink as one more logit per row whose probability is dropped.
-/// Differentiable (the row max is detached: the softmax does not depend on it).
-fn reference(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttnParams) -> candle_core::Result<Tensor> {
-    let (b, sq, h, _) = q.dims4()?;
-    let (_, skv, hkv, dk) = k.dims4()?;
-    let dv = v.dim(3)?;
-    let rep = h / hkv;
-    let heads = |t: &Tensor, d: usize| -> candle_core::Result<Tensor> {
-        t.unsqueeze(3)?
-            .broadcast_as((b, skv, hkv, rep, d))?
-            .contiguous()?
-            .reshape((b, skv, h, d))?
-            .transpose(1, 2)?
-            .contiguous()
-    };
-    let (k, v) = (heads(k, dk)?, heads(v, dv)?);
-    let q = q.transpose(1, 2)?.contiguous()?;
-    let mut s = (q.matmul(&k.t()?)? * f64::from(p.softmax_scale))?;
-    if let Some(c) = p.softcap {
-        s = ((s / f64::from(c))?.tanh()? * f64::from(c))?;
-    }
-    if let Some(a) = &p.alibi_slopes {
-        let slopes = a
-            .to_device(&Device::Cpu)?
-            .to_dtype(DType::F32)?
-            .flatten_all()?
-            .to_vec1::<f32>()?;
-        // FlashAttention's two branches: causal (no left window) `+ slope
-        // * j`; otherwise `- slope * |i + skv - sq - j|`.
-        let fa_causal = p.window_size_left.is_none() && p.window_size_right == Some(0);
-        let bias: Vec<f32> = (0..h * sq * skv)
-            .map(|x| {
-                let (i, j) = ((x / skv) % sq, x % skv);
-                let slope = slopes[x / (sq * skv)];
-                if fa_causal {
-                    slope * j as f32
-                } else {
-                    -slope * (i as f32 + skv as f32 - sq as f32 - j as f32).abs()
-                }
-            })
-            .collect();
-        s = s.broadcast_add(&Tensor::from_vec(bias, (1, h, sq, skv), &Device::Cpu)?)?;
-    }
-    let mask: Vec<f32> = (0..sq * skv)
-        .map(|x| {
-            if sees(x / skv, x % skv, sq, skv, p) {
-                0.0
-            } else {
-                f32::NEG_INFINITY
-            }
-        })
-        .collect();
-    let mut s = s.broadcast_add(&Tensor::from_vec(mask, (sq, skv), &Device::Cpu)?)?;
-    if let Some(t) = &p.sinks {
-        let col = t
-            .to_device(&Device::Cpu)?
-            .to_dtype(DType::F32)?
-            .reshape((1, h, 1, 1))?
-            .broadcast_as((b, h, sq, 1))?;
-        s = Tensor::cat(&[&s, &col], 3)?;
-    }
-    let m = s.max_keepdim(D::Minus1)?.detach();
-    let e = s.broadcast_sub(&m)?.exp()?;
-    let pr = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
-    let pr = pr.narrow(3, 0, skv)?;
-    pr.matmul(&v)?.transpose(1, 2)?.contiguous()
-}
 
 /// `p` with its slopes and sinks on `dev` (candle gives every
 /// `Device::new_cuda` its own id: the test's tensors share one).
@@ -810,6 +734,87 @@ fn main() {
                     .window(Some(9), None)
                     .sinks(Some(sinks(4))),
             )
+        }),
+        gpu("flash_attn_sinks_decode_one_key", move || {
+            // seq_kv = 1: FlashAttention takes it causal or left-windowed
+            // (one query row); the two-row pad must not keep a causal mask
+            // (bottom-right with seq_q 2 > seq_kv 1).
+            for p in [
+                AttnParams::new(s).causal(true),
+                AttnParams::new(s).window(Some(0), None),
+                AttnParams::new(s).window(Some(0), Some(0)),
+            ] {
+                forward_case((3, 1, 8, 64), (3, 1, 2, 64), bf, p.sinks(Some(sinks(8))))?;
+            }
+            // The entry point of the review's trigger, and with ALiBi.
+            let dev = cuda()?;
+            let (q, k, v) = inputs((1, 1, 8, 64), (1, 2, 8, 64), f16)?;
+            let g = |t: &Tensor| t.to_dtype(f16)?.to_device(&dev);
+            let k1 = k.narrow(1, 0, 1)?;
+            let v1 = v.narrow(1, 0, 1)?;
+            let got = cudnn_candle::flash_attn_sinks(
+                &g(&q)?,
+                &g(&k1)?,
+                &g(&v1)?,
+                &sinks(8).to_device(&dev)?,
+                s,
+                true,
+            )?;
+            let p = AttnParams::new(s).causal(true).sinks(Some(sinks(8)));
+            close("o", &got, &reference(&q, &k1, &v1, &p)?, tol(f16))?;
+            forward_case(
+                (2, 1, 8, 64),
+                (2, 1, 8, 64),
+                f16,
+                p.alibi_slopes(Some(slopes(8))),
+            )
+        }),
+        gpu("flash_attn_sinks_with_alibi", move || {
+            // Sinks and ALiBi together: the distance form (the reference
+            // uses it whenever sinks are present). Causal seq_q == seq_kv
+            // runs cuDNN's ALiBi, chunked prefill and not causal the score
+            // bias; a decode step the two-row pad and the bias.
+            let p = |causal: bool, h: usize| {
+                AttnParams::new(s)
+                    .causal(causal)
+                    .alibi_slopes(Some(slopes(h)))
+                    .sinks(Some(sinks(h)))
+            };
+            forward_case((2, 48, 8, 64), (2, 48, 2, 64), bf, p(true, 8))?;
+            forward_case((1, 16, 4, 64), (1, 40, 4, 64), f16, p(true, 4))?;
+            forward_case((1, 32, 4, 64), (1, 32, 4, 64), f16, p(false, 4))?;
+            forward_case((3, 1, 8, 64), (3, 37, 2, 64), bf, p(true, 8))?;
+            backward_case((1, 24, 4, 64), (1, 40, 4, 64), f16, p(true, 4))
+        }),
+        gpu("flash_attn_alibi_left_window_bounds_the_right", move || {
+            // A left window alone: FlashAttention bounds the right at d +
+            // seq_kv, hiding keys from the first rows when seq_q > seq_kv
+            // + 1 (here rows 0..7 of 24 against 16 keys).
+            forward_case(
+                (1, 24, 4, 64),
+                (1, 16, 4, 64),
+                f16,
+                AttnParams::new(s)
+                    .window(Some(5), None)
+                    .alibi_slopes(Some(slopes(4))),
+            )?;
+            let dev = cuda()?;
+            let (q, k, v) = inputs((1, 6, 4, 64), (1, 4, 4, 64), bf)?;
+            let g = |t: &Tensor| t.to_dtype(bf)?.to_device(&dev);
+            let sl = slopes(4);
+            let got = cudnn_candle::flash_attn_alibi_windowed(
+                &g(&q)?,
+                &g(&k)?,
+                &g(&v)?,
+                &sl.to_device(&dev)?,
+                s,
+                Some(1),
+                None,
+            )?;
+            let p = AttnParams::new(s)
+                .window(Some(1), None)
+                .alibi_slopes(Some(sl));
+            close("o", &got, &reference(&q, &k, &v, &p)?, tol(bf))
         }),
         gpu("flash_attn_paged_decode_with_sinks", move || {
             paged_case(
