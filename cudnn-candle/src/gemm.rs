@@ -11,7 +11,7 @@ use candle_core::{
     CpuStorage, CudaStorage, CustomOp2, CustomOp3, DType as CDType, Layout, Shape, Tensor,
 };
 use cudarc::driver::{CudaSlice, CudaView, DeviceRepr, ValidAsZeroBits};
-use cudnn::blas::{EpilogueArgs, GemmTypes, MatmulSpec, PlanCache};
+use cudnn::blas::{EpilogueArgs, GemmTypes, MatmulKey, MatmulSpec, PlanCache};
 use cudnn::{Error, Scale};
 
 use crate::attn::{arg, on_cuda, same_device, same_dtype};
@@ -46,6 +46,36 @@ macro_rules! elem {
 elem!(f32);
 elem!(half::f16);
 elem!(half::bf16);
+
+/// How many GEMM plans each element type's process-wide cache keeps. A
+/// plan is keyed by the whole shape (every distinct `m`, i.e. every prompt
+/// length, is a key) and the operands' alignment: at this many, a new key
+/// empties the cache first (plans in use live on through their `Arc`s;
+/// the working set is planned again, once). [`clear_gemm_plans`] empties
+/// it on demand.
+pub const GEMM_PLAN_CAPACITY: usize = 512;
+
+/// Drop the cached GEMM plans of every element type (plans in use live on
+/// while their calls run).
+pub fn clear_gemm_plans() {
+    <f32 as GemmElem>::plans().clear();
+    <half::f16 as GemmElem>::plans().clear();
+    <half::bf16 as GemmElem>::plans().clear();
+}
+
+/// How many GEMM plans are cached, all element types together (at most
+/// `3 * GEMM_PLAN_CAPACITY`).
+pub fn gemm_plan_count() -> usize {
+    <f32 as GemmElem>::plans().len()
+        + <half::f16 as GemmElem>::plans().len()
+        + <half::bf16 as GemmElem>::plans().len()
+}
+
+/// Whether a cache holding `len` plans must be emptied before a key it
+/// does not hold (`present`: it holds it) is added: at the capacity.
+fn must_evict(len: usize, present: bool) -> bool {
+    !present && len >= GEMM_PLAN_CAPACITY
+}
 
 /// The largest power of two (at most 256) dividing every address: the
 /// alignment the plan may assume (candle's views start anywhere).
@@ -145,7 +175,12 @@ impl MatmulBiasAct {
                 addrs.push(x.view().as_raw() as u64);
             }
             let spec = g.spec.with_alignment(alignment(&addrs));
-            let plan = T::plans().get_or_create(lt, &spec).c()?;
+            let cache = T::plans();
+            let key = MatmulKey::new::<T, T>(&spec, lt.workspace_size());
+            if must_evict(cache.len(), cache.contains_on(lt.device(), &key)) {
+                cache.clear();
+            }
+            let plan = cache.get_or_create(lt, &spec).c()?;
             let mut epi = EpilogueArgs::none();
             if let Some(x) = &xr {
                 epi = epi.bias(x.view());
@@ -290,5 +325,30 @@ pub fn matmul_bias_act(
     match bias {
         None => a.apply_op2_no_bwd(&b, &op),
         Some(x) => a.apply_op3_no_bwd(&b, &x.contiguous()?, &op),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bound: a cache below the capacity grows; at it, only a key it
+    /// already holds is served without emptying it; the count of plans a
+    /// stream of distinct keys leaves never passes the capacity.
+    #[test]
+    fn gemm_plan_cache_is_bounded() {
+        assert!(!must_evict(0, false));
+        assert!(!must_evict(GEMM_PLAN_CAPACITY - 1, false));
+        assert!(must_evict(GEMM_PLAN_CAPACITY, false));
+        assert!(!must_evict(GEMM_PLAN_CAPACITY, true));
+        // Every prompt length a new key: simulate the cache's size.
+        let mut len = 0usize;
+        for _ in 0..5 * GEMM_PLAN_CAPACITY {
+            if must_evict(len, false) {
+                len = 0;
+            }
+            len += 1;
+            assert!(len <= GEMM_PLAN_CAPACITY);
+        }
     }
 }

@@ -30,7 +30,7 @@
 //! | [`flash_attn_alibi`], [`flash_attn_alibi_windowed`] | same names | dense calls; cuDNN's ALiBi when causal with `seq_q == seq_kv`, else a score bias |
 //! | [`flash_attn_sinks`] | | gpt-oss sinks ([`AttnParams::sinks`]), decode included |
 //! | [`flash_attn_with`], [`flash_attn_varlen_with`] | | every option ([`AttnParams`]) |
-//! | [`matmul_bias_act`] | (candle's `broadcast_matmul` + bias + `relu` / `gelu`) | cuBLASLt epilogues; forward only |
+//! | [`matmul_bias_act`] | (candle's `broadcast_matmul` + bias + `relu` / `gelu`) | cuBLASLt epilogues; forward only; plans cached up to [`GEMM_PLAN_CAPACITY`] per element type ([`clear_gemm_plans`]) |
 //!
 //! # How it runs
 //! Each function is a candle `CustomOp3`. `cuda_fwd` checks the shapes,
@@ -80,7 +80,7 @@ pub use attn::{
     flash_attn_varlen_windowed, flash_attn_varlen_with, flash_attn_windowed, flash_attn_with,
 };
 pub use device::plans;
-pub use gemm::matmul_bias_act;
+pub use gemm::{GEMM_PLAN_CAPACITY, clear_gemm_plans, gemm_plan_count, matmul_bias_act};
 pub use paged::flash_attn_paged;
 pub use params::AttnParams;
 pub use params::gemm::Activation;

@@ -52,6 +52,29 @@ fn gemm_case(
 
 pub fn trials() -> Vec<Trial> {
     vec![
+        gpu("matmul_plan_cache_stays_bounded", || {
+            // Every prompt length is a key: more distinct m than the
+            // capacity leave at most the capacity per element type, and
+            // the last result is still candle's.
+            let dev = cuda()?;
+            let b = Tensor::randn(0f32, 1.0, (8, 8), &Device::Cpu)?;
+            let bg = b.to_device(&dev)?;
+            for m in 1..=cudnn_candle::GEMM_PLAN_CAPACITY + 40 {
+                let a = Tensor::randn(0f32, 1.0, (m, 8), &Device::Cpu)?;
+                let got = cudnn_candle::matmul_bias_act(
+                    &a.to_device(&dev)?,
+                    &bg,
+                    None,
+                    cudnn_candle::Activation::None,
+                )?;
+                assert!(cudnn_candle::gemm_plan_count() <= 3 * cudnn_candle::GEMM_PLAN_CAPACITY);
+                if m % 97 == 0 {
+                    close("d", &got, &a.matmul(&b)?, tol(DType::F32))?;
+                }
+            }
+            cudnn_candle::clear_gemm_plans();
+            Ok(())
+        }),
         gpu("matmul_bias_relu_f32", || {
             gemm_case(
                 &[33, 70],
