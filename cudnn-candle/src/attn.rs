@@ -593,7 +593,9 @@ pub(crate) fn kv_ready(t: &Tensor) -> candle_core::Result<Tensor> {
 /// # Errors
 /// A shape, dtype, device or window that does not fit (a
 /// `candle_core::Error::Cuda` holding the typed [`cudnn::Error`]);
-/// planning or running.
+/// planning or running (a causal call with `seq_q > seq_kv`, whose first
+/// rows see no key, is refused by the planning, typed `Unsupported`;
+/// FlashAttention writes zeros there).
 pub fn flash_attn_with(
     q: &Tensor,
     k: &Tensor,
@@ -632,7 +634,8 @@ pub fn flash_attn_with(
 ///
 /// # Errors
 /// As [`flash_attn_with`]; a length past the capacity or a count other
-/// than the batch (typed, naming `cache_seqlens`).
+/// than the batch, or, causal, shorter than `seq_q` (rows with no key,
+/// where FlashAttention writes zeros), typed, naming `cache_seqlens`.
 pub fn flash_attn_kvcache(
     q: &Tensor,
     k_cache: &Tensor,
@@ -741,7 +744,10 @@ fn host_seqlens(name: &str, t: &Tensor) -> candle_core::Result<Vec<u32>> {
 /// heads, head_dim_v)`. Backed by the crate's ragged (THD) attention.
 ///
 /// # Errors
-/// As [`flash_attn_with`]; the offsets' rules (typed, naming the entry).
+/// As [`flash_attn_with`]; the offsets' rules (typed, naming the entry); a
+/// causal call in which a sequence has more queries than keys (its first
+/// rows would see no key; FlashAttention writes zeros there, the crate
+/// refuses it, typed, naming `seqlens_k`).
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attn_varlen_with(
     q: &Tensor,

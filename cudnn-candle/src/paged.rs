@@ -168,8 +168,9 @@ fn host_ints(name: &str, t: &Tensor, rank: usize) -> candle_core::Result<Vec<i64
 ///
 /// # Errors
 /// As [`flash_attn_with`](crate::flash_attn_with); a table entry or a
-/// length out of range (typed, naming the entry, before any GPU work); a
-/// block size that is not a power of two.
+/// length out of range, or, causal, shorter than `seq_q` (rows with no
+/// key, where FlashAttention writes zeros) (typed, naming the entry,
+/// before any GPU work); a block size that is not a power of two.
 pub fn flash_attn_paged(
     q: &Tensor,
     k_cache: &Tensor,

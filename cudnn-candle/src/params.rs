@@ -180,6 +180,39 @@ pub fn single_row_mask(p: &AttnParams, max_kv: usize) -> AttnParams {
     p.clone().window(left, None)
 }
 
+/// A causal call must leave every query row a key: a sequence with more
+/// queries than keys (`lens_q[b] > lens_kv[b]`) has `lens_q[b] -
+/// lens_kv[b]` first rows that see none under the bottom-right diagonal.
+/// FlashAttention writes zeros there; cuDNN's softmax of a row with no key
+/// is not defined, so the crate refuses it (typed, before any GPU work)
+/// rather than return what cuDNN leaves. `name(b)` names the key length
+/// of sequence `b` in the error.
+///
+/// # Errors
+/// The first such sequence, naming its key length.
+pub(crate) fn causal_rows_see_keys(
+    m: &Mask,
+    lens_q: &[i32],
+    lens_kv: &[i32],
+    name: impl Fn(usize) -> String,
+) -> Result<()> {
+    if !m.causal {
+        return Ok(());
+    }
+    match lens_q.iter().zip(lens_kv).position(|(q, k)| q > k) {
+        None => Ok(()),
+        Some(b) => Err(Error::invalid(
+            name(b),
+            format!(
+                "must be at least the sequence's query count {} in a causal call (its first {} queries would see no key; FlashAttention writes zeros there: slice those queries off)",
+                lens_q[b],
+                lens_q[b] - lens_kv[b]
+            ),
+            lens_kv[b],
+        )),
+    }
+}
+
 /// The graph dtype of a candle dtype: f16 and bf16 (cuDNN's fused attention).
 ///
 /// # Errors
@@ -564,6 +597,9 @@ pub fn varlen(
     .ragged();
     cfg.head_dim_v = to_i64("v head_dim", dv)?;
     let cfg = apply(cfg, p, m)?;
+    causal_rows_see_keys(&m, &lens_q, &lens_kv, |b| {
+        format!("seqlens_k (sequence {b}'s length)")
+    })?;
     Ok(Varlen {
         cfg,
         lens_q,
@@ -625,6 +661,9 @@ pub fn kvcache(
     let m = mask(p, sq, cap, true)?;
     d.cfg = d.cfg.padding(true).diagonal(m.diagonal);
     let lq = i32::try_from(sq).map_err(|_| Error::invalid("q seq", "must fit i32", sq))?;
+    causal_rows_see_keys(&m, &vec![lq; b], &lens_kv, |i| {
+        format!("cache_seqlens[{i}]")
+    })?;
     Ok(KvCache {
         dense: d,
         lens_q: vec![lq; b],

@@ -448,6 +448,19 @@ fn main() {
             }
             Ok(())
         }),
+        host("dense_causal_rows_without_keys_refused_typed", || {
+            // Dense, causal, seq_q 8 > seq_kv 4: FlashAttention's rows 0..3
+            // see no key (it writes zeros there); cuDNN's planning refuses
+            // it, typed (Unsupported), before any GPU work.
+            let r = dense(1, 8, 4, 8, 8, 64, &AttnParams::new(0.125).causal(true));
+            let e = graphs::forward(&r.cfg, &r.strides)
+                .and_then(|g| g.build())
+                .and_then(|g| Plan::build(&g, &Target::preset("h200")?, &Policy::default()))
+                .err()
+                .ok_or("planned")?;
+            assert!(matches!(e, cudnn::Error::Unsupported { .. }), "{e}");
+            Ok(())
+        }),
         host("plan_h200_flash_attn_sinks", || {
             let sinks = Tensor::zeros(8, CDType::F32, &Device::Cpu)?;
             for p in [

@@ -189,6 +189,9 @@ pub fn paged(
         ])
     };
     let lq = i32::try_from(sq).map_err(|_| Error::invalid("q seq", "must fit i32", sq))?;
+    super::causal_rows_see_keys(&m, &vec![lq; b], &lens_kv, |i| {
+        format!("cache_seqlens[{i}]")
+    })?;
     Ok(Paged {
         cfg,
         q_strides: st(q)?,

@@ -290,6 +290,53 @@ fn kvcache_config() {
     }
 }
 
+/// A causal sequence with more queries than keys leaves its first rows
+/// no key (FlashAttention: query `i` at `i + len_k - len_q` sees `j <=`
+/// that, so rows `i < len_q - len_k` see none): refused, typed, naming the
+/// sequence; not causal, or as many keys as queries, accepted.
+#[test]
+fn causal_rows_without_keys_are_refused() {
+    let (qd, kd) = ([7usize, 4, 16], [6usize, 2, 16]);
+    let (qs, ks) = (contiguous(&qd), contiguous(&kd));
+    let q = a("q", &qd, &qs, CDType::BF16);
+    let k = a("k", &kd, &ks, CDType::BF16);
+    let v = Arg { name: "v", ..k };
+    let causal = AttnParams::new(1.0).causal(true);
+    // Sequence 0: 3 queries, 3 keys (row 0 sees key 0); sequence 1: 4
+    // queries, 3 keys (row 0 at diagonal -1 sees none).
+    let e = varlen(&q, &k, &v, &[0, 3, 7], &[0, 3, 6], 4, 4, &causal).unwrap_err();
+    assert_eq!(arg_of(&e), "seqlens_k (sequence 1's length)", "{e}");
+    assert!(
+        varlen(
+            &q,
+            &k,
+            &v,
+            &[0, 3, 7],
+            &[0, 3, 6],
+            4,
+            4,
+            &AttnParams::new(1.0)
+        )
+        .is_ok()
+    );
+    let (qd2, kd2) = ([7usize, 4, 16], [7usize, 2, 16]);
+    let (qs2, ks2) = (contiguous(&qd2), contiguous(&kd2));
+    let k2 = a("k", &kd2, &ks2, CDType::BF16);
+    let v2 = Arg { name: "v", ..k2 };
+    let q2 = a("q", &qd2, &qs2, CDType::BF16);
+    assert!(varlen(&q2, &k2, &v2, &[0, 3, 7], &[0, 3, 7], 4, 4, &causal).is_ok());
+    // A KV cache: two queries per sequence, lengths 5 and 1.
+    let (qd, kd) = ([2usize, 2, 4, 16], [2usize, 32, 2, 16]);
+    let (qs, ks) = (contiguous(&qd), contiguous(&kd));
+    let q = a("q", &qd, &qs, CDType::F16);
+    let k = a("k", &kd, &ks, CDType::F16);
+    let v = Arg { name: "v", ..k };
+    let e = kvcache(&q, &k, &v, &[5, 1], &causal).unwrap_err();
+    assert_eq!(arg_of(&e), "cache_seqlens[1]", "{e}");
+    assert!(kvcache(&q, &k, &v, &[5, 2], &causal).is_ok());
+    assert!(kvcache(&q, &k, &v, &[5, 1], &AttnParams::new(1.0)).is_ok());
+}
+
 proptest! {
     /// The mask built for FlashAttention's window sizes is FlashAttention's
     /// mask, key by key, wherever it is built.
@@ -363,6 +410,32 @@ proptest! {
         let max = lens.iter().copied().max().unwrap_or(0) as usize;
         let got = lengths("s", &cu, cu[cu.len() - 1] as usize, max).unwrap();
         prop_assert_eq!(got, lens.iter().map(|&l| l as i32).collect::<Vec<_>>());
+    }
+
+    /// A causal varlen call is accepted exactly when no sequence has more
+    /// queries than keys (FlashAttention's empty rows); any call without
+    /// a mask is accepted.
+    #[test]
+    fn causal_varlen_accepts_iff_every_row_sees_a_key(
+        pairs in proptest::collection::vec((1usize..10, 1usize..10), 1..5),
+        causal in any::<bool>(),
+    ) {
+        let cu = |f: &dyn Fn(&(usize, usize)) -> usize| {
+            let mut c = vec![0u32];
+            for x in &pairs {
+                c.push(c[c.len() - 1] + f(x) as u32);
+            }
+            c
+        };
+        let (cq, ck) = (cu(&|x| x.0), cu(&|x| x.1));
+        let (qd, kd) = ([cq[cq.len() - 1] as usize, 2, 16], [ck[ck.len() - 1] as usize, 2, 16]);
+        let (qs, ks) = (contiguous(&qd), contiguous(&kd));
+        let q = a("q", &qd, &qs, CDType::BF16);
+        let k = a("k", &kd, &ks, CDType::BF16);
+        let v = Arg { name: "v", ..k };
+        let r = varlen(&q, &k, &v, &cq, &ck, 9, 9, &AttnParams::new(1.0).causal(causal));
+        let empty_rows = causal && pairs.iter().any(|&(lq, lk)| lq > lk);
+        prop_assert_eq!(r.is_err(), empty_rows, "{:?}", r.err());
     }
 
     /// Varlen and KV-cache calls with any offsets, lengths and maxima: a
