@@ -684,7 +684,9 @@ pub fn flash_attn(
 ///
 /// # Errors
 /// As [`flash_attn_with`]; a right window other than `None`, `Some(0)` or
-/// one reaching the last key.
+/// one reaching the last key; a left window without a causal right bound
+/// when `seq_q > seq_kv + 1` (FlashAttention's right bound at `seq_kv`
+/// then cuts the first rows: see [`params::mask`]).
 pub fn flash_attn_windowed(
     q: &Tensor,
     k: &Tensor,

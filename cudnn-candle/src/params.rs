@@ -128,7 +128,9 @@ pub struct Mask {
 /// when `r >= s_q - 1`: no bound either way.
 ///
 /// # Errors
-/// A right window other than `None`, `Some(0)` or one that bounds no query.
+/// A right window other than `None`, `Some(0)` or one that bounds no query;
+/// a left window (up to `s_kv`) without a causal bound when `s_q > s_kv +
+/// 1` (FlashAttention's right bound at `s_kv` then cuts the first rows).
 pub fn mask(p: &AttnParams, seq_q: usize, seq_kv: usize, ragged: bool) -> Result<Mask> {
     let causal = match p.window_size_right {
         None => false,
@@ -153,6 +155,22 @@ pub fn mask(p: &AttnParams, seq_q: usize, seq_kv: usize, ragged: bool) -> Result
         ),
         _ => None,
     };
+    // candle-flash-attn keeps a left window up to seq_kv and then sets a
+    // missing right side to seq_kv: query i sees keys up to i + 2 seq_kv -
+    // seq_q only, which hides keys from the first seq_q - seq_kv - 1 rows
+    // (no bound cuDNN's band has).
+    if let Some(l) = p.window_size_left.filter(|&l| l <= seq_kv)
+        && !causal
+        && seq_q > seq_kv.saturating_add(1)
+    {
+        return Err(Error::invalid(
+            "window_size_left",
+            format!(
+                "must come with window_size_right Some(0) (causal) when seq_q {seq_q} > seq_kv {seq_kv} + 1 (FlashAttention then bounds the right at seq_kv keys past the diagonal, hiding keys from the first seq_q - seq_kv - 1 queries; cuDNN's band has no such bound)"
+            ),
+            l,
+        ));
+    }
     let masked = causal || window.is_some();
     let diagonal = if masked && (ragged || seq_q != seq_kv) {
         DiagonalAlignment::BottomRight
