@@ -448,6 +448,26 @@ fn main() {
             }
             Ok(())
         }),
+        host("plan_h200_flash_attn_sinks_with_alibi", || {
+            // Sinks with cuDNN's own ALiBi (causal, seq_q == seq_kv) and
+            // with the ALiBi score bias (chunked prefill): both plan,
+            // forward and backward.
+            let sinks = Tensor::zeros(8, CDType::F32, &Device::Cpu)?;
+            let slopes = Tensor::ones(8, CDType::F32, &Device::Cpu)?;
+            let p = AttnParams::new(0.125)
+                .causal(true)
+                .sinks(Some(sinks.clone()))
+                .alibi_slopes(Some(slopes));
+            let r = dense(2, 48, 48, 8, 2, 64, &p);
+            assert!(r.cfg.sink && r.cfg.alibi);
+            plans_for_h200(&r.cfg, &r.strides)?;
+            let p = AttnParams::new(0.125).sinks(Some(sinks));
+            let r = dense(1, 16, 40, 8, 8, 64, &p);
+            let cfg = params::alibi::with_alibi_bias(r.cfg);
+            assert!(cfg.sink);
+            plans_for_h200(&cfg, &r.strides)?;
+            Ok(())
+        }),
         host("dense_causal_rows_without_keys_refused_typed", || {
             // Dense, causal, seq_q 8 > seq_kv 4: FlashAttention's rows 0..3
             // see no key (it writes zeros there); cuDNN's planning refuses
