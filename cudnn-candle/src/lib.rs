@@ -57,7 +57,10 @@
 //! Not in this version: ALiBi in varlen, KV-cache and paged calls (refused,
 //! typed), gradients of ALiBi slopes and sinks, a paged backward (cuDNN has
 //! none), CUDA graph capture of these calls (refused, typed, while candle's
-//! stream captures), the GEMM's backward and FP8 GEMM, norms and convolution.
+//! stream captures), the GEMM's backward and FP8 GEMM, norms and convolution;
+//! FlashAttention's zero rows (a causal sequence with more queries than
+//! keys, or a left window alone cutting the first rows when `seq_q > seq_kv
+//! + 1` without ALiBi) are refused, typed, rather than computed.
 //!
 //! # Building
 //! candle-core's `cuda` feature compiles CUDA kernels with `nvcc` at build
