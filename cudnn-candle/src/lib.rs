@@ -59,8 +59,8 @@
 //! none), CUDA graph capture of these calls (refused, typed, while candle's
 //! stream captures), the GEMM's backward and FP8 GEMM, norms and convolution;
 //! FlashAttention's zero rows (a causal sequence with more queries than
-//! keys, or a left window alone cutting the first rows when `seq_q > seq_kv
-//! + 1` without ALiBi) are refused, typed, rather than computed.
+//! keys) and a left window alone that cuts the first rows (when
+//! `seq_q > seq_kv + 1`, without ALiBi) are refused, typed, not computed.
 //!
 //! # Building
 //! candle-core's `cuda` feature compiles CUDA kernels with `nvcc` at build
