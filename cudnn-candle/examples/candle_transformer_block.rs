@@ -1,7 +1,8 @@
 //! A small pre-norm transformer block in candle (RMS norm, attention with
 //! grouped-query heads, a GELU MLP) whose attention is
 //! `cudnn_candle::flash_attn`: one training step (loss and gradients) and a
-//! short decode loop against a growing KV cache, each checked against the
+//! short decode loop against a growing paged KV cache (vLLM's block-table
+//! layout, `cudnn_candle::flash_attn_paged`), each checked against the
 //! same block on candle's CPU with a plain softmax attention (an
 //! independent reference).
 //!
@@ -24,6 +25,8 @@ const DM: usize = H * HD;
 const STEPS: usize = 8;
 /// The decode loop's KV cache capacity (fixed: one attention plan for the loop).
 const CAP: usize = S + STEPS;
+/// Tokens per block of the paged decode cache (a power of two dividing CAP).
+const BLOCK: usize = 8;
 
 struct Block {
     wq: Tensor,
@@ -124,15 +127,20 @@ fn forward(
     let offset = k.dim(1)? - s;
     let p = AttnParams::new(1.0 / (HD as f32).sqrt()).causal(true);
     let a = if cudnn && cache.is_some() {
-        // A fixed-capacity cache with its valid lengths: the same graph
-        // (one plan) at every step.
+        // A paged cache in vLLM's layout: the cache's capacity cut into
+        // blocks of BLOCK tokens, `(blocks, BLOCK, kv_heads, head_dim)`,
+        // sequence `i`'s blocks listed in row `i` of the block table, and
+        // the valid lengths: the same graph (one plan) at every step.
         let len = k.dim(1)?;
-        let pad = |t: &Tensor| -> candle_core::Result<Tensor> {
+        let per_seq = CAP / BLOCK;
+        let paged = |t: &Tensor| -> candle_core::Result<Tensor> {
             let z = Tensor::zeros((b, CAP - len, HKV, HD), t.dtype(), t.device())?;
-            Tensor::cat(&[t, &z], 1)
+            Tensor::cat(&[t, &z], 1)?.reshape((b * per_seq, BLOCK, HKV, HD))
         };
-        let lens = Tensor::new(vec![len as u32; b].as_slice(), x.device())?;
-        cudnn_candle::flash_attn_kvcache(&q, &pad(&k)?, &pad(&v)?, &lens, &p)?
+        let table: Vec<i32> = (0..(b * per_seq) as i32).collect();
+        let table = Tensor::from_vec(table, (b, per_seq), x.device())?;
+        let lens = Tensor::new(vec![len as i32; b].as_slice(), x.device())?;
+        cudnn_candle::flash_attn_paged(&q, &paged(&k)?, &paged(&v)?, &table, &lens, &p)?
     } else if cudnn {
         cudnn_candle::flash_attn_with(&q, &k, &v, &p)?
     } else {
@@ -217,6 +225,42 @@ fn plan_only() -> cudnn::Result<()> {
             );
         }
     }
+    // The decode step against the paged cache.
+    let (qd, kd) = ([B, 1, H, HD], [B * CAP / BLOCK, BLOCK, HKV, HD]);
+    let (qs, ks) = (contiguous(qd), contiguous(kd));
+    let q = Arg {
+        name: "q",
+        dims: &qd,
+        strides: &qs,
+        dtype: candle_core::DType::BF16,
+    };
+    let k = Arg {
+        name: "k_cache",
+        dims: &kd,
+        strides: &ks,
+        dtype: candle_core::DType::BF16,
+    };
+    let v = Arg {
+        name: "v_cache",
+        ..k
+    };
+    let table: Vec<i64> = (0..(B * CAP / BLOCK) as i64).collect();
+    let r = params::paged(
+        &q,
+        &k,
+        &v,
+        (&[B, CAP / BLOCK], &table),
+        &[S as i64; B],
+        &AttnParams::new(1.0 / (HD as f32).sqrt()).causal(true),
+    )?;
+    let g = graphs::forward(&r.cfg, &[r.q_strides, r.kv_strides[0], r.kv_strides[1]])?;
+    let (plan, report) = Plan::build(&g.build()?, &target, &Policy::default())?;
+    println!(
+        "  paged decode step forward: {} candidates, engine {:?}, workspace {} bytes",
+        report.candidates.len(),
+        report.chosen,
+        plan.workspace_size()
+    );
     Ok(())
 }
 
@@ -268,7 +312,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         tok = (yc1 / 10.0)?;
     }
     println!(
-        "plans built during the decode loop: {} (the first step's; a fixed-capacity cache)",
+        "plans built during the decode loop: {} (the first step's; a paged cache of fixed size)",
         cudnn_candle::plans().stats().builds - builds
     );
     Ok(())

@@ -12,9 +12,10 @@ use cudarc::driver::{CudaSlice, CudaView};
 use cudnn::Error;
 
 use crate::device::{IntoCandle, to_candle};
-use crate::exec::{self, Elem, Side, count};
+use crate::exec::{self, Elem, Extras, Side, count};
 use crate::graphs::{self, bshd};
 use crate::params::{self, Arg, AttnParams};
+use crate::side::{alibi_bias_tensor, f32_view, ready_params, sink_decode_pad};
 
 /// The cumulative lengths of a varlen call (FlashAttention's `cu_seqlens`).
 #[derive(Clone, Debug)]
@@ -25,7 +26,7 @@ struct VarlenArgs {
     max_k: usize,
 }
 
-fn arg<'a>(name: &'a str, l: &'a Layout, dtype: CDType) -> Arg<'a> {
+pub(crate) fn arg<'a>(name: &'a str, l: &'a Layout, dtype: CDType) -> Arg<'a> {
     Arg {
         name,
         dims: l.dims(),
@@ -34,14 +35,14 @@ fn arg<'a>(name: &'a str, l: &'a Layout, dtype: CDType) -> Arg<'a> {
     }
 }
 
-fn on_cuda(op: &str) -> candle_core::Error {
+pub(crate) fn on_cuda(op: &str) -> candle_core::Error {
     to_candle(Error::Unsupported {
         what: format!("{op} on the CPU"),
         needs: Some("tensors on a CUDA device (cudnn-candle runs cuDNN's attention)".to_string()),
     })
 }
 
-fn view<'a, T: Elem>(
+pub(crate) fn view<'a, T: Elem>(
     s: &'a CudaStorage,
     l: &Layout,
     name: &str,
@@ -59,7 +60,7 @@ fn view<'a, T: Elem>(
 /// `b`'s element type is `a`'s (q's), the crate's typed error otherwise:
 /// checked before the buffers are viewed as q's type (candle's own
 /// `UnexpectedDType` would name no argument).
-fn same_dtype(a: &CudaStorage, b: &CudaStorage, name: &str) -> candle_core::Result<()> {
+pub(crate) fn same_dtype(a: &CudaStorage, b: &CudaStorage, name: &str) -> candle_core::Result<()> {
     if a.dtype() != b.dtype() {
         return Err(to_candle(Error::mismatch(
             format!("{name} dtype (q's)"),
@@ -70,7 +71,7 @@ fn same_dtype(a: &CudaStorage, b: &CudaStorage, name: &str) -> candle_core::Resu
     Ok(())
 }
 
-fn same_device(a: &CudaStorage, b: &CudaStorage, name: &str) -> candle_core::Result<()> {
+pub(crate) fn same_device(a: &CudaStorage, b: &CudaStorage, name: &str) -> candle_core::Result<()> {
     if a.device.id() != b.device.id() {
         return Err(to_candle(Error::mismatch(
             format!("{name} device (q's)"),
@@ -106,7 +107,7 @@ fn padded<T: Elem>(
 
 /// candle's context current on this thread (the crate's synchronous
 /// copies of lengths and offsets go to the current device).
-fn bind_context(dev: &candle_core::CudaDevice) -> candle_core::Result<()> {
+pub(crate) fn bind_context(dev: &candle_core::CudaDevice) -> candle_core::Result<()> {
     dev.cuda_stream()
         .context()
         .bind_to_thread()
@@ -120,6 +121,9 @@ struct FlashAttn {
     varlen: Option<VarlenArgs>,
     /// A KV cache's valid lengths (forward only).
     cache_seqlens: Option<Vec<u32>>,
+    /// FlashAttention's ALiBi as a score bias `(1, heads, seq_q, seq_kv)`
+    /// f32, mask included (dense calls cuDNN's ALiBi cannot serve).
+    bias: Option<Tensor>,
 }
 
 impl FlashAttn {
@@ -144,10 +148,38 @@ impl FlashAttn {
             view::<T>(k, kl, "k")?,
             view::<T>(v, vl, "v")?,
         );
+        // The side inputs' storages, held while their views are used.
+        let ga = self
+            .params
+            .alibi_slopes
+            .as_ref()
+            .map(|t| t.storage_and_layout());
+        let gs = self.params.sinks.as_ref().map(|t| t.storage_and_layout());
+        let gb = self.bias.as_ref().map(|t| t.storage_and_layout());
+        let extras = Extras {
+            bias: gb
+                .as_ref()
+                .map(|(st, l)| f32_view(st, l, q, "alibi bias"))
+                .transpose()?,
+            alibi: ga
+                .as_ref()
+                .map(|(st, l)| f32_view(st, l, q, "alibi_slopes"))
+                .transpose()?,
+            sink: gs
+                .as_ref()
+                .map(|(st, l)| f32_view(st, l, q, "sinks"))
+                .transpose()?,
+        };
         match &self.varlen {
             None => {
                 let (d, side) = match &self.cache_seqlens {
-                    None => (params::dense(&qa, &ka, &va, &self.params).c()?, None),
+                    None => {
+                        let mut d = params::dense(&qa, &ka, &va, &self.params).c()?;
+                        if self.bias.is_some() {
+                            d.cfg = params::alibi::with_alibi_bias(d.cfg);
+                        }
+                        (d, None)
+                    }
                     Some(lens) => {
                         let kc = params::kvcache(&qa, &ka, &va, lens, &self.params).c()?;
                         bind_context(dev)?;
@@ -162,8 +194,14 @@ impl FlashAttn {
                         format!("{:?}", ql.stride()),
                     )));
                 }
-                let (o, _) =
-                    exec::forward(dev, &d.cfg, &d.strides, [&qv, &kv, &vv], side.as_ref())?;
+                let (o, _) = exec::forward(
+                    dev,
+                    &d.cfg,
+                    &d.strides,
+                    [&qv, &kv, &vv],
+                    side.as_ref(),
+                    &extras,
+                )?;
                 let [b, sq, h] = [ql.dims()[0], ql.dims()[1], ql.dims()[2]];
                 let shape = Shape::from((b, sq, h, vl.dims()[3]));
                 Ok((CudaStorage::wrap_cuda_slice(o, dev.clone()), shape))
@@ -193,6 +231,7 @@ impl FlashAttn {
                     &strides,
                     [&qp.as_view(), &kp.as_view(), &vp.as_view()],
                     Some(&side),
+                    &extras,
                 )?;
                 // O holds `total_q` packed tokens first (the offsets start
                 // at 0): candle's contiguous (total_q, h, d_v) over its prefix.
@@ -294,7 +333,10 @@ impl FlashAttnBwd {
         );
         let (cfg, side) = match &self.fwd.varlen {
             None => {
-                let d = params::dense(&qa, &ka, &va, &self.fwd.params).c()?;
+                let mut d = params::dense(&qa, &ka, &va, &self.fwd.params).c()?;
+                if self.fwd.bias.is_some() {
+                    d.cfg = params::alibi::with_alibi_bias(d.cfg);
+                }
                 let [qd, kd, vd, _] = graphs::dims(&d.cfg);
                 if d.strides != [bshd(qd), bshd(kd), bshd(vd)] {
                     return Err(to_candle(Error::invalid(
@@ -375,7 +417,36 @@ impl FlashAttnBwd {
             None => (qv, kv, vv, gv),
         };
         let strides = [bshd(qd), bshd(kd), bshd(vd)];
-        let (o, stats) = exec::forward(dev, &cfg, &strides, [&qv, &kv, &vv], side.as_ref())?;
+        // The side inputs' storages, held while their views are used.
+        let ga = self
+            .fwd
+            .params
+            .alibi_slopes
+            .as_ref()
+            .map(|t| t.storage_and_layout());
+        let gs = self
+            .fwd
+            .params
+            .sinks
+            .as_ref()
+            .map(|t| t.storage_and_layout());
+        let gb = self.fwd.bias.as_ref().map(|t| t.storage_and_layout());
+        let extras = Extras {
+            bias: gb
+                .as_ref()
+                .map(|(st, l)| f32_view(st, l, q, "alibi bias"))
+                .transpose()?,
+            alibi: ga
+                .as_ref()
+                .map(|(st, l)| f32_view(st, l, q, "alibi_slopes"))
+                .transpose()?,
+            sink: gs
+                .as_ref()
+                .map(|(st, l)| f32_view(st, l, q, "sinks"))
+                .transpose()?,
+        };
+        let (o, stats) =
+            exec::forward(dev, &cfg, &strides, [&qv, &kv, &vv], side.as_ref(), &extras)?;
         let stats = stats.ok_or_else(|| {
             to_candle(Error::invalid(
                 "training forward",
@@ -404,6 +475,7 @@ impl FlashAttnBwd {
                 [&qv, &kv, &vv, &o.as_view(), &gv],
                 &stats,
                 None,
+                &extras,
                 [&mut dq, &mut dk, &mut dv],
             )?;
         } else {
@@ -416,6 +488,7 @@ impl FlashAttnBwd {
                 [&qv, &kv, &vv, &o.as_view(), &gv],
                 &stats,
                 side.as_ref(),
+                &extras,
                 [
                     &mut dqp.as_view_mut(),
                     &mut dkp.as_view_mut(),
@@ -484,7 +557,7 @@ impl CustomOp3 for FlashAttnBwd {
 /// q as the op needs it: its strides ordered (batch, seq, heads, head_dim)
 /// with the head dim contiguous (else a contiguous copy, so the output is
 /// candle-contiguous).
-fn q_ready(q: &Tensor) -> candle_core::Result<Tensor> {
+pub(crate) fn q_ready(q: &Tensor) -> candle_core::Result<Tensor> {
     if q.stride().last() == Some(&1) && params::bshd_ordered(q.dims(), q.stride()) {
         Ok(q.clone())
     } else {
@@ -492,8 +565,17 @@ fn q_ready(q: &Tensor) -> candle_core::Result<Tensor> {
     }
 }
 
+/// The key count of a dense k (or a KV cache's capacity): dim 1 of a
+/// rank-4 tensor; `usize::MAX` otherwise (the op refuses the rank).
+pub(crate) fn kv_len(k: &Tensor) -> usize {
+    match k.dims() {
+        [_, s, _, _] => *s,
+        _ => usize::MAX,
+    }
+}
+
 /// k or v as the op needs it: the head dim contiguous, no broadcast stride.
-fn kv_ready(t: &Tensor) -> candle_core::Result<Tensor> {
+pub(crate) fn kv_ready(t: &Tensor) -> candle_core::Result<Tensor> {
     let ok = t.stride().last() == Some(&1)
         && t.dims()
             .iter()
@@ -511,17 +593,32 @@ fn kv_ready(t: &Tensor) -> candle_core::Result<Tensor> {
 /// # Errors
 /// A shape, dtype, device or window that does not fit (a
 /// `candle_core::Error::Cuda` holding the typed [`cudnn::Error`]);
-/// planning or running.
+/// planning or running (a causal call with `seq_q > seq_kv`, whose first
+/// rows see no key, is refused by the planning, typed `Unsupported`;
+/// FlashAttention writes zeros there).
 pub fn flash_attn_with(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
     params: &AttnParams,
 ) -> candle_core::Result<Tensor> {
+    if let Some((q2, p2)) = sink_decode_pad(q, kv_len(k), params)? {
+        return flash_attn_with(&q2, k, v, &p2)?.narrow(1, 1, 1);
+    }
+    let mut p = ready_params(params)?;
+    let mut bias = None;
+    if let (Some(sl), 4, 4) = (p.alibi_slopes.clone(), q.rank(), k.rank()) {
+        let (sq, skv, h) = (q.dim(1)?, k.dim(1)?, q.dim(2)?);
+        if !matches!(params::alibi::alibi_native(&p, sq, skv), Ok(true)) {
+            bias = Some(alibi_bias_tensor(&sl, &p, (sq, skv, h))?);
+            p = p.alibi_slopes(None).window(None, None);
+        }
+    }
     let op = FlashAttn {
-        params: params.clone(),
+        params: p,
         varlen: None,
         cache_seqlens: None,
+        bias,
     };
     q_ready(q)?.apply_op3(&kv_ready(k)?, &kv_ready(v)?, op)
 }
@@ -537,7 +634,8 @@ pub fn flash_attn_with(
 ///
 /// # Errors
 /// As [`flash_attn_with`]; a length past the capacity or a count other
-/// than the batch (typed, naming `cache_seqlens`).
+/// than the batch, or, causal, shorter than `seq_q` (rows with no key,
+/// where FlashAttention writes zeros), typed, naming `cache_seqlens`.
 pub fn flash_attn_kvcache(
     q: &Tensor,
     k_cache: &Tensor,
@@ -552,10 +650,14 @@ pub fn flash_attn_kvcache(
             format!("{:?} {:?}", cache_seqlens.dtype(), cache_seqlens.dims()),
         )));
     }
+    if let Some((q2, p2)) = sink_decode_pad(q, kv_len(k_cache), params)? {
+        return flash_attn_kvcache(&q2, k_cache, v_cache, cache_seqlens, &p2)?.narrow(1, 1, 1);
+    }
     let op = FlashAttn {
-        params: params.clone(),
+        params: ready_params(params)?,
         varlen: None,
         cache_seqlens: Some(cache_seqlens.to_vec1::<u32>()?),
+        bias: None,
     };
     q_ready(q)?.apply_op3(&kv_ready(k_cache)?, &kv_ready(v_cache)?, op)
 }
@@ -582,7 +684,9 @@ pub fn flash_attn(
 ///
 /// # Errors
 /// As [`flash_attn_with`]; a right window other than `None`, `Some(0)` or
-/// one reaching the last key.
+/// one reaching the last key; a left window without a causal right bound
+/// when `seq_q > seq_kv + 1` (FlashAttention's right bound at `seq_kv`
+/// then cuts the first rows: see [`params::mask`]).
 pub fn flash_attn_windowed(
     q: &Tensor,
     k: &Tensor,
@@ -642,7 +746,10 @@ fn host_seqlens(name: &str, t: &Tensor) -> candle_core::Result<Vec<u32>> {
 /// heads, head_dim_v)`. Backed by the crate's ragged (THD) attention.
 ///
 /// # Errors
-/// As [`flash_attn_with`]; the offsets' rules (typed, naming the entry).
+/// As [`flash_attn_with`]; the offsets' rules (typed, naming the entry); a
+/// causal call in which a sequence has more queries than keys (its first
+/// rows would see no key; FlashAttention writes zeros there, the crate
+/// refuses it, typed, naming `seqlens_k`).
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attn_varlen_with(
     q: &Tensor,
@@ -655,7 +762,7 @@ pub fn flash_attn_varlen_with(
     params: &AttnParams,
 ) -> candle_core::Result<Tensor> {
     let op = FlashAttn {
-        params: params.clone(),
+        params: ready_params(params)?,
         varlen: Some(VarlenArgs {
             seqlens_q: host_seqlens("seqlens_q", seqlens_q)?,
             seqlens_k: host_seqlens("seqlens_k", seqlens_k)?,
@@ -663,6 +770,7 @@ pub fn flash_attn_varlen_with(
             max_k: max_seqlen_k,
         }),
         cache_seqlens: None,
+        bias: None,
     };
     q.contiguous()?
         .apply_op3(&k.contiguous()?, &v.contiguous()?, op)

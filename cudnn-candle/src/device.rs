@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use candle_core::CudaDevice;
 use cudarc::driver::CudaStream;
+use cudnn::blas::LtHandle;
 use cudnn::dnn::Handle;
 use cudnn::graph::{Graph, IoSignature, Plan, PlanCache, Policy, Target};
 use cudnn::interop::CudarcStream;
@@ -81,7 +82,10 @@ pub fn expect_layout(
 
 struct Bound {
     stream: CudarcStream,
-    handle: Handle,
+    /// Made on first use (a thread that only runs GEMMs makes none).
+    handle: Option<Handle>,
+    /// The cuBLASLt handle (GEMMs), made on first use.
+    lt: Option<LtHandle>,
 }
 
 thread_local! {
@@ -100,6 +104,38 @@ pub fn with_handle<R>(
     dev: &CudaDevice,
     f: impl FnOnce(&CudarcStream, &mut Handle, usize) -> candle_core::Result<R>,
 ) -> candle_core::Result<R> {
+    with_bound(dev, |b, ordinal| {
+        let handle = match &mut b.handle {
+            Some(h) => h,
+            slot => slot.insert(Handle::new(&b.stream).map_err(to_candle)?),
+        };
+        f(&b.stream, handle, ordinal)
+    })
+}
+
+/// Run `f` with the cuBLASLt handle bound to `dev`'s stream (candle's;
+/// made on first use on this thread, kept for the thread's life), as
+/// [`with_handle`].
+///
+/// # Errors
+/// Binding the stream, creating the handle, `f`'s.
+pub fn with_lt<R>(
+    dev: &CudaDevice,
+    f: impl FnOnce(&CudarcStream, &LtHandle) -> candle_core::Result<R>,
+) -> candle_core::Result<R> {
+    with_bound(dev, |b, _| {
+        let lt = match &mut b.lt {
+            Some(h) => h,
+            slot => slot.insert(LtHandle::new(&b.stream).map_err(to_candle)?),
+        };
+        f(&b.stream, lt)
+    })
+}
+
+fn with_bound<R>(
+    dev: &CudaDevice,
+    f: impl FnOnce(&mut Bound, usize) -> candle_core::Result<R>,
+) -> candle_core::Result<R> {
     let cs: Arc<CudaStream> = dev.cuda_stream();
     // cudarc gives every context's per-thread default stream the same
     // handle (0x2): the context tells them apart.
@@ -113,17 +149,17 @@ pub fn with_handle<R>(
             .map(|i| h.swap_remove(i).1)
     }) {
         Some(b) => b,
-        None => {
-            let stream = CudarcStream::new(&cs).map_err(to_candle)?;
-            let handle = Handle::new(&stream).map_err(to_candle)?;
-            Bound { stream, handle }
-        }
+        None => Bound {
+            stream: CudarcStream::new(&cs).map_err(to_candle)?,
+            handle: None,
+            lt: None,
+        },
     };
     let r = bound
         .stream
         .bind_to_thread()
         .map_err(to_candle)
-        .and_then(|()| f(&bound.stream, &mut bound.handle, ordinal));
+        .and_then(|()| f(&mut bound, ordinal));
     HANDLES.with(|h| h.borrow_mut().push((key, bound)));
     r
 }

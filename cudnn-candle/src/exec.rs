@@ -54,6 +54,20 @@ pub struct Side {
     seq_q: SeqLengths,
     seq_kv: SeqLengths,
     offsets: Option<[DeviceBuffer<i32>; 4]>,
+    /// A paged cache's block table (K's and V's), checked entries.
+    pages: Option<DeviceBuffer<i32>>,
+}
+
+/// The f32 side inputs of an attention, `(heads,)` each: ALiBi slopes and
+/// attention sinks (plain values: they cannot move a memory access).
+#[derive(Default)]
+pub struct Extras<'a> {
+    /// The ALiBi slopes (bound as `[1, H, 1, 1]`).
+    pub alibi: Option<CudaView<'a, f32>>,
+    /// The sink logits (bound as `[1, H, 1, 1]`; forward only).
+    pub sink: Option<CudaView<'a, f32>>,
+    /// An additive score bias `[1, H, S_q, S_kv]` (forward and backward).
+    pub bias: Option<CudaView<'a, f32>>,
 }
 
 impl Side {
@@ -86,12 +100,47 @@ impl Side {
             seq_q,
             seq_kv,
             offsets,
+            pages: None,
         })
+    }
+
+    /// A paged call's lengths and its block table: `p.table` is
+    /// [`params::paged`](crate::params::paged)'s, every entry checked in
+    /// `0..num_blocks` of `p.cfg`, and `p.lens_kv` at most `p.cfg.seq_kv`
+    /// (the keys a table row covers; checked again here).
+    ///
+    /// # Errors
+    /// As [`new`](Self::new); a config without a paged cache; the copy.
+    pub fn paged(p: &crate::params::Paged) -> Result<Self> {
+        if p.cfg.paged.is_none() {
+            return Err(Error::invalid(
+                "paged call config",
+                "must have a paged cache",
+                "None",
+            ));
+        }
+        let mut side = Self::new(&p.cfg, &p.lens_q, &p.lens_kv)?;
+        side.pages = Some(DeviceBuffer::from_host(&p.table)?);
+        Ok(side)
     }
 
     fn bind<'a>(&'a self, b: &mut Bindings<'a>) -> Result<()> {
         b.seq_lengths(names::SEQ_Q, &self.seq_q)?;
         b.seq_lengths(names::SEQ_KV, &self.seq_kv)?;
+        if let Some(t) = &self.pages {
+            for name in [names::PAGE_TABLE_K, names::PAGE_TABLE_V] {
+                // SAFETY: `t` holds `Paged::table`, whose every entry (those
+                // past a sequence's length included) `params::paged` checked
+                // in `0..num_blocks` of the config this plan was built from
+                // (the containers bound as K and V have those dims, which
+                // `input` checks); the key lengths bound above went through
+                // the checked `seq_lengths` against the plan's extent, and
+                // `SeqLengths::new` held them to `seq_kv = pages x
+                // block_size`, the keys a row covers; nothing writes `t`
+                // (owned here, freed after the work).
+                unsafe { b.input_page_table(name, t) }?;
+            }
+        }
         let Some([q, k, v, o]) = &self.offsets else {
             return Ok(());
         };
@@ -131,6 +180,29 @@ fn capturing(op: &str, status: impl std::fmt::Debug) -> Error {
     }
 }
 
+type Read<'a> = cudnn::interop::CudarcRead<'a, f32>;
+type Reads<'a> = (Option<Read<'a>>, Option<Read<'a>>, Option<Read<'a>>);
+
+/// The extras lent to the plan (read guards on candle's stream).
+fn read_extras<'a>(cs: &'a CudarcStream, e: &'a Extras<'_>) -> candle_core::Result<Reads<'a>> {
+    let mut out = (None, None, None);
+    if let Some(a) = &e.alibi {
+        // SAFETY: as in `forward`: the guard's view goes to `plan.execute`
+        // on the handle bound to `cs` only, and drops after the enqueue;
+        // the stream is not capturing (checked before this call).
+        out.0 = Some(unsafe { cs.read(a) }.c()?);
+    }
+    if let Some(s) = &e.sink {
+        // SAFETY: as above.
+        out.1 = Some(unsafe { cs.read(s) }.c()?);
+    }
+    if let Some(b) = &e.bias {
+        // SAFETY: as above.
+        out.2 = Some(unsafe { cs.read(b) }.c()?);
+    }
+    Ok(out)
+}
+
 /// Run the forward of `cfg` (inputs with `strides`, `[B, H, S, D]`
 /// order): returns O (packed BSHD, candle-contiguous `(b, s, h, d_v)`)
 /// and, in training, the statistics `[B, H, S_q, 1]` f32.
@@ -144,6 +216,7 @@ pub fn forward<T: Elem>(
     strides: &[[i64; 4]; 3],
     [q, k, v]: [&CudaView<'_, T>; 3],
     side: Option<&Side>,
+    extras: &Extras<'_>,
 ) -> candle_core::Result<(CudaSlice<T>, Option<CudaSlice<f32>>)> {
     let graph = graphs::forward(cfg, strides).c()?;
     let [_, _, _, od] = graphs::dims(cfg);
@@ -171,11 +244,21 @@ pub fn forward<T: Elem>(
             Some(s) => Some(unsafe { cs.write(s) }.c()?),
             None => None,
         };
+        let ex = read_extras(cs, extras)?;
         let mut b = plan.bindings();
         b.input(names::Q, qr.view()).c()?;
         b.input(names::K, kr.view()).c()?;
         b.input(names::V, vr.view()).c()?;
         b.output(names::O, ow.view_mut()).c()?;
+        for (name, r) in [
+            (names::ALIBI, &ex.0),
+            (names::SINK, &ex.1),
+            (names::BIAS, &ex.2),
+        ] {
+            if let Some(r) = r {
+                b.input(name, r.view()).c()?;
+            }
+        }
         if let Some(sw) = sw.as_mut() {
             b.output(names::STATS, sw.view_mut()).c()?;
         }
@@ -198,6 +281,7 @@ pub fn backward<T: Elem>(
     [q, k, v, o, d_o]: [&CudaView<'_, T>; 5],
     stats: &CudaSlice<f32>,
     side: Option<&Side>,
+    extras: &Extras<'_>,
     [dq, dk, dv]: [&mut cudarc::driver::CudaViewMut<'_, T>; 3],
 ) -> candle_core::Result<()> {
     let graph = graphs::backward(cfg).c()?;
@@ -219,11 +303,19 @@ pub fn backward<T: Elem>(
         // SAFETY: as above.
         let (dqw, dkw, dvw) = unsafe { (cs.write(dq), cs.write(dk), cs.write(dv)) };
         let (mut dqw, mut dkw, mut dvw) = (dqw.c()?, dkw.c()?, dvw.c()?);
+        // The backward graph takes the slopes, not the sinks (the
+        // statistics carry them; no dSink is asked for).
+        let ex = read_extras(cs, extras)?;
         let mut b = plan.bindings();
         b.input(names::Q, qr.view()).c()?;
         b.input(names::K, kr.view()).c()?;
         b.input(names::V, vr.view()).c()?;
         b.input(names::O, or.view()).c()?;
+        for (name, r) in [(names::ALIBI, &ex.0), (names::BIAS, &ex.2)] {
+            if let Some(r) = r {
+                b.input(name, r.view()).c()?;
+            }
+        }
         b.input(names::DO, dor.view()).c()?;
         b.input(names::STATS, sr.view()).c()?;
         b.output(names::DQ, dqw.view_mut()).c()?;

@@ -38,6 +38,17 @@ pub mod names {
     pub const RAGGED_V: &str = "ragged_v";
     /// Ragged offsets of O (and dO).
     pub const RAGGED_O: &str = "ragged_o";
+    /// The page table of K (a paged cache).
+    pub const PAGE_TABLE_K: &str = "page_table_k";
+    /// The page table of V (the same table as K's here).
+    pub const PAGE_TABLE_V: &str = "page_table_v";
+    /// The ALiBi slopes, `[1, H, 1, 1]` f32.
+    pub const ALIBI: &str = "alibi_slopes";
+    /// The attention sinks, `[1, H, 1, 1]` f32.
+    pub const SINK: &str = "sink";
+    /// An additive score bias (FlashAttention's ALiBi where cuDNN's own
+    /// cannot compute it), `[1, H, S_q, S_kv]` f32.
+    pub const BIAS: &str = "bias";
 }
 
 fn spec(cfg: &SdpaConfig, dims: [i64; 4], strides: [i64; 4]) -> Result<TensorSpec> {
@@ -84,13 +95,32 @@ pub fn dims(cfg: &SdpaConfig) -> [[i64; 4]; 4] {
     ]
 }
 
+/// The dims of K and V as the forward graph takes them: `[B, H_kv, S_kv,
+/// D]`, or with a paged cache the containers `[num_blocks, H_kv,
+/// block_size, D]`.
+pub fn kv_dims(cfg: &SdpaConfig) -> [[i64; 4]; 2] {
+    match cfg.paged {
+        Some(p) => [
+            [p.num_blocks, cfg.kv_heads, p.block_size, cfg.head_dim],
+            [p.num_blocks, cfg.kv_heads, p.block_size, cfg.head_dim_v],
+        ],
+        None => {
+            let [_, kd, vd, _] = dims(cfg);
+            [kd, vd]
+        }
+    }
+}
+
 /// The forward graph: `q`, `k`, `v` with `strides` (`[B, H, S, D]`
-/// order), output `o` (and `stats` when `cfg.is_training`).
+/// order; K and V of [`kv_dims`]), output `o` (and `stats` when
+/// `cfg.is_training`); the page tables, ALiBi slopes and sinks the config
+/// asks for are named inputs ([`names`]).
 ///
 /// # Errors
 /// The builder's (the config's rules, the strides).
 pub fn forward(cfg: &SdpaConfig, strides: &[[i64; 4]; 3]) -> Result<Graph> {
-    let [qd, kd, vd, _] = dims(cfg);
+    let [qd, _, _, _] = dims(cfg);
+    let [kd, vd] = kv_dims(cfg);
     let mut g = Graph::new();
     let q = g.input(names::Q, spec(cfg, qd, strides[0])?)?;
     let k = g.input(names::K, spec(cfg, kd, strides[1])?)?;
@@ -101,6 +131,17 @@ pub fn forward(cfg: &SdpaConfig, strides: &[[i64; 4]; 3]) -> Result<Graph> {
         g.rename(s, names::STATS)?;
     }
     name_side(&mut g, (f.seq_len_q, f.seq_len_kv), f.ragged)?;
+    for (t, n) in [
+        (f.page_table_k, names::PAGE_TABLE_K),
+        (f.page_table_v, names::PAGE_TABLE_V),
+        (f.bias.alibi_slopes, names::ALIBI),
+        (f.bias.bias, names::BIAS),
+        (f.softmax.sink, names::SINK),
+    ] {
+        if let Some(t) = t {
+            g.rename(t, n)?;
+        }
+    }
     Ok(g)
 }
 
@@ -123,5 +164,13 @@ pub fn backward(cfg: &SdpaConfig) -> Result<Graph> {
     g.rename(b.dk, names::DK)?;
     g.rename(b.dv, names::DV)?;
     name_side(&mut g, (b.seq_len_q, b.seq_len_kv), b.ragged)?;
+    for (t, n) in [
+        (b.bias.alibi_slopes, names::ALIBI),
+        (b.bias.bias, names::BIAS),
+    ] {
+        if let Some(t) = t {
+            g.rename(t, n)?;
+        }
+    }
     Ok(g)
 }

@@ -1,8 +1,10 @@
 //! cuDNN attention, convolution and norms on [candle](https://docs.rs/candle-core) tensors,
 //! through [`cudnn`](https://docs.rs/cudnn-rs)'s graphs. Attention: forward and
 //! backward (candle's autograd), causal, sliding windows, logit softcap,
-//! grouped-query attention and varlen (packed) batches, with the argument
-//! conventions of `candle-flash-attn` so switching is a one-line change:
+//! ALiBi, attention sinks, grouped-query attention, varlen (packed) batches
+//! and paged-KV decode (vLLM block tables), with the argument conventions
+//! of `candle-flash-attn` so switching is a one-line change; and GEMM
+//! through cuBLASLt with fused bias / ReLU / GELU epilogues:
 //!
 //! ```no_run
 //! # fn main() -> candle_core::Result<()> {
@@ -24,11 +26,15 @@
 //! | [`flash_attn_softcap`] | `softcap` | Gemma 2 |
 //! | [`flash_attn_varlen`], [`flash_attn_varlen_windowed`] | same names | `seqlens` read to the host |
 //! | [`flash_attn_kvcache`] | `flash_attn_with_kvcache` (`cache_seqlens`) | fixed capacity: one plan per decode loop |
+//! | [`flash_attn_paged`] | `flash_attn_with_kvcache` (`block_table`) | vLLM / mistral.rs layout; table checked on the host |
+//! | [`flash_attn_alibi`], [`flash_attn_alibi_windowed`] | same names | dense calls; cuDNN's ALiBi when causal with `seq_q == seq_kv`, else a score bias |
+//! | [`flash_attn_sinks`] | | gpt-oss sinks ([`AttnParams::sinks`]), decode included |
 //! | [`flash_attn_with`], [`flash_attn_varlen_with`] | | every option ([`AttnParams`]) |
 //! | [`conv2d`] | candle's `Tensor::conv2d` | NCHW; f32, f16, bf16; backward: data and filter gradients |
 //! | [`conv2d_with`] | | + bias `(K)` and an [`Activation`] ([`Conv2dParams`]); conv + bias + ReLU in one graph (ReLU after it where that does not plan); ReLU's gradient 0 at 0 |
 //! | [`layer_norm`] | candle-nn's `ops::layer_norm` | over the last dim; bias optional; eps in (0, 1]; backward: two graphs (statistics, then dx / dweight / dbias) |
 //! | [`rms_norm`] | candle-nn's `ops::rms_norm` | optional bias; eps in (0, 1]; backward: two graphs |
+//! | [`matmul_bias_act`] | (candle's `broadcast_matmul` + bias + `relu` / `gelu`) | cuBLASLt epilogues; forward only; plans cached up to [`GEMM_PLAN_CAPACITY`] per element type ([`clear_gemm_plans`]) |
 //!
 //! # How it runs
 //! Each function is a candle `CustomOp3`. `cuda_fwd` checks the shapes,
@@ -65,10 +71,14 @@
 //! contiguous and 16-byte aligned at their start (cuDNN's rule for bound
 //! memory); otherwise they are copied first, as candle's own ops accept them.
 //!
-//! Not in this version: ALiBi, paged KV (block tables), attention sinks, CUDA
-//! graph capture of these calls (refused, typed, while candle's stream
-//! captures), GEMM entry points; for `conv2d`: GELU / SiLU / ReLU without a
-//! bias fused into the convolution's graph (cuDNN fuses them only on NHWC
+//! Not in this version: ALiBi in varlen, KV-cache and paged calls (refused,
+//! typed), gradients of ALiBi slopes and sinks, a paged backward (cuDNN has
+//! none), CUDA graph capture of these calls (refused, typed, while candle's
+//! stream captures), the GEMM's backward and FP8 GEMM; FlashAttention's zero
+//! rows (a causal sequence with more queries than keys) and a left window
+//! alone that cuts the first rows (when `seq_q > seq_kv + 1`, without ALiBi)
+//! are refused, typed, not computed; for `conv2d`: GELU / SiLU / ReLU without
+//! a bias fused into the convolution's graph (cuDNN fuses them only on NHWC
 //! tensors; here they run as candle ops on the result), NHWC inputs used as
 //! they are, 1-d / 3-d and transposed convolution.
 //!
@@ -77,20 +87,25 @@
 //! time: see the repository README (`cargo xtask fetch-libs --stack
 //! candle` provides the toolkit from NVIDIA's wheels).
 
+mod alibi;
 pub mod attn;
 pub mod conv;
 #[doc(hidden)]
 pub mod conv_graphs;
 pub mod device;
 mod exec;
+mod gemm;
 pub mod graphs;
 pub mod norm;
 #[doc(hidden)]
 pub mod norm_graphs;
+mod paged;
 pub mod params;
 #[doc(hidden)]
 pub mod run;
+mod side;
 
+pub use alibi::{flash_attn_alibi, flash_attn_alibi_windowed, flash_attn_sinks};
 pub use attn::{
     flash_attn, flash_attn_kvcache, flash_attn_softcap, flash_attn_varlen,
     flash_attn_varlen_windowed, flash_attn_varlen_with, flash_attn_windowed, flash_attn_with,
@@ -98,5 +113,8 @@ pub use attn::{
 pub use conv::{conv2d, conv2d_with};
 pub use conv_graphs::{Activation, Conv2dParams};
 pub use device::plans;
+pub use gemm::{GEMM_PLAN_CAPACITY, clear_gemm_plans, gemm_plan_count, matmul_bias_act};
 pub use norm::{layer_norm, rms_norm};
+pub use paged::flash_attn_paged;
 pub use params::AttnParams;
+pub use params::gemm::MatmulActivation;

@@ -8,7 +8,7 @@ use cudnn::graph::{DType, DiagonalAlignment, SdpaConfig};
 use cudnn::{Error, Result};
 
 /// The options of one attention call, with FlashAttention's meaning.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct AttnParams {
     /// The score scale (FlashAttention's `softmax_scale`, usually `1 / sqrt(head_dim)`).
     pub softmax_scale: f32,
@@ -20,6 +20,48 @@ pub struct AttnParams {
     pub window_size_right: Option<usize>,
     /// Logit softcap: scores `s` become `softcap * tanh(s / softcap)` (Gemma 2).
     pub softcap: Option<f32>,
+    /// ALiBi slopes (FlashAttention's `alibi_slopes`), f32 `(heads,)` on
+    /// q's device: the distance form `-slope[h] * |i + s_kv - s_q - j|`
+    /// in every call. Without sinks it equals FlashAttention's (its causal
+    /// form `slope[h] * j` differs by a per-row constant, which the softmax
+    /// cancels); with sinks it does not cancel (the sink joins the
+    /// denominator unshifted), and the distance form is the one used
+    /// (FlashAttention has no sinks). A dense causal call with `seq_q ==
+    /// seq_kv` uses cuDNN's ALiBi (`slope * (col - row)`, top-left causal:
+    /// the distance form on the keys it sees); other dense calls (no mask,
+    /// a bottom-right diagonal, any window, FlashAttention's window rule)
+    /// get the bias and the mask as a `(1, heads, seq_q, seq_kv)` f32 score
+    /// bias built on the device (its memory grows with `seq_q * seq_kv`). Varlen,
+    /// KV-cache and paged calls with ALiBi are refused, typed, naming
+    /// `alibi_slopes` (cuDNN's ALiBi needs a top-left diagonal, and their
+    /// diagonal is bottom-right per sequence).
+    pub alibi_slopes: Option<candle_core::Tensor>,
+    /// Attention sinks (gpt-oss): one logit per query head, f32 (or
+    /// f16 / bf16, widened) `(heads,)` on q's device, joining every row's
+    /// softmax denominator and attending to no value. cuDNN takes no sink
+    /// with a single query row: a dense, KV-cache or paged decode step
+    /// (`seq_q = 1`) runs with a copy of the query row before it (exact:
+    /// see `sink_decode_pad`); a varlen call needs `max_seqlen_q > 1`. Constants for
+    /// autograd (the gradients of q, k, v account for them; no gradient
+    /// of the sinks: a sink tensor that tracks a gradient is refused).
+    pub sinks: Option<candle_core::Tensor>,
+}
+
+/// Equal scalars, and the same tensors (by candle's id) for the slopes and sinks.
+impl PartialEq for AttnParams {
+    fn eq(&self, o: &Self) -> bool {
+        let same = |a: &Option<candle_core::Tensor>, b: &Option<candle_core::Tensor>| match (a, b) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.id() == b.id(),
+            _ => false,
+        };
+        self.softmax_scale == o.softmax_scale
+            && self.window_size_left == o.window_size_left
+            && self.window_size_right == o.window_size_right
+            && self.softcap == o.softcap
+            && same(&self.alibi_slopes, &o.alibi_slopes)
+            && same(&self.sinks, &o.sinks)
+    }
 }
 
 impl AttnParams {
@@ -30,6 +72,8 @@ impl AttnParams {
             window_size_left: None,
             window_size_right: None,
             softcap: None,
+            alibi_slopes: None,
+            sinks: None,
         }
     }
     /// Causal (FlashAttention's `causal = true`: `window_size_right = Some(0)`).
@@ -46,6 +90,16 @@ impl AttnParams {
     /// With a logit softcap.
     pub fn softcap(mut self, softcap: Option<f32>) -> Self {
         self.softcap = softcap;
+        self
+    }
+    /// With ALiBi slopes `(heads,)` f32 (see the field).
+    pub fn alibi_slopes(mut self, slopes: Option<candle_core::Tensor>) -> Self {
+        self.alibi_slopes = slopes;
+        self
+    }
+    /// With attention sinks `(heads,)` (see the field).
+    pub fn sinks(mut self, sinks: Option<candle_core::Tensor>) -> Self {
+        self.sinks = sinks;
         self
     }
 }
@@ -74,7 +128,9 @@ pub struct Mask {
 /// when `r >= s_q - 1`: no bound either way.
 ///
 /// # Errors
-/// A right window other than `None`, `Some(0)` or one that bounds no query.
+/// A right window other than `None`, `Some(0)` or one that bounds no query;
+/// a left window (up to `s_kv`) without a causal bound when `s_q > s_kv +
+/// 1` (FlashAttention's right bound at `s_kv` then cuts the first rows).
 pub fn mask(p: &AttnParams, seq_q: usize, seq_kv: usize, ragged: bool) -> Result<Mask> {
     let causal = match p.window_size_right {
         None => false,
@@ -99,6 +155,22 @@ pub fn mask(p: &AttnParams, seq_q: usize, seq_kv: usize, ragged: bool) -> Result
         ),
         _ => None,
     };
+    // candle-flash-attn keeps a left window up to seq_kv and then sets a
+    // missing right side to seq_kv: query i sees keys up to i + 2 seq_kv -
+    // seq_q only, which hides keys from the first seq_q - seq_kv - 1 rows
+    // (no bound cuDNN's band has).
+    if let Some(l) = p.window_size_left.filter(|&l| l <= seq_kv)
+        && !causal
+        && seq_q > seq_kv.saturating_add(1)
+    {
+        return Err(Error::invalid(
+            "window_size_left",
+            format!(
+                "must come with window_size_right Some(0) (causal) when seq_q {seq_q} > seq_kv {seq_kv} + 1 (FlashAttention then bounds the right at seq_kv keys past the diagonal, hiding keys from the first seq_q - seq_kv - 1 queries; cuDNN's band has no such bound)"
+            ),
+            l,
+        ));
+    }
     let masked = causal || window.is_some();
     let diagonal = if masked && (ragged || seq_q != seq_kv) {
         DiagonalAlignment::BottomRight
@@ -110,6 +182,53 @@ pub fn mask(p: &AttnParams, seq_q: usize, seq_kv: usize, ragged: bool) -> Result
         window,
         diagonal,
     })
+}
+
+/// `p` with the mask of a decode step's query row reduced to what it
+/// means for that row alone, the last of its sequence (at `d = len - 1`):
+/// a right bound (causal included) hides no key from it, so it goes (as
+/// FlashAttention turns causal off for one query row); a left window
+/// `l >= max_kv - 1` reaches key 0 of every sequence, so it goes too.
+/// `max_kv` is the most keys a sequence can have (dense: `seq_kv`; KV
+/// cache: its capacity). A decode step with sinks runs on two query rows
+/// with this mask (a causal mask there would be bottom-right with
+/// `seq_q = 2 > seq_kv` when `seq_kv = 1`, which cuDNN refuses).
+pub fn single_row_mask(p: &AttnParams, max_kv: usize) -> AttnParams {
+    let left = p.window_size_left.filter(|&l| l.saturating_add(1) < max_kv);
+    p.clone().window(left, None)
+}
+
+/// A causal call must leave every query row a key: a sequence with more
+/// queries than keys (`lens_q[b] > lens_kv[b]`) has `lens_q[b] -
+/// lens_kv[b]` first rows that see none under the bottom-right diagonal.
+/// FlashAttention writes zeros there; cuDNN's softmax of a row with no key
+/// is not defined, so the crate refuses it (typed, before any GPU work)
+/// rather than return what cuDNN leaves. `name(b)` names the key length
+/// of sequence `b` in the error.
+///
+/// # Errors
+/// The first such sequence, naming its key length.
+pub(crate) fn causal_rows_see_keys(
+    m: &Mask,
+    lens_q: &[i32],
+    lens_kv: &[i32],
+    name: impl Fn(usize) -> String,
+) -> Result<()> {
+    if !m.causal {
+        return Ok(());
+    }
+    match lens_q.iter().zip(lens_kv).position(|(q, k)| q > k) {
+        None => Ok(()),
+        Some(b) => Err(Error::invalid(
+            name(b),
+            format!(
+                "must be at least the sequence's query count {} in a causal call (its first {} queries would see no key; FlashAttention writes zeros there: slice those queries off)",
+                lens_q[b],
+                lens_q[b] - lens_kv[b]
+            ),
+            lens_kv[b],
+        )),
+    }
 }
 
 /// The graph dtype of a candle dtype: f16 and bf16 (cuDNN's fused attention).
@@ -141,11 +260,11 @@ pub struct Arg<'a> {
     pub dtype: CDType,
 }
 
-fn to_i64(arg: &str, v: usize) -> Result<i64> {
+pub(crate) fn to_i64(arg: &str, v: usize) -> Result<i64> {
     i64::try_from(v).map_err(|_| Error::invalid(arg, "must fit i64", v))
 }
 
-fn rank(a: &Arg<'_>, want: usize, what: &str) -> Result<()> {
+pub(crate) fn rank(a: &Arg<'_>, want: usize, what: &str) -> Result<()> {
     if a.dims.len() != want || a.strides.len() != want {
         return Err(Error::invalid(
             format!("{} shape", a.name),
@@ -170,7 +289,7 @@ fn rank(a: &Arg<'_>, want: usize, what: &str) -> Result<()> {
     Ok(())
 }
 
-fn same(what: &str, a: usize, b: usize) -> Result<()> {
+pub(crate) fn same(what: &str, a: usize, b: usize) -> Result<()> {
     if a != b {
         return Err(Error::mismatch(what, a, b));
     }
@@ -216,7 +335,7 @@ fn common(q: &Arg<'_>, k: &Arg<'_>, v: &Arg<'_>, dense: bool) -> Result<DType> {
     Ok(dt)
 }
 
-fn apply(mut cfg: SdpaConfig, p: &AttnParams, m: Mask) -> Result<SdpaConfig> {
+pub(crate) fn apply(mut cfg: SdpaConfig, p: &AttnParams, m: Mask) -> Result<SdpaConfig> {
     if !p.softmax_scale.is_finite() {
         return Err(Error::invalid(
             "softmax_scale",
@@ -236,6 +355,58 @@ fn apply(mut cfg: SdpaConfig, p: &AttnParams, m: Mask) -> Result<SdpaConfig> {
             return Err(Error::invalid("softcap", "must be finite and > 0", c));
         }
         cfg = cfg.softcap(f64::from(c));
+    }
+    extras(cfg, p, m)
+}
+
+/// The ALiBi and sink options: shapes and dtypes (pure; the values stay
+/// on the device), and the masks cuDNN's ALiBi computes exactly what
+/// FlashAttention does with.
+fn extras(mut cfg: SdpaConfig, p: &AttnParams, m: Mask) -> Result<SdpaConfig> {
+    let heads = usize::try_from(cfg.heads).unwrap_or(0);
+    if let Some(t) = &p.alibi_slopes {
+        if t.dtype() != CDType::F32 || t.dims() != [heads] {
+            return Err(Error::invalid(
+                "alibi_slopes",
+                format!(
+                    "must be f32 (heads,) = ({heads},) (a (batch, heads) tensor with equal rows is taken as its first row)"
+                ),
+                format!("{:?} {:?}", t.dtype(), t.dims()),
+            ));
+        }
+        if !m.causal || m.diagonal != DiagonalAlignment::TopLeft {
+            return Err(Error::Unsupported {
+                what: format!(
+                    "alibi_slopes with {} in a varlen, KV-cache or paged call (cuDNN's ALiBi needs a causal mask aligned top-left; dense calls take FlashAttention's other ALiBi forms as a score bias, these calls do not)",
+                    if m.causal {
+                        "a bottom-right causal mask (seq_q != seq_kv, varlen, KV cache)"
+                    } else {
+                        "no causal mask"
+                    }
+                ),
+                needs: Some("a dense call (flash_attn_with / flash_attn_alibi)".to_string()),
+            });
+        }
+        cfg = cfg.alibi(true);
+    }
+    if let Some(t) = &p.sinks {
+        if t.dtype() != CDType::F32 || t.dims() != [heads] {
+            return Err(Error::invalid(
+                "sinks",
+                format!(
+                    "must be f32 (heads,) = ({heads},) (f16 / bf16 are widened by the entry points)"
+                ),
+                format!("{:?} {:?}", t.dtype(), t.dims()),
+            ));
+        }
+        if t.track_op() {
+            return Err(Error::Unsupported {
+                what: "sinks that track a gradient (the backward gives no gradient of the sinks)"
+                    .to_string(),
+                needs: Some("sinks.detach()".to_string()),
+            });
+        }
+        cfg = cfg.sink(true);
     }
     Ok(cfg)
 }
@@ -444,6 +615,9 @@ pub fn varlen(
     .ragged();
     cfg.head_dim_v = to_i64("v head_dim", dv)?;
     let cfg = apply(cfg, p, m)?;
+    causal_rows_see_keys(&m, &lens_q, &lens_kv, |b| {
+        format!("seqlens_k (sequence {b}'s length)")
+    })?;
     Ok(Varlen {
         cfg,
         lens_q,
@@ -505,6 +679,9 @@ pub fn kvcache(
     let m = mask(p, sq, cap, true)?;
     d.cfg = d.cfg.padding(true).diagonal(m.diagonal);
     let lq = i32::try_from(sq).map_err(|_| Error::invalid("q seq", "must fit i32", sq))?;
+    causal_rows_see_keys(&m, &vec![lq; b], &lens_kv, |i| {
+        format!("cache_seqlens[{i}]")
+    })?;
     Ok(KvCache {
         dense: d,
         lens_q: vec![lq; b],
@@ -512,5 +689,13 @@ pub fn kvcache(
     })
 }
 
+pub mod alibi;
+pub mod gemm;
+mod paged;
+pub use paged::{Paged, paged};
+
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod paged_tests;

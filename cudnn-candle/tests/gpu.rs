@@ -11,56 +11,23 @@
 mod conv_norm;
 #[path = "gpu/conv_norm_views.rs"]
 mod conv_norm_views;
+#[path = "gpu_parts/gemm.rs"]
+mod gemm;
+#[path = "gpu_parts/reference.rs"]
+mod reference;
 mod support;
 
-use candle_core::{D, DType, Device, Tensor, Var};
+use candle_core::{DType, Device, Tensor, Var};
 use cudnn_candle::AttnParams;
+use reference::reference;
 use support::{TestResult, gpu, run, typed};
 
-/// FlashAttention's mask rule: query `i` at diagonal `i + skv - sq`.
-fn sees(i: usize, j: usize, sq: usize, skv: usize, p: &AttnParams) -> bool {
-    let diag = i as i64 + skv as i64 - sq as i64;
-    let j = j as i64;
-    p.window_size_left.is_none_or(|l| j >= diag - l as i64)
-        && p.window_size_right.is_none_or(|r| j <= diag + r as i64)
-}
-
-/// softmax(mask(cap(scale q kᵀ))) v on the CPU in f32; q `(b, sq, h, d)`,
-/// k / v `(b, skv, hkv, d)`. Differentiable (the row max is detached: the
-/// softmax does not depend on it).
-fn reference(q: &Tensor, k: &Tensor, v: &Tensor, p: &AttnParams) -> candle_core::Result<Tensor> {
-    let (b, sq, h, _) = q.dims4()?;
-    let (_, skv, hkv, dk) = k.dims4()?;
-    let dv = v.dim(3)?;
-    let rep = h / hkv;
-    let heads = |t: &Tensor, d: usize| -> candle_core::Result<Tensor> {
-        t.unsqueeze(3)?
-            .broadcast_as((b, skv, hkv, rep, d))?
-            .contiguous()?
-            .reshape((b, skv, h, d))?
-            .transpose(1, 2)?
-            .contiguous()
-    };
-    let (k, v) = (heads(k, dk)?, heads(v, dv)?);
-    let q = q.transpose(1, 2)?.contiguous()?;
-    let mut s = (q.matmul(&k.t()?)? * f64::from(p.softmax_scale))?;
-    if let Some(c) = p.softcap {
-        s = ((s / f64::from(c))?.tanh()? * f64::from(c))?;
-    }
-    let mask: Vec<f32> = (0..sq * skv)
-        .map(|x| {
-            if sees(x / skv, x % skv, sq, skv, p) {
-                0.0
-            } else {
-                f32::NEG_INFINITY
-            }
-        })
-        .collect();
-    let s = s.broadcast_add(&Tensor::from_vec(mask, (sq, skv), &Device::Cpu)?)?;
-    let m = s.max_keepdim(D::Minus1)?.detach();
-    let e = s.broadcast_sub(&m)?.exp()?;
-    let pr = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
-    pr.matmul(&v)?.transpose(1, 2)?.contiguous()
+/// `p` with its slopes and sinks on `dev` (candle gives every
+/// `Device::new_cuda` its own id: the test's tensors share one).
+fn on(dev: &Device, p: AttnParams) -> candle_core::Result<AttnParams> {
+    let mv = |t: Option<Tensor>| t.map(|t| t.to_device(dev)).transpose();
+    let (a, s) = (mv(p.alibi_slopes.clone())?, mv(p.sinks.clone())?);
+    Ok(p.alibi_slopes(a).sinks(s))
 }
 
 fn close(name: &str, got: &Tensor, want: &Tensor, tol: f64) -> TestResult {
@@ -116,6 +83,7 @@ fn forward_case(
     p: AttnParams,
 ) -> TestResult {
     let dev = cuda()?;
+    let p = on(&dev, p)?;
     let (q, k, v) = inputs(qd, kd, dt)?;
     let g = |t: &Tensor| t.to_dtype(dt)?.to_device(&dev);
     let got = cudnn_candle::flash_attn_with(&g(&q)?, &g(&k)?, &g(&v)?, &p)?;
@@ -129,6 +97,7 @@ fn backward_case(
     p: AttnParams,
 ) -> TestResult {
     let dev = cuda()?;
+    let p = on(&dev, p)?;
     let (q, k, v) = inputs(qd, kd, dt)?;
     let w = Tensor::randn(0f32, 1.0, (qd.0, qd.1, qd.2, kd.3), &Device::Cpu)?;
     // CPU autograd of the reference.
@@ -167,15 +136,37 @@ fn varlen_case(
     p: AttnParams,
     grads: bool,
 ) -> TestResult {
-    let dev = cuda()?;
-    let total: usize = lens.iter().sum();
-    let max = lens.iter().copied().max().unwrap_or(1);
-    let (q, k, v) = inputs((1, total, h, d), (1, total, h, d), dt)?;
+    varlen_qk_case(lens, lens, (h, h), d, dt, p, grads)
+}
+
+fn cumulative(lens: &[usize]) -> Vec<u32> {
     let mut cu = vec![0u32];
     for l in lens {
         cu.push(cu[cu.len() - 1] + *l as u32);
     }
-    let cu = Tensor::new(cu.as_slice(), &dev)?;
+    cu
+}
+
+/// Packed sequences with query lengths `lens_q` and key lengths `lens_k`
+/// (heads `(h, h_kv)`) against the dense reference of each sequence alone
+/// (FlashAttention's varlen rule: each sequence's own bottom-right
+/// diagonal, query `i` at key `i + len_k - len_q`).
+fn varlen_qk_case(
+    lens_q: &[usize],
+    lens_k: &[usize],
+    (h, hkv): (usize, usize),
+    d: usize,
+    dt: DType,
+    p: AttnParams,
+    grads: bool,
+) -> TestResult {
+    let dev = cuda()?;
+    let (tq, tk): (usize, usize) = (lens_q.iter().sum(), lens_k.iter().sum());
+    let max_q = lens_q.iter().copied().max().unwrap_or(1);
+    let max_k = lens_k.iter().copied().max().unwrap_or(1);
+    let (q, k, v) = inputs((1, tq, h, d), (1, tk, hkv, d), dt)?;
+    let cu_q = Tensor::new(cumulative(lens_q).as_slice(), &dev)?;
+    let cu_k = Tensor::new(cumulative(lens_k).as_slice(), &dev)?;
     let g = |t: &Tensor| t.squeeze(0)?.to_dtype(dt)?.to_device(&dev);
     let (qg, kg, vg) = (
         Var::from_tensor(&g(&q)?)?,
@@ -186,23 +177,26 @@ fn varlen_case(
         qg.as_tensor(),
         kg.as_tensor(),
         vg.as_tensor(),
-        &cu,
-        &cu,
-        max,
-        max,
+        &cu_q,
+        &cu_k,
+        max_q,
+        max_k,
         &p,
     )?;
-    let mut at = 0;
+    let (mut at_q, mut at_k) = (0, 0);
     let mut want_parts = Vec::new();
     let (qc, kc, vc) = (
         Var::from_tensor(&q)?,
         Var::from_tensor(&k)?,
         Var::from_tensor(&v)?,
     );
-    for &l in lens {
-        let n = |t: &Var| t.as_tensor().narrow(1, at, l);
-        want_parts.push(reference(&n(&qc)?, &n(&kc)?, &n(&vc)?, &p)?);
-        at += l;
+    for (&lq, &lk) in lens_q.iter().zip(lens_k) {
+        let qn = qc.as_tensor().narrow(1, at_q, lq)?;
+        let kn = kc.as_tensor().narrow(1, at_k, lk)?;
+        let vn = vc.as_tensor().narrow(1, at_k, lk)?;
+        want_parts.push(reference(&qn, &kn, &vn, &p)?);
+        at_q += lq;
+        at_k += lk;
     }
     let want = Tensor::cat(&want_parts, 1)?;
     close("o", &o, &want.squeeze(0)?, tol(dt))?;
@@ -222,6 +216,92 @@ fn varlen_case(
         }
     }
     Ok(())
+}
+
+/// A paged cache in vLLM's layout, `steps` decode (or chunked-prefill)
+/// steps with growing lengths: each sequence against the reference on its
+/// blocks gathered on the CPU (candle's `index_select`), one plan for the
+/// loop.
+#[allow(clippy::too_many_arguments)]
+fn paged_case(
+    (b, sq, h, hkv, d): (usize, usize, usize, usize, usize),
+    (nb, bs, per_seq): (usize, usize, usize),
+    mut lens: Vec<usize>,
+    dt: DType,
+    p: AttnParams,
+    steps: usize,
+) -> TestResult {
+    let dev = cuda()?;
+    let p = on(&dev, p)?;
+    assert!(nb >= b * per_seq && nb % 7 != 0);
+    let (_, kc, vc) = inputs((1, 1, 1, d), (nb, bs, hkv, d), dt)?;
+    let (kg, vg) = (
+        kc.to_dtype(dt)?.to_device(&dev)?,
+        vc.to_dtype(dt)?.to_device(&dev)?,
+    );
+    // Distinct blocks, out of order.
+    let table: Vec<u32> = (0..b * per_seq)
+        .map(|i| ((i * 7 + 3) % nb) as u32)
+        .collect();
+    let table_g = Tensor::new(
+        table
+            .iter()
+            .map(|&x| x as i32)
+            .collect::<Vec<_>>()
+            .as_slice(),
+        &dev,
+    )?
+    .reshape((b, per_seq))?;
+    let mut builds = None;
+    for _ in 0..steps {
+        let (q, _, _) = inputs((b, sq, h, d), (1, 1, 1, 1), dt)?;
+        let cl = Tensor::new(
+            lens.iter()
+                .map(|&l| l as i32)
+                .collect::<Vec<_>>()
+                .as_slice(),
+            &dev,
+        )?;
+        let got = cudnn_candle::flash_attn_paged(
+            &q.to_dtype(dt)?.to_device(&dev)?,
+            &kg,
+            &vg,
+            &table_g,
+            &cl,
+            &p,
+        )?;
+        for (i, &l) in lens.iter().enumerate() {
+            let idx = Tensor::new(&table[i * per_seq..(i + 1) * per_seq], &Device::Cpu)?;
+            let gather = |c: &Tensor| -> candle_core::Result<Tensor> {
+                c.index_select(&idx, 0)?
+                    .reshape((1, per_seq * bs, hkv, d))?
+                    .narrow(1, 0, l)
+            };
+            let want = reference(&q.narrow(0, i, 1)?, &gather(&kc)?, &gather(&vc)?, &p)?;
+            close("o", &got.narrow(0, i, 1)?, &want, tol(dt))?;
+        }
+        let now = cudnn_candle::plans().stats().builds;
+        assert!(
+            builds.is_none_or(|b| b == now),
+            "a paged step planned again"
+        );
+        builds = Some(now);
+        lens.iter_mut()
+            .for_each(|l| *l = (*l + 1).min(per_seq * bs));
+    }
+    Ok(())
+}
+
+fn slopes(h: usize) -> Tensor {
+    Tensor::new(
+        cudnn::graph::alibi_slopes(h).expect("slopes").as_slice(),
+        &Device::Cpu,
+    )
+    .expect("a tensor")
+}
+
+fn sinks(h: usize) -> Tensor {
+    (Tensor::randn(0f32, 1.0, h, &Device::Cpu).expect("randn") * 2.0).expect("scaled")
 }
 
 fn main() {
@@ -340,6 +420,68 @@ fn main() {
                 true,
             )
         }),
+        gpu("flash_attn_varlen_decode_one_query_many_keys", move || {
+            // Decode-like: one query per sequence against keys of different
+            // lengths, causal (bottom-right: the query sees every key).
+            varlen_qk_case(
+                &[1, 1, 1],
+                &[17, 5, 40],
+                (8, 2),
+                64,
+                bf,
+                AttnParams::new(s).causal(true),
+                false,
+            )
+        }),
+        gpu(
+            "flash_attn_varlen_chunked_prefill_bottom_right",
+            move || {
+                // Fewer queries than keys per sequence, each sequence its own
+                // offset: query i sees keys up to i + len_k - len_q.
+                varlen_qk_case(
+                    &[3, 8, 1],
+                    &[10, 8, 33],
+                    (4, 4),
+                    64,
+                    f16,
+                    AttnParams::new(s).causal(true),
+                    false,
+                )
+            },
+        ),
+        gpu("flash_attn_varlen_q_ne_k_windowed", move || {
+            varlen_qk_case(
+                &[4, 6],
+                &[20, 9],
+                (4, 2),
+                64,
+                bf,
+                AttnParams::new(s).window(Some(5), Some(0)),
+                false,
+            )
+        }),
+        gpu("flash_attn_varlen_q_ne_k_not_causal", move || {
+            varlen_qk_case(
+                &[5, 2],
+                &[3, 30],
+                (2, 2),
+                64,
+                f16,
+                AttnParams::new(s),
+                false,
+            )
+        }),
+        gpu("flash_attn_varlen_q_ne_k_backward", move || {
+            varlen_qk_case(
+                &[6, 2, 9],
+                &[14, 2, 31],
+                (4, 2),
+                64,
+                f16,
+                AttnParams::new(s).causal(true),
+                true,
+            )
+        }),
         gpu("decode_loop_plans_once", move || {
             let dev = cuda()?;
             let q = Tensor::randn(0f32, 1.0, (1, 1, 8, 64), &dev)?.to_dtype(bf)?;
@@ -400,6 +542,312 @@ fn main() {
             }
             Ok(())
         }),
+        gpu("flash_attn_paged_decode_loop", move || {
+            paged_case(
+                (4, 1, 8, 2, 128),
+                (33, 16, 6),
+                vec![1, 17, 60, 96],
+                bf,
+                AttnParams::new(s).causal(true),
+                4,
+            )
+        }),
+        gpu("flash_attn_paged_chunked_prefill_f16", move || {
+            paged_case(
+                (2, 8, 4, 4, 64),
+                (9, 32, 3),
+                vec![8, 70],
+                f16,
+                AttnParams::new(s).causal(true),
+                2,
+            )
+        }),
+        gpu("flash_attn_paged_not_causal_block_1", move || {
+            paged_case(
+                (2, 1, 4, 1, 64),
+                (13, 1, 5),
+                vec![5, 2],
+                bf,
+                AttnParams::new(s),
+                1,
+            )
+        }),
+        gpu(
+            "flash_attn_paged_bad_block_is_refused_before_the_gpu",
+            move || {
+                let dev = cuda()?;
+                let q = Tensor::zeros((2, 1, 4, 64), DType::BF16, &dev)?;
+                let kc = Tensor::zeros((4, 16, 4, 64), DType::BF16, &dev)?;
+                let table = Tensor::new(&[[0i32, 1], [2, 4]], &dev)?;
+                let lens = Tensor::new(&[3i32, 17], &dev)?;
+                let e = cudnn_candle::flash_attn_paged(
+                    &q,
+                    &kc,
+                    &kc,
+                    &table,
+                    &lens,
+                    &AttnParams::new(s),
+                )
+                .expect_err("block 4 of 4");
+                match typed(&e) {
+                    Some(cudnn::Error::InvalidArgument { arg, .. }) => {
+                        assert_eq!(arg, "block_table[1][1]")
+                    }
+                    other => panic!("not the typed refusal: {other:?} ({e})"),
+                }
+                Ok(())
+            },
+        ),
+        gpu("flash_attn_alibi_causal_bf16", move || {
+            forward_case(
+                (2, 64, 8, 64),
+                (2, 64, 8, 64),
+                bf,
+                AttnParams::new(s)
+                    .causal(true)
+                    .alibi_slopes(Some(slopes(8))),
+            )
+        }),
+        gpu("flash_attn_alibi_windowed_gqa_f16", move || {
+            forward_case(
+                (1, 96, 8, 64),
+                (1, 96, 2, 64),
+                f16,
+                AttnParams::new(s)
+                    .window(Some(20), Some(0))
+                    .alibi_slopes(Some(slopes(8))),
+            )
+        }),
+        gpu("flash_attn_alibi_backward_f16", move || {
+            backward_case(
+                (1, 48, 4, 64),
+                (1, 48, 4, 64),
+                f16,
+                AttnParams::new(s)
+                    .causal(true)
+                    .alibi_slopes(Some(slopes(4))),
+            )
+        }),
+        gpu("flash_attn_alibi_batch_heads_slopes", move || {
+            // FlashAttention's (batch, heads) slopes with equal rows are
+            // served; rows that differ are refused, typed.
+            let dev = cuda()?;
+            let (q, k, v) = inputs((2, 32, 4, 64), (2, 32, 4, 64), bf)?;
+            let g = |t: &Tensor| t.to_dtype(bf)?.to_device(&dev);
+            let sl = slopes(4);
+            let both = Tensor::stack(&[&sl, &sl], 0)?.to_device(&dev)?;
+            let got = cudnn_candle::flash_attn_alibi(&g(&q)?, &g(&k)?, &g(&v)?, &both, s, true)?;
+            let p = AttnParams::new(s)
+                .causal(true)
+                .alibi_slopes(Some(sl.clone()));
+            close("o", &got, &reference(&q, &k, &v, &p)?, tol(bf))?;
+            let other = Tensor::stack(&[&sl, &(&sl * 2.0)?], 0)?.to_device(&dev)?;
+            let e = cudnn_candle::flash_attn_alibi(&g(&q)?, &g(&k)?, &g(&v)?, &other, s, true)
+                .expect_err("rows differ");
+            assert!(
+                matches!(typed(&e), Some(cudnn::Error::Unsupported { .. })),
+                "{e}"
+            );
+            // Not causal: FlashAttention's |distance| form, as a score bias.
+            let got = cudnn_candle::flash_attn_alibi(&g(&q)?, &g(&k)?, &g(&v)?, &both, s, false)?;
+            let p = AttnParams::new(s).alibi_slopes(Some(sl.clone()));
+            close("o (not causal)", &got, &reference(&q, &k, &v, &p)?, tol(bf))?;
+            Ok(())
+        }),
+        gpu("flash_attn_alibi_not_causal_f16", move || {
+            forward_case(
+                (2, 48, 4, 64),
+                (2, 48, 4, 64),
+                f16,
+                AttnParams::new(s).alibi_slopes(Some(slopes(4))),
+            )
+        }),
+        gpu("flash_attn_alibi_decode_bottom_right", move || {
+            forward_case(
+                (3, 1, 8, 128),
+                (3, 37, 2, 128),
+                bf,
+                AttnParams::new(s)
+                    .causal(true)
+                    .alibi_slopes(Some(slopes(8))),
+            )
+        }),
+        gpu("flash_attn_alibi_chunked_prefill_windowed", move || {
+            forward_case(
+                (1, 16, 4, 64),
+                (1, 48, 4, 64),
+                f16,
+                AttnParams::new(s)
+                    .window(Some(10), Some(2))
+                    .alibi_slopes(Some(slopes(4))),
+            )
+        }),
+        gpu("flash_attn_alibi_bias_backward_bf16", move || {
+            backward_case(
+                (1, 24, 4, 64),
+                (1, 40, 4, 64),
+                bf,
+                AttnParams::new(s)
+                    .causal(true)
+                    .alibi_slopes(Some(slopes(4))),
+            )
+        }),
+        gpu("flash_attn_sinks_causal_bf16", move || {
+            forward_case(
+                (2, 64, 8, 64),
+                (2, 64, 2, 64),
+                bf,
+                AttnParams::new(s).causal(true).sinks(Some(sinks(8))),
+            )
+        }),
+        gpu("flash_attn_sinks_windowed_f16", move || {
+            // gpt-oss: a sliding window on every other layer, with sinks.
+            forward_case(
+                (1, 80, 4, 64),
+                (1, 80, 4, 64),
+                f16,
+                AttnParams::new(s)
+                    .window(Some(16), Some(0))
+                    .sinks(Some(sinks(4))),
+            )
+        }),
+        gpu("flash_attn_sinks_backward_bf16", move || {
+            backward_case(
+                (1, 32, 4, 64),
+                (1, 32, 4, 64),
+                bf,
+                AttnParams::new(s).causal(true).sinks(Some(sinks(4))),
+            )
+        }),
+        gpu("flash_attn_sinks_decode_step", move || {
+            // seq_q = 1 (cuDNN takes no sink for one row): the crate runs
+            // it on two rows and keeps the last.
+            forward_case(
+                (3, 1, 8, 64),
+                (3, 37, 2, 64),
+                bf,
+                AttnParams::new(s).causal(true).sinks(Some(sinks(8))),
+            )
+        }),
+        gpu("flash_attn_sinks_decode_windowed_not_causal", move || {
+            forward_case(
+                (2, 1, 4, 64),
+                (2, 50, 4, 64),
+                f16,
+                AttnParams::new(s)
+                    .window(Some(9), None)
+                    .sinks(Some(sinks(4))),
+            )
+        }),
+        gpu("flash_attn_sinks_decode_one_key", move || {
+            // seq_kv = 1: FlashAttention takes it causal or left-windowed
+            // (one query row); the two-row pad must not keep a causal mask
+            // (bottom-right with seq_q 2 > seq_kv 1).
+            for p in [
+                AttnParams::new(s).causal(true),
+                AttnParams::new(s).window(Some(0), None),
+                AttnParams::new(s).window(Some(0), Some(0)),
+            ] {
+                forward_case((3, 1, 8, 64), (3, 1, 2, 64), bf, p.sinks(Some(sinks(8))))?;
+            }
+            // The entry point of the review's trigger, and with ALiBi.
+            let dev = cuda()?;
+            let (q, k, v) = inputs((1, 1, 8, 64), (1, 2, 8, 64), f16)?;
+            let g = |t: &Tensor| t.to_dtype(f16)?.to_device(&dev);
+            let k1 = k.narrow(1, 0, 1)?;
+            let v1 = v.narrow(1, 0, 1)?;
+            let got = cudnn_candle::flash_attn_sinks(
+                &g(&q)?,
+                &g(&k1)?,
+                &g(&v1)?,
+                &sinks(8).to_device(&dev)?,
+                s,
+                true,
+            )?;
+            let p = AttnParams::new(s).causal(true).sinks(Some(sinks(8)));
+            close("o", &got, &reference(&q, &k1, &v1, &p)?, tol(f16))?;
+            forward_case(
+                (2, 1, 8, 64),
+                (2, 1, 8, 64),
+                f16,
+                p.alibi_slopes(Some(slopes(8))),
+            )
+        }),
+        gpu("flash_attn_sinks_with_alibi", move || {
+            // Sinks and ALiBi together: the distance form (the reference
+            // uses it whenever sinks are present). Causal seq_q == seq_kv
+            // runs cuDNN's ALiBi, chunked prefill and not causal the score
+            // bias; a decode step the two-row pad and the bias.
+            let p = |causal: bool, h: usize| {
+                AttnParams::new(s)
+                    .causal(causal)
+                    .alibi_slopes(Some(slopes(h)))
+                    .sinks(Some(sinks(h)))
+            };
+            forward_case((2, 48, 8, 64), (2, 48, 2, 64), bf, p(true, 8))?;
+            forward_case((1, 16, 4, 64), (1, 40, 4, 64), f16, p(true, 4))?;
+            forward_case((1, 32, 4, 64), (1, 32, 4, 64), f16, p(false, 4))?;
+            forward_case((3, 1, 8, 64), (3, 37, 2, 64), bf, p(true, 8))?;
+            backward_case((1, 24, 4, 64), (1, 40, 4, 64), f16, p(true, 4))
+        }),
+        gpu("flash_attn_alibi_left_window_bounds_the_right", move || {
+            // A left window alone: FlashAttention bounds the right at d +
+            // seq_kv, hiding keys from the first rows when seq_q > seq_kv
+            // + 1 (here rows 0..7 of 24 against 16 keys).
+            forward_case(
+                (1, 24, 4, 64),
+                (1, 16, 4, 64),
+                f16,
+                AttnParams::new(s)
+                    .window(Some(5), None)
+                    .alibi_slopes(Some(slopes(4))),
+            )?;
+            let dev = cuda()?;
+            let (q, k, v) = inputs((1, 6, 4, 64), (1, 4, 4, 64), bf)?;
+            let g = |t: &Tensor| t.to_dtype(bf)?.to_device(&dev);
+            let sl = slopes(4);
+            let got = cudnn_candle::flash_attn_alibi_windowed(
+                &g(&q)?,
+                &g(&k)?,
+                &g(&v)?,
+                &sl.to_device(&dev)?,
+                s,
+                Some(1),
+                None,
+            )?;
+            let p = AttnParams::new(s)
+                .window(Some(1), None)
+                .alibi_slopes(Some(sl));
+            close("o", &got, &reference(&q, &k, &v, &p)?, tol(bf))
+        }),
+        gpu("flash_attn_paged_decode_with_sinks", move || {
+            paged_case(
+                (3, 1, 8, 2, 64),
+                (20, 16, 4),
+                vec![1, 30, 64],
+                bf,
+                AttnParams::new(s).causal(true).sinks(Some(sinks(8))),
+                2,
+            )
+        }),
+        gpu("flash_attn_sinks_bf16_widened", move || {
+            let dev = cuda()?;
+            let (q, k, v) = inputs((1, 16, 4, 64), (1, 16, 4, 64), bf)?;
+            let g = |t: &Tensor| t.to_dtype(bf)?.to_device(&dev);
+            let sk = sinks(4).to_dtype(bf)?;
+            let got = cudnn_candle::flash_attn_sinks(
+                &g(&q)?,
+                &g(&k)?,
+                &g(&v)?,
+                &sk.to_device(&dev)?,
+                s,
+                true,
+            )?;
+            let p = AttnParams::new(s)
+                .causal(true)
+                .sinks(Some(sk.to_dtype(DType::F32)?));
+            close("o", &got, &reference(&q, &k, &v, &p)?, tol(bf))
+        }),
         gpu("f32_is_refused_typed", || {
             let dev = cuda()?;
             let q = Tensor::zeros((1, 4, 2, 8), DType::F32, &dev)?;
@@ -413,5 +861,6 @@ fn main() {
     ];
     trials.extend(conv_norm::trials());
     trials.extend(conv_norm_views::trials());
+    trials.extend(gemm::trials());
     run(trials);
 }

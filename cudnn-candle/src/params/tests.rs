@@ -30,14 +30,27 @@ fn arg_of(e: &Error) -> String {
     }
 }
 
-/// FlashAttention's rule (its README): query `i` of `s_q`, key `j` of
-/// `s_kv`, diagonal at `i + s_kv - s_q`; keys in `[diag - left, diag +
-/// right]`, a `None` side unbounded.
+/// FlashAttention's rule, from candle-flash-attn's code and the kernel's
+/// mask.h (not from the crate's): a side above `s_kv` is -1 (unbounded);
+/// left -1 with right 0 is causal (`j <= i + s_kv - s_q`); otherwise a
+/// missing side becomes `s_kv` when the other is set, and query `i` sees
+/// `i + s_kv - s_q - left <= j < i + 1 + s_kv - s_q + right`.
 fn fa_sees(i: i64, j: i64, sq: i64, skv: i64, left: Option<usize>, right: Option<usize>) -> bool {
-    // candle-flash-attn keeps a right window only up to the key length.
-    let right = right.filter(|&r| r as i64 <= skv);
-    let diag = i + skv - sq;
-    left.is_none_or(|l| j >= diag - l as i64) && right.is_none_or(|r| j <= diag + r as i64)
+    let side = |w: Option<usize>| w.filter(|&w| w as i64 <= skv).map_or(-1, |w| w as i64);
+    let (mut l, mut r) = (side(left), side(right));
+    if l < 0 && r == 0 {
+        return j < i + 1 + skv - sq;
+    }
+    if l < 0 && r >= 0 {
+        l = skv;
+    }
+    if l >= 0 && r < 0 {
+        r = skv;
+    }
+    if l < 0 && r < 0 {
+        return true;
+    }
+    j >= i + skv - sq - l && j < i + 1 + skv - sq + r
 }
 
 /// The crate's documented mask (`SdpaConfig::window`, `DiagonalAlignment`):
@@ -290,6 +303,81 @@ fn kvcache_config() {
     }
 }
 
+/// candle-flash-attn: a left window alone gets the right side `s_kv`, so
+/// with `s_q 6`, `s_kv 4`, left 1, row 0 (diagonal -2) sees keys up to 2,
+/// not key 3: a bound cuDNN's band lacks, refused naming the window; with
+/// `s_q = s_kv + 1` nothing is cut (row 0 at -1 sees up to 3); causal
+/// leaves the right at the diagonal.
+#[test]
+fn left_window_alone_cuts_rows_when_seq_q_passes_seq_kv_plus_one() {
+    assert!(!fa_sees(0, 3, 6, 4, Some(1), None) && fa_sees(0, 2, 6, 4, Some(1), None));
+    let e = mask(&AttnParams::new(1.0).window(Some(1), None), 6, 4, true).unwrap_err();
+    assert_eq!(arg_of(&e), "window_size_left", "{e}");
+    // Right window above s_kv: dropped by candle-flash-attn, the same.
+    let e = mask(&AttnParams::new(1.0).window(Some(4), Some(9)), 6, 4, true).unwrap_err();
+    assert_eq!(arg_of(&e), "window_size_left", "{e}");
+    assert!(mask(&AttnParams::new(1.0).window(Some(1), None), 5, 4, true).is_ok());
+    assert!(mask(&AttnParams::new(1.0).window(Some(1), Some(0)), 6, 4, true).is_ok());
+    // Left above s_kv: no window at all in FlashAttention.
+    assert!(mask(&AttnParams::new(1.0).window(Some(5), None), 6, 4, true).is_ok());
+    // Varlen: the bound is max_seqlen_k past the diagonal.
+    let (qd, kd) = ([6usize, 4, 16], [4usize, 2, 16]);
+    let (qs, ks) = (contiguous(&qd), contiguous(&kd));
+    let q = a("q", &qd, &qs, CDType::BF16);
+    let k = a("k", &kd, &ks, CDType::BF16);
+    let v = Arg { name: "v", ..k };
+    let p = AttnParams::new(1.0).window(Some(1), None);
+    let e = varlen(&q, &k, &v, &[0, 6], &[0, 4], 6, 4, &p).unwrap_err();
+    assert_eq!(arg_of(&e), "window_size_left", "{e}");
+}
+
+/// A causal sequence with more queries than keys leaves its first rows
+/// no key (FlashAttention: query `i` at `i + len_k - len_q` sees `j <=`
+/// that, so rows `i < len_q - len_k` see none): refused, typed, naming the
+/// sequence; not causal, or as many keys as queries, accepted.
+#[test]
+fn causal_rows_without_keys_are_refused() {
+    let (qd, kd) = ([7usize, 4, 16], [6usize, 2, 16]);
+    let (qs, ks) = (contiguous(&qd), contiguous(&kd));
+    let q = a("q", &qd, &qs, CDType::BF16);
+    let k = a("k", &kd, &ks, CDType::BF16);
+    let v = Arg { name: "v", ..k };
+    let causal = AttnParams::new(1.0).causal(true);
+    // Sequence 0: 3 queries, 3 keys (row 0 sees key 0); sequence 1: 4
+    // queries, 3 keys (row 0 at diagonal -1 sees none).
+    let e = varlen(&q, &k, &v, &[0, 3, 7], &[0, 3, 6], 4, 4, &causal).unwrap_err();
+    assert_eq!(arg_of(&e), "seqlens_k (sequence 1's length)", "{e}");
+    assert!(
+        varlen(
+            &q,
+            &k,
+            &v,
+            &[0, 3, 7],
+            &[0, 3, 6],
+            4,
+            4,
+            &AttnParams::new(1.0)
+        )
+        .is_ok()
+    );
+    let (qd2, kd2) = ([7usize, 4, 16], [7usize, 2, 16]);
+    let (qs2, ks2) = (contiguous(&qd2), contiguous(&kd2));
+    let k2 = a("k", &kd2, &ks2, CDType::BF16);
+    let v2 = Arg { name: "v", ..k2 };
+    let q2 = a("q", &qd2, &qs2, CDType::BF16);
+    assert!(varlen(&q2, &k2, &v2, &[0, 3, 7], &[0, 3, 7], 4, 4, &causal).is_ok());
+    // A KV cache: two queries per sequence, lengths 5 and 1.
+    let (qd, kd) = ([2usize, 2, 4, 16], [2usize, 32, 2, 16]);
+    let (qs, ks) = (contiguous(&qd), contiguous(&kd));
+    let q = a("q", &qd, &qs, CDType::F16);
+    let k = a("k", &kd, &ks, CDType::F16);
+    let v = Arg { name: "v", ..k };
+    let e = kvcache(&q, &k, &v, &[5, 1], &causal).unwrap_err();
+    assert_eq!(arg_of(&e), "cache_seqlens[1]", "{e}");
+    assert!(kvcache(&q, &k, &v, &[5, 2], &causal).is_ok());
+    assert!(kvcache(&q, &k, &v, &[5, 1], &AttnParams::new(1.0)).is_ok());
+}
+
 proptest! {
     /// The mask built for FlashAttention's window sizes is FlashAttention's
     /// mask, key by key, wherever it is built.
@@ -303,12 +391,20 @@ proptest! {
         let p = AttnParams::new(1.0).window(left, right);
         let m = match mask(&p, sq as usize, skv as usize, ragged) {
             Ok(m) => m,
-            Err(_) => {
-                // Refused only for a right bound that cuts some query's keys
-                // (other than the causal 0), which cuDNN cannot express.
-                let r = right.filter(|&r| r as i64 <= skv).unwrap_or(0);
-                let cuts = (0..sq).any(|i| i + skv - sq + (r as i64) < skv - 1);
-                prop_assert!(r > 0 && cuts, "refused {:?} for sq {} skv {}", right, sq, skv);
+            Err(e) => {
+                // Refused only where FlashAttention's right bound (other
+                // than the causal diagonal) cuts some query's keys, which
+                // cuDNN's band cannot express: its right side is the kept
+                // right window, or s_kv when only the left one is kept.
+                let l_kept = left.filter(|&l| l as i64 <= skv);
+                let r_kept = right.filter(|&r| r as i64 <= skv);
+                let cut = |r: i64| (0..sq).any(|i| i + skv - sq + r < skv - 1);
+                let cuts = match (l_kept, r_kept) {
+                    (_, Some(0)) | (None, None) => false,
+                    (_, Some(r)) => cut(r as i64),
+                    (Some(_), None) => cut(skv),
+                };
+                prop_assert!(cuts, "refused {:?} / {:?} for sq {} skv {}: {}", left, right, sq, skv, e);
                 return Ok(());
             }
         };
@@ -363,6 +459,32 @@ proptest! {
         let max = lens.iter().copied().max().unwrap_or(0) as usize;
         let got = lengths("s", &cu, cu[cu.len() - 1] as usize, max).unwrap();
         prop_assert_eq!(got, lens.iter().map(|&l| l as i32).collect::<Vec<_>>());
+    }
+
+    /// A causal varlen call is accepted exactly when no sequence has more
+    /// queries than keys (FlashAttention's empty rows); any call without
+    /// a mask is accepted.
+    #[test]
+    fn causal_varlen_accepts_iff_every_row_sees_a_key(
+        pairs in proptest::collection::vec((1usize..10, 1usize..10), 1..5),
+        causal in any::<bool>(),
+    ) {
+        let cu = |f: &dyn Fn(&(usize, usize)) -> usize| {
+            let mut c = vec![0u32];
+            for x in &pairs {
+                c.push(c[c.len() - 1] + f(x) as u32);
+            }
+            c
+        };
+        let (cq, ck) = (cu(&|x| x.0), cu(&|x| x.1));
+        let (qd, kd) = ([cq[cq.len() - 1] as usize, 2, 16], [ck[ck.len() - 1] as usize, 2, 16]);
+        let (qs, ks) = (contiguous(&qd), contiguous(&kd));
+        let q = a("q", &qd, &qs, CDType::BF16);
+        let k = a("k", &kd, &ks, CDType::BF16);
+        let v = Arg { name: "v", ..k };
+        let r = varlen(&q, &k, &v, &cq, &ck, 9, 9, &AttnParams::new(1.0).causal(causal));
+        let empty_rows = causal && pairs.iter().any(|&(lq, lk)| lq > lk);
+        prop_assert_eq!(r.is_err(), empty_rows, "{:?}", r.err());
     }
 
     /// Varlen and KV-cache calls with any offsets, lengths and maxima: a

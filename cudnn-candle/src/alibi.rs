@@ -1,0 +1,93 @@
+//! FlashAttention's ALiBi entry points and attention sinks, on the
+//! attention op of [`attn`](crate::attn) (the slopes and the sinks are
+//! [`AttnParams`] options; these are the one-line-switch signatures).
+
+use candle_core::Tensor;
+
+use crate::attn::flash_attn_with;
+use crate::params::AttnParams;
+
+/// FlashAttention's `flash_attn_alibi`: `alibi_slopes` f32 `(heads,)` (or
+/// `(batch, heads)` with equal rows), the bias `-slope * |i + s_kv - s_q -
+/// j|` added to the scaled scores (FlashAttention's non-causal form; its
+/// causal form `slope * j` gives the same softmax, except with sinks, where
+/// this distance form is the one used: see
+/// [`AttnParams::alibi_slopes`](crate::AttnParams)). Causal with `seq_q ==
+/// seq_kv` runs cuDNN's own ALiBi (`slope * (col - row)`, the distance form
+/// on the keys a causal row sees); other calls (not causal, `seq_q != seq_kv`) a
+/// `(1, heads, seq_q, seq_kv)` f32 score bias holding the ALiBi terms and
+/// the mask, built on the device. Differentiable in q, k, v (the slopes
+/// are constants, as in FlashAttention).
+///
+/// # Errors
+/// As [`flash_attn_with`]; slopes not f32 of the head count; a query row
+/// that sees no key (`seq_q > seq_kv` causal).
+pub fn flash_attn_alibi(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    alibi_slopes: &Tensor,
+    softmax_scale: f32,
+    causal: bool,
+) -> candle_core::Result<Tensor> {
+    flash_attn_with(
+        q,
+        k,
+        v,
+        &AttnParams::new(softmax_scale)
+            .causal(causal)
+            .alibi_slopes(Some(alibi_slopes.clone())),
+    )
+}
+
+/// FlashAttention's `flash_attn_alibi_windowed`: [`flash_attn_alibi`] with
+/// FlashAttention's window sizes (any: the window goes into the score
+/// bias unless the call is causal with `seq_q == seq_kv`).
+///
+/// # Errors
+/// As [`flash_attn_alibi`] and [`flash_attn_windowed`](crate::flash_attn_windowed).
+pub fn flash_attn_alibi_windowed(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    alibi_slopes: &Tensor,
+    softmax_scale: f32,
+    window_size_left: Option<usize>,
+    window_size_right: Option<usize>,
+) -> candle_core::Result<Tensor> {
+    flash_attn_with(
+        q,
+        k,
+        v,
+        &AttnParams::new(softmax_scale)
+            .window(window_size_left, window_size_right)
+            .alibi_slopes(Some(alibi_slopes.clone())),
+    )
+}
+
+/// Attention with sinks (gpt-oss): `sinks` one logit per query head
+/// (`(heads,)`, f32 / f16 / bf16), joining every row's softmax denominator.
+/// Causal or not; a decode step (`seq_q = 1`) runs on a two-row query (a
+/// copy of the row before it: cuDNN takes no sink for a single row), its
+/// output the last row's. Differentiable in q, k, v (the sinks
+/// are constants: pass them detached).
+///
+/// # Errors
+/// As [`flash_attn_with`]; sinks of another shape, or tracking a gradient.
+pub fn flash_attn_sinks(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    sinks: &Tensor,
+    softmax_scale: f32,
+    causal: bool,
+) -> candle_core::Result<Tensor> {
+    flash_attn_with(
+        q,
+        k,
+        v,
+        &AttnParams::new(softmax_scale)
+            .causal(causal)
+            .sinks(Some(sinks.clone())),
+    )
+}

@@ -1,0 +1,246 @@
+//! The side inputs of the attention ops: ALiBi slopes, the ALiBi score
+//! bias, attention sinks (their views on the device, their preparation on
+//! candle tensors), and the two-row query a decode step with sinks runs on.
+
+use candle_core::backend::BackendStorage;
+use candle_core::{CudaStorage, DType as CDType, Layout, Storage, Tensor};
+use cudarc::driver::{CudaSlice, CudaView};
+use cudnn::Error;
+
+use crate::attn::{on_cuda, same_device};
+use crate::device::{IntoCandle, to_candle};
+use crate::params::{self, AttnParams};
+
+/// A `(heads,)` f32 side input (ALiBi slopes, sinks) as a view of its
+/// elements, on q's device.
+pub(crate) fn f32_view<'a>(
+    st: &'a Storage,
+    l: &Layout,
+    q: &CudaStorage,
+    name: &str,
+) -> candle_core::Result<CudaView<'a, f32>> {
+    let Storage::Cuda(c) = st else {
+        return Err(on_cuda(name));
+    };
+    same_device(q, c, name)?;
+    let n = l.shape().elem_count();
+    if c.dtype() != CDType::F32 || !l.is_contiguous() {
+        return Err(to_candle(Error::invalid(
+            name,
+            "must be a contiguous f32 tensor",
+            format!("{:?} contiguous={}", c.dtype(), l.is_contiguous()),
+        )));
+    }
+    let slice: &CudaSlice<f32> = c.as_cuda_slice::<f32>()?;
+    let at = l.start_offset();
+    at.checked_add(n)
+        .and_then(|end| slice.try_slice(at..end))
+        .ok_or_else(|| {
+            to_candle(Error::invalid(
+                format!("{name} extent"),
+                format!("must be inside its buffer of {} elements", slice.len()),
+                format!("{at}..+{n}"),
+            ))
+        })
+}
+
+/// The params as the ops take them: FlashAttention's `(batch, heads)`
+/// ALiBi slopes with equal rows as their first row (cuDNN's slopes are per
+/// head; the rows are read to the host to check it), f16 / bf16 sinks
+/// widened to f32, both contiguous.
+///
+/// # Errors
+/// `(batch, heads)` slopes whose rows differ (typed, naming
+/// `alibi_slopes`); candle's.
+pub(crate) fn ready_params(p: &AttnParams) -> candle_core::Result<AttnParams> {
+    let mut p = p.clone();
+    if let Some(t) = &p.alibi_slopes {
+        let t = if t.rank() == 2 {
+            let rows = t.to_dtype(CDType::F32)?.to_vec2::<f32>()?;
+            if let Some(i) = rows.windows(2).position(|w| w[0] != w[1]) {
+                return Err(to_candle(Error::Unsupported {
+                    what: format!(
+                        "alibi_slopes of shape {:?} whose rows {i} and {} differ (cuDNN's ALiBi slopes are one per head, shared by the batch)",
+                        t.dims(),
+                        i + 1
+                    ),
+                    needs: Some("(heads,) slopes, or (batch, heads) with equal rows".to_string()),
+                }));
+            }
+            t.get(0)?
+        } else {
+            t.clone()
+        };
+        p.alibi_slopes = Some(t.contiguous()?);
+    }
+    if let Some(s) = &p.sinks {
+        let s = match s.dtype() {
+            CDType::F16 | CDType::BF16 => s.to_dtype(CDType::F32)?,
+            _ => s.clone(),
+        };
+        p.sinks = Some(s.contiguous()?);
+    }
+    Ok(p)
+}
+
+/// A decode step (`seq_q = 1`) with sinks, which cuDNN does not take (NVIDIA's
+/// frontend refuses a sink for a single query row): q with a copy of its
+/// row before it (`seq_q = 2`) and `p`'s mask reduced to what it means for
+/// that single row; the caller keeps row 1. Exact: the real row is the
+/// last, so its bottom-right diagonal position (`s_kv - 1`, or `len - 1`
+/// per sequence) is the same as alone, and the dummy row's output is
+/// dropped (its gradient is zero: it joins no loss).
+///
+/// The reduction (FlashAttention also turns causal off for one query row):
+/// a right bound (causal included) hides nothing from the last row, so it
+/// goes; a left window `l >= max_kv - 1` reaches key 0 of every sequence,
+/// so it goes too. `max_kv` is the most keys a sequence can have (dense:
+/// `seq_kv`; KV cache: its capacity). Without it the two rows would be
+/// masked bottom-right with `seq_q = 2 > seq_kv = 1`, which cuDNN refuses.
+///
+/// # Errors
+/// candle's.
+pub(crate) fn sink_decode_pad(
+    q: &Tensor,
+    max_kv: usize,
+    p: &AttnParams,
+) -> candle_core::Result<Option<(Tensor, AttnParams)>> {
+    if p.sinks.is_none() || q.rank() != 4 || q.dim(1)? != 1 {
+        return Ok(None);
+    }
+    Ok(Some((
+        Tensor::cat(&[q, q], 1)?,
+        params::single_row_mask(p, max_kv),
+    )))
+}
+
+/// FlashAttention's ALiBi with `p`'s window as a score bias `(1, heads,
+/// seq_q, seq_kv)` f32 on the slopes' device: `slope[h] * -|d - j|` with
+/// `d = i + seq_kv - seq_q`, `-inf` where the window hides the key
+/// ([`params::alibi::alibi_window`]). Built on the device from two
+/// `arange`s (the host holds `seq_q + seq_kv` integers, never the
+/// `seq_q x seq_kv` matrix; a device allocation that fails is candle's
+/// error, not an abort). The slopes are constants (detached).
+///
+/// # Errors
+/// Slopes not f32 `(heads,)`, a row that sees no key (typed, naming
+/// `alibi_slopes`); candle's.
+pub(crate) fn alibi_bias_tensor(
+    slopes: &Tensor,
+    p: &AttnParams,
+    (sq, skv, h): (usize, usize, usize),
+) -> candle_core::Result<Tensor> {
+    if slopes.dtype() != CDType::F32 || slopes.dims() != [h] {
+        return Err(to_candle(Error::invalid(
+            "alibi_slopes",
+            format!(
+                "must be f32 (heads,) = ({h},) (a (batch, heads) tensor with equal rows is taken as its first row)"
+            ),
+            format!("{:?} {:?}", slopes.dtype(), slopes.dims()),
+        )));
+    }
+    let w = params::alibi::alibi_window(p, sq, skv).c()?;
+    let dev = slopes.device();
+    let (sq64, skv64) = (
+        params::to_i64("seq_q", sq).c()?,
+        params::to_i64("seq_kv", skv).c()?,
+    );
+    // diag(i) - j, (sq, skv) i64 on the device.
+    let diag = Tensor::arange(skv64 - sq64, skv64, dev)?.reshape((sq, 1))?;
+    let cols = Tensor::arange(0i64, skv64, dev)?.reshape((1, skv))?;
+    let d = diag.broadcast_sub(&cols)?;
+    let dist = d.to_dtype(CDType::F32)?.abs()?.neg()?;
+    // j >= diag - l  <=>  diag - j <= l;  j <= diag + r  <=>  diag - j >= -r.
+    let mut sees: Option<Tensor> = None;
+    for hit in [w.left.map(|l| d.le(l)), w.right.map(|r| d.ge(-r))]
+        .into_iter()
+        .flatten()
+    {
+        let hit = hit?;
+        sees = Some(match sees {
+            None => hit,
+            Some(s) => s.minimum(&hit)?,
+        });
+    }
+    let bias = slopes
+        .detach()
+        .reshape((h, 1, 1))?
+        .broadcast_mul(&dist.unsqueeze(0)?)?;
+    let bias = match sees {
+        None => bias,
+        Some(s) => {
+            let ninf = Tensor::new(f32::NEG_INFINITY, dev)?.broadcast_as(bias.shape())?;
+            s.unsqueeze(0)?
+                .broadcast_as(bias.shape())?
+                .where_cond(&bias, &ninf)?
+        }
+    };
+    bias.unsqueeze(0)?.contiguous()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::params::single_row_mask;
+    use candle_core::Device;
+
+    #[test]
+    fn sink_decode_pad_repeats_the_row_only_for_decode_with_sinks() {
+        let q = Tensor::arange(0f32, 16.0, &Device::Cpu)
+            .unwrap()
+            .reshape((2, 1, 2, 4))
+            .unwrap();
+        let sinks = Tensor::zeros(2, CDType::F32, &Device::Cpu).unwrap();
+        let p = AttnParams::new(1.0).sinks(Some(sinks));
+        let (q2, p2) = sink_decode_pad(&q, 5, &p).unwrap().unwrap();
+        assert_eq!(p2, p);
+        assert_eq!(q2.dims(), [2, 2, 2, 4]);
+        for row in 0..2 {
+            let r = q2.narrow(1, row, 1).unwrap().flatten_all().unwrap();
+            assert_eq!(
+                r.to_vec1::<f32>().unwrap(),
+                (0..16).map(|x| x as f32).collect::<Vec<_>>()
+            );
+        }
+        assert!(
+            sink_decode_pad(&q, 5, &AttnParams::new(1.0))
+                .unwrap()
+                .is_none()
+        );
+        let q3 = Tensor::zeros((1, 3, 2, 4), CDType::F32, &Device::Cpu).unwrap();
+        assert!(sink_decode_pad(&q3, 5, &p).unwrap().is_none());
+    }
+
+    /// The last row of a decode step at `d = s_kv - 1` sees `j` in `[d - l,
+    /// d + r]` (FlashAttention's local rule): the reduced params mask
+    /// exactly the same keys of that row, for every window, and never
+    /// keep a right bound (causal is off, as FlashAttention does for one
+    /// query row).
+    #[test]
+    fn single_row_mask_keeps_what_the_last_row_sees() {
+        for skv in 1..9usize {
+            for l in [None, Some(0), Some(1), Some(3), Some(7), Some(8), Some(20)] {
+                for r in [None, Some(0), Some(1), Some(5)] {
+                    let p = AttnParams::new(1.0).window(l, r);
+                    let p2 = single_row_mask(&p, skv);
+                    assert_eq!(p2.window_size_right, None);
+                    let d = skv as i64 - 1;
+                    for j in 0..skv as i64 {
+                        let want = l.is_none_or(|l| j >= d - l as i64)
+                            && r.is_none_or(|r| j <= d + r as i64);
+                        let got = p2.window_size_left.is_none_or(|l| j >= d - l as i64);
+                        assert_eq!(got, want, "skv {skv} l {l:?} r {r:?} j {j}");
+                    }
+                    if skv == 1 {
+                        assert_eq!(p2.window_size_left, None);
+                    }
+                }
+            }
+        }
+        // The padded call's mask is then one cuDNN takes: no causal bound,
+        // and no window when s_kv = 1 (two query rows, one key).
+        let p = AttnParams::new(1.0).causal(true).window(Some(0), Some(0));
+        let m = crate::params::mask(&single_row_mask(&p, 1), 2, 1, false).unwrap();
+        assert!(!m.causal && m.window.is_none());
+    }
+}

@@ -1,0 +1,161 @@
+//! GPU tier, GEMM: `matmul_bias_act` against candle's CPU matmul, bias
+//! and activations (an independent reference), from the same rounded inputs.
+
+use candle_core::{DType, Device, Tensor};
+
+use super::support::{TestResult, Trial, gpu};
+use super::{close, cuda, tol};
+
+/// `act(a · b + bias)` through cuBLASLt against candle's CPU
+/// `broadcast_matmul`, `broadcast_add`, `relu` / `gelu` (tanh form) in f32
+/// from the same rounded inputs. `prep` makes the GPU operands (transposes,
+/// views) from the CPU ones.
+fn gemm_case(
+    ad: &[usize],
+    bd: &[usize],
+    bias: bool,
+    act: cudnn_candle::MatmulActivation,
+    dt: DType,
+    prep: impl Fn(&Tensor, &Tensor) -> candle_core::Result<(Tensor, Tensor)>,
+) -> TestResult {
+    let dev = cuda()?;
+    let r = |d: &[usize]| -> candle_core::Result<Tensor> {
+        Tensor::randn(0f32, 1.0, d, &Device::Cpu)?
+            .to_dtype(dt)?
+            .to_dtype(DType::F32)
+    };
+    let (a, b) = (r(ad)?, r(bd)?);
+    let n = bd[bd.len() - 1];
+    let x = r(&[n])?;
+    let mut want = a.broadcast_matmul(&b)?;
+    if bias {
+        want = want.broadcast_add(&x)?;
+    }
+    want = match act {
+        cudnn_candle::MatmulActivation::None => want,
+        cudnn_candle::MatmulActivation::Relu => want.relu()?,
+        cudnn_candle::MatmulActivation::GeluTanh => want.gelu()?,
+    };
+    let g = |t: &Tensor| t.to_dtype(dt)?.to_device(&dev);
+    let (ag, bg) = prep(&g(&a)?, &g(&b)?)?;
+    let xg = g(&x)?;
+    let got = cudnn_candle::matmul_bias_act(&ag, &bg, bias.then_some(&xg), act)?;
+    let k = ad[ad.len() - 1] as f64;
+    // Sums of k products: the tolerance grows with sqrt(k) in 16-bit types.
+    let t = if dt == DType::F32 {
+        1e-4
+    } else {
+        tol(dt) * (k / 64.0).sqrt().max(1.0)
+    };
+    close("d", &got, &want, t)
+}
+
+pub fn trials() -> Vec<Trial> {
+    vec![
+        gpu("matmul_plan_cache_stays_bounded", || {
+            // Every prompt length is a key: more distinct m than the
+            // capacity leave at most the capacity per element type, and
+            // the last result is still candle's.
+            let dev = cuda()?;
+            let b = Tensor::randn(0f32, 1.0, (8, 8), &Device::Cpu)?;
+            let bg = b.to_device(&dev)?;
+            for m in 1..=cudnn_candle::GEMM_PLAN_CAPACITY + 40 {
+                let a = Tensor::randn(0f32, 1.0, (m, 8), &Device::Cpu)?;
+                let got = cudnn_candle::matmul_bias_act(
+                    &a.to_device(&dev)?,
+                    &bg,
+                    None,
+                    cudnn_candle::MatmulActivation::None,
+                )?;
+                assert!(cudnn_candle::gemm_plan_count() <= 3 * cudnn_candle::GEMM_PLAN_CAPACITY);
+                if m % 97 == 0 {
+                    close("d", &got, &a.matmul(&b)?, tol(DType::F32))?;
+                }
+            }
+            cudnn_candle::clear_gemm_plans();
+            Ok(())
+        }),
+        gpu("matmul_bias_relu_f32", || {
+            gemm_case(
+                &[33, 70],
+                &[70, 19],
+                true,
+                cudnn_candle::MatmulActivation::Relu,
+                DType::F32,
+                |a, b| Ok((a.clone(), b.clone())),
+            )
+        }),
+        gpu("matmul_bias_gelu_bf16_batched", || {
+            gemm_case(
+                &[3, 64, 128],
+                &[3, 128, 96],
+                true,
+                cudnn_candle::MatmulActivation::GeluTanh,
+                DType::BF16,
+                |a, b| Ok((a.clone(), b.clone())),
+            )
+        }),
+        gpu("matmul_broadcast_weight_f16", || {
+            // A linear layer: (batch, seq, in) x (in, out), the weight broadcast.
+            gemm_case(
+                &[2, 5, 40, 64],
+                &[64, 48],
+                true,
+                cudnn_candle::MatmulActivation::None,
+                DType::F16,
+                |a, b| Ok((a.clone(), b.clone())),
+            )
+        }),
+        gpu("matmul_transposed_weight_no_bias", || {
+            // candle's Linear stores (out, in) and multiplies by its t().
+            gemm_case(
+                &[16, 32],
+                &[32, 24],
+                false,
+                cudnn_candle::MatmulActivation::Relu,
+                DType::F32,
+                |a, b| {
+                    let w = b.t()?.contiguous()?; // (out, in)
+                    let wt = w.t()?; // (in, out), column-major view
+                    assert!(!wt.is_contiguous());
+                    Ok((a.clone(), wt))
+                },
+            )
+        }),
+        gpu("matmul_offset_views_unaligned", || {
+            // Operands narrowed out of bigger buffers: start offsets that
+            // break the default 256-byte alignment.
+            gemm_case(
+                &[9, 16],
+                &[16, 10],
+                true,
+                cudnn_candle::MatmulActivation::GeluTanh,
+                DType::BF16,
+                |a, b| {
+                    let pa = Tensor::cat(&[&a.narrow(0, 0, 1)?, a], 0)?.narrow(0, 1, 9)?;
+                    let pb = Tensor::cat(&[b, b], 1)?.narrow(1, 3, 10)?;
+                    assert!(pa.layout().start_offset() > 0 && !pb.is_contiguous());
+                    Ok((pa, pb))
+                },
+            )
+        }),
+        gpu("matmul_repeat_gives_the_same_bits", || {
+            let dev = cuda()?;
+            let a = Tensor::randn(0f32, 1.0, (8, 32), &dev)?;
+            let b = Tensor::randn(0f32, 1.0, (32, 8), &dev)?;
+            let first =
+                cudnn_candle::matmul_bias_act(&a, &b, None, cudnn_candle::MatmulActivation::None)?;
+            for _ in 0..3 {
+                let again = cudnn_candle::matmul_bias_act(
+                    &a,
+                    &b,
+                    None,
+                    cudnn_candle::MatmulActivation::None,
+                )?;
+                let diff = (&again - &first)?.abs()?.max_all()?.to_scalar::<f32>()?;
+                assert_eq!(diff, 0.0, "the same plan gives the same bits");
+            }
+            Ok(())
+        }),
+    ]
+}
