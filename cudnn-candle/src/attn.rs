@@ -4,6 +4,7 @@
 //! statistics, which a `CustomOp` cannot return beside its output) and then
 //! the SDPA backward graph, giving dQ, dK, dV.
 
+use crate::conv::for_cudnn;
 use candle_core::backend::BackendStorage;
 use candle_core::{
     CpuStorage, CudaStorage, CustomOp3, DType as CDType, Layout, Shape, Storage, Tensor,
@@ -293,10 +294,10 @@ impl CustomOp3 for FlashAttn {
                 needs: Some("flash_attn / flash_attn_varlen for training".to_string()),
             }));
         }
-        let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
+        let (q, k, v) = (for_cudnn(q)?, for_cudnn(k)?, for_cudnn(v)?);
         let op = FlashAttnBwd {
             fwd: self.clone(),
-            grad_o: grad_o.contiguous()?,
+            grad_o: for_cudnn(grad_o)?,
         };
         let flat = q.apply_op3_no_bwd(&k, &v, &op)?;
         let (nq, nk, nv) = (q.elem_count(), k.elem_count(), v.elem_count());
@@ -559,9 +560,19 @@ impl CustomOp3 for FlashAttnBwd {
 /// candle-contiguous).
 pub(crate) fn q_ready(q: &Tensor) -> candle_core::Result<Tensor> {
     if q.stride().last() == Some(&1) && params::bshd_ordered(q.dims(), q.stride()) {
-        Ok(q.clone())
+        aligned(q.clone())
     } else {
-        q.contiguous()
+        for_cudnn(q)
+    }
+}
+
+/// `t` itself where its start meets cuDNN's 16-byte rule for bound memory,
+/// else a fresh copy (a view such as `narrow` may start anywhere).
+fn aligned(t: Tensor) -> candle_core::Result<Tensor> {
+    if crate::conv::offset_aligned(t.layout().start_offset(), t.dtype().size_in_bytes()) {
+        Ok(t)
+    } else {
+        t.force_contiguous()
     }
 }
 
@@ -581,7 +592,7 @@ pub(crate) fn kv_ready(t: &Tensor) -> candle_core::Result<Tensor> {
             .iter()
             .zip(t.stride())
             .all(|(&d, &s)| d == 1 || s != 0);
-    if ok { Ok(t.clone()) } else { t.contiguous() }
+    if ok { aligned(t.clone()) } else { for_cudnn(t) }
 }
 
 /// Attention with all options ([`AttnParams`]): `q` `(batch, seq_q,
@@ -772,8 +783,7 @@ pub fn flash_attn_varlen_with(
         cache_seqlens: None,
         bias: None,
     };
-    q.contiguous()?
-        .apply_op3(&k.contiguous()?, &v.contiguous()?, op)
+    for_cudnn(q)?.apply_op3(&for_cudnn(k)?, &for_cudnn(v)?, op)
 }
 
 /// FlashAttention's `flash_attn_varlen`: see [`flash_attn_varlen_with`].

@@ -194,5 +194,9 @@ pub fn flash_attn_paged(
         table: host_ints("block_table", block_table, 2)?,
         cache_seqlens: host_ints("cache_seqlens", cache_seqlens, 1)?,
     };
-    q_ready(q)?.apply_op3_no_bwd(&k_cache.contiguous()?, &v_cache.contiguous()?, &op)
+    q_ready(q)?.apply_op3_no_bwd(
+        &crate::conv::for_cudnn(k_cache)?,
+        &crate::conv::for_cudnn(v_cache)?,
+        &op,
+    )
 }

@@ -71,14 +71,14 @@ pub(crate) fn ready_params(p: &AttnParams) -> candle_core::Result<AttnParams> {
         } else {
             t.clone()
         };
-        p.alibi_slopes = Some(t.contiguous()?);
+        p.alibi_slopes = Some(crate::conv::for_cudnn(&t)?);
     }
     if let Some(s) = &p.sinks {
         let s = match s.dtype() {
             CDType::F16 | CDType::BF16 => s.to_dtype(CDType::F32)?,
             _ => s.clone(),
         };
-        p.sinks = Some(s.contiguous()?);
+        p.sinks = Some(crate::conv::for_cudnn(&s)?);
     }
     Ok(p)
 }

@@ -54,6 +54,17 @@ fn close(name: &str, got: &Tensor, want: &Tensor, tol: f64) -> TestResult {
     Ok(())
 }
 
+/// `t` starts off cuDNN's 16-byte alignment (what the case is about).
+fn ensure_unaligned(t: &Tensor) -> TestResult {
+    let bytes = t.layout().start_offset() * t.dtype().size_in_bytes();
+    if bytes.is_multiple_of(16) {
+        return Err(
+            format!("the view starts {bytes} bytes in: aligned, the case tests nothing").into(),
+        );
+    }
+    Ok(())
+}
+
 fn cuda() -> candle_core::Result<Device> {
     Device::new_cuda(0)
 }
@@ -309,6 +320,54 @@ fn main() {
     let bf = DType::BF16;
     let f16 = DType::F16;
     let mut trials = vec![
+        gpu("flash_attn_unaligned_views", move || {
+            // q, k, v viewed one element into a flat buffer (a view candle
+            // allows anywhere): their starts are not 16-byte aligned, so
+            // the functions copy them; forward and backward against the CPU.
+            let dev = cuda()?;
+            let (qd, kd) = ((2, 16, 2, 64), (2, 24, 2, 64));
+            let (q, k, v) = inputs(qd, kd, bf)?;
+            let view = |t: &Tensor| -> candle_core::Result<Tensor> {
+                let flat = Tensor::cat(
+                    &[
+                        &Tensor::zeros(1, DType::F32, &Device::Cpu)?,
+                        &t.flatten_all()?,
+                    ],
+                    0,
+                )?;
+                flat.to_dtype(bf)?
+                    .to_device(&dev)?
+                    .narrow(0, 1, t.elem_count())?
+                    .reshape(t.dims())
+            };
+            let (qv, kv, vv) = (view(&q)?, view(&k)?, view(&v)?);
+            let p = AttnParams::new(s).causal(true);
+            ensure_unaligned(&qv)?;
+            let got = cudnn_candle::flash_attn_with(&qv, &kv, &vv, &p)?;
+            close("o", &got, &reference(&q, &k, &v, &p)?, tol(bf))?;
+            let (qg, kg, vg) = (
+                Var::from_tensor(&qv)?,
+                Var::from_tensor(&kv)?,
+                Var::from_tensor(&vv)?,
+            );
+            let o =
+                cudnn_candle::flash_attn_with(qg.as_tensor(), kg.as_tensor(), vg.as_tensor(), &p)?;
+            let grads = o.to_dtype(DType::F32)?.sum_all()?.backward()?;
+            let (qc, kc, vc) = (
+                Var::from_tensor(&q)?,
+                Var::from_tensor(&k)?,
+                Var::from_tensor(&v)?,
+            );
+            let gc = reference(qc.as_tensor(), kc.as_tensor(), vc.as_tensor(), &p)?
+                .sum_all()?
+                .backward()?;
+            for (n, cpu, gpu) in [("dq", &qc, &qg), ("dk", &kc, &kg), ("dv", &vc, &vg)] {
+                let want = gc.get(cpu.as_tensor()).ok_or("no CPU gradient")?;
+                let got = grads.get(gpu.as_tensor()).ok_or("no GPU gradient")?;
+                close(n, got, want, 2.0 * tol(bf))?;
+            }
+            Ok(())
+        }),
         gpu("flash_attn_bf16", move || {
             forward_case((2, 64, 4, 64), (2, 64, 4, 64), bf, AttnParams::new(s))
         }),
