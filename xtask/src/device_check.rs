@@ -235,25 +235,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
         fs::write(&script, text).map_err(|e| format!("writing {}: {e}", script.display()))?;
         make_executable(&script)?;
     }
-    let mut list = String::from(
-        "# The binaries in bin.tar.xz, one a line: run.sh runs or reports every one.\n",
-    );
     let modules = gpu_modules(&root)?;
-    for a in &packed {
-        if a.name == "tests/gpu" {
-            for m in &modules {
-                // `--exclude <module>` (or `gpu/<module>`) leaves one out.
-                if exclude.iter().any(|e| *e == *m || *e == format!("gpu/{m}")) {
-                    left_out.push(format!("gpu/{m}"));
-                    continue;
-                }
-                list.push_str(&format!("tests/gpu/{m}\n"));
-            }
-        } else {
-            list.push_str(&a.name);
-            list.push('\n');
-        }
-    }
+    let names: Vec<&str> = packed.iter().map(|a| a.name.as_str()).collect();
+    let (list, excluded) = manifest_text(&names, &modules, &exclude);
+    left_out.extend(excluded);
     fs::write(dest.join("MANIFEST"), list).map_err(|e| format!("writing MANIFEST: {e}"))?;
     if let Some(text) = &candle_record {
         fs::write(dest.join(candle::RECORD), text)
@@ -340,6 +325,32 @@ pub fn run(args: &[String]) -> Result<(), String> {
          then the report)"
     );
     Ok(())
+}
+
+/// MANIFEST: one line per packed binary in `names`' order, the `tests/gpu`
+/// binary as one line per module of `modules` (less those `exclude` names
+/// as `<module>` or `gpu/<module>`). Returns the text and the modules left
+/// out (as `gpu/<module>`).
+fn manifest_text(names: &[&str], modules: &[String], exclude: &[String]) -> (String, Vec<String>) {
+    let mut list = String::from(
+        "# The binaries in bin.tar.xz, one a line: run.sh runs or reports every one.\n",
+    );
+    let mut left_out = Vec::new();
+    for name in names {
+        if *name == "tests/gpu" {
+            for m in modules {
+                if exclude.iter().any(|e| *e == *m || *e == format!("gpu/{m}")) {
+                    left_out.push(format!("gpu/{m}"));
+                    continue;
+                }
+                list.push_str(&format!("tests/gpu/{m}\n"));
+            }
+        } else {
+            list.push_str(name);
+            list.push('\n');
+        }
+    }
+    (list, left_out)
 }
 
 /// The modules of the `gpu` test binary, in its order: the entries of its

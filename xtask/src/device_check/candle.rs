@@ -386,4 +386,253 @@ mod tests {
             );
         }
     }
+
+    /// The MANIFEST holds one `cudnn-candle/gpu` line, after the gpu
+    /// modules (run.sh runs it last in its tests phase), and run.sh puts
+    /// that line in the tests phase and runs it through `run_candle`.
+    #[test]
+    fn manifest_line_and_its_phase() {
+        let modules = vec!["conv".to_string(), "runtime".to_string()];
+        let names = ["device_props", "doctor", "tests/gpu", ENTRY];
+        let (text, left) = super::super::manifest_text(&names, &modules, &["gpu/runtime".into()]);
+        let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            lines,
+            [
+                "device_props",
+                "doctor",
+                "tests/gpu/conv",
+                "cudnn-candle/gpu"
+            ]
+        );
+        assert_eq!(left, ["gpu/runtime"]);
+        let runner = super::super::RUNNER;
+        assert!(runner.contains("tests/* | cudnn-candle/*) echo tests ;;"));
+        assert!(runner.contains("cudnn-candle/gpu) run_candle "));
+        assert!(runner.contains(&format!("$here/{RECORD}")));
+        assert!(runner.contains(&format!("$here/{NOT_PACKED}")));
+    }
+
+    /// run.sh's version check, the shipped bash text itself, on cases worked
+    /// out by hand.
+    #[test]
+    fn runner_version_check() {
+        let runner = super::super::RUNNER;
+        let a = runner.find("# --- candle version check (begin)").unwrap();
+        let b = runner.find("# --- candle version check (end)").unwrap();
+        let funcs = &runner[a..b];
+        let script = format!(
+            "{funcs}\n\
+             t() {{ version_ge \"$1\" \"$2\"; echo \"$1>=$2:$?\"; }}\n\
+             t 13.0 13.5; t 13.5 13.5; t 13.10 13.5; t 14.0 13.5; t 12.9 13.0; t 13 13.0; t 13.0.1 13.0; t 9.0 9.0; t x 13.0\n\
+             echo \"smi:$(printf '| NVIDIA-SMI 580.159.04   Driver Version: 580.159.04     CUDA Version: 13.0     |\\n' | driver_cuda_of)\"\n\
+             echo \"b1:$(candle_blocker 13.5 13.0 9.0 90)\"\n\
+             echo \"b2:$(candle_blocker 13.5 13.5 9.0 90)\"\n\
+             echo \"b3:$(candle_blocker 13.0 13.5 10.0 90)\"\n\
+             echo \"b4:$(candle_blocker 13.0 13.5 8.9 90)\"\n\
+             echo \"b5:$(candle_blocker '' 13.5 9.0 90)\"\n\
+             echo \"b6:$(candle_blocker 13.5 '' 9.0 90)\"\n"
+        );
+        let out = match std::process::Command::new("bash")
+            .arg("-c")
+            .arg(&script)
+            .output()
+        {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("SKIPPED runner_version_check: no bash here ({e})");
+                return;
+            }
+        };
+        let out = String::from_utf8_lossy(&out.stdout).into_owned();
+        for want in [
+            "13.0>=13.5:1",
+            "13.5>=13.5:0",
+            "13.10>=13.5:0",
+            "14.0>=13.5:0",
+            "12.9>=13.0:1",
+            "13>=13.0:0",
+            "13.0.1>=13.0:0",
+            "9.0>=9.0:0",
+            "x>=13.0:2",
+            "smi:13.0\n",
+            "b2:\n",
+            "b3:\n",
+            "b6:\n",
+        ] {
+            assert!(out.contains(want), "{want:?} not in:\n{out}");
+        }
+        let line = |k: &str| out.lines().find(|l| l.starts_with(k)).unwrap().to_string();
+        assert!(
+            line("b1:").contains("supports CUDA 13.0, older than the CUDA 13.5"),
+            "{out}"
+        );
+        assert!(
+            line("b4:").contains("compute capability 8.9 is below the 9.0"),
+            "{out}"
+        );
+        assert!(line("b5:").contains("no CANDLE record"), "{out}");
+    }
+
+    /// A pack of stand-ins (shell scripts for device_props, doctor, the
+    /// candle binary and nvidia-smi) run through the real run.sh: the
+    /// report says why the candle binary did not run, or that it passed.
+    struct FakePack {
+        dir: PathBuf,
+    }
+
+    impl FakePack {
+        fn new(tag: &str, candle: bool, not_packed: Option<&str>) -> Self {
+            let dir =
+                std::env::temp_dir().join(format!("xtask-fake-pack-{tag}-{}", std::process::id()));
+            let _ = fs::remove_dir_all(&dir);
+            let stage = dir.join("stage");
+            let pack = dir.join("pack");
+            for d in [
+                stage.join("bin/cudnn-candle"),
+                pack.clone(),
+                dir.join("smi"),
+                dir.join("out"),
+            ] {
+                fs::create_dir_all(d).unwrap();
+            }
+            let script = |p: PathBuf, body: &str| {
+                fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+                super::super::make_executable(&p).unwrap();
+            };
+            script(
+                stage.join("bin/device_props"),
+                "while [ $# -gt 0 ]; do [ \"$1\" = --out ] && echo '{\"fake\":1}' > \"$2\"; shift; done\necho 'device 0: fake'",
+            );
+            script(stage.join("bin/doctor"), "echo ok");
+            script(
+                stage.join("bin/cudnn-candle/gpu"),
+                "echo \"REQUIRE_GPU=$CUDNN_RS_REQUIRE_GPU\"\necho 'test result: ok. 3 passed; 0 failed; 0 ignored'",
+            );
+            let mut names = vec!["device_props", "doctor"];
+            if candle {
+                names.push(ENTRY);
+            }
+            let arts: Vec<super::super::Artifact> = names
+                .iter()
+                .map(|n| super::super::Artifact {
+                    name: n.to_string(),
+                    path: PathBuf::new(),
+                })
+                .collect();
+            super::super::write_tar_xz(&stage, &arts, &pack.join("bin.tar.xz")).unwrap();
+            let (manifest, _) = super::super::manifest_text(&names, &[], &[]);
+            fs::write(pack.join("MANIFEST"), manifest).unwrap();
+            fs::write(pack.join("run.sh"), super::super::RUNNER).unwrap();
+            if candle {
+                fs::write(
+                    pack.join(RECORD),
+                    record_text((13, 5), Some((9, 5)), nvcc_pin()),
+                )
+                .unwrap();
+            }
+            if let Some(why) = not_packed {
+                fs::write(pack.join(NOT_PACKED), not_packed_line(ENTRY, why)).unwrap();
+            }
+            FakePack { dir }
+        }
+
+        /// Run run.sh (tests phase) with a stand-in nvidia-smi reporting
+        /// `cuda`; returns (exit code, report.md).
+        fn run(&self, cuda: &str) -> Option<(i32, String)> {
+            let smi = self.dir.join("smi").join("nvidia-smi");
+            fs::write(
+                &smi,
+                format!(
+                    "#!/bin/sh\ncase \"$*\" in\n*compute_cap*) echo 9.0 ;;\n*--query-gpu*) echo 'Fake H200, 580.159.04, 143771 MiB' ;;\n*) echo '| NVIDIA-SMI 580.159.04   Driver Version: 580.159.04     CUDA Version: {cuda}     |' ;;\nesac\n"
+                ),
+            )
+            .unwrap();
+            super::super::make_executable(&smi).unwrap();
+            let path = format!(
+                "{}:{}",
+                smi.parent().unwrap().display(),
+                std::env::var("PATH").unwrap_or_default()
+            );
+            let out = self.dir.join("out");
+            let st = std::process::Command::new("bash")
+                .arg(self.dir.join("pack").join("run.sh"))
+                .env("PATH", path)
+                .env("OUT", &out)
+                .env("PHASES", "tests")
+                .env("CHECK_BUDGET_S", "60")
+                .output()
+                .ok()?;
+            let report = fs::read_to_string(out.join("report.md")).ok()?;
+            Some((st.status.code().unwrap_or(-1), report))
+        }
+    }
+
+    impl Drop for FakePack {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn row<'a>(report: &'a str, name: &str) -> &'a str {
+        report
+            .lines()
+            .find(|l| l.starts_with(&format!("| {name} |")))
+            .unwrap_or_else(|| panic!("no row for {name} in:\n{report}"))
+    }
+
+    #[test]
+    fn runner_skips_candle_on_an_older_driver_and_runs_it_on_a_new_enough_one() {
+        if std::process::Command::new("bash")
+            .arg("-c")
+            .arg("true")
+            .status()
+            .is_err()
+        {
+            eprintln!("SKIPPED runner_skips_candle...: no bash here");
+            return;
+        }
+        let pack = FakePack::new("driver", true, None);
+        let (rc, report) = pack.run("13.0").expect("run.sh ran and wrote report.md");
+        let r = row(&report, ENTRY);
+        assert!(r.contains("| tests | FAIL (cannot run) |"), "{r}");
+        assert!(
+            r.contains("supports CUDA 13.0, older than the CUDA 13.5"),
+            "{r}"
+        );
+        assert_ne!(rc, 0, "a binary that cannot run is a failure");
+        assert!(
+            report.contains("cudnn-candle: PTX by CUDA 13.5 (ISA 9.5"),
+            "{report}"
+        );
+        let (rc, report) = pack.run("13.5").expect("run.sh ran and wrote report.md");
+        let r = row(&report, ENTRY);
+        assert!(r.contains("| tests | PASS |"), "{r}\n{report}");
+        assert!(r.contains("3 passed"), "{r}");
+        assert_eq!(rc, 0, "{report}");
+    }
+
+    #[test]
+    fn runner_reports_not_packed_as_a_failure_with_its_reason() {
+        if std::process::Command::new("bash")
+            .arg("-c")
+            .arg("true")
+            .status()
+            .is_err()
+        {
+            eprintln!("SKIPPED runner_reports_not_packed...: no bash here");
+            return;
+        }
+        let why = "the candle CUDA toolkit is not fetched here (<cache>/candle/nvidia/cu13/bin/nvcc missing)";
+        let pack = FakePack::new("notpacked", false, Some(why));
+        let (rc, report) = pack.run("13.5").expect("run.sh ran and wrote report.md");
+        let r = row(&report, ENTRY);
+        assert!(r.contains("| tests | FAIL (NOT PACKED) |"), "{r}");
+        assert!(r.contains(why), "{r}");
+        assert!(
+            report.contains(&format!("**NOT PACKED** {ENTRY}: {why}")),
+            "{report}"
+        );
+        assert_ne!(rc, 0);
+    }
 }
