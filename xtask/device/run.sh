@@ -16,7 +16,8 @@
 #             CUDNN_RS_TEST_MODULE), GPU and libraries required
 #             (device_props compares the JSON with the H200 preset;
 #             cuDNN 9.19 compiles its runtime-fusion kernels with NVRTC
-#             as it plans: seconds per graph)                          est  60  cap 150
+#             as it plans: seconds per graph); then cudnn-candle/gpu,
+#             after a check that the driver can load its PTX (CANDLE)    est  60  cap 150
 #   torch     our CSV benchmarks (bench_attention 1k/4k/8k first, then
 #             bench_gemm 0.1 s per case, bench_conv --quick --exhaustive,
 #             bench_ops), then compare_torch.py: the same cases through
@@ -45,6 +46,16 @@
 # NCCL_LIB_DIR point at them (those the caller set are kept), so a toolkit
 # named by CUDA_HOME or CUDA_PATH cannot stand in for them; the report lists
 # every CUDA*/CUDNN*/CUBLAS*/NCCL*/NVRTC* variable the binaries saw.
+#
+# cudnn-candle/gpu links libcublas.so.13, libcudart.so.13 and libcurand.so.10
+# (and the driver's libcuda.so.1): it runs with torch's nvidia/*/lib folders
+# that hold them first on LD_LIBRARY_PATH (the same files the *_LIB_DIR
+# variables name), after ldd finds every one. Its kernels are PTX made by the
+# CUDA version CANDLE records (toolkit_cuda): a driver runs PTX of its own
+# CUDA version or older, so where nvidia-smi's "CUDA Version" is older the
+# binary is not run, a failure with the reason. NOT_PACKED lists what
+# `cargo xtask device-check` could not build (no candle toolkit there), each
+# a failure with its reason.
 #
 # Works in a temporary folder (the binaries are unpacked there from
 # bin.tar.xz) and leaves at most three files in $OUT: report.md,
@@ -133,10 +144,24 @@ if [ -f "$here/MANIFEST" ]; then
         [ -n "$line" ] && manifest+=("$line")
     done < "$here/MANIFEST"
 fi
+# What the pack could not hold, with why: "<name>\t<reason>" lines.
+declare -A not_packed_why=()
+if [ -f "$here/NOT_PACKED" ]; then
+    while IFS=$'\t' read -r name why; do
+        [ -n "$name" ] && not_packed_why[$name]="${why:-no reason given}"
+    done < "$here/NOT_PACKED"
+fi
+record_not_packed() {
+    local m
+    for m in ${not_packed_why[@]+"${!not_packed_why[@]}"}; do
+        [ -z "${verdict_of[$m]+x}" ] || continue
+        record "$m" tests "FAIL (NOT PACKED)" 0 "not packed: ${not_packed_why[$m]}"
+    done
+}
 phase_for() {
     case "$1" in
         device_props | doctor) echo props ;;
-        tests/*) echo tests ;;
+        tests/* | cudnn-candle/*) echo tests ;;
         bench_gemm | bench_conv | bench_ops | bench_attention) echo torch ;;
         bench_*) echo bench ;;
         *) echo examples ;;
@@ -148,6 +173,7 @@ in_manifest() { local m; for m in ${manifest[@]+"${manifest[@]}"}; do [ "$m" = "
 run_entry() { # ENTRY TIMEOUT
     case "$1" in
         tests/gpu/*) CUDNN_RS_TEST_MODULE="${1#tests/gpu/}" run_one "$1" "$2" "$bin/tests/gpu" ;;
+        cudnn-candle/gpu) run_candle "$1" "$2" ;;
         *) run_one "$1" "$2" "$bin/$1" ;;
     esac
 }
@@ -316,6 +342,78 @@ run_one() {
     echo "$v  $name  ($(($(now) - start)) s)  $summary"
 }
 
+# --- candle version check (begin): pure, tested by xtask's unit tests.
+# version_ge A B: whether version A (major.minor[.patch]) >= B.
+version_ge() {
+    local a b i x y
+    IFS=. read -r -a a <<< "$1"
+    IFS=. read -r -a b <<< "$2"
+    for i in 0 1 2; do
+        x="${a[$i]:-0}"; y="${b[$i]:-0}"
+        [[ "$x" =~ ^[0-9]+$ && "$y" =~ ^[0-9]+$ ]] || return 2
+        x=$((10#$x)); y=$((10#$y))
+        [ "$x" -gt "$y" ] && return 0
+        [ "$x" -lt "$y" ] && return 1
+    done
+    return 0
+}
+# driver_cuda_of: the "CUDA Version: X.Y" of nvidia-smi's header on stdin.
+driver_cuda_of() { grep -oE 'CUDA Version: *[0-9]+(\.[0-9]+)+' | head -n 1 | grep -oE '[0-9]+(\.[0-9]+)+'; }
+# candle_blocker TOOLKIT_CUDA DRIVER_CUDA DRIVER_CAP PACKED_CAP: why the
+# candle binary cannot run here (empty: it can).
+candle_blocker() {
+    local tk="$1" drv="$2" cap="$3" want="$4"
+    if [ -z "$tk" ]; then
+        echo "the pack has no CANDLE record (toolkit_cuda): rebuild it with cargo xtask device-check"
+    elif [ -n "$drv" ] && ! version_ge "$drv" "$tk"; then
+        echo "the driver supports CUDA $drv, older than the CUDA $tk candle's PTX was made by: pin the candle toolkit's wheels (fetch-libs --stack candle) to CUDA $drv or older, or update the driver"
+    elif [ -n "$cap" ] && [ -n "$want" ] && ! version_ge "$cap" "${want:0:${#want}-1}.${want: -1}"; then
+        echo "the GPU's compute capability $cap is below the $((want / 10)).$((want % 10)) candle's kernels were built for"
+    fi
+}
+# --- candle version check (end)
+
+candle_key() { # KEY: its value in the pack's CANDLE record
+    [ -f "$here/CANDLE" ] && grep -E "^$1=" "$here/CANDLE" | head -n 1 | cut -d= -f2-
+}
+candle_line=""
+# run_candle NAME CAP: cudnn-candle's gpu binary, if the driver can load its
+# PTX and ldd finds its libraries there; with torch's CUDA wheels first.
+run_candle() {
+    local name="$1" cap="$2" exe="$bin/cudnn-candle/gpu" tk ptx want drv gcap why d so ldp="" miss loaded
+    tk="$(candle_key toolkit_cuda)"; ptx="$(candle_key ptx_isa)"; want="$(candle_key compute_cap)"
+    drv="$(nvidia-smi 2>/dev/null | driver_cuda_of)"
+    gcap="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' ')"
+    candle_line="cudnn-candle: PTX by CUDA ${tk:-?} (ISA ${ptx:-?}, $(candle_key nvcc_wheel)), sm ${want:-?}; driver's CUDA ${drv:-unknown (nvidia-smi gave none: not checked)}, GPU compute capability ${gcap:-unknown}"
+    why="$(candle_blocker "$tk" "$drv" "$gcap" "$want")"
+    if [ -n "$why" ]; then
+        record "$name" "$phase_name" "FAIL (cannot run)" 0 "not run: $why"
+        echo "FAIL (cannot run)  $name: $why"
+        return
+    fi
+    if [ -n "$torch_site" ]; then
+        for so in libcublas.so.13 libcublasLt.so.13 libcudart.so.13 libcurand.so.10; do
+            for d in "$torch_site"/nvidia/*/lib; do
+                [ -e "$d/$so" ] || continue
+                case ":$ldp:" in *":$d:"*) ;; *) ldp="${ldp:+$ldp:}$d" ;; esac
+                break
+            done
+        done
+    fi
+    ldp="${ldp}${LD_LIBRARY_PATH:+${ldp:+:}$LD_LIBRARY_PATH}"
+    if [ -x "$exe" ] && command -v ldd >/dev/null 2>&1; then
+        miss="$(LD_LIBRARY_PATH="$ldp" ldd "$exe" 2>&1 | grep 'not found' | awk '{print $1}' | tr '\n' ' ')"
+        loaded="$(LD_LIBRARY_PATH="$ldp" ldd "$exe" 2>/dev/null | grep -E 'lib(cuda|cublas|cudart|curand)' | awk '{print $1 " -> " $3}' | tr '\n' ' ')"
+        candle_line+="; loads: ${loaded:-?}"
+        if [ -n "$miss" ]; then
+            record "$name" "$phase_name" "FAIL (cannot run)" 0 "not run: ldd finds no ${miss% } (LD_LIBRARY_PATH=${ldp:-unset})"
+            echo "FAIL (cannot run)  $name: libraries not found: $miss"
+            return
+        fi
+    fi
+    LD_LIBRARY_PATH="$ldp" run_one "$name" "$cap" "$exe"
+}
+
 # Every manifest binary of PHASE that has no verdict yet: not run, for WHY.
 not_run() { # PHASE VERDICT WHY
     local m
@@ -342,7 +440,9 @@ finish() {
         record "$current_item" "$phase_name" "FAIL (stopped)" $(($(now) - current_start)) \
             "${stop_reason:-stopped} while it ran; its log: $(tail -n 1 "$(log_of "$current_item")" 2>/dev/null | oneline 80)"
     fi
-    # What the manifest holds and nothing ran: a failure with its reason.
+    # What the pack could not hold, and what it holds that nothing ran:
+    # failures with their reasons.
+    record_not_packed
     local p
     for m in ${manifest[@]+"${manifest[@]}"}; do
         [ -z "${verdict_of[$m]+x}" ] || continue
@@ -378,6 +478,8 @@ finish() {
         echo "- libraries: $lib_source; the binaries' CUDA, cuDNN, cuBLAS, NCCL and NVRTC variables:"
         lib_env | sed 's/^\(.*\)$/  - `\1`/'
         [ -z "$unpack_note" ] || echo "- pack: **$unpack_note**"
+        for m in ${not_packed_why[@]+"${!not_packed_why[@]}"}; do echo "- **NOT PACKED** $m: ${not_packed_why[$m]}"; done
+        [ -z "$candle_line" ] || echo "- $candle_line"
         echo "- device_properties.json: $( [ -s "$props_json" ] && echo "$(wc -c < "$props_json") bytes, written first" || echo "not written (no JSON from cuDNN: see device_props below)")"
         echo "- ${memcheck_line:-memcheck: not run}"
         echo
@@ -459,6 +561,8 @@ finish() {
         printf '%s\n' "$versions"
         echo "${passed} passed, ${#failed[@]} failed, ${#skipped[@]} skipped; ${total} s of ${budget_total}${stop_reason:+; stopped: $stop_reason}"
         [ -z "$unpack_note" ] || echo "pack: $unpack_note"
+        for m in ${not_packed_why[@]+"${!not_packed_why[@]}"}; do echo "NOT PACKED $m: ${not_packed_why[$m]}" | cut -c1-300; done
+        [ -z "$candle_line" ] || echo "$candle_line" | cut -c1-400
         echo "libraries: $lib_source; $(lib_env | grep -E '_LIB_DIR=|^CUDA_(HOME|PATH)=' | sed -E "s|=$nv/|=.../|" | tr '\n' ' ')"
         echo "device_properties.json: $( [ -s "$props_json" ] && cat "$props_json" || echo "not written")"
         grep -E 'differ' "$(log_of tests/gpu/device_props)" 2>/dev/null | head -n 20 | cut -c1-160
@@ -532,6 +636,7 @@ if selected tests; then
         [ "$(phase_for "$m")" = tests ] || continue
         run_entry "$m" "$per_binary_timeout"
     done
+    record_not_packed
     phase_end
 else
     phase_skip tests 60 150

@@ -10,7 +10,11 @@
 //!   binary (`tests/gpu/<module>`, from `cudnn/tests/gpu/main.rs`): run.sh
 //!   runs or reports every one, a module alone through
 //!   `CUDNN_RS_TEST_MODULE`;
-//! - `run.sh` and `compare_torch.py` (from `xtask/device/`).
+//! - `run.sh` and `compare_torch.py` (from `xtask/device/`);
+//! - `cudnn-candle`'s `gpu` test binary as `bin/cudnn-candle/gpu` (one
+//!   MANIFEST line), built with the candle CUDA toolkit, with the record
+//!   `CANDLE` of the CUDA version its PTX needs; or, where it cannot be
+//!   built, its reason in `NOT_PACKED` (see [`candle`]).
 //!
 //! Unit and host tests are not packed: they need no GPU, and CI runs them.
 //! What travels to the GPU machine is the pack *and* the source tree, so
@@ -22,6 +26,8 @@ use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+
+mod candle;
 
 /// Test targets that run `cargo`/`rustc` themselves, so cannot run there.
 const NEEDS_TOOLCHAIN: &[&str] = &["compile_fail"];
@@ -42,12 +48,17 @@ const COMPARE_TORCH: &str = include_str!("../device/compare_torch.py");
 const USAGE: &str = "\
 usage: cargo xtask device-check [--exclude NAME]... [--no-strip]
 
-NAME: an example, or a module of the gpu test binary (`runtime` or
-`gpu/runtime`: its MANIFEST line is left out).
+NAME: an example, a module of the gpu test binary (`runtime` or
+`gpu/runtime`: its MANIFEST line is left out), or `cudnn-candle/gpu` (not
+built).
 
 Builds the release gpu test binary of `cudnn` and the release examples,
 packs them (tar.xz) with run.sh into .device-check/ for a machine with an
-NVIDIA GPU, and checks that the pack and the tree fit one transfer with room.";
+NVIDIA GPU, and checks that the pack and the tree fit one transfer with room.
+Also cudnn-candle's gpu test binary (dev profile), with the toolkit of
+`cargo xtask fetch-libs --stack candle` and the target folder
+CUDNN_RS_CANDLE_TARGET_DIR (else CI's cache folder): without that toolkit
+the pack says NOT PACKED and why, and run.sh reports it as a failure.";
 
 /// One binary to pack.
 #[derive(Debug)]
@@ -103,7 +114,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
             "--test",
             "gpu",
         ],
+        &[],
     )?;
+    let mut left_out: Vec<String> = Vec::new();
     eprintln!("device-check: building the release examples ...");
     let examples = cargo_artifacts(
         &root,
@@ -116,10 +129,36 @@ pub fn run(args: &[String]) -> Result<(), String> {
             "--release",
             "--examples",
         ],
+        &[],
     )?;
+    // cudnn-candle's gpu binary: built where the candle toolkit is, else a
+    // NOT_PACKED line with the reason (run.sh reports it as a failure).
+    let mut not_packed: Vec<(String, String)> = Vec::new();
+    let mut candle_record: Option<String> = None;
+    let candle_bin = if exclude
+        .iter()
+        .any(|e| e == candle::ENTRY || e == "cudnn-candle")
+    {
+        left_out.push(candle::ENTRY.to_string());
+        None
+    } else {
+        match build_candle(&root) {
+            Ok((path, tk)) => {
+                let bytes =
+                    fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+                let ptx = candle::max_ptx_isa(&bytes);
+                candle_record = Some(candle::record_text(tk.cuda, ptx, candle::nvcc_pin()));
+                Some(path)
+            }
+            Err(why) => {
+                eprintln!("device-check: NOT PACKED {}: {why}", candle::ENTRY);
+                not_packed.push((candle::ENTRY.to_string(), why));
+                None
+            }
+        }
+    };
 
     let mut packed: Vec<Artifact> = Vec::new();
-    let mut left_out: Vec<String> = Vec::new();
     for (target, kind, path) in tests.into_iter().chain(examples) {
         let name = match kind.as_str() {
             "test" if target == "gpu" => "tests/gpu".to_string(),
@@ -142,14 +181,24 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
     }
     packed.sort_by(|a, b| a.name.cmp(&b.name));
+    // After the cudnn binaries: its MANIFEST line comes last, so run.sh
+    // runs it after the gpu modules.
+    if let Some(path) = candle_bin {
+        packed.push(Artifact {
+            name: candle::ENTRY.to_string(),
+            path,
+        });
+    }
 
     for dir in [&dest, &stage] {
         if dir.exists() {
             fs::remove_dir_all(dir).map_err(|e| format!("removing {}: {e}", dir.display()))?;
         }
     }
-    fs::create_dir_all(stage.join("bin").join("tests"))
-        .map_err(|e| format!("creating {}: {e}", stage.display()))?;
+    for sub in ["tests", "cudnn-candle"] {
+        fs::create_dir_all(stage.join("bin").join(sub))
+            .map_err(|e| format!("creating {}: {e}", stage.display()))?;
+    }
     fs::create_dir_all(&dest).map_err(|e| format!("creating {}: {e}", dest.display()))?;
     let strip_tool = if strip { find_in_path("strip") } else { None };
     let mut sizes = Vec::new();
@@ -186,26 +235,23 @@ pub fn run(args: &[String]) -> Result<(), String> {
         fs::write(&script, text).map_err(|e| format!("writing {}: {e}", script.display()))?;
         make_executable(&script)?;
     }
-    let mut list = String::from(
-        "# The binaries in bin.tar.xz, one a line: run.sh runs or reports every one.\n",
-    );
     let modules = gpu_modules(&root)?;
-    for a in &packed {
-        if a.name == "tests/gpu" {
-            for m in &modules {
-                // `--exclude <module>` (or `gpu/<module>`) leaves one out.
-                if exclude.iter().any(|e| *e == *m || *e == format!("gpu/{m}")) {
-                    left_out.push(format!("gpu/{m}"));
-                    continue;
-                }
-                list.push_str(&format!("tests/gpu/{m}\n"));
-            }
-        } else {
-            list.push_str(&a.name);
-            list.push('\n');
-        }
-    }
+    let names: Vec<&str> = packed.iter().map(|a| a.name.as_str()).collect();
+    let (list, excluded) = manifest_text(&names, &modules, &exclude);
+    left_out.extend(excluded);
     fs::write(dest.join("MANIFEST"), list).map_err(|e| format!("writing MANIFEST: {e}"))?;
+    if let Some(text) = &candle_record {
+        fs::write(dest.join(candle::RECORD), text)
+            .map_err(|e| format!("writing {}: {e}", candle::RECORD))?;
+    }
+    if !not_packed.is_empty() {
+        let text: String = not_packed
+            .iter()
+            .map(|(n, why)| candle::not_packed_line(n, why))
+            .collect();
+        fs::write(dest.join(candle::NOT_PACKED), text)
+            .map_err(|e| format!("writing {}: {e}", candle::NOT_PACKED))?;
+    }
 
     let mib = |b: u64| b as f64 / 1048576.0;
     let pack = dir_size(&dest).map_err(|e| format!("measuring {}: {e}", dest.display()))?;
@@ -224,6 +270,18 @@ pub fn run(args: &[String]) -> Result<(), String> {
         println!(
             "  left out (need the Rust toolchain, or --exclude): {}",
             left_out.join(", ")
+        );
+    }
+    for (n, why) in &not_packed {
+        println!("  NOT PACKED {n}: {why}\n    (run.sh reports it as a failure)");
+    }
+    if let Some(text) = &candle_record {
+        let kv: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        println!(
+            "  {} ({}): {}",
+            candle::ENTRY,
+            candle::RECORD,
+            kv.join(", ")
         );
     }
     if strip_tool.is_none() && strip {
@@ -267,6 +325,32 @@ pub fn run(args: &[String]) -> Result<(), String> {
          then the report)"
     );
     Ok(())
+}
+
+/// MANIFEST: one line per packed binary in `names`' order, the `tests/gpu`
+/// binary as one line per module of `modules` (less those `exclude` names
+/// as `<module>` or `gpu/<module>`). Returns the text and the modules left
+/// out (as `gpu/<module>`).
+fn manifest_text(names: &[&str], modules: &[String], exclude: &[String]) -> (String, Vec<String>) {
+    let mut list = String::from(
+        "# The binaries in bin.tar.xz, one a line: run.sh runs or reports every one.\n",
+    );
+    let mut left_out = Vec::new();
+    for name in names {
+        if *name == "tests/gpu" {
+            for m in modules {
+                if exclude.iter().any(|e| *e == *m || *e == format!("gpu/{m}")) {
+                    left_out.push(format!("gpu/{m}"));
+                    continue;
+                }
+                list.push_str(&format!("tests/gpu/{m}\n"));
+            }
+        } else {
+            list.push_str(name);
+            list.push('\n');
+        }
+    }
+    (list, left_out)
 }
 
 /// The modules of the `gpu` test binary, in its order: the entries of its
@@ -379,11 +463,54 @@ fn tree_size(root: &Path) -> Result<(u64, usize), String> {
     Ok((total, n))
 }
 
-/// Run cargo with `--message-format=json` and return `(target name, target
-/// kind, executable)` for every artifact with an executable.
-fn cargo_artifacts(root: &Path, args: &[&str]) -> Result<Vec<(String, String, PathBuf)>, String> {
+/// Build cudnn-candle's `gpu` test binary (dev profile) with the candle
+/// toolkit and the target folder that holds candle's kernels; `Err` is the
+/// reason for `NOT_PACKED`.
+fn build_candle(root: &Path) -> Result<(PathBuf, candle::Toolkit), String> {
+    let tk = candle::toolkit(&crate::fetch::cache_root())?;
+    let target = candle::target_dir(
+        std::env::var_os("CUDNN_RS_CANDLE_TARGET_DIR"),
+        std::env::var_os("CUDNN_RS_CI_CACHE"),
+        std::env::var_os("HOME"),
+    )
+    .ok_or("no target folder for candle: set CUDNN_RS_CANDLE_TARGET_DIR (or HOME)")?;
+    eprintln!(
+        "device-check: building cudnn-candle's gpu test binary (dev profile, CUDA {}.{} toolkit, target {}){} ...",
+        tk.cuda.0,
+        tk.cuda.1,
+        target.display(),
+        if candle::kernels_warm(&target) {
+            ""
+        } else {
+            "; candle's kernels are not built there yet: about 15 minutes"
+        }
+    );
+    let env = candle::build_env(&tk, &target, root);
+    let found = cargo_artifacts(
+        root,
+        &["test", "-p", "cudnn-candle", "--no-run", "--test", "gpu"],
+        &env,
+    )
+    .map_err(|e| format!("its build failed: {e}"))?;
+    let path = found
+        .into_iter()
+        .find(|(name, kind, _)| name == "gpu" && kind == "test")
+        .map(|(_, _, p)| p)
+        .ok_or("its build gave no `gpu` test executable")?;
+    Ok((path, tk))
+}
+
+/// Run cargo with `--message-format=json` (and `env` added to its
+/// environment) and return `(target name, target kind, executable)` for
+/// every artifact with an executable.
+fn cargo_artifacts(
+    root: &Path,
+    args: &[&str],
+    env: &[(String, std::ffi::OsString)],
+) -> Result<Vec<(String, String, PathBuf)>, String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut child = Command::new(&cargo)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .args(args)
         .arg("--message-format=json")
         .current_dir(root)
