@@ -301,7 +301,11 @@ impl Case {
                 let q = g.input("q", cfg.q_spec()?)?;
                 let k = g.input("k", cfg.k_spec()?)?;
                 let v = g.input("v", cfg.v_spec()?)?;
-                let f = g.sdpa_forward(q, k, v, &cfg)?;
+                let f = if cfg.is_training {
+                    g.sdpa_forward_training(q, k, v, &cfg)?.map_stats(Some)
+                } else {
+                    g.sdpa_forward(q, k, v, &cfg)?.map_stats(|()| None)
+                };
                 g.rename(f.o, "o")?;
                 if let Some(st) = f.stats {
                     g.rename(st, "stats")?;

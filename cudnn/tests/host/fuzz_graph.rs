@@ -30,6 +30,7 @@
 mod graph_reproducers;
 mod sdpa_rules;
 use crate::support;
+use crate::support::sdpa_plans::fwd_any;
 
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -490,7 +491,7 @@ fn run_steps(steps: &[Step], tally: &Tally) -> Result<Graph, String> {
                         g.sdpa_backward(q, k, v, o, d_o, st, cfg)
                             .map(|b| vec![b.dq])
                     } else {
-                        g.sdpa_forward(q, k, v, cfg).map(|f| vec![f.o])
+                        fwd_any(&mut g, q, k, v, cfg).map(|f| vec![f.o])
                     }
                 })?
             }
@@ -645,7 +646,7 @@ fn coherent_graph((fam, d, dt, compute, prm, mode, cfg): &Coherent) -> Result<Gr
             let k = g.input("k", cfg.k_spec()?)?;
             let v = g.input("v", cfg.v_spec()?)?;
             if *fam == 7 {
-                g.sdpa_forward(q, k, v, cfg)?;
+                fwd_any(&mut g, q, k, v, cfg)?;
             } else {
                 let o = g.input("o", cfg.o_spec()?)?;
                 let d_o = g.input("do", cfg.o_spec()?)?;

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 use crate::support;
 use crate::support::norm_attention_graphs;
+use crate::support::sdpa_plans::fwd_any;
 use crate::support::sdpa_plans::plan_all;
 use cudnn::Error;
 use cudnn::graph::*;
@@ -298,10 +299,10 @@ pub fn main() {
         let q = g.input("q", SdpaConfig::new(2, 8, 128, 64, DType::BF16).q_spec()?)?;
         let k = g.input("k", cfg.k_spec()?)?;
         let v = g.input("v", cfg.v_spec()?)?;
-        let e = g.sdpa_forward(q, k, v, &cfg).unwrap_err();
+        let e = fwd_any(&mut g, q, k, v, &cfg).unwrap_err();
         ensure!(e.to_string().contains("`q`"), "names q: {e}");
         let q2 = g.input("q2", cfg.q_spec()?.with_dtype(DType::F16))?;
-        let e = g.sdpa_forward(q2, k, v, &cfg).unwrap_err();
+        let e = fwd_any(&mut g, q2, k, v, &cfg).unwrap_err();
         ensure!(e.to_string().contains("element type"), "q dtype: {e}");
         Ok(())
     }));

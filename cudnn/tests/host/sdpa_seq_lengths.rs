@@ -12,6 +12,7 @@
 //! that is never freed (`mem::forget`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 use crate::support;
+use crate::support::sdpa_plans::fwd_any;
 use std::sync::Arc;
 
 use cudnn::Error;
@@ -59,7 +60,7 @@ fn graph(c: &SdpaConfig, backward: bool) -> Result<Graph, Error> {
         let b = g.sdpa_backward(q, k, v, o, d_o, st, c)?;
         (b.seq_len_q, b.seq_len_kv)
     } else {
-        let f = g.sdpa_forward(q, k, v, c)?;
+        let f = fwd_any(&mut g, q, k, v, c)?;
         (f.seq_len_q, f.seq_len_kv)
     };
     g.rename(

@@ -186,7 +186,7 @@ pub fn norm_cases() -> Vec<(&'static str, Builder)> {
 
 /// [`fwd_parts`](crate::support::sdpa_plans::fwd_parts) with the statistics
 /// (where training saves them) named `stats`.
-pub fn sdpa_fwd(cfg: &SdpaConfig) -> Result<(Graph, SdpaForward), Error> {
+pub fn sdpa_fwd(cfg: &SdpaConfig) -> Result<(Graph, SdpaForward<Option<Tensor>>), Error> {
     let (mut g, f) = crate::support::sdpa_plans::fwd_parts(cfg)?;
     if let Some(s) = f.stats {
         g.rename(s, "stats")?;

@@ -98,8 +98,9 @@
 //! let q = g.input("q", cfg.q_spec()?)?;
 //! let k = g.input("k", cfg.k_spec()?)?;
 //! let v = g.input("v", cfg.v_spec()?)?;
-//! let fwd = g.sdpa_forward(q, k, v, &cfg)?;
+//! let fwd = g.sdpa_forward_training(q, k, v, &cfg)?;
 //! g.rename(fwd.o, "o")?;
+//! g.rename(fwd.stats, "stats")?; // a Tensor: a training forward always has it
 //! let (plan, _) = Plan::build(&g.build()?, &Target::preset("h200")?, &Policy::default())?;
 //! # Ok::<(), cudnn::Error>(())
 //! ```
@@ -271,14 +272,22 @@ pub struct SdpaConfig {
     pub sink_grad: bool,
 }
 
-/// What [`Graph::sdpa_forward`](crate::graph::Graph::sdpa_forward) adds.
+/// What [`Graph::sdpa_forward`](crate::graph::Graph::sdpa_forward) (an
+/// inference forward: `SdpaForward`, whose `stats` is `()`) and
+/// [`Graph::sdpa_forward_training`](crate::graph::Graph::sdpa_forward_training)
+/// (a training forward: [`SdpaTrainingForward`], `stats` a [`Tensor`])
+/// add. The mode is in the type: a training forward's statistics cannot be
+/// missing, and an inference user never handles them. Code that serves
+/// both modes can make the two one type with [`map_stats`](Self::map_stats)
+/// (`.map_stats(Some)` and `.map_stats(|()| None)`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct SdpaForward {
+pub struct SdpaForward<Stats = ()> {
     /// The output (a graph output of the config's dtype, in its layout).
     pub o: Tensor,
-    /// The softmax statistics (training): `[B, H, S_q, 1]` f32 graph output.
-    pub stats: Option<Tensor>,
+    /// The softmax statistics: in a training forward the `[B, H, S_q, 1]`
+    /// f32 graph output the backward takes; `()` in an inference forward.
+    pub stats: Stats,
     /// Per-batch query lengths (padding): `[B, 1, 1, 1]` i32 graph input.
     pub seq_len_q: Option<Tensor>,
     /// Per-batch key / value lengths (padding): `[B, 1, 1, 1]` i32 graph input.
@@ -297,6 +306,33 @@ pub struct SdpaForward {
     pub bias: BiasTensors,
     /// The row max and sum_exp outputs and the sink input, as asked.
     pub softmax: SdpaSoftmax,
+}
+
+/// A training forward's outputs: [`SdpaForward`] with the softmax
+/// statistics (`[B, H, S_q, 1]` f32), made by
+/// [`Graph::sdpa_forward_training`](crate::graph::Graph::sdpa_forward_training).
+pub type SdpaTrainingForward = SdpaForward<Tensor>;
+
+impl<S> SdpaForward<S> {
+    /// The same outputs with the statistics mapped by `f`: `.map_stats(Some)`
+    /// on a training forward and `.map_stats(|()| None)` on an inference one
+    /// give both the type `SdpaForward<Option<Tensor>>`, for code that
+    /// builds either mode.
+    pub fn map_stats<T>(self, f: impl FnOnce(S) -> T) -> SdpaForward<T> {
+        SdpaForward {
+            o: self.o,
+            stats: f(self.stats),
+            seq_len_q: self.seq_len_q,
+            seq_len_kv: self.seq_len_kv,
+            dropout_seed: self.dropout_seed,
+            dropout_offset: self.dropout_offset,
+            page_table_k: self.page_table_k,
+            page_table_v: self.page_table_v,
+            ragged: self.ragged,
+            bias: self.bias,
+            softmax: self.softmax,
+        }
+    }
 }
 
 /// What [`Graph::sdpa_backward`](crate::graph::Graph::sdpa_backward) adds.
