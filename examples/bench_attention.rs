@@ -208,11 +208,9 @@ impl Case {
             })
     }
     fn fp8_cfg(seq: i64) -> Fp8SdpaConfig {
-        Fp8SdpaConfig {
-            is_causal: true,
-            is_training: true,
-            ..Fp8SdpaConfig::new(4, 32, seq, seq, 128)
-        }
+        Fp8SdpaConfig::new(4, 32, seq, seq, 128)
+            .causal(true)
+            .training(true)
     }
     fn dtype(self) -> &'static str {
         match self {

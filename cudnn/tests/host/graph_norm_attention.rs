@@ -511,10 +511,7 @@ pub fn main() {
         let v = cudnn::dnn::Handle::library_version()?;
         let cfg = SdpaConfig::new(1, 2, 128, 256, DType::BF16);
         let og = sdpa_bwd(&cfg)?.0.build()?;
-        let policy = Policy {
-            max_attempts: 1,
-            ..Policy::default()
-        };
+        let policy = Policy::default().with_max_attempts(1);
         for (target, ok) in [
             ("h200", true),
             ("a100", false),
@@ -760,10 +757,7 @@ pub fn main() {
                     Plan::build(
                         &og,
                         &Target::preset("h200")?,
-                        &Policy {
-                            max_attempts: 2,
-                            ..Policy::default()
-                        },
+                        &Policy::default().with_max_attempts(2),
                     )
                 });
                 let mut t = tally.lock().map_err(|_| TestCaseError::fail("poisoned"))?;

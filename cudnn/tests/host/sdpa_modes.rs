@@ -41,8 +41,11 @@ fn plan(g: &Graph) -> cudnn::Result<Plan> {
     Ok(Plan::build(&g.build()?, &Target::preset("h200")?, &Policy::default())?.0)
 }
 
-/// The non-virtual tensors of cuDNN's plan JSON: `(uid, dataType, dims)`.
-fn cudnn_io(p: &Plan) -> Result<Vec<(i64, String, Vec<i64>)>, Box<dyn std::error::Error>> {
+/// A tensor of cuDNN's plan JSON: `(uid, dataType, dims)`.
+type JsonTensor = (i64, String, Vec<i64>);
+
+/// The non-virtual tensors of cuDNN's plan JSON.
+fn cudnn_io(p: &Plan) -> Result<Vec<JsonTensor>, Box<dyn std::error::Error>> {
     let v: Value = serde_json::from_str(&p.cudnn_json()?)?;
     let ts = v
         .pointer("/operationGraph/tensors")

@@ -767,10 +767,7 @@ fn paged_tables_need_unsafe_binding() -> TestResult {
         g.rename(f.seq_len_q.ok_or("query lengths")?, "lens_q")?;
         let pv = g.name(f.page_table_v.ok_or("a page table")?)?.to_string();
         let og = g.build()?;
-        let policy = Policy {
-            max_attempts: 3,
-            ..Policy::default()
-        };
+        let policy = Policy::default().with_max_attempts(3);
         let (plan, _) = Plan::build(&og, &t, &policy)?;
         built += 1;
         let mut plans = vec![plan];
@@ -874,10 +871,7 @@ fn property_page_table_binding() -> TestResult {
         return Ok(());
     }
     let og = fwd(&cfg)?.build()?;
-    let policy = Policy {
-        max_attempts: 1,
-        ..Policy::default()
-    };
+    let policy = Policy::default().with_max_attempts(1);
     let (plan, _) = Plan::build(&og, &Target::preset("h200")?, &policy)?;
     let names: Vec<(String, bool)> = plan
         .io()

@@ -80,10 +80,7 @@ type Named = (Plan, [&'static str; 2]);
 /// The built plan, and the same plan loaded from its cuDNN JSON with the
 /// tensor list, the length tensors renamed there (`xq`, `xkv`).
 fn plans(og: &OpGraph, t: &Target) -> Result<Vec<Named>, Box<dyn std::error::Error>> {
-    let policy = Policy {
-        max_attempts: 1,
-        ..Policy::default()
-    };
+    let policy = Policy::default().with_max_attempts(1);
     let (plan, _) = Plan::build(og, t, &policy)?;
     let mut out = Vec::new();
     match plan.cudnn_json() {
@@ -284,10 +281,7 @@ fn property_seq_lengths() -> TestResult {
     let (plan, _) = Plan::build(
         &og,
         &Target::preset("h200")?,
-        &Policy {
-            max_attempts: 1,
-            ..Policy::default()
-        },
+        &Policy::default().with_max_attempts(1),
     )?;
     let mut runner = crate::support::prop_runner(256);
     runner
@@ -355,10 +349,7 @@ fn lengths_cover_the_batch() -> TestResult {
         return Ok(());
     }
     let og = graph(&c, false)?.build()?;
-    let policy = Policy {
-        max_attempts: 1,
-        ..Policy::default()
-    };
+    let policy = Policy::default().with_max_attempts(1);
     let (plan, _) = Plan::build(&og, &t, &policy)?;
     let json = plan.cudnn_json()?;
     let uid = plan

@@ -122,6 +122,13 @@ pub fn norm_bwd(mode: NormMode, dtype: DType) -> Result<Graph, Error> {
             let m = g.input("mean", spec(DType::F32, &sd)?)?;
             g.batch_norm_backward(dy, x, s, m, inv)?
         }
+        other => {
+            return Err(Error::invalid(
+                "norm_bwd mode",
+                "a mode this helper builds",
+                format!("{other:?}"),
+            ));
+        }
     };
     g.output(grads.dx, dtype)?;
     Ok(g)

@@ -24,10 +24,7 @@ pub fn plan_all(
 ) -> Result<(i64, usize, Vec<Plan>, f64), Error> {
     let og = g.build()?;
     let t = Target::preset(target)?;
-    let policy = Policy {
-        max_attempts: max,
-        ..Policy::default()
-    };
+    let policy = Policy::default().with_max_attempts(max);
     let c = heuristics::candidates(&og, &t, &policy)?;
     let t0 = std::time::Instant::now();
     let (plans, _) = Plan::build_all(&og, &t, &policy)?;

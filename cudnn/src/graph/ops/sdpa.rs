@@ -111,6 +111,7 @@ use crate::graph::tensor::{DType, TensorSpec, fmt_dims};
 
 /// How Q, K, V and O are stored (their logical dims are `[B, H, S, D]` either way).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum AttnLayout {
     /// Batch, sequence, heads, head dim: what a `[B, S, H*D]` projection gives.
     Bshd,
@@ -179,6 +180,7 @@ pub enum DiagonalAlignment {
 
 /// Which cuDNN construction an attention graph uses.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum SdpaImpl {
     /// Forward: cuDNN's SDPA operation where the loaded cuDNN has it with
     /// every option asked for, the composite otherwise. Backward: always the
@@ -197,7 +199,26 @@ pub enum SdpaImpl {
 }
 
 /// One attention's shapes and options.
+///
+/// Made with [`SdpaConfig::new`] and the chainable methods, one per option
+/// (the struct is `#[non_exhaustive]`: options will be added; its fields
+/// stay readable and assignable):
+///
+/// ```
+/// use cudnn::graph::{AttnLayout, DType, SdpaConfig};
+/// // Causal grouped-query attention, 32 query heads over 8 K/V heads,
+/// // a V head dim of 64, stored BHSD.
+/// let cfg = SdpaConfig::new(2, 32, 1024, 128, DType::BF16)
+///     .gqa(8)
+///     .head_dim_v(64)
+///     .causal(true)
+///     .layout(AttnLayout::Bhsd);
+/// assert_eq!((cfg.kv_heads, cfg.head_dim_v, cfg.is_causal), (8, 64, true));
+/// assert_eq!(cfg.o_spec()?.dims(), &[2, 32, 1024, 64]);
+/// # Ok::<(), cudnn::Error>(())
+/// ```
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct SdpaConfig {
     /// Batch size.
     pub batch: i64,
@@ -484,6 +505,11 @@ impl SdpaConfig {
     /// With a key / value sequence length other than the query's.
     pub fn kv_len(mut self, seq_kv: i64) -> Self {
         self.seq_kv = seq_kv;
+        self
+    }
+    /// With a head dim of V and O other than Q's and K's.
+    pub fn head_dim_v(mut self, head_dim_v: i64) -> Self {
+        self.head_dim_v = head_dim_v;
         self
     }
     /// Stored as `layout`.
