@@ -383,10 +383,9 @@ pub struct SdpaBackward {
     pub softmax: SdpaSoftmax,
 }
 
-pub use super::sdpa_bias::{AttnBias, BiasTensors};
-pub use super::sdpa_paged::PagedKv;
-pub use super::sdpa_ragged::{RaggedTensor, SdpaRagged};
-pub use super::sdpa_softmax::SdpaSoftmax;
+pub use super::sdpa_types::{
+    AttnBias, BiasTensors, PagedKv, RaggedTensor, SdpaRagged, SdpaSoftmax,
+};
 
 /// The first cuDNN with each part of the SDPA operation, as `(major, minor, patch)`.
 pub mod since {

@@ -9,7 +9,7 @@ use super::sdpa::{
 };
 use super::sdpa_composite::{CompositeBand, CompositeBwdOp, CompositeFwdOp};
 use super::sdpa_native::{Band, Common, SdpaBwdOp, SdpaFwdOp};
-use super::sdpa_ragged::RaggedTensor::{K, O, Q, V};
+use super::sdpa_types::RaggedTensor::{K, O, Q, V};
 use crate::error::{Error, Result};
 use crate::graph::graph::{Graph, Role, Tensor};
 use crate::graph::guard::InputGuard;
@@ -62,7 +62,7 @@ impl Graph {
 
     /// The composites name K's and V's ragged offsets by the node indices
     /// `sdpa_ragged` gives them (`next + 1`, `next + 2`): check it did.
-    fn ragged_at(&self, r: Option<super::sdpa_ragged::SdpaRagged>, next: usize) -> Result<()> {
+    fn ragged_at(&self, r: Option<super::sdpa_types::SdpaRagged>, next: usize) -> Result<()> {
         let Some(r) = r else { return Ok(()) };
         for (t, want) in [(r.k, next + 1), (r.v, next + 2)] {
             if let Some(t) = t
