@@ -14,7 +14,7 @@ pub enum CaptureStatus {
     /// Capturing: work is recorded into a graph.
     Active,
     /// A capture that an error invalidated; it must be ended (the
-    /// [`Stream::capture`] scope does).
+    /// [`Stream::capture`](super::Stream::capture) scope does).
     Invalidated,
 }
 
@@ -65,12 +65,12 @@ impl CaptureStatus {
 /// | [`Hazard::Allocation`] | `dnn::Handle::new`, `blas::Handle::new` (`cudnnCreate`/`cublasCreate` allocate) inside the closure or on a capturing stream | create handles before the capture |
 /// | [`Hazard::HostSync`] | `Device::synchronize` inside the closure; the runtime's refusal while any stream of the device is capturing (codes 900 to 908) is typed too | synchronize after the capture |
 /// | [`Hazard::HostSync`] | `Stream::scope` inside the closure, on a capturing stream, or on a stream value whose capture is open; lends of a `CudarcScope` inside the closure or while cudarc's stream is capturing | open the scope before or after the capture |
-/// | [`Hazard::OtherThreadsCapture`] | any launch, synchronization, event record or wait, or handle creation on a stream value whose [`Stream::capture`] another thread has open | queue it after that capture, or on another stream |
+/// | [`Hazard::OtherThreadsCapture`] | any launch, synchronization, event record or wait, or handle creation on a stream value whose [`Stream::capture`](super::Stream::capture) another thread has open | queue it after that capture, or on another stream |
 /// | [`Hazard::ForeignStream`] | work on a cudarc stream while cudarc captures it (inside a closure too, where it is allowed otherwise) | end cudarc's capture first; capture a stream of this crate |
 /// | [`Hazard::CapturedEvent`] | `dropout_forward`/`dropout_backward` and an RNN training forward with dropout on a capturing stream that is not the stream of the state's last use (`Dropout::last_stream`); on that stream they are captured | use the dropout once on the capturing stream before the capture |
 ///
 /// # For the launches (the hook)
-/// A call with a hazard calls [`forbid_during_capture`] with the stream it
+/// A call with a hazard calls [`forbid_during_capture`](super::forbid_during_capture) with the stream it
 /// would use just before doing the unsafe thing; only then is the stream
 /// asked (`cudaStreamIsCapturing`, a host-only query), so the steady state
 /// pays nothing. RNN, CTC and any new op follow the same pattern: one line,
@@ -228,7 +228,7 @@ pub(crate) fn clear_last_error(rt: &cudart::Cudart) {
 }
 
 thread_local! {
-    /// How many [`Stream::capture`] scopes are open on this thread.
+    /// How many [`Stream::capture`](super::Stream::capture) scopes are open on this thread.
     static SCOPES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
@@ -269,13 +269,13 @@ pub(crate) fn typed_capture_refusal(op: &str, hazard: &Hazard, r: Result<()>) ->
     }
 }
 
-/// Whether this thread is inside a [`Stream::capture`] closure.
+/// Whether this thread is inside a [`Stream::capture`](super::Stream::capture) closure.
 pub(crate) fn in_capture_scope() -> bool {
     SCOPES.with(|s| s.get()) > 0
 }
 
 /// For calls that name no stream (`cudaMalloc`, synchronous `cudaMemcpy`,
-/// a stream synchronization): refused inside a [`Stream::capture`] closure
+/// a stream synchronization): refused inside a [`Stream::capture`](super::Stream::capture) closure
 /// on this thread, where the runtime would invalidate the capture (global
 /// mode) or record something that is not stream work. A thread-local
 /// counter: no runtime call.
