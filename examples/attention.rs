@@ -48,11 +48,10 @@ fn forward_graph(cfg: &SdpaConfig) -> cudnn::Result<Graph> {
     let q = g.input("q", cfg.q_spec()?)?;
     let k = g.input("k", cfg.k_spec()?)?;
     let v = g.input("v", cfg.v_spec()?)?;
-    let f = g.sdpa_forward(q, k, v, cfg)?;
+    // A training forward: its statistics are a `Tensor`, never missing.
+    let f = g.sdpa_forward_training(q, k, v, cfg)?;
     g.rename(f.o, "o")?;
-    if let Some(s) = f.stats {
-        g.rename(s, "stats")?;
-    }
+    g.rename(f.stats, "stats")?;
     Ok(g)
 }
 

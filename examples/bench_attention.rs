@@ -208,11 +208,9 @@ impl Case {
             })
     }
     fn fp8_cfg(seq: i64) -> Fp8SdpaConfig {
-        Fp8SdpaConfig {
-            is_causal: true,
-            is_training: true,
-            ..Fp8SdpaConfig::new(4, 32, seq, seq, 128)
-        }
+        Fp8SdpaConfig::new(4, 32, seq, seq, 128)
+            .causal(true)
+            .training(true)
     }
     fn dtype(self) -> &'static str {
         match self {
@@ -301,7 +299,11 @@ impl Case {
                 let q = g.input("q", cfg.q_spec()?)?;
                 let k = g.input("k", cfg.k_spec()?)?;
                 let v = g.input("v", cfg.v_spec()?)?;
-                let f = g.sdpa_forward(q, k, v, &cfg)?;
+                let f = if cfg.is_training {
+                    g.sdpa_forward_training(q, k, v, &cfg)?.map_stats(Some)
+                } else {
+                    g.sdpa_forward(q, k, v, &cfg)?.map_stats(|()| None)
+                };
                 g.rename(f.o, "o")?;
                 if let Some(st) = f.stats {
                     g.rename(st, "stats")?;

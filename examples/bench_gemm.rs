@@ -171,11 +171,9 @@ fn bench_fp8(lt: &LtHandle, stream: &Stream, s: &Shape, seconds: f64) -> AnyResu
     c.memset(0)?;
     let one = DeviceBuffer::from_host(&[1.0f32])?;
     let call = |c: &mut DeviceBuffer<bf16>| {
-        let scale = Fp8Scaling {
-            a: Some((&one).into()),
-            b: Some((&one).into()),
-            ..Fp8Scaling::default()
-        };
+        let scale = Fp8Scaling::default()
+            .with_a((&one).into())
+            .with_b((&one).into());
         plan.run(lt, 1.0, &a, &b, 0.0, c, scale, None)
     };
     for _ in 0..3 {

@@ -125,11 +125,14 @@ pub fn forward(cfg: &SdpaConfig, strides: &[[i64; 4]; 3]) -> Result<Graph> {
     let q = g.input(names::Q, spec(cfg, qd, strides[0])?)?;
     let k = g.input(names::K, spec(cfg, kd, strides[1])?)?;
     let v = g.input(names::V, spec(cfg, vd, strides[2])?)?;
-    let f = g.sdpa_forward(q, k, v, cfg)?;
+    let f = if cfg.is_training {
+        let f = g.sdpa_forward_training(q, k, v, cfg)?;
+        g.rename(f.stats, names::STATS)?;
+        f.map_stats(|_| ())
+    } else {
+        g.sdpa_forward(q, k, v, cfg)?
+    };
     g.rename(f.o, names::O)?;
-    if let Some(s) = f.stats {
-        g.rename(s, names::STATS)?;
-    }
     name_side(&mut g, (f.seq_len_q, f.seq_len_kv), f.ragged)?;
     for (t, n) in [
         (f.page_table_k, names::PAGE_TABLE_K),

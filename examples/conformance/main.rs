@@ -206,12 +206,10 @@ pub(crate) struct Row {
 }
 
 fn policy() -> Policy {
-    Policy {
-        modes: vec![HeurMode::A],
-        allow_tf32: true,
-        allow_reduced_precision: true,
-        ..Policy::default()
-    }
+    Policy::default()
+        .with_modes(vec![HeurMode::A])
+        .with_allow_tf32(true)
+        .with_allow_reduced_precision(true)
 }
 
 fn ours(p: &Pattern, target: &Target, reps: usize) -> cudnn::Result<(Side, Arc<IoSignature>)> {

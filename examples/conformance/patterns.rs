@@ -5,7 +5,8 @@
 //! names (inputs and outputs) is named by its role, on both sides.
 
 use cudnn::graph::{
-    AttnLayout, ConvParams, DType, Graph, NormPhase, RunningStats, SdpaConfig, SdpaImpl, TensorSpec,
+    AttnLayout, ConvParams, DType, Graph, NormPhase, RunningStats, SdpaConfig, SdpaForward,
+    SdpaImpl, Tensor, TensorSpec,
 };
 use std::collections::HashMap;
 
@@ -575,7 +576,7 @@ fn attention(out: &mut Vec<Pattern>) {
                     let q = g.input("q", c.q_spec()?)?;
                     let k = g.input("k", c.k_spec()?)?;
                     let v = g.input("v", c.v_spec()?)?;
-                    let f = g.sdpa_forward(q, k, v, &c)?;
+                    let f = crate::patterns::sdpa_fwd_any(&mut g, q, k, v, &c)?;
                     g.rename(f.o, "o")?;
                     if let Some(s) = f.stats {
                         g.rename(s, "stats")?;
@@ -624,7 +625,7 @@ fn attention(out: &mut Vec<Pattern>) {
                 let q = g.input("q", c.q_spec()?)?;
                 let k = g.input("k", c.k_spec()?)?;
                 let v = g.input("v", c.v_spec()?)?;
-                let f = g.sdpa_forward(q, k, v, &c)?;
+                let f = crate::patterns::sdpa_fwd_any(&mut g, q, k, v, &c)?;
                 g.rename(f.o, "o")?;
                 if let Some(s) = f.stats {
                     g.rename(s, "stats")?;
@@ -710,4 +711,21 @@ pub fn all() -> Vec<Pattern> {
     crate::patterns_sdpa_bias::attention_bias(&mut out);
     crate::patterns_sdpa_softmax::softmax_options(&mut out);
     out
+}
+
+/// The attention forward in the config's mode (`Graph::sdpa_forward_training`
+/// when `is_training` is set, `Graph::sdpa_forward` otherwise), the
+/// statistics as an `Option`.
+pub(crate) fn sdpa_fwd_any(
+    g: &mut Graph,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    c: &SdpaConfig,
+) -> cudnn::Result<SdpaForward<Option<Tensor>>> {
+    Ok(if c.is_training {
+        g.sdpa_forward_training(q, k, v, c)?.map_stats(Some)
+    } else {
+        g.sdpa_forward(q, k, v, c)?.map_stats(|()| None)
+    })
 }

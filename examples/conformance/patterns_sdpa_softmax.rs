@@ -49,7 +49,7 @@ pub fn softmax_options(out: &mut Vec<Pattern>) {
                     let q = g.input("q", c.q_spec()?)?;
                     let k = g.input("k", c.k_spec()?)?;
                     let v = g.input("v", c.v_spec()?)?;
-                    let f = g.sdpa_forward(q, k, v, &c)?;
+                    let f = crate::patterns::sdpa_fwd_any(&mut g, q, k, v, &c)?;
                     g.rename(f.o, "o")?;
                     if let Some(s) = f.stats {
                         g.rename(s, "stats")?;

@@ -174,6 +174,7 @@ impl fmt::Display for ConvAlgo {
 
 /// How a plan picks its algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum AlgoSearch {
     /// cuDNN's heuristics (`cudnnGetConvolution*Algorithm_v7`): every
     /// candidate, best first, the first that passes the filters and gets its
@@ -253,15 +254,17 @@ impl fmt::Debug for CachePolicy<'_> {
 ///
 /// ```
 /// use cudnn::dnn::{AlgoSearch, MathPolicy, PlanOptions};
-/// let opts = PlanOptions {
-///     search: AlgoSearch::Exhaustive,
-///     deterministic: true,
-///     workspace_limit: Some(64 << 20),
-///     ..PlanOptions::default()
-/// };
+/// let opts = PlanOptions::new(AlgoSearch::Exhaustive)
+///     .with_deterministic(true)
+///     .with_workspace_limit(Some(64 << 20));
 /// assert_eq!(opts.math, MathPolicy::Default);
 /// ```
+///
+/// The struct is `#[non_exhaustive]` (options will be added): make it with
+/// [`PlanOptions::new`] or `default()` and the `with_*` methods; its
+/// fields stay readable and assignable.
 #[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
 pub struct PlanOptions<'c> {
     /// How the algorithm is picked.
     pub search: AlgoSearch,
@@ -281,6 +284,43 @@ impl PlanOptions<'static> {
         PlanOptions {
             search,
             ..PlanOptions::default()
+        }
+    }
+}
+
+impl<'c> PlanOptions<'c> {
+    /// With [`search`](Self::search).
+    pub fn with_search(mut self, search: AlgoSearch) -> Self {
+        self.search = search;
+        self
+    }
+
+    /// With [`math`](Self::math).
+    pub fn with_math(mut self, math: MathPolicy) -> Self {
+        self.math = math;
+        self
+    }
+
+    /// With [`deterministic`](Self::deterministic).
+    pub fn with_deterministic(mut self, on: bool) -> Self {
+        self.deterministic = on;
+        self
+    }
+
+    /// With [`workspace_limit`](Self::workspace_limit) (`None`: no limit).
+    pub fn with_workspace_limit(mut self, bytes: Option<usize>) -> Self {
+        self.workspace_limit = bytes;
+        self
+    }
+
+    /// With [`cache`](Self::cache) (the lifetime becomes the cache's).
+    pub fn with_cache<'d>(self, cache: CachePolicy<'d>) -> PlanOptions<'d> {
+        PlanOptions {
+            search: self.search,
+            math: self.math,
+            deterministic: self.deterministic,
+            workspace_limit: self.workspace_limit,
+            cache,
         }
     }
 }

@@ -334,6 +334,7 @@ impl F8E5M2 {
 /// An FP8 format chosen at run time (for code that handles both, such as
 /// the references and the cuBLASLt type checks).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Fp8Format {
     /// [`F8E4M3`].
     E4M3,

@@ -12,6 +12,7 @@ use crate::sys::cudnn as sys;
 
 /// cuDNN's heuristic modes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum HeurMode {
     /// `CUDNN_HEUR_MODE_A`: the default, fast heuristic.
     A,
@@ -99,7 +100,22 @@ impl BehaviorNote {
 }
 
 /// Which engine configurations are acceptable, and how to look for them.
+///
+/// Made from [`Policy::default`] and the chainable `with_*` methods, one
+/// per field (the struct is `#[non_exhaustive]`: fields will be added; they
+/// stay readable and assignable):
+///
+/// ```
+/// use cudnn::graph::{HeurMode, Policy};
+/// let p = Policy::default()
+///     .with_modes(vec![HeurMode::A])
+///     .with_max_workspace(Some(64 << 20))
+///     .with_deterministic_only(true);
+/// assert_eq!(p.max_workspace, Some(64 << 20));
+/// assert!(!p.allow_tf32, "TF32 stays off unless asked for");
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Policy {
     /// Heuristic modes to query, in order; their lists are concatenated
     /// (duplicates dropped).
@@ -139,6 +155,54 @@ impl Default for Policy {
 }
 
 impl Policy {
+    /// With [`modes`](Self::modes).
+    pub fn with_modes(mut self, modes: Vec<HeurMode>) -> Self {
+        self.modes = modes;
+        self
+    }
+
+    /// With [`max_workspace`](Self::max_workspace) (`None`: no limit).
+    pub fn with_max_workspace(mut self, bytes: Option<u64>) -> Self {
+        self.max_workspace = bytes;
+        self
+    }
+
+    /// With [`deterministic_only`](Self::deterministic_only).
+    pub fn with_deterministic_only(mut self, on: bool) -> Self {
+        self.deterministic_only = on;
+        self
+    }
+
+    /// With [`allow_tf32`](Self::allow_tf32).
+    pub fn with_allow_tf32(mut self, on: bool) -> Self {
+        self.allow_tf32 = on;
+        self
+    }
+
+    /// With [`allow_reduced_precision`](Self::allow_reduced_precision).
+    pub fn with_allow_reduced_precision(mut self, on: bool) -> Self {
+        self.allow_reduced_precision = on;
+        self
+    }
+
+    /// With [`allow_runtime_compilation`](Self::allow_runtime_compilation).
+    pub fn with_allow_runtime_compilation(mut self, on: bool) -> Self {
+        self.allow_runtime_compilation = on;
+        self
+    }
+
+    /// With [`max_attempts`](Self::max_attempts).
+    pub fn with_max_attempts(mut self, n: usize) -> Self {
+        self.max_attempts = n;
+        self
+    }
+
+    /// With [`require_native_cuda_graph`](Self::require_native_cuda_graph).
+    pub fn with_require_native_cuda_graph(mut self, on: bool) -> Self {
+        self.require_native_cuda_graph = on;
+        self
+    }
+
     /// A compact text for cache keys.
     pub fn signature(&self) -> String {
         let s = format!(

@@ -73,7 +73,7 @@ pub use ops::pointwise::{Arity, Pointwise};
 pub use ops::reduction::Reduce;
 pub use ops::sdpa::{
     AttnLayout, DiagonalAlignment, Dropout, PagedKv, RaggedTensor, SdpaBackward, SdpaConfig,
-    SdpaForward, SdpaImpl, SdpaRagged,
+    SdpaForward, SdpaImpl, SdpaRagged, SdpaTrainingForward,
 };
 pub use ops::sdpa_bias::{AttnBias, BiasTensors, alibi_slopes};
 pub use ops::sdpa_fp8::{Fp8SdpaConfig, Fp8SdpaForward};

@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use super::UNIQUE_ID_BYTES;
-use super::op::Call;
+use super::op::{Call, Fingerprint};
 use crate::error::{Error, Result};
 
 /// The communicators of one NCCL communicator that live in this process.
@@ -42,13 +42,6 @@ pub(crate) struct Clique {
 }
 
 static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// What a collective must agree on (its text is kept for messages).
-#[derive(Debug, Clone)]
-pub(crate) struct Fingerprint {
-    pub(crate) key: (&'static str, u32, usize, Option<u32>, Option<i32>),
-    pub(crate) text: String,
-}
 
 #[derive(Debug, Clone)]
 struct Posted {

@@ -13,6 +13,7 @@ use super::clique::Member;
 use super::depth::{self, WHY_LIFECYCLE};
 
 mod abort;
+mod calls;
 mod init;
 mod split;
 use super::progress::{self, DEFAULT_COMM_TIMEOUT, Deadline, Settled};

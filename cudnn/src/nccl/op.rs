@@ -1,16 +1,13 @@
 //! The types shared by the direct collectives and by groups: element
 //! types, reductions, and one checked call ([`Call`]) resolved to raw
-//! pointers and counts, with the rules that build it from a communicator
-//! and views.
+//! pointers and counts (the rules that build it from a communicator and
+//! views are `Communicator`'s, in `comm/calls.rs`).
 
 use std::ffi::c_void;
 
-use super::clique::Fingerprint;
-use super::comm::Communicator;
 use super::{api, sys};
 use crate::dtype::DataType;
 use crate::error::Result;
-use crate::runtime::{DeviceSlice, DeviceSliceMut};
 use crate::sys::cudart::cudaStream_t;
 
 mod sealed {
@@ -171,6 +168,13 @@ impl Op {
     }
 }
 
+/// What a collective must agree on (its text is kept for messages).
+#[derive(Debug, Clone)]
+pub(crate) struct Fingerprint {
+    pub(crate) key: (&'static str, u32, usize, Option<u32>, Option<i32>),
+    pub(crate) text: String,
+}
+
 /// One checked call with its element type: what a group records and what
 /// a direct call issues.
 #[derive(Debug, Clone, Copy)]
@@ -282,218 +286,5 @@ impl Call {
             }
         };
         Ok(r)
-    }
-}
-
-// Building the checked calls; shared by `Communicator` and `Group`.
-impl Communicator {
-    pub(crate) fn op_all_reduce<T: NcclType>(
-        &self,
-        send: &DeviceSlice<'_, T>,
-        recv: &mut DeviceSliceMut<'_, T>,
-        op: ReduceOp,
-    ) -> Result<Op> {
-        self.check_buffers(
-            "all_reduce",
-            &[("send", send.device()), ("recv", recv.device())],
-        )?;
-        let count = self
-            .ranks()
-            .same_len("all_reduce", send.len(), recv.len())?;
-        Ok(Op::AllReduce {
-            send: send.as_raw(),
-            recv: recv.as_raw_mut(),
-            count,
-            op,
-        })
-    }
-
-    pub(crate) fn op_all_reduce_in_place<T: NcclType>(
-        &self,
-        buf: &mut DeviceSliceMut<'_, T>,
-        op: ReduceOp,
-    ) -> Result<Op> {
-        self.check_buffers("all_reduce_in_place", &[("buf", buf.device())])?;
-        let p = buf.as_raw_mut();
-        Ok(Op::AllReduce {
-            send: p,
-            recv: p,
-            count: buf.len(),
-            op,
-        })
-    }
-
-    pub(crate) fn op_broadcast<T: NcclType>(
-        &self,
-        send: &DeviceSlice<'_, T>,
-        recv: &mut DeviceSliceMut<'_, T>,
-        root: usize,
-    ) -> Result<Op> {
-        self.check_buffers(
-            "broadcast",
-            &[("send", send.device()), ("recv", recv.device())],
-        )?;
-        let root = self.ranks().check_rank("root", root)?;
-        let count = self.ranks().same_len("broadcast", send.len(), recv.len())?;
-        Ok(Op::Broadcast {
-            send: send.as_raw(),
-            recv: recv.as_raw_mut(),
-            count,
-            root,
-        })
-    }
-
-    pub(crate) fn op_broadcast_in_place<T: NcclType>(
-        &self,
-        buf: &mut DeviceSliceMut<'_, T>,
-        root: usize,
-    ) -> Result<Op> {
-        self.check_buffers("broadcast_in_place", &[("buf", buf.device())])?;
-        let root = self.ranks().check_rank("root", root)?;
-        let p = buf.as_raw_mut();
-        Ok(Op::Broadcast {
-            send: p,
-            recv: p,
-            count: buf.len(),
-            root,
-        })
-    }
-
-    pub(crate) fn op_reduce<T: NcclType>(
-        &self,
-        send: &DeviceSlice<'_, T>,
-        recv: &mut DeviceSliceMut<'_, T>,
-        op: ReduceOp,
-        root: usize,
-    ) -> Result<Op> {
-        self.check_buffers(
-            "reduce",
-            &[("send", send.device()), ("recv", recv.device())],
-        )?;
-        let root = self.ranks().check_rank("root", root)?;
-        let count = self.ranks().same_len("reduce", send.len(), recv.len())?;
-        Ok(Op::Reduce {
-            send: send.as_raw(),
-            recv: recv.as_raw_mut(),
-            count,
-            op,
-            root,
-        })
-    }
-
-    pub(crate) fn op_reduce_in_place<T: NcclType>(
-        &self,
-        buf: &mut DeviceSliceMut<'_, T>,
-        op: ReduceOp,
-        root: usize,
-    ) -> Result<Op> {
-        self.check_buffers("reduce_in_place", &[("buf", buf.device())])?;
-        let root = self.ranks().check_rank("root", root)?;
-        let p = buf.as_raw_mut();
-        Ok(Op::Reduce {
-            send: p,
-            recv: p,
-            count: buf.len(),
-            op,
-            root,
-        })
-    }
-
-    pub(crate) fn op_all_gather<T: NcclType>(
-        &self,
-        send: &DeviceSlice<'_, T>,
-        recv: &mut DeviceSliceMut<'_, T>,
-    ) -> Result<Op> {
-        self.check_buffers(
-            "all_gather",
-            &[("send", send.device()), ("recv", recv.device())],
-        )?;
-        let count = self.ranks().all_gather(send.len(), recv.len())?;
-        Ok(Op::AllGather {
-            send: send.as_raw(),
-            recv: recv.as_raw_mut(),
-            count,
-        })
-    }
-
-    pub(crate) fn op_all_gather_in_place<T: NcclType>(
-        &self,
-        buf: &mut DeviceSliceMut<'_, T>,
-    ) -> Result<Op> {
-        self.check_buffers("all_gather_in_place", &[("buf", buf.device())])?;
-        let count = self.ranks().all_gather_in_place(buf.len())?;
-        let base = buf.as_mut_ptr();
-        // This rank's block is the send buffer (NCCL's in-place rule).
-        let send = base.wrapping_add(self.rank() * count) as *const c_void;
-        Ok(Op::AllGather {
-            send,
-            recv: base as *mut c_void,
-            count,
-        })
-    }
-
-    pub(crate) fn op_reduce_scatter<T: NcclType>(
-        &self,
-        send: &DeviceSlice<'_, T>,
-        recv: &mut DeviceSliceMut<'_, T>,
-        op: ReduceOp,
-    ) -> Result<Op> {
-        self.check_buffers(
-            "reduce_scatter",
-            &[("send", send.device()), ("recv", recv.device())],
-        )?;
-        let count = self.ranks().reduce_scatter(send.len(), recv.len())?;
-        Ok(Op::ReduceScatter {
-            send: send.as_raw(),
-            recv: recv.as_raw_mut(),
-            count,
-            op,
-        })
-    }
-
-    pub(crate) fn op_reduce_scatter_in_place<T: NcclType>(
-        &self,
-        buf: &mut DeviceSliceMut<'_, T>,
-        op: ReduceOp,
-    ) -> Result<Op> {
-        self.check_buffers("reduce_scatter_in_place", &[("buf", buf.device())])?;
-        let count = self.ranks().reduce_scatter_in_place(buf.len())?;
-        let base = buf.as_mut_ptr();
-        // This rank's block receives the result (NCCL's in-place rule).
-        let recv = base.wrapping_add(self.rank() * count) as *mut c_void;
-        Ok(Op::ReduceScatter {
-            send: base as *const c_void,
-            recv,
-            count,
-            op,
-        })
-    }
-
-    pub(crate) fn op_send<T: NcclType>(
-        &self,
-        send: &DeviceSlice<'_, T>,
-        peer: usize,
-    ) -> Result<Op> {
-        self.check_buffers("send", &[("send", send.device())])?;
-        let peer = self.ranks().check_rank("peer", peer)?;
-        Ok(Op::Send {
-            send: send.as_raw(),
-            count: send.len(),
-            peer,
-        })
-    }
-
-    pub(crate) fn op_recv<T: NcclType>(
-        &self,
-        recv: &mut DeviceSliceMut<'_, T>,
-        peer: usize,
-    ) -> Result<Op> {
-        self.check_buffers("recv", &[("recv", recv.device())])?;
-        let peer = self.ranks().check_rank("peer", peer)?;
-        Ok(Op::Recv {
-            recv: recv.as_raw_mut(),
-            count: recv.len(),
-            peer,
-        })
     }
 }

@@ -253,7 +253,7 @@ impl<T: DataType> DeviceBuffer<T> {
         // node of the graph: its address is backed only while a launch of
         // that graph runs, so this buffer's own synchronous methods would
         // touch unmapped memory. Refused (a host-only query).
-        super::capture::forbid_during_capture(
+        super::stream_capture::forbid_during_capture(
             "DeviceBuffer::alloc_async",
             stream,
             super::Hazard::Allocation,

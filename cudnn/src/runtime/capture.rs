@@ -1,7 +1,6 @@
 //! Capture safety: the rule and the guard the launches call (see [`Hazard`]).
 
-use super::Stream;
-use crate::check::{self, cuda_call};
+use crate::check;
 use crate::error::{Error, Result};
 use crate::sys::cudart::{self, cudaStreamCaptureStatus};
 
@@ -15,7 +14,7 @@ pub enum CaptureStatus {
     /// Capturing: work is recorded into a graph.
     Active,
     /// A capture that an error invalidated; it must be ended (the
-    /// [`Stream::capture`] scope does).
+    /// [`Stream::capture`](super::Stream::capture) scope does).
     Invalidated,
 }
 
@@ -66,12 +65,12 @@ impl CaptureStatus {
 /// | [`Hazard::Allocation`] | `dnn::Handle::new`, `blas::Handle::new` (`cudnnCreate`/`cublasCreate` allocate) inside the closure or on a capturing stream | create handles before the capture |
 /// | [`Hazard::HostSync`] | `Device::synchronize` inside the closure; the runtime's refusal while any stream of the device is capturing (codes 900 to 908) is typed too | synchronize after the capture |
 /// | [`Hazard::HostSync`] | `Stream::scope` inside the closure, on a capturing stream, or on a stream value whose capture is open; lends of a `CudarcScope` inside the closure or while cudarc's stream is capturing | open the scope before or after the capture |
-/// | [`Hazard::OtherThreadsCapture`] | any launch, synchronization, event record or wait, or handle creation on a stream value whose [`Stream::capture`] another thread has open | queue it after that capture, or on another stream |
+/// | [`Hazard::OtherThreadsCapture`] | any launch, synchronization, event record or wait, or handle creation on a stream value whose [`Stream::capture`](super::Stream::capture) another thread has open | queue it after that capture, or on another stream |
 /// | [`Hazard::ForeignStream`] | work on a cudarc stream while cudarc captures it (inside a closure too, where it is allowed otherwise) | end cudarc's capture first; capture a stream of this crate |
 /// | [`Hazard::CapturedEvent`] | `dropout_forward`/`dropout_backward` and an RNN training forward with dropout on a capturing stream that is not the stream of the state's last use (`Dropout::last_stream`); on that stream they are captured | use the dropout once on the capturing stream before the capture |
 ///
 /// # For the launches (the hook)
-/// A call with a hazard calls [`forbid_during_capture`] with the stream it
+/// A call with a hazard calls [`forbid_during_capture`](super::forbid_during_capture) with the stream it
 /// would use just before doing the unsafe thing; only then is the stream
 /// asked (`cudaStreamIsCapturing`, a host-only query), so the steady state
 /// pays nothing. RNN, CTC and any new op follow the same pattern: one line,
@@ -198,22 +197,6 @@ pub fn capture_rule(op: &str, status: CaptureStatus, hazard: &Hazard) -> Result<
     })
 }
 
-/// The guard every launch with a hazard calls, just before the unsafe step:
-/// asks the runtime whether `stream` is capturing and applies
-/// [`capture_rule`]. A runtime without `cudaStreamIsCapturing` cannot
-/// capture, so it passes.
-///
-/// On the legacy default stream while a blocking stream of its device is
-/// capturing (the runtime's `cudaErrorStreamCaptureImplicit`), the call is
-/// refused too: its work would depend on that capture and invalidate it.
-///
-/// # Errors
-/// [`Error::CaptureUnsafe`]; [`Error::Cuda`] from the query.
-pub fn forbid_during_capture(op: &str, stream: &Stream, hazard: Hazard) -> Result<()> {
-    let status = implicit_is_capturing(stream.capture_status())?;
-    capture_rule(op, status, &hazard)
-}
-
 /// The runtime answers `cudaErrorStreamCaptureImplicit` when asked about the
 /// legacy default stream while a blocking stream of its device is capturing:
 /// work there would join (and invalidate) that capture, so for the guard it
@@ -233,41 +216,6 @@ pub(crate) fn implicit_is_capturing(status: Result<CaptureStatus>) -> Result<Cap
     }
 }
 
-/// [`forbid_during_capture`] for a step that calls `cudaMalloc`, `cudaFree`
-/// or a synchronization whatever its stream (a workspace growth): refused
-/// also inside a [`Stream::capture`] closure on this thread when `stream`
-/// itself is not capturing, where the runtime would refuse the call (and
-/// invalidate a global-mode capture). The scope mark is read first, so
-/// nothing is released or queued before the refusal.
-///
-/// # Errors
-/// [`Error::CaptureUnsafe`]; [`Error::Cuda`] from the query.
-pub(crate) fn forbid_allocation_during_capture(
-    op: &str,
-    stream: &Stream,
-    hazard: Hazard,
-) -> Result<()> {
-    forbid_in_capture_scope(op, hazard.clone())?;
-    forbid_during_capture(op, stream, hazard)
-}
-
-/// For creating a library handle on `stream` (`cudnnCreate`,
-/// `cublasCreate` allocate and may synchronize): refused inside a capture
-/// closure on this thread (no runtime call) and on a capturing stream. A
-/// failed capture query is not an answer: the creation goes on and reports
-/// the real failure (no device: [`Error::NoDevice`], the library's status
-/// in its detail).
-///
-/// # Errors
-/// [`Error::CaptureUnsafe`] naming `op`.
-pub(crate) fn forbid_creation_during_capture(op: &str, stream: &Stream) -> Result<()> {
-    forbid_in_capture_scope(op, Hazard::Allocation)?;
-    match forbid_during_capture(op, stream, Hazard::Allocation) {
-        Err(e @ Error::CaptureUnsafe { .. }) => Err(e),
-        _ => Ok(()),
-    }
-}
-
 /// Reset the calling thread's last runtime error after a failure this crate
 /// expects and reports itself (a refused graph update, an invalidated
 /// capture, the legacy stream's implicit-capture answer): the runtime keeps
@@ -280,7 +228,7 @@ pub(crate) fn clear_last_error(rt: &cudart::Cudart) {
 }
 
 thread_local! {
-    /// How many [`Stream::capture`] scopes are open on this thread.
+    /// How many [`Stream::capture`](super::Stream::capture) scopes are open on this thread.
     static SCOPES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
@@ -321,13 +269,13 @@ pub(crate) fn typed_capture_refusal(op: &str, hazard: &Hazard, r: Result<()>) ->
     }
 }
 
-/// Whether this thread is inside a [`Stream::capture`] closure.
+/// Whether this thread is inside a [`Stream::capture`](super::Stream::capture) closure.
 pub(crate) fn in_capture_scope() -> bool {
     SCOPES.with(|s| s.get()) > 0
 }
 
 /// For calls that name no stream (`cudaMalloc`, synchronous `cudaMemcpy`,
-/// a stream synchronization): refused inside a [`Stream::capture`] closure
+/// a stream synchronization): refused inside a [`Stream::capture`](super::Stream::capture) closure
 /// on this thread, where the runtime would invalidate the capture (global
 /// mode) or record something that is not stream work. A thread-local
 /// counter: no runtime call.
@@ -343,35 +291,11 @@ pub(crate) fn forbid_in_capture_scope(op: &str, hazard: Hazard) -> Result<()> {
     capture_rule(op, status, &hazard)
 }
 
-impl Stream {
-    /// Whether the stream is being captured into a CUDA graph
-    /// (`cudaStreamIsCapturing`; a host-side query that queues nothing).
-    ///
-    /// # Errors
-    /// [`Error::Cuda`] from the query; [`Error::Load`].
-    #[doc(alias = "cudaStreamIsCapturing")]
-    pub fn capture_status(&self) -> Result<CaptureStatus> {
-        let rt = check::cudart()?;
-        if !rt.has_symbol("cudaStreamIsCapturing") {
-            return Ok(CaptureStatus::None);
-        }
-        super::stream::check_thread(
-            "asking whether a stream is capturing",
-            self.thread(),
-            std::thread::current().id(),
-        )?;
-        let _on = self.enter_unchecked()?;
-        let mut st = cudart::cudaStreamCaptureStatus::cudaStreamCaptureStatusNone;
-        // SAFETY: `as_raw` is a valid stream (owned, or by `from_raw`'s
-        // contract) and `st` a valid out-pointer.
-        unsafe { cuda_call!(rt, cudaStreamIsCapturing(self.as_raw(), &mut st)) }?;
-        Ok(CaptureStatus::from_raw(st))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::Stream;
+    use crate::runtime::stream_capture::forbid_allocation_during_capture;
 
     fn all_hazards() -> Vec<Hazard> {
         vec![

@@ -36,7 +36,7 @@ pub struct DeviceGuard {
     _thread: PhantomData<*const ()>,
     /// The stream this guard queues on, counted as queueing until the
     /// guard drops (a capture of it waits for that).
-    queue: Option<super::stream::QueueHold>,
+    queue: Option<super::queue::QueueHold>,
 }
 
 impl DeviceGuard {
@@ -50,7 +50,7 @@ impl DeviceGuard {
     }
 
     /// This guard, also counting `hold`'s stream as queueing until dropped.
-    pub(crate) fn holding(mut self, hold: super::stream::QueueHold) -> Self {
+    pub(crate) fn holding(mut self, hold: super::queue::QueueHold) -> Self {
         self.queue = Some(hold);
         self
     }

@@ -4,6 +4,7 @@ use std::fmt;
 use std::ptr::{self, NonNull};
 use std::time::Instant;
 
+use super::stream::check_capturable;
 use super::{Device, Stream};
 use crate::check::{self, cuda_call};
 use crate::error::{Error, Result};
@@ -33,41 +34,6 @@ impl CaptureMode {
             CaptureMode::ThreadLocal => cudaStreamCaptureMode::cudaStreamCaptureModeThreadLocal,
         }
     }
-}
-
-/// Whether `stream` may be captured: refuses the legacy default stream
-/// (the runtime cannot capture it) and a stream already capturing.
-///
-/// # Errors
-/// [`Error::InvalidArgument`] naming the stream.
-pub(crate) fn check_capturable(stream: &Stream, capturing: bool) -> Result<()> {
-    if let Some(owner) = stream.foreign_owner() {
-        return Err(Error::invalid(
-            "stream",
-            format!(
-                "must not be a {owner} stream: {owner}'s own allocations, frees and event \
-                 records on it would become graph nodes behind its ordinary values; capture a \
-                 stream this crate created and join it to the {owner} stream with events \
-                 outside the capture"
-            ),
-            format!("{stream:?} (owned by {owner})"),
-        ));
-    }
-    if stream.is_pseudo() && stream.thread().is_none() {
-        return Err(Error::invalid(
-            "stream",
-            "the legacy default stream cannot be captured; capture a created stream",
-            format!("{stream:?}"),
-        ));
-    }
-    if capturing {
-        return Err(Error::invalid(
-            "stream",
-            "is already capturing (captures do not nest); end the outer capture first",
-            format!("{stream:?}"),
-        ));
-    }
-    Ok(())
 }
 
 /// Ends the capture on drop (error, panic), destroying what it captured.

@@ -22,25 +22,27 @@ mod graph;
 #[cfg(test)]
 pub(crate) mod hold_check;
 mod host;
+mod queue;
 mod scope;
 mod stream;
+mod stream_capture;
 mod views;
 pub(crate) mod wait;
 
 #[allow(unused_imports)] // the launches use them
 pub(crate) use affinity::{check_args, check_device};
 pub use buffer::*;
-pub use capture::{CaptureStatus, Hazard, capture_rule, forbid_during_capture};
+pub use capture::{CaptureStatus, Hazard, capture_rule};
 #[allow(unused_imports)] // ScopeMark: the interop's tests
-pub(crate) use capture::{
-    ScopeMark, forbid_allocation_during_capture, forbid_creation_during_capture,
-    forbid_in_capture_scope, implicit_is_capturing,
-};
+pub(crate) use capture::{ScopeMark, forbid_in_capture_scope, implicit_is_capturing};
 pub use device::*;
 pub use event::*;
 pub use graph::{CaptureMode, CudaGraph, CudaGraphExec};
 pub use host::*;
+pub(crate) use queue::QueueHold;
 pub use scope::*;
+pub(crate) use stream::check_stream_thread;
 pub use stream::*;
-pub(crate) use stream::{QueueHold, check_stream_thread};
+pub use stream_capture::forbid_during_capture;
+pub(crate) use stream_capture::{forbid_allocation_during_capture, forbid_creation_during_capture};
 pub use views::*;

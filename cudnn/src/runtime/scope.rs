@@ -317,7 +317,11 @@ impl Stream {
         let hold = super::check_stream_thread("the stream of an async scope", self)?;
         let _open = self.open_scope("Stream::scope")?;
         drop(hold);
-        super::capture::forbid_during_capture("Stream::scope", self, super::Hazard::HostSync)?;
+        super::stream_capture::forbid_during_capture(
+            "Stream::scope",
+            self,
+            super::Hazard::HostSync,
+        )?;
         let scope = AsyncScope {
             stream: self,
             _scope: PhantomData,

@@ -11,6 +11,7 @@ use crate::check::{self, cuda_call};
 use crate::error::{Error, Result};
 use crate::sys::cudart::{self, cudaError, cudaStream_t};
 
+use super::queue::QueueHold;
 use super::{Device, DeviceGuard};
 
 /// Flags for [`Stream::with_flags`] (`cudaStreamCreateWithFlags`).
@@ -61,26 +62,7 @@ struct Inner {
     /// capture begins only after setting its mark and seeing this at 0, so
     /// a launch either ends before the capture begins or sees the mark and
     /// is refused: it never silently joins the graph.
-    queuing: AtomicUsize,
-}
-
-/// A call queueing work on a stream value, counted (`Inner::queuing`)
-/// from its queueing check until dropped; carried in the [`DeviceGuard`]
-/// that [`Stream::enter`] and the handles' `enter` return. Hold it until
-/// the enqueue returned: dropped at once, it protects nothing.
-#[must_use = "hold the QueueHold until the work is queued: dropped at once, a capture can begin before the enqueue and the work joins its graph"]
-pub(crate) struct QueueHold(Stream);
-
-impl fmt::Debug for QueueHold {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("QueueHold").field(&self.0).finish()
-    }
-}
-
-impl Drop for QueueHold {
-    fn drop(&mut self) {
-        self.0.inner.queuing.fetch_sub(1, Ordering::SeqCst);
-    }
+    queuing: Arc<AtomicUsize>,
 }
 
 /// How long a capture's beginning waits for other calls queueing on the
@@ -314,7 +296,7 @@ impl Stream {
                 foreign,
                 capturing: AtomicBool::new(false),
                 marks: Mutex::new(Marks::default()),
-                queuing: AtomicUsize::new(0),
+                queuing: Arc::new(AtomicUsize::new(0)),
             }),
         }
     }
@@ -419,7 +401,7 @@ impl Stream {
     pub(crate) fn mark_capturer(&self) -> Result<()> {
         let mut m = self.marks();
         if m.capturer.is_some() {
-            return super::graph::check_capturable(self, true);
+            return check_capturable(self, true);
         }
         if m.scopes > 0 {
             return Err(Error::invalid(
@@ -505,8 +487,7 @@ impl Stream {
         // Counted before the mark is read (both sequentially consistent,
         // as the mark's store and the count's load in `mark_capturer`):
         // either this call sees the mark, or the capture waits for it.
-        self.inner.queuing.fetch_add(1, Ordering::SeqCst);
-        let hold = QueueHold(self.clone());
+        let hold = QueueHold::count(&self.inner.queuing);
         queue_rule(
             what,
             self.capturer(),
@@ -733,3 +714,38 @@ impl Device {
 #[cfg(test)]
 #[path = "stream_tests.rs"]
 mod tests;
+
+/// Whether `stream` may be captured: refuses the legacy default stream
+/// (the runtime cannot capture it) and a stream already capturing.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming the stream.
+pub(crate) fn check_capturable(stream: &Stream, capturing: bool) -> Result<()> {
+    if let Some(owner) = stream.foreign_owner() {
+        return Err(Error::invalid(
+            "stream",
+            format!(
+                "must not be a {owner} stream: {owner}'s own allocations, frees and event \
+                 records on it would become graph nodes behind its ordinary values; capture a \
+                 stream this crate created and join it to the {owner} stream with events \
+                 outside the capture"
+            ),
+            format!("{stream:?} (owned by {owner})"),
+        ));
+    }
+    if stream.is_pseudo() && stream.thread().is_none() {
+        return Err(Error::invalid(
+            "stream",
+            "the legacy default stream cannot be captured; capture a created stream",
+            format!("{stream:?}"),
+        ));
+    }
+    if capturing {
+        return Err(Error::invalid(
+            "stream",
+            "is already capturing (captures do not nest); end the outer capture first",
+            format!("{stream:?}"),
+        ));
+    }
+    Ok(())
+}

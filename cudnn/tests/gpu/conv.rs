@@ -396,12 +396,10 @@ fn conv_trial<T: Elem>(
     let (xdesc, wdesc, conv) = case.descs::<T>(layout)?;
     let (p, rl) = (case.params(), Layout::from(layout));
     let (xs, ws) = (case.x_dims(), case.w_dims());
-    let opts = PlanOptions {
-        search,
-        math,
-        cache: CachePolicy::Off,
-        ..PlanOptions::default()
-    };
+    let opts = PlanOptions::default()
+        .with_search(search)
+        .with_math(math)
+        .with_cache(CachePolicy::Off);
     let fwd = ConvProblem::forward(&xdesc, &wdesc, &conv)?;
     let ys = fwd.output_shape().to_vec();
     let (xh, x64) = random::<T>(&mut rng, count(&xs));
@@ -580,10 +578,7 @@ fn fused_trial<T: Elem>(layout: TensorFormat) -> TestResult {
     let z = DeviceBuffer::from_host(&zh)?;
     let b = DeviceBuffer::from_host(&bh)?;
     let (alpha1, alpha2) = (0.75, 0.5);
-    let opts = PlanOptions {
-        cache: CachePolicy::Off,
-        ..PlanOptions::default()
-    };
+    let opts = PlanOptions::default().with_cache(CachePolicy::Off);
     let mut paths = Vec::new();
     for mode in [
         ActivationMode::Relu,
@@ -713,10 +708,7 @@ fn cache_hit_on_second_plan() -> TestResult {
     let (xd, wd, conv) = cases()[0].descs::<f32>(TensorFormat::Nchw)?;
     let problem = ConvProblem::forward(&xd, &wd, &conv)?;
     let cache = AlgoCache::new(16);
-    let opts = PlanOptions {
-        cache: CachePolicy::Use(&cache),
-        ..PlanOptions::default()
-    };
+    let opts = PlanOptions::default().with_cache(CachePolicy::Use(&cache));
     let first = problem.plan(&mut h, &opts)?;
     ensure!(!first.from_cache(), "first plan came from an empty cache");
     let before = cache.stats();
@@ -742,11 +734,9 @@ fn cache_hit_on_second_plan() -> TestResult {
         "global cache not hit"
     );
     // A fixed algorithm is never cached.
-    let fixed = PlanOptions {
-        search: AlgoSearch::Fixed(ConvAlgo::IMPLICIT_PRECOMP_GEMM),
-        cache: CachePolicy::Use(&cache),
-        ..PlanOptions::default()
-    };
+    let fixed = PlanOptions::default()
+        .with_search(AlgoSearch::Fixed(ConvAlgo::IMPLICIT_PRECOMP_GEMM))
+        .with_cache(CachePolicy::Use(&cache));
     let p = problem.plan(&mut h, &fixed)?;
     ensure!(
         p.algo() == ConvAlgo::IMPLICIT_PRECOMP_GEMM && !p.from_cache(),
@@ -761,11 +751,9 @@ fn deterministic_runs_are_bitwise_equal<T: Elem>(layout: TensorFormat) -> TestRe
     let Gpu { stream, mut h } = gpu_ctx()?;
     let case = &cases()[2];
     let (xd, wd, conv) = case.descs::<T>(layout)?;
-    let opts = PlanOptions {
-        deterministic: true,
-        cache: CachePolicy::Off,
-        ..PlanOptions::default()
-    };
+    let opts = PlanOptions::default()
+        .with_deterministic(true)
+        .with_cache(CachePolicy::Off);
     let fwd = ConvProblem::forward(&xd, &wd, &conv)?;
     let ys = fwd.output_shape().to_vec();
     let (xh, _) = random::<T>(&mut rng, count(&case.x_dims()));
@@ -834,11 +822,9 @@ fn caller_workspace_and_limits() -> TestResult {
     )?;
 
     // A zero workspace limit picks a zero-workspace algorithm.
-    let opts0 = PlanOptions {
-        workspace_limit: Some(0),
-        cache: CachePolicy::Off,
-        ..PlanOptions::default()
-    };
+    let opts0 = PlanOptions::default()
+        .with_workspace_limit(Some(0))
+        .with_cache(CachePolicy::Off);
     let p0 = problem.plan(&mut h, &opts0)?;
     ensure!(
         p0.workspace_size() == 0,
@@ -847,11 +833,9 @@ fn caller_workspace_and_limits() -> TestResult {
     );
 
     // The caller's workspace, for an algorithm that needs one.
-    let opts = PlanOptions {
-        search: AlgoSearch::Exhaustive,
-        cache: CachePolicy::Off,
-        ..PlanOptions::default()
-    };
+    let opts = PlanOptions::default()
+        .with_search(AlgoSearch::Exhaustive)
+        .with_cache(CachePolicy::Off);
     let plan = problem.plan(&mut h, &opts)?;
     let need = plan.workspace_size();
     let mut ws = DeviceBuffer::<u8>::zeroed(need.max(1))?;
@@ -946,10 +930,10 @@ fn caller_workspace_and_limits() -> TestResult {
         2e-5,
     )?;
     // A wrong-direction fixed algorithm is refused before cuDNN.
-    let bad = PlanOptions {
-        search: AlgoSearch::Fixed(ConvAlgo::from_raw(ConvDirection::BackwardData, 1)?),
-        ..PlanOptions::default()
-    };
+    let bad = PlanOptions::default().with_search(AlgoSearch::Fixed(ConvAlgo::from_raw(
+        ConvDirection::BackwardData,
+        1,
+    )?));
     ensure!(
         matches!(problem.plan(&mut h, &bad), Err(Error::Mismatch { .. })),
         "fixed backward-data algorithm accepted for a forward plan"
@@ -976,11 +960,9 @@ fn exhaustive_search_sizes_workspace_to_choice() -> TestResult {
     let x = TensorDescriptor::<f32>::nchw(8, 64, 32, 32)?;
     let w = FilterDescriptor::<f32>::nchw(64, 64, 5, 5)?;
     let conv = ConvDescriptor::new_2d([2, 2], [1, 1], [1, 1])?;
-    let opts = PlanOptions {
-        search: AlgoSearch::Exhaustive,
-        cache: CachePolicy::Off,
-        ..PlanOptions::default()
-    };
+    let opts = PlanOptions::default()
+        .with_search(AlgoSearch::Exhaustive)
+        .with_cache(CachePolicy::Off);
     let same_as_reserving = |what: &str, h: &Handle, algo: ConvAlgo, need: usize| -> TestResult {
         let Gpu { h: mut fresh, .. } = gpu_ctx()?;
         fresh.reserve_workspace(need)?;

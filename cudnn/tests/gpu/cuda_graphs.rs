@@ -233,11 +233,9 @@ fn unsafe_calls_are_refused_and_capture_stays_usable() -> R {
         let xd = TensorDescriptor::<f32>::nchw(1, 3, 8, 8)?;
         let wd = FilterDescriptor::<f32>::nchw(4, 3, 3, 3)?;
         let cd = ConvDescriptor::new_2d([1, 1], [1, 1], [1, 1])?;
-        let search = PlanOptions {
-            search: AlgoSearch::Exhaustive,
-            cache: CachePolicy::Off,
-            ..PlanOptions::default()
-        };
+        let search = PlanOptions::default()
+            .with_search(AlgoSearch::Exhaustive)
+            .with_cache(CachePolicy::Off);
         let r = ConvProblem::forward(&xd, &wd, &cd)?.plan(&mut h, &search);
         expect_capture_unsafe("exhaustive search", r.map(|_| ()))
             .map_err(|e| Error::invalid("test", "", format!("{e:?}")))?;
@@ -527,11 +525,9 @@ fn graph_conv_plan() -> R<(Plan, usize, usize, usize)> {
     let target = Target::device(0)?;
     // An engine with native CUDA-graph support when there is one (TF32
     // allowed: every comparison below is with the same plan's eager run).
-    let native = Policy {
-        require_native_cuda_graph: true,
-        allow_tf32: true,
-        ..Policy::default()
-    };
+    let native = Policy::default()
+        .with_require_native_cuda_graph(true)
+        .with_allow_tf32(true);
     let plan = match Plan::build(&og, &target, &native) {
         Ok((p, _)) => p,
         Err(e) => {

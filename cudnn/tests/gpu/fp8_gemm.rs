@@ -250,13 +250,11 @@ fn case_with<A: Fp8Input, B: Fp8Input, D: Out, Bi: Fp8Bias + BiasElem>(
         let s_b = DeviceBuffer::from_host(&[sc.b as f32])?;
         let s_d = DeviceBuffer::from_host(&[sc.d as f32])?;
         let mut amax = DeviceBuffer::from_host(&[f32::NAN])?;
-        let scaling = Fp8Scaling {
-            a: scaled.then(|| (&s_a).into()),
-            b: scaled.then(|| (&s_b).into()),
-            c: None,
-            d: (scaled && fp8_out).then(|| (&s_d).into()),
-            amax_d: (scaled && fp8_out).then(|| (&mut amax).into()),
-        };
+        let mut scaling = Fp8Scaling::default();
+        scaling.a = scaled.then(|| (&s_a).into());
+        scaling.b = scaled.then(|| (&s_b).into());
+        scaling.d = (scaled && fp8_out).then(|| (&s_d).into());
+        scaling.amax_d = (scaled && fp8_out).then(|| (&mut amax).into());
         plan.run(
             &lt,
             1.0,
@@ -337,11 +335,9 @@ fn saturation() -> R {
     let mut dd = DeviceBuffer::from_host(&vec![F8E4M3::NAN; m * n])?;
     let s_d = DeviceBuffer::from_host(&[64.0f32])?;
     let mut amax = DeviceBuffer::from_host(&[f32::NAN])?;
-    let scaling = Fp8Scaling {
-        d: Some((&s_d).into()),
-        amax_d: Some((&mut amax).into()),
-        ..Fp8Scaling::default()
-    };
+    let scaling = Fp8Scaling::default()
+        .with_d((&s_d).into())
+        .with_amax_d((&mut amax).into());
     plan.run(&lt, 1.0, &da, &db, 0.0, &mut dd, scaling, None)?;
     stream.synchronize()?;
     let got: Vec<f64> = dd.to_vec()?.into_iter().map(F8E4M3::to_f64).collect();
@@ -443,31 +439,19 @@ fn misuse() -> R {
         p8.run(&lt, 1.0, &a, &b, 1.0, &mut d8, Fp8Scaling::default(), None),
         "beta",
     )?;
-    let s = Fp8Scaling {
-        c: Some((&one).into()),
-        ..Default::default()
-    };
+    let s = Fp8Scaling::default().with_c((&one).into());
     named(p8.run(&lt, 1.0, &a, &b, 0.0, &mut d8, s, None), "scale.c")?;
     // bf16 D: no D scale; amax only when the spec asks; bias only with a
     // bias epilogue.
     let pb = Fp8MatmulPlan::<F8E4M3, F8E4M3, bf16>::new(&lt, &spec)?;
     let mut db = DeviceBuffer::from_host(&vec![bf16::ZERO; m * n])?;
-    let s = Fp8Scaling {
-        d: Some((&one).into()),
-        ..Default::default()
-    };
+    let s = Fp8Scaling::default().with_d((&one).into());
     named(pb.run(&lt, 1.0, &a, &b, 0.0, &mut db, s, None), "scale.d")?;
     // No C scale for any D here (cuBLASLt takes one for an FP8 C only).
-    let s = Fp8Scaling {
-        c: Some((&one).into()),
-        ..Default::default()
-    };
+    let s = Fp8Scaling::default().with_c((&one).into());
     named(pb.run(&lt, 1.0, &a, &b, 0.5, &mut db, s, None), "scale.c")?;
     let mut amax = DeviceBuffer::from_host(&[0.0f32])?;
-    let s = Fp8Scaling {
-        amax_d: Some((&mut amax).into()),
-        ..Default::default()
-    };
+    let s = Fp8Scaling::default().with_amax_d((&mut amax).into());
     named(
         pb.run(&lt, 1.0, &a, &b, 0.0, &mut db, s, None),
         "scale.amax_d",
@@ -519,10 +503,7 @@ fn misuse() -> R {
     );
     // An empty scale is a mismatch naming it, not a call.
     let empty = DeviceBuffer::<f32>::from_host(&[])?;
-    let s = Fp8Scaling {
-        a: Some((&empty).into()),
-        ..Default::default()
-    };
+    let s = Fp8Scaling::default().with_a((&empty).into());
     ensure!(
         matches!(
             pb.run(&lt, 1.0, &a, &b, 0.0, &mut db, s, None),

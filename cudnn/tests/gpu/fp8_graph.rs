@@ -610,17 +610,19 @@ pub fn main() {
             matmul_case(one(MatmulCase::new(Fp8E4M3, Fp8E5M2, F32)))
         }),
         gpu("fp8_graph_sdpa_forward_d128", || {
-            sdpa_case(Fp8SdpaConfig {
-                seq_q: 128,
-                seq_kv: 128,
-                ..sdpa_fwd_cfg(128, false, true, Fp8E4M3)
+            sdpa_case({
+                let mut c = sdpa_fwd_cfg(128, false, true, Fp8E4M3);
+                c.seq_q = 128;
+                c.seq_kv = 128;
+                c
             })
         }),
         gpu("fp8_graph_sdpa_forward_d64_causal", || {
-            sdpa_case(Fp8SdpaConfig {
-                seq_q: 128,
-                seq_kv: 256,
-                ..sdpa_fwd_cfg(64, true, true, Fp8E4M3)
+            sdpa_case({
+                let mut c = sdpa_fwd_cfg(64, true, true, Fp8E4M3);
+                c.seq_q = 128;
+                c.seq_kv = 256;
+                c
             })
         }),
         blackwell("fp8_graph_block_scale_quantize_mxfp8", block_quantize_case),
@@ -630,10 +632,11 @@ pub fn main() {
         ),
         gpu("fp8_graph_sdpa_backward_d128", || {
             sdpa_bwd_case(
-                Fp8SdpaConfig {
-                    seq_q: 128,
-                    seq_kv: 128,
-                    ..sdpa_fwd_cfg(128, false, true, Fp8E4M3)
+                {
+                    let mut c = sdpa_fwd_cfg(128, false, true, Fp8E4M3);
+                    c.seq_q = 128;
+                    c.seq_kv = 128;
+                    c
                 },
                 Fp8E5M2,
             )

@@ -656,6 +656,7 @@ fn encode_aux<D: Elem>(
                         }
                     }
                     AuxKind::GeluInput => D::of(v).put(&mut aux[o * D::SIZE..(o + 1) * D::SIZE]),
+                    other => unreachable!("an aux kind this test does not know: {other:?}"),
                 }
             }
         }
@@ -679,6 +680,7 @@ fn decode_aux<D: Elem>(
                 out[ld.offset(p, i, j).unwrap()] = match kind {
                     AuxKind::ReluMask => f64::from((aux[o / 8] >> (o % 8)) & 1),
                     AuxKind::GeluInput => D::take(&aux[o * D::SIZE..(o + 1) * D::SIZE]).f(),
+                    other => unreachable!("an aux kind this test does not know: {other:?}"),
                 };
             }
         }
@@ -809,6 +811,11 @@ fn lt_case<A: Elem + GemmTypes<D>, D: Elem>(
                         );
                     }
                 }
+            }
+            other => {
+                return Err(
+                    format!("{name}: an aux kind this test does not know: {other:?}").into(),
+                );
             }
         }
     }

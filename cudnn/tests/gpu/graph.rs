@@ -506,10 +506,7 @@ pub fn main() {
         let og = g.build()?;
         let stream = Stream::new()?;
         let mut handle = Handle::new(&stream)?;
-        let policy = Policy {
-            max_attempts: 8,
-            ..Policy::default()
-        };
+        let policy = Policy::default().with_max_attempts(8);
         // A target of another architecture than the device: refused before
         // anything runs (Plan::autotune checks as execute does).
         let here = target()?.properties().device_ver();

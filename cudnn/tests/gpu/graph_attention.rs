@@ -325,11 +325,8 @@ fn attention_backward_from<T: El>(cfg: SdpaConfig, reload: bool) -> TestResult {
     let (d, dvw) = (cfg.head_dim as usize, cfg.head_dim_v as usize);
     mask_rows(&mut dq, &cfg, &a.lens_q, d);
     mask_rows(&mut wdq, &cfg, &a.lens_q, d);
-    let kv = SdpaConfig {
-        heads: cfg.kv_heads,
-        seq_q: cfg.seq_kv,
-        ..cfg.clone()
-    };
+    let mut kv = cfg.clone();
+    (kv.heads, kv.seq_q) = (cfg.kv_heads, cfg.seq_kv);
     mask_rows(&mut dk, &kv, &a.lens_kv, d);
     mask_rows(&mut wdk, &kv, &a.lens_kv, d);
     mask_rows(&mut dv, &kv, &a.lens_kv, dvw);

@@ -285,10 +285,7 @@ fn batch_norm_inference<T: El>() -> TestResult {
     let (p, _) = Plan::build(
         &g.build()?,
         &cx.target,
-        &Policy {
-            allow_tf32: true,
-            ..Policy::default()
-        },
+        &Policy::default().with_allow_tf32(true),
     )?;
     let xb = up::<T>(&nhwc_from_nchw(&x, shape))?;
     let bufs = [&s, &b, &m, &v].map(|p| up::<f32>(p));
@@ -340,6 +337,7 @@ fn norm_backward<T: El>(mode: NormMode) -> TestResult {
             let f = rn::batch_norm_training(&x, &shape, &s, &zero, 1e-5, None)?;
             (Some(round::<f32>(&f.mean)), round::<f32>(&f.inv_variance))
         }
+        other => return Err(format!("a norm mode this test does not know: {other:?}").into()),
     };
     let spec = |d: DType, dims: &[i64]| {
         if batch {
@@ -363,6 +361,7 @@ fn norm_backward<T: El>(mode: NormMode) -> TestResult {
             let mt = g.input("mean", spec(DType::F32, &sd)?)?;
             g.batch_norm_backward(dyt, xt, st, mt, it)?
         }
+        other => return Err(format!("a norm mode this test does not know: {other:?}").into()),
     };
     g.output(grads.dx, T::DT)?;
     g.rename(grads.dx, "dx")?;
@@ -417,6 +416,7 @@ fn norm_backward<T: El>(mode: NormMode) -> TestResult {
                 rn::batch_norm_backward(&x, &shape, &dy, &s, mean.as_deref().unwrap_or(&[]), &inv)?;
             (r.dx, r.dscale, Some(r.dbias))
         }
+        other => return Err(format!("a norm mode this test does not know: {other:?}").into()),
     };
     close("dx", &unlay(down(&dxb)?), &wdx, tol::<T>())?;
     // Parameter gradients sum over many elements: bound relative to the sum's size.

@@ -89,9 +89,9 @@ fn forward_case(cfg: SdpaConfig) -> TestResult {
     let qt = g.input("q", cfg.q_spec()?)?;
     let kt = g.input("k", cfg.k_spec()?)?;
     let vt = g.input("v", cfg.v_spec()?)?;
-    let f = g.sdpa_forward(qt, kt, vt, &cfg)?;
+    let f = g.sdpa_forward_training(qt, kt, vt, &cfg)?;
     g.rename(f.o, "o")?;
-    let st = f.stats.ok_or("training stats")?;
+    let st = f.stats;
     g.rename(st, "stats")?;
     let (plan, r) = Plan::build(&g.build()?, &target, &Policy::default())?;
     eprintln!(
@@ -160,9 +160,9 @@ fn device_stats(
     let qt = g.input("q", cfg.q_spec()?)?;
     let kt = g.input("k", cfg.k_spec()?)?;
     let vt = g.input("v", cfg.v_spec()?)?;
-    let f = g.sdpa_forward(qt, kt, vt, &cfg)?;
+    let f = g.sdpa_forward_training(qt, kt, vt, &cfg)?;
     g.rename(f.o, "o")?;
-    g.rename(f.stats.ok_or("training stats")?, "stats")?;
+    g.rename(f.stats, "stats")?;
     let (plan, _) = Plan::build(&g.build()?, target, &Policy::default())?;
     let (qb, kb, vb) = (up(&a.q)?, up(&a.k)?, up(&a.v)?);
     let biasb = up(if a.bias.is_empty() { &[0.0] } else { &a.bias })?;

@@ -20,6 +20,7 @@
 // `ensure!(err <= tol)` must fail for NaN: a negated partial comparison on purpose.
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 use crate::support;
+use crate::support::sdpa_plans::fwd_any;
 
 use crate::support::gpu_sdpa::{dims, hashed, strides, up_bf16 as up};
 use cudnn::dnn::Handle;
@@ -66,7 +67,7 @@ fn paged_case(cfg: SdpaConfig, lens_q: Vec<usize>, lens_kv: Vec<usize>) -> TestR
     let qt = g.input("q", qs.clone())?;
     let kt = g.input("k", ks.clone())?;
     let vt = g.input("v", vs.clone())?;
-    let f = g.sdpa_forward(qt, kt, vt, &cfg)?;
+    let f = fwd_any(&mut g, qt, kt, vt, &cfg)?;
     g.rename(f.o, "o")?;
     let (plan, r) = Plan::build(&g.build()?, &target, &Policy::default())?;
     eprintln!(
@@ -186,7 +187,7 @@ fn ragged_case(cfg: SdpaConfig, lens_q: Vec<usize>, lens_kv: Vec<usize>) -> Test
     let qt = g.input("q", qs.clone())?;
     let kt = g.input("k", ks.clone())?;
     let vt = g.input("v", vs.clone())?;
-    let f = g.sdpa_forward(qt, kt, vt, &cfg)?;
+    let f = fwd_any(&mut g, qt, kt, vt, &cfg)?;
     g.rename(f.o, "o")?;
     let (plan, r) = Plan::build(&g.build()?, &target, &Policy::default())?;
     eprintln!(

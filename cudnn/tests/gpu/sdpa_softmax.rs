@@ -20,6 +20,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 use crate::support;
+use crate::support::sdpa_plans::fwd_any;
 
 use crate::support::gpu_sdpa::bind_backward_inputs;
 use crate::support::gpu_sdpa::{
@@ -75,7 +76,7 @@ fn device_forward(
     let qt = g.input("q", cfg.q_spec()?)?;
     let kt = g.input("k", cfg.k_spec()?)?;
     let vt = g.input("v", cfg.v_spec()?)?;
-    let f = g.sdpa_forward(qt, kt, vt, cfg)?;
+    let f = fwd_any(&mut g, qt, kt, vt, cfg)?;
     let (plan, r) = Plan::build(&g.build()?, &target, &Policy::default())?;
     eprintln!("  {:?}: engine {:?}", cfg.resolve(false)?, r.chosen);
     let rows = cfg.stats_spec()?.span_elements()?;

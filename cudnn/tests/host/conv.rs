@@ -1259,53 +1259,23 @@ fn algo_key_changes_with_every_input() -> TestResult {
         ),
         (
             "math",
-            key_of(
-                &base,
-                &PlanOptions {
-                    math: MathPolicy::AllowTf32,
-                    ..base_opts
-                },
-            ),
+            key_of(&base, &base_opts.with_math(MathPolicy::AllowTf32)),
         ),
         (
             "math 2",
-            key_of(
-                &base,
-                &PlanOptions {
-                    math: MathPolicy::ForbidTensorCores,
-                    ..base_opts
-                },
-            ),
+            key_of(&base, &base_opts.with_math(MathPolicy::ForbidTensorCores)),
         ),
         (
             "determinism",
-            key_of(
-                &base,
-                &PlanOptions {
-                    deterministic: true,
-                    ..base_opts
-                },
-            ),
+            key_of(&base, &base_opts.with_deterministic(true)),
         ),
         (
             "workspace limit",
-            key_of(
-                &base,
-                &PlanOptions {
-                    workspace_limit: Some(1 << 20),
-                    ..base_opts
-                },
-            ),
+            key_of(&base, &base_opts.with_workspace_limit(Some(1 << 20))),
         ),
         (
             "search",
-            key_of(
-                &base,
-                &PlanOptions {
-                    search: AlgoSearch::Exhaustive,
-                    ..base_opts
-                },
-            ),
+            key_of(&base, &base_opts.with_search(AlgoSearch::Exhaustive)),
         ),
         ("device", base.algo_key(&base_opts, 1)),
     ];

@@ -338,11 +338,9 @@ fn plan_notes_are_the_engines() -> TestResult {
         c.behavior_notes
             .contains(&BehaviorNote::SupportsCudaGraphNativeApi)
     }) {
-        let native = Policy {
-            require_native_cuda_graph: true,
-            allow_tf32: true,
-            ..Policy::default()
-        };
+        let native = Policy::default()
+            .with_require_native_cuda_graph(true)
+            .with_allow_tf32(true);
         let (p, _) = Plan::build(&og, &target, &native)?;
         ensure!(
             p.supports_native_cuda_graph() == Some(true),

@@ -30,6 +30,7 @@
 mod graph_reproducers;
 mod sdpa_rules;
 use crate::support;
+use crate::support::sdpa_plans::fwd_any;
 
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -202,18 +203,15 @@ fn conv_params() -> impl Strategy<Value = ConvParams> {
     (1usize..4, any::<bool>(), 0u8..8).prop_flat_map(move |(n, flip, odd)| {
         // Sometimes the lengths disagree.
         let m = if odd == 0 { n + 1 } else { n };
-        (v(n), v(m), v(n), v(n)).prop_map(move |(pre, post, stride, dil)| ConvParams {
-            pre_padding: pre,
-            post_padding: post,
-            stride: stride
-                .into_iter()
-                .map(|s| if s == 0 { 1 } else { s })
-                .collect(),
-            dilation: dil
-                .into_iter()
-                .map(|s| if s == 0 { 1 } else { s })
-                .collect(),
-            flip,
+        (v(n), v(m), v(n), v(n)).prop_map(move |(pre, post, stride, dil)| {
+            let one_for_zero = |v: Vec<i64>| -> Vec<i64> {
+                v.into_iter().map(|s| if s == 0 { 1 } else { s }).collect()
+            };
+            ConvParams::new(&[], &[], &[])
+                .with_padding(pre, post)
+                .with_stride(one_for_zero(stride))
+                .with_dilation(one_for_zero(dil))
+                .with_flip(flip)
         })
     })
 }
@@ -490,7 +488,7 @@ fn run_steps(steps: &[Step], tally: &Tally) -> Result<Graph, String> {
                         g.sdpa_backward(q, k, v, o, d_o, st, cfg)
                             .map(|b| vec![b.dq])
                     } else {
-                        g.sdpa_forward(q, k, v, cfg).map(|f| vec![f.o])
+                        fwd_any(&mut g, q, k, v, cfg).map(|f| vec![f.o])
                     }
                 })?
             }
@@ -543,13 +541,8 @@ fn fuzz_sequences(cases: u32, build_every: u32) -> TestResult {
 type Coherent = (u8, Vec<i64>, DType, DType, ConvParams, usize, SdpaConfig);
 
 fn coherent() -> impl Strategy<Value = Coherent> {
-    let small_params = (1usize..3, 0i64..2, 1i64..3, 1i64..3).prop_map(|(n, p, s, d)| ConvParams {
-        pre_padding: vec![p; n],
-        post_padding: vec![p; n],
-        stride: vec![s; n],
-        dilation: vec![d; n],
-        flip: false,
-    });
+    let small_params = (1usize..3, 0i64..2, 1i64..3, 1i64..3)
+        .prop_map(|(n, p, s, d)| ConvParams::new(&vec![p; n], &vec![s; n], &vec![d; n]));
     (
         0u8..9,
         prop::collection::vec(1i64..9, 6),
@@ -645,7 +638,7 @@ fn coherent_graph((fam, d, dt, compute, prm, mode, cfg): &Coherent) -> Result<Gr
             let k = g.input("k", cfg.k_spec()?)?;
             let v = g.input("v", cfg.v_spec()?)?;
             if *fam == 7 {
-                g.sdpa_forward(q, k, v, cfg)?;
+                fwd_any(&mut g, q, k, v, cfg)?;
             } else {
                 let o = g.input("o", cfg.o_spec()?)?;
                 let d_o = g.input("do", cfg.o_spec()?)?;

@@ -312,10 +312,7 @@ fn fuzz(n: u32, plans: usize) -> TestResult {
             reached += 1;
             for (tgt, fp8) in [("h200", true), ("a100", false)] {
                 let target = Target::preset(tgt)?;
-                let policy = Policy {
-                    max_attempts: 2,
-                    ..Policy::default()
-                };
+                let policy = Policy::default().with_max_attempts(2);
                 match timed("plan", PLAN_LIMIT, || Plan::build(&og, &target, &policy))? {
                     Ok(_) => {
                         ensure!(fp8, "an FP8 matmul planned for {tgt}: {c:?}");
@@ -470,14 +467,7 @@ fn fuzz_sdpa(n: u32, plans: usize) -> TestResult {
                 let planned_here = timed("plan", PLAN_LIMIT, || {
                     let og = g.build()?;
                     let t = Target::preset("h200")?;
-                    Plan::build(
-                        &og,
-                        &t,
-                        &Policy {
-                            max_attempts: 2,
-                            ..Policy::default()
-                        },
-                    )
+                    Plan::build(&og, &t, &Policy::default().with_max_attempts(2))
                 })?;
                 if planned_here.is_ok() {
                     planned += 1;

@@ -137,20 +137,15 @@ fn matmul_graph(dtype: DType, shape: Mm, epi: Option<Pointwise>) -> cudnn::Resul
 fn plan_counts(label: &str, g: &Graph, target: &str) -> Result<(usize, Plan), Error> {
     let og = g.build()?;
     let t = Target::preset(target)?;
-    let policy = Policy {
-        modes: vec![HeurMode::A],
-        allow_tf32: true,
-        allow_reduced_precision: true,
-        ..Policy::default()
-    };
+    let policy = Policy::default()
+        .with_modes(vec![HeurMode::A])
+        .with_allow_tf32(true)
+        .with_allow_reduced_precision(true);
     let n = heuristics::candidates(&og, &t, &policy)?.len();
     let (p, r) = Plan::build(
         &og,
         &t,
-        &Policy {
-            modes: vec![HeurMode::A, HeurMode::Fallback],
-            ..policy
-        },
+        &policy.with_modes(vec![HeurMode::A, HeurMode::Fallback]),
     )?;
     eprintln!(
         "  {label} on {target}: {n} configs (mode A), plan engine {:?}, ws {} B, finalize {:.3} s",
@@ -460,10 +455,7 @@ pub fn main() {
             let n = heuristics::candidates(
                 &og,
                 &h200()?,
-                &Policy {
-                    modes: vec![HeurMode::A],
-                    ..Policy::default()
-                },
+                &Policy::default().with_modes(vec![HeurMode::A]),
             )?
             .len();
             if n > 0 {
@@ -553,7 +545,7 @@ pub fn main() {
     t.push(host9("policy_filters", || {
         let og = conv_graph(DType::F32, true, ConvDirection::Fprop)?.build()?;
         let t = h200()?;
-        let all = heuristics::candidates(&og, &t, &Policy { allow_tf32: true, allow_reduced_precision: true, ..Policy::default() })?;
+        let all = heuristics::candidates(&og, &t, &Policy::default().with_allow_tf32(true).with_allow_reduced_precision(true))?;
         let strict = heuristics::candidates(&og, &t, &Policy::default())?;
         ensure!(all.iter().all(|c| c.rejected.is_none()), "permissive policy rejected something");
         let tf32 = all.iter().filter(|c| c.numerical_notes.contains(&NumericalNote::TensorCore)).count();
@@ -564,17 +556,17 @@ pub fn main() {
         let chosen = strict.iter().find(|c| Some(c.engine) == p.engine()).ok_or("chosen engine not among candidates")?;
         ensure!(!chosen.numerical_notes.contains(&NumericalNote::TensorCore), "default policy chose a TF32 engine");
         // Workspace limit 0: every chosen plan needs none.
-        let (p, _) = Plan::build(&og, &t, &Policy { max_workspace: Some(0), ..Policy::default() })?;
+        let (p, _) = Plan::build(&og, &t, &Policy::default().with_max_workspace(Some(0)))?;
         ensure!(p.workspace_size() == 0, "workspace limit 0 gave {}", p.workspace_size());
         // Deterministic only.
-        let det = heuristics::candidates(&og, &t, &Policy { deterministic_only: true, ..Policy::default() })?;
+        let det = heuristics::candidates(&og, &t, &Policy::default().with_deterministic_only(true))?;
         ensure!(
             det.iter().filter(|c| c.rejected.is_none()).all(|c| !c.numerical_notes.contains(&NumericalNote::Nondeterministic)),
             "a nondeterministic engine passed deterministic_only"
         );
         // No runtime compilation: matmul (runtime-compiled only) has none left.
         let og = matmul_graph(DType::F16, Mm::Batched, Some(Pointwise::Relu))?.build()?;
-        let r = Plan::build(&og, &t, &Policy { allow_runtime_compilation: false, ..Policy::default() });
+        let r = Plan::build(&og, &t, &Policy::default().with_allow_runtime_compilation(false));
         match r {
             Err(Error::Unsupported { what, .. }) => ensure!(what.contains("ruled out"), "{what}"),
             Ok((p, _)) => {
@@ -586,10 +578,10 @@ pub fn main() {
         }
         // Mode order: FALLBACK first gives FALLBACK's configs first.
         let og = conv_graph(DType::F16, true, ConvDirection::Fprop)?.build()?;
-        let c = heuristics::candidates(&og, &t, &Policy { modes: vec![HeurMode::Fallback, HeurMode::A], ..Policy::default() })?;
+        let c = heuristics::candidates(&og, &t, &Policy::default().with_modes(vec![HeurMode::Fallback, HeurMode::A]))?;
         ensure!(c.first().is_some_and(|c| c.mode == HeurMode::Fallback), "mode order not kept");
         ensure!(
-            heuristics::candidates(&og, &t, &Policy { modes: vec![], ..Policy::default() }).is_err(),
+            heuristics::candidates(&og, &t, &Policy::default().with_modes(vec![])).is_err(),
             "no modes must be an error"
         );
         for c in c.iter().take(3) {
@@ -971,14 +963,7 @@ pub fn main() {
         );
         ensure!(
             cache
-                .get(
-                    &g1,
-                    &t,
-                    &Policy {
-                        allow_tf32: true,
-                        ..Policy::default()
-                    }
-                )
+                .get(&g1, &t, &Policy::default().with_allow_tf32(true))
                 .is_none(),
             "policy not in the key"
         );

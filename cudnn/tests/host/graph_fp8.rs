@@ -266,10 +266,7 @@ pub fn main() {
         use DType::*;
         let v = |a, b, c| (a, b, c);
         // (config, backward, device_ver, cuDNN, allowed) by the frontend 1.32's rules.
-        let c = |d: i64, o: DType| Fp8SdpaConfig {
-            o_dtype: o,
-            ..Fp8SdpaConfig::new(1, 2, 128, 128, d)
-        };
+        let c = |d: i64, o: DType| Fp8SdpaConfig::new(1, 2, 128, 128, d).o_dtype(o);
         let cases = [
             (c(128, Fp8E4M3), false, 900, v(9, 28, 1), true),
             (c(128, Fp8E4M3), false, 890, v(9, 28, 1), false),
@@ -311,42 +308,12 @@ pub fn main() {
             (Fp8SdpaConfig::new(0, 1, 1, 1, 16), "batch"),
             (Fp8SdpaConfig::new(1, 1, 1, 1, 24), "head_dim"),
             (Fp8SdpaConfig::new(1, 1, 1 << 40, 1, 16), "seq_q"),
-            (
-                Fp8SdpaConfig {
-                    dtype: BF16,
-                    ..Fp8SdpaConfig::new(1, 1, 1, 1, 16)
-                },
-                "dtype",
-            ),
-            (
-                Fp8SdpaConfig {
-                    o_dtype: F32,
-                    ..Fp8SdpaConfig::new(1, 1, 1, 1, 16)
-                },
-                "o_dtype",
-            ),
-            (
-                Fp8SdpaConfig {
-                    scale: Some(f64::NAN),
-                    ..Fp8SdpaConfig::new(1, 1, 1, 1, 16)
-                },
-                "scale",
-            ),
+            (Fp8SdpaConfig::new(1, 1, 1, 1, 16).dtype(BF16), "dtype"),
+            (Fp8SdpaConfig::new(1, 1, 1, 1, 16).o_dtype(F32), "o_dtype"),
+            (Fp8SdpaConfig::new(1, 1, 1, 1, 16).scale(f64::NAN), "scale"),
             // Finite in f64, +inf and 0 in the f32 cuDNN gets.
-            (
-                Fp8SdpaConfig {
-                    scale: Some(1e39),
-                    ..Fp8SdpaConfig::new(1, 1, 1, 1, 16)
-                },
-                "scale",
-            ),
-            (
-                Fp8SdpaConfig {
-                    scale: Some(1e-50),
-                    ..Fp8SdpaConfig::new(1, 1, 1, 1, 16)
-                },
-                "scale",
-            ),
+            (Fp8SdpaConfig::new(1, 1, 1, 1, 16).scale(1e39), "scale"),
+            (Fp8SdpaConfig::new(1, 1, 1, 1, 16).scale(1e-50), "scale"),
             (
                 Fp8SdpaConfig::new(i64::MAX, i64::MAX, 1, 1, 16),
                 "element count",
@@ -369,10 +336,7 @@ pub fn main() {
         ensure!(arg_of(&e).contains("q `q` element type"), "{e}");
         let o = g.input("o", cfg.q_spec()?)?;
         let st = g.input("st", cfg.stats_spec()?)?;
-        let bcfg = Fp8SdpaConfig {
-            o_dtype: BF16,
-            ..cfg.clone()
-        };
+        let bcfg = cfg.clone().o_dtype(BF16);
         let e = g
             .sdpa_fp8_backward(k, k, v, o, o, st, Fp8E5M2, &bcfg)
             .err()

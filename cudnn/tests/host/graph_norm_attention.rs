@@ -5,6 +5,7 @@
 use crate::support;
 use crate::support::norm_attention_graphs;
 use crate::support::sdpa_plans;
+use crate::support::sdpa_plans::fwd_any;
 use cudnn::Error;
 use cudnn::graph::*;
 use norm_attention_graphs::*;
@@ -300,10 +301,10 @@ pub fn main() {
         let q = g.input("q", SdpaConfig::new(2, 8, 128, 64, DType::BF16).q_spec()?)?;
         let k = g.input("k", cfg.k_spec()?)?;
         let v = g.input("v", cfg.v_spec()?)?;
-        let e = g.sdpa_forward(q, k, v, &cfg).unwrap_err();
+        let e = fwd_any(&mut g, q, k, v, &cfg).unwrap_err();
         ensure!(e.to_string().contains("`q`"), "names q: {e}");
         let q2 = g.input("q2", cfg.q_spec()?.with_dtype(DType::F16))?;
-        let e = g.sdpa_forward(q2, k, v, &cfg).unwrap_err();
+        let e = fwd_any(&mut g, q2, k, v, &cfg).unwrap_err();
         ensure!(e.to_string().contains("element type"), "q dtype: {e}");
         Ok(())
     }));
@@ -512,10 +513,7 @@ pub fn main() {
         let v = cudnn::dnn::Handle::library_version()?;
         let cfg = SdpaConfig::new(1, 2, 128, 256, DType::BF16);
         let og = sdpa_bwd(&cfg)?.0.build()?;
-        let policy = Policy {
-            max_attempts: 1,
-            ..Policy::default()
-        };
+        let policy = Policy::default().with_max_attempts(1);
         for (target, ok) in [
             ("h200", true),
             ("a100", false),
@@ -761,10 +759,7 @@ pub fn main() {
                     Plan::build(
                         &og,
                         &Target::preset("h200")?,
-                        &Policy {
-                            max_attempts: 2,
-                            ..Policy::default()
-                        },
+                        &Policy::default().with_max_attempts(2),
                     )
                 });
                 let mut t = tally.lock().map_err(|_| TestCaseError::fail("poisoned"))?;

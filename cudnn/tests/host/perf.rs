@@ -41,12 +41,10 @@ fn runner(cases: u32) -> TestRunner {
 }
 
 fn permissive() -> Policy {
-    Policy {
-        modes: vec![HeurMode::A],
-        allow_tf32: true,
-        allow_reduced_precision: true,
-        ..Policy::default()
-    }
+    Policy::default()
+        .with_modes(vec![HeurMode::A])
+        .with_allow_tf32(true)
+        .with_allow_reduced_precision(true)
 }
 
 /// The knob values of a plan JSON's engine, by knob name.
@@ -140,10 +138,7 @@ fn workspace_limit_judges_by_the_workspace() -> TestResult {
         let og = g.build()?;
         let free = heuristics::candidates(&og, &target, &permissive())?;
         for limit in [0u64, 1 << 20] {
-            let p = Policy {
-                max_workspace: Some(limit),
-                ..permissive()
-            };
+            let p = permissive().with_max_workspace(Some(limit));
             let limited = heuristics::candidates(&og, &target, &p)?;
             ensure!(
                 limited.len() == free.len(),
@@ -185,10 +180,7 @@ fn repeated_modes_add_nothing() -> TestResult {
         let twice = heuristics::candidates(
             &og,
             &target,
-            &Policy {
-                modes: vec![HeurMode::A, HeurMode::A],
-                ..permissive()
-            },
+            &permissive().with_modes(vec![HeurMode::A, HeurMode::A]),
         )?;
         let ids = |l: &[Candidate<'_>]| -> cudnn::Result<Vec<ConfigId>> {
             l.iter()
@@ -209,10 +201,7 @@ fn repeated_modes_add_nothing() -> TestResult {
         let both = heuristics::candidates(
             &og,
             &target,
-            &Policy {
-                modes: vec![HeurMode::A, HeurMode::Fallback],
-                ..permissive()
-            },
+            &permissive().with_modes(vec![HeurMode::A, HeurMode::Fallback]),
         )?;
         let mut all = ids(&both)?;
         let n = all.len();
@@ -276,15 +265,15 @@ fn random_policies_match_the_model() -> TestResult {
         proptest::option::of(prop_oneof![Just(0u64), 1u64..(64 << 20), Just(u64::MAX)]),
         any::<[bool; 5]>(),
     )
-        .prop_map(|(modes, max_workspace, f)| Policy {
-            modes,
-            max_workspace,
-            deterministic_only: f[0],
-            allow_tf32: f[1],
-            allow_reduced_precision: f[2],
-            allow_runtime_compilation: f[3],
-            require_native_cuda_graph: f[4],
-            ..Policy::default()
+        .prop_map(|(modes, max_workspace, f)| {
+            Policy::default()
+                .with_modes(modes)
+                .with_max_workspace(max_workspace)
+                .with_deterministic_only(f[0])
+                .with_allow_tf32(f[1])
+                .with_allow_reduced_precision(f[2])
+                .with_allow_runtime_compilation(f[3])
+                .with_require_native_cuda_graph(f[4])
         });
     let mut r = runner(48);
     r.run(&(0..graphs.len(), policy), |(i, p)| {

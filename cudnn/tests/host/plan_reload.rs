@@ -392,10 +392,7 @@ fn round_trip(r: &Recipe, target: &str) -> Result<Trip, String> {
         Err(e) if typed(&e) => return Ok(Trip::NotPlanned(format!("graph: {e}"))),
         Err(e) => return Err(format!("untyped graph refusal: {e:?}")),
     };
-    let policy = Policy {
-        max_attempts: 2,
-        ..Policy::default()
-    };
+    let policy = Policy::default().with_max_attempts(2);
     let p = match Plan::build(&og, &t, &policy) {
         Ok((p, _)) => p,
         Err(e) if typed(&e) => return Ok(Trip::NotPlanned(format!("plan: {e}"))),

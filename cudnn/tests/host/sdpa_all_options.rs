@@ -258,10 +258,7 @@ fn property_all_options() -> TestResult {
                 && c.seq_kv <= 512
                 && let Ok(g) = g
             {
-                let policy = Policy {
-                    max_attempts: 1,
-                    ..Policy::default()
-                };
+                let policy = Policy::default().with_max_attempts(1);
                 match g.build().and_then(|og| Plan::build(&og, &target, &policy)) {
                     Ok(_) => planned += 1,
                     Err(e) => prop_assert!(

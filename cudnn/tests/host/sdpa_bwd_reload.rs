@@ -12,6 +12,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 use crate::support;
 use crate::support::graph_plans;
+use crate::support::sdpa_plans::fwd_any;
 
 use std::sync::Arc;
 
@@ -250,7 +251,7 @@ fn grafted_engines_refused() -> TestResult {
         let q = g.input("q", c.q_spec()?)?;
         let k = g.input("k", c.k_spec()?)?;
         let v = g.input("v", c.v_spec()?)?;
-        g.sdpa_forward(q, k, v, c)?;
+        fwd_any(&mut g, q, k, v, c)?;
         let (p, _) = Plan::build(&g.build()?, &t, &Policy::default())?;
         let j = p.cudnn_json()?;
         Ok((p, j))
@@ -312,7 +313,7 @@ fn foreign_param_uids_refused() -> TestResult {
     let q = g.input("q", c.q_spec()?)?;
     let k = g.input("k", c.k_spec()?)?;
     let v = g.input("v", c.v_spec()?)?;
-    g.sdpa_forward(q, k, v, &c)?;
+    fwd_any(&mut g, q, k, v, &c)?;
     let (fp, fj) = Plan::build(&g.build()?, &t, &Policy::default())
         .and_then(|(p, _)| p.cudnn_json().map(|j| (p, j)))?;
     let internal = 2_898_540_878_490_494_980_i64;

@@ -15,6 +15,7 @@
 // `ensure!(err <= tol)` must fail for NaN: a negated partial comparison on purpose.
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 use crate::support;
+use crate::support::sdpa_plans::fwd_any;
 use crate::support::sdpa_plans::{
     bwd_graph as bwd, counts, fwd_graph as fwd, loaded, names_option,
 };
@@ -761,17 +762,14 @@ fn paged_tables_need_unsafe_binding() -> TestResult {
         let q = g.input("q", cfg.q_spec()?)?;
         let k = g.input("k", cfg.k_spec()?)?;
         let v = g.input("v", cfg.v_spec()?)?;
-        let f = g.sdpa_forward(q, k, v, &cfg)?;
+        let f = fwd_any(&mut g, q, k, v, &cfg)?;
         g.rename(f.o, "o")?;
         g.rename(f.page_table_k.ok_or("a page table")?, "table_k")?;
         g.rename(f.seq_len_kv.ok_or("key lengths")?, "lens_kv")?;
         g.rename(f.seq_len_q.ok_or("query lengths")?, "lens_q")?;
         let pv = g.name(f.page_table_v.ok_or("a page table")?)?.to_string();
         let og = g.build()?;
-        let policy = Policy {
-            max_attempts: 3,
-            ..Policy::default()
-        };
+        let policy = Policy::default().with_max_attempts(3);
         let (plan, _) = Plan::build(&og, &t, &policy)?;
         built += 1;
         let mut plans = vec![plan];
@@ -875,10 +873,7 @@ fn property_page_table_binding() -> TestResult {
         return Ok(());
     }
     let og = fwd(&cfg)?.build()?;
-    let policy = Policy {
-        max_attempts: 1,
-        ..Policy::default()
-    };
+    let policy = Policy::default().with_max_attempts(1);
     let (plan, _) = Plan::build(&og, &Target::preset("h200")?, &policy)?;
     let names: Vec<(String, bool)> = plan
         .io()

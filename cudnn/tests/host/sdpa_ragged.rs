@@ -81,10 +81,7 @@ fn plan_per_target() -> TestResult {
                     }
                     for tgt in TARGETS {
                         let t = Target::preset(tgt)?;
-                        let policy = Policy {
-                            max_attempts: 1,
-                            ..Policy::default()
-                        };
+                        let policy = Policy::default().with_max_attempts(1);
                         match Plan::build_all(&og, &t, &policy) {
                             Ok((plans, _)) => {
                                 let p = plans.first();

@@ -12,6 +12,7 @@
 //! that is never freed (`mem::forget`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 use crate::support;
+use crate::support::sdpa_plans::fwd_any;
 use std::sync::Arc;
 
 use cudnn::Error;
@@ -59,7 +60,7 @@ fn graph(c: &SdpaConfig, backward: bool) -> Result<Graph, Error> {
         let b = g.sdpa_backward(q, k, v, o, d_o, st, c)?;
         (b.seq_len_q, b.seq_len_kv)
     } else {
-        let f = g.sdpa_forward(q, k, v, c)?;
+        let f = fwd_any(&mut g, q, k, v, c)?;
         (f.seq_len_q, f.seq_len_kv)
     };
     g.rename(
@@ -79,10 +80,7 @@ type Named = (Plan, [&'static str; 2]);
 /// The built plan, and the same plan loaded from its cuDNN JSON with the
 /// tensor list, the length tensors renamed there (`xq`, `xkv`).
 fn plans(og: &OpGraph, t: &Target) -> Result<Vec<Named>, Box<dyn std::error::Error>> {
-    let policy = Policy {
-        max_attempts: 1,
-        ..Policy::default()
-    };
+    let policy = Policy::default().with_max_attempts(1);
     let (plan, _) = Plan::build(og, t, &policy)?;
     let mut out = Vec::new();
     match plan.cudnn_json() {
@@ -283,10 +281,7 @@ fn property_seq_lengths() -> TestResult {
     let (plan, _) = Plan::build(
         &og,
         &Target::preset("h200")?,
-        &Policy {
-            max_attempts: 1,
-            ..Policy::default()
-        },
+        &Policy::default().with_max_attempts(1),
     )?;
     let mut runner = crate::support::prop_runner(256);
     runner
@@ -354,10 +349,7 @@ fn lengths_cover_the_batch() -> TestResult {
         return Ok(());
     }
     let og = graph(&c, false)?.build()?;
-    let policy = Policy {
-        max_attempts: 1,
-        ..Policy::default()
-    };
+    let policy = Policy::default().with_max_attempts(1);
     let (plan, _) = Plan::build(&og, &t, &policy)?;
     let json = plan.cudnn_json()?;
     let uid = plan

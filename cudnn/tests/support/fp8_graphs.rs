@@ -163,10 +163,7 @@ pub fn sdpa_fwd_cases() -> Vec<Fp8SdpaConfig> {
         sdpa_fwd_cfg(128, false, false, Fp8E4M3),
         sdpa_fwd_cfg(128, true, true, Fp8E4M3),
         sdpa_fwd_cfg(64, true, false, Fp8E4M3),
-        Fp8SdpaConfig {
-            dtype: Fp8E5M2,
-            ..sdpa_fwd_cfg(128, false, true, Fp8E5M2)
-        },
+        sdpa_fwd_cfg(128, false, true, Fp8E5M2).dtype(Fp8E5M2),
         sdpa_fwd_cfg(128, false, false, BF16),
         sdpa_fwd_cfg(256, false, false, Fp8E4M3),
     ]

@@ -122,6 +122,13 @@ pub fn norm_bwd(mode: NormMode, dtype: DType) -> Result<Graph, Error> {
             let m = g.input("mean", spec(DType::F32, &sd)?)?;
             g.batch_norm_backward(dy, x, s, m, inv)?
         }
+        other => {
+            return Err(Error::invalid(
+                "norm_bwd mode",
+                "a mode this helper builds",
+                format!("{other:?}"),
+            ));
+        }
     };
     g.output(grads.dx, dtype)?;
     Ok(g)
@@ -186,7 +193,7 @@ pub fn norm_cases() -> Vec<(&'static str, Builder)> {
 
 /// [`fwd_parts`](crate::support::sdpa_plans::fwd_parts) with the statistics
 /// (where training saves them) named `stats`.
-pub fn sdpa_fwd(cfg: &SdpaConfig) -> Result<(Graph, SdpaForward), Error> {
+pub fn sdpa_fwd(cfg: &SdpaConfig) -> Result<(Graph, SdpaForward<Option<Tensor>>), Error> {
     let (mut g, f) = crate::support::sdpa_plans::fwd_parts(cfg)?;
     if let Some(s) = f.stats {
         g.rename(s, "stats")?;

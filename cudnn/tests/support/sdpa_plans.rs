@@ -30,10 +30,7 @@ pub fn plan_all(
 ) -> Result<(i64, usize, Vec<Plan>, f64), Error> {
     let og = g.build()?;
     let t = Target::preset(target)?;
-    let policy = Policy {
-        max_attempts: max,
-        ..Policy::default()
-    };
+    let policy = Policy::default().with_max_attempts(max);
     let c = heuristics::candidates(&og, &t, &policy)?;
     let t0 = std::time::Instant::now();
     let (plan, _) = Plan::build(&og, &t, &policy)?;
@@ -79,14 +76,31 @@ pub fn counts(g: &Graph, target: &str, max: usize) -> Result<Counts, Error> {
     Ok(c)
 }
 
+/// The forward of `cfg` in the config's mode: `Graph::sdpa_forward_training`
+/// when `is_training` is set (the statistics `Some`), `Graph::sdpa_forward`
+/// otherwise (`None`).
+pub fn fwd_any(
+    g: &mut Graph,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cfg: &SdpaConfig,
+) -> Result<SdpaForward<Option<Tensor>>, Error> {
+    Ok(if cfg.is_training {
+        g.sdpa_forward_training(q, k, v, cfg)?.map_stats(Some)
+    } else {
+        g.sdpa_forward(q, k, v, cfg)?.map_stats(|()| None)
+    })
+}
+
 /// The forward graph of `cfg` (inputs `q`, `k`, `v`; output `o`) and its
 /// handles.
-pub fn fwd_parts(cfg: &SdpaConfig) -> Result<(Graph, SdpaForward), Error> {
+pub fn fwd_parts(cfg: &SdpaConfig) -> Result<(Graph, SdpaForward<Option<Tensor>>), Error> {
     let mut g = Graph::new();
     let q = g.input("q", cfg.q_spec()?)?;
     let k = g.input("k", cfg.k_spec()?)?;
     let v = g.input("v", cfg.v_spec()?)?;
-    let f = g.sdpa_forward(q, k, v, cfg)?;
+    let f = fwd_any(&mut g, q, k, v, cfg)?;
     g.rename(f.o, "o")?;
     Ok((g, f))
 }
@@ -145,7 +159,7 @@ pub fn graph_with_q(cfg: &SdpaConfig, backward: bool, q: TensorSpec) -> Result<G
         let st = g.input("stats", cfg.stats_spec()?)?;
         g.sdpa_backward(q, k, v, o, d_o, st, cfg)?;
     } else {
-        g.sdpa_forward(q, k, v, cfg)?;
+        fwd_any(&mut g, q, k, v, cfg)?;
     }
     Ok(g)
 }

@@ -11,6 +11,7 @@ mod support;
 
 // The test modules (their files), then the table that registers them.
 mod block_scale;
+mod builders;
 mod conv_reference;
 mod fp8;
 mod fuzz_launch;
@@ -27,7 +28,7 @@ mod validation;
 
 tier_main! {
     mods: [
-        block_scale, conv_reference, fp8, fuzz_launch, fuzz_reference,
+        block_scale, builders, conv_reference, fp8, fuzz_launch, fuzz_reference,
         fuzz_reference_dims, gemm_reference, json_floats, launch_variables,
         ops_reference, reference_robust, sdpa_softcap_reference, sdpa_softmax_reference,
         validation,

@@ -140,6 +140,7 @@ fp8_output!(
 
 /// D's type, at run time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Fp8OutputType {
     /// f32.
     F32,

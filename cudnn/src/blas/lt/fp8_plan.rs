@@ -20,7 +20,11 @@ type Types<A, B, D, Bias> = PhantomData<fn() -> (A, B, D, Bias)>;
 
 /// The per-tensor scales and the amax output of one run: device f32
 /// scalars (each slice at least 1 element). A scale left `None` is 1.
+/// Made from `Fp8Scaling::default()` and the `with_*` methods (the struct
+/// is `#[non_exhaustive]`: scales will be added; its fields stay readable
+/// and assignable).
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub struct Fp8Scaling<'a> {
     /// Multiplies A (`CUBLASLT_MATMUL_DESC_A_SCALE_POINTER`).
     pub a: Option<DeviceSlice<'a, f32>>,
@@ -34,6 +38,38 @@ pub struct Fp8Scaling<'a> {
     pub d: Option<DeviceSlice<'a, f32>>,
     /// Receives max |result| before `d` (when the spec asks for it).
     pub amax_d: Option<DeviceSliceMut<'a, f32>>,
+}
+
+impl<'a> Fp8Scaling<'a> {
+    /// With A's scale.
+    pub fn with_a(mut self, a: DeviceSlice<'a, f32>) -> Self {
+        self.a = Some(a);
+        self
+    }
+
+    /// With B's scale.
+    pub fn with_b(mut self, b: DeviceSlice<'a, f32>) -> Self {
+        self.b = Some(b);
+        self
+    }
+
+    /// With a C scale (refused at run time: see [`c`](Self::c)).
+    pub fn with_c(mut self, c: DeviceSlice<'a, f32>) -> Self {
+        self.c = Some(c);
+        self
+    }
+
+    /// With D's scale (FP8 D only).
+    pub fn with_d(mut self, d: DeviceSlice<'a, f32>) -> Self {
+        self.d = Some(d);
+        self
+    }
+
+    /// With the amax output.
+    pub fn with_amax_d(mut self, amax_d: DeviceSliceMut<'a, f32>) -> Self {
+        self.amax_d = Some(amax_d);
+        self
+    }
 }
 
 /// A scaled FP8 cuBLASLt matmul for one [`Fp8MatmulSpec`] and element types

@@ -74,6 +74,7 @@ pub enum Epilogue {
 
 /// What an epilogue's auxiliary buffer holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum AuxKind {
     /// One bit per element of D: whether the ReLU input was positive.
     ReluMask,

@@ -13,8 +13,18 @@ pub const MAX_CONV_PARAM: i64 = 1 << 24;
 
 /// Convolution geometry, per spatial dim (N-d: give as many as the tensors
 /// have spatial dims). Cross-correlation (what frameworks call convolution)
-/// unless `flip` is set.
+/// unless `flip` is set. Made with [`ConvParams::new`] /
+/// [`new_2d`](ConvParams::new_2d) and the `with_*` methods (the struct is
+/// `#[non_exhaustive]`; its fields stay readable and assignable):
+///
+/// ```
+/// use cudnn::graph::ConvParams;
+/// // 3x3, stride 2, padded 0 before and 1 after (TensorFlow's "same").
+/// let p = ConvParams::new_2d([0, 0], [2, 2], [1, 1]).with_padding(vec![0, 0], vec![1, 1]);
+/// assert_eq!((p.pre_padding, p.post_padding), (vec![0, 0], vec![1, 1]));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct ConvParams {
     /// Padding before each spatial dim.
     pub pre_padding: Vec<i64>,
@@ -79,6 +89,31 @@ impl ConvParams {
             dilation: dilation.to_vec(),
             flip: false,
         }
+    }
+
+    /// With padding `pre` before and `post` after each spatial dim.
+    pub fn with_padding(mut self, pre: Vec<i64>, post: Vec<i64>) -> Self {
+        self.pre_padding = pre;
+        self.post_padding = post;
+        self
+    }
+
+    /// With [`stride`](Self::stride).
+    pub fn with_stride(mut self, stride: Vec<i64>) -> Self {
+        self.stride = stride;
+        self
+    }
+
+    /// With [`dilation`](Self::dilation).
+    pub fn with_dilation(mut self, dilation: Vec<i64>) -> Self {
+        self.dilation = dilation;
+        self
+    }
+
+    /// A true convolution (flipped filter) instead of cross-correlation (or not).
+    pub fn with_flip(mut self, on: bool) -> Self {
+        self.flip = on;
+        self
     }
 
     /// Number of spatial dims.

@@ -35,6 +35,7 @@ pub(crate) mod sdpa_ragged;
 pub(crate) mod sdpa_rules;
 pub mod sdpa_softcap;
 pub mod sdpa_softmax;
+pub(crate) mod sdpa_types;
 
 use super::backend::{AnyOperation, Descriptor, kind};
 use super::tensor::DType;

@@ -38,6 +38,7 @@ use crate::sys::cudnn as sys;
 
 /// Which normalization.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum NormMode {
     /// Layer norm: statistics per sample over every dim but the first.
     Layer,

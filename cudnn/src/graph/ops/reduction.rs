@@ -10,6 +10,7 @@ use crate::sys::cudnn as sys;
 /// Reduction operators.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[allow(missing_docs)]
+#[non_exhaustive]
 pub enum Reduce {
     Add,
     Mul,

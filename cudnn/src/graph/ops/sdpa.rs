@@ -98,8 +98,9 @@
 //! let q = g.input("q", cfg.q_spec()?)?;
 //! let k = g.input("k", cfg.k_spec()?)?;
 //! let v = g.input("v", cfg.v_spec()?)?;
-//! let fwd = g.sdpa_forward(q, k, v, &cfg)?;
+//! let fwd = g.sdpa_forward_training(q, k, v, &cfg)?;
 //! g.rename(fwd.o, "o")?;
+//! g.rename(fwd.stats, "stats")?; // a Tensor: a training forward always has it
 //! let (plan, _) = Plan::build(&g.build()?, &Target::preset("h200")?, &Policy::default())?;
 //! # Ok::<(), cudnn::Error>(())
 //! ```
@@ -110,6 +111,7 @@ use crate::graph::tensor::{DType, TensorSpec, fmt_dims};
 
 /// How Q, K, V and O are stored (their logical dims are `[B, H, S, D]` either way).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum AttnLayout {
     /// Batch, sequence, heads, head dim: what a `[B, S, H*D]` projection gives.
     Bshd,
@@ -178,6 +180,7 @@ pub enum DiagonalAlignment {
 
 /// Which cuDNN construction an attention graph uses.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum SdpaImpl {
     /// Forward: cuDNN's SDPA operation where the loaded cuDNN has it with
     /// every option asked for, the composite otherwise. Backward: always the
@@ -196,7 +199,26 @@ pub enum SdpaImpl {
 }
 
 /// One attention's shapes and options.
+///
+/// Made with [`SdpaConfig::new`] and the chainable methods, one per option
+/// (the struct is `#[non_exhaustive]`: options will be added; its fields
+/// stay readable and assignable):
+///
+/// ```
+/// use cudnn::graph::{AttnLayout, DType, SdpaConfig};
+/// // Causal grouped-query attention, 32 query heads over 8 K/V heads,
+/// // a V head dim of 64, stored BHSD.
+/// let cfg = SdpaConfig::new(2, 32, 1024, 128, DType::BF16)
+///     .gqa(8)
+///     .head_dim_v(64)
+///     .causal(true)
+///     .layout(AttnLayout::Bhsd);
+/// assert_eq!((cfg.kv_heads, cfg.head_dim_v, cfg.is_causal), (8, 64, true));
+/// assert_eq!(cfg.o_spec()?.dims(), &[2, 32, 1024, 64]);
+/// # Ok::<(), cudnn::Error>(())
+/// ```
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct SdpaConfig {
     /// Batch size.
     pub batch: i64,
@@ -271,14 +293,22 @@ pub struct SdpaConfig {
     pub sink_grad: bool,
 }
 
-/// What [`Graph::sdpa_forward`](crate::graph::Graph::sdpa_forward) adds.
+/// What [`Graph::sdpa_forward`](crate::graph::Graph::sdpa_forward) (an
+/// inference forward: `SdpaForward`, whose `stats` is `()`) and
+/// [`Graph::sdpa_forward_training`](crate::graph::Graph::sdpa_forward_training)
+/// (a training forward: [`SdpaTrainingForward`], `stats` a [`Tensor`])
+/// add. The mode is in the type: a training forward's statistics cannot be
+/// missing, and an inference user never handles them. Code that serves
+/// both modes can make the two one type with [`map_stats`](Self::map_stats)
+/// (`.map_stats(Some)` and `.map_stats(|()| None)`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct SdpaForward {
+pub struct SdpaForward<Stats = ()> {
     /// The output (a graph output of the config's dtype, in its layout).
     pub o: Tensor,
-    /// The softmax statistics (training): `[B, H, S_q, 1]` f32 graph output.
-    pub stats: Option<Tensor>,
+    /// The softmax statistics: in a training forward the `[B, H, S_q, 1]`
+    /// f32 graph output the backward takes; `()` in an inference forward.
+    pub stats: Stats,
     /// Per-batch query lengths (padding): `[B, 1, 1, 1]` i32 graph input.
     pub seq_len_q: Option<Tensor>,
     /// Per-batch key / value lengths (padding): `[B, 1, 1, 1]` i32 graph input.
@@ -297,6 +327,33 @@ pub struct SdpaForward {
     pub bias: BiasTensors,
     /// The row max and sum_exp outputs and the sink input, as asked.
     pub softmax: SdpaSoftmax,
+}
+
+/// A training forward's outputs: [`SdpaForward`] with the softmax
+/// statistics (`[B, H, S_q, 1]` f32), made by
+/// [`Graph::sdpa_forward_training`](crate::graph::Graph::sdpa_forward_training).
+pub type SdpaTrainingForward = SdpaForward<Tensor>;
+
+impl<S> SdpaForward<S> {
+    /// The same outputs with the statistics mapped by `f`: `.map_stats(Some)`
+    /// on a training forward and `.map_stats(|()| None)` on an inference one
+    /// give both the type `SdpaForward<Option<Tensor>>`, for code that
+    /// builds either mode.
+    pub fn map_stats<T>(self, f: impl FnOnce(S) -> T) -> SdpaForward<T> {
+        SdpaForward {
+            o: self.o,
+            stats: f(self.stats),
+            seq_len_q: self.seq_len_q,
+            seq_len_kv: self.seq_len_kv,
+            dropout_seed: self.dropout_seed,
+            dropout_offset: self.dropout_offset,
+            page_table_k: self.page_table_k,
+            page_table_v: self.page_table_v,
+            ragged: self.ragged,
+            bias: self.bias,
+            softmax: self.softmax,
+        }
+    }
 }
 
 /// What [`Graph::sdpa_backward`](crate::graph::Graph::sdpa_backward) adds.
@@ -326,10 +383,9 @@ pub struct SdpaBackward {
     pub softmax: SdpaSoftmax,
 }
 
-pub use super::sdpa_bias::{AttnBias, BiasTensors};
-pub use super::sdpa_paged::PagedKv;
-pub use super::sdpa_ragged::{RaggedTensor, SdpaRagged};
-pub use super::sdpa_softmax::SdpaSoftmax;
+pub use super::sdpa_types::{
+    AttnBias, BiasTensors, PagedKv, RaggedTensor, SdpaRagged, SdpaSoftmax,
+};
 
 /// The first cuDNN with each part of the SDPA operation, as `(major, minor, patch)`.
 pub mod since {
@@ -448,6 +504,11 @@ impl SdpaConfig {
     /// With a key / value sequence length other than the query's.
     pub fn kv_len(mut self, seq_kv: i64) -> Self {
         self.seq_kv = seq_kv;
+        self
+    }
+    /// With a head dim of V and O other than Q's and K's.
+    pub fn head_dim_v(mut self, head_dim_v: i64) -> Self {
+        self.head_dim_v = head_dim_v;
         self
     }
     /// Stored as `layout`.

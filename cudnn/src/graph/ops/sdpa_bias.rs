@@ -59,68 +59,16 @@
 //! may use other slopes. The graph is otherwise the frontend's (the same
 //! `GEN_INDEX` / `SUB` / `MUL` / `ADD` ops).
 
+pub use super::sdpa_types::{AttnBias, BiasTensors};
+
 use super::sdpa::{DiagonalAlignment, SdpaConfig};
 use crate::error::{Error, Result};
-use crate::graph::graph::Tensor;
 use crate::graph::tensor::{DType, TensorSpec};
 
 /// The first cuDNN whose SDPA backward operation takes dBias (`DBIAS_DESC`).
 pub const NATIVE_DBIAS_SINCE: (u32, u32, u32) = (9, 28, 0);
 /// The first cuDNN whose SDPA operation takes a bias or ALiBi (its score subgraph).
 pub const NATIVE_BIAS_SINCE: (u32, u32, u32) = (9, 21, 0);
-
-/// An additive attention bias: a `[B or 1, H or 1, S_q, S_kv]` graph input
-/// (packed) added to the scaled scores.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct AttnBias {
-    /// One bias per batch (else `1`: shared by the batch).
-    pub per_batch: bool,
-    /// One bias per query head (else `1`: shared by the heads).
-    pub per_head: bool,
-    /// Its element type: `None` is the I/O type; otherwise that type or f32.
-    pub dtype: Option<DType>,
-    /// The backward outputs dBias (the bias's dims and type).
-    pub dbias: bool,
-}
-
-impl AttnBias {
-    /// A bias of `[B or 1, H or 1, S_q, S_kv]` in the I/O type, no dBias.
-    pub fn new(per_batch: bool, per_head: bool) -> Self {
-        Self {
-            per_batch,
-            per_head,
-            dtype: None,
-            dbias: false,
-        }
-    }
-    /// A full `[B, H, S_q, S_kv]` bias.
-    pub fn full() -> Self {
-        Self::new(true, true)
-    }
-    /// With the backward's dBias output (or not).
-    pub fn with_dbias(mut self, on: bool) -> Self {
-        self.dbias = on;
-        self
-    }
-    /// Stored as `dtype` (the I/O type or f32).
-    pub fn with_dtype(mut self, dtype: DType) -> Self {
-        self.dtype = Some(dtype);
-        self
-    }
-}
-
-/// The graph tensors of the bias options an attention op made.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct BiasTensors {
-    /// The bias (a graph input, [`SdpaConfig::bias_spec`]).
-    pub bias: Option<Tensor>,
-    /// The ALiBi slopes (a graph input, f32 `[1, H, 1, 1]`).
-    pub alibi_slopes: Option<Tensor>,
-    /// dBias (backward with [`AttnBias::dbias`]: a graph output, the
-    /// bias's dims and type).
-    pub dbias: Option<Tensor>,
-}
 
 /// The standard ALiBi slopes for `heads` query heads (Press et al., "Train
 /// Short, Test Long"): for `n` the largest power of two `<= heads`, head

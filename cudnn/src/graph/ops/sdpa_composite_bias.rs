@@ -6,7 +6,7 @@
 
 use super::{Ctx, M, T};
 use crate::error::Result;
-use crate::graph::ops::sdpa_bias::BiasTensors;
+use crate::graph::ops::sdpa_types::BiasTensors;
 use crate::graph::tensor::DType;
 use crate::sys::cudnn as sys;
 

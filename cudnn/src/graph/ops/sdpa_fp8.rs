@@ -31,8 +31,21 @@ use crate::graph::graph::{Graph, Role, Tensor};
 use crate::graph::tensor::{DType, TensorSpec, fmt_dims};
 
 /// An FP8 attention's shape and options (per-tensor scaling; Q, K, V share
-/// one element type, and K / V have Q's heads).
+/// one element type, and K / V have Q's heads). Made with
+/// [`Fp8SdpaConfig::new`] and the chainable methods (the struct is
+/// `#[non_exhaustive]`; its fields stay readable and assignable):
+///
+/// ```
+/// use cudnn::graph::{DType, Fp8SdpaConfig};
+/// let cfg = Fp8SdpaConfig::new(2, 8, 256, 256, 128)
+///     .dtype(DType::Fp8E5M2)
+///     .o_dtype(DType::BF16)
+///     .causal(true)
+///     .training(true);
+/// assert_eq!((cfg.dtype, cfg.o_dtype, cfg.is_training), (DType::Fp8E5M2, DType::BF16, true));
+/// ```
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Fp8SdpaConfig {
     /// Batch size.
     pub batch: i64,
@@ -102,6 +115,36 @@ impl Fp8SdpaConfig {
             is_causal: false,
             is_training: false,
         }
+    }
+
+    /// With Q, K, V (and dO) of element type `dtype` (an FP8 type).
+    pub fn dtype(mut self, dtype: DType) -> Self {
+        self.dtype = dtype;
+        self
+    }
+
+    /// With O of element type `o_dtype` (an FP8 type, or f16 / bf16).
+    pub fn o_dtype(mut self, o_dtype: DType) -> Self {
+        self.o_dtype = o_dtype;
+        self
+    }
+
+    /// With the softmax scale `scale` (instead of `1 / sqrt(head_dim)`).
+    pub fn scale(mut self, scale: f64) -> Self {
+        self.scale = Some(scale);
+        self
+    }
+
+    /// With a top-left aligned causal mask (or not).
+    pub fn causal(mut self, on: bool) -> Self {
+        self.is_causal = on;
+        self
+    }
+
+    /// Writing the softmax statistics for the backward (or not).
+    pub fn training(mut self, on: bool) -> Self {
+        self.is_training = on;
+        self
     }
 
     /// The softmax scale used.

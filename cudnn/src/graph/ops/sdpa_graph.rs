@@ -4,10 +4,12 @@
 //! operation ([`sdpa_native`](super::sdpa_native)) or the composite
 //! ([`sdpa_composite`](super::sdpa_composite)) with its extra inputs.
 
-use super::sdpa::{SdpaBackward, SdpaConfig, SdpaForward, SdpaImpl, loaded_cudnn};
+use super::sdpa::{
+    SdpaBackward, SdpaConfig, SdpaForward, SdpaImpl, SdpaTrainingForward, loaded_cudnn,
+};
 use super::sdpa_composite::{CompositeBand, CompositeBwdOp, CompositeFwdOp};
 use super::sdpa_native::{Band, Common, SdpaBwdOp, SdpaFwdOp};
-use super::sdpa_ragged::RaggedTensor::{K, O, Q, V};
+use super::sdpa_types::RaggedTensor::{K, O, Q, V};
 use crate::error::{Error, Result};
 use crate::graph::graph::{Graph, Role, Tensor};
 use crate::graph::guard::InputGuard;
@@ -60,7 +62,7 @@ impl Graph {
 
     /// The composites name K's and V's ragged offsets by the node indices
     /// `sdpa_ragged` gives them (`next + 1`, `next + 2`): check it did.
-    fn ragged_at(&self, r: Option<super::sdpa_ragged::SdpaRagged>, next: usize) -> Result<()> {
+    fn ragged_at(&self, r: Option<super::sdpa_types::SdpaRagged>, next: usize) -> Result<()> {
         let Some(r) = r else { return Ok(()) };
         for (t, want) in [(r.k, next + 1), (r.v, next + 2)] {
             if let Some(t) = t
@@ -273,15 +275,20 @@ impl Graph {
         ))
     }
 
-    /// Attention forward: `O = softmax(mask(scale * Q Kᵀ)) V` with `q`, `k`,
-    /// `v` of [`SdpaConfig::q_spec`], [`k_spec`](SdpaConfig::k_spec),
-    /// [`v_spec`](SdpaConfig::v_spec) dims and dtype (any strides with the
-    /// head dim contiguous). `o` (and `stats` in training) are graph outputs;
-    /// sequence-length, dropout, bias and ALiBi-slope inputs are added as the
-    /// config asks ([`SdpaForward`] names them).
+    /// Attention forward for inference: `O = softmax(mask(scale * Q Kᵀ)) V`
+    /// with `q`, `k`, `v` of [`SdpaConfig::q_spec`],
+    /// [`k_spec`](SdpaConfig::k_spec), [`v_spec`](SdpaConfig::v_spec) dims
+    /// and dtype (any strides with the head dim contiguous). `o` is a graph
+    /// output; sequence-length, dropout, bias and ALiBi-slope inputs are
+    /// added as the config asks ([`SdpaForward`] names them). No softmax
+    /// statistics are saved: a forward for training is
+    /// [`sdpa_forward_training`](Self::sdpa_forward_training).
     ///
     /// # Errors
-    /// [`SdpaConfig::check`]'s errors; q / k / v dims or dtype not the config's.
+    /// [`SdpaConfig::check`]'s errors; q / k / v dims or dtype not the
+    /// config's; [`SdpaConfig::is_training`] set (a training forward is
+    /// [`sdpa_forward_training`](Self::sdpa_forward_training), whose
+    /// statistics are typed).
     #[doc(alias = "CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR")]
     pub fn sdpa_forward(
         &mut self,
@@ -290,6 +297,58 @@ impl Graph {
         v: Tensor,
         cfg: &SdpaConfig,
     ) -> Result<SdpaForward> {
+        if cfg.is_training {
+            return Err(Error::invalid(
+                format!(
+                    "sdpa_forward op #{}: SdpaConfig::is_training",
+                    self.ops.len()
+                ),
+                "must be false for Graph::sdpa_forward (an inference forward); \
+                 a training forward is Graph::sdpa_forward_training, whose stats output is a Tensor",
+                true,
+            ));
+        }
+        Ok(self.sdpa_forward_any(q, k, v, cfg)?.map_stats(|_| ()))
+    }
+
+    /// Attention forward for training: as [`sdpa_forward`](Self::sdpa_forward),
+    /// and the softmax statistics (log-sum-exp per query row, `[B, H, S_q,
+    /// 1]` f32) are a graph output too, [`SdpaTrainingForward::stats`],
+    /// for [`sdpa_backward`](Self::sdpa_backward). The forward is built in
+    /// training mode whatever [`SdpaConfig::is_training`] says (the mode is
+    /// this call's); the backward takes the same config.
+    ///
+    /// # Errors
+    /// [`SdpaConfig::check`]'s errors for the config in training mode; q /
+    /// k / v dims or dtype not the config's.
+    #[doc(alias = "CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR")]
+    pub fn sdpa_forward_training(
+        &mut self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        cfg: &SdpaConfig,
+    ) -> Result<SdpaTrainingForward> {
+        let cfg = cfg.clone().training(true);
+        let f = self.sdpa_forward_any(q, k, v, &cfg)?;
+        match f.stats {
+            Some(s) => Ok(f.map_stats(|_| s)),
+            None => Err(Error::invalid(
+                "sdpa_forward_training",
+                "made no statistics output (an internal error)",
+                "stats: None",
+            )),
+        }
+    }
+
+    /// The forward in the config's mode: `stats` is `Some` exactly in training.
+    fn sdpa_forward_any(
+        &mut self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        cfg: &SdpaConfig,
+    ) -> Result<SdpaForward<Option<Tensor>>> {
         let op = format!("sdpa_forward op #{}", self.ops.len());
         cfg.validate().map_err(|e| e.with_context(op.clone()))?;
         self.sdpa_expect(&op, "q", q, &cfg.q_spec()?)?;
@@ -590,7 +649,7 @@ impl Graph {
         k: Tensor,
         v: Tensor,
         cfg: &SdpaConfig,
-    ) -> Result<SdpaForward> {
+    ) -> Result<SdpaForward<Option<Tensor>>> {
         let uid_base = self.composite_uid_base()?;
         let (scale, seq, dropout, fill, extra) = self.composite_common(cfg)?;
         let pages = self.sdpa_page_tables(cfg)?;

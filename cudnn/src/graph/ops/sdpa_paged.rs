@@ -30,23 +30,12 @@
 //! frontend has no paged backward: a cache serves inference).
 
 use super::sdpa::SdpaConfig;
+use super::sdpa_types::PagedKv;
 use crate::error::{Error, Result};
 use crate::graph::tensor::{DType, TensorSpec, fmt_dims};
 
 /// The first cuDNN with the paged cache load operation.
 pub const PAGED_SINCE: (u32, u32, u32) = (9, 5, 0);
-
-/// A paged KV cache's geometry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct PagedKv {
-    /// Tokens per page: a power of two ([`SdpaConfig::validate`] refuses
-    /// others: measured on cuDNN 9.28.1 (H200), cuDNN planned paged
-    /// attention only for those; NVIDIA documents no such rule).
-    pub block_size: i64,
-    /// Pages in each container (>= 1): K's and V's containers hold the
-    /// same number.
-    pub num_blocks: i64,
-}
 
 impl SdpaConfig {
     /// With a paged KV cache of `num_blocks` pages of `block_size` tokens

@@ -31,6 +31,7 @@
 //! start, in bounds.)
 
 use super::sdpa::SdpaConfig;
+use super::sdpa_types::{RaggedTensor, SdpaRagged};
 use crate::error::{Error, Result};
 use crate::graph::graph::{Graph, Tensor};
 use crate::graph::guard::InputGuard;
@@ -43,35 +44,6 @@ pub const RAGGED_PRE_HOPPER_SINCE: (u32, u32, u32) = (9, 18, 1);
 pub const RAGGED_GQA_BACKWARD_SINCE: (u32, u32, u32) = (9, 6, 0);
 /// The first cuDNN that takes ragged offsets with a paged cache.
 pub const RAGGED_PAGED_SINCE: (u32, u32, u32) = (9, 7, 0);
-
-/// Which tensor a ragged offset tensor addresses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum RaggedTensor {
-    /// Q and dQ: `H * D` elements per token.
-    Q,
-    /// K and dK: `H_kv * D` elements per token.
-    K,
-    /// V and dV: `H_kv * D_v` elements per token.
-    V,
-    /// O and dO: `H * D_v` elements per token.
-    O,
-}
-
-/// The ragged offset inputs an attention adds ([`SdpaConfig::ragged`]):
-/// `[B + 1, 1, 1, 1]` i32 graph inputs, element offsets of each sequence.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SdpaRagged {
-    /// Q's offsets (dQ's too in the backward).
-    pub q: Tensor,
-    /// K's offsets (dK's too); none with a paged cache (K is a container
-    /// of pages, addressed through its page table).
-    pub k: Option<Tensor>,
-    /// V's offsets (dV's too); none with a paged cache.
-    pub v: Option<Tensor>,
-    /// O's offsets (dO's too).
-    pub o: Tensor,
-}
 
 impl SdpaConfig {
     /// With ragged (packed THD) batches (see [`ragged`](Self::ragged));

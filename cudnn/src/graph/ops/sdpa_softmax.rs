@@ -75,6 +75,8 @@
 //!   statistics or max and sum_exp, not both; this crate's composite
 //!   writes all three when asked (cuDNN plans it; see the host tests).
 
+pub use super::sdpa_types::SdpaSoftmax;
+
 use super::sdpa::SdpaConfig;
 use crate::error::{Error, Result};
 use crate::graph::backend::{Descriptor, attr, kind};
@@ -90,25 +92,6 @@ pub mod since {
     pub const NATIVE: (u32, u32, u32) = (9, 21, 0);
     /// A ragged (packed THD) backward with a sink.
     pub const RAGGED_SINK_BACKWARD: (u32, u32, u32) = (9, 26, 0);
-}
-
-/// The softmax tensors an attention op added (all `None` unless the
-/// config asks for them).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SdpaSoftmax {
-    /// Forward ([`SdpaConfig::max_sum_exp`]): the row max, `[B, H, S_q, 1]`
-    /// f32 graph output.
-    pub max: Option<Tensor>,
-    /// Forward ([`SdpaConfig::max_sum_exp`]): the row sum of `exp(S -
-    /// max)`, `[B, H, S_q, 1]` f32 graph output.
-    pub sum_exp: Option<Tensor>,
-    /// The sink logits ([`SdpaConfig::sink`]; in the backward only with
-    /// [`SdpaConfig::sink_grad`]): `[1, H, 1, 1]` f32 graph input.
-    pub sink: Option<Tensor>,
-    /// Backward ([`SdpaConfig::sink_grad`]): dSink, `[1, H, 1, 1]` f32
-    /// graph output.
-    pub d_sink: Option<Tensor>,
 }
 
 /// Graph indices of the softmax tensors, as the op builders take them.

@@ -261,6 +261,7 @@ impl Plan {
 /// pack (reused when no pointer changed). Benchmark aid.
 #[doc(hidden)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LaunchStage {
     /// The devices of the bound buffers.
     Devices,

@@ -16,6 +16,7 @@ const MAX_HOST: usize = 253;
 
 /// Where the ranks meet to share the unique id.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Rendezvous {
     /// A file on a file system every rank sees.
     File(PathBuf),

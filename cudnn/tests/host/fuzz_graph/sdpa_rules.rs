@@ -37,6 +37,8 @@ pub fn model_resolve(c: &SdpaConfig, v: V, backward: bool) -> Option<SdpaImpl> {
         (SdpaImpl::Auto, false) => {
             pick(native, SdpaImpl::Native).or(pick(composite, SdpaImpl::Composite))
         }
+        // A construction this model does not know: it predicts none.
+        _ => None,
     }
 }
 
