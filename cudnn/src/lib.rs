@@ -290,12 +290,15 @@
 )]
 #![deny(missing_docs)]
 
+#[cfg(any(feature = "dnn", feature = "graph"))]
 pub(crate) mod atomic_file;
+#[cfg(feature = "blas")]
 pub mod blas;
 pub(crate) mod check;
 pub mod dnn;
 pub mod dtype;
 pub mod error;
+#[cfg(feature = "graph")]
 pub mod graph;
 #[cfg(feature = "cudarc")]
 pub mod interop;
@@ -313,6 +316,8 @@ pub use error::{Error, Result};
 
 /// The raw bindings this crate is built on.
 pub mod sys {
+    /// cuBLAS and cuBLASLt (feature `blas`).
+    #[cfg(feature = "blas")]
     pub use cublas_sys as cublas;
     pub use cudart_sys as cudart;
     pub use cudnn_sys as cudnn;

@@ -145,33 +145,60 @@
 //! `f16`/`bf16`/`f32`, `f64` for `f64`). With `beta = 0` the output is not
 //! read (it may hold NaN).
 
+#[cfg(feature = "dnn")]
 mod activation;
+#[cfg(feature = "dnn")]
 mod algo_cache;
+#[cfg(feature = "dnn")]
 mod conv;
+#[cfg(feature = "dnn")]
 mod conv_fused;
+#[cfg(feature = "dnn")]
 mod conv_ops;
+#[cfg(feature = "dnn")]
 mod conv_plans;
+#[cfg(feature = "dnn")]
 mod conv_problem;
+#[cfg(feature = "dnn")]
 mod conv_search;
+#[cfg(feature = "dnn")]
 mod ctc;
+#[cfg(feature = "dnn")]
 mod filter;
 mod handle;
+#[cfg(feature = "dnn")]
 mod ops;
+#[cfg(feature = "dnn")]
 mod pooling;
+#[cfg(feature = "dnn")]
 mod rnn;
+#[cfg(feature = "dnn")]
 mod tensor;
 
+#[cfg(feature = "dnn")]
 pub use activation::*;
+#[cfg(feature = "dnn")]
 pub use algo_cache::*;
+#[cfg(feature = "dnn")]
 pub use conv::*;
+#[cfg(feature = "dnn")]
 pub use conv_fused::*;
+#[cfg(feature = "dnn")]
 pub use conv_ops::*;
+#[cfg(feature = "dnn")]
 pub use conv_plans::*;
+#[cfg(feature = "dnn")]
 pub use conv_problem::*;
+#[cfg(feature = "dnn")]
 pub use ctc::*;
+#[cfg(feature = "dnn")]
 pub use filter::*;
 pub use handle::*;
+#[cfg(feature = "dnn")]
 pub use ops::*;
+#[cfg(feature = "dnn")]
 pub use pooling::*;
+#[cfg(feature = "dnn")]
 pub use rnn::*;
+#[cfg(feature = "dnn")]
 pub use tensor::*;
