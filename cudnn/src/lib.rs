@@ -20,13 +20,22 @@
 //! [`sys`] (`cudnn::sys::{cudart, cudnn, cublas, nccl}`; packages
 //! `cudart-rs-sys`, `cudnn-rs-sys`, `cublas-rs-sys`, `nccl-rs-sys`).
 //!
-//! | feature | what it adds |
-//! |---|---|
-//! | *(default)* | everything below except `nccl` and `interop`; nothing CUDA is needed to **build** (the libraries are opened at run time) |
-//! | `reference` (default) | [`reference`](mod@reference): the f64 CPU references (an oracle for tests, not needed to run anything: `default-features = false` leaves them out) |
-//! | `nccl` | [`nccl`]: collectives across GPUs and machines, and the torchrun-style launch |
-//! | `cudarc` | [`interop`]: cudarc's streams and memory (candle, burn, ...) used by this crate's calls |
-//! | `link` | link the libraries at build time instead of loading them at run time (same API) |
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `graph` | yes | [`graph`]: cuDNN's graph API (fused convolutions and matmuls, normalization, attention, plans, plan files, the plan cache) |
+//! | `blas` | yes | [`blas`]: cuBLAS and cuBLASLt (and the `cublas-rs-sys` dependency) |
+//! | `dnn` | no | the legacy API's descriptors and ops in [`dnn`] ([`dnn::Handle`], which graph plans run on, is always there) |
+//! | `reference` | no | [`reference`](mod@reference): the f64 CPU references, for the parts that are on (an oracle for tests, not needed to run anything) |
+//! | `nccl` | no | [`nccl`]: collectives across GPUs and machines, and the torchrun-style launch |
+//! | `cudarc` | no | [`interop`]: cudarc's streams and memory (candle, burn, ...) used by this crate's calls |
+//! | `link` | no | link the libraries at build time instead of loading them at run time (same API) |
+//!
+//! Always built: [`runtime`], [`dtype`], [`error`], [`dnn::Handle`] and
+//! [`sys`]. Nothing CUDA is needed to **build** any of it (the libraries
+//! are opened at run time). The defaults are a framework's common case on
+//! cuDNN 9; `features = ["dnn"]` adds the legacy layer-by-layer ops, and
+//! `default-features = false, features = ["graph"]` is the smallest build
+//! that plans and runs graphs.
 //!
 //! # Three entry points
 //!
@@ -289,6 +298,19 @@
     doc = "[`interop::CudarcStream::new`]: #in-cargotoml"
 )]
 #![deny(missing_docs)]
+// Docs built with a part left off (`dnn`, `graph`, `blas`, `reference`)
+// still mention its items, as the table above does: those links dangle
+// there only. The full docs (every part: docs.rs, and the workspace's doc
+// build, where the examples turn every part on) check every link.
+#![cfg_attr(
+    not(all(
+        feature = "dnn",
+        feature = "graph",
+        feature = "blas",
+        feature = "reference"
+    )),
+    allow(rustdoc::broken_intra_doc_links)
+)]
 
 #[cfg(any(feature = "dnn", feature = "graph"))]
 pub(crate) mod atomic_file;

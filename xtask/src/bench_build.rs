@@ -35,16 +35,17 @@ const OURS: &[&str] = &[
     "nccl-rs-sys",
 ];
 
-/// cudarc's features for the comparison (issue 34's).
+/// cudarc's features for the comparison: issue 34's (`cudnn, cublas,
+/// cublaslt, driver, nccl, f16`) on top of cudarc's defaults (`cargo build
+/// -p cudarc --features ...` keeps them), and the version selection the
+/// workspace gives it (no CUDA toolkit is needed to build).
 const CUDARC_FEATURES: &[&str] = &[
-    "std",
     "cudnn",
     "cublas",
     "cublaslt",
     "driver",
     "nccl",
     "f16",
-    "fallback-dynamic-loading",
     "cuda-version-from-build-system",
     "fallback-latest",
 ];
@@ -267,7 +268,7 @@ impl Bench {
         let feats: Vec<String> = CUDARC_FEATURES.iter().map(|f| format!("\"{f}\"")).collect();
         let manifest = format!(
             "[package]\nname = \"cudarc-probe\"\nversion = \"0.0.0\"\nedition = \"2024\"\npublish = false\n\n\
-             [dependencies]\ncudarc = {{ version = \"={}\", default-features = false, features = [{}] }}\n\n\
+             [dependencies]\ncudarc = {{ version = \"={}\", features = [{}] }}\n\n\
              [workspace]\n",
             cudarc_version(&self.root)?,
             feats.join(", ")
