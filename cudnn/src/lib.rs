@@ -112,6 +112,9 @@
 //! here with no GPU (and says it skipped when the libraries are missing):
 //!
 //! ```
+//! # #[cfg(not(feature = "graph"))]
+//! # fn main() { eprintln!("SKIPPED: this example needs feature `graph`"); }
+//! # #[cfg(feature = "graph")]
 //! # fn main() -> cudnn::Result<()> {
 //! # // Decided before anything runs: skip (saying so) only when cuDNN
 //! # // does not load or is older than 9.8; after that every error fails.
@@ -163,6 +166,9 @@
 //! skipped). The round trip, for an H200, without a GPU:
 //!
 //! ```
+//! # #[cfg(not(feature = "graph"))]
+//! # fn main() { eprintln!("SKIPPED: this example needs feature `graph`"); }
+//! # #[cfg(feature = "graph")]
 //! # fn main() -> cudnn::Result<()> {
 //! # // Decided before anything runs: skip (saying so) only when cuDNN
 //! # // does not load or is older than 9.8; after that every error fails.
@@ -214,12 +220,14 @@
 //! before cuDNN sees it:
 //!
 //! ```no_run
+//! # #[cfg(feature = "graph")]
+//! # mod example {
 //! use cudnn::dnn::Handle;
 //! use cudnn::graph::{Plan, Target, Trust};
 //! use cudnn::runtime::{Device, DeviceBuffer, Stream};
 //! use half::f16;
 //!
-//! # fn run(plan_text: &str, key: &cudnn::graph::PlanKey) -> cudnn::Result<()> {
+//! # pub fn run(plan_text: &str, key: &cudnn::graph::PlanKey) -> cudnn::Result<()> {
 //! Device::new(0)?.set_current()?;
 //! let plan = Plan::deserialize(plan_text, &Target::device(0)?, Trust::SignedBy(key))?;
 //! let stream = Stream::new()?;
@@ -237,6 +245,8 @@
 //! let host: Vec<f16> = y.to_vec()?;
 //! # let _ = host;
 //! # Ok(()) }
+//! # }
+//! # fn main() {}
 //! ```
 //!
 //! # From a cudarc-based framework
