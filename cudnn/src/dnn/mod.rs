@@ -27,9 +27,11 @@
 //! for cuDNN 8.
 //!
 //! ```no_run
+//! # #[cfg(feature = "dnn")]
+//! # mod example {
 //! use cudnn::dnn::{AlgoSearch, ConvDescriptor, FilterDescriptor, Handle, TensorDescriptor};
 //! use cudnn::runtime::{DeviceBuffer, Stream};
-//! # fn main() -> cudnn::Result<()> {
+//! # pub fn main() -> cudnn::Result<()> {
 //! let stream = Stream::new()?;
 //! let mut dnn = Handle::new(&stream)?;
 //! let x = TensorDescriptor::<f32>::nchw(8, 3, 224, 224)?;
@@ -42,6 +44,8 @@
 //! plan.run(&mut dnn, 1.0, &x_dev, &w_dev, 0.0, &mut y)?; // y = conv(x, w)
 //! stream.synchronize()?;
 //! # Ok(()) }
+//! # }
+//! # fn main() {}
 //! ```
 //!
 //! # Convolution
@@ -101,13 +105,16 @@
 //! ```
 //! while this (the same with one element type) does:
 //! ```no_run
+//! # #[cfg(feature = "dnn")]
+//! # fn example() -> cudnn::Result<()> {
 //! use cudnn::dnn::*;
 //! let x = TensorDescriptor::<half::f16>::nchw(1, 3, 8, 8)?;
 //! let w = FilterDescriptor::<half::f16>::nchw(4, 3, 3, 3)?;
 //! let conv = ConvDescriptor::new_2d([1, 1], [1, 1], [1, 1])?;
 //! let p = ConvProblem::forward(&x, &w, &conv)?;
 //! assert_eq!(p.output_shape(), [1, 4, 8, 8]);
-//! # Ok::<(), cudnn::Error>(())
+//! # Ok(()) }
+//! # fn main() {}
 //! ```
 //!
 //! ## Shapes
