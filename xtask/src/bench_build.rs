@@ -4,7 +4,9 @@
 //!
 //! Every build is clean for the crates measured and warm for everything
 //! else: the builds live in a target folder of their own (`bench-build`
-//! under the target folder, kept between runs), each measured build is
+//! under the target folder, kept between runs; cudarc's in a folder of its
+//! own inside, so that cleaning it leaves the cudarc `cudnn`'s `cudarc`
+//! feature uses prebuilt), each measured build is
 //! preceded by `cargo clean -p` of the workspace's five published crates
 //! (or of `cudarc`), and one unmeasured build of every configuration first
 //! builds the dependencies. cudarc is the workspace's version with
@@ -204,6 +206,10 @@ enum Build {
 struct Bench {
     root: PathBuf,
     target: PathBuf,
+    /// cudarc's own target folder: `cargo clean -p cudarc` there must not
+    /// remove the cudarc that `cudnn`'s `cudarc` feature builds on (a
+    /// prebuilt dependency of the measured `cudnn` builds).
+    cudarc_target: PathBuf,
     probe: PathBuf,
 }
 
@@ -211,7 +217,7 @@ impl Bench {
     fn build_cmd(&self, b: &Build, release: bool) -> Command {
         let mut c = match b {
             Build::Cudarc => {
-                let mut c = cargo(&self.probe, &self.target);
+                let mut c = cargo(&self.probe, &self.cudarc_target);
                 c.args(["build", "--offline", "-p", "cudarc"]);
                 c
             }
@@ -236,7 +242,7 @@ impl Bench {
     fn clean(&self, b: &Build, release: bool) -> Result<(), String> {
         let mut c = match b {
             Build::Cudarc => {
-                let mut c = cargo(&self.probe, &self.target);
+                let mut c = cargo(&self.probe, &self.cudarc_target);
                 c.args(["clean", "--offline", "-p", "cudarc"]);
                 c
             }
@@ -375,6 +381,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         .join("bench-build");
     let bench = Bench {
         probe: target.join("cudarc-probe"),
+        cudarc_target: target.join("cudarc-target"),
         root,
         target,
     };
