@@ -319,6 +319,7 @@ fn label(b: &Build) -> String {
         Build::Cudarc => "cudarc (cudnn,cublas,...)".to_string(),
         Build::Ours(None) => "cudnn default".to_string(),
         Build::Ours(Some(f)) if f.is_empty() => "cudnn none".to_string(),
+        Build::Ours(Some(f)) if *f == crate::features::PARTS.join(",") => "cudnn all".to_string(),
         Build::Ours(Some(f)) => format!("cudnn {f}"),
     }
 }
