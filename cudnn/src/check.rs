@@ -4,7 +4,9 @@
 use std::ffi::{CStr, c_char};
 
 use crate::error::{Error, Result};
-use crate::sys::{cublas, cudart, cudnn as dnn};
+#[cfg(feature = "blas")]
+use crate::sys::cublas;
+use crate::sys::{cudart, cudnn as dnn};
 
 /// cuDNN's function table, or the load error.
 pub(crate) fn cudnn() -> Result<&'static dnn::Cudnn> {
@@ -17,6 +19,7 @@ pub(crate) fn cudart() -> Result<&'static cudart::Cudart> {
 }
 
 /// cuBLAS's function table, or the load error.
+#[cfg(feature = "blas")]
 pub(crate) fn cublas() -> Result<&'static cublas::Cublas> {
     Ok(cublas::load()?)
 }
@@ -206,6 +209,7 @@ pub(crate) fn cuda_status(
 }
 
 /// Turn a cuBLAS status into a `Result`.
+#[cfg(feature = "blas")]
 pub(crate) fn cublas_status(
     api: &cublas::Cublas,
     call: &'static str,
@@ -256,6 +260,7 @@ macro_rules! cuda_call {
 pub(crate) use cuda_call;
 
 /// Call a cuBLAS function through the checked path.
+#[cfg(feature = "blas")]
 macro_rules! cublas_call {
     ($api:expr, $f:ident ( $($arg:expr),* $(,)? )) => {{
         let api = $api;
@@ -263,4 +268,5 @@ macro_rules! cublas_call {
         $crate::check::cublas_status(api, stringify!($f), st)
     }};
 }
+#[cfg(feature = "blas")]
 pub(crate) use cublas_call;

@@ -323,6 +323,7 @@ impl Error {
     }
 
     /// An [`Error::Io`] from what was being done, the path and the error.
+    #[cfg_attr(not(any(feature = "dnn", feature = "graph")), allow(dead_code))]
     pub(crate) fn io(op: impl Into<String>, path: &std::path::Path, e: &std::io::Error) -> Self {
         Error::Io {
             op: op.into(),

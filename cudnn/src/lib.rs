@@ -20,13 +20,22 @@
 //! [`sys`] (`cudnn::sys::{cudart, cudnn, cublas, nccl}`; packages
 //! `cudart-rs-sys`, `cudnn-rs-sys`, `cublas-rs-sys`, `nccl-rs-sys`).
 //!
-//! | feature | what it adds |
-//! |---|---|
-//! | *(default)* | everything below except `nccl` and `interop`; nothing CUDA is needed to **build** (the libraries are opened at run time) |
-//! | `reference` (default) | [`reference`](mod@reference): the f64 CPU references (an oracle for tests, not needed to run anything: `default-features = false` leaves them out) |
-//! | `nccl` | [`nccl`]: collectives across GPUs and machines, and the torchrun-style launch |
-//! | `cudarc` | [`interop`]: cudarc's streams and memory (candle, burn, ...) used by this crate's calls |
-//! | `link` | link the libraries at build time instead of loading them at run time (same API) |
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `graph` | yes | [`graph`]: cuDNN's graph API (fused convolutions and matmuls, normalization, attention, plans, plan files, the plan cache) |
+//! | `blas` | yes | [`blas`]: cuBLAS and cuBLASLt (and the `cublas-rs-sys` dependency) |
+//! | `dnn` | no | the legacy API's descriptors and ops in [`dnn`] ([`dnn::Handle`], which graph plans run on, is always there) |
+//! | `reference` | no | [`reference`](mod@reference): the f64 CPU references, for the parts that are on (an oracle for tests, not needed to run anything) |
+//! | `nccl` | no | [`nccl`]: collectives across GPUs and machines, and the torchrun-style launch |
+//! | `cudarc` | no | [`interop`]: cudarc's streams and memory (candle, burn, ...) used by this crate's calls |
+//! | `link` | no | link the libraries at build time instead of loading them at run time (same API) |
+//!
+//! Always built: [`runtime`], [`dtype`], [`error`], [`dnn::Handle`] and
+//! [`sys`]. Nothing CUDA is needed to **build** any of it (the libraries
+//! are opened at run time). The defaults are a framework's common case on
+//! cuDNN 9; `features = ["dnn"]` adds the legacy layer-by-layer ops, and
+//! `default-features = false, features = ["graph"]` is the smallest build
+//! that plans and runs graphs.
 //!
 //! # Three entry points
 //!
@@ -103,6 +112,9 @@
 //! here with no GPU (and says it skipped when the libraries are missing):
 //!
 //! ```
+//! # #[cfg(not(feature = "graph"))]
+//! # fn main() { eprintln!("SKIPPED: this example needs feature `graph`"); }
+//! # #[cfg(feature = "graph")]
 //! # fn main() -> cudnn::Result<()> {
 //! # // Decided before anything runs: skip (saying so) only when cuDNN
 //! # // does not load or is older than 9.8; after that every error fails.
@@ -154,6 +166,9 @@
 //! skipped). The round trip, for an H200, without a GPU:
 //!
 //! ```
+//! # #[cfg(not(feature = "graph"))]
+//! # fn main() { eprintln!("SKIPPED: this example needs feature `graph`"); }
+//! # #[cfg(feature = "graph")]
 //! # fn main() -> cudnn::Result<()> {
 //! # // Decided before anything runs: skip (saying so) only when cuDNN
 //! # // does not load or is older than 9.8; after that every error fails.
@@ -205,12 +220,14 @@
 //! before cuDNN sees it:
 //!
 //! ```no_run
+//! # #[cfg(feature = "graph")]
+//! # mod example {
 //! use cudnn::dnn::Handle;
 //! use cudnn::graph::{Plan, Target, Trust};
 //! use cudnn::runtime::{Device, DeviceBuffer, Stream};
 //! use half::f16;
 //!
-//! # fn run(plan_text: &str, key: &cudnn::graph::PlanKey) -> cudnn::Result<()> {
+//! # pub fn run(plan_text: &str, key: &cudnn::graph::PlanKey) -> cudnn::Result<()> {
 //! Device::new(0)?.set_current()?;
 //! let plan = Plan::deserialize(plan_text, &Target::device(0)?, Trust::SignedBy(key))?;
 //! let stream = Stream::new()?;
@@ -228,6 +245,8 @@
 //! let host: Vec<f16> = y.to_vec()?;
 //! # let _ = host;
 //! # Ok(()) }
+//! # }
+//! # fn main() {}
 //! ```
 //!
 //! # From a cudarc-based framework
@@ -289,13 +308,29 @@
     doc = "[`interop::CudarcStream::new`]: #in-cargotoml"
 )]
 #![deny(missing_docs)]
+// Docs built with a part left off (`dnn`, `graph`, `blas`, `reference`)
+// still mention its items, as the table above does: those links dangle
+// there only. The full docs (every part: docs.rs, and the workspace's doc
+// build, where the examples turn every part on) check every link.
+#![cfg_attr(
+    not(all(
+        feature = "dnn",
+        feature = "graph",
+        feature = "blas",
+        feature = "reference"
+    )),
+    allow(rustdoc::broken_intra_doc_links)
+)]
 
+#[cfg(any(feature = "dnn", feature = "graph"))]
 pub(crate) mod atomic_file;
+#[cfg(feature = "blas")]
 pub mod blas;
 pub(crate) mod check;
 pub mod dnn;
 pub mod dtype;
 pub mod error;
+#[cfg(feature = "graph")]
 pub mod graph;
 #[cfg(feature = "cudarc")]
 pub mod interop;
@@ -313,6 +348,8 @@ pub use error::{Error, Result};
 
 /// The raw bindings this crate is built on.
 pub mod sys {
+    /// cuBLAS and cuBLASLt (feature `blas`).
+    #[cfg(feature = "blas")]
     pub use cublas_sys as cublas;
     pub use cudart_sys as cudart;
     pub use cudnn_sys as cudnn;

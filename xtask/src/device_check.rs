@@ -99,8 +99,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let stage = root.join("target").join("device-check-stage");
 
     eprintln!("device-check: building the release gpu test binary of `cudnn` ...");
-    // With `nccl`, so that the nccl modules are real tests there, and
-    // `cudarc` (the cudarc_interop module and example).
+    // Every part (the tiers need `dnn` and `reference` beside the default
+    // `graph` and `blas`), with `nccl`, so that the nccl modules are real
+    // tests there, and `cudarc` (the cudarc_interop module and example).
     let tests = cargo_artifacts(
         &root,
         &[
@@ -108,7 +109,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             "-p",
             "cudnn-rs",
             "--features",
-            "nccl,cudarc",
+            "dnn,reference,nccl,cudarc",
             "--release",
             "--no-run",
             "--test",

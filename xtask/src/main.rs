@@ -1,8 +1,10 @@
 //! Project tasks. Run `cargo xtask help`.
 
+mod bench_build;
 mod bindings;
 mod conformance;
 mod device_check;
+mod features;
 mod fetch;
 mod fetch_toolkit;
 mod import_cycles;
@@ -67,6 +69,20 @@ tasks:
       `examples/bench_launch`): the crate's checks per launch by stage for
       plans with 3, 4 and 8 bindings, without a device; with one, the whole
       Plan::execute against the same call through the raw -sys crate.
+  features
+      Every feature combination of `cudnn` that matters builds
+      warning-free: none, the defaults, each feature alone, all, and `link`
+      (with the cuda13 stack, else NOT RUN): `cargo clippy -p cudnn-rs
+      --no-default-features --features <set> --lib --examples -- -D warnings`
+      per set; fails on the first that fails.
+  bench-build [--rounds N] [--profiles debug,release] [--sets default,graph,...]
+      The compile cost of `cudnn` against cudarc 0.19 (std, cudnn, cublas,
+      cublaslt, driver, nccl, f16): clean debug and release builds of the
+      five crates (dependencies prebuilt, in target/bench-build) with the
+      default features and each feature alone (`all`, `none`, or `a+b` for
+      a combination), paired with cudarc's in each round, N rounds (default
+      3); a table of CPU seconds (user + system), wall, peak RSS and the
+      CPU ratio to cudarc.
   device-check [--exclude NAME]... [--no-strip]
       Build the GPU test and example binaries, compress them (tar.xz) and
       pack them with a runner script into .device-check/ for a machine with
@@ -96,6 +112,8 @@ fn main() -> ExitCode {
         Some("public-api") => public_api::run(&args[1..]),
         Some("bench-planning") => conformance::bench_planning(&args[1..]),
         Some("bench-launch") => conformance::bench_launch(&args[1..]),
+        Some("features") => features::run(&args[1..]),
+        Some("bench-build") => bench_build::run(&args[1..]),
         Some("help") | Some("--help") | Some("-h") | None => {
             print!("{USAGE}");
             Ok(())

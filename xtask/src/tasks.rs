@@ -20,11 +20,18 @@ fn status(mut cmd: Command, what: &str) -> Result<(), String> {
     }
 }
 
-/// The features every stage builds with (`nccl` comes with the examples),
-/// the same for all, so one build of the crate and its three test binaries
-/// serves every stack: a stage that changes only the libraries found at run
-/// time reruns the binaries, it never rebuilds them.
-const FEATURES: &[&str] = &["--features", "cudnn-rs/cudarc,cudnn-examples/cudarc"];
+/// The features every stage builds with (`nccl` comes with the examples;
+/// `dnn` and `reference`, off by default, are named here as well as by
+/// the examples, so the suite never runs without them; the set resolves
+/// to the same as `.ci/run`'s build with `cudnn-rs/cudarc,
+/// cudnn-examples/cudarc`), the same for all, so one build of the crate
+/// and its three test binaries serves every stack: a stage that changes
+/// only the libraries found at run time reruns the binaries, it never
+/// rebuilds them.
+const FEATURES: &[&str] = &[
+    "--features",
+    "cudnn-rs/cudarc,cudnn-rs/dnn,cudnn-rs/reference,cudnn-examples/cudarc",
+];
 
 /// The test command: fetch the stacks, run every test with the cuda13
 /// stack, then the library-facing tests (the crate's own and the host tier)

@@ -240,6 +240,7 @@ impl Handle {
     /// # Errors
     /// [`Error::DeviceMismatch`] naming the first buffer on another device;
     /// as [`enter`](Handle::enter).
+    #[cfg_attr(not(any(feature = "dnn", feature = "graph")), allow(dead_code))]
     pub(crate) fn launch(&self, op: &str, args: &[(&str, Option<Device>)]) -> Result<DeviceGuard> {
         crate::runtime::check_args(op, self.device, args)?;
         self.enter()

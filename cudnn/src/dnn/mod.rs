@@ -27,9 +27,11 @@
 //! for cuDNN 8.
 //!
 //! ```no_run
+//! # #[cfg(feature = "dnn")]
+//! # mod example {
 //! use cudnn::dnn::{AlgoSearch, ConvDescriptor, FilterDescriptor, Handle, TensorDescriptor};
 //! use cudnn::runtime::{DeviceBuffer, Stream};
-//! # fn main() -> cudnn::Result<()> {
+//! # pub fn main() -> cudnn::Result<()> {
 //! let stream = Stream::new()?;
 //! let mut dnn = Handle::new(&stream)?;
 //! let x = TensorDescriptor::<f32>::nchw(8, 3, 224, 224)?;
@@ -42,6 +44,8 @@
 //! plan.run(&mut dnn, 1.0, &x_dev, &w_dev, 0.0, &mut y)?; // y = conv(x, w)
 //! stream.synchronize()?;
 //! # Ok(()) }
+//! # }
+//! # fn main() {}
 //! ```
 //!
 //! # Convolution
@@ -101,13 +105,16 @@
 //! ```
 //! while this (the same with one element type) does:
 //! ```no_run
+//! # #[cfg(feature = "dnn")]
+//! # fn example() -> cudnn::Result<()> {
 //! use cudnn::dnn::*;
 //! let x = TensorDescriptor::<half::f16>::nchw(1, 3, 8, 8)?;
 //! let w = FilterDescriptor::<half::f16>::nchw(4, 3, 3, 3)?;
 //! let conv = ConvDescriptor::new_2d([1, 1], [1, 1], [1, 1])?;
 //! let p = ConvProblem::forward(&x, &w, &conv)?;
 //! assert_eq!(p.output_shape(), [1, 4, 8, 8]);
-//! # Ok::<(), cudnn::Error>(())
+//! # Ok(()) }
+//! # fn main() {}
 //! ```
 //!
 //! ## Shapes
@@ -145,33 +152,60 @@
 //! `f16`/`bf16`/`f32`, `f64` for `f64`). With `beta = 0` the output is not
 //! read (it may hold NaN).
 
+#[cfg(feature = "dnn")]
 mod activation;
+#[cfg(feature = "dnn")]
 mod algo_cache;
+#[cfg(feature = "dnn")]
 mod conv;
+#[cfg(feature = "dnn")]
 mod conv_fused;
+#[cfg(feature = "dnn")]
 mod conv_ops;
+#[cfg(feature = "dnn")]
 mod conv_plans;
+#[cfg(feature = "dnn")]
 mod conv_problem;
+#[cfg(feature = "dnn")]
 mod conv_search;
+#[cfg(feature = "dnn")]
 mod ctc;
+#[cfg(feature = "dnn")]
 mod filter;
 mod handle;
+#[cfg(feature = "dnn")]
 mod ops;
+#[cfg(feature = "dnn")]
 mod pooling;
+#[cfg(feature = "dnn")]
 mod rnn;
+#[cfg(feature = "dnn")]
 mod tensor;
 
+#[cfg(feature = "dnn")]
 pub use activation::*;
+#[cfg(feature = "dnn")]
 pub use algo_cache::*;
+#[cfg(feature = "dnn")]
 pub use conv::*;
+#[cfg(feature = "dnn")]
 pub use conv_fused::*;
+#[cfg(feature = "dnn")]
 pub use conv_ops::*;
+#[cfg(feature = "dnn")]
 pub use conv_plans::*;
+#[cfg(feature = "dnn")]
 pub use conv_problem::*;
+#[cfg(feature = "dnn")]
 pub use ctc::*;
+#[cfg(feature = "dnn")]
 pub use filter::*;
 pub use handle::*;
+#[cfg(feature = "dnn")]
 pub use ops::*;
+#[cfg(feature = "dnn")]
 pub use pooling::*;
+#[cfg(feature = "dnn")]
 pub use rnn::*;
+#[cfg(feature = "dnn")]
 pub use tensor::*;

@@ -5,6 +5,9 @@
 //! stream synchronization.
 //!
 //! ```no_run
+//! # #[cfg(not(feature = "dnn"))]
+//! # fn main() { eprintln!("SKIPPED: this example needs feature `dnn`"); }
+//! # #[cfg(feature = "dnn")]
 //! # fn main() -> cudnn::Result<()> {
 //! use cudnn::interop::{self, CudarcStream};
 //! use cudnn::dnn::{

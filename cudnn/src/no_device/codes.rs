@@ -13,6 +13,7 @@ static DEVICE_SEEN_BY: AtomicU32 = AtomicU32::new(0);
 
 /// The planning stub is now the process's driver (`graph::driver` says so
 /// when it loads it): the reasons for codes 34 and 35 say so.
+#[cfg(feature = "graph")]
 pub(crate) fn note_stub_driver() {
     STUB_DRIVER.store(true, Ordering::Relaxed);
 }

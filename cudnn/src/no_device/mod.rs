@@ -16,11 +16,13 @@ use codes::visible_devices;
 
 use crate::error::Error;
 
+#[cfg(feature = "graph")]
+pub(crate) use codes::note_stub_driver;
 #[cfg(test)]
 use codes::{DRIVER_CODES, InitHistory, RUNTIME_CODES, history_of, runtime_no_device_in};
 pub(crate) use codes::{
-    driver_no_device, init_error_context, init_history, note_device_count, note_stub_driver,
-    reason_for, runtime_no_device,
+    driver_no_device, init_error_context, init_history, note_device_count, reason_for,
+    runtime_no_device,
 };
 
 mod codes;

@@ -79,6 +79,7 @@ pub(crate) fn work(arg: &str, how: &str, factors: &[usize]) -> Result<u64> {
 }
 
 /// Add up works already checked with [`work`]; the sum is checked too.
+#[cfg(any(feature = "dnn", feature = "blas", test))]
 pub(crate) fn total_work(arg: &str, how: &str, parts: &[u64]) -> Result<u64> {
     let total = parts.iter().try_fold(0u64, |a, &w| a.checked_add(w));
     match total {

@@ -23,16 +23,22 @@
 //!   it) costs nothing: it is answered at once.
 
 pub mod attention;
+#[cfg(feature = "blas")]
 pub mod attention_fp8;
 pub mod block_scale;
 mod bounds;
+#[cfg(feature = "dnn")]
 pub mod conv;
 pub mod ctc;
 pub mod gelu;
+#[cfg(feature = "blas")]
 pub mod gemm;
+#[cfg(feature = "blas")]
 pub mod gemm_fp8;
 pub mod norm;
+#[cfg(feature = "dnn")]
 pub mod ops;
+#[cfg(feature = "dnn")]
 pub mod rnn;
 
 /// The most elements any one dimension, tensor or buffer of a reference

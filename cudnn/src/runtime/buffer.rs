@@ -584,6 +584,7 @@ impl<T: DataType> DeviceBuffer<T> {
     /// `src` is pageable memory the crate itself allocated (a `Vec`, taken):
     /// the runtime documents that an asynchronous copy from pageable memory
     /// returns once the data is staged, so `src` may be dropped right after.
+    #[cfg_attr(not(feature = "blas"), allow(dead_code))]
     pub(crate) fn scratch_from_host(src: Vec<T>, stream: &Stream) -> Result<Self> {
         // SAFETY: the buffer is used only by work queued on `stream` (the
         // caller's contract above) and freed on it, so alloc_async's

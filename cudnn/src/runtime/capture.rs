@@ -510,6 +510,7 @@ mod tests {
                 "the stream of a cuDNN handle",
                 &hz,
             );
+            #[cfg(feature = "blas")]
             assert_capture_unsafe(
                 crate::blas::Handle::new(&t).map(|_| ()),
                 "the stream of a cuBLAS handle",
@@ -611,6 +612,7 @@ mod tests {
             "dnn::Handle::new",
             &Hazard::Allocation,
         );
+        #[cfg(feature = "blas")]
         assert_capture_unsafe(
             crate::blas::Handle::new(&s).map(|_| ()),
             "blas::Handle::new",

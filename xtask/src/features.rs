@@ -1,0 +1,146 @@
+//! `cargo xtask features`: every feature combination of `cudnn` that
+//! matters builds warning-free: none, each feature alone, the defaults and
+//! all together (issue 34, "compile only what you use").
+//!
+//! Each set is `cargo clippy -p cudnn-rs --no-default-features --features
+//! <set> --lib --examples -- -D warnings`: clippy is `cargo check` plus the
+//! lints, and `-D warnings` turns rustc's own warnings (an import or
+//! function a feature leaves unused) into failures. `--examples` checks the
+//! crate's own examples whose `required-features` the set meets (cargo
+//! skips the others), so an example that needs a part says so. The first
+//! failing set stops the run. The dependencies are built once and reused:
+//! only `cudnn-rs` is checked again per set.
+
+use std::process::Command;
+use std::time::Instant;
+
+/// The parts, each alone; `default` and `all` are added around them.
+pub const PARTS: &[&str] = &["dnn", "graph", "blas", "reference", "nccl", "cudarc"];
+
+/// Every set the command checks: (label, `--features` value, whether
+/// `--no-default-features` is passed).
+pub fn sets() -> Vec<(String, String, bool)> {
+    let mut v = vec![
+        ("none".to_string(), String::new(), true),
+        ("default".to_string(), String::new(), false),
+    ];
+    for p in PARTS {
+        v.push((p.to_string(), p.to_string(), true));
+    }
+    v.push(("all".to_string(), PARTS.join(","), true));
+    v.push(("link".to_string(), "link".to_string(), true));
+    v
+}
+
+pub fn run(args: &[String]) -> Result<(), String> {
+    if let Some(a) = args.first() {
+        return Err(format!("features takes no arguments (got `{a}`)"));
+    }
+    let root = crate::workspace_root();
+    // `link` finds the libraries at build time: it needs them (the cuda13
+    // stack of `cargo xtask fetch-libs`, or the caller's own variables).
+    let cu13 = root.join(".cuda-libs").join("cuda13");
+    let link_env = if std::env::var_os("CUDNN_RS_SEARCH_PATH").is_some() {
+        Some(None)
+    } else if cu13.is_dir() {
+        Some(Some(cu13))
+    } else {
+        None
+    };
+    let start = Instant::now();
+    let mut done = 0;
+    for (label, features, no_default) in sets() {
+        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string()));
+        cmd.current_dir(&root)
+            .args(["clippy", "--quiet", "-p", "cudnn-rs"]);
+        if no_default {
+            cmd.arg("--no-default-features");
+        }
+        if !features.is_empty() {
+            cmd.args(["--features", &features]);
+        }
+        cmd.args(["--lib", "--examples", "--", "-D", "warnings"]);
+        if label == "link" {
+            match &link_env {
+                None => {
+                    println!(
+                        "features: NOT RUN: `link` (it finds the libraries at build time: \
+                         run `cargo xtask fetch-libs` or set CUDNN_RS_SEARCH_PATH)"
+                    );
+                    continue;
+                }
+                Some(Some(dir)) => {
+                    cmd.env("CUDNN_RS_SEARCH_PATH", dir);
+                }
+                Some(None) => {}
+            }
+        }
+        let what = format!(
+            "cargo clippy -p cudnn-rs{}{} --lib --examples -- -D warnings",
+            if no_default {
+                " --no-default-features"
+            } else {
+                ""
+            },
+            if features.is_empty() {
+                String::new()
+            } else {
+                format!(" --features {features}")
+            }
+        );
+        let t = Instant::now();
+        eprintln!("+ {what}");
+        let st = cmd.status().map_err(|e| format!("{what}: {e}"))?;
+        if !st.success() {
+            return Err(format!("feature set `{label}` failed: {what} ({st})"));
+        }
+        println!(
+            "features: ok  {label:<10} {:>6.1} s",
+            t.elapsed().as_secs_f64()
+        );
+        done += 1;
+    }
+    println!(
+        "features: {done} sets build warning-free ({:.0} s)",
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sets are none, the defaults, each part alone, all and link: each
+    /// part of the crate's `[features]` table is checked alone.
+    #[test]
+    fn every_feature_of_the_manifest_is_checked_alone() {
+        let manifest = std::fs::read_to_string(crate::workspace_root().join("cudnn/Cargo.toml"))
+            .expect("cudnn/Cargo.toml");
+        let table = manifest
+            .split("[features]")
+            .nth(1)
+            .and_then(|t| t.split("\n[").next())
+            .expect("a [features] table");
+        let declared: Vec<&str> = table
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split_once(" = ").map(|(k, _)| k.trim()))
+            .filter(|k| *k != "default")
+            .collect();
+        let labels: Vec<String> = sets().into_iter().map(|s| s.0).collect();
+        for f in &declared {
+            assert!(
+                labels.iter().any(|l| l == f),
+                "feature `{f}` is not checked alone"
+            );
+        }
+        assert_eq!(
+            declared.len() + 3,
+            labels.len(),
+            "{declared:?} vs {labels:?}"
+        );
+        let all = sets().into_iter().find(|s| s.0 == "all").expect("all");
+        assert_eq!(all.1, "dnn,graph,blas,reference,nccl,cudarc");
+    }
+}
