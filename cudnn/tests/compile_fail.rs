@@ -1,7 +1,7 @@
 //! Compile-fail proofs (trybuild): lifetimes and dtypes the type system must
 //! reject. Needs no device and no CUDA libraries. Regenerate the expected
 //! output with
-//! `TRYBUILD=overwrite cargo test -p cudnn-rs --features nccl,cudarc --test compile_fail`.
+//! `TRYBUILD=overwrite cargo test -p cudnn-rs --features dnn,nccl,cudarc --test compile_fail`.
 //!
 //! Built only with features `nccl` and `cudarc` (`required-features`), the
 //! build every stage of `cargo xtask test` uses: rustc's wording depends on

@@ -21,7 +21,7 @@
 //! [`Error::Io`] naming the path.
 //!
 //! `CUDNN_RS_REQUIRE_LIBS=1 CUDNN_RS_SEARCH_PATH=$PWD/.cuda-libs/cuda13 \
-//!  cargo test -p cudnn-rs --features nccl,cudarc --test host_no_device`
+//!  cargo test -p cudnn-rs --features dnn,reference,nccl,cudarc --test host no_device::`
 
 use crate::support;
 
