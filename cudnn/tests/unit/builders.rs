@@ -60,6 +60,10 @@ fn policy_defaults() -> TestResult {
     );
     ensure!(p.max_workspace.is_none() && !p.deterministic_only, "{p:?}");
     ensure!(!p.require_native_cuda_graph, "{p:?}");
+    // What the rewritten tests' `with_max_attempts(..)` / `permissive()`
+    // start from (the documented defaults).
+    ensure!(p.max_attempts == 64, "max_attempts {}", p.max_attempts);
+    ensure!(!p.allow_reduced_precision, "{p:?}");
     Ok(())
 }
 

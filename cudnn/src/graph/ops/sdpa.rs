@@ -274,8 +274,14 @@ pub struct SdpaConfig {
     /// softcap)` before any mask (finite, > 0; rules in
     /// [`sdpa_softcap`](super::sdpa_softcap)). `None`: none.
     pub softcap: Option<f64>,
-    /// Forward: save the softmax statistics (log-sum-exp per query row,
-    /// `[B, H, S_q, 1]` f32) for the backward.
+    /// The mode the rules assume ([`resolve`](Self::resolve),
+    /// [`check`](Self::check)): a training forward, which saves the softmax
+    /// statistics (log-sum-exp per query row, `[B, H, S_q, 1]` f32) for the
+    /// backward. The graph's entry point decides the mode:
+    /// [`Graph::sdpa_forward_training`](crate::graph::Graph::sdpa_forward_training)
+    /// sets it, [`Graph::sdpa_forward`](crate::graph::Graph::sdpa_forward)
+    /// refuses it; set it (`.training(true)`) to ask `resolve` which
+    /// construction a training graph gets.
     pub is_training: bool,
     /// The SDPA operation or the composite pattern ([`SdpaImpl::Auto`] by default).
     pub implementation: SdpaImpl,
@@ -491,7 +497,10 @@ impl SdpaConfig {
         self.window = Some(window);
         self
     }
-    /// Saving the softmax statistics (or not).
+    /// The mode the rules assume: training (softmax statistics saved) or
+    /// not. [`Graph::sdpa_forward_training`](crate::graph::Graph::sdpa_forward_training)
+    /// sets it itself; set it here to ask [`resolve`](Self::resolve) or
+    /// [`check`](Self::check) about a training graph.
     pub fn training(mut self, on: bool) -> Self {
         self.is_training = on;
         self

@@ -271,7 +271,7 @@ impl SdpaConfig {
             need("dropout", since::FORWARD_DROPOUT)?;
             if self.is_training {
                 return Err(Error::Unsupported {
-                    what: "SdpaConfig option `dropout` with `is_training` on cuDNN's SDPA operation (it cannot save the statistics with dropout; NVIDIA's frontend builds this as the composite)".to_string(),
+                    what: "SdpaConfig option `dropout` in a training forward (`is_training`, which `sdpa_forward_training` sets) on cuDNN's SDPA operation (it cannot save the statistics with dropout; NVIDIA's frontend builds this as the composite)".to_string(),
                     needs: Some("SdpaImpl::Auto or Composite".to_string()),
                 });
             }

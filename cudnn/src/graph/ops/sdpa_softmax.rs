@@ -18,7 +18,8 @@
 //! when bound, but only the rows of real queries hold values. With dropout
 //! they are the softmax's before dropout (the keep mask scales O, not the
 //! denominator). The statistics of training (`max + log(sum_exp)`) are
-//! written as well when `is_training` is set.
+//! written as well in a training forward
+//! ([`Graph::sdpa_forward_training`](crate::graph::Graph::sdpa_forward_training)).
 //!
 //! The SDPA operation writes them through its softmax sub-descriptor
 //! (`CUDNN_BACKEND_OPERATION_SOFTMAX_DESCRIPTOR`, cuDNN >= 9.21); the
