@@ -3,8 +3,8 @@
 //! output with
 //! `TRYBUILD=overwrite cargo test -p cudnn-rs --features dnn,nccl,cudarc --test compile_fail`.
 //!
-//! Built only with features `nccl` and `cudarc` (`required-features`), the
-//! build every stage of `cargo xtask test` uses: rustc's wording depends on
+//! Built only with features `dnn`, `nccl` and `cudarc` besides the defaults
+//! (`required-features`), the build every stage of `cargo xtask test` uses: rustc's wording depends on
 //! what is in the build (with cudarc it names `std::marker::Sync` by its
 //! full path, cudarc having an item named `Sync`), so the expected texts are
 //! those of that one build.
