@@ -308,6 +308,9 @@
     doc = "[`interop::CudarcStream::new`]: #in-cargotoml"
 )]
 #![deny(missing_docs)]
+// docs.rs (which passes `--cfg docsrs`, see Cargo.toml) marks every item a
+// feature gates with that feature, methods in gated files included.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 // Docs built with a part left off (`dnn`, `graph`, `blas`, `reference`)
 // still mention its items, as the table above does: those links dangle
 // there only. The full docs (every part: docs.rs, and the workspace's doc
