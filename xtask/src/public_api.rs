@@ -42,7 +42,9 @@
 //! its first name or its module; calls in private modules are not seen); types in
 //! signatures and impl headers are
 //! printed as written in the source (`Result<()>`, not the full path); a
-//! `#[cfg]` on an `impl` block is shown on each of its methods; blanket
+//! `#[cfg]` on an `impl` block is shown on each of its methods, and so are
+//! the `#[cfg]`s of the module the block is written in that the listed
+//! type's own module lacks (a method in a gated file); blanket
 //! and auto-trait impls (`Send`, `Sync`) are not listed (an explicit
 //! `unsafe impl Send` is).
 
