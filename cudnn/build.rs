@@ -2,16 +2,30 @@
 //! plan for a named GPU on a machine with no NVIDIA driver. The stub is
 //! embedded in the crate and loaded only when no real `libcuda.so.1` opens.
 //!
+//! Only the graph module embeds it: without the `graph` feature nothing is
+//! compiled (and `cc`, an optional build dependency that `graph` turns on,
+//! is not built either).
+//!
 //! Writes only to `OUT_DIR`. Without a C compiler the crate still builds; the
 //! graph module then reports that deviceless planning is unavailable.
 
+#[cfg(feature = "graph")]
 use std::env;
+#[cfg(feature = "graph")]
 use std::path::PathBuf;
 
 fn main() {
+    println!("cargo:rustc-check-cfg=cfg(cudnn_rs_driver_stub)");
+    #[cfg(feature = "graph")]
+    build_stub();
+}
+
+/// Compiles the stub into `OUT_DIR` and sets `cudnn_rs_driver_stub` when it
+/// built.
+#[cfg(feature = "graph")]
+fn build_stub() {
     println!("cargo:rerun-if-changed=stub/libcuda_stub.c");
     println!("cargo:rerun-if-env-changed=CUDNN_RS_NO_STUB_BUILD");
-    println!("cargo:rustc-check-cfg=cfg(cudnn_rs_driver_stub)");
     if env::var_os("DOCS_RS").is_some() || env::var_os("CUDNN_RS_NO_STUB_BUILD").is_some() {
         return;
     }

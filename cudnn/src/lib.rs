@@ -25,7 +25,7 @@
 //! | `graph` | yes | [`graph`]: cuDNN's graph API (fused convolutions and matmuls, normalization, attention, plans, plan files, the plan cache) |
 //! | `blas` | yes | [`blas`]: cuBLAS and cuBLASLt (and the `cublas-rs-sys` dependency) |
 //! | `dnn` | no | the legacy API's descriptors and ops in [`dnn`] ([`dnn::Handle`], which graph plans run on, is always there) |
-//! | `reference` | no | [`reference`](mod@reference): the f64 CPU references, for the parts that are on (an oracle for tests, not needed to run anything) |
+//! | `reference` | no | [`reference`](mod@reference): the f64 CPU references (an oracle for tests, not needed to run anything). Attention, CTC, block scaling, norms and GELU come with `reference` alone; the convolution, op and RNN references also need `dnn`; the GEMM references and the FP8 attention reference (`attention_fp8`, the oracle of the graph's FP8 attention) also need `blas` |
 //! | `nccl` | no | [`nccl`]: collectives across GPUs and machines, and the torchrun-style launch |
 //! | `cudarc` | no | [`interop`]: cudarc's streams and memory (candle, burn, ...) used by this crate's calls |
 //! | `link` | no | link the libraries at build time instead of loading them at run time (same API) |
@@ -308,6 +308,9 @@
     doc = "[`interop::CudarcStream::new`]: #in-cargotoml"
 )]
 #![deny(missing_docs)]
+// docs.rs (which passes `--cfg docsrs`, see Cargo.toml) marks every item a
+// feature gates with that feature, methods in gated files included.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 // Docs built with a part left off (`dnn`, `graph`, `blas`, `reference`)
 // still mention its items, as the table above does: those links dangle
 // there only. The full docs (every part: docs.rs, and the workspace's doc

@@ -10,19 +10,26 @@
 //! preceded by `cargo clean -p` of the workspace's five published crates
 //! (or of `cudarc`), and one unmeasured build of every configuration first
 //! builds the dependencies. cudarc is the workspace's version with
-//! `std,cudnn,cublas,cublaslt,driver,nccl,f16` (and the run-time loading
-//! and version-selection features the workspace gives it, no defaults),
-//! built as the only dependency of a throwaway crate in that folder.
+//! `default-features = false` and exactly [`CUDARC_FEATURES`] (issue 34's
+//! `cudnn,cublas,cublaslt,driver,nccl,f16`, plus `std`, the run-time
+//! loading and the CUDA-version selection the workspace gives it; the
+//! table's header prints the list), built as the only dependency of a
+//! throwaway crate in that folder.
 //!
-//! A round builds, per profile: cudarc, each set of `cudnn` features in
-//! turn (the order rotated each round), cudarc again; each set's ratio is
-//! to the mean of the two cudarc builds around it, so a machine whose load
-//! changes during the block affects both sides alike. CPU time is user +
-//! system of cargo and every process it waited for (rustc, build scripts,
-//! the C compiler), from `wait4`'s `rusage`; peak RSS is the largest
-//! resident set among them. Builds run with `CARGO_INCREMENTAL=0` and
-//! line-table debug info in both profiles, on both sides (what a dependency
-//! build sees). Everything is offline.
+//! A round builds, per profile, cudarc and each set of `cudnn` features
+//! alternately (cudarc, set, cudarc, set, ..., cudarc; the order of the
+//! sets rotated each round); each set's ratio is to the mean of the two
+//! cudarc builds right before and after it, so a load that changes during
+//! the round affects both sides of a pair alike. CPU time is user + system
+//! of cargo and every process it waited for (rustc, build scripts, the C
+//! compiler), from `wait4`'s `rusage`; peak RSS is the largest resident set
+//! among them. Builds run with `CARGO_INCREMENTAL=0` and the debug info a
+//! framework's build gives its dependencies under cargo's default profiles:
+//! full in debug (`CARGO_PROFILE_DEV_DEBUG=true`), none in release
+//! (`CARGO_PROFILE_RELEASE_DEBUG=false`), overriding this workspace's own
+//! line-table profiles, on both sides. No compiler wrapper (`sccache` would
+//! hide work from `wait4` and cache the clean builds). Everything is
+//! offline.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -37,17 +44,19 @@ const OURS: &[&str] = &[
     "nccl-rs-sys",
 ];
 
-/// cudarc's features for the comparison: issue 34's (`cudnn, cublas,
-/// cublaslt, driver, nccl, f16`) on top of cudarc's defaults (`cargo build
-/// -p cudarc --features ...` keeps them), and the version selection the
-/// workspace gives it (no CUDA toolkit is needed to build).
-const CUDARC_FEATURES: &[&str] = &[
+/// cudarc's features for the comparison, its defaults off (they add
+/// `runtime`, `curand` and `nvrtc`): issue 34's (`cudnn, cublas, cublaslt,
+/// driver, nccl, f16`), `std`, and the run-time loading and CUDA-version
+/// selection the workspace gives it (no CUDA toolkit is needed to build).
+pub const CUDARC_FEATURES: &[&str] = &[
+    "std",
     "cudnn",
     "cublas",
     "cublaslt",
     "driver",
     "nccl",
     "f16",
+    "fallback-dynamic-loading",
     "cuda-version-from-build-system",
     "fallback-latest",
 ];
@@ -105,6 +114,8 @@ pub fn paired_ratio(ours: f64, before: f64, after: f64) -> Option<f64> {
 pub struct Row {
     pub label: String,
     pub profile: String,
+    /// The rounds measured (cudarc's row holds more builds than rounds).
+    pub rounds: usize,
     pub costs: Vec<Cost>,
     /// CPU ratio to the paired cudarc builds, one per round (none for
     /// cudarc's own row).
@@ -133,7 +144,7 @@ pub fn table(rows: &[Row]) -> String {
             "{:<8} {:<28} {:>6} {:>8} {:>8} {:>9} {:>8} {:>15}\n",
             r.profile,
             r.label,
-            r.costs.len(),
+            r.rounds,
             num(col(|c| c.cpu_s), 1),
             num(col(|c| c.wall_s), 1),
             num(col(|c| c.rss_mib), 0),
@@ -180,9 +191,17 @@ fn cargo(dir: &Path, target: &Path) -> Command {
     c.current_dir(dir)
         .env("CARGO_TARGET_DIR", target)
         .env("CARGO_INCREMENTAL", "0")
-        .env("CARGO_PROFILE_DEV_DEBUG", "line-tables-only")
-        .env("CARGO_PROFILE_RELEASE_DEBUG", "line-tables-only")
+        .env("CARGO_PROFILE_DEV_DEBUG", "true")
+        .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
         .env("CARGO_TERM_QUIET", "true");
+    for w in [
+        "RUSTC_WRAPPER",
+        "CARGO_BUILD_RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "CARGO_BUILD_RUSTC_WORKSPACE_WRAPPER",
+    ] {
+        c.env_remove(w);
+    }
     c
 }
 
@@ -271,14 +290,7 @@ impl Bench {
     fn write_probe(&self) -> Result<(), String> {
         let src = self.probe.join("src");
         std::fs::create_dir_all(&src).map_err(|e| format!("{}: {e}", src.display()))?;
-        let feats: Vec<String> = CUDARC_FEATURES.iter().map(|f| format!("\"{f}\"")).collect();
-        let manifest = format!(
-            "[package]\nname = \"cudarc-probe\"\nversion = \"0.0.0\"\nedition = \"2024\"\npublish = false\n\n\
-             [dependencies]\ncudarc = {{ version = \"={}\", features = [{}] }}\n\n\
-             [workspace]\n",
-            cudarc_version(&self.root)?,
-            feats.join(", ")
-        );
+        let manifest = probe_manifest(&cudarc_version(&self.root)?);
         let write = |p: PathBuf, t: &str| {
             std::fs::write(&p, t).map_err(|e| format!("{}: {e}", p.display()))
         };
@@ -289,6 +301,18 @@ impl Bench {
             .map_err(|e| format!("{}: {e}", lock.display()))?;
         Ok(())
     }
+}
+
+/// The throwaway crate's manifest: cudarc at exactly `version`, its
+/// defaults off, [`CUDARC_FEATURES`] on.
+pub fn probe_manifest(version: &str) -> String {
+    let feats: Vec<String> = CUDARC_FEATURES.iter().map(|f| format!("\"{f}\"")).collect();
+    format!(
+        "[package]\nname = \"cudarc-probe\"\nversion = \"0.0.0\"\nedition = \"2024\"\npublish = false\n\n\
+         [dependencies]\ncudarc = {{ version = \"={version}\", default-features = false, features = [{}] }}\n\n\
+         [workspace]\n",
+        feats.join(", ")
+    )
 }
 
 /// The cudarc version the workspace's lock file holds.
@@ -316,7 +340,7 @@ pub fn lock_version(lock: &str, name: &str) -> Option<String> {
 
 fn label(b: &Build) -> String {
     match b {
-        Build::Cudarc => "cudarc (cudnn,cublas,...)".to_string(),
+        Build::Cudarc => "cudarc (no defaults)".to_string(),
         Build::Ours(None) => "cudnn default".to_string(),
         Build::Ours(Some(f)) if f.is_empty() => "cudnn none".to_string(),
         Build::Ours(Some(f)) if *f == crate::features::PARTS.join(",") => "cudnn all".to_string(),
@@ -416,41 +440,42 @@ pub fn run(args: &[String]) -> Result<(), String> {
         for (pi, p) in profiles.iter().enumerate() {
             let release = p == "release";
             let base = pi * (builds.len() + 1);
-            let before = bench.measure(&Build::Cudarc, release)?;
-            let mut got: Vec<(usize, Cost)> = Vec::new();
+            rows[base].rounds += 1;
+            let mut before = bench.measure(&Build::Cudarc, release)?;
+            rows[base].costs.push(before);
             for k in 0..builds.len() {
                 let i = (k + round) % builds.len();
                 let c = bench.measure(&builds[i], release)?;
+                let after = bench.measure(&Build::Cudarc, release)?;
                 eprintln!(
-                    "bench-build: round {} {p} {:<28} cpu {:>6.1} s wall {:>6.1} s rss {:>5.0} MiB",
+                    "bench-build: round {} {p} {:<28} cpu {:>6.1} s wall {:>6.1} s rss {:>5.0} MiB; cudarc cpu {:.1} / {:.1} s (before / after)",
                     round + 1,
                     label(&builds[i]),
                     c.cpu_s,
                     c.wall_s,
-                    c.rss_mib
+                    c.rss_mib,
+                    before.cpu_s,
+                    after.cpu_s
                 );
-                got.push((i, c));
-            }
-            let after = bench.measure(&Build::Cudarc, release)?;
-            eprintln!(
-                "bench-build: round {} {p} cudarc cpu {:.1} / {:.1} s (before / after)",
-                round + 1,
-                before.cpu_s,
-                after.cpu_s
-            );
-            rows[base].costs.extend([before, after]);
-            for (i, c) in got {
+                rows[base].costs.push(after);
                 let row = &mut rows[base + 1 + i];
+                row.rounds += 1;
                 row.costs.push(c);
                 if let Some(r) = paired_ratio(c.cpu_s, before.cpu_s, after.cpu_s) {
                     row.ratios.push(r);
                 }
+                before = after;
             }
         }
     }
     println!(
         "bench-build: clean builds (the five crates, or cudarc; dependencies prebuilt), {rounds} round(s); \
-         medians; CPU/cda = CPU time / the paired cudarc builds' (median, range)"
+         medians; CPU/cda = CPU time / the mean of the cudarc builds right before and after (median, range)"
+    );
+    println!(
+        "bench-build: cudarc {} with default-features = false, features {}; debug info: full in debug, none in release",
+        cudarc_version(&bench.root)?,
+        CUDARC_FEATURES.join(",")
     );
     print!("{}", table(&rows));
     Ok(())
@@ -491,6 +516,7 @@ mod tests {
         let rows = [Row {
             label: "cudnn graph".into(),
             profile: "debug".into(),
+            rounds: 3,
             costs: vec![cost(10.0), cost(12.0), cost(30.0)],
             ratios: vec![0.5, 0.4, 0.6],
         }];
@@ -511,6 +537,54 @@ mod tests {
                 "0.40-0.60"
             ]
         );
+    }
+
+    #[test]
+    fn cudarc_is_built_without_its_defaults() {
+        // cudarc 0.19.10's defaults: std, cublas, cublaslt, curand, driver,
+        // runtime, nvrtc, fallback-dynamic-loading. Issue 34 names cudnn,
+        // cublas, cublaslt, driver, nccl, f16; runtime, curand and nvrtc
+        // must not be built.
+        let m = probe_manifest("0.19.10");
+        let dep = m
+            .lines()
+            .find(|l| l.starts_with("cudarc = "))
+            .expect("a cudarc line");
+        assert!(dep.contains("version = \"=0.19.10\""), "{dep}");
+        assert!(dep.contains("default-features = false"), "{dep}");
+        for f in [
+            "cudnn", "cublas", "cublaslt", "driver", "nccl", "f16", "std",
+        ] {
+            assert!(dep.contains(&format!("\"{f}\"")), "{f} missing: {dep}");
+        }
+        for f in ["runtime", "curand", "nvrtc"] {
+            assert!(!dep.contains(&format!("\"{f}\"")), "{f} on: {dep}");
+        }
+    }
+
+    #[test]
+    fn the_cudarc_row_counts_rounds_not_builds() {
+        let cost = Cost {
+            cpu_s: 1.0,
+            wall_s: 1.0,
+            rss_mib: 1.0,
+        };
+        // Two rounds of two sets: three cudarc builds per round.
+        let rows = [Row {
+            label: "cudarc".into(),
+            profile: "debug".into(),
+            rounds: 2,
+            costs: vec![cost; 6],
+            ratios: vec![],
+        }];
+        let t = table(&rows);
+        let cols: Vec<&str> = t
+            .lines()
+            .nth(1)
+            .expect("a row")
+            .split_whitespace()
+            .collect();
+        assert_eq!(cols[2], "2");
     }
 
     #[test]

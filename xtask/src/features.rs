@@ -17,6 +17,17 @@ use std::time::Instant;
 /// The parts, each alone; `default` and `all` are added around them.
 pub const PARTS: &[&str] = &["dnn", "graph", "blas", "reference", "nccl", "cudarc"];
 
+/// The crate's default features (cudnn/Cargo.toml; a unit test compares).
+pub const DEFAULT: &[&str] = &["graph", "blas"];
+
+/// Whether `cargo tree --prefix none --depth 1`'s output lists `name` below
+/// the root (its first line).
+pub fn builds_dep(tree: &str, name: &str) -> bool {
+    tree.lines()
+        .skip(1)
+        .any(|l| l.split_whitespace().next() == Some(name))
+}
+
 /// Every set the command checks: (label, `--features` value, whether
 /// `--no-default-features` is passed).
 pub fn sets() -> Vec<(String, String, bool)> {
@@ -94,6 +105,46 @@ pub fn run(args: &[String]) -> Result<(), String> {
         if !st.success() {
             return Err(format!("feature set `{label}` failed: {what} ({st})"));
         }
+        // The driver stub's C compile (and `cc`) belongs to `graph` alone:
+        // ask cargo's own resolution whether this set builds `cc`.
+        let graph_on = (!no_default && DEFAULT.contains(&"graph"))
+            || features.split(',').any(|f| f == "graph");
+        let mut tree = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string()));
+        tree.current_dir(&root).args([
+            "tree",
+            "--offline",
+            "-q",
+            "-p",
+            "cudnn-rs",
+            "-e",
+            "build",
+            "--depth",
+            "1",
+            "--prefix",
+            "none",
+        ]);
+        if no_default {
+            tree.arg("--no-default-features");
+        }
+        if !features.is_empty() {
+            tree.args(["--features", &features]);
+        }
+        let out = tree.output().map_err(|e| format!("cargo tree: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "cargo tree for `{label}` failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let cc = builds_dep(&String::from_utf8_lossy(&out.stdout), "cc");
+        if cc != graph_on {
+            return Err(format!(
+                "feature set `{label}`: the build dependency `cc` is {} but `graph` is {} \
+                 (only graph's driver stub needs a C compiler)",
+                if cc { "built" } else { "not built" },
+                if graph_on { "on" } else { "off" }
+            ));
+        }
         println!(
             "features: ok  {label:<10} {:>6.1} s",
             t.elapsed().as_secs_f64()
@@ -110,6 +161,17 @@ pub fn run(args: &[String]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `cargo tree -e build --depth 1 --prefix none`'s shape: the root,
+    /// then one build dependency a line (`(*)` marks repeats).
+    #[test]
+    fn a_build_dependency_is_found_below_the_root_only() {
+        let with = "cudnn-rs v0.1.0 (/x/cudnn)\ncc v1.2.3\n";
+        assert!(builds_dep(with, "cc"));
+        assert!(!builds_dep("cudnn-rs v0.1.0 (/x/cudnn)\n", "cc"));
+        assert!(!builds_dep("cc v0.1.0 (/x/cc)\n", "cc"));
+        assert!(!builds_dep("cudnn-rs v0.1.0\ncc-extra v1.0.0\n", "cc"));
+    }
 
     /// The sets are none, the defaults, each part alone, all and link: each
     /// part of the crate's `[features]` table is checked alone.
@@ -140,6 +202,12 @@ mod tests {
             labels.len(),
             "{declared:?} vs {labels:?}"
         );
+        let default_line = table
+            .lines()
+            .find(|l| l.starts_with("default = "))
+            .expect("a default line");
+        let want: Vec<String> = DEFAULT.iter().map(|f| format!("\"{f}\"")).collect();
+        assert_eq!(default_line, format!("default = [{}]", want.join(", ")));
         let all = sets().into_iter().find(|s| s.0 == "all").expect("all");
         assert_eq!(all.1, "dnn,graph,blas,reference,nccl,cudarc");
     }

@@ -42,7 +42,9 @@
 //! its first name or its module; calls in private modules are not seen); types in
 //! signatures and impl headers are
 //! printed as written in the source (`Result<()>`, not the full path); a
-//! `#[cfg]` on an `impl` block is shown on each of its methods; blanket
+//! `#[cfg]` on an `impl` block is shown on each of its methods, and so are
+//! the `#[cfg]`s of the module the block is written in that the listed
+//! type's own module lacks (a method in a gated file); blanket
 //! and auto-trait impls (`Send`, `Sync`) are not listed (an explicit
 //! `unsafe impl Send` is).
 
@@ -132,6 +134,51 @@ pub fn listing(lib: &Path) -> Result<BTreeSet<String>, String> {
     Ok(w.out)
 }
 
+/// The `#[cfg]`s on the `mod` items that lead from the crate root to
+/// module `m`, outermost first.
+fn module_cfgs(krate: &Crate, m: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = m;
+    while cur != 0 {
+        let parent = krate.modules[cur].parent;
+        let name = krate.modules[parent]
+            .children
+            .iter()
+            .find(|(_, c)| *c == cur)
+            .map(|(n, _)| n.as_str());
+        let decl = krate.modules[parent].items.iter().find_map(|it| match it {
+            syn::Item::Mod(md) if Some(md.ident.to_string().as_str()) == name => Some(md),
+            _ => None,
+        });
+        if let Some(md) = decl {
+            let mut c = cfgs(&md.attrs);
+            c.reverse();
+            out.extend(c);
+        }
+        if parent == cur {
+            break;
+        }
+        cur = parent;
+    }
+    out.reverse();
+    out
+}
+
+/// The cfg marks of an impl block's module (`impl_mod`) that the module of
+/// the item it is listed under (`owner`) does not already have: those a
+/// listing through the owner's path would not show.
+fn module_marks(krate: &Crate, impl_mod: usize, owner: &Target) -> String {
+    let owner_mod = match owner {
+        Target::Item(m, _) | Target::Module(m) => *m,
+    };
+    let have = module_cfgs(krate, owner_mod);
+    module_cfgs(krate, impl_mod)
+        .into_iter()
+        .filter(|c| !have.contains(c))
+        .map(|c| format!(" [cfg({})]", c.replace('=', " = ")))
+        .collect()
+}
+
 fn collect_members(krate: &Crate) -> BTreeMap<Target, Members> {
     let mut map: BTreeMap<Target, Members> = BTreeMap::new();
     for (mi, m) in krate.modules.iter().enumerate() {
@@ -142,11 +189,14 @@ fn collect_members(krate: &Crate) -> BTreeMap<Target, Members> {
                 }
                 let block_marks = marks(&imp.attrs);
                 if imp.trait_.is_some() {
+                    // A gated module's impl is gated with it, though the
+                    // type it is listed under may not be.
                     // Listed whole under the crate item it is about: the
                     // self type, else the trait (`impl ConvDataType for
                     // f32`), else the first crate type in the header
                     // (`impl From<F8E8M0> for f64`).
                     if let Some(t) = impl_owner(krate, mi, imp) {
+                        let block_marks = format!("{block_marks}{}", module_marks(krate, mi, &t));
                         map.entry(t)
                             .or_default()
                             .traits
@@ -168,7 +218,9 @@ fn collect_members(krate: &Crate) -> BTreeMap<Target, Members> {
                 } else {
                     String::new()
                 };
-                let block_marks = format!("{in_block}{block_marks}");
+                // Methods defined in a gated module (`dnn::Handle`'s legacy
+                // ops, in files built with `dnn`) carry its cfg.
+                let block_marks = format!("{in_block}{block_marks}{}", module_marks(krate, mi, &t));
                 for ii in &imp.items {
                     match ii {
                         syn::ImplItem::Fn(f)
@@ -741,6 +793,35 @@ mod tests {
             "{l:#?}"
         );
         assert_eq!(l[1], "cudnn::Made::get (method) fn get(&self) -> u8");
+    }
+
+    /// A method defined in a gated module on a type of an ungated one is
+    /// marked with the module's cfg (rustc drops it without the feature);
+    /// one in the type's own gated module is not marked twice.
+    #[test]
+    fn methods_in_a_gated_module_carry_its_cfg() {
+        let l = listing_of(&[(
+            "lib.rs",
+            "pub mod dnn { pub struct Handle; \
+                 #[cfg(feature = \"dnn\")] mod ops { impl super::Handle { pub fn add(&self) {} } \
+                 impl Clone for super::Handle { fn clone(&self) -> Self { super::Handle } } } \
+                 impl Handle { pub fn new() -> Self { Handle } } }\n\
+                 #[cfg(feature = \"graph\")] pub mod graph { pub struct Plan; \
+                 impl Plan { pub fn run(&self) {} } }",
+        )]);
+        assert_eq!(
+            l,
+            [
+                "cudnn::dnn (mod)",
+                "cudnn::dnn::Handle (impl Clone for super::Handle [cfg(feature = \"dnn\")])",
+                "cudnn::dnn::Handle (struct)",
+                "cudnn::dnn::Handle::add (method) fn add(&self) [cfg(feature = \"dnn\")]",
+                "cudnn::dnn::Handle::new (method) fn new() -> Self",
+                "cudnn::graph (mod) [cfg(feature = \"graph\")]",
+                "cudnn::graph::Plan (struct) [cfg(feature = \"graph\")]",
+                "cudnn::graph::Plan::run (method) fn run(&self) [cfg(feature = \"graph\")]",
+            ]
+        );
     }
 
     #[test]
