@@ -1,7 +1,8 @@
-//! Says which test binaries this build's features leave out: the tiers
-//! (`unit`, `host`, `gpu`) need every part with its references, and the
+//! Says which tests and examples this build's features leave out: the
+//! tiers (`unit`, `host`, `gpu`) need every part with its references, the
 //! compile-fail proofs also `nccl` and `cudarc` (their `required-features`
-//! in Cargo.toml). Cargo skips such a binary without a word in a plain
+//! in Cargo.toml), the library's CTC unit tests `dnn` and `reference`, and
+//! the crate's examples their parts. Cargo skips such a binary without a word in a plain
 //! `cargo test`; this one says so, on stderr, and passes: what it names
 //! did not run.
 
@@ -20,11 +21,24 @@ fn main() {
             .filter(|n| on.iter().any(|(f, o)| f == n && !o))
             .collect()
     };
-    let tiers = missing(&["dnn", "graph", "blas", "reference"]);
-    let compile_fail = missing(&["dnn", "graph", "blas", "nccl", "cudarc"]);
+    // Keep in step with `required-features` in Cargo.toml and the
+    // `cfg(all(test, feature = ...))` unit tests of `src`.
     for (what, m) in [
-        ("the unit, host and gpu tiers", tiers),
-        ("the compile-fail proofs", compile_fail),
+        (
+            "the unit, host and gpu tiers",
+            missing(&["dnn", "graph", "blas", "reference"]),
+        ),
+        (
+            "the compile-fail proofs",
+            missing(&["dnn", "graph", "blas", "nccl", "cudarc"]),
+        ),
+        (
+            "the CTC unit tests against the f64 reference (dnn/ctc.rs)",
+            missing(&["dnn", "reference"]),
+        ),
+        ("the `gemm` example", missing(&["blas", "reference"])),
+        ("the `legacy_conv` example", missing(&["dnn"])),
+        ("the `plan_for_named_gpu` example", missing(&["graph"])),
     ] {
         if m.is_empty() {
             eprintln!("features: {what} are built");
