@@ -189,9 +189,8 @@ fn fuzz_modes() -> TestResult {
                 .map(|t| t.uid)
                 .ok_or_else(|| TestCaseError::fail("no `stats` in the plan's signature"))?;
             prop_assert!(
-                wt.iter().any(|(u, dt, d)| *u == uid
-                    && dt == "CUDNN_DATA_FLOAT"
-                    && d == &[b, h, s, 1]),
+                wt.iter()
+                    .any(|(u, dt, d)| *u == uid && dt == "CUDNN_DATA_FLOAT" && d == &[b, h, s, 1]),
                 "cuDNN's training plan has no f32 [B, H, S, 1] tensor {}: {:?}",
                 uid,
                 wt
