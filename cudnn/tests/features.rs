@@ -41,10 +41,10 @@ fn main() {
         ("the `plan_for_named_gpu` example", missing(&["graph"])),
     ] {
         if m.is_empty() {
-            eprintln!("features: {what} are built");
+            eprintln!("features: built: {what}");
         } else {
             eprintln!(
-                "SKIPPED: {what}: they need feature(s) {} (the whole suite: \
+                "SKIPPED: {what}: needs feature(s) {} (the whole suite: \
                  `--features dnn,reference,nccl,cudarc`)",
                 m.join(", ")
             );
