@@ -343,8 +343,9 @@ impl Case {
                 let q = g.input("q", cfg.q_spec()?)?;
                 let k = g.input("k", cfg.kv_spec()?)?;
                 let v = g.input("v", cfg.kv_spec()?)?;
-                let f = g.sdpa_fp8_forward(q, k, v, &cfg)?;
+                let f = g.sdpa_fp8_forward_training(q, k, v, &cfg)?;
                 g.rename(f.o, "o")?;
+                g.rename(f.stats, "stats")?;
             }
             Case::LnFwd | Case::LnBwd => {
                 let xs = TensorSpec::row_major(DType::BF16, &[LN_ROWS, LN_DIM, 1, 1])?;

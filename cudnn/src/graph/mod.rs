@@ -76,7 +76,7 @@ pub use ops::sdpa::{
     SdpaForward, SdpaImpl, SdpaRagged, SdpaTrainingForward,
 };
 pub use ops::sdpa_bias::{AttnBias, BiasTensors, alibi_slopes};
-pub use ops::sdpa_fp8::{Fp8SdpaConfig, Fp8SdpaForward};
+pub use ops::sdpa_fp8::{Fp8SdpaConfig, Fp8SdpaForward, Fp8SdpaTrainingForward};
 pub use ops::sdpa_fp8_bwd::{FP8_BWD_SCALE_NAMES, Fp8SdpaBackward};
 pub use ops::sdpa_softmax::SdpaSoftmax;
 #[doc(hidden)]

@@ -437,7 +437,11 @@ fn fuzz_sdpa(n: u32, plans: usize) -> TestResult {
                 g.sdpa_fp8_backward(q, k, v, o, d_o, st, grad, &c)
                     .map(|_| ())
             } else {
-                g.sdpa_fp8_forward(q, k, v, &c).map(|_| ())
+                if c.is_training {
+                    g.sdpa_fp8_forward_training(q, k, v, &c).map(|_| ())
+                } else {
+                    g.sdpa_fp8_forward(q, k, v, &c).map(|_| ())
+                }
             }
         })?;
         if built.is_ok() {

@@ -11,7 +11,8 @@ use crate::support;
 
 use cudnn::Error;
 use cudnn::graph::{
-    DType, Graph, Plan, Policy, SdpaConfig, SdpaForward, SdpaImpl, SdpaTrainingForward, Target,
+    DType, Fp8SdpaConfig, Fp8SdpaForward, Fp8SdpaTrainingForward, Graph, Plan, Policy, SdpaConfig,
+    SdpaForward, SdpaImpl, SdpaTrainingForward, Target,
 };
 use serde_json::Value;
 use support::*;
@@ -22,6 +23,7 @@ pub fn main() {
         host_planning("sdpa_inference_has_no_stats", inference_no_stats),
         host_planning("sdpa_forward_refuses_a_training_config", refuses_training),
         host_planning("fuzz_sdpa_modes", fuzz_modes),
+        host_planning("sdpa_fp8_modes_in_cudnns_plan", fp8_modes),
     ]);
 }
 
@@ -198,4 +200,59 @@ fn fuzz_modes() -> TestResult {
             Ok(())
         })
         .map_err(|e| e.to_string().into())
+}
+
+/// The FP8 forward's mode is in its type too: cuDNN's plan JSON for an
+/// H200 has the f32 `[B, H, S_q, 1]` statistics in training, under the uid
+/// the crate gave them, and one non-virtual tensor more than the inference
+/// plan; `sdpa_fp8_forward` refuses a training config, naming the call
+/// that builds one.
+fn fp8_modes() -> TestResult {
+    let c = Fp8SdpaConfig::new(1, 2, 128, 128, 64).causal(true);
+    let fp8_inputs = |g: &mut Graph| -> cudnn::Result<[cudnn::graph::Tensor; 3]> {
+        Ok([
+            g.input("q", c.q_spec()?)?,
+            g.input("k", c.kv_spec()?)?,
+            g.input("v", c.kv_spec()?)?,
+        ])
+    };
+    let mut gi = Graph::new();
+    let [q, k, v] = fp8_inputs(&mut gi)?;
+    let fi: Fp8SdpaForward = gi.sdpa_fp8_forward(q, k, v, &c)?;
+    let () = fi.stats;
+    let mut gt = Graph::new();
+    let [q, k, v] = fp8_inputs(&mut gt)?;
+    let ft: Fp8SdpaTrainingForward = gt.sdpa_fp8_forward_training(q, k, v, &c)?;
+    gt.rename(ft.stats, "stats")?;
+    let (pi, pt) = (plan(&gi)?, plan(&gt)?);
+    let (wi, wt) = (cudnn_io(&pi)?, cudnn_io(&pt)?);
+    ensure!(
+        wi.len() + 1 == wt.len(),
+        "non-virtual tensors: inference {wi:?}, training {wt:?}"
+    );
+    let uid = pt
+        .io()
+        .tensors
+        .iter()
+        .find(|t| t.name == "stats")
+        .map(|t| t.uid)
+        .ok_or("no `stats` in the plan's signature")?;
+    ensure!(
+        wt.iter()
+            .any(|(u, dt, d)| *u == uid && dt == "CUDNN_DATA_FLOAT" && d == &[1, 2, 128, 1]),
+        "cuDNN's FP8 training plan has no f32 [1, 2, 128, 1] tensor {uid}: {wt:?}"
+    );
+    let mut g = Graph::new();
+    let [q, k, v] = fp8_inputs(&mut g)?;
+    match g.sdpa_fp8_forward(q, k, v, &c.clone().training(true)) {
+        Err(e @ Error::InvalidArgument { .. }) => {
+            let s = e.to_string();
+            ensure!(
+                s.contains("is_training") && s.contains("sdpa_fp8_forward_training"),
+                "the refusal names neither the flag nor the training call: {s}"
+            );
+        }
+        other => return Err(format!("want InvalidArgument, got {other:?}").into()),
+    }
+    Ok(())
 }

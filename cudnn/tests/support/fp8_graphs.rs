@@ -137,7 +137,11 @@ pub fn sdpa_fwd_graph(c: &Fp8SdpaConfig) -> Result<Graph, Error> {
     let q = g.input("q", c.q_spec()?)?;
     let k = g.input("k", c.kv_spec()?)?;
     let v = g.input("v", c.kv_spec()?)?;
-    let f = g.sdpa_fp8_forward(q, k, v, c)?;
+    let f = if c.is_training {
+        g.sdpa_fp8_forward_training(q, k, v, c)?.map_stats(Some)
+    } else {
+        g.sdpa_fp8_forward(q, k, v, c)?.map_stats(|()| None)
+    };
     for (t, n) in [
         (f.o, "o"),
         (f.amax_s, "amax_s"),

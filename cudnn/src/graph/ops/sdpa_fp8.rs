@@ -65,19 +65,27 @@ pub struct Fp8SdpaConfig {
     pub scale: Option<f64>,
     /// Top-left aligned causal mask.
     pub is_causal: bool,
-    /// Write the softmax statistics (for the backward).
+    /// The mode the rules assume: a training forward, which writes the
+    /// softmax statistics for the backward. The graph's entry point
+    /// decides the mode:
+    /// [`Graph::sdpa_fp8_forward_training`](crate::graph::Graph::sdpa_fp8_forward_training)
+    /// sets it, [`Graph::sdpa_fp8_forward`](crate::graph::Graph::sdpa_fp8_forward)
+    /// refuses it.
     pub is_training: bool,
 }
 
 /// What [`Graph::sdpa_fp8_forward`] adds: the outputs and the scale inputs
-/// to bind (each `[1, 1, 1, 1]` f32).
+/// to bind (each `[1, 1, 1, 1]` f32). `Stats` is the mode: `()` for an
+/// inference forward, a [`Tensor`] for a training one
+/// ([`Fp8SdpaTrainingForward`], from [`Graph::sdpa_fp8_forward_training`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Fp8SdpaForward {
+pub struct Fp8SdpaForward<Stats = ()> {
     /// The attention output (`[B, H, S_q, D]`, Q's layout).
     pub o: Tensor,
-    /// The softmax statistics (`[B, H, S_q, 1]` f32), in training.
-    pub stats: Option<Tensor>,
+    /// The softmax statistics (`[B, H, S_q, 1]` f32) of a training forward;
+    /// `()` in inference.
+    pub stats: Stats,
     /// `max |P|` before `scale_s`.
     pub amax_s: Tensor,
     /// `max |O|` before `scale_o`.
@@ -94,6 +102,30 @@ pub struct Fp8SdpaForward {
     pub scale_s: Tensor,
     /// O's scale (input).
     pub scale_o: Tensor,
+}
+
+/// A training forward's outputs: the statistics are a [`Tensor`].
+pub type Fp8SdpaTrainingForward = Fp8SdpaForward<Tensor>;
+
+impl<S> Fp8SdpaForward<S> {
+    /// The same outputs with `f` applied to the statistics:
+    /// `.map_stats(Some)` on a training forward and `.map_stats(|()| None)`
+    /// on an inference one give both `Fp8SdpaForward<Option<Tensor>>`, for
+    /// code that builds either mode.
+    pub fn map_stats<T>(self, f: impl FnOnce(S) -> T) -> Fp8SdpaForward<T> {
+        Fp8SdpaForward {
+            o: self.o,
+            stats: f(self.stats),
+            amax_s: self.amax_s,
+            amax_o: self.amax_o,
+            descale_q: self.descale_q,
+            descale_k: self.descale_k,
+            descale_v: self.descale_v,
+            descale_s: self.descale_s,
+            scale_s: self.scale_s,
+            scale_o: self.scale_o,
+        }
+    }
 }
 
 fn fmt_version(v: (u32, u32, u32)) -> String {
@@ -141,7 +173,9 @@ impl Fp8SdpaConfig {
         self
     }
 
-    /// Writing the softmax statistics for the backward (or not).
+    /// The mode the rules assume: training (statistics written) or not.
+    /// [`Graph::sdpa_fp8_forward_training`](crate::graph::Graph::sdpa_fp8_forward_training)
+    /// sets it itself; set it here to ask the rules about a training graph.
     pub fn training(mut self, on: bool) -> Self {
         self.is_training = on;
         self
@@ -522,14 +556,17 @@ impl Graph {
     /// `[B, H, S_kv, D]` of the config's FP8 type (any strides with the head
     /// dim contiguous). Adds the six scale inputs (named
     /// `sdpa_fp8<n>.descale_q` ...; rename them at will), `o` in
-    /// `cfg.o_dtype` (Q's layout), the statistics in training and the two
-    /// amax outputs (`[1, 1, 1, 1]` f32), all graph outputs.
+    /// `cfg.o_dtype` (Q's layout) and the two amax outputs (`[1, 1, 1, 1]`
+    /// f32), all graph outputs. An inference forward: the statistics of a
+    /// training one come from
+    /// [`sdpa_fp8_forward_training`](Self::sdpa_fp8_forward_training).
     ///
     /// Plans only where [`Fp8SdpaConfig::check_target_for`] allows
     /// (`Plan::build` refuses others with `Unsupported`).
     ///
     /// # Errors
-    /// [`Fp8SdpaConfig::validate`]'s errors; q / k / v dims, type or
+    /// [`Fp8SdpaConfig::validate`]'s errors; a config with `is_training`
+    /// (the training forward is the other call); q / k / v dims, type or
     /// strides not the config's.
     #[doc(alias = "sdpa_fp8")]
     pub fn sdpa_fp8_forward(
@@ -539,6 +576,58 @@ impl Graph {
         v: Tensor,
         cfg: &Fp8SdpaConfig,
     ) -> Result<Fp8SdpaForward> {
+        if cfg.is_training {
+            return Err(Error::invalid(
+                format!(
+                    "sdpa_fp8_forward op #{}: Fp8SdpaConfig::is_training",
+                    self.ops.len()
+                ),
+                "must be false for Graph::sdpa_fp8_forward (an inference forward); \
+                 a training forward is Graph::sdpa_fp8_forward_training, whose stats output is a Tensor",
+                true,
+            ));
+        }
+        Ok(self.sdpa_fp8_forward_any(q, k, v, cfg)?.map_stats(|_| ()))
+    }
+
+    /// FP8 attention forward for training: as
+    /// [`sdpa_fp8_forward`](Self::sdpa_fp8_forward), and the softmax
+    /// statistics (`[B, H, S_q, 1]` f32) are a graph output too,
+    /// [`Fp8SdpaTrainingForward::stats`], for
+    /// [`sdpa_fp8_backward`](Self::sdpa_fp8_backward). Built in training
+    /// mode whatever [`Fp8SdpaConfig::is_training`] says (the mode is this
+    /// call's).
+    ///
+    /// # Errors
+    /// As [`sdpa_fp8_forward`](Self::sdpa_fp8_forward), for the config in
+    /// training mode.
+    pub fn sdpa_fp8_forward_training(
+        &mut self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        cfg: &Fp8SdpaConfig,
+    ) -> Result<Fp8SdpaTrainingForward> {
+        let cfg = cfg.clone().training(true);
+        let f = self.sdpa_fp8_forward_any(q, k, v, &cfg)?;
+        match f.stats {
+            Some(s) => Ok(f.map_stats(|_| s)),
+            None => Err(Error::invalid(
+                "sdpa_fp8_forward_training",
+                "made no statistics output (an internal error)",
+                "stats: None",
+            )),
+        }
+    }
+
+    /// The forward in the config's mode: `stats` is `Some` exactly in training.
+    fn sdpa_fp8_forward_any(
+        &mut self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        cfg: &Fp8SdpaConfig,
+    ) -> Result<Fp8SdpaForward<Option<Tensor>>> {
         let op = format!("sdpa_fp8_forward {}", self.label());
         cfg.validate()?;
         self.fp8_expect(&op, "q", q, &cfg.q_spec()?)?;
