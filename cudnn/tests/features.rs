@@ -36,7 +36,7 @@ fn main() {
             "the CTC unit tests against the f64 reference (dnn/ctc.rs)",
             missing(&["dnn", "reference"]),
         ),
-        ("the `gemm` example", missing(&["blas", "reference"])),
+        ("the `blas_gemm` example", missing(&["blas", "reference"])),
         ("the `legacy_conv` example", missing(&["dnn"])),
         ("the `plan_for_named_gpu` example", missing(&["graph"])),
     ] {

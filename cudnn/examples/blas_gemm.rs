@@ -1,7 +1,7 @@
 //! A row-major f32 GEMM with cuBLAS, checked against the f64 reference.
 //! Needs a CUDA device (says so and exits 1 without one).
 //!
-//! `cargo run -p cudnn-rs --example gemm`
+//! `cargo run -p cudnn-rs --example blas_gemm`
 
 use cudnn::blas::{ComputeType, Handle, Layout, Matrix, MatrixMut};
 use cudnn::reference::gemm::{self as reference, max_relative_error};
