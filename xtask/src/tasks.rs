@@ -95,8 +95,8 @@ pub fn test(args: &[String]) -> Result<(), String> {
     crate::conformance::run(&cu13, Some(&example("conformance")))?;
     // The library-facing tests only: the unit tier, compile_fail and the
     // examples' own tests load no library (their answers cannot depend on
-    // the stack), and the GPU tier is all skipped without a device; they
-    // ran in the cuda13 stage.
+    // the stack); they, and the GPU tier (skipped without a device; the
+    // device check runs it on one), ran in the cuda13 stage.
     let mut cmd = cargo_test(&["--lib", "--test", "host"], &args);
     stack_env(&mut cmd, "cuda12", &cu12);
     status(
