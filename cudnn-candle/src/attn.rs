@@ -566,10 +566,18 @@ pub(crate) fn q_ready(q: &Tensor) -> candle_core::Result<Tensor> {
     }
 }
 
-/// `t` itself where its start meets cuDNN's 16-byte rule for bound memory,
-/// else a fresh copy (a view such as `narrow` may start anywhere).
+/// `t` itself where its start and every stride but the last (1) meet
+/// cuDNN's 16-byte rule for bound memory (each row a head dim begins must
+/// be aligned too: the tensors are declared with 16-byte alignment), else
+/// a fresh packed copy (a view such as `narrow` may start, or step, anywhere).
 fn aligned(t: Tensor) -> candle_core::Result<Tensor> {
-    if crate::conv::offset_aligned(t.layout().start_offset(), t.dtype().size_in_bytes()) {
+    let size = t.dtype().size_in_bytes();
+    let strides_ok = t
+        .dims()
+        .iter()
+        .zip(t.stride())
+        .all(|(&d, &s)| d == 1 || s == 1 || s.checked_mul(size).is_some_and(|b| b % 16 == 0));
+    if strides_ok && crate::conv::offset_aligned(t.layout().start_offset(), size) {
         Ok(t)
     } else {
         t.force_contiguous()

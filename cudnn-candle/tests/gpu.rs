@@ -368,6 +368,26 @@ fn main() {
             }
             Ok(())
         }),
+        gpu("flash_attn_unaligned_row_strides", move || {
+            // q, k, v narrowed on the head dim out of (b, s, h, 68): starts
+            // aligned, rows 136 bytes apart (not a 16-byte multiple), so
+            // the functions copy them; forward against the CPU.
+            let dev = cuda()?;
+            let (qd, kd) = ((2, 16, 2, 64), (2, 24, 2, 64));
+            let (q, k, v) = inputs(qd, kd, bf)?;
+            let view = |t: &Tensor| -> candle_core::Result<Tensor> {
+                let (b, s, h, d) = t.dims4()?;
+                let pad = Tensor::zeros((b, s, h, 4), DType::F32, &Device::Cpu)?;
+                Tensor::cat(&[t, &pad], 3)?
+                    .to_dtype(bf)?
+                    .to_device(&dev)?
+                    .narrow(3, 0, d)
+            };
+            let (qv, kv, vv) = (view(&q)?, view(&k)?, view(&v)?);
+            let p = AttnParams::new(s);
+            let got = cudnn_candle::flash_attn_with(&qv, &kv, &vv, &p)?;
+            close("o", &got, &reference(&q, &k, &v, &p)?, tol(bf))
+        }),
         gpu("flash_attn_bf16", move || {
             forward_case((2, 64, 4, 64), (2, 64, 4, 64), bf, AttnParams::new(s))
         }),

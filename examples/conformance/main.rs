@@ -554,6 +554,7 @@ fn run() -> Result<bool, Stop> {
             &fe,
             &oracle::script(),
             &args.cudnn_lib,
+            loaded_cudnn(),
         )?),
         _ => None,
     };
@@ -576,6 +577,15 @@ fn run() -> Result<bool, Stop> {
         args.verbose,
         t_start.elapsed().as_secs_f64(),
     ))
+}
+
+/// The version of the cuDNN this process loaded (`major.minor.patch`, as
+/// the frontend reports its own).
+fn loaded_cudnn() -> Option<String> {
+    cudnn::sys::cudnn::load()
+        .ok()
+        .and_then(|a| a.info().version)
+        .map(|v| format!("{}.{}.{}", v.major, v.minor, v.patch))
 }
 
 /// One pass over every pattern and target: the crate's side, the
@@ -661,6 +671,10 @@ fn round(
         built["frontend"].as_str().unwrap_or("?"),
         built["cudnn"].as_str().unwrap_or("?")
     );
+    // The frontend's plans are loaded unverified below only where its run
+    // reported the cuDNN this process loaded (a remembered answer from
+    // another is never read back: `oracle.rs`).
+    let same_cudnn = loaded_cudnn().is_some_and(|v| built["cudnn"].as_str() == Some(v.as_str()));
     let results = built["results"].as_array().cloned().unwrap_or_default();
     if results.len() != rows.len() {
         return Err(Stop::Fail(format!(
@@ -709,7 +723,7 @@ fn round(
             .findings
             .iter()
             .any(|f| matches!(f.kind, "tensor" | "unmatched"));
-        let theirs_io = if tied {
+        let theirs_io = if tied && same_cudnn {
             io_in_their_uids(&io, &row.map).map(Arc::new)
         } else {
             None
@@ -722,10 +736,11 @@ fn round(
             let t0 = Instant::now();
             let r = match &theirs_io {
                 // SAFETY: `fj` is, unchanged, cuDNN's JSON of the plan NVIDIA's
-                // frontend built with the loaded cuDNN for this pattern (in
-                // this run, or in an earlier one whose request, frontend,
-                // cuDNN files and stub were the same: `oracle.rs` compares
-                // them all); `theirs_io` is this pattern's IoSignature with every
+                // frontend built for this pattern on the cuDNN version this
+                // process loaded (`same_cudnn`: the run that answered reported
+                // it; in this run, or in an earlier one whose request,
+                // frontend, cuDNN files, stub and environment were the same:
+                // `oracle.rs` compares them all); `theirs_io` is this pattern's IoSignature with every
                 // uid (tensors, scalars, scratch, ragged marks) renamed through
                 // the one-to-one map `compare` built by matching the frontend's
                 // tensors to ours, and `compare` found no tensor whose shape,

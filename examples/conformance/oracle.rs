@@ -9,8 +9,6 @@
 //!
 //! Also [`par_map`], which splits the crate's side over threads.
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -23,20 +21,28 @@ use crate::Stop;
 pub(crate) struct Oracle {
     dir: PathBuf,
     env: String,
+    /// The cuDNN version this process loaded: an answer the frontend gave
+    /// on another is never read back.
+    cudnn: Option<String>,
 }
 
 impl Oracle {
     /// The memory in `dir` (made if missing) for the frontend in `fe`,
     /// the script `script` and the cuDNN folders `cudnn_lib`: their
-    /// contents' identity (the script's text; the names, sizes and
-    /// modification times of the installed frontend's metadata, the driver
-    /// stub, the interpreter's path and every cuDNN library file) is part
-    /// of every key, so any change there is a miss.
+    /// contents' identity (the script's text; the canonical paths, sizes
+    /// and modification times of the installed frontend's metadata, the
+    /// driver stub and every cuDNN library file, links followed; the
+    /// interpreter's path; the inherited `LD_LIBRARY_PATH` and every
+    /// `CUDNN*` variable, which steer what the frontend loads and picks) is
+    /// part of every key, so any change there is a miss. `cudnn`: the
+    /// version this process loaded; a remembered answer whose run reported
+    /// another is a miss too.
     pub(crate) fn open(
         dir: &Path,
         fe: &Path,
         script: &Path,
         cudnn_lib: &[String],
+        cudnn: Option<String>,
     ) -> Result<Oracle, Stop> {
         std::fs::create_dir_all(dir).map_err(|e| Stop::Fail(format!("{}: {e}", dir.display())))?;
         let mut env = String::new();
@@ -56,9 +62,17 @@ impl Oracle {
         for d in cudnn_lib {
             env.push_str(&files_identity(Path::new(d), |_| true));
         }
+        let mut vars: Vec<(String, String)> = std::env::vars()
+            .filter(|(k, _)| k == "LD_LIBRARY_PATH" || k.starts_with("CUDNN"))
+            .collect();
+        vars.sort();
+        for (k, v) in vars {
+            env.push_str(&format!("var {k}={v}\n"));
+        }
         Ok(Oracle {
             dir: dir.to_path_buf(),
             env,
+            cudnn,
         })
     }
 
@@ -69,10 +83,13 @@ impl Oracle {
         )
     }
 
+    /// The file of `key`: its 64-bit FNV-1a hash (stable across toolchains).
     fn file(key: &str) -> String {
-        let mut h = DefaultHasher::new();
-        key.hash(&mut h);
-        format!("{:016x}.json", h.finish())
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in key.bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        format!("{h:016x}.json")
     }
 
     /// The remembered answer for `key` (its whole key compared, so two keys
@@ -80,12 +97,20 @@ impl Oracle {
     fn get(&self, key: &str) -> Option<(Value, Value)> {
         let text = std::fs::read_to_string(self.dir.join(Self::file(key))).ok()?;
         let v: Value = serde_json::from_str(&text).ok()?;
-        (v["key"].as_str() == Some(key)).then(|| (v["answer"].clone(), v["top"].clone()))
+        let same_cudnn =
+            self.cudnn.is_some() && v["top"]["cudnn"].as_str() == self.cudnn.as_deref();
+        (v["key"].as_str() == Some(key) && same_cudnn)
+            .then(|| (v["answer"].clone(), v["top"].clone()))
     }
 
     /// Remember `answer` (written whole, then renamed into place: a reader
-    /// never sees half a file). A write that fails only costs a rerun.
+    /// never sees half a file). A write that fails only costs a rerun. An
+    /// answer carrying an error is not remembered (it may be a passing
+    /// failure of that run: asked again next time).
     fn put(&self, key: &str, answer: &Value, top: &Value) {
+        if !answer["error"].is_null() {
+            return;
+        }
         let name = Self::file(key);
         let tmp = self.dir.join(format!("{name}.{}.tmp", std::process::id()));
         let v = json!({"key": key, "answer": answer, "top": top});
@@ -95,8 +120,9 @@ impl Oracle {
     }
 }
 
-/// `name size mtime` of each file in `dir` whose name `keep` accepts
-/// (sorted), or of the folders themselves for `.dist-info` entries.
+/// `name canonical-path size mtime` of each entry of `dir` whose name
+/// `keep` accepts (sorted; links followed; for `.dist-info` entries, the
+/// folders themselves).
 fn files_identity(dir: &Path, keep: impl Fn(&str) -> bool) -> String {
     let mut rows = Vec::new();
     if let Ok(rd) = std::fs::read_dir(dir) {
@@ -105,7 +131,10 @@ fn files_identity(dir: &Path, keep: impl Fn(&str) -> bool) -> String {
             if !keep(&name) {
                 continue;
             }
-            let (len, mtime) = e.metadata().map_or((0, 0), |m| {
+            // Links followed: the file's own identity and where it is.
+            let path = e.path();
+            let real = std::fs::canonicalize(&path).unwrap_or(path.clone());
+            let (len, mtime) = std::fs::metadata(&path).map_or((0, 0), |m| {
                 let t = m
                     .modified()
                     .ok()
@@ -113,7 +142,7 @@ fn files_identity(dir: &Path, keep: impl Fn(&str) -> bool) -> String {
                     .map_or(0, |d| d.as_nanos());
                 (m.len(), t)
             });
-            rows.push(format!("{name} {len} {mtime}"));
+            rows.push(format!("{name} {} {len} {mtime}", real.display()));
         }
     }
     rows.sort();

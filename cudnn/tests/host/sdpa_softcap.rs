@@ -107,9 +107,6 @@ fn plan_per_target(only: usize) -> TestResult {
                                     imp = format!("{imp:?}"),
                                     r = format!("{r:?}"),
                                 );
-                                if c.plans == 0 && matches!(tgt, "h200" | "h100" | "b200") {
-                                    failures.push(format!("{name} {imp:?} on {tgt}: no plan"));
-                                }
                             }
                             Err(e @ Error::Unsupported { .. })
                                 if !matches!(tgt, "h200" | "h100") =>
@@ -764,16 +761,14 @@ fn masks_plan() -> TestResult {
                                 c.engine.map_or("-".into(), |e| e.to_string()),
                                 imp = format!("{imp:?}"),
                             );
-                            // Required where cuDNN's SDPA operation takes the
-                            // softcap (9.21 on); older stacks report only.
-                            if c.plans == 0 && v >= (9, 21, 0) {
-                                failures
-                                    .push(format!("{name} {imp:?} bwd={backward} {tgt}: no plan"));
-                            }
                             planned += 1;
                         }
                         Err(e) => {
                             eprintln!("{name:<26} {imp:?} bwd={backward} {tgt}: {e}");
+                            // Required where cuDNN's SDPA operation takes
+                            // the softcap (9.21 on; `counts` is an error,
+                            // never 0 plans, when none finalizes); older
+                            // stacks report only.
                             if v >= (9, 21, 0) {
                                 failures.push(format!("{name} {imp:?} bwd={backward} {tgt}: {e}"));
                             }
