@@ -99,7 +99,8 @@ pub fn run(args: &[String]) -> Result<Vec<PathBuf>, String> {
                         // (not a library stack of the crate's tests).
                         let toolkit = crate::fetch_toolkit::fetch()?;
                         println!(
-                            "candle: CUDA toolkit and driver stub in {}",
+                            "candle ({}): CUDA toolkit and driver stub in {}",
+                            crate::fetch_toolkit::TAG,
                             toolkit.display()
                         );
                         println!("  to build cudnn-candle, export:");

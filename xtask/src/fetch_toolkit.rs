@@ -4,7 +4,7 @@
 //! NVIDIA's pip wheels alone, plus a link-time stand-in for the driver
 //! library (`libcuda.so`) for machines without a GPU driver.
 //!
-//! The tree is `<cache>/candle/nvidia/cu13/{bin,nvvm,include,lib}`: every
+//! The tree is `<cache>/candle-<TAG>/nvidia/cu13/{bin,nvvm,include,lib}`: every
 //! file of the wheels under `nvidia/` with its execute bits, the
 //! unversioned library names the linker looks for (`libcublas.so` ->
 //! `libcublas.so.13`, ...), and `lib/stubs/libcuda.so{,.1}`: a shared
@@ -26,28 +26,48 @@ use std::process::Command;
 /// The wheels, pinned: nvcc and the front end's `cicc` (nvvm), the headers
 /// `nvcc` includes (crt, runtime, cccl: candle's reductions include cub and
 /// `cuda/std`), and the libraries cudarc links for candle (cudart, nvrtc,
-/// cublas/cublasLt, curand). CUDA 13.5 emits PTX `.version 9.5`: a GPU
-/// driver older than CUDA 13.5 may refuse it (pin older wheels then).
+/// cublas/cublasLt, curand). Pinned to CUDA 13.0 (PTX ISA 9.0): a driver
+/// loads PTX of its own CUDA version or older, and the GPU machine's driver
+/// (580) is CUDA 13.0, where the 13.5 wheels' PTX 9.5 does not load.
+/// Changing the pin changes [`TAG`], so the toolkit folder and CI's target
+/// folder (which holds candle's compiled kernels) change with it: nothing
+/// built by another toolkit is reused.
 pub const CANDLE: &[&str] = &[
-    "nvidia-cuda-nvcc==13.5.37",
-    "nvidia-nvvm==13.5.37",
-    "nvidia-cuda-crt==13.5.37",
-    "nvidia-cuda-runtime==13.5.37",
-    "nvidia-cuda-cccl==13.3.5.0.6",
-    "nvidia-cuda-nvrtc==13.5.37",
-    "nvidia-cublas==13.10.0.20",
-    "nvidia-curand==10.4.5.25",
+    "nvidia-cuda-nvcc==13.0.88",
+    "nvidia-nvvm==13.0.88",
+    "nvidia-cuda-crt==13.0.88",
+    "nvidia-cuda-runtime==13.0.88",
+    "nvidia-cuda-cccl==13.0.85",
+    "nvidia-cuda-nvrtc==13.0.88",
+    "nvidia-cublas==13.0.2.14",
+    "nvidia-curand==10.4.0.35",
 ];
 
-/// What cudarc 0.19's build script must be told about nvcc 13.5 (it knows
-/// versions up to 13.4 and stops on a newer `nvcc --version`).
-pub const CUDARC_CUDA_VERSION: &str = "13040";
+/// The CUDA version of the pin, as cudarc's build script spells it (it
+/// would read it from `nvcc --version` too; set, the build does not depend
+/// on which `nvcc` comes first on `PATH`).
+pub const CUDARC_CUDA_VERSION: &str = "13000";
 
-/// The stack's folder name in the cache.
-pub const NAME: &str = "candle";
+/// The pin's short name, spelled once (the consts below are made from it).
+macro_rules! tag {
+    () => {
+        "cu130"
+    };
+}
+
+/// The pin's short name: part of the toolkit's folder and of the target
+/// folder candle's kernels are cached in (`.ci/run` spells both out).
+pub const TAG: &str = tag!();
+
+/// The stack's folder name in the cache (`candle-<TAG>`).
+pub const NAME: &str = concat!("candle-", tag!());
+
+/// The target folder candle's kernels are built in, under CI's cache
+/// (`candle-target-<TAG>`).
+pub const TARGET: &str = concat!("candle-target-", tag!());
 
 /// Fetch the toolkit (a no-op when the stamp says it is complete); returns
-/// the toolkit root (`.../candle/nvidia/cu13`, what `CUDA_HOME` names).
+/// the toolkit root (`.../candle-<TAG>/nvidia/cu13`, what `CUDA_HOME` names).
 pub fn fetch() -> Result<PathBuf, String> {
     let root = crate::fetch::cache_root();
     let dir = root.join(NAME);
@@ -305,6 +325,44 @@ fn build_stub(source: &str, dir: &Path) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The folder names, cudarc's version and the tag all follow the nvcc
+    /// pin: a pin changed alone would reuse kernels another toolkit built.
+    #[test]
+    fn names_follow_the_pin() {
+        let nvcc = CANDLE
+            .iter()
+            .find_map(|s| s.strip_prefix("nvidia-cuda-nvcc=="))
+            .unwrap();
+        let mut parts = nvcc.split('.');
+        let major: u32 = parts.next().unwrap().parse().unwrap();
+        let minor: u32 = parts.next().unwrap().parse().unwrap();
+        assert_eq!(TAG, format!("cu{major}{minor}"));
+        assert_eq!(NAME, format!("candle-{TAG}"));
+        assert_eq!(TARGET, format!("candle-target-{TAG}"));
+        assert_eq!(
+            CUDARC_CUDA_VERSION,
+            format!("{}", major * 1000 + minor * 10)
+        );
+        // The CUDA wheels of one release (cccl, cuBLAS and cuRAND have their own numbers).
+        for w in [
+            "nvidia-nvvm",
+            "nvidia-cuda-crt",
+            "nvidia-cuda-runtime",
+            "nvidia-cuda-nvrtc",
+        ] {
+            let v = CANDLE
+                .iter()
+                .find_map(|s| s.strip_prefix(&format!("{w}==")))
+                .unwrap();
+            assert_eq!(v, nvcc, "{w}");
+        }
+        let cccl = CANDLE
+            .iter()
+            .find_map(|s| s.strip_prefix("nvidia-cuda-cccl=="))
+            .unwrap();
+        assert!(cccl.starts_with(&format!("{major}.{minor}.")), "{cccl}");
+    }
 
     #[test]
     fn symbols_from_cudarc_style_bindings() {

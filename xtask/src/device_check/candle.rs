@@ -7,7 +7,7 @@
 //!
 //! The binary is built in the dev profile, in the target folder CI keeps
 //! candle's kernels in (`CUDNN_RS_CANDLE_TARGET_DIR`, else
-//! `${CUDNN_RS_CI_CACHE:-$HOME/.cache/cudnn-rs-libs}/candle-target`, as
+//! `${CUDNN_RS_CI_CACHE:-$HOME/.cache/cudnn-rs-libs}/candle-target-<TAG>`, as
 //! `.ci/run`'s candle step): a release build would compile the kernels
 //! again (about 15 minutes on two cores). Its environment is `.ci/run`'s
 //! `candle_env`, so that cargo finds the kernels it built there; the
@@ -36,7 +36,7 @@ pub const COMPUTE_CAP: &str = "90";
 /// The fetched toolkit: where it is and which CUDA it is.
 #[derive(Debug)]
 pub struct Toolkit {
-    /// `<cache>/candle/nvidia/cu13`, what `CUDA_HOME` names.
+    /// `<cache>/candle-<TAG>/nvidia/cu13`, what `CUDA_HOME` names.
     pub root: PathBuf,
     /// `CUDA_VERSION` of its `cuda.h`: (major, minor).
     pub cuda: (u32, u32),
@@ -74,7 +74,7 @@ pub fn toolkit(cache: &Path) -> Result<Toolkit, String> {
 /// from the cache's own folder on (no build machine's prefix).
 fn shown(p: &Path) -> String {
     let s = p.display().to_string();
-    match s.find("candle/nvidia/") {
+    match s.find(&format!("{}/nvidia/", crate::fetch_toolkit::NAME)) {
         Some(i) => format!("<cache>/{}", &s[i..]),
         None => s,
     }
@@ -163,7 +163,7 @@ pub fn not_packed_line(name: &str, reason: &str) -> String {
 }
 
 /// The target folder: `CUDNN_RS_CANDLE_TARGET_DIR` if set, else `.ci/run`'s
-/// `$cache/candle-target` (`CUDNN_RS_CI_CACHE`, else
+/// `$cache/candle-target-<TAG>` (`CUDNN_RS_CI_CACHE`, else
 /// `$HOME/.cache/cudnn-rs-libs`). `None` without any of them.
 pub fn target_dir(
     explicit: Option<OsString>,
@@ -176,7 +176,7 @@ pub fn target_dir(
     }
     let cache =
         set(ci_cache).or_else(|| set(home).map(|h| h.join(".cache").join("cudnn-rs-libs")))?;
-    Some(cache.join("candle-target"))
+    Some(cache.join(crate::fetch_toolkit::TARGET))
 }
 
 /// `.ci/run`'s `candle_env`: what the build of candle's `cuda` feature
@@ -265,7 +265,11 @@ mod tests {
         let why = toolkit(&dir).unwrap_err();
         assert!(why.contains("not fetched"), "{why}");
         assert!(why.contains("fetch-libs --stack candle"), "{why}");
-        assert!(why.contains("<cache>/candle/nvidia/cu13/bin/nvcc"), "{why}");
+        let nvcc = format!(
+            "<cache>/{}/nvidia/cu13/bin/nvcc",
+            crate::fetch_toolkit::NAME
+        );
+        assert!(why.contains(&nvcc), "{why}");
         // A line of NOT_PACKED: name, one tab, the reason on one line.
         let line = not_packed_line(ENTRY, &format!("{why}\nsecond\tline"));
         assert!(line.starts_with("cudnn-candle/gpu\tthe candle CUDA toolkit is not fetched"));
@@ -321,11 +325,11 @@ mod tests {
         );
         assert_eq!(
             target_dir(None, o("/ci"), o("/home/u")),
-            Some(PathBuf::from("/ci/candle-target"))
+            Some(PathBuf::from("/ci").join(crate::fetch_toolkit::TARGET))
         );
         assert_eq!(
             target_dir(o(""), None, o("/home/u")),
-            Some(PathBuf::from("/home/u/.cache/cudnn-rs-libs/candle-target"))
+            Some(PathBuf::from("/home/u/.cache/cudnn-rs-libs").join(crate::fetch_toolkit::TARGET))
         );
         assert_eq!(target_dir(None, None, None), None);
     }
@@ -374,6 +378,17 @@ mod tests {
         assert!(get("PATH").starts_with("/c/candle/nvidia/cu13/bin"));
         assert_eq!(get("CARGO_TARGET_DIR"), "/cache/candle-target");
         assert_eq!(get("CUDNN_RS_SEARCH_PATH"), "/r/.cuda-libs/cuda13");
+        // .ci/run builds in the folders of the pinned toolkit.
+        let tk_line = format!(
+            "tk=\"$PWD/.cuda-libs/{}/nvidia/cu13\"",
+            crate::fetch_toolkit::NAME
+        );
+        assert!(ci.contains(&tk_line), "{tk_line} is not in .ci/run");
+        let target = format!(
+            "CARGO_TARGET_DIR=\"$cache/{}\"",
+            crate::fetch_toolkit::TARGET
+        );
+        assert!(body.contains(&target), "{target} is not in candle_env");
         // Every variable of candle_env is set (none forgotten).
         for k in body
             .split_whitespace()
