@@ -7,6 +7,8 @@
 // them (as in the crate's own test binaries).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "../examples/candle_transformer_block/block.rs"]
+mod block;
 #[path = "gpu/conv_norm.rs"]
 mod conv_norm;
 #[path = "gpu/conv_norm_views.rs"]
@@ -941,5 +943,11 @@ fn main() {
     trials.extend(conv_norm::trials());
     trials.extend(conv_norm_views::trials());
     trials.extend(gemm::trials());
+    // The candle_transformer_block example's check: a training step and a
+    // paged decode loop in bf16 and f32 against the block on the CPU.
+    trials.push(gpu("example_block", || {
+        block::check(&cuda()?)?;
+        Ok(())
+    }));
     run(trials);
 }
