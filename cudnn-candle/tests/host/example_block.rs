@@ -116,7 +116,7 @@ pub fn trials() -> Vec<Trial> {
                     eprintln!("  CPU {r}");
                 }
                 for r in rows {
-                    if !(2.0 * r.error <= r.tolerance) {
+                    if 2.0 * r.error > r.tolerance || !r.error.is_finite() {
                         return Err(format!(
                             "{}: CPU rounding error {:.2e} leaves no 2x margin under {:.0e}",
                             r.what, r.error, r.tolerance
