@@ -149,8 +149,9 @@ fn pair(
 }
 
 /// candle's attention on `(b, s, h, d)` q, k, v (h == kv heads): matmul,
-/// a precomputed causal mask, softmax of candle-core's ops (candle-nn's
-/// fused `softmax_last_dim` is not a dependency here), matmul.
+/// a precomputed causal mask, softmax of candle-core's ops with the row
+/// max detached (candle-nn's fused `softmax_last_dim` is not a dependency
+/// here), matmul.
 fn native_attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, scale: f64) -> R<Tensor> {
     let (q, k, v) = (
         q.transpose(1, 2)?.contiguous()?,
@@ -158,7 +159,7 @@ fn native_attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, scale: f6
         v.transpose(1, 2)?.contiguous()?,
     );
     let s = (q.matmul(&k.t()?)? * scale)?.broadcast_add(mask)?;
-    let m = s.max_keepdim(D::Minus1)?;
+    let m = s.max_keepdim(D::Minus1)?.detach();
     let e = s.broadcast_sub(&m)?.exp()?;
     let p = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
     p.matmul(&v)?.transpose(1, 2)
@@ -257,7 +258,7 @@ fn decode(
     let native = || -> R<Tensor> {
         let qh = q.reshape((b, hkv, rep, d))?;
         let s = (qh.matmul(&kt.t()?)? * scale)?;
-        let m = s.max_keepdim(D::Minus1)?;
+        let m = s.max_keepdim(D::Minus1)?.detach();
         let e = s.broadcast_sub(&m)?.exp()?;
         let p = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
         p.matmul(&vt)?.reshape((b, 1, h, d))

@@ -105,6 +105,52 @@ pub fn trials() -> Vec<Trial> {
             assert!(cache.append(&one, &one).is_err(), "past the capacity");
             Ok(())
         }),
+        unit("example_block_paged_cache_property", || {
+            // Any batch, capacity and run of appends: what is read back
+            // through the table is the concatenation of what was appended;
+            // an append past the capacity is refused and writes nothing.
+            use proptest::test_runner::{Config, TestCaseError, TestRunner};
+            let mut runner = TestRunner::new(Config {
+                cases: 32,
+                failure_persistence: None,
+                ..Config::default()
+            });
+            let strategy = (
+                1usize..=3,
+                1usize..=5,
+                proptest::collection::vec(1usize..=12, 1..8),
+            );
+            runner
+                .run(&strategy, |(batch, per_seq, sizes)| {
+                    let fail = |e: candle_core::Error| TestCaseError::fail(e.to_string());
+                    let cap = per_seq * block::BLOCK;
+                    let mut cache = block::PagedCache::new(batch, cap, DType::F32, &Device::Cpu)
+                        .map_err(fail)?;
+                    let mut parts = Vec::new();
+                    for (i, n) in sizes.into_iter().enumerate() {
+                        let k = block::noise(&[batch, n, HKV, HD], 100 + i as u64).map_err(fail)?;
+                        if cache.len + n > cap {
+                            let before = cache.len;
+                            proptest::prop_assert!(cache.append(&k, &k).is_err());
+                            proptest::prop_assert_eq!(cache.len, before);
+                            continue;
+                        }
+                        cache.append(&k, &k).map_err(fail)?;
+                        parts.push(k);
+                        let (gk, gv) = cache.gathered().map_err(fail)?;
+                        let want = Tensor::cat(&parts, 1).map_err(fail)?;
+                        for got in [gk, gv] {
+                            let d = (got - &want)
+                                .and_then(|d| d.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>())
+                                .map_err(fail)?;
+                            proptest::prop_assert_eq!(d, 0.0);
+                        }
+                    }
+                    Ok(())
+                })
+                .map_err(|e| e.to_string())?;
+            Ok(())
+        }),
         unit("example_block_tolerances_cover_rounding", || {
             // The block in the GPU's types on the CPU (the reference
             // attention in bf16, or f16 in the f32 run) against f32: every
