@@ -521,38 +521,62 @@ pub fn main(args: &[String]) -> i32 {
 
 /// The bench's pure parts, run by the gpu binary's trials (no GPU needed).
 pub fn trials() -> Vec<super::support::Trial> {
-    vec![super::support::unit("bench_median_and_rows", || {
-        assert_eq!(median(&mut []), 0.0);
-        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
-        let r = Row {
-            op: "conv2d".into(),
-            case: "N=1".into(),
-            pass: "forward",
-            result: Ok((2.0, 0.5, 30.0, 10, Some(1e-3))),
-        };
-        assert_eq!(
-            r.markdown(),
-            "| conv2d | N=1 | forward | 2.000 | 0.500 | 4.00 | 30.0 | 10 | 1.0e-3 |"
-        );
-        let cols = HEADER.lines().next().unwrap_or("").matches('|').count();
-        assert_eq!(r.markdown().matches('|').count(), cols);
-        let e = Row {
-            op: "a".into(),
-            case: "b".into(),
-            pass: "forward",
-            result: Err("error: x | y\nz".into()),
-        };
-        assert_eq!(e.markdown().matches('|').count(), cols, "{}", e.markdown());
-        // Every case has a distinct (op, case, pass).
-        let mut keys: Vec<String> = cases()
-            .iter()
-            .map(|(o, c, p, _)| format!("{o}/{c}/{p}"))
-            .collect();
-        let n = keys.len();
-        keys.sort();
-        keys.dedup();
-        assert_eq!(keys.len(), n);
-        Ok(())
-    })]
+    vec![
+        // The device check runs this binary as `--skip example_block` and
+        // as `example_block`: the runner's reading of those arguments.
+        super::support::unit("runner_filter_and_skips", || {
+            let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+            let f = super::support::filter_and_skips;
+            assert_eq!(f(&a(&["gpu"])), (String::new(), vec![]));
+            assert_eq!(
+                f(&a(&["gpu", "--skip", "example_block"])),
+                (String::new(), a(&["example_block"]))
+            );
+            assert_eq!(
+                f(&a(&["gpu", "example_block"])),
+                ("example_block".into(), vec![])
+            );
+            assert_eq!(
+                f(&a(&["gpu", "--skip", "x", "flash", "--skip", "y", "z"])),
+                ("flash".into(), a(&["x", "y"]))
+            );
+            // A trailing --skip without a value skips nothing.
+            assert_eq!(f(&a(&["gpu", "--skip"])), (String::new(), vec![]));
+            Ok(())
+        }),
+        super::support::unit("bench_median_and_rows", || {
+            assert_eq!(median(&mut []), 0.0);
+            assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+            assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+            let r = Row {
+                op: "conv2d".into(),
+                case: "N=1".into(),
+                pass: "forward",
+                result: Ok((2.0, 0.5, 30.0, 10, Some(1e-3))),
+            };
+            assert_eq!(
+                r.markdown(),
+                "| conv2d | N=1 | forward | 2.000 | 0.500 | 4.00 | 30.0 | 10 | 1.0e-3 |"
+            );
+            let cols = HEADER.lines().next().unwrap_or("").matches('|').count();
+            assert_eq!(r.markdown().matches('|').count(), cols);
+            let e = Row {
+                op: "a".into(),
+                case: "b".into(),
+                pass: "forward",
+                result: Err("error: x | y\nz".into()),
+            };
+            assert_eq!(e.markdown().matches('|').count(), cols, "{}", e.markdown());
+            // Every case has a distinct (op, case, pass).
+            let mut keys: Vec<String> = cases()
+                .iter()
+                .map(|(o, c, p, _)| format!("{o}/{c}/{p}"))
+                .collect();
+            let n = keys.len();
+            keys.sort();
+            keys.dedup();
+            assert_eq!(keys.len(), n);
+            Ok(())
+        }),
+    ]
 }
