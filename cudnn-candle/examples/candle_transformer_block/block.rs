@@ -632,7 +632,9 @@ pub fn plan_for_h200() -> cudnn::Result<Vec<Planned>> {
         out.push(Planned {
             what,
             candidates: report.candidates.len(),
-            engine: format!("{:?}", report.chosen),
+            engine: report
+                .chosen
+                .map_or_else(|| "none".to_string(), |e| e.to_string()),
             workspace: plan.workspace_size(),
         });
         Ok(())
