@@ -7,6 +7,10 @@
 // them (as in the crate's own test binaries).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "gpu_parts/bench.rs"]
+mod bench;
+#[path = "../examples/candle_transformer_block/block.rs"]
+mod block;
 #[path = "gpu/conv_norm.rs"]
 mod conv_norm;
 #[path = "gpu/conv_norm_views.rs"]
@@ -316,6 +320,11 @@ fn sinks(h: usize) -> Tensor {
 }
 
 fn main() {
+    // `gpu --bench [--budget-s N]`: the device check's benchmark rows.
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--bench") {
+        std::process::exit(bench::main(&args));
+    }
     let s = 0.125f32;
     let bf = DType::BF16;
     let f16 = DType::F16;
@@ -941,5 +950,12 @@ fn main() {
     trials.extend(conv_norm::trials());
     trials.extend(conv_norm_views::trials());
     trials.extend(gemm::trials());
+    trials.extend(bench::trials());
+    // The candle_transformer_block example's check: a training step and a
+    // paged decode loop in bf16 and f32 against the block on the CPU.
+    trials.push(gpu("example_block", || {
+        block::check(&cuda()?)?;
+        Ok(())
+    }));
     run(trials);
 }

@@ -7,8 +7,12 @@
 // them (as in the crate's own test binaries).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "../examples/candle_transformer_block/block.rs"]
+mod block;
 #[path = "host/conv_norm.rs"]
 mod conv_norm;
+#[path = "host/example_block.rs"]
+mod example_block;
 mod support;
 
 use candle_core::{DType as CDType, Device, Tensor};
@@ -550,5 +554,6 @@ fn main() {
     trials.extend(conv_norm::nhwc_fusion());
     trials.extend(conv_norm::norm_trials());
     trials.extend(conv_norm::refusal_trials());
+    trials.extend(example_block::trials());
     run(trials);
 }

@@ -17,7 +17,9 @@
 #             (device_props compares the JSON with the H200 preset;
 #             cuDNN 9.19 compiles its runtime-fusion kernels with NVRTC
 #             as it plans: seconds per graph); then cudnn-candle/gpu,
-#             after a check that the driver can load its PTX (CANDLE)    est  60  cap 150
+#             after a check that the driver can load its PTX (CANDLE),
+#             and cudnn-candle/example_block (the same binary's trial
+#             of the candle_transformer_block example's check)          est  75  cap 150
 #   torch     our CSV benchmarks (bench_attention 1k/4k/8k first, then
 #             bench_gemm 0.1 s per case, bench_conv --quick --exhaustive,
 #             bench_ops), then compare_torch.py: the same cases through
@@ -25,12 +27,15 @@
 #   examples  the examples that run on a GPU, quick ones first (gemm,
 #             conv2d, graph_conv, lenet, ddp_lenet as one rank), then
 #             the ones that plan many graphs (attention, aot)            est  30  cap  75
-#   bench     the other benchmarks (bench_ops --quick, bench_host,
-#             bench_graph, bench_nccl, bench_cudarc)                      est  35  cap  60
+#   bench     cudnn-candle/bench first (cudnn-candle's gpu binary with
+#             --bench: its functions against candle's own ops, a
+#             markdown table, its own budget of at most 40 s), then the
+#             other benchmarks (bench_ops --quick, bench_host,
+#             bench_graph, bench_nccl, bench_cudarc)                      est  75  cap 110
 #   memcheck  compute-sanitizer memcheck on the runtime module and gemm's
 #             gemm_f32 tests; "not supported on this device's runtime"
 #             is a skip with its reason                                   est  35  cap  60
-# Estimates add up to 270 s (4.5 minutes). CHECK_BUDGET_S (default 345)
+# Estimates add up to 325 s (5.4 minutes). CHECK_BUDGET_S (default 345)
 # caps the whole run: a phase gets what is left of it, and a binary that
 # cannot start in time is reported as not run. PER_BINARY_TIMEOUT (default
 # 100) caps each test binary; a binary that ignores the TERM at its limit is
@@ -53,7 +58,10 @@
 # variables name), after ldd finds every one. Its kernels are PTX made by the
 # CUDA version CANDLE records (toolkit_cuda): a driver runs PTX of its own
 # CUDA version or older, so where nvidia-smi's "CUDA Version" is older the
-# binary is not run, a failure with the reason. NOT_PACKED lists what
+# binary is not run, a failure with the reason. Its MANIFEST lines name
+# three runs of it: cudnn-candle/gpu (every trial but example_block),
+# cudnn-candle/example_block (that trial alone: its own row) and
+# cudnn-candle/bench (--bench, in the bench phase). NOT_PACKED lists what
 # `cargo xtask device-check` could not build (no candle toolkit there), each
 # a failure with its reason.
 #
@@ -161,6 +169,7 @@ record_not_packed() {
 phase_for() {
     case "$1" in
         device_props | doctor) echo props ;;
+        cudnn-candle/bench) echo bench ;;
         tests/* | cudnn-candle/*) echo tests ;;
         bench_gemm | bench_conv | bench_ops | bench_attention) echo torch ;;
         bench_*) echo bench ;;
@@ -173,7 +182,8 @@ in_manifest() { local m; for m in ${manifest[@]+"${manifest[@]}"}; do [ "$m" = "
 run_entry() { # ENTRY TIMEOUT
     case "$1" in
         tests/gpu/*) CUDNN_RS_TEST_MODULE="${1#tests/gpu/}" run_one "$1" "$2" "$bin/tests/gpu" ;;
-        cudnn-candle/gpu) run_candle "$1" "$2" ;;
+        cudnn-candle/gpu) run_candle "$1" "$2" --skip example_block ;;
+        cudnn-candle/example_block) run_candle "$1" "$2" example_block ;;
         *) run_one "$1" "$2" "$bin/$1" ;;
     esac
 }
@@ -377,10 +387,12 @@ candle_key() { # KEY: its value in the pack's CANDLE record
     [ -f "$here/CANDLE" ] && grep -E "^$1=" "$here/CANDLE" | head -n 1 | cut -d= -f2-
 }
 candle_line=""
-# run_candle NAME CAP: cudnn-candle's gpu binary, if the driver can load its
-# PTX and ldd finds its libraries there; with torch's CUDA wheels first.
+# run_candle NAME CAP [ARGS...]: cudnn-candle's gpu binary with ARGS, if the
+# driver can load its PTX and ldd finds its libraries there; with torch's
+# CUDA wheels first.
 run_candle() {
     local name="$1" cap="$2" exe="$bin/cudnn-candle/gpu" tk ptx want drv gcap why d so ldp="" miss loaded
+    shift 2
     tk="$(candle_key toolkit_cuda)"; ptx="$(candle_key ptx_isa)"; want="$(candle_key compute_cap)"
     drv="$(nvidia-smi 2>/dev/null | driver_cuda_of)"
     gcap="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' ')"
@@ -411,7 +423,7 @@ run_candle() {
             return
         fi
     fi
-    LD_LIBRARY_PATH="$ldp" run_one "$name" "$cap" "$exe"
+    LD_LIBRARY_PATH="$ldp" run_one "$name" "$cap" "$exe" "$@"
 }
 
 # Every manifest binary of PHASE that has no verdict yet: not run, for WHY.
@@ -631,7 +643,7 @@ fi
 
 # ---------------------------------------------------------------------------
 if selected tests; then
-    phase_begin tests 60 150
+    phase_begin tests 75 150
     for m in ${manifest[@]+"${manifest[@]}"}; do
         [ "$(phase_for "$m")" = tests ] || continue
         run_entry "$m" "$per_binary_timeout"
@@ -639,7 +651,7 @@ if selected tests; then
     record_not_packed
     phase_end
 else
-    phase_skip tests 60 150
+    phase_skip tests 75 150
     not_run tests "SKIP (PHASES)" "phase tests not selected"
 fi
 
@@ -701,7 +713,14 @@ fi
 
 # ---------------------------------------------------------------------------
 if selected bench; then
-    phase_begin bench 35 60
+    phase_begin bench 75 110
+    # cudnn-candle against candle's own ops: its own budget, 10 s under
+    # what the item may take (a case runs to its end once started).
+    if in_manifest cudnn-candle/bench; then
+        bench_names+=("cudnn-candle/bench")
+        tl=$(item_limit 50)
+        run_candle cudnn-candle/bench 50 --bench --budget-s "$((tl > 20 ? tl - 10 : 10))"
+    fi
     selected torch || csv_benches
     bench "bench_ops --quick" 15 bench_ops --quick
     bench bench_host 15 bench_host
@@ -711,7 +730,7 @@ if selected bench; then
     bench bench_cudarc 10 bench_cudarc --rounds 9
     phase_end
 else
-    phase_skip bench 35 60
+    phase_skip bench 75 110
 fi
 selected torch || selected bench || not_run torch "SKIP (PHASES)" "phases torch and bench not selected"
 not_run bench "SKIP (PHASES)" "phase bench not selected"

@@ -11,8 +11,9 @@
 //!   runs or reports every one, a module alone through
 //!   `CUDNN_RS_TEST_MODULE`;
 //! - `run.sh` and `compare_torch.py` (from `xtask/device/`);
-//! - `cudnn-candle`'s `gpu` test binary as `bin/cudnn-candle/gpu` (one
-//!   MANIFEST line), built with the candle CUDA toolkit, with the record
+//! - `cudnn-candle`'s `gpu` test binary as `bin/cudnn-candle/gpu` (three
+//!   MANIFEST lines: its trials, the `candle_transformer_block` example's
+//!   check, its benchmark table), built with the candle CUDA toolkit, with the record
 //!   `CANDLE` of the CUDA version its PTX needs; or, where it cannot be
 //!   built, its reason in `NOT_PACKED` (see [`candle`]).
 //!
@@ -49,8 +50,9 @@ const USAGE: &str = "\
 usage: cargo xtask device-check [--exclude NAME]... [--no-strip]
 
 NAME: an example, a module of the gpu test binary (`runtime` or
-`gpu/runtime`: its MANIFEST line is left out), or `cudnn-candle/gpu` (not
-built).
+`gpu/runtime`: its MANIFEST line is left out), `cudnn-candle/gpu` (not
+built), or `cudnn-candle/example_block` / `cudnn-candle/bench` (that line
+of the candle binary left out).
 
 Builds the release gpu test binary of `cudnn` and the release examples,
 packs them (tar.xz) with run.sh into .device-check/ for a machine with an
@@ -153,7 +155,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
             }
             Err(why) => {
                 eprintln!("device-check: NOT PACKED {}: {why}", candle::ENTRY);
-                not_packed.push((candle::ENTRY.to_string(), why));
+                for e in candle::ENTRIES {
+                    not_packed.push((e.to_string(), why.clone()));
+                }
                 None
             }
         }
@@ -330,8 +334,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
 
 /// MANIFEST: one line per packed binary in `names`' order, the `tests/gpu`
 /// binary as one line per module of `modules` (less those `exclude` names
-/// as `<module>` or `gpu/<module>`). Returns the text and the modules left
-/// out (as `gpu/<module>`).
+/// as `<module>` or `gpu/<module>`), cudnn-candle's as its
+/// [`candle::ENTRIES`] (less those `exclude` names). Returns the text and
+/// the modules and entries left out (as `gpu/<module>`, or the entry).
 fn manifest_text(names: &[&str], modules: &[String], exclude: &[String]) -> (String, Vec<String>) {
     let mut list = String::from(
         "# The binaries in bin.tar.xz, one a line: run.sh runs or reports every one.\n",
@@ -345,6 +350,15 @@ fn manifest_text(names: &[&str], modules: &[String], exclude: &[String]) -> (Str
                     continue;
                 }
                 list.push_str(&format!("tests/gpu/{m}\n"));
+            }
+        } else if *name == candle::ENTRY {
+            for e in candle::ENTRIES {
+                if e != candle::ENTRY && exclude.iter().any(|x| x == e) {
+                    left_out.push(e.to_string());
+                    continue;
+                }
+                list.push_str(e);
+                list.push('\n');
             }
         } else {
             list.push_str(name);

@@ -86,15 +86,30 @@ pub fn unit(name: &str, f: impl FnOnce() -> TestResult + 'static) -> Trial {
     gated(name, None, "", f)
 }
 
+/// The first free argument (the filter) and the values of `--skip NAME`
+/// (repeatable) of `args` (the program's name first).
+pub fn filter_and_skips(args: &[String]) -> (String, Vec<String>) {
+    let (mut filter, mut skips) = (None, Vec::new());
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        if a == "--skip" {
+            skips.extend(it.next().cloned());
+        } else if !a.starts_with('-') && filter.is_none() {
+            filter = Some(a.clone());
+        }
+    }
+    (filter.unwrap_or_default(), skips)
+}
+
 /// Run the trials whose name contains the first free argument (all
-/// without one), one after the other; exit 1 when one failed.
+/// without one) and none of the `--skip NAME` values, one after the
+/// other; exit 1 when one failed.
 pub fn run(trials: Vec<Trial>) {
-    let filter = std::env::args()
-        .skip(1)
-        .find(|a| !a.starts_with('-'))
-        .unwrap_or_default();
+    let args: Vec<String> = std::env::args().collect();
+    let (filter, skips) = filter_and_skips(&args);
     let (mut passed, mut failed, mut ignored) = (0, Vec::new(), 0);
-    for t in trials.into_iter().filter(|t| t.name.contains(&filter)) {
+    let chosen = |t: &Trial| t.name.contains(&filter) && !skips.iter().any(|s| t.name.contains(s));
+    for t in trials.into_iter().filter(chosen) {
         if let Some(why) = &t.skip {
             eprintln!("SKIPPED {}: {why}", t.name);
             println!("test {} ... ignored", t.name);

@@ -23,6 +23,11 @@ use std::path::{Path, PathBuf};
 
 /// The MANIFEST line, and the path under `bin/` in the pack.
 pub const ENTRY: &str = "cudnn-candle/gpu";
+/// The MANIFEST lines of the one packed binary, in run order: [`ENTRY`]
+/// (every trial but `example_block`), the `candle_transformer_block`
+/// example's check alone (its own report row) and `--bench` (its
+/// benchmark table, in run.sh's bench phase).
+pub const ENTRIES: [&str; 3] = [ENTRY, "cudnn-candle/example_block", "cudnn-candle/bench"];
 /// The file in the pack that says how the binary was built (`key=value`
 /// lines, read by `run.sh` before it runs it).
 pub const RECORD: &str = "CANDLE";
@@ -402,9 +407,10 @@ mod tests {
         }
     }
 
-    /// The MANIFEST holds one `cudnn-candle/gpu` line, after the gpu
-    /// modules (run.sh runs it last in its tests phase), and run.sh puts
-    /// that line in the tests phase and runs it through `run_candle`.
+    /// The MANIFEST holds the candle binary's three lines after the gpu
+    /// modules (run.sh runs them last in its tests phase, the bench in its
+    /// bench phase), and run.sh runs each through `run_candle` with its
+    /// arguments.
     #[test]
     fn manifest_line_and_its_phase() {
         let modules = vec!["conv".to_string(), "runtime".to_string()];
@@ -417,13 +423,30 @@ mod tests {
                 "device_props",
                 "doctor",
                 "tests/gpu/conv",
-                "cudnn-candle/gpu"
+                "cudnn-candle/gpu",
+                "cudnn-candle/example_block",
+                "cudnn-candle/bench"
             ]
         );
         assert_eq!(left, ["gpu/runtime"]);
+        // One of them left out by name.
+        let (text, left) =
+            super::super::manifest_text(&names, &modules, &["cudnn-candle/bench".into()]);
+        assert!(!text.contains("cudnn-candle/bench"), "{text}");
+        assert!(text.contains("cudnn-candle/example_block\n"), "{text}");
+        assert_eq!(left, ["cudnn-candle/bench"]);
         let runner = super::super::RUNNER;
-        assert!(runner.contains("tests/* | cudnn-candle/*) echo tests ;;"));
-        assert!(runner.contains("cudnn-candle/gpu) run_candle "));
+        assert!(runner.contains(
+            "cudnn-candle/bench) echo bench ;;\n        tests/* | cudnn-candle/*) echo tests ;;"
+        ));
+        assert!(
+            runner.contains("cudnn-candle/gpu) run_candle \"$1\" \"$2\" --skip example_block ;;")
+        );
+        assert!(
+            runner
+                .contains("cudnn-candle/example_block) run_candle \"$1\" \"$2\" example_block ;;")
+        );
+        assert!(runner.contains("run_candle cudnn-candle/bench 50 --bench --budget-s "));
         assert!(runner.contains(&format!("$here/{RECORD}")));
         assert!(runner.contains(&format!("$here/{NOT_PACKED}")));
     }
@@ -520,9 +543,11 @@ mod tests {
                 "while [ $# -gt 0 ]; do [ \"$1\" = --out ] && echo '{\"fake\":1}' > \"$2\"; shift; done\necho 'device 0: fake'",
             );
             script(stage.join("bin/doctor"), "echo ok");
+            // The candle binary's stand-in: a bench table with --bench,
+            // else a test summary naming its arguments.
             script(
                 stage.join("bin/cudnn-candle/gpu"),
-                "echo \"REQUIRE_GPU=$CUDNN_RS_REQUIRE_GPU\"\necho 'test result: ok. 3 passed; 0 failed; 0 ignored'",
+                "echo \"REQUIRE_GPU=$CUDNN_RS_REQUIRE_GPU\"\ncase \" $* \" in\n*\" --bench \"*) printf '# cudnn-candle against candle (ARGS=%s)\\n\\n| op | case |\\n|---|---|\\n| conv2d | N=1 |\\n\\nbench result: 1 cases run\\n' \"$*\" ;;\n*) echo \"test result: ok. 3 passed; 0 failed; 0 ignored (ARGS=$*)\" ;;\nesac",
             );
             let mut names = vec!["device_props", "doctor"];
             if candle {
@@ -547,7 +572,8 @@ mod tests {
                 .unwrap();
             }
             if let Some(why) = not_packed {
-                fs::write(pack.join(NOT_PACKED), not_packed_line(ENTRY, why)).unwrap();
+                let lines: String = ENTRIES.iter().map(|e| not_packed_line(e, why)).collect();
+                fs::write(pack.join(NOT_PACKED), lines).unwrap();
             }
             FakePack { dir }
         }
@@ -555,6 +581,10 @@ mod tests {
         /// Run run.sh (tests phase) with a stand-in nvidia-smi reporting
         /// `cuda`; returns (exit code, report.md).
         fn run(&self, cuda: &str) -> Option<(i32, String)> {
+            self.run_phases(cuda, "tests")
+        }
+
+        fn run_phases(&self, cuda: &str, phases: &str) -> Option<(i32, String)> {
             let smi = self.dir.join("smi").join("nvidia-smi");
             fs::write(
                 &smi,
@@ -574,7 +604,7 @@ mod tests {
                 .arg(self.dir.join("pack").join("run.sh"))
                 .env("PATH", path)
                 .env("OUT", &out)
-                .env("PHASES", "tests")
+                .env("PHASES", phases)
                 .env("CHECK_BUDGET_S", "60")
                 .output()
                 .ok()?;
@@ -620,11 +650,53 @@ mod tests {
             report.contains("cudnn-candle: PTX by CUDA 13.5 (ISA 9.5"),
             "{report}"
         );
+        let r = row(&report, "cudnn-candle/example_block");
+        assert!(r.contains("| tests | FAIL (cannot run) |"), "{r}");
         let (rc, report) = pack.run("13.5").expect("run.sh ran and wrote report.md");
         let r = row(&report, ENTRY);
         assert!(r.contains("| tests | PASS |"), "{r}\n{report}");
         assert!(r.contains("3 passed"), "{r}");
+        assert!(r.contains("(ARGS=--skip example_block)"), "{r}");
+        let r = row(&report, "cudnn-candle/example_block");
+        assert!(r.contains("| tests | PASS |"), "{r}\n{report}");
+        assert!(r.contains("(ARGS=example_block)"), "{r}");
+        // Its bench phase not selected: skipped, not failed.
+        let r = row(&report, "cudnn-candle/bench");
+        assert!(r.contains("| bench | SKIP (PHASES) |"), "{r}");
         assert_eq!(rc, 0, "{report}");
+    }
+
+    /// The bench line runs in the bench phase with its budget, and its
+    /// table lands among the report's benchmark tables.
+    #[test]
+    fn runner_runs_the_candle_bench_into_the_report() {
+        if std::process::Command::new("bash")
+            .arg("-c")
+            .arg("true")
+            .status()
+            .is_err()
+        {
+            eprintln!("SKIPPED runner_runs_the_candle_bench...: no bash here");
+            return;
+        }
+        let pack = FakePack::new("bench", true, None);
+        let (_, report) = pack
+            .run_phases("13.5", "bench")
+            .expect("run.sh ran and wrote report.md");
+        let r = row(&report, "cudnn-candle/bench");
+        assert!(r.contains("| bench | PASS |"), "{r}\n{report}");
+        assert!(r.contains("bench result: 1 cases run"), "{r}");
+        let tables = &report[report.find("## Our benchmark tables").expect("the section")..];
+        let at = tables.find("### cudnn-candle/bench").expect("its table");
+        let t = &tables[at..];
+        assert!(
+            t.contains("#### cudnn-candle against candle (ARGS=--bench --budget-s "),
+            "{t}"
+        );
+        assert!(t.contains("| conv2d | N=1 |"), "{t}");
+        // The tests phase not selected: its candle lines are skipped.
+        let r = row(&report, ENTRY);
+        assert!(r.contains("SKIP (PHASES)"), "{r}");
     }
 
     #[test]
@@ -641,9 +713,11 @@ mod tests {
         let why = "the candle CUDA toolkit is not fetched here (<cache>/candle/nvidia/cu13/bin/nvcc missing)";
         let pack = FakePack::new("notpacked", false, Some(why));
         let (rc, report) = pack.run("13.5").expect("run.sh ran and wrote report.md");
-        let r = row(&report, ENTRY);
-        assert!(r.contains("| tests | FAIL (NOT PACKED) |"), "{r}");
-        assert!(r.contains(why), "{r}");
+        for e in ENTRIES {
+            let r = row(&report, e);
+            assert!(r.contains("| tests | FAIL (NOT PACKED) |"), "{r}");
+            assert!(r.contains(why), "{r}");
+        }
         assert!(
             report.contains(&format!("**NOT PACKED** {ENTRY}: {why}")),
             "{report}"

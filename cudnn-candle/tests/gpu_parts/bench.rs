@@ -1,0 +1,582 @@
+//! `gpu --bench [--budget-s N]`: cudnn-candle's functions against candle's
+//! own ops on the same GPU, the device check's benchmark rows. Attention
+//! (prefill forward and forward + backward, causal; decode against a KV
+//! cache and a paged cache) against candle's matmul + causal mask +
+//! softmax + matmul; `conv2d` (forward, forward + backward) against
+//! candle's `Tensor::conv2d`; `matmul_bias_act` against candle's matmul +
+//! `broadcast_add` + activation. All bf16.
+//!
+//! Each side: the first call timed alone (it plans, for cudnn-candle),
+//! two more warm-up calls, then the median of up to 10 calls, each followed
+//! by `Device::synchronize` (a call's whole latency as a candle user sees
+//! it, launches included). Cases run in order of value while the budget
+//! (default 40 s) lasts; the rest are rows saying so. The forward rows
+//! also give the two outputs' largest difference relative to candle's
+//! largest value (a benchmark of wrong results would be worthless).
+//! Prints one markdown table; exits 1 when a case failed, or, with
+//! `CUDNN_RS_REQUIRE_GPU=1`, when there is no GPU.
+
+use std::time::Instant;
+
+use candle_core::{D, DType, Device, Tensor, Var};
+use cudnn_candle::{AttnParams, MatmulActivation};
+
+type R<T> = candle_core::Result<T>;
+
+/// Why `candle-flash-attn` has no row of numbers.
+pub const FLASH_ATTN_NOTE: &str = "not built: its build script compiles 53 CUDA files \
+(52 FlashAttention-2 kernel instantiations, nvcc -O3 with CUTLASS's templates) and clones \
+CUTLASS from GitHub as it builds: an estimated hour or more of nvcc on the project's 2-core \
+build machine (candle's kernels alone take 8.5 minutes), and it has no backward to compare";
+
+/// The median of `v` (sorted in place); 0 when empty.
+pub fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// First call, and the median of the synchronized calls after warm-up, in
+/// milliseconds.
+struct Timing {
+    first_ms: f64,
+    median_ms: f64,
+    n: usize,
+}
+
+fn time(dev: &Device, mut f: impl FnMut() -> R<()>) -> R<Timing> {
+    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
+    dev.synchronize()?;
+    let t = Instant::now();
+    f()?;
+    dev.synchronize()?;
+    let first_ms = ms(t);
+    for _ in 0..2 {
+        f()?;
+    }
+    dev.synchronize()?;
+    // Up to 10 calls, within about 0.6 s (at least 3).
+    let mut v = Vec::new();
+    let start = Instant::now();
+    while v.len() < 10 && (v.len() < 3 || start.elapsed().as_secs_f64() < 0.6) {
+        let t = Instant::now();
+        f()?;
+        dev.synchronize()?;
+        v.push(ms(t));
+    }
+    let n = v.len();
+    Ok(Timing {
+        first_ms,
+        median_ms: median(&mut v),
+        n,
+    })
+}
+
+/// `max |a - b| / max |b|` on the device's values, in f32.
+fn rel_diff(a: &Tensor, b: &Tensor) -> R<f64> {
+    let (a, b) = (a.to_dtype(DType::F32)?, b.to_dtype(DType::F32)?);
+    let max = |t: &Tensor| -> R<f32> { t.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>() };
+    let d = max(&(a - &b)?)?;
+    Ok(f64::from(d / max(&b)?.max(1e-6)))
+}
+
+/// One row of the table.
+pub struct Row {
+    pub op: String,
+    pub case: String,
+    pub pass: &'static str,
+    /// (candle, cudnn-candle) timings, or why there are none.
+    pub result: Result<(f64, f64, f64, usize, Option<f64>), String>,
+}
+
+impl Row {
+    pub fn markdown(&self) -> String {
+        match &self.result {
+            Ok((candle, ours, first, n, diff)) => format!(
+                "| {} | {} | {} | {candle:.3} | {ours:.3} | {:.2} | {first:.1} | {n} | {} |",
+                self.op,
+                self.case,
+                self.pass,
+                candle / ours,
+                diff.map_or_else(|| "-".to_string(), |d| format!("{d:.1e}"))
+            ),
+            Err(why) => format!(
+                "| {} | {} | {} | | | | | | {} |",
+                self.op,
+                self.case,
+                self.pass,
+                why.replace('|', "/").replace('\n', " ")
+            ),
+        }
+    }
+}
+
+pub const HEADER: &str = "| op | case | pass | candle ms | cudnn-candle ms | candle / cudnn-candle | cudnn-candle first call ms | calls | max rel. diff |\n|---|---|---|---:|---:|---:|---:|---:|---|";
+
+fn randn(dims: &[usize], dev: &Device) -> R<Tensor> {
+    Tensor::randn(0f32, 1.0, dims, dev)?.to_dtype(DType::BF16)
+}
+
+/// Both sides of a case: candle's `native`, ours `cudnn`; `diff`: compare
+/// the outputs of one call of each.
+fn pair(
+    dev: &Device,
+    native: impl Fn() -> R<Tensor>,
+    cudnn: impl Fn() -> R<Tensor>,
+    diff: bool,
+) -> R<(f64, f64, f64, usize, Option<f64>)> {
+    let ours = time(dev, || cudnn().map(drop))?;
+    let theirs = time(dev, || native().map(drop))?;
+    let d = if diff {
+        Some(rel_diff(&cudnn()?, &native()?)?)
+    } else {
+        None
+    };
+    Ok((
+        theirs.median_ms,
+        ours.median_ms,
+        ours.first_ms,
+        ours.n.min(theirs.n),
+        d,
+    ))
+}
+
+/// candle's attention on `(b, s, h, d)` q, k, v (h == kv heads): matmul,
+/// a precomputed causal mask, softmax of candle-core's ops with the row
+/// max detached (candle-nn's fused `softmax_last_dim` is not a dependency
+/// here), matmul.
+fn native_attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, scale: f64) -> R<Tensor> {
+    let (q, k, v) = (
+        q.transpose(1, 2)?.contiguous()?,
+        k.transpose(1, 2)?.contiguous()?,
+        v.transpose(1, 2)?.contiguous()?,
+    );
+    let s = (q.matmul(&k.t()?)? * scale)?.broadcast_add(mask)?;
+    let m = s.max_keepdim(D::Minus1)?.detach();
+    let e = s.broadcast_sub(&m)?.exp()?;
+    let p = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
+    p.matmul(&v)?.transpose(1, 2)
+}
+
+fn causal_mask(s: usize, dev: &Device) -> R<Tensor> {
+    let m: Vec<f32> = (0..s * s)
+        .map(|i| {
+            if i % s <= i / s {
+                0.0
+            } else {
+                f32::NEG_INFINITY
+            }
+        })
+        .collect();
+    Tensor::from_vec(m, (s, s), dev)?.to_dtype(DType::BF16)
+}
+
+fn prefill(
+    dev: &Device,
+    (b, s, h, d): (usize, usize, usize, usize),
+    bwd: bool,
+) -> R<(f64, f64, f64, usize, Option<f64>)> {
+    let (q, k, v) = (
+        randn(&[b, s, h, d], dev)?,
+        randn(&[b, s, h, d], dev)?,
+        randn(&[b, s, h, d], dev)?,
+    );
+    let mask = causal_mask(s, dev)?;
+    let scale = 1.0 / (d as f64).sqrt();
+    if !bwd {
+        return pair(
+            dev,
+            || native_attention(&q, &k, &v, &mask, scale),
+            || cudnn_candle::flash_attn(&q, &k, &v, scale as f32, true),
+            true,
+        );
+    }
+    let (qv, kv, vv) = (
+        Var::from_tensor(&q)?,
+        Var::from_tensor(&k)?,
+        Var::from_tensor(&v)?,
+    );
+    let grads = |o: Tensor| -> R<Tensor> {
+        let g = o.backward()?;
+        g.get(qv.as_tensor())
+            .cloned()
+            .ok_or_else(|| candle_core::Error::Msg("no gradient for q".into()))
+    };
+    pair(
+        dev,
+        || {
+            grads(native_attention(
+                qv.as_tensor(),
+                kv.as_tensor(),
+                vv.as_tensor(),
+                &mask,
+                scale,
+            )?)
+        },
+        || {
+            grads(cudnn_candle::flash_attn(
+                qv.as_tensor(),
+                kv.as_tensor(),
+                vv.as_tensor(),
+                scale as f32,
+                true,
+            )?)
+        },
+        true,
+    )
+}
+
+/// One query per sequence against `len` cached keys (GQA `h` / `hkv`):
+/// candle's with the cache as `(b, hkv, len, d)` and the query heads of a
+/// KV head batched (no copy of the cache); ours with the cache as
+/// FlashAttention's `(b, len, hkv, d)`, whole (`flash_attn_kvcache`) or
+/// paged in blocks of 16.
+fn decode(
+    dev: &Device,
+    (b, h, hkv, d): (usize, usize, usize, usize),
+    len: usize,
+    paged: bool,
+) -> R<(f64, f64, f64, usize, Option<f64>)> {
+    let rep = h / hkv;
+    let q = randn(&[b, 1, h, d], dev)?;
+    let (kc, vc) = (
+        randn(&[b, len, hkv, d], dev)?,
+        randn(&[b, len, hkv, d], dev)?,
+    );
+    let (kt, vt) = (
+        kc.transpose(1, 2)?.contiguous()?,
+        vc.transpose(1, 2)?.contiguous()?,
+    );
+    let scale = 1.0 / (d as f64).sqrt();
+    let native = || -> R<Tensor> {
+        let qh = q.reshape((b, hkv, rep, d))?;
+        let s = (qh.matmul(&kt.t()?)? * scale)?;
+        let m = s.max_keepdim(D::Minus1)?.detach();
+        let e = s.broadcast_sub(&m)?.exp()?;
+        let p = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
+        p.matmul(&vt)?.reshape((b, 1, h, d))
+    };
+    let p = AttnParams::new(scale as f32).causal(true);
+    if !paged {
+        let lens = Tensor::new(vec![len as u32; b].as_slice(), dev)?;
+        return pair(
+            dev,
+            native,
+            || cudnn_candle::flash_attn_kvcache(&q, &kc, &vc, &lens, &p),
+            true,
+        );
+    }
+    let bs = 16;
+    let per_seq = len / bs;
+    let kp = kc.reshape((b * per_seq, bs, hkv, d))?;
+    let vp = vc.reshape((b * per_seq, bs, hkv, d))?;
+    let table: Vec<i32> = (0..(b * per_seq) as i32).collect();
+    let table = Tensor::from_vec(table, (b, per_seq), dev)?;
+    let lens = Tensor::new(vec![len as i32; b].as_slice(), dev)?;
+    pair(
+        dev,
+        native,
+        || cudnn_candle::flash_attn_paged(&q, &kp, &vp, &table, &lens, &p),
+        true,
+    )
+}
+
+fn conv(
+    dev: &Device,
+    (n, c, hw, k, r, stride, pad): (usize, usize, usize, usize, usize, usize, usize),
+    bwd: bool,
+) -> R<(f64, f64, f64, usize, Option<f64>)> {
+    let x = randn(&[n, c, hw, hw], dev)?;
+    let w = (randn(&[k, c, r, r], dev)? * (1.0 / ((c * r * r) as f64).sqrt()))?;
+    if !bwd {
+        return pair(
+            dev,
+            || x.conv2d(&w, pad, stride, 1, 1),
+            || cudnn_candle::conv2d(&x, &w, pad, stride, 1, 1),
+            true,
+        );
+    }
+    let (xv, wv) = (Var::from_tensor(&x)?, Var::from_tensor(&w)?);
+    let grads = |y: Tensor| -> R<Tensor> {
+        let g = y.backward()?;
+        g.get(wv.as_tensor())
+            .cloned()
+            .ok_or_else(|| candle_core::Error::Msg("no gradient for the filter".into()))
+    };
+    pair(
+        dev,
+        || grads(xv.as_tensor().conv2d(wv.as_tensor(), pad, stride, 1, 1)?),
+        || {
+            grads(cudnn_candle::conv2d(
+                xv.as_tensor(),
+                wv.as_tensor(),
+                pad,
+                stride,
+                1,
+                1,
+            )?)
+        },
+        true,
+    )
+}
+
+fn gemm(
+    dev: &Device,
+    (m, k, n): (usize, usize, usize),
+    act: MatmulActivation,
+) -> R<(f64, f64, f64, usize, Option<f64>)> {
+    let a = randn(&[m, k], dev)?;
+    let b = (randn(&[k, n], dev)? * (1.0 / (k as f64).sqrt()))?;
+    let bias = randn(&[n], dev)?;
+    pair(
+        dev,
+        || {
+            let y = a.matmul(&b)?.broadcast_add(&bias)?;
+            match act {
+                MatmulActivation::Relu => y.relu(),
+                MatmulActivation::GeluTanh => y.gelu(),
+                MatmulActivation::None => Ok(y),
+            }
+        },
+        || cudnn_candle::matmul_bias_act(&a, &b, Some(&bias), act),
+        true,
+    )
+}
+
+type Case = (
+    String,
+    String,
+    &'static str,
+    Box<dyn Fn(&Device) -> R<(f64, f64, f64, usize, Option<f64>)>>,
+);
+
+/// The cases, in order of value (the budget may cut the tail).
+pub fn cases() -> Vec<Case> {
+    let mut v: Vec<Case> = Vec::new();
+    let attn = |v: &mut Vec<Case>, shape: (usize, usize, usize, usize)| {
+        let (b, s, h, d) = shape;
+        for (pass, bwd) in [("forward", false), ("forward+backward", true)] {
+            v.push((
+                "attention prefill, causal".into(),
+                format!("B={b} S={s} H={h} D={d}"),
+                pass,
+                Box::new(move |dev: &Device| prefill(dev, shape, bwd)),
+            ));
+        }
+    };
+    let dec = |v: &mut Vec<Case>, len: usize| {
+        let shape = (8, 32, 8, 128);
+        for (op, paged) in [
+            ("attention decode, KV cache", false),
+            ("attention decode, paged (16)", true),
+        ] {
+            v.push((
+                op.into(),
+                format!("B=8 H=32 KV heads=8 D=128 cache {len}"),
+                "forward",
+                Box::new(move |dev: &Device| decode(dev, shape, len, paged)),
+            ));
+        }
+    };
+    let cv = |v: &mut Vec<Case>, shape: (usize, usize, usize, usize, usize, usize, usize)| {
+        let (n, c, hw, k, r, st, p) = shape;
+        for (pass, bwd) in [("forward", false), ("forward+backward", true)] {
+            v.push((
+                "conv2d".into(),
+                format!("N={n} C={c} {hw}x{hw} K={k} {r}x{r} stride {st} pad {p}"),
+                pass,
+                Box::new(move |dev: &Device| conv(dev, shape, bwd)),
+            ));
+        }
+    };
+    let mm = |v: &mut Vec<Case>, shape: (usize, usize, usize), act: MatmulActivation| {
+        let (m, k, n) = shape;
+        v.push((
+            "matmul + bias + activation".into(),
+            format!("{m}x{k} · {k}x{n}, {act:?}"),
+            "forward",
+            Box::new(move |dev: &Device| gemm(dev, shape, act)),
+        ));
+    };
+    attn(&mut v, (4, 1024, 16, 128));
+    dec(&mut v, 4096);
+    cv(&mut v, (32, 64, 56, 64, 3, 1, 1));
+    mm(&mut v, (4096, 4096, 4096), MatmulActivation::GeluTanh);
+    attn(&mut v, (2, 4096, 32, 128));
+    attn(&mut v, (8, 512, 16, 64));
+    dec(&mut v, 1024);
+    dec(&mut v, 8192);
+    cv(&mut v, (32, 128, 28, 128, 3, 1, 1));
+    cv(&mut v, (32, 256, 56, 64, 1, 1, 0));
+    mm(&mut v, (8192, 1024, 4096), MatmulActivation::Relu);
+    mm(&mut v, (16, 4096, 11008), MatmulActivation::GeluTanh);
+    attn(&mut v, (2, 2048, 32, 64));
+    cv(&mut v, (32, 256, 14, 256, 3, 1, 1));
+    v
+}
+
+/// The bench: the table on stdout; the exit code.
+pub fn main(args: &[String]) -> i32 {
+    let budget = args
+        .iter()
+        .position(|a| a == "--budget-s")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|s| s.parse::<f64>().ok())
+        .unwrap_or(40.0);
+    println!("# cudnn-candle against candle's own ops (bf16)");
+    println!();
+    println!(
+        "Median of up to 10 calls (each followed by a device synchronize) after the first and two warm-up calls; \
+         ratio above 1: cudnn-candle faster. Budget {budget} s. max rel. diff: the two outputs (forward) or \
+         gradients (q / filter) of one call each, relative to candle's largest value."
+    );
+    println!();
+    println!("{HEADER}");
+    let flash = format!("| attention | candle-flash-attn | - | | | | | | {FLASH_ATTN_NOTE} |");
+    let dev = match super::support::gpu_missing() {
+        None => Device::new_cuda(0),
+        Some(why) => Err(candle_core::Error::Msg(why)),
+    };
+    let dev = match dev {
+        Ok(d) => d,
+        Err(e) => {
+            let why = e.to_string().lines().next().unwrap_or("").to_string();
+            for (op, case, pass, _) in cases() {
+                let result = Err("not run: no GPU".to_string());
+                println!(
+                    "{}",
+                    Row {
+                        op,
+                        case,
+                        pass,
+                        result
+                    }
+                    .markdown()
+                );
+            }
+            println!("{flash}");
+            println!();
+            println!("bench result: not run: no GPU ({why})");
+            let required =
+                std::env::var("CUDNN_RS_REQUIRE_GPU").is_ok_and(|v| v == "1" || v == "true");
+            return i32::from(required);
+        }
+    };
+    let start = Instant::now();
+    let (mut ran, mut failed, mut cut) = (0, Vec::new(), 0);
+    for (op, case, pass, f) in cases() {
+        let result = if start.elapsed().as_secs_f64() > budget {
+            cut += 1;
+            Err(format!("not run: the bench's {budget} s budget was spent"))
+        } else {
+            ran += 1;
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&dev)));
+            match r {
+                Ok(Ok(t)) => Ok(t),
+                Ok(Err(e)) => {
+                    failed.push(format!("{op} {case} {pass}"));
+                    Err(format!(
+                        "error: {}",
+                        e.to_string().lines().next().unwrap_or("")
+                    ))
+                }
+                Err(_) => {
+                    failed.push(format!("{op} {case} {pass}"));
+                    Err("error: panicked".into())
+                }
+            }
+        };
+        println!(
+            "{}",
+            Row {
+                op,
+                case,
+                pass,
+                result
+            }
+            .markdown()
+        );
+    }
+    println!("{flash}");
+    println!();
+    println!(
+        "bench result: {ran} cases run in {:.1} s, {} failed, {cut} cut by the budget{}",
+        start.elapsed().as_secs_f64(),
+        failed.len(),
+        if failed.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", failed.join("; "))
+        }
+    );
+    i32::from(!failed.is_empty())
+}
+
+/// The bench's pure parts, run by the gpu binary's trials (no GPU needed).
+pub fn trials() -> Vec<super::support::Trial> {
+    vec![
+        // The device check runs this binary as `--skip example_block` and
+        // as `example_block`: the runner's reading of those arguments.
+        super::support::unit("runner_filter_and_skips", || {
+            let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+            let f = super::support::filter_and_skips;
+            assert_eq!(f(&a(&["gpu"])), (String::new(), vec![]));
+            assert_eq!(
+                f(&a(&["gpu", "--skip", "example_block"])),
+                (String::new(), a(&["example_block"]))
+            );
+            assert_eq!(
+                f(&a(&["gpu", "example_block"])),
+                ("example_block".into(), vec![])
+            );
+            assert_eq!(
+                f(&a(&["gpu", "--skip", "x", "flash", "--skip", "y", "z"])),
+                ("flash".into(), a(&["x", "y"]))
+            );
+            // A trailing --skip without a value skips nothing.
+            assert_eq!(f(&a(&["gpu", "--skip"])), (String::new(), vec![]));
+            Ok(())
+        }),
+        super::support::unit("bench_median_and_rows", || {
+            assert_eq!(median(&mut []), 0.0);
+            assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+            assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+            let r = Row {
+                op: "conv2d".into(),
+                case: "N=1".into(),
+                pass: "forward",
+                result: Ok((2.0, 0.5, 30.0, 10, Some(1e-3))),
+            };
+            assert_eq!(
+                r.markdown(),
+                "| conv2d | N=1 | forward | 2.000 | 0.500 | 4.00 | 30.0 | 10 | 1.0e-3 |"
+            );
+            let cols = HEADER.lines().next().unwrap_or("").matches('|').count();
+            assert_eq!(r.markdown().matches('|').count(), cols);
+            let e = Row {
+                op: "a".into(),
+                case: "b".into(),
+                pass: "forward",
+                result: Err("error: x | y\nz".into()),
+            };
+            assert_eq!(e.markdown().matches('|').count(), cols, "{}", e.markdown());
+            // Every case has a distinct (op, case, pass).
+            let mut keys: Vec<String> = cases()
+                .iter()
+                .map(|(o, c, p, _)| format!("{o}/{c}/{p}"))
+                .collect();
+            let n = keys.len();
+            keys.sort();
+            keys.dedup();
+            assert_eq!(keys.len(), n);
+            Ok(())
+        }),
+    ]
+}

@@ -1,0 +1,194 @@
+//! The `candle_transformer_block` example's parts that need no GPU: its
+//! reference attention against values worked out by hand, its paged cache
+//! against plain concatenation, its tolerances against the rounding error
+//! of the same block computed on the CPU in the GPU's types, and its
+//! attention graphs planned for an H200.
+
+use candle_core::{DType, Device, Tensor};
+
+use super::block::{self, B, CAP, HD, HKV, S, STEPS};
+use super::support::{TestResult, Trial, host, unit};
+
+fn t4(v: &[f32], dims: (usize, usize, usize, usize)) -> candle_core::Result<Tensor> {
+    Tensor::from_vec(v.to_vec(), dims, &Device::Cpu)
+}
+
+fn near(got: f32, want: f64, what: &str) -> TestResult {
+    if (f64::from(got) - want).abs() > 1e-6 {
+        return Err(format!("{what}: {got} != {want}").into());
+    }
+    Ok(())
+}
+
+pub fn trials() -> Vec<Trial> {
+    vec![
+        unit("example_block_reference_attention_by_hand", || {
+            // Two query heads sharing one KV head (d = 1, scale 1):
+            // query 0 sees key 0 only; query 1 both keys, with scores
+            // (q·k0, q·k1) = (0, q): softmax weight p = e^q / (1 + e^q)
+            // on v1 = 3, 1 - p on v0 = 1.
+            let q = t4(&[1.0, -1.0, 2.0, 0.5], (1, 2, 2, 1))?;
+            let k = t4(&[0.0, 1.0], (1, 2, 1, 1))?;
+            let v = t4(&[1.0, 3.0], (1, 2, 1, 1))?;
+            let o = block::reference_attention(&q, &k, &v, 0)?
+                .flatten_all()?
+                .to_vec1::<f32>()?;
+            let w = |s: f64| 1.0 + 2.0 * s.exp() / (1.0 + s.exp());
+            for (got, want, what) in [
+                (o[0], 1.0, "query 0 head 0"),
+                (o[1], 1.0, "query 0 head 1"),
+                (o[2], w(2.0), "query 1 head 0"),
+                (o[3], w(0.5), "query 1 head 1"),
+            ] {
+                near(got, want, what)?;
+            }
+            // One query at offset 1 (a decode step) sees both keys; d = 4
+            // scales the scores by 1/2: (0, 4 / 2).
+            let q = t4(&[1.0; 4], (1, 1, 1, 4))?;
+            let k = t4(&[0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0], (1, 2, 1, 4))?;
+            let v = t4(&[1.0, 1.0, 1.0, 1.0, 3.0, 3.0, 3.0, 3.0], (1, 2, 1, 4))?;
+            let o = block::reference_attention(&q, &k, &v, 1)?
+                .flatten_all()?
+                .to_vec1::<f32>()?;
+            for x in o {
+                near(x, w(2.0), "decode query")?;
+            }
+            // The same query at offset 0 sees key 0 alone.
+            let o = block::reference_attention(&q, &k, &v, 0)?
+                .flatten_all()?
+                .to_vec1::<f32>()?;
+            for x in o {
+                near(x, 1.0, "offset 0")?;
+            }
+            Ok(())
+        }),
+        unit("example_block_paged_cache_is_the_concatenation", || {
+            // Written token by token through a permuted table, read back
+            // through it: exactly the appended tensors, concatenated.
+            let mut cache = block::PagedCache::new(B, CAP, DType::F32, &Device::Cpu)?;
+            let ids: Vec<usize> = cache.host_table.iter().map(|&b| b as usize).collect();
+            let mut sorted = ids.clone();
+            sorted.sort_unstable();
+            assert_eq!(
+                sorted,
+                (0..ids.len()).collect::<Vec<_>>(),
+                "not a permutation"
+            );
+            assert_ne!(sorted, ids, "the blocks are in order: the case tests less");
+            let (k0, v0) = (
+                block::noise(&[B, S, HKV, HD], 11)?,
+                block::noise(&[B, S, HKV, HD], 12)?,
+            );
+            cache.append(&k0, &v0)?;
+            let (mut ks, mut vs) = (vec![k0], vec![v0]);
+            for step in 0..STEPS {
+                let (k, v) = (
+                    block::noise(&[B, 1, HKV, HD], 20 + step as u64)?,
+                    block::noise(&[B, 1, HKV, HD], 40 + step as u64)?,
+                );
+                cache.append(&k, &v)?;
+                ks.push(k);
+                vs.push(v);
+                let (gk, gv) = cache.gathered()?;
+                for (got, parts) in [(gk, &ks), (gv, &vs)] {
+                    let want = Tensor::cat(parts, 1)?;
+                    let d = (got - want)?
+                        .abs()?
+                        .flatten_all()?
+                        .max(0)?
+                        .to_scalar::<f32>()?;
+                    assert_eq!(d, 0.0, "step {step}");
+                }
+            }
+            assert_eq!(cache.len, CAP);
+            let one = block::noise(&[B, 1, HKV, HD], 99)?;
+            assert!(cache.append(&one, &one).is_err(), "past the capacity");
+            Ok(())
+        }),
+        unit("example_block_paged_cache_property", || {
+            // Any batch, capacity and run of appends: what is read back
+            // through the table is the concatenation of what was appended;
+            // an append past the capacity is refused and writes nothing.
+            use proptest::test_runner::{Config, TestCaseError, TestRunner};
+            let mut runner = TestRunner::new(Config {
+                cases: 32,
+                failure_persistence: None,
+                ..Config::default()
+            });
+            let strategy = (
+                1usize..=3,
+                1usize..=5,
+                proptest::collection::vec(1usize..=12, 1..8),
+            );
+            runner
+                .run(&strategy, |(batch, per_seq, sizes)| {
+                    let fail = |e: candle_core::Error| TestCaseError::fail(e.to_string());
+                    let cap = per_seq * block::BLOCK;
+                    let mut cache = block::PagedCache::new(batch, cap, DType::F32, &Device::Cpu)
+                        .map_err(fail)?;
+                    let mut parts = Vec::new();
+                    for (i, n) in sizes.into_iter().enumerate() {
+                        let k = block::noise(&[batch, n, HKV, HD], 100 + i as u64).map_err(fail)?;
+                        if cache.len + n > cap {
+                            let before = cache.len;
+                            proptest::prop_assert!(cache.append(&k, &k).is_err());
+                            proptest::prop_assert_eq!(cache.len, before);
+                            continue;
+                        }
+                        cache.append(&k, &k).map_err(fail)?;
+                        parts.push(k);
+                        let (gk, gv) = cache.gathered().map_err(fail)?;
+                        let want = Tensor::cat(&parts, 1).map_err(fail)?;
+                        for got in [gk, gv] {
+                            let d = (got - &want)
+                                .and_then(|d| d.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>())
+                                .map_err(fail)?;
+                            proptest::prop_assert_eq!(d, 0.0);
+                        }
+                    }
+                    Ok(())
+                })
+                .map_err(|e| e.to_string())?;
+            Ok(())
+        }),
+        unit("example_block_tolerances_cover_rounding", || {
+            // The block in the GPU's types on the CPU (the reference
+            // attention in bf16, or f16 in the f32 run) against f32: every
+            // tolerance the GPU check uses is at least twice that error.
+            let inputs = block::Inputs::new(1)?;
+            for p in [block::BF16, block::F32] {
+                let (rows, _) = block::compare(&inputs, &Device::Cpu, p, false)?;
+                for r in &rows {
+                    eprintln!("  CPU {r}");
+                }
+                for r in rows {
+                    if 2.0 * r.error > r.tolerance || !r.error.is_finite() {
+                        return Err(format!(
+                            "{}: CPU rounding error {:.2e} leaves no 2x margin under {:.0e}",
+                            r.what, r.error, r.tolerance
+                        )
+                        .into());
+                    }
+                }
+            }
+            Ok(())
+        }),
+        host("example_block_plans_for_h200", || {
+            let planned = block::plan_for_h200()?;
+            let names: Vec<&str> = planned.iter().map(|p| p.what.as_str()).collect();
+            assert_eq!(
+                names,
+                [
+                    "prompt: forward",
+                    "prompt: training forward",
+                    "prompt: backward",
+                    "decode step (paged cache): forward"
+                ]
+            );
+            for p in &planned {
+                assert!(p.candidates > 0, "{}: no engine", p.what);
+            }
+            Ok(())
+        }),
+    ]
+}
