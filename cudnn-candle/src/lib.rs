@@ -95,6 +95,7 @@ pub mod conv_graphs;
 pub mod device;
 mod exec;
 mod gemm;
+pub mod gemm_bwd;
 pub mod graphs;
 pub mod norm;
 #[doc(hidden)]
