@@ -56,20 +56,24 @@ elem!(half::bf16);
 /// it on demand.
 pub const GEMM_PLAN_CAPACITY: usize = 512;
 
-/// Drop the cached GEMM plans of every element type (plans in use live on
+/// Drop the cached GEMM plans of every element type, FP8 ones
+/// ([`fp8_matmul`](crate::fp8_matmul)) included (plans in use live on
 /// while their calls run).
 pub fn clear_gemm_plans() {
     <f32 as GemmElem>::plans().clear();
     <half::f16 as GemmElem>::plans().clear();
     <half::bf16 as GemmElem>::plans().clear();
+    crate::fp8::clear_plans();
 }
 
 /// How many GEMM plans are cached, all element types together (at most
-/// `3 * GEMM_PLAN_CAPACITY`).
+/// `3 * GEMM_PLAN_CAPACITY` for [`matmul_bias_act`] and as many for
+/// [`fp8_matmul`](crate::fp8_matmul), one cache per output type).
 pub fn gemm_plan_count() -> usize {
     <f32 as GemmElem>::plans().len()
         + <half::f16 as GemmElem>::plans().len()
         + <half::bf16 as GemmElem>::plans().len()
+        + crate::fp8::plan_count()
 }
 
 /// Whether a cache holding `len` plans must be emptied before a key it

@@ -64,6 +64,10 @@ pub fn gelu_tanh_grad(z: &Tensor) -> candle_core::Result<Tensor> {
 /// (`dbias` only with a bias).
 pub(crate) type Grads = (Tensor, Tensor, Option<Tensor>);
 
+/// The forward GEMM the backward runs: `x·y (+ bias)`, no activation.
+pub(crate) type Mm<'f> =
+    &'f dyn Fn(&Tensor, &Tensor, Option<&Tensor>) -> candle_core::Result<Tensor>;
+
 /// The backward of `Y = act(A·B + bias)` given `dY`, with `mm(x, y, bias)`
 /// the forward GEMM `x·y (+ bias)` of the same batch dims (no activation,
 /// no gradient tracked): `a`, `b`, `bias` as the op received them (batch
@@ -76,7 +80,7 @@ pub(crate) fn backward(
     y: &Tensor,
     dy: &Tensor,
     act: MatmulActivation,
-    mm: &dyn Fn(&Tensor, &Tensor, Option<&Tensor>) -> candle_core::Result<Tensor>,
+    mm: Mm<'_>,
 ) -> candle_core::Result<Grads> {
     let dt = a.dtype();
     let dy = dy.to_dtype(dt)?;

@@ -94,6 +94,7 @@ pub mod conv;
 pub mod conv_graphs;
 pub mod device;
 mod exec;
+mod fp8;
 mod gemm;
 pub mod gemm_bwd;
 pub mod graphs;
@@ -114,6 +115,7 @@ pub use attn::{
 pub use conv::{conv2d, conv2d_with};
 pub use conv_graphs::{Activation, Conv2dParams};
 pub use device::plans;
+pub use fp8::fp8_matmul;
 pub use gemm::{GEMM_PLAN_CAPACITY, clear_gemm_plans, gemm_plan_count, matmul_bias_act};
 pub use norm::{layer_norm, rms_norm};
 pub use paged::flash_attn_paged;
