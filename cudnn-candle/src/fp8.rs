@@ -320,6 +320,35 @@ impl CustomOp2 for Fp8Matmul {
     }
 }
 
+/// Every check of a call on the tensors' layouts (no device): what
+/// `cuda_fwd` checks again on the storages it is given.
+fn check(
+    a: &Tensor,
+    b: &Tensor,
+    scale_a: &Tensor,
+    scale_b: &Tensor,
+    bias: Option<&Tensor>,
+    act: MatmulActivation,
+    out: CDType,
+) -> cudnn::Result<()> {
+    fp8::scale(&arg("scale_a", scale_a.layout(), scale_a.dtype()))?;
+    fp8::scale(&arg("scale_b", scale_b.layout(), scale_b.dtype()))?;
+    let x = bias.map(|t| arg("bias", t.layout(), t.dtype()));
+    fp8::fp8_gemm(
+        &arg("a", a.layout(), a.dtype()),
+        &arg("b", b.layout(), b.dtype()),
+        x.as_ref(),
+        act,
+        out,
+    )?;
+    fp8::start_offset("a", a.layout().start_offset(), 1)?;
+    fp8::start_offset("b", b.layout().start_offset(), 1)?;
+    if let Some(t) = bias {
+        fp8::start_offset("bias", t.layout().start_offset(), 2)?;
+    }
+    Ok(())
+}
+
 /// `act(scale_a · scale_b · (a · b) + bias)` with FP8 operands, through
 /// cuBLASLt (PyTorch's `torch._scaled_mm`, mistral.rs's
 /// `fused_batch_matmul_f8`): `a` `(batch.., m, k)` and `b` `(batch.., k,
@@ -391,6 +420,7 @@ pub fn fp8_matmul(
         return y.reshape(d);
     }
     let (a, b) = broadcast_operands(a, b, "fp8_matmul")?;
+    check(&a, &b, scale_a, scale_b, bias, act, out_dtype).c()?;
     let op = Fp8Matmul {
         scale_a: scale_a.detach(),
         scale_b: scale_b.detach(),

@@ -9,6 +9,8 @@
 
 #[path = "host/conv_norm.rs"]
 mod conv_norm;
+#[path = "host/gemm.rs"]
+mod gemm;
 mod support;
 
 use candle_core::{DType as CDType, Device, Tensor};
@@ -550,5 +552,6 @@ fn main() {
     trials.extend(conv_norm::nhwc_fusion());
     trials.extend(conv_norm::norm_trials());
     trials.extend(conv_norm::refusal_trials());
+    trials.extend(gemm::trials());
     run(trials);
 }
