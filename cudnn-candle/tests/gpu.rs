@@ -13,6 +13,8 @@ mod conv_norm;
 mod conv_norm_views;
 #[path = "gpu_parts/gemm.rs"]
 mod gemm;
+#[path = "gpu_parts/gemm_grad.rs"]
+mod gemm_grad;
 #[path = "gpu_parts/reference.rs"]
 mod reference;
 mod support;
@@ -941,5 +943,6 @@ fn main() {
     trials.extend(conv_norm::trials());
     trials.extend(conv_norm_views::trials());
     trials.extend(gemm::trials());
+    trials.extend(gemm_grad::trials());
     run(trials);
 }
