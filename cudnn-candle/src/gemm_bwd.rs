@@ -264,6 +264,71 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Random shapes (0 to 2 batch dims, b 2-d or batched like a),
+        /// every activation, with and without a bias: the backward against
+        /// candle's CPU autograd.
+        #[test]
+        fn backward_property_against_candles_autograd(
+            batch in proptest::collection::vec(1usize..4, 0..3),
+            (m, k, n) in (1usize..7, 1usize..7, 1usize..7),
+            b_batched in proptest::bool::ANY,
+            act in proptest::sample::select(vec![
+                MatmulActivation::None,
+                MatmulActivation::Relu,
+                MatmulActivation::GeluTanh,
+            ]),
+            with_bias in proptest::bool::ANY,
+            seed in 0u64..1000,
+        ) {
+            let mm = |x: &Tensor, y: &Tensor, bias: Option<&Tensor>| -> candle_core::Result<Tensor> {
+                let p = x.broadcast_matmul(y)?;
+                match bias {
+                    Some(b) => p.broadcast_add(b),
+                    None => Ok(p),
+                }
+            };
+            let mut ad = batch.clone();
+            ad.extend([m, k]);
+            let mut bd = if b_batched { batch.clone() } else { Vec::new() };
+            bd.extend([k, n]);
+            let a = Var::from_tensor(&rand(&ad, seed)).unwrap();
+            let b = Var::from_tensor(&rand(&bd, seed + 1)).unwrap();
+            let x = Var::from_tensor(&rand(&[n], seed + 2)).unwrap();
+            let z = mm(a.as_tensor(), b.as_tensor(), with_bias.then_some(x.as_tensor())).unwrap();
+            let y = match act {
+                MatmulActivation::None => z,
+                MatmulActivation::Relu => z.relu().unwrap(),
+                MatmulActivation::GeluTanh => z.gelu().unwrap(),
+            };
+            let w = rand(y.dims(), seed + 3);
+            let grads = (&y * &w).unwrap().sum_all().unwrap().backward().unwrap();
+            // The op sees b broadcast to a's batch dims (the caller's
+            // broadcast_as, whose own backward candle sums).
+            let bb = b.as_tensor().broadcast_as(
+                [batch.clone(), vec![k, n]].concat()
+            ).unwrap();
+            let (da, db, dx) = backward(
+                (&a.as_tensor().detach(), &bb, with_bias.then(|| x.as_tensor().detach()).as_ref()),
+                &y.detach(),
+                &w,
+                act,
+                &mm,
+            ).unwrap();
+            // The broadcast's backward: sum over the batch dims b lacks.
+            let db = if b_batched || batch.is_empty() {
+                db
+            } else {
+                db.sum(((0..batch.len()).collect::<Vec<_>>()).as_slice()).unwrap()
+            };
+            proptest::prop_assert!(max_diff(&da, grads.get(a.as_tensor()).unwrap()) < 1e-4);
+            proptest::prop_assert!(max_diff(&db, grads.get(b.as_tensor()).unwrap()) < 1e-4);
+            if let Some(dx) = dx {
+                proptest::prop_assert!(max_diff(&dx, grads.get(x.as_tensor()).unwrap()) < 1e-4);
+            }
+        }
+    }
+
     /// ReLU's gradient at exactly 0 is 0 (PyTorch's rule), by hand: a row
     /// of A of zeros makes that row of Z zero, without a bias.
     #[test]
