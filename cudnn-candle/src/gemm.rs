@@ -252,8 +252,10 @@ impl CustomOp2 for MatmulBiasAct {
         res: &Tensor,
         grad_res: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        let (da, db, _) = gemm_bwd::backward((a, b, None), res, grad_res, self.act, &untracked)?;
-        Ok((Some(da), Some(db)))
+        let need = [a.track_op(), b.track_op(), false];
+        let (da, db, _) =
+            gemm_bwd::backward((a, b, None), res, grad_res, self.act, &untracked, need)?;
+        Ok((da, db))
     }
 }
 
@@ -294,9 +296,10 @@ impl CustomOp3 for MatmulBiasAct {
         res: &Tensor,
         grad_res: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let need = [a.track_op(), b.track_op(), x.track_op()];
         let (da, db, dx) =
-            gemm_bwd::backward((a, b, Some(x)), res, grad_res, self.act, &untracked)?;
-        Ok((Some(da), Some(db), dx))
+            gemm_bwd::backward((a, b, Some(x)), res, grad_res, self.act, &untracked, need)?;
+        Ok((da, db, dx))
     }
 }
 

@@ -60,9 +60,9 @@ pub fn gelu_tanh_grad(z: &Tensor) -> candle_core::Result<Tensor> {
     first.add(&second)
 }
 
-/// The gradients of one call, in the op's dtype: `(dA, dB, dbias)`
-/// (`dbias` only with a bias).
-pub(crate) type Grads = (Tensor, Tensor, Option<Tensor>);
+/// The gradients of one call, in the op's dtype: `(dA, dB, dbias)`, each
+/// only where asked for (`dbias` only with a bias).
+pub(crate) type Grads = (Option<Tensor>, Option<Tensor>, Option<Tensor>);
 
 /// The forward GEMM the backward runs: `x·y (+ bias)`, no activation.
 pub(crate) type Mm<'f> =
@@ -71,7 +71,9 @@ pub(crate) type Mm<'f> =
 /// The backward of `Y = act(A·B + bias)` given `dY`, with `mm(x, y, bias)`
 /// the forward GEMM `x·y (+ bias)` of the same batch dims (no activation,
 /// no gradient tracked): `a`, `b`, `bias` as the op received them (batch
-/// dims equal), `y` its output.
+/// dims equal), `y` its output. `need`: which of `(dA, dB, dbias)` to
+/// compute (candle's `track_op` of each input: a GEMM is skipped for an
+/// input no gradient flows to, e.g. a first layer's data).
 ///
 /// # Errors
 /// `mm`'s; candle's.
@@ -81,6 +83,7 @@ pub(crate) fn backward(
     dy: &Tensor,
     act: MatmulActivation,
     mm: Mm<'_>,
+    need: [bool; 3],
 ) -> candle_core::Result<Grads> {
     let dt = a.dtype();
     let dy = dy.to_dtype(dt)?;
@@ -95,15 +98,15 @@ pub(crate) fn backward(
         }
     };
     let r = dz.rank();
-    let da = mm(&dz, &b.t()?, None)?;
-    let db = mm(&a.t()?, &dz, None)?;
+    let da = need[0].then(|| mm(&dz, &b.t()?, None)).transpose()?;
+    let db = need[1].then(|| mm(&a.t()?, &dz, None)).transpose()?;
     let dbias = match bias {
-        None => None,
-        Some(x) => {
+        Some(x) if need[2] => {
             let n = dz.dim(r - 1)?;
             let flat = dz.to_dtype(CDType::F32)?.reshape(((), n))?;
             Some(flat.sum(0)?.to_dtype(x.dtype())?)
         }
+        _ => None,
     };
     Ok((da, db, dbias))
 }
@@ -241,8 +244,10 @@ mod tests {
                         &w,
                         act,
                         &mm,
+                        [true; 3],
                     )
                     .unwrap();
+                    let (da, db) = (da.unwrap(), db.unwrap());
                     let ctx = format!("{ad:?} x {bd:?} {act:?} bias {with_bias}");
                     assert!(
                         max_diff(&da, grads.get(a.as_tensor()).unwrap()) < 1e-4,
@@ -314,7 +319,9 @@ mod tests {
                 &w,
                 act,
                 &mm,
+                [true; 3],
             ).unwrap();
+            let (da, db) = (da.unwrap(), db.unwrap());
             // The broadcast's backward: sum over the batch dims b lacks.
             let db = if b_batched || batch.is_empty() {
                 db
@@ -339,7 +346,13 @@ mod tests {
         let y = a.matmul(&b).unwrap().relu().unwrap();
         let dy = Tensor::ones((2, 2), CDType::F32, &Device::Cpu).unwrap();
         let mm = |x: &Tensor, y: &Tensor, _: Option<&Tensor>| x.matmul(y);
-        let (da, db, _) = backward((&a, &b, None), &y, &dy, MatmulActivation::Relu, &mm).unwrap();
+        let relu = MatmulActivation::Relu;
+        let (da, db, _) = backward((&a, &b, None), &y, &dy, relu, &mm, [true; 3]).unwrap();
+        let (da, db) = (da.unwrap(), db.unwrap());
+        // Only what is asked for.
+        let (none_a, some_b, none_x) =
+            backward((&a, &b, None), &y, &dy, relu, &mm, [false, true, true]).unwrap();
+        assert!(none_a.is_none() && some_b.is_some() && none_x.is_none());
         // dZ = [[0, 0], [1, 1]]; dA = dZ·Bᵀ = [[0, 0], [0, 2]];
         // dB = Aᵀ·dZ = [[1, 1], [2, 2]].
         assert_eq!(

@@ -239,6 +239,50 @@ pub fn trials() -> Vec<Trial> {
             );
             Ok(())
         }),
+        gpu("matmul_grad_only_where_it_flows", || {
+            // Data a plain tensor, the weight and bias variables: no dA
+            // (its GEMM skipped), dB and dbias as candle's CPU autograd.
+            let dev = cuda()?;
+            let (a, b, x) = (
+                rounded(&[12, 20], DType::F32)?,
+                rounded(&[20, 8], DType::F32)?,
+                rounded(&[8], DType::F32)?,
+            );
+            let (vb, vx) = (Var::from_tensor(&b)?, Var::from_tensor(&x)?);
+            let y = a
+                .matmul(vb.as_tensor())?
+                .broadcast_add(vx.as_tensor())?
+                .gelu()?;
+            let want = y.sum_all()?.backward()?;
+            let ag = a.to_device(&dev)?;
+            let (gb, gx) = (
+                Var::from_tensor(&b.to_device(&dev)?)?,
+                Var::from_tensor(&x.to_device(&dev)?)?,
+            );
+            let yg = cudnn_candle::matmul_bias_act(
+                &ag,
+                gb.as_tensor(),
+                Some(gx.as_tensor()),
+                MatmulActivation::GeluTanh,
+            )?;
+            let got = yg.sum_all()?.backward()?;
+            assert!(got.get(&ag).is_none(), "no gradient for a plain tensor");
+            let pick = |gs: &candle_core::backprop::GradStore, t: &Tensor| {
+                gs.get(t).cloned().ok_or("no gradient")
+            };
+            close(
+                "dB",
+                &pick(&got, gb.as_tensor())?,
+                &pick(&want, vb.as_tensor())?,
+                1e-4,
+            )?;
+            close(
+                "dbias",
+                &pick(&got, gx.as_tensor())?,
+                &pick(&want, vx.as_tensor())?,
+                1e-4,
+            )
+        }),
         gpu("fp8_matmul_bf16_out", || {
             fp8_case(
                 &[32, 64],
