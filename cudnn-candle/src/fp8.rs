@@ -404,7 +404,7 @@ pub fn fp8_matmul(
 ) -> candle_core::Result<Tensor> {
     fp8::out_type(out_dtype).c()?;
     let (ra, rb) = (a.rank(), b.rank());
-    if ra > 2 && rb == 2 && a.is_contiguous() {
+    if ra > 2 && rb == 2 && a.is_contiguous() && a.elem_count() > 0 {
         let k = a.dim(ra - 1)?;
         let y = fp8_matmul(
             &a.reshape(((), k))?,

@@ -393,7 +393,7 @@ fn matmul_impl(
     track: bool,
 ) -> candle_core::Result<Tensor> {
     let (ra, rb) = (a.rank(), b.rank());
-    if ra > 2 && rb == 2 && a.is_contiguous() {
+    if ra > 2 && rb == 2 && a.is_contiguous() && a.elem_count() > 0 {
         // A linear layer: (batch.., m, k) x (k, n) is one (batch·m, k) x
         // (k, n) GEMM (and its backward's dB one GEMM, no batch sum).
         let k = a.dim(ra - 1)?;

@@ -226,11 +226,45 @@ fn fp8_refusals() -> TestResult {
     Ok(())
 }
 
+/// A zero dim (dims of 0 are inputs too), also on the path that folds a
+/// 3-d `a` into rows: refused, typed, naming `a shape`.
+fn zero_dims() -> TestResult {
+    let cpu = Device::Cpu;
+    let a = Tensor::zeros((2, 0, 16), CDType::F32, &cpu)?;
+    let b = Tensor::zeros((16, 16), CDType::F32, &cpu)?;
+    let e = cudnn_candle::matmul_bias_act(&a, &b, None, MatmulActivation::None)
+        .map(|_| ())
+        .map_err(|e| arg_named(&e));
+    assert_eq!(e, Err("a shape".to_string()));
+    // k = 0: no rows can be inferred from a fold.
+    let ak = Tensor::zeros((2, 3, 0), CDType::F32, &cpu)?;
+    let bk = Tensor::zeros((0, 16), CDType::F32, &cpu)?;
+    let e = cudnn_candle::matmul_bias_act(&ak, &bk, None, MatmulActivation::None)
+        .map(|_| ())
+        .map_err(|e| arg_named(&e));
+    assert_eq!(e, Err("a shape".to_string()));
+    let (a8, b8) = (a.to_dtype(CDType::F8E4M3)?, b.to_dtype(CDType::F8E4M3)?);
+    let one = Tensor::new(1f32, &cpu)?;
+    let e = cudnn_candle::fp8_matmul(
+        &a8,
+        &b8.t()?,
+        &one,
+        &one,
+        None,
+        MatmulActivation::None,
+        CDType::BF16,
+    )
+    .map(|_| ())
+    .map_err(|e| arg_named(&e));
+    assert_eq!(e, Err("a shape".to_string()));
+    Ok(())
+}
+
 pub fn trials() -> Vec<Trial> {
-    let mut t = vec![unit(
-        "fp8_matmul_refusals_on_the_host_are_typed",
-        fp8_refusals,
-    )];
+    let mut t = vec![
+        unit("fp8_matmul_refusals_on_the_host_are_typed", fp8_refusals),
+        unit("gemm_zero_dims_refused_typed", zero_dims),
+    ];
     for dt in [CDType::F32, CDType::F16, CDType::BF16] {
         t.push(host(
             &format!("matmul_backward_specs_build_descriptors_{dt:?}"),
