@@ -1,8 +1,8 @@
 //! GEMM through cuBLASLt on candle tensors with fused epilogues
 //! ([`matmul_bias_act`]): a candle `CustomOp2` / `CustomOp3` running
 //! `cudnn::blas`'s cached [`MatmulPlan`](cudnn::blas::MatmulPlan) on
-//! candle's stream, candle's memory lent through `cudnn::interop`.
-//! Forward only.
+//! candle's stream, candle's memory lent through `cudnn::interop`. The
+//! backward (candle's autograd) is in [`gemm_bwd`](crate::gemm_bwd).
 
 use std::sync::OnceLock;
 
@@ -16,6 +16,7 @@ use cudnn::{Error, Scale};
 
 use crate::attn::{arg, on_cuda, same_device, same_dtype};
 use crate::device::{IntoCandle, to_candle, with_lt};
+use crate::gemm_bwd;
 use crate::params::gemm::{self, MatmulActivation};
 
 /// The element types of the GEMM: f32, f16, bf16 (D of A's type).
@@ -55,20 +56,24 @@ elem!(half::bf16);
 /// it on demand.
 pub const GEMM_PLAN_CAPACITY: usize = 512;
 
-/// Drop the cached GEMM plans of every element type (plans in use live on
+/// Drop the cached GEMM plans of every element type, FP8 ones
+/// ([`fp8_matmul`](crate::fp8_matmul)) included (plans in use live on
 /// while their calls run).
 pub fn clear_gemm_plans() {
     <f32 as GemmElem>::plans().clear();
     <half::f16 as GemmElem>::plans().clear();
     <half::bf16 as GemmElem>::plans().clear();
+    crate::fp8::clear_plans();
 }
 
 /// How many GEMM plans are cached, all element types together (at most
-/// `3 * GEMM_PLAN_CAPACITY`).
+/// `3 * GEMM_PLAN_CAPACITY` for [`matmul_bias_act`] and as many for
+/// [`fp8_matmul`](crate::fp8_matmul), one cache per output type).
 pub fn gemm_plan_count() -> usize {
     <f32 as GemmElem>::plans().len()
         + <half::f16 as GemmElem>::plans().len()
         + <half::bf16 as GemmElem>::plans().len()
+        + crate::fp8::plan_count()
 }
 
 /// Whether a cache holding `len` plans must be emptied before a key it
@@ -239,6 +244,19 @@ impl CustomOp2 for MatmulBiasAct {
     ) -> candle_core::Result<(CudaStorage, Shape)> {
         self.dispatch((a, al), (b, bl), None)
     }
+
+    fn bwd(
+        &self,
+        a: &Tensor,
+        b: &Tensor,
+        res: &Tensor,
+        grad_res: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let need = [a.track_op(), b.track_op(), false];
+        let (da, db, _) =
+            gemm_bwd::backward((a, b, None), res, grad_res, self.act, &untracked, need)?;
+        Ok((da, db))
+    }
 }
 
 impl CustomOp3 for MatmulBiasAct {
@@ -269,6 +287,32 @@ impl CustomOp3 for MatmulBiasAct {
     ) -> candle_core::Result<(CudaStorage, Shape)> {
         self.dispatch((a, al), (b, bl), Some((x, xl)))
     }
+
+    fn bwd(
+        &self,
+        a: &Tensor,
+        b: &Tensor,
+        x: &Tensor,
+        res: &Tensor,
+        grad_res: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let need = [a.track_op(), b.track_op(), x.track_op()];
+        let (da, db, dx) =
+            gemm_bwd::backward((a, b, Some(x)), res, grad_res, self.act, &untracked, need)?;
+        Ok((da, db, dx))
+    }
+}
+
+/// The forward GEMM `x·y (+ bias)` without an activation, on detached
+/// operands (no gradient of the backward's own GEMMs is tracked).
+fn untracked(x: &Tensor, y: &Tensor, bias: Option<&Tensor>) -> candle_core::Result<Tensor> {
+    matmul_impl(
+        &x.detach(),
+        &y.detach(),
+        bias.map(Tensor::detach).as_ref(),
+        MatmulActivation::None,
+        false,
+    )
 }
 
 /// An operand as the op takes it: its strides as they are when a cuBLASLt
@@ -283,11 +327,19 @@ fn operand_ready(name: &str, t: &Tensor) -> candle_core::Result<Tensor> {
 /// `act(a · b + bias)` through cuBLASLt with a fused epilogue: `a`
 /// `(batch.., m, k)`, `b` `(batch.., k, n)` with batch dims broadcast as
 /// candle's `broadcast_matmul` does (a broadcast operand is used with batch
-/// stride 0 when its batch dims all broadcast, else copied), `bias` `(n,)`
-/// one per output column; f32, f16 or bf16 alike on a CUDA device (f32
-/// accumulation). Transposed operands (candle's `t()`) are used as they
-/// are. Returns `(batch.., m, n)`, contiguous. Plans are cached per shape,
-/// dtype, epilogue and pointer alignment. Forward only.
+/// stride 0 when its batch dims all broadcast, else copied; a contiguous
+/// `a` times a 2-d `b`, a linear layer, runs as one `(batch·m, k)` GEMM),
+/// `bias` `(n,)` one per output column; f32, f16 or bf16 alike on a CUDA
+/// device (f32 accumulation). Transposed operands (candle's `t()`) are
+/// used as they are. Returns `(batch.., m, n)`, contiguous. Plans are
+/// cached per shape, dtype, epilogue and pointer alignment.
+///
+/// Backward (candle's `Tensor::backward`): `dA = dZ·Bᵀ`, `dB = Aᵀ·dZ`
+/// (cuBLASLt, transposes in the layouts; per batch matrix, summed over
+/// broadcast dims by candle as for `broadcast_matmul`), `dbias = Σ dZ`
+/// over every dim but the last, with `dZ = dY ⊙ act'(Z)`: ReLU's from the
+/// output (0 at 0), GELU's from `Z` recomputed by one GEMM
+/// ([`gemm_bwd`](crate::gemm_bwd) says why).
 ///
 /// # Errors
 /// A shape, dtype or device that does not fit (a `candle_core::Error::Cuda`
@@ -298,6 +350,19 @@ pub fn matmul_bias_act(
     bias: Option<&Tensor>,
     act: MatmulActivation,
 ) -> candle_core::Result<Tensor> {
+    matmul_impl(a, b, bias, act, true)
+}
+
+/// `a` and `b` broadcast to their common batch dims (candle's rule), and
+/// those dims. Ranks below 2 are refused, typed.
+///
+/// # Errors
+/// Ranks below 2, batch dims that do not broadcast.
+pub(crate) fn broadcast_operands(
+    a: &Tensor,
+    b: &Tensor,
+    op: &'static str,
+) -> candle_core::Result<(Tensor, Tensor)> {
     let (ra, rb) = (a.rank(), b.rank());
     if ra < 2 || rb < 2 {
         return Err(to_candle(Error::invalid(
@@ -306,10 +371,8 @@ pub fn matmul_bias_act(
             format!("{ra}, {rb}"),
         )));
     }
-    let batch = candle_core::Shape::from(&a.dims()[..ra - 2]).broadcast_shape_binary_op(
-        &candle_core::Shape::from(&b.dims()[..rb - 2]),
-        "matmul_bias_act",
-    )?;
+    let batch = candle_core::Shape::from(&a.dims()[..ra - 2])
+        .broadcast_shape_binary_op(&candle_core::Shape::from(&b.dims()[..rb - 2]), op)?;
     let full = |t: &Tensor, r: usize| -> candle_core::Result<Tensor> {
         let mut d = batch.dims().to_vec();
         d.extend_from_slice(&t.dims()[r - 2..]);
@@ -319,12 +382,35 @@ pub fn matmul_bias_act(
             t.broadcast_as(d)
         }
     };
-    let a = operand_ready("a", &full(a, ra)?)?;
-    let b = operand_ready("b", &full(b, rb)?)?;
+    Ok((full(a, ra)?, full(b, rb)?))
+}
+
+fn matmul_impl(
+    a: &Tensor,
+    b: &Tensor,
+    bias: Option<&Tensor>,
+    act: MatmulActivation,
+    track: bool,
+) -> candle_core::Result<Tensor> {
+    let (ra, rb) = (a.rank(), b.rank());
+    if ra > 2 && rb == 2 && a.is_contiguous() && a.elem_count() > 0 {
+        // A linear layer: (batch.., m, k) x (k, n) is one (batch·m, k) x
+        // (k, n) GEMM (and its backward's dB one GEMM, no batch sum).
+        let k = a.dim(ra - 1)?;
+        let y = matmul_impl(&a.reshape(((), k))?, b, bias, act, track)?;
+        let mut d = a.dims()[..ra - 1].to_vec();
+        d.push(y.dim(1)?);
+        return y.reshape(d);
+    }
+    let (a, b) = broadcast_operands(a, b, "matmul_bias_act")?;
+    let a = operand_ready("a", &a)?;
+    let b = operand_ready("b", &b)?;
     let op = MatmulBiasAct { act };
-    match bias {
-        None => a.apply_op2_no_bwd(&b, &op),
-        Some(x) => a.apply_op3_no_bwd(&b, &x.contiguous()?, &op),
+    match (bias, track) {
+        (None, true) => a.apply_op2(&b, op),
+        (None, false) => a.apply_op2_no_bwd(&b, &op),
+        (Some(x), true) => a.apply_op3(&b, &x.contiguous()?, op),
+        (Some(x), false) => a.apply_op3_no_bwd(&b, &x.contiguous()?, &op),
     }
 }
 

@@ -3,8 +3,9 @@
 //! backward (candle's autograd), causal, sliding windows, logit softcap,
 //! ALiBi, attention sinks, grouped-query attention, varlen (packed) batches
 //! and paged-KV decode (vLLM block tables), with the argument conventions
-//! of `candle-flash-attn` so switching is a one-line change; and GEMM
-//! through cuBLASLt with fused bias / ReLU / GELU epilogues:
+//! of `candle-flash-attn` so switching is a one-line change; GEMM through
+//! cuBLASLt with fused bias / ReLU / GELU epilogues, with backward; and
+//! FP8 scaled GEMM:
 //!
 //! ```no_run
 //! # fn main() -> candle_core::Result<()> {
@@ -34,7 +35,8 @@
 //! | [`conv2d_with`] | | + bias `(K)` and an [`Activation`] ([`Conv2dParams`]); conv + bias + ReLU in one graph (ReLU after it where that does not plan); ReLU's gradient 0 at 0 |
 //! | [`layer_norm`] | candle-nn's `ops::layer_norm` | over the last dim; bias optional; eps in (0, 1]; backward: two graphs (statistics, then dx / dweight / dbias) |
 //! | [`rms_norm`] | candle-nn's `ops::rms_norm` | optional bias; eps in (0, 1]; backward: two graphs |
-//! | [`matmul_bias_act`] | (candle's `broadcast_matmul` + bias + `relu` / `gelu`) | cuBLASLt epilogues; forward only; plans cached up to [`GEMM_PLAN_CAPACITY`] per element type ([`clear_gemm_plans`]) |
+//! | [`matmul_bias_act`] | (candle's `broadcast_matmul` + bias + `relu` / `gelu`) | cuBLASLt epilogues; backward: dA, dB (cuBLASLt on transposed views), dbias; ReLU's gradient from the output (0 at 0), GELU's from Z recomputed by one GEMM ([`gemm_bwd`]); plans cached up to [`GEMM_PLAN_CAPACITY`] per element type ([`clear_gemm_plans`]) |
+//! | [`fp8_matmul`] | PyTorch's `_scaled_mm`, mistral.rs's `fused_batch_matmul_f8` | `F8E4M3` operands, per-tensor f32 scales on the device; bias / ReLU / GELU; f32, f16, bf16 output; cuBLASLt's FP8 rules (`b = w.t()`, k and n in 16s, 16-byte strides and offsets) checked first, typed; forward only |
 //!
 //! # How it runs
 //! Each function is a candle `CustomOp3`. `cuda_fwd` checks the shapes,
@@ -67,6 +69,13 @@
 //! recomputes the mean and inverse std, then cuDNN's norm backward (dx,
 //! dweight, dbias together).
 //!
+//! The GEMMs ([`matmul_bias_act`], [`fp8_matmul`]) run `cudnn::blas`'s
+//! cuBLASLt plans on the same stream (a cuBLASLt handle per thread and
+//! stream, plans cached per shape, type, epilogue and pointer alignment).
+//! `matmul_bias_act`'s backward is three candle-visible steps: `dZ` (candle
+//! ops; GELU's `Z` from one more cuBLASLt GEMM), `dA` and `dB` (cuBLASLt on
+//! candle's `t()` views, nothing copied) and `dbias` (a candle sum in f32).
+//!
 //! Inputs that are views (`narrow`, `chunk`) are used as they are when
 //! contiguous and 16-byte aligned at their start (cuDNN's rule for bound
 //! memory); otherwise they are copied first, as candle's own ops accept them.
@@ -74,7 +83,10 @@
 //! Not in this version: ALiBi in varlen, KV-cache and paged calls (refused,
 //! typed), gradients of ALiBi slopes and sinks, a paged backward (cuDNN has
 //! none), CUDA graph capture of these calls (refused, typed, while candle's
-//! stream captures), the GEMM's backward and FP8 GEMM; FlashAttention's zero
+//! stream captures), FP8 GEMM's backward, FP8 outputs (with D's scale
+//! and amax), E5M2 operands (candle has no E5M2 dtype) and block-scaled
+//! (MXFP8) FP8 GEMM, FP8 operands in other layouts than cuBLASLt's "TN"
+//! (refused, typed, not copied); FlashAttention's zero
 //! rows (a causal sequence with more queries than keys) and a left window
 //! alone that cuts the first rows (when `seq_q > seq_kv + 1`, without ALiBi)
 //! are refused, typed, not computed; for `conv2d`: GELU / SiLU / ReLU without
@@ -104,7 +116,9 @@ pub mod conv;
 pub mod conv_graphs;
 pub mod device;
 mod exec;
+mod fp8;
 mod gemm;
+pub mod gemm_bwd;
 pub mod graphs;
 pub mod norm;
 #[doc(hidden)]
@@ -123,6 +137,7 @@ pub use attn::{
 pub use conv::{conv2d, conv2d_with};
 pub use conv_graphs::{Activation, Conv2dParams};
 pub use device::plans;
+pub use fp8::fp8_matmul;
 pub use gemm::{GEMM_PLAN_CAPACITY, clear_gemm_plans, gemm_plan_count, matmul_bias_act};
 pub use norm::{layer_norm, rms_norm};
 pub use paged::flash_attn_paged;

@@ -690,6 +690,7 @@ pub fn kvcache(
 }
 
 pub mod alibi;
+pub mod fp8;
 pub mod gemm;
 mod paged;
 pub use paged::{Paged, paged};

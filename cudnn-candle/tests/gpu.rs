@@ -17,6 +17,8 @@ mod conv_norm;
 mod conv_norm_views;
 #[path = "gpu_parts/gemm.rs"]
 mod gemm;
+#[path = "gpu_parts/gemm_grad.rs"]
+mod gemm_grad;
 #[path = "gpu_parts/reference.rs"]
 mod reference;
 mod support;
@@ -957,5 +959,6 @@ fn main() {
         block::check(&cuda()?)?;
         Ok(())
     }));
+    trials.extend(gemm_grad::trials());
     run(trials);
 }

@@ -13,6 +13,8 @@ mod block;
 mod conv_norm;
 #[path = "host/example_block.rs"]
 mod example_block;
+#[path = "host/gemm.rs"]
+mod gemm;
 mod support;
 
 use candle_core::{DType as CDType, Device, Tensor};
@@ -555,5 +557,6 @@ fn main() {
     trials.extend(conv_norm::norm_trials());
     trials.extend(conv_norm::refusal_trials());
     trials.extend(example_block::trials());
+    trials.extend(gemm::trials());
     run(trials);
 }

@@ -90,6 +90,18 @@ pub fn operand(name: &str, dims: &[usize], strides: &[usize]) -> Result<Option<L
     Ok(Some(layout.batched(count, bs)))
 }
 
+/// cuBLASLt's forward epilogue for a bias (or none) and `act`.
+pub fn epilogue(bias: bool, act: MatmulActivation) -> Epilogue {
+    match (bias, act) {
+        (false, MatmulActivation::None) => Epilogue::None,
+        (false, MatmulActivation::Relu) => Epilogue::Relu,
+        (false, MatmulActivation::GeluTanh) => Epilogue::GeluTanh,
+        (true, MatmulActivation::None) => Epilogue::Bias,
+        (true, MatmulActivation::Relu) => Epilogue::ReluBias,
+        (true, MatmulActivation::GeluTanh) => Epilogue::GeluTanhBias,
+    }
+}
+
 /// A checked GEMM: the spec (alignment still the default: set from the
 /// pointers when run) and the output's dims.
 #[derive(Clone, Debug, PartialEq)]
@@ -170,15 +182,7 @@ pub fn gemm(
             format!("{:?} strides {:?}", x.dims, x.strides),
         ));
     }
-    let epilogue = match (bias.is_some(), act) {
-        (false, MatmulActivation::None) => Epilogue::None,
-        (false, MatmulActivation::Relu) => Epilogue::Relu,
-        (false, MatmulActivation::GeluTanh) => Epilogue::GeluTanh,
-        (true, MatmulActivation::None) => Epilogue::Bias,
-        (true, MatmulActivation::Relu) => Epilogue::ReluBias,
-        (true, MatmulActivation::GeluTanh) => Epilogue::GeluTanhBias,
-    };
-    let spec = MatmulSpec::new(la, lb, ld).with_epilogue(epilogue);
+    let spec = MatmulSpec::new(la, lb, ld).with_epilogue(epilogue(bias.is_some(), act));
     let shape = match a.dtype {
         CDType::F16 => spec.check::<half::f16, half::f16>()?,
         CDType::BF16 => spec.check::<half::bf16, half::bf16>()?,

@@ -1,0 +1,334 @@
+//! GPU tier, GEMM backward and FP8: `matmul_bias_act`'s gradients against
+//! candle's CPU autograd of `act(a.broadcast_matmul(b) + bias)` (an
+//! independent reference) from the same rounded inputs, and `fp8_matmul`
+//! against a CPU reference that quantizes with the same scales (candle's
+//! CPU `F8E4M3` conversion, the `float8` crate), multiplies the decoded
+//! values in f32 and adds the bias.
+
+use candle_core::{DType, Device, Tensor, Var};
+use cudnn_candle::MatmulActivation;
+
+use super::support::{TestResult, Trial, gpu};
+use super::{close, cuda, tol};
+
+fn rounded(d: &[usize], dt: DType) -> candle_core::Result<Tensor> {
+    Tensor::randn(0f32, 1.0, d, &Device::Cpu)?
+        .to_dtype(dt)?
+        .to_dtype(DType::F32)
+}
+
+fn act_of(z: Tensor, act: MatmulActivation) -> candle_core::Result<Tensor> {
+    match act {
+        MatmulActivation::None => Ok(z),
+        MatmulActivation::Relu => z.relu(),
+        MatmulActivation::GeluTanh => z.gelu(),
+    }
+}
+
+/// The gradients of `sum(act(a · b + bias) * w)` on the GPU (cuBLASLt,
+/// the crate's backward) against candle's CPU autograd, f32 from the same
+/// rounded inputs. `prep` makes the GPU operands (transposes, views,
+/// broadcasts) from the leaf variables.
+fn grad_case(
+    ad: &[usize],
+    bd: &[usize],
+    bias: bool,
+    act: MatmulActivation,
+    dt: DType,
+    prep: impl Fn(&Tensor, &Tensor) -> candle_core::Result<(Tensor, Tensor)>,
+) -> TestResult {
+    let dev = cuda()?;
+    let (a, b) = (rounded(ad, dt)?, rounded(bd, dt)?);
+    let n = bd[bd.len() - 1];
+    let x = rounded(&[n], dt)?;
+    // The CPU reference.
+    let (va, vb, vx) = (
+        Var::from_tensor(&a)?,
+        Var::from_tensor(&b)?,
+        Var::from_tensor(&x)?,
+    );
+    let (pa, pb) = prep(va.as_tensor(), vb.as_tensor())?;
+    let mut z = pa.broadcast_matmul(&pb)?;
+    if bias {
+        z = z.broadcast_add(vx.as_tensor())?;
+    }
+    let y = act_of(z, act)?;
+    let w = rounded(y.dims(), dt)?;
+    let want = (&y * &w)?.sum_all()?.backward()?;
+    // The GPU.
+    let g = |t: &Tensor| -> candle_core::Result<Var> {
+        Var::from_tensor(&t.to_dtype(dt)?.to_device(&dev)?)
+    };
+    let (ga, gb, gx) = (g(&a)?, g(&b)?, g(&x)?);
+    let (qa, qb) = prep(ga.as_tensor(), gb.as_tensor())?;
+    let yg = cudnn_candle::matmul_bias_act(&qa, &qb, bias.then_some(gx.as_tensor()), act)?;
+    close("y", &yg, &y, tol_for(dt, ad[ad.len() - 1]))?;
+    let wg = w.to_dtype(dt)?.to_device(&dev)?;
+    let got = (&yg * &wg)?.sum_all()?.backward()?;
+    let need =
+        |gs: &candle_core::backprop::GradStore, v: &Var, name: &str| -> Result<Tensor, String> {
+            gs.get(v.as_tensor())
+                .cloned()
+                .ok_or_else(|| format!("no gradient for {name}"))
+        };
+    // dA sums n products, dB sums (batch ·) m, dbias (batch ·) m.
+    let rows: usize = y.dims()[..y.rank() - 1].iter().product();
+    close(
+        "dA",
+        &need(&got, &ga, "a")?,
+        &need(&want, &va, "a")?,
+        tol_for(dt, n),
+    )?;
+    close(
+        "dB",
+        &need(&got, &gb, "b")?,
+        &need(&want, &vb, "b")?,
+        tol_for(dt, rows),
+    )?;
+    if bias {
+        close(
+            "dbias",
+            &need(&got, &gx, "bias")?,
+            &need(&want, &vx, "bias")?,
+            tol_for(dt, rows),
+        )?;
+    }
+    Ok(())
+}
+
+/// Sums of `terms` products: the tolerance grows with sqrt(terms) in
+/// 16-bit types (f32: TF32 is never on; cuBLASLt's sum order only).
+fn tol_for(dt: DType, terms: usize) -> f64 {
+    if dt == DType::F32 {
+        1e-4
+    } else {
+        tol(dt) * (terms as f64 / 64.0).sqrt().max(1.0)
+    }
+}
+
+/// `fp8_matmul` against the CPU: `x` `(.., m, k)` and `w` `(n, k)` (or
+/// batched `(batch, n, k)`) quantized with per-tensor scales (amax / 448,
+/// E4M3's largest finite value) by candle's CPU F8E4M3 conversion, the
+/// reference multiplying the decoded values times the scales in f32.
+fn fp8_case(
+    xd: &[usize],
+    wd: &[usize],
+    bias: bool,
+    act: MatmulActivation,
+    out: DType,
+) -> TestResult {
+    let dev = cuda()?;
+    let (x, w) = (rounded(xd, DType::F32)?, rounded(wd, DType::F32)?);
+    let amax = |t: &Tensor| -> candle_core::Result<f32> {
+        t.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>()
+    };
+    let (sx, sw) = (amax(&x)? / 448.0, amax(&w)? / 448.0);
+    let q = |t: &Tensor, s: f32| -> candle_core::Result<Tensor> {
+        (t / f64::from(s))?.to_dtype(DType::F8E4M3)
+    };
+    let (x8, w8) = (q(&x, sx)?, q(&w, sw)?);
+    let deq = |t: &Tensor, s: f32| -> candle_core::Result<Tensor> {
+        t.to_dtype(DType::F32)? * f64::from(s)
+    };
+    let n = wd[wd.len() - 2];
+    let bias_dt = if out == DType::F16 {
+        DType::F16
+    } else {
+        DType::BF16
+    };
+    let xb = rounded(&[n], bias_dt)?;
+    let wt_cpu = deq(&w8, sw)?.t()?;
+    let mut want = deq(&x8, sx)?.broadcast_matmul(&wt_cpu)?;
+    if bias {
+        want = want.broadcast_add(&xb)?;
+    }
+    let want = act_of(want, act)?;
+    let (x8g, w8g) = (x8.to_device(&dev)?, w8.to_device(&dev)?);
+    let (sxg, swg) = (Tensor::new(sx, &dev)?, Tensor::new(sw, &dev)?);
+    let xbg = xb.to_dtype(bias_dt)?.to_device(&dev)?;
+    let got =
+        cudnn_candle::fp8_matmul(&x8g, &w8g.t()?, &sxg, &swg, bias.then_some(&xbg), act, out)?;
+    assert_eq!(got.dtype(), out);
+    // The products of FP8 values are exact in f32; the sums differ only
+    // in order; the output's rounding dominates in 16-bit outputs.
+    let t = if out == DType::F32 { 1e-4 } else { tol(out) };
+    close("fp8 d", &got, &want, t)
+}
+
+pub fn trials() -> Vec<Trial> {
+    let id = |a: &Tensor, b: &Tensor| Ok((a.clone(), b.clone()));
+    vec![
+        gpu("matmul_grad_bias_relu_f32", move || {
+            grad_case(
+                &[33, 70],
+                &[70, 19],
+                true,
+                MatmulActivation::Relu,
+                DType::F32,
+                id,
+            )
+        }),
+        gpu("matmul_grad_bias_gelu_f32_linear", move || {
+            // (batch, seq, in) x (in, out): the one-GEMM path, dB one GEMM.
+            grad_case(
+                &[2, 5, 40, 64],
+                &[64, 48],
+                true,
+                MatmulActivation::GeluTanh,
+                DType::F32,
+                id,
+            )
+        }),
+        gpu("matmul_grad_bias_gelu_bf16_batched", move || {
+            grad_case(
+                &[3, 64, 128],
+                &[3, 128, 96],
+                true,
+                MatmulActivation::GeluTanh,
+                DType::BF16,
+                id,
+            )
+        }),
+        gpu("matmul_grad_broadcast_a_transposed_b_f32", || {
+            // a (16, 32) broadcast over b's batch of 3: dA summed by
+            // candle's broadcast_as backward; b a t() view.
+            grad_case(
+                &[16, 32],
+                &[3, 32, 24],
+                false,
+                MatmulActivation::None,
+                DType::F32,
+                |a, b| Ok((a.clone(), b.transpose(1, 2)?.contiguous()?.transpose(1, 2)?)),
+            )
+        }),
+        gpu("matmul_grad_relu_f16_views", || {
+            grad_case(
+                &[9, 16],
+                &[16, 10],
+                true,
+                MatmulActivation::Relu,
+                DType::F16,
+                |a, b| {
+                    let pa = Tensor::cat(&[&a.narrow(0, 0, 1)?, a], 0)?.narrow(0, 1, 9)?;
+                    let pb = Tensor::cat(&[b, b], 1)?.narrow(1, 3, 10)?;
+                    Ok((pa, pb))
+                },
+            )
+        }),
+        gpu("matmul_grad_relu_zero_at_zero", || {
+            // Z = [[0, 0], [3, 1]] exactly: dZ = [[0, 0], [1, 1]] (ReLU's
+            // gradient 0 at 0), dA = dZ·Bᵀ, dB = Aᵀ·dZ by hand.
+            let dev = cuda()?;
+            let a = Var::from_tensor(&Tensor::new(&[[0f32, 0.0], [1.0, 2.0]], &dev)?)?;
+            let b = Var::from_tensor(&Tensor::new(&[[1f32, -1.0], [1.0, 1.0]], &dev)?)?;
+            let y = cudnn_candle::matmul_bias_act(
+                a.as_tensor(),
+                b.as_tensor(),
+                None,
+                MatmulActivation::Relu,
+            )?;
+            let gs = y.sum_all()?.backward()?;
+            let get = |v: &Var| gs.get(v.as_tensor()).cloned().ok_or("no gradient");
+            assert_eq!(
+                get(&a)?.to_vec2::<f32>()?,
+                vec![vec![0.0, 0.0], vec![0.0, 2.0]]
+            );
+            assert_eq!(
+                get(&b)?.to_vec2::<f32>()?,
+                vec![vec![1.0, 1.0], vec![2.0, 2.0]]
+            );
+            Ok(())
+        }),
+        gpu("matmul_grad_only_where_it_flows", || {
+            // Data a plain tensor, the weight and bias variables: no dA
+            // (its GEMM skipped), dB and dbias as candle's CPU autograd.
+            let dev = cuda()?;
+            let (a, b, x) = (
+                rounded(&[12, 20], DType::F32)?,
+                rounded(&[20, 8], DType::F32)?,
+                rounded(&[8], DType::F32)?,
+            );
+            let (vb, vx) = (Var::from_tensor(&b)?, Var::from_tensor(&x)?);
+            let y = a
+                .matmul(vb.as_tensor())?
+                .broadcast_add(vx.as_tensor())?
+                .gelu()?;
+            let want = y.sum_all()?.backward()?;
+            let ag = a.to_device(&dev)?;
+            let (gb, gx) = (
+                Var::from_tensor(&b.to_device(&dev)?)?,
+                Var::from_tensor(&x.to_device(&dev)?)?,
+            );
+            let yg = cudnn_candle::matmul_bias_act(
+                &ag,
+                gb.as_tensor(),
+                Some(gx.as_tensor()),
+                MatmulActivation::GeluTanh,
+            )?;
+            let got = yg.sum_all()?.backward()?;
+            assert!(got.get(&ag).is_none(), "no gradient for a plain tensor");
+            let pick = |gs: &candle_core::backprop::GradStore, t: &Tensor| {
+                gs.get(t).cloned().ok_or("no gradient")
+            };
+            close(
+                "dB",
+                &pick(&got, gb.as_tensor())?,
+                &pick(&want, vb.as_tensor())?,
+                1e-4,
+            )?;
+            close(
+                "dbias",
+                &pick(&got, gx.as_tensor())?,
+                &pick(&want, vx.as_tensor())?,
+                1e-4,
+            )
+        }),
+        gpu("fp8_matmul_bf16_out", || {
+            fp8_case(
+                &[32, 64],
+                &[48, 64],
+                false,
+                MatmulActivation::None,
+                DType::BF16,
+            )
+        }),
+        gpu("fp8_matmul_f32_out_bias_relu", || {
+            fp8_case(
+                &[64, 128],
+                &[32, 128],
+                true,
+                MatmulActivation::Relu,
+                DType::F32,
+            )
+        }),
+        gpu("fp8_matmul_f16_out_bias_gelu", || {
+            fp8_case(
+                &[16, 64],
+                &[64, 64],
+                true,
+                MatmulActivation::GeluTanh,
+                DType::F16,
+            )
+        }),
+        gpu("fp8_matmul_linear_3d", || {
+            // (batch, seq, in) x w.t(): one (batch·seq, in) GEMM.
+            fp8_case(
+                &[2, 7, 32],
+                &[16, 32],
+                true,
+                MatmulActivation::None,
+                DType::BF16,
+            )
+        }),
+        gpu("fp8_matmul_batched_weights", || {
+            // (3, 16, 32) x (3, 32, 16): a strided batch of w.t() views.
+            fp8_case(
+                &[3, 16, 32],
+                &[3, 16, 32],
+                false,
+                MatmulActivation::None,
+                DType::F32,
+            )
+        }),
+    ]
+}
