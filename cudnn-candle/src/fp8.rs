@@ -128,21 +128,32 @@ fn typed<'a, B: CudaDType + DeviceRepr>(
     })
 }
 
-/// An FP8 view of borrowed bytes.
+/// An FP8 view of borrowed bytes, on their device.
 ///
 /// # Safety
 /// `bytes` is valid for reads for as long as the returned view is used
 /// (the caller keeps the guard it came from alive across the enqueue).
-unsafe fn as_fp8<'a>(bytes: DeviceSlice<'a, u8>) -> DeviceSlice<'a, F8E4M3> {
+///
+/// # Errors
+/// A view that does not know its device (typed, naming `name`): the views
+/// of `CudarcRead` always do, so this is never expected, and a view
+/// without one would skip `Fp8MatmulPlan::run`'s device check.
+unsafe fn as_fp8<'a>(
+    bytes: DeviceSlice<'a, u8>,
+    name: &str,
+) -> cudnn::Result<DeviceSlice<'a, F8E4M3>> {
     let ptr = bytes.as_ptr().cast::<F8E4M3>();
-    match bytes.device() {
-        // SAFETY: `F8E4M3` is `repr(transparent)` over a byte (one byte,
-        // alignment 1, every value valid); the memory is `bytes`' own, on
-        // its device, valid for `'a` (the caller's contract).
-        Some(d) => unsafe { DeviceSlice::from_raw_parts_on(ptr, bytes.len(), d) },
-        // SAFETY: as above.
-        None => unsafe { DeviceSlice::from_raw_parts(ptr, bytes.len()) },
-    }
+    let Some(d) = bytes.device() else {
+        return Err(Error::invalid(
+            name,
+            "must be a device view that knows its device (candle's stream's)",
+            "a view without a device",
+        ));
+    };
+    // SAFETY: `F8E4M3` is `repr(transparent)` over a byte (one byte,
+    // alignment 1, every value valid); the memory is `bytes`' own, on
+    // its device `d`, valid for `'a` (the caller's contract).
+    Ok(unsafe { DeviceSlice::from_raw_parts_on(ptr, bytes.len(), d) })
 }
 
 #[derive(Clone, Debug)]
@@ -232,7 +243,8 @@ impl Fp8Matmul {
             let mut dw = unsafe { cs.write(&mut d) }.c()?;
             // SAFETY: the byte views live in `ar` / `br`, alive until the
             // end of this closure, after the enqueue that uses them.
-            let (a8, b8) = unsafe { (as_fp8(ar.view()), as_fp8(br.view())) };
+            let (a8, b8) = unsafe { (as_fp8(ar.view(), "a"), as_fp8(br.view(), "b")) };
+            let (a8, b8) = (a8.c()?, b8.c()?);
             let mut addrs = vec![
                 ("a", a8.as_raw() as usize),
                 ("b", b8.as_raw() as usize),
@@ -429,4 +441,25 @@ pub fn fp8_matmul(
         out: out_dtype,
     };
     a.detach().apply_op2_no_bwd(&b.detach(), &op)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A view that records no device is refused, typed, naming the
+    /// operand: cast to FP8 without one, `Fp8MatmulPlan::run` could not
+    /// check the memory's device (the views of `CudarcRead` record it).
+    #[test]
+    fn an_fp8_view_needs_its_device() {
+        // SAFETY: a null pointer with length 0 is an allowed empty view
+        // (`from_raw_parts`' contract); it is never dereferenced.
+        let bytes = unsafe { DeviceSlice::<u8>::from_raw_parts(std::ptr::null(), 0) };
+        assert!(bytes.device().is_none());
+        // SAFETY: as above: the view is only checked, never used.
+        match unsafe { as_fp8(bytes, "a") } {
+            Err(Error::InvalidArgument { arg, .. }) => assert_eq!(arg, "a"),
+            other => panic!("{other:?}"),
+        }
+    }
 }
