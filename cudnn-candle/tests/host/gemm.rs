@@ -113,15 +113,24 @@ fn backward_specs(ad: &[usize], bd: &[usize], dt: CDType) -> TestResult {
 }
 
 /// An FP8 linear layer's spec (`a` `(m, k)`, `b = w.t()`) built by
-/// cuBLASLt with the bias type of NVIDIA's table read back.
+/// cuBLASLt's descriptor calls, with the bias type of NVIDIA's table read
+/// back (f16 / bf16 outputs; an f32 output takes no bias, so its spec is
+/// built without one).
+///
+/// What this shows, and what not: cuBLASLt does not validate a type
+/// combination when an attribute is set (only its heuristic, on a GPU,
+/// does), so reading the bias type back shows the crate set what NVIDIA's
+/// table says, not that cuBLASLt accepts the combination. That is the GPU
+/// tier's (`fp8_matmul_*` in the GPU tests).
 fn fp8_descriptors(m: usize, k: usize, n: usize, out: CDType) -> TestResult {
     let (ad, bd, xd) = ([m, k], [k, n], [n]);
     let (sa, sb) = (contiguous(&ad), [1, k]);
     let bias_dt = fp8::bias_dtype(out);
+    let bias = (out != CDType::F32).then(|| arg("bias", &xd, &[1], bias_dt));
     let g = fp8::fp8_gemm(
         &arg("a", &ad, &sa, CDType::F8E4M3),
         &arg("b", &bd, &sb, CDType::F8E4M3),
-        Some(&arg("bias", &xd, &[1], bias_dt)),
+        bias.as_ref(),
         MatmulActivation::Relu,
         out,
     )?;
@@ -132,12 +141,14 @@ fn fp8_descriptors(m: usize, k: usize, n: usize, out: CDType) -> TestResult {
         bias: None,
     };
     let d = Fp8Descriptors::new(&g.spec, types, 32 << 20)?;
-    let want = if out == CDType::F16 {
-        cudnn::sys::cudart::cudaDataType_t::CUDA_R_16F
-    } else {
-        cudnn::sys::cudart::cudaDataType_t::CUDA_R_16BF
-    };
-    assert_eq!(d.bias_type()?, want, "bias type for {out:?}");
+    if bias.is_some() {
+        let want = if out == CDType::F16 {
+            cudnn::sys::cudart::cudaDataType_t::CUDA_R_16F
+        } else {
+            cudnn::sys::cudart::cudaDataType_t::CUDA_R_16BF
+        };
+        assert_eq!(d.bias_type()?, want, "bias type for {out:?}");
+    }
     Ok(())
 }
 
@@ -194,6 +205,26 @@ fn fp8_refusals() -> TestResult {
     let xb = Tensor::zeros(48, CDType::F16, &cpu)?;
     let e = call(&x, &bt, &one, Some(&xb), CDType::BF16).unwrap_err();
     assert!(e.starts_with("bias dtype"), "{e}");
+    // An f32 output with a bias, even NVIDIA's table's bf16 one: refused
+    // (PyTorch's _scaled_mm rule), naming bias; without one it reaches
+    // the CPU refusal (every check passed).
+    let xbf = Tensor::zeros(48, CDType::BF16, &cpu)?;
+    assert_eq!(
+        call(&x, &bt, &one, Some(&xbf), CDType::F32),
+        Err("bias".into())
+    );
+    let e = cudnn_candle::fp8_matmul(
+        &x,
+        &bt,
+        &one,
+        &one,
+        None,
+        MatmulActivation::Relu,
+        CDType::F32,
+    )
+    .map(|_| ())
+    .unwrap_err();
+    assert!(matches!(typed(&e), Some(Error::Unsupported { .. })), "{e}");
     // Not FP8.
     let xf = Tensor::zeros((32, 64), CDType::BF16, &cpu)?;
     assert_eq!(
