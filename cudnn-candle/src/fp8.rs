@@ -332,6 +332,34 @@ impl CustomOp2 for Fp8Matmul {
     }
 }
 
+/// No argument tracks a gradient (candle's `track_op`: a `Var` or an op's
+/// result on one): this op has no backward, and candle's rule for an op
+/// without one is an error, not a missing gradient (`CustomOp2::bwd`'s
+/// default is `BackwardNotSupported`). Checked on the caller's tensors,
+/// before any view or broadcast of them.
+fn untracked(
+    a: &Tensor,
+    b: &Tensor,
+    scale_a: &Tensor,
+    scale_b: &Tensor,
+    bias: Option<&Tensor>,
+) -> cudnn::Result<()> {
+    let all = [("a", Some(a)), ("b", Some(b))]
+        .into_iter()
+        .chain([("scale_a", Some(scale_a)), ("scale_b", Some(scale_b))])
+        .chain([("bias", bias)]);
+    for (name, t) in all {
+        if t.is_some_and(Tensor::track_op) {
+            return Err(Error::invalid(
+                name,
+                "must not track a gradient: fp8_matmul has no backward (candle has no FP8 gradients), so its gradient would be missing; pass it detached (t.detach())",
+                "a tensor that tracks a gradient (a Var, or an op's result on one)",
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Every check of a call on the tensors' layouts (no device): what
 /// `cuda_fwd` checks again on the storages it is given.
 fn check(
@@ -369,10 +397,16 @@ fn check(
 /// `(batch·m, k)` GEMM), `scale_a` / `scale_b` f32 tensors of one element
 /// on the device (the dequantization scales: `a`'s real value is
 /// `scale_a · a`; read by cuBLASLt on the device, no host sync), `bias`
-/// `(n,)` (bf16 for an f32 or bf16 output, f16 for an f16 one: cuBLASLt's
-/// FP8 table), `out_dtype` f32, f16 or bf16; f32 accumulation. Returns
-/// `(batch.., m, n)`, contiguous. Forward only (no backward: candle has no
-/// FP8 gradients).
+/// `(n,)` (bf16 for a bf16 output, f16 for an f16 one: cuBLASLt's FP8
+/// table; none with an f32 output, which PyTorch's `_scaled_mm` refuses
+/// too, see [`params::fp8::fp8_gemm`](crate::params::fp8::fp8_gemm)),
+/// `out_dtype` f32, f16 or bf16; f32 accumulation. Returns `(batch.., m,
+/// n)`, contiguous.
+///
+/// Forward only: candle has no FP8 gradients, so an argument that tracks
+/// a gradient (a `Var`, or the result of an op on one) is refused, typed,
+/// naming it, rather than its gradient silently missing from
+/// `backward()`: pass `t.detach()` for inference.
 ///
 /// cuBLASLt's FP8 rules on Hopper, checked before anything reaches the
 /// GPU (typed errors naming the argument): `a` with its last dim (k)
@@ -398,9 +432,9 @@ fn check(
 /// ```
 ///
 /// # Errors
-/// A shape, dtype, layout, offset or device that does not fit (a
-/// `candle_core::Error::Cuda` holding the typed [`cudnn::Error`] naming
-/// the argument); a device without FP8 (before Ada / Hopper), typed
+/// A shape, dtype, layout, offset or device that does not fit, or an
+/// argument that tracks a gradient (a `candle_core::Error::Cuda` holding
+/// the typed [`cudnn::Error`] naming the argument); a device without FP8 (before Ada / Hopper), typed
 /// `Unsupported`; cuBLASLt's.
 #[doc(alias = "scaled_mm")]
 #[doc(alias = "_scaled_mm")]
@@ -415,6 +449,7 @@ pub fn fp8_matmul(
     out_dtype: CDType,
 ) -> candle_core::Result<Tensor> {
     fp8::out_type(out_dtype).c()?;
+    untracked(a, b, scale_a, scale_b, bias).c()?;
     let (ra, rb) = (a.rank(), b.rank());
     if ra > 2 && rb == 2 && a.is_contiguous() && a.elem_count() > 0 {
         let k = a.dim(ra - 1)?;

@@ -257,6 +257,64 @@ fn fp8_refusals() -> TestResult {
     Ok(())
 }
 
+/// An argument that tracks a gradient (a `Var`, or an op's result on
+/// one) is refused, typed, naming it: `fp8_matmul` has no backward, and
+/// candle's rule for an op without one is an error (`CustomOp2::bwd`'s
+/// default, `BackwardNotSupported`), never a gradient silently missing.
+/// On the CPU: the check runs before any device is touched. The same
+/// call detached passes every check (refused only as not on CUDA).
+fn fp8_tracked() -> TestResult {
+    let cpu = Device::Cpu;
+    let f8 = |d: &[usize]| -> candle_core::Result<Tensor> {
+        Tensor::zeros(d, CDType::F32, &cpu)?.to_dtype(CDType::F8E4M3)
+    };
+    let (x, w) = (f8(&[32, 64])?, f8(&[48, 64])?);
+    let x3 = f8(&[2, 16, 64])?;
+    let (one, bias) = (
+        Tensor::new(1f32, &cpu)?,
+        Tensor::zeros(48, CDType::BF16, &cpu)?,
+    );
+    let var = |t: &Tensor| -> candle_core::Result<Tensor> {
+        Ok(candle_core::Var::from_tensor(t)?.as_tensor().clone())
+    };
+    let call = |a: &Tensor, b: &Tensor, sa: &Tensor, sb: &Tensor, x: &Tensor| {
+        cudnn_candle::fp8_matmul(a, b, sa, sb, Some(x), MatmulActivation::None, CDType::BF16)
+            .map(|_| ())
+            .map_err(|e| arg_named(&e))
+    };
+    let bt = w.t()?;
+    // A Var weight's t() view tracks a gradient through the view.
+    let vbt = var(&w)?.t()?;
+    assert!(vbt.track_op());
+    assert_eq!(call(&var(&x)?, &bt, &one, &one, &bias), Err("a".into()));
+    assert_eq!(call(&x, &vbt, &one, &one, &bias), Err("b".into()));
+    assert_eq!(
+        call(&x, &bt, &var(&one)?, &one, &bias),
+        Err("scale_a".into())
+    );
+    assert_eq!(
+        call(&x, &bt, &one, &var(&one)?, &bias),
+        Err("scale_b".into())
+    );
+    assert_eq!(call(&x, &bt, &one, &one, &var(&bias)?), Err("bias".into()));
+    // The 3-d a folded into rows: checked before the fold.
+    assert_eq!(call(&var(&x3)?, &bt, &one, &one, &bias), Err("a".into()));
+    // Detached, the same call passes every check.
+    let e = cudnn_candle::fp8_matmul(
+        &var(&x)?.detach(),
+        &vbt.detach(),
+        &var(&one)?.detach(),
+        &one,
+        Some(&var(&bias)?.detach()),
+        MatmulActivation::None,
+        CDType::BF16,
+    )
+    .map(|_| ())
+    .unwrap_err();
+    assert!(matches!(typed(&e), Some(Error::Unsupported { .. })), "{e}");
+    Ok(())
+}
+
 /// A zero dim (dims of 0 are inputs too), also on the path that folds a
 /// 3-d `a` into rows: refused, typed, naming `a shape`.
 fn zero_dims() -> TestResult {
@@ -295,6 +353,7 @@ pub fn trials() -> Vec<Trial> {
     let mut t = vec![
         unit("fp8_matmul_refusals_on_the_host_are_typed", fp8_refusals),
         unit("gemm_zero_dims_refused_typed", zero_dims),
+        unit("fp8_matmul_refuses_tracked_arguments", fp8_tracked),
     ];
     for dt in [CDType::F32, CDType::F16, CDType::BF16] {
         t.push(host(
