@@ -128,21 +128,32 @@ fn typed<'a, B: CudaDType + DeviceRepr>(
     })
 }
 
-/// An FP8 view of borrowed bytes.
+/// An FP8 view of borrowed bytes, on their device.
 ///
 /// # Safety
 /// `bytes` is valid for reads for as long as the returned view is used
 /// (the caller keeps the guard it came from alive across the enqueue).
-unsafe fn as_fp8<'a>(bytes: DeviceSlice<'a, u8>) -> DeviceSlice<'a, F8E4M3> {
+///
+/// # Errors
+/// A view that does not know its device (typed, naming `name`): the views
+/// of `CudarcRead` always do, so this is never expected, and a view
+/// without one would skip `Fp8MatmulPlan::run`'s device check.
+unsafe fn as_fp8<'a>(
+    bytes: DeviceSlice<'a, u8>,
+    name: &str,
+) -> cudnn::Result<DeviceSlice<'a, F8E4M3>> {
     let ptr = bytes.as_ptr().cast::<F8E4M3>();
-    match bytes.device() {
-        // SAFETY: `F8E4M3` is `repr(transparent)` over a byte (one byte,
-        // alignment 1, every value valid); the memory is `bytes`' own, on
-        // its device, valid for `'a` (the caller's contract).
-        Some(d) => unsafe { DeviceSlice::from_raw_parts_on(ptr, bytes.len(), d) },
-        // SAFETY: as above.
-        None => unsafe { DeviceSlice::from_raw_parts(ptr, bytes.len()) },
-    }
+    let Some(d) = bytes.device() else {
+        return Err(Error::invalid(
+            name,
+            "must be a device view that knows its device (candle's stream's)",
+            "a view without a device",
+        ));
+    };
+    // SAFETY: `F8E4M3` is `repr(transparent)` over a byte (one byte,
+    // alignment 1, every value valid); the memory is `bytes`' own, on
+    // its device `d`, valid for `'a` (the caller's contract).
+    Ok(unsafe { DeviceSlice::from_raw_parts_on(ptr, bytes.len(), d) })
 }
 
 #[derive(Clone, Debug)]
@@ -232,7 +243,8 @@ impl Fp8Matmul {
             let mut dw = unsafe { cs.write(&mut d) }.c()?;
             // SAFETY: the byte views live in `ar` / `br`, alive until the
             // end of this closure, after the enqueue that uses them.
-            let (a8, b8) = unsafe { (as_fp8(ar.view()), as_fp8(br.view())) };
+            let (a8, b8) = unsafe { (as_fp8(ar.view(), "a"), as_fp8(br.view(), "b")) };
+            let (a8, b8) = (a8.c()?, b8.c()?);
             let mut addrs = vec![
                 ("a", a8.as_raw() as usize),
                 ("b", b8.as_raw() as usize),
@@ -320,6 +332,34 @@ impl CustomOp2 for Fp8Matmul {
     }
 }
 
+/// No argument tracks a gradient (candle's `track_op`: a `Var` or an op's
+/// result on one): this op has no backward, and candle's rule for an op
+/// without one is an error, not a missing gradient (`CustomOp2::bwd`'s
+/// default is `BackwardNotSupported`). Checked on the caller's tensors,
+/// before any view or broadcast of them.
+fn untracked(
+    a: &Tensor,
+    b: &Tensor,
+    scale_a: &Tensor,
+    scale_b: &Tensor,
+    bias: Option<&Tensor>,
+) -> cudnn::Result<()> {
+    let all = [("a", Some(a)), ("b", Some(b))]
+        .into_iter()
+        .chain([("scale_a", Some(scale_a)), ("scale_b", Some(scale_b))])
+        .chain([("bias", bias)]);
+    for (name, t) in all {
+        if t.is_some_and(Tensor::track_op) {
+            return Err(Error::invalid(
+                name,
+                "must not track a gradient: fp8_matmul has no backward (candle has no FP8 gradients), so its gradient would be missing; pass it detached (t.detach())",
+                "a tensor that tracks a gradient (a Var, or an op's result on one)",
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Every check of a call on the tensors' layouts (no device): what
 /// `cuda_fwd` checks again on the storages it is given.
 fn check(
@@ -357,10 +397,16 @@ fn check(
 /// `(batch·m, k)` GEMM), `scale_a` / `scale_b` f32 tensors of one element
 /// on the device (the dequantization scales: `a`'s real value is
 /// `scale_a · a`; read by cuBLASLt on the device, no host sync), `bias`
-/// `(n,)` (bf16 for an f32 or bf16 output, f16 for an f16 one: cuBLASLt's
-/// FP8 table), `out_dtype` f32, f16 or bf16; f32 accumulation. Returns
-/// `(batch.., m, n)`, contiguous. Forward only (no backward: candle has no
-/// FP8 gradients).
+/// `(n,)` (bf16 for a bf16 output, f16 for an f16 one: cuBLASLt's FP8
+/// table; none with an f32 output, which PyTorch's `_scaled_mm` refuses
+/// too, see [`params::fp8::fp8_gemm`](crate::params::fp8::fp8_gemm)),
+/// `out_dtype` f32, f16 or bf16; f32 accumulation. Returns `(batch.., m,
+/// n)`, contiguous.
+///
+/// Forward only: candle has no FP8 gradients, so an argument that tracks
+/// a gradient (a `Var`, or the result of an op on one) is refused, typed,
+/// naming it, rather than its gradient silently missing from
+/// `backward()`: pass `t.detach()` for inference.
 ///
 /// cuBLASLt's FP8 rules on Hopper, checked before anything reaches the
 /// GPU (typed errors naming the argument): `a` with its last dim (k)
@@ -386,9 +432,9 @@ fn check(
 /// ```
 ///
 /// # Errors
-/// A shape, dtype, layout, offset or device that does not fit (a
-/// `candle_core::Error::Cuda` holding the typed [`cudnn::Error`] naming
-/// the argument); a device without FP8 (before Ada / Hopper), typed
+/// A shape, dtype, layout, offset or device that does not fit, or an
+/// argument that tracks a gradient (a `candle_core::Error::Cuda` holding
+/// the typed [`cudnn::Error`] naming the argument); a device without FP8 (before Ada / Hopper), typed
 /// `Unsupported`; cuBLASLt's.
 #[doc(alias = "scaled_mm")]
 #[doc(alias = "_scaled_mm")]
@@ -403,6 +449,7 @@ pub fn fp8_matmul(
     out_dtype: CDType,
 ) -> candle_core::Result<Tensor> {
     fp8::out_type(out_dtype).c()?;
+    untracked(a, b, scale_a, scale_b, bias).c()?;
     let (ra, rb) = (a.rank(), b.rank());
     if ra > 2 && rb == 2 && a.is_contiguous() && a.elem_count() > 0 {
         let k = a.dim(ra - 1)?;
@@ -429,4 +476,25 @@ pub fn fp8_matmul(
         out: out_dtype,
     };
     a.detach().apply_op2_no_bwd(&b.detach(), &op)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A view that records no device is refused, typed, naming the
+    /// operand: cast to FP8 without one, `Fp8MatmulPlan::run` could not
+    /// check the memory's device (the views of `CudarcRead` record it).
+    #[test]
+    fn an_fp8_view_needs_its_device() {
+        // SAFETY: a null pointer with length 0 is an allowed empty view
+        // (`from_raw_parts`' contract); it is never dereferenced.
+        let bytes = unsafe { DeviceSlice::<u8>::from_raw_parts(std::ptr::null(), 0) };
+        assert!(bytes.device().is_none());
+        // SAFETY: as above: the view is only checked, never used.
+        match unsafe { as_fp8(bytes, "a") } {
+            Err(Error::InvalidArgument { arg, .. }) => assert_eq!(arg, "a"),
+            other => panic!("{other:?}"),
+        }
+    }
 }

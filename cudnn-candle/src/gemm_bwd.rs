@@ -12,7 +12,9 @@
 //!   batched operands give per-matrix gradients, and candle's own
 //!   `broadcast_as` backward sums those of a broadcast operand, exactly as
 //!   for candle's `broadcast_matmul`;
-//! - `dbias = Σ dZ` over every dim but the last, accumulated in f32.
+//! - `dbias = Σ dZ` over every dim but the last, accumulated in f32 (for
+//!   GELU from the f32 `dZ`, before the rounding to the op's dtype that
+//!   only the GEMMs' copy takes).
 //!
 //! Why recompute `Z` rather than cuBLASLt's `GELU_AUX` forward and
 //! `DGELU` / `DRELU` (`_BGRAD`) backward epilogues, which `cudnn::blas`
@@ -87,14 +89,15 @@ pub(crate) fn backward(
 ) -> candle_core::Result<Grads> {
     let dt = a.dtype();
     let dy = dy.to_dtype(dt)?;
-    let dz = match act {
-        MatmulActivation::None => dy,
-        MatmulActivation::Relu => y.gt(0f64)?.where_cond(&dy, &dy.zeros_like()?)?,
+    // `dz` in the op's dtype for the GEMMs; `dz32`, GELU's dZ before that
+    // rounding, for dbias (a sum of unrounded terms, rounded once).
+    let (dz, dz32) = match act {
+        MatmulActivation::None => (dy, None),
+        MatmulActivation::Relu => (y.gt(0f64)?.where_cond(&dy, &dy.zeros_like()?)?, None),
         MatmulActivation::GeluTanh => {
             let z = mm(a, b, bias)?;
-            dy.to_dtype(CDType::F32)?
-                .mul(&gelu_tanh_grad(&z)?)?
-                .to_dtype(dt)?
+            let dz32 = dy.to_dtype(CDType::F32)?.mul(&gelu_tanh_grad(&z)?)?;
+            (dz32.to_dtype(dt)?, Some(dz32))
         }
     };
     let r = dz.rank();
@@ -103,7 +106,11 @@ pub(crate) fn backward(
     let dbias = match bias {
         Some(x) if need[2] => {
             let n = dz.dim(r - 1)?;
-            let flat = dz.to_dtype(CDType::F32)?.reshape(((), n))?;
+            let full = match dz32 {
+                Some(t) => t,
+                None => dz.to_dtype(CDType::F32)?,
+            };
+            let flat = full.reshape(((), n))?;
             Some(flat.sum(0)?.to_dtype(x.dtype())?)
         }
         _ => None,
@@ -332,6 +339,101 @@ mod tests {
             proptest::prop_assert!(max_diff(&db, grads.get(b.as_tensor()).unwrap()) < 1e-4);
             if let Some(dx) = dx {
                 proptest::prop_assert!(max_diff(&dx, grads.get(x.as_tensor()).unwrap()) < 1e-4);
+            }
+        }
+    }
+
+    /// Values `step · i` for integers `i` in `[-lim, lim]`, deterministic:
+    /// few enough bits that products and short sums are exact in bf16.
+    fn grid(d: &[usize], seed: u64, lim: i64, step: f32) -> Tensor {
+        let n: usize = d.iter().product();
+        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(7);
+        let v: Vec<f32> = (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let i = ((s >> 33) % (2 * lim as u64 + 1)) as i64 - lim;
+                i as f32 * step
+            })
+            .collect();
+        Tensor::from_vec(v, d, &Device::Cpu).unwrap()
+    }
+
+    proptest::proptest! {
+        /// bf16: dbias against candle's CPU autograd in f32 of the same
+        /// values. `a` in halves of [-2, 2], `b` in halves of [-1, 1], the
+        /// bias in odd eighths of [-1.875, 2.125] and k < 7: every product
+        /// and partial sum of `Z = a·b + bias` has at most 7 significant
+        /// bits, so `Z` is exact in bf16 (whatever the sum order) and
+        /// equals the reference's, and is never 0 (where candle's ReLU
+        /// gradient, 1 at 0, and the op's, 0, differ by design); `dY` is
+        /// bf16-valued. The only roundings left are
+        /// f32 arithmetic and dbias's one rounding to bf16, so per column
+        /// `|dbias_j - ref_j| <= 2^-8·|ref_j| + 2e-5·Σ_i |dY_ij|` (bf16's
+        /// unit roundoff; f32's formula and sum order, with `|act'| <=
+        /// 1.13`). Summing dZ after rounding it to bf16 (as the op did)
+        /// adds up to 2^-8·|dZ_ij| per term and breaks this bound.
+        #[test]
+        fn bf16_dbias_is_rounded_once(
+            batch in proptest::collection::vec(1usize..4, 0..3),
+            (m, k, n) in (1usize..7, 1usize..7, 1usize..7),
+            b_batched in proptest::bool::ANY,
+            act in proptest::sample::select(vec![
+                MatmulActivation::None,
+                MatmulActivation::Relu,
+                MatmulActivation::GeluTanh,
+            ]),
+            seed in 0u64..1000,
+        ) {
+            let bf = CDType::BF16;
+            let mm = |x: &Tensor, y: &Tensor, bias: Option<&Tensor>| -> candle_core::Result<Tensor> {
+                let p = x.broadcast_matmul(y)?;
+                match bias {
+                    Some(b) => p.broadcast_add(b),
+                    None => Ok(p),
+                }
+            };
+            let mut ad = batch.clone();
+            ad.extend([m, k]);
+            let mut bd = if b_batched { batch.clone() } else { Vec::new() };
+            bd.extend([k, n]);
+            let (a, b, x) = (grid(&ad, seed, 4, 0.5), grid(&bd, seed + 1, 2, 0.5), (grid(&[n], seed + 2, 8, 0.25) + 0.125).unwrap());
+            let mut yd = ad[..ad.len() - 1].to_vec();
+            yd.push(n);
+            let w = rand(&yd, seed + 3).to_dtype(bf).unwrap().to_dtype(CDType::F32).unwrap();
+            // The reference: f32 autograd of the same (bf16-exact) values.
+            let vx = Var::from_tensor(&x).unwrap();
+            let z = mm(&a, &b, Some(vx.as_tensor())).unwrap();
+            let y = match act {
+                MatmulActivation::None => z,
+                MatmulActivation::Relu => z.relu().unwrap(),
+                MatmulActivation::GeluTanh => z.gelu().unwrap(),
+            };
+            let grads = (&y * &w).unwrap().sum_all().unwrap().backward().unwrap();
+            let want = grads.get(vx.as_tensor()).unwrap().to_vec1::<f32>().unwrap();
+            // The op's backward in bf16 (b broadcast as the op sees it).
+            let h = |t: &Tensor| t.to_dtype(bf).unwrap();
+            let bb = h(&b).broadcast_as([batch.clone(), vec![k, n]].concat()).unwrap();
+            let (_, _, dx) = backward(
+                (&h(&a), &bb, Some(&h(&x))),
+                &h(&y),
+                &h(&w),
+                act,
+                &mm,
+                [false, false, true],
+            ).unwrap();
+            let dx = dx.unwrap();
+            proptest::prop_assert_eq!(dx.dtype(), bf);
+            let got = dx.to_dtype(CDType::F32).unwrap().to_vec1::<f32>().unwrap();
+            let wsum = w.abs().unwrap().reshape(((), n)).unwrap().sum(0).unwrap().to_vec1::<f32>().unwrap();
+            for j in 0..n {
+                let bound = want[j].abs() / 256.0 + 2e-5 * wsum[j];
+                proptest::prop_assert!(
+                    (got[j] - want[j]).abs() <= bound,
+                    "{:?} x {:?} {:?} column {}: {} vs {} (bound {:e})",
+                    ad, bd, act, j, got[j], want[j], bound
+                );
             }
         }
     }

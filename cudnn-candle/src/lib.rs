@@ -36,7 +36,7 @@
 //! | [`layer_norm`] | candle-nn's `ops::layer_norm` | over the last dim; bias optional; eps in (0, 1]; backward: two graphs (statistics, then dx / dweight / dbias) |
 //! | [`rms_norm`] | candle-nn's `ops::rms_norm` | optional bias; eps in (0, 1]; backward: two graphs |
 //! | [`matmul_bias_act`] | (candle's `broadcast_matmul` + bias + `relu` / `gelu`) | cuBLASLt epilogues; backward: dA, dB (cuBLASLt on transposed views), dbias; ReLU's gradient from the output (0 at 0), GELU's from Z recomputed by one GEMM ([`gemm_bwd`]); plans cached up to [`GEMM_PLAN_CAPACITY`] per element type ([`clear_gemm_plans`]) |
-//! | [`fp8_matmul`] | PyTorch's `_scaled_mm`, mistral.rs's `fused_batch_matmul_f8` | `F8E4M3` operands, per-tensor f32 scales on the device; bias / ReLU / GELU; f32, f16, bf16 output; cuBLASLt's FP8 rules (`b = w.t()`, k and n in 16s, 16-byte strides and offsets) checked first, typed; forward only |
+//! | [`fp8_matmul`] | PyTorch's `_scaled_mm`, mistral.rs's `fused_batch_matmul_f8` | `F8E4M3` operands, per-tensor f32 scales on the device; bias / ReLU / GELU; f32, f16, bf16 output (no bias with f32, as `_scaled_mm`); cuBLASLt's FP8 rules (`b = w.t()`, k and n in 16s, 16-byte strides and offsets) checked first, typed; forward only (arguments tracking a gradient refused, typed) |
 //!
 //! # How it runs
 //! Each function is a candle `CustomOp3`. `cuda_fwd` checks the shapes,
@@ -83,7 +83,9 @@
 //! Not in this version: ALiBi in varlen, KV-cache and paged calls (refused,
 //! typed), gradients of ALiBi slopes and sinks, a paged backward (cuDNN has
 //! none), CUDA graph capture of these calls (refused, typed, while candle's
-//! stream captures), FP8 GEMM's backward, FP8 outputs (with D's scale
+//! stream captures), FP8 GEMM's backward (arguments that track a gradient
+//! are refused, typed), an FP8 GEMM with an f32 output and a bias (refused,
+//! typed, as PyTorch's `_scaled_mm`), FP8 outputs (with D's scale
 //! and amax), E5M2 operands (candle has no E5M2 dtype) and block-scaled
 //! (MXFP8) FP8 GEMM, FP8 operands in other layouts than cuBLASLt's "TN"
 //! (refused, typed, not copied); FlashAttention's zero

@@ -113,15 +113,24 @@ fn backward_specs(ad: &[usize], bd: &[usize], dt: CDType) -> TestResult {
 }
 
 /// An FP8 linear layer's spec (`a` `(m, k)`, `b = w.t()`) built by
-/// cuBLASLt with the bias type of NVIDIA's table read back.
+/// cuBLASLt's descriptor calls, with the bias type of NVIDIA's table read
+/// back (f16 / bf16 outputs; an f32 output takes no bias, so its spec is
+/// built without one).
+///
+/// What this shows, and what not: cuBLASLt does not validate a type
+/// combination when an attribute is set (only its heuristic, on a GPU,
+/// does), so reading the bias type back shows the crate set what NVIDIA's
+/// table says, not that cuBLASLt accepts the combination. That is the GPU
+/// tier's (`fp8_matmul_*` in the GPU tests).
 fn fp8_descriptors(m: usize, k: usize, n: usize, out: CDType) -> TestResult {
     let (ad, bd, xd) = ([m, k], [k, n], [n]);
     let (sa, sb) = (contiguous(&ad), [1, k]);
     let bias_dt = fp8::bias_dtype(out);
+    let bias = (out != CDType::F32).then(|| arg("bias", &xd, &[1], bias_dt));
     let g = fp8::fp8_gemm(
         &arg("a", &ad, &sa, CDType::F8E4M3),
         &arg("b", &bd, &sb, CDType::F8E4M3),
-        Some(&arg("bias", &xd, &[1], bias_dt)),
+        bias.as_ref(),
         MatmulActivation::Relu,
         out,
     )?;
@@ -132,12 +141,14 @@ fn fp8_descriptors(m: usize, k: usize, n: usize, out: CDType) -> TestResult {
         bias: None,
     };
     let d = Fp8Descriptors::new(&g.spec, types, 32 << 20)?;
-    let want = if out == CDType::F16 {
-        cudnn::sys::cudart::cudaDataType_t::CUDA_R_16F
-    } else {
-        cudnn::sys::cudart::cudaDataType_t::CUDA_R_16BF
-    };
-    assert_eq!(d.bias_type()?, want, "bias type for {out:?}");
+    if bias.is_some() {
+        let want = if out == CDType::F16 {
+            cudnn::sys::cudart::cudaDataType_t::CUDA_R_16F
+        } else {
+            cudnn::sys::cudart::cudaDataType_t::CUDA_R_16BF
+        };
+        assert_eq!(d.bias_type()?, want, "bias type for {out:?}");
+    }
     Ok(())
 }
 
@@ -194,6 +205,26 @@ fn fp8_refusals() -> TestResult {
     let xb = Tensor::zeros(48, CDType::F16, &cpu)?;
     let e = call(&x, &bt, &one, Some(&xb), CDType::BF16).unwrap_err();
     assert!(e.starts_with("bias dtype"), "{e}");
+    // An f32 output with a bias, even NVIDIA's table's bf16 one: refused
+    // (PyTorch's _scaled_mm rule), naming bias; without one it reaches
+    // the CPU refusal (every check passed).
+    let xbf = Tensor::zeros(48, CDType::BF16, &cpu)?;
+    assert_eq!(
+        call(&x, &bt, &one, Some(&xbf), CDType::F32),
+        Err("bias".into())
+    );
+    let e = cudnn_candle::fp8_matmul(
+        &x,
+        &bt,
+        &one,
+        &one,
+        None,
+        MatmulActivation::Relu,
+        CDType::F32,
+    )
+    .map(|_| ())
+    .unwrap_err();
+    assert!(matches!(typed(&e), Some(Error::Unsupported { .. })), "{e}");
     // Not FP8.
     let xf = Tensor::zeros((32, 64), CDType::BF16, &cpu)?;
     assert_eq!(
@@ -223,6 +254,64 @@ fn fp8_refusals() -> TestResult {
         Err(e) => assert!(matches!(typed(&e), Some(Error::Unsupported { .. })), "{e}"),
         Ok(_) => return Err("an FP8 matmul ran on the CPU".into()),
     }
+    Ok(())
+}
+
+/// An argument that tracks a gradient (a `Var`, or an op's result on
+/// one) is refused, typed, naming it: `fp8_matmul` has no backward, and
+/// candle's rule for an op without one is an error (`CustomOp2::bwd`'s
+/// default, `BackwardNotSupported`), never a gradient silently missing.
+/// On the CPU: the check runs before any device is touched. The same
+/// call detached passes every check (refused only as not on CUDA).
+fn fp8_tracked() -> TestResult {
+    let cpu = Device::Cpu;
+    let f8 = |d: &[usize]| -> candle_core::Result<Tensor> {
+        Tensor::zeros(d, CDType::F32, &cpu)?.to_dtype(CDType::F8E4M3)
+    };
+    let (x, w) = (f8(&[32, 64])?, f8(&[48, 64])?);
+    let x3 = f8(&[2, 16, 64])?;
+    let (one, bias) = (
+        Tensor::new(1f32, &cpu)?,
+        Tensor::zeros(48, CDType::BF16, &cpu)?,
+    );
+    let var = |t: &Tensor| -> candle_core::Result<Tensor> {
+        Ok(candle_core::Var::from_tensor(t)?.as_tensor().clone())
+    };
+    let call = |a: &Tensor, b: &Tensor, sa: &Tensor, sb: &Tensor, x: &Tensor| {
+        cudnn_candle::fp8_matmul(a, b, sa, sb, Some(x), MatmulActivation::None, CDType::BF16)
+            .map(|_| ())
+            .map_err(|e| arg_named(&e))
+    };
+    let bt = w.t()?;
+    // A Var weight's t() view tracks a gradient through the view.
+    let vbt = var(&w)?.t()?;
+    assert!(vbt.track_op());
+    assert_eq!(call(&var(&x)?, &bt, &one, &one, &bias), Err("a".into()));
+    assert_eq!(call(&x, &vbt, &one, &one, &bias), Err("b".into()));
+    assert_eq!(
+        call(&x, &bt, &var(&one)?, &one, &bias),
+        Err("scale_a".into())
+    );
+    assert_eq!(
+        call(&x, &bt, &one, &var(&one)?, &bias),
+        Err("scale_b".into())
+    );
+    assert_eq!(call(&x, &bt, &one, &one, &var(&bias)?), Err("bias".into()));
+    // The 3-d a folded into rows: checked before the fold.
+    assert_eq!(call(&var(&x3)?, &bt, &one, &one, &bias), Err("a".into()));
+    // Detached, the same call passes every check.
+    let e = cudnn_candle::fp8_matmul(
+        &var(&x)?.detach(),
+        &vbt.detach(),
+        &var(&one)?.detach(),
+        &one,
+        Some(&var(&bias)?.detach()),
+        MatmulActivation::None,
+        CDType::BF16,
+    )
+    .map(|_| ())
+    .unwrap_err();
+    assert!(matches!(typed(&e), Some(Error::Unsupported { .. })), "{e}");
     Ok(())
 }
 
@@ -264,6 +353,7 @@ pub fn trials() -> Vec<Trial> {
     let mut t = vec![
         unit("fp8_matmul_refusals_on_the_host_are_typed", fp8_refusals),
         unit("gemm_zero_dims_refused_typed", zero_dims),
+        unit("fp8_matmul_refuses_tracked_arguments", fp8_tracked),
     ];
     for dt in [CDType::F32, CDType::F16, CDType::BF16] {
         t.push(host(

@@ -102,7 +102,15 @@ fn refusals_name_the_argument() {
         "a bf16 output takes a bf16 bias"
     );
     assert!(r(linear(16, 32, 16, Some(CDType::BF16), CDType::F16)).starts_with("bias dtype"));
-    assert!(r(linear(16, 32, 16, Some(CDType::F32), CDType::F32)).starts_with("bias dtype"));
+    // An f32 output takes no bias (PyTorch's _scaled_mm rule), whatever
+    // the bias's dtype (bf16 is NVIDIA's table's): refused naming bias.
+    for dt in [CDType::BF16, CDType::F32, CDType::F16] {
+        let e = linear(16, 32, 16, Some(dt), CDType::F32).unwrap_err();
+        assert_eq!(arg_of(&e), "bias", "{dt:?}");
+        assert!(e.to_string().contains("out_dtype F32"), "{e}");
+    }
+    // Without a bias, an f32 output is accepted (ReLU epilogue).
+    assert!(linear(16, 32, 16, None, CDType::F32).is_ok());
     let (ad, bd) = ([16, 32], [32, 16]);
     let (sa, sb) = (contiguous(&ad), [1, 32]);
     let f8 = CDType::F8E4M3;
@@ -210,17 +218,20 @@ fn candle_offset(idx: &[usize], strides: &[usize]) -> usize {
 proptest! {
     /// A linear layer in the "TN" layout is accepted exactly when cuBLASLt's
     /// documented FP8 rules hold: k and n (D's contiguous dim) multiples of
-    /// 16; m free. Accepted layouts address every element where candle's
-    /// strides do.
+    /// 16; m free; a bias only with an f16 / bf16 output. Accepted
+    /// layouts address every element where candle's strides do.
     #[test]
     fn accepted_exactly_when_the_fp8_rules_hold(
         m in 1usize..40,
         k in 1usize..70,
         n in 1usize..70,
         out in prop::sample::select(vec![CDType::F32, CDType::F16, CDType::BF16]),
+        with_bias in any::<bool>(),
     ) {
-        let g = linear(m, k, n, None, out);
-        let ok = k % 16 == 0 && n % 16 == 0;
+        // A bias of NVIDIA's table's type; none with an f32 output
+        // (PyTorch's _scaled_mm rule).
+        let g = linear(m, k, n, with_bias.then(|| bias_dtype(out)), out);
+        let ok = k % 16 == 0 && n % 16 == 0 && !(with_bias && out == CDType::F32);
         prop_assert_eq!(g.is_ok(), ok, "m {} k {} n {}: {:?}", m, k, n, g.as_ref().err());
         if let Ok(g) = g {
             let (la, lb, _) = g.spec.layouts();
