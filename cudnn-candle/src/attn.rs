@@ -39,7 +39,7 @@ pub(crate) fn arg<'a>(name: &'a str, l: &'a Layout, dtype: CDType) -> Arg<'a> {
 pub(crate) fn on_cuda(op: &str) -> candle_core::Error {
     to_candle(Error::Unsupported {
         what: format!("{op} on the CPU"),
-        needs: Some("tensors on a CUDA device (cudnn-candle runs cuDNN's attention)".to_string()),
+        needs: Some("tensors on a CUDA device (cudnn-candle runs cuDNN and cuBLASLt on candle's CUDA stream)".to_string()),
     })
 }
 

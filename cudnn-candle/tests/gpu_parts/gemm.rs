@@ -40,13 +40,10 @@ fn gemm_case(
     let (ag, bg) = prep(&g(&a)?, &g(&b)?)?;
     let xg = g(&x)?;
     let got = cudnn_candle::matmul_bias_act(&ag, &bg, bias.then_some(&xg), act)?;
-    let k = ad[ad.len() - 1] as f64;
-    // Sums of k products: the tolerance grows with sqrt(k) in 16-bit types.
-    let t = if dt == DType::F32 {
-        1e-4
-    } else {
-        tol(dt) * (k / 64.0).sqrt().max(1.0)
-    };
+    // cuBLASLt accumulates in f32 and rounds the result once; `close`
+    // divides by max |want|, so the bound does not grow with k (the
+    // review of the backward's tolerances, applied here too).
+    let t = if dt == DType::F32 { 1e-4 } else { tol(dt) };
     close("d", &got, &want, t)
 }
 
