@@ -621,8 +621,21 @@ pub fn flash_attn_with(
     v: &Tensor,
     params: &AttnParams,
 ) -> candle_core::Result<Tensor> {
+    let admit = crate::capture::admit("attention")?;
     if let Some((q2, p2)) = sink_decode_pad(q, kv_len(k), params)? {
+        if admit.is_some() {
+            return Err(to_candle(crate::capture::refusal(
+                "attention (sinks, one query)",
+                "a one-row call with sinks runs on a two-row copy of q made now",
+            )));
+        }
         return flash_attn_with(&q2, k, v, &p2)?.narrow(1, 1, 1);
+    }
+    if admit.is_some() && params.alibi_slopes.as_ref().is_some_and(|t| t.rank() != 1) {
+        return Err(to_candle(crate::capture::refusal(
+            "attention (ALiBi)",
+            "(batch, heads) slopes are read on the host; give (heads,) slopes",
+        )));
     }
     let mut p = ready_params(params)?;
     let mut bias = None;
@@ -633,13 +646,27 @@ pub fn flash_attn_with(
             p = p.alibi_slopes(None).window(None, None);
         }
     }
+    let side: Vec<Tensor> = [&p.alibi_slopes, &p.sinks, &bias]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
     let op = FlashAttn {
         params: p,
         varlen: None,
         cache_seqlens: None,
         bias,
     };
-    q_ready(q)?.apply_op3(&kv_ready(k)?, &kv_ready(v)?, op)
+    let (qr, kr, vr) = (q_ready(q)?, kv_ready(k)?, kv_ready(v)?);
+    for (name, t, r) in [("q", q, &qr), ("k", k, &kr), ("v", v, &vr)] {
+        crate::capture::no_copy(&admit, name, t, r)?;
+    }
+    let o = qr.apply_op3(&kr, &vr, op)?;
+    if let Some(a) = admit {
+        // The graph addresses these: kept for as long as the step lives.
+        a.keep([&qr, &kr, &vr, &o].into_iter().chain(&side));
+    }
+    Ok(o)
 }
 
 /// Attention against a KV cache of fixed capacity (FlashAttention's
@@ -669,6 +696,10 @@ pub fn flash_attn_kvcache(
             format!("{:?} {:?}", cache_seqlens.dtype(), cache_seqlens.dims()),
         )));
     }
+    crate::capture::refuse_inside(
+        "flash_attn_kvcache",
+        "cache_seqlens would be read on the host (a synchronization)",
+    )?;
     if let Some((q2, p2)) = sink_decode_pad(q, kv_len(k_cache), params)? {
         return flash_attn_kvcache(&q2, k_cache, v_cache, cache_seqlens, &p2)?.narrow(1, 1, 1);
     }
@@ -780,6 +811,10 @@ pub fn flash_attn_varlen_with(
     max_seqlen_k: usize,
     params: &AttnParams,
 ) -> candle_core::Result<Tensor> {
+    crate::capture::refuse_inside(
+        "flash_attn_varlen",
+        "seqlens would be read on the host (a synchronization)",
+    )?;
     let op = FlashAttn {
         params: ready_params(params)?,
         varlen: Some(VarlenArgs {

@@ -218,6 +218,9 @@ pub fn forward<T: Elem>(
     side: Option<&Side>,
     extras: &Extras<'_>,
 ) -> candle_core::Result<(CudaSlice<T>, Option<CudaSlice<f32>>)> {
+    if crate::capture::is_capturing() {
+        return crate::capture::forward(dev, cfg, strides, [q, k, v], side, extras);
+    }
     let graph = graphs::forward(cfg, strides).c()?;
     let [_, _, _, od] = graphs::dims(cfg);
     let mut o = dev.alloc_zeros::<T>(count(&od).c()?)?;

@@ -34,6 +34,7 @@
 //! | [`conv2d_with`] | | + bias `(K)` and an [`Activation`] ([`Conv2dParams`]); conv + bias + ReLU in one graph (ReLU after it where that does not plan); ReLU's gradient 0 at 0 |
 //! | [`layer_norm`] | candle-nn's `ops::layer_norm` | over the last dim; bias optional; eps in (0, 1]; backward: two graphs (statistics, then dx / dweight / dbias) |
 //! | [`rms_norm`] | candle-nn's `ops::rms_norm` | optional bias; eps in (0, 1]; backward: two graphs |
+//! | [`capture::capture`], [`capture::CapturedStep::launch`] | (cudarc's `begin_capture` / `CudaGraph::launch`) | dense attention forwards recorded into a CUDA graph that owns what it addresses; replayed on candle's stream |
 //! | [`matmul_bias_act`] | (candle's `broadcast_matmul` + bias + `relu` / `gelu`) | cuBLASLt epilogues; forward only; plans cached up to [`GEMM_PLAN_CAPACITY`] per element type ([`clear_gemm_plans`]) |
 //!
 //! # How it runs
@@ -74,7 +75,10 @@
 //! Not in this version: ALiBi in varlen, KV-cache and paged calls (refused,
 //! typed), gradients of ALiBi slopes and sinks, a paged backward (cuDNN has
 //! none), CUDA graph capture of these calls (refused, typed, while candle's
-//! stream captures), the GEMM's backward and FP8 GEMM; FlashAttention's zero
+//! stream captures; [`capture`] records the dense attention forwards
+//! instead, on a stream of its own: candle's ops, backward, varlen,
+//! KV-cache, paged, conv2d, norm and GEMM calls are refused inside it),
+//! the GEMM's backward and FP8 GEMM; FlashAttention's zero
 //! rows (a causal sequence with more queries than keys) and a left window
 //! alone that cuts the first rows (when `seq_q > seq_kv + 1`, without ALiBi)
 //! are refused, typed, not computed; for `conv2d`: GELU / SiLU / ReLU without
@@ -89,6 +93,7 @@
 
 mod alibi;
 pub mod attn;
+pub mod capture;
 pub mod conv;
 #[doc(hidden)]
 pub mod conv_graphs;

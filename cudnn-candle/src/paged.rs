@@ -179,6 +179,10 @@ pub fn flash_attn_paged(
     cache_seqlens: &Tensor,
     params: &AttnParams,
 ) -> candle_core::Result<Tensor> {
+    crate::capture::refuse_inside(
+        "flash_attn_paged",
+        "the block table and cache_seqlens would be read on the host (a synchronization)",
+    )?;
     // A sequence holds at most max_blocks_per_seq * block_size keys.
     let max_kv = match (block_table.dims(), k_cache.dims()) {
         ([_, per_seq], [_, bs, _, _]) => per_seq.saturating_mul(*bs),

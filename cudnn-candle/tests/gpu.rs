@@ -7,6 +7,8 @@
 // them (as in the crate's own test binaries).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "gpu/capture.rs"]
+mod capture;
 #[path = "gpu/conv_norm.rs"]
 mod conv_norm;
 #[path = "gpu/conv_norm_views.rs"]
@@ -939,6 +941,7 @@ fn main() {
         }),
     ];
     trials.extend(conv_norm::trials());
+    trials.extend(capture::trials());
     trials.extend(conv_norm_views::trials());
     trials.extend(gemm::trials());
     run(trials);
