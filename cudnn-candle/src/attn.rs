@@ -117,7 +117,7 @@ pub(crate) fn bind_context(dev: &candle_core::CudaDevice) -> candle_core::Result
 
 /// The forward op.
 #[derive(Clone, Debug)]
-struct FlashAttn {
+pub(crate) struct FlashAttn {
     params: AttnParams,
     varlen: Option<VarlenArgs>,
     /// A KV cache's valid lengths (forward only).
@@ -128,6 +128,16 @@ struct FlashAttn {
 }
 
 impl FlashAttn {
+    /// A KV-cache call's op (`params` ready, lengths on the host).
+    pub(crate) fn kvcache(params: AttnParams, cache_seqlens: Vec<u32>) -> Self {
+        FlashAttn {
+            params,
+            varlen: None,
+            cache_seqlens: Some(cache_seqlens),
+            bias: None,
+        }
+    }
+
     fn fwd<T: Elem>(
         &self,
         (q, ql): (&CudaStorage, &Layout),
@@ -173,19 +183,34 @@ impl FlashAttn {
         };
         match &self.varlen {
             None => {
-                let (d, side) = match &self.cache_seqlens {
+                let (d, side, kv_lens) = match &self.cache_seqlens {
                     None => {
                         let mut d = params::dense(&qa, &ka, &va, &self.params).c()?;
                         if self.bias.is_some() {
                             d.cfg = params::alibi::with_alibi_bias(d.cfg);
                         }
-                        (d, None)
+                        (d, None, None)
                     }
                     Some(lens) => {
                         let kc = params::kvcache(&qa, &ka, &va, lens, &self.params).c()?;
-                        bind_context(dev)?;
-                        let side = Side::new(&kc.dense.cfg, &kc.lens_q, &kc.lens_kv).c()?;
-                        (kc.dense, Some(side))
+                        if crate::capture::is_capturing() {
+                            // The lengths go to buffers the captured step
+                            // owns (written before each launch).
+                            let causal =
+                                params::mask(&self.params, ql.dims()[1], kl.dims()[1], true)
+                                    .c()?
+                                    .causal;
+                            let l = crate::capture::KvLens {
+                                q: kc.lens_q,
+                                kv: kc.lens_kv,
+                                causal,
+                            };
+                            (kc.dense, None, Some(l))
+                        } else {
+                            bind_context(dev)?;
+                            let side = Side::new(&kc.dense.cfg, &kc.lens_q, &kc.lens_kv).c()?;
+                            (kc.dense, Some(side), None)
+                        }
                     }
                 };
                 if !params::bshd_ordered(ql.dims(), ql.stride()) {
@@ -195,14 +220,24 @@ impl FlashAttn {
                         format!("{:?}", ql.stride()),
                     )));
                 }
-                let (o, _) = exec::forward(
-                    dev,
-                    &d.cfg,
-                    &d.strides,
-                    [&qv, &kv, &vv],
-                    side.as_ref(),
-                    &extras,
-                )?;
+                let (o, _) = match kv_lens {
+                    Some(l) => crate::capture::forward(
+                        dev,
+                        &d.cfg,
+                        &d.strides,
+                        [&qv, &kv, &vv],
+                        Some(l),
+                        &extras,
+                    )?,
+                    None => exec::forward(
+                        dev,
+                        &d.cfg,
+                        &d.strides,
+                        [&qv, &kv, &vv],
+                        side.as_ref(),
+                        &extras,
+                    )?,
+                };
                 let [b, sq, h] = [ql.dims()[0], ql.dims()[1], ql.dims()[2]];
                 let shape = Shape::from((b, sq, h, vl.dims()[3]));
                 Ok((CudaStorage::wrap_cuda_slice(o, dev.clone()), shape))

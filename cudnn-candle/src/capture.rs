@@ -51,8 +51,16 @@
 //!   now, and a replay would read the stale copy), read device data on the
 //!   host, run a backward or a training forward, or use another device is
 //!   refused, typed ([`cudnn::Error::CaptureUnsafe`]), before it queues
-//!   anything; so are convolution, norms, GEMM, varlen, KV-cache and paged
-//!   calls (this version);
+//!   anything; so are convolution, norms, GEMM, varlen and paged calls
+//!   (this version), and the eager [`crate::flash_attn_kvcache`] (its
+//!   lengths are a device tensor read on the host);
+//! - a KV-cache decode step is captured with [`flash_attn_kvcache`] (this
+//!   module's), which takes the lengths on the host: they live in two
+//!   small device buffers the step owns, zero (in range) until the first
+//!   launch; [`CapturedStep::set_cache_seqlens`] checks new lengths as the
+//!   eager call does (at most the capacity; causal: at least the query
+//!   count) and the next launch writes them on candle's stream before the
+//!   graph, so cuDNN never reads a length the crate did not check;
 //! - candle's own ops in the closure run now, on candle's stream, and are
 //!   **not** part of the graph: the graph holds this crate's calls only.
 //!
@@ -78,6 +86,7 @@
 //! from them (calls cuDNN's ALiBi cannot serve) is computed once, at
 //! capture; `(batch, heads)` slopes are refused (read on the host).
 
+mod kvcache;
 mod run;
 
 use std::cell::RefCell;
@@ -92,6 +101,9 @@ use cudnn::runtime::{CaptureMode, CudaGraphExec};
 
 use crate::device::{IntoCandle, to_candle};
 
+pub(crate) use kvcache::KvLens;
+use kvcache::Slot;
+pub use kvcache::{LensSlot, flash_attn_kvcache};
 pub(crate) use run::forward;
 
 /// The bookkeeping of one capture, free of the device (unit-tested): the
@@ -241,6 +253,10 @@ struct Active {
     /// Bound to the capturing stream; its workspace is reserved.
     handle: Handle,
     ledger: Ledger<Arc<Plan>, Tensor>,
+    /// The KV-cache lengths the graph reads, by [`LensSlot`].
+    slots: Vec<Slot>,
+    /// The slot of the last call (taken by its entry point).
+    last_slot: Option<usize>,
 }
 
 thread_local! {
@@ -337,6 +353,8 @@ pub struct CapturedStep {
     _handle: Handle,
     _plans: Vec<Arc<Plan>>,
     kept: Vec<Tensor>,
+    /// The KV-cache lengths the graph reads (written before launches).
+    slots: Vec<Slot>,
     calls: usize,
 }
 
@@ -353,6 +371,31 @@ impl CapturedStep {
     /// How many of this crate's calls the graph holds.
     pub fn calls(&self) -> usize {
         self.calls
+    }
+
+    /// Set the KV-cache lengths a call of the step reads from the next
+    /// launch on (`slot` as [`flash_attn_kvcache`] returned it): checked
+    /// as the eager call checks them (one per sequence, at most the
+    /// capacity, causal: at least the query count), written on candle's
+    /// stream by the next [`launch`](Self::launch), before it.
+    ///
+    /// # Errors
+    /// A slot of another step, the checks (typed, naming
+    /// `cache_seqlens[i]`).
+    pub fn set_cache_seqlens(
+        &mut self,
+        slot: LensSlot,
+        cache_seqlens: &[u32],
+    ) -> candle_core::Result<()> {
+        let n = self.slots.len();
+        let s = self.slots.get_mut(slot.0).ok_or_else(|| {
+            to_candle(Error::invalid(
+                "slot",
+                format!("must be one of this step's {n} KV-cache calls"),
+                slot.0,
+            ))
+        })?;
+        s.set(cache_seqlens).c()
     }
 
     /// The tensors the graph addresses (kept alive by this step).
@@ -372,6 +415,12 @@ impl CapturedStep {
     pub fn launch(&mut self) -> candle_core::Result<()> {
         self.stream.bind_to_thread().c()?;
         multi_stream_refusal(self.stream.cudarc()).c()?;
+        // Refused while candle's stream captures before anything is
+        // written (cudnn's launch refuses it too).
+        crate::exec::not_capturing(&self.stream, "CapturedStep::launch").c()?;
+        for s in &mut self.slots {
+            s.flush(self.stream.cudarc())?;
+        }
         // SAFETY: `cudnn`'s `CudaGraphExec::launch` contract. 1. Every
         // allocation the graph touches is kept alive by `self`, unchanged:
         // the tensors bound (candle storage, which cudarc frees only when
@@ -471,7 +520,12 @@ pub fn capture<R>(
         Err(StepError::Candle(e)) => return Err(e),
         Err(StepError::Cudnn(e)) => return Err(to_candle(e)),
     };
-    let Active { handle, ledger, .. } = active;
+    let Active {
+        handle,
+        ledger,
+        slots,
+        ..
+    } = active;
     // On an error the graph (never instantiated) drops before `handle`
     // and the kept tensors: the declaration order of these locals.
     let kept = ledger.finish().c()?;
@@ -485,6 +539,7 @@ pub fn capture<R>(
             _handle: handle,
             _plans: kept.plans,
             kept: kept.tensors,
+            slots,
             calls: kept.calls,
         },
         out,
@@ -512,6 +567,8 @@ fn open(dev: &CudaDevice) -> cudnn::Result<(CudarcStream, Active)> {
         device,
         handle,
         ledger: Ledger::default(),
+        slots: Vec::new(),
+        last_slot: None,
     };
     Ok((wrapped, active))
 }

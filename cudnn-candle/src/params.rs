@@ -655,14 +655,39 @@ pub fn kvcache(
 ) -> Result<KvCache> {
     let mut d = dense(q, k, v, p)?;
     let (b, sq, cap) = (q.dims[0], q.dims[1], k.dims[1]);
-    if cache_seqlens.len() != b {
+    let m = mask(p, sq, cap, true)?;
+    d.cfg = d.cfg.padding(true).diagonal(m.diagonal);
+    let (lens_q, lens_kv) = kvcache_lens(b, sq, cap, m.causal, cache_seqlens)?;
+    Ok(KvCache {
+        dense: d,
+        lens_q,
+        lens_kv,
+    })
+}
+
+/// The lengths of a KV-cache call, checked: `cache_seqlens` one per
+/// sequence of `batch`, each at most the capacity `cap` and, `causal`,
+/// at least the query count `seq_q`; returns the query lengths (`seq_q`
+/// each) and the key lengths as i32.
+///
+/// # Errors
+/// A count other than `batch`, a length past `cap` or i32, a causal
+/// length below `seq_q`; each naming `cache_seqlens[i]`.
+pub fn kvcache_lens(
+    batch: usize,
+    seq_q: usize,
+    cap: usize,
+    causal: bool,
+    cache_seqlens: &[u32],
+) -> Result<(Vec<i32>, Vec<i32>)> {
+    if cache_seqlens.len() != batch {
         return Err(Error::mismatch(
             "cache_seqlens length (q's batch)",
-            b,
+            batch,
             cache_seqlens.len(),
         ));
     }
-    let mut lens_kv = Vec::with_capacity(b);
+    let mut lens_kv = Vec::with_capacity(batch);
     for (i, &l) in cache_seqlens.iter().enumerate() {
         if l as usize > cap {
             return Err(Error::invalid(
@@ -676,17 +701,15 @@ pub fn kvcache(
                 .map_err(|_| Error::invalid(format!("cache_seqlens[{i}]"), "must fit i32", l))?,
         );
     }
-    let m = mask(p, sq, cap, true)?;
-    d.cfg = d.cfg.padding(true).diagonal(m.diagonal);
-    let lq = i32::try_from(sq).map_err(|_| Error::invalid("q seq", "must fit i32", sq))?;
-    causal_rows_see_keys(&m, &vec![lq; b], &lens_kv, |i| {
-        format!("cache_seqlens[{i}]")
-    })?;
-    Ok(KvCache {
-        dense: d,
-        lens_q: vec![lq; b],
-        lens_kv,
-    })
+    let lq = i32::try_from(seq_q).map_err(|_| Error::invalid("q seq", "must fit i32", seq_q))?;
+    let lens_q = vec![lq; batch];
+    let m = Mask {
+        causal,
+        window: None,
+        diagonal: DiagonalAlignment::BottomRight,
+    };
+    causal_rows_see_keys(&m, &lens_q, &lens_kv, |i| format!("cache_seqlens[{i}]"))?;
+    Ok((lens_q, lens_kv))
 }
 
 pub mod alibi;

@@ -942,6 +942,7 @@ fn main() {
     ];
     trials.extend(conv_norm::trials());
     trials.extend(capture::trials());
+    trials.extend(capture::kvcache_trials());
     trials.extend(conv_norm_views::trials());
     trials.extend(gemm::trials());
     run(trials);

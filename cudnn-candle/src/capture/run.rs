@@ -9,9 +9,10 @@ use cudnn::graph::SdpaConfig;
 use cudnn::runtime::{Device, DeviceSlice, DeviceSliceMut};
 use cudnn::{Error, Result};
 
+use super::kvcache::{KvLens, Slot};
 use super::{refusal, with_active};
 use crate::device::{self, IntoCandle, expect_layout, to_candle};
-use crate::exec::{Elem, Extras, Side, count};
+use crate::exec::{Elem, Extras, count};
 use crate::graphs::{self, bshd, names};
 
 /// The address of `len` elements of `T` at `ptr`, checked: it fits the
@@ -69,7 +70,7 @@ pub(crate) fn forward<T: Elem>(
     cfg: &SdpaConfig,
     strides: &[[i64; 4]; 3],
     [q, k, v]: [&CudaView<'_, T>; 3],
-    side: Option<&Side>,
+    lens: Option<KvLens>,
     extras: &Extras<'_>,
 ) -> candle_core::Result<(CudaSlice<T>, Option<CudaSlice<f32>>)> {
     if cfg.is_training {
@@ -78,10 +79,11 @@ pub(crate) fn forward<T: Elem>(
             "a training forward is part of a backward, which a capture does not hold",
         )));
     }
-    if side.is_some() {
+    if cfg.ragged || cfg.paged.is_some() || cfg.padding != lens.is_some() {
         return Err(to_candle(refusal(
             "attention (lengths or offsets)",
-            "its lengths and offsets are per-call device buffers made from host values",
+            "ragged offsets, block tables and lengths other than a KV cache's are per-call \
+             device buffers made from host values",
         )));
     }
     let cs = dev.cuda_stream();
@@ -122,7 +124,36 @@ pub(crate) fn forward<T: Elem>(
         // borrowed output `o` (`olen` elements of `T`, aligned, checked) on
         // candle's device, which nothing else addresses during the borrow.
         let os = unsafe { DeviceSliceMut::from_raw_parts_mut_on(oaddr as *mut T, olen, device) };
+        // The lengths of a KV-cache call: buffers the step owns, zero
+        // (in range) until its launch writes the checked values.
+        let slot = match lens {
+            Some(l) => Some(Slot::new(dev, cfg, l)?),
+            None => None,
+        };
         let mut b = plan.bindings();
+        let mut lent = Vec::new();
+        if let Some(s) = &slot {
+            for (n, buf) in [(names::SEQ_Q, &s.q), (names::SEQ_KV, &s.kv)] {
+                let (ptr, sync) = buf.device_ptr(&cs);
+                let addr = checked_addr::<i32>(n, ptr, buf.len()).c()?;
+                // SAFETY: cudarc's address of `buf`, `buf.len()` i32 on
+                // candle's device (aligned, checked), owned by the slot the
+                // step keeps (not freed while the graph exists).
+                let sl = unsafe {
+                    DeviceSlice::from_raw_parts_on(addr as *const i32, buf.len(), device)
+                };
+                lent.push(sync);
+                // SAFETY: `input_seq_lengths`' contract: every value the
+                // buffer holds when a run reads it is in `0..=extent` of
+                // this plan: zeros until the first launch, then only values
+                // `Slot::set` checked against this config (at most
+                // `cfg.seq_q` and `cfg.seq_kv`, the extents the plan's
+                // tensors have; `params::kvcache_lens`), written on
+                // candle's stream before a launch, never during one (the
+                // launches are on that stream too).
+                unsafe { b.input_seq_lengths(n, sl) }.c()?;
+            }
+        }
         b.input(names::Q, qs).c()?;
         b.input(names::K, ks).c()?;
         b.input(names::V, vs).c()?;
@@ -133,6 +164,11 @@ pub(crate) fn forward<T: Elem>(
         plan.execute(&mut a.handle, &mut b).c()?;
         drop(b);
         a.ledger.ran(plan);
+        drop(lent);
+        if let Some(s) = slot {
+            a.last_slot = Some(a.slots.len());
+            a.slots.push(s);
+        }
         drop(_o);
         Ok(o)
     });

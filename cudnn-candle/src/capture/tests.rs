@@ -192,3 +192,70 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn kvcache_in_capture_needs_an_open_capture_typed() {
+    let t = candle_core::Tensor::zeros(
+        (1, 1, 2, 8),
+        candle_core::DType::BF16,
+        &candle_core::Device::Cpu,
+    )
+    .unwrap();
+    let e = flash_attn_kvcache(&t, &t, &t, &[1], &crate::AttnParams::new(1.0)).unwrap_err();
+    let candle_core::Error::Cuda(b) = &e else {
+        panic!("not the crate's error: {e}");
+    };
+    let t = b.downcast_ref::<Error>().expect("a cudnn::Error");
+    assert!(matches!(t, Error::InvalidArgument { .. }), "{t}");
+    assert!(
+        t.to_string().contains("inside cudnn_candle::capture"),
+        "{t}"
+    );
+}
+
+#[test]
+fn kvcache_lens_by_hand() {
+    use crate::params::kvcache_lens;
+    // Three sequences, one query each, capacity 8, causal.
+    let (q, kv) = kvcache_lens(3, 1, 8, true, &[1, 8, 5]).unwrap();
+    assert_eq!(q, [1, 1, 1]);
+    assert_eq!(kv, [1, 8, 5]);
+    let e = kvcache_lens(3, 1, 8, true, &[1, 9, 5])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cache_seqlens[1]"), "{e}");
+    let e = kvcache_lens(3, 2, 8, true, &[2, 1, 5])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cache_seqlens[1]"), "{e}");
+    // Not causal: a sequence shorter than the queries is fine.
+    assert!(kvcache_lens(3, 2, 8, false, &[2, 1, 0]).is_ok());
+    assert!(matches!(
+        kvcache_lens(3, 1, 8, true, &[1, 1]).unwrap_err(),
+        Error::Mismatch { .. }
+    ));
+    assert!(kvcache_lens(1, 1, usize::MAX, false, &[u32::MAX]).is_err());
+}
+
+proptest! {
+    /// `kvcache_lens` accepts exactly the lengths the graph may read: one
+    /// per sequence, each in `0..=capacity` (and i32), causal ones at
+    /// least the query count; and returns them unchanged.
+    #[test]
+    fn kvcache_lens_accepts_exactly_the_readable(
+        batch in 0usize..6,
+        seq_q in 0usize..5,
+        cap in 0usize..40,
+        causal: bool,
+        lens in proptest::collection::vec(0u32..48, 0..7),
+    ) {
+        let r = crate::params::kvcache_lens(batch, seq_q, cap, causal, &lens);
+        let ok = lens.len() == batch
+            && lens.iter().all(|&l| l as usize <= cap && (!causal || l as usize >= seq_q));
+        prop_assert_eq!(r.is_ok(), ok, "{:?}", r);
+        if let Ok((q, kv)) = r {
+            prop_assert!(q.iter().all(|&x| x as usize == seq_q));
+            prop_assert_eq!(kv.iter().map(|&x| x as u32).collect::<Vec<_>>(), lens);
+        }
+    }
+}

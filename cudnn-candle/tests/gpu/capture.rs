@@ -208,3 +208,82 @@ pub fn trials() -> Vec<Trial> {
         gpu("capture_refusals_inside_are_typed", refusals),
     ]
 }
+
+/// A KV-cache decode loop captured once: each step writes a new query and
+/// new cache contents in place, one more key per sequence
+/// (`set_cache_seqlens`), replays, and compares with the eager
+/// `flash_attn_kvcache` and the reference on each sequence's prefix.
+fn kvcache_decode_loop() -> TestResult {
+    let dev = cuda()?;
+    let bf = DType::BF16;
+    let (b, cap, h, hkv, d) = (4usize, 64usize, 8usize, 2usize, 64usize);
+    let p = AttnParams::new(S).causal(true);
+    let (q0, k0, v0) = inputs((b, 1, h, d), (b, cap, hkv, d), bf)?;
+    let g = |t: &Tensor| t.to_dtype(bf)?.to_device(&dev);
+    let (q, k, v) = (g(&q0)?, g(&k0)?, g(&v0)?);
+    let mut lens = vec![3u32, 17, 40, 9];
+    cudnn_candle::flash_attn_kvcache(&q, &k, &v, &Tensor::new(lens.as_slice(), &dev)?, &p)?;
+    let (mut step, (o, slot)) = capture(&dev, || {
+        cudnn_candle::capture::flash_attn_kvcache(&q, &k, &v, &lens, &p)
+    })?;
+    for i in 0..5 {
+        let (qn, kn, vn) = inputs((b, 1, h, d), (b, cap, hkv, d), bf)?;
+        q.slice_set(&g(&qn)?, 0, 0)?;
+        k.slice_set(&g(&kn)?, 0, 0)?;
+        v.slice_set(&g(&vn)?, 0, 0)?;
+        lens.iter_mut().for_each(|l| *l += 1);
+        step.set_cache_seqlens(slot, &lens)?;
+        step.launch()?;
+        let eager = cudnn_candle::flash_attn_kvcache(
+            &g(&qn)?,
+            &g(&kn)?,
+            &g(&vn)?,
+            &Tensor::new(lens.as_slice(), &dev)?,
+            &p,
+        )?;
+        eprintln!("  step {i}:");
+        close(
+            "o vs eager",
+            &o,
+            &eager.to_device(&Device::Cpu)?.to_dtype(DType::F32)?,
+            1e-6,
+        )?;
+        for (j, &l) in lens.iter().enumerate() {
+            let l = l as usize;
+            let want = reference(
+                &qn.narrow(0, j, 1)?,
+                &kn.narrow(0, j, 1)?.narrow(1, 0, l)?,
+                &vn.narrow(0, j, 1)?.narrow(1, 0, l)?,
+                &p,
+            )?;
+            close("o vs reference", &o.narrow(0, j, 1)?, &want, tol(bf))?;
+        }
+    }
+    // Lengths the graph must not read are refused, typed, and the step
+    // still replays the last good ones.
+    let e = step
+        .set_cache_seqlens(slot, &[1, 2, 65, 4])
+        .expect_err("past capacity");
+    match typed(&e) {
+        Some(cudnn::Error::InvalidArgument { arg, .. }) => assert_eq!(arg, "cache_seqlens[2]"),
+        other => panic!("not the typed refusal: {other:?} ({e})"),
+    }
+    let e = step.set_cache_seqlens(slot, &[1, 2]).expect_err("count");
+    assert!(
+        matches!(typed(&e), Some(cudnn::Error::Mismatch { .. })),
+        "{e}"
+    );
+    let e = step
+        .set_cache_seqlens(slot, &[0, 5, 5, 5])
+        .expect_err("causal row with no key");
+    assert!(
+        matches!(typed(&e), Some(cudnn::Error::InvalidArgument { .. })),
+        "{e}"
+    );
+    step.launch()?;
+    Ok(())
+}
+
+pub fn kvcache_trials() -> Vec<Trial> {
+    vec![gpu("capture_kvcache_decode_loop", kvcache_decode_loop)]
+}
