@@ -4,7 +4,7 @@
 
 use candle_core::Tensor;
 
-use crate::attn::flash_attn_with;
+use crate::attn::{flash_attn_varlen_with, flash_attn_with};
 use crate::params::AttnParams;
 
 /// FlashAttention's `flash_attn_alibi`: `alibi_slopes` f32 `(heads,)` (or
@@ -89,5 +89,82 @@ pub fn flash_attn_sinks(
         &AttnParams::new(softmax_scale)
             .causal(causal)
             .sinks(Some(sinks.clone())),
+    )
+}
+
+/// FlashAttention's `flash_attn_varlen_alibi`: [`flash_attn_varlen`](crate::flash_attn_varlen)
+/// (packed `(total, heads, head_dim)` tensors, cumulative `seqlens_q` /
+/// `seqlens_k`) with ALiBi slopes f32 `(heads,)` (or `(batch, heads)` with
+/// equal rows), the bias `-slope * |i + seqlen_k - seqlen_q - j|` per
+/// sequence. Runs cuDNN's own ALiBi where it is exactly that: a causal call
+/// whose every sequence has as many keys as queries (packed prefill), whose
+/// per-sequence top-left diagonal is FlashAttention's bottom-right one and
+/// where `slope * (j - i)` is the distance form on every key a row sees.
+/// Differentiable in q, k, v (the slopes are constants).
+///
+/// # Errors
+/// As [`flash_attn_varlen`](crate::flash_attn_varlen); slopes not f32 of
+/// the head count; not causal, or a sequence with `seqlen_q != seqlen_k`
+/// (typed `Unsupported`: a per-sequence score bias over the ragged tensors
+/// is not in this version).
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attn_varlen_alibi(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    alibi_slopes: &Tensor,
+    seqlens_q: &Tensor,
+    seqlens_k: &Tensor,
+    max_seqlen_q: usize,
+    max_seqlen_k: usize,
+    softmax_scale: f32,
+    causal: bool,
+) -> candle_core::Result<Tensor> {
+    flash_attn_varlen_with(
+        q,
+        k,
+        v,
+        seqlens_q,
+        seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        &AttnParams::new(softmax_scale)
+            .causal(causal)
+            .alibi_slopes(Some(alibi_slopes.clone())),
+    )
+}
+
+/// FlashAttention's `flash_attn_varlen_alibi_windowed`:
+/// [`flash_attn_varlen_alibi`] with FlashAttention's window sizes (a left
+/// window with a causal right side `Some(0)`).
+///
+/// # Errors
+/// As [`flash_attn_varlen_alibi`] (the right side must be `Some(0)`: causal)
+/// and [`flash_attn_varlen_windowed`](crate::flash_attn_varlen_windowed).
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attn_varlen_alibi_windowed(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    alibi_slopes: &Tensor,
+    seqlens_q: &Tensor,
+    seqlens_k: &Tensor,
+    max_seqlen_q: usize,
+    max_seqlen_k: usize,
+    softmax_scale: f32,
+    window_size_left: Option<usize>,
+    window_size_right: Option<usize>,
+) -> candle_core::Result<Tensor> {
+    flash_attn_varlen_with(
+        q,
+        k,
+        v,
+        seqlens_q,
+        seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        &AttnParams::new(softmax_scale)
+            .window(window_size_left, window_size_right)
+            .alibi_slopes(Some(alibi_slopes.clone())),
     )
 }

@@ -417,7 +417,16 @@ impl CapturedStep {
         multi_stream_refusal(self.stream.cudarc()).c()?;
         // Refused while candle's stream captures before anything is
         // written (cudnn's launch refuses it too).
-        crate::exec::not_capturing(&self.stream, "CapturedStep::launch").c()?;
+        let status = self.stream.stream().capture_status().c()?;
+        if status.is_capturing() {
+            return Err(to_candle(refusal(
+                "CapturedStep::launch",
+                format!(
+                    "candle's stream is capturing ({status:?}): a graph of cudarc's would \
+                     replay this step's work after the step (and what it keeps) is gone"
+                ),
+            )));
+        }
         for s in &mut self.slots {
             s.flush(self.stream.cudarc())?;
         }
@@ -526,8 +535,8 @@ pub fn capture<R>(
         slots,
         ..
     } = active;
-    // On an error the graph (never instantiated) drops before `handle`
-    // and the kept tensors: the declaration order of these locals.
+    // On an error below, `graph` was never instantiated: nothing can run
+    // it, whatever the order in which it and what it kept are dropped.
     let kept = ledger.finish().c()?;
     let exec = graph.instantiate().c()?;
     drop(graph);

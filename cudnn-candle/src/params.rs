@@ -377,14 +377,17 @@ fn extras(mut cfg: SdpaConfig, p: &AttnParams, m: Mask) -> Result<SdpaConfig> {
         if !m.causal || m.diagonal != DiagonalAlignment::TopLeft {
             return Err(Error::Unsupported {
                 what: format!(
-                    "alibi_slopes with {} in a varlen, KV-cache or paged call (cuDNN's ALiBi needs a causal mask aligned top-left; dense calls take FlashAttention's other ALiBi forms as a score bias, these calls do not)",
+                    "alibi_slopes with {} in a varlen, KV-cache or paged call (cuDNN's ALiBi needs a causal mask aligned top-left: a varlen call whose every sequence has as many keys as queries; dense calls take FlashAttention's other ALiBi forms as a score bias, these calls do not: a per-sequence bias over ragged tensors is not in this version)",
                     if m.causal {
-                        "a bottom-right causal mask (seq_q != seq_kv, varlen, KV cache)"
+                        "a bottom-right causal mask (a sequence with seqlen_q != seqlen_k, or a KV cache)"
                     } else {
                         "no causal mask"
                     }
                 ),
-                needs: Some("a dense call (flash_attn_with / flash_attn_alibi)".to_string()),
+                needs: Some(
+                    "a dense call (flash_attn_with / flash_attn_alibi), or a causal varlen call with seqlens_q == seqlens_k"
+                        .to_string(),
+                ),
             });
         }
         cfg = cfg.alibi(true);
@@ -602,7 +605,14 @@ pub fn varlen(
     let lens_kv = lengths("seqlens_k", seqlens_k, k.dims[0], max_seqlen_k)?;
     let [h, d] = [q.dims[1], q.dims[2]];
     let [hkv, dv] = [k.dims[1], v.dims[2]];
-    let m = mask(p, max_seqlen_q, max_seqlen_k, true)?;
+    let mut m = mask(p, max_seqlen_q, max_seqlen_k, true)?;
+    if p.alibi_slopes.is_some() && m.causal && lens_q == lens_kv {
+        // Every sequence has as many keys as queries: its bottom-right
+        // diagonal is its top-left one, where cuDNN's ALiBi (`slope * (col
+        // - row)`, per sequence) is FlashAttention's `-slope * |i + s_k -
+        // s_q - j|` on every key a causal row sees.
+        m.diagonal = DiagonalAlignment::TopLeft;
+    }
     let mut cfg = SdpaConfig::new(
         to_i64("batch", lens_q.len())?,
         to_i64("q heads", h)?,

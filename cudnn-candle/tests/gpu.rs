@@ -18,6 +18,8 @@ mod gemm;
 #[path = "gpu_parts/reference.rs"]
 mod reference;
 mod support;
+#[path = "gpu/varlen_alibi.rs"]
+mod varlen_alibi;
 
 use candle_core::{DType, Device, Tensor, Var};
 use cudnn_candle::AttnParams;
@@ -194,7 +196,7 @@ fn varlen_qk_case(
         &cu_k,
         max_q,
         max_k,
-        &p,
+        &on(&dev, p.clone())?,
     )?;
     let (mut at_q, mut at_k) = (0, 0);
     let mut want_parts = Vec::new();
@@ -943,6 +945,7 @@ fn main() {
     trials.extend(conv_norm::trials());
     trials.extend(capture::trials());
     trials.extend(capture::kvcache_trials());
+    trials.extend(varlen_alibi::trials());
     trials.extend(conv_norm_views::trials());
     trials.extend(gemm::trials());
     run(trials);

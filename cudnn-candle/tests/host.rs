@@ -10,6 +10,8 @@
 #[path = "host/conv_norm.rs"]
 mod conv_norm;
 mod support;
+#[path = "host/varlen_alibi.rs"]
+mod varlen_alibi;
 
 use candle_core::{DType as CDType, Device, Tensor};
 use cudnn::graph::{Plan, Policy, SdpaConfig, Target};
@@ -550,5 +552,6 @@ fn main() {
     trials.extend(conv_norm::nhwc_fusion());
     trials.extend(conv_norm::norm_trials());
     trials.extend(conv_norm::refusal_trials());
+    trials.extend(varlen_alibi::trials());
     run(trials);
 }
