@@ -69,11 +69,12 @@ pub fn flash_attn_alibi_windowed(
 /// (`(heads,)`, f32 / f16 / bf16), joining every row's softmax denominator.
 /// Causal or not; a decode step (`seq_q = 1`) runs on a two-row query (a
 /// copy of the row before it: cuDNN takes no sink for a single row), its
-/// output the last row's. Differentiable in q, k, v (the sinks
-/// are constants: pass them detached).
+/// output the last row's. Differentiable in q, k, v and the sinks (gpt-oss
+/// trains them: a sinks tensor that tracks a gradient gets
+/// `-Σ p_sink · rowsum(dO ⊙ O)` from cuDNN's training statistics).
 ///
 /// # Errors
-/// As [`flash_attn_with`]; sinks of another shape, or tracking a gradient.
+/// As [`flash_attn_with`]; sinks of another shape.
 pub fn flash_attn_sinks(
     q: &Tensor,
     k: &Tensor,

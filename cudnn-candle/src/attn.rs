@@ -118,13 +118,13 @@ pub(crate) fn bind_context(dev: &candle_core::CudaDevice) -> candle_core::Result
 /// The forward op.
 #[derive(Clone, Debug)]
 pub(crate) struct FlashAttn {
-    params: AttnParams,
+    pub(crate) params: AttnParams,
     varlen: Option<VarlenArgs>,
     /// A KV cache's valid lengths (forward only).
     cache_seqlens: Option<Vec<u32>>,
     /// FlashAttention's ALiBi as a score bias `(1, heads, seq_q, seq_kv)`
     /// f32, mask included (dense calls cuDNN's ALiBi cannot serve).
-    bias: Option<Tensor>,
+    pub(crate) bias: Option<Tensor>,
 }
 
 impl FlashAttn {
@@ -136,6 +136,11 @@ impl FlashAttn {
             cache_seqlens: Some(cache_seqlens),
             bias: None,
         }
+    }
+
+    /// Whether this is a varlen or KV-cache call.
+    pub(crate) fn varlen_or_cache(&self) -> bool {
+        self.varlen.is_some() || self.cache_seqlens.is_some()
     }
 
     fn fwd<T: Elem>(
@@ -673,6 +678,18 @@ pub fn flash_attn_with(
         )));
     }
     let mut p = ready_params(params)?;
+    // Sinks that track a gradient (gpt-oss training): the op runs on them
+    // detached, and `sink_grad` gives their gradient.
+    let sink_var = p.sinks.as_ref().filter(|t| t.track_op()).cloned();
+    if let Some(s) = &sink_var {
+        if admit.is_some() {
+            return Err(to_candle(crate::capture::refusal(
+                "attention (sinks tracking a gradient)",
+                "a capture holds forwards only",
+            )));
+        }
+        p = p.sinks(Some(s.detach()));
+    }
     let mut bias = None;
     if let (Some(sl), 4, 4) = (p.alibi_slopes.clone(), q.rank(), k.rank()) {
         let (sq, skv, h) = (q.dim(1)?, k.dim(1)?, q.dim(2)?);
@@ -696,7 +713,13 @@ pub fn flash_attn_with(
     for (name, t, r) in [("q", q, &qr), ("k", k, &kr), ("v", v, &vr)] {
         crate::capture::no_copy(&admit, name, t, r)?;
     }
-    let o = qr.apply_op3(&kr, &vr, op)?;
+    let o = match sink_var {
+        Some(s) => {
+            let grad = crate::sink_grad::SinkGrad::new(op.clone(), &qr, &kr, &vr);
+            qr.apply_op3(&kr, &vr, op)?.apply_op2(&s, grad)?
+        }
+        None => qr.apply_op3(&kr, &vr, op)?,
+    };
     if let Some(a) = admit {
         // The graph addresses these: kept for as long as the step lives.
         a.keep([&qr, &kr, &vr, &o].into_iter().chain(&side));

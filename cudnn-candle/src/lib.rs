@@ -29,7 +29,7 @@
 //! | [`flash_attn_paged`] | `flash_attn_with_kvcache` (`block_table`) | vLLM / mistral.rs layout; table checked on the host |
 //! | [`flash_attn_alibi`], [`flash_attn_alibi_windowed`] | same names | dense calls; cuDNN's ALiBi when causal with `seq_q == seq_kv`, else a score bias |
 //! | [`flash_attn_varlen_alibi`], [`flash_attn_varlen_alibi_windowed`] | same names | cuDNN's ALiBi: causal, every sequence `seqlen_q == seqlen_k` (packed prefill); others refused, typed |
-//! | [`flash_attn_sinks`] | | gpt-oss sinks ([`AttnParams::sinks`]), decode included |
+//! | [`flash_attn_sinks`] | | gpt-oss sinks ([`AttnParams::sinks`]), decode included; their gradient (dense calls) |
 //! | [`flash_attn_with`], [`flash_attn_varlen_with`] | | every option ([`AttnParams`]) |
 //! | [`conv2d`] | candle's `Tensor::conv2d` | NCHW; f32, f16, bf16; backward: data and filter gradients |
 //! | [`conv2d_with`] | | + bias `(K)` and an [`Activation`] ([`Conv2dParams`]); conv + bias + ReLU in one graph (ReLU after it where that does not plan); ReLU's gradient 0 at 0 |
@@ -76,8 +76,9 @@
 //!
 //! Not in this version: ALiBi in varlen calls other than causal with
 //! `seqlen_q == seqlen_k` per sequence (a per-sequence score bias over
-//! ragged tensors), in KV-cache and paged calls (refused, typed), gradients of ALiBi slopes and sinks, a paged backward (cuDNN has
-//! none), CUDA graph capture of these calls (refused, typed, while candle's
+//! ragged tensors), in KV-cache and paged calls (refused, typed),
+//! gradients of ALiBi slopes and of sinks in varlen calls (sinks of dense
+//! calls have theirs), a paged backward (cuDNN has none), CUDA graph capture of these calls (refused, typed, while candle's
 //! stream captures; [`capture`] records the dense and KV-cache attention
 //! forwards instead, on a stream of its own: candle's ops, backward,
 //! varlen, paged, conv2d, norm and GEMM calls are refused inside it),
@@ -112,6 +113,7 @@ pub mod params;
 #[doc(hidden)]
 pub mod run;
 mod side;
+mod sink_grad;
 
 pub use alibi::{
     flash_attn_alibi, flash_attn_alibi_windowed, flash_attn_sinks, flash_attn_varlen_alibi,

@@ -41,9 +41,11 @@ pub struct AttnParams {
     /// softmax denominator and attending to no value. cuDNN takes no sink
     /// with a single query row: a dense, KV-cache or paged decode step
     /// (`seq_q = 1`) runs with a copy of the query row before it (exact:
-    /// see `sink_decode_pad`); a varlen call needs `max_seqlen_q > 1`. Constants for
-    /// autograd (the gradients of q, k, v account for them; no gradient
-    /// of the sinks: a sink tensor that tracks a gradient is refused).
+    /// see `sink_decode_pad`); a varlen call needs `max_seqlen_q > 1`. In a
+    /// dense call a sinks tensor that tracks a gradient gets one through
+    /// candle's autograd (gpt-oss trains them); in varlen, KV-cache and
+    /// paged calls they are constants (a tensor tracking a gradient is
+    /// refused, typed).
     pub sinks: Option<candle_core::Tensor>,
 }
 
@@ -404,9 +406,10 @@ fn extras(mut cfg: SdpaConfig, p: &AttnParams, m: Mask) -> Result<SdpaConfig> {
         }
         if t.track_op() {
             return Err(Error::Unsupported {
-                what: "sinks that track a gradient (the backward gives no gradient of the sinks)"
+                what: "sinks that track a gradient in a varlen, KV-cache or paged call (the \
+                       sinks' gradient is given for dense calls only)"
                     .to_string(),
-                needs: Some("sinks.detach()".to_string()),
+                needs: Some("sinks.detach(), or a dense call".to_string()),
             });
         }
         cfg = cfg.sink(true);

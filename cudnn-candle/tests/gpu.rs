@@ -17,6 +17,8 @@ mod conv_norm_views;
 mod gemm;
 #[path = "gpu_parts/reference.rs"]
 mod reference;
+#[path = "gpu/sink_grad.rs"]
+mod sink_grad;
 mod support;
 #[path = "gpu/varlen_alibi.rs"]
 mod varlen_alibi;
@@ -946,6 +948,7 @@ fn main() {
     trials.extend(capture::trials());
     trials.extend(capture::kvcache_trials());
     trials.extend(varlen_alibi::trials());
+    trials.extend(sink_grad::trials());
     trials.extend(conv_norm_views::trials());
     trials.extend(gemm::trials());
     run(trials);
