@@ -100,14 +100,16 @@ pub fn flash_attn_sinks(
 /// sequence. Runs cuDNN's own ALiBi where it is exactly that: a causal call
 /// whose every sequence has as many keys as queries (packed prefill), whose
 /// per-sequence top-left diagonal is FlashAttention's bottom-right one and
-/// where `slope * (j - i)` is the distance form on every key a row sees.
-/// Differentiable in q, k, v (the slopes are constants).
+/// where `slope * (j - i)` is the distance form on every key a row sees;
+/// other calls (not causal, chunked prefill) take a per-sequence score
+/// bias `[batch, heads, max_seqlen_q, max_seqlen_k]` f32 holding the
+/// distances and the mask, built on the device (its size: 4 bytes per
+/// element). Differentiable in q, k, v (the slopes are constants).
 ///
 /// # Errors
 /// As [`flash_attn_varlen`](crate::flash_attn_varlen); slopes not f32 of
-/// the head count; not causal, or a sequence with `seqlen_q != seqlen_k`
-/// (typed `Unsupported`: a per-sequence score bias over the ragged tensors
-/// is not in this version).
+/// the head count; a query row that sees no key (causal, a sequence with
+/// more queries than keys), typed, naming `alibi_slopes`.
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attn_varlen_alibi(
     q: &Tensor,
@@ -136,12 +138,12 @@ pub fn flash_attn_varlen_alibi(
 }
 
 /// FlashAttention's `flash_attn_varlen_alibi_windowed`:
-/// [`flash_attn_varlen_alibi`] with FlashAttention's window sizes (a left
-/// window with a causal right side `Some(0)`).
+/// [`flash_attn_varlen_alibi`] with FlashAttention's window sizes (any:
+/// the window goes into the score bias unless the call is causal with
+/// `seqlen_q == seqlen_k` for every sequence).
 ///
 /// # Errors
-/// As [`flash_attn_varlen_alibi`] (the right side must be `Some(0)`: causal)
-/// and [`flash_attn_varlen_windowed`](crate::flash_attn_varlen_windowed).
+/// As [`flash_attn_varlen_alibi`] and [`flash_attn_varlen_windowed`](crate::flash_attn_varlen_windowed).
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attn_varlen_alibi_windowed(
     q: &Tensor,

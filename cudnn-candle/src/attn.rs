@@ -259,6 +259,10 @@ impl FlashAttn {
                     &self.params,
                 )
                 .c()?;
+                let mut vr = vr;
+                if self.bias.is_some() {
+                    vr.cfg = crate::varlen_bias::with_varlen_bias(vr.cfg);
+                }
                 let [qd, kd, vd, _] = graphs::dims(&vr.cfg);
                 let qp = padded(dev, &qv, ql.shape().elem_count(), count(&qd).c()?)?;
                 let kp = padded(dev, &kv, kl.shape().elem_count(), count(&kd).c()?)?;
@@ -400,6 +404,10 @@ impl FlashAttnBwd {
                     &self.fwd.params,
                 )
                 .c()?;
+                let mut vr = vr;
+                if self.fwd.bias.is_some() {
+                    vr.cfg = crate::varlen_bias::with_varlen_bias(vr.cfg);
+                }
                 bind_context(dev)?;
                 let side = Side::new(&vr.cfg, &vr.lens_q, &vr.lens_kv).c()?;
                 (vr.cfg, Some(side))
@@ -873,16 +881,33 @@ pub fn flash_attn_varlen_with(
         "flash_attn_varlen",
         "seqlens would be read on the host (a synchronization)",
     )?;
+    let (cu_q, cu_k) = (
+        host_seqlens("seqlens_q", seqlens_q)?,
+        host_seqlens("seqlens_k", seqlens_k)?,
+    );
+    let mut p = ready_params(params)?;
+    let heads = if q.rank() == 3 { q.dim(1)? } else { 0 };
+    let bias = crate::varlen_bias::varlen_alibi_bias(
+        &p,
+        (&cu_q, &cu_k),
+        (q.dim(0)?, k.dim(0)?),
+        (max_seqlen_q, max_seqlen_k),
+        heads,
+    )?;
+    if bias.is_some() {
+        // The slopes and the mask are in the bias.
+        p = p.alibi_slopes(None).window(None, None);
+    }
     let op = FlashAttn {
-        params: ready_params(params)?,
+        params: p,
         varlen: Some(VarlenArgs {
-            seqlens_q: host_seqlens("seqlens_q", seqlens_q)?,
-            seqlens_k: host_seqlens("seqlens_k", seqlens_k)?,
+            seqlens_q: cu_q,
+            seqlens_k: cu_k,
             max_q: max_seqlen_q,
             max_k: max_seqlen_k,
         }),
         cache_seqlens: None,
-        bias: None,
+        bias,
     };
     for_cudnn(q)?.apply_op3(&for_cudnn(k)?, &for_cudnn(v)?, op)
 }

@@ -28,7 +28,7 @@
 //! | [`flash_attn_kvcache`] | `flash_attn_with_kvcache` (`cache_seqlens`) | fixed capacity: one plan per decode loop |
 //! | [`flash_attn_paged`] | `flash_attn_with_kvcache` (`block_table`) | vLLM / mistral.rs layout; table checked on the host |
 //! | [`flash_attn_alibi`], [`flash_attn_alibi_windowed`] | same names | dense calls; cuDNN's ALiBi when causal with `seq_q == seq_kv`, else a score bias |
-//! | [`flash_attn_varlen_alibi`], [`flash_attn_varlen_alibi_windowed`] | same names | cuDNN's ALiBi: causal, every sequence `seqlen_q == seqlen_k` (packed prefill); others refused, typed |
+//! | [`flash_attn_varlen_alibi`], [`flash_attn_varlen_alibi_windowed`] | same names | cuDNN's ALiBi when causal with every sequence `seqlen_q == seqlen_k` (packed prefill), else a per-sequence `[B, H, max_q, max_k]` score bias |
 //! | [`flash_attn_sinks`] | | gpt-oss sinks ([`AttnParams::sinks`]), decode included; their gradient (dense calls) |
 //! | [`flash_attn_with`], [`flash_attn_varlen_with`] | | every option ([`AttnParams`]) |
 //! | [`conv2d`] | candle's `Tensor::conv2d` | NCHW; f32, f16, bf16; backward: data and filter gradients |
@@ -74,9 +74,7 @@
 //! contiguous and 16-byte aligned at their start (cuDNN's rule for bound
 //! memory); otherwise they are copied first, as candle's own ops accept them.
 //!
-//! Not in this version: ALiBi in varlen calls other than causal with
-//! `seqlen_q == seqlen_k` per sequence (a per-sequence score bias over
-//! ragged tensors), in KV-cache and paged calls (refused, typed),
+//! Not in this version: ALiBi in KV-cache and paged calls (refused, typed),
 //! gradients of ALiBi slopes and of sinks in varlen calls (sinks of dense
 //! calls have theirs), a paged backward (cuDNN has none), CUDA graph capture of these calls (refused, typed, while candle's
 //! stream captures; [`capture`] records the dense and KV-cache attention
@@ -114,6 +112,8 @@ pub mod params;
 pub mod run;
 mod side;
 mod sink_grad;
+#[doc(hidden)]
+pub mod varlen_bias;
 
 pub use alibi::{
     flash_attn_alibi, flash_attn_alibi_windowed, flash_attn_sinks, flash_attn_varlen_alibi,

@@ -3,13 +3,14 @@
 //! each sequence against candle's CPU reference of the dense call alone
 //! (FlashAttention's `-slope * |i + s_k - s_q - j|`), gradients against
 //! candle's CPU autograd of that reference; and the public entry points
-//! with candle-flash-attn's signatures.
+//! with candle-flash-attn's signatures; chunked prefill, non-causal and
+//! windowed calls through the per-sequence score bias.
 
 use candle_core::{DType, Tensor};
 use cudnn_candle::AttnParams;
 
 use super::{close, cuda, cumulative, inputs, reference, slopes, tol, varlen_case, varlen_qk_case};
-use crate::support::{TestResult, Trial, gpu, typed};
+use crate::support::{TestResult, Trial, gpu};
 
 const S: f32 = 0.125;
 
@@ -70,33 +71,26 @@ pub fn trials() -> Vec<Trial> {
         gpu("flash_attn_varlen_alibi_entry_point_bf16", || {
             entry_point(DType::BF16)
         }),
+        gpu("flash_attn_varlen_alibi_chunked_prefill_bias_bf16", || {
+            // Fewer queries than keys per sequence: the per-sequence bias
+            // (bottom-right distances and mask).
+            let p = AttnParams::new(S)
+                .causal(true)
+                .alibi_slopes(Some(slopes(4)));
+            varlen_qk_case(&[3, 1, 8], &[10, 4, 8], (4, 4), 64, DType::BF16, p, false)
+        }),
         gpu(
-            "flash_attn_varlen_alibi_chunked_prefill_is_refused_typed",
+            "flash_attn_varlen_alibi_not_causal_bias_backward_f16",
             || {
-                let dev = cuda()?;
-                let q = Tensor::zeros((4, 4, 64), DType::BF16, &dev)?;
-                let k = Tensor::zeros((9, 4, 64), DType::BF16, &dev)?;
-                let cu_q = Tensor::new(&[0u32, 2, 4], &dev)?;
-                let cu_k = Tensor::new(&[0u32, 5, 9], &dev)?;
-                let e = cudnn_candle::flash_attn_varlen_alibi(
-                    &q,
-                    &k,
-                    &k,
-                    &slopes(4).to_device(&dev)?,
-                    &cu_q,
-                    &cu_k,
-                    2,
-                    5,
-                    S,
-                    true,
-                )
-                .expect_err("seqlen_q != seqlen_k");
-                assert!(
-                    matches!(typed(&e), Some(cudnn::Error::Unsupported { .. })),
-                    "not the typed refusal: {e}"
-                );
-                Ok(())
+                let p = AttnParams::new(S).alibi_slopes(Some(slopes(4)));
+                varlen_qk_case(&[5, 9, 2], &[7, 9, 11], (4, 2), 64, DType::F16, p, true)
             },
         ),
+        gpu("flash_attn_varlen_alibi_windowed_bias_f16", || {
+            let p = AttnParams::new(S)
+                .window(Some(3), Some(2))
+                .alibi_slopes(Some(slopes(4)));
+            varlen_qk_case(&[6, 12], &[6, 12], (4, 4), 64, DType::F16, p, false)
+        }),
     ]
 }

@@ -1,8 +1,8 @@
 //! Host tier of ALiBi in varlen calls: the graphs of a causal packed
 //! prefill (every sequence as many keys as queries) with cuDNN's ALiBi
 //! plan for an H200 (forward, training forward, backward), and the calls
-//! cuDNN's ALiBi cannot compute exactly are refused, typed, before any
-//! graph is built.
+//! cuDNN's ALiBi cannot compute exactly plan with a per-sequence score
+//! bias instead (the native config refuses them, typed).
 
 use candle_core::{DType as CDType, Device, Tensor};
 use cudnn::graph::DiagonalAlignment;
@@ -52,6 +52,44 @@ fn varlen(
 
 pub fn trials() -> Vec<Trial> {
     vec![
+        host("plan_h200_flash_attn_varlen_alibi_as_bias", || {
+            // Chunked prefill (fewer queries than keys) and a call that is
+            // not causal: the slopes and the mask go into a per-sequence
+            // `[B, H, max_q, max_k]` f32 bias over the ragged tensors.
+            for (cu_q, cu_k, causal) in [
+                ([0u32, 5, 6, 40], [0u32, 9, 12, 50], true),
+                ([0, 5, 6, 40], [0, 5, 6, 40], false),
+            ] {
+                let p = AttnParams::new(0.125)
+                    .causal(causal)
+                    .alibi_slopes(Some(slopes(8)));
+                let lens = |cu: &[u32]| {
+                    cu.windows(2)
+                        .map(|w| (w[1] - w[0]) as i32)
+                        .collect::<Vec<_>>()
+                };
+                let max =
+                    |cu: &[u32]| cu.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(1) as usize;
+                assert!(cudnn_candle::varlen_bias::needs_bias(
+                    &p,
+                    &lens(&cu_q),
+                    &lens(&cu_k),
+                    (max(&cu_q), max(&cu_k))
+                )?);
+                let r = varlen(
+                    &cu_q,
+                    &cu_k,
+                    8,
+                    8,
+                    &p.clone().alibi_slopes(None).window(None, None),
+                )?;
+                let cfg = cudnn_candle::varlen_bias::with_varlen_bias(r.cfg);
+                assert!(!cfg.alibi);
+                let [qd, kd, vd, _] = graphs::dims(&cfg);
+                plans_for_h200(&cfg, &[bshd(qd), bshd(kd), bshd(vd)])?;
+            }
+            Ok(())
+        }),
         host("plan_h200_flash_attn_varlen_alibi_causal", || {
             let cu = [0u32, 5, 6, 40];
             let p = AttnParams::new(0.125)
@@ -74,32 +112,36 @@ pub fn trials() -> Vec<Trial> {
             let [qd, kd, vd, _] = graphs::dims(&r.cfg);
             plans_for_h200(&r.cfg, &[bshd(qd), bshd(kd), bshd(vd)])
         }),
-        unit("varlen_alibi_other_forms_are_refused_typed", || {
-            // A sequence with fewer queries than keys (chunked prefill),
-            // and a call that is not causal: cuDNN's ALiBi is not
-            // FlashAttention's there (and no per-sequence bias is built).
-            let s = AttnParams::new(0.125).alibi_slopes(Some(slopes(8)));
-            for (cu_q, cu_k, p) in [
-                ([0u32, 5, 6, 40], [0u32, 5, 9, 43], s.clone().causal(true)),
-                ([0, 5, 6, 40], [0, 5, 6, 40], s.clone()),
-            ] {
-                let e = varlen(&cu_q, &cu_k, 8, 8, &p).expect_err("refused");
-                assert!(
-                    matches!(e, cudnn::Error::Unsupported { .. }),
-                    "not the typed refusal: {e}"
-                );
-                assert!(e.to_string().contains("alibi_slopes"), "{e}");
-            }
-            // Without slopes the same calls keep their bottom-right diagonal.
-            let r = varlen(
-                &[0, 5, 6, 40],
-                &[0, 5, 6, 40],
-                8,
-                8,
-                &AttnParams::new(0.1).causal(true),
-            )?;
-            assert_eq!(r.cfg.diagonal, DiagonalAlignment::BottomRight);
-            Ok(())
-        }),
+        unit(
+            "varlen_alibi_other_forms_are_refused_by_the_native_config",
+            || {
+                // A sequence with fewer queries than keys (chunked prefill),
+                // and a call that is not causal: cuDNN's ALiBi is not
+                // FlashAttention's there, so the config with the slopes is
+                // refused, typed (the entry points build the bias instead).
+                let s = AttnParams::new(0.125).alibi_slopes(Some(slopes(8)));
+                for (cu_q, cu_k, p) in [
+                    ([0u32, 5, 6, 40], [0u32, 5, 9, 43], s.clone().causal(true)),
+                    ([0, 5, 6, 40], [0, 5, 6, 40], s.clone()),
+                ] {
+                    let e = varlen(&cu_q, &cu_k, 8, 8, &p).expect_err("refused");
+                    assert!(
+                        matches!(e, cudnn::Error::Unsupported { .. }),
+                        "not the typed refusal: {e}"
+                    );
+                    assert!(e.to_string().contains("alibi_slopes"), "{e}");
+                }
+                // Without slopes the same calls keep their bottom-right diagonal.
+                let r = varlen(
+                    &[0, 5, 6, 40],
+                    &[0, 5, 6, 40],
+                    8,
+                    8,
+                    &AttnParams::new(0.1).causal(true),
+                )?;
+                assert_eq!(r.cfg.diagonal, DiagonalAlignment::BottomRight);
+                Ok(())
+            },
+        ),
     ]
 }
