@@ -17,14 +17,16 @@ use crate::exec::{self, Elem, Extras, Side, count};
 use crate::graphs::{self, bshd};
 use crate::params::{self, Arg, AttnParams};
 use crate::side::{alibi_bias_tensor, f32_view, ready_params, sink_decode_pad};
+// The varlen entry points live in `varlen.rs`; their paths stay here.
+pub use crate::varlen::{flash_attn_varlen, flash_attn_varlen_windowed, flash_attn_varlen_with};
 
 /// The cumulative lengths of a varlen call (FlashAttention's `cu_seqlens`).
 #[derive(Clone, Debug)]
-struct VarlenArgs {
-    seqlens_q: Vec<u32>,
-    seqlens_k: Vec<u32>,
-    max_q: usize,
-    max_k: usize,
+pub(crate) struct VarlenArgs {
+    pub(crate) seqlens_q: Vec<u32>,
+    pub(crate) seqlens_k: Vec<u32>,
+    pub(crate) max_q: usize,
+    pub(crate) max_k: usize,
 }
 
 pub(crate) fn arg<'a>(name: &'a str, l: &'a Layout, dtype: CDType) -> Arg<'a> {
@@ -119,9 +121,9 @@ pub(crate) fn bind_context(dev: &candle_core::CudaDevice) -> candle_core::Result
 #[derive(Clone, Debug)]
 pub(crate) struct FlashAttn {
     pub(crate) params: AttnParams,
-    varlen: Option<VarlenArgs>,
+    pub(crate) varlen: Option<VarlenArgs>,
     /// A KV cache's valid lengths (forward only).
-    cache_seqlens: Option<Vec<u32>>,
+    pub(crate) cache_seqlens: Option<Vec<u32>>,
     /// FlashAttention's ALiBi as a score bias `(1, heads, seq_q, seq_kv)`
     /// f32, mask included (dense calls cuDNN's ALiBi cannot serve).
     pub(crate) bias: Option<Tensor>,
@@ -839,133 +841,5 @@ pub fn flash_attn_softcap(
         &AttnParams::new(softmax_scale)
             .causal(causal)
             .softcap(Some(softcap)),
-    )
-}
-
-fn host_seqlens(name: &str, t: &Tensor) -> candle_core::Result<Vec<u32>> {
-    if t.dtype() != CDType::U32 || t.rank() != 1 {
-        return Err(to_candle(Error::invalid(
-            name,
-            "must be a rank-1 u32 tensor of batch + 1 cumulative offsets",
-            format!("{:?} {:?}", t.dtype(), t.dims()),
-        )));
-    }
-    t.to_vec1::<u32>()
-}
-
-/// Varlen attention with all options: sequences packed one after the other,
-/// `q` `(total_q, heads, head_dim)`, `k` `(total_kv, kv_heads,
-/// head_dim)`, `v` `(total_kv, kv_heads, head_dim_v)`; `seqlens_q`,
-/// `seqlens_k`: u32 `(batch + 1)` cumulative offsets from 0
-/// (FlashAttention's `cu_seqlens`), read to the host and checked; each
-/// sequence at most `max_seqlen_q` / `max_seqlen_k` long. Returns `(total_q,
-/// heads, head_dim_v)`. Backed by the crate's ragged (THD) attention.
-///
-/// # Errors
-/// As [`flash_attn_with`]; the offsets' rules (typed, naming the entry); a
-/// causal call in which a sequence has more queries than keys (its first
-/// rows would see no key; FlashAttention writes zeros there, the crate
-/// refuses it, typed, naming `seqlens_k`).
-#[allow(clippy::too_many_arguments)]
-pub fn flash_attn_varlen_with(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    seqlens_q: &Tensor,
-    seqlens_k: &Tensor,
-    max_seqlen_q: usize,
-    max_seqlen_k: usize,
-    params: &AttnParams,
-) -> candle_core::Result<Tensor> {
-    crate::capture::refuse_inside(
-        "flash_attn_varlen",
-        "seqlens would be read on the host (a synchronization)",
-    )?;
-    let (cu_q, cu_k) = (
-        host_seqlens("seqlens_q", seqlens_q)?,
-        host_seqlens("seqlens_k", seqlens_k)?,
-    );
-    let mut p = ready_params(params)?;
-    let heads = if q.rank() == 3 { q.dim(1)? } else { 0 };
-    let bias = crate::varlen_bias::varlen_alibi_bias(
-        &p,
-        (&cu_q, &cu_k),
-        (q.dim(0)?, k.dim(0)?),
-        (max_seqlen_q, max_seqlen_k),
-        heads,
-    )?;
-    if bias.is_some() {
-        // The slopes and the mask are in the bias.
-        p = p.alibi_slopes(None).window(None, None);
-    }
-    let op = FlashAttn {
-        params: p,
-        varlen: Some(VarlenArgs {
-            seqlens_q: cu_q,
-            seqlens_k: cu_k,
-            max_q: max_seqlen_q,
-            max_k: max_seqlen_k,
-        }),
-        cache_seqlens: None,
-        bias,
-    };
-    for_cudnn(q)?.apply_op3(&for_cudnn(k)?, &for_cudnn(v)?, op)
-}
-
-/// FlashAttention's `flash_attn_varlen`: see [`flash_attn_varlen_with`].
-///
-/// # Errors
-/// As [`flash_attn_varlen_with`].
-#[allow(clippy::too_many_arguments)]
-pub fn flash_attn_varlen(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    seqlens_q: &Tensor,
-    seqlens_k: &Tensor,
-    max_seqlen_q: usize,
-    max_seqlen_k: usize,
-    softmax_scale: f32,
-    causal: bool,
-) -> candle_core::Result<Tensor> {
-    flash_attn_varlen_with(
-        q,
-        k,
-        v,
-        seqlens_q,
-        seqlens_k,
-        max_seqlen_q,
-        max_seqlen_k,
-        &AttnParams::new(softmax_scale).causal(causal),
-    )
-}
-
-/// FlashAttention's `flash_attn_varlen_windowed`: see
-/// [`flash_attn_varlen_with`] and [`flash_attn_windowed`].
-///
-/// # Errors
-/// As [`flash_attn_varlen_with`].
-#[allow(clippy::too_many_arguments)]
-pub fn flash_attn_varlen_windowed(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    seqlens_q: &Tensor,
-    seqlens_k: &Tensor,
-    max_seqlen_q: usize,
-    max_seqlen_k: usize,
-    softmax_scale: f32,
-    window_size_left: Option<usize>,
-    window_size_right: Option<usize>,
-) -> candle_core::Result<Tensor> {
-    flash_attn_varlen_with(
-        q,
-        k,
-        v,
-        seqlens_q,
-        seqlens_k,
-        max_seqlen_q,
-        max_seqlen_k,
-        &AttnParams::new(softmax_scale).window(window_size_left, window_size_right),
     )
 }

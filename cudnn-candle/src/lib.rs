@@ -112,6 +112,7 @@ pub mod params;
 pub mod run;
 mod side;
 mod sink_grad;
+mod varlen;
 #[doc(hidden)]
 pub mod varlen_bias;
 
@@ -120,8 +121,7 @@ pub use alibi::{
     flash_attn_varlen_alibi_windowed,
 };
 pub use attn::{
-    flash_attn, flash_attn_kvcache, flash_attn_softcap, flash_attn_varlen,
-    flash_attn_varlen_windowed, flash_attn_varlen_with, flash_attn_windowed, flash_attn_with,
+    flash_attn, flash_attn_kvcache, flash_attn_softcap, flash_attn_windowed, flash_attn_with,
 };
 pub use conv::{conv2d, conv2d_with};
 pub use conv_graphs::{Activation, Conv2dParams};
@@ -131,3 +131,4 @@ pub use norm::{layer_norm, rms_norm};
 pub use paged::flash_attn_paged;
 pub use params::AttnParams;
 pub use params::gemm::MatmulActivation;
+pub use varlen::{flash_attn_varlen, flash_attn_varlen_windowed, flash_attn_varlen_with};
