@@ -31,7 +31,7 @@ fn host_seqlens(name: &str, t: &Tensor) -> candle_core::Result<Vec<u32>> {
 /// heads, head_dim_v)`. Backed by the crate's ragged (THD) attention.
 ///
 /// # Errors
-/// As [`flash_attn_with`]; the offsets' rules (typed, naming the entry); a
+/// As [`flash_attn_with`](crate::flash_attn_with); the offsets' rules (typed, naming the entry); a
 /// causal call in which a sequence has more queries than keys (its first
 /// rows would see no key; FlashAttention writes zeros there, the crate
 /// refuses it, typed, naming `seqlens_k`).
@@ -110,7 +110,7 @@ pub fn flash_attn_varlen(
 }
 
 /// FlashAttention's `flash_attn_varlen_windowed`: see
-/// [`flash_attn_varlen_with`] and [`flash_attn_windowed`].
+/// [`flash_attn_varlen_with`] and [`flash_attn_windowed`](crate::flash_attn_windowed).
 ///
 /// # Errors
 /// As [`flash_attn_varlen_with`].
