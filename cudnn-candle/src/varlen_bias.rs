@@ -139,4 +139,64 @@ mod tests {
         let t = b.downcast_ref::<cudnn::Error>().expect("typed");
         assert!(t.to_string().contains("alibi_slopes"), "{t}");
     }
+
+    proptest::proptest! {
+        /// Every element of the bias against FlashAttention's rule, written
+        /// out here: `-slope |i + lk - lq - j|` where row `i` sees key `j`
+        /// (causal: `j <= i + lk - lq`), `-inf` where it does not, 0 in
+        /// the padding; no bias for a packed causal prefill; a typed
+        /// refusal exactly when a causal row sees no key.
+        #[test]
+        fn bias_matches_flash_attention_s_rule(
+            pairs in proptest::collection::vec((0usize..5, 0usize..6), 1..4),
+            causal: bool,
+        ) {
+            let sl = [0.5f32, 0.25];
+            let slopes = Tensor::new(&sl, &Device::Cpu).unwrap();
+            let p = AttnParams::new(1.0).causal(causal).alibi_slopes(Some(slopes));
+            let cu = |f: &dyn Fn(&(usize, usize)) -> usize| {
+                let mut c = vec![0u32];
+                for x in &pairs {
+                    c.push(c[c.len() - 1] + f(x) as u32);
+                }
+                c
+            };
+            let (cq, ck) = (cu(&|x| x.0), cu(&|x| x.1));
+            let mq = pairs.iter().map(|x| x.0).max().unwrap_or(0);
+            let mk = pairs.iter().map(|x| x.1).max().unwrap_or(0);
+            let totals = (cq[cq.len() - 1] as usize, ck[ck.len() - 1] as usize);
+            let r = varlen_alibi_bias(&p, (&cq, &ck), totals, (mq, mk), 2);
+            let empty_row = causal && pairs.iter().any(|&(lq, lk)| lq > lk);
+            let packed = causal && pairs.iter().all(|&(lq, lk)| lq == lk);
+            match r {
+                Err(e) => proptest::prop_assert!(empty_row, "{}", e),
+                Ok(None) => proptest::prop_assert!(packed && !empty_row),
+                Ok(Some(b)) => {
+                    proptest::prop_assert!(!empty_row && !packed);
+                    proptest::prop_assert_eq!(b.dims(), &[pairs.len(), 2, mq, mk]);
+                    let v = b.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                    for (bi, &(lq, lk)) in pairs.iter().enumerate() {
+                        for (h, &slope) in sl.iter().enumerate() {
+                            for i in 0..mq {
+                                for j in 0..mk {
+                                    let got = v[((bi * 2 + h) * mq + i) * mk + j];
+                                    let want = if i >= lq || j >= lk {
+                                        0.0
+                                    } else {
+                                        let d = i as i64 + lk as i64 - lq as i64;
+                                        if causal && j as i64 > d {
+                                            f32::NEG_INFINITY
+                                        } else {
+                                            -slope * (d - j as i64).abs() as f32
+                                        }
+                                    };
+                                    proptest::prop_assert_eq!(got, want, "b {} h {} i {} j {}", bi, h, i, j);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
