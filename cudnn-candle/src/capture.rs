@@ -441,8 +441,11 @@ impl CapturedStep {
         // is on candle's stream, where candle queues its own work on these
         // tensors, so host and candle accesses are ordered with it; a
         // context that orders several streams by events is refused above.
-        // 3. The graph holds no host pointer (cuDNN's scalars are by value
-        // in the variant pack, copied into the kernel nodes at capture).
+        // 3. The graph holds no host pointer (cuDNN's scalars are read
+        // from the plan's host values when the work is enqueued and become
+        // kernel parameters, copied into the nodes at capture; the plans
+        // are kept anyway). The KV-cache lengths are device buffers the
+        // step owns, written above on this stream with checked values.
         // 4. No collective.
         unsafe { self.exec.launch(self.stream.stream()) }.c()
     }

@@ -101,9 +101,15 @@ impl Slot {
             )));
         }
         let err = |e| to_candle(cudnn::interop::driver_error("cuMemcpyHtoDAsync", e));
-        cs.memcpy_htod(&q, &mut self.q).map_err(err)?;
-        cs.memcpy_htod(&kv, &mut self.kv).map_err(err)?;
-        Ok(())
+        let r = cs
+            .memcpy_htod(&q, &mut self.q)
+            .and_then(|()| cs.memcpy_htod(&kv, &mut self.kv))
+            .map_err(err);
+        if r.is_err() {
+            // Checked values either way; written again by the next launch.
+            self.pending = Some((q, kv));
+        }
+        r
     }
 }
 
