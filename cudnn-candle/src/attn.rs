@@ -211,6 +211,7 @@ impl FlashAttn {
                                 q: kc.lens_q,
                                 kv: kc.lens_kv,
                                 causal,
+                                paged: None,
                             };
                             (kc.dense, None, Some(l))
                         } else {

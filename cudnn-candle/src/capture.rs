@@ -51,9 +51,10 @@
 //!   now, and a replay would read the stale copy), read device data on the
 //!   host, run a backward or a training forward, or use another device is
 //!   refused, typed ([`cudnn::Error::CaptureUnsafe`]), before it queues
-//!   anything; so are convolution, norms, GEMM, varlen and paged calls
-//!   (this version), and the eager [`crate::flash_attn_kvcache`] (its
-//!   lengths are a device tensor read on the host);
+//!   anything; so are convolution, norms, GEMM and varlen calls (this
+//!   version), and the eager [`crate::flash_attn_kvcache`] and
+//!   [`crate::flash_attn_paged`] (their lengths and table are device
+//!   tensors read on the host);
 //! - a KV-cache decode step is captured with [`flash_attn_kvcache`] (this
 //!   module's), which takes the lengths on the host: they live in two
 //!   small device buffers the step owns, zero (in range) until the first
@@ -61,6 +62,14 @@
 //!   eager call does (at most the capacity; causal: at least the query
 //!   count) and the next launch writes them on candle's stream before the
 //!   graph, so cuDNN never reads a length the crate did not check;
+//! - a paged decode step likewise, with [`flash_attn_paged`] (this
+//!   module's): the block table and lengths given on the host live in
+//!   device buffers the step owns (zero, block 0 and no key, until the
+//!   first launch); [`CapturedStep::update_block_table`] checks a new
+//!   table and lengths with the eager call's own checks for the captured
+//!   shapes (every entry in `0..num_blocks`, those past a sequence's
+//!   length included; every length at most the keys a row covers; the
+//!   same config) and the next launch writes them before the graph;
 //! - candle's own ops in the closure run now, on candle's stream, and are
 //!   **not** part of the graph: the graph holds this crate's calls only.
 //!
@@ -87,6 +96,7 @@
 //! capture; `(batch, heads)` slopes are refused (read on the host).
 
 mod kvcache;
+mod paged;
 mod run;
 
 use std::cell::RefCell;
@@ -104,6 +114,8 @@ use crate::device::{IntoCandle, to_candle};
 pub(crate) use kvcache::KvLens;
 use kvcache::Slot;
 pub use kvcache::{LensSlot, flash_attn_kvcache};
+pub(crate) use paged::PagedCheck;
+pub use paged::flash_attn_paged;
 pub(crate) use run::forward;
 
 /// The bookkeeping of one capture, free of the device (unit-tested): the
@@ -396,6 +408,34 @@ impl CapturedStep {
             ))
         })?;
         s.set(cache_seqlens).c()
+    }
+
+    /// Set the block table and lengths a paged call of the step reads from
+    /// the next launch on (`slot` as [`flash_attn_paged`] returned it):
+    /// checked as the eager call checks them (every entry, those past a
+    /// sequence's length included, in `0..num_blocks`; every length at
+    /// most `max_blocks_per_seq x block_size`; the same table shape),
+    /// written on candle's stream by the next [`launch`](Self::launch),
+    /// before it.
+    ///
+    /// # Errors
+    /// A slot of another step or of a KV-cache call, the checks (typed,
+    /// naming `block_table[b][i]` / `cache_seqlens[b]`).
+    pub fn update_block_table(
+        &mut self,
+        slot: LensSlot,
+        block_table: &[i32],
+        cache_seqlens: &[u32],
+    ) -> candle_core::Result<()> {
+        let n = self.slots.len();
+        let s = self.slots.get_mut(slot.0).ok_or_else(|| {
+            to_candle(Error::invalid(
+                "slot",
+                format!("must be one of this step's {n} KV-cache or paged calls"),
+                slot.0,
+            ))
+        })?;
+        s.set_paged(block_table, cache_seqlens).c()
     }
 
     /// The tensors the graph addresses (kept alive by this step).

@@ -37,6 +37,7 @@
 //! | [`rms_norm`] | candle-nn's `ops::rms_norm` | optional bias; eps in (0, 1]; backward: two graphs |
 //! | [`capture::capture`], [`capture::CapturedStep::launch`] | (cudarc's `begin_capture` / `CudaGraph::launch`) | dense attention forwards recorded into a CUDA graph that owns what it addresses; replayed on candle's stream |
 //! | [`capture::flash_attn_kvcache`], [`capture::CapturedStep::set_cache_seqlens`] | `flash_attn_with_kvcache` in a CUDA graph | host lengths, checked, written before each launch: a replayed decode loop |
+//! | [`capture::flash_attn_paged`], [`capture::CapturedStep::update_block_table`] | `flash_attn_with_kvcache` (`block_table`) in a CUDA graph | host table and lengths, checked as the eager call does, written before each launch |
 //! | [`matmul_bias_act`] | (candle's `broadcast_matmul` + bias + `relu` / `gelu`) | cuBLASLt epilogues; forward only; plans cached up to [`GEMM_PLAN_CAPACITY`] per element type ([`clear_gemm_plans`]) |
 //!
 //! # How it runs
@@ -77,9 +78,9 @@
 //! Not in this version: ALiBi in KV-cache and paged calls (refused, typed),
 //! gradients of ALiBi slopes and of sinks in varlen calls (sinks of dense
 //! calls have theirs), a paged backward (cuDNN has none), CUDA graph capture of these calls (refused, typed, while candle's
-//! stream captures; [`capture`] records the dense and KV-cache attention
-//! forwards instead, on a stream of its own: candle's ops, backward,
-//! varlen, paged, conv2d, norm and GEMM calls are refused inside it),
+//! stream captures; [`capture`] records the dense, KV-cache and paged
+//! attention forwards instead, on a stream of its own: candle's ops,
+//! backward, varlen, conv2d, norm and GEMM calls are refused inside it),
 //! the GEMM's backward and FP8 GEMM; FlashAttention's zero
 //! rows (a causal sequence with more queries than keys) and a left window
 //! alone that cuts the first rows (when `seq_q > seq_kv + 1`, without ALiBi)

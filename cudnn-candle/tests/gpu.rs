@@ -947,6 +947,7 @@ fn main() {
     trials.extend(conv_norm::trials());
     trials.extend(capture::trials());
     trials.extend(capture::kvcache_trials());
+    trials.extend(capture::paged_trials());
     trials.extend(varlen_alibi::trials());
     trials.extend(sink_grad::trials());
     trials.extend(conv_norm_views::trials());

@@ -16,12 +16,14 @@ use crate::device::to_candle;
 use crate::params::{AttnParams, kvcache_lens};
 use crate::side::{ready_params, sink_decode_pad};
 
-/// The checked lengths of a KV-cache call inside a capture.
+/// The checked lengths of a KV-cache call inside a capture (and, paged,
+/// its checked block table and what re-checks a new one).
 #[derive(Debug, Clone)]
 pub(crate) struct KvLens {
     pub q: Vec<i32>,
     pub kv: Vec<i32>,
     pub causal: bool,
+    pub paged: Option<(Vec<i32>, super::paged::PagedCheck)>,
 }
 
 /// Which KV-cache call of a [`CapturedStep`](super::CapturedStep) a
@@ -34,13 +36,20 @@ pub struct LensSlot(pub(crate) usize);
 pub(crate) struct Slot {
     pub q: CudaSlice<i32>,
     pub kv: CudaSlice<i32>,
+    /// A paged call's block table (K's and V's), checked entries.
+    pub table: Option<CudaSlice<i32>>,
     batch: usize,
     seq_q: usize,
     capacity: usize,
     causal: bool,
+    /// A paged call's re-check of new tables and lengths.
+    paged: Option<super::paged::PagedCheck>,
     /// Checked values not yet written (the next launch writes them).
-    pending: Option<(Vec<i32>, Vec<i32>)>,
+    pending: Option<Pending>,
 }
+
+/// Checked lengths (and table) for the next launch.
+type Pending = (Vec<i32>, Vec<i32>, Option<Vec<i32>>);
 
 impl Slot {
     /// Zeroed buffers for `cfg`'s batch on candle's stream; `l` (checked
@@ -61,39 +70,89 @@ impl Slot {
                 l.kv.len(),
             )));
         }
+        let (table, paged, pending_table) = match l.paged {
+            Some((t, check)) => (Some(dev.alloc_zeros::<i32>(t.len())?), Some(check), Some(t)),
+            None => (None, None, None),
+        };
+        if cfg.paged.is_some() != table.is_some() {
+            return Err(to_candle(refusal(
+                "attention (paged)",
+                "a paged config needs its checked block table",
+            )));
+        }
         Ok(Slot {
             q: dev.alloc_zeros::<i32>(batch)?,
             kv: dev.alloc_zeros::<i32>(batch)?,
+            table,
             batch,
             seq_q,
             capacity,
             causal: l.causal,
-            pending: Some((l.q, l.kv)),
+            paged,
+            pending: Some((l.q, l.kv, pending_table)),
         })
+    }
+
+    /// A paged call: check a new table and lengths as the eager call does
+    /// (`params::paged` with this call's shapes) and keep them for the
+    /// next launch.
+    pub(crate) fn set_paged(&mut self, table: &[i32], lens: &[u32]) -> cudnn::Result<()> {
+        let Some(check) = &self.paged else {
+            return Err(Error::invalid(
+                "slot",
+                "must be a paged call's (use set_cache_seqlens for a KV-cache call)",
+                "a KV-cache call",
+            ));
+        };
+        let (t, kv) = check.check(table, lens)?;
+        if t.len() != self.table.as_ref().map_or(0, |b| b.len()) {
+            return Err(Error::mismatch(
+                "block_table values (batch x max_blocks_per_seq)",
+                self.table.as_ref().map_or(0, |b| b.len()),
+                t.len(),
+            ));
+        }
+        let q = vec![
+            i32::try_from(self.seq_q).map_err(|_| Error::invalid(
+                "q seq",
+                "must fit i32",
+                self.seq_q
+            ))?;
+            self.batch
+        ];
+        self.pending = Some((q, kv, Some(t)));
+        Ok(())
     }
 
     /// Check `lens` for this call (as the eager call does) and keep them
     /// for the next launch.
     pub(crate) fn set(&mut self, lens: &[u32]) -> cudnn::Result<()> {
-        self.pending = Some(kvcache_lens(
-            self.batch,
-            self.seq_q,
-            self.capacity,
-            self.causal,
-            lens,
-        )?);
+        if self.paged.is_some() {
+            return Err(Error::invalid(
+                "slot",
+                "must be a KV-cache call's (use update_block_table for a paged call)",
+                "a paged call",
+            ));
+        }
+        let (q, kv) = kvcache_lens(self.batch, self.seq_q, self.capacity, self.causal, lens)?;
+        self.pending = Some((q, kv, None));
         Ok(())
     }
 
     /// Write the pending values on `cs` (candle's stream, before the
     /// launch that reads them).
     pub(crate) fn flush(&mut self, cs: &Arc<CudaStream>) -> candle_core::Result<()> {
-        let Some((q, kv)) = self.pending.take() else {
+        let Some((q, kv, t)) = self.pending.take() else {
             return Ok(());
         };
         // Lengths equal to the buffers' (checked in `set` / `new`):
         // cudarc's copy asserts it.
-        if q.len() != self.q.len() || kv.len() != self.kv.len() {
+        let table_ok = match (&t, &self.table) {
+            (Some(t), Some(b)) => t.len() == b.len(),
+            (None, _) => true,
+            (Some(_), None) => false,
+        };
+        if q.len() != self.q.len() || kv.len() != self.kv.len() || !table_ok {
             return Err(to_candle(Error::mismatch(
                 "cache_seqlens length (q's batch)",
                 self.kv.len(),
@@ -101,13 +160,16 @@ impl Slot {
             )));
         }
         let err = |e| to_candle(cudnn::interop::driver_error("cuMemcpyHtoDAsync", e));
-        let r = cs
+        let mut r = cs
             .memcpy_htod(&q, &mut self.q)
-            .and_then(|()| cs.memcpy_htod(&kv, &mut self.kv))
-            .map_err(err);
+            .and_then(|()| cs.memcpy_htod(&kv, &mut self.kv));
+        if let (Ok(()), Some(tv), Some(tb)) = (&r, &t, self.table.as_mut()) {
+            r = cs.memcpy_htod(tv, tb);
+        }
+        let r = r.map_err(err);
         if r.is_err() {
             // Checked values either way; written again by the next launch.
-            self.pending = Some((q, kv));
+            self.pending = Some((q, kv, t));
         }
         r
     }

@@ -79,7 +79,8 @@ pub(crate) fn forward<T: Elem>(
             "a training forward is part of a backward, which a capture does not hold",
         )));
     }
-    if cfg.ragged || cfg.paged.is_some() || cfg.padding != lens.is_some() {
+    let paged_table = lens.as_ref().is_some_and(|l| l.paged.is_some());
+    if cfg.ragged || cfg.paged.is_some() != paged_table || cfg.padding != lens.is_some() {
         return Err(to_candle(refusal(
             "attention (lengths or offsets)",
             "ragged offsets, block tables and lengths other than a KV cache's are per-call \
@@ -152,6 +153,29 @@ pub(crate) fn forward<T: Elem>(
                 // candle's stream before a launch, never during one (the
                 // launches are on that stream too).
                 unsafe { b.input_seq_lengths(n, sl) }.c()?;
+            }
+            if let Some(t) = &s.table {
+                let (ptr, sync) = t.device_ptr(&cs);
+                let addr = checked_addr::<i32>("block_table", ptr, t.len()).c()?;
+                lent.push(sync);
+                for n in [names::PAGE_TABLE_K, names::PAGE_TABLE_V] {
+                    // SAFETY: as for the lengths: cudarc's address of the
+                    // slot's own table buffer (kept by the step).
+                    let sl = unsafe {
+                        DeviceSlice::from_raw_parts_on(addr as *const i32, t.len(), device)
+                    };
+                    // SAFETY: `input_page_table`'s contract: every entry the
+                    // buffer holds when a run reads it is in `0..num_blocks`
+                    // of this plan's config: zeros (block 0) until the first
+                    // launch, then only tables `params::paged` checked for
+                    // this call's shapes and config (`PagedCheck`, every
+                    // entry, those past a sequence's length included), and
+                    // every key length bound with it (above) at most
+                    // `max_blocks_per_seq x block_size` (`params::paged`
+                    // again); written on candle's stream before a launch,
+                    // never during one.
+                    unsafe { b.input_page_table(n, sl) }.c()?;
+                }
             }
         }
         b.input(names::Q, qs).c()?;

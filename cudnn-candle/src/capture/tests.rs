@@ -259,3 +259,23 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn paged_in_capture_needs_an_open_capture_typed() {
+    let t = candle_core::Tensor::zeros(
+        (1, 1, 2, 8),
+        candle_core::DType::BF16,
+        &candle_core::Device::Cpu,
+    )
+    .unwrap();
+    let e = flash_attn_paged(&t, &t, &t, &[0], 1, &[1], &crate::AttnParams::new(1.0)).unwrap_err();
+    let candle_core::Error::Cuda(b) = &e else {
+        panic!("not the crate's error: {e}");
+    };
+    let t = b.downcast_ref::<Error>().expect("a cudnn::Error");
+    assert!(matches!(t, Error::InvalidArgument { .. }), "{t}");
+    assert!(
+        t.to_string().contains("inside cudnn_candle::capture"),
+        "{t}"
+    );
+}

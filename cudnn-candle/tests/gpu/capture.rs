@@ -287,3 +287,97 @@ fn kvcache_decode_loop() -> TestResult {
 pub fn kvcache_trials() -> Vec<Trial> {
     vec![gpu("capture_kvcache_decode_loop", kvcache_decode_loop)]
 }
+
+/// A paged decode loop captured once (vLLM's layout): each step writes a
+/// new query in place, permutes the block table and grows the lengths
+/// (`update_block_table`), replays, and compares each sequence with the
+/// reference on the keys its table row gathers (on the CPU), and the
+/// whole output with the eager `flash_attn_paged`.
+fn paged_decode_loop() -> TestResult {
+    let dev = cuda()?;
+    let bf = DType::BF16;
+    let (b, h, hkv, d) = (3usize, 8usize, 2usize, 64usize);
+    let (nb, bs, per_seq) = (20usize, 16usize, 4usize);
+    let p = AttnParams::new(S).causal(true);
+    let (q0, kc, vc) = inputs((b, 1, h, d), (nb, bs, hkv, d), bf)?;
+    let g = |t: &Tensor| t.to_dtype(bf)?.to_device(&dev);
+    let (q, kg, vg) = (g(&q0)?, g(&kc)?, g(&vc)?);
+    let table_at = |step: usize| -> Vec<i32> {
+        (0..b * per_seq)
+            .map(|i| ((i * 7 + 3 + step * 5) % nb) as i32)
+            .collect()
+    };
+    let mut lens = vec![5u32, 30, 47];
+    let eager = |qn: &Tensor, t: &[i32], l: &[u32]| -> candle_core::Result<Tensor> {
+        let tg = Tensor::new(t, &dev)?.reshape((b, per_seq))?;
+        let lg = Tensor::new(
+            l.iter().map(|&x| x as i32).collect::<Vec<_>>().as_slice(),
+            &dev,
+        )?;
+        cudnn_candle::flash_attn_paged(qn, &kg, &vg, &tg, &lg, &p)
+    };
+    eager(&q, &table_at(0), &lens)?;
+    let (mut step, (o, slot)) = capture(&dev, || {
+        cudnn_candle::capture::flash_attn_paged(&q, &kg, &vg, &table_at(0), per_seq, &lens, &p)
+    })?;
+    for s in 1..5 {
+        let (qn, _, _) = inputs((b, 1, h, d), (1, 1, 1, 1), bf)?;
+        q.slice_set(&g(&qn)?, 0, 0)?;
+        lens.iter_mut().for_each(|l| *l += 1);
+        let table = table_at(s);
+        step.update_block_table(slot, &table, &lens)?;
+        step.launch()?;
+        eprintln!("  step {s}:");
+        let e = eager(&g(&qn)?, &table, &lens)?;
+        close(
+            "o vs eager",
+            &o,
+            &e.to_device(&Device::Cpu)?.to_dtype(DType::F32)?,
+            1e-6,
+        )?;
+        for (i, &l) in lens.iter().enumerate() {
+            let idx: Vec<u32> = table[i * per_seq..(i + 1) * per_seq]
+                .iter()
+                .map(|&x| x as u32)
+                .collect();
+            let idx = Tensor::new(idx.as_slice(), &Device::Cpu)?;
+            let gather = |c: &Tensor| -> candle_core::Result<Tensor> {
+                c.index_select(&idx, 0)?
+                    .reshape((1, per_seq * bs, hkv, d))?
+                    .narrow(1, 0, l as usize)
+            };
+            let want = reference(&qn.narrow(0, i, 1)?, &gather(&kc)?, &gather(&vc)?, &p)?;
+            close("o vs reference", &o.narrow(0, i, 1)?, &want, tol(bf))?;
+        }
+    }
+    // Tables and lengths the graph must not read are refused, typed.
+    let mut bad = table_at(0);
+    bad[5] = nb as i32;
+    let e = step
+        .update_block_table(slot, &bad, &lens)
+        .expect_err("block past the cache");
+    match typed(&e) {
+        Some(cudnn::Error::InvalidArgument { arg, .. }) => assert_eq!(arg, "block_table[1][1]"),
+        other => panic!("not the typed refusal: {other:?} ({e})"),
+    }
+    let e = step
+        .update_block_table(slot, &table_at(0), &[1, 2, (per_seq * bs + 1) as u32])
+        .expect_err("length past the table row");
+    assert!(
+        matches!(typed(&e), Some(cudnn::Error::InvalidArgument { .. })),
+        "{e}"
+    );
+    let e = step
+        .set_cache_seqlens(slot, &lens)
+        .expect_err("a paged slot");
+    assert!(
+        matches!(typed(&e), Some(cudnn::Error::InvalidArgument { .. })),
+        "{e}"
+    );
+    step.launch()?;
+    Ok(())
+}
+
+pub fn paged_trials() -> Vec<Trial> {
+    vec![gpu("capture_paged_decode_loop", paged_decode_loop)]
+}
