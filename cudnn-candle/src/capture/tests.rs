@@ -279,3 +279,55 @@ fn paged_in_capture_needs_an_open_capture_typed() {
         "{t}"
     );
 }
+
+#[test]
+fn paged_update_is_checked_as_the_eager_call() {
+    use crate::params::{self, Arg};
+    // q (2, 1, 4, 8), caches (6 blocks, 4 per block, 2 kv heads, 8).
+    let (qd, kd) = ([2usize, 1, 4, 8], [6usize, 4, 2, 8]);
+    let (qs, ks) = ([32usize, 32, 8, 1], [64usize, 16, 8, 1]);
+    let q = Arg {
+        name: "q",
+        dims: &qd,
+        strides: &qs,
+        dtype: candle_core::DType::BF16,
+    };
+    let k = Arg {
+        name: "k_cache",
+        dims: &kd,
+        strides: &ks,
+        dtype: candle_core::DType::BF16,
+    };
+    let v = Arg {
+        name: "v_cache",
+        ..k
+    };
+    let p = crate::AttnParams::new(1.0).causal(true);
+    let table = [0i64, 1, 2, 3, 4, 5];
+    let first = params::paged(&q, &k, &v, (&[2, 3], &table), &[5, 12], &p).unwrap();
+    let check = PagedCheck::new([&q, &k, &v], &[2, 3], &p, &first.cfg);
+    let (t, kv) = check.check(&[5, 4, 3, 2, 1, 0], &[1, 12]).unwrap();
+    assert_eq!(t, [5, 4, 3, 2, 1, 0]);
+    assert_eq!(kv, [1, 12]);
+    // Every entry in 0..6, those past the length included.
+    let e = check
+        .check(&[0, 1, 2, 3, 4, 6], &[1, 1])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("block_table[1][2]"), "{e}");
+    let e = check
+        .check(&[0, 1, 2, 3, 4, -1], &[1, 1])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("block_table[1][2]"), "{e}");
+    // At most 3 blocks x 4 keys per sequence; causal: at least 1.
+    let e = check
+        .check(&table.map(|x| x as i32), &[13, 1])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cache_seqlens[0]"), "{e}");
+    assert!(check.check(&table.map(|x| x as i32), &[0, 1]).is_err());
+    // Another shape of table.
+    assert!(check.check(&[0, 1, 2], &[1, 1]).is_err());
+    assert!(check.check(&table.map(|x| x as i32), &[1]).is_err());
+}
