@@ -4,7 +4,7 @@
 
 use candle_core::Tensor;
 
-use crate::attn::flash_attn_with;
+use crate::attn::{flash_attn_varlen_with, flash_attn_with};
 use crate::params::AttnParams;
 
 /// FlashAttention's `flash_attn_alibi`: `alibi_slopes` f32 `(heads,)` (or
@@ -69,11 +69,12 @@ pub fn flash_attn_alibi_windowed(
 /// (`(heads,)`, f32 / f16 / bf16), joining every row's softmax denominator.
 /// Causal or not; a decode step (`seq_q = 1`) runs on a two-row query (a
 /// copy of the row before it: cuDNN takes no sink for a single row), its
-/// output the last row's. Differentiable in q, k, v (the sinks
-/// are constants: pass them detached).
+/// output the last row's. Differentiable in q, k, v and the sinks (gpt-oss
+/// trains them: a sinks tensor that tracks a gradient gets
+/// `-Σ p_sink · rowsum(dO ⊙ O)` from cuDNN's training statistics).
 ///
 /// # Errors
-/// As [`flash_attn_with`]; sinks of another shape, or tracking a gradient.
+/// As [`flash_attn_with`]; sinks of another shape.
 pub fn flash_attn_sinks(
     q: &Tensor,
     k: &Tensor,
@@ -89,5 +90,84 @@ pub fn flash_attn_sinks(
         &AttnParams::new(softmax_scale)
             .causal(causal)
             .sinks(Some(sinks.clone())),
+    )
+}
+
+/// FlashAttention's `flash_attn_varlen_alibi`: [`flash_attn_varlen`](crate::flash_attn_varlen)
+/// (packed `(total, heads, head_dim)` tensors, cumulative `seqlens_q` /
+/// `seqlens_k`) with ALiBi slopes f32 `(heads,)` (or `(batch, heads)` with
+/// equal rows), the bias `-slope * |i + seqlen_k - seqlen_q - j|` per
+/// sequence. Runs cuDNN's own ALiBi where it is exactly that: a causal call
+/// whose every sequence has as many keys as queries (packed prefill), whose
+/// per-sequence top-left diagonal is FlashAttention's bottom-right one and
+/// where `slope * (j - i)` is the distance form on every key a row sees;
+/// other calls (not causal, chunked prefill) take a per-sequence score
+/// bias `[batch, heads, max_seqlen_q, max_seqlen_k]` f32 holding the
+/// distances and the mask, built on the device (its size: 4 bytes per
+/// element). Differentiable in q, k, v (the slopes are constants).
+///
+/// # Errors
+/// As [`flash_attn_varlen`](crate::flash_attn_varlen); slopes not f32 of
+/// the head count; a query row that sees no key (causal, a sequence with
+/// more queries than keys), typed, naming `alibi_slopes`.
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attn_varlen_alibi(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    alibi_slopes: &Tensor,
+    seqlens_q: &Tensor,
+    seqlens_k: &Tensor,
+    max_seqlen_q: usize,
+    max_seqlen_k: usize,
+    softmax_scale: f32,
+    causal: bool,
+) -> candle_core::Result<Tensor> {
+    flash_attn_varlen_with(
+        q,
+        k,
+        v,
+        seqlens_q,
+        seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        &AttnParams::new(softmax_scale)
+            .causal(causal)
+            .alibi_slopes(Some(alibi_slopes.clone())),
+    )
+}
+
+/// FlashAttention's `flash_attn_varlen_alibi_windowed`:
+/// [`flash_attn_varlen_alibi`] with FlashAttention's window sizes (any:
+/// the window goes into the score bias unless the call is causal with
+/// `seqlen_q == seqlen_k` for every sequence).
+///
+/// # Errors
+/// As [`flash_attn_varlen_alibi`] and [`flash_attn_varlen_windowed`](crate::flash_attn_varlen_windowed).
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attn_varlen_alibi_windowed(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    alibi_slopes: &Tensor,
+    seqlens_q: &Tensor,
+    seqlens_k: &Tensor,
+    max_seqlen_q: usize,
+    max_seqlen_k: usize,
+    softmax_scale: f32,
+    window_size_left: Option<usize>,
+    window_size_right: Option<usize>,
+) -> candle_core::Result<Tensor> {
+    flash_attn_varlen_with(
+        q,
+        k,
+        v,
+        seqlens_q,
+        seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        &AttnParams::new(softmax_scale)
+            .window(window_size_left, window_size_right)
+            .alibi_slopes(Some(alibi_slopes.clone())),
     )
 }

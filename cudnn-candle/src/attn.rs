@@ -17,14 +17,16 @@ use crate::exec::{self, Elem, Extras, Side, count};
 use crate::graphs::{self, bshd};
 use crate::params::{self, Arg, AttnParams};
 use crate::side::{alibi_bias_tensor, f32_view, ready_params, sink_decode_pad};
+// The varlen entry points live in `varlen.rs`; their paths stay here.
+pub use crate::varlen::{flash_attn_varlen, flash_attn_varlen_windowed, flash_attn_varlen_with};
 
 /// The cumulative lengths of a varlen call (FlashAttention's `cu_seqlens`).
 #[derive(Clone, Debug)]
-struct VarlenArgs {
-    seqlens_q: Vec<u32>,
-    seqlens_k: Vec<u32>,
-    max_q: usize,
-    max_k: usize,
+pub(crate) struct VarlenArgs {
+    pub(crate) seqlens_q: Vec<u32>,
+    pub(crate) seqlens_k: Vec<u32>,
+    pub(crate) max_q: usize,
+    pub(crate) max_k: usize,
 }
 
 pub(crate) fn arg<'a>(name: &'a str, l: &'a Layout, dtype: CDType) -> Arg<'a> {
@@ -117,17 +119,32 @@ pub(crate) fn bind_context(dev: &candle_core::CudaDevice) -> candle_core::Result
 
 /// The forward op.
 #[derive(Clone, Debug)]
-struct FlashAttn {
-    params: AttnParams,
-    varlen: Option<VarlenArgs>,
+pub(crate) struct FlashAttn {
+    pub(crate) params: AttnParams,
+    pub(crate) varlen: Option<VarlenArgs>,
     /// A KV cache's valid lengths (forward only).
-    cache_seqlens: Option<Vec<u32>>,
+    pub(crate) cache_seqlens: Option<Vec<u32>>,
     /// FlashAttention's ALiBi as a score bias `(1, heads, seq_q, seq_kv)`
     /// f32, mask included (dense calls cuDNN's ALiBi cannot serve).
-    bias: Option<Tensor>,
+    pub(crate) bias: Option<Tensor>,
 }
 
 impl FlashAttn {
+    /// A KV-cache call's op (`params` ready, lengths on the host).
+    pub(crate) fn kvcache(params: AttnParams, cache_seqlens: Vec<u32>) -> Self {
+        FlashAttn {
+            params,
+            varlen: None,
+            cache_seqlens: Some(cache_seqlens),
+            bias: None,
+        }
+    }
+
+    /// Whether this is a varlen or KV-cache call.
+    pub(crate) fn varlen_or_cache(&self) -> bool {
+        self.varlen.is_some() || self.cache_seqlens.is_some()
+    }
+
     fn fwd<T: Elem>(
         &self,
         (q, ql): (&CudaStorage, &Layout),
@@ -173,19 +190,35 @@ impl FlashAttn {
         };
         match &self.varlen {
             None => {
-                let (d, side) = match &self.cache_seqlens {
+                let (d, side, kv_lens) = match &self.cache_seqlens {
                     None => {
                         let mut d = params::dense(&qa, &ka, &va, &self.params).c()?;
                         if self.bias.is_some() {
                             d.cfg = params::alibi::with_alibi_bias(d.cfg);
                         }
-                        (d, None)
+                        (d, None, None)
                     }
                     Some(lens) => {
                         let kc = params::kvcache(&qa, &ka, &va, lens, &self.params).c()?;
-                        bind_context(dev)?;
-                        let side = Side::new(&kc.dense.cfg, &kc.lens_q, &kc.lens_kv).c()?;
-                        (kc.dense, Some(side))
+                        if crate::capture::is_capturing() {
+                            // The lengths go to buffers the captured step
+                            // owns (written before each launch).
+                            let causal =
+                                params::mask(&self.params, ql.dims()[1], kl.dims()[1], true)
+                                    .c()?
+                                    .causal;
+                            let l = crate::capture::KvLens {
+                                q: kc.lens_q,
+                                kv: kc.lens_kv,
+                                causal,
+                                paged: None,
+                            };
+                            (kc.dense, None, Some(l))
+                        } else {
+                            bind_context(dev)?;
+                            let side = Side::new(&kc.dense.cfg, &kc.lens_q, &kc.lens_kv).c()?;
+                            (kc.dense, Some(side), None)
+                        }
                     }
                 };
                 if !params::bshd_ordered(ql.dims(), ql.stride()) {
@@ -195,14 +228,24 @@ impl FlashAttn {
                         format!("{:?}", ql.stride()),
                     )));
                 }
-                let (o, _) = exec::forward(
-                    dev,
-                    &d.cfg,
-                    &d.strides,
-                    [&qv, &kv, &vv],
-                    side.as_ref(),
-                    &extras,
-                )?;
+                let (o, _) = match kv_lens {
+                    Some(l) => crate::capture::forward(
+                        dev,
+                        &d.cfg,
+                        &d.strides,
+                        [&qv, &kv, &vv],
+                        Some(l),
+                        &extras,
+                    )?,
+                    None => exec::forward(
+                        dev,
+                        &d.cfg,
+                        &d.strides,
+                        [&qv, &kv, &vv],
+                        side.as_ref(),
+                        &extras,
+                    )?,
+                };
                 let [b, sq, h] = [ql.dims()[0], ql.dims()[1], ql.dims()[2]];
                 let shape = Shape::from((b, sq, h, vl.dims()[3]));
                 Ok((CudaStorage::wrap_cuda_slice(o, dev.clone()), shape))
@@ -219,6 +262,10 @@ impl FlashAttn {
                     &self.params,
                 )
                 .c()?;
+                let mut vr = vr;
+                if self.bias.is_some() {
+                    vr.cfg = crate::varlen_bias::with_varlen_bias(vr.cfg);
+                }
                 let [qd, kd, vd, _] = graphs::dims(&vr.cfg);
                 let qp = padded(dev, &qv, ql.shape().elem_count(), count(&qd).c()?)?;
                 let kp = padded(dev, &kv, kl.shape().elem_count(), count(&kd).c()?)?;
@@ -360,6 +407,10 @@ impl FlashAttnBwd {
                     &self.fwd.params,
                 )
                 .c()?;
+                let mut vr = vr;
+                if self.fwd.bias.is_some() {
+                    vr.cfg = crate::varlen_bias::with_varlen_bias(vr.cfg);
+                }
                 bind_context(dev)?;
                 let side = Side::new(&vr.cfg, &vr.lens_q, &vr.lens_kv).c()?;
                 (vr.cfg, Some(side))
@@ -621,10 +672,35 @@ pub fn flash_attn_with(
     v: &Tensor,
     params: &AttnParams,
 ) -> candle_core::Result<Tensor> {
+    let admit = crate::capture::admit("attention")?;
     if let Some((q2, p2)) = sink_decode_pad(q, kv_len(k), params)? {
+        if admit.is_some() {
+            return Err(to_candle(crate::capture::refusal(
+                "attention (sinks, one query)",
+                "a one-row call with sinks runs on a two-row copy of q made now",
+            )));
+        }
         return flash_attn_with(&q2, k, v, &p2)?.narrow(1, 1, 1);
     }
+    if admit.is_some() && params.alibi_slopes.as_ref().is_some_and(|t| t.rank() != 1) {
+        return Err(to_candle(crate::capture::refusal(
+            "attention (ALiBi)",
+            "(batch, heads) slopes are read on the host; give (heads,) slopes",
+        )));
+    }
     let mut p = ready_params(params)?;
+    // Sinks that track a gradient (gpt-oss training): the op runs on them
+    // detached, and `sink_grad` gives their gradient.
+    let sink_var = p.sinks.as_ref().filter(|t| t.track_op()).cloned();
+    if let Some(s) = &sink_var {
+        if admit.is_some() {
+            return Err(to_candle(crate::capture::refusal(
+                "attention (sinks tracking a gradient)",
+                "a capture holds forwards only",
+            )));
+        }
+        p = p.sinks(Some(s.detach()));
+    }
     let mut bias = None;
     if let (Some(sl), 4, 4) = (p.alibi_slopes.clone(), q.rank(), k.rank()) {
         let (sq, skv, h) = (q.dim(1)?, k.dim(1)?, q.dim(2)?);
@@ -633,13 +709,33 @@ pub fn flash_attn_with(
             p = p.alibi_slopes(None).window(None, None);
         }
     }
+    let side: Vec<Tensor> = [&p.alibi_slopes, &p.sinks, &bias]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
     let op = FlashAttn {
         params: p,
         varlen: None,
         cache_seqlens: None,
         bias,
     };
-    q_ready(q)?.apply_op3(&kv_ready(k)?, &kv_ready(v)?, op)
+    let (qr, kr, vr) = (q_ready(q)?, kv_ready(k)?, kv_ready(v)?);
+    for (name, t, r) in [("q", q, &qr), ("k", k, &kr), ("v", v, &vr)] {
+        crate::capture::no_copy(&admit, name, t, r)?;
+    }
+    let o = match sink_var {
+        Some(s) => {
+            let grad = crate::sink_grad::SinkGrad::new(op.clone(), &qr, &kr, &vr);
+            qr.apply_op3(&kr, &vr, op)?.apply_op2(&s, grad)?
+        }
+        None => qr.apply_op3(&kr, &vr, op)?,
+    };
+    if let Some(a) = admit {
+        // The graph addresses these: kept for as long as the step lives.
+        a.keep([&qr, &kr, &vr, &o].into_iter().chain(&side));
+    }
+    Ok(o)
 }
 
 /// Attention against a KV cache of fixed capacity (FlashAttention's
@@ -669,6 +765,10 @@ pub fn flash_attn_kvcache(
             format!("{:?} {:?}", cache_seqlens.dtype(), cache_seqlens.dims()),
         )));
     }
+    crate::capture::refuse_inside(
+        "flash_attn_kvcache",
+        "cache_seqlens would be read on the host (a synchronization)",
+    )?;
     if let Some((q2, p2)) = sink_decode_pad(q, kv_len(k_cache), params)? {
         return flash_attn_kvcache(&q2, k_cache, v_cache, cache_seqlens, &p2)?.narrow(1, 1, 1);
     }
@@ -742,112 +842,5 @@ pub fn flash_attn_softcap(
         &AttnParams::new(softmax_scale)
             .causal(causal)
             .softcap(Some(softcap)),
-    )
-}
-
-fn host_seqlens(name: &str, t: &Tensor) -> candle_core::Result<Vec<u32>> {
-    if t.dtype() != CDType::U32 || t.rank() != 1 {
-        return Err(to_candle(Error::invalid(
-            name,
-            "must be a rank-1 u32 tensor of batch + 1 cumulative offsets",
-            format!("{:?} {:?}", t.dtype(), t.dims()),
-        )));
-    }
-    t.to_vec1::<u32>()
-}
-
-/// Varlen attention with all options: sequences packed one after the other,
-/// `q` `(total_q, heads, head_dim)`, `k` `(total_kv, kv_heads,
-/// head_dim)`, `v` `(total_kv, kv_heads, head_dim_v)`; `seqlens_q`,
-/// `seqlens_k`: u32 `(batch + 1)` cumulative offsets from 0
-/// (FlashAttention's `cu_seqlens`), read to the host and checked; each
-/// sequence at most `max_seqlen_q` / `max_seqlen_k` long. Returns `(total_q,
-/// heads, head_dim_v)`. Backed by the crate's ragged (THD) attention.
-///
-/// # Errors
-/// As [`flash_attn_with`]; the offsets' rules (typed, naming the entry); a
-/// causal call in which a sequence has more queries than keys (its first
-/// rows would see no key; FlashAttention writes zeros there, the crate
-/// refuses it, typed, naming `seqlens_k`).
-#[allow(clippy::too_many_arguments)]
-pub fn flash_attn_varlen_with(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    seqlens_q: &Tensor,
-    seqlens_k: &Tensor,
-    max_seqlen_q: usize,
-    max_seqlen_k: usize,
-    params: &AttnParams,
-) -> candle_core::Result<Tensor> {
-    let op = FlashAttn {
-        params: ready_params(params)?,
-        varlen: Some(VarlenArgs {
-            seqlens_q: host_seqlens("seqlens_q", seqlens_q)?,
-            seqlens_k: host_seqlens("seqlens_k", seqlens_k)?,
-            max_q: max_seqlen_q,
-            max_k: max_seqlen_k,
-        }),
-        cache_seqlens: None,
-        bias: None,
-    };
-    for_cudnn(q)?.apply_op3(&for_cudnn(k)?, &for_cudnn(v)?, op)
-}
-
-/// FlashAttention's `flash_attn_varlen`: see [`flash_attn_varlen_with`].
-///
-/// # Errors
-/// As [`flash_attn_varlen_with`].
-#[allow(clippy::too_many_arguments)]
-pub fn flash_attn_varlen(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    seqlens_q: &Tensor,
-    seqlens_k: &Tensor,
-    max_seqlen_q: usize,
-    max_seqlen_k: usize,
-    softmax_scale: f32,
-    causal: bool,
-) -> candle_core::Result<Tensor> {
-    flash_attn_varlen_with(
-        q,
-        k,
-        v,
-        seqlens_q,
-        seqlens_k,
-        max_seqlen_q,
-        max_seqlen_k,
-        &AttnParams::new(softmax_scale).causal(causal),
-    )
-}
-
-/// FlashAttention's `flash_attn_varlen_windowed`: see
-/// [`flash_attn_varlen_with`] and [`flash_attn_windowed`].
-///
-/// # Errors
-/// As [`flash_attn_varlen_with`].
-#[allow(clippy::too_many_arguments)]
-pub fn flash_attn_varlen_windowed(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    seqlens_q: &Tensor,
-    seqlens_k: &Tensor,
-    max_seqlen_q: usize,
-    max_seqlen_k: usize,
-    softmax_scale: f32,
-    window_size_left: Option<usize>,
-    window_size_right: Option<usize>,
-) -> candle_core::Result<Tensor> {
-    flash_attn_varlen_with(
-        q,
-        k,
-        v,
-        seqlens_q,
-        seqlens_k,
-        max_seqlen_q,
-        max_seqlen_k,
-        &AttnParams::new(softmax_scale).window(window_size_left, window_size_right),
     )
 }

@@ -50,7 +50,35 @@ fn target(ordinal: usize) -> Result<Target> {
 /// # Errors
 /// The device's properties, the graph, planning.
 pub fn plan(ordinal: usize, graph: &Graph) -> Result<Arc<Plan>> {
-    plans().get_or_build(graph, &target(ordinal)?, &Policy::default())
+    let p = plans().get_or_build(graph, &target(ordinal)?, &Policy::default())?;
+    note_workspace(ordinal, p.workspace_size());
+    Ok(p)
+}
+
+/// The largest workspace of a plan fetched for each device (by ordinal):
+/// what a capture reserves for its handle before it begins.
+fn workspaces() -> &'static Mutex<Vec<(usize, usize)>> {
+    static WS: OnceLock<Mutex<Vec<(usize, usize)>>> = OnceLock::new();
+    WS.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+fn note_workspace(ordinal: usize, bytes: usize) {
+    let mut m = workspaces().lock().unwrap_or_else(|p| p.into_inner());
+    match m.iter_mut().find(|(o, _)| *o == ordinal) {
+        Some((_, w)) => *w = (*w).max(bytes),
+        None => m.push((ordinal, bytes)),
+    }
+}
+
+/// The largest workspace (bytes) of the plans fetched so far for device
+/// `ordinal` (0 before any).
+pub fn max_workspace(ordinal: usize) -> usize {
+    workspaces()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .find(|(o, _)| *o == ordinal)
+        .map_or(0, |(_, w)| *w)
 }
 
 /// Check that output `name` of `plan` is packed BSHD with `dims` (`[B, H,
@@ -136,6 +164,14 @@ fn with_bound<R>(
     dev: &CudaDevice,
     f: impl FnOnce(&mut Bound, usize) -> candle_core::Result<R>,
 ) -> candle_core::Result<R> {
+    // Inside a capture of this crate, the calls that go through here
+    // would run now, on candle's stream, outside the graph (and free their
+    // per-call memory): refused before anything is queued.
+    crate::capture::refuse_inside(
+        "conv2d, norm, GEMM, backward, varlen, KV-cache or paged call",
+        "it runs on candle's stream with per-call memory; the capture holds dense attention \
+         forwards only",
+    )?;
     let cs: Arc<CudaStream> = dev.cuda_stream();
     // cudarc gives every context's per-thread default stream the same
     // handle (0x2): the context tells them apart.

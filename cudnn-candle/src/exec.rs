@@ -12,7 +12,7 @@ use cudnn::interop::CudarcStream;
 use cudnn::runtime::{CaptureStatus, DeviceBuffer};
 use cudnn::{Error, Result};
 
-use crate::device::{self, IntoCandle, expect_layout, with_handle};
+use crate::device::{self, IntoCandle, expect_layout, to_candle, with_handle};
 use crate::graphs::{self, bshd, names};
 
 /// The element types of the attention ops: f16 and bf16.
@@ -218,6 +218,15 @@ pub fn forward<T: Elem>(
     side: Option<&Side>,
     extras: &Extras<'_>,
 ) -> candle_core::Result<(CudaSlice<T>, Option<CudaSlice<f32>>)> {
+    if crate::capture::is_capturing() {
+        if side.is_some() {
+            return Err(to_candle(crate::capture::refusal(
+                "attention (lengths or offsets)",
+                "its lengths and offsets are per-call device buffers made from host values",
+            )));
+        }
+        return crate::capture::forward(dev, cfg, strides, [q, k, v], None, extras);
+    }
     let graph = graphs::forward(cfg, strides).c()?;
     let [_, _, _, od] = graphs::dims(cfg);
     let mut o = dev.alloc_zeros::<T>(count(&od).c()?)?;

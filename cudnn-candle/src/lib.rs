@@ -29,7 +29,8 @@
 //! | [`flash_attn_kvcache`] | `flash_attn_with_kvcache` (`cache_seqlens`) | fixed capacity: one plan per decode loop |
 //! | [`flash_attn_paged`] | `flash_attn_with_kvcache` (`block_table`) | vLLM / mistral.rs layout; table checked on the host |
 //! | [`flash_attn_alibi`], [`flash_attn_alibi_windowed`] | same names | dense calls; cuDNN's ALiBi when causal with `seq_q == seq_kv`, else a score bias |
-//! | [`flash_attn_sinks`] | | gpt-oss sinks ([`AttnParams::sinks`]), decode included |
+//! | [`flash_attn_varlen_alibi`], [`flash_attn_varlen_alibi_windowed`] | same names | cuDNN's ALiBi when causal with every sequence `seqlen_q == seqlen_k` (packed prefill), else a per-sequence `[B, H, max_q, max_k]` score bias |
+//! | [`flash_attn_sinks`] | | gpt-oss sinks ([`AttnParams::sinks`]), decode included; their gradient (dense calls) |
 //! | [`flash_attn_with`], [`flash_attn_varlen_with`] | | every option ([`AttnParams`]) |
 //! | [`conv2d`] | candle's `Tensor::conv2d` | NCHW; f32, f16, bf16; backward: data and filter gradients |
 //! | [`conv2d_with`] | | + bias `(K)` and an [`Activation`] ([`Conv2dParams`]); conv + bias + ReLU in one graph (ReLU after it where that does not plan); ReLU's gradient 0 at 0 |
@@ -37,6 +38,9 @@
 //! | [`rms_norm`] | candle-nn's `ops::rms_norm` | optional bias; eps in (0, 1]; backward: two graphs |
 //! | [`matmul_bias_act`] | (candle's `broadcast_matmul` + bias + `relu` / `gelu`) | cuBLASLt epilogues; backward: dA, dB (cuBLASLt on transposed views), dbias; ReLU's gradient from the output (0 at 0), GELU's from Z recomputed by one GEMM ([`gemm_bwd`]); plans cached up to [`GEMM_PLAN_CAPACITY`] per element type ([`clear_gemm_plans`]) |
 //! | [`fp8_matmul`] | PyTorch's `_scaled_mm`, mistral.rs's `fused_batch_matmul_f8` | `F8E4M3` operands, per-tensor f32 scales on the device; bias / ReLU / GELU; f32, f16, bf16 output (no bias with f32, as `_scaled_mm`); cuBLASLt's FP8 rules (`b = w.t()`, k and n in 16s, 16-byte strides and offsets) checked first, typed; forward only (arguments tracking a gradient refused, typed) |
+//! | [`capture::capture`], [`capture::CapturedStep::launch`] | (cudarc's `begin_capture` / `CudaGraph::launch`) | dense attention forwards recorded into a CUDA graph that owns what it addresses; replayed on candle's stream |
+//! | [`capture::flash_attn_kvcache`], [`capture::CapturedStep::set_cache_seqlens`] | `flash_attn_with_kvcache` in a CUDA graph | host lengths, checked, written before each launch: a replayed decode loop |
+//! | [`capture::flash_attn_paged`], [`capture::CapturedStep::update_block_table`] | `flash_attn_with_kvcache` (`block_table`) in a CUDA graph | host table and lengths, checked as the eager call does, written before each launch |
 //!
 //! # How it runs
 //! Each function is a candle `CustomOp3`. `cuda_fwd` checks the shapes,
@@ -80,15 +84,18 @@
 //! contiguous and 16-byte aligned at their start (cuDNN's rule for bound
 //! memory); otherwise they are copied first, as candle's own ops accept them.
 //!
-//! Not in this version: ALiBi in varlen, KV-cache and paged calls (refused,
-//! typed), gradients of ALiBi slopes and sinks, a paged backward (cuDNN has
-//! none), CUDA graph capture of these calls (refused, typed, while candle's
-//! stream captures), FP8 GEMM's backward (arguments that track a gradient
-//! are refused, typed), an FP8 GEMM with an f32 output and a bias (refused,
-//! typed, as PyTorch's `_scaled_mm`), FP8 outputs (with D's scale
-//! and amax), E5M2 operands (candle has no E5M2 dtype) and block-scaled
-//! (MXFP8) FP8 GEMM, FP8 operands in other layouts than cuBLASLt's "TN"
-//! (refused, typed, not copied); FlashAttention's zero
+//! Not in this version: ALiBi in KV-cache and paged calls (refused, typed),
+//! gradients of ALiBi slopes and of sinks in varlen calls (sinks of dense
+//! calls have theirs), a paged backward (cuDNN has none), CUDA graph
+//! capture of these calls while candle's stream captures (refused, typed;
+//! [`capture`] records the dense, KV-cache and paged attention forwards
+//! instead, on a stream of its own: candle's ops, backward, varlen,
+//! conv2d, norm and GEMM calls are refused inside it), FP8 GEMM's backward
+//! (arguments that track a gradient are refused, typed), an FP8 GEMM with
+//! an f32 output and a bias (refused, typed, as PyTorch's `_scaled_mm`),
+//! FP8 outputs (with D's scale and amax), E5M2 operands (candle has no E5M2
+//! dtype) and block-scaled (MXFP8) FP8 GEMM, FP8 operands in other layouts
+//! than cuBLASLt's "TN" (refused, typed, not copied); FlashAttention's zero
 //! rows (a causal sequence with more queries than keys) and a left window
 //! alone that cuts the first rows (when `seq_q > seq_kv + 1`, without ALiBi)
 //! are refused, typed, not computed; for `conv2d`: GELU / SiLU / ReLU without
@@ -113,6 +120,7 @@
 
 mod alibi;
 pub mod attn;
+pub mod capture;
 pub mod conv;
 #[doc(hidden)]
 pub mod conv_graphs;
@@ -130,11 +138,17 @@ pub mod params;
 #[doc(hidden)]
 pub mod run;
 mod side;
+mod sink_grad;
+mod varlen;
+#[doc(hidden)]
+pub mod varlen_bias;
 
-pub use alibi::{flash_attn_alibi, flash_attn_alibi_windowed, flash_attn_sinks};
+pub use alibi::{
+    flash_attn_alibi, flash_attn_alibi_windowed, flash_attn_sinks, flash_attn_varlen_alibi,
+    flash_attn_varlen_alibi_windowed,
+};
 pub use attn::{
-    flash_attn, flash_attn_kvcache, flash_attn_softcap, flash_attn_varlen,
-    flash_attn_varlen_windowed, flash_attn_varlen_with, flash_attn_windowed, flash_attn_with,
+    flash_attn, flash_attn_kvcache, flash_attn_softcap, flash_attn_windowed, flash_attn_with,
 };
 pub use conv::{conv2d, conv2d_with};
 pub use conv_graphs::{Activation, Conv2dParams};
@@ -145,3 +159,4 @@ pub use norm::{layer_norm, rms_norm};
 pub use paged::flash_attn_paged;
 pub use params::AttnParams;
 pub use params::gemm::MatmulActivation;
+pub use varlen::{flash_attn_varlen, flash_attn_varlen_windowed, flash_attn_varlen_with};

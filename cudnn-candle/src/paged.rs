@@ -20,7 +20,7 @@ use crate::params::{self, AttnParams};
 
 /// The forward op: the host copies of the table and the lengths.
 #[derive(Clone, Debug)]
-struct PagedAttn {
+pub(crate) struct PagedAttn {
     params: AttnParams,
     table_dims: Vec<usize>,
     table: Vec<i64>,
@@ -28,6 +28,21 @@ struct PagedAttn {
 }
 
 impl PagedAttn {
+    /// The op of a paged call (`params` ready; the table row-major).
+    pub(crate) fn new(
+        params: AttnParams,
+        table_dims: Vec<usize>,
+        table: Vec<i64>,
+        cache_seqlens: Vec<i64>,
+    ) -> Self {
+        PagedAttn {
+            params,
+            table_dims,
+            table,
+            cache_seqlens,
+        }
+    }
+
     fn fwd<T: Elem>(
         &self,
         (q, ql): (&CudaStorage, &Layout),
@@ -60,9 +75,37 @@ impl PagedAttn {
             view::<T>(k, kl, "k_cache")?,
             view::<T>(v, vl, "v_cache")?,
         );
-        crate::attn::bind_context(dev)?;
-        let side = Side::paged(&p).c()?;
         let strides = [p.q_strides, p.kv_strides[0], p.kv_strides[1]];
+        let capture = if crate::capture::is_capturing() {
+            // The table and lengths go to buffers the captured step owns
+            // (written before each launch; new ones checked again).
+            let (qa, ka, va) = (
+                arg("q", ql, q.dtype()),
+                arg("k_cache", kl, k.dtype()),
+                arg("v_cache", vl, v.dtype()),
+            );
+            let check = crate::capture::PagedCheck::new(
+                [&qa, &ka, &va],
+                &self.table_dims,
+                &self.params,
+                &p.cfg,
+            );
+            Some(crate::capture::KvLens {
+                q: p.lens_q.clone(),
+                kv: p.lens_kv.clone(),
+                causal: false,
+                paged: Some((p.table.clone(), check)),
+            })
+        } else {
+            None
+        };
+        let side = match capture {
+            Some(_) => None,
+            None => {
+                crate::attn::bind_context(dev)?;
+                Some(Side::paged(&p).c()?)
+            }
+        };
         let ga = self
             .params
             .alibi_slopes
@@ -80,7 +123,19 @@ impl PagedAttn {
                 .map(|(st, l)| crate::side::f32_view(st, l, q, "sinks"))
                 .transpose()?,
         };
-        let (o, _) = exec::forward(dev, &p.cfg, &strides, [&qv, &kv, &vv], Some(&side), &extras)?;
+        let (o, _) = match capture {
+            Some(l) => {
+                crate::capture::forward(dev, &p.cfg, &strides, [&qv, &kv, &vv], Some(l), &extras)?
+            }
+            None => exec::forward(
+                dev,
+                &p.cfg,
+                &strides,
+                [&qv, &kv, &vv],
+                side.as_ref(),
+                &extras,
+            )?,
+        };
         let [b, sq, h] = [ql.dims()[0], ql.dims()[1], ql.dims()[2]];
         let shape = Shape::from((b, sq, h, vl.dims()[3]));
         Ok((CudaStorage::wrap_cuda_slice(o, dev.clone()), shape))
@@ -179,6 +234,10 @@ pub fn flash_attn_paged(
     cache_seqlens: &Tensor,
     params: &AttnParams,
 ) -> candle_core::Result<Tensor> {
+    crate::capture::refuse_inside(
+        "flash_attn_paged",
+        "the block table and cache_seqlens would be read on the host (a synchronization)",
+    )?;
     // A sequence holds at most max_blocks_per_seq * block_size keys.
     let max_kv = match (block_table.dims(), k_cache.dims()) {
         ([_, per_seq], [_, bs, _, _]) => per_seq.saturating_mul(*bs),

@@ -41,9 +41,11 @@ pub struct AttnParams {
     /// softmax denominator and attending to no value. cuDNN takes no sink
     /// with a single query row: a dense, KV-cache or paged decode step
     /// (`seq_q = 1`) runs with a copy of the query row before it (exact:
-    /// see `sink_decode_pad`); a varlen call needs `max_seqlen_q > 1`. Constants for
-    /// autograd (the gradients of q, k, v account for them; no gradient
-    /// of the sinks: a sink tensor that tracks a gradient is refused).
+    /// see `sink_decode_pad`); a varlen call needs `max_seqlen_q > 1`. In a
+    /// dense call a sinks tensor that tracks a gradient gets one through
+    /// candle's autograd (gpt-oss trains them); in varlen, KV-cache and
+    /// paged calls they are constants (a tensor tracking a gradient is
+    /// refused, typed).
     pub sinks: Option<candle_core::Tensor>,
 }
 
@@ -377,14 +379,17 @@ fn extras(mut cfg: SdpaConfig, p: &AttnParams, m: Mask) -> Result<SdpaConfig> {
         if !m.causal || m.diagonal != DiagonalAlignment::TopLeft {
             return Err(Error::Unsupported {
                 what: format!(
-                    "alibi_slopes with {} in a varlen, KV-cache or paged call (cuDNN's ALiBi needs a causal mask aligned top-left; dense calls take FlashAttention's other ALiBi forms as a score bias, these calls do not)",
+                    "alibi_slopes with {} in a varlen, KV-cache or paged call (cuDNN's ALiBi needs a causal mask aligned top-left: a varlen call whose every sequence has as many keys as queries; dense calls take FlashAttention's other ALiBi forms as a score bias, these calls do not: a per-sequence bias over ragged tensors is not in this version)",
                     if m.causal {
-                        "a bottom-right causal mask (seq_q != seq_kv, varlen, KV cache)"
+                        "a bottom-right causal mask (a sequence with seqlen_q != seqlen_k, or a KV cache)"
                     } else {
                         "no causal mask"
                     }
                 ),
-                needs: Some("a dense call (flash_attn_with / flash_attn_alibi)".to_string()),
+                needs: Some(
+                    "a dense call (flash_attn_with / flash_attn_alibi), or a causal varlen call with seqlens_q == seqlens_k"
+                        .to_string(),
+                ),
             });
         }
         cfg = cfg.alibi(true);
@@ -401,9 +406,10 @@ fn extras(mut cfg: SdpaConfig, p: &AttnParams, m: Mask) -> Result<SdpaConfig> {
         }
         if t.track_op() {
             return Err(Error::Unsupported {
-                what: "sinks that track a gradient (the backward gives no gradient of the sinks)"
+                what: "sinks that track a gradient in a varlen, KV-cache or paged call (the \
+                       sinks' gradient is given for dense calls only)"
                     .to_string(),
-                needs: Some("sinks.detach()".to_string()),
+                needs: Some("sinks.detach(), or a dense call".to_string()),
             });
         }
         cfg = cfg.sink(true);
@@ -602,7 +608,14 @@ pub fn varlen(
     let lens_kv = lengths("seqlens_k", seqlens_k, k.dims[0], max_seqlen_k)?;
     let [h, d] = [q.dims[1], q.dims[2]];
     let [hkv, dv] = [k.dims[1], v.dims[2]];
-    let m = mask(p, max_seqlen_q, max_seqlen_k, true)?;
+    let mut m = mask(p, max_seqlen_q, max_seqlen_k, true)?;
+    if p.alibi_slopes.is_some() && m.causal && lens_q == lens_kv {
+        // Every sequence has as many keys as queries: its bottom-right
+        // diagonal is its top-left one, where cuDNN's ALiBi (`slope * (col
+        // - row)`, per sequence) is FlashAttention's `-slope * |i + s_k -
+        // s_q - j|` on every key a causal row sees.
+        m.diagonal = DiagonalAlignment::TopLeft;
+    }
     let mut cfg = SdpaConfig::new(
         to_i64("batch", lens_q.len())?,
         to_i64("q heads", h)?,
@@ -655,14 +668,39 @@ pub fn kvcache(
 ) -> Result<KvCache> {
     let mut d = dense(q, k, v, p)?;
     let (b, sq, cap) = (q.dims[0], q.dims[1], k.dims[1]);
-    if cache_seqlens.len() != b {
+    let m = mask(p, sq, cap, true)?;
+    d.cfg = d.cfg.padding(true).diagonal(m.diagonal);
+    let (lens_q, lens_kv) = kvcache_lens(b, sq, cap, m.causal, cache_seqlens)?;
+    Ok(KvCache {
+        dense: d,
+        lens_q,
+        lens_kv,
+    })
+}
+
+/// The lengths of a KV-cache call, checked: `cache_seqlens` one per
+/// sequence of `batch`, each at most the capacity `cap` and, `causal`,
+/// at least the query count `seq_q`; returns the query lengths (`seq_q`
+/// each) and the key lengths as i32.
+///
+/// # Errors
+/// A count other than `batch`, a length past `cap` or i32, a causal
+/// length below `seq_q`; each naming `cache_seqlens[i]`.
+pub fn kvcache_lens(
+    batch: usize,
+    seq_q: usize,
+    cap: usize,
+    causal: bool,
+    cache_seqlens: &[u32],
+) -> Result<(Vec<i32>, Vec<i32>)> {
+    if cache_seqlens.len() != batch {
         return Err(Error::mismatch(
             "cache_seqlens length (q's batch)",
-            b,
+            batch,
             cache_seqlens.len(),
         ));
     }
-    let mut lens_kv = Vec::with_capacity(b);
+    let mut lens_kv = Vec::with_capacity(batch);
     for (i, &l) in cache_seqlens.iter().enumerate() {
         if l as usize > cap {
             return Err(Error::invalid(
@@ -676,17 +714,15 @@ pub fn kvcache(
                 .map_err(|_| Error::invalid(format!("cache_seqlens[{i}]"), "must fit i32", l))?,
         );
     }
-    let m = mask(p, sq, cap, true)?;
-    d.cfg = d.cfg.padding(true).diagonal(m.diagonal);
-    let lq = i32::try_from(sq).map_err(|_| Error::invalid("q seq", "must fit i32", sq))?;
-    causal_rows_see_keys(&m, &vec![lq; b], &lens_kv, |i| {
-        format!("cache_seqlens[{i}]")
-    })?;
-    Ok(KvCache {
-        dense: d,
-        lens_q: vec![lq; b],
-        lens_kv,
-    })
+    let lq = i32::try_from(seq_q).map_err(|_| Error::invalid("q seq", "must fit i32", seq_q))?;
+    let lens_q = vec![lq; batch];
+    let m = Mask {
+        causal,
+        window: None,
+        diagonal: DiagonalAlignment::BottomRight,
+    };
+    causal_rows_see_keys(&m, &lens_q, &lens_kv, |i| format!("cache_seqlens[{i}]"))?;
+    Ok((lens_q, lens_kv))
 }
 
 pub mod alibi;

@@ -11,6 +11,8 @@
 mod bench;
 #[path = "../examples/candle_transformer_block/block.rs"]
 mod block;
+#[path = "gpu/capture.rs"]
+mod capture;
 #[path = "gpu/conv_norm.rs"]
 mod conv_norm;
 #[path = "gpu/conv_norm_views.rs"]
@@ -21,7 +23,11 @@ mod gemm;
 mod gemm_grad;
 #[path = "gpu_parts/reference.rs"]
 mod reference;
+#[path = "gpu/sink_grad.rs"]
+mod sink_grad;
 mod support;
+#[path = "gpu/varlen_alibi.rs"]
+mod varlen_alibi;
 
 use candle_core::{DType, Device, Tensor, Var};
 use cudnn_candle::AttnParams;
@@ -198,7 +204,7 @@ fn varlen_qk_case(
         &cu_k,
         max_q,
         max_k,
-        &p,
+        &on(&dev, p.clone())?,
     )?;
     let (mut at_q, mut at_k) = (0, 0);
     let mut want_parts = Vec::new();
@@ -950,6 +956,11 @@ fn main() {
         }),
     ];
     trials.extend(conv_norm::trials());
+    trials.extend(capture::trials());
+    trials.extend(capture::kvcache_trials());
+    trials.extend(capture::paged_trials());
+    trials.extend(varlen_alibi::trials());
+    trials.extend(sink_grad::trials());
     trials.extend(conv_norm_views::trials());
     trials.extend(gemm::trials());
     trials.extend(bench::trials());

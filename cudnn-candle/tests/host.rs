@@ -16,6 +16,8 @@ mod example_block;
 #[path = "host/gemm.rs"]
 mod gemm;
 mod support;
+#[path = "host/varlen_alibi.rs"]
+mod varlen_alibi;
 
 use candle_core::{DType as CDType, Device, Tensor};
 use cudnn::graph::{Plan, Policy, SdpaConfig, Target};
@@ -558,5 +560,6 @@ fn main() {
     trials.extend(conv_norm::refusal_trials());
     trials.extend(example_block::trials());
     trials.extend(gemm::trials());
+    trials.extend(varlen_alibi::trials());
     run(trials);
 }

@@ -487,6 +487,51 @@ proptest! {
         prop_assert_eq!(r.is_err(), empty_rows, "{:?}", r.err());
     }
 
+    /// ALiBi in a varlen call: accepted (cuDNN's ALiBi, top-left diagonal)
+    /// exactly when it is FlashAttention's: causal and every sequence with
+    /// as many keys as queries; every other call is refused, typed
+    /// `Unsupported` (or the empty-row refusal), never planned with a
+    /// wrong bias.
+    #[test]
+    fn varlen_alibi_accepts_iff_cudnn_alibi_is_flash_attention_s(
+        pairs in proptest::collection::vec((1usize..10, 1usize..10), 1..5),
+        causal in any::<bool>(),
+        same in any::<bool>(),
+        left in proptest::option::of(0usize..12),
+    ) {
+        let pairs: Vec<(usize, usize)> =
+            pairs.into_iter().map(|(q, k)| (q, if same { q } else { k })).collect();
+        let cu = |f: &dyn Fn(&(usize, usize)) -> usize| {
+            let mut c = vec![0u32];
+            for x in &pairs {
+                c.push(c[c.len() - 1] + f(x) as u32);
+            }
+            c
+        };
+        let (cq, ck) = (cu(&|x| x.0), cu(&|x| x.1));
+        let (qd, kd) = ([cq[cq.len() - 1] as usize, 2, 16], [ck[ck.len() - 1] as usize, 2, 16]);
+        let (qs, ks) = (contiguous(&qd), contiguous(&kd));
+        let q = a("q", &qd, &qs, CDType::BF16);
+        let k = a("k", &kd, &ks, CDType::BF16);
+        let v = Arg { name: "v", ..k };
+        let slopes = candle_core::Tensor::new(&[0.5f32, 0.25], &candle_core::Device::Cpu).unwrap();
+        let right = if causal { Some(0) } else { None };
+        let p = AttnParams::new(1.0).window(left, right).alibi_slopes(Some(slopes));
+        let r = varlen(&q, &k, &v, &cq, &ck, 9, 9, &p);
+        let equal = pairs.iter().all(|&(lq, lk)| lq == lk);
+        match &r {
+            Ok(v) => {
+                prop_assert!(causal && equal, "accepted: {:?}", pairs);
+                prop_assert!(v.cfg.alibi);
+                prop_assert_eq!(v.cfg.diagonal, DiagonalAlignment::TopLeft);
+            }
+            Err(e) => prop_assert!(
+                !(causal && equal) || matches!(e, Error::InvalidArgument { .. }),
+                "refused {:?}: {}", pairs, e
+            ),
+        }
+    }
+
     /// Varlen and KV-cache calls with any offsets, lengths and maxima: a
     /// typed answer, never a panic; an accepted call's lengths are the
     /// offsets' differences and fit the maxima / the capacity.

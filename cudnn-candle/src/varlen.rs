@@ -1,0 +1,140 @@
+//! The varlen (packed) attention entry points: FlashAttention's
+//! `flash_attn_varlen*` signatures on the attention op of
+//! [`attn`](crate::attn), the cumulative lengths read to the host.
+
+use candle_core::{DType as CDType, Tensor};
+use cudnn::Error;
+
+use crate::attn::{FlashAttn, VarlenArgs};
+use crate::conv::for_cudnn;
+use crate::device::to_candle;
+use crate::params::AttnParams;
+use crate::side::ready_params;
+
+fn host_seqlens(name: &str, t: &Tensor) -> candle_core::Result<Vec<u32>> {
+    if t.dtype() != CDType::U32 || t.rank() != 1 {
+        return Err(to_candle(Error::invalid(
+            name,
+            "must be a rank-1 u32 tensor of batch + 1 cumulative offsets",
+            format!("{:?} {:?}", t.dtype(), t.dims()),
+        )));
+    }
+    t.to_vec1::<u32>()
+}
+
+/// Varlen attention with all options: sequences packed one after the other,
+/// `q` `(total_q, heads, head_dim)`, `k` `(total_kv, kv_heads,
+/// head_dim)`, `v` `(total_kv, kv_heads, head_dim_v)`; `seqlens_q`,
+/// `seqlens_k`: u32 `(batch + 1)` cumulative offsets from 0
+/// (FlashAttention's `cu_seqlens`), read to the host and checked; each
+/// sequence at most `max_seqlen_q` / `max_seqlen_k` long. Returns `(total_q,
+/// heads, head_dim_v)`. Backed by the crate's ragged (THD) attention.
+///
+/// # Errors
+/// As [`flash_attn_with`](crate::flash_attn_with); the offsets' rules (typed, naming the entry); a
+/// causal call in which a sequence has more queries than keys (its first
+/// rows would see no key; FlashAttention writes zeros there, the crate
+/// refuses it, typed, naming `seqlens_k`).
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attn_varlen_with(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    seqlens_q: &Tensor,
+    seqlens_k: &Tensor,
+    max_seqlen_q: usize,
+    max_seqlen_k: usize,
+    params: &AttnParams,
+) -> candle_core::Result<Tensor> {
+    crate::capture::refuse_inside(
+        "flash_attn_varlen",
+        "seqlens would be read on the host (a synchronization)",
+    )?;
+    let (cu_q, cu_k) = (
+        host_seqlens("seqlens_q", seqlens_q)?,
+        host_seqlens("seqlens_k", seqlens_k)?,
+    );
+    let mut p = ready_params(params)?;
+    let heads = if q.rank() == 3 { q.dim(1)? } else { 0 };
+    let bias = crate::varlen_bias::varlen_alibi_bias(
+        &p,
+        (&cu_q, &cu_k),
+        (q.dim(0)?, k.dim(0)?),
+        (max_seqlen_q, max_seqlen_k),
+        heads,
+    )?;
+    if bias.is_some() {
+        // The slopes and the mask are in the bias.
+        p = p.alibi_slopes(None).window(None, None);
+    }
+    let op = FlashAttn {
+        params: p,
+        varlen: Some(VarlenArgs {
+            seqlens_q: cu_q,
+            seqlens_k: cu_k,
+            max_q: max_seqlen_q,
+            max_k: max_seqlen_k,
+        }),
+        cache_seqlens: None,
+        bias,
+    };
+    for_cudnn(q)?.apply_op3(&for_cudnn(k)?, &for_cudnn(v)?, op)
+}
+
+/// FlashAttention's `flash_attn_varlen`: see [`flash_attn_varlen_with`].
+///
+/// # Errors
+/// As [`flash_attn_varlen_with`].
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attn_varlen(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    seqlens_q: &Tensor,
+    seqlens_k: &Tensor,
+    max_seqlen_q: usize,
+    max_seqlen_k: usize,
+    softmax_scale: f32,
+    causal: bool,
+) -> candle_core::Result<Tensor> {
+    flash_attn_varlen_with(
+        q,
+        k,
+        v,
+        seqlens_q,
+        seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        &AttnParams::new(softmax_scale).causal(causal),
+    )
+}
+
+/// FlashAttention's `flash_attn_varlen_windowed`: see
+/// [`flash_attn_varlen_with`] and [`flash_attn_windowed`](crate::flash_attn_windowed).
+///
+/// # Errors
+/// As [`flash_attn_varlen_with`].
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attn_varlen_windowed(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    seqlens_q: &Tensor,
+    seqlens_k: &Tensor,
+    max_seqlen_q: usize,
+    max_seqlen_k: usize,
+    softmax_scale: f32,
+    window_size_left: Option<usize>,
+    window_size_right: Option<usize>,
+) -> candle_core::Result<Tensor> {
+    flash_attn_varlen_with(
+        q,
+        k,
+        v,
+        seqlens_q,
+        seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        &AttnParams::new(softmax_scale).window(window_size_left, window_size_right),
+    )
+}

@@ -1,0 +1,96 @@
+//! GPU tier of ALiBi in varlen calls: packed prefill sequences (each as
+//! many keys as queries), causal, with and without a left window, GQA;
+//! each sequence against candle's CPU reference of the dense call alone
+//! (FlashAttention's `-slope * |i + s_k - s_q - j|`), gradients against
+//! candle's CPU autograd of that reference; and the public entry points
+//! with candle-flash-attn's signatures; chunked prefill, non-causal and
+//! windowed calls through the per-sequence score bias.
+
+use candle_core::{DType, Tensor};
+use cudnn_candle::AttnParams;
+
+use super::{close, cuda, cumulative, inputs, reference, slopes, tol, varlen_case, varlen_qk_case};
+use crate::support::{TestResult, Trial, gpu};
+
+const S: f32 = 0.125;
+
+/// `flash_attn_varlen_alibi` itself (the one-line-switch signature) on
+/// three sequences, against the reference of each.
+fn entry_point(dt: DType) -> TestResult {
+    let dev = cuda()?;
+    let lens = [7usize, 1, 33];
+    let (h, d) = (4usize, 64usize);
+    let t: usize = lens.iter().sum();
+    let (q, k, v) = inputs((1, t, h, d), (1, t, h, d), dt)?;
+    let cu = Tensor::new(cumulative(&lens).as_slice(), &dev)?;
+    let g = |x: &Tensor| x.squeeze(0)?.to_dtype(dt)?.to_device(&dev);
+    let sl = slopes(h);
+    let o = cudnn_candle::flash_attn_varlen_alibi(
+        &g(&q)?,
+        &g(&k)?,
+        &g(&v)?,
+        &sl.to_device(&dev)?,
+        &cu,
+        &cu,
+        33,
+        33,
+        S,
+        true,
+    )?;
+    let p = AttnParams::new(S).causal(true).alibi_slopes(Some(sl));
+    let mut at = 0;
+    let mut parts = Vec::new();
+    for &l in &lens {
+        let n = |x: &Tensor| x.narrow(1, at, l);
+        parts.push(reference(&n(&q)?, &n(&k)?, &n(&v)?, &p)?);
+        at += l;
+    }
+    close("o", &o, &Tensor::cat(&parts, 1)?.squeeze(0)?, tol(dt))
+}
+
+pub fn trials() -> Vec<Trial> {
+    vec![
+        gpu("flash_attn_varlen_alibi_causal_bf16", || {
+            let p = AttnParams::new(S)
+                .causal(true)
+                .alibi_slopes(Some(slopes(4)));
+            varlen_case(&[5, 1, 9], 4, 64, DType::BF16, p, false)
+        }),
+        gpu("flash_attn_varlen_alibi_windowed_gqa_f16", || {
+            let p = AttnParams::new(S)
+                .window(Some(6), Some(0))
+                .alibi_slopes(Some(slopes(8)));
+            varlen_qk_case(&[12, 3, 20], &[12, 3, 20], (8, 2), 64, DType::F16, p, false)
+        }),
+        gpu("flash_attn_varlen_alibi_backward_f16", || {
+            let p = AttnParams::new(S)
+                .causal(true)
+                .alibi_slopes(Some(slopes(4)));
+            varlen_case(&[6, 11, 2], 4, 64, DType::F16, p, true)
+        }),
+        gpu("flash_attn_varlen_alibi_entry_point_bf16", || {
+            entry_point(DType::BF16)
+        }),
+        gpu("flash_attn_varlen_alibi_chunked_prefill_bias_bf16", || {
+            // Fewer queries than keys per sequence: the per-sequence bias
+            // (bottom-right distances and mask).
+            let p = AttnParams::new(S)
+                .causal(true)
+                .alibi_slopes(Some(slopes(4)));
+            varlen_qk_case(&[3, 1, 8], &[10, 4, 8], (4, 4), 64, DType::BF16, p, false)
+        }),
+        gpu(
+            "flash_attn_varlen_alibi_not_causal_bias_backward_f16",
+            || {
+                let p = AttnParams::new(S).alibi_slopes(Some(slopes(4)));
+                varlen_qk_case(&[5, 9, 2], &[7, 9, 11], (4, 2), 64, DType::F16, p, true)
+            },
+        ),
+        gpu("flash_attn_varlen_alibi_windowed_bias_f16", || {
+            let p = AttnParams::new(S)
+                .window(Some(3), Some(2))
+                .alibi_slopes(Some(slopes(4)));
+            varlen_qk_case(&[6, 12], &[6, 12], (4, 4), 64, DType::F16, p, false)
+        }),
+    ]
+}
