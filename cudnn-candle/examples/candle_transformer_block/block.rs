@@ -271,10 +271,18 @@ pub struct PagedCache {
 }
 
 impl PagedCache {
-    /// Room for `cap` tokens (a multiple of BLOCK) of `batch` sequences.
+    /// Room for `cap` tokens of `batch` sequences: an error unless `batch`
+    /// and `cap` are positive and `cap` is a multiple of BLOCK.
     pub fn new(batch: usize, cap: usize, dt: DType, dev: &Device) -> candle_core::Result<Self> {
+        if batch == 0 || cap == 0 || !cap.is_multiple_of(BLOCK) {
+            candle_core::bail!(
+                "paged cache: batch {batch} and capacity {cap} must be positive, the capacity a multiple of the block size {BLOCK}"
+            );
+        }
         let per_seq = cap / BLOCK;
-        let blocks = batch * per_seq;
+        let Some(blocks) = batch.checked_mul(per_seq) else {
+            candle_core::bail!("paged cache: {batch} sequences of {per_seq} blocks overflow");
+        };
         // Logical block l at pool block (l * step + 1) % blocks: a
         // permutation when step and blocks are coprime.
         let gcd = |mut a: usize, mut b: usize| {

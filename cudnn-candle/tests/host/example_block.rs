@@ -109,23 +109,41 @@ pub fn trials() -> Vec<Trial> {
             // Any batch, capacity and run of appends: what is read back
             // through the table is the concatenation of what was appended;
             // an append past the capacity is refused and writes nothing.
+            use proptest::prelude::{Strategy, prop_oneof};
             use proptest::test_runner::{Config, TestCaseError, TestRunner};
             let mut runner = TestRunner::new(Config {
-                cases: 32,
+                cases: 64,
                 failure_persistence: None,
                 ..Config::default()
             });
+            // Batch 0 and capacities of 0 or not a multiple of the block
+            // drawn too: those are errors (a batch of 0 or a capacity
+            // under one block once looped forever).
             let strategy = (
-                1usize..=3,
-                1usize..=5,
+                0usize..=3,
+                prop_oneof![
+                    (1usize..=5).prop_map(|n| n * block::BLOCK),
+                    0usize..=6 * block::BLOCK
+                ],
                 proptest::collection::vec(1usize..=12, 1..8),
             );
             runner
-                .run(&strategy, |(batch, per_seq, sizes)| {
+                .run(&strategy, |(batch, cap, sizes)| {
                     let fail = |e: candle_core::Error| TestCaseError::fail(e.to_string());
-                    let cap = per_seq * block::BLOCK;
-                    let mut cache = block::PagedCache::new(batch, cap, DType::F32, &Device::Cpu)
-                        .map_err(fail)?;
+                    let made = block::PagedCache::new(batch, cap, DType::F32, &Device::Cpu);
+                    if batch == 0 || cap == 0 || cap % block::BLOCK != 0 {
+                        let e = match made {
+                            Ok(_) => return Err(TestCaseError::fail("accepted")),
+                            Err(e) => e.to_string(),
+                        };
+                        proptest::prop_assert!(
+                            e.contains(&format!("batch {batch} and capacity {cap}")),
+                            "{}",
+                            e
+                        );
+                        return Ok(());
+                    }
+                    let mut cache = made.map_err(fail)?;
                     let mut parts = Vec::new();
                     for (i, n) in sizes.into_iter().enumerate() {
                         let k = block::noise(&[batch, n, HKV, HD], 100 + i as u64).map_err(fail)?;
