@@ -255,17 +255,28 @@ pub fn prefill(w: &Weights, x: &Tensor, attn: Attn) -> candle_core::Result<[Tens
     Ok([rest(w, x, &a.to_dtype(x.dtype())?)?, k, v])
 }
 
+/// What the pool's unused slots hold: a large finite value, so that an
+/// attention reading a slot it should not (past a sequence's length, a
+/// block of the other sequence, the table ignored) moves its output far
+/// (zeros, the harmless filler, would barely move it; NaN would hide
+/// which rows are wrong).
+pub const FILL: f64 = 100.0;
+
+/// How many prompt tokens each sequence's cache starts with: different
+/// lengths, so that a mix-up of the sequences' lengths shows.
+pub const PROMPT_LENS: [usize; B] = [S, S - 5];
+
 /// A paged KV cache in vLLM's layout: `(blocks, BLOCK, HKV, HD)` pools for
-/// k and v, sequence `i`'s `j`-th block of tokens at pool block
-/// `table[i][j]` (a permutation: blocks out of order, as an allocator
-/// leaves them), and the number of tokens held (the same for every
-/// sequence). Tokens are written in place (`slice_set`).
+/// k and v ([`FILL`] where nothing was written), sequence `i`'s `j`-th
+/// block of tokens at pool block `table[i][j]` (a permutation: blocks out
+/// of order, as an allocator leaves them), and the number of tokens each
+/// sequence holds. Tokens are written in place (`slice_set`).
 pub struct PagedCache {
     pub k: Tensor,
     pub v: Tensor,
     pub table: Tensor,
     pub host_table: Vec<i32>,
-    pub len: usize,
+    pub lens: Vec<usize>,
     pub batch: usize,
     pub per_seq: usize,
 }
@@ -295,13 +306,13 @@ impl PagedCache {
         let host_table: Vec<i32> = (0..blocks)
             .map(|l| ((l * step + 1) % blocks) as i32)
             .collect();
-        let zeros = || Tensor::zeros((blocks, BLOCK, HKV, HD), dt, dev);
+        let filled = || Tensor::ones((blocks, BLOCK, HKV, HD), dt, dev)? * FILL;
         Ok(Self {
-            k: zeros()?,
-            v: zeros()?,
+            k: filled()?,
+            v: filled()?,
             table: Tensor::from_vec(host_table.clone(), (batch, per_seq), dev)?,
             host_table,
-            len: 0,
+            lens: vec![0; batch],
             batch,
             per_seq,
         })
@@ -311,91 +322,134 @@ impl PagedCache {
         self.per_seq * BLOCK
     }
 
-    /// Write `k` / `v` `(batch, s, HKV, HD)` after the tokens held.
+    /// Write `k` / `v` `(batch, s, HKV, HD)` after the tokens held, all
+    /// `s` of them for every sequence.
     pub fn append(&mut self, k: &Tensor, v: &Tensor) -> candle_core::Result<()> {
         let s = k.dim(1)?;
-        if self.len + s > self.capacity() {
+        self.append_first(k, v, &vec![s; self.batch])
+    }
+
+    /// Write the first `n[i]` tokens of row `i` of `k` / `v` `(batch, s,
+    /// HKV, HD)` after the tokens sequence `i` holds. Checked for every
+    /// sequence before anything is written.
+    pub fn append_first(&mut self, k: &Tensor, v: &Tensor, n: &[usize]) -> candle_core::Result<()> {
+        let s = k.dim(1)?;
+        if n.len() != self.batch || k.dim(0)? != self.batch || v.dims() != k.dims() {
             candle_core::bail!(
-                "paged cache: {} + {s} tokens past its capacity {}",
-                self.len,
-                self.capacity()
+                "paged cache: {} counts, k {:?} and v {:?} for {} sequences",
+                n.len(),
+                k.dims(),
+                v.dims(),
+                self.batch
             );
+        }
+        for (i, (&len, &n)) in self.lens.iter().zip(n).enumerate() {
+            if n > s || len + n > self.capacity() {
+                candle_core::bail!(
+                    "paged cache: sequence {i}: {len} + {n} tokens (of {s}) past its capacity {}",
+                    self.capacity()
+                );
+            }
         }
         let rows = self.k.dim(0)? * BLOCK;
         let (kf, vf) = (
             self.k.reshape((rows, HKV, HD))?,
             self.v.reshape((rows, HKV, HD))?,
         );
-        for i in 0..self.batch {
+        for (i, &count) in n.iter().enumerate() {
             let mut t = 0;
-            while t < s {
-                let pos = self.len + t;
+            while t < count {
+                let pos = self.lens[i] + t;
                 // The run of tokens that stays in this block.
-                let n = (BLOCK - pos % BLOCK).min(s - t);
+                let run = (BLOCK - pos % BLOCK).min(count - t);
                 let block = self.host_table[i * self.per_seq + pos / BLOCK] as usize;
                 let row = block * BLOCK + pos % BLOCK;
                 for (pool, src) in [(&kf, k), (&vf, v)] {
-                    let part = src.narrow(0, i, 1)?.narrow(1, t, n)?.squeeze(0)?;
+                    let part = src.narrow(0, i, 1)?.narrow(1, t, run)?.squeeze(0)?;
                     pool.slice_set(&part.to_dtype(pool.dtype())?.contiguous()?, 0, row)?;
                 }
-                t += n;
+                t += run;
             }
+            self.lens[i] += count;
         }
-        self.len += s;
         Ok(())
     }
 
-    /// The tokens held, gathered through the table: `(batch, len, HKV,
-    /// HD)` each (what the attention reads).
-    pub fn gathered(&self) -> candle_core::Result<(Tensor, Tensor)> {
+    /// Sequence `i`'s tokens, gathered through `table` (a `(batch,
+    /// per_seq)` table, row-major): `(1, lens[i], HKV, HD)` each.
+    pub fn gathered_through(
+        &self,
+        table: &[i32],
+        i: usize,
+    ) -> candle_core::Result<(Tensor, Tensor)> {
         let g = |pool: &Tensor| -> candle_core::Result<Tensor> {
-            let mut seqs = Vec::new();
-            for i in 0..self.batch {
-                let ids: Vec<u32> = self.host_table[i * self.per_seq..(i + 1) * self.per_seq]
-                    .iter()
-                    .map(|&b| b as u32)
-                    .collect();
-                let row = Tensor::new(ids.as_slice(), pool.device())?;
-                seqs.push(
-                    pool.index_select(&row, 0)?
-                        .reshape((self.capacity(), HKV, HD))?
-                        .narrow(0, 0, self.len)?,
-                );
-            }
-            Tensor::stack(&seqs, 0)
+            let ids: Vec<u32> = table[i * self.per_seq..(i + 1) * self.per_seq]
+                .iter()
+                .map(|&b| b as u32)
+                .collect();
+            let row = Tensor::new(ids.as_slice(), pool.device())?;
+            pool.index_select(&row, 0)?
+                .reshape((1, self.capacity(), HKV, HD))?
+                .narrow(1, 0, self.lens[i])
         };
         Ok((g(&self.k)?, g(&self.v)?))
     }
 
+    /// Sequence `i`'s tokens through the cache's table (what the
+    /// attention reads).
+    pub fn gathered(&self, i: usize) -> candle_core::Result<(Tensor, Tensor)> {
+        self.gathered_through(&self.host_table, i)
+    }
+
     /// `(batch,)` i32: every sequence's length.
     pub fn lens(&self, dev: &Device) -> candle_core::Result<Tensor> {
-        Tensor::new(vec![self.len as i32; self.batch].as_slice(), dev)
+        let l: Vec<i32> = self.lens.iter().map(|&l| l as i32).collect();
+        Tensor::new(l.as_slice(), dev)
     }
 }
 
 /// One decode step against the paged cache: `x` `(b, 1, dm)`; its k and v
-/// are written into the cache first.
+/// are written into the cache first. `attn`: cuDNN's paged attention, or
+/// the reference on each sequence's tokens gathered through the table.
 pub fn decode_paged(
     w: &Weights,
     x: &Tensor,
     cache: &mut PagedCache,
-    attn_dt: DType,
+    attn: Attn,
 ) -> candle_core::Result<Tensor> {
     let (q, k, v) = qkv(w, x)?;
     cache.append(&k, &v)?;
-    let a = cudnn_candle::flash_attn_paged(
-        &q.to_dtype(attn_dt)?,
-        &cache.k,
-        &cache.v,
-        &cache.table,
-        &cache.lens(x.device())?,
-        &causal(),
-    )?;
+    let a = match attn {
+        Attn::Cudnn(dt) => cudnn_candle::flash_attn_paged(
+            &q.to_dtype(dt)?,
+            &cache.k,
+            &cache.v,
+            &cache.table,
+            &cache.lens(x.device())?,
+            &causal(),
+        )?,
+        Attn::Reference(dt) => {
+            let mut out = Vec::new();
+            for i in 0..cache.batch {
+                let (kc, vc) = cache.gathered(i)?;
+                let qi = q.narrow(0, i, 1)?.to_dtype(dt)?;
+                let off = cache.lens[i].saturating_sub(1);
+                out.push(reference_attention(
+                    &qi,
+                    &kc.to_dtype(dt)?,
+                    &vc.to_dtype(dt)?,
+                    off,
+                )?);
+            }
+            Tensor::cat(&out, 0)?
+        }
+    };
     rest(w, x, &a.to_dtype(x.dtype())?)
 }
 
-/// One decode step of the reference: the cache as whole tensors, the new
-/// token's k and v appended (returned: the grown cache).
+/// One decode step of the reference on one sequence: `x` `(1, 1, dm)`,
+/// its cache as whole tensors, the new token's k and v appended
+/// (returned: the grown cache).
 pub fn decode_reference(
     w: &Weights,
     x: &Tensor,
@@ -546,32 +600,45 @@ pub fn compare(
 
     // The decode loop: each step's input is the reference's output of the
     // step before (scaled), so a step's error is its own and the cache's.
-    let (mut kc, mut vc) = (kr.detach(), vr.detach());
+    // The sequences' caches start with different numbers of prompt tokens
+    // (PROMPT_LENS); the reference keeps each as whole tensors.
+    let mut ref_cache = Vec::new();
+    for (i, &n) in PROMPT_LENS.iter().enumerate() {
+        let part = |t: &Tensor| t.detach().narrow(0, i, 1)?.narrow(1, 0, n);
+        ref_cache.push((part(&kr)?, part(&vr)?));
+    }
     let mut cache = PagedCache::new(B, CAP, p.attn, dev)?;
-    cache.append(&kg.detach(), &vg.detach())?;
-    let (mut kd, mut vd) = (kg.detach(), vg.detach());
+    cache.append_first(&kg.detach(), &vg.detach(), &PROMPT_LENS)?;
     let mut tok = (yr.narrow(1, S - 1, 1)?.detach() / 10.0)?;
     let mut after_first = 0u64;
+    let dec = if cudnn {
+        Attn::Cudnn(p.attn)
+    } else {
+        Attn::Reference(p.attn)
+    };
     for step in 0..STEPS {
-        let [yr1, kr1, vr1] = decode_reference(&inputs.w, &tok, (&kc, &vc), DType::F32)?;
+        let mut ys = Vec::new();
+        for (i, (kc, vc)) in ref_cache.iter_mut().enumerate() {
+            let xi = tok.narrow(0, i, 1)?;
+            let [y, k, v] = decode_reference(&inputs.w, &xi, (kc, vc), DType::F32)?;
+            (*kc, *vc) = (k, v);
+            ys.push(y);
+        }
+        let yr1 = Tensor::cat(&ys, 0)?;
         let tg = tok.to_device(dev)?.to_dtype(p.dtype)?;
         let before = cudnn_candle::plans().stats().builds;
-        let yg1 = if cudnn {
-            decode_paged(&wg, &tg, &mut cache, p.attn)?
-        } else {
-            let [y, k, v] = decode_reference(&wg, &tg, (&kd, &vd), p.attn)?;
-            (kd, vd) = (k, v);
-            y
-        };
+        let yg1 = decode_paged(&wg, &tg, &mut cache, dec)?;
         if step > 0 {
             after_first += cudnn_candle::plans().stats().builds - before;
         }
         row(
-            format!("decode step {step} output ({} keys)", S + step + 1),
+            format!(
+                "decode step {step} output ({} and {} keys)",
+                cache.lens[0], cache.lens[1]
+            ),
             max_rel(&yg1, &yr1)?,
             t_dec,
         );
-        (kc, vc) = (kr1, vr1);
         tok = (yr1 / 10.0)?;
     }
     Ok((rows, after_first))
@@ -688,7 +755,7 @@ pub fn plan_for_h200() -> cudnn::Result<Vec<Planned>> {
         &k,
         &v,
         (&[B, CAP / BLOCK], &table),
-        &[(S + 1) as i64; B],
+        &PROMPT_LENS.map(|n| (n + 1) as i64),
         &causal(),
     )?;
     push(
