@@ -223,7 +223,7 @@ pub fn trials() -> Vec<Trial> {
                 for r in rows {
                     if 2.0 * r.error > r.tolerance || !r.error.is_finite() {
                         return Err(format!(
-                            "{}: CPU rounding error {:.2e} leaves no 2x margin under {:.0e}",
+                            "{}: CPU rounding error {:.2e} leaves no 2x margin under {:.1e}",
                             r.what, r.error, r.tolerance
                         )
                         .into());
