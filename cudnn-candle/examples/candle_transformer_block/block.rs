@@ -69,9 +69,13 @@ pub const F32: Precision = Precision {
 /// moves the loss by a few 1e-3 (a causal mask one key off, a scale 10%
 /// high) fails it. The host tier checks every bound is at least twice the
 /// error of the same block computed on the CPU in the same types
-/// (`example_block_tolerances_cover_rounding`).
+/// (`example_block_tolerances_cover_rounding`: bf16's output 5.9e-3,
+/// decode steps up to 1.4e-2) and that they fail planted bugs
+/// (`example_block_tolerances_reject_wrong_attention`: the closest, a
+/// scale 10% high, moves bf16's output by 4.0e-2 and its decode steps by
+/// 5.7e-2 or more).
 pub const TOLERANCES: [(&str, [f64; 4]); 2] = [
-    ("bf16", [3e-2, 1e-3, 6e-2, 4e-2]),
+    ("bf16", [1.5e-2, 1e-3, 6e-2, 3e-2]),
     ("f32 (attention in f16)", [6e-3, 1e-5, 1.2e-2, 6e-3]),
 ];
 
@@ -162,27 +166,75 @@ pub fn rms_norm(x: &Tensor) -> candle_core::Result<Tensor> {
 /// Plain causal attention on `(b, s, h, d)` tensors, in their type: the
 /// reference. Query `i` sees keys `0..=i + offset` (FlashAttention's
 /// bottom-right diagonal when `offset = seq_kv - seq_q`); k and v have
-/// `h / kv_heads` query heads each (grouped-query attention).
+/// `h / kv_heads` query heads each (grouped-query attention). An error
+/// unless `kv_heads` divides `h`.
 pub fn reference_attention(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
     offset: usize,
 ) -> candle_core::Result<Tensor> {
+    reference_attention_with(q, k, v, offset, None)
+}
+
+/// A planted bug in the CPU's attention ([`Attn::Mutated`]): the host tier
+/// checks that [`compare`]'s tolerances reject each.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Mutation {
+    /// No causal mask.
+    NoCausal,
+    /// The causal mask one key late: each query sees the next key too.
+    OneFutureKey,
+    /// The scale `1 / sqrt(d)` multiplied by this.
+    Scale(f64),
+    /// Query head `j` reads KV head `j % kv_heads` (not `j / (h / kv_heads)`).
+    GqaModulo,
+    /// Decode: the pool read in its own order, the block table ignored.
+    TableIgnored,
+    /// Decode: sequence 0's first block read from sequence 1's.
+    OtherSequenceBlock,
+    /// Decode: the causal diagonal top-left (the query sees key 0 alone).
+    TopLeftCausal,
+}
+
+/// [`reference_attention`], with `m` planted.
+pub fn reference_attention_with(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    offset: usize,
+    m: Option<Mutation>,
+) -> candle_core::Result<Tensor> {
     let (_, sq, h, d) = q.dims4()?;
-    let skv = k.dim(1)?;
-    let rep = h / k.dim(2)?;
+    let (skv, hk) = (k.dim(1)?, k.dim(2)?);
+    if hk == 0 || h % hk != 0 {
+        candle_core::bail!("reference attention: {hk} KV heads do not divide {h} query heads");
+    }
+    let rep = h / hk;
     let heads = |t: &Tensor| -> candle_core::Result<Tensor> {
         let (b, s, hk, d) = t.dims4()?;
-        t.unsqueeze(3)?
-            .broadcast_as((b, s, hk, rep, d))?
-            .contiguous()?
-            .reshape((b, s, h, d))?
-            .transpose(1, 2)?
-            .contiguous()
+        let t = if m == Some(Mutation::GqaModulo) {
+            // Head j = copy j / hk of KV head j % hk.
+            Tensor::cat(&vec![t.clone(); rep], 2)?
+        } else {
+            t.unsqueeze(3)?
+                .broadcast_as((b, s, hk, rep, d))?
+                .contiguous()?
+                .reshape((b, s, h, d))?
+        };
+        t.transpose(1, 2)?.contiguous()
+    };
+    let factor = match m {
+        Some(Mutation::Scale(f)) => f,
+        _ => 1.0,
     };
     let q = q.transpose(1, 2)?.contiguous()?;
-    let s = (q.matmul(&heads(k)?.t()?)? / (d as f64).sqrt())?;
+    let s = (q.matmul(&heads(k)?.t()?)? * (factor / (d as f64).sqrt()))?;
+    let offset = match m {
+        Some(Mutation::NoCausal) => skv,
+        Some(Mutation::OneFutureKey) => offset + 1,
+        _ => offset,
+    };
     let mask: Vec<f32> = (0..sq * skv)
         .map(|x| {
             if x % skv <= x / skv + offset {
@@ -235,6 +287,8 @@ pub enum Attn {
     Reference(DType),
     /// cuDNN's (`cudnn_candle`), q, k, v cast to the given type.
     Cudnn(DType),
+    /// [`reference_attention`] in the given type with a planted bug.
+    Mutated(DType, Mutation),
 }
 
 fn causal() -> AttnParams {
@@ -249,6 +303,13 @@ pub fn prefill(w: &Weights, x: &Tensor, attn: Attn) -> candle_core::Result<[Tens
         Attn::Reference(dt) => {
             reference_attention(&q.to_dtype(dt)?, &k.to_dtype(dt)?, &v.to_dtype(dt)?, 0)?
         }
+        Attn::Mutated(dt, m) => reference_attention_with(
+            &q.to_dtype(dt)?,
+            &k.to_dtype(dt)?,
+            &v.to_dtype(dt)?,
+            0,
+            Some(m),
+        )?,
         Attn::Cudnn(dt) => cudnn_candle::flash_attn_with(
             &q.to_dtype(dt)?,
             &k.to_dtype(dt)?,
@@ -432,18 +493,31 @@ pub fn decode_paged(
             &cache.lens(x.device())?,
             &causal(),
         )?,
-        Attn::Reference(dt) => {
+        Attn::Reference(dt) | Attn::Mutated(dt, _) => {
+            let m = match attn {
+                Attn::Mutated(_, m) => Some(m),
+                _ => None,
+            };
+            let mut table = cache.host_table.clone();
+            match m {
+                Some(Mutation::TableIgnored) => {
+                    table = (0..table.len() as i32).collect();
+                }
+                Some(Mutation::OtherSequenceBlock) if cache.batch > 1 => {
+                    table[0] = table[cache.per_seq];
+                }
+                _ => {}
+            }
             let mut out = Vec::new();
             for i in 0..cache.batch {
-                let (kc, vc) = cache.gathered(i)?;
+                let (kc, vc) = cache.gathered_through(&table, i)?;
                 let qi = q.narrow(0, i, 1)?.to_dtype(dt)?;
-                let off = cache.lens[i].saturating_sub(1);
-                out.push(reference_attention(
-                    &qi,
-                    &kc.to_dtype(dt)?,
-                    &vc.to_dtype(dt)?,
-                    off,
-                )?);
+                let off = match m {
+                    Some(Mutation::TopLeftCausal) => 0,
+                    _ => cache.lens[i].saturating_sub(1),
+                };
+                let (kc, vc) = (kc.to_dtype(dt)?, vc.to_dtype(dt)?);
+                out.push(reference_attention_with(&qi, &kc, &vc, off, m)?);
             }
             Tensor::cat(&out, 0)?
         }
@@ -542,17 +616,23 @@ fn mse(y: &Tensor, target: &Tensor) -> candle_core::Result<Tensor> {
     (y.to_dtype(DType::F32)? - target)?.sqr()?.mean_all()
 }
 
-/// The training step and the decode loop on `dev` with `attn` (and the
-/// block in `p`'s types), each compared with the reference: f32 on the
-/// CPU. `cudnn`: decode through the paged cache (cuDNN), else through the
-/// reference on whole tensors. Returns every comparison; also the plans
-/// built after the first decode step (cuDNN only, else 0).
-pub fn compare(
-    inputs: &Inputs,
-    dev: &Device,
-    p: Precision,
-    cudnn: bool,
-) -> Result<(Vec<Row>, u64)> {
+/// Which attention [`compare`] checks against the reference.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum How {
+    /// cuDNN's (the GPU check).
+    Cudnn,
+    /// The reference itself in `p`'s types (its rounding error alone).
+    Cpu,
+    /// The reference in `p`'s types with a planted bug.
+    Mutated(Mutation),
+}
+
+/// The training step and the decode loop on `dev` (the block in `p`'s
+/// types, the attention `how` says), each compared with the reference: f32
+/// on the CPU. Both decode through a [`PagedCache`]. Returns every
+/// comparison; also the plans built after the first decode step (cuDNN
+/// only, else 0).
+pub fn compare(inputs: &Inputs, dev: &Device, p: Precision, how: How) -> Result<(Vec<Row>, u64)> {
     let [t_out, t_loss, t_grad, t_dec] = tolerances(p);
     let mut rows = Vec::new();
     let mut row = |what: String, error: f64, tolerance: f64| {
@@ -571,10 +651,10 @@ pub fn compare(
     // The same on `dev` in `p`'s types.
     let wg = inputs.w.to(dev, p.dtype)?;
     let xg = Var::from_tensor(&inputs.x.to_device(dev)?.to_dtype(p.dtype)?)?;
-    let attn = if cudnn {
-        Attn::Cudnn(p.attn)
-    } else {
-        Attn::Reference(p.attn)
+    let attn = match how {
+        How::Cudnn => Attn::Cudnn(p.attn),
+        How::Cpu => Attn::Reference(p.attn),
+        How::Mutated(m) => Attn::Mutated(p.attn, m),
     };
     let [yg, kg, vg] = prefill(&wg, xg.as_tensor(), attn)?;
     let loss_g = mse(&yg, &inputs.target.to_device(dev)?)?;
@@ -615,11 +695,6 @@ pub fn compare(
     cache.append_first(&kg.detach(), &vg.detach(), &PROMPT_LENS)?;
     let mut tok = (yr.narrow(1, S - 1, 1)?.detach() / 10.0)?;
     let mut after_first = 0u64;
-    let dec = if cudnn {
-        Attn::Cudnn(p.attn)
-    } else {
-        Attn::Reference(p.attn)
-    };
     for step in 0..STEPS {
         let mut ys = Vec::new();
         for (i, (kc, vc)) in ref_cache.iter_mut().enumerate() {
@@ -631,7 +706,7 @@ pub fn compare(
         let yr1 = Tensor::cat(&ys, 0)?;
         let tg = tok.to_device(dev)?.to_dtype(p.dtype)?;
         let before = cudnn_candle::plans().stats().builds;
-        let yg1 = decode_paged(&wg, &tg, &mut cache, dec)?;
+        let yg1 = decode_paged(&wg, &tg, &mut cache, attn)?;
         if step > 0 {
             after_first += cudnn_candle::plans().stats().builds - before;
         }
@@ -656,7 +731,7 @@ pub fn check(dev: &Device) -> Result<Vec<Row>> {
     let mut all = Vec::new();
     let mut bad = Vec::new();
     for p in [BF16, F32] {
-        let (rows, replans) = compare(&inputs, dev, p, true)?;
+        let (rows, replans) = compare(&inputs, dev, p, How::Cudnn)?;
         for r in &rows {
             println!("{r}");
             if !r.ok() {

@@ -216,7 +216,7 @@ pub fn trials() -> Vec<Trial> {
             // tolerance the GPU check uses is at least twice that error.
             let inputs = block::Inputs::new(1)?;
             for p in [block::BF16, block::F32] {
-                let (rows, _) = block::compare(&inputs, &Device::Cpu, p, false)?;
+                let (rows, _) = block::compare(&inputs, &Device::Cpu, p, block::How::Cpu)?;
                 for r in &rows {
                     eprintln!("  CPU {r}");
                 }
@@ -229,6 +229,66 @@ pub fn trials() -> Vec<Trial> {
                         .into());
                     }
                 }
+            }
+            Ok(())
+        }),
+        unit("example_block_tolerances_reject_wrong_attention", || {
+            // Planted bugs in the attention (on the CPU, in the GPU's
+            // types): the check's tolerances must fail every row a bug
+            // reaches (the training output, the loss, each decode step),
+            // and pass the rows it cannot reach (a mask bug cannot reach
+            // a decode step: its one query sees every key anyway; a decode
+            // bug cannot reach training). The loss of GQA's head mix-up
+            // moves 6.8e-4 in bf16, under its 1e-3: the output catches it.
+            // bf16 for every bug (its bounds are the looser); f32 for the
+            // closest one, the scale 10% high.
+            use block::Mutation::*;
+            let inputs = block::Inputs::new(1)?;
+            let d = (block::HD as f64).sqrt();
+            // (bug, output, loss, decode steps): the rows it must fail.
+            let cases = [
+                (NoCausal, true, true, false),
+                (OneFutureKey, true, true, false),
+                (Scale(d), true, true, true),
+                (Scale(1.0 / d), true, true, true),
+                (Scale(1.1), true, true, true),
+                (GqaModulo, true, false, true),
+                (TableIgnored, false, false, true),
+                (OtherSequenceBlock, false, false, true),
+                (TopLeftCausal, false, false, true),
+            ];
+            let runs = cases
+                .iter()
+                .map(|c| (block::BF16, *c))
+                .chain([(block::F32, (Scale(1.1), true, true, true))]);
+            let mut bad = Vec::new();
+            for (p, (m, out, loss, dec)) in runs {
+                let (rows, _) = block::compare(&inputs, &Device::Cpu, p, block::How::Mutated(m))?;
+                for r in &rows {
+                    let w = &r.what;
+                    let must = if w.contains("training output") {
+                        Some(out)
+                    } else if w.contains("training loss") {
+                        (!matches!(m, GqaModulo)).then_some(loss)
+                    } else if w.contains("decode step") {
+                        Some(dec)
+                    } else {
+                        // Gradients: a prefill bug moves them (not all
+                        // rows by much); a decode bug must not.
+                        (!out).then_some(false)
+                    };
+                    eprintln!("  {m:?} {r}");
+                    match must {
+                        Some(true) if r.ok() => bad.push(format!("{m:?} passed {w}")),
+                        Some(false) if !r.ok() => bad.push(format!("{m:?} failed {w}")),
+                        _ => {}
+                    }
+                }
+            }
+            if !bad.is_empty() {
+                return Err(
+                    format!("the tolerances misjudge planted bugs: {}", bad.join("; ")).into(),
+                );
             }
             Ok(())
         }),
