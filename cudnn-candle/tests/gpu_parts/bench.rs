@@ -542,6 +542,56 @@ pub fn trials() -> Vec<super::support::Trial> {
             );
             // A trailing --skip without a value skips nothing.
             assert_eq!(f(&a(&["gpu", "--skip"])), (String::new(), vec![]));
+            // libtest's valued options: their values are not the filter.
+            assert_eq!(
+                f(&a(&["gpu", "--test-threads", "1", "--format", "pretty"])),
+                (String::new(), vec![])
+            );
+            Ok(())
+        }),
+        // A filter matching no trial fails (a renamed or misspelt trial
+        // once passed the device check's example_block row as "0 passed").
+        super::support::unit("runner_filter_matching_nothing_fails", || {
+            use super::support::{run_with, unit};
+            use std::cell::Cell;
+            use std::rc::Rc;
+            let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+            let ran = Rc::new(Cell::new(0));
+            let trials = |ran: &Rc<Cell<i32>>| {
+                let (r1, r2) = (ran.clone(), ran.clone());
+                vec![
+                    unit("example_block", move || {
+                        r1.set(r1.get() + 1);
+                        Ok(())
+                    }),
+                    unit("flash_attn_basic", move || {
+                        r2.set(r2.get() + 10);
+                        Ok(())
+                    }),
+                ]
+            };
+            let go = |args: &[&str]| {
+                let mut out = Vec::new();
+                let code = run_with(&a(args), trials(&ran), &mut out);
+                (code, String::from_utf8_lossy(&out).into_owned())
+            };
+            let (code, out) = go(&["gpu", "example_blok"]);
+            assert_eq!(code, 1, "{out}");
+            assert!(
+                out.contains("the filter \"example_blok\" matches none of the 2 trials"),
+                "{out}"
+            );
+            assert_eq!(ran.get(), 0, "nothing ran");
+            let (code, out) = go(&["gpu", "example_block"]);
+            assert_eq!((code, ran.get()), (0, 1), "{out}");
+            assert!(out.contains("1 passed; 0 failed"), "{out}");
+            let (code, out) = go(&["gpu", "--skip", "example_block"]);
+            assert_eq!((code, ran.get()), (0, 11), "{out}");
+            // No filter, no trials: nothing to fail.
+            assert_eq!(run_with(&a(&["gpu"]), vec![], &mut Vec::new()), 0);
+            // A failing trial still fails the run.
+            let t = vec![unit("x", || Err("no".into()))];
+            assert_eq!(run_with(&a(&["gpu", "x"]), t, &mut Vec::new()), 1);
             Ok(())
         }),
         super::support::unit("bench_median_and_rows", || {
