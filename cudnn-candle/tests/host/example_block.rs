@@ -70,6 +70,16 @@ pub fn trials() -> Vec<Trial> {
             for x in o {
                 near(x, 1.0, "offset 0")?;
             }
+            // KV heads that do not divide the query heads (0 among them)
+            // are an error, not a division by zero.
+            for hk in [0, 3] {
+                let k = Tensor::zeros((1, 2, hk, 4), DType::F32, &Device::Cpu)?;
+                let q = Tensor::zeros((1, 1, 2, 4), DType::F32, &Device::Cpu)?;
+                let e = block::reference_attention(&q, &k, &k, 1)
+                    .err()
+                    .ok_or("accepted")?;
+                assert!(e.to_string().contains(&format!("{hk} KV heads")), "{e}");
+            }
             Ok(())
         }),
         unit("example_block_paged_cache_is_the_concatenation", || {
