@@ -195,6 +195,8 @@ pub enum Mutation {
     OtherSequenceBlock,
     /// Decode: the causal diagonal top-left (the query sees key 0 alone).
     TopLeftCausal,
+    /// Decode: every sequence read with sequence 0's length.
+    SameLength,
 }
 
 /// [`reference_attention`], with `m` planted.
@@ -447,6 +449,16 @@ impl PagedCache {
         table: &[i32],
         i: usize,
     ) -> candle_core::Result<(Tensor, Tensor)> {
+        self.gathered_len(table, i, self.lens[i])
+    }
+
+    /// The first `len` tokens of sequence `i`'s blocks through `table`.
+    fn gathered_len(
+        &self,
+        table: &[i32],
+        i: usize,
+        len: usize,
+    ) -> candle_core::Result<(Tensor, Tensor)> {
         let g = |pool: &Tensor| -> candle_core::Result<Tensor> {
             let ids: Vec<u32> = table[i * self.per_seq..(i + 1) * self.per_seq]
                 .iter()
@@ -455,7 +467,7 @@ impl PagedCache {
             let row = Tensor::new(ids.as_slice(), pool.device())?;
             pool.index_select(&row, 0)?
                 .reshape((1, self.capacity(), HKV, HD))?
-                .narrow(1, 0, self.lens[i])
+                .narrow(1, 0, len)
         };
         Ok((g(&self.k)?, g(&self.v)?))
     }
@@ -510,11 +522,15 @@ pub fn decode_paged(
             }
             let mut out = Vec::new();
             for i in 0..cache.batch {
-                let (kc, vc) = cache.gathered_through(&table, i)?;
+                let len = match m {
+                    Some(Mutation::SameLength) => cache.lens[0],
+                    _ => cache.lens[i],
+                };
+                let (kc, vc) = cache.gathered_len(&table, i, len)?;
                 let qi = q.narrow(0, i, 1)?.to_dtype(dt)?;
                 let off = match m {
                     Some(Mutation::TopLeftCausal) => 0,
-                    _ => cache.lens[i].saturating_sub(1),
+                    _ => len.saturating_sub(1),
                 };
                 let (kc, vc) = (kc.to_dtype(dt)?, vc.to_dtype(dt)?);
                 out.push(reference_attention_with(&qi, &kc, &vc, off, m)?);

@@ -266,6 +266,7 @@ pub fn trials() -> Vec<Trial> {
                 (TableIgnored, false, false, true),
                 (OtherSequenceBlock, false, false, true),
                 (TopLeftCausal, false, false, true),
+                (SameLength, false, false, true),
             ];
             let runs = cases
                 .iter()
