@@ -138,11 +138,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
     // NOT_PACKED line with the reason (run.sh reports it as a failure).
     let mut not_packed: Vec<(String, String)> = Vec::new();
     let mut candle_record: Option<String> = None;
-    let candle_bin = if exclude
-        .iter()
-        .any(|e| e == candle::ENTRY || e == "cudnn-candle")
-    {
-        left_out.push(candle::ENTRY.to_string());
+    let candle_bin = if let Some(all) = candle::left_out_whole(&exclude) {
+        left_out.extend(all);
         None
     } else {
         match build_candle(&root) {

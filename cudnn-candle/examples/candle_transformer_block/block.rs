@@ -59,23 +59,31 @@ pub const F32: Precision = Precision {
 };
 
 /// The largest error each comparison may have, relative to the largest
-/// magnitude of the reference (the loss: to the loss): `(output and loss,
+/// magnitude of the reference (the loss: to the loss): `(output, loss,
 /// gradients, decode step outputs)`. bf16 keeps 8 significant bits (a
-/// rounding error of 2^-9 = 2.0e-3 per value), f16 11 (2^-12 = 2.4e-4);
+/// unit roundoff of 2^-8 = 3.9e-3 per value), f16 11 (2^-11 = 4.9e-4);
 /// the block's sums of up to 2048 products and the backward's longer
-/// chains take several of those. The host tier checks these bounds are at
-/// least twice the error of the same block computed on the CPU in the same
-/// types (`example_block_tolerances_cover_rounding`).
-pub const TOLERANCES: [(&str, [f64; 3]); 2] = [
-    ("bf16", [3e-2, 6e-2, 4e-2]),
-    ("f32 (attention in f16)", [6e-3, 1.2e-2, 6e-3]),
+/// chains take several of those. The loss, a mean of 32768 squares, averages
+/// the rounding away (5.1e-5 in bf16, 5.5e-7 in f32 with f16 attention on
+/// the CPU): its bound is about 20 times that, so a wrong attention that
+/// moves the loss by a few 1e-3 (a causal mask one key off, a scale 10%
+/// high) fails it. The host tier checks every bound is at least twice the
+/// error of the same block computed on the CPU in the same types
+/// (`example_block_tolerances_cover_rounding`: bf16's output 5.9e-3,
+/// decode steps up to 1.4e-2) and that they fail planted bugs
+/// (`example_block_tolerances_reject_wrong_attention`: the closest, a
+/// scale 10% high, moves bf16's output by 4.0e-2 and its decode steps by
+/// 5.7e-2 or more).
+pub const TOLERANCES: [(&str, [f64; 4]); 2] = [
+    ("bf16", [1.5e-2, 1e-3, 6e-2, 3e-2]),
+    ("f32 (attention in f16)", [6e-3, 1e-5, 1.2e-2, 6e-3]),
 ];
 
-fn tolerances(p: Precision) -> [f64; 3] {
+fn tolerances(p: Precision) -> [f64; 4] {
     TOLERANCES
         .iter()
         .find(|(n, _)| *n == p.name)
-        .map_or([0.0; 3], |(_, t)| *t)
+        .map_or([0.0; 4], |(_, t)| *t)
 }
 
 /// Deterministic values of about unit variance (a sum of four uniforms of
@@ -158,27 +166,77 @@ pub fn rms_norm(x: &Tensor) -> candle_core::Result<Tensor> {
 /// Plain causal attention on `(b, s, h, d)` tensors, in their type: the
 /// reference. Query `i` sees keys `0..=i + offset` (FlashAttention's
 /// bottom-right diagonal when `offset = seq_kv - seq_q`); k and v have
-/// `h / kv_heads` query heads each (grouped-query attention).
+/// `h / kv_heads` query heads each (grouped-query attention). An error
+/// unless `kv_heads` divides `h`.
 pub fn reference_attention(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
     offset: usize,
 ) -> candle_core::Result<Tensor> {
+    reference_attention_with(q, k, v, offset, None)
+}
+
+/// A planted bug in the CPU's attention ([`Attn::Mutated`]): the host tier
+/// checks that [`compare`]'s tolerances reject each.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Mutation {
+    /// No causal mask.
+    NoCausal,
+    /// The causal mask one key late: each query sees the next key too.
+    OneFutureKey,
+    /// The scale `1 / sqrt(d)` multiplied by this.
+    Scale(f64),
+    /// Query head `j` reads KV head `j % kv_heads` (not `j / (h / kv_heads)`).
+    GqaModulo,
+    /// Decode: the pool read in its own order, the block table ignored.
+    TableIgnored,
+    /// Decode: sequence 0's first block read from sequence 1's.
+    OtherSequenceBlock,
+    /// Decode: the causal diagonal top-left (the query sees key 0 alone).
+    TopLeftCausal,
+    /// Decode: every sequence read with sequence 0's length.
+    SameLength,
+}
+
+/// [`reference_attention`], with `m` planted.
+pub fn reference_attention_with(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    offset: usize,
+    m: Option<Mutation>,
+) -> candle_core::Result<Tensor> {
     let (_, sq, h, d) = q.dims4()?;
-    let skv = k.dim(1)?;
-    let rep = h / k.dim(2)?;
+    let (skv, hk) = (k.dim(1)?, k.dim(2)?);
+    if hk == 0 || h % hk != 0 {
+        candle_core::bail!("reference attention: {hk} KV heads do not divide {h} query heads");
+    }
+    let rep = h / hk;
     let heads = |t: &Tensor| -> candle_core::Result<Tensor> {
         let (b, s, hk, d) = t.dims4()?;
-        t.unsqueeze(3)?
-            .broadcast_as((b, s, hk, rep, d))?
-            .contiguous()?
-            .reshape((b, s, h, d))?
-            .transpose(1, 2)?
-            .contiguous()
+        let t = if m == Some(Mutation::GqaModulo) {
+            // Head j = copy j / hk of KV head j % hk.
+            Tensor::cat(&vec![t.clone(); rep], 2)?
+        } else {
+            t.unsqueeze(3)?
+                .broadcast_as((b, s, hk, rep, d))?
+                .contiguous()?
+                .reshape((b, s, h, d))?
+        };
+        t.transpose(1, 2)?.contiguous()
+    };
+    let factor = match m {
+        Some(Mutation::Scale(f)) => f,
+        _ => 1.0,
     };
     let q = q.transpose(1, 2)?.contiguous()?;
-    let s = (q.matmul(&heads(k)?.t()?)? / (d as f64).sqrt())?;
+    let s = (q.matmul(&heads(k)?.t()?)? * (factor / (d as f64).sqrt()))?;
+    let offset = match m {
+        Some(Mutation::NoCausal) => skv,
+        Some(Mutation::OneFutureKey) => offset + 1,
+        _ => offset,
+    };
     let mask: Vec<f32> = (0..sq * skv)
         .map(|x| {
             if x % skv <= x / skv + offset {
@@ -231,6 +289,8 @@ pub enum Attn {
     Reference(DType),
     /// cuDNN's (`cudnn_candle`), q, k, v cast to the given type.
     Cudnn(DType),
+    /// [`reference_attention`] in the given type with a planted bug.
+    Mutated(DType, Mutation),
 }
 
 fn causal() -> AttnParams {
@@ -245,6 +305,13 @@ pub fn prefill(w: &Weights, x: &Tensor, attn: Attn) -> candle_core::Result<[Tens
         Attn::Reference(dt) => {
             reference_attention(&q.to_dtype(dt)?, &k.to_dtype(dt)?, &v.to_dtype(dt)?, 0)?
         }
+        Attn::Mutated(dt, m) => reference_attention_with(
+            &q.to_dtype(dt)?,
+            &k.to_dtype(dt)?,
+            &v.to_dtype(dt)?,
+            0,
+            Some(m),
+        )?,
         Attn::Cudnn(dt) => cudnn_candle::flash_attn_with(
             &q.to_dtype(dt)?,
             &k.to_dtype(dt)?,
@@ -255,26 +322,45 @@ pub fn prefill(w: &Weights, x: &Tensor, attn: Attn) -> candle_core::Result<[Tens
     Ok([rest(w, x, &a.to_dtype(x.dtype())?)?, k, v])
 }
 
+/// What the pool's unused slots hold: a large finite value, so that an
+/// attention reading a slot it should not (past a sequence's length, a
+/// block of the other sequence, the table ignored) moves its output far
+/// (zeros, the harmless filler, would barely move it; NaN would hide
+/// which rows are wrong).
+pub const FILL: f64 = 100.0;
+
+/// How many prompt tokens each sequence's cache starts with: different
+/// lengths, so that a mix-up of the sequences' lengths shows.
+pub const PROMPT_LENS: [usize; B] = [S, S - 5];
+
 /// A paged KV cache in vLLM's layout: `(blocks, BLOCK, HKV, HD)` pools for
-/// k and v, sequence `i`'s `j`-th block of tokens at pool block
-/// `table[i][j]` (a permutation: blocks out of order, as an allocator
-/// leaves them), and the number of tokens held (the same for every
-/// sequence). Tokens are written in place (`slice_set`).
+/// k and v ([`FILL`] where nothing was written), sequence `i`'s `j`-th
+/// block of tokens at pool block `table[i][j]` (a permutation: blocks out
+/// of order, as an allocator leaves them), and the number of tokens each
+/// sequence holds. Tokens are written in place (`slice_set`).
 pub struct PagedCache {
     pub k: Tensor,
     pub v: Tensor,
     pub table: Tensor,
     pub host_table: Vec<i32>,
-    pub len: usize,
+    pub lens: Vec<usize>,
     pub batch: usize,
     pub per_seq: usize,
 }
 
 impl PagedCache {
-    /// Room for `cap` tokens (a multiple of BLOCK) of `batch` sequences.
+    /// Room for `cap` tokens of `batch` sequences: an error unless `batch`
+    /// and `cap` are positive and `cap` is a multiple of BLOCK.
     pub fn new(batch: usize, cap: usize, dt: DType, dev: &Device) -> candle_core::Result<Self> {
+        if batch == 0 || cap == 0 || !cap.is_multiple_of(BLOCK) {
+            candle_core::bail!(
+                "paged cache: batch {batch} and capacity {cap} must be positive, the capacity a multiple of the block size {BLOCK}"
+            );
+        }
         let per_seq = cap / BLOCK;
-        let blocks = batch * per_seq;
+        let Some(blocks) = batch.checked_mul(per_seq) else {
+            candle_core::bail!("paged cache: {batch} sequences of {per_seq} blocks overflow");
+        };
         // Logical block l at pool block (l * step + 1) % blocks: a
         // permutation when step and blocks are coprime.
         let gcd = |mut a: usize, mut b: usize| {
@@ -287,13 +373,13 @@ impl PagedCache {
         let host_table: Vec<i32> = (0..blocks)
             .map(|l| ((l * step + 1) % blocks) as i32)
             .collect();
-        let zeros = || Tensor::zeros((blocks, BLOCK, HKV, HD), dt, dev);
+        let filled = || Tensor::ones((blocks, BLOCK, HKV, HD), dt, dev)? * FILL;
         Ok(Self {
-            k: zeros()?,
-            v: zeros()?,
+            k: filled()?,
+            v: filled()?,
             table: Tensor::from_vec(host_table.clone(), (batch, per_seq), dev)?,
             host_table,
-            len: 0,
+            lens: vec![0; batch],
             batch,
             per_seq,
         })
@@ -303,91 +389,161 @@ impl PagedCache {
         self.per_seq * BLOCK
     }
 
-    /// Write `k` / `v` `(batch, s, HKV, HD)` after the tokens held.
+    /// Write `k` / `v` `(batch, s, HKV, HD)` after the tokens held, all
+    /// `s` of them for every sequence.
     pub fn append(&mut self, k: &Tensor, v: &Tensor) -> candle_core::Result<()> {
         let s = k.dim(1)?;
-        if self.len + s > self.capacity() {
+        self.append_first(k, v, &vec![s; self.batch])
+    }
+
+    /// Write the first `n[i]` tokens of row `i` of `k` / `v` `(batch, s,
+    /// HKV, HD)` after the tokens sequence `i` holds. Checked for every
+    /// sequence before anything is written.
+    pub fn append_first(&mut self, k: &Tensor, v: &Tensor, n: &[usize]) -> candle_core::Result<()> {
+        let s = k.dim(1)?;
+        if n.len() != self.batch || k.dim(0)? != self.batch || v.dims() != k.dims() {
             candle_core::bail!(
-                "paged cache: {} + {s} tokens past its capacity {}",
-                self.len,
-                self.capacity()
+                "paged cache: {} counts, k {:?} and v {:?} for {} sequences",
+                n.len(),
+                k.dims(),
+                v.dims(),
+                self.batch
             );
+        }
+        for (i, (&len, &n)) in self.lens.iter().zip(n).enumerate() {
+            if n > s || len + n > self.capacity() {
+                candle_core::bail!(
+                    "paged cache: sequence {i}: {len} + {n} tokens (of {s}) past its capacity {}",
+                    self.capacity()
+                );
+            }
         }
         let rows = self.k.dim(0)? * BLOCK;
         let (kf, vf) = (
             self.k.reshape((rows, HKV, HD))?,
             self.v.reshape((rows, HKV, HD))?,
         );
-        for i in 0..self.batch {
+        for (i, &count) in n.iter().enumerate() {
             let mut t = 0;
-            while t < s {
-                let pos = self.len + t;
+            while t < count {
+                let pos = self.lens[i] + t;
                 // The run of tokens that stays in this block.
-                let n = (BLOCK - pos % BLOCK).min(s - t);
+                let run = (BLOCK - pos % BLOCK).min(count - t);
                 let block = self.host_table[i * self.per_seq + pos / BLOCK] as usize;
                 let row = block * BLOCK + pos % BLOCK;
                 for (pool, src) in [(&kf, k), (&vf, v)] {
-                    let part = src.narrow(0, i, 1)?.narrow(1, t, n)?.squeeze(0)?;
+                    let part = src.narrow(0, i, 1)?.narrow(1, t, run)?.squeeze(0)?;
                     pool.slice_set(&part.to_dtype(pool.dtype())?.contiguous()?, 0, row)?;
                 }
-                t += n;
+                t += run;
             }
+            self.lens[i] += count;
         }
-        self.len += s;
         Ok(())
     }
 
-    /// The tokens held, gathered through the table: `(batch, len, HKV,
-    /// HD)` each (what the attention reads).
-    pub fn gathered(&self) -> candle_core::Result<(Tensor, Tensor)> {
+    /// Sequence `i`'s tokens, gathered through `table` (a `(batch,
+    /// per_seq)` table, row-major): `(1, lens[i], HKV, HD)` each.
+    pub fn gathered_through(
+        &self,
+        table: &[i32],
+        i: usize,
+    ) -> candle_core::Result<(Tensor, Tensor)> {
+        self.gathered_len(table, i, self.lens[i])
+    }
+
+    /// The first `len` tokens of sequence `i`'s blocks through `table`.
+    fn gathered_len(
+        &self,
+        table: &[i32],
+        i: usize,
+        len: usize,
+    ) -> candle_core::Result<(Tensor, Tensor)> {
         let g = |pool: &Tensor| -> candle_core::Result<Tensor> {
-            let mut seqs = Vec::new();
-            for i in 0..self.batch {
-                let ids: Vec<u32> = self.host_table[i * self.per_seq..(i + 1) * self.per_seq]
-                    .iter()
-                    .map(|&b| b as u32)
-                    .collect();
-                let row = Tensor::new(ids.as_slice(), pool.device())?;
-                seqs.push(
-                    pool.index_select(&row, 0)?
-                        .reshape((self.capacity(), HKV, HD))?
-                        .narrow(0, 0, self.len)?,
-                );
-            }
-            Tensor::stack(&seqs, 0)
+            let ids: Vec<u32> = table[i * self.per_seq..(i + 1) * self.per_seq]
+                .iter()
+                .map(|&b| b as u32)
+                .collect();
+            let row = Tensor::new(ids.as_slice(), pool.device())?;
+            pool.index_select(&row, 0)?
+                .reshape((1, self.capacity(), HKV, HD))?
+                .narrow(1, 0, len)
         };
         Ok((g(&self.k)?, g(&self.v)?))
     }
 
+    /// Sequence `i`'s tokens through the cache's table (what the
+    /// attention reads).
+    pub fn gathered(&self, i: usize) -> candle_core::Result<(Tensor, Tensor)> {
+        self.gathered_through(&self.host_table, i)
+    }
+
     /// `(batch,)` i32: every sequence's length.
     pub fn lens(&self, dev: &Device) -> candle_core::Result<Tensor> {
-        Tensor::new(vec![self.len as i32; self.batch].as_slice(), dev)
+        let l: Vec<i32> = self.lens.iter().map(|&l| l as i32).collect();
+        Tensor::new(l.as_slice(), dev)
     }
 }
 
 /// One decode step against the paged cache: `x` `(b, 1, dm)`; its k and v
-/// are written into the cache first.
+/// are written into the cache first. `attn`: cuDNN's paged attention, or
+/// the reference on each sequence's tokens gathered through the table.
 pub fn decode_paged(
     w: &Weights,
     x: &Tensor,
     cache: &mut PagedCache,
-    attn_dt: DType,
+    attn: Attn,
 ) -> candle_core::Result<Tensor> {
     let (q, k, v) = qkv(w, x)?;
     cache.append(&k, &v)?;
-    let a = cudnn_candle::flash_attn_paged(
-        &q.to_dtype(attn_dt)?,
-        &cache.k,
-        &cache.v,
-        &cache.table,
-        &cache.lens(x.device())?,
-        &causal(),
-    )?;
+    let a = match attn {
+        Attn::Cudnn(dt) => cudnn_candle::flash_attn_paged(
+            &q.to_dtype(dt)?,
+            &cache.k,
+            &cache.v,
+            &cache.table,
+            &cache.lens(x.device())?,
+            &causal(),
+        )?,
+        Attn::Reference(dt) | Attn::Mutated(dt, _) => {
+            let m = match attn {
+                Attn::Mutated(_, m) => Some(m),
+                _ => None,
+            };
+            let mut table = cache.host_table.clone();
+            match m {
+                Some(Mutation::TableIgnored) => {
+                    table = (0..table.len() as i32).collect();
+                }
+                Some(Mutation::OtherSequenceBlock) if cache.batch > 1 => {
+                    table[0] = table[cache.per_seq];
+                }
+                _ => {}
+            }
+            let mut out = Vec::new();
+            for i in 0..cache.batch {
+                let len = match m {
+                    Some(Mutation::SameLength) => cache.lens[0],
+                    _ => cache.lens[i],
+                };
+                let (kc, vc) = cache.gathered_len(&table, i, len)?;
+                let qi = q.narrow(0, i, 1)?.to_dtype(dt)?;
+                let off = match m {
+                    Some(Mutation::TopLeftCausal) => 0,
+                    _ => len.saturating_sub(1),
+                };
+                let (kc, vc) = (kc.to_dtype(dt)?, vc.to_dtype(dt)?);
+                out.push(reference_attention_with(&qi, &kc, &vc, off, m)?);
+            }
+            Tensor::cat(&out, 0)?
+        }
+    };
     rest(w, x, &a.to_dtype(x.dtype())?)
 }
 
-/// One decode step of the reference: the cache as whole tensors, the new
-/// token's k and v appended (returned: the grown cache).
+/// One decode step of the reference on one sequence: `x` `(1, 1, dm)`,
+/// its cache as whole tensors, the new token's k and v appended
+/// (returned: the grown cache).
 pub fn decode_reference(
     w: &Weights,
     x: &Tensor,
@@ -445,7 +601,7 @@ impl std::fmt::Display for Row {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{:<44} rel. error {:.2e}  (tolerance {:.0e}){}",
+            "{:<44} rel. error {:.2e}  (tolerance {:.1e}){}",
             self.what,
             self.error,
             self.tolerance,
@@ -476,18 +632,24 @@ fn mse(y: &Tensor, target: &Tensor) -> candle_core::Result<Tensor> {
     (y.to_dtype(DType::F32)? - target)?.sqr()?.mean_all()
 }
 
-/// The training step and the decode loop on `dev` with `attn` (and the
-/// block in `p`'s types), each compared with the reference: f32 on the
-/// CPU. `cudnn`: decode through the paged cache (cuDNN), else through the
-/// reference on whole tensors. Returns every comparison; also the plans
-/// built after the first decode step (cuDNN only, else 0).
-pub fn compare(
-    inputs: &Inputs,
-    dev: &Device,
-    p: Precision,
-    cudnn: bool,
-) -> Result<(Vec<Row>, u64)> {
-    let [t_out, t_grad, t_dec] = tolerances(p);
+/// Which attention [`compare`] checks against the reference.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum How {
+    /// cuDNN's (the GPU check).
+    Cudnn,
+    /// The reference itself in `p`'s types (its rounding error alone).
+    Cpu,
+    /// The reference in `p`'s types with a planted bug.
+    Mutated(Mutation),
+}
+
+/// The training step and the decode loop on `dev` (the block in `p`'s
+/// types, the attention `how` says), each compared with the reference: f32
+/// on the CPU. Both decode through a [`PagedCache`]. Returns every
+/// comparison; also the plans built after the first decode step (cuDNN
+/// only, else 0).
+pub fn compare(inputs: &Inputs, dev: &Device, p: Precision, how: How) -> Result<(Vec<Row>, u64)> {
+    let [t_out, t_loss, t_grad, t_dec] = tolerances(p);
     let mut rows = Vec::new();
     let mut row = |what: String, error: f64, tolerance: f64| {
         rows.push(Row {
@@ -505,10 +667,10 @@ pub fn compare(
     // The same on `dev` in `p`'s types.
     let wg = inputs.w.to(dev, p.dtype)?;
     let xg = Var::from_tensor(&inputs.x.to_device(dev)?.to_dtype(p.dtype)?)?;
-    let attn = if cudnn {
-        Attn::Cudnn(p.attn)
-    } else {
-        Attn::Reference(p.attn)
+    let attn = match how {
+        How::Cudnn => Attn::Cudnn(p.attn),
+        How::Cpu => Attn::Reference(p.attn),
+        How::Mutated(m) => Attn::Mutated(p.attn, m),
     };
     let [yg, kg, vg] = prefill(&wg, xg.as_tensor(), attn)?;
     let loss_g = mse(&yg, &inputs.target.to_device(dev)?)?;
@@ -522,7 +684,7 @@ pub fn compare(
     row(
         format!("training loss ({lg:.5} vs {lr:.5})"),
         if le.is_finite() { le } else { f64::INFINITY },
-        t_out,
+        t_loss,
     );
     let grad = |g: &candle_core::backprop::GradStore, v: &Var, n: &str| {
         g.get(v.as_tensor())
@@ -538,32 +700,40 @@ pub fn compare(
 
     // The decode loop: each step's input is the reference's output of the
     // step before (scaled), so a step's error is its own and the cache's.
-    let (mut kc, mut vc) = (kr.detach(), vr.detach());
+    // The sequences' caches start with different numbers of prompt tokens
+    // (PROMPT_LENS); the reference keeps each as whole tensors.
+    let mut ref_cache = Vec::new();
+    for (i, &n) in PROMPT_LENS.iter().enumerate() {
+        let part = |t: &Tensor| t.detach().narrow(0, i, 1)?.narrow(1, 0, n);
+        ref_cache.push((part(&kr)?, part(&vr)?));
+    }
     let mut cache = PagedCache::new(B, CAP, p.attn, dev)?;
-    cache.append(&kg.detach(), &vg.detach())?;
-    let (mut kd, mut vd) = (kg.detach(), vg.detach());
+    cache.append_first(&kg.detach(), &vg.detach(), &PROMPT_LENS)?;
     let mut tok = (yr.narrow(1, S - 1, 1)?.detach() / 10.0)?;
     let mut after_first = 0u64;
     for step in 0..STEPS {
-        let [yr1, kr1, vr1] = decode_reference(&inputs.w, &tok, (&kc, &vc), DType::F32)?;
+        let mut ys = Vec::new();
+        for (i, (kc, vc)) in ref_cache.iter_mut().enumerate() {
+            let xi = tok.narrow(0, i, 1)?;
+            let [y, k, v] = decode_reference(&inputs.w, &xi, (kc, vc), DType::F32)?;
+            (*kc, *vc) = (k, v);
+            ys.push(y);
+        }
+        let yr1 = Tensor::cat(&ys, 0)?;
         let tg = tok.to_device(dev)?.to_dtype(p.dtype)?;
         let before = cudnn_candle::plans().stats().builds;
-        let yg1 = if cudnn {
-            decode_paged(&wg, &tg, &mut cache, p.attn)?
-        } else {
-            let [y, k, v] = decode_reference(&wg, &tg, (&kd, &vd), p.attn)?;
-            (kd, vd) = (k, v);
-            y
-        };
+        let yg1 = decode_paged(&wg, &tg, &mut cache, attn)?;
         if step > 0 {
             after_first += cudnn_candle::plans().stats().builds - before;
         }
         row(
-            format!("decode step {step} output ({} keys)", S + step + 1),
+            format!(
+                "decode step {step} output ({} and {} keys)",
+                cache.lens[0], cache.lens[1]
+            ),
             max_rel(&yg1, &yr1)?,
             t_dec,
         );
-        (kc, vc) = (kr1, vr1);
         tok = (yr1 / 10.0)?;
     }
     Ok((rows, after_first))
@@ -577,7 +747,7 @@ pub fn check(dev: &Device) -> Result<Vec<Row>> {
     let mut all = Vec::new();
     let mut bad = Vec::new();
     for p in [BF16, F32] {
-        let (rows, replans) = compare(&inputs, dev, p, true)?;
+        let (rows, replans) = compare(&inputs, dev, p, How::Cudnn)?;
         for r in &rows {
             println!("{r}");
             if !r.ok() {
@@ -680,7 +850,7 @@ pub fn plan_for_h200() -> cudnn::Result<Vec<Planned>> {
         &k,
         &v,
         (&[B, CAP / BLOCK], &table),
-        &[(S + 1) as i64; B],
+        &PROMPT_LENS.map(|n| (n + 1) as i64),
         &causal(),
     )?;
     push(

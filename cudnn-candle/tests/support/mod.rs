@@ -86,6 +86,16 @@ pub fn unit(name: &str, f: impl FnOnce() -> TestResult + 'static) -> Trial {
     gated(name, None, "", f)
 }
 
+/// libtest's options that take a value (the value is not the filter).
+const VALUED: [&str; 6] = [
+    "--test-threads",
+    "--format",
+    "--color",
+    "--logfile",
+    "--shuffle-seed",
+    "-Z",
+];
+
 /// The first free argument (the filter) and the values of `--skip NAME`
 /// (repeatable) of `args` (the program's name first).
 pub fn filter_and_skips(args: &[String]) -> (String, Vec<String>) {
@@ -94,6 +104,8 @@ pub fn filter_and_skips(args: &[String]) -> (String, Vec<String>) {
     while let Some(a) = it.next() {
         if a == "--skip" {
             skips.extend(it.next().cloned());
+        } else if VALUED.contains(&a.as_str()) {
+            it.next();
         } else if !a.starts_with('-') && filter.is_none() {
             filter = Some(a.clone());
         }
@@ -103,43 +115,65 @@ pub fn filter_and_skips(args: &[String]) -> (String, Vec<String>) {
 
 /// Run the trials whose name contains the first free argument (all
 /// without one) and none of the `--skip NAME` values, one after the
-/// other; exit 1 when one failed.
+/// other; exit 1 when one failed, or when a filter was given and no
+/// trial's name contains it (a misspelt or renamed trial must not pass).
 pub fn run(trials: Vec<Trial>) {
     let args: Vec<String> = std::env::args().collect();
-    let (filter, skips) = filter_and_skips(&args);
+    let code = run_with(&args, trials, &mut std::io::stdout());
+    if code != 0 {
+        std::process::exit(code);
+    }
+}
+
+/// [`run`] on `args`, its lines to `out`: the exit code.
+pub fn run_with(args: &[String], trials: Vec<Trial>, out: &mut dyn std::io::Write) -> i32 {
+    // A line that cannot be written is no verdict: the exit code is.
+    let mut say = |line: String| {
+        let _ = writeln!(out, "{line}");
+    };
+    let (filter, skips) = filter_and_skips(args);
+    if !filter.is_empty() && !trials.iter().any(|t| t.name.contains(&filter)) {
+        say(format!(
+            "\ntest result: FAILED. the filter {filter:?} matches none of the {} trials",
+            trials.len()
+        ));
+        return 1;
+    }
     let (mut passed, mut failed, mut ignored) = (0, Vec::new(), 0);
     let chosen = |t: &Trial| t.name.contains(&filter) && !skips.iter().any(|s| t.name.contains(s));
     for t in trials.into_iter().filter(chosen) {
         if let Some(why) = &t.skip {
             eprintln!("SKIPPED {}: {why}", t.name);
-            println!("test {} ... ignored", t.name);
+            say(format!("test {} ... ignored", t.name));
             ignored += 1;
             continue;
         }
         let r = catch_unwind(AssertUnwindSafe(t.f));
         match r {
             Ok(Ok(())) => {
-                println!("test {} ... ok", t.name);
+                say(format!("test {} ... ok", t.name));
                 passed += 1;
             }
             Ok(Err(e)) => {
-                println!("test {} ... FAILED: {e}", t.name);
+                say(format!("test {} ... FAILED: {e}", t.name));
                 failed.push(t.name);
             }
             Err(_) => {
-                println!("test {} ... FAILED (panicked)", t.name);
+                say(format!("test {} ... FAILED (panicked)", t.name));
                 failed.push(t.name);
             }
         }
     }
-    println!(
+    say(format!(
         "\ntest result: {}. {passed} passed; {} failed; {ignored} ignored",
         if failed.is_empty() { "ok" } else { "FAILED" },
         failed.len()
-    );
-    if !failed.is_empty() {
-        println!("failures: {failed:?}");
-        std::process::exit(1);
+    ));
+    if failed.is_empty() {
+        0
+    } else {
+        say(format!("failures: {failed:?}"));
+        1
     }
 }
 

@@ -158,6 +158,16 @@ pub fn record_text(cuda: (u32, u32), ptx: Option<(u32, u32)>, nvcc: &str) -> Str
     )
 }
 
+/// With the binary itself excluded (`--exclude cudnn-candle/gpu` or
+/// `cudnn-candle`): every MANIFEST line it would have given, all left out
+/// with it; else `None`.
+pub fn left_out_whole(exclude: &[String]) -> Option<Vec<String>> {
+    exclude
+        .iter()
+        .any(|e| e == ENTRY || e == "cudnn-candle")
+        .then(|| ENTRIES.iter().map(|e| e.to_string()).collect())
+}
+
 /// One `NOT_PACKED` line: tabs and newlines of the reason become spaces.
 pub fn not_packed_line(name: &str, reason: &str) -> String {
     let reason: String = reason
@@ -451,6 +461,60 @@ mod tests {
         assert!(runner.contains(&format!("$here/{NOT_PACKED}")));
     }
 
+    /// The bench's budget, run.sh's own expression on every item limit
+    /// it can give (3 s up): at least 1 s and under the limit, so the
+    /// bench stops itself before run.sh kills it.
+    #[test]
+    fn runner_bench_budget_is_under_the_item_limit() {
+        let runner = super::super::RUNNER;
+        let at = runner
+            .find("run_candle cudnn-candle/bench 50 --bench --budget-s \"")
+            .expect("the bench line");
+        let line = runner[at..].lines().next().unwrap();
+        let expr = &line[line.find("\"$((").unwrap() + 1..line.rfind('"').unwrap()];
+        let script = format!("for tl in $(seq 3 60); do echo \"$tl {expr}\"; done");
+        let out = match std::process::Command::new("bash")
+            .arg("-c")
+            .arg(&script)
+            .output()
+        {
+            Ok(o) => String::from_utf8_lossy(&o.stdout).into_owned(),
+            Err(e) => {
+                eprintln!("SKIPPED runner_bench_budget...: no bash here ({e})");
+                return;
+            }
+        };
+        let pairs: Vec<(u32, u32)> = out
+            .lines()
+            .map(|l| {
+                let (a, b) = l.split_once(' ').unwrap();
+                (a.parse().unwrap(), b.parse().unwrap())
+            })
+            .collect();
+        assert_eq!(pairs.len(), 58, "{out}");
+        for (tl, budget) in pairs {
+            assert!(budget >= 1 && budget < tl, "limit {tl}: budget {budget}");
+        }
+    }
+
+    /// Excluding the binary leaves out its three lines, and says so.
+    #[test]
+    fn excluding_the_binary_lists_all_its_lines() {
+        let x = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        for e in [ENTRY, "cudnn-candle"] {
+            assert_eq!(
+                left_out_whole(&x(&["conv", e])),
+                Some(x(&[
+                    "cudnn-candle/gpu",
+                    "cudnn-candle/example_block",
+                    "cudnn-candle/bench"
+                ]))
+            );
+        }
+        assert_eq!(left_out_whole(&x(&["cudnn-candle/bench"])), None);
+        assert_eq!(left_out_whole(&[]), None);
+    }
+
     /// run.sh's version check, the shipped bash text itself, on cases worked
     /// out by hand.
     #[test]
@@ -547,7 +611,7 @@ mod tests {
             // else a test summary naming its arguments.
             script(
                 stage.join("bin/cudnn-candle/gpu"),
-                "echo \"REQUIRE_GPU=$CUDNN_RS_REQUIRE_GPU\"\ncase \" $* \" in\n*\" --bench \"*) printf '# cudnn-candle against candle (ARGS=%s)\\n\\n| op | case |\\n|---|---|\\n| conv2d | N=1 |\\n\\nbench result: 1 cases run\\n' \"$*\" ;;\n*) echo \"test result: ok. 3 passed; 0 failed; 0 ignored (ARGS=$*)\" ;;\nesac",
+                "echo \"REQUIRE_GPU=$CUDNN_RS_REQUIRE_GPU\"\ncase \" $* \" in\n*\" --bench \"*) printf '# cudnn-candle against candle (ARGS=%s)\\n\\n| op | case |\\n|---|---|\\n| conv2d | N=1 |\\n' \"$*\"\n  case \"$FAKE_BENCH_END\" in\n  crash) kill -SEGV $$ ;;\n  exit*) echo '| attention | B=1 error: panicked |'; exit \"${FAKE_BENCH_END#exit}\" ;;\n  esac\n  printf '\\nbench result: 1 cases run\\n' ;;\n*) echo \"test result: ok. 3 passed; 0 failed; 0 ignored (ARGS=$*)\" ;;\nesac",
             );
             let mut names = vec!["device_props", "doctor"];
             if candle {
@@ -585,6 +649,13 @@ mod tests {
         }
 
         fn run_phases(&self, cuda: &str, phases: &str) -> Option<(i32, String)> {
+            self.run_env(cuda, phases, "")
+        }
+
+        /// With `FAKE_BENCH_END` set: the bench stand-in's ending after
+        /// its first row (`crash`: killed by SIGSEGV; `exitN`: a second
+        /// row, then exit N; empty: its summary, exit 0).
+        fn run_env(&self, cuda: &str, phases: &str, bench_end: &str) -> Option<(i32, String)> {
             let smi = self.dir.join("smi").join("nvidia-smi");
             fs::write(
                 &smi,
@@ -606,6 +677,7 @@ mod tests {
                 .env("OUT", &out)
                 .env("PHASES", phases)
                 .env("CHECK_BUDGET_S", "60")
+                .env("FAKE_BENCH_END", bench_end)
                 .output()
                 .ok()?;
             let report = fs::read_to_string(out.join("report.md")).ok()?;
@@ -699,6 +771,43 @@ mod tests {
         assert!(r.contains("SKIP (PHASES)"), "{r}");
     }
 
+    /// A bench that exits non-zero or crashes part-way is a failed row,
+    /// and the table it printed so far stays in the report.
+    #[test]
+    fn runner_reports_a_failing_or_crashing_bench_with_its_partial_table() {
+        if std::process::Command::new("bash")
+            .arg("-c")
+            .arg("true")
+            .status()
+            .is_err()
+        {
+            eprintln!("SKIPPED runner_reports_a_failing_or_crashing_bench...: no bash here");
+            return;
+        }
+        let pack = FakePack::new("benchfail", true, None);
+        for (end, verdict) in [("exit1", "FAIL (exit 1)"), ("crash", "FAIL (exit 139)")] {
+            let (rc, report) = pack
+                .run_env("13.5", "bench", end)
+                .expect("run.sh ran and wrote report.md");
+            let r = row(&report, "cudnn-candle/bench");
+            assert!(
+                r.contains(&format!("| bench | {verdict} |")),
+                "{end}: {r}\n{report}"
+            );
+            assert_ne!(rc, 0, "{end}: a failed bench fails the check");
+            let tables = &report[report.find("## Our benchmark tables").expect("the section")..];
+            let t = &tables[tables.find("### cudnn-candle/bench").expect("its table")..];
+            assert!(
+                t.contains("| conv2d | N=1 |"),
+                "{end}: partial table lost:\n{t}"
+            );
+            if end == "exit1" {
+                assert!(t.contains("| attention | B=1 error: panicked |"), "{t}");
+            }
+            assert!(!t.contains("bench result: 1 cases run"), "{t}");
+        }
+    }
+
     #[test]
     fn runner_reports_not_packed_as_a_failure_with_its_reason() {
         if std::process::Command::new("bash")
@@ -713,9 +822,13 @@ mod tests {
         let why = "the candle CUDA toolkit is not fetched here (<cache>/candle/nvidia/cu13/bin/nvcc missing)";
         let pack = FakePack::new("notpacked", false, Some(why));
         let (rc, report) = pack.run("13.5").expect("run.sh ran and wrote report.md");
-        for e in ENTRIES {
+        // Each in its own phase: the bench line in the bench phase.
+        for (e, phase) in ENTRIES.iter().zip(["tests", "tests", "bench"]) {
             let r = row(&report, e);
-            assert!(r.contains("| tests | FAIL (NOT PACKED) |"), "{r}");
+            assert!(
+                r.contains(&format!("| {phase} | FAIL (NOT PACKED) |")),
+                "{r}"
+            );
             assert!(r.contains(why), "{r}");
         }
         assert!(
