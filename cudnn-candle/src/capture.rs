@@ -72,6 +72,12 @@
 //!   same config) and the next launch writes them before the graph;
 //! - candle's own ops in the closure run now, on candle's stream, and are
 //!   **not** part of the graph: the graph holds this crate's calls only.
+//! - candle's stream itself must not be captured (cudarc's
+//!   `begin_capture`, relaxed mode included, or another library's):
+//!   [`capture`], each entry point inside it (before it allocates the
+//!   output or any buffer on candle's stream, whose allocations would be
+//!   memory of that other graph) and [`CapturedStep::launch`] ask, and
+//!   refuse it, typed (`CaptureUnsafe`).
 //!
 //! A call that failed after queueing work poisons the capture: [`capture`]
 //! then returns the error and drops the graph (never launched) before
@@ -260,6 +266,9 @@ struct Active {
     /// candle's context and stream (as numbers) of the capture's device.
     ctx: usize,
     stream: usize,
+    /// candle's stream itself: asked, before each call queues or allocates
+    /// anything, whether cudarc is capturing it.
+    candle: CudarcStream,
     ordinal: usize,
     device: cudnn::runtime::Device,
     /// Bound to the capturing stream; its workspace is reserved.
@@ -304,7 +313,10 @@ pub(crate) struct Admit {
 
 /// Admit `op` when a capture is open on this thread (`None` otherwise).
 pub(crate) fn admit(op: &str) -> candle_core::Result<Option<Admit>> {
-    match with_active(|a| a.ledger.admit(op)) {
+    match with_active(|a| {
+        candle_idle(&a.candle, op)?;
+        a.ledger.admit(op)
+    }) {
         None => Ok(None),
         Some(r) => r.c().map(|()| {
             Some(Admit {
@@ -457,16 +469,7 @@ impl CapturedStep {
         multi_stream_refusal(self.stream.cudarc()).c()?;
         // Refused while candle's stream captures before anything is
         // written (cudnn's launch refuses it too).
-        let status = self.stream.stream().capture_status().c()?;
-        if status.is_capturing() {
-            return Err(to_candle(refusal(
-                "CapturedStep::launch",
-                format!(
-                    "candle's stream is capturing ({status:?}): a graph of cudarc's would \
-                     replay this step's work after the step (and what it keeps) is gone"
-                ),
-            )));
-        }
+        candle_idle(&self.stream, "CapturedStep::launch").c()?;
         for s in &mut self.slots {
             s.flush(self.stream.cudarc())?;
         }
@@ -501,6 +504,32 @@ fn multi_stream_refusal(cs: &Arc<cudarc::driver::CudaStream>) -> cudnn::Result<(
                 .to_string(),
             needs: Some("a candle device with one stream (candle's default)".to_string()),
         });
+    }
+    Ok(())
+}
+
+/// Refuse `op` while candle's stream `cs` is being captured (by cudarc's
+/// `begin_capture`, any mode, or another library), before it queues or
+/// allocates anything: candle's allocations on a capturing stream become
+/// allocation nodes of that graph (memory valid only while that graph
+/// runs), which this crate's graph would then address on every launch,
+/// and work queued there would be replayed by a graph that outlives what
+/// it uses.
+fn candle_idle(cs: &CudarcStream, op: &str) -> cudnn::Result<()> {
+    idle_status(cs.stream().capture_status()?, op)
+}
+
+/// The decision of [`candle_idle`], free of the device (unit-tested).
+fn idle_status(status: cudnn::runtime::CaptureStatus, op: &str) -> cudnn::Result<()> {
+    if status.is_capturing() {
+        return Err(refusal(
+            op,
+            format!(
+                "candle's stream is being captured ({status:?}, e.g. cudarc's begin_capture): \
+                 its allocations would be memory of that graph, and its graph could replay \
+                 this crate's work after what it uses is gone"
+            ),
+        ));
     }
     Ok(())
 }
@@ -604,6 +633,9 @@ fn open(dev: &CudaDevice) -> cudnn::Result<(CudarcStream, Active)> {
     let cs = dev.cuda_stream();
     multi_stream_refusal(&cs)?;
     let wrapped = CudarcStream::new(&cs)?;
+    // Before anything is created: a capture of candle's stream (cudarc's,
+    // relaxed mode included) would hold the calls' allocations.
+    candle_idle(&wrapped, "capture")?;
     let device = wrapped
         .stream()
         .device()
@@ -615,6 +647,7 @@ fn open(dev: &CudaDevice) -> cudnn::Result<(CudarcStream, Active)> {
     let active = Active {
         ctx: cs.context().cu_ctx() as usize,
         stream: cs.cu_stream() as usize,
+        candle: wrapped.clone(),
         ordinal,
         device,
         handle,

@@ -331,3 +331,18 @@ fn paged_update_is_checked_as_the_eager_call() {
     assert!(check.check(&[0, 1, 2], &[1, 1]).is_err());
     assert!(check.check(&table.map(|x| x as i32), &[1]).is_err());
 }
+
+#[test]
+fn a_capturing_candle_stream_is_refused_typed() {
+    // Review finding 1: every status but `None` (cudarc's capture, active
+    // or invalidated) refuses, typed `CaptureUnsafe`, naming the call.
+    use cudnn::runtime::CaptureStatus;
+    idle_status(CaptureStatus::None, "attention").unwrap();
+    for st in [CaptureStatus::Active, CaptureStatus::Invalidated] {
+        let e = idle_status(st, "capture").unwrap_err();
+        assert!(matches!(e, Error::CaptureUnsafe { .. }), "{e}");
+        let s = e.to_string();
+        assert!(s.contains("cudnn-candle capture inside"), "{s}");
+        assert!(s.contains("candle's stream is being captured"), "{s}");
+    }
+}
