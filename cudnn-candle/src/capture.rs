@@ -89,10 +89,15 @@
 //! graph and everything kept; [`CapturedStep::launch`] replays it on
 //! candle's stream, so it is ordered with candle's work before (writes of
 //! new inputs, e.g. `slice_set`) and after (reads of the outputs) in
-//! stream order. Dropping the step drops the graph first; the kept
-//! tensors are then freed by cudarc on candle's stream (after every launch
-//! queued there) and the workspace by `cudaFree` (which waits for the
-//! device). Nothing kept is freed before the graph.
+//! stream order. Each launch first waits for the step's earlier launches
+//! (an event recorded after each: a step moved to another thread launches
+//! on that thread's candle stream, which candle's per-thread default
+//! stream does not order with the first). Dropping the step waits, on the
+//! host, for that event (bounded: the work already queued, never later
+//! work; the whole device if an event record had failed), then drops the
+//! graph, the workspace, the plans and the kept tensors, so nothing kept
+//! is freed while a launch may still run, whichever thread drops it; if
+//! the wait fails, they are leaked instead.
 //!
 //! Limits: a cudarc context that tracks events across several streams
 //! (`is_managing_stream_synchronization`) is refused (the launches' writes
@@ -369,17 +374,87 @@ pub(crate) fn no_copy(
 /// A recorded step: the executable graph and everything it addresses.
 /// [`launch`](Self::launch) replays it on candle's stream.
 pub struct CapturedStep {
-    /// Dropped first: nothing below is freed while it exists.
-    exec: CudaGraphExec,
+    /// Dropped first (after the wait of `Drop`): the graph, then the
+    /// handle and plans; `None` only inside `Drop`.
+    held: Option<Held>,
     /// candle's stream (the launches go there).
     stream: CudarcStream,
-    /// The capture's handle: the graph addresses its workspace.
-    _handle: Handle,
-    _plans: Vec<Arc<Plan>>,
+    /// Recorded on the launching stream after each launch; `Drop` waits
+    /// for it (`launches` says whether it covers every launch).
+    done: cudarc::driver::CudaEvent,
+    launches: Launches,
     kept: Vec<Tensor>,
     /// The KV-cache lengths the graph reads (written before launches).
     slots: Vec<Slot>,
     calls: usize,
+}
+
+/// The graph and what it addresses besides candle's tensors.
+struct Held {
+    /// Dropped first: nothing below is freed while it exists.
+    exec: CudaGraphExec,
+    /// The capture's handle: the graph addresses its workspace.
+    _handle: Handle,
+    _plans: Vec<Arc<Plan>>,
+}
+
+/// Where a step's launches stand, for the next launch and the teardown
+/// (free of the device, unit-tested).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Launches {
+    /// Never launched.
+    None,
+    /// Every launch is before the step's event (recorded after the last
+    /// on its stream, and each launch waited for the event before it).
+    Recorded,
+    /// A launch was queued and the event was not recorded after it (an
+    /// error): only the device's end covers it.
+    Unrecorded,
+}
+
+/// What must finish before what a step keeps may be freed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    Nothing,
+    /// The step's event.
+    Event,
+    /// The whole context (`cuCtxSynchronize`).
+    Device,
+}
+
+impl Launches {
+    /// What a teardown (or a launch on another stream) must wait for.
+    pub(crate) fn wait(self) -> Wait {
+        match self {
+            Launches::None => Wait::Nothing,
+            Launches::Recorded => Wait::Event,
+            Launches::Unrecorded => Wait::Device,
+        }
+    }
+}
+
+impl Drop for CapturedStep {
+    /// Waits for the step's launches before anything they address is
+    /// freed: the kept tensors are freed by cudarc on the stream of the
+    /// dropping thread (candle's default stream is per thread), the
+    /// workspace after the private stream, neither ordered after launches
+    /// on another thread's stream. The wait is bounded: it covers only
+    /// work already queued (a host `cuEventSynchronize`, or
+    /// `cuCtxSynchronize` after a launch whose event failed), never work
+    /// queued later. If the wait fails, what the graph addresses is
+    /// leaked rather than freed under a launch that may still run.
+    fn drop(&mut self) {
+        let ok = match self.launches.wait() {
+            Wait::Nothing => true,
+            Wait::Event => self.done.synchronize().is_ok(),
+            Wait::Device => self.stream.cudarc().context().synchronize().is_ok(),
+        };
+        if !ok {
+            std::mem::forget(self.held.take());
+            std::mem::forget(std::mem::take(&mut self.kept));
+            std::mem::forget(std::mem::take(&mut self.slots));
+        }
+    }
 }
 
 impl std::fmt::Debug for CapturedStep {
@@ -387,6 +462,7 @@ impl std::fmt::Debug for CapturedStep {
         f.debug_struct("CapturedStep")
             .field("calls", &self.calls)
             .field("kept_tensors", &self.kept.len())
+            .field("launches", &self.launches)
             .finish_non_exhaustive()
     }
 }
@@ -462,7 +538,8 @@ impl CapturedStep {
     /// # Errors
     /// Candle's stream capturing (a graph of cudarc's could outlive this
     /// step: `cudnn` refuses, typed), a cudarc context tracking events
-    /// across streams, the launch.
+    /// across streams, ordering after the step's earlier launches
+    /// (`cuStreamWaitEvent`), the launch, recording its event.
     #[doc(alias = "cudaGraphLaunch")]
     pub fn launch(&mut self) -> candle_core::Result<()> {
         self.stream.bind_to_thread().c()?;
@@ -470,9 +547,35 @@ impl CapturedStep {
         // Refused while candle's stream captures before anything is
         // written (cudnn's launch refuses it too).
         candle_idle(&self.stream, "CapturedStep::launch").c()?;
-        for s in &mut self.slots {
-            s.flush(self.stream.cudarc())?;
+        let Some(held) = &self.held else {
+            return Err(to_candle(refusal(
+                "CapturedStep::launch",
+                "the step is torn down",
+            )));
+        };
+        let cs = self.stream.cudarc();
+        // After the step's earlier launches, wherever they ran (candle's
+        // default stream is per thread: a step moved to another thread
+        // launches on that thread's stream), before the lengths below are
+        // rewritten: so the event recorded after this launch covers all.
+        match self.launches.wait() {
+            Wait::Nothing => {}
+            Wait::Event => cs
+                .wait(&self.done)
+                .map_err(|e| to_candle(cudnn::interop::driver_error("cuStreamWaitEvent", e)))?,
+            Wait::Device => {
+                cs.context()
+                    .synchronize()
+                    .map_err(|e| to_candle(cudnn::interop::driver_error("cuCtxSynchronize", e)))?;
+                self.launches = Launches::None;
+            }
         }
+        for s in &mut self.slots {
+            s.flush(cs)?;
+        }
+        // From here until the event is recorded, only the device's end
+        // covers the launch.
+        self.launches = Launches::Unrecorded;
         // SAFETY: `cudnn`'s `CudaGraphExec::launch` contract. 1. Every
         // allocation the graph touches is kept alive by `self`, unchanged:
         // the tensors bound (candle storage, which cudarc frees only when
@@ -480,7 +583,7 @@ impl CapturedStep {
         // plans (`Arc`), and the capture's handle, whose workspace was
         // reserved before the capture and is never grown or released (the
         // handle is private to this step and no op runs on it again); the
-        // graph is dropped before all of them (field order). 2. The launch
+        // graph is dropped before all of them (field order, after `Drop`'s wait). 2. The launch
         // is on candle's stream, where candle queues its own work on these
         // tensors, so host and candle accesses are ordered with it; a
         // context that orders several streams by events is refused above.
@@ -490,7 +593,16 @@ impl CapturedStep {
         // are kept anyway). The KV-cache lengths are device buffers the
         // step owns, written above on this stream with checked values.
         // 4. No collective.
-        unsafe { self.exec.launch(self.stream.stream()) }.c()
+        // 5. What the graph addresses is freed only after the step's event
+        // (recorded below) or the device's end (`Drop` waits, whichever
+        // thread drops the step); earlier launches of the step on another
+        // thread's stream are waited for above.
+        unsafe { held.exec.launch(self.stream.stream()) }.c()?;
+        self.done
+            .record(cs)
+            .map_err(|e| to_candle(cudnn::interop::driver_error("cuEventRecord", e)))?;
+        self.launches = Launches::Recorded;
+        Ok(())
     }
 }
 
@@ -613,12 +725,21 @@ pub fn capture<R>(
     let exec = graph.instantiate().c()?;
     drop(graph);
     let out = out.ok_or_else(|| to_candle(refusal("capture", "the step returned nothing")))?;
+    let done = candle_stream
+        .cudarc()
+        .context()
+        .new_event(None)
+        .map_err(|e| to_candle(cudnn::interop::driver_error("cuEventCreate", e)))?;
     Ok((
         CapturedStep {
-            exec,
+            held: Some(Held {
+                exec,
+                _handle: handle,
+                _plans: kept.plans,
+            }),
             stream: candle_stream,
-            _handle: handle,
-            _plans: kept.plans,
+            done,
+            launches: Launches::None,
             kept: kept.tensors,
             slots,
             calls: kept.calls,

@@ -346,3 +346,21 @@ fn a_capturing_candle_stream_is_refused_typed() {
         assert!(s.contains("candle's stream is being captured"), "{s}");
     }
 }
+
+#[test]
+fn teardown_waits_for_every_launch() {
+    // Review finding 4, the bookkeeping: never launched, nothing to wait
+    // for; launched with the event recorded after, the event; a launch
+    // whose event record failed, the whole device.
+    assert_eq!(Launches::None.wait(), Wait::Nothing);
+    assert_eq!(Launches::Recorded.wait(), Wait::Event);
+    assert_eq!(Launches::Unrecorded.wait(), Wait::Device);
+}
+
+#[test]
+fn a_step_can_move_to_another_thread() {
+    // Its `Drop` waits for its launches wherever they ran (finding 4):
+    // being `Send` is what makes that wait necessary.
+    fn send<T: Send>() {}
+    send::<CapturedStep>();
+}

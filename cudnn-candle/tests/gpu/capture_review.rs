@@ -71,9 +71,77 @@ fn cudarc_capture_of_candle_stream() -> TestResult {
     close("o after the refused captures", &o, &want, tol(bf))
 }
 
+/// Review finding 4: the step alone keeps q, k, v; it is launched, then
+/// moved to another thread and dropped there at once (candle's default
+/// stream is per thread: that thread's frees are not ordered after this
+/// thread's launches). This thread then allocates and fills tensors of the
+/// same sizes (which may reuse the freed memory) and runs a candle op on
+/// them: both the output (kept by a clone) and that op must be exact.
+/// Then the other way round: launched on another thread, dropped here.
+fn drop_on_another_thread() -> TestResult {
+    let dev = cuda()?;
+    let bf = DType::BF16;
+    let (qd, kd) = ((4, 64, 16, 128), (4, 1024, 16, 128));
+    let (q0, k0, v0) = inputs(qd, kd, bf)?;
+    let g = |t: &Tensor| t.to_dtype(bf)?.to_device(&dev);
+    let p = AttnParams::new(S).causal(true);
+    let want = reference(&q0, &k0, &v0, &p)?;
+    for launch_elsewhere in [false, true] {
+        let (q, k, v) = (g(&q0)?, g(&k0)?, g(&v0)?);
+        cudnn_candle::flash_attn_with(&q, &k, &v, &p)?;
+        let (mut step, o) = capture(&dev, || cudnn_candle::flash_attn_with(&q, &k, &v, &p))?;
+        drop((q, k, v));
+        if launch_elsewhere {
+            let step = std::thread::spawn(move || -> Result<_, String> {
+                for _ in 0..3 {
+                    step.launch().map_err(|e| e.to_string())?;
+                }
+                Ok(step)
+            })
+            .join()
+            .map_err(|_| "the launching thread panicked")??;
+            drop(step);
+        } else {
+            for _ in 0..3 {
+                step.launch()?;
+            }
+            std::thread::spawn(move || drop(step))
+                .join()
+                .map_err(|_| "the dropping thread panicked")?;
+        }
+        let fill = |d: (usize, usize, usize, usize), x: f64| {
+            (Tensor::ones(d, DType::F32, &dev)? * x)?.to_dtype(bf)
+        };
+        let later = [fill(qd, 2.0)?, fill(kd, 3.0)?, fill(kd, 4.0)?];
+        let sums: Vec<f32> = later
+            .iter()
+            .map(|t| t.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>())
+            .collect::<candle_core::Result<_>>()?;
+        let n = |d: (usize, usize, usize, usize)| (d.0 * d.1 * d.2 * d.3) as f32;
+        assert_eq!(
+            sums,
+            [2.0 * n(qd), 3.0 * n(kd), 4.0 * n(kd)],
+            "a later candle op"
+        );
+        close(
+            &format!("o after a drop (launched elsewhere: {launch_elsewhere})"),
+            &o,
+            &want,
+            tol(bf),
+        )?;
+    }
+    Ok(())
+}
+
 pub fn trials() -> Vec<Trial> {
-    vec![gpu(
-        "capture_refuses_a_cudarc_capture_of_candle_stream",
-        cudarc_capture_of_candle_stream,
-    )]
+    vec![
+        gpu(
+            "capture_refuses_a_cudarc_capture_of_candle_stream",
+            cudarc_capture_of_candle_stream,
+        ),
+        gpu(
+            "capture_drop_on_another_thread_waits",
+            drop_on_another_thread,
+        ),
+    ]
 }
