@@ -47,8 +47,10 @@
 //! - each such call **keeps** what the graph addresses: q, k, v as bound,
 //!   the output it returns, the ALiBi slopes, score bias and sinks, the
 //!   plan (a `Tensor` clone keeps candle's storage; an `Arc` the plan);
-//! - a call that would copy an input first (the copy would be made once,
-//!   now, and a replay would read the stale copy), read device data on the
+//! - a call that would copy an input first (q, k, v, and the ALiBi
+//!   slopes and sinks too: f16 / bf16 sinks are widened to an f32 copy,
+//!   so give f32 ones; the copy would be made once, now, and a replay
+//!   would read the stale copy), read device data on the
 //!   host, run a backward or a training forward, or use another device is
 //!   refused, typed ([`cudnn::Error::CaptureUnsafe`]), before it queues
 //!   anything; so are convolution, norms, GEMM and varlen calls (this
@@ -361,12 +363,33 @@ pub(crate) fn no_copy(
         return Err(to_candle(refusal(
             "attention",
             format!(
-                "{name} would be copied first (strides {:?}, start {}): a replay would read the \
-                 copy made at capture, not {name}",
+                "{name} would be copied first ({:?}, strides {:?}, start {}): a replay would read \
+                 the copy made at capture, not {name}",
+                original.dtype(),
                 original.stride(),
                 original.layout().start_offset()
             ),
         )));
+    }
+    Ok(())
+}
+
+/// [`no_copy`] for the side inputs: the ALiBi slopes and sinks `ready`
+/// (as `crate::side::ready_params` prepared them) must be `given`'s own
+/// tensors, not f32 widenings or aligned copies made now (a replay would
+/// read those, ignoring in-place updates of the caller's).
+pub(crate) fn no_side_copy(
+    admit: &Option<Admit>,
+    given: &crate::AttnParams,
+    ready: &crate::AttnParams,
+) -> candle_core::Result<()> {
+    for (name, g, r) in [
+        ("alibi_slopes", &given.alibi_slopes, &ready.alibi_slopes),
+        ("sinks", &given.sinks, &ready.sinks),
+    ] {
+        if let (Some(g), Some(r)) = (g, r) {
+            no_copy(admit, name, g, r)?;
+        }
     }
     Ok(())
 }

@@ -217,6 +217,7 @@ pub fn flash_attn_kvcache(
         )));
     }
     let p = ready_params(params)?;
+    super::no_side_copy(&admit, params, &p)?;
     let side: Vec<Tensor> = p.sinks.iter().cloned().collect();
     if p.sinks.as_ref().is_some_and(|t| t.dtype() != CDType::F32) {
         return Err(to_candle(Error::invalid(

@@ -144,6 +144,7 @@ pub fn flash_attn_paged(
         )));
     }
     let p = ready_params(params)?;
+    super::no_side_copy(&admit, params, &p)?;
     let side: Vec<Tensor> = [&p.alibi_slopes, &p.sinks]
         .into_iter()
         .flatten()

@@ -364,3 +364,41 @@ fn a_step_can_move_to_another_thread() {
     fn send<T: Send>() {}
     send::<CapturedStep>();
 }
+
+#[test]
+fn prepared_slopes_and_sinks_that_are_copies_are_refused() {
+    // Review finding 3: inside a capture (an admitted call, modelled here
+    // without a device), slopes and sinks the preparation copies (bf16 /
+    // f16 sinks widened to f32 by candle's `to_dtype`, a strided view made
+    // contiguous) are refused, typed, naming them; the caller's own f32
+    // contiguous tensors pass (a replay reads them, in-place updates
+    // included). Outside a capture nothing is refused.
+    use candle_core::{DType, Device, Tensor};
+    let inside = Some(Admit {
+        _not_send: std::marker::PhantomData,
+        done: true,
+    });
+    let cpu = Device::Cpu;
+    let f32s = Tensor::new(&[0.5f32, 0.25, 0.125, 0.0625], &cpu).unwrap();
+    let own = crate::AttnParams::new(1.0)
+        .alibi_slopes(Some(f32s.clone()))
+        .sinks(Some(f32s.clone()));
+    let ready = crate::side::ready_params(&own).unwrap();
+    no_side_copy(&inside, &own, &ready).unwrap();
+    let bf = crate::AttnParams::new(1.0).sinks(Some(f32s.to_dtype(DType::BF16).unwrap()));
+    let ready = crate::side::ready_params(&bf).unwrap();
+    let e = no_side_copy(&inside, &bf, &ready).unwrap_err().to_string();
+    assert!(e.contains("sinks would be copied first (BF16"), "{e}");
+    no_side_copy(&None, &bf, &ready).unwrap();
+    let strided = Tensor::new(&[[0.5f32, 0.0], [0.25, 0.0]], &cpu)
+        .unwrap()
+        .narrow(1, 0, 1)
+        .unwrap()
+        .squeeze(1)
+        .unwrap();
+    assert!(!strided.is_contiguous());
+    let sv = crate::AttnParams::new(1.0).alibi_slopes(Some(strided));
+    let ready = crate::side::ready_params(&sv).unwrap();
+    let e = no_side_copy(&inside, &sv, &ready).unwrap_err().to_string();
+    assert!(e.contains("alibi_slopes would be copied first"), "{e}");
+}

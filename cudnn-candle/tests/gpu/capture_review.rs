@@ -133,6 +133,57 @@ fn drop_on_another_thread() -> TestResult {
     Ok(())
 }
 
+/// Review finding 3: slopes (cuDNN's ALiBi: causal, as many keys as
+/// queries) and sinks given as f32 device tensors are read by each
+/// replay: rewritten in place between replays, the output follows the
+/// reference with the new values. bf16 sinks (widened to an f32 copy at
+/// capture) are refused, typed.
+fn in_place_side_updates() -> TestResult {
+    let dev = cuda()?;
+    let bf = DType::BF16;
+    let (q0, k0, v0) = inputs((1, 32, 4, 64), (1, 32, 4, 64), bf)?;
+    let g = |t: &Tensor| t.to_dtype(bf)?.to_device(&dev);
+    let (q, k, v) = (g(&q0)?, g(&k0)?, g(&v0)?);
+    let values = [
+        [0.5f32, 0.25, 0.125, 0.0625],
+        [1.0f32, -0.5, 0.75, 0.0],
+        [0.03125f32, 2.0, 0.0, 0.5],
+    ];
+    for sinks in [false, true] {
+        let side = Tensor::new(&values[0], &dev)?;
+        let with = |t: Tensor| {
+            let p = AttnParams::new(S).causal(true);
+            if sinks {
+                p.sinks(Some(t))
+            } else {
+                p.alibi_slopes(Some(t))
+            }
+        };
+        let p = with(side.clone());
+        cudnn_candle::flash_attn_with(&q, &k, &v, &p)?;
+        let (mut step, o) = capture(&dev, || cudnn_candle::flash_attn_with(&q, &k, &v, &p))?;
+        for vals in &values {
+            side.slice_set(&Tensor::new(vals, &dev)?, 0, 0)?;
+            step.launch()?;
+            let want = reference(&q0, &k0, &v0, &with(Tensor::new(vals, &Device::Cpu)?))?;
+            close(
+                &format!("o after an in-place update (sinks: {sinks}) to {vals:?}"),
+                &o,
+                &want,
+                tol(bf),
+            )?;
+        }
+    }
+    let sb = Tensor::new(&values[1], &dev)?.to_dtype(bf)?;
+    let p = AttnParams::new(S).causal(true).sinks(Some(sb));
+    let e = capture(&dev, || cudnn_candle::flash_attn_with(&q, &k, &v, &p))
+        .err()
+        .ok_or("bf16 sinks inside a capture")?;
+    assert!(is_capture_unsafe(&e), "{e}");
+    assert!(e.to_string().contains("sinks would be copied"), "{e}");
+    Ok(())
+}
+
 pub fn trials() -> Vec<Trial> {
     vec![
         gpu(
@@ -142,6 +193,10 @@ pub fn trials() -> Vec<Trial> {
         gpu(
             "capture_drop_on_another_thread_waits",
             drop_on_another_thread,
+        ),
+        gpu(
+            "capture_replays_read_slopes_and_sinks_in_place",
+            in_place_side_updates,
         ),
     ]
 }
