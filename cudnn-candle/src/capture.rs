@@ -42,8 +42,11 @@
 //!   ([`flash_attn_with`](crate::flash_attn_with) and the dense functions
 //!   built on it) queue their cuDNN work on that stream, with a cuDNN
 //!   handle of the capture's own (its workspace reserved before the
-//!   capture, at the largest a plan of this process has needed: run the
-//!   step once eagerly first), so the work becomes graph nodes;
+//!   capture, at the largest a plan of this process has needed on that
+//!   device: run the step once eagerly first), so the work becomes graph
+//!   nodes; each step holds its own such workspace for as long as it
+//!   lives (n steps hold n of them; a workspace shared by the steps of
+//!   one device is a possible later improvement);
 //! - each such call **keeps** what the graph addresses: q, k, v as bound,
 //!   the output it returns, the ALiBi slopes, score bias and sinks, the
 //!   plan (a `Tensor` clone keeps candle's storage; an `Arc` the plan);
@@ -270,6 +273,8 @@ pub(crate) fn refusal(op: &str, hazard: impl Into<String>) -> Error {
 
 /// The open capture of this thread.
 struct Active {
+    /// This capture's number (tags its [`LensSlot`]s).
+    id: u64,
     /// candle's context and stream (as numbers) of the capture's device.
     ctx: usize,
     stream: usize,
@@ -409,7 +414,24 @@ pub struct CapturedStep {
     kept: Vec<Tensor>,
     /// The KV-cache lengths the graph reads (written before launches).
     slots: Vec<Slot>,
+    /// The capture's number ([`LensSlot`]s of other steps are refused).
+    id: u64,
     calls: usize,
+}
+
+/// The index of `slot` among the `n` slots of step `id`.
+///
+/// # Errors
+/// A slot of another step or past `n` (typed, naming `slot`).
+fn slot_index(id: u64, n: usize, slot: LensSlot, calls: &str) -> cudnn::Result<usize> {
+    if slot.step != id || slot.index >= n {
+        return Err(Error::invalid(
+            "slot",
+            format!("must be one of this step's {n} {calls} calls (step {id})"),
+            format!("call {} of step {}", slot.index, slot.step),
+        ));
+    }
+    Ok(slot.index)
 }
 
 /// The graph and what it addresses besides candle's tensors.
@@ -510,14 +532,11 @@ impl CapturedStep {
         slot: LensSlot,
         cache_seqlens: &[u32],
     ) -> candle_core::Result<()> {
-        let n = self.slots.len();
-        let s = self.slots.get_mut(slot.0).ok_or_else(|| {
-            to_candle(Error::invalid(
-                "slot",
-                format!("must be one of this step's {n} KV-cache calls"),
-                slot.0,
-            ))
-        })?;
+        let i = slot_index(self.id, self.slots.len(), slot, "KV-cache").c()?;
+        let s = self
+            .slots
+            .get_mut(i)
+            .ok_or_else(|| to_candle(refusal("slot", "lost")))?;
         s.set(cache_seqlens).c()
     }
 
@@ -538,14 +557,11 @@ impl CapturedStep {
         block_table: &[i32],
         cache_seqlens: &[u32],
     ) -> candle_core::Result<()> {
-        let n = self.slots.len();
-        let s = self.slots.get_mut(slot.0).ok_or_else(|| {
-            to_candle(Error::invalid(
-                "slot",
-                format!("must be one of this step's {n} KV-cache or paged calls"),
-                slot.0,
-            ))
-        })?;
+        let i = slot_index(self.id, self.slots.len(), slot, "KV-cache or paged").c()?;
+        let s = self
+            .slots
+            .get_mut(i)
+            .ok_or_else(|| to_candle(refusal("slot", "lost")))?;
         s.set_paged(block_table, cache_seqlens).c()
     }
 
@@ -737,6 +753,7 @@ pub fn capture<R>(
         Err(StepError::Cudnn(e)) => return Err(to_candle(e)),
     };
     let Active {
+        id,
         handle,
         ledger,
         slots,
@@ -765,6 +782,7 @@ pub fn capture<R>(
             launches: Launches::None,
             kept: kept.tensors,
             slots,
+            id,
             calls: kept.calls,
         },
         out,
@@ -788,7 +806,10 @@ fn open(dev: &CudaDevice) -> cudnn::Result<(CudarcStream, Active)> {
     let stream = device.create_non_blocking_stream()?;
     let mut handle = Handle::new(&stream)?;
     handle.reserve_workspace(crate::device::max_workspace(ordinal))?;
+    // Distinct for every capture of the process (a u64 does not wrap).
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let active = Active {
+        id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         ctx: cs.context().cu_ctx() as usize,
         stream: cs.cu_stream() as usize,
         candle: wrapped.clone(),

@@ -402,3 +402,19 @@ fn prepared_slopes_and_sinks_that_are_copies_are_refused() {
     let e = no_side_copy(&inside, &sv, &ready).unwrap_err().to_string();
     assert!(e.contains("alibi_slopes would be copied first"), "{e}");
 }
+
+#[test]
+fn a_slot_of_another_step_is_refused_typed() {
+    // Review finding 5: a slot names its capture; one of another step with
+    // the same index is refused, typed, naming `slot` (before: it updated
+    // this step's call of that index).
+    let s = |step, index| LensSlot { step, index };
+    assert_eq!(slot_index(7, 2, s(7, 1), "KV-cache").unwrap(), 1);
+    for bad in [s(8, 1), s(7, 2), s(6, 0)] {
+        let e = slot_index(7, 2, bad, "KV-cache").unwrap_err();
+        match &e {
+            Error::InvalidArgument { arg, .. } => assert_eq!(arg, "slot"),
+            other => panic!("not typed: {other}"),
+        }
+    }
+}
