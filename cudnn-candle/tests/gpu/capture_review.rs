@@ -184,6 +184,35 @@ fn in_place_side_updates() -> TestResult {
     Ok(())
 }
 
+/// Review finding 5: two KV-cache steps, each with one call (slot index
+/// 0 in both): the slot of one given to the other is refused, typed,
+/// naming `slot`; its own is taken.
+fn slot_of_another_step() -> TestResult {
+    let dev = cuda()?;
+    let bf = DType::BF16;
+    let (q0, k0, v0) = inputs((2, 1, 8, 64), (2, 64, 2, 64), bf)?;
+    let g = |t: &Tensor| t.to_dtype(bf)?.to_device(&dev);
+    let (q, k, v) = (g(&q0)?, g(&k0)?, g(&v0)?);
+    let p = AttnParams::new(S).causal(true);
+    let lens = [5u32, 9];
+    cudnn_candle::flash_attn_kvcache(&q, &k, &v, &Tensor::new(&lens, &dev)?, &p)?;
+    let kv = || cudnn_candle::capture::flash_attn_kvcache(&q, &k, &v, &lens, &p);
+    let (mut a, (_oa, sa)) = capture(&dev, kv)?;
+    let (mut b, (_ob, sb)) = capture(&dev, kv)?;
+    a.set_cache_seqlens(sa, &[6, 10])?;
+    let e = a
+        .set_cache_seqlens(sb, &[6, 10])
+        .expect_err("a slot of another step");
+    match typed(&e) {
+        Some(cudnn::Error::InvalidArgument { arg, .. }) => assert_eq!(arg, "slot"),
+        other => return Err(format!("not the typed refusal: {other:?} ({e})").into()),
+    }
+    b.set_cache_seqlens(sb, &[7, 11])?;
+    a.launch()?;
+    b.launch()?;
+    Ok(())
+}
+
 pub fn trials() -> Vec<Trial> {
     vec![
         gpu(
@@ -197,6 +226,10 @@ pub fn trials() -> Vec<Trial> {
         gpu(
             "capture_replays_read_slopes_and_sinks_in_place",
             in_place_side_updates,
+        ),
+        gpu(
+            "capture_slot_of_another_step_is_refused",
+            slot_of_another_step,
         ),
     ]
 }
