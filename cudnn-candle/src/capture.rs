@@ -94,12 +94,14 @@
 //! graph and everything kept; [`CapturedStep::launch`] replays it on
 //! candle's stream, so it is ordered with candle's work before (writes of
 //! new inputs, e.g. `slice_set`) and after (reads of the outputs) in
-//! stream order. Each launch first waits for the step's earlier launches
-//! (an event recorded after each: a step moved to another thread launches
-//! on that thread's candle stream, which candle's per-thread default
-//! stream does not order with the first). Dropping the step waits, on the
-//! host, for that event (bounded: the work already queued, never later
-//! work; the whole device if an event record had failed), then drops the
+//! stream order. A step moved to another thread cannot launch there
+//! (candle's default stream is per thread: typed `WrongThread`), but may
+//! be dropped there, where cudarc would free the kept tensors on that
+//! thread's stream, unordered with the launches; so an event is recorded
+//! after each launch (and each launch waits for the previous one's), and
+//! dropping the step waits, on the host, for that event (bounded: the
+//! work already queued, never later work; the whole device if an event
+//! record had failed), then drops the
 //! graph, the workspace, the plans and the kept tensors, so nothing kept
 //! is freed while a launch may still run, whichever thread drops it; if
 //! the wait fails, they are leaked instead.
@@ -593,10 +595,11 @@ impl CapturedStep {
             )));
         };
         let cs = self.stream.cudarc();
-        // After the step's earlier launches, wherever they ran (candle's
-        // default stream is per thread: a step moved to another thread
-        // launches on that thread's stream), before the lengths below are
-        // rewritten: so the event recorded after this launch covers all.
+        // After the step's earlier launches, before the lengths below are
+        // rewritten, so the event recorded after this launch covers all
+        // (they share this thread's stream, a launch from another thread
+        // being refused above, `WrongThread`; the wait keeps this true
+        // whatever the stream).
         match self.launches.wait() {
             Wait::Nothing => {}
             Wait::Event => cs
