@@ -689,6 +689,7 @@ pub fn flash_attn_with(
         )));
     }
     let mut p = ready_params(params)?;
+    crate::capture::no_side_copy(&admit, params, &p)?;
     // Sinks that track a gradient (gpt-oss training): the op runs on them
     // detached, and `sink_grad` gives their gradient.
     let sink_var = p.sinks.as_ref().filter(|t| t.track_op()).cloned();

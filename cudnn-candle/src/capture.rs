@@ -42,13 +42,18 @@
 //!   ([`flash_attn_with`](crate::flash_attn_with) and the dense functions
 //!   built on it) queue their cuDNN work on that stream, with a cuDNN
 //!   handle of the capture's own (its workspace reserved before the
-//!   capture, at the largest a plan of this process has needed: run the
-//!   step once eagerly first), so the work becomes graph nodes;
+//!   capture, at the largest a plan of this process has needed on that
+//!   device: run the step once eagerly first), so the work becomes graph
+//!   nodes; each step holds its own such workspace for as long as it
+//!   lives (n steps hold n of them; a workspace shared by the steps of
+//!   one device is a possible later improvement);
 //! - each such call **keeps** what the graph addresses: q, k, v as bound,
 //!   the output it returns, the ALiBi slopes, score bias and sinks, the
 //!   plan (a `Tensor` clone keeps candle's storage; an `Arc` the plan);
-//! - a call that would copy an input first (the copy would be made once,
-//!   now, and a replay would read the stale copy), read device data on the
+//! - a call that would copy an input first (q, k, v, and the ALiBi
+//!   slopes and sinks too: f16 / bf16 sinks are widened to an f32 copy,
+//!   so give f32 ones; the copy would be made once, now, and a replay
+//!   would read the stale copy), read device data on the
 //!   host, run a backward or a training forward, or use another device is
 //!   refused, typed ([`cudnn::Error::CaptureUnsafe`]), before it queues
 //!   anything; so are convolution, norms, GEMM and varlen calls (this
@@ -72,6 +77,12 @@
 //!   same config) and the next launch writes them before the graph;
 //! - candle's own ops in the closure run now, on candle's stream, and are
 //!   **not** part of the graph: the graph holds this crate's calls only.
+//! - candle's stream itself must not be captured (cudarc's
+//!   `begin_capture`, relaxed mode included, or another library's):
+//!   [`capture`], each entry point inside it (before it allocates the
+//!   output or any buffer on candle's stream, whose allocations would be
+//!   memory of that other graph) and [`CapturedStep::launch`] ask, and
+//!   refuse it, typed (`CaptureUnsafe`).
 //!
 //! A call that failed after queueing work poisons the capture: [`capture`]
 //! then returns the error and drops the graph (never launched) before
@@ -83,10 +94,17 @@
 //! graph and everything kept; [`CapturedStep::launch`] replays it on
 //! candle's stream, so it is ordered with candle's work before (writes of
 //! new inputs, e.g. `slice_set`) and after (reads of the outputs) in
-//! stream order. Dropping the step drops the graph first; the kept
-//! tensors are then freed by cudarc on candle's stream (after every launch
-//! queued there) and the workspace by `cudaFree` (which waits for the
-//! device). Nothing kept is freed before the graph.
+//! stream order. A step moved to another thread cannot launch there
+//! (candle's default stream is per thread: typed `WrongThread`), but may
+//! be dropped there, where cudarc would free the kept tensors on that
+//! thread's stream, unordered with the launches; so an event is recorded
+//! after each launch (and each launch waits for the previous one's), and
+//! dropping the step waits, on the host, for that event (bounded: the
+//! work already queued, never later work; the whole device if an event
+//! record had failed), then drops the
+//! graph, the workspace, the plans and the kept tensors, so nothing kept
+//! is freed while a launch may still run, whichever thread drops it; if
+//! the wait fails, they are leaked instead.
 //!
 //! Limits: a cudarc context that tracks events across several streams
 //! (`is_managing_stream_synchronization`) is refused (the launches' writes
@@ -257,9 +275,14 @@ pub(crate) fn refusal(op: &str, hazard: impl Into<String>) -> Error {
 
 /// The open capture of this thread.
 struct Active {
+    /// This capture's number (tags its [`LensSlot`]s).
+    id: u64,
     /// candle's context and stream (as numbers) of the capture's device.
     ctx: usize,
     stream: usize,
+    /// candle's stream itself: asked, before each call queues or allocates
+    /// anything, whether cudarc is capturing it.
+    candle: CudarcStream,
     ordinal: usize,
     device: cudnn::runtime::Device,
     /// Bound to the capturing stream; its workspace is reserved.
@@ -304,7 +327,10 @@ pub(crate) struct Admit {
 
 /// Admit `op` when a capture is open on this thread (`None` otherwise).
 pub(crate) fn admit(op: &str) -> candle_core::Result<Option<Admit>> {
-    match with_active(|a| a.ledger.admit(op)) {
+    match with_active(|a| {
+        candle_idle(&a.candle, op)?;
+        a.ledger.admit(op)
+    }) {
         None => Ok(None),
         Some(r) => r.c().map(|()| {
             Some(Admit {
@@ -344,8 +370,9 @@ pub(crate) fn no_copy(
         return Err(to_candle(refusal(
             "attention",
             format!(
-                "{name} would be copied first (strides {:?}, start {}): a replay would read the \
-                 copy made at capture, not {name}",
+                "{name} would be copied first ({:?}, strides {:?}, start {}): a replay would read \
+                 the copy made at capture, not {name}",
+                original.dtype(),
                 original.stride(),
                 original.layout().start_offset()
             ),
@@ -354,20 +381,127 @@ pub(crate) fn no_copy(
     Ok(())
 }
 
+/// [`no_copy`] for the side inputs: the ALiBi slopes and sinks `ready`
+/// (as `crate::side::ready_params` prepared them) must be `given`'s own
+/// tensors, not f32 widenings or aligned copies made now (a replay would
+/// read those, ignoring in-place updates of the caller's).
+pub(crate) fn no_side_copy(
+    admit: &Option<Admit>,
+    given: &crate::AttnParams,
+    ready: &crate::AttnParams,
+) -> candle_core::Result<()> {
+    for (name, g, r) in [
+        ("alibi_slopes", &given.alibi_slopes, &ready.alibi_slopes),
+        ("sinks", &given.sinks, &ready.sinks),
+    ] {
+        if let (Some(g), Some(r)) = (g, r) {
+            no_copy(admit, name, g, r)?;
+        }
+    }
+    Ok(())
+}
+
 /// A recorded step: the executable graph and everything it addresses.
 /// [`launch`](Self::launch) replays it on candle's stream.
 pub struct CapturedStep {
-    /// Dropped first: nothing below is freed while it exists.
-    exec: CudaGraphExec,
+    /// Dropped first (after the wait of `Drop`): the graph, then the
+    /// handle and plans; `None` only inside `Drop`.
+    held: Option<Held>,
     /// candle's stream (the launches go there).
     stream: CudarcStream,
-    /// The capture's handle: the graph addresses its workspace.
-    _handle: Handle,
-    _plans: Vec<Arc<Plan>>,
+    /// Recorded on the launching stream after each launch; `Drop` waits
+    /// for it (`launches` says whether it covers every launch).
+    done: cudarc::driver::CudaEvent,
+    launches: Launches,
     kept: Vec<Tensor>,
     /// The KV-cache lengths the graph reads (written before launches).
     slots: Vec<Slot>,
+    /// The capture's number ([`LensSlot`]s of other steps are refused).
+    id: u64,
     calls: usize,
+}
+
+/// The index of `slot` among the `n` slots of step `id`.
+///
+/// # Errors
+/// A slot of another step or past `n` (typed, naming `slot`).
+fn slot_index(id: u64, n: usize, slot: LensSlot, calls: &str) -> cudnn::Result<usize> {
+    if slot.step != id || slot.index >= n {
+        return Err(Error::invalid(
+            "slot",
+            format!("must be one of this step's {n} {calls} calls (step {id})"),
+            format!("call {} of step {}", slot.index, slot.step),
+        ));
+    }
+    Ok(slot.index)
+}
+
+/// The graph and what it addresses besides candle's tensors.
+struct Held {
+    /// Dropped first: nothing below is freed while it exists.
+    exec: CudaGraphExec,
+    /// The capture's handle: the graph addresses its workspace.
+    _handle: Handle,
+    _plans: Vec<Arc<Plan>>,
+}
+
+/// Where a step's launches stand, for the next launch and the teardown
+/// (free of the device, unit-tested).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Launches {
+    /// Never launched.
+    None,
+    /// Every launch is before the step's event (recorded after the last
+    /// on its stream, and each launch waited for the event before it).
+    Recorded,
+    /// A launch was queued and the event was not recorded after it (an
+    /// error): only the device's end covers it.
+    Unrecorded,
+}
+
+/// What must finish before what a step keeps may be freed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    Nothing,
+    /// The step's event.
+    Event,
+    /// The whole context (`cuCtxSynchronize`).
+    Device,
+}
+
+impl Launches {
+    /// What a teardown (or a launch on another stream) must wait for.
+    pub(crate) fn wait(self) -> Wait {
+        match self {
+            Launches::None => Wait::Nothing,
+            Launches::Recorded => Wait::Event,
+            Launches::Unrecorded => Wait::Device,
+        }
+    }
+}
+
+impl Drop for CapturedStep {
+    /// Waits for the step's launches before anything they address is
+    /// freed: the kept tensors are freed by cudarc on the stream of the
+    /// dropping thread (candle's default stream is per thread), the
+    /// workspace after the private stream, neither ordered after launches
+    /// on another thread's stream. The wait is bounded: it covers only
+    /// work already queued (a host `cuEventSynchronize`, or
+    /// `cuCtxSynchronize` after a launch whose event failed), never work
+    /// queued later. If the wait fails, what the graph addresses is
+    /// leaked rather than freed under a launch that may still run.
+    fn drop(&mut self) {
+        let ok = match self.launches.wait() {
+            Wait::Nothing => true,
+            Wait::Event => self.done.synchronize().is_ok(),
+            Wait::Device => self.stream.cudarc().context().synchronize().is_ok(),
+        };
+        if !ok {
+            std::mem::forget(self.held.take());
+            std::mem::forget(std::mem::take(&mut self.kept));
+            std::mem::forget(std::mem::take(&mut self.slots));
+        }
+    }
 }
 
 impl std::fmt::Debug for CapturedStep {
@@ -375,6 +509,7 @@ impl std::fmt::Debug for CapturedStep {
         f.debug_struct("CapturedStep")
             .field("calls", &self.calls)
             .field("kept_tensors", &self.kept.len())
+            .field("launches", &self.launches)
             .finish_non_exhaustive()
     }
 }
@@ -399,14 +534,11 @@ impl CapturedStep {
         slot: LensSlot,
         cache_seqlens: &[u32],
     ) -> candle_core::Result<()> {
-        let n = self.slots.len();
-        let s = self.slots.get_mut(slot.0).ok_or_else(|| {
-            to_candle(Error::invalid(
-                "slot",
-                format!("must be one of this step's {n} KV-cache calls"),
-                slot.0,
-            ))
-        })?;
+        let i = slot_index(self.id, self.slots.len(), slot, "KV-cache").c()?;
+        let s = self
+            .slots
+            .get_mut(i)
+            .ok_or_else(|| to_candle(refusal("slot", "lost")))?;
         s.set(cache_seqlens).c()
     }
 
@@ -427,14 +559,11 @@ impl CapturedStep {
         block_table: &[i32],
         cache_seqlens: &[u32],
     ) -> candle_core::Result<()> {
-        let n = self.slots.len();
-        let s = self.slots.get_mut(slot.0).ok_or_else(|| {
-            to_candle(Error::invalid(
-                "slot",
-                format!("must be one of this step's {n} KV-cache or paged calls"),
-                slot.0,
-            ))
-        })?;
+        let i = slot_index(self.id, self.slots.len(), slot, "KV-cache or paged").c()?;
+        let s = self
+            .slots
+            .get_mut(i)
+            .ok_or_else(|| to_candle(refusal("slot", "lost")))?;
         s.set_paged(block_table, cache_seqlens).c()
     }
 
@@ -450,26 +579,45 @@ impl CapturedStep {
     /// # Errors
     /// Candle's stream capturing (a graph of cudarc's could outlive this
     /// step: `cudnn` refuses, typed), a cudarc context tracking events
-    /// across streams, the launch.
+    /// across streams, ordering after the step's earlier launches
+    /// (`cuStreamWaitEvent`), the launch, recording its event.
     #[doc(alias = "cudaGraphLaunch")]
     pub fn launch(&mut self) -> candle_core::Result<()> {
         self.stream.bind_to_thread().c()?;
         multi_stream_refusal(self.stream.cudarc()).c()?;
         // Refused while candle's stream captures before anything is
         // written (cudnn's launch refuses it too).
-        let status = self.stream.stream().capture_status().c()?;
-        if status.is_capturing() {
+        candle_idle(&self.stream, "CapturedStep::launch").c()?;
+        let Some(held) = &self.held else {
             return Err(to_candle(refusal(
                 "CapturedStep::launch",
-                format!(
-                    "candle's stream is capturing ({status:?}): a graph of cudarc's would \
-                     replay this step's work after the step (and what it keeps) is gone"
-                ),
+                "the step is torn down",
             )));
+        };
+        let cs = self.stream.cudarc();
+        // After the step's earlier launches, before the lengths below are
+        // rewritten, so the event recorded after this launch covers all
+        // (they share this thread's stream, a launch from another thread
+        // being refused above, `WrongThread`; the wait keeps this true
+        // whatever the stream).
+        match self.launches.wait() {
+            Wait::Nothing => {}
+            Wait::Event => cs
+                .wait(&self.done)
+                .map_err(|e| to_candle(cudnn::interop::driver_error("cuStreamWaitEvent", e)))?,
+            Wait::Device => {
+                cs.context()
+                    .synchronize()
+                    .map_err(|e| to_candle(cudnn::interop::driver_error("cuCtxSynchronize", e)))?;
+                self.launches = Launches::None;
+            }
         }
         for s in &mut self.slots {
-            s.flush(self.stream.cudarc())?;
+            s.flush(cs)?;
         }
+        // From here until the event is recorded, only the device's end
+        // covers the launch.
+        self.launches = Launches::Unrecorded;
         // SAFETY: `cudnn`'s `CudaGraphExec::launch` contract. 1. Every
         // allocation the graph touches is kept alive by `self`, unchanged:
         // the tensors bound (candle storage, which cudarc frees only when
@@ -477,7 +625,7 @@ impl CapturedStep {
         // plans (`Arc`), and the capture's handle, whose workspace was
         // reserved before the capture and is never grown or released (the
         // handle is private to this step and no op runs on it again); the
-        // graph is dropped before all of them (field order). 2. The launch
+        // graph is dropped before all of them (field order, after `Drop`'s wait). 2. The launch
         // is on candle's stream, where candle queues its own work on these
         // tensors, so host and candle accesses are ordered with it; a
         // context that orders several streams by events is refused above.
@@ -487,7 +635,16 @@ impl CapturedStep {
         // are kept anyway). The KV-cache lengths are device buffers the
         // step owns, written above on this stream with checked values.
         // 4. No collective.
-        unsafe { self.exec.launch(self.stream.stream()) }.c()
+        // 5. What the graph addresses is freed only after the step's event
+        // (recorded below) or the device's end (`Drop` waits, whichever
+        // thread drops the step); earlier launches of the step on another
+        // thread's stream are waited for above.
+        unsafe { held.exec.launch(self.stream.stream()) }.c()?;
+        self.done
+            .record(cs)
+            .map_err(|e| to_candle(cudnn::interop::driver_error("cuEventRecord", e)))?;
+        self.launches = Launches::Recorded;
+        Ok(())
     }
 }
 
@@ -501,6 +658,32 @@ fn multi_stream_refusal(cs: &Arc<cudarc::driver::CudaStream>) -> cudnn::Result<(
                 .to_string(),
             needs: Some("a candle device with one stream (candle's default)".to_string()),
         });
+    }
+    Ok(())
+}
+
+/// Refuse `op` while candle's stream `cs` is being captured (by cudarc's
+/// `begin_capture`, any mode, or another library), before it queues or
+/// allocates anything: candle's allocations on a capturing stream become
+/// allocation nodes of that graph (memory valid only while that graph
+/// runs), which this crate's graph would then address on every launch,
+/// and work queued there would be replayed by a graph that outlives what
+/// it uses.
+fn candle_idle(cs: &CudarcStream, op: &str) -> cudnn::Result<()> {
+    idle_status(cs.stream().capture_status()?, op)
+}
+
+/// The decision of [`candle_idle`], free of the device (unit-tested).
+fn idle_status(status: cudnn::runtime::CaptureStatus, op: &str) -> cudnn::Result<()> {
+    if status.is_capturing() {
+        return Err(refusal(
+            op,
+            format!(
+                "candle's stream is being captured ({status:?}, e.g. cudarc's begin_capture): \
+                 its allocations would be memory of that graph, and its graph could replay \
+                 this crate's work after what it uses is gone"
+            ),
+        ));
     }
     Ok(())
 }
@@ -573,6 +756,7 @@ pub fn capture<R>(
         Err(StepError::Cudnn(e)) => return Err(to_candle(e)),
     };
     let Active {
+        id,
         handle,
         ledger,
         slots,
@@ -584,14 +768,24 @@ pub fn capture<R>(
     let exec = graph.instantiate().c()?;
     drop(graph);
     let out = out.ok_or_else(|| to_candle(refusal("capture", "the step returned nothing")))?;
+    let done = candle_stream
+        .cudarc()
+        .context()
+        .new_event(None)
+        .map_err(|e| to_candle(cudnn::interop::driver_error("cuEventCreate", e)))?;
     Ok((
         CapturedStep {
-            exec,
+            held: Some(Held {
+                exec,
+                _handle: handle,
+                _plans: kept.plans,
+            }),
             stream: candle_stream,
-            _handle: handle,
-            _plans: kept.plans,
+            done,
+            launches: Launches::None,
             kept: kept.tensors,
             slots,
+            id,
             calls: kept.calls,
         },
         out,
@@ -604,6 +798,9 @@ fn open(dev: &CudaDevice) -> cudnn::Result<(CudarcStream, Active)> {
     let cs = dev.cuda_stream();
     multi_stream_refusal(&cs)?;
     let wrapped = CudarcStream::new(&cs)?;
+    // Before anything is created: a capture of candle's stream (cudarc's,
+    // relaxed mode included) would hold the calls' allocations.
+    candle_idle(&wrapped, "capture")?;
     let device = wrapped
         .stream()
         .device()
@@ -612,9 +809,13 @@ fn open(dev: &CudaDevice) -> cudnn::Result<(CudarcStream, Active)> {
     let stream = device.create_non_blocking_stream()?;
     let mut handle = Handle::new(&stream)?;
     handle.reserve_workspace(crate::device::max_workspace(ordinal))?;
+    // Distinct for every capture of the process (a u64 does not wrap).
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let active = Active {
+        id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         ctx: cs.context().cu_ctx() as usize,
         stream: cs.cu_stream() as usize,
+        candle: wrapped.clone(),
         ordinal,
         device,
         handle,

@@ -9,8 +9,10 @@
 //! (`L` the row's log-sum-exp, the sink included: cuDNN's training
 //! statistics) and `D = rowsum(dO ⊙ O)`, `dSink_h = -Σ_{b,i} p_sink[b,h,i] *
 //! D[b,h,i]` (the derivative of `o_i = Σ_j p_ij v_j` through the
-//! denominator the sink joins; what cuDNN's SDPA backward outputs as dSink,
-//! from the same statistics and `D`). The statistics come from the
+//! denominator the sink joins, derived here and checked on a GPU against
+//! candle's CPU autograd of the reference; NVIDIA's frontend builds its
+//! dSink from the same two quantities, but this crate does not use it and
+//! has not compared its sign convention). The statistics come from the
 //! attention's training forward (cuDNN), run again in the backward, as
 //! the q, k, v gradients do; the rest is a few candle ops.
 

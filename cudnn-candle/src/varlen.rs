@@ -22,6 +22,32 @@ fn host_seqlens(name: &str, t: &Tensor) -> candle_core::Result<Vec<u32>> {
     t.to_vec1::<u32>()
 }
 
+/// The most bytes a varlen ALiBi bias may take: the memory of q's CUDA
+/// device. Checked first: q on a CUDA device and the slopes on q's device
+/// (the bias is built on the slopes' device; built on the host, one sized
+/// from a huge `max_seqlen_*` would abort the process before the device
+/// mismatch was reported).
+///
+/// # Errors
+/// q not on a CUDA device, slopes on another device (typed, naming
+/// `alibi_slopes`), the driver's memory query.
+fn bias_cap(q: &Tensor, slopes: &Tensor) -> candle_core::Result<usize> {
+    let candle_core::Device::Cuda(d) = q.device() else {
+        return Err(crate::attn::on_cuda("flash_attn_varlen"));
+    };
+    if !slopes.device().same_device(q.device()) {
+        return Err(to_candle(Error::mismatch(
+            "alibi_slopes device (q's)",
+            format!("{:?}", q.device().location()),
+            format!("{:?}", slopes.device().location()),
+        )));
+    }
+    d.cuda_stream()
+        .context()
+        .total_mem()
+        .map_err(|e| to_candle(cudnn::interop::driver_error("cuDeviceTotalMem", e)))
+}
+
 /// Varlen attention with all options: sequences packed one after the other,
 /// `q` `(total_q, heads, head_dim)`, `k` `(total_kv, kv_heads,
 /// head_dim)`, `v` `(total_kv, kv_heads, head_dim_v)`; `seqlens_q`,
@@ -34,7 +60,11 @@ fn host_seqlens(name: &str, t: &Tensor) -> candle_core::Result<Vec<u32>> {
 /// As [`flash_attn_with`](crate::flash_attn_with); the offsets' rules (typed, naming the entry); a
 /// causal call in which a sequence has more queries than keys (its first
 /// rows would see no key; FlashAttention writes zeros there, the crate
-/// refuses it, typed, naming `seqlens_k`).
+/// refuses it, typed, naming `seqlens_k`); with ALiBi slopes that need
+/// the score bias, slopes on another device than q (typed, naming
+/// `alibi_slopes`) and a bias `[batch, heads, max_seqlen_q, max_seqlen_k]`
+/// f32 larger than the device's memory (typed, naming `max_seqlen_q /
+/// max_seqlen_k`), both before the bias is built.
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attn_varlen_with(
     q: &Tensor,
@@ -56,12 +86,17 @@ pub fn flash_attn_varlen_with(
     );
     let mut p = ready_params(params)?;
     let heads = if q.rank() == 3 { q.dim(1)? } else { 0 };
+    let cap = match &p.alibi_slopes {
+        Some(sl) => bias_cap(q, sl)?,
+        None => 0,
+    };
     let bias = crate::varlen_bias::varlen_alibi_bias(
         &p,
         (&cu_q, &cu_k),
         (q.dim(0)?, k.dim(0)?),
         (max_seqlen_q, max_seqlen_k),
         heads,
+        cap,
     )?;
     if bias.is_some() {
         // The slopes and the mask are in the bias.
@@ -137,4 +172,33 @@ pub fn flash_attn_varlen_windowed(
         max_seqlen_k,
         &AttnParams::new(softmax_scale).window(window_size_left, window_size_right),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{DType, Device, Tensor};
+
+    use super::*;
+
+    /// Review finding 2: slopes given, a huge `max_seqlen_*`, tensors on
+    /// the host: refused, typed, before any bias is built on the host
+    /// (before: a `[B, H, max_q, max_k]` host buffer, a panic or an abort).
+    #[test]
+    fn host_tensors_with_slopes_and_huge_max_are_refused_typed() {
+        let cpu = Device::Cpu;
+        let q = Tensor::zeros((3, 1, 8), DType::F16, &cpu).unwrap();
+        let k = Tensor::zeros((5, 1, 8), DType::F16, &cpu).unwrap();
+        let cu_q = Tensor::new(&[0u32, 2, 3], &cpu).unwrap();
+        let cu_k = Tensor::new(&[0u32, 3, 5], &cpu).unwrap();
+        let slopes = Tensor::new(&[0.5f32], &cpu).unwrap();
+        let p = AttnParams::new(1.0).alibi_slopes(Some(slopes));
+        for m in [usize::MAX, 1 << 40, 1 << 20] {
+            let e = flash_attn_varlen_with(&q, &k, &k, &cu_q, &cu_k, m, m, &p).unwrap_err();
+            let candle_core::Error::Cuda(b) = &e else {
+                panic!("not the crate's error: {e}");
+            };
+            let t = b.downcast_ref::<Error>().expect("typed");
+            assert!(matches!(t, Error::Unsupported { .. }), "{t}");
+        }
+    }
 }

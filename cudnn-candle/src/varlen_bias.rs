@@ -37,19 +37,54 @@ pub fn needs_bias(
     })
 }
 
-/// The bias of a varlen call (see the module docs), or `None` when the
-/// call needs none. `cu` the cumulative lengths, `totals` the packed
-/// token counts of q and k, `heads` q's.
+/// The elements of the bias `[batch, heads, max_q, max_k]`, checked: the
+/// product and its bytes (f32) must not overflow and must be at most
+/// `cap_bytes` (the device's memory): `max_seqlen_*` are the caller's
+/// numbers, which the lengths only bound from above.
 ///
 /// # Errors
-/// The lengths, a row that sees no key (typed, naming `alibi_slopes`),
-/// slopes not f32 `(heads,)`; candle's (the device allocation).
+/// Typed, naming `max_seqlen_q / max_seqlen_k` and the sizes.
+pub fn bias_elems(
+    (batch, heads): (usize, usize),
+    (max_q, max_k): (usize, usize),
+    cap_bytes: usize,
+) -> cudnn::Result<usize> {
+    let bytes = batch
+        .checked_mul(heads)
+        .and_then(|n| n.checked_mul(max_q))
+        .and_then(|n| n.checked_mul(max_k))
+        .and_then(|n| n.checked_mul(4).map(|b| (n, b)));
+    match bytes {
+        Some((n, b)) if b <= cap_bytes && b <= isize::MAX as usize => Ok(n),
+        _ => Err(cudnn::Error::invalid(
+            "max_seqlen_q / max_seqlen_k",
+            format!(
+                "the ALiBi score bias [batch, heads, max_seqlen_q, max_seqlen_k] f32 must fit \
+                 in {cap_bytes} bytes (the device's memory): give the largest lengths the \
+                 batch has"
+            ),
+            format!("[{batch}, {heads}, {max_q}, {max_k}]"),
+        )),
+    }
+}
+
+/// The bias of a varlen call (see the module docs), or `None` when the
+/// call needs none. `cu` the cumulative lengths, `totals` the packed
+/// token counts of q and k, `heads` q's; the bias is at most `cap_bytes`
+/// ([`bias_elems`], checked before anything is built).
+///
+/// # Errors
+/// The lengths, a bias past `cap_bytes` (typed, naming `max_seqlen_q /
+/// max_seqlen_k`), a row that sees no key (typed, naming
+/// `alibi_slopes`), slopes not f32 `(heads,)`; candle's (the device
+/// allocation).
 pub(crate) fn varlen_alibi_bias(
     p: &AttnParams,
     (cu_q, cu_k): (&[u32], &[u32]),
     (total_q, total_k): (usize, usize),
     (max_q, max_k): (usize, usize),
     heads: usize,
+    cap_bytes: usize,
 ) -> candle_core::Result<Option<Tensor>> {
     let Some(slopes) = &p.alibi_slopes else {
         return Ok(None);
@@ -59,6 +94,7 @@ pub(crate) fn varlen_alibi_bias(
     if !needs_bias(p, &lens_q, &lens_k, (max_q, max_k)).c()? {
         return Ok(None);
     }
+    bias_elems((lens_q.len(), heads), (max_q, max_k), cap_bytes).c()?;
     let mut blocks = Vec::with_capacity(lens_q.len());
     for (&lq, &lk) in lens_q.iter().zip(&lens_k) {
         let (lq, lk) = (lq.max(0) as usize, lk.max(0) as usize);
@@ -81,6 +117,9 @@ mod tests {
 
     use super::*;
 
+    /// A cap no test bias reaches.
+    const CAP: usize = 1 << 30;
+
     fn slopes() -> Tensor {
         Tensor::new(&[0.5f32], &Device::Cpu).unwrap()
     }
@@ -94,7 +133,7 @@ mod tests {
         let p = AttnParams::new(1.0)
             .causal(true)
             .alibi_slopes(Some(slopes()));
-        let b = varlen_alibi_bias(&p, (&[0, 2, 3], &[0, 3, 5]), (3, 5), (2, 3), 1)
+        let b = varlen_alibi_bias(&p, (&[0, 2, 3], &[0, 3, 5]), (3, 5), (2, 3), 1, CAP)
             .unwrap()
             .expect("a bias");
         assert_eq!(b.dims(), [2, 1, 2, 3]);
@@ -122,7 +161,14 @@ mod tests {
         assert!(needs_bias(&nc, &[2, 5], &[2, 5], (5, 5)).unwrap());
         assert!(!needs_bias(&AttnParams::new(1.0), &[1], &[2], (1, 2)).unwrap());
         // No bias without slopes, whatever the lengths.
-        let none = varlen_alibi_bias(&AttnParams::new(1.0), (&[0, 1], &[0, 9]), (1, 9), (1, 9), 1);
+        let none = varlen_alibi_bias(
+            &AttnParams::new(1.0),
+            (&[0, 1], &[0, 9]),
+            (1, 9),
+            (1, 9),
+            1,
+            CAP,
+        );
         assert!(none.unwrap().is_none());
     }
 
@@ -132,12 +178,72 @@ mod tests {
         let p = AttnParams::new(1.0)
             .causal(true)
             .alibi_slopes(Some(slopes()));
-        let e = varlen_alibi_bias(&p, (&[0, 3], &[0, 1]), (3, 1), (3, 1), 1).unwrap_err();
+        let e = varlen_alibi_bias(&p, (&[0, 3], &[0, 1]), (3, 1), (3, 1), 1, CAP).unwrap_err();
         let candle_core::Error::Cuda(b) = &e else {
             panic!("not the crate's error: {e}");
         };
         let t = b.downcast_ref::<cudnn::Error>().expect("typed");
         assert!(t.to_string().contains("alibi_slopes"), "{t}");
+    }
+
+    /// The bias's size by hand: `2 x 8 x 1024 x 1024` f32 is 64 MiB.
+    #[test]
+    fn bias_size_by_hand() {
+        let n = 2 * 8 * 1024 * 1024;
+        assert_eq!(bias_elems((2, 8), (1024, 1024), 4 * n).unwrap(), n);
+        let e = bias_elems((2, 8), (1024, 1024), 4 * n - 1).unwrap_err();
+        assert!(matches!(e, cudnn::Error::InvalidArgument { .. }), "{e}");
+        assert!(e.to_string().contains("max_seqlen_q / max_seqlen_k"), "{e}");
+        assert!(e.to_string().contains("[2, 8, 1024, 1024]"), "{e}");
+    }
+
+    /// Review finding 2: a varlen call whose `max_seqlen_*` is huge (the
+    /// lengths are small) is refused, typed, before the bias is built
+    /// (before: candle's unchecked product, a panic in debug, a wrapped
+    /// size in release).
+    #[test]
+    fn huge_max_seqlen_is_refused_before_the_bias() {
+        let p = AttnParams::new(1.0).alibi_slopes(Some(slopes()));
+        for (mq, mk) in [
+            (usize::MAX, usize::MAX),
+            (1 << 40, 1 << 40),
+            (3, usize::MAX / 2),
+        ] {
+            let e = varlen_alibi_bias(&p, (&[0, 2, 3], &[0, 3, 5]), (3, 5), (mq, mk), 1, CAP)
+                .unwrap_err();
+            let candle_core::Error::Cuda(b) = &e else {
+                panic!("not the crate's error: {e}");
+            };
+            let t = b.downcast_ref::<cudnn::Error>().expect("typed");
+            assert!(t.to_string().contains("max_seqlen_q / max_seqlen_k"), "{t}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Any sizes: `bias_elems` is the exact product when its bytes fit
+        /// the cap, a typed refusal otherwise, never a panic (the product
+        /// computed here in u128, checked).
+        #[test]
+        fn bias_elems_is_the_checked_product(
+            b in 0usize..1 << 20,
+            h in 0usize..1 << 10,
+            mq in proptest::prop_oneof![0usize..1 << 16, proptest::num::usize::ANY],
+            mk in proptest::prop_oneof![0usize..1 << 16, proptest::num::usize::ANY],
+            cap in proptest::num::usize::ANY,
+        ) {
+            let n = (b as u128 * h as u128)
+                .checked_mul(mq as u128)
+                .and_then(|n| n.checked_mul(mk as u128));
+            let fits = n.is_some_and(|n| n * 4 <= cap as u128 && n * 4 <= isize::MAX as u128);
+            match bias_elems((b, h), (mq, mk), cap) {
+                Ok(got) => proptest::prop_assert!(fits && Some(got as u128) == n),
+                Err(e) => {
+                    proptest::prop_assert!(!fits);
+                    let typed = matches!(e, cudnn::Error::InvalidArgument { .. });
+                    proptest::prop_assert!(typed, "{}", e);
+                }
+            }
+        }
     }
 
     proptest::proptest! {
@@ -150,6 +256,7 @@ mod tests {
         fn bias_matches_flash_attention_s_rule(
             pairs in proptest::collection::vec((0usize..5, 0usize..6), 1..4),
             causal: bool,
+            (extra_q, extra_k) in (0usize..3, 0usize..3),
         ) {
             let sl = [0.5f32, 0.25];
             let slopes = Tensor::new(&sl, &Device::Cpu).unwrap();
@@ -162,10 +269,12 @@ mod tests {
                 c
             };
             let (cq, ck) = (cu(&|x| x.0), cu(&|x| x.1));
-            let mq = pairs.iter().map(|x| x.0).max().unwrap_or(0);
-            let mk = pairs.iter().map(|x| x.1).max().unwrap_or(0);
+            // `max_seqlen_*` up to 2 past every sequence (review: a max
+            // larger than the data is padding, zero in the bias).
+            let mq = pairs.iter().map(|x| x.0).max().unwrap_or(0) + extra_q;
+            let mk = pairs.iter().map(|x| x.1).max().unwrap_or(0) + extra_k;
             let totals = (cq[cq.len() - 1] as usize, ck[ck.len() - 1] as usize);
-            let r = varlen_alibi_bias(&p, (&cq, &ck), totals, (mq, mk), 2);
+            let r = varlen_alibi_bias(&p, (&cq, &ck), totals, (mq, mk), 2, CAP);
             let empty_row = causal && pairs.iter().any(|&(lq, lk)| lq > lk);
             let packed = causal && pairs.iter().all(|&(lq, lk)| lq == lk);
             match r {

@@ -13,6 +13,8 @@ mod bench;
 mod block;
 #[path = "gpu/capture.rs"]
 mod capture;
+#[path = "gpu/capture_review.rs"]
+mod capture_review;
 #[path = "gpu/conv_norm.rs"]
 mod conv_norm;
 #[path = "gpu/conv_norm_views.rs"]
@@ -959,6 +961,7 @@ fn main() {
     trials.extend(capture::trials());
     trials.extend(capture::kvcache_trials());
     trials.extend(capture::paged_trials());
+    trials.extend(capture_review::trials());
     trials.extend(varlen_alibi::trials());
     trials.extend(sink_grad::trials());
     trials.extend(conv_norm_views::trials());

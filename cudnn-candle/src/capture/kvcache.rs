@@ -27,9 +27,16 @@ pub(crate) struct KvLens {
 }
 
 /// Which KV-cache call of a [`CapturedStep`](super::CapturedStep) a
-/// length update is for (returned by [`flash_attn_kvcache`]).
+/// length update is for (returned by [`flash_attn_kvcache`]): tagged with
+/// its capture, so a slot of another step is refused, not taken for this
+/// step's call of the same index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LensSlot(pub(crate) usize);
+pub struct LensSlot {
+    /// The capture that made it (a process-wide count).
+    pub(crate) step: u64,
+    /// Its call among that capture's KV-cache and paged calls.
+    pub(crate) index: usize,
+}
 
 /// The lengths one captured call reads: device buffers owned here, and
 /// the shape the values are checked against.
@@ -217,6 +224,7 @@ pub fn flash_attn_kvcache(
         )));
     }
     let p = ready_params(params)?;
+    super::no_side_copy(&admit, params, &p)?;
     let side: Vec<Tensor> = p.sinks.iter().cloned().collect();
     if p.sinks.as_ref().is_some_and(|t| t.dtype() != CDType::F32) {
         return Err(to_candle(Error::invalid(
@@ -235,16 +243,20 @@ pub fn flash_attn_kvcache(
         no_copy(&admit, name, t, r)?;
     }
     let o = qr.apply_op3_no_bwd(&kr, &vr, &op)?;
-    let slot = with_active(|a| a.last_slot.take())
-        .flatten()
-        .ok_or_else(|| {
-            to_candle(refusal(
-                "flash_attn_kvcache",
-                "the call recorded no lengths",
-            ))
-        })?;
+    let slot = with_active(|a| {
+        a.last_slot
+            .take()
+            .map(|index| LensSlot { step: a.id, index })
+    })
+    .flatten()
+    .ok_or_else(|| {
+        to_candle(refusal(
+            "flash_attn_kvcache",
+            "the call recorded no lengths",
+        ))
+    })?;
     if let Some(a) = admit {
         a.keep([&qr, &kr, &vr, &o].into_iter().chain(&side));
     }
-    Ok((o, LensSlot(slot)))
+    Ok((o, slot))
 }

@@ -144,6 +144,7 @@ pub fn flash_attn_paged(
         )));
     }
     let p = ready_params(params)?;
+    super::no_side_copy(&admit, params, &p)?;
     let side: Vec<Tensor> = [&p.alibi_slopes, &p.sinks]
         .into_iter()
         .flatten()
@@ -166,11 +167,15 @@ pub fn flash_attn_paged(
         no_copy(&admit, name, t, r)?;
     }
     let o = qr.apply_op3_no_bwd(k_cache, v_cache, &op)?;
-    let slot = with_active(|a| a.last_slot.take())
-        .flatten()
-        .ok_or_else(|| to_candle(refusal("flash_attn_paged", "the call recorded no table")))?;
+    let slot = with_active(|a| {
+        a.last_slot
+            .take()
+            .map(|index| LensSlot { step: a.id, index })
+    })
+    .flatten()
+    .ok_or_else(|| to_candle(refusal("flash_attn_paged", "the call recorded no table")))?;
     if let Some(a) = admit {
         a.keep([&qr, k_cache, v_cache, &o].into_iter().chain(&side));
     }
-    Ok((o, LensSlot(slot)))
+    Ok((o, slot))
 }

@@ -95,6 +95,9 @@ pub(crate) fn forward<T: Elem>(
                 "a call on another device or stream than the capture's",
             )));
         }
+        // Before the output and the lengths are allocated on candle's
+        // stream: not while cudarc captures it (`super::candle_idle`).
+        super::candle_idle(&a.candle, "attention").c()?;
         a.ledger.will_run("attention").c()?;
         // From here on, an error abandons the admitted call after work
         // may have been queued: the capture is poisoned (`Admit::drop`).

@@ -331,3 +331,90 @@ fn paged_update_is_checked_as_the_eager_call() {
     assert!(check.check(&[0, 1, 2], &[1, 1]).is_err());
     assert!(check.check(&table.map(|x| x as i32), &[1]).is_err());
 }
+
+#[test]
+fn a_capturing_candle_stream_is_refused_typed() {
+    // Review finding 1: every status but `None` (cudarc's capture, active
+    // or invalidated) refuses, typed `CaptureUnsafe`, naming the call.
+    use cudnn::runtime::CaptureStatus;
+    idle_status(CaptureStatus::None, "attention").unwrap();
+    for st in [CaptureStatus::Active, CaptureStatus::Invalidated] {
+        let e = idle_status(st, "capture").unwrap_err();
+        assert!(matches!(e, Error::CaptureUnsafe { .. }), "{e}");
+        let s = e.to_string();
+        assert!(s.contains("cudnn-candle capture inside"), "{s}");
+        assert!(s.contains("candle's stream is being captured"), "{s}");
+    }
+}
+
+#[test]
+fn teardown_waits_for_every_launch() {
+    // Review finding 4, the bookkeeping: never launched, nothing to wait
+    // for; launched with the event recorded after, the event; a launch
+    // whose event record failed, the whole device.
+    assert_eq!(Launches::None.wait(), Wait::Nothing);
+    assert_eq!(Launches::Recorded.wait(), Wait::Event);
+    assert_eq!(Launches::Unrecorded.wait(), Wait::Device);
+}
+
+#[test]
+fn a_step_can_move_to_another_thread() {
+    // Its `Drop` waits for its launches wherever they ran (finding 4):
+    // being `Send` is what makes that wait necessary.
+    fn send<T: Send>() {}
+    send::<CapturedStep>();
+}
+
+#[test]
+fn prepared_slopes_and_sinks_that_are_copies_are_refused() {
+    // Review finding 3: inside a capture (an admitted call, modelled here
+    // without a device), slopes and sinks the preparation copies (bf16 /
+    // f16 sinks widened to f32 by candle's `to_dtype`, a strided view made
+    // contiguous) are refused, typed, naming them; the caller's own f32
+    // contiguous tensors pass (a replay reads them, in-place updates
+    // included). Outside a capture nothing is refused.
+    use candle_core::{DType, Device, Tensor};
+    let inside = Some(Admit {
+        _not_send: std::marker::PhantomData,
+        done: true,
+    });
+    let cpu = Device::Cpu;
+    let f32s = Tensor::new(&[0.5f32, 0.25, 0.125, 0.0625], &cpu).unwrap();
+    let own = crate::AttnParams::new(1.0)
+        .alibi_slopes(Some(f32s.clone()))
+        .sinks(Some(f32s.clone()));
+    let ready = crate::side::ready_params(&own).unwrap();
+    no_side_copy(&inside, &own, &ready).unwrap();
+    let bf = crate::AttnParams::new(1.0).sinks(Some(f32s.to_dtype(DType::BF16).unwrap()));
+    let ready = crate::side::ready_params(&bf).unwrap();
+    let e = no_side_copy(&inside, &bf, &ready).unwrap_err().to_string();
+    assert!(e.contains("sinks would be copied first (BF16"), "{e}");
+    no_side_copy(&None, &bf, &ready).unwrap();
+    let strided = Tensor::new(&[[0.5f32, 0.0], [0.25, 0.0]], &cpu)
+        .unwrap()
+        .narrow(1, 0, 1)
+        .unwrap()
+        .squeeze(1)
+        .unwrap();
+    assert!(!strided.is_contiguous());
+    let sv = crate::AttnParams::new(1.0).alibi_slopes(Some(strided));
+    let ready = crate::side::ready_params(&sv).unwrap();
+    let e = no_side_copy(&inside, &sv, &ready).unwrap_err().to_string();
+    assert!(e.contains("alibi_slopes would be copied first"), "{e}");
+}
+
+#[test]
+fn a_slot_of_another_step_is_refused_typed() {
+    // Review finding 5: a slot names its capture; one of another step with
+    // the same index is refused, typed, naming `slot` (before: it updated
+    // this step's call of that index).
+    let s = |step, index| LensSlot { step, index };
+    assert_eq!(slot_index(7, 2, s(7, 1), "KV-cache").unwrap(), 1);
+    for bad in [s(8, 1), s(7, 2), s(6, 0)] {
+        let e = slot_index(7, 2, bad, "KV-cache").unwrap_err();
+        match &e {
+            Error::InvalidArgument { arg, .. } => assert_eq!(arg, "slot"),
+            other => panic!("not typed: {other}"),
+        }
+    }
+}

@@ -48,8 +48,86 @@ fn entry_point(dt: DType) -> TestResult {
     close("o", &o, &Tensor::cat(&parts, 1)?.squeeze(0)?, tol(dt))
 }
 
+/// `max_seqlen_*` larger than every sequence (the score-bias path, not
+/// causal), against the reference of each sequence alone; then the same
+/// call with the slopes on the host: refused, typed (a device mismatch
+/// naming `alibi_slopes`), before any bias is built.
+fn max_past_every_sequence(dt: DType) -> TestResult {
+    let dev = cuda()?;
+    let lens = [7usize, 1, 33];
+    let (h, d) = (4usize, 64usize);
+    let t: usize = lens.iter().sum();
+    let (q, k, v) = inputs((1, t, h, d), (1, t, h, d), dt)?;
+    let cu = Tensor::new(cumulative(&lens).as_slice(), &dev)?;
+    let g = |x: &Tensor| x.squeeze(0)?.to_dtype(dt)?.to_device(&dev);
+    let sl = slopes(h);
+    let (qg, kg, vg) = (g(&q)?, g(&k)?, g(&v)?);
+    let o = cudnn_candle::flash_attn_varlen_alibi(
+        &qg,
+        &kg,
+        &vg,
+        &sl.to_device(&dev)?,
+        &cu,
+        &cu,
+        50,
+        61,
+        S,
+        false,
+    )?;
+    let p = AttnParams::new(S).alibi_slopes(Some(sl.clone()));
+    let mut at = 0;
+    let mut parts = Vec::new();
+    for &l in &lens {
+        let n = |x: &Tensor| x.narrow(1, at, l);
+        parts.push(reference(&n(&q)?, &n(&k)?, &n(&v)?, &p)?);
+        at += l;
+    }
+    close("o", &o, &Tensor::cat(&parts, 1)?.squeeze(0)?, tol(dt))?;
+    let e = cudnn_candle::flash_attn_varlen_alibi(
+        &qg,
+        &kg,
+        &vg,
+        &sl,
+        &cu,
+        &cu,
+        usize::MAX / 4,
+        usize::MAX / 4,
+        S,
+        false,
+    )
+    .err()
+    .ok_or("host slopes with device q")?;
+    match crate::support::typed(&e) {
+        Some(cudnn::Error::Mismatch { .. }) => {
+            assert!(e.to_string().contains("alibi_slopes"), "{e}")
+        }
+        other => return Err(format!("not the typed mismatch: {other:?} ({e})").into()),
+    }
+    // Device slopes and a huge max: the bias's size, typed.
+    let e = cudnn_candle::flash_attn_varlen_alibi(
+        &qg,
+        &kg,
+        &vg,
+        &sl.to_device(&dev)?,
+        &cu,
+        &cu,
+        1 << 30,
+        1 << 30,
+        S,
+        false,
+    )
+    .err()
+    .ok_or("a bias past the device's memory")?;
+    assert!(e.to_string().contains("max_seqlen_q / max_seqlen_k"), "{e}");
+    Ok(())
+}
+
 pub fn trials() -> Vec<Trial> {
     vec![
+        gpu(
+            "flash_attn_varlen_alibi_max_past_every_sequence_bf16",
+            || max_past_every_sequence(DType::BF16),
+        ),
         gpu("flash_attn_varlen_alibi_causal_bf16", || {
             let p = AttnParams::new(S)
                 .causal(true)
