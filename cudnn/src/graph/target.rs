@@ -38,6 +38,12 @@ pub const REQUIRED_FIELDS: [&str; 24] = [
     "deviceName",
 ];
 
+/// Required fields a live device's JSON may lack: cuDNN 9.19 writes no
+/// `memoryBusWidth` for a device (seen on an H100, 2026-12-05, the first
+/// device run), though a JSON given to cuDNN 9.28 needs one.
+/// [`DeviceProperties::from_device`] takes what the loaded cuDNN gave.
+const MAY_LACK_ON_A_DEVICE: [&str; 1] = ["memoryBusWidth"];
+
 /// Keys cuDNN 9.28 adds to a plan's device profile (`GPUProfile`) beyond
 /// [`REQUIRED_FIELDS`].
 pub(crate) const EXTRA_PROFILE_FIELDS: [&str; 2] =
@@ -344,6 +350,12 @@ impl DeviceProperties {
     /// Not JSON, not an object, a required field missing or of the wrong type,
     /// or a `deviceVer` cuDNN would refuse or misread.
     pub fn from_json(json: &str) -> Result<Self> {
+        Self::parse(json, &[])
+    }
+
+    /// [`from_json`](Self::from_json), where the required fields in
+    /// `may_lack` may be absent.
+    fn parse(json: &str, may_lack: &[&str]) -> Result<Self> {
         let v: serde_json::Value = serde_json::from_str(json).map_err(|e| {
             Error::invalid(
                 "device properties JSON",
@@ -360,7 +372,7 @@ impl DeviceProperties {
         })?;
         super::plan_json::no_duplicate_keys(json)?;
         for field in REQUIRED_FIELDS.iter() {
-            if !obj.contains_key(*field) {
+            if !obj.contains_key(*field) && !may_lack.contains(field) {
                 return Err(Error::invalid(
                     format!("device properties JSON field `{field}`"),
                     "is required by cuDNN",
@@ -448,7 +460,7 @@ impl DeviceProperties {
             d.set(attr::DEVICEPROP_DEVICE_ID, &[ordinal])?;
             d.finalize()?;
             let json = read_json(&d)?;
-            Self::from_json(&json)
+            Self::parse(&json, &MAY_LACK_ON_A_DEVICE)
         };
         props().map_err(crate::no_device::explain)
     }
@@ -669,6 +681,28 @@ mod tests {
             }
             other => panic!("{field}: {other:?}"),
         }
+    }
+
+    /// The H100's own JSON from cuDNN 9.19 (first device run, 2026-12-05)
+    /// has no `memoryBusWidth`: the live-device path takes it, a JSON given
+    /// by the user still needs it (cuDNN 9.28 refuses one without it), and
+    /// every other required field is required on both paths.
+    #[test]
+    fn a_device_json_may_lack_only_the_bus_width() {
+        let device = r#"{"maxGridSize":[2147483647,65535,65535],"maxBlockSize":[1024,1024,64],"regsPerBlock":65536,"multiProcessorCount":132,"warpSize":32,"maxSharedMemoryPerBlock":49152,"maxSharedMemoryPerBlockOptin":232448,"reservedSharedMemoryPerBlock":1024,"maxRegistersPerSM":65536,"maxCtasPerSM":32,"maxThreadsPerBlock":1024,"maxThreadsPerSM":2048,"pciDeviceId":6,"isTccDriver":0,"supportCoopLaunch":1,"totalGlobalMem":85017493504,"smClockRateKHz":1980000,"memClockRateKHz":2619000,"l2CacheSize":52428800,"cudaDeviceId":0,"deviceVer":900,"driverVer":13000,"deviceName":"NVIDIA H100 80GB HBM3"}"#;
+        let p = DeviceProperties::parse(device, &MAY_LACK_ON_A_DEVICE).unwrap();
+        assert_eq!((p.device_ver(), p.sm_count()), (900, 132));
+        refused(device, "memoryBusWidth");
+        let mut m = h200();
+        for k in REQUIRED_FIELDS {
+            let mut less = m.clone();
+            less.remove(k);
+            let json = Value::Object(less).to_string();
+            let live = DeviceProperties::parse(&json, &MAY_LACK_ON_A_DEVICE);
+            assert_eq!(live.is_ok(), k == "memoryBusWidth", "{k}");
+        }
+        m.remove("memoryBusWidth");
+        refused(&Value::Object(m).to_string(), "memoryBusWidth");
     }
 
     /// A target's properties are held to the plan loader's ranges (one
