@@ -26,7 +26,7 @@
 #             conv2d, graph_conv, lenet, ddp_lenet as one rank), then
 #             the ones that plan many graphs (attention, aot)            est  30  cap  75
 #   bench     the other benchmarks (bench_ops --quick, bench_host,
-#             bench_graph, bench_nccl, bench_cudarc)                      est  35  cap  60
+#             bench_graph, bench_nccl, bench_cudarc, bench_launch)        est  35  cap  60
 #   memcheck  compute-sanitizer memcheck on the runtime module and gemm's
 #             gemm_f32 tests; "not supported on this device's runtime"
 #             is a skip with its reason                                   est  35  cap  60
@@ -709,6 +709,7 @@ if selected bench; then
     bench bench_cuda_graphs 15 bench_cuda_graphs --iters 100
     bench bench_nccl 25 bench_nccl
     bench bench_cudarc 10 bench_cudarc --rounds 9
+    bench bench_launch 15 bench_launch --rounds 7
     phase_end
 else
     phase_skip bench 35 60
