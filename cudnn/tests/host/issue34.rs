@@ -1,4 +1,8 @@
-//! The launch checks the benchmark measures (issue 34 item 2):
+//! Issue 34: the launch checks the benchmark measures (item 2), and the
+//! function tables of the -sys crates after their build cost was cut
+//! (item 3: every symbol resolved through one untyped lookup).
+//!
+//! Item 2:
 //! `ConvForwardPlan::launch_checks`, `MatmulSpec::launch_checks` and
 //! `nccl::LaunchChecks::all_reduce` refuse and accept exactly what the
 //! safe call does, against hand-computed sizes (conv output size from the
@@ -26,6 +30,7 @@ pub fn main() {
         host("fuzz_conv_launch_checks_lengths", fuzz_conv),
         host("matmul_launch_checks_rules", matmul_rules),
         host("fuzz_matmul_launch_checks_lengths", fuzz_matmul),
+        host("sys_tables_resolve_what_dlsym_finds", tables_match_dlsym),
     ];
     nccl_trials(&mut trials);
     run(trials);
@@ -336,5 +341,106 @@ fn fuzz_nccl() -> TestResult {
             }
         })
         .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+// ------------------------------------------------------- -sys tables
+
+/// `symbol`'s address in the already loaded library at `path`, asked of
+/// the system loader directly (`dlopen` with `RTLD_NOLOAD`, `dlsym`).
+fn dlsym(path: &std::path::Path, symbol: &str) -> Result<Option<usize>, String> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let p = CString::new(path.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+    let s = CString::new(symbol).map_err(|e| e.to_string())?;
+    // SAFETY: NUL-terminated strings; RTLD_NOLOAD opens nothing new (the
+    // library is loaded already), and the reference taken is released below.
+    let h = unsafe { libc::dlopen(p.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    if h.is_null() {
+        return Err(format!("{} is not loaded", path.display()));
+    }
+    // SAFETY: a live handle and a NUL-terminated name.
+    let a = unsafe { libc::dlsym(h, s.as_ptr()) };
+    // SAFETY: the handle from the dlopen above, closed once.
+    unsafe { libc::dlclose(h) };
+    Ok((!a.is_null()).then_some(a as usize))
+}
+
+/// Every table knows a symbol exactly when the system loader finds it in
+/// the file the table loaded (on the cuda13 stack, as new as the headers,
+/// no symbol is set aside for an ABI change), and the table found that
+/// file through the address of one of its symbols. One function called
+/// through the table and through `dlsym`'s address gives the same answer.
+fn tables_match_dlsym() -> TestResult {
+    use cudnn::sys::{cublas, cudart, cudnn as dnn};
+    type Table<'a> = (
+        &'a str,
+        &'a [&'static str],
+        Box<dyn Fn(&str) -> bool + 'a>,
+        Option<std::path::PathBuf>,
+    );
+    let (d, r, b, lt) = (
+        dnn::load()?,
+        cudart::load()?,
+        cublas::load()?,
+        cublas::load_lt()?,
+    );
+    let tables: Vec<Table<'_>> = vec![
+        (
+            "cudnn",
+            dnn::Cudnn::SYMBOLS,
+            Box::new(|s| d.has_symbol(s)),
+            d.info().path.clone(),
+        ),
+        (
+            "cudart",
+            cudart::Cudart::SYMBOLS,
+            Box::new(|s| r.has_symbol(s)),
+            r.info().path.clone(),
+        ),
+        (
+            "cublas",
+            cublas::Cublas::SYMBOLS,
+            Box::new(|s| b.has_symbol(s)),
+            b.info().path.clone(),
+        ),
+        (
+            "cublasLt",
+            cublas::CublasLt::SYMBOLS,
+            Box::new(|s| lt.has_symbol(s)),
+            lt.info().path.clone(),
+        ),
+    ];
+    for (name, symbols, has, path) in &tables {
+        let path = path
+            .as_ref()
+            .ok_or(format!("{name}: the table names no file"))?;
+        let mut found = 0;
+        for s in symbols.iter() {
+            let by_loader = dlsym(path, s)?.is_some();
+            ensure!(
+                has(s) == by_loader,
+                "{name}: {s}: the table says {}, dlsym says {by_loader}",
+                has(s)
+            );
+            found += usize::from(by_loader);
+        }
+        ensure!(found > 0, "{name}: no symbol found in {}", path.display());
+        eprintln!(
+            "{name}: {found} of {} symbols, as dlsym finds them",
+            symbols.len()
+        );
+    }
+    // cudnnGetVersion through the table and through dlsym's address.
+    let path = d.info().path.clone().ok_or("cudnn: no file")?;
+    let addr = dlsym(&path, "cudnnGetVersion")?.ok_or("cudnnGetVersion missing")?;
+    // SAFETY: the address of `size_t cudnnGetVersion(void)` in the loaded cuDNN.
+    let direct: unsafe extern "C" fn() -> usize = unsafe { std::mem::transmute(addr) };
+    // SAFETY: takes nothing, needs no device.
+    let (a, v) = (unsafe { direct() }, unsafe { d.cudnnGetVersion() }?);
+    ensure!(
+        a == v,
+        "cudnnGetVersion: {a} by dlsym, {v} through the table"
+    );
     Ok(())
 }
