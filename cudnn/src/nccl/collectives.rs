@@ -35,14 +35,19 @@ unsafe fn issue_via(
     stream: &Stream,
     launch: Launcher,
 ) -> Result<()> {
+    if !comm.checks_agreement() {
+        // Nothing to exchange first: `issue_checked_via` takes the family,
+        // checks and holds the stream and checks the communicator, in this
+        // order, once (taking them here as well doubled the host cost).
+        // SAFETY: as this function's caller guarantees.
+        return unsafe { issue_checked_via(comm, call, stream, launch) };
+    }
     // Held through the exchange and the launch: no capture of the stream
     // begins meanwhile, and no other member of the split family is used.
     let _use = comm.enter_family()?;
     let _hold = comm.check_stream(stream)?;
     comm.live()?;
-    if comm.checks_agreement() {
-        comm.agree_across(&call, stream)?;
-    }
+    comm.agree_across(&call, stream)?;
     // SAFETY: as this function's caller guarantees.
     unsafe { issue_checked_via(comm, call, stream, launch) }
 }
