@@ -48,6 +48,11 @@ macro_rules! __define_functions {
             )*
         }
     ) => {
+        /// The symbols' positions in the table's `SYMBOLS`.
+        #[allow(non_camel_case_types, dead_code, clippy::enum_variant_names)]
+        #[repr(usize)]
+        enum __Sym { $( $name, )* }
+
         $(#[$meta])*
         pub struct $Api {
             info: $crate::loader::LibraryInfo,
@@ -129,18 +134,47 @@ macro_rules! __define_functions {
                 }
             }
 
-            /// Treat these symbols as absent even though the library exports
-            /// them (their ABI differs in this library's version).
-            #[cfg(not(feature = "link"))]
-            pub(crate) fn forget_symbols(&mut self, skip: &[&str]) {
-                $( if skip.contains(&stringify!($name)) { self.$name = None; } )*
+            /// The position of `symbol` in [`SYMBOLS`](Self::SYMBOLS).
+            fn index_of(symbol: &str) -> ::core::option::Option<usize> {
+                Self::SYMBOLS.iter().position(|s| *s == symbol)
             }
 
-            /// Treat these symbols as absent even though the library is
-            /// linked (their ABI differs in the version loaded at run time).
-            #[cfg(feature = "link")]
+            /// Treat these symbols as absent even though the library exports
+            /// them (their ABI differs in this library's version).
             pub(crate) fn forget_symbols(&mut self, skip: &[&str]) {
-                $( if skip.contains(&stringify!($name)) { self.$name = false; } )*
+                for s in skip {
+                    if let ::core::option::Option::Some(i) = Self::index_of(s) {
+                        self.forget_index(i);
+                    }
+                }
+            }
+
+            /// Mark the `i`-th symbol absent. Matched by position (one
+            /// integer switch), not by name: a chain of string compares
+            /// per symbol cost more to compile than the lookup saves.
+            fn forget_index(&mut self, i: usize) {
+                $(
+                    if i == __Sym::$name as usize {
+                        #[cfg(not(feature = "link"))]
+                        { self.$name = ::core::option::Option::None; }
+                        #[cfg(feature = "link")]
+                        { self.$name = false; }
+                        return;
+                    }
+                )*
+            }
+
+            /// Whether the `i`-th symbol is present (see `forget_index`).
+            fn present_index(&self, i: usize) -> bool {
+                $(
+                    if i == __Sym::$name as usize {
+                        #[cfg(not(feature = "link"))]
+                        { return ::core::matches!(self.$name, ::core::option::Option::Some(_)); }
+                        #[cfg(feature = "link")]
+                        { return self.$name; }
+                    }
+                )*
+                false
             }
 
             /// The address of some function of the library (the first one
@@ -175,16 +209,7 @@ macro_rules! __define_functions {
             /// Whether the library provides `symbol` (when linked: declared,
             /// and not marked absent for the version loaded).
             pub fn has_symbol(&self, symbol: &str) -> bool {
-                #[cfg(not(feature = "link"))]
-                {
-                    $( if symbol == stringify!($name) { return ::core::matches!(self.$name, ::core::option::Option::Some(_)); } )*
-                    false
-                }
-                #[cfg(feature = "link")]
-                {
-                    $( if symbol == stringify!($name) { return self.$name; } )*
-                    false
-                }
+                Self::index_of(symbol).is_some_and(|i| self.present_index(i))
             }
 
             /// The declared functions this library does not provide.
