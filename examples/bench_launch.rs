@@ -21,6 +21,10 @@
 //! difference is what the safe call adds (the checks above, the
 //! architecture check, the handle's device made current).
 //!
+//! Then the same for a legacy convolution, a cuBLASLt matmul and an NCCL
+//! all-reduce (`bench_launch_ops.rs`): their checks without a device, and
+//! on a GPU the whole safe call against the raw `-sys` call.
+//!
 //! Prints markdown tables; each figure is the fastest of `--rounds`
 //! (default 15) rounds of about 10 ms (the least disturbed by other work;
 //! the median of the total is shown beside it). Nothing is asserted.
@@ -35,6 +39,9 @@ use cudnn::graph::{
 };
 use cudnn::runtime::{Device, DeviceSlice, DeviceSliceMut};
 use half::{bf16, f16};
+
+#[path = "bench_launch_ops.rs"]
+mod ops;
 
 type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -425,8 +432,7 @@ fn gpu_half(rounds: usize, plans: &[(String, Plan)]) -> AnyResult<()> {
         drop(ws);
     }
     println!(
-        "\nEach launch's time includes draining the stream every {} launches (the same on both sides). \
-         Not measured: the legacy convolution's, a cuBLASLt matmul's and an NCCL all-reduce's checks.",
+        "\nEach launch's time includes draining the stream every {} launches (the same on both sides).",
         200
     );
     Ok(())
@@ -462,8 +468,12 @@ fn run() -> AnyResult<()> {
     };
     let plans = plans(&target)?;
     host_half(rounds, &plans)?;
+    ops::host_half(rounds)?;
     match Device::count() {
-        Ok(n) if n > 0 => gpu_half(rounds, &plans)?,
+        Ok(n) if n > 0 => {
+            gpu_half(rounds, &plans)?;
+            ops::gpu_half(rounds)?;
+        }
         _ => println!("\nGPU half skipped: no CUDA device (the crate's checks above need none)."),
     }
     Ok(())

@@ -39,6 +39,28 @@ use std::path::{Path, PathBuf};
 
 pub use libloading;
 
+/// The address of the symbol `name` (NUL-terminated) in `lib`, untyped;
+/// `None` when the library lacks it or it is null. The first address
+/// found is kept in `first`. One non-generic lookup that every function
+/// table's builder (`__define_functions!`) calls, so the loader's generic
+/// code is compiled once, not once per C signature.
+#[doc(hidden)]
+pub fn symbol_address(
+    lib: &libloading::Library,
+    name: &[u8],
+    first: &mut Option<usize>,
+) -> Option<*mut core::ffi::c_void> {
+    // SAFETY: the symbol is read as an address only (a pointer-sized value
+    // typed `*mut c_void`), never called or dereferenced here; the caller
+    // gives it its C type.
+    let p = unsafe { lib.get::<*mut core::ffi::c_void>(name) }
+        .ok()
+        .map(|s| *s)
+        .filter(|p| !p.is_null())?;
+    first.get_or_insert(p as usize);
+    Some(p)
+}
+
 /// What to look for, for one library.
 #[derive(Debug, Clone, Copy)]
 pub struct LibrarySpec {

@@ -48,11 +48,19 @@ macro_rules! __define_functions {
             )*
         }
     ) => {
+        /// The symbols' positions in the table's `SYMBOLS`.
+        #[allow(non_camel_case_types, dead_code, clippy::enum_variant_names)]
+        #[repr(usize)]
+        enum __Sym { $( $name, )* }
+
         $(#[$meta])*
         pub struct $Api {
             info: $crate::loader::LibraryInfo,
             #[cfg(not(feature = "link"))]
             _lib: $crate::loader::libloading::Library,
+            /// The address of the first symbol resolved (see `address_of_any`).
+            #[cfg(not(feature = "link"))]
+            any: ::core::option::Option<usize>,
             $(
                 #[cfg(not(feature = "link"))]
                 $name: ::core::option::Option<unsafe extern "C" fn( $( $ty ),* ) $( -> $ret )?>,
@@ -83,50 +91,97 @@ macro_rules! __define_functions {
             pub const SYMBOLS: &'static [&'static str] = &[ $( stringify!($name) ),* ];
 
             /// Build the table from an opened library, resolving every symbol once.
+            ///
+            /// Each symbol goes through one non-generic lookup
+            /// ([`symbol_address`]($crate::loader::symbol_address)) and is
+            /// given its type here: a typed lookup per symbol instantiated
+            /// the loader's generic code once per distinct signature, most
+            /// of what these crates cost to compile.
             #[cfg(not(feature = "link"))]
             pub(crate) fn resolve(
                 lib: $crate::loader::libloading::Library,
                 info: $crate::loader::LibraryInfo,
             ) -> Self {
+                let mut any = ::core::option::Option::None;
                 Self {
                     $(
-                        // SAFETY: the pointer type is the C declaration the
-                        // bindings were generated from, and the Library it came
-                        // from is stored in the same table (`_lib`), so it
-                        // outlives every copy of the pointer.
-                        $name: unsafe {
-                            lib.get::<unsafe extern "C" fn( $( $ty ),* ) $( -> $ret )?>(
-                                concat!(stringify!($name), "\0").as_bytes(),
-                            )
-                        }
-                        .ok()
-                        .map(|s| *s),
+                        $name: match $crate::loader::symbol_address(
+                            &lib,
+                            concat!(stringify!($name), "\0").as_bytes(),
+                            &mut any,
+                        ) {
+                            // SAFETY: a non-null address of the symbol of
+                            // this name, whose C declaration is the pointer
+                            // type (the bindings were generated from it);
+                            // data and function pointers have one size and
+                            // representation on every platform this crate
+                            // loads libraries on (as libloading's typed
+                            // lookup assumes); the Library it came from is
+                            // stored in the same table (`_lib`), so it
+                            // outlives every copy of the pointer.
+                            ::core::option::Option::Some(p) => ::core::option::Option::Some(unsafe {
+                                ::core::mem::transmute::<
+                                    *mut ::core::ffi::c_void,
+                                    unsafe extern "C" fn( $( $ty ),* ) $( -> $ret )?,
+                                >(p)
+                            }),
+                            ::core::option::Option::None => ::core::option::Option::None,
+                        },
                     )*
                     info,
+                    any,
                     _lib: lib,
                 }
             }
 
+            /// The position of `symbol` in [`SYMBOLS`](Self::SYMBOLS).
+            fn index_of(symbol: &str) -> ::core::option::Option<usize> {
+                Self::SYMBOLS.iter().position(|s| *s == symbol)
+            }
+
             /// Treat these symbols as absent even though the library exports
             /// them (their ABI differs in this library's version).
-            #[cfg(not(feature = "link"))]
             pub(crate) fn forget_symbols(&mut self, skip: &[&str]) {
-                $( if skip.contains(&stringify!($name)) { self.$name = None; } )*
+                for s in skip {
+                    if let ::core::option::Option::Some(i) = Self::index_of(s) {
+                        self.forget_index(i);
+                    }
+                }
             }
 
-            /// Treat these symbols as absent even though the library is
-            /// linked (their ABI differs in the version loaded at run time).
-            #[cfg(feature = "link")]
-            pub(crate) fn forget_symbols(&mut self, skip: &[&str]) {
-                $( if skip.contains(&stringify!($name)) { self.$name = false; } )*
+            /// Mark the `i`-th symbol absent. Matched by position (one
+            /// integer switch), not by name: a chain of string compares
+            /// per symbol cost more to compile than the lookup saves.
+            fn forget_index(&mut self, i: usize) {
+                $(
+                    if i == __Sym::$name as usize {
+                        #[cfg(not(feature = "link"))]
+                        { self.$name = ::core::option::Option::None; }
+                        #[cfg(feature = "link")]
+                        { self.$name = false; }
+                        return;
+                    }
+                )*
             }
 
-            /// The address of some function of the library, to ask the loader
-            /// which file it came from.
+            /// Whether the `i`-th symbol is present (see `forget_index`).
+            fn present_index(&self, i: usize) -> bool {
+                $(
+                    if i == __Sym::$name as usize {
+                        #[cfg(not(feature = "link"))]
+                        { return ::core::matches!(self.$name, ::core::option::Option::Some(_)); }
+                        #[cfg(feature = "link")]
+                        { return self.$name; }
+                    }
+                )*
+                false
+            }
+
+            /// The address of some function of the library (the first one
+            /// resolved), to ask the loader which file it came from.
             #[cfg(not(feature = "link"))]
             pub(crate) fn address_of_any(&self) -> Option<*const ::core::ffi::c_void> {
-                $( if let Some(f) = self.$name { return Some(f as *const ::core::ffi::c_void); } )*
-                None
+                self.any.map(|a| a as *const ::core::ffi::c_void)
             }
 
             /// The table for a library linked at build time.
@@ -154,16 +209,7 @@ macro_rules! __define_functions {
             /// Whether the library provides `symbol` (when linked: declared,
             /// and not marked absent for the version loaded).
             pub fn has_symbol(&self, symbol: &str) -> bool {
-                #[cfg(not(feature = "link"))]
-                {
-                    $( if symbol == stringify!($name) { return self.$name.is_some(); } )*
-                    false
-                }
-                #[cfg(feature = "link")]
-                {
-                    $( if symbol == stringify!($name) { return self.$name; } )*
-                    false
-                }
+                Self::index_of(symbol).is_some_and(|i| self.present_index(i))
             }
 
             /// The declared functions this library does not provide.

@@ -31,7 +31,7 @@
 #             --bench: its functions against candle's own ops, a
 #             markdown table, its own budget of at most 40 s), then the
 #             other benchmarks (bench_ops --quick, bench_host,
-#             bench_graph, bench_nccl, bench_cudarc)                      est  75  cap 110
+#             bench_graph, bench_nccl, bench_cudarc, bench_launch)        est  75  cap 110
 #   memcheck  compute-sanitizer memcheck on the runtime module and gemm's
 #             gemm_f32 tests; "not supported on this device's runtime"
 #             is a skip with its reason                                   est  35  cap  60
@@ -732,6 +732,7 @@ if selected bench; then
     bench bench_cuda_graphs 15 bench_cuda_graphs --iters 100
     bench bench_nccl 25 bench_nccl
     bench bench_cudarc 10 bench_cudarc --rounds 9
+    bench bench_launch 15 bench_launch --rounds 7
     phase_end
 else
     phase_skip bench 75 110

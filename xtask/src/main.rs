@@ -67,8 +67,10 @@ tasks:
   bench-launch [--rounds N]
       The host cost of launching a cached graph plan (release build of
       `examples/bench_launch`): the crate's checks per launch by stage for
-      plans with 3, 4 and 8 bindings, without a device; with one, the whole
-      Plan::execute against the same call through the raw -sys crate.
+      plans with 3, 4 and 8 bindings, then of a legacy convolution, a
+      cuBLASLt matmul (3 to 5 buffers) and an NCCL all-reduce, without a
+      device; with one, each whole safe call (Plan::execute, the others)
+      against the same call through the raw -sys crate.
   features
       Every feature combination of `cudnn` that matters builds
       warning-free: none, the defaults, each feature alone, all, and `link`

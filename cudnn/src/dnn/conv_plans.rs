@@ -15,7 +15,7 @@ use super::handle::Handle;
 use super::tensor::TensorDescriptor;
 use crate::check::{self, cudnn_call};
 use crate::error::{Error, Result};
-use crate::runtime::{DeviceSlice, DeviceSliceMut};
+use crate::runtime::{Device, DeviceSlice, DeviceSliceMut};
 use crate::sys::cudnn as dnn;
 
 macro_rules! plan_common {
@@ -188,6 +188,19 @@ pub(super) fn scale_ptr<S>(s: &S) -> *const c_void {
     (s as *const S).cast()
 }
 
+/// The operation's name in device-mismatch errors.
+const FORWARD: &str = "convolution forward";
+
+/// The buffers of a forward run and their devices, as checked against the
+/// handle's (or the benchmark's) device.
+fn forward_args<T: ConvDataType>(
+    x: &DeviceSlice<'_, T>,
+    w: &DeviceSlice<'_, T>,
+    y: &DeviceSliceMut<'_, T>,
+) -> [(&'static str, Option<Device>); 3] {
+    [("x", x.device()), ("w", w.device()), ("y", y.device())]
+}
+
 /// The handle's workspace of `bytes` bytes and the raw handle, for one launch.
 pub(super) fn handle_workspace(
     handle: &mut Handle,
@@ -224,10 +237,7 @@ impl<T: ConvDataType> ConvForwardPlan<T> {
     ) -> Result<()> {
         let (x, w, mut y) = (x.into(), w.into(), y.into());
         self.0.check_buffers(x.len(), w.len(), y.len())?;
-        let _on = handle.launch(
-            "convolution forward",
-            &[("x", x.device()), ("w", w.device()), ("y", y.device())],
-        )?;
+        let _on = handle.launch(FORWARD, &forward_args(&x, &w, &y))?;
         self.0.verify(handle)?;
         let (h, ws, ws_bytes) = handle_workspace(handle, self.0.workspace)?;
         let l = Launch {
@@ -243,6 +253,33 @@ impl<T: ConvDataType> ConvForwardPlan<T> {
         // above); `y` is exclusively borrowed; the workspace view is valid
         // for `ws_bytes` bytes and only used by work on the handle's stream.
         unsafe { self.launch(&l, alpha, beta) }
+    }
+
+    /// Benchmark aid (`examples/bench_launch.rs`, issue 34): the checks of
+    /// [`run`](Self::run) that need no handle, the same code, and no
+    /// launch (nothing is dereferenced, whatever the views hold): every
+    /// buffer's length against its descriptor and, with `device`, every
+    /// buffer's device against it (`run` checks them against the handle's
+    /// device). What needs a handle (its stream's thread and capture
+    /// state, its device made current, the plan's workspace verified once
+    /// and the handle's workspace looked up) is left out.
+    ///
+    /// # Errors
+    /// As [`run`](Self::run) for the checks run.
+    #[doc(hidden)]
+    pub fn launch_checks<'x, 'w, 'y>(
+        &self,
+        x: impl Into<DeviceSlice<'x, T>>,
+        w: impl Into<DeviceSlice<'w, T>>,
+        y: impl Into<DeviceSliceMut<'y, T>>,
+        device: Option<Device>,
+    ) -> Result<()> {
+        let (x, w, y) = (x.into(), w.into(), y.into());
+        self.0.check_buffers(x.len(), w.len(), y.len())?;
+        if let Some(d) = device {
+            crate::runtime::check_args(FORWARD, d, &forward_args(&x, &w, &y))?;
+        }
+        Ok(())
     }
 
     /// As [`run`](Self::run), with the caller's workspace (at least

@@ -6,8 +6,14 @@ use super::clique;
 use super::comm::Communicator;
 use super::depth;
 use super::op::{Call, NcclType, ReduceOp};
+use super::sys;
 use crate::error::{Error, Result};
 use crate::runtime::{DeviceSlice, DeviceSliceMut, Stream};
+use crate::sys::cudart::cudaStream_t;
+
+/// How a checked call reaches NCCL: [`Call::launch`], or nothing
+/// ([`LaunchChecks`], the benchmark's).
+type Launcher = unsafe fn(&Call, sys::ncclComm_t, cudaStream_t) -> Result<sys::ncclResult_t>;
 
 /// Issue one checked call by itself.
 ///
@@ -15,16 +21,35 @@ use crate::runtime::{DeviceSlice, DeviceSliceMut, Stream};
 /// The call's pointers come from views borrowed for the whole calling
 /// method and were checked against its counts.
 unsafe fn issue(comm: &Communicator, call: Call, stream: &Stream) -> Result<()> {
+    // SAFETY: as this function's caller guarantees.
+    unsafe { issue_via(comm, call, stream, Call::launch) }
+}
+
+/// [`issue`] through `launch`.
+///
+/// # Safety
+/// As [`issue`], for a `launch` that passes the pointers on.
+unsafe fn issue_via(
+    comm: &Communicator,
+    call: Call,
+    stream: &Stream,
+    launch: Launcher,
+) -> Result<()> {
+    if !comm.checks_agreement() {
+        // Nothing to exchange first: `issue_checked_via` takes the family,
+        // checks and holds the stream and checks the communicator, in this
+        // order, once (taking them here as well doubled the host cost).
+        // SAFETY: as this function's caller guarantees.
+        return unsafe { issue_checked_via(comm, call, stream, launch) };
+    }
     // Held through the exchange and the launch: no capture of the stream
     // begins meanwhile, and no other member of the split family is used.
     let _use = comm.enter_family()?;
     let _hold = comm.check_stream(stream)?;
     comm.live()?;
-    if comm.checks_agreement() {
-        comm.agree_across(&call, stream)?;
-    }
+    comm.agree_across(&call, stream)?;
     // SAFETY: as this function's caller guarantees.
-    unsafe { issue_checked(comm, call, stream) }
+    unsafe { issue_checked_via(comm, call, stream, launch) }
 }
 
 /// [`issue`] without the opt-in comparison across processes.
@@ -32,6 +57,20 @@ unsafe fn issue(comm: &Communicator, call: Call, stream: &Stream) -> Result<()> 
 /// # Safety
 /// As [`issue`].
 pub(super) unsafe fn issue_checked(comm: &Communicator, call: Call, stream: &Stream) -> Result<()> {
+    // SAFETY: as this function's caller guarantees.
+    unsafe { issue_checked_via(comm, call, stream, Call::launch) }
+}
+
+/// [`issue_checked`] through `launch`.
+///
+/// # Safety
+/// As [`issue`], for a `launch` that passes the pointers on.
+unsafe fn issue_checked_via(
+    comm: &Communicator,
+    call: Call,
+    stream: &Stream,
+    launch: Launcher,
+) -> Result<()> {
     // Held until the enqueue (and its poll) returned: a capture of the
     // stream cannot begin between this check and the launch, and no other
     // member of the split family is used meanwhile (re-entrant from `issue`).
@@ -50,7 +89,7 @@ pub(super) unsafe fn issue_checked(comm: &Communicator, call: Call, stream: &Str
     // stream is borrowed for the call. Device memory is freed only after
     // queued work (cudaFree synchronizes; stream-ordered frees are ordered
     // after it).
-    let r = unsafe { call.launch(raw, stream.as_raw()) };
+    let r = unsafe { launch(&call, raw, stream.as_raw()) };
     let r = match r {
         Ok(r) => r,
         Err(e) => {
@@ -58,9 +97,7 @@ pub(super) unsafe fn issue_checked(comm: &Communicator, call: Call, stream: &Str
             return Err(e);
         }
     };
-    if r != crate::sys::nccl::ncclResult_t::ncclSuccess
-        && r != crate::sys::nccl::ncclResult_t::ncclInProgress
-    {
+    if r != sys::ncclResult_t::ncclSuccess && r != sys::ncclResult_t::ncclInProgress {
         // Posted, not launched: the ranks of this process are out of step.
         comm.out_of_step(&call);
     }
@@ -77,6 +114,68 @@ macro_rules! run {
         // and checked against the counts.
         unsafe { issue($self, Call::new::<T>(op), $stream) }
     }};
+}
+
+/// The launcher of [`LaunchChecks`]: NCCL is not called and nothing is
+/// dereferenced; the answer is NCCL's success.
+///
+/// # Safety
+/// None needed (nothing is touched); `unsafe` to be a [`Launcher`].
+unsafe fn no_launch(_: &Call, _: sys::ncclComm_t, _: cudaStream_t) -> Result<sys::ncclResult_t> {
+    Ok(sys::ncclResult_t::ncclSuccess)
+}
+
+/// Benchmark aid (`examples/bench_launch.rs`, issue 34): the host work of
+/// a direct collective up to the library call, with no NCCL and no
+/// device. It holds a communicator that NCCL never sees (rank 0 of 1 on
+/// device 0; its calls reach a launcher that calls nothing, and dropping
+/// it calls nothing either), and runs the same code as
+/// [`Communicator::all_reduce`]: the group refusal, the buffers' devices
+/// and lengths, the split family taken, the stream's checks and queue
+/// hold, the communicator's state; then, in place of `ncclAllReduce`,
+/// nothing.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct LaunchChecks {
+    comm: Communicator,
+}
+
+impl LaunchChecks {
+    /// The checks of rank 0 of 1 on device 0.
+    ///
+    /// # Errors
+    /// None in practice (the rank and size are valid).
+    pub fn new() -> Result<Self> {
+        Ok(LaunchChecks {
+            comm: Communicator::never_launched()?,
+        })
+    }
+
+    /// The checks of [`Communicator::all_reduce`], then no launch.
+    ///
+    /// # Errors
+    /// As [`Communicator::all_reduce`] for the checks.
+    pub fn all_reduce<'s, 'r, T: NcclType>(
+        &self,
+        send: impl Into<DeviceSlice<'s, T>>,
+        recv: impl Into<DeviceSliceMut<'r, T>>,
+        op: ReduceOp,
+        stream: &Stream,
+    ) -> Result<()> {
+        let (send, mut recv) = (send.into(), recv.into());
+        depth::refuse("a Communicator collective", depth::WHY_DIRECT)?;
+        let op = self.comm.op_all_reduce(&send, &mut recv, op)?;
+        // SAFETY: `no_launch` passes no pointer on (the communicator is
+        // never handed to NCCL).
+        unsafe { issue_via(&self.comm, Call::new::<T>(op), stream, no_launch) }
+    }
+}
+
+impl Drop for LaunchChecks {
+    fn drop(&mut self) {
+        // Marked aborted, the communicator's own drop calls nothing.
+        self.comm.forget_never_launched();
+    }
 }
 
 /// Sending to or receiving from oneself hangs unless the matching call is

@@ -371,9 +371,20 @@ impl Communicator {
     /// A communicator no NCCL call may see (tests of the recording).
     #[cfg(test)]
     pub(crate) fn fake(raw: NonNull<sys::ncclComm>) -> Self {
-        Communicator {
-            raw,
-            ranks: Ranks::new(0, 1).unwrap_or_else(|_| unreachable!()),
+        let mut c = Self::never_launched().unwrap_or_else(|_| unreachable!());
+        c.raw = raw;
+        c
+    }
+
+    /// A communicator NCCL never sees, rank 0 of 1 on device 0, for
+    /// [`LaunchChecks`](super::LaunchChecks): its handle is a dangling
+    /// pointer that only a launcher calling nothing receives; it must end
+    /// with [`forget_never_launched`](Self::forget_never_launched) (or be
+    /// leaked), so that its drop calls nothing either.
+    pub(crate) fn never_launched() -> Result<Self> {
+        Ok(Communicator {
+            raw: NonNull::dangling(),
+            ranks: Ranks::new(0, 1)?,
             device: 0,
             mode: Cell::new(Mode::Unknown),
             aborted: Cell::new(false),
@@ -383,7 +394,13 @@ impl Communicator {
             member: None,
             check_agreement: false,
             family: Arc::default(),
-        }
+        })
+    }
+
+    /// End a [`never_launched`](Self::never_launched) communicator: marked
+    /// aborted, its drop calls nothing.
+    pub(crate) fn forget_never_launched(&self) {
+        self.aborted.set(true);
     }
 
     /// A fake communicator (as [`fake`](Self::fake)) of rank `member.rank()`

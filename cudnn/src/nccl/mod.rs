@@ -75,6 +75,8 @@ mod tests_progress;
 mod validate;
 mod watch;
 
+#[doc(hidden)]
+pub use collectives::LaunchChecks;
 pub use comm::Communicator;
 pub use group::{Group, group};
 pub use id::{UNIQUE_ID_BYTES, UniqueId};

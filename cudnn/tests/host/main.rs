@@ -30,6 +30,7 @@ mod graph_files;
 mod graph_fp8;
 mod graph_norm_attention;
 mod handles;
+mod issue34;
 mod nccl;
 mod nccl_groups;
 mod nccl_rendezvous;
@@ -59,7 +60,7 @@ tier_main! {
     mods: [
         algo_cache, bind_by_tensor, conv, cuda_graphs, descriptors, fp8_gemm, fuzz_backend, fuzz_graph,
         fuzz_graph_fp8, fuzz_plan_files, gemm, graph, graph_files, graph_fp8,
-        graph_norm_attention, handles, nccl, nccl_groups, nccl_rendezvous,
+        graph_norm_attention, handles, issue34, nccl, nccl_groups, nccl_rendezvous,
         nccl_rendezvous_attacks, nccl_rendezvous_tcp, no_device, ops, perf, plan_json_softmax,
         plan_reload, plan_trust, raw, rnn, sdpa_all_options, sdpa_bias, sdpa_bwd_reload,
         sdpa_combined, sdpa_modes, sdpa_options, sdpa_ragged, sdpa_ragged_composite,

@@ -239,6 +239,130 @@ pub(super) fn check_aligned(name: &str, addr: usize, alignment: usize) -> Result
     Ok(())
 }
 
+/// The operation's name in device-mismatch errors.
+const LT_MATMUL: &str = "cublasLtMatmul";
+
+/// What the checks of a run that need neither a handle nor the plan's
+/// state derive: the epilogue's pointers (by argument name) and the scales.
+struct Checked {
+    bias_addr: Option<(&'static str, usize)>,
+    aux_addr: Option<(&'static str, usize)>,
+    alpha: ScaleValue,
+    beta: ScaleValue,
+}
+
+/// The checks of [`MatmulPlan::run`] before the plan's lock: every buffer's
+/// length against the spec (the epilogue's against the shape), every
+/// pointer aligned as the heuristic was told, alpha and beta held by the
+/// scale type.
+#[allow(clippy::too_many_arguments)]
+fn host_checks<A: GemmTypes<D>, D: DataType>(
+    spec: &MatmulSpec,
+    shape: &MatmulShape,
+    alpha: A::Scale,
+    a: &DeviceSlice<'_, A>,
+    b: &DeviceSlice<'_, A>,
+    beta: A::Scale,
+    d: &mut DeviceSliceMut<'_, D>,
+    epi: &mut EpilogueArgs<'_, D>,
+) -> Result<Checked> {
+    spec.a.check_len("a", a.len())?;
+    spec.b.check_len("b", b.len())?;
+    spec.d.check_len("d", d.len())?;
+    shape.check_epilogue_lengths(
+        epi.bias.as_ref().map(DeviceSlice::len),
+        epi.bias_grad.as_ref().map(DeviceSliceMut::len),
+        epi.aux_out.as_ref().map(DeviceSliceMut::len),
+        epi.aux_in.as_ref().map(DeviceSlice::len),
+    )?;
+    let al = spec.alignment;
+    check_aligned("a", a.as_raw() as usize, al)?;
+    check_aligned("b", b.as_raw() as usize, al)?;
+    check_aligned("d", d.as_raw() as usize, al)?;
+    let bias_addr = match (&epi.bias, &mut epi.bias_grad) {
+        (Some(x), _) => Some(("epilogue.bias", x.as_raw() as usize)),
+        (None, Some(g)) => Some(("epilogue.bias_grad", g.as_raw_mut() as usize)),
+        _ => None,
+    };
+    let aux_addr = match (&mut epi.aux_out, &epi.aux_in) {
+        (Some(x), _) => Some(("epilogue.aux_out", x.as_raw_mut() as usize)),
+        (None, Some(x)) => Some(("epilogue.aux_in", x.as_raw() as usize)),
+        _ => None,
+    };
+    for (name, addr) in bias_addr.iter().chain(aux_addr.iter()) {
+        check_aligned(name, *addr, al)?;
+    }
+    Ok(Checked {
+        bias_addr,
+        aux_addr,
+        alpha: ScaleValue::new(shape.scale, A::scale_to_f64(alpha), "alpha")?,
+        beta: ScaleValue::new(shape.scale, A::scale_to_f64(beta), "beta")?,
+    })
+}
+
+/// The buffers of a run and their devices, as checked against the
+/// handle's (or the benchmark's) device.
+fn lt_args<A: DataType, D: DataType>(
+    a: &DeviceSlice<'_, A>,
+    b: &DeviceSlice<'_, A>,
+    d: &DeviceSliceMut<'_, D>,
+    epi: &EpilogueArgs<'_, D>,
+) -> [(&'static str, Option<Device>); 7] {
+    [
+        ("a", a.device()),
+        ("b", b.device()),
+        ("d", d.device()),
+        ("epilogue.bias", epi.bias.as_ref().and_then(|x| x.device())),
+        (
+            "epilogue.bias_grad",
+            epi.bias_grad.as_ref().and_then(|x| x.device()),
+        ),
+        (
+            "epilogue.aux_out",
+            epi.aux_out.as_ref().and_then(|x| x.device()),
+        ),
+        (
+            "epilogue.aux_in",
+            epi.aux_in.as_ref().and_then(|x| x.device()),
+        ),
+    ]
+}
+
+impl MatmulSpec {
+    /// Benchmark aid (`examples/bench_launch.rs`, issue 34): the checks of
+    /// [`MatmulPlan::run`] that need no handle, the same code, for the
+    /// plan of this spec whose checked shape is `shape`
+    /// ([`check`](Self::check)'s answer, which a plan keeps), and no
+    /// launch (nothing is dereferenced, whatever the views hold): lengths,
+    /// alignment, alpha and beta, and with `device` every buffer's device
+    /// against it (`run` checks them against the handle's). Left out: the
+    /// plan's lock, the handle's stream and device made current, the
+    /// epilogue pointers set in the descriptor when they changed.
+    ///
+    /// # Errors
+    /// As [`MatmulPlan::run`] for the checks run.
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch_checks<'a, 'b, 'd, A: GemmTypes<D>, D: DataType>(
+        &self,
+        shape: &MatmulShape,
+        alpha: A::Scale,
+        a: impl Into<DeviceSlice<'a, A>>,
+        b: impl Into<DeviceSlice<'b, A>>,
+        beta: A::Scale,
+        d: impl Into<DeviceSliceMut<'d, D>>,
+        mut epi: EpilogueArgs<'_, D>,
+        device: Option<Device>,
+    ) -> Result<()> {
+        let (a, b, mut d) = (a.into(), b.into(), d.into());
+        host_checks::<A, D>(self, shape, alpha, &a, &b, beta, &mut d, &mut epi)?;
+        if let Some(dev) = device {
+            crate::runtime::check_args(LT_MATMUL, dev, &lt_args(&a, &b, &d, &epi))?;
+        }
+        Ok(())
+    }
+}
+
 /// A cuBLASLt matmul for one [`MatmulSpec`] and element types: the
 /// descriptors and the heuristic's algorithm, chosen once.
 /// [`run`](MatmulPlan::run) makes one `cublasLtMatmul` call (plus one
@@ -447,62 +571,19 @@ impl<A: GemmTypes<D>, D: DataType> MatmulPlan<A, D> {
     ) -> Result<()> {
         let (a, b, mut d) = (a.into(), b.into(), d.into());
         let spec = self.spec;
-        spec.a.check_len("a", a.len())?;
-        spec.b.check_len("b", b.len())?;
-        spec.d.check_len("d", d.len())?;
         let shape = self.shape;
-        shape.check_epilogue_lengths(
-            epi.bias.as_ref().map(DeviceSlice::len),
-            epi.bias_grad.as_ref().map(DeviceSliceMut::len),
-            epi.aux_out.as_ref().map(DeviceSliceMut::len),
-            epi.aux_in.as_ref().map(DeviceSlice::len),
-        )?;
-        let al = spec.alignment;
-        check_aligned("a", a.as_raw() as usize, al)?;
-        check_aligned("b", b.as_raw() as usize, al)?;
-        check_aligned("d", d.as_raw() as usize, al)?;
-        let bias_addr = match (&epi.bias, &mut epi.bias_grad) {
-            (Some(x), _) => Some(("epilogue.bias", x.as_raw() as usize)),
-            (None, Some(g)) => Some(("epilogue.bias_grad", g.as_raw_mut() as usize)),
-            _ => None,
-        };
-        let aux_addr = match (&mut epi.aux_out, &epi.aux_in) {
-            (Some(x), _) => Some(("epilogue.aux_out", x.as_raw_mut() as usize)),
-            (None, Some(x)) => Some(("epilogue.aux_in", x.as_raw() as usize)),
-            _ => None,
-        };
-        for (name, addr) in bias_addr.iter().chain(aux_addr.iter()) {
-            check_aligned(name, *addr, al)?;
-        }
-        let alpha = ScaleValue::new(shape.scale, A::scale_to_f64(alpha), "alpha")?;
-        let beta = ScaleValue::new(shape.scale, A::scale_to_f64(beta), "beta")?;
+        let Checked {
+            bias_addr,
+            aux_addr,
+            alpha,
+            beta,
+        } = host_checks::<A, D>(&spec, &shape, alpha, &a, &b, beta, &mut d, &mut epi)?;
         let mut state = self.state();
         let Some(mut algo) = state.algo else {
             return Ok(()); // an empty D: nothing to compute
         };
         let _on = lt.enter()?;
-        crate::runtime::check_args(
-            "cublasLtMatmul",
-            lt.device(),
-            &[
-                ("a", a.device()),
-                ("b", b.device()),
-                ("d", d.device()),
-                ("epilogue.bias", epi.bias.as_ref().and_then(|x| x.device())),
-                (
-                    "epilogue.bias_grad",
-                    epi.bias_grad.as_ref().and_then(|x| x.device()),
-                ),
-                (
-                    "epilogue.aux_out",
-                    epi.aux_out.as_ref().and_then(|x| x.device()),
-                ),
-                (
-                    "epilogue.aux_in",
-                    epi.aux_in.as_ref().and_then(|x| x.device()),
-                ),
-            ],
-        )?;
+        crate::runtime::check_args(LT_MATMUL, lt.device(), &lt_args(&a, &b, &d, &epi))?;
         if lt.device() != state.device {
             // The algorithm was chosen for another device (maybe another
             // architecture): ask the heuristic again on this one.

@@ -326,20 +326,8 @@ impl<K: Kind> Descriptor<K> {
     /// Library missing, or cuDNN refused (`DeviceProp` needs cuDNN >= 9.8).
     #[doc(alias = "cudnnBackendCreateDescriptor")]
     pub fn new() -> Result<Self> {
-        let api = cudnn()?;
-        // cuDNN's engine libraries need a `libcuda.so.1` before the first
-        // finalize; without one (and no stub) cuDNN reports it itself.
-        let _ = super::driver::ensure();
-        let mut raw: sys::cudnnBackendDescriptor_t = std::ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer; the type is a constant of the bindings.
-        unsafe { cudnn_call!(api, cudnnBackendCreateDescriptor(K::TYPE, &mut raw)) }
-            .map_err(|e| e.with_context(format!("creating a {} descriptor", K::NAME)))?;
-        let raw = NonNull::new(raw).ok_or_else(|| Error::Unsupported {
-            what: format!("cuDNN returned a null {} descriptor", K::NAME),
-            needs: None,
-        })?;
         Ok(Self {
-            raw,
+            raw: untyped::create(K::TYPE, K::NAME)?,
             finalized: false,
             set_attrs: Vec::new(),
             _k: PhantomData,
@@ -356,34 +344,6 @@ impl<K: Kind> Descriptor<K> {
         self.finalized
     }
 
-    fn before_set(&self, label: &str) -> Result<()> {
-        if self.finalized {
-            return Err(Error::invalid(
-                label,
-                format!(
-                    "cannot be set: the {} descriptor is already finalized",
-                    K::NAME
-                ),
-                "a set after finalize",
-            ));
-        }
-        Ok(())
-    }
-
-    fn before_get(&self, label: &str) -> Result<()> {
-        if !self.finalized {
-            return Err(Error::invalid(
-                label,
-                format!(
-                    "cannot be read: the {} descriptor is not finalized",
-                    K::NAME
-                ),
-                "a read before finalize",
-            ));
-        }
-        Ok(())
-    }
-
     /// # Safety
     /// `data` points to `count` elements of the C type `ty` names.
     pub(in crate::graph) unsafe fn set_raw(
@@ -394,29 +354,13 @@ impl<K: Kind> Descriptor<K> {
         count: usize,
         data: *const c_void,
     ) -> Result<()> {
-        self.before_set(label)?;
-        let api = cudnn()?;
-        let count =
-            i64::try_from(count).map_err(|_| Error::invalid(label, "too many values", count))?;
-        // SAFETY: the descriptor is live and not finalized; the caller
-        // guarantees `data` holds `count` elements of type `ty`.
-        unsafe {
-            cudnn_call!(
-                api,
-                cudnnBackendSetAttribute(self.raw.as_ptr(), name, ty, count, data)
-            )
-        }
-        .map_err(|e| e.with_context(format!("setting {label} on a {} descriptor", K::NAME)))?;
-        // Only a value counts as set: an attribute set with no values (an
-        // empty slice) is as good as missing to the finalize that needs it.
-        if count >= 1 {
-            if !self.set_attrs.contains(&name) {
-                self.set_attrs.push(name);
-            }
-        } else {
-            self.set_attrs.retain(|&a| a != name);
-        }
-        Ok(())
+        let at = untyped::At {
+            raw: self.raw,
+            finalized: self.finalized,
+            kind: K::NAME,
+        };
+        // SAFETY: the caller's contract.
+        unsafe { untyped::set(at, &mut self.set_attrs, name, label, ty, count, data) }
     }
 
     /// Set a plain-valued attribute.
@@ -464,26 +408,16 @@ impl<K: Kind> Descriptor<K> {
         a: Attr<K, value::Desc<K2>>,
         descs: &[&Descriptor<K2>],
     ) -> Result<()> {
-        for (i, d) in descs.iter().enumerate() {
-            if !d.finalized {
-                return Err(Error::invalid(
-                    format!("{}[{i}]", a.label),
-                    format!("the {} descriptor must be finalized first", K2::NAME),
-                    "an unfinalized descriptor",
-                ));
-            }
+        let mut listed = Vec::with_capacity(descs.len());
+        for d in descs {
+            listed.push((d.raw, d.finalized));
         }
-        let raws: Vec<sys::cudnnBackendDescriptor_t> = descs.iter().map(|d| d.as_raw()).collect();
-        // SAFETY: `raws` holds live, finalized descriptors of the kind the attribute takes.
-        unsafe {
-            self.set_raw(
-                a.name,
-                a.label,
-                AttrType::CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                raws.len(),
-                raws.as_ptr().cast(),
-            )
-        }
+        let at = untyped::At {
+            raw: self.raw,
+            finalized: self.finalized,
+            kind: K::NAME,
+        };
+        untyped::set_descriptors(at, &mut self.set_attrs, a.name, a.label, K2::NAME, &listed)
     }
 
     /// Set an attribute that holds operation descriptors of any kind; each must be finalized.
@@ -575,26 +509,12 @@ impl<K: Kind> Descriptor<K> {
     /// with its reason text.
     #[doc(alias = "cudnnBackendFinalize")]
     pub fn finalize(&mut self) -> Result<()> {
-        if self.finalized {
-            return Err(Error::invalid(
-                K::NAME,
-                "is already finalized",
-                "a second finalize",
-            ));
-        }
-        let missing = rules::missing(K::TYPE, &self.set_attrs);
-        if let Some(group) = missing.first() {
-            let names: Vec<&str> = group.iter().map(|(_, n)| *n).collect();
-            return Err(Error::invalid(
-                format!("finalizing a {} descriptor", K::NAME),
-                format!("needs {} set first", names.join(" or ")),
-                "not set",
-            ));
-        }
-        let api = cudnn()?;
-        // SAFETY: a live descriptor, not finalized yet.
-        unsafe { cudnn_call!(api, cudnnBackendFinalize(self.raw.as_ptr())) }
-            .map_err(|e| e.with_context(format!("finalizing a {} descriptor", K::NAME)))?;
+        let at = untyped::At {
+            raw: self.raw,
+            finalized: self.finalized,
+            kind: K::NAME,
+        };
+        untyped::finalize(at, K::TYPE, &self.set_attrs)?;
         self.finalized = true;
         Ok(())
     }
@@ -609,21 +529,13 @@ impl<K: Kind> Descriptor<K> {
         capacity: usize,
         out: *mut c_void,
     ) -> Result<usize> {
-        self.before_get(label)?;
-        let api = cudnn()?;
-        let cap = i64::try_from(capacity)
-            .map_err(|_| Error::invalid(label, "capacity too large", capacity))?;
-        let mut count: i64 = 0;
-        // SAFETY: finalized live descriptor; the caller guarantees `out`.
-        unsafe {
-            cudnn_call!(
-                api,
-                cudnnBackendGetAttribute(self.raw.as_ptr(), name, ty, cap, &mut count, out)
-            )
-        }
-        .map_err(|e| e.with_context(format!("reading {label} from a {} descriptor", K::NAME)))?;
-        usize::try_from(count)
-            .map_err(|_| Error::invalid(label, "cuDNN returned a negative count", count))
+        let at = untyped::At {
+            raw: self.raw,
+            finalized: self.finalized,
+            kind: K::NAME,
+        };
+        // SAFETY: the caller's contract.
+        unsafe { untyped::get(at, name, label, ty, capacity, out) }
     }
 
     /// Read a plain-valued attribute into `out`; returns how many values cuDNN
@@ -724,9 +636,191 @@ impl<K: Kind> Descriptor<K> {
 
 impl<K: Kind> Drop for Descriptor<K> {
     fn drop(&mut self) {
+        untyped::destroy(self.raw);
+    }
+}
+
+/// The bodies of [`Descriptor`]'s methods, compiled once instead of once
+/// per kind (issue 34: what the crate costs to build); the kind is passed
+/// as its cuDNN type and name.
+mod untyped {
+    use std::ffi::c_void;
+    use std::ptr::NonNull;
+
+    use super::{AttrName, AttrType, DescType, rules};
+    use crate::check::{cudnn, cudnn_call};
+    use crate::error::{Error, Result};
+    use crate::sys::cudnn as sys;
+
+    /// A descriptor's raw pointer, state and kind name.
+    #[derive(Clone, Copy)]
+    pub(super) struct At {
+        pub(super) raw: NonNull<c_void>,
+        pub(super) finalized: bool,
+        pub(super) kind: &'static str,
+    }
+
+    pub(super) fn create(ty: DescType, kind: &'static str) -> Result<NonNull<c_void>> {
+        let api = cudnn()?;
+        // cuDNN's engine libraries need a `libcuda.so.1` before the first
+        // finalize; without one (and no stub) cuDNN reports it itself.
+        let _ = super::super::driver::ensure();
+        let mut raw: sys::cudnnBackendDescriptor_t = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; the type is a constant of the bindings.
+        unsafe { cudnn_call!(api, cudnnBackendCreateDescriptor(ty, &mut raw)) }
+            .map_err(|e| e.with_context(format!("creating a {kind} descriptor")))?;
+        NonNull::new(raw).ok_or_else(|| Error::Unsupported {
+            what: format!("cuDNN returned a null {kind} descriptor"),
+            needs: None,
+        })
+    }
+
+    /// # Safety
+    /// `data` points to `count` elements of the C type `ty` names; `at.raw`
+    /// is a live descriptor whose set attributes are `set_attrs`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn set(
+        at: At,
+        set_attrs: &mut Vec<AttrName>,
+        name: AttrName,
+        label: &'static str,
+        ty: AttrType,
+        count: usize,
+        data: *const c_void,
+    ) -> Result<()> {
+        if at.finalized {
+            return Err(Error::invalid(
+                label,
+                format!(
+                    "cannot be set: the {} descriptor is already finalized",
+                    at.kind
+                ),
+                "a set after finalize",
+            ));
+        }
+        let api = cudnn()?;
+        let count =
+            i64::try_from(count).map_err(|_| Error::invalid(label, "too many values", count))?;
+        // SAFETY: the descriptor is live and not finalized; the caller
+        // guarantees `data` holds `count` elements of type `ty`.
+        unsafe {
+            cudnn_call!(
+                api,
+                cudnnBackendSetAttribute(at.raw.as_ptr(), name, ty, count, data)
+            )
+        }
+        .map_err(|e| e.with_context(format!("setting {label} on a {} descriptor", at.kind)))?;
+        // Only a value counts as set: an attribute set with no values (an
+        // empty slice) is as good as missing to the finalize that needs it.
+        if count >= 1 {
+            if !set_attrs.contains(&name) {
+                set_attrs.push(name);
+            }
+        } else {
+            set_attrs.retain(|&a| a != name);
+        }
+        Ok(())
+    }
+
+    /// Set an attribute to the descriptors `listed` (raw, finalized), of kind `kind2`.
+    pub(super) fn set_descriptors(
+        at: At,
+        set_attrs: &mut Vec<AttrName>,
+        name: AttrName,
+        label: &'static str,
+        kind2: &'static str,
+        listed: &[(NonNull<c_void>, bool)],
+    ) -> Result<()> {
+        for (i, &(_, finalized)) in listed.iter().enumerate() {
+            if !finalized {
+                return Err(Error::invalid(
+                    format!("{label}[{i}]"),
+                    format!("the {kind2} descriptor must be finalized first"),
+                    "an unfinalized descriptor",
+                ));
+            }
+        }
+        let raws: Vec<sys::cudnnBackendDescriptor_t> =
+            listed.iter().map(|(r, _)| r.as_ptr()).collect();
+        // SAFETY: `raws` holds live, finalized descriptors of the kind the
+        // attribute takes (the caller's `Attr` types them).
+        unsafe {
+            set(
+                at,
+                set_attrs,
+                name,
+                label,
+                AttrType::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                raws.len(),
+                raws.as_ptr().cast(),
+            )
+        }
+    }
+
+    pub(super) fn finalize(at: At, ty: DescType, set_attrs: &[AttrName]) -> Result<()> {
+        if at.finalized {
+            return Err(Error::invalid(
+                at.kind,
+                "is already finalized",
+                "a second finalize",
+            ));
+        }
+        let missing = rules::missing(ty, set_attrs);
+        if let Some(group) = missing.first() {
+            let names: Vec<&str> = group.iter().map(|(_, n)| *n).collect();
+            return Err(Error::invalid(
+                format!("finalizing a {} descriptor", at.kind),
+                format!("needs {} set first", names.join(" or ")),
+                "not set",
+            ));
+        }
+        let api = cudnn()?;
+        // SAFETY: a live descriptor, not finalized yet.
+        unsafe { cudnn_call!(api, cudnnBackendFinalize(at.raw.as_ptr())) }
+            .map_err(|e| e.with_context(format!("finalizing a {} descriptor", at.kind)))
+    }
+
+    /// # Safety
+    /// `out` points to `capacity` writable elements of the C type `ty`
+    /// names; `at.raw` is a live descriptor.
+    pub(super) unsafe fn get(
+        at: At,
+        name: AttrName,
+        label: &'static str,
+        ty: AttrType,
+        capacity: usize,
+        out: *mut c_void,
+    ) -> Result<usize> {
+        if !at.finalized {
+            return Err(Error::invalid(
+                label,
+                format!(
+                    "cannot be read: the {} descriptor is not finalized",
+                    at.kind
+                ),
+                "a read before finalize",
+            ));
+        }
+        let api = cudnn()?;
+        let cap = i64::try_from(capacity)
+            .map_err(|_| Error::invalid(label, "capacity too large", capacity))?;
+        let mut count: i64 = 0;
+        // SAFETY: finalized live descriptor; the caller guarantees `out`.
+        unsafe {
+            cudnn_call!(
+                api,
+                cudnnBackendGetAttribute(at.raw.as_ptr(), name, ty, cap, &mut count, out)
+            )
+        }
+        .map_err(|e| e.with_context(format!("reading {label} from a {} descriptor", at.kind)))?;
+        usize::try_from(count)
+            .map_err(|_| Error::invalid(label, "cuDNN returned a negative count", count))
+    }
+
+    pub(super) fn destroy(raw: NonNull<c_void>) {
         if let Ok(api) = cudnn() {
             // SAFETY: created by cudnnBackendCreateDescriptor, destroyed once here.
-            let _ = unsafe { api.cudnnBackendDestroyDescriptor(self.raw.as_ptr()) };
+            let _ = unsafe { api.cudnnBackendDestroyDescriptor(raw.as_ptr()) };
         }
     }
 }

@@ -6,11 +6,12 @@ use crate::error::Error;
 
 /// `InvalidArgument` naming the JSON path, with the value shortened.
 pub(super) fn bad(path: impl At, rule: impl Into<String>, value: impl std::fmt::Display) -> Error {
-    Error::invalid(
-        format!("plan JSON {}", path.at()),
-        rule,
-        short(&value.to_string()),
-    )
+    bad_text(path.at(), rule.into(), &value.to_string())
+}
+
+/// [`bad`]'s body, compiled once (not once per argument types).
+fn bad_text(path: String, rule: String, value: &str) -> Error {
+    Error::invalid(format!("plan JSON {path}"), rule, short(value))
 }
 
 /// At most 80 bytes of `s` (on a char boundary), with the full length.
