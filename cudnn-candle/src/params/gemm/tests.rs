@@ -193,3 +193,101 @@ proptest! {
         }
     }
 }
+
+/// A view of a CPU buffer of `buf` elements (candle's own layout ops),
+/// checked against candle's strided index: with `operand`'s layout, the
+/// element at row-major position `p` of the view is at `start_offset +
+/// layout.offset(batch, i, j)`, exactly where candle's `strided_index`
+/// puts it, and the layout's whole extent from the start offset stays
+/// inside the buffer (the bytes bound for cuBLASLt are the view's, none
+/// past the buffer's end).
+fn check_view_against_candle(buf: usize, view: &candle_core::Tensor) {
+    let (d, s, off) = (view.dims(), view.stride(), view.layout().start_offset());
+    let n = d.len();
+    let Some(l) = operand("x", d, s).unwrap() else {
+        // Strides no layout expresses: the op copies (operand_ready).
+        return;
+    };
+    let want: Vec<usize> = view.strided_index().collect();
+    let (rows, cols) = (d[n - 2], d[n - 1]);
+    let mut got = Vec::with_capacity(want.len());
+    for bi in 0..l.batch_count() {
+        for i in 0..rows {
+            for j in 0..cols {
+                got.push(off + l.offset(bi, i, j).unwrap());
+            }
+        }
+    }
+    assert_eq!(got, want, "dims {d:?} strides {s:?} offset {off}");
+    let need = l.required_len().unwrap();
+    assert!(
+        off + need <= buf,
+        "dims {d:?} strides {s:?}: offset {off} + extent {need} > buffer {buf}"
+    );
+}
+
+/// The first GPU run's `matmul_offset_views_unaligned` operands, by hand:
+/// `a` = rows 1..10 of a (10, 16) buffer (start 16, row-major ld 16), `b` =
+/// columns 3..13 of a (16, 20) one (start 3, row-major ld 20, a 6-byte
+/// offset in bf16). Element (i, j) of b is buffer element 3 + 20 i + j.
+#[test]
+fn offset_views_of_the_gpu_case_address_like_candle() {
+    use candle_core::{Device, Tensor};
+    let abuf = Tensor::zeros((10, 16), CDType::F32, &Device::Cpu).unwrap();
+    let pa = abuf.narrow(0, 1, 9).unwrap();
+    let la = operand("a", pa.dims(), pa.stride()).unwrap().unwrap();
+    assert_eq!(
+        (pa.layout().start_offset(), la.order(), la.ld()),
+        (16, Order::RowMajor, 16)
+    );
+    check_view_against_candle(160, &pa);
+    let bbuf = Tensor::zeros((16, 20), CDType::F32, &Device::Cpu).unwrap();
+    let pb = bbuf.narrow(1, 3, 10).unwrap();
+    let lb = operand("b", pb.dims(), pb.stride()).unwrap().unwrap();
+    assert_eq!(
+        (pb.layout().start_offset(), lb.order(), lb.ld()),
+        (3, Order::RowMajor, 20)
+    );
+    assert_eq!(lb.offset(0, 2, 4), Some(2 * 20 + 4));
+    assert_eq!(3 + lb.required_len().unwrap(), 3 + 15 * 20 + 10);
+    check_view_against_candle(320, &pb);
+    // The same views transposed (candle's t()): column-major, same ld.
+    let pbt = pb.t().unwrap();
+    let l = operand("b", pbt.dims(), pbt.stride()).unwrap().unwrap();
+    assert_eq!((l.order(), l.ld()), (Order::ColMajor, 20));
+    check_view_against_candle(320, &pbt);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+    /// Narrowed (start offsets of any element count: unaligned), transposed
+    /// and broadcast views of a buffer, made by candle's own ops: every
+    /// layout `operand` gives addresses every element where candle's
+    /// strided index does, and never past the buffer.
+    #[test]
+    fn narrowed_views_address_like_candle_and_stay_inside(
+        dims in proptest::collection::vec(1usize..6, 2..5),
+        cuts in proptest::collection::vec((0usize..6, 0usize..6), 4),
+        transpose in any::<bool>(),
+        broadcast in 0usize..3,
+    ) {
+        use candle_core::{Device, Tensor};
+        let buf: usize = dims.iter().product();
+        let mut v = Tensor::zeros(dims.as_slice(), CDType::F32, &Device::Cpu).unwrap();
+        for (k, &(s, l)) in cuts.iter().enumerate().take(dims.len()) {
+            let start = s % dims[k];
+            let len = 1 + l % (dims[k] - start);
+            v = v.narrow(k, start, len).unwrap();
+        }
+        let n = dims.len();
+        if transpose {
+            v = v.transpose(n - 2, n - 1).unwrap();
+        }
+        if broadcast > 0 {
+            let mut d = vec![broadcast + 1];
+            d.extend_from_slice(v.dims());
+            v = v.broadcast_as(d).unwrap();
+        }
+        check_view_against_candle(buf, &v);
+    }
+}
