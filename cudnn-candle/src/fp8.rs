@@ -415,17 +415,27 @@ fn check(
 /// row strides, batch strides and start offsets multiples of 16 bytes.
 /// Nothing is copied to satisfy them.
 ///
+/// Candle 0.11.1's CUDA backend cannot make `F8E4M3` tensors itself: its
+/// casts to and from `F8E4M3` and its strided `F8E4M3` copy (`contiguous`
+/// of a view) ask for kernels under names its kernel library does not
+/// have (`cast_f32_f8e4m3` for `cast_f32_f8_e4m3`), failing with
+/// `CUDA_ERROR_NOT_FOUND`. Quantize on the CPU (or with your own kernel)
+/// and copy the bytes over, as below; this function itself runs no candle
+/// kernel on its `F8E4M3` operands (views only, no copy).
+///
 /// ```no_run
 /// # fn main() -> candle_core::Result<()> {
 /// use candle_core::{DType, Device, Tensor};
 /// use cudnn_candle::MatmulActivation;
 /// let dev = Device::new_cuda(0)?;
-/// let x = Tensor::randn(0f32, 1.0, (32, 64), &dev)?;
-/// let w = Tensor::randn(0f32, 1.0, (128, 64), &dev)?; // (out, in), candle's Linear
-/// // Per-tensor scales: quantize x / sx, w / sw; the GEMM multiplies back.
-/// let (sx, sw) = (Tensor::new(0.02f32, &dev)?, Tensor::new(0.01f32, &dev)?);
-/// let x8 = x.broadcast_div(&sx)?.to_dtype(DType::F8E4M3)?;
-/// let w8 = w.broadcast_div(&sw)?.to_dtype(DType::F8E4M3)?;
+/// let x = Tensor::randn(0f32, 1.0, (32, 64), &Device::Cpu)?;
+/// let w = Tensor::randn(0f32, 1.0, (128, 64), &Device::Cpu)?; // (out, in), candle's Linear
+/// // Per-tensor scales: quantize x / sx, w / sw (on the CPU: see above);
+/// // the GEMM multiplies back.
+/// let (sx, sw) = (0.02f32, 0.01f32);
+/// let x8 = (x / f64::from(sx))?.to_dtype(DType::F8E4M3)?.to_device(&dev)?;
+/// let w8 = (w / f64::from(sw))?.to_dtype(DType::F8E4M3)?.to_device(&dev)?;
+/// let (sx, sw) = (Tensor::new(sx, &dev)?, Tensor::new(sw, &dev)?);
 /// let y = cudnn_candle::fp8_matmul(&x8, &w8.t()?, &sx, &sw, None, MatmulActivation::None, DType::BF16)?;
 /// assert_eq!(y.dims(), &[32, 128]);
 /// # Ok(()) }
