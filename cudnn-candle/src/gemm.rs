@@ -392,6 +392,8 @@ fn matmul_impl(
     act: MatmulActivation,
     track: bool,
 ) -> candle_core::Result<Tensor> {
+    // The types first: nothing is copied for a call that is refused.
+    gemm::dtypes(a.dtype(), b.dtype(), bias.map(Tensor::dtype)).c()?;
     let (ra, rb) = (a.rank(), b.rank());
     if ra > 2 && rb == 2 && a.is_contiguous() && a.elem_count() > 0 {
         // A linear layer: (batch.., m, k) x (k, n) is one (batch·m, k) x

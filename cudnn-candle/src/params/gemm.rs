@@ -102,6 +102,34 @@ pub fn epilogue(bias: bool, act: MatmulActivation) -> Epilogue {
     }
 }
 
+/// Check the element types alone: `a` f32, f16 or bf16, `b` and `bias`
+/// of `a`'s type. Run before anything is copied (a strided operand is
+/// made contiguous first): candle 0.11.1's CUDA backend has no strided
+/// copy of `F8E4M3` (it asks for `ucopy_f8e4m3`, its kernel is
+/// `ucopy_f8_e4m3`), and a type the GEMM refuses is not worth a copy.
+///
+/// # Errors
+/// `a dtype`, `b dtype (a's)`, `bias dtype (a's)`, typed.
+pub fn dtypes(a: CDType, b: CDType, bias: Option<CDType>) -> Result<()> {
+    if !matches!(a, CDType::F32 | CDType::F16 | CDType::BF16) {
+        return Err(Error::invalid(
+            "a dtype",
+            "must be f32, f16 or bf16 (cuBLASLt with epilogues)",
+            format!("{a:?}"),
+        ));
+    }
+    for (name, x) in std::iter::once(("b", b)).chain(bias.map(|x| ("bias", x))) {
+        if x != a {
+            return Err(Error::mismatch(
+                format!("{name} dtype (a's)"),
+                format!("{a:?}"),
+                format!("{x:?}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A checked GEMM: the spec (alignment still the default: set from the
 /// pointers when run) and the output's dims.
 #[derive(Clone, Debug, PartialEq)]
@@ -127,22 +155,7 @@ pub fn gemm(
     bias: Option<&Arg<'_>>,
     act: MatmulActivation,
 ) -> Result<Gemm> {
-    if !matches!(a.dtype, CDType::F32 | CDType::F16 | CDType::BF16) {
-        return Err(Error::invalid(
-            "a dtype",
-            "must be f32, f16 or bf16 (cuBLASLt with epilogues)",
-            format!("{:?}", a.dtype),
-        ));
-    }
-    for x in std::iter::once(b).chain(bias) {
-        if x.dtype != a.dtype {
-            return Err(Error::mismatch(
-                format!("{} dtype (a's)", x.name),
-                format!("{:?}", a.dtype),
-                format!("{:?}", x.dtype),
-            ));
-        }
-    }
+    dtypes(a.dtype, b.dtype, bias.map(|x| x.dtype))?;
     let refuse = |x: &Arg<'_>| {
         Error::invalid(
             format!("{} strides", x.name),

@@ -349,8 +349,39 @@ fn zero_dims() -> TestResult {
     Ok(())
 }
 
+/// `matmul_bias_act` refuses a type it does not take before it copies a
+/// strided operand: an `F8E4M3` `a` whose broadcast batch no layout
+/// expresses went to candle's `contiguous()` first, which on a CUDA device
+/// fails untyped (candle 0.11.1 has no `ucopy_f8e4m3` kernel) and on the
+/// CPU copied and then reported "not on a CUDA device"; now `a dtype`,
+/// typed. Likewise a `b` or bias of another type than `a`'s.
+fn gemm_dtype_before_copy() -> TestResult {
+    let cpu = Device::Cpu;
+    let a = Tensor::zeros((2, 1, 4, 16), CDType::F32, &cpu)?
+        .to_dtype(CDType::F8E4M3)?
+        .broadcast_as((2, 3, 4, 16))?;
+    assert_eq!(a.stride(), &[64, 0, 16, 1]);
+    let b = Tensor::zeros((2, 3, 16, 8), CDType::F8E4M3, &cpu)?;
+    let name = |a: &Tensor, b: &Tensor, x: Option<&Tensor>| {
+        cudnn_candle::matmul_bias_act(a, b, x, MatmulActivation::None)
+            .map(|_| ())
+            .map_err(|e| arg_named(&e))
+    };
+    assert_eq!(name(&a, &b, None), Err("a dtype".to_string()));
+    let af = a.to_dtype(CDType::F32)?;
+    assert_eq!(name(&af, &b, None), Err("b dtype (a's)".to_string()));
+    let bf = b.to_dtype(CDType::F32)?;
+    let x = Tensor::zeros(8, CDType::BF16, &cpu)?;
+    assert_eq!(
+        name(&af, &bf, Some(&x)),
+        Err("bias dtype (a's)".to_string())
+    );
+    Ok(())
+}
+
 pub fn trials() -> Vec<Trial> {
     let mut t = vec![
+        unit("gemm_dtype_refused_before_any_copy", gemm_dtype_before_copy),
         unit("fp8_matmul_refusals_on_the_host_are_typed", fp8_refusals),
         unit("gemm_zero_dims_refused_typed", zero_dims),
         unit("fp8_matmul_refuses_tracked_arguments", fp8_tracked),

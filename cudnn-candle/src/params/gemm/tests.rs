@@ -291,3 +291,34 @@ proptest! {
         check_view_against_candle(buf, &v);
     }
 }
+
+const ALL_DTYPES: [CDType; 8] = [
+    CDType::U8,
+    CDType::U32,
+    CDType::I64,
+    CDType::BF16,
+    CDType::F16,
+    CDType::F32,
+    CDType::F64,
+    CDType::F8E4M3,
+];
+
+proptest! {
+    /// `dtypes` by the rule written out: `a` one of f32 / f16 / bf16, else
+    /// `a dtype`; then `b`, then the bias, each `a`'s type or named.
+    #[test]
+    fn dtypes_follow_the_rule(a in 0usize..8, b in 0usize..8, x in proptest::option::of(0usize..8)) {
+        let (a, b, x) = (ALL_DTYPES[a], ALL_DTYPES[b], x.map(|i| ALL_DTYPES[i]));
+        let want = if !matches!(a, CDType::F32 | CDType::F16 | CDType::BF16) {
+            Some("a dtype")
+        } else if b != a {
+            Some("b dtype (a's)")
+        } else if x.is_some_and(|x| x != a) {
+            Some("bias dtype (a's)")
+        } else {
+            None
+        };
+        let got = dtypes(a, b, x).err().map(|e| arg_of(&e));
+        prop_assert_eq!(got.as_deref(), want);
+    }
+}
