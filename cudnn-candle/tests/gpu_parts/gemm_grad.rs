@@ -177,11 +177,15 @@ fn fp8_view_case(
 
 /// Unit roundoff of Hopper's FP8 tensor-core accumulation: the partial
 /// sums keep about 14 significant bits (DeepSeek-V3's technical report,
-/// section 3.3.2, measured on H800; NVIDIA Transformer Engine's FP8 notes),
+/// section 3.3.2, measured on H800: "around 14 bits"; PyTorch's write-up
+/// of the H100's FP8 path describes an e8m13 accumulator that truncates),
 /// even with cuBLASLt's fast accumulation off, between promotions to f32.
-/// The conservative end of 2^-13..2^-14. The first GPU run (H100, cuBLAS
-/// 13.1) measured 2.6e-4 of max |D| at k = 128 with an f32 output, far
-/// above f32 accumulation's k·2^-24 = 7.6e-6.
+/// Truncation to 13 stored mantissa bits errs by up to 2^-13 of the
+/// partial sum per addition: the conservative end of 2^-13..2^-14. The
+/// first GPU run (H100, cuBLAS 13.1) measured 2.6e-4 of max |D| at k = 128
+/// with an f32 output, far above f32 accumulation's k·2^-24 = 7.6e-6; a
+/// CPU emulation of a sequential 13-bit truncating sum of the same kind
+/// of inputs gives about 2.8e-3, the bound below about 3.9e-2.
 const FP8_ACC_U: f64 = 1.0 / 8192.0; // 2^-13
 
 /// The bound on `max |got - want| / max |want|` for an FP8 GEMM against
