@@ -68,11 +68,20 @@ fn with_cx(seed: u64, f: impl FnOnce(&mut Cx) -> TestResult) -> TestResult {
     };
     f(&mut cx)?;
     cx.h.stream().synchronize()?;
-    ensure!(
-        cx.ran > 0,
-        "every combination was skipped as unsupported ({})",
-        cx.skipped
-    );
+    if cx.ran == 0 && cx.skipped > 0 {
+        // Only combinations that may be unsupported skip (f32 NCHW must
+        // run), so this is a type the library refuses outright (bf16
+        // reduce and dropout: NOT_SUPPORTED from cuDNN 9.19 on an H100).
+        // libtest-mimic cannot mark a trial ignored once it has started:
+        // the line below is the SKIPPED verdict, and the device-check
+        // report must not count this trial as a pass.
+        eprintln!(
+            "SKIPPED: every combination is unsupported by this cuDNN ({} noted above); nothing was checked",
+            cx.skipped
+        );
+        return Ok(());
+    }
+    ensure!(cx.ran > 0, "no combination ran and none was skipped");
     Ok(())
 }
 
@@ -629,15 +638,15 @@ fn reduced_dims(a_shape: &[usize], c_shape: &[usize]) -> Vec<usize> {
 fn reduction<T: Float>(cx: &mut Cx) -> TestResult {
     let shape = [2, 3, 4, 5];
     for layout in LAYOUTS {
-        // Several reduced dimensions, one (H; C, the innermost in NHWC),
-        // and none.
+        // Several reduced dimensions and one (H; C, the innermost in NHWC).
+        // None reduced is refused typed before cuDNN (cuDNN 9.19 answers
+        // BAD_PARAM "!dims_differ"; checked below).
         for cshape in [
             [1, 3, 1, 1],
             [1, 1, 1, 1],
             [2, 1, 4, 1],
             [2, 3, 1, 5],
             [2, 1, 4, 5],
-            [2, 3, 4, 5],
         ] {
             for op in ReduceOp::ALL {
                 for indices in [false, true] {
@@ -715,6 +724,20 @@ fn reduction<T: Float>(cx: &mut Cx) -> TestResult {
                     })?;
                 }
             }
+        }
+    }
+    // Nothing reduced: refused typed, before cuDNN (which answers BAD_PARAM
+    // "!dims_differ", cuDNN 9.19).
+    let ad = TensorDescriptor::<T>::packed(&shape)?;
+    let desc = ReduceTensorDescriptor::<T>::new(ReduceOp::Add, NanPropagation::Propagate, false)?;
+    match ReducePlan::new(&cx.h, desc, same_desc(&ad)?, same_desc(&ad)?) {
+        Err(Error::InvalidArgument { arg, .. }) if arg == "c.shape" => {}
+        other => {
+            return Err(format!(
+                "reduce {} to its own shape: want InvalidArgument c.shape, got {other:?}",
+                T::NAME
+            )
+            .into());
         }
     }
     Ok(())
