@@ -137,6 +137,10 @@ pub(crate) fn required_steps(labels: &[usize]) -> usize {
 /// nothing about a sample of zero steps (see the module docs); its
 /// loss and gradient are 0 by definition, so drop it from the batch.
 ///
+/// Every label length is at least 1, on every version: cuDNN documents
+/// nothing about an empty labelling, and cuDNN 9.19 returned the loss -0
+/// for one (first GPU run, H100) where the loss is `-sum_t log p_t(blank)`.
+///
 /// A sample without a valid alignment (its input length below what its
 /// labels need, their count plus one per pair of equal neighbours): from
 /// [`CTC_ZERO_OOB_VERSION`] (cuDNN 9) on it is accepted, as long as its
@@ -242,6 +246,19 @@ pub fn check_ctc(
                      definition: drop it from the batch"
                 ),
                 t,
+            ));
+        }
+        if ll == 0 {
+            return Err(Error::invalid(
+                format!("label_lengths[{b}]"),
+                format!(
+                    "must be >= 1: for an empty labelling cuDNN 9.19 returns the loss -0 \
+                     (first GPU run, H100), where the loss is minus the sum of the log \
+                     probabilities of blank over sequence {b}'s {t} steps (> 0), and cuDNN \
+                     documents nothing about a labelling of length 0: compute that sample \
+                     on the host (log-softmax of the blank) and drop it from the batch"
+                ),
+                ll,
             ));
         }
         // `start + ll <= labels.len()`: the lengths add up (checked).
