@@ -716,8 +716,8 @@ mod tests {
         for v in [V8, V9] {
             let ok = vec![1usize; 255];
             assert_eq!(check_ctc(v, 1000, 2, &ok, &[255], &[1000]).ok(), Some(255));
-            let long = vec![1usize; 256];
-            let e = check_ctc(v, 1000, 2, &long, &[0, 256], &[1, 1000]).unwrap_err();
+            let long = vec![1usize; 257];
+            let e = check_ctc(v, 1000, 2, &long, &[1, 256], &[1, 1000]).unwrap_err();
             let t = e.to_string();
             assert!(
                 t.contains("label_lengths[1]") && t.contains("sequence 1") && t.contains("256"),
@@ -731,8 +731,8 @@ mod tests {
 
         /// Against the f64 reference as the truth: on cuDNN 8.9 the check
         /// accepts exactly the batches the reference gives a finite loss
-        /// for, minus cuDNN's own limits (blank 0) and input lengths of 0
-        /// (refused on every version); on
+        /// for, minus cuDNN's own limits (blank 0), input lengths of 0 and
+        /// empty labellings (refused on every version); on
         /// cuDNN 9 also those with infinite losses whose labels do not
         /// outnumber their input steps, and for those the zero_infinity
         /// reference gives loss 0; refusals are typed and never panic.
@@ -773,8 +773,13 @@ mod tests {
                 input_lengths: &input_lengths,
             };
             let truth = ctc_loss(&problem);
-            // Input lengths >= 1 on every version (zero steps: undocumented).
-            let valid = truth.is_ok() && batch >= 1 && t >= 1 && input_lengths.iter().all(|&l| l >= 1);
+            // Input lengths >= 1 on every version (zero steps: undocumented);
+            // label lengths too (cuDNN 9.19 gave an empty labelling loss -0).
+            let valid = truth.is_ok()
+                && batch >= 1
+                && t >= 1
+                && input_lengths.iter().all(|&l| l >= 1)
+                && label_lengths.iter().all(|&l| l >= 1);
             let want = if nine {
                 valid && label_lengths.iter().zip(&input_lengths).all(|(&l, &i)| l <= i)
             } else {
