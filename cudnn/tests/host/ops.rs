@@ -444,6 +444,25 @@ fn broadcast_checks() -> TestResult {
     )?;
     let one = nchw::<f32>(1, 1, 1, 1)?;
     our_error(check_reduce(&one, &one), &["c.shape", "[1, 1, 1, 1]"])?;
+    // Every pair of shapes in {1, 2, 3}^4 (6,561 pairs): accepted exactly
+    // when each c dimension equals a's or is 1 and at least one differs
+    // (cuDNN's rule, and its refusal of a reduction of nothing); every
+    // refusal is typed and names c.
+    let dims = |i: usize| [i % 3 + 1, i / 3 % 3 + 1, i / 9 % 3 + 1, i / 27 % 3 + 1];
+    for ia in 0..81 {
+        let sa = dims(ia);
+        let a = nchw::<f32>(sa[0], sa[1], sa[2], sa[3])?;
+        for ic in 0..81 {
+            let scs = dims(ic);
+            let c = nchw::<f32>(scs[0], scs[1], scs[2], scs[3])?;
+            let want = scs.iter().zip(&sa).all(|(&x, &y)| x == y || x == 1) && scs != sa;
+            match check_reduce(&a, &c) {
+                Ok(()) => ensure!(want, "{sa:?} -> {scs:?} accepted"),
+                Err(Error::InvalidArgument { arg, .. }) if !want && arg.starts_with("c.shape") => {}
+                Err(e) => return Err(format!("{sa:?} -> {scs:?}: {e:?} (want ok: {want})").into()),
+            }
+        }
+    }
     Ok(())
 }
 
