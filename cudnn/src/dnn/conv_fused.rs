@@ -546,9 +546,28 @@ impl<T: ConvDataType> fmt::Debug for ConvBackwardBiasPlan<T> {
 impl<T: ConvDataType> ConvBackwardBiasPlan<T> {
     /// A plan for `dy` (any layout); `db` is `[1, k, 1, ...]`.
     ///
+    /// `bf16` is refused: `cudnnConvolutionBackwardBias` answers
+    /// `CUDNN_STATUS_NOT_SUPPORTED` for it in NCHW and NHWC alike (cuDNN
+    /// 9.19 on an H100, first GPU run; cuDNN's reductions,
+    /// `cudnnReduceTensor`, refuse bf16 too). Sum `dy` in f32 (a graph
+    /// reduction, or a cast and an f32 plan) instead.
+    ///
     /// # Errors
-    /// What creating the descriptors reports.
+    /// [`Error::Unsupported`] for `bf16`; what creating the descriptors
+    /// reports.
     pub fn new(dy: &TensorDescriptor<T>) -> Result<Self> {
+        if T::CUDNN == crate::sys::cudnn::cudnnDataType_t::CUDNN_DATA_BFLOAT16 {
+            return Err(Error::Unsupported {
+                what: format!(
+                    "the bf16 bias gradient (cudnnConvolutionBackwardBias) of dy {:?}",
+                    dy.shape()
+                ),
+                needs: Some(
+                    "f32, f64 or f16: cuDNN's legacy bias gradient answers NOT_SUPPORTED for bf16 in every layout"
+                        .into(),
+                ),
+            });
+        }
         Ok(Self {
             dy: super::conv_ops::clone_tensor(dy)?,
             db: bias_descriptor::<T>(dy.shape()[1], dy.rank())?,

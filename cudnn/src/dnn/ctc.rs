@@ -137,6 +137,10 @@ pub(crate) fn required_steps(labels: &[usize]) -> usize {
 /// nothing about a sample of zero steps (see the module docs); its
 /// loss and gradient are 0 by definition, so drop it from the batch.
 ///
+/// Every label length is at least 1, on every version: cuDNN documents
+/// nothing about an empty labelling, and cuDNN 9.19 returned the loss -0
+/// for one (first GPU run, H100) where the loss is `-sum_t log p_t(blank)`.
+///
 /// A sample without a valid alignment (its input length below what its
 /// labels need, their count plus one per pair of equal neighbours): from
 /// [`CTC_ZERO_OOB_VERSION`] (cuDNN 9) on it is accepted, as long as its
@@ -242,6 +246,19 @@ pub fn check_ctc(
                      definition: drop it from the batch"
                 ),
                 t,
+            ));
+        }
+        if ll == 0 {
+            return Err(Error::invalid(
+                format!("label_lengths[{b}]"),
+                format!(
+                    "must be >= 1: for an empty labelling cuDNN 9.19 returns the loss -0 \
+                     (first GPU run, H100), where the loss is minus the sum of the log \
+                     probabilities of blank over sequence {b}'s {t} steps (> 0), and cuDNN \
+                     documents nothing about a labelling of length 0: compute that sample \
+                     on the host (log-softmax of the blank) and drop it from the batch"
+                ),
+                ll,
             ));
         }
         // `start + ll <= labels.len()`: the lengths add up (checked).
@@ -699,8 +716,8 @@ mod tests {
         for v in [V8, V9] {
             let ok = vec![1usize; 255];
             assert_eq!(check_ctc(v, 1000, 2, &ok, &[255], &[1000]).ok(), Some(255));
-            let long = vec![1usize; 256];
-            let e = check_ctc(v, 1000, 2, &long, &[0, 256], &[1, 1000]).unwrap_err();
+            let long = vec![1usize; 257];
+            let e = check_ctc(v, 1000, 2, &long, &[1, 256], &[1, 1000]).unwrap_err();
             let t = e.to_string();
             assert!(
                 t.contains("label_lengths[1]") && t.contains("sequence 1") && t.contains("256"),
@@ -714,8 +731,8 @@ mod tests {
 
         /// Against the f64 reference as the truth: on cuDNN 8.9 the check
         /// accepts exactly the batches the reference gives a finite loss
-        /// for, minus cuDNN's own limits (blank 0) and input lengths of 0
-        /// (refused on every version); on
+        /// for, minus cuDNN's own limits (blank 0), input lengths of 0 and
+        /// empty labellings (refused on every version); on
         /// cuDNN 9 also those with infinite losses whose labels do not
         /// outnumber their input steps, and for those the zero_infinity
         /// reference gives loss 0; refusals are typed and never panic.
@@ -756,8 +773,13 @@ mod tests {
                 input_lengths: &input_lengths,
             };
             let truth = ctc_loss(&problem);
-            // Input lengths >= 1 on every version (zero steps: undocumented).
-            let valid = truth.is_ok() && batch >= 1 && t >= 1 && input_lengths.iter().all(|&l| l >= 1);
+            // Input lengths >= 1 on every version (zero steps: undocumented);
+            // label lengths too (cuDNN 9.19 gave an empty labelling loss -0).
+            let valid = truth.is_ok()
+                && batch >= 1
+                && t >= 1
+                && input_lengths.iter().all(|&l| l >= 1)
+                && label_lengths.iter().all(|&l| l >= 1);
             let want = if nine {
                 valid && label_lengths.iter().zip(&input_lengths).all(|(&l, &i)| l <= i)
             } else {

@@ -37,7 +37,11 @@ pub struct Group<'env> {
 /// the caller) or panics, nothing is launched and no NCCL group was ever
 /// opened, so this rank never launches part of a group that the other
 /// ranks posted in full. When NCCL itself refuses one of the calls, the
-/// group is still ended and NCCL launches none of it. (Like every
+/// group is still ended and NCCL launches none of what it deferred to the
+/// group's end; a collective on a communicator of one rank is not deferred
+/// (NCCL 2.21 on, 2.28.9 included, issues it as a copy when it is called),
+/// so one issued before the refused call has run, and the error names it.
+/// (Like every
 /// collective, this is per rank: a rank whose closure fails posts nothing,
 /// and its peers' matching calls wait for it; bound that wait with
 /// [`Communicator::wait`].)

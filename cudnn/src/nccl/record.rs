@@ -45,9 +45,13 @@ pub(crate) trait Exec {
 /// `ncclGroupStart` and its `ncclGroupEnd`. Calls of zero elements were
 /// checked when recorded and are not issued; with nothing left, NCCL is not
 /// called. When a call fails the group is still ended, and NCCL launches
-/// none of it (it launches nothing after an error of a call inside a
-/// group; a failure it did not see poisons the group first); that call's
-/// error is returned. When `ncclGroupEnd` itself fails (or a non-blocking
+/// nothing it deferred to the group's end (it launches nothing after an
+/// error of a call inside a group; a failure it did not see poisons the
+/// group first); that call's error is returned. Not deferred: a collective
+/// on a communicator of one rank, which NCCL (2.21 on, 2.28.9 included:
+/// `taskAppend` in `src/enqueue.cc` calls `ncclLaunchOneRank`) issues as a
+/// copy when it is called; the error names such calls issued before the
+/// refused one as launched ([`launched_at_call`]). When `ncclGroupEnd` itself fails (or a non-blocking
 /// group fails while launching), NCCL may have launched part of the group
 /// (it launches communicator by communicator), and the error says so.
 pub(crate) fn issue_all(exec: &mut dyn Exec, calls: &[Recorded<'_>]) -> Result<()> {
@@ -88,10 +92,27 @@ pub(crate) fn issue_all(exec: &mut dyn Exec, calls: &[Recorded<'_>]) -> Result<(
     for (i, rec) in live.iter().enumerate() {
         if let Err(e) = exec.issue(rec) {
             exec.poison();
+            let early: Vec<String> = live
+                .iter()
+                .take(i)
+                .enumerate()
+                .filter(|(_, r)| launched_at_call(r))
+                .map(|(k, _)| (k + 1).to_string())
+                .collect();
+            let launched = if early.is_empty() {
+                "NCCL launched none of the group".to_string()
+            } else {
+                format!(
+                    "NCCL launched none of the rest of the group, but call(s) {} (collectives on a \
+                     communicator of one rank, which NCCL issues as copies when called, not at \
+                     the group's end) were launched",
+                    early.join(", ")
+                )
+            };
             failed = Some(add_note(
                 e,
                 &format!(
-                    "call {} of {} in the group ({}); NCCL launched none of the group",
+                    "call {} of {} in the group ({}); {launched}",
                     i + 1,
                     live.len(),
                     rec.call.describe()
@@ -119,6 +140,14 @@ pub(crate) fn issue_all(exec: &mut dyn Exec, calls: &[Recorded<'_>]) -> Result<(
         exec.settle(&live).map_err(partial).map_err(out_of_step)?;
     }
     Ok(())
+}
+
+/// Whether NCCL runs `rec` when it is called inside a group instead of at
+/// the group's end: a collective (not a send or receive) on a communicator
+/// of one rank (NCCL 2.21 and later, `taskAppend` in `src/enqueue.cc`:
+/// `ncclLaunchOneRank`, a copy on the call's stream).
+pub(crate) fn launched_at_call(rec: &Recorded<'_>) -> bool {
+    rec.comm.size() == 1 && !matches!(rec.call.op, Op::Send { .. } | Op::Recv { .. })
 }
 
 /// Check every stream of the group again, at issue time, and count the

@@ -42,7 +42,15 @@ impl Exec for Counting {
         self.issued += 1;
         if self.fail_at == Some(self.issued) {
             self.log.push("issue failed".into());
-            return Err(Error::invalid("nccl", "refused", self.issued));
+            return Err(Error::Nccl {
+                call: "ncclAllReduce",
+                code: 4,
+                name: "ncclInvalidArgument",
+                text: format!("refused (call {})", self.issued),
+                last_error: None,
+                rank: None,
+                context: None,
+            });
         }
         self.log.push(format!("issue {}", rec.call.count()));
         Ok(())
@@ -199,6 +207,14 @@ fn unit_a_call_nccl_refuses_poisons_and_still_ends_the_group() {
     })
     .unwrap_err();
     assert!(e.to_string().contains("refused"), "{e}");
+    // The fake communicator has one rank: NCCL (2.21+, `ncclLaunchOneRank`
+    // in enqueue.cc's taskAppend) ran call 1 when it was called.
+    assert!(
+        e.to_string()
+            .contains("call(s) 1 (collectives on a communicator of one rank"),
+        "{e}"
+    );
+    assert!(!e.to_string().contains("launched none of the group"), "{e}");
     assert!(exec.poisoned.get());
     // Call 3 is never issued; the group is ended after the poison.
     assert_eq!(
@@ -589,4 +605,40 @@ fn unit_property_group_modes() {
             },
         )
         .unwrap();
+}
+
+/// NCCL issues a collective on a one-rank communicator when it is called
+/// (NCCL 2.21 on, 2.28.9 included: `taskAppend` in `src/enqueue.cc` calls
+/// `ncclLaunchOneRank`), and defers sends and receives to the group's
+/// end: a refusal after the first is reported as launched, after the
+/// second as not.
+#[test]
+fn unit_one_rank_collectives_are_launched_at_the_call() {
+    use super::record::launched_at_call;
+    let comm = fake_comm();
+    let stream = Stream::legacy();
+    let rec = |call| Recorded {
+        comm: &comm,
+        stream: &stream,
+        call,
+    };
+    assert!(launched_at_call(&rec(call(2))));
+    assert!(!launched_at_call(&rec(p2p(true, 2))));
+    assert!(!launched_at_call(&rec(p2p(false, 8))));
+    let mut exec = Counting {
+        fail_at: Some(3),
+        ..Counting::default()
+    };
+    // A self send and its receive, then a refused call: nothing launched.
+    let e = run(&mut exec, |g| {
+        g.push(rec(p2p(true, 2)));
+        g.push(rec(p2p(false, 8)));
+        g.push(rec(call(1)));
+        Ok(())
+    })
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("NCCL launched none of the group"),
+        "{e}"
+    );
 }

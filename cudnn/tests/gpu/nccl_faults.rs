@@ -205,12 +205,27 @@ mod imp {
         );
         nb.finalize()?;
         // NCCL's own refusal with a live communicator in the group: what
-        // the crate's poisoning relies on. A valid broadcast on `comm` is
-        // queued in an open group, then a call NCCL refuses (a send on a
-        // null communicator, the crate's poison); ncclGroupEnd fails and
-        // launches none of it: the broadcast never writes `b`.
-        raw_poisoned_group(&comm, &a, &mut b, &stream)?;
+        // the crate's poisoning relies on. A valid self send/receive pair
+        // on `comm` (deferred to the group's end) is queued in an open
+        // group, then a call NCCL refuses (a send on a null communicator,
+        // the crate's poison); ncclGroupEnd fails and launches none of it:
+        // `b` is never written.
+        raw_poisoned_group(&comm, &a, &mut b, &stream, false)?;
         untouched("after a group NCCL refused", &b, &stream)?;
+        // A collective on a one-rank communicator is not deferred: NCCL
+        // 2.21 on (2.28.9 included; `taskAppend` in src/enqueue.cc calls
+        // `ncclLaunchOneRank`) issues it as a copy when it is called, so a
+        // later refusal in the group cannot take it back (first GPU run:
+        // the broadcast had written `b`). The crate's error says so.
+        raw_poisoned_group(&comm, &a, &mut b, &stream, true)?;
+        stream.synchronize()?;
+        let got = b.to_vec()?;
+        if got.iter().all(|&v| v == UNTOUCHED) {
+            eprintln!("note: this NCCL deferred a one-rank broadcast to the group's end");
+        } else {
+            check("one-rank broadcast before a refused call", &got, &x)?;
+        }
+        b.copy_from_host(&[UNTOUCHED; 512])?;
         ensure!(comm.async_error()?.is_none(), "async error");
         // Without the failure the same group runs.
         nccl::group(|g| g.broadcast(&comm, &a, &mut b, 0, &stream))?;
@@ -219,34 +234,66 @@ mod imp {
         Ok(())
     }
 
-    /// `ncclGroupStart`, a broadcast of `a` into `b` on the live `comm`, a
-    /// send NCCL refuses (null communicator), `ncclGroupEnd`: the end must
-    /// fail (it then launches nothing; the caller checks `b`).
+    /// `ncclGroupStart`, a broadcast of `a` into `b` on the live `comm`
+    /// (`broadcast`) or a send of `a` to oneself and its receive into `b`,
+    /// a send NCCL refuses (null communicator), `ncclGroupEnd`: the end must
+    /// fail (it then launches what it deferred to the end: nothing; the
+    /// caller checks `b`).
     fn raw_poisoned_group(
         comm: &Communicator,
         a: &DeviceBuffer<f32>,
         b: &mut DeviceBuffer<f32>,
         stream: &Stream,
+        broadcast: bool,
     ) -> TestResult {
         use cudnn::sys::nccl as sys;
         let t = sys::load().map_err(|e| e.to_string())?;
         let ok = sys::ncclResult_t::ncclSuccess;
         // SAFETY: no arguments.
         ensure!(unsafe { t.ncclGroupStart() }? == ok, "ncclGroupStart");
-        // SAFETY: live communicator and stream of device 0; both buffers
-        // hold 512 f32 on device 0 and outlive the group (which launches
-        // nothing, or its work is synchronized by the caller).
-        let r = unsafe {
-            t.ncclBroadcast(
-                a.as_raw(),
-                b.as_raw_mut(),
-                a.len(),
-                sys::ncclDataType_t::ncclFloat32,
-                0,
-                comm.as_raw(),
-                stream.as_raw(),
-            )
-        }?;
+        let r = if broadcast {
+            // SAFETY: live communicator and stream of device 0; both buffers
+            // hold 512 f32 on device 0 and outlive the group (which launches
+            // nothing, or its work is synchronized by the caller).
+            unsafe {
+                t.ncclBroadcast(
+                    a.as_raw(),
+                    b.as_raw_mut(),
+                    a.len(),
+                    sys::ncclDataType_t::ncclFloat32,
+                    0,
+                    comm.as_raw(),
+                    stream.as_raw(),
+                )
+            }?
+        } else {
+            // SAFETY: live communicator and stream of device 0; a send of
+            // `a` to rank 0 (oneself) and its receive into `b`, 512 f32
+            // each on device 0, outliving the group (which launches
+            // nothing, or its work is synchronized by the caller).
+            let s = unsafe {
+                t.ncclSend(
+                    a.as_raw(),
+                    a.len(),
+                    sys::ncclDataType_t::ncclFloat32,
+                    0,
+                    comm.as_raw(),
+                    stream.as_raw(),
+                )
+            }?;
+            // SAFETY: as above.
+            let rv = unsafe {
+                t.ncclRecv(
+                    b.as_raw_mut(),
+                    a.len(),
+                    sys::ncclDataType_t::ncclFloat32,
+                    0,
+                    comm.as_raw(),
+                    stream.as_raw(),
+                )
+            }?;
+            if s != ok { s } else { rv }
+        };
         // SAFETY: 0 elements on a null communicator: refused, touches nothing.
         let refused = unsafe {
             t.ncclSend(
@@ -402,12 +449,19 @@ mod imp {
     fn wait_times_out() -> TestResult {
         let (_dev, stream, comm) = one_rank()?;
         let mut b = DeviceBuffer::from_host(&[UNTOUCHED; 64])?;
-        // NCCL's own refusal of an unmatched self-receive surfaces typed.
+        // An unmatched self-receive is refused typed by the crate before
+        // NCCL sees it (`check_self_pairs`: NCCL refuses it at the group's
+        // end on 2.32 and may hang on it elsewhere), naming the pairing.
         match nccl::group(|g| g.recv(&comm, &mut b, 0, &stream)) {
-            Err(Error::Nccl { .. }) => {}
-            Ok(()) => eprintln!("note: this NCCL accepted a lone self-receive"),
-            Err(e) => return Err(format!("lone self-receive: {e}").into()),
+            Err(Error::Mismatch { what, .. }) if what.contains("oneself") => {}
+            other => {
+                return Err(format!(
+                    "lone self-receive: want Mismatch (sends to oneself), got {other:?}"
+                )
+                .into());
+            }
         }
+        untouched("after a lone self-receive", &b, &stream)?;
         if comm.is_aborted() {
             return Err("aborted by a refused group".into());
         }

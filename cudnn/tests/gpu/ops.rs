@@ -68,11 +68,20 @@ fn with_cx(seed: u64, f: impl FnOnce(&mut Cx) -> TestResult) -> TestResult {
     };
     f(&mut cx)?;
     cx.h.stream().synchronize()?;
-    ensure!(
-        cx.ran > 0,
-        "every combination was skipped as unsupported ({})",
-        cx.skipped
-    );
+    if cx.ran == 0 && cx.skipped > 0 {
+        // Only combinations that may be unsupported skip (f32 NCHW must
+        // run), so this is a type the library refuses outright (bf16
+        // reduce and dropout: NOT_SUPPORTED from cuDNN 9.19 on an H100).
+        // libtest-mimic cannot mark a trial ignored once it has started:
+        // the line below is the SKIPPED verdict, and the device-check
+        // report must not count this trial as a pass.
+        eprintln!(
+            "SKIPPED: every combination is unsupported by this cuDNN ({} noted above); nothing was checked",
+            cx.skipped
+        );
+        return Ok(());
+    }
+    ensure!(cx.ran > 0, "no combination ran and none was skipped");
     Ok(())
 }
 
@@ -587,138 +596,10 @@ fn conversions(cx: &mut Cx) -> TestResult {
 }
 
 // ---------------------------------------------------------------------------
-// Reduction
+// Reduction: in `ops/reduce.rs`.
 
-/// The value of `a` (logical, packed, shape `a_shape`) at flattened index
-/// `k` of the reduced sub-tensor of output element `ci`.
-fn reduced_value(
-    a: &[f64],
-    a_shape: &[usize],
-    c_shape: &[usize],
-    ci: usize,
-    k: usize,
-) -> Option<f64> {
-    let rank = a_shape.len();
-    let (mut ci, mut k) = (ci, k);
-    let mut idx = vec![0usize; rank];
-    for d in (0..rank).rev() {
-        if c_shape[d] == 1 {
-            idx[d] = k % a_shape[d];
-            k /= a_shape[d];
-        } else {
-            idx[d] = ci % c_shape[d];
-        }
-        ci /= c_shape[d];
-    }
-    if k != 0 {
-        return None;
-    }
-    let st = r::packed_strides(a_shape);
-    a.get(idx.iter().zip(&st).map(|(i, s)| i * s).sum::<usize>())
-        .copied()
-}
-
-/// The dimensions a reduction of `a_shape` to `c_shape` reduces (size 1 in
-/// `c`, larger in `a`).
-fn reduced_dims(a_shape: &[usize], c_shape: &[usize]) -> Vec<usize> {
-    (0..a_shape.len())
-        .filter(|&d| c_shape[d] == 1 && a_shape[d] > 1)
-        .collect()
-}
-
-fn reduction<T: Float>(cx: &mut Cx) -> TestResult {
-    let shape = [2, 3, 4, 5];
-    for layout in LAYOUTS {
-        // Several reduced dimensions, one (H; C, the innermost in NHWC),
-        // and none.
-        for cshape in [
-            [1, 3, 1, 1],
-            [1, 1, 1, 1],
-            [2, 1, 4, 1],
-            [2, 3, 1, 5],
-            [2, 1, 4, 5],
-            [2, 3, 4, 5],
-        ] {
-            for op in ReduceOp::ALL {
-                for indices in [false, true] {
-                    if indices && !op.has_indices() {
-                        continue;
-                    }
-                    let what = format!(
-                        "reduce {} {layout:?} {op:?} to {cshape:?} indices {indices}",
-                        T::NAME
-                    );
-                    cx.combo(&what, must::<T>(layout), |cx| {
-                        let ad = packed_in_layout::<T>(&shape, layout)?;
-                        let cd = TensorDescriptor::<T>::packed(&cshape)?;
-                        let n = ad.element_count();
-                        let vals = match op {
-                            ReduceOp::Mul => cx.rng.vec(n, 0.95, 1.05),
-                            ReduceOp::MulNoZeros => cx
-                                .rng
-                                .vec(n, 0.95, 1.05)
-                                .into_iter()
-                                .enumerate()
-                                .map(|(i, v)| if i % 7 == 3 { 0.0 } else { v })
-                                .collect(),
-                            _ => cx.rng.vec(n, -2.0, 2.0),
-                        };
-                        let (a, ab) = upload(&ad, &vals)?;
-                        let (want, _) = r::reduce(op, &a, &shape, &cshape)?;
-                        let desc = ReduceTensorDescriptor::<T>::new(op, NanPropagation::Propagate, indices)?;
-                        let plan = ReducePlan::new(&cx.h, desc, same_desc(&ad)?, same_desc(&cd)?)?;
-                        let mut cb = poison(&cd)?;
-                        let mut ib = DeviceBuffer::<i32>::from_host(&vec![-1; plan.indices_len()])?;
-                        let ind = indices.then(|| ib.as_slice_mut());
-                        plan.run(&mut cx.h, sc::<T>(1.0), &ab, sc::<T>(0.0), &mut cb, ind)?;
-                        let got = download(&cd, &cb)?;
-                        check(&what, &got, &want, tol::<T>())?;
-                        if indices {
-                            // cuDNN documents the flattened index's order
-                            // only where it is unambiguous: one reduced
-                            // dimension (the index along it) or none (0).
-                            // Over several, only its range is checked; the
-                            // values were compared above.
-                            let reduced = reduced_dims(&shape, &cshape);
-                            let span: usize = reduced.iter().map(|&d| shape[d]).product();
-                            let ind = ib.to_vec()?;
-                            for (ci, &w) in want.iter().enumerate() {
-                                let k = usize::try_from(ind[ci]).map_err(|_| format!("{what}: index {}", ind[ci]))?;
-                                ensure!(k < span, "{what}: index {k} of element {ci} is not below {span}");
-                                if reduced.len() <= 1 {
-                                    let v = reduced_value(&a, &shape, &cshape, ci, k)
-                                        .ok_or_else(|| format!("{what}: index {k} of element {ci} out of range"))?;
-                                    ensure!(v == w, "{what}: index {k} of element {ci} points at {v}, the result is {w}");
-                                }
-                            }
-                        }
-                        // The same through the handle, blended (sum only: alpha
-                        // scales the result).
-                        if op == ReduceOp::Add {
-                            let (c0, mut cb) = upload(&cd, &cx.rng.vec(cd.element_count(), -1.0, 1.0))?;
-                            cx.h.reduce_tensor(
-                                plan.reduce_desc(),
-                                sc::<T>(0.5),
-                                DeviceTensor::new(&ad, &ab)?,
-                                sc::<T>(0.25),
-                                DeviceTensorMut::new(&cd, &mut cb)?,
-                                None,
-                            )?;
-                            check(
-                                &format!("{what} blended"),
-                                &download(&cd, &cb)?,
-                                &r::blend(0.5, &want, 0.25, &c0)?,
-                                tol::<T>(),
-                            )?;
-                        }
-                        Ok(())
-                    })?;
-                }
-            }
-        }
-    }
-    Ok(())
-}
+mod reduce;
+use reduce::{reduced_dims, reduced_value, reduction};
 
 // ---------------------------------------------------------------------------
 // Batch normalization
@@ -877,114 +758,10 @@ fn batch_norm<T: Float>(cx: &mut Cx) -> TestResult {
 }
 
 // ---------------------------------------------------------------------------
-// Dropout
+// Dropout: in `ops/dropout.rs`.
 
-fn dropout<T: Float>(cx: &mut Cx) -> TestResult {
-    // Like the other ops: a type cuDNN's dropout lacks (bf16 on some
-    // versions) is a noted skip; f32 must work.
-    let what = format!("dropout {}", T::NAME);
-    cx.combo(
-        &what,
-        must::<T>(TensorLayout::ChannelsFirst),
-        dropout_case::<T>,
-    )
-}
-
-fn dropout_case<T: Float>(cx: &mut Cx) -> TestResult {
-    let p = 0.3f32;
-    let d = TensorDescriptor::<T>::nchw(4, 8, 8, 8)?;
-    let n = d.element_count();
-    // No zeros in x, so a zero in y means dropped.
-    let xs: Vec<f64> = cx
-        .rng
-        .vec(n, 0.5, 2.0)
-        .into_iter()
-        .enumerate()
-        .map(|(i, v)| if i % 2 == 0 { v } else { -v })
-        .collect();
-    let (x, xb) = upload(&d, &xs)?;
-    let reserve = dropout_reserve_size(&d)?;
-    let run = |cx: &mut Cx, dr: &mut Dropout| -> R<(Vec<f64>, DeviceBuffer<u8>)> {
-        let mut yb = poison(&d)?;
-        let mut rb = DeviceBuffer::<u8>::alloc(reserve)?;
-        cx.h.dropout_forward(
-            dr,
-            DeviceTensor::new(&d, &xb)?,
-            DeviceTensorMut::new(&d, &mut yb)?,
-            rb.as_slice_mut(),
-        )?;
-        cx.h.stream().synchronize()?;
-        Ok((download(&d, &yb)?, rb))
-    };
-    let forward = |cx: &mut Cx, seed: u64| -> R<(Vec<f64>, Dropout, DeviceBuffer<u8>)> {
-        let mut dr = Dropout::new(&mut cx.h, p, seed)?;
-        let (y, rb) = run(cx, &mut dr)?;
-        Ok((y, dr, rb))
-    };
-    let (y1, drop1, mut rb1) = forward(cx, 42)?;
-    let (y2, _, _) = forward(cx, 42)?;
-    let (y3, _, _) = forward(cx, 43)?;
-    ensure!(
-        y1 == y2,
-        "{}: the same seed must give the same mask",
-        T::NAME
-    );
-    ensure!(y1 != y3, "{}: another seed must give another mask", T::NAME);
-    // Issue 13, item 3: the state is initialised on the handle's stream; a
-    // first forward on another (non-blocking) stream must wait for that, and
-    // a later one back on the first stream for it. Same seed, same masks.
-    let original = cx.h.stream().clone();
-    let other = Stream::non_blocking()?;
-    let mut dr = Dropout::new(&mut cx.h, p, 42)?;
-    cx.h.set_stream(&other)?;
-    let (y_other, _) = run(cx, &mut dr)?;
-    // Back on the first stream: the second mask of `dr` must follow the
-    // first (run on `other`), as it does on one stream.
-    cx.h.set_stream(&original)?;
-    ensure!(
-        y_other == y1,
-        "{}: the first mask on another stream differs from the same seed's",
-        T::NAME
-    );
-    let mut again = Dropout::new(&mut cx.h, p, 42)?;
-    let (_, _) = run(cx, &mut again)?;
-    let (second, _) = run(cx, &mut again)?;
-    let (second_back, _) = run(cx, &mut dr)?;
-    ensure!(
-        second_back == second,
-        "{}: the second mask, after a stream change, differs",
-        T::NAME
-    );
-    let mask = r::dropout_mask(&x, &y1)?;
-    let dropped = mask.iter().filter(|k| !**k).count() as f64 / n as f64;
-    ensure!(
-        (0.2..0.4).contains(&dropped),
-        "{}: dropped {dropped} of the elements, p = {p}",
-        T::NAME
-    );
-    check(
-        &format!("dropout {} y", T::NAME),
-        &y1,
-        &r::dropout_forward(&x, &mask, f64::from(p))?,
-        tol::<T>(),
-    )?;
-    let (dy, dyb) = upload(&d, &cx.rng.vec(n, -1.0, 1.0))?;
-    let mut dxb = poison(&d)?;
-    cx.h.dropout_backward(
-        &drop1,
-        DeviceTensor::new(&d, &dyb)?,
-        DeviceTensorMut::new(&d, &mut dxb)?,
-        rb1.as_slice_mut(),
-    )?;
-    check(
-        &format!("dropout {} dx", T::NAME),
-        &download(&d, &dxb)?,
-        &r::dropout_backward(&dy, &mask, f64::from(p))?,
-        tol::<T>(),
-    )?;
-    drop1.destroy()?;
-    Ok(())
-}
+mod dropout;
+use dropout::dropout;
 
 // ---------------------------------------------------------------------------
 // Errors with real buffers, before cuDNN is called

@@ -485,10 +485,24 @@ fn blas_handle() -> TestResult {
     gemm_check(&h, "after set_workspace(0)")?;
     h.set_workspace(bytes)?;
     gemm_check(&h, "with a user workspace")?;
+    // The handle was moved to `other` by set_stream above (the first GPU
+    // run compared with the creation stream, a mistake of the test): into_raw
+    // returns `other`, and cuBLAS itself (cublasGetStream) says the same.
     let (raw, bound) = h.into_raw();
     ensure!(
-        bound == stream,
-        "into_raw returns the stream the handle is bound to"
+        bound == other && bound != stream,
+        "into_raw returns the stream the handle is bound to (set_stream's)"
+    );
+    let mut s_raw = std::ptr::null_mut();
+    // SAFETY: `raw` is a live handle we own; `s_raw` is a valid out-pointer.
+    let st = unsafe { api.cublasGetStream_v2(raw, &mut s_raw) }.map_err(|e| e.to_string())?;
+    ensure!(
+        st == cudnn::sys::cublas::cublasStatus_t::CUBLAS_STATUS_SUCCESS,
+        "{st:?}"
+    );
+    ensure!(
+        s_raw == other.as_raw(),
+        "cuBLAS holds the stream into_raw returned"
     );
     // SAFETY: `raw` came from `into_raw`, so we own it and nobody else uses it.
     let h = unsafe { blas::Handle::from_raw(raw, &stream) }?;

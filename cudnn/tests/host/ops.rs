@@ -429,19 +429,40 @@ fn broadcast_checks() -> TestResult {
     check_op_tensor(OpTensorOp::Not, &c, None, &c)?;
     // Reduce: c broadcasts onto a.
     let a = nchw::<f32>(2, 3, 4, 5)?;
-    for cs in [
-        [1, 1, 1, 1],
-        [2, 3, 1, 1],
-        [1, 3, 4, 5],
-        [2, 3, 4, 5],
-        [2, 1, 4, 1],
-    ] {
+    for cs in [[1, 1, 1, 1], [2, 3, 1, 1], [1, 3, 4, 5], [2, 1, 4, 1]] {
         check_reduce(&a, &nchw::<f32>(cs[0], cs[1], cs[2], cs[3])?)?;
     }
     our_error(
         check_reduce(&a, &nchw(2, 3, 2, 1)?),
         &["c.shape[2]", "(4)", "got 2"],
     )?;
+    // A reduction that reduces nothing: cuDNN 9.19 answers BAD_PARAM
+    // "!dims_differ" (first GPU run, H100); refused typed before it.
+    our_error(
+        check_reduce(&a, &nchw(2, 3, 4, 5)?),
+        &["c.shape", "[2, 3, 4, 5]", "at least one dimension"],
+    )?;
+    let one = nchw::<f32>(1, 1, 1, 1)?;
+    our_error(check_reduce(&one, &one), &["c.shape", "[1, 1, 1, 1]"])?;
+    // Every pair of shapes in {1, 2, 3}^4 (6,561 pairs): accepted exactly
+    // when each c dimension equals a's or is 1 and at least one differs
+    // (cuDNN's rule, and its refusal of a reduction of nothing); every
+    // refusal is typed and names c.
+    let dims = |i: usize| [i % 3 + 1, i / 3 % 3 + 1, i / 9 % 3 + 1, i / 27 % 3 + 1];
+    for ia in 0..81 {
+        let sa = dims(ia);
+        let a = nchw::<f32>(sa[0], sa[1], sa[2], sa[3])?;
+        for ic in 0..81 {
+            let scs = dims(ic);
+            let c = nchw::<f32>(scs[0], scs[1], scs[2], scs[3])?;
+            let want = scs.iter().zip(&sa).all(|(&x, &y)| x == y || x == 1) && scs != sa;
+            match check_reduce(&a, &c) {
+                Ok(()) => ensure!(want, "{sa:?} -> {scs:?} accepted"),
+                Err(Error::InvalidArgument { arg, .. }) if !want && arg.starts_with("c.shape") => {}
+                Err(e) => return Err(format!("{sa:?} -> {scs:?}: {e:?} (want ok: {want})").into()),
+            }
+        }
+    }
     Ok(())
 }
 

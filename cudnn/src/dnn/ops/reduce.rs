@@ -289,13 +289,32 @@ impl<T: DataType> fmt::Debug for ReduceTensorDescriptor<T> {
     }
 }
 
-/// What a reduction checks before calling cuDNN: `c` has `a`'s rank and
-/// each of its dimensions equals `a`'s or is 1.
+/// What a reduction checks before calling cuDNN: `c` has `a`'s rank, each
+/// of its dimensions equals `a`'s or is 1, and at least one differs.
+///
+/// cuDNN refuses a reduction that reduces nothing (`c`'s shape equal to
+/// `a`'s): `cudnnReduceTensor` returns `CUDNN_STATUS_BAD_PARAM` with the
+/// message `!dims_differ` (cuDNN 9.19 on an H100, first GPU run). Refused
+/// here, typed; [`Handle::transform_tensor`] is the copy.
 ///
 /// # Errors
-/// As [`check_broadcast`] (with `c` as the broadcast operand).
+/// As [`check_broadcast`] (with `c` as the broadcast operand), then
+/// [`Error::InvalidArgument`] naming `c.shape` when it equals `a`'s.
 pub fn check_reduce<T: DataType>(a: &TensorDescriptor<T>, c: &TensorDescriptor<T>) -> Result<()> {
-    check_broadcast("c", c.shape(), "a", a.shape())
+    check_broadcast("c", c.shape(), "a", a.shape())?;
+    if c.shape() == a.shape() {
+        return Err(Error::invalid(
+            "c.shape",
+            format!(
+                "must differ from a.shape ({:?}) in at least one dimension: cuDNN's \
+                 cudnnReduceTensor refuses a reduction that reduces nothing \
+                 (BAD_PARAM, dims_differ); copy with transform_tensor instead",
+                a.shape()
+            ),
+            format!("{:?}", c.shape()),
+        ));
+    }
+    Ok(())
 }
 
 /// Check the index buffer against the descriptor and the sizes cuDNN wants.

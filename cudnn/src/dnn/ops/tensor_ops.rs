@@ -8,6 +8,7 @@
 //! broadcast operand has the output's rank, and each of its dimensions
 //! equals the output's or is 1 (a bias `[1, C, 1, 1]` onto `[N, C, H, W]`).
 
+use std::ffi::c_void;
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -375,6 +376,13 @@ impl Handle {
 
     /// Every element of `y` set to `value`.
     ///
+    /// For `f16` and `bf16` tensors the value is handed to cuDNN as an `f32`
+    /// (their scaling type): cuDNN 9 reads four bytes there, and a 2-byte
+    /// half value came out as a subnormal float, so the tensor was set to 0
+    /// (first GPU run, cuDNN 9.19 on an H100). Every other type is passed as
+    /// itself. `f16`/`bf16` values widen to `f32` exactly, so the stored
+    /// element is `value` bit for bit.
+    ///
     /// # Errors
     /// What cuDNN reports.
     #[doc(alias = "cudnnSetTensor")]
@@ -385,14 +393,15 @@ impl Handle {
     ) -> Result<()> {
         let _on = self.launch("set_tensor", &[("y", y.device())])?;
         let api = check::cudnn()?;
-        let v: *const T = &value;
+        let host = SetTensorValue::of(value);
         // SAFETY: live handle and descriptor; `y` holds at least its span
-        // (checked when bound) and is exclusive; `value` is a host value of
-        // the tensor's element type, as cuDNN reads it.
+        // (checked when bound) and is exclusive; `host` lives to the end of
+        // this block and is the value in the type cuDNN reads for `T` (f32
+        // for f16/bf16, `T` otherwise, see `SetTensorValue::of`).
         unsafe {
             cudnn_call!(
                 api,
-                cudnnSetTensor(self.as_raw(), y.desc().as_raw(), y.ptr(), v.cast())
+                cudnnSetTensor(self.as_raw(), y.desc().as_raw(), y.ptr(), host.ptr())
             )
         }
     }
@@ -431,6 +440,79 @@ impl Handle {
                     y.ptr()
                 )
             )
+        }
+    }
+}
+
+/// The host value `cudnnSetTensor` reads: an `f32` for half-precision
+/// tensors (their scaling type), the element itself for every other type.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum SetTensorValue<T> {
+    /// A half-precision element widened to `f32` (exact).
+    Widened(f32),
+    /// The element as it is.
+    Same(T),
+}
+
+impl<T: DataType> SetTensorValue<T> {
+    /// The value cuDNN must be given for `value`.
+    pub(crate) fn of(value: T) -> Self {
+        let any: &dyn std::any::Any = &value;
+        if let Some(h) = any.downcast_ref::<half::f16>() {
+            Self::Widened(h.to_f32())
+        } else if let Some(b) = any.downcast_ref::<half::bf16>() {
+            Self::Widened(b.to_f32())
+        } else {
+            Self::Same(value)
+        }
+    }
+
+    /// A pointer to the value, valid while `self` lives.
+    fn ptr(&self) -> *const c_void {
+        match self {
+            Self::Widened(f) => (f as *const f32).cast(),
+            Self::Same(v) => (v as *const T).cast(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod set_tensor_value_tests {
+    use super::SetTensorValue;
+    use half::{bf16, f16};
+
+    // Independent truth: the IEEE binary16 / bfloat16 encodings of 3.25
+    // (0x4280 / 0x4050) and the binary32 encoding 0x40500000, by hand.
+    #[test]
+    fn half_types_widen_to_the_exact_f32() {
+        let h = f16::from_bits(0x4280);
+        assert_eq!(SetTensorValue::of(h), SetTensorValue::Widened(3.25));
+        let b = bf16::from_bits(0x4050);
+        assert_eq!(SetTensorValue::of(b), SetTensorValue::Widened(3.25));
+        match SetTensorValue::of(h) {
+            SetTensorValue::Widened(f) => assert_eq!(f.to_bits(), 0x4050_0000),
+            SetTensorValue::Same(_) => panic!("f16 must widen"),
+        }
+    }
+
+    #[test]
+    fn other_types_pass_through() {
+        assert_eq!(SetTensorValue::of(3.25f32), SetTensorValue::Same(3.25f32));
+        assert_eq!(SetTensorValue::of(3.25f64), SetTensorValue::Same(3.25f64));
+        assert_eq!(SetTensorValue::of(-7i8), SetTensorValue::Same(-7i8));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_f16_bit_pattern_widens_exactly(bits in 0u16..=u16::MAX) {
+            let h = f16::from_bits(bits);
+            if let SetTensorValue::Widened(f) = SetTensorValue::of(h) {
+                // NaN stays NaN; every other value round-trips exactly.
+                if h.is_nan() { proptest::prop_assert!(f.is_nan()); }
+                else { proptest::prop_assert_eq!(f16::from_f32(f).to_bits(), bits); }
+            } else {
+                proptest::prop_assert!(false, "f16 must widen");
+            }
         }
     }
 }

@@ -110,7 +110,9 @@ impl RnnDataLayout {
 ///
 /// - `max_seq_len`, `vector_size` and the batch (`lengths.len()`) in
 ///   `1..=i32::MAX` (cuDNN 8.9 crashes on a missing length array);
-/// - each length in `0..=max_seq_len` for the padded layouts;
+/// - each length in `0..=max_seq_len` for the padded layouts (the
+///   descriptor takes 0; [`RnnPlan::new`](super::RnnPlan::new) refuses it,
+///   as cuDNN's forward gave such a sequence `hy = 0`);
 /// - [`RnnDataLayout::SeqMajorPacked`]: each length in `1..=max_seq_len`,
 ///   non-increasing, the first equal to `max_seq_len` (cuDNN 9 refuses the
 ///   rest; cuDNN 8.9 accepts unsorted lengths, so this crate refuses them

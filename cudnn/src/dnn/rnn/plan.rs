@@ -118,6 +118,21 @@ fn check_stage(stage: ReserveStage, need: ReserveStage) -> Result<()> {
 }
 
 /// Check one optional buffer's length.
+/// What [`RnnPlan::new`] adds to [`check_rnn_data`](super::check_rnn_data):
+/// no sequence of length 0 (see [`RnnPlan::new`]).
+pub(crate) fn check_plan_lengths(lengths: &[usize]) -> Result<()> {
+    match lengths.iter().position(|&l| l == 0) {
+        Some(i) => Err(Error::invalid(
+            format!("lengths[{i}]"),
+            "must be >= 1 in an RNN plan: cuDNN 9.19's cudnnRNNForward returned hy = 0 \
+             for a sequence of length 0, where its final state is hx; drop the sequence \
+             from the batch (its hy is its hx)",
+            0,
+        )),
+        None => Ok(()),
+    }
+}
+
 fn check_len(what: &str, need: usize, got: usize) -> Result<()> {
     if got < need {
         return Err(Error::mismatch(
@@ -172,8 +187,17 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
     /// descriptors, asks cuDNN for the sizes and copies the lengths to the
     /// handle's device.
     ///
+    /// Every sequence has at least one step: cuDNN 9.19's `cudnnRNNForward`
+    /// gave a sequence of length 0 the final state `hy = 0` (first GPU
+    /// run, H100), where the recurrence leaves it at `hx`; cuDNN documents
+    /// nothing about a length of 0 in a batch (ONNX Runtime works around
+    /// the same limitation of cuDNN's RNN by running such sequences with
+    /// length 1 and masking the output). Drop such a sequence from the
+    /// batch: its `hy` is its `hx`, its `y` all padding.
+    ///
     /// # Errors
     /// [`check_rnn_data`](super::check_rnn_data)'s for the batch;
+    /// [`Error::InvalidArgument`] naming `lengths[i]` for a length of 0;
     /// [`RnnInputMode::Skip`] with `input_size != hidden_size`; what cuDNN or
     /// the allocation reports.
     ///
@@ -209,6 +233,7 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
         lengths: &[usize],
         fill: T,
     ) -> Result<Self> {
+        check_plan_lengths(lengths)?;
         let cfg = *rnn.config();
         if cfg.input_mode == RnnInputMode::Skip && cfg.input_size != cfg.hidden_size {
             return Err(Error::invalid(
@@ -705,6 +730,40 @@ mod tests {
                 matches!(&e, Error::InvalidArgument { arg, .. } if arg == "reserve"),
                 "{stage:?} for {need:?}: {e}"
             );
+        }
+    }
+}
+
+#[cfg(test)]
+mod plan_length_tests {
+    use super::check_plan_lengths;
+    use crate::error::Error;
+
+    #[test]
+    fn a_zero_length_is_refused_by_index() {
+        assert!(check_plan_lengths(&[4, 3, 1]).is_ok());
+        match check_plan_lengths(&[4, 0, 2]) {
+            Err(Error::InvalidArgument { arg, value, .. }) => {
+                assert_eq!(arg, "lengths[1]");
+                assert_eq!(value, "0");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn refused_exactly_when_a_length_is_zero(
+            lens in proptest::collection::vec(0usize..4, 1..8)
+        ) {
+            let first_zero = lens.iter().position(|&l| l == 0);
+            match (check_plan_lengths(&lens), first_zero) {
+                (Ok(()), None) => {}
+                (Err(Error::InvalidArgument { arg, .. }), Some(i)) => {
+                    proptest::prop_assert_eq!(arg, format!("lengths[{i}]"));
+                }
+                (r, z) => proptest::prop_assert!(false, "{:?} for {:?} (first zero {:?})", r, lens, z),
+            }
         }
     }
 }
