@@ -123,6 +123,7 @@ pub fn host_half(rounds: usize) -> AnyResult<()> {
     // cuBLASLt: the spec's checked shape is what a plan keeps.
     for (label, epi) in LT_CASES {
         let spec = lt_spec(epi);
+        let checks = spec.launch_checks::<f16, f16>()?;
         let shape = spec.check::<f16, f16>()?;
         let n = M * M;
         let (ap, bp, dp) = (
@@ -153,7 +154,7 @@ pub fn host_half(rounds: usize) -> AnyResult<()> {
                 args = args
                     .aux_out(unsafe { DeviceSliceMut::<u8>::from_raw_parts_mut(auxp, aux_len) });
             }
-            spec.launch_checks::<f16, f16>(&shape, 1.0, black_box(av), bv, 0.0, dv, args, None)?;
+            checks.run(1.0, black_box(av), bv, 0.0, dv, args, None)?;
             Ok(())
         })?;
         println!(
@@ -325,9 +326,9 @@ pub fn gpu_half(rounds: usize) -> AnyResult<()> {
                 stream.synchronize()?;
                 Ok(())
             })? / f64::from(batch);
+            let lt_checks = spec.launch_checks::<f16, f16>()?;
             let checks = time_ns(rounds, || {
-                spec.launch_checks::<f16, f16>(
-                    &shape,
+                lt_checks.run(
                     1.0,
                     &ab,
                     &bb,

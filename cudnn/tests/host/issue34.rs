@@ -159,9 +159,7 @@ fn mm(
     [a, b, d]: [(usize, usize); 3],
     epi: EpilogueArgs<'_, f16>,
 ) -> cudnn::Result<()> {
-    let shape = spec.check::<f16, f16>()?;
-    spec.launch_checks::<f16, f16>(
-        &shape,
+    spec.launch_checks::<f16, f16>()?.run(
         alpha,
         ins::<f16>(a.0, a.1),
         ins::<f16>(b.0, b.1),
