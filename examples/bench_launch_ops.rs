@@ -18,10 +18,11 @@
 //! the epilogue pointers set when they changed.
 //!
 //! GPU half (with a device): the whole safe call against the same call
-//! through the raw `-sys` crate (`cudnnConvolutionForward`,
-//! `cublasLtMatmul` with the plan's descriptors and the algorithm the raw
-//! heuristic gives, `ncclAllReduce` on the same communicator), host ns per
-//! call with the queued work drained every batch, on both sides alike.
+//! through the raw `-sys` crate (`cudnnConvolutionForward` with the plan's
+//! algorithm, `cublasLtMatmul` with the plan's descriptors and algorithm,
+//! `ncclAllReduce` on the same communicator): host ns per launch, 200
+//! launches enqueued and timed up to the stream's synchronize, the drain
+//! after them shown apart, on both sides alike.
 
 use std::ffi::c_void;
 use std::hint::black_box;
@@ -35,7 +36,7 @@ use cudnn::nccl::{Communicator, LaunchChecks, ReduceOp};
 use cudnn::runtime::{Device, DeviceBuffer, DeviceSlice, DeviceSliceMut, Stream};
 use half::f16;
 
-use super::{AnyResult, time_ns, time_ns2};
+use super::{AnyResult, BATCH, time_enqueue, time_ns, time_ns2};
 
 /// The convolution: NCHW f32, 1 x 32 x 16 x 16, 32 filters of 3 x 3, padding 1
 /// (small, so the host's work and not the GPU's sets the pace).
@@ -85,7 +86,9 @@ impl Fake {
 /// The host half: each call's checks on views never dereferenced.
 pub fn host_half(rounds: usize) -> AnyResult<()> {
     println!("\n## Other calls, the crate's checks per launch (ns; no device, nothing launched)\n");
-    println!("| call | buffers | crate checks | (median) | what is left out (needs a device) |");
+    println!(
+        "| call | buffers | crate checks | (median) | what is left out (needs a device or a library) |"
+    );
     println!("|---|---|---|---|---|");
     let mut fake = Fake(0x7d00_0000_0000);
 
@@ -117,12 +120,13 @@ pub fn host_half(rounds: usize) -> AnyResult<()> {
         Ok(())
     })?;
     println!(
-        "| ConvForwardPlan::run (f32 1x32x16x16, 3x3) | 3 | {ns:.0} | {median:.0} | the handle's stream checks and device current, the workspace looked up |"
+        "| ConvForwardPlan::run (f32 1x32x16x16, 3x3) | 3 | {ns:.0} | {median:.0} | the buffers' devices (no device given), the handle's stream checks and device current, the workspace looked up |"
     );
 
     // cuBLASLt: the spec's checked shape is what a plan keeps.
     for (label, epi) in LT_CASES {
         let spec = lt_spec(epi);
+        let checks = spec.launch_checks::<f16, f16>()?;
         let shape = spec.check::<f16, f16>()?;
         let n = M * M;
         let (ap, bp, dp) = (
@@ -153,11 +157,11 @@ pub fn host_half(rounds: usize) -> AnyResult<()> {
                 args = args
                     .aux_out(unsafe { DeviceSliceMut::<u8>::from_raw_parts_mut(auxp, aux_len) });
             }
-            spec.launch_checks::<f16, f16>(&shape, 1.0, black_box(av), bv, 0.0, dv, args, None)?;
+            checks.run(1.0, black_box(av), bv, 0.0, dv, args, None)?;
             Ok(())
         })?;
         println!(
-            "| MatmulPlan::run (f16 128³, {label}) | {buffers} | {ns:.0} | {median:.0} | the plan's lock, the handle's stream checks and device current, changed epilogue pointers set |"
+            "| MatmulPlan::run (f16 128³, {label}) | {buffers} | {ns:.0} | {median:.0} | the buffers' devices (no device given), the plan's lock, the handle's stream checks and device current, changed epilogue pointers set |"
         );
     }
 
@@ -178,7 +182,7 @@ pub fn host_half(rounds: usize) -> AnyResult<()> {
         Ok(())
     })?;
     println!(
-        "| Communicator::all_reduce (f32, 1 Ki, legacy stream) | 2 | {ns:.0} | {median:.0} | nothing of the crate's (the library call alone) |"
+        "| Communicator::all_reduce (f32, 1 Ki, legacy stream) | 2 | {ns:.0} | {median:.0} | nothing of the crate's code (the library call alone); the views carry no device, so the device comparisons run and pass at once |"
     );
     Ok(())
 }
@@ -199,12 +203,17 @@ fn epi_args<'a>(
     a
 }
 
-/// A row of the GPU table.
-fn gpu_row(label: &str, buffers: usize, ours: f64, raw: f64, checks: Option<f64>) {
+/// A row of the GPU table: enqueue ns per launch and drain µs per batch
+/// (`(enqueue, drain)` of the safe and the raw call).
+fn gpu_row(label: &str, buffers: usize, ours: (f64, f64), raw: (f64, f64), checks: Option<f64>) {
     let checks = checks.map_or("-".to_string(), |c| format!("{c:.0}"));
     println!(
-        "| {label} | {buffers} | {ours:.0} | {raw:.0} | {:.0} | {checks} |",
-        ours - raw
+        "| {label} | {buffers} | {:.0} | {:.0} | {:.0} | {checks} | {:.0} / {:.0} |",
+        ours.0,
+        raw.0,
+        ours.0 - raw.0,
+        ours.1,
+        raw.1
     );
 }
 
@@ -212,13 +221,14 @@ fn gpu_row(label: &str, buffers: usize, ours: f64, raw: f64, checks: Option<f64>
 pub fn gpu_half(rounds: usize) -> AnyResult<()> {
     let dev = Device::new(0)?;
     let stream = dev.create_stream()?;
-    let batch = 200u32;
     println!(
         "\n## Other calls against the raw call (host ns per launch, {}, on device 0)\n",
         dev.name()?
     );
-    println!("| call | buffers | safe call | raw -sys call | difference | crate checks alone |");
-    println!("|---|---|---|---|---|---|");
+    println!(
+        "| call | buffers | safe call | raw -sys call | difference | crate checks alone | drain µs (safe / raw) |"
+    );
+    println!("|---|---|---|---|---|---|---|");
 
     // The legacy convolution.
     {
@@ -232,13 +242,10 @@ pub fn gpu_half(rounds: usize) -> AnyResult<()> {
         let xb = DeviceBuffer::<f32>::zeroed(C * HW * HW)?;
         let wb = DeviceBuffer::<f32>::zeroed(C * C * 9)?;
         let mut yb = DeviceBuffer::<f32>::zeroed(y_len)?;
-        let ours = time_ns(rounds, || {
-            for _ in 0..batch {
-                plan.run(&mut handle, 1.0, &xb, &wb, 0.0, &mut yb)?;
-            }
-            stream.synchronize()?;
+        let ours = time_enqueue(rounds, BATCH, &stream, || {
+            plan.run(&mut handle, 1.0, &xb, &wb, 0.0, &mut yb)?;
             Ok(())
-        })? / f64::from(batch);
+        })?;
         let checks = time_ns(rounds, || {
             plan.launch_checks(&xb, &wb, &mut yb, Some(dev))?;
             Ok(())
@@ -252,35 +259,32 @@ pub fn gpu_half(rounds: usize) -> AnyResult<()> {
         let (xp, wp, yp) = (xb.as_raw(), wb.as_raw(), yb.as_raw_mut());
         let (alpha, beta) = (1.0f32, 0.0f32);
         let _on = dev.guard()?;
-        let raw_ns = time_ns(rounds, || {
-            for _ in 0..batch {
-                // SAFETY: live handle and descriptors (the plan's); the
-                // buffers hold what the descriptors address; the workspace
-                // holds the plan's size; alpha and beta are f32 for f32 data.
-                let st = unsafe {
-                    api.cudnnConvolutionForward(
-                        h,
-                        (&alpha as *const f32).cast(),
-                        plan.x().as_raw(),
-                        xp.cast(),
-                        plan.w().as_raw(),
-                        wp.cast(),
-                        plan.conv().as_raw(),
-                        algo,
-                        ws_ptr,
-                        ws_len,
-                        (&beta as *const f32).cast(),
-                        plan.y().as_raw(),
-                        yp.cast(),
-                    )
-                }?;
-                if st != raw::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
-                    return Err(format!("cudnnConvolutionForward returned {}", st.0).into());
-                }
+        let raw_ns = time_enqueue(rounds, BATCH, &stream, || {
+            // SAFETY: live handle and descriptors (the plan's); the
+            // buffers hold what the descriptors address; the workspace
+            // holds the plan's size; alpha and beta are f32 for f32 data.
+            let st = unsafe {
+                api.cudnnConvolutionForward(
+                    h,
+                    (&alpha as *const f32).cast(),
+                    plan.x().as_raw(),
+                    xp.cast(),
+                    plan.w().as_raw(),
+                    wp.cast(),
+                    plan.conv().as_raw(),
+                    algo,
+                    ws_ptr,
+                    ws_len,
+                    (&beta as *const f32).cast(),
+                    plan.y().as_raw(),
+                    yp.cast(),
+                )
+            }?;
+            if st != raw::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
+                return Err(format!("cudnnConvolutionForward returned {}", st.0).into());
             }
-            stream.synchronize()?;
             Ok(())
-        })? / f64::from(batch);
+        })?;
         drop(_on);
         stream.synchronize()?;
         drop(ws);
@@ -310,24 +314,21 @@ pub fn gpu_half(rounds: usize) -> AnyResult<()> {
             let mut aux = DeviceBuffer::<u8>::zeroed(shape.aux_bytes().max(1))?;
             let buffers =
                 3 + usize::from(epi.bias_use().is_some()) + usize::from(epi.aux().is_some());
-            let ours = time_ns(rounds, || {
-                for _ in 0..batch {
-                    plan.run(
-                        &lt,
-                        1.0,
-                        &ab,
-                        &bb,
-                        0.0,
-                        &mut db,
-                        epi_args(epi, &bias, &mut aux),
-                    )?;
-                }
-                stream.synchronize()?;
+            let ours = time_enqueue(rounds, BATCH, &stream, || {
+                plan.run(
+                    &lt,
+                    1.0,
+                    &ab,
+                    &bb,
+                    0.0,
+                    &mut db,
+                    epi_args(epi, &bias, &mut aux),
+                )?;
                 Ok(())
-            })? / f64::from(batch);
+            })?;
+            let lt_checks = spec.launch_checks::<f16, f16>()?;
             let checks = time_ns(rounds, || {
-                spec.launch_checks::<f16, f16>(
-                    &shape,
+                lt_checks.run(
                     1.0,
                     &ab,
                     &bb,
@@ -339,15 +340,17 @@ pub fn gpu_half(rounds: usize) -> AnyResult<()> {
                 Ok(())
             })?;
             // The raw side: the plan's descriptors (their epilogue pointers
-            // set to these buffers by the runs above), the raw heuristic's
-            // first algorithm, a workspace of the handle's size.
+            // set to these buffers by the runs above) and the plan's
+            // algorithm, a workspace of the handle's size.
+            let algo = plan
+                .heuristic_result()
+                .ok_or("the plan has no algorithm (an empty D)")?;
             let d = plan.descriptors();
-            let (desc, la, lb, lo, pref) = (
+            let (desc, la, lb, lo) = (
                 d.matmul_desc().as_raw(),
                 d.first_layout().as_raw(),
                 d.second_layout().as_raw(),
                 d.output_layout().as_raw(),
-                d.preference().as_raw(),
             );
             // Row-major operands are swapped for the library (as the plan does).
             let (p1, p2) = if shape.swaps_operands() {
@@ -355,66 +358,43 @@ pub fn gpu_half(rounds: usize) -> AnyResult<()> {
             } else {
                 (ab.as_raw(), bb.as_raw())
             };
-            // SAFETY: all-zero is a valid value of this plain-data struct.
-            let mut result: raw::cublasLtMatmulHeuristicResult_t = unsafe { std::mem::zeroed() };
-            let mut count = 0;
-            // SAFETY: live handle and descriptors; room for one result.
-            let st = unsafe {
-                api.cublasLtMatmulAlgoGetHeuristic(
-                    lt.as_raw(),
-                    desc,
-                    la,
-                    lb,
-                    lo,
-                    lo,
-                    pref,
-                    1,
-                    &mut result,
-                    &mut count,
-                )
-            }?;
-            if st != raw::cublasStatus_t::CUBLAS_STATUS_SUCCESS || count < 1 {
-                return Err(format!("cublasLtMatmulAlgoGetHeuristic: {} ({count})", st.0).into());
-            }
             let mut ws = DeviceBuffer::<u8>::zeroed(lt.workspace_size().max(1))?;
             let (ws_ptr, ws_len) = (ws.as_raw_mut(), lt.workspace_size());
             let dp = db.as_raw_mut();
             let (alpha, beta) = (1.0f32, 0.0f32);
             let _on = dev.guard()?;
-            let raw_ns = time_ns(rounds, || {
-                for _ in 0..batch {
-                    // SAFETY: live handle and descriptors; the buffers hold
-                    // what the layouts address; the epilogue pointers are
-                    // live buffers of the shape's sizes; the workspace holds
-                    // `ws_len` bytes; alpha and beta are f32 (f16 data
-                    // computes and scales in f32).
-                    let st = unsafe {
-                        api.cublasLtMatmul(
-                            lt.as_raw(),
-                            desc,
-                            (&alpha as *const f32).cast(),
-                            p1.cast(),
-                            la,
-                            p2.cast(),
-                            lb,
-                            (&beta as *const f32).cast(),
-                            dp.cast_const().cast(),
-                            lo,
-                            dp.cast(),
-                            lo,
-                            &result.algo,
-                            ws_ptr,
-                            ws_len,
-                            stream.as_raw(),
-                        )
-                    }?;
-                    if st != raw::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
-                        return Err(format!("cublasLtMatmul returned {}", st.0).into());
-                    }
+            let raw_ns = time_enqueue(rounds, BATCH, &stream, || {
+                // SAFETY: live handle and descriptors; the buffers hold
+                // what the layouts address; the epilogue pointers are
+                // live buffers of the shape's sizes; the plan's algorithm
+                // for these descriptors on this device, its workspace
+                // within the `ws_len` bytes given; alpha and beta are f32
+                // (f16 data computes and scales in f32).
+                let st = unsafe {
+                    api.cublasLtMatmul(
+                        lt.as_raw(),
+                        desc,
+                        (&alpha as *const f32).cast(),
+                        p1.cast(),
+                        la,
+                        p2.cast(),
+                        lb,
+                        (&beta as *const f32).cast(),
+                        dp.cast_const().cast(),
+                        lo,
+                        dp.cast(),
+                        lo,
+                        &algo.algo,
+                        ws_ptr,
+                        ws_len,
+                        stream.as_raw(),
+                    )
+                }?;
+                if st != raw::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+                    return Err(format!("cublasLtMatmul returned {}", st.0).into());
                 }
-                stream.synchronize()?;
                 Ok(())
-            })? / f64::from(batch);
+            })?;
             drop(_on);
             stream.synchronize()?;
             drop(ws);
@@ -438,41 +418,35 @@ pub fn gpu_half(rounds: usize) -> AnyResult<()> {
         let count = COUNT;
         let send = DeviceBuffer::<f32>::zeroed(count)?;
         let mut recv = DeviceBuffer::<f32>::zeroed(count)?;
-        let ours = time_ns(rounds, || {
-            for _ in 0..batch {
-                comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &stream)?;
-            }
-            stream.synchronize()?;
+        let ours = time_enqueue(rounds, BATCH, &stream, || {
+            comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &stream)?;
             Ok(())
-        })? / f64::from(batch);
+        })?;
         let (sp, rp) = (
             send.as_raw().cast::<c_void>(),
             recv.as_raw_mut().cast::<c_void>(),
         );
         let c = comm.as_raw();
         let _on = dev.guard()?;
-        let raw_ns = time_ns(rounds, || {
-            for _ in 0..batch {
-                // SAFETY: a live communicator of this device; both buffers
-                // hold `count` f32 and outlive the stream's work.
-                let r = unsafe {
-                    api.ncclAllReduce(
-                        sp,
-                        rp,
-                        count,
-                        raw::ncclDataType_t::ncclFloat32,
-                        raw::ncclRedOp_t::ncclSum,
-                        c,
-                        stream.as_raw(),
-                    )
-                }?;
-                if r != raw::ncclResult_t::ncclSuccess {
-                    return Err(format!("ncclAllReduce returned {}", r.0).into());
-                }
+        let raw_ns = time_enqueue(rounds, BATCH, &stream, || {
+            // SAFETY: a live communicator of this device; both buffers
+            // hold `count` f32 and outlive the stream's work.
+            let r = unsafe {
+                api.ncclAllReduce(
+                    sp,
+                    rp,
+                    count,
+                    raw::ncclDataType_t::ncclFloat32,
+                    raw::ncclRedOp_t::ncclSum,
+                    c,
+                    stream.as_raw(),
+                )
+            }?;
+            if r != raw::ncclResult_t::ncclSuccess {
+                return Err(format!("ncclAllReduce returned {}", r.0).into());
             }
-            stream.synchronize()?;
             Ok(())
-        })? / f64::from(batch);
+        })?;
         drop(_on);
         stream.synchronize()?;
         gpu_row(
@@ -484,9 +458,10 @@ pub fn gpu_half(rounds: usize) -> AnyResult<()> {
         );
     }
     println!(
-        "\nEach launch's time includes draining the stream every {batch} launches (the same on both sides); \
-         the problems are small, so the host's work sets the pace. \
-         The NCCL checks alone are the host table's (the communicator's path is the same)."
+        "\nHost ns per launch: the enqueue of {BATCH} launches, up to the stream's synchronize \
+         (fastest batch), the same on both sides; the drain (the synchronize after them, median \
+         batch) is apart. The raw matmul runs the plan's algorithm. The NCCL checks alone are the \
+         host table's (the communicator's path is the same)."
     );
     Ok(())
 }

@@ -48,10 +48,13 @@ macro_rules! __define_functions {
             )*
         }
     ) => {
-        /// The symbols' positions in the table's `SYMBOLS`.
+        /// The symbols' positions in the table's `SYMBOLS`. The last
+        /// variant is a sentinel (no symbol), so that a table with no
+        /// functions still has a variant (`repr(usize)` refuses an empty
+        /// enum).
         #[allow(non_camel_case_types, dead_code, clippy::enum_variant_names)]
         #[repr(usize)]
-        enum __Sym { $( $name, )* }
+        enum __Sym { $( $name, )* __sentinel_no_symbol }
 
         $(#[$meta])*
         pub struct $Api {
@@ -102,6 +105,7 @@ macro_rules! __define_functions {
                 lib: $crate::loader::libloading::Library,
                 info: $crate::loader::LibraryInfo,
             ) -> Self {
+                #[allow(unused_mut)] // a table with no functions never sets it
                 let mut any = ::core::option::Option::None;
                 Self {
                     $(
@@ -153,6 +157,8 @@ macro_rules! __define_functions {
             /// integer switch), not by name: a chain of string compares
             /// per symbol cost more to compile than the lookup saves.
             fn forget_index(&mut self, i: usize) {
+                // Read even when the table declares no function.
+                let _ = i;
                 $(
                     if i == __Sym::$name as usize {
                         #[cfg(not(feature = "link"))]
@@ -166,6 +172,7 @@ macro_rules! __define_functions {
 
             /// Whether the `i`-th symbol is present (see `forget_index`).
             fn present_index(&self, i: usize) -> bool {
+                let _ = i;
                 $(
                     if i == __Sym::$name as usize {
                         #[cfg(not(feature = "link"))]
@@ -254,4 +261,92 @@ macro_rules! __define_functions {
             )*
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::loader::LibraryInfo;
+
+    fn info() -> LibraryInfo {
+        LibraryInfo {
+            library: "test",
+            path: None,
+            source: None,
+            version: None,
+        }
+    }
+
+    /// A table that declares no function (the enum of positions needs its
+    /// sentinel to compile).
+    #[allow(dead_code)] // the table's setters
+    mod empty {
+        crate::__define_functions! {
+            /// No functions.
+            table Empty;
+            unsafe extern "C" {}
+        }
+
+        #[test]
+        fn empty_table_knows_no_symbol() {
+            assert!(Empty::SYMBOLS.is_empty());
+            #[cfg(feature = "link")]
+            let mut t = Empty::linked(super::info());
+            #[cfg(not(feature = "link"))]
+            let mut t = {
+                // SAFETY: the C library of the test process, already loaded;
+                // opening it runs no initializer of ours.
+                let lib = unsafe { libloading::Library::new("libc.so.6") }
+                    .unwrap_or_else(|e| panic!("libc: {e}"));
+                Empty::resolve(lib, super::info())
+            };
+            assert!(!t.has_symbol("getpid"));
+            assert!(!t.has_symbol(""));
+            t.forget_symbols(&["getpid"]);
+            assert!(t.missing_symbols().is_empty());
+            #[cfg(not(feature = "link"))]
+            assert!(t.address_of_any().is_none());
+        }
+    }
+
+    /// A table over the C library (resolved at run time): positions map to
+    /// the right symbol, and a call through it equals the linked call.
+    #[cfg(all(not(feature = "link"), target_os = "linux"))]
+    #[allow(dead_code)] // the table's setters
+    mod libc_table {
+        crate::__define_functions! {
+            /// Three functions of the C library, one it lacks.
+            table LibC;
+            unsafe extern "C" {
+                pub fn getpid() -> ::core::ffi::c_int;
+                pub fn cudnn_rs_not_in_libc(x: ::core::ffi::c_int);
+                pub fn strlen(s: *const ::core::ffi::c_char) -> usize;
+            }
+        }
+
+        #[test]
+        fn table_calls_what_the_linker_calls() {
+            // SAFETY: as in `empty`.
+            let lib = unsafe { libloading::Library::new("libc.so.6") }
+                .unwrap_or_else(|e| panic!("libc: {e}"));
+            let mut t = LibC::resolve(lib, super::info());
+            assert_eq!(LibC::SYMBOLS, &["getpid", "cudnn_rs_not_in_libc", "strlen"]);
+            assert!(t.has_symbol("getpid") && t.has_symbol("strlen"));
+            assert!(!t.has_symbol("cudnn_rs_not_in_libc"));
+            assert!(!t.has_symbol("__sentinel_no_symbol"));
+            assert_eq!(t.missing_symbols(), vec!["cudnn_rs_not_in_libc"]);
+            assert!(t.address_of_any().is_some());
+            // SAFETY: getpid takes nothing; strlen gets a NUL-terminated string.
+            unsafe {
+                assert_eq!(t.getpid(), Ok(libc::getpid()));
+                assert_eq!(t.strlen(c"four".as_ptr()), Ok(4));
+                let e = t.cudnn_rs_not_in_libc(1).err().map(|e| e.symbol);
+                assert_eq!(e, Some("cudnn_rs_not_in_libc"));
+            }
+            // Forgetting the last one leaves the first.
+            t.forget_symbols(&["strlen", "not_declared"]);
+            assert!(t.has_symbol("getpid") && !t.has_symbol("strlen"));
+            // SAFETY: as above.
+            assert!(unsafe { t.strlen(c"x".as_ptr()) }.is_err());
+        }
+    }
 }

@@ -106,7 +106,8 @@ pub use gemv::{GemvPlan, GemvType};
 pub use handle::*;
 pub use lt::{
     AuxKind, BiasUse, Epilogue, EpilogueArgs, LtHandle, LtMatrixLayout, MatmulDesc,
-    MatmulDescriptors, MatmulKey, MatmulPlan, MatmulPreference, MatmulShape, MatmulSpec, PlanCache,
+    MatmulDescriptors, MatmulKey, MatmulLaunchChecks, MatmulPlan, MatmulPreference, MatmulShape,
+    MatmulSpec, PlanCache,
 };
 pub use lt::{
     Fp8Bias, Fp8BiasType, Fp8Descriptors, Fp8Input, Fp8MatmulPlan, Fp8MatmulSpec, Fp8Output,

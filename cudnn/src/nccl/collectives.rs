@@ -2,6 +2,8 @@
 //! the communicator's stream order. (Several calls launched together go
 //! through [`group`](super::group).)
 
+use std::mem::ManuallyDrop;
+
 use super::clique;
 use super::comm::Communicator;
 use super::depth;
@@ -15,20 +17,12 @@ use crate::sys::cudart::cudaStream_t;
 /// ([`LaunchChecks`], the benchmark's).
 type Launcher = unsafe fn(&Call, sys::ncclComm_t, cudaStream_t) -> Result<sys::ncclResult_t>;
 
-/// Issue one checked call by itself.
+/// Issue one checked call by itself, through `launch`.
 ///
 /// # Safety
 /// The call's pointers come from views borrowed for the whole calling
-/// method and were checked against its counts.
-unsafe fn issue(comm: &Communicator, call: Call, stream: &Stream) -> Result<()> {
-    // SAFETY: as this function's caller guarantees.
-    unsafe { issue_via(comm, call, stream, Call::launch) }
-}
-
-/// [`issue`] through `launch`.
-///
-/// # Safety
-/// As [`issue`], for a `launch` that passes the pointers on.
+/// method and were checked against its counts; `launch` passes them on
+/// to NCCL unchanged, or to nothing.
 unsafe fn issue_via(
     comm: &Communicator,
     call: Call,
@@ -52,10 +46,11 @@ unsafe fn issue_via(
     unsafe { issue_checked_via(comm, call, stream, launch) }
 }
 
-/// [`issue`] without the opt-in comparison across processes.
+/// [`issue_via`] through [`Call::launch`], without the opt-in comparison
+/// across processes.
 ///
 /// # Safety
-/// As [`issue`].
+/// As [`issue_via`].
 pub(super) unsafe fn issue_checked(comm: &Communicator, call: Call, stream: &Stream) -> Result<()> {
     // SAFETY: as this function's caller guarantees.
     unsafe { issue_checked_via(comm, call, stream, Call::launch) }
@@ -64,7 +59,7 @@ pub(super) unsafe fn issue_checked(comm: &Communicator, call: Call, stream: &Str
 /// [`issue_checked`] through `launch`.
 ///
 /// # Safety
-/// As [`issue`], for a `launch` that passes the pointers on.
+/// As [`issue_via`].
 unsafe fn issue_checked_via(
     comm: &Communicator,
     call: Call,
@@ -105,14 +100,19 @@ unsafe fn issue_checked_via(
         .map_err(|e| e.with_context(call.describe()))
 }
 
-/// The direct (not grouped) launch of a checked call.
+/// The direct (not grouped) launch of a checked call, through `$launch`
+/// ([`Call::launch`] unless given: [`LaunchChecks`] passes [`no_launch`]).
 macro_rules! run {
-    ($self:ident, $stream:ident, $op:expr) => {{
+    ($self:ident, $stream:ident, $op:expr) => {
+        run!($self, $stream, $op, Call::launch)
+    };
+    ($self:ident, $stream:ident, $op:expr, $launch:expr) => {{
         depth::refuse("a Communicator collective", depth::WHY_DIRECT)?;
         let op = $op?;
         // SAFETY: the op's pointers come from views borrowed for this call
-        // and checked against the counts.
-        unsafe { issue($self, Call::new::<T>(op), $stream) }
+        // and checked against the counts; `$launch` is `Call::launch` or
+        // `no_launch` (which passes nothing on).
+        unsafe { issue_via($self, Call::new::<T>(op), $stream, $launch) }
     }};
 }
 
@@ -128,16 +128,17 @@ unsafe fn no_launch(_: &Call, _: sys::ncclComm_t, _: cudaStream_t) -> Result<sys
 /// Benchmark aid (`examples/bench_launch.rs`, issue 34): the host work of
 /// a direct collective up to the library call, with no NCCL and no
 /// device. It holds a communicator that NCCL never sees (rank 0 of 1 on
-/// device 0; its calls reach a launcher that calls nothing, and dropping
-/// it calls nothing either), and runs the same code as
-/// [`Communicator::all_reduce`]: the group refusal, the buffers' devices
-/// and lengths, the split family taken, the stream's checks and queue
-/// hold, the communicator's state; then, in place of `ncclAllReduce`,
-/// nothing.
+/// device 0; its calls reach a launcher that calls nothing), and runs the
+/// same code as [`Communicator::all_reduce`] (one body, given another
+/// launcher): the group refusal, the buffers' devices and lengths, the
+/// split family taken, the stream's checks and queue hold, the
+/// communicator's state; then, in place of `ncclAllReduce`, nothing. The
+/// communicator is never dropped (its drop would hand its dangling handle
+/// to NCCL): dropping a `LaunchChecks` leaks its few bytes.
 #[doc(hidden)]
 #[derive(Debug)]
 pub struct LaunchChecks {
-    comm: Communicator,
+    comm: ManuallyDrop<Communicator>,
 }
 
 impl LaunchChecks {
@@ -162,19 +163,7 @@ impl LaunchChecks {
         op: ReduceOp,
         stream: &Stream,
     ) -> Result<()> {
-        let (send, mut recv) = (send.into(), recv.into());
-        depth::refuse("a Communicator collective", depth::WHY_DIRECT)?;
-        let op = self.comm.op_all_reduce(&send, &mut recv, op)?;
-        // SAFETY: `no_launch` passes no pointer on (the communicator is
-        // never handed to NCCL).
-        unsafe { issue_via(&self.comm, Call::new::<T>(op), stream, no_launch) }
-    }
-}
-
-impl Drop for LaunchChecks {
-    fn drop(&mut self) {
-        // Marked aborted, the communicator's own drop calls nothing.
-        self.comm.forget_never_launched();
+        self.comm.all_reduce_via(send, recv, op, stream, no_launch)
     }
 }
 
@@ -219,8 +208,26 @@ impl Communicator {
         op: ReduceOp,
         stream: &Stream,
     ) -> Result<()> {
+        self.all_reduce_via(send, recv, op, stream, Call::launch)
+    }
+
+    /// [`all_reduce`](Self::all_reduce) through `launch` (`Call::launch`,
+    /// or [`LaunchChecks`]'s `no_launch`): one body for both.
+    fn all_reduce_via<'s, 'r, T: NcclType>(
+        &self,
+        send: impl Into<DeviceSlice<'s, T>>,
+        recv: impl Into<DeviceSliceMut<'r, T>>,
+        op: ReduceOp,
+        stream: &Stream,
+        launch: Launcher,
+    ) -> Result<()> {
         let (send, mut recv) = (send.into(), recv.into());
-        run!(self, stream, self.op_all_reduce(&send, &mut recv, op))
+        run!(
+            self,
+            stream,
+            self.op_all_reduce(&send, &mut recv, op),
+            launch
+        )
     }
 
     /// [`all_reduce`](Self::all_reduce) with the result written over the input.

@@ -5,6 +5,7 @@
 use std::cell::Cell;
 use std::ffi::{c_int, c_uint};
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 use std::time::Duration;
@@ -371,18 +372,21 @@ impl Communicator {
     /// A communicator no NCCL call may see (tests of the recording).
     #[cfg(test)]
     pub(crate) fn fake(raw: NonNull<sys::ncclComm>) -> Self {
-        let mut c = Self::never_launched().unwrap_or_else(|_| unreachable!());
+        // The tests keep it in a `ManuallyDrop` of their own.
+        let mut c =
+            ManuallyDrop::into_inner(Self::never_launched().unwrap_or_else(|_| unreachable!()));
         c.raw = raw;
         c
     }
 
     /// A communicator NCCL never sees, rank 0 of 1 on device 0, for
     /// [`LaunchChecks`](super::LaunchChecks): its handle is a dangling
-    /// pointer that only a launcher calling nothing receives; it must end
-    /// with [`forget_never_launched`](Self::forget_never_launched) (or be
-    /// leaked), so that its drop calls nothing either.
-    pub(crate) fn never_launched() -> Result<Self> {
-        Ok(Communicator {
+    /// pointer that only a launcher calling nothing receives. It comes in a
+    /// `ManuallyDrop`, so it is never dropped unless its holder takes it
+    /// out: its drop would hand the dangling handle to NCCL
+    /// (`ncclCommGetAsyncError`).
+    pub(crate) fn never_launched() -> Result<ManuallyDrop<Self>> {
+        Ok(ManuallyDrop::new(Communicator {
             raw: NonNull::dangling(),
             ranks: Ranks::new(0, 1)?,
             device: 0,
@@ -394,13 +398,7 @@ impl Communicator {
             member: None,
             check_agreement: false,
             family: Arc::default(),
-        })
-    }
-
-    /// End a [`never_launched`](Self::never_launched) communicator: marked
-    /// aborted, its drop calls nothing.
-    pub(crate) fn forget_never_launched(&self) {
-        self.aborted.set(true);
+        }))
     }
 
     /// A fake communicator (as [`fake`](Self::fake)) of rank `member.rank()`

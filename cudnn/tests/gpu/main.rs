@@ -29,6 +29,7 @@ mod graph;
 mod graph_attention;
 mod graph_norm;
 mod graph_workspace;
+mod issue34;
 mod nccl;
 mod nccl_devices;
 mod nccl_faults;
@@ -57,6 +58,7 @@ fn main() {
         ("graph_attention", graph_attention::main),
         ("graph_norm", graph_norm::main),
         ("graph_workspace", graph_workspace::main),
+        ("issue34", issue34::main),
         ("nccl", nccl::main),
         ("nccl_devices", nccl_devices::main),
         ("nccl_faults", nccl_faults::main),

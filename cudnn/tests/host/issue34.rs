@@ -11,8 +11,9 @@
 //! spec's alignment, send and receive of equal length, no direct call in a
 //! group, no per-thread stream in an NCCL call). Views are dangling,
 //! aligned addresses that nothing dereferences.
-//! Host tier: the convolution descriptors need cuDNN; the matmul and
-//! NCCL checks need no library (nothing is called), and run here too.
+//! The convolution descriptors need cuDNN (host tier); the matmul and
+//! NCCL checks call no library (registered as unit tests, so they run
+//! where the libraries are missing too).
 
 use crate::support;
 
@@ -28,8 +29,9 @@ pub fn main() {
     let mut trials = vec![
         host("conv_launch_checks_lengths", conv_lengths),
         host("fuzz_conv_launch_checks_lengths", fuzz_conv),
-        host("matmul_launch_checks_rules", matmul_rules),
-        host("fuzz_matmul_launch_checks_lengths", fuzz_matmul),
+        unit("matmul_launch_checks_rules", matmul_rules),
+        unit("matmul_launch_checks_bias_is_per_column", matmul_bias),
+        unit("fuzz_matmul_launch_checks_lengths", fuzz_matmul),
         host("sys_tables_resolve_what_dlsym_finds", tables_match_dlsym),
     ];
     nccl_trials(&mut trials);
@@ -55,22 +57,31 @@ fn outs<T: cudnn::DataType>(addr: usize, len: usize) -> DeviceSliceMut<'static, 
     unsafe { DeviceSliceMut::from_raw_parts_mut(addr as *mut T, len) }
 }
 
+/// A `Mismatch` about the buffer `name` (its `what` field starts with the
+/// argument's name and a space: "x buffer length ...").
 fn is_mismatch(r: &cudnn::Result<()>, name: &str) -> bool {
-    matches!(r, Err(e @ Error::Mismatch { .. }) if e.to_string().contains(name))
+    matches!(r, Err(Error::Mismatch { what, .. })
+        if what.strip_prefix(name).is_some_and(|rest| rest.starts_with(' ')))
+}
+
+/// An `InvalidArgument` naming exactly the argument `name`.
+fn is_invalid(r: &cudnn::Result<()>, name: &str) -> bool {
+    matches!(r, Err(Error::InvalidArgument { arg, .. }) if arg == name)
 }
 
 // ---------------------------------------------------------------- conv
 
-/// x 1x32x16x16, w 32x32x3x3, padding 1, stride 1: y is 1x32x16x16
-/// (16 + 2 - 3 + 1 = 16). Lengths in elements, by hand.
+/// x 1x32x16x16, w 32x32x3x3, no padding, stride 1: y is 1x32x14x14
+/// (16 - 3 + 1 = 14). Lengths in elements, by hand; x, w and y all differ,
+/// so a length checked against another buffer's descriptor shows.
 const X_LEN: usize = 32 * 16 * 16;
 const W_LEN: usize = 32 * 32 * 3 * 3;
-const Y_LEN: usize = 32 * 16 * 16;
+const Y_LEN: usize = 32 * 14 * 14;
 
 fn conv_plan() -> cudnn::Result<cudnn::dnn::ConvForwardPlan<f32>> {
     let x = TensorDescriptor::<f32>::nchw(1, 32, 16, 16)?;
     let w = FilterDescriptor::<f32>::nchw(32, 32, 3, 3)?;
-    let conv = ConvDescriptor::new_2d([1, 1], [1, 1], [1, 1])?;
+    let conv = ConvDescriptor::new_2d([0, 0], [1, 1], [1, 1])?;
     ConvProblem::forward(&x, &w, &conv)?.plan_with(AlgoChoice {
         algo: 1,
         math_type: 0,
@@ -92,6 +103,12 @@ fn conv_lengths() -> TestResult {
     conv_check(&plan, [X_LEN, W_LEN, Y_LEN])?;
     // Longer buffers are fine (a view of part of them is what is read).
     conv_check(&plan, [X_LEN + 1, W_LEN + 7, Y_LEN + 3])?;
+    // x checked against x's size, not y's (y's is smaller), and y against
+    // y's (x's is larger).
+    let r = conv_check(&plan, [Y_LEN, W_LEN, Y_LEN]);
+    ensure!(is_mismatch(&r, "x"), "x of y's length: {r:?}");
+    let r = conv_check(&plan, [X_LEN, W_LEN, Y_LEN - 1]);
+    ensure!(is_mismatch(&r, "y"), "y one short: {r:?}");
     for (i, name) in ["x", "w", "y"].into_iter().enumerate() {
         let mut lens = [X_LEN, W_LEN, Y_LEN];
         let need = lens[i];
@@ -144,10 +161,15 @@ const K: usize = 32;
 const N: usize = 48;
 
 fn spec(epi: Epilogue) -> MatmulSpec {
+    spec_mkn(M, K, N, epi)
+}
+
+/// Row-major A (m x k), B (k x n), D (m x n), 16-byte alignment.
+fn spec_mkn(m: usize, k: usize, n: usize, epi: Epilogue) -> MatmulSpec {
     MatmulSpec::new(
-        Layout::row_major(M, K),
-        Layout::row_major(K, N),
-        Layout::row_major(M, N),
+        Layout::row_major(m, k),
+        Layout::row_major(k, n),
+        Layout::row_major(m, n),
     )
     .with_epilogue(epi)
     .with_alignment(16)
@@ -159,9 +181,7 @@ fn mm(
     [a, b, d]: [(usize, usize); 3],
     epi: EpilogueArgs<'_, f16>,
 ) -> cudnn::Result<()> {
-    let shape = spec.check::<f16, f16>()?;
-    spec.launch_checks::<f16, f16>(
-        &shape,
+    spec.launch_checks::<f16, f16>()?.run(
         alpha,
         ins::<f16>(a.0, a.1),
         ins::<f16>(b.0, b.1),
@@ -175,67 +195,94 @@ fn mm(
 const A: usize = 0x1000_0000;
 const B: usize = 0x2000_0000;
 const D: usize = 0x3000_0000;
+const BIAS: usize = 0x4000_0000;
 
 fn matmul_rules() -> TestResult {
     let plain = spec(Epilogue::None);
     let full = [(A, M * K), (B, K * N), (D, M * N)];
     mm(&plain, 1.0, full, EpilogueArgs::none())?;
-    // One element short, by operand.
+    // One element short, by operand (the sizes differ: 2048, 1536, 3072).
     for (i, name) in ["a", "b", "d"].into_iter().enumerate() {
         let mut lens = full;
         lens[i].1 -= 1;
         let r = mm(&plain, 1.0, lens, EpilogueArgs::none());
         ensure!(is_mismatch(&r, name), "{name} one short: {r:?}");
     }
+    // B given A's length (larger than B's): accepted; A given B's
+    // (smaller than A's): refused, naming a.
+    mm(
+        &plain,
+        1.0,
+        [full[0], (B, M * K), full[2]],
+        EpilogueArgs::none(),
+    )?;
+    let r = mm(
+        &plain,
+        1.0,
+        [(A, K * N), full[1], full[2]],
+        EpilogueArgs::none(),
+    );
+    ensure!(is_mismatch(&r, "a"), "a of b's length: {r:?}");
     // Off the spec's 16-byte alignment by one f16 (2 bytes): refused, naming it.
     for (i, name) in ["a", "b", "d"].into_iter().enumerate() {
         let mut ptrs = full;
         ptrs[i].0 += 2;
-        match mm(&plain, 1.0, ptrs, EpilogueArgs::none()) {
-            Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains(name) => {}
-            other => return Err(format!("{name} misaligned: {other:?}").into()),
-        }
+        let r = mm(&plain, 1.0, ptrs, EpilogueArgs::none());
+        ensure!(is_invalid(&r, name), "{name} misaligned: {r:?}");
     }
-    // The bias epilogue needs its bias (M elements, one per row of D).
+    // The bias epilogue needs its bias, and no auxiliary buffer.
     let bias = spec(Epilogue::Bias);
     let r = mm(&bias, 1.0, full, EpilogueArgs::none());
-    ensure!(
-        matches!(&r, Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains("epilogue.bias")),
-        "bias missing: {r:?}"
-    );
-    mm(
-        &bias,
-        1.0,
-        full,
-        EpilogueArgs::none().bias(ins::<f16>(0x4000_0000, M)),
-    )?;
-    // ... and no auxiliary buffer.
+    ensure!(is_invalid(&r, "epilogue.bias"), "bias missing: {r:?}");
     let r = mm(
         &bias,
         1.0,
         full,
         EpilogueArgs::none()
-            .bias(ins::<f16>(0x4000_0000, M))
+            .bias(ins::<f16>(BIAS, N))
             .aux_out(outs::<u8>(0x5000_0000, 1 << 16)),
     );
-    ensure!(
-        matches!(&r, Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains("epilogue.aux_out")),
-        "unexpected aux: {r:?}"
-    );
+    ensure!(is_invalid(&r, "epilogue.aux_out"), "unexpected aux: {r:?}");
     // With the f16 compute type alpha is an f16: 65504 (the largest finite
     // f16) is held, 1e5 is not.
     let f16c = spec(Epilogue::None).with_compute(ComputeType::F16);
     mm(&f16c, 65504.0, full, EpilogueArgs::none())?;
-    match mm(&f16c, 1.0e5, full, EpilogueArgs::none()) {
-        Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains("alpha") => {}
-        other => return Err(format!("alpha 1e5 in f16: {other:?}").into()),
+    let r = mm(&f16c, 1.0e5, full, EpilogueArgs::none());
+    ensure!(is_invalid(&r, "alpha"), "alpha 1e5 in f16: {r:?}");
+    Ok(())
+}
+
+/// The bias of row-major D (m x n) has one element per column of D: n.
+/// cuBLASLt's bias has one element per row of D in its column-major frame
+/// (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER), and a row-major m x n
+/// D is the column-major n x m Dᵀ there. By hand: n accepted, n - 1
+/// refused; with m < n, a bias of m elements refused too.
+fn matmul_bias() -> TestResult {
+    for (m, k, n) in [(M, K, N), (32, 16, 48)] {
+        let spec = spec_mkn(m, k, n, Epilogue::Bias);
+        let full = [(A, m * k), (B, k * n), (D, m * n)];
+        let with = |len: usize| EpilogueArgs::none().bias(ins::<f16>(BIAS, len));
+        mm(&spec, 1.0, full, with(n)).map_err(|e| format!("{m}x{n}, bias of n: {e}"))?;
+        let r = mm(&spec, 1.0, full, with(n - 1));
+        ensure!(
+            is_mismatch(&r, "epilogue.bias"),
+            "{m}x{n}, bias of n - 1: {r:?}"
+        );
+        if m < n {
+            let r = mm(&spec, 1.0, full, with(m));
+            ensure!(
+                is_mismatch(&r, "epilogue.bias"),
+                "{m}x{n}, bias of m: {r:?}"
+            );
+        }
     }
     Ok(())
 }
 
-/// Property: over lengths and 2-byte address offsets of A, B and D, the
-/// checks pass exactly when every length reaches rows x cols (row-major,
-/// by hand) and every address is a multiple of 16; a refusal is typed.
+/// Property: over lengths and 4-byte address offsets (0 to 16 bytes) of
+/// A, B and D, the checks pass exactly when every length reaches rows x
+/// cols (row-major, by hand) and every address is a multiple of 16; a
+/// refusal is typed.
 fn fuzz_matmul() -> TestResult {
     let plain = spec(Epilogue::None);
     let need = [M * K, K * N, M * N];
@@ -244,10 +291,10 @@ fn fuzz_matmul() -> TestResult {
         .run(
             &(
                 (len(need[0]), len(need[1]), len(need[2])),
-                (0usize..3, 0usize..3, 0usize..3),
+                (0usize..5, 0usize..5, 0usize..5),
             ),
             |((la, lb, ld), (oa, ob, od))| {
-                let args = [(A + 8 * oa, la), (B + 8 * ob, lb), (D + 8 * od, ld)];
+                let args = [(A + 4 * oa, la), (B + 4 * ob, lb), (D + 4 * od, ld)];
                 let r = mm(&plain, 1.0, args, EpilogueArgs::none());
                 let want_ok = args
                     .iter()
@@ -273,12 +320,12 @@ fn nccl_trials(_: &mut Vec<libtest_mimic::Trial>) {
 
 #[cfg(feature = "nccl")]
 fn nccl_trials(t: &mut Vec<libtest_mimic::Trial>) {
-    t.push(host("nccl_launch_checks_rules", nccl_rules));
-    t.push(host("fuzz_nccl_launch_checks_lengths", fuzz_nccl));
+    t.push(unit("nccl_launch_checks_rules", nccl_rules));
+    t.push(unit("fuzz_nccl_launch_checks_lengths", fuzz_nccl));
 }
 
-/// The direct all-reduce's rules (the checks never call NCCL; the group
-/// around one may load it).
+/// The direct all-reduce's rules (the checks never call NCCL, nor does a
+/// group whose closure fails: it issues nothing).
 #[cfg(feature = "nccl")]
 fn nccl_rules() -> TestResult {
     use cudnn::nccl::{LaunchChecks, ReduceOp};
@@ -300,7 +347,8 @@ fn nccl_rules() -> TestResult {
         &legacy,
     );
     ensure!(
-        matches!(&r, Err(e @ Error::Mismatch { .. }) if e.to_string().contains("100") && e.to_string().contains("99")),
+        matches!(&r, Err(Error::Mismatch { expected, got, .. })
+            if expected == "100" && got == "99"),
         "recv one short: {r:?}"
     );
     // Documented: NCCL calls refuse the per-thread default stream.
@@ -310,10 +358,7 @@ fn nccl_rules() -> TestResult {
         ReduceOp::Sum,
         &Stream::per_thread(),
     );
-    ensure!(
-        matches!(&r, Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains("stream")),
-        "per-thread stream: {r:?}"
-    );
+    ensure!(is_invalid(&r, "stream"), "per-thread stream: {r:?}");
     // Documented: a direct call inside a group is refused.
     let r = cudnn::nccl::group(|_| {
         c.all_reduce(ins::<f32>(A, 8), outs::<f32>(B, 8), ReduceOp::Sum, &legacy)
@@ -366,24 +411,60 @@ fn dlsym(path: &std::path::Path, symbol: &str) -> Result<Option<usize>, String> 
     Ok((!a.is_null()).then_some(a as usize))
 }
 
+/// A function of one table called twice: through the table, and through
+/// the address `dlsym` gives for it. Both answers as integers (a status
+/// and a value; the status 0 for a function that returns its value).
+struct Probe<'a> {
+    symbol: &'static str,
+    through_table: Box<dyn Fn() -> Result<(i64, i64), String> + 'a>,
+    through_address: fn(usize) -> (i64, i64),
+}
+
+/// `size_t f(void)` at `addr`.
+fn call_size_t(addr: usize) -> (i64, i64) {
+    // SAFETY: `addr` is the address of a `size_t (void)` function of a
+    // loaded library (the probes below name one), callable without a device.
+    let f: unsafe extern "C" fn() -> usize = unsafe { std::mem::transmute(addr) };
+    // SAFETY: as above.
+    (0, unsafe { f() } as i64)
+}
+
+/// `status f(int *)` at `addr`, the status an `int`-sized C enum.
+fn call_out_int(addr: usize) -> (i64, i64) {
+    // SAFETY: `addr` is the address of a `status (int *)` function of a
+    // loaded library (cudaRuntimeGetVersion, ncclGetVersion), callable
+    // without a device; the status is a C enum, an `int`.
+    let f: unsafe extern "C" fn(*mut i32) -> i32 = unsafe { std::mem::transmute(addr) };
+    let mut v = 0;
+    // SAFETY: a valid out-pointer.
+    let st = unsafe { f(&mut v) };
+    (i64::from(st), i64::from(v))
+}
+
+struct Table<'a> {
+    name: &'a str,
+    symbols: &'a [&'static str],
+    has: Box<dyn Fn(&str) -> bool + 'a>,
+    info: &'a cudnn::sys::cudart::loader::LibraryInfo,
+    set_aside: &'a [&'static str],
+    probe: Probe<'a>,
+}
+
 /// Every table knows a symbol exactly when the system loader finds it in
 /// the file the table loaded and the symbol is not one the crate documents
 /// as set aside for that version (`ABI_DIFFERS_IN_CUDNN8` under cuDNN 8,
 /// `ABI_DIFFERS_IN_CUDA12` under the CUDA 12 runtime,
 /// `ABI_DIFFERS_IN_CUBLAS12` under cuBLAS 12: the setting aside is
-/// exercised on the cuda12 stack), and the table found that file through
-/// the address of one of its symbols. One function called through the
-/// table and through `dlsym`'s address gives the same answer.
+/// exercised on the cuda12 stack; NCCL's list is empty), and the table
+/// found that file through the address of one of its symbols. In each
+/// table one function that needs no device (`cudnnGetVersion`,
+/// `cudaRuntimeGetVersion`, `cublasGetCudartVersion`,
+/// `cublasLtGetVersion`, `ncclGetVersion`) called through the table and
+/// through `dlsym`'s address gives the same answer. NCCL's table is
+/// checked when NCCL loads (built with `nccl`).
 fn tables_match_dlsym() -> TestResult {
     use cudnn::sys::cudart::loader::LibraryInfo;
     use cudnn::sys::{cublas, cudart, cudnn as dnn};
-    struct Table<'a> {
-        name: &'a str,
-        symbols: &'a [&'static str],
-        has: Box<dyn Fn(&str) -> bool + 'a>,
-        info: &'a LibraryInfo,
-        set_aside: &'a [&'static str],
-    }
     let (d, r, b, lt) = (
         dnn::load()?,
         cudart::load()?,
@@ -404,13 +485,24 @@ fn tables_match_dlsym() -> TestResult {
             none
         }
     };
-    let tables = [
+    let e = |e: cudnn::sys::cudart::loader::MissingSymbol| e.to_string();
+    #[allow(unused_mut)]
+    let mut tables = vec![
         Table {
             name: "cudnn",
             symbols: dnn::Cudnn::SYMBOLS,
             has: Box::new(|s| d.has_symbol(s)),
             info: d.info(),
             set_aside: dnn_old,
+            probe: Probe {
+                symbol: "cudnnGetVersion",
+                through_table: Box::new(move || {
+                    // SAFETY: takes nothing, needs no device.
+                    let v = unsafe { d.cudnnGetVersion() }.map_err(e)?;
+                    Ok((0, v as i64))
+                }),
+                through_address: call_size_t,
+            },
         },
         Table {
             name: "cudart",
@@ -422,6 +514,16 @@ fn tables_match_dlsym() -> TestResult {
             } else {
                 none
             },
+            probe: Probe {
+                symbol: "cudaRuntimeGetVersion",
+                through_table: Box::new(move || {
+                    let mut v = 0;
+                    // SAFETY: a valid out-pointer; needs no device.
+                    let st = unsafe { r.cudaRuntimeGetVersion(&mut v) }.map_err(e)?;
+                    Ok((i64::from(st.0), i64::from(v)))
+                }),
+                through_address: call_out_int,
+            },
         },
         Table {
             name: "cublas",
@@ -429,6 +531,15 @@ fn tables_match_dlsym() -> TestResult {
             has: Box::new(|s| b.has_symbol(s)),
             info: b.info(),
             set_aside: blas_old(b.info()),
+            probe: Probe {
+                symbol: "cublasGetCudartVersion",
+                through_table: Box::new(move || {
+                    // SAFETY: takes nothing, needs no device.
+                    let v = unsafe { b.cublasGetCudartVersion() }.map_err(e)?;
+                    Ok((0, v as i64))
+                }),
+                through_address: call_size_t,
+            },
         },
         Table {
             name: "cublasLt",
@@ -436,8 +547,40 @@ fn tables_match_dlsym() -> TestResult {
             has: Box::new(|s| lt.has_symbol(s)),
             info: lt.info(),
             set_aside: blas_old(lt.info()),
+            probe: Probe {
+                symbol: "cublasLtGetVersion",
+                through_table: Box::new(move || {
+                    // SAFETY: takes nothing, needs no device.
+                    let v = unsafe { lt.cublasLtGetVersion() }.map_err(e)?;
+                    Ok((0, v as i64))
+                }),
+                through_address: call_size_t,
+            },
         },
     ];
+    #[cfg(feature = "nccl")]
+    match cudnn::sys::nccl::load() {
+        Ok(n) => tables.push(Table {
+            name: "nccl",
+            symbols: cudnn::sys::nccl::Nccl::SYMBOLS,
+            has: Box::new(|s| n.has_symbol(s)),
+            info: n.info(),
+            set_aside: cudnn::sys::nccl::ABI_DIFFERS_IN_NCCL_CU12,
+            probe: Probe {
+                symbol: "ncclGetVersion",
+                through_table: Box::new(move || {
+                    let mut v = 0;
+                    // SAFETY: a valid out-pointer; needs no device.
+                    let st = unsafe { n.ncclGetVersion(&mut v) }.map_err(e)?;
+                    Ok((i64::from(st.0), i64::from(v)))
+                }),
+                through_address: call_out_int,
+            },
+        }),
+        Err(e) => eprintln!("skipped: the NCCL table: NCCL does not load here: {e}"),
+    }
+    #[cfg(not(feature = "nccl"))]
+    eprintln!("skipped: the NCCL table: built without the `nccl` feature");
     for t in &tables {
         let name = t.name;
         let path = t
@@ -463,21 +606,21 @@ fn tables_match_dlsym() -> TestResult {
             !(t.has)("not_a_symbol_of_any_library"),
             "{name}: an unknown name is not a symbol"
         );
+        let p = &t.probe;
+        let addr = dlsym(path, p.symbol)?.ok_or(format!("{name}: {} missing", p.symbol))?;
+        let (direct, tabled) = ((p.through_address)(addr), (p.through_table)()?);
+        ensure!(
+            direct == tabled,
+            "{name}: {}: (status, value) {direct:?} by dlsym's address, {tabled:?} through the table",
+            p.symbol
+        );
+        ensure!(direct.0 == 0, "{name}: {} failed: {direct:?}", p.symbol);
         eprintln!(
-            "{name}: {found} of {} symbols, as dlsym finds them ({aside} exported but set aside)",
-            t.symbols.len()
+            "{name}: {found} of {} symbols, as dlsym finds them ({aside} exported but set aside); {} = {} both ways",
+            t.symbols.len(),
+            p.symbol,
+            direct.1
         );
     }
-    // cudnnGetVersion through the table and through dlsym's address.
-    let path = d.info().path.clone().ok_or("cudnn: no file")?;
-    let addr = dlsym(&path, "cudnnGetVersion")?.ok_or("cudnnGetVersion missing")?;
-    // SAFETY: the address of `size_t cudnnGetVersion(void)` in the loaded cuDNN.
-    let direct: unsafe extern "C" fn() -> usize = unsafe { std::mem::transmute(addr) };
-    // SAFETY: takes nothing, needs no device.
-    let (a, v) = (unsafe { direct() }, unsafe { d.cudnnGetVersion() }?);
-    ensure!(
-        a == v,
-        "cudnnGetVersion: {a} by dlsym, {v} through the table"
-    );
     Ok(())
 }

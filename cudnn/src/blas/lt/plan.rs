@@ -330,22 +330,47 @@ fn lt_args<A: DataType, D: DataType>(
 
 impl MatmulSpec {
     /// Benchmark aid (`examples/bench_launch.rs`, issue 34): the checks of
-    /// [`MatmulPlan::run`] that need no handle, the same code, for the
-    /// plan of this spec whose checked shape is `shape`
-    /// ([`check`](Self::check)'s answer, which a plan keeps), and no
-    /// launch (nothing is dereferenced, whatever the views hold): lengths,
-    /// alignment, alpha and beta, and with `device` every buffer's device
-    /// against it (`run` checks them against the handle's). Left out: the
-    /// plan's lock, the handle's stream and device made current, the
-    /// epilogue pointers set in the descriptor when they changed.
+    /// [`MatmulPlan::run`] that need no handle, for the plan of this spec
+    /// with inputs `A` and output `D`, its shape checked here once (as
+    /// [`MatmulPlan::new`] does). See [`MatmulLaunchChecks::run`].
+    ///
+    /// # Errors
+    /// As [`check`](Self::check).
+    #[doc(hidden)]
+    pub fn launch_checks<A: GemmTypes<D>, D: DataType>(&self) -> Result<MatmulLaunchChecks<A, D>> {
+        Ok(MatmulLaunchChecks {
+            spec: *self,
+            shape: self.check::<A, D>()?,
+            _types: PhantomData,
+        })
+    }
+}
+
+/// Benchmark aid: a spec and the shape [`MatmulSpec::check`] gave it (what
+/// a [`MatmulPlan`] keeps), from [`MatmulSpec::launch_checks`].
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct MatmulLaunchChecks<A: GemmTypes<D>, D: DataType> {
+    spec: MatmulSpec,
+    shape: MatmulShape,
+    _types: PhantomData<fn() -> (A, D)>,
+}
+
+impl<A: GemmTypes<D>, D: DataType> MatmulLaunchChecks<A, D> {
+    /// The checks of [`MatmulPlan::run`] that need no handle, the same
+    /// code in the same order, and no launch (nothing is dereferenced,
+    /// whatever the views hold): lengths, alignment, alpha and beta; then,
+    /// unless D is empty (where `run` returns first), with `device` every
+    /// buffer's device against it (`run` checks them against the
+    /// handle's). Left out: the plan's lock, the handle's stream and device
+    /// made current, the epilogue pointers set in the descriptor when they
+    /// changed; and the devices when `device` is `None`.
     ///
     /// # Errors
     /// As [`MatmulPlan::run`] for the checks run.
-    #[doc(hidden)]
     #[allow(clippy::too_many_arguments)]
-    pub fn launch_checks<'a, 'b, 'd, A: GemmTypes<D>, D: DataType>(
+    pub fn run<'a, 'b, 'd>(
         &self,
-        shape: &MatmulShape,
         alpha: A::Scale,
         a: impl Into<DeviceSlice<'a, A>>,
         b: impl Into<DeviceSlice<'b, A>>,
@@ -355,12 +380,31 @@ impl MatmulSpec {
         device: Option<Device>,
     ) -> Result<()> {
         let (a, b, mut d) = (a.into(), b.into(), d.into());
-        host_checks::<A, D>(self, shape, alpha, &a, &b, beta, &mut d, &mut epi)?;
+        host_checks::<A, D>(
+            &self.spec,
+            &self.shape,
+            alpha,
+            &a,
+            &b,
+            beta,
+            &mut d,
+            &mut epi,
+        )?;
+        if computes_nothing(&self.shape) {
+            return Ok(());
+        }
         if let Some(dev) = device {
             crate::runtime::check_args(LT_MATMUL, dev, &lt_args(&a, &b, &d, &epi))?;
         }
         Ok(())
     }
+}
+
+/// Whether D is empty (no rows, columns or matrices): a plan then has no
+/// algorithm and a run returns after the host checks.
+fn computes_nothing(shape: &MatmulShape) -> bool {
+    let (m, n, _) = shape.dims();
+    m == 0 || n == 0 || shape.batch_count() == 0
 }
 
 /// A cuBLASLt matmul for one [`MatmulSpec`] and element types: the
@@ -420,8 +464,7 @@ impl<A: GemmTypes<D>, D: DataType> MatmulPlan<A, D> {
     pub fn new(lt: &LtHandle, spec: &MatmulSpec) -> Result<Self> {
         let workspace_limit = lt.workspace_size();
         let descs = MatmulDescriptors::new::<A, D>(spec, workspace_limit)?;
-        let (m, n, _) = descs.shape.dims();
-        let algo = if m == 0 || n == 0 || descs.shape.batch_count() == 0 {
+        let algo = if computes_nothing(&descs.shape) {
             None
         } else {
             Some(Self::heuristic(lt, spec, &descs)?)
@@ -535,6 +578,14 @@ impl<A: GemmTypes<D>, D: DataType> MatmulPlan<A, D> {
             .get_mut()
             .unwrap_or_else(|e| e.into_inner())
             .descs
+    }
+
+    /// The heuristic's result a run uses (the algorithm and its workspace
+    /// bytes), for the device the plan last ran on; `None` when D is empty
+    /// (nothing to compute). Exclusive access, as
+    /// [`descriptors`](Self::descriptors).
+    pub fn heuristic_result(&mut self) -> Option<cublasLtMatmulHeuristicResult_t> {
+        self.state.get_mut().unwrap_or_else(|e| e.into_inner()).algo
     }
 
     /// The cache key.
@@ -766,5 +817,50 @@ mod tests {
         both::<PlanCache<half::bf16, half::bf16>>();
         both::<Arc<MatmulPlan<f32, f32>>>();
         both::<crate::blas::Fp8MatmulPlan<crate::F8E4M3, crate::F8E4M3, half::bf16>>();
+    }
+
+    /// `launch_checks` follows `run`'s order: for an empty D (0 rows) `run`
+    /// returns after the host checks, before the buffers' devices are
+    /// compared, so buffers on device 1 with device 0 given pass; for a D
+    /// of 4 x 4 they are refused, naming `a` (the first buffer).
+    #[test]
+    fn unit_launch_checks_skip_devices_for_an_empty_d() {
+        use crate::blas::Layout;
+        let (on0, on1) = (Device::from_runtime(0), Device::from_runtime(1));
+        let check = |m: usize| {
+            let spec = MatmulSpec::new(
+                Layout::row_major(m, 4),
+                Layout::row_major(4, 4),
+                Layout::row_major(m, 4),
+            );
+            // SAFETY: checked only, never dereferenced.
+            let (a, b, d) = unsafe {
+                (
+                    DeviceSlice::<f32>::from_raw_parts_on(0x1000 as *const f32, 16, on1),
+                    DeviceSlice::<f32>::from_raw_parts_on(0x2000 as *const f32, 16, on1),
+                    DeviceSliceMut::<f32>::from_raw_parts_mut_on(0x3000 as *mut f32, 16, on1),
+                )
+            };
+            spec.launch_checks::<f32, f32>()?.run(
+                1.0,
+                a,
+                b,
+                0.0,
+                d,
+                EpilogueArgs::none(),
+                Some(on0),
+            )
+        };
+        assert!(check(0).is_ok(), "{:?}", check(0));
+        match check(4) {
+            Err(Error::DeviceMismatch {
+                what,
+                expected: 0,
+                got: 1,
+            }) => {
+                assert!(what.contains("`a`"), "{what}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }
