@@ -126,6 +126,8 @@ order=()
 failed=()
 skipped=()
 passed=0
+inner_skips=0
+skipped_inside=()
 details=""
 phase_rows=""
 phase_name=""; phase_est=0; phase_cap=0; phase_t0=0; phase_deadline=0
@@ -347,6 +349,16 @@ run_one() {
     summary="$(printf '%s' "$summary" | oneline 110)"
     if [ $rc -eq 0 ]; then
         v="PASS"
+        # A trial that could check nothing says so on stderr ("SKIPPED"
+        # first on its line: libtest-mimic cannot mark a started trial
+        # ignored); the binary passes, but those trials are no passes.
+        local inner
+        inner=$(grep -cE '^SKIPPED' "$log")
+        if [ "$inner" -gt 0 ]; then
+            inner_skips=$((inner_skips + inner))
+            skipped_inside+=("$name: $inner")
+            summary="$(printf '%s' "$inner trial(s) said SKIPPED, nothing checked in them; $summary" | oneline 150)"
+        fi
     else
         if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then v="FAIL (timeout ${limit}s)"; else v="FAIL (exit $rc)"; fi
         details+=$'\n'"### $name ($v)"$'\n\n```text\n'"$(tail -n 120 "$log" | cut -c1-400)"$'\n```\n'
@@ -486,6 +498,10 @@ finish() {
         echo '```'
         echo
         echo "**${passed} passed, ${#failed[@]} failed, ${#skipped[@]} skipped** in ${total} s (budget ${budget_total} s)${stop_reason:+ — stopped: $stop_reason}"
+        if [ "$inner_skips" -gt 0 ]; then
+            echo
+            echo "**${inner_skips} trial(s) inside passing binaries said SKIPPED** (checked nothing; not counted as passes): $(IFS=';'; echo "${skipped_inside[*]}")"
+        fi
         echo
         echo "- GPU (nvidia-smi): ${gpu_line:-not available}"
         echo "- host: $(uname -srm); $(ldd --version 2>/dev/null | head -n 1)"
@@ -574,7 +590,7 @@ finish() {
         echo
         echo "==================== cudnn device check: summary ===================="
         printf '%s\n' "$versions"
-        echo "${passed} passed, ${#failed[@]} failed, ${#skipped[@]} skipped; ${total} s of ${budget_total}${stop_reason:+; stopped: $stop_reason}"
+        echo "${passed} passed, ${#failed[@]} failed, ${#skipped[@]} skipped; ${total} s of ${budget_total}${stop_reason:+; stopped: $stop_reason}${skipped_inside[0]+; trials that said SKIPPED inside passing binaries: $inner_skips}"
         [ -z "$unpack_note" ] || echo "pack: $unpack_note"
         for m in ${not_packed_why[@]+"${!not_packed_why[@]}"}; do echo "NOT PACKED $m: ${not_packed_why[$m]}" | cut -c1-300; done
         [ -z "$candle_line" ] || echo "$candle_line" | cut -c1-400

@@ -611,7 +611,7 @@ mod tests {
             // else a test summary naming its arguments.
             script(
                 stage.join("bin/cudnn-candle/gpu"),
-                "echo \"REQUIRE_GPU=$CUDNN_RS_REQUIRE_GPU\"\ncase \" $* \" in\n*\" --bench \"*) printf '# cudnn-candle against candle (ARGS=%s)\\n\\n| op | case |\\n|---|---|\\n| conv2d | N=1 |\\n' \"$*\"\n  case \"$FAKE_BENCH_END\" in\n  crash) kill -SEGV $$ ;;\n  exit*) echo '| attention | B=1 error: panicked |'; exit \"${FAKE_BENCH_END#exit}\" ;;\n  esac\n  printf '\\nbench result: 1 cases run\\n' ;;\n*) echo \"test result: ok. 3 passed; 0 failed; 0 ignored (ARGS=$*)\" ;;\nesac",
+                "echo \"REQUIRE_GPU=$CUDNN_RS_REQUIRE_GPU\"\ncase \" $* \" in\n*\" --bench \"*) printf '# cudnn-candle against candle (ARGS=%s)\\n\\n| op | case |\\n|---|---|\\n| conv2d | N=1 |\\n' \"$*\"\n  case \"$FAKE_BENCH_END\" in\n  crash) kill -SEGV $$ ;;\n  exit*) echo '| attention | B=1 error: panicked |'; exit \"${FAKE_BENCH_END#exit}\" ;;\n  esac\n  printf '\\nbench result: 1 cases run\\n' ;;\n*) [ -n \"$FAKE_SKIP\" ] && echo \"SKIPPED fake::trial: $FAKE_SKIP\" >&2\n  echo \"test result: ok. 3 passed; 0 failed; 0 ignored (ARGS=$*)\" ;;\nesac",
             );
             let mut names = vec!["device_props", "doctor"];
             if candle {
@@ -656,6 +656,18 @@ mod tests {
         /// its first row (`crash`: killed by SIGSEGV; `exitN`: a second
         /// row, then exit N; empty: its summary, exit 0).
         fn run_env(&self, cuda: &str, phases: &str, bench_end: &str) -> Option<(i32, String)> {
+            self.run_env_skip(cuda, phases, bench_end, "")
+        }
+
+        /// As `run_env`; a non-empty `skip` makes the candle stand-in's test
+        /// run print one `SKIPPED` line (its reason) on stderr and pass.
+        fn run_env_skip(
+            &self,
+            cuda: &str,
+            phases: &str,
+            bench_end: &str,
+            skip: &str,
+        ) -> Option<(i32, String)> {
             let smi = self.dir.join("smi").join("nvidia-smi");
             fs::write(
                 &smi,
@@ -678,6 +690,7 @@ mod tests {
                 .env("PHASES", phases)
                 .env("CHECK_BUDGET_S", "60")
                 .env("FAKE_BENCH_END", bench_end)
+                .env("FAKE_SKIP", skip)
                 .output()
                 .ok()?;
             let report = fs::read_to_string(out.join("report.md")).ok()?;
@@ -736,6 +749,41 @@ mod tests {
         let r = row(&report, "cudnn-candle/bench");
         assert!(r.contains("| bench | SKIP (PHASES) |"), "{r}");
         assert_eq!(rc, 0, "{report}");
+    }
+
+    /// A trial that says SKIPPED inside a passing binary is reported as
+    /// such (row and headline), never folded silently into the passes.
+    #[test]
+    fn runner_reports_trials_that_said_skipped() {
+        if std::process::Command::new("bash")
+            .arg("-c")
+            .arg("true")
+            .status()
+            .is_err()
+        {
+            eprintln!("SKIPPED runner_reports_trials_that_said_skipped: no bash here");
+            return;
+        }
+        let pack = FakePack::new("inner-skip", true, None);
+        let (rc, report) = pack
+            .run_env_skip("13.5", "tests", "", "bf16 unsupported")
+            .expect("run.sh ran and wrote report.md");
+        let r = row(&report, ENTRY);
+        assert!(r.contains("| tests | PASS |"), "{r}");
+        assert!(
+            r.contains("1 trial(s) said SKIPPED, nothing checked in them"),
+            "{r}"
+        );
+        // Both candle rows ran the stand-in, so two SKIPPED lines.
+        assert!(
+            report.contains("**2 trial(s) inside passing binaries said SKIPPED**"),
+            "{report}"
+        );
+        assert!(report.contains(&format!("{ENTRY}: 1")), "{report}");
+        assert_eq!(rc, 0, "a skip inside is no failure: {report}");
+        // Without a SKIPPED line: no such line at all.
+        let (_, report) = pack.run("13.5").expect("run.sh ran and wrote report.md");
+        assert!(!report.contains("said SKIPPED"), "{report}");
     }
 
     /// The bench line runs in the bench phase with its budget, and its
