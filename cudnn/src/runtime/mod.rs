@@ -22,6 +22,7 @@ mod graph;
 #[cfg(test)]
 pub(crate) mod hold_check;
 mod host;
+pub(crate) mod owned_capture;
 mod queue;
 mod scope;
 mod stream;
@@ -34,7 +35,9 @@ pub(crate) use affinity::{check_args, check_device};
 pub use buffer::*;
 pub use capture::{CaptureStatus, Hazard, capture_rule};
 #[allow(unused_imports)] // ScopeMark: the interop's tests
-pub(crate) use capture::{ScopeMark, forbid_in_capture_scope, implicit_is_capturing};
+pub(crate) use capture::{
+    ScopeMark, clear_last_error, forbid_in_capture_scope, implicit_is_capturing,
+};
 pub use device::*;
 pub use event::*;
 pub use graph::{CaptureMode, CudaGraph, CudaGraphExec};
