@@ -97,7 +97,7 @@ pub(crate) fn forward<T: Elem>(
         }
         // Before the output and the lengths are allocated on candle's
         // stream: not while cudarc captures it (`super::candle_idle`).
-        super::candle_idle(&a.candle, "attention").c()?;
+        super::candle_ready(a, "attention").c()?;
         a.ledger.will_run("attention").c()?;
         // From here on, an error abandons the admitted call after work
         // may have been queued: the capture is poisoned (`Admit::drop`).
@@ -131,7 +131,7 @@ pub(crate) fn forward<T: Elem>(
         // The lengths of a KV-cache call: buffers the step owns, zero
         // (in range) until its launch writes the checked values.
         let slot = match lens {
-            Some(l) => Some(Slot::new(dev, cfg, l)?),
+            Some(l) => Some(Slot::new(dev, cfg, l, a.owned.is_some())?),
             None => None,
         };
         let mut b = plan.bindings();
