@@ -19,6 +19,10 @@
 //! # let _ = o; Ok(()) }
 //! ```
 //!
+//! To capture a **whole** step, candle's own ops included, in one graph of
+//! candle's stream, use [`capture_step`] (`unsafe`: candle's memory is the
+//! caller's to keep; see [its module](step)).
+//!
 //! # What goes wrong without it
 //! Every entry point refuses, typed, while candle's stream is capturing,
 //! for three reasons:
@@ -117,7 +121,7 @@ mod kvcache;
 mod paged;
 mod rawbuf;
 mod run;
-mod step;
+pub mod step;
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -717,12 +721,21 @@ fn idle_status(status: cudnn::runtime::CaptureStatus, op: &str) -> cudnn::Result
 
 /// Ends the thread's capture state on every exit (error, panic): after
 /// `Stream::capture` returned, so the graph is ended (and destroyed, on an
-/// error) before what it kept is dropped.
+/// error) before what it kept is dropped. For [`capture_step`] (still open
+/// here only on a panic), the owned capture is ended first and the rest is
+/// leaked: the tensors kept may be memory of a graph that never ran.
 struct Clear;
 
 impl Drop for Clear {
     fn drop(&mut self) {
-        ACTIVE.with(|a| drop(a.borrow_mut().take()));
+        ACTIVE.with(|a| {
+            if let Some(mut a) = a.borrow_mut().take()
+                && let Some(owned) = a.owned.take()
+            {
+                drop(owned);
+                std::mem::forget(a);
+            }
+        });
     }
 }
 

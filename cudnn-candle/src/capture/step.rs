@@ -12,7 +12,7 @@
 //! let step = || {
 //!     let q = (&x * 2.0)?; // a candle op: recorded too
 //!     let o = cudnn_candle::flash_attn(&q, &k, &k, 0.125, true)?;
-//!     candle_nn::ops::softmax_last_dim(&o)
+//!     o.sqr() // candle again
 //! };
 //! step()?; // once eagerly: plans the graph, sizes the workspace
 //! // SAFETY: nothing else ends the capture or uses candle's stream from

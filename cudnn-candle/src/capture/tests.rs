@@ -418,3 +418,60 @@ fn a_slot_of_another_step_is_refused_typed() {
         }
     }
 }
+
+/// The typed error inside a candle error, if any.
+fn typed_in(e: &candle_core::Error) -> Option<&Error> {
+    match e {
+        candle_core::Error::Cuda(b) => b.downcast_ref::<Error>(),
+        candle_core::Error::WithBacktrace { inner, .. } => typed_in(inner),
+        _ => None,
+    }
+}
+
+/// `capture_step` on a device that is not CUDA: refused, typed, naming
+/// `device`, before the step runs and before any capture opens (the
+/// documented argument check; no device needed).
+#[test]
+fn capture_step_refuses_a_non_cuda_device_before_the_step_runs() {
+    let mut ran = false;
+    // SAFETY: refused before any capture begins (what the test checks).
+    let r = unsafe {
+        capture_step(&candle_core::Device::Cpu, || {
+            ran = true;
+            Ok(())
+        })
+    };
+    let e = r.expect_err("a CPU device");
+    match typed_in(&e) {
+        Some(Error::InvalidArgument { arg, .. }) => assert_eq!(arg, "device"),
+        other => panic!("not typed: {other:?} ({e})"),
+    }
+    assert!(!ran, "the step did not run");
+    assert!(!is_capturing());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Whatever the step would return (a value or its own error), a
+    /// non-CUDA device is refused first, typed, and the step never runs;
+    /// no capture stays open on the thread.
+    #[test]
+    fn capture_step_argument_check_property(ok in any::<bool>(), v in any::<u32>()) {
+        let mut ran = false;
+        // SAFETY: refused before any capture begins.
+        let r = unsafe {
+            capture_step(&candle_core::Device::Cpu, || {
+                ran = true;
+                if ok { Ok(v) } else { Err(candle_core::Error::Msg("step".into())) }
+            })
+        };
+        let refused = matches!(
+            r.as_ref().err().and_then(typed_in),
+            Some(Error::InvalidArgument { arg, .. }) if arg == "device"
+        );
+        prop_assert!(refused);
+        prop_assert!(!ran);
+        prop_assert!(!is_capturing());
+    }
+}
