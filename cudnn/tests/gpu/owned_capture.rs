@@ -152,17 +152,18 @@ fn refusals() -> TestResult {
     let mut z = cs.clone_htod(&vec![7.0f32; N]).map_err(de("htod"))?;
     let mut g = captured(&s, &x, &mut y, &mut z)?;
     let mut h = Handle::new(&s)?;
+    // Another value wrapping the same stream, its handle made before the
+    // capture, used from another thread during it.
+    let s2 = CudarcStream::new(&cs)?;
+    let mut h2 = Handle::new(&s2)?;
+    let mut y2 = DeviceBuffer::from_host(&vec![0f32; N])?;
     // SAFETY: only `end` ends it (below); the other thread's call is
     // refused before it queues anything.
     let cap = unsafe { s.begin_owned_capture(CaptureMode::ThreadLocal)? };
-    // Another thread, another value wrapping the same stream: refused.
     let other = std::thread::scope(|t| {
         t.spawn(|| -> Result<()> {
             let d = TensorDescriptor::<f32>::nchw(1, 1, 32, 32)?;
             let act = ActivationDescriptor::new(ActivationMode::Relu, NanPropagation::Propagate)?;
-            let s2 = CudarcStream::new(&cs)?;
-            let mut h2 = Handle::new(&s2)?;
-            let mut y2 = DeviceBuffer::from_host(&vec![0f32; N])?;
             h2.activation_forward(
                 &act,
                 1.0,
@@ -179,8 +180,9 @@ fn refusals() -> TestResult {
     let nested = unsafe { g.launch() };
     let h_new = Handle::new(&s).map(|_| ());
     drop(cap.end()?);
+    let want = cudnn::runtime::Hazard::OtherThreadsCapture.what();
     ensure!(
-        matches!(other, Ok(Err(Error::CaptureUnsafe { .. }))),
+        matches!(&other, Ok(Err(Error::CaptureUnsafe { hazard, .. })) if *hazard == want),
         "another thread's call: {other:?}"
     );
     ensure!(
