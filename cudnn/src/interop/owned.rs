@@ -74,6 +74,38 @@ impl CudarcStream {
     /// (they are refused during any other capture of a cudarc stream);
     /// [`OwnedCapture::end`] turns it into an [`OwnedGraph`].
     ///
+    /// ```no_run
+    /// # #[cfg(not(feature = "dnn"))]
+    /// # fn main() { eprintln!("SKIPPED: this example needs feature `dnn`"); }
+    /// # #[cfg(feature = "dnn")]
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use cudnn::dnn::{ActivationDescriptor, ActivationMode, DeviceTensor, DeviceTensorMut,
+    ///     Handle, NanPropagation, TensorDescriptor};
+    /// use cudnn::interop::{self, CudarcStream};
+    /// use cudnn::runtime::{CaptureMode, DeviceBuffer};
+    ///
+    /// let cs = interop::context(0)?.per_thread_stream(); // candle's stream
+    /// let s = CudarcStream::new(&cs)?;
+    /// let mut h = Handle::new(&s)?; // before the capture
+    /// let d = TensorDescriptor::<f32>::nchw(1, 1, 32, 32)?;
+    /// let relu = ActivationDescriptor::new(ActivationMode::Relu, NanPropagation::Propagate)?;
+    /// let (x, mut y) = (DeviceBuffer::<f32>::zeroed(1024)?, DeviceBuffer::<f32>::zeroed(1024)?);
+    /// // SAFETY: only `end` ends the capture; no other thread uses the
+    /// // stream; nothing is allocated on it inside.
+    /// let mut cap = unsafe { s.begin_owned_capture(CaptureMode::ThreadLocal)? };
+    /// // ... the framework's own work on `cs` here ...
+    /// h.activation_forward(&relu, 1.0, DeviceTensor::new(&d, &x)?, 0.0,
+    ///     DeviceTensorMut::new(&d, &mut y)?)?;
+    /// cap.keep(h); // the graph addresses its workspace
+    /// let mut g = cap.end()?;
+    /// for _ in 0..10 {
+    ///     // SAFETY: x and y (not kept) are alive and used on `cs` only.
+    ///     unsafe { g.launch()? };
+    /// }
+    /// drop(g); // waits for the last launch, then drops the handle
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming `stream` for the legacy default
     /// stream, a stream already capturing (cudarc's capture included) or
