@@ -10,6 +10,11 @@
 //! upload) calls, just before it,
 //! `forbid_during_capture(op, stream, Hazard::...)?` (one line; it asks the
 //! runtime only then).
+//!
+//! A framework's own (cudarc) stream is captured with this crate's calls in
+//! it only through an *owned* capture (feature `cudarc`:
+//! `CudarcStream::begin_owned_capture`, ended into an `OwnedGraph` that
+//! keeps what it is given until its last launch completed).
 
 mod affinity;
 mod buffer;
