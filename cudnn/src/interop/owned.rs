@@ -162,7 +162,7 @@ impl CudarcStream {
         // SAFETY: a valid stream (cudarc's, kept alive by `self`), not the
         // legacy stream, not capturing (asked above on this thread).
         unsafe { cuda_call!(rt, cudaStreamBeginCapture(s.as_raw(), mode.raw())) }?;
-        Ok(OwnedCapture {
+        let cap = OwnedCapture {
             stream: self.clone(),
             kept: Vec::new(),
             open: true,
@@ -170,8 +170,23 @@ impl CudarcStream {
             _reg: reg,
             _own: own,
             _not_send: PhantomData,
-        })
+        };
+        // The capture's id, so that only this capture counts as owned (on
+        // an error, `cap` drops and ends the capture).
+        cap._reg.set_id(s.capture_id()?);
+        Ok(cap)
     }
+}
+
+/// Whether the stream's capture is still the owned capture `key`
+/// registered: capturing, with the registered id where there is one.
+fn still_ours(s: &crate::runtime::Stream) -> bool {
+    let capturing = s.capture_status().is_ok_and(|st| st.is_capturing());
+    capturing
+        && match crate::runtime::owned_capture::registered_id(s.owned_key()) {
+            None => true,
+            Some(id) => s.capture_id().ok().flatten() == Some(id),
+        }
 }
 
 impl OwnedCapture {
@@ -198,16 +213,18 @@ impl OwnedCapture {
     /// so it can be relaunched).
     ///
     /// # Errors
-    /// The stream no longer capturing (other code ended the capture:
-    /// [`Error::Unsupported`], and what was kept is leaked, since that
-    /// code's graph may hold this crate's work); the runtime's refusal of
+    /// The stream no longer capturing, or capturing another capture (where
+    /// the runtime gives capture ids): other code ended this one
+    /// ([`Error::Unsupported`]; what was kept is leaked, since that code's
+    /// graph may hold this crate's work); the runtime's refusal of
     /// an invalidated capture; instantiating; creating the event.
     #[doc(alias = "cudaStreamEndCapture")]
     pub fn end(mut self) -> Result<OwnedGraph> {
         let s = self.stream.stream().clone();
         let rt = check::cudart()?;
         let _on = s.enter_unchecked()?;
-        if !s.capture_status()?.is_capturing() {
+        if !still_ours(&s) {
+            // Not ended here (another capture, if any, is not ours).
             self.open = false;
             std::mem::forget(std::mem::take(&mut self.kept));
             return Err(ended_elsewhere());
@@ -268,7 +285,7 @@ impl Drop for OwnedCapture {
         let s = self.stream.stream();
         let ended = check::cudart().ok().and_then(|rt| {
             let _on = s.enter_unchecked().ok()?;
-            if !s.capture_status().ok()?.is_capturing() {
+            if !still_ours(s) {
                 return None;
             }
             let mut g: cudart::cudaGraph_t = ptr::null_mut();

@@ -10,10 +10,13 @@
 //! (`OwnedGraph::launch`), which keeps what the caller gave it. The
 //! registry says which capture is owned: an entry per stream (its raw
 //! handle, device and, for a per-thread default stream, thread: the
-//! stream's identity), with the thread that began it. Work on that stream
-//! from that thread passes; from another thread it is refused
-//! (`Hazard::OtherThreadsCapture`); a capture of a stream that has no
-//! entry (cudarc's own `begin_capture`) is refused as before.
+//! stream's identity), with the thread that began it and the runtime's id
+//! of the capture (where the runtime gives one: CUDA 13). Work on that
+//! stream from that thread passes while the stream's capture is still that
+//! one; from another thread it is refused (`Hazard::OtherThreadsCapture`);
+//! a capture of a stream that has no entry, or whose id is another
+//! (cudarc's own `begin_capture`, also after other code ended an owned
+//! capture and began its own), is refused as before.
 
 use std::sync::{Mutex, PoisonError};
 use std::thread::ThreadId;
@@ -36,26 +39,47 @@ pub(crate) enum Owner {
     Nobody,
 }
 
-static OWNED: Mutex<Vec<(Key, ThreadId)>> = Mutex::new(Vec::new());
+/// A registry entry: the thread that began the owned capture, and the
+/// runtime's id of that capture (`None` where the runtime gives none).
+type Entry = (ThreadId, Option<u64>);
 
-fn owned() -> std::sync::MutexGuard<'static, Vec<(Key, ThreadId)>> {
+static OWNED: Mutex<Vec<(Key, Entry)>> = Mutex::new(Vec::new());
+
+fn owned() -> std::sync::MutexGuard<'static, Vec<(Key, Entry)>> {
     OWNED.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The decision, free of the registry (unit-tested): `entry` is the
-/// thread that began the owned capture of the stream, if any.
-pub(crate) fn classify(entry: Option<ThreadId>, current: ThreadId) -> Owner {
+/// The decision, free of the registry (unit-tested): `entry` is the owned
+/// capture registered for the stream, if any; `now` the id of the
+/// stream's capture now, asked only when the entry has an id (a capture
+/// with another id, or none, is not the owned one).
+pub(crate) fn classify(
+    entry: Option<Entry>,
+    current: ThreadId,
+    now: impl FnOnce() -> Option<u64>,
+) -> Owner {
     match entry {
         None => Owner::Nobody,
-        Some(t) if t == current => Owner::ThisThread,
+        Some((_, Some(id))) if now() != Some(id) => Owner::Nobody,
+        Some((t, _)) if t == current => Owner::ThisThread,
         Some(_) => Owner::OtherThread,
     }
 }
 
-/// The owner of the capture of the stream `key`, for the calling thread.
-pub(crate) fn owner_of(key: Key) -> Owner {
-    let entry = owned().iter().find(|(k, _)| *k == key).map(|(_, t)| *t);
-    classify(entry, std::thread::current().id())
+/// The owner of the capture of the stream `key`, for the calling thread;
+/// `now` asks the stream's capture id (see [`classify`]).
+pub(crate) fn owner_of(key: Key, now: impl FnOnce() -> Option<u64>) -> Owner {
+    let entry = owned().iter().find(|(k, _)| *k == key).map(|(_, e)| *e);
+    classify(entry, std::thread::current().id(), now)
+}
+
+/// The id registered for the owned capture of `key` (`None`: no entry,
+/// or the runtime gave none).
+pub(crate) fn registered_id(key: Key) -> Option<u64> {
+    owned()
+        .iter()
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, (_, id))| *id)
 }
 
 /// The foreign-stream part of the queueing rule: `Ok(true)` (refused as
@@ -107,8 +131,15 @@ impl Registration {
                 what,
             ));
         }
-        o.push((key, std::thread::current().id()));
+        o.push((key, (std::thread::current().id(), None)));
         Ok(Registration { key })
+    }
+
+    /// Record the runtime's id of the capture (once it began).
+    pub(crate) fn set_id(&self, id: Option<u64>) {
+        if let Some((_, e)) = owned().iter_mut().find(|(k, _)| *k == self.key) {
+            e.1 = id;
+        }
     }
 }
 
@@ -135,7 +166,7 @@ mod tests {
     #[test]
     fn unit_foreign_rule_admits_only_this_threads_owned_capture() {
         let k = key(0x0c0f_fee0);
-        let rule = move || foreign_rule("op", true, || owner_of(k));
+        let rule = move || foreign_rule("op", true, || owner_of(k, || None));
         assert!(matches!(rule(), Ok(true)), "cudarc's own capture");
         let reg = Registration::new(k, "test").expect("register");
         assert!(matches!(rule(), Ok(false)), "ours");
@@ -180,7 +211,7 @@ mod tests {
             let asked = std::cell::Cell::new(false);
             let r = foreign_rule(&what, capturing, || {
                 asked.set(true);
-                classify(e, me)
+                classify(e.map(|t| (t, None)), me, || None)
             });
             proptest::prop_assert_eq!(asked.get(), capturing);
             match r {
@@ -203,9 +234,25 @@ mod tests {
         let other = std::thread::spawn(|| std::thread::current().id())
             .join()
             .expect("spawn");
-        assert_eq!(classify(None, me), Owner::Nobody);
-        assert_eq!(classify(Some(me), me), Owner::ThisThread);
-        assert_eq!(classify(Some(other), me), Owner::OtherThread);
+        let never = || -> Option<u64> { panic!("asked the id") };
+        assert_eq!(classify(None, me, never), Owner::Nobody);
+        assert_eq!(classify(Some((me, None)), me, never), Owner::ThisThread);
+        assert_eq!(classify(Some((other, None)), me, never), Owner::OtherThread);
+        // With the runtime's id: only the same capture is the owned one.
+        assert_eq!(
+            classify(Some((me, Some(7))), me, || Some(7)),
+            Owner::ThisThread
+        );
+        assert_eq!(
+            classify(Some((other, Some(7))), me, || Some(7)),
+            Owner::OtherThread
+        );
+        assert_eq!(classify(Some((me, Some(7))), me, || Some(8)), Owner::Nobody);
+        assert_eq!(classify(Some((me, Some(7))), me, || None), Owner::Nobody);
+        assert_eq!(
+            classify(Some((other, Some(7))), me, || Some(8)),
+            Owner::Nobody
+        );
     }
 
     /// An entry is this thread's, another thread's for other threads, is
@@ -215,28 +262,36 @@ mod tests {
     #[test]
     fn unit_registration_lifetime_and_keys() {
         let k = key(0x7e57_0001);
-        assert_eq!(owner_of(k), Owner::Nobody);
+        let no = || None;
+        assert_eq!(owner_of(k, no), Owner::Nobody);
         let r = Registration::new(k, "s").expect("first");
-        assert_eq!(owner_of(k), Owner::ThisThread);
+        assert_eq!(owner_of(k, no), Owner::ThisThread);
+        // Once the capture's id is recorded, another capture of the stream
+        // (cudarc's, after other code ended ours) is not the owned one.
+        r.set_id(Some(41));
+        assert_eq!(registered_id(k), Some(41));
+        assert_eq!(owner_of(k, || Some(41)), Owner::ThisThread);
+        assert_eq!(owner_of(k, || Some(42)), Owner::Nobody);
+        r.set_id(None);
         assert!(matches!(
             Registration::new(k, "s"),
             Err(crate::Error::InvalidArgument { .. })
         ));
-        assert_eq!(owner_of(key(0x7e57_0002)), Owner::Nobody);
-        assert_eq!(owner_of((0x7e57_0001, Some(1), None)), Owner::Nobody);
-        let seen = std::thread::spawn(move || owner_of(k))
+        assert_eq!(owner_of(key(0x7e57_0002), no), Owner::Nobody);
+        assert_eq!(owner_of((0x7e57_0001, Some(1), None), no), Owner::Nobody);
+        let seen = std::thread::spawn(move || owner_of(k, || None))
             .join()
             .expect("join");
         assert_eq!(seen, Owner::OtherThread);
         drop(r);
-        assert_eq!(owner_of(k), Owner::Nobody);
+        assert_eq!(owner_of(k, no), Owner::Nobody);
         // A per-thread stream (raw 0x2) is keyed by its thread too.
         let me = std::thread::current().id();
         let pt = (2usize, Some(0), Some(me));
         let _r = Registration::new(pt, "per-thread").expect("per-thread");
         let other = std::thread::spawn(|| {
             let them = std::thread::current().id();
-            owner_of((2usize, Some(0), Some(them)))
+            owner_of((2usize, Some(0), Some(them)), || None)
         })
         .join()
         .expect("join");

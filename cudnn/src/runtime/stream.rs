@@ -506,7 +506,8 @@ impl Stream {
     fn foreign_capture_refused(&self, what: &str) -> Result<bool> {
         let capturing = super::capture::implicit_is_capturing(self.capture_status())?;
         super::owned_capture::foreign_rule(what, capturing.is_capturing(), || {
-            super::owned_capture::owner_of(self.owned_key())
+            // A failed id query is not the owned capture's id: refused.
+            super::owned_capture::owner_of(self.owned_key(), || self.capture_id().ok().flatten())
         })
     }
 
