@@ -130,7 +130,12 @@ impl CudarcStream {
     ///   first [`OwnedGraph::launch`] completed (freeing it inside the
     ///   capture is recorded as a free of the graph and is fine), and
     ///   memory allocated before the capture is not freed inside it (the
-    ///   free would be recorded and replayed by every launch).
+    ///   free would be recorded and replayed by every launch);
+    /// - cudarc does not order memory used on the stream with its other
+    ///   streams through its event tracking during the capture (a context
+    ///   with several streams and tracking on records and waits for events
+    ///   on the stream whenever its slices are used: captured, they order
+    ///   nothing): one stream in the context, or tracking disabled.
     #[doc(alias = "cudaStreamBeginCapture")]
     pub unsafe fn begin_owned_capture(&self, mode: CaptureMode) -> Result<OwnedCapture> {
         self.bind_to_thread()?;
