@@ -108,8 +108,11 @@ impl CudarcStream {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming `stream` for the legacy default
-    /// stream, a stream already capturing (cudarc's capture included) or
-    /// with an owned capture open, or while a device-wide wait of this
+    /// stream, a stream whose cudarc context orders slices with events
+    /// (`CudaContext::is_managing_stream_synchronization`: tracking on and
+    /// a stream made by `new_stream`; disable tracking or use
+    /// `per_thread_stream`), a stream already capturing (cudarc's capture
+    /// included) or with an owned capture open, or while a device-wide wait of this
     /// crate is in progress on its device (after 1 s); [`Error::Cuda`],
     /// [`Error::Driver`] from the calls.
     ///
@@ -131,11 +134,15 @@ impl CudarcStream {
     ///   capture is recorded as a free of the graph and is fine), and
     ///   memory allocated before the capture is not freed inside it (the
     ///   free would be recorded and replayed by every launch);
-    /// - cudarc does not order memory used on the stream with its other
-    ///   streams through its event tracking during the capture (a context
-    ///   with several streams and tracking on records and waits for events
-    ///   on the stream whenever its slices are used: captured, they order
-    ///   nothing): one stream in the context, or tracking disabled.
+    /// - cudarc does not order memory with events during the capture: its
+    ///   context's event tracking stays off or the context has no stream
+    ///   made by `new_stream` (cudarc orders slices with events, recorded
+    ///   and waited on the stream whenever a slice is used, as soon as one
+    ///   `new_stream` exists and tracking is on, even if it is the only
+    ///   stream; captured, those events order nothing and cudarc's next
+    ///   wait on them fails). This is checked when the capture begins
+    ///   (refused, typed); the caller keeps it until the end (no
+    ///   `new_stream`, no `enable_event_tracking` meanwhile).
     #[doc(alias = "cudaStreamBeginCapture")]
     pub unsafe fn begin_owned_capture(&self, mode: CaptureMode) -> Result<OwnedCapture> {
         self.bind_to_thread()?;
@@ -146,6 +153,15 @@ impl CudarcStream {
                 "stream",
                 "the legacy default stream cannot be captured; capture a created stream or \
                  the per-thread default stream",
+                what,
+            ));
+        }
+        if self.cudarc().context().is_managing_stream_synchronization() {
+            return Err(Error::invalid(
+                "stream",
+                "its cudarc context orders slices with events (event tracking on and a stream \
+                 made by new_stream): captured, those events would order nothing; disable \
+                 tracking (CudaContext::disable_event_tracking) or use per_thread_stream",
                 what,
             ));
         }

@@ -4,7 +4,9 @@
 //! against the host's ReLU (the independent truth); the graph dropped right
 //! after a launch; the refusals (another thread's call during the capture,
 //! a host synchronization inside it, a launch inside another capture, a
-//! capture that cudarc ended itself) are typed.
+//! capture that cudarc ended itself, a context where cudarc tracks events)
+//! are typed; a graph dropped inside another capture of its stream leaks
+//! what it kept.
 
 use crate::support;
 
@@ -28,6 +30,14 @@ pub fn main() {
         ),
         gpu("owned_capture_drop_right_after_a_launch", drop_after_launch),
         gpu("owned_capture_refusals_are_typed", refusals),
+        gpu(
+            "owned_capture_refused_where_cudarc_tracks_events",
+            refused_with_tracking,
+        ),
+        gpu(
+            "owned_graph_dropped_inside_a_capture_leaks_what_it_kept",
+            dropped_inside_a_capture,
+        ),
     ])
 }
 
@@ -35,8 +45,17 @@ fn de(call: &'static str) -> impl Fn(DriverError) -> Error {
     move |e| interop::driver_error(call, e)
 }
 
+/// A context of this test alone (`interop::context` makes a new cudarc
+/// context each call) with cudarc's event tracking off, then a stream of
+/// it: cudarc orders no slice with events, as `begin_owned_capture`
+/// requires (with tracking on, one `new_stream` is enough for cudarc to
+/// record and wait on events whenever a slice is used).
 fn ctx_and_stream() -> Result<(Arc<CudaContext>, Arc<CudaStream>)> {
     let ctx = interop::context(0)?;
+    // SAFETY: every cudarc slice of this context is made after this call
+    // and used on the one stream made below only (the crate's buffers are
+    // not cudarc's), so no use needs ordering across streams.
+    unsafe { ctx.disable_event_tracking() };
     let cs = ctx.new_stream().map_err(de("new_stream"))?;
     Ok((ctx, cs))
 }
@@ -85,6 +104,8 @@ fn captured(
         0.0,
         DeviceTensorMut::new(&d, y)?,
     )?;
+    // z is untracked (the context's tracking is off): cudarc records no
+    // event for this use inside the capture.
     s.cudarc().memset_zeros(z).map_err(de("memset"))?;
     cap.keep(h);
     Ok(cap.end()?)
@@ -230,5 +251,77 @@ fn refusals() -> TestResult {
         DeviceTensorMut::new(&d, &mut y)?,
     )?;
     cs.synchronize().map_err(de("synchronize"))?;
+    Ok(())
+}
+
+/// cudarc's default (tracking on) with one `new_stream`: cudarc records
+/// and waits on events of the stream at every slice use
+/// (`is_managing_stream_synchronization`, cudarc 0.19.10), which a capture
+/// would record and never order; the beginning is refused, typed, naming
+/// the stream, before anything is captured.
+fn refused_with_tracking() -> TestResult {
+    let ctx = interop::context(0)?;
+    ensure!(ctx.is_event_tracking(), "cudarc's default is tracking on");
+    let cs = ctx.new_stream().map_err(de("new_stream"))?;
+    ensure!(ctx.is_managing_stream_synchronization(), "one new_stream");
+    let s = CudarcStream::new(&cs)?;
+    // SAFETY: refused before anything begins (checked below).
+    let r = unsafe { s.begin_owned_capture(CaptureMode::ThreadLocal) };
+    ensure!(
+        matches!(&r, Err(Error::InvalidArgument { arg, .. }) if arg == "stream"),
+        "tracking on: {r:?}"
+    );
+    ensure!(
+        !s.stream().capture_status()?.is_capturing(),
+        "nothing began"
+    );
+    Ok(())
+}
+
+/// A graph dropped inside another owned capture of its stream: what it
+/// keeps is leaked, not dropped (its frees would be recorded into the new
+/// graph and replayed by each of its launches); the new capture ends and
+/// replays right (the host's ReLU).
+fn dropped_inside_a_capture() -> TestResult {
+    let (_ctx, cs) = ctx_and_stream()?;
+    let s = CudarcStream::new(&cs)?;
+    let xs = values(N, 7);
+    let x = DeviceBuffer::from_host(&xs)?;
+    let mut y = DeviceBuffer::from_host(&vec![f32::NAN; N])?;
+    let mut z = cs.clone_htod(&vec![7.0f32; N]).map_err(de("htod"))?;
+    let mut g = captured(&s, &x, &mut y, &mut z)?;
+    let marker = Arc::new(());
+    g.keep(marker.clone());
+    // SAFETY: as in `replays`.
+    unsafe { g.launch()? };
+    let d = TensorDescriptor::<f32>::nchw(1, 1, 32, 32)?;
+    let act = ActivationDescriptor::new(ActivationMode::Relu, NanPropagation::Propagate)?;
+    let mut h = Handle::new(&s)?;
+    let mut y2 = DeviceBuffer::from_host(&vec![f32::NAN; N])?;
+    // SAFETY: only `end` ends it; no other thread uses the stream.
+    let mut cap = unsafe { s.begin_owned_capture(CaptureMode::ThreadLocal)? };
+    drop(g);
+    ensure!(
+        Arc::strong_count(&marker) == 2,
+        "what the graph kept is leaked, not dropped, inside a capture"
+    );
+    h.activation_forward(
+        &act,
+        1.0,
+        DeviceTensor::new(&d, &x)?,
+        0.0,
+        DeviceTensorMut::new(&d, &mut y2)?,
+    )?;
+    cap.keep(h);
+    let mut g2 = cap.end()?;
+    // SAFETY: x and y2 are alive, used on this stream only.
+    unsafe { g2.launch()? };
+    cs.synchronize().map_err(de("synchronize"))?;
+    let want: Vec<f32> = xs.iter().map(|v| v.max(0.0)).collect();
+    ensure!(
+        y2.to_vec()? == want,
+        "the new graph's y2 is the host's ReLU"
+    );
+    ensure!(y.to_vec()? == want, "the dropped graph's launch ran");
     Ok(())
 }
