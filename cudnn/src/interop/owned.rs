@@ -25,11 +25,16 @@ use std::marker::PhantomData;
 use std::ptr;
 use std::time::Instant;
 
+use ::cudarc::driver::{CudaContext, CudaStream as CudarcRaw, result};
+
+use super::driver::guarded;
 use super::driver_error;
+use super::scope::ContextWait;
 use super::stream::CudarcStream;
 use crate::check::{self, cuda_call};
 use crate::error::{Error, Result};
 use crate::runtime::owned_capture::Registration;
+use crate::runtime::wait::{self, DeviceWait, Ended, SCOPE_WAIT_DEADLINE, end_scope};
 use crate::runtime::{CaptureMode, CudaGraph, CudaGraphExec, Hazard, ScopeMark};
 use crate::sys::cudart;
 
@@ -304,28 +309,96 @@ impl Drop for OwnedCapture {
             return;
         }
         let s = self.stream.stream();
-        let ended = check::cudart().ok().and_then(|rt| {
+        // Whether the capture is still ours; `None`: not askable.
+        let asked = check::cudart().ok().and_then(|rt| {
             let _on = s.enter_unchecked().ok()?;
-            if !still_ours(s) {
-                return None;
-            }
-            let mut g: cudart::cudaGraph_t = ptr::null_mut();
-            // SAFETY: the stream is capturing and the capture is ours (the
-            // caller's contract); the graph, if any, is ours and destroyed
-            // below, never instantiated. Status ignored: Drop must not fail.
-            let _ = unsafe { rt.cudaStreamEndCapture(s.as_raw(), &mut g) };
-            crate::runtime::clear_last_error(rt);
-            if !g.is_null() {
-                // SAFETY: as above.
-                drop(unsafe { CudaGraph::from_raw(g, s.device()) });
-            }
-            Some(())
+            Some((rt, still_ours(s)))
         });
-        if ended.is_none() {
-            // Ended by other code (or not askable): its graph may hold
-            // this crate's work; leak rather than free under it.
-            std::mem::forget(std::mem::take(&mut self.kept));
+        match drop_end(asked.map(|a| a.1)) {
+            DropEnd::End => {
+                if let Some((rt, _)) = asked {
+                    let _on = s.enter_unchecked();
+                    let mut g: cudart::cudaGraph_t = ptr::null_mut();
+                    // SAFETY: the stream is capturing and the capture is ours
+                    // (asked just above; the caller's contract: nothing else
+                    // ends it); the graph, if any, is ours and destroyed
+                    // below, never instantiated. Status ignored: Drop must
+                    // not fail.
+                    let _ = unsafe { rt.cudaStreamEndCapture(s.as_raw(), &mut g) };
+                    crate::runtime::clear_last_error(rt);
+                    if !g.is_null() {
+                        // SAFETY: as above.
+                        drop(unsafe { CudaGraph::from_raw(g, s.device()) });
+                    }
+                }
+            }
+            DropEnd::Leave => std::mem::forget(std::mem::take(&mut self.kept)),
+            DropEnd::EndUnchecked => {
+                // The last resort: left open, candle's stream would record
+                // every later op and never run it.
+                end_unchecked(self.stream.cudarc());
+                std::mem::forget(std::mem::take(&mut self.kept));
+            }
         }
+    }
+}
+
+/// What dropping an open [`OwnedCapture`] does (free of the device,
+/// unit-tested).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DropEnd {
+    /// Still ours: end it, destroy the graph (never instantiated, nothing
+    /// of it ran), then drop what was kept.
+    End,
+    /// Ended by other code (or capturing another capture): not ended
+    /// here; what was kept is leaked (that code's graph may hold this
+    /// crate's work).
+    Leave,
+    /// Not askable (no runtime, the device not selectable): ended through
+    /// the driver with no check of whose capture it is (a stream left
+    /// capturing records every later call and never runs it); what was
+    /// kept is leaked (whose graph held it is unknown).
+    EndUnchecked,
+}
+
+/// `still_ours`: whether the capture is still ours, `None` when that
+/// could not be asked.
+fn drop_end(still_ours: Option<bool>) -> DropEnd {
+    match still_ours {
+        Some(true) => DropEnd::End,
+        Some(false) => DropEnd::Leave,
+        None => DropEnd::EndUnchecked,
+    }
+}
+
+/// End the capture of `cs`, if it is capturing, through cudarc's driver
+/// calls (no runtime, no check of the capture's id), and destroy its graph.
+/// Every failure is ignored: this is `Drop`'s last resort.
+fn end_unchecked(cs: &CudarcRaw) {
+    let ctx = cs.context().cu_ctx();
+    // SAFETY: the primary context cudarc retains while `cs` (which holds
+    // its `Arc<CudaContext>`) lives.
+    let _ = guarded("cuCtxSetCurrent", || unsafe {
+        result::ctx::set_current(ctx)
+    });
+    // SAFETY: `cs` is a valid stream of that context, alive while borrowed.
+    let status = guarded("cuStreamIsCapturing", || unsafe {
+        result::stream::is_capturing(cs.cu_stream())
+    });
+    if !matches!(status, Ok(st) if st != ::cudarc::driver::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+    {
+        return;
+    }
+    // SAFETY: as above; the stream is capturing (asked just above).
+    let g = guarded("cuStreamEndCapture", || unsafe {
+        result::stream::end_capture(cs.cu_stream())
+    });
+    if let Ok(g) = g
+        && !g.is_null()
+    {
+        // SAFETY: the graph the end returned, owned here, never
+        // instantiated, destroyed once.
+        let _ = guarded("cuGraphDestroy", || unsafe { result::graph::destroy(g) });
     }
 }
 
@@ -365,17 +438,20 @@ impl Launches {
 /// an event recorded after the last launch, or the context's work queued
 /// so far), then drop the executable graph, then drop what was kept; if
 /// the wait failed, what was kept is leaked instead (never freed under a
-/// launch that may still run).
+/// launch that may still run). While the stream is `capturing`, nothing
+/// waits and what was kept is leaked (its frees would be captured).
 fn teardown<E, K>(
     launches: Launches,
+    capturing: bool,
     wait: impl FnOnce(Wait) -> bool,
     exec: Option<E>,
     kept: Vec<K>,
 ) {
-    let ok = match launches.wait() {
-        Wait::Nothing => true,
-        w => wait(w),
-    };
+    let ok = !capturing
+        && match launches.wait() {
+            Wait::Nothing => true,
+            w => wait(w),
+        };
     drop(exec);
     if ok {
         drop(kept);
@@ -469,25 +545,120 @@ impl OwnedGraph {
         // SAFETY: `CudaGraphExec::launch`'s contract: this value keeps what
         // it was given alive (dropped only after `Drop`'s wait); the rest
         // is this function's own contract, which the caller keeps.
-        unsafe { exec.launch(s) }?;
-        self.launched = self.launched.saturating_add(1);
-        self.done
-            .record(self.stream.cudarc())
-            .map_err(|e| driver_error("cuEventRecord", e))?;
-        self.launches = Launches::Recorded;
-        Ok(())
+        let launched = unsafe { exec.launch(s) };
+        if launched.is_ok() {
+            self.launched = self.launched.saturating_add(1);
+        }
+        // Recorded whatever the launch returned: the event then covers every
+        // launch queued so far (this one too, if it queued anything), so the
+        // teardown waits for it and needs no context-wide wait (which, in
+        // the global capture mode, could invalidate another thread's
+        // capture).
+        let recorded = record(&self.done, self.stream.cudarc());
+        self.launches = after_record(recorded.is_ok());
+        launched?;
+        recorded
     }
+}
+
+/// Where the launches stand after the event's record was tried.
+fn after_record(recorded: bool) -> Launches {
+    if recorded {
+        Launches::Recorded
+    } else {
+        Launches::Unrecorded
+    }
+}
+
+/// `cuEventRecord` of `done` on `cs`, binding the context without cudarc's
+/// stored-error check (an error stored by other work would otherwise skip
+/// the record).
+fn record(done: &::cudarc::driver::CudaEvent, cs: &CudarcRaw) -> Result<()> {
+    bind(cs.context());
+    // SAFETY: `done` and `cs` are alive (borrowed), of the same context.
+    guarded("cuEventRecord", || unsafe {
+        result::event::record(done.cu_event(), cs.cu_stream())
+    })
+}
+
+/// Make `ctx` current on this thread, without cudarc's stored-error check;
+/// a failure shows in the call that follows.
+fn bind(ctx: &CudaContext) {
+    let cu = ctx.cu_ctx();
+    let _ = guarded("cuCtxSetCurrent", || {
+        if result::ctx::get_current()? != Some(cu) {
+            // SAFETY: the primary context cudarc retains while `ctx` lives.
+            unsafe { result::ctx::set_current(cu) }?;
+        }
+        Ok(())
+    });
+}
+
+/// The event's wait, in the relaxed capture mode (a wait on the host must
+/// neither be refused by nor invalidate another thread's global-mode
+/// capture).
+fn wait_event(done: &::cudarc::driver::CudaEvent, ctx: &CudaContext) -> bool {
+    let _relaxed = wait::RelaxedCaptureMode::enter();
+    bind(ctx);
+    // SAFETY: `done` is alive (borrowed) and was recorded on a stream of
+    // `ctx`.
+    guarded("cuEventSynchronize", || unsafe {
+        result::event::synchronize(done.cu_event())
+    })
+    .is_ok()
+}
+
+/// The context's wait, only when the event could not be recorded: the
+/// cudarc scope's device-wide wait (counted as a wait in progress, so no
+/// capture of this crate begins on the device meanwhile, after the crate's
+/// open captures there ended; relaxed capture mode; retried while a
+/// capture refuses it, up to [`SCOPE_WAIT_DEADLINE`]). Not on a thread
+/// with a capture of this crate open (the wait would wait for it): false.
+fn wait_context(ctx: &CudaContext) -> bool {
+    struct NoStored<'a>(ContextWait<'a>);
+    impl DeviceWait for NoStored<'_> {
+        fn take_stored(&self) -> Option<Error> {
+            None
+        }
+        fn wait(&self) -> Result<()> {
+            self.0.wait()
+        }
+    }
+    if crate::runtime::in_capture_scope() {
+        return false;
+    }
+    let deadline = Instant::now() + SCOPE_WAIT_DEADLINE;
+    let w = NoStored(ContextWait { ctx, deadline });
+    let mut none: Vec<()> = Vec::new();
+    matches!(
+        end_scope(
+            &w,
+            &mut none,
+            || Instant::now() >= deadline,
+            std::thread::sleep
+        ),
+        Ended::Released(_)
+    )
 }
 
 impl Drop for OwnedGraph {
     fn drop(&mut self) {
         let done = &self.done;
-        let ctx = self.stream.cudarc().context().clone();
+        let cs = self.stream.cudarc();
+        // Any capture of the stream (an owned one of this thread included,
+        // or another thread's on a shared stream): what is kept is leaked,
+        // since its drop would free on the stream, and the free would be
+        // recorded into that capture's graph and replayed by it.
+        let capturing = !matches!(
+            self.stream.stream().capture_status(),
+            Ok(crate::runtime::CaptureStatus::None)
+        );
         teardown(
             self.launches,
+            capturing,
             |w| match w {
-                Wait::Event => done.synchronize().is_ok(),
-                _ => ctx.synchronize().is_ok(),
+                Wait::Event => wait_event(done, cs.context()),
+                _ => wait_context(cs.context()),
             },
             self.exec.take(),
             std::mem::take(&mut self.kept),
@@ -527,6 +698,7 @@ mod tests {
             let l = log.clone();
             teardown(
                 launches,
+                false,
                 |w| {
                     l.lock().expect("log").push(match w {
                         Wait::Event => "wait Event",
@@ -540,5 +712,55 @@ mod tests {
             );
             assert_eq!(*log.lock().expect("log"), want, "{launches:?} {wait_ok}");
         }
+    }
+
+    /// While the stream is capturing (the graph dropped inside another
+    /// capture of its stream), nothing waits and what was kept is leaked,
+    /// whatever the launches: its drop would free on the stream, and the
+    /// free would be recorded into the open capture (the contract of
+    /// `begin_owned_capture`: memory allocated before a capture is not
+    /// freed inside it). The graph object itself is destroyed (not stream
+    /// work).
+    #[test]
+    fn unit_teardown_while_capturing_leaks_kept() {
+        for launches in [Launches::None, Launches::Recorded, Launches::Unrecorded] {
+            let log = Arc::new(Mutex::new(Vec::new()));
+            let l = log.clone();
+            teardown(
+                launches,
+                true,
+                |_| {
+                    l.lock().expect("log").push("wait");
+                    true
+                },
+                Some(Logged("exec", log.clone())),
+                vec![Logged("kept", log.clone())],
+            );
+            assert_eq!(*log.lock().expect("log"), vec!["exec"], "{launches:?}");
+        }
+    }
+
+    /// The event is recorded after every launch attempt, failed or not; a
+    /// recorded event covers all the work queued on the stream before it
+    /// (CUDA's stream order), so the teardown waits for the event and for
+    /// nothing context-wide; only a failed record falls back to the
+    /// context's wait.
+    #[test]
+    fn unit_record_decides_the_wait() {
+        assert_eq!(after_record(true).wait(), Wait::Event);
+        assert_eq!(after_record(false).wait(), Wait::Context);
+        assert_eq!(Launches::None.wait(), Wait::Nothing);
+    }
+
+    /// Dropping an open owned capture: still ours, it is ended and what
+    /// was kept is dropped; ended by other code, it is left and what was
+    /// kept is leaked; not askable, it is still ended (else the stream
+    /// stays capturing with no owner and records every later call) and
+    /// what was kept is leaked.
+    #[test]
+    fn unit_drop_ends_even_when_not_askable() {
+        assert_eq!(drop_end(Some(true)), DropEnd::End);
+        assert_eq!(drop_end(Some(false)), DropEnd::Leave);
+        assert_eq!(drop_end(None), DropEnd::EndUnchecked);
     }
 }

@@ -41,7 +41,7 @@ pub use buffer::*;
 pub use capture::{CaptureStatus, Hazard, capture_rule};
 #[allow(unused_imports)] // ScopeMark: the interop's tests
 pub(crate) use capture::{
-    ScopeMark, clear_last_error, forbid_in_capture_scope, implicit_is_capturing,
+    ScopeMark, clear_last_error, forbid_in_capture_scope, implicit_is_capturing, in_capture_scope,
 };
 pub use device::*;
 pub use event::*;
