@@ -453,25 +453,27 @@ fn capture_step_refuses_a_non_cuda_device_before_the_step_runs() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
-    /// Whatever the step would return (a value or its own error), a
-    /// non-CUDA device is refused first, typed, and the step never runs;
-    /// no capture stays open on the thread.
+    /// The slot check of `CapturedCandleStep::set_cache_seqlens` and
+    /// `update_block_table`, over any step number, call count and slot: a
+    /// slot is accepted exactly when it names this step and one of its
+    /// calls (the rule written by hand), and then gives its index;
+    /// otherwise the refusal is typed, naming `slot`.
     #[test]
-    fn capture_step_argument_check_property(ok in any::<bool>(), v in any::<u32>()) {
-        let mut ran = false;
-        // SAFETY: refused before any capture begins.
-        let r = unsafe {
-            capture_step(&candle_core::Device::Cpu, || {
-                ran = true;
-                if ok { Ok(v) } else { Err(candle_core::Error::Msg("step".into())) }
-            })
-        };
-        let refused = matches!(
-            r.as_ref().err().and_then(typed_in),
-            Some(Error::InvalidArgument { arg, .. }) if arg == "device"
-        );
-        prop_assert!(refused);
-        prop_assert!(!ran);
-        prop_assert!(!is_capturing());
+    fn captured_step_slot_check_property(
+        id in 0u64..6,
+        n in 0usize..5,
+        step in 0u64..6,
+        index in 0usize..7,
+    ) {
+        let r = slot_index(id, n, LensSlot { step, index }, "KV-cache");
+        if step == id && index < n {
+            prop_assert_eq!(r.ok(), Some(index));
+        } else {
+            prop_assert!(
+                matches!(&r, Err(Error::InvalidArgument { arg, .. }) if arg == "slot"),
+                "{:?}",
+                r
+            );
+        }
     }
 }
