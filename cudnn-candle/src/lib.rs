@@ -41,7 +41,7 @@
 //! | [`capture::capture`], [`capture::CapturedStep::launch`] | (cudarc's `begin_capture` / `CudaGraph::launch`) | dense attention forwards recorded into a CUDA graph that owns what it addresses; replayed on candle's stream |
 //! | [`capture::flash_attn_kvcache`], [`capture::CapturedStep::set_cache_seqlens`] | `flash_attn_with_kvcache` in a CUDA graph | host lengths, checked, written before each launch: a replayed decode loop |
 //! | [`capture::flash_attn_paged`], [`capture::CapturedStep::update_block_table`] | `flash_attn_with_kvcache` (`block_table`) in a CUDA graph | host table and lengths, checked as the eager call does, written before each launch |
-//! | [`capture::capture_step`], [`capture::CapturedCandleStep::launch`] (both `unsafe`) | cudarc's `begin_capture` of candle's stream / `CudaGraph::launch` (mistral.rs, vLLM style) | a whole step, candle's ops and this crate's attention forwards (dense, KV-cache, paged), in one graph of candle's stream; the graph object keeps this crate's resources; candle's memory is the caller's (`# Safety`) |
+//! | [`capture::capture_step`], [`capture::CapturedCandleStep::launch`] (both `unsafe`) | cudarc's `begin_capture` of candle's stream / `CudaGraph::launch` (mistral.rs, vLLM style) | a whole step, candle's ops and this crate's attention forwards (dense, KV-cache, paged), in one graph of candle's stream; the graph object keeps this crate's resources; candle's memory is the caller's (`# Safety`); the capture runs under candle's `enable_cuda_graph_htod_cache` guard, so run the eager warm-up under it too |
 //!
 //! # How it runs
 //! Each function is a candle `CustomOp3`. `cuda_fwd` checks the shapes,

@@ -14,7 +14,13 @@
 //!     let o = cudnn_candle::flash_attn(&q, &k, &k, 0.125, true)?;
 //!     o.sqr() // candle again
 //! };
-//! step()?; // once eagerly: plans the graph, sizes the workspace
+//! {
+//!     // Once eagerly, under candle's host-to-device cache (on this
+//!     // thread): plans the graph, sizes the workspace, uploads the dims
+//!     // and strides candle's ops need into candle's cache.
+//!     let _cache = dev.as_cuda_device()?.enable_cuda_graph_htod_cache();
+//!     step()?;
+//! }
 //! // SAFETY: nothing else ends the capture or uses candle's stream from
 //! // another thread meanwhile; `y` (graph memory) is read only after a
 //! // launch; `x` and `k` outlive the step and are written only on
@@ -42,6 +48,15 @@
 //!   reserved before the capture, at the largest a plan of this process
 //!   needed on the device: run the step once eagerly first); everything
 //!   else of this crate is refused, typed, as in [`capture`];
+//! - candle's host-to-device cache is on (`CudaDevice::
+//!   enable_cuda_graph_htod_cache`, candle 0.11.1): every candle op on a
+//!   broadcast or strided layout uploads its dims and strides from a
+//!   temporary host `Vec`, which a capture would record as a copy from
+//!   freed host memory; with the cache, candle serves the copy made during
+//!   the warm-up (device memory it keeps for the process) and refuses a
+//!   miss inside the capture ("h2d param cache miss", the step's error).
+//!   So **run the warm-up under the same guard, on the same thread**
+//!   (candle's cache of `Tensor::new`-style uploads is per thread);
 //! - the KV-cache lengths and block tables live in buffers the step owns,
 //!   allocated with `cuMemAlloc` (not memory of the graph) and written on
 //!   candle's stream before each launch with checked values
@@ -56,7 +71,11 @@
 //! the graph, then drops what it kept; if the wait fails, they are leaked.
 //! A step never launched leaks the tensor clones instead of dropping them
 //! (a tensor made inside the capture is memory of the graph, which only a
-//! launch allocates), as does an error after the capture began.
+//! launch allocates), as does an error after the capture began. A step
+//! dropped while candle's stream is capturing (inside another
+//! `capture_step` closure, or during another thread's capture of a shared
+//! stream) waits for nothing and leaks all it kept: their frees would be
+//! recorded into that capture and replayed by its graph.
 //!
 //! # What the caller guarantees (the `# Safety` of both functions)
 //! candle's memory of the ops in the closure is the caller's:
@@ -73,8 +92,16 @@
 //!   capture, and candle calls in the closure must be capturable (no host
 //!   reads such as `to_vec`, no `Tensor::new` from host data: they fail or
 //!   invalidate the capture, an error at its end);
-//! - run the step once eagerly first, so every plan exists and the
-//!   workspace is sized (a growth during the capture is refused, typed).
+//! - direct calls of the `cudnn` crate on candle's stream inside the
+//!   closure (a `CudarcStream` of candle's stream, not this crate's
+//!   functions) are admitted and recorded, but the step does not keep
+//!   what they use: their handles (workspaces), plans and buffers stay
+//!   alive, unreallocated, until the step is dropped (`cudnn`'s
+//!   `OwnedGraph::launch` contract);
+//! - run the step once eagerly first, under candle's
+//!   `enable_cuda_graph_htod_cache` guard on the same thread (see above),
+//!   so every plan exists, the workspace is sized (a growth during the
+//!   capture is refused, typed) and candle's parameter uploads are cached.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -135,20 +162,27 @@ impl std::fmt::Debug for CapturedCandleStep {
 /// [module docs](self). Returns the step and what `step` returned (graph
 /// memory: read it only after a launch).
 ///
+/// `step` runs under candle's host-to-device cache guard
+/// (`CudaDevice::enable_cuda_graph_htod_cache`): run its eager warm-up
+/// under the same guard, on the same thread.
+///
 /// # Errors
 /// `device` not CUDA, a capture already open on this thread, a cudarc
 /// context tracking several streams, candle's stream capturing already or
 /// the legacy stream, creating the handle and reserving its workspace,
-/// `step`'s error (also a refused call), a poisoned capture, ending
-/// (an invalidated capture: an uncapturable candle call) or instantiating
-/// the graph.
+/// `step`'s error (also a refused call, and candle's "h2d param cache
+/// miss" for an op the warm-up did not run under the guard), a poisoned
+/// capture, ending (an invalidated capture: an uncapturable candle call)
+/// or instantiating the graph.
 ///
 /// # Safety
 /// The caller keeps the conditions in the module docs ("What the caller
 /// guarantees"): inputs alive and written only on candle's stream; tensors
 /// made inside the closure not read before a launch nor dropped before the
-/// first launch completed; nothing else ends the capture, no other thread
-/// uses candle's stream during it.
+/// first launch completed; no tensor made before the closure dropped
+/// inside it; nothing else ends the capture, no other thread uses
+/// candle's stream during it; what direct `cudnn` calls on candle's stream
+/// inside the closure use stays alive until the step is dropped.
 pub unsafe fn capture_step<R>(
     device: &candle_core::Device,
     step: impl FnOnce() -> candle_core::Result<R>,
@@ -169,7 +203,14 @@ pub unsafe fn capture_step<R>(
     let (_candle_stream, active) = open_on(dev, true).c()?;
     ACTIVE.with(|a| *a.borrow_mut() = Some(active));
     let clear = Clear;
+    // candle's ops upload their dims and strides from temporary host
+    // vectors unless this cache is on (candle 0.11.1): captured, such a
+    // copy would read freed host memory at every launch. With it, candle
+    // serves the warm-up's device copies and refuses a miss, typed as a
+    // candle error, before queueing anything.
+    let htod_cache = dev.enable_cuda_graph_htod_cache();
     let out = step();
+    drop(htod_cache);
     let Some(active) = ACTIVE.with(|a| a.borrow_mut().take()) else {
         return Err(to_candle(refusal(
             "capture_step",
@@ -323,7 +364,10 @@ impl CapturedCandleStep {
     /// # Safety
     /// As [`capture_step`]: every tensor the step uses that the step does
     /// not keep (candle's inputs and intermediates) is alive, not
-    /// reallocated, and used only in candle's stream order with the launch.
+    /// reallocated, and used only in candle's stream order with the launch;
+    /// so is everything a direct `cudnn` call on candle's stream inside the
+    /// closure used (its handle and workspace, plans, buffers), which the
+    /// step does not keep either.
     #[doc(alias = "cudaGraphLaunch")]
     pub unsafe fn launch(&mut self) -> candle_core::Result<()> {
         let stream = self.graph.stream().clone();

@@ -7,13 +7,15 @@
 //! reference: candle's CPU ops and the matmul-softmax-matmul attention of
 //! `gpu_parts/reference.rs`); the step's drop right after a launch leaves
 //! the outputs readable and right; refusals (cudarc's own capture, this
-//! crate's norm inside the step) are typed.
+//! crate's norm inside the step) are typed; candle's broadcast ops run
+//! from candle's host-to-device cache (a miss is candle's error); a step
+//! dropped inside another step's closure leaks what it kept.
 
 use candle_core::{D, DType, Device, Tensor};
 use cudnn_candle::AttnParams;
 use cudnn_candle::capture::{capture_step, flash_attn_kvcache, flash_attn_paged};
 
-use super::{close, cuda};
+use super::{close, cuda, inputs, tol};
 use crate::reference::reference;
 use crate::support::{TestResult, Trial, gpu, typed};
 
@@ -23,6 +25,13 @@ const BF: DType = DType::BF16;
 const TOL_REF: f64 = 5e-2;
 /// The replay and the eager run of one step on one GPU.
 const TOL_EAGER: f64 = 1e-2;
+
+/// candle's host-to-device cache guard (candle 0.11.1), which
+/// `capture_step` holds while the step is captured: the warm-up runs under
+/// it too, on the same thread.
+fn htod_cache(dev: &Device) -> candle_core::Result<impl Sized> {
+    Ok(dev.as_cuda_device()?.enable_cuda_graph_htod_cache())
+}
 
 fn randn(s: &[usize]) -> candle_core::Result<Tensor> {
     // Rounded to bf16, so both sides start from the same values.
@@ -139,8 +148,13 @@ fn kvcache_step() -> TestResult {
         let o = cudnn_candle::flash_attn_kvcache(&q, &kg, &vg, &Tensor::new(lens, &dev)?, &p)?;
         post(&o, &wg)
     };
-    // Once eagerly: plans, workspace, candle's kernels loaded.
-    eager(&lens)?;
+    // Once eagerly, under candle's host-to-device cache (as capture_step
+    // runs the step): plans, workspace, candle's kernels loaded, candle's
+    // dims/strides uploads cached.
+    {
+        let _cache = htod_cache(&dev)?;
+        eager(&lens)?;
+    }
     // SAFETY: nothing else ends the capture or uses candle's stream on
     // another thread; `out` is read only after launches; x, the weights
     // and the caches outlive the step and are written on candle's stream.
@@ -185,8 +199,18 @@ fn drop_after_launch() -> TestResult {
     let x0 = randn(&[B, H * DH])?;
     let x = g(&x0)?;
     let lens = vec![POS as u32 + 1; B];
-    let q = pre(&x, &wg, &kg, &vg)?;
-    cudnn_candle::flash_attn_kvcache(&q, &kg, &vg, &Tensor::new(lens.as_slice(), &dev)?, &p)?;
+    {
+        let _cache = htod_cache(&dev)?;
+        let q = pre(&x, &wg, &kg, &vg)?;
+        let o = cudnn_candle::flash_attn_kvcache(
+            &q,
+            &kg,
+            &vg,
+            &Tensor::new(lens.as_slice(), &dev)?,
+            &p,
+        )?;
+        post(&o, &wg)?;
+    }
     // SAFETY: as in `kvcache_step`.
     let (mut step, (out, _slot)) = unsafe {
         capture_step(&dev, || {
@@ -233,7 +257,10 @@ fn paged_step() -> TestResult {
         let o = cudnn_candle::flash_attn_paged(&q_of(&x, &wg)?, &kg, &vg, &tg, &lg, &p)?;
         post(&o, &wg)
     };
-    eager(&table_at(0), &lens)?;
+    {
+        let _cache = htod_cache(&dev)?;
+        eager(&table_at(0), &lens)?;
+    }
     // SAFETY: as in `kvcache_step`.
     let (mut step, (out, slot)) = unsafe {
         capture_step(&dev, || {
@@ -310,15 +337,96 @@ fn refusals() -> TestResult {
         "{e}"
     );
     assert!(!cudnn_candle::capture::is_capturing());
-    // SAFETY: as in `kvcache_step`: q and k outlive the step.
+    // The next step works: random inputs, the output against candle's CPU
+    // reference (a graph that ran nothing would leave the output's fresh
+    // memory, not the attention).
+    let p = AttnParams::new(S).causal(true);
+    let (q0, k0, v0) = inputs((1, 1, 4, 64), (1, 32, 4, 64), BF)?;
+    let g = |t: &Tensor| t.to_dtype(BF)?.to_device(&dev);
+    let (q, k, v) = (g(&q0)?, g(&k0)?, g(&v0)?);
+    cudnn_candle::flash_attn_with(&q, &k, &v, &p)?;
+    // SAFETY: as in `kvcache_step`: q, k and v outlive the step.
     let (mut step, o) =
-        unsafe { capture_step(&dev, || cudnn_candle::flash_attn(&q, &k, &k, S, true))? };
+        unsafe { capture_step(&dev, || cudnn_candle::flash_attn_with(&q, &k, &v, &p))? };
     // SAFETY: as above.
     unsafe { step.launch()? };
-    let o = o.to_device(&Device::Cpu)?.to_dtype(DType::F32)?;
-    let max = o.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>()?;
-    assert!(max == 0.0, "zeros in, zeros out: {max}");
+    close(
+        "o vs the CPU reference",
+        &o,
+        &reference(&q0, &k0, &v0, &p)?,
+        tol(BF),
+    )
+}
+
+/// candle's broadcast ops upload their dims and strides from a host
+/// `Vec` (candle 0.11.1 `params_from_vec`); `capture_step` runs the step
+/// under candle's host-to-device cache, so a step whose warm-up did not
+/// run under it fails with candle's cache-miss error (nothing recorded
+/// from freed host memory, no capture left open), and one warmed up under
+/// it replays right with new inputs, against candle's CPU ops.
+fn broadcast_ops_use_candles_cache() -> TestResult {
+    let dev = cuda()?;
+    // A shape no other test uses, so candle's process-wide cache misses.
+    let (r, c) = (3usize, 37usize);
+    let x0 = Tensor::randn(0f32, 1.0, (r, c), &Device::Cpu)?;
+    let x = x0.to_device(&dev)?;
+    let f = |x: &Tensor| -> candle_core::Result<Tensor> {
+        let m = x.max_keepdim(D::Minus1)?;
+        x.broadcast_sub(&m)?.exp()?.broadcast_mul(&m)
+    };
+    f(&x)?; // warmed up without the cache: nothing cached
+    // SAFETY: the step fails; nothing made inside it is used.
+    let e = unsafe { capture_step(&dev, || f(&x)) }.expect_err("a cache miss inside");
+    assert!(e.to_string().contains("cache miss"), "candle's miss: {e}");
+    assert!(!cudnn_candle::capture::is_capturing());
+    {
+        let _cache = htod_cache(&dev)?;
+        f(&x)?;
+    }
+    // SAFETY: x outlives the step and is written on candle's stream only;
+    // `y` is read after launches.
+    let (mut step, y) = unsafe { capture_step(&dev, || f(&x))? };
+    for i in 0..3 {
+        let xn = Tensor::randn(0f32, 1.0, (r, c), &Device::Cpu)?;
+        x.slice_set(&xn.to_device(&dev)?, 0, 0)?;
+        // SAFETY: as above.
+        unsafe { step.launch()? };
+        eprintln!("  replay {i}:");
+        close("y vs candle's CPU ops", &y, &f(&xn)?, 1e-5)?;
+    }
     Ok(())
+}
+
+/// A step dropped inside another step's closure (on candle's stream,
+/// which that closure captures): what it kept is leaked, not freed into
+/// the new capture (its frees would be replayed by every launch of the
+/// new graph); the new step ends and replays right, against candle's CPU
+/// reference.
+fn drop_inside_another_step() -> TestResult {
+    let dev = cuda()?;
+    let p = AttnParams::new(S).causal(true);
+    let (q0, k0, v0) = inputs((1, 1, 4, 64), (1, 32, 4, 64), BF)?;
+    let g = |t: &Tensor| t.to_dtype(BF)?.to_device(&dev);
+    let (q, k, v) = (g(&q0)?, g(&k0)?, g(&v0)?);
+    cudnn_candle::flash_attn_with(&q, &k, &v, &p)?;
+    // SAFETY: q, k and v outlive both steps; outputs read after launches.
+    let (mut first, o1) =
+        unsafe { capture_step(&dev, || cudnn_candle::flash_attn_with(&q, &k, &v, &p))? };
+    // SAFETY: as above.
+    unsafe { first.launch()? };
+    let mut first = Some(first);
+    // SAFETY: as above; the first step is dropped inside (the case tested).
+    let (mut second, o2) = unsafe {
+        capture_step(&dev, || {
+            drop(first.take());
+            cudnn_candle::flash_attn_with(&q, &k, &v, &p)
+        })?
+    };
+    // SAFETY: as above.
+    unsafe { second.launch()? };
+    let want = reference(&q0, &k0, &v0, &p)?;
+    close("the first step's output", &o1, &want, tol(BF))?;
+    close("the second step's output", &o2, &want, tol(BF))
 }
 
 pub fn trials() -> Vec<Trial> {
@@ -330,5 +438,13 @@ pub fn trials() -> Vec<Trial> {
         ),
         gpu("capture_step_paged_decode_replays", paged_step),
         gpu("capture_step_refusals_are_typed", refusals),
+        gpu(
+            "capture_step_broadcast_ops_use_candles_htod_cache",
+            broadcast_ops_use_candles_cache,
+        ),
+        gpu(
+            "capture_step_dropped_inside_another_step_leaks_what_it_kept",
+            drop_inside_another_step,
+        ),
     ]
 }
