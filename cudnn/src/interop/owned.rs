@@ -375,18 +375,7 @@ fn drop_end(still_ours: Option<bool>) -> DropEnd {
 /// calls (no runtime, no check of the capture's id), and destroy its graph.
 /// Every failure is ignored: this is `Drop`'s last resort.
 fn end_unchecked(cs: &CudarcRaw) {
-    let ctx = cs.context().cu_ctx();
-    // SAFETY: the primary context cudarc retains while `cs` (which holds
-    // its `Arc<CudaContext>`) lives.
-    let _ = guarded("cuCtxSetCurrent", || unsafe {
-        result::ctx::set_current(ctx)
-    });
-    // SAFETY: `cs` is a valid stream of that context, alive while borrowed.
-    let status = guarded("cuStreamIsCapturing", || unsafe {
-        result::stream::is_capturing(cs.cu_stream())
-    });
-    if !matches!(status, Ok(st) if st != ::cudarc::driver::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
-    {
+    if !capturing_here(cs) {
         return;
     }
     // SAFETY: as above; the stream is capturing (asked just above).
@@ -594,6 +583,23 @@ fn bind(ctx: &CudaContext) {
     });
 }
 
+/// Whether `cs`, as this thread reaches it, is capturing (any status) or
+/// cannot be asked. For cudarc's per-thread stream handle that is this
+/// thread's per-thread stream, the stream a free queued here would go to
+/// (a `CudaSlice`'s `cuMemFreeAsync` on that handle), so no thread check:
+/// the question is asked through cudarc's driver calls, from any thread.
+fn capturing_here(cs: &CudarcRaw) -> bool {
+    bind(cs.context());
+    // SAFETY: `cs` is a valid stream of its context, alive while borrowed.
+    let status = guarded("cuStreamIsCapturing", || unsafe {
+        result::stream::is_capturing(cs.cu_stream())
+    });
+    !matches!(
+        status,
+        Ok(::cudarc::driver::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+    )
+}
+
 /// The event's wait, in the relaxed capture mode (a wait on the host must
 /// neither be refused by nor invalidate another thread's global-mode
 /// capture).
@@ -646,13 +652,10 @@ impl Drop for OwnedGraph {
         let done = &self.done;
         let cs = self.stream.cudarc();
         // Any capture of the stream (an owned one of this thread included,
-        // or another thread's on a shared stream): what is kept is leaked,
-        // since its drop would free on the stream, and the free would be
-        // recorded into that capture's graph and replayed by it.
-        let capturing = !matches!(
-            self.stream.stream().capture_status(),
-            Ok(crate::runtime::CaptureStatus::None)
-        );
+        // or another thread's on a shared stream), or no answer: what is
+        // kept is leaked, since its drop would free on the stream, and the
+        // free would be recorded into that capture's graph and replayed.
+        let capturing = capturing_here(cs);
         teardown(
             self.launches,
             capturing,
