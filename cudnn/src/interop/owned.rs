@@ -205,14 +205,18 @@ impl CudarcStream {
 }
 
 /// Whether the stream's capture is still the owned capture `key`
-/// registered: capturing, with the registered id where there is one.
-fn still_ours(s: &crate::runtime::Stream) -> bool {
-    let capturing = s.capture_status().is_ok_and(|st| st.is_capturing());
-    capturing
-        && match crate::runtime::owned_capture::registered_id(s.owned_key()) {
+/// registered: capturing, with the registered id where there is one; an
+/// error when that could not be asked.
+fn still_ours(s: &crate::runtime::Stream) -> Result<bool> {
+    if !s.capture_status()?.is_capturing() {
+        return Ok(false);
+    }
+    Ok(
+        match crate::runtime::owned_capture::registered_id(s.owned_key()) {
             None => true,
-            Some(id) => s.capture_id().ok().flatten() == Some(id),
-        }
+            Some(id) => s.capture_id()? == Some(id),
+        },
+    )
 }
 
 impl OwnedCapture {
@@ -249,7 +253,9 @@ impl OwnedCapture {
         let s = self.stream.stream().clone();
         let rt = check::cudart()?;
         let _on = s.enter_unchecked()?;
-        if !still_ours(&s) {
+        // Not askable: `Drop` (the capture still open) asks again, and
+        // ends it unchecked as a last resort.
+        if !still_ours(&s)? {
             // Not ended here (another capture, if any, is not ours).
             self.open = false;
             std::mem::forget(std::mem::take(&mut self.kept));
@@ -312,7 +318,7 @@ impl Drop for OwnedCapture {
         // Whether the capture is still ours; `None`: not askable.
         let asked = check::cudart().ok().and_then(|rt| {
             let _on = s.enter_unchecked().ok()?;
-            Some((rt, still_ours(s)))
+            Some((rt, still_ours(s).ok()?))
         });
         match drop_end(asked.map(|a| a.1)) {
             DropEnd::End => {
