@@ -19,6 +19,10 @@
 //! # let _ = o; Ok(()) }
 //! ```
 //!
+//! To capture a **whole** step, candle's own ops included, in one graph of
+//! candle's stream, use [`capture_step`] (`unsafe`: candle's memory is the
+//! caller's to keep; see [its module](step)).
+//!
 //! # What goes wrong without it
 //! Every entry point refuses, typed, while candle's stream is capturing,
 //! for three reasons:
@@ -115,7 +119,9 @@
 
 mod kvcache;
 mod paged;
+mod rawbuf;
 mod run;
+pub mod step;
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -135,6 +141,7 @@ pub use kvcache::{LensSlot, flash_attn_kvcache};
 pub(crate) use paged::PagedCheck;
 pub use paged::flash_attn_paged;
 pub(crate) use run::forward;
+pub use step::{CapturedCandleStep, capture_step};
 
 /// The bookkeeping of one capture, free of the device (unit-tested): the
 /// plans and tensors kept, the admitted call in progress, the poison.
@@ -275,6 +282,11 @@ pub(crate) fn refusal(op: &str, hazard: impl Into<String>) -> Error {
 
 /// The open capture of this thread.
 struct Active {
+    /// [`capture_step`]: the owned capture of candle's stream itself (the
+    /// handle below is bound to candle's stream); `None` for [`capture`].
+    /// First, so it is dropped first: the capture ends (and its graph,
+    /// never instantiated, is destroyed) before anything below is freed.
+    owned: Option<cudnn::interop::OwnedCapture>,
     /// This capture's number (tags its [`LensSlot`]s).
     id: u64,
     /// candle's context and stream (as numbers) of the capture's device.
@@ -292,6 +304,25 @@ struct Active {
     slots: Vec<Slot>,
     /// The slot of the last call (taken by its entry point).
     last_slot: Option<usize>,
+}
+
+/// Before a call of the open capture queues or allocates anything on
+/// candle's stream: for [`capture`], refused while candle's stream is
+/// captured by anyone ([`candle_idle`]); for [`capture_step`], candle's
+/// stream must still be capturing (the step's own capture: cudnn's
+/// queueing check refuses, at the enqueue, a capture that is not the one
+/// this thread owns).
+fn candle_ready(a: &Active, op: &str) -> cudnn::Result<()> {
+    if a.owned.is_none() {
+        return candle_idle(&a.candle, op);
+    }
+    if !a.candle.stream().capture_status()?.is_capturing() {
+        return Err(refusal(
+            op,
+            "candle's stream is no longer capturing (its capture was ended by other code)",
+        ));
+    }
+    Ok(())
 }
 
 thread_local! {
@@ -328,7 +359,7 @@ pub(crate) struct Admit {
 /// Admit `op` when a capture is open on this thread (`None` otherwise).
 pub(crate) fn admit(op: &str) -> candle_core::Result<Option<Admit>> {
     match with_active(|a| {
-        candle_idle(&a.candle, op)?;
+        candle_ready(a, op)?;
         a.ledger.admit(op)
     }) {
         None => Ok(None),
@@ -690,12 +721,21 @@ fn idle_status(status: cudnn::runtime::CaptureStatus, op: &str) -> cudnn::Result
 
 /// Ends the thread's capture state on every exit (error, panic): after
 /// `Stream::capture` returned, so the graph is ended (and destroyed, on an
-/// error) before what it kept is dropped.
+/// error) before what it kept is dropped. For [`capture_step`] (still open
+/// here only on a panic), the owned capture is ended first and the rest is
+/// leaked: the tensors kept may be memory of a graph that never ran.
 struct Clear;
 
 impl Drop for Clear {
     fn drop(&mut self) {
-        ACTIVE.with(|a| drop(a.borrow_mut().take()));
+        ACTIVE.with(|a| {
+            if let Some(mut a) = a.borrow_mut().take()
+                && let Some(owned) = a.owned.take()
+            {
+                drop(owned);
+                std::mem::forget(a);
+            }
+        });
     }
 }
 
@@ -795,6 +835,13 @@ pub fn capture<R>(
 /// The thread's capture state for `dev`: a new non-blocking stream of this
 /// crate on its device and a handle on it with the workspace reserved.
 fn open(dev: &CudaDevice) -> cudnn::Result<(CudarcStream, Active)> {
+    open_on(dev, false)
+}
+
+/// [`open`] for [`capture`] (`step` false: a private stream of this crate
+/// captures) or [`capture_step`] (`step`: the handle is bound to candle's
+/// stream, whose owned capture is begun last, thread-local mode).
+fn open_on(dev: &CudaDevice, step: bool) -> cudnn::Result<(CudarcStream, Active)> {
     let cs = dev.cuda_stream();
     multi_stream_refusal(&cs)?;
     let wrapped = CudarcStream::new(&cs)?;
@@ -806,9 +853,21 @@ fn open(dev: &CudaDevice) -> cudnn::Result<(CudarcStream, Active)> {
         .device()
         .ok_or_else(|| Error::invalid("device", "candle's stream must name its device", "None"))?;
     let ordinal = cs.context().ordinal();
-    let stream = device.create_non_blocking_stream()?;
-    let mut handle = Handle::new(&stream)?;
+    let mut handle = if step {
+        Handle::new(&wrapped)?
+    } else {
+        Handle::new(&device.create_non_blocking_stream()?)?
+    };
     handle.reserve_workspace(crate::device::max_workspace(ordinal))?;
+    let owned = if step {
+        // SAFETY: `begin_owned_capture`'s contract is `capture_step`'s
+        // (an `unsafe fn` whose caller keeps it): nothing but the step ends
+        // the capture, no other thread queues on candle's stream meanwhile,
+        // and graph memory is not used before the first launch.
+        Some(unsafe { wrapped.begin_owned_capture(CaptureMode::ThreadLocal) }?)
+    } else {
+        None
+    };
     // Distinct for every capture of the process (a u64 does not wrap).
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let active = Active {
@@ -822,6 +881,7 @@ fn open(dev: &CudaDevice) -> cudnn::Result<(CudarcStream, Active)> {
         ledger: Ledger::default(),
         slots: Vec::new(),
         last_slot: None,
+        owned,
     };
     Ok((wrapped, active))
 }

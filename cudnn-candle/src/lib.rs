@@ -41,6 +41,7 @@
 //! | [`capture::capture`], [`capture::CapturedStep::launch`] | (cudarc's `begin_capture` / `CudaGraph::launch`) | dense attention forwards recorded into a CUDA graph that owns what it addresses; replayed on candle's stream |
 //! | [`capture::flash_attn_kvcache`], [`capture::CapturedStep::set_cache_seqlens`] | `flash_attn_with_kvcache` in a CUDA graph | host lengths, checked, written before each launch: a replayed decode loop |
 //! | [`capture::flash_attn_paged`], [`capture::CapturedStep::update_block_table`] | `flash_attn_with_kvcache` (`block_table`) in a CUDA graph | host table and lengths, checked as the eager call does, written before each launch |
+//! | [`capture::capture_step`], [`capture::CapturedCandleStep::launch`] (both `unsafe`) | cudarc's `begin_capture` of candle's stream / `CudaGraph::launch` (mistral.rs, vLLM style) | a whole step, candle's ops and this crate's attention forwards (dense, KV-cache, paged), in one graph of candle's stream; the graph object keeps this crate's resources; candle's memory is the caller's (`# Safety`); the capture runs under candle's `enable_cuda_graph_htod_cache` guard, so run the eager warm-up under it too |
 //!
 //! # How it runs
 //! Each function is a candle `CustomOp3`. `cuda_fwd` checks the shapes,
@@ -87,10 +88,12 @@
 //! Not in this version: ALiBi in KV-cache and paged calls (refused, typed),
 //! gradients of ALiBi slopes and of sinks in varlen calls (sinks of dense
 //! calls have theirs), a paged backward (cuDNN has none), CUDA graph
-//! capture of these calls while candle's stream captures (refused, typed;
-//! [`capture`] records the dense, KV-cache and paged attention forwards
-//! instead, on a stream of its own: candle's ops, backward, varlen,
-//! conv2d, norm and GEMM calls are refused inside it), FP8 GEMM's backward
+//! capture of these calls while cudarc (not this crate) captures candle's
+//! stream (refused, typed; [`capture`] records the dense, KV-cache and
+//! paged attention forwards on a stream of its own, and
+//! [`capture::capture_step`] a whole step with candle's ops on candle's
+//! stream: backward, varlen, conv2d, norm and GEMM calls of this crate are
+//! refused inside both), FP8 GEMM's backward
 //! (arguments that track a gradient are refused, typed), an FP8 GEMM with
 //! an f32 output and a bias (refused, typed, as PyTorch's `_scaled_mm`),
 //! FP8 outputs (with D's scale and amax), E5M2 operands (candle has no E5M2

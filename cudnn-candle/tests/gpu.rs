@@ -15,6 +15,8 @@ mod block;
 mod capture;
 #[path = "gpu/capture_review.rs"]
 mod capture_review;
+#[path = "gpu/capture_step.rs"]
+mod capture_step;
 #[path = "gpu/conv_norm.rs"]
 mod conv_norm;
 #[path = "gpu/conv_norm_views.rs"]
@@ -962,6 +964,7 @@ fn main() {
     trials.extend(capture::kvcache_trials());
     trials.extend(capture::paged_trials());
     trials.extend(capture_review::trials());
+    trials.extend(capture_step::trials());
     trials.extend(varlen_alibi::trials());
     trials.extend(sink_grad::trials());
     trials.extend(conv_norm_views::trials());

@@ -6,7 +6,9 @@
 use std::sync::Arc;
 
 use candle_core::{CudaDevice, DType as CDType, Tensor};
-use cudarc::driver::{CudaSlice, CudaStream};
+use cudarc::driver::CudaStream;
+
+use super::rawbuf::LenBuf;
 use cudnn::Error;
 use cudnn::graph::SdpaConfig;
 
@@ -41,10 +43,10 @@ pub struct LensSlot {
 /// The lengths one captured call reads: device buffers owned here, and
 /// the shape the values are checked against.
 pub(crate) struct Slot {
-    pub q: CudaSlice<i32>,
-    pub kv: CudaSlice<i32>,
+    pub q: LenBuf,
+    pub kv: LenBuf,
     /// A paged call's block table (K's and V's), checked entries.
-    pub table: Option<CudaSlice<i32>>,
+    pub table: Option<LenBuf>,
     batch: usize,
     seq_q: usize,
     capacity: usize,
@@ -59,9 +61,16 @@ pub(crate) struct Slot {
 type Pending = (Vec<i32>, Vec<i32>, Option<Vec<i32>>);
 
 impl Slot {
-    /// Zeroed buffers for `cfg`'s batch on candle's stream; `l` (checked
-    /// by `params::kvcache`) pending for the first launch.
-    pub(crate) fn new(dev: &CudaDevice, cfg: &SdpaConfig, l: KvLens) -> candle_core::Result<Self> {
+    /// Buffers for `cfg`'s batch (zeroed on candle's stream, or, `raw`,
+    /// for a step captured on candle's stream, [`LenBuf::Raw`]: not memory
+    /// of the graph); `l` (checked by `params::kvcache`) pending for the
+    /// first launch, which writes it before the graph runs.
+    pub(crate) fn new(
+        dev: &CudaDevice,
+        cfg: &SdpaConfig,
+        l: KvLens,
+        raw: bool,
+    ) -> candle_core::Result<Self> {
         let u = |v: i64, what: &str| {
             usize::try_from(v).map_err(|_| to_candle(Error::invalid(what, "must be >= 0", v)))
         };
@@ -78,7 +87,7 @@ impl Slot {
             )));
         }
         let (table, paged, pending_table) = match l.paged {
-            Some((t, check)) => (Some(dev.alloc_zeros::<i32>(t.len())?), Some(check), Some(t)),
+            Some((t, check)) => (Some(LenBuf::new(dev, t.len(), raw)?), Some(check), Some(t)),
             None => (None, None, None),
         };
         if cfg.paged.is_some() != table.is_some() {
@@ -88,8 +97,8 @@ impl Slot {
             )));
         }
         Ok(Slot {
-            q: dev.alloc_zeros::<i32>(batch)?,
-            kv: dev.alloc_zeros::<i32>(batch)?,
+            q: LenBuf::new(dev, batch, raw)?,
+            kv: LenBuf::new(dev, batch, raw)?,
             table,
             batch,
             seq_q,

@@ -1,7 +1,8 @@
 //! The attention forward inside a capture: the plan runs with the
-//! capture's handle (its stream captures), on candle's memory lent by
-//! address (no cudarc event is recorded: candle's stream is not the one
-//! capturing, and the launches are ordered on candle's stream).
+//! capture's handle (its stream captures: a private stream for `capture`,
+//! candle's own for `capture_step`), on candle's memory lent by address
+//! (no cudarc event is recorded: the context tracks none, one stream, and
+//! the launches are ordered on candle's stream).
 
 use candle_core::CudaDevice;
 use cudarc::driver::{CudaSlice, CudaView, DevicePtr, DevicePtrMut};
@@ -97,7 +98,7 @@ pub(crate) fn forward<T: Elem>(
         }
         // Before the output and the lengths are allocated on candle's
         // stream: not while cudarc captures it (`super::candle_idle`).
-        super::candle_idle(&a.candle, "attention").c()?;
+        super::candle_ready(a, "attention").c()?;
         a.ledger.will_run("attention").c()?;
         // From here on, an error abandons the admitted call after work
         // may have been queued: the capture is poisoned (`Admit::drop`).
@@ -131,7 +132,7 @@ pub(crate) fn forward<T: Elem>(
         // The lengths of a KV-cache call: buffers the step owns, zero
         // (in range) until its launch writes the checked values.
         let slot = match lens {
-            Some(l) => Some(Slot::new(dev, cfg, l)?),
+            Some(l) => Some(Slot::new(dev, cfg, l, a.owned.is_some())?),
             None => None,
         };
         let mut b = plan.bindings();
@@ -149,7 +150,9 @@ pub(crate) fn forward<T: Elem>(
                 lent.push(sync);
                 // SAFETY: `input_seq_lengths`' contract: every value the
                 // buffer holds when a run reads it is in `0..=extent` of
-                // this plan: zeros until the first launch, then only values
+                // this plan: zeros until the first launch (`capture`; for
+                // `capture_step` no run reads it before the first launch,
+                // which writes the pending checked values first), then only values
                 // `Slot::set` checked against this config (at most
                 // `cfg.seq_q` and `cfg.seq_kv`, the extents the plan's
                 // tensors have; `params::kvcache_lens`), written on
@@ -169,7 +172,8 @@ pub(crate) fn forward<T: Elem>(
                     };
                     // SAFETY: `input_page_table`'s contract: every entry the
                     // buffer holds when a run reads it is in `0..num_blocks`
-                    // of this plan's config: zeros (block 0) until the first
+                    // of this plan's config (`capture_step`: written by the
+                    // first launch before the graph): zeros (block 0) until the first
                     // launch, then only tables `params::paged` checked for
                     // this call's shapes and config (`PagedCheck`, every
                     // entry, those past a sequence's length included), and

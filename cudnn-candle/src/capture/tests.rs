@@ -418,3 +418,62 @@ fn a_slot_of_another_step_is_refused_typed() {
         }
     }
 }
+
+/// The typed error inside a candle error, if any.
+fn typed_in(e: &candle_core::Error) -> Option<&Error> {
+    match e {
+        candle_core::Error::Cuda(b) => b.downcast_ref::<Error>(),
+        candle_core::Error::WithBacktrace { inner, .. } => typed_in(inner),
+        _ => None,
+    }
+}
+
+/// `capture_step` on a device that is not CUDA: refused, typed, naming
+/// `device`, before the step runs and before any capture opens (the
+/// documented argument check; no device needed).
+#[test]
+fn capture_step_refuses_a_non_cuda_device_before_the_step_runs() {
+    let mut ran = false;
+    // SAFETY: refused before any capture begins (what the test checks).
+    let r = unsafe {
+        capture_step(&candle_core::Device::Cpu, || {
+            ran = true;
+            Ok(())
+        })
+    };
+    let e = r.expect_err("a CPU device");
+    match typed_in(&e) {
+        Some(Error::InvalidArgument { arg, .. }) => assert_eq!(arg, "device"),
+        other => panic!("not typed: {other:?} ({e})"),
+    }
+    assert!(!ran, "the step did not run");
+    assert!(!is_capturing());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The slot check of `CapturedCandleStep::set_cache_seqlens` and
+    /// `update_block_table`, over any step number, call count and slot: a
+    /// slot is accepted exactly when it names this step and one of its
+    /// calls (the rule written by hand), and then gives its index;
+    /// otherwise the refusal is typed, naming `slot`.
+    #[test]
+    fn captured_step_slot_check_property(
+        id in 0u64..6,
+        n in 0usize..5,
+        step in 0u64..6,
+        index in 0usize..7,
+    ) {
+        let r = slot_index(id, n, LensSlot { step, index }, "KV-cache");
+        if step == id && index < n {
+            prop_assert_eq!(r.ok(), Some(index));
+        } else {
+            prop_assert!(
+                matches!(&r, Err(Error::InvalidArgument { arg, .. }) if arg == "slot"),
+                "{:?}",
+                r
+            );
+        }
+    }
+}

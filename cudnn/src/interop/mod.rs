@@ -92,10 +92,14 @@
 //! A third condition of `read` and `write`: no capture. While the stream
 //! is being captured into a CUDA graph, cudarc's wait and event record
 //! would be captured instead of ordering anything, and the graph would keep
-//! the address. The crate never captures a cudarc stream
-//! ([`Stream::capture`](crate::runtime::Stream::capture) refuses it) and
+//! the address. The crate never captures a cudarc stream with
+//! [`Stream::capture`](crate::runtime::Stream::capture) (refused) and
 //! queues nothing on one while cudarc captures it
-//! ([`Error::CaptureUnsafe`](crate::Error::CaptureUnsafe)); inside a capture
+//! ([`Error::CaptureUnsafe`](crate::Error::CaptureUnsafe)); the one
+//! exception is an owned capture
+//! ([`CudarcStream::begin_owned_capture`], `unsafe`, ended into an
+//! [`OwnedGraph`] that keeps what it is given and launches through this
+//! crate): whole-step graphs of a framework's stream; inside a capture
 //! closure of another stream, work on a cudarc stream that is not capturing
 //! runs at once, outside the graph (joining it to the capture through a
 //! captured event is refused by `Stream::wait_event`).
@@ -156,11 +160,13 @@
 
 mod driver;
 mod memory;
+mod owned;
 mod scope;
 mod stream;
 
 pub use ::cudarc;
 pub use driver::{context, device_count, driver_error, probe_driver};
 pub use memory::{CudarcRead, CudarcWrite};
+pub use owned::{OwnedCapture, OwnedGraph};
 pub use scope::CudarcScope;
 pub use stream::CudarcStream;

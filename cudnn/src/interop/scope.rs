@@ -83,9 +83,9 @@ impl Drop for Lent<'_> {
 /// relaxed, bind the context (without cudarc's `check_err`, so an error
 /// stored meanwhile is not mistaken for a failed wait) and
 /// `cuCtxSynchronize`.
-struct ContextWait<'a> {
-    ctx: &'a CudaContext,
-    deadline: Instant,
+pub(super) struct ContextWait<'a> {
+    pub(super) ctx: &'a CudaContext,
+    pub(super) deadline: Instant,
 }
 
 impl DeviceWait for ContextWait<'_> {

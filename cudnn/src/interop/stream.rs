@@ -64,10 +64,13 @@ pub(crate) fn bind(ctx: &CudaContext) -> Result<Device> {
 /// `Arc<CudaStream>` (and so its context) alive for as long as any clone of
 /// that [`Stream`] lives — a handle bound to it included.
 ///
-/// It is never captured by this crate ([`Stream::capture`] refuses it:
-/// cudarc's own allocations, frees and event records on it would become
-/// graph nodes behind ordinary `CudaSlice`s), and the crate queues nothing
-/// on it while cudarc captures it ([`Error::CaptureUnsafe`]). Inside a
+/// It is never captured by [`Stream::capture`] (refused: cudarc's own
+/// allocations, frees and event records on it would become graph nodes
+/// behind ordinary `CudaSlice`s), and the crate queues nothing on it while
+/// cudarc captures it ([`Error::CaptureUnsafe`]). The exception is an
+/// owned capture ([`begin_owned_capture`](Self::begin_owned_capture),
+/// `unsafe`): begun and ended by this crate, its graph launched only
+/// through [`OwnedGraph`](super::OwnedGraph). Inside a
 /// [`Stream::capture`] closure of another stream, work on it runs at once,
 /// outside the graph.
 ///

@@ -28,7 +28,7 @@ pub enum CaptureMode {
 }
 
 impl CaptureMode {
-    fn raw(self) -> cudaStreamCaptureMode {
+    pub(crate) fn raw(self) -> cudaStreamCaptureMode {
         match self {
             CaptureMode::Global => cudaStreamCaptureMode::cudaStreamCaptureModeGlobal,
             CaptureMode::ThreadLocal => cudaStreamCaptureMode::cudaStreamCaptureModeThreadLocal,
@@ -340,6 +340,13 @@ impl CudaGraph {
     /// [`Error::Cuda`] from the runtime; [`Error::Load`].
     #[doc(alias = "cudaGraphInstantiate")]
     pub fn instantiate(&self) -> Result<CudaGraphExec> {
+        self.instantiate_with_flags(0)
+    }
+
+    /// [`instantiate`](Self::instantiate) with the runtime's flags
+    /// (`cudaGraphInstantiateFlag*`; the owned captures of the cudarc
+    /// interop pass `AutoFreeOnLaunch`, 1).
+    pub(crate) fn instantiate_with_flags(&self, flags: u64) -> Result<CudaGraphExec> {
         let rt = check::cudart()?;
         let _on = match self.device {
             Some(d) => d.guard()?,
@@ -347,7 +354,12 @@ impl CudaGraph {
         };
         let mut e: cudart::cudaGraphExec_t = ptr::null_mut();
         // SAFETY: a valid graph; `e` is a valid out-pointer.
-        unsafe { cuda_call!(rt, cudaGraphInstantiateWithFlags(&mut e, self.as_raw(), 0)) }?;
+        unsafe {
+            cuda_call!(
+                rt,
+                cudaGraphInstantiateWithFlags(&mut e, self.as_raw(), flags)
+            )
+        }?;
         let raw = NonNull::new(e)
             .ok_or_else(|| Error::invalid("graph", "cudaGraphInstantiate returned null", "null"))?;
         Ok(CudaGraphExec {

@@ -10,6 +10,11 @@
 //! upload) calls, just before it,
 //! `forbid_during_capture(op, stream, Hazard::...)?` (one line; it asks the
 //! runtime only then).
+//!
+//! A framework's own (cudarc) stream is captured with this crate's calls in
+//! it only through an *owned* capture (feature `cudarc`:
+//! `CudarcStream::begin_owned_capture`, ended into an `OwnedGraph` that
+//! keeps what it is given until its last launch completed).
 
 mod affinity;
 mod buffer;
@@ -22,6 +27,7 @@ mod graph;
 #[cfg(test)]
 pub(crate) mod hold_check;
 mod host;
+pub(crate) mod owned_capture;
 mod queue;
 mod scope;
 mod stream;
@@ -34,7 +40,9 @@ pub(crate) use affinity::{check_args, check_device};
 pub use buffer::*;
 pub use capture::{CaptureStatus, Hazard, capture_rule};
 #[allow(unused_imports)] // ScopeMark: the interop's tests
-pub(crate) use capture::{ScopeMark, forbid_in_capture_scope, implicit_is_capturing};
+pub(crate) use capture::{
+    ScopeMark, clear_last_error, forbid_in_capture_scope, implicit_is_capturing, in_capture_scope,
+};
 pub use device::*;
 pub use event::*;
 pub use graph::{CaptureMode, CudaGraph, CudaGraphExec};

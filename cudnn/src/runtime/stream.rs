@@ -493,9 +493,31 @@ impl Stream {
             self.capturer(),
             thread::current().id(),
             self.inner.foreign,
-            || Ok(super::capture::implicit_is_capturing(self.capture_status())?.is_capturing()),
+            || self.foreign_capture_refused(what),
         )?;
         Ok(hold)
+    }
+
+    /// Whether this crate's work on this foreign stream is refused because
+    /// the stream is capturing: not when the capture is an owned capture
+    /// the calling thread began (`CudarcStream::begin_owned_capture`),
+    /// typed `OtherThreadsCapture` when another thread's owned capture is
+    /// open, refused (`true`) for any other capture (cudarc's own).
+    fn foreign_capture_refused(&self, what: &str) -> Result<bool> {
+        let capturing = super::capture::implicit_is_capturing(self.capture_status())?;
+        super::owned_capture::foreign_rule(what, capturing.is_capturing(), || {
+            // A failed id query is not the owned capture's id: refused.
+            super::owned_capture::owner_of(self.owned_key(), || self.capture_id().ok().flatten())
+        })
+    }
+
+    /// This stream's key in the registry of owned captures.
+    pub(crate) fn owned_key(&self) -> super::owned_capture::Key {
+        (
+            self.inner.raw as usize,
+            self.inner.device.map(|d| d.ordinal()),
+            self.inner.thread,
+        )
     }
 
     /// A new stream on the current device, with default flags (it

@@ -62,6 +62,47 @@ pub(crate) fn forbid_creation_during_capture(op: &str, stream: &Stream) -> Resul
 }
 
 impl Stream {
+    /// The runtime's id of the capture open on this stream
+    /// (`cudaStreamGetCaptureInfo`; unique among the process's captures):
+    /// `None` when the stream is not capturing, or when the loaded runtime
+    /// cannot say (CUDA 12's, whose declaration of the call differs from
+    /// these bindings: treated as absent).
+    ///
+    /// # Errors
+    /// [`Error::Cuda`] from the query; [`Error::WrongThread`]; [`Error::Load`].
+    pub(crate) fn capture_id(&self) -> Result<Option<u64>> {
+        let rt = check::cudart()?;
+        if !rt.has_symbol("cudaStreamGetCaptureInfo") {
+            return Ok(None);
+        }
+        super::stream::check_thread(
+            "asking a stream's capture",
+            self.thread(),
+            std::thread::current().id(),
+        )?;
+        let _on = self.enter_unchecked()?;
+        let mut st = cudart::cudaStreamCaptureStatus::cudaStreamCaptureStatusNone;
+        let mut id: std::ffi::c_ulonglong = 0;
+        // SAFETY: a valid stream (owned, or by `from_raw`'s contract);
+        // `st` and `id` are valid out-pointers; the optional outputs are
+        // null (not asked for).
+        unsafe {
+            cuda_call!(
+                rt,
+                cudaStreamGetCaptureInfo(
+                    self.as_raw(),
+                    &mut st,
+                    &mut id,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut()
+                )
+            )
+        }?;
+        Ok(CaptureStatus::from_raw(st).is_capturing().then_some(id))
+    }
+
     /// Whether the stream is being captured into a CUDA graph
     /// (`cudaStreamIsCapturing`; a host-side query that queues nothing).
     ///

@@ -35,6 +35,14 @@ mod nccl_devices;
 mod nccl_faults;
 mod no_device;
 mod ops;
+#[cfg(feature = "cudarc")]
+mod owned_capture;
+#[cfg(not(feature = "cudarc"))]
+mod owned_capture {
+    pub fn main() {
+        crate::support::skipped("cudarc", "cudnn was built without feature `cudarc`");
+    }
+}
 mod rnn;
 mod runtime;
 mod sdpa_bias;
@@ -64,6 +72,7 @@ fn main() {
         ("nccl_faults", nccl_faults::main),
         ("no_device", no_device::main),
         ("ops", ops::main),
+        ("owned_capture", owned_capture::main),
         ("rnn", rnn::main),
         ("runtime", runtime::main),
         ("sdpa_bias", sdpa_bias::main),
