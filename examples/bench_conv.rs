@@ -1,21 +1,39 @@
-//! `cargo run --release --example bench_conv [-- --exhaustive] [--runs N] [--quick] [--csv FILE]`:
+//! `cargo run --release --example bench_conv [-- --exhaustive] [--runs N] [--quick] [--csv FILE]
+//! [--api legacy|graph|both] [--no-tf32] [--graph-attempts N]`:
 //! convolution throughput on real layers (ResNet-50: the 7x7/2 stem, 1x1,
 //! 3x3 at 56/28/14/7; a MobileNetV2 depthwise 3x3; a dilated 3x3; a
 //! ResNeXt 32-group 3x3; a 3-d 3x3x3), in NHWC bf16, NHWC f16 and NCHW f32,
 //! for each direction (forward, backward data, backward filter). The case
 //! list is [`LAYERS`] times [`CONFIGS`].
 //!
-//! Prints a markdown table: the algorithm (heuristic by default, measured
-//! with `--exhaustive`), its workspace, the device time per run and TFLOP/s
-//! (CUDA events over N runs, default 10, after a warm-up), and the host
-//! time per plan run (the time to queue one run: checks plus the one cuDNN
-//! call). `--quick` leaves out NHWC f16 (on current GPUs it runs the same
-//! kernels as bf16) and times 5 runs unless `--runs` says otherwise.
-//! `--csv FILE` also writes one row per case in the format of
-//! `bench_csv.rs` (read by `xtask/device/compare_torch.py`).
+//! Each case runs through both of cuDNN's APIs (`--api` picks one):
+//! - the legacy API (`cudnn::dnn`, `cudnnConvolution*`): the algorithm is
+//!   cuDNN's heuristic choice by default, measured (`cudnnFind*AlgorithmEx`)
+//!   with `--exhaustive`;
+//! - the graph API (`cudnn::graph`, rows marked `(graph)`): every engine
+//!   configuration the heuristics (mode A, then fallback) offer is built
+//!   and timed, the fastest kept (`Plan::autotune`), as PyTorch's
+//!   `cudnn.benchmark = True` does (`bench_conv_graph.rs`). At most
+//!   `--graph-attempts` candidates (default 64, 16 with `--quick`).
+//!
+//! f32 data may run on tensor cores as TF32 (legacy: `MathPolicy::AllowTf32`;
+//! graph: `Policy::allow_tf32`), as PyTorch's convolutions do by default;
+//! the CSV says `tf32` for those rows. `--no-tf32` keeps f32 in f32 (CSV
+//! `f32`).
+//!
+//! Prints a markdown table: the algorithm or engine, its workspace, the
+//! device time per run and TFLOP/s (CUDA events over N runs, default 10,
+//! after a warm-up), and the host time per plan run (the time to queue one
+//! run: checks plus the one cuDNN call). `--quick` leaves out NHWC f16 (on
+//! current GPUs it runs the same kernels as bf16) and times 5 runs unless
+//! `--runs` says otherwise. `--csv FILE` also writes one row per case in
+//! the format of `bench_csv.rs` (read by `xtask/device/compare_torch.py`;
+//! graph rows have the op keys `fwd_graph`, `bwd_data_graph`,
+//! `bwd_filter_graph`).
 //!
 //! Not a test: numbers depend on the machine. Exit status 1 when the CUDA
-//! libraries or a device are missing, with a message saying which.
+//! libraries or a device are missing, with a message saying which (after
+//! the list of what would have run).
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -23,9 +41,10 @@ use std::time::Instant;
 
 use cudnn::Scale;
 use cudnn::dnn::{
-    AlgoSearch, ConvDataType, ConvDescriptor, ConvProblem, FilterDescriptor, Handle, PlanOptions,
-    TensorDescriptor, TensorFormat,
+    AlgoSearch, ConvDataType, ConvDescriptor, ConvProblem, FilterDescriptor, Handle, MathPolicy,
+    PlanOptions, TensorDescriptor, TensorFormat,
 };
+use cudnn::graph::{DType, Policy, Target};
 use cudnn::runtime::{Device, DeviceBuffer, Event, Stream};
 use half::{bf16, f16};
 
@@ -51,6 +70,10 @@ impl Elem for bf16 {
 #[path = "bench_csv.rs"]
 mod bench_csv;
 use bench_csv::{Csv, CsvRow, dims, flag_value};
+
+#[path = "bench_conv_graph.rs"]
+mod graph;
+use graph::{Bufs, Dir};
 
 type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -300,17 +323,30 @@ struct Row {
     layer: &'static Layer,
     dtype: &'static str,
     layout: &'static str,
+    /// The table's direction column (`fwd`, `bwd data (graph)`, ...).
     direction: &'static str,
+    /// The CSV `op` key (`fwd`, `bwd_data_graph`, ...).
+    op: &'static str,
     result: Result<(String, usize, Timing), String>,
     gflop: f64,
 }
 
-/// The CSV `op` key of a direction.
-fn op_key(direction: &str) -> &'static str {
-    match direction {
-        "fwd" => "fwd",
-        "bwd data" => "bwd_data",
-        _ => "bwd_filter",
+/// Which APIs run, and how.
+struct Setup<'a> {
+    legacy: Option<PlanOptions<'a>>,
+    /// The device's target and the autotuning policy.
+    graph: Option<(Target, Policy)>,
+    /// TF32 allowed for f32 data (the CSV's `tf32`).
+    tf32: bool,
+    runs: usize,
+}
+
+/// The CSV and table dtype of `T`: `tf32` for f32 data allowed on tensor cores.
+fn dtype_key<T: Elem>(tf32: bool) -> &'static str {
+    if tf32 && T::NAME == "f32" {
+        "tf32"
+    } else {
+        T::NAME
     }
 }
 
@@ -319,8 +355,7 @@ fn bench<T: Elem>(
     stream: &Stream,
     layer: &'static Layer,
     layout: TensorFormat,
-    opts: &PlanOptions<'_>,
-    runs: usize,
+    setup: &Setup<'_>,
     rows: &mut Vec<Row>,
 ) -> AnyResult<()> {
     let layout_name = if layout == TensorFormat::Nhwc {
@@ -328,6 +363,8 @@ fn bench<T: Elem>(
     } else {
         "NCHW"
     };
+    let runs = setup.runs;
+    let dtype = dtype_key::<T>(setup.tf32);
     let (xd, wd) = (layer.x_dims(), layer.w_dims());
     let x_desc = TensorDescriptor::<T>::new(&xd, &strides(&xd, layout))?;
     let w_desc = FilterDescriptor::<T>::new(layout, &wd)?;
@@ -340,52 +377,70 @@ fn bench<T: Elem>(
     let mut y = random::<T>(fwd.y().len_required(), 3)?;
     let mut dx = random::<T>(x_desc.len_required(), 4)?;
     let mut dw = random::<T>(w_desc.element_count(), 5)?;
+    let dy = random::<T>(fwd.y().len_required(), 6)?;
     let (a, b) = (
         <T::Scale as Scale>::from_f64(1.0),
         <T::Scale as Scale>::from_f64(0.0),
     );
+    let mut push = |direction, op, result: Result<(String, usize, Timing), String>| {
+        rows.push(Row {
+            layer,
+            dtype,
+            layout: layout_name,
+            direction,
+            op,
+            result,
+            gflop,
+        })
+    };
 
-    let r = fwd.plan_on(h, opts, &x, &w, &mut y).and_then(|p| {
-        let t = time(stream, runs, || p.run(h, a, &x, &w, b, &mut y)).map_err(|e| err(&*e))?;
-        Ok((p.algo().to_string(), p.workspace_size(), t))
-    });
-    rows.push(Row {
-        layer,
-        dtype: T::NAME,
-        layout: layout_name,
-        direction: "fwd",
-        result: r.map_err(|e| e.to_string()),
-        gflop,
-    });
+    if let Some(opts) = &setup.legacy {
+        let r = fwd.plan_on(h, opts, &x, &w, &mut y).and_then(|p| {
+            let t = time(stream, runs, || p.run(h, a, &x, &w, b, &mut y)).map_err(|e| err(&*e))?;
+            Ok((p.algo().to_string(), p.workspace_size(), t))
+        });
+        push("fwd", "fwd", r.map_err(|e| e.to_string()));
 
-    let dy = random::<T>(fwd.y().len_required(), 6)?;
-    let bd = ConvProblem::backward_data(&x_desc, &w_desc, &conv)?;
-    let r = bd.plan_on(h, opts, &w, &dy, &mut dx).and_then(|p| {
-        let t = time(stream, runs, || p.run(h, a, &w, &dy, b, &mut dx)).map_err(|e| err(&*e))?;
-        Ok((p.algo().to_string(), p.workspace_size(), t))
-    });
-    rows.push(Row {
-        layer,
-        dtype: T::NAME,
-        layout: layout_name,
-        direction: "bwd data",
-        result: r.map_err(|e| e.to_string()),
-        gflop,
-    });
+        let bd = ConvProblem::backward_data(&x_desc, &w_desc, &conv)?;
+        let r = bd.plan_on(h, opts, &w, &dy, &mut dx).and_then(|p| {
+            let t =
+                time(stream, runs, || p.run(h, a, &w, &dy, b, &mut dx)).map_err(|e| err(&*e))?;
+            Ok((p.algo().to_string(), p.workspace_size(), t))
+        });
+        push("bwd data", "bwd_data", r.map_err(|e| e.to_string()));
 
-    let bf = ConvProblem::backward_filter(&x_desc, &w_desc, &conv)?;
-    let r = bf.plan_on(h, opts, &x, &dy, &mut dw).and_then(|p| {
-        let t = time(stream, runs, || p.run(h, a, &x, &dy, b, &mut dw)).map_err(|e| err(&*e))?;
-        Ok((p.algo().to_string(), p.workspace_size(), t))
-    });
-    rows.push(Row {
-        layer,
-        dtype: T::NAME,
-        layout: layout_name,
-        direction: "bwd filter",
-        result: r.map_err(|e| e.to_string()),
-        gflop,
-    });
+        let bf = ConvProblem::backward_filter(&x_desc, &w_desc, &conv)?;
+        let r = bf.plan_on(h, opts, &x, &dy, &mut dw).and_then(|p| {
+            let t =
+                time(stream, runs, || p.run(h, a, &x, &dy, b, &mut dw)).map_err(|e| err(&*e))?;
+            Ok((p.algo().to_string(), p.workspace_size(), t))
+        });
+        push("bwd filter", "bwd_filter", r.map_err(|e| e.to_string()));
+    }
+
+    if let Some((target, policy)) = &setup.graph {
+        let gdt = DType::of::<T>().ok_or_else(|| format!("no graph dtype for {}", T::NAME))?;
+        let mut bufs = Bufs {
+            x: &x,
+            w: &w,
+            dy: &dy,
+            y: &mut y,
+            dx: &mut dx,
+            dw: &mut dw,
+        };
+        for dir in Dir::ALL {
+            let r = graph::op_graph(layer, gdt, layout, dir).and_then(|g| {
+                graph::bench_dir(h, stream, target, policy, &g, dir, &mut bufs, runs)
+            });
+            let r = r
+                .map(|g| {
+                    let detail = format!("{}, tuned in {:.0} ms", g.detail, g.tune_ms);
+                    (detail, g.workspace, g.timing)
+                })
+                .map_err(|e| e.to_string());
+            push(dir.label(), dir.op_key(), r);
+        }
+    }
     Ok(())
 }
 
@@ -420,7 +475,7 @@ fn report(r: &Row, csv: &mut Csv) -> AnyResult<()> {
     let mut out = CsvRow {
         suite: "conv",
         case: r.layer.name,
-        op: op_key(r.direction),
+        op: r.op,
         shape: r.layer.shape_key(),
         dtype: r.dtype,
         layout: r.layout,
@@ -472,6 +527,7 @@ fn run(args: &[String]) -> AnyResult<()> {
         AlgoSearch::Heuristic
     };
     let quick = args.iter().any(|a| a == "--quick");
+    let tf32 = !args.iter().any(|a| a == "--no-tf32");
     let runs = match flag_value(args, "--runs") {
         Some(v) => v
             .parse::<usize>()
@@ -480,12 +536,37 @@ fn run(args: &[String]) -> AnyResult<()> {
         None if quick => 5,
         None => 10,
     };
+    let attempts = match flag_value(args, "--graph-attempts") {
+        Some(v) => v
+            .parse::<usize>()
+            .map_err(|_| format!("--graph-attempts: not a number: {v}"))?
+            .max(1),
+        None if quick => 16,
+        None => 64,
+    };
+    let (legacy, graph) = match flag_value(args, "--api") {
+        None | Some("both") => (true, true),
+        Some("legacy") => (true, false),
+        Some("graph") => (false, true),
+        Some(other) => {
+            return Err(format!("--api: expected legacy, graph or both, got {other}").into());
+        }
+    };
     let configs: Vec<Config> = CONFIGS
         .iter()
         .copied()
         .filter(|&c| !(quick && c == Config::NhwcF16))
         .collect();
+    let math = if tf32 {
+        MathPolicy::AllowTf32
+    } else {
+        MathPolicy::Default
+    };
     if let Some(why) = missing() {
+        println!(
+            "{}",
+            plan_text(legacy, graph, search, math, attempts, runs, &configs)
+        );
         return Err(format!(
             "bench_conv needs the CUDA libraries and a CUDA device; {why}\n\
              (`cargo run --example doctor` shows where the libraries were looked for)"
@@ -495,15 +576,28 @@ fn run(args: &[String]) -> AnyResult<()> {
     let mut csv = Csv::create(flag_value(args, "--csv").map(Path::new))?;
     let dev = Device::new(0)?;
     println!(
-        "device 0: {}; cuDNN {}; {search:?} search; {runs} timed runs each\n",
+        "device 0: {}; cuDNN {}",
         dev.name()?,
         Handle::library_version()?
     );
+    println!(
+        "{}\n",
+        plan_text(legacy, graph, search, math, attempts, runs, &configs)
+    );
     let stream = dev.create_stream()?;
     let mut h = Handle::new(&stream)?;
-    let opts = PlanOptions::new(search);
+    let setup = Setup {
+        legacy: legacy.then(|| PlanOptions::new(search).with_math(math)),
+        graph: if graph {
+            Some((Target::device(0)?, graph::policy(tf32, attempts)))
+        } else {
+            None
+        },
+        tf32,
+        runs,
+    };
     println!(
-        "| layer | config | direction | algorithm | workspace MiB | GPU ms/run | TFLOP/s | host µs/run |"
+        "| layer | config | direction | algorithm / engine | workspace MiB | GPU ms/run | TFLOP/s | host µs/run |"
     );
     println!("|---|---|---|---|---:|---:|---:|---:|");
     // Rows are printed and written as each layer and configuration finishes,
@@ -511,11 +605,11 @@ fn run(args: &[String]) -> AnyResult<()> {
     let mut rows = Vec::new();
     for layer in LAYERS {
         for &config in &configs {
-            let (h, s, o, r) = (&mut h, &stream, &opts, &mut rows);
+            let (h, s, o, r) = (&mut h, &stream, &setup, &mut rows);
             match config {
-                Config::NhwcBf16 => bench::<bf16>(h, s, layer, TensorFormat::Nhwc, o, runs, r)?,
-                Config::NhwcF16 => bench::<f16>(h, s, layer, TensorFormat::Nhwc, o, runs, r)?,
-                Config::NchwF32 => bench::<f32>(h, s, layer, TensorFormat::Nchw, o, runs, r)?,
+                Config::NhwcBf16 => bench::<bf16>(h, s, layer, TensorFormat::Nhwc, o, r)?,
+                Config::NhwcF16 => bench::<f16>(h, s, layer, TensorFormat::Nhwc, o, r)?,
+                Config::NchwF32 => bench::<f32>(h, s, layer, TensorFormat::Nchw, o, r)?,
             }
             for r in rows.drain(..) {
                 report(&r, &mut csv)?;
@@ -525,4 +619,42 @@ fn run(args: &[String]) -> AnyResult<()> {
     }
     csv.finish()?;
     Ok(())
+}
+
+/// What a run does: the APIs and their settings, and the case count.
+fn plan_text(
+    legacy: bool,
+    graph: bool,
+    search: AlgoSearch,
+    math: MathPolicy,
+    attempts: usize,
+    runs: usize,
+    configs: &[Config],
+) -> String {
+    let mut apis = Vec::new();
+    if legacy {
+        apis.push(format!(
+            "legacy API ({search:?} search, math {math:?}, no workspace limit)"
+        ));
+    }
+    if graph {
+        apis.push(format!(
+            "graph API (autotuned: up to {attempts} engine configs of heuristics A + fallback, \
+             3 timed runs each, fastest kept; TF32 {})",
+            if math == MathPolicy::AllowTf32 {
+                "allowed"
+            } else {
+                "not allowed"
+            }
+        ));
+    }
+    let names: Vec<String> = configs.iter().map(|c| format!("{c:?}")).collect();
+    let cases = LAYERS.len() * configs.len() * 3 * apis.len();
+    format!(
+        "{} layers x {} ({}) x 3 directions through {}: {cases} rows, {runs} timed runs each",
+        LAYERS.len(),
+        configs.len(),
+        names.join(", "),
+        apis.join(" and ")
+    )
 }
