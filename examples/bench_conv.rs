@@ -1,5 +1,5 @@
 //! `cargo run --release --example bench_conv [-- --exhaustive] [--runs N] [--quick] [--csv FILE]
-//! [--api legacy|graph|both] [--no-tf32] [--graph-attempts N]`:
+//! [--api legacy|graph|both] [--no-tf32] [--graph-attempts N] [--plan-only [--target NAME]]`:
 //! convolution throughput on real layers (ResNet-50: the 7x7/2 stem, 1x1,
 //! 3x3 at 56/28/14/7; a MobileNetV2 depthwise 3x3; a dilated 3x3; a
 //! ResNeXt 32-group 3x3; a 3-d 3x3x3), in NHWC bf16, NHWC f16 and NCHW f32,
@@ -15,6 +15,9 @@
 //!   and timed, the fastest kept (`Plan::autotune`), as PyTorch's
 //!   `cudnn.benchmark = True` does (`bench_conv_graph.rs`). At most
 //!   `--graph-attempts` candidates (default 64, 16 with `--quick`).
+//!
+//! `--plan-only` needs no device: it plans every graph case for a preset
+//! target (`--target`, default `h100`) and prints what cuDNN offers.
 //!
 //! f32 data may run on tensor cores as TF32 (legacy: `MathPolicy::AllowTf32`;
 //! graph: `Policy::allow_tf32`), as PyTorch's convolutions do by default;
@@ -562,6 +565,25 @@ fn run(args: &[String]) -> AnyResult<()> {
     } else {
         MathPolicy::Default
     };
+    if args.iter().any(|a| a == "--plan-only") {
+        let name = flag_value(args, "--target").unwrap_or("h100");
+        let target = Target::preset(name)?;
+        let mut cases = Vec::new();
+        for layer in LAYERS {
+            for &config in &configs {
+                cases.push(match config {
+                    Config::NhwcBf16 => (layer, DType::BF16, TensorFormat::Nhwc),
+                    Config::NhwcF16 => (layer, DType::F16, TensorFormat::Nhwc),
+                    Config::NchwF32 => (layer, DType::F32, TensorFormat::Nchw),
+                });
+            }
+        }
+        let failed = graph::plan_only(&cases, &target, &graph::policy(tf32, attempts));
+        if failed > 0 {
+            return Err(format!("{failed} graph case(s) could not be planned").into());
+        }
+        return Ok(());
+    }
     if let Some(why) = missing() {
         println!(
             "{}",

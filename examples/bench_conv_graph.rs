@@ -172,3 +172,73 @@ pub fn bench_dir<T: Elem>(
         tune_ms,
     })
 }
+
+/// `--plan-only`: no device needed. Build every case's graph, ask cuDNN's
+/// heuristics for `target` and finalize every accepted plan up to the
+/// policy's attempts (what `Plan::autotune` builds before it times them),
+/// and print one line per case: candidates offered, how many the policy
+/// accepts, plans built, the heuristics' first engine, and the host time
+/// of the whole build (the part of a GPU run's tuning that is not timing).
+/// Returns how many cases failed to plan.
+pub fn plan_only(
+    cases: &[(&'static Layer, DType, TensorFormat)],
+    target: &Target,
+    policy: &Policy,
+) -> usize {
+    println!(
+        "planning only, for {} (no device needed)\n",
+        target.fingerprint()
+    );
+    println!(
+        "| layer | config | direction | candidates | accepted | plans built | first engine | workspace MiB | build ms |"
+    );
+    println!("|---|---|---|---:|---:|---:|---|---:|---:|");
+    let all = Instant::now();
+    let mut failed = 0;
+    for &(layer, dtype, layout) in cases {
+        for dir in Dir::ALL {
+            let config = format!("{layout:?} {}", dtype.name());
+            let t0 = Instant::now();
+            let built = op_graph(layer, dtype, layout, dir)
+                .and_then(|g| Plan::build_all(&g, target, policy).map_err(Into::into));
+            let ms = t0.elapsed().as_secs_f64() * 1e3;
+            match built {
+                Ok((plans, report)) => {
+                    let accepted = report
+                        .candidates
+                        .iter()
+                        .filter(|c| !c.contains("rejected"))
+                        .count();
+                    let ws = plans.first().map_or(0, Plan::workspace_size);
+                    println!(
+                        "| {} | {config} | {} | {} | {accepted} | {} | {} | {:.1} | {ms:.0} |",
+                        layer.name,
+                        dir.label(),
+                        report.candidates.len(),
+                        plans.len(),
+                        report
+                            .chosen
+                            .map_or_else(|| "?".to_string(), |e| e.to_string()),
+                        ws as f64 / (1 << 20) as f64
+                    );
+                }
+                Err(e) => {
+                    failed += 1;
+                    let first = e.to_string();
+                    let first = first.lines().next().unwrap_or_default().replace('|', "/");
+                    println!(
+                        "| {} | {config} | {} | | | | failed: {first} | | {ms:.0} |",
+                        layer.name,
+                        dir.label()
+                    );
+                }
+            }
+        }
+    }
+    println!(
+        "\nplanned {} cases in {:.1} s",
+        cases.len() * 3,
+        all.elapsed().as_secs_f64()
+    );
+    failed
+}
