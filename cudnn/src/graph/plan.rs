@@ -384,7 +384,11 @@ impl Plan {
         let (start, end) = (Event::new()?, Event::new()?);
         let iterations = iterations.clamp(1, 1000);
         let mut times = Vec::with_capacity(plans.len());
-        for p in &plans {
+        // Index into `plans` of each timing: one engine can come several
+        // times with other knobs (tile sizes), so the engine alone does not
+        // name the plan that was fastest.
+        let mut timed = Vec::with_capacity(plans.len());
+        for (i, p) in plans.iter().enumerate() {
             // SAFETY: every pointer is a live device buffer of its tensor's
             // span (allocated above, freed after the stream is synchronized);
             // the workspace holds the largest plan's bytes.
@@ -402,24 +406,20 @@ impl Plan {
             }
             samples.sort_by(f32::total_cmp);
             times.push((p.engine, samples[samples.len() / 2]));
+            timed.push(i);
         }
         handle.stream().synchronize()?;
         drop(buffers);
         drop(ws);
-        let best = times
-            .iter()
-            .min_by(|a, b| a.1.total_cmp(&b.1))
-            .map(|t| t.0)
+        let best = fastest(&times)
+            .and_then(|t| timed.get(t).copied())
             .ok_or_else(|| Error::Unsupported {
                 what: "autotune: no plan executed".to_string(),
                 needs: None,
             })?;
-        let plan = plans
-            .into_iter()
-            .find(|p| p.engine == best)
-            .ok_or_else(|| {
-                Error::invalid("autotune", "lost the chosen plan", format!("{best:?}"))
-            })?;
+        let plan = plans.into_iter().nth(best).ok_or_else(|| {
+            Error::invalid("autotune", "lost the chosen plan", format!("index {best}"))
+        })?;
         Ok((plan, times))
     }
 
@@ -826,3 +826,31 @@ const _: () = {
     fn shared<T: Send + Sync>() {}
     let _ = shared::<Plan>;
 };
+
+/// The position in `times` of the fastest timing (the first of equals), or
+/// `None` when there is none. By position, not by engine: an engine timed
+/// with several knob choices appears more than once.
+fn fastest(times: &[(Option<i64>, f32)]) -> Option<usize> {
+    times
+        .iter()
+        .enumerate()
+        .min_by(|a, b| a.1.1.total_cmp(&b.1.1))
+        .map(|(i, _)| i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fastest;
+
+    #[test]
+    fn fastest_is_by_position_not_by_engine() {
+        // Engine 62 twice (other knobs): its second configuration is the
+        // fastest; picking "the plan of engine 62" would return the first.
+        let times = [(Some(62), 3.0), (Some(62), 1.0), (Some(1), 2.0)];
+        assert_eq!(fastest(&times), Some(1));
+        // The first of equal times, as `Iterator::min_by`.
+        assert_eq!(fastest(&[(Some(5), 2.0), (Some(6), 2.0)]), Some(0));
+        assert_eq!(fastest(&[(None, 0.5)]), Some(0));
+        assert_eq!(fastest(&[]), None);
+    }
+}
