@@ -272,6 +272,45 @@ fn bench_graphs_plan_for_h100() -> TestResult {
     Ok(())
 }
 
+/// The premise of `Plan::autotune` choosing by position: for the 1x1 bf16
+/// NHWC convolution on an H100, cuDNN offers one engine with several knob
+/// choices (plans whose JSON differs while the engine is the same), and two
+/// builds list the same configurations in the same order (so the GPU test
+/// can compare the chosen plan's JSON with the one at the fastest position).
+fn one_engine_several_configurations() -> TestResult {
+    let t = Target::preset("h100")?;
+    let policy = Policy::default().with_max_attempts(64);
+    let graph = || -> Result<OpGraph, cudnn::Error> {
+        let mut g = Graph::new();
+        let x = g.input("x", TensorSpec::nhwc(DType::BF16, &[32, 64, 56, 56])?)?;
+        let w = g.input("w", TensorSpec::nhwc(DType::BF16, &[256, 64, 1, 1])?)?;
+        let y = g.conv_fprop(x, w, &ConvParams::new_2d([0, 0], [1, 1], [1, 1]))?;
+        g.output(y, DType::BF16)?;
+        g.build()
+    };
+    let jsons = |plans: &[Plan]| -> Result<Vec<(Option<i64>, String)>, cudnn::Error> {
+        plans
+            .iter()
+            .map(|p| Ok((p.engine(), p.cudnn_json()?)))
+            .collect()
+    };
+    let a = jsons(&Plan::build_all(&graph()?, &t, &policy)?.0)?;
+    let b = jsons(&Plan::build_all(&graph()?, &t, &policy)?.0)?;
+    ensure!(a == b, "two builds list other configurations");
+    let twins = a
+        .iter()
+        .enumerate()
+        .flat_map(|(i, x)| a[i + 1..].iter().map(move |y| (x, y)))
+        .filter(|(x, y)| x.0 == y.0 && x.1 != y.1)
+        .count();
+    eprintln!(
+        "  {} plans, {twins} pairs of one engine with other knobs",
+        a.len()
+    );
+    ensure!(twins > 0, "no engine with several configurations");
+    Ok(())
+}
+
 pub fn main() {
     let pairing = "convbench_graph_rows_pair_with_pytorch";
     let pairing = if python().is_none() {
@@ -283,5 +322,9 @@ pub fn main() {
     run(vec![
         pairing,
         host_planning("convbench_graphs_plan_for_h100", bench_graphs_plan_for_h100),
+        host_planning(
+            "convbench_one_engine_several_configurations",
+            one_engine_several_configurations,
+        ),
     ]);
 }
