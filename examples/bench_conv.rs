@@ -1,5 +1,6 @@
 //! `cargo run --release --example bench_conv [-- --exhaustive] [--runs N] [--quick] [--csv FILE]
-//! [--api legacy|graph|both] [--no-tf32] [--graph-attempts N] [--plan-only [--target NAME]]`:
+//! [--api legacy|graph|both] [--no-tf32] [--graph-attempts N] [--legacy-tc]
+//! [--plan-only [--target NAME]]`:
 //! convolution throughput on real layers (ResNet-50: the 7x7/2 stem, 1x1,
 //! 3x3 at 56/28/14/7; a MobileNetV2 depthwise 3x3; a dilated 3x3; a
 //! ResNeXt 32-group 3x3; a 3-d 3x3x3), in NHWC bf16, NHWC f16 and NCHW f32,
@@ -15,6 +16,13 @@
 //!   and timed, the fastest kept (`Plan::autotune`), as PyTorch's
 //!   `cudnn.benchmark = True` does (`bench_conv_graph.rs`). At most
 //!   `--graph-attempts` candidates (default 64, 16 with `--quick`).
+//!
+//! `--legacy-tc` adds table rows (not CSV rows) `(legacy, fixed)`: the
+//! legacy algorithms NVIDIA's guide lists as its tensor-core ones
+//! (forward IMPLICIT_PRECOMP_GEMM, backward ALGO_1), fixed, to tell a
+//! search that picked a slower algorithm from algorithms that are slow.
+//! Legacy rows name the math type the algorithm ran with and the time the
+//! measured search saw.
 //!
 //! `--plan-only` needs no device: it plans every graph case for a preset
 //! target (`--target`, default `h100`) and prints what cuDNN offers.
@@ -44,8 +52,8 @@ use std::time::Instant;
 
 use cudnn::Scale;
 use cudnn::dnn::{
-    AlgoSearch, ConvDataType, ConvDescriptor, ConvProblem, FilterDescriptor, Handle, MathPolicy,
-    PlanOptions, TensorDescriptor, TensorFormat,
+    AlgoSearch, ConvAlgo, ConvDataType, ConvDescriptor, ConvProblem, FilterDescriptor, Handle,
+    MathPolicy, PlanOptions, TensorDescriptor, TensorFormat,
 };
 use cudnn::graph::{DType, Policy, Target};
 use cudnn::runtime::{Device, DeviceBuffer, Event, Stream};
@@ -341,6 +349,10 @@ struct Setup<'a> {
     graph: Option<(Target, Policy)>,
     /// TF32 allowed for f32 data (the CSV's `tf32`).
     tf32: bool,
+    /// The legacy math policy.
+    math: MathPolicy,
+    /// `--legacy-tc`: also time the legacy tensor-core algorithms, fixed.
+    legacy_tc: bool,
     runs: usize,
 }
 
@@ -397,28 +409,62 @@ fn bench<T: Elem>(
         })
     };
 
+    // One legacy run: plan (search or fixed algorithm), then time on the
+    // case's buffers. The label names the algorithm, the math type it runs
+    // with and, after a measured search, the time cuDNN's search measured.
+    macro_rules! legacy {
+        ($prob:expr, $opts:expr, $in1:expr, $in2:expr, $out:expr) => {
+            $prob
+                .plan_on(h, $opts, $in1, $in2, $out)
+                .and_then(|p| {
+                    let t = time(stream, runs, || p.run(h, a, $in1, $in2, b, $out))
+                        .map_err(|e| err(&*e))?;
+                    let found = p
+                        .measured_time_ms()
+                        .map(|ms| format!(", search measured {ms:.4} ms"))
+                        .unwrap_or_default();
+                    let label = format!("{} ({:?}{found})", p.algo(), p.math_type());
+                    Ok((label, p.workspace_size(), t))
+                })
+                .map_err(|e| e.to_string())
+        };
+    }
     if let Some(opts) = &setup.legacy {
-        let r = fwd.plan_on(h, opts, &x, &w, &mut y).and_then(|p| {
-            let t = time(stream, runs, || p.run(h, a, &x, &w, b, &mut y)).map_err(|e| err(&*e))?;
-            Ok((p.algo().to_string(), p.workspace_size(), t))
-        });
-        push("fwd", "fwd", r.map_err(|e| e.to_string()));
-
         let bd = ConvProblem::backward_data(&x_desc, &w_desc, &conv)?;
-        let r = bd.plan_on(h, opts, &w, &dy, &mut dx).and_then(|p| {
-            let t =
-                time(stream, runs, || p.run(h, a, &w, &dy, b, &mut dx)).map_err(|e| err(&*e))?;
-            Ok((p.algo().to_string(), p.workspace_size(), t))
-        });
-        push("bwd data", "bwd_data", r.map_err(|e| e.to_string()));
-
         let bf = ConvProblem::backward_filter(&x_desc, &w_desc, &conv)?;
-        let r = bf.plan_on(h, opts, &x, &dy, &mut dw).and_then(|p| {
-            let t =
-                time(stream, runs, || p.run(h, a, &x, &dy, b, &mut dw)).map_err(|e| err(&*e))?;
-            Ok((p.algo().to_string(), p.workspace_size(), t))
-        });
-        push("bwd filter", "bwd_filter", r.map_err(|e| e.to_string()));
+        push("fwd", "fwd", legacy!(fwd, opts, &x, &w, &mut y));
+        push("bwd data", "bwd_data", legacy!(bd, opts, &w, &dy, &mut dx));
+        push(
+            "bwd filter",
+            "bwd_filter",
+            legacy!(bf, opts, &x, &dy, &mut dw),
+        );
+        if setup.legacy_tc {
+            // The algorithms NVIDIA's legacy-API guide lists as the ones that
+            // run on tensor cores, fixed (table rows only, not in the CSV).
+            use cudnn::sys::cudnn as raw;
+            let fixed = |algo| PlanOptions::new(AlgoSearch::Fixed(algo)).with_math(setup.math);
+            let f = fixed(ConvAlgo::Forward(
+                raw::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
+            ));
+            push("fwd (legacy, fixed)", "", legacy!(fwd, &f, &x, &w, &mut y));
+            let f = fixed(ConvAlgo::BackwardData(
+                raw::cudnnConvolutionBwdDataAlgo_t::CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
+            ));
+            push(
+                "bwd data (legacy, fixed)",
+                "",
+                legacy!(bd, &f, &w, &dy, &mut dx),
+            );
+            let f = fixed(ConvAlgo::BackwardFilter(
+                raw::cudnnConvolutionBwdFilterAlgo_t::CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
+            ));
+            push(
+                "bwd filter (legacy, fixed)",
+                "",
+                legacy!(bf, &f, &x, &dy, &mut dw),
+            );
+        }
     }
 
     if let Some((target, policy)) = &setup.graph {
@@ -519,7 +565,10 @@ fn report(r: &Row, csv: &mut Csv) -> AnyResult<()> {
             out.detail = format!("unsupported: {first}");
         }
     }
-    csv.row(&out)?;
+    // Diagnostic rows (no op key) are for the table only.
+    if !r.op.is_empty() {
+        csv.row(&out)?;
+    }
     Ok(())
 }
 
@@ -560,6 +609,7 @@ fn run(args: &[String]) -> AnyResult<()> {
         .copied()
         .filter(|&c| !(quick && c == Config::NhwcF16))
         .collect();
+    let tc = legacy && args.iter().any(|a| a == "--legacy-tc");
     let math = if tf32 {
         MathPolicy::AllowTf32
     } else {
@@ -587,7 +637,7 @@ fn run(args: &[String]) -> AnyResult<()> {
     if let Some(why) = missing() {
         println!(
             "{}",
-            plan_text(legacy, graph, search, math, attempts, runs, &configs)
+            plan_text(legacy, tc, graph, search, math, attempts, runs, &configs)
         );
         return Err(format!(
             "bench_conv needs the CUDA libraries and a CUDA device; {why}\n\
@@ -604,7 +654,7 @@ fn run(args: &[String]) -> AnyResult<()> {
     );
     println!(
         "{}\n",
-        plan_text(legacy, graph, search, math, attempts, runs, &configs)
+        plan_text(legacy, tc, graph, search, math, attempts, runs, &configs)
     );
     let stream = dev.create_stream()?;
     let mut h = Handle::new(&stream)?;
@@ -616,6 +666,8 @@ fn run(args: &[String]) -> AnyResult<()> {
             None
         },
         tf32,
+        math,
+        legacy_tc: tc,
         runs,
     };
     println!(
@@ -644,8 +696,10 @@ fn run(args: &[String]) -> AnyResult<()> {
 }
 
 /// What a run does: the APIs and their settings, and the case count.
+#[allow(clippy::too_many_arguments)]
 fn plan_text(
     legacy: bool,
+    tc: bool,
     graph: bool,
     search: AlgoSearch,
     math: MathPolicy,
@@ -656,7 +710,12 @@ fn plan_text(
     let mut apis = Vec::new();
     if legacy {
         apis.push(format!(
-            "legacy API ({search:?} search, math {math:?}, no workspace limit)"
+            "legacy API ({search:?} search, math {math:?}, no workspace limit{})",
+            if tc {
+                "; also the tensor-core algorithms fixed"
+            } else {
+                ""
+            }
         ));
     }
     if graph {
@@ -673,7 +732,7 @@ fn plan_text(
     let names: Vec<String> = configs.iter().map(|c| format!("{c:?}")).collect();
     let cases = LAYERS.len() * configs.len() * 3 * apis.len();
     format!(
-        "{} layers x {} ({}) x 3 directions through {}: {cases} rows, {runs} timed runs each",
+        "{} layers x {} ({}) x 3 directions through {}: {cases} CSV rows, {runs} timed runs each",
         LAYERS.len(),
         configs.len(),
         names.join(", "),

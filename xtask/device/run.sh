@@ -21,7 +21,8 @@
 #             and cudnn-candle/example_block (the same binary's trial
 #             of the candle_transformer_block example's check)          est  75  cap 150
 #   torch     our CSV benchmarks (bench_attention 1k/4k/8k first, then
-#             bench_gemm 0.1 s per case, bench_conv --quick --exhaustive,
+#             bench_gemm 0.1 s per case, bench_conv --quick --exhaustive
+#             --legacy-tc (legacy and graph API),
 #             bench_ops), then compare_torch.py: the same cases through
 #             PyTorch, attention first, on the same device              est 105  cap 150
 #   examples  the examples that run on a GPU, quick ones first (gemm,
@@ -672,7 +673,7 @@ csv_benches() {
     # Attention first: the newest cases, and compare_torch.py runs them first.
     bench bench_attention 45 bench_attention --iters 5 --csv "$work/csv/attention.csv"
     bench bench_gemm 30 bench_gemm --seconds 0.1 --csv "$work/csv/gemm.csv"
-    bench bench_conv 40 bench_conv --quick --exhaustive --csv "$work/csv/conv.csv"
+    bench bench_conv 60 bench_conv --quick --exhaustive --legacy-tc --csv "$work/csv/conv.csv"
     bench bench_ops 20 bench_ops --csv "$work/csv/ops.csv"
 }
 if selected torch; then
