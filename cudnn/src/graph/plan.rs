@@ -853,4 +853,24 @@ mod tests {
         assert_eq!(fastest(&[(None, 0.5)]), Some(0));
         assert_eq!(fastest(&[]), None);
     }
+
+    proptest::proptest! {
+        /// Against a plain scan as the truth: the position of the smallest
+        /// time, the first of equals, whatever the engines (few distinct
+        /// engines and times, so repeats of both are common).
+        #[test]
+        fn unit_property_fastest_is_the_first_smallest_time(
+            times in proptest::collection::vec((proptest::option::of(0i64..4), 0u8..6), 0..12),
+        ) {
+            let times: Vec<(Option<i64>, f32)> =
+                times.into_iter().map(|(e, t)| (e, f32::from(t) * 0.5)).collect();
+            let mut want = None;
+            for (i, t) in times.iter().enumerate() {
+                if want.is_none_or(|w: usize| t.1 < times[w].1) {
+                    want = Some(i);
+                }
+            }
+            proptest::prop_assert_eq!(fastest(&times), want);
+        }
+    }
 }
