@@ -520,24 +520,30 @@ pub fn main() {
                 break;
             }
         }
-        let (best, times) = Plan::autotune(&og, &target()?, &policy, &mut handle, 10)?;
-        let first = times.first().ok_or("no timings")?;
-        eprintln!(
-            "  timings (engine, ms): {times:?}; chosen {:?}",
-            best.engine()
-        );
-        // The fastest timing (the first of equals), found here.
+        // The old API answers (engine, ms) for each plan timed.
+        let (_, times) = Plan::autotune(&og, &target()?, &policy, &mut handle, 3)?;
+        ensure!(!times.is_empty(), "no timings");
+        // The chosen plan is the build_all plan at the fastest timing's
+        // position (found here by a plain scan, the first of equals): its
+        // cuDNN JSON (engine and knobs) is compared, not only its engine.
+        let t = target()?;
+        let (plans, _) = Plan::build_all(&og, &t, &policy)?;
+        let (best, timed) = Plan::autotune_timed(&og, &t, &policy, &mut handle, 10)?;
+        eprintln!("  timings: {timed:?}; chosen engine {:?}", best.engine());
         let mut fastest = 0;
-        for (i, t) in times.iter().enumerate() {
-            if t.1 < times[fastest].1 {
+        for (i, x) in timed.iter().enumerate() {
+            if x.median_ms < timed[fastest].median_ms {
                 fastest = i;
             }
         }
+        let at = timed[fastest].position;
+        let want = plans
+            .get(at)
+            .ok_or("fastest position past build_all's plans")?;
         ensure!(
-            best.engine() == times[fastest].0 && times[fastest].1.total_cmp(&first.1).is_le(),
-            "chosen engine {:?}, fastest timing {:?}, heuristic's first {first:?}",
-            best.engine(),
-            times[fastest]
+            best.cudnn_json()? == want.cudnn_json()?,
+            "chosen plan is not build_all's #{at} (the fastest timing {:?})",
+            timed[fastest]
         );
         Ok(())
     }));
@@ -557,37 +563,37 @@ pub fn main() {
         let mut handle = Handle::new(&stream)?;
         let (t, policy) = (target()?, Policy::default().with_max_attempts(64));
         let (plans, _) = Plan::build_all(&og, &t, &policy)?;
-        let (best, times) = Plan::autotune(&og, &t, &policy, &mut handle, 5)?;
+        let (best, timed) = Plan::autotune_timed(&og, &t, &policy, &mut handle, 5)?;
         let mut fastest = 0;
-        for (i, x) in times.iter().enumerate() {
-            if x.1 < times[fastest].1 {
+        for (i, x) in timed.iter().enumerate() {
+            if x.median_ms < timed[fastest].median_ms {
                 fastest = i;
             }
         }
         let engines: Vec<Option<i64>> = plans.iter().map(Plan::engine).collect();
         eprintln!(
-            "  {} plans, engines {engines:?}; fastest #{fastest} {:?}",
+            "  {} plans ({} timed), engines {engines:?}; fastest {:?}",
             plans.len(),
-            times[fastest]
+            timed.len(),
+            timed[fastest]
         );
-        if times.len() != plans.len() {
-            eprintln!(
-                "  note: {} of {} plans executed, so timings and plans are not aligned; \
-                 only the engine is compared",
-                times.len(),
-                plans.len()
-            );
+        // Each timing names its plan's position (plans that failed their
+        // first run are skipped without shifting the others).
+        for x in &timed {
+            let p = plans
+                .get(x.position)
+                .ok_or("position past build_all's plans")?;
             ensure!(
-                best.engine() == times[fastest].0,
-                "chosen {:?}",
-                best.engine()
+                p.engine() == x.engine,
+                "timing {x:?} against plan engine {:?}",
+                p.engine()
             );
-            return Ok(());
         }
+        let at = timed[fastest].position;
         ensure!(
-            best.cudnn_json()? == plans[fastest].cudnn_json()?,
-            "autotune returned another configuration than its fastest (#{fastest}, engine {:?})",
-            times[fastest].0
+            best.cudnn_json()? == plans[at].cudnn_json()?,
+            "autotune returned another configuration than its fastest (#{at}, engine {:?})",
+            timed[fastest].engine
         );
         Ok(())
     }));
