@@ -14,8 +14,9 @@
 //! - the graph API (`cudnn::graph`, rows marked `(graph)`): every engine
 //!   configuration the heuristics (mode A, then fallback) offer is built
 //!   and timed, the fastest kept (`Plan::autotune`), as PyTorch's
-//!   `cudnn.benchmark = True` does (`bench_conv_graph.rs`). At most
-//!   `--graph-attempts` candidates (default 64, 16 with `--quick`).
+//!   `cudnn.benchmark = True` does (`bench_conv_graph.rs`): every accepted
+//!   configuration is timed unless `--graph-attempts N` caps them (the
+//!   detail column says `timed M of N accepted`).
 //!
 //! `--legacy-tc` adds table rows (not CSV rows) `(legacy, fixed)`: the
 //! legacy algorithms NVIDIA's guide lists as its tensor-core ones
@@ -59,7 +60,7 @@ use cudnn::graph::{DType, Policy, Target};
 use cudnn::runtime::{Device, DeviceBuffer, Event, Stream};
 use half::{bf16, f16};
 
-trait Elem: ConvDataType {
+pub(crate) trait Elem: ConvDataType {
     fn from_f32(v: f32) -> Self;
 }
 impl Elem for f32 {
@@ -79,17 +80,17 @@ impl Elem for bf16 {
 }
 
 #[path = "bench_csv.rs"]
-mod bench_csv;
+pub(crate) mod bench_csv;
 use bench_csv::{Csv, CsvRow, dims, flag_value};
 
 #[path = "bench_conv_graph.rs"]
-mod graph;
+pub(crate) mod graph;
 use graph::{Bufs, Dir};
 
 type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
 
-struct Layer {
-    name: &'static str,
+pub(crate) struct Layer {
+    pub(crate) name: &'static str,
     n: usize,
     c: usize,
     k: usize,
@@ -102,7 +103,7 @@ struct Layer {
 }
 
 /// The layers, in table order.
-const LAYERS: &[Layer] = &[
+pub(crate) const LAYERS: &[Layer] = &[
     Layer {
         name: "resnet50 stem 7x7/2",
         n: 32,
@@ -300,7 +301,7 @@ fn random<T: Elem>(len: usize, seed: u64) -> cudnn::Result<DeviceBuffer<T>> {
     DeviceBuffer::from_host(&host)
 }
 
-struct Timing {
+pub(crate) struct Timing {
     gpu_ms: f32,
     host_us: f64,
 }
@@ -572,7 +573,20 @@ fn report(r: &Row, csv: &mut Csv) -> AnyResult<()> {
     Ok(())
 }
 
-fn run(args: &[String]) -> AnyResult<()> {
+/// `--graph-attempts N` (at least 1); without it every accepted candidate
+/// (`usize::MAX`), as PyTorch times every plan it builds.
+pub(crate) fn graph_attempts(args: &[String]) -> AnyResult<usize> {
+    Ok(match flag_value(args, "--graph-attempts") {
+        Some(v) => v
+            .parse::<usize>()
+            .map_err(|_| format!("--graph-attempts: not a number: {v}"))?
+            .max(1),
+        None => usize::MAX,
+    })
+}
+
+/// The whole run for the command line `args` (without the program name).
+pub(crate) fn run(args: &[String]) -> AnyResult<()> {
     let search = if args.iter().any(|a| a == "--exhaustive") {
         AlgoSearch::Exhaustive
     } else {
@@ -588,14 +602,7 @@ fn run(args: &[String]) -> AnyResult<()> {
         None if quick => 5,
         None => 10,
     };
-    let attempts = match flag_value(args, "--graph-attempts") {
-        Some(v) => v
-            .parse::<usize>()
-            .map_err(|_| format!("--graph-attempts: not a number: {v}"))?
-            .max(1),
-        None if quick => 16,
-        None => 64,
-    };
+    let attempts = graph_attempts(args)?;
     let (legacy, graph) = match flag_value(args, "--api") {
         None | Some("both") => (true, true),
         Some("legacy") => (true, false),
@@ -726,8 +733,13 @@ fn plan_text(
         ));
     }
     if graph {
+        let configs = if attempts == usize::MAX {
+            "every engine config".to_string()
+        } else {
+            format!("up to {attempts} engine configs")
+        };
         apis.push(format!(
-            "graph API (autotuned: up to {attempts} engine configs of heuristics A + fallback, \
+            "graph API (autotuned: {configs} of heuristics A + fallback the policy accepts, \
              3 timed runs each, fastest kept; TF32 {})",
             if math == MathPolicy::AllowTf32 {
                 "allowed"

@@ -15,6 +15,7 @@
 use std::time::Instant;
 
 use cudnn::dnn::{Handle, TensorFormat};
+use cudnn::graph::heuristics::candidates;
 use cudnn::graph::{ConvParams, DType, Graph, OpGraph, Plan, Policy, Target, TensorSpec};
 use cudnn::runtime::{DeviceBuffer, Stream};
 
@@ -53,7 +54,9 @@ impl Dir {
 
 /// What one graph row measured.
 pub struct GraphResult {
-    /// `engine N (best of M timed)`.
+    /// `engine E (config #P; timed M of N accepted)`: the chosen plan's
+    /// engine and position among the plans built, how many plans were timed
+    /// and how many configurations the policy accepted.
     pub detail: String,
     pub workspace: usize,
     pub timing: Timing,
@@ -61,7 +64,9 @@ pub struct GraphResult {
     pub tune_ms: f64,
 }
 
-/// The autotuning policy: at most `attempts` candidates, TF32 as `tf32`.
+/// The autotuning policy: at most `attempts` candidates (`usize::MAX`:
+/// every accepted one, as PyTorch times every plan it builds), TF32 as
+/// `tf32`.
 pub fn policy(tf32: bool, attempts: usize) -> Policy {
     Policy::default()
         .with_allow_tf32(tf32)
@@ -138,13 +143,26 @@ pub fn bench_dir<T: Elem>(
     b: &mut Bufs<'_, T>,
     runs: usize,
 ) -> AnyResult<GraphResult> {
+    // How many configurations the policy accepts (heuristics only, no
+    // plan built): the detail says how many of them were timed.
+    let accepted = candidates(graph, target, policy)?
+        .iter()
+        .filter(|c| c.rejected.is_none())
+        .count();
     let t0 = Instant::now();
-    let (plan, timings) = Plan::autotune(graph, target, policy, h, 3)?;
+    let (plan, timings) = Plan::autotune_timed(graph, target, policy, h, 3)?;
     let tune_ms = t0.elapsed().as_secs_f64() * 1e3;
     let engine = plan
         .engine()
         .map_or_else(|| "engine ?".to_string(), |e| format!("engine {e}"));
-    let detail = format!("{engine} (best of {} timed)", timings.len());
+    let fastest = timings
+        .iter()
+        .min_by(|a, b| a.median_ms.total_cmp(&b.median_ms))
+        .map_or_else(|| "?".to_string(), |t| t.position.to_string());
+    let detail = format!(
+        "{engine} (config #{fastest}; timed {} of {accepted} accepted)",
+        timings.len()
+    );
     let workspace = plan.workspace_size();
     let mut bind = plan.bindings();
     match dir {

@@ -7,9 +7,11 @@
 //!   paired with ONE PyTorch measurement (its builder runs once per case),
 //!   and the report's rates and ratios are the hand-computed ones. Needs
 //!   `python3` (skipped, visibly, without it); PyTorch itself is stubbed.
-//! - The graph convolutions bench_conv autotunes on the GPU (grouped,
+//! - The graph convolutions bench_conv autotunes on the GPU (the example's
+//!   own `op_graph` through `bench_conv --plan-only --quick`: grouped,
 //!   dilated, depthwise, 3-d, NHWC bf16 and NCHW f32, all three directions)
-//!   are accepted by the real cuDNN's heuristics for an H100 and finalize.
+//!   are accepted by the real cuDNN's heuristics for an H100 and finalize;
+//!   by default every accepted configuration is built (and so timed).
 use crate::support;
 
 use std::path::{Path, PathBuf};
@@ -18,9 +20,7 @@ use std::process::Command;
 use cudnn::graph::*;
 use support::*;
 
-#[path = "../../../examples/bench_csv.rs"]
-mod bench_csv;
-use bench_csv::{Csv, CsvRow};
+use bench_conv::bench_csv::{Csv, CsvRow};
 
 /// `resnet50 1x1 @56` as bench_conv writes its `shape` column.
 const SHAPE: &str =
@@ -186,89 +186,77 @@ fn graph_rows_pair_with_pytorch() -> TestResult {
     Ok(())
 }
 
-/// The bench's graph convolutions for an H100: each direction of a grouped,
-/// a depthwise, a dilated and a 3-d case, NHWC bf16 and NCHW f32 (TF32
-/// allowed), gets candidates from cuDNN and a finalized plan.
-fn bench_graphs_plan_for_h100() -> TestResult {
-    let t = Target::preset("h100")?;
-    let policy = Policy::default().with_allow_tf32(true).with_max_attempts(4);
-    // (x dims, w dims, pad, stride, dilation)
-    type Case = (Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>);
-    let cases: Vec<Case> = vec![
-        // resnext 3x3 g32 @56 (w has C/groups = 4 channels)
-        (
-            vec![32, 128, 56, 56],
-            vec![128, 4, 3, 3],
-            vec![1, 1],
-            vec![1, 1],
-            vec![1, 1],
-        ),
-        // mobilenetv2 dw 3x3/2
-        (
-            vec![32, 144, 56, 56],
-            vec![144, 1, 3, 3],
-            vec![1, 1],
-            vec![2, 2],
-            vec![1, 1],
-        ),
-        // dilated 3x3 d2 @28
-        (
-            vec![32, 256, 28, 28],
-            vec![256, 256, 3, 3],
-            vec![2, 2],
-            vec![1, 1],
-            vec![2, 2],
-        ),
-        // 3d 3x3x3 @16x56x56
-        (
-            vec![8, 64, 16, 56, 56],
-            vec![64, 64, 3, 3, 3],
-            vec![1, 1, 1],
-            vec![1, 1, 1],
-            vec![1, 1, 1],
-        ),
-    ];
-    for (xd, wd, pad, stride, dil) in &cases {
-        let p = ConvParams::new(pad, stride, dil);
-        let yd = p.output_dims("test", xd, wd)?;
-        for (dt, nhwc) in [(DType::BF16, true), (DType::F32, false)] {
-            let spec = |d: &[i64]| {
-                if nhwc {
-                    TensorSpec::nhwc(dt, d)
-                } else {
-                    TensorSpec::nchw(dt, d)
-                }
-            };
-            for dir in 0..3 {
-                let mut g = Graph::new();
-                let out = match dir {
-                    0 => {
-                        let x = g.input("x", spec(xd)?)?;
-                        let w = g.input("w", spec(wd)?)?;
-                        g.conv_fprop(x, w, &p)?
-                    }
-                    1 => {
-                        let dy = g.input("dy", spec(&yd)?)?;
-                        let w = g.input("w", spec(wd)?)?;
-                        g.conv_dgrad(dy, w, xd, &p)?
-                    }
-                    _ => {
-                        let x = g.input("x", spec(xd)?)?;
-                        let dy = g.input("dy", spec(&yd)?)?;
-                        g.conv_wgrad(x, dy, wd, &p)?
-                    }
-                };
-                g.output(out, dt)?;
-                let og = g.build()?;
-                let (plans, report) = Plan::build_all(&og, &t, &policy)?;
-                ensure!(
-                    !plans.is_empty() && !report.candidates.is_empty(),
-                    "x {xd:?} w {wd:?} {dt} dir {dir}: no plan ({:?})",
-                    report.failures
-                );
-            }
-        }
+/// The example itself, so the host tier runs its own graphs (`op_graph`)
+/// and command line, not a copy of them.
+#[allow(dead_code)]
+#[path = "../../../examples/bench_conv.rs"]
+mod bench_conv;
+
+fn args(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| s.to_string()).collect()
+}
+
+/// `bench_conv --plan-only --quick` for an H100 (no device): every one of
+/// its 60 graph cases (grouped, depthwise, dilated, 3-d; NHWC bf16 and NCHW
+/// f32; fprop, dgrad, wgrad), built by the example's own `op_graph`, gets
+/// candidates from the real cuDNN and finalized plans; the run fails when
+/// any case does not plan. Two attempts a case keep it short: what is
+/// checked is the graphs, not how many configurations finalize.
+fn bench_conv_plan_only_for_h100() -> TestResult {
+    bench_conv::run(&args(&[
+        "--plan-only",
+        "--quick",
+        "--target",
+        "h100",
+        "--graph-attempts",
+        "2",
+    ]))
+    .map_err(|e| format!("bench_conv --plan-only: {e}"))?;
+    Ok(())
+}
+
+/// The graph rows time every accepted candidate by default (PyTorch's
+/// `get_plans_from_find` builds and times every plan): for the example's
+/// `resnet50 1x1 @56` NHWC bf16 forward graph on an H100, the real cuDNN
+/// accepts more than the 16 configurations `--quick` used to cap it at
+/// (the review counted 35), and the default policy builds every accepted
+/// one that finalizes (plans + failures = accepted).
+fn bench_conv_times_every_accepted_candidate() -> TestResult {
+    for a in [&[][..], &["--quick"][..]] {
+        let n = bench_conv::graph_attempts(&args(a))?;
+        ensure!(n == usize::MAX, "{a:?}: --graph-attempts default {n}");
     }
+    let n = bench_conv::graph_attempts(&args(&["--graph-attempts", "7"]))?;
+    ensure!(n == 7, "--graph-attempts 7 gave {n}");
+    let layer = bench_conv::LAYERS
+        .iter()
+        .find(|l| l.name == "resnet50 1x1 @56")
+        .ok_or("no resnet50 1x1 @56 layer")?;
+    let g = bench_conv::graph::op_graph(
+        layer,
+        DType::BF16,
+        cudnn::dnn::TensorFormat::Nhwc,
+        bench_conv::graph::Dir::Fwd,
+    )?;
+    let t = Target::preset("h100")?;
+    let policy = bench_conv::graph::policy(true, usize::MAX);
+    let accepted = heuristics::candidates(&g, &t, &policy)?
+        .iter()
+        .filter(|c| c.rejected.is_none())
+        .count();
+    let (plans, report) = Plan::build_all(&g, &t, &policy)?;
+    eprintln!(
+        "  {accepted} accepted, {} built, {} failed",
+        plans.len(),
+        report.failures.len()
+    );
+    ensure!(accepted > 16, "only {accepted} accepted");
+    ensure!(
+        plans.len() + report.failures.len() == accepted,
+        "{} built + {} failed of {accepted} accepted",
+        plans.len(),
+        report.failures.len()
+    );
     Ok(())
 }
 
@@ -321,7 +309,14 @@ pub fn main() {
     };
     run(vec![
         pairing,
-        host_planning("convbench_graphs_plan_for_h100", bench_graphs_plan_for_h100),
+        host_planning(
+            "convbench_bench_conv_plan_only_for_h100",
+            bench_conv_plan_only_for_h100,
+        ),
+        host_planning(
+            "convbench_bench_conv_times_every_accepted_candidate",
+            bench_conv_times_every_accepted_candidate,
+        ),
         host_planning(
             "convbench_one_engine_several_configurations",
             one_engine_several_configurations,
