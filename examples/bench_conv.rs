@@ -34,11 +34,15 @@
 //! `f32`).
 //!
 //! Prints a markdown table: the algorithm or engine, its workspace, the
-//! device time per run and TFLOP/s (CUDA events over N runs, default 10,
-//! after a warm-up), and the host time per plan run (the time to queue one
-//! run: checks plus the one cuDNN call). `--quick` leaves out NHWC f16 (on
-//! current GPUs it runs the same kernels as bf16) and times 5 runs unless
-//! `--runs` says otherwise. `--csv FILE` also writes one row per case in
+//! device time per run and TFLOP/s, and the host time per plan run (the
+//! time to queue one run: checks plus the one cuDNN call). The timing loop
+//! is `compare_torch.py`'s `time_case`: 3 warm-up runs, one run timed alone
+//! to size the loop, then CUDA events around a loop of about 50 ms (5 to
+//! 500 runs, and at least `--runs N`, default 10), so the gap before the
+//! first queued run weighs as little here as in PyTorch's row. `--quick`
+//! leaves out NHWC f16 (on current GPUs it runs the same kernels as bf16)
+//! and takes at least 5 runs unless `--runs` says otherwise. `--csv FILE`
+//! also writes one row per case in
 //! the format of `bench_csv.rs` (read by `xtask/device/compare_torch.py`;
 //! graph rows have the op keys `fwd_graph`, `bwd_data_graph`,
 //! `bwd_filter_graph`).
@@ -306,17 +310,40 @@ pub(crate) struct Timing {
     host_us: f64,
 }
 
-/// Time `runs` calls of `f`: device time with events, host time to queue.
+/// The loop `compare_torch.py`'s `time_case` times: about this long...
+const TARGET_LOOP_S: f64 = 0.05;
+/// ...in this many runs at most (at least `MIN_ITERS`, and at least `--runs`).
+const MIN_ITERS: usize = 5;
+const MAX_ITERS: usize = 500;
+
+/// How many runs a loop of [`TARGET_LOOP_S`] takes at `per_s` seconds a run,
+/// as `time_case` sizes it, and never fewer than `runs`.
+pub(crate) fn loop_iters(per_s: f64, runs: usize) -> usize {
+    let want = (TARGET_LOOP_S / per_s.max(1e-6)).min(MAX_ITERS as f64);
+    (want as usize).max(MIN_ITERS).max(runs)
+}
+
+/// Time calls of `f` as `compare_torch.py`'s `time_case` times PyTorch's:
+/// warm-up, one run timed alone to size the loop, then device time with
+/// events around the whole loop and host time to queue it.
 fn time(
     stream: &Stream,
     runs: usize,
     mut f: impl FnMut() -> cudnn::Result<()>,
 ) -> AnyResult<Timing> {
-    for _ in 0..2 {
+    for _ in 0..3 {
         f()?;
     }
     stream.synchronize()?;
+    // Sized by one run's device time, as `time_case` sizes PyTorch's loop
+    // by our row's device time.
     let (start, end) = (Event::new()?, Event::new()?);
+    start.record(stream)?;
+    f()?;
+    end.record(stream)?;
+    end.synchronize()?;
+    let one_s = f64::from(Event::elapsed_ms(&start, &end)?) * 1e-3;
+    let runs = loop_iters(one_s, runs);
     start.record(stream)?;
     let t0 = Instant::now();
     for _ in 0..runs {
@@ -751,10 +778,12 @@ fn plan_text(
     let names: Vec<String> = configs.iter().map(|c| format!("{c:?}")).collect();
     let cases = LAYERS.len() * configs.len() * 3 * apis.len();
     format!(
-        "{} layers x {} ({}) x 3 directions through {}: {cases} CSV rows, {runs} timed runs each",
+        "{} layers x {} ({}) x 3 directions through {}: {cases} CSV rows, each timed over \
+         about {} ms (at least {runs} runs, at most {MAX_ITERS})",
         LAYERS.len(),
         configs.len(),
         names.join(", "),
-        apis.join(" and ")
+        apis.join(" and "),
+        TARGET_LOOP_S * 1e3
     )
 }

@@ -12,6 +12,7 @@
 //!   dilated, depthwise, 3-d, NHWC bf16 and NCHW f32, all three directions)
 //!   are accepted by the real cuDNN's heuristics for an H100 and finalize;
 //!   by default every accepted configuration is built (and so timed).
+//! - bench_conv's timing loop has `time_case`'s length.
 use crate::support;
 
 use std::path::{Path, PathBuf};
@@ -260,6 +261,29 @@ fn bench_conv_times_every_accepted_candidate() -> TestResult {
     Ok(())
 }
 
+/// The timing loop's length, as `compare_torch.py`'s `time_case` sizes
+/// PyTorch's: `int(min(500, max(5, 0.05 / per_call_s)))` (values computed
+/// by hand and with Python), and never fewer than `--runs`.
+fn bench_conv_loop_matches_time_case() -> TestResult {
+    for (per_s, runs, want) in [
+        (20e-6, 1, 500),    // 2500 -> capped at 500
+        (33e-6, 5, 500),    // 1515 -> 500
+        (1e-3, 5, 50),      // 50
+        (2e-3, 5, 25),      // 25
+        (123.4e-6, 5, 405), // 405.18 -> 405
+        (0.1, 5, 5),        // 0.5 -> at least 5
+        (0.1, 10, 10),      // --runs 10 wins
+        (20e-6, 800, 800),  // --runs past the cap wins
+    ] {
+        let got = bench_conv::loop_iters(per_s, runs);
+        ensure!(
+            got == want,
+            "per {per_s} s, runs {runs}: {got}, want {want}"
+        );
+    }
+    Ok(())
+}
+
 /// The premise of `Plan::autotune` choosing by position: for the 1x1 bf16
 /// NHWC convolution on an H100, cuDNN offers one engine with several knob
 /// choices (plans whose JSON differs while the engine is the same), and two
@@ -316,6 +340,10 @@ pub fn main() {
         host_planning(
             "convbench_bench_conv_times_every_accepted_candidate",
             bench_conv_times_every_accepted_candidate,
+        ),
+        trial(
+            "host::convbench_bench_conv_loop_matches_time_case",
+            bench_conv_loop_matches_time_case,
         ),
         host_planning(
             "convbench_one_engine_several_configurations",
