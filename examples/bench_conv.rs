@@ -19,9 +19,10 @@
 //!   detail column says `timed M of N accepted`).
 //!
 //! `--legacy-tc` adds table rows (not CSV rows) `(legacy, fixed)`: the
-//! legacy algorithms NVIDIA's guide lists as its tensor-core ones
-//! (forward IMPLICIT_PRECOMP_GEMM, backward ALGO_1), fixed, to tell a
-//! search that picked a slower algorithm from algorithms that are slow.
+//! non-Winograd ones of the algorithms NVIDIA's legacy-API guide lists for
+//! tensor cores (forward IMPLICIT_PRECOMP_GEMM, backward ALGO_1; the list
+//! also has the `*_WINOGRAD_NONFUSED` ones, left out here), fixed, to tell
+//! a search that picked a slower algorithm from algorithms that are slow.
 //! Legacy rows name the math type the algorithm ran with and the time the
 //! measured search saw.
 //!
@@ -379,7 +380,8 @@ struct Setup<'a> {
     tf32: bool,
     /// The legacy math policy.
     math: MathPolicy,
-    /// `--legacy-tc`: also time the legacy tensor-core algorithms, fixed.
+    /// `--legacy-tc`: also time the legacy non-Winograd tensor-core
+    /// algorithms, fixed.
     legacy_tc: bool,
     runs: usize,
 }
@@ -468,8 +470,9 @@ fn bench<T: Elem>(
             legacy!(bf, opts, &x, &dy, &mut dw),
         );
         if setup.legacy_tc {
-            // The algorithms NVIDIA's legacy-API guide lists as the ones that
-            // run on tensor cores, fixed (table rows only, not in the CSV).
+            // The non-Winograd ones of the algorithms NVIDIA's legacy-API
+            // guide lists for tensor cores (it also lists the
+            // *_WINOGRAD_NONFUSED ones), fixed (table rows only, not in the CSV).
             use cudnn::sys::cudnn as raw;
             let fixed = |algo| PlanOptions::new(AlgoSearch::Fixed(algo)).with_math(setup.math);
             let f = fixed(ConvAlgo::Forward(
@@ -753,7 +756,7 @@ fn plan_text(
         apis.push(format!(
             "legacy API ({search:?} search, math {math:?}, no workspace limit{})",
             if tc {
-                "; also the tensor-core algorithms fixed"
+                "; also the non-Winograd tensor-core algorithms fixed"
             } else {
                 ""
             }
