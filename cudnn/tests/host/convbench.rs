@@ -61,7 +61,7 @@ fn row<'a>(op: &'a str, dtype: &'a str, device_us: Option<f64>, detail: &str) ->
 /// (every case 50 µs; the builders count their calls), write the report,
 /// and check the TF32 switch conv_case sets for `tf32` and `f32` rows.
 const CHECK: &str = r#"
-import json, sys, time
+import json, sys, time, types
 sys.path.insert(0, sys.argv[1])
 import compare_torch as ct
 
@@ -78,7 +78,7 @@ class Any:
 
 calls = []
 def builder(torch, row, device):
-    calls.append((row["suite"], row["op"]))
+    calls.append((row["suite"], row["op"], row["dtype"]))
     return lambda: None
 ct.BUILDERS = {"conv": builder, "gemm": builder}
 ct.time_case = lambda torch, fn, ours_us: (50.0, 7.0)
@@ -86,17 +86,29 @@ rows, notes = ct.read_rows([sys.argv[2]])
 ct.run_torch(Any(), rows, None, time.monotonic(), {})
 ct.write_report(sys.argv[3], rows, notes, [], {}, True)
 
-tf32 = {}
+tf32, legacy_tf32 = {}, {}
 for dtype in ("tf32", "f32"):
     fake = Any()
     ct.conv_case(fake, dict(rows[0], dtype=dtype), None)
     tf32[dtype] = fake.backends.cudnn.conv.fp32_precision
+    # PyTorch before 2.9: no fp32_precision anywhere, only allow_tf32
+    # (plain objects, so hasattr answers as that PyTorch would).
+    old = Any()
+    ns = types.SimpleNamespace
+    object.__setattr__(old, "backends", ns(
+        cuda=ns(matmul=ns(allow_tf32="untouched")), cudnn=ns(allow_tf32="untouched")))
+    ct.conv_case(old, dict(rows[0], dtype=dtype), None)
+    legacy_tf32[dtype] = [old.backends.cudnn.allow_tf32, hasattr(old.backends.cudnn, "conv"),
+                          old.backends.cuda.matmul.allow_tf32]
 print(json.dumps({
     "calls": calls,
-    "pairs": [[p[0]["op"] if p[0] else None, p[1]["op"] if p[1] else None] for p in ct.conv_pairs(rows)],
-    "torch_us": {r["op"]: r["torch_us"] for r in rows},
+    "pairs": [[p[0]["op"] if p[0] else None, p[1]["op"] if p[1] else None,
+               p[0]["dtype"] if p[0] and p[1] and p[0]["dtype"] == p[1]["dtype"] else "mixed"]
+              for p in ct.conv_pairs(rows)],
+    "torch_us": {r["op"] + "/" + r["dtype"]: r["torch_us"] for r in rows},
     "labels": [ct.op_label(r) for r in rows],
     "tf32": tf32,
+    "legacy_tf32": legacy_tf32,
 }))
 "#;
 
@@ -124,6 +136,13 @@ fn graph_rows_pair_with_pytorch() -> TestResult {
         None,
         "unsupported: no engine",
     ))?;
+    // The same case and shape in f32 data twice: TF32 allowed (`tf32`) and
+    // f32 math (`f32`), each its own PyTorch case with its own TF32 switch:
+    // tf32 fwd 40 and 50 µs, f32 fwd 250 and 200 µs (legacy, graph).
+    csv.row(&row("fwd", "tf32", Some(40.0), "IMPLICIT_PRECOMP_GEMM"))?;
+    csv.row(&row("fwd", "f32", Some(250.0), "IMPLICIT_GEMM"))?;
+    csv.row(&row("fwd_graph", "tf32", Some(50.0), "engine 5"))?;
+    csv.row(&row("fwd_graph", "f32", Some(200.0), "engine 7"))?;
     csv.finish()?;
     let out = Command::new(&py)
         .arg("-c")
@@ -145,11 +164,30 @@ fn graph_rows_pair_with_pytorch() -> TestResult {
     let _ = std::fs::remove_dir_all(&dir);
 
     // One PyTorch case per conv case, whatever API ours ran.
-    let calls = serde_json::json!([["conv", "fwd"], ["conv", "bwd_data"]]);
+    let calls = serde_json::json!([
+        ["conv", "fwd", "bf16"],
+        ["conv", "bwd_data", "bf16"],
+        ["conv", "fwd", "tf32"],
+        ["conv", "fwd", "f32"]
+    ]);
     ensure!(v["calls"] == calls, "PyTorch builders ran {}", v["calls"]);
-    let pairs = serde_json::json!([["fwd", "fwd_graph"], ["bwd_data", "bwd_data_graph"]]);
+    let pairs = serde_json::json!([
+        ["fwd", "fwd_graph", "bf16"],
+        ["bwd_data", "bwd_data_graph", "bf16"],
+        ["fwd", "fwd_graph", "tf32"],
+        ["fwd", "fwd_graph", "f32"]
+    ]);
     ensure!(v["pairs"] == pairs, "pairs {}", v["pairs"]);
-    for op in ["fwd", "fwd_graph", "bwd_data", "bwd_data_graph"] {
+    for op in [
+        "fwd/bf16",
+        "fwd_graph/bf16",
+        "bwd_data/bf16",
+        "bwd_data_graph/bf16",
+        "fwd/tf32",
+        "fwd_graph/tf32",
+        "fwd/f32",
+        "fwd_graph/f32",
+    ] {
         ensure!(
             v["torch_us"][op] == 50.0,
             "{op}: PyTorch {}",
@@ -160,7 +198,11 @@ fn graph_rows_pair_with_pytorch() -> TestResult {
         "conv fwd (legacy)",
         "conv bwd data (legacy)",
         "conv fwd (graph)",
-        "conv bwd data (graph)"
+        "conv bwd data (graph)",
+        "conv fwd (legacy)",
+        "conv fwd (legacy)",
+        "conv fwd (graph)",
+        "conv fwd (graph)"
     ]);
     ensure!(v["labels"] == labels, "labels {}", v["labels"]);
     ensure!(
@@ -168,16 +210,32 @@ fn graph_rows_pair_with_pytorch() -> TestResult {
         "conv_case TF32 switch {}",
         v["tf32"]
     );
-    // 2 GFLOP: ours 100 µs = 20.0, 25 µs = 80.0, 200 µs = 10.0 TFLOP/s;
-    // PyTorch 50 µs = 40.0; ratios 0.50, 2.00, 0.25.
+    // PyTorch before 2.9: the allow_tf32 flag of cuDNN only (cuDNN's conv
+    // object never made, the matmul flag left alone).
+    ensure!(
+        v["legacy_tf32"]
+            == serde_json::json!({
+                "tf32": [true, false, "untouched"],
+                "f32": [false, false, "untouched"]
+            }),
+        "conv_case TF32 switch on an older PyTorch {}",
+        v["legacy_tf32"]
+    );
+    // 2 GFLOP: ours 100 µs = 20.0, 25 µs = 80.0, 200 µs = 10.0,
+    // 40 µs = 50.0, 250 µs = 8.0 TFLOP/s; PyTorch 50 µs = 40.0; ratios
+    // 0.50, 2.00, 0.25, 1.25, 1.00, 0.20.
     for line in [
         "| conv fwd (legacy) | resnet50 1x1 @56: x 32x64x56x56, w 256x64x1x1 | bf16 NHWC | TFLOP/s | 20.0 | 40.0 | 0.50 |",
         "| conv fwd (graph) | resnet50 1x1 @56: x 32x64x56x56, w 256x64x1x1 | bf16 NHWC | TFLOP/s | 80.0 | 40.0 | 2.00 |",
         "| conv fwd | resnet50 1x1 @56: x 32x64x56x56, w 256x64x1x1 | bf16 NHWC | 20.0 | 80.0 | 40.0 | 0.50 | 2.00 | IMPLICIT_GEMM | engine 62 (best of 16 timed), tuned in 80 ms |",
         "| conv bwd data | resnet50 1x1 @56: x 32x64x56x56, w 256x64x1x1 | bf16 NHWC | 10.0 | unsupported: no engine | 40.0 | 0.25 | — | ALGO_1 | — |",
-        // sqrt(0.50 * 0.25) = 0.354.
-        "- conv (legacy): 0.35 (2 rows)",
-        "- conv (graph): 2.00 (1 row)",
+        // tf32 and f32 of one case: two rows, apart.
+        "| conv fwd | resnet50 1x1 @56: x 32x64x56x56, w 256x64x1x1 | tf32 NHWC | 50.0 | 40.0 | 40.0 | 1.25 | 1.00 | IMPLICIT_PRECOMP_GEMM | engine 5 |",
+        "| conv fwd | resnet50 1x1 @56: x 32x64x56x56, w 256x64x1x1 | f32 NHWC | 8.0 | 10.0 | 40.0 | 0.20 | 0.25 | IMPLICIT_GEMM | engine 7 |",
+        // (0.50 * 0.25 * 1.25 * 0.20)^(1/4) = 0.03125^(1/4) = 0.420;
+        // (2.00 * 1.00 * 0.25)^(1/3) = 0.5^(1/3) = 0.794.
+        "- conv (legacy): 0.42 (4 rows)",
+        "- conv (graph): 0.79 (3 rows)",
     ] {
         ensure!(
             report.lines().any(|l| l == line),
