@@ -837,6 +837,10 @@ def conv_table(rows, torch_ran):
         "through its graph API (engine configurations autotuned, as PyTorch's benchmark mode "
         "does); both against the same PyTorch run.",
         "",
+        "The graph API's candidates are not quite PyTorch's: ours also leave out engines with the "
+        "numerical note REDUCED_PRECISION_REDUCTION, which PyTorch's filterEngineConfigs keeps "
+        "(both leave out DOWN_CONVERT_INPUTS ones); the detail column says how many were timed.",
+        "",
         "| op | shape | dtype | legacy | graph | PyTorch | legacy / PyTorch | graph / PyTorch "
         "| legacy algorithm | graph engine |",
         "|---|---|---|---:|---:|---:|---:|---:|---|---|",
