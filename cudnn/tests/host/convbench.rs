@@ -128,7 +128,7 @@ fn graph_rows_pair_with_pytorch() -> TestResult {
         "fwd_graph",
         "bf16",
         Some(25.0),
-        "engine 62 (best of 16 timed), tuned in 80 ms",
+        "engine 62 (config #5; timed 35 of 35 accepted), tuned in 80 ms",
     ))?;
     csv.row(&row(
         "bwd_data_graph",
@@ -227,7 +227,7 @@ fn graph_rows_pair_with_pytorch() -> TestResult {
     for line in [
         "| conv fwd (legacy) | resnet50 1x1 @56: x 32x64x56x56, w 256x64x1x1 | bf16 NHWC | TFLOP/s | 20.0 | 40.0 | 0.50 |",
         "| conv fwd (graph) | resnet50 1x1 @56: x 32x64x56x56, w 256x64x1x1 | bf16 NHWC | TFLOP/s | 80.0 | 40.0 | 2.00 |",
-        "| conv fwd | resnet50 1x1 @56: x 32x64x56x56, w 256x64x1x1 | bf16 NHWC | 20.0 | 80.0 | 40.0 | 0.50 | 2.00 | IMPLICIT_GEMM | engine 62 (best of 16 timed), tuned in 80 ms |",
+        "| conv fwd | resnet50 1x1 @56: x 32x64x56x56, w 256x64x1x1 | bf16 NHWC | 20.0 | 80.0 | 40.0 | 0.50 | 2.00 | IMPLICIT_GEMM | engine 62 (config #5; timed 35 of 35 accepted), tuned in 80 ms |",
         "| conv bwd data | resnet50 1x1 @56: x 32x64x56x56, w 256x64x1x1 | bf16 NHWC | 10.0 | unsupported: no engine | 40.0 | 0.25 | — | ALGO_1 | — |",
         // tf32 and f32 of one case: two rows, apart.
         "| conv fwd | resnet50 1x1 @56: x 32x64x56x56, w 256x64x1x1 | tf32 NHWC | 50.0 | 40.0 | 40.0 | 1.25 | 1.00 | IMPLICIT_PRECOMP_GEMM | engine 5 |",
