@@ -15,7 +15,11 @@ PyTorch side, like for like with ours:
 - Convolution: F.conv1d/2d/3d forward, torch.ops.aten.convolution_backward
   for backward data and backward filter; channels_last for NHWC;
   torch.backends.cudnn.benchmark = True (autotuned, like `--exhaustive`);
-  TF32 allowed for f32 (ours: cuDNN's default math, which allows it too).
+  TF32 for rows whose dtype is `tf32` (ours: f32 data with TF32 allowed),
+  not for `f32` rows (ours: f32 math). Ours comes twice per case: the
+  legacy API (op `fwd`, `bwd_data`, `bwd_filter`) and the graph API (the
+  same op with `_graph` after it); both pair with one PyTorch measurement,
+  and a second table sets them side by side.
 - Attention: F.scaled_dot_product_attention on BSHD-strided q, k, v with
   is_causal as ours (whichever backend PyTorch picks), backward through
   autograd; layer norm: F.layer_norm over the last dim, backward through
@@ -67,6 +71,54 @@ MIN_ITERS, MAX_ITERS = 5, 500
 
 
 ROW_KEY = ("suite", "case", "op", "dtype", "layout", "shape")
+# bench_conv's graph-API rows: the legacy op key with this after it.
+GRAPH_SUFFIX = "_graph"
+
+
+def conv_impl(row):
+    """'graph' or 'legacy' for a conv row (which of cuDNN's APIs ours ran); ''
+    for the other suites."""
+    if row.get("suite") != "conv":
+        return ""
+    return "graph" if row.get("op", "").endswith(GRAPH_SUFFIX) else "legacy"
+
+
+def base_op(row):
+    """The op PyTorch runs: a conv graph row's op without its suffix."""
+    op = row.get("op", "")
+    if conv_impl(row) == "graph":
+        return op[: -len(GRAPH_SUFFIX)]
+    return op
+
+
+def torch_key(row):
+    """Rows with one key are one PyTorch case (measured once): a conv
+    case's legacy and graph rows share it."""
+    return (row.get("suite", ""), row.get("case", ""), base_op(row), row.get("dtype", ""),
+            row.get("layout", ""), row.get("shape", ""), row.get("force", ""))
+
+
+def ratio_group(row):
+    """Where a row's ratio goes in the geometric means: the suite, and for
+    conv also the API."""
+    impl = conv_impl(row)
+    return f"{row['suite']} ({impl})" if impl else row["suite"]
+
+
+def conv_pairs(rows):
+    """[(legacy row or None, graph row or None)] for every conv case, in the
+    order of first appearance."""
+    pairs, index = [], {}
+    for row in rows:
+        impl = conv_impl(row)
+        if not impl:
+            continue
+        key = torch_key(row)
+        if key not in index:
+            index[key] = len(pairs)
+            pairs.append([None, None])
+        pairs[index[key]][0 if impl == "legacy" else 1] = row
+    return [tuple(p) for p in pairs]
 
 
 def read_rows(paths):
@@ -129,7 +181,7 @@ def op_label(row):
     if suite == "gemm":
         return "GEMM batched" if op == "gemm_batched" else "GEMM"
     if suite == "conv":
-        return "conv " + op.replace("_", " ")
+        return f"conv {base_op(row).replace('_', ' ')} ({conv_impl(row)})"
     if suite == "attention":
         backend = row.get("torch_backend") or "?"
         if row.get("force") == "cudnn":
@@ -287,6 +339,7 @@ def scaled_mm_case(torch, m, n, k, batch, device):
 
 def conv_case(torch, row, device):
     F = torch.nn.functional
+    set_conv_tf32(torch, row["dtype"] == "tf32")
     s = parse_shape(row["shape"])
     n, c, k, groups = (int(s[key]) for key in ("n", "c", "k", "groups"))
     spatial, window = dims(s["spatial"]), dims(s["window"])
@@ -309,16 +362,17 @@ def conv_case(torch, row, device):
 
     x = rand(n, c, *spatial)
     w = rand(k, c // groups, *window)
-    if row["op"] == "fwd":
+    op = base_op(row)
+    if op == "fwd":
         return lambda: conv(x, w, None, stride, pad, dilation, groups)
     y = conv(x, w, None, stride, pad, dilation, groups)
     dy = torch.rand_like(y) - 0.5
     if fmt is not None:
         dy = dy.contiguous(memory_format=fmt)
     masks = {"bwd_data": [True, False, False], "bwd_filter": [False, True, False]}
-    if row["op"] not in masks:
+    if op not in masks:
         raise Skip(f"unknown conv op {row['op']}")
-    mask = masks[row["op"]]
+    mask = masks[op]
     backward = torch.ops.aten.convolution_backward
     return lambda: backward(dy, x, w, None, stride, pad, dilation, False, [0] * nd, groups, mask)
 
@@ -614,8 +668,19 @@ def run_torch(torch, rows, budget_s, started, spent, progress=None):
     for row in rows:
         row["torch_us"] = row["torch_host_us"] = None
         row["torch_note"] = "not run (stopped)"
+    measured = {}  # torch_key -> the row that holds PyTorch's numbers
     for i, row in enumerate(rows):
         row["torch_note"] = ""
+        twin = measured.get(torch_key(row))
+        if twin is not None:
+            # The same PyTorch case (a conv case's other API): measured once.
+            for k in ("torch_us", "torch_host_us", "torch_note"):
+                row[k] = twin.get(k)
+            print(f"[{i + 1}/{len(rows)}] {row['suite']} {row['case']} {row['op']} {row['dtype']}: "
+                  f"ours {row.get('device_us') or '-'} µs, PyTorch as for {twin['op']}", flush=True)
+            if progress is not None:
+                progress()
+            continue
         if budget_s is not None and time.monotonic() - started > budget_s:
             row["torch_note"] = "skipped (time budget)"
             continue
@@ -636,6 +701,7 @@ def run_torch(torch, rows, budget_s, started, spent, progress=None):
             row["torch_note"] = f"error: {type(e).__name__}: {first[:120]}"
             torch.cuda.empty_cache()
         fn = None
+        measured[torch_key(row)] = row
         spent[row["suite"]] = spent.get(row["suite"], 0.0) + time.monotonic() - t
         theirs = f"{row['torch_us']:.1f} µs" if row["torch_us"] else row["torch_note"]
         extra = ""
@@ -682,7 +748,7 @@ def write_report(out, rows, notes, header_lines, spent, torch_ran):
         theirs = torch_rate(row) if torch_ran else None
         ratio = ours / theirs if ours and theirs else None
         if ratio and not row.get("force"):
-            ratios.setdefault(row["suite"], []).append(ratio)
+            ratios.setdefault(ratio_group(row), []).append(ratio)
         ours_cell = fmt_value(ours, row["metric"]) if ours else (row.get("detail") or "—")
         if theirs:
             theirs_cell = fmt_value(theirs, row["metric"])
@@ -712,6 +778,8 @@ def write_report(out, rows, notes, header_lines, spent, torch_ran):
         for suite, values in ratios.items():
             g = math.exp(sum(math.log(v) for v in values) / len(values))
             lines.append(f"- {suite}: {g:.2f} ({len(values)} row{'s' if len(values) != 1 else ''})")
+
+    lines += conv_table(rows, torch_ran)
 
     lines += [
         "",
@@ -755,6 +823,43 @@ def write_report(out, rows, notes, header_lines, spent, torch_ran):
     write_file(out, "\n".join(lines) + "\n")
 
 
+def conv_table(rows, torch_ran):
+    """Markdown lines: each conv case's legacy and graph rows side by side
+    against the one PyTorch measurement they share; [] without conv rows."""
+    pairs = conv_pairs(rows)
+    if not pairs:
+        return []
+    lines = [
+        "",
+        "## Convolution: legacy API and graph API against PyTorch",
+        "",
+        "Ours through cuDNN's legacy API (`cudnnConvolution*`, algorithm from the search) and "
+        "through its graph API (engine configurations autotuned, as PyTorch's benchmark mode "
+        "does); both against the same PyTorch run.",
+        "",
+        "The graph API's candidates are not quite PyTorch's: ours also leave out engines with the "
+        "numerical note REDUCED_PRECISION_REDUCTION, which PyTorch's filterEngineConfigs keeps "
+        "(both leave out DOWN_CONVERT_INPUTS ones); the detail column says how many were timed.",
+        "",
+        "| op | shape | dtype | legacy | graph | PyTorch | legacy / PyTorch | graph / PyTorch "
+        "| legacy algorithm | graph engine |",
+        "|---|---|---|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for legacy, graph in pairs:
+        first = legacy or graph
+        metric, theirs = first["metric"], torch_rate(first) if torch_ran else None
+        ours = [number(r.get("ours_value")) if r else None for r in (legacy, graph)]
+        values = [fmt_value(v, metric) if v else ((r.get("detail") or "—") if r else "not run")
+                  for v, r in zip(ours, (legacy, graph))]
+        ratios = [f"{v / theirs:.2f}" if v and theirs else "—" for v in ours]
+        details = [(r.get("detail") or "—") if r and v else "—" for v, r in zip(ours, (legacy, graph))]
+        theirs_cell = fmt_value(theirs, metric) if theirs else (first.get("torch_note") or "not run")
+        cells = [f"conv {base_op(first).replace('_', ' ')}", shape_label(first), dtype_label(first),
+                 *values, theirs_cell, *ratios, *details]
+        lines.append("| " + " | ".join(md_cell(v) for v in cells) + " |")
+    return lines
+
+
 def write_file(path, text):
     """Write whole or not at all (a stop mid-write leaves the last version)."""
     tmp = f"{path}.tmp"
@@ -777,7 +882,7 @@ def write_summary(path, rows, header, torch_ran):
         theirs = torch_rate(row) if torch_ran else None
         ratio = ours / theirs if ours and theirs else None
         if ratio and not row.get("force"):
-            ratios.setdefault(row["suite"], []).append(ratio)
+            ratios.setdefault(ratio_group(row), []).append(ratio)
         note = row.get("torch_note") or "-"
         short = ("stopped" if note.startswith("not run") else "no time" if "budget" in note
                  else "n/a" if note.startswith("skipped") else "error" if note.startswith("error") else note)
@@ -857,8 +962,8 @@ def compare(args, rows, both, started, state):
         return 2
 
     torch.backends.cudnn.benchmark = True
-    # Ours convolves f32 with CUDNN_DEFAULT_MATH, which allows TF32: do the same.
-    set_conv_tf32(torch, True)
+    # TF32 for convolutions is set per row (conv_case): on for ours' `tf32`
+    # rows, off for `f32` ones.
     for flag in ("allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction"):
         if hasattr(torch.backends.cuda.matmul, flag):
             setattr(torch.backends.cuda.matmul, flag, False)
@@ -869,7 +974,8 @@ def compare(args, rows, both, started, state):
     )
     header = [
         f"- {who}; import torch took {import_s:.1f} s",
-        "- PyTorch settings: cudnn.benchmark = True; TF32 for f32 convolutions (as ours); GEMM f32 "
+        "- PyTorch settings: cudnn.benchmark = True; TF32 for convolutions of our `tf32` rows, not "
+        "for `f32` ones (as ours); GEMM f32 "
         "without TF32 and tf32 with it; f16/bf16 GEMM with reduced-precision reductions off; "
         "SDPA: the backend PyTorch picks (named in the op column), and again with cuDNN forced",
         "- ours: the bench_* examples, run just before on the same device (their own tables are "

@@ -21,9 +21,13 @@
 #             and cudnn-candle/example_block (the same binary's trial
 #             of the candle_transformer_block example's check)          est  75  cap 150
 #   torch     our CSV benchmarks (bench_attention 1k/4k/8k first, then
-#             bench_gemm 0.1 s per case, bench_conv --quick --exhaustive,
+#             bench_gemm 0.1 s per case, bench_conv --quick --exhaustive
+#             --legacy-tc (legacy and graph API, every accepted graph
+#             candidate timed: ~30-40 s of plan building alone),
 #             bench_ops), then compare_torch.py: the same cases through
-#             PyTorch, attention first, on the same device              est 105  cap 150
+#             PyTorch, attention first, on the same device; the items'
+#             caps (40 + 10 + 65 + 5 + compare_torch 60) add up to the
+#             phase cap                                                  est 115  cap 180
 #   examples  the examples that run on a GPU, quick ones first (gemm,
 #             conv2d, graph_conv, lenet, ddp_lenet as one rank), then
 #             the ones that plan many graphs (attention, aot)            est  30  cap  75
@@ -35,7 +39,7 @@
 #   memcheck  compute-sanitizer memcheck on the runtime module and gemm's
 #             gemm_f32 tests; "not supported on this device's runtime"
 #             is a skip with its reason                                   est  35  cap  60
-# Estimates add up to 325 s (5.4 minutes). CHECK_BUDGET_S (default 345)
+# Estimates add up to 335 s (5.6 minutes). CHECK_BUDGET_S (default 345)
 # caps the whole run: a phase gets what is left of it, and a binary that
 # cannot start in time is reported as not run. PER_BINARY_TIMEOUT (default
 # 100) caps each test binary; a binary that ignores the TERM at its limit is
@@ -686,13 +690,18 @@ bench() { # NAME CAP BINARY ARGS...
 csvs=("$work/csv/attention.csv" "$work/csv/gemm.csv" "$work/csv/conv.csv" "$work/csv/ops.csv")
 csv_benches() {
     # Attention first: the newest cases, and compare_torch.py runs them first.
-    bench bench_attention 45 bench_attention --iters 5 --csv "$work/csv/attention.csv"
-    bench bench_gemm 30 bench_gemm --seconds 0.1 --csv "$work/csv/gemm.csv"
-    bench bench_conv 40 bench_conv --quick --exhaustive --csv "$work/csv/conv.csv"
-    bench bench_ops 20 bench_ops --csv "$work/csv/ops.csv"
+    # Caps: 40 + 10 + 65 + 5, and compare_torch's 60, are the phase's 180.
+    # The last device run (H100): bench_gemm 4 s, bench_ops 0 s, bench_conv
+    # 6 s before the graph rows (which build every accepted candidate:
+    # --plan-only --quick took 38 s on a shared 2-core host, 8.6 s for the
+    # first 16), compare_torch 32 s; bench_attention had failed at its start.
+    bench bench_attention 40 bench_attention --iters 5 --csv "$work/csv/attention.csv"
+    bench bench_gemm 10 bench_gemm --seconds 0.1 --csv "$work/csv/gemm.csv"
+    bench bench_conv 65 bench_conv --quick --exhaustive --legacy-tc --csv "$work/csv/conv.csv"
+    bench bench_ops 5 bench_ops --csv "$work/csv/ops.csv"
 }
 if selected torch; then
-    phase_begin torch 105 150
+    phase_begin torch 115 180
     csv_benches
     # compare_torch.py imports torch itself (the first import of the run).
     py="${python_bin:-python3}"
@@ -701,7 +710,7 @@ if selected torch; then
         --summary "$work/compare.txt" --budget-s "$((tl > 15 ? tl - 10 : 5))" "${csvs[@]}"
     phase_end
 else
-    phase_skip torch 105 150
+    phase_skip torch 115 180
 fi
 
 # ---------------------------------------------------------------------------

@@ -81,7 +81,7 @@ pub use ops::sdpa_fp8_bwd::{FP8_BWD_SCALE_NAMES, Fp8SdpaBackward};
 pub use ops::sdpa_softmax::SdpaSoftmax;
 #[doc(hidden)]
 pub use plan::LaunchStage;
-pub use plan::{BuildReport, Plan, Timings};
+pub use plan::{BuildReport, Plan, PlanTiming, Timings};
 pub use plan_auth::{
     Authentication, KEY_FILE_PREFIX, MAX_KEY_BYTES, MIN_KEY_BYTES, PlanKey, Trust,
 };

@@ -331,7 +331,9 @@ impl Plan {
     /// Build every accepted candidate, time each on the handle's device with
     /// scratch buffers (zeros) for every input and output, and keep the
     /// fastest. Returns it with `(engine, median ms)` for every plan timed,
-    /// in heuristic order. Needs a GPU.
+    /// in heuristic order. Needs a GPU. One engine can be timed several
+    /// times with other knobs: [`autotune_timed`](Self::autotune_timed) also
+    /// says which plan each timing belongs to.
     ///
     /// `target` must have the architecture of the handle's device (checked,
     /// as [`execute`](Self::execute) does). A target of the same architecture
@@ -352,6 +354,29 @@ impl Plan {
         handle: &mut crate::dnn::Handle,
         iterations: usize,
     ) -> Result<(Plan, Timings)> {
+        let (plan, timed) = Self::autotune_timed(graph, target, policy, handle, iterations)?;
+        Ok((
+            plan,
+            timed.iter().map(|t| (t.engine, t.median_ms)).collect(),
+        ))
+    }
+
+    /// [`autotune`](Self::autotune), with each timing's plan named by its
+    /// position in the list [`build_all`](Self::build_all) returns for the
+    /// same graph, target and policy (heuristic order; the same list on
+    /// every build). A plan whose first run fails is not timed, so positions
+    /// can skip; the returned plan is the one at the fastest timing's
+    /// position (the first of equal times).
+    ///
+    /// # Errors
+    /// As [`autotune`](Self::autotune).
+    pub fn autotune_timed(
+        graph: &OpGraph,
+        target: &Target,
+        policy: &Policy,
+        handle: &mut crate::dnn::Handle,
+        iterations: usize,
+    ) -> Result<(Plan, Vec<PlanTiming>)> {
         use crate::runtime::{DeviceBuffer, Event, Hazard};
         crate::runtime::forbid_during_capture(
             "Plan::autotune",
@@ -383,8 +408,11 @@ impl Plan {
         let ws_ptr = ws.as_raw_mut();
         let (start, end) = (Event::new()?, Event::new()?);
         let iterations = iterations.clamp(1, 1000);
-        let mut times = Vec::with_capacity(plans.len());
-        for p in &plans {
+        // Each timing names its index into `plans`: one engine can come
+        // several times with other knobs (tile sizes), so the engine alone
+        // does not name the plan that was fastest.
+        let mut timed = Vec::with_capacity(plans.len());
+        for (i, p) in plans.iter().enumerate() {
             // SAFETY: every pointer is a live device buffer of its tensor's
             // span (allocated above, freed after the stream is synchronized);
             // the workspace holds the largest plan's bytes.
@@ -401,26 +429,24 @@ impl Plan {
                 samples.push(Event::elapsed_ms(&start, &end)?);
             }
             samples.sort_by(f32::total_cmp);
-            times.push((p.engine, samples[samples.len() / 2]));
+            let median_ms = samples[samples.len() / 2];
+            timed.push(PlanTiming {
+                position: i,
+                engine: p.engine,
+                median_ms,
+            });
         }
         handle.stream().synchronize()?;
         drop(buffers);
         drop(ws);
-        let best = times
-            .iter()
-            .min_by(|a, b| a.1.total_cmp(&b.1))
-            .map(|t| t.0)
-            .ok_or_else(|| Error::Unsupported {
-                what: "autotune: no plan executed".to_string(),
-                needs: None,
-            })?;
-        let plan = plans
-            .into_iter()
-            .find(|p| p.engine == best)
-            .ok_or_else(|| {
-                Error::invalid("autotune", "lost the chosen plan", format!("{best:?}"))
-            })?;
-        Ok((plan, times))
+        let best = fastest_position(&timed).ok_or_else(|| Error::Unsupported {
+            what: "autotune: no plan executed".to_string(),
+            needs: None,
+        })?;
+        let plan = plans.into_iter().nth(best).ok_or_else(|| {
+            Error::invalid("autotune", "lost the chosen plan", format!("index {best}"))
+        })?;
+        Ok((plan, timed))
     }
 
     /// Workspace bytes an execution needs (cuDNN's, and after them, at
@@ -820,9 +846,113 @@ impl Plan {
 /// `(engine, median milliseconds)` per plan timed by [`Plan::autotune`].
 pub type Timings = Vec<(Option<i64>, f32)>;
 
+/// One plan timed by [`Plan::autotune_timed`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PlanTiming {
+    /// The plan's position in [`Plan::build_all`]'s list.
+    pub position: usize,
+    /// The plan's engine (one engine can come at several positions, with
+    /// other knobs).
+    pub engine: Option<i64>,
+    /// The median of the timed runs, milliseconds.
+    pub median_ms: f32,
+}
+
 // Plans are shared between threads (the descriptor behind a lock; the
 // cache's own assertion is in its file).
 const _: () = {
     fn shared<T: Send + Sync>() {}
     let _ = shared::<Plan>;
 };
+
+/// The position in `times` of the fastest timing (the first of equals), or
+/// `None` when there is none. By position, not by engine: an engine timed
+/// with several knob choices appears more than once.
+fn fastest(times: &[(Option<i64>, f32)]) -> Option<usize> {
+    times
+        .iter()
+        .enumerate()
+        .min_by(|a, b| a.1.1.total_cmp(&b.1.1))
+        .map(|(i, _)| i)
+}
+
+/// The `build_all` position of the fastest timing (the first of equals).
+fn fastest_position(timed: &[PlanTiming]) -> Option<usize> {
+    let times: Vec<(Option<i64>, f32)> = timed.iter().map(|t| (t.engine, t.median_ms)).collect();
+    fastest(&times)
+        .and_then(|i| timed.get(i))
+        .map(|t| t.position)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PlanTiming, fastest, fastest_position};
+
+    #[test]
+    fn fastest_position_names_the_plan_not_the_timing_index() {
+        // Plans 0..4 built, plan 1 failed its first run (not timed): the
+        // fastest timing is the third (index 2), which is plan 3.
+        let t = |position, engine, median_ms| PlanTiming {
+            position,
+            engine: Some(engine),
+            median_ms,
+        };
+        let timed = [t(0, 62, 3.0), t(2, 62, 2.0), t(3, 62, 1.0)];
+        assert_eq!(fastest_position(&timed), Some(3));
+        assert_eq!(fastest_position(&[]), None);
+    }
+
+    #[test]
+    fn fastest_is_by_position_not_by_engine() {
+        // Engine 62 twice (other knobs): its second configuration is the
+        // fastest; picking "the plan of engine 62" would return the first.
+        let times = [(Some(62), 3.0), (Some(62), 1.0), (Some(1), 2.0)];
+        assert_eq!(fastest(&times), Some(1));
+        // The first of equal times, as `Iterator::min_by`.
+        assert_eq!(fastest(&[(Some(5), 2.0), (Some(6), 2.0)]), Some(0));
+        assert_eq!(fastest(&[(None, 0.5)]), Some(0));
+        assert_eq!(fastest(&[]), None);
+    }
+
+    proptest::proptest! {
+        /// Against a plain scan as the truth: the position of the smallest
+        /// time, the first of equals, whatever the engines (few distinct
+        /// engines and times, so repeats of both are common).
+        #[test]
+        fn unit_property_fastest_is_the_first_smallest_time(
+            times in proptest::collection::vec((proptest::option::of(0i64..4), 0u8..6), 0..12),
+        ) {
+            let times: Vec<(Option<i64>, f32)> =
+                times.into_iter().map(|(e, t)| (e, f32::from(t) * 0.5)).collect();
+            let mut want = None;
+            for (i, t) in times.iter().enumerate() {
+                if want.is_none_or(|w: usize| t.1 < times[w].1) {
+                    want = Some(i);
+                }
+            }
+            proptest::prop_assert_eq!(fastest(&times), want);
+        }
+
+        /// Positions with gaps (plans whose first run failed): the answer is
+        /// the position of the first smallest time, by a plain scan.
+        #[test]
+        fn unit_property_fastest_position_skips_untimed_plans(
+            entries in proptest::collection::vec((0usize..3, 0u8..6), 0..12),
+        ) {
+            let mut position = 0;
+            let mut timed = Vec::new();
+            for (gap, ms) in entries {
+                position += gap;
+                timed.push(PlanTiming { position, engine: Some(62), median_ms: f32::from(ms) });
+                position += 1;
+            }
+            let mut want: Option<(usize, f32)> = None;
+            for x in &timed {
+                if want.is_none_or(|w| x.median_ms < w.1) {
+                    want = Some((x.position, x.median_ms));
+                }
+            }
+            proptest::prop_assert_eq!(fastest_position(&timed), want.map(|w| w.0));
+        }
+    }
+}

@@ -520,21 +520,80 @@ pub fn main() {
                 break;
             }
         }
-        let (best, times) = Plan::autotune(&og, &target()?, &policy, &mut handle, 10)?;
-        let first = times.first().ok_or("no timings")?;
-        let chosen = times
-            .iter()
-            .find(|t| t.0 == best.engine())
-            .ok_or("chosen not timed")?;
-        eprintln!(
-            "  timings (engine, ms): {times:?}; chosen {:?}",
-            best.engine()
-        );
+        // The old API answers (engine, ms) for each plan timed.
+        let (_, times) = Plan::autotune(&og, &target()?, &policy, &mut handle, 3)?;
+        ensure!(!times.is_empty(), "no timings");
+        // The chosen plan is the build_all plan at the fastest timing's
+        // position (found here by a plain scan, the first of equals): its
+        // cuDNN JSON (engine and knobs) is compared, not only its engine.
+        let t = target()?;
+        let (plans, _) = Plan::build_all(&og, &t, &policy)?;
+        let (best, timed) = Plan::autotune_timed(&og, &t, &policy, &mut handle, 10)?;
+        eprintln!("  timings: {timed:?}; chosen engine {:?}", best.engine());
+        let mut fastest = 0;
+        for (i, x) in timed.iter().enumerate() {
+            if x.median_ms < timed[fastest].median_ms {
+                fastest = i;
+            }
+        }
+        let at = timed[fastest].position;
+        let want = plans
+            .get(at)
+            .ok_or("fastest position past build_all's plans")?;
         ensure!(
-            chosen.1.total_cmp(&first.1).is_le(),
-            "chosen {:?} ms slower than the heuristic's first {:?}",
-            chosen,
-            first
+            best.cudnn_json()? == want.cudnn_json()?,
+            "chosen plan is not build_all's #{at} (the fastest timing {:?})",
+            timed[fastest]
+        );
+        Ok(())
+    }));
+    // One engine often comes with several knob choices (on an H100, 30
+    // configurations of one engine for this 1x1 bf16 convolution): the plan
+    // autotune returns must be the fastest configuration, not the first of
+    // the fastest engine. Its cuDNN JSON (engine and knobs) is compared with
+    // the one of the plan build_all lists at the fastest timing's position.
+    t.push(gpu("autotune_returns_the_fastest_configuration", || {
+        let mut g = Graph::new();
+        let x = g.input("x", TensorSpec::nhwc(DType::BF16, &[32, 64, 56, 56])?)?;
+        let w = g.input("w", TensorSpec::nhwc(DType::BF16, &[256, 64, 1, 1])?)?;
+        let y = g.conv_fprop(x, w, &ConvParams::new_2d([0, 0], [1, 1], [1, 1]))?;
+        g.output(y, DType::BF16)?;
+        let og = g.build()?;
+        let stream = Stream::new()?;
+        let mut handle = Handle::new(&stream)?;
+        let (t, policy) = (target()?, Policy::default().with_max_attempts(64));
+        let (plans, _) = Plan::build_all(&og, &t, &policy)?;
+        let (best, timed) = Plan::autotune_timed(&og, &t, &policy, &mut handle, 5)?;
+        let mut fastest = 0;
+        for (i, x) in timed.iter().enumerate() {
+            if x.median_ms < timed[fastest].median_ms {
+                fastest = i;
+            }
+        }
+        let engines: Vec<Option<i64>> = plans.iter().map(Plan::engine).collect();
+        eprintln!(
+            "  {} plans ({} timed), engines {engines:?}; fastest {:?}",
+            plans.len(),
+            timed.len(),
+            timed[fastest]
+        );
+        // Each timing names its plan's position (plans that failed their
+        // first run are skipped without shifting the others).
+        for x in &timed {
+            let p = plans
+                .get(x.position)
+                .ok_or("position past build_all's plans")?;
+            ensure!(
+                p.engine() == x.engine,
+                "timing {x:?} against plan engine {:?}",
+                p.engine()
+            );
+        }
+        let at = timed[fastest].position;
+        ensure!(
+            best.cudnn_json()? == plans[at].cudnn_json()?,
+            "autotune returned another configuration than its fastest (#{at}, engine {:?})",
+            timed[fastest].engine
         );
         Ok(())
     }));

@@ -15,6 +15,7 @@ mod support;
 mod algo_cache;
 mod bind_by_tensor;
 mod conv;
+mod convbench;
 mod cuda_graphs;
 #[cfg(feature = "cudarc")]
 mod cudarc_interop;
@@ -58,7 +59,7 @@ mod sdpa_softmax;
 
 tier_main! {
     mods: [
-        algo_cache, bind_by_tensor, conv, cuda_graphs, descriptors, fp8_gemm, fuzz_backend, fuzz_graph,
+        algo_cache, bind_by_tensor, conv, convbench, cuda_graphs, descriptors, fp8_gemm, fuzz_backend, fuzz_graph,
         fuzz_graph_fp8, fuzz_plan_files, gemm, graph, graph_files, graph_fp8,
         graph_norm_attention, handles, issue34, nccl, nccl_groups, nccl_rendezvous,
         nccl_rendezvous_attacks, nccl_rendezvous_tcp, no_device, ops, perf, plan_json_softmax,
