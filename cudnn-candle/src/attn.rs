@@ -610,6 +610,8 @@ impl CustomOp3 for FlashAttnBwd {
 /// with the head dim contiguous (else a contiguous copy, so the output is
 /// candle-contiguous).
 pub(crate) fn q_ready(q: &Tensor) -> candle_core::Result<Tensor> {
+    crate::precheck::attn_input("q", q)?;
+    crate::precheck::prepared();
     if q.stride().last() == Some(&1) && params::bshd_ordered(q.dims(), q.stride()) {
         aligned(q.clone())
     } else {
@@ -644,8 +646,16 @@ pub(crate) fn kv_len(k: &Tensor) -> usize {
     }
 }
 
-/// k or v as the op needs it: the head dim contiguous, no broadcast stride.
+/// k or v as the op needs it: the head dim contiguous, no broadcast
+/// stride; its dtype checked first (named `k / v`: see [`kv_ready_named`]).
 pub(crate) fn kv_ready(t: &Tensor) -> candle_core::Result<Tensor> {
+    kv_ready_named("k / v", t)
+}
+
+/// [`kv_ready`], a refused dtype naming `name`.
+pub(crate) fn kv_ready_named(name: &str, t: &Tensor) -> candle_core::Result<Tensor> {
+    crate::precheck::attn_input(name, t)?;
+    crate::precheck::prepared();
     let ok = t.stride().last() == Some(&1)
         && t.dims()
             .iter()
@@ -673,6 +683,7 @@ pub fn flash_attn_with(
     params: &AttnParams,
 ) -> candle_core::Result<Tensor> {
     let admit = crate::capture::admit("attention")?;
+    crate::precheck::attn_inputs(["q", "k", "v"], [q, k, v], params)?;
     if let Some((q2, p2)) = sink_decode_pad(q, kv_len(k), params)? {
         if admit.is_some() {
             return Err(to_candle(crate::capture::refusal(
@@ -721,7 +732,11 @@ pub fn flash_attn_with(
         cache_seqlens: None,
         bias,
     };
-    let (qr, kr, vr) = (q_ready(q)?, kv_ready(k)?, kv_ready(v)?);
+    let (qr, kr, vr) = (
+        q_ready(q)?,
+        kv_ready_named("k", k)?,
+        kv_ready_named("v", v)?,
+    );
     for (name, t, r) in [("q", q, &qr), ("k", k, &kr), ("v", v, &vr)] {
         crate::capture::no_copy(&admit, name, t, r)?;
     }
@@ -770,6 +785,7 @@ pub fn flash_attn_kvcache(
         "flash_attn_kvcache",
         "cache_seqlens would be read on the host (a synchronization)",
     )?;
+    crate::precheck::attn_inputs(["q", "k_cache", "v_cache"], [q, k_cache, v_cache], params)?;
     if let Some((q2, p2)) = sink_decode_pad(q, kv_len(k_cache), params)? {
         return flash_attn_kvcache(&q2, k_cache, v_cache, cache_seqlens, &p2)?.narrow(1, 1, 1);
     }

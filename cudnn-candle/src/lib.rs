@@ -139,6 +139,8 @@ pub mod norm_graphs;
 mod paged;
 pub mod params;
 #[doc(hidden)]
+pub mod precheck;
+#[doc(hidden)]
 pub mod run;
 mod side;
 mod sink_grad;

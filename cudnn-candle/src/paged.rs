@@ -189,16 +189,20 @@ fn host_ints(name: &str, t: &Tensor, rank: usize) -> candle_core::Result<Vec<i64
             format!("{:?}", t.dims()),
         )));
     }
+    // The dtype before `flatten_all` (a copy when `t` is strided).
+    if !matches!(t.dtype(), CDType::I32 | CDType::U32 | CDType::I64) {
+        return Err(to_candle(Error::invalid(
+            format!("{name} dtype"),
+            "must be i32 (FlashAttention's), u32 or i64",
+            format!("{:?}", t.dtype()),
+        )));
+    }
+    crate::precheck::prepared();
     let flat = t.flatten_all()?;
     match t.dtype() {
         CDType::I32 => Ok(flat.to_vec1::<i32>()?.into_iter().map(i64::from).collect()),
         CDType::U32 => Ok(flat.to_vec1::<u32>()?.into_iter().map(i64::from).collect()),
-        CDType::I64 => flat.to_vec1::<i64>(),
-        other => Err(to_candle(Error::invalid(
-            format!("{name} dtype"),
-            "must be i32 (FlashAttention's), u32 or i64",
-            format!("{other:?}"),
-        ))),
+        _ => flat.to_vec1::<i64>(),
     }
 }
 
@@ -238,6 +242,7 @@ pub fn flash_attn_paged(
         "flash_attn_paged",
         "the block table and cache_seqlens would be read on the host (a synchronization)",
     )?;
+    crate::precheck::attn_inputs(["q", "k_cache", "v_cache"], [q, k_cache, v_cache], params)?;
     // A sequence holds at most max_blocks_per_seq * block_size keys.
     let max_kv = match (block_table.dims(), k_cache.dims()) {
         ([_, per_seq], [_, bs, _, _]) => per_seq.saturating_mul(*bs),

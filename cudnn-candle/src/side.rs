@@ -53,6 +53,12 @@ pub(crate) fn f32_view<'a>(
 /// `(batch, heads)` slopes whose rows differ (typed, naming
 /// `alibi_slopes`); candle's.
 pub(crate) fn ready_params(p: &AttnParams) -> candle_core::Result<AttnParams> {
+    crate::precheck::side_dtypes(
+        p.alibi_slopes.as_ref().map(Tensor::dtype),
+        p.sinks.as_ref().map(Tensor::dtype),
+    )
+    .c()?;
+    crate::precheck::prepared();
     let mut p = p.clone();
     if let Some(t) = &p.alibi_slopes {
         let t = if t.rank() == 2 {
@@ -108,6 +114,8 @@ pub(crate) fn sink_decode_pad(
     if p.sinks.is_none() || q.rank() != 4 || q.dim(1)? != 1 {
         return Ok(None);
     }
+    crate::precheck::attn_input("q", q)?;
+    crate::precheck::prepared();
     Ok(Some((
         Tensor::cat(&[q, q], 1)?,
         params::single_row_mask(p, max_kv),
@@ -186,9 +194,13 @@ mod tests {
 
     #[test]
     fn sink_decode_pad_repeats_the_row_only_for_decode_with_sinks() {
+        // f16 (attention's dtypes; 0..16 exact): other dtypes are refused
+        // before the copy.
         let q = Tensor::arange(0f32, 16.0, &Device::Cpu)
             .unwrap()
             .reshape((2, 1, 2, 4))
+            .unwrap()
+            .to_dtype(CDType::F16)
             .unwrap();
         let sinks = Tensor::zeros(2, CDType::F32, &Device::Cpu).unwrap();
         let p = AttnParams::new(1.0).sinks(Some(sinks));
@@ -197,6 +209,7 @@ mod tests {
         assert_eq!(q2.dims(), [2, 2, 2, 4]);
         for row in 0..2 {
             let r = q2.narrow(1, row, 1).unwrap().flatten_all().unwrap();
+            let r = r.to_dtype(CDType::F32).unwrap();
             assert_eq!(
                 r.to_vec1::<f32>().unwrap(),
                 (0..16).map(|x| x as f32).collect::<Vec<_>>()
@@ -207,7 +220,11 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
-        let q3 = Tensor::zeros((1, 3, 2, 4), CDType::F32, &Device::Cpu).unwrap();
+        let q3 = Tensor::zeros((1, 3, 2, 4), CDType::F16, &Device::Cpu).unwrap();
+        // A refused dtype is typed, before the copy.
+        let q8 = q.to_dtype(CDType::F32).unwrap();
+        let e = sink_decode_pad(&q8, 5, &p).unwrap_err().to_string();
+        assert!(e.contains("q dtype"), "{e}");
         assert!(sink_decode_pad(&q3, 5, &p).unwrap().is_none());
     }
 

@@ -80,6 +80,7 @@ pub fn flash_attn_varlen_with(
         "flash_attn_varlen",
         "seqlens would be read on the host (a synchronization)",
     )?;
+    crate::precheck::attn_inputs(["q", "k", "v"], [q, k, v], params)?;
     let (cu_q, cu_k) = (
         host_seqlens("seqlens_q", seqlens_q)?,
         host_seqlens("seqlens_k", seqlens_k)?,

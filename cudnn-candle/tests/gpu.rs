@@ -7,6 +7,8 @@
 // them (as in the crate's own test binaries).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "gpu/attn_options.rs"]
+mod attn_options;
 #[path = "gpu_parts/bench.rs"]
 mod bench;
 #[path = "../examples/candle_transformer_block/block.rs"]
@@ -963,6 +965,7 @@ fn main() {
     trials.extend(capture::paged_trials());
     trials.extend(capture_review::trials());
     trials.extend(varlen_alibi::trials());
+    trials.extend(attn_options::trials());
     trials.extend(sink_grad::trials());
     trials.extend(conv_norm_views::trials());
     trials.extend(gemm::trials());
