@@ -124,8 +124,10 @@ pub(crate) struct FlashAttn {
     pub(crate) varlen: Option<VarlenArgs>,
     /// A KV cache's valid lengths (forward only).
     pub(crate) cache_seqlens: Option<Vec<u32>>,
-    /// FlashAttention's ALiBi as a score bias `(1, heads, seq_q, seq_kv)`
-    /// f32, mask included (dense calls cuDNN's ALiBi cannot serve).
+    /// FlashAttention's ALiBi as a score bias f32, mask included, where
+    /// cuDNN's ALiBi cannot serve it: `(1, heads, seq_q, seq_kv)` in dense
+    /// calls, `(batch, heads, seq_q, seq_kv)` (per sequence) in varlen and
+    /// KV-cache calls.
     pub(crate) bias: Option<Tensor>,
 }
 
@@ -199,7 +201,11 @@ impl FlashAttn {
                         (d, None, None)
                     }
                     Some(lens) => {
-                        let kc = params::kvcache(&qa, &ka, &va, lens, &self.params).c()?;
+                        let mut kc = params::kvcache(&qa, &ka, &va, lens, &self.params).c()?;
+                        if self.bias.is_some() {
+                            // FlashAttention's ALiBi per sequence (`cache_alibi`).
+                            kc.dense.cfg = crate::varlen_bias::with_varlen_bias(kc.dense.cfg);
+                        }
                         if crate::capture::is_capturing() {
                             // The lengths go to buffers the captured step
                             // owns (written before each launch).
@@ -789,13 +795,26 @@ pub fn flash_attn_kvcache(
     if let Some((q2, p2)) = sink_decode_pad(q, kv_len(k_cache), params)? {
         return flash_attn_kvcache(&q2, k_cache, v_cache, cache_seqlens, &p2)?.narrow(1, 1, 1);
     }
+    let lens = cache_seqlens.to_vec1::<u32>()?;
+    let wide: Vec<i64> = lens.iter().map(|&l| i64::from(l)).collect();
+    let (p, bias) = crate::cache_alibi::for_call(
+        "cudnn_candle::flash_attn_kvcache",
+        q,
+        ready_params(params)?,
+        &wide,
+        kv_len(k_cache),
+    )?;
     let op = FlashAttn {
-        params: ready_params(params)?,
+        params: p,
         varlen: None,
-        cache_seqlens: Some(cache_seqlens.to_vec1::<u32>()?),
-        bias: None,
+        cache_seqlens: Some(lens),
+        bias,
     };
-    q_ready(q)?.apply_op3(&kv_ready(k_cache)?, &kv_ready(v_cache)?, op)
+    q_ready(q)?.apply_op3(
+        &kv_ready_named("k_cache", k_cache)?,
+        &kv_ready_named("v_cache", v_cache)?,
+        op,
+    )
 }
 
 /// FlashAttention: `softmax(softmax_scale * q kᵀ) v` per head, causal

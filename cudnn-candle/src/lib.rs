@@ -123,6 +123,7 @@
 
 mod alibi;
 pub mod attn;
+mod cache_alibi;
 pub mod capture;
 pub mod conv;
 #[doc(hidden)]

@@ -25,6 +25,9 @@ pub(crate) struct PagedAttn {
     table_dims: Vec<usize>,
     table: Vec<i64>,
     cache_seqlens: Vec<i64>,
+    /// FlashAttention's ALiBi as a per-sequence score bias `(batch, heads,
+    /// seq_q, max_blocks_per_seq * block_size)` f32 (`cache_alibi`).
+    bias: Option<Tensor>,
 }
 
 impl PagedAttn {
@@ -40,6 +43,7 @@ impl PagedAttn {
             table_dims,
             table,
             cache_seqlens,
+            bias: None,
         }
     }
 
@@ -54,7 +58,7 @@ impl PagedAttn {
         same_dtype(q, k, "k_cache")?;
         same_dtype(q, v, "v_cache")?;
         let dev = &q.device;
-        let p = params::paged(
+        let mut p = params::paged(
             &arg("q", ql, q.dtype()),
             &arg("k_cache", kl, k.dtype()),
             &arg("v_cache", vl, v.dtype()),
@@ -63,6 +67,9 @@ impl PagedAttn {
             &self.params,
         )
         .c()?;
+        if self.bias.is_some() {
+            p.cfg = crate::varlen_bias::with_varlen_bias(p.cfg);
+        }
         if !params::bshd_ordered(ql.dims(), ql.stride()) {
             return Err(to_candle(Error::invalid(
                 "q strides",
@@ -112,8 +119,12 @@ impl PagedAttn {
             .as_ref()
             .map(|t| t.storage_and_layout());
         let gs = self.params.sinks.as_ref().map(|t| t.storage_and_layout());
+        let gb = self.bias.as_ref().map(|t| t.storage_and_layout());
         let extras = Extras {
-            bias: None,
+            bias: gb
+                .as_ref()
+                .map(|(st, l)| crate::side::f32_view(st, l, q, "alibi bias"))
+                .transpose()?,
             alibi: ga
                 .as_ref()
                 .map(|(st, l)| crate::side::f32_view(st, l, q, "alibi_slopes"))
@@ -252,11 +263,17 @@ pub fn flash_attn_paged(
         return flash_attn_paged(&q2, k_cache, v_cache, block_table, cache_seqlens, &p2)?
             .narrow(1, 1, 1);
     }
+    let p = crate::side::ready_params(params)?;
+    let table = host_ints("block_table", block_table, 2)?;
+    let lens = host_ints("cache_seqlens", cache_seqlens, 1)?;
+    let (p, bias) =
+        crate::cache_alibi::for_call("cudnn_candle::flash_attn_paged", q, p, &lens, max_kv)?;
     let op = PagedAttn {
-        params: crate::side::ready_params(params)?,
+        params: p,
         table_dims: block_table.dims().to_vec(),
-        table: host_ints("block_table", block_table, 2)?,
-        cache_seqlens: host_ints("cache_seqlens", cache_seqlens, 1)?,
+        table,
+        cache_seqlens: lens,
+        bias,
     };
     q_ready(q)?.apply_op3_no_bwd(
         &crate::conv::for_cudnn(k_cache)?,

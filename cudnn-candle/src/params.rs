@@ -379,7 +379,7 @@ fn extras(mut cfg: SdpaConfig, p: &AttnParams, m: Mask) -> Result<SdpaConfig> {
         if !m.causal || m.diagonal != DiagonalAlignment::TopLeft {
             return Err(Error::Unsupported {
                 what: format!(
-                    "alibi_slopes with {} in a varlen, KV-cache or paged call (cuDNN's ALiBi needs a causal mask aligned top-left: a varlen call whose every sequence has as many keys as queries; dense calls take FlashAttention's other ALiBi forms as a score bias, these calls do not: a per-sequence bias over ragged tensors is not in this version)",
+                    "alibi_slopes with {} in cuDNN's ALiBi (it needs a causal mask aligned top-left: a dense call with seq_q == seq_kv, or a varlen, KV-cache or paged call whose every sequence has as many keys as queries; the entry points give other calls FlashAttention's ALiBi as a score bias instead)",
                     if m.causal {
                         "a bottom-right causal mask (a sequence with seqlen_q != seqlen_k, or a KV cache)"
                     } else {
@@ -387,7 +387,7 @@ fn extras(mut cfg: SdpaConfig, p: &AttnParams, m: Mask) -> Result<SdpaConfig> {
                     }
                 ),
                 needs: Some(
-                    "a dense call (flash_attn_with / flash_attn_alibi), or a causal varlen call with seqlens_q == seqlens_k"
+                    "the entry points (flash_attn_alibi, flash_attn_varlen_alibi, flash_attn_kvcache, flash_attn_paged), which build the score bias"
                         .to_string(),
                 ),
             });
@@ -609,13 +609,7 @@ pub fn varlen(
     let [h, d] = [q.dims[1], q.dims[2]];
     let [hkv, dv] = [k.dims[1], v.dims[2]];
     let mut m = mask(p, max_seqlen_q, max_seqlen_k, true)?;
-    if p.alibi_slopes.is_some() && m.causal && lens_q == lens_kv {
-        // Every sequence has as many keys as queries: its bottom-right
-        // diagonal is its top-left one, where cuDNN's ALiBi (`slope * (col
-        // - row)`, per sequence) is FlashAttention's `-slope * |i + s_k -
-        // s_q - j|` on every key a causal row sees.
-        m.diagonal = DiagonalAlignment::TopLeft;
-    }
+    alibi_top_left(p, &mut m, &lens_q, &lens_kv);
     let mut cfg = SdpaConfig::new(
         to_i64("batch", lens_q.len())?,
         to_i64("q heads", h)?,
@@ -636,6 +630,18 @@ pub fn varlen(
         lens_q,
         lens_kv,
     })
+}
+
+/// With ALiBi slopes, a causal call whose every sequence has as many keys
+/// as queries (`lens_q == lens_kv`) is aligned top-left: its bottom-right
+/// diagonal is its top-left one, where cuDNN's ALiBi (`slope * (col -
+/// row)`, per sequence) is FlashAttention's `-slope * |i + s_k - s_q - j|`
+/// on every key a causal row sees. Other calls keep `m` (the entry points
+/// give them a score bias instead; `extras` refuses the slopes there).
+pub(crate) fn alibi_top_left(p: &AttnParams, m: &mut Mask, lens_q: &[i32], lens_kv: &[i32]) {
+    if p.alibi_slopes.is_some() && m.causal && lens_q == lens_kv {
+        m.diagonal = DiagonalAlignment::TopLeft;
+    }
 }
 
 /// A call against a KV cache of fixed capacity (FlashAttention's
@@ -666,11 +672,20 @@ pub fn kvcache(
     cache_seqlens: &[u32],
     p: &AttnParams,
 ) -> Result<KvCache> {
-    let mut d = dense(q, k, v, p)?;
+    // The slopes are applied below, with this call's mask.
+    let mut d = dense(q, k, v, &p.clone().alibi_slopes(None))?;
     let (b, sq, cap) = (q.dims[0], q.dims[1], k.dims[1]);
-    let m = mask(p, sq, cap, true)?;
-    d.cfg = d.cfg.padding(true).diagonal(m.diagonal);
+    let mut m = mask(p, sq, cap, true)?;
     let (lens_q, lens_kv) = kvcache_lens(b, sq, cap, m.causal, cache_seqlens)?;
+    alibi_top_left(p, &mut m, &lens_q, &lens_kv);
+    d.cfg = d.cfg.padding(true).diagonal(m.diagonal);
+    if p.alibi_slopes.is_some() {
+        let slopes_only = AttnParams {
+            sinks: None,
+            ..p.clone()
+        };
+        d.cfg = extras(d.cfg, &slopes_only, m)?;
+    }
     Ok(KvCache {
         dense: d,
         lens_q,

@@ -31,9 +31,9 @@ fn host_seqlens(name: &str, t: &Tensor) -> candle_core::Result<Vec<u32>> {
 /// # Errors
 /// q not on a CUDA device, slopes on another device (typed, naming
 /// `alibi_slopes`), the driver's memory query.
-fn bias_cap(q: &Tensor, slopes: &Tensor) -> candle_core::Result<usize> {
+pub(crate) fn bias_cap(op: &str, q: &Tensor, slopes: &Tensor) -> candle_core::Result<usize> {
     let candle_core::Device::Cuda(d) = q.device() else {
-        return Err(crate::attn::on_cuda("flash_attn_varlen"));
+        return Err(crate::attn::on_cuda(op));
     };
     if !slopes.device().same_device(q.device()) {
         return Err(to_candle(Error::mismatch(
@@ -88,7 +88,7 @@ pub fn flash_attn_varlen_with(
     let mut p = ready_params(params)?;
     let heads = if q.rank() == 3 { q.dim(1)? } else { 0 };
     let cap = match &p.alibi_slopes {
-        Some(sl) => bias_cap(q, sl)?,
+        Some(sl) => bias_cap("cudnn_candle::flash_attn_varlen", q, sl)?,
         None => 0,
     };
     let bias = crate::varlen_bias::varlen_alibi_bias(

@@ -86,24 +86,48 @@ pub(crate) fn varlen_alibi_bias(
     heads: usize,
     cap_bytes: usize,
 ) -> candle_core::Result<Option<Tensor>> {
-    let Some(slopes) = &p.alibi_slopes else {
+    if p.alibi_slopes.is_none() {
         return Ok(None);
-    };
+    }
     let lens_q = params::lengths("seqlens_q", cu_q, total_q, max_q).c()?;
     let lens_k = params::lengths("seqlens_k", cu_k, total_k, max_k).c()?;
     if !needs_bias(p, &lens_q, &lens_k, (max_q, max_k)).c()? {
         return Ok(None);
     }
+    lens_bias(p, (&lens_q, &lens_k), (max_q, max_k), heads, cap_bytes).map(Some)
+}
+
+/// The per-sequence bias `[batch, heads, max_q, max_k]` f32 of checked
+/// lengths (varlen, KV-cache and paged calls): sequence `b`'s block the
+/// dense bias of `lens_q[b]` queries and `lens_k[b]` keys, zero padding
+/// around it; its size checked against `cap_bytes` first ([`bias_elems`]).
+///
+/// # Errors
+/// As [`varlen_alibi_bias`] (no slopes: typed, naming `alibi_slopes`).
+pub(crate) fn lens_bias(
+    p: &AttnParams,
+    (lens_q, lens_k): (&[i32], &[i32]),
+    (max_q, max_k): (usize, usize),
+    heads: usize,
+    cap_bytes: usize,
+) -> candle_core::Result<Tensor> {
+    let Some(slopes) = &p.alibi_slopes else {
+        return Err(crate::device::to_candle(cudnn::Error::invalid(
+            "alibi_slopes",
+            "must be given for an ALiBi bias",
+            "None",
+        )));
+    };
     bias_elems((lens_q.len(), heads), (max_q, max_k), cap_bytes).c()?;
     let mut blocks = Vec::with_capacity(lens_q.len());
-    for (&lq, &lk) in lens_q.iter().zip(&lens_k) {
+    for (&lq, &lk) in lens_q.iter().zip(lens_k) {
         let (lq, lk) = (lq.max(0) as usize, lk.max(0) as usize);
         let b = alibi_bias_tensor(slopes, p, (lq, lk, heads))?
             .pad_with_zeros(2, 0, max_q.saturating_sub(lq))?
             .pad_with_zeros(3, 0, max_k.saturating_sub(lk))?;
         blocks.push(b);
     }
-    Ok(Some(Tensor::cat(&blocks, 0)?.contiguous()?))
+    Tensor::cat(&blocks, 0)?.contiguous()
 }
 
 /// `cfg` with the varlen bias input: `[B, H, S_q, S_kv]` f32, no dBias.

@@ -7,9 +7,12 @@
 //! FlashAttention) against candle's CPU autograd.
 
 use candle_core::{DType, Device, Tensor};
+use cudnn_candle::AttnParams;
 
-use super::{cuda, typed};
+use super::{close, cuda, inputs, on, paged_case, reference, sinks, slopes, tol, typed};
 use crate::support::{TestResult, Trial, gpu};
+
+const S: f32 = 0.125;
 
 /// `r`'s error is the crate's, its text containing `what`.
 fn refused(r: candle_core::Result<Tensor>, what: &str) -> TestResult {
@@ -73,9 +76,145 @@ fn f8_inputs_refused_typed() -> TestResult {
     refused(cudnn_candle::conv2d(&xf, &w8, 1, 1, 1, 1), "w dtype (x's)")
 }
 
+/// `flash_attn_kvcache` with ALiBi: a cache of capacity `cap`, sequences
+/// at `lens`, `sq` queries each, `steps` steps (each length + `sq`, up to
+/// the capacity): each sequence against the CPU reference of its valid
+/// prefix alone (FlashAttention's ALiBi for `sq` queries and `len` keys),
+/// and one plan for the whole loop (the bias's shape does not change).
+fn kvcache_case(
+    (b, sq, h, hkv, d, cap): (usize, usize, usize, usize, usize, usize),
+    mut lens: Vec<u32>,
+    dt: DType,
+    p: AttnParams,
+    steps: usize,
+) -> TestResult {
+    let dev = cuda()?;
+    let p = on(&dev, p)?;
+    let (_, kc, vc) = inputs((b, 1, h, d), (b, cap, hkv, d), dt)?;
+    let (kg, vg) = (
+        kc.to_dtype(dt)?.to_device(&dev)?,
+        vc.to_dtype(dt)?.to_device(&dev)?,
+    );
+    let mut builds = None;
+    for _ in 0..steps {
+        let (q, _, _) = inputs((b, sq, h, d), (1, 1, 1, 1), dt)?;
+        let cl = Tensor::new(lens.as_slice(), &dev)?;
+        let got =
+            cudnn_candle::flash_attn_kvcache(&q.to_dtype(dt)?.to_device(&dev)?, &kg, &vg, &cl, &p)?;
+        for (i, &l) in lens.iter().enumerate() {
+            let l = l as usize;
+            let want = reference(
+                &q.narrow(0, i, 1)?,
+                &kc.narrow(0, i, 1)?.narrow(1, 0, l)?,
+                &vc.narrow(0, i, 1)?.narrow(1, 0, l)?,
+                &p,
+            )?;
+            close("o", &got.narrow(0, i, 1)?, &want, tol(dt))?;
+        }
+        let now = cudnn_candle::plans().stats().builds;
+        assert!(
+            builds.is_none_or(|b| b == now),
+            "a decode step planned again"
+        );
+        builds = Some(now);
+        lens.iter_mut()
+            .for_each(|l| *l = (*l + sq as u32).min(cap as u32));
+    }
+    Ok(())
+}
+
 pub fn trials() -> Vec<Trial> {
-    vec![gpu(
-        "f8_inputs_refused_typed_before_a_copy",
-        f8_inputs_refused_typed,
-    )]
+    let alibi = |h: usize| AttnParams::new(S).alibi_slopes(Some(slopes(h)));
+    vec![
+        gpu(
+            "f8_inputs_refused_typed_before_a_copy",
+            f8_inputs_refused_typed,
+        ),
+        gpu("flash_attn_kvcache_alibi_decode_loop_bf16", move || {
+            // One query per step (the score bias), GQA, lengths apart.
+            kvcache_case(
+                (4, 1, 8, 2, 64, 64),
+                vec![3, 17, 40, 9],
+                DType::BF16,
+                alibi(8).causal(true),
+                4,
+            )
+        }),
+        gpu("flash_attn_kvcache_alibi_chunk_windowed_f16", move || {
+            // A causal chunk of 4 queries after a prefix, a left window.
+            kvcache_case(
+                (3, 4, 4, 4, 64, 48),
+                vec![4, 20, 33],
+                DType::F16,
+                alibi(4).window(Some(7), Some(0)),
+                3,
+            )
+        }),
+        gpu("flash_attn_kvcache_alibi_not_causal_f16", move || {
+            kvcache_case((2, 3, 4, 2, 64, 32), vec![5, 30], DType::F16, alibi(4), 2)
+        }),
+        gpu("flash_attn_kvcache_alibi_native_prefill_bf16", move || {
+            // Every length seq_q, causal: cuDNN's own ALiBi (top-left).
+            kvcache_case(
+                (2, 16, 8, 8, 64, 64),
+                vec![16, 16],
+                DType::BF16,
+                alibi(8).causal(true),
+                1,
+            )
+        }),
+        gpu("flash_attn_kvcache_alibi_sinks_decode_bf16", move || {
+            // Sinks and ALiBi in a decode step (two-row query, the bias of
+            // the distance form).
+            kvcache_case(
+                (2, 1, 4, 4, 64, 32),
+                vec![5, 31],
+                DType::BF16,
+                alibi(4).causal(true).sinks(Some(sinks(4))),
+                2,
+            )
+        }),
+        gpu("flash_attn_kvcache_alibi_batch_heads_slopes", move || {
+            // (batch, heads) slopes with equal rows, as FlashAttention takes.
+            let sl = slopes(4);
+            let both = Tensor::stack(&[&sl, &sl], 0)?;
+            kvcache_case(
+                (2, 1, 4, 4, 64, 32),
+                vec![7, 20],
+                DType::BF16,
+                AttnParams::new(S).causal(true).alibi_slopes(Some(both)),
+                1,
+            )
+        }),
+        gpu("flash_attn_paged_alibi_decode_loop_bf16", move || {
+            paged_case(
+                (4, 1, 8, 2, 128),
+                (33, 16, 6),
+                vec![1, 17, 60, 96],
+                DType::BF16,
+                alibi(8).causal(true),
+                3,
+            )
+        }),
+        gpu("flash_attn_paged_alibi_chunk_windowed_f16", move || {
+            paged_case(
+                (2, 4, 4, 4, 64),
+                (19, 32, 3),
+                vec![4, 70],
+                DType::F16,
+                alibi(4).window(Some(9), Some(0)),
+                2,
+            )
+        }),
+        gpu("flash_attn_paged_alibi_native_prefill_bf16", move || {
+            paged_case(
+                (2, 16, 4, 4, 64),
+                (9, 16, 2),
+                vec![16, 16],
+                DType::BF16,
+                alibi(4).causal(true),
+                1,
+            )
+        }),
+    ]
 }

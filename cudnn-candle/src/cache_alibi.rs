@@ -1,0 +1,262 @@
+//! FlashAttention's ALiBi in KV-cache and paged calls
+//! (`flash_attn_with_kvcache`'s `alibi_slopes`).
+//!
+//! FlashAttention's kernels (`alibi.h`, used by the split-KV kernel of
+//! `mha_fwd_kvcache` with each batch row's own key count, `cache_seqlens[b]`)
+//! add to the scaled score of query `i` and key `j` of sequence `b`:
+//! `-slope[h] * |i + cache_seqlens[b] - seq_q - j|` (the query's distance
+//! to the key from its bottom-right diagonal position), or, causal,
+//! `slope[h] * j`, which differs from the distance form by a constant per
+//! row on every key a causal row sees (the softmax cancels it). As in the
+//! dense and varlen calls, the crate uses the distance form (the one that
+//! stays exact with sinks, see [`AttnParams::alibi_slopes`]).
+//!
+//! cuDNN's own ALiBi (`slope * (col - row)`) needs a top-left causal mask:
+//! it is FlashAttention's exactly when the call is causal and every
+//! sequence has as many valid keys as queries (`cache_seqlens[b] ==
+//! seq_q`, a prefill into an empty cache), where the bottom-right diagonal
+//! is the top-left one (`params::kvcache` / `params::paged` build that).
+//! Every other call (a decode step, a chunk after a prefix, no causal
+//! mask, a window) gets the per-sequence score bias of the varlen calls
+//! (`[batch, heads, seq_q, capacity]` f32, the mask in it, built on the
+//! device each call: its size is `4 * batch * heads * seq_q * capacity`
+//! bytes, checked against the device's memory first).
+
+use candle_core::Tensor;
+use cudnn::Error;
+
+use crate::device::{IntoCandle, to_candle};
+use crate::params::{self, AttnParams};
+
+/// The params and the score bias of a KV-cache or paged call with `p`
+/// (ready: slopes f32 `(heads,)`): `p` unchanged and no bias when there
+/// are no slopes or cuDNN's ALiBi is exact (see the module docs);
+/// otherwise `p` without slopes and window and the bias holding them.
+/// `(batch, seq_q, heads)` are q's dims, `lens` the valid keys per
+/// sequence (checked here: `0..=max_kv`, one per sequence and, causal, at
+/// least `seq_q`), `max_kv` the keys a sequence may have (the cache's
+/// capacity, or `max_blocks_per_seq * block_size`), `cap` the device's
+/// memory in bytes (asked only when a bias is built).
+///
+/// # Errors
+/// A length out of range (typed, naming `cache_seqlens[i]`), the mask's
+/// rules, a bias past `cap` (typed); candle's.
+pub(crate) fn cache_alibi(
+    p: AttnParams,
+    (batch, seq_q, heads): (usize, usize, usize),
+    lens: &[i64],
+    max_kv: usize,
+    cap: impl FnOnce() -> candle_core::Result<usize>,
+) -> candle_core::Result<(AttnParams, Option<Tensor>)> {
+    if p.alibi_slopes.is_none() {
+        return Ok((p, None));
+    }
+    let m = params::mask(&p, seq_q, max_kv, true).c()?;
+    let mut lens32 = Vec::with_capacity(lens.len());
+    for (i, &l) in lens.iter().enumerate() {
+        let ok = u32::try_from(l).ok().filter(|&u| u as usize <= max_kv);
+        lens32.push(ok.ok_or_else(|| {
+            to_candle(Error::invalid(
+                format!("cache_seqlens[{i}]"),
+                format!("must be in 0..={max_kv} (the keys a sequence may have)"),
+                l,
+            ))
+        })?);
+    }
+    let (lens_q, lens_kv) = params::kvcache_lens(batch, seq_q, max_kv, m.causal, &lens32).c()?;
+    if !crate::varlen_bias::needs_bias(&p, &lens_q, &lens_kv, (seq_q, max_kv)).c()? {
+        return Ok((p, None));
+    }
+    let bias =
+        crate::varlen_bias::lens_bias(&p, (&lens_q, &lens_kv), (seq_q, max_kv), heads, cap()?)?;
+    Ok((p.alibi_slopes(None).window(None, None), Some(bias)))
+}
+
+/// [`cache_alibi`] for q and its call: q's dims (a q of another rank, or
+/// caches whose rank gives no `max_kv`, keep `p` unchanged: the op
+/// refuses them, typed) and the device's memory.
+///
+/// # Errors
+/// As [`cache_alibi`]; q not on a CUDA device when a bias is needed.
+pub(crate) fn for_call(
+    op: &str,
+    q: &Tensor,
+    p: AttnParams,
+    lens: &[i64],
+    max_kv: usize,
+) -> candle_core::Result<(AttnParams, Option<Tensor>)> {
+    // Shapes the op refuses (typed, naming them) pass through unchanged.
+    let (Some(slopes), [b, sq, h, _], false) =
+        (p.alibi_slopes.clone(), q.dims(), max_kv == usize::MAX)
+    else {
+        return Ok((p, None));
+    };
+    let (b, sq, h) = (*b, *sq, *h);
+    cache_alibi(p, (b, sq, h), lens, max_kv, || {
+        crate::varlen::bias_cap(op, q, &slopes)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{Device, Tensor};
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const CAP: usize = 1 << 30;
+
+    fn slopes() -> Tensor {
+        Tensor::new(&[0.5f32, 0.25], &Device::Cpu).unwrap()
+    }
+
+    /// A decode step (one query) against two sequences of 3 and 1 valid
+    /// keys in a cache of 4, causal, by hand: row 0 of sequence 0 sits at
+    /// key 2 and sees keys 0..=2 with `-slope * (2 - j)`; sequence 1's
+    /// row sits at key 0; the padding is 0 (hidden by the padding mask).
+    #[test]
+    fn decode_bias_by_hand() {
+        let p = AttnParams::new(1.0)
+            .causal(true)
+            .alibi_slopes(Some(slopes()));
+        let (p2, b) = cache_alibi(p, (2, 1, 2), &[3, 1], 4, || Ok(CAP)).unwrap();
+        assert!(p2.alibi_slopes.is_none() && p2.window_size_right.is_none());
+        let b = b.expect("a bias");
+        assert_eq!(b.dims(), [2, 2, 1, 4]);
+        let got = b.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let want = [
+            [-1.0, -0.5, 0.0, 0.0],  // b 0, h 0 (slope 0.5)
+            [-0.5, -0.25, 0.0, 0.0], // b 0, h 1 (slope 0.25)
+            [0.0, 0.0, 0.0, 0.0],    // b 1, h 0
+            [0.0, 0.0, 0.0, 0.0],    // b 1, h 1
+        ];
+        assert_eq!(got, want.concat());
+    }
+
+    /// A prefill into empty caches (every length `seq_q`), causal: cuDNN's
+    /// ALiBi, no bias, the slopes kept; the same lengths not causal, or
+    /// one length longer, take the bias.
+    #[test]
+    fn native_only_when_every_length_is_seq_q() {
+        let p = AttnParams::new(1.0)
+            .causal(true)
+            .alibi_slopes(Some(slopes()));
+        let (p2, b) = cache_alibi(p.clone(), (2, 3, 2), &[3, 3], 8, || {
+            panic!("no bias: the memory is not asked")
+        })
+        .unwrap();
+        assert!(b.is_none() && p2 == p);
+        let (_, b) = cache_alibi(p.clone(), (2, 3, 2), &[3, 4], 8, || Ok(CAP)).unwrap();
+        assert_eq!(b.expect("a bias").dims(), [2, 2, 3, 8]);
+        let nc = p.clone().causal(false);
+        let (_, b) = cache_alibi(nc, (2, 3, 2), &[3, 3], 8, || Ok(CAP)).unwrap();
+        assert!(b.is_some());
+        // And the native config plans: params::kvcache accepts the slopes
+        // then (top-left), refuses them otherwise (typed).
+        let none = AttnParams::new(1.0);
+        assert!(
+            cache_alibi(none, (2, 1, 2), &[0, 9], 9, || Ok(CAP))
+                .unwrap()
+                .1
+                .is_none()
+        );
+    }
+
+    /// Lengths out of range and causal rows that would see no key are
+    /// refused, typed, naming the entry, before any bias.
+    #[test]
+    fn bad_lengths_are_typed() {
+        let p = AttnParams::new(1.0)
+            .causal(true)
+            .alibi_slopes(Some(slopes()));
+        for (lens, name) in [
+            (vec![3i64, 9], "cache_seqlens[1]"),
+            (vec![-1, 3], "cache_seqlens[0]"),
+            (vec![1, 3], "cache_seqlens[0]"),
+        ] {
+            let e = cache_alibi(p.clone(), (2, 2, 2), &lens, 8, || Ok(CAP)).unwrap_err();
+            let candle_core::Error::Cuda(b) = &e else {
+                panic!("not the crate's error: {e}");
+            };
+            let t = b.downcast_ref::<Error>().expect("typed").to_string();
+            assert!(t.contains(name), "{t}");
+        }
+        let e = cache_alibi(p, (2, 2, 2), &[3, 4], 8, || Ok(16)).unwrap_err();
+        assert!(e.to_string().contains("max_seqlen_q / max_seqlen_k"), "{e}");
+    }
+
+    proptest! {
+        /// Every element against FlashAttention's rule written out here
+        /// (`-slope |i + len - seq_q - j|` where row `i` sees key `j`, the
+        /// window's and causal `-inf`, 0 past the length), or no bias
+        /// exactly for a causal call whose every length is `seq_q`
+        /// (cuDNN's ALiBi), or a typed refusal exactly when a causal row
+        /// sees no key.
+        #[test]
+        fn bias_is_flash_attention_s(
+            lens in proptest::collection::vec(0i64..7, 1..4),
+            sq in 1usize..4,
+            causal: bool,
+            left in proptest::option::of(0usize..4),
+        ) {
+            let max_kv = 6usize;
+            let sl = [0.5f32, 0.25];
+            let p = AttnParams::new(1.0)
+                .window(left, causal.then_some(0))
+                .alibi_slopes(Some(Tensor::new(&sl, &Device::Cpu).unwrap()));
+            let b = lens.len();
+            let r = cache_alibi(p.clone(), (b, sq, 2), &lens, max_kv, || Ok(CAP));
+            // candle-flash-attn's window of a sequence of `l` keys (a side
+            // past the length dropped, a missing side the length when the
+            // other is set): (left, right) around the diagonal.
+            let window = |l: i64| {
+                let side = |w: Option<usize>| w.map(|w| w as i64).filter(|&w| w <= l);
+                let (mut lo, mut hi) = (side(left), side(causal.then_some(0)));
+                if lo.is_none() && hi.is_some() { lo = Some(l); }
+                if lo.is_some() && hi.is_none() { hi = Some(l); }
+                (lo, hi)
+            };
+            let too_long = lens.iter().any(|&l| l as usize > max_kv);
+            let empty = causal && lens.iter().any(|&l| (l as usize) < sq);
+            // Row 0 (diagonal at `l - sq`) past its right bound: no key.
+            let window_empty = lens
+                .iter()
+                .any(|&l| window(l).1.is_some_and(|hi| l - sq as i64 + hi < 0));
+            let errs = too_long || empty || window_empty;
+            match r {
+                Err(e) => prop_assert!(errs, "{}", e),
+                Ok((_, None)) => prop_assert!(
+                    !errs && causal && lens.iter().all(|&l| l as usize == sq)
+                ),
+                Ok((p2, Some(t))) => {
+                    prop_assert!(!errs && p2.alibi_slopes.is_none());
+                    prop_assert_eq!(t.dims(), &[b, 2, sq, max_kv]);
+                    let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                    for (bi, &l) in lens.iter().enumerate() {
+                        let l = l as i64;
+                        for (h, &s) in sl.iter().enumerate() {
+                            for i in 0..sq {
+                                for j in 0..max_kv {
+                                    let got = v[((bi * 2 + h) * sq + i) * max_kv + j];
+                                    let d = i as i64 + l - sq as i64;
+                                    let jj = j as i64;
+                                    let (lo, hi) = window(l);
+                                    let sees = lo.is_none_or(|lo| jj >= d - lo)
+                                        && hi.is_none_or(|hi| jj <= d + hi);
+                                    let want = if jj >= l {
+                                        0.0
+                                    } else if sees {
+                                        -s * (d - jj).abs() as f32
+                                    } else {
+                                        f32::NEG_INFINITY
+                                    };
+                                    prop_assert_eq!(got, want, "b {} h {} i {} j {}", bi, h, i, j);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
