@@ -88,7 +88,7 @@ pub(crate) fn same_device(a: &CudaStorage, b: &CudaStorage, name: &str) -> candl
 /// A copy of the first `n` elements of `src` into a new zeroed buffer of
 /// `len` elements (a packed varlen tensor into the `[B, S_max]` span the
 /// graph's tensor has), on candle's stream.
-fn padded<T: Elem>(
+pub(crate) fn padded<T: Elem>(
     dev: &candle_core::CudaDevice,
     src: &CudaView<'_, T>,
     n: usize,
@@ -140,11 +140,6 @@ impl FlashAttn {
             cache_seqlens: Some(cache_seqlens),
             bias: None,
         }
-    }
-
-    /// Whether this is a varlen or KV-cache call.
-    pub(crate) fn varlen_or_cache(&self) -> bool {
-        self.varlen.is_some() || self.cache_seqlens.is_some()
     }
 
     fn fwd<T: Elem>(

@@ -233,7 +233,6 @@ mod tests {
                     prop_assert_eq!(t.dims(), &[b, 2, sq, max_kv]);
                     let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
                     for (bi, &l) in lens.iter().enumerate() {
-                        let l = l as i64;
                         for (h, &s) in sl.iter().enumerate() {
                             for i in 0..sq {
                                 for j in 0..max_kv {

@@ -406,10 +406,10 @@ fn extras(mut cfg: SdpaConfig, p: &AttnParams, m: Mask) -> Result<SdpaConfig> {
         }
         if t.track_op() {
             return Err(Error::Unsupported {
-                what: "sinks that track a gradient in a varlen, KV-cache or paged call (the \
-                       sinks' gradient is given for dense calls only)"
+                what: "sinks that track a gradient in a KV-cache or paged call (forward only; \
+                       the entry points of dense and varlen calls give the sinks' gradient)"
                     .to_string(),
-                needs: Some("sinks.detach(), or a dense call".to_string()),
+                needs: Some("sinks.detach(), or a dense or varlen call".to_string()),
             });
         }
         cfg = cfg.sink(true);

@@ -86,6 +86,13 @@ pub fn flash_attn_varlen_with(
         host_seqlens("seqlens_k", seqlens_k)?,
     );
     let mut p = ready_params(params)?;
+    // Sinks that track a gradient (gpt-oss training): the op runs on them
+    // detached, and `sink_grad` gives their gradient from the ragged
+    // training statistics.
+    let sink_var = p.sinks.as_ref().filter(|t| t.track_op()).cloned();
+    if let Some(s) = &sink_var {
+        p = p.sinks(Some(s.detach()));
+    }
     let heads = if q.rank() == 3 { q.dim(1)? } else { 0 };
     let cap = match &p.alibi_slopes {
         Some(sl) => bias_cap("cudnn_candle::flash_attn_varlen", q, sl)?,
@@ -114,7 +121,14 @@ pub fn flash_attn_varlen_with(
         cache_seqlens: None,
         bias,
     };
-    for_cudnn(q)?.apply_op3(&for_cudnn(k)?, &for_cudnn(v)?, op)
+    let (qr, kr, vr) = (for_cudnn(q)?, for_cudnn(k)?, for_cudnn(v)?);
+    match sink_var {
+        Some(s) => {
+            let grad = crate::sink_grad::SinkGrad::new(op.clone(), &qr, &kr, &vr);
+            qr.apply_op3(&kr, &vr, op)?.apply_op2(&s, grad)
+        }
+        None => qr.apply_op3(&kr, &vr, op),
+    }
 }
 
 /// FlashAttention's `flash_attn_varlen`: see [`flash_attn_varlen_with`].

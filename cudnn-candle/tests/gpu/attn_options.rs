@@ -6,10 +6,12 @@
 //! gradients of varlen calls (sinks, and slopes that get none, as
 //! FlashAttention) against candle's CPU autograd.
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device, Tensor, Var};
 use cudnn_candle::AttnParams;
 
-use super::{close, cuda, inputs, on, paged_case, reference, sinks, slopes, tol, typed};
+use super::{
+    close, cuda, cumulative, inputs, on, paged_case, reference, sinks, slopes, tol, typed,
+};
 use crate::support::{TestResult, Trial, gpu};
 
 const S: f32 = 0.125;
@@ -123,13 +125,213 @@ fn kvcache_case(
     Ok(())
 }
 
+/// Which side inputs a gradient case's call has, and whether they track
+/// a gradient.
+#[derive(Clone, Copy)]
+struct Sides {
+    /// Sinks that are a `Var` (their gradient compared).
+    sinks: bool,
+    /// ALiBi slopes that are a `Var`: accepted, and given no gradient (as
+    /// FlashAttention's autograd returns None for them).
+    slopes: bool,
+}
+
+/// Gradients of a varlen call (packed sequences `lens` = `(seqlen_q,
+/// seqlen_k)`) against candle's CPU autograd of each sequence's
+/// reference (narrowed from the same packed `Var`s, so the CPU gradients
+/// come out packed too): dq, dk, dv and, with sinks, dsinks; slopes that
+/// track a gradient get none.
+fn varlen_grad_case(
+    lens: &[(usize, usize)],
+    (h, hkv, d): (usize, usize, usize),
+    dt: DType,
+    p: AttnParams,
+    sides: Sides,
+) -> TestResult {
+    let dev = cuda()?;
+    let (tq, tk) = lens.iter().fold((0, 0), |(a, b), &(q, k)| (a + q, b + k));
+    let (q, k, v) = inputs((1, tq, h, d), (1, tk, hkv, d), dt)?;
+    let (q, k, v) = (q.squeeze(0)?, k.squeeze(0)?, v.squeeze(0)?);
+    let w = Tensor::randn(0f32, 1.0, (tq, h, d), &Device::Cpu)?;
+    let sk = (Tensor::randn(0f32, 1.0, h, &Device::Cpu)? * 2.0)?;
+    let sl = slopes(h);
+    // CPU: the reference of each sequence, one loss.
+    let c: Vec<Var> = [&q, &k, &v, &sk]
+        .into_iter()
+        .map(Var::from_tensor)
+        .collect::<candle_core::Result<_>>()?;
+    let pc = p
+        .clone()
+        .sinks(sides.sinks.then(|| c[3].as_tensor().clone()))
+        .alibi_slopes(sides.slopes.then(|| sl.clone()));
+    let (mut at_q, mut at_k, mut parts) = (0, 0, Vec::new());
+    for &(lq, lk) in lens {
+        let n = |t: &Tensor, at, l| t.narrow(0, at, l)?.unsqueeze(0);
+        let o = reference(
+            &n(c[0].as_tensor(), at_q, lq)?,
+            &n(c[1].as_tensor(), at_k, lk)?,
+            &n(c[2].as_tensor(), at_k, lk)?,
+            &pc,
+        )?;
+        parts.push(o.squeeze(0)?);
+        at_q += lq;
+        at_k += lk;
+    }
+    let loss = (Tensor::cat(&parts, 0)? * &w)?.sum_all()?;
+    let gc = loss.backward()?;
+    // GPU: the packed call, the same loss.
+    let g = |t: &Tensor| t.to_dtype(dt)?.to_device(&dev);
+    let gv: Vec<Var> = [
+        g(&q)?,
+        g(&k)?,
+        g(&v)?,
+        sk.to_device(&dev)?,
+        sl.to_device(&dev)?,
+    ]
+    .iter()
+    .map(Var::from_tensor)
+    .collect::<candle_core::Result<_>>()?;
+    let pg = p
+        .sinks(sides.sinks.then(|| gv[3].as_tensor().clone()))
+        .alibi_slopes(sides.slopes.then(|| gv[4].as_tensor().clone()));
+    let cu = |f: fn(&(usize, usize)) -> usize| -> candle_core::Result<Tensor> {
+        let l: Vec<usize> = lens.iter().map(f).collect();
+        Tensor::new(cumulative(&l).as_slice(), &dev)
+    };
+    let max = |f: fn(&(usize, usize)) -> usize| lens.iter().map(f).max().unwrap_or(1);
+    let o = cudnn_candle::flash_attn_varlen_with(
+        gv[0].as_tensor(),
+        gv[1].as_tensor(),
+        gv[2].as_tensor(),
+        &cu(|x| x.0)?,
+        &cu(|x| x.1)?,
+        max(|x| x.0),
+        max(|x| x.1),
+        &pg,
+    )?;
+    let loss = (o.to_dtype(DType::F32)? * w.to_device(&dev)?)?.sum_all()?;
+    let gg = loss.backward()?;
+    let n = if sides.sinks { 4 } else { 3 };
+    for (i, name) in ["dq", "dk", "dv", "dsinks"].into_iter().enumerate().take(n) {
+        let want = gc.get(c[i].as_tensor()).ok_or("no CPU gradient")?;
+        let got = gg.get(gv[i].as_tensor()).ok_or("no GPU gradient")?;
+        close(name, got, want, 2.0 * tol(dt))?;
+    }
+    if sides.slopes && gg.get(gv[4].as_tensor()).is_some() {
+        return Err("the slopes got a gradient (FlashAttention gives them none)".into());
+    }
+    Ok(())
+}
+
+/// A dense call whose slopes are a `Var`: accepted; dq, dk, dv against
+/// candle's CPU autograd of the reference, and no gradient for the
+/// slopes (FlashAttention's `backward` returns None for them).
+fn dense_slopes_var_case(sq: usize, skv: usize, causal: bool, dt: DType) -> TestResult {
+    let dev = cuda()?;
+    let (h, d) = (4usize, 64usize);
+    let (q, k, v) = inputs((2, sq, h, d), (2, skv, h, d), dt)?;
+    let w = Tensor::randn(0f32, 1.0, (2, sq, h, d), &Device::Cpu)?;
+    let p = AttnParams::new(S).causal(causal);
+    let c: Vec<Var> = [&q, &k, &v]
+        .into_iter()
+        .map(Var::from_tensor)
+        .collect::<candle_core::Result<_>>()?;
+    let pc = p.clone().alibi_slopes(Some(slopes(h)));
+    let loss =
+        (reference(c[0].as_tensor(), c[1].as_tensor(), c[2].as_tensor(), &pc)? * &w)?.sum_all()?;
+    let gc = loss.backward()?;
+    let g = |t: &Tensor| t.to_dtype(dt)?.to_device(&dev);
+    let sv = Var::from_tensor(&slopes(h).to_device(&dev)?)?;
+    let gv: Vec<Var> = [g(&q)?, g(&k)?, g(&v)?]
+        .iter()
+        .map(Var::from_tensor)
+        .collect::<candle_core::Result<_>>()?;
+    let o = cudnn_candle::flash_attn_alibi(
+        gv[0].as_tensor(),
+        gv[1].as_tensor(),
+        gv[2].as_tensor(),
+        sv.as_tensor(),
+        S,
+        causal,
+    )?;
+    let loss = (o.to_dtype(DType::F32)? * w.to_device(&dev)?)?.sum_all()?;
+    let gg = loss.backward()?;
+    for (i, name) in ["dq", "dk", "dv"].into_iter().enumerate() {
+        let want = gc.get(c[i].as_tensor()).ok_or("no CPU gradient")?;
+        let got = gg.get(gv[i].as_tensor()).ok_or("no GPU gradient")?;
+        close(name, got, want, 2.0 * tol(dt))?;
+    }
+    if gg.get(sv.as_tensor()).is_some() {
+        return Err("the slopes got a gradient (FlashAttention gives them none)".into());
+    }
+    Ok(())
+}
+
 pub fn trials() -> Vec<Trial> {
     let alibi = |h: usize| AttnParams::new(S).alibi_slopes(Some(slopes(h)));
+    let (sinks_only, slopes_only) = (
+        Sides {
+            sinks: true,
+            slopes: false,
+        },
+        Sides {
+            sinks: false,
+            slopes: true,
+        },
+    );
     vec![
         gpu(
             "f8_inputs_refused_typed_before_a_copy",
             f8_inputs_refused_typed,
         ),
+        gpu("flash_attn_varlen_sinks_grad_causal_gqa_bf16", move || {
+            varlen_grad_case(
+                &[(5, 5), (2, 2), (9, 9)],
+                (4, 2, 64),
+                DType::BF16,
+                AttnParams::new(S).causal(true),
+                sinks_only,
+            )
+        }),
+        gpu("flash_attn_varlen_sinks_grad_chunked_f16", move || {
+            // Fewer queries than keys, not causal.
+            varlen_grad_case(
+                &[(3, 7), (4, 4), (6, 11)],
+                (4, 4, 64),
+                DType::F16,
+                AttnParams::new(S),
+                sinks_only,
+            )
+        }),
+        gpu(
+            "flash_attn_varlen_alibi_slopes_var_native_bf16",
+            move || {
+                // Causal packed prefill: cuDNN's ALiBi; the slopes get no gradient.
+                varlen_grad_case(
+                    &[(5, 5), (1, 1), (9, 9)],
+                    (4, 4, 64),
+                    DType::BF16,
+                    AttnParams::new(S).causal(true),
+                    slopes_only,
+                )
+            },
+        ),
+        gpu("flash_attn_varlen_alibi_slopes_var_bias_f16", move || {
+            // Chunked prefill: the score bias; the slopes get no gradient.
+            varlen_grad_case(
+                &[(3, 7), (4, 4)],
+                (4, 2, 64),
+                DType::F16,
+                AttnParams::new(S).causal(true),
+                slopes_only,
+            )
+        }),
+        gpu("flash_attn_alibi_slopes_var_native_bf16", || {
+            dense_slopes_var_case(32, 32, true, DType::BF16)
+        }),
+        gpu("flash_attn_alibi_slopes_var_bias_f16", || {
+            dense_slopes_var_case(16, 40, false, DType::F16)
+        }),
         gpu("flash_attn_kvcache_alibi_decode_loop_bf16", move || {
             // One query per step (the score bias), GQA, lengths apart.
             kvcache_case(

@@ -13,7 +13,7 @@ use cudnn_candle::device::expect_layout;
 use cudnn_candle::graphs::{self, bshd, names};
 use cudnn_candle::params::{self, Arg, AttnParams};
 
-use super::contiguous;
+use super::{contiguous, plans_for_h200};
 use crate::support::{TestResult, Trial, host, unit};
 
 fn slopes(h: usize) -> Tensor {
@@ -124,8 +124,71 @@ fn bias_params(p: &AttnParams) -> AttnParams {
     p.clone().alibi_slopes(None).window(None, None)
 }
 
+/// `params::varlen` of packed q `(total_q, 8, 64)`, k / v `(total_k, 2, 64)`.
+fn varlen(cu_q: &[u32], cu_k: &[u32], p: &AttnParams) -> cudnn::Result<params::Varlen> {
+    let (qd, kd) = (
+        [cu_q[cu_q.len() - 1] as usize, 8, 64],
+        [cu_k[cu_k.len() - 1] as usize, 2, 64],
+    );
+    let (qs, ks) = (contiguous(&qd), contiguous(&kd));
+    let q = Arg {
+        name: "q",
+        dims: &qd,
+        strides: &qs,
+        dtype: CDType::BF16,
+    };
+    let k = Arg {
+        name: "k",
+        dims: &kd,
+        strides: &ks,
+        dtype: CDType::BF16,
+    };
+    let max = |cu: &[u32]| cu.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(1) as usize;
+    params::varlen(
+        &q,
+        &k,
+        &Arg { name: "v", ..k },
+        cu_q,
+        cu_k,
+        max(cu_q),
+        max(cu_k),
+        p,
+    )
+}
+
 pub fn trials() -> Vec<Trial> {
     vec![
+        host("plan_h200_flash_attn_varlen_sinks_grad", || {
+            // The sinks' gradient of a varlen call runs the ragged training
+            // forward (its statistics) and the ragged backward with the
+            // sinks (constants there): both plan, packed prefill and
+            // chunked prefill, causal or not.
+            let sinks = Tensor::zeros(8, CDType::F32, &Device::Cpu)?;
+            for (cu_q, cu_k, causal) in [
+                ([0u32, 5, 7, 16], [0u32, 5, 7, 16], true),
+                ([0, 3, 7, 13], [0, 7, 11, 22], false),
+                ([0, 3, 7, 13], [0, 7, 11, 22], true),
+            ] {
+                let p = AttnParams::new(0.125)
+                    .causal(causal)
+                    .sinks(Some(sinks.clone()));
+                let r = varlen(&cu_q, &cu_k, &p)?;
+                assert!(r.cfg.sink);
+                let [qd, kd, vd, _] = graphs::dims(&r.cfg);
+                plans_for_h200(&r.cfg, &[bshd(qd), bshd(kd), bshd(vd)])?;
+            }
+            // Sinks that track a gradient reach the config only from the
+            // KV-cache / paged calls (forward only): refused, typed.
+            let var = candle_core::Var::from_tensor(&sinks)?;
+            let e = varlen(
+                &[0, 5, 7],
+                &[0, 5, 7],
+                &AttnParams::new(0.1).sinks(Some(var.as_tensor().clone())),
+            )
+            .expect_err("refused");
+            assert!(e.to_string().contains("KV-cache or paged"), "{e}");
+            Ok(())
+        }),
         host("plan_h200_flash_attn_kvcache_alibi", || {
             let alibi = AttnParams::new(0.088).alibi_slopes(Some(slopes(8)));
             // Score bias: a decode step, a causal chunk after a prefix, a
