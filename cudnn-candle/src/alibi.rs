@@ -17,7 +17,8 @@ use crate::params::AttnParams;
 /// on the keys a causal row sees); other calls (not causal, `seq_q != seq_kv`) a
 /// `(1, heads, seq_q, seq_kv)` f32 score bias holding the ALiBi terms and
 /// the mask, built on the device. Differentiable in q, k, v (the slopes
-/// are constants, as in FlashAttention).
+/// are constants, as in FlashAttention: a slopes tensor that tracks a
+/// gradient is accepted and gets none).
 ///
 /// # Errors
 /// As [`flash_attn_with`]; slopes not f32 of the head count; a query row
@@ -104,7 +105,8 @@ pub fn flash_attn_sinks(
 /// other calls (not causal, chunked prefill) take a per-sequence score
 /// bias `[batch, heads, max_seqlen_q, max_seqlen_k]` f32 holding the
 /// distances and the mask, built on the device (its size: 4 bytes per
-/// element). Differentiable in q, k, v (the slopes are constants).
+/// element). Differentiable in q, k, v (the slopes are constants, as in
+/// FlashAttention: a slopes tensor that tracks a gradient gets none).
 ///
 /// # Errors
 /// As [`flash_attn_varlen`](crate::flash_attn_varlen); slopes not f32 of

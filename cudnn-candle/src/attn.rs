@@ -764,10 +764,18 @@ pub fn flash_attn_with(
 /// depends on the capacity, not on the lengths: a decode loop plans once.
 /// Forward only.
 ///
+/// ALiBi slopes ([`AttnParams::alibi_slopes`], FlashAttention's
+/// `alibi_slopes` of `flash_attn_with_kvcache`) add `-slope * |i +
+/// cache_seqlens[b] - seq_q - j|` per sequence: cuDNN's ALiBi when the call
+/// is causal and every length is `seq_q` (a prefill into empty caches),
+/// otherwise a `[batch, heads, seq_q, capacity]` f32 score bias built on
+/// the device each call (4 bytes per element; the mask goes into it).
+///
 /// # Errors
 /// As [`flash_attn_with`]; a length past the capacity or a count other
 /// than the batch, or, causal, shorter than `seq_q` (rows with no key,
-/// where FlashAttention writes zeros), typed, naming `cache_seqlens`.
+/// where FlashAttention writes zeros), typed, naming `cache_seqlens`;
+/// with ALiBi, a score bias larger than the device's memory (typed).
 pub fn flash_attn_kvcache(
     q: &Tensor,
     k_cache: &Tensor,

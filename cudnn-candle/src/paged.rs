@@ -234,7 +234,9 @@ fn host_ints(name: &str, t: &Tensor, rank: usize) -> candle_core::Result<Vec<i64
 /// entry, those past a sequence's length included, in `0..num_blocks`:
 /// pad unused entries with a valid block such as 0, not -1); the graph
 /// depends on the table's width and the cache's size, not on the lengths:
-/// a decode loop plans once.
+/// a decode loop plans once. ALiBi slopes ([`AttnParams::alibi_slopes`])
+/// as in [`flash_attn_kvcache`](crate::flash_attn_kvcache), the capacity
+/// `max_blocks_per_seq * block_size`.
 ///
 /// # Errors
 /// As [`flash_attn_with`](crate::flash_attn_with); a table entry or a

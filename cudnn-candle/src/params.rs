@@ -31,21 +31,25 @@ pub struct AttnParams {
     /// the distance form on the keys it sees); other dense calls (no mask,
     /// a bottom-right diagonal, any window, FlashAttention's window rule)
     /// get the bias and the mask as a `(1, heads, seq_q, seq_kv)` f32 score
-    /// bias built on the device (its memory grows with `seq_q * seq_kv`). Varlen,
-    /// KV-cache and paged calls with ALiBi are refused, typed, naming
-    /// `alibi_slopes` (cuDNN's ALiBi needs a top-left diagonal, and their
-    /// diagonal is bottom-right per sequence).
+    /// bias built on the device (its memory grows with `seq_q * seq_kv`).
+    /// Varlen, KV-cache and paged calls (each sequence its own lengths,
+    /// FlashAttention's `-slope * |i + len_k - len_q - j|`) use cuDNN's
+    /// ALiBi when causal with every sequence as many keys as queries (its
+    /// diagonal then top-left), else a per-sequence `[batch, heads, seq_q,
+    /// max keys]` f32 score bias. The slopes are constants: a tensor that
+    /// tracks a gradient is accepted and gets none (FlashAttention's
+    /// autograd returns none for them).
     pub alibi_slopes: Option<candle_core::Tensor>,
     /// Attention sinks (gpt-oss): one logit per query head, f32 (or
     /// f16 / bf16, widened) `(heads,)` on q's device, joining every row's
     /// softmax denominator and attending to no value. cuDNN takes no sink
     /// with a single query row: a dense, KV-cache or paged decode step
     /// (`seq_q = 1`) runs with a copy of the query row before it (exact:
-    /// see `sink_decode_pad`); a varlen call needs `max_seqlen_q > 1`. In a
-    /// dense call a sinks tensor that tracks a gradient gets one through
-    /// candle's autograd (gpt-oss trains them); in varlen, KV-cache and
-    /// paged calls they are constants (a tensor tracking a gradient is
-    /// refused, typed).
+    /// see `sink_decode_pad`); a varlen call needs `max_seqlen_q > 1`. In
+    /// dense and varlen calls a sinks tensor that tracks a gradient gets
+    /// one through candle's autograd (gpt-oss trains them); in KV-cache and
+    /// paged calls (forward only) they are constants (a tensor tracking a
+    /// gradient is refused, typed).
     pub sinks: Option<candle_core::Tensor>,
 }
 

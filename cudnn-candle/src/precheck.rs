@@ -9,7 +9,7 @@
 //! with the crate's typed error naming the argument; the pure rules
 //! ([`attn_dtypes`], [`conv_dtypes`]) are unit-tested over every dtype.
 //!
-//! [`prepared`] marks each place an input may be copied; the unit tests
+//! `prepared` marks each place an input may be copied; the unit tests
 //! count them to show that no refused dtype reaches one.
 
 use candle_core::{DType as CDType, Tensor};

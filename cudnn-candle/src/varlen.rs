@@ -55,6 +55,9 @@ pub(crate) fn bias_cap(op: &str, q: &Tensor, slopes: &Tensor) -> candle_core::Re
 /// (FlashAttention's `cu_seqlens`), read to the host and checked; each
 /// sequence at most `max_seqlen_q` / `max_seqlen_k` long. Returns `(total_q,
 /// heads, head_dim_v)`. Backed by the crate's ragged (THD) attention.
+/// Differentiable in q, k, v and in sinks that track a gradient (their
+/// gradient from the ragged training statistics, over each sequence's
+/// valid rows); ALiBi slopes get none (as in FlashAttention).
 ///
 /// # Errors
 /// As [`flash_attn_with`](crate::flash_attn_with); the offsets' rules (typed, naming the entry); a
