@@ -96,9 +96,9 @@ pub fn flash_attn_sinks(
 
 /// FlashAttention's `flash_attn_varlen_alibi`: [`flash_attn_varlen`](crate::flash_attn_varlen)
 /// (packed `(total, heads, head_dim)` tensors, cumulative `seqlens_q` /
-/// `seqlens_k`) with ALiBi slopes f32 `(heads,)` (or `(batch, heads)` with
-/// equal rows), the bias `-slope * |i + seqlen_k - seqlen_q - j|` per
-/// sequence. Runs cuDNN's own ALiBi where it is exactly that: a causal call
+/// `seqlens_k`) with ALiBi slopes f32 `(heads,)` (or `(batch, heads)`:
+/// rows that differ go into the score bias, sequence `b` row `b`), the
+/// bias `-slope * |i + seqlen_k - seqlen_q - j|` per sequence. Runs cuDNN's own ALiBi where it is exactly that: a causal call
 /// whose every sequence has as many keys as queries (packed prefill), whose
 /// per-sequence top-left diagonal is FlashAttention's bottom-right one and
 /// where `slope * (j - i)` is the distance form on every key a row sees;

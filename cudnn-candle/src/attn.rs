@@ -803,7 +803,7 @@ pub fn flash_attn_kvcache(
     let (p, bias) = crate::cache_alibi::for_call(
         "cudnn_candle::flash_attn_kvcache",
         q,
-        ready_params(params)?,
+        crate::side::ready_params_rows(params)?,
         &wide,
         kv_len(k_cache),
     )?;

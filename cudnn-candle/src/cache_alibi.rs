@@ -43,6 +43,7 @@ use crate::params::{self, AttnParams};
 /// rules, a bias past `cap` (typed); candle's.
 pub(crate) fn cache_alibi(
     p: AttnParams,
+    rows: Option<&Tensor>,
     (batch, seq_q, heads): (usize, usize, usize),
     lens: &[i64],
     max_kv: usize,
@@ -64,11 +65,19 @@ pub(crate) fn cache_alibi(
         })?);
     }
     let (lens_q, lens_kv) = params::kvcache_lens(batch, seq_q, max_kv, m.causal, &lens32).c()?;
-    if !crate::varlen_bias::needs_bias(&p, &lens_q, &lens_kv, (seq_q, max_kv)).c()? {
+    if rows.is_none()
+        && !crate::varlen_bias::needs_bias(&p, &lens_q, &lens_kv, (seq_q, max_kv)).c()?
+    {
         return Ok((p, None));
     }
-    let bias =
-        crate::varlen_bias::lens_bias(&p, (&lens_q, &lens_kv), (seq_q, max_kv), heads, cap()?)?;
+    let bias = crate::varlen_bias::lens_bias(
+        &p,
+        rows,
+        (&lens_q, &lens_kv),
+        (seq_q, max_kv),
+        heads,
+        cap()?,
+    )?;
     Ok((p.alibi_slopes(None).window(None, None), Some(bias)))
 }
 
@@ -81,7 +90,7 @@ pub(crate) fn cache_alibi(
 pub(crate) fn for_call(
     op: &str,
     q: &Tensor,
-    p: AttnParams,
+    (p, rows): (AttnParams, Option<Tensor>),
     lens: &[i64],
     max_kv: usize,
 ) -> candle_core::Result<(AttnParams, Option<Tensor>)> {
@@ -92,7 +101,7 @@ pub(crate) fn for_call(
         return Ok((p, None));
     };
     let (b, sq, h) = (*b, *sq, *h);
-    cache_alibi(p, (b, sq, h), lens, max_kv, || {
+    cache_alibi(p, rows.as_ref(), (b, sq, h), lens, max_kv, || {
         crate::varlen::bias_cap(op, q, &slopes)
     })
 }
@@ -119,7 +128,7 @@ mod tests {
         let p = AttnParams::new(1.0)
             .causal(true)
             .alibi_slopes(Some(slopes()));
-        let (p2, b) = cache_alibi(p, (2, 1, 2), &[3, 1], 4, || Ok(CAP)).unwrap();
+        let (p2, b) = cache_alibi(p, None, (2, 1, 2), &[3, 1], 4, || Ok(CAP)).unwrap();
         assert!(p2.alibi_slopes.is_none() && p2.window_size_right.is_none());
         let b = b.expect("a bias");
         assert_eq!(b.dims(), [2, 2, 1, 4]);
@@ -133,6 +142,41 @@ mod tests {
         assert_eq!(got, want.concat());
     }
 
+    /// FlashAttention's `(batch, heads)` slopes whose rows differ: each
+    /// sequence its own row, always as the bias (also where the call would
+    /// otherwise take cuDNN's ALiBi), by hand; rows of another shape are
+    /// refused, typed; a dense call still refuses them (typed).
+    #[test]
+    fn slope_rows_per_sequence_by_hand() {
+        let rows = Tensor::new(&[[0.5f32, 0.25], [1.0, 2.0]], &Device::Cpu).unwrap();
+        let given = AttnParams::new(1.0)
+            .causal(true)
+            .alibi_slopes(Some(rows.clone()));
+        let (p, r) = crate::side::ready_params_rows(&given).unwrap();
+        let r = r.expect("rows that differ come back");
+        assert_eq!(p.alibi_slopes.as_ref().unwrap().dims(), [2]);
+        // Prefill (every length seq_q = 2): still the bias.
+        let (_, b) = cache_alibi(p.clone(), Some(&r), (2, 2, 2), &[2, 2], 3, || Ok(CAP)).unwrap();
+        let got = b
+            .expect("a bias")
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        let ninf = f32::NEG_INFINITY;
+        let want = [
+            [0.0, ninf, 0.0, -0.5, 0.0, 0.0],  // b 0, h 0 (0.5)
+            [0.0, ninf, 0.0, -0.25, 0.0, 0.0], // b 0, h 1 (0.25)
+            [0.0, ninf, 0.0, -1.0, 0.0, 0.0],  // b 1, h 0 (1.0)
+            [0.0, ninf, 0.0, -2.0, 0.0, 0.0],  // b 1, h 1 (2.0)
+        ];
+        assert_eq!(got, want.concat());
+        let e = cache_alibi(p, Some(&r), (3, 2, 2), &[2, 2, 2], 3, || Ok(CAP)).unwrap_err();
+        assert!(e.to_string().contains("alibi_slopes"), "{e}");
+        let e = crate::side::ready_params(&given).unwrap_err();
+        assert!(e.to_string().contains("in a dense call"), "{e}");
+    }
+
     /// A prefill into empty caches (every length `seq_q`), causal: cuDNN's
     /// ALiBi, no bias, the slopes kept; the same lengths not causal, or
     /// one length longer, take the bias.
@@ -141,21 +185,21 @@ mod tests {
         let p = AttnParams::new(1.0)
             .causal(true)
             .alibi_slopes(Some(slopes()));
-        let (p2, b) = cache_alibi(p.clone(), (2, 3, 2), &[3, 3], 8, || {
+        let (p2, b) = cache_alibi(p.clone(), None, (2, 3, 2), &[3, 3], 8, || {
             panic!("no bias: the memory is not asked")
         })
         .unwrap();
         assert!(b.is_none() && p2 == p);
-        let (_, b) = cache_alibi(p.clone(), (2, 3, 2), &[3, 4], 8, || Ok(CAP)).unwrap();
+        let (_, b) = cache_alibi(p.clone(), None, (2, 3, 2), &[3, 4], 8, || Ok(CAP)).unwrap();
         assert_eq!(b.expect("a bias").dims(), [2, 2, 3, 8]);
         let nc = p.clone().causal(false);
-        let (_, b) = cache_alibi(nc, (2, 3, 2), &[3, 3], 8, || Ok(CAP)).unwrap();
+        let (_, b) = cache_alibi(nc, None, (2, 3, 2), &[3, 3], 8, || Ok(CAP)).unwrap();
         assert!(b.is_some());
         // And the native config plans: params::kvcache accepts the slopes
         // then (top-left), refuses them otherwise (typed).
         let none = AttnParams::new(1.0);
         assert!(
-            cache_alibi(none, (2, 1, 2), &[0, 9], 9, || Ok(CAP))
+            cache_alibi(none, None, (2, 1, 2), &[0, 9], 9, || Ok(CAP))
                 .unwrap()
                 .1
                 .is_none()
@@ -174,14 +218,14 @@ mod tests {
             (vec![-1, 3], "cache_seqlens[0]"),
             (vec![1, 3], "cache_seqlens[0]"),
         ] {
-            let e = cache_alibi(p.clone(), (2, 2, 2), &lens, 8, || Ok(CAP)).unwrap_err();
+            let e = cache_alibi(p.clone(), None, (2, 2, 2), &lens, 8, || Ok(CAP)).unwrap_err();
             let candle_core::Error::Cuda(b) = &e else {
                 panic!("not the crate's error: {e}");
             };
             let t = b.downcast_ref::<Error>().expect("typed").to_string();
             assert!(t.contains(name), "{t}");
         }
-        let e = cache_alibi(p, (2, 2, 2), &[3, 4], 8, || Ok(16)).unwrap_err();
+        let e = cache_alibi(p, None, (2, 2, 2), &[3, 4], 8, || Ok(16)).unwrap_err();
         assert!(e.to_string().contains("max_seqlen_q / max_seqlen_k"), "{e}");
     }
 
@@ -205,7 +249,7 @@ mod tests {
                 .window(left, causal.then_some(0))
                 .alibi_slopes(Some(Tensor::new(&sl, &Device::Cpu).unwrap()));
             let b = lens.len();
-            let r = cache_alibi(p.clone(), (b, sq, 2), &lens, max_kv, || Ok(CAP));
+            let r = cache_alibi(p.clone(), None, (b, sq, 2), &lens, max_kv, || Ok(CAP));
             // candle-flash-attn's window of a sequence of `l` keys (a side
             // past the length dropped, a missing side the length when the
             // other is set): (left, right) around the diagonal.

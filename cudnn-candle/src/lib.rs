@@ -90,8 +90,9 @@
 //!
 //! Not in this version: gradients of ALiBi slopes (none, as in
 //! FlashAttention: slopes that track a gradient are accepted and get
-//! none), `(batch, heads)` slopes whose rows differ (refused, typed; cuDNN's
-//! slopes are per head), ALiBi in captured KV-cache calls (refused, typed)
+//! none), `(batch, heads)` slopes whose rows differ in dense calls (refused,
+//! typed; cuDNN's slopes are per head: varlen, KV-cache and paged calls take
+//! them, as a per-sequence score bias), ALiBi in captured KV-cache calls (refused, typed)
 //! and in captured paged calls other than a causal prefill with every
 //! length `seq_q` (refused, typed, at capture or at an update), the sinks'
 //! gradient in KV-cache and paged calls (forward only: sinks that track a

@@ -265,7 +265,7 @@ pub fn flash_attn_paged(
         return flash_attn_paged(&q2, k_cache, v_cache, block_table, cache_seqlens, &p2)?
             .narrow(1, 1, 1);
     }
-    let p = crate::side::ready_params(params)?;
+    let p = crate::side::ready_params_rows(params)?;
     let table = host_ints("block_table", block_table, 2)?;
     let lens = host_ints("cache_seqlens", cache_seqlens, 1)?;
     let (p, bias) =

@@ -36,7 +36,10 @@ pub struct AttnParams {
     /// FlashAttention's `-slope * |i + len_k - len_q - j|`) use cuDNN's
     /// ALiBi when causal with every sequence as many keys as queries (its
     /// diagonal then top-left), else a per-sequence `[batch, heads, seq_q,
-    /// max keys]` f32 score bias. The slopes are constants: a tensor that
+    /// max keys]` f32 score bias; they also take FlashAttention's
+    /// `(batch, heads)` slopes whose rows differ (sequence `b` row `b`,
+    /// always as the bias; dense calls refuse them, typed). The slopes
+    /// are constants: a tensor that
     /// tracks a gradient is accepted and gets none (FlashAttention's
     /// autograd returns none for them).
     pub alibi_slopes: Option<candle_core::Tensor>,

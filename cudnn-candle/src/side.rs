@@ -51,8 +51,35 @@ pub(crate) fn f32_view<'a>(
 ///
 /// # Errors
 /// `(batch, heads)` slopes whose rows differ (typed, naming
-/// `alibi_slopes`); candle's.
+/// `alibi_slopes`; the varlen, KV-cache and paged calls take them:
+/// [`ready_params_rows`]); candle's.
 pub(crate) fn ready_params(p: &AttnParams) -> candle_core::Result<AttnParams> {
+    let (p2, rows) = ready_params_rows(p)?;
+    if let (Some(_), Some(t)) = (rows, &p.alibi_slopes) {
+        let v = t.to_dtype(CDType::F32)?.to_vec2::<f32>()?;
+        let i = v.windows(2).position(|w| w[0] != w[1]).unwrap_or(0);
+        return Err(to_candle(Error::Unsupported {
+            what: format!(
+                "alibi_slopes of shape {:?} whose rows {i} and {} differ in a dense call (cuDNN's ALiBi slopes are one per head, shared by the batch; the varlen, KV-cache and paged calls take them, as a per-sequence score bias)",
+                t.dims(),
+                i + 1
+            ),
+            needs: Some("(heads,) slopes, or (batch, heads) with equal rows".to_string()),
+        }));
+    }
+    Ok(p2)
+}
+
+/// [`ready_params`], `(batch, heads)` slopes whose rows differ taken too:
+/// the params hold their first row (for the shape checks) and the rows
+/// come back apart, f32 `(batch, heads)`, contiguous and constant (the
+/// caller builds a per-sequence score bias from them).
+///
+/// # Errors
+/// candle's.
+pub(crate) fn ready_params_rows(
+    p: &AttnParams,
+) -> candle_core::Result<(AttnParams, Option<Tensor>)> {
     crate::precheck::side_dtypes(
         p.alibi_slopes.as_ref().map(Tensor::dtype),
         p.sinks.as_ref().map(Tensor::dtype),
@@ -60,18 +87,12 @@ pub(crate) fn ready_params(p: &AttnParams) -> candle_core::Result<AttnParams> {
     .c()?;
     crate::precheck::prepared();
     let mut p = p.clone();
+    let mut rows = None;
     if let Some(t) = &p.alibi_slopes {
         let t = if t.rank() == 2 {
-            let rows = t.to_dtype(CDType::F32)?.to_vec2::<f32>()?;
-            if let Some(i) = rows.windows(2).position(|w| w[0] != w[1]) {
-                return Err(to_candle(Error::Unsupported {
-                    what: format!(
-                        "alibi_slopes of shape {:?} whose rows {i} and {} differ (cuDNN's ALiBi slopes are one per head, shared by the batch)",
-                        t.dims(),
-                        i + 1
-                    ),
-                    needs: Some("(heads,) slopes, or (batch, heads) with equal rows".to_string()),
-                }));
+            let v = t.to_dtype(CDType::F32)?.to_vec2::<f32>()?;
+            if v.windows(2).any(|w| w[0] != w[1]) {
+                rows = Some(crate::conv::for_cudnn(&t.detach())?);
             }
             t.get(0)?
         } else {
@@ -86,7 +107,7 @@ pub(crate) fn ready_params(p: &AttnParams) -> candle_core::Result<AttnParams> {
         };
         p.sinks = Some(crate::conv::for_cudnn(&s)?);
     }
-    Ok(p)
+    Ok((p, rows))
 }
 
 /// A decode step (`seq_q = 1`) with sinks, which cuDNN does not take (NVIDIA's

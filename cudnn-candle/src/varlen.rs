@@ -9,7 +9,7 @@ use crate::attn::{FlashAttn, VarlenArgs};
 use crate::conv::for_cudnn;
 use crate::device::to_candle;
 use crate::params::AttnParams;
-use crate::side::ready_params;
+use crate::side::ready_params_rows;
 
 fn host_seqlens(name: &str, t: &Tensor) -> candle_core::Result<Vec<u32>> {
     if t.dtype() != CDType::U32 || t.rank() != 1 {
@@ -88,7 +88,7 @@ pub fn flash_attn_varlen_with(
         host_seqlens("seqlens_q", seqlens_q)?,
         host_seqlens("seqlens_k", seqlens_k)?,
     );
-    let mut p = ready_params(params)?;
+    let (mut p, rows) = ready_params_rows(params)?;
     // Sinks that track a gradient (gpt-oss training): the op runs on them
     // detached, and `sink_grad` gives their gradient from the ragged
     // training statistics.
@@ -101,8 +101,9 @@ pub fn flash_attn_varlen_with(
         Some(sl) => bias_cap("cudnn_candle::flash_attn_varlen", q, sl)?,
         None => 0,
     };
-    let bias = crate::varlen_bias::varlen_alibi_bias(
+    let bias = crate::varlen_bias::varlen_alibi_bias_rows(
         &p,
+        rows.as_ref(),
         (&cu_q, &cu_k),
         (q.dim(0)?, k.dim(0)?),
         (max_seqlen_q, max_seqlen_k),

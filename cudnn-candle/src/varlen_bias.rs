@@ -78,8 +78,37 @@ pub fn bias_elems(
 /// max_seqlen_k`), a row that sees no key (typed, naming
 /// `alibi_slopes`), slopes not f32 `(heads,)`; candle's (the device
 /// allocation).
+#[cfg(test)]
 pub(crate) fn varlen_alibi_bias(
     p: &AttnParams,
+    (cu_q, cu_k): (&[u32], &[u32]),
+    (total_q, total_k): (usize, usize),
+    (max_q, max_k): (usize, usize),
+    heads: usize,
+    cap_bytes: usize,
+) -> candle_core::Result<Option<Tensor>> {
+    varlen_alibi_bias_rows(
+        p,
+        None,
+        (cu_q, cu_k),
+        (total_q, total_k),
+        (max_q, max_k),
+        heads,
+        cap_bytes,
+    )
+}
+
+/// [`varlen_alibi_bias`] with FlashAttention's `(batch, heads)` slopes
+/// whose rows differ (`rows`, f32): sequence `b` takes row `b`, always as
+/// the bias (cuDNN's slopes are per head).
+///
+/// # Errors
+/// As [`varlen_alibi_bias`]; rows of another shape than `(batch, heads)`
+/// (typed, naming `alibi_slopes`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn varlen_alibi_bias_rows(
+    p: &AttnParams,
+    rows: Option<&Tensor>,
     (cu_q, cu_k): (&[u32], &[u32]),
     (total_q, total_k): (usize, usize),
     (max_q, max_k): (usize, usize),
@@ -91,21 +120,31 @@ pub(crate) fn varlen_alibi_bias(
     }
     let lens_q = params::lengths("seqlens_q", cu_q, total_q, max_q).c()?;
     let lens_k = params::lengths("seqlens_k", cu_k, total_k, max_k).c()?;
-    if !needs_bias(p, &lens_q, &lens_k, (max_q, max_k)).c()? {
+    if rows.is_none() && !needs_bias(p, &lens_q, &lens_k, (max_q, max_k)).c()? {
         return Ok(None);
     }
-    lens_bias(p, (&lens_q, &lens_k), (max_q, max_k), heads, cap_bytes).map(Some)
+    lens_bias(
+        p,
+        rows,
+        (&lens_q, &lens_k),
+        (max_q, max_k),
+        heads,
+        cap_bytes,
+    )
+    .map(Some)
 }
 
 /// The per-sequence bias `[batch, heads, max_q, max_k]` f32 of checked
 /// lengths (varlen, KV-cache and paged calls): sequence `b`'s block the
-/// dense bias of `lens_q[b]` queries and `lens_k[b]` keys, zero padding
-/// around it; its size checked against `cap_bytes` first ([`bias_elems`]).
+/// dense bias of `lens_q[b]` queries and `lens_k[b]` keys (slopes: row `b`
+/// of `rows` when given, else `p`'s), zero padding around it; its size
+/// checked against `cap_bytes` first ([`bias_elems`]).
 ///
 /// # Errors
 /// As [`varlen_alibi_bias`] (no slopes: typed, naming `alibi_slopes`).
 pub(crate) fn lens_bias(
     p: &AttnParams,
+    rows: Option<&Tensor>,
     (lens_q, lens_k): (&[i32], &[i32]),
     (max_q, max_k): (usize, usize),
     heads: usize,
@@ -119,10 +158,26 @@ pub(crate) fn lens_bias(
         )));
     };
     bias_elems((lens_q.len(), heads), (max_q, max_k), cap_bytes).c()?;
+    if let Some(r) = rows
+        && r.dims() != [lens_q.len(), heads]
+    {
+        return Err(crate::device::to_candle(cudnn::Error::invalid(
+            "alibi_slopes",
+            format!(
+                "must be (heads,) or (batch, heads) = ({}, {heads}) f32",
+                lens_q.len()
+            ),
+            format!("{:?}", r.dims()),
+        )));
+    }
     let mut blocks = Vec::with_capacity(lens_q.len());
-    for (&lq, &lk) in lens_q.iter().zip(lens_k) {
+    for (s, (&lq, &lk)) in lens_q.iter().zip(lens_k).enumerate() {
         let (lq, lk) = (lq.max(0) as usize, lk.max(0) as usize);
-        let b = alibi_bias_tensor(slopes, p, (lq, lk, heads))?
+        let row = match rows {
+            Some(r) => r.get(s)?,
+            None => slopes.clone(),
+        };
+        let b = alibi_bias_tensor(&row, p, (lq, lk, heads))?
             .pad_with_zeros(2, 0, max_q.saturating_sub(lq))?
             .pad_with_zeros(3, 0, max_k.saturating_sub(lk))?;
         blocks.push(b);

@@ -105,11 +105,16 @@ fn kvcache_case(
             cudnn_candle::flash_attn_kvcache(&q.to_dtype(dt)?.to_device(&dev)?, &kg, &vg, &cl, &p)?;
         for (i, &l) in lens.iter().enumerate() {
             let l = l as usize;
+            // (batch, heads) slopes: sequence i's own row.
+            let pi = match &p.alibi_slopes {
+                Some(t) if t.rank() == 2 => p.clone().alibi_slopes(Some(t.get(i)?)),
+                _ => p.clone(),
+            };
             let want = reference(
                 &q.narrow(0, i, 1)?,
                 &kc.narrow(0, i, 1)?.narrow(1, 0, l)?,
                 &vc.narrow(0, i, 1)?.narrow(1, 0, l)?,
-                &p,
+                &pi,
             )?;
             close("o", &got.narrow(0, i, 1)?, &want, tol(dt))?;
         }
@@ -388,6 +393,32 @@ pub fn trials() -> Vec<Trial> {
                 1,
             )
         }),
+        gpu(
+            "flash_attn_kvcache_alibi_batch_heads_rows_differ",
+            move || {
+                // (batch, heads) slopes whose rows differ (FlashAttention takes
+                // them): each sequence its own row, through the score bias,
+                // also for a causal prefill (every length seq_q).
+                let sl = slopes(4);
+                let rows = Tensor::stack(&[&sl, &(&sl * 0.5)?], 0)?;
+                kvcache_case(
+                    (2, 1, 4, 4, 64, 32),
+                    vec![7, 20],
+                    DType::BF16,
+                    AttnParams::new(S)
+                        .causal(true)
+                        .alibi_slopes(Some(rows.clone())),
+                    2,
+                )?;
+                kvcache_case(
+                    (2, 8, 4, 4, 64, 32),
+                    vec![8, 8],
+                    DType::F16,
+                    AttnParams::new(S).causal(true).alibi_slopes(Some(rows)),
+                    1,
+                )
+            },
+        ),
         gpu("flash_attn_paged_alibi_decode_loop_bf16", move || {
             paged_case(
                 (4, 1, 8, 2, 128),
