@@ -6,13 +6,17 @@
 //! the padding (which the padding mask hides). cuDNN takes a full bias
 //! with ragged Q, K, V and padding masks (planned for an H200 by the host
 //! tier). Its size is `B * H * max_q * max_k * 4` bytes on the device.
+//! It is built in one pass over the batch (a fixed number of candle ops
+//! whatever the batch: a decode step of the KV-cache and paged calls
+//! builds it each step), from the per-sequence lengths and windows
+//! computed on the host; the intermediate distances are i64 `[B, max_q,
+//! max_k]` (twice the bias's bytes over the head count).
 
 use candle_core::Tensor;
 use cudnn::graph::{AttnBias, DType, SdpaConfig};
 
 use crate::device::IntoCandle;
 use crate::params::{self, AttnParams};
-use crate::side::alibi_bias_tensor;
 
 /// Whether a varlen call with `p` (ready: slopes f32 `(heads,)`) needs the
 /// bias: slopes given, and not a causal call whose every sequence has as
@@ -170,19 +174,63 @@ pub(crate) fn lens_bias(
             format!("{:?}", r.dims()),
         )));
     }
-    let mut blocks = Vec::with_capacity(lens_q.len());
-    for (s, (&lq, &lk)) in lens_q.iter().zip(lens_k).enumerate() {
-        let (lq, lk) = (lq.max(0) as usize, lk.max(0) as usize);
-        let row = match rows {
-            Some(r) => r.get(s)?,
-            None => slopes.clone(),
-        };
-        let b = alibi_bias_tensor(&row, p, (lq, lk, heads))?
-            .pad_with_zeros(2, 0, max_q.saturating_sub(lq))?
-            .pad_with_zeros(3, 0, max_k.saturating_sub(lk))?;
-        blocks.push(b);
+    let (shape, b) = ((lens_q.len(), heads, max_q, max_k), lens_q.len());
+    let slopes4 = match rows {
+        Some(r) => r.detach().reshape((b, heads, 1, 1))?,
+        None => {
+            if slopes.dtype() != candle_core::DType::F32 || slopes.dims() != [heads] {
+                return Err(crate::device::to_candle(cudnn::Error::invalid(
+                    "alibi_slopes",
+                    format!("must be f32 (heads,) = ({heads},)"),
+                    format!("{:?} {:?}", slopes.dtype(), slopes.dims()),
+                )));
+            }
+            slopes.detach().reshape((1, heads, 1, 1))?
+        }
+    };
+    let dev = slopes4.device();
+    // Per sequence, on the host: its lengths and FlashAttention's window
+    // for them (the rows that see no key refused here, typed); a missing
+    // side is a bound no distance reaches (|d| < 2^32).
+    const NONE: i64 = 1 << 40;
+    let (mut lq, mut lk, mut lo, mut hi) = (vec![], vec![], vec![], vec![]);
+    for (&q, &k) in lens_q.iter().zip(lens_k) {
+        let (q, k) = (q.max(0), k.max(0));
+        let w = params::alibi::alibi_window(p, q as usize, k as usize).c()?;
+        lq.push(i64::from(q));
+        lk.push(i64::from(k));
+        lo.push(w.left.unwrap_or(NONE));
+        hi.push(-w.right.unwrap_or(NONE));
     }
-    Tensor::cat(&blocks, 0)?.contiguous()
+    if b == 0 || heads == 0 || max_q == 0 || max_k == 0 {
+        return Tensor::zeros(shape, candle_core::DType::F32, dev);
+    }
+    let col = |v: Vec<i64>| Tensor::from_vec(v, (b, 1, 1), dev);
+    let (lq, lk, lo, neg_hi) = (col(lq)?, col(lk)?, col(lo)?, col(hi)?);
+    let i = Tensor::arange(0i64, params::to_i64("max_seqlen_q", max_q).c()?, dev)?
+        .reshape((1, max_q, 1))?;
+    let j = Tensor::arange(0i64, params::to_i64("max_seqlen_k", max_k).c()?, dev)?
+        .reshape((1, 1, max_k))?;
+    // d = i + len_k - len_q - j (the query's diagonal minus the key),
+    // (b, max_q, max_k); the window keeps -right <= d <= left.
+    let d = i.broadcast_add(&(&lk - &lq)?)?.broadcast_sub(&j)?;
+    let sees = d.broadcast_le(&lo)?.minimum(&d.broadcast_ge(&neg_hi)?)?;
+    let valid = i
+        .broadcast_lt(&lq)?
+        .broadcast_minimum(&j.broadcast_lt(&lk)?)?;
+    let dist = d.to_dtype(candle_core::DType::F32)?.abs()?.neg()?;
+    let bias = slopes4.broadcast_mul(&dist.unsqueeze(1)?)?;
+    let ninf = Tensor::new(f32::NEG_INFINITY, dev)?.broadcast_as(shape)?;
+    let zero = Tensor::new(0f32, dev)?.broadcast_as(shape)?;
+    let bias = sees
+        .unsqueeze(1)?
+        .broadcast_as(shape)?
+        .where_cond(&bias, &ninf)?;
+    valid
+        .unsqueeze(1)?
+        .broadcast_as(shape)?
+        .where_cond(&bias, &zero)?
+        .contiguous()
 }
 
 /// `cfg` with the varlen bias input: `[B, H, S_q, S_kv]` f32, no dBias.
