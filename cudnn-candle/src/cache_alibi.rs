@@ -70,14 +70,20 @@ pub(crate) fn cache_alibi(
     {
         return Ok((p, None));
     }
-    let bias = crate::varlen_bias::lens_bias(
-        &p,
-        rows,
-        (&lens_q, &lens_kv),
-        (seq_q, max_kv),
-        heads,
-        cap()?,
-    )?;
+    let cap = cap()?;
+    // The size first, named in this call's terms (the varlen builder
+    // names max_seqlen_*).
+    if crate::varlen_bias::bias_elems((batch, heads), (seq_q, max_kv), cap).is_err() {
+        return Err(to_candle(Error::invalid(
+            "seq_q / cache capacity (the ALiBi score bias)",
+            format!(
+                "the bias [batch, heads, seq_q, capacity] f32 must fit in {cap} bytes (the device's memory)"
+            ),
+            format!("[{batch}, {heads}, {seq_q}, {max_kv}]"),
+        )));
+    }
+    let bias =
+        crate::varlen_bias::lens_bias(&p, rows, (&lens_q, &lens_kv), (seq_q, max_kv), heads, cap)?;
     Ok((p.alibi_slopes(None).window(None, None), Some(bias)))
 }
 
@@ -226,7 +232,8 @@ mod tests {
             assert!(t.contains(name), "{t}");
         }
         let e = cache_alibi(p, None, (2, 2, 2), &[3, 4], 8, || Ok(16)).unwrap_err();
-        assert!(e.to_string().contains("max_seqlen_q / max_seqlen_k"), "{e}");
+        assert!(e.to_string().contains("seq_q / cache capacity"), "{e}");
+        assert!(e.to_string().contains("[2, 2, 2, 8]"), "{e}");
     }
 
     proptest! {
