@@ -236,51 +236,94 @@ mod tests {
         assert!(e.to_string().contains("[2, 2, 2, 8]"), "{e}");
     }
 
+    /// Review (alibi) defect 1, by hand: 4 queries, capacity 8, one
+    /// sequence of 2 keys, not causal, `window(Some(2), None)`.
+    /// FlashAttention's `mha_fwd_kvcache` fills the right side with its
+    /// `seqlen_k`, the capacity 8: row `i` (at `d = i - 2`) sees `j in [d -
+    /// 2, d + 8]`, both keys for every row, `-0.5 |d - j|`; the padding 0.
+    #[test]
+    fn left_window_alone_bounds_the_right_at_the_capacity() {
+        let p = AttnParams::new(1.0)
+            .window(Some(2), None)
+            .alibi_slopes(Some(Tensor::new(&[0.5f32], &Device::Cpu).unwrap()));
+        let (p2, b) = cache_alibi(p, None, (1, 4, 1), &[2], 8, || Ok(CAP)).unwrap();
+        assert!(p2.alibi_slopes.is_none() && p2.window_size_left.is_none());
+        let b = b.expect("a bias");
+        assert_eq!(b.dims(), [1, 1, 4, 8]);
+        let got = b.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        for (i, row) in [[-1.0f32, -1.5], [-0.5, -1.0], [0.0, -0.5], [-0.5, 0.0]]
+            .iter()
+            .enumerate()
+        {
+            let mut want = row.to_vec();
+            want.resize(8, 0.0);
+            assert_eq!(got[i * 8..(i + 1) * 8].to_vec(), want, "row {i}");
+        }
+        // One key, `window(Some(1), None)`: every row sees key 0 (right
+        // bound 8), `-0.5 |i - 3|`; a rule per sequence refused it.
+        let p = AttnParams::new(1.0)
+            .window(Some(1), None)
+            .alibi_slopes(Some(Tensor::new(&[0.5f32], &Device::Cpu).unwrap()));
+        let (_, b) = cache_alibi(p, None, (1, 4, 1), &[1], 8, || Ok(CAP)).unwrap();
+        let got = b
+            .expect("a bias")
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        let col: Vec<f32> = (0..4).map(|i| got[i * 8]).collect();
+        assert_eq!(col, [-1.5, -1.0, -0.5, 0.0]);
+    }
+
     proptest! {
-        /// Every element against FlashAttention's rule written out here
-        /// (`-slope |i + len - seq_q - j|` where row `i` sees key `j`, the
-        /// window's and causal `-inf`, 0 past the length), or no bias
-        /// exactly for a causal call whose every length is `seq_q`
-        /// (cuDNN's ALiBi), or a typed refusal exactly when a causal row
-        /// sees no key.
+        /// Every element against FlashAttention's rule written out in the
+        /// tests (`varlen_bias::tests::fa_sees`, its window sides at the
+        /// call's `seqlen_k`, the capacity; the diagonal at `i + len -
+        /// seq_q`): `-slope |i + len - seq_q - j|` where row `i` sees key
+        /// `j`, `-inf` where not, 0 past the length; or no bias exactly
+        /// for a causal call whose every length is `seq_q` (cuDNN's
+        /// ALiBi); or a typed refusal exactly when a length is out of
+        /// range, or a query row sees no key (causal: a length below
+        /// `seq_q`), or a right bound cuDNN's band cannot hold (refused
+        /// by the KV-cache call's mask, typed). Lengths from 1 (a
+        /// sequence with no key is not compared here).
         #[test]
         fn bias_is_flash_attention_s(
-            lens in proptest::collection::vec(0i64..7, 1..4),
-            sq in 1usize..4,
-            causal: bool,
-            left in proptest::option::of(0usize..4),
+            lens in proptest::collection::vec(1i64..8, 1..4),
+            sq in 1usize..6,
+            left in proptest::option::of(0usize..8),
+            right in proptest::option::of(0usize..8),
         ) {
             let max_kv = 6usize;
             let sl = [0.5f32, 0.25];
             let p = AttnParams::new(1.0)
-                .window(left, causal.then_some(0))
+                .window(left, right)
                 .alibi_slopes(Some(Tensor::new(&sl, &Device::Cpu).unwrap()));
             let b = lens.len();
             let r = cache_alibi(p.clone(), None, (b, sq, 2), &lens, max_kv, || Ok(CAP));
-            // candle-flash-attn's window of a sequence of `l` keys (a side
-            // past the length dropped, a missing side the length when the
-            // other is set): (left, right) around the diagonal.
-            let window = |l: i64| {
-                let side = |w: Option<usize>| w.map(|w| w as i64).filter(|&w| w <= l);
-                let (mut lo, mut hi) = (side(left), side(causal.then_some(0)));
-                if lo.is_none() && hi.is_some() { lo = Some(l); }
-                if lo.is_some() && hi.is_none() { hi = Some(l); }
-                (lo, hi)
+            let w = (left, right);
+            let sees = |l: i64, i: usize, j: usize| {
+                crate::varlen_bias::tests::fa_sees(w, max_kv, (sq, l as usize), (i, j))
             };
+            let causal = right == Some(0);
             let too_long = lens.iter().any(|&l| l as usize > max_kv);
-            let empty = causal && lens.iter().any(|&l| (l as usize) < sq);
-            // Row 0 (diagonal at `l - sq`) past its right bound: no key.
-            let window_empty = lens
-                .iter()
-                .any(|&l| window(l).1.is_some_and(|hi| l - sq as i64 + hi < 0));
-            let errs = too_long || empty || window_empty;
+            // A row that sees none of its sequence's keys.
+            let empty = !too_long
+                && lens
+                    .iter()
+                    .any(|&l| (0..sq).any(|i| !(0..l as usize).any(|j| sees(l, i, j))));
             match r {
-                Err(e) => prop_assert!(errs, "{}", e),
+                Err(e) => {
+                    // Or a right bound cuDNN's band mask cannot hold, which
+                    // the KV-cache call refuses, typed, naming it.
+                    let band = e.to_string().contains("window_size_right");
+                    prop_assert!(too_long || empty || band, "{}", e);
+                }
                 Ok((_, None)) => prop_assert!(
-                    !errs && causal && lens.iter().all(|&l| l as usize == sq)
+                    !too_long && !empty && causal && lens.iter().all(|&l| l as usize == sq)
                 ),
                 Ok((p2, Some(t))) => {
-                    prop_assert!(!errs && p2.alibi_slopes.is_none());
+                    prop_assert!(!too_long && p2.alibi_slopes.is_none());
                     prop_assert_eq!(t.dims(), &[b, 2, sq, max_kv]);
                     let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
                     for (bi, &l) in lens.iter().enumerate() {
@@ -290,12 +333,9 @@ mod tests {
                                     let got = v[((bi * 2 + h) * sq + i) * max_kv + j];
                                     let d = i as i64 + l - sq as i64;
                                     let jj = j as i64;
-                                    let (lo, hi) = window(l);
-                                    let sees = lo.is_none_or(|lo| jj >= d - lo)
-                                        && hi.is_none_or(|hi| jj <= d + hi);
                                     let want = if jj >= l {
                                         0.0
-                                    } else if sees {
+                                    } else if sees(l, i, j) {
                                         -s * (d - jj).abs() as f32
                                     } else {
                                         f32::NEG_INFINITY

@@ -168,7 +168,7 @@ pub(crate) fn alibi_bias_tensor(
             format!("{:?} {:?}", slopes.dtype(), slopes.dims()),
         )));
     }
-    let w = params::alibi::alibi_window(p, sq, skv).c()?;
+    let w = params::alibi::alibi_window(p, (sq, skv), skv).c()?;
     let dev = slopes.device();
     let (sq64, skv64) = (
         params::to_i64("seq_q", sq).c()?,

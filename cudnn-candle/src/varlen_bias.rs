@@ -2,10 +2,13 @@
 //! compute (not causal, or a sequence with `seqlen_q != seqlen_k`): a
 //! score bias `[B, H, max_seqlen_q, max_seqlen_k]` f32, sequence `b`'s
 //! block `-slope * |i + seqlen_k[b] - seqlen_q[b] - j|` with its window
-//! as `-inf` (the dense call's bias for that sequence's lengths), zero in
-//! the padding (which the padding mask hides). cuDNN takes a full bias
-//! with ragged Q, K, V and padding masks (planned for an H200 by the host
-//! tier). Its size is `B * H * max_q * max_k * 4` bytes on the device.
+//! as `-inf`, zero in the padding (which the padding mask hides). cuDNN
+//! takes a full bias with ragged Q, K, V and padding masks (planned for
+//! an H200 by the host tier). The window's sides are FlashAttention's for the whole call
+//! (`set_params_fprop`: a side above the call's key extent, `max_seqlen_k`
+//! or the cache's capacity, dropped, a missing one set to that extent);
+//! only the diagonal is the sequence's own. Its size is `B * H * max_q *
+//! max_k * 4` bytes on the device.
 //! It is built in one pass over the batch (a fixed number of candle ops
 //! whatever the batch: a decode step of the KV-cache and paged calls
 //! builds it each step), from the per-sequence lengths and windows
@@ -139,9 +142,11 @@ pub(crate) fn varlen_alibi_bias_rows(
 }
 
 /// The per-sequence bias `[batch, heads, max_q, max_k]` f32 of checked
-/// lengths (varlen, KV-cache and paged calls): sequence `b`'s block the
-/// dense bias of `lens_q[b]` queries and `lens_k[b]` keys (slopes: row `b`
-/// of `rows` when given, else `p`'s), zero padding around it; its size
+/// lengths (varlen, KV-cache and paged calls): sequence `b`'s block
+/// `-slope |i + lens_k[b] - lens_q[b] - j|` inside the window, `-inf`
+/// outside it (its sides normalised at the call's key extent `max_k`,
+/// [`params::alibi::alibi_window`]), slopes row `b` of `rows` when given,
+/// else `p`'s, zero padding around it; its size
 /// checked against `cap_bytes` first ([`bias_elems`]).
 ///
 /// # Errors
@@ -190,13 +195,15 @@ pub(crate) fn lens_bias(
     };
     let dev = slopes4.device();
     // Per sequence, on the host: its lengths and FlashAttention's window
-    // for them (the rows that see no key refused here, typed); a missing
-    // side is a bound no distance reaches (|d| < 2^32).
+    // (its sides dropped and filled at the call's key extent `max_k`, as
+    // set_params_fprop does once per call; the diagonal and the rows that
+    // see no key, refused here typed, from the sequence's own lengths); a
+    // missing side is a bound no distance reaches (|d| < 2^32).
     const NONE: i64 = 1 << 40;
     let (mut lq, mut lk, mut lo, mut hi) = (vec![], vec![], vec![], vec![]);
     for (&q, &k) in lens_q.iter().zip(lens_k) {
         let (q, k) = (q.max(0), k.max(0));
-        let w = params::alibi::alibi_window(p, q as usize, k as usize).c()?;
+        let w = params::alibi::alibi_window(p, (q as usize, k as usize), max_k).c()?;
         lq.push(i64::from(q));
         lk.push(i64::from(k));
         lo.push(w.left.unwrap_or(NONE));
@@ -239,7 +246,7 @@ pub fn with_varlen_bias(cfg: SdpaConfig) -> SdpaConfig {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use candle_core::{Device, Tensor};
 
     use super::*;
@@ -373,21 +380,105 @@ mod tests {
         }
     }
 
+    /// Review (alibi) defect 1, by hand: not causal, `window(None,
+    /// Some(3))`, one sequence of 5 queries and 2 keys in a call whose
+    /// `max_seqlen_k` is 8. FlashAttention keeps `right = 3` (below the
+    /// call's 8) and sets `left = 8`: row `i` sits at `d = i - 3` and sees
+    /// keys `j <= d + 3`, so row 0 sees key 0 only, rows 1.. both (a rule
+    /// per sequence would drop `3 > 2` and let row 0 see both).
+    #[test]
+    fn window_sides_use_the_call_s_max_seqlen_k() {
+        let p = AttnParams::new(1.0)
+            .window(None, Some(3))
+            .alibi_slopes(Some(slopes()));
+        let b = varlen_alibi_bias(&p, (&[0, 5], &[0, 2]), (5, 2), (5, 8), 1, CAP)
+            .unwrap()
+            .expect("a bias");
+        assert_eq!(b.dims(), [1, 1, 5, 8]);
+        let got = b.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let ninf = f32::NEG_INFINITY;
+        let rows: [[f32; 2]; 5] = [
+            [-1.5, ninf],
+            [-1.0, -1.5],
+            [-0.5, -1.0],
+            [0.0, -0.5],
+            [-0.5, 0.0],
+        ];
+        for (i, row) in rows.iter().enumerate() {
+            let mut want = row.to_vec();
+            want.resize(8, 0.0);
+            assert_eq!(got[i * 8..(i + 1) * 8].to_vec(), want, "row {i}");
+        }
+    }
+
+    /// Review (alibi) defect 1, the varlen case: `window(None, Some(3))`,
+    /// `(lq, lk) = (10, 2)`, `max_seqlen_k = 8`: FlashAttention's rows 0-4
+    /// see no key (`j <= i - 8 + 3`), so the call is refused, typed (a
+    /// rule per sequence let every row see both keys).
+    #[test]
+    fn rows_hidden_by_the_call_s_window_are_refused() {
+        let p = AttnParams::new(1.0)
+            .window(None, Some(3))
+            .alibi_slopes(Some(slopes()));
+        let e = varlen_alibi_bias(&p, (&[0, 10], &[0, 2]), (10, 2), (10, 8), 1, CAP).unwrap_err();
+        let candle_core::Error::Cuda(b) = &e else {
+            panic!("not the crate's error: {e}");
+        };
+        let t = b.downcast_ref::<cudnn::Error>().expect("typed");
+        assert!(t.to_string().contains("alibi_slopes"), "{t}");
+    }
+
+    /// FlashAttention's window for one call, in this test's own words
+    /// (`set_params_fprop` after candle-flash-attn's filter): a side above
+    /// the call's `seqlen_k` is unbounded; `(None, Some(0))` is causal;
+    /// otherwise a missing side becomes `seqlen_k` when the other is set.
+    /// Then `mask.h` keeps key `j` for row `i` of a sequence of `lq`
+    /// queries and `lk` keys when `d - left <= j <= d + right`, `d = i +
+    /// lk - lq`.
+    pub(crate) fn fa_sees(
+        (left, right): (Option<usize>, Option<usize>),
+        seqlen_k: usize,
+        (lq, lk): (usize, usize),
+        (i, j): (usize, usize),
+    ) -> bool {
+        let k = seqlen_k as i64;
+        let keep = |w: Option<usize>| w.map(|w| w as i64).filter(|&w| w <= k);
+        let (mut l, mut r) = (keep(left), keep(right));
+        let d = i as i64 + lk as i64 - lq as i64;
+        let j = j as i64;
+        if l.is_none() && r == Some(0) {
+            return j <= d;
+        }
+        if l.is_none() && r.is_some() {
+            l = Some(k);
+        }
+        if l.is_some() && r.is_none() {
+            r = Some(k);
+        }
+        l.is_none_or(|l| j >= d - l) && r.is_none_or(|r| j <= d + r)
+    }
+
     proptest::proptest! {
-        /// Every element of the bias against FlashAttention's rule, written
-        /// out here: `-slope |i + lk - lq - j|` where row `i` sees key `j`
-        /// (causal: `j <= i + lk - lq`), `-inf` where it does not, 0 in
-        /// the padding; no bias for a packed causal prefill; a typed
-        /// refusal exactly when a causal row sees no key.
+        /// Every element of the bias against FlashAttention's rule
+        /// ([`fa_sees`], with the call's `max_seqlen_k`): `-slope |i + lk -
+        /// lq - j|` where row `i` sees key `j`, `-inf` where it does not,
+        /// 0 in the padding; no bias for a packed causal prefill; a typed
+        /// refusal exactly when some query row sees none of its
+        /// sequence's keys. Windows on both sides, `max_seqlen_*` up to
+        /// 4 past every sequence (so a sequence's keys are fewer than the
+        /// call's extent).
         #[test]
         fn bias_matches_flash_attention_s_rule(
-            pairs in proptest::collection::vec((0usize..5, 0usize..6), 1..4),
-            causal: bool,
-            (extra_q, extra_k) in (0usize..3, 0usize..3),
+            pairs in proptest::collection::vec((0usize..7, 1usize..6), 1..4),
+            left in proptest::option::of(0usize..9),
+            right in proptest::option::of(0usize..9),
+            (extra_q, extra_k) in (0usize..3, 0usize..5),
         ) {
             let sl = [0.5f32, 0.25];
             let slopes = Tensor::new(&sl, &Device::Cpu).unwrap();
-            let p = AttnParams::new(1.0).causal(causal).alibi_slopes(Some(slopes));
+            let p = AttnParams::new(1.0).window(left, right).alibi_slopes(Some(slopes));
+            // cuDNN's own ALiBi (no bias): right 0 (any left window) and
+            // every sequence as many keys as queries.
             let cu = |f: &dyn Fn(&(usize, usize)) -> usize| {
                 let mut c = vec![0u32];
                 for x in &pairs {
@@ -396,14 +487,15 @@ mod tests {
                 c
             };
             let (cq, ck) = (cu(&|x| x.0), cu(&|x| x.1));
-            // `max_seqlen_*` up to 2 past every sequence (review: a max
-            // larger than the data is padding, zero in the bias).
             let mq = pairs.iter().map(|x| x.0).max().unwrap_or(0) + extra_q;
             let mk = pairs.iter().map(|x| x.1).max().unwrap_or(0) + extra_k;
             let totals = (cq[cq.len() - 1] as usize, ck[ck.len() - 1] as usize);
             let r = varlen_alibi_bias(&p, (&cq, &ck), totals, (mq, mk), 2, CAP);
-            let empty_row = causal && pairs.iter().any(|&(lq, lk)| lq > lk);
-            let packed = causal && pairs.iter().all(|&(lq, lk)| lq == lk);
+            let w = (left, right);
+            let empty_row = pairs.iter().any(|&(lq, lk)| {
+                (0..lq).any(|i| !(0..lk).any(|j| fa_sees(w, mk, (lq, lk), (i, j))))
+            });
+            let packed = right == Some(0) && pairs.iter().all(|&(lq, lk)| lq == lk);
             match r {
                 Err(e) => proptest::prop_assert!(empty_row, "{}", e),
                 Ok(None) => proptest::prop_assert!(packed && !empty_row),
@@ -418,13 +510,11 @@ mod tests {
                                     let got = v[((bi * 2 + h) * mq + i) * mk + j];
                                     let want = if i >= lq || j >= lk {
                                         0.0
-                                    } else {
+                                    } else if fa_sees(w, mk, (lq, lk), (i, j)) {
                                         let d = i as i64 + lk as i64 - lq as i64;
-                                        if causal && j as i64 > d {
-                                            f32::NEG_INFINITY
-                                        } else {
-                                            -slope * (d - j as i64).abs() as f32
-                                        }
+                                        -slope * (d - j as i64).abs() as f32
+                                    } else {
+                                        f32::NEG_INFINITY
                                     };
                                     proptest::prop_assert_eq!(got, want, "b {} h {} i {} j {}", bi, h, i, j);
                                 }
