@@ -10,7 +10,8 @@ use candle_core::{DType, Device, Tensor, Var};
 use cudnn_candle::AttnParams;
 
 use super::{
-    close, cuda, cumulative, inputs, on, paged_case, reference, sinks, slopes, tol, typed,
+    close, cuda, cumulative, inputs, on, paged_case, reference, reference_in, sinks, slopes, tol,
+    typed,
 };
 use crate::support::{TestResult, Trial, gpu};
 
@@ -110,11 +111,14 @@ fn kvcache_case(
                 Some(t) if t.rank() == 2 => p.clone().alibi_slopes(Some(t.get(i)?)),
                 _ => p.clone(),
             };
-            let want = reference(
+            // FlashAttention's window sides at the call's seqlen_k, the
+            // capacity (set_params_fprop), the diagonal at this length.
+            let want = reference_in(
                 &q.narrow(0, i, 1)?,
                 &kc.narrow(0, i, 1)?.narrow(1, 0, l)?,
                 &vc.narrow(0, i, 1)?.narrow(1, 0, l)?,
                 &pi,
+                cap,
             )?;
             close("o", &got.narrow(0, i, 1)?, &want, tol(dt))?;
         }
@@ -170,13 +174,16 @@ fn varlen_grad_case(
         .sinks(sides.sinks.then(|| c[3].as_tensor().clone()))
         .alibi_slopes(sides.slopes.then(|| sl.clone()));
     let (mut at_q, mut at_k, mut parts) = (0, 0, Vec::new());
+    // The call's max_seqlen_k (the GPU call's below): the window's extent.
+    let max_k = lens.iter().map(|x| x.1).max().unwrap_or(1);
     for &(lq, lk) in lens {
         let n = |t: &Tensor, at, l| t.narrow(0, at, l)?.unsqueeze(0);
-        let o = reference(
+        let o = reference_in(
             &n(c[0].as_tensor(), at_q, lq)?,
             &n(c[1].as_tensor(), at_k, lk)?,
             &n(c[2].as_tensor(), at_k, lk)?,
             &pc,
+            max_k,
         )?;
         parts.push(o.squeeze(0)?);
         at_q += lq;
@@ -360,6 +367,30 @@ pub fn trials() -> Vec<Trial> {
         gpu("flash_attn_kvcache_alibi_not_causal_f16", move || {
             kvcache_case((2, 3, 4, 2, 64, 32), vec![5, 30], DType::F16, alibi(4), 2)
         }),
+        gpu(
+            "flash_attn_kvcache_alibi_left_window_capacity_f16",
+            move || {
+                // Review (alibi) defect 2: not causal, a left window alone, 4
+                // queries against 2 and 1 valid keys in a cache of 8:
+                // FlashAttention bounds the right at the capacity (every row
+                // sees its keys; a per-sequence rule hid key 1 from row 0 and
+                // refused the length 1). Then 6 and 5 keys.
+                kvcache_case(
+                    (2, 4, 4, 2, 64, 8),
+                    vec![2, 1],
+                    DType::F16,
+                    alibi(4).window(Some(2), None),
+                    2,
+                )?;
+                kvcache_case(
+                    (1, 4, 4, 4, 64, 8),
+                    vec![1],
+                    DType::BF16,
+                    alibi(4).window(Some(1), None),
+                    1,
+                )
+            },
+        ),
         gpu("flash_attn_kvcache_alibi_native_prefill_bf16", move || {
             // Every length seq_q, causal: cuDNN's own ALiBi (top-left).
             kvcache_case(
@@ -439,6 +470,22 @@ pub fn trials() -> Vec<Trial> {
                 2,
             )
         }),
+        gpu(
+            "flash_attn_paged_alibi_left_window_not_causal_f16",
+            move || {
+                // Not causal, a left window, 6 queries against 1 and 3 keys
+                // (lq > lk + 1): the right side is the call's extent, 2 blocks
+                // of 16.
+                paged_case(
+                    (2, 6, 4, 4, 64),
+                    (9, 16, 2),
+                    vec![1, 3],
+                    DType::F16,
+                    alibi(4).window(Some(3), None),
+                    2,
+                )
+            },
+        ),
         gpu("flash_attn_paged_alibi_native_prefill_bf16", move || {
             paged_case(
                 (2, 16, 4, 4, 64),
