@@ -769,13 +769,18 @@ pub fn flash_attn_with(
 /// cache_seqlens[b] - seq_q - j|` per sequence: cuDNN's ALiBi when the call
 /// is causal and every length is `seq_q` (a prefill into empty caches),
 /// otherwise a `[batch, heads, seq_q, capacity]` f32 score bias built on
-/// the device each call (4 bytes per element; the mask goes into it).
+/// the device each call (4 bytes per element; the mask goes into it;
+/// building it takes about `8 * heads + 32` bytes per `(batch, seq_q,
+/// capacity)` element at its peak, checked against the device's total
+/// memory: on a device that holds other tensors an accepted size can
+/// still fail to allocate, candle's error).
 ///
 /// # Errors
 /// As [`flash_attn_with`]; a length past the capacity or a count other
 /// than the batch, or, causal, shorter than `seq_q` (rows with no key,
 /// where FlashAttention writes zeros), typed, naming `cache_seqlens`;
-/// with ALiBi, a score bias larger than the device's memory (typed).
+/// with ALiBi, a score bias whose building takes more than the device's
+/// memory (typed), after the op's shape checks (no device work before).
 pub fn flash_attn_kvcache(
     q: &Tensor,
     k_cache: &Tensor,
@@ -800,10 +805,13 @@ pub fn flash_attn_kvcache(
     }
     let lens = cache_seqlens.to_vec1::<u32>()?;
     let wide: Vec<i64> = lens.iter().map(|&l| i64::from(l)).collect();
+    let ready = crate::side::ready_params_rows(params)?;
+    // The op's shape checks before a score bias is built (device work).
+    crate::cache_alibi::shapes_first(&ready.0, [q, k_cache, v_cache], &wide, None)?;
     let (p, bias) = crate::cache_alibi::for_call(
         "cudnn_candle::flash_attn_kvcache",
         q,
-        crate::side::ready_params_rows(params)?,
+        ready,
         &wide,
         kv_len(k_cache),
     )?;

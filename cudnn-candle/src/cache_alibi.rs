@@ -20,7 +20,9 @@
 //! mask, a window) gets the per-sequence score bias of the varlen calls
 //! (`[batch, heads, seq_q, capacity]` f32, the mask in it, built on the
 //! device each call: its size is `4 * batch * heads * seq_q * capacity`
-//! bytes, checked against the device's memory first).
+//! bytes, and building it takes about twice that plus 32 bytes per
+//! `(batch, seq_q, capacity)` element, checked against the device's total
+//! memory first, after the op's shape checks: [`shapes_first`]).
 
 use candle_core::Tensor;
 use cudnn::Error;
@@ -74,10 +76,15 @@ pub(crate) fn cache_alibi(
     // The size first, named in this call's terms (the varlen builder
     // names max_seqlen_*).
     if crate::varlen_bias::bias_elems((batch, heads), (seq_q, max_kv), cap).is_err() {
+        let peak = crate::varlen_bias::build_bytes((batch, heads), (seq_q, max_kv))
+            .map_or_else(|| "more than usize::MAX".to_string(), |b| b.to_string());
         return Err(to_candle(Error::invalid(
             "seq_q / cache capacity (the ALiBi score bias)",
             format!(
-                "the bias [batch, heads, seq_q, capacity] f32 must fit in {cap} bytes (the device's memory)"
+                "the bias [batch, heads, seq_q, capacity] f32 takes, while it is built, {peak} \
+                 bytes (8 * heads + {} per batch x seq_q x capacity element), which must fit \
+                 in {cap} bytes (the device's memory)",
+                crate::varlen_bias::BUILD_BYTES_PER_QK
             ),
             format!("[{batch}, {heads}, {seq_q}, {max_kv}]"),
         )));
@@ -110,6 +117,78 @@ pub(crate) fn for_call(
     cache_alibi(p, rows.as_ref(), (b, sq, h), lens, max_kv, || {
         crate::varlen::bias_cap(op, q, &slopes)
     })
+}
+
+/// Row-major strides of `dims` (the layout the op's preparation gives an
+/// input it copies; one it keeps is re-checked by the op itself).
+pub(crate) fn packed_strides(dims: &[usize]) -> Vec<usize> {
+    let mut st = vec![1usize; dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        st[i] = st[i + 1].saturating_mul(dims[i + 1]);
+    }
+    st
+}
+
+/// `Arg`s of `ts` named `names` with the strides `st` (one per tensor).
+pub(crate) fn args<'a>(
+    names: [&'a str; 3],
+    ts: [&'a Tensor; 3],
+    st: &'a [Vec<usize>],
+) -> Vec<params::Arg<'a>> {
+    ts.iter()
+        .zip(st)
+        .zip(names)
+        .map(|((t, st), name)| params::Arg {
+            name,
+            dims: t.dims(),
+            strides: st,
+            dtype: t.dtype(),
+        })
+        .collect()
+}
+
+/// The op's own shape checks (`params::kvcache`, or `params::paged` with
+/// the block table), run on q, k, v's dims before a score bias is built,
+/// so that a call the op refuses (head counts, GQA, `v_cache` against
+/// `k_cache`, block-table entries, lengths) does no device work first.
+/// `p` without its slopes (the bias holds them) and with its window (the
+/// same mask rules `cache_alibi` applies). Nothing is checked without
+/// slopes (no bias then; the op checks).
+///
+/// # Errors
+/// The op's typed errors.
+pub(crate) fn shapes_first(
+    p: &AttnParams,
+    [q, k, v]: [&Tensor; 3],
+    lens: &[i64],
+    table: Option<(&[usize], &[i64])>,
+) -> candle_core::Result<()> {
+    if p.alibi_slopes.is_none() {
+        return Ok(());
+    }
+    let st: Vec<Vec<usize>> = [q, k, v].iter().map(|t| packed_strides(t.dims())).collect();
+    let args = args(["q", "k_cache", "v_cache"], [q, k, v], &st);
+    let (qa, ka, va) = (&args[0], &args[1], &args[2]);
+    let p = p.clone().alibi_slopes(None);
+    match table {
+        None => {
+            let mut l32 = Vec::with_capacity(lens.len());
+            for (i, &l) in lens.iter().enumerate() {
+                l32.push(u32::try_from(l).map_err(|_| {
+                    to_candle(Error::invalid(
+                        format!("cache_seqlens[{i}]"),
+                        "must fit u32",
+                        l,
+                    ))
+                })?);
+            }
+            params::kvcache(qa, ka, va, &l32, &p).c()?;
+        }
+        Some(t) => {
+            params::paged(qa, ka, va, t, lens, &p).c()?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -273,6 +352,70 @@ mod tests {
             .unwrap();
         let col: Vec<f32> = (0..4).map(|i| got[i * 8]).collect();
         assert_eq!(col, [-1.5, -1.0, -0.5, 0.0]);
+    }
+
+    /// Review (alibi) defect 3: a KV-cache or paged call with slopes that
+    /// the op refuses (3 q heads over 2 KV heads; `v_cache` of another
+    /// head count than `k_cache`; a block-table entry past the cache) is
+    /// refused with the op's typed error naming the argument before the
+    /// score bias is built. Before, the bias came first: on the host here
+    /// its device query failed ("CUDA"), on a device it was built in full.
+    #[test]
+    fn the_op_s_checks_come_before_the_bias() {
+        let z = |d: &[usize]| Tensor::zeros(d, candle_core::DType::F16, &Device::Cpu).unwrap();
+        let sl = Tensor::new(&[0.5f32, 0.25, 0.125], &Device::Cpu).unwrap();
+        let p = AttnParams::new(1.0).alibi_slopes(Some(sl));
+        let lens = Tensor::new(&[5u32], &Device::Cpu).unwrap();
+        let named = |r: candle_core::Result<Tensor>, what: &str| {
+            let e = r.unwrap_err();
+            let candle_core::Error::Cuda(b) = &e else {
+                panic!("not the crate's error: {e}");
+            };
+            let t = b.downcast_ref::<Error>().expect("typed").to_string();
+            assert!(t.contains(what), "{t} does not name {what}");
+        };
+        let q = z(&[1, 1, 3, 64]);
+        named(
+            crate::flash_attn_kvcache(&q, &z(&[1, 8, 2, 64]), &z(&[1, 8, 2, 64]), &lens, &p),
+            "heads",
+        );
+        let q4 = z(&[1, 1, 4, 64]);
+        let p4 = p
+            .clone()
+            .alibi_slopes(Some(Tensor::new(&[0.5f32; 4], &Device::Cpu).unwrap()));
+        named(
+            crate::flash_attn_kvcache(&q4, &z(&[1, 8, 2, 64]), &z(&[1, 8, 1, 64]), &lens, &p4),
+            "v heads (k's)",
+        );
+        let table = Tensor::new(&[[0i32, 7]], &Device::Cpu).unwrap();
+        let plens = Tensor::new(&[5i32], &Device::Cpu).unwrap();
+        named(
+            crate::flash_attn_paged(
+                &q4,
+                &z(&[3, 4, 2, 64]),
+                &z(&[3, 4, 2, 64]),
+                &table,
+                &plens,
+                &p4,
+            ),
+            "block_table",
+        );
+        // Varlen: 3 q heads over 2 KV heads, the score-bias path (not
+        // causal).
+        let cu = Tensor::new(&[0u32, 2], &Device::Cpu).unwrap();
+        named(
+            crate::flash_attn_varlen_with(
+                &z(&[2, 3, 64]),
+                &z(&[2, 2, 64]),
+                &z(&[2, 2, 64]),
+                &cu,
+                &cu,
+                2,
+                2,
+                &p,
+            ),
+            "heads",
+        );
     }
 
     proptest! {

@@ -268,6 +268,14 @@ pub fn flash_attn_paged(
     let p = crate::side::ready_params_rows(params)?;
     let table = host_ints("block_table", block_table, 2)?;
     let lens = host_ints("cache_seqlens", cache_seqlens, 1)?;
+    // The op's checks (the table's entries too) before a score bias is
+    // built (device work).
+    crate::cache_alibi::shapes_first(
+        &p.0,
+        [q, k_cache, v_cache],
+        &lens,
+        Some((block_table.dims(), &table)),
+    )?;
     let (p, bias) =
         crate::cache_alibi::for_call("cudnn_candle::flash_attn_paged", q, p, &lens, max_kv)?;
     let op = PagedAttn {

@@ -12,8 +12,9 @@
 //! It is built in one pass over the batch (a fixed number of candle ops
 //! whatever the batch: a decode step of the KV-cache and paged calls
 //! builds it each step), from the per-sequence lengths and windows
-//! computed on the host; the intermediate distances are i64 `[B, max_q,
-//! max_k]` (twice the bias's bytes over the head count).
+//! computed on the host. Building it takes about twice the bias's bytes
+//! plus 32 bytes per `[B, max_q, max_k]` element at its peak
+//! ([`build_bytes`], checked against the device's memory first).
 
 use candle_core::Tensor;
 use cudnn::graph::{AttnBias, DType, SdpaConfig};
@@ -44,10 +45,36 @@ pub fn needs_bias(
     })
 }
 
+/// Bytes per `[batch, max_q, max_k]` element that building the bias
+/// needs besides the two `[batch, heads, max_q, max_k]` f32 tensors: the
+/// head-independent intermediates of the builder at their peak (the i64
+/// distances, their f32 copies on the way to `-|d|`, the u8 masks, the
+/// f32 distance and mask kept for the last two ops), rounded up.
+pub const BUILD_BYTES_PER_QK: usize = 32;
+
+/// The bytes building the bias `[batch, heads, max_q, max_k]` f32 needs
+/// at its peak: the product and its sum with the mask alive together (`8
+/// * heads` bytes per `[batch, max_q, max_k]` element; candle's ops are
+/// out of place) plus [`BUILD_BYTES_PER_QK`]. Checked.
+pub fn build_bytes(
+    (batch, heads): (usize, usize),
+    (max_q, max_k): (usize, usize),
+) -> Option<usize> {
+    let qk = batch.checked_mul(max_q)?.checked_mul(max_k)?;
+    heads
+        .checked_mul(8)?
+        .checked_add(BUILD_BYTES_PER_QK)?
+        .checked_mul(qk)
+}
+
 /// The elements of the bias `[batch, heads, max_q, max_k]`, checked: the
-/// product and its bytes (f32) must not overflow and must be at most
+/// product and the bytes building it takes at its peak ([`build_bytes`],
+/// about twice the bias's own) must not overflow and must be at most
 /// `cap_bytes` (the device's memory): `max_seqlen_*` are the caller's
-/// numbers, which the lengths only bound from above.
+/// numbers, which the lengths only bound from above. `cap_bytes` is the
+/// device's total memory: on a device that holds other tensors, an
+/// accepted size can still fail to allocate (candle's out-of-memory
+/// error).
 ///
 /// # Errors
 /// Typed, naming `max_seqlen_q / max_seqlen_k` and the sizes.
@@ -56,19 +83,22 @@ pub fn bias_elems(
     (max_q, max_k): (usize, usize),
     cap_bytes: usize,
 ) -> cudnn::Result<usize> {
-    let bytes = batch
+    let n = batch
         .checked_mul(heads)
         .and_then(|n| n.checked_mul(max_q))
         .and_then(|n| n.checked_mul(max_k))
-        .and_then(|n| n.checked_mul(4).map(|b| (n, b)));
-    match bytes {
-        Some((n, b)) if b <= cap_bytes && b <= isize::MAX as usize => Ok(n),
+        .filter(|n| n.checked_mul(4).is_some_and(|b| b <= isize::MAX as usize));
+    let peak = build_bytes((batch, heads), (max_q, max_k));
+    match (n, peak) {
+        (Some(n), Some(b)) if b <= cap_bytes => Ok(n),
         _ => Err(cudnn::Error::invalid(
             "max_seqlen_q / max_seqlen_k",
             format!(
-                "the ALiBi score bias [batch, heads, max_seqlen_q, max_seqlen_k] f32 must fit \
-                 in {cap_bytes} bytes (the device's memory): give the largest lengths the \
-                 batch has"
+                "the ALiBi score bias [batch, heads, max_seqlen_q, max_seqlen_k] f32 takes, \
+                 while it is built, {} bytes (8 * heads + {BUILD_BYTES_PER_QK} per batch x \
+                 max_seqlen_q x max_seqlen_k element), which must fit in {cap_bytes} bytes \
+                 (the device's memory): give the largest lengths the batch has",
+                peak.map_or_else(|| "more than usize::MAX".to_string(), |b| b.to_string())
             ),
             format!("[{batch}, {heads}, {max_q}, {max_k}]"),
         )),
@@ -77,8 +107,8 @@ pub fn bias_elems(
 
 /// The bias of a varlen call (see the module docs), or `None` when the
 /// call needs none. `cu` the cumulative lengths, `totals` the packed
-/// token counts of q and k, `heads` q's; the bias is at most `cap_bytes`
-/// ([`bias_elems`], checked before anything is built).
+/// token counts of q and k, `heads` q's; building the bias takes at most
+/// `cap_bytes` ([`bias_elems`], checked before anything is built).
 ///
 /// # Errors
 /// The lengths, a bias past `cap_bytes` (typed, naming `max_seqlen_q /
@@ -193,7 +223,7 @@ pub(crate) fn lens_bias(
             slopes.detach().reshape((1, heads, 1, 1))?
         }
     };
-    let dev = slopes4.device();
+    let dev = slopes4.device().clone();
     // Per sequence, on the host: its lengths and FlashAttention's window
     // (its sides dropped and filled at the call's key extent `max_k`, as
     // set_params_fprop does once per call; the diagonal and the rows that
@@ -210,34 +240,41 @@ pub(crate) fn lens_bias(
         hi.push(-w.right.unwrap_or(NONE));
     }
     if b == 0 || heads == 0 || max_q == 0 || max_k == 0 {
-        return Tensor::zeros(shape, candle_core::DType::F32, dev);
+        return Tensor::zeros(shape, candle_core::DType::F32, &dev);
     }
-    let col = |v: Vec<i64>| Tensor::from_vec(v, (b, 1, 1), dev);
-    let (lq, lk, lo, neg_hi) = (col(lq)?, col(lk)?, col(lo)?, col(hi)?);
-    let i = Tensor::arange(0i64, params::to_i64("max_seqlen_q", max_q).c()?, dev)?
-        .reshape((1, max_q, 1))?;
-    let j = Tensor::arange(0i64, params::to_i64("max_seqlen_k", max_k).c()?, dev)?
-        .reshape((1, 1, max_k))?;
-    // d = i + len_k - len_q - j (the query's diagonal minus the key),
-    // (b, max_q, max_k); the window keeps -right <= d <= left.
-    let d = i.broadcast_add(&(&lk - &lq)?)?.broadcast_sub(&j)?;
-    let sees = d.broadcast_le(&lo)?.minimum(&d.broadcast_ge(&neg_hi)?)?;
-    let valid = i
-        .broadcast_lt(&lq)?
-        .broadcast_minimum(&j.broadcast_lt(&lk)?)?;
-    let dist = d.to_dtype(candle_core::DType::F32)?.abs()?.neg()?;
+    // The head-independent parts, (b, max_q, max_k) f32, in a scope that
+    // drops every i64 and u8 intermediate before the two full-size
+    // tensors are made: `dist` = -|d| (0 in the padding) and `hide` =
+    // -inf where a valid row does not see a valid key, else 0.
+    let (dist, hide) = {
+        let col = |v: Vec<i64>| Tensor::from_vec(v, (b, 1, 1), &dev);
+        let (lq, lk, lo, neg_hi) = (col(lq)?, col(lk)?, col(lo)?, col(hi)?);
+        let i = Tensor::arange(0i64, params::to_i64("max_seqlen_q", max_q).c()?, &dev)?
+            .reshape((1, max_q, 1))?;
+        let j = Tensor::arange(0i64, params::to_i64("max_seqlen_k", max_k).c()?, &dev)?
+            .reshape((1, 1, max_k))?;
+        let qk = (b, max_q, max_k);
+        let zero = Tensor::new(0f32, &dev)?.broadcast_as(qk)?;
+        let valid = i
+            .broadcast_lt(&lq)?
+            .broadcast_minimum(&j.broadcast_lt(&lk)?)?;
+        // d = i + len_k - len_q - j (the query's diagonal minus the key);
+        // the window keeps -right <= d <= left.
+        let d = i.broadcast_add(&(&lk - &lq)?)?.broadcast_sub(&j)?;
+        let hide = {
+            let sees = d.broadcast_le(&lo)?.minimum(&d.broadcast_ge(&neg_hi)?)?;
+            let ninf = Tensor::new(f32::NEG_INFINITY, &dev)?.broadcast_as(qk)?;
+            // valid > sees: a valid element the window hides.
+            valid.gt(&sees)?.where_cond(&ninf, &zero)?
+        };
+        let dist = valid.where_cond(&d.to_dtype(candle_core::DType::F32)?.abs()?.neg()?, &zero)?;
+        (dist, hide)
+    };
+    // The two full-size tensors (see `build_bytes`): slope * -|d|, then
+    // the mask added (-inf stays -inf for any finite slope).
     let bias = slopes4.broadcast_mul(&dist.unsqueeze(1)?)?;
-    let ninf = Tensor::new(f32::NEG_INFINITY, dev)?.broadcast_as(shape)?;
-    let zero = Tensor::new(0f32, dev)?.broadcast_as(shape)?;
-    let bias = sees
-        .unsqueeze(1)?
-        .broadcast_as(shape)?
-        .where_cond(&bias, &ninf)?;
-    valid
-        .unsqueeze(1)?
-        .broadcast_as(shape)?
-        .where_cond(&bias, &zero)?
-        .contiguous()
+    drop(dist);
+    bias.broadcast_add(&hide.unsqueeze(1)?)?.contiguous()
 }
 
 /// `cfg` with the varlen bias input: `[B, H, S_q, S_kv]` f32, no dBias.
@@ -320,12 +357,19 @@ pub(crate) mod tests {
         assert!(t.to_string().contains("alibi_slopes"), "{t}");
     }
 
-    /// The bias's size by hand: `2 x 8 x 1024 x 1024` f32 is 64 MiB.
+    /// The bias's size by hand: `2 x 8 x 1024 x 1024` f32 is 64 MiB;
+    /// building it takes the product and the sum (128 MiB) plus 32 bytes
+    /// per `2 x 1024 x 1024` element (64 MiB): 192 MiB, three times the
+    /// bias (review alibi defect 3: 64 MiB was accepted before).
     #[test]
     fn bias_size_by_hand() {
         let n = 2 * 8 * 1024 * 1024;
-        assert_eq!(bias_elems((2, 8), (1024, 1024), 4 * n).unwrap(), n);
-        let e = bias_elems((2, 8), (1024, 1024), 4 * n - 1).unwrap_err();
+        let peak = 192 << 20;
+        assert_eq!(build_bytes((2, 8), (1024, 1024)), Some(peak));
+        assert_eq!(bias_elems((2, 8), (1024, 1024), peak).unwrap(), n);
+        let e = bias_elems((2, 8), (1024, 1024), 4 * n).unwrap_err();
+        assert!(e.to_string().contains(&peak.to_string()), "{e}");
+        let e = bias_elems((2, 8), (1024, 1024), peak - 1).unwrap_err();
         assert!(matches!(e, cudnn::Error::InvalidArgument { .. }), "{e}");
         assert!(e.to_string().contains("max_seqlen_q / max_seqlen_k"), "{e}");
         assert!(e.to_string().contains("[2, 8, 1024, 1024]"), "{e}");
@@ -354,9 +398,11 @@ pub(crate) mod tests {
     }
 
     proptest::proptest! {
-        /// Any sizes: `bias_elems` is the exact product when its bytes fit
-        /// the cap, a typed refusal otherwise, never a panic (the product
-        /// computed here in u128, checked).
+        /// Any sizes: `bias_elems` is the exact product when the bytes
+        /// building it takes (the two full-size f32 tensors, 8 bytes per
+        /// element, and 32 per `(batch, q, k)` element) fit the cap, a
+        /// typed refusal otherwise, never a panic (computed here in u128,
+        /// checked).
         #[test]
         fn bias_elems_is_the_checked_product(
             b in 0usize..1 << 20,
@@ -368,7 +414,10 @@ pub(crate) mod tests {
             let n = (b as u128 * h as u128)
                 .checked_mul(mq as u128)
                 .and_then(|n| n.checked_mul(mk as u128));
-            let fits = n.is_some_and(|n| n * 4 <= cap as u128 && n * 4 <= isize::MAX as u128);
+            let qk = (b as u128 * mq as u128).checked_mul(mk as u128);
+            let peak = qk.and_then(|qk| qk.checked_mul(8 * h as u128 + 32));
+            let fits = n.is_some_and(|n| n * 4 <= isize::MAX as u128)
+                && peak.is_some_and(|p| p <= cap as u128);
             match bias_elems((b, h), (mq, mk), cap) {
                 Ok(got) => proptest::prop_assert!(fits && Some(got as u128) == n),
                 Err(e) => {

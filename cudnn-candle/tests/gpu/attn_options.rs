@@ -235,6 +235,32 @@ fn varlen_grad_case(
     Ok(())
 }
 
+/// Review (alibi) defect 3: a KV-cache score bias whose own bytes are
+/// about 0.4 of the device's memory but whose building takes three times
+/// that (the product and the masked sum alive together, plus the
+/// per-element intermediates: 8 heads x 8 + 32 bytes per `(seq_q,
+/// capacity)` element against the bias's 8 x 4) is refused, typed, naming
+/// `seq_q / cache capacity`, before anything is allocated (before: the 1x
+/// check accepted it and candle's allocation failed, untyped).
+fn kvcache_bias_past_its_build_peak_is_refused() -> TestResult {
+    let dev = cuda()?;
+    let candle_core::Device::Cuda(cd) = &dev else {
+        return Err("not a CUDA device".into());
+    };
+    let total = cd.cuda_stream().context().total_mem()?;
+    let (h, cap) = (8usize, 1usize << 16);
+    // The bias: 4 * h * seq_q * cap bytes = seq_q * 2 MiB.
+    let sq = (total as f64 * 0.4 / (4 * h * cap) as f64) as usize;
+    let q = Tensor::zeros((1, sq, h, 64), DType::F16, &dev)?;
+    let kc = Tensor::zeros((1, cap, 1, 64), DType::F16, &dev)?;
+    let lens = Tensor::new(&[5u32], &dev)?;
+    let p = on(&dev, AttnParams::new(S).alibi_slopes(Some(slopes(h))))?;
+    refused(
+        cudnn_candle::flash_attn_kvcache(&q, &kc, &kc, &lens, &p),
+        "seq_q / cache capacity",
+    )
+}
+
 /// A dense call whose slopes are a `Var`: accepted; dq, dk, dv against
 /// candle's CPU autograd of the reference, and no gradient for the
 /// slopes (FlashAttention's `backward` returns None for them).
@@ -390,6 +416,10 @@ pub fn trials() -> Vec<Trial> {
                     1,
                 )
             },
+        ),
+        gpu(
+            "flash_attn_kvcache_alibi_bias_past_its_build_peak_refused",
+            kvcache_bias_past_its_build_peak_is_refused,
         ),
         gpu("flash_attn_kvcache_alibi_native_prefill_bf16", move || {
             // Every length seq_q, causal: cuDNN's own ALiBi (top-left).
