@@ -8,7 +8,7 @@ use crate::attn::{flash_attn_varlen_with, flash_attn_with};
 use crate::params::AttnParams;
 
 /// FlashAttention's `flash_attn_alibi`: `alibi_slopes` f32 `(heads,)` (or
-/// `(batch, heads)` with equal rows), the bias `-slope * |i + s_kv - s_q -
+/// `(batch, heads)` with equal rows, `batch` q's), the bias `-slope * |i + s_kv - s_q -
 /// j|` added to the scaled scores (FlashAttention's non-causal form; its
 /// causal form `slope * j` gives the same softmax, except with sinks, where
 /// this distance form is the one used: see

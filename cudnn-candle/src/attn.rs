@@ -700,6 +700,9 @@ pub fn flash_attn_with(
             "(batch, heads) slopes are read on the host; give (heads,) slopes",
         )));
     }
+    if let [b, _, _, _] = q.dims() {
+        crate::side::slope_batch(params, *b)?;
+    }
     let mut p = ready_params(params)?;
     crate::capture::no_side_copy(&admit, params, &p)?;
     // Sinks that track a gradient (gpt-oss training): the op runs on them
@@ -805,6 +808,9 @@ pub fn flash_attn_kvcache(
     }
     let lens = cache_seqlens.to_vec1::<u32>()?;
     let wide: Vec<i64> = lens.iter().map(|&l| i64::from(l)).collect();
+    if let [b, _, _, _] = q.dims() {
+        crate::side::slope_batch(params, *b)?;
+    }
     let ready = crate::side::ready_params_rows(params)?;
     // The op's shape checks before a score bias is built (device work).
     crate::cache_alibi::shapes_first(&ready.0, [q, k_cache, v_cache], &wide, None)?;

@@ -265,6 +265,9 @@ pub fn flash_attn_paged(
         return flash_attn_paged(&q2, k_cache, v_cache, block_table, cache_seqlens, &p2)?
             .narrow(1, 1, 1);
     }
+    if let [b, _, _, _] = q.dims() {
+        crate::side::slope_batch(params, *b)?;
+    }
     let p = crate::side::ready_params_rows(params)?;
     let table = host_ints("block_table", block_table, 2)?;
     let lens = host_ints("cache_seqlens", cache_seqlens, 1)?;

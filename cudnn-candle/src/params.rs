@@ -38,7 +38,9 @@ pub struct AttnParams {
     /// diagonal then top-left), else a per-sequence `[batch, heads, seq_q,
     /// max keys]` f32 score bias; they also take FlashAttention's
     /// `(batch, heads)` slopes whose rows differ (sequence `b` row `b`,
-    /// always as the bias; dense calls refuse them, typed). The slopes
+    /// always as the bias; dense calls refuse them, typed). As in
+    /// FlashAttention, `(batch, heads)` means this call's batch: another
+    /// first dim is refused, typed, even with equal rows. The slopes
     /// are constants: a tensor that
     /// tracks a gradient is accepted and gets none (FlashAttention's
     /// autograd returns none for them).

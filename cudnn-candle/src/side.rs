@@ -44,6 +44,27 @@ pub(crate) fn f32_view<'a>(
         })
 }
 
+/// FlashAttention's shape rule for ALiBi slopes (`set_params_alibi`):
+/// `(heads,)` or `(batch, heads)` with this call's batch. Rank-2 slopes
+/// of another first dim are refused here, whether or not their rows are
+/// equal (the rows are otherwise reduced to their first, or taken per
+/// sequence); the head count is checked with the op's shapes.
+///
+/// # Errors
+/// Typed, naming `alibi_slopes` and the shape wanted.
+pub(crate) fn slope_batch(p: &AttnParams, batch: usize) -> candle_core::Result<()> {
+    match &p.alibi_slopes {
+        Some(t) if t.rank() == 2 && t.dim(0)? != batch => Err(to_candle(Error::invalid(
+            "alibi_slopes",
+            format!(
+                "must be (heads,) or (batch, heads) with this call's batch {batch} (FlashAttention's rule)"
+            ),
+            format!("{:?}", t.dims()),
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// The params as the ops take them: FlashAttention's `(batch, heads)`
 /// ALiBi slopes with equal rows as their first row (cuDNN's slopes are per
 /// head; the rows are read to the host to check it), f16 / bf16 sinks
@@ -60,7 +81,7 @@ pub(crate) fn ready_params(p: &AttnParams) -> candle_core::Result<AttnParams> {
         let i = v.windows(2).position(|w| w[0] != w[1]).unwrap_or(0);
         return Err(to_candle(Error::Unsupported {
             what: format!(
-                "alibi_slopes of shape {:?} whose rows {i} and {} differ in a dense call (cuDNN's ALiBi slopes are one per head, shared by the batch; the varlen, KV-cache and paged calls take them, as a per-sequence score bias)",
+                "alibi_slopes of shape {:?} whose rows {i} and {} differ in a call that takes one slope per head, shared by the batch (cuDNN's ALiBi: dense calls and captured calls; the varlen, KV-cache and paged calls outside a capture take differing rows, as a per-sequence score bias)",
                 t.dims(),
                 i + 1
             ),
@@ -212,6 +233,84 @@ mod tests {
     use super::*;
     use crate::params::single_row_mask;
     use candle_core::Device;
+
+    proptest::proptest! {
+        /// Any slope shape against FlashAttention's rule (`(heads,)` or
+        /// `(batch, heads)`; the head count is the op's check): refused,
+        /// typed, naming `alibi_slopes`, exactly when rank 2 with another
+        /// batch; never a panic.
+        #[test]
+        fn slope_batch_is_flash_attention_s(
+            rank2: bool,
+            rows in 0usize..5,
+            heads in 1usize..4,
+            batch in 0usize..5,
+        ) {
+            let dims: Vec<usize> = if rank2 { vec![rows, heads] } else { vec![heads] };
+            let t = Tensor::zeros(dims.as_slice(), CDType::F32, &Device::Cpu).unwrap();
+            let p = AttnParams::new(1.0).alibi_slopes(Some(t));
+            let fa_ok = dims == [heads] || dims == [batch, heads];
+            match slope_batch(&p, batch) {
+                Ok(()) => proptest::prop_assert!(fa_ok || !rank2),
+                Err(e) => {
+                    proptest::prop_assert!(rank2 && !fa_ok);
+                    proptest::prop_assert!(e.to_string().contains("alibi_slopes"), "{}", e);
+                }
+            }
+        }
+    }
+
+    /// Review (alibi) defect 4: `(3, heads)` slopes with equal rows on a
+    /// batch of 2 are refused, typed, naming `alibi_slopes`, by every
+    /// entry point (FlashAttention's `set_params_alibi` takes `(heads,)`
+    /// or `(batch, heads)` only); `(2, heads)` and `(heads,)` pass this
+    /// check (then the host refusal of CPU tensors comes). Before, the
+    /// rows were reduced to their first and the call went on.
+    #[test]
+    fn slopes_of_another_batch_are_refused_typed() {
+        let z = |d: &[usize]| Tensor::zeros(d, CDType::F16, &Device::Cpu).unwrap();
+        let rows = |b: usize| Tensor::ones((b, 2), CDType::F32, &Device::Cpu).unwrap();
+        let (q, k) = (z(&[2, 3, 2, 64]), z(&[2, 5, 2, 64]));
+        let lens = Tensor::new(&[5u32, 5], &Device::Cpu).unwrap();
+        let table = Tensor::new(&[[0i32], [1]], &Device::Cpu).unwrap();
+        let plens = Tensor::new(&[5i32, 5], &Device::Cpu).unwrap();
+        let (qv, kv) = (z(&[6, 2, 64]), z(&[10, 2, 64]));
+        let cq = Tensor::new(&[0u32, 3, 6], &Device::Cpu).unwrap();
+        let ck = Tensor::new(&[0u32, 5, 10], &Device::Cpu).unwrap();
+        for (b, bad) in [(3usize, true), (2, false), (1, true)] {
+            let p = AttnParams::new(1.0).alibi_slopes(Some(rows(b)));
+            let calls = [
+                ("dense", crate::flash_attn_with(&q, &k, &k, &p)),
+                ("kvcache", crate::flash_attn_kvcache(&q, &k, &k, &lens, &p)),
+                (
+                    "paged",
+                    crate::flash_attn_paged(
+                        &q,
+                        &z(&[2, 8, 2, 64]),
+                        &z(&[2, 8, 2, 64]),
+                        &table,
+                        &plens,
+                        &p,
+                    ),
+                ),
+                (
+                    "varlen",
+                    crate::flash_attn_varlen_with(&qv, &kv, &kv, &cq, &ck, 3, 5, &p),
+                ),
+            ];
+            for (name, r) in calls {
+                let e = r.unwrap_err();
+                let names = e.to_string().contains("alibi_slopes");
+                assert_eq!(names, bad, "{name} with ({b}, 2) slopes: {e}");
+                if bad {
+                    assert!(
+                        e.to_string().contains("[3, 2]") || e.to_string().contains("[1, 2]"),
+                        "{e}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn sink_decode_pad_repeats_the_row_only_for_decode_with_sinks() {

@@ -91,6 +91,9 @@ pub fn flash_attn_varlen_with(
         host_seqlens("seqlens_q", seqlens_q)?,
         host_seqlens("seqlens_k", seqlens_k)?,
     );
+    if cu_q.len() >= 2 {
+        crate::side::slope_batch(params, cu_q.len() - 1)?;
+    }
     let (mut p, rows) = ready_params_rows(params)?;
     // Sinks that track a gradient (gpt-oss training): the op runs on them
     // detached, and `sink_grad` gives their gradient from the ragged

@@ -417,6 +417,27 @@ pub fn trials() -> Vec<Trial> {
                 )
             },
         ),
+        gpu("flash_attn_alibi_slopes_of_another_batch_refused", || {
+            // (3, heads) slopes with equal rows on a batch of 2: refused,
+            // typed (FlashAttention's set_params_alibi), dense and KV
+            // cache (before: the first row was taken and the call ran).
+            let dev = cuda()?;
+            let (q, k, v) = inputs((2, 4, 4, 64), (2, 8, 4, 64), DType::F16)?;
+            let g = |t: &Tensor| t.to_dtype(DType::F16)?.to_device(&dev);
+            let (q, k, v) = (g(&q)?, g(&k)?, g(&v)?);
+            let sl = slopes(4);
+            let three = Tensor::stack(&[&sl, &sl, &sl], 0)?.to_device(&dev)?;
+            let p = AttnParams::new(S).causal(true).alibi_slopes(Some(three));
+            refused(
+                cudnn_candle::flash_attn_with(&q, &k, &v, &p),
+                "alibi_slopes",
+            )?;
+            let lens = Tensor::new(&[5u32, 8], &dev)?;
+            refused(
+                cudnn_candle::flash_attn_kvcache(&q, &k, &v, &lens, &p),
+                "alibi_slopes",
+            )
+        }),
         gpu(
             "flash_attn_kvcache_alibi_bias_past_its_build_peak_refused",
             kvcache_bias_past_its_build_peak_is_refused,
