@@ -8,7 +8,7 @@ use crate::attn::{flash_attn_varlen_with, flash_attn_with};
 use crate::params::AttnParams;
 
 /// FlashAttention's `flash_attn_alibi`: `alibi_slopes` f32 `(heads,)` (or
-/// `(batch, heads)` with equal rows), the bias `-slope * |i + s_kv - s_q -
+/// `(batch, heads)` with equal rows, `batch` q's), the bias `-slope * |i + s_kv - s_q -
 /// j|` added to the scaled scores (FlashAttention's non-causal form; its
 /// causal form `slope * j` gives the same softmax, except with sinks, where
 /// this distance form is the one used: see
@@ -17,7 +17,8 @@ use crate::params::AttnParams;
 /// on the keys a causal row sees); other calls (not causal, `seq_q != seq_kv`) a
 /// `(1, heads, seq_q, seq_kv)` f32 score bias holding the ALiBi terms and
 /// the mask, built on the device. Differentiable in q, k, v (the slopes
-/// are constants, as in FlashAttention).
+/// are constants, as in FlashAttention: a slopes tensor that tracks a
+/// gradient is accepted and gets none).
 ///
 /// # Errors
 /// As [`flash_attn_with`]; slopes not f32 of the head count; a query row
@@ -95,16 +96,17 @@ pub fn flash_attn_sinks(
 
 /// FlashAttention's `flash_attn_varlen_alibi`: [`flash_attn_varlen`](crate::flash_attn_varlen)
 /// (packed `(total, heads, head_dim)` tensors, cumulative `seqlens_q` /
-/// `seqlens_k`) with ALiBi slopes f32 `(heads,)` (or `(batch, heads)` with
-/// equal rows), the bias `-slope * |i + seqlen_k - seqlen_q - j|` per
-/// sequence. Runs cuDNN's own ALiBi where it is exactly that: a causal call
+/// `seqlens_k`) with ALiBi slopes f32 `(heads,)` (or `(batch, heads)`:
+/// rows that differ go into the score bias, sequence `b` row `b`), the
+/// bias `-slope * |i + seqlen_k - seqlen_q - j|` per sequence. Runs cuDNN's own ALiBi where it is exactly that: a causal call
 /// whose every sequence has as many keys as queries (packed prefill), whose
 /// per-sequence top-left diagonal is FlashAttention's bottom-right one and
 /// where `slope * (j - i)` is the distance form on every key a row sees;
 /// other calls (not causal, chunked prefill) take a per-sequence score
 /// bias `[batch, heads, max_seqlen_q, max_seqlen_k]` f32 holding the
 /// distances and the mask, built on the device (its size: 4 bytes per
-/// element). Differentiable in q, k, v (the slopes are constants).
+/// element). Differentiable in q, k, v (the slopes are constants, as in
+/// FlashAttention: a slopes tensor that tracks a gradient gets none).
 ///
 /// # Errors
 /// As [`flash_attn_varlen`](crate::flash_attn_varlen); slopes not f32 of

@@ -88,7 +88,7 @@ pub(crate) fn same_device(a: &CudaStorage, b: &CudaStorage, name: &str) -> candl
 /// A copy of the first `n` elements of `src` into a new zeroed buffer of
 /// `len` elements (a packed varlen tensor into the `[B, S_max]` span the
 /// graph's tensor has), on candle's stream.
-fn padded<T: Elem>(
+pub(crate) fn padded<T: Elem>(
     dev: &candle_core::CudaDevice,
     src: &CudaView<'_, T>,
     n: usize,
@@ -124,8 +124,10 @@ pub(crate) struct FlashAttn {
     pub(crate) varlen: Option<VarlenArgs>,
     /// A KV cache's valid lengths (forward only).
     pub(crate) cache_seqlens: Option<Vec<u32>>,
-    /// FlashAttention's ALiBi as a score bias `(1, heads, seq_q, seq_kv)`
-    /// f32, mask included (dense calls cuDNN's ALiBi cannot serve).
+    /// FlashAttention's ALiBi as a score bias f32, mask included, where
+    /// cuDNN's ALiBi cannot serve it: `(1, heads, seq_q, seq_kv)` in dense
+    /// calls, `(batch, heads, seq_q, seq_kv)` (per sequence) in varlen and
+    /// KV-cache calls.
     pub(crate) bias: Option<Tensor>,
 }
 
@@ -138,11 +140,6 @@ impl FlashAttn {
             cache_seqlens: Some(cache_seqlens),
             bias: None,
         }
-    }
-
-    /// Whether this is a varlen or KV-cache call.
-    pub(crate) fn varlen_or_cache(&self) -> bool {
-        self.varlen.is_some() || self.cache_seqlens.is_some()
     }
 
     fn fwd<T: Elem>(
@@ -199,7 +196,11 @@ impl FlashAttn {
                         (d, None, None)
                     }
                     Some(lens) => {
-                        let kc = params::kvcache(&qa, &ka, &va, lens, &self.params).c()?;
+                        let mut kc = params::kvcache(&qa, &ka, &va, lens, &self.params).c()?;
+                        if self.bias.is_some() {
+                            // FlashAttention's ALiBi per sequence (`cache_alibi`).
+                            kc.dense.cfg = crate::varlen_bias::with_varlen_bias(kc.dense.cfg);
+                        }
                         if crate::capture::is_capturing() {
                             // The lengths go to buffers the captured step
                             // owns (written before each launch).
@@ -610,6 +611,8 @@ impl CustomOp3 for FlashAttnBwd {
 /// with the head dim contiguous (else a contiguous copy, so the output is
 /// candle-contiguous).
 pub(crate) fn q_ready(q: &Tensor) -> candle_core::Result<Tensor> {
+    crate::precheck::attn_input("q", q)?;
+    crate::precheck::prepared();
     if q.stride().last() == Some(&1) && params::bshd_ordered(q.dims(), q.stride()) {
         aligned(q.clone())
     } else {
@@ -644,8 +647,16 @@ pub(crate) fn kv_len(k: &Tensor) -> usize {
     }
 }
 
-/// k or v as the op needs it: the head dim contiguous, no broadcast stride.
+/// k or v as the op needs it: the head dim contiguous, no broadcast
+/// stride; its dtype checked first (named `k / v`: see [`kv_ready_named`]).
 pub(crate) fn kv_ready(t: &Tensor) -> candle_core::Result<Tensor> {
+    kv_ready_named("k / v", t)
+}
+
+/// [`kv_ready`], a refused dtype naming `name`.
+pub(crate) fn kv_ready_named(name: &str, t: &Tensor) -> candle_core::Result<Tensor> {
+    crate::precheck::attn_input(name, t)?;
+    crate::precheck::prepared();
     let ok = t.stride().last() == Some(&1)
         && t.dims()
             .iter()
@@ -673,6 +684,7 @@ pub fn flash_attn_with(
     params: &AttnParams,
 ) -> candle_core::Result<Tensor> {
     let admit = crate::capture::admit("attention")?;
+    crate::precheck::attn_inputs(["q", "k", "v"], [q, k, v], params)?;
     if let Some((q2, p2)) = sink_decode_pad(q, kv_len(k), params)? {
         if admit.is_some() {
             return Err(to_candle(crate::capture::refusal(
@@ -687,6 +699,9 @@ pub fn flash_attn_with(
             "attention (ALiBi)",
             "(batch, heads) slopes are read on the host; give (heads,) slopes",
         )));
+    }
+    if let [b, _, _, _] = q.dims() {
+        crate::side::slope_batch(params, *b)?;
     }
     let mut p = ready_params(params)?;
     crate::capture::no_side_copy(&admit, params, &p)?;
@@ -721,7 +736,11 @@ pub fn flash_attn_with(
         cache_seqlens: None,
         bias,
     };
-    let (qr, kr, vr) = (q_ready(q)?, kv_ready(k)?, kv_ready(v)?);
+    let (qr, kr, vr) = (
+        q_ready(q)?,
+        kv_ready_named("k", k)?,
+        kv_ready_named("v", v)?,
+    );
     for (name, t, r) in [("q", q, &qr), ("k", k, &kr), ("v", v, &vr)] {
         crate::capture::no_copy(&admit, name, t, r)?;
     }
@@ -748,10 +767,23 @@ pub fn flash_attn_with(
 /// depends on the capacity, not on the lengths: a decode loop plans once.
 /// Forward only.
 ///
+/// ALiBi slopes ([`AttnParams::alibi_slopes`], FlashAttention's
+/// `alibi_slopes` of `flash_attn_with_kvcache`) add `-slope * |i +
+/// cache_seqlens[b] - seq_q - j|` per sequence: cuDNN's ALiBi when the call
+/// is causal and every length is `seq_q` (a prefill into empty caches),
+/// otherwise a `[batch, heads, seq_q, capacity]` f32 score bias built on
+/// the device each call (4 bytes per element; the mask goes into it;
+/// building it takes about `8 * heads + 32` bytes per `(batch, seq_q,
+/// capacity)` element at its peak, checked against the device's total
+/// memory: on a device that holds other tensors an accepted size can
+/// still fail to allocate, candle's error).
+///
 /// # Errors
 /// As [`flash_attn_with`]; a length past the capacity or a count other
 /// than the batch, or, causal, shorter than `seq_q` (rows with no key,
-/// where FlashAttention writes zeros), typed, naming `cache_seqlens`.
+/// where FlashAttention writes zeros), typed, naming `cache_seqlens`;
+/// with ALiBi, a score bias whose building takes more than the device's
+/// memory (typed), after the op's shape checks (no device work before).
 pub fn flash_attn_kvcache(
     q: &Tensor,
     k_cache: &Tensor,
@@ -770,16 +802,36 @@ pub fn flash_attn_kvcache(
         "flash_attn_kvcache",
         "cache_seqlens would be read on the host (a synchronization)",
     )?;
+    crate::precheck::attn_inputs(["q", "k_cache", "v_cache"], [q, k_cache, v_cache], params)?;
     if let Some((q2, p2)) = sink_decode_pad(q, kv_len(k_cache), params)? {
         return flash_attn_kvcache(&q2, k_cache, v_cache, cache_seqlens, &p2)?.narrow(1, 1, 1);
     }
+    let lens = cache_seqlens.to_vec1::<u32>()?;
+    let wide: Vec<i64> = lens.iter().map(|&l| i64::from(l)).collect();
+    if let [b, _, _, _] = q.dims() {
+        crate::side::slope_batch(params, *b)?;
+    }
+    let ready = crate::side::ready_params_rows(params)?;
+    // The op's shape checks before a score bias is built (device work).
+    crate::cache_alibi::shapes_first(&ready.0, [q, k_cache, v_cache], &wide, None)?;
+    let (p, bias) = crate::cache_alibi::for_call(
+        "cudnn_candle::flash_attn_kvcache",
+        q,
+        ready,
+        &wide,
+        kv_len(k_cache),
+    )?;
     let op = FlashAttn {
-        params: ready_params(params)?,
+        params: p,
         varlen: None,
-        cache_seqlens: Some(cache_seqlens.to_vec1::<u32>()?),
-        bias: None,
+        cache_seqlens: Some(lens),
+        bias,
     };
-    q_ready(q)?.apply_op3(&kv_ready(k_cache)?, &kv_ready(v_cache)?, op)
+    q_ready(q)?.apply_op3(
+        &kv_ready_named("k_cache", k_cache)?,
+        &kv_ready_named("v_cache", v_cache)?,
+        op,
+    )
 }
 
 /// FlashAttention: `softmax(softmax_scale * q kᵀ) v` per head, causal

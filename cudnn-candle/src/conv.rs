@@ -65,6 +65,7 @@ pub(crate) fn offset_aligned(offset: usize, elem_size: usize) -> bool {
 /// contiguous layout at any offset; those are copied to a fresh buffer
 /// (one copy, as `.contiguous()` makes for strided views).
 pub(crate) fn for_cudnn(t: &Tensor) -> candle_core::Result<Tensor> {
+    crate::precheck::prepared();
     let t = t.contiguous()?;
     if offset_aligned(t.layout().start_offset(), t.dtype().size_in_bytes()) {
         Ok(t)
@@ -534,6 +535,9 @@ pub fn conv2d_with(
     bias: Option<&Tensor>,
     p: &Conv2dParams,
 ) -> candle_core::Result<Tensor> {
+    // Dtypes and devices before any copy (a strided F8 input would reach
+    // candle's copy kernel first: untyped, or worse).
+    crate::precheck::conv_inputs(x, w, bias)?;
     // ReLU is the op's own (fused, or candle's kernel after the graph:
     // one gradient rule either way); the other activations are candle ops.
     let in_op = matches!(p.activation, Activation::None | Activation::Relu);

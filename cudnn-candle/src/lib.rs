@@ -26,11 +26,11 @@
 //! | [`flash_attn_windowed`] | `flash_attn_windowed` | right window `None` or `Some(0)` |
 //! | [`flash_attn_softcap`] | `softcap` | Gemma 2 |
 //! | [`flash_attn_varlen`], [`flash_attn_varlen_windowed`] | same names | `seqlens` read to the host |
-//! | [`flash_attn_kvcache`] | `flash_attn_with_kvcache` (`cache_seqlens`) | fixed capacity: one plan per decode loop |
-//! | [`flash_attn_paged`] | `flash_attn_with_kvcache` (`block_table`) | vLLM / mistral.rs layout; table checked on the host |
-//! | [`flash_attn_alibi`], [`flash_attn_alibi_windowed`] | same names | dense calls; cuDNN's ALiBi when causal with `seq_q == seq_kv`, else a score bias |
-//! | [`flash_attn_varlen_alibi`], [`flash_attn_varlen_alibi_windowed`] | same names | cuDNN's ALiBi when causal with every sequence `seqlen_q == seqlen_k` (packed prefill), else a per-sequence `[B, H, max_q, max_k]` score bias |
-//! | [`flash_attn_sinks`] | | gpt-oss sinks ([`AttnParams::sinks`]), decode included; their gradient (dense calls) |
+//! | [`flash_attn_kvcache`] | `flash_attn_with_kvcache` (`cache_seqlens`, `alibi_slopes`) | fixed capacity: one plan per decode loop; ALiBi ([`AttnParams::alibi_slopes`]) per sequence's length: cuDNN's when causal with every length `seq_q`, else a per-sequence `[B, H, seq_q, capacity]` score bias |
+//! | [`flash_attn_paged`] | `flash_attn_with_kvcache` (`block_table`, `alibi_slopes`) | vLLM / mistral.rs layout; table checked on the host; ALiBi as [`flash_attn_kvcache`]'s (capacity `max_blocks_per_seq * block_size`) |
+//! | [`flash_attn_alibi`], [`flash_attn_alibi_windowed`] | same names | dense calls; cuDNN's ALiBi when causal with `seq_q == seq_kv`, else a score bias; the slopes get no gradient (FlashAttention's) |
+//! | [`flash_attn_varlen_alibi`], [`flash_attn_varlen_alibi_windowed`] | same names | cuDNN's ALiBi when causal with every sequence `seqlen_q == seqlen_k` (packed prefill), else a per-sequence `[B, H, max_q, max_k]` score bias; no slope gradient |
+//! | [`flash_attn_sinks`] | | gpt-oss sinks ([`AttnParams::sinks`]), decode included; their gradient (dense and varlen calls) |
 //! | [`flash_attn_with`], [`flash_attn_varlen_with`] | | every option ([`AttnParams`]) |
 //! | [`conv2d`] | candle's `Tensor::conv2d` | NCHW; f32, f16, bf16; backward: data and filter gradients |
 //! | [`conv2d_with`] | | + bias `(K)` and an [`Activation`] ([`Conv2dParams`]); conv + bias + ReLU in one graph (ReLU after it where that does not plan); ReLU's gradient 0 at 0 |
@@ -63,7 +63,11 @@
 //!
 //! Errors are `candle_core::Error::Cuda` holding the typed [`cudnn::Error`]
 //! (`InvalidArgument` / `Mismatch` naming the argument and its value):
-//! `err.downcast_ref::<cudnn::Error>()` after matching the variant.
+//! `err.downcast_ref::<cudnn::Error>()` after matching the variant. Every
+//! input's dtype and device are checked before anything is copied
+//! ([`precheck`]): a strided input of a dtype the function does not take
+//! (F8E4M3 in attention or `conv2d`) is that typed error, never candle's
+//! copy kernel for it.
 //!
 //! `conv2d` and the norms run the same way (CustomOps on candle's stream,
 //! plans from the same cache; [`conv`], [`norm`]). Their backward: the
@@ -85,12 +89,18 @@
 //! contiguous and 16-byte aligned at their start (cuDNN's rule for bound
 //! memory); otherwise they are copied first, as candle's own ops accept them.
 //!
-//! Not in this version: ALiBi in KV-cache and paged calls (refused, typed),
-//! gradients of ALiBi slopes and of sinks in varlen calls (sinks of dense
-//! calls have theirs), a paged backward (cuDNN has none), CUDA graph
-//! capture of these calls while cudarc (not this crate) captures candle's
-//! stream (refused, typed; [`capture`] records the dense, KV-cache and
-//! paged attention forwards on a stream of its own, and
+//! Not in this version: gradients of ALiBi slopes (none, as in
+//! FlashAttention: slopes that track a gradient are accepted and get
+//! none), `(batch, heads)` slopes whose rows differ in dense calls (refused,
+//! typed; cuDNN's slopes are per head: varlen, KV-cache and paged calls take
+//! them, as a per-sequence score bias), ALiBi in captured KV-cache calls
+//! (refused, typed) and in captured paged calls other than a causal prefill
+//! with every length `seq_q` (refused, typed, at capture or at an update),
+//! the sinks' gradient in KV-cache and paged calls (forward only: sinks
+//! that track a gradient are refused, typed), a paged backward (cuDNN has
+//! none), CUDA graph capture of these calls while cudarc (not this crate)
+//! captures candle's stream (refused, typed; [`capture`] records the dense,
+//! KV-cache and paged attention forwards on a stream of its own, and
 //! [`capture::capture_step`] a whole step with candle's ops on candle's
 //! stream: backward, varlen, conv2d, norm and GEMM calls of this crate are
 //! refused inside both), FP8 GEMM's backward
@@ -126,6 +136,7 @@
 
 mod alibi;
 pub mod attn;
+mod cache_alibi;
 pub mod capture;
 pub mod conv;
 #[doc(hidden)]
@@ -141,6 +152,8 @@ pub mod norm;
 pub mod norm_graphs;
 mod paged;
 pub mod params;
+#[doc(hidden)]
+pub mod precheck;
 #[doc(hidden)]
 pub mod run;
 mod side;

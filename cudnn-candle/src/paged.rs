@@ -25,6 +25,9 @@ pub(crate) struct PagedAttn {
     table_dims: Vec<usize>,
     table: Vec<i64>,
     cache_seqlens: Vec<i64>,
+    /// FlashAttention's ALiBi as a per-sequence score bias `(batch, heads,
+    /// seq_q, max_blocks_per_seq * block_size)` f32 (`cache_alibi`).
+    bias: Option<Tensor>,
 }
 
 impl PagedAttn {
@@ -40,6 +43,7 @@ impl PagedAttn {
             table_dims,
             table,
             cache_seqlens,
+            bias: None,
         }
     }
 
@@ -54,7 +58,7 @@ impl PagedAttn {
         same_dtype(q, k, "k_cache")?;
         same_dtype(q, v, "v_cache")?;
         let dev = &q.device;
-        let p = params::paged(
+        let mut p = params::paged(
             &arg("q", ql, q.dtype()),
             &arg("k_cache", kl, k.dtype()),
             &arg("v_cache", vl, v.dtype()),
@@ -63,6 +67,9 @@ impl PagedAttn {
             &self.params,
         )
         .c()?;
+        if self.bias.is_some() {
+            p.cfg = crate::varlen_bias::with_varlen_bias(p.cfg);
+        }
         if !params::bshd_ordered(ql.dims(), ql.stride()) {
             return Err(to_candle(Error::invalid(
                 "q strides",
@@ -112,8 +119,12 @@ impl PagedAttn {
             .as_ref()
             .map(|t| t.storage_and_layout());
         let gs = self.params.sinks.as_ref().map(|t| t.storage_and_layout());
+        let gb = self.bias.as_ref().map(|t| t.storage_and_layout());
         let extras = Extras {
-            bias: None,
+            bias: gb
+                .as_ref()
+                .map(|(st, l)| crate::side::f32_view(st, l, q, "alibi bias"))
+                .transpose()?,
             alibi: ga
                 .as_ref()
                 .map(|(st, l)| crate::side::f32_view(st, l, q, "alibi_slopes"))
@@ -189,16 +200,20 @@ fn host_ints(name: &str, t: &Tensor, rank: usize) -> candle_core::Result<Vec<i64
             format!("{:?}", t.dims()),
         )));
     }
+    // The dtype before `flatten_all` (a copy when `t` is strided).
+    if !matches!(t.dtype(), CDType::I32 | CDType::U32 | CDType::I64) {
+        return Err(to_candle(Error::invalid(
+            format!("{name} dtype"),
+            "must be i32 (FlashAttention's), u32 or i64",
+            format!("{:?}", t.dtype()),
+        )));
+    }
+    crate::precheck::prepared();
     let flat = t.flatten_all()?;
     match t.dtype() {
         CDType::I32 => Ok(flat.to_vec1::<i32>()?.into_iter().map(i64::from).collect()),
         CDType::U32 => Ok(flat.to_vec1::<u32>()?.into_iter().map(i64::from).collect()),
-        CDType::I64 => flat.to_vec1::<i64>(),
-        other => Err(to_candle(Error::invalid(
-            format!("{name} dtype"),
-            "must be i32 (FlashAttention's), u32 or i64",
-            format!("{other:?}"),
-        ))),
+        _ => flat.to_vec1::<i64>(),
     }
 }
 
@@ -219,7 +234,9 @@ fn host_ints(name: &str, t: &Tensor, rank: usize) -> candle_core::Result<Vec<i64
 /// entry, those past a sequence's length included, in `0..num_blocks`:
 /// pad unused entries with a valid block such as 0, not -1); the graph
 /// depends on the table's width and the cache's size, not on the lengths:
-/// a decode loop plans once.
+/// a decode loop plans once. ALiBi slopes ([`AttnParams::alibi_slopes`])
+/// as in [`flash_attn_kvcache`](crate::flash_attn_kvcache), the capacity
+/// `max_blocks_per_seq * block_size`.
 ///
 /// # Errors
 /// As [`flash_attn_with`](crate::flash_attn_with); a table entry or a
@@ -238,6 +255,7 @@ pub fn flash_attn_paged(
         "flash_attn_paged",
         "the block table and cache_seqlens would be read on the host (a synchronization)",
     )?;
+    crate::precheck::attn_inputs(["q", "k_cache", "v_cache"], [q, k_cache, v_cache], params)?;
     // A sequence holds at most max_blocks_per_seq * block_size keys.
     let max_kv = match (block_table.dims(), k_cache.dims()) {
         ([_, per_seq], [_, bs, _, _]) => per_seq.saturating_mul(*bs),
@@ -247,11 +265,28 @@ pub fn flash_attn_paged(
         return flash_attn_paged(&q2, k_cache, v_cache, block_table, cache_seqlens, &p2)?
             .narrow(1, 1, 1);
     }
+    if let [b, _, _, _] = q.dims() {
+        crate::side::slope_batch(params, *b)?;
+    }
+    let p = crate::side::ready_params_rows(params)?;
+    let table = host_ints("block_table", block_table, 2)?;
+    let lens = host_ints("cache_seqlens", cache_seqlens, 1)?;
+    // The op's checks (the table's entries too) before a score bias is
+    // built (device work).
+    crate::cache_alibi::shapes_first(
+        &p.0,
+        [q, k_cache, v_cache],
+        &lens,
+        Some((block_table.dims(), &table)),
+    )?;
+    let (p, bias) =
+        crate::cache_alibi::for_call("cudnn_candle::flash_attn_paged", q, p, &lens, max_kv)?;
     let op = PagedAttn {
-        params: crate::side::ready_params(params)?,
+        params: p,
         table_dims: block_table.dims().to_vec(),
-        table: host_ints("block_table", block_table, 2)?,
-        cache_seqlens: host_ints("cache_seqlens", cache_seqlens, 1)?,
+        table,
+        cache_seqlens: lens,
+        bias,
     };
     q_ready(q)?.apply_op3_no_bwd(
         &crate::conv::for_cudnn(k_cache)?,

@@ -31,21 +31,30 @@ pub struct AttnParams {
     /// the distance form on the keys it sees); other dense calls (no mask,
     /// a bottom-right diagonal, any window, FlashAttention's window rule)
     /// get the bias and the mask as a `(1, heads, seq_q, seq_kv)` f32 score
-    /// bias built on the device (its memory grows with `seq_q * seq_kv`). Varlen,
-    /// KV-cache and paged calls with ALiBi are refused, typed, naming
-    /// `alibi_slopes` (cuDNN's ALiBi needs a top-left diagonal, and their
-    /// diagonal is bottom-right per sequence).
+    /// bias built on the device (its memory grows with `seq_q * seq_kv`).
+    /// Varlen, KV-cache and paged calls (each sequence its own lengths,
+    /// FlashAttention's `-slope * |i + len_k - len_q - j|`) use cuDNN's
+    /// ALiBi when causal with every sequence as many keys as queries (its
+    /// diagonal then top-left), else a per-sequence `[batch, heads, seq_q,
+    /// max keys]` f32 score bias; they also take FlashAttention's
+    /// `(batch, heads)` slopes whose rows differ (sequence `b` row `b`,
+    /// always as the bias; dense calls refuse them, typed). As in
+    /// FlashAttention, `(batch, heads)` means this call's batch: another
+    /// first dim is refused, typed, even with equal rows. The slopes
+    /// are constants: a tensor that
+    /// tracks a gradient is accepted and gets none (FlashAttention's
+    /// autograd returns none for them).
     pub alibi_slopes: Option<candle_core::Tensor>,
     /// Attention sinks (gpt-oss): one logit per query head, f32 (or
     /// f16 / bf16, widened) `(heads,)` on q's device, joining every row's
     /// softmax denominator and attending to no value. cuDNN takes no sink
     /// with a single query row: a dense, KV-cache or paged decode step
     /// (`seq_q = 1`) runs with a copy of the query row before it (exact:
-    /// see `sink_decode_pad`); a varlen call needs `max_seqlen_q > 1`. In a
-    /// dense call a sinks tensor that tracks a gradient gets one through
-    /// candle's autograd (gpt-oss trains them); in varlen, KV-cache and
-    /// paged calls they are constants (a tensor tracking a gradient is
-    /// refused, typed).
+    /// see `sink_decode_pad`); a varlen call needs `max_seqlen_q > 1`. In
+    /// dense and varlen calls a sinks tensor that tracks a gradient gets
+    /// one through candle's autograd (gpt-oss trains them); in KV-cache and
+    /// paged calls (forward only) they are constants (a tensor tracking a
+    /// gradient is refused, typed).
     pub sinks: Option<candle_core::Tensor>,
 }
 
@@ -379,7 +388,7 @@ fn extras(mut cfg: SdpaConfig, p: &AttnParams, m: Mask) -> Result<SdpaConfig> {
         if !m.causal || m.diagonal != DiagonalAlignment::TopLeft {
             return Err(Error::Unsupported {
                 what: format!(
-                    "alibi_slopes with {} in a varlen, KV-cache or paged call (cuDNN's ALiBi needs a causal mask aligned top-left: a varlen call whose every sequence has as many keys as queries; dense calls take FlashAttention's other ALiBi forms as a score bias, these calls do not: a per-sequence bias over ragged tensors is not in this version)",
+                    "alibi_slopes with {} in cuDNN's ALiBi (it needs a causal mask aligned top-left: a dense call with seq_q == seq_kv, or a varlen, KV-cache or paged call whose every sequence has as many keys as queries; the entry points give other calls FlashAttention's ALiBi as a score bias instead)",
                     if m.causal {
                         "a bottom-right causal mask (a sequence with seqlen_q != seqlen_k, or a KV cache)"
                     } else {
@@ -387,7 +396,7 @@ fn extras(mut cfg: SdpaConfig, p: &AttnParams, m: Mask) -> Result<SdpaConfig> {
                     }
                 ),
                 needs: Some(
-                    "a dense call (flash_attn_with / flash_attn_alibi), or a causal varlen call with seqlens_q == seqlens_k"
+                    "the entry points (flash_attn_alibi, flash_attn_varlen_alibi, flash_attn_kvcache, flash_attn_paged), which build the score bias"
                         .to_string(),
                 ),
             });
@@ -406,10 +415,10 @@ fn extras(mut cfg: SdpaConfig, p: &AttnParams, m: Mask) -> Result<SdpaConfig> {
         }
         if t.track_op() {
             return Err(Error::Unsupported {
-                what: "sinks that track a gradient in a varlen, KV-cache or paged call (the \
-                       sinks' gradient is given for dense calls only)"
+                what: "sinks that track a gradient in a KV-cache or paged call (forward only; \
+                       the entry points of dense and varlen calls give the sinks' gradient)"
                     .to_string(),
-                needs: Some("sinks.detach(), or a dense call".to_string()),
+                needs: Some("sinks.detach(), or a dense or varlen call".to_string()),
             });
         }
         cfg = cfg.sink(true);
@@ -609,13 +618,7 @@ pub fn varlen(
     let [h, d] = [q.dims[1], q.dims[2]];
     let [hkv, dv] = [k.dims[1], v.dims[2]];
     let mut m = mask(p, max_seqlen_q, max_seqlen_k, true)?;
-    if p.alibi_slopes.is_some() && m.causal && lens_q == lens_kv {
-        // Every sequence has as many keys as queries: its bottom-right
-        // diagonal is its top-left one, where cuDNN's ALiBi (`slope * (col
-        // - row)`, per sequence) is FlashAttention's `-slope * |i + s_k -
-        // s_q - j|` on every key a causal row sees.
-        m.diagonal = DiagonalAlignment::TopLeft;
-    }
+    alibi_top_left(p, &mut m, &lens_q, &lens_kv);
     let mut cfg = SdpaConfig::new(
         to_i64("batch", lens_q.len())?,
         to_i64("q heads", h)?,
@@ -636,6 +639,18 @@ pub fn varlen(
         lens_q,
         lens_kv,
     })
+}
+
+/// With ALiBi slopes, a causal call whose every sequence has as many keys
+/// as queries (`lens_q == lens_kv`) is aligned top-left: its bottom-right
+/// diagonal is its top-left one, where cuDNN's ALiBi (`slope * (col -
+/// row)`, per sequence) is FlashAttention's `-slope * |i + s_k - s_q - j|`
+/// on every key a causal row sees. Other calls keep `m` (the entry points
+/// give them a score bias instead; `extras` refuses the slopes there).
+pub(crate) fn alibi_top_left(p: &AttnParams, m: &mut Mask, lens_q: &[i32], lens_kv: &[i32]) {
+    if p.alibi_slopes.is_some() && m.causal && lens_q == lens_kv {
+        m.diagonal = DiagonalAlignment::TopLeft;
+    }
 }
 
 /// A call against a KV cache of fixed capacity (FlashAttention's
@@ -666,11 +681,20 @@ pub fn kvcache(
     cache_seqlens: &[u32],
     p: &AttnParams,
 ) -> Result<KvCache> {
-    let mut d = dense(q, k, v, p)?;
+    // The slopes are applied below, with this call's mask.
+    let mut d = dense(q, k, v, &p.clone().alibi_slopes(None))?;
     let (b, sq, cap) = (q.dims[0], q.dims[1], k.dims[1]);
-    let m = mask(p, sq, cap, true)?;
-    d.cfg = d.cfg.padding(true).diagonal(m.diagonal);
+    let mut m = mask(p, sq, cap, true)?;
     let (lens_q, lens_kv) = kvcache_lens(b, sq, cap, m.causal, cache_seqlens)?;
+    alibi_top_left(p, &mut m, &lens_q, &lens_kv);
+    d.cfg = d.cfg.padding(true).diagonal(m.diagonal);
+    if p.alibi_slopes.is_some() {
+        let slopes_only = AttnParams {
+            sinks: None,
+            ..p.clone()
+        };
+        d.cfg = extras(d.cfg, &slopes_only, m)?;
+    }
     Ok(KvCache {
         dense: d,
         lens_q,

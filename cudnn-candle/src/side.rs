@@ -44,6 +44,27 @@ pub(crate) fn f32_view<'a>(
         })
 }
 
+/// FlashAttention's shape rule for ALiBi slopes (`set_params_alibi`):
+/// `(heads,)` or `(batch, heads)` with this call's batch. Rank-2 slopes
+/// of another first dim are refused here, whether or not their rows are
+/// equal (the rows are otherwise reduced to their first, or taken per
+/// sequence); the head count is checked with the op's shapes.
+///
+/// # Errors
+/// Typed, naming `alibi_slopes` and the shape wanted.
+pub(crate) fn slope_batch(p: &AttnParams, batch: usize) -> candle_core::Result<()> {
+    match &p.alibi_slopes {
+        Some(t) if t.rank() == 2 && t.dim(0)? != batch => Err(to_candle(Error::invalid(
+            "alibi_slopes",
+            format!(
+                "must be (heads,) or (batch, heads) with this call's batch {batch} (FlashAttention's rule)"
+            ),
+            format!("{:?}", t.dims()),
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// The params as the ops take them: FlashAttention's `(batch, heads)`
 /// ALiBi slopes with equal rows as their first row (cuDNN's slopes are per
 /// head; the rows are read to the host to check it), f16 / bf16 sinks
@@ -51,21 +72,48 @@ pub(crate) fn f32_view<'a>(
 ///
 /// # Errors
 /// `(batch, heads)` slopes whose rows differ (typed, naming
-/// `alibi_slopes`); candle's.
+/// `alibi_slopes`; the varlen, KV-cache and paged calls take them:
+/// [`ready_params_rows`]); candle's.
 pub(crate) fn ready_params(p: &AttnParams) -> candle_core::Result<AttnParams> {
+    let (p2, rows) = ready_params_rows(p)?;
+    if let (Some(_), Some(t)) = (rows, &p.alibi_slopes) {
+        let v = t.to_dtype(CDType::F32)?.to_vec2::<f32>()?;
+        let i = v.windows(2).position(|w| w[0] != w[1]).unwrap_or(0);
+        return Err(to_candle(Error::Unsupported {
+            what: format!(
+                "alibi_slopes of shape {:?} whose rows {i} and {} differ in a call that takes one slope per head, shared by the batch (cuDNN's ALiBi: dense calls and captured calls; the varlen, KV-cache and paged calls outside a capture take differing rows, as a per-sequence score bias)",
+                t.dims(),
+                i + 1
+            ),
+            needs: Some("(heads,) slopes, or (batch, heads) with equal rows".to_string()),
+        }));
+    }
+    Ok(p2)
+}
+
+/// [`ready_params`], `(batch, heads)` slopes whose rows differ taken too:
+/// the params hold their first row (for the shape checks) and the rows
+/// come back apart, f32 `(batch, heads)`, contiguous and constant (the
+/// caller builds a per-sequence score bias from them).
+///
+/// # Errors
+/// candle's.
+pub(crate) fn ready_params_rows(
+    p: &AttnParams,
+) -> candle_core::Result<(AttnParams, Option<Tensor>)> {
+    crate::precheck::side_dtypes(
+        p.alibi_slopes.as_ref().map(Tensor::dtype),
+        p.sinks.as_ref().map(Tensor::dtype),
+    )
+    .c()?;
+    crate::precheck::prepared();
     let mut p = p.clone();
+    let mut rows = None;
     if let Some(t) = &p.alibi_slopes {
         let t = if t.rank() == 2 {
-            let rows = t.to_dtype(CDType::F32)?.to_vec2::<f32>()?;
-            if let Some(i) = rows.windows(2).position(|w| w[0] != w[1]) {
-                return Err(to_candle(Error::Unsupported {
-                    what: format!(
-                        "alibi_slopes of shape {:?} whose rows {i} and {} differ (cuDNN's ALiBi slopes are one per head, shared by the batch)",
-                        t.dims(),
-                        i + 1
-                    ),
-                    needs: Some("(heads,) slopes, or (batch, heads) with equal rows".to_string()),
-                }));
+            let v = t.to_dtype(CDType::F32)?.to_vec2::<f32>()?;
+            if v.windows(2).any(|w| w[0] != w[1]) {
+                rows = Some(crate::conv::for_cudnn(&t.detach())?);
             }
             t.get(0)?
         } else {
@@ -80,7 +128,7 @@ pub(crate) fn ready_params(p: &AttnParams) -> candle_core::Result<AttnParams> {
         };
         p.sinks = Some(crate::conv::for_cudnn(&s)?);
     }
-    Ok(p)
+    Ok((p, rows))
 }
 
 /// A decode step (`seq_q = 1`) with sinks, which cuDNN does not take (NVIDIA's
@@ -108,6 +156,8 @@ pub(crate) fn sink_decode_pad(
     if p.sinks.is_none() || q.rank() != 4 || q.dim(1)? != 1 {
         return Ok(None);
     }
+    crate::precheck::attn_input("q", q)?;
+    crate::precheck::prepared();
     Ok(Some((
         Tensor::cat(&[q, q], 1)?,
         params::single_row_mask(p, max_kv),
@@ -139,7 +189,7 @@ pub(crate) fn alibi_bias_tensor(
             format!("{:?} {:?}", slopes.dtype(), slopes.dims()),
         )));
     }
-    let w = params::alibi::alibi_window(p, sq, skv).c()?;
+    let w = params::alibi::alibi_window(p, (sq, skv), skv).c()?;
     let dev = slopes.device();
     let (sq64, skv64) = (
         params::to_i64("seq_q", sq).c()?,
@@ -184,11 +234,93 @@ mod tests {
     use crate::params::single_row_mask;
     use candle_core::Device;
 
+    proptest::proptest! {
+        /// Any slope shape against FlashAttention's rule (`(heads,)` or
+        /// `(batch, heads)`; the head count is the op's check): refused,
+        /// typed, naming `alibi_slopes`, exactly when rank 2 with another
+        /// batch; never a panic.
+        #[test]
+        fn slope_batch_is_flash_attention_s(
+            rank2: bool,
+            rows in 0usize..5,
+            heads in 1usize..4,
+            batch in 0usize..5,
+        ) {
+            let dims: Vec<usize> = if rank2 { vec![rows, heads] } else { vec![heads] };
+            let t = Tensor::zeros(dims.as_slice(), CDType::F32, &Device::Cpu).unwrap();
+            let p = AttnParams::new(1.0).alibi_slopes(Some(t));
+            let fa_ok = dims == [heads] || dims == [batch, heads];
+            match slope_batch(&p, batch) {
+                Ok(()) => proptest::prop_assert!(fa_ok || !rank2),
+                Err(e) => {
+                    proptest::prop_assert!(rank2 && !fa_ok);
+                    proptest::prop_assert!(e.to_string().contains("alibi_slopes"), "{}", e);
+                }
+            }
+        }
+    }
+
+    /// Review (alibi) defect 4: `(3, heads)` slopes with equal rows on a
+    /// batch of 2 are refused, typed, naming `alibi_slopes`, by every
+    /// entry point (FlashAttention's `set_params_alibi` takes `(heads,)`
+    /// or `(batch, heads)` only); `(2, heads)` and `(heads,)` pass this
+    /// check (then the host refusal of CPU tensors comes). Before, the
+    /// rows were reduced to their first and the call went on.
+    #[test]
+    fn slopes_of_another_batch_are_refused_typed() {
+        let z = |d: &[usize]| Tensor::zeros(d, CDType::F16, &Device::Cpu).unwrap();
+        let rows = |b: usize| Tensor::ones((b, 2), CDType::F32, &Device::Cpu).unwrap();
+        let (q, k) = (z(&[2, 3, 2, 64]), z(&[2, 5, 2, 64]));
+        let lens = Tensor::new(&[5u32, 5], &Device::Cpu).unwrap();
+        let table = Tensor::new(&[[0i32], [1]], &Device::Cpu).unwrap();
+        let plens = Tensor::new(&[5i32, 5], &Device::Cpu).unwrap();
+        let (qv, kv) = (z(&[6, 2, 64]), z(&[10, 2, 64]));
+        let cq = Tensor::new(&[0u32, 3, 6], &Device::Cpu).unwrap();
+        let ck = Tensor::new(&[0u32, 5, 10], &Device::Cpu).unwrap();
+        for (b, bad) in [(3usize, true), (2, false), (1, true)] {
+            let p = AttnParams::new(1.0).alibi_slopes(Some(rows(b)));
+            let calls = [
+                ("dense", crate::flash_attn_with(&q, &k, &k, &p)),
+                ("kvcache", crate::flash_attn_kvcache(&q, &k, &k, &lens, &p)),
+                (
+                    "paged",
+                    crate::flash_attn_paged(
+                        &q,
+                        &z(&[2, 8, 2, 64]),
+                        &z(&[2, 8, 2, 64]),
+                        &table,
+                        &plens,
+                        &p,
+                    ),
+                ),
+                (
+                    "varlen",
+                    crate::flash_attn_varlen_with(&qv, &kv, &kv, &cq, &ck, 3, 5, &p),
+                ),
+            ];
+            for (name, r) in calls {
+                let e = r.unwrap_err();
+                let names = e.to_string().contains("alibi_slopes");
+                assert_eq!(names, bad, "{name} with ({b}, 2) slopes: {e}");
+                if bad {
+                    assert!(
+                        e.to_string().contains("[3, 2]") || e.to_string().contains("[1, 2]"),
+                        "{e}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn sink_decode_pad_repeats_the_row_only_for_decode_with_sinks() {
+        // f16 (attention's dtypes; 0..16 exact): other dtypes are refused
+        // before the copy.
         let q = Tensor::arange(0f32, 16.0, &Device::Cpu)
             .unwrap()
             .reshape((2, 1, 2, 4))
+            .unwrap()
+            .to_dtype(CDType::F16)
             .unwrap();
         let sinks = Tensor::zeros(2, CDType::F32, &Device::Cpu).unwrap();
         let p = AttnParams::new(1.0).sinks(Some(sinks));
@@ -197,6 +329,7 @@ mod tests {
         assert_eq!(q2.dims(), [2, 2, 2, 4]);
         for row in 0..2 {
             let r = q2.narrow(1, row, 1).unwrap().flatten_all().unwrap();
+            let r = r.to_dtype(CDType::F32).unwrap();
             assert_eq!(
                 r.to_vec1::<f32>().unwrap(),
                 (0..16).map(|x| x as f32).collect::<Vec<_>>()
@@ -207,7 +340,11 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
-        let q3 = Tensor::zeros((1, 3, 2, 4), CDType::F32, &Device::Cpu).unwrap();
+        let q3 = Tensor::zeros((1, 3, 2, 4), CDType::F16, &Device::Cpu).unwrap();
+        // A refused dtype is typed, before the copy.
+        let q8 = q.to_dtype(CDType::F32).unwrap();
+        let e = sink_decode_pad(&q8, 5, &p).unwrap_err().to_string();
+        assert!(e.contains("q dtype"), "{e}");
         assert!(sink_decode_pad(&q3, 5, &p).unwrap().is_none());
     }
 

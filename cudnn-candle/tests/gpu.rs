@@ -7,6 +7,8 @@
 // them (as in the crate's own test binaries).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "gpu/attn_options.rs"]
+mod attn_options;
 #[path = "gpu_parts/bench.rs"]
 mod bench;
 #[path = "../examples/candle_transformer_block/block.rs"]
@@ -35,7 +37,7 @@ mod varlen_alibi;
 
 use candle_core::{DType, Device, Tensor, Var};
 use cudnn_candle::AttnParams;
-use reference::reference;
+use reference::{reference, reference_in};
 use support::{TestResult, gpu, run, typed};
 
 /// `p` with its slopes and sinks on `dev` (candle gives every
@@ -221,7 +223,7 @@ fn varlen_qk_case(
         let qn = qc.as_tensor().narrow(1, at_q, lq)?;
         let kn = kc.as_tensor().narrow(1, at_k, lk)?;
         let vn = vc.as_tensor().narrow(1, at_k, lk)?;
-        want_parts.push(reference(&qn, &kn, &vn, &p)?);
+        want_parts.push(reference_in(&qn, &kn, &vn, &p, max_k)?);
         at_q += lq;
         at_k += lk;
     }
@@ -304,7 +306,13 @@ fn paged_case(
                     .reshape((1, per_seq * bs, hkv, d))?
                     .narrow(1, 0, l)
             };
-            let want = reference(&q.narrow(0, i, 1)?, &gather(&kc)?, &gather(&vc)?, &p)?;
+            let want = reference_in(
+                &q.narrow(0, i, 1)?,
+                &gather(&kc)?,
+                &gather(&vc)?,
+                &p,
+                per_seq * bs,
+            )?;
             close("o", &got.narrow(0, i, 1)?, &want, tol(dt))?;
         }
         let now = cudnn_candle::plans().stats().builds;
@@ -624,11 +632,12 @@ fn main() {
                 )?;
                 for (i, &l) in lens.iter().enumerate() {
                     let l = l as usize;
-                    let want = reference(
+                    let want = reference_in(
                         &q.narrow(0, i, 1)?,
                         &kc.narrow(0, i, 1)?.narrow(1, 0, l)?,
                         &vc.narrow(0, i, 1)?.narrow(1, 0, l)?,
                         &p,
+                        cap,
                     )?;
                     close("o", &got.narrow(0, i, 1)?, &want, tol(bf))?;
                 }
@@ -966,6 +975,7 @@ fn main() {
     trials.extend(capture_review::trials());
     trials.extend(capture_step::trials());
     trials.extend(varlen_alibi::trials());
+    trials.extend(attn_options::trials());
     trials.extend(sink_grad::trials());
     trials.extend(conv_norm_views::trials());
     trials.extend(gemm::trials());

@@ -7,6 +7,8 @@
 // them (as in the crate's own test binaries).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "host/attn_options.rs"]
+mod attn_options;
 #[path = "../examples/candle_transformer_block/block.rs"]
 mod block;
 #[path = "host/conv_norm.rs"]
@@ -561,5 +563,6 @@ fn main() {
     trials.extend(example_block::trials());
     trials.extend(gemm::trials());
     trials.extend(varlen_alibi::trials());
+    trials.extend(attn_options::trials());
     run(trials);
 }

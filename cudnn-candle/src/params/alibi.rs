@@ -32,32 +32,43 @@ pub struct AlibiWindow {
 }
 
 /// `p`'s window as candle-flash-attn hands it to the kernel: a side above
-/// `seq_kv` is dropped, then a missing side is `seq_kv` whenever the other
-/// is set (so a left window alone also bounds the right at `d + seq_kv`,
-/// which hides keys from the first rows once `seq_q > seq_kv + 1`).
+/// the call's key extent `ext` is dropped, then a missing side is `ext`
+/// whenever the other is set (so a left window alone also bounds the
+/// right at `d + ext`, which hides keys from the first `seq_q - ext - 1`
+/// rows when `seq_q > ext + 1`). `ext` is the call's `seqlen_k` of
+/// FlashAttention's `set_params_fprop`, the same for every sequence: a
+/// dense call's `seq_kv`, a varlen call's `max_seqlen_k`, a KV-cache
+/// call's capacity, a paged call's `blocks_per_seq * block_size`. Only the
+/// diagonal `d = i + seq_kv - seq_q` takes the sequence's own lengths
+/// (`mask.h`'s `actual_seqlen_k`).
 ///
 /// # Errors
 /// A query row that would see no key (row 0 when `right` is set and
 /// `seq_kv + right < seq_q`; FlashAttention writes zeros there, cuDNN's
 /// softmax of an all `-inf` row is not defined), naming `alibi_slopes`;
 /// sizes past `i64`.
-pub fn alibi_window(p: &AttnParams, seq_q: usize, seq_kv: usize) -> Result<AlibiWindow> {
+pub fn alibi_window(
+    p: &AttnParams,
+    (seq_q, seq_kv): (usize, usize),
+    ext: usize,
+) -> Result<AlibiWindow> {
     let i = |name: &str, v: usize| super::to_i64(name, v);
     let skv = i("seq_kv", seq_kv)?;
     let sq = i("seq_q", seq_q)?;
-    let mut left = match p.window_size_left.filter(|&l| l <= seq_kv) {
+    let e = i("seqlen_k (the call's key extent)", ext)?;
+    let mut left = match p.window_size_left.filter(|&l| l <= ext) {
         Some(l) => Some(i("window_size_left", l)?),
         None => None,
     };
-    let mut right = match p.window_size_right.filter(|&r| r <= seq_kv) {
+    let mut right = match p.window_size_right.filter(|&r| r <= ext) {
         Some(r) => Some(i("window_size_right", r)?),
         None => None,
     };
     if left.is_none() && right.is_some() {
-        left = Some(skv);
+        left = Some(e);
     }
     if left.is_some() && right.is_none() {
-        right = Some(skv);
+        right = Some(e);
     }
     // Row i sees [max(0, d - l), min(skv - 1, d + r)]: the lower end never
     // passes the last key (d <= skv - 1), so a row is empty only when
@@ -66,7 +77,7 @@ pub fn alibi_window(p: &AttnParams, seq_q: usize, seq_kv: usize) -> Result<Alibi
         return Err(Error::invalid(
             "alibi_slopes (with the window)",
             format!(
-                "must leave every query row a key: row 0 of seq_q {seq_q} sees none of seq_kv {seq_kv} (right bound {r}; FlashAttention writes zeros there)"
+                "must leave every query row a key: row 0 of seq_q {seq_q} sees none of seq_kv {seq_kv} (right bound {r} with the call's key extent {ext}; FlashAttention writes zeros there)"
             ),
             format!("{:?} / {:?}", p.window_size_left, p.window_size_right),
         ));

@@ -162,7 +162,9 @@ pub fn paged(
         }
         lens_kv.push(l as i32);
     }
-    let m = mask(p, sq, seq_kv, true)?;
+    let lq = i32::try_from(sq).map_err(|_| Error::invalid("q seq", "must fit i32", sq))?;
+    let mut m = mask(p, sq, seq_kv, true)?;
+    super::alibi_top_left(p, &mut m, &vec![lq; b], &lens_kv);
     let mut cfg = SdpaConfig::new(
         to_i64("q batch", b)?,
         to_i64("q heads", h)?,
@@ -188,7 +190,6 @@ pub fn paged(
             to_i64(a.name, a.strides[3])?,
         ])
     };
-    let lq = i32::try_from(sq).map_err(|_| Error::invalid("q seq", "must fit i32", sq))?;
     super::causal_rows_see_keys(&m, &vec![lq; b], &lens_kv, |i| {
         format!("cache_seqlens[{i}]")
     })?;

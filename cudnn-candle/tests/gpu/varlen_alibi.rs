@@ -9,7 +9,9 @@
 use candle_core::{DType, Tensor};
 use cudnn_candle::AttnParams;
 
-use super::{close, cuda, cumulative, inputs, reference, slopes, tol, varlen_case, varlen_qk_case};
+use super::{
+    close, cuda, cumulative, inputs, reference_in, slopes, tol, varlen_case, varlen_qk_case,
+};
 use crate::support::{TestResult, Trial, gpu};
 
 const S: f32 = 0.125;
@@ -42,7 +44,7 @@ fn entry_point(dt: DType) -> TestResult {
     let mut parts = Vec::new();
     for &l in &lens {
         let n = |x: &Tensor| x.narrow(1, at, l);
-        parts.push(reference(&n(&q)?, &n(&k)?, &n(&v)?, &p)?);
+        parts.push(reference_in(&n(&q)?, &n(&k)?, &n(&v)?, &p, 33)?);
         at += l;
     }
     close("o", &o, &Tensor::cat(&parts, 1)?.squeeze(0)?, tol(dt))
@@ -79,7 +81,7 @@ fn max_past_every_sequence(dt: DType) -> TestResult {
     let mut parts = Vec::new();
     for &l in &lens {
         let n = |x: &Tensor| x.narrow(1, at, l);
-        parts.push(reference(&n(&q)?, &n(&k)?, &n(&v)?, &p)?);
+        parts.push(reference_in(&n(&q)?, &n(&k)?, &n(&v)?, &p, 61)?);
         at += l;
     }
     close("o", &o, &Tensor::cat(&parts, 1)?.squeeze(0)?, tol(dt))?;
@@ -90,8 +92,10 @@ fn max_past_every_sequence(dt: DType) -> TestResult {
         &sl,
         &cu,
         &cu,
-        usize::MAX / 4,
-        usize::MAX / 4,
+        // Past any device's memory, within the op's i32 bound (which the
+        // op checks first, before the slopes' device).
+        1 << 30,
+        1 << 30,
         S,
         false,
     )
@@ -164,6 +168,59 @@ pub fn trials() -> Vec<Trial> {
                 varlen_qk_case(&[5, 9, 2], &[7, 9, 11], (4, 2), 64, DType::F16, p, true)
             },
         ),
+        gpu(
+            "flash_attn_varlen_alibi_right_window_call_extent_f16",
+            || {
+                // Review (alibi) defect 2: a right window with a sequence of
+                // fewer keys than max_seqlen_k (8): FlashAttention keeps right
+                // 3 (below 8) and sets left 8, so row 0 of the (5, 2) sequence
+                // sees key 0 only.
+                let p = AttnParams::new(S)
+                    .window(None, Some(3))
+                    .alibi_slopes(Some(slopes(4)));
+                varlen_qk_case(&[5, 4, 3], &[2, 8, 3], (4, 4), 64, DType::F16, p, false)
+            },
+        ),
+        gpu(
+            "flash_attn_varlen_alibi_left_window_call_extent_bf16",
+            || {
+                // Not causal, a left window, a sequence with lq > lk + 1 (6
+                // queries, 2 keys) in a call of max_seqlen_k 8: the right side
+                // is 8 (every row sees both keys; a per-sequence rule bounded
+                // it at 2 and refused the call).
+                let p = AttnParams::new(S)
+                    .window(Some(2), None)
+                    .alibi_slopes(Some(slopes(4)));
+                varlen_qk_case(&[6, 3], &[2, 8], (4, 2), 64, DType::BF16, p, false)
+            },
+        ),
+        gpu("flash_attn_varlen_alibi_rows_with_no_key_refused", || {
+            // (10, 2) with right 3 and max_seqlen_k 8: FlashAttention's rows
+            // 0-4 see no key; refused, typed, naming alibi_slopes.
+            let dev = cuda()?;
+            let (q, k, _) = inputs((1, 13, 4, 64), (1, 10, 4, 64), DType::F16)?;
+            let g = |x: &Tensor| x.squeeze(0)?.to_dtype(DType::F16)?.to_device(&dev);
+            let (qg, kg) = (g(&q)?, g(&k)?);
+            let p = AttnParams::new(S)
+                .window(None, Some(3))
+                .alibi_slopes(Some(slopes(4).to_device(&dev)?));
+            let e = cudnn_candle::flash_attn_varlen_with(
+                &qg,
+                &kg,
+                &kg,
+                &Tensor::new(&[0u32, 10, 13], &dev)?,
+                &Tensor::new(&[0u32, 2, 10], &dev)?,
+                10,
+                8,
+                &p,
+            )
+            .err()
+            .ok_or("rows with no key accepted")?;
+            match crate::support::typed(&e) {
+                Some(t) if t.to_string().contains("alibi_slopes") => Ok(()),
+                other => Err(format!("not the typed refusal: {other:?} ({e})").into()),
+            }
+        }),
         gpu("flash_attn_varlen_alibi_windowed_bias_f16", || {
             let p = AttnParams::new(S)
                 .window(Some(3), Some(2))

@@ -8,28 +8,53 @@ use candle_core::{D, DType, Device, Tensor};
 use cudnn_candle::AttnParams;
 
 /// Whether query `row` sees key `col` in FlashAttention (`sq` queries, `sk`
-/// keys), from its sources: candle-flash-attn turns a window side above
-/// `seqlen_k` into -1 (unbounded); causal is left -1 with right 0
-/// (mask.h's causal mask, `col < row + 1 + sk - sq`); otherwise a missing
-/// side becomes `seqlen_k` when the other is set, and mask.h's local mask
-/// keeps `row + sk - sq - left <= col < row + 1 + sk - sq + right`.
-pub fn sees(row: usize, col: usize, sq: usize, sk: usize, p: &AttnParams) -> bool {
+/// keys in this sequence, `seqlen_k` the call's key extent), from its
+/// sources. `set_params_fprop` normalises the window once per call, with
+/// the call's `seqlen_k` (a dense call's keys, a varlen call's
+/// `max_seqlen_k`, a KV cache's capacity, a paged call's `blocks_per_seq *
+/// block_size`): candle-flash-attn first turns a side above `seqlen_k`
+/// into -1 (unbounded); left -1 with right 0 is causal (mask.h's causal
+/// mask, `col < row + 1 + sk - sq`, with the sequence's own `sk`);
+/// otherwise a missing side becomes `seqlen_k` when the other is set, and
+/// mask.h's local mask keeps `row + sk - sq - left <= col < row + 1 + sk -
+/// sq + right` (the diagonal from the sequence's own lengths, the sides
+/// the call's).
+pub fn sees(
+    row: usize,
+    col: usize,
+    (sq, sk): (usize, usize),
+    seqlen_k: usize,
+    p: &AttnParams,
+) -> bool {
     let (row, col, sq, sk) = (row as i64, col as i64, sq as i64, sk as i64);
-    let side = |w: Option<usize>| w.filter(|&w| w as i64 <= sk).map_or(-1, |w| w as i64);
+    let ext = seqlen_k as i64;
+    let side = |w: Option<usize>| w.filter(|&w| w as i64 <= ext).map_or(-1, |w| w as i64);
     let (mut left, mut right) = (side(p.window_size_left), side(p.window_size_right));
     if left < 0 && right == 0 {
         return col < row + 1 + sk - sq;
     }
     if left < 0 && right >= 0 {
-        left = sk;
+        left = ext;
     }
     if left >= 0 && right < 0 {
-        right = sk;
+        right = ext;
     }
     if left < 0 && right < 0 {
         return true;
     }
     col >= row + sk - sq - left && col < row + 1 + sk - sq + right
+}
+
+/// [`reference_in`] of a call whose key extent is k's own (a dense call,
+/// or a sequence whose keys are the call's most).
+pub fn reference(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    p: &AttnParams,
+) -> candle_core::Result<Tensor> {
+    let skv = k.dim(1)?;
+    reference_in(q, k, v, p, skv)
 }
 
 /// softmax(mask(cap(scale q kᵀ) + alibi) ++ sink) v on the CPU in f32; q
@@ -41,11 +66,15 @@ pub fn sees(row: usize, col: usize, sq: usize, sk: usize, p: &AttnParams) -> boo
 /// denominator), a sink as one more logit per row whose probability is
 /// dropped.
 /// Differentiable (the row max is detached: the softmax does not depend on it).
-pub fn reference(
+/// One sequence (or a dense call) of a call whose key extent is
+/// `seqlen_k` (see [`sees`]): k and v hold this sequence's valid keys
+/// only.
+pub fn reference_in(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
     p: &AttnParams,
+    seqlen_k: usize,
 ) -> candle_core::Result<Tensor> {
     let (b, sq, h, _) = q.dims4()?;
     let (_, skv, hkv, dk) = k.dims4()?;
@@ -90,7 +119,7 @@ pub fn reference(
     }
     let mask: Vec<f32> = (0..sq * skv)
         .map(|x| {
-            if sees(x / skv, x % skv, sq, skv, p) {
+            if sees(x / skv, x % skv, (sq, skv), seqlen_k, p) {
                 0.0
             } else {
                 f32::NEG_INFINITY
