@@ -443,6 +443,7 @@ fn param(p: &Tensor, name: &str, x: &Tensor) -> candle_core::Result<Tensor> {
             format!("{:?}", p.dtype()),
         )));
     }
+    crate::precheck::prepared();
     for_cudnn(&p.to_dtype(CDType::F32)?)
 }
 
@@ -462,6 +463,7 @@ pub fn layer_norm(
     bias: Option<&Tensor>,
     eps: f32,
 ) -> candle_core::Result<Tensor> {
+    crate::precheck::norm_inputs(x, weight, bias)?;
     let op = Norm {
         kind: NormKind::Layer,
         eps: f64::from(eps),
@@ -488,6 +490,7 @@ pub fn rms_norm(
     bias: Option<&Tensor>,
     eps: f32,
 ) -> candle_core::Result<Tensor> {
+    crate::precheck::norm_inputs(x, weight, bias)?;
     let op = Norm {
         kind: NormKind::Rms,
         eps: f64::from(eps),

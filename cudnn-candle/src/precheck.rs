@@ -156,6 +156,50 @@ pub(crate) fn conv_inputs(
     Ok(())
 }
 
+/// The norms' element types (`layer_norm`, `rms_norm`): `x` f32, f16 or
+/// bf16 (cuDNN's norm graphs), `weight` and `bias` x's (candle-nn's
+/// convention).
+///
+/// # Errors
+/// The first argument that breaks a rule, named, with its dtype.
+pub fn norm_dtypes(x: CDType, weight: CDType, bias: Option<CDType>) -> Result<()> {
+    if !matches!(x, CDType::F32 | CDType::F16 | CDType::BF16) {
+        return Err(Error::invalid(
+            "x dtype",
+            "must be f32, f16 or bf16 (cuDNN's norm graphs)",
+            format!("{x:?}"),
+        ));
+    }
+    for (name, dt) in [("weight", Some(weight)), ("bias", bias)] {
+        if let Some(dt) = dt.filter(|&d| d != x) {
+            return Err(Error::mismatch(
+                format!("{name} dtype (x's, candle-nn's convention)"),
+                format!("{x:?}"),
+                format!("{dt:?}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A norm's tensors before any preparation: dtypes ([`norm_dtypes`]) and
+/// devices (on x's).
+///
+/// # Errors
+/// Typed, naming the argument.
+pub(crate) fn norm_inputs(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+) -> candle_core::Result<()> {
+    norm_dtypes(x.dtype(), weight.dtype(), bias.map(Tensor::dtype)).c()?;
+    same_device(("x", x), ("weight", weight))?;
+    if let Some(b) = bias {
+        same_device(("x", x), ("bias", b))?;
+    }
+    Ok(())
+}
+
 /// One attention input's own dtype (f16 or bf16), checked where it is
 /// prepared (`q_ready`, `kv_ready`: the capture entry points too).
 ///
@@ -285,15 +329,19 @@ mod tests {
         Paged,
         Varlen,
         Conv,
+        LayerNorm,
+        RmsNorm,
     }
 
-    const ENTRIES: [Entry; 6] = [
+    const ENTRIES: [Entry; 8] = [
         Entry::Dense,
         Entry::DenseSinkDecode,
         Entry::KvCache,
         Entry::Paged,
         Entry::Varlen,
         Entry::Conv,
+        Entry::LayerNorm,
+        Entry::RmsNorm,
     ];
 
     /// Calls `e` on CPU tensors: the first input of `dt_first` (q or x)
@@ -345,12 +393,26 @@ mod tests {
                 let w = tensor(&[3, 2, 3, 3], dt_second, lay_second)?;
                 crate::conv2d(&x, &w, 1, 1, 1, 1)
             }
+            Entry::LayerNorm | Entry::RmsNorm => {
+                // x (2, 3, 8) and weight (8,) as given; a bias of x's
+                // dtype, so the weight's dtype is the one that can differ.
+                let x = tensor(&[2, 3, 8], dt_first, lay_first)?;
+                let w = tensor(&[2, 8], dt_second, lay_second).and_then(|w| w.get(0).ok())?;
+                let b = tensor(&[8], dt_first, Lay::Contiguous)?;
+                if matches!(e, Entry::LayerNorm) {
+                    crate::layer_norm(&x, &w, Some(&b), 1e-5)
+                } else {
+                    crate::rms_norm(&x, &w, Some(&b), 1e-5)
+                }
+            }
         })
     }
 
     fn first_ok(e: Entry, dt: CDType) -> bool {
         match e {
-            Entry::Conv => matches!(dt, CDType::F32 | CDType::F16 | CDType::BF16),
+            Entry::Conv | Entry::LayerNorm | Entry::RmsNorm => {
+                matches!(dt, CDType::F32 | CDType::F16 | CDType::BF16)
+            }
             _ => attn_ok(dt),
         }
     }
@@ -365,7 +427,7 @@ mod tests {
     fn no_refused_dtype_reaches_a_copy() {
         let mut f8_cases = 0;
         for e in ENTRIES {
-            let good = if matches!(e, Entry::Conv) {
+            let good = if matches!(e, Entry::Conv | Entry::LayerNorm | Entry::RmsNorm) {
                 CDType::F32
             } else {
                 CDType::BF16
@@ -395,8 +457,9 @@ mod tests {
                         if refused {
                             assert_eq!(passed, 0, "{ctx}");
                             let name = match (e, which) {
-                                (Entry::Conv, 0) => "x dtype",
+                                (Entry::Conv | Entry::LayerNorm | Entry::RmsNorm, 0) => "x dtype",
                                 (Entry::Conv, _) => "w dtype (x's)",
+                                (Entry::LayerNorm | Entry::RmsNorm, _) => "weight dtype (x's",
                                 (_, 0) => "q dtype",
                                 (Entry::KvCache | Entry::Paged, _) => "k_cache dtype (q's)",
                                 _ => "k dtype (q's)",
