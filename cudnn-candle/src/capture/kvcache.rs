@@ -229,7 +229,7 @@ pub fn flash_attn_kvcache(
     if params.alibi_slopes.is_some() {
         return Err(to_candle(refusal(
             "flash_attn_kvcache (ALiBi)",
-            "ALiBi in KV-cache calls is not in this version",
+            "ALiBi in captured KV-cache calls is not in this version (eager calls take it)",
         )));
     }
     let p = ready_params(params)?;

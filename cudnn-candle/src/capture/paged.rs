@@ -143,6 +143,9 @@ pub fn flash_attn_paged(
             "a one-row call with sinks runs on a two-row copy of q made now",
         )));
     }
+    if let [b, ..] = q.dims() {
+        crate::side::slope_batch(params, *b)?;
+    }
     let p = ready_params(params)?;
     super::no_side_copy(&admit, params, &p)?;
     let side: Vec<Tensor> = [&p.alibi_slopes, &p.sinks]
