@@ -601,11 +601,12 @@ impl PlanCache {
                 });
                 continue;
             }
-            if payload == Payload::Refuse
-                && Plan::check_json(&json, target, &io)
-                    .map_err(|e| e.with_context(format!("plan cache entry {index}")))?
-                    .runtime_compiled
-            {
+            // Checked once: what the check found decides whether the entry
+            // may load, and the load reuses it.
+            let io = Arc::new(io);
+            let checked = Plan::check_json(&json, target, &io)
+                .map_err(|e| e.with_context(format!("plan cache entry {index}")))?;
+            if payload == Payload::Refuse && checked.runtime_compiled() {
                 skipped.push(SkippedEntry {
                     index,
                     why: SkipReason::CompiledCodeNotAuthenticated,
@@ -615,7 +616,7 @@ impl PlanCache {
                 });
                 continue;
             }
-            let plan = Plan::from_json(&json, target, Arc::new(io), payload)
+            let plan = Plan::from_checked_json(checked, payload)
                 .map_err(|e| e.with_context(format!("plan cache entry {index}")))?;
             loaded.push((
                 index,
@@ -836,6 +837,43 @@ mod tests {
         PlanCache::new(1)
             .load_text(&text, &target, Trust::NoCompiledCode)
             .err()
+    }
+
+    /// `load_text` checks each entry's plan JSON once: the check that
+    /// finds whether an unauthenticated entry carries compiled code is the
+    /// one its load uses (it ran twice before). Counted by hand: two
+    /// entries, two checks.
+    #[test]
+    fn unit_load_checks_each_entry_once() {
+        use crate::graph::{ConvParams, DType, TensorSpec};
+        let Ok(target) = Target::preset("h200") else {
+            eprintln!("skipped: no h200 target preset");
+            return;
+        };
+        let conv = |k: i64| -> Result<Graph> {
+            let mut g = Graph::new();
+            let x = g.input("x", TensorSpec::nhwc(DType::F16, &[1, 8, 8, 8])?)?;
+            let w = g.input("w", TensorSpec::nhwc(DType::F16, &[k, 8, 3, 3])?)?;
+            let y = g.conv_fprop(x, w, &ConvParams::new_2d([1, 1], [1, 1], [1, 1]))?;
+            g.output(y, DType::F16)?;
+            Ok(g)
+        };
+        let cache = PlanCache::new(4);
+        for k in [8, 16] {
+            let built = conv(k).and_then(|g| cache.get_or_build(&g, &target, &Policy::default()));
+            if let Err(e) = built {
+                eprintln!("skipped: cannot plan here ({e})");
+                return;
+            }
+        }
+        let text = cache.to_text().expect("to_text");
+        let checks = || crate::graph::plan_json::CHECKS.with(std::cell::Cell::get);
+        let before = checks();
+        let r = PlanCache::new(4)
+            .load_text(&text, &target, Trust::NoCompiledCode)
+            .expect("load_text");
+        assert_eq!(r.loaded + r.skipped.len(), 2, "{r:?}");
+        assert_eq!(checks() - before, 2, "one check per entry");
     }
 
     proptest::proptest! {

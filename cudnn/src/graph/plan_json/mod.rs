@@ -697,12 +697,21 @@ pub(crate) fn compiled_code_refused() -> Error {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// How many plan JSONs [`check_summary`] checked on this thread (unit
+    /// tests count a loader's checks with it).
+    pub(crate) static CHECKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 pub(crate) fn check_summary(
     json: &str,
     io: &IoSignature,
     target: &Target,
     cudnn: Option<u64>,
 ) -> Result<Summary> {
+    #[cfg(test)]
+    CHECKS.with(|c| c.set(c.get() + 1));
     let (summary, tensors) = shape(json, Some(target), cudnn)?;
     agree(&tensors, io)?;
     // Scratch tensors (bound in the JSON, placed in the workspace) need
