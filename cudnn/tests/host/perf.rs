@@ -646,6 +646,59 @@ fn launch_checks_random_bindings() -> TestResult {
     Ok(())
 }
 
+/// A refusal inside a node names the field's whole path (joined only when
+/// a refusal is made): written here by hand for edits of a real conv plan.
+fn node_refusals_name_the_path() -> TestResult {
+    let target = Target::preset("h200")?;
+    let og = graph_plans::conv(8)?.build()?;
+    let (plan, _) = Plan::build(&og, &target, &Policy::default())?;
+    let json = plan.cudnn_json()?;
+    let io = std::sync::Arc::new(og.io().clone());
+    let doc: Value = serde_json::from_str(&json).map_err(|e| e.to_string())?;
+    let nodes = doc["operationGraph"]["nodes"]
+        .as_array()
+        .ok_or("no nodes")?;
+    let n = nodes
+        .iter()
+        .position(|n| n["operation"] == "CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR")
+        .ok_or("no convolution node")?;
+    for (at, value, path) in [
+        (
+            format!("/operationGraph/nodes/{n}/W"),
+            Value::from(""),
+            format!("/operationGraph/nodes/{n}/W"),
+        ),
+        (
+            format!("/operationGraph/nodes/{n}/stride/1"),
+            Value::from(0),
+            format!("/operationGraph/nodes/{n}/stride/1"),
+        ),
+        (
+            format!("/operationGraph/nodes/{n}/mode"),
+            Value::from("x"),
+            format!("/operationGraph/nodes/{n}/mode"),
+        ),
+        (
+            format!("/operationGraph/nodes/{n}/operation"),
+            Value::from(7),
+            format!("/operationGraph/nodes/{n}/operation"),
+        ),
+    ] {
+        let mut d = doc.clone();
+        *d.pointer_mut(&at).ok_or(format!("no {at}"))? = value;
+        let e = check_plan_json(&d.to_string(), &io, &target, None)
+            .err()
+            .ok_or(format!("{at}: the edit was accepted"))?;
+        ensure!(
+            e.to_string().contains(&format!("{path} "))
+                || e.to_string().contains(&format!("{path}`"))
+                || e.to_string().contains(&format!("{path}:")),
+            "{at}: {e}"
+        );
+    }
+    Ok(())
+}
+
 pub fn main() {
     run(vec![
         host_planning(
@@ -683,6 +736,10 @@ pub fn main() {
         host_planning(
             "plan_load::fast_scans_still_refuse",
             fast_scans_still_refuse,
+        ),
+        host_planning(
+            "plan_load::node_refusals_name_the_path",
+            node_refusals_name_the_path,
         ),
     ])
 }
