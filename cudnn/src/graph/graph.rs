@@ -444,7 +444,7 @@ impl Graph {
     /// shapes, and cuDNN's reason.
     pub fn build(&self) -> Result<OpGraph> {
         super::require_graph_support()?;
-        super::driver::ensure()?;
+        super::driver::ready()?;
         self.check_structure()?;
         // Tensors with ragged offsets after the rest: their descriptors
         // name their offsets' (which have none themselves).

@@ -665,7 +665,7 @@ impl Plan {
         if summary.runtime_compiled && payload == Payload::Refuse {
             return Err(super::plan_json::compiled_code_refused());
         }
-        super::driver::ensure()?;
+        super::driver::ready()?;
         let props = target.properties().descriptor()?;
         let mut p = Descriptor::<kind::ExecutionPlan>::new()?;
         // Device properties first: a plan loaded without them crashes cuDNN.
