@@ -672,12 +672,15 @@ mod tests {
 
     proptest::proptest! {
         /// The one-buffer signature is the old text, byte for byte, over
-        /// graphs with scalars, compute types, convolutions and attention
-        /// (scratch tensors in the composite backward).
+        /// graphs with scalars, compute types, convolutions and attention:
+        /// the composite forward (`which` 2, 3) and the composite backward
+        /// (`which` 4, 5), whose scratch tensors are the only `scratch`
+        /// roles a graph can hold. Each graph must build: a refused op
+        /// would leave only its inputs to sign.
         #[test]
         fn unit_property_signature_unchanged(
             n in 1i64..5, c in 1i64..9, scale in -4.0f64..4.0, f32c in proptest::bool::ANY,
-            which in 0u8..4,
+            which in 0u8..6,
         ) {
             let mut g = Graph::new();
             if f32c {
@@ -699,15 +702,47 @@ mod tests {
                     g.output(y, DType::F16).unwrap();
                 }
                 _ => {
-                    let cfg = SdpaConfig::new(n, 2, 16, 64, DType::F16)
+                    // seq 128: the composite backward takes it on every
+                    // cuDNN that has one (shorter keys need a padding mask
+                    // up to 9.15.0).
+                    let cfg = SdpaConfig::new(n, 2, 128, 64, DType::F16)
                         .implementation(SdpaImpl::Composite)
-                        .causal(which == 3);
+                        .causal(which % 2 == 1);
+                    // Attention is built only for a loaded cuDNN that has
+                    // it: without one these cases are not compared, said on
+                    // stderr (a failure under CUDNN_RS_REQUIRE_LIBS=1).
+                    if let Err(e) = cfg.resolve(which >= 4) {
+                        proptest::prop_assert!(
+                            std::env::var_os("CUDNN_RS_REQUIRE_LIBS").is_none_or(|v| v != "1"),
+                            "CUDNN_RS_REQUIRE_LIBS=1 but: {}", e
+                        );
+                        static SAID: std::sync::Once = std::sync::Once::new();
+                        SAID.call_once(|| {
+                            use std::io::Write as _;
+                            let _ = writeln!(
+                                std::io::stderr(),
+                                "SKIPPED (attention cases of unit_property_signature_unchanged): {e}"
+                            );
+                        });
+                        return Ok(());
+                    }
                     let q = g.input("q", cfg.q_spec().unwrap()).unwrap();
                     let k = g.input("k", cfg.k_spec().unwrap()).unwrap();
                     let v = g.input("v", cfg.v_spec().unwrap()).unwrap();
-                    // Refused where the loaded cuDNN lacks an option: the
-                    // inputs alone are still a graph to sign.
-                    let _ = g.sdpa_forward(q, k, v, &cfg);
+                    if which < 4 {
+                        let f = g.sdpa_forward(q, k, v, &cfg);
+                        proptest::prop_assert!(f.is_ok(), "sdpa_forward: {:?}", f.err());
+                    } else {
+                        let o = g.input("o", cfg.o_spec().unwrap()).unwrap();
+                        let d_o = g.input("do", cfg.o_spec().unwrap()).unwrap();
+                        let st = g.input("stats", cfg.stats_spec().unwrap()).unwrap();
+                        let b = g.sdpa_backward(q, k, v, o, d_o, st, &cfg);
+                        proptest::prop_assert!(b.is_ok(), "sdpa_backward: {:?}", b.err());
+                        proptest::prop_assert!(
+                            g.nodes.iter().any(|n| n.role == Role::Scratch),
+                            "the composite backward made no scratch tensor"
+                        );
+                    }
                 }
             }
             proptest::prop_assert_eq!(g.signature(), reference_signature(&g));
