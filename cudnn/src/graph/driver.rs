@@ -200,17 +200,3 @@ fn load_from_private_dir(stub: &[u8]) -> std::result::Result<Driver, String> {
 fn load_stub() -> std::result::Result<Driver, String> {
     Err("no libcuda.so.1, and this build has no driver stub (it needs a C compiler at build time, on Linux)".to_string())
 }
-
-#[cfg(test)]
-mod tests {
-    /// `ready` answers as `ensure` does (the same state, without the path),
-    /// with the same refusal text where no driver can be had.
-    #[test]
-    fn unit_ready_agrees_with_ensure() {
-        match (super::ensure(), super::ready()) {
-            (Ok(_), Ok(())) => {}
-            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
-            (a, b) => panic!("ensure {a:?}, ready {b:?}"),
-        }
-    }
-}
