@@ -601,11 +601,12 @@ impl PlanCache {
                 });
                 continue;
             }
-            if payload == Payload::Refuse
-                && Plan::check_json(&json, target, &io)
-                    .map_err(|e| e.with_context(format!("plan cache entry {index}")))?
-                    .runtime_compiled
-            {
+            // Checked once: what the check found decides whether the entry
+            // may load, and the load reuses it.
+            let io = Arc::new(io);
+            let checked = Plan::check_json(&json, target, &io)
+                .map_err(|e| e.with_context(format!("plan cache entry {index}")))?;
+            if payload == Payload::Refuse && checked.runtime_compiled() {
                 skipped.push(SkippedEntry {
                     index,
                     why: SkipReason::CompiledCodeNotAuthenticated,
@@ -615,7 +616,7 @@ impl PlanCache {
                 });
                 continue;
             }
-            let plan = Plan::from_json(&json, target, Arc::new(io), payload)
+            let plan = Plan::from_checked_json(checked, payload)
                 .map_err(|e| e.with_context(format!("plan cache entry {index}")))?;
             loaded.push((
                 index,
@@ -836,6 +837,67 @@ mod tests {
         PlanCache::new(1)
             .load_text(&text, &target, Trust::NoCompiledCode)
             .err()
+    }
+
+    /// `load_text` checks each entry's plan JSON once: the check that
+    /// finds whether an unauthenticated entry carries compiled code is the
+    /// one its load uses. Counted by hand: two entries that both load (no
+    /// runtime-compiled engine allowed, so neither is skipped), two checks.
+    /// The old loader checked an entry once to find it compiled and skip
+    /// it, and twice to load it: four checks here. (A signed load would not
+    /// tell them apart: the old loader skipped the compiled-code check for
+    /// an authenticated file.)
+    #[test]
+    fn unit_load_checks_each_entry_once() {
+        use crate::graph::{ConvParams, DType, TensorSpec};
+        // Only a missing cuDNN (or one too old to plan) or driver skips,
+        // visibly; any other planning error fails the test.
+        let missing = crate::graph::require_graph_support()
+            .err()
+            .or_else(|| crate::graph::driver::ensure().err())
+            .map(|e| e.to_string())
+            .or_else(|| Target::preset("h200").err().map(|e| e.to_string()));
+        if let Some(why) = missing {
+            use std::io::Write as _;
+            // With CUDNN_RS_REQUIRE_LIBS=1 (CI) a missing library fails.
+            assert!(
+                std::env::var_os("CUDNN_RS_REQUIRE_LIBS").is_none_or(|v| v != "1"),
+                "CUDNN_RS_REQUIRE_LIBS=1 but: {why}"
+            );
+            // Straight to stderr: libtest captures eprintln, not this.
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED unit_load_checks_each_entry_once: {why}"
+            );
+            return;
+        }
+        let target = Target::preset("h200").expect("h200 preset");
+        let conv = |k: i64| -> Result<Graph> {
+            let mut g = Graph::new();
+            let x = g.input("x", TensorSpec::nhwc(DType::F16, &[1, 8, 8, 8])?)?;
+            let w = g.input("w", TensorSpec::nhwc(DType::F16, &[k, 8, 3, 3])?)?;
+            let y = g.conv_fprop(x, w, &ConvParams::new_2d([1, 1], [1, 1], [1, 1]))?;
+            g.output(y, DType::F16)?;
+            Ok(g)
+        };
+        let cache = PlanCache::new(4);
+        let policy = Policy::default().with_allow_runtime_compilation(false);
+        for k in [8, 16] {
+            let g = conv(k).expect("conv graph");
+            cache
+                .get_or_build(&g, &target, &policy)
+                .expect("a precompiled conv plan on the h200 preset");
+        }
+        let text = cache.to_text().expect("to_text");
+        let checks = || crate::graph::plan_json::CHECKS.with(std::cell::Cell::get);
+        let before = checks();
+        let r = PlanCache::new(4)
+            .load_text(&text, &target, Trust::NoCompiledCode)
+            .expect("load_text");
+        let counted = checks() - before;
+        assert_eq!((r.loaded, r.runtime_compiled), (2, 0), "{r:?}");
+        assert!(r.skipped.is_empty(), "{r:?}");
+        assert_eq!(counted, 2, "one check per entry");
     }
 
     proptest::proptest! {

@@ -40,22 +40,39 @@ static DRIVER: OnceLock<std::result::Result<Driver, String>> = OnceLock::new();
 /// No real driver, and the stub is disabled, was not built (no C compiler at
 /// build time), or could not be written or loaded.
 pub fn ensure() -> Result<Driver> {
+    state().clone().map_err(unavailable)
+}
+
+/// [`ensure`] without the answer: what every descriptor creation and
+/// planning step calls (no path cloned per call).
+///
+/// # Errors
+/// As [`ensure`].
+pub(crate) fn ready() -> Result<()> {
+    match state() {
+        Ok(_) => Ok(()),
+        Err(why) => Err(unavailable(why.clone())),
+    }
+}
+
+fn state() -> &'static std::result::Result<Driver, String> {
     // NVRTC for the runtime-compiled engines of older cuDNN 9 releases
     // (nothing to do when none is found).
     let _ = super::nvrtc::loaded();
-    DRIVER
-        .get_or_init(|| {
-            let d = open();
-            if matches!(d, Ok(Driver::Stub(_))) {
-                crate::no_device::note_stub_driver();
-            }
-            d
-        })
-        .clone()
-        .map_err(|why| Error::Unsupported {
-            what: format!("planning without a GPU: {why}"),
-            needs: Some("an NVIDIA driver, or the cudnn-rs driver stub".to_string()),
-        })
+    DRIVER.get_or_init(|| {
+        let d = open();
+        if matches!(d, Ok(Driver::Stub(_))) {
+            crate::no_device::note_stub_driver();
+        }
+        d
+    })
+}
+
+fn unavailable(why: String) -> Error {
+    Error::Unsupported {
+        what: format!("planning without a GPU: {why}"),
+        needs: Some("an NVIDIA driver, or the cudnn-rs driver stub".to_string()),
+    }
 }
 
 fn open() -> std::result::Result<Driver, String> {

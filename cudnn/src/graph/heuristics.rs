@@ -425,7 +425,7 @@ pub fn candidates<'g>(
             "[]",
         ));
     }
-    super::driver::ensure()?;
+    super::driver::ready()?;
     // Limits the crate knows per architecture (cuDNN's heuristics would only
     // come back empty).
     graph.check_target(target)?;

@@ -63,6 +63,24 @@ thread_local! {
     static HELD: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
 }
 
+/// A plan JSON that passed [`Plan::check_json`] for the target and tensor
+/// list it borrows, with what the check found: the only way into
+/// [`Plan::from_checked_json`], so a JSON is never loaded unchecked or
+/// checked twice.
+pub(super) struct CheckedJson<'a> {
+    json: &'a str,
+    target: &'a Target,
+    io: &'a Arc<IoSignature>,
+    summary: super::plan_json::Summary,
+}
+
+impl CheckedJson<'_> {
+    /// Whether the JSON carries compiled kernel code.
+    pub(super) fn runtime_compiled(&self) -> bool {
+        self.summary.runtime_compiled
+    }
+}
+
 /// The descriptor lock of one plan, held by this thread.
 struct Held<'p> {
     guard: MutexGuard<'p, Descriptor<kind::ExecutionPlan>>,
@@ -628,14 +646,23 @@ impl Plan {
     }
 
     /// The checks of [`from_cudnn_json`](Self::from_cudnn_json) before
-    /// cuDNN sees the JSON (the payload rule aside).
-    pub(super) fn check_json(
-        json: &str,
-        target: &Target,
-        io: &IoSignature,
-    ) -> Result<super::plan_json::Summary> {
+    /// cuDNN sees the JSON (the payload rule aside), kept with what they
+    /// checked: [`from_checked_json`](Self::from_checked_json) loads exactly
+    /// that JSON, for that target and tensor list, without checking again.
+    pub(super) fn check_json<'a>(
+        json: &'a str,
+        target: &'a Target,
+        io: &'a Arc<IoSignature>,
+    ) -> Result<CheckedJson<'a>> {
         super::require_graph_support()?;
-        super::plan_json::check_summary(json, io, target, Some(loaded_cudnn_version()?))
+        let summary =
+            super::plan_json::check_summary(json, io, target, Some(loaded_cudnn_version()?))?;
+        Ok(CheckedJson {
+            json,
+            target,
+            io,
+            summary,
+        })
     }
 
     pub(super) fn from_json(
@@ -644,20 +671,36 @@ impl Plan {
         io: Arc<IoSignature>,
         payload: Payload,
     ) -> Result<Self> {
-        let summary = Self::check_json(json, target, &io)?;
+        Self::from_checked_json(Self::check_json(json, target, &io)?, payload)
+    }
+
+    /// Load a JSON [`check_json`](Self::check_json) accepted (the JSON,
+    /// target and tensor list are the ones it checked: the token borrows
+    /// them), so a loader that looked at the summary first (a plan cache
+    /// skipping compiled plans it may not load) does not check twice.
+    pub(super) fn from_checked_json(checked: CheckedJson<'_>, payload: Payload) -> Result<Self> {
+        let CheckedJson {
+            json,
+            target,
+            io,
+            summary,
+        } = checked;
+        let io = io.clone();
         let hazard = crate::runtime::Hazard::AlgorithmSearch;
         crate::runtime::forbid_in_capture_scope("loading a plan", hazard)?;
         if summary.runtime_compiled && payload == Payload::Refuse {
             return Err(super::plan_json::compiled_code_refused());
         }
-        super::driver::ensure()?;
+        super::driver::ready()?;
         let props = target.properties().descriptor()?;
         let mut p = Descriptor::<kind::ExecutionPlan>::new()?;
         // Device properties first: a plan loaded without them crashes cuDNN.
         p.set_descriptors(attr::EXECUTION_PLAN_DEVICEPROP, &[&*props])?;
-        let mut bytes = json.as_bytes().to_vec();
+        // One allocation: room for the NUL cuDNN reads up to.
+        let mut bytes = Vec::with_capacity(json.len().saturating_add(1));
+        bytes.extend_from_slice(json.as_bytes());
         bytes.push(0);
-        // SAFETY: `check_json` checked the JSON against `io` above (shape,
+        // SAFETY: `check_json` checked the JSON against `io` (shape,
         // tensors, data flow: what cuDNN would crash on; a superset of the
         // shape check `set_plan_json_unchecked` repeats, so it is not run
         // twice), and compiled code gets here only with `Payload::Keep`,

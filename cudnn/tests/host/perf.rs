@@ -13,7 +13,10 @@
 //!   no longer repeats accepts too, over random single-field mutations of
 //!   real plans of every family; and the faster scans (duplicate keys,
 //!   base64 payloads) still refuse a repeated key and a non-base64 byte in
-//!   a real compiled plan;
+//!   a real compiled plan; a refusal inside a node names the field's
+//!   whole path (hand-written: a conv node's fields and an unknown key, a
+//!   native SDPA forward's subgraph uid and its SOFTMAX sub-descriptor's
+//!   operation);
 //! - `Plan::launch_checks` (the launch benchmark's entry) runs `execute`'s
 //!   checks without the library call: one pack per set of pointers, and the
 //!   refusals `execute` makes (over random subsets of bindings too).
@@ -646,6 +649,176 @@ fn launch_checks_random_bindings() -> TestResult {
     Ok(())
 }
 
+/// A refusal inside a node names the field's whole path (joined only when
+/// a refusal is made): written here by hand for edits of a real conv plan.
+fn node_refusals_name_the_path() -> TestResult {
+    let target = Target::preset("h200")?;
+    let og = graph_plans::conv(8)?.build()?;
+    let (plan, _) = Plan::build(&og, &target, &Policy::default())?;
+    let json = plan.cudnn_json()?;
+    let io = std::sync::Arc::new(og.io().clone());
+    let doc: Value = serde_json::from_str(&json).map_err(|e| e.to_string())?;
+    let nodes = doc["operationGraph"]["nodes"]
+        .as_array()
+        .ok_or("no nodes")?;
+    let n = nodes
+        .iter()
+        .position(|n| n["operation"] == "CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR")
+        .ok_or("no convolution node")?;
+    for (at, value, path) in [
+        (
+            format!("/operationGraph/nodes/{n}/W"),
+            Value::from(""),
+            format!("/operationGraph/nodes/{n}/W"),
+        ),
+        (
+            format!("/operationGraph/nodes/{n}/stride/1"),
+            Value::from(0),
+            format!("/operationGraph/nodes/{n}/stride/1"),
+        ),
+        (
+            format!("/operationGraph/nodes/{n}/mode"),
+            Value::from("x"),
+            format!("/operationGraph/nodes/{n}/mode"),
+        ),
+        (
+            format!("/operationGraph/nodes/{n}/operation"),
+            Value::from(7),
+            format!("/operationGraph/nodes/{n}/operation"),
+        ),
+    ] {
+        let mut d = doc.clone();
+        *d.pointer_mut(&at).ok_or(format!("no {at}"))? = value;
+        let e = check_plan_json(&d.to_string(), &io, &target, None)
+            .err()
+            .ok_or(format!("{at}: the edit was accepted"))?;
+        ensure!(
+            e.to_string().contains(&format!("{path} "))
+                || e.to_string().contains(&format!("{path}`"))
+                || e.to_string().contains(&format!("{path}:")),
+            "{at}: {e}"
+        );
+    }
+    // An unknown key of the node.
+    refused_at(
+        &doc,
+        &io,
+        &target,
+        "unknown key",
+        &format!("/operationGraph/nodes/{n}/notAKey"),
+        |d| {
+            d.pointer_mut(&format!("/operationGraph/nodes/{n}"))?
+                .as_object_mut()?
+                .insert("notAKey".into(), Value::from(1));
+            Some(())
+        },
+    )?;
+    Ok(())
+}
+
+/// Refuses `edit` of `doc` (a plan JSON of `io`) and names `path` (one of
+/// the forms a refusal writes a path in).
+fn refused_at(
+    doc: &Value,
+    io: &std::sync::Arc<cudnn::graph::IoSignature>,
+    target: &Target,
+    label: &str,
+    path: &str,
+    edit: impl FnOnce(&mut Value) -> Option<()>,
+) -> TestResult {
+    let mut d = doc.clone();
+    edit(&mut d).ok_or(format!("{label}: the edit found nothing to change"))?;
+    let e = check_plan_json(&d.to_string(), io, target, None)
+        .err()
+        .ok_or(format!("{label}: the edit was accepted"))?;
+    let s = e.to_string();
+    ensure!(
+        s.contains(&format!("{path} "))
+            || s.contains(&format!("{path}`"))
+            || s.contains(&format!("{path}:")),
+        "{label}: wants {path}: {e}"
+    );
+    Ok(())
+}
+
+/// The refusals inside a node that the conv plan cannot show, named by the
+/// hand-written path: a subgraph uid that names a tensor outside the node's
+/// subgraph (the native SDPA forward's causal
+/// mask), and the SOFTMAX sub-descriptor's operation (the SDPA forward in
+/// the form NVIDIA's frontend writes, `softmax.operation`).
+fn sdpa_node_refusals_name_the_path() -> TestResult {
+    let target = Target::preset("h200")?;
+    // The native SDPA forward (causal: a mask subgraph; training: stats).
+    let og = graph_plans::sdpa(false)?.build()?;
+    let (plan, _) = Plan::build(&og, &target, &Policy::default())?;
+    let json = plan.cudnn_json()?;
+    let io = std::sync::Arc::new(plan.io().clone());
+    let doc: Value = serde_json::from_str(&json).map_err(|e| e.to_string())?;
+    let sdpa = doc["operationGraph"]["nodes"]
+        .as_array()
+        .and_then(|n| {
+            n.iter().position(|n| {
+                n["operation"] == "CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR"
+                    && n.get("subgraph").is_some()
+            })
+        })
+        .ok_or("no native SDPA forward node with a mask subgraph")?;
+    let node = format!("/operationGraph/nodes/{sdpa}");
+    // Q's uid is a tensor of the graph, not of the node's subgraph.
+    let q = doc.pointer(&format!("{node}/Q")).cloned().ok_or("no Q")?;
+    let q: i64 = q
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .ok_or("Q is not a uid")?;
+    refused_at(
+        &doc,
+        &io,
+        &target,
+        "subgraph uid outside the subgraph",
+        &format!("{node}/subgraphInputUid"),
+        |d| {
+            *d.pointer_mut(&format!("{node}/subgraphInputUid"))? = Value::from(q);
+            Some(())
+        },
+    )?;
+    // The frontend's form: the statistics through a SOFTMAX sub-descriptor.
+    let form = graph_plans::softmax_form(&json).ok_or("the SDPA forward plan sets no stats")?;
+    let doc: Value = serde_json::from_str(&form).map_err(|e| e.to_string())?;
+    refused_at(
+        &doc,
+        &io,
+        &target,
+        "another operation in softmax",
+        &format!("{node}/softmax/operation"),
+        |d| {
+            *d.pointer_mut(&format!("{node}/softmax/operation"))? =
+                Value::from("CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR");
+            Some(())
+        },
+    )?;
+    // And the form itself passes (the refusal is the edit's).
+    check_plan_json(&form, &io, &target, None)?;
+    Ok(())
+}
+
+/// A host-planning test that needs the native SDPA forward with a mask
+/// subgraph (what `graph_plans::sdpa(false)` resolves to): ignored, with a
+/// note on stderr, where the loaded cuDNN builds it otherwise.
+fn host_native_sdpa(name: &str, f: fn() -> TestResult) -> libtest_mimic::Trial {
+    if libs_missing().is_none() && graph_plans::can_plan() {
+        match graph_plans::sdpa_config().resolve(false) {
+            Ok(SdpaImpl::Native) => {}
+            other => {
+                eprintln!(
+                    "skipped: host::{name}: the loaded cuDNN has no native SDPA forward here ({other:?})"
+                );
+                return trial(format!("host::{name}"), f).with_ignored_flag(true);
+            }
+        }
+    }
+    host_planning(name, f)
+}
+
 pub fn main() {
     run(vec![
         host_planning(
@@ -683,6 +856,14 @@ pub fn main() {
         host_planning(
             "plan_load::fast_scans_still_refuse",
             fast_scans_still_refuse,
+        ),
+        host_planning(
+            "plan_load::node_refusals_name_the_path",
+            node_refusals_name_the_path,
+        ),
+        host_native_sdpa(
+            "plan_load::sdpa_node_refusals_name_the_path",
+            sdpa_node_refusals_name_the_path,
         ),
     ])
 }

@@ -664,7 +664,7 @@ mod untyped {
         let api = cudnn()?;
         // cuDNN's engine libraries need a `libcuda.so.1` before the first
         // finalize; without one (and no stub) cuDNN reports it itself.
-        let _ = super::super::driver::ensure();
+        let _ = super::super::driver::ready();
         let mut raw: sys::cudnnBackendDescriptor_t = std::ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer; the type is a constant of the bindings.
         unsafe { cudnn_call!(api, cudnnBackendCreateDescriptor(ty, &mut raw)) }

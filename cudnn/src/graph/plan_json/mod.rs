@@ -36,7 +36,7 @@ mod unchecked;
 use agree::{Tensors, agree};
 pub(crate) use dupkeys::no_duplicate_keys;
 use engine::{engine, profile};
-use refuse::{At, Idx, Sub, bad, short};
+use refuse::{At, Idx, Key, KeyIdx, Sub, bad, short};
 use schema::Field::*;
 use schema::{DATA_TYPES, FINALIZE_MODES, node_fields};
 
@@ -401,16 +401,16 @@ impl Walk {
         scope: &str,
     ) -> Result<()> {
         let m = obj(v, path)?;
-        let op_path = format!("{path}/operation");
+        let op_path = Sub(path, "/operation");
         let op = string(
             m.get("operation")
-                .ok_or_else(|| bad(&op_path, "is required", "missing"))?,
-            &op_path,
+                .ok_or_else(|| bad(Sub(path, "/operation"), "is required", "missing"))?,
+            Sub(path, "/operation"),
             80,
         )?;
         let fields = node_fields(op).ok_or_else(|| {
             bad(
-                &op_path,
+                op_path,
                 "must be an operation of the graphs this crate builds",
                 op,
             )
@@ -424,7 +424,13 @@ impl Walk {
             view: op == "CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR",
             ..dataflow::Flow::default()
         };
-        let sub_scope = format!("{path}/subgraph");
+        // Named only for a node with a subgraph (its uids are checked
+        // against it; a node without one refuses subgraph uids first).
+        let sub_scope = if m.contains_key("subgraph") {
+            format!("{path}/subgraph")
+        } else {
+            String::new()
+        };
         // The subgraph first, so its uids are known to `SubgraphUid`.
         if let Some(sg) = m.get("subgraph") {
             if !fields.iter().any(|(k, _)| *k == "subgraph") {
@@ -448,11 +454,11 @@ impl Walk {
             if k == "operation" || k == "subgraph" {
                 continue;
             }
-            let p = format!("{path}/{k}");
+            let p = Key(path, k);
             let Some((_, f)) = fields.iter().find(|(name, _)| name == k) else {
                 let known: Vec<&str> = fields.iter().map(|(n, _)| *n).collect();
                 return Err(bad(
-                    &p,
+                    p,
                     format!(
                         "is not a key of {op} (known: operation, {})",
                         known.join(", ")
@@ -462,9 +468,9 @@ impl Walk {
             };
             match *f {
                 In | Out | Stat => {
-                    let s = string(val, &p, 20)?;
+                    let s = string(val, p, 20)?;
                     if !names.contains(s) {
-                        return Err(bad(&p, "must name a tensor of the graph", s));
+                        return Err(bad(p, "must name a tensor of the graph", s));
                     }
                     let writes = match *f {
                         Out => true,
@@ -488,50 +494,50 @@ impl Walk {
                     io_fields.push((k.clone(), s.to_string()));
                 }
                 Enum(allowed) => {
-                    one_of(val, &p, allowed)?;
+                    one_of(val, p, allowed)?;
                 }
                 Float => {
-                    float(val, &p)?;
+                    float(val, p)?;
                 }
                 Prob => {
-                    let x = float(val, &p)?;
+                    let x = float(val, p)?;
                     if !(0.0..=1.0).contains(&x) {
-                        return Err(bad(&p, "must be in 0..=1", x));
+                        return Err(bad(p, "must be in 0..=1", x));
                     }
                 }
                 Bool => {
-                    boolean(val, &p)?;
+                    boolean(val, p)?;
                 }
                 Ints(lo) => {
-                    let a = arr(val, &p, MAX_DIMS)?;
+                    let a = arr(val, p, MAX_DIMS)?;
                     if a.is_empty() {
-                        return Err(bad(&p, format!("must have 1..={MAX_DIMS} entries"), 0));
+                        return Err(bad(p, format!("must have 1..={MAX_DIMS} entries"), 0));
                     }
                     for (i, x) in a.iter().enumerate() {
-                        int(x, &format!("{p}/{i}"), lo, 1 << 20)?;
+                        int(x, KeyIdx(path, k, i), lo, 1 << 20)?;
                     }
                 }
                 Axis => {
-                    int(val, &p, 0, MAX_DIMS as i64 - 1)?;
+                    int(val, p, 0, MAX_DIMS as i64 - 1)?;
                 }
                 Int(lo, hi) => {
-                    int(val, &p, lo, hi)?;
+                    int(val, p, lo, hi)?;
                 }
                 Subgraph => {}
                 SubOp(want) => {
                     if nested {
-                        return Err(bad(&p, "must not nest in a sub-descriptor", k));
+                        return Err(bad(p, "must not nest in a sub-descriptor", k));
                     }
-                    let sub = obj(val, &p)?;
+                    let sub = obj(val, p)?;
                     let got = sub.get("operation").and_then(Value::as_str);
                     if got != Some(want) {
                         return Err(bad(
-                            Sub(&p, "/operation"),
+                            Sub(&p.at(), "/operation"),
                             format!("must be {want}"),
                             got.unwrap_or("missing"),
                         ));
                     }
-                    self.node(val, &p, depth, names, true, scope)?;
+                    self.node(val, &p.at(), depth, names, true, scope)?;
                     // The sub-descriptor's tensors are the operation's too
                     // (its statistics are indexed by the operation's
                     // lengths): listed as `softmax.statsDesc` and so on.
@@ -544,12 +550,12 @@ impl Walk {
                     }
                 }
                 SubgraphUid => {
-                    let uid = int(val, &p, i64::MIN, i64::MAX)?;
+                    let uid = int(val, p, i64::MIN, i64::MAX)?;
                     if !sub_names
                         .as_ref()
                         .is_some_and(|s| s.contains(&uid.to_string()))
                     {
-                        return Err(bad(&p, "must name a tensor of the node's subgraph", uid));
+                        return Err(bad(p, "must name a tensor of the node's subgraph", uid));
                     }
                     // The operation hands its subgraph the input and reads
                     // back the output (which a subgraph node must write).
@@ -697,12 +703,21 @@ pub(crate) fn compiled_code_refused() -> Error {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// How many plan JSONs [`check_summary`] checked on this thread (unit
+    /// tests count a loader's checks with it).
+    pub(crate) static CHECKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 pub(crate) fn check_summary(
     json: &str,
     io: &IoSignature,
     target: &Target,
     cudnn: Option<u64>,
 ) -> Result<Summary> {
+    #[cfg(test)]
+    CHECKS.with(|c| c.set(c.get() + 1));
     let (summary, tensors) = shape(json, Some(target), cudnn)?;
     agree(&tensors, io)?;
     // Scratch tensors (bound in the JSON, placed in the workspace) need

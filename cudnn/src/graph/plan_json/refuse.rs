@@ -65,3 +65,22 @@ impl At for Idx<'_> {
         format!("{}{}{}", self.0, self.1, self.2)
     }
 }
+
+/// `path` + `/` + `key`, joined on demand (a node's field).
+#[derive(Clone, Copy)]
+pub(in crate::graph) struct Key<'a>(pub &'a str, pub &'a str);
+
+impl At for Key<'_> {
+    fn at(&self) -> String {
+        format!("{}/{}", self.0, self.1)
+    }
+}
+
+/// `path` + `/` + `key` + `/` + `index`, joined on demand.
+pub(in crate::graph) struct KeyIdx<'a>(pub &'a str, pub &'a str, pub usize);
+
+impl At for KeyIdx<'_> {
+    fn at(&self) -> String {
+        format!("{}/{}/{}", self.0, self.1, self.2)
+    }
+}
