@@ -850,8 +850,18 @@ mod tests {
     #[test]
     fn unit_load_checks_each_entry_once() {
         use crate::graph::{ConvParams, DType, TensorSpec};
-        // Only a missing cuDNN (or one too old to plan) or driver skips,
-        // visibly; any other planning error fails the test.
+        // A cuDNN too old to plan without a device (8.9 on the cuda12
+        // stack) skips, visibly, on every stack: nothing is missing there.
+        if let Err(e @ crate::Error::Unsupported { .. }) = crate::graph::require_graph_support() {
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED unit_load_checks_each_entry_once: {e}"
+            );
+            return;
+        }
+        // Only a missing cuDNN or driver skips, visibly (failing under
+        // CUDNN_RS_REQUIRE_LIBS=1); any other planning error fails the test.
         let missing = crate::graph::require_graph_support()
             .err()
             .or_else(|| crate::graph::driver::ensure().err())
