@@ -170,7 +170,7 @@ mod tests {
         assert!(matches!(rule(), Ok(true)), "cudarc's own capture");
         let reg = Registration::new(k, "test").expect("register");
         assert!(matches!(rule(), Ok(false)), "ours");
-        let other = std::thread::spawn(move || rule()).join().expect("join");
+        let other = std::thread::spawn(rule).join().expect("join");
         match other {
             Err(crate::Error::CaptureUnsafe { op, hazard, .. }) => {
                 assert_eq!(op, "op");
