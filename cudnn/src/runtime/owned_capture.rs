@@ -75,6 +75,7 @@ pub(crate) fn owner_of(key: Key, now: impl FnOnce() -> Option<u64>) -> Owner {
 
 /// The id registered for the owned capture of `key` (`None`: no entry,
 /// or the runtime gave none).
+#[cfg_attr(not(feature = "cudarc"), allow(dead_code))] // used by `interop::owned` (feature `cudarc`) and the unit tests
 pub(crate) fn registered_id(key: Key) -> Option<u64> {
     owned()
         .iter()
@@ -112,10 +113,12 @@ pub(crate) fn foreign_rule(
 /// An entry of the registry, removed when dropped (after the capture
 /// ended: the owned capture drops it last).
 #[derive(Debug)]
+#[cfg_attr(not(feature = "cudarc"), allow(dead_code))] // used by `interop::owned` (feature `cudarc`) and the unit tests
 pub(crate) struct Registration {
     key: Key,
 }
 
+#[cfg_attr(not(feature = "cudarc"), allow(dead_code))] // used by `interop::owned` (feature `cudarc`) and the unit tests
 impl Registration {
     /// Register the calling thread's owned capture of `key`.
     ///
