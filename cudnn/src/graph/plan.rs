@@ -891,6 +891,7 @@ pub type Timings = Vec<(Option<i64>, f32)>;
 
 /// One plan timed by [`Plan::autotune_timed`].
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct PlanTiming {
     /// The plan's position in [`Plan::build_all`]'s list.
     pub position: usize,
