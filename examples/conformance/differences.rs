@@ -93,7 +93,7 @@ pub const DIFFERENCES: &[Difference] = &[
     },
     Difference {
         id: "D4",
-        what: "SDPA composites: the mask, softmax and dropout are decomposed differently (GEN_INDEX, CMP_GE and BINARY_SELECT here, DIAGONAL_BAND_MASK there; a 7-op softmax here, SOFTMAX there), so nodes, virtual tensors and the scalars they use differ",
+        what: "SDPA composites: masks, dropout and the backward's recomputed softmax are decomposed differently (the top-left causal mask: GEN_INDEX, CMP_GE and BINARY_SELECT here, DIAGONAL_BAND_MASK there), so nodes, virtual tensors and the scalars they use differ; the forward's softmax is cuDNN's SOFTMAX operation on both sides from cuDNN 9.21 (a composite with no mask and no dropout then agrees node for node), decomposed differently before",
         why: "cuDNN's fused attention engines recognise both decompositions; what must agree (engines offered, the engine chosen, workspace, the tensors a caller binds) is compared",
         applies: |p, f| {
             p.composite && matches!(f.kind, "node" | "unmatched" | "tensor") && !is_bound_tensor(f)

@@ -4,7 +4,8 @@
 //! dSink by `sink_grad`). No GPU: the real cuDNN plans each option,
 //! forward (the SDPA operation, the composite, `Auto`) and backward (the
 //! composite; the SDPA backward operation with `Native`), for the H200,
-//! H100, B200, A100 and L4 presets through the driver stub, and prints
+//! B200, A100 and L4 presets through the driver stub (the H100 plans as the
+//! H200: `plan_targets`), and prints
 //! `engines / configs / plans / engine / workspace` per target. On a cuDNN
 //! that lacks an option the refusal must be the typed `Unsupported` naming
 //! the option and the version.
@@ -26,14 +27,17 @@ use crate::support::sdpa_plans::{
 use proptest::prelude::*;
 use support::*;
 
-const TARGETS: [&str; 5] = ["h200", "h100", "b200", "a100", "l4"];
+// No "h100" in the per-case loops: cuDNN plans every attention graph for
+// it exactly as for the H200 (both sm_90 with 132 SMs), which
+// `plan_targets::h100_plans_as_h200` checks on a sample of these cases.
+const TARGETS: [&str; 4] = ["h200", "b200", "a100", "l4"];
 
 fn base() -> SdpaConfig {
     SdpaConfig::new(2, 8, 256, 64, DType::BF16)
 }
 
 /// The planning cases: (name, backward, config).
-fn cases() -> Vec<(&'static str, bool, SdpaConfig)> {
+pub(crate) fn cases() -> Vec<(&'static str, bool, SdpaConfig)> {
     let ms = || base().max_sum_exp(true);
     let sink = || base().sink(true);
     vec![
@@ -147,10 +151,11 @@ fn plan_per_target() -> TestResult {
             match (&resolved, built) {
                 (Ok(r), Ok(g)) => {
                     // Every construction for the H200; what `Auto` builds elsewhere.
+                    let all = crate::support::targets(&TARGETS);
                     let targets: &[&str] = if imp == SdpaImpl::Auto {
-                        &TARGETS
+                        &all
                     } else {
-                        &TARGETS[..1]
+                        &all[..1]
                     };
                     for &tgt in targets {
                         match counts(&g, tgt, if tgt == "h200" || tgt == "h100" { 3 } else { 1 }) {
@@ -591,9 +596,66 @@ fn grow_dim(v: &mut serde_json::Value, uid: &str) -> bool {
     }
 }
 
+/// The composite forward's softmax (issue 34): from cuDNN 9.21 one
+/// SOFTMAX operation, as NVIDIA's frontend builds it (its statistics, row
+/// max / sum of exponentials and sink on the operation; the conformance
+/// tier compares the nodes with the frontend's), before it the reductions
+/// and pointwise ops. Counted in the plan cuDNN writes for the H200.
+fn composite_softmax_operation() -> TestResult {
+    let v = loaded();
+    let op = v >= (9, 21, 0);
+    let cases = [
+        ("inference", base()),
+        ("training", base().training(true)),
+        ("max_sum_exp", base().max_sum_exp(true)),
+        ("sink training", base().sink(true).training(true)),
+        ("sink max_sum_exp", base().sink(true).max_sum_exp(true)),
+        ("dropout", base().dropout(0.1)),
+    ];
+    let mut planned = 0;
+    for (name, cfg) in cases {
+        let cfg = cfg.implementation(SdpaImpl::Composite);
+        let g = match fwd(&cfg) {
+            Ok((g, _)) => g,
+            // An option this cuDNN lacks (the sink before 9.13).
+            Err(e) if names_option(&e) => {
+                eprintln!("{name}: refused on cuDNN {v:?} (typed): {e}");
+                continue;
+            }
+            Err(e) => return Err(format!("{name}: {e}").into()),
+        };
+        let (plan, _) = Plan::build(&g.build()?, &Target::preset("h200")?, &Policy::default())?;
+        let json = plan.cudnn_json()?;
+        let n = |kind: &str| {
+            json.matches(&format!("\"CUDNN_BACKEND_OPERATION_{kind}_DESCRIPTOR\""))
+                .count()
+        };
+        let (softmax, reductions) = (n("SOFTMAX"), n("REDUCTION"));
+        eprintln!("{name}: cuDNN {v:?}: {softmax} SOFTMAX, {reductions} REDUCTION nodes");
+        if op {
+            ensure!(
+                softmax == 1 && reductions == 0,
+                "{name}: one SOFTMAX and no reduction from 9.21, got {softmax} / {reductions}"
+            );
+        } else {
+            ensure!(
+                softmax == 0 && reductions >= 2,
+                "{name}: the decomposed softmax before 9.21, got {softmax} / {reductions}"
+            );
+        }
+        planned += 1;
+    }
+    ensure!(planned >= 4, "only {planned} cases planned");
+    Ok(())
+}
+
 pub fn main() {
     let t = vec![
         host_planning("sdpa_softmax_plans_per_target", plan_per_target),
+        host_planning(
+            "sdpa_softmax_composite_operation",
+            composite_softmax_operation,
+        ),
         unit("sdpa_softmax_version_rules", version_rules),
         host("sdpa_softmax_random_combinations", property_random_options),
         {

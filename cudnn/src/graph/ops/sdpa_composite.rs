@@ -91,6 +91,9 @@ pub(crate) struct CompositeFwdOp {
     pub(crate) stats: Option<usize>,
     /// Max / sum_exp outputs and the sink (issue 24).
     pub(crate) sm: SoftmaxIdx,
+    /// Build the softmax as cuDNN's softmax operation (cuDNN >= 9.21, what
+    /// NVIDIA's frontend builds there) instead of its 7-op decomposition.
+    pub(crate) softmax_op: bool,
     /// The first UID of the composite's own virtual tensors.
     pub(crate) uid_base: i64,
     /// The config, for the per-architecture limits.
@@ -467,14 +470,19 @@ impl OpNode for CompositeFwdOp {
             last = c.band_mask(last, self.fill.map(T::G), &score, &self.band)?;
         }
 
-        // Softmax along the keys (the statistics are computed in inference
-        // too, into a virtual tensor: the fused engines recognise the
-        // softmax only with them).
-        let (e, l) = softmax::forward(&mut c, last, &score, &row, self.stats, &self.sm)?;
-        // P is stored in the I/O type when it is the last op before P·V.
+        // Softmax along the keys: P is stored in the I/O type when it is
+        // the last op before P·V.
         let p_type = |last_op: bool| if last_op { self.io } else { DType::F32 };
         let p = c.virt(p_type(self.dropout.is_none()), &score)?;
-        c.pointwise(M::CUDNN_POINTWISE_DIV, DType::F32, &[e, l], p, None)?;
+        if self.softmax_op {
+            softmax::forward_op(&mut c, last, p, self.stats, &self.sm)?;
+        } else {
+            // The statistics are computed in inference too, into a virtual
+            // tensor: the fused engines recognise this decomposition only
+            // with them.
+            let (e, l) = softmax::forward(&mut c, last, &score, &row, self.stats, &self.sm)?;
+            c.pointwise(M::CUDNN_POINTWISE_DIV, DType::F32, &[e, l], p, None)?;
+        }
         let mut last = p;
         if let Some((seed, offset, prob, dscale)) = self.dropout {
             let r = c.virt(DType::F32, &score)?;

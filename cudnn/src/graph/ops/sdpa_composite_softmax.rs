@@ -7,6 +7,7 @@
 use super::super::sdpa_softmax::SoftmaxIdx;
 use super::{Ctx, M, T};
 use crate::error::Result;
+use crate::graph::backend::{Descriptor, attr, kind};
 use crate::graph::tensor::DType;
 use crate::sys::cudnn as sys;
 
@@ -71,6 +72,36 @@ pub(super) fn forward(
     };
     c.pointwise(M::CUDNN_POINTWISE_ADD, DType::F32, &[mx, lg], st, None)?;
     Ok((e, l))
+}
+
+/// The forward softmax as cuDNN's softmax operation (cuDNN >= 9.21, as
+/// NVIDIA's frontend builds it there): `P = softmax(S)` into `p`, with the
+/// statistics (training only), the row max and sum of exponentials and the
+/// sink on the operation itself; the same values as [`forward`]'s.
+pub(super) fn forward_op(
+    c: &mut Ctx<'_>,
+    s: T,
+    p: T,
+    stats: Option<usize>,
+    sm: &SoftmaxIdx,
+) -> Result<()> {
+    let mut d = Descriptor::<kind::SoftmaxOp>::new()?;
+    d.set_descriptors(attr::OPERATION_SOFTMAX_XDESC, &[c.d(s)])?;
+    d.set_descriptors(attr::OPERATION_SOFTMAX_YDESC, &[c.d(p)])?;
+    for (a, t) in [
+        (attr::OPERATION_SOFTMAX_STATS_DESC, stats),
+        (attr::OPERATION_SOFTMAX_MAX_DESC, sm.max),
+        (attr::OPERATION_SOFTMAX_SUM_EXP_DESC, sm.sum_exp),
+        (attr::OPERATION_SOFTMAX_SINK_DESC, sm.sink),
+    ] {
+        if let Some(t) = t {
+            d.set_descriptors(a, &[c.d(T::G(t))])?;
+        }
+    }
+    d.finalize()
+        .map_err(|e| e.with_context("the composite's softmax operation"))?;
+    c.ops.push(Box::new(d));
+    Ok(())
 }
 
 /// The backward's dSink from `delta = rowsum(dO ⊙ O)` (before the dropout

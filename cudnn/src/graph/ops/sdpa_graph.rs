@@ -676,6 +676,7 @@ impl Graph {
         let (softmax, sm) = self.sdpa_softmax_forward(cfg, false)?;
         let mut ext = CompositeFwdOp {
             sm,
+            softmax_op: loaded_cudnn()? >= super::sdpa_softmax::SOFTMAX_OPERATION,
             q: self.index(q)?,
             k: self.index(k)?,
             k_ragged: None,

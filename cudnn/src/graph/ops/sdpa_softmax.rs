@@ -84,6 +84,10 @@ use crate::graph::backend::{Descriptor, attr, kind};
 use crate::graph::graph::{Graph, Role, Tensor};
 use crate::graph::tensor::{DType, TensorSpec};
 
+/// cuDNN's softmax operation as a node of a composite attention forward
+/// (NVIDIA's frontend builds its composite's softmax so from 9.21).
+pub(crate) const SOFTMAX_OPERATION: (u32, u32, u32) = (9, 21, 0);
+
 /// The first cuDNN with each softmax option, as `(major, minor, patch)`.
 pub mod since {
     /// Attention sinks (the composite; NVIDIA's frontend refuses them before).
