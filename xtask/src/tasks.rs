@@ -155,20 +155,28 @@ const CUDNN910_MODULES: &[&str] = &[
 ];
 
 /// The GPU machine's stack (what PyTorch 2.11.0 pins: cuDNN 9.19, NVRTC
-/// 13.0, cuBLAS 13.1): the graph host tier, the raw layer, and the
-/// examples that plan without a GPU, as the device check will run them.
+/// 13.0, cuBLAS 13.1): the graph host tier (its per-target planning loops
+/// for the H200, that machine's GPU), the raw layer, and the examples that
+/// plan without a GPU, as the device check will run them.
 fn torch211(dir: &Path, args: &[String]) -> Result<(), String> {
     let env = |cmd: &mut Command| {
         stack_env(cmd, "torch211", dir);
         cmd.env("CUDNN_RS_EXPECT_CUDNN", "9.19");
     };
+    // The per-target planning loops plan for the H200 alone here (issue
+    // 32): this stack serves the GPU machine's H200; the cuda13 stage
+    // plans every module's full list of targets.
+    let tests_env = |cmd: &mut Command| {
+        env(cmd);
+        cmd.env("CUDNN_RS_TEST_TARGETS", "h200");
+    };
     let mut cmd = cargo_test(&["--test", "host"], args);
-    env(&mut cmd);
+    tests_env(&mut cmd);
     cmd.env("CUDNN_RS_TEST_MODULE", TORCH211_MODULES.join(","));
     status(
         cmd,
         &format!(
-            "cargo test --test host (modules {}; stack torch211, libraries required)",
+            "cargo test --test host (modules {}; stack torch211, planning loops for the H200; libraries required)",
             TORCH211_MODULES.join(",")
         ),
     )?;

@@ -265,7 +265,7 @@ pub fn main() {
 
     // ---- every op kind and fused pattern, per target ----
     t.push(host9("conv_fprop_dgrad_wgrad_all_targets", || {
-        for target in TARGETS {
+        for target in crate::support::targets(&TARGETS) {
             for dir in [
                 ConvDirection::Fprop,
                 ConvDirection::Dgrad,
@@ -288,7 +288,7 @@ pub fn main() {
     }));
 
     t.push(host9("conv_fused_epilogues", || {
-        for target in TARGETS {
+        for target in crate::support::targets(&TARGETS) {
             for dtype in [DType::F16, DType::BF16] {
                 for epi in [
                     "bias",
@@ -321,7 +321,7 @@ pub fn main() {
             Some(Pointwise::Tanh),
             Some(Pointwise::Mul),
         ];
-        for target in TARGETS {
+        for target in crate::support::targets(&TARGETS) {
             for dtype in [DType::F16, DType::BF16] {
                 for shape in [Mm::Batched, Mm::Broadcast, Mm::Transposed] {
                     for epi in epis {
@@ -351,7 +351,7 @@ pub fn main() {
     t.push(host9(
         "dgrad_relu_backward_pointwise_reduction_rowsum",
         || {
-            for target in TARGETS {
+            for target in crate::support::targets(&TARGETS) {
                 // dgrad + relu backward.
                 let mut g = Graph::new();
                 let dy = g.input("dy", TensorSpec::nhwc(DType::F16, &[8, 64, 28, 28])?)?;

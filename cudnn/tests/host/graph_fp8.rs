@@ -560,7 +560,7 @@ pub fn main() {
     t.push(host9("fp8_matmul_plans_per_target", || {
         let mut failures = vec![];
         for case in matmul_cases() {
-            for tgt in FP8_TARGETS {
+            for tgt in crate::support::targets(&FP8_TARGETS) {
                 match case.graph().and_then(|g| plans(&g, tgt, 4)) {
                     Ok((e, c, p)) => {
                         let first = p.first();

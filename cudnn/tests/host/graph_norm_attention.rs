@@ -53,7 +53,7 @@ pub fn main() {
         let mut failures = vec![];
         for (name, build) in norm_cases() {
             let must_plan = true;
-            for tgt in TARGETS {
+            for tgt in crate::support::targets(&TARGETS) {
                 match build().and_then(|g| counts(&g, tgt, 3)) {
                     Ok((e, c, p, _)) => {
                         eprintln!(
@@ -88,7 +88,7 @@ pub fn main() {
         let mut failures = vec![];
         for (name, bwd, cfg) in sdpa_cases() {
             let cfg = cfg.implementation(SdpaImpl::Composite);
-            for tgt in TARGETS {
+            for tgt in crate::support::targets(&TARGETS) {
                 match sdpa_graph(&cfg, bwd).and_then(|g| counts(&g, tgt, 2)) {
                     Ok((e, c, p, eng)) => {
                         eprintln!(
@@ -243,7 +243,7 @@ pub fn main() {
     t.push(host9("sdpa_configs_plan_per_target", || {
         let mut failures = vec![];
         for (name, bwd, cfg) in sdpa_cases() {
-            for tgt in TARGETS {
+            for tgt in crate::support::targets(&TARGETS) {
                 match sdpa_graph(&cfg, bwd).and_then(|g| counts(&g, tgt, 3)) {
                     Ok((e, c, p, eng)) => {
                         eprintln!(

@@ -42,6 +42,7 @@ mod ops;
 mod perf;
 mod plan_json_softmax;
 mod plan_reload;
+mod plan_targets;
 mod plan_trust;
 mod raw;
 mod rnn;
@@ -63,7 +64,7 @@ tier_main! {
         fuzz_graph_fp8, fuzz_plan_files, gemm, graph, graph_files, graph_fp8,
         graph_norm_attention, handles, issue34, nccl, nccl_groups, nccl_rendezvous,
         nccl_rendezvous_attacks, nccl_rendezvous_tcp, no_device, ops, perf, plan_json_softmax,
-        plan_reload, plan_trust, raw, rnn, sdpa_all_options, sdpa_bias, sdpa_bwd_reload,
+        plan_reload, plan_targets, plan_trust, raw, rnn, sdpa_all_options, sdpa_bias, sdpa_bwd_reload,
         sdpa_combined, sdpa_modes, sdpa_options, sdpa_ragged, sdpa_ragged_composite,
         sdpa_seq_lengths, sdpa_softcap, sdpa_softmax,
     ],

@@ -90,7 +90,43 @@ pub fn full_name(name: impl AsRef<str>) -> String {
 
 /// A trial of the module being registered (its name prefixed).
 pub fn trial(name: impl AsRef<str>, f: impl FnOnce() -> TestResult + Send + 'static) -> Trial {
-    Trial::test(full_name(name), f)
+    timed(full_name(name), f)
+}
+
+/// A trial named `name` (in full). CUDNN_RS_TEST_TIMES=1 writes each
+/// test's wall time on stderr (`time NAME SECONDS`), to find what a tier
+/// spends its time on.
+fn timed(name: String, f: impl FnOnce() -> TestResult + Send + 'static) -> Trial {
+    if std::env::var_os("CUDNN_RS_TEST_TIMES").is_none() {
+        return Trial::test(name, f);
+    }
+    let shown = name.clone();
+    Trial::test(name, move || {
+        let start = std::time::Instant::now();
+        let r = f();
+        eprintln!("time {shown} {:.2}", start.elapsed().as_secs_f64());
+        r
+    })
+}
+
+/// The named GPUs a per-target planning loop plans for: `all` (the
+/// module's list), or the part of it that `CUDNN_RS_TEST_TARGETS=a,b`
+/// names. `cargo xtask test` sets it to `h200` on the GPU machine's stack
+/// (torch211): that stack serves an H200, and the newest stack plans the
+/// full lists. A filter that keeps nothing of `all` keeps `all`, so a loop
+/// never runs empty; each filtering says so on stderr.
+pub fn targets(all: &[&'static str]) -> Vec<&'static str> {
+    let Ok(only) = std::env::var("CUDNN_RS_TEST_TARGETS") else {
+        return all.to_vec();
+    };
+    let want: Vec<&str> = only.split(',').map(str::trim).collect();
+    let kept: Vec<&'static str> = all.iter().copied().filter(|t| want.contains(t)).collect();
+    if kept.is_empty() {
+        eprintln!("CUDNN_RS_TEST_TARGETS={only} names none of {all:?}: planning for all of them");
+        return all.to_vec();
+    }
+    eprintln!("CUDNN_RS_TEST_TARGETS={only}: planning for {kept:?} of {all:?}");
+    kept
 }
 
 /// Set in a child process that runs one isolated test (see [`isolated`]).
@@ -190,7 +226,7 @@ fn tiered(
 ) -> Trial {
     let name = full_name(name);
     match missing {
-        None => Trial::test(name, f),
+        None => timed(name, f),
         Some(why) if flag(require) => {
             Trial::test(name, move || Err(format!("{require}=1 but: {why}").into()))
         }
