@@ -149,6 +149,7 @@ fn example(name: &str) -> std::path::PathBuf {
 /// The host test modules run against cuDNN 9.10 (their `sdpa` tests).
 const CUDNN910_MODULES: &[&str] = &[
     "graph_norm_attention",
+    "plan_targets",
     "sdpa_options",
     "sdpa_ragged",
     "sdpa_seq_lengths",
@@ -156,19 +157,21 @@ const CUDNN910_MODULES: &[&str] = &[
 
 /// The GPU machine's stack (what PyTorch 2.11.0 pins: cuDNN 9.19, NVRTC
 /// 13.0, cuBLAS 13.1): the graph host tier (its per-target planning loops
-/// for the H200, that machine's GPU), the raw layer, and the examples that
-/// plan without a GPU, as the device check will run them.
+/// for Hopper, that machine's GPU, and Ampere), the raw layer, and the
+/// examples that plan without a GPU, as the device check will run them.
 fn torch211(dir: &Path, args: &[String]) -> Result<(), String> {
     let env = |cmd: &mut Command| {
         stack_env(cmd, "torch211", dir);
         cmd.env("CUDNN_RS_EXPECT_CUDNN", "9.19");
     };
-    // The per-target planning loops plan for the H200 alone here (issue
-    // 32): this stack serves the GPU machine's H200; the cuda13 stage
-    // plans every module's full list of targets.
+    // The per-target planning loops plan for Hopper and Ampere here (issue
+    // 32): the GPU machines run this stack on an H100 or an H200 (which
+    // cuDNN plans alike: `plan_targets`, run here too), and PyTorch's
+    // cuDNN is what A100 users load most; the cuda13 stage plans every
+    // module's full list (B200 and L4 too).
     let tests_env = |cmd: &mut Command| {
         env(cmd);
-        cmd.env("CUDNN_RS_TEST_TARGETS", "h200");
+        cmd.env("CUDNN_RS_TEST_TARGETS", "h200,h100,a100");
     };
     let mut cmd = cargo_test(&["--test", "host"], args);
     tests_env(&mut cmd);
@@ -176,7 +179,7 @@ fn torch211(dir: &Path, args: &[String]) -> Result<(), String> {
     status(
         cmd,
         &format!(
-            "cargo test --test host (modules {}; stack torch211, planning loops for the H200; libraries required)",
+            "cargo test --test host (modules {}; stack torch211, planning loops for the H200, H100 and A100; libraries required)",
             TORCH211_MODULES.join(",")
         ),
     )?;
@@ -203,6 +206,7 @@ const TORCH211_MODULES: &[&str] = &[
     "sdpa_softcap",
     "sdpa_softmax",
     "sdpa_combined",
+    "plan_targets",
 ];
 /// The examples that plan (without a GPU: for an H200), run against it.
 const TORCH211_EXAMPLES: &[&str] = &[

@@ -25,7 +25,7 @@ use support::*;
 
 // No "h100" in the per-case loops: cuDNN plans every attention graph for
 // it exactly as for the H200 (both sm_90 with 132 SMs), which
-// `plan_targets::h100_plans_as_h200` checks on a sample of these cases.
+// `plan_targets::host::sdpa_h100_plans_as_h200` checks on a sample of these cases.
 const TARGETS: [&str; 4] = ["h200", "b200", "a100", "l4"];
 
 fn base() -> SdpaConfig {

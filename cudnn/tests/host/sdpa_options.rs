@@ -27,7 +27,7 @@ use support::*;
 
 // No "h100" in the per-case loops: cuDNN plans every attention graph for
 // it exactly as for the H200 (both sm_90 with 132 SMs), which
-// `plan_targets::h100_plans_as_h200` checks on a sample of these cases.
+// `plan_targets::host::sdpa_h100_plans_as_h200` checks on a sample of these cases.
 const TARGETS: [&str; 3] = ["h200", "a100", "b200"];
 
 /// One decode step against a paged cache (Llama-style GQA 32:8, d 128).

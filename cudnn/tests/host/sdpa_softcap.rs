@@ -6,7 +6,7 @@
 //! configs / plans / engine / workspace` per target; the softcap with the
 //! masks Gemma 2 uses (causal top-left and bottom-right, a window, padding:
 //! refused by NVIDIA's frontend 1.32 beside its score mod, planned by
-//! cuDNN) for the H200, H100 and B200; the version rules as pure functions
+//! cuDNN) for the H200 and B200; the version rules as pure functions
 //! (`resolve_for`); a property test over random combinations of the softcap
 //! with the other options (the f64 reference's softcap is tested in
 //! `unit/sdpa_softcap_reference`).
@@ -24,7 +24,7 @@ use support::*;
 
 // No "h100" in the per-case loops: cuDNN plans every attention graph for
 // it exactly as for the H200 (both sm_90 with 132 SMs), which
-// `plan_targets::h100_plans_as_h200` checks on a sample of these cases.
+// `plan_targets::host::sdpa_h100_plans_as_h200` checks on a sample of these cases.
 const TARGETS: [&str; 4] = ["h200", "b200", "a100", "l4"];
 
 /// A typed refusal (Unsupported / InvalidArgument) whose text names `what`.
@@ -700,20 +700,15 @@ fn flip_by_value(v: &mut serde_json::Value, n: &mut usize) {
 // ---- the f64 reference's softcap (unit tier) ----
 
 /// The softcap with the masks Gemma 2 uses (causal, top-left and
-/// bottom-right; a sliding window; padding in training): cuDNN plans the
-/// composite and the SDPA operation (its subgraph: the softcap's ops, then
-/// the band-mask ops), forward and backward, for the H200, H100 and B200
-/// presets. NVIDIA's frontend refuses these beside its score mod (a rule
-/// of its own; conformance difference `DSM`).
-fn masks_plan() -> TestResult {
-    let v = loaded();
+/// bottom-right; a sliding window; padding), a training step each.
+pub(crate) fn masks_cases() -> Vec<(&'static str, SdpaConfig)> {
     let base = || SdpaConfig::new(2, 8, 256, 128, DType::BF16).softcap(CAP);
     let cross = || {
         SdpaConfig::new(2, 8, 128, 128, DType::BF16)
             .kv_len(384)
             .softcap(CAP)
     };
-    let cases: Vec<(&str, SdpaConfig)> = vec![
+    vec![
         ("causal", base().causal(true)),
         ("causal bottom-right cross", cross().causal_bottom_right()),
         ("causal window", base().causal(true).sliding_window(64)),
@@ -726,13 +721,25 @@ fn masks_plan() -> TestResult {
             "padding window causal",
             base().padding(true).causal(true).sliding_window(64),
         ),
-    ];
+    ]
+    .into_iter()
+    .map(|(name, cfg)| (name, cfg.training(true)))
+    .collect()
+}
+
+/// [`masks_cases`]: cuDNN plans the composite and the SDPA operation (its
+/// subgraph: the softcap's ops, then the band-mask ops), forward and
+/// backward, for the H200 and B200 presets (the H100 plans as the H200:
+/// `plan_targets`). NVIDIA's frontend refuses these beside its score mod
+/// (a rule of its own; conformance difference `DSM`).
+fn masks_plan() -> TestResult {
+    let v = loaded();
     let mut failures = Vec::new();
     let mut planned = 0;
-    for (name, cfg) in cases {
+    for (name, cfg) in masks_cases() {
         for backward in [false, true] {
             for imp in [SdpaImpl::Native, SdpaImpl::Composite] {
-                let cfg = cfg.clone().implementation(imp).training(true);
+                let cfg = cfg.clone().implementation(imp);
                 let built = if backward { bwd(&cfg) } else { fwd(&cfg) };
                 let g = match built {
                     Ok(g) => g,
@@ -754,7 +761,8 @@ fn masks_plan() -> TestResult {
                         continue;
                     }
                 };
-                for tgt in ["h200", "h100", "b200"] {
+                // The H100 plans as the H200 (`plan_targets`).
+                for tgt in crate::support::targets(&["h200", "b200"]) {
                     match counts(&g, tgt, 1) {
                         Ok(c) => {
                             eprintln!(

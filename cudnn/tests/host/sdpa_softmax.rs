@@ -29,7 +29,7 @@ use support::*;
 
 // No "h100" in the per-case loops: cuDNN plans every attention graph for
 // it exactly as for the H200 (both sm_90 with 132 SMs), which
-// `plan_targets::h100_plans_as_h200` checks on a sample of these cases.
+// `plan_targets::host::sdpa_h100_plans_as_h200` checks on a sample of these cases.
 const TARGETS: [&str; 4] = ["h200", "b200", "a100", "l4"];
 
 fn base() -> SdpaConfig {
@@ -447,6 +447,22 @@ fn plan_json_round_trip() -> TestResult {
                 .causal(true)
                 .implementation(SdpaImpl::Native))?,
         ),
+        // The composite's SOFTMAX node (issue 34) with every output and
+        // the sink.
+        (
+            "composite max/sum_exp",
+            fwd(&base()
+                .max_sum_exp(true)
+                .training(true)
+                .implementation(SdpaImpl::Composite))?,
+        ),
+        (
+            "composite sink",
+            fwd(&base()
+                .sink(true)
+                .training(true)
+                .implementation(SdpaImpl::Composite))?,
+        ),
     ];
     for (name, (g, f)) in graphs {
         let (p, _) = Plan::build(&g.build()?, &t, &Policy::default())?;
@@ -509,7 +525,10 @@ fn plan_json_round_trip() -> TestResult {
                 set_key(&mut v, "maxDesc", serde_json::Value::String(q_uid.clone())),
                 "{name}: no maxDesc in the plan JSON"
             );
-            tampered.push(("max written to Q".into(), v.to_string(), "role"));
+            // Q's dims are not a row's: the softmax shape rule refuses it
+            // before the role rule would (which `graph_files` and
+            // `plan_json_softmax` test on same-shaped tensors).
+            tampered.push(("max written to Q".into(), v.to_string(), "must have dims"));
         }
         for (what, t) in [
             ("sink", f.softmax.sink),
@@ -596,6 +615,43 @@ fn grow_dim(v: &mut serde_json::Value, uid: &str) -> bool {
     }
 }
 
+/// The first object in `v` whose `operation` is `op`.
+fn find_op<'a>(
+    v: &'a serde_json::Value,
+    op: &str,
+) -> Option<&'a serde_json::Map<String, serde_json::Value>> {
+    match v {
+        serde_json::Value::Object(m) => {
+            if m.get("operation").and_then(|o| o.as_str()) == Some(op) {
+                return Some(m);
+            }
+            m.values().find_map(|x| find_op(x, op))
+        }
+        serde_json::Value::Array(a) => a.iter().find_map(|x| find_op(x, op)),
+        _ => None,
+    }
+}
+
+/// A uid as the plan JSON writes it (a string or a number), as text.
+fn uid_text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        v => v.to_string(),
+    }
+}
+
+/// The `dataType` of the tensor with uid `uid` in the plan JSON (its
+/// `operationGraph.tensors`, each named by its uid).
+fn tensor_dtype(v: &serde_json::Value, uid: &str) -> Option<String> {
+    v.pointer("/operationGraph/tensors")?
+        .as_array()?
+        .iter()
+        .find(|t| t.get("name").map(uid_text).as_deref() == Some(uid))?
+        .get("dataType")?
+        .as_str()
+        .map(str::to_string)
+}
+
 /// The composite forward's softmax (issue 34): from cuDNN 9.21 one
 /// SOFTMAX operation, as NVIDIA's frontend builds it (its statistics, row
 /// max / sum of exponentials and sink on the operation; the conformance
@@ -615,8 +671,8 @@ fn composite_softmax_operation() -> TestResult {
     let mut planned = 0;
     for (name, cfg) in cases {
         let cfg = cfg.implementation(SdpaImpl::Composite);
-        let g = match fwd(&cfg) {
-            Ok((g, _)) => g,
+        let (g, f) = match fwd(&cfg) {
+            Ok(x) => x,
             // An option this cuDNN lacks (the sink before 9.13).
             Err(e) if names_option(&e) => {
                 eprintln!("{name}: refused on cuDNN {v:?} (typed): {e}");
@@ -637,6 +693,44 @@ fn composite_softmax_operation() -> TestResult {
                 softmax == 1 && reductions == 0,
                 "{name}: one SOFTMAX and no reduction from 9.21, got {softmax} / {reductions}"
             );
+            // Its wiring: the statistics (training only), max / sum_exp and
+            // the sink are the graph's own tensors; P is in the I/O type
+            // when it feeds P·V, f32 before dropout.
+            let uid_of = |t: Option<Tensor>| -> Result<Option<String>, Error> {
+                let Some(t) = t else { return Ok(None) };
+                let n = g.name(t)?;
+                Ok(plan
+                    .io()
+                    .tensors
+                    .iter()
+                    .find(|x| x.name == n)
+                    .map(|x| x.uid.to_string()))
+            };
+            let v: serde_json::Value = serde_json::from_str(&json)?;
+            let node = find_op(&v, "CUDNN_BACKEND_OPERATION_SOFTMAX_DESCRIPTOR")
+                .ok_or_else(|| format!("{name}: no SOFTMAX node"))?;
+            let field = |k: &str| node.get(k).map(uid_text);
+            for (key, t) in [
+                ("statsDesc", f.stats),
+                ("maxDesc", f.softmax.max),
+                ("sumExpDesc", f.softmax.sum_exp),
+                ("sinkDesc", f.softmax.sink),
+            ] {
+                let want = uid_of(t)?;
+                ensure!(
+                    field(key) == want,
+                    "{name}: SOFTMAX {key} is {:?}, want {want:?}",
+                    field(key)
+                );
+            }
+            let y = field("Y").ok_or_else(|| format!("{name}: SOFTMAX without Y"))?;
+            let dtype = tensor_dtype(&v, &y).ok_or_else(|| format!("{name}: no tensor {y}"))?;
+            let want = if cfg.active_dropout().is_some() {
+                "CUDNN_DATA_FLOAT"
+            } else {
+                "CUDNN_DATA_BFLOAT16"
+            };
+            ensure!(dtype == want, "{name}: P is {dtype}, want {want}");
         } else {
             ensure!(
                 softmax == 0 && reductions >= 2,

@@ -1,6 +1,7 @@
 //! Valid plans of every graph family, for the plan-file tests and fuzz
 //! targets: convolution (precompiled, and + scale), matmul (+ relu), layer norm, SDPA
-//! forward (native, causal, training), SDPA backward (composite, with
+//! forward (native, causal, training; the composite with max / sum_exp and
+//! a sink), SDPA backward (composite, with
 //! scratch tensors in the workspace) and a paged KV cache decode (composite:
 //! page tables and sequence lengths, the guarded inputs, and Kᵀ loaded
 //! transposed from its pages).
@@ -17,6 +18,7 @@ pub fn graphs() -> Result<Vec<(&'static str, Graph)>> {
         ("matmul", matmul()?),
         ("norm", norm()?),
         ("sdpa_fwd", sdpa(false)?),
+        ("sdpa_fwd_composite", sdpa_composite_softmax()?),
         ("sdpa_bwd", sdpa(true)?),
         ("sdpa_paged", sdpa_paged()?),
     ])
@@ -81,6 +83,18 @@ pub fn sdpa(backward: bool) -> Result<Graph> {
     } else {
         crate::support::sdpa_plans::fwd_graph(&sdpa_config())
     }
+}
+
+/// A composite SDPA training forward with the row max / sum of
+/// exponentials and a sink: from cuDNN 9.21 its softmax is one SOFTMAX node
+/// with every output and the sink (issue 34).
+pub fn sdpa_composite_softmax() -> Result<Graph> {
+    let cfg = SdpaConfig::new(2, 4, 128, 64, DType::BF16)
+        .training(true)
+        .max_sum_exp(true)
+        .sink(true)
+        .implementation(SdpaImpl::Composite);
+    crate::support::sdpa_plans::fwd_graph(&cfg)
 }
 
 /// A decode step against a paged KV cache (composite; 1,024 keys in pages of

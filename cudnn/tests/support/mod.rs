@@ -121,11 +121,28 @@ pub fn targets(all: &[&'static str]) -> Vec<&'static str> {
     };
     let want: Vec<&str> = only.split(',').map(str::trim).collect();
     let kept: Vec<&'static str> = all.iter().copied().filter(|t| want.contains(t)).collect();
+    // Said once per list and process (the loops ask per case).
+    static SAID: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let first = {
+        let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+        let key = format!("{all:?}");
+        let first = !said.contains(&key);
+        if first {
+            said.push(key);
+        }
+        first
+    };
     if kept.is_empty() {
-        eprintln!("CUDNN_RS_TEST_TARGETS={only} names none of {all:?}: planning for all of them");
+        if first {
+            eprintln!(
+                "CUDNN_RS_TEST_TARGETS={only} names none of {all:?}: planning for all of them"
+            );
+        }
         return all.to_vec();
     }
-    eprintln!("CUDNN_RS_TEST_TARGETS={only}: planning for {kept:?} of {all:?}");
+    if first {
+        eprintln!("CUDNN_RS_TEST_TARGETS={only}: planning for {kept:?} of {all:?}");
+    }
     kept
 }
 

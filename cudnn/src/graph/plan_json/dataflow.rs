@@ -194,13 +194,18 @@ pub(super) fn check(
 /// input (`X`, `B`, `T`) has its output's rank and each dim equal to the
 /// output's or 1; a matmul's `A [.., M, K]`, `B [.., K, N]` and
 /// `C [.., M, N]` share their rank, M, N and K, and A's and B's batch dims
-/// are C's or divide it (1, or grouped-query attention's K and V heads).
+/// are C's or divide it (1, or grouped-query attention's K and V heads); a
+/// softmax's `Y` has its `X`'s dims, its statistics, row max and sum of
+/// exponentials `X`'s with the last dim 1, and its sink `X`'s rank with
+/// `X`'s heads (dim 1) and every other dim 1 (a composite attention's node
+/// from cuDNN 9.21, or the SDPA operation's sub-descriptor).
 pub(super) fn check_shapes(
     nodes: &[(String, Vec<(String, String)>)],
     tensors: &HashMap<i64, JsonTensor>,
 ) -> Result<()> {
     const POINTWISE: &str = "CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR";
     const MATMUL: &str = "CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR";
+    const SOFTMAX: &str = super::schema::SOFTMAX;
     for (op, fields) in nodes {
         let dims = |k: &str| {
             let (_, n) = fields.iter().find(|(f, _)| f == k)?;
@@ -248,6 +253,33 @@ pub(super) fn check_shapes(
                     ),
                     format!("A {a:?}, B {b:?}, C {c:?}"),
                 );
+            }
+        } else if op == SOFTMAX {
+            let Some((x, xn)) = dims("X") else { continue };
+            let Some((_, lead)) = x.split_last() else {
+                return fail(format!("input `X` (tensor uid {xn}) has dims"), "[]".into());
+            };
+            let row: Vec<i64> = lead.iter().copied().chain([1]).collect();
+            let sink: Vec<i64> = (0..x.len())
+                .map(|i| if i == 1 { x[1] } else { 1 })
+                .collect();
+            for (k, want) in [
+                ("Y", x),
+                ("statsDesc", &row[..]),
+                ("maxDesc", &row[..]),
+                ("sumExpDesc", &row[..]),
+                ("sinkDesc", &sink[..]),
+            ] {
+                let Some((got, n)) = dims(k) else { continue };
+                if got != want {
+                    return fail(
+                        format!(
+                            "`{k}` (tensor uid {n}) must have dims {want:?} (from `X`, tensor \
+                             uid {xn}, dims {x:?})"
+                        ),
+                        format!("{got:?}"),
+                    );
+                }
             }
         }
     }
@@ -380,6 +412,8 @@ mod tests {
             (4, t(&[2, 2, 128, 64])),
             (5, t(&[2, 4, 64, 128])),
             (6, t(&[2, 3, 128, 64])),
+            (7, t(&[1, 4, 1, 1])),
+            (8, t(&[2, 4, 128])),
         ]
         .into_iter()
         .collect();
@@ -414,6 +448,26 @@ mod tests {
             !ok(n("MATMUL", &[("matA", 2), ("matB", 3), ("matC", 2)])),
             "N"
         );
+        // Softmax: Y as X, the row outputs [.., 1], the sink [1, H, 1, 1].
+        assert!(ok(n(
+            "SOFTMAX",
+            &[
+                ("X", 2),
+                ("Y", 2),
+                ("statsDesc", 1),
+                ("maxDesc", 1),
+                ("sumExpDesc", 1),
+                ("sinkDesc", 7)
+            ]
+        )));
+        assert!(!ok(n("SOFTMAX", &[("X", 2), ("Y", 3)])), "Y not X");
+        assert!(!ok(n("SOFTMAX", &[("X", 2), ("statsDesc", 3)])), "stats");
+        assert!(!ok(n("SOFTMAX", &[("X", 2), ("maxDesc", 2)])), "max");
+        assert!(
+            !ok(n("SOFTMAX", &[("X", 2), ("sumExpDesc", 8)])),
+            "sum_exp rank"
+        );
+        assert!(!ok(n("SOFTMAX", &[("X", 2), ("sinkDesc", 1)])), "sink");
     }
 
     /// Review finding 3: producers are scoped to their graph level, and
