@@ -23,7 +23,7 @@
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `graph` | yes | [`graph`]: cuDNN's graph API (fused convolutions and matmuls, normalization, attention, plans, plan files, the plan cache) |
-//! | `blas` | yes | [`blas`]: cuBLAS and cuBLASLt (and the `cublas-rs-sys` dependency) |
+//! | `blas` | no | [`blas`]: cuBLAS and cuBLASLt (and the `cublas-rs-sys` dependency) |
 //! | `dnn` | no | the legacy API's descriptors and ops in [`dnn`] ([`dnn::Handle`], which graph plans run on, is always there) |
 //! | `reference` | no | [`reference`](mod@reference): the f64 CPU references (an oracle for tests, not needed to run anything). Attention, CTC, block scaling, norms and GELU come with `reference` alone; the convolution, op and RNN references also need `dnn`; the GEMM references and the FP8 attention reference (`attention_fp8`, the oracle of the graph's FP8 attention) also need `blas` |
 //! | `nccl` | no | [`nccl`]: collectives across GPUs and machines, and the torchrun-style launch |
@@ -32,10 +32,11 @@
 //!
 //! Always built: [`runtime`], [`dtype`], [`error`], [`dnn::Handle`] and
 //! [`sys`]. Nothing CUDA is needed to **build** any of it (the libraries
-//! are opened at run time). The defaults are a framework's common case on
-//! cuDNN 9; `features = ["dnn"]` adds the legacy layer-by-layer ops, and
-//! `default-features = false, features = ["graph"]` is the smallest build
-//! that plans and runs graphs.
+//! are opened at run time). The default, `graph`, is a framework's common
+//! case on cuDNN 9 (its GEMMs it has already, e.g. through cudarc's
+//! cuBLAS) and the smallest build that plans and runs graphs;
+//! `features = ["blas"]` adds cuBLAS / cuBLASLt, `features = ["dnn"]` the
+//! legacy layer-by-layer ops.
 //!
 //! # Three entry points
 //!

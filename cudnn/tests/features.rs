@@ -45,7 +45,7 @@ fn main() {
         } else {
             eprintln!(
                 "SKIPPED: {what}: needs feature(s) {} (the whole suite: \
-                 `--features dnn,reference,nccl,cudarc`)",
+                 `--features dnn,blas,reference,nccl,cudarc`)",
                 m.join(", ")
             );
         }

@@ -101,8 +101,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let stage = root.join("target").join("device-check-stage");
 
     eprintln!("device-check: building the release gpu test binary of `cudnn` ...");
-    // Every part (the tiers need `dnn` and `reference` beside the default
-    // `graph` and `blas`), with `nccl`, so that the nccl modules are real
+    // Every part (the tiers need `dnn`, `blas` and `reference` beside the
+    // default `graph`), with `nccl`, so that the nccl modules are real
     // tests there, and `cudarc` (the cudarc_interop module and example).
     let tests = cargo_artifacts(
         &root,
@@ -111,7 +111,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             "-p",
             "cudnn-rs",
             "--features",
-            "dnn,reference,nccl,cudarc",
+            "dnn,blas,reference,nccl,cudarc",
             "--release",
             "--no-run",
             "--test",

@@ -18,7 +18,7 @@ use std::time::Instant;
 pub const PARTS: &[&str] = &["dnn", "graph", "blas", "reference", "nccl", "cudarc"];
 
 /// The crate's default features (cudnn/Cargo.toml; a unit test compares).
-pub const DEFAULT: &[&str] = &["graph", "blas"];
+pub const DEFAULT: &[&str] = &["graph"];
 
 /// Whether `cargo tree --prefix none --depth 1`'s output lists `name` below
 /// the root (its first line).

@@ -4,7 +4,7 @@
 //! alone answers NOT_INITIALIZED for it), and a child `fork()`ed after CUDA
 //! was initialised is told why its calls fail, not "no device".
 //!
-//! `cargo test -p cudnn-rs --features dnn,reference --test gpu no_device::` (skipped without a device).
+//! `cargo test -p cudnn-rs --features dnn,blas,reference --test gpu no_device::` (skipped without a device).
 
 use crate::support;
 

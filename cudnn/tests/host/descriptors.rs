@@ -2,7 +2,7 @@
 //! against cuDNN, the agreement property test, and a leak check.
 //!
 //! Run against cuDNN 9 (default) and 8.9:
-//! `CUDNN_RS_SEARCH_PATH=$PWD/.cuda-libs/cuda12 cargo test -p cudnn-rs --features dnn,reference --test host descriptors::`.
+//! `CUDNN_RS_SEARCH_PATH=$PWD/.cuda-libs/cuda12 cargo test -p cudnn-rs --features dnn,blas,reference --test host descriptors::`.
 //!
 //! # The agreement property test
 //! For random descriptor configurations, valid and invalid (zero, huge,

@@ -9,7 +9,7 @@
 //!   cuBLAS 13 and 12); handle creation without a device is a clean error.
 //!
 //! Run against cuBLAS 12.9 too:
-//! `CUDNN_RS_SEARCH_PATH=$PWD/.cuda-libs/cuda12 cargo test -p cudnn-rs --features dnn,reference --test host gemm::`.
+//! `CUDNN_RS_SEARCH_PATH=$PWD/.cuda-libs/cuda12 cargo test -p cudnn-rs --features dnn,blas,reference --test host gemm::`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 // `ensure!(err <= tol, ..)` negates a float comparison on purpose: NaN fails.
 #![allow(clippy::neg_cmp_op_on_partial_ord)]

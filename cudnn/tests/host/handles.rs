@@ -6,7 +6,7 @@
 //! skip visibly (stderr) where a device is present.
 //!
 //! Run against cuDNN 8.9 too:
-//! `CUDNN_RS_SEARCH_PATH=$PWD/.cuda-libs/cuda12 cargo test -p cudnn-rs --features dnn,reference --test host handles::`.
+//! `CUDNN_RS_SEARCH_PATH=$PWD/.cuda-libs/cuda12 cargo test -p cudnn-rs --features dnn,blas,reference --test host handles::`.
 
 use crate::support;
 

@@ -21,7 +21,7 @@
 //! [`Error::Io`] naming the path.
 //!
 //! `CUDNN_RS_REQUIRE_LIBS=1 CUDNN_RS_SEARCH_PATH=$PWD/.cuda-libs/cuda13 \
-//!  cargo test -p cudnn-rs --features dnn,reference,nccl,cudarc --test host no_device::`
+//!  cargo test -p cudnn-rs --features dnn,blas,reference,nccl,cudarc --test host no_device::`
 
 use crate::support;
 
@@ -202,10 +202,12 @@ fn raw_device_count() -> Result<(u32, i32), String> {
 /// machine, if it cannot.
 fn cannot_check(name: &str) -> Option<String> {
     if name.starts_with("nccl::") && !cfg!(feature = "nccl") {
-        return Some("needs the `nccl` feature (--features dnn,reference,nccl,cudarc)".into());
+        return Some("needs the `nccl` feature (--features dnn,blas,reference,nccl,cudarc)".into());
     }
     if name.starts_with("interop::") && !cfg!(feature = "cudarc") {
-        return Some("needs the `cudarc` feature (--features dnn,reference,nccl,cudarc)".into());
+        return Some(
+            "needs the `cudarc` feature (--features dnn,blas,reference,nccl,cudarc)".into(),
+        );
     }
     if libs_missing().is_some() {
         // `host` reports it (a failure under CUDNN_RS_REQUIRE_LIBS=1).
@@ -341,7 +343,7 @@ fn nccl_launch(name: &str) -> Result<Error, String> {
 #[cfg(not(feature = "nccl"))]
 fn nccl_call(name: &str, _: bool) -> Result<Error, String> {
     Err(format!(
-        "{name} needs the `nccl` feature: run with --features dnn,reference,nccl,cudarc"
+        "{name} needs the `nccl` feature: run with --features dnn,blas,reference,nccl,cudarc"
     ))
 }
 
@@ -365,7 +367,7 @@ fn interop_call(name: &str, which: u8) -> Result<Error, String> {
 #[cfg(not(feature = "cudarc"))]
 fn interop_call(name: &str, _: u8) -> Result<Error, String> {
     Err(format!(
-        "{name} needs the `cudarc` feature: run with --features dnn,reference,nccl,cudarc"
+        "{name} needs the `cudarc` feature: run with --features dnn,blas,reference,nccl,cudarc"
     ))
 }
 

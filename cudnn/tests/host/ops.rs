@@ -6,7 +6,7 @@
 //! status: the library is not called) naming the argument and the values.
 //!
 //! Run against cuDNN 9 (default) and 8.9:
-//! `CUDNN_RS_SEARCH_PATH=$PWD/.cuda-libs/cuda12 cargo test -p cudnn-rs --features dnn,reference --test host ops::`.
+//! `CUDNN_RS_SEARCH_PATH=$PWD/.cuda-libs/cuda12 cargo test -p cudnn-rs --features dnn,blas,reference --test host ops::`.
 
 use crate::support;
 

@@ -6,7 +6,7 @@
 //! rule), refuses with a typed error naming the argument, and never panics.
 //!
 //! Run against cuDNN 9 (default) and 8.9:
-//! `CUDNN_RS_SEARCH_PATH=$PWD/.cuda-libs/cuda12 cargo test -p cudnn-rs --features dnn,reference --test host rnn::`.
+//! `CUDNN_RS_SEARCH_PATH=$PWD/.cuda-libs/cuda12 cargo test -p cudnn-rs --features dnn,blas,reference --test host rnn::`.
 //!
 //! The sizes a plan needs (`cudnnGetRNNWeightSpaceSize`,
 //! `cudnnGetRNNTempSpaceSizes`, `cudnnGetRNNWeightParams`) take a cuDNN

@@ -3,7 +3,7 @@
 //!
 //! One test binary for the tier: each file of this folder is a module whose
 //! `main` registers its tests, named `module::tier::test`, so
-//! `cargo test -p cudnn-rs --features dnn,reference --test unit <module>::` runs one file's tests.
+//! `cargo test -p cudnn-rs --features dnn,blas,reference --test unit <module>::` runs one file's tests.
 
 #[macro_use]
 #[path = "../support/mod.rs"]
