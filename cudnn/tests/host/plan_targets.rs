@@ -24,6 +24,9 @@ fn answer(g: &cudnn::graph::Graph, target: &str) -> Result<Counts, String> {
     })
 }
 
+/// A module's case: its name, whether it is a backward, its config.
+type Case = (&'static str, bool, SdpaConfig);
+
 fn same(a: &Counts, b: &Counts) -> bool {
     (a.engines, a.configs, a.plans, a.engine, a.workspace)
         == (b.engines, b.configs, b.plans, b.engine, b.workspace)
@@ -35,7 +38,7 @@ fn h100_plans_as_h200() -> TestResult {
         .into_iter()
         .flat_map(|(name, cfg)| [(name, false, cfg.clone()), (name, true, cfg)])
         .collect();
-    let lists: [(&str, Vec<(&'static str, bool, SdpaConfig)>); 6] = [
+    let lists: [(&str, Vec<Case>); 6] = [
         ("sdpa_bias", super::sdpa_bias::cases()),
         ("sdpa_options", super::sdpa_options::band_cases()),
         ("sdpa_ragged", super::sdpa_ragged::cases()),
