@@ -194,9 +194,10 @@ pub enum SdpaImpl {
     /// and reshape ops that cuDNN's fused-attention engines recognise, forward
     /// and backward (from cuDNN 9.21 the forward's softmax is cuDNN's softmax
     /// operation, and a bottom-right or windowed band its diagonal band mask
-    /// operation, as NVIDIA's frontend builds them). The backward keeps two f32 tensors in the plan's
-    /// workspace (the row sums of `dO ⊙ O`, `[B, H, S_q, 1]`, and the dQ
-    /// accumulator, `[B, H, S_q, D]`), counted in `Plan::workspace_size`.
+    /// operation, as NVIDIA's frontend builds them). The backward keeps two
+    /// f32 tensors in the plan's workspace (the row sums of `dO ⊙ O`,
+    /// `[B, H, S_q, 1]`, and the dQ accumulator, `[B, H, S_q, D]`), counted
+    /// in `Plan::workspace_size`.
     Composite,
 }
 
