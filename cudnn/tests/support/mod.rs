@@ -111,10 +111,11 @@ fn timed(name: String, f: impl FnOnce() -> TestResult + Send + 'static) -> Trial
 
 /// The named GPUs a per-target planning loop plans for: `all` (the
 /// module's list), or the part of it that `CUDNN_RS_TEST_TARGETS=a,b`
-/// names. `cargo xtask test` sets it to `h200` on the GPU machine's stack
-/// (torch211): that stack serves an H200, and the newest stack plans the
-/// full lists. A filter that keeps nothing of `all` keeps `all`, so a loop
-/// never runs empty; each filtering says so on stderr.
+/// names. `cargo xtask test` sets it to `h200,h100,a100` on the GPU
+/// machine's stack (torch211: those machines are H100s and H200s, and A100
+/// users load PyTorch's cuDNN too); the newest stack plans the full lists.
+/// A filter that keeps nothing of `all` keeps `all`, so a loop never runs
+/// empty; each filtering says so on stderr (once per list).
 pub fn targets(all: &[&'static str]) -> Vec<&'static str> {
     let Ok(only) = std::env::var("CUDNN_RS_TEST_TARGETS") else {
         return all.to_vec();
