@@ -2,7 +2,7 @@
 //! never run past it, however a peer paces its bytes.
 
 use std::io::{self, Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use super::env::MAX_TIMEOUT;
@@ -38,6 +38,44 @@ impl Deadline {
     pub(crate) fn sleep(self, d: Duration) {
         if let Some(left) = self.remaining() {
             std::thread::sleep(d.min(left));
+        }
+    }
+
+    /// Wait until `listener` has a connection to accept, at most `d` (or
+    /// until the deadline if that comes first). On Unix this wakes as soon
+    /// as a peer connects (`poll(2)`); elsewhere it sleeps `d`. A spurious
+    /// or failed wait only returns early: the caller's `accept` on its
+    /// non-blocking listener says whether anything came.
+    pub(crate) fn wait_for_peer(self, listener: &TcpListener, d: Duration) {
+        let Some(left) = self.remaining() else {
+            return;
+        };
+        let d = d.min(left);
+        #[cfg(unix)]
+        {
+            use std::os::fd::AsRawFd;
+            let mut fds = [libc::pollfd {
+                fd: listener.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            // Round up so a wait shorter than a millisecond still waits.
+            let ms = i32::try_from(d.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
+            // SAFETY: `fds` is one valid `pollfd` for the call's length; its
+            // descriptor is the listener's, open for as long as `listener`
+            // is borrowed, which outlives the call.
+            let r = unsafe { libc::poll(fds.as_mut_ptr(), 1, ms) };
+            let peer = r > 0 && fds[0].revents & libc::POLLIN != 0;
+            if r < 0 || (r > 0 && !peer) {
+                // EINTR, a failed poll, or an error state with nothing to
+                // accept: the plain pause, so a caller's loop never spins.
+                std::thread::sleep(d);
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = listener;
+            std::thread::sleep(d);
         }
     }
 }
@@ -109,4 +147,59 @@ pub(crate) fn write_all_by(conn: &mut TcpStream, buf: &[u8], deadline: Deadline)
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    /// A peer that connects ends the wait (on Unix); with no peer the wait
+    /// lasts its pause, and never past the deadline.
+    #[test]
+    fn wait_for_peer_wakes_on_a_connection_and_keeps_its_bounds() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        let addr = l.local_addr().unwrap();
+        let far = Deadline::after(Duration::from_secs(60));
+
+        // No peer: the pause, then a `WouldBlock` accept.
+        let t = Instant::now();
+        far.wait_for_peer(&l, Duration::from_millis(50));
+        assert!(
+            t.elapsed() >= Duration::from_millis(45),
+            "{:?}",
+            t.elapsed()
+        );
+        assert_eq!(
+            l.accept().err().map(|e| e.kind()),
+            Some(io::ErrorKind::WouldBlock)
+        );
+
+        // A deadline nearer than the pause bounds the wait.
+        let t = Instant::now();
+        Deadline::after(Duration::from_millis(30)).wait_for_peer(&l, Duration::from_secs(30));
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        let t = Instant::now();
+        Deadline::after(Duration::ZERO).wait_for_peer(&l, Duration::from_secs(30));
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+
+        // A peer connecting part-way through a long pause: accepted at once.
+        let peer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            TcpStream::connect(addr)
+        });
+        let t = Instant::now();
+        far.wait_for_peer(&l, Duration::from_secs(30));
+        let took = t.elapsed();
+        let conn = peer.join().unwrap().unwrap();
+        if cfg!(unix) {
+            assert!(took < Duration::from_secs(10), "woke after {took:?}");
+            assert!(
+                l.accept().is_ok(),
+                "poll said a peer came, accept found none"
+            );
+        }
+        drop(conn);
+    }
 }

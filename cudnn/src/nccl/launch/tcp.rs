@@ -65,6 +65,9 @@ pub(crate) const CONN_LIMIT: Duration = Duration::from_secs(5);
 /// Connections rank 0 serves at once; past that, the oldest one that has
 /// not proved itself is dropped for the new one.
 pub(crate) const MAX_IN_FLIGHT: usize = 64;
+/// How often rank 0 looks at its book while no peer connects (a peer that
+/// connects wakes it at once on Unix), and a rank's pause between attempts
+/// to reach rank 0.
 const POLL: Duration = Duration::from_millis(20);
 /// Pause between failed name resolutions.
 const RESOLVE_RETRY: Duration = Duration::from_millis(250);
@@ -355,7 +358,9 @@ pub(crate) fn serve(
         }
         match listener.accept() {
             Ok((conn, peer)) => accept(&shared, conn, peer, deadline),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => deadline.sleep(POLL),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                deadline.wait_for_peer(&listener, POLL)
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
                 // Out of descriptors, a connection reset before accept: the
