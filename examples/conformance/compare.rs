@@ -225,18 +225,28 @@ pub fn role_of(plan: &Value, uid: i64) -> String {
 }
 
 /// Rewrite a plan JSON's uids through `map` (tensor names, node slots and
-/// the engine's kernel parameter uids); virtual tensors that would collide
-/// with a mapped uid get fresh ones.
-pub fn remap(plan: &Value, map: &HashMap<i64, i64>) -> Value {
+/// the engine's kernel parameter uids) into the other side's uid space,
+/// whose uids are `theirs`: a tensor `map` leaves out (a virtual one, or
+/// one with no counterpart) keeps its uid unless that uid is a mapped one
+/// or one of `theirs`, where it would pass for another tensor; then it
+/// gets a fresh one.
+pub fn remap(
+    plan: &Value,
+    map: &HashMap<i64, i64>,
+    theirs: &std::collections::HashSet<i64>,
+) -> Value {
     let ts = tensors(plan);
     let mut full: HashMap<i64, i64> = map.clone();
-    let taken: std::collections::HashSet<i64> = map.values().copied().collect();
-    let mut next = ts.keys().chain(map.values()).copied().max().unwrap_or(0) + 1000;
-    for (&uid, t) in &ts {
+    let taken: std::collections::HashSet<i64> =
+        map.values().chain(theirs.iter()).copied().collect();
+    let mut next = ts.keys().chain(taken.iter()).copied().max().unwrap_or(0) + 1000;
+    let mut ours: Vec<i64> = ts.keys().copied().collect();
+    ours.sort_unstable();
+    for uid in ours {
         if full.contains_key(&uid) {
             continue;
         }
-        if t.is_virtual && taken.contains(&uid) {
+        if taken.contains(&uid) {
             full.insert(uid, next);
             next += 1;
         } else {
@@ -431,7 +441,7 @@ mod unit {
         // Frontend scale 7 -> crate 2; the frontend's virtual uid 2 collides.
         let theirs = plan([1, 7, 2, 4], "B");
         let map: HashMap<i64, i64> = [(1, 1), (7, 2), (4, 4)].into();
-        let out = remap(&theirs, &map);
+        let out = remap(&theirs, &map, &[1, 2, 3, 4].into());
         let t = tensors(&out);
         assert!(t[&2].by_value, "the scale is uid 2 now");
         let virt: Vec<i64> = t
@@ -452,6 +462,29 @@ mod unit {
         let offsets = &out["engine"]["payload"]["kernels"][0]["kernelParams"]["offsets"];
         assert_eq!(offsets[0]["uid"], 2);
         assert_eq!(offsets[1]["uid"], 999, "a uid of no tensor is left alone");
+    }
+
+    #[test]
+    fn unit_remap_moves_what_would_pass_for_their_tensor() {
+        // The frontend's virtual uid 5 and its unmatched scalar 7 are uids
+        // the crate's graph uses (for tensors the map does not reach): both
+        // move; its virtual 9, which the crate does not use, stays.
+        let theirs = json!({"operationGraph": {"tensors": [
+            tensor(1, &[2, 3], false, false), tensor(5, &[2, 3], true, false),
+            tensor(7, &[1, 1], false, true), tensor(9, &[2, 3], true, false)],
+            "nodes": [{"X": "1", "Y": "5", "B": "7"}, {"X": "5", "Y": "9"}]}});
+        let map: HashMap<i64, i64> = [(1, 1)].into();
+        let out = remap(&theirs, &map, &[1, 5, 7, 8].into());
+        let t = tensors(&out);
+        assert!(t.contains_key(&1) && t.contains_key(&9), "{t:?}");
+        assert!(!t.contains_key(&5) && !t.contains_key(&7), "{t:?}");
+        assert_eq!(t.len(), 4, "no two tensors merged: {t:?}");
+        let n = &out["operationGraph"]["nodes"];
+        assert_eq!(
+            n[0]["Y"], n[1]["X"],
+            "the moved virtual is renamed everywhere"
+        );
+        assert!(t[&n[0]["B"].as_str().unwrap().parse::<i64>().unwrap()].by_value);
     }
 
     #[test]

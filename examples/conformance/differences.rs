@@ -93,7 +93,7 @@ pub const DIFFERENCES: &[Difference] = &[
     },
     Difference {
         id: "D4",
-        what: "SDPA composites: masks, dropout and the backward's recomputed softmax are decomposed differently (the top-left causal mask: GEN_INDEX, CMP_GE and BINARY_SELECT here, DIAGONAL_BAND_MASK there), so nodes, virtual tensors and the scalars they use differ; the forward's softmax is cuDNN's SOFTMAX operation on both sides from cuDNN 9.21 (a composite with no mask and no dropout then agrees node for node), decomposed differently before",
+        what: "SDPA composites: the padding mask, dropout and the backward's recomputed softmax are decomposed differently, so nodes, virtual tensors and the scalars they use differ; from cuDNN 9.21 both sides build the forward's softmax as cuDNN's SOFTMAX operation and every band (causal, bottom-right, window) as its DIAGONAL_BAND_MASK operation (a composite forward with neither padding nor dropout, the FP8 forward included, then agrees node for node; the FP8 backward too); before 9.21 these are decomposed differently too (the causal mask: INT32 GEN_INDEX, CMP_GE and BINARY_SELECT here); the softcap-with-causal patterns compare against a frontend score_mod that writes its causal mask itself, so their mask differs on every version",
         why: "cuDNN's fused attention engines recognise both decompositions; what must agree (engines offered, the engine chosen, workspace, the tensors a caller binds) is compared",
         applies: |p, f| {
             p.composite && matches!(f.kind, "node" | "unmatched" | "tensor") && !is_bound_tensor(f)

@@ -206,6 +206,7 @@ const TORCH211_MODULES: &[&str] = &[
     "sdpa_softcap",
     "sdpa_softmax",
     "sdpa_combined",
+    "sdpa_fp8_ops",
     "plan_targets",
 ];
 /// The examples that plan (without a GPU: for an H200), run against it.

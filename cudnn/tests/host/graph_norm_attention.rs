@@ -474,10 +474,13 @@ pub fn main() {
             plain.build()?.timing_fills().is_empty(),
             "no padding: nothing to fill"
         );
-        // The composite's causal mask computes its indices in INT32, as its
-        // padding mask does (NVIDIA's frontend leaves its causal mask's
-        // GEN_INDEX to the graph's f32; see the sdpa module's list of
-        // differences): every GEN_INDEX node of the plan's JSON says so.
+        // Before cuDNN 9.21 the composite's causal mask computes its indices
+        // in INT32, as its padding mask does (NVIDIA's frontend leaves its
+        // decomposed mask's GEN_INDEX to the graph's f32; see the sdpa
+        // module's list of differences): every GEN_INDEX node of the plan's
+        // JSON says so. From 9.21 the mask is cuDNN's diagonal band mask
+        // operation (as the frontend builds it): one such node, CMP_GE, no
+        // GEN_INDEX.
         let t = Target::preset("h200")?;
         let causal = base(DType::BF16)
             .causal(true)
@@ -497,11 +500,24 @@ pub fn main() {
             );
             n += 1;
         }
-        eprintln!("composite causal forward: {n} GEN_INDEX nodes, all INT32");
-        ensure!(
-            n >= 2,
-            "the causal mask's row and column indices: {n} GEN_INDEX nodes"
+        let band = json
+            .matches("\"CUDNN_BACKEND_OPERATION_DIAGONAL_BAND_MASK_DESCRIPTOR\"")
+            .count();
+        let v = cudnn::dnn::Handle::library_version()?;
+        eprintln!(
+            "composite causal forward on cuDNN {v:?}: {n} GEN_INDEX nodes, all INT32; {band} diagonal band mask nodes"
         );
+        if (v.major, v.minor) >= (9, 21) {
+            ensure!(
+                band == 1 && n == 0 && json.contains("\"CUDNN_POINTWISE_CMP_GE\""),
+                "from 9.21 the causal mask is one diagonal band mask (CMP_GE): {band} band, {n} GEN_INDEX"
+            );
+        } else {
+            ensure!(
+                band == 0 && n >= 2,
+                "the causal mask's row and column indices: {n} GEN_INDEX nodes, {band} band"
+            );
+        }
         Ok(())
     }));
 

@@ -50,6 +50,7 @@ mod sdpa_all_options;
 mod sdpa_bias;
 mod sdpa_bwd_reload;
 mod sdpa_combined;
+mod sdpa_fp8_ops;
 mod sdpa_modes;
 mod sdpa_options;
 mod sdpa_ragged;
@@ -65,7 +66,7 @@ tier_main! {
         graph_norm_attention, handles, issue34, nccl, nccl_groups, nccl_rendezvous,
         nccl_rendezvous_attacks, nccl_rendezvous_tcp, no_device, ops, perf, plan_json_softmax,
         plan_reload, plan_targets, plan_trust, raw, rnn, sdpa_all_options, sdpa_bias, sdpa_bwd_reload,
-        sdpa_combined, sdpa_modes, sdpa_options, sdpa_ragged, sdpa_ragged_composite,
+        sdpa_combined, sdpa_fp8_ops, sdpa_modes, sdpa_options, sdpa_ragged, sdpa_ragged_composite,
         sdpa_seq_lengths, sdpa_softcap, sdpa_softmax,
     ],
     cudarc: [cudarc_interop],

@@ -25,6 +25,7 @@ use crate::support::sdpa_plans::{
     bwd_parts as bwd, counts, fwd_parts as fwd, loaded, names_option,
 };
 use proptest::prelude::*;
+use support::plan_nodes::{find_op, tensor_dtype, uid_text};
 use support::*;
 
 // No "h100" in the per-case loops: cuDNN plans every attention graph for
@@ -613,43 +614,6 @@ fn grow_dim(v: &mut serde_json::Value, uid: &str) -> bool {
         serde_json::Value::Array(a) => a.iter_mut().fold(false, |f, x| grow_dim(x, uid) | f),
         _ => false,
     }
-}
-
-/// The first object in `v` whose `operation` is `op`.
-fn find_op<'a>(
-    v: &'a serde_json::Value,
-    op: &str,
-) -> Option<&'a serde_json::Map<String, serde_json::Value>> {
-    match v {
-        serde_json::Value::Object(m) => {
-            if m.get("operation").and_then(|o| o.as_str()) == Some(op) {
-                return Some(m);
-            }
-            m.values().find_map(|x| find_op(x, op))
-        }
-        serde_json::Value::Array(a) => a.iter().find_map(|x| find_op(x, op)),
-        _ => None,
-    }
-}
-
-/// A uid as the plan JSON writes it (a string or a number), as text.
-fn uid_text(v: &serde_json::Value) -> String {
-    match v {
-        serde_json::Value::String(s) => s.clone(),
-        v => v.to_string(),
-    }
-}
-
-/// The `dataType` of the tensor with uid `uid` in the plan JSON (its
-/// `operationGraph.tensors`, each named by its uid).
-fn tensor_dtype(v: &serde_json::Value, uid: &str) -> Option<String> {
-    v.pointer("/operationGraph/tensors")?
-        .as_array()?
-        .iter()
-        .find(|t| t.get("name").map(uid_text).as_deref() == Some(uid))?
-        .get("dataType")?
-        .as_str()
-        .map(str::to_string)
 }
 
 /// The composite forward's softmax (issue 34): from cuDNN 9.21 one

@@ -1,7 +1,7 @@
 //! Valid plans of every graph family, for the plan-file tests and fuzz
 //! targets: convolution (precompiled, and + scale), matmul (+ relu), layer norm, SDPA
-//! forward (native, causal, training; the composite with max / sum_exp and
-//! a sink), SDPA backward (composite, with
+//! forward (native, causal, training; the causal composite with max /
+//! sum_exp and a sink; FP8, causal, training), SDPA backward (composite, with
 //! scratch tensors in the workspace) and a paged KV cache decode (composite:
 //! page tables and sequence lengths, the guarded inputs, and Kᵀ loaded
 //! transposed from its pages).
@@ -19,6 +19,7 @@ pub fn graphs() -> Result<Vec<(&'static str, Graph)>> {
         ("norm", norm()?),
         ("sdpa_fwd", sdpa(false)?),
         ("sdpa_fwd_composite", sdpa_composite_softmax()?),
+        ("sdpa_fp8_fwd", sdpa_fp8()?),
         ("sdpa_bwd", sdpa(true)?),
         ("sdpa_paged", sdpa_paged()?),
     ])
@@ -85,16 +86,25 @@ pub fn sdpa(backward: bool) -> Result<Graph> {
     }
 }
 
-/// A composite SDPA training forward with the row max / sum of
-/// exponentials and a sink: from cuDNN 9.21 its softmax is one SOFTMAX node
-/// with every output and the sink (issue 34).
+/// A causal composite SDPA training forward with the row max / sum of
+/// exponentials and a sink: from cuDNN 9.21 its causal mask is one
+/// DIAGONAL_BAND_MASK node and its softmax one SOFTMAX node with every
+/// output and the sink (issue 34).
 pub fn sdpa_composite_softmax() -> Result<Graph> {
     let cfg = SdpaConfig::new(2, 4, 128, 64, DType::BF16)
         .training(true)
+        .causal(true)
         .max_sum_exp(true)
         .sink(true)
         .implementation(SdpaImpl::Composite);
     crate::support::sdpa_plans::fwd_graph(&cfg)
+}
+
+/// A causal FP8 attention training forward (from cuDNN 9.21 its mask and
+/// softmax are cuDNN's band and softmax operations; Hopper and newer).
+pub fn sdpa_fp8() -> Result<Graph> {
+    let c = crate::support::fp8_graphs::sdpa_fwd_cfg(128, true, true, DType::Fp8E4M3);
+    crate::support::fp8_graphs::sdpa_fwd_graph(&c)
 }
 
 /// A decode step against a paged KV cache (composite; 1,024 keys in pages of

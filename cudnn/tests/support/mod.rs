@@ -15,6 +15,7 @@ pub mod gpu_data;
 pub mod gpu_sdpa;
 pub mod graph_plans;
 pub mod norm_attention_graphs;
+pub mod plan_nodes;
 #[cfg(feature = "nccl")]
 pub mod rendezvous;
 pub mod sdpa_plans;

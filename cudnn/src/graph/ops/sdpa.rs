@@ -68,12 +68,14 @@
 //! architecture and the cuDNN version.
 //!
 //! # Where this crate differs from NVIDIA's frontend
-//! - The composite's causal mask computes its row and column indices
-//!   (`GEN_INDEX`) in INT32, as the padding mask does. The frontend builds
-//!   the causal mask as its diagonal band mask, whose `GEN_INDEX` sets no
-//!   compute type and so takes the graph's (f32 for attention). INT32 keeps
-//!   the index arithmetic exact for every sequence length up to 2^31 - 1
-//!   (f32 is exact only up to 2^24); cuDNN 9.10 and 9.28 plan it.
+//! - Before cuDNN 9.21, the composite's causal mask computes its row and
+//!   column indices (`GEN_INDEX`) in INT32, as the padding mask does. The
+//!   frontend decomposes its diagonal band mask there with a `GEN_INDEX`
+//!   that sets no compute type and so takes the graph's (f32 for
+//!   attention). INT32 keeps the index arithmetic exact for every sequence
+//!   length up to 2^31 - 1 (f32 is exact only up to 2^24). From 9.21 both
+//!   build every band (causal, bottom-right, window) as cuDNN's diagonal
+//!   band mask operation, which does its index arithmetic itself.
 //! - A composite backward on cuDNN up to 9.15.0 with `seq_kv` not a multiple
 //!   of 128 and no padding mask: the frontend adds a padding mask with full
 //!   lengths in its own workspace; this crate refuses it with a typed error
@@ -193,7 +195,7 @@ pub enum SdpaImpl {
     /// The matmul–softmax–matmul pattern of matmul, pointwise, reduction, RNG
     /// and reshape ops that cuDNN's fused-attention engines recognise, forward
     /// and backward (from cuDNN 9.21 the forward's softmax is cuDNN's softmax
-    /// operation, and a bottom-right or windowed band its diagonal band mask
+    /// operation, and the causal mask and window its diagonal band mask
     /// operation, as NVIDIA's frontend builds them). The backward keeps two
     /// f32 tensors in the plan's workspace (the row sums of `dO ⊙ O`,
     /// `[B, H, S_q, 1]`, and the dQ accumulator, `[B, H, S_q, D]`), counted

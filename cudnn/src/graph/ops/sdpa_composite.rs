@@ -16,14 +16,15 @@
 //!    slope[h] * (col - row)` with a bias / ALiBi ([`sdpa_bias`](super::sdpa_bias));
 //! 3. padding: `S = (row < seq_q && col < seq_kv) ? S : -inf`, the indices from
 //!    `GEN_INDEX` (i32) and the comparisons boolean;
-//! 4. causal: `S = (row >= col) ? S : -inf` (the indices from `GEN_INDEX`,
-//!    computed in i32 as for the padding; NVIDIA's frontend builds this mask
-//!    as its diagonal band mask, whose `GEN_INDEX` leaves the compute type
-//!    to the graph's, f32: see "Where this crate differs from NVIDIA's
-//!    frontend" in [`sdpa`](super::sdpa));
+//! 4. causal: `S = (row >= col) ? S : -inf`: from cuDNN 9.21 cuDNN's
+//!    diagonal band mask operation (as NVIDIA's frontend builds it there);
+//!    before, the indices from `GEN_INDEX`, computed in i32 as for the
+//!    padding (see "Where this crate differs from NVIDIA's frontend" in
+//!    [`sdpa`](super::sdpa));
 //! 5. softmax: `m = max_row(S)`, `e = exp(S - m)`, `l = sum_row(e)`,
 //!    `P = e / l`, and the statistics `m + log(l)` (a graph output in
 //!    training, virtual in inference: the engines expect them either way);
+//!    from cuDNN 9.21 cuDNN's softmax operation;
 //! 6. dropout: `P *= bernoulli(1 - p) / (1 - p)` from Philox with the seed and
 //!    offset inputs;
 //! 7. `P` is stored in the I/O type (f16 / bf16), then `O = P · V`.

@@ -24,8 +24,8 @@ pub(crate) struct CompositeBand {
     /// with padding).
     pub(crate) window_lens: bool,
     /// Build the masks as cuDNN's diagonal band mask operation (cuDNN >=
-    /// 9.21, a bottom-right alignment or a window: what NVIDIA's frontend
-    /// builds there; its bound is then f32 unless `window_lens`).
+    /// 9.21: what NVIDIA's frontend builds there; its bound is then f32
+    /// unless `window_lens`).
     pub(crate) unified: bool,
     /// The fill scalars (-inf) of the operation's right and left bound:
     /// one each, as the frontend makes them (`unified` only).

@@ -11,6 +11,10 @@
 //! 3. causal: `S = (row >= col) ? S : -inf`;
 //! 4. softmax: `m = max_row(S)`, `e = exp(S - m)`, `l = sum_row(e)`,
 //!    `P = e / l`, the statistics `m + log(l)` (an output in training);
+//!
+//!    from cuDNN 9.21 steps 3 and 4 are cuDNN's diagonal band mask and
+//!    softmax operations (the same values), as the frontend builds them
+//!    there; the backward's causal mask too;
 //! 5. `amax_s = max |P|`, then `P *= scale_s`, stored as the input's FP8 type;
 //! 6. `O' = (P · V) * descale_s * descale_v`, `amax_o = max |O'|`,
 //!    `O = O' * scale_o` in the output type.
@@ -456,23 +460,29 @@ impl OpNode for Fp8SdpaFwdOp {
         if let Some(fill) = self.fill {
             s = x.causal_mask(s, T::G(fill), &score)?;
         }
-        let mx = x.virt(DType::F32, &row)?;
-        x.reduction(Red::CUDNN_REDUCE_TENSOR_MAX, s, mx)?;
-        let z = x.virt(DType::F32, &score)?;
-        x.pointwise(Mode::CUDNN_POINTWISE_SUB, DType::F32, &[s, mx], z, None)?;
-        let e = x.virt(DType::F32, &score)?;
-        x.pointwise(Mode::CUDNN_POINTWISE_EXP, DType::F32, &[z], e, None)?;
-        let l = x.virt(DType::F32, &row)?;
-        x.reduction(Red::CUDNN_REDUCE_TENSOR_ADD, e, l)?;
-        let lg = x.virt(DType::F32, &row)?;
-        x.pointwise(Mode::CUDNN_POINTWISE_LOG, DType::F32, &[l], lg, None)?;
-        let st = match self.stats {
-            Some(st) => T::G(st),
-            None => x.virt(DType::F32, &row)?,
-        };
-        x.pointwise(Mode::CUDNN_POINTWISE_ADD, DType::F32, &[mx, lg], st, None)?;
         let p = x.virt(DType::F32, &score)?;
-        x.pointwise(Mode::CUDNN_POINTWISE_DIV, DType::F32, &[e, l], p, None)?;
+        if super::sdpa::loaded_cudnn()? >= super::sdpa::since::SUBGRAPH {
+            // cuDNN's softmax operation, as NVIDIA's frontend builds it
+            // from 9.21 (the statistics in training only).
+            x.softmax_op(s, p, self.stats.map(T::G))?;
+        } else {
+            let mx = x.virt(DType::F32, &row)?;
+            x.reduction(Red::CUDNN_REDUCE_TENSOR_MAX, s, mx)?;
+            let z = x.virt(DType::F32, &score)?;
+            x.pointwise(Mode::CUDNN_POINTWISE_SUB, DType::F32, &[s, mx], z, None)?;
+            let e = x.virt(DType::F32, &score)?;
+            x.pointwise(Mode::CUDNN_POINTWISE_EXP, DType::F32, &[z], e, None)?;
+            let l = x.virt(DType::F32, &row)?;
+            x.reduction(Red::CUDNN_REDUCE_TENSOR_ADD, e, l)?;
+            let lg = x.virt(DType::F32, &row)?;
+            x.pointwise(Mode::CUDNN_POINTWISE_LOG, DType::F32, &[l], lg, None)?;
+            let st = match self.stats {
+                Some(st) => T::G(st),
+                None => x.virt(DType::F32, &row)?,
+            };
+            x.pointwise(Mode::CUDNN_POINTWISE_ADD, DType::F32, &[mx, lg], st, None)?;
+            x.pointwise(Mode::CUDNN_POINTWISE_DIV, DType::F32, &[e, l], p, None)?;
+        }
         x.reduction(Red::CUDNN_REDUCE_TENSOR_AMAX, p, T::G(self.amax_s))?;
         let p8 = x.virt(c.dtype, &score)?;
         x.mul(p, ss, &score, Some(p8))?;

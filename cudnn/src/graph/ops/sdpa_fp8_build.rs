@@ -247,8 +247,26 @@ impl<'a> Composite<'a> {
         Ok(())
     }
 
-    /// `(row >= col) ? x : fill` (top-left aligned causal mask).
+    /// `(row >= col) ? x : fill` (top-left aligned causal mask). From cuDNN
+    /// 9.21 cuDNN's diagonal band mask operation (`CMP_GE`, no lengths), as
+    /// NVIDIA's frontend builds its FP8 attention there; before, `GEN_INDEX`
+    /// of rows and columns in INT32, `CMP_GE` and `BINARY_SELECT`.
     pub(crate) fn causal_mask(&mut self, x: T, fill: T, score: &[i64]) -> Result<T> {
+        if super::sdpa::loaded_cudnn()? >= super::sdpa::since::SUBGRAPH {
+            let out = self.virt(DType::F32, score)?;
+            let mut m = Descriptor::<kind::DiagonalBandMaskOp>::new()?;
+            m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_XDESC, &[self.d(x)?])?;
+            m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_BDESC, &[self.d(fill)?])?;
+            m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_YDESC, &[self.d(out)?])?;
+            m.set(
+                attr::OPERATION_DIAGONAL_BAND_MASK_COMPARISON_MODE,
+                &[Mode::CUDNN_POINTWISE_CMP_GE],
+            )?;
+            m.finalize()
+                .map_err(|e| e.with_context("the FP8 attention's causal mask"))?;
+            self.ops.push(Box::new(m));
+            return Ok(out);
+        }
         let ri = self.virt(DType::I32, score)?;
         self.pointwise(
             Mode::CUDNN_POINTWISE_GEN_INDEX,
@@ -282,6 +300,22 @@ impl<'a> Composite<'a> {
             None,
         )?;
         Ok(out)
+    }
+
+    /// `p = softmax(s)` over the last dim as cuDNN's softmax operation
+    /// (cuDNN >= 9.21, as NVIDIA's frontend builds it there), with the
+    /// statistics (`max + ln(sum exp)`, `[B, H, S_q, 1]` f32) when `stats`.
+    pub(crate) fn softmax_op(&mut self, s: T, p: T, stats: Option<T>) -> Result<()> {
+        let mut d = Descriptor::<kind::SoftmaxOp>::new()?;
+        d.set_descriptors(attr::OPERATION_SOFTMAX_XDESC, &[self.d(s)?])?;
+        d.set_descriptors(attr::OPERATION_SOFTMAX_YDESC, &[self.d(p)?])?;
+        if let Some(st) = stats {
+            d.set_descriptors(attr::OPERATION_SOFTMAX_STATS_DESC, &[self.d(st)?])?;
+        }
+        d.finalize()
+            .map_err(|e| e.with_context("the FP8 attention's softmax operation"))?;
+        self.ops.push(Box::new(d));
+        Ok(())
     }
 
     /// Hand the descriptors to the op graph (own tensors first: the ops

@@ -5,8 +5,9 @@
 //! type, the forward's statistics (f32) and twelve f32 scale inputs
 //! (`[1, 1, 1, 1]`), op by op (intermediates f32 and virtual unless named):
 //! 1. `Δ = sum_row(dO ⊙ O) * descale_do * descale_o`;
-//! 2. `S = (Q · Kᵀ) * attn_scale * descale_q * descale_k`, causal-masked;
-//!    `E = exp(S - stats)` (the probabilities);
+//! 2. `S = (Q · Kᵀ) * attn_scale * descale_q * descale_k`, causal-masked
+//!    (from cuDNN 9.21 by cuDNN's diagonal band mask operation, as the
+//!    frontend builds it there); `E = exp(S - stats)` (the probabilities);
 //! 3. `P = E * scale_s` stored in the FP8 type, seen transposed (`Pᵀ`);
 //! 4. `dV = (Pᵀ · dO) * descale_s * descale_do`, `amax_dv`, then `* scale_dv`;
 //! 5. `dP = ((dO · Vᵀ) * descale_do * descale_v - Δ) ⊙ E * attn_scale`,

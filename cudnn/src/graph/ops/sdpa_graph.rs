@@ -24,10 +24,10 @@ fn seq_lens(cfg: &SdpaConfig) -> (i32, i32) {
 }
 
 /// Whether a composite builds its band masks as cuDNN's diagonal band mask
-/// operation: from cuDNN 9.21, for a bottom-right alignment or a window.
+/// operation: from cuDNN 9.21 (as NVIDIA's frontend does there), for every
+/// band (the causal mask, top-left or bottom-right, and the window).
 fn composite_unified(cfg: &SdpaConfig) -> Result<bool> {
-    Ok(loaded_cudnn()? >= super::sdpa::since::SUBGRAPH
-        && (cfg.band_needs_lengths() || cfg.window.is_some()))
+    Ok(loaded_cudnn()? >= super::sdpa::since::SUBGRAPH && cfg.has_band())
 }
 
 impl Graph {
@@ -577,9 +577,8 @@ impl Graph {
     ) -> Result<CompositeBand> {
         let bottom_right = cfg.band_needs_lengths();
         // NVIDIA's frontend builds the band as cuDNN's diagonal band mask
-        // operation from 9.21; the crate does too for a bottom-right
-        // alignment or a window (its top-left causal mask stays the i32
-        // GEN_INDEX compare, see `sdpa`'s list of differences).
+        // operation from 9.21; so does the crate (before, its own i32
+        // GEN_INDEX compares, see `sdpa`'s list of differences).
         let unified = composite_unified(cfg)?;
         let lens = match (bottom_right, seq) {
             (false, _) => None,
