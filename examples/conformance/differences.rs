@@ -186,19 +186,30 @@ pub const DIFFERENCES: &[Difference] = &[
     // issue 24 (h5): the softcap with masks, which only the frontend refuses.
     Difference {
         id: "DSM",
-        what: "the logit softcap with a causal mask, a sliding window or padding (Gemma 2's attention): the crate builds and plans it, the frontend refuses it before asking cuDNN (its rule for any score_mod: \"Attention score mod enabled and hence other subgraphs are disabled\"); the top-left causal composites are compared instead against a frontend score_mod that writes the causal mask itself, plans cross-loaded both ways",
+        what: "the logit softcap with a causal mask, a sliding window or padding (Gemma 2's attention): the crate builds and plans it, the frontend refuses it before asking cuDNN (its rule for any score_mod: \"Attention score mod enabled and hence other subgraphs are disabled\"); the top-left causal composites are compared instead against a frontend score_mod that writes the causal mask itself (GEN_INDEX compares); from cuDNN 9.21 the crate's causal mask is cuDNN's diagonal band mask operation, whose -inf fill is a by-value scalar the score_mod's graph lacks where its other scalars do not stand in for it (the backward), so the crate's loader refuses that plan of another graph and it cross-loads one way",
         why: "a rule of the frontend's support surface for its generic score_mod callback, not of cuDNN: cuDNN 9.28 plans these graphs (softcap ops, then the masks) on the H200, H100 and B200, forward and backward, composite and SDPA operation (host/sdpa_softcap's masks_plan, its plan JSON round-tripped and tampered forms refused there); no frontend plan exists to compare or cross-load",
         applies: |p, f| {
             let masked = p.params.get("causal").is_some_and(|c| c == true)
                 || p.params.get("padding").is_some_and(|c| c == true)
                 || p.params.get("window").is_some_and(|w| !w.is_null());
-            matches!(p.family, "sdpa_fwd" | "sdpa_bwd")
-                && p.params.get("softcap").is_some_and(|c| !c.is_null())
+            let softcap = matches!(p.family, "sdpa_fwd" | "sdpa_bwd")
+                && p.params.get("softcap").is_some_and(|c| !c.is_null());
+            let refused = softcap
                 && masked
                 && f.kind == "frontend"
                 && f.ours == "planned"
                 && f.theirs
-                    .contains("score mod enabled and hence other subgraphs are disabled")
+                    .contains("score mod enabled and hence other subgraphs are disabled");
+            // The stand-in's plan, loaded into the crate: refused for the
+            // crate's fill scalar it lacks, and for nothing else.
+            let stand_in = softcap
+                && p.composite
+                && p.params.get("causal").is_some_and(|c| c == true)
+                && f.kind == "load_into_crate"
+                && f.ours.contains("presence")
+                && f.ours
+                    .ends_with("expected a by-value scalar, got no such tensor");
+            refused || stand_in
         },
     },
 ];
@@ -399,6 +410,31 @@ mod unit {
             serde_json::json!({"softcap": null, "causal": true, "window": null, "padding": false});
         assert!(ids(&nocap, f("frontend", "plan", "planned", rule)).is_empty());
         assert!(ids(&scm, f("first_engine", "first_engine", "9", "8")).is_empty());
+        // DSM: the causal stand-in's plan, refused by the crate's loader for
+        // the by-value fill it lacks; a causal softcap composite only, and
+        // that refusal only.
+        let lacks = "plan JSON tensor uid 8 presence (the tensor list says, the JSON has): expected a by-value scalar, got no such tensor";
+        let mut scc = pattern("sdpa_bwd", true);
+        scc.params =
+            serde_json::json!({"softcap": 50.0, "causal": true, "window": null, "padding": false});
+        let load = |ours: &str| f("load_into_crate", "Plan::from_cudnn_json", ours, "-");
+        assert_eq!(ids(&scc, load(lacks)), ["DSM"]);
+        let mut plain = pattern("sdpa_bwd", true);
+        plain.params =
+            serde_json::json!({"softcap": null, "causal": true, "window": null, "padding": false});
+        assert!(ids(&plain, load(lacks)).is_empty());
+        let mut native = pattern("sdpa_bwd", false);
+        native.params =
+            serde_json::json!({"softcap": 50.0, "causal": true, "window": null, "padding": false});
+        assert!(ids(&native, load(lacks)).is_empty());
+        assert!(
+            ids(&scw, load(lacks)).is_empty(),
+            "a window without the causal mask"
+        );
+        let bound = lacks.replace("a by-value scalar", "`q`");
+        assert!(ids(&scc, load(&bound)).is_empty());
+        let shape = "plan JSON tensor uid 8 dims: expected [1, 1, 1, 1], got [2]";
+        assert!(ids(&scc, load(shape)).is_empty());
         // Nothing explains an engine count.
         assert!(ids(&sdpa, f("count", "count", "4", "3")).is_empty());
     }

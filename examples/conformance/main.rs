@@ -732,13 +732,6 @@ fn round(
         // (renamed here, outside the timed load).
         let ours_uids: std::collections::HashSet<i64> =
             compare::tensors(&cv).keys().copied().collect();
-        // The crate's by-value scalars the comparison matched to nothing of
-        // the frontend's.
-        let unmatched_ours: Vec<i64> = compare::tensors(&cv)
-            .iter()
-            .filter(|(u, t)| t.by_value && !row.map.values().any(|v| v == *u))
-            .map(|(u, _)| *u)
-            .collect();
         let mapped = compare::remap(&fv, &row.map, &ours_uids).to_string();
         let mut t_load = Vec::new();
         let mut load = || {
@@ -790,22 +783,6 @@ fn round(
             {
                 eprintln!(
                     "{} on {}: not loaded into the crate (the graphs differ, and the plan carries compiled code)",
-                    pats[row.pattern].name, row.target
-                );
-            }
-            // The graphs differ in a scalar the crate's list has and the
-            // frontend's graph has none for (the comparison reported it
-            // unmatched): the loader must refuse the plan, as it does any
-            // plan of another graph. No finding; the row shows the load as
-            // not made.
-            Err(e)
-                if !tied
-                    && unmatched_ours.iter().any(|u| {
-                        format!("{e:#}").contains(&format!("tensor uid {u} presence"))
-                    }) =>
-            {
-                eprintln!(
-                    "{} on {}: not loaded into the crate (the graphs differ: {e:#})",
                     pats[row.pattern].name, row.target
                 );
             }

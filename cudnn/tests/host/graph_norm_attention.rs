@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 use crate::support;
 use crate::support::norm_attention_graphs;
+use crate::support::plan_nodes;
 use crate::support::sdpa_plans;
 use crate::support::sdpa_plans::fwd_any;
 use cudnn::Error;
@@ -479,43 +480,44 @@ pub fn main() {
         // decomposed mask's GEN_INDEX to the graph's f32; see the sdpa
         // module's list of differences): every GEN_INDEX node of the plan's
         // JSON says so. From 9.21 the mask is cuDNN's diagonal band mask
-        // operation (as the frontend builds it): one such node, CMP_GE, no
-        // GEN_INDEX.
+        // operation (as the frontend builds it), forward and backward: in
+        // the forward it feeds the softmax operation, in the backward it
+        // masks `S - stats` before the exponential.
         let t = Target::preset("h200")?;
         let causal = base(DType::BF16)
             .causal(true)
             .training(true)
             .implementation(SdpaImpl::Composite);
-        let og = sdpa_fwd(&causal)?.0.build()?;
-        let (p, _) = Plan::build(&og, &t, &Policy::default())?;
-        let json = p.cudnn_json()?;
-        let mut n = 0;
-        for (at, _) in json.match_indices("\"CUDNN_POINTWISE_GEN_INDEX\"") {
-            let start = json[..at].rfind('{').unwrap_or(0);
-            let end = at + json[at..].find('}').unwrap_or(0);
-            let node = &json[start..end];
-            ensure!(
-                node.contains("\"mathPrec\":\"CUDNN_DATA_INT32\""),
-                "GEN_INDEX node not in INT32: {node}"
-            );
-            n += 1;
-        }
-        let band = json
-            .matches("\"CUDNN_BACKEND_OPERATION_DIAGONAL_BAND_MASK_DESCRIPTOR\"")
-            .count();
         let v = cudnn::dnn::Handle::library_version()?;
-        eprintln!(
-            "composite causal forward on cuDNN {v:?}: {n} GEN_INDEX nodes, all INT32; {band} diagonal band mask nodes"
-        );
-        if (v.major, v.minor) >= (9, 21) {
+        let v = (v.major, v.minor, v.patch);
+        let plan_json = |g: Graph| -> Result<(serde_json::Value, Plan), libtest_mimic::Failed> {
+            let (p, _) = Plan::build(&g.build()?, &t, &Policy::default())?;
+            Ok((serde_json::from_str(&p.cudnn_json()?)?, p))
+        };
+        let (fj, _) = plan_json(sdpa_fwd(&causal)?.0)?;
+        if let Some(b) = plan_nodes::top_left_causal(&fj, v, "composite causal forward")? {
+            let sm = plan_nodes::find_ops(&fj, "CUDNN_BACKEND_OPERATION_SOFTMAX_DESCRIPTOR");
             ensure!(
-                band == 1 && n == 0 && json.contains("\"CUDNN_POINTWISE_CMP_GE\""),
-                "from 9.21 the causal mask is one diagonal band mask (CMP_GE): {band} band, {n} GEN_INDEX"
+                sm.len() == 1 && plan_nodes::field(sm[0], "X") == plan_nodes::field(b, "Y"),
+                "the band's Y {:?} does not feed the softmax operation: {sm:?}",
+                plan_nodes::field(b, "Y")
             );
-        } else {
+        }
+        let (bj, bp) = plan_json(sdpa_bwd(&causal)?.0)?;
+        if let Some(b) = plan_nodes::top_left_causal(&bj, v, "composite causal backward")? {
+            let stats = bp
+                .io()
+                .tensors
+                .iter()
+                .find(|x| x.name == "stats")
+                .map(|x| x.uid.to_string())
+                .ok_or("the backward binds no stats")?;
+            let subs = plan_nodes::pointwise(&bj, "CUDNN_POINTWISE_SUB");
             ensure!(
-                band == 0 && n >= 2,
-                "the causal mask's row and column indices: {n} GEN_INDEX nodes, {band} band"
+                subs.iter()
+                    .any(|n| plan_nodes::field(n, "B").as_ref() == Some(&stats)
+                        && plan_nodes::field(n, "Y") == plan_nodes::field(b, "X")),
+                "the backward's band does not mask S - stats (stats uid {stats}): band {b:?}"
             );
         }
         Ok(())

@@ -75,7 +75,9 @@
 //!   attention). INT32 keeps the index arithmetic exact for every sequence
 //!   length up to 2^31 - 1 (f32 is exact only up to 2^24). From 9.21 both
 //!   build every band (causal, bottom-right, window) as cuDNN's diagonal
-//!   band mask operation, which does its index arithmetic itself.
+//!   band mask operation, which computes its indices itself: cuDNN
+//!   documents no precision for them, so that guarantee is not made there
+//!   (no GPU has run these graphs yet).
 //! - A composite backward on cuDNN up to 9.15.0 with `seq_kv` not a multiple
 //!   of 128 and no padding mask: the frontend adds a padding mask with full
 //!   lengths in its own workspace; this crate refuses it with a typed error

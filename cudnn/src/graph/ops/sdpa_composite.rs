@@ -43,7 +43,7 @@ type M = sys::cudnnPointwiseMode_t;
 
 #[path = "sdpa_composite_masks.rs"]
 mod masks;
-pub(crate) use masks::CompositeBand;
+pub(crate) use masks::{BAND_MASK_OPERATION, CompositeBand};
 #[path = "sdpa_composite_bias.rs"]
 mod bias;
 #[path = "sdpa_composite_softcap.rs"]

@@ -9,6 +9,11 @@ use crate::error::{Error, Result};
 use crate::graph::backend::{Descriptor, attr, kind};
 use crate::graph::tensor::DType;
 
+/// The first cuDNN whose diagonal band mask operation the composites build
+/// (NVIDIA's frontend lowers its band mask to it from 9.21, and decomposes
+/// it before).
+pub(crate) const BAND_MASK_OPERATION: (u32, u32, u32) = (9, 21, 0);
+
 /// The diagonal-band masks of a composite (graph tensors by index).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct CompositeBand {

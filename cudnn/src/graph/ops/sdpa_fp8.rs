@@ -461,7 +461,7 @@ impl OpNode for Fp8SdpaFwdOp {
             s = x.causal_mask(s, T::G(fill), &score)?;
         }
         let p = x.virt(DType::F32, &score)?;
-        if super::sdpa::loaded_cudnn()? >= super::sdpa::since::SUBGRAPH {
+        if super::sdpa::loaded_cudnn()? >= super::sdpa_softmax::SOFTMAX_OPERATION {
             // cuDNN's softmax operation, as NVIDIA's frontend builds it
             // from 9.21 (the statistics in training only).
             x.softmax_op(s, p, self.stats.map(T::G))?;

@@ -252,7 +252,7 @@ impl<'a> Composite<'a> {
     /// NVIDIA's frontend builds its FP8 attention there; before, `GEN_INDEX`
     /// of rows and columns in INT32, `CMP_GE` and `BINARY_SELECT`.
     pub(crate) fn causal_mask(&mut self, x: T, fill: T, score: &[i64]) -> Result<T> {
-        if super::sdpa::loaded_cudnn()? >= super::sdpa::since::SUBGRAPH {
+        if super::sdpa::loaded_cudnn()? >= super::sdpa_composite::BAND_MASK_OPERATION {
             let out = self.virt(DType::F32, score)?;
             let mut m = Descriptor::<kind::DiagonalBandMaskOp>::new()?;
             m.set_descriptors(attr::OPERATION_DIAGONAL_BAND_MASK_XDESC, &[self.d(x)?])?;

@@ -27,7 +27,7 @@ fn seq_lens(cfg: &SdpaConfig) -> (i32, i32) {
 /// operation: from cuDNN 9.21 (as NVIDIA's frontend does there), for every
 /// band (the causal mask, top-left or bottom-right, and the window).
 fn composite_unified(cfg: &SdpaConfig) -> Result<bool> {
-    Ok(loaded_cudnn()? >= super::sdpa::since::SUBGRAPH && cfg.has_band())
+    Ok(loaded_cudnn()? >= super::sdpa_composite::BAND_MASK_OPERATION && cfg.has_band())
 }
 
 impl Graph {
