@@ -15,10 +15,11 @@ use cudnn::Error;
 use cudnn::graph::{SdpaConfig, SdpaImpl};
 
 /// One case's answer on a target: its counts (the first plan that
-/// finalizes, as the loops asked for every target but the H200), or the
-/// kind of refusal.
+/// finalizes of at most three candidates, as the loops ask for the H200:
+/// the same memo key, so a graph a loop planned for the H200 in this
+/// process is not planned again here), or the kind of refusal.
 fn answer(g: &cudnn::graph::Graph, target: &str) -> Result<Counts, String> {
-    counts(g, target, 1).map_err(|e| match e {
+    counts(g, target, 3).map_err(|e| match e {
         Error::Unsupported { .. } => "refused (Unsupported)".to_string(),
         e => format!("failed: {e}"),
     })
