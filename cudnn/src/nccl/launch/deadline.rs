@@ -53,8 +53,8 @@ impl Deadline {
         let d = d.min(left);
         #[cfg(unix)]
         {
-            let start = std::time::Instant::now();
             use std::os::fd::AsRawFd;
+            let start = Instant::now();
             let mut fds = [libc::pollfd {
                 fd: listener.as_raw_fd(),
                 events: libc::POLLIN,
