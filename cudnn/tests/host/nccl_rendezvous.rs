@@ -680,7 +680,7 @@ mod imp {
             ensure!(start.elapsed() < Duration::from_secs(5), "no id file");
             std::thread::sleep(Duration::from_millis(2));
         }
-        let job = std::fs::read_to_string(&path)?
+        let job = crate::support::rendezvous::read_written(&path, Duration::from_secs(5))?
             .split(' ')
             .nth(2)
             .unwrap_or_default()

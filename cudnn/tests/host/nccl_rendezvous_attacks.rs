@@ -412,7 +412,7 @@ mod imp {
             ensure!(start.elapsed() < Duration::from_secs(5), "no id file");
             std::thread::sleep(Duration::from_millis(2));
         }
-        let text = std::fs::read_to_string(&path)?;
+        let text = crate::support::rendezvous::read_written(&path, Duration::from_secs(5))?;
         let job = text.split(' ').nth(2).unwrap().to_string();
         // The first process for rank 1 (played here): acknowledged, answered,
         // and slow to take its answer.
@@ -423,7 +423,8 @@ mod imp {
         )?;
         let ok = wait_for(&folder, &format!("ok-1-{first}"), Duration::from_secs(5))?;
         ensure!(
-            std::fs::read_to_string(&ok)? == format!("{job} {first} ok\n"),
+            crate::support::rendezvous::read_written(&ok, Duration::from_secs(5))?
+                == format!("{job} {first} ok\n"),
             "the answer"
         );
         // The second: refused at once.
@@ -595,7 +596,7 @@ mod imp {
             ensure!(start.elapsed() < Duration::from_secs(5), "no id file");
             std::thread::sleep(Duration::from_millis(2));
         }
-        let job = std::fs::read_to_string(&path)?
+        let job = crate::support::rendezvous::read_written(&path, Duration::from_secs(5))?
             .split(' ')
             .nth(2)
             .unwrap()

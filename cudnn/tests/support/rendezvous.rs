@@ -142,3 +142,19 @@ pub fn nested_group(e: &cudnn::Error) -> bool {
         }
     )
 }
+
+/// The text of `path` once its writer has finished it (rank 0 writes its
+/// files in place, a line at a time: a reader that comes between the create
+/// and the write sees a part), waited for at most `t`.
+pub fn read_written(path: &std::path::Path, t: std::time::Duration) -> Result<String, String> {
+    let start = std::time::Instant::now();
+    loop {
+        match std::fs::read_to_string(path) {
+            Ok(s) if s.ends_with('\n') => return Ok(s),
+            _ if start.elapsed() > t => {
+                return Err(format!("{} not written in {t:?}", path.display()));
+            }
+            _ => std::thread::sleep(std::time::Duration::from_millis(2)),
+        }
+    }
+}
