@@ -39,8 +39,13 @@ mod tests {
                         .chars()
                         .take_while(|c| c.is_alphanumeric() || *c == '_')
                         .collect();
+                    // A free function (no `impl` above it) by its name.
                     out.push((
-                        format!("{ty}::{name}"),
+                        if ty == "?" {
+                            name
+                        } else {
+                            format!("{ty}::{name}")
+                        },
                         format!("{}:{}", p.display(), i + 1),
                     ));
                 }

@@ -42,6 +42,7 @@ const FEATURES: &[&str] = &[
 /// libraries are failures here. `--quick`: the unit and host tiers on the
 /// cuda13 stack only (a contributor's check after a change).
 pub fn test(args: &[String]) -> Result<(), String> {
+    prune_finalize_memo(&finalize_memo_dir(), FINALIZE_MEMO_LIMIT);
     let quick = args.iter().any(|a| a == "--quick");
     let args: Vec<String> = args.iter().filter(|a| *a != "--quick").cloned().collect();
     if quick {
@@ -140,10 +141,60 @@ fn stack_env(cmd: &mut Command, stack: &str, dir: &Path) {
 /// An example binary as `cargo test` left it (built with the suite's
 /// features, so running it rebuilds nothing).
 fn example(name: &str) -> std::path::PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
+    target_dir().join("debug").join("examples").join(name)
+}
+
+fn target_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| crate::workspace_root().join("target"));
-    target.join("debug").join("examples").join(name)
+        .unwrap_or_else(|| crate::workspace_root().join("target"))
+}
+
+/// The host tier's finalize memo (its default folder, in the target
+/// folder's `tmp`: `CARGO_TARGET_TMPDIR`): plans compiled in earlier runs,
+/// one file per input cuDNN was given, which a changed graph leaves behind.
+fn finalize_memo_dir() -> std::path::PathBuf {
+    target_dir().join("tmp").join("finalize-memo")
+}
+
+/// The memo's size past which a run starts it afresh (a full run on one
+/// stack stores about 110 MB).
+const FINALIZE_MEMO_LIMIT: u64 = 2 << 30;
+
+/// Remove the memo folder `dir` whole when its files pass `limit` bytes
+/// (the next run compiles every plan again and stores what it uses); says
+/// so on stderr. Returns whether it removed it.
+fn prune_finalize_memo(dir: &Path, limit: u64) -> bool {
+    fn size(p: &Path, depth: u32) -> u64 {
+        let Ok(entries) = std::fs::read_dir(p) else {
+            return 0;
+        };
+        entries
+            .flatten()
+            .map(|e| match e.file_type() {
+                Ok(t) if t.is_dir() && depth > 0 => size(&e.path(), depth - 1),
+                Ok(t) if t.is_file() => e.metadata().map(|m| m.len()).unwrap_or(0),
+                _ => 0,
+            })
+            .sum()
+    }
+    let bytes = size(dir, 2);
+    if bytes <= limit {
+        return false;
+    }
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => {
+            eprintln!(
+                "finalize memo: {} held {bytes} bytes (over {limit}): removed; this run compiles every plan",
+                dir.display()
+            );
+            true
+        }
+        Err(e) => {
+            eprintln!("finalize memo: removing {}: {e}", dir.display());
+            false
+        }
+    }
 }
 
 /// The host test modules run against cuDNN 9.10 (their `sdpa` tests).
@@ -281,4 +332,26 @@ pub fn doctor(args: &[String]) -> Result<(), String> {
         .args(args)
         .env("CUDNN_RS_FALLBACK_PATH", &dir);
     status(cmd, "cargo run --example doctor")
+}
+
+#[cfg(test)]
+mod memo_tests {
+    use super::prune_finalize_memo;
+
+    #[test]
+    fn the_memo_is_removed_whole_past_its_limit_and_kept_below() {
+        let dir = std::env::temp_dir().join(format!("xtask-memo-{}", std::process::id()));
+        let env = dir.join("0123abcd");
+        std::fs::create_dir_all(&env).unwrap();
+        std::fs::write(env.join("a.plan"), vec![0u8; 600]).unwrap();
+        std::fs::write(env.join("b.plan"), vec![0u8; 600]).unwrap();
+        assert!(
+            !prune_finalize_memo(&dir, 1200),
+            "1200 bytes is not over 1200"
+        );
+        assert!(env.join("a.plan").exists());
+        assert!(prune_finalize_memo(&dir, 1199));
+        assert!(!dir.exists(), "removed whole");
+        assert!(!prune_finalize_memo(&dir, 0), "nothing to remove");
+    }
 }

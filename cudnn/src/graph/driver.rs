@@ -87,9 +87,21 @@ fn open() -> std::result::Result<Driver, String> {
     load_stub()
 }
 
+/// The stub's bytes, as embedded.
+#[cfg(all(cudnn_rs_driver_stub, target_os = "linux"))]
+static STUB: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libcuda_stub.so"));
+
+/// The embedded stub's bytes (empty where none was built): what the
+/// finalize memo keys its folder on, with the libraries.
+pub(crate) fn stub_bytes() -> &'static [u8] {
+    #[cfg(all(cudnn_rs_driver_stub, target_os = "linux"))]
+    return STUB;
+    #[cfg(not(all(cudnn_rs_driver_stub, target_os = "linux")))]
+    return &[];
+}
+
 #[cfg(all(cudnn_rs_driver_stub, target_os = "linux"))]
 fn load_stub() -> std::result::Result<Driver, String> {
-    static STUB: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libcuda_stub.so"));
     // An anonymous in-memory file first: no path another user can reach
     // (skipped with CUDNN_RS_DRIVER_STUB_NO_MEMFD=1, a test aid for the
     // fallback).

@@ -36,6 +36,7 @@ mod bindings;
 mod cache;
 mod cuda_graph;
 pub mod driver;
+mod finalize_memo;
 #[allow(clippy::module_inception)]
 mod graph;
 mod guard;
@@ -59,6 +60,8 @@ pub use cuda_graph::{
     NATIVE_CUDA_GRAPH_FAULTY, NATIVE_CUDA_GRAPH_MIN, PlanCudaGraph, native_cuda_graph_engine_rule,
     native_cuda_graph_rule,
 };
+#[doc(hidden)]
+pub use finalize_memo::{FinalizeMemoStats, enable_finalize_memo, finalize_memo_stats};
 pub use graph::{Graph, IoSignature, IoTensor, OpGraph, Tensor};
 pub use guard::{InputGuard, SeqLengths};
 pub use heuristics::{BehaviorNote, Candidate, HeurMode, Knob, NumericalNote, Policy};

@@ -20,6 +20,7 @@ mod cuda_graphs;
 #[cfg(feature = "cudarc")]
 mod cudarc_interop;
 mod descriptors;
+mod finalize_memo;
 mod fp8_gemm;
 mod fuzz_backend;
 mod fuzz_graph;
@@ -61,7 +62,7 @@ mod sdpa_softmax;
 
 tier_main! {
     mods: [
-        algo_cache, bind_by_tensor, conv, convbench, cuda_graphs, descriptors, fp8_gemm, fuzz_backend, fuzz_graph,
+        algo_cache, bind_by_tensor, conv, convbench, cuda_graphs, descriptors, finalize_memo, fp8_gemm, fuzz_backend, fuzz_graph,
         fuzz_graph_fp8, fuzz_plan_files, gemm, graph, graph_files, graph_fp8,
         graph_norm_attention, handles, issue34, nccl, nccl_groups, nccl_rendezvous,
         nccl_rendezvous_attacks, nccl_rendezvous_tcp, no_device, ops, perf, plan_json_softmax,
@@ -85,5 +86,9 @@ tier_main! {
         ("HOST_NCCL_RDZV_CHILD", "nccl_rendezvous"),
         ("HOST_NCCL_RDZV_FROM_ENV", "nccl_rendezvous"),
         ("CUDNN_RS_TEST_NO_DEVICE_STUB_CHILD", "no_device"),
+        ("CUDNN_RS_FINALIZE_MEMO_CHILD", "finalize_memo"),
     ],
+    // Plans finalized in an earlier run from the same input load from
+    // cuDNN's JSON of them (`support::enable_finalize_memo`).
+    finalize_memo: true,
 }

@@ -276,7 +276,8 @@ fn grafted_engines_refused() -> TestResult {
 /// A kernel parameter naming a uid cuDNN does not know: cuDNN finalizes
 /// such a plan (it does not check), the loader refuses it, trusted too; and
 /// the backward's own buffer uids are refused outside a backward (in a
-/// forward's file) and the GQA ones in a backward without GQA.
+/// forward's file), the GQA ones in a backward without GQA, the dBias one
+/// in a backward without dBias, and a decode forward's in a backward.
 fn foreign_param_uids_refused() -> TestResult {
     let t = Target::preset("h200")?;
     let (p, json) = built(&base(DType::BF16), &t)?;
@@ -297,6 +298,17 @@ fn foreign_param_uids_refused() -> TestResult {
         (
             "a GQA buffer without GQA",
             swap(&json, bwd_buffer, 3_759_583_368_913_738_089),
+        ),
+        // A decode forward's own buffer (accepted only with an SDPA
+        // forward or a softmax operation), and the dBias accumulator in a
+        // backward that writes no dBias.
+        (
+            "a forward decode buffer in a backward",
+            swap(&json, bwd_buffer, 9_196_583_092_661_000_136),
+        ),
+        (
+            "a dBias buffer without dBias",
+            swap(&json, bwd_buffer, -5_069_943_406_638_448_333),
         ),
     ] {
         // SAFETY: outside the contract on purpose: `j` is an edit (a kernel parameter's uid

@@ -37,6 +37,14 @@ fn base() -> SdpaConfig {
     SdpaConfig::new(2, 8, 256, 64, DType::BF16)
 }
 
+/// A decode step with the softmax's row max and sum of exponentials.
+fn decode() -> SdpaConfig {
+    SdpaConfig::new(4, 32, 1, 128, DType::BF16)
+        .gqa(8)
+        .kv_len(2048)
+        .max_sum_exp(true)
+}
+
 /// The planning cases: (name, backward, config).
 pub(crate) fn cases() -> Vec<(&'static str, bool, SdpaConfig)> {
     let ms = || base().max_sum_exp(true);
@@ -50,14 +58,7 @@ pub(crate) fn cases() -> Vec<(&'static str, bool, SdpaConfig)> {
             false,
             ms().padding(true).causal(true),
         ),
-        (
-            "fwd max/sum_exp decode s_q 1",
-            false,
-            SdpaConfig::new(4, 32, 1, 128, DType::BF16)
-                .gqa(8)
-                .kv_len(2048)
-                .max_sum_exp(true),
-        ),
+        ("fwd max/sum_exp decode s_q 1", false, decode()),
         ("fwd max/sum_exp dropout", false, ms().dropout(0.1)),
         ("fwd sink", false, sink()),
         ("fwd sink train", false, sink().training(true)),
@@ -463,6 +464,28 @@ fn plan_json_round_trip() -> TestResult {
                 .sink(true)
                 .training(true)
                 .implementation(SdpaImpl::Composite))?,
+        ),
+        // A decode step (one query row): its kernels patch three workspace
+        // buffers of their own (by uids in no graph), with the softmax's
+        // outputs and with a paged cache, in the operation and the
+        // composite alike.
+        (
+            "decode max/sum_exp",
+            fwd(&decode().implementation(SdpaImpl::Native))?,
+        ),
+        (
+            "composite decode max/sum_exp",
+            fwd(&decode().implementation(SdpaImpl::Composite))?,
+        ),
+        (
+            "paged decode max/sum_exp",
+            fwd(&SdpaConfig::new(4, 8, 1, 128, DType::BF16)
+                .gqa(2)
+                .kv_len(1024)
+                .causal_bottom_right()
+                .paged(64, 80)
+                .max_sum_exp(true)
+                .implementation(SdpaImpl::Native))?,
         ),
     ];
     for (name, (g, f)) in graphs {

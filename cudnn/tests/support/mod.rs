@@ -312,7 +312,66 @@ pub fn run_modules(modules: &[Module], children: &[(&str, &'static str)]) -> ! {
         }
     }
     let trials = std::mem::take(&mut *TRIALS.lock().unwrap_or_else(|e| e.into_inner()));
-    libtest_mimic::run(&args, trials).exit()
+    let conclusion = libtest_mimic::run(&args, trials);
+    if !report_finalize_memo() && !conclusion.has_failed() {
+        eprintln!("failed: plans built by this run's tests do not reload (listed above)");
+        std::process::exit(101);
+    }
+    conclusion.exit()
+}
+
+/// Where the host tier's finalize memo lives: `CUDNN_RS_FINALIZE_MEMO`
+/// names a folder, or `off`; unset, a folder in this build's target
+/// folder (`CARGO_TARGET_TMPDIR`).
+fn finalize_memo_dir() -> Option<std::path::PathBuf> {
+    match std::env::var_os("CUDNN_RS_FINALIZE_MEMO") {
+        Some(v) if v == "off" => None,
+        Some(v) if !v.is_empty() => Some(v.into()),
+        _ => Some(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("finalize-memo")),
+    }
+}
+
+/// Turn on the finalize memo (`cudnn::graph::enable_finalize_memo`): a plan
+/// this tier finalized before, in any run, from the same input (everything
+/// cuDNN was given, in the same environment), is loaded from cuDNN's JSON of
+/// it instead of compiled again. `CUDNN_RS_FINALIZE_MEMO=off` turns it off.
+pub fn enable_finalize_memo() {
+    if let Some(dir) = finalize_memo_dir() {
+        // SAFETY: the folder is this build's own (in its target folder) or
+        // one named for the memo alone: only the memo writes there.
+        unsafe { cudnn::graph::enable_finalize_memo(&dir) };
+    }
+}
+
+/// What the finalize memo did in this process, on stderr (nothing when it
+/// is off or nothing was finalized); whether every plan finalized passed
+/// the crate's own loader's check (the memo stores only those: a plan the
+/// crate builds and cannot reload is a failure of the run).
+fn report_finalize_memo() -> bool {
+    let s = cudnn::graph::finalize_memo_stats();
+    if let Some(off) = &s.off {
+        eprintln!("finalize memo: off ({off})");
+    } else if let Some(folder) = &s.folder {
+        eprintln!(
+            "finalize memo: {} plans loaded from it, {} compiled and stored, {} without a key, \
+             {} bad entries, {} not reloadable for cuDNN's score-subgraph gap (known), \
+             {} refused by the crate's loader ({})",
+            s.hits,
+            s.stored,
+            s.unkeyed,
+            s.bad,
+            s.score_subgraph_gap,
+            s.refused,
+            folder.display()
+        );
+        for why in &s.bad_why {
+            eprintln!("  bad entry (finalized again): {why}");
+        }
+    }
+    for why in &s.refused_why {
+        eprintln!("  FAILED: a plan this run built does not reload: {why}");
+    }
+    s.refused == 0
 }
 
 fn register(name: &'static str, main: fn()) {
@@ -470,7 +529,8 @@ macro_rules! tier_main {
     (
         mods: [$($m:ident),* $(,)?],
         cudarc: [$($c:ident),* $(,)?],
-        children: [$(($var:expr, $owner:literal)),* $(,)?] $(,)?
+        children: [$(($var:expr, $owner:literal)),* $(,)?]
+        $(, finalize_memo: $memo:literal)? $(,)?
     ) => {
         // The modules are declared in main.rs itself (`mod x;` lines), where
         // rustfmt finds their files: it does not expand macros.
@@ -484,6 +544,9 @@ macro_rules! tier_main {
         )*
 
         fn main() {
+            $(if $memo {
+                $crate::support::enable_finalize_memo();
+            })?
             let modules: &[$crate::support::Module] =
                 &[$((stringify!($m), $m::main),)* $((stringify!($c), $c::main),)*];
             // The variables that start a process as one module's child (it

@@ -138,8 +138,9 @@ pub mod kind {
 
 /// An attribute value type (sealed): the Rust element type and cuDNN's type code.
 pub trait Value: sealed::Sealed + 'static {
-    /// The element passed to and read from cuDNN.
-    type Elem: Copy + 'static;
+    /// The element passed to and read from cuDNN (`Debug` prints it
+    /// exactly: what a [`transcript`](self) records).
+    type Elem: Copy + fmt::Debug + 'static;
     /// cuDNN's attribute type.
     const TYPE: AttrType;
     /// A placeholder value for read buffers.
@@ -265,6 +266,9 @@ impl<K, K2> AttrTypeOf for Attr<K, value::Desc<K2>> {
 #[allow(missing_docs)]
 pub mod attr;
 mod rules;
+mod transcript;
+use transcript::Transcript;
+pub(crate) use transcript::turn_on as keep_transcripts;
 
 /// An owned backend descriptor of kind `K`.
 ///
@@ -276,6 +280,8 @@ pub struct Descriptor<K: Kind> {
     finalized: bool,
     /// The attributes set successfully (what finalize needs is checked against them).
     set_attrs: Vec<AttrName>,
+    /// What cuDNN was given, while the finalize memo is on.
+    transcript: Transcript,
     _k: PhantomData<K>,
 }
 
@@ -305,6 +311,13 @@ pub trait AnyOperation {
     fn op_finalized(&self) -> bool;
     /// Its kind's name.
     fn op_kind(&self) -> &'static str;
+    /// The digest of what cuDNN was given for it (the finalize memo's test
+    /// aid); `None` unless it is one of this crate's descriptors made while
+    /// the memo is on.
+    #[doc(hidden)]
+    fn op_digest(&self) -> Option<[u8; 32]> {
+        None
+    }
 }
 
 impl<K: OperationKind> AnyOperation for Descriptor<K> {
@@ -316,6 +329,9 @@ impl<K: OperationKind> AnyOperation for Descriptor<K> {
     }
     fn op_kind(&self) -> &'static str {
         K::NAME
+    }
+    fn op_digest(&self) -> Option<[u8; 32]> {
+        self.transcript.digest()
     }
 }
 
@@ -330,6 +346,7 @@ impl<K: Kind> Descriptor<K> {
             raw: untyped::create(K::TYPE, K::NAME)?,
             finalized: false,
             set_attrs: Vec::new(),
+            transcript: Transcript::start(K::TYPE),
             _k: PhantomData,
         })
     }
@@ -344,6 +361,15 @@ impl<K: Kind> Descriptor<K> {
         self.finalized
     }
 
+    /// The digest of everything cuDNN was given for this descriptor (the
+    /// finalize memo's key), when it keeps one.
+    pub(crate) fn digest(&self) -> Option<[u8; 32]> {
+        self.transcript.digest()
+    }
+
+    /// Set an attribute. The transcript ends here: a caller that can say
+    /// what it set records it after a success (`set`, `set_operations`).
+    ///
     /// # Safety
     /// `data` points to `count` elements of the C type `ty` names.
     pub(in crate::graph) unsafe fn set_raw(
@@ -359,6 +385,7 @@ impl<K: Kind> Descriptor<K> {
             finalized: self.finalized,
             kind: K::NAME,
         };
+        self.transcript.end();
         // SAFETY: the caller's contract.
         unsafe { untyped::set(at, &mut self.set_attrs, name, label, ty, count, data) }
     }
@@ -386,6 +413,7 @@ impl<K: Kind> Descriptor<K> {
                 format!("{} bytes through the safe Descriptor::set", values.len()),
             ));
         }
+        let mut kept = self.transcript;
         // SAFETY: `V::Elem` is the C type of `V::TYPE` (bool is one byte, as
         // CUDNN_TYPE_BOOLEAN); `values` holds `values.len()` of them.
         unsafe {
@@ -396,7 +424,17 @@ impl<K: Kind> Descriptor<K> {
                 values.len(),
                 values.as_ptr().cast(),
             )
+        }?;
+        if kept.is_kept() {
+            kept.values(
+                a.name,
+                V::TYPE,
+                values.len(),
+                format!("{values:?}").as_bytes(),
+            );
         }
+        self.transcript = kept;
+        Ok(())
     }
 
     /// Set an attribute that holds descriptors of kind `K2`; each must be finalized.
@@ -417,7 +455,13 @@ impl<K: Kind> Descriptor<K> {
             finalized: self.finalized,
             kind: K::NAME,
         };
-        untyped::set_descriptors(at, &mut self.set_attrs, a.name, a.label, K2::NAME, &listed)
+        let mut kept = self.transcript;
+        self.transcript.end();
+        untyped::set_descriptors(at, &mut self.set_attrs, a.name, a.label, K2::NAME, &listed)?;
+        let children: Vec<Transcript> = descs.iter().map(|d| d.transcript).collect();
+        kept.descriptors(a.name, &children);
+        self.transcript = kept;
+        Ok(())
     }
 
     /// Set an attribute that holds operation descriptors of any kind; each must be finalized.
@@ -442,6 +486,7 @@ impl<K: Kind> Descriptor<K> {
             }
         }
         let raws: Vec<sys::cudnnBackendDescriptor_t> = ops.iter().map(|o| o.raw_op()).collect();
+        let mut kept = self.transcript;
         // SAFETY: live, finalized operation descriptors, as the attribute takes.
         unsafe {
             self.set_raw(
@@ -451,7 +496,14 @@ impl<K: Kind> Descriptor<K> {
                 raws.len(),
                 raws.as_ptr().cast(),
             )
-        }
+        }?;
+        let children: Vec<Transcript> = ops
+            .iter()
+            .map(|o| Transcript::from_digest(o.op_digest()))
+            .collect();
+        kept.descriptors(a.name, &children);
+        self.transcript = kept;
+        Ok(())
     }
 
     /// Set device addresses (variant pack pointers and workspace).
@@ -516,6 +568,7 @@ impl<K: Kind> Descriptor<K> {
         };
         untyped::finalize(at, K::TYPE, &self.set_attrs)?;
         self.finalized = true;
+        self.transcript.finalized();
         Ok(())
     }
 
@@ -601,8 +654,10 @@ impl<K: Kind> Descriptor<K> {
             )
         }?;
         descs.truncate(n.min(max));
-        for d in &mut descs {
+        for (i, d) in descs.iter_mut().enumerate() {
             d.finalized = true;
+            // What cuDNN filled it with follows from what it was given.
+            d.transcript = self.transcript.child(a.name, i);
         }
         Ok(descs)
     }

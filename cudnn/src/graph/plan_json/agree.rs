@@ -30,6 +30,9 @@ pub(super) struct Tensors {
     pub(super) flow: Vec<super::dataflow::Flow>,
     /// The score-subgraph inputs.
     pub(super) provided: HashSet<(String, String)>,
+    /// Kernel parameters of an SDPA backward that name no tensor of the
+    /// JSON (refused; told apart by [`super::score_subgraph_gap`]).
+    pub(super) unresolved: Vec<super::engine::Param>,
 }
 
 /// Every non-virtual tensor of the JSON is a bound tensor, a scalar or a

@@ -29,6 +29,21 @@ const PAGED_LOAD: &str = "CUDNN_BACKEND_OPERATION_PAGED_CACHE_LOAD_DESCRIPTOR";
 const BWD_BUFFERS: [i64; 2] = [2_701_148_414_642_200_600, 5_996_311_671_000_428_175];
 /// The same with grouped-query attention (the f32 dK / dV accumulators).
 const BWD_GQA_BUFFERS: [i64; 2] = [-12_443_802_042_839_261, 3_759_583_368_913_738_089];
+/// Uids the forward kernels of a decode step (one query row) patch with
+/// their own workspace buffers, the first three pointers of the parameter
+/// block: with the softmax's row max and sum of exponentials as outputs,
+/// and with a paged KV cache (measured in cuDNN 9.28's sm80, sm89, sm90
+/// and sm100 plans of the SDPA operation and of the composite attention).
+const FWD_DECODE_BUFFERS: [i64; 3] = [
+    9_196_583_092_661_000_136,
+    6_358_000_813_200_163_156,
+    -8_064_203_720_865_845_221,
+];
+const SOFTMAX: &str = "CUDNN_BACKEND_OPERATION_SOFTMAX_DESCRIPTOR";
+/// The uid the SDPA backward operation's kernels patch with their dBias
+/// accumulator (measured in cuDNN 9.28's sm80, sm89, sm90 and sm100 plans
+/// with dBias): accepted only in a backward that writes dBias.
+const BWD_DBIAS_BUFFERS: [i64; 1] = [-5_069_943_406_638_448_333];
 
 /// The dims of the tensor a node names under one of `keys`.
 fn dims<'w>(w: &'w Walk, fields: &[(String, String)], keys: &[&str]) -> Option<&'w [i64]> {
@@ -49,10 +64,30 @@ fn sdpa_nodes(w: &Walk) -> Vec<(bool, &[(String, String)])> {
         .collect()
 }
 
+/// Whether the plan has an SDPA backward operation.
+pub(super) fn has_backward_op(w: &Walk) -> bool {
+    sdpa_nodes(w).iter().any(|&(bwd, _)| bwd)
+}
+
+/// Whether kernel parameter `uid`, which names no tensor of the graph, is
+/// one of an attention forward's own workspace buffers: only with an SDPA
+/// forward operation or a softmax operation (the composite's).
+pub(super) fn forward_buffer(uid: i64, w: &Walk) -> bool {
+    FWD_DECODE_BUFFERS.contains(&uid)
+        && w.nodes
+            .iter()
+            .any(|(op, _)| op == SDPA_FWD || op == SOFTMAX)
+}
+
 /// Whether kernel parameter `uid`, which names no tensor of the graph, is
 /// one of the SDPA backward's own workspace buffers in this plan: only with
 /// an SDPA backward operation, the GQA ones only with fewer K or V heads.
 pub(super) fn backward_buffer(uid: i64, w: &Walk) -> bool {
+    if BWD_DBIAS_BUFFERS.contains(&uid) {
+        return sdpa_nodes(w)
+            .iter()
+            .any(|&(bwd, f)| bwd && f.iter().any(|(k, _)| k == "dBiasDesc"));
+    }
     let gqa = BWD_GQA_BUFFERS.contains(&uid);
     if !gqa && !BWD_BUFFERS.contains(&uid) {
         return false;

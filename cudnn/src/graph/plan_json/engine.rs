@@ -83,12 +83,24 @@ fn base64_len(s: &str) -> usize {
     (s.len() / 4 * 3).saturating_sub(pad)
 }
 
+/// A kernel parameter patched from a tensor: its address (or TMA
+/// descriptor), or its value.
+#[derive(Clone, Debug)]
+pub(super) struct Param {
+    /// The JSON path of its uid.
+    pub path: String,
+    pub uid: i64,
+    /// Patched with the tensor's value (a by-value scalar), `size` bytes.
+    pub by_value: bool,
+    pub size: i64,
+}
+
 /// What [`engine`] found in a plan's engine.
 pub(super) struct EngineInfo {
     /// Whether it carries compiled kernel code.
     pub runtime_compiled: bool,
-    /// `(path, uid)` of every kernel parameter patched from a tensor.
-    pub param_uids: Vec<(String, i64)>,
+    /// Every kernel parameter patched from a tensor.
+    pub param_uids: Vec<Param>,
     /// `(path, header)` of every attention descriptor in a kernel's
     /// parameter block (see [`super::attention`]).
     pub attn_headers: Vec<(String, [u32; 8])>,
@@ -254,7 +266,7 @@ fn attn_header(raw: &str, at: i64, path: &str) -> Result<[u32; 8]> {
 fn kernel_params(
     v: &Value,
     path: &str,
-    uids: &mut Vec<(String, i64)>,
+    uids: &mut Vec<Param>,
     headers: &mut Vec<(String, [u32; 8])>,
 ) -> Result<()> {
     let m = obj(v, path)?;
@@ -310,7 +322,12 @@ fn kernel_params(
         if let (Some(uid), Some(how)) = (uid, update_as)
             && how != "workspace"
         {
-            uids.push((format!("{p}/uid"), uid));
+            uids.push(Param {
+                path: format!("{p}/uid"),
+                uid,
+                by_value: how == "value",
+                size,
+            });
         }
         if om.contains_key("update_as") != om.contains_key("uid") {
             return Err(bad(&p, "must have both uid and update_as, or neither", o));

@@ -719,6 +719,7 @@ pub(crate) fn check_summary(
     #[cfg(test)]
     CHECKS.with(|c| c.set(c.get() + 1));
     let (summary, tensors) = shape(json, Some(target), cudnn)?;
+    refuse_unresolved(&tensors)?;
     agree(&tensors, io)?;
     // Scratch tensors (bound in the JSON, placed in the workspace) need
     // their producer as virtual ones do.
@@ -756,6 +757,7 @@ pub(crate) fn check_summary(
 /// backend API runs before finalizing an execution plan from JSON.
 pub(crate) fn check_shape(json: &str) -> Result<()> {
     let (_, t) = shape(json, None, None)?;
+    refuse_unresolved(&t)?;
     // The data flow too (no tensor list here: virtual tensors only).
     dataflow::check(&t.flow, &t.all, &HashSet::new(), &t.provided)
 }
@@ -812,15 +814,25 @@ fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Sum
     // graph (a payload taken from another graph's plan can name tensors this
     // one does not have). Virtual tensors count: cuDNN places some of them
     // in the workspace and patches their address (composite SDPA backward).
-    for (path, uid) in &param_uids {
+    // In a plan with an SDPA backward operation, a parameter naming no
+    // tensor of the JSON is kept for the caller to refuse, or to tell as
+    // cuDNN's serialization gap (`score_subgraph_gap`).
+    let backward_op = attention::has_backward_op(&w);
+    let mut unresolved = Vec::new();
+    for param in &param_uids {
+        let uid = param.uid;
         let ragged_buffer =
-            RAGGED_PARAM_UIDS.contains(uid) && w.tensors.values().any(|t| t.ragged.is_some());
-        if !w.tensors.contains_key(uid)
-            && !INTERNAL_PARAM_UIDS.contains(uid)
-            && !attention::backward_buffer(*uid, &w)
+            RAGGED_PARAM_UIDS.contains(&uid) && w.tensors.values().any(|t| t.ragged.is_some());
+        if !w.tensors.contains_key(&uid)
+            && !INTERNAL_PARAM_UIDS.contains(&uid)
+            && !attention::backward_buffer(uid, &w)
+            && !attention::forward_buffer(uid, &w)
             && !ragged_buffer
         {
-            return Err(bad(path, "must name a tensor of the graph", uid));
+            if !backward_op {
+                return Err(bad(&param.path, "must name a tensor of the graph", uid));
+            }
+            unresolved.push(param.clone());
         }
     }
     guards::check_batches(&w)?;
@@ -839,6 +851,39 @@ fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Sum
             read: w.read,
             flow: w.flow,
             provided: w.provided,
+            unresolved,
         },
     ))
+}
+
+/// Refuse a kernel parameter that names no tensor of the JSON (the first).
+fn refuse_unresolved(t: &Tensors) -> Result<()> {
+    match t.unresolved.first() {
+        Some(p) => Err(bad(&p.path, "must name a tensor of the graph", p.uid)),
+        None => Ok(()),
+    }
+}
+
+/// Whether a plan JSON that [`check_summary`] refuses (for the tensor list
+/// `io`) is refused for cuDNN's serialization gap alone, and nothing else:
+/// cuDNN 9.28 writes an SDPA backward operation's JSON without its score
+/// subgraph (the causal mask, window, bias, ALiBi or softcap), while the
+/// compiled kernels still patch that subgraph's tensors, by-value scalars
+/// and inputs of `io` (measured). The loader refuses such a plan (after a
+/// reload, cuDNN would have nothing to fill those parameters from); the
+/// finalize memo tells this known refusal from others.
+pub(crate) fn score_subgraph_gap(json: &str, io: &IoSignature, target: &Target) -> bool {
+    let Ok((_, t)) = shape(json, Some(target), None) else {
+        return false;
+    };
+    let in_io = |p: &engine::Param| {
+        if p.by_value {
+            io.scalars.iter().any(|&(uid, dtype, _)| {
+                uid == p.uid && i64::try_from(dtype.size()).is_ok_and(|n| n == p.size)
+            })
+        } else {
+            io.tensors.iter().any(|t| t.uid == p.uid && !t.is_output)
+        }
+    };
+    !t.unresolved.is_empty() && t.unresolved.iter().all(in_io)
 }

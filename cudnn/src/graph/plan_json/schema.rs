@@ -305,6 +305,9 @@ pub(super) fn node_fields(op: &str) -> Option<&'static [(&'static str, Field)]> 
             // Attention sinks and dSink (issue 24).
             ("sinkDesc", In),
             ("dSinkDesc", Out),
+            // The bias gradient (the bias itself is in the score subgraph,
+            // which cuDNN 9.28 leaves out of the JSON).
+            ("dBiasDesc", Out),
         ],
         // The paged KV cache (issue 24): K or V gathered through a page table.
         "CUDNN_BACKEND_OPERATION_PAGED_CACHE_LOAD_DESCRIPTOR" => &[
