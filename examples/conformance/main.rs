@@ -70,6 +70,10 @@ struct Args {
     /// `--oracle-cache DIR`: the frontend's answers remembered there
     /// (`oracle`; not under `--timing`).
     oracle_cache: Option<PathBuf>,
+    /// `--finalize-memo DIR`: the crate's side plans through the test
+    /// suite's finalize memo there (not under `--timing`, which times the
+    /// finalize).
+    finalize_memo: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -85,6 +89,7 @@ fn parse_args() -> Result<Args, String> {
         verbose: false,
         keep: None,
         oracle_cache: None,
+        finalize_memo: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(x) = it.next() {
@@ -122,8 +127,12 @@ fn parse_args() -> Result<Args, String> {
             "--verbose" | "-v" => a.verbose = true,
             "--keep" => a.keep = Some(PathBuf::from(val("--keep")?)),
             "--oracle-cache" => a.oracle_cache = Some(PathBuf::from(val("--oracle-cache")?)),
+            "--finalize-memo" => a.finalize_memo = Some(PathBuf::from(val("--finalize-memo")?)),
             other => return Err(format!("unknown argument `{other}`")),
         }
+    }
+    if a.timing && a.finalize_memo.is_some() {
+        return Err("--finalize-memo with --timing: the timing measures the finalize".to_string());
     }
     // Default: one Python process per core (at most 4), one under --timing.
     if a.jobs == 0 {
@@ -526,6 +535,12 @@ fn run() -> Result<bool, Stop> {
         ));
     };
     cudnn::graph::require_graph_support()?;
+    if let Some(dir) = &args.finalize_memo {
+        // SAFETY: the folder is the test suite's memo (`cargo xtask test`
+        // passes the host tier's, in the target folder): only the memo
+        // writes there.
+        unsafe { cudnn::graph::enable_finalize_memo(dir) };
+    }
     // --keep: the caller's folder. Otherwise a fresh private one: the plans
     // the frontend writes there are loaded back as code.
     let work = match &args.keep {
@@ -912,6 +927,14 @@ fn report(pats: &[Pattern], rows: &[Row], timing: bool, verbose: bool, secs: f64
         both,
         secs
     );
+    let memo = cudnn::graph::finalize_memo_stats();
+    if memo.folder.is_some() {
+        println!(
+            "conformance: the crate's plans: {} loaded from the finalize memo, {} compiled",
+            memo.hits,
+            memo.stored + memo.score_subgraph_gap + memo.refused + memo.unkeyed
+        );
+    }
     failed == 0
 }
 

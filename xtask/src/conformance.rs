@@ -13,12 +13,18 @@ use crate::fetch;
 /// into the cache first). Missing Python or frontend is a failure here.
 /// `exe`: the example as already built (by `cargo xtask test`'s first
 /// stage), else `cargo run` builds it.
-pub fn run(cu13: &Path, exe: Option<&Path>) -> Result<(), String> {
+pub fn run(cu13: &Path, exe: Option<&Path>, finalize_memo: &Path) -> Result<(), String> {
+    // The crate's side plans through the host tier's finalize memo (its
+    // plans compiled in an earlier run from the same input load instead).
+    let memo = vec![
+        "--finalize-memo".to_string(),
+        finalize_memo.display().to_string(),
+    ];
     conformance(
         cu13,
         exe,
         &[],
-        &[],
+        &memo,
         "examples/conformance (stack cuda13 against NVIDIA's cuDNN frontend)",
     )
 }

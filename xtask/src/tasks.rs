@@ -93,7 +93,7 @@ pub fn test(args: &[String]) -> Result<(), String> {
         .args(FEATURES)
         .args(["--example", "conformance"]);
     status(cmd, "cargo build --example conformance")?;
-    crate::conformance::run(&cu13, Some(&example("conformance")))?;
+    crate::conformance::run(&cu13, Some(&example("conformance")), &finalize_memo_dir())?;
     // The library-facing tests only: the unit tier, compile_fail and the
     // examples' own tests load no library (their answers cannot depend on
     // the stack); they, and the GPU tier (skipped without a device; the

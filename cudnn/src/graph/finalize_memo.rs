@@ -23,12 +23,16 @@
 //!
 //! An entry is loaded as a plan file is: through the crate's plan loader and
 //! its checks ([`Plan::check_json`](super::Plan)). A plan is stored only if
-//! its JSON passes them. One that does not is a plan the crate builds and
-//! cannot reload: counted apart when the reason is cuDNN's known
-//! serialization gap (an SDPA backward's JSON without its score subgraph),
-//! else counted as refused, with the reason, for the test tier to report.
-//! So with the memo on, every plan the tier finalizes is checked for
-//! reloading, and every plan it takes from the memo is reloaded.
+//! its JSON passes them and cuDNN loads it back with the compiled plan's
+//! workspace. One that does not is a plan the crate builds and cannot
+//! reload: counted apart when the reason is cuDNN's known serialization gap
+//! alone (an SDPA backward's JSON without its score subgraph), else counted
+//! as refused, with the reason, for the test tier to report. So with the
+//! memo on, every plan the tier compiles is reloaded once when it is
+//! stored, and every plan it takes from the memo is a reload. (In a run
+//! that takes a plan from the memo, a test that reloads the plan it built
+//! reloads a reloaded plan; the compiled plan was reloaded when stored,
+//! and a run from a clean target folder, as CI's, compiles every plan.)
 //!
 //! Only with the crate's driver stub: with a real driver, plans compile
 //! for the device as they always do.
@@ -40,7 +44,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use sha2::{Digest, Sha256};
 
-use super::backend::{Descriptor, kind};
+use super::backend::{Descriptor, attr, kind};
 use super::driver::Driver;
 use super::graph::IoSignature;
 use super::plan::Plan;
@@ -51,8 +55,9 @@ use crate::error::Result;
 /// follows.
 const HEADER: &str = "cudnn-rs finalize memo 1";
 
-/// The largest entry read back (cuDNN's plan JSON, as [`read_json`] bounds it).
-const MAX_ENTRY_BYTES: u64 = 64 << 20;
+/// The largest entry read back: cuDNN's plan JSON, as [`read_json`] bounds
+/// it, and the two header lines.
+const MAX_ENTRY_BYTES: u64 = (64 << 20) + 256;
 
 /// The folder [`enable_finalize_memo`] was given.
 static BASE: OnceLock<PathBuf> = OnceLock::new();
@@ -177,35 +182,45 @@ fn environment() -> Result<(String, String)> {
     let _ = writeln!(d, "cudnn {:?}", info.version);
     if let Some(path) = &info.path {
         let _ = writeln!(d, "cudnn file {}", path.display());
-        let mut files: Vec<(String, u64, u128)> = Vec::new();
+        let mut files: Vec<std::path::PathBuf> = Vec::new();
         if let Some(entries) = path.parent().and_then(|p| std::fs::read_dir(p).ok()) {
             for e in entries.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if !name.starts_with("libcudnn") {
-                    continue;
-                }
-                if let Ok(m) = e.metadata() {
-                    let mtime = m
-                        .modified()
-                        .ok()
-                        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                        .map_or(0, |t| t.as_nanos());
-                    files.push((name, m.len(), mtime));
+                if e.file_name().to_string_lossy().starts_with("libcudnn") {
+                    files.push(e.path());
                 }
             }
         }
         files.sort();
-        for (name, len, mtime) in files {
-            let _ = writeln!(d, "  {name} {len} bytes, modified {mtime} ns");
+        for f in files {
+            let _ = writeln!(d, "  {}", identity(&f));
         }
     }
     for n in super::nvrtc::loaded() {
-        let _ = writeln!(d, "nvrtc {} {:?}", n.path.display(), n.version);
+        let _ = writeln!(d, "nvrtc {:?} {}", n.version, identity(&n.path));
+        if let Some(b) = &n.builtins {
+            let _ = writeln!(d, "  builtins {}", identity(b));
+        }
     }
     let stub = Sha256::digest(super::driver::stub_bytes());
     let _ = writeln!(d, "driver stub sha256 {}", hex(&stub));
     let name = hex(&Sha256::digest(d.as_bytes())[..12]);
     Ok((name, d))
+}
+
+/// A file by path, size and modification time (its path alone where it
+/// cannot be read: a name the system loader resolved).
+fn identity(path: &Path) -> String {
+    match std::fs::metadata(path) {
+        Ok(m) => {
+            let mtime = m
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |t| t.as_nanos());
+            format!("{} {} bytes, modified {mtime} ns", path.display(), m.len())
+        }
+        Err(_) => path.display().to_string(),
+    }
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -221,11 +236,12 @@ fn hex(bytes: &[u8]) -> String {
 /// from the memo when it holds this input, else by cuDNN, storing the
 /// result.
 ///
-/// Both ways go through the crate's plan loader's check
-/// ([`Plan::check_json`]): an entry is loaded as a plan file is, and a plan
-/// cuDNN just finalized is stored only when its JSON passes, else counted
-/// in [`FinalizeMemoStats::refused`] (a plan this crate builds and cannot
-/// reload: a defect the test tier reports).
+/// Both ways go through the crate's plan loader ([`Plan::check_json`], then
+/// cuDNN's load): an entry is loaded as a plan file is, and a plan cuDNN
+/// just finalized is stored only when its JSON passes the checks and loads
+/// with the compiled plan's workspace, else counted (the known score-subgraph
+/// gap apart, everything else in [`FinalizeMemoStats::refused`]: a plan
+/// this crate builds and cannot reload, a defect the test tier reports).
 pub(super) fn finalize(
     mut p: Descriptor<kind::ExecutionPlan>,
     target: &Target,
@@ -277,8 +293,28 @@ pub(super) fn finalize(
             return Ok(p);
         }
     };
-    match Plan::check_json(&json, target, io) {
-        Ok(_) => {
+    // The loader's checks, then cuDNN's own load of the JSON, which must
+    // give the workspace the compiled plan has: only then is it stored.
+    let reloaded = Plan::check_json(&json, target, io).and_then(|checked| {
+        // SAFETY: `json` is cuDNN's own JSON, read just above, of the plan
+        // `p` the loaded cuDNN finalized for this graph (`io`) and target.
+        let q = unsafe { Plan::load_checked(&checked) }?;
+        let (a, b) = (
+            p.get_one(attr::EXECUTION_PLAN_WORKSPACE_SIZE)?,
+            q.get_one(attr::EXECUTION_PLAN_WORKSPACE_SIZE)?,
+        );
+        if a == b {
+            Ok(())
+        } else {
+            Err(crate::error::Error::mismatch(
+                "the reloaded plan's workspace (the compiled plan's, the reloaded one's)",
+                a,
+                b,
+            ))
+        }
+    });
+    match reloaded {
+        Ok(()) => {
             let entry = format!(
                 "{HEADER}\n{}\n{json}",
                 hex(&Sha256::digest(json.as_bytes()))
@@ -288,7 +324,7 @@ pub(super) fn finalize(
             }
         }
         // The loader's known refusal (cuDNN's JSON of an SDPA backward
-        // lacks its score subgraph): counted apart.
+        // lacks its score subgraph, and nothing else is wrong): counted apart.
         Err(_) if super::plan_json::score_subgraph_gap(&json, io, target) => {
             GAP.fetch_add(1, Ordering::Relaxed);
         }
@@ -328,18 +364,20 @@ fn note(list: &Mutex<(u64, Vec<String>)>, why: String) {
 /// An entry's JSON, when the file is there, bounded, of this format and
 /// matches its checksum.
 fn read_entry(path: &Path) -> Option<String> {
-    let len = std::fs::metadata(path).ok()?.len();
-    if len > MAX_ENTRY_BYTES {
-        note(&BAD_WHY, format!("{}: {len} bytes", path.display()));
-        let _ = std::fs::remove_file(path);
-        return None;
-    }
-    let text = std::fs::read_to_string(path).ok()?;
-    let checked = (|| {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path).ok()?;
+    // Bounded as it is read (the file could change after any size query).
+    let mut bytes = Vec::new();
+    let read = file.take(MAX_ENTRY_BYTES + 1).read_to_end(&mut bytes);
+    let text = match (read, bytes.len() as u64 > MAX_ENTRY_BYTES) {
+        (Ok(_), false) => String::from_utf8(bytes).ok(),
+        _ => None,
+    };
+    let checked = text.as_deref().and_then(|text| {
         let rest = text.strip_prefix(HEADER)?.strip_prefix('\n')?;
         let (sum, json) = rest.split_once('\n')?;
         (hex(&Sha256::digest(json.as_bytes())) == sum).then(|| json.to_string())
-    })();
+    });
     if checked.is_none() {
         note(&BAD_WHY, format!("{}: not a whole entry", path.display()));
         let _ = std::fs::remove_file(path);

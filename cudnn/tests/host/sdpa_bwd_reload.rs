@@ -277,7 +277,8 @@ fn grafted_engines_refused() -> TestResult {
 /// such a plan (it does not check), the loader refuses it, trusted too; and
 /// the backward's own buffer uids are refused outside a backward (in a
 /// forward's file), the GQA ones in a backward without GQA, the dBias one
-/// in a backward without dBias, and a decode forward's in a backward.
+/// in a backward without dBias, and a decode forward's in a backward and in
+/// a forward of many query rows.
 fn foreign_param_uids_refused() -> TestResult {
     let t = Target::preset("h200")?;
     let (p, json) = built(&base(DType::BF16), &t)?;
@@ -333,14 +334,25 @@ fn foreign_param_uids_refused() -> TestResult {
         fj.contains(&format!("\"uid\":{internal}")),
         "forward's internal uid"
     );
-    let j = swap(&fj, internal, bwd_buffer);
-    // SAFETY: outside the contract on purpose: `j` is an edit (a forward plan given a
-    // backward-only buffer uid) that the crate's checks must refuse before cuDNN sees it;
-    // the typed refusal is asserted below, and no plan is executed.
-    match unsafe { Plan::from_cudnn_json_unverified(&j, &t, Arc::new(fp.io().clone())) } {
-        Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains("kernelParams") => Ok(()),
-        other => Err(format!("backward buffer in a forward: {:?}", other.map(|_| ())).into()),
+    // The backward's buffer, and a decode step's (this forward has 256
+    // query rows), in a forward's file.
+    for (what, to) in [
+        ("backward buffer in a forward", bwd_buffer),
+        (
+            "decode buffer in a 256-row forward",
+            9_196_583_092_661_000_136,
+        ),
+    ] {
+        let j = swap(&fj, internal, to);
+        // SAFETY: outside the contract on purpose: `j` is an edit (a forward plan given a
+        // buffer uid it does not have) that the crate's checks must refuse before cuDNN
+        // sees it; the typed refusal is asserted below, and no plan is executed.
+        match unsafe { Plan::from_cudnn_json_unverified(&j, &t, Arc::new(fp.io().clone())) } {
+            Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains("kernelParams") => {}
+            other => return Err(format!("{what}: {:?}", other.map(|_| ())).into()),
+        }
     }
+    Ok(())
 }
 
 /// Reported ignored (with a note), never passed, where the loaded cuDNN

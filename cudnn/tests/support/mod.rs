@@ -283,7 +283,7 @@ pub fn run_modules(modules: &[Module], children: &[(&str, &'static str)]) -> ! {
         {
             register(name, *main);
             let trials = std::mem::take(&mut *TRIALS.lock().unwrap_or_else(|e| e.into_inner()));
-            libtest_mimic::run(&args, trials).exit()
+            finish(libtest_mimic::run(&args, trials))
         }
     }
     // CUDNN_RS_TEST_MODULE=a,b registers those modules only (the device
@@ -312,7 +312,13 @@ pub fn run_modules(modules: &[Module], children: &[(&str, &'static str)]) -> ! {
         }
     }
     let trials = std::mem::take(&mut *TRIALS.lock().unwrap_or_else(|e| e.into_inner()));
-    let conclusion = libtest_mimic::run(&args, trials);
+    finish(libtest_mimic::run(&args, trials))
+}
+
+/// Exit with the trials' conclusion, after what the finalize memo saw: a
+/// plan built here that does not reload fails the run (a child process's
+/// too: its parent sees it fail). A worker that exits on its own skips this.
+fn finish(conclusion: libtest_mimic::Conclusion) -> ! {
     if !report_finalize_memo() && !conclusion.has_failed() {
         eprintln!("failed: plans built by this run's tests do not reload (listed above)");
         std::process::exit(101);

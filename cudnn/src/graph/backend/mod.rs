@@ -138,9 +138,8 @@ pub mod kind {
 
 /// An attribute value type (sealed): the Rust element type and cuDNN's type code.
 pub trait Value: sealed::Sealed + 'static {
-    /// The element passed to and read from cuDNN (`Debug` prints it
-    /// exactly: what a [`transcript`](self) records).
-    type Elem: Copy + fmt::Debug + 'static;
+    /// The element passed to and read from cuDNN.
+    type Elem: Copy + 'static;
     /// cuDNN's attribute type.
     const TYPE: AttrType;
     /// A placeholder value for read buffers.
@@ -313,7 +312,9 @@ pub trait AnyOperation {
     fn op_kind(&self) -> &'static str;
     /// The digest of what cuDNN was given for it (the finalize memo's test
     /// aid); `None` unless it is one of this crate's descriptors made while
-    /// the memo is on.
+    /// the memo is on. Another implementation keeps the default: only plans
+    /// of an `OpGraph` (made by `Graph::build`, from this crate's
+    /// descriptors) reach the memo.
     #[doc(hidden)]
     fn op_digest(&self) -> Option<[u8; 32]> {
         None
@@ -426,12 +427,17 @@ impl<K: Kind> Descriptor<K> {
             )
         }?;
         if kept.is_kept() {
-            kept.values(
-                a.name,
-                V::TYPE,
-                values.len(),
-                format!("{values:?}").as_bytes(),
-            );
+            // SAFETY: `V::Elem` is one of the sealed value types' C scalars
+            // (i64, i32, f32, f64, bool, u8, or a bindgen enum newtype over a
+            // u32): no padding, every byte initialized; `values` holds
+            // `values.len()` of them, `size_of_val(values)` bytes.
+            let bytes = unsafe {
+                std::slice::from_raw_parts(
+                    values.as_ptr().cast::<u8>(),
+                    std::mem::size_of_val(values),
+                )
+            };
+            kept.values(a.name, V::TYPE, values.len(), bytes);
         }
         self.transcript = kept;
         Ok(())

@@ -56,7 +56,7 @@ impl Transcript {
         }
         Self(fold(
             Some([0; 32]),
-            b"cudnn-rs transcript 1: new",
+            b"cudnn-rs transcript 2: new",
             &[&ty.0.to_le_bytes()],
         ))
     }
@@ -73,10 +73,9 @@ impl Transcript {
         Self(digest)
     }
 
-    /// An attribute set to `count` plain values, described by `text` (their
-    /// exact, unambiguous rendering: `Debug` of integers, enums and floats,
-    /// which prints the shortest text that reads back to the same float).
-    pub(super) fn values(&mut self, name: AttrName, ty: AttrType, count: usize, text: &[u8]) {
+    /// An attribute set to `count` plain values, `bytes` their bytes as
+    /// cuDNN reads them (a float's every bit, NaN payloads included).
+    pub(super) fn values(&mut self, name: AttrName, ty: AttrType, count: usize, bytes: &[u8]) {
         self.0 = fold(
             self.0,
             b"set",
@@ -84,7 +83,7 @@ impl Transcript {
                 &name.0.to_le_bytes(),
                 &ty.0.to_le_bytes(),
                 &(count as u64).to_le_bytes(),
-                text,
+                bytes,
             ],
         );
     }
@@ -139,7 +138,7 @@ mod tests {
     fn on(ty: u32) -> Transcript {
         Transcript(fold(
             Some([0; 32]),
-            b"cudnn-rs transcript 1: new",
+            b"cudnn-rs transcript 2: new",
             &[&ty.to_le_bytes()],
         ))
     }

@@ -16,7 +16,7 @@ impl Plan {
     /// it binds (from the graph it was built from, or a plan file).
     ///
     /// Before cuDNN sees it, the JSON is checked (see
-    /// [`check_plan_json`](super::check_plan_json)): its shape against what
+    /// [`check_plan_json`](crate::graph::check_plan_json)): its shape against what
     /// cuDNN writes (counts within cuDNN's limits, dims >= 1, strings where
     /// cuDNN expects them), made by the loaded cuDNN, for `target`'s
     /// architecture, and every non-virtual tensor, scalar and scratch tensor
@@ -28,7 +28,7 @@ impl Plan {
     /// refused: its code cannot be checked against `io`, and cuDNN cannot
     /// rebuild the plan without it. Rebuild such a plan from its graph, or
     /// load a file this program signed with [`deserialize`](Self::deserialize)
-    /// ([`Trust::SignedBy`]); [`from_cudnn_json_unverified`](Self::from_cudnn_json_unverified)
+    /// ([`Trust::SignedBy`](crate::graph::Trust::SignedBy)); [`from_cudnn_json_unverified`](Self::from_cudnn_json_unverified)
     /// is the `unsafe` way for JSON from elsewhere.
     ///
     /// # Errors
@@ -54,7 +54,7 @@ impl Plan {
     /// graph's plan, with this graph's tensor list, reads and writes past the
     /// bound buffers). For files this program wrote, use
     /// [`serialize_signed`](Self::serialize_signed) and
-    /// [`deserialize`](Self::deserialize) with [`Trust::SignedBy`], which
+    /// [`deserialize`](Self::deserialize) with [`Trust::SignedBy`](crate::graph::Trust::SignedBy), which
     /// need no `unsafe`.
     ///
     /// # Safety

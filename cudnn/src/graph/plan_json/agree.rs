@@ -33,6 +33,8 @@ pub(super) struct Tensors {
     /// Kernel parameters of an SDPA backward that name no tensor of the
     /// JSON (refused; told apart by [`super::score_subgraph_gap`]).
     pub(super) unresolved: Vec<super::engine::Param>,
+    /// Whether an SDPA backward node has no score subgraph in the JSON.
+    pub(super) backward_without_subgraph: bool,
 }
 
 /// Every non-virtual tensor of the JSON is a bound tensor, a scalar or a
@@ -41,10 +43,17 @@ pub(super) struct Tensors {
 /// bound tensor some node writes is an output of `io`, one that nodes only
 /// read an input, and no node writes a by-value scalar (safe code binds an
 /// input through a shared borrow, so cuDNN must never write it).
-pub(super) fn agree(roles: &Tensors, io: &IoSignature) -> Result<()> {
+///
+/// `absent`: entries of `io` not required in the JSON (none, but when
+/// [`super::score_subgraph_gap`] asks whether nothing else is wrong).
+pub(super) fn agree(roles: &Tensors, io: &IoSignature, absent: &HashSet<i64>) -> Result<()> {
     let tensors = &roles.all;
     let mut seen = HashSet::new();
     for t in &io.tensors {
+        if absent.contains(&t.uid) && !tensors.contains_key(&t.uid) {
+            seen.insert(t.uid);
+            continue;
+        }
         let j = tensors.get(&t.uid).ok_or_else(|| {
             field_err(t.uid, "presence", format!("`{}`", t.name), "no such tensor")
         })?;
@@ -91,6 +100,10 @@ pub(super) fn agree(roles: &Tensors, io: &IoSignature) -> Result<()> {
         seen.insert(t.uid);
     }
     for &(uid, dtype, _) in &io.scalars {
+        if absent.contains(&uid) && !tensors.contains_key(&uid) {
+            seen.insert(uid);
+            continue;
+        }
         let j = tensors
             .get(&uid)
             .ok_or_else(|| field_err(uid, "presence", "a by-value scalar", "no such tensor"))?;

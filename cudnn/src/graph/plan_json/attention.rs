@@ -64,19 +64,36 @@ fn sdpa_nodes(w: &Walk) -> Vec<(bool, &[(String, String)])> {
         .collect()
 }
 
+/// Whether an SDPA backward operation of the plan has no score subgraph in
+/// the JSON.
+pub(super) fn backward_without_subgraph(w: &Walk) -> bool {
+    w.nodes
+        .iter()
+        .enumerate()
+        .any(|(i, (op, _))| op == SDPA_BWD && !w.subgraphs.contains_key(&i))
+}
+
 /// Whether the plan has an SDPA backward operation.
 pub(super) fn has_backward_op(w: &Walk) -> bool {
     sdpa_nodes(w).iter().any(|&(bwd, _)| bwd)
 }
 
 /// Whether kernel parameter `uid`, which names no tensor of the graph, is
-/// one of an attention forward's own workspace buffers: only with an SDPA
-/// forward operation or a softmax operation (the composite's).
+/// one of a decode forward's own workspace buffers: only with an SDPA
+/// forward operation of one query row, or a softmax operation (the
+/// composite's) over one row of scores per head.
 pub(super) fn forward_buffer(uid: i64, w: &Walk) -> bool {
     FWD_DECODE_BUFFERS.contains(&uid)
-        && w.nodes
-            .iter()
-            .any(|(op, _)| op == SDPA_FWD || op == SOFTMAX)
+        && w.nodes.iter().any(|(op, f)| {
+            // One query row: Q's (the operation), or the scores' (the
+            // softmax's input) third dim.
+            let rows = match op.as_str() {
+                SDPA_FWD => dims(w, f, &["Q"]),
+                SOFTMAX => dims(w, f, &["X"]),
+                _ => None,
+            };
+            rows.and_then(|d| d.get(2)) == Some(&1)
+        })
 }
 
 /// Whether kernel parameter `uid`, which names no tensor of the graph, is

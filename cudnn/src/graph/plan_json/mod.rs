@@ -720,7 +720,19 @@ pub(crate) fn check_summary(
     CHECKS.with(|c| c.set(c.get() + 1));
     let (summary, tensors) = shape(json, Some(target), cudnn)?;
     refuse_unresolved(&tensors)?;
-    agree(&tensors, io)?;
+    against_io(&summary, &tensors, io, &HashSet::new())?;
+    Ok(summary)
+}
+
+/// The checks of a plan JSON's tensors against the tensor list `io` (every
+/// entry of `io` but those in `absent` present in the JSON).
+fn against_io(
+    summary: &Summary,
+    tensors: &Tensors,
+    io: &IoSignature,
+    absent: &HashSet<i64>,
+) -> Result<()> {
+    agree(tensors, io, absent)?;
     // Scratch tensors (bound in the JSON, placed in the workspace) need
     // their producer as virtual ones do.
     let scratch: HashSet<i64> = io.scratch.iter().map(|&(u, _)| u).collect();
@@ -750,7 +762,7 @@ pub(crate) fn check_summary(
             ));
         }
     }
-    Ok(summary)
+    Ok(())
 }
 
 /// The shape check alone (no tensor list, no target): what the typed
@@ -818,6 +830,7 @@ fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Sum
     // tensor of the JSON is kept for the caller to refuse, or to tell as
     // cuDNN's serialization gap (`score_subgraph_gap`).
     let backward_op = attention::has_backward_op(&w);
+    let backward_without_subgraph = attention::backward_without_subgraph(&w);
     let mut unresolved = Vec::new();
     for param in &param_uids {
         let uid = param.uid;
@@ -852,6 +865,7 @@ fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Sum
             flow: w.flow,
             provided: w.provided,
             unresolved,
+            backward_without_subgraph,
         },
     ))
 }
@@ -868,22 +882,44 @@ fn refuse_unresolved(t: &Tensors) -> Result<()> {
 /// `io`) is refused for cuDNN's serialization gap alone, and nothing else:
 /// cuDNN 9.28 writes an SDPA backward operation's JSON without its score
 /// subgraph (the causal mask, window, bias, ALiBi or softcap), while the
-/// compiled kernels still patch that subgraph's tensors, by-value scalars
-/// and inputs of `io` (measured). The loader refuses such a plan (after a
-/// reload, cuDNN would have nothing to fill those parameters from); the
-/// finalize memo tells this known refusal from others.
+/// compiled kernels still patch some of that subgraph's tensors (measured:
+/// by-value scalars and inputs of `io`). The loader refuses such a plan
+/// (after a reload, cuDNN would have nothing to fill those parameters
+/// from); the finalize memo tells this known refusal from others. So: an
+/// SDPA backward node without a `subgraph`; every kernel parameter naming
+/// no tensor of the JSON names a by-value scalar of `io` (patched with its
+/// size) or an input of `io` (by address); every entry of `io` the JSON
+/// lacks is a by-value scalar or an input; something is lacking; and every
+/// other check passes.
 pub(crate) fn score_subgraph_gap(json: &str, io: &IoSignature, target: &Target) -> bool {
-    let Ok((_, t)) = shape(json, Some(target), None) else {
+    let Ok((summary, t)) = shape(json, Some(target), None) else {
         return false;
     };
-    let in_io = |p: &engine::Param| {
-        if p.by_value {
-            io.scalars.iter().any(|&(uid, dtype, _)| {
-                uid == p.uid && i64::try_from(dtype.size()).is_ok_and(|n| n == p.size)
-            })
-        } else {
-            io.tensors.iter().any(|t| t.uid == p.uid && !t.is_output)
-        }
+    let scalar = |uid: i64, size: Option<i64>| {
+        io.scalars.iter().any(|&(u, dtype, _)| {
+            u == uid && size.is_none_or(|n| i64::try_from(dtype.size()).is_ok_and(|s| s == n))
+        })
     };
-    !t.unresolved.is_empty() && t.unresolved.iter().all(in_io)
+    let input = |uid: i64| io.tensors.iter().any(|x| x.uid == uid && !x.is_output);
+    let params_in_io = t.unresolved.iter().all(|p| {
+        if p.by_value {
+            scalar(p.uid, Some(p.size))
+        } else {
+            input(p.uid)
+        }
+    });
+    let absent: HashSet<i64> = io
+        .tensors
+        .iter()
+        .map(|x| x.uid)
+        .chain(io.scalars.iter().map(|x| x.0))
+        .chain(io.scratch.iter().map(|x| x.0))
+        .filter(|u| !t.all.contains_key(u))
+        .collect();
+    let absent_are_subgraph = absent.iter().all(|&u| scalar(u, None) || input(u));
+    t.backward_without_subgraph
+        && params_in_io
+        && absent_are_subgraph
+        && !(absent.is_empty() && t.unresolved.is_empty())
+        && against_io(&summary, &t, io, &absent).is_ok()
 }

@@ -328,6 +328,9 @@ pub(super) fn node_fields(op: &str) -> Option<&'static [(&'static str, Field)]> 
         ],
         "CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR" => &[
             ("Y", Out),
+            // cuDNN 9.10's name for Y (measured: its JSON of every plan with
+            // dropout; 9.28 writes `Y`).
+            ("yDesc", Out),
             ("seedTensor", In),
             ("offset", In),
             ("distribution", Enum(&["CUDNN_RNG_DISTRIBUTION_BERNOULLI"])),
