@@ -12,7 +12,7 @@
 //!     cargo xtask test                      (runs it with what it fetched)
 //!     cargo run --example conformance -- --frontend-dir DIR --cudnn-lib DIR \
 //!         [--only SUBSTR] [--targets h200,a100,b200] [--timing] [--reps N] [--rounds R] [--jobs N] [--verbose] [--keep DIR]
-//!         [--oracle-cache DIR]
+//!         [--oracle-cache DIR] [--finalize-memo DIR]
 //!
 //! `--frontend-dir` holds `site/` (the frontend wheel installed there),
 //! `stub/libcuda.so.1` (the crate's driver stub) and `python` (the
@@ -30,7 +30,11 @@
 //! core, at most 4; 1 under `--timing`); `--oracle-cache DIR` remembers the
 //! frontend's answers there and reads back those whose request, script,
 //! frontend and libraries are unchanged (`oracle.rs`; not under `--timing`;
-//! `cargo xtask` keeps them in the target folder);
+//! `cargo xtask` keeps them in the target folder); `--finalize-memo DIR`
+//! plans the crate's side through the host tier's finalize memo in DIR
+//! (`cudnn::graph::enable_finalize_memo`: DIR must hold only what the memo
+//! wrote; not under `--timing`; `cargo xtask test` passes the tier's), and
+//! fails the run when a plan built here does not reload;
 //! `--verbose` lists every finding a documented difference explains.
 
 mod compare;
@@ -927,15 +931,31 @@ fn report(pats: &[Pattern], rows: &[Row], timing: bool, verbose: bool, secs: f64
         both,
         secs
     );
+    failed == 0 && memo_report()
+}
+
+/// What the finalize memo did (`--finalize-memo`), on stdout; false when a
+/// plan the crate built here does not reload through its own loader (the
+/// host tier's rule).
+fn memo_report() -> bool {
     let memo = cudnn::graph::finalize_memo_stats();
+    if let Some(off) = &memo.off {
+        println!("conformance: the finalize memo is off ({off})");
+    }
     if memo.folder.is_some() {
         println!(
-            "conformance: the crate's plans: {} loaded from the finalize memo, {} compiled",
-            memo.hits,
-            memo.stored + memo.score_subgraph_gap + memo.refused + memo.unkeyed
+            "conformance: the crate's plans: {} loaded from the finalize memo, {} compiled and stored, \
+             {} not reloadable for cuDNN's score-subgraph gap (known), {} refused by the crate's loader",
+            memo.hits, memo.stored, memo.score_subgraph_gap, memo.refused
         );
+        for why in &memo.bad_why {
+            println!("  bad memo entry (compiled again): {why}");
+        }
     }
-    failed == 0
+    for why in &memo.refused_why {
+        println!("  FAILED: a plan built here does not reload: {why}");
+    }
+    memo.refused == 0
 }
 
 /// Whether a plan is an attention graph (the SDPA operation, or a composite

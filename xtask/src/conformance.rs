@@ -13,13 +13,14 @@ use crate::fetch;
 /// into the cache first). Missing Python or frontend is a failure here.
 /// `exe`: the example as already built (by `cargo xtask test`'s first
 /// stage), else `cargo run` builds it.
-pub fn run(cu13: &Path, exe: Option<&Path>, finalize_memo: &Path) -> Result<(), String> {
+pub fn run(cu13: &Path, exe: Option<&Path>, finalize_memo: Option<&Path>) -> Result<(), String> {
     // The crate's side plans through the host tier's finalize memo (its
-    // plans compiled in an earlier run from the same input load instead).
-    let memo = vec![
-        "--finalize-memo".to_string(),
-        finalize_memo.display().to_string(),
-    ];
+    // plans compiled in an earlier run from the same input load instead),
+    // unless it is off.
+    let memo: Vec<String> = match finalize_memo {
+        Some(dir) => vec!["--finalize-memo".to_string(), dir.display().to_string()],
+        None => Vec::new(),
+    };
     conformance(
         cu13,
         exe,

@@ -42,7 +42,10 @@ const FEATURES: &[&str] = &[
 /// libraries are failures here. `--quick`: the unit and host tiers on the
 /// cuda13 stack only (a contributor's check after a change).
 pub fn test(args: &[String]) -> Result<(), String> {
-    prune_finalize_memo(&finalize_memo_dir(), FINALIZE_MEMO_LIMIT);
+    let memo = finalize_memo_dir();
+    if let Some(dir) = &memo {
+        prune_finalize_memo(dir, FINALIZE_MEMO_LIMIT);
+    }
     let quick = args.iter().any(|a| a == "--quick");
     let args: Vec<String> = args.iter().filter(|a| *a != "--quick").cloned().collect();
     if quick {
@@ -93,7 +96,7 @@ pub fn test(args: &[String]) -> Result<(), String> {
         .args(FEATURES)
         .args(["--example", "conformance"]);
     status(cmd, "cargo build --example conformance")?;
-    crate::conformance::run(&cu13, Some(&example("conformance")), &finalize_memo_dir())?;
+    crate::conformance::run(&cu13, Some(&example("conformance")), memo.as_deref())?;
     // The library-facing tests only: the unit tier, compile_fail and the
     // examples' own tests load no library (their answers cannot depend on
     // the stack); they, and the GPU tier (skipped without a device; the
@@ -150,11 +153,17 @@ fn target_dir() -> std::path::PathBuf {
         .unwrap_or_else(|| crate::workspace_root().join("target"))
 }
 
-/// The host tier's finalize memo (its default folder, in the target
-/// folder's `tmp`: `CARGO_TARGET_TMPDIR`): plans compiled in earlier runs,
-/// one file per input cuDNN was given, which a changed graph leaves behind.
-fn finalize_memo_dir() -> std::path::PathBuf {
-    target_dir().join("tmp").join("finalize-memo")
+/// The host tier's finalize memo, as the tier finds it
+/// (`cudnn/tests/support`): `CUDNN_RS_FINALIZE_MEMO` names a folder or
+/// `off` (`None`); unset, the default folder in the target folder's `tmp`
+/// (`CARGO_TARGET_TMPDIR`). Plans compiled in earlier runs, one file per
+/// input cuDNN was given, which a changed graph leaves behind.
+fn finalize_memo_dir() -> Option<std::path::PathBuf> {
+    match std::env::var_os("CUDNN_RS_FINALIZE_MEMO") {
+        Some(v) if v == "off" => None,
+        Some(v) if !v.is_empty() => Some(v.into()),
+        _ => Some(target_dir().join("tmp").join("finalize-memo")),
+    }
 }
 
 /// The memo's size past which a run starts it afresh (a full run on one

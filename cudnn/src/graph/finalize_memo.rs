@@ -24,7 +24,7 @@
 //! An entry is loaded as a plan file is: through the crate's plan loader and
 //! its checks ([`Plan::check_json`](super::Plan)). A plan is stored only if
 //! its JSON passes them and cuDNN loads it back with the compiled plan's
-//! workspace. One that does not is a plan the crate builds and cannot
+//! workspace and JSON. One that does not is a plan the crate builds and cannot
 //! reload: counted apart when the reason is cuDNN's known serialization gap
 //! alone (an SDPA backward's JSON without its score subgraph), else counted
 //! as refused, with the reason, for the test tier to report. So with the
@@ -239,7 +239,7 @@ fn hex(bytes: &[u8]) -> String {
 /// Both ways go through the crate's plan loader ([`Plan::check_json`], then
 /// cuDNN's load): an entry is loaded as a plan file is, and a plan cuDNN
 /// just finalized is stored only when its JSON passes the checks and loads
-/// with the compiled plan's workspace, else counted (the known score-subgraph
+/// with the compiled plan's workspace and JSON, else counted (the known score-subgraph
 /// gap apart, everything else in [`FinalizeMemoStats::refused`]: a plan
 /// this crate builds and cannot reload, a defect the test tier reports).
 pub(super) fn finalize(
@@ -303,15 +303,22 @@ pub(super) fn finalize(
             p.get_one(attr::EXECUTION_PLAN_WORKSPACE_SIZE)?,
             q.get_one(attr::EXECUTION_PLAN_WORKSPACE_SIZE)?,
         );
-        if a == b {
-            Ok(())
-        } else {
-            Err(crate::error::Error::mismatch(
+        if a != b {
+            return Err(crate::error::Error::mismatch(
                 "the reloaded plan's workspace (the compiled plan's, the reloaded one's)",
                 a,
                 b,
-            ))
+            ));
         }
+        // And cuDNN's JSON of the reloaded plan is the same JSON.
+        if read_json(&q)? != json {
+            return Err(crate::error::Error::invalid(
+                "the reloaded plan's JSON",
+                "must be the JSON it was loaded from",
+                "another",
+            ));
+        }
+        Ok(())
     });
     match reloaded {
         Ok(()) => {

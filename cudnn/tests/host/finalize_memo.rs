@@ -52,8 +52,23 @@ fn graph(k: i64) -> cudnn::Result<Graph> {
 }
 
 /// In the child: plan one graph, then print the SHA-256 of cuDNN's JSON of
-/// the plan and the memo's counters.
+/// the plan and the memo's counters. `gap`: a causal SDPA backward
+/// operation instead (whose JSON cuDNN 9.28 writes without its score
+/// subgraph: not reloadable, the memo's known gap).
 fn child(which: &str) -> TestResult {
+    if which == "gap" {
+        let cfg = cudnn::graph::SdpaConfig::new(2, 8, 256, 64, DType::BF16)
+            .causal(true)
+            .implementation(cudnn::graph::SdpaImpl::Native);
+        let og = crate::support::sdpa_plans::bwd_graph(&cfg)?.build()?;
+        Plan::build(&og, &Target::preset("h200")?, &Policy::default())?;
+        let s = cudnn::graph::finalize_memo_stats();
+        println!(
+            "memo-child json=- shape=- hits={} stored={} gap={} bad={} refused={}",
+            s.hits, s.stored, s.score_subgraph_gap, s.bad, s.refused
+        );
+        return Ok(());
+    }
     let k = if which == "k" { 48 } else { 64 };
     let og = graph(k)?.build()?;
     let (plan, _) = Plan::build(&og, &Target::preset("h200")?, &Policy::default())?;
@@ -227,5 +242,28 @@ fn steps(memo: &std::path::Path) -> TestResult {
         again.shape == first.shape,
         "compiled again, another plan JSON"
     );
+    // 5. A plan the loader refuses for cuDNN's known serialization gap (a
+    // causal SDPA backward's JSON without its score subgraph): not stored,
+    // counted as the gap, not as refused; and again the next time.
+    if crate::support::sdpa_plans::loaded() >= (9, 28, 0) {
+        for step in ["gap", "gap again"] {
+            let gap = run_child("gap", memo)?;
+            counts(
+                step,
+                &gap,
+                &[
+                    ("hits", 0),
+                    ("stored", 0),
+                    ("gap", 1),
+                    ("bad", 0),
+                    ("refused", 0),
+                ],
+            )?;
+        }
+    } else {
+        eprintln!(
+            "  (step 5 needs cuDNN >= 9.28, which plans the SDPA backward operation without a device)"
+        );
+    }
     Ok(())
 }

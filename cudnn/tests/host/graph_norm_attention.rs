@@ -635,6 +635,66 @@ pub fn main() {
         Ok(())
     }));
 
+    t.push(host9(
+        "sdpa_dropout_plan_json_rng_output_is_y_or_ydesc",
+        || {
+            // cuDNN 9.28 writes the RNG node's output as `Y`, 9.10 as `yDesc`:
+            // the loader's check takes the plan under either name, and refuses
+            // a node with both (cuDNN reads one; the other would pass as a
+            // producer of a tensor nothing writes).
+            let t = Target::preset("h200")?;
+            let cfg = base(DType::BF16)
+                .training(true)
+                .dropout(0.1)
+                .implementation(SdpaImpl::Composite);
+            let (g, _) = sdpa_fwd(&cfg)?;
+            let (p, _) = Plan::build(&g.build()?, &t, &Policy::default())?;
+            let json = p.cudnn_json()?;
+            let io = p.io().clone();
+            check_plan_json(&json, &io, &t, None)?;
+            let mut v: serde_json::Value = serde_json::from_str(&json)?;
+            let nodes = v
+                .pointer_mut("/operationGraph/nodes")
+                .and_then(|n| n.as_array_mut())
+                .ok_or("no nodes")?;
+            let rng = nodes
+                .iter_mut()
+                .find(|n| n["operation"] == "CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR")
+                .and_then(|n| n.as_object_mut())
+                .ok_or("no RNG node in a plan with dropout")?;
+            let (ours, other) = if rng.contains_key("Y") {
+                ("Y", "yDesc")
+            } else {
+                ("yDesc", "Y")
+            };
+            let out = rng.get(ours).cloned().ok_or("the RNG node has no output")?;
+            eprintln!("  this cuDNN names the RNG's output `{ours}`");
+            // The other name alone: the same plan, accepted.
+            rng.remove(ours);
+            rng.insert(other.to_string(), out.clone());
+            check_plan_json(&v.to_string(), &io, &t, None)
+                .map_err(|e| format!("the RNG output as `{other}`: {e}"))?;
+            // Both names: refused, naming them.
+            let rng = v
+                .pointer_mut("/operationGraph/nodes")
+                .and_then(|n| n.as_array_mut())
+                .and_then(|n| {
+                    n.iter_mut()
+                        .find(|n| n["operation"] == "CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR")
+                })
+                .and_then(|n| n.as_object_mut())
+                .ok_or("no RNG node")?;
+            rng.insert(ours.to_string(), out);
+            match check_plan_json(&v.to_string(), &io, &t, None) {
+                Err(e @ Error::InvalidArgument { .. }) if e.to_string().contains("yDesc") => {
+                    eprintln!("  both names: refused: {e}");
+                    Ok(())
+                }
+                other => Err(format!("an RNG node naming `Y` and `yDesc`: {other:?}").into()),
+            }
+        },
+    ));
+
     t.push(host9("sdpa_nvrtc_found_for_older_cudnn", || {
         // Planning opens NVRTC where it is found (cuDNN 9.10's
         // runtime-compiled engines need it; 9.28's do not).

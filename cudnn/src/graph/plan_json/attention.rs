@@ -33,13 +33,15 @@ const BWD_GQA_BUFFERS: [i64; 2] = [-12_443_802_042_839_261, 3_759_583_368_913_73
 /// their own workspace buffers, the first three pointers of the parameter
 /// block: with the softmax's row max and sum of exponentials as outputs,
 /// and with a paged KV cache (measured in cuDNN 9.28's sm80, sm89, sm90
-/// and sm100 plans of the SDPA operation and of the composite attention).
+/// and sm100 plans of the SDPA operation and of the composite attention,
+/// and in cuDNN 9.19's sm80 and sm90 plans of the composite).
 const FWD_DECODE_BUFFERS: [i64; 3] = [
     9_196_583_092_661_000_136,
     6_358_000_813_200_163_156,
     -8_064_203_720_865_845_221,
 ];
 const SOFTMAX: &str = "CUDNN_BACKEND_OPERATION_SOFTMAX_DESCRIPTOR";
+const REDUCTION: &str = "CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR";
 /// The uid the SDPA backward operation's kernels patch with their dBias
 /// accumulator (measured in cuDNN 9.28's sm80, sm89, sm90 and sm100 plans
 /// with dBias): accepted only in a backward that writes dBias.
@@ -79,17 +81,25 @@ pub(super) fn has_backward_op(w: &Walk) -> bool {
 }
 
 /// Whether kernel parameter `uid`, which names no tensor of the graph, is
-/// one of a decode forward's own workspace buffers: only with an SDPA
-/// forward operation of one query row, or a softmax operation (the
-/// composite's) over one row of scores per head.
-pub(super) fn forward_buffer(uid: i64, w: &Walk) -> bool {
+/// one of a decode forward's own workspace buffers: only in a plan whose
+/// attention kernels all have one query row, with an SDPA forward operation
+/// of one query row, or a softmax operation or a reduction (the composite's
+/// softmax, or its row max before cuDNN 9.21) over one row of scores per
+/// head.
+pub(super) fn forward_buffer(uid: i64, w: &Walk, headers: &[(String, [u32; 8])]) -> bool {
+    // Every attention kernel of the plan works on one query row (S_q, the
+    // header's fifth field)...
     FWD_DECODE_BUFFERS.contains(&uid)
+        && !headers.is_empty()
+        && headers.iter().all(|(_, h)| h[4] == 1)
+        // ...and so does the graph.
         && w.nodes.iter().any(|(op, f)| {
-            // One query row: Q's (the operation), or the scores' (the
-            // softmax's input) third dim.
+            // One query row: Q's (the operation), or the scores' third
+            // dim (the composite's softmax input; before cuDNN 9.21 its
+            // row max's, a reduction).
             let rows = match op.as_str() {
                 SDPA_FWD => dims(w, f, &["Q"]),
-                SOFTMAX => dims(w, f, &["X"]),
+                SOFTMAX | REDUCTION => dims(w, f, &["X"]),
                 _ => None,
             };
             rows.and_then(|d| d.get(2)) == Some(&1)
@@ -101,9 +111,16 @@ pub(super) fn forward_buffer(uid: i64, w: &Walk) -> bool {
 /// an SDPA backward operation, the GQA ones only with fewer K or V heads.
 pub(super) fn backward_buffer(uid: i64, w: &Walk) -> bool {
     if BWD_DBIAS_BUFFERS.contains(&uid) {
-        return sdpa_nodes(w)
-            .iter()
-            .any(|&(bwd, f)| bwd && f.iter().any(|(k, _)| k == "dBiasDesc"));
+        // A backward that writes dBias to a bound tensor.
+        return sdpa_nodes(w).iter().any(|&(bwd, f)| {
+            bwd && f.iter().any(|(k, n)| {
+                k == "dBiasDesc"
+                    && n.parse::<i64>()
+                        .ok()
+                        .and_then(|u| w.tensors.get(&u))
+                        .is_some_and(|t| !t.is_virtual)
+            })
+        });
     }
     let gqa = BWD_GQA_BUFFERS.contains(&uid);
     if !gqa && !BWD_BUFFERS.contains(&uid) {

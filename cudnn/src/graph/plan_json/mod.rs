@@ -569,6 +569,12 @@ impl Walk {
                 }
             }
         }
+        // cuDNN 9.10 names the RNG's output `yDesc`, 9.28 `Y`: one output,
+        // under either name, never both (cuDNN reads one of them; the
+        // other would count as a producer of a tensor nothing writes).
+        if m.contains_key("Y") && m.contains_key("yDesc") {
+            return Err(bad(path, "names its output both `Y` and `yDesc`", op));
+        }
         if m.contains_key("stats") && m.contains_key("softmax") {
             return Err(bad(
                 path,
@@ -839,7 +845,7 @@ fn shape(json: &str, target: Option<&Target>, cudnn: Option<u64>) -> Result<(Sum
         if !w.tensors.contains_key(&uid)
             && !INTERNAL_PARAM_UIDS.contains(&uid)
             && !attention::backward_buffer(uid, &w)
-            && !attention::forward_buffer(uid, &w)
+            && !attention::forward_buffer(uid, &w, &attn_headers)
             && !ragged_buffer
         {
             if !backward_op {
