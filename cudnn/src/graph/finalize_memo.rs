@@ -239,9 +239,10 @@ fn hex(bytes: &[u8]) -> String {
 /// Both ways go through the crate's plan loader ([`Plan::check_json`], then
 /// cuDNN's load): an entry is loaded as a plan file is, and a plan cuDNN
 /// just finalized is stored only when its JSON passes the checks and loads
-/// with the compiled plan's workspace and JSON, else counted (the known score-subgraph
-/// gap apart, everything else in [`FinalizeMemoStats::refused`]: a plan
-/// this crate builds and cannot reload, a defect the test tier reports).
+/// with the compiled plan's workspace and JSON, else counted (the known
+/// score-subgraph gap apart, everything else in
+/// [`FinalizeMemoStats::refused`]: a plan this crate builds and cannot
+/// reload, a defect the test tier reports).
 pub(super) fn finalize(
     mut p: Descriptor<kind::ExecutionPlan>,
     target: &Target,
