@@ -40,23 +40,20 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 use sha2::{Digest, Sha256};
 
-use super::backend::{Descriptor, attr, kind};
+use super::backend::{Descriptor, kind};
 use super::driver::Driver;
-use super::graph::IoSignature;
-use super::plan::Plan;
-use super::target::{Target, read_json};
 use crate::error::Result;
 
 /// The first line of every entry: the format, which the key's meaning
 /// follows.
 const HEADER: &str = "cudnn-rs finalize memo 1";
 
-/// The largest entry read back: cuDNN's plan JSON, as [`read_json`] bounds
-/// it, and the two header lines.
+/// The largest entry read back: cuDNN's plan JSON, as the crate's JSON reader
+/// bounds it, and the two header lines.
 const MAX_ENTRY_BYTES: u64 = (64 << 20) + 256;
 
 /// The folder [`enable_finalize_memo`] was given.
@@ -231,132 +228,59 @@ fn hex(bytes: &[u8]) -> String {
     s
 }
 
-/// Finalize the execution plan `p` (its engine configuration and
-/// `target`'s device properties set) for a graph with tensor list `io`:
-/// from the memo when it holds this input, else by cuDNN, storing the
-/// result.
-///
-/// Both ways go through the crate's plan loader ([`Plan::check_json`], then
-/// cuDNN's load): an entry is loaded as a plan file is, and a plan cuDNN
-/// just finalized is stored only when its JSON passes the checks and loads
-/// with the compiled plan's workspace and JSON, else counted (the known
-/// score-subgraph gap apart, everything else in
-/// [`FinalizeMemoStats::refused`]: a plan this crate builds and cannot
-/// reload, a defect the test tier reports).
-pub(super) fn finalize(
-    mut p: Descriptor<kind::ExecutionPlan>,
-    target: &Target,
-    io: &Arc<IoSignature>,
-) -> Result<Descriptor<kind::ExecutionPlan>> {
-    let Some(base) = BASE.get() else {
-        p.finalize()?;
-        return Ok(p);
-    };
-    let Ok(folder) = FOLDER.get_or_init(|| folder(base)) else {
-        p.finalize()?;
-        return Ok(p);
-    };
-    let Some(key) = p.digest() else {
-        UNKEYED.fetch_add(1, Ordering::Relaxed);
-        p.finalize()?;
-        return Ok(p);
-    };
-    let path = folder.join(format!("{}.plan", hex(&key)));
-    if let Some(json) = read_entry(&path) {
-        let loaded = Plan::check_json(&json, target, io).and_then(|checked| {
-            // SAFETY: `enable_finalize_memo`'s contract: the folder holds
-            // only what this function wrote, and the entry matched its
-            // checksum, so this is cuDNN's own JSON of a plan the loaded
-            // cuDNN finalized (the folder is this environment's) from the
-            // same input as `p` (the file is named after its transcript,
-            // which covers the device properties and every tensor).
-            unsafe { Plan::load_checked(&checked) }
-        });
-        match loaded {
-            Ok(q) => {
-                HITS.fetch_add(1, Ordering::Relaxed);
-                return Ok(q);
-            }
-            Err(e) => {
-                note(&BAD_WHY, format!("{}: {e}", path.display()));
-                let _ = std::fs::remove_file(&path);
-            }
+/// The file the memo keeps the plan `p` finalizes to under: `None` when
+/// the memo is off, or `p` keeps no transcript (counted as unkeyed).
+pub(in crate::graph) fn entry_path(p: &Descriptor<kind::ExecutionPlan>) -> Option<PathBuf> {
+    let base = BASE.get()?;
+    let folder = FOLDER.get_or_init(|| folder(base)).as_ref().ok()?;
+    match p.digest() {
+        Some(key) => Some(folder.join(format!("{}.plan", hex(&key)))),
+        None => {
+            UNKEYED.fetch_add(1, Ordering::Relaxed);
+            None
         }
     }
-    p.finalize()?;
-    let json = match read_json(&p) {
-        Ok(json) => json,
-        Err(e) => {
-            note(
-                &REFUSED,
-                format!("{}: serializing: {e}", target.fingerprint()),
-            );
-            return Ok(p);
-        }
-    };
-    // The loader's checks, then cuDNN's own load of the JSON, which must
-    // give the workspace the compiled plan has: only then is it stored.
-    let reloaded = Plan::check_json(&json, target, io).and_then(|checked| {
-        // SAFETY: `json` is cuDNN's own JSON, read just above, of the plan
-        // `p` the loaded cuDNN finalized for this graph (`io`) and target.
-        let q = unsafe { Plan::load_checked(&checked) }?;
-        let (a, b) = (
-            p.get_one(attr::EXECUTION_PLAN_WORKSPACE_SIZE)?,
-            q.get_one(attr::EXECUTION_PLAN_WORKSPACE_SIZE)?,
-        );
-        if a != b {
-            return Err(crate::error::Error::mismatch(
-                "the reloaded plan's workspace (the compiled plan's, the reloaded one's)",
-                a,
-                b,
-            ));
-        }
-        // And cuDNN's JSON of the reloaded plan is the same JSON.
-        if read_json(&q)? != json {
-            return Err(crate::error::Error::invalid(
-                "the reloaded plan's JSON",
-                "must be the JSON it was loaded from",
-                "another",
-            ));
-        }
-        Ok(())
-    });
-    match reloaded {
-        Ok(()) => {
-            let entry = format!(
-                "{HEADER}\n{}\n{json}",
-                hex(&Sha256::digest(json.as_bytes()))
-            );
-            if crate::atomic_file::replace(&path, entry.as_bytes()).is_ok() {
-                STORED.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        // The loader's known refusal (cuDNN's JSON of an SDPA backward
-        // lacks its score subgraph, and nothing else is wrong): counted apart.
-        Err(_) if super::plan_json::score_subgraph_gap(&json, io, target) => {
-            GAP.fetch_add(1, Ordering::Relaxed);
-        }
-        Err(e) => {
-            // Kept beside the entries, for whoever fixes the loader.
+}
+
+/// A plan was loaded from the memo.
+pub(in crate::graph) fn loaded() {
+    HITS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The entry at `path` did not load (`why`): removed.
+pub(in crate::graph) fn bad(path: &Path, why: &str) {
+    note(&BAD_WHY, format!("{}: {why}", path.display()));
+    let _ = std::fs::remove_file(path);
+}
+
+/// Store `json` (cuDNN's JSON of a plan that reloaded) at `path`.
+pub(in crate::graph) fn store(path: &Path, json: &str) {
+    let entry = format!(
+        "{HEADER}\n{}\n{json}",
+        hex(&Sha256::digest(json.as_bytes()))
+    );
+    if crate::atomic_file::replace(path, entry.as_bytes()).is_ok() {
+        STORED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A plan the loader refuses for cuDNN's known serialization gap.
+pub(in crate::graph) fn gap() {
+    GAP.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A plan the loader refuses for anything else (`why`): its JSON, if any,
+/// is kept beside the entries (`<entry>.refused.json`), for whoever fixes
+/// the loader.
+pub(in crate::graph) fn refused(path: &Path, json: Option<&str>, why: &str) {
+    match json {
+        Some(json) => {
             let kept = path.with_extension("refused.json");
             let _ = crate::atomic_file::replace(&kept, json.as_bytes());
-            note(
-                &REFUSED,
-                format!(
-                    "{}: {e} (its JSON: {}; the graph's tensors {:?}, scalars {:?}, scratch {:?})",
-                    target.fingerprint(),
-                    kept.display(),
-                    io.tensors
-                        .iter()
-                        .map(|t| (t.uid, t.name.as_str()))
-                        .collect::<Vec<_>>(),
-                    io.scalars.iter().map(|s| s.0).collect::<Vec<_>>(),
-                    io.scratch.iter().map(|s| s.0).collect::<Vec<_>>(),
-                ),
-            );
+            note(&REFUSED, format!("{why} (its JSON: {})", kept.display()));
         }
+        None => note(&REFUSED, why.to_string()),
     }
-    Ok(p)
 }
 
 /// Record `why` in `list` (the first [`KEPT_REASONS`]; the count is kept in
@@ -371,7 +295,7 @@ fn note(list: &Mutex<(u64, Vec<String>)>, why: String) {
 
 /// An entry's JSON, when the file is there, bounded, of this format and
 /// matches its checksum.
-fn read_entry(path: &Path) -> Option<String> {
+pub(in crate::graph) fn read_entry(path: &Path) -> Option<String> {
     use std::io::Read as _;
     let file = std::fs::File::open(path).ok()?;
     // Bounded as it is read (the file could change after any size query).

@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 
 mod exec;
 mod load;
+mod memo;
 #[doc(hidden)]
 pub use exec::LaunchStage;
 
@@ -225,7 +226,7 @@ impl Plan {
         p.set_descriptors(attr::EXECUTION_PLAN_DEVICEPROP, &[&*props])?;
         // cuDNN's finalize, or, with the finalize memo on (a test aid), what
         // it made from the same input before.
-        super::finalize_memo::finalize(p, target, io)
+        memo::finalize(p, target, io)
     }
 
     /// Build the first plan the policy accepts: heuristics in the policy's
