@@ -464,8 +464,11 @@ impl<K: Kind> Descriptor<K> {
         let mut kept = self.transcript;
         self.transcript.end();
         untyped::set_descriptors(at, &mut self.set_attrs, a.name, a.label, K2::NAME, &listed)?;
-        let children: Vec<Transcript> = descs.iter().map(|d| d.transcript).collect();
-        kept.descriptors(a.name, &children);
+        // Nothing to fold (and no allocation) while the memo is off.
+        if kept.is_kept() {
+            let children: Vec<Transcript> = descs.iter().map(|d| d.transcript).collect();
+            kept.descriptors(a.name, &children);
+        }
         self.transcript = kept;
         Ok(())
     }
@@ -503,11 +506,13 @@ impl<K: Kind> Descriptor<K> {
                 raws.as_ptr().cast(),
             )
         }?;
-        let children: Vec<Transcript> = ops
-            .iter()
-            .map(|o| Transcript::from_digest(o.op_digest()))
-            .collect();
-        kept.descriptors(a.name, &children);
+        if kept.is_kept() {
+            let children: Vec<Transcript> = ops
+                .iter()
+                .map(|o| Transcript::from_digest(o.op_digest()))
+                .collect();
+            kept.descriptors(a.name, &children);
+        }
         self.transcript = kept;
         Ok(())
     }
