@@ -20,7 +20,11 @@
 //! without Python, the tier is skipped with the reason, and fails when
 //! `CUDNN_RS_REQUIRE_LIBS=1`. `--timing` prints the host times of both
 //! sides (op-graph build, heuristics, first finalize, plan load; not asserted)
-//! per pattern and as medians per family (conv, matmul, norms, SDPA);
+//! per pattern and as medians per family (conv, matmul, norms, SDPA), then
+//! the crate's op-graph build, heuristics and plan load split into the time
+//! inside cuDNN's backend calls (what the crate cannot go below while it
+//! makes them) and its own code, from as many reps again with the backend
+//! clock on (`cudnn::graph::set_backend_clock`);
 //! `--reps N` times op-graph build, heuristics and plan load N times on both
 //! sides (the median counts; finalize once); `--rounds R` runs both sides
 //! R times in turn (the median of the rounds counts, the first round's for
@@ -37,6 +41,7 @@
 //! fails the run when a plan built here does not reload;
 //! `--verbose` lists every finding a documented difference explains.
 
+mod args;
 mod compare;
 mod differences;
 mod oracle;
@@ -56,98 +61,9 @@ use std::time::Instant;
 use cudnn::graph::{HeurMode, IoSignature, Plan, Policy, Target, heuristics};
 use serde_json::{Value, json};
 
+use args::{Args, parse_args};
 use differences::{DIFFERENCES, Finding, classify};
 use patterns::Pattern;
-
-struct Args {
-    frontend_dir: Option<PathBuf>,
-    cudnn_lib: Vec<String>,
-    only: Vec<String>,
-    targets: Vec<String>,
-    timing: bool,
-    reps: usize,
-    rounds: usize,
-    /// Python processes for the frontend's side (1 under `--timing`).
-    jobs: usize,
-    verbose: bool,
-    keep: Option<PathBuf>,
-    /// `--oracle-cache DIR`: the frontend's answers remembered there
-    /// (`oracle`; not under `--timing`).
-    oracle_cache: Option<PathBuf>,
-    /// `--finalize-memo DIR`: the crate's side plans through the test
-    /// suite's finalize memo there (not under `--timing`, which times the
-    /// finalize).
-    finalize_memo: Option<PathBuf>,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        frontend_dir: None,
-        cudnn_lib: Vec::new(),
-        only: Vec::new(),
-        targets: vec!["h200".into(), "a100".into(), "b200".into()],
-        timing: false,
-        reps: 1,
-        rounds: 1,
-        jobs: 0,
-        verbose: false,
-        keep: None,
-        oracle_cache: None,
-        finalize_memo: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(x) = it.next() {
-        let mut val = |name: &str| it.next().ok_or(format!("{name} needs a value"));
-        match x.as_str() {
-            "--frontend-dir" => a.frontend_dir = Some(PathBuf::from(val("--frontend-dir")?)),
-            "--cudnn-lib" => a.cudnn_lib.push(val("--cudnn-lib")?),
-            "--only" => a.only.push(val("--only")?),
-            "--targets" => a.targets = val("--targets")?.split(',').map(str::to_string).collect(),
-            "--timing" | "--vs-frontend" => a.timing = true,
-            "--jobs" => {
-                let v = val("--jobs")?;
-                a.jobs = v
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=64).contains(n))
-                    .ok_or(format!("--jobs takes a count in 1..=64, not `{v}`"))?;
-            }
-            "--rounds" => {
-                let v = val("--rounds")?;
-                a.rounds = v
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=100).contains(n))
-                    .ok_or(format!("--rounds takes a count in 1..=100, not `{v}`"))?;
-            }
-            "--reps" => {
-                let v = val("--reps")?;
-                a.reps = v
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=1000).contains(n))
-                    .ok_or(format!("--reps takes a count in 1..=1000, not `{v}`"))?;
-            }
-            "--verbose" | "-v" => a.verbose = true,
-            "--keep" => a.keep = Some(PathBuf::from(val("--keep")?)),
-            "--oracle-cache" => a.oracle_cache = Some(PathBuf::from(val("--oracle-cache")?)),
-            "--finalize-memo" => a.finalize_memo = Some(PathBuf::from(val("--finalize-memo")?)),
-            other => return Err(format!("unknown argument `{other}`")),
-        }
-    }
-    if a.timing && a.finalize_memo.is_some() {
-        return Err("--finalize-memo with --timing: the timing measures the finalize".to_string());
-    }
-    // Default: one Python process per core (at most 4), one under --timing.
-    if a.jobs == 0 {
-        a.jobs = if a.timing {
-            1
-        } else {
-            std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
-        };
-    }
-    Ok(a)
-}
 
 fn required() -> bool {
     std::env::var("CUDNN_RS_REQUIRE_LIBS").is_ok_and(|v| v == "1")
@@ -201,6 +117,8 @@ pub(crate) struct Side {
     t_heur: f64,
     t_finalize: f64,
     t_load: Option<f64>,
+    /// `--timing`, the crate's side: cuDNN's own calls in each step.
+    cudnn: timing::CudnnPart,
 }
 
 pub(crate) struct Row {
@@ -225,7 +143,12 @@ fn policy() -> Policy {
         .with_allow_reduced_precision(true)
 }
 
-fn ours(p: &Pattern, target: &Target, reps: usize) -> cudnn::Result<(Side, Arc<IoSignature>)> {
+fn ours(
+    p: &Pattern,
+    target: &Target,
+    reps: usize,
+    clock: bool,
+) -> cudnn::Result<(Side, Arc<IoSignature>)> {
     // Timed: the graph calls and Graph::build (the frontend's side times
     // its graph calls, validate and build_operation_graph likewise), then
     // heuristics on that graph; `reps` times, the medians count.
@@ -249,6 +172,23 @@ fn ours(p: &Pattern, target: &Target, reps: usize) -> cudnn::Result<(Side, Arc<I
     let Some((og, count, first)) = last else {
         return Err(cudnn::Error::invalid("--reps", "must be at least 1", reps));
     };
+    // `--timing`: the same steps again, `reps` times, with the backend
+    // clock on (the times above are taken with it off).
+    let mut part = timing::CudnnPart::default();
+    if clock {
+        let _on = timing::ClockOn::start();
+        let (mut g, mut h) = (Vec::new(), Vec::new());
+        for _ in 0..reps.max(1) {
+            let (og, s) = timing::split(|| p.graph()?.build());
+            g.push(s);
+            let og = og?;
+            let (cands, s) = timing::split(|| heuristics::candidates(&og, target, &policy()));
+            h.push(s);
+            drop(cands?);
+        }
+        part.graph = timing::median_part(g);
+        part.heur = timing::median_part(h);
+    }
     let (plan, report) = Plan::build(&og, target, &policy())?;
     let side = Side {
         count_a: Some(count as i64),
@@ -259,6 +199,7 @@ fn ours(p: &Pattern, target: &Target, reps: usize) -> cudnn::Result<(Side, Arc<I
         t_graph: timing::median(&mut t_graph),
         t_heur: timing::median(&mut t_heur),
         t_finalize: report.finalize_s,
+        cudnn: part,
         ..Side::default()
     };
     Ok((side, Arc::new(og.io().clone())))
@@ -527,6 +468,7 @@ fn side_from(r: &Value) -> Side {
         t_heur: r["t_heur_s"].as_f64().unwrap_or(0.0),
         t_finalize: r["t_finalize_s"].as_f64().unwrap_or(0.0),
         t_load: None,
+        cudnn: timing::CudnnPart::default(),
     }
 }
 
@@ -623,7 +565,7 @@ fn round(
         .flat_map(|pi| (0..targets.len()).map(move |ti| (pi, ti)))
         .collect();
     let planned = oracle::par_map(&pairs, args.jobs, |&(pi, ti)| {
-        ours(&pats[pi], &targets[ti].1, args.reps)
+        ours(&pats[pi], &targets[ti].1, args.reps, args.timing)
     })?;
     let mut rows = Vec::new();
     let mut items = Vec::new();
@@ -753,7 +695,7 @@ fn round(
             compare::tensors(&cv).keys().copied().collect();
         let mapped = compare::remap(&fv, &row.map, &ours_uids).to_string();
         let mut t_load = Vec::new();
-        let mut load = || {
+        let load = || {
             let t0 = Instant::now();
             let r = match &theirs_io {
                 // SAFETY: `fj` is, unchanged, cuDNN's JSON of the plan NVIDIA's
@@ -771,16 +713,32 @@ fn round(
                 Some(tio) => unsafe { Plan::from_cudnn_json_unverified(&fj, target, tio.clone()) },
                 None => Plan::from_cudnn_json(&mapped, target, io.clone()),
             };
-            t_load.push(t0.elapsed().as_secs_f64());
-            r
+            (r, t0.elapsed().as_secs_f64())
         };
         // `--reps`: every load a plan of its own; the median counts.
-        let mut loaded = load();
+        let (mut loaded, t) = load();
+        t_load.push(t);
         for _ in 1..args.reps {
             if loaded.is_err() {
                 break;
             }
-            loaded = load();
+            let (l, t) = load();
+            loaded = l;
+            t_load.push(t);
+        }
+        // `--timing`: cuDNN's own part of the load, the loads again with
+        // the backend clock on.
+        if args.timing && loaded.is_ok() {
+            let _on = timing::ClockOn::start();
+            let mut parts = Vec::new();
+            for _ in 0..args.reps.max(1) {
+                let ((r, _), s) = timing::split(load);
+                parts.push(s);
+                if r.is_err() {
+                    break;
+                }
+            }
+            row.ours.cudnn.load = timing::median_part(parts);
         }
         match loaded {
             Ok(plan) => {

@@ -2,8 +2,76 @@
 //! per family (conv, matmul, norms, SDPA) with the ratios, crate / frontend.
 //! What `cargo xtask bench-planning` prints. Nothing here is asserted.
 
+use cudnn::graph::{set_backend_clock, take_backend_clock};
+
 use crate::Row;
 use crate::patterns::Pattern;
+
+/// One step of the crate's side timed with the backend clock on: its wall
+/// seconds, the seconds inside cuDNN's backend calls and their number.
+/// What is inside the calls is what the crate's step can never go below
+/// while it makes them; the rest is the crate's own code.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Split {
+    pub total: f64,
+    pub cudnn: f64,
+    pub calls: u64,
+}
+
+/// cuDNN's own part of the crate's steps (`--timing` only): medians over
+/// the reps made with the backend clock on (the headline times are taken
+/// in reps of their own, with it off).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CudnnPart {
+    pub graph: Option<Split>,
+    pub heur: Option<Split>,
+    pub load: Option<Split>,
+}
+
+/// The backend clock on while this lives (off again when dropped, an early
+/// return included).
+pub struct ClockOn(());
+
+impl ClockOn {
+    pub fn start() -> Self {
+        set_backend_clock(true);
+        ClockOn(())
+    }
+}
+
+impl Drop for ClockOn {
+    fn drop(&mut self) {
+        set_backend_clock(false);
+    }
+}
+
+/// Run `f` (the clock on: [`ClockOn`]) and split its time.
+pub fn split<R>(f: impl FnOnce() -> R) -> (R, Split) {
+    let _ = take_backend_clock();
+    let t0 = std::time::Instant::now();
+    let r = f();
+    let total = t0.elapsed().as_secs_f64();
+    let c = take_backend_clock();
+    let s = Split {
+        total,
+        cudnn: c.spent.as_secs_f64(),
+        calls: c.calls,
+    };
+    (r, s)
+}
+
+/// The medians of each part apart (`None` for no run).
+pub fn median_part(v: Vec<Split>) -> Option<Split> {
+    if v.is_empty() {
+        return None;
+    }
+    let m = |f: fn(&Split) -> f64| median(&mut v.iter().map(f).collect::<Vec<_>>());
+    Some(Split {
+        total: m(|s| s.total),
+        cudnn: m(|s| s.cudnn),
+        calls: m(|s| s.calls as f64).round() as u64,
+    })
+}
 
 /// The median of `v` (sorted in place); 0 for an empty list.
 pub fn median(v: &mut [f64]) -> f64 {
@@ -64,12 +132,24 @@ pub fn merge(mut rounds: Vec<Vec<Row>>) -> Vec<Row> {
             let h = pick(&|s| Some(s.t_heur), row);
             let f = others.first().map(|r| sides(ours, r).t_finalize);
             let l = pick(&|s| s.t_load, row);
+            let part = |f: &dyn Fn(&CudnnPart) -> Option<Split>| {
+                let all = others.iter().map(|r| &r.ours.cudnn);
+                median_part(all.chain([&row.ours.cudnn]).filter_map(f).collect())
+            };
+            let c = CudnnPart {
+                graph: part(&|c| c.graph),
+                heur: part(&|c| c.heur),
+                load: part(&|c| c.load),
+            };
             let side = if ours { &mut row.ours } else { &mut row.theirs };
             side.t_graph = g.unwrap_or(side.t_graph);
             side.t_heur = h.unwrap_or(side.t_heur);
             side.t_finalize = f.unwrap_or(side.t_finalize);
             if side.t_load.is_some() {
                 side.t_load = l;
+            }
+            if ours {
+                side.cudnn = c;
             }
         }
     }
@@ -155,6 +235,64 @@ pub fn report(pats: &[Pattern], rows: &[Row]) {
             .collect();
         println!("| {fam} | {} |", cells.join(" | "));
     }
+    floors(pats, rows);
+}
+
+/// Stage `i`'s split on the crate's side and the frontend's step, where
+/// both sides measured it.
+fn part(row: &Row, i: usize) -> Option<(Split, f64)> {
+    let (_, b) = stage(row, i)?;
+    let c = &row.ours.cudnn;
+    let s = match i {
+        0 => c.graph,
+        1 => c.heur,
+        3 => c.load,
+        _ => None,
+    }?;
+    Some((s, b))
+}
+
+/// The crate's step (timed again with the backend clock on) split in two,
+/// each as a share of the frontend's step: the time inside cuDNN's backend
+/// calls (the floor: what no change in the crate removes while it makes
+/// the same calls) and the rest (the crate's own code). Medians per family
+/// of the per-pattern shares, so the two need not add up to the ratio in
+/// the table above.
+fn floors(pats: &[Pattern], rows: &[Row]) {
+    if !rows.iter().any(|r| part(r, 0).is_some()) {
+        return;
+    }
+    println!(
+        "\nthe crate's step = cuDNN's own calls + the crate's code, each / the frontend's step (median shares per family; calls per step) [patterns x targets]:"
+    );
+    println!("| family | op graph | heuristics A | plan load |");
+    println!("|---|---|---|---|");
+    for fam in ["conv", "matmul", "norms", "SDPA", "other", "all"] {
+        let cells: Vec<String> = [0, 1, 3]
+            .iter()
+            .map(|&i| {
+                let v: Vec<(Split, f64)> = rows
+                    .iter()
+                    .filter(|r| fam == "all" || family(pats[r.pattern].family) == fam)
+                    .filter_map(|r| part(r, i))
+                    .collect();
+                if v.is_empty() {
+                    return "-".to_string();
+                }
+                let share = |f: &dyn Fn(&(Split, f64)) -> f64| {
+                    median(&mut v.iter().map(f).collect::<Vec<_>>())
+                };
+                let floor = share(&|(s, b)| s.cudnn / b.max(1e-12));
+                let own = share(&|(s, b)| (s.total - s.cudnn) / b.max(1e-12));
+                let calls = share(&|(s, _)| s.calls as f64);
+                format!("{floor:.2} + {own:.2} ({calls:.0} calls) [{}]", v.len())
+            })
+            .collect();
+        if cells.iter().all(|c| c == "-") {
+            continue;
+        }
+        println!("| {fam} | {} |", cells.join(" | "));
+    }
 }
 
 #[cfg(test)]
@@ -166,6 +304,30 @@ mod tests {
         assert_eq!(median(&mut []), 0.0);
         assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+    }
+
+    #[test]
+    fn median_parts_by_hand() {
+        let s = |total, cudnn, calls| Split {
+            total,
+            cudnn,
+            calls,
+        };
+        assert_eq!(median_part(Vec::new()), None);
+        assert_eq!(
+            median_part(vec![s(5.0, 3.0, 10), s(9.0, 1.0, 30), s(7.0, 2.0, 20)]),
+            Some(s(7.0, 2.0, 20))
+        );
+        // Each part is a median of its own: (6.5 s, 2.5 s, 25 calls).
+        assert_eq!(
+            median_part(vec![
+                s(5.0, 4.0, 20),
+                s(9.0, 1.0, 30),
+                s(6.0, 3.0, 10),
+                s(7.0, 2.0, 40)
+            ]),
+            Some(s(6.5, 2.5, 25))
+        );
     }
 
     #[test]

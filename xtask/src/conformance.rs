@@ -52,7 +52,9 @@ pub fn task(args: &[String]) -> Result<(), String> {
 /// machine whose load changes favours one; rounds even that out), for the
 /// H200 target unless `--targets` says otherwise.
 /// Prints the per-pattern table and the medians per family with the ratios
-/// crate / frontend. Nothing is asserted on the times.
+/// crate / frontend, then the crate's steps split into cuDNN's own calls and
+/// the crate's code, each as a share of the frontend's step. Nothing is
+/// asserted on the times.
 pub fn bench_planning(args: &[String]) -> Result<(), String> {
     let mut extra: Vec<String> = vec!["--timing".into()];
     let (mut reps, mut targets) = ("5".to_string(), "h200".to_string());

@@ -51,6 +51,8 @@ mod plan_json;
 mod target;
 mod tensor;
 
+#[doc(hidden)]
+pub use backend::clock::{BackendClock, set_backend_clock, take_backend_clock};
 pub use bindings::Bindings;
 pub use cache::{
     CacheStats, LoadReport, MAX_FILE_BYTES as MAX_CACHE_FILE_BYTES, PlanCache, SkipReason,

@@ -19,7 +19,11 @@
 //!   operation);
 //! - `Plan::launch_checks` (the launch benchmark's entry) runs `execute`'s
 //!   checks without the library call: one pack per set of pointers, and the
-//!   refusals `execute` makes (over random subsets of bindings too).
+//!   refusals `execute` makes (over random subsets of bindings too);
+//! - the backend clock (`bench-planning`'s split of each step into cuDNN's
+//!   calls and the crate's code) counts every backend call this thread
+//!   makes while it is on, by hand: create, each set, finalize, destroy;
+//!   nothing while it is off, nothing another thread makes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 use crate::support;
@@ -503,6 +507,68 @@ fn device_properties_kept_per_target() -> TestResult {
     Ok(())
 }
 
+/// A tensor descriptor made and finalized: one create, five sets, one
+/// finalize (seven backend calls).
+fn tensor_descriptor() -> cudnn::Result<Descriptor<kind::Tensor>> {
+    use cudnn::graph::backend::attr;
+    use cudnn::sys::cudnn::cudnnDataType_t;
+    let mut t = Descriptor::<kind::Tensor>::new()?;
+    t.set(attr::TENSOR_DATA_TYPE, &[cudnnDataType_t::CUDNN_DATA_FLOAT])?;
+    t.set(attr::TENSOR_DIMENSIONS, &[1, 8, 4, 4])?;
+    t.set(attr::TENSOR_STRIDES, &[128, 16, 4, 1])?;
+    t.set(attr::TENSOR_UNIQUE_ID, &[1])?;
+    t.set(attr::TENSOR_BYTE_ALIGNMENT, &[16])?;
+    t.finalize()?;
+    Ok(t)
+}
+
+fn backend_clock_counts_this_threads_calls() -> TestResult {
+    // No other test turns the clock on: this one owns the switch.
+    struct Off;
+    impl Drop for Off {
+        fn drop(&mut self) {
+            set_backend_clock(false);
+        }
+    }
+    let _off = Off;
+    set_backend_clock(true);
+    let _ = take_backend_clock();
+    let t = tensor_descriptor()?;
+    let c = take_backend_clock();
+    ensure!(c.calls == 7, "create + 5 sets + finalize: {c:?}");
+    ensure!(!c.spent.is_zero(), "{c:?}");
+    // A read, then the destroy (Drop).
+    let mut dims = [0i64; 8];
+    t.get(cudnn::graph::backend::attr::TENSOR_DIMENSIONS, &mut dims)?;
+    drop(t);
+    let c = take_backend_clock();
+    ensure!(c.calls == 2, "get + destroy: {c:?}");
+    // A refusal before cuDNN is called is no call.
+    let mut t = tensor_descriptor()?;
+    let _ = take_backend_clock();
+    ensure!(t.finalize().is_err(), "a second finalize must be refused");
+    let c = take_backend_clock();
+    ensure!(c.calls == 0, "refused before cuDNN: {c:?}");
+    drop(t);
+    // Another thread's calls are its own.
+    let _ = take_backend_clock();
+    let other = std::thread::spawn(|| -> cudnn::Result<u64> {
+        drop(tensor_descriptor()?);
+        Ok(take_backend_clock().calls)
+    })
+    .join()
+    .map_err(|_| "the other thread panicked".to_string())??;
+    ensure!(other == 8, "the other thread's own calls: {other}");
+    let c = take_backend_clock();
+    ensure!(c.calls == 0, "this thread made none: {c:?}");
+    // Off: nothing counted.
+    set_backend_clock(false);
+    drop(tensor_descriptor()?);
+    let c = take_backend_clock();
+    ensure!(c == BackendClock::default(), "clock off: {c:?}");
+    Ok(())
+}
+
 /// Bind every tensor of `plan` at fake, aligned addresses from `base`
 /// (only `Plan::launch_checks` sees them: nothing is launched), except the
 /// names in `skip`; f16 tensors only (the graphs here).
@@ -821,6 +887,10 @@ fn host_native_sdpa(name: &str, f: fn() -> TestResult) -> libtest_mimic::Trial {
 
 pub fn main() {
     run(vec![
+        host(
+            "clock::backend_clock_counts_this_threads_calls",
+            backend_clock_counts_this_threads_calls,
+        ),
         host_planning(
             "launch::launch_checks_are_executes",
             launch_checks_are_executes,

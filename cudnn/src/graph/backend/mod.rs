@@ -264,6 +264,7 @@ impl<K, K2> AttrTypeOf for Attr<K, value::Desc<K2>> {
 /// The attributes this crate sets and reads, typed (`CUDNN_ATTR_<name>`).
 #[allow(missing_docs)]
 pub mod attr;
+pub(crate) mod clock;
 mod rules;
 mod transcript;
 use transcript::Transcript;
@@ -694,9 +695,12 @@ impl<K: Kind> Descriptor<K> {
         let raw = self.raw.as_ptr();
         std::mem::forget(self);
         let api = cudnn()?;
+        let t = clock::start();
         // SAFETY: `raw` was created by cudnnBackendCreateDescriptor and is
         // destroyed once (self is forgotten).
-        unsafe { cudnn_call!(api, cudnnBackendDestroyDescriptor(raw)) }
+        let r = unsafe { cudnn_call!(api, cudnnBackendDestroyDescriptor(raw)) };
+        clock::stop(t);
+        r
     }
 }
 
@@ -713,7 +717,7 @@ mod untyped {
     use std::ffi::c_void;
     use std::ptr::NonNull;
 
-    use super::{AttrName, AttrType, DescType, rules};
+    use super::{AttrName, AttrType, DescType, clock, rules};
     use crate::check::{cudnn, cudnn_call};
     use crate::error::{Error, Result};
     use crate::sys::cudnn as sys;
@@ -732,9 +736,11 @@ mod untyped {
         // finalize; without one (and no stub) cuDNN reports it itself.
         let _ = super::super::driver::ready();
         let mut raw: sys::cudnnBackendDescriptor_t = std::ptr::null_mut();
+        let t = clock::start();
         // SAFETY: `raw` is a valid out-pointer; the type is a constant of the bindings.
-        unsafe { cudnn_call!(api, cudnnBackendCreateDescriptor(ty, &mut raw)) }
-            .map_err(|e| e.with_context(format!("creating a {kind} descriptor")))?;
+        let r = unsafe { cudnn_call!(api, cudnnBackendCreateDescriptor(ty, &mut raw)) };
+        clock::stop(t);
+        r.map_err(|e| e.with_context(format!("creating a {kind} descriptor")))?;
         NonNull::new(raw).ok_or_else(|| Error::Unsupported {
             what: format!("cuDNN returned a null {kind} descriptor"),
             needs: None,
@@ -767,15 +773,17 @@ mod untyped {
         let api = cudnn()?;
         let count =
             i64::try_from(count).map_err(|_| Error::invalid(label, "too many values", count))?;
+        let t = clock::start();
         // SAFETY: the descriptor is live and not finalized; the caller
         // guarantees `data` holds `count` elements of type `ty`.
-        unsafe {
+        let r = unsafe {
             cudnn_call!(
                 api,
                 cudnnBackendSetAttribute(at.raw.as_ptr(), name, ty, count, data)
             )
-        }
-        .map_err(|e| e.with_context(format!("setting {label} on a {} descriptor", at.kind)))?;
+        };
+        clock::stop(t);
+        r.map_err(|e| e.with_context(format!("setting {label} on a {} descriptor", at.kind)))?;
         // Only a value counts as set: an attribute set with no values (an
         // empty slice) is as good as missing to the finalize that needs it.
         if count >= 1 {
@@ -841,9 +849,11 @@ mod untyped {
             ));
         }
         let api = cudnn()?;
+        let t = clock::start();
         // SAFETY: a live descriptor, not finalized yet.
-        unsafe { cudnn_call!(api, cudnnBackendFinalize(at.raw.as_ptr())) }
-            .map_err(|e| e.with_context(format!("finalizing a {} descriptor", at.kind)))
+        let r = unsafe { cudnn_call!(api, cudnnBackendFinalize(at.raw.as_ptr())) };
+        clock::stop(t);
+        r.map_err(|e| e.with_context(format!("finalizing a {} descriptor", at.kind)))
     }
 
     /// # Safety
@@ -871,22 +881,26 @@ mod untyped {
         let cap = i64::try_from(capacity)
             .map_err(|_| Error::invalid(label, "capacity too large", capacity))?;
         let mut count: i64 = 0;
+        let t = clock::start();
         // SAFETY: finalized live descriptor; the caller guarantees `out`.
-        unsafe {
+        let r = unsafe {
             cudnn_call!(
                 api,
                 cudnnBackendGetAttribute(at.raw.as_ptr(), name, ty, cap, &mut count, out)
             )
-        }
-        .map_err(|e| e.with_context(format!("reading {label} from a {} descriptor", at.kind)))?;
+        };
+        clock::stop(t);
+        r.map_err(|e| e.with_context(format!("reading {label} from a {} descriptor", at.kind)))?;
         usize::try_from(count)
             .map_err(|_| Error::invalid(label, "cuDNN returned a negative count", count))
     }
 
     pub(super) fn destroy(raw: NonNull<c_void>) {
         if let Ok(api) = cudnn() {
+            let t = clock::start();
             // SAFETY: created by cudnnBackendCreateDescriptor, destroyed once here.
             let _ = unsafe { api.cudnnBackendDestroyDescriptor(raw.as_ptr()) };
+            clock::stop(t);
         }
     }
 }
