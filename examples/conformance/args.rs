@@ -80,6 +80,11 @@ pub fn parse_args() -> Result<Args, String> {
             other => return Err(format!("unknown argument `{other}`")),
         }
     }
+    // The backend clock is one switch for every thread: the crate's side
+    // times one pattern at a time.
+    if a.timing && a.jobs > 1 {
+        return Err("--jobs above 1 with --timing: the timing runs one job".to_string());
+    }
     if a.timing && a.finalize_memo.is_some() {
         return Err("--finalize-memo with --timing: the timing measures the finalize".to_string());
     }

@@ -132,14 +132,14 @@ pub fn merge(mut rounds: Vec<Vec<Row>>) -> Vec<Row> {
             let h = pick(&|s| Some(s.t_heur), row);
             let f = others.first().map(|r| sides(ours, r).t_finalize);
             let l = pick(&|s| s.t_load, row);
-            let part = |f: &dyn Fn(&CudnnPart) -> Option<Split>| {
+            let of_rounds = |pick: &dyn Fn(&CudnnPart) -> Option<Split>| {
                 let all = others.iter().map(|r| &r.ours.cudnn);
-                median_part(all.chain([&row.ours.cudnn]).filter_map(f).collect())
+                median_part(all.chain([&row.ours.cudnn]).filter_map(pick).collect())
             };
             let c = CudnnPart {
-                graph: part(&|c| c.graph),
-                heur: part(&|c| c.heur),
-                load: part(&|c| c.load),
+                graph: of_rounds(&|c| c.graph),
+                heur: of_rounds(&|c| c.heur),
+                load: of_rounds(&|c| c.load),
             };
             let side = if ours { &mut row.ours } else { &mut row.theirs };
             side.t_graph = g.unwrap_or(side.t_graph);
@@ -254,10 +254,11 @@ fn part(row: &Row, i: usize) -> Option<(Split, f64)> {
 
 /// The crate's step (timed again with the backend clock on) split in two,
 /// each as a share of the frontend's step: the time inside cuDNN's backend
-/// calls (the floor: what no change in the crate removes while it makes
-/// the same calls) and the rest (the crate's own code). Medians per family
-/// of the per-pattern shares, so the two need not add up to the ratio in
-/// the table above.
+/// calls (the floor for the calls the crate makes: no change to its own
+/// code removes it) and the rest (the crate's own code). Medians per
+/// family of the per-pattern shares, from reps of their own with the
+/// clock's reads in them (two per call), so the two need not add up to
+/// the ratio in the table above.
 fn floors(pats: &[Pattern], rows: &[Row]) {
     if !rows.iter().any(|r| part(r, 0).is_some()) {
         return;

@@ -18,6 +18,7 @@ pub mod norm_attention_graphs;
 pub mod plan_nodes;
 #[cfg(feature = "nccl")]
 pub mod rendezvous;
+pub mod scan;
 pub mod sdpa_plans;
 
 use std::sync::Mutex;

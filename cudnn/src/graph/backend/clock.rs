@@ -3,9 +3,15 @@
 //! what `cargo xtask bench-planning` reports as cuDNN's own part of a
 //! planning step, the floor under the crate's time for that step.
 //!
+//! Not counted: `cudnnBackendExecute` and the CUDA-graph calls (launches,
+//! not planning). A call that fails counts with the error text cuDNN is
+//! asked for (a few microseconds, only on failure).
+//!
 //! Off (the default), a backend call costs one relaxed atomic load more.
-//! On, two clock reads; the benchmark times its headline figures with the
-//! clock off and measures cuDNN's part in runs of their own.
+//! On, two clock reads per call, about half of them inside the counted
+//! span, the rest in the caller's; the benchmark times its headline
+//! figures with the clock off and measures cuDNN's part in runs of their
+//! own.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,6 +28,7 @@ thread_local! {
 /// backend calls, and their number, since the last take.
 #[doc(hidden)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BackendClock {
     /// Wall time inside the calls.
     pub spent: Duration,
