@@ -4,21 +4,62 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use ::cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop};
+use ::cudarc::driver::{
+    CudaContext, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr,
+    SyncOnDrop,
+};
 
 use super::driver::{device_of, driver_error, guarded};
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
 use crate::runtime::{Device, DeviceSlice, DeviceSliceMut};
 
+mod sealed {
+    /// Implemented for cudarc's own memory types only.
+    pub trait Sealed {}
+}
+
+impl<T> sealed::Sealed for CudaSlice<T> {}
+impl<T> sealed::Sealed for CudaView<'_, T> {}
+impl<T> sealed::Sealed for CudaViewMut<'_, T> {}
+
+/// cudarc's own device memory, to read: [`CudaSlice`], [`CudaView`] and
+/// [`CudaViewMut`]. What the safe lends ([`CudarcScope::read`]) take:
+/// cudarc's `DevicePtr` is a safe trait any type can implement, with any
+/// address and length, so a safe lend cannot trust another type's answer.
+/// Sealed: the crate implements it for those three types only.
+///
+/// [`CudarcScope::read`]: super::CudarcScope::read
+pub trait CudarcMemory<T>: DevicePtr<T> + sealed::Sealed {}
+
+/// cudarc's own device memory, to write: [`CudaSlice`] and
+/// [`CudaViewMut`] (what [`CudarcScope::write`] takes; sealed, as
+/// [`CudarcMemory`]).
+///
+/// [`CudarcScope::write`]: super::CudarcScope::write
+pub trait CudarcMemoryMut<T>: DevicePtrMut<T> + sealed::Sealed {}
+
+impl<T> CudarcMemory<T> for CudaSlice<T> {}
+impl<T> CudarcMemory<T> for CudaView<'_, T> {}
+impl<T> CudarcMemory<T> for CudaViewMut<'_, T> {}
+impl<T> CudarcMemoryMut<T> for CudaSlice<T> {}
+impl<T> CudarcMemoryMut<T> for CudaViewMut<'_, T> {}
+
 /// The checked parts of a device range cudarc handed out: the address as a
 /// host `usize`, and its byte length.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] naming `what` when the address does not fit a
-/// host pointer, is not aligned for `T`, or `len * size_of::<T>()` (or the
-/// range's end) overflows.
+/// host pointer, is null for a non-empty range, is not aligned for `T`, or
+/// `len * size_of::<T>()` (or the range's end) overflows.
 pub(crate) fn checked_parts<T: DataType>(what: &str, addr: u64, len: usize) -> Result<usize> {
+    if addr == 0 && len > 0 {
+        return Err(Error::invalid(
+            format!("{what} device address"),
+            "must not be null for a non-empty range",
+            format!("null, {len} elements"),
+        ));
+    }
     let a = usize::try_from(addr).map_err(|_| {
         Error::invalid(
             format!("{what} device address"),
@@ -138,8 +179,9 @@ impl<'a, T: DataType + DeviceRepr> CudarcRead<'a, T> {
     ///
     /// # Safety
     /// See [`CudarcStream::read`](super::CudarcStream::read): queue the work
-    /// that uses the guard's views on `stream` only, and drop the guard
-    /// (never leak it) before cudarc uses or frees `src` elsewhere.
+    /// that uses the guard's views on `stream` only, drop the guard (never
+    /// leak it) before cudarc uses or frees `src` elsewhere, and `src`'s
+    /// address and length are true (an allocation of that many elements).
     pub unsafe fn new<S: DevicePtr<T>>(src: &'a S, stream: &'a CudaStream) -> Result<Self> {
         same_context(src.stream().context(), stream)?;
         // The stream's context current before anything is enqueued (one
@@ -337,6 +379,12 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(e.contains("cudarc slice device address"), "{e}");
+        // Null: only for an empty range.
+        let e = checked_parts::<f32>("cudarc slice", 0, 1)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("must not be null"), "{e}");
     }
 
     proptest! {
@@ -353,6 +401,7 @@ mod tests {
         ) {
             let dev = Device::from_runtime(0);
             if let Ok(a) = checked_parts::<f32>("x", addr, len) {
+                prop_assert!(a != 0 || len == 0);
                 prop_assert!(a.is_multiple_of(4));
                 prop_assert!(len.checked_mul(4).and_then(|b| a.checked_add(b)).is_some());
                 // SAFETY: the view is never dereferenced or passed to a

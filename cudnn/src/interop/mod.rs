@@ -166,7 +166,7 @@ mod stream;
 
 pub use ::cudarc;
 pub use driver::{context, device_count, driver_error, probe_driver};
-pub use memory::{CudarcRead, CudarcWrite};
+pub use memory::{CudarcMemory, CudarcMemoryMut, CudarcRead, CudarcWrite};
 pub use owned::{OwnedCapture, OwnedGraph};
 pub use scope::CudarcScope;
 pub use stream::CudarcStream;

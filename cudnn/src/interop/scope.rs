@@ -6,10 +6,10 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::time::Instant;
 
-use ::cudarc::driver::{CudaContext, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop, result};
+use ::cudarc::driver::{CudaContext, DeviceRepr, SyncOnDrop, result};
 
 use super::driver::guarded;
-use super::memory::{CudarcRead, CudarcWrite};
+use super::memory::{CudarcMemory, CudarcMemoryMut, CudarcRead, CudarcWrite};
 use super::stream::CudarcStream;
 use crate::dtype::DataType;
 use crate::error::{Error, Result};
@@ -197,6 +197,8 @@ impl<'scope, 'env> CudarcScope<'scope, 'env> {
 
     /// Lend `src` for reading: cudarc's pending writes of it finish first
     /// (host wait); the view is valid until the scope's closure returns.
+    /// `src` is cudarc's own memory ([`CudarcMemory`]: a `CudaSlice` or a
+    /// view of one), whose address and length this crate can trust.
     ///
     /// # Errors
     /// As [`CudarcStream::read`]; [`Error::Driver`](crate::Error::Driver)
@@ -204,7 +206,7 @@ impl<'scope, 'env> CudarcScope<'scope, 'env> {
     pub fn read<T, S>(&'scope self, src: &'env S) -> Result<DeviceSlice<'scope, T>>
     where
         T: DataType + DeviceRepr,
-        S: DevicePtr<T>,
+        S: CudarcMemory<T>,
     {
         self.not_capturing()?;
         // SAFETY: the guard's record-on-drop is kept by this scope, which
@@ -217,7 +219,8 @@ impl<'scope, 'env> CudarcScope<'scope, 'env> {
         self.lent.syncs.borrow_mut().push(sync);
         self.settle()?;
         // SAFETY: `addr`/`len` come from cudarc's `device_ptr` of `src`,
-        // borrowed for `'env` (checked: aligned, fits); the view lives for
+        // cudarc's own memory type (`CudarcMemory` is sealed), borrowed for
+        // `'env` (checked: not null, aligned, fits); the view lives for
         // `'scope`, inside `'env`; cudarc's pending writes of it are done
         // (host wait above), so any stream may read it.
         Ok(unsafe { DeviceSlice::from_raw_parts_on(addr as *const T, len, device) })
@@ -232,7 +235,7 @@ impl<'scope, 'env> CudarcScope<'scope, 'env> {
     pub fn write<T, S>(&'scope self, dst: &'env mut S) -> Result<DeviceSliceMut<'scope, T>>
     where
         T: DataType + DeviceRepr,
-        S: DevicePtrMut<T>,
+        S: CudarcMemoryMut<T>,
     {
         self.not_capturing()?;
         // SAFETY: as in `read`.

@@ -172,7 +172,13 @@ impl CudarcStream {
     ///   for launches after `src` is freed. This crate refuses its own work
     ///   on a cudarc stream while it is capturing and never captures one
     ///   ([`Error::CaptureUnsafe`], [`Error::InvalidArgument`]), but it
-    ///   cannot see cudarc's capture of a stream it does not wrap.
+    ///   cannot see cudarc's capture of a stream it does not wrap;
+    /// - pass memory whose `DevicePtr` / `DeviceSlice` answers are true: an
+    ///   allocation of `src.len()` elements at the address `device_ptr`
+    ///   returns, alive while `src` is (cudarc's own types are; the traits
+    ///   are safe to implement, so another type's answers are the
+    ///   caller's to vouch for; [`scope`](Self::scope) takes cudarc's types
+    ///   only, [`CudarcMemory`](super::CudarcMemory)).
     ///
     /// Otherwise the device may read memory cudarc has freed or is
     /// rewriting. (cudarc keeps one read event per allocation, re-recorded
