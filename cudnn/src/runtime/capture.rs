@@ -135,6 +135,13 @@ impl Hazard {
                  that thread's graph)"
                     .into()
             }
+            Hazard::ForeignStream(owner) if *owner == PER_THREAD_SHARED => {
+                "queue work on the per-thread default stream while other code captures it (the \
+                 stream is shared with every library on this thread, cudarc's per_thread_stream \
+                 and so candle's included: this crate's work would enter a graph that code \
+                 launches, possibly after the memory it uses is gone)"
+                    .into()
+            }
             Hazard::ForeignStream(owner) => format!(
                 "queue work on a {owner} stream while {owner} captures it (this crate's work \
                  would enter a graph {owner} launches, possibly after the memory it uses is gone)"
@@ -167,6 +174,11 @@ impl Hazard {
             Hazard::HostSync => "synchronize after launching the graph instead".into(),
             Hazard::OtherThreadsCapture => {
                 "queue it after that capture ends, or on another stream".into()
+            }
+            Hazard::ForeignStream(owner) if *owner == PER_THREAD_SHARED => {
+                "end that capture before queueing, and capture a stream this crate created, \
+                 joined to the per-thread stream with events outside the capture"
+                    .into()
             }
             Hazard::ForeignStream(owner) => format!(
                 "end {owner}'s capture before queueing, and capture a stream this crate \
@@ -226,6 +238,15 @@ pub(crate) fn clear_last_error(rt: &cudart::Cudart) {
     // SAFETY: no arguments; only reads and resets thread-local state.
     let _ = unsafe { rt.cudaGetLastError() };
 }
+
+/// The owner a [`Stream::per_thread`](super::Stream::per_thread) value
+/// names ([`Stream::foreign_owner`](super::Stream::foreign_owner)): the
+/// per-thread default stream is one queue for every library on the thread
+/// (cudarc's `per_thread_stream`, candle's default stream), so the crate
+/// treats it as a stream other code queues on and may capture: it never
+/// captures it, asks before queueing on it, and does not join it to a
+/// capture of its own.
+pub const PER_THREAD_SHARED: &str = "shared per-thread default";
 
 thread_local! {
     /// How many [`Stream::capture`](super::Stream::capture) scopes are open on this thread.
@@ -581,6 +602,47 @@ mod tests {
             .is_capturing())
         });
         assert_capture_unsafe(r, "op", &Hazard::ForeignStream("cudarc"));
+    }
+
+    /// The per-thread default stream is every library's queue on the thread
+    /// (cudarc's `per_thread_stream` is the same one): a soundness audit
+    /// found that cudarc could capture it while the crate queued on it
+    /// unasked (its graph then replays the crate's work after the memory is
+    /// freed), and that the crate would capture it with candle's
+    /// allocations inside. Now it is treated as another library's stream:
+    /// never captured, asked before queueing, never joined to a capture.
+    #[test]
+    fn unit_per_thread_stream_is_treated_as_shared() {
+        use super::super::stream::queue_rule;
+        let s = Stream::per_thread();
+        assert_eq!(s.foreign_owner(), Some(PER_THREAD_SHARED));
+        let ran = std::cell::Cell::new(false);
+        let r = s.capture(super::super::CaptureMode::ThreadLocal, |_| {
+            ran.set(true);
+            Ok::<(), Error>(())
+        });
+        match r {
+            Err(Error::InvalidArgument { arg, rule, .. }) => {
+                assert_eq!(arg, "stream");
+                assert!(rule.contains("per-thread default stream"), "{rule}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!ran.get());
+        // Queueing asks the runtime, and other code's capture refuses it.
+        let me = std::thread::current().id();
+        let hz = Hazard::ForeignStream(PER_THREAD_SHARED);
+        assert_capture_unsafe(
+            queue_rule("op", None, me, Some(PER_THREAD_SHARED), || Ok(true)),
+            "op",
+            &hz,
+        );
+        assert!(
+            hz.what().contains("per-thread default stream"),
+            "{}",
+            hz.what()
+        );
+        assert!(queue_rule("op", None, me, Some(PER_THREAD_SHARED), || Ok(false)).is_ok());
     }
 
     /// The crate's capture of a cudarc stream is refused (typed), before

@@ -296,6 +296,8 @@ mod tests {
             (None, true),
             (Some("cudarc"), false),
             (Some("cudarc"), true),
+            (Some(super::super::PER_THREAD_SHARED), false),
+            (Some(super::super::PER_THREAD_SHARED), true),
         ] {
             let r = foreign_wait_rule("Stream::wait_event", foreign, captured);
             assert_eq!(r.is_err(), foreign.is_some() && captured);

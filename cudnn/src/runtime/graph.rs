@@ -565,8 +565,16 @@ mod tests {
     fn unit_legacy_stream_is_not_capturable() {
         let e = check_capturable(&Stream::legacy(), false).expect_err("legacy");
         assert!(e.to_string().contains("legacy default stream"), "{e}");
-        let e = check_capturable(&Stream::per_thread(), true).expect_err("nested");
+        // The per-thread default stream is shared with every library on the
+        // thread (cudarc's per_thread_stream): refused, captured or not.
+        for capturing in [false, true] {
+            let e = check_capturable(&Stream::per_thread(), capturing).expect_err("per-thread");
+            assert!(e.to_string().contains("per-thread default stream"), "{e}");
+        }
+        // A stream value of the crate's own: nested captures refused.
+        let own = Stream::fake_for_tests(0x1000);
+        let e = check_capturable(&own, true).expect_err("nested");
         assert!(e.to_string().contains("already capturing"), "{e}");
-        assert!(check_capturable(&Stream::per_thread(), false).is_ok());
+        assert!(check_capturable(&own, false).is_ok());
     }
 }

@@ -38,7 +38,7 @@ pub(crate) mod wait;
 #[allow(unused_imports)] // the launches use them
 pub(crate) use affinity::{check_args, check_device};
 pub use buffer::*;
-pub use capture::{CaptureStatus, Hazard, capture_rule};
+pub use capture::{CaptureStatus, Hazard, PER_THREAD_SHARED, capture_rule};
 #[allow(unused_imports)] // ScopeMark: the interop's tests
 pub(crate) use capture::{
     ScopeMark, clear_last_error, forbid_in_capture_scope, implicit_is_capturing, in_capture_scope,

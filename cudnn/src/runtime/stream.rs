@@ -286,6 +286,12 @@ impl Stream {
         foreign: Option<&'static str>,
     ) -> Self {
         let thread = (kind_of(raw) == Kind::PerThread).then(|| thread::current().id());
+        // The per-thread default stream is every library's on this thread
+        // (cudarc's `per_thread_stream` is the same queue): other code may
+        // capture it, so it is treated as theirs.
+        let foreign = foreign.or_else(|| {
+            (kind_of(raw) == Kind::PerThread).then_some(super::capture::PER_THREAD_SHARED)
+        });
         Stream {
             inner: Arc::new(Inner {
                 raw,
@@ -368,8 +374,12 @@ impl Stream {
     }
 
     /// The library that owns this borrowed stream and queues its own work
-    /// on it (`Some("cudarc")` for `Stream::from_cudarc`); such a stream
-    /// is never captured by this crate.
+    /// on it (`Some("cudarc")` for `Stream::from_cudarc`;
+    /// [`PER_THREAD_SHARED`](super::PER_THREAD_SHARED) for
+    /// [`Stream::per_thread`], a queue every library on the thread shares);
+    /// such a stream is never captured by this crate, the crate asks
+    /// whether it is capturing before queueing on it, and it never waits
+    /// for an event recorded inside one of the crate's captures.
     pub fn foreign_owner(&self) -> Option<&'static str> {
         self.inner.foreign
     }
@@ -493,7 +503,13 @@ impl Stream {
             self.capturer(),
             thread::current().id(),
             self.inner.foreign,
-            || self.foreign_capture_refused(what),
+            // A value with no device (none could be read when it was made)
+            // queues nothing and names no capture: its calls fail typed
+            // later, as before.
+            || match self.inner.device {
+                Some(_) => self.foreign_capture_refused(what),
+                None => Ok(false),
+            },
         )?;
         Ok(hold)
     }
@@ -572,6 +588,13 @@ impl Stream {
     /// `Send`, but using it from another thread (queueing work, waiting for
     /// it, a handle bound to it) is refused with [`Error::WrongThread`]:
     /// there it would name that thread's queue, unordered with this one.
+    ///
+    /// It is one queue for every library on the thread (cudarc's
+    /// `per_thread_stream`, candle's default stream), so the crate treats
+    /// it as theirs ([`foreign_owner`](Stream::foreign_owner)): it is not
+    /// captured ([`Stream::capture`] refuses it), work is refused while
+    /// other code captures it (one `cudaStreamIsCapturing` per call), and
+    /// it does not wait for an event recorded inside a capture.
     pub fn per_thread() -> Self {
         Self::wrap(cudart::cudaStreamPerThread, false)
     }
@@ -743,6 +766,17 @@ mod tests;
 /// # Errors
 /// [`Error::InvalidArgument`] naming the stream.
 pub(crate) fn check_capturable(stream: &Stream, capturing: bool) -> Result<()> {
+    if stream.foreign_owner() == Some(super::capture::PER_THREAD_SHARED) {
+        return Err(Error::invalid(
+            "stream",
+            "must not be the per-thread default stream: it is shared with every library on \
+             this thread (cudarc's per_thread_stream, candle's default stream), whose own \
+             allocations, frees and event records on it would become graph nodes behind its \
+             ordinary values; capture a stream this crate created and join it to the \
+             per-thread stream with events outside the capture",
+            format!("{stream:?}"),
+        ));
+    }
     if let Some(owner) = stream.foreign_owner() {
         return Err(Error::invalid(
             "stream",
