@@ -93,12 +93,26 @@ impl std::fmt::Debug for PlanKey {
 
 impl PlanKey {
     /// A key from the caller's secret bytes (at least [`MIN_KEY_BYTES`], at
-    /// most [`MAX_KEY_BYTES`]). The bytes should be random: a guessable key
-    /// lets anyone make files the safe loaders run as code.
+    /// most [`MAX_KEY_BYTES`]), for a key kept elsewhere than a key file (a
+    /// secret store, a system without Unix permissions).
+    ///
+    /// # Safety
+    /// Whoever knows the bytes can tag any file, and the safe loaders
+    /// ([`Trust::SignedBy`]) then hand its compiled kernels to cuDNN, which
+    /// run on the bound buffers: so the bytes must be a secret (random, and
+    /// known only to programs trusted as this one is), and files must be
+    /// tagged with them only by this crate's writers
+    /// ([`Plan::serialize_signed`](super::Plan::serialize_signed),
+    /// [`PlanCache::save`](super::PlanCache::save)). Making a key from known
+    /// bytes, or tagging by other means, is calling the `unsafe` loaders on
+    /// those files. ([`generate`](Self::generate) and the key files of
+    /// [`load_or_create`](Self::load_or_create) are safe: their bytes come
+    /// from the operating system's random source and never leave the
+    /// crate.)
     ///
     /// # Errors
     /// A length out of range (`InvalidArgument`, naming it).
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+    pub unsafe fn from_bytes(bytes: &[u8]) -> Result<Self> {
         if !(MIN_KEY_BYTES..=MAX_KEY_BYTES).contains(&bytes.len()) {
             return Err(Error::invalid(
                 "plan key bytes",
@@ -572,7 +586,7 @@ mod key_file {
                 "a plan key file ({}) needs Unix permissions to be kept private",
                 path.display()
             ),
-            needs: Some("`PlanKey::from_bytes` with a secret kept elsewhere".to_string()),
+            needs: Some("`PlanKey::from_bytes` (unsafe) with a secret kept elsewhere".to_string()),
         })
     }
 
@@ -621,7 +635,8 @@ mod tests {
 
     #[test]
     fn unit_sign_then_check_verifies_and_strips_the_tag() {
-        let k = PlanKey::from_bytes(&[7u8; 32]).unwrap();
+        // SAFETY: a test key: it tags only files this test writes.
+        let k = unsafe { PlanKey::from_bytes(&[7u8; 32]) }.unwrap();
         let signed = sign(&k, FileKind::Plan, "cudnn-rs plan v2\nx\n".into()).unwrap();
         let (body, tag) = split(&signed);
         assert_eq!(body, "cudnn-rs plan v2\nx\n");
@@ -643,8 +658,10 @@ mod tests {
 
     #[test]
     fn unit_a_tag_is_bound_to_its_kind_and_key() {
-        let k = PlanKey::from_bytes(&[7u8; 32]).unwrap();
-        let other = PlanKey::from_bytes(&[8u8; 32]).unwrap();
+        // SAFETY: a test key: it tags only files this test writes.
+        let k = unsafe { PlanKey::from_bytes(&[7u8; 32]) }.unwrap();
+        // SAFETY: a test key: it tags only files this test writes.
+        let other = unsafe { PlanKey::from_bytes(&[8u8; 32]) }.unwrap();
         let signed = sign(&k, FileKind::Plan, "same text\n".into()).unwrap();
         // The same bytes as a plan cache: another purpose, refused.
         assert_eq!(
@@ -670,7 +687,8 @@ mod tests {
 
     #[test]
     fn unit_every_changed_byte_fails_the_tag() {
-        let k = PlanKey::from_bytes(&[9u8; 32]).unwrap();
+        // SAFETY: a test key: it tags only files this test writes.
+        let k = unsafe { PlanKey::from_bytes(&[9u8; 32]) }.unwrap();
         let signed = sign(&k, FileKind::PlanCache, "h\nt 1\njson 2\n{}\n".into()).unwrap();
         let bytes = signed.as_bytes();
         for i in 0..bytes.len() {
@@ -690,13 +708,16 @@ mod tests {
     #[test]
     fn unit_key_lengths_are_checked_and_debug_hides_the_key() {
         assert!(matches!(
-            PlanKey::from_bytes(&[1u8; 31]),
+            // SAFETY: a test key: it tags only files this test writes.
+            unsafe { PlanKey::from_bytes(&[1u8; 31]) },
             Err(Error::InvalidArgument { .. })
         ));
         // RFC 2104 section 3: not shorter than the hash output (32 bytes).
         assert_eq!(MIN_KEY_BYTES, 32);
-        assert!(PlanKey::from_bytes(&[1u8; 1025]).is_err());
-        let k = PlanKey::from_bytes(&[0xabu8; 32]).unwrap();
+        // SAFETY: a test key: it tags only files this test writes.
+        assert!(unsafe { PlanKey::from_bytes(&[1u8; 1025]) }.is_err());
+        // SAFETY: a test key: it tags only files this test writes.
+        let k = unsafe { PlanKey::from_bytes(&[0xabu8; 32]) }.unwrap();
         assert_eq!(format!("{k:?}"), "PlanKey(32 secret bytes)");
         let g = PlanKey::generate().unwrap();
         assert_eq!(g.bytes.len(), 32);
@@ -861,7 +882,8 @@ mod tests {
 
     #[test]
     fn unit_split_and_check_never_panic_on_odd_text() {
-        let k = PlanKey::from_bytes(&[1u8; 32]).unwrap();
+        // SAFETY: a test key: it tags only files this test writes.
+        let k = unsafe { PlanKey::from_bytes(&[1u8; 32]) }.unwrap();
         for t in [
             "",
             "\n",
