@@ -20,6 +20,11 @@
 //!   duplicated, loaded trusted in child processes (cuDNN 9.28 crashed with
 //!   SIGSEGV on node 19 or 20 removed): every case must be a typed refusal,
 //!   no crash, no hang.
+//! - `by_value_lengths_are_bounded` (cuDNN >= 9.21, where a bottom-right
+//!   causal mask without padding is the band operation with the full
+//!   lengths by value): the plan's i32 by-value scalars that are sequence
+//!   lengths load at their value and at 0, and are refused above the
+//!   extent they bound, below 0 and fractional; at least one is found.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 use crate::support;
 use crate::support::fuzz_child;
@@ -878,7 +883,77 @@ pub fn main() {
         host("build_and_load_agree", build_and_load_agree),
         host("build_and_load_agree_random", build_and_load_agree_random),
     ];
+    let mut t = t;
+    let (major, minor, _) = loaded_cudnn();
+    if (major, minor) >= (9, 21) || support::libs_missing().is_some() {
+        t.push(host_planning(
+            "by_value_lengths_are_bounded",
+            by_value_lengths_are_bounded,
+        ));
+    } else {
+        eprintln!(
+            "skipped: host::by_value_lengths_are_bounded: the band operation's by-value \
+             lengths need cuDNN >= 9.21 (this is {major}.{minor})"
+        );
+        t.push(
+            support::trial(
+                "host::by_value_lengths_are_bounded",
+                by_value_lengths_are_bounded,
+            )
+            .with_ignored_flag(true),
+        );
+    }
     run(t)
+}
+
+/// A by-value sequence length of a loaded plan is checked against the
+/// extent it bounds, as a bound length tensor's values are: the tensor
+/// list's fields are the caller's, and the value reaches every launch.
+fn by_value_lengths_are_bounded() -> TestResult {
+    let t = Target::preset("h200")?;
+    let cfg = SdpaConfig::new(2, 4, 128, 64, DType::BF16)
+        .kv_len(192)
+        .causal_bottom_right()
+        .implementation(SdpaImpl::Composite);
+    let og = sdpa_graph(&cfg, false)?.build()?;
+    let (p, _) = Plan::build(&og, &t, &Policy::default().with_max_attempts(2))?;
+    let json = p.cudnn_json()?;
+    let io = p.io().clone();
+    check_plan_json(&json, &io, &t, None)?;
+    let with = |i: usize, v: f64| {
+        let mut io2 = io.clone();
+        io2.scalars[i].2 = v;
+        check_plan_json(&json, &io2, &t, None)
+    };
+    let mut lengths = 0;
+    for (i, &(uid, dtype, v)) in io.scalars.iter().enumerate() {
+        if dtype != DType::I32 {
+            continue;
+        }
+        // A length: refused far above any extent. Other i32 scalars (none
+        // in this graph today) load whatever their value.
+        let Err(e) = with(i, 1e9) else { continue };
+        ensure!(
+            e.to_string().contains("by-value sequence length"),
+            "uid {uid}: {e}"
+        );
+        lengths += 1;
+        ensure!(
+            v == 128.0 || v == 192.0,
+            "uid {uid}: value {v}, not S_q or S_kv"
+        );
+        with(i, v).map_err(|e| format!("uid {uid} at its own value {v}: {e}"))?;
+        with(i, 0.0).map_err(|e| format!("uid {uid} at 0: {e}"))?;
+        for bad in [v + 1.0, -1.0, v - 0.5] {
+            ensure!(with(i, bad).is_err(), "uid {uid}: {bad} loaded");
+        }
+    }
+    ensure!(
+        lengths >= 2,
+        "found {lengths} by-value lengths in {:?}",
+        io.scalars
+    );
+    Ok(())
 }
 
 /// `CUDNN_RS_RELOAD_PROBE=1`: print the kernel-parameter uids of ragged

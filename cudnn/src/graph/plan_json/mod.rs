@@ -751,9 +751,40 @@ fn against_io(
     for (uid, g) in &summary.guarded {
         // A by-value scalar (the full lengths of a band mask without
         // padding, as the crate and NVIDIA's frontend build it) is not
-        // device memory; its value is the tensor list's scalar.
+        // device memory; its value is the tensor list's scalar, passed at
+        // every launch: a length within the extent it bounds, as a bound
+        // length tensor's values are checked (the tensor list's fields are
+        // the caller's to edit; a soundness audit found a by-value length
+        // of 1e9 passed unchecked, reachable once such a plan needs no
+        // compiled code).
         if tensors.all.get(uid).is_some_and(|t| t.by_value) {
-            continue;
+            let value = io.scalars.iter().find(|s| s.0 == *uid).map(|s| s.2);
+            let what = format!("plan JSON tensor uid {uid}");
+            match (g, value) {
+                (InputGuard::SeqLengths { extent }, Some(v))
+                    if v.fract() == 0.0 && v >= 0.0 && v <= *extent as f64 =>
+                {
+                    continue;
+                }
+                (InputGuard::SeqLengths { extent }, v) => {
+                    return Err(Error::invalid(
+                        what,
+                        format!(
+                            "a by-value sequence length must be a whole number in 0..={extent} \
+                             (the extent it bounds)"
+                        ),
+                        v.map_or_else(|| "none".to_string(), |v| v.to_string()),
+                    ));
+                }
+                (InputGuard::PageTable | InputGuard::RaggedOffsets, _) => {
+                    return Err(Error::invalid(
+                        what,
+                        "must be a bound input of the tensor list (page tables and ragged \
+                         offsets are device memory, never a by-value scalar)",
+                        uid,
+                    ));
+                }
+            }
         }
         if !io.tensors.iter().any(|t| t.uid == *uid && !t.is_output) {
             let what = match g {
