@@ -12,7 +12,9 @@
 //! loaded back for the device.
 //!
 //! The file is signed with the user's plan key, so its runtime-compiled
-//! plans reload without `unsafe`. The key file (`cudnn-rs-plan-<uid>.key`,
+//! plans reload through the safe loader (reading the key is the one
+//! `unsafe` call: the program vouches that only the crate writes its key
+//! file). The key file (`cudnn-rs-plan-<uid>.key`,
 //! created 0600 on first use) lives in `--key-dir`, by default
 //! `$HOME/.cudnn-rs` (made 0700, and refused unless private): never in a
 //! folder other users can write, such as the temporary folder. `--load`
@@ -181,7 +183,9 @@ fn run() -> cudnn::Result<()> {
         // when it was written. Without one, only plans without compiled code.
         let key = match key_folder(&args) {
             Some(d) => match private_folder(&d, false)? {
-                Some(d) => PlanKey::load(&d)?,
+                // SAFETY: the user's own private key folder (`private_folder`);
+                // only `load_or_create` writes its key file.
+                Some(d) => unsafe { PlanKey::load(&d) }?,
                 None => None,
             },
             None => None,
@@ -219,7 +223,9 @@ fn run() -> cudnn::Result<()> {
     // takes a key of its own for this run.
     let key = match (&scratch, key_folder(&args)) {
         (None, Some(d)) => match private_folder(&d, true)? {
-            Some(d) => PlanKey::load_or_create(&d)?,
+            // SAFETY: the user's own private key folder (`private_folder`);
+            // only `load_or_create` writes its key file.
+            Some(d) => unsafe { PlanKey::load_or_create(&d) }?,
             None => PlanKey::generate()?,
         },
         _ => PlanKey::generate()?,

@@ -198,7 +198,7 @@
 //! let cache = PlanCache::new(64);
 //! let plan = cache.get_or_build(&g, &h200, &policy)?; // planned once
 //!
-//! let key = PlanKey::generate()?; // a real program keeps one: PlanKey::load_or_create
+//! let key = PlanKey::generate()?; // across runs: the unsafe PlanKey::load_or_create
 //! let file = std::env::temp_dir().join(format!("cudnn-guide-{}.plans", std::process::id()));
 //! cache.save(&file, &key)?;
 //!

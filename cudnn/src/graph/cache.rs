@@ -432,8 +432,8 @@ impl PlanCache {
     /// concurrent saves do not collide, and a crash leaves one of the two.
     ///
     /// Saving always signs: an unsigned cache file would lose its
-    /// runtime-compiled plans on every safe load. A per-user key:
-    /// [`PlanKey::load_or_create`] on the cache's folder.
+    /// runtime-compiled plans on every safe load. A per-user key across
+    /// runs: [`PlanKey::load_or_create`] (`unsafe`) on the cache's folder.
     ///
     /// # Errors
     /// Serialization, or I/O (`Io`, naming the path).

@@ -51,11 +51,12 @@ const TRAILER: &str = "hmac-sha256 ";
 /// The secret that vouches for plan files: the program that holds it wrote
 /// every file whose tag verifies under it.
 ///
-/// Get one from [`load_or_create`](Self::load_or_create) (the user's own
-/// key file in the cache's folder; [`load`](Self::load) reads it without
-/// ever creating one), from [`from_bytes`](Self::from_bytes) (a secret
-/// the program keeps elsewhere), or [`generate`](Self::generate) (for files
-/// that live only as long as the process).
+/// Get one from [`generate`](Self::generate) (safe: for files that live
+/// only as long as the process), or, `unsafe` because the crate cannot
+/// tell who else knows the bytes, from [`load_or_create`](Self::load_or_create)
+/// (the user's own key file in the cache's folder; [`load`](Self::load)
+/// reads it without ever creating one) or [`from_bytes`](Self::from_bytes)
+/// (a secret the program keeps elsewhere).
 ///
 /// **Whoever holds the key can make files the safe loaders run as code.**
 /// Keep it as private as the program's own executable: do not share it with
@@ -68,7 +69,9 @@ const TRAILER: &str = "hmac-sha256 ";
 /// use cudnn::graph::{PlanCache, PlanKey, Target, Trust};
 /// let dir = std::path::Path::new("plan-cache");
 /// let file = dir.join("plans.txt");
-/// let key = PlanKey::load_or_create(dir)?; // dir/cudnn-rs-plan-<uid>.key, 0600
+/// // SAFETY: the folder is this program's; only `load_or_create` writes
+/// // its key file (dir/cudnn-rs-plan-<uid>.key, 0600).
+/// let key = unsafe { PlanKey::load_or_create(dir) }?;
 /// let target = Target::preset("h200")?;
 /// let cache = PlanCache::new(64);
 /// if file.exists() {
@@ -157,7 +160,19 @@ impl PlanKey {
     /// Unix modes: `InvalidArgument`, naming it; nothing is left behind);
     /// on a system without Unix permissions, `Unsupported` (use
     /// [`from_bytes`](Self::from_bytes)).
-    pub fn load_or_create(folder: &Path) -> Result<Self> {
+    ///
+    /// # Safety
+    /// The key file in `folder` is written only by this function and read
+    /// only by programs trusted as this one is. Whoever knows the key's
+    /// bytes can tag any file, and the safe loaders ([`Trust::SignedBy`])
+    /// then hand its compiled kernels to cuDNN, which run on the bound
+    /// buffers. The checks above keep other users out; a key file the
+    /// program (or another of the same user) wrote itself, with bytes it
+    /// knows, passes them, and the crate cannot tell it from one it made.
+    /// (For files that live only as long as the process,
+    /// [`generate`](Self::generate) is the safe key: its bytes never leave
+    /// the crate.)
+    pub unsafe fn load_or_create(folder: &Path) -> Result<Self> {
         let path = Self::key_file(folder);
         key_file::load_or_create(&path).map(|bytes| Self { bytes })
     }
@@ -170,7 +185,11 @@ impl PlanKey {
     ///
     /// # Errors
     /// As [`load_or_create`](Self::load_or_create), but for creating.
-    pub fn load(folder: &Path) -> Result<Option<Self>> {
+    ///
+    /// # Safety
+    /// As [`load_or_create`](Self::load_or_create): the key file was made
+    /// by it and nothing else writes it.
+    pub unsafe fn load(folder: &Path) -> Result<Option<Self>> {
         let path = Self::key_file(folder);
         key_file::load(&path).map(|k| k.map(|bytes| Self { bytes }))
     }
@@ -743,13 +762,18 @@ mod tests {
     fn unit_key_file_is_created_0600_and_read_back() {
         use std::os::unix::fs::PermissionsExt;
         let d = folder("new");
-        let a = PlanKey::load_or_create(&d).unwrap();
+        // SAFETY: a test's key file: the key tags no file that loads as code.
+        let a = unsafe { PlanKey::load_or_create(&d) }.unwrap();
         let p = PlanKey::key_file(&d);
         let m = std::fs::symlink_metadata(&p).unwrap();
         assert!(m.file_type().is_file());
         assert_eq!(m.permissions().mode() & 0o777, 0o600);
         assert_eq!(std::fs::read(&p).unwrap(), a.bytes);
-        assert_eq!(PlanKey::load_or_create(&d).unwrap().bytes, a.bytes);
+        assert_eq!(
+            // SAFETY: a test's key file: the key tags no file that loads as code.
+            unsafe { PlanKey::load_or_create(&d) }.unwrap().bytes,
+            a.bytes
+        );
         // Only the key file is left (no temporary).
         assert_eq!(std::fs::read_dir(&d).unwrap().count(), 1);
         std::fs::remove_dir_all(&d).unwrap();
@@ -761,7 +785,8 @@ mod tests {
         let d = folder("race");
         let keys: Vec<Vec<u8>> = std::thread::scope(|s| {
             let h: Vec<_> = (0..8)
-                .map(|_| s.spawn(|| PlanKey::load_or_create(&d).unwrap().bytes))
+                // SAFETY: a test's key file: the key tags no file that loads as code.
+                .map(|_| s.spawn(|| unsafe { PlanKey::load_or_create(&d) }.unwrap().bytes))
                 .collect();
             h.into_iter().map(|h| h.join().unwrap()).collect()
         });
@@ -778,7 +803,8 @@ mod tests {
         let p = PlanKey::key_file(&d);
         std::fs::write(&p, [5u8; 32]).unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let e = PlanKey::load_or_create(&d).unwrap_err();
+        // SAFETY: a test's key file: the key tags no file that loads as code.
+        let e = unsafe { PlanKey::load_or_create(&d) }.unwrap_err();
         let s = e.to_string();
         assert!(matches!(e, Error::InvalidArgument { .. }), "{e:?}");
         assert!(
@@ -787,18 +813,29 @@ mod tests {
         );
         // Group-readable is refused too; 0600 is accepted.
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o640)).unwrap();
-        assert!(PlanKey::load_or_create(&d).is_err());
+        // SAFETY: a test's key file: the key tags no file that loads as code.
+        assert!(unsafe { PlanKey::load_or_create(&d) }.is_err());
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
-        assert_eq!(PlanKey::load_or_create(&d).unwrap().bytes, vec![5u8; 32]);
+        assert_eq!(
+            // SAFETY: a test's key file: the key tags no file that loads as code.
+            unsafe { PlanKey::load_or_create(&d) }.unwrap().bytes,
+            vec![5u8; 32]
+        );
         // A second name (a hard link) for the key file.
         let twin = d.join("twin");
         std::fs::hard_link(&p, &twin).unwrap();
-        let s = PlanKey::load_or_create(&d).unwrap_err().to_string();
+        // SAFETY: a test's key file: the key tags no file that loads as code.
+        let s = unsafe { PlanKey::load_or_create(&d) }
+            .unwrap_err()
+            .to_string();
         assert!(s.contains("2 names"), "{s}");
         std::fs::remove_file(&twin).unwrap();
         // A short file.
         std::fs::write(&p, [5u8; 31]).unwrap();
-        let s = PlanKey::load_or_create(&d).unwrap_err().to_string();
+        // SAFETY: a test's key file: the key tags no file that loads as code.
+        let s = unsafe { PlanKey::load_or_create(&d) }
+            .unwrap_err()
+            .to_string();
         assert!(s.contains("31 bytes"), "{s}");
         // A symbolic link to a private, well-formed key file elsewhere.
         std::fs::remove_file(&p).unwrap();
@@ -807,7 +844,8 @@ mod tests {
         std::fs::write(&real, [6u8; 32]).unwrap();
         std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o600)).unwrap();
         std::os::unix::fs::symlink(&real, &p).unwrap();
-        let e = PlanKey::load_or_create(&d).unwrap_err();
+        // SAFETY: a test's key file: the key tags no file that loads as code.
+        let e = unsafe { PlanKey::load_or_create(&d) }.unwrap_err();
         let s = e.to_string();
         assert!(matches!(e, Error::InvalidArgument { .. }), "{e:?}");
         assert!(
@@ -816,16 +854,21 @@ mod tests {
         );
         // A dangling link is not replaced by a new key either.
         std::fs::remove_file(&real).unwrap();
-        assert!(PlanKey::load_or_create(&d).is_err());
+        // SAFETY: a test's key file: the key tags no file that loads as code.
+        assert!(unsafe { PlanKey::load_or_create(&d) }.is_err());
         assert!(!real.exists());
         // A folder in the key file's place.
         std::fs::remove_file(&p).unwrap();
         std::fs::create_dir(&p).unwrap();
-        let s = PlanKey::load_or_create(&d).unwrap_err().to_string();
+        // SAFETY: a test's key file: the key tags no file that loads as code.
+        let s = unsafe { PlanKey::load_or_create(&d) }
+            .unwrap_err()
+            .to_string();
         assert!(s.contains("regular file"), "{s}");
         // A missing folder: an I/O error naming the path.
         let gone = d.join("no-such-folder");
-        match PlanKey::load_or_create(&gone) {
+        // SAFETY: a test's key file: the key tags no file that loads as code.
+        match unsafe { PlanKey::load_or_create(&gone) } {
             Err(Error::Io { path, kind, .. }) => {
                 assert!(path.starts_with(&gone), "{path:?}");
                 assert_eq!(kind, std::io::ErrorKind::NotFound);
@@ -845,12 +888,18 @@ mod tests {
         let p = PlanKey::key_file(&d);
         assert_eq!(p, d.join(format!("cudnn-rs-plan-{uid}.key")));
         // `load` on an empty folder: no key, nothing created.
-        assert!(PlanKey::load(&d).unwrap().is_none());
+        // SAFETY: a test's key file: the key tags no file that loads as code.
+        assert!(unsafe { PlanKey::load(&d) }.unwrap().is_none());
         assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);
         // Another user's key file beside it does not stand in the way.
         std::fs::write(d.join("cudnn-rs-plan-4242424.key"), [1u8; 32]).unwrap();
-        let k = PlanKey::load_or_create(&d).unwrap();
-        assert_eq!(PlanKey::load(&d).unwrap().map(|k| k.bytes), Some(k.bytes));
+        // SAFETY: a test's key file: the key tags no file that loads as code.
+        let k = unsafe { PlanKey::load_or_create(&d) }.unwrap();
+        assert_eq!(
+            // SAFETY: a test's key file: the key tags no file that loads as code.
+            unsafe { PlanKey::load(&d) }.unwrap().map(|k| k.bytes),
+            Some(k.bytes)
+        );
         std::fs::remove_dir_all(&d).unwrap();
     }
 
@@ -871,7 +920,8 @@ mod tests {
         for n in 0..512 {
             std::fs::write(d.join(format!(".{name}.tmp-{pid}-{n}")), b"not ours").unwrap();
         }
-        match PlanKey::load_or_create(&d) {
+        // SAFETY: a test's key file: the key tags no file that loads as code.
+        match unsafe { PlanKey::load_or_create(&d) } {
             Err(Error::Io { kind, .. }) => assert_eq!(kind, std::io::ErrorKind::AlreadyExists),
             other => panic!("{other:?}"),
         }

@@ -209,8 +209,9 @@ impl CudarcStream {
     ///
     /// # Safety
     /// As [`read`](Self::read): the work that uses the guard's views is
-    /// queued on this stream (or ordered before it), the guard drops, and
-    /// neither happens while the stream is being captured.
+    /// queued on this stream (or ordered before it), the guard drops,
+    /// neither happens while the stream is being captured, and `dst`'s
+    /// `DevicePtrMut` / `DeviceSlice` answers are true.
     pub unsafe fn write<'a, T, S>(&'a self, dst: &'a mut S) -> Result<CudarcWrite<'a, T>>
     where
         T: DataType + DeviceRepr,

@@ -66,7 +66,7 @@ impl CaptureStatus {
 /// | [`Hazard::HostSync`] | `Device::synchronize` inside the closure; the runtime's refusal while any stream of the device is capturing (codes 900 to 908) is typed too | synchronize after the capture |
 /// | [`Hazard::HostSync`] | `Stream::scope` inside the closure, on a capturing stream, or on a stream value whose capture is open; lends of a `CudarcScope` inside the closure or while cudarc's stream is capturing | open the scope before or after the capture |
 /// | [`Hazard::OtherThreadsCapture`] | any launch, synchronization, event record or wait, or handle creation on a stream value whose [`Stream::capture`](super::Stream::capture) another thread has open | queue it after that capture, or on another stream |
-/// | [`Hazard::ForeignStream`] | work on a cudarc stream while cudarc captures it (inside a closure too, where it is allowed otherwise); not during an owned capture this thread began (`CudarcStream::begin_owned_capture`, whose graph only this crate launches; another thread's work then is [`Hazard::OtherThreadsCapture`]) | end cudarc's capture first; capture a stream of this crate, or begin an owned capture of the cudarc stream |
+/// | [`Hazard::ForeignStream`] | work on a cudarc stream while cudarc captures it, or on the per-thread default stream ([`Stream::per_thread`](super::Stream::per_thread), the same queue as cudarc's `per_thread_stream`) while other code captures it (inside a closure too, where it is allowed otherwise); a shared stream waiting for an event recorded inside a capture; not during an owned capture this thread began (`CudarcStream::begin_owned_capture`, whose graph only this crate launches; another thread's work then is [`Hazard::OtherThreadsCapture`]) | end cudarc's capture first; capture a stream of this crate, or begin an owned capture of the cudarc stream |
 /// | [`Hazard::CapturedEvent`] | `dropout_forward`/`dropout_backward` and an RNN training forward with dropout on a capturing stream that is not the stream of the state's last use (`Dropout::last_stream`); on that stream they are captured | use the dropout once on the capturing stream before the capture |
 ///
 /// # For the launches (the hook)
@@ -104,7 +104,8 @@ pub enum Hazard {
     /// Queue work on a stream another thread is capturing: it would become
     /// part of that thread's graph.
     OtherThreadsCapture,
-    /// Queue work on a stream another library owns (`"cudarc"`) while that
+    /// Queue work on a stream another library owns (`"cudarc"`) or shares
+    /// ([`PER_THREAD_SHARED`]: the per-thread default stream) while that
     /// stream is being captured.
     ForeignStream(&'static str),
     /// Use a resource whose uses are ordered across streams by an event (a

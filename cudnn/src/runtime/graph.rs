@@ -137,8 +137,9 @@ impl Stream {
     /// every plan); a call *of this crate* that would allocate, search or
     /// upload during the capture returns [`Error::CaptureUnsafe`]. Other
     /// libraries' calls are not seen by the crate: a stream another library
-    /// owns ([`Stream::foreign_owner`], a cudarc stream) is not captured at
-    /// all, since its owner's allocations, frees and event records would
+    /// owns or shares ([`Stream::foreign_owner`]: a cudarc stream, and the
+    /// per-thread default stream, which is cudarc's `per_thread_stream`
+    /// and candle's default stream) is not captured at all, since its owner's allocations, frees and event records would
     /// become graph nodes behind its ordinary values. While the capture is
     /// open, work queued on this stream value from another thread (a
     /// launch, a synchronization, a handle's creation) is refused
@@ -160,7 +161,8 @@ impl Stream {
     ///
     /// # Errors
     /// `f`'s error; [`Error::InvalidArgument`] for the legacy default stream,
-    /// a stream already capturing, a stream another library owns, a stream
+    /// a stream already capturing, a stream another library owns or shares
+    /// (a cudarc stream, the per-thread default stream), a stream
     /// value with an open [`Stream::scope`], or one another call still
     /// queues on after 1 s, or while the end of a cudarc scope
     /// (`CudarcStream::scope`) still waits for the stream's device after 1 s; [`Error::Cuda`] when the runtime

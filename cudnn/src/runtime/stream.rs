@@ -504,10 +504,12 @@ impl Stream {
             thread::current().id(),
             self.inner.foreign,
             // A value with no device (none could be read when it was made)
-            // queues nothing and names no capture: its calls fail typed
-            // later, as before.
+            // is asked too once one can be read now: its work goes to the
+            // device current then. With none at all, nothing is capturing
+            // and its calls fail typed later, as before.
             || match self.inner.device {
                 Some(_) => self.foreign_capture_refused(what),
+                None if Device::current().is_ok() => self.foreign_capture_refused(what),
                 None => Ok(false),
             },
         )?;
@@ -609,7 +611,12 @@ impl Stream {
     /// null, `cudaStreamLegacy`, `cudaStreamPerThread`) of the device current
     /// now, and it must stay valid for as long as this `Stream`, any clone of
     /// it, or anything that keeps one (handles, stream-ordered buffers) is
-    /// alive.
+    /// alive. No other code captures it while the crate queues work on it
+    /// through this value (the crate asks the runtime only for streams it
+    /// knows to be shared: [`Stream::per_thread`], and cudarc's streams
+    /// wrapped with `CudarcStream::new`, which is how to wrap one), or that
+    /// capture's graph is launched only while everything the crate's work
+    /// uses is alive.
     ///
     /// Two values wrapped from one raw stream (and a value wrapped from a
     /// stream this crate created) share no capture marks, open-scope counts

@@ -45,6 +45,10 @@ pub fn main() {
             lend_inside_capture_closure,
         ),
         gpu("cudarc_capture_refusals", cudarc_capture_refusals),
+        gpu(
+            "cudarc_capture_of_the_per_thread_stream_refuses_the_crate",
+            per_thread_stream_shared_with_cudarc,
+        ),
         #[cfg(feature = "nccl")]
         gpu("cudarc_nccl_all_reduce_one_rank", nccl_all_reduce),
         two_gpus(
@@ -726,6 +730,83 @@ fn ensure_none(empty: bool) -> Result<()> {
 /// Issue 31 item 2 on a device: the crate never captures a cudarc stream,
 /// and queues nothing on one while cudarc captures it (typed refusals,
 /// nothing queued: cudarc's capture ends cleanly and empty).
+/// The per-thread default stream is one queue with cudarc's
+/// `per_thread_stream` (candle's default stream). A soundness audit's
+/// trigger: cudarc begins a capture of it, the crate queues an op on
+/// `Stream::per_thread()`, the buffers drop, cudarc launches its graph:
+/// the crate's kernel on freed memory. The op must be refused and nothing
+/// captured; the crate must not capture the stream itself either, nor join
+/// it to a capture of its own.
+fn per_thread_stream_shared_with_cudarc() -> TestResult {
+    use cudnn::runtime::CaptureMode;
+    use interop::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let ctx = interop::context(0)?;
+    let pts = ctx.per_thread_stream();
+    let s = Stream::per_thread();
+    let mut h = Handle::new(&s)?;
+    let n = 1024;
+    let d = TensorDescriptor::<f32>::nchw(1, 1, 32, 32)?;
+    let act = ActivationDescriptor::new(ActivationMode::Relu, NanPropagation::Propagate)?;
+    let xb = DeviceBuffer::from_host(&values(n, 3))?;
+    let mut y = DeviceBuffer::from_host(&vec![f32::NAN; n])?;
+    // Eagerly first: the stream works for the crate when nobody captures.
+    h.activation_forward(
+        &act,
+        1.0,
+        DeviceTensor::new(&d, &xb)?,
+        0.0,
+        DeviceTensorMut::new(&d, &mut y)?,
+    )?;
+    s.synchronize()?;
+    pts.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+        .map_err(de("begin_capture"))?;
+    let op = h.activation_forward(
+        &act,
+        1.0,
+        DeviceTensor::new(&d, &xb)?,
+        0.0,
+        DeviceTensorMut::new(&d, &mut y)?,
+    );
+    let g = pts
+        .end_capture(CUgraphInstantiate_flags(0))
+        .map_err(de("end_capture"))?;
+    ensure!(
+        matches!(op, Err(Error::CaptureUnsafe { .. })),
+        "op on the per-thread stream while cudarc captures it: {op:?}"
+    );
+    ensure!(g.is_none(), "nothing was captured into cudarc's graph");
+    // The crate does not capture it (candle's allocations would become
+    // graph nodes).
+    match s.capture(CaptureMode::ThreadLocal, |_| Ok::<(), Error>(())) {
+        Err(Error::InvalidArgument { arg, .. }) if arg == "stream" => {}
+        other => return Err(format!("capture of the per-thread stream: {other:?}").into()),
+    }
+    // Nor joins it to a capture of its own through an event.
+    let own = Stream::new()?;
+    let ev = cudnn::runtime::Event::with_flags(cudnn::runtime::EventFlags::DISABLE_TIMING)?;
+    let mut joined = None;
+    let g = own.capture(CaptureMode::ThreadLocal, |c| -> cudnn::Result<()> {
+        ev.record(c)?;
+        joined = Some(s.wait_event(&ev));
+        Ok(())
+    })?;
+    drop(g);
+    ensure!(
+        matches!(joined, Some(Err(Error::CaptureUnsafe { .. }))),
+        "per-thread stream waiting for a captured event: {joined:?}"
+    );
+    // And still works afterwards.
+    h.activation_forward(
+        &act,
+        1.0,
+        DeviceTensor::new(&d, &xb)?,
+        0.0,
+        DeviceTensorMut::new(&d, &mut y)?,
+    )?;
+    s.synchronize()?;
+    Ok(())
+}
+
 fn cudarc_capture_refusals() -> TestResult {
     use cudnn::runtime::CaptureMode;
     use interop::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};

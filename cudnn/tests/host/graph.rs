@@ -977,7 +977,8 @@ pub fn main() {
         let dir = std::env::temp_dir().join(format!("cudnn-rs-cache-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
         let path = dir.join("plans.txt");
-        let key = PlanKey::load_or_create(&dir)?;
+        // SAFETY: a key file only `load_or_create` writes, in this test's own folder.
+        let key = unsafe { PlanKey::load_or_create(&dir) }?;
         cache.save(&path, &key)?;
         let fresh = PlanCache::new(8);
         // Saved signed by this test: runtime-compiled entries load too.

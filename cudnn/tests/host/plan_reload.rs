@@ -24,7 +24,8 @@
 //!   causal mask without padding is the band operation with the full
 //!   lengths by value): the plan's i32 by-value scalars that are sequence
 //!   lengths load at their value and at 0, and are refused above the
-//!   extent they bound, below 0 and fractional; at least one is found.
+//!   extent they bound, below 0, fractional, NaN, and as a float scalar;
+//!   at least two are found.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 use crate::support;
 use crate::support::fuzz_child;
@@ -944,9 +945,20 @@ fn by_value_lengths_are_bounded() -> TestResult {
         );
         with(i, v).map_err(|e| format!("uid {uid} at its own value {v}: {e}"))?;
         with(i, 0.0).map_err(|e| format!("uid {uid} at 0: {e}"))?;
-        for bad in [v + 1.0, -1.0, v - 0.5] {
+        for bad in [v + 1.0, -1.0, v - 0.5, f64::NAN] {
             ensure!(with(i, bad).is_err(), "uid {uid}: {bad} loaded");
         }
+        // The same value as a float scalar (JSON and tensor list agreeing):
+        // its bytes read as an i32 length are another number.
+        let int = format!("{{\"name\":\"{uid}\",\"dataType\":\"CUDNN_DATA_INT32\"");
+        ensure!(json.contains(&int), "uid {uid}: no `{int}` in the JSON");
+        let as_float = json.replacen(&int, &int.replace("INT32", "FLOAT"), 1);
+        let mut io2 = io.clone();
+        io2.scalars[i].1 = DType::F32;
+        let e = check_plan_json(&as_float, &io2, &t, None)
+            .err()
+            .ok_or(format!("uid {uid}: a float length loaded"))?;
+        ensure!(e.to_string().contains("integer scalar"), "uid {uid}: {e}");
     }
     ensure!(
         lengths >= 2,

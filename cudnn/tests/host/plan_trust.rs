@@ -153,7 +153,8 @@ fn child_umask(dir: &str) -> i32 {
     // SAFETY: umask takes a mode, touches no memory and cannot fail; this
     // process runs nothing else.
     unsafe { libc::umask(0o377) };
-    match PlanKey::load_or_create(std::path::Path::new(dir)) {
+    // SAFETY: a key file only `load_or_create` writes, in this test's own folder.
+    match unsafe { PlanKey::load_or_create(std::path::Path::new(dir)) } {
         Ok(_) => 0,
         Err(e) => {
             eprintln!("{e}");
@@ -187,7 +188,12 @@ pub fn main() {
             "mode {:o}",
             m.permissions().mode() & 0o777
         );
-        ensure!(PlanKey::load(&dir)?.is_some(), "the key reads back");
+        ensure!(
+            // SAFETY: the key file `load_or_create` just wrote in this
+            // test's own folder.
+            unsafe { PlanKey::load(&dir) }?.is_some(),
+            "the key reads back"
+        );
         std::fs::remove_dir_all(&dir)?;
         Ok(())
     }));
@@ -196,11 +202,13 @@ pub fn main() {
         let t = h200()?;
         let f = fixture(&t)?;
         let dir = temp_dir("signed")?;
-        let key = PlanKey::load_or_create(&dir)?;
+        // SAFETY: a key file only `load_or_create` writes, in this test's own folder.
+        let key = unsafe { PlanKey::load_or_create(&dir) }?;
         let path = dir.join("plans.txt");
         f.cache.save(&path, &key)?;
         // A new key object from the same key file (a later run).
-        let again = PlanKey::load_or_create(&dir)?;
+        // SAFETY: a key file only `load_or_create` writes, in this test's own folder.
+        let again = unsafe { PlanKey::load_or_create(&dir) }?;
         let c = PlanCache::new(8);
         let r = c.load(&path, &t, Trust::SignedBy(&again))?;
         eprintln!("  {r}");
@@ -704,7 +712,9 @@ pub fn main() {
                             )
                             .map_err(fail)?;
                         }
-                        let r = PlanKey::load(&dir);
+                        // SAFETY: the test's own key bytes; the key tags
+                        // only this test's empty cache, never loaded as code.
+                        let r = unsafe { PlanKey::load(&dir) };
                         let private = (mode | 0o400) & 0o077 == 0;
                         let good = present && bytes.len() == 32 && private;
                         match (r, present) {

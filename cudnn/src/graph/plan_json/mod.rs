@@ -758,11 +758,16 @@ fn against_io(
         // of 1e9 passed unchecked, reachable once such a plan needs no
         // compiled code).
         if tensors.all.get(uid).is_some_and(|t| t.by_value) {
-            let value = io.scalars.iter().find(|s| s.0 == *uid).map(|s| s.2);
+            let scalar = io.scalars.iter().find(|s| s.0 == *uid);
+            let value = scalar.map(|s| s.2);
             let what = format!("plan JSON tensor uid {uid}");
+            // An integer type: a float's bytes read as a length are another
+            // number (128.0 as f32 is 1,124,073,472 as i32).
+            let integral =
+                scalar.is_some_and(|s| matches!(s.1, super::DType::I32 | super::DType::I64));
             match (g, value) {
                 (InputGuard::SeqLengths { extent }, Some(v))
-                    if v.fract() == 0.0 && v >= 0.0 && v <= *extent as f64 =>
+                    if integral && v.fract() == 0.0 && v >= 0.0 && v <= *extent as f64 =>
                 {
                     continue;
                 }
@@ -770,8 +775,9 @@ fn against_io(
                     return Err(Error::invalid(
                         what,
                         format!(
-                            "a by-value sequence length must be a whole number in 0..={extent} \
-                             (the extent it bounds)"
+                            "a by-value sequence length must be an integer scalar (I32 or \
+                             I64) whose value is a whole number in 0..={extent} (the extent it \
+                             bounds)"
                         ),
                         v.map_or_else(|| "none".to_string(), |v| v.to_string()),
                     ));
