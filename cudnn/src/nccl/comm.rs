@@ -696,6 +696,22 @@ impl Communicator {
         true
     }
 
+    /// Abort after a call failed or timed out, and return only when NCCL
+    /// can no longer launch that call's work. The call's buffers are
+    /// borrowed only until the call returns, and while its group job is
+    /// linked NCCL's job thread may still enqueue its kernels (NCCL 2.27+
+    /// `groupLaunch` does not check the abort flag before it launches;
+    /// `ncclCommAbort` returns only once it has joined the job). So when
+    /// the bounded abort ([`ABORT_LIMIT`]) gives up with the job linked, this
+    /// waits for the abort without a bound: a hang rather than kernels on
+    /// freed memory.
+    fn abort_for_call(&self) {
+        let linked = self.job_linked.get();
+        if !self.abort_now() && linked {
+            self.family.wait_aborts_end();
+        }
+    }
+
     /// The result `r` of `call`: `ncclInProgress` (a non-blocking
     /// communicator) is polled until NCCL is done, within
     /// [`timeout`](Self::timeout); an asynchronous failure, the deadline, or
@@ -748,7 +764,7 @@ impl Communicator {
                     Busy::Aborting => "being aborted",
                     Busy::Held => "in a call on another thread",
                 };
-                self.abort_now();
+                self.abort_for_call();
                 return Err(Error::invalid(
                     "communicator",
                     format!(
@@ -768,7 +784,7 @@ impl Communicator {
             Ok(s) => s,
             Err(e) => {
                 let e = self.annotate(e);
-                self.abort_now();
+                self.abort_for_call();
                 return Err(e.with_context(format!(
                     "polling {call} failed; the communicator was aborted"
                 )));
@@ -782,12 +798,12 @@ impl Communicator {
             }
             Settled::Failed(code) => {
                 let e = self.annotate(nccl_error(call, code));
-                self.abort_now();
+                self.abort_for_call();
                 Err(e.with_context("asynchronous failure; the communicator was aborted"))
             }
             Settled::TimedOut => {
                 let waited = deadline.waited();
-                self.abort_now();
+                self.abort_for_call();
                 Err(Error::Timeout {
                     what: format!(
                         "{call} on a non-blocking communicator to finish; \

@@ -35,14 +35,17 @@
 //! up to its own count into the receiver's buffer. The calls of ranks in
 //! this process are compared before NCCL sees them (see [`Communicator`]);
 //! across processes, agreeing counts, types, reductions and roots are the
-//! caller's contract, which
-//! [`Communicator::set_check_agreement`] checks at run time for debugging.
+//! caller's contract: the constructors that can join ranks of other
+//! processes ([`Communicator::init_rank`], [`Communicator::init_rank_timeout`],
+//! [`launch::init_from_env`], [`launch::init`]) are `unsafe` for it, and
+//! [`Communicator::set_check_agreement`] checks it at run time for debugging.
 //!
 //! ```no_run
 //! use cudnn::nccl::{self, ReduceOp};
 //! // One process per GPU, started by torchrun or any launcher that sets
 //! // RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADDR/MASTER_PORT.
-//! let job = nccl::launch::init_from_env()?;
+//! // SAFETY: every rank runs this program: the same calls in the same order.
+//! let job = unsafe { nccl::launch::init_from_env() }?;
 //! let stream = job.device.create_stream()?;
 //! let mut grads = cudnn::runtime::DeviceBuffer::<f32>::zeroed(1 << 20)?;
 //! job.comm.all_reduce_in_place(&mut grads, ReduceOp::Avg, &stream)?;

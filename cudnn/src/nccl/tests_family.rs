@@ -360,3 +360,32 @@ fn unit_property_family_lock_matches_the_model() {
         })
         .unwrap();
 }
+
+/// A call whose bounded abort gave up with its job linked waits for the
+/// abort without a bound (`Communicator::abort_for_call`): the family's
+/// wait returns at once with no abort running, and only once the last
+/// running abort (here on another thread) has ended.
+#[test]
+fn unit_wait_aborts_end_waits_for_every_running_abort() {
+    let fam = Arc::new(Family::default());
+    let t = Instant::now();
+    fam.wait_aborts_end();
+    assert!(t.elapsed() < Duration::from_millis(50));
+    let a = fam.begin_abort();
+    let b = fam.begin_abort();
+    let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = Arc::clone(&ended);
+    let h = thread::spawn(move || {
+        drop(a);
+        thread::sleep(Duration::from_millis(150));
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        drop(b);
+    });
+    fam.wait_aborts_end();
+    assert!(
+        ended.load(std::sync::atomic::Ordering::SeqCst),
+        "returned while an abort still ran"
+    );
+    assert!(!fam.aborting());
+    h.join().unwrap();
+}

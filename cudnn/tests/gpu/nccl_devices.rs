@@ -177,7 +177,8 @@ mod imp {
     fn agreement_single_rank() -> TestResult {
         let dev = Device::new(0)?;
         let stream = dev.create_stream()?;
-        let mut comm = Communicator::init_rank(&UniqueId::new()?, 0, 1)?;
+        // SAFETY: every other rank runs this same test code: the same calls in the same order.
+        let mut comm = unsafe { Communicator::init_rank(&UniqueId::new()?, 0, 1) }?;
         comm.set_check_agreement(true);
         let x = values(1000);
         let a = DeviceBuffer::from_host(&x)?;
@@ -205,7 +206,8 @@ mod imp {
     fn worker_thread_exits() -> TestResult {
         let dev = Device::new(0)?;
         let comm =
-            Communicator::init_rank_timeout(&UniqueId::new()?, 0, 1, Duration::from_secs(60))?;
+            // SAFETY: every other rank runs this same test code: the same calls in the same order.
+            unsafe { Communicator::init_rank_timeout(&UniqueId::new()?, 0, 1, Duration::from_secs(60)) }?;
         // Forget the mode: from here it reads non-blocking only once NCCL
         // answers ncclInProgress.
         let raw = comm.into_raw();

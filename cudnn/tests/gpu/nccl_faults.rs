@@ -90,7 +90,8 @@ mod imp {
     fn one_rank() -> Result<(Device, Stream, Communicator), Error> {
         let dev = Device::new(0)?;
         let stream = dev.create_stream()?;
-        let comm = Communicator::init_rank(&UniqueId::new()?, 0, 1)?;
+        // SAFETY: every other rank runs this same test code: the same calls in the same order.
+        let comm = unsafe { Communicator::init_rank(&UniqueId::new()?, 0, 1) }?;
         Ok((dev, stream, comm))
     }
 
@@ -182,7 +183,10 @@ mod imp {
         // refuses that mix only for communicator creation and destruction
         // (for collectives it runs the group in the last one's mode), so
         // the crate refuses it before anything is issued.
-        let nb = Communicator::init_rank_timeout(&UniqueId::new()?, 0, 1, Duration::from_secs(60))?;
+        // SAFETY: every other rank runs this same test code: the same calls in the same order.
+        let nb = unsafe {
+            Communicator::init_rank_timeout(&UniqueId::new()?, 0, 1, Duration::from_secs(60))
+        }?;
         let mut c = DeviceBuffer::from_host(&[UNTOUCHED; 512])?;
         let e = nccl::group(|g| {
             g.broadcast(&comm, &a, &mut b, 0, &stream)?;
@@ -327,7 +331,10 @@ mod imp {
         let e = nccl::group(|g| g.broadcast(&comm, &a, &mut b, 0, &pt)).unwrap_err();
         ensure!(is_stream(&e), "group: {e}");
         untouched("after per-thread refusals", &b, &stream)?;
-        let nb = Communicator::init_rank_timeout(&UniqueId::new()?, 0, 1, Duration::from_secs(60))?;
+        // SAFETY: every other rank runs this same test code: the same calls in the same order.
+        let nb = unsafe {
+            Communicator::init_rank_timeout(&UniqueId::new()?, 0, 1, Duration::from_secs(60))
+        }?;
         let e = nb.all_reduce(&a, &mut b, ReduceOp::Sum, &pt).unwrap_err();
         ensure!(is_stream(&e), "non-blocking: {e}");
         untouched("after per-thread refusals", &b, &stream)?;
@@ -350,7 +357,8 @@ mod imp {
         let took = t.elapsed();
         ensure!(took < Duration::from_secs(30), "drop took {took:?}");
         // Work queued and not waited for: dropped at once too.
-        let comm = Communicator::init_rank(&UniqueId::new()?, 0, 1)?;
+        // SAFETY: every other rank runs this same test code: the same calls in the same order.
+        let comm = unsafe { Communicator::init_rank(&UniqueId::new()?, 0, 1) }?;
         comm.all_reduce_in_place(&mut v, ReduceOp::Sum, &stream)?;
         let t = Instant::now();
         drop(comm);
@@ -360,7 +368,8 @@ mod imp {
             t.elapsed()
         );
         stream.synchronize()?;
-        let comm = Communicator::init_rank(&UniqueId::new()?, 0, 1)?;
+        // SAFETY: every other rank runs this same test code: the same calls in the same order.
+        let comm = unsafe { Communicator::init_rank(&UniqueId::new()?, 0, 1) }?;
         let mut w = DeviceBuffer::from_host(&x)?;
         comm.all_reduce_in_place(&mut w, ReduceOp::Max, &stream)?;
         comm.wait(&stream, Duration::from_secs(60))?;
@@ -528,7 +537,8 @@ mod imp {
         let _dev = Device::new(0)?;
         let stream = Device::new(0)?.create_stream()?;
         let comm =
-            Communicator::init_rank_timeout(&UniqueId::new()?, 0, 1, Duration::from_secs(60))?;
+            // SAFETY: every other rank runs this same test code: the same calls in the same order.
+            unsafe { Communicator::init_rank_timeout(&UniqueId::new()?, 0, 1, Duration::from_secs(60)) }?;
         ensure!(
             comm.is_non_blocking() && comm.timeout() == Duration::from_secs(60),
             "{comm:?}"
@@ -562,7 +572,10 @@ mod imp {
         ensure!(comm.async_error()?.is_none(), "async error");
         comm.finalize()?;
         // Dropped without finalize: Drop finalizes within the timeout.
-        let c2 = Communicator::init_rank_timeout(&UniqueId::new()?, 0, 1, Duration::from_secs(30))?;
+        // SAFETY: every other rank runs this same test code: the same calls in the same order.
+        let c2 = unsafe {
+            Communicator::init_rank_timeout(&UniqueId::new()?, 0, 1, Duration::from_secs(30))
+        }?;
         let t = Instant::now();
         drop(c2);
         ensure!(
@@ -582,8 +595,10 @@ mod imp {
         let _dev = Device::new(0)?;
         let stream = Device::new(0)?.create_stream()?;
         let t = Duration::from_secs(60);
-        let known = Communicator::init_rank_timeout(&UniqueId::new()?, 0, 1, t)?;
-        let made = Communicator::init_rank_timeout(&UniqueId::new()?, 0, 1, t)?;
+        // SAFETY: every other rank runs this same test code: the same calls in the same order.
+        let known = unsafe { Communicator::init_rank_timeout(&UniqueId::new()?, 0, 1, t) }?;
+        // SAFETY: every other rank runs this same test code: the same calls in the same order.
+        let made = unsafe { Communicator::init_rank_timeout(&UniqueId::new()?, 0, 1, t) }?;
         // SAFETY: a live communicator, owned by nothing else from here on.
         let handed = unsafe { Communicator::from_raw(made.into_raw()) }?;
         ensure!(
@@ -637,7 +652,9 @@ mod imp {
         let _ = peer.wait();
         let limit = Duration::from_secs(3);
         let t = Instant::now();
-        let e = Communicator::init_rank_timeout(&UniqueId::new()?, 0, 2, limit).unwrap_err();
+        // SAFETY: every other rank runs this same test code: the same calls in the same order.
+        let e =
+            unsafe { Communicator::init_rank_timeout(&UniqueId::new()?, 0, 2, limit) }.unwrap_err();
         let took = t.elapsed();
         let Error::Timeout {
             waited,
@@ -750,7 +767,8 @@ mod imp {
             );
             let dev = Device::new(1)?;
             let stream = dev.create_stream()?;
-            let comm = Communicator::init_rank_timeout(&id, 1, 2, t)?;
+            // SAFETY: every other rank runs this same test code: the same calls in the same order.
+            let comm = unsafe { Communicator::init_rank_timeout(&id, 1, 2, t) }?;
             let mut v = DeviceBuffer::from_host(&[1.0f32; 16])?;
             comm.all_reduce_in_place(&mut v, ReduceOp::Sum, &stream)?;
             comm.wait(&stream, t)?;
@@ -781,7 +799,8 @@ mod imp {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()?;
-        let comm = Communicator::init_rank_timeout(&id, 0, 2, t);
+        // SAFETY: every other rank runs this same test code: the same calls in the same order.
+        let comm = unsafe { Communicator::init_rank_timeout(&id, 0, 2, t) };
         let comm = match comm {
             Ok(c) => c,
             Err(e) => {

@@ -431,21 +431,25 @@ mod imp {
 
     fn init_rank_misuse() -> TestResult {
         let id = UniqueId::new()?;
-        let e = Communicator::init_rank(&id, 2, 2).unwrap_err();
+        // SAFETY: every other rank runs this same test code: the same calls in the same order.
+        let e = unsafe { Communicator::init_rank(&id, 2, 2) }.unwrap_err();
         ensure!(
             arg_of(&e) == "rank" && e.to_string().contains("size 2"),
             "{e}"
         );
-        let e = Communicator::init_rank(&id, 3, 2).unwrap_err();
+        // SAFETY: every other rank runs this same test code: the same calls in the same order.
+        let e = unsafe { Communicator::init_rank(&id, 3, 2) }.unwrap_err();
         ensure!(arg_of(&e) == "rank", "{e}");
-        let e = Communicator::init_rank(&id, 0, 0).unwrap_err();
+        // SAFETY: every other rank runs this same test code: the same calls in the same order.
+        let e = unsafe { Communicator::init_rank(&id, 0, 0) }.unwrap_err();
         ensure!(arg_of(&e) == "size", "{e}");
         let e = Communicator::init_all(&[]).unwrap_err();
         ensure!(arg_of(&e) == "devices", "{e}");
         if !has_gpu() {
             // A valid call without a device is the typed NoDevice (issue
             // 33), found by asking the runtime before NCCL is called.
-            let e = Communicator::init_rank(&id, 0, 1).unwrap_err();
+            // SAFETY: every other rank runs this same test code: the same calls in the same order.
+            let e = unsafe { Communicator::init_rank(&id, 0, 1) }.unwrap_err();
             ensure!(
                 matches!(e, Error::NoDevice { .. }) && e.is_no_device(),
                 "expected NoDevice, got {e:?}"

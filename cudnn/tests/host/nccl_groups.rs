@@ -87,13 +87,17 @@ mod imp {
         let id = UniqueId::from_bytes(&[1u8; 128])?;
         let mut seen = Vec::new();
         nccl::group(|_| {
-            seen.push(Communicator::init_rank(&id, 0, 1).map(|_| ()));
+            // SAFETY: every other rank runs this same test code: the same calls in the same order.
+            seen.push(unsafe { Communicator::init_rank(&id, 0, 1) }.map(|_| ()));
             seen.push(
-                Communicator::init_rank_timeout(&id, 0, 1, Duration::from_secs(1)).map(|_| ()),
+                // SAFETY: every other rank runs this same test code: the same calls in the same order.
+                unsafe { Communicator::init_rank_timeout(&id, 0, 1, Duration::from_secs(1)) }
+                    .map(|_| ()),
             );
             seen.push(Communicator::init_all(&[]).map(|_| ()));
             // Arguments that would be invalid are still refused as in-group.
-            seen.push(Communicator::init_rank(&id, 5, 0).map(|_| ()));
+            // SAFETY: every other rank runs this same test code: the same calls in the same order.
+            seen.push(unsafe { Communicator::init_rank(&id, 5, 0) }.map(|_| ()));
             Ok(())
         })?;
         let want = [
@@ -166,11 +170,14 @@ mod imp {
     fn init_rank_timeout_no_gpu() -> TestResult {
         let id = UniqueId::new()?;
         let s = Duration::from_secs(5);
-        let e = Communicator::init_rank_timeout(&id, 2, 2, s).unwrap_err();
+        // SAFETY: every other rank runs this same test code: the same calls in the same order.
+        let e = unsafe { Communicator::init_rank_timeout(&id, 2, 2, s) }.unwrap_err();
         ensure!(arg_of(&e) == "rank", "{e}");
-        let e = Communicator::init_rank_timeout(&id, 0, 0, s).unwrap_err();
+        // SAFETY: every other rank runs this same test code: the same calls in the same order.
+        let e = unsafe { Communicator::init_rank_timeout(&id, 0, 0, s) }.unwrap_err();
         ensure!(arg_of(&e) == "size", "{e}");
-        let e = Communicator::init_rank_timeout(&id, 0, usize::MAX, s).unwrap_err();
+        // SAFETY: every other rank runs this same test code: the same calls in the same order.
+        let e = unsafe { Communicator::init_rank_timeout(&id, 0, usize::MAX, s) }.unwrap_err();
         ensure!(arg_of(&e) == "size", "{e}");
         if has_gpu() {
             eprintln!(
@@ -182,7 +189,9 @@ mod imp {
         // hang), before NCCL: NCCL 2.32.3 would leave a group open on this
         // thread when cudaGetDevice fails inside it.
         let t = Instant::now();
-        let e = Communicator::init_rank_timeout(&id, 1, 2, Duration::from_secs(60)).unwrap_err();
+        // SAFETY: every other rank runs this same test code: the same calls in the same order.
+        let e = unsafe { Communicator::init_rank_timeout(&id, 1, 2, Duration::from_secs(60)) }
+            .unwrap_err();
         ensure!(matches!(&e, Error::NoDevice { .. }), "{e}");
         ensure!(
             t.elapsed() < Duration::from_secs(20),
@@ -272,8 +281,11 @@ mod imp {
                 let t = Duration::from_millis(ms);
                 let call = |which: u8| -> cudnn::Result<()> {
                     match which {
-                        0 => Communicator::init_rank(&id, rank, size).map(|_| ()),
-                        1 => Communicator::init_rank_timeout(&id, rank, size, t).map(|_| ()),
+                        // SAFETY: every other rank runs this same test code: the same calls in the same order.
+                        0 => unsafe { Communicator::init_rank(&id, rank, size) }.map(|_| ()),
+                        // SAFETY: every other rank runs this same test code: the same calls in the same order.
+                        1 => unsafe { Communicator::init_rank_timeout(&id, rank, size, t) }
+                            .map(|_| ()),
                         // Device values need a device: the empty list is
                         // what a host can make.
                         _ => Communicator::init_all(&[]).map(|_| ()),
@@ -345,7 +357,8 @@ mod imp {
                 };
                 let t = Instant::now();
                 let r = std::panic::catch_unwind(|| {
-                    Communicator::init_rank_timeout(&id, rank, size, timeout)
+                    // SAFETY: every other rank runs this same test code: the same calls in the same order.
+                    unsafe { Communicator::init_rank_timeout(&id, rank, size, timeout) }
                 })
                 .map_err(|_| TestCaseError::fail("panicked"))?;
                 let e = r

@@ -689,7 +689,8 @@ mod imp {
             eprintln!("note: local_rank_variable_named: this machine has a GPU; init not tried");
             return Ok(());
         }
-        let e = launch::init(env).unwrap_err();
+        // SAFETY: every other rank runs this same test code: the same calls in the same order.
+        let e = unsafe { launch::init(env) }.unwrap_err();
         if matches!(e, Error::Load(_)) {
             eprintln!(
                 "note: local_rank_variable_named: no CUDA runtime here; init's message not checked"

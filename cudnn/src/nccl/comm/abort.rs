@@ -97,6 +97,17 @@ impl Family {
         }
     }
 
+    /// Wait, without a bound, until no abort of a member runs.
+    pub(crate) fn wait_aborts_end(&self) {
+        let mut st = self.state();
+        while st.aborting > 0 {
+            st = match self.changed.wait(st) {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+        }
+    }
+
     /// Count an abort from now until the guard is dropped (which may be on
     /// another thread). The caller holds the family ([`enter`](Self::enter)).
     pub(crate) fn begin_abort(self: &Arc<Self>) -> AbortRunning {
@@ -139,7 +150,10 @@ impl Drop for AbortRunning {
 /// The longest this crate waits for `ncclCommAbort` where it promises a
 /// bounded wait (`Drop`, [`Communicator::wait`], the polls of non-blocking
 /// calls); past it the abort goes on in the background (and the
-/// communicator's split family refuses calls until it ends).
+/// communicator's split family refuses calls until it ends). A polled call
+/// whose group job is still linked then waits for the abort after all
+/// (`Communicator::abort_for_call`): NCCL's job could still launch that
+/// call's kernels after its buffers' borrows end.
 ///
 /// One exception, before NCCL 2.27 only: a non-blocking communicator whose
 /// last call was not seen finished (failed, or timed out while polled) is

@@ -81,8 +81,22 @@ impl Communicator {
     /// NCCL is called); [`Error::NoDevice`] without a usable device (before
     /// NCCL is called); [`Error::Nccl`] naming the rank when NCCL fails
     /// (the other ranks never came).
+    ///
+    /// # Safety
+    /// Every rank of the communicator in another process is a program
+    /// trusted as this one is, and makes the same calls as this rank's
+    /// peers in this process would: the same collectives in the same order,
+    /// each with the same kind, element type, count, reduction and root,
+    /// and every send paired with a recv of the same size (see *Counts agree
+    /// across ranks* on [`Communicator`]). NCCL compares nothing, and a
+    /// peer whose count is larger writes past this rank's buffer. The crate
+    /// compares the ranks in this process (one `id` used from several
+    /// threads); [`init_all`](Self::init_all) makes a communicator with
+    /// every rank in this process, safely. Whoever can reach the way the
+    /// `id` is shared can join as a rank: share it only with the job's
+    /// ranks (`nccl::launch`'s rendezvous token).
     #[doc(alias = "ncclCommInitRank")]
-    pub fn init_rank(id: &UniqueId, rank: usize, size: usize) -> Result<Self> {
+    pub unsafe fn init_rank(id: &UniqueId, rank: usize, size: usize) -> Result<Self> {
         depth::refuse("Communicator::init_rank", WHY_LIFECYCLE)?;
         Ranks::new(rank, size)?;
         let api = api()?;
@@ -137,8 +151,12 @@ impl Communicator {
     /// current), before NCCL is called;
     /// [`Error::Timeout`] at the deadline; [`Error::MissingSymbol`] with an
     /// NCCL older than 2.14.
+    ///
+    /// # Safety
+    /// As [`init_rank`](Self::init_rank): every rank in another process is
+    /// trusted and makes the same calls.
     #[doc(alias = "ncclCommInitRankConfig")]
-    pub fn init_rank_timeout(
+    pub unsafe fn init_rank_timeout(
         id: &UniqueId,
         rank: usize,
         size: usize,

@@ -156,16 +156,27 @@ pub struct Launch {
 /// variable it came from, such as `SLURM_LOCALID`); [`Error::Rendezvous`]
 /// when the ranks cannot meet; [`Error::Timeout`] when the communicator is
 /// not ready in time; [`Error::Nccl`] when NCCL cannot build it.
-pub fn init_from_env() -> Result<Launch> {
+///
+/// # Safety
+/// As [`Communicator::init_rank`]: every other rank of the job is a program
+/// trusted as this one is and makes the same calls in the same order with
+/// the same counts, element types, reductions and roots. Only the job's
+/// ranks can reach the rendezvous, or it has a token
+/// (`CUDNN_RS_RENDEZVOUS_TOKEN`): whoever joins it becomes a rank.
+pub unsafe fn init_from_env() -> Result<Launch> {
     let env = LaunchEnv::from_env()?;
-    init(env)
+    // SAFETY: this function's contract.
+    unsafe { init(env) }
 }
 
 /// [`init_from_env`] with a [`LaunchEnv`] already read.
 ///
 /// # Errors
 /// As [`init_from_env`].
-pub fn init(env: LaunchEnv) -> Result<Launch> {
+///
+/// # Safety
+/// As [`init_from_env`].
+pub unsafe fn init(env: LaunchEnv) -> Result<Launch> {
     let (lr, var) = (env.local_rank, env.local_rank_var);
     let device = Device::new(lr).map_err(|e| match e {
         Error::InvalidArgument { rule, value, .. } => Error::InvalidArgument {
@@ -181,9 +192,12 @@ pub fn init(env: LaunchEnv) -> Result<Launch> {
     })?;
     let id = exchange_for(&env, UniqueId::new)?;
     let (rank, size) = (env.ranks.rank(), env.ranks.size());
-    let comm = match Communicator::init_rank_timeout(&id, rank, size, env.timeout) {
+    // SAFETY: this function's contract is `init_rank_timeout`'s.
+    let made = unsafe { Communicator::init_rank_timeout(&id, rank, size, env.timeout) };
+    let comm = match made {
         // NCCL before 2.14 has no non-blocking initialisation.
-        Err(Error::MissingSymbol(_)) => Communicator::init_rank(&id, rank, size)?,
+        // SAFETY: this function's contract is `init_rank`'s.
+        Err(Error::MissingSymbol(_)) => unsafe { Communicator::init_rank(&id, rank, size) }?,
         other => other?,
     };
     Ok(Launch { env, device, comm })
