@@ -12,7 +12,7 @@ use crate::check::{self, cudnn_call};
 use crate::dnn::ops::Float;
 use crate::dnn::{Handle, TensorDescriptor};
 use crate::error::{Error, Result};
-use crate::runtime::{Device, DeviceBuffer};
+use crate::runtime::{Device, DeviceBuffer, Stream};
 use crate::sys::cudnn as dnn;
 
 /// The reserve space of one training forward: written by
@@ -24,6 +24,8 @@ pub struct RnnReserve {
     stage: ReserveStage,
     /// The plan whose training forward filled it (0: none).
     filled_by: u64,
+    /// The stream of its last use (`None`: never used).
+    last: Option<Stream>,
 }
 
 /// Identities of plans, so a reserve is only read by the plan that filled it.
@@ -46,6 +48,23 @@ impl fmt::Debug for RnnReserve {
 }
 
 impl RnnReserve {
+    /// Before a use on `next`: order it after the last use when that was
+    /// on another stream (`next` waits for everything queued there so
+    /// far), and make `next` the last. The reserve is cuDNN's opaque
+    /// scratch, read by the backward passes as the forward left it: a
+    /// forward on one handle's stream and a backward on another's would
+    /// otherwise race on it (a soundness audit: the crate treats cuDNN's
+    /// scratch as possibly holding indices, as for workspaces).
+    fn use_on(&mut self, next: &Stream) -> Result<()> {
+        if let Some(last) = &self.last
+            && last != next
+        {
+            next.wait_for(last)?;
+        }
+        self.last = Some(next.clone());
+        Ok(())
+    }
+
     /// Bytes held.
     pub fn len(&self) -> usize {
         self.buf.len()
@@ -370,6 +389,7 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
             buf: DeviceBuffer::alloc(self.sizes.reserve)?,
             stage: ReserveStage::Empty,
             filled_by: 0,
+            last: None,
         })
     }
 
@@ -492,11 +512,15 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
                 d.captured_use("RNN training forward", handle.stream())
             })?;
         }
+        if let Some(r) = training.as_mut() {
+            r.use_on(handle.stream())?;
+        }
         let h = handle.as_raw();
         let mut ws = handle.workspace(ws_bytes)?;
         // SAFETY: live handle and descriptors; every buffer holds at least
         // what its descriptor needs (checked above), outputs are exclusive
-        // borrows, the reserve is exclusively borrowed and large enough, the
+        // borrows, the reserve is exclusively borrowed, ordered after its
+        // last use (`use_on`) and large enough, the
         // workspace holds `ws_bytes`; the device lengths belong to the plan.
         unsafe {
             cudnn_call!(
@@ -605,6 +629,7 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
         let api = check::cudnn()?;
         let h = handle.as_raw();
         let ws_bytes = self.sizes.workspace_training;
+        reserve.use_on(handle.stream())?;
         let mut ws = handle.workspace(ws_bytes)?;
         let reserve_ptr = reserve.buf.as_slice_mut().as_raw_mut();
         // SAFETY: as in `forward`; `dx`, `dhx`, `dcx` and the reserve are
@@ -679,6 +704,7 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
         let api = check::cudnn()?;
         let h = handle.as_raw();
         let ws_bytes = self.sizes.workspace_training;
+        reserve.use_on(handle.stream())?;
         let mut ws = handle.workspace(ws_bytes)?;
         let reserve_ptr = reserve.buf.as_slice_mut().as_raw_mut();
         // SAFETY: as in `forward`; `dweights` and the reserve are exclusive.
