@@ -359,8 +359,9 @@ impl Handle {
     }
 
     /// Queue later work on `stream`. Work on the new stream first waits for
-    /// what is queued on the old one when a user workspace is set (it may be
-    /// using it). Re-applies the workspace, which `cublasSetStream` resets.
+    /// what is queued on the old one (it may be using the workspace: the
+    /// user's, or cuBLAS's default pool of this handle). Re-applies the
+    /// workspace, which `cublasSetStream` resets.
     ///
     /// # Errors
     /// [`Error::DeviceMismatch`] for a stream of another device and
@@ -372,7 +373,10 @@ impl Handle {
     pub fn set_stream(&mut self, stream: &Stream) -> Result<()> {
         // Held through the ordering wait queued on `stream` and the bind.
         let _hold = self.check_stream(stream)?;
-        if *stream != self.stream && self.workspace.is_some() {
+        // Always, not only with a user workspace: without one cuBLAS uses
+        // its default pool of this handle, which the old stream's work may
+        // still use (an audit's point; one event per change).
+        if *stream != self.stream {
             stream.wait_for(&self.stream)?;
         }
         self.bind(stream)

@@ -268,7 +268,8 @@ impl Handle {
 
     /// Queue later work on `stream`. Work on the new stream first waits for
     /// everything already queued on the old one (it may still be using the
-    /// workspace), so workspace reuse stays ordered.
+    /// workspace, or scratch cuDNN keeps in the handle), so reuse stays
+    /// ordered.
     ///
     /// # Errors
     /// [`Error::DeviceMismatch`] for a stream of another device and
@@ -279,7 +280,9 @@ impl Handle {
     pub fn set_stream(&mut self, stream: &Stream) -> Result<()> {
         // Held through the ordering wait queued on `stream` and the bind.
         let _hold = check_stream(self.device, stream)?;
-        if *stream != self.stream && !self.workspace.is_empty() {
+        // Always, not only with a workspace: cuDNN may keep scratch of its
+        // own in the handle (an audit's point; one event per change).
+        if *stream != self.stream {
             stream.wait_for(&self.stream)?;
         }
         self.bind(stream)
