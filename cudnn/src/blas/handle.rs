@@ -376,9 +376,11 @@ impl Handle {
         // Always, not only with a user workspace: without one cuBLAS uses
         // its default pool of this handle, which the old stream's work may
         // still use (an audit's point; one event per change).
-        if *stream != self.stream {
-            stream.wait_for(&self.stream)?;
-        }
+        stream.order_resource_after(
+            &self.stream,
+            "blas::Handle::set_stream",
+            "the cuBLAS handle's workspace",
+        )?;
         self.bind(stream)
     }
 

@@ -282,9 +282,11 @@ impl Handle {
         let _hold = check_stream(self.device, stream)?;
         // Always, not only with a workspace: cuDNN may keep scratch of its
         // own in the handle (an audit's point; one event per change).
-        if *stream != self.stream {
-            stream.wait_for(&self.stream)?;
-        }
+        stream.order_resource_after(
+            &self.stream,
+            "dnn::Handle::set_stream",
+            "the cuDNN handle's workspace",
+        )?;
         self.bind(stream)
     }
 

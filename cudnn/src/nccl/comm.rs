@@ -90,8 +90,14 @@ pub(crate) use init::{parse_nccl_int, refuse_forced_blocking};
 /// `Drop`) runs on the calling thread *without a bound*: NCCL then holds
 /// that call's job in this thread's storage, and the abort, which joins
 /// it, must run on this thread (it can then wait as long as that job
-/// does). From NCCL 2.27 the job is on the heap and every one of these
-/// aborts is bounded.
+/// does). From NCCL 2.27 the job is on the heap and these aborts are
+/// bounded, but for one case: a call whose poll failed or timed out while
+/// its job is linked waits for the abort *without a bound* when the
+/// bounded wait gives up, because NCCL's job thread could still launch
+/// that call's kernels after its buffers are returned to the caller. That
+/// wait also covers CUDA graphs holding this communicator's captured work
+/// (NCCL's abort waits until they are destroyed): drop such graphs before
+/// a call that may time out, or it may not return.
 ///
 /// **Non-blocking calls are settled on the calling thread.** NCCL links a
 /// non-blocking launch to the calling thread's job record; every such call
@@ -152,7 +158,8 @@ pub(crate) use init::{parse_nccl_int, refuse_forced_blocking};
 /// (or while another thread's call holds the family) waits at most 10 s,
 /// then is leaked (never touched again); a non-blocking call already
 /// issued waits at most 10 s for the abort to end before it is settled,
-/// and is aborted past that. The crate cannot read whether sharing is on,
+/// and is aborted past that (a wait without a bound while its job is
+/// linked, see above). The crate cannot read whether sharing is on,
 /// so this holds for every family.
 ///
 /// `Send`, not `Sync`: NCCL does not allow one communicator to be used from

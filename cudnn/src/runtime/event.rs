@@ -282,6 +282,35 @@ impl Stream {
         };
         self.wait_event(&ev)
     }
+
+    /// [`wait_for`](Self::wait_for) for a crate-owned resource `what` (a
+    /// handle's workspace, an RNN reserve) whose last use was on `last`
+    /// and whose next is on this stream: refused ([`Error::CaptureUnsafe`],
+    /// `Hazard::CapturedEvent`, before anything is queued) when the two
+    /// differ and either is being captured. A capturing stream waiting for
+    /// an event recorded outside its capture is invalid (the runtime
+    /// invalidates the capture, untyped), and an eager stream waiting for
+    /// an event recorded inside one silently joins that capture.
+    ///
+    /// # Errors
+    /// As [`wait_for`](Self::wait_for); [`Error::CaptureUnsafe`] naming
+    /// `op`; a capture query's error.
+    pub(crate) fn order_resource_after(
+        &self,
+        last: &Stream,
+        op: &str,
+        what: &'static str,
+    ) -> Result<()> {
+        if self == last {
+            return Ok(());
+        }
+        let hazard = super::Hazard::CapturedEvent(what);
+        for s in [self, last] {
+            let status = super::implicit_is_capturing(s.capture_status())?;
+            super::capture_rule(op, status, &hazard)?;
+        }
+        self.wait_for(last)
+    }
 }
 
 #[cfg(test)]

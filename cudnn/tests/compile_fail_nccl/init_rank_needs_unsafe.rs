@@ -11,6 +11,7 @@ fn main() -> cudnn::Result<()> {
     let _a = Communicator::init_rank(&id, 0, 2)?;
     let _b = Communicator::init_rank_timeout(&id, 1, 2, Duration::from_secs(1))?;
     let _job = nccl::launch::init_from_env()?;
+    let _job = nccl::launch::init(nccl::launch::LaunchEnv::from_env()?)?;
     let _all = Communicator::init_all(&[])?;
     Ok(())
 }

@@ -192,8 +192,12 @@ impl LtHandle {
     pub fn set_stream(&mut self, stream: &Stream) -> Result<()> {
         // Held through the ordering wait queued on `stream`.
         let _hold = check_lt_stream(self.device, stream)?;
-        if *stream != self.stream && self.workspace.is_some() {
-            stream.wait_for(&self.stream)?;
+        if self.workspace.is_some() {
+            stream.order_resource_after(
+                &self.stream,
+                "blas::LtHandle::set_stream",
+                "the cuBLASLt handle's workspace",
+            )?;
         }
         self.stream = stream.clone();
         Ok(())

@@ -26,6 +26,10 @@ pub struct RnnReserve {
     filled_by: u64,
     /// The stream of its last use (`None`: never used).
     last: Option<Stream>,
+    /// Whether the use that set `stage` was captured into a CUDA graph
+    /// (recorded, not run: the reserve does not hold what `stage` says
+    /// until the graph is launched).
+    captured: bool,
 }
 
 /// Identities of plans, so a reserve is only read by the plan that filled it.
@@ -55,14 +59,19 @@ impl RnnReserve {
     /// forward on one handle's stream and a backward on another's would
     /// otherwise race on it (a soundness audit: the crate treats cuDNN's
     /// scratch as possibly holding indices, as for workspaces).
-    fn use_on(&mut self, next: &Stream) -> Result<()> {
-        if let Some(last) = &self.last
-            && last != next
-        {
-            next.wait_for(last)?;
+    ///
+    /// Returns whether this use is captured (`next` is being captured). A
+    /// backward pass run eagerly on a reserve whose forward (or backward
+    /// data) was captured is refused: that work has only been recorded,
+    /// so cuDNN would read a reserve it never wrote.
+    fn use_on(&mut self, next: &Stream, op: &str, stage_setter: bool) -> Result<bool> {
+        let captured = crate::runtime::implicit_is_capturing(next.capture_status())?.is_capturing();
+        captured_rule(self.captured, captured, stage_setter, self.stage)?;
+        if let Some(last) = &self.last {
+            next.order_resource_after(last, op, "the RNN reserve")?;
         }
         self.last = Some(next.clone());
-        Ok(())
+        Ok(captured)
     }
 
     /// Bytes held.
@@ -116,6 +125,30 @@ impl<T: Float> fmt::Debug for RnnPlan<'_, '_, T> {
             .field("sizes", &self.sizes)
             .finish()
     }
+}
+
+/// A reserve whose `stage` was set by captured work (`filled_captured`:
+/// recorded, not run) may be read only by captured work; a training
+/// forward (`stage_setter`) may always refill it.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming `reserve`.
+fn captured_rule(
+    filled_captured: bool,
+    now_captured: bool,
+    stage_setter: bool,
+    stage: ReserveStage,
+) -> Result<()> {
+    if filled_captured && !now_captured && !stage_setter {
+        return Err(Error::invalid(
+            "reserve",
+            "was filled by work captured into a CUDA graph, which has not run: run the \
+             backward passes in the same capture, or fill the reserve with an eager training \
+             forward",
+            format!("{stage:?}"),
+        ));
+    }
+    Ok(())
 }
 
 /// Whether a reserve at `stage` may be read by the pass that needs `need`:
@@ -390,6 +423,7 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
             stage: ReserveStage::Empty,
             filled_by: 0,
             last: None,
+            captured: false,
         })
     }
 
@@ -512,11 +546,15 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
                 d.captured_use("RNN training forward", handle.stream())
             })?;
         }
-        if let Some(r) = training.as_mut() {
-            r.use_on(handle.stream())?;
-        }
+        let stream = handle.stream().clone();
         let h = handle.as_raw();
         let mut ws = handle.workspace(ws_bytes)?;
+        // After the workspace (its capture refusal first, before anything
+        // is queued).
+        let captured = match training.as_mut() {
+            Some(r) => r.use_on(&stream, "RnnPlan::forward", true)?,
+            None => false,
+        };
         // SAFETY: live handle and descriptors; every buffer holds at least
         // what its descriptor needs (checked above), outputs are exclusive
         // borrows, the reserve is exclusively borrowed, ordered after its
@@ -552,6 +590,7 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
         if let Some(r) = training {
             r.stage = ReserveStage::Forward;
             r.filled_by = self.id;
+            r.captured = captured;
             // A training forward advanced the dropout's random state on
             // this stream: make it the state's last use, so a later
             // dropout op on another stream (or the dropout's drop) waits
@@ -629,8 +668,9 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
         let api = check::cudnn()?;
         let h = handle.as_raw();
         let ws_bytes = self.sizes.workspace_training;
-        reserve.use_on(handle.stream())?;
+        let stream = handle.stream().clone();
         let mut ws = handle.workspace(ws_bytes)?;
+        let captured = reserve.use_on(&stream, "RnnPlan::backward_data", false)?;
         let reserve_ptr = reserve.buf.as_slice_mut().as_raw_mut();
         // SAFETY: as in `forward`; `dx`, `dhx`, `dcx` and the reserve are
         // exclusive borrows.
@@ -664,6 +704,7 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
             )
         }?;
         reserve.stage = ReserveStage::BackwardData;
+        reserve.captured = captured;
         Ok(())
     }
 
@@ -704,8 +745,9 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
         let api = check::cudnn()?;
         let h = handle.as_raw();
         let ws_bytes = self.sizes.workspace_training;
-        reserve.use_on(handle.stream())?;
+        let stream = handle.stream().clone();
         let mut ws = handle.workspace(ws_bytes)?;
+        reserve.use_on(&stream, "RnnPlan::backward_weights", false)?;
         let reserve_ptr = reserve.buf.as_slice_mut().as_raw_mut();
         // SAFETY: as in `forward`; `dweights` and the reserve are exclusive.
         unsafe {
@@ -756,6 +798,29 @@ mod tests {
                 matches!(&e, Error::InvalidArgument { arg, .. } if arg == "reserve"),
                 "{stage:?} for {need:?}: {e}"
             );
+        }
+    }
+
+    /// A reserve whose stage was set by captured work is read only by
+    /// captured work (a review found an eager backward after a captured
+    /// forward read a reserve cuDNN never wrote); a training forward may
+    /// always refill it. Every combination, by hand.
+    #[test]
+    fn unit_captured_fill_is_read_only_in_a_capture() {
+        for filled in [false, true] {
+            for now in [false, true] {
+                for setter in [false, true] {
+                    let r = captured_rule(filled, now, setter, ReserveStage::Forward);
+                    let refused = filled && !now && !setter;
+                    assert_eq!(r.is_err(), refused, "{filled} {now} {setter}");
+                    if let Err(e) = r {
+                        assert!(
+                            matches!(&e, Error::InvalidArgument { arg, .. } if arg == "reserve"),
+                            "{e}"
+                        );
+                    }
+                }
+            }
         }
     }
 }
