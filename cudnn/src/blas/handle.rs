@@ -367,7 +367,8 @@ impl Handle {
     /// [`Error::DeviceMismatch`] for a stream of another device and
     /// [`Error::WrongThread`] for another thread's per-thread stream (the
     /// handle is unchanged); [`Error::Cublas`]; [`Error::Cuda`] from the
-    /// ordering event.
+    /// ordering event; [`Error::CaptureUnsafe`] when the streams differ and
+    /// either is being captured.
     #[doc(alias = "cublasSetStream")]
     #[doc(alias = "cublasSetStream_v2")]
     pub fn set_stream(&mut self, stream: &Stream) -> Result<()> {

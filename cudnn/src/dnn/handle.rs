@@ -275,7 +275,8 @@ impl Handle {
     /// [`Error::DeviceMismatch`] for a stream of another device and
     /// [`Error::WrongThread`] for another thread's per-thread stream (the
     /// handle is unchanged); [`Error::Cudnn`] from `cudnnSetStream`;
-    /// [`Error::Cuda`] from the ordering event.
+    /// [`Error::Cuda`] from the ordering event; [`Error::CaptureUnsafe`]
+    /// when the streams differ and either is being captured.
     #[doc(alias = "cudnnSetStream")]
     pub fn set_stream(&mut self, stream: &Stream) -> Result<()> {
         // Held through the ordering wait queued on `stream` and the bind.

@@ -109,8 +109,10 @@ pub enum Hazard {
     /// stream is being captured.
     ForeignStream(&'static str),
     /// Use a resource whose uses are ordered across streams by an event (a
-    /// dropout state) in a capture on a stream other than its last use's:
-    /// the event would be waited for and recorded inside the capture.
+    /// dropout state, an RNN reserve, a handle's workspace on `set_stream`)
+    /// on a stream other than its last use's while either is being
+    /// captured: the event would be waited for or recorded inside a
+    /// capture.
     CapturedEvent(&'static str),
 }
 
@@ -148,9 +150,9 @@ impl Hazard {
                  would enter a graph {owner} launches, possibly after the memory it uses is gone)"
             ),
             Hazard::CapturedEvent(what) => format!(
-                "use {what} in a capture on a stream other than that of its last use (the \
-                 event that orders its uses would be waited for and recorded inside the capture, \
-                 and replays would be unordered)"
+                "use {what} on a stream other than that of its last use while either is being \
+                 captured (the event that orders its uses would be waited for or recorded inside \
+                 a capture, and replays would be unordered)"
             ),
         }
     }

@@ -240,6 +240,10 @@ impl Stream {
 ///    the last eager use, and a dropout is captured only on the stream of
 ///    that use;
 /// 3. nothing the captured work reads is a host pointer that is gone;
+///    and a captured RNN backward pass reads its reserve as the fill
+///    before it left it: the graph is launched only after that training
+///    forward ran (eagerly, or as an earlier node or launch), once per
+///    fill (a backward data rewrites the reserve);
 /// 4. a graph with NCCL collectives is launched on every rank of the
 ///    communicator (otherwise it waits forever), and the communicator is
 ///    neither destroyed nor aborted.

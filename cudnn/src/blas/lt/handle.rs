@@ -188,7 +188,9 @@ impl LtHandle {
     ///
     /// # Errors
     /// [`Error::DeviceMismatch`] for a stream of another device;
-    /// [`Error::WrongThread`]; [`Error::Cuda`] from the ordering event.
+    /// [`Error::WrongThread`]; [`Error::Cuda`] from the ordering event;
+    /// [`Error::CaptureUnsafe`] when a workspace is set, the streams differ
+    /// and either is being captured.
     pub fn set_stream(&mut self, stream: &Stream) -> Result<()> {
         // Held through the ordering wait queued on `stream`.
         let _hold = check_lt_stream(self.device, stream)?;

@@ -65,7 +65,21 @@ impl RnnReserve {
     /// data) was captured is refused: that work has only been recorded,
     /// so cuDNN would read a reserve it never wrote.
     fn use_on(&mut self, next: &Stream, op: &str, stage_setter: bool) -> Result<bool> {
-        let captured = crate::runtime::implicit_is_capturing(next.capture_status())?.is_capturing();
+        let status = next.capture_status();
+        // The legacy stream's implicit-capture answer (a blocking stream of
+        // the device captures): cuDNN's launch would fail there untyped and
+        // may invalidate that capture; refused typed, as dropout does.
+        let implicit = matches!(&status, Err(Error::Cuda { code, .. })
+            if *code == crate::sys::cudart::cudaError::cudaErrorStreamCaptureImplicit.0);
+        let status = crate::runtime::implicit_is_capturing(status)?;
+        if implicit {
+            crate::runtime::capture_rule(
+                op,
+                status,
+                &crate::runtime::Hazard::CapturedEvent("the RNN reserve"),
+            )?;
+        }
+        let captured = status.is_capturing();
         captured_rule(self.captured, captured, stage_setter, self.stage)?;
         if let Some(last) = &self.last {
             next.order_resource_after(last, op, "the RNN reserve")?;
@@ -478,7 +492,9 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
     /// # Errors
     /// Buffer lengths ([`Error::Mismatch`]), a cell state for a non-LSTM,
     /// buffers on another device, a dropout used on another stream; what
-    /// cuDNN reports.
+    /// cuDNN reports; [`Error::CaptureUnsafe`] for a reserve last used on
+    /// another stream while either stream is being captured, and a reserve
+    /// filled by captured work read eagerly ([`Error::InvalidArgument`]).
     #[doc(alias = "cudnnRNNForward")]
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
@@ -552,7 +568,13 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
         // After the workspace (its capture refusal first, before anything
         // is queued).
         let captured = match training.as_mut() {
-            Some(r) => r.use_on(&stream, "RnnPlan::forward", true)?,
+            Some(r) => {
+                let c = r.use_on(&stream, "RnnPlan::forward", true)?;
+                // Until the call succeeds the reserve holds no stage: a
+                // failed call may have written part of it.
+                r.stage = ReserveStage::Empty;
+                c
+            }
             None => false,
         };
         // SAFETY: live handle and descriptors; every buffer holds at least
@@ -671,6 +693,8 @@ impl<'r, 'd, T: Float> RnnPlan<'r, 'd, T> {
         let stream = handle.stream().clone();
         let mut ws = handle.workspace(ws_bytes)?;
         let captured = reserve.use_on(&stream, "RnnPlan::backward_data", false)?;
+        // No stage until the call succeeds (it rewrites the reserve).
+        reserve.stage = ReserveStage::Empty;
         let reserve_ptr = reserve.buf.as_slice_mut().as_raw_mut();
         // SAFETY: as in `forward`; `dx`, `dhx`, `dcx` and the reserve are
         // exclusive borrows.
