@@ -615,8 +615,10 @@ impl<T: DataType> DeviceBuffer<T> {
     /// that a buffer used by work on `stream` can be released right after
     /// queueing that work. A stream-ordered buffer is freed with
     /// `cudaFreeAsync` on `stream` (no host wait); a `cudaMalloc` one after
-    /// `stream` is synchronized (`cudaFree` is documented only as *possibly*
-    /// synchronizing, so the crate does not rely on it).
+    /// `stream` is synchronized. (A plain drop relies on `cudaFree`
+    /// synchronizing the device, as the CUDA Programming Guide states: see
+    /// the type's docs; this method waits for `stream` itself first, so it
+    /// can report that wait's error and leak instead of freeing.)
     ///
     /// # Errors
     /// [`Error::Cuda`] from the synchronize, the ordering event or the free;
